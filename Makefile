@@ -1,0 +1,51 @@
+# One entry point for everything. Each target installs what it needs into .venv itself.
+PYTHON ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
+PYTEST_ARGS ?=
+
+.PHONY: install install-bench test check fmt unit demo bench bench-raft sim clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	@rm -f $(VENV)/.installed-*
+	@touch $(STAMP)
+
+install-bench: install
+	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'
+
+## check: lint, format check and strict typing of the core packages
+check: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy hlc raft metastore
+
+fmt: install
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .
+
+## test: the whole suite (lint + types + every test). This is what CI runs.
+test: check
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+## sim: the seeded Raft simulation with more seeds than make test runs
+SEEDS ?= 5000
+sim: install
+	$(BIN)/python -m pytest tests/raft/test_simulation.py --sim-seeds=$(SEEDS) -q
+
+bench: bench-raft
+
+## bench-raft: our engine against pysyncobj, same workload, same run
+bench-raft: install-bench
+	$(BIN)/python -m bench.bench_raft
+
+demo: install
+	$(BIN)/python -m raft.demo
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

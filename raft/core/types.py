@@ -1,0 +1,177 @@
+"""Plain data of the Raft protocol: log entries, persistent state, snapshots and messages.
+
+Everything here is an immutable value. The core consumes and produces these; the WAL stores
+`Entry`, `HardState` and `Snapshot`; the wire codec (`raft.wire`) turns `Message` values into
+bytes and back. Node ids are positive integers; 0 means "none".
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import IntEnum
+
+NodeId = int
+NONE: NodeId = 0
+
+
+class EntryKind(IntEnum):
+    """What an entry carries. Only NORMAL entries reach the application's state machine."""
+
+    NORMAL = 0  # an application command (opaque bytes)
+    NOOP = 1  # appended by every new leader at the start of its term
+    TICK = 2  # appended by an idle leader so safe time keeps moving
+    CONF = 3  # a membership change; data is an encoded ConfState
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Entry:
+    """One log entry.
+
+    Invariant: along any log, `tm` (the leader's HLC stamp at append time) is strictly increasing.
+    """
+
+    term: int
+    index: int
+    tm: int
+    kind: EntryKind = EntryKind.NORMAL
+    data: bytes = b""
+
+    def size_bytes(self) -> int:
+        # Fixed per-entry overhead approximates the encoded header (term, index, tm, kind).
+        return len(self.data) + 32
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HardState:
+    """What must be durable before any message that depends on it is sent."""
+
+    term: int = 0
+    vote: NodeId = NONE
+    commit: int = 0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ConfState:
+    """Cluster membership. Voters count for elections and commitment; learners only replicate."""
+
+    voters: tuple[NodeId, ...] = ()
+    learners: tuple[NodeId, ...] = ()
+
+    def members(self) -> tuple[NodeId, ...]:
+        return tuple(sorted({*self.voters, *self.learners}))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SnapshotMeta:
+    """Position of a snapshot in the log: it replaces entries 1..index."""
+
+    index: int = 0
+    term: int = 0
+    tm: int = 0  # Tm of the entry at `index`: safe time right after installing the snapshot
+    conf: ConfState = field(default_factory=ConfState)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Snapshot:
+    meta: SnapshotMeta = field(default_factory=SnapshotMeta)
+    data: bytes = b""  # the application's state at meta.index, opaque to Raft
+
+    def is_empty(self) -> bool:
+        return self.meta.index == 0
+
+
+# --------------------------------------------------------------------------------------------
+# Messages between peers. Every message carries the sender's term and the two node ids.
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AppendEntries:
+    src: NodeId
+    dst: NodeId
+    term: int
+    prev_index: int
+    prev_term: int
+    entries: tuple[Entry, ...]
+    commit: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AppendResponse:
+    src: NodeId
+    dst: NodeId
+    term: int
+    # On success: the highest index known to match the leader's log.
+    # On reject: the index of the rejected AppendEntries' prev_index.
+    index: int
+    reject: bool = False
+    # On reject, a hint for the leader: the follower's last index (fast back-off).
+    reject_hint: int = 0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RequestVote:
+    src: NodeId
+    dst: NodeId
+    # For a pre-vote this is the term the candidate *would* campaign in; its real term is one less.
+    term: int
+    last_index: int
+    last_term: int
+    pre_vote: bool = False
+    # Set by a leadership transfer: the voter must not refuse because it heard a leader recently.
+    force: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class VoteResponse:
+    src: NodeId
+    dst: NodeId
+    term: int
+    granted: bool
+    pre_vote: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Heartbeat:
+    src: NodeId
+    dst: NodeId
+    term: int
+    commit: int  # min(leader commit, follower's known match) so a follower never commits unseen
+    read_ctx: int = 0  # non-zero: a ReadIndex round the follower must acknowledge
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HeartbeatResponse:
+    src: NodeId
+    dst: NodeId
+    term: int
+    read_ctx: int = 0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class InstallSnapshot:
+    src: NodeId
+    dst: NodeId
+    term: int
+    snapshot: Snapshot
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TimeoutNow:
+    """Sent by a leader to the transfer target: campaign now, skipping pre-vote."""
+
+    src: NodeId
+    dst: NodeId
+    term: int
+
+
+Message = (
+    AppendEntries
+    | AppendResponse
+    | RequestVote
+    | VoteResponse
+    | Heartbeat
+    | HeartbeatResponse
+    | InstallSnapshot
+    | TimeoutNow
+)
