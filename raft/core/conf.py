@@ -1,0 +1,45 @@
+"""Membership: the bytes of a CONF entry, and the one-server-at-a-time rule.
+
+Raft's single-server change (dissertation §4.1) is safe without joint consensus because any
+majority of the old voter set overlaps any majority of the new one when they differ by one voter.
+Learners do not vote, so adding or removing them never affects quorums.
+"""
+
+from __future__ import annotations
+
+import msgpack
+
+from raft.core.errors import ConfChangeError
+from raft.core.types import ConfState
+
+
+def encode_conf(conf: ConfState) -> bytes:
+    return msgpack.packb([1, list(conf.voters), list(conf.learners)])
+
+
+def decode_conf(data: bytes) -> ConfState:
+    """Decode a CONF entry. Entries come from our own log, so bad data is corruption."""
+    obj = msgpack.unpackb(data, raw=False)
+    if (
+        not isinstance(obj, list)
+        or len(obj) != 3
+        or obj[0] != 1
+        or not all(isinstance(x, int) and x > 0 for x in [*obj[1], *obj[2]])
+    ):
+        raise ValueError(f"malformed membership entry: {obj!r}")
+    return ConfState(voters=tuple(sorted(obj[1])), learners=tuple(sorted(obj[2])))
+
+
+def check_single_change(old: ConfState, new: ConfState) -> None:
+    voters_old, voters_new = set(old.voters), set(new.voters)
+    if not voters_new:
+        raise ConfChangeError("the cluster must keep at least one voter")
+    if len(voters_old ^ voters_new) > 1:
+        raise ConfChangeError(
+            f"voters may change by one server at a time: {sorted(voters_old)} -> "
+            f"{sorted(voters_new)}"
+        )
+    if voters_new & set(new.learners):
+        raise ConfChangeError("a node cannot be both voter and learner")
+    if len(set(new.learners)) != len(new.learners) or len(voters_new) != len(new.voters):
+        raise ConfChangeError("duplicate node ids")
