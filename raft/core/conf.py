@@ -13,21 +13,34 @@ from raft.core.errors import ConfChangeError
 from raft.core.types import ConfState
 
 
-def encode_conf(conf: ConfState) -> bytes:
-    return msgpack.packb([1, list(conf.voters), list(conf.learners)])
+def encode_conf(conf: ConfState, context: bytes = b"") -> bytes:
+    """`context` is opaque to the core; the node driver keeps peer addresses in it so that every
+    member learns how to reach a new node from the same log entry that adds it."""
+    return msgpack.packb([1, list(conf.voters), list(conf.learners), context])
+
+
+def _decode(data: bytes) -> tuple[ConfState, bytes]:
+    obj = msgpack.unpackb(data, raw=False)
+    if not isinstance(obj, list) or len(obj) != 4 or obj[0] != 1:
+        raise ValueError(f"malformed membership entry: {obj!r}")
+    _, voters, learners, context = obj
+    if (
+        not isinstance(voters, list)
+        or not isinstance(learners, list)
+        or not isinstance(context, bytes)
+        or not all(isinstance(x, int) and x > 0 for x in [*voters, *learners])
+    ):
+        raise ValueError(f"malformed membership entry: {obj!r}")
+    return ConfState(voters=tuple(sorted(voters)), learners=tuple(sorted(learners))), context
 
 
 def decode_conf(data: bytes) -> ConfState:
     """Decode a CONF entry. Entries come from our own log, so bad data is corruption."""
-    obj = msgpack.unpackb(data, raw=False)
-    if (
-        not isinstance(obj, list)
-        or len(obj) != 3
-        or obj[0] != 1
-        or not all(isinstance(x, int) and x > 0 for x in [*obj[1], *obj[2]])
-    ):
-        raise ValueError(f"malformed membership entry: {obj!r}")
-    return ConfState(voters=tuple(sorted(obj[1])), learners=tuple(sorted(obj[2])))
+    return _decode(data)[0]
+
+
+def decode_conf_context(data: bytes) -> bytes:
+    return _decode(data)[1]
 
 
 def check_single_change(old: ConfState, new: ConfState) -> None:

@@ -212,7 +212,9 @@ class RaftCore:
             out.append((e.term, e.index))
         return out
 
-    def propose_conf(self, new_conf: ConfState, now_tm: int) -> tuple[int, int]:
+    def propose_conf(
+        self, new_conf: ConfState, now_tm: int, *, context: bytes = b""
+    ) -> tuple[int, int]:
         """Propose a membership change (one voter at a time; learners freely)."""
         self._check_can_propose(64)
         if self.pending_conf_index > self.log.applied:
@@ -223,7 +225,7 @@ class RaftCore:
         if new_conf == self.conf:
             raise ConfChangeError("membership unchanged")
         self.now_tm = max(self.now_tm, now_tm)
-        e = self._append_new(EntryKind.CONF, encode_conf(new_conf))
+        e = self._append_new(EntryKind.CONF, encode_conf(new_conf, context))
         self.pending_conf_index = e.index
         return (e.term, e.index)
 
