@@ -1,0 +1,93 @@
+"""Typed errors of the Raft engine.
+
+Every expected failure is its own small class deriving from `RaftError` and declaring a stable
+`code` (a short snake_case string) that logs, metrics and the client API can carry without
+parsing messages. Keep this module flat: one class per failure, grouped by the file that raises
+it, no logic. Subclass a more general error only when callers really handle both the same way.
+"""
+
+from __future__ import annotations
+
+
+class RaftError(Exception):
+    """Base of every error the Raft engine raises on purpose."""
+
+    code: str = "raft_error"
+
+
+class InvalidLimitError(RaftError):
+    """A limit passed in by the caller is outside what the format or the engine supports."""
+
+    code = "invalid_limit"
+
+
+# ---- framing (raft.framing) -----------------------------------------------------------------
+
+
+class FrameEncodeError(RaftError):
+    """An object handed to the frame encoder is not representable in msgpack (a caller's bug)."""
+
+    code = "frame_unencodable"
+
+
+class FrameTooLargeError(RaftError):
+    """A frame's declared (or encoded) length exceeds the configured maximum.
+
+    Raised from the 4 header bytes alone, before any of the body is buffered.
+    """
+
+    code = "frame_too_large"
+
+
+class MalformedFrameError(RaftError):
+    """A frame's body is not exactly one msgpack object of the permitted kinds."""
+
+    code = "malformed_frame"
+
+
+# ---- message codec (raft.wire) --------------------------------------------------------------
+
+
+class MalformedMessageError(RaftError):
+    """A decoded frame is not a valid peer message; the text names the offending field."""
+
+    code = "malformed_message"
+
+
+class MalformedConfStateError(MalformedMessageError):
+    """The bytes of a CONF entry do not hold a valid encoded ConfState."""
+
+    code = "malformed_conf_state"
+
+
+# ---- peer transport (raft.transport) --------------------------------------------------------
+
+
+class TransportConfigError(RaftError):
+    """PeerTransport was constructed with values it cannot work with (bad id, weak secret...)."""
+
+    code = "transport_config_invalid"
+
+
+class PeerHandshakeError(RaftError):
+    """A peer connection's handshake broke the protocol (bad frame shape, early data, EOF)."""
+
+    code = "peer_handshake_failed"
+
+
+class PeerAuthError(PeerHandshakeError):
+    """A peer failed authentication: wrong secret, wrong cluster id or an unknown node id."""
+
+    code = "peer_auth_failed"
+
+
+class SecretFileError(RaftError):
+    """The cluster secret file cannot be used (not a regular file, empty, too short, too big)."""
+
+    code = "secret_file_invalid"
+
+
+class InsecureSecretFileError(SecretFileError):
+    """The cluster secret file is readable or writable by group or others (must be 0600)."""
+
+    code = "secret_file_insecure"

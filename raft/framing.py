@@ -1,0 +1,216 @@
+"""Length-prefixed msgpack frames, sans-I/O (bytes in, objects out; objects in, bytes out).
+
+A frame is a 4-byte big-endian unsigned length N followed by exactly N bytes holding one msgpack
+object. The peer transport uses it today and the client API will use it too, so it knows
+nothing about what the objects mean.
+
+In the h11 style the decoder never touches a socket: the caller `feed`s whatever bytes arrived
+and then calls `next_frame()` until it returns `NEED_DATA`.
+
+Invariants:
+* An oversized frame is refused from its 4 header bytes alone: the decoder discards the header
+  and everything fed after it, so a hostile length can never make it buffer the body.
+* Frames before a bad one are still returned in order; the error surfaces exactly where the
+  bad frame sits in the stream.
+* Decoding is data-only: msgpack's own size limits are set from `max_frame_bytes`, strings must
+  be UTF-8, map keys must be str or bytes, and every ext type (timestamps included) is refused
+  (the message then mentions `ext`).
+  Nothing is ever unpickled or turned into a custom object.
+* After any error the decoder is dead and raises that error again on every call. A length
+  prefix is the only thing that marks where the next frame starts; once one frame is wrong we
+  cannot know where the following one begins, so the stream is out of sync for good and the
+  connection must be closed.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Final, NoReturn
+
+import msgpack
+
+from raft.errors import (
+    FrameEncodeError,
+    FrameTooLargeError,
+    InvalidLimitError,
+    MalformedFrameError,
+    RaftError,
+)
+
+FRAME_HEADER_BYTES: Final = 4
+# The largest length the 4-byte header can express.
+FRAME_LENGTH_CAPACITY: Final = 2**32 - 1
+
+
+class NeedData(enum.Enum):
+    """Type of the `NEED_DATA` sentinel (an enum member, so it is a picklable singleton)."""
+
+    NEED_DATA = "NEED_DATA"
+
+
+NEED_DATA: Final = NeedData.NEED_DATA
+
+
+def _check_limit(max_frame_bytes: int) -> None:
+    if not 1 <= max_frame_bytes <= FRAME_LENGTH_CAPACITY:
+        raise InvalidLimitError(
+            f"max_frame_bytes must be in [1, {FRAME_LENGTH_CAPACITY}], got {max_frame_bytes}"
+        )
+
+
+def encode_frame(obj: object, *, max_frame_bytes: int) -> bytes:
+    """Return the frame (header + msgpack body) for `obj`.
+
+    Raises FrameTooLargeError when the body would exceed `max_frame_bytes` (the receiver would
+    refuse it anyway) and FrameEncodeError when `obj` holds something msgpack cannot represent.
+    """
+    _check_limit(max_frame_bytes)
+    try:
+        body = msgpack.packb(obj, use_bin_type=True, datetime=False)
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise FrameEncodeError(f"cannot encode {type(obj).__name__} as msgpack: {exc}") from exc
+    if len(body) > max_frame_bytes:
+        raise FrameTooLargeError(
+            f"frame body of {len(body)} bytes exceeds the limit of {max_frame_bytes} bytes"
+        )
+    return len(body).to_bytes(FRAME_HEADER_BYTES, "big") + body
+
+
+class _ExtRefused(Exception):
+    """Raised from inside msgpack when it meets an ext type; turned into MalformedFrameError."""
+
+
+def _refuse_ext(code: int, _data: bytes) -> NoReturn:
+    # The one ext hook we install exists to refuse: without it msgpack would hand back ExtType
+    # or Timestamp objects, which no frame of ours ever contains.
+    raise _ExtRefused(f"msgpack ext type {code} is not allowed")
+
+
+def unpack_msgpack(data: bytes | memoryview, *, max_bytes: int) -> object:
+    """Decode exactly one msgpack object from `data` under the rules of this module.
+
+    Shared with other decoders of untrusted msgpack (e.g. `raft.wire.decode_conf_state`).
+    Raises MalformedFrameError for anything but exactly one well-formed, ext-free object.
+    """
+    try:
+        return msgpack.unpackb(
+            data,
+            raw=False,
+            strict_map_key=True,
+            use_list=True,
+            timestamp=0,
+            ext_hook=_refuse_ext,
+            max_str_len=max_bytes,
+            max_bin_len=max_bytes,
+            max_array_len=max_bytes,
+            max_map_len=max_bytes,
+            # Every ext type is refused. A zero limit stops any ext with a payload, and is the
+            # only way to stop msgpack from building Timestamp objects (type -1) by itself,
+            # which bypasses ext_hook; the hook catches the remaining zero-length ext values.
+            max_ext_len=0,
+        )
+    except _ExtRefused as exc:
+        raise MalformedFrameError(str(exc)) from exc
+    except msgpack.ExtraData as exc:
+        raise MalformedFrameError(
+            f"trailing bytes after the msgpack object in a {len(data)}-byte frame"
+        ) from exc
+    # ValueError covers msgpack's FormatError, StackError (nesting too deep), truncation, size
+    # limits, invalid UTF-8 and (with strict_map_key) map keys that are not str or bytes.
+    except (ValueError, msgpack.UnpackException) as exc:
+        raise MalformedFrameError(
+            f"undecodable msgpack in a {len(data)}-byte frame: {exc}"
+        ) from exc
+
+
+class FrameDecoder:
+    """Incremental decoder of a stream of frames. Not thread-safe; one per connection."""
+
+    __slots__ = ("_buf", "_complete_end", "_dead", "_max_frame_bytes", "_pending")
+
+    def __init__(self, max_frame_bytes: int) -> None:
+        _check_limit(max_frame_bytes)
+        self._max_frame_bytes = max_frame_bytes
+        self._buf = bytearray()
+        # Invariant: _buf[:_complete_end] holds only whole frames whose headers were checked.
+        self._complete_end = 0
+        # An error found while scanning ahead in feed(); raised by next_frame() once every frame
+        # before it has been returned.
+        self._pending: RaftError | None = None
+        # Set once an error has been raised: every later call raises it again.
+        self._dead: RaftError | None = None
+
+    @property
+    def max_frame_bytes(self) -> int:
+        return self._max_frame_bytes
+
+    @property
+    def buffered_bytes(self) -> int:
+        """Bytes fed but not yet returned as frames (lets a caller notice unexpected data)."""
+        return len(self._buf)
+
+    def feed(self, data: bytes) -> None:
+        """Append bytes received from the stream. An empty `data` is allowed and does nothing."""
+        if self._dead is not None:
+            raise self._dead.with_traceback(None)
+        if self._pending is not None:
+            # The stream is already known to be broken at an earlier point; keep nothing more.
+            return
+        self._buf += data
+        self._scan()
+
+    def next_frame(self) -> object | NeedData:
+        """Return the next complete frame's object, or NEED_DATA if none is complete yet.
+
+        Raises FrameTooLargeError or MalformedFrameError when the next frame is bad; after that
+        the decoder is dead (see the module docstring).
+        """
+        if self._dead is not None:
+            raise self._dead.with_traceback(None)
+        if self._complete_end == 0:
+            if self._pending is not None:
+                self._fail(self._pending)
+            return NEED_DATA
+        length = int.from_bytes(self._buf[:FRAME_HEADER_BYTES], "big")
+        end = FRAME_HEADER_BYTES + length
+        try:
+            obj = self._unpack(FRAME_HEADER_BYTES, end)
+        except MalformedFrameError as exc:
+            self._fail(exc)
+        # bytearray drops a prefix cheaply (it moves its start pointer), so this is not O(n^2).
+        del self._buf[:end]
+        self._complete_end -= end
+        return obj
+
+    def _scan(self) -> None:
+        """Check every newly complete header; stop at the first frame that is not all here."""
+        buf = self._buf
+        pos = self._complete_end
+        while len(buf) - pos >= FRAME_HEADER_BYTES:
+            length = int.from_bytes(buf[pos : pos + FRAME_HEADER_BYTES], "big")
+            if length > self._max_frame_bytes:
+                self._pending = FrameTooLargeError(
+                    f"frame header declares {length} bytes; the limit is "
+                    f"{self._max_frame_bytes} bytes"
+                )
+                # Never buffer the oversized body: drop its header and all that followed.
+                del buf[pos:]
+                break
+            if len(buf) - pos - FRAME_HEADER_BYTES < length:
+                break
+            pos += FRAME_HEADER_BYTES + length
+        self._complete_end = pos
+
+    def _unpack(self, start: int, end: int) -> object:
+        view = memoryview(self._buf)
+        body = view[start:end]
+        try:
+            return unpack_msgpack(body, max_bytes=self._max_frame_bytes)
+        finally:
+            # Release the exports before the caller resizes the bytearray.
+            body.release()
+            view.release()
+
+    def _fail(self, exc: RaftError) -> NoReturn:
+        self._dead = exc
+        raise exc

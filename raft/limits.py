@@ -1,0 +1,56 @@
+"""Every limit of the Raft engine, named, in one place.
+
+Each constant states its unit in its name (`_BYTES`, `_MS`, plain counts otherwise) and is
+enforced where it is used, with a typed error or a counted drop when it is hit. Change a value
+here and nowhere else. Grouped by the module that enforces it; others append their own groups.
+"""
+
+from __future__ import annotations
+
+_MIB = 1024 * 1024
+
+# ---- peer transport and framing (raft.framing, raft.wire, raft.transport) --------------------
+
+# Largest peer frame (4-byte length header excluded). A snapshot travels as one InstallSnapshot
+# message, so this also caps the size of the application state a node can ship to a follower.
+PEER_FRAME_BYTES_MAX = 64 * _MIB
+
+# Messages waiting for one peer's connection. When full the oldest is dropped (and counted):
+# Raft resends what matters, and the newest messages carry the most current state.
+PEER_SEND_QUEUE_MAX = 4096
+
+# Encoded bytes waiting for one peer. Two full-size frames, so one snapshot can always queue
+# behind another without evicting it; beyond that the oldest frames are dropped.
+PEER_SEND_QUEUE_BYTES_MAX = 2 * PEER_FRAME_BYTES_MAX
+
+# The whole authentication exchange (after TCP connect) must finish within this; a silent or slow
+# peer cannot hold a connection slot open longer.
+HANDSHAKE_TIMEOUT_MS = 5_000
+
+# Largest handshake frame. The handshake runs before the peer is authenticated, so an unknown
+# party can never make us buffer more than this (rather than PEER_FRAME_BYTES_MAX).
+HANDSHAKE_FRAME_BYTES_MAX = 1024
+
+# Bound on establishing the TCP connection to a peer (one attempt).
+PEER_CONNECT_TIMEOUT_MS = 3_000
+
+# Reconnect delay bounds: the delay doubles per failed attempt from MIN up to MAX, with random
+# jitter inside [MIN, current cap] so restarted nodes do not reconnect in lockstep.
+RECONNECT_BACKOFF_MS_MIN = 50
+RECONNECT_BACKOFF_MS_MAX = 2_000
+
+# Simultaneous inbound peer connections (authenticated or not). A cluster needs one per peer;
+# the slack absorbs reconnect overlap. Connections beyond it are closed at once.
+PEER_INBOUND_CONNECTIONS_MAX = 64
+
+# Bytes asked of the socket per read on an inbound peer connection.
+PEER_READ_CHUNK_BYTES = 256 * 1024
+
+# How long stop() waits for its tasks and connections to wind down before giving up on them.
+PEER_STOP_TIMEOUT_MS = 2_000
+
+# Cluster secret: at least this many bytes (the generated one is 64 hex characters, 256 bits).
+SECRET_BYTES_MIN = 32
+
+# A secret file larger than this is not a secret file; refuse rather than read it.
+SECRET_FILE_BYTES_MAX = 4096

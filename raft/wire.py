@@ -1,0 +1,403 @@
+"""Peer messages as msgpack-ready values, and back, with every field validated.
+
+`encode_message` turns a `raft.core.types.Message` into a plain list: a small integer type tag
+followed by the message's fields in a fixed order. Entries, snapshots and ConfStates nest as
+lists in the same way. There are no field names on the wire: the order below *is* the format,
+and the protocol version exchanged in the transport handshake guards changes to it.
+
+    AppendEntries      [1, src, dst, term, prev_index, prev_term, [entry...], commit]
+    AppendResponse     [2, src, dst, term, index, reject, reject_hint]
+    RequestVote        [3, src, dst, term, last_index, last_term, pre_vote, force]
+    VoteResponse       [4, src, dst, term, granted, pre_vote]
+    Heartbeat          [5, src, dst, term, commit, read_ctx]
+    HeartbeatResponse  [6, src, dst, term, read_ctx]
+    InstallSnapshot    [7, src, dst, term, snapshot]
+    TimeoutNow         [8, src, dst, term]
+    entry              [term, index, tm, kind, data]
+    snapshot           [[index, term, tm, conf], data]
+    conf               [[voter...], [learner...]]
+
+`decode_message` trusts nothing: it checks the shape and every field's type and range (integers
+are real ints, not bools, in [0, 2**64); node ids are > 0; flags are real bools; payloads are
+real bytes; kinds are valid EntryKind values; a ConfState lists no node twice) and raises
+`MalformedMessageError` naming the field otherwise. It does not check Raft semantics (e.g. that
+entry indexes are consecutive): that is the core's job.
+
+Invariant: for every valid message m, `decode_message(encode_message(m)) == m`, also after a
+msgpack round trip.
+
+`encode_conf_state`/`decode_conf_state` give the durable bytes the core keeps in CONF entries;
+those carry a format version first because they outlive any one connection:
+
+    conf entry data    msgpack [1, [voter...], [learner...], context bytes]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Final
+
+import msgpack
+
+from raft.core.types import (
+    AppendEntries,
+    AppendResponse,
+    ConfState,
+    Entry,
+    EntryKind,
+    Heartbeat,
+    HeartbeatResponse,
+    InstallSnapshot,
+    Message,
+    RequestVote,
+    Snapshot,
+    SnapshotMeta,
+    TimeoutNow,
+    VoteResponse,
+)
+from raft.errors import MalformedConfStateError, MalformedFrameError, MalformedMessageError
+from raft.framing import unpack_msgpack
+
+TAG_APPEND_ENTRIES: Final = 1
+TAG_APPEND_RESPONSE: Final = 2
+TAG_REQUEST_VOTE: Final = 3
+TAG_VOTE_RESPONSE: Final = 4
+TAG_HEARTBEAT: Final = 5
+TAG_HEARTBEAT_RESPONSE: Final = 6
+TAG_INSTALL_SNAPSHOT: Final = 7
+TAG_TIMEOUT_NOW: Final = 8
+
+CONF_STATE_FORMAT_VERSION: Final = 1
+
+_U64_END: Final = 1 << 64
+_ENTRY_KINDS: Final = {int(kind): kind for kind in EntryKind}
+_REPR_CHARS_MAX: Final = 60  # how much of an offending value an error message quotes
+
+
+# ---- encoding -------------------------------------------------------------------------------
+
+
+def _encode_entry(entry: Entry) -> list[object]:
+    return [entry.term, entry.index, entry.tm, int(entry.kind), entry.data]
+
+
+def _encode_conf(conf: ConfState) -> list[object]:
+    return [list(conf.voters), list(conf.learners)]
+
+
+def _encode_snapshot(snap: Snapshot) -> list[object]:
+    meta = snap.meta
+    return [[meta.index, meta.term, meta.tm, _encode_conf(meta.conf)], snap.data]
+
+
+def encode_message(msg: Message) -> list[object]:
+    """Return `msg` as a list msgpack can pack. Does not validate (the receiver does)."""
+    match msg:
+        case AppendEntries():
+            return [
+                TAG_APPEND_ENTRIES,
+                msg.src,
+                msg.dst,
+                msg.term,
+                msg.prev_index,
+                msg.prev_term,
+                [_encode_entry(e) for e in msg.entries],
+                msg.commit,
+            ]
+        case AppendResponse():
+            return [
+                TAG_APPEND_RESPONSE,
+                msg.src,
+                msg.dst,
+                msg.term,
+                msg.index,
+                msg.reject,
+                msg.reject_hint,
+            ]
+        case RequestVote():
+            return [
+                TAG_REQUEST_VOTE,
+                msg.src,
+                msg.dst,
+                msg.term,
+                msg.last_index,
+                msg.last_term,
+                msg.pre_vote,
+                msg.force,
+            ]
+        case VoteResponse():
+            return [TAG_VOTE_RESPONSE, msg.src, msg.dst, msg.term, msg.granted, msg.pre_vote]
+        case Heartbeat():
+            return [TAG_HEARTBEAT, msg.src, msg.dst, msg.term, msg.commit, msg.read_ctx]
+        case HeartbeatResponse():
+            return [TAG_HEARTBEAT_RESPONSE, msg.src, msg.dst, msg.term, msg.read_ctx]
+        case InstallSnapshot():
+            snapshot = _encode_snapshot(msg.snapshot)
+            return [TAG_INSTALL_SNAPSHOT, msg.src, msg.dst, msg.term, snapshot]
+        case TimeoutNow():
+            return [TAG_TIMEOUT_NOW, msg.src, msg.dst, msg.term]
+
+
+def encode_conf_state(conf: ConfState, *, context: bytes = b"") -> bytes:
+    """The bytes a CONF entry carries: msgpack of [format version, voters, learners, context].
+
+    `context` is opaque here (the node driver may keep peer addresses in it); it exists so the
+    layout matches the one `raft.core.conf` writes and either side can read the other's entries.
+    """
+    return msgpack.packb(
+        [CONF_STATE_FORMAT_VERSION, *_encode_conf(conf), context], use_bin_type=True
+    )
+
+
+# ---- validation helpers ---------------------------------------------------------------------
+
+
+def _show(value: object) -> str:
+    text = repr(value)
+    if len(text) > _REPR_CHARS_MAX:
+        text = text[: _REPR_CHARS_MAX - 3] + "..."
+    return f"{type(value).__name__} {text}"
+
+
+def _bad(where: str, expected: str, value: object) -> MalformedMessageError:
+    return MalformedMessageError(f"{where}: expected {expected}, got {_show(value)}")
+
+
+def _uint(value: object, where: str) -> int:
+    # type() rather than isinstance(): bools are ints in Python but never valid here.
+    if type(value) is not int or not 0 <= value < _U64_END:
+        raise _bad(where, "an integer in [0, 2**64)", value)
+    return value
+
+
+def _node_id(value: object, where: str) -> int:
+    if type(value) is not int or not 0 < value < _U64_END:
+        raise _bad(where, "a node id (an integer in [1, 2**64))", value)
+    return value
+
+
+def _flag(value: object, where: str) -> bool:
+    if type(value) is not bool:
+        raise _bad(where, "a bool", value)
+    return value
+
+
+def _payload(value: object, where: str) -> bytes:
+    if type(value) is not bytes:
+        raise _bad(where, "bytes", value)
+    return value
+
+
+def _fields(value: object, count: int, where: str) -> Sequence[object]:
+    if type(value) is not list and type(value) is not tuple:
+        raise _bad(where, f"an array of {count} fields", value)
+    if len(value) != count:
+        raise MalformedMessageError(f"{where}: expected {count} fields, got {len(value)}")
+    return value
+
+
+def _array(value: object, where: str) -> Sequence[object]:
+    if type(value) is not list and type(value) is not tuple:
+        raise _bad(where, "an array", value)
+    return value
+
+
+# ---- decoding -------------------------------------------------------------------------------
+
+
+def _decode_entry(value: object, where: str) -> Entry:
+    term, index, tm, kind, data = _fields(value, 5, where)
+    if type(kind) is not int or kind not in _ENTRY_KINDS:
+        raise _bad(f"{where}.kind", f"an EntryKind in {sorted(_ENTRY_KINDS)}", kind)
+    return Entry(
+        term=_uint(term, f"{where}.term"),
+        index=_uint(index, f"{where}.index"),
+        tm=_uint(tm, f"{where}.tm"),
+        kind=_ENTRY_KINDS[kind],
+        data=_payload(data, f"{where}.data"),
+    )
+
+
+def _decode_node_ids(value: object, where: str) -> tuple[int, ...]:
+    ids = tuple(_node_id(v, f"{where}[{i}]") for i, v in enumerate(_array(value, where)))
+    if len(set(ids)) != len(ids):
+        raise MalformedMessageError(f"{where}: lists a node id more than once: {list(ids)}")
+    return ids
+
+
+def _decode_conf(value: object, where: str) -> ConfState:
+    voters, learners = _fields(value, 2, where)
+    conf = ConfState(
+        voters=_decode_node_ids(voters, f"{where}.voters"),
+        learners=_decode_node_ids(learners, f"{where}.learners"),
+    )
+    both = set(conf.voters) & set(conf.learners)
+    if both:
+        raise MalformedMessageError(
+            f"{where}: node ids {sorted(both)} are both voters and learners"
+        )
+    return conf
+
+
+def _decode_snapshot(value: object, where: str) -> Snapshot:
+    meta, data = _fields(value, 2, where)
+    index, term, tm, conf = _fields(meta, 4, f"{where}.meta")
+    return Snapshot(
+        meta=SnapshotMeta(
+            index=_uint(index, f"{where}.meta.index"),
+            term=_uint(term, f"{where}.meta.term"),
+            tm=_uint(tm, f"{where}.meta.tm"),
+            conf=_decode_conf(conf, f"{where}.meta.conf"),
+        ),
+        data=_payload(data, f"{where}.data"),
+    )
+
+
+def _append_entries(f: Sequence[object]) -> AppendEntries:
+    _, src, dst, term, prev_index, prev_term, entries, commit = f
+    w = "AppendEntries"
+    return AppendEntries(
+        src=_node_id(src, f"{w}.src"),
+        dst=_node_id(dst, f"{w}.dst"),
+        term=_uint(term, f"{w}.term"),
+        prev_index=_uint(prev_index, f"{w}.prev_index"),
+        prev_term=_uint(prev_term, f"{w}.prev_term"),
+        entries=tuple(
+            _decode_entry(e, f"{w}.entries[{i}]")
+            for i, e in enumerate(_array(entries, f"{w}.entries"))
+        ),
+        commit=_uint(commit, f"{w}.commit"),
+    )
+
+
+def _append_response(f: Sequence[object]) -> AppendResponse:
+    _, src, dst, term, index, reject, reject_hint = f
+    w = "AppendResponse"
+    return AppendResponse(
+        src=_node_id(src, f"{w}.src"),
+        dst=_node_id(dst, f"{w}.dst"),
+        term=_uint(term, f"{w}.term"),
+        index=_uint(index, f"{w}.index"),
+        reject=_flag(reject, f"{w}.reject"),
+        reject_hint=_uint(reject_hint, f"{w}.reject_hint"),
+    )
+
+
+def _request_vote(f: Sequence[object]) -> RequestVote:
+    _, src, dst, term, last_index, last_term, pre_vote, force = f
+    w = "RequestVote"
+    return RequestVote(
+        src=_node_id(src, f"{w}.src"),
+        dst=_node_id(dst, f"{w}.dst"),
+        term=_uint(term, f"{w}.term"),
+        last_index=_uint(last_index, f"{w}.last_index"),
+        last_term=_uint(last_term, f"{w}.last_term"),
+        pre_vote=_flag(pre_vote, f"{w}.pre_vote"),
+        force=_flag(force, f"{w}.force"),
+    )
+
+
+def _vote_response(f: Sequence[object]) -> VoteResponse:
+    _, src, dst, term, granted, pre_vote = f
+    w = "VoteResponse"
+    return VoteResponse(
+        src=_node_id(src, f"{w}.src"),
+        dst=_node_id(dst, f"{w}.dst"),
+        term=_uint(term, f"{w}.term"),
+        granted=_flag(granted, f"{w}.granted"),
+        pre_vote=_flag(pre_vote, f"{w}.pre_vote"),
+    )
+
+
+def _heartbeat(f: Sequence[object]) -> Heartbeat:
+    _, src, dst, term, commit, read_ctx = f
+    w = "Heartbeat"
+    return Heartbeat(
+        src=_node_id(src, f"{w}.src"),
+        dst=_node_id(dst, f"{w}.dst"),
+        term=_uint(term, f"{w}.term"),
+        commit=_uint(commit, f"{w}.commit"),
+        read_ctx=_uint(read_ctx, f"{w}.read_ctx"),
+    )
+
+
+def _heartbeat_response(f: Sequence[object]) -> HeartbeatResponse:
+    _, src, dst, term, read_ctx = f
+    w = "HeartbeatResponse"
+    return HeartbeatResponse(
+        src=_node_id(src, f"{w}.src"),
+        dst=_node_id(dst, f"{w}.dst"),
+        term=_uint(term, f"{w}.term"),
+        read_ctx=_uint(read_ctx, f"{w}.read_ctx"),
+    )
+
+
+def _install_snapshot(f: Sequence[object]) -> InstallSnapshot:
+    _, src, dst, term, snapshot = f
+    w = "InstallSnapshot"
+    return InstallSnapshot(
+        src=_node_id(src, f"{w}.src"),
+        dst=_node_id(dst, f"{w}.dst"),
+        term=_uint(term, f"{w}.term"),
+        snapshot=_decode_snapshot(snapshot, f"{w}.snapshot"),
+    )
+
+
+def _timeout_now(f: Sequence[object]) -> TimeoutNow:
+    _, src, dst, term = f
+    w = "TimeoutNow"
+    return TimeoutNow(
+        src=_node_id(src, f"{w}.src"),
+        dst=_node_id(dst, f"{w}.dst"),
+        term=_uint(term, f"{w}.term"),
+    )
+
+
+# tag -> (name, number of array items including the tag, decoder of the checked array)
+_DECODERS: Final[dict[int, tuple[str, int, Callable[[Sequence[object]], Message]]]] = {
+    TAG_APPEND_ENTRIES: ("AppendEntries", 8, _append_entries),
+    TAG_APPEND_RESPONSE: ("AppendResponse", 7, _append_response),
+    TAG_REQUEST_VOTE: ("RequestVote", 8, _request_vote),
+    TAG_VOTE_RESPONSE: ("VoteResponse", 6, _vote_response),
+    TAG_HEARTBEAT: ("Heartbeat", 6, _heartbeat),
+    TAG_HEARTBEAT_RESPONSE: ("HeartbeatResponse", 5, _heartbeat_response),
+    TAG_INSTALL_SNAPSHOT: ("InstallSnapshot", 5, _install_snapshot),
+    TAG_TIMEOUT_NOW: ("TimeoutNow", 4, _timeout_now),
+}
+
+
+def decode_message(obj: object) -> Message:
+    """Validate a decoded frame and build the Message; MalformedMessageError otherwise."""
+    if type(obj) is not list and type(obj) is not tuple:
+        raise _bad("message", "an array [type tag, fields...]", obj)
+    if not obj:
+        raise MalformedMessageError("message: empty array, expected [type tag, fields...]")
+    tag = obj[0]
+    if type(tag) is not int or tag not in _DECODERS:
+        raise _bad("message type tag", f"one of {sorted(_DECODERS)}", tag)
+    name, count, decode = _DECODERS[tag]
+    _fields(obj, count, name)
+    return decode(obj)
+
+
+def decode_conf_state(data: bytes) -> ConfState:
+    """Inverse of `encode_conf_state` (the context is checked, not returned).
+
+    Raises MalformedConfStateError if `data` is not an encoded ConfState.
+    """
+    if type(data) is not bytes:
+        raise MalformedConfStateError(f"ConfState: expected bytes, got {_show(data)}")
+    try:
+        obj = unpack_msgpack(data, max_bytes=max(len(data), 1))
+    except MalformedFrameError as exc:
+        raise MalformedConfStateError(f"ConfState: {exc}") from exc
+    try:
+        version, voters, learners, context = _fields(obj, 4, "ConfState")
+        if type(version) is not int or version != CONF_STATE_FORMAT_VERSION:
+            raise _bad("ConfState.version", f"{CONF_STATE_FORMAT_VERSION}", version)
+        _payload(context, "ConfState.context")
+        return _decode_conf([voters, learners], "ConfState")
+    except MalformedConfStateError:
+        raise
+    except MalformedMessageError as exc:
+        raise MalformedConfStateError(str(exc)) from exc

@@ -1,0 +1,335 @@
+"""The peer message codec: exact round trips of every message type, and every malformed field."""
+
+from __future__ import annotations
+
+import msgpack
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from raft.core.types import (
+    AppendEntries,
+    AppendResponse,
+    ConfState,
+    Entry,
+    EntryKind,
+    Heartbeat,
+    HeartbeatResponse,
+    InstallSnapshot,
+    Message,
+    RequestVote,
+    Snapshot,
+    SnapshotMeta,
+    TimeoutNow,
+    VoteResponse,
+)
+from raft.errors import MalformedConfStateError, MalformedMessageError
+from raft.framing import NEED_DATA, FrameDecoder, encode_frame
+from raft.wire import decode_conf_state, decode_message, encode_conf_state, encode_message
+
+U64_MAX = 2**64 - 1
+u64 = st.integers(min_value=0, max_value=U64_MAX)
+node_ids = st.integers(min_value=1, max_value=U64_MAX)
+# Small ids as well, since real clusters use them and they pack differently from huge ones.
+ids = st.one_of(st.integers(min_value=1, max_value=7), node_ids)
+
+entries = st.builds(
+    Entry,
+    term=u64,
+    index=u64,
+    tm=u64,
+    kind=st.sampled_from(EntryKind),
+    data=st.binary(max_size=64),
+)
+
+
+@st.composite
+def conf_states(draw: st.DrawFn) -> ConfState:
+    members = draw(st.lists(ids, unique=True, max_size=7))
+    split = draw(st.integers(min_value=0, max_value=len(members)))
+    return ConfState(voters=tuple(members[:split]), learners=tuple(members[split:]))
+
+
+snapshots = st.builds(
+    Snapshot,
+    meta=st.builds(SnapshotMeta, index=u64, term=u64, tm=u64, conf=conf_states()),
+    data=st.binary(max_size=256),
+)
+
+messages: st.SearchStrategy[Message] = st.one_of(
+    st.builds(
+        AppendEntries,
+        src=ids,
+        dst=ids,
+        term=u64,
+        prev_index=u64,
+        prev_term=u64,
+        entries=st.lists(entries, max_size=5).map(tuple),
+        commit=u64,
+    ),
+    st.builds(
+        AppendResponse,
+        src=ids,
+        dst=ids,
+        term=u64,
+        index=u64,
+        reject=st.booleans(),
+        reject_hint=u64,
+    ),
+    st.builds(
+        RequestVote,
+        src=ids,
+        dst=ids,
+        term=u64,
+        last_index=u64,
+        last_term=u64,
+        pre_vote=st.booleans(),
+        force=st.booleans(),
+    ),
+    st.builds(
+        VoteResponse, src=ids, dst=ids, term=u64, granted=st.booleans(), pre_vote=st.booleans()
+    ),
+    st.builds(Heartbeat, src=ids, dst=ids, term=u64, commit=u64, read_ctx=u64),
+    st.builds(HeartbeatResponse, src=ids, dst=ids, term=u64, read_ctx=u64),
+    st.builds(InstallSnapshot, src=ids, dst=ids, term=u64, snapshot=snapshots),
+    st.builds(TimeoutNow, src=ids, dst=ids, term=u64),
+)
+
+
+def through_a_frame(obj: object) -> object:
+    decoder = FrameDecoder(2**20)
+    decoder.feed(encode_frame(obj, max_frame_bytes=2**20))
+    out = decoder.next_frame()
+    assert out is not NEED_DATA
+    return out
+
+
+@given(messages)
+def test_every_message_round_trips_exactly(msg: Message) -> None:
+    assert decode_message(encode_message(msg)) == msg
+    decoded = decode_message(through_a_frame(encode_message(msg)))
+    assert decoded == msg
+    assert type(decoded) is type(msg)
+
+
+@given(st.lists(entries, min_size=1, max_size=5))
+def test_entry_kind_decodes_to_the_enum(items: list[Entry]) -> None:
+    msg = AppendEntries(
+        src=1, dst=2, term=1, prev_index=0, prev_term=0, entries=tuple(items), commit=0
+    )
+    decoded = decode_message(through_a_frame(encode_message(msg)))
+    assert isinstance(decoded, AppendEntries)
+    assert all(type(e.kind) is EntryKind for e in decoded.entries)
+
+
+@given(conf_states(), st.binary(max_size=32))
+def test_conf_state_round_trips_exactly(conf: ConfState, context: bytes) -> None:
+    assert decode_conf_state(encode_conf_state(conf, context=context)) == conf
+
+
+def test_tags_and_field_order_are_fixed() -> None:
+    # The wire format is the order; pin it so a reordering cannot slip in unnoticed.
+    msg = RequestVote(src=1, dst=2, term=3, last_index=4, last_term=5, pre_vote=True)
+    assert encode_message(msg) == [3, 1, 2, 3, 4, 5, True, False]
+    entry = Entry(term=1, index=2, tm=3, kind=EntryKind.TICK, data=b"d")
+    append = AppendEntries(
+        src=1, dst=2, term=3, prev_index=4, prev_term=5, entries=(entry,), commit=6
+    )
+    assert encode_message(append) == [1, 1, 2, 3, 4, 5, [[1, 2, 3, 2, b"d"]], 6]
+    snap = Snapshot(
+        meta=SnapshotMeta(index=9, term=8, tm=7, conf=ConfState(voters=(1, 2), learners=(3,))),
+        data=b"s",
+    )
+    assert encode_message(InstallSnapshot(src=1, dst=2, term=3, snapshot=snap)) == [
+        7,
+        1,
+        2,
+        3,
+        [[9, 8, 7, [[1, 2], [3]]], b"s"],
+    ]
+    assert msgpack.unpackb(encode_conf_state(ConfState(voters=(1,)))) == [1, [1], [], b""]
+
+
+# ---- malformed fields -----------------------------------------------------------------------
+
+ENTRY = Entry(term=1, index=2, tm=3, kind=EntryKind.NORMAL, data=b"x")
+SNAP = Snapshot(
+    meta=SnapshotMeta(index=5, term=1, tm=9, conf=ConfState(voters=(1, 2), learners=(3,))),
+    data=b"state",
+)
+
+# One valid sample per type with the name and kind of each field after the tag.
+SCHEMAS: list[tuple[Message, list[tuple[str, str]]]] = [
+    (
+        AppendEntries(src=1, dst=2, term=3, prev_index=4, prev_term=1, entries=(ENTRY,), commit=2),
+        [
+            ("src", "id"),
+            ("dst", "id"),
+            ("term", "u64"),
+            ("prev_index", "u64"),
+            ("prev_term", "u64"),
+            ("entries", "array"),
+            ("commit", "u64"),
+        ],
+    ),
+    (
+        AppendResponse(src=1, dst=2, term=3, index=4, reject=True, reject_hint=2),
+        [
+            ("src", "id"),
+            ("dst", "id"),
+            ("term", "u64"),
+            ("index", "u64"),
+            ("reject", "bool"),
+            ("reject_hint", "u64"),
+        ],
+    ),
+    (
+        RequestVote(src=1, dst=2, term=3, last_index=4, last_term=1),
+        [
+            ("src", "id"),
+            ("dst", "id"),
+            ("term", "u64"),
+            ("last_index", "u64"),
+            ("last_term", "u64"),
+            ("pre_vote", "bool"),
+            ("force", "bool"),
+        ],
+    ),
+    (
+        VoteResponse(src=1, dst=2, term=3, granted=True),
+        [("src", "id"), ("dst", "id"), ("term", "u64"), ("granted", "bool"), ("pre_vote", "bool")],
+    ),
+    (
+        Heartbeat(src=1, dst=2, term=3, commit=4, read_ctx=5),
+        [("src", "id"), ("dst", "id"), ("term", "u64"), ("commit", "u64"), ("read_ctx", "u64")],
+    ),
+    (
+        HeartbeatResponse(src=1, dst=2, term=3, read_ctx=5),
+        [("src", "id"), ("dst", "id"), ("term", "u64"), ("read_ctx", "u64")],
+    ),
+    (
+        InstallSnapshot(src=1, dst=2, term=3, snapshot=SNAP),
+        [("src", "id"), ("dst", "id"), ("term", "u64"), ("snapshot", "array")],
+    ),
+    (TimeoutNow(src=1, dst=2, term=3), [("src", "id"), ("dst", "id"), ("term", "u64")]),
+]
+
+BAD_VALUES: dict[str, list[object]] = {
+    "u64": [-1, 2**64, True, False, 1.0, "1", b"1", None, [1]],
+    "id": [0, -1, 2**64, True, 1.0, "1", None],
+    "bool": [0, 1, "true", None, b"\x01"],
+    "bytes": [None, "text", 1, [1], bytearray(b"x")],
+    "array": [None, 1, "x", b"x", {"a": 1}],
+}
+
+
+def _field_cases() -> list[tuple[list[object], str]]:
+    cases = []
+    for sample, fields in SCHEMAS:
+        name = type(sample).__name__
+        good = encode_message(sample)
+        for pos, (field, kind) in enumerate(fields, start=1):
+            for bad in BAD_VALUES[kind]:
+                obj = list(good)
+                obj[pos] = bad
+                cases.append((obj, f"{name}.{field}"))
+    return cases
+
+
+@pytest.mark.parametrize(("obj", "where"), _field_cases())
+def test_every_bad_top_level_field_is_named(obj: list[object], where: str) -> None:
+    with pytest.raises(MalformedMessageError) as info:
+        decode_message(obj)
+    assert str(info.value).startswith(f"{where}:"), str(info.value)
+
+
+def _append(entry_fields: object) -> list[object]:
+    return [1, 1, 2, 3, 0, 0, [[1, 1, 1, 0, b""], entry_fields], 0]
+
+
+def _snap(snapshot: object) -> list[object]:
+    return [7, 1, 2, 3, snapshot]
+
+
+META_OK: list[object] = [5, 1, 9, [[1, 2], [3]]]
+
+NESTED_CASES: list[tuple[object, str]] = [
+    # entries
+    (_append([1, 1, 1, 0]), "AppendEntries.entries[1]: expected 5 fields"),
+    (_append([1, 1, 1, 0, b"", 0]), "AppendEntries.entries[1]: expected 5 fields"),
+    (_append("entry"), "AppendEntries.entries[1]: expected an array"),
+    (_append([-1, 1, 1, 0, b""]), "AppendEntries.entries[1].term"),
+    (_append([1, 2**64, 1, 0, b""]), "AppendEntries.entries[1].index"),
+    (_append([1, 1, True, 0, b""]), "AppendEntries.entries[1].tm"),
+    (_append([1, 1, 1, 4, b""]), "AppendEntries.entries[1].kind"),
+    (_append([1, 1, 1, -1, b""]), "AppendEntries.entries[1].kind"),
+    (_append([1, 1, 1, True, b""]), "AppendEntries.entries[1].kind"),
+    (_append([1, 1, 1, "NORMAL", b""]), "AppendEntries.entries[1].kind"),
+    (_append([1, 1, 1, 0, "text"]), "AppendEntries.entries[1].data"),
+    (_append([1, 1, 1, 0, None]), "AppendEntries.entries[1].data"),
+    # snapshots
+    (_snap([META_OK]), "InstallSnapshot.snapshot: expected 2 fields"),
+    (_snap([META_OK, "state"]), "InstallSnapshot.snapshot.data"),
+    (_snap([[5, 1, 9], b""]), "InstallSnapshot.snapshot.meta: expected 4 fields"),
+    (_snap([None, b""]), "InstallSnapshot.snapshot.meta: expected an array"),
+    (_snap([[-5, 1, 9, [[1], []]], b""]), "InstallSnapshot.snapshot.meta.index"),
+    (_snap([[5, None, 9, [[1], []]], b""]), "InstallSnapshot.snapshot.meta.term"),
+    (_snap([[5, 1, 2**64, [[1], []]], b""]), "InstallSnapshot.snapshot.meta.tm"),
+    (_snap([[5, 1, 9, [[1]]], b""]), "InstallSnapshot.snapshot.meta.conf: expected 2 fields"),
+    (_snap([[5, 1, 9, [1, []]], b""]), "InstallSnapshot.snapshot.meta.conf.voters: expected"),
+    (_snap([[5, 1, 9, [[0], []]], b""]), "InstallSnapshot.snapshot.meta.conf.voters[0]"),
+    (_snap([[5, 1, 9, [[1], [True]]], b""]), "InstallSnapshot.snapshot.meta.conf.learners[0]"),
+    (_snap([[5, 1, 9, [[1, 1], []]], b""]), "InstallSnapshot.snapshot.meta.conf.voters: lists"),
+    (_snap([[5, 1, 9, [[1, 2], [2]]], b""]), "InstallSnapshot.snapshot.meta.conf: node ids [2]"),
+    # the envelope
+    (None, "message: expected an array"),
+    ({"tag": 1}, "message: expected an array"),
+    (b"\x01", "message: expected an array"),
+    ([], "message: empty array"),
+    ([0, 1, 2, 3], "message type tag"),
+    ([9, 1, 2, 3], "message type tag"),
+    ([True, 1, 2, 3], "message type tag"),
+    (["TimeoutNow", 1, 2, 3], "message type tag"),
+    ([8, 1, 2], "TimeoutNow: expected 4 fields, got 3"),
+    ([8, 1, 2, 3, 4], "TimeoutNow: expected 4 fields, got 5"),
+    ([1, 1, 2, 3, 0, 0, []], "AppendEntries: expected 8 fields, got 7"),
+]
+
+
+@pytest.mark.parametrize(("obj", "reason"), NESTED_CASES)
+def test_every_bad_nested_field_is_named(obj: object, reason: str) -> None:
+    with pytest.raises(MalformedMessageError) as info:
+        decode_message(obj)
+    assert str(info.value).startswith(reason), str(info.value)
+
+
+def test_long_bad_values_are_quoted_briefly() -> None:
+    with pytest.raises(MalformedMessageError) as info:
+        decode_message([8, 1, 2, "x" * 10_000])
+    assert len(str(info.value)) < 200
+
+
+CONF_CASES: list[tuple[object, str]] = [
+    ("not bytes", "ConfState: expected bytes"),
+    (bytearray(b"\x94"), "ConfState: expected bytes"),
+    (b"", "ConfState: undecodable"),
+    (b"\xc1", "ConfState: undecodable"),
+    (msgpack.packb([1, [1], [], b""]) + b"\x00", "ConfState: trailing"),
+    (msgpack.packb([1, [1], []]), "ConfState: expected 4 fields"),
+    (msgpack.packb({"voters": [1]}), "ConfState: expected an array"),
+    (msgpack.packb([2, [1], [], b""]), "ConfState.version"),
+    (msgpack.packb([True, [1], [], b""]), "ConfState.version"),
+    (msgpack.packb([1, [0], [], b""]), "ConfState.voters[0]"),
+    (msgpack.packb([1, [1], [-3], b""]), "ConfState.learners[0]"),
+    (msgpack.packb([1, [1, 1], [], b""]), "ConfState.voters: lists"),
+    (msgpack.packb([1, [1], [1], b""]), "ConfState: node ids [1]"),
+    (msgpack.packb([1, [1], [], "ctx"]), "ConfState.context"),
+]
+
+
+@pytest.mark.parametrize(("data", "reason"), CONF_CASES)
+def test_malformed_conf_state_is_typed(data: object, reason: str) -> None:
+    with pytest.raises(MalformedConfStateError) as info:
+        decode_conf_state(data)  # type: ignore[arg-type]  # deliberately wrong types
+    assert str(info.value).startswith(reason), str(info.value)
+    assert info.value.code == "malformed_conf_state"
