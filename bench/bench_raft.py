@@ -1,0 +1,1009 @@
+"""Benchmark: our Raft engine against pysyncobj, the same workload on both in the same run.
+
+Usage: `python -m bench.bench_raft [--quick] [--engines ours,pysyncobj]` (`make bench-raft`).
+
+Key idea: both engines run as three real node processes on loopback ports and are driven only
+through the control protocol of `bench.control`, so nothing engine-specific leaks into what is
+measured. For each engine, in order:
+
+(a) throughput: the leader runs `load` (N proposals of S bytes, K in flight), several times;
+    we report the median proposals/s;
+(b) latency: the leader runs `latency` (one proposal at a time); p50/p99 in ms;
+(c) failover: a client thread proposes continuously to whoever leads; we `kill -9` the leader
+    and time kill -> first acknowledged proposal on another node, restart the victim, repeat;
+(d) consistency: once idle, every node's `applied_digest` must agree (same count, same digest),
+    and that count must cover every proposal the harness saw acknowledged (a lost acked write
+    shows up here).
+
+Results: a table on stdout (both engines side by side, ratios ours/pysyncobj, targets), a JSON
+file in `bench/results/`, progress lines on stderr. Exit status 0 only if every requested engine
+was measured completely.
+
+Invariants: every wait has a deadline; every child process is started in its own session (so a
+Ctrl-C reaches only us) and is killed by PID in a `finally`, on errors and on Ctrl-C/SIGTERM alike.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib.metadata
+import json
+import math
+import os
+import platform
+import secrets
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, ClassVar
+
+from rich.console import Console
+from rich.table import Table
+
+from bench.control import ControlClient, ControlError, run_timeout_s
+
+HOST = "127.0.0.1"
+REPO_ROOT = Path(__file__).resolve().parent.parent
+RESULTS_DIR = Path(__file__).resolve().parent / "results"
+NODE_IDS = (1, 2, 3)
+ENGINE_NAMES = ("ours", "pysyncobj")
+ELECTION_TIMEOUT_MS = (300, 600)
+
+# Targets for our engine (a benchmark, not a test: missing one is reported, not raised).
+TARGET_THROUGHPUT_RATIO_MIN = 2.0
+TARGET_P50_MS_MAX = 2.0
+TARGET_FAILOVER_MEDIAN_S_MAX = 1.0
+
+# Bounds on every wait (seconds).
+STATUS_TIMEOUT_S = 1.0
+PROBE_TIMEOUT_S = 0.25
+PROPOSE_CLIENT_TIMEOUT_S = 3.0
+CLUSTER_START_WAIT_S = 30.0
+HEALTHY_WAIT_S = 30.0
+FAILOVER_WAIT_S = 20.0
+CONVERGE_WAIT_S = 20.0
+PROCESS_EXIT_WAIT_S = 5.0
+IMPORT_CHECK_TIMEOUT_S = 30.0
+POLL_INTERVAL_S = 0.05
+# The failover client retries this often while there is no leader: it is the resolution of
+# the failover measurement, so it must stay far below the 1 s target.
+PROPOSER_RETRY_S = 0.005
+# A load/latency run interrupted by a leader change is retried this many times in total.
+RUN_ATTEMPTS_MAX = 3
+LOG_TAIL_BYTES = 3000
+TABLE_WIDTH_NON_TTY = 110
+
+
+# --- Errors -----------------------------------------------------------------------------------
+class BenchError(Exception):
+    """A measurement could not be completed; `code` is stable and machine-readable."""
+
+    code: ClassVar[str] = "bench_error"
+
+
+class EngineUnavailableError(BenchError):
+    """The engine's node module cannot be imported (e.g. ours is not written yet)."""
+
+    code = "engine_unavailable"
+
+
+class ClusterNotReadyError(BenchError):
+    """No usable leader, or nodes did not catch up or converge, within the bounded wait."""
+
+    code = "cluster_not_ready"
+
+
+class NodeCrashedError(BenchError):
+    """A node process exited on its own."""
+
+    code = "node_crashed"
+
+
+class RunFailedError(BenchError):
+    """A load/latency run kept failing (leader changes, errors) after RUN_ATTEMPTS_MAX tries."""
+
+    code = "run_failed"
+
+
+# --- Parameters and results -------------------------------------------------------------------
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BenchParams:
+    quick: bool
+    load_count: int
+    load_inflight: int
+    load_size_bytes: int
+    load_repetitions: int
+    latency_count: int
+    latency_size_bytes: int
+    failover_rounds: int
+    election_timeout_ms: tuple[int, int]
+
+    @classmethod
+    def for_mode(cls, *, quick: bool) -> BenchParams:
+        return cls(
+            quick=quick,
+            load_count=3000 if quick else 20000,
+            load_inflight=1000,
+            load_size_bytes=100,
+            load_repetitions=3 if quick else 5,
+            latency_count=300 if quick else 2000,
+            latency_size_bytes=100,
+            failover_rounds=2 if quick else 5,
+            election_timeout_ms=ELECTION_TIMEOUT_MS,
+        )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EngineSpec:
+    name: str
+    module: str
+
+
+ENGINES = {
+    "ours": EngineSpec(name="ours", module="raft.echo_node"),
+    "pysyncobj": EngineSpec(name="pysyncobj", module="bench.pysyncobj_node"),
+}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ThroughputResult:
+    runs_per_s: list[float]
+    median_per_s: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LatencyResult:
+    samples: int
+    p50_ms: float
+    p99_ms: float
+    mean_ms: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FailoverResult:
+    times_s: list[float]
+    median_s: float
+    max_s: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ConsistencyResult:
+    consistent: bool
+    counts: dict[int, int]
+    digests: dict[int, str]
+    acked_total: int
+    # True when every node applied at least as many payloads as the harness saw acknowledged.
+    acked_retained: bool
+    detail: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EngineResult:
+    engine: str
+    complete: bool
+    error: str | None = None
+    error_code: str | None = None
+    throughput: ThroughputResult | None = None
+    latency: LatencyResult | None = None
+    failover: FailoverResult | None = None
+    consistency: ConsistencyResult | None = None
+    elapsed_s: float = 0.0
+
+
+def progress(message: str) -> None:
+    stamp = datetime.now(UTC).strftime("%H:%M:%S")
+    print(f"[{stamp}] {message}", file=sys.stderr, flush=True)
+
+
+def percentile(values: Sequence[float], fraction: float) -> float:
+    """Nearest-rank percentile (no interpolation: every value reported was really observed)."""
+    if not values:
+        raise ValueError("percentile of no values")
+    ordered = sorted(values)
+    rank = max(1, math.ceil(fraction * len(ordered)))
+    return ordered[rank - 1]
+
+
+def free_ports(count: int) -> list[int]:
+    """`count` distinct free loopback ports (all held open together, so they are distinct)."""
+    with contextlib.ExitStack() as stack:
+        ports = []
+        for _ in range(count):
+            sock = stack.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
+            sock.bind((HOST, 0))
+            ports.append(int(sock.getsockname()[1]))
+        return ports
+
+
+def write_secret_file(path: Path) -> None:
+    """A fresh random cluster secret, created with mode 0600 (never world-readable, not even
+    briefly: the mode is set by open(2), not by a later chmod)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(secrets.token_hex(32) + "\n")
+
+
+def node_env() -> dict[str, str]:
+    """The environment for node processes: the repo root first on the import path."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH", "")) if p)
+    return env
+
+
+def check_engine_available(spec: EngineSpec) -> None:
+    """Import the engine's node module in a throwaway interpreter, exactly as the nodes will.
+
+    A subprocess rather than find_spec: the module may exist yet fail to import (a missing
+    sibling module while the engine is being written), and that must fail here, clearly, not
+    as three crashed nodes.
+    """
+    try:
+        probe = subprocess.run(
+            [sys.executable, "-c", f"import {spec.module}"],
+            cwd=REPO_ROOT,
+            env=node_env(),
+            capture_output=True,
+            text=True,
+            timeout=IMPORT_CHECK_TIMEOUT_S,
+            check=False,
+        )
+    except subprocess.TimeoutExpired as exc:
+        raise EngineUnavailableError(
+            f"engine {spec.name!r}: importing {spec.module} took over {IMPORT_CHECK_TIMEOUT_S} s"
+        ) from exc
+    if probe.returncode != 0:
+        reason = (probe.stderr.strip().splitlines() or ["(no error output)"])[-1]
+        raise EngineUnavailableError(
+            f"engine {spec.name!r}: {spec.module} is not importable yet ({reason}); "
+            f"run with --engines {','.join(n for n in ENGINE_NAMES if n != spec.name)} meanwhile"
+        )
+
+
+# --- The cluster of node processes ------------------------------------------------------------
+class Cluster:
+    """Three node processes of one engine on free loopback ports, in a private temp dir."""
+
+    def __init__(self, spec: EngineSpec, workdir: Path, params: BenchParams) -> None:
+        self.spec = spec
+        self.workdir = workdir
+        ports = free_ports(2 * len(NODE_IDS))
+        self.raft_ports = dict(zip(NODE_IDS, ports[: len(NODE_IDS)], strict=True))
+        self.control_ports = dict(zip(NODE_IDS, ports[len(NODE_IDS) :], strict=True))
+        self.secret_file = workdir / "cluster.secret"
+        write_secret_file(self.secret_file)
+        low_ms, high_ms = params.election_timeout_ms
+        self._election_timeout = f"{low_ms}-{high_ms}"
+        self._processes: dict[int, subprocess.Popen[bytes]] = {}
+
+    def log_path(self, node_id: int) -> Path:
+        return self.workdir / f"node{node_id}.log"
+
+    def _command(self, node_id: int) -> list[str]:
+        peers = ",".join(f"{nid}={HOST}:{port}" for nid, port in self.raft_ports.items())
+        return [
+            sys.executable,
+            "-m",
+            self.spec.module,
+            "--node-id",
+            str(node_id),
+            "--peers",
+            peers,
+            "--control-port",
+            str(self.control_ports[node_id]),
+            "--data-dir",
+            str(self.workdir / f"node{node_id}"),
+            "--secret-file",
+            str(self.secret_file),
+            "--election-timeout-ms",
+            self._election_timeout,
+        ]
+
+    def start(self, node_id: int) -> None:
+        with self.log_path(node_id).open("ab") as log:
+            self._processes[node_id] = subprocess.Popen(
+                self._command(node_id),
+                cwd=REPO_ROOT,
+                env=node_env(),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                # Own session: a terminal Ctrl-C reaches only the harness, which then kills
+                # the nodes itself (by PID) in its finally blocks.
+                start_new_session=True,
+            )
+
+    def start_all(self) -> None:
+        for node_id in NODE_IDS:
+            self.start(node_id)
+
+    def pid(self, node_id: int) -> int:
+        return self._processes[node_id].pid
+
+    def kill(self, node_id: int) -> None:
+        """SIGKILL (like `kill -9`) and reap, so the node is certainly gone on return."""
+        process = self._processes[node_id]
+        if process.poll() is None:
+            os.kill(process.pid, signal.SIGKILL)
+        process.wait(timeout=PROCESS_EXIT_WAIT_S)
+
+    def check_alive(self) -> None:
+        for node_id, process in self._processes.items():
+            code = process.poll()
+            if code is not None:
+                raise NodeCrashedError(
+                    f"{self.spec.name} node {node_id} exited with status {code}; "
+                    f"log tail:\n{self.log_tail(node_id)}"
+                )
+
+    def stop_all(self) -> None:
+        """Terminate every node by PID; SIGKILL whatever has not exited in time."""
+        live = [p for p in self._processes.values() if p.poll() is None]
+        for process in live:
+            with contextlib.suppress(ProcessLookupError):
+                process.terminate()
+        deadline = time.monotonic() + PROCESS_EXIT_WAIT_S
+        for process in live:
+            try:
+                process.wait(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(process.pid, signal.SIGKILL)
+                process.wait(timeout=PROCESS_EXIT_WAIT_S)
+
+    def log_tail(self, node_id: int) -> str:
+        try:
+            data = self.log_path(node_id).read_bytes()
+        except OSError:
+            return "(no log)"
+        return data[-LOG_TAIL_BYTES:].decode(errors="replace")
+
+    def status(self, node_id: int, timeout_s: float = STATUS_TIMEOUT_S) -> dict[str, Any] | None:
+        """The node's status reply, or None if it does not answer (down, starting, busy).
+
+        A fresh connection per call: status is polled from several threads, and a client must
+        not be shared between them (loopback connects cost microseconds).
+        """
+        try:
+            with self.client(node_id, timeout_s) as client:
+                reply = client.call({"op": "status"})
+        except ControlError:
+            return None
+        return reply if reply.get("ok") else None
+
+    def leader_from_status(self, timeout_s: float = STATUS_TIMEOUT_S) -> int | None:
+        """The node that says it leads, with the highest term (a deposed leader may lag)."""
+        best: tuple[int, int] | None = None
+        for node_id in NODE_IDS:
+            status = self.status(node_id, timeout_s)
+            if status is not None and status.get("role") == "leader":
+                term = int(status.get("term", 0))
+                if best is None or term > best[0]:
+                    best = (term, node_id)
+        return None if best is None else best[1]
+
+    def client(self, node_id: int, timeout_s: float) -> ControlClient:
+        return ControlClient(HOST, self.control_ports[node_id], timeout_s)
+
+
+class AckTally:
+    """Counts proposals the harness saw acknowledged, across all phases and threads."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._total = 0
+
+    def add(self, count: int) -> None:
+        with self._lock:
+            self._total += count
+
+    @property
+    def total(self) -> int:
+        with self._lock:
+            return self._total
+
+
+def wait_for_leader(cluster: Cluster, tally: AckTally, timeout_s: float) -> int:
+    """A leader that has just committed a probe proposal (so it can really serve)."""
+    deadline = time.monotonic() + timeout_s
+    probe = 0
+    while time.monotonic() < deadline:
+        cluster.check_alive()
+        leader = cluster.leader_from_status()
+        if leader is not None:
+            probe += 1
+            with cluster.client(leader, PROPOSE_CLIENT_TIMEOUT_S) as client:
+                try:
+                    reply = client.call({"op": "propose", "data": b"probe-%d" % probe})
+                except ControlError:
+                    reply = {"ok": False}
+            if reply.get("ok"):
+                tally.add(1)
+                return leader
+        time.sleep(POLL_INTERVAL_S)
+    raise ClusterNotReadyError(f"{cluster.spec.name}: no working leader within {timeout_s} s")
+
+
+def wait_healthy(cluster: Cluster, timeout_s: float) -> int:
+    """All nodes up, agreeing on one leader, and applied up to the leader's commit index as it
+    was when we started looking; returns the leader."""
+    deadline = time.monotonic() + timeout_s
+    target_index: int | None = None
+    last_seen: dict[int, dict[str, Any] | None] = {}
+    while time.monotonic() < deadline:
+        cluster.check_alive()
+        statuses = {node_id: cluster.status(node_id) for node_id in NODE_IDS}
+        last_seen = statuses
+        leaders = {nid for nid, s in statuses.items() if s and s.get("role") == "leader"}
+        if len(leaders) == 1:
+            leader = next(iter(leaders))
+            leader_status = statuses[leader]
+            if target_index is None and leader_status is not None:
+                target_index = int(leader_status["commit_index"])
+            if target_index is not None and all(
+                s is not None and s.get("leader") == leader and s["applied_index"] >= target_index
+                for s in statuses.values()
+            ):
+                return leader
+        time.sleep(POLL_INTERVAL_S)
+    raise ClusterNotReadyError(
+        f"{cluster.spec.name}: cluster not healthy within {timeout_s} s; last statuses {last_seen}"
+    )
+
+
+# --- (a) throughput and (b) latency -----------------------------------------------------------
+def run_on_leader(
+    cluster: Cluster, tally: AckTally, request: dict[str, Any], count: int
+) -> dict[str, Any]:
+    """Run a load/latency request on the current leader, retrying after a leader change."""
+    last_error = "no attempt"
+    for _ in range(RUN_ATTEMPTS_MAX):
+        leader = wait_for_leader(cluster, tally, CLUSTER_START_WAIT_S)
+        with cluster.client(leader, run_timeout_s(count) + PROPOSE_CLIENT_TIMEOUT_S) as client:
+            try:
+                reply = client.call(request)
+            except ControlError as exc:
+                last_error = f"{exc.code}: {exc}"
+                continue
+        acked = reply.get("acked")
+        if isinstance(acked, int):
+            tally.add(acked)
+        if reply.get("ok"):
+            return reply
+        last_error = f"{reply.get('error')}: {reply.get('message', '')}"
+        progress(f"  {request['op']} failed on node {leader} ({last_error}); retrying")
+    raise RunFailedError(f"{cluster.spec.name} {request['op']}: {last_error}")
+
+
+def measure_throughput(cluster: Cluster, tally: AckTally, params: BenchParams) -> ThroughputResult:
+    rates: list[float] = []
+    for repetition in range(1, params.load_repetitions + 1):
+        reply = run_on_leader(
+            cluster,
+            tally,
+            {
+                "op": "load",
+                "count": params.load_count,
+                "inflight": params.load_inflight,
+                "size": params.load_size_bytes,
+            },
+            params.load_count,
+        )
+        rate = float(reply["acked"]) / float(reply["elapsed_s"])
+        rates.append(rate)
+        progress(
+            f"  load {repetition}/{params.load_repetitions}: {reply['acked']} in "
+            f"{reply['elapsed_s']:.2f} s = {rate:,.0f}/s"
+        )
+    return ThroughputResult(runs_per_s=rates, median_per_s=statistics.median(rates))
+
+
+def measure_latency(cluster: Cluster, tally: AckTally, params: BenchParams) -> LatencyResult:
+    reply = run_on_leader(
+        cluster,
+        tally,
+        {"op": "latency", "count": params.latency_count, "size": params.latency_size_bytes},
+        params.latency_count,
+    )
+    latencies_ms = [int(us) / 1000.0 for us in reply["latencies_us"]]
+    if len(latencies_ms) != params.latency_count:
+        raise RunFailedError(
+            f"latency run returned {len(latencies_ms)} samples, asked {params.latency_count}"
+        )
+    tally.add(len(latencies_ms))
+    result = LatencyResult(
+        samples=len(latencies_ms),
+        p50_ms=percentile(latencies_ms, 0.50),
+        p99_ms=percentile(latencies_ms, 0.99),
+        mean_ms=statistics.fmean(latencies_ms),
+    )
+    progress(f"  latency: p50 {result.p50_ms:.2f} ms, p99 {result.p99_ms:.2f} ms")
+    return result
+
+
+# --- (c) failover -----------------------------------------------------------------------------
+class Proposer:
+    """A client thread proposing one payload after another to whoever leads, recording when
+    each acknowledgement arrived and from which node."""
+
+    def __init__(self, cluster: Cluster, tally: AckTally, size_bytes: int) -> None:
+        self._cluster = cluster
+        self._tally = tally
+        self._size_bytes = size_bytes
+        self._stop = threading.Event()
+        self._cond = threading.Condition()
+        self._acks: list[tuple[float, int]] = []
+        self._errors: list[str] = []
+        self._thread = threading.Thread(target=self._run, name="failover-proposer", daemon=True)
+
+    def __enter__(self) -> Proposer:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=PROPOSE_CLIENT_TIMEOUT_S + 2 * STATUS_TIMEOUT_S)
+
+    def wait_for_ack(self, *, after: float, node_id: int | None, exclude: int | None) -> float:
+        """Monotonic time of the first ack received after `after` from `node_id` (any node if
+        None) other than `exclude`; raises when none comes within FAILOVER_WAIT_S."""
+        deadline = time.monotonic() + FAILOVER_WAIT_S
+        with self._cond:
+            while True:
+                for at, source in self._acks:
+                    if at > after and source != exclude and node_id in (None, source):
+                        return at
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    recent = self._errors[-5:]
+                    raise ClusterNotReadyError(
+                        f"{self._cluster.spec.name}: no acknowledged proposal within "
+                        f"{FAILOVER_WAIT_S} s (recent client errors: {recent})"
+                    )
+                self._cond.wait(remaining)
+
+    def _run(self) -> None:
+        clients = {
+            node_id: self._cluster.client(node_id, PROPOSE_CLIENT_TIMEOUT_S) for node_id in NODE_IDS
+        }
+        target: int | None = None
+        seq = 0
+        try:
+            while not self._stop.is_set():
+                if target is None:
+                    target = self._cluster.leader_from_status(PROBE_TIMEOUT_S)
+                    if target is None:
+                        time.sleep(PROPOSER_RETRY_S)
+                        continue
+                seq += 1
+                payload = b"failover-%08d" % seq
+                payload = payload.ljust(self._size_bytes, b"f")
+                try:
+                    reply = clients[target].call({"op": "propose", "data": payload})
+                except ControlError as exc:
+                    self._note_error(f"node {target}: {exc.code}")
+                    target = None
+                    continue
+                if reply.get("ok"):
+                    now = time.monotonic()
+                    self._tally.add(1)
+                    with self._cond:
+                        self._acks.append((now, target))
+                        self._cond.notify_all()
+                    continue
+                self._note_error(f"node {target}: {reply.get('error')}")
+                hint = reply.get("leader")
+                if reply.get("error") == "not_leader" and hint in NODE_IDS and hint != target:
+                    target = int(hint)
+                else:
+                    target = None
+                    time.sleep(PROPOSER_RETRY_S)
+        finally:
+            for client in clients.values():
+                client.close()
+
+    def _note_error(self, text: str) -> None:
+        with self._cond:
+            self._errors.append(text)
+            del self._errors[:-20]
+
+
+def measure_failover(cluster: Cluster, tally: AckTally, params: BenchParams) -> FailoverResult:
+    times_s: list[float] = []
+    with Proposer(cluster, tally, params.load_size_bytes) as proposer:
+        for round_no in range(1, params.failover_rounds + 1):
+            leader = wait_healthy(cluster, HEALTHY_WAIT_S)
+            # Only kill once the client is really being served by this leader.
+            proposer.wait_for_ack(after=time.monotonic(), node_id=leader, exclude=None)
+            killed_at = time.monotonic()
+            cluster.kill(leader)
+            acked_at = proposer.wait_for_ack(after=killed_at, node_id=None, exclude=leader)
+            times_s.append(acked_at - killed_at)
+            progress(
+                f"  failover {round_no}/{params.failover_rounds}: killed node {leader}, "
+                f"served again after {acked_at - killed_at:.3f} s"
+            )
+            cluster.start(leader)
+        wait_healthy(cluster, HEALTHY_WAIT_S)
+    return FailoverResult(times_s=times_s, median_s=statistics.median(times_s), max_s=max(times_s))
+
+
+# --- (d) consistency --------------------------------------------------------------------------
+def check_consistency(cluster: Cluster, tally: AckTally) -> ConsistencyResult:
+    """Wait (bounded) until every node applied the same number of payloads, then compare digests.
+
+    A digest covers a node's whole applied sequence, so two digests are comparable only at equal
+    counts; an idle healthy cluster reaches equal counts within a heartbeat or two.
+    """
+    deadline = time.monotonic() + CONVERGE_WAIT_S
+    counts: dict[int, int] = {}
+    digests: dict[int, str] = {}
+    while True:
+        cluster.check_alive()
+        counts, digests = {}, {}
+        for node_id in NODE_IDS:
+            with contextlib.suppress(ControlError), cluster.client(node_id, STATUS_TIMEOUT_S) as c:
+                reply = c.call({"op": "applied_digest"})
+                if reply.get("ok"):
+                    counts[node_id] = int(reply["count"])
+                    digests[node_id] = str(reply["sha256"])
+        converged = len(counts) == len(NODE_IDS) and len(set(counts.values())) == 1
+        if converged or time.monotonic() >= deadline:
+            break
+        time.sleep(POLL_INTERVAL_S)
+    acked_total = tally.total
+    acked_retained = bool(counts) and min(counts.values()) >= acked_total
+    if not converged:
+        detail = f"applied counts did not converge within {CONVERGE_WAIT_S} s: {counts}"
+        consistent = False
+    elif len(set(digests.values())) != 1:
+        detail = f"digests differ at count {next(iter(counts.values()))}: {digests}"
+        consistent = False
+    else:
+        detail = f"all nodes applied {next(iter(counts.values()))} payloads with equal digests"
+        consistent = True
+    if not acked_retained:
+        detail += f"; LOST ACKNOWLEDGED WRITES: {acked_total} acked, counts {counts}"
+    progress(f"  consistency: {detail}")
+    return ConsistencyResult(
+        consistent=consistent,
+        counts=counts,
+        digests=digests,
+        acked_total=acked_total,
+        acked_retained=acked_retained,
+        detail=detail,
+    )
+
+
+# --- One engine -------------------------------------------------------------------------------
+@dataclass(slots=True)
+class _Partial:
+    """What one engine has measured so far (kept when a later phase fails)."""
+
+    throughput: ThroughputResult | None = None
+    latency: LatencyResult | None = None
+    failover: FailoverResult | None = None
+    consistency: ConsistencyResult | None = None
+
+
+def run_engine(spec: EngineSpec, params: BenchParams) -> EngineResult:
+    started = time.monotonic()
+    partial = _Partial()
+    progress(f"{spec.name}: starting")
+    try:
+        check_engine_available(spec)
+        with tempfile.TemporaryDirectory(prefix=f"bench-raft-{spec.name}-") as tmp:
+            cluster = Cluster(spec, Path(tmp), params)
+            try:
+                _measure(cluster, params, partial)
+            except BenchError:
+                # The node logs vanish with the temp dir: show their ends now.
+                for node_id in NODE_IDS:
+                    progress(f"{spec.name} node {node_id} log tail:\n{cluster.log_tail(node_id)}")
+                raise
+            finally:
+                cluster.stop_all()
+    except BenchError as exc:
+        progress(f"{spec.name}: FAILED ({exc.code}): {exc}")
+        return EngineResult(
+            engine=spec.name,
+            complete=False,
+            error=str(exc),
+            error_code=exc.code,
+            throughput=partial.throughput,
+            latency=partial.latency,
+            failover=partial.failover,
+            consistency=partial.consistency,
+            elapsed_s=time.monotonic() - started,
+        )
+    progress(f"{spec.name}: done in {time.monotonic() - started:.1f} s")
+    return EngineResult(
+        engine=spec.name,
+        complete=True,
+        throughput=partial.throughput,
+        latency=partial.latency,
+        failover=partial.failover,
+        consistency=partial.consistency,
+        elapsed_s=time.monotonic() - started,
+    )
+
+
+def _measure(cluster: Cluster, params: BenchParams, partial: _Partial) -> None:
+    name = cluster.spec.name
+    tally = AckTally()
+    cluster.start_all()
+    progress(f"{name}: nodes started (pids {[cluster.pid(n) for n in NODE_IDS]}), electing")
+    leader = wait_for_leader(cluster, tally, CLUSTER_START_WAIT_S)
+    progress(f"{name}: node {leader} leads")
+    progress(f"{name}: (a) throughput")
+    partial.throughput = measure_throughput(cluster, tally, params)
+    progress(f"{name}: (b) single-proposer latency")
+    partial.latency = measure_latency(cluster, tally, params)
+    progress(f"{name}: (c) failover")
+    partial.failover = measure_failover(cluster, tally, params)
+    progress(f"{name}: (d) consistency")
+    partial.consistency = check_consistency(cluster, tally)
+
+
+# --- Report -----------------------------------------------------------------------------------
+def _ratio(ours: float | None, base: float | None) -> float | None:
+    if ours is None or base is None or base == 0:
+        return None
+    return ours / base
+
+
+def compute_ratios(results: dict[str, EngineResult]) -> dict[str, float | None]:
+    ours, base = results.get("ours"), results.get("pysyncobj")
+
+    def pick(result: EngineResult | None, path: tuple[str, str]) -> float | None:
+        section = getattr(result, path[0], None) if result else None
+        return None if section is None else float(getattr(section, path[1]))
+
+    metrics = {
+        "throughput_per_s": ("throughput", "median_per_s"),
+        "latency_p50_ms": ("latency", "p50_ms"),
+        "latency_p99_ms": ("latency", "p99_ms"),
+        "failover_median_s": ("failover", "median_s"),
+        "failover_max_s": ("failover", "max_s"),
+    }
+    return {key: _ratio(pick(ours, path), pick(base, path)) for key, path in metrics.items()}
+
+
+def evaluate_targets(
+    results: dict[str, EngineResult], ratios: dict[str, float | None]
+) -> dict[str, dict[str, Any]]:
+    ours = results.get("ours")
+    p50 = ours.latency.p50_ms if ours and ours.latency else None
+    failover = ours.failover.median_s if ours and ours.failover else None
+    throughput_ratio = ratios.get("throughput_per_s")
+
+    def met(value: float | None, ok: bool) -> bool | None:
+        return None if value is None else ok
+
+    return {
+        "throughput_ratio": {
+            "target": f">= {TARGET_THROUGHPUT_RATIO_MIN}x pysyncobj",
+            "short": f">={TARGET_THROUGHPUT_RATIO_MIN:g}x",
+            "value": throughput_ratio,
+            "met": met(
+                throughput_ratio,
+                throughput_ratio is not None and throughput_ratio >= TARGET_THROUGHPUT_RATIO_MIN,
+            ),
+        },
+        "latency_p50_ms": {
+            "target": f"<= {TARGET_P50_MS_MAX} ms",
+            "short": f"<={TARGET_P50_MS_MAX:g}ms",
+            "value": p50,
+            "met": met(p50, p50 is not None and p50 <= TARGET_P50_MS_MAX),
+        },
+        "failover_median_s": {
+            "target": f"<= {TARGET_FAILOVER_MEDIAN_S_MAX} s",
+            "short": f"<={TARGET_FAILOVER_MEDIAN_S_MAX:g}s",
+            "value": failover,
+            "met": met(failover, failover is not None and failover <= TARGET_FAILOVER_MEDIAN_S_MAX),
+        },
+    }
+
+
+def machine_info() -> dict[str, Any]:
+    info: dict[str, Any] = {
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "cpu_count": os.cpu_count(),
+        "cpus_usable": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+    }
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                info["cpu_model"] = line.split(":", 1)[1].strip()
+                break
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                info["mem_total_mib"] = int(line.split()[1]) // 1024
+                break
+    try:
+        info["pysyncobj_version"] = importlib.metadata.version("pysyncobj")
+    except importlib.metadata.PackageNotFoundError:
+        info["pysyncobj_version"] = None
+    try:
+        commit = subprocess.run(
+            ["git", "-C", str(REPO_ROOT), "rev-parse", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=PROCESS_EXIT_WAIT_S,
+            check=False,
+        ).stdout.strip()
+        info["git_commit"] = commit or None
+    except (OSError, subprocess.TimeoutExpired):
+        info["git_commit"] = None
+    return info
+
+
+def _fmt(value: float | None, spec: str) -> str:
+    return "n/a" if value is None else format(value, spec)
+
+
+def _missing(result: EngineResult) -> str:
+    if result.error_code == EngineUnavailableError.code:
+        return "unavailable"
+    return "failed" if not result.complete else "n/a"
+
+
+def render_table(
+    results: dict[str, EngineResult],
+    ratios: dict[str, float | None],
+    targets: dict[str, dict[str, Any]],
+) -> Table:
+    table = Table(title="Raft engines, same workload, same run")
+    table.add_column("metric")
+    for name in ENGINE_NAMES:
+        table.add_column(name, justify="right")
+    table.add_column("ours/pysyncobj", justify="right")
+    table.add_column("target for ours")
+
+    def cell(name: str, section: str, attr: str, spec: str) -> str:
+        result = results.get(name)
+        if result is None:
+            return "not run"
+        value = getattr(result, section)
+        if value is None:
+            return _missing(result)
+        return _fmt(float(getattr(value, attr)), spec)
+
+    def verdict(key: str) -> str:
+        target = targets.get(key)
+        if target is None:
+            return ""
+        mark = {True: "met", False: "MISSED", None: "?"}[target["met"]]
+        return f"{target['short']} {mark}"
+
+    rows = [
+        ("throughput (/s, median)", "throughput", "median_per_s", ",.0f",
+         "throughput_per_s", "throughput_ratio"),
+        ("latency p50 (ms)", "latency", "p50_ms", ".2f", "latency_p50_ms", "latency_p50_ms"),
+        ("latency p99 (ms)", "latency", "p99_ms", ".2f", "latency_p99_ms", None),
+        ("failover median (s)", "failover", "median_s", ".3f", "failover_median_s",
+         "failover_median_s"),
+        ("failover max (s)", "failover", "max_s", ".3f", "failover_max_s", None),
+    ]  # fmt: skip
+    for label, section, attr, spec, ratio_key, target_key in rows:
+        table.add_row(
+            label,
+            *(cell(name, section, attr, spec) for name in ENGINE_NAMES),
+            _fmt(ratios.get(ratio_key), ".2f"),
+            verdict(target_key) if target_key else "",
+        )
+
+    def yes_no(name: str, attr: str) -> str:
+        result = results.get(name)
+        if result is None:
+            return "not run"
+        if result.consistency is None:
+            return _missing(result)
+        return "yes" if getattr(result.consistency, attr) else "NO"
+
+    table.add_row("consistent", *(yes_no(n, "consistent") for n in ENGINE_NAMES), "", "")
+    table.add_row("acked writes kept", *(yes_no(n, "acked_retained") for n in ENGINE_NAMES), "", "")
+    return table
+
+
+def write_results(
+    path_dir: Path,
+    *,
+    started: datetime,
+    params: BenchParams,
+    results: dict[str, EngineResult],
+    ratios: dict[str, float | None],
+    targets: dict[str, dict[str, Any]],
+) -> Path:
+    path_dir.mkdir(parents=True, exist_ok=True)
+    path = path_dir / f"raft-{started.strftime('%Y%m%dT%H%M%SZ')}.json"
+    document = {
+        "started_utc": started.isoformat(),
+        "finished_utc": datetime.now(UTC).isoformat(),
+        "machine": machine_info(),
+        "params": asdict(params),
+        "results": {name: asdict(result) for name, result in results.items()},
+        "ratios_ours_over_pysyncobj": ratios,
+        "targets": targets,
+    }
+    path.write_text(json.dumps(document, indent=2, sort_keys=True) + "\n")
+    return path
+
+
+# --- Entry point ------------------------------------------------------------------------------
+def parse_engines(text: str) -> list[str]:
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    unknown = [name for name in names if name not in ENGINES]
+    if not names or unknown:
+        raise argparse.ArgumentTypeError(
+            f"--engines takes a comma list of {', '.join(ENGINE_NAMES)}; got {text!r}"
+        )
+    return list(dict.fromkeys(names))
+
+
+def _raise_keyboard_interrupt(_signum: int, _frame: object) -> None:
+    # SIGTERM takes the same path as Ctrl-C, so every finally block kills its children.
+    raise KeyboardInterrupt
+
+
+@contextlib.contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    previous = signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Raft benchmark: ours vs pysyncobj")
+    parser.add_argument("--quick", action="store_true", help="smaller counts, fewer rounds")
+    parser.add_argument(
+        "--engines", type=parse_engines, default=list(ENGINE_NAMES), help="e.g. ours,pysyncobj"
+    )
+    parser.add_argument("--results-dir", type=Path, default=RESULTS_DIR)
+    args = parser.parse_args(argv)
+    params = BenchParams.for_mode(quick=args.quick)
+    started = datetime.now(UTC)
+    results: dict[str, EngineResult] = {}
+    try:
+        with _sigterm_as_interrupt():
+            for name in args.engines:
+                results[name] = run_engine(ENGINES[name], params)
+    except KeyboardInterrupt:
+        progress("interrupted; node processes were stopped")
+        return 130
+    ratios = compute_ratios(results)
+    targets = evaluate_targets(results, ratios)
+    # Rich assumes 80 columns when stdout is not a terminal (make, tee); the table needs more.
+    console = Console(width=None if sys.stdout.isatty() else TABLE_WIDTH_NON_TTY)
+    console.print(render_table(results, ratios, targets))
+    path = write_results(
+        args.results_dir,
+        started=started,
+        params=params,
+        results=results,
+        ratios=ratios,
+        targets=targets,
+    )
+    progress(f"results written to {path}")
+    failed = [name for name, result in results.items() if not result.complete]
+    if failed:
+        progress(f"incomplete: {', '.join(failed)} (see messages above)")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
