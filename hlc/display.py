@@ -120,7 +120,10 @@ def parse_ts(text: str, *, now_ms: int) -> int:
 
 def _parse_relative(text: str, stripped: str, now_ms: int) -> int:
     if _INTEGER.fullmatch(stripped[1:]):
-        raise _parse_error(text, "negative integer (timestamps are unsigned)")
+        raise _parse_error(
+            text,
+            "negative integer: timestamps are unsigned (a relative time needs a unit, e.g. -5m)",
+        )
     match = _RELATIVE.fullmatch(stripped)
     if match is None:
         raise _parse_error(text, "not a relative time of the form -<n><unit>")
@@ -139,7 +142,8 @@ def _parse_iso(text: str, stripped: str) -> int:
         if counter > MAX_LOGICAL:
             raise _parse_error(text, f"logical counter larger than {MAX_LOGICAL}")
     try:
-        dt = datetime.fromisoformat(stripped)
+        # RFC 3339 allows lower-case t and z; Python's parser only upper-case.
+        dt = datetime.fromisoformat(stripped.upper())
     except (ValueError, OverflowError) as exc:
         raise _parse_error(text, f"not an ISO-8601 time ({exc})") from None
     try:
