@@ -31,6 +31,10 @@ HANDSHAKE_TIMEOUT_MS = 5_000
 # party can never make us buffer more than this (rather than PEER_FRAME_BYTES_MAX).
 HANDSHAKE_FRAME_BYTES_MAX = 1024
 
+# Longest cluster id. It travels in the first handshake frame, which must fit in
+# HANDSHAKE_FRAME_BYTES_MAX even at 4 UTF-8 bytes per character.
+CLUSTER_ID_CHARS_MAX = 128
+
 # Bound on establishing the TCP connection to a peer (one attempt).
 PEER_CONNECT_TIMEOUT_MS = 3_000
 

@@ -205,7 +205,27 @@ def _array(value: object, where: str) -> Sequence[object]:
 # ---- decoding -------------------------------------------------------------------------------
 
 
-def _decode_entry(value: object, where: str) -> Entry:
+def _decode_entry(value: object, owner: str, i: int) -> Entry:
+    # Hot path (thousands of entries per AppendEntries): check everything in one expression and
+    # build no strings; only a failure takes the slow path that names the offending field.
+    if (type(value) is list or type(value) is tuple) and len(value) == 5:
+        term, index, tm, kind, data = value
+        if (
+            type(term) is int
+            and 0 <= term < _U64_END
+            and type(index) is int
+            and 0 <= index < _U64_END
+            and type(tm) is int
+            and 0 <= tm < _U64_END
+            and type(kind) is int
+            and kind in _ENTRY_KINDS
+            and type(data) is bytes
+        ):
+            return Entry(term=term, index=index, tm=tm, kind=_ENTRY_KINDS[kind], data=data)
+    return _decode_entry_checked(value, f"{owner}.entries[{i}]")
+
+
+def _decode_entry_checked(value: object, where: str) -> Entry:
     term, index, tm, kind, data = _fields(value, 5, where)
     if type(kind) is not int or kind not in _ENTRY_KINDS:
         raise _bad(f"{where}.kind", f"an EntryKind in {sorted(_ENTRY_KINDS)}", kind)
@@ -263,8 +283,7 @@ def _append_entries(f: Sequence[object]) -> AppendEntries:
         prev_index=_uint(prev_index, f"{w}.prev_index"),
         prev_term=_uint(prev_term, f"{w}.prev_term"),
         entries=tuple(
-            _decode_entry(e, f"{w}.entries[{i}]")
-            for i, e in enumerate(_array(entries, f"{w}.entries"))
+            [_decode_entry(e, w, i) for i, e in enumerate(_array(entries, f"{w}.entries"))]
         ),
         commit=_uint(commit, f"{w}.commit"),
     )

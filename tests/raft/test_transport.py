@@ -1,0 +1,637 @@
+"""PeerTransport on 127.0.0.1 with real sockets: ordering, authentication, reconnects, limits.
+
+Raw-socket peers below speak the handshake from the protocol description in
+`raft.transport`'s docstring, written out independently here, so a change to the protocol on
+one side only is caught. Every wait is bounded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import hmac
+import logging
+import os
+import socket
+import stat
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import msgpack
+import pytest
+import uvloop
+
+from raft.core.types import (
+    AppendEntries,
+    ConfState,
+    Entry,
+    EntryKind,
+    Heartbeat,
+    InstallSnapshot,
+    Message,
+    Snapshot,
+    SnapshotMeta,
+    VoteResponse,
+)
+from raft.errors import (
+    FrameEncodeError,
+    InsecureSecretFileError,
+    InvalidLimitError,
+    SecretFileError,
+    TransportConfigError,
+)
+from raft.limits import PEER_INBOUND_CONNECTIONS_MAX
+from raft.transport import PeerTransport, load_or_create_secret
+from raft.wire import encode_message
+
+SECRET = b"0123456789abcdef0123456789abcdef"
+WRONG_SECRET = b"fedcba9876543210fedcba9876543210"
+CLUSTER = "test-cluster"
+HOST = "127.0.0.1"
+WAIT_S = 5.0
+# Fast reconnects keep the tests quick; production defaults are in raft.limits.
+FAST: dict[str, Any] = {
+    "reconnect_backoff_ms_min": 5,
+    "reconnect_backoff_ms_max": 40,
+    "handshake_timeout_ms": 2000,
+    "connect_timeout_ms": 1000,
+}
+
+
+class Inbox:
+    def __init__(self) -> None:
+        self.messages: list[Message] = []
+
+    def __call__(self, msg: Message) -> None:
+        self.messages.append(msg)
+
+    def from_(self, src: int) -> list[Message]:
+        return [m for m in self.messages if m.src == src]
+
+
+async def eventually(predicate: Callable[[], bool], what: str, timeout_s: float = WAIT_S) -> None:
+    async with asyncio.timeout(timeout_s):
+        # Polling: the conditions are counters and inboxes, which signal no event.
+        while not predicate():  # noqa: ASYNC110
+            await asyncio.sleep(0.005)
+    assert predicate(), what
+
+
+async def keep_sending(send: Callable[[], None], predicate: Callable[[], bool], what: str) -> None:
+    """Send repeatedly until `predicate` holds: for links that may still be (re)connecting."""
+    async with asyncio.timeout(WAIT_S):
+        while not predicate():
+            send()
+            await asyncio.sleep(0.02)
+    assert predicate(), what
+
+
+def hb(src: int, dst: int, n: int = 0) -> Heartbeat:
+    return Heartbeat(src=src, dst=dst, term=1, commit=n)
+
+
+def make(node_id: int, inbox: Inbox, *, port: int = 0, **overrides: Any) -> PeerTransport:
+    kwargs: dict[str, Any] = {
+        "node_id": node_id,
+        "listen_host": HOST,
+        "listen_port": port,
+        "peers": {},
+        "secret": SECRET,
+        "on_message": inbox,
+        "cluster_id": CLUSTER,
+        **FAST,
+    }
+    kwargs.update(overrides)
+    return PeerTransport(**kwargs)
+
+
+@contextlib.asynccontextmanager
+async def running(*transports: PeerTransport) -> AsyncIterator[None]:
+    try:
+        for t in transports:
+            await t.start()
+        yield
+    finally:
+        for t in transports:
+            await t.stop()
+
+
+def mesh(nodes: dict[int, PeerTransport], extra: dict[int, tuple[str, int]] | None = None) -> None:
+    """Tell every transport about every other one (after start, when ports are known)."""
+    addresses = {nid: (HOST, t.bound_port) for nid, t in nodes.items()} | (extra or {})
+    for t in nodes.values():
+        t.set_peers(addresses)
+
+
+def free_port() -> int:
+    """A port nothing listens on (bound then released)."""
+    with socket.socket() as s:
+        s.bind((HOST, 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+# ---- ordering, both event loops -------------------------------------------------------------
+
+
+async def _three_node_exchange() -> None:
+    count = 300
+    inboxes = {i: Inbox() for i in (1, 2, 3)}
+    nodes = {i: make(i, inboxes[i]) for i in (1, 2, 3)}
+    async with running(*nodes.values()):
+        mesh(nodes)
+        entry = Entry(term=1, index=1, tm=7, kind=EntryKind.NORMAL, data=b"cmd")
+        big = Snapshot(
+            meta=SnapshotMeta(index=9, term=1, tm=5, conf=ConfState(voters=(1, 2, 3))),
+            data=os.urandom(1 << 20),  # a multi-read frame
+        )
+        # Sent at once, before any link is up: they queue and must arrive in order.
+        for n in range(count):
+            for src, t in nodes.items():
+                for dst in nodes:
+                    if dst != src:
+                        t.send(hb(src, dst, n))
+            if n == count // 2:
+                nodes[1].send(InstallSnapshot(src=1, dst=2, term=1, snapshot=big))
+                nodes[3].send(
+                    AppendEntries(
+                        src=3, dst=1, term=1, prev_index=0, prev_term=0, entries=(entry,), commit=0
+                    )
+                )
+        total = {1: 2 * count + 1, 2: 2 * count + 1, 3: 2 * count}
+        await eventually(
+            lambda: all(len(inboxes[i].messages) == total[i] for i in nodes), "all delivered"
+        )
+        for dst, inbox in inboxes.items():
+            for src in nodes:
+                if src == dst:
+                    continue
+                beats = [m.commit for m in inbox.from_(src) if isinstance(m, Heartbeat)]
+                assert beats == list(range(count)), f"{src}->{dst} out of order"
+        snaps = [m for m in inboxes[2].messages if isinstance(m, InstallSnapshot)]
+        assert snaps == [InstallSnapshot(src=1, dst=2, term=1, snapshot=big)]
+        assert next(m for m in inboxes[1].messages if isinstance(m, AppendEntries)).entries == (
+            entry,
+        )
+        stats = nodes[1].stats()
+        assert stats["peers"][2]["sent"] == count + 1
+        assert stats["peers"][2]["connected"]
+        assert stats["peers"][3]["received"] == count + 1
+        assert stats["peers"][2]["dropped"] == 0
+
+
+@pytest.mark.parametrize(
+    "loop_factory", [asyncio.new_event_loop, uvloop.new_event_loop], ids=["asyncio", "uvloop"]
+)
+def test_three_transports_exchange_messages_in_order(
+    loop_factory: Callable[[], asyncio.AbstractEventLoop],
+) -> None:
+    with asyncio.Runner(loop_factory=loop_factory) as runner:
+        runner.run(asyncio.wait_for(_three_node_exchange(), 30))
+
+
+# ---- authentication -------------------------------------------------------------------------
+
+
+async def test_peer_with_wrong_secret_never_gets_a_message_delivered(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.WARNING, logger="raft.transport")
+    inboxes = {i: Inbox() for i in (1, 2, 3)}
+    nodes = {
+        1: make(1, inboxes[1]),
+        2: make(2, inboxes[2]),
+        3: make(3, inboxes[3], secret=WRONG_SECRET),
+    }
+    async with running(*nodes.values()):
+        mesh(nodes)
+
+        def send_all() -> None:
+            for src, t in nodes.items():
+                for dst in nodes:
+                    if dst != src:
+                        t.send(hb(src, dst))
+
+        s1, s2, s3 = (nodes[i].stats for i in (1, 2, 3))
+        await keep_sending(
+            send_all,
+            lambda: (
+                s1()["peers"][3]["auth_failures"] >= 2  # refused 3's proof and 3's welcome
+                and s2()["peers"][3]["auth_failures"] >= 2
+                and s3()["peers"][1]["auth_failures"] >= 2
+                and len(inboxes[1].from_(2)) > 0
+                and len(inboxes[2].from_(1)) > 0
+            ),
+            "auth failures counted on every side, good links working",
+        )
+        assert inboxes[3].messages == []
+        assert inboxes[1].from_(3) == []
+        assert inboxes[2].from_(3) == []
+        assert not s1()["peers"][3]["connected"]
+        assert not s3()["peers"][1]["connected"]
+        assert s1()["peers"][2]["connected"]
+    assert any("secret" in r.getMessage() for r in caplog.records if r.levelno == logging.WARNING)
+
+
+@pytest.mark.parametrize(
+    ("bad_id", "override", "counter"),
+    [
+        (3, {"cluster_id": "another-cluster"}, "peer"),
+        (4, {}, "unknown"),  # not among node 1's peers
+    ],
+    ids=["wrong-cluster-id", "unknown-node-id"],
+)
+async def test_wrong_cluster_or_unknown_node_is_refused(
+    bad_id: int, override: dict[str, Any], counter: str
+) -> None:
+    good_inbox, bad_inbox = Inbox(), Inbox()
+    good = make(1, good_inbox)
+    bad = make(bad_id, bad_inbox, **override)
+    async with running(good, bad):
+        good.set_peers({3: (HOST, bad.bound_port)})
+        bad.set_peers({1: (HOST, good.bound_port)})
+
+        def refused() -> int:
+            stats = good.stats()
+            if counter == "unknown":
+                return int(stats["auth_failures_unknown_peer"])
+            return int(stats["peers"][3]["auth_failures"])
+
+        await keep_sending(lambda: bad.send(hb(bad_id, 1)), lambda: refused() >= 2, "refused")
+        assert good_inbox.messages == []
+        assert not bad.stats()["peers"][1]["connected"]
+
+
+# ---- reconnects and queues ------------------------------------------------------------------
+
+
+async def test_reconnect_after_the_remote_stops_and_restarts() -> None:
+    a_inbox, b_inbox, b2_inbox = Inbox(), Inbox(), Inbox()
+    a = make(1, a_inbox)
+    b = make(2, b_inbox)
+    async with running(a):
+        await b.start()
+        port = b.bound_port
+        a.set_peers({2: (HOST, port)})
+        b.set_peers({1: (HOST, a.bound_port)})
+        await keep_sending(lambda: a.send(hb(1, 2)), lambda: bool(b_inbox.messages), "first")
+        await b.stop()
+        await eventually(lambda: not a.stats()["peers"][2]["connected"], "link noticed loss")
+
+        b2 = make(2, b2_inbox, port=port, peers={1: (HOST, a.bound_port)})
+        async with running(b2):
+            await keep_sending(
+                lambda: a.send(hb(1, 2, 7)), lambda: bool(b2_inbox.messages), "after restart"
+            )
+            await keep_sending(
+                lambda: b2.send(hb(2, 1, 8)), lambda: bool(a_inbox.messages), "reverse link"
+            )
+        assert a.stats()["peers"][2]["reconnects"] >= 1
+        assert all(m == hb(1, 2, 7) for m in b2_inbox.messages)
+        assert a_inbox.messages[0] == hb(2, 1, 8)
+
+
+async def test_full_queue_drops_the_oldest_and_counts_it() -> None:
+    b_inbox = Inbox()
+    b = make(2, b_inbox)
+    async with running(b):
+        a = make(1, Inbox(), peers={2: (HOST, b.bound_port)}, send_queue_max=10)
+        b.set_peers({1: (HOST, free_port())})
+        for n in range(25):  # not started yet: everything stays queued
+            a.send(hb(1, 2, n))
+        stats = a.stats()["peers"][2]
+        assert (stats["queued"], stats["dropped"], stats["sent"]) == (10, 15, 0)
+        async with running(a):
+            await eventually(lambda: len(b_inbox.messages) == 10, "the newest ten delivered")
+            await asyncio.sleep(0.05)
+        assert [m.commit for m in b_inbox.messages if isinstance(m, Heartbeat)] == list(
+            range(15, 25)
+        )
+        assert a.stats()["peers"][2]["sent"] == 10
+
+
+async def test_send_to_unknown_or_removed_peer_is_dropped_and_counted() -> None:
+    a_inbox, b_inbox = Inbox(), Inbox()
+    nodes = {1: make(1, a_inbox), 2: make(2, b_inbox)}
+    async with running(*nodes.values()):
+        mesh(nodes)
+        await keep_sending(
+            lambda: nodes[2].send(hb(2, 1)), lambda: bool(a_inbox.messages), "linked"
+        )
+        nodes[1].send(hb(1, 9))
+        assert nodes[1].stats()["dropped_no_route"] == 1
+        nodes[1].set_peers({})  # node 2 leaves the configuration
+        assert 2 not in nodes[1].stats()["peers"]
+        nodes[1].send(hb(1, 2))
+        assert nodes[1].stats()["dropped_no_route"] == 2
+        # 2's connection was closed and its reconnects are now refused by node 1; node 2 only
+        # sees its handshakes cut short.
+        await eventually(lambda: nodes[1].stats()["auth_failures_unknown_peer"] >= 1, "refused")
+        await eventually(lambda: not nodes[2].stats()["peers"][1]["connected"], "2 disconnected")
+        await eventually(lambda: nodes[2].stats()["peers"][1]["connect_failures"] >= 1, "cut")
+        delivered = len(a_inbox.messages)
+        for _ in range(5):
+            nodes[2].send(hb(2, 1))
+            await asyncio.sleep(0.02)
+        assert len(a_inbox.messages) == delivered
+
+
+async def test_oversized_message_is_dropped_not_raised() -> None:
+    a = make(1, Inbox(), peers={2: (HOST, free_port())}, max_frame_bytes=1024)
+    snap = Snapshot(meta=SnapshotMeta(index=1, term=1, tm=1), data=b"x" * 2048)
+    a.send(InstallSnapshot(src=1, dst=2, term=1, snapshot=snap))
+    assert a.stats()["peers"][2]["dropped"] == 1
+    assert a.stats()["peers"][2]["queued"] == 0
+
+
+def test_unencodable_message_is_a_caller_bug_and_raises() -> None:
+    a = make(1, Inbox(), peers={2: (HOST, free_port())})
+    with pytest.raises(FrameEncodeError):
+        a.send(hb(1, 2, 2**64))
+
+
+# ---- raw sockets ----------------------------------------------------------------------------
+
+
+def frame(obj: object) -> bytes:
+    body = msgpack.packb(obj, use_bin_type=True)
+    return len(body).to_bytes(4, "big") + body
+
+
+async def read_frame(reader: asyncio.StreamReader) -> Any:
+    header = await reader.readexactly(4)
+    return msgpack.unpackb(await reader.readexactly(int.from_bytes(header, "big")))
+
+
+def proof_mac(secret: bytes, role: str, client: int, server: int, cn: bytes, sn: bytes) -> bytes:
+    material = msgpack.packb([role, 1, CLUSTER, client, server, cn, sn], use_bin_type=True)
+    return hmac.new(secret, material, hashlib.sha256).digest()
+
+
+async def raw_connect(
+    port: int, *, as_id: int, to_id: int = 1, secret: bytes = SECRET, after_proof: bytes = b""
+) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """Authenticate as `as_id`; `after_proof` is written together with the proof."""
+    reader, writer = await asyncio.open_connection(HOST, port)
+    cn = os.urandom(32)
+    writer.write(frame(["raft-peer-hello", 1, CLUSTER, as_id, to_id, cn]))
+    kind, sn = await read_frame(reader)
+    assert kind == "raft-peer-challenge"
+    writer.write(frame(["raft-peer-proof", proof_mac(secret, "client", as_id, to_id, cn, sn)]))
+    writer.write(after_proof)
+    if secret == SECRET and not after_proof:
+        kind, server_mac = await read_frame(reader)
+        assert kind == "raft-peer-welcome"
+        assert server_mac == proof_mac(SECRET, "server", as_id, to_id, cn, sn)
+    return reader, writer
+
+
+async def closed_by_remote(reader: asyncio.StreamReader) -> bool:
+    """True once the remote closed (EOF or reset) within WAIT_S; frames before it are skipped."""
+    async with asyncio.timeout(WAIT_S):
+        try:
+            while await reader.read(4096):
+                pass
+        except ConnectionResetError:
+            pass
+    return True
+
+
+@contextlib.asynccontextmanager
+async def node_with_raw_peer() -> AsyncIterator[tuple[PeerTransport, Inbox, PeerTransport, Inbox]]:
+    """Node 1 and a real node 2; node 3 exists only in their configuration (for raw sockets)."""
+    a_inbox, b_inbox = Inbox(), Inbox()
+    nodes = {1: make(1, a_inbox), 2: make(2, b_inbox)}
+    async with running(*nodes.values()):
+        mesh(nodes, extra={3: (HOST, free_port())})
+        yield nodes[1], a_inbox, nodes[2], b_inbox
+
+
+async def test_malformed_frame_from_raw_socket_closes_only_that_connection() -> None:
+    async with node_with_raw_peer() as (a, a_inbox, b, _):
+        await keep_sending(lambda: b.send(hb(2, 1, 1)), lambda: bool(a_inbox.messages), "b up")
+        reader, writer = await raw_connect(a.bound_port, as_id=3)
+        writer.write(frame(encode_message(hb(3, 1, 42))))
+        await eventually(lambda: hb(3, 1, 42) in a_inbox.messages, "raw peer's valid message")
+        writer.write(b"\x00\x00\x00\x01\xc1" + frame(encode_message(hb(3, 1, 43))))
+        assert await closed_by_remote(reader)
+        writer.close()
+        assert hb(3, 1, 43) not in a_inbox.messages
+        assert a.stats()["peers"][3]["malformed"] == 1
+        # Node 2's connection to node 1 is untouched.
+        before = len(a_inbox.from_(2))
+        b.send(hb(2, 1, 2))
+        await eventually(lambda: len(a_inbox.from_(2)) == before + 1, "b still delivers")
+        assert b.stats()["peers"][1]["reconnects"] == 0
+
+
+async def test_oversized_header_from_authenticated_peer_closes_connection() -> None:
+    async with node_with_raw_peer() as (a, _, _, _):
+        reader, writer = await raw_connect(a.bound_port, as_id=3)
+        writer.write((2**32 - 1).to_bytes(4, "big"))  # no body follows: refused on the header
+        assert await closed_by_remote(reader)
+        writer.close()
+        assert a.stats()["peers"][3]["malformed"] == 1
+
+
+async def test_invalid_message_in_valid_frame_is_dropped_and_counted() -> None:
+    async with node_with_raw_peer() as (a, a_inbox, _, _):
+        _reader, writer = await raw_connect(a.bound_port, as_id=3)
+        writer.write(frame([5, 3, 1, -1, 0, 0]) + frame(encode_message(hb(3, 1, 5))))
+        await eventually(lambda: hb(3, 1, 5) in a_inbox.messages, "stream still in sync")
+        assert a.stats()["peers"][3]["malformed"] == 1
+        writer.close()
+
+
+async def test_spoofed_src_or_foreign_dst_is_dropped_and_counted() -> None:
+    async with node_with_raw_peer() as (a, a_inbox, _, _):
+        _reader, writer = await raw_connect(a.bound_port, as_id=3)
+        for msg in (hb(2, 1, 1), hb(3, 2, 2), VoteResponse(src=3, dst=1, term=1, granted=True)):
+            writer.write(frame(encode_message(msg)))
+        await eventually(lambda: bool(a_inbox.from_(3)), "the honest message")
+        assert a_inbox.from_(3) == [VoteResponse(src=3, dst=1, term=1, granted=True)]
+        assert hb(2, 1, 1) not in a_inbox.messages
+        assert a.stats()["peers"][3]["rejected"] == 2
+        writer.close()
+
+
+async def test_raw_peer_with_wrong_mac_is_refused_and_its_frames_never_delivered() -> None:
+    async with node_with_raw_peer() as (a, a_inbox, _, _):
+        reader, writer = await raw_connect(
+            a.bound_port,
+            as_id=3,
+            secret=WRONG_SECRET,
+            after_proof=frame(encode_message(hb(3, 1, 99))),
+        )
+        assert await closed_by_remote(reader)
+        writer.close()
+        assert a.stats()["peers"][3]["auth_failures"] == 1
+        await asyncio.sleep(0.05)
+        assert a_inbox.from_(3) == []
+
+
+async def test_silent_connection_is_closed_after_the_handshake_timeout() -> None:
+    a = make(1, Inbox(), handshake_timeout_ms=100)
+    async with running(a):
+        reader, writer = await asyncio.open_connection(HOST, a.bound_port)
+        assert await closed_by_remote(reader)
+        writer.close()
+        assert a.stats()["handshake_failures"] == 1
+
+
+async def test_garbage_before_handshake_closes_the_connection() -> None:
+    async with node_with_raw_peer() as (a, _, _, _):
+        reader, writer = await asyncio.open_connection(HOST, a.bound_port)
+        writer.write(b"GET / HTTP/1.1\r\n\r\n")
+        assert await closed_by_remote(reader)
+        writer.close()
+        assert a.stats()["handshake_failures"] == 1
+
+
+async def test_server_that_cannot_prove_the_secret_is_refused_by_the_client() -> None:
+    received_after_proof = bytearray()
+
+    async def fake_peer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        _, _, _, client, server, cn = await read_frame(reader)
+        sn = os.urandom(32)
+        writer.write(frame(["raft-peer-challenge", sn]))
+        await read_frame(reader)  # the client's proof
+        writer.write(
+            frame(["raft-peer-welcome", proof_mac(WRONG_SECRET, "server", client, server, cn, sn)])
+        )
+        with contextlib.suppress(ConnectionError):
+            received_after_proof.extend(await reader.read(4096))
+        writer.close()
+
+    server = await asyncio.start_server(fake_peer, HOST, 0)
+    port = server.sockets[0].getsockname()[1]
+    a = make(1, Inbox(), peers={2: (HOST, port)})
+    try:
+        async with running(a):
+            a.send(hb(1, 2))
+            await eventually(lambda: a.stats()["peers"][2]["auth_failures"] >= 1, "refused")
+            assert not a.stats()["peers"][2]["connected"]
+            assert a.stats()["peers"][2]["sent"] == 0
+    finally:
+        server.close()
+    assert bytes(received_after_proof) == b""
+
+
+async def test_at_the_inbound_limit_the_oldest_stranger_makes_room() -> None:
+    async with node_with_raw_peer() as (a, a_inbox, b, _):
+        await keep_sending(lambda: b.send(hb(2, 1)), lambda: bool(a_inbox.from_(2)), "b up")
+        # Node 2's authenticated connection plus silent strangers fill every slot.
+        strangers = [
+            await asyncio.open_connection(HOST, a.bound_port)
+            for _ in range(PEER_INBOUND_CONNECTIONS_MAX - 1)
+        ]
+        await eventually(
+            lambda: a.stats()["inbound_connections"] == PEER_INBOUND_CONNECTIONS_MAX, "all held"
+        )
+        _reader, writer = await raw_connect(a.bound_port, as_id=3)
+        assert await closed_by_remote(strangers[0][0])
+        writer.write(frame(encode_message(hb(3, 1, 5))))
+        await eventually(lambda: hb(3, 1, 5) in a_inbox.messages, "newcomer admitted")
+        before = len(a_inbox.from_(2))
+        b.send(hb(2, 1))
+        await eventually(lambda: len(a_inbox.from_(2)) > before, "node 2 never evicted")
+        stats = a.stats()
+        assert stats["inbound_refused_over_limit"] == 1
+        assert stats["handshake_failures"] == 0  # an eviction is not the stranger's failure
+        assert stats["inbound_connections"] == PEER_INBOUND_CONNECTIONS_MAX
+        writer.close()
+        for _, w in strangers:
+            w.close()
+
+
+async def test_stop_is_idempotent_and_send_after_stop_is_dropped() -> None:
+    a = make(1, Inbox(), peers={2: (HOST, free_port())})
+    await a.start()
+    await a.stop()
+    await a.stop()
+    a.send(hb(1, 2))
+    assert a.stats()["dropped_no_route"] == 1
+
+
+# ---- configuration --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("override", "error"),
+    [
+        ({"node_id": 0}, TransportConfigError),
+        ({"secret": b"short"}, TransportConfigError),
+        ({"cluster_id": ""}, TransportConfigError),
+        ({"cluster_id": "c" * 129}, TransportConfigError),
+        ({"peers": {0: (HOST, 1)}}, TransportConfigError),
+        ({"peers": {2: (HOST, 0)}}, TransportConfigError),
+        ({"peers": {2: [HOST, 1]}}, TransportConfigError),
+        ({"max_frame_bytes": 0}, InvalidLimitError),
+        ({"send_queue_max": 0}, InvalidLimitError),
+        ({"max_frame_bytes": 1024, "send_queue_bytes_max": 1000}, InvalidLimitError),
+        ({"reconnect_backoff_ms_min": 50, "reconnect_backoff_ms_max": 10}, InvalidLimitError),
+    ],
+)
+def test_bad_configuration_is_a_typed_error(
+    override: dict[str, Any], error: type[Exception]
+) -> None:
+    settings = dict(override)
+    node_id = settings.pop("node_id", 1)
+    with pytest.raises(error):
+        make(node_id, Inbox(), **settings)
+
+
+# ---- the secret file ------------------------------------------------------------------------
+
+
+def test_secret_is_created_once_with_private_modes(tmp_path: Path) -> None:
+    path = tmp_path / "secrets" / "cluster.secret"
+    secret = load_or_create_secret(path)
+    assert len(secret) == 64
+    bytes.fromhex(secret.decode())
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
+    assert load_or_create_secret(path) == secret
+
+
+@pytest.mark.parametrize("mode", [0o640, 0o604, 0o660, 0o644])
+def test_secret_readable_by_others_is_refused(tmp_path: Path, mode: int) -> None:
+    path = tmp_path / "cluster.secret"
+    path.write_bytes(b"a" * 64)
+    path.chmod(mode)
+    with pytest.raises(InsecureSecretFileError, match="chmod 600"):
+        load_or_create_secret(path)
+
+
+def test_existing_secret_is_read_stripped(tmp_path: Path) -> None:
+    path = tmp_path / "cluster.secret"
+    path.write_bytes(b"  " + b"k" * 40 + b"\n")
+    path.chmod(0o600)
+    assert load_or_create_secret(path) == b"k" * 40
+
+
+@pytest.mark.parametrize("content", [b"", b"tooshort\n", b"x" * 5000])
+def test_unusable_secret_file_is_refused(tmp_path: Path, content: bytes) -> None:
+    path = tmp_path / "cluster.secret"
+    path.write_bytes(content)
+    path.chmod(0o600)
+    with pytest.raises(SecretFileError):
+        load_or_create_secret(path)
+
+
+def test_secret_path_that_is_a_directory_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "dir").mkdir(mode=0o700)
+    with pytest.raises(SecretFileError, match="regular file"):
+        load_or_create_secret(tmp_path / "dir")
+
+
+def test_reconnect_backoff_grows_with_jitter_inside_the_bounds() -> None:
+    t = make(1, Inbox(), reconnect_backoff_ms_min=10, reconnect_backoff_ms_max=1000)
+    delays = {attempt: [t._backoff_ms(attempt) for _ in range(200)] for attempt in range(40)}
+    assert all(10 <= d <= 1000 for ds in delays.values() for d in ds)
+    assert max(delays[0]) <= 10  # the first retry waits the minimum
+    assert max(delays[3]) <= 80  # then the cap doubles per attempt...
+    assert max(delays[39]) > 500  # ...up to the maximum, with the delay spread by jitter
+    assert len({round(d) for d in delays[39]}) > 50
