@@ -433,9 +433,23 @@ def wait_for_leader(cluster: Cluster, tally: AckTally, timeout_s: float) -> int:
     raise ClusterNotReadyError(f"{cluster.spec.name}: no working leader within {timeout_s} s")
 
 
+def _meshed(node_id: int, status: dict[str, Any]) -> bool:
+    """Whether the node is connected to all its peers, if it reports that at all.
+
+    `peers_connected` is optional in the protocol. Without this wait a failover round could
+    start while the two survivors are not yet connected to each other, and would then time the
+    engine's reconnect backoff instead of its election.
+    """
+    connected = status.get("peers_connected")
+    if not isinstance(connected, list):
+        return True
+    return set(connected) >= set(NODE_IDS) - {node_id}
+
+
 def wait_healthy(cluster: Cluster, timeout_s: float) -> int:
-    """All nodes up, agreeing on one leader, and applied up to the leader's commit index as it
-    was when we started looking; returns the leader."""
+    """All nodes up, connected to each other (when they report it), agreeing on one leader, and
+    applied up to the leader's commit index as it was when we started looking; returns the
+    leader."""
     deadline = time.monotonic() + timeout_s
     target_index: int | None = None
     last_seen: dict[int, dict[str, Any] | None] = {}
@@ -450,8 +464,11 @@ def wait_healthy(cluster: Cluster, timeout_s: float) -> int:
             if target_index is None and leader_status is not None:
                 target_index = int(leader_status["commit_index"])
             if target_index is not None and all(
-                s is not None and s.get("leader") == leader and s["applied_index"] >= target_index
-                for s in statuses.values()
+                s is not None
+                and s.get("leader") == leader
+                and s["applied_index"] >= target_index
+                and _meshed(node_id, s)
+                for node_id, s in statuses.items()
             ):
                 return leader
         time.sleep(POLL_INTERVAL_S)

@@ -12,7 +12,8 @@ Requests and replies (every reply has `ok`; a failed one has `error`, a short co
 `message`):
 
 * `{"op": "status"}` -> `{"ok", "node_id", "role", "leader" (0 = unknown), "term",
-  "commit_index", "applied_index"}`
+  "commit_index", "applied_index"}`, optionally `"peers_connected": [ids]` (the harness then
+  waits for a full mesh before killing a leader); extra fields are ignored
 * `{"op": "propose", "data": bytes}` -> `{"ok": true, "index"}` once applied on that node, or
   `{"ok": false, "error": "not_leader", "leader"}`
 * `{"op": "load", "count", "inflight", "size"}` -> `{"ok": true, "acked", "elapsed_s"}`

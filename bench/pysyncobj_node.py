@@ -232,6 +232,13 @@ class EchoLog(SyncObj):  # type: ignore[misc]  # pysyncobj ships no type informa
             "term": int(self.raftCurrentTerm),
             "commit_index": int(self.raftCommitIndex),
             "applied_index": int(self.raftLastApplied),
+            # Optional field of the protocol: lets the harness wait for a fully meshed cluster
+            # before a failover round (pysyncobj redials a lost peer only every 5 s).
+            "peers_connected": sorted(
+                self._id_by_address.get(node.address, 0)
+                for node in self.otherNodes
+                if self.isNodeConnected(node)
+            ),
         }
 
     def _leader_only(self) -> dict[str, Any] | None:
