@@ -1,1 +1,49 @@
-"""The schema metastore."""
+"""The schema metastore: a deterministic catalog state machine replicated by Raft.
+
+Key idea
+    Every node answers "what is table T's schema at timestamp Top" the same way without asking
+    any other node (IEP-98's Atomicity Property). Raft delivers the same committed commands, in
+    the same order, each stamped by the leader with an HLC timestamp Tm, to every node; the state
+    machine here applies them deterministically; and every schema change takes effect not at Tm
+    but at Tu = Tm + DD. A node that has applied every entry up to safe time >= Top - DD therefore
+    knows every version that can be active at Top, and picks the one with the greatest Tu <= Top.
+
+Jargon
+    Tm          the leader's HLC stamp on a log entry (physical_ms << 16 | logical); strictly
+                increasing along the log.
+    safe time   the Tm of the last entry applied on a node (`MetastoreState.safe_time`).
+    DD, CSmax   delay duration and max clock skew, fixed once by `InitCluster`.
+    Tu          activation time of a schema version: Tm + DD.
+    Top         the timestamp a reader asks about.
+    version     one `SchemaVersion` of a table (1 = CREATE), in force on [Tu, next Tu).
+    incarnation one life of a table name between CREATE and DROP (`TableState`); a re-created
+                table is a new incarnation with a new table id, and old ones stay readable.
+    field id    a column's (or nested struct field's) permanent identity, never reused.
+    command     the canonical, replicated form of a DDL statement (never the SQL text).
+    outcome     what `apply` returns: a reply and effects, as data (`Outcome`).
+
+Codemap
+    errors      ErrorCode, MetastoreError (+ one subclass per expected failure), wire form;
+                CatalogInvariantError for bugs.
+    limits      every limit, named and explained.
+    lexer       the small Spark SQL tokenizer behind the hand parsers.
+    types       Spark data types: parse, render (canonical and Spark DDL), plain data.
+    schema      Column, Schema, field ids and the evolution rules.
+    commands    the command union, TableName, properties, msgpack encode/decode.
+    ddl         Spark SQL DDL text -> command (sqlglot tree first, hand parser fallback).
+    catalog     namespaces, table incarnations, schema versions over time, reads at Top.
+    dedup       request-id de-duplication of retried commands.
+    outcome     Outcome and the effects the shell acts on.
+    state       MetastoreState: apply / observe_tick / reads / snapshot / check_invariants.
+    daemon/     the network shell around the state (separate sub-package).
+
+Invariants (absences included)
+    * Nothing in this package, outside `daemon/`, reads a clock, touches a file or socket, or
+      uses randomness. Time is the Tm argument only.
+    * A command with Tm <= the last applied Tm is rejected and changes nothing.
+    * A failed command changes nothing at all (validate fully, then write).
+    * Per table incarnation: versions 1, 2, 3...; Tu = Tm + DD; Tu strictly increasing.
+    * Field ids are unique across a table's whole history.
+    * Every limit in `limits` is enforced when a command is parsed, decoded and applied.
+    * `from_snapshot(to_snapshot(s)) == s`, and equal states encode to equal bytes.
+"""

@@ -1,0 +1,261 @@
+"""Typed errors of the metastore and their wire form.
+
+Two kinds of failure, kept apart on purpose (TigerBeetle's split):
+
+* `MetastoreError` and its subclasses are *operating* errors: bad input, a name that does not
+  exist, a change the rules refuse. They are expected, carry a stable `ErrorCode`, a `retryable`
+  flag and msgpack-able `details` (the conflicting name, the limit that was hit, the widenings
+  that would be allowed), and cross the wire as a plain dict (`to_wire()` / `from_wire()`).
+  Raising one never leaves the state half-changed.
+* `CatalogInvariantError` is a *programmer* error: the state contradicts its own invariants.
+  It is not a `MetastoreError`, is never sent to a client as a normal answer, and the node that
+  raises it must stop rather than keep serving from a state it cannot trust.
+
+Invariant: every concrete subclass has a distinct `code`, so `from_wire(e.to_wire())` rebuilds an
+exception of the same class with the same message and details.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from enum import StrEnum
+from typing import ClassVar
+
+
+class ErrorCode(StrEnum):
+    """Stable wire codes. Never renumber or rename: clients match on these strings."""
+
+    UNKNOWN = "UNKNOWN"  # a code this build does not know (sent by a newer node)
+    NAMESPACE_NOT_FOUND = "NAMESPACE_NOT_FOUND"
+    NAMESPACE_ALREADY_EXISTS = "NAMESPACE_ALREADY_EXISTS"
+    NAMESPACE_NOT_EMPTY = "NAMESPACE_NOT_EMPTY"
+    TABLE_NOT_FOUND = "TABLE_NOT_FOUND"
+    TABLE_ALREADY_EXISTS = "TABLE_ALREADY_EXISTS"
+    COLUMN_NOT_FOUND = "COLUMN_NOT_FOUND"
+    COLUMN_ALREADY_EXISTS = "COLUMN_ALREADY_EXISTS"
+    INVALID_DDL = "INVALID_DDL"
+    UNSUPPORTED_STATEMENT = "UNSUPPORTED_STATEMENT"
+    UNSUPPORTED_SCHEMA_CHANGE = "UNSUPPORTED_SCHEMA_CHANGE"
+    LIMIT_EXCEEDED = "LIMIT_EXCEEDED"
+    INVALID_ARGUMENT = "INVALID_ARGUMENT"
+    STALE_TIMESTAMP = "STALE_TIMESTAMP"
+    NOT_FOUND_AT_TIMESTAMP = "NOT_FOUND_AT_TIMESTAMP"
+    MALFORMED_COMMAND = "MALFORMED_COMMAND"
+    MALFORMED_SNAPSHOT = "MALFORMED_SNAPSHOT"
+    CLUSTER_NOT_INITIALIZED = "CLUSTER_NOT_INITIALIZED"
+    CLUSTER_ALREADY_INITIALIZED = "CLUSTER_ALREADY_INITIALIZED"
+    REQUEST_ID_REUSED = "REQUEST_ID_REUSED"
+
+
+class MetastoreError(Exception):
+    """Base of every expected failure. Subclasses set `code` and `retryable` as class attributes.
+
+    `details` holds only msgpack-able plain data (str, int, bool, None, lists and str-keyed dicts
+    of those) so the daemon can ship it unchanged.
+    """
+
+    code: ClassVar[ErrorCode] = ErrorCode.UNKNOWN
+    retryable: ClassVar[bool] = False
+
+    def __init__(self, message: str, *, details: Mapping[str, object] | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.details: dict[str, object] = dict(details) if details else {}
+
+    def to_wire(self) -> dict[str, object]:
+        wire: dict[str, object] = {
+            "code": self.code.value,
+            "message": self.message,
+            "retryable": self.retryable,
+            "details": self.details,
+        }
+        return wire
+
+    @staticmethod
+    def from_wire(wire: object) -> MetastoreError:
+        """Rebuild the typed error from `to_wire()` output.
+
+        A payload that is not a well-formed error dict raises `MalformedCommandError`; an unknown
+        code (from a newer node) yields an `UnknownError` that keeps the original code in details.
+        """
+        if not isinstance(wire, Mapping):
+            raise MalformedCommandError("error payload is not a map")
+        code = wire.get("code")
+        message = wire.get("message")
+        details = wire.get("details", {})
+        if not isinstance(code, str) or not isinstance(message, str):
+            raise MalformedCommandError("error payload needs string 'code' and 'message'")
+        if not isinstance(details, Mapping) or not all(isinstance(k, str) for k in details):
+            raise MalformedCommandError("error payload 'details' must be a map with string keys")
+        cls = _BY_CODE.get(code)
+        if cls is None:
+            return UnknownError(message, details={**details, "original_code": code})
+        return cls(message, details=details)
+
+    def __eq__(self, other: object) -> bool:
+        # Value semantics, so outcomes holding errors compare by content in tests and snapshots.
+        return (
+            type(self) is type(other)
+            and isinstance(other, MetastoreError)
+            and (self.message, self.details) == (other.message, other.details)
+        )
+
+    def __hash__(self) -> int:
+        return hash((type(self), self.message))
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.message!r}, details={self.details!r})"
+
+
+class UnknownError(MetastoreError):
+    code = ErrorCode.UNKNOWN
+
+
+class NamespaceNotFoundError(MetastoreError):
+    code = ErrorCode.NAMESPACE_NOT_FOUND
+
+
+class NamespaceAlreadyExistsError(MetastoreError):
+    code = ErrorCode.NAMESPACE_ALREADY_EXISTS
+
+
+class NamespaceNotEmptyError(MetastoreError):
+    """DROP NAMESPACE without CASCADE on a namespace that still has tables."""
+
+    code = ErrorCode.NAMESPACE_NOT_EMPTY
+
+
+class TableNotFoundError(MetastoreError):
+    code = ErrorCode.TABLE_NOT_FOUND
+
+
+class TableAlreadyExistsError(MetastoreError):
+    code = ErrorCode.TABLE_ALREADY_EXISTS
+
+
+class ColumnNotFoundError(MetastoreError):
+    code = ErrorCode.COLUMN_NOT_FOUND
+
+
+class ColumnAlreadyExistsError(MetastoreError):
+    code = ErrorCode.COLUMN_ALREADY_EXISTS
+
+
+class InvalidDdlError(MetastoreError):
+    """The SQL text does not parse. Details carry `line`/`col` (1-based) when known."""
+
+    code = ErrorCode.INVALID_DDL
+
+
+class UnsupportedStatementError(MetastoreError):
+    """Valid Spark SQL that this metastore does not execute (SELECT, PARTITIONED BY, ...)."""
+
+    code = ErrorCode.UNSUPPORTED_STATEMENT
+
+
+class UnsupportedSchemaChangeError(MetastoreError):
+    """A schema evolution the rules refuse. Details say why (`reason`) and, for type changes,
+    which target types would be `allowed`."""
+
+    code = ErrorCode.UNSUPPORTED_SCHEMA_CHANGE
+
+
+class LimitExceededError(MetastoreError):
+    """A named limit from `metastore.limits` was hit. Details: `limit`, `max`, `value`."""
+
+    code = ErrorCode.LIMIT_EXCEEDED
+
+
+class InvalidArgumentError(MetastoreError):
+    code = ErrorCode.INVALID_ARGUMENT
+
+
+class StaleTimestampError(MetastoreError):
+    """The command's Tm is not greater than the last applied Tm. The proposer retries with a
+    fresh stamp, hence retryable. Details: `tm`, `last_tm`."""
+
+    code = ErrorCode.STALE_TIMESTAMP
+    retryable = True
+
+
+class NotFoundAtTimestampError(MetastoreError):
+    """The table exists (or existed) but not at the asked timestamp. Details: `table`, `top`,
+    and when known `active_from_tu` / `dropped_at_tu`."""
+
+    code = ErrorCode.NOT_FOUND_AT_TIMESTAMP
+
+
+class MalformedCommandError(MetastoreError):
+    """Bytes or plain data that do not decode to a valid command (or error payload)."""
+
+    code = ErrorCode.MALFORMED_COMMAND
+
+
+class MalformedSnapshotError(MetastoreError):
+    """Snapshot bytes that do not decode to a valid state."""
+
+    code = ErrorCode.MALFORMED_SNAPSHOT
+
+
+class ClusterNotInitializedError(MetastoreError):
+    """A catalog command before `InitCluster`: DD is unknown, so no activation time exists."""
+
+    code = ErrorCode.CLUSTER_NOT_INITIALIZED
+    retryable = True
+
+
+class ClusterAlreadyInitializedError(MetastoreError):
+    """A second `InitCluster` with different settings. DD is fixed for the cluster's life because
+    changing it could activate a later version before an earlier one."""
+
+    code = ErrorCode.CLUSTER_ALREADY_INITIALIZED
+
+
+class RequestIdReusedError(MetastoreError):
+    """A request id seen before (within retention) arrived with a different command."""
+
+    code = ErrorCode.REQUEST_ID_REUSED
+
+
+_BY_CODE: dict[str, type[MetastoreError]] = {
+    cls.code.value: cls
+    for cls in (
+        UnknownError,
+        NamespaceNotFoundError,
+        NamespaceAlreadyExistsError,
+        NamespaceNotEmptyError,
+        TableNotFoundError,
+        TableAlreadyExistsError,
+        ColumnNotFoundError,
+        ColumnAlreadyExistsError,
+        InvalidDdlError,
+        UnsupportedStatementError,
+        UnsupportedSchemaChangeError,
+        LimitExceededError,
+        InvalidArgumentError,
+        StaleTimestampError,
+        NotFoundAtTimestampError,
+        MalformedCommandError,
+        MalformedSnapshotError,
+        ClusterNotInitializedError,
+        ClusterAlreadyInitializedError,
+        RequestIdReusedError,
+    )
+}
+
+
+def error_class(code: ErrorCode) -> type[MetastoreError]:
+    """The exception class for a wire code (every code has exactly one)."""
+    return _BY_CODE[code.value]
+
+
+def limit_exceeded(limit: str, maximum: int, value: int, what: str) -> LimitExceededError:
+    """The uniform LimitExceededError: names the limit, its maximum and the offending value."""
+    return LimitExceededError(
+        f"{what}: {value} exceeds {limit}={maximum}",
+        details={"limit": limit, "max": maximum, "value": value},
+    )
+
+
+class CatalogInvariantError(Exception):
+    """The state contradicts one of its invariants: a bug, not bad input. The node must stop."""

@@ -1,0 +1,552 @@
+"""Table schemas and the rules for evolving them.
+
+A `Schema` is an ordered tuple of `Column`s. Every column, and every struct field nested inside a
+column's type, has a `field_id` that is unique across the table's *whole history*: the table
+keeps a `next_field_id` counter that only grows, so a dropped column's id is never reused and a
+renamed column keeps its id. Readers resolve Parquet columns by id, which is what makes rename and
+drop safe for files written under an older version.
+
+Column names are unique case-insensitively among siblings (Spark's default resolution), and keep
+the case they were given.
+
+Evolution operations are pure functions `Schema -> Schema`. Each either returns the evolved schema
+or raises a typed error saying why not:
+
+* add column: nullable, or NOT NULL only with a DEFAULT (existing rows need a value); nested adds
+  into a struct (`ADD COLUMN s.x INT`) must be nullable and without DEFAULT;
+* rename column (nested too), refusing a clash with a sibling;
+* drop column, refusing the last column of the table or of a struct;
+* change type only along a widening (`widenings_of` lists them); everything else is refused with
+  the list of what would be allowed;
+* DROP NOT NULL is allowed; SET NOT NULL is refused (existing rows may hold NULL);
+* set or drop a comment; move a column FIRST or AFTER a sibling.
+
+A *path* names a column or nested field: `("s", "x")` is field `x` of struct column `s`.
+Paths go through STRUCT types only (not into ARRAY elements or MAP values).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+from metastore import limits
+from metastore.errors import (
+    CatalogInvariantError,
+    ColumnAlreadyExistsError,
+    ColumnNotFoundError,
+    InvalidArgumentError,
+    UnsupportedSchemaChangeError,
+    limit_exceeded,
+)
+from metastore.lexer import quote_identifier, quote_string
+from metastore.types import (
+    BIGINT,
+    DATE,
+    DOUBLE,
+    FLOAT,
+    INT,
+    SMALLINT,
+    STRING,
+    TIMESTAMP_NTZ,
+    TINYINT,
+    UNASSIGNED_FIELD_ID,
+    ArrayType,
+    DataType,
+    DecimalType,
+    MapType,
+    StructField,
+    StructType,
+    VarcharType,
+    assign_field_ids,
+    struct_fields,
+    validate_comment,
+    validate_name,
+    validate_type,
+)
+
+Path = tuple[str, ...]
+
+
+def path_sql(path: Path) -> str:
+    return ".".join(quote_identifier(p) for p in path)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Column:
+    """A top-level column. `default_sql` is the canonical Spark SQL of its DEFAULT, if any."""
+
+    field_id: int = UNASSIGNED_FIELD_ID
+    name: str
+    type: DataType
+    nullable: bool = True
+    comment: str | None = None
+    default_sql: str | None = None
+
+    def to_sql(self) -> str:
+        out = f"{quote_identifier(self.name)} {self.type.to_sql()}"
+        if not self.nullable:
+            out += " NOT NULL"
+        if self.default_sql is not None:
+            out += f" DEFAULT {self.default_sql}"
+        if self.comment is not None:
+            out += f" COMMENT {quote_string(self.comment)}"
+        return out
+
+    def to_spark_ddl(self) -> str:
+        # DEFAULT is left out: a DataFrame schema has no defaults, and Spark's DDL schema parser
+        # does not accept them in every version.
+        out = f"{quote_identifier(self.name, always=True)} {self.type.to_spark_ddl()}"
+        if not self.nullable:
+            out += " NOT NULL"
+        if self.comment is not None:
+            out += f" COMMENT {quote_string(self.comment)}"
+        return out
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class First:
+    """Position: before every sibling."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class After:
+    """Position: right after the sibling named `column`."""
+
+    column: str
+
+
+ColumnPosition = First | After
+
+
+def position_sql(position: ColumnPosition | None) -> str:
+    match position:
+        case None:
+            return ""
+        case First():
+            return " FIRST"
+        case After(column=c):
+            return f" AFTER {quote_identifier(c)}"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Schema:
+    columns: tuple[Column, ...]
+
+    def find(self, name: str) -> int:
+        """Index of the top-level column named `name` (case-insensitive), or -1."""
+        folded = name.casefold()
+        for i, c in enumerate(self.columns):
+            if c.name.casefold() == folded:
+                return i
+        return -1
+
+    def lookup(self, path: Path) -> Column | StructField:
+        """The column or nested field at `path`; ColumnNotFoundError if there is none."""
+        members: list[Member] = list(self.columns)
+        for depth, name in enumerate(path):
+            i = _find(members, name)
+            if i < 0:
+                raise _not_found(path[: depth + 1])
+            member = members[i]
+            if depth == len(path) - 1:
+                return member
+            if not isinstance(member.type, StructType):
+                raise _not_a_struct(path[: depth + 1])
+            members = list(member.type.fields)
+        raise ColumnNotFoundError("empty column path")
+
+    def to_sql(self) -> str:
+        return ", ".join(c.to_sql() for c in self.columns)
+
+    def to_spark_ddl(self) -> str:
+        """The schema as Spark's DDL schema string: `spark.createDataFrame(rows, schema=...)`."""
+        return ", ".join(c.to_spark_ddl() for c in self.columns)
+
+    def field_count(self) -> int:
+        """Top-level columns plus every nested struct field (what MAX_COLUMNS_PER_TABLE counts)."""
+        return sum(1 + sum(1 for _ in struct_fields(c.type)) for c in self.columns)
+
+    def field_ids(self) -> list[int]:
+        """Every field id in the schema, top-level and nested, in schema order."""
+        ids: list[int] = []
+        for c in self.columns:
+            ids.append(c.field_id)
+            ids.extend(f.field_id for f in struct_fields(c.type))
+        return ids
+
+
+Member = Column | StructField
+
+
+# --------------------------------------------------------------------------------------------
+# Validation and id assignment
+# --------------------------------------------------------------------------------------------
+
+
+def validate_schema(schema: Schema, *, ids_assigned: bool) -> None:
+    """Names, types, limits; ids all assigned and unique, or (for commands) all unassigned."""
+    if not schema.columns:
+        raise InvalidArgumentError("a table needs at least one column")
+    count = schema.field_count()
+    if count > limits.MAX_COLUMNS_PER_TABLE:
+        raise limit_exceeded(
+            "MAX_COLUMNS_PER_TABLE", limits.MAX_COLUMNS_PER_TABLE, count, "columns incl. nested"
+        )
+    seen: set[str] = set()
+    for c in schema.columns:
+        validate_column(c, nested=False)
+        folded = c.name.casefold()
+        if folded in seen:
+            raise ColumnAlreadyExistsError(
+                f"duplicate column name {c.name!r} (names are case-insensitive)",
+                details={"column": c.name},
+            )
+        seen.add(folded)
+    ids = schema.field_ids()
+    if ids_assigned:
+        if any(i <= UNASSIGNED_FIELD_ID for i in ids) or len(set(ids)) != len(ids):
+            raise CatalogInvariantError(f"field ids not assigned or not unique: {ids}")
+    elif any(i != UNASSIGNED_FIELD_ID for i in ids):
+        raise InvalidArgumentError("field ids are assigned by the catalog; send them as 0")
+
+
+def validate_column(column: Column, *, nested: bool) -> None:
+    validate_name(column.name, "column")
+    validate_comment(column.comment, f"column {column.name}")
+    validate_type(column.type)
+    if column.default_sql is not None:
+        if nested:
+            raise UnsupportedSchemaChangeError(
+                "DEFAULT is only supported on top-level columns",
+                details={"column": column.name, "reason": "nested default"},
+            )
+        if not column.default_sql:
+            raise InvalidArgumentError("empty DEFAULT expression")
+        if len(column.default_sql) > limits.MAX_DEFAULT_SQL_CHARS:
+            raise limit_exceeded(
+                "MAX_DEFAULT_SQL_CHARS",
+                limits.MAX_DEFAULT_SQL_CHARS,
+                len(column.default_sql),
+                f"DEFAULT of column {column.name}",
+            )
+
+
+def assign_schema_ids(schema: Schema, next_id: int) -> tuple[Schema, int]:
+    """Assign ids to every column and nested field in order, starting at `next_id`."""
+    columns: list[Column] = []
+    for c in schema.columns:
+        dtype, after = assign_field_ids(c.type, next_id + 1)
+        columns.append(replace(c, field_id=next_id, type=dtype))
+        next_id = after
+    return Schema(columns=tuple(columns)), next_id
+
+
+# --------------------------------------------------------------------------------------------
+# Widening
+# --------------------------------------------------------------------------------------------
+
+_INTEGRAL = (TINYINT, SMALLINT, INT, BIGINT)
+
+
+def is_widening(old: DataType, new: DataType) -> bool:
+    """True if every value of `old` is a value of `new` and Parquet readers upcast it."""
+    if old in _INTEGRAL and new in _INTEGRAL:
+        return _INTEGRAL.index(new) > _INTEGRAL.index(old)
+    if old == FLOAT:
+        return new == DOUBLE
+    if old == DATE:
+        return new == TIMESTAMP_NTZ
+    if isinstance(old, DecimalType):
+        return (
+            isinstance(new, DecimalType)
+            and new.scale == old.scale
+            and new.precision > old.precision
+        )
+    if isinstance(old, VarcharType):
+        return new == STRING or (isinstance(new, VarcharType) and new.length > old.length)
+    return False
+
+
+def widenings_of(old: DataType) -> list[str]:
+    """Human-readable list of the types `old` may be widened to (empty: none)."""
+    if old in _INTEGRAL:
+        return [t.to_sql() for t in _INTEGRAL[_INTEGRAL.index(old) + 1 :]]
+    if old == FLOAT:
+        return [DOUBLE.to_sql()]
+    if old == DATE:
+        return [TIMESTAMP_NTZ.to_sql()]
+    if isinstance(old, DecimalType):
+        if old.precision >= limits.MAX_DECIMAL_PRECISION:
+            return []
+        return [
+            f"DECIMAL(p,{old.scale}) with {old.precision} < p <= {limits.MAX_DECIMAL_PRECISION}"
+        ]
+    if isinstance(old, VarcharType):
+        return [f"VARCHAR(n) with n > {old.length}", STRING.to_sql()]
+    return []
+
+
+# --------------------------------------------------------------------------------------------
+# Evolution operations
+# --------------------------------------------------------------------------------------------
+
+
+def add_column(
+    schema: Schema,
+    *,
+    parent: Path,
+    column: Column,
+    position: ColumnPosition | None,
+    next_field_id: int,
+) -> tuple[Schema, int]:
+    """Add `column` under `parent` (() for top level). Returns the schema and the next free id."""
+    nested = bool(parent)
+    validate_column(column, nested=nested)
+    path = (*parent, column.name)
+    if not column.nullable:
+        if nested:
+            raise UnsupportedSchemaChangeError(
+                f"cannot add NOT NULL field {path_sql(path)}: existing rows have no value for it "
+                "and nested fields take no DEFAULT; add it as nullable",
+                details={"column": list(path), "reason": "not null nested add"},
+            )
+        if column.default_sql is None:
+            raise UnsupportedSchemaChangeError(
+                f"cannot add NOT NULL column {path_sql(path)} without a DEFAULT: existing rows "
+                "have no value for it; add a DEFAULT or make it nullable",
+                details={"column": list(path), "reason": "not null without default"},
+            )
+    dtype, after = assign_field_ids(column.type, next_field_id + 1)
+    member: Member
+    if nested:
+        member = StructField(
+            field_id=next_field_id,
+            name=column.name,
+            type=dtype,
+            nullable=column.nullable,
+            comment=column.comment,
+        )
+    else:
+        member = replace(column, field_id=next_field_id, type=dtype)
+
+    def edit(members: list[Member]) -> list[Member]:
+        if _find(members, column.name) >= 0:
+            raise ColumnAlreadyExistsError(
+                f"column {path_sql(path)} already exists (names are case-insensitive)",
+                details={"column": list(path)},
+            )
+        members.insert(_insert_index(members, parent, position), member)
+        return members
+
+    return _edit(schema, parent, edit), after
+
+
+def rename_column(schema: Schema, *, path: Path, new_name: str) -> Schema:
+    validate_name(new_name, "column")
+
+    def edit(members: list[Member]) -> list[Member]:
+        i = _require(members, path)
+        clash = _find(members, new_name)
+        if clash >= 0 and clash != i:
+            raise ColumnAlreadyExistsError(
+                f"cannot rename {path_sql(path)} to {new_name!r}: a sibling has that name "
+                "(names are case-insensitive)",
+                details={"column": list(path), "new_name": new_name},
+            )
+        members[i] = replace(members[i], name=new_name)
+        return members
+
+    return _edit(schema, path[:-1], edit)
+
+
+def drop_column(schema: Schema, *, path: Path) -> Schema:
+    def edit(members: list[Member]) -> list[Member]:
+        i = _require(members, path)
+        if len(members) == 1:
+            where = "the table" if len(path) == 1 else f"struct {path_sql(path[:-1])}"
+            raise UnsupportedSchemaChangeError(
+                f"cannot drop {path_sql(path)}: it is the last column of {where}",
+                details={"column": list(path), "reason": "last column"},
+            )
+        del members[i]
+        return members
+
+    return _edit(schema, path[:-1], edit)
+
+
+def alter_column_type(schema: Schema, *, path: Path, new_type: DataType) -> Schema:
+    validate_type(new_type)
+
+    def edit(members: list[Member]) -> list[Member]:
+        i = _require(members, path)
+        old = members[i].type
+        if old == new_type:
+            return members
+        if isinstance(old, StructType | ArrayType | MapType) or isinstance(
+            new_type, StructType | ArrayType | MapType
+        ):
+            raise UnsupportedSchemaChangeError(
+                f"cannot change the type of {path_sql(path)} from {old.to_sql()} to "
+                f"{new_type.to_sql()}: only atomic types can be widened; change nested fields "
+                "one by one",
+                details={
+                    "column": list(path),
+                    "from": old.to_sql(),
+                    "to": new_type.to_sql(),
+                    "allowed": [],
+                    "reason": "complex type",
+                },
+            )
+        if not is_widening(old, new_type):
+            allowed = widenings_of(old)
+            hint = ", ".join(allowed) if allowed else "none"
+            raise UnsupportedSchemaChangeError(
+                f"cannot change the type of {path_sql(path)} from {old.to_sql()} to "
+                f"{new_type.to_sql()}: existing files could not be read as the new type; "
+                f"allowed widenings: {hint}",
+                details={
+                    "column": list(path),
+                    "from": old.to_sql(),
+                    "to": new_type.to_sql(),
+                    "allowed": allowed,
+                    "reason": "not a widening",
+                },
+            )
+        members[i] = replace(members[i], type=new_type)
+        return members
+
+    return _edit(schema, path[:-1], edit)
+
+
+def set_nullability(schema: Schema, *, path: Path, nullable: bool) -> Schema:
+    """DROP NOT NULL (nullable=True) is always allowed; SET NOT NULL only as a no-op."""
+
+    def edit(members: list[Member]) -> list[Member]:
+        i = _require(members, path)
+        if members[i].nullable == nullable:
+            return members
+        if not nullable:
+            raise UnsupportedSchemaChangeError(
+                f"cannot SET NOT NULL on {path_sql(path)}: existing rows may hold NULL and are "
+                "not checked; DROP NOT NULL is allowed",
+                details={"column": list(path), "reason": "set not null"},
+            )
+        members[i] = replace(members[i], nullable=True)
+        return members
+
+    return _edit(schema, path[:-1], edit)
+
+
+def set_column_comment(schema: Schema, *, path: Path, comment: str | None) -> Schema:
+    validate_comment(comment, f"column {path_sql(path)}")
+
+    def edit(members: list[Member]) -> list[Member]:
+        i = _require(members, path)
+        members[i] = replace(members[i], comment=comment)
+        return members
+
+    return _edit(schema, path[:-1], edit)
+
+
+def move_column(schema: Schema, *, path: Path, position: ColumnPosition) -> Schema:
+    def edit(members: list[Member]) -> list[Member]:
+        i = _require(members, path)
+        if isinstance(position, After) and _find(members, position.column) == i:
+            raise InvalidArgumentError(
+                f"cannot move {path_sql(path)} after itself", details={"column": list(path)}
+            )
+        member = members.pop(i)
+        members.insert(_insert_index(members, path[:-1], position), member)
+        return members
+
+    return _edit(schema, path[:-1], edit)
+
+
+# --------------------------------------------------------------------------------------------
+# Helpers: edit the sibling list at a path
+# --------------------------------------------------------------------------------------------
+
+
+def _find(members: list[Member], name: str) -> int:
+    folded = name.casefold()
+    for i, m in enumerate(members):
+        if m.name.casefold() == folded:
+            return i
+    return -1
+
+
+def _require(members: list[Member], path: Path) -> int:
+    i = _find(members, path[-1])
+    if i < 0:
+        raise _not_found(path)
+    return i
+
+
+def _not_found(path: Path) -> ColumnNotFoundError:
+    return ColumnNotFoundError(
+        f"column {path_sql(path)} does not exist", details={"column": list(path)}
+    )
+
+
+def _not_a_struct(path: Path) -> ColumnNotFoundError:
+    return ColumnNotFoundError(
+        f"column {path_sql(path)} is not a STRUCT, so it has no nested fields",
+        details={"column": list(path)},
+    )
+
+
+def _insert_index(members: list[Member], parent: Path, position: ColumnPosition | None) -> int:
+    match position:
+        case None:
+            return len(members)
+        case First():
+            return 0
+        case After(column=name):
+            j = _find(members, name)
+            if j < 0:
+                raise _not_found((*parent, name))
+            return j + 1
+
+
+def _edit(schema: Schema, parent: Path, edit: Callable[[list[Member]], list[Member]]) -> Schema:
+    """Apply `edit` to the sibling list under `parent` and rebuild the tree above it."""
+    if not parent:
+        return Schema(columns=tuple(_as_columns(edit(list(schema.columns)))))
+    return Schema(columns=tuple(_as_columns(_edit_in(list(schema.columns), parent, 0, edit))))
+
+
+def _edit_in(
+    members: list[Member], parent: Path, depth: int, edit: Callable[[list[Member]], list[Member]]
+) -> list[Member]:
+    i = _find(members, parent[depth])
+    if i < 0:
+        raise _not_found(parent[: depth + 1])
+    member = members[i]
+    if not isinstance(member.type, StructType):
+        raise _not_a_struct(parent[: depth + 1])
+    fields: list[Member] = list(member.type.fields)
+    if depth == len(parent) - 1:
+        fields = edit(fields)
+    else:
+        fields = _edit_in(fields, parent, depth + 1, edit)
+    members[i] = replace(member, type=StructType(fields=tuple(_as_fields(fields))))
+    return members
+
+
+def _as_columns(members: list[Member]) -> list[Column]:
+    out: list[Column] = []
+    for m in members:
+        if not isinstance(m, Column):
+            raise CatalogInvariantError(f"struct field {m.name!r} among top-level columns")
+        out.append(m)
+    return out
+
+
+def _as_fields(members: list[Member]) -> list[StructField]:
+    out: list[StructField] = []
+    for m in members:
+        if not isinstance(m, StructField):
+            raise CatalogInvariantError(f"column {m.name!r} among struct fields")
+        out.append(m)
+    return out
