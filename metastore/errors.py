@@ -45,6 +45,16 @@ class ErrorCode(StrEnum):
     CLUSTER_NOT_INITIALIZED = "CLUSTER_NOT_INITIALIZED"
     CLUSTER_ALREADY_INITIALIZED = "CLUSTER_ALREADY_INITIALIZED"
     REQUEST_ID_REUSED = "REQUEST_ID_REUSED"
+    # Client API (daemon) codes: see docs/protocol.md.
+    UNAUTHENTICATED = "UNAUTHENTICATED"
+    FORBIDDEN = "FORBIDDEN"
+    BAD_REQUEST = "BAD_REQUEST"
+    UNKNOWN_OP = "UNKNOWN_OP"
+    NOT_READY = "NOT_READY"
+    NOT_LEADER = "NOT_LEADER"
+    TIMEOUT = "TIMEOUT"
+    UNAVAILABLE = "UNAVAILABLE"
+    INTERNAL = "INTERNAL"
 
 
 class MetastoreError(Exception):
@@ -217,6 +227,66 @@ class RequestIdReusedError(MetastoreError):
     code = ErrorCode.REQUEST_ID_REUSED
 
 
+# ---- client API errors (raised by the daemon shell and rebuilt by the client) ---------------
+
+
+class UnauthenticatedError(MetastoreError):
+    """No token, a wrong token, or a request before `hello`."""
+
+    code = ErrorCode.UNAUTHENTICATED
+
+
+class ForbiddenError(MetastoreError):
+    """The token's role may not run this op."""
+
+    code = ErrorCode.FORBIDDEN
+
+
+class BadRequestError(MetastoreError):
+    """A malformed frame or request: wrong types, missing or unknown arguments."""
+
+    code = ErrorCode.BAD_REQUEST
+
+
+class UnknownOpError(MetastoreError):
+    code = ErrorCode.UNKNOWN_OP
+
+
+class NotReadyError(MetastoreError):
+    """The node is starting, not caught up with the current leader, or has no leader."""
+
+    code = ErrorCode.NOT_READY
+    retryable = True
+
+
+class NotLeaderError(MetastoreError):
+    """`details["leader"]` hints the leader's node id (0 when unknown)."""
+
+    code = ErrorCode.NOT_LEADER
+    retryable = True
+
+
+class RequestTimeoutError(MetastoreError):
+    """The answer did not arrive in time. For a write its outcome is unknown: retry it with the
+    same request id, which the state machine de-duplicates."""
+
+    code = ErrorCode.TIMEOUT
+    retryable = True
+
+
+class UnavailableError(MetastoreError):
+    """No quorum, or the leader could not be reached."""
+
+    code = ErrorCode.UNAVAILABLE
+    retryable = True
+
+
+class InternalError(MetastoreError):
+    """A bug on the node; it has been logged there."""
+
+    code = ErrorCode.INTERNAL
+
+
 _BY_CODE: dict[str, type[MetastoreError]] = {
     cls.code.value: cls
     for cls in (
@@ -240,6 +310,15 @@ _BY_CODE: dict[str, type[MetastoreError]] = {
         ClusterNotInitializedError,
         ClusterAlreadyInitializedError,
         RequestIdReusedError,
+        UnauthenticatedError,
+        ForbiddenError,
+        BadRequestError,
+        UnknownOpError,
+        NotReadyError,
+        NotLeaderError,
+        RequestTimeoutError,
+        UnavailableError,
+        InternalError,
     )
 }
 
