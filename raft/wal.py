@@ -1,0 +1,1007 @@
+"""The write-ahead log and snapshot store: what a node has promised survives a crash.
+
+Key idea
+--------
+Raft's durability contract is "persist entries and the hard state BEFORE sending any message that
+depends on them". The driver meets it by calling `WriteAheadLog.append` (one call per group of
+proposals) and only acting on the batch after the call returns. `append` encodes every entry and
+the hard state as checksummed records, writes them with ONE write and makes them durable with ONE
+fdatasync. The log is a sequence of numbered segment files; snapshots live beside it in their own
+files. Recovery (`WriteAheadLog.open`) reads the newest valid snapshot and replays the segments.
+
+Jargon
+------
+* **record**: ``magic u16 | type u8 | payload length u32 | crc32 u32 | payload`` (little endian).
+  The CRC covers the type byte and the payload; the payload is msgpack (never pickle).
+  ``ENTRY [term, index, tm, kind, data]``, ``HARD_STATE [term, vote, commit]`` and
+  ``RESET [index, term]`` ("from here on the log is exactly the snapshot at index, no entries").
+* **segment**: ``wal-<seq:016x>-<first_index:016x>.log``. ``seq`` orders segments (contiguous,
+  increasing); ``first_index`` is the index the segment was started at, for humans.
+* **snapshot file**: ``snap-<index:016x>.snap``: magic, CRC32, length and a msgpack map with the
+  `SnapshotMeta`, the application's bytes and a **floor**: the first segment seq whose entries
+  still count (an installed snapshot discards every entry in older segments).
+* **torn tail**: the end of the last segment that a crash left half-written: an incomplete
+  record, zeros, or a bad record with no valid record after it. It is cut off on recovery; it can
+  only hold data whose `append` never returned.
+
+Replay rules
+------------
+Hard-state records: the last one wins (read from every segment). Entry records: an entry at index
+i replaces everything at >= i written before it (a follower overwriting a conflicting suffix).
+Reset records: drop all entries. Segments below the snapshot's floor contribute hard states only.
+Entries at or below the snapshot index are dropped; the rest must start at snapshot index + 1.
+
+Invariants
+----------
+* The live segment is the last one; every other segment is immutable.
+* Segments are only deleted as a prefix (oldest first), so what remains always replays to the same
+  log above the deletion bound, whatever step a crash interrupts.
+* Before any segment is deleted, the current hard state is recorded in the live segment (written
+  there if the last hard-state record sits in an older segment), so term and vote never vanish.
+* Compaction only deletes segments whose entries are all <= the OLDEST kept snapshot's index, so
+  falling back to an older snapshot (when the newest has a bad checksum) still finds its log.
+* `install_snapshot` is atomic: renaming the snapshot file (whose floor points past every existing
+  segment) is the commit point. A crash before it recovers the old state; after it, the new one.
+  The reset record written next makes a fallback to an older snapshot fail loudly instead of
+  silently mixing an old snapshot with a newer log.
+
+Concurrency
+-----------
+NOT thread-safe, by design: the node driver serialises all calls (it runs each in a worker thread,
+one at a time). Across processes, an exclusive ``flock`` on ``LOCK`` keeps a second process out.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import itertools
+import logging
+import os
+import re
+import struct
+import time
+import zlib
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from enum import IntEnum
+from pathlib import Path
+from types import TracebackType
+from typing import Any, ClassVar, Final
+
+import msgpack
+
+from raft.core.types import ConfState, Entry, EntryKind, HardState, Snapshot, SnapshotMeta
+
+# ============================================================================================
+# Limits. They belong in raft/limits.py and will move there; kept here meanwhile.
+# ============================================================================================
+
+# A segment rolls when the next write would take it past this size (a single batch larger than
+# this gets a segment of its own). 64 MiB as in etcd: few files, cheap deletion.
+WAL_SEGMENT_BYTES_MAX: Final = 64 * 1024 * 1024
+# The payload of one record (one entry). Also the sanity bound when reading a length field.
+WAL_RECORD_BYTES_MAX: Final = 16 * 1024 * 1024
+# One `append` call, encoded. The driver's own queue limits keep it far below this.
+WAL_APPEND_BYTES_MAX: Final = 256 * 1024 * 1024
+# One snapshot file. Snapshots are read and written whole, in memory.
+SNAPSHOT_BYTES_MAX: Final = 1024 * 1024 * 1024
+# Snapshot files kept on disk: the newest plus a fallback in case the newest is damaged.
+SNAPSHOTS_KEPT: Final = 2
+
+# ============================================================================================
+# Errors. They belong in raft/errors.py (under RaftError) and will move there.
+# ============================================================================================
+
+
+class WalError(Exception):
+    """Base of every error raised by the write-ahead log."""
+
+    code: ClassVar[str] = "wal_error"
+
+
+class CorruptLogError(WalError):
+    """The files on disk cannot be replayed: real corruption, not a torn tail. Needs a human
+    (or a fresh snapshot from the leader after wiping the node)."""
+
+    code: ClassVar[str] = "wal_corrupt"
+
+    def __init__(self, reason: str, *, path: Path, offset: int | None = None) -> None:
+        where = f"{path}" if offset is None else f"{path} at offset {offset}"
+        super().__init__(f"corrupt write-ahead log: {where}: {reason}")
+        self.reason = reason
+        self.path = path
+        self.offset = offset
+
+
+class LogGapError(WalError):
+    """Programmer error: an append would leave a hole in the log, or a batch is not contiguous."""
+
+    code: ClassVar[str] = "wal_log_gap"
+
+
+class CompactedIndexError(WalError):
+    """Programmer error: an append at or below the snapshot index (those entries are compacted)."""
+
+    code: ClassVar[str] = "wal_compacted_index"
+
+
+class SnapshotPositionError(WalError):
+    """Programmer error: an empty snapshot, one older than the current snapshot, or (for
+    `compact`) one beyond the last entry of the log."""
+
+    code: ClassVar[str] = "wal_snapshot_position"
+
+
+class RecordTooLargeError(WalError):
+    """An entry, an append batch or a snapshot exceeds its byte limit."""
+
+    code: ClassVar[str] = "wal_too_large"
+
+
+class WalConfigError(WalError):
+    code: ClassVar[str] = "wal_config"
+
+
+class WalLockedError(WalError):
+    """Another process (or another open in this one) holds the log directory."""
+
+    code: ClassVar[str] = "wal_locked"
+
+
+class WalClosedError(WalError):
+    code: ClassVar[str] = "wal_closed"
+
+
+class WalIOError(WalError):
+    """The operating system refused a read, write, fsync, rename or delete."""
+
+    code: ClassVar[str] = "wal_io"
+
+
+class WalFailedError(WalError):
+    """An earlier I/O error left the files in an unknown state (after a failed fsync the page
+    cache cannot be trusted): this instance refuses all writes; close it and reopen."""
+
+    code: ClassVar[str] = "wal_failed"
+
+
+# ============================================================================================
+# Public values
+# ============================================================================================
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RecoveredState:
+    hard_state: HardState
+    snapshot: Snapshot  # empty Snapshot() if none
+    entries: tuple[Entry, ...]  # contiguous, starting at snapshot.meta.index + 1
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WalStats:
+    bytes_written: int  # to segment and snapshot files since open
+    fsyncs: int  # file and directory syncs since open (0 when fsync=False)
+    fsync_seconds_total: float
+    segments: int  # segment files now on disk
+    last_index: int  # index of the last entry, or the snapshot index if there is none
+
+
+# ============================================================================================
+# Record format
+# ============================================================================================
+
+
+class _RecordType(IntEnum):
+    # 0 is deliberately unused: a zero-filled tail must never parse as a record.
+    ENTRY = 1
+    HARD_STATE = 2
+    RESET = 3
+
+
+_RECORD_HEADER: Final = struct.Struct("<2sBII")  # magic, type, payload length, crc32
+_RECORD_MAGIC: Final = b"\xd7\x5a"
+_RECORD_TYPES: Final = frozenset(int(t) for t in _RecordType)
+_EMPTY_HARD_STATE: Final = HardState()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Reset:
+    index: int
+    term: int
+
+
+_Record = Entry | HardState | _Reset
+
+
+def _record_crc(rtype: int, payload: bytes) -> int:
+    return zlib.crc32(payload, zlib.crc32(bytes((rtype,))))
+
+
+def _frame(rtype: _RecordType, payload: bytes) -> bytes:
+    return _RECORD_HEADER.pack(_RECORD_MAGIC, rtype, len(payload), _record_crc(rtype, payload)) + (
+        payload
+    )
+
+
+def _entry_payload(entry: Entry) -> bytes:
+    return msgpack.packb(
+        (entry.term, entry.index, entry.tm, int(entry.kind), entry.data), use_bin_type=True
+    )
+
+
+def _hard_state_record(hs: HardState) -> bytes:
+    return _frame(_RecordType.HARD_STATE, msgpack.packb((hs.term, hs.vote, hs.commit)))
+
+
+def _reset_record(index: int, term: int) -> bytes:
+    return _frame(_RecordType.RESET, msgpack.packb((index, term)))
+
+
+def _is_int(value: object) -> bool:
+    # msgpack decodes booleans as bool, a subclass of int: refuse them.
+    return type(value) is int
+
+
+def _unpack_ints(payload: bytes, count: int) -> tuple[int, ...]:
+    value = msgpack.unpackb(payload, raw=False, use_list=False)
+    if not (isinstance(value, tuple) and len(value) == count and all(map(_is_int, value))):
+        raise ValueError(f"expected {count} integers, got {value!r:.80}")
+    return tuple(int(v) for v in value)
+
+
+def _decode_record(rtype: _RecordType, payload: bytes) -> _Record:
+    """Raises ValueError (or a msgpack error) if a CRC-valid payload has the wrong shape."""
+    match rtype:
+        case _RecordType.ENTRY:
+            value = msgpack.unpackb(payload, raw=False, use_list=False)
+            if not (isinstance(value, tuple) and len(value) == 5):
+                raise ValueError(f"entry payload is not a 5-tuple: {value!r:.80}")
+            term, index, tm, kind, data = value
+            if not (all(map(_is_int, (term, index, tm, kind))) and isinstance(data, bytes)):
+                raise ValueError(f"entry fields have wrong types: {value!r:.80}")
+            return Entry(term=term, index=index, tm=tm, kind=EntryKind(kind), data=data)
+        case _RecordType.HARD_STATE:
+            term, vote, commit = _unpack_ints(payload, 3)
+            return HardState(term=term, vote=vote, commit=commit)
+        case _RecordType.RESET:
+            index, term = _unpack_ints(payload, 2)
+            return _Reset(index=index, term=term)
+
+
+def _parse_record_at(data: bytes, offset: int) -> tuple[_RecordType, bytes, int] | str:
+    """The record starting at `offset` as (type, payload, end offset), or why there is none."""
+    payload_start = offset + _RECORD_HEADER.size
+    if payload_start > len(data):
+        return "incomplete record header"
+    magic, rtype, length, crc = _RECORD_HEADER.unpack_from(data, offset)
+    if magic != _RECORD_MAGIC:
+        return "bad record magic"
+    if rtype not in _RECORD_TYPES:
+        return f"unknown record type {rtype}"
+    if length > WAL_RECORD_BYTES_MAX:
+        return f"record length {length} over WAL_RECORD_BYTES_MAX"
+    end = payload_start + length
+    if end > len(data):
+        return "incomplete record payload"
+    payload = data[payload_start:end]
+    if _record_crc(rtype, payload) != crc:
+        return "record checksum mismatch"
+    return _RecordType(rtype), payload, end
+
+
+def _valid_record_after(data: bytes, start: int) -> bool:
+    """Whether any well-formed record begins at or after `start`.
+
+    This is what separates a torn tail (nothing valid follows the damage) from corruption in the
+    middle. Candidates are found by their magic, so the scan runs at C speed.
+    """
+    pos = data.find(_RECORD_MAGIC, start)
+    while pos != -1:
+        if not isinstance(_parse_record_at(data, pos), str):
+            return True
+        pos = data.find(_RECORD_MAGIC, pos + 1)
+    return False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _ScannedSegment:
+    records: tuple[tuple[int, _Record], ...]  # (offset, record)
+    valid_bytes: int  # where the torn tail (if any) begins
+    torn_reason: str | None  # why the bytes from valid_bytes on were rejected
+
+
+def _scan_segment(data: bytes, *, path: Path, last: bool) -> _ScannedSegment:
+    """Parse a whole segment. Only the last segment may end in a torn tail."""
+    records: list[tuple[int, _Record]] = []
+    offset = 0
+    while offset < len(data):
+        parsed = _parse_record_at(data, offset)
+        if isinstance(parsed, str):
+            if last and not _valid_record_after(data, offset + 1):
+                return _ScannedSegment(
+                    records=tuple(records), valid_bytes=offset, torn_reason=parsed
+                )
+            detail = "valid records follow it" if last else "not the last segment"
+            raise CorruptLogError(f"{parsed} ({detail})", path=path, offset=offset)
+        rtype, payload, end = parsed
+        try:
+            records.append((offset, _decode_record(rtype, payload)))
+        except (ValueError, msgpack.UnpackException) as exc:
+            # The checksum matched, so these are the bytes we wrote: a format bug, not a crash.
+            raise CorruptLogError(
+                f"undecodable {rtype.name} record: {exc}", path=path, offset=offset
+            ) from exc
+        offset = end
+    return _ScannedSegment(records=tuple(records), valid_bytes=len(data), torn_reason=None)
+
+
+class _ReplayLog:
+    """The log as replay rebuilds it. `base` is the index just before the first entry."""
+
+    __slots__ = ("base", "entries", "reset_index")
+
+    def __init__(self) -> None:
+        self.base: int | None = None
+        self.entries: list[Entry] = []
+        self.reset_index = 0  # index of the last RESET record replayed (0: none)
+
+    def put(self, entry: Entry, *, path: Path, offset: int) -> None:
+        if self.base is None or entry.index <= self.base:
+            # Either the first entry we see (older segments were compacted away) or an overwrite
+            # reaching below what we have seen: everything at >= index is replaced either way.
+            self.base = entry.index - 1
+            self.entries = [entry]
+            return
+        position = entry.index - self.base - 1
+        if position > len(self.entries):
+            last = self.base + len(self.entries)
+            raise CorruptLogError(
+                f"entry {entry.index} follows entry {last}: a gap", path=path, offset=offset
+            )
+        del self.entries[position:]
+        self.entries.append(entry)
+
+    def reset(self, index: int) -> None:
+        self.base = index
+        self.entries = []
+        self.reset_index = index
+
+
+# ============================================================================================
+# Snapshot files
+# ============================================================================================
+
+_SNAPSHOT_HEADER: Final = struct.Struct("<8sIQ")  # magic, crc32(payload), payload length
+_SNAPSHOT_MAGIC: Final = b"RAFTSNP1"
+
+
+class _BadSnapshotFile(Exception):
+    """Internal: a snapshot file that fails validation; recovery falls back to an older one."""
+
+
+def _encode_snapshot(snapshot: Snapshot, *, floor_seq: int) -> bytes:
+    meta = snapshot.meta
+    payload = msgpack.packb(
+        {
+            "index": meta.index,
+            "term": meta.term,
+            "tm": meta.tm,
+            "voters": list(meta.conf.voters),
+            "learners": list(meta.conf.learners),
+            "data": snapshot.data,
+            "floor_seq": floor_seq,
+        },
+        use_bin_type=True,
+    )
+    return _SNAPSHOT_HEADER.pack(_SNAPSHOT_MAGIC, zlib.crc32(payload), len(payload)) + payload
+
+
+def _decode_snapshot(blob: bytes, *, expected_index: int) -> tuple[Snapshot, int]:
+    """The snapshot and its floor seq; raises _BadSnapshotFile."""
+    if len(blob) < _SNAPSHOT_HEADER.size:
+        raise _BadSnapshotFile("shorter than its header")
+    magic, crc, length = _SNAPSHOT_HEADER.unpack_from(blob, 0)
+    payload = blob[_SNAPSHOT_HEADER.size :]
+    if magic != _SNAPSHOT_MAGIC:
+        raise _BadSnapshotFile("bad magic")
+    if length != len(payload):
+        raise _BadSnapshotFile(f"length field {length} but {len(payload)} payload bytes")
+    if zlib.crc32(payload) != crc:
+        raise _BadSnapshotFile("checksum mismatch")
+    try:
+        fields: Any = msgpack.unpackb(payload, raw=False, use_list=False)
+        index, term, tm, floor_seq = (fields[k] for k in ("index", "term", "tm", "floor_seq"))
+        voters, learners, data = fields["voters"], fields["learners"], fields["data"]
+    except (ValueError, TypeError, KeyError, msgpack.UnpackException) as exc:
+        raise _BadSnapshotFile(f"undecodable payload: {exc}") from exc
+    if not (
+        all(map(_is_int, (index, term, tm, floor_seq)))
+        and isinstance(voters, tuple)
+        and isinstance(learners, tuple)
+        and all(map(_is_int, (*voters, *learners)))
+        and isinstance(data, bytes)
+    ):
+        raise _BadSnapshotFile("payload fields have wrong types")
+    if index != expected_index:
+        raise _BadSnapshotFile(f"holds index {index} but is named for {expected_index}")
+    meta = SnapshotMeta(
+        index=index, term=term, tm=tm, conf=ConfState(voters=voters, learners=learners)
+    )
+    return Snapshot(meta=meta, data=data), floor_seq
+
+
+# ============================================================================================
+# Files and names
+# ============================================================================================
+
+_SEGMENT_NAME: Final = re.compile(r"wal-([0-9a-f]{16})-([0-9a-f]{16})\.log")
+_SNAPSHOT_NAME: Final = re.compile(r"snap-([0-9a-f]{16})\.snap")
+_TEMP_SUFFIX: Final = ".tmp"
+_LOCK_NAME: Final = "LOCK"
+_FILE_MODE: Final = 0o600
+_DIR_MODE: Final = 0o700
+# fdatasync skips the inode timestamps but still flushes the size, which is all a log needs.
+_fdatasync: Final = os.fdatasync if hasattr(os, "fdatasync") else os.fsync
+_log = logging.getLogger(__name__)
+
+
+def _segment_name(seq: int, first_index: int) -> str:
+    return f"wal-{seq:016x}-{first_index:016x}.log"
+
+
+def _snapshot_name(index: int) -> str:
+    return f"snap-{index:016x}.snap"
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    # Regular files take the whole buffer in one write; the loop only matters after a signal.
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+@dataclass(slots=True, kw_only=True)
+class _Segment:
+    """Bookkeeping for one segment file (mutable: the live one grows)."""
+
+    seq: int
+    first_index: int
+    path: Path
+    size_bytes: int
+    # Highest entry or reset index recorded in the file (None: none). A segment may be deleted
+    # once this is <= the deletion bound; overwritten entries count too, which is conservative.
+    max_index: int | None
+
+    def note_index(self, index: int) -> None:
+        self.max_index = index if self.max_index is None else max(self.max_index, index)
+
+
+# ============================================================================================
+# The log
+# ============================================================================================
+
+
+class WriteAheadLog:
+    """The fsync'd Raft log and snapshot store of one node. Build it with `open`.
+
+    Not thread-safe: the caller serialises every call. After an I/O error during a write the
+    instance refuses further writes (`WalFailedError`); reopening recovers what is on disk.
+    """
+
+    def __init__(
+        self, *, directory: Path, fsync: bool, segment_bytes_max: int, lock_fd: int
+    ) -> None:
+        # Private: use `open`, which also recovers the state.
+        self._dir = directory
+        self._fsync = fsync
+        self._segment_bytes_max = segment_bytes_max
+        self._lock_fd: int | None = lock_fd
+        self._fd: int | None = None  # the live (last) segment, opened for appending
+        self._segments: list[_Segment] = []
+        self._snapshot_index = 0
+        self._floor_seq = 0  # segments below this seq hold no live entries
+        self._snapshot_indexes: list[int] = []  # snapshot files we may fall back to, ascending
+        self._last_index = 0
+        self._hard_state = _EMPTY_HARD_STATE
+        self._hard_state_in_live = True  # the current hard state is recorded in the live segment
+        self._failed: OSError | None = None
+        self._closed = False
+        self._bytes_written = 0
+        self._fsyncs = 0
+        self._fsync_seconds_total = 0.0
+
+    # ---------------------------------------------------------------------------- open / close
+
+    @classmethod
+    def open(
+        cls,
+        directory: Path,
+        *,
+        fsync: bool = True,
+        segment_bytes_max: int = WAL_SEGMENT_BYTES_MAX,
+    ) -> tuple[WriteAheadLog, RecoveredState]:
+        """Open (creating it, mode 0700, if missing) and recover the log in `directory`.
+
+        A torn tail of the last segment is cut off (and logged); anything else that does not
+        replay raises `CorruptLogError`. fsync=False skips every sync: only for tests/benchmarks.
+        """
+        if segment_bytes_max <= 0:
+            raise WalConfigError(f"segment_bytes_max must be positive, got {segment_bytes_max}")
+        directory = Path(directory)
+        try:
+            lock_fd = cls._create_and_lock(directory, fsync=fsync)
+        except OSError as exc:
+            raise WalIOError(f"cannot open log directory {directory}: {exc}") from exc
+        wal = cls(
+            directory=directory, fsync=fsync, segment_bytes_max=segment_bytes_max, lock_fd=lock_fd
+        )
+        recovered: RecoveredState | None = None
+        try:
+            recovered = wal._recover()
+        except OSError as exc:
+            raise WalIOError(f"cannot recover log in {directory}: {exc}") from exc
+        finally:
+            if recovered is None:
+                wal.close()
+        return wal, recovered
+
+    @staticmethod
+    def _create_and_lock(directory: Path, *, fsync: bool) -> int:
+        if not directory.is_dir():
+            directory.mkdir(mode=_DIR_MODE, parents=True, exist_ok=True)
+            os.chmod(directory, _DIR_MODE)  # mkdir's mode is filtered by the umask
+            if fsync:
+                # The new directory entry must survive a crash like the files inside it.
+                _fsync_dir(directory.parent)
+        fd = os.open(directory / _LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, _FILE_MODE)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise WalLockedError(f"{directory} is in use by another log instance") from None
+        return fd
+
+    def close(self) -> None:
+        """Release the files. Idempotent. Appends already returned are durable; nothing else is
+        written here, so closing is equivalent to crashing right after the last call."""
+        if self._closed:
+            return
+        self._closed = True
+        for fd in (self._fd, self._lock_fd):
+            if fd is not None:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        self._fd = None
+        self._lock_fd = None
+
+    def __enter__(self) -> WriteAheadLog:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def stats(self) -> WalStats:
+        return WalStats(
+            bytes_written=self._bytes_written,
+            fsyncs=self._fsyncs,
+            fsync_seconds_total=self._fsync_seconds_total,
+            segments=len(self._segments),
+            last_index=self._last_index,
+        )
+
+    # ---------------------------------------------------------------------------- append
+
+    def append(self, entries: Sequence[Entry], hard_state: HardState | None) -> None:
+        """Make `entries` (contiguous) and `hard_state` durable: one write, one fdatasync.
+
+        An entry at index i replaces every entry at >= i. Raises LogGapError if the batch is
+        not contiguous or would leave a gap, CompactedIndexError if it starts at or below the
+        snapshot index. Nothing is written when a check fails.
+        """
+        self._check_writable()
+        if not entries and hard_state is None:
+            return
+        parts: list[bytes] = []
+        if entries:
+            first = entries[0].index
+            for offset, entry in enumerate(entries):
+                if entry.index != first + offset:
+                    raise LogGapError(
+                        f"batch not contiguous: entry {entry.index} at position {offset} "
+                        f"of a batch starting at {first}"
+                    )
+            if first <= self._snapshot_index:
+                raise CompactedIndexError(
+                    f"append at {first} but entries up to {self._snapshot_index} are compacted"
+                )
+            if first > self._last_index + 1:
+                raise LogGapError(f"append at {first} after last index {self._last_index}")
+            for entry in entries:
+                payload = _entry_payload(entry)
+                if len(payload) > WAL_RECORD_BYTES_MAX:
+                    raise RecordTooLargeError(
+                        f"entry {entry.index} encodes to {len(payload)} bytes, over "
+                        f"WAL_RECORD_BYTES_MAX={WAL_RECORD_BYTES_MAX}"
+                    )
+                parts.append(_frame(_RecordType.ENTRY, payload))
+        # The hard state goes after the entries: a torn write then never leaves a commit index
+        # pointing at entries that are not on disk.
+        if hard_state is not None:
+            parts.append(_hard_state_record(hard_state))
+        batch = b"".join(parts)
+        if len(batch) > WAL_APPEND_BYTES_MAX:
+            raise RecordTooLargeError(
+                f"append of {len(batch)} bytes over WAL_APPEND_BYTES_MAX={WAL_APPEND_BYTES_MAX}"
+            )
+
+        with self._failing_on_os_error("append"):
+            live = self._segments[-1]
+            if live.size_bytes > 0 and live.size_bytes + len(batch) > self._segment_bytes_max:
+                self._roll(first_index=entries[0].index if entries else self._last_index + 1)
+                live = self._segments[-1]
+            self._write_live(batch)
+        if entries:
+            self._last_index = entries[-1].index
+            live.note_index(self._last_index)
+        if hard_state is not None:
+            self._hard_state = hard_state
+            self._hard_state_in_live = True
+
+    # ---------------------------------------------------------------------------- snapshots
+
+    def compact(self, snapshot: Snapshot) -> None:
+        """Save the application's snapshot at snapshot.meta.index and drop the log it covers.
+
+        The snapshot file is made durable first (temp file, fsync, rename, fsync directory);
+        then snapshot files beyond SNAPSHOTS_KEPT are deleted, then every segment (oldest first)
+        whose entries are all <= the oldest kept snapshot's index. Entries above the snapshot
+        index stay. Raises SnapshotPositionError unless
+        current snapshot index <= snapshot.meta.index <= last index.
+        """
+        self._check_writable()
+        index = snapshot.meta.index
+        if snapshot.is_empty():
+            raise SnapshotPositionError("cannot compact to an empty snapshot")
+        if not self._snapshot_index <= index <= self._last_index:
+            raise SnapshotPositionError(
+                f"compact to {index} outside [{self._snapshot_index}, {self._last_index}]"
+            )
+        self._save_snapshot(snapshot, floor_seq=self._floor_seq)
+        self._snapshot_index = index
+        with self._failing_on_os_error("compaction"):
+            self._prune_snapshots()
+            self._delete_covered_segments()
+
+    def install_snapshot(self, snapshot: Snapshot) -> None:
+        """Replace the whole log by `snapshot` (a follower catching up from the leader).
+
+        Afterwards, also after any crash that happens once this returns, the log is exactly the
+        snapshot with no entries; a crash inside recovers either the old log or the new one.
+        The hard state is kept as it is (its commit may be below the snapshot index; the core
+        treats the snapshot index as committed). Raises SnapshotPositionError for an empty
+        snapshot or one older than the current one.
+        """
+        self._check_writable()
+        index = snapshot.meta.index
+        if snapshot.is_empty():
+            raise SnapshotPositionError("cannot install an empty snapshot")
+        if index < self._snapshot_index:
+            raise SnapshotPositionError(
+                f"install of snapshot {index} older than current snapshot {self._snapshot_index}"
+            )
+        new_seq = self._segments[-1].seq + 1
+        # Commit point: once this file is renamed into place, recovery ignores the entries of
+        # every segment below new_seq (none of which exists yet).
+        self._save_snapshot(snapshot, floor_seq=new_seq)
+        self._snapshot_index = index
+        self._floor_seq = new_seq
+        self._last_index = index
+        with self._failing_on_os_error("snapshot install"):
+            self._roll(first_index=index + 1)
+            self._write_reset(index, snapshot.meta.term)
+            self._delete_segments_below(new_seq)
+            self._prune_snapshots()
+
+    # ---------------------------------------------------------------------------- recovery
+
+    def _recover(self) -> RecoveredState:
+        self._remove_temp_files()
+        snapshot, floor_seq = self._load_newest_snapshot()
+        segments = self._list_segments()
+
+        log = _ReplayLog()
+        hard_state = _EMPTY_HARD_STATE
+        hard_state_in_last = False
+        entries_or_reset_above_floor = False
+        torn: tuple[int, str] | None = None  # (valid bytes, reason) of the last segment
+        for position, segment in enumerate(segments):
+            last = position == len(segments) - 1
+            scanned = _scan_segment(segment.path.read_bytes(), path=segment.path, last=last)
+            if scanned.torn_reason is not None:
+                torn = (scanned.valid_bytes, scanned.torn_reason)
+            segment.size_bytes = scanned.valid_bytes
+            counts = segment.seq >= floor_seq
+            for offset, record in scanned.records:
+                match record:
+                    case HardState():
+                        hard_state = record
+                        hard_state_in_last = last
+                    case Entry():
+                        segment.note_index(record.index)
+                        if counts:
+                            log.put(record, path=segment.path, offset=offset)
+                            entries_or_reset_above_floor = True
+                    case _Reset():
+                        segment.note_index(record.index)
+                        if counts:
+                            log.reset(record.index)
+                            entries_or_reset_above_floor = True
+
+        snapshot_index = snapshot.meta.index
+        if log.reset_index > snapshot_index:
+            raise CorruptLogError(
+                f"the log was reset to a snapshot at {log.reset_index} but the newest valid "
+                f"snapshot is at {snapshot_index}: the installed snapshot is lost",
+                path=self._dir,
+            )
+        entries = tuple(e for e in log.entries if e.index > snapshot_index)
+        if entries and entries[0].index != snapshot_index + 1:
+            raise CorruptLogError(
+                f"the log starts at {entries[0].index} but the snapshot ends at {snapshot_index}",
+                path=self._dir,
+            )
+
+        # Everything below only repairs or completes; the recovered state is already decided.
+        self._segments = segments
+        self._snapshot_index = snapshot_index
+        self._floor_seq = floor_seq
+        self._last_index = entries[-1].index if entries else snapshot_index
+        self._hard_state = hard_state
+        self._hard_state_in_live = hard_state_in_last or hard_state == _EMPTY_HARD_STATE
+        if segments:
+            live = segments[-1]
+            self._fd = os.open(live.path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
+            if torn is not None:
+                valid_bytes, reason = torn
+                _log.warning(
+                    "wal: cutting torn tail file=%s offset=%d bytes=%d reason=%s",
+                    live.path,
+                    valid_bytes,
+                    os.fstat(self._fd).st_size - valid_bytes,
+                    reason,
+                )
+                os.ftruncate(self._fd, valid_bytes)
+                self._sync(self._fd)
+        else:
+            self._create_segment(seq=max(1, floor_seq), first_index=self._last_index + 1)
+        if floor_seq > 0 and not entries_or_reset_above_floor:
+            # A crash interrupted install_snapshot after its commit point: finish it.
+            live_seq = self._segments[-1].seq
+            if live_seq < floor_seq:
+                self._create_segment(
+                    seq=max(floor_seq, live_seq + 1), first_index=snapshot_index + 1
+                )
+            self._write_reset(snapshot_index, snapshot.meta.term)
+        self._delete_segments_below(floor_seq)
+        return RecoveredState(hard_state=hard_state, snapshot=snapshot, entries=entries)
+
+    def _remove_temp_files(self) -> None:
+        for path in self._dir.glob(f"snap-*.snap{_TEMP_SUFFIX}"):
+            _log.info("wal: removing unfinished snapshot file=%s", path)
+            path.unlink()
+
+    def _snapshot_files(self) -> list[tuple[int, Path]]:
+        """All snapshot files by name, newest (highest index) first."""
+        found = []
+        for path in self._dir.iterdir():
+            match = _SNAPSHOT_NAME.fullmatch(path.name)
+            if match:
+                found.append((int(match[1], 16), path))
+        return sorted(found, reverse=True)
+
+    def _load_newest_snapshot(self) -> tuple[Snapshot, int]:
+        """The newest snapshot that validates (and its floor seq); skipped files are logged.
+
+        Older files are not read here; they count as fallbacks (a conservative choice for the
+        deletion bound) and are validated only if they are ever needed.
+        """
+        chosen: tuple[Snapshot, int] | None = None
+        fallbacks: list[int] = []
+        for index, path in self._snapshot_files():
+            if chosen is not None:
+                fallbacks.append(index)
+                continue
+            try:
+                if path.stat().st_size > SNAPSHOT_BYTES_MAX + _SNAPSHOT_HEADER.size:
+                    raise _BadSnapshotFile("larger than SNAPSHOT_BYTES_MAX")
+                chosen = _decode_snapshot(path.read_bytes(), expected_index=index)
+                fallbacks.append(index)
+            except _BadSnapshotFile as exc:
+                _log.warning("wal: skipping invalid snapshot file=%s reason=%s", path, exc)
+        self._snapshot_indexes = sorted(fallbacks)
+        return chosen if chosen is not None else (Snapshot(), 0)
+
+    def _list_segments(self) -> list[_Segment]:
+        segments = []
+        for path in self._dir.iterdir():
+            match = _SEGMENT_NAME.fullmatch(path.name)
+            if match:
+                seq, first_index = int(match[1], 16), int(match[2], 16)
+                segments.append(
+                    _Segment(
+                        seq=seq, first_index=first_index, path=path, size_bytes=0, max_index=None
+                    )
+                )
+        segments.sort(key=lambda s: s.seq)
+        for before, after in itertools.pairwise(segments):
+            if after.seq != before.seq + 1:
+                # Deletion only ever removes a prefix, so a hole means files were lost.
+                raise CorruptLogError(
+                    f"segment seq {after.seq} follows {before.seq}: a segment is missing",
+                    path=after.path,
+                )
+        return segments
+
+    # ---------------------------------------------------------------------------- internals
+
+    def _check_writable(self) -> None:
+        if self._closed:
+            raise WalClosedError("the write-ahead log is closed")
+        if self._failed is not None:
+            raise WalFailedError(
+                f"an earlier I/O error ({self._failed}) left the log in an unknown state; reopen"
+            ) from self._failed
+
+    @contextlib.contextmanager
+    def _failing_on_os_error(self, what: str) -> Iterator[None]:
+        try:
+            yield
+        except OSError as exc:
+            self._failed = exc
+            raise WalIOError(f"{what} failed in {self._dir}: {exc}") from exc
+
+    def _sync(self, fd: int) -> None:
+        if not self._fsync:
+            return
+        started = time.perf_counter()
+        _fdatasync(fd)
+        self._fsync_seconds_total += time.perf_counter() - started
+        self._fsyncs += 1
+
+    def _sync_dir(self) -> None:
+        if not self._fsync:
+            return
+        started = time.perf_counter()
+        _fsync_dir(self._dir)
+        self._fsync_seconds_total += time.perf_counter() - started
+        self._fsyncs += 1
+
+    def _write_live(self, data: bytes) -> None:
+        if self._fd is None:
+            raise WalClosedError("the write-ahead log is closed")
+        _write_all(self._fd, data)
+        self._bytes_written += len(data)
+        self._segments[-1].size_bytes += len(data)
+        self._sync(self._fd)
+
+    def _create_segment(self, *, seq: int, first_index: int) -> None:
+        path = self._dir / _segment_name(seq, first_index)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | os.O_CLOEXEC
+        fd = os.open(path, flags, _FILE_MODE)
+        previous, self._fd = self._fd, fd
+        self._segments.append(
+            _Segment(seq=seq, first_index=first_index, path=path, size_bytes=0, max_index=None)
+        )
+        if previous is not None:
+            os.close(previous)  # every write to it was already synced
+        # The file must exist after a crash before anything acknowledged is written into it.
+        self._sync_dir()
+        self._hard_state_in_live = self._hard_state == _EMPTY_HARD_STATE
+
+    def _roll(self, *, first_index: int) -> None:
+        self._create_segment(seq=self._segments[-1].seq + 1, first_index=first_index)
+
+    def _write_reset(self, index: int, term: int) -> None:
+        """RESET plus the current hard state into the live segment, in one synced write."""
+        record = _reset_record(index, term)
+        if self._hard_state != _EMPTY_HARD_STATE:
+            record += _hard_state_record(self._hard_state)
+        self._write_live(record)
+        self._segments[-1].note_index(index)
+        self._hard_state_in_live = True
+
+    def _save_snapshot(self, snapshot: Snapshot, *, floor_seq: int) -> None:
+        """Crash-safe: temp file, fsync, rename, fsync the directory.
+
+        Failing before the rename leaves the log untouched and usable; failing after it (the
+        directory sync) leaves the instance failed, as we no longer know what is durable.
+        """
+        blob = _encode_snapshot(snapshot, floor_seq=floor_seq)
+        if len(blob) - _SNAPSHOT_HEADER.size > SNAPSHOT_BYTES_MAX:
+            raise RecordTooLargeError(
+                f"snapshot encodes to {len(blob)} bytes, over SNAPSHOT_BYTES_MAX"
+            )
+        index = snapshot.meta.index
+        final = self._dir / _snapshot_name(index)
+        temp = final.with_name(final.name + _TEMP_SUFFIX)
+        try:
+            fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, _FILE_MODE)
+            try:
+                _write_all(fd, blob)
+                self._sync(fd)
+            finally:
+                os.close(fd)
+            os.replace(temp, final)
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                temp.unlink()
+            raise WalIOError(f"cannot save snapshot {final}: {exc}") from exc
+        self._bytes_written += len(blob)
+        with self._failing_on_os_error("snapshot directory sync"):
+            self._sync_dir()
+        if index not in self._snapshot_indexes:
+            self._snapshot_indexes.append(index)
+            self._snapshot_indexes.sort()
+
+    def _prune_snapshots(self) -> None:
+        """Keep the newest SNAPSHOTS_KEPT fallback-worthy snapshots; delete every file below.
+
+        Files that failed validation and are newer than the kept ones stay (they are evidence,
+        and recovery skips them); they go once they fall below the kept range.
+        """
+        kept = self._snapshot_indexes[-SNAPSHOTS_KEPT:]
+        oldest_kept = kept[0]
+        deleted = False
+        for index, path in self._snapshot_files():
+            if index < oldest_kept:
+                path.unlink()
+                deleted = True
+        self._snapshot_indexes = kept
+        if deleted:
+            self._sync_dir()
+
+    def _delete_covered_segments(self) -> None:
+        """Delete, oldest first, segments whose entries are all <= the oldest kept snapshot."""
+        bound = self._snapshot_indexes[0]
+        live = self._segments[-1]
+        if live.max_index is not None and live.max_index <= bound:
+            # Roll so the live segment becomes an old one that can go.
+            self._roll(first_index=self._last_index + 1)
+        count = 0
+        for segment in self._segments[:-1]:
+            if segment.max_index is not None and segment.max_index > bound:
+                break
+            count += 1
+        if count:
+            _log.info("wal: compacting segments=%d bound_index=%d", count, bound)
+        self._delete_oldest_segments(count)
+
+    def _delete_segments_below(self, seq: int) -> None:
+        """Delete every segment below `seq` (the live one never is)."""
+        self._delete_oldest_segments(sum(1 for s in self._segments[:-1] if s.seq < seq))
+
+    def _delete_oldest_segments(self, count: int) -> None:
+        """Delete the `count` oldest segments, oldest first, so the rest is always a suffix."""
+        if count == 0:
+            return
+        if not self._hard_state_in_live:
+            # The hard state may live only in the segments about to go: record it first.
+            self._write_live(_hard_state_record(self._hard_state))
+            self._hard_state_in_live = True
+        for _ in range(count):
+            self._segments.pop(0).path.unlink()
+        self._sync_dir()
+
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -1,0 +1,802 @@
+"""Tests of the write-ahead log: round trips, replay rules, torn tails, corruption, crash points
+of compaction and snapshot install, a model-based Hypothesis test and a real `kill -9`.
+
+Crash points are reproduced without mocks: we copy the directory before an operation, run the
+operation, and assemble the intermediate directory states a crash could leave (the steps only
+ever add a renamed snapshot file, add a segment, or delete the oldest segments).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
+
+from raft.core.types import ConfState, Entry, EntryKind, HardState, Snapshot, SnapshotMeta
+from raft.wal import (
+    SNAPSHOTS_KEPT,
+    WAL_RECORD_BYTES_MAX,
+    WAL_SEGMENT_BYTES_MAX,
+    CompactedIndexError,
+    CorruptLogError,
+    LogGapError,
+    RecordTooLargeError,
+    RecoveredState,
+    SnapshotPositionError,
+    WalClosedError,
+    WalConfigError,
+    WalLockedError,
+    WriteAheadLog,
+)
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+SMALL_SEGMENT = 256  # bytes: a handful of small entries per segment, so rolling is exercised
+
+
+# ------------------------------------------------------------------------------------ helpers
+
+
+def ent(index: int, term: int = 1, kind: EntryKind = EntryKind.NORMAL) -> Entry:
+    return Entry(
+        term=term, index=index, tm=index * 10 + term, kind=kind, data=b"e%d-t%d" % (index, term)
+    )
+
+
+def ents(first: int, last: int, term: int = 1) -> list[Entry]:
+    return [ent(i, term) for i in range(first, last + 1)]
+
+
+def snap(index: int, term: int = 1, data: bytes | None = None) -> Snapshot:
+    meta = SnapshotMeta(
+        index=index,
+        term=term,
+        tm=index * 10 + term,
+        conf=ConfState(voters=(1, 2, 3), learners=(4,)),
+    )
+    return Snapshot(meta=meta, data=b"state@%d" % index if data is None else data)
+
+
+def open_wal(
+    path: Path, *, fsync: bool = False, segment_bytes_max: int = WAL_SEGMENT_BYTES_MAX
+) -> tuple[WriteAheadLog, RecoveredState]:
+    # fsync=False unless a test is about syncing: the logic under test is the same, only faster.
+    return WriteAheadLog.open(path, fsync=fsync, segment_bytes_max=segment_bytes_max)
+
+
+def recover(path: Path, *, segment_bytes_max: int = WAL_SEGMENT_BYTES_MAX) -> RecoveredState:
+    wal, state = open_wal(path, segment_bytes_max=segment_bytes_max)
+    wal.close()
+    return state
+
+
+def segments(path: Path) -> list[Path]:
+    # Fixed-width hex names: lexical order is seq order.
+    return sorted(path.glob("wal-*.log"))
+
+
+def snapshots(path: Path) -> list[Path]:
+    return sorted(path.glob("snap-*.snap"))
+
+
+def flip_byte(path: Path, offset: int) -> None:
+    data = bytearray(path.read_bytes())
+    data[offset] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+def build(
+    path: Path,
+    *calls: tuple[list[Entry], HardState | None],
+    segment_bytes_max: int = WAL_SEGMENT_BYTES_MAX,
+) -> list[int]:
+    """Append each batch, closing afterwards; returns the live segment's size after each call."""
+    wal, _ = open_wal(path, segment_bytes_max=segment_bytes_max)
+    sizes = []
+    with wal:
+        for batch, hs in calls:
+            wal.append(batch, hs)
+            sizes.append(segments(path)[-1].stat().st_size)
+    return sizes
+
+
+# ------------------------------------------------------------------------------- round trips
+
+
+def test_missing_directory_is_created_private(tmp_path: Path) -> None:
+    target = tmp_path / "a" / "b" / "wal"
+    state = recover(target)
+    assert state == RecoveredState(hard_state=HardState(), snapshot=Snapshot(), entries=())
+    assert target.stat().st_mode & 0o777 == 0o700
+
+
+def test_append_and_reopen_round_trip(tmp_path: Path) -> None:
+    batch1 = [
+        Entry(term=1, index=1, tm=100, kind=EntryKind.NOOP),
+        Entry(term=1, index=2, tm=101, data=bytes(range(256))),
+        Entry(term=1, index=3, tm=102, kind=EntryKind.CONF, data=b"\x00\xff"),
+    ]
+    batch2 = [Entry(term=2, index=4, tm=200, kind=EntryKind.TICK), Entry(term=2, index=5, tm=201)]
+    hs = HardState(term=2, vote=3, commit=4)
+    build(tmp_path, (batch1, HardState(term=1, vote=1, commit=0)), (batch2, hs))
+
+    state = recover(tmp_path)
+    assert state.entries == (*batch1, *batch2)
+    assert state.hard_state == hs
+    assert state.snapshot == Snapshot()
+
+    # Appending after recovery continues the same log.
+    wal, _ = open_wal(tmp_path)
+    with wal:
+        wal.append([ent(6, term=2)], None)
+    assert recover(tmp_path).entries == (*batch1, *batch2, ent(6, term=2))
+
+
+def test_empty_append_writes_nothing(tmp_path: Path) -> None:
+    wal, _ = open_wal(tmp_path)
+    with wal:
+        wal.append([], None)
+        assert wal.stats().bytes_written == 0
+
+
+def test_hard_state_last_wins(tmp_path: Path) -> None:
+    build(
+        tmp_path,
+        ([], HardState(term=1, vote=1, commit=0)),
+        (ents(1, 2), HardState(term=2, vote=2, commit=1)),
+        (ents(3, 4), None),
+        ([], HardState(term=3, vote=0, commit=2)),
+        (ents(5, 5), None),
+        segment_bytes_max=SMALL_SEGMENT,
+    )
+    state = recover(tmp_path)
+    assert state.hard_state == HardState(term=3, vote=0, commit=2)
+    assert state.entries == tuple(ents(1, 5))
+
+
+def test_hard_state_survives_deletion_of_the_segment_it_was_written_in(tmp_path: Path) -> None:
+    hs = HardState(term=7, vote=2, commit=3)
+    wal, _ = open_wal(tmp_path, segment_bytes_max=SMALL_SEGMENT)
+    with wal:
+        wal.append(ents(1, 3, term=7), hs)
+        first_segment = segments(tmp_path)[0]
+        for i in range(4, 41):
+            wal.append([ent(i, term=7)], None)
+        wal.compact(snap(40, term=7))
+    assert not first_segment.exists()
+    state = recover(tmp_path, segment_bytes_max=SMALL_SEGMENT)
+    assert state.hard_state == hs
+    assert state.snapshot == snap(40, term=7)
+    assert state.entries == ()
+
+
+@pytest.mark.parametrize("segment_bytes_max", [SMALL_SEGMENT, 1 << 20])
+def test_suffix_overwrite_across_reopen(tmp_path: Path, segment_bytes_max: int) -> None:
+    wal, _ = open_wal(tmp_path, segment_bytes_max=segment_bytes_max)
+    with wal:
+        for i in range(1, 11):
+            wal.append([ent(i, term=1)], HardState(term=1, commit=i - 1))
+        # A new leader's conflicting entries replace 6..10.
+        wal.append(ents(6, 7, term=2), HardState(term=2, vote=2, commit=5))
+        assert wal.stats().last_index == 7
+    expected = (*ents(1, 5, term=1), *ents(6, 7, term=2))
+    assert recover(tmp_path).entries == expected
+
+    wal, _ = open_wal(tmp_path, segment_bytes_max=segment_bytes_max)
+    with wal:
+        wal.append([ent(8, term=2)], None)
+        # An overwrite of the overwrite, reaching further back.
+        wal.append([ent(4, term=3)], None)
+    assert recover(tmp_path).entries == (*ents(1, 3, term=1), ent(4, term=3))
+
+
+def test_gaps_and_compacted_indexes_raise_and_write_nothing(tmp_path: Path) -> None:
+    wal, _ = open_wal(tmp_path)
+    with wal:
+        with pytest.raises(LogGapError):
+            wal.append([ent(2)], None)  # first entry of an empty log must be 1
+        wal.append(ents(1, 3), HardState(term=1))
+        written = wal.stats().bytes_written
+        with pytest.raises(LogGapError):
+            wal.append([ent(5)], HardState(term=9))
+        with pytest.raises(LogGapError):
+            wal.append([ent(4), ent(6)], None)  # not contiguous
+        wal.compact(snap(2))
+        with pytest.raises(CompactedIndexError):
+            wal.append([ent(2, term=2)], None)
+        assert LogGapError.code != CompactedIndexError.code
+        assert wal.stats().bytes_written == written + len(snapshots(tmp_path)[0].read_bytes())
+    state = recover(tmp_path)
+    assert state.entries == (ent(3),)
+    assert state.hard_state == HardState(term=1)
+
+
+def test_oversized_entry_is_refused(tmp_path: Path) -> None:
+    wal, _ = open_wal(tmp_path)
+    with wal:
+        big = Entry(term=1, index=1, tm=1, data=b"x" * WAL_RECORD_BYTES_MAX)
+        with pytest.raises(RecordTooLargeError):
+            wal.append([big], None)
+        assert wal.stats().bytes_written == 0
+        wal.append([ent(1)], None)
+    assert recover(tmp_path).entries == (ent(1),)
+
+
+def test_lock_closed_and_config_errors(tmp_path: Path) -> None:
+    wal, _ = open_wal(tmp_path)
+    with pytest.raises(WalLockedError):
+        open_wal(tmp_path)
+    wal.close()
+    wal.close()  # idempotent
+    with pytest.raises(WalClosedError):
+        wal.append([ent(1)], None)
+    with pytest.raises(WalConfigError):
+        open_wal(tmp_path, segment_bytes_max=0)
+    recover(tmp_path)  # the lock was released
+
+
+def test_stats_count_one_fsync_per_append(tmp_path: Path) -> None:
+    wal, _ = open_wal(tmp_path, fsync=True, segment_bytes_max=SMALL_SEGMENT)
+    with wal:
+        before = wal.stats()
+        wal.append(ents(1, 3), HardState(term=1))
+        after = wal.stats()
+        assert after.fsyncs == before.fsyncs + 1
+        assert after.bytes_written == segments(tmp_path)[0].stat().st_size
+        assert after.last_index == 3
+        for i in range(4, 30):
+            wal.append([ent(i)], None)
+        stats = wal.stats()
+        assert stats.segments == len(segments(tmp_path)) > 1
+        assert stats.fsync_seconds_total > 0
+    wal, _ = open_wal(tmp_path, fsync=False)
+    with wal:
+        wal.append([ent(30)], None)
+        assert wal.stats().fsyncs == 0
+
+
+# -------------------------------------------------------------------- compaction and install
+
+
+def test_compact_drops_covered_segments_and_keeps_the_rest(tmp_path: Path) -> None:
+    wal, _ = open_wal(tmp_path, segment_bytes_max=SMALL_SEGMENT)
+    with wal:
+        for i in range(1, 61):
+            wal.append([ent(i)], HardState(term=1, commit=i - 1) if i % 7 == 0 else None)
+        count_before = len(segments(tmp_path))
+        wal.compact(snap(30))
+        assert len(segments(tmp_path)) < count_before
+        assert wal.stats().segments == len(segments(tmp_path))
+    state = recover(tmp_path, segment_bytes_max=SMALL_SEGMENT)
+    assert state.snapshot == snap(30)
+    assert state.entries == tuple(ents(31, 60))
+    assert state.hard_state == HardState(term=1, commit=55)
+
+    wal, _ = open_wal(tmp_path, segment_bytes_max=SMALL_SEGMENT)
+    with wal:
+        wal.compact(snap(45))
+        kept_after_second = len(segments(tmp_path))
+        for i in range(61, 81):
+            wal.append([ent(i)], None)
+        wal.compact(snap(70))
+        assert len(segments(tmp_path)) < kept_after_second + 20
+    # Only the newest SNAPSHOTS_KEPT snapshot files remain.
+    assert [p.name for p in snapshots(tmp_path)] == [
+        f"snap-{i:016x}.snap" for i in (45, 70)[-SNAPSHOTS_KEPT:]
+    ]
+    state = recover(tmp_path)
+    assert state.snapshot == snap(70)
+    assert state.entries == tuple(ents(71, 80))
+
+
+def test_compact_to_the_last_index_rolls_so_the_live_segment_can_go(tmp_path: Path) -> None:
+    wal, _ = open_wal(tmp_path)  # one big segment
+    with wal:
+        wal.append(ents(1, 10), HardState(term=1, vote=1, commit=10))
+        old = segments(tmp_path)
+        wal.compact(snap(10))
+        assert not any(p.exists() for p in old)
+        assert len(segments(tmp_path)) == 1
+    state = recover(tmp_path)
+    assert state == RecoveredState(
+        hard_state=HardState(term=1, vote=1, commit=10), snapshot=snap(10), entries=()
+    )
+    wal, _ = open_wal(tmp_path)
+    with wal:
+        wal.append([ent(11)], None)
+    assert recover(tmp_path).entries == (ent(11),)
+
+
+def test_compact_and_install_reject_bad_positions(tmp_path: Path) -> None:
+    wal, _ = open_wal(tmp_path)
+    with wal:
+        wal.append(ents(1, 10), None)
+        with pytest.raises(SnapshotPositionError):
+            wal.compact(Snapshot())
+        with pytest.raises(SnapshotPositionError):
+            wal.compact(snap(11))  # beyond the log
+        wal.compact(snap(5))
+        with pytest.raises(SnapshotPositionError):
+            wal.compact(snap(4))
+        with pytest.raises(SnapshotPositionError):
+            wal.install_snapshot(snap(4))
+        with pytest.raises(SnapshotPositionError):
+            wal.install_snapshot(Snapshot())
+    assert recover(tmp_path).snapshot == snap(5)
+
+
+@pytest.mark.parametrize("install_index", [15, 20, 50])
+def test_install_snapshot_resets_the_log(tmp_path: Path, install_index: int) -> None:
+    hs = HardState(term=1, vote=2, commit=12)
+    wal, _ = open_wal(tmp_path, segment_bytes_max=SMALL_SEGMENT)
+    with wal:
+        wal.append(ents(1, 20, term=1), hs)
+        wal.compact(snap(5))
+        wal.install_snapshot(snap(install_index, term=3))
+        assert wal.stats().last_index == install_index
+        assert wal.stats().segments == len(segments(tmp_path)) == 1
+        with pytest.raises(LogGapError):
+            wal.append([ent(install_index + 2, term=3)], None)
+    state = recover(tmp_path)
+    assert state == RecoveredState(hard_state=hs, snapshot=snap(install_index, term=3), entries=())
+
+    wal, _ = open_wal(tmp_path, segment_bytes_max=SMALL_SEGMENT)
+    with wal:
+        wal.append(
+            [ent(install_index + 1, term=3)], HardState(term=3, vote=1, commit=install_index)
+        )
+    state = recover(tmp_path)
+    assert state.entries == (ent(install_index + 1, term=3),)
+    assert state.hard_state == HardState(term=3, vote=1, commit=install_index)
+
+
+# --------------------------------------------------------------------- torn tails, corruption
+
+
+def test_torn_tail_at_every_offset_of_the_last_record(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    source = tmp_path / "source"
+    hs = HardState(term=1, vote=1, commit=2)
+    sizes = build(source, (ents(1, 3), hs), ([ent(4)], None))
+    start, end = sizes
+    assert end > start
+    for cut in range(start, end):
+        copy = tmp_path / f"cut-{cut}"
+        shutil.copytree(source, copy)
+        with open(segments(copy)[-1], "r+b") as f:
+            f.truncate(cut)
+        state = recover(copy)
+        assert state.entries == tuple(ents(1, 3)), cut
+        assert state.hard_state == hs
+        assert segments(copy)[-1].stat().st_size == start  # the partial record is cut off
+        shutil.rmtree(copy)
+    assert "torn tail" in caplog.text
+
+
+def test_torn_tail_inside_a_batch_keeps_exactly_the_complete_records(tmp_path: Path) -> None:
+    hs1, hs2 = HardState(term=1, commit=1), HardState(term=1, commit=5)
+    batch = ents(4, 6)
+    source = tmp_path / "source"
+    build(source, (ents(1, 3), hs1), (batch, hs2))
+    # The same records appended one call each give the record boundaries inside the batch.
+    scratch = tmp_path / "scratch"
+    sizes = build(scratch, (ents(1, 3), hs1), *[([e], None) for e in batch], ([], hs2))
+    assert segments(scratch)[0].read_bytes() == segments(source)[0].read_bytes()
+    start, *record_ends = sizes
+    for cut in range(start, record_ends[-1]):
+        copy = tmp_path / "copy"
+        shutil.copytree(source, copy)
+        with open(segments(copy)[0], "r+b") as f:
+            f.truncate(cut)
+        complete = sum(1 for end in record_ends[:-1] if end <= cut)
+        state = recover(copy)
+        assert state.entries == (*ents(1, 3), *batch[:complete]), cut
+        assert state.hard_state == hs1
+        shutil.rmtree(copy)
+
+
+def test_zero_filled_tail_is_cut(tmp_path: Path) -> None:
+    sizes = build(tmp_path, (ents(1, 3), HardState(term=1)), ([ent(4)], None))
+    segment = segments(tmp_path)[0]
+    with open(segment, "ab") as f:
+        f.write(bytes(4096))  # e.g. preallocated or a filesystem that extended the file
+    assert recover(tmp_path).entries == tuple(ents(1, 4))
+    assert segment.stat().st_size == sizes[-1]
+
+    # Zeros where the last record was (size extended, data never written).
+    with open(segment, "r+b") as f:
+        f.seek(sizes[0])
+        f.write(bytes(sizes[1] - sizes[0] + 100))
+    assert recover(tmp_path).entries == tuple(ents(1, 3))
+    assert segment.stat().st_size == sizes[0]
+
+
+def test_bad_checksum_in_the_last_record_is_a_torn_tail(tmp_path: Path) -> None:
+    sizes = build(tmp_path, (ents(1, 3), None), ([ent(4)], None))
+    flip_byte(segments(tmp_path)[0], sizes[1] - 1)
+    assert recover(tmp_path).entries == tuple(ents(1, 3))
+
+
+def test_bad_checksum_followed_by_valid_records_is_corruption(tmp_path: Path) -> None:
+    sizes = build(tmp_path, (ents(1, 1), None), (ents(2, 2), None), (ents(3, 3), None))
+    segment = segments(tmp_path)[0]
+    flip_byte(segment, sizes[1] - 1)  # last payload byte of the record of entry 2
+    untouched = segment.read_bytes()
+    with pytest.raises(CorruptLogError) as caught:
+        recover(tmp_path)
+    assert caught.value.path == segment
+    assert caught.value.offset == sizes[0]
+    assert segment.name in str(caught.value)
+    assert f"offset {sizes[0]}" in str(caught.value)
+    assert caught.value.code == "wal_corrupt"
+    assert segment.read_bytes() == untouched  # recovery never "repairs" real corruption
+
+
+@pytest.mark.parametrize("damage", ["flip", "truncate"])
+def test_damage_at_the_end_of_a_non_last_segment_is_corruption(tmp_path: Path, damage: str) -> None:
+    build(tmp_path, *[([ent(i)], None) for i in range(1, 30)], segment_bytes_max=SMALL_SEGMENT)
+    first = segments(tmp_path)[0]
+    assert len(segments(tmp_path)) > 2
+    size = first.stat().st_size
+    if damage == "flip":
+        flip_byte(first, size - 1)
+    else:
+        with open(first, "r+b") as f:
+            f.truncate(size - 3)
+    with pytest.raises(CorruptLogError) as caught:
+        recover(tmp_path)
+    assert caught.value.path == first
+
+
+def test_missing_middle_segment_is_corruption(tmp_path: Path) -> None:
+    build(tmp_path, *[([ent(i)], None) for i in range(1, 30)], segment_bytes_max=SMALL_SEGMENT)
+    files = segments(tmp_path)
+    assert len(files) > 2
+    files[1].unlink()
+    with pytest.raises(CorruptLogError, match="a segment is missing"):
+        recover(tmp_path)
+
+
+def test_bad_newest_snapshot_falls_back_to_the_older_one(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    wal, _ = open_wal(tmp_path, segment_bytes_max=SMALL_SEGMENT)
+    with wal:
+        for i in range(1, 41):
+            wal.append([ent(i)], HardState(term=1, commit=i))
+        wal.compact(snap(10))
+        wal.compact(snap(20))
+    newest = snapshots(tmp_path)[-1]
+    flip_byte(newest, newest.stat().st_size - 1)
+    with caplog.at_level(logging.WARNING, logger="raft.wal"):
+        state = recover(tmp_path, segment_bytes_max=SMALL_SEGMENT)
+    assert state.snapshot == snap(10)
+    assert state.entries == tuple(ents(11, 40))
+    assert state.hard_state == HardState(term=1, commit=40)
+    assert newest.name in caplog.text
+
+    # The log stays usable: later compactions replace the damaged file.
+    wal, _ = open_wal(tmp_path, segment_bytes_max=SMALL_SEGMENT)
+    with wal:
+        wal.compact(snap(20))
+        wal.append([ent(41)], None)
+    state = recover(tmp_path)
+    assert state.snapshot == snap(20)
+    assert state.entries == tuple(ents(21, 41))
+
+
+def test_lost_installed_snapshot_is_reported_not_mixed_with_an_older_one(tmp_path: Path) -> None:
+    wal, _ = open_wal(tmp_path)
+    with wal:
+        wal.append(ents(1, 20), None)
+        wal.compact(snap(10))
+        wal.install_snapshot(snap(30, term=2))
+    installed = snapshots(tmp_path)[-1]
+    flip_byte(installed, installed.stat().st_size - 1)
+    with pytest.raises(CorruptLogError, match="installed snapshot"):
+        recover(tmp_path)
+
+
+# ------------------------------------------------------------------------------ crash points
+
+
+def copy_with(source: Path, target: Path, *extra: Path, without: tuple[Path, ...] = ()) -> Path:
+    shutil.copytree(source, target)
+    for path in extra:
+        shutil.copy2(path, target / path.name)
+    for path in without:
+        (target / path.name).unlink()
+    return target
+
+
+def test_compact_recovers_at_every_crash_point(tmp_path: Path) -> None:
+    live = tmp_path / "live"
+    pre = tmp_path / "pre"
+    hs = HardState(term=1, vote=1, commit=25)
+    build(
+        live,
+        *[([ent(i)], hs if i == 25 else None) for i in range(1, 41)],
+        segment_bytes_max=SMALL_SEGMENT,
+    )
+    shutil.copytree(live, pre)
+    wal, _ = open_wal(live, segment_bytes_max=SMALL_SEGMENT)
+    with wal:
+        wal.compact(snap(25))
+    (new_snapshot,) = snapshots(live)
+    deleted = [p for p in segments(pre) if not (live / p.name).exists()]
+    assert deleted
+
+    old_state = RecoveredState(hard_state=hs, snapshot=Snapshot(), entries=tuple(ents(1, 40)))
+    new_state = RecoveredState(hard_state=hs, snapshot=snap(25), entries=tuple(ents(26, 40)))
+
+    # Crash while writing the temp file: the old state, and the temp file is cleaned up.
+    crashed = copy_with(pre, tmp_path / "temp")
+    (crashed / (new_snapshot.name + ".tmp")).write_bytes(new_snapshot.read_bytes()[:20])
+    assert recover(crashed) == old_state
+    assert not list(crashed.glob("*.tmp"))
+
+    # Crash after the rename, then after deleting each further old segment.
+    for k in range(len(deleted) + 1):
+        crashed = copy_with(
+            pre, tmp_path / f"renamed-{k}", new_snapshot, without=tuple(deleted[:k])
+        )
+        assert recover(crashed, segment_bytes_max=SMALL_SEGMENT) == new_state, k
+        wal, _ = open_wal(crashed, segment_bytes_max=SMALL_SEGMENT)
+        with wal:
+            wal.append([ent(41)], None)
+        assert recover(crashed).entries == tuple(ents(26, 41))
+    assert recover(live) == new_state
+
+
+def test_install_snapshot_recovers_old_or_new_state_at_every_crash_point(tmp_path: Path) -> None:
+    live = tmp_path / "live"
+    pre = tmp_path / "pre"
+    hs = HardState(term=1, vote=2, commit=8)
+    wal, _ = open_wal(live, segment_bytes_max=SMALL_SEGMENT)
+    with wal:
+        for i in range(1, 31):  # entries 21..30 conflict with the leader's log
+            wal.append([ent(i, term=1)], hs if i == 8 else None)
+        wal.compact(snap(5))
+    shutil.copytree(live, pre)
+    wal, _ = open_wal(live, segment_bytes_max=SMALL_SEGMENT)
+    with wal:
+        wal.install_snapshot(snap(20, term=2))
+    installed = live / "snap-0000000000000014.snap"
+    (new_segment,) = segments(live)
+    old_segments = segments(pre)
+    assert new_segment.name not in {p.name for p in old_segments}
+
+    old_state = RecoveredState(hard_state=hs, snapshot=snap(5), entries=tuple(ents(6, 30)))
+    new_state = RecoveredState(hard_state=hs, snapshot=snap(20, term=2), entries=())
+
+    def check_new(directory: Path) -> None:
+        assert recover(directory, segment_bytes_max=SMALL_SEGMENT) == new_state
+        # Recovery finished the install: only the new log remains, and it stays the new state.
+        assert all(p.name >= new_segment.name for p in segments(directory))
+        wal, _ = open_wal(directory, segment_bytes_max=SMALL_SEGMENT)
+        with wal:
+            wal.append([ent(21, term=2)], None)
+        state = recover(directory)
+        assert state.entries == (ent(21, term=2),)
+        assert state.hard_state == hs
+
+    crashed = copy_with(pre, tmp_path / "temp")
+    (crashed / (installed.name + ".tmp")).write_bytes(installed.read_bytes()[:-3])
+    assert recover(crashed) == old_state
+
+    check_new(copy_with(pre, tmp_path / "renamed", installed))
+
+    torn = copy_with(pre, tmp_path / "torn-reset", installed)
+    (torn / new_segment.name).write_bytes(new_segment.read_bytes()[:5])
+    check_new(torn)
+
+    for k in range(len(old_segments) + 1):
+        crashed = copy_with(
+            pre, tmp_path / f"segment-{k}", installed, new_segment, without=tuple(old_segments[:k])
+        )
+        check_new(crashed)
+
+    check_new(live)
+
+
+# --------------------------------------------------------------------- model-based (hypothesis)
+
+
+class WalAgainstModel(RuleBasedStateMachine):
+    """Random appends (with overwrites), compactions, installs, torn tails and reopens, checked
+    against the obvious model: a snapshot, a list of entries after it and the last hard state."""
+
+    SEGMENT_BYTES = 200
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tmp = Path(tempfile.mkdtemp(prefix="wal-model-"))
+        self.dir = self.tmp / "wal"
+        self.wal, _ = open_wal(self.dir, segment_bytes_max=self.SEGMENT_BYTES)
+        self.snapshot = Snapshot()
+        self.entries: list[Entry] = []
+        self.hard_state = HardState()
+        self.term = 1
+        self.tm = 0
+
+    def last_index(self) -> int:
+        return self.entries[-1].index if self.entries else self.snapshot.meta.index
+
+    def term_at(self, index: int) -> int:
+        for entry in self.entries:
+            if entry.index == index:
+                return entry.term
+        return self.snapshot.meta.term
+
+    @rule(
+        count=st.integers(0, 4),
+        back=st.integers(0, 3),
+        new_term=st.booleans(),
+        # Rare, so the last hard state often sits in a segment that compaction deletes.
+        with_hard_state=st.sampled_from([False, False, False, False, True]),
+        size=st.integers(0, 60),
+    )
+    def append(
+        self, count: int, back: int, new_term: bool, with_hard_state: bool, size: int
+    ) -> None:
+        self.term += new_term
+        first = max(self.snapshot.meta.index + 1, self.last_index() + 1 - back)
+        batch = []
+        for k in range(count):
+            self.tm += 1
+            batch.append(
+                Entry(term=self.term, index=first + k, tm=self.tm, data=bytes([k % 256]) * size)
+            )
+        hard_state = (
+            HardState(term=self.term, vote=self.tm % 4, commit=self.snapshot.meta.index)
+            if with_hard_state
+            else None
+        )
+        self.wal.append(batch, hard_state)
+        if batch:
+            self.entries = [e for e in self.entries if e.index < first] + batch
+        if hard_state is not None:
+            self.hard_state = hard_state
+
+    @rule(data=st.data())
+    def compact(self, data: st.DataObject) -> None:
+        low, high = max(self.snapshot.meta.index, 1), self.last_index()
+        if high < low:
+            return
+        index = data.draw(st.integers(low, high))
+        snapshot = snap(index, term=self.term_at(index), data=b"app@%d" % index)
+        self.wal.compact(snapshot)
+        self.snapshot = snapshot
+        self.entries = [e for e in self.entries if e.index > index]
+
+    @rule(ahead=st.integers(-3, 5))
+    def install(self, ahead: int) -> None:
+        index = max(self.snapshot.meta.index, self.last_index() + ahead, 1)
+        self.term += 1
+        snapshot = snap(index, term=self.term, data=b"leader@%d" % index)
+        self.wal.install_snapshot(snapshot)
+        self.snapshot = snapshot
+        self.entries = []
+
+    @rule(skip=st.integers(2, 4))
+    def gap_is_rejected(self, skip: int) -> None:
+        with pytest.raises(LogGapError):
+            self.wal.append([ent(self.last_index() + skip)], None)
+
+    @rule()
+    def reopen(self) -> None:
+        self.wal.close()
+        self.wal, state = open_wal(self.dir, segment_bytes_max=self.SEGMENT_BYTES)
+        assert state == RecoveredState(
+            hard_state=self.hard_state, snapshot=self.snapshot, entries=tuple(self.entries)
+        )
+
+    @rule(junk=st.binary(min_size=1, max_size=40) | st.just(bytes(512)))
+    def crash_with_a_torn_tail(self, junk: bytes) -> None:
+        # Bytes of an append that never returned: recovery must cut them and lose nothing else.
+        self.wal.close()
+        with open(segments(self.dir)[-1], "ab") as f:
+            f.write(junk)
+        self.reopen()
+
+    @invariant()
+    def stats_agree(self) -> None:
+        stats = self.wal.stats()
+        assert stats.last_index == self.last_index()
+        assert stats.segments == len(segments(self.dir))
+        assert len(snapshots(self.dir)) <= SNAPSHOTS_KEPT
+
+    def teardown(self) -> None:
+        self.wal.close()
+        shutil.rmtree(self.tmp)
+
+
+WalAgainstModel.TestCase.settings = settings(
+    max_examples=60,
+    stateful_step_count=50,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+TestWalAgainstModel = WalAgainstModel.TestCase
+
+
+# --------------------------------------------------------------------------- real kill -9
+
+CHILD = r"""
+import sys
+from pathlib import Path
+from raft.core.types import Entry, HardState, Snapshot, SnapshotMeta
+from raft.wal import WriteAheadLog
+
+wal, _ = WriteAheadLog.open(Path(sys.argv[1]), fsync=True, segment_bytes_max=2048)
+print("ready", flush=True)
+last, size, next_compact = 0, 1, 40
+while True:
+    indexes = range(last + 1, last + size + 1)
+    batch = [Entry(term=1, index=i, tm=i, data=b"v%d" % i) for i in indexes]
+    wal.append(batch, HardState(term=1, vote=1, commit=last))
+    last += size
+    print(last, flush=True)  # acknowledged: append returned
+    size = size % 5 + 1
+    if last >= next_compact:
+        index = last - 5
+        wal.compact(Snapshot(meta=SnapshotMeta(index=index, term=1, tm=index), data=b"s%d" % index))
+        next_compact += 40
+"""
+
+
+@pytest.fixture
+def child_process(tmp_path: Path) -> Iterator[subprocess.Popen[bytes]]:
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    proc = subprocess.Popen(
+        [sys.executable, "-c", CHILD, str(tmp_path / "wal")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=REPO_ROOT,
+        env=env,
+    )
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate(timeout=10)
+
+
+def test_kill_9_loses_nothing_that_append_acknowledged(
+    tmp_path: Path, child_process: subprocess.Popen[bytes]
+) -> None:
+    assert child_process.stdout is not None
+    ready, _, _ = select.select([child_process.stdout], [], [], 20)
+    assert ready, "child did not start"
+    assert child_process.stdout.readline() == b"ready\n", child_process.stderr
+    time.sleep(0.5)
+    os.kill(child_process.pid, signal.SIGKILL)
+    out, err = child_process.communicate(timeout=10)
+    assert child_process.returncode == -signal.SIGKILL, err.decode()
+    acknowledged = [int(line) for line in out.split()]
+    assert len(acknowledged) >= 5, "the child made too little progress to test anything"
+
+    state = recover(tmp_path / "wal")
+    snapshot_index = state.snapshot.meta.index
+    if snapshot_index:
+        assert state.snapshot.data == b"s%d" % snapshot_index
+    by_index = {e.index: e for e in state.entries}
+    for index in range(snapshot_index + 1, max(acknowledged) + 1):
+        assert by_index[index].data == b"v%d" % index, index
+    assert state.hard_state.term == 1
