@@ -1,0 +1,685 @@
+"""The node driver: owns the core, the WAL, the transport and the tick timer.
+
+One asyncio task (`_run`) is the only code that touches the core. Everything else — messages from
+peers, proposals, membership calls, reads — is queued and the task is woken. Each loop iteration:
+
+    step every queued input -> ready() -> send early messages -> persist (one WAL write + fsync, in
+    a worker thread) -> send messages -> apply committed entries -> advance()
+
+While the fsync runs, new inputs keep queueing; the next iteration takes them all at once, so
+concurrent proposals share one fsync (group commit) without any timer.
+
+Safe time is the Tm of the last applied entry. `wait_for_safe_time(ts)` parks until it passes ts.
+`ready_to_serve` is False until this node has applied an entry of the current leader's term, so a
+restarted node never answers from a state that may miss acknowledged entries.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import heapq
+import itertools
+import logging
+import random
+import time
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import msgpack
+
+from hlc import HybridClock, physical_ms
+from raft.core.conf import decode_conf_context
+from raft.core.errors import NotLeaderError, ProposalDroppedError, RaftCoreError
+from raft.core.raft import RaftCore, Status
+from raft.core.ready import CoreConfig, Ready
+from raft.core.types import ConfState, Entry, EntryKind, Message, NodeId
+from raft.errors import RaftError
+from raft.transport import PeerTransport
+from raft.wal import WriteAheadLog
+
+log = logging.getLogger("raft.node")
+
+Address = tuple[str, int]
+
+# Proposals taken from the queue per loop iteration: bounds one WAL write and one Ready.
+PROPOSALS_PER_BATCH_MAX = 4096
+# Proposals waiting for the loop; beyond this propose() fails fast instead of queueing forever.
+PROPOSAL_QUEUE_MAX = 100_000
+# Parked safe-time waiters.
+SAFE_TIME_WAITERS_MAX = 100_000
+
+
+# ---------------------------------------------------------------------------- errors
+
+
+class NodeStoppedError(RaftError):
+    code = "node_stopped"
+
+
+class ProposalTimeoutError(RaftError):
+    """The proposal may or may not commit: retry with the same request id to stay idempotent."""
+
+    code = "proposal_timeout"
+
+
+class SafeTimeTimeoutError(RaftError):
+    code = "safe_time_timeout"
+
+    def __init__(self, wanted_ts: int, safe_time: int, timeout_ms: int) -> None:
+        self.wanted_ts = wanted_ts
+        self.safe_time = safe_time
+        self.lag_ms = max(0, physical_ms(wanted_ts) - physical_ms(safe_time))
+        super().__init__(
+            f"safe time {safe_time} did not reach {wanted_ts} within {timeout_ms} ms "
+            f"(lagging {self.lag_ms} ms)"
+        )
+
+
+class QueueFullError(RaftError):
+    code = "queue_full"
+
+
+class ReadIndexError(RaftError):
+    code = "read_index_failed"
+
+
+# ---------------------------------------------------------------------------- interfaces
+
+
+class StateMachine(Protocol):
+    """What the layer above plugs in. Called only from the driver task, in log order."""
+
+    def apply(self, entry: Entry) -> Any:
+        """Apply one committed entry (every kind: NOOP/TICK/CONF entries advance time too).
+        The return value of a NORMAL entry goes back to its proposer."""
+
+    def snapshot(self) -> bytes:
+        """The whole state as of the last applied entry."""
+
+    def restore(self, data: bytes) -> None:
+        """Replace the whole state (b"" means empty)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NodeConfig:
+    node_id: NodeId
+    cluster_id: str
+    data_dir: Path
+    listen_host: str
+    listen_port: int
+    # Every initial member's Raft address, this node included (ignored for a joining node's
+    # membership, which it learns from the leader).
+    peers: Mapping[NodeId, Address]
+    secret: bytes
+    tick_ms: int = 10
+    # Election timeouts are drawn from [election_timeout_ms, 2 * election_timeout_ms).
+    election_timeout_ms: int = 300
+    heartbeat_interval_ms: int = 50
+    idle_safe_time_interval_ms: int = 250
+    fsync: bool = True
+    snapshot_every_entries: int = 10_000
+    max_clock_offset_ms: int = 500
+    join: bool = False
+    pre_vote: bool = True
+    check_quorum: bool = True
+
+    def core_config(self) -> CoreConfig:
+        return CoreConfig(
+            node_id=self.node_id,
+            election_ticks=max(2, self.election_timeout_ms // self.tick_ms),
+            heartbeat_ticks=max(1, self.heartbeat_interval_ms // self.tick_ms),
+            idle_tick_ticks=max(1, self.idle_safe_time_interval_ms // self.tick_ms),
+            pre_vote=self.pre_vote,
+            check_quorum=self.check_quorum,
+        )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ProposalResult:
+    index: int
+    term: int
+    tm: int
+    result: Any
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NodeStatus:
+    core: Status
+    ready_to_serve: bool
+    safe_time: int
+    safe_time_lag_ms: int
+    peers: dict[NodeId, Address]
+    wal: dict[str, Any] = field(default_factory=dict)
+    transport: dict[str, Any] = field(default_factory=dict)
+    stopped_reason: str = ""
+
+
+@dataclass(slots=True)
+class _Proposal:
+    data: bytes
+    future: asyncio.Future[ProposalResult]
+
+
+@dataclass(slots=True)
+class _Op:
+    """A call that must run inside the driver task (membership, transfer, read index)."""
+
+    fn: Callable[[], Any]
+    future: asyncio.Future[Any]
+
+
+def _encode_addresses(peers: Mapping[NodeId, Address]) -> bytes:
+    return msgpack.packb({str(k): [h, p] for k, (h, p) in sorted(peers.items())})
+
+
+def _decode_addresses(data: bytes) -> dict[NodeId, Address]:
+    if not data:
+        return {}
+    obj = msgpack.unpackb(data, raw=False)
+    return {int(k): (str(v[0]), int(v[1])) for k, v in obj.items()}
+
+
+class RaftNode:
+    def __init__(
+        self,
+        config: NodeConfig,
+        state_machine: StateMachine,
+        *,
+        clock: HybridClock,
+        rng: random.Random | None = None,
+        on_fatal: Callable[[BaseException], None] | None = None,
+    ) -> None:
+        self.config = config
+        self.sm = state_machine
+        self.clock = clock
+        self._rng = rng or random.Random()
+        self._on_fatal = on_fatal
+        self.core: RaftCore | None = None
+        self.wal: WriteAheadLog | None = None
+        self.transport: PeerTransport | None = None
+        self.addresses: dict[NodeId, Address] = dict(config.peers)
+        self._inbox: list[Message] = []
+        self._proposals: list[_Proposal] = []
+        self._ops: list[_Op] = []
+        self._waiting: dict[int, tuple[int, asyncio.Future[ProposalResult]]] = {}
+        self._reads: dict[int, asyncio.Future[int]] = {}
+        self._read_ctx = itertools.count(1)
+        self._read_waiters: list[tuple[int, int, asyncio.Future[int]]] = []  # (index, seq, fut)
+        self._safe_waiters: list[tuple[int, int, asyncio.Future[None]]] = []  # (ts, seq, fut)
+        self._seq = itertools.count()
+        self._ticks_due = 0
+        self._wake = asyncio.Event()
+        self._io = ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix=f"raft-wal-{config.node_id}"
+        )
+        self._tasks: list[asyncio.Task[None]] = []
+        self._stopped = False
+        self.stopped_reason = ""
+        self.applied_listeners: list[Callable[[Entry], None]] = []
+        self.fsync_seconds_total = 0.0
+        self.loop_iterations = 0
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def start(self) -> None:
+        cfg = self.config
+        loop = asyncio.get_running_loop()
+        self.wal, rec = await loop.run_in_executor(
+            self._io, lambda: WriteAheadLog.open(cfg.data_dir / "wal", fsync=cfg.fsync)
+        )
+        bootstrap = (
+            ConfState() if cfg.join else ConfState(voters=tuple(sorted(cfg.peers)), learners=())
+        )
+        snapshot = rec.snapshot
+        if not snapshot.is_empty():
+            app_data, addresses = self._unwrap_snapshot(snapshot.data)
+            self.sm.restore(app_data)
+            self.addresses.update(addresses)
+        else:
+            self.sm.restore(b"")
+        self.clock.observe(max([rec.snapshot.meta.tm, *(e.tm for e in rec.entries[-1:])]))
+        self.core = RaftCore(
+            cfg.core_config(),
+            hard_state=rec.hard_state,
+            snapshot=snapshot,
+            entries=list(rec.entries),
+            bootstrap_conf=bootstrap,
+            rng=self._rng,
+        )
+        self.transport = PeerTransport(
+            node_id=cfg.node_id,
+            listen_host=cfg.listen_host,
+            listen_port=cfg.listen_port,
+            peers={n: a for n, a in self.addresses.items() if n != cfg.node_id},
+            secret=cfg.secret,
+            on_message=self._on_message,
+            cluster_id=cfg.cluster_id,
+        )
+        await self.transport.start()
+        self._tasks = [
+            asyncio.create_task(self._run(), name=f"raft-loop-{cfg.node_id}"),
+            asyncio.create_task(self._ticker(), name=f"raft-tick-{cfg.node_id}"),
+        ]
+        log.info(
+            "node started",
+            extra={
+                "node_id": cfg.node_id,
+                "term": rec.hard_state.term,
+                "commit": rec.hard_state.commit,
+                "entries": len(rec.entries),
+                "snapshot_index": rec.snapshot.meta.index,
+            },
+        )
+
+    async def stop(self) -> None:
+        if self._stopped:
+            return
+        self._stopped = True
+        self.stopped_reason = self.stopped_reason or "stopped"
+        for t in self._tasks:
+            t.cancel()
+        for t in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await t
+        if self.transport is not None:
+            await self.transport.stop()
+        self._fail_all(NodeStoppedError(f"node stopped: {self.stopped_reason}"))
+        if self.wal is not None:
+            wal = self.wal
+            await asyncio.get_running_loop().run_in_executor(self._io, wal.close)
+        self._io.shutdown(wait=True)
+
+    def _fail_all(self, exc: BaseException) -> None:
+        for p in self._proposals:
+            if not p.future.done():
+                p.future.set_exception(exc)
+        self._proposals.clear()
+        for _, f in self._waiting.values():
+            if not f.done():
+                f.set_exception(exc)
+        self._waiting.clear()
+        for op in self._ops:
+            if not op.future.done():
+                op.future.set_exception(exc)
+        self._ops.clear()
+        for fr in self._reads.values():
+            if not fr.done():
+                fr.set_exception(exc)
+        for _, _, fi in self._read_waiters:
+            if not fi.done():
+                fi.set_exception(exc)
+        for _, _, fs in self._safe_waiters:
+            if not fs.done():
+                fs.set_exception(exc)
+
+    # ------------------------------------------------------------------ public API
+
+    @property
+    def node_id(self) -> NodeId:
+        return self.config.node_id
+
+    @property
+    def safe_time(self) -> int:
+        return self.core.applied_tm if self.core else 0
+
+    @property
+    def ready_to_serve(self) -> bool:
+        return self.core is not None and not self._stopped and self.core.caught_up()
+
+    def is_leader(self) -> bool:
+        return self.core is not None and self.core.is_leader()
+
+    def leader_id(self) -> NodeId:
+        return self.core.leader if self.core else 0
+
+    async def propose(self, data: bytes, *, timeout_ms: int = 5_000) -> ProposalResult:
+        """Replicate `data`; returns once it is applied on this node (the leader)."""
+        self._check_running()
+        if self.core is not None and not self.core.is_leader():
+            raise NotLeaderError(self.core.leader)
+        if len(self._proposals) >= PROPOSAL_QUEUE_MAX:
+            raise QueueFullError(f"{PROPOSAL_QUEUE_MAX} proposals already queued")
+        fut: asyncio.Future[ProposalResult] = asyncio.get_running_loop().create_future()
+        self._proposals.append(_Proposal(data=data, future=fut))
+        self._wake.set()
+        try:
+            return await asyncio.wait_for(asyncio.shield(fut), timeout_ms / 1000)
+        except TimeoutError:
+            raise ProposalTimeoutError(
+                f"proposal not applied within {timeout_ms} ms; its outcome is unknown"
+            ) from None
+
+    async def wait_for_safe_time(self, ts: int, *, timeout_ms: int) -> float:
+        """Wait until safe time >= ts. Returns the milliseconds waited."""
+        self._check_running()
+        if self.safe_time >= ts:
+            return 0.0
+        if len(self._safe_waiters) >= SAFE_TIME_WAITERS_MAX:
+            raise QueueFullError(f"{SAFE_TIME_WAITERS_MAX} safe-time waiters already parked")
+        start = time.perf_counter()
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        heapq.heappush(self._safe_waiters, (ts, next(self._seq), fut))
+        try:
+            await asyncio.wait_for(asyncio.shield(fut), timeout_ms / 1000)
+        except TimeoutError:
+            fut.cancel()
+            raise SafeTimeTimeoutError(ts, self.safe_time, timeout_ms) from None
+        return (time.perf_counter() - start) * 1000
+
+    async def read_barrier(self, *, timeout_ms: int = 5_000) -> int:
+        """ReadIndex (§6.4): returns an index such that, once it returns, this node has applied
+        every entry committed before the call began. Only the leader can run it."""
+        ctx = next(self._read_ctx)
+
+        def start() -> None:
+            core = self._core()
+            core.read_index(ctx)
+
+        fut: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        self._reads[ctx] = fut
+        try:
+            await self._run_op(start)
+            index = await asyncio.wait_for(asyncio.shield(fut), timeout_ms / 1000)
+        except TimeoutError:
+            raise ReadIndexError(f"no quorum confirmed leadership within {timeout_ms} ms") from None
+        finally:
+            self._reads.pop(ctx, None)
+        if self._core().log.applied < index:
+            wfut: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+            heapq.heappush(self._read_waiters, (index, next(self._seq), wfut))
+            await asyncio.wait_for(wfut, timeout_ms / 1000)
+        return index
+
+    async def add_node(
+        self, node_id: NodeId, address: Address, *, learner: bool = True, timeout_ms: int = 10_000
+    ) -> int:
+        """Add a node (as a learner by default: it catches up without affecting quorums)."""
+
+        def change(conf: ConfState) -> ConfState:
+            if node_id in conf.members():
+                raise RaftCoreError(f"node {node_id} is already a member")
+            if learner:
+                return ConfState(voters=conf.voters, learners=(*conf.learners, node_id))
+            return ConfState(voters=(*conf.voters, node_id), learners=conf.learners)
+
+        return await self._change_conf(change, {node_id: address}, timeout_ms)
+
+    async def promote_node(self, node_id: NodeId, *, timeout_ms: int = 10_000) -> int:
+        def change(conf: ConfState) -> ConfState:
+            if node_id not in conf.learners:
+                raise RaftCoreError(f"node {node_id} is not a learner")
+            return ConfState(
+                voters=(*conf.voters, node_id),
+                learners=tuple(n for n in conf.learners if n != node_id),
+            )
+
+        return await self._change_conf(change, {}, timeout_ms)
+
+    async def remove_node(self, node_id: NodeId, *, timeout_ms: int = 10_000) -> int:
+        def change(conf: ConfState) -> ConfState:
+            if node_id not in conf.members():
+                raise RaftCoreError(f"node {node_id} is not a member")
+            return ConfState(
+                voters=tuple(n for n in conf.voters if n != node_id),
+                learners=tuple(n for n in conf.learners if n != node_id),
+            )
+
+        return await self._change_conf(change, {}, timeout_ms)
+
+    async def transfer_leader(self, target: NodeId, *, timeout_ms: int = 5_000) -> None:
+        await self._run_op(lambda: self._core().transfer_leader(target))
+        deadline = time.monotonic() + timeout_ms / 1000
+        while time.monotonic() < deadline:
+            core = self._core()
+            if core.leader == target and not core.is_leader():
+                return
+            if core.is_leader() and core.transferee == 0:
+                break  # abandoned
+            await asyncio.sleep(self.config.tick_ms / 1000)
+        raise RaftCoreError(f"leadership did not move to node {target} within {timeout_ms} ms")
+
+    def status(self) -> NodeStatus:
+        core = self._core()
+        now_ms = self.clock.physical_now_ms()
+        return NodeStatus(
+            core=core.status(),
+            ready_to_serve=self.ready_to_serve,
+            safe_time=core.applied_tm,
+            safe_time_lag_ms=max(0, now_ms - physical_ms(core.applied_tm)),
+            peers=dict(self.addresses),
+            wal=_stats_dict(self.wal),
+            transport=self.transport.stats() if self.transport else {},
+            stopped_reason=self.stopped_reason,
+        )
+
+    # ------------------------------------------------------------------ internals
+
+    def _core(self) -> RaftCore:
+        if self.core is None:
+            raise NodeStoppedError("node not started")
+        return self.core
+
+    def _wal(self) -> WriteAheadLog:
+        if self.wal is None:
+            raise NodeStoppedError("node not started")
+        return self.wal
+
+    def _transport(self) -> PeerTransport:
+        if self.transport is None:
+            raise NodeStoppedError("node not started")
+        return self.transport
+
+    def _check_running(self) -> None:
+        if self._stopped or self.core is None:
+            raise NodeStoppedError(f"node not running ({self.stopped_reason or 'not started'})")
+
+    async def _run_op(self, fn: Callable[[], Any]) -> Any:
+        self._check_running()
+        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._ops.append(_Op(fn=fn, future=fut))
+        self._wake.set()
+        return await fut
+
+    async def _change_conf(
+        self,
+        change: Callable[[ConfState], ConfState],
+        new_addresses: Mapping[NodeId, Address],
+        timeout_ms: int,
+    ) -> int:
+        def propose() -> tuple[int, int]:
+            core = self._core()
+            new = change(core.conf)
+            addresses = {n: a for n, a in self.addresses.items() if n in new.members()}
+            addresses.update(new_addresses)
+            return core.propose_conf(new, self.clock.now(), context=_encode_addresses(addresses))
+
+        placed: tuple[int, int] = await self._run_op(propose)
+        term, index = placed
+        fut: asyncio.Future[ProposalResult] = asyncio.get_running_loop().create_future()
+        self._waiting[index] = (term, fut)
+        try:
+            await asyncio.wait_for(asyncio.shield(fut), timeout_ms / 1000)
+        except TimeoutError:
+            raise ProposalTimeoutError(
+                f"membership change not applied within {timeout_ms} ms; outcome unknown"
+            ) from None
+        return index
+
+    def _on_message(self, m: Message) -> None:
+        self._inbox.append(m)
+        self._wake.set()
+
+    async def _ticker(self) -> None:
+        interval = self.config.tick_ms / 1000
+        next_at = time.monotonic()
+        while True:
+            next_at += interval
+            await asyncio.sleep(max(0.0, next_at - time.monotonic()))
+            now = time.monotonic()
+            if now - next_at > 10 * interval:
+                # The loop was blocked (GC pause, overloaded machine): do not replay a burst of
+                # ticks that would fire an election at once; resynchronise instead.
+                next_at = now
+            self._ticks_due += 1
+            self._wake.set()
+
+    async def _run(self) -> None:
+        try:
+            while True:
+                await self._wake.wait()
+                self._wake.clear()
+                self._step_inputs()
+                core = self._core()
+                while core.has_ready():
+                    await self._handle_ready(core.ready())
+                    self._step_inputs()  # inputs that arrived during the fsync join this batch
+                self.loop_iterations += 1
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:  # the node must stop, not limp on with unknown state
+            self.stopped_reason = f"fatal: {type(exc).__name__}: {exc}"
+            log.critical("raft node stopping on fatal error", exc_info=exc)
+            self._fail_all(NodeStoppedError(self.stopped_reason))
+            self._stopped = True
+            if self._on_fatal is not None:
+                self._on_fatal(exc)
+
+    def _step_inputs(self) -> None:
+        core = self._core()
+        ticks, self._ticks_due = self._ticks_due, 0
+        for _ in range(min(ticks, 100)):
+            core.tick(self.clock.now())
+        inbox, self._inbox = self._inbox, []
+        for m in inbox:
+            core.step(m)
+        ops, self._ops = self._ops, []
+        for op in ops:
+            try:
+                op.future.set_result(op.fn())
+            except RaftCoreError as exc:
+                op.future.set_exception(exc)
+        if self._proposals:
+            batch = self._proposals[:PROPOSALS_PER_BATCH_MAX]
+            del self._proposals[:PROPOSALS_PER_BATCH_MAX]
+            live = [p for p in batch if not p.future.done()]
+            try:
+                placed = core.propose_many([p.data for p in live], self.clock.now())
+            except (NotLeaderError, ProposalDroppedError) as exc:
+                for p in live:
+                    p.future.set_exception(exc)
+            else:
+                for p, (term, index) in zip(live, placed, strict=True):
+                    self._waiting[index] = (term, p.future)
+            if self._proposals:
+                self._wake.set()
+
+    async def _handle_ready(self, rd: Ready) -> None:
+        transport = self._transport()
+        for m in rd.early_messages:
+            transport.send(m)
+        if rd.snapshot is not None or rd.entries or rd.hard_state is not None:
+            started = time.perf_counter()
+            await asyncio.get_running_loop().run_in_executor(self._io, self._persist, rd)
+            self.fsync_seconds_total += time.perf_counter() - started
+        for m in rd.messages:
+            transport.send(m)
+        if rd.snapshot is not None:
+            app_data, addresses = self._unwrap_snapshot(rd.snapshot.data)
+            self.sm.restore(app_data)
+            self._set_addresses(addresses)
+        self._apply(rd.committed)
+        for rs in rd.read_states:
+            fut = self._reads.get(rs.ctx)
+            if fut is not None and not fut.done():
+                fut.set_result(rs.index)
+        for ctx in rd.dropped_reads:
+            fut = self._reads.get(ctx)
+            if fut is not None and not fut.done():
+                fut.set_exception(ReadIndexError("leadership lost during the read"))
+        core = self._core()
+        core.advance(rd)
+        self._wake_waiters(core)
+        await self._maybe_snapshot(core)
+
+    def _persist(self, rd: Ready) -> None:
+        wal = self._wal()
+        if rd.snapshot is not None:
+            wal.install_snapshot(rd.snapshot)
+        if rd.entries or rd.hard_state is not None:
+            wal.append(rd.entries, rd.hard_state)
+
+    def _apply(self, entries: tuple[Entry, ...]) -> None:
+        for e in entries:
+            self.clock.observe(e.tm)
+            result = self.sm.apply(e)
+            if e.kind is EntryKind.CONF:
+                self._set_addresses(_decode_addresses(decode_conf_context(e.data)))
+            for listener in self.applied_listeners:
+                listener(e)
+            waiting = self._waiting.pop(e.index, None)
+            if waiting is None:
+                continue
+            term, fut = waiting
+            if fut.done():
+                continue
+            if term == e.term:
+                fut.set_result(ProposalResult(index=e.index, term=e.term, tm=e.tm, result=result))
+            else:
+                fut.set_exception(
+                    ProposalDroppedError(f"entry {e.index} was replaced by a newer leader")
+                )
+
+    def _wake_waiters(self, core: RaftCore) -> None:
+        safe = core.applied_tm
+        while self._safe_waiters and self._safe_waiters[0][0] <= safe:
+            _, _, fut = heapq.heappop(self._safe_waiters)
+            if not fut.done():
+                fut.set_result(None)
+        applied = core.log.applied
+        while self._read_waiters and self._read_waiters[0][0] <= applied:
+            _, _, rfut = heapq.heappop(self._read_waiters)
+            if not rfut.done():
+                rfut.set_result(applied)
+        # Proposals whose index is applied with another term were already failed in _apply;
+        # proposals a deposed leader still holds beyond the log end fail on the next apply.
+
+    async def _maybe_snapshot(self, core: RaftCore) -> None:
+        if core.log.applied - core.log.snapshot.index < self.config.snapshot_every_entries:
+            return
+        data = self._wrap_snapshot(self.sm.snapshot())
+        snap = core.create_snapshot(data)
+        wal = self._wal()
+        await asyncio.get_running_loop().run_in_executor(self._io, wal.compact, snap)
+        core.compact_log(snap)
+        log.info("snapshot taken", extra={"index": snap.meta.index, "bytes": len(data)})
+
+    def _set_addresses(self, addresses: Mapping[NodeId, Address]) -> None:
+        if not addresses:
+            return
+        self.addresses = dict(addresses)
+        if self.transport is not None:
+            self.transport.set_peers({n: a for n, a in addresses.items() if n != self.node_id})
+
+    def _wrap_snapshot(self, app_data: bytes) -> bytes:
+        return msgpack.packb([1, app_data, _encode_addresses(self.addresses)])
+
+    @staticmethod
+    def _unwrap_snapshot(data: bytes) -> tuple[bytes, dict[NodeId, Address]]:
+        if not data:
+            return b"", {}
+        version, app_data, addresses = msgpack.unpackb(data, raw=False)
+        if version != 1:
+            raise RaftError(f"unknown snapshot format {version}")
+        return app_data, _decode_addresses(addresses)
+
+
+def _stats_dict(wal: WriteAheadLog | None) -> dict[str, Any]:
+    if wal is None:
+        return {}
+    st = wal.stats()
+    return dataclasses.asdict(st) if dataclasses.is_dataclass(st) else {}
