@@ -1,4 +1,5 @@
-"""Shared helpers for the metastore tests: deterministic Hypothesis settings and strategies."""
+"""Shared helpers for the metastore tests: deterministic Hypothesis settings and strategies for
+types and commands."""
 
 from __future__ import annotations
 
@@ -7,6 +8,29 @@ import logging
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
+from metastore.commands import (
+    RESERVED_PROPERTY_KEYS,
+    AddColumn,
+    AlterColumnType,
+    AlterTable,
+    Command,
+    CreateNamespace,
+    CreateTable,
+    DropColumn,
+    DropNamespace,
+    DropTable,
+    InitCluster,
+    MoveColumn,
+    RenameColumn,
+    SetColumnComment,
+    SetNullability,
+    SetTableProperties,
+    TableChange,
+    TableName,
+    UnsetTableProperties,
+    make_properties,
+)
+from metastore.schema import After, Column, First, Schema
 from metastore.types import (
     BIGINT,
     BINARY,
@@ -104,3 +128,130 @@ def data_types(names: st.SearchStrategy[str] = any_names) -> st.SearchStrategy[D
         )
 
     return st.recursive(atomic_types, extend, max_leaves=8)
+
+
+# --- commands ---------------------------------------------------------------------------------
+
+object_names = st.from_regex(r"[a-z_][a-z0-9_]{0,10}", fullmatch=True)
+table_names = st.builds(lambda ns, t: TableName(namespace=ns, name=t), object_names, object_names)
+property_keys = st.from_regex(r"[a-z][a-z0-9_.]{0,15}", fullmatch=True).filter(
+    lambda k: k not in RESERVED_PROPERTY_KEYS
+)
+properties = st.dictionaries(property_keys, st.text(max_size=10), max_size=4).map(make_properties)
+paths = st.lists(any_names, min_size=1, max_size=3).map(tuple)
+positions = st.none() | st.just(First()) | st.builds(lambda n: After(column=n), any_names)
+defaults = st.sampled_from(["0", "'x'", "CURRENT_DATE()", "-1.5"])
+
+
+def columns(*, nested: bool = False) -> st.SearchStrategy[Column]:
+    default = st.none() if nested else (st.none() | defaults)
+    return st.builds(
+        lambda n, t, nullable, c, d: Column(
+            name=n, type=t, nullable=nullable, comment=c, default_sql=d
+        ),
+        any_names,
+        data_types(),
+        st.booleans(),
+        comments,
+        default,
+    )
+
+
+table_changes: st.SearchStrategy[TableChange] = st.one_of(
+    st.builds(lambda c, pos: AddColumn(column=c, position=pos), columns(), positions),
+    st.builds(
+        lambda p, c, pos: AddColumn(parent=p, column=c, position=pos),
+        paths,
+        columns(nested=True),
+        positions,
+    ),
+    st.builds(lambda p, n: RenameColumn(path=p, new_name=n), paths, any_names),
+    st.builds(lambda p, e: DropColumn(path=p, if_exists=e), paths, st.booleans()),
+    st.builds(lambda p, t: AlterColumnType(path=p, new_type=t), paths, atomic_types),
+    st.builds(lambda p, n: SetNullability(path=p, nullable=n), paths, st.booleans()),
+    st.builds(lambda p, c: SetColumnComment(path=p, comment=c), paths, comments),
+    st.builds(
+        lambda p, pos: MoveColumn(path=p, position=pos),
+        paths,
+        st.just(First()) | st.builds(lambda n: After(column=n), any_names),
+    ),
+    st.builds(
+        lambda d: SetTableProperties(properties=make_properties(d)),
+        st.dictionaries(property_keys, st.text(max_size=10), min_size=1, max_size=3),
+    ),
+    st.builds(
+        lambda ks, e: UnsetTableProperties(keys=tuple(ks), if_exists=e),
+        st.lists(property_keys, min_size=1, max_size=3),
+        st.booleans(),
+    ),
+)
+
+request_ids = st.text(alphabet="abcdef0123456789-", max_size=20)
+
+commands: st.SearchStrategy[Command] = st.one_of(
+    st.builds(
+        lambda r, dd, cs: InitCluster(request_id=r, dd_ms=dd, cs_max_ms=min(cs, dd)),
+        request_ids,
+        st.integers(1, 60_000),
+        st.integers(0, 60_000),
+    ),
+    st.builds(
+        lambda r, ns, e, c, p: CreateNamespace(
+            request_id=r, namespace=ns, if_not_exists=e, comment=c, properties=p
+        ),
+        request_ids,
+        object_names,
+        st.booleans(),
+        comments,
+        properties,
+    ),
+    st.builds(
+        lambda r, ns, e, c: DropNamespace(request_id=r, namespace=ns, if_exists=e, cascade=c),
+        request_ids,
+        object_names,
+        st.booleans(),
+        st.booleans(),
+    ),
+    st.builds(
+        lambda r, t, cols, e, c, p: CreateTable(
+            request_id=r,
+            table=t,
+            schema=Schema(columns=tuple(cols)),
+            if_not_exists=e,
+            comment=c,
+            properties=p,
+        ),
+        request_ids,
+        table_names,
+        st.lists(columns(), min_size=1, max_size=4, unique_by=lambda c: c.name.casefold()),
+        st.booleans(),
+        comments,
+        properties,
+    ),
+    st.builds(
+        lambda r, t, e: DropTable(request_id=r, table=t, if_exists=e),
+        request_ids,
+        table_names,
+        st.booleans(),
+    ),
+    st.builds(
+        lambda r, t, cs: AlterTable(request_id=r, table=t, changes=tuple(cs)),
+        request_ids,
+        table_names,
+        st.lists(table_changes, min_size=1, max_size=4),
+    ),
+)
+
+# Arbitrary msgpack-able values, for structured fuzzing of decoders.
+msgpack_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**63), 2**64 - 1)
+    | st.text(max_size=8)
+    | st.binary(max_size=8)
+    | st.floats(allow_nan=False),
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4)
+    ),
+    max_leaves=12,
+)

@@ -1,0 +1,848 @@
+"""The replicated commands of the catalog and their wire encoding.
+
+What Raft replicates is never SQL text: the node that receives a statement parses it
+(`metastore.ddl`) into one of these canonical, fully resolved values, and every replica applies
+the same value. Field ids are *not* part of a command (nested ids are sent as 0): the state machine
+assigns them from the table's counter, identically on every replica.
+
+Every command carries `request_id`, chosen by the client so a retried request is applied at most
+once (see `metastore.state`); empty means "no de-duplication".
+
+Encoding: `encode_command` writes a msgpack map `{"v": 1, "type": ..., fields...}` with a fixed
+key order, so equal commands encode to equal bytes. `decode_command` checks the version, every
+key, every value's type and then the same semantic rules `apply` checks; any problem raises
+`MalformedCommandError` and nothing else.
+
+Names: namespace and table names are lowercased (Spark's session catalog does the same) and limited
+to ASCII letters, digits and `_` because they become warehouse directory names. Column names keep
+their case and may hold any printable character.
+"""
+
+from __future__ import annotations
+
+import string
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Final
+
+import msgpack
+
+from metastore import limits
+from metastore.errors import (
+    InvalidArgumentError,
+    MalformedCommandError,
+    MetastoreError,
+    limit_exceeded,
+)
+from metastore.lexer import quote_identifier, quote_string
+from metastore.schema import (
+    After,
+    Column,
+    ColumnPosition,
+    First,
+    Path,
+    Schema,
+    path_sql,
+    position_sql,
+    validate_column,
+    validate_schema,
+)
+from metastore.types import (
+    DataType,
+    struct_fields,
+    type_from_data,
+    type_to_data,
+    validate_comment,
+    validate_name,
+    validate_text,
+    validate_type,
+)
+
+COMMAND_FORMAT_VERSION: Final = 1
+TABLE_FORMATS: Final = ("parquet",)
+
+_NAME_CHARS = frozenset(string.ascii_lowercase + string.digits + "_")
+
+# Keys Spark itself reserves in TBLPROPERTIES/DBPROPERTIES; they are set through dedicated
+# clauses (COMMENT, LOCATION, USING, OWNER), so accepting them as properties would be ambiguous.
+RESERVED_PROPERTY_KEYS: Final = frozenset(
+    {"comment", "location", "owner", "provider", "external", "is_managed_location"}
+)
+
+# Sorted (key, value) pairs with unique keys: a canonical, hashable property map.
+Properties = tuple[tuple[str, str], ...]
+
+
+# --------------------------------------------------------------------------------------------
+# Names
+# --------------------------------------------------------------------------------------------
+
+
+def normalize_object_name(name: str, what: str) -> str:
+    """Lowercase and check a namespace or table name. Raises InvalidArgument/LimitExceeded."""
+    validate_text(name, f"{what} name")
+    folded = name.lower()
+    if not folded:
+        raise InvalidArgumentError(f"{what} name must not be empty", details={"what": what})
+    if len(folded) > limits.MAX_IDENTIFIER_CHARS:
+        raise limit_exceeded(
+            "MAX_IDENTIFIER_CHARS", limits.MAX_IDENTIFIER_CHARS, len(folded), f"{what} name"
+        )
+    if not all(c in _NAME_CHARS for c in folded):
+        raise InvalidArgumentError(
+            f"{what} name {name!r} may only contain ASCII letters, digits and '_'",
+            details={"what": what, "name": name},
+        )
+    return folded
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TableName:
+    """`namespace.name`, both already normalized (lowercase). Build with `of` or `parse` when the
+    input is user text; the constructor itself only accepts normalized names."""
+
+    namespace: str
+    name: str
+
+    def __post_init__(self) -> None:
+        if normalize_object_name(self.namespace, "namespace") != self.namespace or (
+            normalize_object_name(self.name, "table") != self.name
+        ):
+            raise InvalidArgumentError(
+                f"table name {self.namespace}.{self.name} is not normalized (lowercase)"
+            )
+
+    @staticmethod
+    def of(namespace: str, name: str) -> TableName:
+        return TableName(
+            namespace=normalize_object_name(namespace, "namespace"),
+            name=normalize_object_name(name, "table"),
+        )
+
+    @staticmethod
+    def parse(text: str) -> TableName:
+        """`"ns.t"` -> TableName. Exactly two dot-separated parts."""
+        parts = text.split(".")
+        if len(parts) != 2:
+            raise InvalidArgumentError(
+                f"table name {text!r} must have the form namespace.table",
+                details={"name": text},
+            )
+        return TableName.of(parts[0], parts[1])
+
+    def __str__(self) -> str:
+        return f"{self.namespace}.{self.name}"
+
+    def to_sql(self) -> str:
+        return f"{quote_identifier(self.namespace)}.{quote_identifier(self.name)}"
+
+
+# --------------------------------------------------------------------------------------------
+# Properties
+# --------------------------------------------------------------------------------------------
+
+
+def make_properties(pairs: Mapping[str, str] | tuple[tuple[str, str], ...]) -> Properties:
+    """Canonical Properties from a mapping or pairs; duplicate keys raise InvalidArgumentError."""
+    items = list(pairs.items()) if isinstance(pairs, Mapping) else list(pairs)
+    keys = [k for k, _ in items]
+    if len(set(keys)) != len(keys):
+        dup = sorted({k for k in keys if keys.count(k) > 1})
+        raise InvalidArgumentError(f"duplicate property keys: {dup}", details={"keys": dup})
+    return tuple(sorted(items))
+
+
+def validate_properties(props: Properties, what: str) -> None:
+    if len(props) > limits.MAX_PROPERTIES_PER_TABLE:
+        raise limit_exceeded(
+            "MAX_PROPERTIES_PER_TABLE", limits.MAX_PROPERTIES_PER_TABLE, len(props), what
+        )
+    if list(props) != sorted(props) or len({k for k, _ in props}) != len(props):
+        raise InvalidArgumentError(f"{what} must be sorted by key with unique keys")
+    for key, value in props:
+        validate_property_key(key)
+        validate_text(value, f"property {key!r} value")
+        if len(value) > limits.MAX_PROPERTY_VALUE_CHARS:
+            raise limit_exceeded(
+                "MAX_PROPERTY_VALUE_CHARS",
+                limits.MAX_PROPERTY_VALUE_CHARS,
+                len(value),
+                f"value of property {key!r}",
+            )
+
+
+def validate_property_key(key: str) -> None:
+    validate_text(key, "property key")
+    if not key:
+        raise InvalidArgumentError("property key must not be empty")
+    if len(key) > limits.MAX_PROPERTY_KEY_CHARS:
+        raise limit_exceeded(
+            "MAX_PROPERTY_KEY_CHARS", limits.MAX_PROPERTY_KEY_CHARS, len(key), "property key"
+        )
+    if key.lower() in RESERVED_PROPERTY_KEYS:
+        raise InvalidArgumentError(
+            f"{key!r} is a reserved property; use the dedicated clause instead",
+            details={"key": key, "reserved": sorted(RESERVED_PROPERTY_KEYS)},
+        )
+
+
+def properties_sql(props: Properties) -> str:
+    return "(" + ", ".join(f"{quote_string(k)} = {quote_string(v)}" for k, v in props) + ")"
+
+
+# --------------------------------------------------------------------------------------------
+# Table changes (the body of ALTER TABLE)
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AddColumn:
+    """Add `column` (ids unassigned) under `parent` (() = top level)."""
+
+    parent: Path = ()
+    column: Column
+    position: ColumnPosition | None = None
+
+    def to_sql(self) -> str:
+        prefix = path_sql(self.parent) + "." if self.parent else ""
+        return f"ADD COLUMN {prefix}{self.column.to_sql()}{position_sql(self.position)}"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RenameColumn:
+    path: Path
+    new_name: str
+
+    def to_sql(self) -> str:
+        return f"RENAME COLUMN {path_sql(self.path)} TO {quote_identifier(self.new_name)}"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DropColumn:
+    path: Path
+    if_exists: bool = False
+
+    def to_sql(self) -> str:
+        return f"DROP COLUMN {'IF EXISTS ' if self.if_exists else ''}{path_sql(self.path)}"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AlterColumnType:
+    path: Path
+    new_type: DataType
+
+    def to_sql(self) -> str:
+        return f"ALTER COLUMN {path_sql(self.path)} TYPE {self.new_type.to_sql()}"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SetNullability:
+    """nullable=True is DROP NOT NULL; nullable=False is SET NOT NULL."""
+
+    path: Path
+    nullable: bool
+
+    def to_sql(self) -> str:
+        verb = "DROP" if self.nullable else "SET"
+        return f"ALTER COLUMN {path_sql(self.path)} {verb} NOT NULL"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SetColumnComment:
+    """comment=None removes the comment."""
+
+    path: Path
+    comment: str | None
+
+    def to_sql(self) -> str:
+        return f"ALTER COLUMN {path_sql(self.path)} COMMENT {quote_string(self.comment or '')}"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MoveColumn:
+    path: Path
+    position: ColumnPosition
+
+    def to_sql(self) -> str:
+        return f"ALTER COLUMN {path_sql(self.path)}{position_sql(self.position)}"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SetTableProperties:
+    properties: Properties
+
+    def to_sql(self) -> str:
+        return f"SET TBLPROPERTIES {properties_sql(self.properties)}"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UnsetTableProperties:
+    keys: tuple[str, ...]
+    if_exists: bool = False
+
+    def to_sql(self) -> str:
+        keys = ", ".join(quote_string(k) for k in self.keys)
+        return f"UNSET TBLPROPERTIES {'IF EXISTS ' if self.if_exists else ''}({keys})"
+
+
+TableChange = (
+    AddColumn
+    | RenameColumn
+    | DropColumn
+    | AlterColumnType
+    | SetNullability
+    | SetColumnComment
+    | MoveColumn
+    | SetTableProperties
+    | UnsetTableProperties
+)
+
+
+# --------------------------------------------------------------------------------------------
+# Commands
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class InitCluster:
+    """The first command of a cluster: fixes DD (activation delay) and CSmax (max clock skew)."""
+
+    request_id: str = ""
+    dd_ms: int
+    cs_max_ms: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CreateNamespace:
+    request_id: str = ""
+    namespace: str
+    if_not_exists: bool = False
+    comment: str | None = None
+    properties: Properties = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DropNamespace:
+    request_id: str = ""
+    namespace: str
+    if_exists: bool = False
+    cascade: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CreateTable:
+    request_id: str = ""
+    table: TableName
+    schema: Schema  # field ids unassigned (0)
+    if_not_exists: bool = False
+    comment: str | None = None
+    properties: Properties = ()
+    format: str = "parquet"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DropTable:
+    request_id: str = ""
+    table: TableName
+    if_exists: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AlterTable:
+    """Changes applied in order, atomically: all of them make one new schema version, or none."""
+
+    request_id: str = ""
+    table: TableName
+    changes: tuple[TableChange, ...]
+
+
+Command = InitCluster | CreateNamespace | DropNamespace | CreateTable | DropTable | AlterTable
+
+
+# --------------------------------------------------------------------------------------------
+# Semantic validation (shared by the DDL parser, the decoder and apply)
+# --------------------------------------------------------------------------------------------
+
+
+def validate_command(cmd: Command) -> None:
+    """Check everything that does not depend on catalog state. Raises typed MetastoreErrors."""
+    validate_text(cmd.request_id, "request id")
+    if len(cmd.request_id) > limits.MAX_REQUEST_ID_CHARS:
+        raise limit_exceeded(
+            "MAX_REQUEST_ID_CHARS", limits.MAX_REQUEST_ID_CHARS, len(cmd.request_id), "request id"
+        )
+    match cmd:
+        case InitCluster(dd_ms=dd, cs_max_ms=cs):
+            if not 0 < dd <= limits.MAX_DELAY_DURATION_MS:
+                raise InvalidArgumentError(
+                    f"dd_ms must be in 1..{limits.MAX_DELAY_DURATION_MS}", details={"dd_ms": dd}
+                )
+            if not 0 <= cs <= min(dd, limits.MAX_CLOCK_SKEW_MS):
+                # IEP-98: DD >= CSmax, or a read at Top could miss a version skewed into its past.
+                raise InvalidArgumentError(
+                    "cs_max_ms must be in 0..dd_ms (DD must cover the clock skew)",
+                    details={"dd_ms": dd, "cs_max_ms": cs},
+                )
+        case CreateNamespace(namespace=ns, comment=comment, properties=props):
+            _check_normalized(ns, "namespace")
+            validate_comment(comment, f"namespace {ns}")
+            validate_properties(props, f"properties of namespace {ns}")
+        case DropNamespace(namespace=ns):
+            _check_normalized(ns, "namespace")
+        case CreateTable(table=table, schema=schema, comment=comment, properties=props):
+            if cmd.format not in TABLE_FORMATS:
+                raise InvalidArgumentError(
+                    f"table format {cmd.format!r} is not supported; use one of {TABLE_FORMATS}",
+                    details={"format": cmd.format, "allowed": list(TABLE_FORMATS)},
+                )
+            validate_schema(schema, ids_assigned=False)
+            validate_comment(comment, f"table {table}")
+            validate_properties(props, f"properties of table {table}")
+        case DropTable():
+            pass
+        case AlterTable(changes=changes):
+            if not changes:
+                raise InvalidArgumentError("ALTER TABLE needs at least one change")
+            if len(changes) > limits.MAX_CHANGES_PER_ALTER:
+                raise limit_exceeded(
+                    "MAX_CHANGES_PER_ALTER",
+                    limits.MAX_CHANGES_PER_ALTER,
+                    len(changes),
+                    "changes in one ALTER TABLE",
+                )
+            for change in changes:
+                _validate_change(change)
+
+
+def _check_normalized(name: str, what: str) -> None:
+    if normalize_object_name(name, what) != name:
+        raise InvalidArgumentError(f"{what} name {name!r} must be lowercase")
+
+
+def _validate_path(path: Path) -> None:
+    if not path:
+        raise InvalidArgumentError("empty column path")
+    if len(path) > limits.MAX_NESTING_DEPTH + 1:
+        raise limit_exceeded(
+            "MAX_NESTING_DEPTH", limits.MAX_NESTING_DEPTH, len(path) - 1, "column path depth"
+        )
+    for name in path:
+        validate_name(name, "column")
+
+
+def _validate_position(position: ColumnPosition | None) -> None:
+    if isinstance(position, After):
+        validate_name(position.column, "column")
+
+
+def _validate_change(change: TableChange) -> None:
+    match change:
+        case AddColumn(parent=parent, column=column, position=position):
+            if parent:
+                _validate_path(parent)
+            validate_column(column, nested=bool(parent))
+            if column.field_id != 0 or any(f.field_id != 0 for f in struct_fields(column.type)):
+                raise InvalidArgumentError("field ids are assigned by the catalog; send them as 0")
+            _validate_position(position)
+        case RenameColumn(path=path, new_name=new_name):
+            _validate_path(path)
+            validate_name(new_name, "column")
+        case DropColumn(path=path) | SetNullability(path=path):
+            _validate_path(path)
+        case AlterColumnType(path=path, new_type=new_type):
+            _validate_path(path)
+            validate_type(new_type)
+        case SetColumnComment(path=path, comment=comment):
+            _validate_path(path)
+            validate_comment(comment, f"column {path_sql(path)}")
+        case MoveColumn(path=path, position=position):
+            _validate_path(path)
+            _validate_position(position)
+        case SetTableProperties(properties=props):
+            if not props:
+                raise InvalidArgumentError("SET TBLPROPERTIES needs at least one property")
+            validate_properties(props, "SET TBLPROPERTIES")
+        case UnsetTableProperties(keys=keys):
+            if not keys or len(keys) > limits.MAX_PROPERTIES_PER_TABLE:
+                raise InvalidArgumentError(
+                    f"UNSET TBLPROPERTIES needs 1..{limits.MAX_PROPERTIES_PER_TABLE} keys"
+                )
+            for key in keys:
+                validate_property_key(key)
+
+
+# --------------------------------------------------------------------------------------------
+# Encoding
+# --------------------------------------------------------------------------------------------
+
+
+def command_to_data(cmd: Command) -> dict[str, object]:
+    """The msgpack-able form of a command (also stored in snapshots' request log)."""
+    head: dict[str, object] = {"v": COMMAND_FORMAT_VERSION}
+    match cmd:
+        case InitCluster():
+            body: dict[str, object] = {
+                "type": "init_cluster",
+                "dd_ms": cmd.dd_ms,
+                "cs_max_ms": cmd.cs_max_ms,
+            }
+        case CreateNamespace():
+            body = {
+                "type": "create_namespace",
+                "namespace": cmd.namespace,
+                "if_not_exists": cmd.if_not_exists,
+                "comment": cmd.comment,
+                "properties": [list(p) for p in cmd.properties],
+            }
+        case DropNamespace():
+            body = {
+                "type": "drop_namespace",
+                "namespace": cmd.namespace,
+                "if_exists": cmd.if_exists,
+                "cascade": cmd.cascade,
+            }
+        case CreateTable():
+            body = {
+                "type": "create_table",
+                "table": [cmd.table.namespace, cmd.table.name],
+                "columns": [column_to_data(c) for c in cmd.schema.columns],
+                "if_not_exists": cmd.if_not_exists,
+                "comment": cmd.comment,
+                "properties": [list(p) for p in cmd.properties],
+                "format": cmd.format,
+            }
+        case DropTable():
+            body = {
+                "type": "drop_table",
+                "table": [cmd.table.namespace, cmd.table.name],
+                "if_exists": cmd.if_exists,
+            }
+        case AlterTable():
+            body = {
+                "type": "alter_table",
+                "table": [cmd.table.namespace, cmd.table.name],
+                "changes": [_change_to_data(c) for c in cmd.changes],
+            }
+    return {**head, **body, "request_id": cmd.request_id}
+
+
+def encode_command(cmd: Command) -> bytes:
+    data: bytes = msgpack.packb(command_to_data(cmd), use_bin_type=True)
+    return data
+
+
+def decode_command(data: bytes) -> Command:
+    """Bytes -> a validated command. Any problem raises MalformedCommandError, nothing else."""
+    if not isinstance(data, bytes | bytearray | memoryview):
+        raise MalformedCommandError("command must be bytes")
+    if len(data) > limits.MAX_COMMAND_BYTES:
+        raise MalformedCommandError(
+            f"command of {len(data)} bytes exceeds MAX_COMMAND_BYTES={limits.MAX_COMMAND_BYTES}"
+        )
+    try:
+        obj = msgpack.unpackb(bytes(data), raw=False, strict_map_key=True, use_list=True)
+    # msgpack documents that unpacking may raise exceptions outside its own hierarchy and advises
+    # catching Exception; whatever it raises, the answer is the same.
+    except Exception as e:  # noqa: BLE001
+        raise MalformedCommandError(f"not a msgpack value: {type(e).__name__}") from None
+    return command_from_data(obj)
+
+
+def command_from_data(obj: object) -> Command:
+    """Plain data -> a validated command; MalformedCommandError on any problem."""
+    try:
+        cmd = _command_from_data(obj)
+        validate_command(cmd)
+    except MalformedCommandError:
+        raise
+    except MetastoreError as e:
+        raise MalformedCommandError(
+            f"invalid command: {e.message}", details={"cause": e.to_wire()}
+        ) from None
+    except RecursionError:
+        raise MalformedCommandError("command nested too deeply") from None
+    return cmd
+
+
+def _command_from_data(obj: object) -> Command:
+    f = _Fields(obj, "command")
+    version = f.integer("v")
+    if version != COMMAND_FORMAT_VERSION:
+        raise MalformedCommandError(
+            f"unsupported command format version {version}", details={"version": version}
+        )
+    kind = f.text("type")
+    request_id = f.text("request_id")
+    cmd: Command
+    if kind == "init_cluster":
+        cmd = InitCluster(
+            request_id=request_id, dd_ms=f.integer("dd_ms"), cs_max_ms=f.integer("cs_max_ms")
+        )
+    elif kind == "create_namespace":
+        cmd = CreateNamespace(
+            request_id=request_id,
+            namespace=f.text("namespace"),
+            if_not_exists=f.flag("if_not_exists"),
+            comment=f.opt_text("comment"),
+            properties=properties_from_data(f.items("properties")),
+        )
+    elif kind == "drop_namespace":
+        cmd = DropNamespace(
+            request_id=request_id,
+            namespace=f.text("namespace"),
+            if_exists=f.flag("if_exists"),
+            cascade=f.flag("cascade"),
+        )
+    elif kind == "create_table":
+        columns = f.items("columns")
+        if len(columns) > limits.MAX_COLUMNS_PER_TABLE:
+            raise MalformedCommandError("too many columns")
+        cmd = CreateTable(
+            request_id=request_id,
+            table=table_name_from_data(f.items("table")),
+            schema=Schema(columns=tuple(column_from_data(c) for c in columns)),
+            if_not_exists=f.flag("if_not_exists"),
+            comment=f.opt_text("comment"),
+            properties=properties_from_data(f.items("properties")),
+            format=f.text("format"),
+        )
+    elif kind == "drop_table":
+        cmd = DropTable(
+            request_id=request_id,
+            table=table_name_from_data(f.items("table")),
+            if_exists=f.flag("if_exists"),
+        )
+    elif kind == "alter_table":
+        changes = f.items("changes")
+        if len(changes) > limits.MAX_CHANGES_PER_ALTER:
+            raise MalformedCommandError("too many changes")
+        cmd = AlterTable(
+            request_id=request_id,
+            table=table_name_from_data(f.items("table")),
+            changes=tuple(_change_from_data(c) for c in changes),
+        )
+    else:
+        raise MalformedCommandError(f"unknown command type {kind!r}")
+    f.done()
+    return cmd
+
+
+def _change_to_data(change: TableChange) -> dict[str, object]:
+    match change:
+        case AddColumn():
+            return {
+                "op": "add_column",
+                "parent": list(change.parent),
+                "column": column_to_data(change.column),
+                "position": _position_to_data(change.position),
+            }
+        case RenameColumn():
+            return {"op": "rename_column", "path": list(change.path), "new_name": change.new_name}
+        case DropColumn():
+            return {"op": "drop_column", "path": list(change.path), "if_exists": change.if_exists}
+        case AlterColumnType():
+            return {
+                "op": "alter_column_type",
+                "path": list(change.path),
+                "type": type_to_data(change.new_type),
+            }
+        case SetNullability():
+            return {"op": "set_nullability", "path": list(change.path), "nullable": change.nullable}
+        case SetColumnComment():
+            return {"op": "set_comment", "path": list(change.path), "comment": change.comment}
+        case MoveColumn():
+            return {
+                "op": "move_column",
+                "path": list(change.path),
+                "position": _position_to_data(change.position),
+            }
+        case SetTableProperties():
+            return {"op": "set_properties", "properties": [list(p) for p in change.properties]}
+        case UnsetTableProperties():
+            return {
+                "op": "unset_properties",
+                "keys": list(change.keys),
+                "if_exists": change.if_exists,
+            }
+
+
+def _change_from_data(obj: object) -> TableChange:
+    f = _Fields(obj, "change")
+    op = f.text("op")
+    change: TableChange
+    if op == "add_column":
+        change = AddColumn(
+            parent=_path(f.items("parent"), allow_empty=True),
+            column=column_from_data(f.get("column")),
+            position=_position_from_data(f.get("position")),
+        )
+    elif op == "rename_column":
+        change = RenameColumn(path=_path(f.items("path")), new_name=f.text("new_name"))
+    elif op == "drop_column":
+        change = DropColumn(path=_path(f.items("path")), if_exists=f.flag("if_exists"))
+    elif op == "alter_column_type":
+        change = AlterColumnType(
+            path=_path(f.items("path")), new_type=type_from_data(f.get("type"))
+        )
+    elif op == "set_nullability":
+        change = SetNullability(path=_path(f.items("path")), nullable=f.flag("nullable"))
+    elif op == "set_comment":
+        change = SetColumnComment(path=_path(f.items("path")), comment=f.opt_text("comment"))
+    elif op == "move_column":
+        position = _position_from_data(f.get("position"))
+        if position is None:
+            raise MalformedCommandError("move_column needs a position")
+        change = MoveColumn(path=_path(f.items("path")), position=position)
+    elif op == "set_properties":
+        change = SetTableProperties(properties=properties_from_data(f.items("properties")))
+    elif op == "unset_properties":
+        keys = f.items("keys")
+        if len(keys) > limits.MAX_PROPERTIES_PER_TABLE or not all(isinstance(k, str) for k in keys):
+            raise MalformedCommandError("unset_properties keys must be a short list of strings")
+        change = UnsetTableProperties(
+            keys=tuple(str(k) for k in keys), if_exists=f.flag("if_exists")
+        )
+    else:
+        raise MalformedCommandError(f"unknown change op {op!r}")
+    f.done()
+    return change
+
+
+def column_to_data(column: Column) -> list[object]:
+    return [
+        column.field_id,
+        column.name,
+        type_to_data(column.type),
+        column.nullable,
+        column.comment,
+        column.default_sql,
+    ]
+
+
+def column_from_data(obj: object) -> Column:
+    if not isinstance(obj, list) or len(obj) != 6:
+        raise MalformedCommandError("column must be [id, name, type, nullable, comment, default]")
+    field_id, name, dtype, nullable, comment, default_sql = obj
+    if not isinstance(field_id, int) or isinstance(field_id, bool) or not isinstance(name, str):
+        raise MalformedCommandError("column id must be int and name str")
+    if not isinstance(nullable, bool):
+        raise MalformedCommandError("column nullable must be bool")
+    for value in (comment, default_sql):
+        if value is not None and not isinstance(value, str):
+            raise MalformedCommandError("column comment and default must be str or nil")
+    return Column(
+        field_id=field_id,
+        name=name,
+        type=type_from_data(dtype),
+        nullable=nullable,
+        comment=comment,
+        default_sql=default_sql,
+    )
+
+
+def table_name_from_data(obj: list[object]) -> TableName:
+    if len(obj) != 2 or not all(isinstance(p, str) for p in obj):
+        raise MalformedCommandError("table must be [namespace, name]")
+    try:
+        return TableName(namespace=str(obj[0]), name=str(obj[1]))
+    except MetastoreError as e:
+        raise MalformedCommandError(f"invalid table name: {e.message}") from None
+
+
+def properties_from_data(obj: list[object]) -> Properties:
+    if len(obj) > limits.MAX_PROPERTIES_PER_TABLE:
+        raise MalformedCommandError("too many properties")
+    pairs: list[tuple[str, str]] = []
+    for item in obj:
+        if (
+            not isinstance(item, list)
+            or len(item) != 2
+            or not isinstance(item[0], str)
+            or not isinstance(item[1], str)
+        ):
+            raise MalformedCommandError("a property must be [key, value] strings")
+        pairs.append((item[0], item[1]))
+    return tuple(pairs)
+
+
+def _position_to_data(position: ColumnPosition | None) -> object:
+    match position:
+        case None:
+            return None
+        case First():
+            return "first"
+        case After(column=c):
+            return ["after", c]
+
+
+def _position_from_data(obj: object) -> ColumnPosition | None:
+    if obj is None:
+        return None
+    if obj == "first":
+        return First()
+    if isinstance(obj, list) and len(obj) == 2 and obj[0] == "after" and isinstance(obj[1], str):
+        return After(column=obj[1])
+    raise MalformedCommandError("position must be nil, 'first' or ['after', name]")
+
+
+def _path(obj: list[object], *, allow_empty: bool = False) -> Path:
+    if (not obj and not allow_empty) or len(obj) > limits.MAX_NESTING_DEPTH + 1:
+        raise MalformedCommandError("column path has a bad length")
+    if not all(isinstance(p, str) for p in obj):
+        raise MalformedCommandError("column path must be strings")
+    return tuple(str(p) for p in obj)
+
+
+class _Fields:
+    """Typed access to a decoded map; `done()` refuses keys nobody read (no silent extras)."""
+
+    __slots__ = ("_data", "_seen", "_what")
+
+    def __init__(self, data: object, what: str) -> None:
+        if not isinstance(data, dict):
+            raise MalformedCommandError(f"{what} must be a map")
+        self._data: dict[object, object] = data
+        self._seen: set[str] = set()
+        self._what = what
+
+    def get(self, key: str) -> object:
+        if key not in self._data:
+            raise MalformedCommandError(f"{self._what} lacks {key!r}")
+        self._seen.add(key)
+        return self._data[key]
+
+    def text(self, key: str) -> str:
+        value = self.get(key)
+        if not isinstance(value, str):
+            raise MalformedCommandError(f"{self._what}.{key} must be a string")
+        return value
+
+    def opt_text(self, key: str) -> str | None:
+        value = self.get(key)
+        if value is not None and not isinstance(value, str):
+            raise MalformedCommandError(f"{self._what}.{key} must be a string or nil")
+        return value
+
+    def integer(self, key: str) -> int:
+        value = self.get(key)
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise MalformedCommandError(f"{self._what}.{key} must be an integer")
+        return value
+
+    def flag(self, key: str) -> bool:
+        value = self.get(key)
+        if not isinstance(value, bool):
+            raise MalformedCommandError(f"{self._what}.{key} must be a boolean")
+        return value
+
+    def items(self, key: str) -> list[object]:
+        value = self.get(key)
+        if not isinstance(value, list):
+            raise MalformedCommandError(f"{self._what}.{key} must be a list")
+        return value
+
+    def done(self) -> None:
+        extra = set(self._data) - self._seen
+        if extra:
+            names = sorted(repr(k) for k in extra)
+            raise MalformedCommandError(f"{self._what} has unknown keys {names}")
