@@ -1,0 +1,1031 @@
+"""Spark SQL DDL -> canonical catalog commands.
+
+`parse_ddl(sql, request_id=...)` turns exactly one statement into one `Command`. The statement is
+parsed with sqlglot's `spark` dialect and its expression tree is read strictly: every clause of
+every node must be one we understand, so a clause sqlglot recognises but we do not (LOCATION,
+PARTITIONED BY, OR REPLACE, ...) is refused with `UnsupportedStatementError` instead of being
+silently dropped.
+
+sqlglot gives up on some valid Spark forms and returns an opaque `Command` node (CREATE NAMESPACE
+... WITH DBPROPERTIES, ALTER COLUMN ... FIRST/AFTER, nested ALTER COLUMN s.x, UNSET TBLPROPERTIES).
+For those, a small recursive-descent parser (`_Fallback`) over `metastore.lexer` tokens reads the
+statement following Spark's own grammar. Both paths produce the same command values (the tests
+check they agree).
+
+Supported:
+  CREATE NAMESPACE|SCHEMA|DATABASE [IF NOT EXISTS] ns [COMMENT '..'] [WITH DBPROPERTIES (..)]
+  DROP NAMESPACE|SCHEMA|DATABASE [IF EXISTS] ns [CASCADE|RESTRICT]
+  CREATE TABLE [IF NOT EXISTS] ns.t (col type [NOT NULL] [DEFAULT expr] [COMMENT '..'], ...)
+      [USING parquet] [COMMENT '..'] [TBLPROPERTIES (..)]
+  DROP TABLE [IF EXISTS] ns.t
+  ALTER TABLE ns.t ADD COLUMN(S) ... | RENAME COLUMN a TO b | DROP COLUMN(S) [IF EXISTS] ...
+      | ALTER|CHANGE [COLUMN] c (TYPE t | DROP NOT NULL | SET NOT NULL | COMMENT '..' | FIRST
+      | AFTER x) | SET TBLPROPERTIES (..) | UNSET TBLPROPERTIES [IF EXISTS] (..)
+
+Safety: parsing runs on the node that received the request, before anything is replicated. Any
+input, however hostile, raises only `MetastoreError` subclasses (InvalidDdlError with line/col
+when the text does not parse, UnsupportedStatementError, InvalidArgumentError,
+LimitExceededError, ...). sqlglot is a large third-party parser, so every call into it is wrapped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import NoReturn, TypeVar
+
+import sqlglot
+from sqlglot import exp
+from sqlglot.errors import ParseError
+
+from metastore import limits
+from metastore.commands import (
+    AddColumn,
+    AlterColumnType,
+    AlterTable,
+    Command,
+    CreateNamespace,
+    CreateTable,
+    DropColumn,
+    DropNamespace,
+    DropTable,
+    MoveColumn,
+    Properties,
+    RenameColumn,
+    SetColumnComment,
+    SetNullability,
+    SetTableProperties,
+    TableChange,
+    TableName,
+    UnsetTableProperties,
+    make_properties,
+    normalize_object_name,
+    validate_command,
+)
+from metastore.errors import (
+    InvalidArgumentError,
+    InvalidDdlError,
+    UnsupportedStatementError,
+    limit_exceeded,
+)
+from metastore.lexer import Token, TokenCursor, TokenKind, syntax_error
+from metastore.schema import After, Column, ColumnPosition, First, Path, Schema
+from metastore.types import (
+    BIGINT,
+    BINARY,
+    BOOLEAN,
+    DATE,
+    DOUBLE,
+    FLOAT,
+    INT,
+    SMALLINT,
+    STRING,
+    TIMESTAMP,
+    TIMESTAMP_NTZ,
+    TINYINT,
+    ArrayType,
+    CharType,
+    DataType,
+    DecimalType,
+    MapType,
+    StructField,
+    StructType,
+    VarcharType,
+    parse_type_tokens,
+    validate_text,
+)
+
+_T = TypeVar("_T")
+
+SUPPORTED = "CREATE/DROP NAMESPACE, CREATE/DROP TABLE and ALTER TABLE"
+_DEFAULT_DECIMAL_PRECISION = 10
+
+
+def parse_ddl(sql: str, *, request_id: str = "") -> Command:
+    """Parse one Spark SQL DDL statement into a validated command."""
+    if not isinstance(sql, str):
+        raise InvalidArgumentError("the statement must be text")
+    validate_text(sql, "statement")
+    size = len(sql.encode("utf-8"))
+    if size > limits.MAX_STATEMENT_BYTES:
+        raise limit_exceeded("MAX_STATEMENT_BYTES", limits.MAX_STATEMENT_BYTES, size, "statement")
+    statements = _sqlglot_parse(sql)
+    if not statements:
+        raise InvalidDdlError("empty statement", details={"reason": "empty"})
+    if len(statements) > 1:
+        raise InvalidDdlError(
+            f"exactly one statement per call, got {len(statements)}",
+            details={"reason": "multiple statements", "count": len(statements)},
+        )
+    stmt = statements[0]
+    cmd: Command
+    if isinstance(stmt, exp.Command):
+        cmd = _Fallback(sql, request_id).statement()
+    elif isinstance(stmt, exp.Create):
+        cmd = _create(stmt, request_id)
+    elif isinstance(stmt, exp.Drop):
+        cmd = _drop(stmt, request_id)
+    elif isinstance(stmt, exp.Alter):
+        cmd = _alter(stmt, request_id)
+    else:
+        raise UnsupportedStatementError(
+            f"{stmt.key.upper()} statements are not supported; supported: {SUPPORTED}",
+            details={"statement": stmt.key.upper()},
+        )
+    validate_command(cmd)
+    return cmd
+
+
+# --------------------------------------------------------------------------------------------
+# sqlglot wrappers
+# --------------------------------------------------------------------------------------------
+
+
+def _sqlglot_parse(sql: str) -> list[exp.Expression]:
+    """The statements sqlglot finds (empty ones dropped). Raises InvalidDdlError."""
+    try:
+        parsed = sqlglot.parse(sql, read="spark")
+    except ParseError as e:
+        first = e.errors[0] if e.errors else {}
+        line, col = first.get("line"), first.get("col")
+        reason = str(first.get("description") or e).split("\n")[0]
+        details: dict[str, object] = {"reason": reason}
+        where = ""
+        if isinstance(line, int) and isinstance(col, int):
+            details |= {"line": line, "col": col}
+            where = f" (line {line}, col {col})"
+        raise InvalidDdlError(f"cannot parse statement: {reason}{where}", details=details) from None
+    # sqlglot is a large third-party parser: whatever it raises on hostile input (TokenError,
+    # RecursionError, ValueError, ...) must reach the client as InvalidDdlError.
+    except Exception as e:  # noqa: BLE001
+        reason = str(e).split("\n")[0][:200]
+        raise InvalidDdlError(
+            f"cannot parse statement: {reason}", details={"reason": reason}
+        ) from None
+    statements: list[exp.Expression] = []
+    for stmt in parsed:
+        if stmt is None:
+            continue
+        if not isinstance(stmt, exp.Expression):
+            raise InvalidDdlError("not a SQL statement", details={"reason": "not a statement"})
+        statements.append(stmt)
+    return statements
+
+
+def _expression_sql(expr: exp.Expression) -> str:
+    try:
+        return expr.sql(dialect="spark")
+    except Exception as e:  # noqa: BLE001  (third-party generator; see _sqlglot_parse)
+        raise InvalidDdlError(f"cannot render expression: {type(e).__name__}") from None
+
+
+# --------------------------------------------------------------------------------------------
+# Tree path
+# --------------------------------------------------------------------------------------------
+
+
+def _present(value: object) -> bool:
+    """sqlglot leaves an absent clause as None, False or an empty list."""
+    if value is None or value is False:
+        return False
+    return not (isinstance(value, list | tuple | str) and not value)
+
+
+def _only(node: exp.Expression, allowed: set[str], what: str) -> None:
+    """Refuse any clause of `node` that is present but not in `allowed`."""
+    for key, value in node.args.items():
+        if key in allowed or not _present(value):
+            continue
+        shown = value.sql(dialect="spark") if isinstance(value, exp.Expression) else key.upper()
+        raise UnsupportedStatementError(
+            f"{what}: clause {shown[:80]!r} is not supported",
+            details={"clause": key, "statement": what},
+        )
+
+
+def _unsupported(message: str, **details: object) -> NoReturn:
+    raise UnsupportedStatementError(message, details=details)
+
+
+def _kind(node: exp.Expression) -> str:
+    kind = node.args.get("kind")
+    return kind.upper() if isinstance(kind, str) else ""
+
+
+def _identifier(node: object, what: str) -> str:
+    if isinstance(node, exp.Identifier) and isinstance(node.this, str):
+        return node.this
+    raise InvalidDdlError(f"expected a {what} name", details={"reason": f"bad {what} name"})
+
+
+def _path(node: object) -> Path:
+    """A (possibly nested) column reference: Identifier, Column or Dot chain."""
+    if isinstance(node, exp.Identifier):
+        return (_identifier(node, "column"),)
+    if isinstance(node, exp.Dot):
+        return (*_path(node.this), *_path(node.expression))
+    if isinstance(node, exp.Column):
+        parts = node.parts
+        if not parts:
+            raise InvalidDdlError("expected a column name")
+        return tuple(_identifier(p, "column") for p in parts)
+    raise InvalidDdlError("expected a column name", details={"reason": "bad column reference"})
+
+
+def _table_parts(table: object, what: str) -> list[str]:
+    if not isinstance(table, exp.Table):
+        raise InvalidDdlError(f"expected a {what} name")
+    _only(table, {"this", "db", "catalog"}, what)
+    return [_identifier(p, what) for p in table.parts]
+
+
+def _table_name(table: object) -> TableName:
+    parts = _table_parts(table, "table")
+    if len(parts) != 2:
+        raise InvalidArgumentError(
+            f"table name must have two parts, namespace.table; got {'.'.join(parts)!r}",
+            details={"name": ".".join(parts)},
+        )
+    return TableName.of(parts[0], parts[1])
+
+
+def _namespace_name(table: object) -> str:
+    parts = _table_parts(table, "namespace")
+    if len(parts) != 1:
+        raise InvalidArgumentError(
+            f"namespace name must be a single name; got {'.'.join(parts)!r}",
+            details={"name": ".".join(parts)},
+        )
+    return normalize_object_name(parts[0], "namespace")
+
+
+def _string(node: object, what: str) -> str:
+    if isinstance(node, exp.Literal) and node.is_string and isinstance(node.this, str):
+        return node.this
+    raise InvalidDdlError(f"{what} must be a string literal", details={"reason": what})
+
+
+def _comment(node: object) -> str | None:
+    return _string(node, "comment") or None
+
+
+def _property_key(node: object) -> str:
+    if isinstance(node, exp.Literal) and node.is_string:
+        return _string(node, "property key")
+    if isinstance(node, exp.Var) and isinstance(node.this, str):
+        return node.this
+    if isinstance(node, exp.Identifier | exp.Dot | exp.Column):
+        return ".".join(_path(node))
+    raise InvalidDdlError("property key must be a string or a dotted name")
+
+
+def _property_value(node: object) -> str:
+    if isinstance(node, exp.Literal) and isinstance(node.this, str):
+        return node.this
+    if isinstance(node, exp.Boolean):
+        return "true" if node.this else "false"
+    if isinstance(node, exp.Neg) and isinstance(node.this, exp.Literal) and not node.this.is_string:
+        return "-" + str(node.this.this)
+    if isinstance(node, exp.Var) and isinstance(node.this, str):
+        return node.this
+    raise InvalidDdlError("property value must be a string, number or boolean literal")
+
+
+def _properties_of(nodes: list[exp.Expression]) -> Properties:
+    pairs: list[tuple[str, str]] = []
+    for prop in nodes:
+        if type(prop) is not exp.Property:
+            _unsupported(f"unsupported property clause {_expression_sql(prop)[:80]!r}")
+        pairs.append((_property_key(prop.this), _property_value(prop.args.get("value"))))
+    return make_properties(tuple(pairs))
+
+
+# --- CREATE ---------------------------------------------------------------------------------
+
+
+def _create(stmt: exp.Create, request_id: str) -> Command:
+    kind = _kind(stmt)
+    if kind in ("SCHEMA", "DATABASE", "NAMESPACE"):
+        _only(stmt, {"this", "kind", "exists", "properties"}, f"CREATE {kind}")
+        comment: str | None = None
+        pairs: list[exp.Expression] = []
+        seen: set[str] = set()
+        for prop in _property_nodes(stmt):
+            if isinstance(prop, exp.SchemaCommentProperty):
+                _once(seen, "COMMENT")
+                comment = _comment(prop.this)
+            elif type(prop) is exp.Property:
+                pairs.append(prop)
+            else:
+                _unsupported(
+                    f"CREATE {kind}: clause {_expression_sql(prop)[:80]!r} is not supported"
+                )
+        return CreateNamespace(
+            request_id=request_id,
+            namespace=_namespace_name(stmt.this),
+            if_not_exists=bool(stmt.args.get("exists")),
+            comment=comment,
+            properties=_properties_of(pairs),
+        )
+    if kind != "TABLE":
+        _unsupported(f"CREATE {kind} is not supported; supported: {SUPPORTED}", kind=kind)
+    _only(stmt, {"this", "kind", "exists", "properties"}, "CREATE TABLE")
+    target = stmt.this
+    if not isinstance(target, exp.Schema):
+        _unsupported("CREATE TABLE needs an explicit column list (no LIKE / AS SELECT)")
+    _only(target, {"this", "expressions"}, "CREATE TABLE")
+    table = _table_name(target.this)
+    columns: list[Column] = []
+    for coldef in target.expressions:
+        if isinstance(coldef, exp.Identifier):
+            raise InvalidDdlError(
+                f"column {coldef.name!r} needs a data type", details={"reason": "missing type"}
+            )
+        if not isinstance(coldef, exp.ColumnDef):
+            _unsupported(f"CREATE TABLE: {_expression_sql(coldef)[:80]!r} is not supported")
+        path, column, position = _column_def(coldef)
+        if len(path) != 1 or position is not None:
+            raise InvalidDdlError("CREATE TABLE columns take a plain name and no position")
+        columns.append(column)
+    comment = None
+    pairs = []
+    seen = set()
+    for prop in _property_nodes(stmt):
+        if isinstance(prop, exp.FileFormatProperty):
+            _once(seen, "USING")
+            fmt = prop.this
+            name = fmt.name.lower() if isinstance(fmt, exp.Var | exp.Identifier) else ""
+            if name != "parquet":
+                _unsupported("only USING parquet tables are supported", format=name or "unknown")
+        elif isinstance(prop, exp.SchemaCommentProperty):
+            _once(seen, "COMMENT")
+            comment = _comment(prop.this)
+        elif type(prop) is exp.Property:
+            pairs.append(prop)
+        else:
+            _unsupported(f"CREATE TABLE: clause {_expression_sql(prop)[:80]!r} is not supported")
+    return CreateTable(
+        request_id=request_id,
+        table=table,
+        schema=Schema(columns=tuple(columns)),
+        if_not_exists=bool(stmt.args.get("exists")),
+        comment=comment,
+        properties=_properties_of(pairs),
+    )
+
+
+def _property_nodes(stmt: exp.Expression) -> list[exp.Expression]:
+    props = stmt.args.get("properties")
+    if props is None:
+        return []
+    if not isinstance(props, exp.Properties):
+        raise InvalidDdlError("malformed properties")
+    return list(props.expressions)
+
+
+def _column_def(
+    coldef: exp.ColumnDef, level: int = 0
+) -> tuple[Path, Column, ColumnPosition | None]:
+    """A column definition: its full path, the column (path's last name), its position.
+    `level` is the nesting level of the type (for struct fields)."""
+    _only(coldef, {"this", "kind", "constraints", "position"}, "column definition")
+    path = _path(coldef.this)
+    dtype_node = coldef.args.get("kind")
+    if not isinstance(dtype_node, exp.DataType):
+        raise InvalidDdlError(f"column {'.'.join(path)} needs a data type")
+    dtype = _data_type(dtype_node, level)
+    nullable = True
+    comment: str | None = None
+    default_sql: str | None = None
+    seen: set[str] = set()
+    for constraint in coldef.args.get("constraints") or []:
+        kind = constraint.args.get("kind") if isinstance(constraint, exp.ColumnConstraint) else None
+        if isinstance(kind, exp.NotNullColumnConstraint):
+            _once(seen, "NOT NULL")
+            nullable = bool(kind.args.get("allow_null"))
+        elif isinstance(kind, exp.DefaultColumnConstraint):
+            _once(seen, "DEFAULT")
+            default_sql = _default_sql(kind.this)
+        elif isinstance(kind, exp.CommentColumnConstraint):
+            _once(seen, "COMMENT")
+            comment = _comment(kind.this)
+        else:
+            shown = _expression_sql(constraint)[:80]
+            _unsupported(f"column constraint {shown!r} is not supported")
+    position = _position(coldef.args.get("position"))
+    column = Column(
+        name=path[-1], type=dtype, nullable=nullable, comment=comment, default_sql=default_sql
+    )
+    return path, column, position
+
+
+def _once(seen: set[str], clause: str) -> None:
+    if clause in seen:
+        raise InvalidDdlError(f"{clause} given twice", details={"reason": "duplicate clause"})
+    seen.add(clause)
+
+
+def _position(node: object) -> ColumnPosition | None:
+    if node is None:
+        return None
+    if not isinstance(node, exp.ColumnPosition):
+        raise InvalidDdlError("malformed column position")
+    where = str(node.args.get("position") or "").upper()
+    if where == "FIRST":
+        return First()
+    if where == "AFTER":
+        target = _path(node.this)
+        if len(target) != 1:
+            raise InvalidDdlError("AFTER takes the name of a sibling column")
+        return After(column=target[0])
+    raise InvalidDdlError(f"unsupported column position {where!r}")
+
+
+_FORBIDDEN_IN_DEFAULT = (
+    exp.Column,
+    exp.Subquery,
+    exp.Select,
+    exp.AggFunc,
+    exp.Window,
+    exp.Star,
+    exp.Placeholder,
+    exp.Parameter,
+    exp.Alias,
+)
+
+
+def _default_sql(node: object) -> str:
+    """Canonical SQL of a DEFAULT expression, which must be constant (Spark's rule)."""
+    if not isinstance(node, exp.Expression):
+        raise InvalidDdlError("DEFAULT needs an expression")
+    for sub in node.walk():
+        if isinstance(sub, _FORBIDDEN_IN_DEFAULT):
+            raise InvalidArgumentError(
+                "DEFAULT must be a constant expression (no column references, subqueries, "
+                "aggregates or parameters)",
+                details={"default": _expression_sql(node)[:200]},
+            )
+    return _expression_sql(node)
+
+
+# sqlglot type names (spark dialect) -> our primitives.
+_SQLGLOT_PRIMITIVES: dict[str, DataType] = {
+    "BOOLEAN": BOOLEAN,
+    "TINYINT": TINYINT,
+    "SMALLINT": SMALLINT,
+    "INT": INT,
+    "BIGINT": BIGINT,
+    "FLOAT": FLOAT,
+    "DOUBLE": DOUBLE,
+    "TEXT": STRING,
+    "BINARY": BINARY,
+    "DATE": DATE,
+    "TIMESTAMP": TIMESTAMP,
+    "TIMESTAMPTZ": TIMESTAMP,
+    "TIMESTAMPLTZ": TIMESTAMP,
+    "TIMESTAMPNTZ": TIMESTAMP_NTZ,
+}
+
+
+def _data_type(node: exp.DataType, level: int) -> DataType:
+    """Convert sqlglot's DataType to ours. `level` counts enclosing complex types."""
+    _only(node, {"this", "expressions", "nested"}, "data type")
+    name = str(getattr(node.this, "value", node.this)).upper()
+    args = list(node.expressions)
+    if name in ("ARRAY", "MAP", "STRUCT"):
+        if level + 1 > limits.MAX_NESTING_DEPTH:
+            raise limit_exceeded(
+                "MAX_NESTING_DEPTH", limits.MAX_NESTING_DEPTH, level + 1, "type nesting depth"
+            )
+        if name == "ARRAY" and len(args) == 1 and isinstance(args[0], exp.DataType):
+            return ArrayType(element=_data_type(args[0], level + 1))
+        if name == "MAP" and len(args) == 2:
+            key, value = args
+            if isinstance(key, exp.DataType) and isinstance(value, exp.DataType):
+                return MapType(key=_data_type(key, level + 1), value=_data_type(value, level + 1))
+        if name == "STRUCT" and args:
+            return StructType(fields=tuple(_struct_field(f, level + 1) for f in args))
+        raise InvalidDdlError(f"malformed {name} type", details={"reason": f"malformed {name}"})
+    params = [_type_param(a) for a in args]
+    if name == "DECIMAL":
+        if len(params) > 2:
+            raise InvalidDdlError("DECIMAL takes at most (precision, scale)")
+        precision = params[0] if params else _DEFAULT_DECIMAL_PRECISION
+        return DecimalType(precision=precision, scale=params[1] if len(params) > 1 else 0)
+    if name in ("VARCHAR", "CHAR"):
+        if len(params) != 1:
+            raise InvalidDdlError(f"{name} needs a length, as in {name}(10)")
+        return VarcharType(length=params[0]) if name == "VARCHAR" else CharType(length=params[0])
+    primitive = _SQLGLOT_PRIMITIVES.get(name)
+    if primitive is None:
+        raise InvalidDdlError(
+            f"unsupported data type {_expression_sql(node)[:60]}",
+            details={"reason": "unsupported type", "type": name},
+        )
+    if params:
+        raise InvalidDdlError(f"{primitive.to_sql()} takes no parameters")
+    return primitive
+
+
+def _type_param(node: object) -> int:
+    inner = node.this if isinstance(node, exp.DataTypeParam) else node
+    if isinstance(inner, exp.Literal) and not inner.is_string:
+        text = str(inner.this)
+        if text.isdigit() and len(text) <= 12:
+            return int(text)
+    raise InvalidDdlError("type parameters must be integers")
+
+
+def _struct_field(node: object, level: int) -> StructField:
+    if not isinstance(node, exp.ColumnDef):
+        raise InvalidDdlError("STRUCT fields need a name and a type, as in STRUCT<a: INT>")
+    path, column, position = _column_def(node, level)
+    if len(path) != 1 or position is not None or column.default_sql is not None:
+        raise InvalidDdlError("STRUCT fields take a plain name, a type, NOT NULL and COMMENT")
+    return StructField(
+        name=column.name,
+        type=column.type,
+        nullable=column.nullable,
+        comment=column.comment,
+    )
+
+
+# --- DROP -----------------------------------------------------------------------------------
+
+
+def _drop(stmt: exp.Drop, request_id: str) -> Command:
+    kind = _kind(stmt)
+    tables = stmt.args.get("tables") or []
+    if len(tables) != 1:
+        raise InvalidDdlError("DROP takes exactly one name")
+    if kind in ("SCHEMA", "DATABASE", "NAMESPACE"):
+        _only(stmt, {"tables", "kind", "exists", "cascade", "restrict"}, f"DROP {kind}")
+        if stmt.args.get("cascade") and stmt.args.get("restrict"):
+            raise InvalidDdlError("CASCADE and RESTRICT together")
+        return DropNamespace(
+            request_id=request_id,
+            namespace=_namespace_name(tables[0]),
+            if_exists=bool(stmt.args.get("exists")),
+            cascade=bool(stmt.args.get("cascade")),
+        )
+    if kind != "TABLE":
+        _unsupported(f"DROP {kind} is not supported; supported: {SUPPORTED}", kind=kind)
+    _only(stmt, {"tables", "kind", "exists"}, "DROP TABLE")
+    return DropTable(
+        request_id=request_id,
+        table=_table_name(tables[0]),
+        if_exists=bool(stmt.args.get("exists")),
+    )
+
+
+# --- ALTER TABLE ----------------------------------------------------------------------------
+
+
+def _alter(stmt: exp.Alter, request_id: str) -> Command:
+    kind = _kind(stmt)
+    if kind != "TABLE":
+        _unsupported(f"ALTER {kind} is not supported; supported: {SUPPORTED}", kind=kind)
+    _only(stmt, {"this", "kind", "actions"}, "ALTER TABLE")
+    table = _table_name(stmt.this)
+    changes: list[TableChange] = []
+    for action in stmt.args.get("actions") or []:
+        changes.extend(_alter_action(action))
+    if not changes:
+        raise InvalidDdlError("ALTER TABLE needs an action")
+    return AlterTable(request_id=request_id, table=table, changes=tuple(changes))
+
+
+def _alter_action(action: exp.Expression) -> list[TableChange]:
+    if isinstance(action, exp.ColumnDef):  # ADD COLUMN x ... / ADD COLUMNS x ..., y ...
+        return [_add_column(action)]
+    if isinstance(action, exp.Schema) and action.this is None:  # ADD COLUMNS (x ..., y ...)
+        return [_add_column(c) for c in action.expressions]
+    if isinstance(action, exp.RenameColumn):
+        _only(action, {"this", "to"}, "RENAME COLUMN")
+        new = _path(action.args.get("to"))
+        if len(new) != 1:
+            raise InvalidDdlError("RENAME COLUMN ... TO takes a plain new name")
+        return [RenameColumn(path=_path(action.this), new_name=new[0])]
+    if isinstance(action, exp.Drop) and _kind(action) in ("COLUMN", "COLUMNS"):
+        _only(action, {"tables", "kind", "exists"}, "DROP COLUMN")
+        if_exists = bool(action.args.get("exists"))
+        paths: list[Path] = []
+        for target in action.args.get("tables") or []:
+            if isinstance(target, exp.Schema):
+                paths.extend(_path(p) for p in target.expressions)
+            else:
+                paths.append(_path(target))
+        return [DropColumn(path=p, if_exists=if_exists) for p in paths]
+    if isinstance(action, exp.AlterColumn):
+        return [_alter_column(action)]
+    if isinstance(action, exp.AlterSet):
+        _only(action, {"expressions"}, "ALTER TABLE SET")
+        nodes = action.expressions
+        if len(nodes) != 1 or not isinstance(nodes[0], exp.Properties):
+            _unsupported("only ALTER TABLE ... SET TBLPROPERTIES is supported")
+        return [SetTableProperties(properties=_properties_of(list(nodes[0].expressions)))]
+    _unsupported(
+        f"ALTER TABLE action {_expression_sql(action)[:80]!r} is not supported",
+        action=action.key,
+    )
+
+
+def _add_column(node: object) -> AddColumn:
+    if not isinstance(node, exp.ColumnDef):
+        raise InvalidDdlError("ADD COLUMNS takes column definitions")
+    path, column, position = _column_def(node)
+    return AddColumn(parent=path[:-1], column=column, position=position)
+
+
+def _alter_column(action: exp.AlterColumn) -> TableChange:
+    path = _path(action.this)
+    args = {k for k, v in action.args.items() if _present(v) and k != "this"}
+    dtype = action.args.get("dtype")
+    if "rename_to" in args:
+        # Hive's `CHANGE COLUMN a a BIGINT`: allowed only without a rename, like Spark.
+        new = _path(action.args.get("rename_to"))
+        if len(new) != 1 or new[0].casefold() != path[-1].casefold():
+            _unsupported("CHANGE COLUMN cannot rename; use RENAME COLUMN")
+        args.discard("rename_to")
+    if args == {"dtype"} and isinstance(dtype, exp.DataType):
+        return AlterColumnType(path=path, new_type=_data_type(dtype, 0))
+    allow_null = action.args.get("allow_null")
+    if args == {"drop", "allow_null"} and allow_null is True:
+        return SetNullability(path=path, nullable=True)
+    if not args and allow_null is False:  # SET NOT NULL: sqlglot's only trace is allow_null=False
+        return SetNullability(path=path, nullable=False)
+    if args == {"comment"}:
+        return SetColumnComment(path=path, comment=_comment(action.args.get("comment")))
+    _unsupported(
+        f"ALTER COLUMN {_expression_sql(action)[:80]!r} is not supported",
+        clauses=sorted(args),
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Fallback path: a hand parser for the statements sqlglot returns as an opaque Command
+# --------------------------------------------------------------------------------------------
+
+
+class _Fallback(TokenCursor):
+    """Spark's grammar for the forms sqlglot does not build a tree for. Reads the whole text."""
+
+    __slots__ = ("request_id",)
+
+    def __init__(self, text: str, request_id: str) -> None:
+        super().__init__(text)
+        self.request_id = request_id
+
+    def statement(self) -> Command:
+        first = self.peek()
+        cmd: Command
+        if self.accept_word("CREATE"):
+            if not self.peek().is_word("NAMESPACE", "SCHEMA", "DATABASE"):
+                self._unsupported_statement(first)
+            self.next()
+            cmd = self._create_namespace()
+        elif self.accept_word("DROP"):
+            cmd = self._drop()
+        elif self.accept_word("ALTER"):
+            if not self.peek().is_word("TABLE"):
+                self._unsupported_statement(first)
+            self.next()
+            cmd = self._alter_table()
+        else:
+            self._unsupported_statement(first)
+        if not self.at_end():
+            raise self.error("unexpected text at the end of the statement")
+        return cmd
+
+    def _unsupported_statement(self, first: Token) -> NoReturn:
+        words = [t.value.upper() for t in self.tokens[:3] if t.kind is TokenKind.WORD]
+        shown = " ".join(words[:2]) or first.value
+        raise UnsupportedStatementError(
+            f"{shown} is not supported; supported: {SUPPORTED}", details={"statement": shown}
+        )
+
+    # --- names ---
+
+    def _name_parts(self, what: str) -> list[str]:
+        parts = [self.expect_identifier(f"{what} name")]
+        while self.accept_punct("."):
+            parts.append(self.expect_identifier(f"{what} name"))
+        return parts
+
+    def _table_name(self) -> TableName:
+        parts = self._name_parts("table")
+        if len(parts) != 2:
+            raise InvalidArgumentError(
+                f"table name must have two parts, namespace.table; got {'.'.join(parts)!r}",
+                details={"name": ".".join(parts)},
+            )
+        return TableName.of(parts[0], parts[1])
+
+    def _namespace_name(self) -> str:
+        parts = self._name_parts("namespace")
+        if len(parts) != 1:
+            raise InvalidArgumentError(
+                f"namespace name must be a single name; got {'.'.join(parts)!r}",
+                details={"name": ".".join(parts)},
+            )
+        return normalize_object_name(parts[0], "namespace")
+
+    def _path(self) -> Path:
+        parts = [self.expect_identifier("column name")]
+        while self.accept_punct("."):
+            parts.append(self.expect_identifier("column name"))
+            if len(parts) > limits.MAX_NESTING_DEPTH + 1:
+                raise limit_exceeded(
+                    "MAX_NESTING_DEPTH", limits.MAX_NESTING_DEPTH, len(parts) - 1, "column path"
+                )
+        return tuple(parts)
+
+    def _if_exists(self) -> bool:
+        if self.accept_word("IF"):
+            self.expect_word("EXISTS")
+            return True
+        return False
+
+    def _if_not_exists(self) -> bool:
+        if self.accept_word("IF"):
+            self.expect_word("NOT")
+            self.expect_word("EXISTS")
+            return True
+        return False
+
+    # --- properties ---
+
+    def _property_list(self, *, values: bool) -> list[tuple[str, str]]:
+        """`(key = value, ...)`; with values=False, `(key, ...)` (UNSET) and value is ""."""
+        self.expect_punct("(")
+        pairs: list[tuple[str, str]] = []
+        while True:
+            key = self._property_key()
+            value = ""
+            if values:
+                self.accept_punct("=")
+                value = self._property_value()
+            pairs.append((key, value))
+            if len(pairs) > limits.MAX_PROPERTIES_PER_TABLE:
+                raise limit_exceeded(
+                    "MAX_PROPERTIES_PER_TABLE",
+                    limits.MAX_PROPERTIES_PER_TABLE,
+                    len(pairs),
+                    "properties in one clause",
+                )
+            if self.accept_punct(")"):
+                return pairs
+            self.expect_punct(",")
+
+    def _property_key(self) -> str:
+        if self.peek().kind is TokenKind.STRING:
+            return self.next().value
+        parts = [self.expect_identifier("property key")]
+        while self.accept_punct("."):
+            parts.append(self.expect_identifier("property key"))
+        return ".".join(parts)
+
+    def _property_value(self) -> str:
+        tok = self.peek()
+        if tok.kind is TokenKind.STRING:
+            return self.next().value
+        if tok.is_word("TRUE", "FALSE"):
+            return self.next().value.lower()
+        sign = "-" if self.accept_punct("-") else ""
+        if self.peek().kind is TokenKind.NUMBER:
+            start = self.next()
+            end = start
+            if self.peek().is_punct(".") and self.peek(1).kind is TokenKind.NUMBER:
+                self.next()
+                end = self.next()
+            return sign + self.text[start.start : end.end]
+        raise self.error("expected a property value (string, number or boolean)")
+
+    # --- statements ---
+
+    def _create_namespace(self) -> CreateNamespace:
+        if_not_exists = self._if_not_exists()
+        namespace = self._namespace_name()
+        comment: str | None = None
+        properties: list[tuple[str, str]] = []
+        seen: set[str] = set()
+        while not self.at_end():
+            tok = self.peek()
+            if self.accept_word("COMMENT"):
+                _once(seen, "COMMENT")
+                comment = self.expect_string("comment") or None
+            elif self.accept_word("WITH"):
+                _once(seen, "DBPROPERTIES")
+                self.expect_word("DBPROPERTIES", "PROPERTIES")
+                properties = self._property_list(values=True)
+            elif tok.is_word("LOCATION"):
+                raise UnsupportedStatementError(
+                    "LOCATION is not supported: namespaces live in the warehouse",
+                    details={"clause": "LOCATION"},
+                )
+            else:
+                raise self.error("expected COMMENT or WITH DBPROPERTIES")
+        return CreateNamespace(
+            request_id=self.request_id,
+            namespace=namespace,
+            if_not_exists=if_not_exists,
+            comment=comment,
+            properties=make_properties(tuple(properties)),
+        )
+
+    def _drop(self) -> Command:
+        tok = self.peek()
+        if self.accept_word("NAMESPACE", "SCHEMA", "DATABASE"):
+            if_exists = self._if_exists()
+            namespace = self._namespace_name()
+            cascade = self.accept_word("CASCADE")
+            if not cascade:
+                self.accept_word("RESTRICT")
+            return DropNamespace(
+                request_id=self.request_id,
+                namespace=namespace,
+                if_exists=if_exists,
+                cascade=cascade,
+            )
+        if self.accept_word("TABLE"):
+            if_exists = self._if_exists()
+            return DropTable(
+                request_id=self.request_id, table=self._table_name(), if_exists=if_exists
+            )
+        if tok.kind is TokenKind.WORD:
+            raise UnsupportedStatementError(
+                f"DROP {tok.value.upper()} is not supported; supported: {SUPPORTED}",
+                details={"statement": f"DROP {tok.value.upper()}"},
+            )
+        raise self.error("expected TABLE or NAMESPACE after DROP")
+
+    def _alter_table(self) -> AlterTable:
+        table = self._table_name()
+        tok = self.peek()
+        changes: list[TableChange]
+        if self.accept_word("ADD"):
+            self.expect_word("COLUMN", "COLUMNS")
+            changes = list(self._items(self._add_column))
+        elif self.accept_word("DROP"):
+            self.expect_word("COLUMN", "COLUMNS")
+            if_exists = self._if_exists()
+            paths = self._items(self._path)
+            changes = [DropColumn(path=p, if_exists=if_exists) for p in paths]
+        elif self.accept_word("RENAME"):
+            if not self.accept_word("COLUMN"):
+                raise UnsupportedStatementError(
+                    "only RENAME COLUMN is supported (tables cannot be renamed)",
+                    details={"clause": "RENAME"},
+                )
+            path = self._path()
+            self.expect_word("TO")
+            changes = [RenameColumn(path=path, new_name=self.expect_identifier("new name"))]
+        elif self.peek().is_word("ALTER", "CHANGE"):
+            hive_style = self.next().is_word("CHANGE")
+            self.accept_word("COLUMN")
+            changes = [self._alter_column(self._path(), hive_style=hive_style)]
+        elif self.accept_word("SET"):
+            self.expect_word("TBLPROPERTIES")
+            props = make_properties(tuple(self._property_list(values=True)))
+            changes = [SetTableProperties(properties=props)]
+        elif self.accept_word("UNSET"):
+            self.expect_word("TBLPROPERTIES")
+            if_exists = self._if_exists()
+            keys = tuple(k for k, _ in self._property_list(values=False))
+            changes = [UnsetTableProperties(keys=keys, if_exists=if_exists)]
+        elif tok.kind is TokenKind.WORD:
+            raise UnsupportedStatementError(
+                f"ALTER TABLE ... {tok.value.upper()} is not supported",
+                details={"clause": tok.value.upper()},
+            )
+        else:
+            raise self.error("expected an ALTER TABLE action")
+        return AlterTable(request_id=self.request_id, table=table, changes=tuple(changes))
+
+    def _items(self, parse_item: Callable[[], _T]) -> list[_T]:
+        """`item, item, ...` or `(item, item, ...)`, as Spark accepts both after ADD/DROP."""
+        paren = self.accept_punct("(")
+        items = [parse_item()]
+        while self.accept_punct(","):
+            if len(items) >= limits.MAX_CHANGES_PER_ALTER:
+                raise limit_exceeded(
+                    "MAX_CHANGES_PER_ALTER",
+                    limits.MAX_CHANGES_PER_ALTER,
+                    len(items) + 1,
+                    "columns in one ALTER TABLE",
+                )
+            items.append(parse_item())
+        if paren:
+            self.expect_punct(")")
+        return items
+
+    def _add_column(self) -> AddColumn:
+        path = self._path()
+        dtype = parse_type_tokens(self)
+        nullable = True
+        comment: str | None = None
+        default_sql: str | None = None
+        position: ColumnPosition | None = None
+        seen: set[str] = set()
+        while True:
+            if self.accept_word("NOT"):
+                _once(seen, "NOT NULL")
+                self.expect_word("NULL")
+                nullable = False
+            elif self.accept_word("DEFAULT"):
+                _once(seen, "DEFAULT")
+                default_sql = self._default_expression()
+            elif self.accept_word("COMMENT"):
+                _once(seen, "COMMENT")
+                comment = self.expect_string("comment") or None
+            elif self.peek().is_word("FIRST", "AFTER"):
+                _once(seen, "position")
+                position = self._position()
+            else:
+                break
+        column = Column(
+            name=path[-1], type=dtype, nullable=nullable, comment=comment, default_sql=default_sql
+        )
+        return AddColumn(parent=path[:-1], column=column, position=position)
+
+    def _position(self) -> ColumnPosition:
+        if self.accept_word("FIRST"):
+            return First()
+        self.expect_word("AFTER")
+        return After(column=self.expect_identifier("column name"))
+
+    def _default_expression(self) -> str:
+        """Slice the DEFAULT expression's text (up to the next clause or list end) and let
+        sqlglot parse it, so both paths canonicalise defaults identically."""
+        start = self.peek()
+        depth = 0
+        end = start
+        while True:
+            tok = self.peek()
+            if tok.kind is TokenKind.EOF or tok.is_punct(";"):
+                break
+            if depth == 0 and (
+                tok.is_punct(",")
+                or tok.is_punct(")")
+                or tok.is_word("COMMENT", "FIRST", "AFTER", "NOT")
+            ):
+                break
+            if tok.is_punct("("):
+                depth += 1
+            elif tok.is_punct(")"):
+                depth -= 1
+            end = self.next()
+        if end is start and self.peek() is start:
+            raise self.error("expected an expression after DEFAULT")
+        text = self.text[start.start : end.end]
+        parsed = _sqlglot_parse("SELECT " + text)
+        select = parsed[0] if len(parsed) == 1 else None
+        if not isinstance(select, exp.Select) or any(
+            _present(v) for k, v in select.args.items() if k != "expressions"
+        ):
+            raise syntax_error(self.text, start.start, "malformed DEFAULT expression")
+        items = select.expressions
+        if len(items) != 1:
+            raise syntax_error(self.text, start.start, "malformed DEFAULT expression")
+        return _default_sql(items[0])
+
+    def _alter_column(self, path: Path, *, hive_style: bool) -> TableChange:
+        tok = self.peek()
+        keywords = ("TYPE", "COMMENT", "FIRST", "AFTER", "SET", "DROP")
+        if (
+            hive_style
+            and tok.kind in (TokenKind.WORD, TokenKind.QUOTED)
+            and not tok.is_word(*keywords)
+        ):
+            # Hive's `CHANGE [COLUMN] old new type`: Spark allows it only without a rename.
+            new_name = self.expect_identifier("column name")
+            if new_name.casefold() != path[-1].casefold():
+                raise UnsupportedStatementError(
+                    "CHANGE COLUMN cannot rename; use RENAME COLUMN",
+                    details={"clause": "CHANGE COLUMN"},
+                )
+            return AlterColumnType(path=path, new_type=parse_type_tokens(self))
+        if self.accept_word("TYPE"):
+            return AlterColumnType(path=path, new_type=parse_type_tokens(self))
+        if self.accept_word("COMMENT"):
+            return SetColumnComment(path=path, comment=self.expect_string("comment") or None)
+        if self.peek().is_word("FIRST", "AFTER"):
+            return MoveColumn(path=path, position=self._position())
+        if self.accept_word("SET"):
+            if self.peek().is_word("DEFAULT"):
+                raise UnsupportedStatementError(
+                    "ALTER COLUMN ... SET DEFAULT is not supported", details={"clause": "DEFAULT"}
+                )
+            self.expect_word("NOT")
+            self.expect_word("NULL")
+            return SetNullability(path=path, nullable=False)
+        if self.accept_word("DROP"):
+            if self.peek().is_word("DEFAULT"):
+                raise UnsupportedStatementError(
+                    "ALTER COLUMN ... DROP DEFAULT is not supported", details={"clause": "DEFAULT"}
+                )
+            self.expect_word("NOT")
+            self.expect_word("NULL")
+            return SetNullability(path=path, nullable=True)
+        raise self.error(
+            "expected TYPE, COMMENT, FIRST, AFTER, SET NOT NULL or DROP NOT NULL after the column"
+        )

@@ -1,0 +1,454 @@
+"""Spark SQL DDL -> commands: every supported form, every refusal, and safety on any input."""
+
+from __future__ import annotations
+
+import contextlib
+
+import pytest
+from hypothesis import example, given
+from hypothesis import strategies as st
+
+from metastore import limits
+from metastore.commands import (
+    AddColumn,
+    AlterColumnType,
+    AlterTable,
+    Command,
+    CreateNamespace,
+    CreateTable,
+    DropColumn,
+    DropNamespace,
+    DropTable,
+    MoveColumn,
+    RenameColumn,
+    SetColumnComment,
+    SetNullability,
+    SetTableProperties,
+    TableChange,
+    TableName,
+    UnsetTableProperties,
+)
+from metastore.ddl import _Fallback, parse_ddl
+from metastore.errors import (
+    ColumnAlreadyExistsError,
+    InvalidArgumentError,
+    InvalidDdlError,
+    LimitExceededError,
+    MetastoreError,
+    UnsupportedSchemaChangeError,
+    UnsupportedStatementError,
+)
+from metastore.schema import After, Column, First, Schema
+from metastore.types import (
+    BIGINT,
+    INT,
+    STRING,
+    TIMESTAMP,
+    DataType,
+    DecimalType,
+    StructField,
+    StructType,
+    parse_type,
+)
+from tests.metastore._support import DETERMINISTIC, data_types, simple_names
+
+T = TableName.of("ns", "t")
+
+
+def alter(*changes: TableChange) -> AlterTable:
+    return AlterTable(table=T, changes=changes)
+
+
+SUPPORTED: list[tuple[str, Command]] = [
+    # --- namespaces ---
+    ("CREATE NAMESPACE ns", CreateNamespace(namespace="ns")),
+    ("create schema NS", CreateNamespace(namespace="ns")),
+    ("CREATE DATABASE IF NOT EXISTS ns", CreateNamespace(namespace="ns", if_not_exists=True)),
+    ("CREATE DATABASE ns COMMENT 'c'", CreateNamespace(namespace="ns", comment="c")),
+    (
+        "CREATE NAMESPACE IF NOT EXISTS ns COMMENT 'hi' WITH DBPROPERTIES ('b'='2', a = '1')",
+        CreateNamespace(
+            namespace="ns",
+            if_not_exists=True,
+            comment="hi",
+            properties=(("a", "1"), ("b", "2")),
+        ),
+    ),
+    (
+        "CREATE SCHEMA ns WITH PROPERTIES ('a'='1') COMMENT 'x'",
+        CreateNamespace(namespace="ns", comment="x", properties=(("a", "1"),)),
+    ),
+    ("DROP NAMESPACE ns", DropNamespace(namespace="ns")),
+    ("DROP SCHEMA IF EXISTS ns", DropNamespace(namespace="ns", if_exists=True)),
+    ("DROP DATABASE ns CASCADE", DropNamespace(namespace="ns", cascade=True)),
+    ("DROP NAMESPACE ns RESTRICT", DropNamespace(namespace="ns")),
+    # --- tables ---
+    (
+        "CREATE TABLE ns.t (a INT)",
+        CreateTable(table=T, schema=Schema(columns=(Column(name="a", type=INT),))),
+    ),
+    (
+        "CREATE TABLE IF NOT EXISTS NS.T (Id BIGINT NOT NULL DEFAULT 0 COMMENT 'key', "
+        "s STRUCT<x: INT NOT NULL COMMENT 'y', `z z`: ARRAY<STRING>>, "
+        "m MAP<STRING, DECIMAL(10,2)>, ts TIMESTAMP DEFAULT current_timestamp()) "
+        "USING parquet COMMENT 'tab' TBLPROPERTIES ('k'='v', x.y = 1.5, z = true)",
+        CreateTable(
+            table=T,
+            if_not_exists=True,
+            comment="tab",
+            properties=(("k", "v"), ("x.y", "1.5"), ("z", "true")),
+            schema=Schema(
+                columns=(
+                    Column(name="Id", type=BIGINT, nullable=False, default_sql="0", comment="key"),
+                    Column(
+                        name="s",
+                        type=StructType(
+                            fields=(
+                                StructField(name="x", type=INT, nullable=False, comment="y"),
+                                StructField(name="z z", type=parse_type("array<string>")),
+                            )
+                        ),
+                    ),
+                    Column(name="m", type=parse_type("map<string, decimal(10,2)>")),
+                    Column(name="ts", type=TIMESTAMP, default_sql="CURRENT_TIMESTAMP()"),
+                )
+            ),
+        ),
+    ),
+    (
+        "CREATE TABLE ns.t (a INT NULL) STORED AS PARQUET",
+        CreateTable(table=T, schema=Schema(columns=(Column(name="a", type=INT),))),
+    ),
+    ("DROP TABLE ns.t", DropTable(table=T)),
+    ("DROP TABLE IF EXISTS ns.t;", DropTable(table=T, if_exists=True)),
+    # --- ALTER TABLE ---
+    ("ALTER TABLE ns.t ADD COLUMN x INT", alter(AddColumn(column=Column(name="x", type=INT)))),
+    (
+        "ALTER TABLE ns.t ADD COLUMNS "
+        "(x INT NOT NULL DEFAULT 5 COMMENT 'c' FIRST, y STRING AFTER a)",
+        alter(
+            AddColumn(
+                column=Column(name="x", type=INT, nullable=False, default_sql="5", comment="c"),
+                position=First(),
+            ),
+            AddColumn(column=Column(name="y", type=STRING), position=After(column="a")),
+        ),
+    ),
+    (
+        "ALTER TABLE ns.t ADD COLUMNS x INT, y INT",
+        alter(
+            AddColumn(column=Column(name="x", type=INT)),
+            AddColumn(column=Column(name="y", type=INT)),
+        ),
+    ),
+    (
+        "ALTER TABLE ns.t ADD COLUMN s.t.x INT COMMENT 'n'",
+        alter(AddColumn(parent=("s", "t"), column=Column(name="x", type=INT, comment="n"))),
+    ),
+    ("ALTER TABLE ns.t RENAME COLUMN a TO b", alter(RenameColumn(path=("a",), new_name="b"))),
+    (
+        "ALTER TABLE ns.t RENAME COLUMN s.a TO `B c`",
+        alter(RenameColumn(path=("s", "a"), new_name="B c")),
+    ),
+    ("ALTER TABLE ns.t DROP COLUMN a", alter(DropColumn(path=("a",)))),
+    (
+        "ALTER TABLE ns.t DROP COLUMNS (a, s.b)",
+        alter(DropColumn(path=("a",)), DropColumn(path=("s", "b"))),
+    ),
+    (
+        "ALTER TABLE ns.t DROP COLUMN IF EXISTS s.a",
+        alter(DropColumn(path=("s", "a"), if_exists=True)),
+    ),
+    (
+        "ALTER TABLE ns.t ALTER COLUMN c TYPE BIGINT",
+        alter(AlterColumnType(path=("c",), new_type=BIGINT)),
+    ),
+    (
+        "ALTER TABLE ns.t CHANGE COLUMN c TYPE DECIMAL(12,2)",
+        alter(AlterColumnType(path=("c",), new_type=DecimalType(precision=12, scale=2))),
+    ),
+    ("ALTER TABLE ns.t CHANGE c c BIGINT", alter(AlterColumnType(path=("c",), new_type=BIGINT))),
+    (
+        "ALTER TABLE ns.t ALTER COLUMN s.x TYPE BIGINT",
+        alter(AlterColumnType(path=("s", "x"), new_type=BIGINT)),
+    ),
+    (
+        "ALTER TABLE ns.t ALTER COLUMN c DROP NOT NULL",
+        alter(SetNullability(path=("c",), nullable=True)),
+    ),
+    (
+        "ALTER TABLE ns.t ALTER COLUMN c SET NOT NULL",
+        alter(SetNullability(path=("c",), nullable=False)),
+    ),
+    (
+        "ALTER TABLE ns.t ALTER COLUMN s.x DROP NOT NULL",
+        alter(SetNullability(path=("s", "x"), nullable=True)),
+    ),
+    (
+        "ALTER TABLE ns.t ALTER COLUMN c COMMENT 'x'",
+        alter(SetColumnComment(path=("c",), comment="x")),
+    ),
+    (
+        "ALTER TABLE ns.t ALTER COLUMN c COMMENT ''",
+        alter(SetColumnComment(path=("c",), comment=None)),
+    ),
+    (
+        "ALTER TABLE ns.t ALTER COLUMN s.x COMMENT 'q'",
+        alter(SetColumnComment(path=("s", "x"), comment="q")),
+    ),
+    ("ALTER TABLE ns.t ALTER COLUMN c FIRST", alter(MoveColumn(path=("c",), position=First()))),
+    (
+        "ALTER TABLE ns.t ALTER COLUMN s.x AFTER y",
+        alter(MoveColumn(path=("s", "x"), position=After(column="y"))),
+    ),
+    (
+        "ALTER TABLE ns.t SET TBLPROPERTIES ('a'='b', n = -1)",
+        alter(SetTableProperties(properties=(("a", "b"), ("n", "-1")))),
+    ),
+    (
+        "ALTER TABLE ns.t UNSET TBLPROPERTIES ('a', x.y)",
+        alter(UnsetTableProperties(keys=("a", "x.y"))),
+    ),
+    (
+        "ALTER TABLE ns.t UNSET TBLPROPERTIES IF EXISTS ('a')",
+        alter(UnsetTableProperties(keys=("a",), if_exists=True)),
+    ),
+    # comments and odd spacing are fine
+    (
+        "-- leading comment\nALTER TABLE ns.t /* inline */ ALTER COLUMN c\n  AFTER b ;",
+        alter(MoveColumn(path=("c",), position=After(column="b"))),
+    ),
+]
+
+
+@pytest.mark.parametrize(("sql", "expected"), SUPPORTED)
+def test_supported_forms(sql: str, expected: Command) -> None:
+    assert parse_ddl(sql) == expected
+
+
+def test_request_id_is_carried() -> None:
+    assert parse_ddl("DROP TABLE ns.t", request_id="r-1") == DropTable(request_id="r-1", table=T)
+
+
+# Forms sqlglot builds a tree for: the hand parser must read them identically.
+AGREEMENT = [
+    sql
+    for sql, _ in SUPPORTED
+    if sql.split()[0].upper() in ("ALTER", "DROP")
+    or sql.upper().startswith(("CREATE NAMESPACE", "CREATE SCHEMA", "CREATE DATABASE"))
+]
+
+
+@pytest.mark.parametrize("sql", AGREEMENT)
+def test_fallback_parser_agrees_with_tree(sql: str) -> None:
+    assert _Fallback(sql, "").statement() == parse_ddl(sql)
+
+
+REFUSED: list[tuple[str, type[MetastoreError]]] = [
+    # not one statement
+    ("", InvalidDdlError),
+    (" ; ;", InvalidDdlError),
+    ("CREATE TABLE ns.t (a INT); DROP TABLE ns.t", InvalidDdlError),
+    # syntax
+    ("CREATE TABLE ns.t (a INT", InvalidDdlError),
+    ("CREATE TABLE ns.t (a)", InvalidDdlError),
+    ("ALTER TABLE ns.t", InvalidDdlError),
+    ("ALTER TABLE ns.t ALTER COLUMN c", InvalidDdlError),
+    ("ALTER TABLE ns.t ADD COLUMN x INT, DROP COLUMN y", InvalidDdlError),
+    ("DROP", InvalidDdlError),
+    ("DROP TABLE a.b, a.c", InvalidDdlError),
+    ("CREATE TABLE ns.t (a VARCHAR)", InvalidDdlError),
+    ("CREATE TABLE ns.t (a INTERVAL)", InvalidDdlError),
+    ("CREATE TABLE ns.t (a INT(5))", InvalidDdlError),
+    ("CREATE TABLE ns.t (s STRUCT<INT>)", InvalidDdlError),
+    ("CREATE TABLE ns.t (a INT NOT NULL NOT NULL)", InvalidDdlError),
+    ("ALTER TABLE ns.t ADD COLUMN x INT DEFAULT 1 FROM t", InvalidDdlError),
+    ("ALTER TABLE ns.t ADD COLUMN x INT DEFAULT", InvalidDdlError),
+    ("CREATE NAMESPACE ns COMMENT 'a' COMMENT 'b'", InvalidDdlError),
+    ("CREATE NAMESPACE ns WITH DBPROPERTIES ('a'='1') COMMENT 'a' COMMENT 'b'", InvalidDdlError),
+    ("CREATE TABLE ns.t (a INT) COMMENT 'a' COMMENT 'b'", InvalidDdlError),
+    ("SELECT 'unterminated", InvalidDdlError),
+    # unsupported statements and clauses
+    ("SELECT 1", UnsupportedStatementError),
+    ("INSERT INTO ns.t VALUES (1)", UnsupportedStatementError),
+    ("SHOW TABLES", UnsupportedStatementError),
+    ("GRANT SELECT ON t TO u", UnsupportedStatementError),
+    ("CREATE VIEW ns.v AS SELECT 1", UnsupportedStatementError),
+    ("DROP VIEW ns.v", UnsupportedStatementError),
+    ("ALTER VIEW ns.v AS SELECT 1", UnsupportedStatementError),
+    ("CREATE TABLE ns.t AS SELECT 1", UnsupportedStatementError),
+    ("CREATE TABLE ns.t LIKE ns.u", UnsupportedStatementError),
+    ("CREATE TABLE ns.t USING parquet", UnsupportedStatementError),
+    ("CREATE OR REPLACE TABLE ns.t (a INT)", UnsupportedStatementError),
+    ("CREATE TEMPORARY TABLE ns.t (a INT)", UnsupportedStatementError),
+    ("CREATE EXTERNAL TABLE ns.t (a INT)", UnsupportedStatementError),
+    ("CREATE TABLE ns.t (a INT) USING delta", UnsupportedStatementError),
+    ("CREATE TABLE ns.t (a INT) PARTITIONED BY (a)", UnsupportedStatementError),
+    ("CREATE TABLE ns.t (a INT) PARTITIONED BY (bucket(4, a))", UnsupportedStatementError),
+    ("CREATE TABLE ns.t (a INT) CLUSTERED BY (a) INTO 4 BUCKETS", UnsupportedStatementError),
+    ("CREATE TABLE ns.t (a INT) LOCATION '/tmp/x'", UnsupportedStatementError),
+    ("CREATE TABLE ns.t (a INT) OPTIONS (k 'v')", UnsupportedStatementError),
+    ("CREATE TABLE ns.t (a INT PRIMARY KEY)", UnsupportedStatementError),
+    ("CREATE TABLE ns.t (a INT GENERATED ALWAYS AS (1))", UnsupportedStatementError),
+    ("CREATE TABLE ns.t (a STRING COLLATE 'x')", UnsupportedStatementError),
+    ("CREATE DATABASE ns LOCATION '/x'", UnsupportedStatementError),
+    ("CREATE NAMESPACE ns LOCATION '/x'", UnsupportedStatementError),
+    ("DROP TABLE ns.t PURGE", UnsupportedStatementError),
+    ("ALTER TABLE ns.t RENAME TO ns.u", UnsupportedStatementError),
+    ("ALTER TABLE IF EXISTS ns.t ADD COLUMN x INT", UnsupportedStatementError),
+    ("ALTER TABLE ns.t ADD COLUMN IF NOT EXISTS x INT", UnsupportedStatementError),
+    ("ALTER TABLE ns.t ALTER COLUMN c SET DEFAULT 5", UnsupportedStatementError),
+    ("ALTER TABLE ns.t ALTER COLUMN s.c SET DEFAULT 5", UnsupportedStatementError),
+    ("ALTER TABLE ns.t ALTER COLUMN s.c DROP DEFAULT", UnsupportedStatementError),
+    ("ALTER TABLE ns.t ALTER COLUMN c TYPE BIGINT COMMENT 'x'", UnsupportedStatementError),
+    ("ALTER TABLE ns.t CHANGE COLUMN a b BIGINT", UnsupportedStatementError),
+    ("ALTER TABLE ns.t SET LOCATION '/x'", UnsupportedStatementError),
+    ("ALTER TABLE ns.t RECOVER PARTITIONS", UnsupportedStatementError),
+    # names
+    ("CREATE TABLE t (a INT)", InvalidArgumentError),
+    ("CREATE TABLE cat.ns.t (a INT)", InvalidArgumentError),
+    ("ALTER TABLE t ALTER COLUMN c FIRST", InvalidArgumentError),
+    ("CREATE NAMESPACE a.b", InvalidArgumentError),
+    ("CREATE TABLE `my-ns`.t (a INT)", InvalidArgumentError),
+    ("CREATE TABLE ns.t (`` INT)", InvalidArgumentError),
+    # semantic checks done at parse time
+    ("CREATE TABLE ns.t (a INT, A STRING)", ColumnAlreadyExistsError),
+    ("CREATE TABLE ns.t (a DECIMAL(40, 2))", InvalidArgumentError),
+    ("CREATE TABLE ns.t (a INT DEFAULT b + 1)", InvalidArgumentError),
+    ("CREATE TABLE ns.t (a INT DEFAULT (SELECT 1))", InvalidArgumentError),
+    ("CREATE TABLE ns.t (a INT DEFAULT max(1))", InvalidArgumentError),
+    ("ALTER TABLE ns.t ADD COLUMN x INT DEFAULT y FIRST", InvalidArgumentError),
+    ("CREATE TABLE ns.t (a INT) TBLPROPERTIES ('owner'='me')", InvalidArgumentError),
+    ("CREATE TABLE ns.t (a INT) TBLPROPERTIES ('x'='1', 'x'='2')", InvalidArgumentError),
+    ("ALTER TABLE ns.t ADD COLUMN s.x INT DEFAULT 1", UnsupportedSchemaChangeError),
+    ("CREATE TABLE ns.t (a " + "ARRAY<" * 17 + "INT" + ">" * 17 + ")", LimitExceededError),
+    (
+        "ALTER TABLE ns.t ALTER COLUMN a TYPE " + "ARRAY<" * 17 + "INT" + ">" * 17,
+        LimitExceededError,
+    ),
+    ("CREATE TABLE ns.t (" + "a" * 129 + " INT)", LimitExceededError),
+]
+
+
+@pytest.mark.parametrize(("sql", "error"), REFUSED)
+def test_refusals(sql: str, error: type[MetastoreError]) -> None:
+    with pytest.raises(error):
+        parse_ddl(sql)
+
+
+def test_parse_errors_carry_position() -> None:
+    with pytest.raises(InvalidDdlError) as info:
+        parse_ddl("CREATE TABLE ns.t (\n  a INT,\n  b FOO BAR)")
+    assert info.value.details["line"] == 3
+    with pytest.raises(InvalidDdlError) as info:
+        parse_ddl("ALTER TABLE ns.t ALTER COLUMN c\n  SOMETHING")
+    assert info.value.details["line"] == 2
+    assert info.value.details["col"] == 3
+
+
+def test_statement_size_limit() -> None:
+    padding = " " * limits.MAX_STATEMENT_BYTES
+    with pytest.raises(LimitExceededError):
+        parse_ddl("DROP TABLE ns.t" + padding)
+
+
+def test_column_limit_in_create_table() -> None:
+    cols = ", ".join(f"c{i} INT" for i in range(limits.MAX_COLUMNS_PER_TABLE + 1))
+    with pytest.raises(LimitExceededError):
+        parse_ddl(f"CREATE TABLE ns.t ({cols})")
+    ok = ", ".join(f"c{i} INT" for i in range(limits.MAX_COLUMNS_PER_TABLE))
+    cmd = parse_ddl(f"CREATE TABLE ns.t ({ok})")
+    assert isinstance(cmd, CreateTable)
+    assert len(cmd.schema.columns) == limits.MAX_COLUMNS_PER_TABLE
+
+
+@DETERMINISTIC
+@given(data_types(simple_names))
+def test_tree_type_conversion_agrees_with_parse_type(t: DataType) -> None:
+    """sqlglot's tree (CREATE TABLE) and our type parser (ALTER ... TYPE fallback) read every
+    rendered type identically."""
+    cmd = parse_ddl(f"CREATE TABLE ns.t (c {t.to_sql()})")
+    assert isinstance(cmd, CreateTable)
+    assert cmd.schema.columns[0].type == t
+    fallback = _Fallback(f"ALTER TABLE ns.t ADD COLUMN c {t.to_sql()}", "").statement()
+    assert fallback == parse_ddl(f"ALTER TABLE ns.t ADD COLUMN c {t.to_sql()}")
+
+
+SQL_WORDS = st.sampled_from(
+    [
+        "CREATE",
+        "DROP",
+        "ALTER",
+        "TABLE",
+        "NAMESPACE",
+        "SCHEMA",
+        "ADD",
+        "COLUMN",
+        "COLUMNS",
+        "RENAME",
+        "TO",
+        "TYPE",
+        "SET",
+        "UNSET",
+        "TBLPROPERTIES",
+        "NOT",
+        "NULL",
+        "DEFAULT",
+        "COMMENT",
+        "FIRST",
+        "AFTER",
+        "IF",
+        "EXISTS",
+        "CASCADE",
+        "CHANGE",
+        "STRUCT<",
+        "ARRAY<",
+        "MAP<",
+        ">",
+        "<",
+        "(",
+        ")",
+        ",",
+        ".",
+        ":",
+        ";",
+        "=",
+        "'x'",
+        "`q`",
+        "ns.t",
+        "a",
+        "s.x",
+        "INT",
+        "BIGINT",
+        "DECIMAL(10,2)",
+        "1",
+        "-",
+        "/*",
+        "--",
+        "\n",
+        "WITH",
+        "DBPROPERTIES",
+    ]
+)
+
+
+@DETERMINISTIC
+@given(st.lists(SQL_WORDS, max_size=25).map(" ".join))
+@example("ALTER TABLE ns.t ADD COLUMN a STRUCT<")
+@example("CREATE TABLE ns.t (a INT DEFAULT ((((((((1))))))))")
+@example("(" * 5000)
+def test_sql_like_noise_only_raises_metastore_errors(sql: str) -> None:
+    with contextlib.suppress(MetastoreError):
+        parse_ddl(sql)
+
+
+@DETERMINISTIC
+@given(st.text(max_size=200))
+def test_arbitrary_text_only_raises_metastore_errors(sql: str) -> None:
+    with contextlib.suppress(MetastoreError):
+        parse_ddl(sql)
+
+
+def test_lone_surrogates_are_refused_cleanly() -> None:
+    with pytest.raises(InvalidArgumentError):
+        parse_ddl("CREATE TABLE ns.t (a INT COMMENT '\ud800')")
