@@ -1,0 +1,724 @@
+"""The catalog component of the state: namespaces, tables and their schema versions over time.
+
+Key idea (IEP-98): a change applied at Tm does not take effect at Tm but at Tu = Tm + DD. Every
+replica applies the same entries in the same order, so every replica computes the same Tu, and a
+reader that has waited for safeTime >= Top - DD gets the same answer to "schema of T at Top" on any
+node without asking any other node.
+
+Jargon:
+* *incarnation* (`TableState`) - one life of a table name between CREATE and DROP. Dropping and
+  re-creating `ns.t` makes a new incarnation with a new `table_id`; the old one's history stays
+  readable at old timestamps.
+* *schema version* (`SchemaVersion`) - the table definition (columns, comment, properties) in
+  force from its `tu` until the next version's `tu`. Version 1 is the CREATE.
+* *live* - not dropped (its DROP may not yet have activated).
+
+Time rules:
+* a table created at tm exists for reads at Top >= tm + DD; a table dropped at tm stops existing at
+  Top >= tm + DD;
+* `schema_at(t, Top)` is the version with the greatest tu <= Top in the incarnation alive at Top.
+
+Invariants (checked by `check_invariants`):
+* per incarnation: versions numbered 1, 2, 3...; tm strictly increasing; tu = tm + DD, so tu is
+  strictly increasing too; `tus` mirrors the versions' tu (it is the bisect index);
+* a drop is later than every version of its incarnation; incarnations of one name do not overlap
+  in [created_tu, dropped_tu), and only the last can be live;
+* field ids are unique within a schema and below the incarnation's `next_field_id`;
+* table ids are unique and below `next_table_id`; every live table's namespace exists;
+* limits hold (tables, namespaces, versions per table, columns, properties).
+
+Mutations follow one discipline: compute every new value first (any error raises before the first
+write), then write. So a failed command leaves the catalog exactly as it was.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from dataclasses import dataclass, replace
+
+from metastore import limits
+from metastore.commands import (
+    AddColumn,
+    AlterColumnType,
+    AlterTable,
+    CreateNamespace,
+    CreateTable,
+    DropColumn,
+    DropNamespace,
+    DropTable,
+    MoveColumn,
+    Properties,
+    RenameColumn,
+    SetColumnComment,
+    SetNullability,
+    SetTableProperties,
+    TableChange,
+    TableName,
+    UnsetTableProperties,
+    column_from_data,
+    column_to_data,
+    properties_from_data,
+    validate_properties,
+)
+from metastore.errors import (
+    CatalogInvariantError,
+    ColumnNotFoundError,
+    InvalidArgumentError,
+    MalformedSnapshotError,
+    MetastoreError,
+    NamespaceAlreadyExistsError,
+    NamespaceNotEmptyError,
+    NamespaceNotFoundError,
+    NotFoundAtTimestampError,
+    TableAlreadyExistsError,
+    TableNotFoundError,
+    limit_exceeded,
+)
+from metastore.outcome import Effect, SchemaVersionPublished, TableDropped
+from metastore.schema import (
+    Schema,
+    add_column,
+    alter_column_type,
+    assign_schema_ids,
+    drop_column,
+    move_column,
+    rename_column,
+    set_column_comment,
+    set_nullability,
+    validate_schema,
+)
+
+Result = dict[str, object]
+# What a mutation returns: the reply and the effects for the shell.
+Applied = tuple[Result, tuple[Effect, ...]]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Namespace:
+    name: str
+    comment: str | None
+    properties: Properties
+    created_tm: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SchemaVersion:
+    """The definition of one table incarnation in force from `tu` (inclusive)."""
+
+    table_id: int
+    version: int
+    schema: Schema
+    comment: str | None
+    properties: Properties
+    tm: int  # Tm of the entry that made this version
+    tu: int  # activation: tm + DD
+    summary: str  # canonical SQL of the change(s), e.g. "ADD COLUMN x INT"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TableState:
+    """One incarnation of a table name. Immutable: every change builds a new value."""
+
+    table_id: int
+    name: TableName
+    format: str
+    next_field_id: int  # Invariant: greater than every field id any version ever used
+    versions: tuple[SchemaVersion, ...]  # Invariant: non-empty, version i+1 at index i
+    tus: tuple[int, ...]  # Invariant: tuple(v.tu for v in versions), strictly increasing
+    dropped_tm: int | None = None
+    dropped_tu: int | None = None
+
+    @property
+    def created_tu(self) -> int:
+        return self.tus[0]
+
+    @property
+    def live(self) -> bool:
+        return self.dropped_tm is None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TableDescription:
+    table: TableName
+    table_id: int
+    format: str
+    current: SchemaVersion
+    created_tu: int
+    version_count: int
+
+
+class Catalog:
+    """Namespaces and tables. Owned by `MetastoreState`, which passes the entry's Tm and DD."""
+
+    __slots__ = ("_live", "_namespaces", "_next_table_id", "_tables")
+
+    def __init__(self) -> None:
+        self._namespaces: dict[str, Namespace] = {}
+        # Every incarnation ever created under a name, oldest first.
+        self._tables: dict[TableName, tuple[TableState, ...]] = {}
+        # Derived index: namespace -> names of its live tables. Rebuilt from `_tables` on load.
+        self._live: dict[str, set[TableName]] = {}
+        self._next_table_id = 1
+
+    # ----------------------------------------------------------------------------------------
+    # Reads
+    # ----------------------------------------------------------------------------------------
+
+    def schema_at(self, table: TableName, top: int) -> SchemaVersion:
+        """The version of `table` in force at `top` (the greatest tu <= top).
+
+        Hot path: one dict lookup and a bisect over the incarnation's tu list.
+        """
+        incarnations = self._tables.get(table)
+        if incarnations is None:
+            raise _table_not_found(table)
+        for inc in reversed(incarnations):
+            if inc.tus[0] <= top:
+                if inc.dropped_tu is not None and top >= inc.dropped_tu:
+                    raise NotFoundAtTimestampError(
+                        f"table {table} was dropped at {inc.dropped_tu}, before {top}",
+                        details={"table": str(table), "top": top, "dropped_at_tu": inc.dropped_tu},
+                    )
+                return inc.versions[bisect_right(inc.tus, top) - 1]
+        first = incarnations[0].tus[0]
+        raise NotFoundAtTimestampError(
+            f"table {table} does not exist at {top}; it exists from {first}",
+            details={"table": str(table), "top": top, "active_from_tu": first},
+        )
+
+    def live_table(self, table: TableName) -> TableState:
+        incarnations = self._tables.get(table)
+        if incarnations is None or not incarnations[-1].live:
+            raise _table_not_found(table)
+        return incarnations[-1]
+
+    def current(self, table: TableName) -> SchemaVersion:
+        """The latest version of a live table (possibly not active yet)."""
+        return self.live_table(table).versions[-1]
+
+    def history(self, table: TableName) -> tuple[SchemaVersion, ...]:
+        """Every version of the live incarnation, oldest first."""
+        return self.live_table(table).versions
+
+    def incarnations(self, table: TableName) -> tuple[TableState, ...]:
+        """Every incarnation ever created under this name (dropped ones included), oldest first."""
+        return self._tables.get(table, ())
+
+    def describe(self, table: TableName) -> TableDescription:
+        inc = self.live_table(table)
+        return TableDescription(
+            table=table,
+            table_id=inc.table_id,
+            format=inc.format,
+            current=inc.versions[-1],
+            created_tu=inc.created_tu,
+            version_count=len(inc.versions),
+        )
+
+    def namespace(self, name: str) -> Namespace:
+        ns = self._namespaces.get(name)
+        if ns is None:
+            raise _namespace_not_found(name)
+        return ns
+
+    def list_namespaces(self) -> tuple[Namespace, ...]:
+        return tuple(self._namespaces[n] for n in sorted(self._namespaces))
+
+    def list_tables(self, namespace: str, *, top: int | None = None) -> tuple[TableName, ...]:
+        """Live tables of `namespace`; with `top`, the tables that exist for reads at `top`."""
+        self.namespace(namespace)
+        if top is None:
+            return tuple(sorted(self._live.get(namespace, ()), key=str))
+        found = [
+            name
+            for name, incs in self._tables.items()
+            if name.namespace == namespace and any(_exists_at(inc, top) for inc in incs)
+        ]
+        return tuple(sorted(found, key=str))
+
+    def live_table_count(self) -> int:
+        return sum(len(names) for names in self._live.values())
+
+    def is_empty(self) -> bool:
+        return not self._namespaces and not self._tables
+
+    # ----------------------------------------------------------------------------------------
+    # Mutations. Each validates fully, then writes; returns (result, effects).
+    # ----------------------------------------------------------------------------------------
+
+    def create_namespace(self, cmd: CreateNamespace, *, tm: int) -> Applied:
+        if cmd.namespace in self._namespaces:
+            if cmd.if_not_exists:
+                return {"namespace": cmd.namespace, "created": False}, ()
+            raise NamespaceAlreadyExistsError(
+                f"namespace {cmd.namespace} already exists", details={"namespace": cmd.namespace}
+            )
+        if len(self._namespaces) >= limits.MAX_NAMESPACES:
+            raise limit_exceeded(
+                "MAX_NAMESPACES", limits.MAX_NAMESPACES, len(self._namespaces) + 1, "namespaces"
+            )
+        self._namespaces[cmd.namespace] = Namespace(
+            name=cmd.namespace, comment=cmd.comment, properties=cmd.properties, created_tm=tm
+        )
+        return {"namespace": cmd.namespace, "created": True}, ()
+
+    def drop_namespace(self, cmd: DropNamespace, *, tm: int, dd: int) -> Applied:
+        if cmd.namespace not in self._namespaces:
+            if cmd.if_exists:
+                return {"namespace": cmd.namespace, "dropped": False, "dropped_tables": []}, ()
+            raise _namespace_not_found(cmd.namespace)
+        live = sorted(self._live.get(cmd.namespace, ()), key=str)
+        if live and not cmd.cascade:
+            raise NamespaceNotEmptyError(
+                f"namespace {cmd.namespace} has {len(live)} tables; drop them or use CASCADE",
+                details={
+                    "namespace": cmd.namespace,
+                    "table_count": len(live),
+                    "tables": [str(t) for t in live[:10]],
+                },
+            )
+        dropped = [self._dropped(self.live_table(t), tm=tm, dd=dd) for t in live]
+        # --- write ---
+        for inc in dropped:
+            self._tables[inc.name] = (*self._tables[inc.name][:-1], inc)
+        self._live.pop(cmd.namespace, None)
+        del self._namespaces[cmd.namespace]
+        effects = tuple(
+            TableDropped(table=inc.name, table_id=inc.table_id, tu=tm + dd) for inc in dropped
+        )
+        result: Result = {
+            "namespace": cmd.namespace,
+            "dropped": True,
+            "dropped_tables": [str(t) for t in live],
+            "tu": tm + dd,
+        }
+        return result, effects
+
+    def create_table(self, cmd: CreateTable, *, tm: int, dd: int) -> Applied:
+        name = cmd.table
+        if name.namespace not in self._namespaces:
+            raise _namespace_not_found(name.namespace)
+        previous = self._tables.get(name, ())
+        if previous and previous[-1].live:
+            if cmd.if_not_exists:
+                existing = previous[-1]
+                return {
+                    "table": str(name),
+                    "table_id": existing.table_id,
+                    "created": False,
+                    "version": existing.versions[-1].version,
+                    "tu": existing.versions[-1].tu,
+                }, ()
+            raise TableAlreadyExistsError(
+                f"table {name} already exists", details={"table": str(name)}
+            )
+        count = self.live_table_count()
+        if count >= limits.MAX_TABLES:
+            raise limit_exceeded("MAX_TABLES", limits.MAX_TABLES, count + 1, "tables")
+        validate_schema(cmd.schema, ids_assigned=False)
+        schema, next_field_id = assign_schema_ids(cmd.schema, 1)
+        table_id = self._next_table_id
+        tu = tm + dd
+        version = SchemaVersion(
+            table_id=table_id,
+            version=1,
+            schema=schema,
+            comment=cmd.comment,
+            properties=cmd.properties,
+            tm=tm,
+            tu=tu,
+            summary="CREATE TABLE",
+        )
+        inc = TableState(
+            table_id=table_id,
+            name=name,
+            format=cmd.format,
+            next_field_id=next_field_id,
+            versions=(version,),
+            tus=(tu,),
+        )
+        # --- write ---
+        self._tables[name] = (*previous, inc)
+        self._live.setdefault(name.namespace, set()).add(name)
+        self._next_table_id += 1
+        effect = SchemaVersionPublished(table=name, table_id=table_id, version=1, tu=tu)
+        result: Result = {
+            "table": str(name),
+            "table_id": table_id,
+            "created": True,
+            "version": 1,
+            "tu": tu,
+        }
+        return result, (effect,)
+
+    def drop_table(self, cmd: DropTable, *, tm: int, dd: int) -> Applied:
+        name = cmd.table
+        incarnations = self._tables.get(name, ())
+        if not incarnations or not incarnations[-1].live:
+            if cmd.if_exists:
+                return {"table": str(name), "dropped": False}, ()
+            raise _table_not_found(name)
+        inc = self._dropped(incarnations[-1], tm=tm, dd=dd)
+        # --- write ---
+        self._tables[name] = (*incarnations[:-1], inc)
+        live = self._live[name.namespace]
+        live.discard(name)
+        if not live:
+            del self._live[name.namespace]
+        result: Result = {
+            "table": str(name),
+            "table_id": inc.table_id,
+            "dropped": True,
+            "tu": tm + dd,
+        }
+        return result, (TableDropped(table=name, table_id=inc.table_id, tu=tm + dd),)
+
+    def alter_table(self, cmd: AlterTable, *, tm: int, dd: int) -> Applied:
+        name = cmd.table
+        inc = self.live_table(name)
+        current = inc.versions[-1]
+        schema = current.schema
+        properties = dict(current.properties)
+        next_field_id = inc.next_field_id
+        for change in cmd.changes:
+            schema, next_field_id = _apply_change(schema, properties, change, next_field_id)
+        validate_schema(schema, ids_assigned=True)
+        new_properties = tuple(sorted(properties.items()))
+        validate_properties(new_properties, f"properties of table {name}")
+        if schema == current.schema and new_properties == current.properties:
+            # Nothing changed (e.g. SET TBLPROPERTIES to the values already set): no new version,
+            # so no activation delay for the client and no version churn for lease holders.
+            return {
+                "table": str(name),
+                "table_id": inc.table_id,
+                "changed": False,
+                "version": current.version,
+                "tu": current.tu,
+            }, ()
+        if len(inc.versions) >= limits.MAX_SCHEMA_VERSIONS_PER_TABLE:
+            raise limit_exceeded(
+                "MAX_SCHEMA_VERSIONS_PER_TABLE",
+                limits.MAX_SCHEMA_VERSIONS_PER_TABLE,
+                len(inc.versions) + 1,
+                f"schema versions of {name}",
+            )
+        tu = tm + dd
+        version = SchemaVersion(
+            table_id=inc.table_id,
+            version=current.version + 1,
+            schema=schema,
+            comment=current.comment,
+            properties=new_properties,
+            tm=tm,
+            tu=tu,
+            summary="; ".join(c.to_sql() for c in cmd.changes),
+        )
+        new_inc = replace(
+            inc,
+            next_field_id=next_field_id,
+            versions=(*inc.versions, version),
+            tus=(*inc.tus, tu),
+        )
+        # --- write ---
+        self._tables[name] = (*self._tables[name][:-1], new_inc)
+        effect = SchemaVersionPublished(
+            table=name, table_id=inc.table_id, version=version.version, tu=tu
+        )
+        result: Result = {
+            "table": str(name),
+            "table_id": inc.table_id,
+            "changed": True,
+            "version": version.version,
+            "tu": tu,
+        }
+        return result, (effect,)
+
+    @staticmethod
+    def _dropped(inc: TableState, *, tm: int, dd: int) -> TableState:
+        return replace(inc, dropped_tm=tm, dropped_tu=tm + dd)
+
+    # ----------------------------------------------------------------------------------------
+    # Invariants
+    # ----------------------------------------------------------------------------------------
+
+    def check_invariants(self, *, dd: int | None, last_tm: int) -> None:
+        """Raise CatalogInvariantError if any invariant from the module docstring fails."""
+        if dd is None:
+            if not self.is_empty():
+                raise CatalogInvariantError("catalog has content but the cluster has no DD")
+            return
+        if len(self._namespaces) > limits.MAX_NAMESPACES:
+            raise CatalogInvariantError("too many namespaces")
+        for ns in self._namespaces.values():
+            if ns.created_tm > last_tm:
+                raise CatalogInvariantError(f"namespace {ns.name} created after last_tm")
+        table_ids: set[int] = set()
+        live: dict[str, set[TableName]] = {}
+        for name, incs in self._tables.items():
+            if not incs:
+                raise CatalogInvariantError(f"{name}: empty incarnation list")
+            for k, inc in enumerate(incs):
+                _check_incarnation(name, inc, dd=dd, last_tm=last_tm)
+                if inc.table_id in table_ids or inc.table_id >= self._next_table_id:
+                    raise CatalogInvariantError(f"{name}: table id {inc.table_id} reused or ahead")
+                table_ids.add(inc.table_id)
+                if k + 1 < len(incs):
+                    nxt = incs[k + 1]
+                    if inc.dropped_tu is None or nxt.created_tu <= inc.dropped_tu:
+                        raise CatalogInvariantError(f"{name}: incarnations overlap")
+            if incs[-1].live:
+                live.setdefault(name.namespace, set()).add(name)
+        if live != self._live:
+            raise CatalogInvariantError("live-table index disagrees with the tables")
+        if sum(len(v) for v in live.values()) > limits.MAX_TABLES:
+            raise CatalogInvariantError("too many live tables")
+        for ns_name in live:
+            if ns_name not in self._namespaces:
+                raise CatalogInvariantError(f"live tables in missing namespace {ns_name}")
+
+    # ----------------------------------------------------------------------------------------
+    # Snapshot form
+    # ----------------------------------------------------------------------------------------
+
+    def to_data(self) -> dict[str, object]:
+        """Plain data in a canonical order (sorted names), so equal catalogs encode equally."""
+        return {
+            "next_table_id": self._next_table_id,
+            "namespaces": [
+                [ns.name, ns.comment, [list(p) for p in ns.properties], ns.created_tm]
+                for ns in self.list_namespaces()
+            ],
+            "tables": [
+                [name.namespace, name.name, [_incarnation_to_data(i) for i in self._tables[name]]]
+                for name in sorted(self._tables, key=str)
+            ],
+        }
+
+    @staticmethod
+    def from_data(data: object) -> Catalog:
+        if not isinstance(data, dict) or set(data) != {"next_table_id", "namespaces", "tables"}:
+            raise MalformedSnapshotError("catalog must be a map of next_table_id/namespaces/tables")
+        catalog = Catalog()
+        catalog._next_table_id = _snap_int(data["next_table_id"])
+        for item in _snap_list(data["namespaces"]):
+            row = _snap_list(item, 4)
+            ns = Namespace(
+                name=_snap_str(row[0]),
+                comment=_snap_opt_str(row[1]),
+                properties=_snap_properties(row[2]),
+                created_tm=_snap_int(row[3]),
+            )
+            catalog._namespaces[ns.name] = ns
+        for item in _snap_list(data["tables"]):
+            row = _snap_list(item, 3)
+            try:
+                name = TableName(namespace=_snap_str(row[0]), name=_snap_str(row[1]))
+            except MetastoreError as e:
+                raise MalformedSnapshotError(f"bad table name: {e.message}") from None
+            incs = tuple(_incarnation_from_data(name, i) for i in _snap_list(row[2]))
+            catalog._tables[name] = incs
+            if incs and incs[-1].live:
+                catalog._live.setdefault(name.namespace, set()).add(name)
+        return catalog
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Catalog) and (
+            self._namespaces,
+            self._tables,
+            self._live,
+            self._next_table_id,
+        ) == (other._namespaces, other._tables, other._live, other._next_table_id)
+
+
+# --------------------------------------------------------------------------------------------
+# Helpers
+# --------------------------------------------------------------------------------------------
+
+
+def _apply_change(
+    schema: Schema, properties: dict[str, str], change: TableChange, next_field_id: int
+) -> tuple[Schema, int]:
+    """Apply one change to (schema, properties). `properties` is updated in place (it is a
+    private copy); the schema is returned with the next free field id."""
+    match change:
+        case AddColumn(parent=parent, column=column, position=position):
+            return add_column(
+                schema,
+                parent=parent,
+                column=column,
+                position=position,
+                next_field_id=next_field_id,
+            )
+        case RenameColumn(path=path, new_name=new_name):
+            return rename_column(schema, path=path, new_name=new_name), next_field_id
+        case DropColumn(path=path, if_exists=if_exists):
+            if if_exists:
+                try:
+                    schema.lookup(path)
+                except ColumnNotFoundError:
+                    return schema, next_field_id
+            return drop_column(schema, path=path), next_field_id
+        case AlterColumnType(path=path, new_type=new_type):
+            return alter_column_type(schema, path=path, new_type=new_type), next_field_id
+        case SetNullability(path=path, nullable=nullable):
+            return set_nullability(schema, path=path, nullable=nullable), next_field_id
+        case SetColumnComment(path=path, comment=comment):
+            return set_column_comment(schema, path=path, comment=comment), next_field_id
+        case MoveColumn(path=path, position=position):
+            return move_column(schema, path=path, position=position), next_field_id
+        case SetTableProperties(properties=props):
+            properties.update(props)
+            return schema, next_field_id
+        case UnsetTableProperties(keys=keys, if_exists=if_exists):
+            missing = [k for k in keys if k not in properties]
+            if missing and not if_exists:
+                raise InvalidArgumentError(
+                    f"cannot unset properties that are not set: {missing}; use IF EXISTS",
+                    details={"keys": missing},
+                )
+            for key in keys:
+                properties.pop(key, None)
+            return schema, next_field_id
+
+
+def _exists_at(inc: TableState, top: int) -> bool:
+    return inc.tus[0] <= top and (inc.dropped_tu is None or top < inc.dropped_tu)
+
+
+def _table_not_found(table: TableName) -> TableNotFoundError:
+    return TableNotFoundError(f"table {table} does not exist", details={"table": str(table)})
+
+
+def _namespace_not_found(namespace: str) -> NamespaceNotFoundError:
+    return NamespaceNotFoundError(
+        f"namespace {namespace} does not exist", details={"namespace": namespace}
+    )
+
+
+def _check_incarnation(name: TableName, inc: TableState, *, dd: int, last_tm: int) -> None:
+    def fail(what: str) -> CatalogInvariantError:
+        return CatalogInvariantError(f"{name} (table id {inc.table_id}): {what}")
+
+    if inc.name != name:
+        raise fail("stored under another name")
+    if not inc.versions or len(inc.versions) > limits.MAX_SCHEMA_VERSIONS_PER_TABLE:
+        raise fail("version count out of range")
+    if inc.tus != tuple(v.tu for v in inc.versions):
+        raise fail("tu index does not mirror the versions")
+    previous: SchemaVersion | None = None
+    for i, v in enumerate(inc.versions):
+        if v.version != i + 1 or v.table_id != inc.table_id:
+            raise fail(f"version {v.version} at position {i}")
+        if v.tu != v.tm + dd:
+            raise fail(f"version {v.version}: tu != tm + DD")
+        if v.tm > last_tm:
+            raise fail(f"version {v.version}: tm after last applied tm")
+        if previous is not None and v.tm <= previous.tm:
+            raise fail(f"version {v.version}: tm not increasing")
+        try:
+            validate_schema(v.schema, ids_assigned=True)
+            validate_properties(v.properties, "properties")
+        except MetastoreError as e:
+            raise fail(f"version {v.version}: {e.message}") from e
+        if max(v.schema.field_ids()) >= inc.next_field_id:
+            raise fail(f"version {v.version}: field id not below next_field_id")
+        previous = v
+    if (inc.dropped_tm is None) != (inc.dropped_tu is None):
+        raise fail("half-dropped")
+    if inc.dropped_tm is not None:
+        if inc.dropped_tm <= inc.versions[-1].tm or inc.dropped_tm > last_tm:
+            raise fail("drop not after the last version or after last applied tm")
+        if inc.dropped_tu != inc.dropped_tm + dd:
+            raise fail("dropped_tu != dropped_tm + DD")
+
+
+def _version_to_data(v: SchemaVersion) -> list[object]:
+    return [
+        v.version,
+        v.tm,
+        v.tu,
+        v.comment,
+        [list(p) for p in v.properties],
+        v.summary,
+        [column_to_data(c) for c in v.schema.columns],
+    ]
+
+
+def _incarnation_to_data(inc: TableState) -> list[object]:
+    return [
+        inc.table_id,
+        inc.format,
+        inc.next_field_id,
+        inc.dropped_tm,
+        inc.dropped_tu,
+        [_version_to_data(v) for v in inc.versions],
+    ]
+
+
+def _incarnation_from_data(name: TableName, data: object) -> TableState:
+    row = _snap_list(data, 6)
+    table_id = _snap_int(row[0])
+    versions = []
+    for item in _snap_list(row[5]):
+        v = _snap_list(item, 7)
+        try:
+            columns = tuple(column_from_data(c) for c in _snap_list(v[6]))
+        except MetastoreError as e:
+            raise MalformedSnapshotError(f"bad column: {e.message}") from None
+        versions.append(
+            SchemaVersion(
+                table_id=table_id,
+                version=_snap_int(v[0]),
+                tm=_snap_int(v[1]),
+                tu=_snap_int(v[2]),
+                comment=_snap_opt_str(v[3]),
+                properties=_snap_properties(v[4]),
+                summary=_snap_str(v[5]),
+                schema=Schema(columns=columns),
+            )
+        )
+    if not versions:
+        raise MalformedSnapshotError(f"{name}: incarnation without versions")
+    return TableState(
+        table_id=table_id,
+        name=name,
+        format=_snap_str(row[1]),
+        next_field_id=_snap_int(row[2]),
+        dropped_tm=_snap_opt_int(row[3]),
+        dropped_tu=_snap_opt_int(row[4]),
+        versions=tuple(versions),
+        tus=tuple(v.tu for v in versions),
+    )
+
+
+def _snap_list(value: object, length: int | None = None) -> list[object]:
+    if not isinstance(value, list) or (length is not None and len(value) != length):
+        raise MalformedSnapshotError(f"expected a list of length {length}")
+    return value
+
+
+def _snap_int(value: object) -> int:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise MalformedSnapshotError("expected an integer")
+    return value
+
+
+def _snap_opt_int(value: object) -> int | None:
+    return None if value is None else _snap_int(value)
+
+
+def _snap_str(value: object) -> str:
+    if not isinstance(value, str):
+        raise MalformedSnapshotError("expected a string")
+    return value
+
+
+def _snap_opt_str(value: object) -> str | None:
+    return None if value is None else _snap_str(value)
+
+
+def _snap_properties(value: object) -> Properties:
+    try:
+        return properties_from_data(_snap_list(value))
+    except MetastoreError as e:
+        raise MalformedSnapshotError(f"bad properties: {e.message}") from None

@@ -1,0 +1,316 @@
+"""The replicated state machine: `MetastoreState.apply(command, tm=, index=) -> Outcome`.
+
+Raft hands every committed entry, in log order, to `apply` (commands) or `observe_tick` (the
+leader's no-op and idle tick entries), with the leader's HLC stamp Tm and the log index. The state
+is deterministic: the same entries produce the same state and the same outcomes on every replica,
+because nothing here reads a clock, the disk, the network or a random source. Time is Tm only.
+
+Components: `catalog` (namespaces, tables, schema versions) and `requests` (request-id
+de-duplication), plus the cluster settings fixed by `InitCluster` (DD, CSmax) and the position
+(`applied_index`, `last_tm`). Later components (leases, the transaction log, protected timestamps)
+become further attributes, dispatched from the same `match`.
+
+Rules of `apply`:
+* Tm must exceed `last_tm` (the leader stamps strictly increasing Tm along the log). A command
+  with Tm <= last_tm is rejected with StaleTimestampError and changes nothing; the proposer retries
+  with a fresh stamp. This catches commands forwarded by a deposed leader.
+* Any error leaves the state exactly unchanged, position included: commands are validated fully
+  before anything is written. Safe time therefore stays conservative (a rejected entry does not
+  move it; the next entry or tick does).
+* A success advances `applied_index` and `last_tm` (= safe time: every entry with Tm <= last_tm is
+  applied here), and, for a command with a request id, records its outcome.
+* A retry (same request id, same command, within retention) returns the recorded outcome marked
+  `deduplicated`, and changes nothing but the position: the entry was applied, so safe time moves.
+* Commands other than InitCluster fail with ClusterNotInitializedError until InitCluster ran.
+
+`to_snapshot()` / `from_snapshot()` are exact inverses (msgpack, versioned, canonical order, so
+replicas with equal states produce equal bytes). `check_invariants()` raises
+CatalogInvariantError, which means a bug: the node must stop.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final, assert_never
+
+import msgpack
+
+from hlc.limits import LOGICAL_BITS, MAX_TS
+from metastore import limits
+from metastore.catalog import Catalog, Namespace, SchemaVersion, TableDescription
+from metastore.commands import (
+    AlterTable,
+    Command,
+    CreateNamespace,
+    CreateTable,
+    DropNamespace,
+    DropTable,
+    InitCluster,
+    TableName,
+    decode_command,
+    encode_command,
+    validate_command,
+)
+from metastore.dedup import RequestLog, fingerprint
+from metastore.errors import (
+    CatalogInvariantError,
+    ClusterAlreadyInitializedError,
+    ClusterNotInitializedError,
+    InvalidArgumentError,
+    MalformedSnapshotError,
+    MetastoreError,
+    RequestIdReusedError,
+    StaleTimestampError,
+)
+from metastore.outcome import Effect, Outcome
+
+SNAPSHOT_FORMAT_VERSION: Final = 1
+# The largest Tm for which Tm + DD still fits the 64-bit HLC encoding whatever DD is.
+MAX_TM: Final = MAX_TS - (limits.MAX_DELAY_DURATION_MS << LOGICAL_BITS)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ClusterConfig:
+    """Settings fixed by InitCluster for the cluster's whole life."""
+
+    dd_ms: int  # delay duration: a change applied at Tm activates at Tm + DD
+    cs_max_ms: int  # max clock skew: a DDL reply waits until now >= Tu + CSmax
+
+    @property
+    def dd(self) -> int:
+        """DD in HLC units (the physical part is shifted above the 16 logical bits)."""
+        return self.dd_ms << LOGICAL_BITS
+
+
+class MetastoreState:
+    __slots__ = ("applied_index", "catalog", "cluster", "last_tm", "requests")
+
+    def __init__(self) -> None:
+        self.applied_index = 0  # Invariant: index of the last entry that changed the state
+        self.last_tm = 0  # Invariant: >= every Tm stored anywhere in the state; = safe time
+        self.cluster: ClusterConfig | None = None
+        self.catalog = Catalog()
+        self.requests = RequestLog()
+
+    @property
+    def safe_time(self) -> int:
+        """Every entry with Tm <= safe_time has been applied on this replica."""
+        return self.last_tm
+
+    # ----------------------------------------------------------------------------------------
+    # Applying entries
+    # ----------------------------------------------------------------------------------------
+
+    def apply(self, command: Command, *, tm: int, index: int) -> Outcome:
+        """Apply one committed command. Expected failures come back as a failed Outcome."""
+        try:
+            self._check_position(tm, index)
+            validate_command(command)
+            digest = b""
+            if command.request_id:
+                digest = fingerprint(encode_command(command))
+                seen = self.requests.lookup(command.request_id, tm=tm)
+                if seen is not None:
+                    if seen.fingerprint != digest:
+                        raise RequestIdReusedError(
+                            f"request id {command.request_id!r} was used for another command",
+                            details={"request_id": command.request_id},
+                        )
+                    self._advance(tm, index)
+                    return Outcome(
+                        ok=True,
+                        result=seen.outcome.result,
+                        effects=seen.outcome.effects,
+                        deduplicated=True,
+                    )
+            outcome = self._execute(command, tm)
+        except MetastoreError as e:
+            return Outcome.failure(e)
+        # Past this point nothing can fail: the catalog is already changed.
+        self._advance(tm, index)
+        if command.request_id:
+            self.requests.record(command.request_id, tm=tm, fingerprint=digest, outcome=outcome)
+        return outcome
+
+    def apply_bytes(self, data: bytes, *, tm: int, index: int) -> Outcome:
+        """Decode and apply an entry's payload; undecodable bytes give a failed Outcome."""
+        try:
+            command = decode_command(data)
+        except MetastoreError as e:
+            return Outcome.failure(e)
+        return self.apply(command, tm=tm, index=index)
+
+    def observe_tick(self, tm: int, index: int) -> Outcome:
+        """A Raft no-op or idle tick entry: moves safe time, touches nothing else."""
+        try:
+            self._check_position(tm, index)
+        except MetastoreError as e:
+            return Outcome.failure(e)
+        self._advance(tm, index)
+        return Outcome.success({"safe_time": tm})
+
+    def _check_position(self, tm: int, index: int) -> None:
+        if not isinstance(tm, int) or isinstance(tm, bool) or not 0 <= tm <= MAX_TM:
+            raise InvalidArgumentError(f"Tm {tm!r} is out of range", details={"tm": str(tm)})
+        if tm <= self.last_tm:
+            raise StaleTimestampError(
+                f"Tm {tm} is not after the last applied Tm {self.last_tm}; re-stamp and retry",
+                details={"tm": tm, "last_tm": self.last_tm},
+            )
+        if not isinstance(index, int) or index <= self.applied_index:
+            # Tm moved forward but the log position did not: the driver fed entries out of order.
+            raise CatalogInvariantError(
+                f"entry index {index} not after applied index {self.applied_index} (Tm {tm})"
+            )
+
+    def _advance(self, tm: int, index: int) -> None:
+        self.last_tm = tm
+        self.applied_index = index
+
+    def _execute(self, command: Command, tm: int) -> Outcome:
+        if isinstance(command, InitCluster):
+            return self._init_cluster(command)
+        if self.cluster is None:
+            raise ClusterNotInitializedError(
+                "the cluster is not initialized (InitCluster has not been applied)"
+            )
+        dd = self.cluster.dd
+        result: dict[str, object]
+        effects: tuple[Effect, ...]
+        match command:
+            case CreateNamespace():
+                result, effects = self.catalog.create_namespace(command, tm=tm)
+            case DropNamespace():
+                result, effects = self.catalog.drop_namespace(command, tm=tm, dd=dd)
+            case CreateTable():
+                result, effects = self.catalog.create_table(command, tm=tm, dd=dd)
+            case DropTable():
+                result, effects = self.catalog.drop_table(command, tm=tm, dd=dd)
+            case AlterTable():
+                result, effects = self.catalog.alter_table(command, tm=tm, dd=dd)
+            case _:
+                assert_never(command)
+        return Outcome.success(result, effects)
+
+    def _init_cluster(self, command: InitCluster) -> Outcome:
+        wanted = ClusterConfig(dd_ms=command.dd_ms, cs_max_ms=command.cs_max_ms)
+        if self.cluster is not None:
+            if self.cluster != wanted:
+                # DD is fixed: with a smaller DD a later change could activate before an earlier.
+                raise ClusterAlreadyInitializedError(
+                    "the cluster is already initialized with other settings",
+                    details={"dd_ms": self.cluster.dd_ms, "cs_max_ms": self.cluster.cs_max_ms},
+                )
+            return Outcome.success(
+                {"initialized": False, "dd_ms": wanted.dd_ms, "cs_max_ms": wanted.cs_max_ms}
+            )
+        self.cluster = wanted
+        return Outcome.success(
+            {"initialized": True, "dd_ms": wanted.dd_ms, "cs_max_ms": wanted.cs_max_ms}
+        )
+
+    # ----------------------------------------------------------------------------------------
+    # Reads (raise typed MetastoreErrors)
+    # ----------------------------------------------------------------------------------------
+
+    def schema_at(self, table: TableName | str, top: int) -> SchemaVersion:
+        """The version in force at `top`. The caller must first wait for safe_time >= top - DD
+        (IEP-98); this method answers from what is applied."""
+        name = table if isinstance(table, TableName) else TableName.parse(table)
+        return self.catalog.schema_at(name, top)
+
+    def current(self, table: TableName | str) -> SchemaVersion:
+        return self.catalog.current(_name(table))
+
+    def history(self, table: TableName | str) -> tuple[SchemaVersion, ...]:
+        return self.catalog.history(_name(table))
+
+    def describe(self, table: TableName | str) -> TableDescription:
+        return self.catalog.describe(_name(table))
+
+    def list_namespaces(self) -> tuple[Namespace, ...]:
+        return self.catalog.list_namespaces()
+
+    def list_tables(self, namespace: str, *, top: int | None = None) -> tuple[TableName, ...]:
+        return self.catalog.list_tables(namespace.lower(), top=top)
+
+    # ----------------------------------------------------------------------------------------
+    # Invariants and snapshots
+    # ----------------------------------------------------------------------------------------
+
+    def check_invariants(self) -> None:
+        if self.applied_index < 0 or self.last_tm < 0:
+            raise CatalogInvariantError("negative position")
+        if self.cluster is not None:
+            try:
+                validate_command(
+                    InitCluster(dd_ms=self.cluster.dd_ms, cs_max_ms=self.cluster.cs_max_ms)
+                )
+            except MetastoreError as e:
+                raise CatalogInvariantError(f"cluster settings invalid: {e.message}") from e
+        dd = None if self.cluster is None else self.cluster.dd
+        self.catalog.check_invariants(dd=dd, last_tm=self.last_tm)
+        problems = self.requests.check_invariants(last_tm=self.last_tm)
+        if problems:
+            raise CatalogInvariantError("; ".join(problems))
+
+    def to_snapshot(self) -> bytes:
+        cluster = None if self.cluster is None else [self.cluster.dd_ms, self.cluster.cs_max_ms]
+        data = {
+            "v": SNAPSHOT_FORMAT_VERSION,
+            "applied_index": self.applied_index,
+            "last_tm": self.last_tm,
+            "cluster": cluster,
+            "catalog": self.catalog.to_data(),
+            "requests": self.requests.to_data(),
+        }
+        packed: bytes = msgpack.packb(data, use_bin_type=True)
+        return packed
+
+    @staticmethod
+    def from_snapshot(data: bytes) -> MetastoreState:
+        """Rebuild a state; corrupt or inconsistent bytes raise MalformedSnapshotError."""
+        try:
+            obj = msgpack.unpackb(data, raw=False, strict_map_key=True, use_list=True)
+        # msgpack documents that it may raise outside its own exception hierarchy.
+        except Exception as e:  # noqa: BLE001
+            raise MalformedSnapshotError(f"snapshot is not msgpack: {type(e).__name__}") from None
+        keys = {"v", "applied_index", "last_tm", "cluster", "catalog", "requests"}
+        if not isinstance(obj, dict) or set(obj) != keys:
+            raise MalformedSnapshotError("snapshot must be a map with the state's keys")
+        if obj["v"] != SNAPSHOT_FORMAT_VERSION:
+            raise MalformedSnapshotError(f"unsupported snapshot version {obj['v']!r}")
+        state = MetastoreState()
+        applied_index, last_tm, cluster = obj["applied_index"], obj["last_tm"], obj["cluster"]
+        if not isinstance(applied_index, int) or not isinstance(last_tm, int):
+            raise MalformedSnapshotError("snapshot position must be integers")
+        state.applied_index = applied_index
+        state.last_tm = last_tm
+        if cluster is not None:
+            if not (
+                isinstance(cluster, list)
+                and len(cluster) == 2
+                and all(isinstance(x, int) and not isinstance(x, bool) for x in cluster)
+            ):
+                raise MalformedSnapshotError("snapshot cluster must be [dd_ms, cs_max_ms]")
+            state.cluster = ClusterConfig(dd_ms=cluster[0], cs_max_ms=cluster[1])
+        state.catalog = Catalog.from_data(obj["catalog"])
+        state.requests = RequestLog.from_data(obj["requests"])
+        try:
+            state.check_invariants()
+        except CatalogInvariantError as e:
+            raise MalformedSnapshotError(f"snapshot violates an invariant: {e}") from None
+        return state
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, MetastoreState) and (
+            self.applied_index,
+            self.last_tm,
+            self.cluster,
+            self.catalog,
+            self.requests,
+        ) == (other.applied_index, other.last_tm, other.cluster, other.catalog, other.requests)
+
+
+def _name(table: TableName | str) -> TableName:
+    return table if isinstance(table, TableName) else TableName.parse(table)

@@ -1,0 +1,37 @@
+"""A driver that feeds commands to a MetastoreState with increasing Tm and index, like Raft."""
+
+from __future__ import annotations
+
+from metastore.commands import Command, InitCluster
+from metastore.ddl import parse_ddl
+from metastore.outcome import Outcome
+from metastore.state import MetastoreState
+
+MS = 1 << 16  # one millisecond in HLC units
+DD_MS = 500
+CS_MAX_MS = 100
+DD = DD_MS * MS
+T0 = 1_764_000_000_000 * MS  # a realistic Tm
+
+
+class Driver:
+    """Applies commands to a state with strictly increasing Tm and index, like Raft."""
+
+    def __init__(self, *, dd_ms: int = DD_MS, cs_max_ms: int = CS_MAX_MS) -> None:
+        self.state = MetastoreState()
+        self.tm = T0
+        self.index = 0
+        self.apply(InitCluster(dd_ms=dd_ms, cs_max_ms=cs_max_ms)).raise_for_error()
+
+    def apply(self, cmd: Command, *, step_ms: int = 1) -> Outcome:
+        self.tm += step_ms * MS
+        self.index += 1
+        return self.state.apply(cmd, tm=self.tm, index=self.index)
+
+    def sql(self, text: str, *, request_id: str = "", step_ms: int = 1) -> Outcome:
+        return self.apply(parse_ddl(text, request_id=request_id), step_ms=step_ms)
+
+    def ok(self, text: str, *, request_id: str = "", step_ms: int = 1) -> dict[str, object]:
+        outcome = self.sql(text, request_id=request_id, step_ms=step_ms)
+        outcome.raise_for_error()
+        return outcome.result
