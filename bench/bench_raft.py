@@ -109,6 +109,12 @@ class NodeCrashedError(BenchError):
     code = "node_crashed"
 
 
+class ProtocolMismatchError(BenchError):
+    """A node's reply lacks a field the protocol promises, or has one of the wrong type."""
+
+    code = "protocol_mismatch"
+
+
 class RunFailedError(BenchError):
     """A load/latency run kept failing (leader changes, errors) after RUN_ATTEMPTS_MAX tries."""
 
@@ -721,7 +727,12 @@ def run_engine(spec: EngineSpec, params: BenchParams) -> EngineResult:
         with tempfile.TemporaryDirectory(prefix=f"bench-raft-{spec.name}-") as tmp:
             cluster = Cluster(spec, Path(tmp), params)
             try:
-                _measure(cluster, params, partial)
+                try:
+                    _measure(cluster, params, partial)
+                except (KeyError, TypeError, ValueError) as exc:
+                    raise ProtocolMismatchError(
+                        f"{spec.name}: unexpected reply shape ({type(exc).__name__}: {exc})"
+                    ) from exc
             except BenchError:
                 # The node logs vanish with the temp dir: show their ends now.
                 for node_id in NODE_IDS:
