@@ -1,0 +1,23 @@
+"""Limits of the client API (docs/protocol.md). Every one is enforced with a typed error."""
+
+from __future__ import annotations
+
+from typing import Final
+
+CLIENT_FRAME_BYTES_MAX: Final = 4 * 1024 * 1024
+CLIENT_READ_CHUNK_BYTES: Final = 256 * 1024
+CLIENT_CONNECTIONS_MAX: Final = 1024
+CLIENT_INFLIGHT_PER_CONNECTION_MAX: Final = 64
+# A connection with nothing in flight and nothing received for this long is closed.
+CLIENT_IDLE_TIMEOUT_MS: Final = 5 * 60 * 1000
+# A frame must complete within this long after its first byte (slow clients cannot pin memory).
+CLIENT_FRAME_TIMEOUT_MS: Final = 10_000
+OP_NAME_CHARS_MAX: Final = 64
+TOKEN_CHARS_MAX: Final = 256
+CLIENT_NAME_CHARS_MAX: Final = 256
+TABLE_NAME_CHARS_MAX: Final = 2 * 128 + 1
+NODE_ID_MAX: Final = 2**31 - 1
+REQUEST_TIMEOUT_MS_DEFAULT: Final = 5_000
+REQUEST_TIMEOUT_MS_MAX: Final = 60_000
+# Forwarded requests to the leader: connections kept per (leader, token).
+FORWARD_CONNECTIONS_MAX: Final = 64

@@ -1,0 +1,651 @@
+"""Cluster and node configuration: TOML files in, frozen and fully validated settings out.
+
+Two kinds of file (see `cluster_configs/` for examples):
+
+* `cluster.toml` describes the whole cluster and is identical on every host: the cluster id,
+  the IEP-98 timing (DD, CSmax), the Raft timing, where secrets and data live, and one
+  `[[nodes]]` table per initial member with its id, host and three ports (Raft peers, clients,
+  Prometheus metrics).
+* `nodeN.toml` says which member this process is: `cluster = "cluster.toml"` (relative to the
+  node file) and `node_id = N`. Nothing else, so a node can never disagree with the cluster file.
+
+`load_node_config(path, node_id=None)` accepts either kind: a node file, or a cluster file plus a
+node id (what `metastore node start --config cluster.toml --node-id 2` passes).
+
+Invariants
+    * A loaded config is valid as a whole: every value is type- and range-checked, the ids are
+      distinct, no two listeners share a (host, port), and the durations fit together (a
+      heartbeat is shorter than an election timeout, safe time ticks within DD, CSmax <= DD).
+    * Unknown keys are errors. A typo ("heartbeat_interval" without `_ms`) must not silently
+      fall back to a default on one node.
+    * Every failure is a `ConfigError` naming the file, the key and what is wrong; nothing is
+      started from a config that did not load.
+    * Relative `secrets_dir` / `data_dir` are relative to the cluster file, never to the working
+      directory, so every tool that reads the same file finds the same directories.
+    * Loading reads the files and nothing else: no directory is created here.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import ClassVar, Final
+
+from metastore.limits import MAX_CLOCK_SKEW_MS, MAX_DELAY_DURATION_MS
+
+__all__ = [
+    "CLUSTER_FILE_NAME",
+    "ClusterConfig",
+    "ConfigError",
+    "DEFAULT_BASE_PORT",
+    "NodeAddress",
+    "NodeSettings",
+    "load_cluster_config",
+    "load_node_config",
+    "node_file_name",
+    "node_layout",
+    "render_cluster_toml",
+    "render_node_toml",
+]
+
+# ---- limits ----------------------------------------------------------------------------------
+# Named here because they bound this file format only; the engine's own limits live in
+# `raft.limits` and `metastore.limits`.
+
+# Raft needs an odd number of voters to be useful; beyond 7 every write waits for 4+ fsyncs on
+# other hosts and nobody runs a metastore that wide.
+NODES_MIN: Final = 1
+NODES_MAX: Final = 7
+# Node ids are chosen by operators and shown everywhere; a small number keeps them readable.
+NODE_ID_MAX: Final = 1_000_000
+PORT_MIN: Final = 1
+PORT_MAX: Final = 65_535
+# DNS names are at most 253 characters.
+HOST_CHARS_MAX: Final = 253
+# Must fit the peer handshake frame (`raft.limits.CLUSTER_ID_CHARS_MAX` is 128).
+CLUSTER_ID_CHARS_MAX: Final = 128
+# A config file is a few hundred bytes; refuse to parse something that is clearly not one.
+CONFIG_FILE_BYTES_MAX: Final = 256 * 1024
+PATH_CHARS_MAX: Final = 4096
+
+# A tick below 1 ms is just a busy loop; above 1 s elections and heartbeats get too coarse.
+TICK_MS_MIN: Final = 1
+TICK_MS_MAX: Final = 1_000
+HEARTBEAT_INTERVAL_MS_MAX: Final = 10_000
+ELECTION_TIMEOUT_MS_MAX: Final = 60_000
+# A follower must miss at least two heartbeats before it may call an election, or a single
+# late packet deposes a healthy leader.
+ELECTION_TO_HEARTBEAT_RATIO_MIN: Final = 2
+SNAPSHOT_EVERY_ENTRIES_MIN: Final = 100
+SNAPSHOT_EVERY_ENTRIES_MAX: Final = 10_000_000
+LOG_LEVELS: Final = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+# ---- defaults (DESIGN.md §3: Ignite's DD and CSmax, 250 ms idle safe-time ticks) -------------
+
+DEFAULT_DD_MS: Final = 500
+DEFAULT_CS_MAX_MS: Final = 500
+DEFAULT_IDLE_SAFE_TIME_INTERVAL_MS: Final = 250
+DEFAULT_ELECTION_TIMEOUT_MS: Final = 300
+DEFAULT_HEARTBEAT_INTERVAL_MS: Final = 50
+DEFAULT_TICK_MS: Final = 10
+DEFAULT_SNAPSHOT_EVERY_ENTRIES: Final = 10_000
+DEFAULT_SECRETS_DIR: Final = "secrets"
+DEFAULT_DATA_DIR: Final = "data"
+DEFAULT_LOG_LEVEL: Final = "INFO"
+
+# Port layout of `node_layout`: node N listens on base+N (Raft), base+100+N (clients) and
+# base+200+N (metrics); with NODES_MAX <= 99 the three ranges never overlap.
+DEFAULT_BASE_PORT: Final = 24_100
+CLIENT_PORT_OFFSET: Final = 100
+METRICS_PORT_OFFSET: Final = 200
+
+CLUSTER_FILE_NAME: Final = "cluster.toml"
+NODE_LOG_FILE_NAME: Final = "node.log"
+NODE_PID_FILE_NAME: Final = "node.pid"
+
+_CLUSTER_ID_RE: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+# Hostnames, IPv4 and (unbracketed) IPv6 literals.
+_HOST_RE: Final = re.compile(r"[A-Za-z0-9._:-]+")
+
+_CLUSTER_KEYS: Final = frozenset(
+    {
+        "cluster_id",
+        "dd_ms",
+        "cs_max_ms",
+        "idle_safe_time_interval_ms",
+        "election_timeout_ms",
+        "heartbeat_interval_ms",
+        "tick_ms",
+        "snapshot_every_entries",
+        "secrets_dir",
+        "data_dir",
+        "log_level",
+        "nodes",
+    }
+)
+
+
+class ConfigError(Exception):
+    """A configuration file is missing, unreadable or invalid.
+
+    `path` is the file, `key` the offending key in dotted form (`nodes[1].client_port`, or None
+    when the problem is the file as a whole) and `problem` says what is wrong in words.
+    """
+
+    code: ClassVar[str] = "CONFIG_INVALID"
+
+    def __init__(self, *, path: Path, key: str | None, problem: str) -> None:
+        where = f"{path}: {key}" if key else str(path)
+        super().__init__(f"{where}: {problem}")
+        self.path = path
+        self.key = key
+        self.problem = problem
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NodeAddress:
+    """Where one member listens. Invariant: the three ports differ."""
+
+    id: int
+    host: str
+    raft_port: int
+    client_port: int
+    metrics_port: int
+
+    @property
+    def raft_address(self) -> str:
+        return _join_host_port(self.host, self.raft_port)
+
+    @property
+    def client_address(self) -> str:
+        return _join_host_port(self.host, self.client_port)
+
+    @property
+    def metrics_address(self) -> str:
+        return _join_host_port(self.host, self.metrics_port)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ClusterConfig:
+    """The validated content of a cluster.toml. Paths are absolute."""
+
+    path: Path
+    cluster_id: str
+    dd_ms: int
+    cs_max_ms: int
+    idle_safe_time_interval_ms: int
+    election_timeout_ms: int
+    heartbeat_interval_ms: int
+    tick_ms: int
+    snapshot_every_entries: int
+    secrets_dir: Path
+    data_dir: Path
+    log_level: str
+    # Invariant: ordered by id; ids distinct; (host, port) pairs distinct.
+    nodes: tuple[NodeAddress, ...]
+
+    @property
+    def node_ids(self) -> tuple[int, ...]:
+        return tuple(n.id for n in self.nodes)
+
+    def node(self, node_id: int) -> NodeAddress:
+        """The member with this id; ConfigError naming the known ids if there is none."""
+        for n in self.nodes:
+            if n.id == node_id:
+                return n
+        raise ConfigError(
+            path=self.path,
+            key="nodes",
+            problem=f"no node with id {node_id} (known ids: {list(self.node_ids)})",
+        )
+
+    def node_data_dir(self, node_id: int) -> Path:
+        """`data_dir/node-<id>`: the node's WAL, snapshots, log file and pid file."""
+        return self.data_dir / f"node-{node_id}"
+
+    def node_log_file(self, node_id: int) -> Path:
+        return self.node_data_dir(node_id) / NODE_LOG_FILE_NAME
+
+    def node_pid_file(self, node_id: int) -> Path:
+        return self.node_data_dir(node_id) / NODE_PID_FILE_NAME
+
+    def client_endpoints(self) -> list[str]:
+        """Every member's client address (`host:port`), in id order."""
+        return [n.client_address for n in self.nodes]
+
+    def raft_addresses(self) -> dict[int, tuple[str, int]]:
+        """Every member's Raft address as the transport wants it."""
+        return {n.id: (n.host, n.raft_port) for n in self.nodes}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NodeSettings:
+    """Everything one node process needs: the cluster and which member it is."""
+
+    # The file the node was started with (a node file, or the cluster file with --node-id).
+    config_path: Path
+    cluster: ClusterConfig
+    node: NodeAddress
+    data_dir: Path
+    log_file: Path
+    pid_file: Path
+
+    @property
+    def node_id(self) -> int:
+        return self.node.id
+
+    @property
+    def peers(self) -> tuple[NodeAddress, ...]:
+        """The other initial members."""
+        return tuple(n for n in self.cluster.nodes if n.id != self.node.id)
+
+
+# ---- loading ---------------------------------------------------------------------------------
+
+
+def load_cluster_config(path: Path) -> ClusterConfig:
+    """Read and validate a cluster.toml."""
+    path = Path(path).absolute()
+    data = _read_toml(path)
+    if "cluster" in data or "node_id" in data:
+        raise ConfigError(
+            path=path,
+            key=None,
+            problem="this is a node file (it has 'cluster'/'node_id'); a cluster file was expected",
+        )
+    return _parse_cluster(path, data)
+
+
+def load_node_config(path: Path, node_id: int | None = None) -> NodeSettings:
+    """Settings for one node, from a node file or from a cluster file plus `node_id`.
+
+    With a node file, `node_id` may be given too but must then match the file.
+    """
+    path = Path(path).absolute()
+    data = _read_toml(path)
+    if "cluster" in data or "node_id" in data:
+        reader = _Reader(path, data, prefix="")
+        cluster_ref = reader.string("cluster", max_chars=PATH_CHARS_MAX)
+        file_node_id = reader.integer("node_id", 1, NODE_ID_MAX)
+        reader.finish()
+        if node_id is not None and node_id != file_node_id:
+            raise ConfigError(
+                path=path,
+                key="node_id",
+                problem=f"the file says node {file_node_id} but node {node_id} was asked for",
+            )
+        cluster_path = _relative_to(path, cluster_ref)
+        if cluster_path == path:
+            raise ConfigError(path=path, key="cluster", problem="a node file cannot name itself")
+        cluster = load_cluster_config(cluster_path)
+        chosen = file_node_id
+    else:
+        cluster = _parse_cluster(path, data)
+        if node_id is None:
+            raise ConfigError(
+                path=path,
+                key=None,
+                problem="this is a cluster file: say which node to run (--node-id N) or pass a "
+                "node file",
+            )
+        chosen = node_id
+    if chosen not in cluster.node_ids:
+        raise ConfigError(
+            path=cluster.path,
+            key="nodes",
+            problem=f"node {chosen} is not a member (known ids: {list(cluster.node_ids)})",
+        )
+    return NodeSettings(
+        config_path=path,
+        cluster=cluster,
+        node=cluster.node(chosen),
+        data_dir=cluster.node_data_dir(chosen),
+        log_file=cluster.node_log_file(chosen),
+        pid_file=cluster.node_pid_file(chosen),
+    )
+
+
+def _read_toml(path: Path) -> dict[str, object]:
+    try:
+        with path.open("rb") as f:
+            raw = f.read(CONFIG_FILE_BYTES_MAX + 1)
+    except FileNotFoundError:
+        raise ConfigError(path=path, key=None, problem="file not found") from None
+    except OSError as exc:
+        raise ConfigError(path=path, key=None, problem=f"cannot read: {exc.strerror}") from None
+    if len(raw) > CONFIG_FILE_BYTES_MAX:
+        raise ConfigError(
+            path=path,
+            key=None,
+            problem=f"larger than CONFIG_FILE_BYTES_MAX={CONFIG_FILE_BYTES_MAX} bytes",
+        )
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(path=path, key=None, problem=f"not UTF-8 ({exc.reason})") from None
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(path=path, key=None, problem=f"not valid TOML: {exc}") from None
+
+
+def _parse_cluster(path: Path, data: Mapping[str, object]) -> ClusterConfig:
+    reader = _Reader(path, data, prefix="")
+    cluster_id = reader.string("cluster_id", max_chars=CLUSTER_ID_CHARS_MAX)
+    if not _CLUSTER_ID_RE.fullmatch(cluster_id):
+        raise reader.error(
+            "cluster_id",
+            f"{cluster_id!r} must start with a letter or digit and use only letters, digits, "
+            "'.', '_' and '-'",
+        )
+    dd_ms = reader.integer("dd_ms", 1, MAX_DELAY_DURATION_MS, default=DEFAULT_DD_MS)
+    cs_max_ms = reader.integer("cs_max_ms", 0, MAX_CLOCK_SKEW_MS, default=DEFAULT_CS_MAX_MS)
+    tick_ms = reader.integer("tick_ms", TICK_MS_MIN, TICK_MS_MAX, default=DEFAULT_TICK_MS)
+    heartbeat_ms = reader.integer(
+        "heartbeat_interval_ms",
+        tick_ms,
+        HEARTBEAT_INTERVAL_MS_MAX,
+        default=DEFAULT_HEARTBEAT_INTERVAL_MS,
+        low_reason="at least tick_ms: heartbeats are sent on ticks",
+    )
+    election_ms = reader.integer(
+        "election_timeout_ms",
+        ELECTION_TO_HEARTBEAT_RATIO_MIN * heartbeat_ms,
+        ELECTION_TIMEOUT_MS_MAX,
+        default=DEFAULT_ELECTION_TIMEOUT_MS,
+        low_reason=f"at least {ELECTION_TO_HEARTBEAT_RATIO_MIN} x heartbeat_interval_ms: one late "
+        "heartbeat must not start an election",
+    )
+    idle_ms = reader.integer(
+        "idle_safe_time_interval_ms",
+        tick_ms,
+        dd_ms,
+        default=DEFAULT_IDLE_SAFE_TIME_INTERVAL_MS,
+        low_reason="at least tick_ms: idle entries are appended on ticks",
+        high_reason="at most dd_ms: safe time must advance within DD, or reads at now wait",
+    )
+    if cs_max_ms > dd_ms:
+        raise reader.error(
+            "cs_max_ms",
+            f"{cs_max_ms} is larger than dd_ms={dd_ms}: DD must cover the clock skew, or a "
+            "node with a slow clock could answer with a schema that is not yet active elsewhere",
+        )
+    snapshot_every = reader.integer(
+        "snapshot_every_entries",
+        SNAPSHOT_EVERY_ENTRIES_MIN,
+        SNAPSHOT_EVERY_ENTRIES_MAX,
+        default=DEFAULT_SNAPSHOT_EVERY_ENTRIES,
+    )
+    secrets_dir = reader.string(
+        "secrets_dir", max_chars=PATH_CHARS_MAX, default=DEFAULT_SECRETS_DIR
+    )
+    data_dir = reader.string("data_dir", max_chars=PATH_CHARS_MAX, default=DEFAULT_DATA_DIR)
+    log_level = reader.string("log_level", max_chars=16, default=DEFAULT_LOG_LEVEL).upper()
+    if log_level not in LOG_LEVELS:
+        raise reader.error("log_level", f"{log_level!r} is not one of {', '.join(LOG_LEVELS)}")
+    nodes = _parse_nodes(path, reader.table_list("nodes"))
+    reader.finish()
+    resolved_secrets = _relative_to(path, secrets_dir)
+    resolved_data = _relative_to(path, data_dir)
+    if resolved_secrets == resolved_data:
+        raise reader.error("data_dir", "must differ from secrets_dir")
+    return ClusterConfig(
+        path=path,
+        cluster_id=cluster_id,
+        dd_ms=dd_ms,
+        cs_max_ms=cs_max_ms,
+        idle_safe_time_interval_ms=idle_ms,
+        election_timeout_ms=election_ms,
+        heartbeat_interval_ms=heartbeat_ms,
+        tick_ms=tick_ms,
+        snapshot_every_entries=snapshot_every,
+        secrets_dir=resolved_secrets,
+        data_dir=resolved_data,
+        log_level=log_level,
+        nodes=nodes,
+    )
+
+
+def _parse_nodes(path: Path, tables: list[Mapping[str, object]]) -> tuple[NodeAddress, ...]:
+    if not NODES_MIN <= len(tables) <= NODES_MAX:
+        raise ConfigError(
+            path=path,
+            key="nodes",
+            problem=f"{len(tables)} [[nodes]] entries; between {NODES_MIN} and {NODES_MAX} "
+            "are supported (NODES_MAX)",
+        )
+    nodes: list[NodeAddress] = []
+    id_keys: dict[int, str] = {}
+    listener_keys: dict[tuple[str, int], str] = {}
+    for index, table in enumerate(tables):
+        prefix = f"nodes[{index}]."
+        reader = _Reader(path, table, prefix=prefix)
+        node_id = reader.integer("id", 1, NODE_ID_MAX)
+        host = reader.string("host", max_chars=HOST_CHARS_MAX)
+        if not _HOST_RE.fullmatch(host):
+            raise reader.error("host", f"{host!r} is not a hostname or IP address")
+        ports = {
+            name: reader.integer(name, PORT_MIN, PORT_MAX)
+            for name in ("raft_port", "client_port", "metrics_port")
+        }
+        reader.finish()
+        if node_id in id_keys:
+            raise reader.error("id", f"node id {node_id} is already used by {id_keys[node_id]}")
+        id_keys[node_id] = f"{prefix}id"
+        for name, port in ports.items():
+            # Ports must differ per host; two hosts may use the same port numbers.
+            listener = (host.lower(), port)
+            if listener in listener_keys:
+                raise reader.error(
+                    name, f"{host}:{port} is already used by {listener_keys[listener]}"
+                )
+            listener_keys[listener] = f"{prefix}{name}"
+        nodes.append(
+            NodeAddress(
+                id=node_id,
+                host=host,
+                raft_port=ports["raft_port"],
+                client_port=ports["client_port"],
+                metrics_port=ports["metrics_port"],
+            )
+        )
+    return tuple(sorted(nodes, key=lambda n: n.id))
+
+
+class _Reader:
+    """Typed access to one TOML table that remembers which keys were read, so `finish()` can
+    reject the rest as unknown."""
+
+    _MISSING: ClassVar[object] = object()
+
+    def __init__(self, path: Path, table: Mapping[str, object], *, prefix: str) -> None:
+        self._path = path
+        self._table = table
+        self._prefix = prefix
+        self._seen: set[str] = set()
+
+    def error(self, key: str, problem: str) -> ConfigError:
+        return ConfigError(path=self._path, key=f"{self._prefix}{key}", problem=problem)
+
+    def _get(self, key: str, default: object) -> object:
+        self._seen.add(key)
+        if key in self._table:
+            return self._table[key]
+        if default is self._MISSING:
+            raise self.error(key, "is required")
+        return default
+
+    def integer(
+        self,
+        key: str,
+        low: int,
+        high: int,
+        *,
+        default: int | None = None,
+        low_reason: str = "",
+        high_reason: str = "",
+    ) -> int:
+        value = self._get(key, self._MISSING if default is None else default)
+        # bool is an int in Python; `true` is never a sensible port or duration.
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise self.error(key, f"must be an integer, got {_describe(value)}")
+        if value < low:
+            raise self.error(key, f"{value} is below the minimum {low}" + _why(low_reason))
+        if value > high:
+            raise self.error(key, f"{value} is above the maximum {high}" + _why(high_reason))
+        return value
+
+    def string(self, key: str, *, max_chars: int, default: str | None = None) -> str:
+        value = self._get(key, self._MISSING if default is None else default)
+        if not isinstance(value, str):
+            raise self.error(key, f"must be a string, got {_describe(value)}")
+        if not value.strip():
+            raise self.error(key, "must not be empty")
+        if len(value) > max_chars:
+            raise self.error(key, f"is longer than {max_chars} characters")
+        return value
+
+    def table_list(self, key: str) -> list[Mapping[str, object]]:
+        value = self._get(key, self._MISSING)
+        if not isinstance(value, list) or not all(isinstance(t, dict) for t in value):
+            raise self.error(key, f"must be an array of tables ([[{key}]]), got {_describe(value)}")
+        return list(value)
+
+    def finish(self) -> None:
+        unknown = sorted(set(self._table) - self._seen)
+        if unknown:
+            known = sorted(self._seen)
+            raise self.error(
+                unknown[0],
+                f"unknown key (known keys here: {', '.join(known)})",
+            )
+
+
+def _why(reason: str) -> str:
+    return f" ({reason})" if reason else ""
+
+
+def _describe(value: object) -> str:
+    if isinstance(value, bool):
+        return f"boolean {str(value).lower()}"
+    if isinstance(value, str):
+        return f"string {value!r}"
+    if isinstance(value, list):
+        return "an array"
+    if isinstance(value, dict):
+        return "a table"
+    return f"{type(value).__name__} {value!r}"
+
+
+def _relative_to(config_file: Path, value: str) -> Path:
+    # Relative to the file, not the working directory: see the module docstring.
+    p = Path(value).expanduser()
+    return p if p.is_absolute() else config_file.parent / p
+
+
+def _join_host_port(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+# ---- rendering (metastore cluster init) ------------------------------------------------------
+
+
+def node_file_name(node_id: int) -> str:
+    return f"node{node_id}.toml"
+
+
+def node_layout(count: int, *, host: str, base_port: int) -> tuple[NodeAddress, ...]:
+    """Members 1..count on one host: Raft base+N, clients base+100+N, metrics base+200+N."""
+    if not NODES_MIN <= count <= NODES_MAX:
+        raise ValueError(f"node count {count} is outside {NODES_MIN}..{NODES_MAX} (NODES_MAX)")
+    if base_port + 1 < PORT_MIN or base_port + METRICS_PORT_OFFSET + count > PORT_MAX:
+        raise ValueError(
+            f"base port {base_port} puts ports outside {PORT_MIN}..{PORT_MAX} "
+            f"(it needs base+{METRICS_PORT_OFFSET}+{count} <= {PORT_MAX})"
+        )
+    return tuple(
+        NodeAddress(
+            id=i,
+            host=host,
+            raft_port=base_port + i,
+            client_port=base_port + CLIENT_PORT_OFFSET + i,
+            metrics_port=base_port + METRICS_PORT_OFFSET + i,
+        )
+        for i in range(1, count + 1)
+    )
+
+
+def render_cluster_toml(
+    *,
+    cluster_id: str,
+    nodes: Sequence[NodeAddress],
+    dd_ms: int = DEFAULT_DD_MS,
+    cs_max_ms: int = DEFAULT_CS_MAX_MS,
+    idle_safe_time_interval_ms: int = DEFAULT_IDLE_SAFE_TIME_INTERVAL_MS,
+    election_timeout_ms: int = DEFAULT_ELECTION_TIMEOUT_MS,
+    heartbeat_interval_ms: int = DEFAULT_HEARTBEAT_INTERVAL_MS,
+    tick_ms: int = DEFAULT_TICK_MS,
+    snapshot_every_entries: int = DEFAULT_SNAPSHOT_EVERY_ENTRIES,
+    secrets_dir: str = DEFAULT_SECRETS_DIR,
+    data_dir: str = DEFAULT_DATA_DIR,
+    log_level: str = DEFAULT_LOG_LEVEL,
+) -> str:
+    """A commented cluster.toml. Values are not validated here: load the result (as
+    `cluster init` does before writing it) to validate."""
+    lines = [
+        "# Cluster-wide settings: the same file on every host.",
+        "# Generated by `metastore cluster init`; see cluster_configs/production-example/ for",
+        "# what each setting means in production.",
+        "",
+        f"cluster_id = {_toml_str(cluster_id)}",
+        "",
+        "# IEP-98 timing. A schema change made at Tm activates at Tu = Tm + DD; a DDL returns",
+        "# once now >= Tu + CSmax. CSmax is the clock skew tolerated between hosts and must",
+        "# not exceed DD. Both are fixed when the cluster is first started.",
+        f"dd_ms = {dd_ms}",
+        f"cs_max_ms = {cs_max_ms}",
+        "# An idle leader appends a tick entry this often so safe time keeps moving (< DD).",
+        f"idle_safe_time_interval_ms = {idle_safe_time_interval_ms}",
+        "",
+        "# Raft timing.",
+        f"election_timeout_ms = {election_timeout_ms}",
+        f"heartbeat_interval_ms = {heartbeat_interval_ms}",
+        f"tick_ms = {tick_ms}",
+        f"snapshot_every_entries = {snapshot_every_entries}",
+        "",
+        "# Relative to this file. Never commit either directory.",
+        f"secrets_dir = {_toml_str(secrets_dir)}",
+        f"data_dir = {_toml_str(data_dir)}",
+        f"log_level = {_toml_str(log_level)}",
+    ]
+    for n in nodes:
+        lines += [
+            "",
+            "[[nodes]]",
+            f"id = {n.id}",
+            f"host = {_toml_str(n.host)}",
+            f"raft_port = {n.raft_port}        # Raft peers (authenticated with cluster.secret)",
+            f"client_port = {n.client_port}      # metastore clients: CLI, Spark drivers",
+            f"metrics_port = {n.metrics_port}     # Prometheus /metrics and /health",
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def render_node_toml(node_id: int, *, cluster_file: str = CLUSTER_FILE_NAME) -> str:
+    return (
+        f"# Node {node_id} of the cluster described in {cluster_file} (relative to this file).\n"
+        f"# Start it with: metastore node start --config {node_file_name(node_id)}\n"
+        f"cluster = {_toml_str(cluster_file)}\n"
+        f"node_id = {node_id}\n"
+    )
+
+
+def _toml_str(value: str) -> str:
+    # A TOML basic string; JSON escaping is a subset of TOML's for the characters we allow.
+    escaped = value.replace("\\", "\\\\").replace('"', '\\"')
+    if any(ord(c) < 0x20 or c == "\x7f" for c in escaped):
+        raise ValueError(f"{value!r} contains control characters")
+    return f'"{escaped}"'

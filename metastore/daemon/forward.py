@@ -1,0 +1,139 @@
+"""Forwarding writes from a follower to the leader over the leader's own client API.
+
+The follower authenticates with the *caller's* token, so the leader authorizes the request exactly
+as if the client had come to it directly. Connections are pooled per (leader, token) and
+pipelined; replies are matched by request id.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import itertools
+import logging
+from collections import OrderedDict
+from collections.abc import Mapping
+from typing import Any
+
+from hlc import HybridClock
+from hlc.errors import HlcError
+from metastore.daemon import api_limits as L
+from metastore.errors import MetastoreError, UnavailableError
+from raft.errors import RaftError
+from raft.framing import NEED_DATA, FrameDecoder, encode_frame
+
+log = logging.getLogger("metastore.forward")
+
+
+class _Link:
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader = reader
+        self.writer = writer
+        self.pending: dict[int, asyncio.Future[dict[str, Any]]] = {}
+        self.ids = itertools.count(1)
+        self.task: asyncio.Task[None] | None = None
+        self.closed = False
+
+    async def read_loop(self) -> None:
+        decoder = FrameDecoder(max_frame_bytes=L.CLIENT_FRAME_BYTES_MAX)
+        try:
+            while True:
+                data = await self.reader.read(L.CLIENT_READ_CHUNK_BYTES)
+                if not data:
+                    break
+                decoder.feed(data)
+                while (frame := decoder.next_frame()) is not NEED_DATA:
+                    if isinstance(frame, dict):
+                        fut = self.pending.pop(frame.get("id", -1), None)
+                        if fut is not None and not fut.done():
+                            fut.set_result(frame)
+        except (ConnectionError, OSError, RaftError) as exc:
+            log.info("forward link closed: %s", exc)
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        self.closed = True
+        for fut in self.pending.values():
+            if not fut.done():
+                fut.set_exception(UnavailableError("connection to the leader closed"))
+        self.pending.clear()
+        self.writer.close()
+
+    async def request(self, op: str, args: Mapping[str, Any], timeout_ms: int) -> dict[str, Any]:
+        rid = next(self.ids)
+        fut: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        self.pending[rid] = fut
+        self.writer.write(
+            encode_frame(
+                {"id": rid, "op": op, "args": dict(args)}, max_frame_bytes=L.CLIENT_FRAME_BYTES_MAX
+            )
+        )
+        await self.writer.drain()
+        try:
+            return await asyncio.wait_for(fut, timeout_ms / 1000)
+        finally:
+            self.pending.pop(rid, None)
+
+
+class LeaderForwarder:
+    def __init__(self, *, addresses: Mapping[int, tuple[str, int]], clock: HybridClock) -> None:
+        self.addresses = dict(addresses)
+        self.clock = clock
+        self._links: OrderedDict[tuple[int, str], _Link] = OrderedDict()
+        self._lock = asyncio.Lock()
+
+    async def call(
+        self, node_id: int, token: str, op: str, args: Mapping[str, Any], *, timeout_ms: int
+    ) -> dict[str, Any]:
+        """Run `op` on node `node_id`; returns its result or raises its typed error."""
+        try:
+            link = await self._link(node_id, token)
+            reply = await link.request(op, args, timeout_ms)
+        except TimeoutError:
+            raise UnavailableError(
+                f"leader {node_id} did not answer within {timeout_ms} ms; outcome unknown"
+            ) from None
+        except (ConnectionError, OSError) as exc:
+            raise UnavailableError(f"cannot reach leader {node_id}: {exc}") from None
+        ts = reply.get("ts")
+        if isinstance(ts, int):
+            with contextlib.suppress(HlcError):
+                self.clock.update(ts)
+        if reply.get("ok"):
+            result = reply.get("result")
+            return result if isinstance(result, dict) else {}
+        raise MetastoreError.from_wire(reply.get("error"))
+
+    async def _link(self, node_id: int, token: str) -> _Link:
+        key = (node_id, hashlib.sha256(token.encode()).hexdigest())
+        async with self._lock:
+            link = self._links.get(key)
+            if link is not None and not link.closed:
+                self._links.move_to_end(key)
+                return link
+            addr = self.addresses.get(node_id)
+            if addr is None:
+                raise UnavailableError(f"no client address configured for node {node_id}")
+            reader, writer = await asyncio.wait_for(asyncio.open_connection(*addr), 3)
+            link = _Link(reader, writer)
+            link.task = asyncio.create_task(link.read_loop())
+            hello = await link.request("hello", {"token": token, "client": "forward"}, 3000)
+            if not hello.get("ok"):
+                link.close()
+                raise MetastoreError.from_wire(hello.get("error"))
+            self._links[key] = link
+            while len(self._links) > L.FORWARD_CONNECTIONS_MAX:
+                _, old = self._links.popitem(last=False)
+                old.close()
+            return link
+
+    async def close(self) -> None:
+        for link in self._links.values():
+            link.close()
+            if link.task is not None:
+                link.task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await link.task
+        self._links.clear()

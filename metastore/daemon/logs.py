@@ -1,0 +1,58 @@
+"""Structured logs: one JSON object per line in the node's data directory (and stderr).
+
+Fields: `ts` (ISO-8601 UTC), `level`, `logger`, `node_id`, `msg`, plus whatever the call passed in
+`extra=` (for example `term`, `index`). Exceptions are rendered under `exc`. Rotation keeps
+`LOG_FILES_KEPT` files of `LOG_FILE_BYTES_MAX` each, so logs cannot fill the disk.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import logging.handlers
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+
+LOG_FILE_BYTES_MAX = 64 * 1024 * 1024
+LOG_FILES_KEPT = 5
+
+# Attributes every LogRecord has; anything else came from `extra=` and is emitted as a field.
+_STANDARD = set(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {"message", "asctime"}
+
+
+class JsonFormatter(logging.Formatter):
+    def __init__(self, node_id: int) -> None:
+        super().__init__()
+        self.node_id = node_id
+
+    def format(self, record: logging.LogRecord) -> str:
+        out: dict[str, object] = {
+            "ts": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "node_id": self.node_id,
+            "msg": record.getMessage(),
+        }
+        for key, value in vars(record).items():
+            if key not in _STANDARD and not key.startswith("_"):
+                out[key] = (
+                    value if isinstance(value, str | int | float | bool | None) else str(value)
+                )
+        if record.exc_info:
+            out["exc"] = self.formatException(record.exc_info)
+        return json.dumps(out, default=str)
+
+
+def setup_logging(*, node_id: int, log_file: Path, level: str) -> None:
+    log_file.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    formatter = JsonFormatter(node_id)
+    file_handler = logging.handlers.RotatingFileHandler(
+        log_file, maxBytes=LOG_FILE_BYTES_MAX, backupCount=LOG_FILES_KEPT, encoding="utf-8"
+    )
+    file_handler.setFormatter(formatter)
+    stderr_handler = logging.StreamHandler(sys.stderr)
+    stderr_handler.setFormatter(formatter)
+    root = logging.getLogger()
+    root.handlers[:] = [file_handler, stderr_handler]
+    root.setLevel(level.upper())

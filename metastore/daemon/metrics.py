@@ -1,0 +1,178 @@
+"""Per-node Prometheus metrics and the HTTP endpoints `/metrics` and `/health`.
+
+The HTTP side is a deliberately tiny asyncio responder (GET only, one request per connection,
+bounded header size): it runs on the node's own event loop, needs no thread, and a slow scraper
+cannot hold anything. Gauges that mirror node state are refreshed at scrape time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import Callable
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+HTTP_REQUEST_BYTES_MAX = 8192
+HTTP_TIMEOUT_S = 5.0
+
+_READ_WAIT_BUCKETS = (0.0, 0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+_DDL_BUCKETS = (0.1, 0.25, 0.5, 0.75, 1.0, 1.05, 1.1, 1.25, 1.5, 2.0, 5.0, 10.0)
+
+
+_REASONS = {
+    200: "OK",
+    404: "Not Found",
+    405: "Method Not Allowed",
+    431: "Request Header Fields Too Large",
+    503: "Service Unavailable",
+}
+
+
+class NodeMetrics:
+    def __init__(self, node_id: int) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.node_id = node_id
+        self.role = Gauge(
+            "metastore_raft_role", "1 for this node's current Raft role", ["role"], registry=r
+        )
+        self.term = Gauge("metastore_raft_term", "current Raft term", registry=r)
+        self.leader = Gauge("metastore_raft_leader", "node id of the known leader", registry=r)
+        self.commit_index = Gauge("metastore_raft_commit_index", "commit index", registry=r)
+        self.applied_index = Gauge("metastore_raft_applied_index", "applied index", registry=r)
+        self.safe_time_lag = Gauge(
+            "metastore_safe_time_lag_seconds",
+            "physical clock minus the physical part of safe time",
+            registry=r,
+        )
+        self.ready = Gauge("metastore_ready", "1 when serving reads", registry=r)
+        self.fsync_seconds = Gauge(
+            "metastore_wal_fsync_seconds_total", "time spent persisting Raft state", registry=r
+        )
+        self.read_wait_hist = Histogram(
+            "metastore_schema_read_wait_seconds",
+            "time schema reads waited for safe time",
+            ["on"],
+            buckets=_READ_WAIT_BUCKETS,
+            registry=r,
+        )
+        self.ddl_hist = Histogram(
+            "metastore_ddl_seconds",
+            "DDL latency seen by the client (floor: DD + CSmax)",
+            buckets=_DDL_BUCKETS,
+            registry=r,
+        )
+        self.requests = Counter(
+            "metastore_requests",
+            "client requests by op and result code",
+            ["op", "code"],
+            registry=r,
+        )
+
+    def request(self, op: str, code: str, _seconds: float) -> None:
+        # Unknown ops are folded into one label value so clients cannot grow the label set.
+        self.requests.labels(op=op if len(op) <= 32 else "other", code=code).inc()
+
+    def read_wait(self, seconds: float, *, leader: bool) -> None:
+        self.read_wait_hist.labels(on="leader" if leader else "follower").observe(seconds)
+
+    def ddl(self, seconds: float) -> None:
+        self.ddl_hist.observe(seconds)
+
+    def refresh(self, status: dict[str, Any]) -> None:
+        for role in ("leader", "follower", "candidate", "pre_candidate"):
+            self.role.labels(role=role).set(1 if status["role"] == role else 0)
+        self.term.set(status["term"])
+        self.leader.set(status["leader"])
+        self.commit_index.set(status["commit_index"])
+        self.applied_index.set(status["applied_index"])
+        self.safe_time_lag.set(status["lag_ms"] / 1000)
+        self.ready.set(1 if status["ready"] else 0)
+        self.fsync_seconds.set(status.get("fsync_seconds_total", 0.0))
+
+    def exposition(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+class HttpEndpoint:
+    """GET /metrics (Prometheus text) and GET /health (JSON; 200 when ready, else 503)."""
+
+    def __init__(self, metrics: NodeMetrics, status: Callable[[], dict[str, Any]]) -> None:
+        self.metrics = metrics
+        self.status = status
+        self._server: asyncio.Server | None = None
+
+    async def start(self, host: str, port: int) -> None:
+        self._server = await asyncio.start_server(self._handle, host, port)
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._server.wait_closed(), 2)
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), HTTP_TIMEOUT_S)
+        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError, OSError):
+            writer.close()
+            return
+        try:
+            if len(head) > HTTP_REQUEST_BYTES_MAX:
+                await self._send(writer, 431, "text/plain", b"request header too large\n")
+                return
+            line = head.split(b"\r\n", 1)[0].decode("latin-1")
+            parts = line.split(" ")
+            if len(parts) != 3 or parts[0] != "GET":
+                await self._send(writer, 405, "text/plain", b"only GET is served\n")
+                return
+            path = parts[1].split("?", 1)[0]
+            if path == "/metrics":
+                st = self.status()
+                self.metrics.refresh(st)
+                await self._send(
+                    writer, 200, "text/plain; version=0.0.4", self.metrics.exposition()
+                )
+            elif path == "/health":
+                st = self.status()
+                healthy = bool(st["ready"])
+                body = {
+                    "status": "ok" if healthy else "unavailable",
+                    "node_id": st["node_id"],
+                    "role": st["role"],
+                    "leader": st["leader"],
+                    "ready": st["ready"],
+                    "safe_time_lag_ms": st["lag_ms"],
+                    "applied_index": st["applied_index"],
+                }
+                await self._send(
+                    writer,
+                    200 if healthy else 503,
+                    "application/json",
+                    json.dumps(body).encode() + b"\n",
+                )
+            else:
+                await self._send(writer, 404, "text/plain", b"not found: try /metrics or /health\n")
+        except (ConnectionError, OSError):
+            return
+        finally:
+            writer.close()
+
+    @staticmethod
+    async def _send(writer: asyncio.StreamWriter, code: int, ctype: str, body: bytes) -> None:
+        reason = {
+            200: "OK",
+            404: "Not Found",
+            405: "Method Not Allowed",
+            503: "Service Unavailable",
+            431: "Request Header Fields Too Large",
+        }.get(code, "")
+        writer.write(
+            f"HTTP/1.1 {code} {reason}\r\nContent-Type: {ctype}\r\n"
+            f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode()
+            + body
+        )
+        await writer.drain()

@@ -1,0 +1,197 @@
+"""One metastore node as an OS process: Raft node + catalog state machine + client API + HTTP.
+
+`run_node(config_path, node_id)` is what `metastore node start` calls. It is a thin shell: the
+decisions live in `raft.core` and `metastore.state`; this module only wires sockets, files, the
+clock and signals to them.
+
+The first leader of a fresh cluster proposes `InitCluster(dd_ms, cs_max_ms)` from its config, so
+DD and CSmax are fixed in the replicated state for the cluster's whole life (a later node with a
+different config cannot change them).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+from pathlib import Path
+from typing import Any
+
+from hlc import HybridClock, SystemClock, physical_ms
+from metastore.commands import InitCluster, encode_command
+from metastore.daemon.config import NodeSettings, load_node_config
+from metastore.daemon.forward import LeaderForwarder
+from metastore.daemon.logs import setup_logging
+from metastore.daemon.metrics import HttpEndpoint, NodeMetrics
+from metastore.daemon.secrets import ensure_secrets
+from metastore.daemon.server import ApiServer
+from metastore.daemon.statemachine import CatalogStateMachine
+from raft.core.errors import RaftCoreError
+from raft.errors import RaftError
+from raft.node import NodeConfig, RaftNode
+
+log = logging.getLogger("metastore.node")
+
+INIT_RETRY_S = 0.2
+
+
+def run_node(config_path: Path, node_id: int | None = None) -> int:
+    """Run a node in the foreground until SIGTERM/SIGINT. Returns the process exit code."""
+    settings = load_node_config(config_path, node_id)
+    setup_logging(
+        node_id=settings.node_id, log_file=settings.log_file, level=settings.cluster.log_level
+    )
+    try:
+        import uvloop
+
+        uvloop.install()
+    except ImportError:  # optional: the default loop works, somewhat slower
+        log.info("uvloop not available; using the default asyncio loop")
+    return asyncio.run(serve(settings))
+
+
+class MetastoreNode:
+    """Everything one node runs, startable and stoppable in-process (tests use this too)."""
+
+    def __init__(self, settings: NodeSettings) -> None:
+        self.settings = settings
+        cluster = settings.cluster
+        self.secrets = ensure_secrets(cluster.secrets_dir)
+        self.clock = HybridClock(SystemClock(), max_offset_ms=cluster.cs_max_ms)
+        self.sm = CatalogStateMachine(
+            check_invariants=os.environ.get("METASTORE_CHECK_INVARIANTS") == "1"
+        )
+        self.stopped = asyncio.Event()
+        self.fatal: BaseException | None = None
+        me = settings.node
+        self.raft = RaftNode(
+            NodeConfig(
+                node_id=me.id,
+                cluster_id=cluster.cluster_id,
+                data_dir=settings.data_dir,
+                listen_host=me.host,
+                listen_port=me.raft_port,
+                peers=cluster.raft_addresses(),
+                secret=self.secrets.cluster_secret,
+                tick_ms=cluster.tick_ms,
+                election_timeout_ms=cluster.election_timeout_ms,
+                heartbeat_interval_ms=cluster.heartbeat_interval_ms,
+                idle_safe_time_interval_ms=cluster.idle_safe_time_interval_ms,
+                snapshot_every_entries=cluster.snapshot_every_entries,
+                max_clock_offset_ms=cluster.cs_max_ms,
+            ),
+            self.sm,
+            clock=self.clock,
+            on_fatal=self._on_fatal,
+        )
+        self.metrics = NodeMetrics(me.id)
+        self.forwarder = LeaderForwarder(
+            addresses={n.id: (n.host, n.client_port) for n in cluster.nodes}, clock=self.clock
+        )
+        self.api = ApiServer(
+            node=self.raft,
+            sm=self.sm,
+            clock=self.clock,
+            secrets=self.secrets,
+            forwarder=self.forwarder,
+            metrics=self.metrics,
+            cluster_id=cluster.cluster_id,
+            cs_max_ms=cluster.cs_max_ms,
+            client_addresses={n.id: n.client_address for n in cluster.nodes},
+        )
+        self.http = HttpEndpoint(self.metrics, self.status_map)
+        self._init_task: asyncio.Task[None] | None = None
+
+    def _on_fatal(self, exc: BaseException) -> None:
+        self.fatal = exc
+        self.stopped.set()
+
+    def status_map(self) -> dict[str, Any]:
+        st = self.raft.status()
+        return {
+            "node_id": self.settings.node_id,
+            "role": st.core.role.value,
+            "term": st.core.term,
+            "leader": st.core.leader,
+            "commit_index": st.core.commit_index,
+            "applied_index": st.core.applied_index,
+            "lag_ms": st.safe_time_lag_ms,
+            "ready": st.ready_to_serve and self.sm.state.cluster is not None,
+            "fsync_seconds_total": self.raft.fsync_seconds_total,
+        }
+
+    async def start(self) -> None:
+        me = self.settings.node
+        await self.raft.start()
+        await self.api.start(me.host, me.client_port)
+        await self.http.start(me.host, me.metrics_port)
+        self._init_task = asyncio.create_task(self._initialize_cluster())
+        log.info(
+            "metastore node started",
+            extra={
+                "client": me.client_address,
+                "raft": me.raft_address,
+                "metrics": me.metrics_address,
+                "cluster_id": self.settings.cluster.cluster_id,
+            },
+        )
+
+    async def stop(self) -> None:
+        if self._init_task is not None:
+            self._init_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._init_task
+        await self.api.stop()
+        await self.http.stop()
+        await self.forwarder.close()
+        await self.raft.stop()
+        log.info("metastore node stopped")
+
+    async def _initialize_cluster(self) -> None:
+        """Propose InitCluster once, as the first leader, if the state has no cluster settings."""
+        cluster = self.settings.cluster
+        cmd = InitCluster(
+            dd_ms=cluster.dd_ms, cs_max_ms=cluster.cs_max_ms, request_id="init-cluster"
+        )
+        while self.sm.state.cluster is None:
+            await asyncio.sleep(INIT_RETRY_S)
+            if not (self.raft.is_leader() and self.raft.ready_to_serve):
+                continue
+            if self.sm.state.cluster is not None:
+                break
+            try:
+                res = await self.raft.propose(encode_command(cmd), timeout_ms=5000)
+            except (RaftCoreError, RaftError) as exc:
+                log.info("cluster initialization will be retried: %s", exc)
+                continue
+            log.info(
+                "cluster initialized",
+                extra={"dd_ms": cluster.dd_ms, "cs_max_ms": cluster.cs_max_ms, "index": res.index},
+            )
+        applied = self.sm.state.cluster
+        if applied is not None and (
+            applied.dd_ms != cluster.dd_ms or applied.cs_max_ms != cluster.cs_max_ms
+        ):
+            log.warning(
+                "config file DD/CSmax differ from the cluster's; the cluster's values apply",
+                extra={"dd_ms": applied.dd_ms, "cs_max_ms": applied.cs_max_ms},
+            )
+
+
+async def serve(settings: NodeSettings) -> int:
+    node = MetastoreNode(settings)
+    await node.start()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, node.stopped.set)
+    await node.stopped.wait()
+    await node.stop()
+    if node.fatal is not None:
+        log.critical("stopped on a fatal error: %s", node.fatal)
+        return 1
+    return 0
+
+
+__all__ = ["MetastoreNode", "physical_ms", "run_node", "serve"]

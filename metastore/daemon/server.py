@@ -1,0 +1,681 @@
+"""The client API server: docs/protocol.md on asyncio streams.
+
+Per connection: frames are decoded with the sans-I/O `raft.framing.FrameDecoder`; the first
+request must be `hello` with a valid token; later requests run concurrently (bounded per
+connection) and replies are matched by id. Every failure becomes a typed error reply and changes
+nothing; a malformed frame closes the connection because the stream is out of sync.
+
+Reads are served from this node's applied state once it is caught up with the current leader.
+Writes (DDL, membership) are parsed/validated here and proposed on the leader: a follower forwards
+the canonical command, never the SQL text.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from hlc import HybridClock, physical_ms
+from hlc.errors import HlcError, WaitTimeoutError
+from hlc.limits import MAX_TS
+from metastore import limits as mlimits
+from metastore.commands import Command, decode_command, encode_command
+from metastore.daemon import api_limits as L
+from metastore.daemon.forward import LeaderForwarder
+from metastore.daemon.metrics import NodeMetrics
+from metastore.daemon.secrets import Role, Secrets
+from metastore.daemon.statemachine import CatalogStateMachine
+from metastore.daemon.views import description_view, namespace_view, version_view
+from metastore.ddl import parse_ddl
+from metastore.errors import (
+    BadRequestError,
+    ClusterNotInitializedError,
+    ForbiddenError,
+    InternalError,
+    InvalidArgumentError,
+    LimitExceededError,
+    MetastoreError,
+    NotLeaderError,
+    NotReadyError,
+    RequestTimeoutError,
+    UnauthenticatedError,
+    UnavailableError,
+    UnknownOpError,
+)
+from metastore.outcome import Outcome
+from raft.core.errors import NotLeaderError as RaftNotLeaderError
+from raft.core.errors import ProposalDroppedError, RaftCoreError
+from raft.errors import FrameTooLargeError, MalformedFrameError, RaftError
+from raft.framing import NEED_DATA, FrameDecoder, encode_frame
+from raft.node import NodeStoppedError, ProposalTimeoutError, RaftNode, SafeTimeTimeoutError
+
+log = logging.getLogger("metastore.api")
+
+SERVER_VERSION = "0.1.0"
+
+Args = Mapping[str, Any]
+Handler = Callable[["Session", Args], Awaitable[dict[str, Any]]]
+
+
+@dataclass(slots=True)
+class Session:
+    peer: str
+    role: Role | None = None
+    token: str = ""
+    client: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class _Op:
+    role: Role
+    handler: Handler
+    args: frozenset[str]
+
+
+class ApiServer:
+    def __init__(
+        self,
+        *,
+        node: RaftNode,
+        sm: CatalogStateMachine,
+        clock: HybridClock,
+        secrets: Secrets,
+        forwarder: LeaderForwarder,
+        metrics: NodeMetrics,
+        cluster_id: str,
+        cs_max_ms: int,
+        client_addresses: Mapping[int, str],
+    ) -> None:
+        self.node = node
+        self.sm = sm
+        self.clock = clock
+        self.secrets = secrets
+        self.forwarder = forwarder
+        self.metrics = metrics
+        self.cluster_id = cluster_id
+        self.cs_max_ms = cs_max_ms
+        self.client_addresses = dict(client_addresses)
+        self._server: asyncio.Server | None = None
+        self._connections: set[asyncio.Task[None]] = set()
+        self._ops: dict[str, _Op] = {
+            "hello": _Op(Role.READER, self._hello, frozenset({"token", "client"})),
+            "schema_at": _Op(
+                Role.READER, self._schema_at, frozenset({"table", "ts", "timeout_ms"})
+            ),
+            "describe": _Op(
+                Role.READER, self._describe, frozenset({"table", "as_of", "timeout_ms"})
+            ),
+            "history": _Op(Role.READER, self._history, frozenset({"table"})),
+            "list_namespaces": _Op(Role.READER, self._list_namespaces, frozenset()),
+            "list_tables": _Op(
+                Role.READER, self._list_tables, frozenset({"namespace", "as_of", "timeout_ms"})
+            ),
+            "safe_time": _Op(Role.READER, self._safe_time, frozenset()),
+            "status": _Op(Role.READER, self._status, frozenset()),
+            "ddl": _Op(Role.WRITER, self._ddl, frozenset({"sql", "request_id", "timeout_ms"})),
+            # Internal: a follower forwards a parsed, canonical command to the leader.
+            "_propose": _Op(Role.WRITER, self._propose_op, frozenset({"command", "timeout_ms"})),
+            "add_node": _Op(
+                Role.ADMIN, self._add_node, frozenset({"node_id", "raft_address", "learner"})
+            ),
+            "promote_node": _Op(Role.ADMIN, self._promote_node, frozenset({"node_id"})),
+            "remove_node": _Op(Role.ADMIN, self._remove_node, frozenset({"node_id"})),
+            "transfer_leader": _Op(Role.ADMIN, self._transfer_leader, frozenset({"target"})),
+        }
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def start(self, host: str, port: int) -> None:
+        self._server = await asyncio.start_server(
+            self._on_connect, host, port, limit=L.CLIENT_READ_CHUNK_BYTES
+        )
+
+    @property
+    def bound_port(self) -> int:
+        if self._server is None or not self._server.sockets:
+            return 0
+        return int(self._server.sockets[0].getsockname()[1])
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        for t in list(self._connections):
+            t.cancel()
+        for t in list(self._connections):
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await t
+        if self._server is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._server.wait_closed(), 2)
+
+    # ------------------------------------------------------------------ connections
+
+    async def _on_connect(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if len(self._connections) >= L.CLIENT_CONNECTIONS_MAX:
+            self.metrics.request("connect", "LIMIT_EXCEEDED", 0.0)
+            writer.write(self._error_frame(0, _too_many_connections()))
+            with contextlib.suppress(Exception):
+                await writer.drain()
+            writer.close()
+            return
+        task = asyncio.current_task()
+        if task is not None:
+            self._connections.add(task)
+        try:
+            await self._serve(reader, writer)
+        finally:
+            if task is not None:
+                self._connections.discard(task)
+            writer.close()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        peername = writer.get_extra_info("peername")
+        session = Session(peer=str(peername))
+        decoder = FrameDecoder(max_frame_bytes=L.CLIENT_FRAME_BYTES_MAX)
+        inflight: set[asyncio.Task[None]] = set()
+        write_lock = asyncio.Lock()
+        partial_since: float | None = None
+
+        async def send(frame: bytes) -> None:
+            async with write_lock:
+                writer.write(frame)
+                await writer.drain()
+
+        try:
+            while True:
+                if decoder.buffered_bytes:
+                    partial_since = partial_since or time.monotonic()
+                    left_s = L.CLIENT_FRAME_TIMEOUT_MS / 1000 - (time.monotonic() - partial_since)
+                    if left_s <= 0:
+                        log.info("closing %s: frame not completed in time", session.peer)
+                        return
+                    timeout_s = left_s
+                else:
+                    partial_since = None
+                    timeout_s = L.CLIENT_IDLE_TIMEOUT_MS / 1000
+                try:
+                    data = await asyncio.wait_for(reader.read(L.CLIENT_READ_CHUNK_BYTES), timeout_s)
+                except TimeoutError:
+                    if decoder.buffered_bytes or not inflight:
+                        return  # idle, or a half-sent frame: free the slot
+                    continue
+                if not data:
+                    return
+                decoder.feed(data)
+                while True:
+                    try:
+                        frame = decoder.next_frame()
+                    except (MalformedFrameError, FrameTooLargeError) as exc:
+                        await send(self._error_frame(0, BadRequestError(str(exc))))
+                        self.metrics.request("frame", "BAD_REQUEST", 0.0)
+                        return
+                    if frame is NEED_DATA:
+                        break
+                    if session.role is None:
+                        # Authenticate inline: nothing else may run before hello succeeds.
+                        reply, ok = await self._first_request(session, frame)
+                        await send(reply)
+                        if not ok:
+                            return
+                        continue
+                    if len(inflight) >= L.CLIENT_INFLIGHT_PER_CONNECTION_MAX:
+                        rid = frame.get("id", 0) if isinstance(frame, dict) else 0
+                        await send(
+                            self._error_frame(
+                                rid if isinstance(rid, int) else 0,
+                                LimitExceededError(
+                                    f"more than {L.CLIENT_INFLIGHT_PER_CONNECTION_MAX} requests "
+                                    "in flight on one connection",
+                                    details={
+                                        "limit": "CLIENT_INFLIGHT_PER_CONNECTION_MAX",
+                                        "max": L.CLIENT_INFLIGHT_PER_CONNECTION_MAX,
+                                    },
+                                ),
+                            )
+                        )
+                        continue
+                    t = asyncio.create_task(self._run_request(session, frame, send))
+                    inflight.add(t)
+                    t.add_done_callback(inflight.discard)
+        except (ConnectionError, OSError):
+            return
+        finally:
+            for t in inflight:
+                t.cancel()
+
+    async def _first_request(self, session: Session, frame: object) -> tuple[bytes, bool]:
+        started = time.perf_counter()
+        try:
+            rid, op, args = _parse_request(frame)
+        except MetastoreError as exc:
+            return self._error_frame(0, exc), False
+        if op != "hello":
+            err: MetastoreError = UnauthenticatedError("the first request must be 'hello'")
+            self.metrics.request(op, err.code.value, 0.0)
+            return self._error_frame(rid, err), False
+        try:
+            _check_args(args, self._ops["hello"].args)
+            result = await self._hello(session, args)
+        except MetastoreError as exc:
+            self.metrics.request(op, exc.code.value, time.perf_counter() - started)
+            log.warning("refused client %s: %s", session.peer, exc)
+            return self._error_frame(rid, exc), False
+        self.metrics.request(op, "OK", time.perf_counter() - started)
+        return self._reply_frame(rid, result), True
+
+    async def _run_request(
+        self, session: Session, frame: object, send: Callable[[bytes], Awaitable[None]]
+    ) -> None:
+        started = time.perf_counter()
+        rid, op = 0, "invalid"
+        try:
+            rid, op, args = _parse_request(frame)
+            spec = self._ops.get(op)
+            if spec is None or op == "hello":
+                raise UnknownOpError(f"unknown op {op!r}", details={"op": op})
+            if session.role is None or session.role < spec.role:
+                raise ForbiddenError(
+                    f"op {op!r} needs role {spec.role.name.lower()}",
+                    details={"op": op, "needed": spec.role.name.lower()},
+                )
+            _check_args(args, spec.args)
+            result = await spec.handler(session, args)
+            frame_out = self._reply_frame(rid, result)
+            code = "OK"
+        except MetastoreError as exc:
+            frame_out, code = self._error_frame(rid, exc), exc.code.value
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # a bug: report it, keep serving others
+            log.exception("internal error serving %s", op)
+            frame_out = self._error_frame(rid, InternalError(f"{type(exc).__name__}: {exc}"))
+            code = "INTERNAL"
+        self.metrics.request(op, code, time.perf_counter() - started)
+        with contextlib.suppress(ConnectionError, OSError):
+            await send(frame_out)
+
+    def _reply_frame(self, rid: int, result: dict[str, Any]) -> bytes:
+        reply = {
+            "id": rid,
+            "ok": True,
+            "result": result,
+            "error": None,
+            "ts": self.clock.now(),
+            "node_id": self.node.node_id,
+        }
+        return encode_frame(reply, max_frame_bytes=L.CLIENT_FRAME_BYTES_MAX)
+
+    def _error_frame(self, rid: int, exc: MetastoreError) -> bytes:
+        reply = {
+            "id": rid,
+            "ok": False,
+            "result": None,
+            "error": exc.to_wire(),
+            "ts": self.clock.now(),
+            "node_id": self.node.node_id,
+        }
+        return encode_frame(reply, max_frame_bytes=L.CLIENT_FRAME_BYTES_MAX)
+
+    # ------------------------------------------------------------------ guards
+
+    def _require_ready(self) -> None:
+        if not self.node.ready_to_serve:
+            st = self.node.status()
+            raise NotReadyError(
+                "node is not caught up with the current leader yet",
+                details={
+                    "node_id": self.node.node_id,
+                    "leader": st.core.leader,
+                    "applied_index": st.core.applied_index,
+                },
+            )
+        if self.sm.state.cluster is None:
+            raise NotReadyError("cluster not initialized yet (the first leader initializes it)")
+
+    def _dd(self) -> int:
+        cluster = self.sm.state.cluster
+        if cluster is None:
+            raise ClusterNotInitializedError("cluster not initialized yet")
+        return cluster.dd
+
+    async def _wait_safe(self, ts: int, timeout_ms: int) -> float:
+        """Wait until safe time >= ts. Returns the milliseconds waited."""
+        try:
+            return await self.node.wait_for_safe_time(ts, timeout_ms=timeout_ms)
+        except SafeTimeTimeoutError as exc:
+            raise RequestTimeoutError(
+                str(exc),
+                details={"wanted": exc.wanted_ts, "safe_time": exc.safe_time, "lag_ms": exc.lag_ms},
+            ) from None
+        except NodeStoppedError as exc:
+            raise UnavailableError(str(exc)) from None
+
+    def _check_not_future(self, ts: int) -> None:
+        ahead_ms = physical_ms(ts) - self.clock.physical_now_ms()
+        if ahead_ms > self.cs_max_ms:
+            raise InvalidArgumentError(
+                f"timestamp {ts} is {ahead_ms} ms ahead of this node's clock "
+                f"(more than CSmax = {self.cs_max_ms} ms): no node can answer for it yet",
+                details={"ts": ts, "ahead_ms": ahead_ms, "cs_max_ms": self.cs_max_ms},
+            )
+
+    async def _at(self, args: Args, key: str) -> tuple[int, float]:
+        """Resolve an optional timestamp argument and wait until it can be answered."""
+        ts = _opt_int(args, key, 0, MAX_TS)
+        top = self.clock.now() if ts is None else ts
+        self._check_not_future(top)
+        waited = await self._wait_safe(max(0, top - self._dd()), _timeout(args))
+        self.metrics.read_wait(waited / 1000, leader=self.node.is_leader())
+        return top, waited
+
+    # ------------------------------------------------------------------ reads
+
+    async def _hello(self, session: Session, args: Args) -> dict[str, Any]:
+        token = _opt_str(args, "token", L.TOKEN_CHARS_MAX) or ""
+        role = self.secrets.role_for(token) if token else None
+        if role is None:
+            raise UnauthenticatedError("missing or unknown token")
+        session.role = role
+        session.token = token
+        session.client = _opt_str(args, "client", L.CLIENT_NAME_CHARS_MAX) or ""
+        return {
+            "node_id": self.node.node_id,
+            "cluster_id": self.cluster_id,
+            "role": role.name.lower(),
+            "server_version": SERVER_VERSION,
+        }
+
+    async def _schema_at(self, _s: Session, args: Args) -> dict[str, Any]:
+        self._require_ready()
+        table = _req_str(args, "table", L.TABLE_NAME_CHARS_MAX)
+        top, waited = await self._at(args, "ts")
+        v = self.sm.state.schema_at(table, top)
+        out = version_view(table, v)
+        out.update({"ts": top, "waited_ms": waited, "safe_time": self.node.safe_time})
+        return out
+
+    async def _describe(self, _s: Session, args: Args) -> dict[str, Any]:
+        self._require_ready()
+        table = _req_str(args, "table", L.TABLE_NAME_CHARS_MAX)
+        desc = description_view(self.sm.state.describe(table))
+        if args.get("as_of") is not None:
+            top, _ = await self._at(args, "as_of")
+            v = self.sm.state.schema_at(table, top)
+            desc.update(version_view(table, v))
+            desc["as_of"] = top
+        return desc
+
+    async def _history(self, _s: Session, args: Args) -> dict[str, Any]:
+        self._require_ready()
+        table = _req_str(args, "table", L.TABLE_NAME_CHARS_MAX)
+        return {"versions": [version_view(table, v) for v in self.sm.state.history(table)]}
+
+    async def _list_namespaces(self, _s: Session, _args: Args) -> dict[str, Any]:
+        self._require_ready()
+        return {"namespaces": [namespace_view(n) for n in self.sm.state.list_namespaces()]}
+
+    async def _list_tables(self, _s: Session, args: Args) -> dict[str, Any]:
+        self._require_ready()
+        ns = _req_str(args, "namespace", mlimits.MAX_IDENTIFIER_CHARS)
+        top = None
+        if args.get("as_of") is not None:
+            top, _ = await self._at(args, "as_of")
+        return {"tables": [str(t) for t in self.sm.state.list_tables(ns, top=top)]}
+
+    async def _safe_time(self, _s: Session, _args: Args) -> dict[str, Any]:
+        st = self.node.status()
+        return {
+            "node_id": self.node.node_id,
+            "safe_time": st.safe_time,
+            "now": self.clock.now(),
+            "lag_ms": st.safe_time_lag_ms,
+            "ready": st.ready_to_serve,
+        }
+
+    async def _status(self, _s: Session, _args: Args) -> dict[str, Any]:
+        st = self.node.status()
+        return {
+            "node_id": self.node.node_id,
+            "cluster_id": self.cluster_id,
+            "role": st.core.role.value,
+            "term": st.core.term,
+            "leader": st.core.leader,
+            "commit_index": st.core.commit_index,
+            "applied_index": st.core.applied_index,
+            "snapshot_index": st.core.snapshot_index,
+            "safe_time": st.safe_time,
+            "lag_ms": st.safe_time_lag_ms,
+            "ready": st.ready_to_serve,
+            "initialized": self.sm.state.cluster is not None,
+            "voters": list(st.core.conf.voters),
+            "learners": list(st.core.conf.learners),
+            "peers": {str(k): v for k, v in self.client_addresses.items()},
+            "stopped_reason": st.stopped_reason,
+        }
+
+    # ------------------------------------------------------------------ writes
+
+    async def _ddl(self, session: Session, args: Args) -> dict[str, Any]:
+        started = time.perf_counter()
+        sql = _req_str(args, "sql", mlimits.MAX_STATEMENT_BYTES * 4)
+        request_id = _opt_str(args, "request_id", mlimits.MAX_REQUEST_ID_CHARS) or ""
+        timeout_ms = _timeout(args)
+        cmd = parse_ddl(sql, request_id=request_id)
+        applied = await self._propose_command(session, cmd, timeout_ms)
+        result = dict(applied["result"])
+        tu = result.get("tu")
+        waited_ms = 0.0
+        if isinstance(tu, int):
+            # IEP-98: reply only once Tu is in the past on every node, whatever its skew.
+            wait_started = time.perf_counter()
+            try:
+                await self.clock.wait_until(tu + (self.cs_max_ms << 16), timeout_ms=timeout_ms)
+            except WaitTimeoutError:
+                raise RequestTimeoutError(
+                    "the change is applied but its activation did not pass in time",
+                    details={"tu": tu},
+                ) from None
+            waited_ms = (time.perf_counter() - wait_started) * 1000
+        result.update(
+            {
+                "statement": type(cmd).__name__,
+                "tm": applied["tm"],
+                "waited_ms": waited_ms,
+                "deduplicated": applied["deduplicated"],
+            }
+        )
+        self.metrics.ddl(time.perf_counter() - started)
+        return result
+
+    async def _propose_command(
+        self, session: Session, cmd: Command, timeout_ms: int
+    ) -> dict[str, Any]:
+        data = encode_command(cmd)
+        if self.node.is_leader():
+            return await self._propose_local(data, timeout_ms)
+        leader = self.node.leader_id()
+        if not leader:
+            raise UnavailableError("no leader known right now; retry shortly")
+        return await self.forwarder.call(
+            leader,
+            session.token,
+            "_propose",
+            {"command": data, "timeout_ms": timeout_ms},
+            timeout_ms=timeout_ms + 1000,
+        )
+
+    async def _propose_op(self, _s: Session, args: Args) -> dict[str, Any]:
+        data = args.get("command")
+        if not isinstance(data, bytes) or len(data) > mlimits.MAX_COMMAND_BYTES:
+            raise BadRequestError("'command' must be bytes of a canonical command")
+        decode_command(data)  # validates: the leader trusts no forwarded bytes
+        if not self.node.is_leader():
+            raise NotLeaderError("not the leader", details={"leader": self.node.leader_id()})
+        return await self._propose_local(data, _timeout(args))
+
+    async def _propose_local(self, data: bytes, timeout_ms: int) -> dict[str, Any]:
+        try:
+            res = await self.node.propose(data, timeout_ms=timeout_ms)
+        except RaftNotLeaderError as exc:
+            raise NotLeaderError(str(exc), details={"leader": exc.leader_hint}) from None
+        except ProposalTimeoutError as exc:
+            raise RequestTimeoutError(str(exc)) from None
+        except (ProposalDroppedError, NodeStoppedError, RaftError) as exc:
+            raise UnavailableError(str(exc)) from None
+        outcome = res.result
+        if not isinstance(outcome, Outcome):
+            raise InternalError("proposal applied without an outcome")
+        err = outcome.exception()
+        if err is not None:
+            raise err
+        return {
+            "result": outcome.result,
+            "deduplicated": outcome.deduplicated,
+            "tm": res.tm,
+            "index": res.index,
+        }
+
+    # ------------------------------------------------------------------ membership
+
+    async def _leader_or_forward(
+        self, session: Session, op: str, args: Args, local: Callable[[], Awaitable[Any]]
+    ) -> dict[str, Any]:
+        if self.node.is_leader():
+            try:
+                value = await local()
+            except RaftCoreError as exc:
+                raise InvalidArgumentError(str(exc)) from None
+            except ProposalTimeoutError as exc:
+                raise RequestTimeoutError(str(exc)) from None
+            return {"index": value} if isinstance(value, int) else {"ok": True}
+        leader = self.node.leader_id()
+        if not leader:
+            raise UnavailableError("no leader known right now; retry shortly")
+        return await self.forwarder.call(leader, session.token, op, dict(args), timeout_ms=15_000)
+
+    async def _add_node(self, session: Session, args: Args) -> dict[str, Any]:
+        node_id = _req_int(args, "node_id", 1, L.NODE_ID_MAX)
+        addr = _req_str(args, "raft_address", 300)
+        host, _, port = addr.rpartition(":")
+        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise InvalidArgumentError(f"raft_address must be HOST:PORT, got {addr!r}")
+        learner = args.get("learner", True)
+        if not isinstance(learner, bool):
+            raise BadRequestError("'learner' must be a boolean")
+        return await self._leader_or_forward(
+            session,
+            "add_node",
+            args,
+            lambda: self.node.add_node(node_id, (host, int(port)), learner=learner),
+        )
+
+    async def _promote_node(self, session: Session, args: Args) -> dict[str, Any]:
+        node_id = _req_int(args, "node_id", 1, L.NODE_ID_MAX)
+        return await self._leader_or_forward(
+            session, "promote_node", args, lambda: self.node.promote_node(node_id)
+        )
+
+    async def _remove_node(self, session: Session, args: Args) -> dict[str, Any]:
+        node_id = _req_int(args, "node_id", 1, L.NODE_ID_MAX)
+        return await self._leader_or_forward(
+            session, "remove_node", args, lambda: self.node.remove_node(node_id)
+        )
+
+    async def _transfer_leader(self, session: Session, args: Args) -> dict[str, Any]:
+        target = _req_int(args, "target", 1, L.NODE_ID_MAX)
+        await self._leader_or_forward(
+            session, "transfer_leader", args, lambda: self.node.transfer_leader(target)
+        )
+        return {"leader": target}
+
+
+# ---------------------------------------------------------------------- request parsing
+
+
+def _parse_request(frame: object) -> tuple[int, str, Args]:
+    if not isinstance(frame, dict):
+        raise BadRequestError("a request must be a map {id, op, args}")
+    extra = set(frame) - {"id", "op", "args"}
+    if extra:
+        raise BadRequestError(f"unknown request fields: {sorted(map(str, extra))}")
+    rid = frame.get("id")
+    if not isinstance(rid, int) or isinstance(rid, bool) or not 0 < rid < 2**63:
+        raise BadRequestError("'id' must be a positive integer")
+    op = frame.get("op")
+    if not isinstance(op, str) or not 0 < len(op) <= L.OP_NAME_CHARS_MAX:
+        raise BadRequestError("'op' must be a short string")
+    args = frame.get("args", {})
+    if args is None:
+        args = {}
+    if not isinstance(args, dict):
+        raise BadRequestError("'args' must be a map")
+    return rid, op, args
+
+
+def _check_args(args: Args, allowed: frozenset[str]) -> None:
+    unknown = set(args) - allowed
+    if unknown:
+        raise BadRequestError(
+            f"unknown arguments {sorted(map(str, unknown))}; allowed: {sorted(allowed)}"
+        )
+
+
+def _req_str(args: Args, key: str, max_chars: int) -> str:
+    v = _opt_str(args, key, max_chars)
+    if v is None:
+        raise BadRequestError(f"missing argument {key!r}")
+    return v
+
+
+def _opt_str(args: Args, key: str, max_chars: int) -> str | None:
+    v = args.get(key)
+    if v is None:
+        return None
+    if not isinstance(v, str):
+        raise BadRequestError(f"{key!r} must be a string")
+    if len(v) > max_chars:
+        raise LimitExceededError(
+            f"{key!r} is {len(v)} characters; the limit is {max_chars}",
+            details={"limit": key, "max": max_chars, "value": len(v)},
+        )
+    return v
+
+
+def _req_int(args: Args, key: str, lo: int, hi: int) -> int:
+    v = _opt_int(args, key, lo, hi)
+    if v is None:
+        raise BadRequestError(f"missing argument {key!r}")
+    return v
+
+
+def _opt_int(args: Args, key: str, lo: int, hi: int) -> int | None:
+    v = args.get(key)
+    if v is None:
+        return None
+    if not isinstance(v, int) or isinstance(v, bool):
+        raise BadRequestError(f"{key!r} must be an integer")
+    if not lo <= v <= hi:
+        raise InvalidArgumentError(
+            f"{key!r} = {v} is out of range [{lo}, {hi}]", details={key: v, "min": lo, "max": hi}
+        )
+    return v
+
+
+def _timeout(args: Args) -> int:
+    v = _opt_int(args, "timeout_ms", 1, L.REQUEST_TIMEOUT_MS_MAX)
+    return L.REQUEST_TIMEOUT_MS_DEFAULT if v is None else v
+
+
+def _too_many_connections() -> MetastoreError:
+    return LimitExceededError(
+        f"more than {L.CLIENT_CONNECTIONS_MAX} client connections",
+        details={"limit": "CLIENT_CONNECTIONS_MAX", "max": L.CLIENT_CONNECTIONS_MAX},
+    )
+
+
+__all__ = ["ApiServer", "HlcError"]

@@ -1,0 +1,208 @@
+"""Real metastore node processes on 127.0.0.1, and a raw protocol client for the API tests.
+
+The raw client speaks docs/protocol.md directly (no client library), so bad-input tests can send
+exactly the bytes they mean to.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from raft.framing import NEED_DATA, FrameDecoder, encode_frame
+from tests.raft.proc_cluster import free_ports
+
+REPO = Path(__file__).resolve().parents[2]
+FRAME_MAX = 4 * 1024 * 1024
+
+
+def write_cluster(
+    directory: Path, n: int = 3, *, dd_ms: int = 500, cs_max_ms: int = 500, **extra: Any
+) -> Path:
+    ports = free_ports(3 * n)
+    lines = [f'cluster_id = "test-{os.getpid()}"', f"dd_ms = {dd_ms}", f"cs_max_ms = {cs_max_ms}"]
+    lines += [f"{k} = {v}" for k, v in extra.items()]
+    for i in range(n):
+        lines += [
+            "[[nodes]]",
+            f"id = {i + 1}",
+            'host = "127.0.0.1"',
+            f"raft_port = {ports[i]}",
+            f"client_port = {ports[n + i]}",
+            f"metrics_port = {ports[2 * n + i]}",
+        ]
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / "cluster.toml"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+class RawClient:
+    def __init__(self, port: int, timeout_s: float = 10.0) -> None:
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout_s)
+        self.decoder = FrameDecoder(max_frame_bytes=FRAME_MAX)
+        self.next_id = 0
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def send_raw(self, data: bytes) -> None:
+        self.sock.sendall(data)
+
+    def recv(self) -> dict[str, Any] | None:
+        """The next reply frame, or None when the server closed the connection."""
+        while True:
+            frame = self.decoder.next_frame()
+            if frame is not NEED_DATA:
+                assert isinstance(frame, dict)
+                return frame
+            try:
+                data = self.sock.recv(65536)
+            except ConnectionResetError:
+                return None
+            if not data:
+                return None
+            self.decoder.feed(data)
+
+    def call(self, op: str, **args: Any) -> dict[str, Any]:
+        self.next_id += 1
+        self.send_raw(
+            encode_frame({"id": self.next_id, "op": op, "args": args}, max_frame_bytes=FRAME_MAX)
+        )
+        reply = self.recv()
+        assert reply is not None, f"connection closed while waiting for {op}"
+        return reply
+
+    def is_closed(self, wait_s: float = 3.0) -> bool:
+        self.sock.settimeout(wait_s)
+        try:
+            return self.sock.recv(1) == b""
+        except (ConnectionResetError, BrokenPipeError):
+            return True
+        except TimeoutError:
+            return False
+
+
+class MetastoreCluster:
+    def __init__(self, config: Path) -> None:
+        self.config = config
+        self.dir = config.parent
+        text = config.read_text()
+        self.client_ports: dict[int, int] = {}
+        self.metrics_ports: dict[int, int] = {}
+        node = 0
+        for line in text.splitlines():
+            if line.startswith("id = "):
+                node = int(line.split("=")[1])
+            elif line.startswith("client_port"):
+                self.client_ports[node] = int(line.split("=")[1])
+            elif line.startswith("metrics_port"):
+                self.metrics_ports[node] = int(line.split("=")[1])
+        self.ids = sorted(self.client_ports)
+        self.procs: dict[int, subprocess.Popen[bytes]] = {}
+
+    def token(self, role: str = "admin") -> str:
+        return (self.dir / "secrets" / f"{role}.token").read_text().strip()
+
+    def start(self, node_id: int) -> None:
+        out = open(self.dir / f"stdout-{node_id}.log", "ab")  # noqa: SIM115 - child owns it
+        self.procs[node_id] = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "metastore.daemon",
+                "--config",
+                str(self.config),
+                "--node-id",
+                str(node_id),
+            ],
+            cwd=REPO,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "METASTORE_CHECK_INVARIANTS": "1"},
+        )
+        out.close()
+
+    def start_all(self) -> None:
+        # Secrets are created by the first node; start it alone so the others find them.
+        self.start(self.ids[0])
+        deadline = time.monotonic() + 20
+        while not (self.dir / "secrets" / "admin.token").exists():
+            if time.monotonic() > deadline:
+                raise TimeoutError("secrets were not created")
+            time.sleep(0.05)
+        for i in self.ids[1:]:
+            self.start(i)
+
+    def kill(self, node_id: int) -> None:
+        p = self.procs.pop(node_id, None)
+        if p is not None and p.poll() is None:
+            p.send_signal(signal.SIGKILL)
+            p.wait(timeout=10)
+
+    def terminate(self, node_id: int) -> int:
+        p = self.procs.pop(node_id)
+        p.send_signal(signal.SIGTERM)
+        return p.wait(timeout=15)
+
+    def stop_all(self) -> None:
+        for i in list(self.procs):
+            self.kill(i)
+
+    def client(self, node_id: int, role: str = "admin") -> RawClient:
+        c = RawClient(self.client_ports[node_id])
+        hello = c.call("hello", token=self.token(role), client="test")
+        assert hello["ok"], hello
+        return c
+
+    def try_status(self, node_id: int) -> dict[str, Any] | None:
+        try:
+            c = self.client(node_id)
+        except (OSError, AssertionError, FileNotFoundError):
+            return None
+        try:
+            r = c.call("status")
+            return r["result"] if r["ok"] else None
+        except (OSError, AssertionError):
+            return None
+        finally:
+            c.close()
+
+    def wait_ready(self, timeout_s: float = 30.0, among: list[int] | None = None) -> int:
+        """Until every (listed) running node is ready; returns the leader's id."""
+        deadline = time.monotonic() + timeout_s
+        last: dict[int, Any] = {}
+        while time.monotonic() < deadline:
+            last = {i: self.try_status(i) for i in (among or list(self.procs))}
+            if all(s and s["ready"] and s["initialized"] for s in last.values()):
+                leaders = {s["leader"] for s in last.values() if s}
+                if len(leaders) == 1 and 0 not in leaders:
+                    return leaders.pop()
+            time.sleep(0.1)
+        raise TimeoutError(f"cluster not ready: {last}\n{self.log_tails()}")
+
+    def log_tails(self, lines: int = 15) -> str:
+        out = []
+        for i in self.ids:
+            p = self.dir / f"stdout-{i}.log"
+            if p.exists():
+                out.append(f"--- node {i}")
+                out.extend(p.read_text(errors="replace").splitlines()[-lines:])
+        return "\n".join(out)
+
+
+@contextmanager
+def metastore_cluster(directory: Path, n: int = 3, **kw: Any) -> Iterator[MetastoreCluster]:
+    c = MetastoreCluster(write_cluster(directory, n, **kw))
+    try:
+        yield c
+    finally:
+        c.stop_all()
