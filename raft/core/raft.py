@@ -390,6 +390,15 @@ class RaftCore:
                 self.uncommitted_bytes = max(0, self.uncommitted_bytes - e.size_bytes())
         if rd.snapshot is not None:
             self.applied_tm = max(self.applied_tm, rd.snapshot.meta.tm)
+        hs = rd.hard_state
+        if (
+            self.role is Role.CANDIDATE
+            and hs is not None
+            and hs.term == self.term
+            and hs.vote == self.id
+        ):
+            self.votes[self.id] = True  # our vote for ourselves is on disk now
+            self._tally_votes()
         if self.role is Role.LEADER:
             own = self.progress.get(self.id)
             if own is not None and own.maybe_update(self.log.stable_index) and self._maybe_commit():
@@ -499,9 +508,14 @@ class RaftCore:
 
     def _request_votes(self, *, pre_vote: bool, force: bool) -> None:
         term = self.term + 1 if pre_vote else self.term
-        self.votes[self.id] = True
-        if self._tally_votes():
-            return
+        if pre_vote:
+            # A pre-vote changes nothing durable, so our own counts at once.
+            self.votes[self.id] = True
+            if self._tally_votes():
+                return
+        # A real vote for ourselves counts only once term and vote are durable (`advance`).
+        # Otherwise a lone voter would lead, and send appends to learners, in a term a crash
+        # makes it forget; it would then lead that term again with different entries.
         for n in self.conf.voters:
             if n != self.id:
                 self._send(
