@@ -1,0 +1,41 @@
+"""Shared pytest configuration for the whole suite.
+
+Keep this file small: options and fixtures that more than one package's tests need. Each block
+is marked with who uses it.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+# ---- Raft scenario files and seeded simulation (tests/raft) --------------------------------
+# --rewrite         regenerate the expected output of tests/raft/testdata/*.txt in place
+# --sim-seeds N     how many simulation seeds tests/raft/test_simulation.py runs (`make sim`)
+# --sim-seed-start  the first seed (a failing seed prints the command that replays it)
+
+SIM_SEEDS_DEFAULT = 500
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("raft", "Raft scenario files and simulation")
+    group.addoption(
+        "--rewrite",
+        action="store_true",
+        default=False,
+        help="rewrite the expected output of datadriven scenario files instead of comparing",
+    )
+    group.addoption(
+        "--sim-seeds",
+        type=int,
+        default=SIM_SEEDS_DEFAULT,
+        help=f"number of Raft simulation seeds to run (default {SIM_SEEDS_DEFAULT})",
+    )
+    group.addoption(
+        "--sim-seed-start",
+        type=int,
+        default=0,
+        help="first Raft simulation seed (default 0)",
+    )
+
+
+# ---- (other packages add their shared options and fixtures below) --------------------------

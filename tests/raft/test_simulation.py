@@ -1,0 +1,175 @@
+"""The seeded simulation of the Raft core (see `tests/raft/simulation.py` for what it checks).
+
+One test per seed: `make test` runs `--sim-seeds` (default 500) seeds from `--sim-seed-start`
+(default 0); `make sim SEEDS=5000` runs more. A failing seed prints the command that replays it.
+The other tests here show that the checker does catch broken states, and that a failure report
+carries the seed, the replay command and the trace.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from raft.core.memnet import Applied, MemDisk, MemNode
+from raft.core.ready import CoreConfig, Role
+from raft.core.types import ConfState, Entry, EntryKind, HardState
+from tests.raft.simulation import (
+    Checker,
+    InvariantViolation,
+    SimParams,
+    Simulation,
+    SimulationFailure,
+    replay_command,
+    run_seed,
+)
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "sim_seed" in metafunc.fixturenames:
+        start = int(metafunc.config.getoption("--sim-seed-start"))
+        count = int(metafunc.config.getoption("--sim-seeds"))
+        metafunc.parametrize("sim_seed", range(start, start + count), ids=lambda s: f"seed{s}")
+
+
+def test_seed(sim_seed: int) -> None:
+    run_seed(sim_seed)
+
+
+# ---- the simulation itself ----------------------------------------------------------------
+
+
+def test_same_seed_same_run() -> None:
+    first, second = run_seed(11), run_seed(11)
+    assert first == second
+    assert first.committed > 0
+
+
+def test_seeds_cover_both_cluster_sizes_and_faults() -> None:
+    """A few seeds must actually exercise what the simulation claims to: elections, commits,
+    acknowledged proposals, crashes, snapshots and membership changes."""
+    totals: dict[str, int] = {}
+    sizes = set()
+    for seed in range(40):
+        sizes.add(SimParams.for_seed(seed).nodes)
+        for key, value in run_seed(seed).stats.items():
+            totals[key] = totals.get(key, 0) + value
+    assert sizes == {3, 5}
+    for key in ("acked", "crashes", "crash_before_persist", "snapshots_installed"):
+        assert totals.get(key, 0) > 0, key
+    assert totals.get("conf_changes", 0) > 0
+    assert totals.get("reads_served", 0) > 0
+
+
+class _Sabotaged(Simulation):
+    """Breaks election safety at one step, as a buggy core would."""
+
+    def step(self) -> set[int]:
+        touched = super().step()
+        if self.step_no == 120:
+            a, b = self.nodes[1].core, self.nodes[2].core
+            b.term = a.term = max(a.term, b.term)
+            a.role = b.role = Role.LEADER
+            touched |= {1, 2}
+        return touched
+
+
+def test_failure_report_names_seed_replay_command_and_trace() -> None:
+    sim = _Sabotaged(SimParams.for_seed(5))
+    with pytest.raises(SimulationFailure) as info:
+        sim.run()
+    text = str(info.value)
+    assert "seed 5" in text
+    assert "election safety" in text
+    assert replay_command(5) in text
+    assert "--sim-seeds=1 --sim-seed-start=5 -x" in text
+    assert text.count("\n    ") >= 20  # the trace of the last events
+    assert info.value.seed == 5
+
+
+# ---- the checker catches each kind of broken state -----------------------------------------
+
+
+def _node(node_id: int, disk: MemDisk | None = None) -> MemNode:
+    return MemNode(CoreConfig(node_id=node_id), ConfState(voters=(1, 2, 3)), seed=1, disk=disk)
+
+
+def _disk(*entries: tuple[int, int, int, bytes], commit: int = 0) -> MemDisk:
+    log = [Entry(index=i, term=t, tm=tm, kind=EntryKind.NORMAL, data=d) for i, t, tm, d in entries]
+    term = log[-1].term if log else 0
+    return MemDisk(hard_state=HardState(term=term, commit=commit), entries=log)
+
+
+def test_checker_catches_different_entries_at_same_index_and_term() -> None:
+    checker = Checker()
+    checker.check_node(_node(1, _disk((1, 1, 10, b"a"), (2, 1, 20, b"b"))))
+    with pytest.raises(InvariantViolation, match="log matching"):
+        checker.check_node(_node(2, _disk((1, 1, 10, b"a"), (2, 1, 20, b"X"))))
+
+
+def test_checker_catches_different_prefix_under_same_index_and_term() -> None:
+    checker = Checker()
+    checker.check_node(_node(1, _disk((1, 1, 10, b"a"), (2, 2, 20, b"b"))))
+    with pytest.raises(InvariantViolation, match="log matching"):
+        # Same entry 2/2, but it follows 1/2 here and 1/1 there.
+        checker.check_node(_node(2, _disk((1, 2, 10, b"z"), (2, 2, 20, b"b"))))
+
+
+def test_checker_catches_two_commits_of_one_index() -> None:
+    checker = Checker()
+    checker.check_node(_node(1, _disk((1, 1, 10, b"a"), commit=1)))
+    with pytest.raises(InvariantViolation, match="state-machine safety"):
+        checker.check_node(_node(2, _disk((1, 2, 10, b"b"), commit=1)))
+
+
+def test_checker_catches_two_leaders_in_one_term() -> None:
+    checker = Checker()
+    nodes = [_node(1), _node(2)]
+    for n in nodes:
+        n.core.term = 3
+        n.core.role = Role.LEADER
+    with pytest.raises(InvariantViolation, match="election safety"):
+        checker.check_leaders(nodes)
+
+
+def test_checker_catches_leader_missing_a_committed_entry() -> None:
+    checker = Checker()
+    checker.check_node(_node(1, _disk((1, 1, 10, b"a"), commit=1)))
+    leader = _node(2, _disk())
+    leader.core.term = 2
+    leader.core.role = Role.LEADER
+    with pytest.raises(InvariantViolation, match="leader completeness"):
+        checker.check_leaders([leader])
+
+
+def test_checker_catches_diverging_state_machines() -> None:
+    checker = Checker()
+    a = _node(1, _disk((1, 1, 10, b"a"), commit=1))
+    b = _node(2, _disk((1, 1, 10, b"a"), commit=1))
+    for n in (a, b):
+        n.handle_ready()  # both apply entry 1
+    b.applied[0] = Applied(index=1, term=1, tm=10, data=b"not what was committed")
+    checker.check_node(a)
+    with pytest.raises(InvariantViolation, match="state-machine safety"):
+        checker.check_node(b)
+
+
+def test_checker_catches_safe_time_going_back() -> None:
+    checker = Checker()
+    node = _node(1, _disk((1, 1, 10, b"a"), commit=1))
+    node.handle_ready()  # applies entry 1: safe time 10
+    checker.check_node(node)
+    node.crash()  # restarted, but not yet replayed: safe time is the snapshot's (0)
+    with pytest.raises(InvariantViolation, match="safe time"):
+        checker.check_node(node)
+
+
+def test_checker_catches_lost_acknowledged_proposal() -> None:
+    checker = Checker()
+    node = _node(1, _disk((1, 1, 10, b"a"), commit=1))
+    node.handle_ready()
+    checker.check_node(node)
+    checker.acknowledge(node, 1, 1, b"a")
+    checker.state_machine_caught_up(node)
+    node.applied = []  # a state machine that forgot it
+    with pytest.raises(InvariantViolation, match="acknowledged proposal lost"):
+        checker._check_acks_on(node)
