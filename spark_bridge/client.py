@@ -1,0 +1,860 @@
+"""The metastore client: docs/protocol.md over asyncio, with failover across the cluster's nodes.
+
+Key idea
+    A client knows every node's client address (`host:port`). It keeps at most one connection
+    per node, opened lazily and authenticated with `hello` before anything else is sent. Requests
+    on a connection are pipelined and matched to replies by id, so concurrent callers share it.
+    A call goes to the node that answered last; if that node cannot be reached, or answers
+    NOT_READY / UNAVAILABLE / NOT_LEADER (retryable: nothing was done), the call moves on to the
+    next node, a bounded number of times with backoff between rounds, all within the call's
+    timeout.
+
+Results
+    Every method returns the protocol's `result` map unchanged (a plain dict of msgpack types:
+    str, int, float, bool, None, lists and str-keyed dicts), e.g. `await c.status()` is
+    `{"node_id": 1, "role": "leader", ...}` and `await c.list_tables("sales")` is
+    `{"tables": [...]}`. `status_all()` / `safe_time_all()` return one `EndpointResult` (a small
+    frozen dataclass) per endpoint. Failures raise `metastore.errors.MetastoreError` subclasses,
+    rebuilt from the reply's `error` map (`MetastoreError.from_wire`).
+
+Retries (what is safe to repeat)
+    * Reads are retried freely.
+    * `ddl` always carries a `request_id` (a uuid4 unless the caller passes one); the state
+      machine applies a request id once, so a `ddl` is retried even when its first attempt was
+      sent and the connection then broke (outcome unknown). A raw `call("ddl", ...)` without a
+      request id is retried only when the node certainly did nothing (connect failure,
+      NOT_READY, NOT_LEADER).
+    * Membership ops (`add_node`, ...) are retried only when the node certainly did nothing.
+    * A non-retryable error (bad DDL, not found, forbidden, ...) is raised at once.
+    * Connection failures on every endpoint raise `UnavailableError` naming each endpoint's
+      failure; running out of time raises `RequestTimeoutError` (for a `ddl`: retry it with the
+      same request id, which is in the error's details).
+
+Time
+    Every reply carries the node's HLC `ts`; the client feeds it to its own `HybridClock`
+    (`update`), so its next timestamp is causally after everything it has seen. A `ts` too far
+    ahead of the local clock raises `ClockOffsetError` in `update`; it is logged and ignored (the
+    clock is not moved, the reply is still used).
+
+Threads
+    `MetastoreClient` belongs to one event loop. `SyncMetastoreClient` offers the same methods,
+    blocking, backed by a private event loop in a daemon thread; it may be shared by several
+    threads (the Spark driver's py4j callback threads, the CLI).
+
+Invariants
+    * At most one connection per endpoint, and at most CLIENT_INFLIGHT_PER_CONNECTION_MAX
+      requests in flight on it (callers beyond that wait for a slot, so the server never sees
+      LIMIT_EXCEEDED from us).
+    * The first frame on every connection is `hello`.
+    * A request that may have been executed is repeated only if repeating it is harmless.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import logging
+import os
+import random
+import threading
+import uuid
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from dataclasses import dataclass
+from typing import Any, Final, TypeVar
+
+from hlc import ClockOffsetError, HlcError, HybridClock, SystemClock
+from metastore.daemon.api_limits import (
+    CLIENT_FRAME_BYTES_MAX,
+    CLIENT_INFLIGHT_PER_CONNECTION_MAX,
+    REQUEST_TIMEOUT_MS_DEFAULT,
+    REQUEST_TIMEOUT_MS_MAX,
+)
+from metastore.errors import (
+    ErrorCode,
+    InvalidArgumentError,
+    LimitExceededError,
+    MetastoreError,
+    RequestTimeoutError,
+    UnauthenticatedError,
+    UnavailableError,
+)
+from raft.errors import FrameEncodeError, FrameTooLargeError, RaftError
+from raft.framing import NEED_DATA, FrameDecoder, encode_frame
+
+__all__ = [
+    "ATTEMPTS_MAX",
+    "CONNECT_TIMEOUT_MS",
+    "DEFAULT_TIMEOUT_MS",
+    "ENDPOINTS_MAX",
+    "EndpointResult",
+    "MetastoreClient",
+    "SyncMetastoreClient",
+    "parse_endpoint",
+]
+
+log = logging.getLogger("spark_bridge.client")
+
+# ---- limits ----------------------------------------------------------------------------------
+# Protocol limits (frame size, in-flight requests, server wait bounds) come from the daemon's
+# `metastore.daemon.api_limits`, so both ends use the same numbers.
+
+# Default time for one call, across all its attempts. A DDL waits for Tu + CSmax on the server
+# (about DD + CSmax = 1 s by default), reads answer at once on a healthy node.
+DEFAULT_TIMEOUT_MS: Final = 10_000
+# The longest a caller may ask one call to take.
+TIMEOUT_MS_MAX: Final = 10 * 60 * 1000
+# One TCP connect + `hello` must finish within this (and within the call's own deadline).
+CONNECT_TIMEOUT_MS: Final = 3_000
+# A cluster has at most 7 nodes (daemon config NODES_MAX); leave room for a migration.
+ENDPOINTS_MAX: Final = 16
+ENDPOINT_CHARS_MAX: Final = 300
+# Attempts of one call over all endpoints (first try included). Three rounds over a
+# three-node cluster: enough to ride out a leader election, bounded so a dead cluster fails fast.
+ATTEMPTS_MAX: Final = 9
+# Pause between rounds over the endpoints: doubles from MIN up to MAX, with jitter.
+RETRY_BACKOFF_MS_MIN: Final = 50
+RETRY_BACKOFF_MS_MAX: Final = 1_000
+# A server-side wait (schema_at's timeout_ms) gets this much extra time on the client, so the
+# server's own TIMEOUT reply arrives before the client gives up.
+SERVER_WAIT_MARGIN_MS: Final = 2_000
+READ_CHUNK_BYTES: Final = 256 * 1024
+CLIENT_NAME_DEFAULT: Final = "spark_bridge"
+# How long closing a SyncMetastoreClient waits for its loop thread.
+SYNC_CLOSE_TIMEOUT_MS: Final = 5_000
+
+# Retryable codes that mean "this node did not do it; another one may": fail over.
+_FAILOVER_CODES: Final = frozenset(
+    {ErrorCode.NOT_READY.value, ErrorCode.UNAVAILABLE.value, ErrorCode.NOT_LEADER.value}
+)
+# Of those, the ones that guarantee nothing was executed (UNAVAILABLE may come after a write
+# was proposed but not confirmed).
+_NOT_EXECUTED_CODES: Final = frozenset({ErrorCode.NOT_READY.value, ErrorCode.NOT_LEADER.value})
+_READ_OPS: Final = frozenset(
+    {"schema_at", "describe", "history", "list_namespaces", "list_tables", "safe_time", "status"}
+)
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EndpointResult:
+    """One endpoint's answer in `status_all()` / `safe_time_all()`: a result or an error."""
+
+    endpoint: str
+    result: dict[str, Any] | None = None
+    error: MetastoreError | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+def parse_endpoint(endpoint: str) -> tuple[str, int]:
+    """`host:port` (or `[v6]:port`) -> (host, port); InvalidArgumentError otherwise."""
+    if not isinstance(endpoint, str) or not 0 < len(endpoint) <= ENDPOINT_CHARS_MAX:
+        raise InvalidArgumentError(f"endpoint {endpoint!r} is not a host:port string")
+    text = endpoint.strip()
+    if text.startswith("["):
+        host, sep, port_text = text[1:].partition("]:")
+    else:
+        host, sep, port_text = text.rpartition(":")
+    bare_v6 = ":" in host and not text.startswith("[")
+    if not sep or not host or bare_v6:
+        raise InvalidArgumentError(f"endpoint {endpoint!r} is not host:port (IPv6: [addr]:port)")
+    if not port_text.isdigit() or not 1 <= int(port_text) <= 65_535:
+        raise InvalidArgumentError(f"endpoint {endpoint!r} has no valid port (1..65535)")
+    return host, int(port_text)
+
+
+# ---- internal failure signals ----------------------------------------------------------------
+
+
+class _EndpointFailure(Exception):
+    """This endpoint could not answer (connection level). `sent`: the request may have reached
+    the node (so its outcome is unknown)."""
+
+    def __init__(self, reason: str, *, sent: bool) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.sent = sent
+
+
+class _ConnectionClosed(Exception):
+    pass
+
+
+# ---- one connection --------------------------------------------------------------------------
+
+
+class _Connection:
+    """One authenticated connection to one node, shared by concurrent callers."""
+
+    def __init__(
+        self,
+        endpoint: str,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        on_reply: Callable[[Mapping[str, Any]], None],
+    ) -> None:
+        self.endpoint = endpoint
+        self._reader = reader
+        self._writer = writer
+        self._on_reply = on_reply
+        self._decoder = FrameDecoder(CLIENT_FRAME_BYTES_MAX)
+        # Invariant: every id in _pending has a caller awaiting its future.
+        self._pending: dict[int, asyncio.Future[dict[str, Any]]] = {}
+        self._next_id = 1
+        self._slots = asyncio.Semaphore(CLIENT_INFLIGHT_PER_CONNECTION_MAX)
+        self.closed_reason: str | None = None
+        self.hello: dict[str, Any] = {}
+        self._read_task = asyncio.get_running_loop().create_task(
+            self._read_loop(), name=f"metastore-client-read-{endpoint}"
+        )
+
+    @property
+    def is_open(self) -> bool:
+        return self.closed_reason is None
+
+    async def request(self, op: str, args: Mapping[str, Any]) -> dict[str, Any]:
+        """Send one request and return its raw reply map. Raises _EndpointFailure when the
+        connection fails (`sent` says whether the request may have gone out)."""
+        async with self._slots:
+            if self.closed_reason is not None:
+                raise _EndpointFailure(self.closed_reason, sent=False)
+            request_id = self._next_id
+            self._next_id += 1
+            frame = _encode_request(request_id, op, args)
+            future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+            self._pending[request_id] = future
+            try:
+                try:
+                    self._writer.write(frame)
+                    await self._writer.drain()
+                except (OSError, RuntimeError) as exc:
+                    # RuntimeError: asyncio refuses writes on a closing transport.
+                    self.close(f"send failed: {_describe_os_error(exc)}")
+                    raise _EndpointFailure(self.closed_reason or "send failed", sent=True) from None
+                try:
+                    return await future
+                except _ConnectionClosed as exc:
+                    raise _EndpointFailure(str(exc), sent=True) from None
+            finally:
+                self._pending.pop(request_id, None)
+
+    async def _read_loop(self) -> None:
+        reason = "connection closed by the node"
+        try:
+            while True:
+                data = await self._reader.read(READ_CHUNK_BYTES)
+                if not data:
+                    break
+                self._decoder.feed(data)
+                while (obj := self._decoder.next_frame()) is not NEED_DATA:
+                    self._dispatch(obj)
+        except (OSError, RaftError, _ProtocolViolation) as exc:
+            reason = (
+                _describe_os_error(exc) if isinstance(exc, OSError) else f"protocol error: {exc}"
+            )
+        except asyncio.CancelledError:
+            reason = "connection closed by the client"
+            self.close(reason)
+            raise
+        self.close(reason)
+
+    def _dispatch(self, obj: object) -> None:
+        if not isinstance(obj, dict):
+            raise _ProtocolViolation(f"reply is {type(obj).__name__}, not a map")
+        reply_id = obj.get("id")
+        if not isinstance(reply_id, int) or isinstance(reply_id, bool):
+            raise _ProtocolViolation("reply without an integer id")
+        if not isinstance(obj.get("ok"), bool):
+            raise _ProtocolViolation(f"reply {reply_id} without a boolean 'ok'")
+        self._on_reply(obj)
+        future = self._pending.get(reply_id)
+        if future is not None and not future.done():
+            future.set_result(obj)
+        elif reply_id == 0 and obj.get("ok") is False:
+            # A reply to no request (the server could not read one): its error ends the
+            # connection for everyone waiting on it.
+            raise _ProtocolViolation(_error_text(obj.get("error")))
+        # Otherwise: a late reply to a request whose caller timed out. Dropped.
+
+    def close(self, reason: str) -> None:
+        if self.closed_reason is not None:
+            return
+        self.closed_reason = reason
+        for future in self._pending.values():
+            if not future.done():
+                future.set_exception(_ConnectionClosed(reason))
+        self._pending.clear()
+        self._writer.close()
+        if self._read_task is not asyncio.current_task():
+            self._read_task.cancel()
+
+    async def wait_closed(self) -> None:
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await self._read_task
+        with contextlib.suppress(OSError, RuntimeError):
+            await self._writer.wait_closed()
+
+
+class _ProtocolViolation(Exception):
+    """The node sent something the protocol does not allow; the connection is dropped."""
+
+
+def _encode_request(request_id: int, op: str, args: Mapping[str, Any]) -> bytes:
+    try:
+        return encode_frame(
+            {"id": request_id, "op": op, "args": dict(args)}, max_frame_bytes=CLIENT_FRAME_BYTES_MAX
+        )
+    except FrameTooLargeError as exc:
+        raise LimitExceededError(
+            f"{op} request is too large: {exc}",
+            details={"limit": "CLIENT_FRAME_BYTES_MAX", "max": CLIENT_FRAME_BYTES_MAX},
+        ) from None
+    except FrameEncodeError as exc:
+        raise InvalidArgumentError(f"{op} arguments cannot be sent: {exc}") from None
+
+
+def _describe_os_error(exc: BaseException) -> str:
+    if isinstance(exc, ConnectionRefusedError):
+        return "connection refused"
+    if isinstance(exc, TimeoutError):
+        return "timed out"
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror.lower()
+    return str(exc) or type(exc).__name__
+
+
+def _error_text(wire: object) -> str:
+    if isinstance(wire, Mapping):
+        return f"{wire.get('code')}: {wire.get('message')}"
+    return "malformed error"
+
+
+# ---- the client ------------------------------------------------------------------------------
+
+
+class MetastoreClient:
+    """Asynchronous client of a metastore cluster. See the module docstring.
+
+    `endpoints`: every node's client address (`host:port`), tried in order of preference.
+    `token`: the bearer token (its role decides which ops are allowed). `timeout_ms`: the
+    default time for one call including retries. `clock`: the HLC fed with every reply's `ts`
+    (a private `HybridClock(SystemClock())` when None).
+    """
+
+    def __init__(
+        self,
+        endpoints: list[str],
+        token: str | None,
+        *,
+        timeout_ms: int = DEFAULT_TIMEOUT_MS,
+        clock: HybridClock | None = None,
+        client_name: str = CLIENT_NAME_DEFAULT,
+    ) -> None:
+        if not isinstance(endpoints, list | tuple) or not endpoints:
+            raise InvalidArgumentError("at least one endpoint (host:port) is needed")
+        if len(endpoints) > ENDPOINTS_MAX:
+            raise InvalidArgumentError(
+                f"{len(endpoints)} endpoints; at most ENDPOINTS_MAX={ENDPOINTS_MAX}"
+            )
+        for endpoint in endpoints:
+            parse_endpoint(endpoint)
+        if len(set(endpoints)) != len(endpoints):
+            raise InvalidArgumentError(f"endpoints are listed twice: {list(endpoints)}")
+        self.endpoints: list[str] = list(endpoints)
+        self.token = token
+        self.timeout_ms = _check_timeout("timeout_ms", timeout_ms)
+        self.clock = clock if clock is not None else HybridClock(SystemClock())
+        self.client_name = f"{client_name} pid={os.getpid()}"
+        self._connections: dict[str, _Connection] = {}
+        self._connect_locks: dict[str, asyncio.Lock] = {}
+        # Node ids learnt from `hello`, to follow a NOT_LEADER hint to the right endpoint.
+        self._endpoint_by_node: dict[int, str] = {}
+        # Index into endpoints of the node to try first: the last one that answered.
+        self._preferred = 0
+        self._rng = random.Random()  # backoff jitter only
+        self._closed = False
+
+    # ---- lifecycle ---------------------------------------------------------------------------
+
+    async def aclose(self) -> None:
+        """Close every connection. Calls after this raise UnavailableError."""
+        self._closed = True
+        connections = list(self._connections.values())
+        self._connections.clear()
+        for conn in connections:
+            conn.close("client closed")
+        for conn in connections:
+            await conn.wait_closed()
+
+    async def __aenter__(self) -> MetastoreClient:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    # ---- ops ---------------------------------------------------------------------------------
+
+    async def schema_at(
+        self, table: str, ts: int | None = None, timeout_ms: int | None = None
+    ) -> dict[str, Any]:
+        """The schema of `table` in force at `ts` (default: the node's now). `timeout_ms` bounds
+        the node's wait for safe time (protocol default 5000, max 60000)."""
+        args: dict[str, Any] = {"table": table}
+        if ts is not None:
+            args["ts"] = ts
+        server_wait_ms = REQUEST_TIMEOUT_MS_DEFAULT
+        if timeout_ms is not None:
+            server_wait_ms = _check_timeout("timeout_ms", timeout_ms, REQUEST_TIMEOUT_MS_MAX)
+            args["timeout_ms"] = timeout_ms
+        call_timeout_ms = max(self.timeout_ms, server_wait_ms + SERVER_WAIT_MARGIN_MS)
+        return await self.call("schema_at", args, timeout_ms=call_timeout_ms)
+
+    async def describe(self, table: str, as_of: int | None = None) -> dict[str, Any]:
+        args: dict[str, Any] = {"table": table}
+        if as_of is not None:
+            args["as_of"] = as_of
+        return await self.call("describe", args)
+
+    async def history(self, table: str) -> dict[str, Any]:
+        return await self.call("history", {"table": table})
+
+    async def list_namespaces(self) -> dict[str, Any]:
+        return await self.call("list_namespaces", {})
+
+    async def list_tables(self, namespace: str, as_of: int | None = None) -> dict[str, Any]:
+        args: dict[str, Any] = {"namespace": namespace}
+        if as_of is not None:
+            args["as_of"] = as_of
+        return await self.call("list_tables", args)
+
+    async def safe_time(self, endpoint: str | None = None) -> dict[str, Any]:
+        return await self.call("safe_time", {}, endpoint=endpoint)
+
+    async def status(self, endpoint: str | None = None) -> dict[str, Any]:
+        return await self.call("status", {}, endpoint=endpoint)
+
+    async def ddl(self, sql: str, request_id: str | None = None) -> dict[str, Any]:
+        """Run one Spark SQL DDL statement. Returns once the change is visible on every node.
+        Retries reuse the request id (a new uuid4 unless given), so the change happens once."""
+        rid = request_id if request_id is not None else uuid.uuid4().hex
+        try:
+            return await self.call("ddl", {"sql": sql, "request_id": rid})
+        except MetastoreError as exc:
+            if exc.retryable:
+                # The outcome may be unknown: the caller retries with this id to get it applied
+                # exactly once.
+                exc.details.setdefault("request_id", rid)
+            raise
+
+    async def create_namespace(
+        self, name: str, *, comment: str | None = None, if_not_exists: bool = False
+    ) -> dict[str, Any]:
+        sql = "CREATE NAMESPACE " + ("IF NOT EXISTS " if if_not_exists else "") + quote_ident(name)
+        if comment is not None:
+            sql += " COMMENT " + quote_string(comment)
+        return await self.ddl(sql)
+
+    async def drop_namespace(
+        self, name: str, *, if_exists: bool = False, cascade: bool = False
+    ) -> dict[str, Any]:
+        sql = "DROP NAMESPACE " + ("IF EXISTS " if if_exists else "") + quote_ident(name)
+        if cascade:
+            sql += " CASCADE"
+        return await self.ddl(sql)
+
+    async def add_node(
+        self, node_id: int, raft_address: str, *, learner: bool = True
+    ) -> dict[str, Any]:
+        return await self.call(
+            "add_node", {"node_id": node_id, "raft_address": raft_address, "learner": learner}
+        )
+
+    async def promote_node(self, node_id: int) -> dict[str, Any]:
+        return await self.call("promote_node", {"node_id": node_id})
+
+    async def remove_node(self, node_id: int) -> dict[str, Any]:
+        return await self.call("remove_node", {"node_id": node_id})
+
+    async def transfer_leader(self, target: int) -> dict[str, Any]:
+        return await self.call("transfer_leader", {"target": target})
+
+    async def status_all(self) -> list[EndpointResult]:
+        """`status` of every endpoint, asked in parallel, each without failover."""
+        return await self._each_endpoint("status")
+
+    async def safe_time_all(self) -> list[EndpointResult]:
+        return await self._each_endpoint("safe_time")
+
+    async def _each_endpoint(self, op: str) -> list[EndpointResult]:
+        async def one(endpoint: str) -> EndpointResult:
+            try:
+                return EndpointResult(endpoint=endpoint, result=await self.call(op, {}, endpoint))
+            except MetastoreError as exc:
+                return EndpointResult(endpoint=endpoint, error=exc)
+
+        return list(await asyncio.gather(*(one(e) for e in self.endpoints)))
+
+    # ---- the generic call --------------------------------------------------------------------
+
+    async def call(
+        self,
+        op: str,
+        args: Mapping[str, Any] | None = None,
+        endpoint: str | None = None,
+        *,
+        timeout_ms: int | None = None,
+    ) -> dict[str, Any]:
+        """Run `op` and return its result map. With `endpoint`, ask exactly that node (no
+        failover, no retry); otherwise fail over as the module docstring describes."""
+        if self._closed:
+            raise UnavailableError("the client is closed")
+        if self.token is None:
+            raise UnauthenticatedError(
+                "no token: give one (--token / METASTORE_TOKEN, or a token file)"
+            )
+        args = dict(args or {})
+        budget_ms = self.timeout_ms if timeout_ms is None else _check_timeout("timeout", timeout_ms)
+        if endpoint is not None:
+            parse_endpoint(endpoint)
+            order = [endpoint]
+        else:
+            order = self.endpoints[self._preferred :] + self.endpoints[: self._preferred]
+        repeatable = op in _READ_OPS or (op == "ddl" and isinstance(args.get("request_id"), str))
+        attempts_max = 1 if endpoint is not None else ATTEMPTS_MAX
+        failures: dict[str, str] = {}
+        last_server_error: MetastoreError | None = None
+        connection_failed = False
+        try:
+            async with asyncio.timeout(budget_ms / 1000):
+                next_endpoint: str | None = None
+                for attempt in range(attempts_max):
+                    if next_endpoint is None:
+                        if attempt and attempt % len(order) == 0:
+                            await asyncio.sleep(self._backoff_ms(attempt // len(order)) / 1000)
+                        next_endpoint = order[attempt % len(order)]
+                    target, next_endpoint = next_endpoint, None
+                    try:
+                        reply = await self._attempt(target, op, args)
+                    except _EndpointFailure as exc:
+                        failures[target] = exc.reason
+                        connection_failed = True
+                        if exc.sent and not repeatable:
+                            raise UnavailableError(
+                                f"{op}: connection to {target} failed after the request was "
+                                f"sent ({exc.reason}); its outcome is unknown",
+                                details={"endpoint": target, "op": op},
+                            ) from None
+                        continue
+                    if reply.get("ok"):
+                        if endpoint is None and target in self.endpoints:
+                            self._preferred = self.endpoints.index(target)
+                        return _result_map(reply)
+                    error = _rebuild_error(reply)
+                    code = error.code.value
+                    if code not in _FAILOVER_CODES or (
+                        code not in _NOT_EXECUTED_CODES and not repeatable
+                    ):
+                        raise error
+                    failures[target] = f"{code}: {error.message}"
+                    last_server_error = error
+                    next_endpoint = self._leader_hint(error, exclude=target)
+        except TimeoutError:
+            if endpoint is None:
+                # Whatever hung this call should not be the first choice of the next one.
+                self._preferred = (self._preferred + 1) % len(self.endpoints)
+            details: dict[str, object] = {"op": op, "timeout_ms": budget_ms, "tried": failures}
+            if op == "ddl" and "request_id" in args:
+                details["request_id"] = args["request_id"]
+            raise RequestTimeoutError(
+                f"{op} did not complete within {budget_ms} ms"
+                + (f" ({_join_failures(failures)})" if failures else ""),
+                details=details,
+            ) from None
+        if last_server_error is not None and not connection_failed:
+            last_server_error.details.setdefault("tried", failures)
+            raise last_server_error
+        where = "" if endpoint is not None else " on every endpoint"
+        raise UnavailableError(
+            f"{op} failed{where}: {_join_failures(failures)}",
+            details={"op": op, "endpoints": failures},
+        )
+
+    async def _attempt(self, endpoint: str, op: str, args: Mapping[str, Any]) -> dict[str, Any]:
+        conn = await self._connection(endpoint)
+        return await conn.request(op, args)
+
+    async def _connection(self, endpoint: str) -> _Connection:
+        conn = self._connections.get(endpoint)
+        if conn is not None and conn.is_open:
+            return conn
+        lock = self._connect_locks.setdefault(endpoint, asyncio.Lock())
+        async with lock:
+            conn = self._connections.get(endpoint)
+            if conn is not None and conn.is_open:
+                return conn
+            conn = await self._open(endpoint)
+            if self._closed:
+                conn.close("client closed")
+                raise _EndpointFailure("client closed", sent=False)
+            self._connections[endpoint] = conn
+            return conn
+
+    async def _open(self, endpoint: str) -> _Connection:
+        host, port = parse_endpoint(endpoint)
+        try:
+            async with asyncio.timeout(CONNECT_TIMEOUT_MS / 1000):
+                reader, writer = await asyncio.open_connection(host, port)
+        except (OSError, TimeoutError) as exc:
+            raise _EndpointFailure(_describe_os_error(exc), sent=False) from None
+        conn = _Connection(endpoint, reader, writer, self._observe_reply)
+        try:
+            async with asyncio.timeout(CONNECT_TIMEOUT_MS / 1000):
+                reply = await conn.request(
+                    "hello", {"token": self.token or "", "client": self.client_name}
+                )
+        except TimeoutError:
+            conn.close("no answer to hello")
+            raise _EndpointFailure("no answer to hello", sent=False) from None
+        except _EndpointFailure as exc:
+            conn.close(exc.reason)
+            # Nothing but hello was sent: the caller's request never reached the node.
+            raise _EndpointFailure(exc.reason, sent=False) from None
+        except BaseException:
+            conn.close("cancelled")
+            raise
+        if not reply.get("ok"):
+            conn.close("hello refused")
+            error = _rebuild_error(reply)
+            if error.code.value in _FAILOVER_CODES:
+                raise _EndpointFailure(f"{error.code.value}: {error.message}", sent=False)
+            raise error
+        conn.hello = _result_map(reply)
+        node_id = conn.hello.get("node_id")
+        if isinstance(node_id, int):
+            self._endpoint_by_node[node_id] = endpoint
+        return conn
+
+    def _observe_reply(self, reply: Mapping[str, Any]) -> None:
+        ts = reply.get("ts")
+        if not isinstance(ts, int) or isinstance(ts, bool):
+            return
+        try:
+            self.clock.update(ts)
+        except ClockOffsetError as exc:
+            log.warning("ignoring a node's timestamp: %s", exc)
+        except HlcError as exc:
+            log.warning("ignoring an invalid timestamp in a reply: %s", exc)
+
+    def _leader_hint(self, error: MetastoreError, *, exclude: str) -> str | None:
+        if error.code is not ErrorCode.NOT_LEADER:
+            return None
+        leader = error.details.get("leader")
+        endpoint = self._endpoint_by_node.get(leader) if isinstance(leader, int) else None
+        return endpoint if endpoint != exclude else None
+
+    def _backoff_ms(self, round_number: int) -> float:
+        cap = min(RETRY_BACKOFF_MS_MAX, RETRY_BACKOFF_MS_MIN * 2 ** max(0, round_number - 1))
+        return self._rng.uniform(RETRY_BACKOFF_MS_MIN, max(RETRY_BACKOFF_MS_MIN, cap))
+
+
+def _result_map(reply: Mapping[str, Any]) -> dict[str, Any]:
+    result = reply.get("result")
+    if result is None:
+        return {}
+    if not isinstance(result, dict):
+        raise UnavailableError(f"malformed reply: result is {type(result).__name__}, not a map")
+    return result
+
+
+def _rebuild_error(reply: Mapping[str, Any]) -> MetastoreError:
+    wire = reply.get("error")
+    try:
+        return MetastoreError.from_wire(wire)
+    except MetastoreError as exc:
+        # A node that breaks the protocol is a bug over there; say so rather than guess.
+        return UnavailableError(f"malformed error reply from the node: {exc.message}")
+
+
+def _join_failures(failures: Mapping[str, str]) -> str:
+    return "; ".join(f"{endpoint}: {reason}" for endpoint, reason in failures.items())
+
+
+def _check_timeout(name: str, value: object, maximum: int = TIMEOUT_MS_MAX) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= maximum:
+        raise InvalidArgumentError(f"{name}={value!r} must be an integer in 1..{maximum} ms")
+    return value
+
+
+def quote_ident(name: str) -> str:
+    """A Spark SQL identifier in backquotes (a backquote inside is doubled)."""
+    if not isinstance(name, str) or not name:
+        raise InvalidArgumentError(f"name {name!r} must be a non-empty string")
+    return "`" + name.replace("`", "``") + "`"
+
+
+def quote_string(text: str) -> str:
+    """A Spark SQL string literal."""
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+# ---- blocking wrapper ------------------------------------------------------------------------
+
+
+class SyncMetastoreClient:
+    """`MetastoreClient` with blocking methods, for code without an event loop.
+
+    A private event loop runs in a daemon thread; each method submits the coroutine to it and
+    waits. Safe to call from several threads at once (they share the connections). Must not be
+    called from inside its own loop thread (that would deadlock; it raises instead).
+    """
+
+    def __init__(
+        self,
+        endpoints: list[str],
+        token: str | None,
+        *,
+        timeout_ms: int = DEFAULT_TIMEOUT_MS,
+        clock: HybridClock | None = None,
+        client_name: str = CLIENT_NAME_DEFAULT,
+    ) -> None:
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(
+            target=self._run_loop, name="metastore-client-loop", daemon=True
+        )
+        self._lock = threading.Lock()
+        self._closed = False
+        try:
+            self._client = MetastoreClient(
+                endpoints, token, timeout_ms=timeout_ms, clock=clock, client_name=client_name
+            )
+        except BaseException:
+            self._loop.close()
+            raise
+        self._thread.start()
+
+    def _run_loop(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        self._loop.run_forever()
+
+    @property
+    def endpoints(self) -> list[str]:
+        return self._client.endpoints
+
+    @property
+    def clock(self) -> HybridClock:
+        return self._client.clock
+
+    @property
+    def timeout_ms(self) -> int:
+        return self._client.timeout_ms
+
+    def _run(self, coro: Coroutine[Any, Any, T]) -> T:
+        if threading.current_thread() is self._thread:
+            coro.close()
+            raise RuntimeError("SyncMetastoreClient called from its own event loop thread")
+        with self._lock:
+            if self._closed:
+                coro.close()
+                raise UnavailableError("the client is closed")
+            future = asyncio.run_coroutine_threadsafe(coro, self._loop)
+        try:
+            return future.result()
+        except concurrent.futures.CancelledError:
+            raise UnavailableError("the client was closed during the call") from None
+
+    def close(self) -> None:
+        """Close the connections and stop the loop thread. Idempotent."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        if self._thread.is_alive():
+            done = asyncio.run_coroutine_threadsafe(self._client.aclose(), self._loop)
+            with contextlib.suppress(Exception):
+                done.result(timeout=SYNC_CLOSE_TIMEOUT_MS / 1000)
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(timeout=SYNC_CLOSE_TIMEOUT_MS / 1000)
+        if not self._thread.is_alive():
+            self._loop.close()
+
+    def __enter__(self) -> SyncMetastoreClient:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def _sync(self, fn: Callable[..., Awaitable[T]], *args: Any, **kwargs: Any) -> T:
+        async def run() -> T:
+            return await fn(*args, **kwargs)
+
+        return self._run(run())
+
+    def schema_at(
+        self, table: str, ts: int | None = None, timeout_ms: int | None = None
+    ) -> dict[str, Any]:
+        return self._sync(self._client.schema_at, table, ts, timeout_ms)
+
+    def describe(self, table: str, as_of: int | None = None) -> dict[str, Any]:
+        return self._sync(self._client.describe, table, as_of)
+
+    def history(self, table: str) -> dict[str, Any]:
+        return self._sync(self._client.history, table)
+
+    def list_namespaces(self) -> dict[str, Any]:
+        return self._sync(self._client.list_namespaces)
+
+    def list_tables(self, namespace: str, as_of: int | None = None) -> dict[str, Any]:
+        return self._sync(self._client.list_tables, namespace, as_of)
+
+    def safe_time(self, endpoint: str | None = None) -> dict[str, Any]:
+        return self._sync(self._client.safe_time, endpoint)
+
+    def status(self, endpoint: str | None = None) -> dict[str, Any]:
+        return self._sync(self._client.status, endpoint)
+
+    def ddl(self, sql: str, request_id: str | None = None) -> dict[str, Any]:
+        return self._sync(self._client.ddl, sql, request_id)
+
+    def create_namespace(
+        self, name: str, *, comment: str | None = None, if_not_exists: bool = False
+    ) -> dict[str, Any]:
+        return self._sync(
+            self._client.create_namespace, name, comment=comment, if_not_exists=if_not_exists
+        )
+
+    def drop_namespace(
+        self, name: str, *, if_exists: bool = False, cascade: bool = False
+    ) -> dict[str, Any]:
+        return self._sync(self._client.drop_namespace, name, if_exists=if_exists, cascade=cascade)
+
+    def add_node(self, node_id: int, raft_address: str, *, learner: bool = True) -> dict[str, Any]:
+        return self._sync(self._client.add_node, node_id, raft_address, learner=learner)
+
+    def promote_node(self, node_id: int) -> dict[str, Any]:
+        return self._sync(self._client.promote_node, node_id)
+
+    def remove_node(self, node_id: int) -> dict[str, Any]:
+        return self._sync(self._client.remove_node, node_id)
+
+    def transfer_leader(self, target: int) -> dict[str, Any]:
+        return self._sync(self._client.transfer_leader, target)
+
+    def status_all(self) -> list[EndpointResult]:
+        return self._sync(self._client.status_all)
+
+    def safe_time_all(self) -> list[EndpointResult]:
+        return self._sync(self._client.safe_time_all)
+
+    def call(
+        self,
+        op: str,
+        args: Mapping[str, Any] | None = None,
+        endpoint: str | None = None,
+        *,
+        timeout_ms: int | None = None,
+    ) -> dict[str, Any]:
+        return self._sync(self._client.call, op, args, endpoint, timeout_ms=timeout_ms)

@@ -1,0 +1,588 @@
+"""MetastoreClient against fake nodes on real sockets: hello, pipelining, failover, timeouts,
+typed errors, retry safety and the HLC fed from replies. Every wait is bounded."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import threading
+import time
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import pytest
+
+from hlc import HybridClock, SystemClock, physical_ms
+from metastore.daemon.api_limits import CLIENT_INFLIGHT_PER_CONNECTION_MAX
+from metastore.errors import (
+    ErrorCode,
+    InvalidArgumentError,
+    InvalidDdlError,
+    MetastoreError,
+    NotLeaderError,
+    NotReadyError,
+    RequestTimeoutError,
+    TableNotFoundError,
+    UnauthenticatedError,
+    UnavailableError,
+    UnknownError,
+    error_class,
+)
+from spark_bridge.client import (
+    ATTEMPTS_MAX,
+    MetastoreClient,
+    SyncMetastoreClient,
+    parse_endpoint,
+)
+from tests.client.fake_node import TOKEN, DropConnection, FakeNode, RawError, ThreadedFakeNode
+
+
+def dead_endpoint() -> str:
+    """An address nothing listens on (connection refused)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    return f"127.0.0.1:{port}"
+
+
+@pytest.fixture
+async def nodes() -> AsyncIterator[Callable[..., Any]]:
+    started: list[FakeNode] = []
+
+    async def make(**kwargs: Any) -> FakeNode:
+        node = FakeNode(**kwargs)
+        await node.start()
+        started.append(node)
+        return node
+
+    yield make
+    for node in started:
+        await node.stop()
+
+
+def client(*endpoints: str, **kwargs: Any) -> MetastoreClient:
+    kwargs.setdefault("timeout_ms", 3000)
+    return MetastoreClient(list(endpoints), kwargs.pop("token", TOKEN), **kwargs)
+
+
+# ---- connection basics ---------------------------------------------------------------------
+
+
+async def test_hello_comes_first_and_carries_token_and_client_name(nodes: Any) -> None:
+    node = await nodes()
+    async with client(node.endpoint, client_name="unit-test") as c:
+        result = await c.status()
+    assert result == {"op": "status", "args": {}}
+    assert node.hellos[0]["op"] == "hello"
+    assert node.hellos[0]["token"] == TOKEN
+    assert node.hellos[0]["client"].startswith("unit-test")
+    assert node.ops == ["status"]
+
+
+async def test_methods_send_the_protocol_args(nodes: Any) -> None:
+    node = await nodes()
+    async with client(node.endpoint) as c:
+        await c.schema_at("ns.t", ts=123, timeout_ms=2000)
+        await c.schema_at("ns.t")
+        await c.describe("ns.t", as_of=5)
+        await c.history("ns.t")
+        await c.list_namespaces()
+        await c.list_tables("ns", as_of=7)
+        await c.safe_time()
+        await c.ddl("CREATE NAMESPACE x", request_id="rid-1")
+        await c.add_node(4, "h:1", learner=False)
+        await c.promote_node(4)
+        await c.remove_node(4)
+        await c.transfer_leader(2)
+        await c.create_namespace("we`ird", comment="it's", if_not_exists=True)
+        await c.drop_namespace("x", if_exists=True, cascade=True)
+    assert [(op, args) for _, op, args in node.requests] == [
+        ("schema_at", {"table": "ns.t", "ts": 123, "timeout_ms": 2000}),
+        ("schema_at", {"table": "ns.t"}),
+        ("describe", {"table": "ns.t", "as_of": 5}),
+        ("history", {"table": "ns.t"}),
+        ("list_namespaces", {}),
+        ("list_tables", {"namespace": "ns", "as_of": 7}),
+        ("safe_time", {}),
+        ("ddl", {"sql": "CREATE NAMESPACE x", "request_id": "rid-1"}),
+        ("add_node", {"node_id": 4, "raft_address": "h:1", "learner": False}),
+        ("promote_node", {"node_id": 4}),
+        ("remove_node", {"node_id": 4}),
+        ("transfer_leader", {"target": 2}),
+        (
+            "ddl",
+            {
+                "sql": "CREATE NAMESPACE IF NOT EXISTS `we``ird` COMMENT 'it\\'s'",
+                "request_id": node.requests[12][2]["request_id"],
+            },
+        ),
+        (
+            "ddl",
+            {
+                "sql": "DROP NAMESPACE IF EXISTS `x` CASCADE",
+                "request_id": node.requests[13][2]["request_id"],
+            },
+        ),
+    ]
+
+
+async def test_ddl_gets_a_fresh_request_id_each_call(nodes: Any) -> None:
+    node = await nodes()
+    async with client(node.endpoint) as c:
+        await c.ddl("CREATE NAMESPACE a")
+        await c.ddl("CREATE NAMESPACE a")
+    ids = [args["request_id"] for _, _, args in node.requests]
+    assert len(ids) == 2 and ids[0] != ids[1]
+    assert all(isinstance(i, str) and len(i) == 32 for i in ids)
+
+
+async def test_pipelined_requests_share_one_connection_and_replies_may_come_out_of_order(
+    nodes: Any,
+) -> None:
+    second_replied = asyncio.Event()
+
+    async def handler(op: str, args: dict[str, Any]) -> dict[str, Any]:
+        if args["table"] == "first":
+            # Held back until the second request has been answered: out of order.
+            await asyncio.wait_for(second_replied.wait(), 5)
+        else:
+            asyncio.get_running_loop().call_soon(second_replied.set)
+        return {"table": args["table"]}
+
+    node = await nodes(handler=handler)
+    async with client(node.endpoint) as c:
+        first = asyncio.create_task(c.describe("first"))
+        await asyncio.sleep(0.05)
+        second = await c.describe("second")
+        assert second == {"table": "second"}
+        assert not first.done() or first.result() == {"table": "first"}
+        assert await first == {"table": "first"}
+    assert node.connections == 1
+    assert [conn for conn, _, _ in node.requests] == [1, 1]
+
+
+async def test_in_flight_requests_per_connection_are_bounded(nodes: Any) -> None:
+    release = asyncio.Event()
+
+    async def handler(op: str, args: dict[str, Any]) -> dict[str, Any]:
+        await asyncio.wait_for(release.wait(), 5)
+        return {}
+
+    node = await nodes(handler=handler)
+    total = CLIENT_INFLIGHT_PER_CONNECTION_MAX + 10
+    async with client(node.endpoint) as c:
+        calls = [asyncio.create_task(c.history(f"t{i}")) for i in range(total)]
+        for _ in range(200):
+            if node.inflight >= CLIENT_INFLIGHT_PER_CONNECTION_MAX:
+                break
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.05)
+        assert node.inflight == CLIENT_INFLIGHT_PER_CONNECTION_MAX
+        release.set()
+        await asyncio.gather(*calls)
+    assert node.max_inflight == CLIENT_INFLIGHT_PER_CONNECTION_MAX
+    assert len(node.requests) == total
+    assert node.connections == 1
+
+
+# ---- time ------------------------------------------------------------------------------------
+
+
+async def test_reply_timestamps_are_fed_to_the_clients_hlc(nodes: Any) -> None:
+    # The node's clock runs 200 ms ahead (within the 500 ms max offset): our clock follows it.
+    node = await nodes(clock_offset_ms=200)
+    clock = HybridClock(SystemClock())
+    async with client(node.endpoint, clock=clock) as c:
+        await c.status()
+    assert node.last_ts > 0
+    assert clock.last() > node.last_ts
+    assert clock.now() > node.last_ts
+
+
+async def test_a_timestamp_too_far_ahead_is_logged_and_ignored(
+    nodes: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    node = await nodes(clock_offset_ms=60_000)
+    clock = HybridClock(SystemClock())
+    caplog.set_level(logging.WARNING, logger="spark_bridge.client")
+    async with client(node.endpoint, clock=clock) as c:
+        assert await c.status() == {"op": "status", "args": {}}
+    # Not absorbed: our clock stays near our own physical time.
+    assert clock.last() < node.last_ts
+    assert physical_ms(clock.now()) < physical_ms(node.last_ts) - 30_000
+    assert "ahead of the local physical clock" in caplog.text
+
+
+# ---- failover --------------------------------------------------------------------------------
+
+
+async def test_failover_on_connection_refused(nodes: Any) -> None:
+    node = await nodes()
+    dead = dead_endpoint()
+    async with client(dead, node.endpoint) as c:
+        assert await c.status() == {"op": "status", "args": {}}
+        # The working endpoint is now preferred: no new attempt on the dead one.
+        await c.status()
+    assert node.ops == ["status", "status"]
+
+
+async def test_all_endpoints_down_raises_unavailable_naming_each(nodes: Any) -> None:
+    dead1, dead2 = dead_endpoint(), dead_endpoint()
+    started = time.monotonic()
+    async with client(dead1, dead2) as c:
+        with pytest.raises(UnavailableError) as info:
+            await c.status()
+    assert time.monotonic() - started < 5
+    assert f"{dead1}: connection refused" in info.value.message
+    assert f"{dead2}: connection refused" in info.value.message
+    assert info.value.details["endpoints"] == {
+        dead1: "connection refused",
+        dead2: "connection refused",
+    }
+
+
+async def test_failover_on_not_ready_and_the_answering_node_is_preferred(nodes: Any) -> None:
+    async def not_ready(op: str, args: dict[str, Any]) -> dict[str, Any]:
+        raise NotReadyError("node starting")
+
+    async def ok(op: str, args: dict[str, Any]) -> dict[str, Any]:
+        return {"node": 2}
+
+    a = await nodes(node_id=1, handler=not_ready)
+    b = await nodes(node_id=2, handler=ok)
+    async with client(a.endpoint, b.endpoint) as c:
+        assert await c.describe("ns.t") == {"node": 2}
+        assert await c.describe("ns.t") == {"node": 2}
+    assert a.ops == ["describe"]
+    assert b.ops == ["describe", "describe"]
+
+
+async def test_not_leader_hint_is_followed(nodes: Any) -> None:
+    async def not_leader(op: str, args: dict[str, Any]) -> dict[str, Any]:
+        raise NotLeaderError("not the leader", details={"leader": 3})
+
+    async def ok(op: str, args: dict[str, Any]) -> dict[str, Any]:
+        return {"done": True}
+
+    a = await nodes(node_id=1, handler=not_leader)
+    b = await nodes(node_id=2, handler=not_leader)
+    leader = await nodes(node_id=3, handler=ok)
+    async with client(a.endpoint, b.endpoint, leader.endpoint) as c:
+        # Learn which endpoint is node 3 (hello), then start again from node 1.
+        await c.status(endpoint=leader.endpoint)
+        c._preferred = 0
+        assert await c.add_node(9, "h:1") == {"done": True}
+    assert a.ops == ["add_node"]
+    assert b.ops == []  # skipped thanks to the hint
+    assert leader.ops == ["status", "add_node"]
+
+
+async def test_attempts_are_bounded_and_the_last_server_error_is_raised(nodes: Any) -> None:
+    async def not_ready(op: str, args: dict[str, Any]) -> dict[str, Any]:
+        raise NotReadyError("still starting")
+
+    a = await nodes(handler=not_ready)
+    b = await nodes(handler=not_ready)
+    async with client(a.endpoint, b.endpoint, timeout_ms=20_000) as c:
+        with pytest.raises(NotReadyError) as info:
+            await c.status()
+    assert len(a.ops) + len(b.ops) == ATTEMPTS_MAX
+    assert info.value.details["tried"] == {
+        a.endpoint: "NOT_READY: still starting",
+        b.endpoint: "NOT_READY: still starting",
+    }
+
+
+async def test_non_retryable_errors_are_raised_at_once_with_their_details(nodes: Any) -> None:
+    async def missing(op: str, args: dict[str, Any]) -> dict[str, Any]:
+        raise TableNotFoundError("table ns.t does not exist", details={"table": "ns.t"})
+
+    a = await nodes(handler=missing)
+    b = await nodes()
+    async with client(a.endpoint, b.endpoint) as c:
+        with pytest.raises(TableNotFoundError) as info:
+            await c.describe("ns.t")
+    assert info.value.details == {"table": "ns.t"}
+    assert b.ops == []
+
+
+async def test_wrong_token_is_not_retried_elsewhere(nodes: Any) -> None:
+    a = await nodes()
+    b = await nodes()
+    async with client(a.endpoint, b.endpoint, token="wrong-token-0123456789") as c:
+        with pytest.raises(UnauthenticatedError):
+            await c.status()
+    assert b.connections == 0
+
+
+async def test_no_token_fails_before_connecting(nodes: Any) -> None:
+    node = await nodes()
+    async with client(node.endpoint, token=None) as c:
+        with pytest.raises(UnauthenticatedError, match="no token"):
+            await c.status()
+    assert node.connections == 0
+
+
+# ---- retry safety ----------------------------------------------------------------------------
+
+
+async def test_ddl_is_retried_with_the_same_request_id_after_a_lost_connection(
+    nodes: Any,
+) -> None:
+    async def drop(op: str, args: dict[str, Any]) -> dict[str, Any]:
+        raise DropConnection
+
+    async def ok(op: str, args: dict[str, Any]) -> dict[str, Any]:
+        return {"deduplicated": False}
+
+    a = await nodes(handler=drop)
+    b = await nodes(handler=ok)
+    async with client(a.endpoint, b.endpoint) as c:
+        assert await c.ddl("CREATE NAMESPACE x") == {"deduplicated": False}
+    assert a.ops == ["ddl"] and b.ops == ["ddl"]
+    assert a.requests[0][2]["request_id"] == b.requests[0][2]["request_id"]
+
+
+async def test_a_membership_change_whose_outcome_is_unknown_is_not_repeated(nodes: Any) -> None:
+    async def drop(op: str, args: dict[str, Any]) -> dict[str, Any]:
+        raise DropConnection
+
+    a = await nodes(handler=drop)
+    b = await nodes()
+    async with client(a.endpoint, b.endpoint) as c:
+        with pytest.raises(UnavailableError, match="outcome is unknown"):
+            await c.remove_node(3)
+    assert b.ops == []
+
+
+async def test_raw_ddl_without_request_id_is_not_repeated_after_unavailable(nodes: Any) -> None:
+    async def unavailable(op: str, args: dict[str, Any]) -> dict[str, Any]:
+        raise UnavailableError("no quorum")
+
+    a = await nodes(handler=unavailable)
+    b = await nodes()
+    async with client(a.endpoint, b.endpoint) as c:
+        with pytest.raises(UnavailableError, match="no quorum"):
+            await c.call("ddl", {"sql": "CREATE NAMESPACE x"})
+        # With a request id the same failure is retried on the next node.
+        assert await c.call("ddl", {"sql": "CREATE NAMESPACE x", "request_id": "r"}) == {
+            "op": "ddl",
+            "args": {"sql": "CREATE NAMESPACE x", "request_id": "r"},
+        }
+    assert b.ops == ["ddl"]
+
+
+# ---- timeouts --------------------------------------------------------------------------------
+
+
+async def test_a_call_times_out_and_the_connection_survives_the_late_reply(nodes: Any) -> None:
+    gate = asyncio.Event()
+
+    async def slow(op: str, args: dict[str, Any]) -> dict[str, Any]:
+        if args.get("table") == "slow":
+            await asyncio.wait_for(gate.wait(), 5)
+        return {"table": args.get("table")}
+
+    node = await nodes(handler=slow)
+    async with client(node.endpoint, timeout_ms=200) as c:
+        started = time.monotonic()
+        with pytest.raises(RequestTimeoutError) as info:
+            await c.describe("slow")
+        assert 0.15 < time.monotonic() - started < 2
+        assert info.value.details["timeout_ms"] == 200
+        gate.set()  # the late reply arrives and is dropped
+        await asyncio.sleep(0.05)
+        assert await c.describe("fast") == {"table": "fast"}
+    assert node.connections == 1
+
+
+async def test_ddl_timeout_names_the_request_id_for_a_retry(nodes: Any) -> None:
+    async def hang(op: str, args: dict[str, Any]) -> dict[str, Any]:
+        await asyncio.sleep(10)
+        return {}
+
+    node = await nodes(handler=hang)
+    async with client(node.endpoint, timeout_ms=100) as c:
+        with pytest.raises(RequestTimeoutError) as info:
+            await c.ddl("CREATE NAMESPACE x", request_id="my-id")
+    assert info.value.details["request_id"] == "my-id"
+
+
+async def test_schema_at_waits_longer_than_the_servers_own_wait(nodes: Any) -> None:
+    async def waits(op: str, args: dict[str, Any]) -> dict[str, Any]:
+        await asyncio.sleep(0.4)
+        return {"version": 1}
+
+    node = await nodes(handler=waits)
+    # The client's default timeout (100 ms) is shorter than the server-side wait asked for.
+    async with client(node.endpoint, timeout_ms=100) as c:
+        assert await c.schema_at("ns.t", timeout_ms=1000) == {"version": 1}
+
+
+# ---- errors ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "code", [c for c in ErrorCode if c not in (ErrorCode.NOT_READY, ErrorCode.UNAVAILABLE)]
+)
+async def test_every_error_code_is_rebuilt_as_its_class(nodes: Any, code: ErrorCode) -> None:
+    cls = error_class(code)
+
+    async def fail(op: str, args: dict[str, Any]) -> dict[str, Any]:
+        raise cls("boom", details={"k": [1, "v"]})
+
+    node = await nodes(handler=fail)
+    other = await nodes()
+    async with client(node.endpoint, other.endpoint) as c:
+        if code is ErrorCode.NOT_LEADER:
+            # Retryable and nothing was done: the client moves on.
+            await c.history("ns.t")
+            return
+        with pytest.raises(cls) as info:
+            await c.history("ns.t")
+    assert type(info.value) is cls
+    assert info.value.message == "boom"
+    assert info.value.details["k"] == [1, "v"]
+
+
+async def test_unknown_error_code_keeps_the_original(nodes: Any) -> None:
+    async def fail(op: str, args: dict[str, Any]) -> dict[str, Any]:
+        raise RawError(
+            {
+                "code": "SOMETHING_NEW",
+                "message": "from a newer node",
+                "retryable": False,
+                "details": {},
+            }
+        )
+
+    node = await nodes(handler=fail)
+    async with client(node.endpoint) as c:
+        with pytest.raises(UnknownError) as info:
+            await c.status()
+    assert info.value.details["original_code"] == "SOMETHING_NEW"
+
+
+async def test_invalid_ddl_is_not_retried(nodes: Any) -> None:
+    async def bad(op: str, args: dict[str, Any]) -> dict[str, Any]:
+        raise InvalidDdlError("syntax error", details={"line": 1, "col": 8})
+
+    a = await nodes(handler=bad)
+    b = await nodes()
+    async with client(a.endpoint, b.endpoint) as c:
+        with pytest.raises(InvalidDdlError):
+            await c.ddl("CREATE NONSENSE")
+    assert b.ops == []
+
+
+# ---- per-endpoint queries --------------------------------------------------------------------
+
+
+async def test_status_all_reports_each_endpoint(nodes: Any) -> None:
+    async def st(op: str, args: dict[str, Any]) -> dict[str, Any]:
+        return {"role": "leader"}
+
+    live = await nodes(handler=st)
+    dead = dead_endpoint()
+    async with client(live.endpoint, dead) as c:
+        results = await c.status_all()
+        safe = await c.safe_time_all()
+    assert [r.endpoint for r in results] == [live.endpoint, dead]
+    assert results[0].ok and results[0].result == {"role": "leader"}
+    assert not results[1].ok and isinstance(results[1].error, UnavailableError)
+    assert dead in results[1].error.message
+    assert [r.ok for r in safe] == [True, False]
+    assert live.ops == ["status", "safe_time"]
+
+
+# ---- arguments -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("127.0.0.1:24201", ("127.0.0.1", 24201)),
+        ("node-1.example:1", ("node-1.example", 1)),
+        ("[::1]:24201", ("::1", 24201)),
+    ],
+)
+def test_parse_endpoint(text: str, expected: tuple[str, int]) -> None:
+    assert parse_endpoint(text) == expected
+
+
+@pytest.mark.parametrize(
+    "text", ["", "host", "host:", ":80", "host:0", "host:65536", "::1:80", "host:http", "x" * 400]
+)
+def test_parse_endpoint_refuses(text: str) -> None:
+    with pytest.raises(InvalidArgumentError):
+        parse_endpoint(text)
+
+
+def test_constructor_validates() -> None:
+    with pytest.raises(InvalidArgumentError):
+        MetastoreClient([], TOKEN)
+    with pytest.raises(InvalidArgumentError):
+        MetastoreClient(["a:1", "a:1"], TOKEN)
+    with pytest.raises(InvalidArgumentError):
+        MetastoreClient(["a:1"], TOKEN, timeout_ms=0)
+    with pytest.raises(InvalidArgumentError):
+        MetastoreClient([f"a:{i}" for i in range(1, 30)], TOKEN)
+
+
+async def test_closed_client_refuses_calls(nodes: Any) -> None:
+    node = await nodes()
+    c = client(node.endpoint)
+    await c.status()
+    await c.aclose()
+    with pytest.raises(UnavailableError, match="closed"):
+        await c.status()
+
+
+# ---- the blocking client ---------------------------------------------------------------------
+
+
+def test_sync_client_is_usable_from_many_threads() -> None:
+    async def echo(op: str, args: dict[str, Any]) -> dict[str, Any]:
+        await asyncio.sleep(0.001)
+        return {"table": args.get("table")}
+
+    with (
+        ThreadedFakeNode(handler=echo) as fake,
+        SyncMetastoreClient([fake.endpoint], TOKEN, timeout_ms=5000) as c,
+    ):
+        errors: list[BaseException] = []
+
+        def worker(n: int) -> None:
+            try:
+                for i in range(10):
+                    name = f"t{n}.{i}"
+                    assert c.describe(name) == {"table": name}
+            except (AssertionError, MetastoreError) as exc:
+                errors.append(exc)
+
+        threads = [threading.Thread(target=worker, args=(n,)) for n in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=10)
+        assert errors == []
+        assert len(fake.node.requests) == 80
+        assert fake.node.connections == 1
+        results = c.status_all()
+        assert results[0].ok
+        assert c.clock.last() >= fake.node.last_ts
+
+
+def test_sync_client_raises_typed_errors_and_closes_cleanly() -> None:
+    async def missing(op: str, args: dict[str, Any]) -> dict[str, Any]:
+        raise TableNotFoundError("no such table")
+
+    with ThreadedFakeNode(handler=missing) as fake:
+        c = SyncMetastoreClient([fake.endpoint], TOKEN, timeout_ms=5000)
+        with pytest.raises(TableNotFoundError):
+            c.describe("ns.t")
+        c.close()
+        c.close()  # idempotent
+        with pytest.raises(UnavailableError):
+            c.describe("ns.t")
