@@ -821,7 +821,9 @@ class RaftCore:
         if self._maybe_commit():
             self._commit_broadcast = True
         elif old_paused:
-            self._send_append(m.src, send_if_empty=False)
+            # While paused it missed any commit broadcast: send the commit index even if there
+            # are no entries, or it learns it only at the next heartbeat.
+            self._send_append(m.src, send_if_empty=True)
         # Stream whatever else it is missing, as far as flow control allows.
         while self._send_append(m.src, send_if_empty=False):
             pass
