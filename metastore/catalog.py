@@ -23,7 +23,8 @@ Invariants (checked by `check_invariants`):
   strictly increasing too; `tus` mirrors the versions' tu (it is the bisect index);
 * a drop is later than every version of its incarnation; incarnations of one name do not overlap
   in [created_tu, dropped_tu), and only the last can be live;
-* field ids are unique within a schema and below the incarnation's `next_field_id`;
+* field ids are unique within a schema and below the incarnation's `next_field_id`, and an id that
+  left the schema (its column was dropped) never comes back;
 * table ids are unique and below `next_table_id`; every live table's namespace exists;
 * limits hold (tables, namespaces, versions per table, columns, properties).
 
@@ -315,7 +316,7 @@ class Catalog:
         count = self.live_table_count()
         if count >= limits.MAX_TABLES:
             raise limit_exceeded("MAX_TABLES", limits.MAX_TABLES, count + 1, "tables")
-        validate_schema(cmd.schema, ids_assigned=False)
+        # The schema itself was checked by validate_command before apply dispatched here.
         schema, next_field_id = assign_schema_ids(cmd.schema, 1)
         table_id = self._next_table_id
         tu = tm + dd
@@ -606,6 +607,7 @@ def _check_incarnation(name: TableName, inc: TableState, *, dd: int, last_tm: in
     if inc.tus != tuple(v.tu for v in inc.versions):
         raise fail("tu index does not mirror the versions")
     previous: SchemaVersion | None = None
+    retired: set[int] = set()  # ids that left the schema: they must never come back
     for i, v in enumerate(inc.versions):
         if v.version != i + 1 or v.table_id != inc.table_id:
             raise fail(f"version {v.version} at position {i}")
@@ -620,8 +622,13 @@ def _check_incarnation(name: TableName, inc: TableState, *, dd: int, last_tm: in
             validate_properties(v.properties, "properties")
         except MetastoreError as e:
             raise fail(f"version {v.version}: {e.message}") from e
-        if max(v.schema.field_ids()) >= inc.next_field_id:
+        ids = set(v.schema.field_ids())
+        if max(ids) >= inc.next_field_id:
             raise fail(f"version {v.version}: field id not below next_field_id")
+        if ids & retired:
+            raise fail(f"version {v.version}: reuses retired field ids {sorted(ids & retired)}")
+        if previous is not None:
+            retired |= set(previous.schema.field_ids()) - ids
         previous = v
     if (inc.dropped_tm is None) != (inc.dropped_tu is None):
         raise fail("half-dropped")

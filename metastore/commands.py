@@ -96,6 +96,10 @@ def normalize_object_name(name: str, what: str) -> str:
     return folded
 
 
+def _is_normalized(name: str) -> bool:
+    return 0 < len(name) <= limits.MAX_IDENTIFIER_CHARS and all(c in _NAME_CHARS for c in name)
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TableName:
     """`namespace.name`, both already normalized (lowercase). Build with `of` or `parse` when the
@@ -105,11 +109,13 @@ class TableName:
     name: str
 
     def __post_init__(self) -> None:
-        if normalize_object_name(self.namespace, "namespace") != self.namespace or (
-            normalize_object_name(self.name, "table") != self.name
-        ):
+        # Cheap check of the invariant (reads build TableNames on the hot path); `of` gives the
+        # detailed error for user input.
+        if not (_is_normalized(self.namespace) and _is_normalized(self.name)):
             raise InvalidArgumentError(
-                f"table name {self.namespace}.{self.name} is not normalized (lowercase)"
+                f"table name {self.namespace!r}.{self.name!r} is not a normalized name "
+                "(lowercase ASCII letters, digits and '_')",
+                details={"namespace": self.namespace, "name": self.name},
             )
 
     @staticmethod
@@ -415,7 +421,8 @@ def validate_command(cmd: Command) -> None:
 
 
 def _check_normalized(name: str, what: str) -> None:
-    if normalize_object_name(name, what) != name:
+    if not _is_normalized(name):
+        normalize_object_name(name, what)  # raises the specific error when the name is invalid
         raise InvalidArgumentError(f"{what} name {name!r} must be lowercase")
 
 

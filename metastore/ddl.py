@@ -74,6 +74,7 @@ from metastore.types import (
     BINARY,
     BOOLEAN,
     DATE,
+    DEFAULT_DECIMAL_PRECISION,
     DOUBLE,
     FLOAT,
     INT,
@@ -97,7 +98,6 @@ from metastore.types import (
 _T = TypeVar("_T")
 
 SUPPORTED = "CREATE/DROP NAMESPACE, CREATE/DROP TABLE and ALTER TABLE"
-_DEFAULT_DECIMAL_PRECISION = 10
 
 
 def parse_ddl(sql: str, *, request_id: str = "") -> Command:
@@ -239,7 +239,14 @@ def _table_parts(table: object, what: str) -> list[str]:
 
 
 def _table_name(table: object) -> TableName:
-    parts = _table_parts(table, "table")
+    return _table_from_parts(_table_parts(table, "table"))
+
+
+def _namespace_name(table: object) -> str:
+    return _namespace_from_parts(_table_parts(table, "namespace"))
+
+
+def _table_from_parts(parts: list[str]) -> TableName:
     if len(parts) != 2:
         raise InvalidArgumentError(
             f"table name must have two parts, namespace.table; got {'.'.join(parts)!r}",
@@ -248,8 +255,7 @@ def _table_name(table: object) -> TableName:
     return TableName.of(parts[0], parts[1])
 
 
-def _namespace_name(table: object) -> str:
-    parts = _table_parts(table, "namespace")
+def _namespace_from_parts(parts: list[str]) -> str:
     if len(parts) != 1:
         raise InvalidArgumentError(
             f"namespace name must be a single name; got {'.'.join(parts)!r}",
@@ -509,7 +515,7 @@ def _data_type(node: exp.DataType, level: int) -> DataType:
     if name == "DECIMAL":
         if len(params) > 2:
             raise InvalidDdlError("DECIMAL takes at most (precision, scale)")
-        precision = params[0] if params else _DEFAULT_DECIMAL_PRECISION
+        precision = params[0] if params else DEFAULT_DECIMAL_PRECISION
         return DecimalType(precision=precision, scale=params[1] if len(params) > 1 else 0)
     if name in ("VARCHAR", "CHAR"):
         if len(params) != 1:
@@ -712,22 +718,10 @@ class _Fallback(TokenCursor):
         return parts
 
     def _table_name(self) -> TableName:
-        parts = self._name_parts("table")
-        if len(parts) != 2:
-            raise InvalidArgumentError(
-                f"table name must have two parts, namespace.table; got {'.'.join(parts)!r}",
-                details={"name": ".".join(parts)},
-            )
-        return TableName.of(parts[0], parts[1])
+        return _table_from_parts(self._name_parts("table"))
 
     def _namespace_name(self) -> str:
-        parts = self._name_parts("namespace")
-        if len(parts) != 1:
-            raise InvalidArgumentError(
-                f"namespace name must be a single name; got {'.'.join(parts)!r}",
-                details={"name": ".".join(parts)},
-            )
-        return normalize_object_name(parts[0], "namespace")
+        return _namespace_from_parts(self._name_parts("namespace"))
 
     def _path(self) -> Path:
         parts = [self.expect_identifier("column name")]

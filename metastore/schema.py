@@ -133,14 +133,6 @@ def position_sql(position: ColumnPosition | None) -> str:
 class Schema:
     columns: tuple[Column, ...]
 
-    def find(self, name: str) -> int:
-        """Index of the top-level column named `name` (case-insensitive), or -1."""
-        folded = name.casefold()
-        for i, c in enumerate(self.columns):
-            if c.name.casefold() == folded:
-                return i
-        return -1
-
     def lookup(self, path: Path) -> Column | StructField:
         """The column or nested field at `path`; ColumnNotFoundError if there is none."""
         members: list[Member] = list(self.columns)

@@ -151,14 +151,6 @@ class StructType:
     def to_spark_ddl(self) -> str:
         return "STRUCT<" + ", ".join(f.to_spark_ddl() for f in self.fields) + ">"
 
-    def find(self, name: str) -> int:
-        """Index of the field named `name` (case-insensitive), or -1."""
-        folded = name.casefold()
-        for i, f in enumerate(self.fields):
-            if f.name.casefold() == folded:
-                return i
-        return -1
-
 
 DataType = PrimitiveType | DecimalType | VarcharType | CharType | ArrayType | MapType | StructType
 
@@ -197,8 +189,8 @@ _PRIMITIVE_NAMES: dict[str, PrimitiveType] = {
     "TIMESTAMP_NTZ": TIMESTAMP_NTZ,
 }
 _DECIMAL_NAMES = ("DECIMAL", "DEC", "NUMERIC")
-# Spark's DECIMAL without parameters.
-_DEFAULT_DECIMAL_PRECISION = 10
+# Spark's DECIMAL without parameters is DECIMAL(10,0).
+DEFAULT_DECIMAL_PRECISION = 10
 
 
 def _field_sql(
@@ -259,7 +251,7 @@ def parse_type_tokens(cur: TokenCursor, level: int = 0) -> DataType:
     cur.next()
     if name in _DECIMAL_NAMES:
         if not cur.accept_punct("("):
-            return DecimalType(precision=_DEFAULT_DECIMAL_PRECISION, scale=0)
+            return DecimalType(precision=DEFAULT_DECIMAL_PRECISION, scale=0)
         precision = cur.expect_int("decimal precision")
         scale = cur.expect_int("decimal scale") if cur.accept_punct(",") else 0
         cur.expect_punct(")")
