@@ -144,6 +144,14 @@ class ConfigError(Exception):
         self.key = key
         self.problem = problem
 
+    def __reduce__(self) -> tuple[object, ...]:
+        # Keyword-only arguments: default exception pickling would lose them.
+        return (_rebuild_config_error, (self.path, self.key, self.problem))
+
+
+def _rebuild_config_error(path: Path, key: str | None, problem: str) -> ConfigError:
+    return ConfigError(path=path, key=key, problem=problem)
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class NodeAddress:

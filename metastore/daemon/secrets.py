@@ -89,6 +89,15 @@ class SecretsError(Exception):
         super().__init__(message)
         self.path = path
 
+    def __reduce__(self) -> tuple[object, ...]:
+        # Default exception pickling replays positional args only; `path` is keyword-only.
+        # Picklable errors cross process pools (and Spark) intact.
+        return (_rebuild_secrets_error, (type(self), str(self), self.path))
+
+
+def _rebuild_secrets_error(cls: type[SecretsError], message: str, path: Path) -> SecretsError:
+    return cls(message, path=path)
+
 
 class InsecureSecretsError(SecretsError):
     """A secrets file or directory is accessible by group or others."""
