@@ -139,6 +139,8 @@ class EchoServer:
             "snapshot_index": st.core.snapshot_index,
             "applied_count": len(self.sm.payloads),
             "fsync_seconds_total": self.node.fsync_seconds_total,
+            "wal_fsyncs": st.wal.get("fsyncs", 0),
+            "loop_iterations": self.node.loop_iterations,
             # Peers with an authenticated outbound link: the bench waits for a full mesh
             # before a failover round, so it times the election and not a reconnect.
             "peers_connected": sorted(
