@@ -344,15 +344,20 @@ class RaftNode:
             raise NotLeaderError(self.core.leader)
         if len(self._proposals) >= PROPOSAL_QUEUE_MAX:
             raise QueueFullError(f"{PROPOSAL_QUEUE_MAX} proposals already queued")
-        fut: asyncio.Future[ProposalResult] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[ProposalResult] = loop.create_future()
         self._proposals.append(_Proposal(data=data, future=fut))
         self._wake.set()
+        # One timer handle per call, failing the future itself when it fires: wait_for would
+        # spawn a task per proposal and shield another future, which under load cost more than
+        # the Raft work. A proposal whose future is already done (timed out, or its caller was
+        # cancelled) before the driver reaches it is not appended at all (see _step_inputs);
+        # once appended its outcome is unknown to the caller, as before.
+        timer = loop.call_at(loop.time() + timeout_ms / 1000, _expire_proposal, fut, timeout_ms)
         try:
-            return await asyncio.wait_for(asyncio.shield(fut), timeout_ms / 1000)
-        except TimeoutError:
-            raise ProposalTimeoutError(
-                f"proposal not applied within {timeout_ms} ms; its outcome is unknown"
-            ) from None
+            return await fut
+        finally:
+            timer.cancel()
 
     async def wait_for_safe_time(self, ts: int, *, timeout_ms: int) -> float:
         """Wait until safe time >= ts. Returns the milliseconds waited."""
@@ -676,6 +681,15 @@ class RaftNode:
         if version != 1:
             raise RaftError(f"unknown snapshot format {version}")
         return app_data, _decode_addresses(addresses)
+
+
+def _expire_proposal(fut: asyncio.Future[ProposalResult], timeout_ms: int) -> None:
+    if not fut.done():
+        fut.set_exception(
+            ProposalTimeoutError(
+                f"proposal not applied within {timeout_ms} ms; its outcome is unknown"
+            )
+        )
 
 
 def _stats_dict(wal: WriteAheadLog | None) -> dict[str, Any]:

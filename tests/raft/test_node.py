@@ -1,0 +1,160 @@
+"""The node driver in-process: real WALs (fsync on), real loopback transport, one event loop.
+
+What only the driver decides is tested here: proposals and their results, the proposal
+timeout and cancelled callers. The multi-process kill -9 tests live in test_processes.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import socket
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hlc import HybridClock, SystemClock
+from raft.core.types import Entry, EntryKind
+from raft.node import NodeConfig, ProposalTimeoutError, RaftNode
+
+SECRET = b"s" * 32
+ELECTION_WAIT_S = 10.0
+
+
+class ListStateMachine:
+    def __init__(self) -> None:
+        self.applied: list[bytes] = []
+
+    def apply(self, entry: Entry) -> Any:
+        if entry.kind is EntryKind.NORMAL:
+            self.applied.append(entry.data)
+        return len(self.applied)
+
+    def snapshot(self) -> bytes:
+        return b""
+
+    def restore(self, data: bytes) -> None:
+        self.applied = []
+
+
+def free_ports(count: int) -> list[int]:
+    socks = [socket.socket() for _ in range(count)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+@asynccontextmanager
+async def cluster(
+    tmp_path: Path, size: int, *, election_timeout_ms: int = 150
+) -> AsyncIterator[dict[int, RaftNode]]:
+    ids = list(range(1, size + 1))
+    peers = dict(zip(ids, (("127.0.0.1", p) for p in free_ports(size)), strict=True))
+    nodes = {
+        i: RaftNode(
+            NodeConfig(
+                node_id=i,
+                cluster_id="test",
+                data_dir=tmp_path / f"n{i}",
+                listen_host="127.0.0.1",
+                listen_port=peers[i][1],
+                peers=peers,
+                secret=SECRET,
+                election_timeout_ms=election_timeout_ms,
+            ),
+            ListStateMachine(),
+            clock=HybridClock(SystemClock()),
+            rng=random.Random(i),
+        )
+        for i in ids
+    }
+    for n in nodes.values():
+        await n.start()
+    try:
+        yield nodes
+    finally:
+        for n in nodes.values():
+            await n.stop()
+
+
+async def leader_of(nodes: dict[int, RaftNode]) -> RaftNode:
+    deadline = time.monotonic() + ELECTION_WAIT_S
+    while time.monotonic() < deadline:
+        leaders = [n for n in nodes.values() if n.is_leader()]
+        if len(leaders) == 1 and leaders[0].ready_to_serve:
+            return leaders[0]
+        await asyncio.sleep(0.01)
+    raise AssertionError("no leader elected")
+
+
+def sm(node: RaftNode) -> ListStateMachine:
+    assert isinstance(node.sm, ListStateMachine)
+    return node.sm
+
+
+async def test_concurrent_proposals_apply_once_in_order_with_their_results(
+    tmp_path: Path,
+) -> None:
+    async with cluster(tmp_path, 3) as nodes:
+        leader = await leader_of(nodes)
+        payloads = [b"p%d" % i for i in range(300)]
+        results = await asyncio.gather(*(leader.propose(p) for p in payloads))
+        assert sorted(sm(leader).applied) == sorted(payloads)
+        for p, r in zip(payloads, results, strict=True):
+            # The result is the state machine's return value: the payload's position.
+            assert sm(leader).applied[r.result - 1] == p
+        assert [r.index for r in sorted(results, key=lambda r: r.index)] == sorted(
+            r.index for r in results
+        )
+        assert len({r.index for r in results}) == len(results)
+        tms = [r.tm for r in sorted(results, key=lambda r: r.index)]
+        assert tms == sorted(set(tms)), "Tm strictly increases along the log"
+        # Followers apply the same sequence.
+        deadline = time.monotonic() + ELECTION_WAIT_S
+        while any(sm(n).applied != sm(leader).applied for n in nodes.values()):
+            assert time.monotonic() < deadline, "followers did not catch up"
+            await asyncio.sleep(0.01)
+
+
+async def test_proposal_times_out_without_a_quorum_and_the_node_keeps_working(
+    tmp_path: Path,
+) -> None:
+    # A long election timeout: the leader must still lead (check-quorum has not yet made it
+    # step down) when the proposal goes in.
+    async with cluster(tmp_path, 3, election_timeout_ms=1500) as nodes:
+        leader = await leader_of(nodes)
+        await leader.propose(b"before")
+        for n in nodes.values():
+            if n is not leader:
+                await n.stop()
+        started = time.monotonic()
+        with pytest.raises(ProposalTimeoutError, match="within 200 ms"):
+            await leader.propose(b"stuck", timeout_ms=200)
+        waited = time.monotonic() - started
+        assert 0.19 <= waited < 2.0
+        assert b"stuck" not in sm(leader).applied
+
+
+async def test_a_cancelled_caller_does_not_disturb_other_proposals(tmp_path: Path) -> None:
+    async with cluster(tmp_path, 1) as nodes:
+        leader = await leader_of(nodes)
+        cancelled = asyncio.ensure_future(leader.propose(b"cancelled"))
+        kept = asyncio.ensure_future(leader.propose(b"kept"))
+        cancelled.cancel()
+        result = await kept
+        assert result.result >= 1
+        assert b"kept" in sm(leader).applied
+        with pytest.raises(asyncio.CancelledError):
+            await cancelled
+        # The timer of a finished proposal is cancelled: nothing fires later.
+        await leader.propose(b"after", timeout_ms=50)
+        await asyncio.sleep(0.1)
+        assert sm(leader).applied[-1] == b"after"
