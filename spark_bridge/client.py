@@ -529,12 +529,18 @@ class MetastoreClient:
         last_server_error: MetastoreError | None = None
         connection_failed = False
         try:
-            async with asyncio.timeout(budget_ms / 1000):
+            async with asyncio.timeout(budget_ms / 1000) as deadline:
                 next_endpoint: str | None = None
                 for attempt in range(attempts_max):
                     if next_endpoint is None:
                         if attempt and attempt % len(order) == 0:
-                            await asyncio.sleep(self._backoff_ms(attempt // len(order)) / 1000)
+                            pause_s = self._backoff_ms(attempt // len(order)) / 1000
+                            left_s = (deadline.when() or 0) - asyncio.get_running_loop().time()
+                            if pause_s >= left_s:
+                                # No time for another round: report what the nodes said rather
+                                # than a bare timeout.
+                                break
+                            await asyncio.sleep(pause_s)
                         next_endpoint = order[attempt % len(order)]
                     target, next_endpoint = next_endpoint, None
                     try:
