@@ -1,0 +1,17 @@
+"""The `metastore` command line (click), shaped like etcdctl.
+
+Codemap
+    main        the root group: global options (each also a METASTORE_* variable), the error
+                line and exit code for every typed failure; `python -m cli.main` / `metastore`.
+    context     global options -> endpoints, token and the shared `SyncMetastoreClient`.
+    errors      exit codes by kind of failure, `CliError`, the `Error: CODE: message` line.
+    output      `-o json` (one document) and `-o table` (rich tables, no colour off a TTY).
+    cluster     cluster init / up / down / status / add-node / promote-node / remove-node /
+                transfer-leader.
+    processes   local node processes for up/down: pid files, SIGTERM then SIGKILL, never by name.
+    node        node start (imports the daemon lazily).
+    sql, table, ns, safe_time   the catalog commands.
+
+Invariant: commands parse, call the library (`spark_bridge.client`, `metastore.daemon.config`,
+`metastore.daemon.secrets`) and print. Nothing here talks the protocol or interprets the catalog.
+"""

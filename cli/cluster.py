@@ -1,0 +1,413 @@
+"""`metastore cluster ...`: create a cluster's config, start/stop it locally, inspect it, and
+change its membership."""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from pathlib import Path
+from typing import Any, Final
+
+import click
+from rich.console import RenderableType
+
+from cli import processes
+from cli.context import LOCAL_CONFIG_DIR, App, app
+from cli.errors import EXIT_REFUSED, EXIT_UNAVAILABLE, EXIT_USAGE, CliError
+from cli.output import (
+    emit,
+    end_progress,
+    endpoint_results_doc,
+    kv_table,
+    progress,
+    rows_table,
+    ts_cell,
+)
+from metastore.daemon.config import (
+    CLUSTER_FILE_NAME,
+    DEFAULT_BASE_PORT,
+    NODES_MAX,
+    NODES_MIN,
+    ClusterConfig,
+    load_cluster_config,
+    node_file_name,
+    node_layout,
+    render_cluster_toml,
+    render_node_toml,
+)
+from metastore.daemon.secrets import Role, ensure_secrets, read_token_file
+from spark_bridge.client import EndpointResult, SyncMetastoreClient
+
+# `cluster up`: how long to wait for a ready leader, and how often to look.
+UP_WAIT_MS_DEFAULT: Final = 30_000
+UP_WAIT_MS_MAX: Final = 10 * 60 * 1000
+UP_POLL_INTERVAL_MS: Final = 200
+# Each status probe during `cluster up` is short: a node that is still starting refuses fast.
+UP_PROBE_TIMEOUT_MS: Final = 1_000
+# Lines written to a cluster config dir's .gitignore: node data and secrets are never committed.
+CONFIG_GITIGNORE: Final = "# Node data, logs and secrets: never commit these.\ndata/\nsecrets/\n"
+_CLUSTER_ID_UNSAFE: Final = re.compile(r"[^A-Za-z0-9._-]+")
+
+CONFIG_DIR_OPTION_HELP = "Directory holding cluster.toml and nodeN.toml."
+
+
+@click.group("cluster")
+def cluster() -> None:
+    """Create, start, stop and inspect a cluster; change its membership."""
+
+
+# ---- init ------------------------------------------------------------------------------------
+
+
+@cluster.command("init")
+@click.argument("directory", type=click.Path(file_okay=False, path_type=Path))
+@click.option(
+    "--nodes", "count", type=click.IntRange(NODES_MIN, NODES_MAX), default=3, help="Members."
+)
+@click.option("--host", default="127.0.0.1", help="Host every member listens on.")
+@click.option(
+    "--base-port",
+    type=click.IntRange(0, 65_535),
+    default=DEFAULT_BASE_PORT,
+    help="Node N listens on BASE+N (Raft), BASE+100+N (clients), BASE+200+N (metrics).",
+)
+@click.option(
+    "--cluster-id", help="Cluster id shared by every member. Default: the directory's name."
+)
+@click.option("--force", is_flag=True, help="Overwrite existing cluster.toml / nodeN.toml.")
+@click.pass_context
+def cluster_init(
+    ctx: click.Context,
+    directory: Path,
+    count: int,
+    host: str,
+    base_port: int,
+    cluster_id: str | None,
+    force: bool,
+) -> None:
+    """Write DIRECTORY/cluster.toml and nodeN.toml for a cluster on one host, and create its
+    secrets (DIRECTORY/secrets: peer secret, tokens.json with token hashes, and the admin,
+    writer and reader tokens, all mode 0600).
+
+    Existing secrets are kept, also with --force.
+
+    \b
+    Example:
+      metastore cluster init /tmp/ms --nodes 3 --base-port 25100
+    """
+    a = app(ctx)
+    cid = cluster_id if cluster_id is not None else _default_cluster_id(directory)
+    try:
+        layout = node_layout(count, host=host, base_port=base_port)
+    except ValueError as exc:
+        raise CliError("USAGE", str(exc), exit_code=EXIT_USAGE) from None
+    files = {CLUSTER_FILE_NAME: render_cluster_toml(cluster_id=cid, nodes=layout)}
+    for n in layout:
+        files[node_file_name(n.id)] = render_node_toml(n.id)
+    existing = sorted(name for name in files if (directory / name).exists())
+    if existing and not force:
+        raise CliError(
+            "ALREADY_EXISTS",
+            f"{directory} already has {', '.join(existing)}; pass --force to overwrite",
+            exit_code=EXIT_REFUSED,
+        )
+    directory.mkdir(parents=True, exist_ok=True)
+    # Validate the rendered cluster file with the real loader before anything is replaced.
+    staged = directory / f".{CLUSTER_FILE_NAME}.{os.getpid()}.tmp"
+    staged.write_text(files[CLUSTER_FILE_NAME])
+    try:
+        config = load_cluster_config(staged)
+    except BaseException:
+        staged.unlink(missing_ok=True)
+        raise
+    for name, text in files.items():
+        if name == CLUSTER_FILE_NAME:
+            os.replace(staged, directory / name)
+        else:
+            (directory / name).write_text(text)
+    gitignore = directory / ".gitignore"
+    if not gitignore.exists():
+        gitignore.write_text(CONFIG_GITIGNORE)
+    secrets = ensure_secrets(config.secrets_dir)
+    doc = {
+        "directory": str(directory),
+        "cluster_id": cid,
+        "files": [str(directory / name) for name in files],
+        "secrets_dir": str(config.secrets_dir),
+        "token_files": {r.wire_name: str(secrets.token_file(r)) for r in Role},
+        "endpoints": config.client_endpoints(),
+    }
+
+    def tables() -> list[RenderableType]:
+        nodes = rows_table(
+            ["node", "raft", "client", "metrics"],
+            [[n.id, n.raft_address, n.client_address, n.metrics_address] for n in layout],
+            title=f"cluster {cid!r} in {directory}",
+        )
+        info = kv_table(
+            {
+                "files": ", ".join(files),
+                "secrets_dir": doc["secrets_dir"],
+                "admin token": doc["token_files"]["admin"],  # type: ignore[index]
+            }
+        )
+        return [nodes, info]
+
+    emit(a.output, doc, tables)
+
+
+def _default_cluster_id(directory: Path) -> str:
+    name = _CLUSTER_ID_UNSAFE.sub("-", directory.absolute().name).strip("-._")
+    return name or "metastore"
+
+
+# ---- up / down -------------------------------------------------------------------------------
+
+
+_config_dir_option = click.option(
+    "--config",
+    "config_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=LOCAL_CONFIG_DIR,
+    help=CONFIG_DIR_OPTION_HELP,
+)
+
+
+@cluster.command("up")
+@_config_dir_option
+@click.option(
+    "--wait-ms",
+    type=click.IntRange(0, UP_WAIT_MS_MAX),
+    default=UP_WAIT_MS_DEFAULT,
+    help="How long to wait for a ready leader (0: do not wait).",
+)
+@click.pass_context
+def cluster_up(ctx: click.Context, config_dir: Path, wait_ms: int) -> None:
+    """Start every node of the cluster in CONFIG as background processes and wait until a
+    leader is ready.
+
+    Each node runs `python -m cli.main node start --config CONFIG/nodeN.toml` in its own
+    session, logs to DATA_DIR/node-N/node.log and records its PID in DATA_DIR/node-N/node.pid.
+    Refuses to start anything if a node is already running. Stop them with `cluster down`.
+    """
+    a = app(ctx)
+    config = load_cluster_config(config_dir / CLUSTER_FILE_NAME)
+    running = {
+        n.id: pid
+        for n in config.nodes
+        if (pid := processes.running_node_pid(config.node_pid_file(n.id))) is not None
+    }
+    if running:
+        listed = ", ".join(f"node {n} (pid {p})" for n, p in sorted(running.items()))
+        raise CliError(
+            "ALREADY_RUNNING",
+            f"{listed} already running; stop the cluster first: metastore cluster down --config "
+            f"{config_dir}",
+            exit_code=EXIT_REFUSED,
+        )
+    secrets = ensure_secrets(config.secrets_dir)
+    started = [
+        processes.start_node(
+            n.id,
+            processes.node_command(config_dir, config, n.id),
+            data_dir=config.node_data_dir(n.id),
+            log_file=config.node_log_file(n.id),
+            pid_file=config.node_pid_file(n.id),
+        )
+        for n in config.nodes
+    ]
+    if wait_ms == 0:
+        doc = {"started": {str(s.node_id): s.pid for s in started}}
+        emit(a.output, doc, lambda: [kv_table({f"node {s.node_id}": s.pid for s in started})])
+        return
+    token = a.resolve_token() if (a.token or a.token_file) else None
+    if token is None:
+        token = read_token_file(secrets.token_file(Role.ADMIN))
+    with SyncMetastoreClient(
+        config.client_endpoints(), token, timeout_ms=UP_PROBE_TIMEOUT_MS, client_name="metastore-up"
+    ) as client:
+        results = _wait_for_leader(client, started, config, wait_ms)
+    emit(a.output, endpoint_results_doc(results), lambda: [_status_table(results)])
+
+
+def _wait_for_leader(
+    client: SyncMetastoreClient,
+    started: list[processes.StartedNode],
+    config: ClusterConfig,
+    wait_ms: int,
+) -> list[EndpointResult]:
+    begin = time.monotonic()
+    deadline = begin + wait_ms / 1000
+    shown = ""
+    while True:
+        results = client.status_all()
+        if any(
+            r.result is not None and r.result.get("role") == "leader" and r.result.get("ready")
+            for r in results
+        ):
+            end_progress()
+            return results
+        dead = [s for s in started if s.process.poll() is not None]
+        if dead:
+            end_progress()
+            first = dead[0]
+            tail = processes.log_tail(first.log_file)
+            raise CliError(
+                "NODE_EXITED",
+                f"node {first.node_id} (pid {first.pid}) exited with code "
+                f"{first.process.returncode}; see {first.log_file}. Stop the others with: "
+                f"metastore cluster down --config {config.path.parent}"
+                + (f"\n--- last lines of {first.log_file} ---\n{tail}" if tail else ""),
+            )
+        elapsed_s = time.monotonic() - begin
+        if time.monotonic() >= deadline:
+            end_progress()
+            raise CliError(
+                "NOT_READY",
+                f"no ready leader after {elapsed_s:.1f} s; node logs: "
+                + ", ".join(str(s.log_file) for s in started),
+                exit_code=EXIT_UNAVAILABLE,
+                details={"status": _short_status(results)},
+            )
+        short = _short_status(results)
+        progress(f"waiting for a ready leader ({elapsed_s:.1f} s): {short}", changed=short != shown)
+        shown = short
+        time.sleep(UP_POLL_INTERVAL_MS / 1000)
+
+
+def _short_status(results: list[EndpointResult]) -> str:
+    parts = []
+    for r in results:
+        if r.result is not None:
+            ready = "ready" if r.result.get("ready") else "not ready"
+            parts.append(f"{r.endpoint} {r.result.get('role')} {ready}")
+        elif r.error is not None:
+            parts.append(f"{r.endpoint} {r.error.code.value}")
+    return ", ".join(parts)
+
+
+@cluster.command("down")
+@_config_dir_option
+@click.option(
+    "--grace-ms",
+    type=click.IntRange(0, processes.STOP_GRACE_MS_MAX),
+    default=processes.STOP_GRACE_MS_DEFAULT,
+    help="Time between SIGTERM and SIGKILL.",
+)
+@click.pass_context
+def cluster_down(ctx: click.Context, config_dir: Path, grace_ms: int) -> None:
+    """Stop the nodes started by `cluster up`: SIGTERM to the PID in each pid file, then
+    SIGKILL after --grace-ms. Pid files are removed. Processes are never looked up by name."""
+    a = app(ctx)
+    config = load_cluster_config(config_dir / CLUSTER_FILE_NAME)
+    results = processes.stop_nodes(
+        {n.id: config.node_pid_file(n.id) for n in config.nodes}, grace_ms=grace_ms
+    )
+    doc = [{"node_id": r.node_id, "pid": r.pid, "outcome": r.outcome} for r in results]
+    rows = [[r.node_id, r.pid, r.outcome] for r in results]
+    emit(a.output, doc, lambda: [rows_table(["node", "pid", "outcome"], rows)])
+    if any(r.outcome == "still running" for r in results):
+        ctx.exit(1)
+
+
+# ---- status ----------------------------------------------------------------------------------
+
+
+@cluster.command("status")
+@click.pass_context
+def cluster_status(ctx: click.Context) -> None:
+    """Ask every endpoint for its status: Raft role, term, leader, commit/applied index, safe
+    time and its lag, and whether it is ready to serve. Exits with 3 if any did not answer."""
+    a = app(ctx)
+    results = a.client().status_all()
+    emit(a.output, endpoint_results_doc(results), lambda: [_status_table(results)])
+    if not all(r.ok for r in results):
+        ctx.exit(EXIT_UNAVAILABLE)
+
+
+def _status_table(results: list[EndpointResult]) -> RenderableType:
+    rows = []
+    for r in results:
+        if r.result is not None:
+            s = r.result
+            rows.append(
+                [
+                    r.endpoint,
+                    s.get("node_id"),
+                    s.get("role"),
+                    s.get("term"),
+                    s.get("leader"),
+                    f"{s.get('commit_index')}/{s.get('applied_index')}",
+                    ts_cell(s.get("safe_time")),
+                    s.get("lag_ms"),
+                    s.get("ready"),
+                    "",
+                ]
+            )
+        elif r.error is not None:
+            error = f"{r.error.code.value}: {r.error.message}"
+            rows.append([r.endpoint, None, None, None, None, None, "-", None, None, error])
+    columns = [
+        "endpoint",
+        "node",
+        "role",
+        "term",
+        "leader",
+        "commit/applied",
+        "safe time",
+        "lag ms",
+        "ready",
+        "error",
+    ]
+    return rows_table(columns, rows)
+
+
+# ---- membership ------------------------------------------------------------------------------
+
+
+def _membership_result(a: App, result: dict[str, Any]) -> None:
+    emit(a.output, result, lambda: [kv_table(result)])
+
+
+@cluster.command("add-node")
+@click.argument("node_id", type=click.IntRange(min=1))
+@click.argument("raft_addr", metavar="RAFT_ADDR")
+@click.option("--voter", is_flag=True, help="Add as a voter at once instead of as a learner.")
+@click.pass_context
+def cluster_add_node(ctx: click.Context, node_id: int, raft_addr: str, voter: bool) -> None:
+    """Add node NODE_ID, whose Raft peer address is RAFT_ADDR (host:port).
+
+    By default it joins as a learner (receives the log, does not vote); promote it with
+    `cluster promote-node` once it has caught up. Start the new node with the same cluster
+    secret first.
+    """
+    a = app(ctx)
+    _membership_result(a, a.client().add_node(node_id, raft_addr, learner=not voter))
+
+
+@cluster.command("promote-node")
+@click.argument("node_id", type=click.IntRange(min=1))
+@click.pass_context
+def cluster_promote_node(ctx: click.Context, node_id: int) -> None:
+    """Make learner NODE_ID a voter."""
+    a = app(ctx)
+    _membership_result(a, a.client().promote_node(node_id))
+
+
+@cluster.command("remove-node")
+@click.argument("node_id", type=click.IntRange(min=1))
+@click.pass_context
+def cluster_remove_node(ctx: click.Context, node_id: int) -> None:
+    """Remove NODE_ID from the cluster (one member at a time)."""
+    a = app(ctx)
+    _membership_result(a, a.client().remove_node(node_id))
+
+
+@cluster.command("transfer-leader")
+@click.argument("node_id", type=click.IntRange(min=1))
+@click.pass_context
+def cluster_transfer_leader(ctx: click.Context, node_id: int) -> None:
+    """Hand leadership to voter NODE_ID (e.g. before restarting the current leader)."""
+    a = app(ctx)
+    _membership_result(a, a.client().transfer_leader(node_id))

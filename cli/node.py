@@ -1,0 +1,52 @@
+"""`metastore node start`: run one node in the foreground."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from cli.errors import CliError
+from metastore.daemon.config import load_node_config
+
+# The module the daemon lives in; imported only when a node is started so every other command
+# works without it (and without its dependencies being importable).
+DAEMON_MODULE = "metastore.daemon.node"
+
+
+@click.group("node")
+def node() -> None:
+    """Run a node of the cluster (normally via `metastore cluster up` or a service manager)."""
+
+
+@node.command("start")
+@click.option(
+    "--config",
+    "config_path",
+    required=True,
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="A node file (nodeN.toml), or a cluster file (cluster.toml) together with --node-id.",
+)
+@click.option(
+    "--node-id", type=click.IntRange(min=1), help="Which member to run (with a cluster file)."
+)
+@click.pass_context
+def node_start(ctx: click.Context, config_path: Path, node_id: int | None) -> None:
+    """Run one node in the foreground until SIGTERM/SIGINT.
+
+    The configuration is validated before anything starts. Secrets are created on first start
+    in the cluster's secrets_dir (0700, files 0600).
+    """
+    # Validate first: a bad config is reported the same way whether or not the daemon exists.
+    load_node_config(config_path, node_id)
+    try:
+        from metastore.daemon.node import run_node  # lazily: see DAEMON_MODULE
+    except ModuleNotFoundError as exc:
+        if exc.name not in (DAEMON_MODULE, "metastore.daemon"):
+            raise
+        raise CliError(
+            "DAEMON_UNAVAILABLE",
+            f"this build has no metastore daemon ({DAEMON_MODULE}.run_node is missing); "
+            "the node cannot start",
+        ) from None
+    ctx.exit(run_node(config_path, node_id))

@@ -1,0 +1,48 @@
+"""`metastore ns list|create|drop`: namespaces."""
+
+from __future__ import annotations
+
+import click
+
+from cli.context import app
+from cli.output import emit, kv_table, rows_table
+
+
+@click.group("ns")
+def ns() -> None:
+    """List, create and drop namespaces (Spark databases)."""
+
+
+@ns.command("list")
+@click.pass_context
+def ns_list(ctx: click.Context) -> None:
+    """List every namespace with its comment and properties."""
+    a = app(ctx)
+    result = a.client().list_namespaces()
+    namespaces = result.get("namespaces", [])
+    rows = [[n.get("name"), n.get("comment"), n.get("properties") or {}] for n in namespaces]
+    emit(a.output, result, lambda: [rows_table(["namespace", "comment", "properties"], rows)])
+
+
+@ns.command("create")
+@click.argument("name")
+@click.option("--comment", help="A comment stored with the namespace.")
+@click.option("--if-not-exists", is_flag=True, help="Succeed if it exists already.")
+@click.pass_context
+def ns_create(ctx: click.Context, name: str, comment: str | None, if_not_exists: bool) -> None:
+    """Create namespace NAME (CREATE NAMESPACE)."""
+    a = app(ctx)
+    result = a.client().create_namespace(name, comment=comment, if_not_exists=if_not_exists)
+    emit(a.output, result, lambda: [kv_table(result)])
+
+
+@ns.command("drop")
+@click.argument("name")
+@click.option("--if-exists", is_flag=True, help="Succeed if it does not exist.")
+@click.option("--cascade", is_flag=True, help="Also drop the tables in it.")
+@click.pass_context
+def ns_drop(ctx: click.Context, name: str, if_exists: bool, cascade: bool) -> None:
+    """Drop namespace NAME (DROP NAMESPACE). Refused if it holds tables, unless --cascade."""
+    a = app(ctx)
+    result = a.client().drop_namespace(name, if_exists=if_exists, cascade=cascade)
+    emit(a.output, result, lambda: [kv_table(result)])

@@ -1,0 +1,210 @@
+"""Starting and stopping local node processes for `cluster up` / `cluster down`.
+
+A node is started as `python -m cli.main node start --config <nodeN.toml>` in a new session
+(so a Ctrl-C in the starting terminal does not reach it), with stdout and stderr appended to its
+log file, and its PID written to a pid file in its data directory. Stopping signals exactly that
+PID: SIGTERM, a bounded wait, then SIGKILL. Nothing is ever killed by name.
+
+A pid file can outlive its process, and the PID can then be reused by an unrelated program. Before
+treating a PID as our node we check (where /proc exists) that its command line is a `node start`;
+otherwise the pid file is stale and is removed without signalling anyone.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+from metastore.daemon.config import ClusterConfig, node_file_name
+
+# How long `cluster down` waits after SIGTERM before SIGKILL, and after SIGKILL before giving up.
+STOP_GRACE_MS_DEFAULT: Final = 10_000
+STOP_GRACE_MS_MAX: Final = 5 * 60 * 1000
+KILL_WAIT_MS: Final = 3_000
+POLL_INTERVAL_MS: Final = 50
+# A pid file holds one decimal PID; anything longer is not ours.
+PID_FILE_BYTES_MAX: Final = 32
+LOG_TAIL_LINES: Final = 20
+LOG_TAIL_BYTES_MAX: Final = 16 * 1024
+# The words that identify our node processes in /proc/<pid>/cmdline.
+_NODE_CMDLINE_MARKERS: Final = (b"cli.main", b"node", b"start")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StartedNode:
+    node_id: int
+    pid: int
+    log_file: Path
+    process: subprocess.Popen[bytes]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StopResult:
+    node_id: int
+    pid: int | None
+    outcome: str  # stopped | killed | not running | stale pid file | still running
+
+
+def node_command(config_dir: Path, cluster: ClusterConfig, node_id: int) -> list[str]:
+    """The argv that runs node `node_id` in the foreground."""
+    node_file = config_dir / node_file_name(node_id)
+    if node_file.exists():
+        return [sys.executable, "-m", "cli.main", "node", "start", "--config", str(node_file)]
+    return [
+        sys.executable,
+        "-m",
+        "cli.main",
+        "node",
+        "start",
+        "--config",
+        str(cluster.path),
+        "--node-id",
+        str(node_id),
+    ]
+
+
+def read_pid(pid_file: Path) -> int | None:
+    """The PID in `pid_file`, or None if there is no (readable, well-formed) pid file."""
+    try:
+        text = pid_file.read_bytes()[: PID_FILE_BYTES_MAX + 1]
+    except FileNotFoundError:
+        return None
+    stripped = text.strip()
+    if len(text) > PID_FILE_BYTES_MAX or not stripped.isdigit():
+        return None
+    pid = int(stripped)
+    return pid if pid > 0 else None
+
+
+def is_alive(pid: int) -> bool:
+    """Whether `pid` is a running process. An exited child not yet reaped (a zombie) is not
+    running; it is left for its parent to reap, so this check has no side effects."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # exists, owned by someone else
+    try:
+        stat_text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True  # no /proc (macOS): kill(0) is all we know
+    # The state follows the parenthesised command name, which may itself contain ')'.
+    state = stat_text.rpartition(")")[2].split()[:1]
+    return state != ["Z"]
+
+
+def looks_like_node(pid: int) -> bool:
+    """Whether `pid` runs `... cli.main node start ...` (True if that cannot be checked)."""
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return True
+    args = cmdline.split(b"\0")
+    return all(marker in args for marker in _NODE_CMDLINE_MARKERS)
+
+
+def running_node_pid(pid_file: Path) -> int | None:
+    """The PID of our node recorded in `pid_file` if that process is alive and is our node."""
+    pid = read_pid(pid_file)
+    if pid is None or not is_alive(pid) or not looks_like_node(pid):
+        return None
+    return pid
+
+
+def start_node(
+    node_id: int, command: list[str], *, data_dir: Path, log_file: Path, pid_file: Path
+) -> StartedNode:
+    """Start one node in the background (see the module docstring) and record its PID."""
+    data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    env = dict(os.environ)
+    env["PYTHONUNBUFFERED"] = "1"
+    with log_file.open("ab") as log:
+        process = subprocess.Popen(
+            command,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            close_fds=True,
+            env=env,
+        )
+    write_pid_file(pid_file, process.pid)
+    return StartedNode(node_id=node_id, pid=process.pid, log_file=log_file, process=process)
+
+
+def write_pid_file(pid_file: Path, pid: int) -> None:
+    # Write-then-rename: a reader never sees a half-written PID.
+    tmp = pid_file.with_name(f".{pid_file.name}.{os.getpid()}.tmp")
+    tmp.write_text(f"{pid}\n")
+    os.replace(tmp, pid_file)
+
+
+def stop_nodes(pid_files: dict[int, Path], *, grace_ms: int) -> list[StopResult]:
+    """SIGTERM every live node, wait up to `grace_ms`, SIGKILL the rest; remove pid files."""
+    results: dict[int, StopResult] = {}
+    signalled: dict[int, int] = {}
+    for node_id, pid_file in pid_files.items():
+        pid = read_pid(pid_file)
+        if pid is None or not is_alive(pid):
+            outcome = "not running"
+        elif not looks_like_node(pid):
+            outcome = "stale pid file"
+        else:
+            try:
+                os.kill(pid, signal.SIGTERM)
+            except ProcessLookupError:
+                outcome = "not running"
+            else:
+                signalled[node_id] = pid
+                continue
+        results[node_id] = StopResult(node_id=node_id, pid=pid, outcome=outcome)
+    remaining = _wait_gone(signalled, grace_ms)
+    for node_id, pid in signalled.items():
+        if node_id not in remaining:
+            results[node_id] = StopResult(node_id=node_id, pid=pid, outcome="stopped")
+    for pid in remaining.values():
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    still = _wait_gone(remaining, KILL_WAIT_MS)
+    for node_id, pid in remaining.items():
+        outcome = "still running" if node_id in still else "killed"
+        results[node_id] = StopResult(node_id=node_id, pid=pid, outcome=outcome)
+    for node_id, pid_file in pid_files.items():
+        if results[node_id].outcome != "still running":
+            with contextlib.suppress(FileNotFoundError):
+                pid_file.unlink()
+    return [results[n] for n in sorted(results)]
+
+
+def _wait_gone(pids: dict[int, int], wait_ms: int) -> dict[int, int]:
+    """Poll until every PID has exited or `wait_ms` passed; return those still alive."""
+    deadline = time.monotonic() + wait_ms / 1000
+    alive = dict(pids)
+    while alive:
+        alive = {n: p for n, p in alive.items() if is_alive(p)}
+        if not alive or time.monotonic() >= deadline:
+            break
+        time.sleep(POLL_INTERVAL_MS / 1000)
+    return alive
+
+
+def log_tail(log_file: Path) -> str:
+    """The last lines of a node's log, to show why it did not start."""
+    try:
+        with log_file.open("rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - LOG_TAIL_BYTES_MAX))
+            data = f.read()
+    except OSError:
+        return ""
+    lines = data.decode("utf-8", errors="replace").splitlines()
+    return "\n".join(lines[-LOG_TAIL_LINES:])

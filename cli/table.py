@@ -1,0 +1,92 @@
+"""`metastore table list|describe|history`: tables and their schema versions."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+from rich.console import RenderableType
+
+from cli.context import TIMESTAMP, app
+from cli.output import emit, kv_table, rows_table, ts_cell
+
+AS_OF_HELP = (
+    "Read as of this time: HLC integer, ISO-8601 (2026-11-22T10:00:00Z), relative (-5m) or now."
+)
+
+
+@click.group("table")
+def table() -> None:
+    """List tables, describe a table's schema (now or AS OF), show its version history."""
+
+
+@table.command("list")
+@click.argument("namespace")
+@click.option("--as-of", type=TIMESTAMP, help=AS_OF_HELP)
+@click.pass_context
+def table_list(ctx: click.Context, namespace: str, as_of: int | None) -> None:
+    """List the tables of NAMESPACE."""
+    a = app(ctx)
+    result = a.client().list_tables(namespace, as_of=as_of)
+    rows = [[name] for name in result.get("tables", [])]
+    emit(a.output, result, lambda: [rows_table(["table"], rows)])
+
+
+@table.command("describe")
+@click.argument("name", metavar="NS.TABLE")
+@click.option("--as-of", type=TIMESTAMP, help=AS_OF_HELP)
+@click.pass_context
+def table_describe(ctx: click.Context, name: str, as_of: int | None) -> None:
+    """Show the schema of NS.TABLE in force now (or at --as-of) and its metadata."""
+    a = app(ctx)
+    result = a.client().describe(name, as_of=as_of)
+    emit(a.output, result, lambda: _describe_tables(result))
+
+
+def _describe_tables(result: dict[str, Any]) -> list[RenderableType]:
+    header = {k: v for k, v in result.items() if k != "schema"}
+    schema = result.get("schema") or {}
+    if isinstance(schema, dict) and "ddl" in schema:
+        header["schema ddl"] = schema["ddl"]
+    return [kv_table(header), _columns_table(schema)]
+
+
+def _columns_table(schema: object) -> RenderableType:
+    columns = schema.get("columns", []) if isinstance(schema, dict) else []
+    rows = [
+        [
+            c.get("field_id"),
+            c.get("name"),
+            c.get("type"),
+            c.get("nullable"),
+            c.get("default"),
+            c.get("comment"),
+        ]
+        for c in columns
+    ]
+    return rows_table(["id", "column", "type", "nullable", "default", "comment"], rows)
+
+
+@table.command("history")
+@click.argument("name", metavar="NS.TABLE")
+@click.pass_context
+def table_history(ctx: click.Context, name: str) -> None:
+    """Show every schema version of NS.TABLE: when it was made (Tm), when it activated (Tu),
+    what changed, and the schema."""
+    a = app(ctx)
+    result = a.client().history(name)
+    rows = [
+        [
+            v.get("version"),
+            ts_cell(v.get("tm")),
+            ts_cell(v.get("tu")),
+            v.get("change"),
+            (v.get("schema") or {}).get("ddl"),
+        ]
+        for v in result.get("versions", [])
+    ]
+    emit(
+        a.output,
+        result,
+        lambda: [rows_table(["version", "tm", "tu (active from)", "change", "schema"], rows)],
+    )

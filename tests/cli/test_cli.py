@@ -1,0 +1,608 @@
+"""The `metastore` CLI through click's CliRunner: cluster init, output formats, the requests each
+command sends (to a fake node on a real socket), error lines and exit codes, defaults and
+environment variables, and the local process lifecycle (pid files, SIGTERM, SIGKILL)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import stat
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import click
+import pytest
+from click.testing import CliRunner, Result
+
+from cli.errors import EXIT_CODE_BY_ERROR
+from cli.main import cli
+from hlc import SystemClock, make_ts, parse_ts
+from metastore.daemon.config import (
+    NodeAddress,
+    load_cluster_config,
+    render_cluster_toml,
+)
+from metastore.daemon.secrets import Role, ensure_secrets, read_token_file
+from metastore.errors import (
+    ErrorCode,
+    ForbiddenError,
+    InternalError,
+    InvalidDdlError,
+    MetastoreError,
+    NotReadyError,
+    TableNotFoundError,
+)
+from tests.client.fake_node import TOKEN, ThreadedFakeNode
+from tests.client.test_client import dead_endpoint
+
+REPO = Path(__file__).resolve().parents[2]
+
+DESCRIBE = {
+    "table": "sales.orders",
+    "version": 2,
+    "tm": make_ts(1_790_000_000_000),
+    "tu": make_ts(1_790_000_000_500),
+    "schema": {
+        "columns": [
+            {
+                "field_id": 1,
+                "name": "id",
+                "type": "BIGINT",
+                "nullable": False,
+                "comment": "pk",
+                "default": None,
+            },
+            {
+                "field_id": 2,
+                "name": "amount",
+                "type": "DECIMAL(10,2)",
+                "nullable": True,
+                "comment": None,
+                "default": None,
+            },
+        ],
+        "ddl": "`id` BIGINT NOT NULL COMMENT 'pk', `amount` DECIMAL(10,2)",
+    },
+    "properties": {},
+    "comment": None,
+    "created_tm": make_ts(1_790_000_000_000),
+    "dropped_tm": None,
+    "versions": 2,
+}
+
+RESULTS: dict[str, dict[str, Any]] = {
+    "describe": DESCRIBE,
+    "history": {
+        "versions": [
+            {
+                "version": 1,
+                "tm": 1,
+                "tu": 2,
+                "change": "CREATE TABLE",
+                "schema": {"columns": [], "ddl": "`id` BIGINT"},
+            },
+            {
+                "version": 2,
+                "tm": 3,
+                "tu": 4,
+                "change": "ADD COLUMN amount",
+                "schema": {"columns": [], "ddl": "`id` BIGINT, `amount` DECIMAL(10,2)"},
+            },
+        ]
+    },
+    "list_tables": {"tables": ["sales.orders", "sales.refunds"]},
+    "list_namespaces": {"namespaces": [{"name": "sales", "comment": "money", "properties": {}}]},
+    "ddl": {
+        "statement": "AlterTable",
+        "table": "sales.orders",
+        "version": 3,
+        "tm": 5,
+        "tu": 6,
+        "waited_ms": 1000.25,
+        "deduplicated": False,
+    },
+    "status": {
+        "node_id": 1,
+        "role": "leader",
+        "term": 4,
+        "leader": 1,
+        "commit_index": 10,
+        "applied_index": 10,
+        "safe_time": make_ts(1_790_000_000_000),
+        "lag_ms": 12,
+        "ready": True,
+    },
+    "safe_time": {
+        "node_id": 1,
+        "safe_time": make_ts(1_790_000_000_000),
+        "now": 0,
+        "lag_ms": 3,
+        "ready": True,
+    },
+    "add_node": {"index": 42},
+    "remove_node": {"index": 43},
+    "promote_node": {"index": 44},
+    "transfer_leader": {"leader": 2},
+}
+
+
+async def canned(op: str, args: dict[str, Any]) -> dict[str, Any]:
+    return RESULTS[op]
+
+
+@pytest.fixture
+def fake() -> Iterator[ThreadedFakeNode]:
+    with ThreadedFakeNode(handler=canned) as node:
+        yield node
+
+
+@pytest.fixture(autouse=True)
+def _isolated_cwd(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # No test may pick up the repository's local cluster defaults by accident.
+    monkeypatch.chdir(tmp_path)
+    for name in list(os.environ):
+        if name.startswith("METASTORE_"):
+            monkeypatch.delenv(name)
+
+
+def run(*args: str, env: dict[str, str] | None = None) -> Result:
+    result = CliRunner().invoke(cli, list(args), env=env, prog_name="metastore")
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        raise result.exception
+    return result
+
+
+def against(node: ThreadedFakeNode, *args: str) -> Result:
+    return run("--endpoints", node.endpoint, "--token", TOKEN, *args)
+
+
+def sent(node: ThreadedFakeNode) -> list[tuple[str, dict[str, Any]]]:
+    return [(op, a) for _, op, a in node.node.requests]
+
+
+# ---- cluster init ----------------------------------------------------------------------------
+
+
+def test_init_writes_a_loadable_cluster_and_private_secrets(tmp_path: Path) -> None:
+    d = tmp_path / "ms"
+    result = run(
+        "-o", "json", "cluster", "init", str(d), "--base-port", "26100", "--cluster-id", "t1"
+    )
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    assert doc["cluster_id"] == "t1"
+    assert doc["endpoints"] == ["127.0.0.1:26201", "127.0.0.1:26202", "127.0.0.1:26203"]
+    cfg = load_cluster_config(d / "cluster.toml")
+    assert [n.raft_port for n in cfg.nodes] == [26101, 26102, 26103]
+    for i in (1, 2, 3):
+        assert (d / f"node{i}.toml").exists()
+    assert stat.S_IMODE((d / "secrets").stat().st_mode) == 0o700
+    for p in (d / "secrets").iterdir():
+        assert stat.S_IMODE(p.stat().st_mode) == 0o600
+    assert doc["token_files"]["admin"] == str(d / "secrets" / "admin.token")
+    assert "secrets/" in (d / ".gitignore").read_text()
+
+
+def test_init_table_output(tmp_path: Path) -> None:
+    result = run("cluster", "init", str(tmp_path / "x"), "--nodes", "1", "--host", "10.1.2.3")
+    assert result.exit_code == 0
+    assert "10.1.2.3:24201" in result.stdout
+    assert "NODE" in result.stdout and "\x1b[" not in result.stdout  # no colour off a TTY
+
+
+def test_init_refuses_to_overwrite_without_force_and_keeps_secrets(tmp_path: Path) -> None:
+    d = tmp_path / "ms"
+    assert run("cluster", "init", str(d)).exit_code == 0
+    before = (d / "cluster.toml").read_text()
+    token = read_token_file(d / "secrets" / "admin.token")
+    again = run("cluster", "init", str(d), "--base-port", "27000")
+    assert again.exit_code == 5
+    assert again.stderr.startswith("Error: ALREADY_EXISTS: ")
+    assert (d / "cluster.toml").read_text() == before
+    forced = run("cluster", "init", str(d), "--base-port", "27000", "--force")
+    assert forced.exit_code == 0
+    assert load_cluster_config(d / "cluster.toml").nodes[0].raft_port == 27001
+    assert read_token_file(d / "secrets" / "admin.token") == token
+
+
+def test_init_default_cluster_id_comes_from_the_directory(tmp_path: Path) -> None:
+    d = tmp_path / "my cluster!"
+    assert run("cluster", "init", str(d)).exit_code == 0
+    assert load_cluster_config(d / "cluster.toml").cluster_id == "my-cluster"
+
+
+@pytest.mark.parametrize(
+    "args", [["--nodes", "8"], ["--nodes", "0"], ["--base-port", "65500"], ["--cluster-id", "a b"]]
+)
+def test_init_usage_errors(tmp_path: Path, args: list[str]) -> None:
+    result = run("cluster", "init", str(tmp_path / "x"), *args)
+    assert result.exit_code == 2, result.output
+    assert not (tmp_path / "x" / "cluster.toml").exists()
+
+
+# ---- queries and their output ----------------------------------------------------------------
+
+
+def test_describe_json_is_the_result_map(fake: ThreadedFakeNode) -> None:
+    result = against(fake, "-o", "json", "table", "describe", "sales.orders")
+    assert result.exit_code == 0
+    assert json.loads(result.stdout) == DESCRIBE
+    assert sent(fake) == [("describe", {"table": "sales.orders"})]
+
+
+def test_describe_table_shows_schema_and_iso_times(fake: ThreadedFakeNode) -> None:
+    result = against(fake, "table", "describe", "sales.orders")
+    assert result.exit_code == 0
+    out = result.stdout
+    for text in ("DECIMAL(10,2)", "amount", "COLUMN", "NULLABLE", "2026-09-21T", "schema ddl"):
+        assert text in out, text
+
+
+def test_as_of_accepts_every_timestamp_form(fake: ThreadedFakeNode) -> None:
+    before = SystemClock().now_ms()
+    assert against(fake, "table", "describe", "a.b", "--as-of", "-5m").exit_code == 0
+    assert (
+        against(fake, "table", "describe", "a.b", "--as-of", "2026-11-22T10:00:00Z").exit_code == 0
+    )
+    assert against(fake, "table", "list", "a", "--as-of", "12345").exit_code == 0
+    (_, first), (_, second), (_, third) = sent(fake)
+    assert before - 300_000 - 1000 <= first["as_of"] >> 16 <= SystemClock().now_ms() - 300_000
+    assert second["as_of"] == parse_ts("2026-11-22T10:00:00Z", now_ms=0)
+    assert third == {"namespace": "a", "as_of": 12345}
+
+
+def test_bad_as_of_is_a_usage_error(fake: ThreadedFakeNode) -> None:
+    result = against(fake, "table", "describe", "a.b", "--as-of", "yesterday-ish")
+    assert result.exit_code == 2
+    assert "Accepted:" in result.stderr
+    assert sent(fake) == []
+
+
+def test_every_command_sends_its_op(fake: ThreadedFakeNode) -> None:
+    cases: list[tuple[list[str], tuple[str, dict[str, Any]]]] = [
+        (["table", "list", "sales"], ("list_tables", {"namespace": "sales"})),
+        (["table", "history", "sales.orders"], ("history", {"table": "sales.orders"})),
+        (["ns", "list"], ("list_namespaces", {})),
+        (
+            ["sql", "ALTER TABLE a.b ADD COLUMN c INT", "--request-id", "r1"],
+            ("ddl", {"sql": "ALTER TABLE a.b ADD COLUMN c INT", "request_id": "r1"}),
+        ),
+        (
+            ["cluster", "add-node", "4", "10.0.0.4:24104"],
+            ("add_node", {"node_id": 4, "raft_address": "10.0.0.4:24104", "learner": True}),
+        ),
+        (
+            ["cluster", "add-node", "5", "h:1", "--voter"],
+            ("add_node", {"node_id": 5, "raft_address": "h:1", "learner": False}),
+        ),
+        (["cluster", "promote-node", "4"], ("promote_node", {"node_id": 4})),
+        (["cluster", "remove-node", "4"], ("remove_node", {"node_id": 4})),
+        (["cluster", "transfer-leader", "2"], ("transfer_leader", {"target": 2})),
+        (["cluster", "status"], ("status", {})),
+        (["safe-time"], ("safe_time", {})),
+    ]
+    for args, expected in cases:
+        for fmt in ("table", "json"):
+            before = len(fake.node.requests)
+            result = against(fake, "-o", fmt, *args)
+            assert result.exit_code == 0, (args, result.output)
+            assert sent(fake)[before:] == [expected], args
+            if fmt == "json":
+                json.loads(result.stdout)
+            else:
+                assert result.stdout.strip(), args
+
+
+def test_namespace_commands_build_quoted_sql(fake: ThreadedFakeNode) -> None:
+    assert (
+        against(fake, "ns", "create", "sales", "--comment", "it's", "--if-not-exists").exit_code
+        == 0
+    )
+    assert against(fake, "ns", "drop", "sales", "--cascade").exit_code == 0
+    sqls = [a["sql"] for op, a in sent(fake)]
+    assert sqls == [
+        "CREATE NAMESPACE IF NOT EXISTS `sales` COMMENT 'it\\'s'",
+        "DROP NAMESPACE `sales` CASCADE",
+    ]
+
+
+def test_sql_table_output(fake: ThreadedFakeNode) -> None:
+    result = against(fake, "sql", "ALTER TABLE sales.orders ADD COLUMN c INT")
+    assert result.exit_code == 0
+    assert "AlterTable" in result.stdout and "1000.2" in result.stdout
+
+
+def test_table_history_lists_versions(fake: ThreadedFakeNode) -> None:
+    result = against(fake, "table", "history", "sales.orders")
+    assert "ADD COLUMN amount" in result.stdout
+    assert "`id` BIGINT, `amount` DECIMAL(10,2)" in result.stdout
+
+
+def test_status_with_a_dead_endpoint_shows_it_and_exits_3(fake: ThreadedFakeNode) -> None:
+    dead = dead_endpoint()
+    result = run("--endpoints", f"{fake.endpoint},{dead}", "--token", TOKEN, "cluster", "status")
+    assert result.exit_code == 3
+    assert "leader" in result.stdout
+    assert f"UNAVAILABLE: status failed: {dead}: connection refused" in result.stdout
+    doc = json.loads(
+        run(
+            "--endpoints",
+            f"{fake.endpoint},{dead}",
+            "--token",
+            TOKEN,
+            "-o",
+            "json",
+            "cluster",
+            "status",
+        ).stdout
+    )
+    assert [d["ok"] for d in doc] == [True, False]
+    assert doc[1]["error"]["code"] == "UNAVAILABLE"
+
+
+# ---- errors and exit codes -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("error", "exit_code"),
+    [
+        (TableNotFoundError("table a.b does not exist", details={"table": "a.b"}), 4),
+        (InvalidDdlError("unexpected token", details={"line": 1, "col": 7}), 5),
+        (ForbiddenError("op 'ddl' needs role writer"), 6),
+        (NotReadyError("node starting"), 3),
+        (InternalError("bug"), 1),
+    ],
+)
+def test_errors_print_one_line_and_exit_by_class(error: MetastoreError, exit_code: int) -> None:
+    async def fail(op: str, args: dict[str, Any]) -> dict[str, Any]:
+        raise error
+
+    with ThreadedFakeNode(handler=fail) as node:
+        result = against(node, "--timeout-ms", "2000", "table", "describe", "a.b")
+    assert result.exit_code == exit_code
+    first = result.stderr.splitlines()[0]
+    assert first == f"Error: {error.code.value}: {error.message}"
+    assert result.stdout == ""
+    if isinstance(error, InvalidDdlError):
+        assert 'Details: {"col": 7, "line": 1}' in result.stderr
+
+
+def test_wrong_token_exits_6(fake: ThreadedFakeNode) -> None:
+    result = run("--endpoints", fake.endpoint, "--token", "not-the-token-at-all", "ns", "list")
+    assert result.exit_code == 6
+    assert result.stderr.startswith("Error: UNAUTHENTICATED: ")
+
+
+def test_no_token_exits_6(fake: ThreadedFakeNode) -> None:
+    result = run("--endpoints", fake.endpoint, "ns", "list")
+    assert result.exit_code == 6
+    assert "no token" in result.stderr
+    assert fake.node.connections == 0
+
+
+def test_unreachable_cluster_exits_3() -> None:
+    dead = dead_endpoint()
+    result = run("--endpoints", dead, "--token", TOKEN, "ns", "list")
+    assert result.exit_code == 3
+    assert result.stderr.startswith(
+        f"Error: UNAVAILABLE: list_namespaces failed on every endpoint: {dead}: connection refused"
+    )
+
+
+def test_no_endpoints_is_a_usage_error() -> None:
+    result = run("--token", TOKEN, "ns", "list")
+    assert result.exit_code == 2
+    assert result.stderr.startswith("Error: NO_ENDPOINTS: ")
+
+
+def test_bad_endpoint_is_refused(fake: ThreadedFakeNode) -> None:
+    result = run("--endpoints", "nonsense", "--token", TOKEN, "ns", "list")
+    assert result.exit_code == 5
+    assert "INVALID_ARGUMENT" in result.stderr
+
+
+def test_insecure_token_file_is_refused(tmp_path: Path, fake: ThreadedFakeNode) -> None:
+    token_file = tmp_path / "t.token"
+    token_file.write_text(TOKEN + "\n")
+    os.chmod(token_file, 0o644)
+    result = run("--endpoints", fake.endpoint, "--token-file", str(token_file), "ns", "list")
+    assert result.exit_code == 1
+    assert result.stderr.startswith("Error: SECRETS_INSECURE: ")
+    os.chmod(token_file, 0o600)
+    assert (
+        run("--endpoints", fake.endpoint, "--token-file", str(token_file), "ns", "list").exit_code
+        == 0
+    )
+
+
+def test_every_error_code_has_an_exit_code() -> None:
+    assert set(EXIT_CODE_BY_ERROR) == set(ErrorCode)
+    assert set(EXIT_CODE_BY_ERROR.values()) <= {1, 3, 4, 5, 6}
+
+
+# ---- defaults and environment ----------------------------------------------------------------
+
+
+def test_environment_variables_set_the_global_options(fake: ThreadedFakeNode) -> None:
+    env = {
+        "METASTORE_ENDPOINTS": fake.endpoint,
+        "METASTORE_TOKEN": TOKEN,
+        "METASTORE_OUTPUT": "json",
+        "METASTORE_TIMEOUT_MS": "4000",
+    }
+    result = run("table", "list", "sales", env=env)
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout) == RESULTS["list_tables"]
+
+
+def test_token_file_from_the_environment(tmp_path: Path, fake: ThreadedFakeNode) -> None:
+    token_file = tmp_path / "t.token"
+    token_file.write_text(TOKEN)
+    os.chmod(token_file, 0o600)
+    env = {"METASTORE_ENDPOINTS": fake.endpoint, "METASTORE_TOKEN_FILE": str(token_file)}
+    assert run("ns", "list", env=env).exit_code == 0
+
+
+def test_local_cluster_defaults_are_read_from_the_working_directory(tmp_path: Path) -> None:
+    local = tmp_path / "cluster_configs" / "local"
+    local.mkdir(parents=True)
+    secrets = ensure_secrets(local / "secrets")
+    admin = read_token_file(secrets.token_file(Role.ADMIN))
+    with ThreadedFakeNode(handler=canned, tokens=frozenset({admin})) as node:
+        port = int(node.endpoint.rsplit(":", 1)[1])
+        layout = [
+            NodeAddress(
+                id=1,
+                host="127.0.0.1",
+                raft_port=port + 1 if port < 65_000 else port - 1,
+                client_port=port,
+                metrics_port=port + 2 if port < 65_000 else port - 2,
+            )
+        ]
+        (local / "cluster.toml").write_text(render_cluster_toml(cluster_id="l", nodes=layout))
+        result = run("-o", "json", "table", "list", "sales")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout) == RESULTS["list_tables"]
+
+
+# ---- help ------------------------------------------------------------------------------------
+
+
+def _all_commands(group: click.Group, prefix: list[str]) -> Iterator[list[str]]:
+    for name, command in group.commands.items():
+        yield [*prefix, name]
+        if isinstance(command, click.Group):
+            yield from _all_commands(command, [*prefix, name])
+
+
+def test_every_command_has_help() -> None:
+    commands = list(_all_commands(cli, []))
+    assert len(commands) >= 20
+    for path in commands:
+        result = run(*path, "--help")
+        assert result.exit_code == 0, path
+        assert "Usage: metastore" in result.stdout
+        lines = result.stdout.splitlines()
+        assert len([line for line in lines if line.strip()]) >= 3, path
+    root = run("--help")
+    assert "Exit codes: 0 ok" in root.stdout
+    assert "METASTORE_ENDPOINTS" in root.stdout
+
+
+# ---- node start ------------------------------------------------------------------------------
+
+
+def test_node_start_validates_the_config_first(tmp_path: Path) -> None:
+    bad = tmp_path / "node1.toml"
+    bad.write_text('cluster = "cluster.toml"\nnode_id = 1\ncolour = "blue"\n')
+    result = run("node", "start", "--config", str(bad))
+    assert result.exit_code == 2
+    assert result.stderr.startswith(f"Error: CONFIG_INVALID: {bad}: colour: unknown key")
+
+
+def test_node_start_without_the_daemon_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert run("cluster", "init", str(tmp_path / "c")).exit_code == 0
+    # Simulate a build without the daemon module: importing it then fails like a missing one.
+    monkeypatch.setitem(sys.modules, "metastore.daemon.node", None)
+    result = run("node", "start", "--config", str(tmp_path / "c" / "node1.toml"))
+    assert result.exit_code == 1
+    assert result.stderr.startswith("Error: DAEMON_UNAVAILABLE: ")
+
+
+# ---- local lifecycle: pid files and signals --------------------------------------------------
+
+# A stand-in for a node process: its command line carries the words `cluster down` looks for.
+FAKE_NODE_ARGV_TAIL = ["cli.main", "node", "start"]
+
+
+def spawn_fake_node(code: str) -> subprocess.Popen[bytes]:
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code, *FAKE_NODE_ARGV_TAIL],
+        stdout=subprocess.PIPE,
+        start_new_session=True,
+    )
+    assert proc.stdout is not None
+    assert proc.stdout.readline() == b"ready\n"
+    return proc
+
+
+@pytest.fixture
+def cluster_dir(tmp_path: Path) -> Path:
+    d = tmp_path / "c"
+    assert run("cluster", "init", str(d), "--base-port", "28100").exit_code == 0
+    return d
+
+
+def test_up_refuses_when_a_node_is_running_and_down_stops_it(cluster_dir: Path) -> None:
+    cfg = load_cluster_config(cluster_dir / "cluster.toml")
+    proc = spawn_fake_node("import time; print('ready', flush=True); time.sleep(60)")
+    try:
+        pid_file = cfg.node_pid_file(1)
+        pid_file.parent.mkdir(parents=True)
+        pid_file.write_text(f"{proc.pid}\n")
+        up = run("cluster", "up", "--config", str(cluster_dir))
+        assert up.exit_code == 5
+        assert up.stderr.startswith(f"Error: ALREADY_RUNNING: node 1 (pid {proc.pid})")
+        assert not cfg.node_pid_file(2).exists()  # nothing was started
+        down = run("-o", "json", "cluster", "down", "--config", str(cluster_dir))
+        assert down.exit_code == 0, down.output
+        assert json.loads(down.stdout) == [
+            {"node_id": 1, "pid": proc.pid, "outcome": "stopped"},
+            {"node_id": 2, "pid": None, "outcome": "not running"},
+            {"node_id": 3, "pid": None, "outcome": "not running"},
+        ]
+        assert proc.wait(timeout=5) == -signal.SIGTERM
+        assert not pid_file.exists()
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_down_kills_a_node_that_ignores_sigterm(cluster_dir: Path) -> None:
+    cfg = load_cluster_config(cluster_dir / "cluster.toml")
+    proc = spawn_fake_node(
+        "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+        "print('ready', flush=True); time.sleep(60)"
+    )
+    try:
+        cfg.node_pid_file(2).parent.mkdir(parents=True)
+        cfg.node_pid_file(2).write_text(str(proc.pid))
+        started = time.monotonic()
+        down = run(
+            "-o", "json", "cluster", "down", "--config", str(cluster_dir), "--grace-ms", "300"
+        )
+        assert down.exit_code == 0
+        assert json.loads(down.stdout)[1] == {"node_id": 2, "pid": proc.pid, "outcome": "killed"}
+        assert proc.wait(timeout=5) == -signal.SIGKILL
+        assert time.monotonic() - started < 5
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_down_never_signals_a_process_that_is_not_a_node(cluster_dir: Path) -> None:
+    cfg = load_cluster_config(cluster_dir / "cluster.toml")
+    cfg.node_pid_file(3).parent.mkdir(parents=True)
+    # Our own PID: alive, but its command line is pytest's, not a node's.
+    cfg.node_pid_file(3).write_text(str(os.getpid()))
+    down = run("-o", "json", "cluster", "down", "--config", str(cluster_dir))
+    assert down.exit_code == 0
+    assert json.loads(down.stdout)[2] == {
+        "node_id": 3,
+        "pid": os.getpid(),
+        "outcome": "stale pid file",
+    }
+    assert not cfg.node_pid_file(3).exists()
+
+
+def test_up_and_down_need_a_cluster_config(tmp_path: Path) -> None:
+    result = run("cluster", "up", "--config", str(tmp_path / "none"))
+    assert result.exit_code == 2
+    assert "CONFIG_INVALID" in result.stderr and "file not found" in result.stderr
