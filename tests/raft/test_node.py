@@ -1,7 +1,8 @@
 """The node driver in-process: real WALs (fsync on), real loopback transport, one event loop.
 
 What only the driver decides is tested here: proposals and their results, the proposal
-timeout and cancelled callers. The multi-process kill -9 tests live in test_processes.py.
+timeout, cancelled callers, and the fsyncs a lone proposer pays. The multi-process kill -9
+tests live in test_processes.py.
 """
 
 from __future__ import annotations
@@ -158,3 +159,17 @@ async def test_a_cancelled_caller_does_not_disturb_other_proposals(tmp_path: Pat
         await leader.propose(b"after", timeout_ms=50)
         await asyncio.sleep(0.1)
         assert sm(leader).applied[-1] == b"after"
+
+
+async def test_a_lone_proposer_pays_one_fsync_per_proposal(tmp_path: Path) -> None:
+    # Entry write, then the commit: the commit-only hard state is written without a sync and
+    # the entry is applied as soon as its commit is known.
+    async with cluster(tmp_path, 1) as nodes:
+        leader = await leader_of(nodes)
+        await leader.propose(b"warm-up")
+        wal = leader.wal
+        assert wal is not None
+        before = wal.stats().fsyncs
+        for i in range(20):
+            await leader.propose(b"x%d" % i)
+        assert wal.stats().fsyncs - before <= 20 + 2  # + idle TICK entries, if any

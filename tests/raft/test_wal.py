@@ -267,6 +267,57 @@ def test_stats_count_one_fsync_per_append(tmp_path: Path) -> None:
         assert wal.stats().fsyncs == 0
 
 
+def test_commit_only_hard_state_is_written_but_not_synced(tmp_path: Path) -> None:
+    # The commit index is volatile state in Raft; entries, term and vote are not.
+    wal, _ = open_wal(tmp_path, fsync=True)
+    with wal:
+        wal.append(ents(1, 2), HardState(term=1, vote=1, commit=0))
+        synced = wal.stats().fsyncs
+        written = wal.stats().bytes_written
+        wal.append([], HardState(term=1, vote=1, commit=2))
+        assert wal.stats().fsyncs == synced
+        assert wal.stats().bytes_written > written
+        assert wal.stats().unsynced_commit_records == 1
+        for hs in (HardState(term=2, vote=0, commit=2), HardState(term=2, vote=3, commit=2)):
+            wal.append([], hs)
+            synced += 1
+            assert wal.stats().fsyncs == synced, f"{hs} changes term or vote: it must be synced"
+            assert wal.stats().unsynced_commit_records == 0
+        wal.append([], HardState(term=2, vote=3, commit=2))
+        wal.append([ent(3, term=2)], HardState(term=2, vote=3, commit=2))
+        assert wal.stats().fsyncs == synced + 1, "an append with entries is always synced"
+        assert wal.stats().unsynced_commit_records == 0
+    assert recover(tmp_path).hard_state == HardState(term=2, vote=3, commit=2)
+
+
+def test_unsynced_commit_record_is_synced_before_a_roll_or_a_segment_deletion(
+    tmp_path: Path,
+) -> None:
+    hs = HardState(term=7, vote=2, commit=0)
+    wal, _ = open_wal(tmp_path, fsync=True, segment_bytes_max=SMALL_SEGMENT)
+    with wal:
+        wal.append(ents(1, 3, term=7), hs)
+        wal.append([], HardState(term=7, vote=2, commit=3))
+        assert wal.stats().unsynced_commit_records == 1
+        first_segment = segments(tmp_path)[0]
+        index = 4
+        while segments(tmp_path)[-1] == first_segment:
+            wal.append([], HardState(term=7, vote=2, commit=index))
+            wal.append([ent(index, term=7)], None)
+            index += 1
+        # The segment left behind had its commit-only records synced before it was closed.
+        assert wal.stats().unsynced_commit_records == 0
+        wal.append([], HardState(term=7, vote=2, commit=index - 1))
+        assert wal.stats().unsynced_commit_records == 1
+        # Deleting segments that hold the only synced copy of term and vote syncs the live
+        # segment's newer (commit-only) record first.
+        wal.compact(snap(index - 2, term=7))
+        assert not first_segment.exists()
+        assert wal.stats().unsynced_commit_records == 0
+    state = recover(tmp_path, segment_bytes_max=SMALL_SEGMENT)
+    assert state.hard_state == HardState(term=7, vote=2, commit=index - 1)
+
+
 # -------------------------------------------------------------------- compaction and install
 
 
