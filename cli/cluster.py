@@ -100,9 +100,9 @@ def cluster_init(
     cid = cluster_id if cluster_id is not None else _default_cluster_id(directory)
     try:
         layout = node_layout(count, host=host, base_port=base_port)
-    except ValueError as exc:
+        files = {CLUSTER_FILE_NAME: render_cluster_toml(cluster_id=cid, nodes=layout)}
+    except ValueError as exc:  # a port range or a control character TOML cannot hold
         raise CliError("USAGE", str(exc), exit_code=EXIT_USAGE) from None
-    files = {CLUSTER_FILE_NAME: render_cluster_toml(cluster_id=cid, nodes=layout)}
     for n in layout:
         files[node_file_name(n.id)] = render_node_toml(n.id)
     existing = sorted(name for name in files if (directory / name).exists())
@@ -130,12 +130,13 @@ def cluster_init(
     if not gitignore.exists():
         gitignore.write_text(CONFIG_GITIGNORE)
     secrets = ensure_secrets(config.secrets_dir)
+    token_files = {r.wire_name: str(secrets.token_file(r)) for r in Role}
     doc = {
         "directory": str(directory),
         "cluster_id": cid,
         "files": [str(directory / name) for name in files],
         "secrets_dir": str(config.secrets_dir),
-        "token_files": {r.wire_name: str(secrets.token_file(r)) for r in Role},
+        "token_files": token_files,
         "endpoints": config.client_endpoints(),
     }
 
@@ -148,8 +149,8 @@ def cluster_init(
         info = kv_table(
             {
                 "files": ", ".join(files),
-                "secrets_dir": doc["secrets_dir"],
-                "admin token": doc["token_files"]["admin"],  # type: ignore[index]
+                "secrets_dir": str(config.secrets_dir),
+                "admin token": token_files[Role.ADMIN.wire_name],
             }
         )
         return [nodes, info]

@@ -217,12 +217,21 @@ def test_init_default_cluster_id_comes_from_the_directory(tmp_path: Path) -> Non
 
 
 @pytest.mark.parametrize(
-    "args", [["--nodes", "8"], ["--nodes", "0"], ["--base-port", "65500"], ["--cluster-id", "a b"]]
+    "args",
+    [
+        ["--nodes", "8"],
+        ["--nodes", "0"],
+        ["--base-port", "65500"],
+        ["--cluster-id", "a b"],
+        ["--cluster-id", "tab\there"],
+        ["--host", "bad host"],
+    ],
 )
 def test_init_usage_errors(tmp_path: Path, args: list[str]) -> None:
     result = run("cluster", "init", str(tmp_path / "x"), *args)
     assert result.exit_code == 2, result.output
     assert not (tmp_path / "x" / "cluster.toml").exists()
+    assert not list(tmp_path.glob("x/.*.tmp"))  # the staged file is cleaned up
 
 
 # ---- queries and their output ----------------------------------------------------------------
