@@ -34,37 +34,46 @@ EXIT_CODES_HELP: Final = (
     "6 not authenticated or forbidden."
 )
 
-EXIT_CODE_BY_ERROR: Final[Mapping[ErrorCode, int]] = {
-    ErrorCode.UNKNOWN: EXIT_GENERIC,
-    ErrorCode.NAMESPACE_NOT_FOUND: EXIT_NOT_FOUND,
-    ErrorCode.NAMESPACE_ALREADY_EXISTS: EXIT_REFUSED,
-    ErrorCode.NAMESPACE_NOT_EMPTY: EXIT_REFUSED,
-    ErrorCode.TABLE_NOT_FOUND: EXIT_NOT_FOUND,
-    ErrorCode.TABLE_ALREADY_EXISTS: EXIT_REFUSED,
-    ErrorCode.COLUMN_NOT_FOUND: EXIT_NOT_FOUND,
-    ErrorCode.COLUMN_ALREADY_EXISTS: EXIT_REFUSED,
-    ErrorCode.INVALID_DDL: EXIT_REFUSED,
-    ErrorCode.UNSUPPORTED_STATEMENT: EXIT_REFUSED,
-    ErrorCode.UNSUPPORTED_SCHEMA_CHANGE: EXIT_REFUSED,
-    ErrorCode.LIMIT_EXCEEDED: EXIT_REFUSED,
-    ErrorCode.INVALID_ARGUMENT: EXIT_REFUSED,
+# Keyed by the wire string rather than the enum member, so a code this build does not know yet
+# (from a newer node, or one being added) can be mapped without breaking the import.
+EXIT_CODE_BY_ERROR: Final[Mapping[str, int]] = {
+    "UNKNOWN": EXIT_GENERIC,
+    "NAMESPACE_NOT_FOUND": EXIT_NOT_FOUND,
+    "NAMESPACE_ALREADY_EXISTS": EXIT_REFUSED,
+    "NAMESPACE_NOT_EMPTY": EXIT_REFUSED,
+    "TABLE_NOT_FOUND": EXIT_NOT_FOUND,
+    "TABLE_ALREADY_EXISTS": EXIT_REFUSED,
+    "COLUMN_NOT_FOUND": EXIT_NOT_FOUND,
+    "COLUMN_ALREADY_EXISTS": EXIT_REFUSED,
+    "INVALID_DDL": EXIT_REFUSED,
+    "UNSUPPORTED_STATEMENT": EXIT_REFUSED,
+    "UNSUPPORTED_SCHEMA_CHANGE": EXIT_REFUSED,
+    "LIMIT_EXCEEDED": EXIT_REFUSED,
+    "INVALID_ARGUMENT": EXIT_REFUSED,
     # Retryable: the cluster was busy; the same command may succeed a moment later.
-    ErrorCode.STALE_TIMESTAMP: EXIT_UNAVAILABLE,
-    ErrorCode.NOT_FOUND_AT_TIMESTAMP: EXIT_NOT_FOUND,
-    ErrorCode.MALFORMED_COMMAND: EXIT_REFUSED,
-    ErrorCode.MALFORMED_SNAPSHOT: EXIT_GENERIC,
-    ErrorCode.CLUSTER_NOT_INITIALIZED: EXIT_UNAVAILABLE,
-    ErrorCode.CLUSTER_ALREADY_INITIALIZED: EXIT_REFUSED,
-    ErrorCode.REQUEST_ID_REUSED: EXIT_REFUSED,
-    ErrorCode.UNAUTHENTICATED: EXIT_AUTH,
-    ErrorCode.FORBIDDEN: EXIT_AUTH,
-    ErrorCode.BAD_REQUEST: EXIT_GENERIC,
-    ErrorCode.UNKNOWN_OP: EXIT_GENERIC,
-    ErrorCode.NOT_READY: EXIT_UNAVAILABLE,
-    ErrorCode.NOT_LEADER: EXIT_UNAVAILABLE,
-    ErrorCode.TIMEOUT: EXIT_UNAVAILABLE,
-    ErrorCode.UNAVAILABLE: EXIT_UNAVAILABLE,
-    ErrorCode.INTERNAL: EXIT_GENERIC,
+    "STALE_TIMESTAMP": EXIT_UNAVAILABLE,
+    "NOT_FOUND_AT_TIMESTAMP": EXIT_NOT_FOUND,
+    "MALFORMED_COMMAND": EXIT_REFUSED,
+    "MALFORMED_SNAPSHOT": EXIT_GENERIC,
+    "CLUSTER_NOT_INITIALIZED": EXIT_UNAVAILABLE,
+    "CLUSTER_ALREADY_INITIALIZED": EXIT_REFUSED,
+    "REQUEST_ID_REUSED": EXIT_REFUSED,
+    # Transaction log: the commit was refused as it stands (contention or a conflict); the
+    # message says how to retry.
+    "COMMIT_TIMESTAMP_UNAVAILABLE": EXIT_REFUSED,
+    "READ_CONFLICT": EXIT_REFUSED,
+    "SCHEMA_VERSION_NOT_ACTIVE": EXIT_REFUSED,
+    "TXN_ID_REUSED": EXIT_REFUSED,
+    "DATA_FILE_CONFLICT": EXIT_REFUSED,
+    "UNAUTHENTICATED": EXIT_AUTH,
+    "FORBIDDEN": EXIT_AUTH,
+    "BAD_REQUEST": EXIT_GENERIC,
+    "UNKNOWN_OP": EXIT_GENERIC,
+    "NOT_READY": EXIT_UNAVAILABLE,
+    "NOT_LEADER": EXIT_UNAVAILABLE,
+    "TIMEOUT": EXIT_UNAVAILABLE,
+    "UNAVAILABLE": EXIT_UNAVAILABLE,
+    "INTERNAL": EXIT_GENERIC,
 }
 
 
@@ -87,7 +96,8 @@ class CliError(Exception):
 
 
 def exit_code_for(error: MetastoreError) -> int:
-    return EXIT_CODE_BY_ERROR.get(error.code, EXIT_GENERIC)
+    code = error.details.get("original_code") if error.code is ErrorCode.UNKNOWN else None
+    return EXIT_CODE_BY_ERROR.get(str(code or error.code.value), EXIT_GENERIC)
 
 
 def fail(code: str, message: str, exit_code: int, details: Mapping[str, object] | None) -> NoReturn:
