@@ -1,6 +1,6 @@
 """Benchmark of the metastore daemon's read path and DDL path (`make bench-catalog`).
 
-Usage: `python -m bench.bench_catalog [--quick] [--results-dir DIR]`.
+Usage: `python -m bench.bench_catalog [--quick] [--fifo-latency] [--results-dir DIR]`.
 
 Key idea: three real `python -m metastore.daemon` processes on loopback ports, fsync on, the
 default DD = CSmax = 500 ms, driven only through the client protocol of docs/protocol.md by a
@@ -10,26 +10,35 @@ with `schema_versions` schema versions:
 
 (a) throughput: for each node in turn (leader first), one load-generator *process* opens
     `load_connections` connections and keeps `pipeline_depth` `schema_at` requests in flight on
-    each, half at Top = now (no `ts`), half at random past timestamps; after a warm-up it counts
-    replies for `load_seconds`. It also samples the CPU time of itself and of the node, so the
-    report says who was the bottleneck (on a 2-core machine one core per side is the ceiling);
+    each, half at Top = now (no `ts`), half at past timestamps; after a warm-up it counts
+    replies for `load_seconds`;
 (b) latency: one connection, one request at a time, the same mix; p50/p99/max on the leader
-    and on a follower;
+    and on a follower. Each read is followed by the same request to a trivial loopback echo
+    server (the control): what slows the echo too is the machine, not the daemon. With
+    `--fifo-latency` (b) is repeated with the nodes and both clients under SCHED_FIFO, i.e.
+    without the delays the host's other work causes;
 (c) wait fraction: the `waited_ms` of every Top = now reply in (a) and (b): the fraction that
     waited 0 and the p99 of the wait, per node;
 (d) DDL: `ALTER TABLE ... ADD COLUMN`, one at a time, via a follower and via the leader; the
     round trip against its floor DD + CSmax (the daemon replies only once now >= Tu + CSmax).
 
-Every reply is also checked: a past read must return the version whose activation Tu is the
-greatest <= its timestamp (known from `history`), a read at now the latest version. A benchmark
-that counted wrong answers as throughput would be worse than none.
+Every reply is checked: a past read must return the version whose activation Tu is the greatest
+<= its timestamp (each Tu and the instant before it are always among the timestamps asked), a
+read at now the latest version. A benchmark that counted wrong answers as throughput would be
+worse than none.
+
+The machine may be shared (a 2-core box running other work), so every window also records who
+used the CPUs: the node, our client, everything else, and how long the node's event loop was
+runnable without a CPU. The node's CPU time per read does not depend on how much CPU it got;
+reads/s does.
 
 Results: a table on stdout (targets, met / MISSED), JSON in `bench/results/catalog-<UTC>.json`,
 progress on stderr. Exit status 0 when everything was measured (a missed target is a result,
 not a failure of the benchmark).
 
-Invariants: every wait has a deadline; every child process (nodes, load generators) is started
-by us and killed by its PID in a `finally`, on errors, Ctrl-C and SIGTERM alike.
+Invariants: every wait has a deadline; every child process (nodes, load generators, the echo
+control) is started by us and killed by its PID in a `finally`, on errors, Ctrl-C and SIGTERM
+alike; real-time scheduling is always reverted.
 """
 
 from __future__ import annotations
@@ -118,6 +127,8 @@ DDL_TIMEOUT_S: Final = 15.0
 # A load process gets its own run time plus this for spawning, connecting and reporting.
 LOAD_PROCESS_GRACE_S: Final = 30.0
 PROCESS_EXIT_WAIT_S: Final = 5.0
+# The lowest real-time priority: enough to run ahead of every normal process.
+FIFO_PRIORITY: Final = 1
 # The echo control exits by itself after this long even if nobody kills it.
 ECHO_SERVER_LIFETIME_S: Final = 600.0
 POLL_INTERVAL_S: Final = 0.05
@@ -181,11 +192,16 @@ class BenchParams:
     latency_reads: int
     ddl_count: int
     seed: int
+    # Repeat (b) with the nodes, the echo control and this process under SCHED_FIFO: it shows
+    # what the daemon's latency is when the host's other work cannot delay it (needs root or
+    # CAP_SYS_NICE; skipped with a note otherwise).
+    fifo_latency: bool = False
 
     @classmethod
-    def for_mode(cls, *, quick: bool) -> BenchParams:
+    def for_mode(cls, *, quick: bool, fifo_latency: bool = False) -> BenchParams:
         return cls(
             quick=quick,
+            fifo_latency=fifo_latency,
             schema_versions=10,
             load_seconds=3.0 if quick else 10.0,
             warmup_seconds=0.5 if quick else 1.0,
@@ -277,6 +293,8 @@ class ThroughputResult:
 class LatencyResult:
     node_id: int
     role: str
+    # "normal", or "fifo" when measured under SCHED_FIFO (see BenchParams.fifo_latency).
+    scheduling: str
     samples: int
     p50_ms: float
     p99_ms: float
@@ -326,6 +344,8 @@ class Measurements:
     leader_after: int | None = None
     throughput: list[ThroughputResult] = field(default_factory=list)
     latency: list[LatencyResult] = field(default_factory=list)
+    latency_fifo: list[LatencyResult] = field(default_factory=list)
+    fifo_skipped: str | None = None
     ddl: list[DdlResult] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
@@ -335,12 +355,14 @@ class Measurements:
             "leader_after": self.leader_after,
             "throughput": [r.to_json() for r in self.throughput],
             "latency": [r.to_json() for r in self.latency],
+            "latency_fifo": [r.to_json() for r in self.latency_fifo],
+            "fifo_skipped": self.fifo_skipped,
             "ddl": [r.to_json() for r in self.ddl],
         }
 
     def reads(self) -> list[ThroughputResult | LatencyResult]:
         """Every read measurement, (a) and (b)."""
-        return [*self.throughput, *self.latency]
+        return [*self.throughput, *self.latency, *self.latency_fifo]
 
     def bad_replies(self, node_id: int | None = None) -> int:
         """Wrong answers plus error replies, on one node or on all."""
@@ -815,8 +837,8 @@ def echo_process_main(pipe: multiprocessing.connection.Connection) -> None:
 
 
 @contextlib.contextmanager
-def echo_server() -> Iterator[int]:
-    """Run the echo control in a fresh process; yields its port; kills it by PID on exit."""
+def echo_server() -> Iterator[tuple[int, int]]:
+    """Run the echo control in a fresh process; yields (port, pid); kills it by PID on exit."""
     ctx = multiprocessing.get_context("spawn")
     parent, child = ctx.Pipe(duplex=False)
     process = ctx.Process(target=echo_process_main, args=(child,), daemon=True)
@@ -825,7 +847,10 @@ def echo_server() -> Iterator[int]:
     try:
         if not parent.poll(CONNECT_TIMEOUT_S + LOAD_PROCESS_GRACE_S):
             raise LoadProcessError("echo control server did not start in time")
-        yield int(parent.recv())
+        port = int(parent.recv())
+        if process.pid is None:
+            raise LoadProcessError("echo control server has no PID")
+        yield port, process.pid
     finally:
         parent.close()
         _kill_process(process, grace_s=0)
@@ -1162,6 +1187,26 @@ async def measure_throughput(
     return result
 
 
+@contextlib.contextmanager
+def realtime_scheduling(pids: Sequence[int]) -> Iterator[None]:
+    """Run the main threads of `pids` under SCHED_FIFO, then back under SCHED_OTHER.
+
+    Only for the one-request-at-a-time phase: each process there is idle most of the time, so
+    a real-time priority cannot starve the host, and Linux caps real-time threads at 95 % of a
+    CPU anyway (sched_rt_runtime_us). Raises PermissionError without root / CAP_SYS_NICE.
+    """
+    done: list[int] = []
+    try:
+        for pid in pids:
+            os.sched_setscheduler(pid, os.SCHED_FIFO, os.sched_param(FIFO_PRIORITY))
+            done.append(pid)
+        yield
+    finally:
+        for pid in done:
+            with contextlib.suppress(ProcessLookupError):
+                os.sched_setscheduler(pid, os.SCHED_OTHER, os.sched_param(0))
+
+
 # --- (b) latency, (c) waits --------------------------------------------------------------------
 async def measure_latency(
     cluster: Cluster,
@@ -1171,6 +1216,7 @@ async def measure_latency(
     params: BenchParams,
     upper: int,
     echo_port: int,
+    scheduling: str = "normal",
 ) -> LatencyResult:
     """One request at a time on one connection; each read is followed by one to the echo
     control, so both see the same moments of the shared machine."""
@@ -1216,6 +1262,7 @@ async def measure_latency(
     out = LatencyResult(
         node_id=node_id,
         role=role,
+        scheduling=scheduling,
         samples=len(latencies_ms),
         p50_ms=percentile(latencies_ms, 0.50),
         p99_ms=percentile(latencies_ms, 0.99),
@@ -1230,7 +1277,8 @@ async def measure_latency(
         echo_max_ms=max(echo_ms),
     )
     progress(
-        f"  node {node_id} ({role}): p50 {out.p50_ms:.3f} ms, p99 {out.p99_ms:.3f} ms, "
+        f"  node {node_id} ({role}, {scheduling}): p50 {out.p50_ms:.3f} ms, p99 "
+        f"{out.p99_ms:.3f} ms, "
         f"max {out.max_ms:.3f} ms | echo control p50 {out.echo_p50_ms:.3f} ms, p99 "
         f"{out.echo_p99_ms:.3f} ms | others used {host.others_cores:.2f} cores, node waited "
         f"for a CPU {host.node_runqueue_fraction:.1%} of the time | errors {out.errors or 0}, "
@@ -1299,13 +1347,28 @@ async def measure_all(cluster: Cluster, params: BenchParams, m: Measurements) ->
             await measure_throughput(cluster, node_id, roles[node_id], table, params, upper)
         )
     progress(f"(b) latency: {params.latency_reads} reads one at a time, with an echo control")
-    with echo_server() as echo_port:
+    with echo_server() as (echo_port, echo_pid):
         for node_id in (m.leader, m.followers[0]):
             m.latency.append(
                 await measure_latency(
                     cluster, node_id, roles[node_id], table, params, upper, echo_port
                 )
             )
+        if params.fifo_latency:
+            progress("(b') latency again, with the nodes and both clients under SCHED_FIFO")
+            pids = [*(cluster.pid(n) for n in NODE_IDS), echo_pid, os.getpid()]
+            try:
+                with realtime_scheduling(pids):
+                    for node_id in (m.leader, m.followers[0]):
+                        m.latency_fifo.append(
+                            await measure_latency(
+                                cluster, node_id, roles[node_id], table, params, upper,
+                                echo_port, scheduling="fifo",
+                            )
+                        )  # fmt: skip
+            except PermissionError as exc:
+                m.fifo_skipped = f"SCHED_FIFO not permitted here ({exc})"
+                progress(f"  skipped: {m.fifo_skipped}")
     progress(f"(d) DDL: {params.ddl_count} ADD COLUMN one at a time, via a follower and the leader")
     m.ddl.append(await measure_ddl(cluster, m.followers[0], "follower", params.ddl_count))
     m.ddl.append(await measure_ddl(cluster, m.leader, "leader", params.ddl_count))
@@ -1445,6 +1508,12 @@ def render_table(m: Measurements, targets: dict[str, dict[str, Any]]) -> Table:
     row("    echo control p99 (ms)", by_node_lat, lambda r: r.echo_p99_ms, ".3f")
     row("    CPU cores: everything else", by_node_lat, lambda r: r.host.others_cores, ".2f")
     row("    node runnable, no CPU", by_node_lat, lambda r: r.host.node_runqueue_fraction, ".1%")
+    if m.latency_fifo:
+        by_node_fifo = {r.node_id: r for r in m.latency_fifo}
+        row("(b') SCHED_FIFO: read p50 (ms)", by_node_fifo, lambda r: r.p50_ms, ".3f")
+        row("     SCHED_FIFO: read p99 (ms)", by_node_fifo, lambda r: r.p99_ms, ".3f")
+        row("     SCHED_FIFO: read max (ms)", by_node_fifo, lambda r: r.max_ms, ".3f")
+        row("     SCHED_FIFO: echo p99 (ms)", by_node_fifo, lambda r: r.echo_p99_ms, ".3f")
     row(
         "(c) waited 0 at now, under load",
         by_node_tp,
@@ -1469,6 +1538,8 @@ def render_table(m: Measurements, targets: dict[str, dict[str, Any]]) -> Table:
     row("    DDL commit part p50 (ms)", by_node_ddl, lambda r: r.commit_p50_ms, ".1f")
     wrong = {n: m.bad_replies(n) for n in order if any(r.node_id == n for r in m.reads())}
     row("wrong answers + errors", wrong, lambda v: float(v), ".0f", "0", "correct_answers")
+    if m.fifo_skipped:
+        table.caption = f"(b') {m.fifo_skipped}"
     return table
 
 
@@ -1564,9 +1635,14 @@ def main(argv: list[str] | None = None) -> int:
         description="Schema reads/s, read latency and waits, DDL latency of the catalog daemon",
     )
     parser.add_argument("--quick", action="store_true", help="shorter load, fewer samples")
+    parser.add_argument(
+        "--fifo-latency",
+        action="store_true",
+        help="repeat the latency phase under SCHED_FIFO (root): the daemon without host noise",
+    )
     parser.add_argument("--results-dir", type=Path, default=RESULTS_DIR)
     args = parser.parse_args(argv)
-    params = BenchParams.for_mode(quick=args.quick)
+    params = BenchParams.for_mode(quick=args.quick, fifo_latency=args.fifo_latency)
     started = datetime.now(UTC)
     machine = machine_info()  # before the run: the load average then says what else was running
     progress(f"load average before the run: {machine['loadavg_1_5_15_min']}")

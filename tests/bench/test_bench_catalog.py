@@ -207,6 +207,7 @@ def test_a_tiny_real_run_measures_every_phase_and_leaves_no_process() -> None:
         latency_reads=100,
         ddl_count=1,
         seed=7,
+        fifo_latency=True,
     )
     m, error = bc.run(params)
     assert error is None
@@ -229,6 +230,9 @@ def test_a_tiny_real_run_measures_every_phase_and_leaves_no_process() -> None:
         assert lat.samples == params.latency_reads
         assert 0 < lat.p50_ms <= lat.p99_ms <= lat.max_ms
         assert lat.echo_p50_ms > 0
+    # Real-time scheduling needs root / CAP_SYS_NICE: measured, or skipped with the reason.
+    assert len(m.latency_fifo) == 2 or (m.fifo_skipped and not m.latency_fifo)
+    assert all(r.scheduling == "fifo" for r in m.latency_fifo)
     # Every reply was the version IEP-98 prescribes, and none was an error.
     assert m.bad_replies() == 0
     # A DDL returns only once now >= Tu + CSmax: it can never be faster than DD + CSmax (less
