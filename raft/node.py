@@ -3,11 +3,15 @@
 One asyncio task (`_run`) is the only code that touches the core. Everything else — messages from
 peers, proposals, membership calls, reads — is queued and the task is woken. Each loop iteration:
 
-    step every queued input -> ready() -> send early messages -> persist (one WAL write + fsync, in
-    a worker thread) -> send messages -> apply committed entries -> advance()
+    step every queued input -> ready() -> send early messages -> apply committed entries that
+    were already durable here -> persist (one WAL write + fsync, in a worker thread) -> send
+    messages -> apply the other committed entries -> advance()
 
 While the fsync runs, new inputs keep queueing; the next iteration takes them all at once, so
-concurrent proposals share one fsync (group commit) without any timer.
+concurrent proposals share one fsync (group commit) without any timer. Applying what was already
+durable before the write means a proposal is answered as soon as its commit is known, not one
+fsync (of the next batch) later; and a Ready that only advances the commit index costs no fsync
+(the WAL writes such a record without syncing it: the commit index is volatile in Raft).
 
 Safe time is the Tm of the last applied entry. `wait_for_safe_time(ts)` parks until it passes ts.
 `ready_to_serve` is False until this node has applied an entry of the current leader's term, so a
@@ -223,6 +227,11 @@ class RaftNode:
         self.applied_listeners: list[Callable[[Entry], None]] = []
         self.fsync_seconds_total = 0.0
         self.loop_iterations = 0
+        # Tm and index of the last entry applied before its Ready was persisted (see
+        # _handle_ready). The core's own counters catch up in advance(); until then these keep
+        # safe time and read barriers in step with what the state machine holds.
+        self._applied_ahead_tm = 0
+        self._applied_ahead_index = 0
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -325,7 +334,7 @@ class RaftNode:
 
     @property
     def safe_time(self) -> int:
-        return self.core.applied_tm if self.core else 0
+        return max(self.core.applied_tm, self._applied_ahead_tm) if self.core else 0
 
     @property
     def ready_to_serve(self) -> bool:
@@ -394,7 +403,7 @@ class RaftNode:
             raise ReadIndexError(f"no quorum confirmed leadership within {timeout_ms} ms") from None
         finally:
             self._reads.pop(ctx, None)
-        if self._core().log.applied < index:
+        if self._applied_index() < index:
             wfut: asyncio.Future[int] = asyncio.get_running_loop().create_future()
             heapq.heappush(self._read_waiters, (index, next(self._seq), wfut))
             await asyncio.wait_for(wfut, timeout_ms / 1000)
@@ -454,8 +463,8 @@ class RaftNode:
         return NodeStatus(
             core=core.status(),
             ready_to_serve=self.ready_to_serve,
-            safe_time=core.applied_tm,
-            safe_time_lag_ms=max(0, now_ms - physical_ms(core.applied_tm)),
+            safe_time=self.safe_time,
+            safe_time_lag_ms=max(0, now_ms - physical_ms(self.safe_time)),
             peers=dict(self.addresses),
             wal=_stats_dict(self.wal),
             transport=self.transport.stats() if self.transport else {},
@@ -463,6 +472,9 @@ class RaftNode:
         )
 
     # ------------------------------------------------------------------ internals
+
+    def _applied_index(self) -> int:
+        return max(self._core().log.applied, self._applied_ahead_index)
 
     def _core(self) -> RaftCore:
         if self.core is None:
@@ -587,6 +599,16 @@ class RaftNode:
         transport = self._transport()
         for m in rd.early_messages:
             transport.send(m)
+        # Committed entries that were already durable here before this Ready are applied before
+        # its write (see `applicable_before_persist`): their proposers need not wait for one
+        # more fsync, which would only be making the *next* batch durable.
+        applied_early = applicable_before_persist(rd, self._core().log.stable_index)
+        if applied_early:
+            self._apply(rd.committed[:applied_early])
+            last = rd.committed[applied_early - 1]
+            self._applied_ahead_tm = last.tm
+            self._applied_ahead_index = last.index
+            self._wake_waiters()
         if rd.snapshot is not None or rd.entries or rd.hard_state is not None:
             started = time.perf_counter()
             await asyncio.get_running_loop().run_in_executor(self._io, self._persist, rd)
@@ -597,7 +619,7 @@ class RaftNode:
             app_data, addresses = self._unwrap_snapshot(rd.snapshot.data)
             self.sm.restore(app_data)
             self._set_addresses(addresses)
-        self._apply(rd.committed)
+        self._apply(rd.committed[applied_early:] if applied_early else rd.committed)
         for rs in rd.read_states:
             fut = self._reads.get(rs.ctx)
             if fut is not None and not fut.done():
@@ -608,7 +630,7 @@ class RaftNode:
                 fut.set_exception(ReadIndexError("leadership lost during the read"))
         core = self._core()
         core.advance(rd)
-        self._wake_waiters(core)
+        self._wake_waiters()
         await self._maybe_snapshot(core)
 
     def _persist(self, rd: Ready) -> None:
@@ -639,13 +661,13 @@ class RaftNode:
                     ProposalDroppedError(f"entry {e.index} was replaced by a newer leader")
                 )
 
-    def _wake_waiters(self, core: RaftCore) -> None:
-        safe = core.applied_tm
+    def _wake_waiters(self) -> None:
+        safe = self.safe_time
         while self._safe_waiters and self._safe_waiters[0][0] <= safe:
             _, _, fut = heapq.heappop(self._safe_waiters)
             if not fut.done():
                 fut.set_result(None)
-        applied = core.log.applied
+        applied = self._applied_index()
         while self._read_waiters and self._read_waiters[0][0] <= applied:
             _, _, rfut = heapq.heappop(self._read_waiters)
             if not rfut.done():
@@ -681,6 +703,27 @@ class RaftNode:
         if version != 1:
             raise RaftError(f"unknown snapshot format {version}")
         return app_data, _decode_addresses(addresses)
+
+
+def applicable_before_persist(rd: Ready, stable_index: int) -> int:
+    """How many of `rd.committed` may be applied before `rd` is persisted.
+
+    An entry qualifies when it is committed (on a quorum) and was already durable on this node
+    before this Ready: index <= `stable_index`, the log's stable index when `ready()` returned
+    (a suffix replaced by this Ready has already lowered it). Persisting `rd` changes nothing
+    about such an entry. On a leader every committed entry qualifies, since it counts its own
+    copy only once persisted. Applying is not sending, so persist-before-send is untouched.
+    Stops at the first CONF entry (it changes the peer set the Ready's messages go to) and
+    allows nothing when the Ready installs a snapshot (that must come first).
+    """
+    if rd.snapshot is not None:
+        return 0
+    count = 0
+    for e in rd.committed:
+        if e.index > stable_index or e.kind is EntryKind.CONF:
+            break
+        count += 1
+    return count
 
 
 def _expire_proposal(fut: asyncio.Future[ProposalResult], timeout_ms: int) -> None:

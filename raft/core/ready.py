@@ -9,6 +9,9 @@ The ordering contract for a `Ready` (the driver must follow it exactly):
    sending `messages`: a vote or an append acknowledgement promises that state is on disk.
 3. Send `messages`.
 4. Install `snapshot` into the state machine (if any), then apply `committed` in order.
+   Committed entries that were already durable on this node before this Ready (index <= the
+   log's stable index when `ready()` returned) may be applied before step 2 instead: persisting
+   this Ready does not change them, and applying sends nothing.
 5. Call `RaftCore.advance(ready)`. Do not call `ready()` again before that.
 """
 

@@ -1,7 +1,8 @@
 """The node driver in-process: real WALs (fsync on), real loopback transport, one event loop.
 
 What only the driver decides is tested here: proposals and their results, the proposal
-timeout, cancelled callers, and the fsyncs a lone proposer pays. The multi-process kill -9
+timeout, cancelled callers, the fsyncs a lone proposer pays, and applying committed entries that
+are already durable before the Ready that carries them is persisted. The multi-process kill -9
 tests live in test_processes.py.
 """
 
@@ -19,8 +20,9 @@ from typing import Any
 import pytest
 
 from hlc import HybridClock, SystemClock
-from raft.core.types import Entry, EntryKind
-from raft.node import NodeConfig, ProposalTimeoutError, RaftNode
+from raft.core.ready import Ready
+from raft.core.types import ConfState, Entry, EntryKind, Snapshot, SnapshotMeta
+from raft.node import NodeConfig, ProposalTimeoutError, RaftNode, applicable_before_persist
 
 SECRET = b"s" * 32
 ELECTION_WAIT_S = 10.0
@@ -173,3 +175,52 @@ async def test_a_lone_proposer_pays_one_fsync_per_proposal(tmp_path: Path) -> No
         for i in range(20):
             await leader.propose(b"x%d" % i)
         assert wal.stats().fsyncs - before <= 20 + 2  # + idle TICK entries, if any
+
+
+async def test_an_answered_proposer_sees_safe_time_at_its_entry(tmp_path: Path) -> None:
+    # Entries may be applied before the Ready that commits them is persisted; safe time and
+    # the read barrier must already reflect them when the proposer hears back.
+    async with cluster(tmp_path, 3) as nodes:
+        leader = await leader_of(nodes)
+        for i in range(30):
+            r = await leader.propose(b"s%d" % i)
+            assert leader.safe_time >= r.tm
+            assert await leader.wait_for_safe_time(r.tm, timeout_ms=1) == 0.0
+            assert leader.status().safe_time >= r.tm
+        assert await leader.read_barrier() >= r.index
+
+
+def _entries(first: int, last: int, conf_at: int = 0) -> tuple[Entry, ...]:
+    return tuple(
+        Entry(
+            term=1,
+            index=i,
+            tm=i,
+            kind=EntryKind.CONF if i == conf_at else EntryKind.NORMAL,
+            data=b"",
+        )
+        for i in range(first, last + 1)
+    )
+
+
+@pytest.mark.parametrize(
+    ("committed", "stable_index", "snapshot", "expected"),
+    [
+        (_entries(3, 7), 7, False, 5),  # all durable already: a leader's usual case
+        (_entries(3, 7), 5, False, 3),  # 6 and 7 arrive in this very Ready (a follower)
+        (_entries(3, 7), 2, False, 0),
+        (_entries(3, 7, conf_at=5), 7, False, 2),  # stop before a membership change
+        (_entries(3, 7), 7, True, 0),  # a snapshot is installed first
+        ((), 7, False, 0),
+    ],
+)
+def test_applicable_before_persist(
+    committed: tuple[Entry, ...], stable_index: int, snapshot: bool, expected: int
+) -> None:
+    snap = (
+        Snapshot(meta=SnapshotMeta(index=2, term=1, tm=2, conf=ConfState(voters=(1,))))
+        if snapshot
+        else None
+    )
+    rd = Ready(committed=committed, entries=_entries(6, 8), snapshot=snap)
+    assert applicable_before_persist(rd, stable_index) == expected
