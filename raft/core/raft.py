@@ -140,6 +140,8 @@ class RaftCore:
         self._prev_hard_state = hard_state
         self._need_broadcast = False
         self._commit_broadcast = False
+        # Commit index first heard from a leader since this core was built (see caught_up).
+        self._catch_up_floor: int | None = None
         self._ready_outstanding = False
         self._reset_election_timeout()
 
@@ -152,10 +154,18 @@ class RaftCore:
         return self.id in self.conf.voters
 
     def caught_up(self) -> bool:
-        """True once this node has applied an entry of the current leader's term: everything
-        acknowledged before that leader took over is then applied here too. Restarted nodes
-        must not serve applied-state reads before this holds."""
-        return self.leader != NONE and self.log.term(self.log.applied) == self.term
+        """True once this node has applied an entry of the current leader's term (everything
+        acknowledged before that leader took over is then applied here too) and, since it
+        started, has applied at least the commit index it first heard from a leader. The second
+        part matters after a power loss: the commit index is written without fsync (it is
+        volatile in Raft), so a restarted node may replay less than it had applied before, and
+        it must not serve from that older state. Restarted nodes serve nothing before this."""
+        return (
+            self.leader != NONE
+            and self._catch_up_floor is not None
+            and self.log.applied >= self._catch_up_floor
+            and self.log.term(self.log.applied) == self.term
+        )
 
     def hard_state(self) -> HardState:
         return HardState(term=self.term, vote=self.vote, commit=self.log.committed)
@@ -455,7 +465,14 @@ class RaftCore:
         self.vote = self.id
         self.role = Role.CANDIDATE
 
+    def _note_leader_commit(self) -> None:
+        if self._catch_up_floor is None:
+            self._catch_up_floor = self.log.committed
+
     def _become_leader(self) -> None:
+        # A leader's own no-op (applied before caught_up holds) is newer than anything it had.
+        if self._catch_up_floor is None:
+            self._catch_up_floor = 0
         self._reset(self.term)
         self.role = Role.LEADER
         self.leader = self.id
@@ -588,11 +605,13 @@ class RaftCore:
                 self.election_elapsed = 0
                 self.leader = m.src
                 self._handle_append(m)
+                self._note_leader_commit()
             case Heartbeat():
                 self.election_elapsed = 0
                 self.leader = m.src
                 # The leader sends min(its commit, our match), so this never commits unseen work.
                 self.log.commit_to(min(m.commit, self.log.last_index()))
+                self._note_leader_commit()
                 self._send(
                     HeartbeatResponse(src=self.id, dst=m.src, term=self.term, read_ctx=m.read_ctx)
                 )
@@ -600,6 +619,7 @@ class RaftCore:
                 self.election_elapsed = 0
                 self.leader = m.src
                 self._handle_snapshot(m)
+                self._note_leader_commit()
             case TimeoutNow():
                 if self.promotable():
                     self._hup(transfer=True)

@@ -1,0 +1,63 @@
+"""A restarted node serves nothing until it has caught up with the current leader, even when a
+power loss took its last commit-index record (written without fsync: Raft's commit index is
+volatile), so its safe time as seen by readers never goes backwards."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from raft.core.memnet import MemNetwork
+
+
+def _settle(net: MemNetwork, ticks: int = 5) -> None:
+    for _ in range(ticks):
+        for n in net.nodes.values():
+            n.core.tick(net.tick_tm())
+        net.deliver_all()
+
+
+def test_power_loss_of_commit_index_keeps_node_unready_until_caught_up() -> None:
+    net = MemNetwork(3, seed=7)
+    net.nodes[1].core.campaign()
+    net.deliver_all()
+    leader = net.nodes[1]
+    for i in range(10):
+        leader.core.propose(b"p%d" % i, net.tick_tm())
+        net.deliver_all()
+    follower = net.nodes[2]
+    assert follower.core.caught_up()
+    applied_before = follower.core.log.applied
+    safe_before = follower.core.applied_tm
+
+    # Power loss: entries, term and vote were synced, the last commit-only records were not.
+    follower.disk.hard_state = dataclasses.replace(follower.disk.hard_state, commit=2)
+    net.down.add(2)
+    follower.crash()
+    assert follower.core.log.committed == 2
+    assert not follower.core.caught_up(), "must not serve from a state older than it had"
+
+    # Its own replay (before any leader contact) does not make it ready either.
+    msgs, _ = follower.handle_ready()
+    assert follower.core.applied_tm < safe_before
+    assert not follower.core.caught_up()
+
+    net.down.discard(2)
+    _settle(net)
+    assert follower.core.caught_up()
+    assert follower.core.log.applied >= applied_before
+    assert follower.core.applied_tm >= safe_before
+    del msgs
+
+
+def test_leader_after_restart_is_ready_once_its_noop_applies() -> None:
+    net = MemNetwork(1, seed=3)
+    node = net.nodes[1]
+    node.core.campaign()
+    net.deliver_all()
+    node.core.propose(b"x", net.tick_tm())
+    net.deliver_all()
+    node.crash()
+    assert not node.core.caught_up()
+    _settle(net, ticks=40)
+    assert node.core.is_leader()
+    assert node.core.caught_up()
