@@ -41,7 +41,22 @@ def test_power_loss_of_commit_index_keeps_node_unready_until_caught_up() -> None
     assert follower.core.applied_tm < safe_before
     assert not follower.core.caught_up()
 
+    # The first heartbeat from the unchanged leader (same term): the follower now knows the
+    # leader and the commit index, but has not applied up to it yet.
     net.down.discard(2)
+    heartbeat = None
+    for _ in range(50):
+        leader.core.tick(net.tick_tm())
+        out, _ = leader.handle_ready()
+        heartbeat = next((m for m in out if m.dst == 2 and type(m).__name__ == "Heartbeat"), None)
+        if heartbeat is not None:
+            break
+    assert heartbeat is not None
+    follower.core.step(heartbeat)
+    assert follower.core.leader == 1
+    assert follower.core.log.applied < applied_before
+    assert not follower.core.caught_up(), "ready while behind what it had applied before"
+
     _settle(net)
     assert follower.core.caught_up()
     assert follower.core.log.applied >= applied_before
