@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 PYTEST_ARGS ?=
 
-.PHONY: install install-bench test check fmt unit demo bench bench-raft sim clean
+.PHONY: install install-bench test check fmt unit demo bench bench-raft bench-catalog sim clean
 
 install: $(STAMP)
 
@@ -38,14 +38,20 @@ SEEDS ?= 5000
 sim: install
 	$(BIN)/python -m pytest tests/raft/test_simulation.py --sim-seeds=$(SEEDS) -q
 
-bench: bench-raft
+## bench: every benchmark; each prints a table and writes JSON under bench/results/
+bench: bench-raft bench-catalog
 
 ## bench-raft: our engine against pysyncobj, same workload, same run
 bench-raft: install-bench
 	$(BIN)/python -m bench.bench_raft
 
+## bench-catalog: schema reads/s, read latency, safe-time waits and DDL latency of the daemon
+bench-catalog: install
+	$(BIN)/python -m bench.bench_catalog
+
+## demo: a local 3-node cluster feeding a Spark Structured Streaming pipeline (about 2 minutes)
 demo: install
-	$(BIN)/python -m raft.demo
+	$(BIN)/python -m spark_bridge.demo
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
