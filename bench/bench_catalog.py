@@ -1574,6 +1574,15 @@ def machine_info() -> dict[str, Any]:
             check=False,
         ).stdout.strip()
         info["git_commit"] = commit or None
+        # The nodes run the working tree, which may differ from the commit: name what differs.
+        dirty = subprocess.run(
+            ["git", "-C", str(REPO_ROOT), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            timeout=GIT_TIMEOUT_S,
+            check=False,
+        ).stdout.split("\n")
+        info["git_modified_files"] = sorted(line[3:] for line in dirty if line.strip())
     except (OSError, subprocess.TimeoutExpired):
         info["git_commit"] = None
     return info
