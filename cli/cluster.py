@@ -39,7 +39,7 @@ from metastore.daemon.config import (
 from metastore.daemon.secrets import Role, ensure_secrets, read_token_file
 from spark_bridge.client import EndpointResult, SyncMetastoreClient
 
-# `cluster up`: how long to wait for a ready leader, and how often to look.
+# `cluster up`: how long to wait for a ready leader and the started nodes, and how often to look.
 UP_WAIT_MS_DEFAULT: Final = 30_000
 UP_WAIT_MS_MAX: Final = 10 * 60 * 1000
 UP_POLL_INTERVAL_MS: Final = 200
@@ -181,16 +181,23 @@ _config_dir_option = click.option(
     "--wait-ms",
     type=click.IntRange(0, UP_WAIT_MS_MAX),
     default=UP_WAIT_MS_DEFAULT,
-    help="How long to wait for a ready leader (0: do not wait).",
+    help="How long to wait for a ready leader and the started nodes (0: do not wait).",
+)
+@click.option(
+    "--missing",
+    "only_missing",
+    is_flag=True,
+    help="Start only the nodes that are not running (e.g. one that crashed) instead of refusing.",
 )
 @click.pass_context
-def cluster_up(ctx: click.Context, config_dir: Path, wait_ms: int) -> None:
+def cluster_up(ctx: click.Context, config_dir: Path, wait_ms: int, only_missing: bool) -> None:
     """Start every node of the cluster in CONFIG as background processes and wait until a
-    leader is ready.
+    leader is ready and every started node serves.
 
     Each node runs `python -m cli.main node start --config CONFIG/nodeN.toml` in its own
     session, logs to DATA_DIR/node-N/node.log and records its PID in DATA_DIR/node-N/node.pid.
-    Refuses to start anything if a node is already running. Stop them with `cluster down`.
+    Refuses to start anything if a node is already running, unless --missing: then only the
+    nodes that are not running are started (nothing, if all are). Stop them with `cluster down`.
     """
     a = app(ctx)
     config = load_cluster_config(config_dir / CLUSTER_FILE_NAME)
@@ -199,12 +206,15 @@ def cluster_up(ctx: click.Context, config_dir: Path, wait_ms: int) -> None:
         for n in config.nodes
         if (pid := processes.running_node_pid(config.node_pid_file(n.id))) is not None
     }
-    if running:
+    # Refusing by default keeps a half-running cluster visible: the user decides whether to
+    # restart the missing nodes (--missing) or start over (`cluster down`).
+    if running and not only_missing:
         listed = ", ".join(f"node {n} (pid {p})" for n, p in sorted(running.items()))
         raise CliError(
             "ALREADY_RUNNING",
             f"{listed} already running; stop the cluster first: metastore cluster down --config "
-            f"{config_dir}",
+            f"{config_dir}, or start only the nodes that are not running: metastore cluster up "
+            f"--missing --config {config_dir}",
             exit_code=EXIT_REFUSED,
         )
     secrets = ensure_secrets(config.secrets_dir)
@@ -217,7 +227,10 @@ def cluster_up(ctx: click.Context, config_dir: Path, wait_ms: int) -> None:
             pid_file=config.node_pid_file(n.id),
         )
         for n in config.nodes
+        if n.id not in running
     ]
+    for s in started:
+        click.echo(f"started node {s.node_id} (pid {s.pid}), log: {s.log_file}", err=True)
     if wait_ms == 0:
         doc = {"started": {str(s.node_id): s.pid for s in started}}
         emit(a.output, doc, lambda: [kv_table({f"node {s.node_id}": s.pid for s in started})])
@@ -243,10 +256,13 @@ def _wait_for_leader(
     shown = ""
     while True:
         results = client.status_all()
-        if any(
-            r.result is not None and r.result.get("role") == "leader" and r.result.get("ready")
+        ready = {
+            r.result.get("node_id"): r.result.get("role")
             for r in results
-        ):
+            if r.result is not None and r.result.get("ready")
+        }
+        # A restarted node is only back once it serves reads again, not when some leader does.
+        if "leader" in ready.values() and all(s.node_id in ready for s in started):
             end_progress()
             return results
         dead = [s for s in started if s.process.poll() is not None]
@@ -266,8 +282,8 @@ def _wait_for_leader(
             end_progress()
             raise CliError(
                 "NOT_READY",
-                f"no ready leader after {elapsed_s:.1f} s; node logs: "
-                + ", ".join(str(s.log_file) for s in started),
+                f"no ready leader, or a started node not ready, after {elapsed_s:.1f} s; "
+                "node logs: " + ", ".join(str(s.log_file) for s in started),
                 exit_code=EXIT_UNAVAILABLE,
                 details={"status": _short_status(results)},
             )
