@@ -641,14 +641,21 @@ class RaftNode:
             wal.append(rd.entries, rd.hard_state)
 
     def _apply(self, entries: tuple[Entry, ...]) -> None:
+        if not entries:
+            return
+        # Tm strictly increases along the log, so one observe of the last Tm leaves the clock
+        # ahead of every entry in the batch, as observing each in turn would.
+        self.clock.observe(entries[-1].tm)
+        apply = self.sm.apply
+        listeners = self.applied_listeners
+        waiting_by_index = self._waiting
         for e in entries:
-            self.clock.observe(e.tm)
-            result = self.sm.apply(e)
+            result = apply(e)
             if e.kind is EntryKind.CONF:
                 self._set_addresses(_decode_addresses(decode_conf_context(e.data)))
-            for listener in self.applied_listeners:
+            for listener in listeners:
                 listener(e)
-            waiting = self._waiting.pop(e.index, None)
+            waiting = waiting_by_index.pop(e.index, None)
             if waiting is None:
                 continue
             term, fut = waiting
