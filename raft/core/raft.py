@@ -214,13 +214,25 @@ class RaftCore:
         return self.propose_many([data], now_tm)[0]
 
     def propose_many(self, items: list[bytes], now_tm: int) -> list[tuple[int, int]]:
-        self._check_can_propose(sum(len(d) + 32 for d in items))
+        size_bytes = sum(len(d) + 32 for d in items)  # Entry.size_bytes of each, summed
+        self._check_can_propose(size_bytes)
         self.now_tm = max(self.now_tm, now_tm)
-        out = []
-        for data in items:
-            e = self._append_new(EntryKind.NORMAL, data)
-            out.append((e.term, e.index))
-        return out
+        if not items:
+            return []
+        # The entries `_append_new` would make one at a time, appended to the log in one call:
+        # each Tm is max(now_tm, previous Tm + 1), which after the first is previous Tm + 1.
+        term = self.term
+        first = self.log.last_index() + 1
+        first_tm = max(self.now_tm, self.log.last_tm() + 1)
+        entries = [
+            Entry(term=term, index=first + i, tm=first_tm + i, kind=EntryKind.NORMAL, data=data)
+            for i, data in enumerate(items)
+        ]
+        self.log.append(entries)
+        self.uncommitted_bytes += size_bytes
+        self.idle_elapsed = 0
+        self._need_broadcast = True
+        return [(term, first + i) for i in range(len(entries))]
 
     def propose_conf(
         self, new_conf: ConfState, now_tm: int, *, context: bytes = b""
