@@ -236,6 +236,8 @@ def _frame(rtype: _RecordType, payload: bytes) -> bytes:
 
 
 _ENTRY_CRC_SEED: Final = zlib.crc32(bytes((_RecordType.ENTRY,)))
+# Upper bound of an encoded HARD_STATE record: header plus three msgpack uint64 in an array.
+_HARD_STATE_RECORD_BYTES_MAX: Final = _RECORD_HEADER.size + 1 + 3 * 9
 
 
 def _entry_records(entries: Sequence[Entry]) -> list[bytes]:
@@ -680,20 +682,33 @@ class WriteAheadLog:
             if live.size_bytes > 0 and live.size_bytes + len(batch) > self._segment_bytes_max:
                 self._roll(first_index=entries[0].index if entries else self._last_index + 1)
                 live = self._segments[-1]
-            # Term and vote only ever change in a synced write, so the last record written
-            # has the last durable term and vote.
-            sync = bool(entries) or (
-                hard_state is not None
-                and (hard_state.term, hard_state.vote)
-                != (self._hard_state.term, self._hard_state.vote)
-            )
-            self._write_live(batch, sync=sync)
+            self._write_live(batch, sync=self._must_sync(entries, hard_state))
         if entries:
             self._last_index = entries[-1].index
             live.note_index(self._last_index)
         if hard_state is not None:
             self._hard_state = hard_state
             self._hard_state_in_live = True
+
+    def append_syncs(self, entries: Sequence[Entry], hard_state: HardState | None) -> bool:
+        """Whether `append(entries, hard_state)` would wait for the disk: an fdatasync, or a
+        segment roll (which syncs the directory). False means it is one small buffered write,
+        cheap enough to make from the caller's own thread (the driver does, for a Ready that
+        only moves the commit index)."""
+        if self._must_sync(entries, hard_state):
+            return True
+        live = self._segments[-1]
+        return live.size_bytes > 0 and (
+            live.size_bytes + _HARD_STATE_RECORD_BYTES_MAX > self._segment_bytes_max
+        )
+
+    def _must_sync(self, entries: Sequence[Entry], hard_state: HardState | None) -> bool:
+        # Term and vote only ever change in a synced write, so the last record written has the
+        # last durable term and vote.
+        return bool(entries) or (
+            hard_state is not None
+            and (hard_state.term, hard_state.vote) != (self._hard_state.term, self._hard_state.vote)
+        )
 
     # ---------------------------------------------------------------------------- snapshots
 

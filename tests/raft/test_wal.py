@@ -290,6 +290,26 @@ def test_commit_only_hard_state_is_written_but_not_synced(tmp_path: Path) -> Non
     assert recover(tmp_path).hard_state == HardState(term=2, vote=3, commit=2)
 
 
+def test_append_syncs_tells_which_appends_wait_for_the_disk(tmp_path: Path) -> None:
+    wal, _ = open_wal(tmp_path, fsync=True, segment_bytes_max=SMALL_SEGMENT)
+    with wal:
+        hs = HardState(term=1, vote=1, commit=0)
+        wal.append(ents(1, 1), hs)
+        commit_only = HardState(term=1, vote=1, commit=1)
+        assert not wal.append_syncs([], commit_only)
+        assert wal.append_syncs(ents(2, 2), None)
+        assert wal.append_syncs(ents(2, 2), commit_only)
+        assert wal.append_syncs([], HardState(term=2, vote=0, commit=1))
+        assert wal.append_syncs([], HardState(term=1, vote=2, commit=1))
+        # Near the end of a segment even a commit-only record may roll (a directory sync).
+        index = 2
+        while not wal.append_syncs([], commit_only):
+            wal.append([ent(index)], None)
+            index += 1
+            assert index < 100, "append_syncs never foresaw a roll"
+        assert len(segments(tmp_path)) == 1
+
+
 def test_unsynced_commit_record_is_synced_before_a_roll_or_a_segment_deletion(
     tmp_path: Path,
 ) -> None:
