@@ -140,6 +140,7 @@ class EchoServer:
             "applied_count": len(self.sm.payloads),
             "fsync_seconds_total": self.node.fsync_seconds_total,
             "wal_fsyncs": st.wal.get("fsyncs", 0),
+            "wal_fsync_seconds_total": st.wal.get("fsync_seconds_total", 0.0),
             "loop_iterations": self.node.loop_iterations,
             # Peers with an authenticated outbound link: the bench waits for a full mesh
             # before a failover round, so it times the election and not a reconnect.
