@@ -15,7 +15,13 @@ from raft.errors import (
     InvalidLimitError,
     MalformedFrameError,
 )
-from raft.framing import FRAME_HEADER_BYTES, NEED_DATA, FrameDecoder, encode_frame
+from raft.framing import (
+    FRAME_HEADER_BYTES,
+    NEED_DATA,
+    FrameDecoder,
+    encode_frame,
+    msgpack_bin_header,
+)
 
 LIMIT = 1024
 
@@ -227,3 +233,15 @@ def test_fuzz_mostly_valid_streams_yield_objects_or_typed_errors(
     pieces: list[bytes], cuts: list[int]
 ) -> None:
     _fuzz_run(FrameDecoder(512), split(b"".join(pieces), cuts))
+
+
+@pytest.mark.parametrize("size", [0, 1, 255, 256, 65535, 65536, 70_000])
+def test_msgpack_bin_header_frames_bytes_as_msgpack_does(size: int) -> None:
+    data = bytes(range(256)) * (size // 256) + bytes(size % 256)
+    assert msgpack_bin_header(size) + data == msgpack.packb(data, use_bin_type=True)
+
+
+@pytest.mark.parametrize("size", [-1, 2**32])
+def test_msgpack_bin_header_refuses_impossible_sizes(size: int) -> None:
+    with pytest.raises(FrameEncodeError):
+        msgpack_bin_header(size)
