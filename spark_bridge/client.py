@@ -131,7 +131,17 @@ _FAILOVER_CODES: Final = frozenset(
 # was proposed but not confirmed).
 _NOT_EXECUTED_CODES: Final = frozenset({ErrorCode.NOT_READY.value, ErrorCode.NOT_LEADER.value})
 _READ_OPS: Final = frozenset(
-    {"schema_at", "describe", "history", "list_namespaces", "list_tables", "safe_time", "status"}
+    {
+        "schema_at",
+        "describe",
+        "history",
+        "list_namespaces",
+        "list_tables",
+        "safe_time",
+        "status",
+        "files",
+        "txn_log",
+    }
 )
 
 T = TypeVar("T")
@@ -413,6 +423,37 @@ class MetastoreClient:
         call_timeout_ms = max(self.timeout_ms, server_wait_ms + SERVER_WAIT_MARGIN_MS)
         return await self.call("schema_at", args, timeout_ms=call_timeout_ms)
 
+    async def files(self, table: str, as_of: int | None = None) -> dict[str, Any]:
+        """The files live in `table` at `as_of` (default: the node's safe time), with the table's
+        location and the schema version in force then."""
+        args: dict[str, Any] = {"table": table}
+        if as_of is not None:
+            args["as_of"] = as_of
+        return await self.call("files", args)
+
+    async def txn_log(self, limit: int = 20) -> dict[str, Any]:
+        """The most recent commits, newest first."""
+        return await self.call("txn_log", {"limit": limit})
+
+    async def commit(
+        self,
+        txn_id: str,
+        writes: list[dict[str, Any]],
+        *,
+        ts: int | None = None,
+        not_before: int | None = None,
+        read_ts: int | None = None,
+        read_tables: list[str] | None = None,
+    ) -> dict[str, Any]:
+        """Commit `writes` (one per table) atomically; see docs/protocol.md. Retried safely:
+        the server de-duplicates by `txn_id`."""
+        optional = {"ts": ts, "not_before": not_before, "read_ts": read_ts}
+        args: dict[str, Any] = {"txn_id": txn_id, "writes": writes}
+        args.update({k: v for k, v in optional.items() if v is not None})
+        if read_tables:
+            args["read_tables"] = list(read_tables)
+        return await self.call("commit", args)
+
     async def describe(self, table: str, as_of: int | None = None) -> dict[str, Any]:
         args: dict[str, Any] = {"table": table}
         if as_of is not None:
@@ -523,7 +564,12 @@ class MetastoreClient:
             order = [endpoint]
         else:
             order = self.endpoints[self._preferred :] + self.endpoints[: self._preferred]
-        repeatable = op in _READ_OPS or (op == "ddl" and isinstance(args.get("request_id"), str))
+        # DDL with a request id and commits (keyed by txn_id) are idempotent on the server.
+        repeatable = (
+            op in _READ_OPS
+            or (op == "ddl" and isinstance(args.get("request_id"), str))
+            or (op == "commit" and isinstance(args.get("txn_id"), str))
+        )
         attempts_max = 1 if endpoint is not None else ATTEMPTS_MAX
         failures: dict[str, str] = {}
         last_server_error: MetastoreError | None = None
@@ -803,6 +849,15 @@ class SyncMetastoreClient:
         self, table: str, ts: int | None = None, timeout_ms: int | None = None
     ) -> dict[str, Any]:
         return self._sync(self._client.schema_at, table, ts, timeout_ms)
+
+    def files(self, table: str, as_of: int | None = None) -> dict[str, Any]:
+        return self._sync(self._client.files, table, as_of)
+
+    def txn_log(self, limit: int = 20) -> dict[str, Any]:
+        return self._sync(self._client.txn_log, limit)
+
+    def commit(self, txn_id: str, writes: list[dict[str, Any]], **kwargs: Any) -> dict[str, Any]:
+        return self._sync(self._client.commit, txn_id, writes, **kwargs)
 
     def describe(self, table: str, as_of: int | None = None) -> dict[str, Any]:
         return self._sync(self._client.describe, table, as_of)

@@ -1,0 +1,391 @@
+"""Spark batches planned against exactly the schema in force at their timestamp.
+
+    bridge = MetastoreBridge(spark, endpoints=[...], token=...)
+    with bridge.batch(reads=["sales.orders"], writes=["sales.daily", "sales.audit"]) as b:
+        orders = b.read("sales.orders")                 # exactly the files committed at read_ts
+        b.write("sales.daily", daily_df)                # conformed to the pinned schema
+        b.write("sales.audit", audit_df, mode="overwrite")
+    print(b.report)                                     # Top, versions, wait, commit ts
+
+What one batch does (DESIGN.md §7):
+1. Top = the bridge's HLC now (the HLC is fed by every metastore reply, so Top is causally after
+   everything this driver has seen).
+2. For every table it reads or writes, ask one node for the schema at Top; the node first waits
+   until its safe time >= Top - DD (zero on a healthy node), so every node would answer the same.
+3. Inputs are read at read_ts = the node's safe time at planning (<= Top, needs no wait) unless the
+   caller asks for another timestamp; the files live at read_ts are read with the pinned schema,
+   by Parquet field id, so renamed columns still read correctly.
+4. Outputs are conformed to the pinned schemas and written by Spark's own Parquet writer into a
+   fresh per-attempt directory under each table's location.
+5. On leaving the `with` block without an exception, one commit lists every table's files; it is
+   visible at one timestamp (> Top) for all tables, or not at all. The commit is keyed by the
+   batch's txn id, so a replayed batch commits once. An exception before that commits nothing;
+   written files stay unreferenced for GC and are never shown to readers.
+
+Spark moves the data; the metastore only ever sees schemas and file lists.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from hlc import to_iso
+from spark_bridge.client import SyncMetastoreClient
+from spark_bridge.conform import conform, pinned_struct
+from spark_bridge.files import DataFile, absolute, collect_files, new_attempt_dir
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.types import StructType
+
+log = logging.getLogger("spark_bridge")
+
+# Tables one batch may pin (reads + writes); the metastore has its own per-commit limits.
+TABLES_PER_BATCH_MAX = 64
+PIN_TIMEOUT_MS = 10_000
+
+
+class BatchError(RuntimeError):
+    """A batch could not be planned or committed. `retryable` says whether running the batch
+    again (re-planning at a new Top) may succeed."""
+
+    def __init__(self, message: str, *, retryable: bool, cause: Exception | None = None) -> None:
+        super().__init__(message)
+        self.retryable = retryable
+        self.cause = cause
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PinnedTable:
+    table: str
+    table_id: int
+    version: int
+    tu: int
+    location: str
+    columns: list[dict[str, Any]]
+    ddl: str
+    struct: StructType
+
+    def describe(self) -> str:
+        return f"{self.table}@v{self.version}"
+
+
+@dataclass(slots=True)
+class BatchReport:
+    txn_id: str
+    top: int
+    read_ts: int
+    waited_ms: float
+    pinned: dict[str, int] = field(default_factory=dict)
+    commit_ts: int | None = None
+    deduplicated: bool = False
+    files: int = 0
+    rows: int = 0
+    plan_ms: float = 0.0
+    commit_ms: float = 0.0
+
+    def line(self) -> str:
+        versions = ", ".join(f"{t}@v{v}" for t, v in sorted(self.pinned.items()))
+        commit = to_iso(self.commit_ts) if self.commit_ts else "-"
+        dedup = " (replay: already committed)" if self.deduplicated else ""
+        return (
+            f"txn {self.txn_id}: Top={to_iso(self.top)} pinned [{versions}] "
+            f"safe-time wait {self.waited_ms:.1f} ms, commit at {commit}, "
+            f"{self.files} files / {self.rows} rows{dedup}"
+        )
+
+
+def ensure_python_workers() -> None:
+    """Spark starts Python workers with `python3` from PATH unless told otherwise; they must run
+    the driver's interpreter (pyarrow and this package live there). Call before the session."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+
+
+class MetastoreBridge:
+    def __init__(
+        self,
+        spark: SparkSession,
+        *,
+        endpoints: list[str],
+        token: str,
+        app_name: str = "spark-bridge",
+        client: SyncMetastoreClient | None = None,
+    ) -> None:
+        self.spark = spark
+        self.endpoints = list(endpoints)
+        self.token = token
+        self.client = client or SyncMetastoreClient(
+            self.endpoints, token, client_name=f"spark:{app_name}"
+        )
+        # Read Parquet by field id so renamed columns keep their data; write field ids too.
+        spark.conf.set("spark.sql.parquet.fieldId.read.enabled", "true")
+        spark.conf.set("spark.sql.parquet.fieldId.write.enabled", "true")
+        self._register_data_source()
+
+    def close(self) -> None:
+        self.client.close()
+
+    def _register_data_source(self) -> None:
+        from spark_bridge.datasource import register
+
+        register(self.spark, endpoints=self.endpoints, token=self.token)
+
+    # ---------------------------------------------------------------- batches
+
+    @contextmanager
+    def batch(
+        self,
+        *,
+        reads: Iterable[str] = (),
+        writes: Iterable[str] = (),
+        txn_id: str | None = None,
+        read_ts: int | None = None,
+        check_reads: bool = False,
+        top: int | None = None,
+    ) -> Iterator[BatchContext]:
+        """Pin, run, commit. `check_reads=True` makes the commit fail with a read conflict if a
+        table the batch read got a commit after the batch's read timestamp. `top` plans the
+        batch at a given timestamp instead of the HLC's now (reproducing a batch, tests)."""
+        ctx = BatchContext(
+            self,
+            reads=list(reads),
+            writes=list(writes),
+            txn_id=txn_id or f"batch:{uuid.uuid4()}",
+            read_ts=read_ts,
+            check_reads=check_reads,
+        )
+        ctx.plan(top)
+        yield ctx
+        ctx.commit()
+
+    def foreach_batch(
+        self,
+        body: Callable[[BatchContext, DataFrame], None],
+        *,
+        query_name: str,
+        reads: Iterable[str] = (),
+        writes: Iterable[str] = (),
+        on_batch: Callable[[BatchReport], None] | None = None,
+    ) -> Callable[[DataFrame, int], None]:
+        """A `foreachBatch` function: each micro-batch is planned at its own Top (so a schema
+        change takes effect at the first micro-batch with Top >= Tu, no restart), and commits
+        with txn id `<query_name>:<batch_id>` (so a micro-batch replayed after a failure
+        commits once). `query_name` must be stable across restarts of the query."""
+        reads, writes = list(reads), list(writes)
+
+        def run(df: DataFrame, batch_id: int) -> None:
+            with self.batch(reads=reads, writes=writes, txn_id=f"{query_name}:{batch_id}") as b:
+                body(b, df)
+            if on_batch is not None:
+                on_batch(b.report)
+
+        return run
+
+    # ---------------------------------------------------------------- reads outside batches
+
+    def read_table(self, table: str, *, as_of: int | None = None) -> DataFrame:
+        """A table as a DataFrame, now or AS OF a timestamp (pinned schema at that timestamp)."""
+        with self.batch(reads=[table], txn_id=f"read:{uuid.uuid4()}", read_ts=as_of) as b:
+            return b.read(table)
+
+
+class BatchContext:
+    def __init__(
+        self,
+        bridge: MetastoreBridge,
+        *,
+        reads: list[str],
+        writes: list[str],
+        txn_id: str,
+        read_ts: int | None,
+        check_reads: bool,
+    ) -> None:
+        tables = list(dict.fromkeys([*reads, *writes]))
+        if not tables:
+            raise BatchError("a batch must read or write at least one table", retryable=False)
+        if len(tables) > TABLES_PER_BATCH_MAX:
+            raise BatchError(
+                f"{len(tables)} tables in one batch; the limit is {TABLES_PER_BATCH_MAX}",
+                retryable=False,
+            )
+        self.bridge = bridge
+        self.client = bridge.client
+        self.spark = bridge.spark
+        self.tables = tables
+        self.reads = reads
+        self.writes = set(writes)
+        self.txn_id = txn_id
+        self._requested_read_ts = read_ts
+        self.check_reads = check_reads
+        self.pinned: dict[str, PinnedTable] = {}
+        self._written: dict[str, tuple[list[DataFile], bool]] = {}
+        self.report = BatchReport(txn_id=txn_id, top=0, read_ts=0, waited_ms=0.0)
+
+    # ------------------------------------------------------------ planning
+
+    def plan(self, top: int | None = None) -> None:
+        started = time.perf_counter()
+        if top is None:
+            top = self.client.clock.now()
+        safe_times = []
+        waited = 0.0
+        for table in self.tables:
+            r = self._call("schema_at", {"table": table, "ts": top, "timeout_ms": PIN_TIMEOUT_MS})
+            waited = max(waited, float(r.get("waited_ms", 0.0)))
+            safe_times.append(int(r["safe_time"]))
+            columns = r["schema"]["columns"]
+            self.pinned[table] = PinnedTable(
+                table=table,
+                table_id=int(r["table_id"]),
+                version=int(r["version"]),
+                tu=int(r["tu"]),
+                location=str(r.get("location") or ""),
+                columns=columns,
+                ddl=r["schema"]["ddl"],
+                struct=pinned_struct(columns),
+            )
+        # Inputs: a timestamp every node can already answer for without waiting (<= Top).
+        read_ts = self._requested_read_ts
+        if read_ts is None:
+            read_ts = min([top, *safe_times])
+        self.report.top = top
+        self.report.read_ts = read_ts
+        self.report.waited_ms = waited
+        self.report.pinned = {t: p.version for t, p in self.pinned.items()}
+        self.report.plan_ms = (time.perf_counter() - started) * 1000
+        log.info("batch planned: %s", self.report.line())
+
+    @property
+    def top(self) -> int:
+        return self.report.top
+
+    @property
+    def read_ts(self) -> int:
+        return self.report.read_ts
+
+    def schema(self, table: str) -> StructType:
+        return self._pin(table).struct
+
+    def version(self, table: str) -> int:
+        return self._pin(table).version
+
+    def _pin(self, table: str) -> PinnedTable:
+        try:
+            return self.pinned[table]
+        except KeyError:
+            raise BatchError(
+                f"{table} was not declared in this batch's reads/writes", retryable=False
+            ) from None
+
+    # ------------------------------------------------------------ reads
+
+    def read(self, table: str, *, as_of: int | None = None) -> DataFrame:
+        """The table's rows committed at `as_of` (default: the batch's read_ts), with the schema
+        pinned at Top (or, for an explicit as_of, the schema in force at as_of)."""
+        pin = self._pin(table)
+        ts = self.read_ts if as_of is None else as_of
+        struct = pin.struct
+        if as_of is not None:
+            r = self._call("schema_at", {"table": table, "ts": as_of, "timeout_ms": PIN_TIMEOUT_MS})
+            struct = pinned_struct(r["schema"]["columns"])
+        files = self._call("files", {"table": table, "as_of": ts, "timeout_ms": PIN_TIMEOUT_MS})
+        location = str(files.get("location") or pin.location)
+        paths = [absolute(location, f["path"]) for f in files["files"]]
+        if not paths:
+            return self.spark.createDataFrame([], struct)
+        return self.spark.read.schema(struct).parquet(*paths)
+
+    def temp_view(self, table: str, name: str | None = None) -> str:
+        """Register the batch's read of `table` as a temp view for SQL; returns its name."""
+        view = name or table.replace(".", "__")
+        self.read(table).createOrReplaceTempView(view)
+        return view
+
+    # ------------------------------------------------------------ writes
+
+    def write(self, table: str, df: DataFrame, *, mode: str = "append") -> list[DataFile]:
+        """Conform `df` to the pinned schema and write it as Parquet into a fresh directory of
+        the table. Nothing is visible until the batch commits."""
+        if table not in self.writes:
+            raise BatchError(f"{table} was not declared in this batch's writes", retryable=False)
+        if mode not in ("append", "overwrite"):
+            raise BatchError(f"mode must be 'append' or 'overwrite', not {mode!r}", retryable=False)
+        pin = self._pin(table)
+        if not pin.location:
+            raise BatchError(f"{table} has no location in the metastore", retryable=False)
+        shaped = conform(df, table, pin.columns)
+        abs_dir, rel_dir = new_attempt_dir(pin.location, self.txn_id)
+        shaped.write.mode("errorifexists").parquet(abs_dir)
+        files = collect_files(pin.location, rel_dir)
+        prev, prev_overwrite = self._written.get(table, ([], False))
+        self._written[table] = ([*prev, *files], prev_overwrite or mode == "overwrite")
+        return files
+
+    # ------------------------------------------------------------ commit
+
+    def commit(self) -> None:
+        if not self._written:
+            return  # a read-only batch commits nothing
+        started = time.perf_counter()
+        writes = []
+        for table, (files, overwrite) in self._written.items():
+            writes.append(
+                {
+                    "table": table,
+                    "schema_version": self.pinned[table].version,
+                    # The incarnation pinned at Top: a table dropped and re-created since then
+                    # refuses these files instead of receiving them.
+                    "table_id": self.pinned[table].table_id,
+                    "add": [f.to_wire() for f in files],
+                    "remove": [],
+                    "overwrite": overwrite,
+                }
+            )
+        args: dict[str, Any] = {
+            "txn_id": self.txn_id,
+            "not_before": self.top + 1,
+            "writes": writes,
+        }
+        if self.check_reads and self.reads:
+            args["read_ts"] = self.read_ts
+            args["read_tables"] = list(self.reads)
+        from metastore.errors import TxnIdReusedError
+
+        try:
+            r = self._call("commit", args)
+            self.report.commit_ts = int(r["ts"])
+            self.report.deduplicated = bool(r.get("deduplicated", False))
+        except BatchError as exc:
+            if not isinstance(exc.cause, TxnIdReusedError):
+                raise
+            # A replay of a batch that already committed: it rewrote its files into a new
+            # directory, so its file list differs, but the txn id says "this batch". The first
+            # commit stands; this attempt's files stay unreferenced (GC removes them).
+            committed = exc.cause.details.get("committed_ts")
+            self.report.commit_ts = committed if isinstance(committed, int) else None
+            self.report.deduplicated = True
+        self.report.files = sum(len(f) for f, _ in self._written.values())
+        self.report.rows = sum(d.row_count for f, _ in self._written.values() for d in f)
+        self.report.commit_ms = (time.perf_counter() - started) * 1000
+        log.info("batch committed: %s", self.report.line())
+
+    def _call(self, op: str, args: dict[str, Any]) -> dict[str, Any]:
+        from metastore.errors import MetastoreError
+
+        try:
+            return self.client.call(op, args)
+        except MetastoreError as exc:
+            raise BatchError(
+                f"{op} failed for txn {self.txn_id}: {exc.code.value}: {exc}",
+                retryable=exc.retryable,
+                cause=exc,
+            ) from exc

@@ -1,0 +1,183 @@
+"""Make a batch's output DataFrame match the schema pinned for its table, or refuse clearly.
+
+Rules (what a data engineer expects from Iceberg/Delta writers):
+* columns are matched by name, case-insensitively (Spark's default);
+* a pinned column missing from the output is filled with NULL if nullable, with its DEFAULT if it
+  has one, otherwise the write is refused;
+* an output column the pinned schema does not have is refused (a schema change is a DDL, not a
+  side effect of a write);
+* a type that differs is cast only when the cast is a widening the evolution rules allow
+  (int8→16→32→64, float→double, decimal precision up with the same scale, date→timestamp_ntz,
+  varchar/char→string, NullType from a bare `lit(None)` to anything); anything else is refused;
+* NOT NULL columns are checked row by row on the executors (`raise_error`), because Parquet
+  writers do not enforce nullability;
+* the result has exactly the pinned column order and carries each column's field id in the
+  StructField metadata (`parquet.field.id`), so Spark writes Parquet field ids and a later read
+  by field id survives renames.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+    from pyspark.sql.types import DataType, StructType
+
+FIELD_ID_KEY = "parquet.field.id"
+
+
+class SchemaMismatchError(ValueError):
+    """The output cannot be made to match the pinned schema. Nothing was written."""
+
+    code = "SCHEMA_MISMATCH"
+
+
+def spark_type(type_sql: str) -> DataType:
+    """A metastore type string as a PySpark DataType, in pure Python.
+
+    Not `StructType.fromDDL`: that needs a live SparkContext, which the data source's planning
+    workers do not have. VARCHAR/CHAR become STRING, as Spark does for DataFrame schemas (they
+    only constrain table writes, which the metastore's conform step handles by type rules)."""
+    from pyspark.sql import types as T
+
+    from metastore import types as M
+
+    def conv(t: M.DataType) -> T.DataType:
+        match t:
+            case M.PrimitiveType(kind=kind):
+                return {
+                    M.Primitive.BOOLEAN: T.BooleanType(),
+                    M.Primitive.TINYINT: T.ByteType(),
+                    M.Primitive.SMALLINT: T.ShortType(),
+                    M.Primitive.INT: T.IntegerType(),
+                    M.Primitive.BIGINT: T.LongType(),
+                    M.Primitive.FLOAT: T.FloatType(),
+                    M.Primitive.DOUBLE: T.DoubleType(),
+                    M.Primitive.STRING: T.StringType(),
+                    M.Primitive.BINARY: T.BinaryType(),
+                    M.Primitive.DATE: T.DateType(),
+                    M.Primitive.TIMESTAMP: T.TimestampType(),
+                    M.Primitive.TIMESTAMP_NTZ: T.TimestampNTZType(),
+                }[kind]
+            case M.DecimalType(precision=p, scale=s):
+                return T.DecimalType(p, s)
+            case M.VarcharType() | M.CharType():
+                return T.StringType()
+            case M.ArrayType(element=e):
+                return T.ArrayType(conv(e), True)
+            case M.MapType(key=k, value=v):
+                return T.MapType(conv(k), conv(v), True)
+            case M.StructType(fields=fs):
+                return T.StructType(
+                    [
+                        T.StructField(
+                            f.name,
+                            conv(f.type),
+                            f.nullable,
+                            {FIELD_ID_KEY: f.field_id} if f.field_id > 0 else {},
+                        )
+                        for f in fs
+                    ]
+                )
+        raise TypeError(f"unknown metastore type {t!r}")
+
+    return conv(M.parse_type(type_sql))
+
+
+def pinned_struct(columns: list[dict[str, Any]]) -> StructType:
+    """The pinned schema (the protocol's `schema.columns`) as a Spark StructType with field ids."""
+    from pyspark.sql.types import StructField, StructType
+
+    fields = []
+    for c in columns:
+        dtype = spark_type(c["type"])
+        meta: dict[str, Any] = {FIELD_ID_KEY: int(c["field_id"])}
+        if c.get("comment"):
+            meta["comment"] = c["comment"]
+        fields.append(StructField(c["name"], dtype, bool(c["nullable"]), meta))
+    return StructType(fields)
+
+
+def _widening_ok(src: DataType, dst: DataType) -> bool:
+    from pyspark.sql import types as T
+
+    if src == dst:
+        return True
+    if isinstance(src, T.NullType):
+        return True
+    ints = [T.ByteType, T.ShortType, T.IntegerType, T.LongType]
+    si = next((i for i, t in enumerate(ints) if isinstance(src, t)), None)
+    di = next((i for i, t in enumerate(ints) if isinstance(dst, t)), None)
+    if si is not None and di is not None:
+        return si <= di
+    if isinstance(src, T.FloatType) and isinstance(dst, T.DoubleType):
+        return True
+    if isinstance(src, T.DecimalType) and isinstance(dst, T.DecimalType):
+        return src.scale == dst.scale and src.precision <= dst.precision
+    if isinstance(src, T.DateType) and isinstance(dst, T.TimestampNTZType):
+        return True
+    if isinstance(src, T.VarcharType | T.CharType | T.StringType) and isinstance(
+        dst, T.StringType | T.VarcharType
+    ):
+        return True
+    if isinstance(src, T.ArrayType) and isinstance(dst, T.ArrayType):
+        return _widening_ok(src.elementType, dst.elementType)
+    if isinstance(src, T.MapType) and isinstance(dst, T.MapType):
+        return _widening_ok(src.keyType, dst.keyType) and _widening_ok(src.valueType, dst.valueType)
+    if isinstance(src, T.StructType) and isinstance(dst, T.StructType):
+        by_name = {f.name.casefold(): f for f in src.fields}
+        for f in dst.fields:
+            s = by_name.pop(f.name.casefold(), None)
+            if s is None:
+                if not f.nullable:
+                    return False
+                continue
+            if not _widening_ok(s.dataType, f.dataType):
+                return False
+        return not by_name
+    return False
+
+
+def conform(df: DataFrame, table: str, columns: list[dict[str, Any]]) -> DataFrame:
+    """Return `df` shaped exactly like the pinned `columns` of `table`, or raise."""
+    from pyspark.sql import functions as F
+
+    target = pinned_struct(columns)
+    present = {f.name.casefold(): f for f in df.schema.fields}
+    wanted = {f.name.casefold() for f in target.fields}
+    extra = [f.name for f in df.schema.fields if f.name.casefold() not in wanted]
+    if extra:
+        raise SchemaMismatchError(
+            f"output for {table} has columns the pinned schema does not: {extra}; "
+            f"pinned columns: {[f.name for f in target.fields]} (change the schema with DDL first)"
+        )
+    defaults = {c["name"].casefold(): c.get("default") for c in columns}
+    exprs = []
+    for f in target.fields:
+        src = present.get(f.name.casefold())
+        if src is None:
+            default = defaults.get(f.name.casefold())
+            if default:
+                col = F.expr(default).cast(f.dataType)
+            elif f.nullable:
+                col = F.lit(None).cast(f.dataType)
+            else:
+                raise SchemaMismatchError(
+                    f"output for {table} lacks NOT NULL column {f.name!r}, which has no default"
+                )
+        else:
+            if not _widening_ok(src.dataType, f.dataType):
+                raise SchemaMismatchError(
+                    f"column {f.name!r} of {table}: output type {src.dataType.simpleString()} "
+                    f"cannot be widened to the pinned {f.dataType.simpleString()}"
+                )
+            col = F.col(f"`{src.name}`")
+            if src.dataType != f.dataType:
+                col = col.cast(f.dataType)
+        if not f.nullable:
+            col = F.when(
+                col.isNull(), F.raise_error(F.lit(f"NULL in NOT NULL column {table}.{f.name}"))
+            ).otherwise(col)
+        exprs.append(col.alias(f.name, metadata=f.metadata))
+    return df.select(*exprs)

@@ -1,0 +1,284 @@
+"""`spark.read.format("metastore")` and single-table appends through Spark's Python Data Source API.
+
+    spark.read.format("metastore").option("table", "sales.orders").option("as_of", "-5m").load()
+    df.write.format("metastore").option("table", "sales.orders").mode("append").save()
+
+Reads pin one timestamp (the `as_of` option — an HLC integer, ISO-8601 time, `-5m`-style relative
+time or `now` — default now), take the schema in force then and the files live then, and read
+each file with pyarrow on the executors, matching columns by Parquet field id (so renamed columns
+keep their data) and casting widened types. Appends write one Parquet file per Spark task into a
+fresh directory and commit them in one metastore commit from the driver side; an aborted job
+commits nothing.
+
+Facts of the API this relies on (PySpark 4.x): `schema()`, `reader()`, `partitions()`,
+`writer()` and `commit()` run in Python worker processes on the driver host, `read()`/`write()`
+on executors; the DataSource instance is pickled between those steps, so what `schema()` pins is
+what `reader()` reads. The connection settings travel as class attributes of a subclass made by
+`register()` (options would show the token in query plans).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceWriter,
+    InputPartition,
+    WriterCommitMessage,
+)
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyspark.sql import SparkSession
+    from pyspark.sql.types import StructType
+
+FIELD_ID_KEY = b"PARQUET:field_id"
+
+
+def _client(endpoints: list[str], token: str) -> Any:
+    from spark_bridge.client import SyncMetastoreClient
+
+    return SyncMetastoreClient(endpoints, token, client_name="spark-datasource")
+
+
+def _resolve_ts(client: Any, text: str | None) -> int:
+    from hlc import parse_ts
+
+    if text is None or text == "":
+        return int(client.clock.now())
+    return parse_ts(str(text), now_ms=client.clock.physical_now_ms())
+
+
+def _arrow_schema(columns: list[dict[str, Any]]) -> pa.Schema:
+    import pyarrow as pa
+    from pyspark.sql.pandas.types import to_arrow_type
+
+    from spark_bridge.conform import pinned_struct
+
+    struct = pinned_struct(columns)
+    fields = []
+    for f, c in zip(struct.fields, columns, strict=True):
+        fields.append(
+            pa.field(
+                f.name,
+                to_arrow_type(f.dataType),
+                nullable=f.nullable,
+                metadata={FIELD_ID_KEY: str(c["field_id"]).encode()},
+            )
+        )
+    return pa.schema(fields)
+
+
+@dataclass(frozen=True)
+class FilePartition(InputPartition):
+    path: str
+
+
+class MetastoreReader(DataSourceReader):
+    def __init__(self, *, files: list[str], columns: list[dict[str, Any]]) -> None:
+        self.files = files
+        self.columns = columns
+
+    def partitions(self) -> list[InputPartition]:
+        return [FilePartition(path) for path in self.files]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        if not isinstance(partition, FilePartition):
+            raise TypeError(f"unexpected partition {partition!r}")
+        target = _arrow_schema(self.columns)
+        table = pq.read_table(partition.path)
+        by_id: dict[int, int] = {}
+        by_name: dict[str, int] = {}
+        for i, f in enumerate(table.schema):
+            fid = (f.metadata or {}).get(FIELD_ID_KEY)
+            if fid is not None:
+                by_id[int(fid)] = i
+            by_name[f.name.casefold()] = i
+        arrays = []
+        for f, c in zip(target, self.columns, strict=True):
+            idx = by_id.get(int(c["field_id"]))
+            if idx is None and not by_id:
+                idx = by_name.get(f.name.casefold())  # files written without field ids
+            if idx is None:
+                arrays.append(pa.nulls(table.num_rows, type=f.type))  # column added later
+            else:
+                arrays.append(table.column(idx).cast(f.type))
+        out = pa.Table.from_arrays(arrays, schema=target)
+        yield from out.to_batches()
+
+
+@dataclass(frozen=True)
+class WrittenFile(WriterCommitMessage):
+    path: str
+    size_bytes: int
+    row_count: int
+
+
+def _file_wire(f: WrittenFile) -> dict[str, Any]:
+    return {"path": f.path, "size_bytes": f.size_bytes, "row_count": f.row_count}
+
+
+class MetastoreWriter(DataSourceWriter):
+    def __init__(
+        self,
+        *,
+        endpoints: list[str],
+        token: str,
+        table: str,
+        version: int,
+        location: str,
+        columns: list[dict[str, Any]],
+        overwrite: bool,
+        not_before: int,
+    ) -> None:
+        self.endpoints = endpoints
+        self.token = token
+        self.table = table
+        self.version = version
+        self.location = location
+        self.columns = columns
+        self.overwrite = overwrite
+        self.not_before = not_before
+        self.txn_id = f"append:{table}:{uuid.uuid4()}"
+        self.rel_dir = f"_txn/append-{uuid.uuid4().hex[:12]}"
+
+    def write(self, iterator: Iterator[Any]) -> WriterCommitMessage:
+        import os
+
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        schema = _arrow_schema(self.columns)
+        rows = [row.asDict(recursive=True) for row in iterator]
+        table = pa.Table.from_pylist(rows, schema=schema)
+        rel = f"{self.rel_dir}/part-{uuid.uuid4().hex}.parquet"
+        path = f"{self.location.rstrip('/')}/{rel}"
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        pq.write_table(table, path)
+        return WrittenFile(path=rel, size_bytes=os.path.getsize(path), row_count=table.num_rows)
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        files = [m for m in messages if isinstance(m, WrittenFile)]
+        client = _client(self.endpoints, self.token)
+        try:
+            client.call(
+                "commit",
+                {
+                    "txn_id": self.txn_id,
+                    "not_before": self.not_before,
+                    "writes": [
+                        {
+                            "table": self.table,
+                            "schema_version": self.version,
+                            "add": [
+                                {
+                                    "path": f.path,
+                                    "size_bytes": f.size_bytes,
+                                    "row_count": f.row_count,
+                                }
+                                for f in files
+                            ],
+                            "remove": [],
+                            "overwrite": self.overwrite,
+                        }
+                    ],
+                },
+            )
+        finally:
+            client.close()
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        # Nothing was committed: the files written so far (and any a straggler task still
+        # writes) are referenced by no commit, so readers never see them; GC removes them.
+        return None
+
+
+class MetastoreDataSource(DataSource):
+    """Subclassed by `register()` with the connection settings as class attributes."""
+
+    ENDPOINTS: list[str] = []
+    TOKEN: str = ""
+
+    @classmethod
+    def name(cls) -> str:
+        return "metastore"
+
+    def _table(self) -> str:
+        table = self.options.get("table")
+        if not table:
+            raise ValueError("option 'table' (ns.table) is required for format('metastore')")
+        return str(table)
+
+    def _pin(self) -> dict[str, Any]:
+        pinned = getattr(self, "_pinned", None)
+        if pinned is None:
+            client = _client(self.ENDPOINTS, self.TOKEN)
+            try:
+                ts = _resolve_ts(client, self.options.get("as_of"))
+                r = client.schema_at(self._table(), ts=ts)
+                pinned = {"ts": ts, "schema": r, "now": int(client.clock.now())}
+            finally:
+                client.close()
+            self._pinned = pinned
+        return pinned
+
+    def schema(self) -> StructType:
+        from spark_bridge.conform import pinned_struct
+
+        return pinned_struct(self._pin()["schema"]["schema"]["columns"])
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        from spark_bridge.files import absolute
+
+        pin = self._pin()
+        client = _client(self.ENDPOINTS, self.TOKEN)
+        try:
+            r = client.call("files", {"table": self._table(), "as_of": pin["ts"]})
+        finally:
+            client.close()
+        location = str(r.get("location") or pin["schema"].get("location") or "")
+        return MetastoreReader(
+            files=[absolute(location, f["path"]) for f in r["files"]],
+            columns=pin["schema"]["schema"]["columns"],
+        )
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        from spark_bridge.conform import pinned_struct
+
+        pin = self._pin()
+        pinned = pin["schema"]
+        want = pinned_struct(pinned["schema"]["columns"])
+        got = [(f.name.casefold(), f.dataType) for f in schema.fields]
+        if got != [(f.name.casefold(), f.dataType) for f in want.fields]:
+            raise ValueError(
+                f"DataFrame schema {schema.simpleString()} does not match {self._table()} "
+                f"v{pinned['version']} ({want.simpleString()}); use the batch API to conform"
+            )
+        return MetastoreWriter(
+            endpoints=self.ENDPOINTS,
+            token=self.TOKEN,
+            table=self._table(),
+            version=int(pinned["version"]),
+            location=str(pinned.get("location") or ""),
+            columns=pinned["schema"]["columns"],
+            overwrite=overwrite,
+            not_before=int(pin["now"]) + 1,
+        )
+
+
+def register(spark: SparkSession, *, endpoints: list[str], token: str) -> None:
+    """Register format("metastore") on `spark`, talking to this cluster with this token."""
+    source = type(
+        "ConfiguredMetastoreDataSource",
+        (MetastoreDataSource,),
+        {"ENDPOINTS": list(endpoints), "TOKEN": token},
+    )
+    spark.dataSource.register(source)

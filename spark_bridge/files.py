@@ -1,0 +1,80 @@
+"""Where a transaction's Parquet files go, and what a commit says about them.
+
+Each write of a batch goes to a fresh directory `<table location>/_txn/<attempt id>/`, unique per
+attempt, so a retried or replayed batch never mixes files with an earlier attempt. Files become
+part of the table only when a commit lists them; a directory no commit references is garbage for
+GC and never shown to readers (readers read exactly the committed file list).
+
+Paths in a commit are relative to the table location (portable if the warehouse moves).
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+
+TXN_DIR = "_txn"
+# A single commit lists at most this many files per table (the metastore refuses more anyway).
+FILES_PER_WRITE_MAX = 10_000
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DataFile:
+    path: str  # relative to the table location
+    size_bytes: int
+    row_count: int
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"path": self.path, "size_bytes": self.size_bytes, "row_count": self.row_count}
+
+
+def new_attempt_dir(location: str, txn_id: str) -> tuple[str, str]:
+    """(absolute dir, dir relative to the location) for one write attempt."""
+    safe = "".join(ch if ch.isalnum() or ch in "-_" else "_" for ch in txn_id)[:80]
+    rel = f"{TXN_DIR}/{safe}-{uuid.uuid4().hex[:12]}"
+    return f"{location.rstrip('/')}/{rel}", rel
+
+
+def _fs(location: str) -> tuple[pafs.FileSystem, str]:
+    if "://" in location:
+        fs, path = pafs.FileSystem.from_uri(location)
+        return fs, path
+    return pafs.LocalFileSystem(), location
+
+
+def collect_files(location: str, rel_dir: str) -> list[DataFile]:
+    """The Parquet files Spark wrote under location/rel_dir, with sizes and row counts read from
+    their footers (not from Spark's metrics: the footer is what a reader will see)."""
+    fs, root = _fs(location)
+    base = f"{root.rstrip('/')}/{rel_dir}"
+    try:
+        infos = fs.get_file_info(pafs.FileSelector(base, recursive=True))
+    except FileNotFoundError:
+        return []
+    out = []
+    for info in sorted(infos, key=lambda i: i.path):
+        name = info.base_name
+        if info.type != pafs.FileType.File or not name.endswith(".parquet"):
+            continue
+        if name.startswith((".", "_")):
+            continue
+        with fs.open_input_file(info.path) as f:
+            rows = pq.ParquetFile(f).metadata.num_rows
+        rel = info.path[len(root.rstrip("/")) + 1 :]
+        out.append(DataFile(path=rel, size_bytes=int(info.size or 0), row_count=int(rows)))
+    if len(out) > FILES_PER_WRITE_MAX:
+        raise ValueError(
+            f"{len(out)} files written under {base}; the limit per write is {FILES_PER_WRITE_MAX}"
+            " (coalesce/repartition the output)"
+        )
+    return out
+
+
+def absolute(location: str, rel_path: str) -> str:
+    if rel_path.startswith("/") or "://" in rel_path:
+        return rel_path
+    return f"{location.rstrip('/')}/{rel_path}"
