@@ -194,7 +194,10 @@ class MetastoreBridge:
 
     def read_table(self, table: str, *, as_of: int | None = None) -> DataFrame:
         """A table as a DataFrame, now or AS OF a timestamp (pinned schema at that timestamp)."""
-        with self.batch(reads=[table], txn_id=f"read:{uuid.uuid4()}", read_ts=as_of) as b:
+        # AS OF T: plan at T itself, so the schema is the one in force at T.
+        with self.batch(
+            reads=[table], txn_id=f"read:{uuid.uuid4()}", read_ts=as_of, top=as_of
+        ) as b:
             return b.read(table)
 
 

@@ -234,7 +234,8 @@ def run_stream(spark: Any) -> None:
         os.kill(pid, signal.SIGKILL)
         print(f"   killed node {leader} (pid {pid})", flush=True)
         wait_batches(reports, len(reports) + 3, stream)
-        cli("cluster", "up", "--config", str(DEMO_DIR))
+        say("7. Restart the killed node; it catches up and serves again")
+        cli("cluster", "up", "--missing", "--config", str(DEMO_DIR))
         wait_batches(reports, len(reports) + 2, stream)
     finally:
         stream.stop()
@@ -248,7 +249,7 @@ def run_stream(spark: Any) -> None:
             f"{first_new.pinned}"
         )
 
-    say("7. Time travel: both tables AS OF several commit timestamps")
+    say("8. Time travel: both tables AS OF several commit timestamps")
     commits = [r.commit_ts for r in reports if r.commit_ts][1 :: max(1, len(reports) // 5)]
     for ts in commits:
         events = bridge.read_table("shop.events", as_of=ts)
