@@ -11,6 +11,9 @@ Codemap
     processes   local node processes for up/down: pid files, SIGTERM then SIGKILL, never by name.
     node        node start (imports the daemon lazily).
     sql, table, ns, safe_time   the catalog commands.
+    table_data  table files / table read: a table's committed data files, and their rows.
+    parquet_rows  reads committed Parquet files with pyarrow, columns matched by field id.
+    txn         txn log: the most recent atomic commits.
 
 Invariant: commands parse, call the library (`spark_bridge.client`, `metastore.daemon.config`,
 `metastore.daemon.secrets`) and print. Nothing here talks the protocol or interprets the catalog.

@@ -25,6 +25,8 @@ from cli.output import OUTPUT_FORMATS
 from cli.safe_time import safe_time
 from cli.sql import sql
 from cli.table import table
+from cli.table_data import table_files, table_read
+from cli.txn import txn
 from hlc import HlcError
 from metastore.daemon.config import ConfigError
 from metastore.daemon.secrets import SecretsError
@@ -46,6 +48,8 @@ EPILOG = (
     '  metastore sql "CREATE NAMESPACE sales"\n'
     '  metastore sql "CREATE TABLE sales.orders (id BIGINT NOT NULL, amount DECIMAL(10,2))"\n'
     "  metastore table describe sales.orders --as-of -5m\n"
+    "  metastore table read sales.orders --as-of 2026-11-22T10:00:00Z --limit 5\n"
+    "  metastore txn log --limit 10\n"
     "  metastore cluster down\n\n" + EXIT_CODES_HELP
 )
 
@@ -140,6 +144,10 @@ cli.add_command(sql)
 cli.add_command(table)
 cli.add_command(ns)
 cli.add_command(safe_time)
+cli.add_command(txn)
+# The data commands live in their own module (they need pyarrow) but belong to the table noun.
+table.add_command(table_files)
+table.add_command(table_read)
 
 
 def main() -> None:

@@ -1,4 +1,7 @@
-"""`metastore table list|describe|history`: tables and their schema versions."""
+"""`metastore table list|describe|history`: tables and their schema versions.
+
+`table files` and `table read` (the table's committed data) live in cli.table_data and are added
+to this group by cli.main."""
 
 from __future__ import annotations
 
@@ -17,7 +20,8 @@ AS_OF_HELP = (
 
 @click.group("table")
 def table() -> None:
-    """List tables, describe a table's schema (now or AS OF), show its version history."""
+    """List tables, describe a table's schema (now or AS OF), show its version history, list its
+    data files and read its rows (now or AS OF)."""
 
 
 @table.command("list")

@@ -1,0 +1,128 @@
+"""`metastore table files|read`: a table's committed data, now or AS OF a timestamp.
+
+`files` lists what the transaction log says the table consists of at a timestamp (the `files`
+op). `read` reads those files' rows with pyarrow, shaped by the schema in force at the same
+timestamp (cli.parquet_rows); Spark is not involved, so it works on any machine that can reach
+the warehouse.
+
+Both pin one timestamp: `--as-of` if given, otherwise the answering node's safe time (the `files`
+op's default, which needs no wait). `read` then asks for the schema at exactly the timestamp the
+`files` answer names, so files and schema always belong to the same moment.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+import click
+from rich import box
+from rich.console import RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from cli.context import TIMESTAMP, app
+from cli.output import emit, kv_table, ts_cell
+from cli.table import AS_OF_HELP
+
+# `table read` prints rows to a terminal or a script: a screenful by default, and at most this
+# many (bulk reads are Spark's job: `spark.read.format("metastore")`).
+READ_ROWS_DEFAULT: Final = 20
+READ_ROWS_MAX: Final = 10_000
+
+AS_OF_DEFAULT_HELP = " Default: the answering node's safe time (no wait)."
+
+
+@click.command("files")
+@click.argument("name", metavar="NS.TABLE")
+@click.option("--as-of", type=TIMESTAMP, help=AS_OF_HELP + AS_OF_DEFAULT_HELP)
+@click.pass_context
+def table_files(ctx: click.Context, name: str, as_of: int | None) -> None:
+    """List the data files of NS.TABLE live now (or at --as-of): path, size, rows and the commit
+    timestamp that added each, with totals."""
+    a = app(ctx)
+    result = a.client().files(name, as_of=as_of)
+    emit(a.output, result, lambda: _files_tables(result))
+
+
+def _files_tables(result: dict[str, Any]) -> list[RenderableType]:
+    header = {
+        "table": result.get("table"),
+        "version": result.get("version"),
+        "as_of": result.get("as_of"),
+        "location": result.get("location"),
+    }
+    files = result.get("files") or []
+    table = Table(box=box.SIMPLE_HEAD, show_footer=True)
+    table.add_column("PATH", footer=f"total: {len(files)} files", overflow="fold")
+    table.add_column("SIZE BYTES", footer=str(result.get("size_bytes", 0)), justify="right")
+    table.add_column("ROWS", footer=str(result.get("rows", 0)), justify="right")
+    table.add_column("ADDED TS")
+    for f in files:
+        table.add_row(
+            Text(str(f.get("path"))),
+            str(f.get("size_bytes")),
+            str(f.get("row_count")),
+            ts_cell(f.get("added_ts")),
+        )
+    return [kv_table(header), table]
+
+
+@click.command("read")
+@click.argument("name", metavar="NS.TABLE")
+@click.option("--as-of", type=TIMESTAMP, help=AS_OF_HELP + AS_OF_DEFAULT_HELP)
+@click.option(
+    "--limit",
+    type=click.IntRange(1, READ_ROWS_MAX),
+    default=READ_ROWS_DEFAULT,
+    help=f"Print at most this many rows (at most {READ_ROWS_MAX}).",
+)
+@click.pass_context
+def table_read(ctx: click.Context, name: str, as_of: int | None, limit: int) -> None:
+    """Print rows of NS.TABLE as committed now (or at --as-of), read from its Parquet files with
+    the schema in force at that time. Columns are matched by Parquet field id, so renamed
+    columns keep their data and columns added later read as NULL. `-o json` prints the rows as
+    JSON objects (decimals and times as strings, binary as base64)."""
+    # pyarrow is imported only here: the other commands start faster without it.
+    from cli.parquet_rows import PinnedColumn, json_value, read_rows
+
+    a = app(ctx)
+    client = a.client()
+    listing = client.files(name, as_of=as_of)
+    ts = int(listing["as_of"])
+    pinned = client.schema_at(name, ts)
+    columns = [PinnedColumn.from_wire(c) for c in pinned["schema"]["columns"]]
+    location = str(listing.get("location") or pinned.get("location") or "")
+    files = listing.get("files") or []
+    read = read_rows(location, files, columns, limit=limit)
+    rows = [{k: json_value(v) for k, v in row.items()} for row in read.rows.to_pylist()]
+    total = int(listing.get("rows", 0))
+    document = {
+        "table": listing.get("table", name),
+        "as_of": ts,
+        "version": pinned.get("version"),
+        "columns": [c.name for c in columns],
+        "rows": rows,
+        "rows_shown": len(rows),
+        "rows_total": total,
+        "files": len(files),
+        "truncated": len(rows) < total,
+    }
+    emit(a.output, document, lambda: _rows_tables(document, read.rows))
+
+
+def _rows_tables(document: dict[str, Any], rows: Any) -> list[RenderableType]:
+    from cli.parquet_rows import text_value
+
+    # A line of its own, not the table's title: a title wraps at the width of a narrow table.
+    summary = Text(
+        f"{document['table']} v{document['version']} as of {ts_cell(document['as_of'])}: "
+        f"{document['rows_shown']} of {document['rows_total']} rows "
+        f"({document['files']} files)"
+    )
+    table = Table(box=box.SIMPLE_HEAD)
+    # Text, not str: rich would read "[...]" in a column name or a value as markup.
+    for column in document["columns"]:
+        table.add_column(Text(column), overflow="fold")
+    for row in rows.to_pylist():
+        table.add_row(*(Text(text_value(v)) for v in row.values()))
+    return [summary, table]
