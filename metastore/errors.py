@@ -45,6 +45,12 @@ class ErrorCode(StrEnum):
     CLUSTER_NOT_INITIALIZED = "CLUSTER_NOT_INITIALIZED"
     CLUSTER_ALREADY_INITIALIZED = "CLUSTER_ALREADY_INITIALIZED"
     REQUEST_ID_REUSED = "REQUEST_ID_REUSED"
+    # Transaction log (metastore.txn).
+    COMMIT_TIMESTAMP_UNAVAILABLE = "COMMIT_TIMESTAMP_UNAVAILABLE"
+    READ_CONFLICT = "READ_CONFLICT"
+    SCHEMA_VERSION_NOT_ACTIVE = "SCHEMA_VERSION_NOT_ACTIVE"
+    TXN_ID_REUSED = "TXN_ID_REUSED"
+    DATA_FILE_CONFLICT = "DATA_FILE_CONFLICT"
     # Client API (daemon) codes: see docs/protocol.md.
     UNAUTHENTICATED = "UNAUTHENTICATED"
     FORBIDDEN = "FORBIDDEN"
@@ -227,6 +233,51 @@ class RequestIdReusedError(MetastoreError):
     code = ErrorCode.REQUEST_ID_REUSED
 
 
+# ---- transaction log errors (metastore.txn) --------------------------------------------------
+
+
+class CommitTimestampUnavailableError(MetastoreError):
+    """`commit_at(ts)` where ts is below the log's upper (contention: another commit, or the
+    entry's own Tm, already passed it). Details: `ts`, `upper` = the smallest timestamp a commit
+    could still use; retry at or above it."""
+
+    code = ErrorCode.COMMIT_TIMESTAMP_UNAVAILABLE
+    retryable = True
+
+
+class ReadConflictError(MetastoreError):
+    """A table in the commit's read set got a commit after `read_ts`. Details: `table`,
+    `read_ts`, `commit_ts` and `txn_id` of the conflicting commit. Re-read and retry."""
+
+    code = ErrorCode.READ_CONFLICT
+    retryable = True
+
+
+class SchemaVersionNotActiveError(MetastoreError):
+    """A write's schema version is not one of the two latest versions active at the commit
+    timestamp. Details: `table`, `version`, `ts`, `active_versions`. Re-plan against the current
+    schema and retry."""
+
+    code = ErrorCode.SCHEMA_VERSION_NOT_ACTIVE
+    retryable = True
+
+
+class TxnIdReusedError(MetastoreError):
+    """A txn id that already committed arrived with different writes. Details: `txn_id`,
+    `committed_ts`. Not retryable as is: a replayed batch that rewrote its files should treat the
+    id as committed (see metastore.txn)."""
+
+    code = ErrorCode.TXN_ID_REUSED
+
+
+class DataFileConflictError(MetastoreError):
+    """A commit removes a file that an earlier commit already removed (e.g. two compactions of the
+    same files). Details: `table`, `path`, `removed_ts`. Re-plan against the current files."""
+
+    code = ErrorCode.DATA_FILE_CONFLICT
+    retryable = True
+
+
 # ---- client API errors (raised by the daemon shell and rebuilt by the client) ---------------
 
 
@@ -310,6 +361,11 @@ _BY_CODE: dict[str, type[MetastoreError]] = {
         ClusterNotInitializedError,
         ClusterAlreadyInitializedError,
         RequestIdReusedError,
+        CommitTimestampUnavailableError,
+        ReadConflictError,
+        SchemaVersionNotActiveError,
+        TxnIdReusedError,
+        DataFileConflictError,
         UnauthenticatedError,
         ForbiddenError,
         BadRequestError,

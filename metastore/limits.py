@@ -74,3 +74,50 @@ REQUEST_ID_RETENTION_MS = 10 * 60 * 1000
 # change would take longer to become visible than any client waits.
 MAX_DELAY_DURATION_MS = 60_000
 MAX_CLOCK_SKEW_MS = 60_000
+
+# --- table locations and the transaction log (metastore.txn) ------------------------------------
+
+# A table's LOCATION (absolute path or URI) and a data file's path relative to it. HDFS and S3
+# keys allow 1024 bytes; a longer path is almost certainly a bug in the writer.
+MAX_LOCATION_CHARS = 1024
+MAX_FILE_PATH_CHARS = 1024
+
+# A transaction id is client-chosen ("<query id>:<batch id>"): a UUID plus a counter needs ~60.
+MAX_TXN_ID_CHARS = 256
+
+# Tables written by one commit, and tables in its read set (each list separately). A Spark batch
+# rarely writes more than a handful; 100 keeps the work of one Raft entry bounded.
+MAX_TABLES_PER_COMMIT = 100
+
+# Files added plus files named for removal, over all tables of one commit (an overwrite's implicit
+# removals are not counted: they are bounded by MAX_FILE_ENTRIES_PER_TABLE). Spark writes one file
+# per task; 10k tasks in one batch is already a job that should coalesce.
+MAX_FILES_PER_COMMIT = 10_000
+
+# Encoded size of one CommitTxn command. Its file list makes it far larger than DDL, so it has
+# its own bound (10k files with ~200-character paths); it stays below the client API's 4 MiB
+# frame so a commit always fits one request.
+MAX_COMMIT_COMMAND_BYTES = 3 * 1024 * 1024
+
+# How far past its own Tm a commit may land (`ts` / `not_before`), like CSmax: a client may pick a
+# commit timestamp from its own clock, which may run a little ahead of the leader's. The state
+# machine also caps it at DD (see metastore.txn: then the schema in force at the commit timestamp
+# is already decided when the commit is checked).
+COMMIT_TS_AHEAD_MAX_MS = 5_000
+
+# Committed txn ids remembered for idempotency (oldest forgotten first). Far beyond how long a
+# Structured Streaming query takes to replay a batch after a restart (one batch).
+MAX_REMEMBERED_TXNS = 100_000
+
+# Most commit records one `txn_log` read returns (newest first).
+MAX_TXN_LOG_RECORDS = 10_000
+
+# Per-table commit summaries kept for `commits_since` (oldest dropped first; the answer says when
+# it is incomplete). The files themselves are kept regardless (see below).
+MAX_COMMITS_KEPT_PER_TABLE = 1_000
+
+# File entries (live and removed: time travel needs removed files until GC) kept per table
+# incarnation and in total. They bound snapshot size (~100 bytes per entry) until GC and the
+# manifest files of metastore.txn exist; a commit that would exceed them fails.
+MAX_FILE_ENTRIES_PER_TABLE = 1_000_000
+MAX_FILE_ENTRIES_TOTAL = 5_000_000
