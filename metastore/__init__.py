@@ -7,6 +7,9 @@ Key idea
     machine here applies them deterministically; and every schema change takes effect not at Tm
     but at Tu = Tm + DD. A node that has applied every entry up to safe time >= Top - DD therefore
     knows every version that can be active at Top, and picks the one with the greatest Tu <= Top.
+    Data follows the same discipline: Spark writes Parquet files under a table's location, and a
+    `CommitTxn` entry makes the files of any number of tables visible at one commit timestamp
+    (the transaction log, `txn`).
 
 Jargon
     Tm          the leader's HLC stamp on a log entry (physical_ms << 16 | logical); strictly
@@ -19,8 +22,14 @@ Jargon
     incarnation one life of a table name between CREATE and DROP (`TableState`); a re-created
                 table is a new incarnation with a new table id, and old ones stay readable.
     field id    a column's (or nested struct field's) permanent identity, never reused.
-    command     the canonical, replicated form of a DDL statement (never the SQL text).
+    command     the canonical, replicated form of a DDL statement (never the SQL text), or a
+                commit of data files.
     outcome     what `apply` returns: a reply and effects, as data (`Outcome`).
+    location    a table's data directory (absolute path or URI), fixed per incarnation; file
+                paths in commits are relative to it.
+    commit ts   the one timestamp at which all writes of a commit become visible.
+    upper       the smallest timestamp a commit could still use; every table is final below it.
+    txn id      the client's idempotency key of a commit ("query_id:batch_id").
 
 Codemap
     errors      ErrorCode, MetastoreError (+ one subclass per expected failure), wire form;
@@ -33,6 +42,7 @@ Codemap
     ddl         Spark SQL DDL text -> command (sqlglot tree first, hand parser fallback).
     catalog     namespaces, table incarnations, schema versions over time, reads at Top.
     dedup       request-id de-duplication of retried commands.
+    txn         the transaction log: table registrations, data files, commits, reads at a ts.
     outcome     Outcome and the effects the shell acts on.
     state       MetastoreState: apply / observe_tick / reads / snapshot / check_invariants.
     daemon/     the network shell around the state (separate sub-package).
@@ -45,5 +55,8 @@ Invariants (absences included)
     * Per table incarnation: versions 1, 2, 3...; Tu = Tm + DD; Tu strictly increasing.
     * Field ids are unique across a table's whole history.
     * Every limit in `limits` is enforced when a command is parsed, decoded and applied.
+    * Commit timestamps strictly increase along the log and are never below the committing
+      entry's Tm; a commit is visible at exactly its ts for all its tables, or not at all.
+    * No two live tables have overlapping locations.
     * `from_snapshot(to_snapshot(s)) == s`, and equal states encode to equal bytes.
 """

@@ -12,6 +12,11 @@ Jargon:
 * *schema version* (`SchemaVersion`) - the table definition (columns, comment, properties) in
   force from its `tu` until the next version's `tu`. Version 1 is the CREATE.
 * *live* - not dropped (its DROP may not yet have activated).
+* *location* - the table's data directory (absolute path or URI, "" = none), fixed for the
+  incarnation's life and copied into every `SchemaVersion`, so a reader that pinned a version
+  knows where its files live. No two live tables have overlapping locations (one equal to or
+  below the other): GC will delete unreferenced files under a location, which must not be
+  another table's data.
 
 Time rules:
 * a table created at tm exists for reads at Top >= tm + DD; a table dropped at tm stops existing at
@@ -36,6 +41,7 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from dataclasses import dataclass, replace
+from itertools import pairwise
 
 from metastore import limits
 from metastore.commands import (
@@ -58,7 +64,9 @@ from metastore.commands import (
     UnsetTableProperties,
     column_from_data,
     column_to_data,
+    location_contains,
     properties_from_data,
+    validate_location,
     validate_properties,
 )
 from metastore.errors import (
@@ -114,6 +122,7 @@ class SchemaVersion:
     tm: int  # Tm of the entry that made this version
     tu: int  # activation: tm + DD
     summary: str  # canonical SQL of the change(s), e.g. "ADD COLUMN x INT"
+    location: str = ""  # Invariant: the incarnation's location (not stored per version)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -128,6 +137,7 @@ class TableState:
     tus: tuple[int, ...]  # Invariant: tuple(v.tu for v in versions), strictly increasing
     dropped_tm: int | None = None
     dropped_tu: int | None = None
+    location: str = ""
 
     @property
     def created_tu(self) -> int:
@@ -146,6 +156,7 @@ class TableDescription:
     current: SchemaVersion
     created_tu: int
     version_count: int
+    location: str
 
 
 class Catalog:
@@ -205,6 +216,10 @@ class Catalog:
         """Every incarnation ever created under this name (dropped ones included), oldest first."""
         return self._tables.get(table, ())
 
+    def all_incarnations(self) -> list[TableState]:
+        """Every incarnation of every name, dropped ones included (for the txn log's checks)."""
+        return [inc for incs in self._tables.values() for inc in incs]
+
     def describe(self, table: TableName) -> TableDescription:
         inc = self.live_table(table)
         return TableDescription(
@@ -214,6 +229,7 @@ class Catalog:
             current=inc.versions[-1],
             created_tu=inc.created_tu,
             version_count=len(inc.versions),
+            location=inc.location,
         )
 
     def namespace(self, name: str) -> Namespace:
@@ -316,6 +332,8 @@ class Catalog:
         count = self.live_table_count()
         if count >= limits.MAX_TABLES:
             raise limit_exceeded("MAX_TABLES", limits.MAX_TABLES, count + 1, "tables")
+        if cmd.location:
+            self._check_location_free(cmd.location)
         # The schema itself was checked by validate_command before apply dispatched here.
         schema, next_field_id = assign_schema_ids(cmd.schema, 1)
         table_id = self._next_table_id
@@ -329,6 +347,7 @@ class Catalog:
             tm=tm,
             tu=tu,
             summary="CREATE TABLE",
+            location=cmd.location,
         )
         inc = TableState(
             table_id=table_id,
@@ -337,6 +356,7 @@ class Catalog:
             next_field_id=next_field_id,
             versions=(version,),
             tus=(tu,),
+            location=cmd.location,
         )
         # --- write ---
         self._tables[name] = (*previous, inc)
@@ -349,8 +369,23 @@ class Catalog:
             "created": True,
             "version": 1,
             "tu": tu,
+            "location": cmd.location,
         }
         return result, (effect,)
+
+    def _check_location_free(self, location: str) -> None:
+        """Refuse a location equal to, inside or around a live table's (O(live tables); CREATE is
+        rare next to reads)."""
+        for names in self._live.values():
+            for other in names:
+                held = self._tables[other][-1].location
+                if held and (
+                    location_contains(held, location) or location_contains(location, held)
+                ):
+                    raise InvalidArgumentError(
+                        f"location {location!r} overlaps the location {held!r} of table {other}",
+                        details={"location": location, "table": str(other), "held": held},
+                    )
 
     def drop_table(self, cmd: DropTable, *, tm: int, dd: int) -> Applied:
         name = cmd.table
@@ -413,6 +448,7 @@ class Catalog:
             tm=tm,
             tu=tu,
             summary="; ".join(c.to_sql() for c in cmd.changes),
+            location=inc.location,
         )
         new_inc = replace(
             inc,
@@ -476,6 +512,17 @@ class Catalog:
         for ns_name in live:
             if ns_name not in self._namespaces:
                 raise CatalogInvariantError(f"live tables in missing namespace {ns_name}")
+        # Sorted by location + "/", a location and everything below it are adjacent, so checking
+        # neighbours finds any overlap in O(n log n).
+        held = sorted(
+            self._tables[n][-1].location + "/"
+            for names in live.values()
+            for n in names
+            if self._tables[n][-1].location
+        )
+        for outer, inner in pairwise(held):
+            if inner.startswith(outer):
+                raise CatalogInvariantError(f"live tables share location {outer[:-1]!r}")
 
     # ----------------------------------------------------------------------------------------
     # Snapshot form
@@ -606,6 +653,12 @@ def _check_incarnation(name: TableName, inc: TableState, *, dd: int, last_tm: in
         raise fail("version count out of range")
     if inc.tus != tuple(v.tu for v in inc.versions):
         raise fail("tu index does not mirror the versions")
+    if any(v.location != inc.location for v in inc.versions):
+        raise fail("a version's location differs from the incarnation's")
+    try:
+        validate_location(inc.location, "location")
+    except MetastoreError as e:
+        raise fail(e.message) from e
     previous: SchemaVersion | None = None
     retired: set[int] = set()  # ids that left the schema: they must never come back
     for i, v in enumerate(inc.versions):
@@ -659,11 +712,15 @@ def _incarnation_to_data(inc: TableState) -> list[object]:
         inc.dropped_tm,
         inc.dropped_tu,
         [_version_to_data(v) for v in inc.versions],
+        inc.location,
     ]
 
 
 def _incarnation_from_data(name: TableName, data: object) -> TableState:
-    row = _snap_list(data, 6)
+    row = _snap_list(data)
+    if len(row) not in (6, 7):  # 6: snapshot format 1, before table locations
+        raise MalformedSnapshotError("incarnation must be a list of 7 items")
+    location = _snap_str(row[6]) if len(row) == 7 else ""
     table_id = _snap_int(row[0])
     versions = []
     for item in _snap_list(row[5]):
@@ -682,6 +739,7 @@ def _incarnation_from_data(name: TableName, data: object) -> TableState:
                 properties=_snap_properties(v[4]),
                 summary=_snap_str(v[5]),
                 schema=Schema(columns=columns),
+                location=location,
             )
         )
     if not versions:
@@ -695,6 +753,7 @@ def _incarnation_from_data(name: TableName, data: object) -> TableState:
         dropped_tu=_snap_opt_int(row[4]),
         versions=tuple(versions),
         tus=tuple(v.tu for v in versions),
+        location=location,
     )
 
 

@@ -13,6 +13,33 @@ key order, so equal commands encode to equal bytes. `decode_command` checks the 
 key, every value's type and then the same semantic rules `apply` checks; any problem raises
 `MalformedCommandError` and nothing else.
 
+`CommitTxn` (the transaction log's commit, see `metastore.txn`) is the one command that is not
+DDL: it lists data files, so it has its own size bound (MAX_COMMIT_COMMAND_BYTES instead of
+MAX_COMMAND_BYTES) and a second constructor, `commit_txn_from_request`, for the client API's shape
+(table names as "ns.t" text, files as maps). Shapes:
+
+    CommitTxn(txn_id="q1:17",            # required, client-chosen, <= MAX_TXN_ID_CHARS
+              ts=None,                   # commit_at: exact commit timestamp (HLC), or
+              not_before=None,           #   a plain commit lands at >= this (e.g. Top + 1)
+              read_ts=None, read_tables=(),   # optional optimistic read-set check
+              writes=(TableWrite(table=TableName.parse("ns.t"), schema_version=3,
+                                 table_id=0,   # optional: 0, or the incarnation pinned at Top
+                                 add=(DataFile(path="_txn/q1-17/part-0.parquet",
+                                               size_bytes=1234, row_count=10),),
+                                 remove=("_txn/q1-16/part-0.parquet",),
+                                 overwrite=False),))
+
+    request form (commit_txn_from_request): {"txn_id": str, "ts"?: int, "not_before"?: int,
+      "read_ts"?: int, "read_tables"?: ["ns.t", ...], "request_id"?: str,
+      "writes": [{"table": "ns.t", "schema_version": int, "table_id"?: int,
+                  "add"?: [{"path": str, "size_bytes": int, "row_count": int}, ...],
+                  "remove"?: [str, ...], "overwrite"?: bool}, ...]}
+
+File paths are *relative to the table location* (no leading "/", no scheme, no "." or ".."
+segments): a commit can only reference files inside its table's directory, and the warehouse can
+move without rewriting the log. `CreateTable.location` is an absolute path or a URI without a
+trailing "/" (empty = the table has no location; `parse_ddl` fills the warehouse default).
+
 Names: namespace and table names are lowercased (Spark's session catalog does the same) and limited
 to ASCII letters, digits and `_` because they become warehouse directory names. Column names keep
 their case and may hold any printable character.
@@ -20,6 +47,7 @@ their case and may hold any printable character.
 
 from __future__ import annotations
 
+import re
 import string
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -27,6 +55,7 @@ from typing import Final
 
 import msgpack
 
+from hlc.limits import MAX_TS
 from metastore import limits
 from metastore.errors import (
     InvalidArgumentError,
@@ -344,6 +373,9 @@ class CreateTable:
     comment: str | None = None
     properties: Properties = ()
     format: str = "parquet"
+    # Absolute path or URI of the table's data directory; "" = no location. The node that parses
+    # the DDL fills the warehouse default, so every replica stores the same value.
+    location: str = ""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -362,7 +394,50 @@ class AlterTable:
     changes: tuple[TableChange, ...]
 
 
-Command = InitCluster | CreateNamespace | DropNamespace | CreateTable | DropTable | AlterTable
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DataFile:
+    """A Parquet file a commit adds. `path` is relative to the table location."""
+
+    path: str
+    size_bytes: int
+    row_count: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TableWrite:
+    """One table's part of a commit: files to add, live files to remove, or `overwrite` (remove
+    every file live at the commit timestamp, then add). `schema_version` is the version the files
+    were written with; `table_id`, when not 0, pins the incarnation (a table dropped and re-created
+    since the batch was planned is then refused instead of receiving the old table's files)."""
+
+    table: TableName
+    schema_version: int
+    table_id: int = 0
+    add: tuple[DataFile, ...] = ()
+    remove: tuple[str, ...] = ()
+    overwrite: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CommitTxn:
+    """Make `writes` (one per table, tables distinct) visible atomically at one timestamp.
+
+    `ts` asks for exactly that commit timestamp (commit_at); otherwise the commit takes the log's
+    upper, but at least `not_before`. With `read_ts`, the commit fails if any of `read_tables`
+    got a commit after `read_ts`. `txn_id` makes the commit idempotent (see metastore.txn)."""
+
+    request_id: str = ""
+    txn_id: str
+    writes: tuple[TableWrite, ...]
+    ts: int | None = None
+    not_before: int | None = None
+    read_ts: int | None = None
+    read_tables: tuple[TableName, ...] = ()
+
+
+Command = (
+    InitCluster | CreateNamespace | DropNamespace | CreateTable | DropTable | AlterTable | CommitTxn
+)
 
 
 # --------------------------------------------------------------------------------------------
@@ -404,6 +479,7 @@ def validate_command(cmd: Command) -> None:
             validate_schema(schema, ids_assigned=False)
             validate_comment(comment, f"table {table}")
             validate_properties(props, f"properties of table {table}")
+            validate_location(cmd.location, f"location of table {table}")
         case DropTable():
             pass
         case AlterTable(changes=changes):
@@ -418,6 +494,8 @@ def validate_command(cmd: Command) -> None:
                 )
             for change in changes:
                 _validate_change(change)
+        case CommitTxn():
+            _validate_commit(cmd)
 
 
 def _check_normalized(name: str, what: str) -> None:
@@ -479,6 +557,352 @@ def _validate_change(change: TableChange) -> None:
 
 
 # --------------------------------------------------------------------------------------------
+# Locations, file paths and commits
+# --------------------------------------------------------------------------------------------
+
+_SCHEME_CHARS = frozenset(string.ascii_letters + string.digits + "+.-")
+_INT64_MAX = 2**63 - 1
+
+
+_CONTROL_CHAR = re.compile("[\x00-\x1f\x7f]")
+
+
+def _has_control_char(text: str) -> bool:
+    # A regex, not a per-character loop: a commit may carry 10k paths (on every replica).
+    return _CONTROL_CHAR.search(text) is not None
+
+
+def _bad_segments(path: str) -> bool:
+    """Empty, "." or ".." segments: the path would not name one directory unambiguously."""
+    return any(seg in ("", ".", "..") for seg in path.split("/"))
+
+
+def validate_location(location: str, what: str) -> None:
+    """A table location: "" (none), an absolute path or a `scheme://...` URI, canonical (no
+    trailing "/", no empty, "." or ".." segments). Raises InvalidArgument/LimitExceeded."""
+    if not location:
+        return
+    validate_text(location, what)
+    if len(location) > limits.MAX_LOCATION_CHARS:
+        raise limit_exceeded("MAX_LOCATION_CHARS", limits.MAX_LOCATION_CHARS, len(location), what)
+    scheme, sep, rest = location.partition("://")
+    if sep:
+        ok = bool(scheme) and scheme[0].isalpha() and all(c in _SCHEME_CHARS for c in scheme)
+        # The authority (bucket, host) may be empty (file:///data); the path after it follows the
+        # same rule as an absolute path.
+        authority, slash, path = rest.partition("/")
+        ok = ok and bool(authority or path) and not (slash and _bad_segments(path))
+    else:
+        ok = location.startswith("/") and not _bad_segments(location[1:])
+    if not ok or _has_control_char(location):
+        raise InvalidArgumentError(
+            f"{what} must be an absolute path or a URI (scheme://...) without a trailing '/', "
+            f"empty, '.' or '..' segments or control characters; got {location[:200]!r}",
+            details={"location": location[:200]},
+        )
+
+
+def location_contains(outer: str, inner: str) -> bool:
+    """True when `inner` is `outer` or lies below it (segment-wise, so /a/b does not contain
+    /a/bc). Both are canonical non-empty locations."""
+    return inner == outer or inner.startswith(outer + "/")
+
+
+def validate_file_path(path: str, what: str = "file path") -> None:
+    """A data file path relative to the table location. Raises InvalidArgument/LimitExceeded."""
+    validate_text(path, what)
+    if len(path) > limits.MAX_FILE_PATH_CHARS:
+        raise limit_exceeded("MAX_FILE_PATH_CHARS", limits.MAX_FILE_PATH_CHARS, len(path), what)
+    if (
+        not path
+        or path.startswith("/")
+        or "://" in path
+        or "\\" in path
+        or _bad_segments(path)
+        or _has_control_char(path)
+    ):
+        raise InvalidArgumentError(
+            f"{what} {path[:200]!r} must be relative to the table location (no leading '/', no "
+            "scheme, no backslash, no empty, '.' or '..' segments, no control characters)",
+            details={"path": path[:200]},
+        )
+
+
+def _validate_ts(value: int | None, what: str) -> None:
+    if value is None:
+        return
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= MAX_TS:
+        raise InvalidArgumentError(
+            f"{what} must be an HLC timestamp (0..2^64-1)", details={what: str(value)}
+        )
+
+
+def _validate_count(value: int, what: str) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= _INT64_MAX:
+        raise InvalidArgumentError(
+            f"{what} must be an integer in 0..2^63-1", details={"what": what, "value": str(value)}
+        )
+
+
+def _validate_commit(cmd: CommitTxn) -> None:
+    """Everything about a commit that does not depend on the state (see metastore.txn for the
+    rest). Cheap checks first; the encoded size last."""
+    validate_text(cmd.txn_id, "txn id")
+    if not cmd.txn_id:
+        raise InvalidArgumentError("a commit needs a txn id")
+    if len(cmd.txn_id) > limits.MAX_TXN_ID_CHARS:
+        raise limit_exceeded("MAX_TXN_ID_CHARS", limits.MAX_TXN_ID_CHARS, len(cmd.txn_id), "txn id")
+    if _has_control_char(cmd.txn_id):
+        raise InvalidArgumentError("txn id contains a control character")
+    _validate_ts(cmd.ts, "ts")
+    _validate_ts(cmd.not_before, "not_before")
+    _validate_ts(cmd.read_ts, "read_ts")
+    if cmd.ts is not None and cmd.not_before is not None:
+        raise InvalidArgumentError(
+            "give either ts (commit exactly at) or not_before (commit at or after), not both"
+        )
+    if (cmd.read_ts is None) != (not cmd.read_tables):
+        raise InvalidArgumentError("read_ts and read_tables go together (both or neither)")
+    if len(cmd.read_tables) > limits.MAX_TABLES_PER_COMMIT:
+        raise limit_exceeded(
+            "MAX_TABLES_PER_COMMIT",
+            limits.MAX_TABLES_PER_COMMIT,
+            len(cmd.read_tables),
+            "tables in a commit's read set",
+        )
+    if len(set(cmd.read_tables)) != len(cmd.read_tables):
+        raise InvalidArgumentError("read_tables lists a table twice")
+    if not cmd.writes:
+        raise InvalidArgumentError("a commit needs at least one write")
+    if len(cmd.writes) > limits.MAX_TABLES_PER_COMMIT:
+        raise limit_exceeded(
+            "MAX_TABLES_PER_COMMIT",
+            limits.MAX_TABLES_PER_COMMIT,
+            len(cmd.writes),
+            "tables written by one commit",
+        )
+    tables = [w.table for w in cmd.writes]
+    if len(set(tables)) != len(tables):
+        dup = sorted({str(t) for t in tables if tables.count(t) > 1})
+        raise InvalidArgumentError(
+            f"every write must name a distinct table; repeated: {dup}", details={"tables": dup}
+        )
+    files = sum(len(w.add) + len(w.remove) for w in cmd.writes)
+    if files > limits.MAX_FILES_PER_COMMIT:
+        raise limit_exceeded(
+            "MAX_FILES_PER_COMMIT", limits.MAX_FILES_PER_COMMIT, files, "files in one commit"
+        )
+    for w in cmd.writes:
+        _validate_write(w)
+    size = len(encode_command(cmd))
+    if size > limits.MAX_COMMIT_COMMAND_BYTES:
+        raise limit_exceeded(
+            "MAX_COMMIT_COMMAND_BYTES", limits.MAX_COMMIT_COMMAND_BYTES, size, "commit command"
+        )
+
+
+def _validate_write(w: TableWrite) -> None:
+    where = f"write to {w.table}"
+    if not isinstance(w.schema_version, int) or isinstance(w.schema_version, bool):
+        raise InvalidArgumentError(f"{where}: schema_version must be an integer")
+    if not 1 <= w.schema_version <= limits.MAX_SCHEMA_VERSIONS_PER_TABLE:
+        raise InvalidArgumentError(
+            f"{where}: schema_version must be in 1..{limits.MAX_SCHEMA_VERSIONS_PER_TABLE}",
+            details={"table": str(w.table), "version": w.schema_version},
+        )
+    _validate_count(w.table_id, f"{where}: table_id")
+    if w.overwrite and w.remove:
+        raise InvalidArgumentError(
+            f"{where}: overwrite already removes every live file; do not list removals",
+            details={"table": str(w.table)},
+        )
+    seen: set[str] = set()
+    for f in w.add:
+        validate_file_path(f.path, f"{where}: added file path")
+        _validate_count(f.size_bytes, f"{where}: size_bytes of {f.path}")
+        _validate_count(f.row_count, f"{where}: row_count of {f.path}")
+        if f.path in seen:
+            raise InvalidArgumentError(
+                f"{where}: file {f.path!r} listed twice", details={"path": f.path}
+            )
+        seen.add(f.path)
+    for path in w.remove:
+        validate_file_path(path, f"{where}: removed file path")
+        if path in seen:
+            raise InvalidArgumentError(
+                f"{where}: file {path!r} is both added and removed (or removed twice)",
+                details={"path": path},
+            )
+        seen.add(path)
+
+
+def writes_to_data(writes: tuple[TableWrite, ...]) -> list[object]:
+    """The canonical data of a commit's writes: tables sorted, files sorted by path. Two commits
+    with equal canonical writes are the same transaction (metastore.txn fingerprints this)."""
+    return [
+        [
+            [w.table.namespace, w.table.name],
+            w.table_id,
+            w.schema_version,
+            [[f.path, f.size_bytes, f.row_count] for f in sorted(w.add, key=lambda f: f.path)],
+            sorted(w.remove),
+            w.overwrite,
+        ]
+        for w in sorted(writes, key=lambda w: (w.table.namespace, w.table.name))
+    ]
+
+
+def commit_txn_from_request(args: Mapping[str, object]) -> CommitTxn:
+    """The client API's commit request (see the module docstring) -> a validated CommitTxn.
+
+    For the daemon: every problem raises InvalidArgumentError or LimitExceededError naming the
+    field, and unknown keys are refused, so a typo never silently drops part of a commit."""
+    fields = _RequestFields(args, "commit")
+    read_tables = fields.list_of("read_tables", required=False)
+    if len(read_tables) > limits.MAX_TABLES_PER_COMMIT:
+        raise limit_exceeded(
+            "MAX_TABLES_PER_COMMIT",
+            limits.MAX_TABLES_PER_COMMIT,
+            len(read_tables),
+            "tables in a commit's read set",
+        )
+    writes_data = fields.list_of("writes", required=True)
+    if len(writes_data) > limits.MAX_TABLES_PER_COMMIT:
+        raise limit_exceeded(
+            "MAX_TABLES_PER_COMMIT",
+            limits.MAX_TABLES_PER_COMMIT,
+            len(writes_data),
+            "tables written by one commit",
+        )
+    files = 0
+    writes: list[TableWrite] = []
+    for i, item in enumerate(writes_data):
+        w = _RequestFields(item, f"writes[{i}]")
+        adds = w.list_of("add", required=False)
+        removes = w.list_of("remove", required=False)
+        files += len(adds) + len(removes)
+        if files > limits.MAX_FILES_PER_COMMIT:
+            raise limit_exceeded(
+                "MAX_FILES_PER_COMMIT", limits.MAX_FILES_PER_COMMIT, files, "files in one commit"
+            )
+        added: list[DataFile] = []
+        for j, f_item in enumerate(adds):
+            f = _RequestFields(f_item, f"writes[{i}].add[{j}]")
+            added.append(
+                DataFile(
+                    path=f.text("path"),
+                    size_bytes=f.integer("size_bytes"),
+                    row_count=f.integer("row_count"),
+                )
+            )
+            f.done()
+        removed: list[str] = []
+        for path in removes:
+            if not isinstance(path, str):
+                raise InvalidArgumentError(f"writes[{i}].remove must list path strings")
+            removed.append(path)
+        writes.append(
+            TableWrite(
+                table=TableName.parse(w.text("table")),
+                schema_version=w.integer("schema_version"),
+                table_id=w.opt_integer("table_id") or 0,
+                add=tuple(added),
+                remove=tuple(removed),
+                overwrite=w.flag("overwrite"),
+            )
+        )
+        w.done()
+    names: list[TableName] = []
+    for name in read_tables:
+        if not isinstance(name, str):
+            raise InvalidArgumentError("read_tables must list table names (ns.t)")
+        names.append(TableName.parse(name))
+    cmd = CommitTxn(
+        request_id=fields.opt_text("request_id") or "",
+        txn_id=fields.text("txn_id"),
+        writes=tuple(writes),
+        ts=fields.opt_integer("ts"),
+        not_before=fields.opt_integer("not_before"),
+        read_ts=fields.opt_integer("read_ts"),
+        read_tables=tuple(names),
+    )
+    fields.done()
+    validate_command(cmd)
+    return cmd
+
+
+class _RequestFields:
+    """Typed access to a client-API map; like `_Fields` but raising InvalidArgumentError (the
+    client sent it), with optional keys."""
+
+    __slots__ = ("_data", "_seen", "_what")
+
+    def __init__(self, data: object, what: str) -> None:
+        if not isinstance(data, Mapping):
+            raise InvalidArgumentError(f"{what} must be a map")
+        self._data: Mapping[object, object] = data
+        self._seen: set[str] = set()
+        self._what = what
+
+    def _get(self, key: str) -> object:
+        self._seen.add(key)
+        return self._data.get(key)
+
+    def _bad(self, key: str, kind: str) -> InvalidArgumentError:
+        return InvalidArgumentError(
+            f"{self._what}.{key} must be {kind}", details={"field": f"{self._what}.{key}"}
+        )
+
+    def text(self, key: str) -> str:
+        value = self._get(key)
+        if not isinstance(value, str):
+            raise self._bad(key, "a string")
+        return value
+
+    def opt_text(self, key: str) -> str | None:
+        value = self._get(key)
+        if value is not None and not isinstance(value, str):
+            raise self._bad(key, "a string")
+        return value
+
+    def integer(self, key: str) -> int:
+        value = self.opt_integer(key)
+        if value is None:
+            raise self._bad(key, "an integer")
+        return value
+
+    def opt_integer(self, key: str) -> int | None:
+        value = self._get(key)
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
+            raise self._bad(key, "an integer")
+        return value
+
+    def flag(self, key: str) -> bool:
+        value = self._get(key)
+        if value is None:
+            return False
+        if not isinstance(value, bool):
+            raise self._bad(key, "a boolean")
+        return value
+
+    def list_of(self, key: str, *, required: bool) -> list[object]:
+        value = self._get(key)
+        if value is None and not required:
+            return []
+        if not isinstance(value, list | tuple):
+            raise self._bad(key, "a list")
+        return list(value)
+
+    def done(self) -> None:
+        extra = set(self._data) - self._seen
+        if extra:
+            names = sorted(repr(k) for k in extra)
+            raise InvalidArgumentError(
+                f"{self._what} has unknown keys {names}", details={"keys": names}
+            )
+
+
+# --------------------------------------------------------------------------------------------
 # Encoding
 # --------------------------------------------------------------------------------------------
 
@@ -518,6 +942,10 @@ def command_to_data(cmd: Command) -> dict[str, object]:
                 "properties": [list(p) for p in cmd.properties],
                 "format": cmd.format,
             }
+            if cmd.location:
+                # Written only when set, so commands from before locations existed keep their
+                # exact encoding (and request-id fingerprints).
+                body["location"] = cmd.location
         case DropTable():
             body = {
                 "type": "drop_table",
@@ -530,7 +958,58 @@ def command_to_data(cmd: Command) -> dict[str, object]:
                 "table": [cmd.table.namespace, cmd.table.name],
                 "changes": [_change_to_data(c) for c in cmd.changes],
             }
+        case CommitTxn():
+            body = {
+                "type": "commit_txn",
+                "txn_id": cmd.txn_id,
+                "ts": cmd.ts,
+                "not_before": cmd.not_before,
+                "read_ts": cmd.read_ts,
+                "read_tables": [[t.namespace, t.name] for t in cmd.read_tables],
+                "writes": [_write_to_data(w) for w in cmd.writes],
+            }
     return {**head, **body, "request_id": cmd.request_id}
+
+
+def _write_to_data(w: TableWrite) -> dict[str, object]:
+    return {
+        "table": [w.table.namespace, w.table.name],
+        "table_id": w.table_id,
+        "schema_version": w.schema_version,
+        "add": [[f.path, f.size_bytes, f.row_count] for f in w.add],
+        "remove": list(w.remove),
+        "overwrite": w.overwrite,
+    }
+
+
+def _write_from_data(obj: object) -> TableWrite:
+    f = _Fields(obj, "write")
+    adds = f.items("add")
+    removes = f.items("remove")
+    if len(adds) + len(removes) > limits.MAX_FILES_PER_COMMIT:
+        raise MalformedCommandError("too many files in a write")
+    added: list[DataFile] = []
+    for item in adds:
+        if (
+            not isinstance(item, list)
+            or len(item) != 3
+            or not isinstance(item[0], str)
+            or not all(isinstance(n, int) and not isinstance(n, bool) for n in item[1:])
+        ):
+            raise MalformedCommandError("an added file must be [path, size_bytes, row_count]")
+        added.append(DataFile(path=item[0], size_bytes=int(item[1]), row_count=int(item[2])))
+    if not all(isinstance(p, str) for p in removes):
+        raise MalformedCommandError("removed files must be path strings")
+    write = TableWrite(
+        table=table_name_from_data(f.items("table")),
+        table_id=f.integer("table_id"),
+        schema_version=f.integer("schema_version"),
+        add=tuple(added),
+        remove=tuple(str(p) for p in removes),
+        overwrite=f.flag("overwrite"),
+    )
+    f.done()
+    return write
 
 
 def encode_command(cmd: Command) -> bytes:
@@ -542,9 +1021,11 @@ def decode_command(data: bytes) -> Command:
     """Bytes -> a validated command. Any problem raises MalformedCommandError, nothing else."""
     if not isinstance(data, bytes | bytearray | memoryview):
         raise MalformedCommandError("command must be bytes")
-    if len(data) > limits.MAX_COMMAND_BYTES:
+    # Commits list files and may be larger than DDL; the per-type bound is checked after decoding.
+    if len(data) > max(limits.MAX_COMMAND_BYTES, limits.MAX_COMMIT_COMMAND_BYTES):
         raise MalformedCommandError(
-            f"command of {len(data)} bytes exceeds MAX_COMMAND_BYTES={limits.MAX_COMMAND_BYTES}"
+            f"command of {len(data)} bytes exceeds MAX_COMMIT_COMMAND_BYTES="
+            f"{limits.MAX_COMMIT_COMMAND_BYTES}"
         )
     try:
         obj = msgpack.unpackb(bytes(data), raw=False, strict_map_key=True, use_list=True)
@@ -552,7 +1033,12 @@ def decode_command(data: bytes) -> Command:
     # catching Exception; whatever it raises, the answer is the same.
     except Exception as e:  # noqa: BLE001
         raise MalformedCommandError(f"not a msgpack value: {type(e).__name__}") from None
-    return command_from_data(obj)
+    cmd = command_from_data(obj)
+    if not isinstance(cmd, CommitTxn) and len(data) > limits.MAX_COMMAND_BYTES:
+        raise MalformedCommandError(
+            f"command of {len(data)} bytes exceeds MAX_COMMAND_BYTES={limits.MAX_COMMAND_BYTES}"
+        )
+    return cmd
 
 
 def command_from_data(obj: object) -> Command:
@@ -612,6 +1098,7 @@ def _command_from_data(obj: object) -> Command:
             comment=f.opt_text("comment"),
             properties=properties_from_data(f.items("properties")),
             format=f.text("format"),
+            location=f.text("location") if f.has("location") else "",
         )
     elif kind == "drop_table":
         cmd = DropTable(
@@ -627,6 +1114,27 @@ def _command_from_data(obj: object) -> Command:
             request_id=request_id,
             table=table_name_from_data(f.items("table")),
             changes=tuple(_change_from_data(c) for c in changes),
+        )
+    elif kind == "commit_txn":
+        writes = f.items("writes")
+        read_tables = f.items("read_tables")
+        if len(writes) > limits.MAX_TABLES_PER_COMMIT or (
+            len(read_tables) > limits.MAX_TABLES_PER_COMMIT
+        ):
+            raise MalformedCommandError("too many tables in a commit")
+        names: list[TableName] = []
+        for item in read_tables:
+            if not isinstance(item, list):
+                raise MalformedCommandError("read_tables must be [namespace, name] pairs")
+            names.append(table_name_from_data(item))
+        cmd = CommitTxn(
+            request_id=request_id,
+            txn_id=f.text("txn_id"),
+            ts=f.opt_integer("ts"),
+            not_before=f.opt_integer("not_before"),
+            read_ts=f.opt_integer("read_ts"),
+            read_tables=tuple(names),
+            writes=tuple(_write_from_data(w) for w in writes),
         )
     else:
         raise MalformedCommandError(f"unknown command type {kind!r}")
@@ -830,10 +1338,19 @@ class _Fields:
             raise MalformedCommandError(f"{self._what}.{key} must be a string or nil")
         return value
 
+    def has(self, key: str) -> bool:
+        return key in self._data
+
     def integer(self, key: str) -> int:
         value = self.get(key)
         if not isinstance(value, int) or isinstance(value, bool):
             raise MalformedCommandError(f"{self._what}.{key} must be an integer")
+        return value
+
+    def opt_integer(self, key: str) -> int | None:
+        value = self.get(key)
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
+            raise MalformedCommandError(f"{self._what}.{key} must be an integer or nil")
         return value
 
     def flag(self, key: str) -> bool:

@@ -1,10 +1,15 @@
 """Spark SQL DDL -> canonical catalog commands.
 
-`parse_ddl(sql, request_id=...)` turns exactly one statement into one `Command`. The statement is
-parsed with sqlglot's `spark` dialect and its expression tree is read strictly: every clause of
-every node must be one we understand, so a clause sqlglot recognises but we do not (LOCATION,
-PARTITIONED BY, OR REPLACE, ...) is refused with `UnsupportedStatementError` instead of being
+`parse_ddl(sql, request_id=..., warehouse=...)` turns exactly one statement into one `Command`.
+The statement is parsed with sqlglot's `spark` dialect and its expression tree is read strictly:
+every clause of every node must be one we understand, so a clause sqlglot recognises but we do not
+(PARTITIONED BY, OR REPLACE, ...) is refused with `UnsupportedStatementError` instead of being
 silently dropped.
+
+Table locations: `CREATE TABLE ... LOCATION 'path'` stores that path (trailing "/" removed);
+without it the table gets `<warehouse>/<ns>.db/<table>`, the layout of Spark's own warehouse.
+`warehouse` is the receiving node's setting; the result is part of the replicated command, so
+every replica stores the same location. Empty warehouse and no LOCATION: no location.
 
 sqlglot gives up on some valid Spark forms and returns an opaque `Command` node (CREATE NAMESPACE
 ... WITH DBPROPERTIES, ALTER COLUMN ... FIRST/AFTER, nested ALTER COLUMN s.x, UNSET TBLPROPERTIES).
@@ -16,7 +21,7 @@ Supported:
   CREATE NAMESPACE|SCHEMA|DATABASE [IF NOT EXISTS] ns [COMMENT '..'] [WITH DBPROPERTIES (..)]
   DROP NAMESPACE|SCHEMA|DATABASE [IF EXISTS] ns [CASCADE|RESTRICT]
   CREATE TABLE [IF NOT EXISTS] ns.t (col type [NOT NULL] [DEFAULT expr] [COMMENT '..'], ...)
-      [USING parquet] [COMMENT '..'] [TBLPROPERTIES (..)]
+      [USING parquet] [LOCATION '..'] [COMMENT '..'] [TBLPROPERTIES (..)]
   DROP TABLE [IF EXISTS] ns.t
   ALTER TABLE ns.t ADD COLUMN(S) ... | RENAME COLUMN a TO b | DROP COLUMN(S) [IF EXISTS] ...
       | ALTER|CHANGE [COLUMN] c (TYPE t | DROP NOT NULL | SET NOT NULL | COMMENT '..' | FIRST
@@ -60,6 +65,7 @@ from metastore.commands import (
     make_properties,
     normalize_object_name,
     validate_command,
+    validate_location,
 )
 from metastore.errors import (
     InvalidArgumentError,
@@ -100,10 +106,14 @@ _T = TypeVar("_T")
 SUPPORTED = "CREATE/DROP NAMESPACE, CREATE/DROP TABLE and ALTER TABLE"
 
 
-def parse_ddl(sql: str, *, request_id: str = "") -> Command:
-    """Parse one Spark SQL DDL statement into a validated command."""
+def parse_ddl(sql: str, *, request_id: str = "", warehouse: str = "") -> Command:
+    """Parse one Spark SQL DDL statement into a validated command. `warehouse` (absolute path or
+    URI, "" = none) gives CREATE TABLE without LOCATION its default location."""
     if not isinstance(sql, str):
         raise InvalidArgumentError("the statement must be text")
+    if not isinstance(warehouse, str):
+        raise InvalidArgumentError("the warehouse must be text")
+    warehouse = _canonical_location(warehouse, "warehouse") if warehouse else ""
     validate_text(sql, "statement")
     size = len(sql.encode("utf-8"))
     if size > limits.MAX_STATEMENT_BYTES:
@@ -121,7 +131,7 @@ def parse_ddl(sql: str, *, request_id: str = "") -> Command:
     if isinstance(stmt, exp.Command):
         cmd = _Fallback(sql, request_id).statement()
     elif isinstance(stmt, exp.Create):
-        cmd = _create(stmt, request_id)
+        cmd = _create(stmt, request_id, warehouse)
     elif isinstance(stmt, exp.Drop):
         cmd = _drop(stmt, request_id)
     elif isinstance(stmt, exp.Alter):
@@ -308,7 +318,18 @@ def _properties_of(nodes: list[exp.Expression]) -> Properties:
 # --- CREATE ---------------------------------------------------------------------------------
 
 
-def _create(stmt: exp.Create, request_id: str) -> Command:
+def _canonical_location(location: str, what: str) -> str:
+    """Drop trailing slashes (`/data/t/` and `/data/t` are one directory), then validate."""
+    canonical = location.rstrip("/")
+    if not canonical:
+        raise InvalidArgumentError(
+            f"{what} {location!r} is a root, not a directory", details={"location": location}
+        )
+    validate_location(canonical, what)
+    return canonical
+
+
+def _create(stmt: exp.Create, request_id: str, warehouse: str) -> Command:
     kind = _kind(stmt)
     if kind in ("SCHEMA", "DATABASE", "NAMESPACE"):
         _only(stmt, {"this", "kind", "exists", "properties"}, f"CREATE {kind}")
@@ -353,10 +374,14 @@ def _create(stmt: exp.Create, request_id: str) -> Command:
             raise InvalidDdlError("CREATE TABLE columns take a plain name and no position")
         columns.append(column)
     comment = None
+    location = ""
     pairs = []
     seen = set()
     for prop in _property_nodes(stmt):
-        if isinstance(prop, exp.FileFormatProperty):
+        if isinstance(prop, exp.LocationProperty):
+            _once(seen, "LOCATION")
+            location = _canonical_location(_string(prop.this, "LOCATION"), "LOCATION")
+        elif isinstance(prop, exp.FileFormatProperty):
             _once(seen, "USING")
             fmt = prop.this
             name = fmt.name.lower() if isinstance(fmt, exp.Var | exp.Identifier) else ""
@@ -369,6 +394,8 @@ def _create(stmt: exp.Create, request_id: str) -> Command:
             pairs.append(prop)
         else:
             _unsupported(f"CREATE TABLE: clause {_expression_sql(prop)[:80]!r} is not supported")
+    if not location and warehouse:
+        location = f"{warehouse}/{table.namespace}.db/{table.name}"
     return CreateTable(
         request_id=request_id,
         table=table,
@@ -376,6 +403,7 @@ def _create(stmt: exp.Create, request_id: str) -> Command:
         if_not_exists=bool(stmt.args.get("exists")),
         comment=comment,
         properties=_properties_of(pairs),
+        location=location,
     )
 
 

@@ -46,7 +46,8 @@ class Outcome:
     result: dict[str, object] = field(default_factory=dict)
     error: dict[str, object] | None = None
     effects: tuple[Effect, ...] = ()
-    # True when this is the recorded outcome of an earlier entry with the same request id.
+    # True when this is the recorded outcome of an earlier entry with the same request id, or
+    # the recorded result of a CommitTxn whose txn id already committed (same writes).
     deduplicated: bool = False
 
     @staticmethod

@@ -5,10 +5,17 @@ leader's no-op and idle tick entries), with the leader's HLC stamp Tm and the lo
 is deterministic: the same entries produce the same state and the same outcomes on every replica,
 because nothing here reads a clock, the disk, the network or a random source. Time is Tm only.
 
-Components: `catalog` (namespaces, tables, schema versions) and `requests` (request-id
+Components: `catalog` (namespaces, tables, schema versions), `txns` (the transaction log: table
+registrations, data files, commits; see `metastore.txn`) and `requests` (request-id
 de-duplication), plus the cluster settings fixed by `InitCluster` (DD, CSmax) and the position
-(`applied_index`, `last_tm`). Later components (leases, the transaction log, protected timestamps)
-become further attributes, dispatched from the same `match`.
+(`applied_index`, `last_tm`). Later components (leases, protected timestamps) become further
+attributes, dispatched from the same `match`.
+
+The catalog drives the txn log's registrations: the effects of CREATE TABLE (version 1
+published) register the new incarnation at its created Tu, and every TableDropped effect (DROP
+TABLE, DROP NAMESPACE CASCADE) forgets it at its dropped Tu. A `CommitTxn` that repeats a
+committed txn id with the same writes comes back with `Outcome.deduplicated` (and
+`result["deduplicated"]`) set, exactly like a request-id retry.
 
 Rules of `apply`:
 * Tm must exceed `last_tm` (the leader stamps strictly increasing Tm along the log). A command
@@ -41,6 +48,7 @@ from metastore.catalog import Catalog, Namespace, SchemaVersion, TableDescriptio
 from metastore.commands import (
     AlterTable,
     Command,
+    CommitTxn,
     CreateNamespace,
     CreateTable,
     DropNamespace,
@@ -61,10 +69,24 @@ from metastore.errors import (
     MetastoreError,
     RequestIdReusedError,
     StaleTimestampError,
+    TableNotFoundError,
 )
-from metastore.outcome import Effect, Outcome
+from metastore.outcome import Effect, Outcome, SchemaVersionPublished, TableDropped
+from metastore.txn import (
+    CommitRecord,
+    CommitsSince,
+    FileEntry,
+    TableTxnStats,
+    TxnLog,
+    TxnLogStats,
+)
 
-SNAPSHOT_FORMAT_VERSION: Final = 1
+# 2: the transaction log and table locations. Version 1 snapshots (no txn log) still load: every
+# incarnation is registered with no files.
+SNAPSHOT_FORMAT_VERSION: Final = 2
+_SNAPSHOT_KEYS_V1: Final = frozenset(
+    {"v", "applied_index", "last_tm", "cluster", "catalog", "requests"}
+)
 # The largest Tm for which Tm + DD still fits the 64-bit HLC encoding whatever DD is.
 MAX_TM: Final = MAX_TS - (limits.MAX_DELAY_DURATION_MS << LOGICAL_BITS)
 
@@ -83,13 +105,14 @@ class ClusterConfig:
 
 
 class MetastoreState:
-    __slots__ = ("applied_index", "catalog", "cluster", "last_tm", "requests")
+    __slots__ = ("applied_index", "catalog", "cluster", "last_tm", "requests", "txns")
 
     def __init__(self) -> None:
         self.applied_index = 0  # Invariant: index of the last entry that changed the state
         self.last_tm = 0  # Invariant: >= every Tm stored anywhere in the state; = safe time
         self.cluster: ClusterConfig | None = None
         self.catalog = Catalog()
+        self.txns = TxnLog()
         self.requests = RequestLog()
 
     @property
@@ -177,6 +200,9 @@ class MetastoreState:
         dd = self.cluster.dd
         result: dict[str, object]
         effects: tuple[Effect, ...]
+        if isinstance(command, CommitTxn):
+            result, deduplicated = self.txns.commit(command, tm=tm, dd=dd, catalog=self.catalog)
+            return Outcome(ok=True, result=result, deduplicated=deduplicated)
         match command:
             case CreateNamespace():
                 result, effects = self.catalog.create_namespace(command, tm=tm)
@@ -190,7 +216,25 @@ class MetastoreState:
                 result, effects = self.catalog.alter_table(command, tm=tm, dd=dd)
             case _:
                 assert_never(command)
+        self._register_tables(effects)
         return Outcome.success(result, effects)
+
+    def _register_tables(self, effects: tuple[Effect, ...]) -> None:
+        """Keep the txn log's registrations in step with the catalog (cannot fail)."""
+        for effect in effects:
+            match effect:
+                case SchemaVersionPublished(version=1):
+                    inc = self.catalog.incarnations(effect.table)[-1]
+                    self.txns.register(
+                        table_id=inc.table_id,
+                        name=inc.name,
+                        location=inc.location,
+                        ts=inc.created_tu,
+                    )
+                case TableDropped():
+                    self.txns.forget(table_id=effect.table_id, ts=effect.tu)
+                case SchemaVersionPublished():
+                    pass
 
     def _init_cluster(self, command: InitCluster) -> Outcome:
         wanted = ClusterConfig(dd_ms=command.dd_ms, cs_max_ms=command.cs_max_ms)
@@ -234,6 +278,44 @@ class MetastoreState:
     def list_tables(self, namespace: str, *, top: int | None = None) -> tuple[TableName, ...]:
         return self.catalog.list_tables(namespace.lower(), top=top)
 
+    # --- the transaction log (metastore.txn) ---
+
+    def files_at(self, table: TableName | str, ts: int) -> tuple[FileEntry, ...]:
+        """Live files of the incarnation of `table` existing at `ts` (paths relative to its
+        location, `schema_at(table, ts).location`), in commit order. Final once ts <
+        `table_upper()`; the caller waits for safe_time >= ts as for schemas. Raises
+        TableNotFound / NotFoundAtTimestamp like `schema_at`."""
+        version = self.catalog.schema_at(_name(table), ts)
+        return self.txns.files_at(version.table_id, ts)
+
+    def table_upper(self) -> int:
+        """The next usable commit timestamp: no commit can land below it any more, so every
+        table, written or not, is final (readable) at any ts < table_upper()."""
+        return self.txns.upper(last_tm=self.last_tm)
+
+    def txn_log(self, limit: int = 100) -> tuple[CommitRecord, ...]:
+        """The most recent commits, newest first (limit 1..MAX_TXN_LOG_RECORDS)."""
+        return self.txns.txn_log(limit)
+
+    def commits_since(self, table: TableName | str, ts: int) -> CommitsSince:
+        """Commits with ts > `ts` to any incarnation of `table`, oldest first."""
+        name = _name(table)
+        incarnations = self.catalog.incarnations(name)
+        if not incarnations:
+            raise TableNotFoundError(f"table {name} does not exist", details={"table": str(name)})
+        return self.txns.commits_since(incarnations, ts)
+
+    def table_stats(self, table: TableName | str) -> TableTxnStats:
+        """File and commit statistics of the live table."""
+        return self.txns.table_stats(self.catalog.live_table(_name(table)).table_id)
+
+    def txn_stats(self) -> TxnLogStats:
+        return self.txns.stats()
+
+    def committed_txn(self, txn_id: str) -> CommitRecord | None:
+        """The commit of a remembered txn id, or None (never committed, or out of the window)."""
+        return self.txns.committed(txn_id)
+
     # ----------------------------------------------------------------------------------------
     # Invariants and snapshots
     # ----------------------------------------------------------------------------------------
@@ -250,6 +332,7 @@ class MetastoreState:
                 raise CatalogInvariantError(f"cluster settings invalid: {e.message}") from e
         dd = None if self.cluster is None else self.cluster.dd
         self.catalog.check_invariants(dd=dd, last_tm=self.last_tm)
+        self.txns.check_invariants(catalog=self.catalog, dd=dd, last_tm=self.last_tm)
         problems = self.requests.check_invariants(last_tm=self.last_tm)
         if problems:
             raise CatalogInvariantError("; ".join(problems))
@@ -262,6 +345,7 @@ class MetastoreState:
             "last_tm": self.last_tm,
             "cluster": cluster,
             "catalog": self.catalog.to_data(),
+            "txns": self.txns.to_data(),
             "requests": self.requests.to_data(),
         }
         packed: bytes = msgpack.packb(data, use_bin_type=True)
@@ -275,11 +359,11 @@ class MetastoreState:
         # msgpack documents that it may raise outside its own exception hierarchy.
         except Exception as e:  # noqa: BLE001
             raise MalformedSnapshotError(f"snapshot is not msgpack: {type(e).__name__}") from None
-        keys = {"v", "applied_index", "last_tm", "cluster", "catalog", "requests"}
-        if not isinstance(obj, dict) or set(obj) != keys:
+        if not isinstance(obj, dict) or obj.get("v") not in (1, SNAPSHOT_FORMAT_VERSION):
+            raise MalformedSnapshotError("snapshot must be a map with a supported version")
+        keys = _SNAPSHOT_KEYS_V1 if obj["v"] == 1 else _SNAPSHOT_KEYS_V1 | {"txns"}
+        if set(obj) != keys:
             raise MalformedSnapshotError("snapshot must be a map with the state's keys")
-        if obj["v"] != SNAPSHOT_FORMAT_VERSION:
-            raise MalformedSnapshotError(f"unsupported snapshot version {obj['v']!r}")
         state = MetastoreState()
         applied_index, last_tm, cluster = obj["applied_index"], obj["last_tm"], obj["cluster"]
         if not isinstance(applied_index, int) or not isinstance(last_tm, int):
@@ -295,6 +379,10 @@ class MetastoreState:
                 raise MalformedSnapshotError("snapshot cluster must be [dd_ms, cs_max_ms]")
             state.cluster = ClusterConfig(dd_ms=cluster[0], cs_max_ms=cluster[1])
         state.catalog = Catalog.from_data(obj["catalog"])
+        if obj["v"] == 1:
+            state.txns = TxnLog.from_catalog(state.catalog)
+        else:
+            state.txns = TxnLog.from_data(obj["txns"])
         state.requests = RequestLog.from_data(obj["requests"])
         try:
             state.check_invariants()
@@ -308,8 +396,16 @@ class MetastoreState:
             self.last_tm,
             self.cluster,
             self.catalog,
+            self.txns,
             self.requests,
-        ) == (other.applied_index, other.last_tm, other.cluster, other.catalog, other.requests)
+        ) == (
+            other.applied_index,
+            other.last_tm,
+            other.cluster,
+            other.catalog,
+            other.txns,
+            other.requests,
+        )
 
 
 def _name(table: TableName | str) -> TableName:

@@ -14,8 +14,10 @@ from metastore.commands import (
     AlterColumnType,
     AlterTable,
     Command,
+    CommitTxn,
     CreateNamespace,
     CreateTable,
+    DataFile,
     DropColumn,
     DropNamespace,
     DropTable,
@@ -27,6 +29,7 @@ from metastore.commands import (
     SetTableProperties,
     TableChange,
     TableName,
+    TableWrite,
     UnsetTableProperties,
     make_properties,
 )
@@ -188,6 +191,46 @@ table_changes: st.SearchStrategy[TableChange] = st.one_of(
 
 request_ids = st.text(alphabet="abcdef0123456789-", max_size=20)
 
+locations = st.sampled_from(["", "/data/wh/ns.db/t", "s3://bucket/wh/t", "file:///tmp/x"])
+file_paths = st.from_regex(r"(_txn/[a-z0-9-]{1,8}/)?part-[0-9]{1,4}\.parquet", fullmatch=True)
+hlc_ts = st.integers(0, 2**64 - 1)
+counts = st.integers(0, 2**63 - 1)
+
+
+@st.composite
+def table_writes(draw: st.DrawFn, table: TableName) -> TableWrite:
+    paths = draw(st.lists(file_paths, unique=True, max_size=6))
+    split = draw(st.integers(0, len(paths)))
+    overwrite = draw(st.booleans())
+    return TableWrite(
+        table=table,
+        schema_version=draw(st.integers(1, 10)),
+        table_id=draw(st.integers(0, 50)),
+        add=tuple(
+            DataFile(path=p, size_bytes=draw(counts), row_count=draw(counts)) for p in paths[:split]
+        ),
+        remove=() if overwrite else tuple(paths[split:]),
+        overwrite=overwrite,
+    )
+
+
+@st.composite
+def commit_commands(draw: st.DrawFn) -> CommitTxn:
+    """Statically valid CommitTxn commands (any state may still refuse them)."""
+    tables = draw(st.lists(table_names, min_size=1, max_size=3, unique=True))
+    reads = draw(st.lists(table_names, max_size=3, unique=True))
+    mode = draw(st.sampled_from(["plain", "ts", "not_before"]))
+    return CommitTxn(
+        request_id=draw(request_ids),
+        txn_id=draw(st.text(alphabet="abcdef0123456789:-", min_size=1, max_size=30)),
+        writes=tuple(draw(table_writes(t)) for t in tables),
+        ts=draw(hlc_ts) if mode == "ts" else None,
+        not_before=draw(hlc_ts) if mode == "not_before" else None,
+        read_ts=draw(hlc_ts) if reads else None,
+        read_tables=tuple(reads),
+    )
+
+
 commands: st.SearchStrategy[Command] = st.one_of(
     st.builds(
         lambda r, dd, cs: InitCluster(request_id=r, dd_ms=dd, cs_max_ms=min(cs, dd)),
@@ -213,13 +256,14 @@ commands: st.SearchStrategy[Command] = st.one_of(
         st.booleans(),
     ),
     st.builds(
-        lambda r, t, cols, e, c, p: CreateTable(
+        lambda r, t, cols, e, c, p, loc: CreateTable(
             request_id=r,
             table=t,
             schema=Schema(columns=tuple(cols)),
             if_not_exists=e,
             comment=c,
             properties=p,
+            location=loc,
         ),
         request_ids,
         table_names,
@@ -227,6 +271,7 @@ commands: st.SearchStrategy[Command] = st.one_of(
         st.booleans(),
         comments,
         properties,
+        locations,
     ),
     st.builds(
         lambda r, t, e: DropTable(request_id=r, table=t, if_exists=e),
@@ -240,6 +285,7 @@ commands: st.SearchStrategy[Command] = st.one_of(
         table_names,
         st.lists(table_changes, min_size=1, max_size=4),
     ),
+    commit_commands(),
 )
 
 # Arbitrary msgpack-able values, for structured fuzzing of decoders.

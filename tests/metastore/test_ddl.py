@@ -286,7 +286,13 @@ REFUSED: list[tuple[str, type[MetastoreError]]] = [
     ("CREATE TABLE ns.t (a INT) PARTITIONED BY (a)", UnsupportedStatementError),
     ("CREATE TABLE ns.t (a INT) PARTITIONED BY (bucket(4, a))", UnsupportedStatementError),
     ("CREATE TABLE ns.t (a INT) CLUSTERED BY (a) INTO 4 BUCKETS", UnsupportedStatementError),
-    ("CREATE TABLE ns.t (a INT) LOCATION '/tmp/x'", UnsupportedStatementError),
+    ("CREATE TABLE ns.t (a INT) LOCATION '/'", InvalidArgumentError),
+    ("CREATE TABLE ns.t (a INT) LOCATION 'relative/dir'", InvalidArgumentError),
+    ("CREATE TABLE ns.t (a INT) LOCATION '/a/../b'", InvalidArgumentError),
+    ("CREATE TABLE ns.t (a INT) LOCATION 's3://'", InvalidArgumentError),
+    ("CREATE TABLE ns.t (a INT) LOCATION '" + "/x" * 513 + "'", LimitExceededError),
+    ("CREATE TABLE ns.t (a INT) LOCATION x", InvalidDdlError),
+    ("CREATE TABLE ns.t (a INT) LOCATION '/a' LOCATION '/b'", InvalidDdlError),
     ("CREATE TABLE ns.t (a INT) OPTIONS (k 'v')", UnsupportedStatementError),
     ("CREATE TABLE ns.t (a INT PRIMARY KEY)", UnsupportedStatementError),
     ("CREATE TABLE ns.t (a INT GENERATED ALWAYS AS (1))", UnsupportedStatementError),
@@ -452,3 +458,34 @@ def test_arbitrary_text_only_raises_metastore_errors(sql: str) -> None:
 def test_lone_surrogates_are_refused_cleanly() -> None:
     with pytest.raises(InvalidArgumentError):
         parse_ddl("CREATE TABLE ns.t (a INT COMMENT '\ud800')")
+
+
+# --- table locations ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("sql", "warehouse", "location"),
+    [
+        ("CREATE TABLE ns.t (a INT) LOCATION '/data/t'", "", "/data/t"),
+        ("CREATE TABLE ns.t (a INT) LOCATION '/data/t/'", "/wh", "/data/t"),  # LOCATION wins
+        ("CREATE TABLE ns.t (a INT) USING parquet LOCATION 's3://b/p'", "", "s3://b/p"),
+        ("CREATE TABLE ns.t (a INT) LOCATION 'file:///tmp/x' COMMENT 'c'", "", "file:///tmp/x"),
+        ("CREATE TABLE Ns.T (a INT)", "/wh", "/wh/ns.db/t"),
+        ("CREATE TABLE ns.t (a INT)", "s3://bucket/wh/", "s3://bucket/wh/ns.db/t"),
+        ("CREATE TABLE ns.t (a INT)", "", ""),  # no warehouse, no LOCATION: no location
+    ],
+)
+def test_location(sql: str, warehouse: str, location: str) -> None:
+    cmd = parse_ddl(sql, warehouse=warehouse)
+    assert isinstance(cmd, CreateTable)
+    assert cmd.location == location
+
+
+@pytest.mark.parametrize("warehouse", ["relative", "/", "/a/./b", "s3://"])
+def test_bad_warehouse_is_refused(warehouse: str) -> None:
+    with pytest.raises(InvalidArgumentError):
+        parse_ddl("CREATE TABLE ns.t (a INT)", warehouse=warehouse)
+
+
+def test_warehouse_does_not_touch_other_statements() -> None:
+    assert parse_ddl("DROP TABLE ns.t", warehouse="/wh") == DropTable(table=T)

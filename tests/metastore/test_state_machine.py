@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import pytest
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
@@ -79,7 +80,10 @@ class CatalogMachine(RuleBasedStateMachine):
         before = self.state.to_snapshot()
         self.request_counter += 1
         rid = f"r{self.request_counter}"
-        outcome = self.state.apply(parse_ddl(sql, request_id=rid), tm=self.tm, index=self.index)
+        # Every table gets a default location under the warehouse, so re-created and sibling
+        # tables exercise the location rules (a dropped table frees its location).
+        cmd = parse_ddl(sql, request_id=rid, warehouse="/wh")
+        outcome = self.state.apply(cmd, tm=self.tm, index=self.index)
         if expected is False:
             assert not outcome.ok, (sql, outcome)
             assert self.state.to_snapshot() == before, sql
@@ -209,7 +213,7 @@ class CatalogMachine(RuleBasedStateMachine):
         self.tm += step
         self.index += 1
         outcome: Outcome = self.state.apply(
-            parse_ddl(sql, request_id=rid), tm=self.tm, index=self.index
+            parse_ddl(sql, request_id=rid, warehouse="/wh"), tm=self.tm, index=self.index
         )
         assert outcome.ok and outcome.deduplicated
         assert self.state.catalog.to_data() == catalog
@@ -239,8 +243,10 @@ class CatalogMachine(RuleBasedStateMachine):
         expected = self.model.at(name, top)
         try:
             version = self.state.schema_at(TableName.parse(name), top)
-        except (NotFoundAtTimestampError, TableNotFoundError):
+        except (NotFoundAtTimestampError, TableNotFoundError) as e:
             assert expected is None, (name, top, expected)
+            with pytest.raises(type(e)):
+                self.state.files_at(TableName.parse(name), top)
             if name not in self.model.events:
                 # never created: the error must say so rather than "not at this time"
                 self.assert_raises_table_not_found(name, top)
@@ -248,6 +254,11 @@ class CatalogMachine(RuleBasedStateMachine):
         got = tuple((c.name, c.type.to_sql()) for c in version.schema.columns)
         assert got == expected, (name, top, got, expected)
         assert version.tu <= top
+        ns, table = name.split(".")
+        assert version.location == f"/wh/{ns}.db/{table}"
+        # The txn log registers exactly what the catalog has: a table nobody wrote is readable
+        # (and empty) wherever its schema is.
+        assert self.state.files_at(TableName.parse(name), top) == ()
 
     def assert_raises_table_not_found(self, name: str, top: int) -> None:
         try:

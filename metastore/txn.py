@@ -1,0 +1,995 @@
+"""The transaction log: atomic multi-table commits of data files (Materialize's txn-wal, on Raft).
+
+Key idea
+    Spark executors write Parquet files under a table's location; the files become part of the
+    table only when a commit lists them. A commit (`CommitTxn`) is one Raft entry, so it is
+    durable and totally ordered on every replica at once, and it carries one commit timestamp
+    `ts` for all its tables: every write of the commit becomes visible at exactly `ts`, none
+    before, and no reader can see part of it. Unlike txn-wal there is no separate apply step to
+    crash in between: the entry *is* the commit and applying it *is* the apply (commit and apply
+    are one step), so "tidy" only means bounding what we remember.
+
+Jargon
+    commit ts   the timestamp a commit is visible at (HLC units, like Tm and Tu).
+    upper       the smallest timestamp a commit could still use. Before an entry with stamp tm:
+                upper = max(last_commit_ts + 1, tm). It is the logical upper of *every*
+                registered table, written or not, so a table nobody writes is readable (final) at
+                any ts below `table_upper()` without any write to it.
+    register    a table incarnation joins the log at its creation activation (created Tu) and
+    forget      leaves it at its drop activation (dropped Tu). Both are idempotent and driven by
+                the catalog's CREATE/DROP (`MetastoreState` calls them from the effects).
+    file entry  one file of one table: added at a commit ts, maybe removed at a later one.
+    live        a file added at or before ts and not removed at or before ts.
+
+Commit timestamp rule (txn-wal's `commit_at`, adapted to entries stamped with Tm)
+    Nothing may become visible at a timestamp <= the safe time a predecessor entry established,
+    so a commit never lands below its entry's own tm, nor at or below the previous commit:
+    * `ts` given (commit_at): succeeds iff upper <= ts <= tm + ahead; ts < upper fails with the
+      retryable CommitTimestampUnavailableError whose details carry `upper` (retry at or above
+      it, and at or above the caller's HLC now); ts > tm + ahead is InvalidArgument.
+    * plain: ts = max(upper, not_before); not_before > tm + ahead is InvalidArgument.
+    * ahead = min(COMMIT_TS_AHEAD_MAX_MS, DD). Capping at DD keeps the schema rule sound: a
+      version active at ts has Tu = tm_v + DD <= ts <= tm + DD, so it was applied before this
+      commit, and a DROP or ALTER applied later activates after ts. Whatever the commit was
+      checked against at ts can never change afterwards.
+    Commit timestamps are therefore strictly increasing in log order.
+
+Validation order (the first failing rule decides the error; a failure changes nothing)
+    1. `validate_command` (shape, limits, distinct tables, paths).
+    2. txn id already committed: same writes -> the recorded result (deduplicated), different
+       writes -> TxnIdReusedError.
+    3. the timestamp rule above; `read_ts` must be below the chosen ts.
+    4. read set: a table of `read_tables` (any incarnation of the name) with a commit at
+       ts > read_ts -> ReadConflictError (details: table, read_ts, commit_ts, txn_id). Schema
+       changes and drops are not read conflicts (the schema rule and leases cover them).
+    5. per write, in command order: the name's incarnation must be live (a table whose DROP is
+       applied takes no more commits, even below its drop Tu) and match `table_id` when given,
+       else TableNotFound; it must exist at ts (created Tu <= ts, else NotFoundAtTimestamp with
+       `active_from_tu`); `schema_version` must be one of the two latest versions active at ts
+       (greatest Tu <= ts and the one before it), else SchemaVersionNotActiveError; an added
+       path must never have been a file of this incarnation (InvalidArgument: paths are never
+       reused until GC); a removed path must be a file of the table (InvalidArgument) and live
+       (DataFileConflictError when an earlier commit removed it); file-entry limits.
+    Then everything is written; nothing after that point can fail.
+
+Idempotency
+    The txn id (e.g. "query_id:batch_id") of every commit is remembered with a fingerprint of its
+    canonical writes (tables sorted, files sorted; ts, not_before and the read set excluded). A
+    retry with the same writes returns the recorded result with `deduplicated: true` whatever ts
+    it carries, so a retried commit call commits once. The same id with other writes is refused
+    (TxnIdReusedError, details carry `committed_ts`): silently answering "done" for different
+    files would lose data. A Spark batch *replayed* after a driver restart writes new files (a
+    fresh attempt directory), so its writes differ: the bridge asks `committed_txn(txn_id)`
+    before re-running a batch (skip it when committed), and treats TxnIdReused on its own batch
+    id as "an earlier attempt committed" (its new files stay unreferenced, for GC).
+    Memory is bounded: the newest MAX_REMEMBERED_TXNS commits are remembered (oldest forgotten
+    first, in log order, identically on every replica). A replay of a commit older than that
+    window commits twice if it rewrote its files (a replay of the very same files is still
+    refused: a path is never added to a table twice). Structured Streaming replays at most the
+    one batch after the last recorded in its checkpoint, usually minutes after the failure, so
+    the window covers it unless 100k other commits land while the query is down. The bridge is
+    meant to close even that gap: before re-running batch N it asks `committed_txn("query:N")`;
+    when that says None but `commits_since` shows its output tables written by "query:N" or
+    when `txn_stats().oldest_remembered_ts` is newer than the batch's planning time (the window
+    has moved past it), it must not blindly re-commit.
+
+Reads (pure; the daemon first waits for safe time >= ts, as for schemas)
+    files_at(table, ts)     live files of the incarnation existing at ts, in commit order.
+    table_upper(last_tm)    next usable commit ts; every read at ts < it is final.
+    txn_log(limit)          recent commits, newest first (CommitRecord).
+    commits_since(...)      per-table commit summaries after a ts, with `complete`.
+    table_stats / stats     live files, bytes, rows, commit counts.
+    committed(txn_id)       the record of a remembered txn id, or None.
+
+Shapes for the daemon and the bridge
+    request   `commands.commit_txn_from_request(args)` turns the client API's map (documented in
+              `metastore.commands`) into a validated CommitTxn, raising InvalidArgument or
+              LimitExceeded naming the field. Propose it like DDL; no Tu wait is needed (a read
+              at ts waits for safe time >= ts anyway).
+    reply     Outcome.result = {"txn_id", "ts", "tables": ["ns.t", ...] (sorted), "table_ids",
+              "files_added", "files_removed", "rows_added", "deduplicated": bool}; the same
+              dict comes back for a deduplicated retry, with "deduplicated": true.
+    errors    CommitTimestampUnavailable {ts, upper}, ReadConflict {table, read_ts, commit_ts,
+              txn_id}, SchemaVersionNotActive {table, version, ts, active_versions},
+              TxnIdReused {txn_id, committed_ts}, DataFileConflict {table, path, removed_ts},
+              TableNotFound {table[, table_id, current]}, NotFoundAtTimestamp {table, top,
+              active_from_tu}, InvalidArgument, LimitExceeded {limit, max, value}.
+    files     `state.files_at(t, ts)` -> FileEntry(path, size_bytes, row_count, added_ts,
+              removed_ts); absolute path = `schema_at(t, ts).location + "/" + path`.
+
+Tidy (what is kept)
+    * Commit records double as the idempotency memory: at most MAX_REMEMBERED_TXNS, oldest
+      dropped first; `txn_log` returns at most MAX_TXN_LOG_RECORDS of them.
+    * Per table, the newest MAX_COMMITS_KEPT_PER_TABLE commit summaries (for `commits_since`),
+      with `trimmed_through_ts` saying how far back they are complete.
+    * File entries are *not* trimmed: time travel needs removed files (with their removal ts)
+      until GC moves the table's threshold past the removal. Their number is bounded per table
+      and in total (MAX_FILE_ENTRIES_PER_TABLE / _TOTAL); GC (a later issue) will drop entries
+      removed below the GC threshold and delete their files.
+
+Plan: manifest files for tables with millions of files
+    Today every file entry lives in the replicated state: ~100 bytes each in every snapshot and
+    O(files) per `files_at`. That is right for thousands of files per table, wrong for millions.
+    The plan, in the spirit of Iceberg manifests and txn-wal's "the log holds handles, the data
+    shard holds data":
+    1. A table keeps at most N (e.g. 10k) *loose* entries in the state. When a commit would pass
+       N, the committer (a Spark job, never the state machine: `apply` does no I/O) first writes
+       a *manifest file* into `<location>/_manifests/<uuid>.avro|parquet` listing a batch of
+       entries (path, size, rows, added_ts, removed_ts), plus its own footer stats (min/max
+       added_ts, live rows/bytes).
+    2. A `CompactManifest` command then atomically replaces those loose entries by one manifest
+       reference {path, content hash, entry count, min/max ts, live count} - a compare-and-swap
+       on the loose entries it covers, refused if any of them changed since (like
+       DataFileConflict). Removing a file that sits in a manifest becomes a *delete entry*
+       (path, removed_ts) kept loose until the next compaction rewrites that manifest.
+    3. `files_at(table, ts)` then returns the loose live entries plus the manifest references
+       whose ts range can matter at ts; the reader (Spark) expands manifests itself, filtered
+       by ts and the delete entries. The state stays O(manifests + recent entries).
+    4. GC drops manifests whose every entry was removed below the threshold, and rewrites
+       partially dead ones. Manifests are immutable and content-addressed, so a replayed or
+       retried compaction is harmless and a crash leaves only unreferenced files for GC.
+    Nothing in the command shapes here has to change for it: a manifest is one more kind of
+    entry a table holds.
+
+Invariants (checked by `check_invariants`, which the state runs on load and in tests)
+    * registered table ids are exactly the catalog's incarnations, with the same name and
+      location, registered at created Tu and forgotten at dropped Tu (None while live);
+    * commit timestamps strictly increase in log order (remembered records, per-table
+      summaries), and last_commit_ts <= last_tm + ahead;
+    * every file's added ts is >= its table's registration ts, < its removal ts (a commit never
+      removes what it adds), both <= the table's last commit ts and below its forget ts;
+      file entries are stored in commit order (files_at relies on it); the live index and the
+      live byte/row sums match the entries; counts respect the limits;
+    * every remembered txn id maps to a real commit: its tables are registered, existed at its
+      ts, and, where their summaries still reach back to it, list that commit under that id.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from collections import OrderedDict, deque
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
+
+import msgpack
+
+from hlc.limits import LOGICAL_BITS
+from metastore import limits
+from metastore.catalog import Catalog, TableState
+from metastore.commands import (
+    CommitTxn,
+    TableName,
+    TableWrite,
+    validate_file_path,
+    validate_location,
+    writes_to_data,
+)
+from metastore.dedup import fingerprint
+from metastore.errors import (
+    CatalogInvariantError,
+    CommitTimestampUnavailableError,
+    DataFileConflictError,
+    InvalidArgumentError,
+    MalformedSnapshotError,
+    MetastoreError,
+    NotFoundAtTimestampError,
+    ReadConflictError,
+    SchemaVersionNotActiveError,
+    TableNotFoundError,
+    TxnIdReusedError,
+    limit_exceeded,
+)
+
+Result = dict[str, object]
+
+
+def ahead_max(dd: int) -> int:
+    """How far past its entry's tm a commit may land, in HLC units (see the module docstring)."""
+    return min(limits.COMMIT_TS_AHEAD_MAX_MS << LOGICAL_BITS, dd)
+
+
+# --------------------------------------------------------------------------------------------
+# Values
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FileEntry:
+    """One data file of a table incarnation. `path` is relative to the table location."""
+
+    path: str
+    size_bytes: int
+    row_count: int
+    added_ts: int
+    removed_ts: int | None = None  # Invariant: None or > added_ts
+
+    def live_at(self, ts: int) -> bool:
+        return self.added_ts <= ts and (self.removed_ts is None or self.removed_ts > ts)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TableCommit:
+    """What one commit did to one table (kept for `commits_since`)."""
+
+    ts: int
+    txn_id: str
+    table_id: int
+    files_added: int
+    files_removed: int
+    rows_added: int
+    overwrite: bool
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CommitRecord:
+    """One commit, as remembered for idempotency and `txn_log`. Tables sorted by name."""
+
+    ts: int
+    tm: int  # the entry's Tm (ts may be above it)
+    txn_id: str
+    tables: tuple[TableName, ...]
+    table_ids: tuple[int, ...]  # parallel to `tables`
+    files_added: int
+    files_removed: int
+    rows_added: int
+    fingerprint: bytes  # of the canonical writes (commands.writes_to_data)
+
+    def to_result(self) -> Result:
+        """The commit's reply: what the client learns (and gets again on a retry)."""
+        return {
+            "txn_id": self.txn_id,
+            "ts": self.ts,
+            "tables": [str(t) for t in self.tables],
+            "table_ids": list(self.table_ids),
+            "files_added": self.files_added,
+            "files_removed": self.files_removed,
+            "rows_added": self.rows_added,
+            "deduplicated": False,
+        }
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CommitsSince:
+    """Commits to any incarnation of `table` with ts > `since`, oldest first. `complete` is False
+    when per-table trimming dropped summaries that might belong here."""
+
+    table: TableName
+    since: int
+    commits: tuple[TableCommit, ...]
+    complete: bool
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TableTxnStats:
+    table: TableName
+    table_id: int
+    location: str
+    registered_ts: int
+    forgotten_ts: int | None
+    live_files: int
+    live_bytes: int
+    live_rows: int
+    file_entries: int  # live + removed (kept for time travel until GC)
+    commits: int
+    last_commit_ts: int  # 0 = never written
+    last_txn_id: str  # "" = never written
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TxnLogStats:
+    commits: int
+    last_commit_ts: int  # 0 = no commit yet
+    remembered_txns: int
+    oldest_remembered_ts: int  # 0 = none remembered
+    registered_tables: int
+    file_entries: int
+
+
+# --------------------------------------------------------------------------------------------
+# Per-table log
+# --------------------------------------------------------------------------------------------
+
+
+class TableLog:
+    """One registered table incarnation's files and commit summaries. Owned by `TxnLog`."""
+
+    __slots__ = (
+        "commit_count",
+        "commits",
+        "files",
+        "forgotten_ts",
+        "last_commit_ts",
+        "last_txn_id",
+        "live",
+        "live_bytes",
+        "live_rows",
+        "location",
+        "name",
+        "registered_ts",
+        "table_id",
+        "trimmed_through_ts",
+    )
+
+    def __init__(
+        self, *, table_id: int, name: TableName, location: str, registered_ts: int
+    ) -> None:
+        self.table_id = table_id
+        self.name = name
+        self.location = location
+        self.registered_ts = registered_ts
+        self.forgotten_ts: int | None = None
+        # Invariant: insertion order is commit order (added_ts non-decreasing); removal replaces
+        # the value in place, which keeps the order. files_at relies on it to stop early.
+        self.files: dict[str, FileEntry] = {}
+        self.live: dict[str, None] = {}  # derived: paths of files not removed, in add order
+        self.live_bytes = 0  # derived
+        self.live_rows = 0  # derived
+        self.commit_count = 0
+        self.last_commit_ts = 0
+        self.last_txn_id = ""
+        self.commits: deque[TableCommit] = deque()  # newest MAX_COMMITS_KEPT_PER_TABLE
+        self.trimmed_through_ts = 0  # ts of the newest summary dropped (0 = none)
+
+    def files_at(self, ts: int) -> tuple[FileEntry, ...]:
+        out: list[FileEntry] = []
+        for entry in self.files.values():
+            if entry.added_ts > ts:
+                break  # commit order: every later entry was added later still
+            if entry.removed_ts is None or entry.removed_ts > ts:
+                out.append(entry)
+        return tuple(out)
+
+    def to_data(self) -> list[object]:
+        return [
+            self.table_id,
+            self.name.namespace,
+            self.name.name,
+            self.location,
+            self.registered_ts,
+            self.forgotten_ts,
+            self.commit_count,
+            self.last_commit_ts,
+            self.last_txn_id,
+            self.trimmed_through_ts,
+            [
+                [e.path, e.size_bytes, e.row_count, e.added_ts, e.removed_ts]
+                for e in self.files.values()
+            ],
+            [
+                [c.ts, c.txn_id, c.files_added, c.files_removed, c.rows_added, c.overwrite]
+                for c in self.commits
+            ],
+        ]
+
+    @staticmethod
+    def from_data(data: object) -> TableLog:
+        row = _list(data, 12)
+        try:
+            name = TableName(namespace=_str(row[1]), name=_str(row[2]))
+        except MetastoreError as e:
+            raise MalformedSnapshotError(f"txn log table name: {e.message}") from None
+        tl = TableLog(
+            table_id=_int(row[0]), name=name, location=_str(row[3]), registered_ts=_int(row[4])
+        )
+        tl.forgotten_ts = _opt_int(row[5])
+        tl.commit_count = _int(row[6])
+        tl.last_commit_ts = _int(row[7])
+        tl.last_txn_id = _str(row[8])
+        tl.trimmed_through_ts = _int(row[9])
+        for item in _list(row[10]):
+            f = _list(item, 5)
+            entry = FileEntry(
+                path=_str(f[0]),
+                size_bytes=_int(f[1]),
+                row_count=_int(f[2]),
+                added_ts=_int(f[3]),
+                removed_ts=_opt_int(f[4]),
+            )
+            if entry.path in tl.files:
+                raise MalformedSnapshotError(f"table {tl.table_id}: file {entry.path!r} twice")
+            tl.files[entry.path] = entry
+            if entry.removed_ts is None:
+                tl.live[entry.path] = None
+                tl.live_bytes += entry.size_bytes
+                tl.live_rows += entry.row_count
+        for item in _list(row[11]):
+            c = _list(item, 6)
+            if not isinstance(c[5], bool):
+                raise MalformedSnapshotError("commit overwrite flag must be a boolean")
+            tl.commits.append(
+                TableCommit(
+                    ts=_int(c[0]),
+                    txn_id=_str(c[1]),
+                    table_id=tl.table_id,
+                    files_added=_int(c[2]),
+                    files_removed=_int(c[3]),
+                    rows_added=_int(c[4]),
+                    overwrite=c[5],
+                )
+            )
+        return tl
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _PlannedWrite:
+    """A validated write, ready to be applied without any further check."""
+
+    log: TableLog
+    write: TableWrite
+    removals: tuple[str, ...]  # explicit removals, or every live path for an overwrite
+
+
+# --------------------------------------------------------------------------------------------
+# The log
+# --------------------------------------------------------------------------------------------
+
+
+class TxnLog:
+    """Registered tables, their files, and the remembered commits. Owned by `MetastoreState`."""
+
+    __slots__ = ("_commit_count", "_file_entries", "_last_commit_ts", "_tables", "_txns")
+
+    def __init__(self) -> None:
+        self._tables: dict[int, TableLog] = {}  # table id -> log, for every incarnation
+        # Newest MAX_REMEMBERED_TXNS commits, in commit (= ts) order.
+        self._txns: OrderedDict[str, CommitRecord] = OrderedDict()
+        self._last_commit_ts = 0  # Invariant: >= every commit ts; 0 = no commit yet
+        self._commit_count = 0
+        self._file_entries = 0  # derived: sum of len(files) over tables
+
+    # ----------------------------------------------------------------------------------------
+    # Registration (hooks driven by the catalog's CREATE / DROP; idempotent)
+    # ----------------------------------------------------------------------------------------
+
+    def register(self, *, table_id: int, name: TableName, location: str, ts: int) -> None:
+        """The incarnation `table_id` takes commits from `ts` (its created Tu)."""
+        existing = self._tables.get(table_id)
+        if existing is not None:
+            if (existing.name, existing.location, existing.registered_ts) != (name, location, ts):
+                raise CatalogInvariantError(f"table id {table_id} registered twice, differently")
+            return
+        self._tables[table_id] = TableLog(
+            table_id=table_id, name=name, location=location, registered_ts=ts
+        )
+
+    def forget(self, *, table_id: int, ts: int) -> None:
+        """The incarnation stops existing at `ts` (its dropped Tu). Its files stay (time travel
+        below `ts`) until GC."""
+        tl = self._tables.get(table_id)
+        if tl is None:
+            raise CatalogInvariantError(f"forget of unregistered table id {table_id}")
+        if tl.forgotten_ts is None:
+            tl.forgotten_ts = ts
+        elif tl.forgotten_ts != ts:
+            raise CatalogInvariantError(f"table id {table_id} forgotten twice, differently")
+
+    @staticmethod
+    def from_catalog(catalog: Catalog) -> TxnLog:
+        """A log with every incarnation of `catalog` registered and no commits (used to load
+        snapshots written before the transaction log existed)."""
+        log = TxnLog()
+        for inc in sorted(catalog.all_incarnations(), key=lambda i: i.table_id):
+            log.register(
+                table_id=inc.table_id, name=inc.name, location=inc.location, ts=inc.created_tu
+            )
+            if inc.dropped_tu is not None:
+                log.forget(table_id=inc.table_id, ts=inc.dropped_tu)
+        return log
+
+    # ----------------------------------------------------------------------------------------
+    # Commit
+    # ----------------------------------------------------------------------------------------
+
+    def commit(self, cmd: CommitTxn, *, tm: int, dd: int, catalog: Catalog) -> tuple[Result, bool]:
+        """Apply a validated CommitTxn at entry stamp `tm`. Returns (result, deduplicated).
+        Raises a MetastoreError, having changed nothing, when a rule refuses it."""
+        digest = fingerprint(msgpack.packb(writes_to_data(cmd.writes), use_bin_type=True))
+        seen = self._txns.get(cmd.txn_id)
+        if seen is not None:
+            if seen.fingerprint != digest:
+                raise TxnIdReusedError(
+                    f"txn {cmd.txn_id!r} already committed at {seen.ts} with other writes",
+                    details={"txn_id": cmd.txn_id, "committed_ts": seen.ts},
+                )
+            return {**seen.to_result(), "deduplicated": True}, True
+        ts = self._commit_ts(cmd, tm=tm, dd=dd)
+        if cmd.read_ts is not None:
+            self._check_reads(cmd.read_ts, cmd.read_tables, ts=ts, catalog=catalog)
+        plans = [self._plan(w, ts=ts, catalog=catalog) for w in cmd.writes]
+        added = sum(len(p.write.add) for p in plans)
+        if self._file_entries + added > limits.MAX_FILE_ENTRIES_TOTAL:
+            raise limit_exceeded(
+                "MAX_FILE_ENTRIES_TOTAL",
+                limits.MAX_FILE_ENTRIES_TOTAL,
+                self._file_entries + added,
+                "file entries in the transaction log",
+            )
+        # --- write: nothing below can fail ---
+        record = self._write(cmd.txn_id, plans, ts=ts, tm=tm, digest=digest)
+        return record.to_result(), False
+
+    def _commit_ts(self, cmd: CommitTxn, *, tm: int, dd: int) -> int:
+        upper = max(self._last_commit_ts + 1, tm)
+        latest = tm + ahead_max(dd)
+        if cmd.ts is not None:
+            if cmd.ts < upper:
+                raise CommitTimestampUnavailableError(
+                    f"commit timestamp {cmd.ts} is no longer available; the upper is {upper}",
+                    details={"ts": cmd.ts, "upper": upper},
+                )
+            if cmd.ts > latest:
+                raise InvalidArgumentError(
+                    f"commit timestamp {cmd.ts} is too far ahead (at most {latest})",
+                    details={"ts": cmd.ts, "max_ts": latest},
+                )
+            ts = cmd.ts
+        else:
+            not_before = cmd.not_before or 0
+            if not_before > latest:
+                raise InvalidArgumentError(
+                    f"not_before {not_before} is too far ahead (at most {latest})",
+                    details={"not_before": not_before, "max_ts": latest},
+                )
+            ts = max(upper, not_before)
+        if cmd.read_ts is not None and cmd.read_ts >= ts:
+            raise InvalidArgumentError(
+                f"read_ts {cmd.read_ts} must be below the commit timestamp {ts}",
+                details={"read_ts": cmd.read_ts, "ts": ts},
+            )
+        return ts
+
+    def _check_reads(
+        self, read_ts: int, tables: Iterable[TableName], *, ts: int, catalog: Catalog
+    ) -> None:
+        for name in tables:
+            incarnations = catalog.incarnations(name)
+            if not incarnations:
+                raise TableNotFoundError(
+                    f"table {name} in the read set does not exist", details={"table": str(name)}
+                )
+            logs = [self._log(inc.table_id) for inc in incarnations]
+            latest = max(logs, key=lambda tl: tl.last_commit_ts)
+            if latest.last_commit_ts > read_ts:
+                raise ReadConflictError(
+                    f"table {name} was written at {latest.last_commit_ts} (txn "
+                    f"{latest.last_txn_id!r}), after read_ts {read_ts}",
+                    details={
+                        "table": str(name),
+                        "read_ts": read_ts,
+                        "commit_ts": latest.last_commit_ts,
+                        "txn_id": latest.last_txn_id,
+                    },
+                )
+
+    def _plan(self, w: TableWrite, *, ts: int, catalog: Catalog) -> _PlannedWrite:
+        inc = catalog.live_table(w.table)  # TableNotFound when missing or dropped
+        if w.table_id and w.table_id != inc.table_id:
+            raise TableNotFoundError(
+                f"table {w.table} with id {w.table_id} no longer exists (the name now refers to "
+                f"table id {inc.table_id}); re-plan the batch",
+                details={"table": str(w.table), "table_id": w.table_id, "current": inc.table_id},
+            )
+        if ts < inc.created_tu:
+            raise NotFoundAtTimestampError(
+                f"table {w.table} does not exist at {ts}; it exists from {inc.created_tu}",
+                details={"table": str(w.table), "top": ts, "active_from_tu": inc.created_tu},
+            )
+        _check_schema_version(inc, w, ts)
+        tl = self._tables[inc.table_id]
+        for f in w.add:
+            if f.path in tl.files:
+                raise InvalidArgumentError(
+                    f"{w.table}: file {f.path!r} is already a file of the table (added at "
+                    f"{tl.files[f.path].added_ts}); file paths are never reused",
+                    details={"table": str(w.table), "path": f.path},
+                )
+        for path in w.remove:
+            entry = tl.files.get(path)
+            if entry is None:
+                raise InvalidArgumentError(
+                    f"{w.table}: cannot remove {path!r}, it is not a file of the table",
+                    details={"table": str(w.table), "path": path},
+                )
+            if entry.removed_ts is not None:
+                raise DataFileConflictError(
+                    f"{w.table}: file {path!r} was already removed at {entry.removed_ts}",
+                    details={"table": str(w.table), "path": path, "removed_ts": entry.removed_ts},
+                )
+        if len(tl.files) + len(w.add) > limits.MAX_FILE_ENTRIES_PER_TABLE:
+            raise limit_exceeded(
+                "MAX_FILE_ENTRIES_PER_TABLE",
+                limits.MAX_FILE_ENTRIES_PER_TABLE,
+                len(tl.files) + len(w.add),
+                f"file entries of {w.table}",
+            )
+        removals = tuple(tl.live) if w.overwrite else w.remove
+        return _PlannedWrite(log=tl, write=w, removals=removals)
+
+    def _write(
+        self, txn_id: str, plans: list[_PlannedWrite], *, ts: int, tm: int, digest: bytes
+    ) -> CommitRecord:
+        for p in plans:
+            tl, w = p.log, p.write
+            for path in p.removals:
+                entry = tl.files[path]
+                tl.files[path] = replace(entry, removed_ts=ts)  # keeps the dict order
+                del tl.live[path]
+                tl.live_bytes -= entry.size_bytes
+                tl.live_rows -= entry.row_count
+            for f in w.add:
+                tl.files[f.path] = FileEntry(
+                    path=f.path, size_bytes=f.size_bytes, row_count=f.row_count, added_ts=ts
+                )
+                tl.live[f.path] = None
+                tl.live_bytes += f.size_bytes
+                tl.live_rows += f.row_count
+            self._file_entries += len(w.add)
+            tl.commit_count += 1
+            tl.last_commit_ts = ts
+            tl.last_txn_id = txn_id
+            tl.commits.append(
+                TableCommit(
+                    ts=ts,
+                    txn_id=txn_id,
+                    table_id=tl.table_id,
+                    files_added=len(w.add),
+                    files_removed=len(p.removals),
+                    rows_added=sum(f.row_count for f in w.add),
+                    overwrite=w.overwrite,
+                )
+            )
+            while len(tl.commits) > limits.MAX_COMMITS_KEPT_PER_TABLE:
+                tl.trimmed_through_ts = tl.commits.popleft().ts
+        ordered = sorted(plans, key=lambda p: (p.log.name.namespace, p.log.name.name))
+        record = CommitRecord(
+            ts=ts,
+            tm=tm,
+            txn_id=txn_id,
+            tables=tuple(p.log.name for p in ordered),
+            table_ids=tuple(p.log.table_id for p in ordered),
+            files_added=sum(len(p.write.add) for p in plans),
+            files_removed=sum(len(p.removals) for p in plans),
+            rows_added=sum(f.row_count for p in plans for f in p.write.add),
+            fingerprint=digest,
+        )
+        self._txns[txn_id] = record
+        while len(self._txns) > limits.MAX_REMEMBERED_TXNS:
+            self._txns.popitem(last=False)
+        self._last_commit_ts = ts
+        self._commit_count += 1
+        return record
+
+    # ----------------------------------------------------------------------------------------
+    # Reads
+    # ----------------------------------------------------------------------------------------
+
+    def upper(self, *, last_tm: int) -> int:
+        """The next usable commit ts (any later entry has tm > last_tm). Reads at ts below it
+        are final: no later entry can change them."""
+        return max(self._last_commit_ts, last_tm) + 1
+
+    @property
+    def last_commit_ts(self) -> int:
+        return self._last_commit_ts
+
+    def files_at(self, table_id: int, ts: int) -> tuple[FileEntry, ...]:
+        """Live files of incarnation `table_id` at `ts`, in commit order. The caller resolved
+        the name to the incarnation existing at `ts` (catalog.schema_at)."""
+        return self._log(table_id).files_at(ts)
+
+    def txn_log(self, limit: int) -> tuple[CommitRecord, ...]:
+        """Up to `limit` (1..MAX_TXN_LOG_RECORDS) most recent commits, newest first."""
+        if not isinstance(limit, int) or not 1 <= limit <= limits.MAX_TXN_LOG_RECORDS:
+            raise InvalidArgumentError(
+                f"limit must be in 1..{limits.MAX_TXN_LOG_RECORDS}", details={"limit": str(limit)}
+            )
+        out: list[CommitRecord] = []
+        for record in reversed(self._txns.values()):
+            if len(out) >= limit:
+                break
+            out.append(record)
+        return tuple(out)
+
+    def commits_since(self, incarnations: Iterable[TableState], since: int) -> CommitsSince:
+        """Commit summaries with ts > since over `incarnations` (one name's, oldest first)."""
+        incs = tuple(incarnations)
+        if not incs:
+            raise CatalogInvariantError("commits_since needs at least one incarnation")
+        commits: list[TableCommit] = []
+        complete = True
+        for inc in incs:
+            tl = self._log(inc.table_id)
+            commits.extend(c for c in tl.commits if c.ts > since)
+            if since < tl.trimmed_through_ts:
+                complete = False
+        return CommitsSince(
+            table=incs[0].name, since=since, commits=tuple(commits), complete=complete
+        )
+
+    def table_stats(self, table_id: int) -> TableTxnStats:
+        tl = self._log(table_id)
+        return TableTxnStats(
+            table=tl.name,
+            table_id=tl.table_id,
+            location=tl.location,
+            registered_ts=tl.registered_ts,
+            forgotten_ts=tl.forgotten_ts,
+            live_files=len(tl.live),
+            live_bytes=tl.live_bytes,
+            live_rows=tl.live_rows,
+            file_entries=len(tl.files),
+            commits=tl.commit_count,
+            last_commit_ts=tl.last_commit_ts,
+            last_txn_id=tl.last_txn_id,
+        )
+
+    def stats(self) -> TxnLogStats:
+        oldest = next(iter(self._txns.values()), None)
+        return TxnLogStats(
+            commits=self._commit_count,
+            last_commit_ts=self._last_commit_ts,
+            remembered_txns=len(self._txns),
+            oldest_remembered_ts=0 if oldest is None else oldest.ts,
+            registered_tables=len(self._tables),
+            file_entries=self._file_entries,
+        )
+
+    def committed(self, txn_id: str) -> CommitRecord | None:
+        """The record of a remembered committed txn id (None: never committed, or forgotten)."""
+        return self._txns.get(txn_id)
+
+    def _log(self, table_id: int) -> TableLog:
+        tl = self._tables.get(table_id)
+        if tl is None:
+            # The catalog knows this incarnation but the log does not: state and log disagree.
+            raise CatalogInvariantError(f"table id {table_id} is not registered in the txn log")
+        return tl
+
+    def is_empty(self) -> bool:
+        return not self._tables and not self._txns and self._commit_count == 0
+
+    # ----------------------------------------------------------------------------------------
+    # Invariants
+    # ----------------------------------------------------------------------------------------
+
+    def check_invariants(self, *, catalog: Catalog, dd: int | None, last_tm: int) -> None:
+        """Raise CatalogInvariantError if any invariant of the module docstring fails."""
+        if dd is None:
+            if not self.is_empty():
+                raise CatalogInvariantError("txn log has content but the cluster has no DD")
+            return
+        incarnations = {inc.table_id: inc for inc in catalog.all_incarnations()}
+        if set(incarnations) != set(self._tables):
+            raise CatalogInvariantError("txn log registrations differ from the catalog's tables")
+        if self._last_commit_ts > last_tm + ahead_max(dd):
+            raise CatalogInvariantError("last commit ts too far past the last applied tm")
+        total = 0
+        for table_id, tl in self._tables.items():
+            _check_table(tl, incarnations[table_id], global_last=self._last_commit_ts)
+            total += len(tl.files)
+        if total != self._file_entries or total > limits.MAX_FILE_ENTRIES_TOTAL:
+            raise CatalogInvariantError("file entry total wrong or over MAX_FILE_ENTRIES_TOTAL")
+        self._check_records()
+
+    def _check_records(self) -> None:
+        if len(self._txns) > limits.MAX_REMEMBERED_TXNS or len(self._txns) > self._commit_count:
+            raise CatalogInvariantError("more remembered txns than allowed or than commits")
+        previous = 0
+        summaries = {
+            table_id: {(c.ts, c.txn_id) for c in tl.commits}
+            for table_id, tl in self._tables.items()
+        }
+        for txn_id, record in self._txns.items():
+            where = f"txn {txn_id!r}"
+            if record.txn_id != txn_id or record.ts <= previous:
+                raise CatalogInvariantError(f"{where}: id mismatch or ts not increasing")
+            previous = record.ts
+            if not record.tables or len(record.tables) != len(record.table_ids):
+                raise CatalogInvariantError(f"{where}: bad table list")
+            for name, table_id in zip(record.tables, record.table_ids, strict=True):
+                tl = self._tables.get(table_id)
+                if tl is None or tl.name != name:
+                    raise CatalogInvariantError(f"{where}: table {name} ({table_id}) unknown")
+                if record.ts < tl.registered_ts or (
+                    tl.forgotten_ts is not None and record.ts >= tl.forgotten_ts
+                ):
+                    raise CatalogInvariantError(f"{where}: {name} did not exist at the commit")
+                if record.ts > tl.last_commit_ts:
+                    raise CatalogInvariantError(f"{where}: after {name}'s last commit")
+                if (
+                    record.ts > tl.trimmed_through_ts
+                    and (record.ts, txn_id) not in summaries[table_id]
+                ):
+                    raise CatalogInvariantError(f"{where}: missing from {name}'s commits")
+        if self._txns and previous != self._last_commit_ts:
+            raise CatalogInvariantError("the newest remembered commit is not the last commit")
+        if (self._commit_count == 0) != (self._last_commit_ts == 0):
+            raise CatalogInvariantError("commit count and last commit ts disagree")
+
+    # ----------------------------------------------------------------------------------------
+    # Snapshot form
+    # ----------------------------------------------------------------------------------------
+
+    def to_data(self) -> dict[str, object]:
+        """Plain data in a canonical order (tables by id, commits and files in log order)."""
+        return {
+            "last_commit_ts": self._last_commit_ts,
+            "commit_count": self._commit_count,
+            "tables": [self._tables[i].to_data() for i in sorted(self._tables)],
+            "txns": [
+                [
+                    r.txn_id,
+                    r.ts,
+                    r.tm,
+                    [[t.namespace, t.name] for t in r.tables],
+                    list(r.table_ids),
+                    r.files_added,
+                    r.files_removed,
+                    r.rows_added,
+                    r.fingerprint,
+                ]
+                for r in self._txns.values()
+            ],
+        }
+
+    @staticmethod
+    def from_data(data: object) -> TxnLog:
+        if not isinstance(data, dict) or set(data) != {
+            "last_commit_ts",
+            "commit_count",
+            "tables",
+            "txns",
+        }:
+            raise MalformedSnapshotError("txn log must be a map of last_commit_ts/commit_count/...")
+        log = TxnLog()
+        log._last_commit_ts = _int(data["last_commit_ts"])
+        log._commit_count = _int(data["commit_count"])
+        for item in _list(data["tables"]):
+            tl = TableLog.from_data(item)
+            if tl.table_id in log._tables:
+                raise MalformedSnapshotError(f"txn log table id {tl.table_id} twice")
+            log._tables[tl.table_id] = tl
+            log._file_entries += len(tl.files)
+        for item in _list(data["txns"]):
+            row = _list(item, 9)
+            if not isinstance(row[8], bytes):
+                raise MalformedSnapshotError("txn fingerprint must be bytes")
+            try:
+                tables = tuple(
+                    TableName(namespace=_str(p[0]), name=_str(p[1]))
+                    for p in (_list(t, 2) for t in _list(row[3]))
+                )
+            except MetastoreError as e:
+                raise MalformedSnapshotError(f"txn table name: {e.message}") from None
+            record = CommitRecord(
+                txn_id=_str(row[0]),
+                ts=_int(row[1]),
+                tm=_int(row[2]),
+                tables=tables,
+                table_ids=tuple(_int(i) for i in _list(row[4])),
+                files_added=_int(row[5]),
+                files_removed=_int(row[6]),
+                rows_added=_int(row[7]),
+                fingerprint=row[8],
+            )
+            if record.txn_id in log._txns:
+                raise MalformedSnapshotError(f"txn {record.txn_id!r} twice")
+            log._txns[record.txn_id] = record
+        return log
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, TxnLog) and self.to_data() == other.to_data()
+
+
+# --------------------------------------------------------------------------------------------
+# Helpers
+# --------------------------------------------------------------------------------------------
+
+
+def _check_schema_version(inc: TableState, w: TableWrite, ts: int) -> None:
+    """`w.schema_version` must be one of the two latest versions active at ts (DESIGN §4)."""
+    newest = _active_index(inc, ts)
+    active = [v.version for v in inc.versions[max(0, newest - 1) : newest + 1]]
+    if w.schema_version not in active:
+        raise SchemaVersionNotActiveError(
+            f"{w.table}: schema version {w.schema_version} is not active at {ts} "
+            f"(active: {active}); re-plan against the current schema",
+            details={
+                "table": str(w.table),
+                "version": w.schema_version,
+                "ts": ts,
+                "active_versions": active,
+            },
+        )
+
+
+def _active_index(inc: TableState, ts: int) -> int:
+    """Index of the version with the greatest tu <= ts (the caller checked created_tu <= ts)."""
+    return bisect_right(inc.tus, ts) - 1
+
+
+def _check_table(tl: TableLog, inc: TableState, *, global_last: int) -> None:
+    def fail(what: str) -> CatalogInvariantError:
+        return CatalogInvariantError(f"txn log, {tl.name} (table id {tl.table_id}): {what}")
+
+    if (tl.name, tl.location) != (inc.name, inc.location):
+        raise fail("name or location differs from the catalog")
+    if tl.registered_ts != inc.created_tu or tl.forgotten_ts != inc.dropped_tu:
+        raise fail("registration differs from the catalog's created/dropped Tu")
+    try:
+        validate_location(tl.location, "location")
+    except MetastoreError as err:
+        raise fail(err.message) from err
+    if tl.last_commit_ts > global_last:
+        raise fail("last commit after the log's last commit")
+    if tl.commit_count == 0:
+        if tl.files or tl.commits or tl.last_commit_ts or tl.last_txn_id:
+            raise fail("files or commits without a commit count")
+    elif tl.last_commit_ts < tl.registered_ts or not tl.last_txn_id:
+        raise fail("last commit before registration, or without a txn id")
+    end = tl.forgotten_ts
+    if end is not None and tl.last_commit_ts >= end:
+        raise fail("commit at or after the table was forgotten")
+    if len(tl.files) > limits.MAX_FILE_ENTRIES_PER_TABLE:
+        raise fail("over MAX_FILE_ENTRIES_PER_TABLE")
+    previous_added = 0
+    live: dict[str, None] = {}
+    live_bytes = live_rows = 0
+    for path, entry in tl.files.items():
+        if entry.path != path:
+            raise fail(f"file {path!r} stored under another path")
+        try:
+            validate_file_path(path)
+        except MetastoreError as err:
+            raise fail(err.message) from err
+        if entry.size_bytes < 0 or entry.row_count < 0:
+            raise fail(f"file {path!r}: negative size or row count")
+        if entry.added_ts < previous_added:
+            raise fail(f"file {path!r}: entries not in commit order")
+        previous_added = entry.added_ts
+        if entry.added_ts < tl.registered_ts or entry.added_ts > tl.last_commit_ts:
+            raise fail(f"file {path!r}: added outside the table's commits")
+        if entry.removed_ts is None:
+            live[path] = None
+            live_bytes += entry.size_bytes
+            live_rows += entry.row_count
+        elif not entry.added_ts < entry.removed_ts <= tl.last_commit_ts:
+            raise fail(f"file {path!r}: removal not after its add or after the last commit")
+    if list(live) != list(tl.live) or (live_bytes, live_rows) != (tl.live_bytes, tl.live_rows):
+        raise fail("live index or live sums disagree with the file entries")
+    if len(tl.commits) > limits.MAX_COMMITS_KEPT_PER_TABLE or len(tl.commits) > tl.commit_count:
+        raise fail("too many commit summaries")
+    previous = tl.trimmed_through_ts
+    for c in tl.commits:
+        if c.ts <= previous or c.table_id != tl.table_id or not c.txn_id:
+            raise fail(f"commit summary at {c.ts} out of order or malformed")
+        previous = c.ts
+    if tl.commits and (tl.commits[-1].ts, tl.commits[-1].txn_id) != (
+        tl.last_commit_ts,
+        tl.last_txn_id,
+    ):
+        raise fail("newest commit summary is not the last commit")
+    if tl.trimmed_through_ts and len(tl.commits) == tl.commit_count:
+        raise fail("trimmed summaries but none missing")
+
+
+def _list(value: object, length: int | None = None) -> list[object]:
+    if not isinstance(value, list) or (length is not None and len(value) != length):
+        raise MalformedSnapshotError(f"expected a list of length {length}")
+    return value
+
+
+def _int(value: object) -> int:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise MalformedSnapshotError("expected an integer")
+    return value
+
+
+def _opt_int(value: object) -> int | None:
+    return None if value is None else _int(value)
+
+
+def _str(value: object) -> str:
+    if not isinstance(value, str):
+        raise MalformedSnapshotError("expected a string")
+    return value
