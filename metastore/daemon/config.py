@@ -94,6 +94,8 @@ DEFAULT_TICK_MS: Final = 10
 DEFAULT_SNAPSHOT_EVERY_ENTRIES: Final = 10_000
 DEFAULT_SECRETS_DIR: Final = "secrets"
 DEFAULT_DATA_DIR: Final = "data"
+# Root of table locations: CREATE TABLE without LOCATION puts a table at <warehouse>/<ns>.db/<t>.
+DEFAULT_WAREHOUSE: Final = "warehouse"
 DEFAULT_LOG_LEVEL: Final = "INFO"
 
 # Port layout of `node_layout`: node N listens on base+N (Raft), base+100+N (clients) and
@@ -122,6 +124,7 @@ _CLUSTER_KEYS: Final = frozenset(
         "snapshot_every_entries",
         "secrets_dir",
         "data_dir",
+        "warehouse",
         "log_level",
         "nodes",
     }
@@ -192,6 +195,8 @@ class ClusterConfig:
     secrets_dir: Path
     data_dir: Path
     log_level: str
+    # An absolute path, or a URI (s3a://..., hdfs://...) Spark and pyarrow can write.
+    warehouse: str
     # Invariant: ordered by id; ids distinct; (host, port) pairs distinct.
     nodes: tuple[NodeAddress, ...]
 
@@ -391,6 +396,7 @@ def _parse_cluster(path: Path, data: Mapping[str, object]) -> ClusterConfig:
         "secrets_dir", max_chars=PATH_CHARS_MAX, default=DEFAULT_SECRETS_DIR
     )
     data_dir = reader.string("data_dir", max_chars=PATH_CHARS_MAX, default=DEFAULT_DATA_DIR)
+    warehouse = reader.string("warehouse", max_chars=PATH_CHARS_MAX, default=DEFAULT_WAREHOUSE)
     log_level = reader.string("log_level", max_chars=16, default=DEFAULT_LOG_LEVEL).upper()
     if log_level not in LOG_LEVELS:
         raise reader.error("log_level", f"{log_level!r} is not one of {', '.join(LOG_LEVELS)}")
@@ -413,6 +419,7 @@ def _parse_cluster(path: Path, data: Mapping[str, object]) -> ClusterConfig:
         secrets_dir=resolved_secrets,
         data_dir=resolved_data,
         log_level=log_level,
+        warehouse=warehouse if "://" in warehouse else str(_relative_to(path, warehouse).resolve()),
         nodes=nodes,
     )
 
@@ -599,6 +606,7 @@ def render_cluster_toml(
     snapshot_every_entries: int = DEFAULT_SNAPSHOT_EVERY_ENTRIES,
     secrets_dir: str = DEFAULT_SECRETS_DIR,
     data_dir: str = DEFAULT_DATA_DIR,
+    warehouse: str = DEFAULT_WAREHOUSE,
     log_level: str = DEFAULT_LOG_LEVEL,
 ) -> str:
     """A commented cluster.toml. Values are not validated here: load the result (as
@@ -627,6 +635,9 @@ def render_cluster_toml(
         "# Relative to this file. Never commit either directory.",
         f"secrets_dir = {_toml_str(secrets_dir)}",
         f"data_dir = {_toml_str(data_dir)}",
+        "# Where table data (Parquet) lives: a path relative to this file, an absolute path,",
+        "# or a URI Spark and pyarrow can write (e.g. s3a://bucket/warehouse).",
+        f"warehouse = {_toml_str(warehouse)}",
         f"log_level = {_toml_str(log_level)}",
     ]
     for n in nodes:

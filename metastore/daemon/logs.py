@@ -56,3 +56,5 @@ def setup_logging(*, node_id: int, log_file: Path, level: str) -> None:
     root = logging.getLogger()
     root.handlers[:] = [file_handler, stderr_handler]
     root.setLevel(level.upper())
+    # sqlglot warns each time our hand parser takes over a statement it cannot tree: noise.
+    logging.getLogger("sqlglot").setLevel(logging.ERROR)

@@ -65,6 +65,12 @@ class NodeMetrics:
             buckets=_DDL_BUCKETS,
             registry=r,
         )
+        self.commit_hist = Histogram(
+            "metastore_commit_seconds",
+            "atomic commit latency seen by the client",
+            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0),
+            registry=r,
+        )
         self.requests = Counter(
             "metastore_requests",
             "client requests by op and result code",
@@ -78,6 +84,9 @@ class NodeMetrics:
 
     def read_wait(self, seconds: float, *, leader: bool) -> None:
         self.read_wait_hist.labels(on="leader" if leader else "follower").observe(seconds)
+
+    def commit(self, seconds: float) -> None:
+        self.commit_hist.observe(seconds)
 
     def ddl(self, seconds: float) -> None:
         self.ddl_hist.observe(seconds)

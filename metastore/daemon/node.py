@@ -100,6 +100,7 @@ class MetastoreNode:
             cluster_id=cluster.cluster_id,
             cs_max_ms=cluster.cs_max_ms,
             client_addresses={n.id: n.client_address for n in cluster.nodes},
+            warehouse=cluster.warehouse,
         )
         self.http = HttpEndpoint(self.metrics, self.status_map)
         self._init_task: asyncio.Task[None] | None = None

@@ -24,13 +24,24 @@ from hlc import HybridClock, physical_ms
 from hlc.errors import HlcError, WaitTimeoutError
 from hlc.limits import MAX_TS
 from metastore import limits as mlimits
-from metastore.commands import Command, decode_command, encode_command
+from metastore.commands import (
+    Command,
+    commit_txn_from_request,
+    decode_command,
+    encode_command,
+)
 from metastore.daemon import api_limits as L
 from metastore.daemon.forward import LeaderForwarder
 from metastore.daemon.metrics import NodeMetrics
 from metastore.daemon.secrets import Role, Secrets
 from metastore.daemon.statemachine import CatalogStateMachine
-from metastore.daemon.views import description_view, namespace_view, version_view
+from metastore.daemon.views import (
+    commit_view,
+    description_view,
+    file_view,
+    namespace_view,
+    version_view,
+)
 from metastore.ddl import parse_ddl
 from metastore.errors import (
     BadRequestError,
@@ -90,6 +101,7 @@ class ApiServer:
         cluster_id: str,
         cs_max_ms: int,
         client_addresses: Mapping[int, str],
+        warehouse: str = "",
     ) -> None:
         self.node = node
         self.sm = sm
@@ -100,6 +112,7 @@ class ApiServer:
         self.cluster_id = cluster_id
         self.cs_max_ms = cs_max_ms
         self.client_addresses = dict(client_addresses)
+        self.warehouse = warehouse
         self._server: asyncio.Server | None = None
         self._connections: set[asyncio.Task[None]] = set()
         self._ops: dict[str, _Op] = {
@@ -117,7 +130,25 @@ class ApiServer:
             ),
             "safe_time": _Op(Role.READER, self._safe_time, frozenset()),
             "status": _Op(Role.READER, self._status, frozenset()),
+            "files": _Op(Role.READER, self._files, frozenset({"table", "as_of", "timeout_ms"})),
+            "txn_log": _Op(Role.READER, self._txn_log, frozenset({"limit"})),
             "ddl": _Op(Role.WRITER, self._ddl, frozenset({"sql", "request_id", "timeout_ms"})),
+            "commit": _Op(
+                Role.WRITER,
+                self._commit,
+                frozenset(
+                    {
+                        "txn_id",
+                        "writes",
+                        "ts",
+                        "not_before",
+                        "read_ts",
+                        "read_tables",
+                        "request_id",
+                        "timeout_ms",
+                    }
+                ),
+            ),
             # Internal: a follower forwards a parsed, canonical command to the leader.
             "_propose": _Op(Role.WRITER, self._propose_op, frozenset({"command", "timeout_ms"})),
             "add_node": _Op(
@@ -441,6 +472,42 @@ class ApiServer:
             top, _ = await self._at(args, "as_of")
         return {"tables": [str(t) for t in self.sm.state.list_tables(ns, top=top)]}
 
+    async def _files(self, _s: Session, args: Args) -> dict[str, Any]:
+        """The files live in `table` at `as_of` (default: this node's safe time, which needs no
+        wait). Data reads need safe time >= T itself (not T - DD): a commit is visible at its
+        own timestamp, and only once safe time passes T can no later entry commit at <= T."""
+        self._require_ready()
+        table = _req_str(args, "table", L.TABLE_NAME_CHARS_MAX)
+        ts = _opt_int(args, "as_of", 0, MAX_TS)
+        waited = 0.0
+        if ts is None:
+            ts = self.node.safe_time
+        else:
+            self._check_not_future(ts)
+            waited = await self._wait_safe(ts, _timeout(args))
+        state = self.sm.state
+        version = state.schema_at(table, ts)
+        files = state.files_at(table, ts)
+        return {
+            "table": table,
+            "table_id": version.table_id,
+            "as_of": ts,
+            "version": version.version,
+            "location": version.location,
+            "files": [file_view(f) for f in files],
+            "rows": sum(f.row_count for f in files),
+            "size_bytes": sum(f.size_bytes for f in files),
+            "waited_ms": waited,
+        }
+
+    async def _txn_log(self, _s: Session, args: Args) -> dict[str, Any]:
+        self._require_ready()
+        limit = _opt_int(args, "limit", 1, mlimits.MAX_TXN_LOG_RECORDS) or 20
+        return {
+            "commits": [commit_view(r) for r in self.sm.state.txn_log(limit)],
+            "upper": self.sm.state.table_upper(),
+        }
+
     async def _safe_time(self, _s: Session, _args: Args) -> dict[str, Any]:
         st = self.node.status()
         return {
@@ -479,7 +546,7 @@ class ApiServer:
         sql = _req_str(args, "sql", mlimits.MAX_STATEMENT_BYTES * 4)
         request_id = _opt_str(args, "request_id", mlimits.MAX_REQUEST_ID_CHARS) or ""
         timeout_ms = _timeout(args)
-        cmd = parse_ddl(sql, request_id=request_id)
+        cmd = parse_ddl(sql, request_id=request_id, warehouse=self.warehouse)
         applied = await self._propose_command(session, cmd, timeout_ms)
         result = dict(applied["result"])
         tu = result.get("tu")
@@ -504,6 +571,20 @@ class ApiServer:
             }
         )
         self.metrics.ddl(time.perf_counter() - started)
+        return result
+
+    async def _commit(self, session: Session, args: Args) -> dict[str, Any]:
+        """Atomic multi-table commit (metastore.txn). Idempotent by txn_id, so clients may retry
+        it after a timeout; a retry of a committed txn returns the original result."""
+        started = time.perf_counter()
+        timeout_ms = _timeout(args)
+        request = {k: v for k, v in args.items() if k != "timeout_ms"}
+        cmd = commit_txn_from_request(request)
+        applied = await self._propose_command(session, cmd, timeout_ms)
+        result = dict(applied["result"])
+        result["deduplicated"] = bool(applied["deduplicated"] or result.get("deduplicated"))
+        result["tm"] = applied["tm"]
+        self.metrics.commit(time.perf_counter() - started)
         return result
 
     async def _propose_command(

@@ -4,6 +4,28 @@ from __future__ import annotations
 
 from metastore.catalog import Namespace, SchemaVersion, TableDescription
 from metastore.schema import Schema
+from metastore.txn import CommitRecord, FileEntry
+
+
+def file_view(f: FileEntry) -> dict[str, object]:
+    return {
+        "path": f.path,
+        "size_bytes": f.size_bytes,
+        "row_count": f.row_count,
+        "added_ts": f.added_ts,
+    }
+
+
+def commit_view(r: CommitRecord) -> dict[str, object]:
+    return {
+        "ts": r.ts,
+        "tm": r.tm,
+        "txn_id": r.txn_id,
+        "tables": [str(t) for t in r.tables],
+        "files_added": r.files_added,
+        "files_removed": r.files_removed,
+        "rows_added": r.rows_added,
+    }
 
 
 def schema_view(schema: Schema) -> dict[str, object]:
@@ -33,6 +55,7 @@ def version_view(table: str, v: SchemaVersion) -> dict[str, object]:
         "change": v.summary,
         "comment": v.comment,
         "properties": dict(v.properties),
+        "location": v.location,
         "schema": schema_view(v.schema),
     }
 
