@@ -13,8 +13,10 @@ What one batch does (DESIGN.md §7):
 2. For every table it reads or writes, ask one node for the schema at Top; the node first waits
    until its safe time >= Top - DD (zero on a healthy node), so every node would answer the same.
 3. Inputs are read at read_ts = the node's safe time at planning (<= Top, needs no wait) unless the
-   caller asks for another timestamp; the files live at read_ts are read with the pinned schema,
-   by Parquet field id, so renamed columns still read correctly.
+   caller asks for another timestamp - but never below the newest commit this bridge made (a
+   driver reads its own writes even from a node that has not applied them yet; the files request
+   then waits for them). The files live at read_ts are read with the pinned schema, by Parquet
+   field id, so renamed columns still read correctly.
 4. Outputs are conformed to the pinned schemas and written by Spark's own Parquet writer into a
    fresh per-attempt directory under each table's location.
 5. On leaving the `with` block without an exception, one commit lists every table's files; it is
@@ -30,6 +32,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator
@@ -130,9 +133,22 @@ class MetastoreBridge:
         spark.conf.set("spark.sql.parquet.fieldId.read.enabled", "true")
         spark.conf.set("spark.sql.parquet.fieldId.write.enabled", "true")
         self._register_data_source()
+        # The newest commit timestamp of this bridge's batches (0 = none yet): later batches read
+        # at or above it. Batches may run on several threads (streaming queries), hence the lock.
+        self._last_commit_ts = 0
+        self._commit_lock = threading.Lock()
 
     def close(self) -> None:
         self.client.close()
+
+    @property
+    def last_commit_ts(self) -> int:
+        with self._commit_lock:
+            return self._last_commit_ts
+
+    def _observe_commit(self, ts: int) -> None:
+        with self._commit_lock:
+            self._last_commit_ts = max(self._last_commit_ts, ts)
 
     def _register_data_source(self) -> None:
         from spark_bridge.datasource import register
@@ -256,10 +272,13 @@ class BatchContext:
                 ddl=r["schema"]["ddl"],
                 struct=pinned_struct(columns),
             )
-        # Inputs: a timestamp every node can already answer for without waiting (<= Top).
+        # Inputs: a timestamp every node can already answer for without waiting (<= Top) - but
+        # not below this bridge's own last commit: the node asked may lag the leader by a
+        # heartbeat, and a batch that misses the previous batch's output reads stale data (or,
+        # with check_reads, fails with a read conflict against its own commit).
         read_ts = self._requested_read_ts
         if read_ts is None:
-            read_ts = min([top, *safe_times])
+            read_ts = max(min([top, *safe_times]), min(self.bridge.last_commit_ts, top))
         self.report.top = top
         self.report.read_ts = read_ts
         self.report.waited_ms = waited
@@ -376,6 +395,8 @@ class BatchContext:
             committed = exc.cause.details.get("committed_ts")
             self.report.commit_ts = committed if isinstance(committed, int) else None
             self.report.deduplicated = True
+        if self.report.commit_ts is not None:
+            self.bridge._observe_commit(self.report.commit_ts)
         self.report.files = sum(len(f) for f, _ in self._written.values())
         self.report.rows = sum(d.row_count for f, _ in self._written.values() for d in f)
         self.report.commit_ms = (time.perf_counter() - started) * 1000
