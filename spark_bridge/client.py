@@ -109,10 +109,15 @@ CONNECT_TIMEOUT_MS: Final = 3_000
 # A cluster has at most 7 nodes (daemon config NODES_MAX); leave room for a migration.
 ENDPOINTS_MAX: Final = 16
 ENDPOINT_CHARS_MAX: Final = 300
-# Attempts of one call over all endpoints (first try included). Three rounds over a
-# three-node cluster: enough to ride out a leader election, bounded so a dead cluster fails fast.
-ATTEMPTS_MAX: Final = 9
-# Pause between rounds over the endpoints: doubles from MIN up to MAX, with jitter.
+# Attempts of one call over all endpoints (first try included). Six rounds over a three-node
+# cluster: the pauses between them add up to 0.8-1.55 s, longer than an election (followers time
+# the dead leader out after election_timeout_ms, 300 ms by default, then vote), so a call rides
+# out a leader's crash; bounded so a dead cluster still fails within about a second and a half.
+# (Three rounds paused 0.1-0.15 s in all: commits failed with UNAVAILABLE while the followers
+# still pointed at the killed leader.)
+ATTEMPTS_MAX: Final = 18
+# Pause between rounds over the endpoints: doubles from MIN up to MAX, with jitter in the upper
+# half (so the total pause over the rounds has a floor, not just a ceiling).
 RETRY_BACKOFF_MS_MIN: Final = 50
 RETRY_BACKOFF_MS_MAX: Final = 1_000
 # A server-side wait (schema_at's timeout_ms) gets this much extra time on the client, so the
@@ -710,7 +715,7 @@ class MetastoreClient:
 
     def _backoff_ms(self, round_number: int) -> float:
         cap = min(RETRY_BACKOFF_MS_MAX, RETRY_BACKOFF_MS_MIN * 2 ** max(0, round_number - 1))
-        return self._rng.uniform(RETRY_BACKOFF_MS_MIN, max(RETRY_BACKOFF_MS_MIN, cap))
+        return self._rng.uniform(max(RETRY_BACKOFF_MS_MIN, cap / 2), max(RETRY_BACKOFF_MS_MIN, cap))
 
 
 def _result_map(reply: Mapping[str, Any]) -> dict[str, Any]:
