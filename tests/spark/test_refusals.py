@@ -1,0 +1,202 @@
+"""Every refusal is a typed error and commits nothing: a commit timestamp below the log's upper
+(contention), a read-set conflict, a schema version that is no longer one of the two latest, and
+output that cannot be conformed to the pinned schema (extra column, narrowing type, missing NOT
+NULL column without default, NULL in a NOT NULL column)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+
+from metastore.errors import (
+    CommitTimestampUnavailableError,
+    ReadConflictError,
+    SchemaVersionNotActiveError,
+)
+from spark_bridge.bridge import BatchError
+from spark_bridge.conform import SchemaMismatchError
+from tests.spark.support import HLC_MS, SparkEnv, committed_txns, rows_of, write_attempt
+
+pytestmark = pytest.mark.slow
+
+CONTENDED = "ref.contended"
+SRC = "ref.src"
+DST = "ref.dst"
+EVOLVING = "ref.evolving"
+STRICT = "ref.strict"
+
+
+@pytest.fixture(scope="module")
+def env(spark_env: SparkEnv) -> SparkEnv:
+    spark_env.ddl("CREATE NAMESPACE ref")
+    spark_env.ddl(
+        f"CREATE TABLE {CONTENDED} (id BIGINT)",
+        f"CREATE TABLE {SRC} (id BIGINT)",
+        f"CREATE TABLE {DST} (id BIGINT)",
+        f"CREATE TABLE {EVOLVING} (id BIGINT)",
+        f"CREATE TABLE {STRICT} (id BIGINT NOT NULL, v INT, d STRING NOT NULL DEFAULT 'dflt')",
+    )
+    return spark_env
+
+
+@contextmanager
+def nothing_committed(env: SparkEnv, *tables: str) -> Iterator[None]:
+    """The block may fail however it likes, but no commit to `tables` and no visible file in
+    them may come of it."""
+
+    def commits() -> list[dict[str, Any]]:
+        return [c for c in committed_txns(env.client) if set(c["tables"]) & set(tables)]
+
+    log = commits()
+    live = {t: env.live_paths(t) for t in tables}
+    yield
+    after = env.client.clock.now()
+    assert commits() == log
+    assert {t: env.live_paths(t, as_of=after) for t in tables} == live
+
+
+def _add(env: SparkEnv, table: str, txn_id: str, ids: list[int]) -> list[dict[str, Any]]:
+    write, _ = write_attempt(env.client, table, txn_id, [{"id": i} for i in ids])
+    return [write]
+
+
+# ---- contention ------------------------------------------------------------------------------
+
+
+def test_commit_below_the_upper_is_refused_with_the_upper(env: SparkEnv) -> None:
+    first = env.client.commit("contend:1", _add(env, CONTENDED, "contend:1", [1]))
+    writes = _add(env, CONTENDED, "contend:2", [2])
+    with nothing_committed(env, CONTENDED), pytest.raises(CommitTimestampUnavailableError) as info:
+        env.client.commit("contend:2", writes, ts=first["ts"])  # taken by contend:1
+    err = info.value
+    assert err.retryable
+    assert err.details["ts"] == first["ts"]
+    upper = err.details["upper"]
+    assert isinstance(upper, int)
+    assert upper > first["ts"]
+    # Retry at or above the upper and the caller's now, a little ahead (at most DD) because the
+    # retry is a new entry whose own Tm moves the upper again: it commits exactly there.
+    retry_ts = max(upper, env.client.clock.now()) + 100 * HLC_MS
+    r = env.client.commit("contend:2", writes, ts=retry_ts)
+    assert r["ts"] == retry_ts and not r["deduplicated"]
+
+
+# ---- read-set conflicts ----------------------------------------------------------------------
+
+
+def test_read_set_conflict_fails_the_batch_naming_the_table(env: SparkEnv) -> None:
+    bridge = env.bridge(app_name="conflicts")
+    spark = env.spark
+    with bridge.batch(writes=[SRC]) as seed:
+        seed.write(SRC, spark.createDataFrame([(1,), (2,), (3,)], "id BIGINT"))
+    # Without a concurrent writer the same batch commits: the check is not spuriously strict,
+    # and the batch reads its own bridge's previous commit (whichever node it asks).
+    with bridge.batch(reads=[SRC], writes=[DST], check_reads=True) as ok:
+        assert seed.report.commit_ts is not None
+        assert ok.read_ts >= seed.report.commit_ts
+        ok.write(DST, ok.read(SRC))
+    assert ok.report.commit_ts is not None
+    assert rows_of(bridge.read_table(DST, as_of=ok.report.commit_ts)) == [(1,), (2,), (3,)]
+
+    with (  # noqa: PT012 - the batch body runs inside pytest.raises; its commit raises
+        nothing_committed(env, DST),
+        pytest.raises(BatchError) as info,
+        bridge.batch(reads=[SRC], writes=[DST], check_reads=True) as b,
+    ):
+        n = b.read(SRC).count()
+        b.write(DST, spark.createDataFrame([(n,)], "id BIGINT"))
+        # Another driver commits to the table this batch read, after its read_ts.
+        other = env.client.commit("other:src", _add(env, SRC, "other:src", [4]))
+    err = info.value
+    assert err.retryable
+    assert isinstance(err.cause, ReadConflictError)
+    assert err.cause.details["table"] == SRC
+    assert err.cause.details["read_ts"] == b.read_ts
+    assert err.cause.details["commit_ts"] == other["ts"]
+    assert err.cause.details["txn_id"] == "other:src"
+    assert not any(c["txn_id"] == b.txn_id for c in committed_txns(env.client))
+
+
+# ---- schema versions ---------------------------------------------------------------------------
+
+
+def test_commit_with_a_version_older_than_the_two_latest_is_refused(env: SparkEnv) -> None:
+    bridge = env.bridge(app_name="versions")
+    planned_at = env.client.clock.now()  # version 1 is in force here
+    env.ddl(f"ALTER TABLE {EVOLVING} ADD COLUMN a INT")
+    env.ddl(f"ALTER TABLE {EVOLVING} ADD COLUMN b INT")
+
+    # A batch planned before both ALTERs (pinned v1) cannot commit after them.
+    with (  # noqa: PT012 - the batch body runs inside pytest.raises; its commit raises
+        nothing_committed(env, EVOLVING),
+        pytest.raises(BatchError) as info,
+        bridge.batch(writes=[EVOLVING], top=planned_at) as b,
+    ):
+        assert b.version(EVOLVING) == 1
+        b.write(EVOLVING, env.spark.createDataFrame([(1,)], "id BIGINT"))
+    err = info.value
+    assert err.retryable
+    assert isinstance(err.cause, SchemaVersionNotActiveError)
+    assert err.cause.details["table"] == EVOLVING
+    assert err.cause.details["version"] == 1
+    assert err.cause.details["active_versions"] == [2, 3]
+
+    # The same through the client; the older of the two latest versions is still accepted.
+    writes = _add(env, EVOLVING, "old-version", [1])
+    writes[0]["schema_version"] = 1
+    with nothing_committed(env, EVOLVING), pytest.raises(SchemaVersionNotActiveError) as direct:
+        env.client.commit("old-version", writes)
+    assert direct.value.retryable
+    writes[0]["schema_version"] = 2
+    assert env.client.commit("old-version", writes)["ts"] > 0
+
+
+# ---- conform refusals --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("ddl", "message"),
+    [
+        ("id BIGINT, v INT, d STRING, extra STRING", "columns the pinned schema does not"),
+        ("id BIGINT, v BIGINT, d STRING", "cannot be widened to the pinned int"),
+        ("v INT, d STRING", "lacks NOT NULL column 'id'"),
+    ],
+    ids=["extra-column", "narrowing-type", "missing-not-null-column"],
+)
+def test_output_that_cannot_conform_is_refused(env: SparkEnv, ddl: str, message: str) -> None:
+    bridge = env.bridge(app_name="conform")
+    width = len(ddl.split(","))
+    row = tuple(1 if "INT" in part else "x" for part in ddl.split(","))
+    assert len(row) == width
+    df = env.spark.createDataFrame([row], ddl)
+    with (
+        nothing_committed(env, STRICT),
+        pytest.raises(SchemaMismatchError, match=message),
+        bridge.batch(writes=[STRICT]) as b,
+    ):
+        b.write(STRICT, df)
+
+
+def test_null_in_a_not_null_column_fails_the_job_and_commits_nothing(env: SparkEnv) -> None:
+    bridge = env.bridge(app_name="conform")
+    df = env.spark.createDataFrame([(1, 1, "a"), (None, 2, "b")], "id BIGINT, v INT, d STRING")
+    # raise_error on the executors fails the Spark job; the batch never reaches its commit.
+    with (
+        nothing_committed(env, STRICT),
+        pytest.raises(Exception, match=f"NULL in NOT NULL column {STRICT}.id"),
+        bridge.batch(writes=[STRICT]) as b,
+    ):
+        b.write(STRICT, df)
+
+
+def test_conformable_output_is_widened_and_defaulted(env: SparkEnv) -> None:
+    # The control for the refusals above: a narrower type and a missing column with a DEFAULT.
+    bridge = env.bridge(app_name="conform")
+    df = env.spark.createDataFrame([(7, 1)], "id INT, v SMALLINT")
+    with bridge.batch(writes=[STRICT]) as b:
+        b.write(STRICT, df)
+    assert b.report.commit_ts is not None
+    assert rows_of(bridge.read_table(STRICT, as_of=b.report.commit_ts)) == [(7, 1, "dflt")]
