@@ -238,8 +238,9 @@ class RequestIdReusedError(MetastoreError):
 
 class CommitTimestampUnavailableError(MetastoreError):
     """`commit_at(ts)` where ts is below the log's upper (contention: another commit, or the
-    entry's own Tm, already passed it). Details: `ts`, `upper` = the smallest timestamp a commit
-    could still use; retry at or above it."""
+    entry's own Tm, already passed it). Details: `ts`; `upper` = the smallest timestamp a commit
+    could have used at that moment (a hard floor); `retry_at` = `upper` plus a margin for the
+    retry's own, later Tm - retry there (a retry exactly at `upper` usually fails again)."""
 
     code = ErrorCode.COMMIT_TIMESTAMP_UNAVAILABLE
     retryable = True

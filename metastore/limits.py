@@ -121,3 +121,7 @@ MAX_COMMITS_KEPT_PER_TABLE = 1_000
 # manifest files of metastore.txn exist; a commit that would exceed them fails.
 MAX_FILE_ENTRIES_PER_TABLE = 1_000_000
 MAX_FILE_ENTRIES_TOTAL = 5_000_000
+
+# A refused commit_at(ts) suggests retry_at = upper + this margin: the retry is a new log entry
+# whose Tm (and so its smallest usable ts) is later than the upper the refusal saw.
+COMMIT_RETRY_MARGIN_MS = 200

@@ -513,9 +513,14 @@ class TxnLog:
         latest = tm + ahead_max(dd)
         if cmd.ts is not None:
             if cmd.ts < upper:
+                # `upper` is a hard floor, but a retry is a new entry with a later Tm, so it
+                # needs headroom: suggest a timestamp a margin above it (still within the
+                # ahead bound of any entry stamped in the next margin).
+                retry_at = upper + (limits.COMMIT_RETRY_MARGIN_MS << LOGICAL_BITS)
                 raise CommitTimestampUnavailableError(
-                    f"commit timestamp {cmd.ts} is no longer available; the upper is {upper}",
-                    details={"ts": cmd.ts, "upper": upper},
+                    f"commit timestamp {cmd.ts} is no longer available; the upper is {upper}; "
+                    f"retry at {retry_at} or later",
+                    details={"ts": cmd.ts, "upper": upper, "retry_at": retry_at},
                 )
             if cmd.ts > latest:
                 raise InvalidArgumentError(

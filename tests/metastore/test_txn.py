@@ -242,7 +242,8 @@ def test_commit_at_a_chosen_ts_and_contention_reports_the_upper() -> None:
     # another writer asks for the same ts: contention, retry at the upper
     e = refused(d, commit("q:2", write(B, add=("b1",)), ts=want), CommitTimestampUnavailableError)
     assert e.retryable
-    assert e.details == {"ts": want, "upper": want + 1}
+    retry_at = want + 1 + (limits.COMMIT_RETRY_MARGIN_MS << 16)
+    assert e.details == {"ts": want, "upper": want + 1, "retry_at": retry_at}
     assert ts_of(ok(d, commit("q:2", write(B, add=("b1",)), ts=want + 1))) == want + 1
     # a plain commit lands right after the last commit, even above its own Tm
     assert ts_of(ok(d, commit("q:3", write(A, add=("f2",))))) == want + 2
@@ -256,6 +257,7 @@ def test_commit_at_below_the_entrys_own_tm_is_unavailable() -> None:
     stale = d.tm  # the next entry's Tm will be above it
     e = refused(d, commit("q:2", write(A, add=("f2",)), ts=stale), CommitTimestampUnavailableError)
     assert e.details["upper"] == d.tm  # the refused entry's own Tm
+    assert e.details["retry_at"] == d.tm + (limits.COMMIT_RETRY_MARGIN_MS << 16)
     assert stale < d.tm
 
 

@@ -18,7 +18,7 @@ from metastore.errors import (
 )
 from spark_bridge.bridge import BatchError
 from spark_bridge.conform import SchemaMismatchError
-from tests.spark.support import HLC_MS, SparkEnv, committed_txns, rows_of, write_attempt
+from tests.spark.support import SparkEnv, committed_txns, rows_of, write_attempt
 
 pytestmark = pytest.mark.slow
 
@@ -77,10 +77,22 @@ def test_commit_below_the_upper_is_refused_with_the_upper(env: SparkEnv) -> None
     upper = err.details["upper"]
     assert isinstance(upper, int)
     assert upper > first["ts"]
-    # Retry at or above the upper and the caller's now, a little ahead (at most DD) because the
-    # retry is a new entry whose own Tm moves the upper again: it commits exactly there.
-    retry_ts = max(upper, env.client.clock.now()) + 100 * HLC_MS
-    r = env.client.commit("contend:2", writes, ts=retry_ts)
+    # The refusal suggests where to retry: the upper plus headroom for the retry's own, later
+    # Tm. Retrying there commits exactly there.
+    retry_ts = err.details["retry_at"]
+    assert isinstance(retry_ts, int)
+    assert retry_ts > upper
+    # On a loaded machine the retry can still be stamped past the hint; a caller follows the
+    # fresh hint each time (bounded).
+    for _ in range(5):
+        try:
+            r = env.client.commit("contend:2", writes, ts=retry_ts)
+            break
+        except CommitTimestampUnavailableError as again:
+            retry_ts = again.details["retry_at"]
+            assert isinstance(retry_ts, int)
+    else:
+        pytest.fail("commit_at never succeeded at the suggested retry timestamps")
     assert r["ts"] == retry_ts and not r["deduplicated"]
 
 
