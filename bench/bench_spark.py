@@ -231,6 +231,9 @@ class StreamRun:
     kind: str
     samples: list[BatchSample] = field(default_factory=list)
     dropped: int = 0  # warm-up batches not measured
+    # Per measured run: cores used by everything but Spark's JVM and this process (the nodes,
+    # and other work on a shared machine), which explains most of the run-to-run spread.
+    others_cores: list[float] = field(default_factory=list)
 
     def wall_ms(self) -> list[float]:
         return [b.wall_ms for b in self.samples]
@@ -242,6 +245,7 @@ class StreamRun:
         out: dict[str, Any] = {
             "kind": self.kind,
             "dropped_warmup_batches": self.dropped,
+            "others_cores_per_run": [round(c, 3) for c in self.others_cores],
             "batch_ms": summary(self.wall_ms()),
             "batch_cpu_ms": summary(self.cpu_ms()),
             "batches": [asdict(b) for b in self.samples],
@@ -267,9 +271,11 @@ class CommitRun:
     window_s: float
     acked_in_window: int
     acked_total: int
+    max_commit_ts: int  # of every acknowledged commit: the integrity check reads at it
     errors: dict[str, int]
     latencies_ms: list[float]
     leader: int
+    leader_after: int | None  # a different leader means an election happened during (c)
     via: str
     node_cpu_cores: dict[int, float]
     machine_busy_cores: float
@@ -301,6 +307,18 @@ class Measurements:
             return None
         return float(b) / float(a)
 
+    def pin_commit_share(self) -> float | None:
+        """(median plain batch + median pin + median commit) / median plain batch: the part of
+        the overhead that talks to the metastore, apart from conforming and writing."""
+        if self.plain is None or self.bridge is None or not self.plain.samples:
+            return None
+        pins = [b.pin_ms for b in self.bridge.samples if b.pin_ms is not None]
+        commits = [b.commit_ms for b in self.bridge.samples if b.commit_ms is not None]
+        if not pins or not commits:
+            return None
+        plain = statistics.median(self.plain.wall_ms())
+        return (plain + statistics.median(pins) + statistics.median(commits)) / plain
+
     def round_ratios(self) -> list[float]:
         """bridge / plain of the median wall time, per round (the spread shows the noise)."""
         if self.plain is None or self.bridge is None:
@@ -321,6 +339,7 @@ class Measurements:
             "ratio_median": self.ratio("median"),
             "ratio_p90": self.ratio("p90"),
             "ratio_cpu_median": self.ratio("median", cpu=True),
+            "pin_commit_share": self.pin_commit_share(),
             "ratio_median_per_round": self.round_ratios(),
             "commits": self.commits.to_json() if self.commits else None,
             "notes": self.notes,
@@ -410,9 +429,10 @@ def run_stream(
     params: BenchParams,
     batches: int,
     checkpoint: Path,
-) -> list[tuple[int, float, float, dict[str, Any] | None]]:
+) -> tuple[list[tuple[int, float, float, dict[str, Any] | None]], float]:
     """Run a fresh rate -> foreachBatch(body) query until `batches` micro-batches are done;
-    returns (batch id, wall ms, CPU ms, body's extras) per batch, in order."""
+    returns (batch id, wall ms, CPU ms, body's extras) per batch, in order, and the cores the
+    rest of the machine used meanwhile."""
     jvm = jvm_process(spark)
     jvm_pid = jvm.pid if jvm is not None else None
     done: list[tuple[int, float, float, dict[str, Any] | None]] = []
@@ -438,6 +458,7 @@ def run_stream(
         .start()
     )
     deadline = time.monotonic() + batches * TRIGGER_MS / 1000 + STREAM_GRACE_S
+    ours0, busy0, at0 = cpu_now(), machine_busy_seconds(), time.perf_counter()
     try:
         while len(done) < batches:
             failure = query.exception()
@@ -452,8 +473,10 @@ def run_stream(
         query.stop()
         with contextlib.suppress(Exception):
             query.awaitTermination(STREAM_STOP_WAIT_S)
+    window_s = time.perf_counter() - at0
+    others = ((machine_busy_seconds() - busy0) - (cpu_now() - ours0)) / window_s
     # The query may have finished one more batch while stopping: keep exactly `batches`.
-    return done[:batches]
+    return done[:batches], max(0.0, others)
 
 
 def measure_streams(
@@ -480,7 +503,7 @@ def measure_streams(
                     else:
                         body = bridge_body(bridge, f"bench-{uuid.uuid4().hex[:8]}-{tag}")
                     progress(f"  {'warm-up' if warm else f'round {round_no + 1}'}: {kind}")
-                    raw = run_stream(
+                    raw, others = run_stream(
                         spark,
                         kind,
                         body,
@@ -491,6 +514,8 @@ def measure_streams(
                     run = m.plain if kind == "plain" else m.bridge
                     keep = [] if warm else raw[params.warmup_batches :]
                     run.dropped += len(raw) - len(keep)
+                    if not warm:
+                        run.others_cores.append(others)
                     for batch_id, wall_ms, cpu_ms, extras in keep:
                         run.samples.append(
                             BatchSample(
@@ -568,8 +593,9 @@ async def writer_run(spec: WriterSpec, pipe: multiprocessing.connection.Connecti
             add = {"path": f"w{spec.index}/{n}.parquet", "size_bytes": 4096, "row_count": 100}
             return [{"table": spec.table, "schema_version": spec.schema_version, "add": [add]}]
 
-        await client.commit(f"w{spec.index}:{seq}", request(seq))  # connect, warm the path
+        first = await client.commit(f"w{spec.index}:{seq}", request(seq))  # connect, warm up
         acked_total = 1
+        max_ts = int(first["ts"])
         pipe.send({"ready": True})
         if not pipe.poll(WRITER_READY_WAIT_S + WRITER_START_DELAY_S):
             return
@@ -582,18 +608,19 @@ async def writer_run(spec: WriterSpec, pipe: multiprocessing.connection.Connecti
         errors: Counter[str] = Counter()
 
         async def lane() -> None:
-            nonlocal seq, acked_total, acked_in_window
+            nonlocal seq, acked_total, acked_in_window, max_ts
             while time.perf_counter() < end:
                 seq += 1
                 n = seq
                 sent = time.perf_counter()
                 try:
-                    await client.commit(f"w{spec.index}:{n}", request(n))
+                    reply = await client.commit(f"w{spec.index}:{n}", request(n))
                 except MetastoreError as exc:
                     errors[exc.code.value] += 1
                     continue
                 done = time.perf_counter()
                 acked_total += 1
+                max_ts = max(max_ts, int(reply["ts"]))
                 if measure_from <= done <= end:
                     acked_in_window += 1
                     if sent >= measure_from and len(latencies) < LATENCIES_KEPT_MAX:
@@ -604,6 +631,7 @@ async def writer_run(spec: WriterSpec, pipe: multiprocessing.connection.Connecti
             {
                 "acked_in_window": acked_in_window,
                 "acked_total": acked_total,
+                "max_ts": max_ts,
                 "latencies_ms": latencies,
                 "errors": dict(errors),
                 "window_s": spec.seconds,
@@ -718,17 +746,22 @@ def measure_commits(
         window_s=params.commit_seconds,
         acked_in_window=acked_in_window,
         acked_total=acked_total,
+        max_commit_ts=max(int(r["max_ts"]) for r in reports),
         errors=dict(errors),
         latencies_ms=latencies,
         leader=leader,
+        leader_after=None,
         via="leader",
         node_cpu_cores={n: (cpu_after[n] - cpu_before[n]) / window for n in NODE_IDS},
         machine_busy_cores=(busy_after - busy_before) / window,
         files_committed=None,
         commits_per_s=acked_in_window / params.commit_seconds,
     )
+    m.commits.leader_after = asyncio.run(cluster.wait_ready(CLUSTER_START_WAIT_S))
     m.commits.files_committed = asyncio.run(
-        count_committed_files(ordered, token, params.writers, acked_total)
+        count_committed_files(
+            endpoints, token, params.writers, acked_total, m.commits.max_commit_ts
+        )
     )
 
 
@@ -747,16 +780,18 @@ def _receive(
 
 
 async def count_committed_files(
-    endpoints: list[str], token: str, writers: int, acked_total: int
+    endpoints: list[str], token: str, writers: int, acked_total: int, as_of: int
 ) -> int:
     """Every acknowledged commit added exactly one file: the tables must hold exactly that many
-    (no commit lost, none applied twice)."""
+    (no commit lost, none applied twice). Read AS OF the newest acknowledged commit timestamp,
+    not at the answering node's safe time (the `files` default), which on a node that has
+    not applied the last commits yet would miss them."""
     from spark_bridge.client import MetastoreClient
 
     async with MetastoreClient(endpoints, token, timeout_ms=REQUEST_TIMEOUT_MS) as client:
         total = 0
         for i in range(writers):
-            listing = await client.files(f"{COMMIT_TABLE_PREFIX}{i}")
+            listing = await client.files(f"{COMMIT_TABLE_PREFIX}{i}", as_of=as_of)
             total += len(listing["files"])
     if total != acked_total:
         raise IntegrityError(f"{total} files committed, but {acked_total} commits acknowledged")
@@ -852,6 +887,12 @@ def render_table(m: Measurements, targets: dict[str, dict[str, Any]]) -> Table:
     per_round = m.round_ratios()
     if per_round:
         table.add_row("bridge / plain per round", " ".join(f"{r:.2f}" for r in per_round))
+    if m.plain and m.bridge and m.plain.others_cores and m.bridge.others_cores:
+        table.add_row(
+            "others' cores during runs, plain / bridge",
+            f"{statistics.median(m.plain.others_cores):.2f} / "
+            f"{statistics.median(m.bridge.others_cores):.2f} (median of runs)",
+        )
     cpu_ratio = m.ratio("median", cpu=True)
     if cpu_ratio is not None and m.plain and m.bridge:
         table.add_row(
@@ -869,6 +910,9 @@ def render_table(m: Measurements, targets: dict[str, dict[str, Any]]) -> Table:
         table.add_row(
             "bridge write + rest ms, median", _ms(bridge_json["write_and_rest_ms"], "median")
         )
+        share = m.pin_commit_share()
+        if share is not None:
+            table.add_row("(plain + pin + commit) / plain, medians", f"{share:.3f}")
         table.add_row(
             "rows / files per batch, median",
             f"{bridge_json['rows_per_batch']['median']:.0f} / "
@@ -896,6 +940,8 @@ def render_table(m: Measurements, targets: dict[str, dict[str, Any]]) -> Table:
             f"{'L' if n == c.leader else 'F'}{n} {v:.2f}" for n, v in c.node_cpu_cores.items()
         )
         table.add_row("node CPU (cores) during (c)", cpu)
+        if c.leader_after is not None and c.leader_after != c.leader:
+            table.add_row("leader changed during (c)", f"{c.leader} -> {c.leader_after}")
         table.add_row("machine busy (cores of 2)", f"{c.machine_busy_cores:.2f}")
     return table
 
