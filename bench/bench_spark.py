@@ -280,6 +280,9 @@ class CommitRun:
     node_cpu_cores: dict[int, float]
     machine_busy_cores: float
     files_committed: int | None
+    # The same count at the first node's safe time (the `files` default), for comparison: with
+    # no election during (c) that node is the leader, which applied every commit it acknowledged.
+    files_at_safe_time: int | None
     commits_per_s: float
 
     def to_json(self) -> dict[str, Any]:
@@ -755,7 +758,12 @@ def measure_commits(
         node_cpu_cores={n: (cpu_after[n] - cpu_before[n]) / window for n in NODE_IDS},
         machine_busy_cores=(busy_after - busy_before) / window,
         files_committed=None,
+        files_at_safe_time=None,
         commits_per_s=acked_in_window / params.commit_seconds,
+    )
+    # At once, before anything else: a node that lags the last commits shows it only now.
+    m.commits.files_at_safe_time = asyncio.run(
+        count_files(ordered, token, params.writers, as_of=None)
     )
     m.commits.leader_after = asyncio.run(cluster.wait_ready(CLUSTER_START_WAIT_S))
     m.commits.files_committed = asyncio.run(
@@ -786,6 +794,13 @@ async def count_committed_files(
     (no commit lost, none applied twice). Read AS OF the newest acknowledged commit timestamp,
     not at the answering node's safe time (the `files` default), which on a node that has
     not applied the last commits yet would miss them."""
+    total = await count_files(endpoints, token, writers, as_of=as_of)
+    if total != acked_total:
+        raise IntegrityError(f"{total} files committed, but {acked_total} commits acknowledged")
+    return total
+
+
+async def count_files(endpoints: list[str], token: str, writers: int, *, as_of: int | None) -> int:
     from spark_bridge.client import MetastoreClient
 
     async with MetastoreClient(endpoints, token, timeout_ms=REQUEST_TIMEOUT_MS) as client:
@@ -793,8 +808,6 @@ async def count_committed_files(
         for i in range(writers):
             listing = await client.files(f"{COMMIT_TABLE_PREFIX}{i}", as_of=as_of)
             total += len(listing["files"])
-    if total != acked_total:
-        raise IntegrityError(f"{total} files committed, but {acked_total} commits acknowledged")
     return total
 
 
