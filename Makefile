@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 PYTEST_ARGS ?=
 
-.PHONY: install install-bench test check fmt unit demo bench bench-raft bench-catalog sim clean
+.PHONY: install install-bench test check fmt unit demo bench bench-raft bench-catalog bench-spark sim clean
 
 install: $(STAMP)
 
@@ -39,7 +39,7 @@ sim: install
 	$(BIN)/python -m pytest tests/raft/test_simulation.py --sim-seeds=$(SEEDS) -q
 
 ## bench: every benchmark; each prints a table and writes JSON under bench/results/
-bench: bench-raft bench-catalog
+bench: bench-raft bench-catalog bench-spark
 
 ## bench-raft: our engine against pysyncobj, same workload, same run
 bench-raft: install-bench
@@ -48,6 +48,10 @@ bench-raft: install-bench
 ## bench-catalog: schema reads/s, read latency, safe-time waits and DDL latency of the daemon
 bench-catalog: install
 	$(BIN)/python -m bench.bench_catalog
+
+## bench-spark: the bridge's per-micro-batch overhead vs plain foreachBatch; commits/s
+bench-spark: install
+	$(BIN)/python -m bench.bench_spark
 
 ## demo: a local 3-node cluster feeding a Spark Structured Streaming pipeline (about 2 minutes)
 demo: install
