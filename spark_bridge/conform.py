@@ -139,14 +139,35 @@ def _widening_ok(src: DataType, dst: DataType) -> bool:
     return False
 
 
+# Projections built per (output schema, table, pinned columns). Building one costs ~100 py4j
+# round trips (one per Column call); a streaming query repeats the same shapes every micro-batch,
+# and unresolved Column expressions are reusable across DataFrames of the same session.
+PROJECTION_CACHE_MAX = 64
+_projections: dict[tuple[str, str, str], list[Any]] = {}
+
+
 def conform(df: DataFrame, table: str, columns: list[dict[str, Any]]) -> DataFrame:
     """Return `df` shaped exactly like the pinned `columns` of `table`, or raise."""
+    import json
+
+    schema = df.schema
+    key = (schema.json(), table, json.dumps(columns, sort_keys=True, default=str))
+    exprs = _projections.get(key)
+    if exprs is None:
+        exprs = _projection(schema, table, columns)
+        if len(_projections) >= PROJECTION_CACHE_MAX:
+            _projections.pop(next(iter(_projections)))
+        _projections[key] = exprs
+    return df.select(*exprs)
+
+
+def _projection(schema: StructType, table: str, columns: list[dict[str, Any]]) -> list[Any]:
     from pyspark.sql import functions as F
 
     target = pinned_struct(columns)
-    present = {f.name.casefold(): f for f in df.schema.fields}
+    present = {f.name.casefold(): f for f in schema.fields}
     wanted = {f.name.casefold() for f in target.fields}
-    extra = [f.name for f in df.schema.fields if f.name.casefold() not in wanted]
+    extra = [f.name for f in schema.fields if f.name.casefold() not in wanted]
     if extra:
         raise SchemaMismatchError(
             f"output for {table} has columns the pinned schema does not: {extra}; "
@@ -175,9 +196,10 @@ def conform(df: DataFrame, table: str, columns: list[dict[str, Any]]) -> DataFra
             col = F.col(f"`{src.name}`")
             if src.dataType != f.dataType:
                 col = col.cast(f.dataType)
-        if not f.nullable:
+        # NOT NULL is checked per row, unless the output column cannot hold NULL anyway.
+        if not f.nullable and (src is None or src.nullable):
             col = F.when(
                 col.isNull(), F.raise_error(F.lit(f"NULL in NOT NULL column {table}.{f.name}"))
             ).otherwise(col)
         exprs.append(col.alias(f.name, metadata=f.metadata))
-    return df.select(*exprs)
+    return exprs
