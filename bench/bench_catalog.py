@@ -74,6 +74,7 @@ import msgpack
 from rich.console import Console
 from rich.table import Table
 
+from bench.procs import PROCESS_EXIT_WAIT_S, log_tail, stop_processes
 from metastore.daemon import api_limits
 
 HOST: Final = "127.0.0.1"
@@ -126,14 +127,12 @@ REQUEST_TIMEOUT_S: Final = 10.0
 DDL_TIMEOUT_S: Final = 15.0
 # A load process gets its own run time plus this for spawning, connecting and reporting.
 LOAD_PROCESS_GRACE_S: Final = 30.0
-PROCESS_EXIT_WAIT_S: Final = 5.0
 # The lowest real-time priority: enough to run ahead of every normal process.
 FIFO_PRIORITY: Final = 1
 # The echo control exits by itself after this long even if nobody kills it.
 ECHO_SERVER_LIFETIME_S: Final = 600.0
 POLL_INTERVAL_S: Final = 0.05
 GIT_TIMEOUT_S: Final = 5.0
-LOG_TAIL_BYTES: Final = 3000
 TABLE_WIDTH_NON_TTY: Final = 120
 
 
@@ -978,25 +977,10 @@ class Cluster:
 
     def stop_all(self) -> None:
         """SIGTERM every node by PID; SIGKILL whatever has not exited in time."""
-        live = [p for p in self._processes.values() if p.poll() is None]
-        for process in live:
-            with contextlib.suppress(ProcessLookupError):
-                process.terminate()
-        deadline = time.monotonic() + PROCESS_EXIT_WAIT_S
-        for process in live:
-            try:
-                process.wait(timeout=max(0.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(process.pid, signal.SIGKILL)
-                process.wait(timeout=PROCESS_EXIT_WAIT_S)
+        stop_processes(self._processes.values())
 
     def log_tail(self, node_id: int) -> str:
-        try:
-            data = self.log_path(node_id).read_bytes()
-        except OSError:
-            return "(no log)"
-        return data[-LOG_TAIL_BYTES:].decode(errors="replace")
+        return log_tail(self.log_path(node_id))
 
     async def connect(self, node_id: int, role: str) -> Connection:
         return await Connection.open(self.client_ports[node_id], self.token(role), "bench")

@@ -51,6 +51,7 @@ from rich.console import Console
 from rich.table import Table
 
 from bench.control import ControlClient, ControlError, run_timeout_s
+from bench.procs import PROCESS_EXIT_WAIT_S, log_tail, stop_processes
 
 HOST = "127.0.0.1"
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -72,7 +73,6 @@ CLUSTER_START_WAIT_S = 30.0
 HEALTHY_WAIT_S = 30.0
 FAILOVER_WAIT_S = 20.0
 CONVERGE_WAIT_S = 20.0
-PROCESS_EXIT_WAIT_S = 5.0
 IMPORT_CHECK_TIMEOUT_S = 30.0
 POLL_INTERVAL_S = 0.05
 # The failover client retries this often while there is no leader: it is the resolution of
@@ -80,7 +80,6 @@ POLL_INTERVAL_S = 0.05
 PROPOSER_RETRY_S = 0.005
 # A load/latency run interrupted by a leader change is retried this many times in total.
 RUN_ATTEMPTS_MAX = 3
-LOG_TAIL_BYTES = 3000
 TABLE_WIDTH_NON_TTY = 110
 
 
@@ -353,25 +352,10 @@ class Cluster:
 
     def stop_all(self) -> None:
         """Terminate every node by PID; SIGKILL whatever has not exited in time."""
-        live = [p for p in self._processes.values() if p.poll() is None]
-        for process in live:
-            with contextlib.suppress(ProcessLookupError):
-                process.terminate()
-        deadline = time.monotonic() + PROCESS_EXIT_WAIT_S
-        for process in live:
-            try:
-                process.wait(timeout=max(0.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(process.pid, signal.SIGKILL)
-                process.wait(timeout=PROCESS_EXIT_WAIT_S)
+        stop_processes(self._processes.values())
 
     def log_tail(self, node_id: int) -> str:
-        try:
-            data = self.log_path(node_id).read_bytes()
-        except OSError:
-            return "(no log)"
-        return data[-LOG_TAIL_BYTES:].decode(errors="replace")
+        return log_tail(self.log_path(node_id))
 
     def status(self, node_id: int, timeout_s: float = STATUS_TIMEOUT_S) -> dict[str, Any] | None:
         """The node's status reply, or None if it does not answer (down, starting, busy).

@@ -84,6 +84,7 @@ from bench.bench_catalog import (
     percentile,
     progress,
 )
+from bench.procs import PROCESS_EXIT_WAIT_S
 from metastore.daemon.api_limits import CLIENT_INFLIGHT_PER_CONNECTION_MAX
 
 RESULTS_DIR: Final = Path(__file__).resolve().parent / "results"
@@ -127,7 +128,6 @@ WRITER_READY_WAIT_S: Final = 60.0
 WRITER_REPORT_GRACE_S: Final = 30.0
 WRITER_START_DELAY_S: Final = 0.5
 WRITER_CLIENT_TIMEOUT_MS: Final = 10_000
-PROCESS_EXIT_WAIT_S: Final = 5.0
 REQUEST_TIMEOUT_MS: Final = 30_000
 POLL_INTERVAL_S: Final = 0.05
 TABLE_WIDTH_NON_TTY: Final = 120
