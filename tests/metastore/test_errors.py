@@ -39,9 +39,59 @@ def test_codes_are_distinct_and_classes_exported() -> None:
     assert len({c.code for c in classes}) == len(classes) == len(ErrorCode)
 
 
-def test_retryable_flags() -> None:
-    assert StaleTimestampError.retryable
-    assert not TableNotFoundError.retryable
+# Whether running the same request again (after a re-plan, a fresh stamp or a wait) may succeed.
+# Every code is listed, so a new code cannot ship without deciding: clients retry on this flag alone.
+RETRYABLE: dict[str, bool] = {
+    "UNKNOWN": False,
+    "NAMESPACE_NOT_FOUND": False,
+    "NAMESPACE_ALREADY_EXISTS": False,
+    "NAMESPACE_NOT_EMPTY": False,
+    "TABLE_NOT_FOUND": False,
+    "TABLE_ALREADY_EXISTS": False,
+    "COLUMN_NOT_FOUND": False,
+    "COLUMN_ALREADY_EXISTS": False,
+    "INVALID_DDL": False,
+    "UNSUPPORTED_STATEMENT": False,
+    "UNSUPPORTED_SCHEMA_CHANGE": False,
+    "LIMIT_EXCEEDED": False,
+    "INVALID_ARGUMENT": False,
+    "STALE_TIMESTAMP": True,  # the proposer re-stamps
+    "NOT_FOUND_AT_TIMESTAMP": False,
+    "MALFORMED_COMMAND": False,
+    "MALFORMED_SNAPSHOT": False,
+    "CLUSTER_NOT_INITIALIZED": True,  # the first leader initializes it
+    "CLUSTER_ALREADY_INITIALIZED": False,
+    "REQUEST_ID_REUSED": False,
+    "COMMIT_TIMESTAMP_UNAVAILABLE": True,  # retry at details["retry_at"]
+    "READ_CONFLICT": True,  # re-read and re-run the batch
+    "SCHEMA_VERSION_NOT_ACTIVE": True,  # re-plan against the current schema
+    "TXN_ID_REUSED": False,  # never "done": the writes differ
+    "DATA_FILE_CONFLICT": True,  # re-plan against the current files
+    "UNAUTHENTICATED": False,
+    "FORBIDDEN": False,
+    "BAD_REQUEST": False,
+    "UNKNOWN_OP": False,
+    "NOT_READY": True,  # the node catches up, or another node answers
+    "NOT_LEADER": True,
+    "TIMEOUT": True,
+    "UNAVAILABLE": True,
+    "INTERNAL": False,
+}
+
+
+def test_every_code_has_a_decided_retryable_flag() -> None:
+    assert set(RETRYABLE) == {c.value for c in ErrorCode}
+
+
+@pytest.mark.parametrize("code", list(ErrorCode))
+def test_retryable_flag(code: ErrorCode) -> None:
+    assert error_class(code).retryable is RETRYABLE[code.value]
+
+
+def test_retryable_flag_survives_the_wire() -> None:
+    for cls in (StaleTimestampError, TableNotFoundError):
+        rebuilt = MetastoreError.from_wire(cls("m").to_wire())
+        assert rebuilt.retryable is RETRYABLE[cls.code.value]
 
 
 def test_unknown_code_is_kept() -> None:
