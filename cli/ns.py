@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import click
 
-from cli.context import app
+from cli.context import TIMESTAMP, app
 from cli.output import emit, kv_table, rows_table
+from cli.table import AS_OF_HELP
 
 
 @click.group("ns")
@@ -14,11 +15,12 @@ def ns() -> None:
 
 
 @ns.command("list")
+@click.option("--as-of", type=TIMESTAMP, help=AS_OF_HELP)
 @click.pass_context
-def ns_list(ctx: click.Context) -> None:
-    """List every namespace with its comment and properties."""
+def ns_list(ctx: click.Context, as_of: int | None) -> None:
+    """List every namespace (existing now, or at --as-of) with its comment and properties."""
     a = app(ctx)
-    result = a.client().list_namespaces()
+    result = a.client().list_namespaces(as_of=as_of)
     namespaces = result.get("namespaces", [])
     rows = [[n.get("name"), n.get("comment"), n.get("properties") or {}] for n in namespaces]
     emit(a.output, result, lambda: [rows_table(["namespace", "comment", "properties"], rows)])

@@ -8,10 +8,13 @@ node without asking any other node.
 Jargon:
 * *incarnation* (`TableState`) - one life of a table name between CREATE and DROP. Dropping and
   re-creating `ns.t` makes a new incarnation with a new `table_id`; the old one's history stays
-  readable at old timestamps.
+  readable at old timestamps. A namespace (`Namespace`) has incarnations too: one life of the name
+  between CREATE NAMESPACE and DROP NAMESPACE.
 * *schema version* (`SchemaVersion`) - the table definition (columns, comment, properties) in
   force from its `tu` until the next version's `tu`. Version 1 is the CREATE.
-* *live* - not dropped (its DROP may not yet have activated).
+* *live* - not dropped (its DROP may not yet have activated). Apply-time rules (CREATE TABLE needs
+  its namespace, CREATE of an existing name fails) look at what is live; reads AS OF look at what
+  exists at the timestamp.
 * *location* - the table's data directory (absolute path or URI, "" = none), fixed for the
   incarnation's life and copied into every `SchemaVersion`, so a reader that pinned a version
   knows where its files live. No two live tables have overlapping locations (one equal to or
@@ -19,9 +22,17 @@ Jargon:
   another table's data.
 
 Time rules:
-* a table created at tm exists for reads at Top >= tm + DD; a table dropped at tm stops existing at
-  Top >= tm + DD;
-* `schema_at(t, Top)` is the version with the greatest tu <= Top in the incarnation alive at Top.
+* a table or namespace created at tm exists for reads at Top >= tm + DD (`created_tu`); one dropped
+  at tm stops existing at Top >= tm + DD (`dropped_tu`);
+* `schema_at(t, Top)` is the version with the greatest tu <= Top in the incarnation alive at Top;
+  `describe_at` describes that incarnation as of Top (format, location, the version in force, the
+  number of versions with tu <= Top); `list_tables(ns, top=)` / `list_namespaces(top=)` list what
+  exists at Top.
+* Every answer for Top depends only on entries with Tm <= Top - DD, which a reader has applied once
+  its safe time >= Top - DD: so it is the same on every node and never changes. That is why
+  "nothing at Top" is TABLE_NOT_FOUND / NAMESPACE_NOT_FOUND whether or not a later incarnation
+  exists (a node that applied the later CREATE and one that did not must agree), and
+  NOT_FOUND_AT_TIMESTAMP only when the incarnation before Top was dropped at <= Top.
 
 Invariants (checked by `check_invariants`):
 * per incarnation: versions numbered 1, 2, 3...; tm strictly increasing; tu = tm + DD, so tu is
@@ -30,11 +41,20 @@ Invariants (checked by `check_invariants`):
   in [created_tu, dropped_tu), and only the last can be live;
 * field ids are unique within a schema and below the incarnation's `next_field_id`, and an id that
   left the schema (its column was dropped) never comes back;
-* table ids are unique and below `next_table_id`; every live table's namespace exists;
-* limits hold (tables, namespaces, versions per table, columns, properties).
+* table ids are unique and below `next_table_id`; every live table's namespace is live;
+* per namespace name: created_tu = created_tm + DD, dropped_tu = dropped_tm + DD, a drop after its
+  create, incarnations in order without overlap, only the last can be live; every table
+  incarnation lies inside one incarnation of its namespace ([created_tu, dropped_tu) within the
+  namespace's), so a table never exists at a timestamp where its namespace does not;
+* limits hold (tables, live namespaces, versions per table, columns, properties).
 
 Mutations follow one discipline: compute every new value first (any error raises before the first
 write), then write. So a failed command leaves the catalog exactly as it was.
+
+Snapshot form (`to_data`): `namespace_form` 2 stores every namespace incarnation. Form-1 data
+(older snapshots: live namespaces only, no activation time) still loads; see
+`_namespaces_from_form1` for what it can and cannot rebuild. Dropped incarnations, of tables and
+namespaces alike, are kept forever for reads at old timestamps (GC will bound them).
 """
 
 from __future__ import annotations
@@ -42,6 +62,7 @@ from __future__ import annotations
 from bisect import bisect_right
 from dataclasses import dataclass, replace
 from itertools import pairwise
+from typing import Final
 
 from metastore import limits
 from metastore.commands import (
@@ -97,6 +118,9 @@ from metastore.schema import (
     validate_schema,
 )
 
+# The catalog's own snapshot form of namespaces (`to_data`): 2 keeps every incarnation.
+NAMESPACE_FORM: Final = 2
+
 Result = dict[str, object]
 # What a mutation returns: the reply and the effects for the shell.
 Applied = tuple[Result, tuple[Effect, ...]]
@@ -104,10 +128,19 @@ Applied = tuple[Result, tuple[Effect, ...]]
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Namespace:
+    """One incarnation of a namespace name. Comment and properties never change in its life."""
+
     name: str
     comment: str | None
     properties: Properties
     created_tm: int
+    created_tu: int  # Invariant: created_tm + DD; exists for reads at T >= created_tu
+    dropped_tm: int | None = None
+    dropped_tu: int | None = None  # Invariant: dropped_tm + DD; gone for reads at T >= it
+
+    @property
+    def live(self) -> bool:
+        return self.dropped_tm is None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -165,7 +198,8 @@ class Catalog:
     __slots__ = ("_live", "_namespaces", "_next_table_id", "_tables")
 
     def __init__(self) -> None:
-        self._namespaces: dict[str, Namespace] = {}
+        # Every incarnation ever created under a namespace name, oldest first.
+        self._namespaces: dict[str, tuple[Namespace, ...]] = {}
         # Every incarnation ever created under a name, oldest first.
         self._tables: dict[TableName, tuple[TableState, ...]] = {}
         # Derived index: namespace -> names of its live tables. Rebuilt from `_tables` on load.
@@ -179,23 +213,39 @@ class Catalog:
     def schema_at(self, table: TableName, top: int) -> SchemaVersion:
         """The version of `table` in force at `top` (the greatest tu <= top).
 
-        Hot path: one dict lookup and a bisect over the incarnation's tu list.
+        Hot path: one dict lookup, a short scan of the incarnations and a bisect over the tus.
         """
-        incarnations = self._tables.get(table)
-        if incarnations is None:
-            raise _table_not_found(table)
-        for inc in reversed(incarnations):
+        inc = self._incarnation_at(table, top)
+        return inc.versions[bisect_right(inc.tus, top) - 1]
+
+    def describe_at(self, table: TableName, top: int) -> TableDescription:
+        """`table` as of `top`: the incarnation existing then (the one `schema_at` picks), the
+        version in force and how many versions had activated. Raises like `schema_at`."""
+        inc = self._incarnation_at(table, top)
+        count = bisect_right(inc.tus, top)
+        return TableDescription(
+            table=table,
+            table_id=inc.table_id,
+            format=inc.format,
+            current=inc.versions[count - 1],
+            created_tu=inc.created_tu,
+            version_count=count,
+            location=inc.location,
+        )
+
+    def _incarnation_at(self, table: TableName, top: int) -> TableState:
+        """The incarnation existing at `top`. Its answer depends only on entries with
+        Tm <= top - DD (see the module docstring), so the errors carry nothing later."""
+        for inc in reversed(self._tables.get(table, ())):
             if inc.tus[0] <= top:
                 if inc.dropped_tu is not None and top >= inc.dropped_tu:
                     raise NotFoundAtTimestampError(
                         f"table {table} was dropped at {inc.dropped_tu}, before {top}",
                         details={"table": str(table), "top": top, "dropped_at_tu": inc.dropped_tu},
                     )
-                return inc.versions[bisect_right(inc.tus, top) - 1]
-        first = incarnations[0].tus[0]
-        raise NotFoundAtTimestampError(
-            f"table {table} does not exist at {top}; it exists from {first}",
-            details={"table": str(table), "top": top, "active_from_tu": first},
+                return inc
+        raise TableNotFoundError(
+            f"table {table} does not exist at {top}", details={"table": str(table), "top": top}
         )
 
     def live_table(self, table: TableName) -> TableState:
@@ -221,6 +271,7 @@ class Catalog:
         return [inc for incs in self._tables.values() for inc in incs]
 
     def describe(self, table: TableName) -> TableDescription:
+        """The live table now: its latest version (possibly not active yet)."""
         inc = self.live_table(table)
         return TableDescription(
             table=table,
@@ -233,19 +284,54 @@ class Catalog:
         )
 
     def namespace(self, name: str) -> Namespace:
-        ns = self._namespaces.get(name)
+        """The live incarnation of namespace `name`."""
+        ns = self._live_namespace(name)
         if ns is None:
             raise _namespace_not_found(name)
         return ns
 
-    def list_namespaces(self) -> tuple[Namespace, ...]:
-        return tuple(self._namespaces[n] for n in sorted(self._namespaces))
+    def namespace_at(self, name: str, top: int) -> Namespace:
+        """The incarnation of namespace `name` existing at `top`; errors as `schema_at`'s."""
+        for ns in reversed(self._namespaces.get(name, ())):
+            if ns.created_tu <= top:
+                if ns.dropped_tu is not None and top >= ns.dropped_tu:
+                    raise NotFoundAtTimestampError(
+                        f"namespace {name} was dropped at {ns.dropped_tu}, before {top}",
+                        details={"namespace": name, "top": top, "dropped_at_tu": ns.dropped_tu},
+                    )
+                return ns
+        raise NamespaceNotFoundError(
+            f"namespace {name} does not exist at {top}", details={"namespace": name, "top": top}
+        )
+
+    def namespace_incarnations(self, name: str) -> tuple[Namespace, ...]:
+        """Every incarnation ever created under this namespace name, oldest first."""
+        return self._namespaces.get(name, ())
+
+    def _live_namespace(self, name: str) -> Namespace | None:
+        incs = self._namespaces.get(name)
+        return incs[-1] if incs and incs[-1].live else None
+
+    def list_namespaces(self, *, top: int | None = None) -> tuple[Namespace, ...]:
+        """Live namespaces by name; with `top`, the incarnations that exist for reads at `top`."""
+        found = []
+        for name in sorted(self._namespaces):
+            incs = self._namespaces[name]
+            if top is None:
+                if incs[-1].live:
+                    found.append(incs[-1])
+            else:
+                found.extend(ns for ns in incs if _ns_exists_at(ns, top))
+        return tuple(found)
 
     def list_tables(self, namespace: str, *, top: int | None = None) -> tuple[TableName, ...]:
-        """Live tables of `namespace`; with `top`, the tables that exist for reads at `top`."""
-        self.namespace(namespace)
+        """Live tables of the live `namespace`; with `top`, the tables that exist for reads at
+        `top` in the namespace existing at `top` (NAMESPACE_NOT_FOUND / NOT_FOUND_AT_TIMESTAMP
+        as `namespace_at`)."""
         if top is None:
+            self.namespace(namespace)
             return tuple(sorted(self._live.get(namespace, ()), key=str))
+        self.namespace_at(namespace, top)
         found = [
             name
             for name, incs in self._tables.items()
@@ -263,26 +349,49 @@ class Catalog:
     # Mutations. Each validates fully, then writes; returns (result, effects).
     # ----------------------------------------------------------------------------------------
 
-    def create_namespace(self, cmd: CreateNamespace, *, tm: int) -> Applied:
-        if cmd.namespace in self._namespaces:
+    def create_namespace(self, cmd: CreateNamespace, *, tm: int, dd: int) -> Applied:
+        """A new incarnation of the name, existing for reads from tm + DD. A name whose drop is
+        applied (even if not activated yet) may be created again: its new incarnation starts
+        after the old one ends, because tm + DD > the drop's tm + DD."""
+        name = cmd.namespace
+        existing = self._live_namespace(name)
+        if existing is not None:
             if cmd.if_not_exists:
-                return {"namespace": cmd.namespace, "created": False}, ()
+                # Its tu lets the server's reply wait until the namespace is visible everywhere,
+                # as for the caller who created it.
+                return {"namespace": name, "created": False, "tu": existing.created_tu}, ()
             raise NamespaceAlreadyExistsError(
-                f"namespace {cmd.namespace} already exists", details={"namespace": cmd.namespace}
+                f"namespace {name} already exists", details={"namespace": name}
             )
-        if len(self._namespaces) >= limits.MAX_NAMESPACES:
-            raise limit_exceeded(
-                "MAX_NAMESPACES", limits.MAX_NAMESPACES, len(self._namespaces) + 1, "namespaces"
-            )
-        self._namespaces[cmd.namespace] = Namespace(
-            name=cmd.namespace, comment=cmd.comment, properties=cmd.properties, created_tm=tm
+        # O(namespaces): CREATE NAMESPACE is rare.
+        count = sum(1 for incs in self._namespaces.values() if incs[-1].live)
+        if count >= limits.MAX_NAMESPACES:
+            raise limit_exceeded("MAX_NAMESPACES", limits.MAX_NAMESPACES, count + 1, "namespaces")
+        ns = Namespace(
+            name=name,
+            comment=cmd.comment,
+            properties=cmd.properties,
+            created_tm=tm,
+            created_tu=tm + dd,
         )
-        return {"namespace": cmd.namespace, "created": True}, ()
+        # --- write ---
+        self._namespaces[name] = (*self._namespaces.get(name, ()), ns)
+        return {"namespace": name, "created": True, "tu": ns.created_tu}, ()
 
     def drop_namespace(self, cmd: DropNamespace, *, tm: int, dd: int) -> Applied:
-        if cmd.namespace not in self._namespaces:
+        """Drops the live incarnation (and with CASCADE its live tables) from tm + DD on."""
+        ns = self._live_namespace(cmd.namespace)
+        if ns is None:
             if cmd.if_exists:
-                return {"namespace": cmd.namespace, "dropped": False, "dropped_tables": []}, ()
+                result: Result = {
+                    "namespace": cmd.namespace,
+                    "dropped": False,
+                    "dropped_tables": [],
+                }
+                earlier = self._namespaces.get(cmd.namespace)
+                if earlier:  # dropped already: the reply waits until that drop shows everywhere
+                    result["tu"] = earlier[-1].dropped_tu
+                return result, ()
             raise _namespace_not_found(cmd.namespace)
         live = sorted(self._live.get(cmd.namespace, ()), key=str)
         if live and not cmd.cascade:
@@ -295,15 +404,16 @@ class Catalog:
                 },
             )
         dropped = [self._dropped(self.live_table(t), tm=tm, dd=dd) for t in live]
+        dropped_ns = replace(ns, dropped_tm=tm, dropped_tu=tm + dd)
         # --- write ---
         for inc in dropped:
             self._tables[inc.name] = (*self._tables[inc.name][:-1], inc)
         self._live.pop(cmd.namespace, None)
-        del self._namespaces[cmd.namespace]
+        self._namespaces[cmd.namespace] = (*self._namespaces[cmd.namespace][:-1], dropped_ns)
         effects = tuple(
             TableDropped(table=inc.name, table_id=inc.table_id, tu=tm + dd) for inc in dropped
         )
-        result: Result = {
+        result = {
             "namespace": cmd.namespace,
             "dropped": True,
             "dropped_tables": [str(t) for t in live],
@@ -313,8 +423,7 @@ class Catalog:
 
     def create_table(self, cmd: CreateTable, *, tm: int, dd: int) -> Applied:
         name = cmd.table
-        if name.namespace not in self._namespaces:
-            raise _namespace_not_found(name.namespace)
+        self.namespace(name.namespace)  # must be live when applied
         previous = self._tables.get(name, ())
         if previous and previous[-1].live:
             if cmd.if_not_exists:
@@ -392,7 +501,10 @@ class Catalog:
         incarnations = self._tables.get(name, ())
         if not incarnations or not incarnations[-1].live:
             if cmd.if_exists:
-                return {"table": str(name), "dropped": False}, ()
+                result: Result = {"table": str(name), "dropped": False}
+                if incarnations:  # dropped already: the reply waits until that drop shows
+                    result["tu"] = incarnations[-1].dropped_tu
+                return result, ()
             raise _table_not_found(name)
         inc = self._dropped(incarnations[-1], tm=tm, dd=dd)
         # --- write ---
@@ -401,7 +513,7 @@ class Catalog:
         live.discard(name)
         if not live:
             del self._live[name.namespace]
-        result: Result = {
+        result = {
             "table": str(name),
             "table_id": inc.table_id,
             "dropped": True,
@@ -484,11 +596,7 @@ class Catalog:
             if not self.is_empty():
                 raise CatalogInvariantError("catalog has content but the cluster has no DD")
             return
-        if len(self._namespaces) > limits.MAX_NAMESPACES:
-            raise CatalogInvariantError("too many namespaces")
-        for ns in self._namespaces.values():
-            if ns.created_tm > last_tm:
-                raise CatalogInvariantError(f"namespace {ns.name} created after last_tm")
+        live_namespaces = _check_namespaces(self._namespaces, dd=dd, last_tm=last_tm)
         table_ids: set[int] = set()
         live: dict[str, set[TableName]] = {}
         for name, incs in self._tables.items():
@@ -510,8 +618,14 @@ class Catalog:
         if sum(len(v) for v in live.values()) > limits.MAX_TABLES:
             raise CatalogInvariantError("too many live tables")
         for ns_name in live:
-            if ns_name not in self._namespaces:
+            if ns_name not in live_namespaces:
                 raise CatalogInvariantError(f"live tables in missing namespace {ns_name}")
+        for name, incs in self._tables.items():
+            for inc in incs:
+                if not _inside_namespace(inc, self._namespaces.get(name.namespace, ())):
+                    raise CatalogInvariantError(
+                        f"{name} (table id {inc.table_id}) exists where its namespace does not"
+                    )
         # Sorted by location + "/", a location and everything below it are adjacent, so checking
         # neighbours finds any overlap in O(n log n).
         held = sorted(
@@ -529,12 +643,25 @@ class Catalog:
     # ----------------------------------------------------------------------------------------
 
     def to_data(self) -> dict[str, object]:
-        """Plain data in a canonical order (sorted names), so equal catalogs encode equally."""
+        """Plain data in a canonical order (sorted names), so equal catalogs encode equally.
+
+        `namespace_form` 2: one row per namespace incarnation, oldest first within a name. A
+        catalog without it (form 1) kept only live namespaces: see `from_data`."""
         return {
+            "namespace_form": NAMESPACE_FORM,
             "next_table_id": self._next_table_id,
             "namespaces": [
-                [ns.name, ns.comment, [list(p) for p in ns.properties], ns.created_tm]
-                for ns in self.list_namespaces()
+                [
+                    ns.name,
+                    ns.comment,
+                    [list(p) for p in ns.properties],
+                    ns.created_tm,
+                    ns.created_tu,
+                    ns.dropped_tm,
+                    ns.dropped_tu,
+                ]
+                for name in sorted(self._namespaces)
+                for ns in self._namespaces[name]
             ],
             "tables": [
                 [name.namespace, name.name, [_incarnation_to_data(i) for i in self._tables[name]]]
@@ -543,20 +670,17 @@ class Catalog:
         }
 
     @staticmethod
-    def from_data(data: object) -> Catalog:
-        if not isinstance(data, dict) or set(data) != {"next_table_id", "namespaces", "tables"}:
+    def from_data(data: object, *, dd: int | None = None) -> Catalog:
+        """The inverse of `to_data`. `dd` (the cluster's DD in HLC units) is needed only for the
+        form-1 data of older snapshots, whose namespaces had no activation time."""
+        keys = {"next_table_id", "namespaces", "tables"}
+        if not isinstance(data, dict) or set(data) not in (keys, keys | {"namespace_form"}):
             raise MalformedSnapshotError("catalog must be a map of next_table_id/namespaces/tables")
+        form = data.get("namespace_form", 1)
+        if form not in (1, NAMESPACE_FORM):
+            raise MalformedSnapshotError(f"unknown catalog namespace form {form!r}")
         catalog = Catalog()
         catalog._next_table_id = _snap_int(data["next_table_id"])
-        for item in _snap_list(data["namespaces"]):
-            row = _snap_list(item, 4)
-            ns = Namespace(
-                name=_snap_str(row[0]),
-                comment=_snap_opt_str(row[1]),
-                properties=_snap_properties(row[2]),
-                created_tm=_snap_int(row[3]),
-            )
-            catalog._namespaces[ns.name] = ns
         for item in _snap_list(data["tables"]):
             row = _snap_list(item, 3)
             try:
@@ -567,6 +691,16 @@ class Catalog:
             catalog._tables[name] = incs
             if incs and incs[-1].live:
                 catalog._live.setdefault(name.namespace, set()).add(name)
+        if form == NAMESPACE_FORM:
+            for item in _snap_list(data["namespaces"]):
+                ns = _namespace_from_data(item)
+                catalog._namespaces[ns.name] = (*catalog._namespaces.get(ns.name, ()), ns)
+        else:
+            if dd is None and data["namespaces"]:
+                raise MalformedSnapshotError("a form-1 catalog with namespaces needs the DD")
+            catalog._namespaces = _namespaces_from_form1(
+                _snap_list(data["namespaces"]), catalog._tables, dd or 0
+            )
         return catalog
 
     def __eq__(self, other: object) -> bool:
@@ -633,6 +767,54 @@ def _exists_at(inc: TableState, top: int) -> bool:
     return inc.tus[0] <= top and (inc.dropped_tu is None or top < inc.dropped_tu)
 
 
+def _ns_exists_at(ns: Namespace, top: int) -> bool:
+    return ns.created_tu <= top and (ns.dropped_tu is None or top < ns.dropped_tu)
+
+
+def _inside_namespace(inc: TableState, namespaces: tuple[Namespace, ...]) -> bool:
+    """Whether [created_tu, dropped_tu) of `inc` lies within one incarnation of its namespace."""
+    for ns in reversed(namespaces):
+        if ns.created_tu <= inc.created_tu:
+            if ns.dropped_tu is None:
+                return True
+            return inc.dropped_tu is not None and inc.dropped_tu <= ns.dropped_tu
+    return False
+
+
+def _check_namespaces(
+    namespaces: dict[str, tuple[Namespace, ...]], *, dd: int, last_tm: int
+) -> set[str]:
+    """Check every namespace incarnation; return the names of the live ones."""
+    live: set[str] = set()
+    for name, incs in namespaces.items():
+        if not incs:
+            raise CatalogInvariantError(f"namespace {name}: empty incarnation list")
+        previous: Namespace | None = None
+        for ns in incs:
+            if ns.name != name:
+                raise CatalogInvariantError(f"namespace {ns.name} stored under {name}")
+            if ns.created_tu != ns.created_tm + dd or ns.created_tm > last_tm:
+                raise CatalogInvariantError(f"namespace {name}: created_tu != created_tm + DD")
+            if (ns.dropped_tm is None) != (ns.dropped_tu is None):
+                raise CatalogInvariantError(f"namespace {name}: half-dropped")
+            if ns.dropped_tm is not None and (
+                ns.dropped_tm <= ns.created_tm
+                or ns.dropped_tm > last_tm
+                or ns.dropped_tu != ns.dropped_tm + dd
+            ):
+                raise CatalogInvariantError(f"namespace {name}: drop not after create or not +DD")
+            if previous is not None and (
+                previous.dropped_tm is None or ns.created_tm <= previous.dropped_tm
+            ):
+                raise CatalogInvariantError(f"namespace {name}: incarnations overlap")
+            previous = ns
+        if incs[-1].live:
+            live.add(name)
+    if len(live) > limits.MAX_NAMESPACES:
+        raise CatalogInvariantError("too many namespaces")
+    return live
+
+
 def _table_not_found(table: TableName) -> TableNotFoundError:
     return TableNotFoundError(f"table {table} does not exist", details={"table": str(table)})
 
@@ -690,6 +872,68 @@ def _check_incarnation(name: TableName, inc: TableState, *, dd: int, last_tm: in
             raise fail("drop not after the last version or after last applied tm")
         if inc.dropped_tu != inc.dropped_tm + dd:
             raise fail("dropped_tu != dropped_tm + DD")
+
+
+def _namespace_from_data(data: object) -> Namespace:
+    row = _snap_list(data, 7)
+    return Namespace(
+        name=_snap_str(row[0]),
+        comment=_snap_opt_str(row[1]),
+        properties=_snap_properties(row[2]),
+        created_tm=_snap_int(row[3]),
+        created_tu=_snap_int(row[4]),
+        dropped_tm=_snap_opt_int(row[5]),
+        dropped_tu=_snap_opt_int(row[6]),
+    )
+
+
+def _namespaces_from_form1(
+    rows: list[object], tables: dict[TableName, tuple[TableState, ...]], dd: int
+) -> dict[str, tuple[Namespace, ...]]:
+    """Namespaces from a form-1 catalog: `[name, comment, properties, created_tm]` per live
+    namespace, dropped ones forgotten.
+
+    A live namespace gets created_tu = created_tm + DD: exactly what replaying its CREATE
+    NAMESPACE gives now, so a node restored from an old snapshot and one that replays the log
+    agree (created_tu = 0 would make them answer differently for T < created_tm + DD, and break
+    tu = tm + DD). Table incarnations that no live namespace covers (their namespace was dropped,
+    or dropped and re-created, before the snapshot) get one dropped incarnation per name that
+    spans them: from the first one's creation to the last one's drop. The real times are lost;
+    this is the smallest history in which every table lies inside its namespace, and every node
+    that loads the same snapshot rebuilds the same one."""
+    out: dict[str, tuple[Namespace, ...]] = {}
+    for item in rows:
+        row = _snap_list(item, 4)
+        created_tm = _snap_int(row[3])
+        ns = Namespace(
+            name=_snap_str(row[0]),
+            comment=_snap_opt_str(row[1]),
+            properties=_snap_properties(row[2]),
+            created_tm=created_tm,
+            created_tu=created_tm + dd,
+        )
+        out[ns.name] = (ns,)
+    uncovered: dict[str, list[TableState]] = {}
+    for name, incs in tables.items():
+        for inc in incs:
+            if not _inside_namespace(inc, out.get(name.namespace, ())):
+                uncovered.setdefault(name.namespace, []).append(inc)
+    for ns_name, orphans in uncovered.items():
+        if any(inc.dropped_tm is None for inc in orphans):
+            raise MalformedSnapshotError(f"live tables in missing namespace {ns_name}")
+        created_tm = min(inc.versions[0].tm for inc in orphans)
+        dropped_tm = max(inc.dropped_tm or 0 for inc in orphans)
+        synthesized = Namespace(
+            name=ns_name,
+            comment=None,
+            properties=(),
+            created_tm=created_tm,
+            created_tu=created_tm + dd,
+            dropped_tm=dropped_tm,
+            dropped_tu=dropped_tm + dd,
+        )
+        out[ns_name] = (synthesized, *out.get(ns_name, ()))
+    return out
 
 
 def _version_to_data(v: SchemaVersion) -> list[object]:

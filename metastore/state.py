@@ -82,7 +82,8 @@ from metastore.txn import (
 )
 
 # 2: the transaction log and table locations. Version 1 snapshots (no txn log) still load: every
-# incarnation is registered with no files.
+# incarnation is registered with no files. Namespace incarnations changed the catalog's own data
+# (`catalog.NAMESPACE_FORM`, older forms still load), not this version.
 SNAPSHOT_FORMAT_VERSION: Final = 2
 _SNAPSHOT_KEYS_V1: Final = frozenset(
     {"v", "applied_index", "last_tm", "cluster", "catalog", "requests"}
@@ -205,7 +206,7 @@ class MetastoreState:
             return Outcome(ok=True, result=result, deduplicated=deduplicated)
         match command:
             case CreateNamespace():
-                result, effects = self.catalog.create_namespace(command, tm=tm)
+                result, effects = self.catalog.create_namespace(command, tm=tm, dd=dd)
             case DropNamespace():
                 result, effects = self.catalog.drop_namespace(command, tm=tm, dd=dd)
             case CreateTable():
@@ -270,12 +271,21 @@ class MetastoreState:
         return self.catalog.history(_name(table))
 
     def describe(self, table: TableName | str) -> TableDescription:
+        """The live table now (its latest version, possibly not active yet)."""
         return self.catalog.describe(_name(table))
 
-    def list_namespaces(self) -> tuple[Namespace, ...]:
-        return self.catalog.list_namespaces()
+    def describe_at(self, table: TableName | str, top: int) -> TableDescription:
+        """The table as of `top`: the incarnation `schema_at` picks, its version in force and the
+        number of versions active then. The caller waits for safe_time >= top - DD first."""
+        return self.catalog.describe_at(_name(table), top)
+
+    def list_namespaces(self, *, top: int | None = None) -> tuple[Namespace, ...]:
+        """Live namespaces; with `top`, those existing at `top` (wait as for `schema_at`)."""
+        return self.catalog.list_namespaces(top=top)
 
     def list_tables(self, namespace: str, *, top: int | None = None) -> tuple[TableName, ...]:
+        """Live tables of a live namespace; with `top`, the tables existing at `top` in the
+        namespace existing at `top` (wait as for `schema_at`)."""
         return self.catalog.list_tables(namespace.lower(), top=top)
 
     # --- the transaction log (metastore.txn) ---
@@ -378,7 +388,9 @@ class MetastoreState:
             ):
                 raise MalformedSnapshotError("snapshot cluster must be [dd_ms, cs_max_ms]")
             state.cluster = ClusterConfig(dd_ms=cluster[0], cs_max_ms=cluster[1])
-        state.catalog = Catalog.from_data(obj["catalog"])
+        state.catalog = Catalog.from_data(
+            obj["catalog"], dd=None if state.cluster is None else state.cluster.dd
+        )
         if obj["v"] == 1:
             state.txns = TxnLog.from_catalog(state.catalog)
         else:

@@ -468,8 +468,8 @@ class MetastoreClient:
     async def history(self, table: str) -> dict[str, Any]:
         return await self.call("history", {"table": table})
 
-    async def list_namespaces(self) -> dict[str, Any]:
-        return await self.call("list_namespaces", {})
+    async def list_namespaces(self, as_of: int | None = None) -> dict[str, Any]:
+        return await self.call("list_namespaces", {} if as_of is None else {"as_of": as_of})
 
     async def list_tables(self, namespace: str, as_of: int | None = None) -> dict[str, Any]:
         args: dict[str, Any] = {"namespace": namespace}
@@ -870,8 +870,8 @@ class SyncMetastoreClient:
     def history(self, table: str) -> dict[str, Any]:
         return self._sync(self._client.history, table)
 
-    def list_namespaces(self) -> dict[str, Any]:
-        return self._sync(self._client.list_namespaces)
+    def list_namespaces(self, as_of: int | None = None) -> dict[str, Any]:
+        return self._sync(self._client.list_namespaces, as_of)
 
     def list_tables(self, namespace: str, as_of: int | None = None) -> dict[str, Any]:
         return self._sync(self._client.list_tables, namespace, as_of)

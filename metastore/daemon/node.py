@@ -6,7 +6,8 @@ clock and signals to them.
 
 The first leader of a fresh cluster proposes `InitCluster(dd_ms, cs_max_ms)` from its config, so
 DD and CSmax are fixed in the replicated state for the cluster's whole life (a later node with a
-different config cannot change them).
+different config cannot change them). The API server reads both from the replicated state; a
+node's config `cs_max_ms` also bounds its own HLC's accepted clock offset.
 """
 
 from __future__ import annotations
@@ -98,7 +99,6 @@ class MetastoreNode:
             forwarder=self.forwarder,
             metrics=self.metrics,
             cluster_id=cluster.cluster_id,
-            cs_max_ms=cluster.cs_max_ms,
             client_addresses={n.id: n.client_address for n in cluster.nodes},
             warehouse=cluster.warehouse,
         )
@@ -175,8 +175,11 @@ class MetastoreNode:
         if applied is not None and (
             applied.dd_ms != cluster.dd_ms or applied.cs_max_ms != cluster.cs_max_ms
         ):
+            # The API (activation, read waits, DDL reply waits, future-timestamp refusals) uses
+            # the cluster's values; only this node's HLC/peer clock-offset guard uses the file's.
             log.warning(
-                "config file DD/CSmax differ from the cluster's; the cluster's values apply",
+                "config file DD/CSmax differ from the cluster's; the cluster's values apply "
+                "(this node's clock-offset check still uses the config file's cs_max_ms)",
                 extra={"dd_ms": applied.dd_ms, "cs_max_ms": applied.cs_max_ms},
             )
 

@@ -6,6 +6,9 @@ connection) and replies are matched by id. Every failure becomes a typed error r
 nothing; a malformed frame closes the connection because the stream is out of sync.
 
 Reads are served from this node's applied state once it is caught up with the current leader.
+A read AS OF T waits until the node's safe time covers T (schemas: T - DD; files: T) and only then
+resolves anything, so every node gives the same answer. DD and CSmax always come from the
+replicated cluster settings (InitCluster), never from this node's config file.
 Writes (DDL, membership) are parsed/validated here and proposed on the leader: a follower forwards
 the canonical command, never the SQL text.
 """
@@ -22,7 +25,7 @@ from typing import Any
 
 from hlc import HybridClock, physical_ms
 from hlc.errors import HlcError, WaitTimeoutError
-from hlc.limits import MAX_TS
+from hlc.limits import LOGICAL_BITS, MAX_TS
 from metastore import limits as mlimits
 from metastore.commands import (
     Command,
@@ -99,7 +102,6 @@ class ApiServer:
         forwarder: LeaderForwarder,
         metrics: NodeMetrics,
         cluster_id: str,
-        cs_max_ms: int,
         client_addresses: Mapping[int, str],
         warehouse: str = "",
     ) -> None:
@@ -110,7 +112,6 @@ class ApiServer:
         self.forwarder = forwarder
         self.metrics = metrics
         self.cluster_id = cluster_id
-        self.cs_max_ms = cs_max_ms
         self.client_addresses = dict(client_addresses)
         self.warehouse = warehouse
         self._server: asyncio.Server | None = None
@@ -124,7 +125,9 @@ class ApiServer:
                 Role.READER, self._describe, frozenset({"table", "as_of", "timeout_ms"})
             ),
             "history": _Op(Role.READER, self._history, frozenset({"table"})),
-            "list_namespaces": _Op(Role.READER, self._list_namespaces, frozenset()),
+            "list_namespaces": _Op(
+                Role.READER, self._list_namespaces, frozenset({"as_of", "timeout_ms"})
+            ),
             "list_tables": _Op(
                 Role.READER, self._list_tables, frozenset({"namespace", "as_of", "timeout_ms"})
             ),
@@ -400,17 +403,27 @@ class ApiServer:
         except NodeStoppedError as exc:
             raise UnavailableError(str(exc)) from None
 
+    def _cs_max_ms(self) -> int:
+        """CSmax as fixed by InitCluster for the whole cluster, never this node's config file:
+        every node must wait and refuse by the same bound."""
+        cluster = self.sm.state.cluster
+        if cluster is None:
+            raise ClusterNotInitializedError("cluster not initialized yet")
+        return cluster.cs_max_ms
+
     def _check_not_future(self, ts: int) -> None:
+        cs_max_ms = self._cs_max_ms()
         ahead_ms = physical_ms(ts) - self.clock.physical_now_ms()
-        if ahead_ms > self.cs_max_ms:
+        if ahead_ms > cs_max_ms:
             raise InvalidArgumentError(
                 f"timestamp {ts} is {ahead_ms} ms ahead of this node's clock "
-                f"(more than CSmax = {self.cs_max_ms} ms): no node can answer for it yet",
-                details={"ts": ts, "ahead_ms": ahead_ms, "cs_max_ms": self.cs_max_ms},
+                f"(more than CSmax = {cs_max_ms} ms): no node can answer for it yet",
+                details={"ts": ts, "ahead_ms": ahead_ms, "cs_max_ms": cs_max_ms},
             )
 
     async def _at(self, args: Args, key: str) -> tuple[int, float]:
-        """Resolve an optional timestamp argument and wait until it can be answered."""
+        """Resolve an optional timestamp argument and wait until it can be answered (safe time
+        >= T - DD). Every schema-shaped read AS OF resolves everything only after this."""
         ts = _opt_int(args, key, 0, MAX_TS)
         top = self.clock.now() if ts is None else ts
         self._check_not_future(top)
@@ -445,14 +458,16 @@ class ApiServer:
         return out
 
     async def _describe(self, _s: Session, args: Args) -> dict[str, Any]:
+        """Without `as_of`: the live table now (its latest version). With `as_of`: wait first,
+        then everything as of that time (incarnation, format, location, the version in force,
+        versions active), so every node gives the same answer."""
         self._require_ready()
         table = _req_str(args, "table", L.TABLE_NAME_CHARS_MAX)
-        desc = description_view(self.sm.state.describe(table))
-        if args.get("as_of") is not None:
-            top, _ = await self._at(args, "as_of")
-            v = self.sm.state.schema_at(table, top)
-            desc.update(version_view(table, v))
-            desc["as_of"] = top
+        if args.get("as_of") is None:
+            return description_view(self.sm.state.describe(table))
+        top, waited = await self._at(args, "as_of")
+        desc = description_view(self.sm.state.describe_at(table, top))
+        desc.update({"as_of": top, "waited_ms": waited})
         return desc
 
     async def _history(self, _s: Session, args: Args) -> dict[str, Any]:
@@ -460,17 +475,29 @@ class ApiServer:
         table = _req_str(args, "table", L.TABLE_NAME_CHARS_MAX)
         return {"versions": [version_view(table, v) for v in self.sm.state.history(table)]}
 
-    async def _list_namespaces(self, _s: Session, _args: Args) -> dict[str, Any]:
+    async def _list_namespaces(self, _s: Session, args: Args) -> dict[str, Any]:
+        """Live namespaces now, or (with `as_of`, after the wait) those existing then."""
         self._require_ready()
-        return {"namespaces": [namespace_view(n) for n in self.sm.state.list_namespaces()]}
+        if args.get("as_of") is None:
+            return {"namespaces": [namespace_view(n) for n in self.sm.state.list_namespaces()]}
+        top, waited = await self._at(args, "as_of")
+        namespaces = self.sm.state.list_namespaces(top=top)
+        return {
+            "namespaces": [namespace_view(n) for n in namespaces],
+            "as_of": top,
+            "waited_ms": waited,
+        }
 
     async def _list_tables(self, _s: Session, args: Args) -> dict[str, Any]:
+        """Live tables of a live namespace now, or (with `as_of`, after the wait) the tables
+        existing then in the namespace existing then."""
         self._require_ready()
         ns = _req_str(args, "namespace", mlimits.MAX_IDENTIFIER_CHARS)
-        top = None
-        if args.get("as_of") is not None:
-            top, _ = await self._at(args, "as_of")
-        return {"tables": [str(t) for t in self.sm.state.list_tables(ns, top=top)]}
+        if args.get("as_of") is None:
+            return {"tables": [str(t) for t in self.sm.state.list_tables(ns)]}
+        top, waited = await self._at(args, "as_of")
+        tables = self.sm.state.list_tables(ns, top=top)
+        return {"tables": [str(t) for t in tables], "as_of": top, "waited_ms": waited}
 
     async def _files(self, _s: Session, args: Args) -> dict[str, Any]:
         """The files live in `table` at `as_of` (default: this node's safe time, which needs no
@@ -555,7 +582,8 @@ class ApiServer:
             # IEP-98: reply only once Tu is in the past on every node, whatever its skew.
             wait_started = time.perf_counter()
             try:
-                await self.clock.wait_until(tu + (self.cs_max_ms << 16), timeout_ms=timeout_ms)
+                cs_max = self._cs_max_ms() << LOGICAL_BITS
+                await self.clock.wait_until(tu + cs_max, timeout_ms=timeout_ms)
             except WaitTimeoutError:
                 raise RequestTimeoutError(
                     "the change is applied but its activation did not pass in time",

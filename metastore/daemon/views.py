@@ -78,4 +78,5 @@ def namespace_view(ns: Namespace) -> dict[str, object]:
         "comment": ns.comment,
         "properties": dict(ns.properties),
         "created_tm": ns.created_tm,
+        "created_tu": ns.created_tu,
     }

@@ -260,10 +260,15 @@ def test_as_of_accepts_every_timestamp_form(fake: ThreadedFakeNode) -> None:
         against(fake, "table", "describe", "a.b", "--as-of", "2026-11-22T10:00:00Z").exit_code == 0
     )
     assert against(fake, "table", "list", "a", "--as-of", "12345").exit_code == 0
-    (_, first), (_, second), (_, third) = sent(fake)
+    assert against(fake, "ns", "list", "--as-of", "-5m").exit_code == 0
+    assert against(fake, "-o", "json", "ns", "list", "--as-of", "now").exit_code == 0
+    (_, first), (_, second), (_, third), (op4, fourth), (op5, fifth) = sent(fake)
     assert before - 300_000 - 1000 <= first["as_of"] >> 16 <= SystemClock().now_ms() - 300_000
     assert second["as_of"] == parse_ts("2026-11-22T10:00:00Z", now_ms=0)
     assert third == {"namespace": "a", "as_of": 12345}
+    assert op4 == op5 == "list_namespaces"
+    assert before - 300_000 - 1000 <= fourth["as_of"] >> 16 <= SystemClock().now_ms() - 300_000
+    assert before <= fifth["as_of"] >> 16 <= SystemClock().now_ms()
 
 
 def test_bad_as_of_is_a_usage_error(fake: ThreadedFakeNode) -> None:

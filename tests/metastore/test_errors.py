@@ -40,7 +40,7 @@ def test_codes_are_distinct_and_classes_exported() -> None:
 
 
 # Whether running the same request again (after a re-plan, a fresh stamp or a wait) may succeed.
-# Every code is listed, so a new code cannot ship without deciding: clients retry on this flag alone.
+# Every code is listed, so a new code cannot ship without a decision: clients retry on this flag.
 RETRYABLE: dict[str, bool] = {
     "UNKNOWN": False,
     "NAMESPACE_NOT_FOUND": False,

@@ -188,7 +188,7 @@ def test_a_table_nobody_writes_is_readable_up_to_the_upper() -> None:
     created = d.state.describe(B).created_tu
     for at in (created, ts - 1, ts, upper - 1):
         assert d.state.files_at(B, at) == ()
-    with pytest.raises(NotFoundAtTimestampError):
+    with pytest.raises(TableNotFoundError):  # not yet created: no table at that time
         d.state.files_at(B, created - 1)
 
 
