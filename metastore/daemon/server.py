@@ -634,7 +634,11 @@ class ApiServer:
 
     async def _propose_op(self, _s: Session, args: Args) -> dict[str, Any]:
         data = args.get("command")
-        if not isinstance(data, bytes) or len(data) > mlimits.MAX_COMMAND_BYTES:
+        # A forwarded command may be a commit, whose bound is larger than DDL's; decode_command
+        # then applies the exact bound of the command's kind.
+        if not isinstance(data, bytes) or len(data) > max(
+            mlimits.MAX_COMMAND_BYTES, mlimits.MAX_COMMIT_COMMAND_BYTES
+        ):
             raise BadRequestError("'command' must be bytes of a canonical command")
         decode_command(data)  # validates: the leader trusts no forwarded bytes
         if not self.node.is_leader():

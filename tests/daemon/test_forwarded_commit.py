@@ -1,0 +1,66 @@
+"""The largest commit the API accepts (MAX_FILES_PER_COMMIT files) commits through every node.
+
+A follower forwards a commit to the leader as canonical command bytes; the leader used to check
+those bytes against the DDL size bound (MAX_COMMAND_BYTES, 256 KiB) instead of the commit bound,
+so a commit that succeeded on the leader failed with BAD_REQUEST through a follower.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from metastore import limits
+from tests.daemon.harness import MetastoreCluster, metastore_cluster
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MetastoreCluster]:
+    with metastore_cluster(tmp_path_factory.mktemp("fwd")) as c:
+        c.start_all()
+        c.wait_ready()
+        admin = c.client(1)
+        assert admin.call("ddl", sql="CREATE NAMESPACE big")["ok"]
+        assert admin.call("ddl", sql="CREATE TABLE big.t (a INT)")["ok"]
+        admin.close()
+        yield c
+
+
+def _max_commit(tag: str) -> dict[str, object]:
+    files = [
+        {
+            "path": f"_txn/{tag}/part-{i:05d}-0f8fad5b-d9cb-469f-a165-70867728950e.c000.parquet",
+            "size_bytes": 1024 + i,
+            "row_count": 10,
+        }
+        for i in range(limits.MAX_FILES_PER_COMMIT)
+    ]
+    return {
+        "txn_id": f"max-commit-{tag}",
+        "writes": [{"table": "big.t", "schema_version": 1, "add": files}],
+        "timeout_ms": 20_000,
+    }
+
+
+def test_the_largest_commit_succeeds_through_the_leader_and_through_a_follower(
+    cluster: MetastoreCluster,
+) -> None:
+    leader = cluster.wait_ready()
+    follower = next(i for i in cluster.ids if i != leader)
+    committed = 0
+    for node in (leader, follower):
+        cl = cluster.client(node, role="writer")
+        try:
+            r = cl.call("commit", **_max_commit(f"via-{node}"))
+            assert r["ok"], (node, r["error"])
+            assert r["result"]["files_added"] == limits.MAX_FILES_PER_COMMIT
+            committed += 1
+            ts = r["result"]["ts"]
+            files = cl.call("files", table="big.t", as_of=ts, timeout_ms=10_000)
+            assert files["ok"], files["error"]
+            assert len(files["result"]["files"]) == committed * limits.MAX_FILES_PER_COMMIT
+        finally:
+            cl.close()
