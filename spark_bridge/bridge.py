@@ -15,8 +15,11 @@ What one batch does (DESIGN.md §7):
 3. Inputs are read at read_ts = the node's safe time at planning (<= Top, needs no wait) unless the
    caller asks for another timestamp - but never below the newest commit this bridge made (a
    driver reads its own writes even from a node that has not applied them yet; the files request
-   then waits for them). The files live at read_ts are read with the pinned schema, by Parquet
-   field id, so renamed columns still read correctly.
+   then waits for them; the client's HLC is fed with every commit timestamp, so Top is above
+   them). The files live at read_ts are read with the pinned schema, by Parquet field id, so
+   renamed columns still read correctly. If the name was dropped and re-created between read_ts
+   and Top, the files belong to another incarnation (field ids restart at 1): the read fails
+   with a retryable BatchError rather than mis-map columns.
 4. Outputs are conformed to the pinned schemas and written by Spark's own Parquet writer into a
    fresh per-attempt directory under each table's location.
 5. On leaving the `with` block without an exception, one commit lists every table's files; it is
@@ -54,6 +57,10 @@ log = logging.getLogger("spark_bridge")
 # Tables one batch may pin (reads + writes); the metastore has its own per-commit limits.
 TABLES_PER_BATCH_MAX = 64
 PIN_TIMEOUT_MS = 10_000
+# A foreachBatch micro-batch refused with a retryable error is re-planned and run again at most
+# this many times in all (until schema leases exist, a long batch can be overtaken by two DDLs).
+FOREACH_BATCH_ATTEMPTS_MAX = 4
+FOREACH_BATCH_RETRY_PAUSE_MS = 200
 
 
 class BatchError(RuntimeError):
@@ -90,6 +97,7 @@ class BatchReport:
     pinned: dict[str, int] = field(default_factory=dict)
     commit_ts: int | None = None
     deduplicated: bool = False
+    retries: int = 0  # earlier attempts of this micro-batch that were refused and re-planned
     files: int = 0
     rows: int = 0
     plan_ms: float = 0.0
@@ -137,6 +145,7 @@ class MetastoreBridge:
         # at or above it. Batches may run on several threads (streaming queries), hence the lock.
         self._last_commit_ts = 0
         self._commit_lock = threading.Lock()
+        self.batch_retries = 0  # micro-batches re-planned after a retryable refusal (metric)
 
     def close(self) -> None:
         self.client.close()
@@ -199,8 +208,32 @@ class MetastoreBridge:
         reads, writes = list(reads), list(writes)
 
         def run(df: DataFrame, batch_id: int) -> None:
-            with self.batch(reads=reads, writes=writes, txn_id=f"{query_name}:{batch_id}") as b:
-                body(b, df)
+            # A batch that saw two DDLs (SCHEMA_VERSION_NOT_ACTIVE) or a table re-created under
+            # it is re-planned at a fresh Top and run again, a bounded number of times, instead
+            # of failing the query. Nothing of a refused attempt is visible (its files stay
+            # unreferenced), so running the body again cannot duplicate data.
+            for attempt in range(FOREACH_BATCH_ATTEMPTS_MAX):
+                try:
+                    with self.batch(
+                        reads=reads, writes=writes, txn_id=f"{query_name}:{batch_id}"
+                    ) as b:
+                        b.report.retries = attempt
+                        body(b, df)
+                    break
+                except BatchError as exc:
+                    if not exc.retryable or attempt + 1 == FOREACH_BATCH_ATTEMPTS_MAX:
+                        raise
+                    with self._commit_lock:
+                        self.batch_retries += 1
+                    log.warning(
+                        "micro-batch %s of %s refused (%s); re-planning (attempt %d of %d)",
+                        batch_id,
+                        query_name,
+                        exc,
+                        attempt + 2,
+                        FOREACH_BATCH_ATTEMPTS_MAX,
+                    )
+                    time.sleep(FOREACH_BATCH_RETRY_PAUSE_MS * (attempt + 1) / 1000)
             if on_batch is not None:
                 on_batch(b.report)
 
@@ -320,6 +353,17 @@ class BatchContext:
             r = self._call("schema_at", {"table": table, "ts": as_of, "timeout_ms": PIN_TIMEOUT_MS})
             struct = pinned_struct(r["schema"]["columns"])
         files = self._call("files", {"table": table, "as_of": ts, "timeout_ms": PIN_TIMEOUT_MS})
+        found_id = int(files.get("table_id") or 0)
+        if as_of is None and found_id != pin.table_id:
+            # The name was dropped and re-created between read_ts and Top: these files belong to
+            # another incarnation, whose field ids mean other columns. Reading them with the
+            # pinned struct would silently mis-map columns, so re-plan instead.
+            raise BatchError(
+                f"{table}: the batch pinned table id {pin.table_id} at Top {self.top}, but at "
+                f"read_ts {ts} the name refers to table id {found_id} (dropped and re-created "
+                "in between); re-plan the batch",
+                retryable=True,
+            )
         location = str(files.get("location") or pin.location)
         paths = [absolute(location, f["path"]) for f in files["files"]]
         if not paths:

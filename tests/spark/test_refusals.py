@@ -212,3 +212,56 @@ def test_conformable_output_is_widened_and_defaulted(env: SparkEnv) -> None:
         b.write(STRICT, df)
     assert b.report.commit_ts is not None
     assert rows_of(bridge.read_table(STRICT, as_of=b.report.commit_ts)) == [(7, 1, "dflt")]
+
+
+# ---- a table re-created between read_ts and Top ----------------------------------------------
+
+
+def test_a_table_recreated_between_read_ts_and_top_is_not_read_with_the_new_schema(
+    env: SparkEnv,
+) -> None:
+    """Field ids restart at 1 in a new incarnation: the old files read with the new struct would
+    silently put `a`'s values under `b`. The batch must refuse (retryably) instead."""
+    table = "ref.reborn"
+    env.ddl(f"CREATE TABLE {table} (a BIGINT, b BIGINT)")
+    write, _ = write_attempt(env.client, table, "reborn:1", [{"a": 1, "b": 2}])
+    old_ts = env.client.commit("reborn:1", [write])["ts"]
+    env.ddl(f"DROP TABLE {table}")
+    env.ddl(f"CREATE TABLE {table} (b BIGINT, a BIGINT)")  # same names, swapped field ids
+    bridge = env.bridge(app_name="reborn")
+    with pytest.raises(BatchError) as info, bridge.batch(reads=[table], read_ts=old_ts) as b:
+        b.read(table).collect()
+    assert info.value.retryable
+    assert "re-created" in str(info.value)
+    # Planned after the re-creation with a read_ts the new incarnation covers, it reads fine.
+    with bridge.batch(reads=[table]) as b:
+        assert b.read(table).collect() == []
+
+
+def test_a_micro_batch_overtaken_by_two_ddls_is_replanned_not_fatal(env: SparkEnv) -> None:
+    """Until leases exist, a long micro-batch whose pinned version is no longer one of the two
+    latest at commit is refused; foreach_batch re-plans and runs it again (bounded) instead of
+    killing the query, and only the successful attempt's files become visible."""
+    table = "ref.overtaken"
+    env.ddl(f"CREATE TABLE {table} (id BIGINT)")
+    bridge = env.bridge(app_name="overtaken")
+    reports = []
+    pinned = []
+
+    def body(b: Any, df: Any) -> None:
+        pinned.append(b.version(table))
+        if len(pinned) == 1:  # the first attempt is slow: two DDLs land while it runs
+            env.ddl(f"ALTER TABLE {table} ADD COLUMN x{len(pinned)} INT")
+            env.ddl(f"ALTER TABLE {table} ADD COLUMN y{len(pinned)} INT")
+        b.write(table, df)
+
+    run = bridge.foreach_batch(
+        body, query_name="overtaken", writes=[table], on_batch=reports.append
+    )
+    run(env.spark.createDataFrame([(7,)], "id BIGINT"), 0)
+    assert pinned == [1, 3]
+    assert [r.retries for r in reports] == [1]
+    assert bridge.batch_retries == 1
+    commit_ts = reports[0].commit_ts
+    assert commit_ts is not None
+    assert rows_of(bridge.read_table(table, as_of=commit_ts), "id") == [(7,)]
