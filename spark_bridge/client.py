@@ -137,6 +137,7 @@ _FAILOVER_CODES: Final = frozenset(
 _NOT_EXECUTED_CODES: Final = frozenset({ErrorCode.NOT_READY.value, ErrorCode.NOT_LEADER.value})
 _READ_OPS: Final = frozenset(
     {
+        "committed_txn",
         "schema_at",
         "describe",
         "history",
@@ -436,6 +437,12 @@ class MetastoreClient:
             args["as_of"] = as_of
         return await self.call("files", args)
 
+    async def committed_txn(self, txn_id: str) -> dict[str, Any]:
+        """The commit record of `txn_id` (`txn`, None if it never committed or is older than the
+        remembered window, whose oldest commit ts comes back too). Linearizable: a commit this
+        client saw acknowledged is never reported missing."""
+        return await self.call("committed_txn", {"txn_id": txn_id})
+
     async def txn_log(self, limit: int = 20) -> dict[str, Any]:
         """The most recent commits, newest first."""
         return await self.call("txn_log", {"limit": limit})
@@ -609,7 +616,10 @@ class MetastoreClient:
                     if reply.get("ok"):
                         if endpoint is None and target in self.endpoints:
                             self._preferred = self.endpoints.index(target)
-                        return _result_map(reply)
+                        result = _result_map(reply)
+                        if op == "commit":
+                            self._observe_commit(result)
+                        return result
                     error = _rebuild_error(reply)
                     code = error.code.value
                     if code not in _FAILOVER_CODES or (
@@ -705,6 +715,12 @@ class MetastoreClient:
             log.warning("ignoring a node's timestamp: %s", exc)
         except HlcError as exc:
             log.warning("ignoring an invalid timestamp in a reply: %s", exc)
+
+    def _observe_commit(self, result: Mapping[str, Any]) -> None:
+        """A commit may land above its entry's Tm (up to min(5 s, DD)), so above the reply's
+        `ts`. Feeding the commit timestamp too makes every later `clock.now()` of this client
+        exceed it: a batch planned at that Top reads its own driver's writes."""
+        self._observe_reply({"ts": result.get("ts")})
 
     def _leader_hint(self, error: MetastoreError, *, exclude: str) -> str | None:
         if error.code is not ErrorCode.NOT_LEADER:
@@ -860,6 +876,9 @@ class SyncMetastoreClient:
 
     def txn_log(self, limit: int = 20) -> dict[str, Any]:
         return self._sync(self._client.txn_log, limit)
+
+    def committed_txn(self, txn_id: str) -> dict[str, Any]:
+        return self._sync(self._client.committed_txn, txn_id)
 
     def commit(self, txn_id: str, writes: list[dict[str, Any]], **kwargs: Any) -> dict[str, Any]:
         return self._sync(self._client.commit, txn_id, writes, **kwargs)

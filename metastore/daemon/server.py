@@ -66,7 +66,13 @@ from raft.core.errors import NotLeaderError as RaftNotLeaderError
 from raft.core.errors import ProposalDroppedError, RaftCoreError
 from raft.errors import FrameTooLargeError, MalformedFrameError, RaftError
 from raft.framing import NEED_DATA, FrameDecoder, encode_frame
-from raft.node import NodeStoppedError, ProposalTimeoutError, RaftNode, SafeTimeTimeoutError
+from raft.node import (
+    NodeStoppedError,
+    ProposalTimeoutError,
+    RaftNode,
+    ReadIndexError,
+    SafeTimeTimeoutError,
+)
 
 log = logging.getLogger("metastore.api")
 
@@ -135,6 +141,9 @@ class ApiServer:
             "status": _Op(Role.READER, self._status, frozenset()),
             "files": _Op(Role.READER, self._files, frozenset({"table", "as_of", "timeout_ms"})),
             "txn_log": _Op(Role.READER, self._txn_log, frozenset({"limit"})),
+            "committed_txn": _Op(
+                Role.READER, self._committed_txn, frozenset({"txn_id", "timeout_ms"})
+            ),
             "ddl": _Op(Role.WRITER, self._ddl, frozenset({"sql", "request_id", "timeout_ms"})),
             "commit": _Op(
                 Role.WRITER,
@@ -533,6 +542,35 @@ class ApiServer:
         return {
             "commits": [commit_view(r) for r in self.sm.state.txn_log(limit)],
             "upper": self.sm.state.table_upper(),
+        }
+
+    async def _committed_txn(self, session: Session, args: Args) -> dict[str, Any]:
+        """Whether a txn id committed, as a linearizable read: the leader confirms its leadership
+        and applies everything committed before the call (ReadIndex), so an acknowledged commit
+        is never reported missing by a lagging node. A follower asks the leader."""
+        txn_id = _req_str(args, "txn_id", mlimits.MAX_TXN_ID_CHARS)
+        timeout_ms = _timeout(args)
+        if not self.node.is_leader():
+            leader = self.node.leader_id()
+            if not leader:
+                raise UnavailableError("no leader known right now; retry shortly")
+            return await self.forwarder.call(
+                leader, session.token, "committed_txn", dict(args), timeout_ms=timeout_ms + 1000
+            )
+        self._require_ready()
+        try:
+            await self.node.read_barrier(timeout_ms=timeout_ms)
+        except (ReadIndexError, TimeoutError) as exc:
+            raise UnavailableError(f"could not confirm leadership: {exc}") from None
+        state = self.sm.state
+        record = state.committed_txn(txn_id)
+        stats = state.txn_stats()
+        return {
+            "txn_id": txn_id,
+            "txn": None if record is None else commit_view(record),
+            "oldest_remembered_ts": stats.oldest_remembered_ts,
+            "remembered_txns": stats.remembered_txns,
+            "last_commit_ts": stats.last_commit_ts,
         }
 
     async def _safe_time(self, _s: Session, _args: Args) -> dict[str, Any]:
