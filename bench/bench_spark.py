@@ -549,7 +549,8 @@ def plain_body(directory: Path) -> Callable[[Any, int], dict[str, Any] | None]:
 
 def bridge_body(bridge: Any, query_name: str) -> Callable[[Any, int], dict[str, Any] | None]:
     """(b): `MetastoreBridge.foreach_batch` writing the same rows to STREAM_TABLE. A fresh
-    `query_name` per run: txn ids are `<query_name>:<batch id>` and batch ids restart at 0."""
+    `query_name` per run, to tell runs apart in the txn log (txn ids are
+    `<query_name>:<query.id>:<batch id>`, so runs never collide anyway)."""
     reports: list[Any] = []
 
     def write(b: Any, df: Any) -> None:

@@ -59,17 +59,20 @@ Idempotency
     it carries, so a retried commit call commits once. The same id with other writes is refused
     (TxnIdReusedError, details carry `committed_ts`): silently answering "done" for different
     files would lose data. A Spark batch *replayed* after a driver restart writes new files (a
-    fresh attempt directory), so its writes differ: the bridge (spark_bridge/bridge.py) treats
-    TxnIdReused on its own batch id as "an earlier attempt committed" and reports the batch as
-    deduplicated; its new files stay unreferenced, for GC.
+    fresh attempt directory), so its writes differ: on TxnIdReused the bridge
+    (spark_bridge/bridge.py) reads the committed record of its txn id (the daemon's
+    linearizable `committed_txn` op) and reports the batch as deduplicated with that record's
+    ts; its new files stay unreferenced, for GC. Its streaming txn ids embed the query's id, so
+    another query (or a fresh checkpoint) never matches them.
     Memory is bounded: the newest MAX_REMEMBERED_TXNS commits are remembered (oldest forgotten
     first, in log order, identically on every replica). A replay of a commit older than that
     window commits twice if it rewrote its files (a replay of the very same files is still
     refused: a path is never added to a table twice). Structured Streaming replays at most the
     one batch after the last recorded in its checkpoint, usually minutes after the failure, so
-    the window covers it unless 100k other commits land while the query is down. Not built yet:
-    a client op exposing `committed_txn` so the bridge can skip a committed batch before doing
-    its work, and refuse a replay older than the window (`txn_stats().oldest_remembered_ts`).
+    the window covers it unless 100k other commits land while the query is down. The bridge
+    asks `committed_txn` before the first micro-batch a driver runs for a query and skips it
+    if it committed. Not built yet: per-query high-water marks, so a replay older than the
+    window is refused instead of committing twice.
 
 Reads (pure; the daemon first waits for safe time >= ts, as for schemas)
     files_at(table, ts)     live files of the incarnation existing at ts, in commit order.

@@ -60,6 +60,8 @@ PIN_TIMEOUT_MS = 10_000
 # A foreachBatch micro-batch refused with a retryable error is re-planned and run again at most
 # this many times in all (until schema leases exist, a long batch can be overtaken by two DDLs).
 FOREACH_BATCH_ATTEMPTS_MAX = 4
+# Structured Streaming sets this SparkContext local property to query.id around foreachBatch.
+STREAMING_QUERY_ID_PROPERTY = "sql.streaming.queryId"
 FOREACH_BATCH_RETRY_PAUSE_MS = 200
 
 
@@ -146,6 +148,7 @@ class MetastoreBridge:
         self._last_commit_ts = 0
         self._commit_lock = threading.Lock()
         self.batch_retries = 0  # micro-batches re-planned after a retryable refusal (metric)
+        self._queries_seen: set[str] = set()  # streaming query ids this bridge ran a batch of
 
     def close(self) -> None:
         self.client.close()
@@ -158,6 +161,12 @@ class MetastoreBridge:
     def _observe_commit(self, ts: int) -> None:
         with self._commit_lock:
             self._last_commit_ts = max(self._last_commit_ts, ts)
+
+    def _first_batch_of(self, query_id: str) -> bool:
+        with self._commit_lock:
+            first = query_id not in self._queries_seen
+            self._queries_seen.add(query_id)
+            return first
 
     def _register_data_source(self) -> None:
         from spark_bridge.datasource import register
@@ -203,20 +212,45 @@ class MetastoreBridge:
     ) -> Callable[[DataFrame, int], None]:
         """A `foreachBatch` function: each micro-batch is planned at its own Top (so a schema
         change takes effect at the first micro-batch with Top >= Tu, no restart), and commits
-        with txn id `<query_name>:<batch_id>` (so a micro-batch replayed after a failure
-        commits once). `query_name` must be stable across restarts of the query."""
+        with txn id `<query_name>:<query.id>:<batch_id>` (so a micro-batch replayed after a
+        restart from the checkpoint commits once, while a query with a fresh checkpoint or
+        another query of the same name never collides with it)."""
         reads, writes = list(reads), list(writes)
 
         def run(df: DataFrame, batch_id: int) -> None:
+            query_id = df.sparkSession.sparkContext.getLocalProperty(STREAMING_QUERY_ID_PROPERTY)
+            if not query_id:
+                raise BatchError(
+                    "foreach_batch functions run inside a Structured Streaming query "
+                    f"(the {STREAMING_QUERY_ID_PROPERTY!r} local property is not set)",
+                    retryable=False,
+                )
+            # Unique per query for its whole life: query.id survives restarts from the same
+            # checkpoint, and a new checkpoint (batch ids from 0 again) is a new query.
+            txn_id = f"{query_name}:{query_id}:{batch_id}"
+            if self._first_batch_of(query_id):
+                # Only the first micro-batch a driver runs for a query can be a replay (Spark
+                # replays the batch after the last one in its commit log, at restart). Skip it
+                # before doing any work if it committed.
+                record = self.client.committed_txn(txn_id).get("txn")
+                if isinstance(record, dict) and isinstance(record.get("ts"), int):
+                    report = BatchReport(
+                        txn_id=txn_id, top=0, read_ts=0, waited_ms=0.0, deduplicated=True
+                    )
+                    report.commit_ts = int(record["ts"])
+                    self._observe_commit(report.commit_ts)
+                    self.client.clock.update(report.commit_ts)
+                    log.info("micro-batch already committed, skipped: %s", report.line())
+                    if on_batch is not None:
+                        on_batch(report)
+                    return
             # A batch that saw two DDLs (SCHEMA_VERSION_NOT_ACTIVE) or a table re-created under
             # it is re-planned at a fresh Top and run again, a bounded number of times, instead
             # of failing the query. Nothing of a refused attempt is visible (its files stay
             # unreferenced), so running the body again cannot duplicate data.
             for attempt in range(FOREACH_BATCH_ATTEMPTS_MAX):
                 try:
-                    with self.batch(
-                        reads=reads, writes=writes, txn_id=f"{query_name}:{batch_id}"
-                    ) as b:
+                    with self.batch(reads=reads, writes=writes, txn_id=txn_id) as b:
                         b.report.retries = attempt
                         body(b, df)
                     break
@@ -433,11 +467,15 @@ class BatchContext:
         except BatchError as exc:
             if not isinstance(exc.cause, TxnIdReusedError):
                 raise
-            # A replay of a batch that already committed: it rewrote its files into a new
-            # directory, so its file list differs, but the txn id says "this batch". The first
-            # commit stands; this attempt's files stay unreferenced (GC removes them).
-            committed = exc.cause.details.get("committed_ts")
-            self.report.commit_ts = committed if isinstance(committed, int) else None
+            # A replay of a batch that already committed rewrote its files into a new
+            # directory, so its file list differs. "Already committed" is decided from the
+            # committed record of this very txn id (linearizable lookup), never from the error
+            # alone; txn ids embed the streaming query's id, so the record is this query's
+            # batch. The first commit stands; this attempt's files stay unreferenced (for GC).
+            record = self.client.committed_txn(self.txn_id).get("txn")
+            if not isinstance(record, dict) or not isinstance(record.get("ts"), int):
+                raise
+            self.report.commit_ts = int(record["ts"])
             self.report.deduplicated = True
         if self.report.commit_ts is not None:
             self.bridge._observe_commit(self.report.commit_ts)

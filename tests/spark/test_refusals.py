@@ -258,7 +258,12 @@ def test_a_micro_batch_overtaken_by_two_ddls_is_replanned_not_fatal(env: SparkEn
     run = bridge.foreach_batch(
         body, query_name="overtaken", writes=[table], on_batch=reports.append
     )
-    run(env.spark.createDataFrame([(7,)], "id BIGINT"), 0)
+    sc = env.spark.sparkContext
+    sc.setLocalProperty("sql.streaming.queryId", "overtaken-query")  # as a streaming query does
+    try:
+        run(env.spark.createDataFrame([(7,)], "id BIGINT"), 0)
+    finally:
+        sc.setLocalProperty("sql.streaming.queryId", None)  # type: ignore[arg-type]
     assert pinned == [1, 3]
     assert [r.retries for r in reports] == [1]
     assert bridge.batch_retries == 1

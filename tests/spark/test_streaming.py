@@ -38,7 +38,7 @@ BATCHES_AFTER_RESTART = 2
 
 
 def _batch_id(b: BatchContext) -> int:
-    # foreach_batch's txn id is "<query_name>:<batch_id>".
+    # foreach_batch's txn id is "<query_name>:<query.id>:<batch_id>".
     return int(b.txn_id.rsplit(":", 1)[1])
 
 
@@ -160,8 +160,10 @@ def runs(spark_env: SparkEnv, tmp_path_factory: pytest.TempPathFactory) -> Runs:
         (checkpoint / "commits" / str(replayed)).unlink()
         (checkpoint / "commits" / f".{replayed}.crc").unlink(missing_ok=True)
     # (Otherwise the stop interrupted batch `replayed`, and Spark replays it by itself.)
-    record = {c["txn_id"]: c for c in committed_txns(env.client, f"{QUERY}:")}
-    first_run_committed = record.get(f"{QUERY}:{replayed}", {})
+    record = {
+        int(c["txn_id"].rsplit(":", 1)[1]): c for c in committed_txns(env.client, f"{QUERY}:")
+    }
+    first_run_committed = record.get(replayed, {})
 
     second = Run()
     stream = _start(bridge, second, checkpoint)
@@ -244,7 +246,11 @@ def test_restart_from_checkpoint_replays_the_last_batch_once(
 ) -> None:
     env = spark_env
     replay = runs.second.reports[0]
-    assert replay.txn_id == f"{QUERY}:{runs.replayed_batch}"
+    # Same query (same checkpoint, so the same query.id) and the same batch id as run 1's.
+    assert replay.txn_id.startswith(f"{QUERY}:") and replay.txn_id.endswith(
+        f":{runs.replayed_batch}"
+    )
+    assert replay.txn_id.rsplit(":", 1)[0] == runs.first.reports[0].txn_id.rsplit(":", 1)[0]
     if runs.first_run_committed:
         # It committed in run 1: the replay wrote new files but commits nothing new.
         assert replay.deduplicated, replay.line()
@@ -280,18 +286,74 @@ def test_foreach_batch_called_twice_with_the_same_batch_commits_once(spark_env: 
         write, query_name="by-hand", writes=[REPLAY], on_batch=reports.append
     )
     df = env.spark.range(5).select(F.col("id").alias("value"))
-    fn(df, 7)
-    fn(df, 7)
+    sc = env.spark.sparkContext
+    # What Structured Streaming sets around foreachBatch; here the test plays the query.
+    sc.setLocalProperty("sql.streaming.queryId", "by-hand-query")
+    try:
+        fn(df, 7)
+        fn(df, 7)
+    finally:
+        sc.setLocalProperty("sql.streaming.queryId", None)  # type: ignore[arg-type]
     first, second = reports
     assert not first.deduplicated and second.deduplicated
     assert first.commit_ts == second.commit_ts
     record = only(committed_txns(env.client, "by-hand:"))
-    assert record["txn_id"] == "by-hand:7" and record["ts"] == first.commit_ts
+    assert record["txn_id"] == "by-hand:by-hand-query:7" and record["ts"] == first.commit_ts
     assert rows_of(env.bridge().read_table(REPLAY, as_of=first.commit_ts)) == [
         (i,) for i in range(5)
     ]
     # The replay wrote its own files; no commit references them (they are left for GC).
     live = env.live_paths(REPLAY, as_of=first.commit_ts)
     location = Path(env.location(REPLAY))
-    written = {str(p.relative_to(location)) for p in location.glob("_txn/by-hand_7-*/*.parquet")}
+    written = {
+        str(p.relative_to(location))
+        for p in location.glob("_txn/by-hand_by-hand-query_7-*/*.parquet")
+    }
     assert live < written
+
+
+def test_a_fresh_checkpoint_under_the_same_query_name_commits_its_batches(
+    spark_env: SparkEnv, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """Batch ids restart at 0 with a new checkpoint. When txn ids were "<query_name>:<batch_id>",
+    the new query's batches collided with the old query's commits and were reported as
+    deduplicated: silently dropped. Now each query's ids embed its query.id."""
+    from pyspark.sql import functions as F
+
+    env = spark_env
+    table = "st.fresh"
+    env.ddl("CREATE NAMESPACE IF NOT EXISTS st")
+    env.ddl(f"CREATE TABLE {table} (id BIGINT)")
+    bridge = env.bridge(app_name="fresh")
+
+    def write(b: BatchContext, df: DataFrame) -> None:
+        b.write(table, df.select(F.col("value").alias("id")))
+
+    runs = []
+    for _ in range(2):  # two queries, same name, each with its own fresh checkpoint
+        run = Run()
+        fn = bridge.foreach_batch(write, query_name="fresh", writes=[table], on_batch=run.on_batch)
+        stream = (
+            bridge.spark.readStream.format("rate")
+            .option("rowsPerSecond", ROWS_PER_SECOND)
+            .load()
+            .writeStream.foreachBatch(fn)
+            .trigger(processingTime=TRIGGER)
+            .option("checkpointLocation", str(tmp_path_factory.mktemp("fresh-checkpoint")))
+            .start()
+        )
+        try:
+            _wait_reports(stream, run, lambda r: len(r) >= 2, "two micro-batches")
+        finally:
+            _stop(stream)
+        runs.append(run)
+    first, second = (sorted(r.reports, key=_batch_id) for r in runs)
+    assert [_batch_id(r) for r in second][:2] == [0, 1]  # the ids really restarted
+    for report in second:
+        assert not report.deduplicated, report.line()
+        assert report.commit_ts is not None
+    assert {r.txn_id for r in first}.isdisjoint({r.txn_id for r in second})
+    # Every row of both queries is in the table: nothing was dropped as a "duplicate".
+    last = max(r.commit_ts or 0 for r in [*first, *second])
+    written = sum(r.rows for r in [*first, *second])
+    assert len(rows_of(bridge.read_table(table, as_of=last), "id")) == written
