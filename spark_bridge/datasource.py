@@ -2,6 +2,7 @@
 
     spark.read.format("metastore").option("table", "sales.orders").option("as_of", "-5m").load()
     df.write.format("metastore").option("table", "sales.orders").mode("append").save()
+    # optional: .option("txn_id", "<stable id>") makes a retried job commit once
 
 Reads pin one timestamp (the `as_of` option — an HLC integer, ISO-8601 time, `-5m`-style relative
 time or `now` — default now), take the schema in force then and the files live then, and read
@@ -133,21 +134,30 @@ class MetastoreWriter(DataSourceWriter):
         endpoints: list[str],
         token: str,
         table: str,
+        table_id: int,
         version: int,
         location: str,
         columns: list[dict[str, Any]],
         overwrite: bool,
         not_before: int,
+        txn_id: str | None = None,
     ) -> None:
         self.endpoints = endpoints
         self.token = token
         self.table = table
+        # The incarnation pinned when the write was planned: if the name is dropped and
+        # re-created before the commit, the commit is refused instead of attaching these files
+        # to the new table (whose field ids mean other columns).
+        self.table_id = table_id
         self.version = version
         self.location = location
         self.columns = columns
         self.overwrite = overwrite
         self.not_before = not_before
-        self.txn_id = f"append:{table}:{uuid.uuid4()}"
+        # One id per logical write, made once on the driver side and carried (pickled) to the
+        # commit, so a retried commit call dedupes. A caller that retries whole jobs passes its
+        # own stable id with the "txn_id" write option.
+        self.txn_id = txn_id or f"append:{table}:{uuid.uuid4()}"
         self.rel_dir = f"_txn/append-{uuid.uuid4().hex[:12]}"
 
     def write(self, iterator: Iterator[Any]) -> WriterCommitMessage:
@@ -166,6 +176,8 @@ class MetastoreWriter(DataSourceWriter):
         return WrittenFile(path=rel, size_bytes=os.path.getsize(path), row_count=table.num_rows)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        from metastore.errors import TxnIdReusedError
+
         files = [m for m in messages if isinstance(m, WrittenFile)]
         client = _client(self.endpoints, self.token)
         try:
@@ -177,6 +189,7 @@ class MetastoreWriter(DataSourceWriter):
                     "writes": [
                         {
                             "table": self.table,
+                            "table_id": self.table_id,
                             "schema_version": self.version,
                             "add": [
                                 {
@@ -192,6 +205,11 @@ class MetastoreWriter(DataSourceWriter):
                     ],
                 },
             )
+        except TxnIdReusedError:
+            # The same txn id committed other files: a retried job whose earlier attempt
+            # committed. Done only if the committed record of this id says so (linearizable).
+            if client.committed_txn(self.txn_id).get("txn") is None:
+                raise
         finally:
             client.close()
 
@@ -262,15 +280,18 @@ class MetastoreDataSource(DataSource):
                 f"DataFrame schema {schema.simpleString()} does not match {self._table()} "
                 f"v{pinned['version']} ({want.simpleString()}); use the batch API to conform"
             )
+        txn_id = self.options.get("txn_id")
         return MetastoreWriter(
             endpoints=self.ENDPOINTS,
             token=self.TOKEN,
             table=self._table(),
+            table_id=int(pinned["table_id"]),
             version=int(pinned["version"]),
             location=str(pinned.get("location") or ""),
             columns=pinned["schema"]["columns"],
             overwrite=overwrite,
             not_before=int(pin["now"]) + 1,
+            txn_id=str(txn_id) if txn_id else None,
         )
 
 

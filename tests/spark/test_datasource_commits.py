@@ -1,0 +1,57 @@
+"""The `metastore` data source's append commit, against a real cluster: it pins the table
+incarnation (a DROP + CREATE of the name between planning and commit refuses the files) and its
+txn id is made once per write, so a repeated commit of the same write commits once."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from metastore.errors import TableNotFoundError
+from spark_bridge.datasource import MetastoreWriter, WrittenFile
+from tests.spark.support import SparkEnv, committed_txns, write_parquet
+
+pytestmark = pytest.mark.slow
+
+
+def _writer(env: SparkEnv, table: str) -> tuple[MetastoreWriter, list[Any]]:
+    """A writer planned now (as `writer()` does on the driver) and one file written for it."""
+    pinned = env.client.schema_at(table)
+    writer = MetastoreWriter(
+        endpoints=env.endpoints,
+        token=env.token,
+        table=table,
+        table_id=int(pinned["table_id"]),
+        version=int(pinned["version"]),
+        location=str(pinned["location"]),
+        columns=pinned["schema"]["columns"],
+        overwrite=False,
+        not_before=int(env.client.clock.now()) + 1,
+    )
+    f = write_parquet(writer.location, writer.rel_dir, writer.columns, [{"id": 1}])
+    return writer, [WrittenFile(path=f.path, size_bytes=f.size_bytes, row_count=f.row_count)]
+
+
+def test_a_repeated_commit_of_one_write_commits_once(spark_env: SparkEnv) -> None:
+    env = spark_env
+    env.ddl("CREATE NAMESPACE IF NOT EXISTS dsw")
+    env.ddl("CREATE TABLE dsw.once (id BIGINT)")
+    writer, messages = _writer(env, "dsw.once")
+    writer.commit(messages)
+    writer.commit(messages)  # e.g. the commit call retried after a lost reply
+    mine = [c for c in committed_txns(env.client) if c["txn_id"] == writer.txn_id]
+    assert len(mine) == 1
+    assert len(env.live_paths("dsw.once", as_of=env.client.clock.now())) == 1
+
+
+def test_files_planned_for_a_dropped_incarnation_are_refused(spark_env: SparkEnv) -> None:
+    env = spark_env
+    env.ddl("CREATE NAMESPACE IF NOT EXISTS dsw")
+    env.ddl("CREATE TABLE dsw.reborn (id BIGINT)")
+    writer, messages = _writer(env, "dsw.reborn")
+    env.ddl("DROP TABLE dsw.reborn")
+    env.ddl("CREATE TABLE dsw.reborn (id BIGINT)")
+    with pytest.raises(TableNotFoundError):
+        writer.commit(messages)
+    assert env.live_paths("dsw.reborn", as_of=env.client.clock.now()) == set()
