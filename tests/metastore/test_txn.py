@@ -186,10 +186,21 @@ def test_a_table_nobody_writes_is_readable_up_to_the_upper() -> None:
     upper = d.state.table_upper()
     assert upper == d.tm + 1
     created = d.state.describe(B).created_tu
-    for at in (created, ts - 1, ts, upper - 1):
+    stamps = (created, ts - 1, ts, upper - 1)
+    for at in stamps:
         assert d.state.files_at(B, at) == ()
     with pytest.raises(TableNotFoundError):  # not yet created: no table at that time
         d.state.files_at(B, created - 1)
+    # "Readable" means final: below the upper, later commits to either table (even ones that
+    # land as early as they can) change no answer, for the written table or the idle one.
+    answers = {(t, at): paths_at(d, t, at) for t in (A, B) for at in stamps}
+    assert answers[(A, ts)] == answers[(A, upper - 1)] == ["f1"]
+    assert answers[(A, ts - 1)] == []
+    later = ts_of(ok(d, commit("q:2", write(A, add=("f2",)), write(B, add=("b1",)))))
+    assert later >= upper
+    ok(d, commit("q:3", write(A, overwrite=True), write(B, add=("b2",))))
+    tick(d, 5)
+    assert {(t, at): paths_at(d, t, at) for t in (A, B) for at in stamps} == answers
 
 
 def test_overwrite_replaces_every_live_file_at_the_commit_ts() -> None:
