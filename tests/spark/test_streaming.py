@@ -118,6 +118,11 @@ def _stop(stream: StreamingQuery) -> None:
     assert not stream.isActive
 
 
+def _forget_batch(checkpoint: Path, log_name: str, batch: int) -> None:
+    (checkpoint / log_name / str(batch)).unlink()
+    (checkpoint / log_name / f".{batch}.crc").unlink(missing_ok=True)
+
+
 def _batch_ids(directory: Path) -> list[int]:
     return sorted(int(p.name) for p in directory.iterdir() if p.name.isdigit())
 
@@ -151,19 +156,21 @@ def runs(spark_env: SparkEnv, tmp_path_factory: pytest.TempPathFactory) -> Runs:
     finally:
         _stop(stream)
 
-    # Make Spark replay the last batch it completed: drop it from the checkpoint's commit log,
-    # as if the driver died after the metastore commit and before Spark recorded the batch.
-    offsets = _batch_ids(checkpoint / "offsets")
-    commits = _batch_ids(checkpoint / "commits")
-    replayed = offsets[-1]
-    if commits and commits[-1] == replayed:
-        (checkpoint / "commits" / str(replayed)).unlink()
-        (checkpoint / "commits" / f".{replayed}.crc").unlink(missing_ok=True)
-    # (Otherwise the stop interrupted batch `replayed`, and Spark replays it by itself.)
+    # Make Spark replay the last batch that committed in the metastore, as if the driver died
+    # right after that commit and before Spark recorded the batch: drop it (and anything after
+    # it, e.g. a batch the stop interrupted) from the checkpoint's offset and commit logs' tails.
     record = {
         int(c["txn_id"].rsplit(":", 1)[1]): c for c in committed_txns(env.client, f"{QUERY}:")
     }
-    first_run_committed = record.get(replayed, {})
+    offsets = _batch_ids(checkpoint / "offsets")
+    while offsets and offsets[-1] not in record:
+        _forget_batch(checkpoint, "offsets", offsets.pop())
+    assert offsets, "the first run committed no micro-batch"
+    replayed = offsets[-1]
+    for batch in _batch_ids(checkpoint / "commits"):
+        if batch >= replayed:
+            _forget_batch(checkpoint, "commits", batch)
+    first_run_committed = record[replayed]
 
     second = Run()
     stream = _start(bridge, second, checkpoint)
@@ -251,10 +258,9 @@ def test_restart_from_checkpoint_replays_the_last_batch_once(
         f":{runs.replayed_batch}"
     )
     assert replay.txn_id.rsplit(":", 1)[0] == runs.first.reports[0].txn_id.rsplit(":", 1)[0]
-    if runs.first_run_committed:
-        # It committed in run 1: the replay wrote new files but commits nothing new.
-        assert replay.deduplicated, replay.line()
-        assert replay.commit_ts == runs.first_run_committed["ts"]
+    # It committed in run 1 (the fixture makes sure): the replay commits nothing new.
+    assert replay.deduplicated, replay.line()
+    assert replay.commit_ts == runs.first_run_committed["ts"]
     commits = committed_txns(env.client, f"{QUERY}:")
     ids = [c["txn_id"] for c in commits]
     assert len(ids) == len(set(ids))
