@@ -1,9 +1,13 @@
-"""`metastore txn log`: the most recent atomic commits of the transaction log.
+"""`metastore txn log` and `txn show`: the transaction log's recent commits, and whether one txn
+(or one streaming query's batch) committed.
 
 Each commit lists data files for one or more tables and is visible at exactly one timestamp
 (`ts`) for all of them (metastore.txn). The node keeps the newest commits for idempotency and
 returns at most MAX_TXN_LOG_RECORDS of them, newest first; `upper` is the smallest timestamp a
-commit could still use, so every read below it is final.
+commit could still use, so every read below it is final. `txn show` is a linearizable lookup
+(the leader answers), so a commit that was acknowledged is never reported missing; with
+`--stream` it also shows the stream's high-water mark (its newest committed position), which
+outlives the txn-id window.
 """
 
 from __future__ import annotations
@@ -15,7 +19,8 @@ from rich.console import RenderableType
 from rich.text import Text
 
 from cli.context import app
-from cli.output import emit, rows_table, ts_cell
+from cli.errors import EXIT_NOT_FOUND
+from cli.output import emit, kv_table, rows_table, ts_cell
 from metastore.limits import MAX_TXN_LOG_RECORDS
 
 # What `txn log` shows without --limit: a screenful.
@@ -41,6 +46,71 @@ def txn_log(ctx: click.Context, limit: int) -> None:
     a = app(ctx)
     result = a.client().txn_log(limit)
     emit(a.output, result, lambda: _log_tables(result))
+
+
+@txn.command("show")
+@click.argument("txn_id")
+@click.option(
+    "--stream",
+    default=None,
+    help="Also show this stream's newest committed position (Structured Streaming through the "
+    "bridge: '<query name>:<query id>').",
+)
+@click.pass_context
+def txn_show(ctx: click.Context, txn_id: str, stream: str | None) -> None:
+    """Whether TXN_ID committed, and when (a linearizable lookup). Exits 4 when the txn is not
+    remembered and, with --stream, the stream has no committed position: it never committed,
+    or it is older than the newest 100,000 commits (the reply says how far back that is)."""
+    a = app(ctx)
+    result = a.client().committed_txn(txn_id, stream=stream)
+    emit(a.output, result, lambda: _show_tables(result, stream))
+    if result.get("txn") is None and result.get("stream_mark") is None:
+        ctx.exit(EXIT_NOT_FOUND)
+
+
+def _show_tables(result: dict[str, Any], stream: str | None) -> list[RenderableType]:
+    out: list[RenderableType] = []
+    record = result.get("txn")
+    if isinstance(record, dict):
+        out.append(
+            kv_table(
+                {
+                    "txn id": record.get("txn_id"),
+                    "ts": record.get("ts"),
+                    "tables": ", ".join(str(t) for t in record.get("tables") or []),
+                    "files": _files_cell(record.get("files_added"), record.get("files_removed")),
+                    "rows": record.get("rows_added"),
+                },
+                title="committed",
+            )
+        )
+    else:
+        oldest = result.get("oldest_remembered_ts")
+        window = ts_cell(oldest) if oldest else "none yet"
+        out.append(
+            Text(
+                f"txn {result.get('txn_id')} is not remembered: it never committed, or it is "
+                f"older than the remembered window (oldest remembered commit: {window}, "
+                f"{result.get('remembered_txns')} remembered)"
+            )
+        )
+    if stream is not None:
+        mark = result.get("stream_mark")
+        if isinstance(mark, dict):
+            out.append(
+                kv_table(
+                    {
+                        "stream": mark.get("stream"),
+                        "newest committed position": mark.get("seq"),
+                        "ts": mark.get("ts"),
+                        "its txn id": mark.get("txn_id"),
+                    },
+                    title="stream high-water mark",
+                )
+            )
+        else:
+            out.append(Text(f"stream {stream} has no committed position"))
+    return out
 
 
 def _log_tables(result: dict[str, Any]) -> list[RenderableType]:

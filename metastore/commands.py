@@ -22,6 +22,7 @@ MAX_COMMAND_BYTES) and a second constructor, `commit_txn_from_request`, for the 
               ts=None,                   # commit_at: exact commit timestamp (HLC), or
               not_before=None,           #   a plain commit lands at >= this (e.g. Top + 1)
               read_ts=None, read_tables=(),   # optional optimistic read-set check
+              stream=None, seq=None,     # optional stream position (both or neither)
               writes=(TableWrite(table=TableName.parse("ns.t"), schema_version=3,
                                  table_id=0,   # optional: 0, or the incarnation pinned at Top
                                  add=(DataFile(path="_txn/q1-17/part-0.parquet",
@@ -31,6 +32,7 @@ MAX_COMMAND_BYTES) and a second constructor, `commit_txn_from_request`, for the 
 
     request form (commit_txn_from_request): {"txn_id": str, "ts"?: int, "not_before"?: int,
       "read_ts"?: int, "read_tables"?: ["ns.t", ...], "request_id"?: str,
+      "stream"?: str, "seq"?: int,     # both or neither: a stream position (metastore.txn)
       "writes": [{"table": "ns.t", "schema_version": int, "table_id"?: int,
                   "add"?: [{"path": str, "size_bytes": int, "row_count": int}, ...],
                   "remove"?: [str, ...], "overwrite"?: bool}, ...]}
@@ -50,7 +52,7 @@ from __future__ import annotations
 import re
 import string
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Final
 
 import msgpack
@@ -433,6 +435,11 @@ class CommitTxn:
     not_before: int | None = None
     read_ts: int | None = None
     read_tables: tuple[TableName, ...] = ()
+    # Optional stream position: a stream's commits carry increasing `seq` (Structured
+    # Streaming: stream = "<query name>:<query id>", seq = batch id). A commit at or below the
+    # stream's high-water mark is refused (BatchAlreadyCommitted), however old (metastore.txn).
+    stream: str | None = None
+    seq: int | None = None
 
 
 Command = (
@@ -654,6 +661,19 @@ def _validate_commit(cmd: CommitTxn) -> None:
         raise limit_exceeded("MAX_TXN_ID_CHARS", limits.MAX_TXN_ID_CHARS, len(cmd.txn_id), "txn id")
     if _has_control_char(cmd.txn_id):
         raise InvalidArgumentError("txn id contains a control character")
+    if (cmd.stream is None) != (cmd.seq is None):
+        raise InvalidArgumentError("stream and seq go together (both or neither)")
+    if cmd.stream is not None:
+        validate_text(cmd.stream, "stream")
+        if not cmd.stream:
+            raise InvalidArgumentError("stream must not be empty")
+        if len(cmd.stream) > limits.MAX_TXN_ID_CHARS:
+            raise limit_exceeded(
+                "MAX_TXN_ID_CHARS", limits.MAX_TXN_ID_CHARS, len(cmd.stream), "stream"
+            )
+        if _has_control_char(cmd.stream):
+            raise InvalidArgumentError("stream contains a control character")
+        _validate_count(cmd.seq, "seq")  # type: ignore[arg-type]  # not None: checked above
     _validate_ts(cmd.ts, "ts")
     _validate_ts(cmd.not_before, "not_before")
     _validate_ts(cmd.read_ts, "read_ts")
@@ -825,6 +845,8 @@ def commit_txn_from_request(args: Mapping[str, object]) -> CommitTxn:
         not_before=fields.opt_integer("not_before"),
         read_ts=fields.opt_integer("read_ts"),
         read_tables=tuple(names),
+        stream=fields.opt_text("stream"),
+        seq=fields.opt_integer("seq"),
     )
     fields.done()
     validate_command(cmd)
@@ -968,6 +990,9 @@ def command_to_data(cmd: Command) -> dict[str, object]:
                 "read_tables": [[t.namespace, t.name] for t in cmd.read_tables],
                 "writes": [_write_to_data(w) for w in cmd.writes],
             }
+            if cmd.stream is not None:
+                # Only when set, so commits without a stream keep their original bytes.
+                body["stream"] = [cmd.stream, cmd.seq]
     return {**head, **body, "request_id": cmd.request_id}
 
 
@@ -1136,6 +1161,16 @@ def _command_from_data(obj: object) -> Command:
             read_tables=tuple(names),
             writes=tuple(_write_from_data(w) for w in writes),
         )
+        if f.has("stream"):
+            position = f.items("stream")
+            if (
+                len(position) != 2
+                or not isinstance(position[0], str)
+                or not isinstance(position[1], int)
+                or isinstance(position[1], bool)
+            ):
+                raise MalformedCommandError("stream must be [stream id, seq]")
+            cmd = replace(cmd, stream=position[0], seq=position[1])
     else:
         raise MalformedCommandError(f"unknown command type {kind!r}")
     f.done()

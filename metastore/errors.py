@@ -51,6 +51,7 @@ class ErrorCode(StrEnum):
     SCHEMA_VERSION_NOT_ACTIVE = "SCHEMA_VERSION_NOT_ACTIVE"
     TXN_ID_REUSED = "TXN_ID_REUSED"
     DATA_FILE_CONFLICT = "DATA_FILE_CONFLICT"
+    BATCH_ALREADY_COMMITTED = "BATCH_ALREADY_COMMITTED"
     # Client API (daemon) codes: see docs/protocol.md.
     UNAUTHENTICATED = "UNAUTHENTICATED"
     FORBIDDEN = "FORBIDDEN"
@@ -279,6 +280,15 @@ class DataFileConflictError(MetastoreError):
     retryable = True
 
 
+class BatchAlreadyCommittedError(MetastoreError):
+    """A commit names a stream position (`stream`, `seq`) at or below the stream's high-water mark:
+    that batch, or a later one of the same stream, already committed. Details: `stream`, `seq`,
+    `committed_seq`, `committed_ts`, `committed_txn_id`. Not retryable: the caller should treat the
+    batch as done (see metastore.txn, "Stream marks")."""
+
+    code = ErrorCode.BATCH_ALREADY_COMMITTED
+
+
 # ---- client API errors (raised by the daemon shell and rebuilt by the client) ---------------
 
 
@@ -367,6 +377,7 @@ _BY_CODE: dict[str, type[MetastoreError]] = {
         SchemaVersionNotActiveError,
         TxnIdReusedError,
         DataFileConflictError,
+        BatchAlreadyCommittedError,
         UnauthenticatedError,
         ForbiddenError,
         BadRequestError,

@@ -76,6 +76,7 @@ from metastore.txn import (
     CommitRecord,
     CommitsSince,
     FileEntry,
+    StreamMark,
     TableTxnStats,
     TxnLog,
     TxnLogStats,
@@ -325,6 +326,10 @@ class MetastoreState:
     def committed_txn(self, txn_id: str) -> CommitRecord | None:
         """The commit of a remembered txn id, or None (never committed, or out of the window)."""
         return self.txns.committed(txn_id)
+
+    def stream_mark(self, stream: str) -> StreamMark | None:
+        """A stream's newest committed position, or None (see metastore.txn, "Stream marks")."""
+        return self.txns.stream_mark(stream)
 
     # ----------------------------------------------------------------------------------------
     # Invariants and snapshots

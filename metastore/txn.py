@@ -36,8 +36,9 @@ Commit timestamp rule (txn-wal's `commit_at`, adapted to entries stamped with Tm
 
 Validation order (the first failing rule decides the error; a failure changes nothing)
     1. `validate_command` (shape, limits, distinct tables, paths).
-    2. txn id already committed: same writes -> the recorded result (deduplicated), different
-       writes -> TxnIdReusedError.
+    2. txn id already committed with the same writes -> the recorded result (deduplicated);
+       then a stream position at or below its stream's mark -> BatchAlreadyCommittedError;
+       then a txn id already committed with different writes -> TxnIdReusedError.
     3. the timestamp rule above; `read_ts` must be below the chosen ts.
     4. read set: a table of `read_tables` (any incarnation of the name) with a commit at
        ts > read_ts -> ReadConflictError (details: table, read_ts, commit_ts, txn_id). Schema
@@ -65,14 +66,24 @@ Idempotency
     ts; its new files stay unreferenced, for GC. Its streaming txn ids embed the query's id, so
     another query (or a fresh checkpoint) never matches them.
     Memory is bounded: the newest MAX_REMEMBERED_TXNS commits are remembered (oldest forgotten
-    first, in log order, identically on every replica). A replay of a commit older than that
-    window commits twice if it rewrote its files (a replay of the very same files is still
-    refused: a path is never added to a table twice). Structured Streaming replays at most the
-    one batch after the last recorded in its checkpoint, usually minutes after the failure, so
-    the window covers it unless 100k other commits land while the query is down. The bridge
-    asks `committed_txn` before the first micro-batch a driver runs for a query and skips it
-    if it committed. Not built yet: per-query high-water marks, so a replay older than the
-    window is refused instead of committing twice.
+    first, in log order, identically on every replica). Past that window a txn id alone no
+    longer protects: a replay that rewrote its files would commit twice. Stream marks close it.
+
+Stream marks (per-query high-water marks, so the window does not matter for streams)
+    A commit may carry a stream position (`stream`, `seq`): Structured Streaming's bridge sends
+    stream = "<query name>:<query id>" and seq = the batch id, which only grows over a query's
+    life (its id survives restarts from the same checkpoint). The log keeps, per stream, the
+    newest committed position (StreamMark: seq, ts, txn id). A commit whose seq is at or below
+    its stream's mark is refused with the non-retryable BatchAlreadyCommittedError (details:
+    committed_seq, committed_ts, committed_txn_id) - unless it is an exact retry of a
+    remembered txn, which is deduplicated as above - however old the mark is: a replay weeks
+    later is refused, not committed twice. Validation order: exact retry -> stream mark ->
+    TxnIdReused. Marks are bounded by MAX_STREAM_MARKS, the least recently committed stream
+    forgotten first (deterministic, in log order); a stream loses its mark only after that many
+    other streams committed since its last commit. Commits without a stream (the data source's
+    `txn_id` option, the CLI) rely on the txn-id window only. `stream_mark(stream)` and the
+    daemon's `committed_txn` op (with `stream`) let a restarted driver skip a batch before it
+    does any work and learn its last commit ts.
 
 Reads (pure; the daemon first waits for safe time >= ts, as for schemas)
     files_at(table, ts)     live files of the incarnation existing at ts, in commit order.
@@ -81,6 +92,7 @@ Reads (pure; the daemon first waits for safe time >= ts, as for schemas)
     commits_since(...)      per-table commit summaries after a ts, with `complete`.
     table_stats / stats     live files, bytes, rows, commit counts.
     committed(txn_id)       the record of a remembered txn id, or None.
+    stream_mark(stream)     a stream's newest committed position, or None.
 
 Shapes for the daemon and the bridge
     request   `commands.commit_txn_from_request(args)` turns the client API's map (documented in
@@ -142,7 +154,9 @@ Invariants (checked by `check_invariants`, which the state runs on load and in t
       file entries are stored in commit order (files_at relies on it); the live index and the
       live byte/row sums match the entries; counts respect the limits;
     * every remembered txn id maps to a real commit: its tables are registered, existed at its
-      ts, and, where their summaries still reach back to it, list that commit under that id.
+      ts, and, where their summaries still reach back to it, list that commit under that id;
+    * stream marks are at most MAX_STREAM_MARKS, in strictly increasing ts order (the eviction
+      order), none after the last commit, and agree with their txn's record when remembered.
 """
 
 from __future__ import annotations
@@ -167,6 +181,7 @@ from metastore.commands import (
 )
 from metastore.dedup import fingerprint
 from metastore.errors import (
+    BatchAlreadyCommittedError,
     CatalogInvariantError,
     CommitTimestampUnavailableError,
     DataFileConflictError,
@@ -250,6 +265,19 @@ class CommitRecord:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class StreamMark:
+    """A stream's high-water mark: its newest committed position (see "Stream marks")."""
+
+    stream: str
+    seq: int
+    ts: int  # commit ts of that position's commit
+    txn_id: str
+
+    def to_result(self) -> Result:
+        return {"stream": self.stream, "seq": self.seq, "ts": self.ts, "txn_id": self.txn_id}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class CommitsSince:
     """Commits to any incarnation of `table` with ts > `since`, oldest first. `complete` is False
     when per-table trimming dropped summaries that might belong here."""
@@ -282,6 +310,7 @@ class TxnLogStats:
     last_commit_ts: int  # 0 = no commit yet
     remembered_txns: int
     oldest_remembered_ts: int  # 0 = none remembered
+    stream_marks: int
     registered_tables: int
     file_entries: int
 
@@ -428,12 +457,21 @@ class _PlannedWrite:
 class TxnLog:
     """Registered tables, their files, and the remembered commits. Owned by `MetastoreState`."""
 
-    __slots__ = ("_commit_count", "_file_entries", "_last_commit_ts", "_tables", "_txns")
+    __slots__ = (
+        "_commit_count",
+        "_file_entries",
+        "_last_commit_ts",
+        "_streams",
+        "_tables",
+        "_txns",
+    )
 
     def __init__(self) -> None:
         self._tables: dict[int, TableLog] = {}  # table id -> log, for every incarnation
         # Newest MAX_REMEMBERED_TXNS commits, in commit (= ts) order.
         self._txns: OrderedDict[str, CommitRecord] = OrderedDict()
+        # Stream id -> high-water mark, least recently committed first (so in mark ts order).
+        self._streams: OrderedDict[str, StreamMark] = OrderedDict()
         self._last_commit_ts = 0  # Invariant: >= every commit ts; 0 = no commit yet
         self._commit_count = 0
         self._file_entries = 0  # derived: sum of len(files) over tables
@@ -486,13 +524,15 @@ class TxnLog:
         Raises a MetastoreError, having changed nothing, when a rule refuses it."""
         digest = fingerprint(msgpack.packb(writes_to_data(cmd.writes), use_bin_type=True))
         seen = self._txns.get(cmd.txn_id)
-        if seen is not None:
-            if seen.fingerprint != digest:
-                raise TxnIdReusedError(
-                    f"txn {cmd.txn_id!r} already committed at {seen.ts} with other writes",
-                    details={"txn_id": cmd.txn_id, "committed_ts": seen.ts},
-                )
+        if seen is not None and seen.fingerprint == digest:
             return {**seen.to_result(), "deduplicated": True}, True
+        if cmd.stream is not None:
+            self._check_stream(cmd.stream, cmd.seq)
+        if seen is not None:
+            raise TxnIdReusedError(
+                f"txn {cmd.txn_id!r} already committed at {seen.ts} with other writes",
+                details={"txn_id": cmd.txn_id, "committed_ts": seen.ts},
+            )
         ts = self._commit_ts(cmd, tm=tm, dd=dd)
         if cmd.read_ts is not None:
             self._check_reads(cmd.read_ts, cmd.read_tables, ts=ts, catalog=catalog)
@@ -507,7 +547,29 @@ class TxnLog:
             )
         # --- write: nothing below can fail ---
         record = self._write(cmd.txn_id, plans, ts=ts, tm=tm, digest=digest)
+        if cmd.stream is not None and cmd.seq is not None:
+            self._streams.pop(cmd.stream, None)
+            self._streams[cmd.stream] = StreamMark(
+                stream=cmd.stream, seq=cmd.seq, ts=ts, txn_id=cmd.txn_id
+            )
+            while len(self._streams) > limits.MAX_STREAM_MARKS:
+                self._streams.popitem(last=False)
         return record.to_result(), False
+
+    def _check_stream(self, stream: str, seq: int | None) -> None:
+        mark = self._streams.get(stream)
+        if mark is not None and seq is not None and seq <= mark.seq:
+            raise BatchAlreadyCommittedError(
+                f"stream {stream!r} already committed position {mark.seq} (txn "
+                f"{mark.txn_id!r} at {mark.ts}); position {seq} is at or below it",
+                details={
+                    "stream": stream,
+                    "seq": seq,
+                    "committed_seq": mark.seq,
+                    "committed_ts": mark.ts,
+                    "committed_txn_id": mark.txn_id,
+                },
+            )
 
     def _commit_ts(self, cmd: CommitTxn, *, tm: int, dd: int) -> int:
         upper = max(self._last_commit_ts + 1, tm)
@@ -736,6 +798,7 @@ class TxnLog:
             last_commit_ts=self._last_commit_ts,
             remembered_txns=len(self._txns),
             oldest_remembered_ts=0 if oldest is None else oldest.ts,
+            stream_marks=len(self._streams),
             registered_tables=len(self._tables),
             file_entries=self._file_entries,
         )
@@ -743,6 +806,10 @@ class TxnLog:
     def committed(self, txn_id: str) -> CommitRecord | None:
         """The record of a remembered committed txn id (None: never committed, or forgotten)."""
         return self._txns.get(txn_id)
+
+    def stream_mark(self, stream: str) -> StreamMark | None:
+        """The high-water mark of `stream` (None: never committed a position, or forgotten)."""
+        return self._streams.get(stream)
 
     def _log(self, table_id: int) -> TableLog:
         tl = self._tables.get(table_id)
@@ -752,7 +819,7 @@ class TxnLog:
         return tl
 
     def is_empty(self) -> bool:
-        return not self._tables and not self._txns and self._commit_count == 0
+        return not self._tables and not self._txns and not self._streams and self._commit_count == 0
 
     # ----------------------------------------------------------------------------------------
     # Invariants
@@ -811,6 +878,20 @@ class TxnLog:
             raise CatalogInvariantError("the newest remembered commit is not the last commit")
         if (self._commit_count == 0) != (self._last_commit_ts == 0):
             raise CatalogInvariantError("commit count and last commit ts disagree")
+        if len(self._streams) > min(limits.MAX_STREAM_MARKS, self._commit_count):
+            raise CatalogInvariantError("more stream marks than allowed or than commits")
+        previous = 0
+        for stream, mark in self._streams.items():
+            # Marks move to the end on every commit and commit timestamps increase, so the
+            # order of the map is the order of their ts (eviction relies on it).
+            if mark.stream != stream or mark.seq < 0 or not mark.txn_id or mark.ts <= previous:
+                raise CatalogInvariantError(f"stream mark {stream!r} malformed or out of order")
+            previous = mark.ts
+            marked = self._txns.get(mark.txn_id)
+            if marked is not None and marked.ts != mark.ts:
+                raise CatalogInvariantError(f"stream mark {stream!r} disagrees with its txn")
+        if previous > self._last_commit_ts:
+            raise CatalogInvariantError("a stream mark is after the last commit")
 
     # ----------------------------------------------------------------------------------------
     # Snapshot form
@@ -836,11 +917,13 @@ class TxnLog:
                 ]
                 for r in self._txns.values()
             ],
+            "streams": [[m.stream, m.seq, m.ts, m.txn_id] for m in self._streams.values()],
         }
 
     @staticmethod
     def from_data(data: object) -> TxnLog:
-        if not isinstance(data, dict) or set(data) != {
+        # "streams" is absent from snapshots written before stream marks existed.
+        if not isinstance(data, dict) or set(data) - {"streams"} != {
             "last_commit_ts",
             "commit_count",
             "tables",
@@ -881,6 +964,14 @@ class TxnLog:
             if record.txn_id in log._txns:
                 raise MalformedSnapshotError(f"txn {record.txn_id!r} twice")
             log._txns[record.txn_id] = record
+        for item in _list(data.get("streams", [])):
+            row = _list(item, 4)
+            mark = StreamMark(
+                stream=_str(row[0]), seq=_int(row[1]), ts=_int(row[2]), txn_id=_str(row[3])
+            )
+            if mark.stream in log._streams:
+                raise MalformedSnapshotError(f"stream mark {mark.stream!r} twice")
+            log._streams[mark.stream] = mark
         return log
 
     def __eq__(self, other: object) -> bool:

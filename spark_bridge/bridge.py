@@ -162,6 +162,26 @@ class MetastoreBridge:
         with self._commit_lock:
             self._last_commit_ts = max(self._last_commit_ts, ts)
 
+    def _committed_position(self, txn_id: str, stream: str, seq: int) -> int | None:
+        """The commit ts of `txn_id` if it committed, or of the stream's newest position if
+        that is at or past `seq` (a linearizable lookup); None if this position has not
+        committed. Feeds the clock and the read floor with the stream's last commit either
+        way."""
+        r = self.client.committed_txn(txn_id, stream=stream)
+        record, mark = r.get("txn"), r.get("stream_mark")
+        found: int | None = None
+        if isinstance(mark, dict) and isinstance(mark.get("ts"), int):
+            mark_ts = int(mark["ts"])
+            self._observe_commit(mark_ts)
+            self.client.clock.update(mark_ts)
+            if isinstance(mark.get("seq"), int) and int(mark["seq"]) >= seq:
+                found = mark_ts
+        if isinstance(record, dict) and isinstance(record.get("ts"), int):
+            found = int(record["ts"])
+            self._observe_commit(found)
+            self.client.clock.update(found)
+        return found
+
     def _first_batch_of(self, query_id: str) -> bool:
         with self._commit_lock:
             first = query_id not in self._queries_seen
@@ -185,10 +205,14 @@ class MetastoreBridge:
         read_ts: int | None = None,
         check_reads: bool = False,
         top: int | None = None,
+        stream: tuple[str, int] | None = None,
     ) -> Iterator[BatchContext]:
         """Pin, run, commit. `check_reads=True` makes the commit fail with a read conflict if a
         table the batch read got a commit after the batch's read timestamp. `top` plans the
-        batch at a given timestamp instead of the HLC's now (reproducing a batch, tests)."""
+        batch at a given timestamp instead of the HLC's now (reproducing a batch, tests).
+        `stream` = (stream id, position): the commit carries that stream position, and the
+        metastore refuses any position at or below the stream's newest committed one, however
+        long ago it committed (a batch found already committed is reported deduplicated)."""
         ctx = BatchContext(
             self,
             reads=list(reads),
@@ -196,6 +220,7 @@ class MetastoreBridge:
             txn_id=txn_id or f"batch:{uuid.uuid4()}",
             read_ts=read_ts,
             check_reads=check_reads,
+            stream=stream,
         )
         ctx.plan(top)
         yield ctx
@@ -226,20 +251,22 @@ class MetastoreBridge:
                     retryable=False,
                 )
             # Unique per query for its whole life: query.id survives restarts from the same
-            # checkpoint, and a new checkpoint (batch ids from 0 again) is a new query.
-            txn_id = f"{query_name}:{query_id}:{batch_id}"
+            # checkpoint, and a new checkpoint (batch ids from 0 again) is a new query. The
+            # stream position (query, batch id) makes the metastore refuse a replay however
+            # old, not only within its txn-id window.
+            stream = f"{query_name}:{query_id}"
+            txn_id = f"{stream}:{batch_id}"
             if self._first_batch_of(query_id):
                 # Only the first micro-batch a driver runs for a query can be a replay (Spark
                 # replays the batch after the last one in its commit log, at restart). Skip it
-                # before doing any work if it committed.
-                record = self.client.committed_txn(txn_id).get("txn")
-                if isinstance(record, dict) and isinstance(record.get("ts"), int):
+                # before doing any work if it committed; either way the stream's last commit
+                # becomes this driver's read floor (read your own writes across a restart).
+                committed_ts = self._committed_position(txn_id, stream, batch_id)
+                if committed_ts is not None:
                     report = BatchReport(
                         txn_id=txn_id, top=0, read_ts=0, waited_ms=0.0, deduplicated=True
                     )
-                    report.commit_ts = int(record["ts"])
-                    self._observe_commit(report.commit_ts)
-                    self.client.clock.update(report.commit_ts)
+                    report.commit_ts = committed_ts
                     log.info("micro-batch already committed, skipped: %s", report.line())
                     if on_batch is not None:
                         on_batch(report)
@@ -250,7 +277,9 @@ class MetastoreBridge:
             # unreferenced), so running the body again cannot duplicate data.
             for attempt in range(FOREACH_BATCH_ATTEMPTS_MAX):
                 try:
-                    with self.batch(reads=reads, writes=writes, txn_id=txn_id) as b:
+                    with self.batch(
+                        reads=reads, writes=writes, txn_id=txn_id, stream=(stream, batch_id)
+                    ) as b:
                         b.report.retries = attempt
                         body(b, df)
                     break
@@ -294,6 +323,7 @@ class BatchContext:
         txn_id: str,
         read_ts: int | None,
         check_reads: bool,
+        stream: tuple[str, int] | None = None,
     ) -> None:
         tables = list(dict.fromkeys([*reads, *writes]))
         if not tables:
@@ -310,6 +340,7 @@ class BatchContext:
         self.reads = reads
         self.writes = set(writes)
         self.txn_id = txn_id
+        self.stream = stream
         self._requested_read_ts = read_ts
         self.check_reads = check_reads
         self.pinned: dict[str, PinnedTable] = {}
@@ -458,24 +489,27 @@ class BatchContext:
         if self.check_reads and self.reads:
             args["read_ts"] = self.read_ts
             args["read_tables"] = list(self.reads)
-        from metastore.errors import TxnIdReusedError
+        if self.stream is not None:
+            args["stream"], args["seq"] = self.stream
+        from metastore.errors import BatchAlreadyCommittedError, TxnIdReusedError
 
         try:
             r = self._call("commit", args)
             self.report.commit_ts = int(r["ts"])
             self.report.deduplicated = bool(r.get("deduplicated", False))
         except BatchError as exc:
-            if not isinstance(exc.cause, TxnIdReusedError):
+            if not isinstance(exc.cause, TxnIdReusedError | BatchAlreadyCommittedError):
                 raise
             # A replay of a batch that already committed rewrote its files into a new
             # directory, so its file list differs. "Already committed" is decided from the
-            # committed record of this very txn id (linearizable lookup), never from the error
-            # alone; txn ids embed the streaming query's id, so the record is this query's
-            # batch. The first commit stands; this attempt's files stay unreferenced (for GC).
-            record = self.client.committed_txn(self.txn_id).get("txn")
-            if not isinstance(record, dict) or not isinstance(record.get("ts"), int):
+            # committed record (linearizable lookup), never from the error alone: the record
+            # of this very txn id, or the stream's mark at or past this batch's position. Txn
+            # ids and streams embed the streaming query's id, so either is this query's. The
+            # first commit stands; this attempt's files stay unreferenced (for GC).
+            committed_ts = self._committed_ts()
+            if committed_ts is None:
                 raise
-            self.report.commit_ts = int(record["ts"])
+            self.report.commit_ts = committed_ts
             self.report.deduplicated = True
         if self.report.commit_ts is not None:
             self.bridge._observe_commit(self.report.commit_ts)
@@ -483,6 +517,15 @@ class BatchContext:
         self.report.rows = sum(d.row_count for f, _ in self._written.values() for d in f)
         self.report.commit_ms = (time.perf_counter() - started) * 1000
         log.info("batch committed: %s", self.report.line())
+
+    def _committed_ts(self) -> int | None:
+        if self.stream is None:
+            record = self.client.committed_txn(self.txn_id).get("txn")
+            if isinstance(record, dict) and isinstance(record.get("ts"), int):
+                return int(record["ts"])
+            return None
+        stream, seq = self.stream
+        return self.bridge._committed_position(self.txn_id, stream, seq)
 
     def _call(self, op: str, args: dict[str, Any]) -> dict[str, Any]:
         from metastore.errors import MetastoreError

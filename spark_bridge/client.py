@@ -437,11 +437,16 @@ class MetastoreClient:
             args["as_of"] = as_of
         return await self.call("files", args)
 
-    async def committed_txn(self, txn_id: str) -> dict[str, Any]:
+    async def committed_txn(self, txn_id: str, *, stream: str | None = None) -> dict[str, Any]:
         """The commit record of `txn_id` (`txn`, None if it never committed or is older than the
-        remembered window, whose oldest commit ts comes back too). Linearizable: a commit this
-        client saw acknowledged is never reported missing."""
-        return await self.call("committed_txn", {"txn_id": txn_id})
+        remembered window, whose oldest commit ts comes back too) and, with `stream`, that
+        stream's high-water mark (`stream_mark`: seq, ts, txn_id; None if it never committed a
+        position). Linearizable: a commit this client saw acknowledged is never reported
+        missing."""
+        args: dict[str, Any] = {"txn_id": txn_id}
+        if stream is not None:
+            args["stream"] = stream
+        return await self.call("committed_txn", args)
 
     async def txn_log(self, limit: int = 20) -> dict[str, Any]:
         """The most recent commits, newest first."""
@@ -456,10 +461,20 @@ class MetastoreClient:
         not_before: int | None = None,
         read_ts: int | None = None,
         read_tables: list[str] | None = None,
+        stream: str | None = None,
+        seq: int | None = None,
     ) -> dict[str, Any]:
         """Commit `writes` (one per table) atomically; see docs/protocol.md. Retried safely:
-        the server de-duplicates by `txn_id`."""
-        optional = {"ts": ts, "not_before": not_before, "read_ts": read_ts}
+        the server de-duplicates by `txn_id`. `stream` + `seq` (both or neither) make it a
+        stream position: the server refuses any position at or below the stream's newest
+        (BATCH_ALREADY_COMMITTED), however long ago that committed."""
+        optional = {
+            "ts": ts,
+            "not_before": not_before,
+            "read_ts": read_ts,
+            "stream": stream,
+            "seq": seq,
+        }
         args: dict[str, Any] = {"txn_id": txn_id, "writes": writes}
         args.update({k: v for k, v in optional.items() if v is not None})
         if read_tables:
@@ -877,8 +892,8 @@ class SyncMetastoreClient:
     def txn_log(self, limit: int = 20) -> dict[str, Any]:
         return self._sync(self._client.txn_log, limit)
 
-    def committed_txn(self, txn_id: str) -> dict[str, Any]:
-        return self._sync(self._client.committed_txn, txn_id)
+    def committed_txn(self, txn_id: str, *, stream: str | None = None) -> dict[str, Any]:
+        return self._sync(self._client.committed_txn, txn_id, stream=stream)
 
     def commit(self, txn_id: str, writes: list[dict[str, Any]], **kwargs: Any) -> dict[str, Any]:
         return self._sync(self._client.commit, txn_id, writes, **kwargs)

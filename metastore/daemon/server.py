@@ -142,7 +142,7 @@ class ApiServer:
             "files": _Op(Role.READER, self._files, frozenset({"table", "as_of", "timeout_ms"})),
             "txn_log": _Op(Role.READER, self._txn_log, frozenset({"limit"})),
             "committed_txn": _Op(
-                Role.READER, self._committed_txn, frozenset({"txn_id", "timeout_ms"})
+                Role.READER, self._committed_txn, frozenset({"txn_id", "stream", "timeout_ms"})
             ),
             "ddl": _Op(Role.WRITER, self._ddl, frozenset({"sql", "request_id", "timeout_ms"})),
             "commit": _Op(
@@ -156,6 +156,8 @@ class ApiServer:
                         "not_before",
                         "read_ts",
                         "read_tables",
+                        "stream",
+                        "seq",
                         "request_id",
                         "timeout_ms",
                     }
@@ -549,6 +551,7 @@ class ApiServer:
         and applies everything committed before the call (ReadIndex), so an acknowledged commit
         is never reported missing by a lagging node. A follower asks the leader."""
         txn_id = _req_str(args, "txn_id", mlimits.MAX_TXN_ID_CHARS)
+        stream = _opt_str(args, "stream", mlimits.MAX_TXN_ID_CHARS)
         timeout_ms = _timeout(args)
         if not self.node.is_leader():
             leader = self.node.leader_id()
@@ -564,10 +567,12 @@ class ApiServer:
             raise UnavailableError(f"could not confirm leadership: {exc}") from None
         state = self.sm.state
         record = state.committed_txn(txn_id)
+        mark = None if stream is None else state.stream_mark(stream)
         stats = state.txn_stats()
         return {
             "txn_id": txn_id,
             "txn": None if record is None else commit_view(record),
+            "stream_mark": None if mark is None else mark.to_result(),
             "oldest_remembered_ts": stats.oldest_remembered_ts,
             "remembered_txns": stats.remembered_txns,
             "last_commit_ts": stats.last_commit_ts,

@@ -20,12 +20,14 @@ import pyarrow.parquet as pq
 import pytest
 
 from hlc import to_iso
+from metastore.errors import BatchAlreadyCommittedError
 from spark_bridge.client import SyncMetastoreClient
 from tests.cli.real_cluster import LIFECYCLE_TIMEOUT_S, Done, RealCluster, free_base_port
 
 pytestmark = pytest.mark.slow
 
 TABLE: Final = "shop.orders"
+STREAM: Final = "cli-stream:query-1"
 FIELD_ID: Final = b"PARQUET:field_id"
 # Written as an executor would (field ids 1..3, the ids CREATE TABLE assigns in order).
 BATCH_1: Final[list[dict[str, Any]]] = [
@@ -108,7 +110,8 @@ def committed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Committed]:
             ):
                 add = {"path": path, "size_bytes": size, "row_count": len(rows)}
                 write = {"table": TABLE, "schema_version": described["version"], "add": [add]}
-                replies.append(client.commit(f"cli-test:{i}", [write]))
+                # Positions of one stream, as the bridge's micro-batches carry them.
+                replies.append(client.commit(f"cli-test:{i}", [write], stream=STREAM, seq=i))
         # After both commits: the current schema calls column 2 `total`; the files say `amount`.
         cluster.ok_json("sql", f"ALTER TABLE {TABLE} RENAME COLUMN amount TO total")
         yield Committed(
@@ -139,6 +142,41 @@ def test_txn_log_lists_both_commits_newest_first(committed: Committed) -> None:
     assert text.returncode == 0, text.describe()
     for shown in ("cli-test:0", "cli-test:1", to_iso(committed.first["ts"]), TABLE, "+1"):
         assert shown in text.stdout, (shown, text.stdout)
+
+
+def test_txn_show_and_stream_marks(committed: Committed) -> None:
+    c = committed.cluster
+    doc = c.ok_json("txn", "show", "cli-test:0")
+    assert doc["txn"]["ts"] == committed.first["ts"] and doc["txn"]["tables"] == [TABLE]
+    assert doc["stream_mark"] is None  # not asked for
+    doc = c.ok_json("txn", "show", "cli-test:0", "--stream", STREAM)
+    assert doc["stream_mark"] == {
+        "stream": STREAM,
+        "seq": 1,
+        "ts": committed.second["ts"],
+        "txn_id": "cli-test:1",
+    }
+    text = c.run("txn", "show", "cli-test:1", "--stream", STREAM)
+    assert text.returncode == 0, text.describe()
+    for shown in ("cli-test:1", to_iso(committed.second["ts"]), "stream high-water mark"):
+        assert shown in text.stdout, (shown, text.stdout)
+    missing = c.run("txn", "show", "never-committed")
+    assert missing.returncode == 4, missing.describe()
+    assert "is not remembered" in missing.stdout
+    # A replay of position 0 under an id the log never saw (as a forgotten one looks) is refused
+    # by the stream's mark with a typed, non-retryable error, and commits nothing.
+    token = c.token_file().read_text().strip()
+    with SyncMetastoreClient(c.endpoints(), token) as client:
+        write = {
+            "table": TABLE,
+            "schema_version": 2,
+            "add": [{"path": "_txn/replay/part-0.parquet", "size_bytes": 1, "row_count": 1}],
+        }
+        with pytest.raises(BatchAlreadyCommittedError) as refused:
+            client.commit("cli-test:replayed", [write], stream=STREAM, seq=0)
+    assert not refused.value.retryable
+    assert refused.value.details["committed_seq"] == 1
+    assert c.run("txn", "show", "cli-test:replayed").returncode == 4
 
 
 def test_table_files_now_and_as_of(committed: Committed) -> None:

@@ -67,6 +67,7 @@ RETRYABLE: dict[str, bool] = {
     "SCHEMA_VERSION_NOT_ACTIVE": True,  # re-plan against the current schema
     "TXN_ID_REUSED": False,  # never "done": the writes differ
     "DATA_FILE_CONFLICT": True,  # re-plan against the current files
+    "BATCH_ALREADY_COMMITTED": False,  # that stream position already committed: treat as done
     "UNAUTHENTICATED": False,
     "FORBIDDEN": False,
     "BAD_REQUEST": False,

@@ -30,6 +30,7 @@ from metastore.commands import (
 )
 from metastore.ddl import parse_ddl
 from metastore.errors import (
+    BatchAlreadyCommittedError,
     CatalogInvariantError,
     ClusterNotInitializedError,
     CommitTimestampUnavailableError,
@@ -47,7 +48,7 @@ from metastore.errors import (
 )
 from metastore.outcome import Outcome
 from metastore.state import MetastoreState
-from metastore.txn import FileEntry
+from metastore.txn import FileEntry, StreamMark
 from tests.metastore._driver import DD, DD_MS, MS, Driver
 from tests.metastore._support import DETERMINISTIC, msgpack_values
 
@@ -91,6 +92,8 @@ def commit(
     read_ts: int | None = None,
     read_tables: tuple[TableName, ...] = (),
     request_id: str = "",
+    stream: str | None = None,
+    seq: int | None = None,
 ) -> CommitTxn:
     return CommitTxn(
         txn_id=txn_id,
@@ -100,6 +103,8 @@ def commit(
         read_ts=read_ts,
         read_tables=read_tables,
         request_id=request_id,
+        stream=stream,
+        seq=seq,
     )
 
 
@@ -438,8 +443,98 @@ def test_the_remembered_window_is_bounded(monkeypatch: pytest.MonkeyPatch) -> No
     assert [r.txn_id for r in d.state.txn_log(10)] == ["q:3", "q:2", "q:1"]
     # Outside the window, replaying the very same files still cannot commit them twice...
     refused(d, commit("q:0", write(A, add=("f0",))), InvalidArgumentError)
-    # ...but a replay that rewrote its files would commit again (documented limit).
+    # ...but a commit *without a stream position* that rewrote its files commits again: the
+    # txn-id window alone cannot tell. Streams carry positions (next tests) for exactly this.
     ok(d, commit("q:0", write(A, add=("f0-again",))))
+
+
+def test_a_stream_replay_older_than_the_window_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(limits, "MAX_REMEMBERED_TXNS", 3)
+    d = ready()
+    first = ok(d, commit("s:0", write(A, add=("f0",)), stream="s", seq=0))
+    for i in range(1, 6):
+        ok(d, commit(f"other:{i}", write(B, add=(f"b{i}",))))
+    assert d.state.committed_txn("s:0") is None  # long out of the txn-id window
+    # The replayed batch wrote new files: without the mark it would commit a second time.
+    e = refused(
+        d,
+        commit("s:0", write(A, add=("f0-replayed",)), stream="s", seq=0),
+        BatchAlreadyCommittedError,
+    )
+    assert not e.retryable
+    assert e.details == {
+        "stream": "s",
+        "seq": 0,
+        "committed_seq": 0,
+        "committed_ts": first["ts"],
+        "committed_txn_id": "s:0",
+    }
+    assert paths_at(d, A, d.state.table_upper() - 1) == ["f0"]
+
+
+def test_stream_positions_only_move_forward() -> None:
+    d = ready()
+    r3 = ok(d, commit("s:3", write(A, add=("f3",)), stream="s", seq=3))
+    mark = d.state.stream_mark("s")
+    assert mark is not None and (mark.seq, mark.ts, mark.txn_id) == (3, r3["ts"], "s:3")
+    # An exact retry of the remembered txn is still a plain de-duplication.
+    again = d.apply(commit("s:3", write(A, add=("f3",)), stream="s", seq=3))
+    assert again.ok and again.deduplicated and again.result["ts"] == r3["ts"]
+    # The same position with other files, or any earlier position, is refused, even under a
+    # txn id never seen before (a stream's position decides, not its ids).
+    for replay in (
+        commit("s:3", write(A, add=("f3b",)), stream="s", seq=3),
+        commit("s:2", write(A, add=("f2",)), stream="s", seq=2),
+        commit("fresh", write(A, add=("f0",)), stream="s", seq=0),
+    ):
+        e = refused(d, replay, BatchAlreadyCommittedError)
+        assert e.details["committed_seq"] == 3
+    # Positions may skip (a batch that wrote nothing commits nothing) and other streams are
+    # independent of this one.
+    r5 = ok(d, commit("s:5", write(A, add=("f5",)), stream="s", seq=5))
+    ok(d, commit("t:0", write(A, add=("t0",)), stream="t", seq=0))
+    mark = d.state.stream_mark("s")
+    assert mark is not None and (mark.seq, mark.ts) == (5, r5["ts"])
+    assert d.state.stream_mark("nobody") is None
+    assert d.state.txn_stats().stream_marks == 2
+    # A commit refused for another reason does not move the mark.
+    refused(d, commit("s:6", write(A, add=("f5",)), stream="s", seq=6), InvalidArgumentError)
+    mark = d.state.stream_mark("s")
+    assert mark is not None and mark.seq == 5
+
+
+def test_stream_marks_are_bounded_least_recently_committed_first(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(limits, "MAX_STREAM_MARKS", 2)
+    d = ready()
+    ok(d, commit("a:0", write(A, add=("a0",)), stream="a", seq=0))
+    ok(d, commit("b:0", write(A, add=("b0",)), stream="b", seq=0))
+    ok(d, commit("a:1", write(A, add=("a1",)), stream="a", seq=1))  # a is now the newest
+    ok(d, commit("c:0", write(A, add=("c0",)), stream="c", seq=0))  # evicts b, not a
+    assert d.state.stream_mark("b") is None
+    assert [m for m in ("a", "b", "c") if d.state.stream_mark(m)] == ["a", "c"]
+    assert d.state.txn_stats().stream_marks == 2
+
+
+def test_stream_marks_survive_snapshots_and_old_snapshots_load() -> None:
+    d = ready()
+    ok(d, commit("s:0", write(A, add=("f0",)), stream="s", seq=0))
+    ok(d, commit("u:4", write(B, add=("b0",)), stream="u", seq=4))
+    snap = d.state.to_snapshot()
+    restored = MetastoreState.from_snapshot(snap)
+    assert restored == d.state and restored.to_snapshot() == snap
+    assert restored.stream_mark("u") == d.state.stream_mark("u")
+    # A snapshot written before stream marks existed has no "streams" key.
+    obj = msgpack.unpackb(snap, raw=False)
+    del obj["txns"]["streams"]
+    old = MetastoreState.from_snapshot(msgpack.packb(obj, use_bin_type=True))
+    assert old.stream_mark("s") is None and old.txn_stats().stream_marks == 0
+    # A broken mark is refused.
+    obj = msgpack.unpackb(snap, raw=False)
+    obj["txns"]["streams"].append(obj["txns"]["streams"][0])
+    with pytest.raises(MalformedSnapshotError):
+        MetastoreState.from_snapshot(msgpack.packb(obj, use_bin_type=True))
 
 
 def test_request_id_and_txn_id_together() -> None:
@@ -795,6 +890,10 @@ def test_check_invariants_catches_corruption_of_the_txn_log() -> None:
             log._last_commit_ts -= 10 * MS
         elif how == "file before registration":
             tl.files[first] = replace(tl.files[first], added_ts=tl.registered_ts - 1)
+        elif how == "stream mark after the last commit":
+            log._streams["s"] = StreamMark(
+                stream="s", seq=1, ts=log.last_commit_ts + 1, txn_id="q:1"
+            )
         with pytest.raises(CatalogInvariantError):
             d.state.check_invariants()
 
@@ -805,6 +904,7 @@ def test_check_invariants_catches_corruption_of_the_txn_log() -> None:
         "txn id to nowhere",
         "commit order",
         "file before registration",
+        "stream mark after the last commit",
     ):
         corrupt(how)
 
@@ -922,6 +1022,27 @@ def test_request_form_matches_the_bridge_shape() -> None:
         {"txn_id": "t", "writes": [{"table": "ns.a", "schema_version": 1}]}
     )
     assert minimal == commit("t", write(A))
+    streamed = commit_txn_from_request(
+        {
+            "txn_id": "q:i:7",
+            "stream": "q:i",
+            "seq": 7,
+            "writes": [{"table": "ns.a", "schema_version": 1}],
+        }
+    )
+    assert streamed == commit("q:i:7", write(A), stream="q:i", seq=7)
+
+
+def test_a_stream_position_survives_encoding_and_is_omitted_when_absent() -> None:
+    plain = commit("q:1", write(A, add=("f1",)))
+    streamed = replace(plain, stream="q:id", seq=12)
+    assert decode_command(encode_command(streamed)) == streamed
+    assert decode_command(encode_command(plain)) == plain
+    # A commit without a stream encodes exactly as before stream positions existed.
+    assert b"stream" not in encode_command(plain)
+    for bad in (["q"], ["q", "1"], [1, 1], ["q", True], None):
+        with pytest.raises(MalformedCommandError):
+            decode_command(_commit_data(stream=bad))
 
 
 @pytest.mark.parametrize(
@@ -938,6 +1059,26 @@ def test_request_form_matches_the_bridge_shape() -> None:
         {"txn_id": "t", "writes": [], "extra": True},
         {"txn_id": "t", "writes": [{"table": "ns.a", "schema_version": 1}], "ts": True},
         {"txn_id": "t", "writes": [{"table": "ns.a", "schema_version": 1}], "read_tables": [1]},
+        {"txn_id": "t", "writes": [{"table": "ns.a", "schema_version": 1}], "stream": "s"},
+        {"txn_id": "t", "writes": [{"table": "ns.a", "schema_version": 1}], "seq": 1},
+        {
+            "txn_id": "t",
+            "writes": [{"table": "ns.a", "schema_version": 1}],
+            "stream": "s",
+            "seq": -1,
+        },
+        {
+            "txn_id": "t",
+            "writes": [{"table": "ns.a", "schema_version": 1}],
+            "stream": "",
+            "seq": 1,
+        },
+        {
+            "txn_id": "t",
+            "writes": [{"table": "ns.a", "schema_version": 1}],
+            "stream": "a\nb",
+            "seq": 1,
+        },
     ],
 )
 def test_bad_requests_get_invalid_argument(args: dict[str, object]) -> None:

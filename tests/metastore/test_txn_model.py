@@ -21,6 +21,7 @@ from metastore import limits
 from metastore.commands import CommitTxn, DataFile, InitCluster, TableName, TableWrite
 from metastore.ddl import parse_ddl
 from metastore.errors import (
+    BatchAlreadyCommittedError,
     CommitTimestampUnavailableError,
     DataFileConflictError,
     InvalidArgumentError,
@@ -57,6 +58,8 @@ class Commit:
     key: object  # canonical writes, for the idempotency rule
     # table id -> (adds, removes, overwrite)
     writes: dict[int, tuple[list[str], list[str], bool]]
+    stream: str | None = None
+    seq: int | None = None
 
 
 @dataclass
@@ -101,6 +104,11 @@ class Model:
     def last_commit_ts(self) -> int:
         return self.commits[-1].ts if self.commits else 0
 
+    def stream_mark(self, stream: str) -> int | None:
+        """The highest committed position of `stream` (positions only ever grow)."""
+        seqs = [c.seq for c in self.commits if c.stream == stream and c.seq is not None]
+        return max(seqs) if seqs else None
+
     def last_write_to(self, name: TableName) -> int:
         ids = {inc.table_id for inc in self.incarnations.get(name, [])}
         return max((c.ts for c in self.commits if ids & set(c.writes)), default=0)
@@ -122,9 +130,15 @@ def key_of(cmd: CommitTxn) -> object:
 
 def predict(model: Model, cmd: CommitTxn, tm: int) -> int | type[MetastoreError]:
     """The commit ts, or the error class, following metastore.txn's documented order."""
-    for c in model.commits:
-        if c.txn_id == cmd.txn_id:
-            return c.ts if c.key == key_of(cmd) else TxnIdReusedError
+    seen = next((c for c in model.commits if c.txn_id == cmd.txn_id), None)
+    if seen is not None and seen.key == key_of(cmd):
+        return seen.ts
+    if cmd.stream is not None and cmd.seq is not None:
+        mark = model.stream_mark(cmd.stream)
+        if mark is not None and cmd.seq <= mark:
+            return BatchAlreadyCommittedError
+    if seen is not None:
+        return TxnIdReusedError
     upper = max(model.last_commit_ts() + 1, tm)
     if cmd.ts is not None:
         if cmd.ts < upper:
@@ -258,6 +272,10 @@ class TxnMachine(RuleBasedStateMachine):
             read_tables = tuple(
                 data.draw(st.lists(st.sampled_from(NAMES), min_size=1, max_size=2, unique=True))
             )
+        stream = seq = None
+        if data.draw(st.integers(0, 2)) == 0:  # a stream position, sometimes a replayed one
+            stream = data.draw(st.sampled_from(["s1", "s2"]))
+            seq = data.draw(st.integers(0, 6))
         cmd = CommitTxn(
             txn_id=txn_id,
             writes=writes,
@@ -265,6 +283,8 @@ class TxnMachine(RuleBasedStateMachine):
             not_before=not_before,
             read_ts=read_ts,
             read_tables=read_tables,
+            stream=stream,
+            seq=seq,
         )
         self._apply_commit(cmd)
 
@@ -287,6 +307,8 @@ class TxnMachine(RuleBasedStateMachine):
             ts=None if delta is None else max(0, self.tm + delta),
             read_ts=earlier.read_ts,
             read_tables=earlier.read_tables,
+            stream=earlier.stream,
+            seq=earlier.seq,
         )
         self._apply_commit(retry)
 
@@ -361,6 +383,8 @@ class TxnMachine(RuleBasedStateMachine):
                             )
                             for w in cmd.writes
                         },
+                        stream=cmd.stream,
+                        seq=cmd.seq,
                     )
                 )
         else:
@@ -401,6 +425,9 @@ class TxnMachine(RuleBasedStateMachine):
         assert self.state.table_upper() == last + 1
         self.state.check_invariants()
         assert MetastoreState.from_snapshot(self.state.to_snapshot()) == self.state
+        for stream in ("s1", "s2"):
+            mark = self.state.stream_mark(stream)
+            assert (None if mark is None else mark.seq) == self.model.stream_mark(stream)
 
 
 TestTxnModel = TxnMachine.TestCase

@@ -318,6 +318,59 @@ def test_foreach_batch_called_twice_with_the_same_batch_commits_once(spark_env: 
     assert live < written
 
 
+def test_a_replay_past_the_txn_id_window_is_caught_by_the_stream_mark(spark_env: SparkEnv) -> None:
+    """Txn ids are remembered for the newest 100k commits only; a micro-batch replayed later
+    used to commit twice. Its stream position (query, batch id) now stops it however old it is.
+    The daemons cannot be pushed past 100k commits in a test, so the replay here carries a txn
+    id the log never saw - exactly what a forgotten one looks like - with the same position."""
+    from pyspark.sql import functions as F
+
+    env = spark_env
+    table = "st.marks"
+    env.ddl("CREATE NAMESPACE IF NOT EXISTS st")
+    env.ddl(f"CREATE TABLE {table} (id BIGINT)")
+    stream = "marks:marks-query"
+    df = env.spark.range(3)
+    bridge = env.bridge(app_name="marks")
+    with bridge.batch(writes=[table], txn_id=f"{stream}:7", stream=(stream, 7)) as b:
+        b.write(table, df)
+    committed = b.report.commit_ts
+    assert committed is not None and not b.report.deduplicated
+    # The replay: other files, a txn id nobody remembers, the same (or an earlier) position.
+    for seq in (7, 3):
+        with bridge.batch(writes=[table], txn_id=f"forgotten:{seq}", stream=(stream, seq)) as r:
+            r.write(table, df)
+        assert r.report.deduplicated and r.report.commit_ts == committed, r.report.line()
+    assert rows_of(env.bridge().read_table(table)) == [(0,), (1,), (2,)]
+    assert not [c for c in committed_txns(env.client) if c["txn_id"].startswith("forgotten:")]
+
+    # A restarted driver (a new bridge) asked to run an older batch of the query skips it
+    # before any work, by the stream's mark, and starts reading at or above its last commit.
+    restarted = env.bridge(app_name="marks-restarted")
+    reports: list[BatchReport] = []
+    bodies: list[int] = []
+
+    def write(b: BatchContext, df: DataFrame) -> None:
+        bodies.append(_batch_id(b))
+        b.write(table, df.select(F.col("id")))
+
+    fn = restarted.foreach_batch(write, query_name="marks", writes=[table], on_batch=reports.append)
+    sc = env.spark.sparkContext
+    sc.setLocalProperty("sql.streaming.queryId", "marks-query")  # as a streaming query does
+    try:
+        fn(df, 5)  # below the mark (7): already committed, skipped without running the body
+        assert restarted.last_commit_ts == committed
+        fn(df, 8)  # the next batch commits
+    finally:
+        sc.setLocalProperty("sql.streaming.queryId", None)  # type: ignore[arg-type]
+    skipped, ran = reports
+    assert skipped.deduplicated and skipped.commit_ts == committed
+    assert bodies == [8]
+    assert not ran.deduplicated and ran.commit_ts is not None and ran.commit_ts > committed
+    assert ran.read_ts >= committed  # read its own (previous driver's) writes
+    assert len(rows_of(env.bridge().read_table(table))) == 6
+
+
 def test_a_fresh_checkpoint_under_the_same_query_name_commits_its_batches(
     spark_env: SparkEnv, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
