@@ -39,6 +39,7 @@ import pyarrow.parquet as pq
 from cli.errors import EXIT_GENERIC, EXIT_NOT_FOUND, EXIT_USAGE, CliError
 from metastore import types as M
 from metastore.errors import MetastoreError
+from spark_bridge.defaults import DefaultNotEvaluableError, default_array
 from spark_bridge.files import absolute
 
 # The key under which pyarrow exposes a Parquet column's field id (as Spark writes it).
@@ -84,14 +85,17 @@ class PinnedColumn:
     name: str
     type_sql: str
     nullable: bool
+    default_sql: str | None = None  # rows of files written before the column existed read it
 
     @staticmethod
     def from_wire(column: Mapping[str, Any]) -> PinnedColumn:
+        default = column.get("default")
         return PinnedColumn(
             field_id=int(column["field_id"]),
             name=str(column["name"]),
             type_sql=str(column["type"]),
             nullable=bool(column.get("nullable", True)),
+            default_sql=str(default) if default is not None else None,
         )
 
 
@@ -224,12 +228,14 @@ def _file_batches(
                 # Every pinned column was added after this file was written: all NULL.
                 rows = min(rows_wanted, parquet.metadata.num_rows)
                 empty = pa.record_batch([], schema=pa.schema([]))
-                return [_conform(empty, target, sources, path, rows=rows)] if rows else []
+                if not rows:
+                    return []
+                return [_conform(empty, target, columns, sources, path, rows=rows)]
             out: list[pa.RecordBatch] = []
             have = 0
             batch_rows = min(rows_wanted, READ_BATCH_ROWS_MAX)
             for batch in parquet.iter_batches(batch_size=batch_rows, columns=wanted):
-                out.append(_conform(batch, target, sources, path, rows=batch.num_rows))
+                out.append(_conform(batch, target, columns, sources, path, rows=batch.num_rows))
                 have += batch.num_rows
                 if have >= rows_wanted:
                     break
@@ -245,15 +251,24 @@ def _file_batches(
 def _conform(
     batch: pa.RecordBatch,
     target: pa.Schema,
+    columns: Sequence[PinnedColumn],
     sources: Sequence[str | None],
     path: str,
     *,
     rows: int,
 ) -> pa.RecordBatch:
     arrays = []
-    for field, source in zip(target, sources, strict=True):
+    for field, column_def, source in zip(target, columns, sources, strict=True):
         if source is None:
-            arrays.append(pa.nulls(rows, type=field.type))  # column added later
+            # The column was added after this file was written: its rows read the column's
+            # default (Spark's existence default), or NULL when it has none.
+            if column_def.default_sql is None:
+                arrays.append(pa.nulls(rows, type=field.type))
+                continue
+            try:
+                arrays.append(default_array(column_def.default_sql, field.type, rows))
+            except DefaultNotEvaluableError as exc:
+                raise UnsupportedSchemaError(f"column {field.name!r}: {exc}") from None
             continue
         column = batch.column(source)
         try:

@@ -25,6 +25,8 @@ if TYPE_CHECKING:
     from pyspark.sql.types import DataType, StructType
 
 FIELD_ID_KEY = "parquet.field.id"
+# StructField metadata Spark reads as the value of a column for rows that predate it.
+EXISTS_DEFAULT_KEY = "EXISTS_DEFAULT"
 
 
 class SchemaMismatchError(ValueError):
@@ -95,6 +97,10 @@ def pinned_struct(columns: list[dict[str, Any]]) -> StructType:
         meta: dict[str, Any] = {FIELD_ID_KEY: int(c["field_id"])}
         if c.get("comment"):
             meta["comment"] = c["comment"]
+        if c.get("default") is not None:
+            # Spark's Parquet reader fills this into rows of files that lack the column (files
+            # written before ADD COLUMN ... DEFAULT): they read the default, not NULL.
+            meta[EXISTS_DEFAULT_KEY] = c["default"]
         fields.append(StructField(c["name"], dtype, bool(c["nullable"]), meta))
     return StructType(fields)
 

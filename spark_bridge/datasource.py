@@ -108,7 +108,13 @@ class MetastoreReader(DataSourceReader):
             idx = by_id.get(int(c["field_id"]))
             if idx is None and not by_id:
                 idx = by_name.get(f.name.casefold())  # files written without field ids
-            if idx is None:
+            if idx is None and c.get("default") is not None:
+                # Added after this file was written, with a DEFAULT: its rows read the default
+                # (Spark's existence default), not NULL.
+                from spark_bridge.defaults import default_array
+
+                arrays.append(default_array(str(c["default"]), f.type, table.num_rows))
+            elif idx is None:
                 arrays.append(pa.nulls(table.num_rows, type=f.type))  # column added later
             else:
                 arrays.append(table.column(idx).cast(f.type))

@@ -3,10 +3,10 @@ node on a real socket (tests.client.fake_node) serving canned `txn_log` / `files
 answers, and real Parquet files written with pyarrow into a temporary warehouse.
 
 What is checked: the requests each command sends (and that bad flags send none), both output
-formats, the reader's schema rules (field ids over names, columns added later as NULL, widened
-types cast, name fallback only for files without field ids), the row limit across files, and the
-error line and exit code of every failure (missing file, not Parquet, uncastable column, an error
-reply from the node). Plus unit tests of the pure value conversions.
+formats, the reader's schema rules (field ids over names, columns added later as NULL or as their
+DEFAULT, widened types cast, name fallback only for files without field ids), the row limit
+across files, and the error line and exit code of every failure (missing file, not Parquet,
+uncastable column, an error reply from the node). Plus unit tests of the pure value conversions.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from click.testing import CliRunner, Result
 from cli.main import cli
 from cli.parquet_rows import (
     PinnedColumn,
+    UnsupportedSchemaError,
     arrow_schema,
     json_value,
     read_rows,
@@ -35,6 +36,7 @@ from cli.parquet_rows import (
 )
 from hlc import SystemClock, make_ts, to_iso
 from metastore.errors import MetastoreError, TableNotFoundError
+from spark_bridge.defaults import DefaultNotEvaluableError, default_array
 from tests.client.fake_node import TOKEN, ThreadedFakeNode
 
 FIELD_ID: Final = b"PARQUET:field_id"
@@ -380,6 +382,97 @@ def test_a_file_none_of_whose_columns_survive_reads_as_nulls(tmp_path: Path) -> 
     read = read_rows(str(tmp_path), [{"path": "f.parquet"}], columns, limit=2)
     assert read.rows.to_pylist() == [{"fresh": None}, {"fresh": None}]
     assert read.files_opened == 1
+
+
+def test_rows_of_files_older_than_a_column_read_its_default(tmp_path: Path) -> None:
+    # f1 predates ADD COLUMN n INT DEFAULT 42 (no field id 2); f2 was written after and stores
+    # a NULL and a 7 in it, which must stay as they are.
+    write(tmp_path / "f1.parquet", {"id": (pa.int64(), 1, [1, 2])})
+    write(tmp_path / "f2.parquet", {"id": (pa.int64(), 1, [3, 4]), "n": (pa.int32(), 2, [None, 7])})
+    columns = [
+        PinnedColumn(field_id=1, name="id", type_sql="BIGINT", nullable=True),
+        PinnedColumn(field_id=2, name="n", type_sql="INT", nullable=True, default_sql="40 + 2"),
+        PinnedColumn(field_id=3, name="s", type_sql="STRING", nullable=True),  # no default
+    ]
+    files = [{"path": "f1.parquet"}, {"path": "f2.parquet"}]
+    rows = read_rows(str(tmp_path), files, columns, limit=10).rows.to_pylist()
+    assert rows == [
+        {"id": 1, "n": 42, "s": None},
+        {"id": 2, "n": 42, "s": None},
+        {"id": 3, "n": None, "s": None},
+        {"id": 4, "n": 7, "s": None},
+    ]
+    assert PinnedColumn.from_wire(
+        {"field_id": 2, "name": "n", "type": "INT", "nullable": True, "default": "42"}
+    ) == PinnedColumn(field_id=2, name="n", type_sql="INT", nullable=True, default_sql="42")
+
+
+def test_a_default_this_reader_cannot_evaluate_is_an_error_not_a_null(tmp_path: Path) -> None:
+    write(tmp_path / "f1.parquet", {"id": (pa.int64(), 1, [1])})
+    columns = [
+        PinnedColumn(field_id=1, name="id", type_sql="BIGINT", nullable=True),
+        PinnedColumn(
+            field_id=2, name="d", type_sql="DATE", nullable=True, default_sql="current_date()"
+        ),
+    ]
+    with pytest.raises(UnsupportedSchemaError, match="current_date"):
+        read_rows(str(tmp_path), [{"path": "f1.parquet"}], columns, limit=10)
+
+
+@pytest.mark.parametrize(
+    ("default_sql", "arrow_type", "value"),
+    [
+        ("42", pa.int32(), 42),
+        ("-5", pa.int64(), -5),
+        ("40 + 2", pa.int64(), 42),
+        ("-(3 - 1) * 2", pa.int32(), -4),
+        ("1.5", pa.float64(), 1.5),
+        ("1.5", pa.decimal128(10, 2), Decimal("1.50")),
+        ("1.5e3", pa.float64(), 1500.0),
+        ("'abc'", pa.string(), "abc"),
+        ("'it' 's'", pa.string(), "its"),  # adjacent literals concatenate, as in Spark
+        ("TRUE", pa.bool_(), True),
+        ("NULL", pa.int32(), None),
+        ("X'AB01'", pa.binary(), b"\xab\x01"),
+        ("DATE '2020-01-02'", pa.date32(), dt.date(2020, 1, 2)),
+        (
+            "TIMESTAMP_NTZ '2020-01-02 03:04:05'",
+            pa.timestamp("us"),
+            dt.datetime(2020, 1, 2, 3, 4, 5),
+        ),
+        (
+            "TIMESTAMP '2020-01-02 03:04:05'",
+            pa.timestamp("us", tz="UTC"),
+            dt.datetime(2020, 1, 2, 3, 4, 5, tzinfo=dt.UTC),
+        ),
+        ("CAST(5 AS BIGINT)", pa.int64(), 5),
+        ("CAST('1.25' AS DECIMAL(10, 2))", pa.decimal128(12, 2), Decimal("1.25")),
+        ("ARRAY(1, 2)", pa.list_(pa.int64()), [1, 2]),
+    ],
+)
+def test_existence_defaults_evaluate_like_spark(
+    default_sql: str, arrow_type: pa.DataType, value: object
+) -> None:
+    assert default_array(default_sql, arrow_type, 2).to_pylist() == [value, value]
+
+
+@pytest.mark.parametrize(
+    ("default_sql", "arrow_type"),
+    [
+        ("current_date()", pa.date32()),  # Spark evaluates it; this reader will not guess
+        ("3000000000", pa.int32()),  # does not fit the column
+        ("2147483647 + 1", pa.int32()),  # overflow, as in Spark's ANSI mode
+        ("'abc'", pa.int32()),
+        ("10 / 4", pa.float64()),
+        ("uuid()", pa.string()),
+        ("((", pa.int32()),
+    ],
+)
+def test_defaults_that_cannot_be_evaluated_exactly_are_refused(
+    default_sql: str, arrow_type: pa.DataType
+) -> None:
+    with pytest.raises(DefaultNotEvaluableError, match="DEFAULT"):
+        default_array(default_sql, arrow_type, 1)
 
 
 def test_rich_types_read_and_convert_to_json(tmp_path: Path) -> None:
