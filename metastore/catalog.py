@@ -60,6 +60,7 @@ namespaces alike, are kept forever for reads at old timestamps (GC will bound th
 from __future__ import annotations
 
 from bisect import bisect_right
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from itertools import pairwise
 from typing import Final
@@ -521,7 +522,16 @@ class Catalog:
         }
         return result, (TableDropped(table=name, table_id=inc.table_id, tu=tm + dd),)
 
-    def alter_table(self, cmd: AlterTable, *, tm: int, dd: int) -> Applied:
+    def alter_table(
+        self,
+        cmd: AlterTable,
+        *,
+        tm: int,
+        dd: int,
+        before_publish: Callable[[TableState], None] | None = None,
+    ) -> Applied:
+        """`before_publish(inc)` runs only when a new version is about to be published, and may
+        refuse it by raising (the leases' two-version gate); nothing has changed by then."""
         name = cmd.table
         inc = self.live_table(name)
         current = inc.versions[-1]
@@ -550,6 +560,8 @@ class Catalog:
                 len(inc.versions) + 1,
                 f"schema versions of {name}",
             )
+        if before_publish is not None:
+            before_publish(inc)
         tu = tm + dd
         version = SchemaVersion(
             table_id=inc.table_id,

@@ -53,7 +53,7 @@ import re
 import string
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import Final
+from typing import Final, cast
 
 import msgpack
 
@@ -442,8 +442,104 @@ class CommitTxn:
     seq: int | None = None
 
 
+# --- sessions and schema leases (metastore.leases) --------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SessionInfo:
+    """Who a session is, for people reading `session list` and lease blockers. Labels only: the
+    state never decides anything from them."""
+
+    app_id: str = ""  # Spark: spark.app.id
+    app_name: str = ""
+    host: str = ""
+    user: str = ""
+    pid: int = 0
+    started_at_ms: int = 0  # the client's wall clock, for display
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OpenSession:
+    """Open (or, with the same info, re-confirm) session `session_id` (client-chosen, e.g. a
+    UUID). It lives while heartbeats arrive within `ttl_ms` of each other, measured in Tm."""
+
+    request_id: str = ""
+    session_id: str
+    info: SessionInfo
+    ttl_ms: int
+    opened_by: str = ""  # the caller's token name, filled by the daemon
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HeartbeatSession:
+    request_id: str = ""
+    session_id: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CloseSession:
+    request_id: str = ""
+    session_id: str
+
+
+SESSION_END_REASONS: Final = ("ttl", "admin")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ExpireSessions:
+    """End sessions and drop their leases. reason "ttl": proposed by the leader for sessions past
+    their deadline; apply re-checks each against the entry's Tm and skips any that heartbeated
+    in between. reason "admin": `metastore session expire`, whatever their deadline."""
+
+    request_id: str = ""
+    session_ids: tuple[str, ...]
+    reason: str
+    by: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LeaseKey:
+    """A lease target: schema `version` of incarnation `table_id` of `table`."""
+
+    table: TableName
+    table_id: int
+    version: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AcquireLeases:
+    """Lease each (table, version) for the session; also counts as a heartbeat."""
+
+    request_id: str = ""
+    session_id: str
+    leases: tuple[LeaseKey, ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReleaseLeases:
+    request_id: str = ""
+    session_id: str
+    leases: tuple[LeaseKey, ...]
+
+
+SessionCommand = (
+    OpenSession | HeartbeatSession | CloseSession | ExpireSessions | AcquireLeases | ReleaseLeases
+)
+
 Command = (
-    InitCluster | CreateNamespace | DropNamespace | CreateTable | DropTable | AlterTable | CommitTxn
+    InitCluster
+    | CreateNamespace
+    | DropNamespace
+    | CreateTable
+    | DropTable
+    | AlterTable
+    | CommitTxn
+    | OpenSession
+    | HeartbeatSession
+    | CloseSession
+    | ExpireSessions
+    | AcquireLeases
+    | ReleaseLeases
 )
 
 
@@ -503,6 +599,87 @@ def validate_command(cmd: Command) -> None:
                 _validate_change(change)
         case CommitTxn():
             _validate_commit(cmd)
+        case OpenSession(info=info):
+            _validate_session_id(cmd.session_id)
+            for label, value in (
+                ("app_id", info.app_id),
+                ("app_name", info.app_name),
+                ("host", info.host),
+                ("user", info.user),
+                ("opened_by", cmd.opened_by),
+            ):
+                _validate_label(value, label)
+            _validate_count(info.pid, "pid")
+            _validate_count(info.started_at_ms, "started_at_ms")
+            if not limits.SESSION_TTL_MS_MIN <= cmd.ttl_ms <= limits.SESSION_TTL_MS_MAX:
+                raise InvalidArgumentError(
+                    f"ttl_ms must be in {limits.SESSION_TTL_MS_MIN}..{limits.SESSION_TTL_MS_MAX}",
+                    details={"ttl_ms": cmd.ttl_ms},
+                )
+        case HeartbeatSession() | CloseSession():
+            _validate_session_id(cmd.session_id)
+        case ExpireSessions():
+            if not cmd.session_ids:
+                raise InvalidArgumentError("expire needs at least one session id")
+            if len(cmd.session_ids) > limits.MAX_LEASES_PER_COMMAND:
+                raise limit_exceeded(
+                    "MAX_LEASES_PER_COMMAND",
+                    limits.MAX_LEASES_PER_COMMAND,
+                    len(cmd.session_ids),
+                    "sessions in one expire command",
+                )
+            if len(set(cmd.session_ids)) != len(cmd.session_ids):
+                raise InvalidArgumentError("a session id is listed twice")
+            for session_id in cmd.session_ids:
+                _validate_session_id(session_id)
+            if cmd.reason not in SESSION_END_REASONS:
+                raise InvalidArgumentError(
+                    f"reason must be one of {SESSION_END_REASONS}", details={"reason": cmd.reason}
+                )
+            _validate_label(cmd.by, "by")
+        case AcquireLeases() | ReleaseLeases():
+            _validate_session_id(cmd.session_id)
+            if not cmd.leases:
+                raise InvalidArgumentError("name at least one lease")
+            if len(cmd.leases) > limits.MAX_LEASES_PER_COMMAND:
+                raise limit_exceeded(
+                    "MAX_LEASES_PER_COMMAND",
+                    limits.MAX_LEASES_PER_COMMAND,
+                    len(cmd.leases),
+                    "leases in one command",
+                )
+            if len({(k.table_id, k.version) for k in cmd.leases}) != len(cmd.leases):
+                raise InvalidArgumentError("a (table, version) lease is listed twice")
+            for key in cmd.leases:
+                if key.table_id < 1 or key.version < 1:
+                    raise InvalidArgumentError(
+                        "lease table_id and version must be positive",
+                        details={"table": str(key.table), "table_id": key.table_id},
+                    )
+                _validate_count(key.table_id, "table_id")
+                _validate_count(key.version, "version")
+
+
+def _validate_session_id(session_id: str) -> None:
+    validate_text(session_id, "session id")
+    if not session_id:
+        raise InvalidArgumentError("session id must not be empty")
+    if len(session_id) > limits.MAX_SESSION_ID_CHARS:
+        raise limit_exceeded(
+            "MAX_SESSION_ID_CHARS", limits.MAX_SESSION_ID_CHARS, len(session_id), "session id"
+        )
+    if _has_control_char(session_id):
+        raise InvalidArgumentError("session id contains a control character")
+
+
+def _validate_label(value: str, what: str) -> None:
+    validate_text(value, what)
+    if len(value) > limits.MAX_SESSION_LABEL_CHARS:
+        raise limit_exceeded(
+            "MAX_SESSION_LABEL_CHARS", limits.MAX_SESSION_LABEL_CHARS, len(value), what
+        )
+    if _has_control_char(value):
+        raise InvalidArgumentError(f"{what} contains a control character")
 
 
 def _check_normalized(name: str, what: str) -> None:
@@ -993,6 +1170,40 @@ def command_to_data(cmd: Command) -> dict[str, object]:
             if cmd.stream is not None:
                 # Only when set, so commits without a stream keep their original bytes.
                 body["stream"] = [cmd.stream, cmd.seq]
+        case OpenSession(info=info):
+            body = {
+                "type": "open_session",
+                "session_id": cmd.session_id,
+                "info": [
+                    info.app_id,
+                    info.app_name,
+                    info.host,
+                    info.user,
+                    info.pid,
+                    info.started_at_ms,
+                ],
+                "ttl_ms": cmd.ttl_ms,
+                "opened_by": cmd.opened_by,
+            }
+        case HeartbeatSession():
+            body = {"type": "heartbeat_session", "session_id": cmd.session_id}
+        case CloseSession():
+            body = {"type": "close_session", "session_id": cmd.session_id}
+        case ExpireSessions():
+            body = {
+                "type": "expire_sessions",
+                "session_ids": list(cmd.session_ids),
+                "reason": cmd.reason,
+                "by": cmd.by,
+            }
+        case AcquireLeases() | ReleaseLeases():
+            body = {
+                "type": "acquire_leases" if isinstance(cmd, AcquireLeases) else "release_leases",
+                "session_id": cmd.session_id,
+                "leases": [
+                    [k.table.namespace, k.table.name, k.table_id, k.version] for k in cmd.leases
+                ],
+            }
     return {**head, **body, "request_id": cmd.request_id}
 
 
@@ -1171,6 +1382,65 @@ def _command_from_data(obj: object) -> Command:
             ):
                 raise MalformedCommandError("stream must be [stream id, seq]")
             cmd = replace(cmd, stream=position[0], seq=position[1])
+    elif kind == "open_session":
+        info = f.items("info")
+        if (
+            len(info) != 6
+            or not all(isinstance(x, str) for x in info[:4])
+            or not all(isinstance(x, int) and not isinstance(x, bool) for x in info[4:])
+        ):
+            raise MalformedCommandError(
+                "session info must be [app_id, app_name, host, user, pid, started_at_ms]"
+            )
+        cmd = OpenSession(
+            request_id=request_id,
+            session_id=f.text("session_id"),
+            info=SessionInfo(
+                app_id=str(info[0]),
+                app_name=str(info[1]),
+                host=str(info[2]),
+                user=str(info[3]),
+                pid=int(cast(int, info[4])),
+                started_at_ms=int(cast(int, info[5])),
+            ),
+            ttl_ms=f.integer("ttl_ms"),
+            opened_by=f.text("opened_by"),
+        )
+    elif kind == "heartbeat_session":
+        cmd = HeartbeatSession(request_id=request_id, session_id=f.text("session_id"))
+    elif kind == "close_session":
+        cmd = CloseSession(request_id=request_id, session_id=f.text("session_id"))
+    elif kind == "expire_sessions":
+        ids = f.items("session_ids")
+        if len(ids) > limits.MAX_LEASES_PER_COMMAND or not all(isinstance(i, str) for i in ids):
+            raise MalformedCommandError("session_ids must be at most a bounded list of strings")
+        cmd = ExpireSessions(
+            request_id=request_id,
+            session_ids=tuple(str(i) for i in ids),
+            reason=f.text("reason"),
+            by=f.text("by"),
+        )
+    elif kind in ("acquire_leases", "release_leases"):
+        items = f.items("leases")
+        if len(items) > limits.MAX_LEASES_PER_COMMAND:
+            raise MalformedCommandError("too many leases in one command")
+        keys: list[LeaseKey] = []
+        for item in items:
+            if (
+                not isinstance(item, list)
+                or len(item) != 4
+                or not all(isinstance(x, int) and not isinstance(x, bool) for x in item[2:])
+            ):
+                raise MalformedCommandError("a lease must be [namespace, name, table_id, version]")
+            keys.append(
+                LeaseKey(
+                    table=table_name_from_data(item[:2]),
+                    table_id=int(cast(int, item[2])),
+                    version=int(cast(int, item[3])),
+                )
+            )
+        kind_cls = AcquireLeases if kind == "acquire_leases" else ReleaseLeases
+        cmd = kind_cls(request_id=request_id, session_id=f.text("session_id"), leases=tuple(keys))
     else:
         raise MalformedCommandError(f"unknown command type {kind!r}")
     f.done()

@@ -52,6 +52,10 @@ class ErrorCode(StrEnum):
     TXN_ID_REUSED = "TXN_ID_REUSED"
     DATA_FILE_CONFLICT = "DATA_FILE_CONFLICT"
     BATCH_ALREADY_COMMITTED = "BATCH_ALREADY_COMMITTED"
+    # Sessions and schema leases (metastore.leases).
+    SESSION_NOT_FOUND = "SESSION_NOT_FOUND"
+    LEASE_VERSION_NOT_LATEST = "LEASE_VERSION_NOT_LATEST"
+    SCHEMA_CHANGE_BLOCKED = "SCHEMA_CHANGE_BLOCKED"
     # Client API (daemon) codes: see docs/protocol.md.
     UNAUTHENTICATED = "UNAUTHENTICATED"
     FORBIDDEN = "FORBIDDEN"
@@ -289,6 +293,34 @@ class BatchAlreadyCommittedError(MetastoreError):
     code = ErrorCode.BATCH_ALREADY_COMMITTED
 
 
+class SessionNotFoundError(MetastoreError):
+    """The session does not exist: never opened, closed, or expired (its last heartbeat's Tm plus
+    its TTL has passed). Details: `session_id`, and `expired_at_tm` when it expired but is not yet
+    swept. Not retryable: open a new session (its leases are gone)."""
+
+    code = ErrorCode.SESSION_NOT_FOUND
+
+
+class LeaseVersionNotLatestError(MetastoreError):
+    """A lease asked for a schema version that is not one of the table's two latest versions (or
+    an incarnation that is no longer live). Details: `table`, `table_id`, `version`,
+    `latest_versions`. Re-plan at a fresh Top and lease what it pins."""
+
+    code = ErrorCode.LEASE_VERSION_NOT_LATEST
+    retryable = True
+
+
+class SchemaChangeBlockedError(MetastoreError):
+    """Publishing the next schema version would leave leases on three versions: unexpired leases
+    on the version before the current one must drain first (the two-version invariant). Details:
+    `table`, `table_id`, `publishing_version`, `blockers` (session id, app id, app name, host,
+    user, pid, version held, acquired_tm, expires_at_tm). Retry once they are released or their
+    sessions expire; the daemon's `ddl` does so until its wait runs out."""
+
+    code = ErrorCode.SCHEMA_CHANGE_BLOCKED
+    retryable = True
+
+
 # ---- client API errors (raised by the daemon shell and rebuilt by the client) ---------------
 
 
@@ -378,6 +410,9 @@ _BY_CODE: dict[str, type[MetastoreError]] = {
         TxnIdReusedError,
         DataFileConflictError,
         BatchAlreadyCommittedError,
+        SessionNotFoundError,
+        LeaseVersionNotLatestError,
+        SchemaChangeBlockedError,
         UnauthenticatedError,
         ForbiddenError,
         BadRequestError,

@@ -130,3 +130,24 @@ MAX_FILE_ENTRIES_TOTAL = 5_000_000
 # A refused commit_at(ts) suggests retry_at = upper + this margin: the retry is a new log entry
 # whose Tm (and so its smallest usable ts) is later than the upper the refusal saw.
 COMMIT_RETRY_MARGIN_MS = 200
+
+# --- sessions and schema leases (metastore.leases) ----------------------------------------------
+
+# A session (one client application) lives while it heartbeats: it expires once the Tm of an entry
+# passes its last heartbeat's Tm + its TTL. 40 s of silence is far beyond a GC pause or a leader
+# change, and short enough that a killed driver blocks a schema change for well under a minute.
+SESSION_TTL_MS_DEFAULT = 40_000
+SESSION_HEARTBEAT_MS_DEFAULT = 5_000  # clients heartbeat ~8 times per TTL
+SESSION_TTL_MS_MIN = 500  # below this a heartbeat cannot reliably get through a leader change
+SESSION_TTL_MS_MAX = 3_600_000
+# Live sessions in the cluster: each costs a heartbeat entry every few seconds.
+MAX_SESSIONS = 10_000
+# Session ids are client-chosen (a UUID), and the descriptive fields are short labels.
+MAX_SESSION_ID_CHARS = 64
+MAX_SESSION_LABEL_CHARS = 256
+# Leases one session holds at once ((table, version) pairs; a batch leases what it pins), and
+# leases one acquire/release command names (one per table a batch touches).
+MAX_LEASES_PER_SESSION = 10_000
+MAX_LEASES_PER_COMMAND = MAX_TABLES_PER_COMMIT
+# Ended sessions remembered for `session list --all` (newest kept).
+MAX_ENDED_SESSIONS_KEPT = 1_000

@@ -46,14 +46,20 @@ from hlc.limits import LOGICAL_BITS, MAX_TS
 from metastore import limits
 from metastore.catalog import Catalog, Namespace, SchemaVersion, TableDescription
 from metastore.commands import (
+    AcquireLeases,
     AlterTable,
+    CloseSession,
     Command,
     CommitTxn,
     CreateNamespace,
     CreateTable,
     DropNamespace,
     DropTable,
+    ExpireSessions,
+    HeartbeatSession,
     InitCluster,
+    OpenSession,
+    ReleaseLeases,
     TableName,
     decode_command,
     encode_command,
@@ -71,6 +77,7 @@ from metastore.errors import (
     StaleTimestampError,
     TableNotFoundError,
 )
+from metastore.leases import Sessions
 from metastore.outcome import Effect, Outcome, SchemaVersionPublished, TableDropped
 from metastore.txn import (
     CommitRecord,
@@ -85,7 +92,8 @@ from metastore.txn import (
 # 2: the transaction log and table locations. Version 1 snapshots (no txn log) still load: every
 # incarnation is registered with no files. Namespace incarnations changed the catalog's own data
 # (`catalog.NAMESPACE_FORM`, older forms still load), not this version.
-SNAPSHOT_FORMAT_VERSION: Final = 2
+# 3: sessions and schema leases (metastore.leases); version 2 snapshots load with none.
+SNAPSHOT_FORMAT_VERSION: Final = 3
 _SNAPSHOT_KEYS_V1: Final = frozenset(
     {"v", "applied_index", "last_tm", "cluster", "catalog", "requests"}
 )
@@ -107,7 +115,15 @@ class ClusterConfig:
 
 
 class MetastoreState:
-    __slots__ = ("applied_index", "catalog", "cluster", "last_tm", "requests", "txns")
+    __slots__ = (
+        "applied_index",
+        "catalog",
+        "cluster",
+        "last_tm",
+        "requests",
+        "sessions",
+        "txns",
+    )
 
     def __init__(self) -> None:
         self.applied_index = 0  # Invariant: index of the last entry that changed the state
@@ -115,6 +131,7 @@ class MetastoreState:
         self.cluster: ClusterConfig | None = None
         self.catalog = Catalog()
         self.txns = TxnLog()
+        self.sessions = Sessions()
         self.requests = RequestLog()
 
     @property
@@ -206,6 +223,19 @@ class MetastoreState:
             result, deduplicated = self.txns.commit(command, tm=tm, dd=dd, catalog=self.catalog)
             return Outcome(ok=True, result=result, deduplicated=deduplicated)
         match command:
+            case OpenSession():
+                return Outcome.success(self.sessions.open(command, tm=tm))
+            case HeartbeatSession():
+                return Outcome.success(self.sessions.heartbeat(command, tm=tm))
+            case CloseSession():
+                return Outcome.success(self.sessions.close(command, tm=tm))
+            case ExpireSessions():
+                return Outcome.success(self.sessions.expire(command, tm=tm))
+            case AcquireLeases():
+                return Outcome.success(self.sessions.acquire(command, tm=tm, catalog=self.catalog))
+            case ReleaseLeases():
+                return Outcome.success(self.sessions.release(command))
+        match command:
             case CreateNamespace():
                 result, effects = self.catalog.create_namespace(command, tm=tm, dd=dd)
             case DropNamespace():
@@ -215,7 +245,13 @@ class MetastoreState:
             case DropTable():
                 result, effects = self.catalog.drop_table(command, tm=tm, dd=dd)
             case AlterTable():
-                result, effects = self.catalog.alter_table(command, tm=tm, dd=dd)
+                # The two-version invariant: no third leased version (metastore.leases).
+                result, effects = self.catalog.alter_table(
+                    command,
+                    tm=tm,
+                    dd=dd,
+                    before_publish=lambda inc: self.sessions.check_publish(inc, tm=tm),
+                )
             case _:
                 assert_never(command)
         self._register_tables(effects)
@@ -235,6 +271,7 @@ class MetastoreState:
                     )
                 case TableDropped():
                     self.txns.forget(table_id=effect.table_id, ts=effect.tu)
+                    self.sessions.forget_table(effect.table_id)
                 case SchemaVersionPublished():
                     pass
 
@@ -348,6 +385,7 @@ class MetastoreState:
         dd = None if self.cluster is None else self.cluster.dd
         self.catalog.check_invariants(dd=dd, last_tm=self.last_tm)
         self.txns.check_invariants(catalog=self.catalog, dd=dd, last_tm=self.last_tm)
+        self.sessions.check_invariants(catalog=self.catalog, last_tm=self.last_tm)
         problems = self.requests.check_invariants(last_tm=self.last_tm)
         if problems:
             raise CatalogInvariantError("; ".join(problems))
@@ -361,6 +399,7 @@ class MetastoreState:
             "cluster": cluster,
             "catalog": self.catalog.to_data(),
             "txns": self.txns.to_data(),
+            "sessions": self.sessions.to_data(),
             "requests": self.requests.to_data(),
         }
         packed: bytes = msgpack.packb(data, use_bin_type=True)
@@ -374,9 +413,13 @@ class MetastoreState:
         # msgpack documents that it may raise outside its own exception hierarchy.
         except Exception as e:  # noqa: BLE001
             raise MalformedSnapshotError(f"snapshot is not msgpack: {type(e).__name__}") from None
-        if not isinstance(obj, dict) or obj.get("v") not in (1, SNAPSHOT_FORMAT_VERSION):
+        if not isinstance(obj, dict) or obj.get("v") not in (1, 2, SNAPSHOT_FORMAT_VERSION):
             raise MalformedSnapshotError("snapshot must be a map with a supported version")
-        keys = _SNAPSHOT_KEYS_V1 if obj["v"] == 1 else _SNAPSHOT_KEYS_V1 | {"txns"}
+        keys = {
+            1: _SNAPSHOT_KEYS_V1,
+            2: _SNAPSHOT_KEYS_V1 | {"txns"},
+            3: _SNAPSHOT_KEYS_V1 | {"txns", "sessions"},
+        }[obj["v"]]
         if set(obj) != keys:
             raise MalformedSnapshotError("snapshot must be a map with the state's keys")
         state = MetastoreState()
@@ -400,6 +443,8 @@ class MetastoreState:
             state.txns = TxnLog.from_catalog(state.catalog)
         else:
             state.txns = TxnLog.from_data(obj["txns"])
+        if obj["v"] >= 3:
+            state.sessions = Sessions.from_data(obj["sessions"])
         state.requests = RequestLog.from_data(obj["requests"])
         try:
             state.check_invariants()
@@ -414,6 +459,7 @@ class MetastoreState:
             self.cluster,
             self.catalog,
             self.txns,
+            self.sessions,
             self.requests,
         ) == (
             other.applied_index,
@@ -421,6 +467,7 @@ class MetastoreState:
             other.cluster,
             other.catalog,
             other.txns,
+            other.sessions,
             other.requests,
         )
 

@@ -68,6 +68,9 @@ RETRYABLE: dict[str, bool] = {
     "TXN_ID_REUSED": False,  # never "done": the writes differ
     "DATA_FILE_CONFLICT": True,  # re-plan against the current files
     "BATCH_ALREADY_COMMITTED": False,  # that stream position already committed: treat as done
+    "SESSION_NOT_FOUND": False,  # open a new session
+    "LEASE_VERSION_NOT_LATEST": True,  # re-plan at a fresh Top
+    "SCHEMA_CHANGE_BLOCKED": True,  # leases drain by release or session expiry
     "UNAUTHENTICATED": False,
     "FORBIDDEN": False,
     "BAD_REQUEST": False,

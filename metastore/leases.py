@@ -1,0 +1,546 @@
+"""Sessions and schema leases (CockroachDB's table descriptor leases, on the replicated state).
+
+Key idea
+    A Spark application opens a *session* and keeps it alive with heartbeats. Each batch
+    *leases* the schema versions it pinned, for as long as it runs. A lease is a promise to the
+    catalog: "a batch may still commit with this version". The catalog keeps the **two-version
+    invariant** - unexpired leases exist on at most the two latest versions of a table - by
+    refusing to publish version v+1 while an unexpired lease on v-1 exists
+    (SchemaChangeBlockedError, retryable: the daemon's `ddl` waits for the leases to drain). So a
+    batch holding a lease on v can never be overtaken by two schema changes: its commit with v
+    stays valid (v is one of the two latest active versions at the commit ts).
+
+    Leases never make anything *unsafe*: the commit rule (metastore.txn: the version must be one
+    of the two latest active at the commit ts) is checked regardless. A lease only buys the batch
+    the right not to be overtaken, for as long as its session lives.
+
+Time
+    Everything is judged by the Tm of the entry being applied, never by a clock, so every replica
+    decides the same. A session's deadline is its last heartbeat's Tm + its TTL; at an entry with
+    Tm >= deadline the session is *expired*: its leases block nothing, it can no longer
+    heartbeat or lease, and the leader proposes ExpireSessions(reason "ttl") to sweep it (apply
+    re-checks the deadline against that entry's own Tm, so a heartbeat that got in first wins).
+    An expired session never comes back: its deadline only moves with a heartbeat, which it can
+    no longer make.
+
+Commands (metastore.commands) and their results
+    OpenSession       {session_id, created, ttl_ms, deadline_tm}; the same id with the same info
+                      is idempotent (and a heartbeat), with other info it is InvalidArgument.
+    HeartbeatSession  {session_id, deadline_tm}; SessionNotFound when unknown or expired.
+    CloseSession      {session_id, closed}; its leases are released. Idempotent.
+    ExpireSessions    {expired: [...], skipped: [...]} (skipped: unknown, or not past the
+                      deadline for reason "ttl").
+    AcquireLeases     {session_id, leases: [...], deadline_tm}; counts as a heartbeat. Each
+                      (table, table_id, version) must name the live incarnation and one of its two
+                      latest versions (LeaseVersionNotLatest, retryable). Idempotent per lease.
+    ReleaseLeases     {session_id, released}; releasing what is not held is a no-op.
+
+Who blocks a change
+    `blockers(inc, tm)`: leases on versions below the current one whose session is unexpired at
+    tm, with the session's labels - what `SchemaChangeBlockedError.details.blockers` and `metastore
+    lease blockers` show.
+
+Invariants (check_invariants)
+    * at most MAX_SESSIONS sessions; every session's heartbeat Tm >= its open Tm, <= last_tm;
+    * every lease belongs to a present session, names a live incarnation and was acquired at a
+      Tm within its session's life;
+    * two versions: for every table, leases whose session is unexpired at last_tm are on its
+      latest or second-latest version;
+    * ended sessions are at most MAX_ENDED_SESSIONS_KEPT, in end order.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+from hlc.limits import LOGICAL_BITS
+from metastore import limits
+from metastore.catalog import Catalog, TableState
+from metastore.commands import (
+    AcquireLeases,
+    CloseSession,
+    ExpireSessions,
+    HeartbeatSession,
+    LeaseKey,
+    OpenSession,
+    ReleaseLeases,
+    SessionInfo,
+    TableName,
+)
+from metastore.errors import (
+    CatalogInvariantError,
+    InvalidArgumentError,
+    LeaseVersionNotLatestError,
+    MalformedSnapshotError,
+    MetastoreError,
+    SchemaChangeBlockedError,
+    SessionNotFoundError,
+    TableNotFoundError,
+    limit_exceeded,
+)
+
+Result = dict[str, object]
+
+
+@dataclass(slots=True, kw_only=True)
+class Session:
+    session_id: str
+    info: SessionInfo
+    ttl_ms: int
+    opened_tm: int
+    heartbeat_tm: int
+    opened_by: str
+
+    @property
+    def deadline_tm(self) -> int:
+        """The first Tm at which the session is expired."""
+        return self.heartbeat_tm + (self.ttl_ms << LOGICAL_BITS)
+
+    def live_at(self, tm: int) -> bool:
+        return tm < self.deadline_tm
+
+    def view(self) -> Result:
+        return {
+            "session_id": self.session_id,
+            "app_id": self.info.app_id,
+            "app_name": self.info.app_name,
+            "host": self.info.host,
+            "user": self.info.user,
+            "pid": self.info.pid,
+            "started_at_ms": self.info.started_at_ms,
+            "ttl_ms": self.ttl_ms,
+            "opened_tm": self.opened_tm,
+            "heartbeat_tm": self.heartbeat_tm,
+            "deadline_tm": self.deadline_tm,
+            "opened_by": self.opened_by,
+        }
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Lease:
+    table: TableName
+    table_id: int
+    version: int
+    session_id: str
+    acquired_tm: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EndedSession:
+    session_id: str
+    app_id: str
+    reason: str  # "closed" | "ttl" | "admin"
+    by: str
+    ended_tm: int
+
+
+class Sessions:
+    """Sessions and their leases. Owned by `MetastoreState`; pure."""
+
+    __slots__ = ("_ended", "_leases", "_sessions")
+
+    def __init__(self) -> None:
+        self._sessions: dict[str, Session] = {}
+        # (table_id, version, session_id) -> lease, in acquisition order.
+        self._leases: dict[tuple[int, int, str], Lease] = {}
+        self._ended: deque[EndedSession] = deque()
+
+    # ----------------------------------------------------------------------------------------
+    # Commands
+    # ----------------------------------------------------------------------------------------
+
+    def open(self, cmd: OpenSession, *, tm: int) -> Result:
+        existing = self._sessions.get(cmd.session_id)
+        if existing is not None:
+            if (existing.info, existing.ttl_ms) != (cmd.info, cmd.ttl_ms):
+                raise InvalidArgumentError(
+                    f"session {cmd.session_id!r} is already open with other settings",
+                    details={"session_id": cmd.session_id},
+                )
+            if not existing.live_at(tm):
+                raise _not_found(cmd.session_id, existing)
+            existing.heartbeat_tm = tm  # a re-open (a retried open) is a sign of life too
+            return {**self._ack(existing), "created": False, "ttl_ms": existing.ttl_ms}
+        if len(self._sessions) >= limits.MAX_SESSIONS:
+            raise limit_exceeded(
+                "MAX_SESSIONS", limits.MAX_SESSIONS, len(self._sessions) + 1, "open sessions"
+            )
+        session = Session(
+            session_id=cmd.session_id,
+            info=cmd.info,
+            ttl_ms=cmd.ttl_ms,
+            opened_tm=tm,
+            heartbeat_tm=tm,
+            opened_by=cmd.opened_by,
+        )
+        self._sessions[cmd.session_id] = session
+        return {**self._ack(session), "created": True, "ttl_ms": session.ttl_ms}
+
+    def heartbeat(self, cmd: HeartbeatSession, *, tm: int) -> Result:
+        session = self._live(cmd.session_id, tm)
+        session.heartbeat_tm = tm
+        return self._ack(session)
+
+    def close(self, cmd: CloseSession, *, tm: int) -> Result:
+        session = self._sessions.get(cmd.session_id)
+        if session is None:
+            return {"session_id": cmd.session_id, "closed": False}
+        self._end(session, reason="closed", by=session.opened_by, tm=tm)
+        return {"session_id": cmd.session_id, "closed": True}
+
+    def expire(self, cmd: ExpireSessions, *, tm: int) -> Result:
+        expired: list[str] = []
+        skipped: list[str] = []
+        for session_id in cmd.session_ids:
+            session = self._sessions.get(session_id)
+            if session is None or (cmd.reason == "ttl" and session.live_at(tm)):
+                skipped.append(session_id)
+                continue
+            self._end(session, reason=cmd.reason, by=cmd.by, tm=tm)
+            expired.append(session_id)
+        return {"expired": expired, "skipped": skipped, "reason": cmd.reason}
+
+    def acquire(self, cmd: AcquireLeases, *, tm: int, catalog: Catalog) -> Result:
+        session = self._live(cmd.session_id, tm)
+        new = [k for k in cmd.leases if (k.table_id, k.version, cmd.session_id) not in self._leases]
+        for key in cmd.leases:
+            _check_leasable(key, catalog)
+        held = sum(1 for (_, _, s) in self._leases if s == cmd.session_id)
+        if held + len(new) > limits.MAX_LEASES_PER_SESSION:
+            raise limit_exceeded(
+                "MAX_LEASES_PER_SESSION",
+                limits.MAX_LEASES_PER_SESSION,
+                held + len(new),
+                f"leases of session {cmd.session_id}",
+            )
+        # --- write: nothing below can fail ---
+        for key in new:
+            self._leases[(key.table_id, key.version, cmd.session_id)] = Lease(
+                table=key.table,
+                table_id=key.table_id,
+                version=key.version,
+                session_id=cmd.session_id,
+                acquired_tm=tm,
+            )
+        session.heartbeat_tm = tm
+        return {
+            **self._ack(session),
+            "leases": [
+                {"table": str(k.table), "table_id": k.table_id, "version": k.version}
+                for k in cmd.leases
+            ],
+        }
+
+    def release(self, cmd: ReleaseLeases) -> Result:
+        released = 0
+        for key in cmd.leases:
+            if self._leases.pop((key.table_id, key.version, cmd.session_id), None) is not None:
+                released += 1
+        return {"session_id": cmd.session_id, "released": released}
+
+    def forget_table(self, table_id: int) -> None:
+        """A dropped incarnation takes no more commits: its leases are moot (cannot fail)."""
+        for key in [k for k in self._leases if k[0] == table_id]:
+            del self._leases[key]
+
+    def check_publish(self, inc: TableState, *, tm: int) -> None:
+        """Raise SchemaChangeBlockedError if publishing `inc`'s next version at `tm` would leave
+        unexpired leases on three versions."""
+        blockers = self.blockers(inc, tm=tm)
+        if blockers:
+            current = inc.versions[-1].version
+            raise SchemaChangeBlockedError(
+                f"{inc.name}: publishing version {current + 1} waits for {len(blockers)} "
+                f"lease(s) on version {current - 1} or older to be released or to expire",
+                details={
+                    "table": str(inc.name),
+                    "table_id": inc.table_id,
+                    "publishing_version": current + 1,
+                    "blockers": blockers[: limits.MAX_LEASES_PER_COMMAND],
+                },
+            )
+
+    # ----------------------------------------------------------------------------------------
+    # Reads
+    # ----------------------------------------------------------------------------------------
+
+    def blockers(self, inc: TableState, *, tm: int) -> list[Result]:
+        """Unexpired leases at `tm` on versions below `inc`'s current one, with their holders."""
+        current = inc.versions[-1].version
+        out: list[Result] = []
+        for lease in self._leases.values():
+            if lease.table_id != inc.table_id or lease.version >= current:
+                continue
+            session = self._sessions[lease.session_id]
+            if session.live_at(tm):
+                out.append(self.lease_view(lease, tm=tm))
+        return out
+
+    def lease_view(self, lease: Lease, *, tm: int) -> Result:
+        session = self._sessions[lease.session_id]
+        return {
+            "table": str(lease.table),
+            "table_id": lease.table_id,
+            "version": lease.version,
+            "session_id": lease.session_id,
+            "app_id": session.info.app_id,
+            "app_name": session.info.app_name,
+            "host": session.info.host,
+            "user": session.info.user,
+            "pid": session.info.pid,
+            "acquired_tm": lease.acquired_tm,
+            "expires_at_tm": session.deadline_tm,
+            "expired": not session.live_at(tm),
+        }
+
+    def leases(self, *, table_id: int | None = None) -> list[Lease]:
+        return [
+            lease
+            for lease in self._leases.values()
+            if table_id is None or lease.table_id == table_id
+        ]
+
+    def sessions(self) -> list[Session]:
+        return list(self._sessions.values())
+
+    def session(self, session_id: str) -> Session | None:
+        return self._sessions.get(session_id)
+
+    def ended(self) -> list[EndedSession]:
+        return list(self._ended)
+
+    def expired_at(self, tm: int) -> list[str]:
+        """Ids of sessions past their deadline at `tm`, oldest deadline first (the leader's
+        sweep proposes ExpireSessions for them)."""
+        late = [s for s in self._sessions.values() if not s.live_at(tm)]
+        late.sort(key=lambda s: (s.deadline_tm, s.session_id))
+        return [s.session_id for s in late]
+
+    def is_empty(self) -> bool:
+        return not self._sessions and not self._leases and not self._ended
+
+    # ----------------------------------------------------------------------------------------
+    # Helpers
+    # ----------------------------------------------------------------------------------------
+
+    def _live(self, session_id: str, tm: int) -> Session:
+        session = self._sessions.get(session_id)
+        if session is None or not session.live_at(tm):
+            raise _not_found(session_id, session)
+        return session
+
+    def _ack(self, session: Session) -> Result:
+        return {"session_id": session.session_id, "deadline_tm": session.deadline_tm}
+
+    def _end(self, session: Session, *, reason: str, by: str, tm: int) -> None:
+        del self._sessions[session.session_id]
+        for key in [k for k in self._leases if k[2] == session.session_id]:
+            del self._leases[key]
+        self._ended.append(
+            EndedSession(
+                session_id=session.session_id,
+                app_id=session.info.app_id,
+                reason=reason,
+                by=by,
+                ended_tm=tm,
+            )
+        )
+        while len(self._ended) > limits.MAX_ENDED_SESSIONS_KEPT:
+            self._ended.popleft()
+
+    # ----------------------------------------------------------------------------------------
+    # Invariants
+    # ----------------------------------------------------------------------------------------
+
+    def check_invariants(self, *, catalog: Catalog, last_tm: int) -> None:
+        if len(self._sessions) > limits.MAX_SESSIONS:
+            raise CatalogInvariantError("more sessions than MAX_SESSIONS")
+        for session_id, s in self._sessions.items():
+            if s.session_id != session_id or not s.opened_tm <= s.heartbeat_tm <= last_tm:
+                raise CatalogInvariantError(f"session {session_id!r}: bad id or heartbeat Tm")
+        live_versions: dict[int, set[int]] = {}
+        for (table_id, version, session_id), lease in self._leases.items():
+            where = f"lease on table id {table_id} v{version} by {session_id!r}"
+            session = self._sessions.get(session_id)
+            if session is None:
+                raise CatalogInvariantError(f"{where}: no such session")
+            if (lease.table_id, lease.version, lease.session_id) != (table_id, version, session_id):
+                raise CatalogInvariantError(f"{where}: key and value disagree")
+            if not session.opened_tm <= lease.acquired_tm <= session.heartbeat_tm:
+                raise CatalogInvariantError(f"{where}: acquired outside its session's life")
+            try:
+                inc = catalog.live_table(lease.table)
+            except TableNotFoundError:
+                raise CatalogInvariantError(f"{where}: the table is not live") from None
+            if inc.table_id != table_id or version > inc.versions[-1].version:
+                raise CatalogInvariantError(f"{where}: no such incarnation or version")
+            if session.live_at(last_tm):
+                live_versions.setdefault(table_id, set()).add(version)
+                if version < inc.versions[-1].version - 1:
+                    raise CatalogInvariantError(
+                        f"{where}: two-version invariant broken (latest is "
+                        f"v{inc.versions[-1].version})"
+                    )
+        if len(self._ended) > limits.MAX_ENDED_SESSIONS_KEPT:
+            raise CatalogInvariantError("more ended sessions kept than allowed")
+        previous = 0
+        for ended in self._ended:
+            if ended.ended_tm < previous or ended.ended_tm > last_tm:
+                raise CatalogInvariantError("ended sessions out of order")
+            previous = ended.ended_tm
+
+    # ----------------------------------------------------------------------------------------
+    # Snapshot form
+    # ----------------------------------------------------------------------------------------
+
+    def to_data(self) -> dict[str, object]:
+        return {
+            "sessions": [
+                [
+                    s.session_id,
+                    [
+                        s.info.app_id,
+                        s.info.app_name,
+                        s.info.host,
+                        s.info.user,
+                        s.info.pid,
+                        s.info.started_at_ms,
+                    ],
+                    s.ttl_ms,
+                    s.opened_tm,
+                    s.heartbeat_tm,
+                    s.opened_by,
+                ]
+                for s in self._sessions.values()
+            ],
+            "leases": [
+                [
+                    lease.table.namespace,
+                    lease.table.name,
+                    lease.table_id,
+                    lease.version,
+                    lease.session_id,
+                    lease.acquired_tm,
+                ]
+                for lease in self._leases.values()
+            ],
+            "ended": [[e.session_id, e.app_id, e.reason, e.by, e.ended_tm] for e in self._ended],
+        }
+
+    @staticmethod
+    def from_data(data: object) -> Sessions:
+        if not isinstance(data, dict) or set(data) != {"sessions", "leases", "ended"}:
+            raise MalformedSnapshotError("sessions must be a map of sessions/leases/ended")
+        out = Sessions()
+        try:
+            for row in _rows(data["sessions"], 6):
+                info = _rows([row[1]], 6)[0]
+                session = Session(
+                    session_id=_str(row[0]),
+                    info=SessionInfo(
+                        app_id=_str(info[0]),
+                        app_name=_str(info[1]),
+                        host=_str(info[2]),
+                        user=_str(info[3]),
+                        pid=_int(info[4]),
+                        started_at_ms=_int(info[5]),
+                    ),
+                    ttl_ms=_int(row[2]),
+                    opened_tm=_int(row[3]),
+                    heartbeat_tm=_int(row[4]),
+                    opened_by=_str(row[5]),
+                )
+                if session.session_id in out._sessions:
+                    raise MalformedSnapshotError(f"session {session.session_id!r} twice")
+                out._sessions[session.session_id] = session
+            for row in _rows(data["leases"], 6):
+                lease = Lease(
+                    table=TableName(namespace=_str(row[0]), name=_str(row[1])),
+                    table_id=_int(row[2]),
+                    version=_int(row[3]),
+                    session_id=_str(row[4]),
+                    acquired_tm=_int(row[5]),
+                )
+                key = (lease.table_id, lease.version, lease.session_id)
+                if key in out._leases:
+                    raise MalformedSnapshotError("a lease twice")
+                out._leases[key] = lease
+            for row in _rows(data["ended"], 5):
+                out._ended.append(
+                    EndedSession(
+                        session_id=_str(row[0]),
+                        app_id=_str(row[1]),
+                        reason=_str(row[2]),
+                        by=_str(row[3]),
+                        ended_tm=_int(row[4]),
+                    )
+                )
+        except MetastoreError as e:
+            if isinstance(e, MalformedSnapshotError):
+                raise
+            raise MalformedSnapshotError(f"sessions: {e.message}") from None
+        return out
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Sessions) and self.to_data() == other.to_data()
+
+
+def _check_leasable(key: LeaseKey, catalog: Catalog) -> None:
+    """The lease must name the live incarnation of its table and one of its two latest
+    versions (DESIGN §4: leases are granted only on the two latest versions)."""
+    try:
+        inc = catalog.live_table(key.table)
+    except TableNotFoundError:
+        inc = None
+    latest = [] if inc is None else [v.version for v in inc.versions[-2:]]
+    if inc is None or inc.table_id != key.table_id or key.version not in latest:
+        raise LeaseVersionNotLatestError(
+            f"cannot lease {key.table} (table id {key.table_id}) version {key.version}: "
+            + (
+                "that incarnation is not live"
+                if inc is None or inc.table_id != key.table_id
+                else f"the two latest versions are {latest}"
+            )
+            + "; re-plan at a fresh Top",
+            details={
+                "table": str(key.table),
+                "table_id": key.table_id,
+                "version": key.version,
+                "latest_versions": latest,
+            },
+        )
+
+
+def _not_found(session_id: str, session: Session | None) -> SessionNotFoundError:
+    if session is None:
+        return SessionNotFoundError(
+            f"session {session_id!r} does not exist (never opened, closed or expired); open a new "
+            "session",
+            details={"session_id": session_id},
+        )
+    return SessionNotFoundError(
+        f"session {session_id!r} expired (no heartbeat within its {session.ttl_ms} ms TTL); open "
+        "a new session",
+        details={"session_id": session_id, "expired_at_tm": session.deadline_tm},
+    )
+
+
+def _rows(value: object, width: int) -> list[list[object]]:
+    if not isinstance(value, list) or not all(
+        isinstance(r, list) and len(r) == width for r in value
+    ):
+        raise MalformedSnapshotError(f"expected a list of {width}-item rows")
+    return value
+
+
+def _int(value: object) -> int:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise MalformedSnapshotError("expected an integer")
+    return value
+
+
+def _str(value: object) -> str:
+    if not isinstance(value, str):
+        raise MalformedSnapshotError("expected a string")
+    return value

@@ -1,0 +1,407 @@
+"""Sessions and schema leases (metastore.leases): expiry judged by Tm only, leases only on the two
+latest versions, an ALTER that would publish a third leased version refused with its blockers
+until they drain, leases moot after DROP, snapshots, decoding, and - over random histories - the
+two-version invariant and identical expiry on two replicas fed the same log."""
+
+from __future__ import annotations
+
+import contextlib
+
+import msgpack
+import pytest
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
+from metastore import limits
+from metastore.commands import (
+    AcquireLeases,
+    CloseSession,
+    Command,
+    ExpireSessions,
+    HeartbeatSession,
+    LeaseKey,
+    OpenSession,
+    ReleaseLeases,
+    SessionInfo,
+    TableName,
+    decode_command,
+    encode_command,
+    validate_command,
+)
+from metastore.ddl import parse_ddl
+from metastore.errors import (
+    CatalogInvariantError,
+    InvalidArgumentError,
+    LeaseVersionNotLatestError,
+    LimitExceededError,
+    MalformedCommandError,
+    MetastoreError,
+    SchemaChangeBlockedError,
+    SessionNotFoundError,
+)
+from metastore.state import MetastoreState
+from tests.metastore._driver import MS, Driver
+from tests.metastore._support import DETERMINISTIC
+
+T = TableName.of("ns", "t")
+INFO = SessionInfo(app_id="app-1", app_name="etl", host="h1", user="ana", pid=42, started_at_ms=7)
+TTL_MS = 1_000
+
+
+def open_cmd(session_id: str = "s1", *, ttl_ms: int = TTL_MS, info: SessionInfo = INFO) -> Command:
+    return OpenSession(session_id=session_id, info=info, ttl_ms=ttl_ms, opened_by="writer")
+
+
+def key(version: int, *, table_id: int = 1, table: TableName = T) -> LeaseKey:
+    return LeaseKey(table=table, table_id=table_id, version=version)
+
+
+def ok(d: Driver, cmd: Command, *, step_ms: int = 1) -> dict[str, object]:
+    outcome = d.apply(cmd, step_ms=step_ms)
+    outcome.raise_for_error()
+    d.state.check_invariants()
+    return outcome.result
+
+
+def refused(
+    d: Driver, cmd: Command, error: type[MetastoreError], *, step_ms: int = 1
+) -> MetastoreError:
+    before = d.state.to_snapshot()
+    outcome = d.apply(cmd, step_ms=step_ms)
+    exc = outcome.exception()
+    assert isinstance(exc, error), outcome
+    assert d.state.to_snapshot() == before
+    d.state.check_invariants()
+    return exc
+
+
+def alter(n: int) -> Command:
+    return parse_ddl(f"ALTER TABLE ns.t ADD COLUMN c{n} INT")
+
+
+def table_driver() -> Driver:
+    d = Driver()
+    d.ok("CREATE NAMESPACE ns")
+    d.ok("CREATE TABLE ns.t (id BIGINT)")
+    return d
+
+
+# --------------------------------------------------------------------------------------------
+# Sessions
+# --------------------------------------------------------------------------------------------
+
+
+def test_a_session_lives_while_it_heartbeats_and_expires_by_tm_alone() -> None:
+    d = table_driver()
+    opened = ok(d, open_cmd())
+    assert opened["created"] is True and opened["deadline_tm"] == d.tm + TTL_MS * MS
+    # Re-opening with the same settings is idempotent; with others it is refused.
+    again = ok(d, open_cmd())
+    assert again["created"] is False
+    refused(d, open_cmd(ttl_ms=2_000), InvalidArgumentError)
+    ok(d, HeartbeatSession(session_id="s1"))
+    # Heartbeats move the deadline; the gap between them may approach the TTL.
+    for _ in range(3):
+        beat = ok(d, HeartbeatSession(session_id="s1"), step_ms=TTL_MS - 1)
+        assert beat["deadline_tm"] == d.tm + TTL_MS * MS
+    # At exactly the deadline the session is expired: no heartbeat brings it back.
+    deadline = beat["deadline_tm"]
+    assert isinstance(deadline, int)
+    d.tm = deadline - MS
+    e = refused(d, HeartbeatSession(session_id="s1"), SessionNotFoundError)
+    assert e.details == {"session_id": "s1", "expired_at_tm": deadline}
+    assert d.state.sessions.expired_at(d.tm) == ["s1"]
+    # The leader's sweep: apply re-checks the deadline against the entry's own Tm.
+    swept = ok(d, ExpireSessions(session_ids=("s1", "nobody"), reason="ttl", by="leader"))
+    assert swept == {"expired": ["s1"], "skipped": ["nobody"], "reason": "ttl"}
+    assert d.state.sessions.session("s1") is None
+    [ended] = d.state.sessions.ended()
+    assert (ended.session_id, ended.reason, ended.by, ended.app_id) == (
+        "s1",
+        "ttl",
+        "leader",
+        "app-1",
+    )
+    refused(d, HeartbeatSession(session_id="s1"), SessionNotFoundError)
+
+
+def test_a_ttl_sweep_skips_a_session_that_heartbeated_first() -> None:
+    d = table_driver()
+    ok(d, open_cmd())
+    swept = ok(d, ExpireSessions(session_ids=("s1",), reason="ttl", by="leader"))
+    assert swept["skipped"] == ["s1"]
+    assert d.state.sessions.session("s1") is not None
+    # An admin expiry does not wait for the deadline.
+    forced = ok(d, ExpireSessions(session_ids=("s1",), reason="admin", by="root"))
+    assert forced["expired"] == ["s1"]
+    assert d.state.sessions.ended()[-1].reason == "admin"
+
+
+def test_close_releases_everything_and_is_idempotent() -> None:
+    d = table_driver()
+    ok(d, open_cmd())
+    ok(d, AcquireLeases(session_id="s1", leases=(key(1),)))
+    assert ok(d, CloseSession(session_id="s1")) == {"session_id": "s1", "closed": True}
+    assert d.state.sessions.leases() == []
+    assert ok(d, CloseSession(session_id="s1")) == {"session_id": "s1", "closed": False}
+
+
+def test_the_number_of_sessions_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(limits, "MAX_SESSIONS", 2)
+    d = table_driver()
+    ok(d, open_cmd("a"))
+    ok(d, open_cmd("b"))
+    e = refused(d, open_cmd("c"), LimitExceededError)
+    assert e.details["limit"] == "MAX_SESSIONS"
+
+
+# --------------------------------------------------------------------------------------------
+# Leases and the two-version gate
+# --------------------------------------------------------------------------------------------
+
+
+def test_leases_only_on_the_two_latest_versions() -> None:
+    d = table_driver()
+    ok(d, open_cmd())
+    d.ok("ALTER TABLE ns.t ADD COLUMN a INT")
+    d.ok("ALTER TABLE ns.t ADD COLUMN b INT")  # versions 1, 2, 3
+    e = refused(d, AcquireLeases(session_id="s1", leases=(key(1),)), LeaseVersionNotLatestError)
+    assert e.retryable and e.details["latest_versions"] == [2, 3]
+    refused(d, AcquireLeases(session_id="s1", leases=(key(4),)), LeaseVersionNotLatestError)
+    refused(
+        d, AcquireLeases(session_id="s1", leases=(key(3, table_id=9),)), LeaseVersionNotLatestError
+    )
+    # All or nothing: one bad lease refuses the whole command.
+    refused(d, AcquireLeases(session_id="s1", leases=(key(3), key(1))), LeaseVersionNotLatestError)
+    result = ok(d, AcquireLeases(session_id="s1", leases=(key(2), key(3))))
+    assert [x["version"] for x in result["leases"]] == [2, 3]  # type: ignore[index, union-attr]
+    ok(d, AcquireLeases(session_id="s1", leases=(key(3),)))  # idempotent
+    assert len(d.state.sessions.leases()) == 2
+    refused(d, AcquireLeases(session_id="ghost", leases=(key(3),)), SessionNotFoundError)
+
+
+def test_an_alter_waits_for_leases_on_the_version_before_the_current_one() -> None:
+    d = table_driver()
+    ok(d, open_cmd())
+    ok(d, AcquireLeases(session_id="s1", leases=(key(1),)))
+    # v2 can be published: leases on v1 and v2 are the two latest.
+    ok(d, parse_ddl("ALTER TABLE ns.t SET TBLPROPERTIES ('k' = 'v')"))
+    # v3 would leave a lease on v1, a third version: refused, naming who holds it.
+    e = refused(d, alter(2), SchemaChangeBlockedError)
+    assert e.retryable
+    assert e.details["publishing_version"] == 3
+    [blocker] = e.details["blockers"]  # type: ignore[misc]
+    assert {k: blocker[k] for k in ("session_id", "app_id", "host", "user", "pid", "version")} == {
+        "session_id": "s1",
+        "app_id": "app-1",
+        "host": "h1",
+        "user": "ana",
+        "pid": 42,
+        "version": 1,
+    }
+    # A no-op ALTER publishes nothing, so nothing blocks it.
+    assert ok(d, parse_ddl("ALTER TABLE ns.t SET TBLPROPERTIES ('k' = 'v')"))["changed"] is False
+    # Released: the change goes through.
+    assert ok(d, ReleaseLeases(session_id="s1", leases=(key(1),)))["released"] == 1
+    ok(d, alter(2))
+
+
+def test_a_dead_sessions_leases_block_only_until_its_deadline() -> None:
+    d = table_driver()
+    acquired = ok(d, open_cmd())
+    ok(d, AcquireLeases(session_id="s1", leases=(key(1),)))
+    ok(d, alter(1))
+    refused(d, alter(2), SchemaChangeBlockedError)
+    deadline = d.state.sessions.session("s1").deadline_tm  # type: ignore[union-attr]
+    assert deadline > acquired["deadline_tm"]  # type: ignore[operator]  # acquiring renewed it
+    d.tm = deadline - 2 * MS
+    refused(d, alter(2), SchemaChangeBlockedError)  # one HLC ms before the deadline
+    ok(d, alter(2))  # at the deadline: no sweep needed, the lease no longer counts
+    assert d.state.sessions.blockers(d.state.catalog.live_table(T), tm=d.tm) == []
+
+
+def test_leases_of_a_dropped_table_are_dropped_with_it() -> None:
+    d = table_driver()
+    ok(d, open_cmd())
+    ok(d, AcquireLeases(session_id="s1", leases=(key(1),)))
+    d.ok("DROP TABLE ns.t")
+    assert d.state.sessions.leases() == []
+    d.ok("CREATE TABLE ns.t (id BIGINT)")
+    refused(d, AcquireLeases(session_id="s1", leases=(key(1),)), LeaseVersionNotLatestError)
+    ok(d, AcquireLeases(session_id="s1", leases=(key(1, table_id=2),)))
+
+
+def test_refused_leases_and_sessions_change_nothing_and_releases_are_forgiving() -> None:
+    d = table_driver()
+    ok(d, open_cmd())
+    assert ok(d, ReleaseLeases(session_id="s1", leases=(key(1),)))["released"] == 0
+    assert ok(d, ReleaseLeases(session_id="ghost", leases=(key(1),)))["released"] == 0
+
+
+def test_check_invariants_catches_a_third_leased_version() -> None:
+    d = table_driver()
+    ok(d, open_cmd())
+    ok(d, AcquireLeases(session_id="s1", leases=(key(1),)))
+    ok(d, alter(1))
+    held = d.state.sessions._leases.pop((1, 1, "s1"))  # bypass the gate, as a bug would
+    ok(d, alter(2))
+    ok(d, HeartbeatSession(session_id="s1"))
+    d.state.sessions._leases[(1, 1, "s1")] = held
+    with pytest.raises(CatalogInvariantError, match="two-version"):
+        d.state.check_invariants()
+
+
+# --------------------------------------------------------------------------------------------
+# Snapshots and the wire
+# --------------------------------------------------------------------------------------------
+
+
+def test_snapshots_keep_sessions_leases_and_endings_and_version_2_loads() -> None:
+    d = table_driver()
+    ok(d, open_cmd("a"))
+    ok(d, open_cmd("b", ttl_ms=5_000))
+    ok(d, AcquireLeases(session_id="a", leases=(key(1),)))
+    ok(d, CloseSession(session_id="b"))
+    snap = d.state.to_snapshot()
+    restored = MetastoreState.from_snapshot(snap)
+    assert restored == d.state and restored.to_snapshot() == snap
+    obj = msgpack.unpackb(snap, raw=False)
+    del obj["sessions"]
+    obj["v"] = 2
+    old = MetastoreState.from_snapshot(msgpack.packb(obj, use_bin_type=True))
+    assert old.sessions.is_empty()
+    obj = msgpack.unpackb(snap, raw=False)
+    obj["sessions"]["leases"][0][4] = "nobody"  # a lease of no session
+    with pytest.raises(MetastoreError):
+        MetastoreState.from_snapshot(msgpack.packb(obj, use_bin_type=True))
+
+
+@pytest.mark.parametrize(
+    "cmd",
+    [
+        open_cmd(),
+        HeartbeatSession(session_id="s1", request_id="r"),
+        CloseSession(session_id="s1"),
+        ExpireSessions(session_ids=("a", "b"), reason="admin", by="root"),
+        AcquireLeases(session_id="s1", leases=(key(1), key(2, table_id=3))),
+        ReleaseLeases(session_id="s1", leases=(key(1),)),
+    ],
+)
+def test_session_commands_round_trip(cmd: Command) -> None:
+    assert decode_command(encode_command(cmd)) == cmd
+
+
+@pytest.mark.parametrize(
+    "cmd",
+    [
+        open_cmd(""),
+        open_cmd("x" * (limits.MAX_SESSION_ID_CHARS + 1)),
+        open_cmd("a\nb"),
+        open_cmd(ttl_ms=limits.SESSION_TTL_MS_MIN - 1),
+        open_cmd(ttl_ms=limits.SESSION_TTL_MS_MAX + 1),
+        open_cmd(info=SessionInfo(pid=-1)),
+        open_cmd(info=SessionInfo(host="h" * (limits.MAX_SESSION_LABEL_CHARS + 1))),
+        ExpireSessions(session_ids=(), reason="ttl"),
+        ExpireSessions(session_ids=("a",), reason="because"),
+        ExpireSessions(session_ids=("a", "a"), reason="admin"),
+        AcquireLeases(session_id="s1", leases=()),
+        AcquireLeases(session_id="s1", leases=(key(1), key(1))),
+        AcquireLeases(session_id="s1", leases=(key(0),)),
+        ReleaseLeases(session_id="s1", leases=(key(1, table_id=0),)),
+    ],
+)
+def test_bad_session_commands_are_refused_before_and_after_the_wire(cmd: Command) -> None:
+    with pytest.raises((InvalidArgumentError, LimitExceededError)):
+        validate_command(cmd)
+    from metastore.commands import command_to_data
+
+    with pytest.raises(MalformedCommandError):
+        decode_command(msgpack.packb(command_to_data(cmd), use_bin_type=True))
+
+
+# --------------------------------------------------------------------------------------------
+# Random histories: two replicas, the two-version invariant, identical expiry
+# --------------------------------------------------------------------------------------------
+
+SESSIONS = ["a", "b", "c"]
+
+
+class LeaseMachine(RuleBasedStateMachine):
+    """Random opens, heartbeats, leases, releases, ALTERs, sweeps and snapshot restarts, applied
+    to two replicas; after every step both agree exactly and all invariants hold."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.d = table_driver()
+        self.replica = MetastoreState.from_snapshot(self.d.state.to_snapshot())
+        self.alters = 0
+
+    def _apply(self, cmd: Command, step_ms: int) -> None:
+        outcome = self.d.apply(cmd, step_ms=step_ms)
+        mirror = self.replica.apply(cmd, tm=self.d.tm, index=self.d.index)
+        assert outcome == mirror
+        if not outcome.ok:
+            assert isinstance(outcome.exception(), MetastoreError)
+
+    @rule(s=st.sampled_from(SESSIONS), step=st.integers(1, 700))
+    def open(self, s: str, step: int) -> None:
+        self._apply(open_cmd(s), step)
+
+    @rule(s=st.sampled_from(SESSIONS), step=st.integers(1, 700))
+    def heartbeat(self, s: str, step: int) -> None:
+        self._apply(HeartbeatSession(session_id=s), step)
+
+    @rule(s=st.sampled_from(SESSIONS), back=st.integers(0, 2), step=st.integers(1, 300))
+    def acquire(self, s: str, back: int, step: int) -> None:
+        inc = self.d.state.catalog.live_table(T)
+        version = max(1, inc.versions[-1].version - back)
+        self._apply(AcquireLeases(session_id=s, leases=(key(version),)), step)
+
+    @rule(s=st.sampled_from(SESSIONS), data=st.data(), step=st.integers(1, 300))
+    def release(self, s: str, data: st.DataObject, step: int) -> None:
+        held = [x for x in self.d.state.sessions.leases() if x.session_id == s]
+        if held:
+            lease = data.draw(st.sampled_from(held))
+            self._apply(ReleaseLeases(session_id=s, leases=(key(lease.version),)), step)
+
+    @rule(step=st.integers(1, 300))
+    def alter(self, step: int) -> None:
+        self.alters += 1
+        self._apply(alter(self.alters), step)
+
+    @rule(step=st.integers(1, 1500))
+    def sweep(self, step: int) -> None:
+        """What the leader does: propose expiry of whoever is late at its clock now."""
+        late = self.d.state.sessions.expired_at(self.d.tm + step * MS)
+        if late:
+            self._apply(ExpireSessions(session_ids=tuple(late), reason="ttl", by="leader"), step)
+
+    @rule(s=st.sampled_from(SESSIONS), step=st.integers(1, 300))
+    def close(self, s: str, step: int) -> None:
+        self._apply(CloseSession(session_id=s), step)
+
+    @precondition(lambda self: True)
+    @rule()
+    def restart_replica(self) -> None:
+        self.replica = MetastoreState.from_snapshot(self.replica.to_snapshot())
+
+    @invariant()
+    def replicas_agree_and_two_versions_hold(self) -> None:
+        self.d.state.check_invariants()
+        assert self.replica == self.d.state
+        inc = self.d.state.catalog.live_table(T)
+        latest = inc.versions[-1].version
+        for lease in self.d.state.sessions.leases():
+            session = self.d.state.sessions.session(lease.session_id)
+            assert session is not None
+            if session.live_at(self.d.tm):
+                assert lease.version >= latest - 1
+        with contextlib.suppress(Exception):
+            assert self.d.state.sessions.expired_at(self.d.tm) == self.replica.sessions.expired_at(
+                self.d.tm
+            )
+
+
+TestLeaseMachine = LeaseMachine.TestCase
+TestLeaseMachine.settings = settings(DETERMINISTIC, max_examples=60, stateful_step_count=40)
