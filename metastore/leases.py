@@ -82,6 +82,9 @@ from metastore.errors import (
 
 Result = dict[str, object]
 
+# Blocking sessions named in the error's message (all of them are in its details).
+BLOCKERS_IN_MESSAGE_MAX = 3
+
 
 @dataclass(slots=True, kw_only=True)
 class Session:
@@ -250,9 +253,16 @@ class Sessions:
         blockers = self.blockers(inc, tm=tm)
         if blockers:
             current = inc.versions[-1].version
+            held_by = "; ".join(
+                f"session {b['session_id']} (app {b['app_id'] or '?'} on {b['host'] or '?'}, "
+                f"user {b['user'] or '?'}, pid {b['pid']}) holds v{b['version']}"
+                for b in blockers[:BLOCKERS_IN_MESSAGE_MAX]
+            )
+            more = len(blockers) - BLOCKERS_IN_MESSAGE_MAX
             raise SchemaChangeBlockedError(
                 f"{inc.name}: publishing version {current + 1} waits for {len(blockers)} "
-                f"lease(s) on version {current - 1} or older to be released or to expire",
+                f"lease(s) on version {current - 1} or older to be released or to expire: "
+                f"{held_by}" + (f"; and {more} more" if more > 0 else ""),
                 details={
                     "table": str(inc.name),
                     "table_id": inc.table_id,

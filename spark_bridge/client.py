@@ -147,8 +147,27 @@ _READ_OPS: Final = frozenset(
         "status",
         "files",
         "txn_log",
+        "session_list",
+        "lease_list",
+        "lease_blockers",
     }
 )
+# Writes the server makes idempotent by their arguments (re-opening a session with the same
+# info, re-acquiring a held lease, releasing a released one, closing a closed session).
+_IDEMPOTENT_OPS: Final = frozenset(
+    {
+        "pin",
+        "session_open",
+        "session_heartbeat",
+        "session_close",
+        "lease_acquire",
+        "lease_release",
+    }
+)
+# A DDL refused because leases block it (SCHEMA_CHANGE_BLOCKED) is retried this often, for at
+# most DDL_WAIT_MS_DEFAULT unless the caller says otherwise (`metastore sql --wait`).
+DDL_WAIT_MS_DEFAULT: Final = 5 * 60 * 1000
+DDL_BLOCKED_RETRY_MS: Final = 500
 
 T = TypeVar("T")
 
@@ -448,6 +467,82 @@ class MetastoreClient:
             args["stream"] = stream
         return await self.call("committed_txn", args)
 
+    # --- sessions and schema leases (metastore.leases) ---
+
+    async def session_open(
+        self,
+        session_id: str,
+        *,
+        app_id: str = "",
+        app_name: str = "",
+        host: str = "",
+        user: str = "",
+        pid: int = 0,
+        started_at_ms: int = 0,
+        ttl_ms: int | None = None,
+    ) -> dict[str, Any]:
+        """Open session `session_id` (client-chosen, e.g. a uuid4 hex). The reply carries its
+        `deadline_tm` and the `heartbeat_ms` to keep it alive with `session_heartbeat`."""
+        args: dict[str, Any] = {
+            "session_id": session_id,
+            "app_id": app_id,
+            "app_name": app_name,
+            "host": host,
+            "user": user,
+            "pid": pid,
+            "started_at_ms": started_at_ms,
+        }
+        if ttl_ms is not None:
+            args["ttl_ms"] = ttl_ms
+        return await self.call("session_open", args)
+
+    async def session_heartbeat(self, session_id: str) -> dict[str, Any]:
+        return await self.call("session_heartbeat", {"session_id": session_id})
+
+    async def session_close(self, session_id: str) -> dict[str, Any]:
+        return await self.call("session_close", {"session_id": session_id})
+
+    async def session_expire(self, session_ids: list[str]) -> dict[str, Any]:
+        """Admin: end sessions now (their leases stop blocking schema changes)."""
+        return await self.call("session_expire", {"session_ids": list(session_ids)})
+
+    async def session_list(self, *, include_ended: bool = False) -> dict[str, Any]:
+        return await self.call("session_list", {"all": include_ended})
+
+    async def lease_acquire(self, session_id: str, leases: list[dict[str, Any]]) -> dict[str, Any]:
+        """Lease [{table, table_id, version}, ...] for the session (a heartbeat too)."""
+        return await self.call("lease_acquire", {"session_id": session_id, "leases": leases})
+
+    async def lease_release(self, session_id: str, leases: list[dict[str, Any]]) -> dict[str, Any]:
+        return await self.call("lease_release", {"session_id": session_id, "leases": leases})
+
+    async def lease_list(self, table: str | None = None) -> dict[str, Any]:
+        return await self.call("lease_list", {} if table is None else {"table": table})
+
+    async def lease_blockers(self, table: str) -> dict[str, Any]:
+        """The sessions that would block publishing `table`'s next schema version now."""
+        return await self.call("lease_blockers", {"table": table})
+
+    async def pin(
+        self,
+        tables: list[str],
+        ts: int | None = None,
+        *,
+        session_id: str | None = None,
+        timeout_ms: int | None = None,
+    ) -> dict[str, Any]:
+        """The schema in force at `ts` (default now) for each table, after one safe-time wait,
+        and - with `session_id` - a lease on each pinned version, in one round trip."""
+        args: dict[str, Any] = {
+            "tables": list(tables),
+            "ts": self.clock.now() if ts is None else ts,
+        }
+        if session_id is not None:
+            args["session_id"] = session_id
+        if timeout_ms is not None:
+            args["timeout_ms"] = timeout_ms
+        return await self.call("pin", args)
+
     async def txn_log(self, limit: int = 20) -> dict[str, Any]:
         """The most recent commits, newest first."""
         return await self.call("txn_log", {"limit": limit})
@@ -505,18 +600,38 @@ class MetastoreClient:
     async def status(self, endpoint: str | None = None) -> dict[str, Any]:
         return await self.call("status", {}, endpoint=endpoint)
 
-    async def ddl(self, sql: str, request_id: str | None = None) -> dict[str, Any]:
+    async def ddl(
+        self,
+        sql: str,
+        request_id: str | None = None,
+        *,
+        wait_ms: int = DDL_WAIT_MS_DEFAULT,
+        on_blocked: Callable[[MetastoreError], None] | None = None,
+    ) -> dict[str, Any]:
         """Run one Spark SQL DDL statement. Returns once the change is visible on every node.
-        Retries reuse the request id (a new uuid4 unless given), so the change happens once."""
+        Retries reuse the request id (a new uuid4 unless given), so the change happens once.
+
+        A change that would publish a third leased schema version (SCHEMA_CHANGE_BLOCKED: a
+        running batch holds a lease on the version before the current one) waits for those
+        leases to be released or to expire, for up to `wait_ms` (0: fail at once), calling
+        `on_blocked(error)` with each refusal (its details list the blocking sessions)."""
         rid = request_id if request_id is not None else uuid.uuid4().hex
-        try:
-            return await self.call("ddl", {"sql": sql, "request_id": rid})
-        except MetastoreError as exc:
-            if exc.retryable:
-                # The outcome may be unknown: the caller retries with this id to get it applied
-                # exactly once.
-                exc.details.setdefault("request_id", rid)
-            raise
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait_ms / 1000
+        while True:
+            try:
+                return await self.call("ddl", {"sql": sql, "request_id": rid})
+            except MetastoreError as exc:
+                if exc.retryable:
+                    # The outcome may be unknown: the caller retries with this id to get it
+                    # applied exactly once.
+                    exc.details.setdefault("request_id", rid)
+                left_s = deadline - loop.time()
+                if exc.code != ErrorCode.SCHEMA_CHANGE_BLOCKED or left_s <= 0:
+                    raise
+                if on_blocked is not None:
+                    on_blocked(exc)
+                await asyncio.sleep(min(DDL_BLOCKED_RETRY_MS / 1000, left_s))
 
     async def create_namespace(
         self, name: str, *, comment: str | None = None, if_not_exists: bool = False
@@ -594,6 +709,7 @@ class MetastoreClient:
         # DDL with a request id and commits (keyed by txn_id) are idempotent on the server.
         repeatable = (
             op in _READ_OPS
+            or op in _IDEMPOTENT_OPS
             or (op == "ddl" and isinstance(args.get("request_id"), str))
             or (op == "commit" and isinstance(args.get("txn_id"), str))
         )
@@ -895,6 +1011,36 @@ class SyncMetastoreClient:
     def committed_txn(self, txn_id: str, *, stream: str | None = None) -> dict[str, Any]:
         return self._sync(self._client.committed_txn, txn_id, stream=stream)
 
+    def session_open(self, session_id: str, **kwargs: Any) -> dict[str, Any]:
+        return self._sync(self._client.session_open, session_id, **kwargs)
+
+    def session_heartbeat(self, session_id: str) -> dict[str, Any]:
+        return self._sync(self._client.session_heartbeat, session_id)
+
+    def session_close(self, session_id: str) -> dict[str, Any]:
+        return self._sync(self._client.session_close, session_id)
+
+    def session_expire(self, session_ids: list[str]) -> dict[str, Any]:
+        return self._sync(self._client.session_expire, session_ids)
+
+    def session_list(self, *, include_ended: bool = False) -> dict[str, Any]:
+        return self._sync(self._client.session_list, include_ended=include_ended)
+
+    def lease_acquire(self, session_id: str, leases: list[dict[str, Any]]) -> dict[str, Any]:
+        return self._sync(self._client.lease_acquire, session_id, leases)
+
+    def lease_release(self, session_id: str, leases: list[dict[str, Any]]) -> dict[str, Any]:
+        return self._sync(self._client.lease_release, session_id, leases)
+
+    def lease_list(self, table: str | None = None) -> dict[str, Any]:
+        return self._sync(self._client.lease_list, table)
+
+    def lease_blockers(self, table: str) -> dict[str, Any]:
+        return self._sync(self._client.lease_blockers, table)
+
+    def pin(self, tables: list[str], ts: int | None = None, **kwargs: Any) -> dict[str, Any]:
+        return self._sync(self._client.pin, tables, ts, **kwargs)
+
     def commit(self, txn_id: str, writes: list[dict[str, Any]], **kwargs: Any) -> dict[str, Any]:
         return self._sync(self._client.commit, txn_id, writes, **kwargs)
 
@@ -916,8 +1062,15 @@ class SyncMetastoreClient:
     def status(self, endpoint: str | None = None) -> dict[str, Any]:
         return self._sync(self._client.status, endpoint)
 
-    def ddl(self, sql: str, request_id: str | None = None) -> dict[str, Any]:
-        return self._sync(self._client.ddl, sql, request_id)
+    def ddl(
+        self,
+        sql: str,
+        request_id: str | None = None,
+        *,
+        wait_ms: int = DDL_WAIT_MS_DEFAULT,
+        on_blocked: Callable[[MetastoreError], None] | None = None,
+    ) -> dict[str, Any]:
+        return self._sync(self._client.ddl, sql, request_id, wait_ms=wait_ms, on_blocked=on_blocked)
 
     def create_namespace(
         self, name: str, *, comment: str | None = None, if_not_exists: bool = False

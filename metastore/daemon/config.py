@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar, Final
 
+from metastore import limits as mlimits
 from metastore.limits import MAX_CLOCK_SKEW_MS, MAX_DELAY_DURATION_MS
 
 __all__ = [
@@ -104,6 +105,9 @@ DEFAULT_BASE_PORT: Final = 24_100
 CLIENT_PORT_OFFSET: Final = 100
 METRICS_PORT_OFFSET: Final = 200
 
+# Clients heartbeat at least this far apart (each heartbeat is a Raft entry).
+SESSION_HEARTBEAT_MS_MIN: Final = 100
+
 CLUSTER_FILE_NAME: Final = "cluster.toml"
 NODE_LOG_FILE_NAME: Final = "node.log"
 NODE_PID_FILE_NAME: Final = "node.pid"
@@ -122,6 +126,8 @@ _CLUSTER_KEYS: Final = frozenset(
         "heartbeat_interval_ms",
         "tick_ms",
         "snapshot_every_entries",
+        "session_ttl_ms",
+        "session_heartbeat_ms",
         "secrets_dir",
         "data_dir",
         "warehouse",
@@ -199,6 +205,10 @@ class ClusterConfig:
     warehouse: str
     # Invariant: ordered by id; ids distinct; (host, port) pairs distinct.
     nodes: tuple[NodeAddress, ...]
+    # Sessions (metastore.leases): the TTL a session gets unless its client asks for another,
+    # and the heartbeat interval clients are told to use.
+    session_ttl_ms: int = mlimits.SESSION_TTL_MS_DEFAULT
+    session_heartbeat_ms: int = mlimits.SESSION_HEARTBEAT_MS_DEFAULT
 
     @property
     def node_ids(self) -> tuple[int, ...]:
@@ -392,6 +402,19 @@ def _parse_cluster(path: Path, data: Mapping[str, object]) -> ClusterConfig:
         SNAPSHOT_EVERY_ENTRIES_MAX,
         default=DEFAULT_SNAPSHOT_EVERY_ENTRIES,
     )
+    session_ttl_ms = reader.integer(
+        "session_ttl_ms",
+        mlimits.SESSION_TTL_MS_MIN,
+        mlimits.SESSION_TTL_MS_MAX,
+        default=mlimits.SESSION_TTL_MS_DEFAULT,
+    )
+    session_heartbeat_ms = reader.integer(
+        "session_heartbeat_ms",
+        SESSION_HEARTBEAT_MS_MIN,
+        max(SESSION_HEARTBEAT_MS_MIN, session_ttl_ms // 3),
+        default=min(mlimits.SESSION_HEARTBEAT_MS_DEFAULT, session_ttl_ms // 3),
+        high_reason="at most a third of session_ttl_ms: two heartbeats may be lost in a row",
+    )
     secrets_dir = reader.string(
         "secrets_dir", max_chars=PATH_CHARS_MAX, default=DEFAULT_SECRETS_DIR
     )
@@ -416,6 +439,8 @@ def _parse_cluster(path: Path, data: Mapping[str, object]) -> ClusterConfig:
         heartbeat_interval_ms=heartbeat_ms,
         tick_ms=tick_ms,
         snapshot_every_entries=snapshot_every,
+        session_ttl_ms=session_ttl_ms,
+        session_heartbeat_ms=session_heartbeat_ms,
         secrets_dir=resolved_secrets,
         data_dir=resolved_data,
         log_level=log_level,
@@ -604,6 +629,8 @@ def render_cluster_toml(
     heartbeat_interval_ms: int = DEFAULT_HEARTBEAT_INTERVAL_MS,
     tick_ms: int = DEFAULT_TICK_MS,
     snapshot_every_entries: int = DEFAULT_SNAPSHOT_EVERY_ENTRIES,
+    session_ttl_ms: int = mlimits.SESSION_TTL_MS_DEFAULT,
+    session_heartbeat_ms: int = mlimits.SESSION_HEARTBEAT_MS_DEFAULT,
     secrets_dir: str = DEFAULT_SECRETS_DIR,
     data_dir: str = DEFAULT_DATA_DIR,
     warehouse: str = DEFAULT_WAREHOUSE,
@@ -631,6 +658,11 @@ def render_cluster_toml(
         f"heartbeat_interval_ms = {heartbeat_interval_ms}",
         f"tick_ms = {tick_ms}",
         f"snapshot_every_entries = {snapshot_every_entries}",
+        "",
+        "# Client sessions (Spark applications) hold schema leases while they heartbeat; a",
+        "# session silent for session_ttl_ms expires and its leases stop blocking schema changes.",
+        f"session_ttl_ms = {session_ttl_ms}",
+        f"session_heartbeat_ms = {session_heartbeat_ms}",
         "",
         "# Relative to this file. Never commit either directory.",
         f"secrets_dir = {_toml_str(secrets_dir)}",

@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from hlc import HybridClock, SystemClock, physical_ms
-from metastore.commands import InitCluster, encode_command
+from metastore import limits as mlimits
+from metastore.commands import ExpireSessions, InitCluster, encode_command
 from metastore.daemon.config import NodeSettings, load_node_config
 from metastore.daemon.forward import LeaderForwarder
 from metastore.daemon.logs import setup_logging
@@ -29,6 +30,7 @@ from metastore.daemon.metrics import HttpEndpoint, NodeMetrics
 from metastore.daemon.secrets import ensure_secrets
 from metastore.daemon.server import ApiServer
 from metastore.daemon.statemachine import CatalogStateMachine
+from metastore.outcome import Outcome
 from raft.core.errors import RaftCoreError
 from raft.errors import RaftError
 from raft.node import NodeConfig, RaftNode
@@ -36,6 +38,9 @@ from raft.node import NodeConfig, RaftNode
 log = logging.getLogger("metastore.node")
 
 INIT_RETRY_S = 0.2
+# How often the leader looks for sessions past their deadline (a dead driver's leases stop
+# blocking at the deadline itself; the sweep only tidies the state and logs the expiry).
+SESSION_SWEEP_INTERVAL_S = 0.5
 
 
 def run_node(config_path: Path, node_id: int | None = None) -> int:
@@ -101,9 +106,12 @@ class MetastoreNode:
             cluster_id=cluster.cluster_id,
             client_addresses={n.id: n.client_address for n in cluster.nodes},
             warehouse=cluster.warehouse,
+            session_ttl_ms=cluster.session_ttl_ms,
+            session_heartbeat_ms=cluster.session_heartbeat_ms,
         )
         self.http = HttpEndpoint(self.metrics, self.status_map)
         self._init_task: asyncio.Task[None] | None = None
+        self._sweep_task: asyncio.Task[None] | None = None
 
     def _on_fatal(self, exc: BaseException) -> None:
         self.fatal = exc
@@ -129,6 +137,7 @@ class MetastoreNode:
         await self.api.start(me.host, me.client_port)
         await self.http.start(me.host, me.metrics_port)
         self._init_task = asyncio.create_task(self._initialize_cluster())
+        self._sweep_task = asyncio.create_task(self._sweep_sessions())
         log.info(
             "metastore node started",
             extra={
@@ -140,15 +149,44 @@ class MetastoreNode:
         )
 
     async def stop(self) -> None:
-        if self._init_task is not None:
-            self._init_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._init_task
+        for task in (self._init_task, self._sweep_task):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
         await self.api.stop()
         await self.http.stop()
         await self.forwarder.close()
         await self.raft.stop()
         log.info("metastore node stopped")
+
+    async def _sweep_sessions(self) -> None:
+        """As leader, propose the expiry of sessions past their deadline at the clock's now.
+        Apply re-checks each deadline against the entry's own Tm (>= this now), so a session
+        whose heartbeat got in first is skipped: expiry is decided by Tm alone."""
+        while True:
+            await asyncio.sleep(SESSION_SWEEP_INTERVAL_S)
+            if not (self.raft.is_leader() and self.raft.ready_to_serve):
+                continue
+            if self.sm.state.cluster is None:
+                continue
+            late = self.sm.state.sessions.expired_at(self.clock.now())
+            for start in range(0, len(late), mlimits.MAX_LEASES_PER_COMMAND):
+                cmd = ExpireSessions(
+                    session_ids=tuple(late[start : start + mlimits.MAX_LEASES_PER_COMMAND]),
+                    reason="ttl",
+                    by=f"leader:{self.settings.node_id}",
+                )
+                try:
+                    res = await self.raft.propose(encode_command(cmd), timeout_ms=5000)
+                except (RaftCoreError, RaftError) as exc:
+                    log.info("session expiry will be retried: %s", exc)
+                    break
+                outcome = res.result
+                if isinstance(outcome, Outcome) and outcome.ok:
+                    expired = outcome.result.get("expired")
+                    if expired:
+                        log.info("sessions expired", extra={"sessions": expired})
 
     async def _initialize_cluster(self) -> None:
         """Propose InitCluster once, as the first leader, if the state has no cluster settings."""

@@ -28,7 +28,16 @@ from hlc.errors import HlcError, WaitTimeoutError
 from hlc.limits import LOGICAL_BITS, MAX_TS
 from metastore import limits as mlimits
 from metastore.commands import (
+    AcquireLeases,
+    CloseSession,
     Command,
+    ExpireSessions,
+    HeartbeatSession,
+    LeaseKey,
+    OpenSession,
+    ReleaseLeases,
+    SessionInfo,
+    TableName,
     commit_txn_from_request,
     decode_command,
     encode_command,
@@ -110,6 +119,8 @@ class ApiServer:
         cluster_id: str,
         client_addresses: Mapping[int, str],
         warehouse: str = "",
+        session_ttl_ms: int = mlimits.SESSION_TTL_MS_DEFAULT,
+        session_heartbeat_ms: int = mlimits.SESSION_HEARTBEAT_MS_DEFAULT,
     ) -> None:
         self.node = node
         self.sm = sm
@@ -120,6 +131,8 @@ class ApiServer:
         self.cluster_id = cluster_id
         self.client_addresses = dict(client_addresses)
         self.warehouse = warehouse
+        self.session_ttl_ms = session_ttl_ms
+        self.session_heartbeat_ms = session_heartbeat_ms
         self._server: asyncio.Server | None = None
         self._connections: set[asyncio.Task[None]] = set()
         self._ops: dict[str, _Op] = {
@@ -163,6 +176,44 @@ class ApiServer:
                     }
                 ),
             ),
+            "pin": _Op(
+                Role.READER, self._pin, frozenset({"tables", "ts", "session_id", "timeout_ms"})
+            ),
+            "session_open": _Op(
+                Role.WRITER,
+                self._session_open,
+                frozenset(
+                    {
+                        "session_id",
+                        "app_id",
+                        "app_name",
+                        "host",
+                        "user",
+                        "pid",
+                        "started_at_ms",
+                        "ttl_ms",
+                        "timeout_ms",
+                    }
+                ),
+            ),
+            "session_heartbeat": _Op(
+                Role.WRITER, self._session_heartbeat, frozenset({"session_id", "timeout_ms"})
+            ),
+            "session_close": _Op(
+                Role.WRITER, self._session_close, frozenset({"session_id", "timeout_ms"})
+            ),
+            "session_expire": _Op(
+                Role.ADMIN, self._session_expire, frozenset({"session_ids", "timeout_ms"})
+            ),
+            "session_list": _Op(Role.READER, self._session_list, frozenset({"all"})),
+            "lease_acquire": _Op(
+                Role.WRITER, self._lease_acquire, frozenset({"session_id", "leases", "timeout_ms"})
+            ),
+            "lease_release": _Op(
+                Role.WRITER, self._lease_release, frozenset({"session_id", "leases", "timeout_ms"})
+            ),
+            "lease_list": _Op(Role.READER, self._lease_list, frozenset({"table"})),
+            "lease_blockers": _Op(Role.READER, self._lease_blockers, frozenset({"table"})),
             # Internal: a follower forwards a parsed, canonical command to the leader.
             "_propose": _Op(Role.WRITER, self._propose_op, frozenset({"command", "timeout_ms"})),
             "add_node": _Op(
@@ -710,6 +761,171 @@ class ApiServer:
             "index": res.index,
         }
 
+    # ------------------------------------------------------------------ sessions and leases
+
+    async def _session_open(self, session: Session, args: Args) -> dict[str, Any]:
+        """Open a client session (metastore.leases). `ttl_ms` defaults to the node's configured
+        session TTL; the chosen TTL is part of the replicated command, so every replica expires
+        the session at the same Tm."""
+        ttl_ms = _opt_int(args, "ttl_ms", mlimits.SESSION_TTL_MS_MIN, mlimits.SESSION_TTL_MS_MAX)
+        info = SessionInfo(
+            app_id=_opt_str(args, "app_id", mlimits.MAX_SESSION_LABEL_CHARS) or "",
+            app_name=_opt_str(args, "app_name", mlimits.MAX_SESSION_LABEL_CHARS) or "",
+            host=_opt_str(args, "host", mlimits.MAX_SESSION_LABEL_CHARS) or "",
+            user=_opt_str(args, "user", mlimits.MAX_SESSION_LABEL_CHARS) or "",
+            pid=_opt_int(args, "pid", 0, 2**31 - 1) or 0,
+            started_at_ms=_opt_int(args, "started_at_ms", 0, 2**62) or 0,
+        )
+        cmd = OpenSession(
+            session_id=_req_str(args, "session_id", mlimits.MAX_SESSION_ID_CHARS),
+            info=info,
+            ttl_ms=self.session_ttl_ms if ttl_ms is None else ttl_ms,
+            opened_by=session.client[: mlimits.MAX_SESSION_LABEL_CHARS],
+        )
+        applied = await self._propose_command(session, cmd, _timeout(args))
+        result = dict(applied["result"])
+        result["heartbeat_ms"] = self.session_heartbeat_ms
+        return result
+
+    async def _session_heartbeat(self, session: Session, args: Args) -> dict[str, Any]:
+        cmd = HeartbeatSession(
+            session_id=_req_str(args, "session_id", mlimits.MAX_SESSION_ID_CHARS)
+        )
+        return dict((await self._propose_command(session, cmd, _timeout(args)))["result"])
+
+    async def _session_close(self, session: Session, args: Args) -> dict[str, Any]:
+        cmd = CloseSession(session_id=_req_str(args, "session_id", mlimits.MAX_SESSION_ID_CHARS))
+        return dict((await self._propose_command(session, cmd, _timeout(args)))["result"])
+
+    async def _session_expire(self, session: Session, args: Args) -> dict[str, Any]:
+        """Admin: end sessions now, whatever their deadline; recorded in the log with the
+        caller's name."""
+        ids = _req_str_list(args, "session_ids", mlimits.MAX_LEASES_PER_COMMAND)
+        cmd = ExpireSessions(
+            session_ids=tuple(ids),
+            reason="admin",
+            by=(session.client or "admin")[: mlimits.MAX_SESSION_LABEL_CHARS],
+        )
+        return dict((await self._propose_command(session, cmd, _timeout(args)))["result"])
+
+    async def _session_list(self, _s: Session, args: Args) -> dict[str, Any]:
+        self._require_ready()
+        state = self.sm.state
+        now = self.node.safe_time
+        sessions = []
+        for s in state.sessions.sessions():
+            view = s.view()
+            view["live"] = s.live_at(now)
+            view["leases"] = sum(1 for x in state.sessions.leases() if x.session_id == s.session_id)
+            sessions.append(view)
+        out: dict[str, Any] = {"sessions": sessions, "safe_time": now}
+        if args.get("all"):
+            out["ended"] = [
+                {
+                    "session_id": e.session_id,
+                    "app_id": e.app_id,
+                    "reason": e.reason,
+                    "by": e.by,
+                    "ended_tm": e.ended_tm,
+                }
+                for e in state.sessions.ended()
+            ]
+        return out
+
+    def _lease_keys(self, args: Args) -> tuple[LeaseKey, ...]:
+        items = args.get("leases")
+        if not isinstance(items, list) or not 1 <= len(items) <= mlimits.MAX_LEASES_PER_COMMAND:
+            raise BadRequestError(
+                f"'leases' must be a list of 1..{mlimits.MAX_LEASES_PER_COMMAND} maps"
+            )
+        keys = []
+        for item in items:
+            if not isinstance(item, dict):
+                raise BadRequestError("each lease must be {table, table_id, version}")
+            keys.append(
+                LeaseKey(
+                    table=TableName.parse(_req_str(item, "table", L.TABLE_NAME_CHARS_MAX)),
+                    table_id=_req_int(item, "table_id", 1, 2**62),
+                    version=_req_int(item, "version", 1, 2**62),
+                )
+            )
+        return tuple(keys)
+
+    async def _lease_acquire(self, session: Session, args: Args) -> dict[str, Any]:
+        cmd = AcquireLeases(
+            session_id=_req_str(args, "session_id", mlimits.MAX_SESSION_ID_CHARS),
+            leases=self._lease_keys(args),
+        )
+        return dict((await self._propose_command(session, cmd, _timeout(args)))["result"])
+
+    async def _lease_release(self, session: Session, args: Args) -> dict[str, Any]:
+        cmd = ReleaseLeases(
+            session_id=_req_str(args, "session_id", mlimits.MAX_SESSION_ID_CHARS),
+            leases=self._lease_keys(args),
+        )
+        return dict((await self._propose_command(session, cmd, _timeout(args)))["result"])
+
+    async def _lease_list(self, _s: Session, args: Args) -> dict[str, Any]:
+        self._require_ready()
+        state = self.sm.state
+        now = self.node.safe_time
+        table = _opt_str(args, "table", L.TABLE_NAME_CHARS_MAX)
+        table_id = (
+            None if table is None else state.catalog.live_table(TableName.parse(table)).table_id
+        )
+        leases = [
+            state.sessions.lease_view(x, tm=now) for x in state.sessions.leases(table_id=table_id)
+        ]
+        return {"leases": leases, "safe_time": now}
+
+    async def _lease_blockers(self, _s: Session, args: Args) -> dict[str, Any]:
+        """Who would block publishing the table's next version right now."""
+        self._require_ready()
+        state = self.sm.state
+        now = self.node.safe_time
+        inc = state.catalog.live_table(
+            TableName.parse(_req_str(args, "table", L.TABLE_NAME_CHARS_MAX))
+        )
+        current = inc.versions[-1].version
+        return {
+            "table": str(inc.name),
+            "table_id": inc.table_id,
+            "current_version": current,
+            "publishing_version": current + 1,
+            "blockers": state.sessions.blockers(inc, tm=now),
+            "safe_time": now,
+        }
+
+    async def _pin(self, session: Session, args: Args) -> dict[str, Any]:
+        """Pin several tables at one Top (IEP-98: wait for safe time >= Top - DD once) and, with
+        `session_id`, lease the pinned versions in the same request: one round trip per batch."""
+        self._require_ready()
+        tables = list(dict.fromkeys(_req_str_list(args, "tables", mlimits.MAX_LEASES_PER_COMMAND)))
+        top, waited = await self._at(args, "ts")
+        state = self.sm.state
+        pins = []
+        keys = []
+        for table in tables:
+            v = state.schema_at(table, top)
+            pins.append(version_view(table, v))
+            keys.append(
+                LeaseKey(table=TableName.parse(table), table_id=v.table_id, version=v.version)
+            )
+        result: dict[str, Any] = {
+            "ts": top,
+            "pins": pins,
+            "waited_ms": waited,
+            "safe_time": self.node.safe_time,
+        }
+        session_id = _opt_str(args, "session_id", mlimits.MAX_SESSION_ID_CHARS)
+        if session_id is not None:
+            if session.role is None or session.role < Role.WRITER:
+                raise ForbiddenError("leasing needs the writer role")
+            cmd = AcquireLeases(session_id=session_id, leases=tuple(keys))
+            applied = await self._propose_command(session, cmd, _timeout(args))
+            result["lease"] = applied["result"]
+        return result
+
     # ------------------------------------------------------------------ membership
 
     async def _leader_or_forward(
@@ -834,6 +1050,17 @@ def _opt_int(args: Args, key: str, lo: int, hi: int) -> int | None:
             f"{key!r} = {v} is out of range [{lo}, {hi}]", details={key: v, "min": lo, "max": hi}
         )
     return v
+
+
+def _req_str_list(args: Args, key: str, max_items: int) -> list[str]:
+    v = args.get(key)
+    if not isinstance(v, list) or not 1 <= len(v) <= max_items:
+        raise BadRequestError(f"{key!r} must be a list of 1..{max_items} strings")
+    if not all(isinstance(x, str) and len(x) <= L.TABLE_NAME_CHARS_MAX for x in v):
+        raise BadRequestError(
+            f"{key!r} must list strings of at most {L.TABLE_NAME_CHARS_MAX} chars"
+        )
+    return list(v)
 
 
 def _timeout(args: Args) -> int:
