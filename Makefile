@@ -45,9 +45,11 @@ bench: bench-raft bench-catalog bench-spark
 bench-raft: install-bench
 	$(BIN)/python -m bench.bench_raft
 
-## bench-catalog: schema reads/s, read latency, safe-time waits and DDL latency of the daemon
+## bench-catalog: schema reads/s, read latency, safe-time waits and DDL latency of the daemon;
+## then its lease section: lease churn, heartbeat cost, DDL latency with leases held
 bench-catalog: install
 	$(BIN)/python -m bench.bench_catalog
+	$(BIN)/python -m bench.bench_leases
 
 ## bench-spark: the bridge's per-micro-batch overhead vs plain foreachBatch; commits/s
 bench-spark: install

@@ -30,6 +30,10 @@ Jargon
     commit ts   the one timestamp at which all writes of a commit become visible.
     upper       the smallest timestamp a commit could still use; every table is final below it.
     txn id      the client's idempotency key of a commit ("query_id:batch_id").
+    session     one client application (a Spark app), alive while it heartbeats within its
+                TTL, judged by Tm; it owns leases.
+    lease       (table incarnation, schema version, session): a running batch may still commit
+                with that version, so no third version is published while it is held.
 
 Codemap
     errors      ErrorCode, MetastoreError (+ one subclass per expected failure), wire form;
@@ -43,6 +47,7 @@ Codemap
     catalog     namespaces, table incarnations, schema versions over time, reads at Top.
     dedup       request-id de-duplication of retried commands.
     txn         the transaction log: table registrations, data files, commits, reads at a ts.
+    leases      sessions, schema leases and the two-version gate on ALTER.
     outcome     Outcome and the effects the shell acts on.
     state       MetastoreState: apply / observe_tick / reads / snapshot / check_invariants.
     daemon/     the network shell around the state (separate sub-package).
@@ -58,5 +63,7 @@ Invariants (absences included)
     * Commit timestamps strictly increase along the log and are never below the committing
       entry's Tm; a commit is visible at exactly its ts for all its tables, or not at all.
     * No two live tables have overlapping locations.
+    * Two versions: unexpired leases (session deadline > Tm) exist on at most the two latest
+      versions of a table; an ALTER that would break it is refused (SCHEMA_CHANGE_BLOCKED).
     * `from_snapshot(to_snapshot(s)) == s`, and equal states encode to equal bytes.
 """

@@ -47,6 +47,7 @@ from hlc import to_iso
 from spark_bridge.client import SyncMetastoreClient
 from spark_bridge.conform import conform, pinned_struct
 from spark_bridge.files import DataFile, absolute, collect_files, new_attempt_dir
+from spark_bridge.session import BridgeSession, LeaseKey
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -132,7 +133,13 @@ class MetastoreBridge:
         token: str,
         app_name: str = "spark-bridge",
         client: SyncMetastoreClient | None = None,
+        leases: bool = True,
+        session_ttl_ms: int | None = None,
     ) -> None:
+        """`leases=True` (the default) opens a metastore session for this Spark application and
+        leases the schema versions each writing batch pins, so no schema change can overtake a
+        running batch twice (a third version waits for the lease). `session_ttl_ms` overrides
+        the cluster's session TTL (how long a killed driver can block schema changes)."""
         self.spark = spark
         self.endpoints = list(endpoints)
         self.token = token
@@ -143,6 +150,15 @@ class MetastoreBridge:
         spark.conf.set("spark.sql.parquet.fieldId.read.enabled", "true")
         spark.conf.set("spark.sql.parquet.fieldId.write.enabled", "true")
         self._register_data_source()
+        self.session: BridgeSession | None = None
+        if leases:
+            sc = spark.sparkContext
+            self.session = BridgeSession(
+                self.client,
+                app_id=str(sc.applicationId or ""),
+                app_name=str(sc.appName or app_name),
+                ttl_ms=session_ttl_ms,
+            )
         # The newest commit timestamp of this bridge's batches (0 = none yet): later batches read
         # at or above it. Batches may run on several threads (streaming queries), hence the lock.
         self._last_commit_ts = 0
@@ -151,6 +167,9 @@ class MetastoreBridge:
         self._queries_seen: set[str] = set()  # streaming query ids this bridge ran a batch of
 
     def close(self) -> None:
+        """Close the session (releasing its leases) and the client."""
+        if self.session is not None:
+            self.session.close()
         self.client.close()
 
     @property
@@ -223,8 +242,11 @@ class MetastoreBridge:
             stream=stream,
         )
         ctx.plan(top)
-        yield ctx
-        ctx.commit()
+        try:
+            yield ctx
+            ctx.commit()
+        finally:
+            ctx.end()
 
     def foreach_batch(
         self,
@@ -345,6 +367,7 @@ class BatchContext:
         self.check_reads = check_reads
         self.pinned: dict[str, PinnedTable] = {}
         self._written: dict[str, tuple[list[DataFile], bool]] = {}
+        self._leases: list[LeaseKey] = []  # held for this batch's life (see spark_bridge.session)
         self.report = BatchReport(txn_id=txn_id, top=0, read_ts=0, waited_ms=0.0)
 
     # ------------------------------------------------------------ planning
@@ -353,21 +376,19 @@ class BatchContext:
         started = time.perf_counter()
         if top is None:
             top = self.client.clock.now()
-        safe_times = []
-        waited = 0.0
-        for table in self.tables:
-            r = self._call("schema_at", {"table": table, "ts": top, "timeout_ms": PIN_TIMEOUT_MS})
-            waited = max(waited, float(r.get("waited_ms", 0.0)))
-            safe_times.append(int(r["safe_time"]))
-            columns = r["schema"]["columns"]
+        r = self._pin_all(top)
+        waited = float(r.get("waited_ms", 0.0))
+        safe_times = [int(r["safe_time"])]
+        for table, pinned in zip(self.tables, r["pins"], strict=True):
+            columns = pinned["schema"]["columns"]
             self.pinned[table] = PinnedTable(
                 table=table,
-                table_id=int(r["table_id"]),
-                version=int(r["version"]),
-                tu=int(r["tu"]),
-                location=str(r.get("location") or ""),
+                table_id=int(pinned["table_id"]),
+                version=int(pinned["version"]),
+                tu=int(pinned["tu"]),
+                location=str(pinned.get("location") or ""),
                 columns=columns,
-                ddl=r["schema"]["ddl"],
+                ddl=pinned["schema"]["ddl"],
                 struct=pinned_struct(columns),
             )
         # Inputs: a timestamp every node can already answer for without waiting (<= Top) - but
@@ -383,6 +404,42 @@ class BatchContext:
         self.report.pinned = {t: p.version for t, p in self.pinned.items()}
         self.report.plan_ms = (time.perf_counter() - started) * 1000
         log.info("batch planned: %s", self.report.line())
+
+    def _pin_all(self, top: int) -> dict[str, Any]:
+        """Pin every table at `top` in one request; a writing batch also leases the pinned
+        versions in that request (no extra round trip)."""
+        from metastore.errors import ErrorCode
+
+        session = self.bridge.session if self.writes else None
+        for _ in range(2):
+            session_id = None if session is None else session.current()
+            args: dict[str, Any] = {"tables": self.tables, "ts": top, "timeout_ms": PIN_TIMEOUT_MS}
+            if session_id is not None:
+                args["session_id"] = session_id
+            try:
+                r = self._call("pin", args)
+            except BatchError as exc:
+                code = getattr(exc.cause, "code", None)
+                if session is None or session_id is None or code != ErrorCode.SESSION_NOT_FOUND:
+                    raise
+                session.lost(session_id)  # expired under us: reopen, then pin once more
+                continue
+            if session is not None and session_id is not None:
+                self._leases = [
+                    LeaseKey(
+                        table=p["table"], table_id=int(p["table_id"]), version=int(p["version"])
+                    )
+                    for p in r["pins"]
+                ]
+                session.hold(self._leases)
+            return r
+        raise BatchError("the metastore session expired twice while pinning", retryable=True)
+
+    def end(self) -> None:
+        """The batch is over (committed, refused or abandoned): let go of its leases."""
+        if self._leases and self.bridge.session is not None:
+            self.bridge.session.drop(self._leases)
+        self._leases = []
 
     @property
     def top(self) -> int:

@@ -784,7 +784,8 @@ class ApiServer:
         )
         applied = await self._propose_command(session, cmd, _timeout(args))
         result = dict(applied["result"])
-        result["heartbeat_ms"] = self.session_heartbeat_ms
+        # At least three heartbeats per TTL, whatever TTL the client asked for.
+        result["heartbeat_ms"] = min(self.session_heartbeat_ms, max(1, cmd.ttl_ms // 3))
         return result
 
     async def _session_heartbeat(self, session: Session, args: Args) -> dict[str, Any]:

@@ -3,12 +3,14 @@
     python -m tests.spark.driver_until_killed --endpoints h:p,h:p --token-file F \\
         --txn-id ID --rows N ns.a ns.b
 
-It pins every table at one Top, writes N rows per table as Parquet into a fresh attempt directory
-(the bridge's `new_attempt_dir` / `collect_files`, pyarrow standing in for Spark's executors: a
-SparkSession would cost this process 10-15 s), prints one JSON line
-`{"pid", "top", "txn_id", "files": {table: [relative paths]}}` and then blocks where the bridge
-would send the commit, until the test SIGKILLs it. Not killed within BLOCK_S, it exits with
-status 3 without committing, so a broken test cannot leave it running.
+It pins every table at one Top (with `--lease-ttl-ms`, under a metastore session with that TTL,
+leasing the pinned versions as the bridge does, and heartbeating until killed), writes N rows
+per table as Parquet into a fresh attempt directory (the bridge's `new_attempt_dir` /
+`collect_files`, pyarrow standing in for Spark's executors: a SparkSession would cost this
+process 10-15 s), prints one JSON line `{"pid", "top", "txn_id", "files": {table: [relative
+paths]}, "session_id", "versions"}` and then blocks where the bridge would send the commit,
+until the test SIGKILLs it. Not killed within BLOCK_S, it exits with status 3 without
+committing, so a broken test cannot leave it running.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from typing import Any
 
 from spark_bridge.client import SyncMetastoreClient
 from spark_bridge.files import collect_files, new_attempt_dir
+from spark_bridge.session import BridgeSession
 from tests.spark.support import write_parquet
 
 BLOCK_S = 60.0
@@ -39,20 +42,37 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--token-file", required=True)
     parser.add_argument("--txn-id", required=True)
     parser.add_argument("--rows", type=int, default=5)
+    parser.add_argument("--lease-ttl-ms", type=int, default=None)
     parser.add_argument("tables", nargs="+")
     args = parser.parse_args(argv)
     token = Path(args.token_file).read_text().strip()
     with SyncMetastoreClient(args.endpoints.split(","), token) as client:
         top = client.clock.now()
+        session_id = None
+        pins: dict[str, dict[str, Any]] = {}
+        if args.lease_ttl_ms is not None:
+            session = BridgeSession(
+                client, app_id="killed-driver", app_name="killed", ttl_ms=args.lease_ttl_ms
+            )
+            session_id = session.current()
+            r = client.pin(list(args.tables), top, session_id=session_id)
+            pins = {p["table"]: p for p in r["pins"]}
         files: dict[str, list[str]] = {}
         for table in args.tables:
-            pinned = client.schema_at(table, ts=top)
+            pinned = pins.get(table) or client.schema_at(table, ts=top)
             location = str(pinned["location"])
             _, rel_dir = new_attempt_dir(location, args.txn_id)
             columns = pinned["schema"]["columns"]
             write_parquet(location, rel_dir, columns, [_row(columns, i) for i in range(args.rows)])
             files[table] = [f.path for f in collect_files(location, rel_dir)]
-        line = {"pid": os.getpid(), "top": top, "txn_id": args.txn_id, "files": files}
+        line = {
+            "pid": os.getpid(),
+            "top": top,
+            "txn_id": args.txn_id,
+            "files": files,
+            "session_id": session_id,
+            "versions": {t: p["version"] for t, p in pins.items()},
+        }
         print(json.dumps(line), flush=True)
         # Where the bridge would now send `commit`: wait to be killed.
         time.sleep(BLOCK_S)

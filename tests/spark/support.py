@@ -91,8 +91,11 @@ class SparkEnv:
             self._opened.append(c)
         return c
 
-    def bridge(self, *, node_id: int | None = None, app_name: str = "tests") -> MetastoreBridge:
-        """A bridge on the session's Spark; with `node_id`, its client talks to that node only."""
+    def bridge(
+        self, *, node_id: int | None = None, app_name: str = "tests", leases: bool = True
+    ) -> MetastoreBridge:
+        """A bridge on the session's Spark; with `node_id`, its client talks to that node only;
+        `leases=False` runs batches without schema leases (only the commit rule protects)."""
         if node_id is None:
             client = SyncMetastoreClient(
                 self.endpoints, self.token, timeout_ms=CLIENT_TIMEOUT_MS, client_name=app_name
@@ -102,7 +105,12 @@ class SparkEnv:
             client = self.single(node_id)
             endpoints = [self.endpoint(node_id)]
         b = MetastoreBridge(
-            self.spark, endpoints=endpoints, token=self.token, app_name=app_name, client=client
+            self.spark,
+            endpoints=endpoints,
+            token=self.token,
+            app_name=app_name,
+            client=client,
+            leases=leases,
         )
         with self._lock:
             self._opened.append(b)

@@ -13,6 +13,7 @@ import pytest
 
 from metastore.errors import (
     CommitTimestampUnavailableError,
+    LeaseVersionNotLatestError,
     ReadConflictError,
     SchemaVersionNotActiveError,
 )
@@ -136,7 +137,9 @@ def test_read_set_conflict_fails_the_batch_naming_the_table(env: SparkEnv) -> No
 
 
 def test_commit_with_a_version_older_than_the_two_latest_is_refused(env: SparkEnv) -> None:
-    bridge = env.bridge(app_name="versions")
+    # Without leases (a token that may not lease, or a session lost mid-batch) only the commit
+    # rule stands between a stale batch and the table: it must refuse.
+    bridge = env.bridge(app_name="versions", leases=False)
     planned_at = env.client.clock.now()  # version 1 is in force here
     env.ddl(f"ALTER TABLE {EVOLVING} ADD COLUMN a INT")
     env.ddl(f"ALTER TABLE {EVOLVING} ADD COLUMN b INT")
@@ -155,6 +158,19 @@ def test_commit_with_a_version_older_than_the_two_latest_is_refused(env: SparkEn
     assert err.cause.details["table"] == EVOLVING
     assert err.cause.details["version"] == 1
     assert err.cause.details["active_versions"] == [2, 3]
+
+    # With leases the same batch is refused earlier, at planning, before any work: v1 can no
+    # longer be leased.
+    leased = env.bridge(app_name="versions-leased")
+    with (
+        nothing_committed(env, EVOLVING),
+        pytest.raises(BatchError) as at_plan,
+        leased.batch(writes=[EVOLVING], top=planned_at),
+    ):
+        pass
+    assert at_plan.value.retryable
+    assert isinstance(at_plan.value.cause, LeaseVersionNotLatestError)
+    assert at_plan.value.cause.details["latest_versions"] == [2, 3]
 
     # The same through the client; the older of the two latest versions is still accepted.
     writes = _add(env, EVOLVING, "old-version", [1])
@@ -239,12 +255,14 @@ def test_a_table_recreated_between_read_ts_and_top_is_not_read_with_the_new_sche
 
 
 def test_a_micro_batch_overtaken_by_two_ddls_is_replanned_not_fatal(env: SparkEnv) -> None:
-    """Until leases exist, a long micro-batch whose pinned version is no longer one of the two
-    latest at commit is refused; foreach_batch re-plans and runs it again (bounded) instead of
-    killing the query, and only the successful attempt's files become visible."""
+    """Without leases (a token that may not lease, or a session that expired under a batch), a
+    long micro-batch whose pinned version is no longer one of the two latest at commit is
+    refused; foreach_batch re-plans and runs it again (bounded) instead of killing the query,
+    and only the successful attempt's files become visible. (With leases the second DDL waits
+    instead: tests/spark/test_leases.py.)"""
     table = "ref.overtaken"
     env.ddl(f"CREATE TABLE {table} (id BIGINT)")
-    bridge = env.bridge(app_name="overtaken")
+    bridge = env.bridge(app_name="overtaken", leases=False)
     reports = []
     pinned = []
 

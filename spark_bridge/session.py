@@ -1,0 +1,250 @@
+"""The bridge's metastore session and the schema leases its batches hold (metastore.leases).
+
+One `BridgeSession` per `MetastoreBridge` (one per Spark application): it opens a session named
+after the app (app id, app name, host, user, pid), heartbeats it from a daemon thread, and
+closes it on `close()` or at interpreter exit. A driver killed with kill -9 stops heartbeating,
+so its session expires after its TTL and its leases stop blocking schema changes.
+
+Leases follow batches: a writing batch pins its tables and leases the pinned versions in the
+*same* request (`pin` with `session_id`), so leasing adds no round trip to the hot path. Leases
+are ref-counted here, one per (table id, version) however many concurrent batches share it.
+When a count drops to zero the lease is released by the background thread after a short grace
+(a streaming query's next micro-batch usually re-pins the same version first), never by the
+batch itself. If a release and a new pin of the same version cross on the wire (the server may
+see the release second), the thread re-acquires what is in use again right after its release.
+
+Nothing here is needed for safety: the commit rule (the version must be one of the two latest
+active at the commit ts) is checked by the state machine whatever the leases. A lost session
+(expired during a long GC pause, say) is reopened under a new id; batches that were running lose
+their protection and may be refused at commit, which `foreach_batch` retries.
+"""
+
+from __future__ import annotations
+
+import atexit
+import getpass
+import logging
+import os
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any, Final
+
+from metastore.errors import ErrorCode, MetastoreError
+from spark_bridge.client import SyncMetastoreClient
+
+log = logging.getLogger(__name__)
+
+# A lease whose count dropped to zero is released this long after, unless a batch took it again.
+LEASE_RELEASE_GRACE_MS: Final = 200
+# Heartbeat interval when the server did not say (it does: `heartbeat_ms` in session_open).
+HEARTBEAT_MS_FALLBACK: Final = 5_000
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseKey:
+    table: str
+    table_id: int
+    version: int
+
+    def wire(self) -> dict[str, Any]:
+        return {"table": self.table, "table_id": self.table_id, "version": self.version}
+
+
+class BridgeSession:
+    def __init__(
+        self,
+        client: SyncMetastoreClient,
+        *,
+        app_id: str,
+        app_name: str,
+        ttl_ms: int | None = None,
+    ) -> None:
+        self.client = client
+        self.app_id = app_id
+        self.app_name = app_name
+        self.ttl_ms = ttl_ms
+        self.session_id: str | None = None
+        self.heartbeat_ms = HEARTBEAT_MS_FALLBACK
+        self.available = True  # False: the token may not lease (reader role)
+        self._lock = threading.Lock()
+        self._refs: dict[LeaseKey, int] = {}
+        self._idle_since: dict[LeaseKey, float] = {}  # refs hit zero at (monotonic s)
+        self._releasing: set[LeaseKey] = set()
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self.heartbeats = 0
+        self.reopened = 0
+        self._open()
+        self._thread = threading.Thread(target=self._run, name="metastore-session", daemon=True)
+        self._thread.start()
+        atexit.register(self.close)
+
+    # ------------------------------------------------------------------ session
+
+    def _open(self) -> None:
+        session_id = uuid.uuid4().hex
+        try:
+            r = self.client.session_open(
+                session_id,
+                app_id=self.app_id[:256],
+                app_name=self.app_name[:256],
+                host=socket.gethostname()[:256],
+                user=_user()[:256],
+                pid=os.getpid(),
+                started_at_ms=int(time.time() * 1000),
+                ttl_ms=self.ttl_ms,
+            )
+        except MetastoreError as exc:
+            if exc.code == ErrorCode.FORBIDDEN:
+                log.warning("this token may not open a session; batches run without leases")
+                self.available = False
+                return
+            raise
+        with self._lock:
+            self.session_id = session_id
+            self.heartbeat_ms = int(r.get("heartbeat_ms") or HEARTBEAT_MS_FALLBACK)
+        log.info("metastore session opened: %s (ttl %s ms)", session_id, r.get("ttl_ms"))
+
+    def current(self) -> str | None:
+        """The session to lease under, or None when leasing is not possible."""
+        with self._lock:
+            return self.session_id
+
+    def lost(self, session_id: str) -> None:
+        """The server said `session_id` is gone: open a new one (its leases went with it)."""
+        with self._lock:
+            if self.session_id != session_id:
+                return  # already replaced
+            self.session_id = None
+            self._refs.clear()
+            self._idle_since.clear()
+        log.warning("metastore session %s expired; opening a new one", session_id)
+        self.reopened += 1
+        self._open()
+
+    def close(self) -> None:
+        """Stop heartbeating and close the session (its leases are released). Idempotent."""
+        if self._stop.is_set():
+            return
+        self._stop.set()
+        self._wake.set()
+        if self._thread.is_alive() and threading.current_thread() is not self._thread:
+            self._thread.join(timeout=5)
+        with self._lock:
+            session_id, self.session_id = self.session_id, None
+        if session_id is not None:
+            try:
+                self.client.session_close(session_id)
+            except MetastoreError as exc:
+                log.info("closing metastore session %s: %s", session_id, exc)
+        atexit.unregister(self.close)
+
+    # ------------------------------------------------------------------ leases
+
+    def hold(self, keys: Iterable[LeaseKey]) -> None:
+        """A batch pinned (and the server leased) `keys`: count them in."""
+        with self._lock:
+            for key in keys:
+                self._refs[key] = self._refs.get(key, 0) + 1
+                self._idle_since.pop(key, None)
+
+    def drop(self, keys: Iterable[LeaseKey]) -> None:
+        """A batch ended (committed or not): count its leases out; idle ones are released by
+        the background thread after LEASE_RELEASE_GRACE_MS."""
+        now = time.monotonic()
+        with self._lock:
+            for key in keys:
+                left = self._refs.get(key, 0) - 1
+                if left > 0:
+                    self._refs[key] = left
+                    continue
+                self._refs.pop(key, None)
+                self._idle_since[key] = now
+        self._wake.set()
+
+    def held(self) -> dict[LeaseKey, int]:
+        with self._lock:
+            return dict(self._refs)
+
+    # ------------------------------------------------------------------ background
+
+    def _run(self) -> None:
+        next_beat = time.monotonic() + self.heartbeat_ms / 1000
+        while not self._stop.is_set():
+            now = time.monotonic()
+            wait_s = next_beat - now
+            idle_due = self._idle_due(now)
+            if idle_due is not None:
+                wait_s = min(wait_s, idle_due - now)
+            self._wake.wait(timeout=max(0.0, wait_s))
+            self._wake.clear()
+            if self._stop.is_set():
+                return
+            try:
+                self._release_idle()
+                if time.monotonic() >= next_beat:
+                    self._heartbeat()
+                    next_beat = time.monotonic() + self.heartbeat_ms / 1000
+            except MetastoreError as exc:
+                log.info("metastore session upkeep will be retried: %s", exc)
+            except Exception:  # a daemon thread must not die on a surprise
+                log.exception("metastore session upkeep failed")
+
+    def _idle_due(self, now: float) -> float | None:
+        with self._lock:
+            if not self._idle_since:
+                return None
+            return min(self._idle_since.values()) + LEASE_RELEASE_GRACE_MS / 1000
+
+    def _heartbeat(self) -> None:
+        session_id = self.current()
+        if session_id is None:
+            if self.available:
+                self._open()
+            return
+        try:
+            self.client.session_heartbeat(session_id)
+            self.heartbeats += 1
+        except MetastoreError as exc:
+            if exc.code != ErrorCode.SESSION_NOT_FOUND:
+                raise
+            self.lost(session_id)
+
+    def _release_idle(self) -> None:
+        cutoff = time.monotonic() - LEASE_RELEASE_GRACE_MS / 1000
+        with self._lock:
+            session_id = self.session_id
+            due = [k for k, since in self._idle_since.items() if since <= cutoff]
+            for key in due:
+                del self._idle_since[key]
+            self._releasing.update(due)
+        if not due or session_id is None:
+            with self._lock:
+                self._releasing.difference_update(due)
+            return
+        try:
+            self.client.lease_release(session_id, [k.wire() for k in due])
+        finally:
+            with self._lock:
+                self._releasing.difference_update(due)
+                # A batch pinned one of these again while the release was on the wire: the
+                # server may have applied the release second. Take it again.
+                again = [k for k in due if self._refs.get(k, 0) > 0]
+        if again:
+            try:
+                self.client.lease_acquire(session_id, [k.wire() for k in again])
+            except MetastoreError as exc:
+                # e.g. the version is no longer one of the two latest: the batch's commit
+                # rule still protects correctness.
+                log.info("re-acquiring leases after a crossing release failed: %s", exc)
+
+
+def _user() -> str:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return str(os.getuid())
