@@ -576,7 +576,8 @@ class PeerTransport:
         link.task.add_done_callback(self._report_crash)
 
     def _report_crash(self, task: asyncio.Task[None]) -> None:
-        # A link task only ends by cancellation; anything else is a bug worth a loud log.
+        # A link task only ends by cancellation (every connection error is caught, logged and
+        # followed by a reconnect); anything else is a bug worth a loud log.
         if not task.cancelled() and (exc := task.exception()) is not None:
             self._log.error("peer transport task %s crashed", task.get_name(), exc_info=exc)
 
@@ -619,6 +620,11 @@ class PeerTransport:
                     port,
                     _why(exc),
                 )
+            except Exception:  # noqa: BLE001 - the link must outlive any connection's error
+                link.connect_failures += 1
+                self._log.exception(
+                    "connecting to peer %d at %s:%d failed", link.peer_id, host, port
+                )
             else:
                 if ever_connected:
                     link.reconnects += 1
@@ -627,8 +633,12 @@ class PeerTransport:
                 self._log.info("connected to peer %d at %s:%d", link.peer_id, host, port)
                 try:
                     await self._pump(link, reader, writer)
-                except OSError as exc:
-                    self._log.info("lost connection to peer %d: %s", link.peer_id, exc)
+                except (OSError, RuntimeError) as exc:
+                    # RuntimeError: uvloop refuses a write on a transport that was closed under
+                    # us (the peer died mid-write and the watcher aborted the connection).
+                    self._log.info("lost connection to peer %d: %s", link.peer_id, _why(exc))
+                except Exception:  # noqa: BLE001 - the link must outlive any connection's error
+                    self._log.exception("connection to peer %d failed", link.peer_id)
                 finally:
                     link.connected = False
             finally:
@@ -685,6 +695,10 @@ class PeerTransport:
                 if link.peer_closed:
                     raise ConnectionResetError("peer closed the connection")
                 while link.queue:
+                    if writer.transport.is_closing():
+                        # Aborted by the watcher (peer gone): keep the frames for the next
+                        # connection instead of handing them to a dead transport.
+                        raise ConnectionResetError("the connection to the peer is closed")
                     frames = list(link.queue)
                     link.queue.clear()
                     link.queued_bytes = 0

@@ -293,6 +293,88 @@ async def test_reconnect_after_the_remote_stops_and_restarts() -> None:
         assert a_inbox.messages[0] == hb(2, 1, 8)
 
 
+async def _kill_peer_mid_write_repeatedly(rounds: int) -> None:
+    """Node 2 dies (every connection reset at once, as a SIGKILL does) while node 1's link is
+    busy writing a stream of 64 KiB messages to it; a new node 2 starts on the same port. Every
+    round the link must reconnect and deliver again: a link task must survive any error of its
+    connection (uvloop raises RuntimeError from writelines on a transport aborted under it)."""
+    payload = os.urandom(64 * 1024)
+    entry = Entry(term=1, index=1, tm=7, kind=EntryKind.NORMAL, data=payload)
+    a_inbox = Inbox()
+    a = make(1, a_inbox)
+    port = free_port()
+    async with running(a):
+        a.set_peers({2: (HOST, port)})
+        stop = asyncio.Event()
+
+        async def stream() -> None:
+            n = 0
+            while not stop.is_set():
+                n += 1
+                a.send(
+                    AppendEntries(
+                        src=1, dst=2, term=1, prev_index=n, prev_term=1, entries=(entry,), commit=0
+                    )
+                )
+                await asyncio.sleep(0)
+
+        sender = asyncio.get_running_loop().create_task(stream())
+        try:
+            for round_no in range(rounds):
+                inbox = Inbox()
+                b = make(2, inbox, port=port, peers={1: (HOST, a.bound_port)})
+                await b.start()
+                await eventually(
+                    lambda inbox=inbox: len(inbox.messages) >= 3, f"round {round_no}: delivered"
+                )
+                await b.stop()  # aborts every connection while frames are in flight
+            await eventually(lambda: not a.stats()["peers"][2]["connected"], "loss noticed")
+            task = a._links[2].task
+            assert task is not None and not task.done(), "the link task died"
+            assert a.stats()["peers"][2]["reconnects"] >= rounds - 1
+        finally:
+            stop.set()
+            await sender
+
+
+@pytest.mark.parametrize(
+    "loop_factory", [asyncio.new_event_loop, uvloop.new_event_loop], ids=["asyncio", "uvloop"]
+)
+def test_a_link_survives_its_peer_dying_mid_write_many_times(
+    loop_factory: Callable[[], asyncio.AbstractEventLoop], caplog: pytest.LogCaptureFixture
+) -> None:
+    with (
+        caplog.at_level(logging.INFO, logger="raft"),
+        asyncio.Runner(loop_factory=loop_factory) as runner,
+    ):
+        runner.run(asyncio.wait_for(_kill_peer_mid_write_repeatedly(rounds=25), 60))
+    assert not [r for r in caplog.records if "crashed" in r.getMessage()]
+
+
+async def test_a_write_refused_by_a_closed_transport_reconnects(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """What uvloop does when the peer dies between the watcher's abort and the write: the write
+    raises RuntimeError. The link must log it and reconnect, not die."""
+    real = asyncio.StreamWriter.writelines
+    failures = [RuntimeError("unable to perform operation on <TCPTransport closed=True>")]
+
+    def flaky(self: asyncio.StreamWriter, data: Any) -> None:
+        if failures:
+            raise failures.pop()
+        real(self, data)
+
+    monkeypatch.setattr(asyncio.StreamWriter, "writelines", flaky)
+    a_inbox, b_inbox = Inbox(), Inbox()
+    a, b = make(1, a_inbox), make(2, b_inbox)
+    async with running(a, b):
+        mesh({1: a, 2: b})
+        await keep_sending(lambda: a.send(hb(1, 2, 5)), lambda: bool(b_inbox.messages), "after")
+    assert not failures  # the failure really happened
+    task = a._links[2].task
+    assert task is not None
+
+
 async def test_full_queue_drops_the_oldest_and_counts_it() -> None:
     b_inbox = Inbox()
     b = make(2, b_inbox)
