@@ -38,14 +38,20 @@ import msgpack
 
 from hlc import HybridClock, physical_ms
 from raft.core.conf import decode_conf_context
-from raft.core.errors import NotLeaderError, ProposalDroppedError, RaftCoreError
+from raft.core.errors import (
+    ConfChangeError,
+    NotLeaderError,
+    ProposalDroppedError,
+    RaftCoreError,
+)
 from raft.core.raft import RaftCore, Status
 from raft.core.ready import CoreConfig, Ready
 from raft.core.types import ConfState, Entry, EntryKind, Message, NodeId
-from raft.errors import RaftError
+from raft.errors import RaftError, TransportConfigError
 from raft.framing import msgpack_bin_header
-from raft.transport import PeerTransport
-from raft.wal import WriteAheadLog
+from raft.limits import PEER_FRAME_BYTES_MAX
+from raft.transport import PeerTransport, check_peers
+from raft.wal import WAL_RECORD_BYTES_MAX, WriteAheadLog
 
 log = logging.getLogger("raft.node")
 
@@ -55,6 +61,10 @@ Address = tuple[str, int]
 PROPOSALS_PER_BATCH_MAX = 4096
 # Proposals waiting for the loop; beyond this propose() fails fast instead of queueing forever.
 PROPOSAL_QUEUE_MAX = 100_000
+# The largest proposal: its entry must fit one WAL record and one peer frame. The envelope
+# (term, index, tm, kind, msgpack headers; an AppendEntries around it) is far below 64 KiB.
+ENTRY_ENVELOPE_BYTES_MAX = 64 * 1024
+PROPOSAL_BYTES_MAX = min(WAL_RECORD_BYTES_MAX, PEER_FRAME_BYTES_MAX) - ENTRY_ENVELOPE_BYTES_MAX
 # Parked safe-time waiters.
 SAFE_TIME_WAITERS_MAX = 100_000
 
@@ -87,6 +97,14 @@ class SafeTimeTimeoutError(RaftError):
 
 class QueueFullError(RaftError):
     code = "queue_full"
+
+
+class ProposalTooLargeError(RaftError):
+    """The proposal could never be written to the WAL or sent to a peer. Refused before it
+    reaches the log: an entry over those bounds would crash every node that applies or replays
+    it. Not retryable as is."""
+
+    code = "proposal_too_large"
 
 
 class ReadIndexError(RaftError):
@@ -350,6 +368,11 @@ class RaftNode:
     async def propose(self, data: bytes, *, timeout_ms: int = 5_000) -> ProposalResult:
         """Replicate `data`; returns once it is applied on this node (the leader)."""
         self._check_running()
+        if len(data) > PROPOSAL_BYTES_MAX:
+            raise ProposalTooLargeError(
+                f"proposal of {len(data)} bytes is over PROPOSAL_BYTES_MAX={PROPOSAL_BYTES_MAX} "
+                "(the WAL record and peer frame limits, less the entry's envelope)"
+            )
         if self.core is not None and not self.core.is_leader():
             raise NotLeaderError(self.core.leader)
         if len(self._proposals) >= PROPOSAL_QUEUE_MAX:
@@ -413,7 +436,13 @@ class RaftNode:
     async def add_node(
         self, node_id: NodeId, address: Address, *, learner: bool = True, timeout_ms: int = 10_000
     ) -> int:
-        """Add a node (as a learner by default: it catches up without affecting quorums)."""
+        """Add a node (as a learner by default: it catches up without affecting quorums).
+        A bad id or address is refused here (ConfChangeError): once in the log, a configuration
+        no transport can use would fail every node that applies or replays it."""
+        try:
+            check_peers({node_id: address})
+        except TransportConfigError as exc:
+            raise ConfChangeError(f"cannot add node {node_id}: {exc}") from None
 
         def change(conf: ConfState) -> ConfState:
             if node_id in conf.members():

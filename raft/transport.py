@@ -106,6 +106,8 @@ WELCOME: Final = "raft-peer-welcome"
 
 _U64_END: Final = 1 << 64
 _PORT_MAX: Final = 65535
+# A DNS name is at most 253 characters; IPv6 literals are far shorter.
+_HOST_CHARS_MAX: Final = 253
 
 Address = tuple[str, int]
 
@@ -326,7 +328,8 @@ def _check_limit(name: str, value: int, low: int, high: int) -> None:
         raise InvalidLimitError(f"{name} must be in [{low}, {high}], got {value!r}")
 
 
-def _check_peers(peers: Mapping[int, Address]) -> None:
+def check_peers(peers: Mapping[int, Address]) -> None:
+    """Raise TransportConfigError unless every (peer id, (host, port)) is usable."""
     for peer_id, address in peers.items():
         if type(peer_id) is not int or not 0 < peer_id < _U64_END:
             raise TransportConfigError(f"peer id must be a positive integer, got {peer_id!r}")
@@ -335,6 +338,8 @@ def _check_peers(peers: Mapping[int, Address]) -> None:
             or len(address) != 2
             or not isinstance(address[0], str)
             or not address[0]
+            or len(address[0]) > _HOST_CHARS_MAX
+            or any(c.isspace() or not c.isprintable() for c in address[0])
             or type(address[1]) is not int
             or not 0 < address[1] <= _PORT_MAX
         ):
@@ -390,7 +395,7 @@ class PeerTransport:
         _check_limit(
             "reconnect_backoff_ms_max", reconnect_backoff_ms_max, reconnect_backoff_ms_min, 10**7
         )
-        _check_peers(peers)
+        check_peers(peers)
 
         self._node_id = node_id
         self._listen_host = listen_host
@@ -522,7 +527,7 @@ class PeerTransport:
         New peers get a link; removed peers lose their link, queue and counters, and their
         inbound connections are closed; a peer whose address changed reconnects to the new one.
         """
-        _check_peers(peers)
+        check_peers(peers)
         wanted = {pid: addr for pid, addr in peers.items() if pid != self._node_id}
         for pid in [pid for pid in self._links if pid not in wanted]:
             self._retire(self._links.pop(pid))

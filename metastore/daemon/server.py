@@ -78,6 +78,7 @@ from raft.framing import NEED_DATA, FrameDecoder, encode_frame
 from raft.node import (
     NodeStoppedError,
     ProposalTimeoutError,
+    ProposalTooLargeError,
     RaftNode,
     ReadIndexError,
     SafeTimeTimeoutError,
@@ -746,6 +747,10 @@ class ApiServer:
             raise NotLeaderError(str(exc), details={"leader": exc.leader_hint}) from None
         except ProposalTimeoutError as exc:
             raise RequestTimeoutError(str(exc)) from None
+        except ProposalTooLargeError as exc:
+            raise LimitExceededError(
+                str(exc), details={"limit": "PROPOSAL_BYTES_MAX", "value": len(data)}
+            ) from None
         except (ProposalDroppedError, NodeStoppedError, RaftError) as exc:
             raise UnavailableError(str(exc)) from None
         outcome = res.result

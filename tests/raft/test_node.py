@@ -20,9 +20,17 @@ from typing import Any
 import pytest
 
 from hlc import HybridClock, SystemClock
+from raft.core.errors import ConfChangeError
 from raft.core.ready import Ready
 from raft.core.types import ConfState, Entry, EntryKind, Snapshot, SnapshotMeta
-from raft.node import NodeConfig, ProposalTimeoutError, RaftNode, applicable_before_persist
+from raft.node import (
+    PROPOSAL_BYTES_MAX,
+    NodeConfig,
+    ProposalTimeoutError,
+    ProposalTooLargeError,
+    RaftNode,
+    applicable_before_persist,
+)
 
 SECRET = b"s" * 32
 ELECTION_WAIT_S = 10.0
@@ -125,6 +133,51 @@ async def test_concurrent_proposals_apply_once_in_order_with_their_results(
         while any(sm(n).applied != sm(leader).applied for n in nodes.values()):
             assert time.monotonic() < deadline, "followers did not catch up"
             await asyncio.sleep(0.01)
+
+
+async def test_a_proposal_too_large_for_the_wal_is_refused_before_the_log(
+    tmp_path: Path,
+) -> None:
+    """An entry over the WAL record limit used to be appended and then crash the leader when
+    it was written (and every node that received it). It is refused, typed, and nothing
+    changes."""
+    async with cluster(tmp_path, 3) as nodes:
+        leader = await leader_of(nodes)
+        before = leader.status().core.last_index
+        with pytest.raises(ProposalTooLargeError):
+            await leader.propose(b"x" * (PROPOSAL_BYTES_MAX + 1))
+        assert leader.status().core.last_index == before
+        # The node is fine: the largest allowed proposal and a small one both commit.
+        big = await leader.propose(b"y" * PROPOSAL_BYTES_MAX, timeout_ms=30_000)
+        small = await leader.propose(b"z")
+        assert small.index == big.index + 1
+        assert sm(leader).applied[-1] == b"z"
+
+
+@pytest.mark.parametrize(
+    ("node_id", "address"),
+    [
+        (4, ("", 7000)),
+        (4, ("host name", 7000)),
+        (4, ("h\x00", 7000)),
+        (4, ("h" * 254, 7000)),
+        (4, ("127.0.0.1", 0)),
+        (4, ("127.0.0.1", 65536)),
+        (0, ("127.0.0.1", 7000)),
+    ],
+)
+async def test_an_unusable_node_address_is_refused_before_the_log(
+    tmp_path: Path, node_id: int, address: tuple[str, int]
+) -> None:
+    """A configuration entry carrying an address no transport accepts used to crash every node
+    that applied or replayed it."""
+    async with cluster(tmp_path, 1) as nodes:
+        leader = await leader_of(nodes)
+        before = leader.status().core.last_index
+        with pytest.raises(ConfChangeError):
+            await leader.add_node(node_id, address)
+        assert leader.status().core.last_index == before
+        assert (await leader.propose(b"still fine")).index == before + 1
 
 
 async def test_proposal_times_out_without_a_quorum_and_the_node_keeps_working(
