@@ -598,12 +598,15 @@ class RaftNode:
 
     def _step_inputs(self) -> None:
         core = self._core()
-        ticks, self._ticks_due = self._ticks_due, 0
-        for _ in range(min(ticks, 100)):
-            core.tick(self.clock.now())
+        # Messages before ticks: ticks that piled up during a slow fsync must not run first, or a
+        # leader could fail its check-quorum (or a follower start an election) with the very
+        # acks and heartbeats that prove otherwise already in its inbox.
         inbox, self._inbox = self._inbox, []
         for m in inbox:
             core.step(m)
+        ticks, self._ticks_due = self._ticks_due, 0
+        for _ in range(min(ticks, 100)):
+            core.tick(self.clock.now())
         ops, self._ops = self._ops, []
         for op in ops:
             try:

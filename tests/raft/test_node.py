@@ -22,7 +22,7 @@ import pytest
 from hlc import HybridClock, SystemClock
 from raft.core.errors import ConfChangeError
 from raft.core.ready import Ready
-from raft.core.types import ConfState, Entry, EntryKind, Snapshot, SnapshotMeta
+from raft.core.types import ConfState, Entry, EntryKind, Heartbeat, Snapshot, SnapshotMeta
 from raft.node import (
     PROPOSAL_BYTES_MAX,
     NodeConfig,
@@ -277,3 +277,39 @@ def test_applicable_before_persist(
     )
     rd = Ready(committed=committed, entries=_entries(6, 8), snapshot=snap)
     assert applicable_before_persist(rd, stable_index) == expected
+
+
+def test_messages_are_stepped_before_ticks_that_piled_up(tmp_path: Path) -> None:
+    """Ticks that piled up while the driver waited for an fsync used to be stepped first: a
+    leader could fail check-quorum, or a follower start an election, with the acks and
+    heartbeats that prove otherwise already in its inbox. The driver steps the inbox first."""
+    node = RaftNode(
+        NodeConfig(
+            node_id=1,
+            cluster_id="test",
+            data_dir=tmp_path / "n1",
+            listen_host="127.0.0.1",
+            listen_port=free_ports(1)[0],
+            peers={},
+            secret=SECRET,
+        ),
+        ListStateMachine(),
+        clock=HybridClock(SystemClock()),
+    )
+    calls: list[str] = []
+
+    class RecordingCore:
+        def tick(self, now: int) -> None:
+            calls.append("tick")
+
+        def step(self, m: object) -> None:
+            calls.append("step")
+
+    node.core = RecordingCore()  # type: ignore[assignment]
+    node._ticks_due = 3
+    node._inbox = [
+        Heartbeat(src=2, dst=1, term=1, commit=0),
+        Heartbeat(src=3, dst=1, term=1, commit=0),
+    ]
+    node._step_inputs()
+    assert calls == ["step", "step", "tick", "tick", "tick"]

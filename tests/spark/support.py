@@ -9,6 +9,8 @@ Everything it opens it closes in `close()`; node processes are stopped by the ha
 
 from __future__ import annotations
 
+import selectors
+import subprocess
 import threading
 import time
 import uuid
@@ -191,3 +193,16 @@ def only(items: Iterable[T]) -> T:
     found = list(items)
     assert len(found) == 1, found
     return found[0]
+
+
+def read_line_within(proc: subprocess.Popen[str], timeout_s: float) -> str:
+    """One line of a child's stdout, or AssertionError if none comes within `timeout_s`."""
+    assert proc.stdout is not None
+    sel = selectors.DefaultSelector()
+    sel.register(proc.stdout, selectors.EVENT_READ)
+    try:
+        if not sel.select(timeout_s):
+            raise AssertionError(f"driver printed nothing within {timeout_s:.0f} s")
+        return proc.stdout.readline()
+    finally:
+        sel.close()

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import selectors
 import signal
 import subprocess
 import sys
@@ -25,6 +24,7 @@ from tests.spark.support import (
     CLIENT_TIMEOUT_MS,
     SparkEnv,
     committed_txns,
+    read_line_within,
     wait_until,
     write_parquet,
 )
@@ -49,19 +49,6 @@ def env(spark_env: SparkEnv) -> SparkEnv:
         f"CREATE TABLE {TOTALS} (batch BIGINT, n BIGINT)",
     )
     return spark_env
-
-
-def _read_line(proc: subprocess.Popen[str], timeout_s: float) -> str:
-    """The child's first stdout line, or fail after timeout_s (never blocks longer)."""
-    assert proc.stdout is not None
-    sel = selectors.DefaultSelector()
-    sel.register(proc.stdout, selectors.EVENT_READ)
-    try:
-        if not sel.select(timeout_s):
-            raise AssertionError(f"driver printed nothing within {timeout_s:.0f} s")
-        return proc.stdout.readline()
-    finally:
-        sel.close()
 
 
 def test_driver_killed_between_writing_files_and_committing(env: SparkEnv) -> None:
@@ -90,7 +77,7 @@ def test_driver_killed_between_writing_files_and_committing(env: SparkEnv) -> No
         text=True,
     )
     try:
-        line = _read_line(proc, DRIVER_LINE_TIMEOUT_S)
+        line = read_line_within(proc, DRIVER_LINE_TIMEOUT_S)
         assert line, (
             f"driver exited early: {proc.wait(10)} {proc.stderr.read() if proc.stderr else ''}"
         )

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import selectors
 import signal
 import subprocess
 import sys
@@ -19,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from tests.spark.support import SparkEnv, rows_of
+from tests.spark.support import SparkEnv, read_line_within, rows_of
 
 pytestmark = pytest.mark.slow
 
@@ -76,18 +75,6 @@ KILLED_TTL_MS = 2_000
 DRIVER_LINE_TIMEOUT_S = 30.0
 
 
-def _read_line(proc: subprocess.Popen[str], timeout_s: float) -> str:
-    assert proc.stdout is not None
-    sel = selectors.DefaultSelector()
-    sel.register(proc.stdout, selectors.EVENT_READ)
-    try:
-        if not sel.select(timeout_s):
-            raise AssertionError(f"driver printed nothing within {timeout_s:.0f} s")
-        return proc.stdout.readline()
-    finally:
-        sel.close()
-
-
 def test_an_alter_waits_for_a_killed_driver_only_until_its_session_expires(
     spark_env: SparkEnv,
 ) -> None:
@@ -121,7 +108,7 @@ def test_an_alter_waits_for_a_killed_driver_only_until_its_session_expires(
     )
     second: dict[str, Any] = {}
     try:
-        line = _read_line(proc, DRIVER_LINE_TIMEOUT_S)
+        line = read_line_within(proc, DRIVER_LINE_TIMEOUT_S)
         assert line, (
             f"driver exited early: {proc.wait(10)} {proc.stderr.read() if proc.stderr else ''}"
         )
