@@ -664,9 +664,11 @@ class RaftCore:
         if meta.index <= self.log.committed:
             index = self.log.committed
         elif self.log.match_term(meta.index, meta.term):
-            # We already hold that prefix: just learn that it is committed.
+            # We already hold that prefix: just learn that it is committed. Acknowledge the
+            # commit index, not the last index: entries after it may be an old term's and
+            # differ from the leader's, and an ack counts them toward its quorum (etcd alike).
             self.log.commit_to(meta.index)
-            index = self.log.last_index()
+            index = self.log.committed
         else:
             self.log.restore(meta)
             self.snapshot = m.snapshot
