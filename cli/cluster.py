@@ -407,7 +407,9 @@ def cluster_add_node(ctx: click.Context, node_id: int, raft_addr: str, voter: bo
 @click.argument("node_id", type=click.IntRange(min=1))
 @click.pass_context
 def cluster_promote_node(ctx: click.Context, node_id: int) -> None:
-    """Make learner NODE_ID a voter."""
+    """Make learner NODE_ID a voter. Refused (exit 5) until the learner has caught up with the
+    leader's log: a voter far behind could not help reach a quorum. `cluster status` shows how
+    far each node is; retry once it has caught up."""
     a = app(ctx)
     _membership_result(a, a.client().promote_node(node_id))
 

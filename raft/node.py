@@ -65,6 +65,8 @@ PROPOSAL_QUEUE_MAX = 100_000
 # (term, index, tm, kind, msgpack headers; an AppendEntries around it) is far below 64 KiB.
 ENTRY_ENVELOPE_BYTES_MAX = 64 * 1024
 PROPOSAL_BYTES_MAX = min(WAL_RECORD_BYTES_MAX, PEER_FRAME_BYTES_MAX) - ENTRY_ENVELOPE_BYTES_MAX
+# A learner is promoted only once it holds every committed entry but at most this many.
+PROMOTE_LAG_ENTRIES_MAX = 100
 # Parked safe-time waiters.
 SAFE_TIME_WAITERS_MAX = 100_000
 
@@ -454,9 +456,21 @@ class RaftNode:
         return await self._change_conf(change, {node_id: address}, timeout_ms)
 
     async def promote_node(self, node_id: NodeId, *, timeout_ms: int = 10_000) -> int:
+        """Make a learner a voter - only once it has caught up (as etcd does): a voter that
+        lags far behind would count toward quorums it cannot help reach for a long while."""
+
         def change(conf: ConfState) -> ConfState:
             if node_id not in conf.learners:
                 raise RaftCoreError(f"node {node_id} is not a learner")
+            core = self._core()
+            pr = core.progress.get(node_id)
+            committed = core.log.committed
+            if pr is None or pr.match + PROMOTE_LAG_ENTRIES_MAX < committed:
+                match = 0 if pr is None else pr.match
+                raise ConfChangeError(
+                    f"learner {node_id} has not caught up (it holds entries up to {match}, the "
+                    f"commit index is {committed}); retry once it has"
+                )
             return ConfState(
                 voters=(*conf.voters, node_id),
                 learners=tuple(n for n in conf.learners if n != node_id),

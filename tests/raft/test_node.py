@@ -180,6 +180,51 @@ async def test_an_unusable_node_address_is_refused_before_the_log(
         assert (await leader.propose(b"still fine")).index == before + 1
 
 
+async def test_a_learner_is_promoted_only_once_it_has_caught_up(tmp_path: Path) -> None:
+    """Promoting a learner that holds nothing yet would make a voter that cannot help any
+    quorum (with 2 voters, the leader would stall until it caught up). Refused until then."""
+    async with cluster(tmp_path, 1) as nodes:
+        leader = await leader_of(nodes)
+        for i in range(200):
+            await leader.propose(b"x%d" % i)
+        address = ("127.0.0.1", free_ports(1)[0])
+        await leader.add_node(4, address, learner=True)
+        with pytest.raises(ConfChangeError, match="has not caught up"):
+            await leader.promote_node(4)
+        assert leader.status().core.conf.voters == (1,)
+        learner = RaftNode(
+            NodeConfig(
+                node_id=4,
+                cluster_id="test",
+                data_dir=tmp_path / "n4",
+                listen_host="127.0.0.1",
+                listen_port=address[1],
+                peers={**leader.addresses, 4: address},
+                secret=SECRET,
+                join=True,
+            ),
+            ListStateMachine(),
+            clock=HybridClock(SystemClock()),
+            rng=random.Random(4),
+        )
+        await learner.start()
+        try:
+            deadline = time.monotonic() + ELECTION_WAIT_S
+            core = leader.core
+            assert core is not None
+            # Caught up as the leader sees it: its acks reached the leader.
+            while sm(learner).applied != sm(leader).applied or (
+                core.progress[4].match < core.log.committed
+            ):
+                assert time.monotonic() < deadline, "the learner did not catch up"
+                await asyncio.sleep(0.01)
+            await leader.promote_node(4)
+            assert leader.status().core.conf.voters == (1, 4)
+            assert (await leader.propose(b"with two voters")).index > 0
+        finally:
+            await learner.stop()
+
+
 async def test_proposal_times_out_without_a_quorum_and_the_node_keeps_working(
     tmp_path: Path,
 ) -> None:
