@@ -6,7 +6,7 @@ lists in the same way. There are no field names on the wire: the order below *is
 and the protocol version exchanged in the transport handshake guards changes to it.
 
     AppendEntries      [1, src, dst, term, prev_index, prev_term, [entry...], commit]
-    AppendResponse     [2, src, dst, term, index, reject, reject_hint]
+    AppendResponse     [2, src, dst, term, index, reject, reject_hint, reject_term]
     RequestVote        [3, src, dst, term, last_index, last_term, pre_vote, force]
     VoteResponse       [4, src, dst, term, granted, pre_vote]
     Heartbeat          [5, src, dst, term, commit, read_ctx]
@@ -113,6 +113,7 @@ def encode_message(msg: Message) -> list[object]:
                 msg.index,
                 msg.reject,
                 msg.reject_hint,
+                msg.reject_term,
             ]
         case RequestVote():
             return [
@@ -290,7 +291,7 @@ def _append_entries(f: Sequence[object]) -> AppendEntries:
 
 
 def _append_response(f: Sequence[object]) -> AppendResponse:
-    _, src, dst, term, index, reject, reject_hint = f
+    _, src, dst, term, index, reject, reject_hint, reject_term = f
     w = "AppendResponse"
     return AppendResponse(
         src=_node_id(src, f"{w}.src"),
@@ -299,6 +300,7 @@ def _append_response(f: Sequence[object]) -> AppendResponse:
         index=_uint(index, f"{w}.index"),
         reject=_flag(reject, f"{w}.reject"),
         reject_hint=_uint(reject_hint, f"{w}.reject_hint"),
+        reject_term=_uint(reject_term, f"{w}.reject_term"),
     )
 
 
@@ -375,7 +377,7 @@ def _timeout_now(f: Sequence[object]) -> TimeoutNow:
 # tag -> (name, number of array items including the tag, decoder of the checked array)
 _DECODERS: Final[dict[int, tuple[str, int, Callable[[Sequence[object]], Message]]]] = {
     TAG_APPEND_ENTRIES: ("AppendEntries", 8, _append_entries),
-    TAG_APPEND_RESPONSE: ("AppendResponse", 7, _append_response),
+    TAG_APPEND_RESPONSE: ("AppendResponse", 8, _append_response),
     TAG_REQUEST_VOTE: ("RequestVote", 8, _request_vote),
     TAG_VOTE_RESPONSE: ("VoteResponse", 6, _vote_response),
     TAG_HEARTBEAT: ("Heartbeat", 6, _heartbeat),

@@ -59,6 +59,18 @@ class RaftLog:
             return self.snapshot.tm
         return self.entry(index).tm
 
+    def find_conflict_by_term(self, index: int, term: int) -> tuple[int, int]:
+        """The largest index <= `index` whose entry's term is <= `term`, and that term (etcd's
+        findConflictByTerm). Below it the log can agree with a log whose entry at `index` has
+        term `term`; above it, up to `index`, it cannot. Where terms are unknown (compacted or
+        beyond the end) the answer is that index with term 0."""
+        index = min(index, self.last_index())
+        while True:
+            found = self.term(index)
+            if found is None or found <= term:
+                return index, (found or 0)
+            index -= 1
+
     def match_term(self, index: int, term: int) -> bool:
         return self.term(index) == term
 

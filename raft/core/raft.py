@@ -648,6 +648,9 @@ class RaftCore:
         if last_new is not None:
             self._send(AppendResponse(src=self.id, dst=m.src, term=self.term, index=last_new))
         else:
+            # Skip, in one round trip, every entry that cannot match: those past our end, and
+            # those whose term is above the leader's prev term (etcd's findConflictByTerm).
+            hint, hint_term = self.log.find_conflict_by_term(m.prev_index, m.prev_term)
             self._send(
                 AppendResponse(
                     src=self.id,
@@ -655,7 +658,8 @@ class RaftCore:
                     term=self.term,
                     index=m.prev_index,
                     reject=True,
-                    reject_hint=self.log.last_index(),
+                    reject_hint=hint,
+                    reject_term=hint_term,
                 )
             )
 
@@ -837,7 +841,12 @@ class RaftCore:
     def _handle_append_response(self, m: AppendResponse, pr: Progress) -> None:
         pr.recent_active = True
         if m.reject:
-            if pr.maybe_decrease_to(m.index, m.reject_hint):
+            hint = m.reject_hint
+            if m.reject_term > 0:
+                # The follower's entry at `hint` has term reject_term: our log can only agree
+                # with it at or below our last index whose term is <= that.
+                hint, _ = self.log.find_conflict_by_term(hint, m.reject_term)
+            if pr.maybe_decrease_to(m.index, hint):
                 if pr.state is ProgressState.REPLICATE:
                     pr.become_probe()
                 self._send_append(m.src, send_if_empty=True)

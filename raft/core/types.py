@@ -105,8 +105,11 @@ class AppendResponse:
     # On reject: the index of the rejected AppendEntries' prev_index.
     index: int
     reject: bool = False
-    # On reject, a hint for the leader: the follower's last index (fast back-off).
+    # On reject, a hint for the leader (fast back-off, etcd's findConflictByTerm): the largest
+    # index <= min(rejected, the follower's last index) whose term is <= the rejected append's
+    # prev term, and that entry's term (0: unknown, the leader then only uses the index).
     reject_hint: int = 0
+    reject_term: int = 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

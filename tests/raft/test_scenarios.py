@@ -112,7 +112,8 @@ def fmt_msg(m: Message) -> str:
         case AppendResponse():
             if m.reject:
                 return (
-                    f"{head} MsgAppResp term={m.term} reject index={m.index} hint={m.reject_hint}"
+                    f"{head} MsgAppResp term={m.term} reject index={m.index} "
+                    f"hint={m.reject_hint}/{m.reject_term}"
                 )
             return f"{head} MsgAppResp term={m.term} index={m.index}"
         case RequestVote():

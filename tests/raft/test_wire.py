@@ -75,6 +75,7 @@ messages: st.SearchStrategy[Message] = st.one_of(
         index=u64,
         reject=st.booleans(),
         reject_hint=u64,
+        reject_term=u64,
     ),
     st.builds(
         RequestVote,
@@ -173,7 +174,7 @@ SCHEMAS: list[tuple[Message, list[tuple[str, str]]]] = [
         ],
     ),
     (
-        AppendResponse(src=1, dst=2, term=3, index=4, reject=True, reject_hint=2),
+        AppendResponse(src=1, dst=2, term=3, index=4, reject=True, reject_hint=2, reject_term=1),
         [
             ("src", "id"),
             ("dst", "id"),
@@ -181,6 +182,7 @@ SCHEMAS: list[tuple[Message, list[tuple[str, str]]]] = [
             ("index", "u64"),
             ("reject", "bool"),
             ("reject_hint", "u64"),
+            ("reject_term", "u64"),
         ],
     ),
     (
