@@ -477,9 +477,13 @@ class RaftCore:
         self.vote = self.id
         self.role = Role.CANDIDATE
 
-    def _note_leader_commit(self) -> None:
+    def _note_leader_commit(self, leader_commit: int) -> None:
+        """The first message from a leader since start fixes the catch-up floor: the larger of
+        our commit index and the one the leader sent. Our own may be below what we applied
+        before a crash (it is not fsynced) and does not move when that first message is a
+        rejected append, so it alone could let us report ready at an older state."""
         if self._catch_up_floor is None:
-            self._catch_up_floor = self.log.committed
+            self._catch_up_floor = max(self.log.committed, leader_commit)
 
     def _become_leader(self) -> None:
         # A leader's own no-op (applied before caught_up holds) is newer than anything it had.
@@ -617,13 +621,13 @@ class RaftCore:
                 self.election_elapsed = 0
                 self.leader = m.src
                 self._handle_append(m)
-                self._note_leader_commit()
+                self._note_leader_commit(m.commit)
             case Heartbeat():
                 self.election_elapsed = 0
                 self.leader = m.src
                 # The leader sends min(its commit, our match), so this never commits unseen work.
                 self.log.commit_to(min(m.commit, self.log.last_index()))
-                self._note_leader_commit()
+                self._note_leader_commit(m.commit)
                 self._send(
                     HeartbeatResponse(src=self.id, dst=m.src, term=self.term, read_ctx=m.read_ctx)
                 )
@@ -631,7 +635,7 @@ class RaftCore:
                 self.election_elapsed = 0
                 self.leader = m.src
                 self._handle_snapshot(m)
-                self._note_leader_commit()
+                self._note_leader_commit(m.snapshot.meta.index)
             case TimeoutNow():
                 if self.promotable():
                     self._hup(transfer=True)
