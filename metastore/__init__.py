@@ -50,6 +50,7 @@ Codemap
     leases      sessions, schema leases and the two-version gate on ALTER.
     outcome     Outcome and the effects the shell acts on.
     state       MetastoreState: apply / observe_tick / reads / snapshot / check_invariants.
+    snapshot_data  typed reads of a decoded snapshot's plain data (MalformedSnapshotError).
     daemon/     the network shell around the state (separate sub-package).
 
 Invariants (absences included)

@@ -79,6 +79,7 @@ from metastore.errors import (
     TableNotFoundError,
     limit_exceeded,
 )
+from metastore.snapshot_data import expect_int, expect_rows, expect_str
 
 Result = dict[str, object]
 
@@ -444,46 +445,46 @@ class Sessions:
             raise MalformedSnapshotError("sessions must be a map of sessions/leases/ended")
         out = Sessions()
         try:
-            for row in _rows(data["sessions"], 6):
-                info = _rows([row[1]], 6)[0]
+            for row in expect_rows(data["sessions"], 6):
+                info = expect_rows([row[1]], 6)[0]
                 session = Session(
-                    session_id=_str(row[0]),
+                    session_id=expect_str(row[0]),
                     info=SessionInfo(
-                        app_id=_str(info[0]),
-                        app_name=_str(info[1]),
-                        host=_str(info[2]),
-                        user=_str(info[3]),
-                        pid=_int(info[4]),
-                        started_at_ms=_int(info[5]),
+                        app_id=expect_str(info[0]),
+                        app_name=expect_str(info[1]),
+                        host=expect_str(info[2]),
+                        user=expect_str(info[3]),
+                        pid=expect_int(info[4]),
+                        started_at_ms=expect_int(info[5]),
                     ),
-                    ttl_ms=_int(row[2]),
-                    opened_tm=_int(row[3]),
-                    heartbeat_tm=_int(row[4]),
-                    opened_by=_str(row[5]),
+                    ttl_ms=expect_int(row[2]),
+                    opened_tm=expect_int(row[3]),
+                    heartbeat_tm=expect_int(row[4]),
+                    opened_by=expect_str(row[5]),
                 )
                 if session.session_id in out._sessions:
                     raise MalformedSnapshotError(f"session {session.session_id!r} twice")
                 out._sessions[session.session_id] = session
-            for row in _rows(data["leases"], 6):
+            for row in expect_rows(data["leases"], 6):
                 lease = Lease(
-                    table=TableName(namespace=_str(row[0]), name=_str(row[1])),
-                    table_id=_int(row[2]),
-                    version=_int(row[3]),
-                    session_id=_str(row[4]),
-                    acquired_tm=_int(row[5]),
+                    table=TableName(namespace=expect_str(row[0]), name=expect_str(row[1])),
+                    table_id=expect_int(row[2]),
+                    version=expect_int(row[3]),
+                    session_id=expect_str(row[4]),
+                    acquired_tm=expect_int(row[5]),
                 )
                 key = (lease.table_id, lease.version, lease.session_id)
                 if key in out._leases:
                     raise MalformedSnapshotError("a lease twice")
                 out._leases[key] = lease
-            for row in _rows(data["ended"], 5):
+            for row in expect_rows(data["ended"], 5):
                 out._ended.append(
                     EndedSession(
-                        session_id=_str(row[0]),
-                        app_id=_str(row[1]),
-                        reason=_str(row[2]),
-                        by=_str(row[3]),
-                        ended_tm=_int(row[4]),
+                        session_id=expect_str(row[0]),
+                        app_id=expect_str(row[1]),
+                        reason=expect_str(row[2]),
+                        by=expect_str(row[3]),
+                        ended_tm=expect_int(row[4]),
                     )
                 )
         except MetastoreError as e:
@@ -534,23 +535,3 @@ def _not_found(session_id: str, session: Session | None) -> SessionNotFoundError
         "a new session",
         details={"session_id": session_id, "expired_at_tm": session.deadline_tm},
     )
-
-
-def _rows(value: object, width: int) -> list[list[object]]:
-    if not isinstance(value, list) or not all(
-        isinstance(r, list) and len(r) == width for r in value
-    ):
-        raise MalformedSnapshotError(f"expected a list of {width}-item rows")
-    return value
-
-
-def _int(value: object) -> int:
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise MalformedSnapshotError("expected an integer")
-    return value
-
-
-def _str(value: object) -> str:
-    if not isinstance(value, str):
-        raise MalformedSnapshotError("expected a string")
-    return value

@@ -195,6 +195,7 @@ from metastore.errors import (
     TxnIdReusedError,
     limit_exceeded,
 )
+from metastore.snapshot_data import expect_int, expect_list, expect_opt_int, expect_str
 
 Result = dict[str, object]
 
@@ -393,27 +394,30 @@ class TableLog:
 
     @staticmethod
     def from_data(data: object) -> TableLog:
-        row = _list(data, 12)
+        row = expect_list(data, 12)
         try:
-            name = TableName(namespace=_str(row[1]), name=_str(row[2]))
+            name = TableName(namespace=expect_str(row[1]), name=expect_str(row[2]))
         except MetastoreError as e:
             raise MalformedSnapshotError(f"txn log table name: {e.message}") from None
         tl = TableLog(
-            table_id=_int(row[0]), name=name, location=_str(row[3]), registered_ts=_int(row[4])
+            table_id=expect_int(row[0]),
+            name=name,
+            location=expect_str(row[3]),
+            registered_ts=expect_int(row[4]),
         )
-        tl.forgotten_ts = _opt_int(row[5])
-        tl.commit_count = _int(row[6])
-        tl.last_commit_ts = _int(row[7])
-        tl.last_txn_id = _str(row[8])
-        tl.trimmed_through_ts = _int(row[9])
-        for item in _list(row[10]):
-            f = _list(item, 5)
+        tl.forgotten_ts = expect_opt_int(row[5])
+        tl.commit_count = expect_int(row[6])
+        tl.last_commit_ts = expect_int(row[7])
+        tl.last_txn_id = expect_str(row[8])
+        tl.trimmed_through_ts = expect_int(row[9])
+        for item in expect_list(row[10]):
+            f = expect_list(item, 5)
             entry = FileEntry(
-                path=_str(f[0]),
-                size_bytes=_int(f[1]),
-                row_count=_int(f[2]),
-                added_ts=_int(f[3]),
-                removed_ts=_opt_int(f[4]),
+                path=expect_str(f[0]),
+                size_bytes=expect_int(f[1]),
+                row_count=expect_int(f[2]),
+                added_ts=expect_int(f[3]),
+                removed_ts=expect_opt_int(f[4]),
             )
             if entry.path in tl.files:
                 raise MalformedSnapshotError(f"table {tl.table_id}: file {entry.path!r} twice")
@@ -422,18 +426,18 @@ class TableLog:
                 tl.live[entry.path] = None
                 tl.live_bytes += entry.size_bytes
                 tl.live_rows += entry.row_count
-        for item in _list(row[11]):
-            c = _list(item, 6)
+        for item in expect_list(row[11]):
+            c = expect_list(item, 6)
             if not isinstance(c[5], bool):
                 raise MalformedSnapshotError("commit overwrite flag must be a boolean")
             tl.commits.append(
                 TableCommit(
-                    ts=_int(c[0]),
-                    txn_id=_str(c[1]),
+                    ts=expect_int(c[0]),
+                    txn_id=expect_str(c[1]),
                     table_id=tl.table_id,
-                    files_added=_int(c[2]),
-                    files_removed=_int(c[3]),
-                    rows_added=_int(c[4]),
+                    files_added=expect_int(c[2]),
+                    files_removed=expect_int(c[3]),
+                    rows_added=expect_int(c[4]),
                     overwrite=c[5],
                 )
             )
@@ -931,43 +935,46 @@ class TxnLog:
         }:
             raise MalformedSnapshotError("txn log must be a map of last_commit_ts/commit_count/...")
         log = TxnLog()
-        log._last_commit_ts = _int(data["last_commit_ts"])
-        log._commit_count = _int(data["commit_count"])
-        for item in _list(data["tables"]):
+        log._last_commit_ts = expect_int(data["last_commit_ts"])
+        log._commit_count = expect_int(data["commit_count"])
+        for item in expect_list(data["tables"]):
             tl = TableLog.from_data(item)
             if tl.table_id in log._tables:
                 raise MalformedSnapshotError(f"txn log table id {tl.table_id} twice")
             log._tables[tl.table_id] = tl
             log._file_entries += len(tl.files)
-        for item in _list(data["txns"]):
-            row = _list(item, 9)
+        for item in expect_list(data["txns"]):
+            row = expect_list(item, 9)
             if not isinstance(row[8], bytes):
                 raise MalformedSnapshotError("txn fingerprint must be bytes")
             try:
                 tables = tuple(
-                    TableName(namespace=_str(p[0]), name=_str(p[1]))
-                    for p in (_list(t, 2) for t in _list(row[3]))
+                    TableName(namespace=expect_str(p[0]), name=expect_str(p[1]))
+                    for p in (expect_list(t, 2) for t in expect_list(row[3]))
                 )
             except MetastoreError as e:
                 raise MalformedSnapshotError(f"txn table name: {e.message}") from None
             record = CommitRecord(
-                txn_id=_str(row[0]),
-                ts=_int(row[1]),
-                tm=_int(row[2]),
+                txn_id=expect_str(row[0]),
+                ts=expect_int(row[1]),
+                tm=expect_int(row[2]),
                 tables=tables,
-                table_ids=tuple(_int(i) for i in _list(row[4])),
-                files_added=_int(row[5]),
-                files_removed=_int(row[6]),
-                rows_added=_int(row[7]),
+                table_ids=tuple(expect_int(i) for i in expect_list(row[4])),
+                files_added=expect_int(row[5]),
+                files_removed=expect_int(row[6]),
+                rows_added=expect_int(row[7]),
                 fingerprint=row[8],
             )
             if record.txn_id in log._txns:
                 raise MalformedSnapshotError(f"txn {record.txn_id!r} twice")
             log._txns[record.txn_id] = record
-        for item in _list(data.get("streams", [])):
-            row = _list(item, 4)
+        for item in expect_list(data.get("streams", [])):
+            row = expect_list(item, 4)
             mark = StreamMark(
-                stream=_str(row[0]), seq=_int(row[1]), ts=_int(row[2]), txn_id=_str(row[3])
+                stream=expect_str(row[0]),
+                seq=expect_int(row[1]),
+                ts=expect_int(row[2]),
+                txn_id=expect_str(row[3]),
             )
             if mark.stream in log._streams:
                 raise MalformedSnapshotError(f"stream mark {mark.stream!r} twice")
@@ -1068,25 +1075,3 @@ def _check_table(tl: TableLog, inc: TableState, *, global_last: int) -> None:
         raise fail("newest commit summary is not the last commit")
     if tl.trimmed_through_ts and len(tl.commits) == tl.commit_count:
         raise fail("trimmed summaries but none missing")
-
-
-def _list(value: object, length: int | None = None) -> list[object]:
-    if not isinstance(value, list) or (length is not None and len(value) != length):
-        raise MalformedSnapshotError(f"expected a list of length {length}")
-    return value
-
-
-def _int(value: object) -> int:
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise MalformedSnapshotError("expected an integer")
-    return value
-
-
-def _opt_int(value: object) -> int | None:
-    return None if value is None else _int(value)
-
-
-def _str(value: object) -> str:
-    if not isinstance(value, str):
-        raise MalformedSnapshotError("expected a string")
-    return value
