@@ -199,6 +199,8 @@ def validate_properties(props: Properties, what: str) -> None:
     for key, value in props:
         validate_property_key(key)
         validate_text(value, f"property {key!r} value")
+        if key.lower() == GC_TTL_PROPERTY:
+            _validate_gc_ttl(value)
         if len(value) > limits.MAX_PROPERTY_VALUE_CHARS:
             raise limit_exceeded(
                 "MAX_PROPERTY_VALUE_CHARS",
@@ -206,6 +208,46 @@ def validate_properties(props: Properties, what: str) -> None:
                 len(value),
                 f"value of property {key!r}",
             )
+
+
+# The table/namespace property holding the GC TTL (metastore.gc), e.g. '25h', '90s', '3600'.
+GC_TTL_PROPERTY: Final = "gc.ttl"
+_DURATION_UNITS_MS: Final = {"ms": 1, "s": 1_000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+def parse_duration_ms(text: str, what: str) -> int:
+    """'500ms', '90s', '15m', '25h', '7d', or a bare number of seconds -> milliseconds."""
+    value = text.strip().lower()
+    unit = next((u for u in ("ms", "s", "m", "h", "d") if value.endswith(u)), "")
+    number = value[: len(value) - len(unit)] if unit else value
+    if not (number.isascii() and number.isdigit()) or len(number) > 18:
+        raise InvalidArgumentError(
+            f"{what} {text!r} is not a duration (e.g. '25h', '90s', '500ms' or seconds)",
+            details={"value": text},
+        )
+    return int(number) * _DURATION_UNITS_MS[unit or "s"]
+
+
+def gc_ttl_ms_of(props: Properties) -> int | None:
+    """The `gc.ttl` property in ms, or None when not set (already validated)."""
+    for key, value in props:
+        if key.lower() == GC_TTL_PROPERTY:
+            return parse_duration_ms(value, GC_TTL_PROPERTY)
+    return None
+
+
+def _validate_gc_ttl(value: str) -> None:
+    ttl_ms = parse_duration_ms(value, GC_TTL_PROPERTY)
+    if not limits.GC_TTL_MS_MIN <= ttl_ms <= limits.GC_TTL_MS_MAX:
+        raise InvalidArgumentError(
+            f"{GC_TTL_PROPERTY} must be between {limits.GC_TTL_MS_MIN} ms and "
+            f"{limits.GC_TTL_MS_MAX} ms, got {ttl_ms} ms",
+            details={
+                "value": value,
+                "min_ms": limits.GC_TTL_MS_MIN,
+                "max_ms": limits.GC_TTL_MS_MAX,
+            },
+        )
 
 
 def validate_property_key(key: str) -> None:
@@ -526,6 +568,71 @@ SessionCommand = (
     OpenSession | HeartbeatSession | CloseSession | ExpireSessions | AcquireLeases | ReleaseLeases
 )
 
+
+# --- GC thresholds and protected timestamps (metastore.gc) ------------------------------------
+
+PROTECTION_MODES: Final = ("PROTECT_AFTER",)
+PROTECTION_RELEASE_REASONS: Final = ("release", "admin", "expired", "owner_gone")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Protect:
+    """Create protected-timestamp record `record_id` (client-chosen, e.g. a UUID): no GC
+    threshold of a target may reach `ts` while it exists. Targets: tables (their live
+    incarnations), namespaces (every table in them, present or future) and/or the whole cluster.
+    Refused if `ts` is already at or below a covered table's threshold."""
+
+    request_id: str = ""
+    record_id: str
+    ts: int
+    mode: str = "PROTECT_AFTER"
+    meta_type: str = ""  # who protects, e.g. "spark.read", "backup"
+    meta: str = ""  # free text for people (job id, query)
+    tables: tuple[TableName, ...] = ()
+    namespaces: tuple[str, ...] = ()
+    cluster: bool = False
+    max_age_ms: int | None = None  # released by the leader once this old (reason "expired")
+    owner: str = ""  # a session id; released a grace period after it ends ("owner_gone")
+    created_by: str = ""  # the caller's token name, filled by the daemon
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReleaseProtection:
+    """Release a record. reason "release"/"admin": by a client (the daemon checks the caller may);
+    "expired"/"owner_gone": proposed by the leader; apply re-checks the condition against its
+    own Tm and skips the record if it no longer holds."""
+
+    request_id: str = ""
+    record_id: str
+    reason: str = "release"
+    by: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AdvanceGcThreshold:
+    """Proposed by the leader's GC: move the threshold of incarnation `table_id` forward, to at
+    most `up_to`. Apply clamps it to Tm - TTL, below every protection covering the table and
+    below the reads of live leases, so a protect applied earlier always wins; then it moves up
+    to GC_PURGE_FILES_MAX file entries dead at the threshold into the table's deletion queue."""
+
+    request_id: str = ""
+    table: TableName
+    table_id: int
+    up_to: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GcFilesDeleted:
+    """The leader deleted these queued files (or found them gone): drop them from the queue."""
+
+    request_id: str = ""
+    table: TableName
+    table_id: int
+    paths: tuple[str, ...]
+
+
+GcCommand = Protect | ReleaseProtection | AdvanceGcThreshold | GcFilesDeleted
+
 Command = (
     InitCluster
     | CreateNamespace
@@ -540,6 +647,10 @@ Command = (
     | ExpireSessions
     | AcquireLeases
     | ReleaseLeases
+    | Protect
+    | ReleaseProtection
+    | AdvanceGcThreshold
+    | GcFilesDeleted
 )
 
 
@@ -658,6 +769,97 @@ def validate_command(cmd: Command) -> None:
                     )
                 _validate_count(key.table_id, "table_id")
                 _validate_count(key.version, "version")
+        case Protect() | ReleaseProtection() | AdvanceGcThreshold() | GcFilesDeleted():
+            _validate_gc_command(cmd)
+
+
+def _validate_gc_command(cmd: GcCommand) -> None:
+    match cmd:
+        case Protect():
+            _validate_protection_id(cmd.record_id)
+            _validate_count(cmd.ts, "ts")
+            if cmd.ts < 1:
+                raise InvalidArgumentError("protected ts must be positive", details={"ts": cmd.ts})
+            if cmd.mode not in PROTECTION_MODES:
+                raise InvalidArgumentError(
+                    f"mode must be one of {PROTECTION_MODES}", details={"mode": cmd.mode}
+                )
+            _validate_label(cmd.meta_type, "meta_type")
+            _validate_label(cmd.created_by, "created_by")
+            validate_text(cmd.meta, "meta")
+            if len(cmd.meta) > limits.MAX_PROTECTION_META_CHARS:
+                raise limit_exceeded(
+                    "MAX_PROTECTION_META_CHARS",
+                    limits.MAX_PROTECTION_META_CHARS,
+                    len(cmd.meta),
+                    "protection meta",
+                )
+            targets = len(cmd.tables) + len(cmd.namespaces) + int(cmd.cluster)
+            if targets == 0:
+                raise InvalidArgumentError("protect needs a target: tables, namespaces or cluster")
+            if targets > limits.MAX_TARGETS_PER_PROTECTION:
+                raise limit_exceeded(
+                    "MAX_TARGETS_PER_PROTECTION",
+                    limits.MAX_TARGETS_PER_PROTECTION,
+                    targets,
+                    "targets of one protection",
+                )
+            if len(set(cmd.tables)) != len(cmd.tables) or len(set(cmd.namespaces)) != len(
+                cmd.namespaces
+            ):
+                raise InvalidArgumentError("a protection target is listed twice")
+            for ns in cmd.namespaces:
+                _check_normalized(ns, "namespace")
+            if cmd.max_age_ms is not None and not 1 <= cmd.max_age_ms <= limits.GC_TTL_MS_MAX:
+                raise InvalidArgumentError(
+                    f"max_age_ms must be in 1..{limits.GC_TTL_MS_MAX}",
+                    details={"max_age_ms": cmd.max_age_ms},
+                )
+            if cmd.owner:
+                _validate_session_id(cmd.owner)
+        case ReleaseProtection():
+            _validate_protection_id(cmd.record_id)
+            if cmd.reason not in PROTECTION_RELEASE_REASONS:
+                raise InvalidArgumentError(
+                    f"reason must be one of {PROTECTION_RELEASE_REASONS}",
+                    details={"reason": cmd.reason},
+                )
+            _validate_label(cmd.by, "by")
+        case AdvanceGcThreshold():
+            if cmd.table_id < 1 or cmd.up_to < 1:
+                raise InvalidArgumentError("table_id and up_to must be positive")
+            _validate_count(cmd.table_id, "table_id")
+            _validate_count(cmd.up_to, "up_to")
+        case GcFilesDeleted():
+            if cmd.table_id < 1:
+                raise InvalidArgumentError("table_id must be positive")
+            _validate_count(cmd.table_id, "table_id")
+            if not cmd.paths:
+                raise InvalidArgumentError("name at least one deleted path")
+            if len(cmd.paths) > limits.MAX_GC_PATHS_PER_COMMAND:
+                raise limit_exceeded(
+                    "MAX_GC_PATHS_PER_COMMAND",
+                    limits.MAX_GC_PATHS_PER_COMMAND,
+                    len(cmd.paths),
+                    "paths in one GcFilesDeleted",
+                )
+            for path in cmd.paths:
+                validate_file_path(path)
+
+
+def _validate_protection_id(record_id: str) -> None:
+    validate_text(record_id, "protection id")
+    if not record_id:
+        raise InvalidArgumentError("protection id must not be empty")
+    if len(record_id) > limits.MAX_PROTECTION_ID_CHARS:
+        raise limit_exceeded(
+            "MAX_PROTECTION_ID_CHARS",
+            limits.MAX_PROTECTION_ID_CHARS,
+            len(record_id),
+            "protection id",
+        )
+    if _has_control_char(record_id):
+        raise InvalidArgumentError("protection id contains a control character")
 
 
 def _validate_session_id(session_id: str) -> None:
@@ -1204,6 +1406,42 @@ def command_to_data(cmd: Command) -> dict[str, object]:
                     [k.table.namespace, k.table.name, k.table_id, k.version] for k in cmd.leases
                 ],
             }
+        case Protect():
+            body = {
+                "type": "protect",
+                "record_id": cmd.record_id,
+                "ts": cmd.ts,
+                "mode": cmd.mode,
+                "meta_type": cmd.meta_type,
+                "meta": cmd.meta,
+                "tables": [[t.namespace, t.name] for t in cmd.tables],
+                "namespaces": list(cmd.namespaces),
+                "cluster": cmd.cluster,
+                "max_age_ms": cmd.max_age_ms,
+                "owner": cmd.owner,
+                "created_by": cmd.created_by,
+            }
+        case ReleaseProtection():
+            body = {
+                "type": "release_protection",
+                "record_id": cmd.record_id,
+                "reason": cmd.reason,
+                "by": cmd.by,
+            }
+        case AdvanceGcThreshold():
+            body = {
+                "type": "advance_gc_threshold",
+                "table": [cmd.table.namespace, cmd.table.name],
+                "table_id": cmd.table_id,
+                "up_to": cmd.up_to,
+            }
+        case GcFilesDeleted():
+            body = {
+                "type": "gc_files_deleted",
+                "table": [cmd.table.namespace, cmd.table.name],
+                "table_id": cmd.table_id,
+                "paths": list(cmd.paths),
+            }
     return {**head, **body, "request_id": cmd.request_id}
 
 
@@ -1441,6 +1679,55 @@ def _command_from_data(obj: object) -> Command:
             )
         kind_cls = AcquireLeases if kind == "acquire_leases" else ReleaseLeases
         cmd = kind_cls(request_id=request_id, session_id=f.text("session_id"), leases=tuple(keys))
+    elif kind == "protect":
+        tables = f.items("tables")
+        namespaces = f.items("namespaces")
+        if len(tables) + len(namespaces) > limits.MAX_TARGETS_PER_PROTECTION:
+            raise MalformedCommandError("too many protection targets")
+        if not all(isinstance(t, list) for t in tables) or not all(
+            isinstance(n, str) for n in namespaces
+        ):
+            raise MalformedCommandError("protect targets must be [namespace, name] and names")
+        cmd = Protect(
+            request_id=request_id,
+            record_id=f.text("record_id"),
+            ts=f.integer("ts"),
+            mode=f.text("mode"),
+            meta_type=f.text("meta_type"),
+            meta=f.text("meta"),
+            tables=tuple(table_name_from_data(cast(list[object], t)) for t in tables),
+            namespaces=tuple(str(n) for n in namespaces),
+            cluster=f.flag("cluster"),
+            max_age_ms=f.opt_integer("max_age_ms"),
+            owner=f.text("owner"),
+            created_by=f.text("created_by"),
+        )
+    elif kind == "release_protection":
+        cmd = ReleaseProtection(
+            request_id=request_id,
+            record_id=f.text("record_id"),
+            reason=f.text("reason"),
+            by=f.text("by"),
+        )
+    elif kind == "advance_gc_threshold":
+        cmd = AdvanceGcThreshold(
+            request_id=request_id,
+            table=table_name_from_data(f.items("table")),
+            table_id=f.integer("table_id"),
+            up_to=f.integer("up_to"),
+        )
+    elif kind == "gc_files_deleted":
+        paths = f.items("paths")
+        if len(paths) > limits.MAX_GC_PATHS_PER_COMMAND or not all(
+            isinstance(p, str) for p in paths
+        ):
+            raise MalformedCommandError("paths must be a bounded list of strings")
+        cmd = GcFilesDeleted(
+            request_id=request_id,
+            table=table_name_from_data(f.items("table")),
+            table_id=f.integer("table_id"),
+            paths=tuple(str(p) for p in paths),
+        )
     else:
         raise MalformedCommandError(f"unknown command type {kind!r}")
     f.done()

@@ -56,6 +56,9 @@ class ErrorCode(StrEnum):
     SESSION_NOT_FOUND = "SESSION_NOT_FOUND"
     LEASE_VERSION_NOT_LATEST = "LEASE_VERSION_NOT_LATEST"
     SCHEMA_CHANGE_BLOCKED = "SCHEMA_CHANGE_BLOCKED"
+    # GC thresholds and protected timestamps (metastore.gc).
+    BEFORE_GC_THRESHOLD = "BEFORE_GC_THRESHOLD"
+    PROTECTION_NOT_FOUND = "PROTECTION_NOT_FOUND"
     # Client API (daemon) codes: see docs/protocol.md.
     UNAUTHENTICATED = "UNAUTHENTICATED"
     FORBIDDEN = "FORBIDDEN"
@@ -321,6 +324,21 @@ class SchemaChangeBlockedError(MetastoreError):
     retryable = True
 
 
+class BeforeGcThresholdError(MetastoreError):
+    """A read AS OF `ts` (or a protection at `ts`) at or below the table's GC threshold: the
+    files and schemas of that time may already be deleted. Details: `table`, `table_id`, `ts`,
+    `threshold`. Not retryable: read at a later timestamp (or protect before the GC runs)."""
+
+    code = ErrorCode.BEFORE_GC_THRESHOLD
+
+
+class ProtectionNotFoundError(MetastoreError):
+    """No protected-timestamp record with this id (never created, or already released).
+    Details: `record_id`."""
+
+    code = ErrorCode.PROTECTION_NOT_FOUND
+
+
 # ---- client API errors (raised by the daemon shell and rebuilt by the client) ---------------
 
 
@@ -413,6 +431,8 @@ _BY_CODE: dict[str, type[MetastoreError]] = {
         SessionNotFoundError,
         LeaseVersionNotLatestError,
         SchemaChangeBlockedError,
+        BeforeGcThresholdError,
+        ProtectionNotFoundError,
         UnauthenticatedError,
         ForbiddenError,
         BadRequestError,

@@ -321,6 +321,17 @@ class Sessions:
     def ended(self) -> list[EndedSession]:
         return list(self._ended)
 
+    def gone_since(self, session_id: str, tm: int) -> int | None:
+        """None while the session is live at `tm`; else the Tm it ended at (its deadline when
+        expired but not swept yet; 0 when it is not remembered at all)."""
+        session = self._sessions.get(session_id)
+        if session is not None:
+            return None if session.live_at(tm) else session.deadline_tm
+        for ended in reversed(self._ended):
+            if ended.session_id == session_id:
+                return ended.ended_tm
+        return 0
+
     def expired_at(self, tm: int) -> list[str]:
         """Ids of sessions past their deadline at `tm`, oldest deadline first (the leader's
         sweep proposes ExpireSessions for them)."""

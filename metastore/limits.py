@@ -151,3 +151,29 @@ MAX_LEASES_PER_SESSION = 10_000
 MAX_LEASES_PER_COMMAND = MAX_TABLES_PER_COMMIT
 # Ended sessions remembered for `session list --all` (newest kept).
 MAX_ENDED_SESSIONS_KEPT = 1_000
+
+# --- GC thresholds and protected timestamps (metastore.gc) ------------------------------------
+
+# How long removed data stays readable (AS OF) when neither the table nor its namespace sets the
+# `gc.ttl` property. CockroachDB's default: a nightly incremental backup plus an hour of slack.
+GC_TTL_MS_DEFAULT = 25 * 3_600_000
+GC_TTL_MS_MIN = 1_000  # tests and demos use a second; below that every read races the GC
+GC_TTL_MS_MAX = 10 * 365 * 86_400_000
+# Protected-timestamp records in the cluster, and targets (tables + namespaces + cluster) summed
+# over them. Every node keeps them in memory and the GC scans them per table.
+MAX_PROTECTION_RECORDS = 4_096
+MAX_PROTECTION_TARGETS = 32_768
+MAX_TARGETS_PER_PROTECTION = MAX_TABLES_PER_COMMIT
+MAX_PROTECTION_ID_CHARS = 64
+MAX_PROTECTION_META_CHARS = 4_096
+# Released records remembered for `pts list --all` (newest kept).
+MAX_RELEASED_PROTECTIONS_KEPT = 1_000
+# A record whose owner session ended is released this long after the end (a driver that lost its
+# session briefly reopens one and re-protects well within it).
+PROTECTION_OWNER_GRACE_MS = 60_000
+# File entries one GC step moves out of the replicated state into a table's deletion queue, and
+# the most a table's queue holds: the leader deletes the queued files and then drops them from the
+# queue with one more entry. Bounds both entries' size (~100 bytes per path).
+GC_PURGE_FILES_MAX = 10_000
+# Paths one GcFilesDeleted command names.
+MAX_GC_PATHS_PER_COMMAND = GC_PURGE_FILES_MAX

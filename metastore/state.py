@@ -8,8 +8,9 @@ because nothing here reads a clock, the disk, the network or a random source. Ti
 Components: `catalog` (namespaces, tables, schema versions), `txns` (the transaction log: table
 registrations, data files, commits; see `metastore.txn`) and `requests` (request-id
 de-duplication), plus the cluster settings fixed by `InitCluster` (DD, CSmax) and the position
-(`applied_index`, `last_tm`). Later components (leases, protected timestamps) become further
-attributes, dispatched from the same `match`.
+(`applied_index`, `last_tm`), `sessions` (sessions and schema leases, metastore.leases) and `gc`
+(GC thresholds and protected timestamps, metastore.gc), dispatched from the same `match`. Reads
+AS OF a timestamp at or below a table's GC threshold fail with BeforeGcThresholdError.
 
 The catalog drives the txn log's registrations: the effects of CREATE TABLE (version 1
 published) register the new incarnation at its created Tu, and every TableDropped effect (DROP
@@ -47,6 +48,7 @@ from metastore import limits
 from metastore.catalog import Catalog, Namespace, SchemaVersion, TableDescription
 from metastore.commands import (
     AcquireLeases,
+    AdvanceGcThreshold,
     AlterTable,
     CloseSession,
     Command,
@@ -56,10 +58,13 @@ from metastore.commands import (
     DropNamespace,
     DropTable,
     ExpireSessions,
+    GcFilesDeleted,
     HeartbeatSession,
     InitCluster,
     OpenSession,
+    Protect,
     ReleaseLeases,
+    ReleaseProtection,
     TableName,
     decode_command,
     encode_command,
@@ -77,6 +82,7 @@ from metastore.errors import (
     StaleTimestampError,
     TableNotFoundError,
 )
+from metastore.gc import GcState
 from metastore.leases import Sessions
 from metastore.outcome import Effect, Outcome, SchemaVersionPublished, TableDropped
 from metastore.txn import (
@@ -93,7 +99,8 @@ from metastore.txn import (
 # incarnation is registered with no files. Namespace incarnations changed the catalog's own data
 # (`catalog.NAMESPACE_FORM`, older forms still load), not this version.
 # 3: sessions and schema leases (metastore.leases); version 2 snapshots load with none.
-SNAPSHOT_FORMAT_VERSION: Final = 3
+# 4: GC thresholds and protected timestamps (metastore.gc); older snapshots load with none.
+SNAPSHOT_FORMAT_VERSION: Final = 4
 _SNAPSHOT_KEYS_V1: Final = frozenset(
     {"v", "applied_index", "last_tm", "cluster", "catalog", "requests"}
 )
@@ -119,6 +126,7 @@ class MetastoreState:
         "applied_index",
         "catalog",
         "cluster",
+        "gc",
         "last_tm",
         "requests",
         "sessions",
@@ -132,6 +140,7 @@ class MetastoreState:
         self.catalog = Catalog()
         self.txns = TxnLog()
         self.sessions = Sessions()
+        self.gc = GcState()
         self.requests = RequestLog()
 
     @property
@@ -235,6 +244,27 @@ class MetastoreState:
                 return Outcome.success(self.sessions.acquire(command, tm=tm, catalog=self.catalog))
             case ReleaseLeases():
                 return Outcome.success(self.sessions.release(command))
+            case Protect():
+                return Outcome.success(
+                    self.gc.protect(command, tm=tm, catalog=self.catalog, sessions=self.sessions)
+                )
+            case ReleaseProtection():
+                return Outcome.success(self.gc.release(command, tm=tm, sessions=self.sessions))
+            case AdvanceGcThreshold():
+                return Outcome.success(
+                    self.gc.advance(
+                        command,
+                        tm=tm,
+                        dd=dd,
+                        catalog=self.catalog,
+                        sessions=self.sessions,
+                        txns=self.txns,
+                    )
+                )
+            case GcFilesDeleted():
+                return Outcome.success(
+                    self.gc.files_deleted(command, catalog=self.catalog, txns=self.txns)
+                )
         match command:
             case CreateNamespace():
                 result, effects = self.catalog.create_namespace(command, tm=tm, dd=dd)
@@ -300,7 +330,9 @@ class MetastoreState:
         """The version in force at `top`. The caller must first wait for safe_time >= top - DD
         (IEP-98); this method answers from what is applied."""
         name = table if isinstance(table, TableName) else TableName.parse(table)
-        return self.catalog.schema_at(name, top)
+        version = self.catalog.schema_at(name, top)
+        self.gc.check_read(name, version.table_id, top)
+        return version
 
     def current(self, table: TableName | str) -> SchemaVersion:
         return self.catalog.current(_name(table))
@@ -315,7 +347,9 @@ class MetastoreState:
     def describe_at(self, table: TableName | str, top: int) -> TableDescription:
         """The table as of `top`: the incarnation `schema_at` picks, its version in force and the
         number of versions active then. The caller waits for safe_time >= top - DD first."""
-        return self.catalog.describe_at(_name(table), top)
+        description = self.catalog.describe_at(_name(table), top)
+        self.gc.check_read(description.table, description.table_id, top)
+        return description
 
     def list_namespaces(self, *, top: int | None = None) -> tuple[Namespace, ...]:
         """Live namespaces; with `top`, those existing at `top` (wait as for `schema_at`)."""
@@ -332,8 +366,9 @@ class MetastoreState:
         """Live files of the incarnation of `table` existing at `ts` (paths relative to its
         location, `schema_at(table, ts).location`), in commit order. Final once ts <
         `table_upper()`; the caller waits for safe_time >= ts as for schemas. Raises
-        TableNotFound / NotFoundAtTimestamp like `schema_at`."""
-        version = self.catalog.schema_at(_name(table), ts)
+        TableNotFound / NotFoundAtTimestamp like `schema_at`, and BeforeGcThreshold at or below
+        the incarnation's GC threshold."""
+        version = self.schema_at(_name(table), ts)
         return self.txns.files_at(version.table_id, ts)
 
     def table_upper(self) -> int:
@@ -386,6 +421,7 @@ class MetastoreState:
         self.catalog.check_invariants(dd=dd, last_tm=self.last_tm)
         self.txns.check_invariants(catalog=self.catalog, dd=dd, last_tm=self.last_tm)
         self.sessions.check_invariants(catalog=self.catalog, last_tm=self.last_tm)
+        self.gc.check_invariants(catalog=self.catalog, txns=self.txns, last_tm=self.last_tm)
         problems = self.requests.check_invariants(last_tm=self.last_tm)
         if problems:
             raise CatalogInvariantError("; ".join(problems))
@@ -400,6 +436,7 @@ class MetastoreState:
             "catalog": self.catalog.to_data(),
             "txns": self.txns.to_data(),
             "sessions": self.sessions.to_data(),
+            "gc": self.gc.to_data(),
             "requests": self.requests.to_data(),
         }
         packed: bytes = msgpack.packb(data, use_bin_type=True)
@@ -413,12 +450,13 @@ class MetastoreState:
         # msgpack documents that it may raise outside its own exception hierarchy.
         except Exception as e:  # noqa: BLE001
             raise MalformedSnapshotError(f"snapshot is not msgpack: {type(e).__name__}") from None
-        if not isinstance(obj, dict) or obj.get("v") not in (1, 2, SNAPSHOT_FORMAT_VERSION):
+        if not isinstance(obj, dict) or obj.get("v") not in (1, 2, 3, SNAPSHOT_FORMAT_VERSION):
             raise MalformedSnapshotError("snapshot must be a map with a supported version")
         keys = {
             1: _SNAPSHOT_KEYS_V1,
             2: _SNAPSHOT_KEYS_V1 | {"txns"},
             3: _SNAPSHOT_KEYS_V1 | {"txns", "sessions"},
+            4: _SNAPSHOT_KEYS_V1 | {"txns", "sessions", "gc"},
         }[obj["v"]]
         if set(obj) != keys:
             raise MalformedSnapshotError("snapshot must be a map with the state's keys")
@@ -445,6 +483,8 @@ class MetastoreState:
             state.txns = TxnLog.from_data(obj["txns"])
         if obj["v"] >= 3:
             state.sessions = Sessions.from_data(obj["sessions"])
+        if obj["v"] >= 4:
+            state.gc = GcState.from_data(obj["gc"])
         state.requests = RequestLog.from_data(obj["requests"])
         try:
             state.check_invariants()
@@ -460,6 +500,7 @@ class MetastoreState:
             self.catalog,
             self.txns,
             self.sessions,
+            self.gc,
             self.requests,
         ) == (
             other.applied_index,
@@ -468,6 +509,7 @@ class MetastoreState:
             other.catalog,
             other.txns,
             other.sessions,
+            other.gc,
             other.requests,
         )
 

@@ -329,6 +329,7 @@ class TableLog:
         "commits",
         "files",
         "forgotten_ts",
+        "gc_queue",
         "last_commit_ts",
         "last_txn_id",
         "live",
@@ -360,6 +361,17 @@ class TableLog:
         self.last_txn_id = ""
         self.commits: deque[TableCommit] = deque()  # newest MAX_COMMITS_KEPT_PER_TABLE
         self.trimmed_through_ts = 0  # ts of the newest summary dropped (0 = none)
+        # Files GC took out of `files` (dead at its threshold) and has not deleted yet: path ->
+        # size. Their paths stay reserved (never reused) until the leader reports them deleted.
+        self.gc_queue: dict[str, int] = {}
+
+    def dead_at(self, entry: FileEntry, threshold: int) -> bool:
+        """No read above `threshold` can see this file: removed at or below it, or the whole
+        incarnation dropped at or below it."""
+        gone = entry.removed_ts
+        if self.forgotten_ts is not None and (gone is None or self.forgotten_ts < gone):
+            gone = self.forgotten_ts
+        return gone is not None and gone <= threshold
 
     def files_at(self, ts: int) -> tuple[FileEntry, ...]:
         out: list[FileEntry] = []
@@ -649,10 +661,10 @@ class TxnLog:
         _check_schema_version(inc, w, ts)
         tl = self._tables[inc.table_id]
         for f in w.add:
-            if f.path in tl.files:
+            if f.path in tl.files or f.path in tl.gc_queue:
                 raise InvalidArgumentError(
-                    f"{w.table}: file {f.path!r} is already a file of the table (added at "
-                    f"{tl.files[f.path].added_ts}); file paths are never reused",
+                    f"{w.table}: file {f.path!r} is already a file of the table (or queued for "
+                    "deletion by GC); file paths are never reused",
                     details={"table": str(w.table), "path": f.path},
                 )
         for path in w.remove:
@@ -748,6 +760,65 @@ class TxnLog:
         """Live files of incarnation `table_id` at `ts`, in commit order. The caller resolved
         the name to the incarnation existing at `ts` (catalog.schema_at)."""
         return self._log(table_id).files_at(ts)
+
+    # --- GC (metastore.gc drives these; see "Tidy") ---
+
+    def table_ids(self) -> list[int]:
+        return sorted(self._tables)
+
+    def table_location(self, table_id: int) -> tuple[TableName, str, int | None]:
+        """(name, location, forgotten ts) of a registered incarnation."""
+        tl = self._log(table_id)
+        return tl.name, tl.location, tl.forgotten_ts
+
+    def dead_files(self, table_id: int, threshold: int) -> tuple[int, int]:
+        """(count, bytes) of file entries no read above `threshold` can see."""
+        tl = self._log(table_id)
+        dead = [e for e in tl.files.values() if tl.dead_at(e, threshold)]
+        return len(dead), sum(e.size_bytes for e in dead)
+
+    def purge_dead(self, table_id: int, threshold: int) -> tuple[int, int]:
+        """Move file entries dead at `threshold` into the table's GC queue, oldest first, while
+        the queue holds fewer than GC_PURGE_FILES_MAX. Returns (files, bytes) moved."""
+        tl = self._log(table_id)
+        room = limits.GC_PURGE_FILES_MAX - len(tl.gc_queue)
+        moved: list[FileEntry] = []
+        for entry in tl.files.values():
+            if len(moved) >= room:
+                break
+            if tl.dead_at(entry, threshold):
+                moved.append(entry)
+        for entry in moved:
+            del tl.files[entry.path]
+            tl.gc_queue[entry.path] = entry.size_bytes
+            if tl.live.pop(entry.path, 0) is None:  # a dropped incarnation's last files
+                tl.live_bytes -= entry.size_bytes
+                tl.live_rows -= entry.row_count
+        self._file_entries -= len(moved)
+        return len(moved), sum(e.size_bytes for e in moved)
+
+    def gc_queue(self, table_id: int) -> dict[str, int]:
+        """Paths (relative to the location) -> bytes, queued for deletion. Do not modify."""
+        return self._log(table_id).gc_queue
+
+    def files_deleted(self, table_id: int, paths: Iterable[str]) -> int:
+        """Drop deleted paths from the queue (unknown ones are ignored: idempotent)."""
+        queue = self._log(table_id).gc_queue
+        done = 0
+        for path in paths:
+            if queue.pop(path, None) is not None:
+                done += 1
+        return done
+
+    def referenced_paths(self) -> dict[str, set[str]]:
+        """location -> every path (relative) a registered incarnation there still references or
+        has queued for deletion: what an orphan scan must never touch."""
+        out: dict[str, set[str]] = {}
+        for tl in self._tables.values():
+            paths = out.setdefault(tl.location, set())
+            paths.update(tl.files)
+            paths.update(tl.gc_queue)
+        return out
 
     def txn_log(self, limit: int) -> tuple[CommitRecord, ...]:
         """Up to `limit` (1..MAX_TXN_LOG_RECORDS) most recent commits, newest first."""
@@ -922,12 +993,17 @@ class TxnLog:
                 for r in self._txns.values()
             ],
             "streams": [[m.stream, m.seq, m.ts, m.txn_id] for m in self._streams.values()],
+            "gc_queue": [
+                [i, [[p, n] for p, n in self._tables[i].gc_queue.items()]]
+                for i in sorted(self._tables)
+                if self._tables[i].gc_queue
+            ],
         }
 
     @staticmethod
     def from_data(data: object) -> TxnLog:
-        # "streams" is absent from snapshots written before stream marks existed.
-        if not isinstance(data, dict) or set(data) - {"streams"} != {
+        # "streams" and "gc_queue" are absent from snapshots written before they existed.
+        if not isinstance(data, dict) or set(data) - {"streams", "gc_queue"} != {
             "last_commit_ts",
             "commit_count",
             "tables",
@@ -979,6 +1055,15 @@ class TxnLog:
             if mark.stream in log._streams:
                 raise MalformedSnapshotError(f"stream mark {mark.stream!r} twice")
             log._streams[mark.stream] = mark
+        for item in expect_list(data.get("gc_queue", [])):
+            row = expect_list(item, 2)
+            table_id = expect_int(row[0])
+            if table_id not in log._tables:
+                raise MalformedSnapshotError(f"gc queue of unknown table {table_id}")
+            queue = log._tables[table_id].gc_queue
+            for pair in expect_list(row[1]):
+                entry = expect_list(pair, 2)
+                queue[expect_str(entry[0])] = expect_int(entry[1])
         return log
 
     def __eq__(self, other: object) -> bool:
@@ -1061,6 +1146,11 @@ def _check_table(tl: TableLog, inc: TableState, *, global_last: int) -> None:
             raise fail(f"file {path!r}: removal not after its add or after the last commit")
     if list(live) != list(tl.live) or (live_bytes, live_rows) != (tl.live_bytes, tl.live_rows):
         raise fail("live index or live sums disagree with the file entries")
+    if len(tl.gc_queue) > limits.GC_PURGE_FILES_MAX or (tl.gc_queue and tl.commit_count == 0):
+        raise fail("GC queue over GC_PURGE_FILES_MAX, or queued files of a table never written")
+    for path, size in tl.gc_queue.items():
+        if path in tl.files or size < 0:
+            raise fail(f"queued file {path!r} is still a file entry, or has a negative size")
     if len(tl.commits) > limits.MAX_COMMITS_KEPT_PER_TABLE or len(tl.commits) > tl.commit_count:
         raise fail("too many commit summaries")
     previous = tl.trimmed_through_ts

@@ -71,6 +71,8 @@ RETRYABLE: dict[str, bool] = {
     "SESSION_NOT_FOUND": False,  # open a new session
     "LEASE_VERSION_NOT_LATEST": True,  # re-plan at a fresh Top
     "SCHEMA_CHANGE_BLOCKED": True,  # leases drain by release or session expiry
+    "BEFORE_GC_THRESHOLD": False,  # the threshold never moves back
+    "PROTECTION_NOT_FOUND": False,
     "UNAUTHENTICATED": False,
     "FORBIDDEN": False,
     "BAD_REQUEST": False,

@@ -1,0 +1,505 @@
+"""GC thresholds and protected timestamps (metastore.gc): the threshold only moves forward, is
+clamped at apply by TTL, protections and leases, reads at or below it fail on every replica, dead
+file entries leave the state through the GC queue, and - over random histories - no file a
+protected or readable timestamp can see is ever purged or deleted."""
+
+from __future__ import annotations
+
+import contextlib
+
+import msgpack
+import pytest
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
+from metastore import limits
+from metastore.commands import (
+    AcquireLeases,
+    AdvanceGcThreshold,
+    CloseSession,
+    Command,
+    CommitTxn,
+    DataFile,
+    GcFilesDeleted,
+    LeaseKey,
+    OpenSession,
+    Protect,
+    ReleaseProtection,
+    SessionInfo,
+    TableName,
+    TableWrite,
+    decode_command,
+    encode_command,
+    parse_duration_ms,
+)
+from metastore.ddl import parse_ddl
+from metastore.errors import (
+    BeforeGcThresholdError,
+    InvalidArgumentError,
+    LimitExceededError,
+    MalformedCommandError,
+    MetastoreError,
+    NamespaceNotFoundError,
+    ProtectionNotFoundError,
+    SessionNotFoundError,
+    TableNotFoundError,
+)
+from metastore.state import MetastoreState
+from tests.metastore._driver import DD, DD_MS, MS, Driver
+from tests.metastore._support import DETERMINISTIC
+
+T = TableName.of("ns", "t")
+U = TableName.of("ns", "u")
+TTL_MS = 1_000  # the table's gc.ttl below
+
+
+def table_driver() -> Driver:
+    d = Driver()
+    d.ok("CREATE NAMESPACE ns")
+    d.ok("CREATE TABLE ns.t (id BIGINT) TBLPROPERTIES ('gc.ttl' = '1s')")
+    d.ok("CREATE TABLE ns.u (id BIGINT)")
+    d.tm += (DD_MS + 1) * MS
+    return d
+
+
+def ok(d: Driver, cmd: Command, *, step_ms: int = 1) -> dict[str, object]:
+    outcome = d.apply(cmd, step_ms=step_ms)
+    outcome.raise_for_error()
+    d.state.check_invariants()
+    return outcome.result
+
+
+def refused(
+    d: Driver, cmd: Command, error: type[MetastoreError], *, step_ms: int = 1
+) -> MetastoreError:
+    before = d.state.to_snapshot()
+    outcome = d.apply(cmd, step_ms=step_ms)
+    exc = outcome.exception()
+    assert isinstance(exc, error), outcome
+    assert d.state.to_snapshot() == before
+    return exc
+
+
+def commit(d: Driver, txn: str, *, add: tuple[str, ...] = (), overwrite: bool = False) -> int:
+    result = ok(
+        d,
+        CommitTxn(
+            txn_id=txn,
+            writes=(
+                TableWrite(
+                    table=T,
+                    schema_version=d.state.current(T).version,
+                    add=tuple(DataFile(path=p, size_bytes=100, row_count=1) for p in add),
+                    overwrite=overwrite,
+                ),
+            ),
+        ),
+    )
+    ts = result["ts"]
+    assert isinstance(ts, int)
+    return ts
+
+
+def advance(d: Driver, up_to: int, *, table: TableName = T, step_ms: int = 1) -> dict[str, object]:
+    table_id = d.state.catalog.incarnations(table)[-1].table_id
+    return ok(d, AdvanceGcThreshold(table=table, table_id=table_id, up_to=up_to), step_ms=step_ms)
+
+
+def protect(record_id: str, ts: int, **kw: object) -> Protect:
+    args: dict[str, object] = {"tables": (T,)}
+    args.update(kw)
+    return Protect(record_id=record_id, ts=ts, created_by="writer", **args)  # type: ignore[arg-type]
+
+
+def paths_at(d: Driver, ts: int) -> list[str]:
+    return [f.path for f in d.state.files_at(T, ts)]
+
+
+# --------------------------------------------------------------------------------------------
+# gc.ttl
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "ms"),
+    [
+        ("25h", 90_000_000),
+        ("90s", 90_000),
+        ("500ms", 500),
+        ("2d", 172_800_000),
+        ("3600", 3_600_000),
+    ],
+)
+def test_durations_parse(text: str, ms: int) -> None:
+    assert parse_duration_ms(text, "x") == ms
+
+
+def test_a_bad_gc_ttl_is_refused_by_the_ddl_and_changes_nothing() -> None:
+    d = table_driver()
+    for bad in ("soon", "0s", "-1h", "100ms", "²s"):
+        with pytest.raises(InvalidArgumentError):
+            d.sql(f"ALTER TABLE ns.t SET TBLPROPERTIES ('gc.ttl' = '{bad}')")
+    assert d.state.current(T).version == 1
+    ok(d, parse_ddl("ALTER TABLE ns.t SET TBLPROPERTIES ('gc.ttl' = '2h')"))
+
+
+def test_the_ttl_comes_from_the_table_then_the_namespace_then_the_default() -> None:
+    d = table_driver()
+    d.ok("CREATE NAMESPACE n2 WITH DBPROPERTIES ('gc.ttl' = '5s')")
+    d.ok("CREATE TABLE n2.x (id INT)")
+    d.tm += DD_MS * MS
+    assert advance(d, 1 << 62)["held_by"] == {"kind": "ttl", "ttl_ms": 1_000}
+    assert advance(d, 1 << 62, table=U)["held_by"] == {
+        "kind": "ttl",
+        "ttl_ms": limits.GC_TTL_MS_DEFAULT,
+    }
+    x = TableName.of("n2", "x")
+    assert advance(d, 1 << 62, table=x)["held_by"] == {"kind": "ttl", "ttl_ms": 5_000}
+
+
+# --------------------------------------------------------------------------------------------
+# Thresholds and reads
+# --------------------------------------------------------------------------------------------
+
+
+def test_the_threshold_is_clamped_to_tm_minus_ttl_and_never_moves_back() -> None:
+    d = table_driver()
+    before = d.tm
+    result = advance(d, 1 << 62)
+    assert result["threshold"] == d.tm - TTL_MS * MS
+    assert result["held_by"] == {"kind": "ttl", "ttl_ms": TTL_MS}
+    # A lower request changes nothing.
+    again = advance(d, before - 10 * TTL_MS * MS)
+    assert again["threshold"] == again["previous"] == result["threshold"]
+
+
+def test_reads_at_or_below_the_threshold_fail_with_the_typed_error_and_above_succeed() -> None:
+    d = table_driver()
+    ts1 = commit(d, "a", add=("f1",))
+    d.tm += 5 * TTL_MS * MS
+    ts2 = commit(d, "b", add=("f2",))
+    threshold = advance(d, ts1 + 1)["threshold"]
+    assert threshold == ts1 + 1
+    for read in (
+        lambda: d.state.files_at(T, ts1),
+        lambda: d.state.schema_at(T, ts1 + 1),
+        lambda: d.state.describe_at(T, ts1),
+    ):
+        with pytest.raises(BeforeGcThresholdError) as err:
+            read()
+        assert err.value.details["threshold"] == threshold
+        assert err.value.details["table"] == "ns.t"
+        assert "must be after GC threshold" in err.value.message
+    assert paths_at(d, ts1 + 2) == ["f1"]
+    assert paths_at(d, ts2) == ["f1", "f2"]
+    # Other tables are untouched.
+    d.state.schema_at(U, ts1)
+
+
+def test_dead_files_leave_the_state_through_the_gc_queue() -> None:
+    d = table_driver()
+    commit(d, "a", add=("f1", "f2"))
+    removed_at = commit(d, "b", add=("f3",), overwrite=True)
+    d.tm += 5 * TTL_MS * MS
+    entries_before = d.state.txn_stats().file_entries
+    result = advance(d, removed_at - 1)
+    assert result["purged"] == 0  # f1, f2 are still live just below their removal
+    result = advance(d, removed_at)
+    assert (result["purged"], result["purged_bytes"], result["queued"]) == (2, 200, 2)
+    assert d.state.txn_stats().file_entries == entries_before - 2
+    assert set(d.state.txns.gc_queue(1)) == {"f1", "f2"}
+    # A queued path is still reserved: no commit may reuse it before it is deleted.
+    outcome = d.apply(
+        CommitTxn(
+            txn_id="reuse",
+            writes=(
+                TableWrite(
+                    table=T,
+                    schema_version=1,
+                    add=(DataFile(path="f1", size_bytes=1, row_count=1),),
+                ),
+            ),
+        )
+    )
+    assert isinstance(outcome.exception(), InvalidArgumentError)
+    snap = d.state.to_snapshot()
+    assert MetastoreState.from_snapshot(snap) == d.state
+    done = ok(d, GcFilesDeleted(table=T, table_id=1, paths=("f1", "f2", "never-queued")))
+    assert (done["deleted"], done["queued"]) == (2, 0)
+    assert paths_at(d, removed_at + 1) == ["f3"]
+
+
+def test_a_dropped_table_becomes_entirely_dead_once_the_threshold_passes_its_drop() -> None:
+    d = table_driver()
+    commit(d, "a", add=("f1",))
+    d.ok("DROP TABLE ns.t")
+    dropped_tu = d.state.catalog.incarnations(T)[-1].dropped_tu
+    assert dropped_tu is not None
+    d.tm += 5 * TTL_MS * MS
+    table_id = d.state.catalog.incarnations(T)[-1].table_id
+    cmd = AdvanceGcThreshold(table=T, table_id=table_id, up_to=dropped_tu)
+    assert ok(d, cmd)["purged"] == 1
+
+
+def test_an_unknown_incarnation_is_refused() -> None:
+    d = table_driver()
+    refused(d, AdvanceGcThreshold(table=T, table_id=99, up_to=5), TableNotFoundError)
+    refused(d, GcFilesDeleted(table=T, table_id=99, paths=("x",)), TableNotFoundError)
+
+
+# --------------------------------------------------------------------------------------------
+# Protected timestamps
+# --------------------------------------------------------------------------------------------
+
+
+def test_a_protection_holds_the_threshold_below_its_ts_until_released() -> None:
+    d = table_driver()
+    ts1 = commit(d, "a", add=("f1",))
+    commit(d, "b", add=("f2",), overwrite=True)
+    d.tm += 5 * TTL_MS * MS
+    view = ok(d, protect("p1", ts1))
+    assert view["tables"] == ["ns.t"] and view["created_by"] == "writer"
+    result = advance(d, 1 << 62)
+    assert result["threshold"] == ts1 - 1
+    assert result["held_by"] == {"kind": "protection", "record_id": "p1"}
+    assert paths_at(d, ts1) == ["f1"]  # still readable: nothing it needs was purged
+    assert d.state.gc.meta() == {"version": 1, "num_records": 1, "num_targets": 1}
+    ok(d, ReleaseProtection(record_id="p1", by="writer"))
+    assert d.state.gc.meta() == {"version": 2, "num_records": 0, "num_targets": 0}
+    assert advance(d, 1 << 62)["held_by"]["kind"] == "ttl"  # type: ignore[index]
+    with pytest.raises(BeforeGcThresholdError):
+        d.state.files_at(T, ts1)
+    refused(d, ReleaseProtection(record_id="p1"), ProtectionNotFoundError)
+
+
+def test_protect_at_or_below_the_threshold_is_refused_so_a_returned_protect_always_holds() -> None:
+    d = table_driver()
+    d.tm += 5 * TTL_MS * MS
+    threshold = advance(d, 1 << 62)["threshold"]
+    assert isinstance(threshold, int)
+    err = refused(d, protect("p", threshold), BeforeGcThresholdError)
+    assert err.details == {"table": "ns.t", "table_id": 1, "ts": threshold, "threshold": threshold}
+    # The namespace and cluster targets cover ns.t too.
+    refused(d, protect("p", threshold, tables=(), namespaces=("ns",)), BeforeGcThresholdError)
+    refused(d, protect("p", threshold, tables=(), cluster=True), BeforeGcThresholdError)
+    ok(d, protect("p", threshold + 1))
+
+
+def test_namespace_and_cluster_protections_cover_tables_created_later() -> None:
+    d = table_driver()
+    ok(d, protect("ns", d.tm, tables=(), namespaces=("ns",)))
+    d.ok("CREATE TABLE ns.later (id INT) TBLPROPERTIES ('gc.ttl' = '1s')")
+    d.tm += 5 * TTL_MS * MS
+    later = TableName.of("ns", "later")
+    assert advance(d, 1 << 62, table=later)["held_by"] == {"kind": "protection", "record_id": "ns"}
+
+
+def test_protect_validates_targets_owner_id_reuse_and_limits(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    d = table_driver()
+    refused(d, protect("p", d.tm, tables=(TableName.of("ns", "nope"),)), TableNotFoundError)
+    refused(d, protect("p", d.tm, tables=(), namespaces=("nope",)), NamespaceNotFoundError)
+    refused(d, protect("p", d.tm, owner="ghost"), SessionNotFoundError)
+    ok(d, protect("p", 5))
+    assert ok(d, protect("p", 5))["record_id"] == "p"  # the same request: idempotent
+    refused(d, protect("p", 6), InvalidArgumentError)
+    monkeypatch.setattr(limits, "MAX_PROTECTION_RECORDS", 1)
+    refused(d, protect("q", 5), LimitExceededError)
+    monkeypatch.setattr(limits, "MAX_PROTECTION_RECORDS", 10)
+    monkeypatch.setattr(limits, "MAX_PROTECTION_TARGETS", 2)
+    refused(d, protect("q", 5, tables=(T, U)), LimitExceededError)
+
+
+def test_expired_and_orphaned_records_are_released_only_when_due() -> None:
+    d = table_driver()
+    ok(d, protect("aged", 5, max_age_ms=1_000))
+    info = SessionInfo(app_id="app")
+    ok(d, OpenSession(session_id="s", info=info, ttl_ms=1_000))
+    ok(d, protect("owned", 5, owner="s"))
+    assert d.state.gc.due_releases(tm=d.tm, sessions=d.state.sessions) == []
+    early = ok(d, ReleaseProtection(record_id="aged", reason="expired", by="leader:1"))
+    assert early["released"] is False
+    ok(d, CloseSession(session_id="s"))
+    assert ok(d, ReleaseProtection(record_id="owned", reason="owner_gone"))["released"] is False
+    d.tm += limits.PROTECTION_OWNER_GRACE_MS * MS
+    due = d.state.gc.due_releases(tm=d.tm + MS, sessions=d.state.sessions)
+    assert due == [("aged", "expired"), ("owned", "owner_gone")]
+    for record_id, reason in due:
+        cmd = ReleaseProtection(record_id=record_id, reason=reason, by="leader:1")
+        assert ok(d, cmd)["released"] is True
+    released = d.state.gc.released()
+    assert [(r.record.record_id, r.reason) for r in released] == due
+
+
+def test_a_live_lease_holds_the_threshold_at_its_reads() -> None:
+    d = table_driver()
+    ok(d, OpenSession(session_id="s", info=SessionInfo(), ttl_ms=100_000))
+    ok(d, AcquireLeases(session_id="s", leases=(LeaseKey(table=T, table_id=1, version=1),)))
+    acquired = d.tm
+    d.tm += 5 * TTL_MS * MS
+    result = advance(d, 1 << 62)
+    assert result["threshold"] == acquired - 2 * DD
+    assert result["held_by"] == {"kind": "lease", "session_id": "s"}
+
+
+def test_snapshots_keep_thresholds_records_and_releases_and_version_3_loads() -> None:
+    d = table_driver()
+    ok(d, protect("p", 5, meta_type="backup", meta="nightly"))
+    ok(d, protect("q", 6, tables=(), cluster=True))
+    ok(d, ReleaseProtection(record_id="q", reason="admin", by="root"))
+    d.tm += 5 * TTL_MS * MS
+    advance(d, 1 << 62, table=U)
+    snap = d.state.to_snapshot()
+    restored = MetastoreState.from_snapshot(snap)
+    assert restored == d.state and restored.to_snapshot() == snap
+    obj = msgpack.unpackb(snap, raw=False)
+    del obj["gc"]
+    obj["v"] = 3
+    assert MetastoreState.from_snapshot(msgpack.packb(obj, use_bin_type=True)).gc.is_empty()
+    obj = msgpack.unpackb(snap, raw=False)
+    obj["gc"]["thresholds"] = [[1, 10]]  # at or above p's protected ts 5: a broken guarantee
+    with pytest.raises(MetastoreError):
+        MetastoreState.from_snapshot(msgpack.packb(obj, use_bin_type=True))
+
+
+@pytest.mark.parametrize(
+    "cmd",
+    [
+        protect("p", 5, namespaces=("ns",), cluster=True, max_age_ms=9, owner="s", meta="m"),
+        ReleaseProtection(record_id="p", reason="owner_gone", by="leader:2"),
+        AdvanceGcThreshold(table=T, table_id=3, up_to=77),
+        GcFilesDeleted(table=T, table_id=3, paths=("_txn/a/f.parquet",)),
+    ],
+)
+def test_gc_commands_round_trip(cmd: Command) -> None:
+    assert decode_command(encode_command(cmd)) == cmd
+
+
+@pytest.mark.parametrize(
+    "cmd",
+    [
+        protect("", 5),
+        protect("p", 0),
+        protect("p", 5, tables=()),
+        protect("p", 5, mode="PROTECT_AT"),
+        protect("p", 5, tables=(T, T)),
+        protect("p", 5, max_age_ms=0),
+        ReleaseProtection(record_id="p", reason="because"),
+        AdvanceGcThreshold(table=T, table_id=0, up_to=5),
+        GcFilesDeleted(table=T, table_id=1, paths=()),
+        GcFilesDeleted(table=T, table_id=1, paths=("../escape",)),
+    ],
+)
+def test_bad_gc_commands_are_refused_before_the_log(cmd: Command) -> None:
+    with pytest.raises((InvalidArgumentError, MalformedCommandError)):
+        decode_command(encode_command(cmd))
+
+
+# --------------------------------------------------------------------------------------------
+# The model: random histories never purge or delete what a readable or protected ts can see
+# --------------------------------------------------------------------------------------------
+
+
+class GcMachine(RuleBasedStateMachine):
+    """Commits (adds and overwrites), protections (with expiry), releases, GC steps (threshold,
+    purge, deletion), idle time and snapshot restarts, against a model of every file's live
+    interval. Checked after every step: every read above the threshold gives the model's answer,
+    every live protection is above the threshold, and nothing deleted is visible above it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.d = table_driver()
+        self.model: dict[str, tuple[int, int | None]] = {}  # path -> (added, removed)
+        self.commit_ts: list[int] = []
+        self.deleted: set[str] = set()
+        self.n = 0
+
+    def threshold(self) -> int:
+        return self.d.state.gc.threshold(1)
+
+    @rule(adds=st.integers(1, 3), overwrite=st.booleans(), wait_ms=st.integers(0, 1_500))
+    def write(self, adds: int, overwrite: bool, wait_ms: int) -> None:
+        self.d.tm += wait_ms * MS
+        names = [f"f{self.n + i}" for i in range(adds)]
+        self.n += adds
+        ts = commit(self.d, f"t{self.n}", add=tuple(names), overwrite=overwrite)
+        if overwrite:
+            for path, (added, removed) in list(self.model.items()):
+                if removed is None:
+                    self.model[path] = (added, ts)
+        for path in names:
+            self.model[path] = (ts, None)
+        self.commit_ts.append(ts)
+
+    @rule(back=st.integers(0, 5), max_age=st.one_of(st.none(), st.integers(1, 3_000)))
+    def protect(self, back: int, max_age: int | None) -> None:
+        candidates = self.commit_ts[-back - 1 :] or [self.d.tm]
+        ts = candidates[0]
+        cmd = protect(f"p{self.n}", ts, max_age_ms=max_age)
+        self.n += 1
+        outcome = self.d.apply(cmd)
+        if ts <= self.threshold():
+            assert isinstance(outcome.exception(), BeforeGcThresholdError)
+        else:
+            outcome.raise_for_error()
+
+    @precondition(lambda self: self.d.state.gc.records())
+    @rule(data=st.data())
+    def release(self, data: st.DataObject) -> None:
+        record = data.draw(st.sampled_from(self.d.state.gc.records()))
+        ok(self.d, ReleaseProtection(record_id=record.record_id))
+
+    @rule(wait_ms=st.integers(0, 3_000))
+    def leader_releases_due_records(self, wait_ms: int) -> None:
+        self.d.tm += wait_ms * MS
+        for record_id, reason in self.d.state.gc.due_releases(
+            tm=self.d.tm + MS, sessions=self.d.state.sessions
+        ):
+            ok(self.d, ReleaseProtection(record_id=record_id, reason=reason, by="leader"))
+
+    @rule(wait_ms=st.integers(0, 3_000), back_ms=st.integers(0, 2_000))
+    def gc_step(self, wait_ms: int, back_ms: int) -> None:
+        self.d.tm += wait_ms * MS
+        ok(self.d, AdvanceGcThreshold(table=T, table_id=1, up_to=self.d.tm - back_ms * MS))
+        queue = list(self.d.state.txns.gc_queue(1))
+        threshold = self.threshold()
+        for path in queue:  # the leader deletes them: none may be visible above the threshold
+            _, removed = self.model[path]
+            assert removed is not None and removed <= threshold, path
+            self.deleted.add(path)
+        if queue:
+            ok(self.d, GcFilesDeleted(table=T, table_id=1, paths=tuple(queue)))
+
+    @rule()
+    def restart_from_snapshot(self) -> None:
+        restored = MetastoreState.from_snapshot(self.d.state.to_snapshot())
+        assert restored == self.d.state
+        self.d.state = restored
+
+    @invariant()
+    def reads_above_the_threshold_match_the_model(self) -> None:
+        threshold = self.threshold()
+        samples = {threshold + 1, self.d.tm}
+        samples.update(ts for ts in self.commit_ts if ts > threshold)
+        samples.update(r.ts for r in self.d.state.gc.records())
+        created = self.d.state.catalog.incarnations(T)[0].created_tu
+        for ts in sorted(samples):
+            if not created <= ts <= self.d.tm:
+                continue
+            expected = sorted(
+                p for p, (a, r) in self.model.items() if a <= ts and (r is None or r > ts)
+            )
+            assert sorted(paths_at(self.d, ts)) == expected, ts
+            assert not self.deleted & set(expected)
+        for record in self.d.state.gc.records():
+            assert record.ts > threshold
+        with contextlib.suppress(BeforeGcThresholdError):
+            if threshold >= created:
+                self.d.state.files_at(T, threshold)
+                raise AssertionError("a read at the threshold succeeded")
+
+
+TestGcModel = GcMachine.TestCase
+TestGcModel.settings = settings(DETERMINISTIC, max_examples=60, stateful_step_count=30)
