@@ -19,6 +19,7 @@ import click
 from cli.cluster import cluster
 from cli.context import App
 from cli.errors import EXIT_CODES_HELP, EXIT_USAGE, CliError, exit_code_for, fail
+from cli.gc import gc, pts
 from cli.leases import lease, session
 from cli.node import node
 from cli.ns import ns
@@ -148,6 +149,8 @@ cli.add_command(safe_time)
 cli.add_command(txn)
 cli.add_command(session)
 cli.add_command(lease)
+cli.add_command(pts)
+cli.add_command(gc)
 # The data commands live in their own module (they need pyarrow) but belong to the table noun.
 table.add_command(table_files)
 table.add_command(table_read)

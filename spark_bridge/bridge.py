@@ -327,12 +327,64 @@ class MetastoreBridge:
     # ---------------------------------------------------------------- reads outside batches
 
     def read_table(self, table: str, *, as_of: int | None = None) -> DataFrame:
-        """A table as a DataFrame, now or AS OF a timestamp (pinned schema at that timestamp)."""
+        """A table as a DataFrame, now or AS OF a timestamp (pinned schema at that timestamp).
+
+        AS OF a timestamp at or below the table's GC threshold raises the metastore's typed
+        BeforeGcThresholdError before Spark plans anything. The DataFrame is lazy: if GC may
+        run before Spark reads it (a short gc.ttl, a long job), hold `protect(as_of)` around
+        the work so the files it lists stay on disk."""
+        from metastore.errors import ErrorCode, MetastoreError
+
         # AS OF T: plan at T itself, so the schema is the one in force at T.
-        with self.batch(
-            reads=[table], txn_id=f"read:{uuid.uuid4()}", read_ts=as_of, top=as_of
-        ) as b:
-            return b.read(table)
+        try:
+            with self.batch(
+                reads=[table], txn_id=f"read:{uuid.uuid4()}", read_ts=as_of, top=as_of
+            ) as b:
+                return b.read(table)
+        except BatchError as exc:
+            cause = exc.cause
+            if isinstance(cause, MetastoreError) and cause.code == ErrorCode.BEFORE_GC_THRESHOLD:
+                raise cause from None
+            raise
+
+    @contextmanager
+    def protect(
+        self,
+        as_of: int,
+        *,
+        tables: list[str] | None = None,
+        namespaces: list[str] | None = None,
+        meta: str = "",
+        max_age_ms: int | None = None,
+    ) -> Iterator[dict[str, Any]]:
+        """Keep GC from deleting anything a read at >= `as_of` of these tables (namespaces; by
+        default the whole cluster) can see, for the duration of the block - for long reads and
+        backfills. Once the block is entered the data is protected; a timestamp already at or
+        below a GC threshold raises BeforeGcThresholdError. The record is owned by this
+        application's session, so a killed driver's protection is released a grace period
+        after its session expires; it is released at the end of the block otherwise."""
+        from metastore.errors import ErrorCode, MetastoreError
+
+        session_id = self.session.current() if self.session is not None else None
+        record = self.client.protect(
+            as_of,
+            tables=list(tables or []),
+            namespaces=list(namespaces or []),
+            cluster=not tables and not namespaces,
+            meta_type="spark.bridge",
+            meta=meta
+            or f"{self.spark.sparkContext.appName} ({self.spark.sparkContext.applicationId})",
+            max_age_ms=max_age_ms,
+            session_id=session_id,
+        )
+        try:
+            yield record
+        finally:
+            try:
+                self.client.release_protection(str(record["record_id"]))
+            except MetastoreError as exc:
+                if exc.code != ErrorCode.PROTECTION_NOT_FOUND:  # already released: fine
+                    log.warning("could not release protection %s: %s", record["record_id"], exc)
 
 
 class BatchContext:
@@ -511,7 +563,8 @@ class BatchContext:
         if not pin.location:
             raise BatchError(f"{table} has no location in the metastore", retryable=False)
         shaped = conform(df, table, pin.columns)
-        abs_dir, rel_dir = new_attempt_dir(pin.location, self.txn_id)
+        owner = self.bridge.session.current() if self.bridge.session is not None else None
+        abs_dir, rel_dir = new_attempt_dir(pin.location, self.txn_id, owner=owner or "")
         shaped.write.mode("errorifexists").parquet(abs_dir)
         files = collect_files(pin.location, rel_dir)
         prev, prev_overwrite = self._written.get(table, ([], False))

@@ -523,6 +523,63 @@ class MetastoreClient:
         """The sessions that would block publishing `table`'s next schema version now."""
         return await self.call("lease_blockers", {"table": table})
 
+    # --- protected timestamps and GC (metastore.gc) ---
+
+    async def protect(
+        self,
+        ts: int,
+        *,
+        tables: list[str] | None = None,
+        namespaces: list[str] | None = None,
+        cluster: bool = False,
+        meta_type: str = "",
+        meta: str = "",
+        max_age_ms: int | None = None,
+        session_id: str | None = None,
+        record_id: str | None = None,
+    ) -> dict[str, Any]:
+        """Protect every read at >= `ts` of the targets from GC until released. Once this
+        returns the protection holds (a ts already at or below a target's GC threshold is
+        refused with BEFORE_GC_THRESHOLD). The record id is chosen here, so a retry after a
+        lost reply finds the same record instead of making a second one."""
+        args: dict[str, Any] = {
+            "record_id": record_id or uuid.uuid4().hex,
+            "ts": ts,
+            "tables": list(tables or []),
+            "namespaces": list(namespaces or []),
+            "cluster": cluster,
+            "meta_type": meta_type,
+            "meta": meta,
+        }
+        if max_age_ms is not None:
+            args["max_age_ms"] = max_age_ms
+        if session_id is not None:
+            args["session_id"] = session_id
+        return await self.call("pts_protect", args)
+
+    async def release_protection(self, record_id: str) -> dict[str, Any]:
+        return await self.call("pts_release", {"record_id": record_id})
+
+    async def protections(self, *, include_released: bool = False) -> dict[str, Any]:
+        return await self.call("pts_list", {"all": include_released})
+
+    async def protection(self, record_id: str) -> dict[str, Any]:
+        return await self.call("pts_show", {"record_id": record_id})
+
+    async def gc_status(self, table: str | None = None) -> dict[str, Any]:
+        return await self.call("gc_status", {} if table is None else {"table": table})
+
+    async def gc_run(
+        self, table: str | None = None, *, dry_run: bool = False, timeout_ms: int = 60_000
+    ) -> dict[str, Any]:
+        """Run the GC now on the leader (or, with dry_run, report what it would delete). A run
+        that outlasts `timeout_ms` (at most 60 s) goes on on the leader; `gc_status` shows
+        its result once it is done, and any part it did not finish is resumed by the next."""
+        args: dict[str, Any] = {"dry_run": dry_run, "timeout_ms": timeout_ms}
+        if table is not None:
+            args["table"] = table
+        return await self.call("gc_run", args, timeout_ms=timeout_ms + 5_000)
+
     async def pin(
         self,
         tables: list[str],
@@ -1040,6 +1097,24 @@ class SyncMetastoreClient:
 
     def pin(self, tables: list[str], ts: int | None = None, **kwargs: Any) -> dict[str, Any]:
         return self._sync(self._client.pin, tables, ts, **kwargs)
+
+    def protect(self, ts: int, **kwargs: Any) -> dict[str, Any]:
+        return self._sync(self._client.protect, ts, **kwargs)
+
+    def release_protection(self, record_id: str) -> dict[str, Any]:
+        return self._sync(self._client.release_protection, record_id)
+
+    def protections(self, *, include_released: bool = False) -> dict[str, Any]:
+        return self._sync(self._client.protections, include_released=include_released)
+
+    def protection(self, record_id: str) -> dict[str, Any]:
+        return self._sync(self._client.protection, record_id)
+
+    def gc_status(self, table: str | None = None) -> dict[str, Any]:
+        return self._sync(self._client.gc_status, table)
+
+    def gc_run(self, table: str | None = None, **kwargs: Any) -> dict[str, Any]:
+        return self._sync(self._client.gc_run, table, **kwargs)
 
     def commit(self, txn_id: str, writes: list[dict[str, Any]], **kwargs: Any) -> dict[str, Any]:
         return self._sync(self._client.commit, txn_id, writes, **kwargs)

@@ -32,10 +32,14 @@ class DataFile:
         return {"path": self.path, "size_bytes": self.size_bytes, "row_count": self.row_count}
 
 
-def new_attempt_dir(location: str, txn_id: str) -> tuple[str, str]:
-    """(absolute dir, dir relative to the location) for one write attempt."""
+def new_attempt_dir(location: str, txn_id: str, *, owner: str = "") -> tuple[str, str]:
+    """(absolute dir, dir relative to the location) for one write attempt. With `owner` (the
+    writer's metastore session id) the directory is `_txn/<owner>--<txn>-<random>`: GC never
+    deletes it as an orphan while that session lives, however long the batch runs."""
     safe = "".join(ch if ch.isalnum() or ch in "-_" else "_" for ch in txn_id)[:80]
     rel = f"{TXN_DIR}/{safe}-{uuid.uuid4().hex[:12]}"
+    if owner and all(ch.isalnum() or ch in "-_" for ch in owner) and "--" not in owner:
+        rel = f"{TXN_DIR}/{owner}--{safe}-{uuid.uuid4().hex[:12]}"
     return f"{location.rstrip('/')}/{rel}", rel
 
 

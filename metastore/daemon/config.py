@@ -107,6 +107,18 @@ METRICS_PORT_OFFSET: Final = 200
 
 # Clients heartbeat at least this far apart (each heartbeat is a Raft entry).
 SESSION_HEARTBEAT_MS_MIN: Final = 100
+# GC schedule: every 10 minutes by default (CockroachDB's protected-timestamp poll interval is
+# of that order); as often as every 100 ms for tests and demos.
+GC_INTERVAL_MS_DEFAULT: Final = 600_000
+GC_INTERVAL_MS_MIN: Final = 100
+GC_INTERVAL_MS_MAX: Final = 86_400_000
+# An unreferenced file younger than this may belong to a batch that has not committed yet.
+GC_ORPHAN_GRACE_MS_DEFAULT: Final = 3_600_000
+GC_ORPHAN_GRACE_MS_MIN: Final = 1_000
+GC_ORPHAN_GRACE_MS_MAX: Final = 30 * 86_400_000
+# Deletions per second, so a GC after a mass overwrite does not saturate the file system.
+GC_DELETE_FILES_PER_S_DEFAULT: Final = 1_000
+GC_DELETE_FILES_PER_S_MAX: Final = 100_000
 
 CLUSTER_FILE_NAME: Final = "cluster.toml"
 NODE_LOG_FILE_NAME: Final = "node.log"
@@ -128,6 +140,9 @@ _CLUSTER_KEYS: Final = frozenset(
         "snapshot_every_entries",
         "session_ttl_ms",
         "session_heartbeat_ms",
+        "gc_interval_ms",
+        "gc_orphan_grace_ms",
+        "gc_delete_files_per_s",
         "secrets_dir",
         "data_dir",
         "warehouse",
@@ -209,6 +224,11 @@ class ClusterConfig:
     # and the heartbeat interval clients are told to use.
     session_ttl_ms: int = mlimits.SESSION_TTL_MS_DEFAULT
     session_heartbeat_ms: int = mlimits.SESSION_HEARTBEAT_MS_DEFAULT
+    # The GC (metastore/daemon/gc_worker.py): how often the leader runs it, how old an
+    # unreferenced file must be before it is deleted as an orphan, and its deletion rate.
+    gc_interval_ms: int = GC_INTERVAL_MS_DEFAULT
+    gc_orphan_grace_ms: int = GC_ORPHAN_GRACE_MS_DEFAULT
+    gc_delete_files_per_s: int = GC_DELETE_FILES_PER_S_DEFAULT
 
     @property
     def node_ids(self) -> tuple[int, ...]:
@@ -415,6 +435,21 @@ def _parse_cluster(path: Path, data: Mapping[str, object]) -> ClusterConfig:
         default=min(mlimits.SESSION_HEARTBEAT_MS_DEFAULT, session_ttl_ms // 3),
         high_reason="at most a third of session_ttl_ms: two heartbeats may be lost in a row",
     )
+    gc_interval_ms = reader.integer(
+        "gc_interval_ms", GC_INTERVAL_MS_MIN, GC_INTERVAL_MS_MAX, default=GC_INTERVAL_MS_DEFAULT
+    )
+    gc_orphan_grace_ms = reader.integer(
+        "gc_orphan_grace_ms",
+        GC_ORPHAN_GRACE_MS_MIN,
+        GC_ORPHAN_GRACE_MS_MAX,
+        default=GC_ORPHAN_GRACE_MS_DEFAULT,
+    )
+    gc_delete_files_per_s = reader.integer(
+        "gc_delete_files_per_s",
+        1,
+        GC_DELETE_FILES_PER_S_MAX,
+        default=GC_DELETE_FILES_PER_S_DEFAULT,
+    )
     secrets_dir = reader.string(
         "secrets_dir", max_chars=PATH_CHARS_MAX, default=DEFAULT_SECRETS_DIR
     )
@@ -441,6 +476,9 @@ def _parse_cluster(path: Path, data: Mapping[str, object]) -> ClusterConfig:
         snapshot_every_entries=snapshot_every,
         session_ttl_ms=session_ttl_ms,
         session_heartbeat_ms=session_heartbeat_ms,
+        gc_interval_ms=gc_interval_ms,
+        gc_orphan_grace_ms=gc_orphan_grace_ms,
+        gc_delete_files_per_s=gc_delete_files_per_s,
         secrets_dir=resolved_secrets,
         data_dir=resolved_data,
         log_level=log_level,
@@ -663,6 +701,13 @@ def render_cluster_toml(
         "# session silent for session_ttl_ms expires and its leases stop blocking schema changes.",
         f"session_ttl_ms = {session_ttl_ms}",
         f"session_heartbeat_ms = {session_heartbeat_ms}",
+        "",
+        "# The leader's GC: every gc_interval_ms it moves each table's GC threshold to now minus",
+        "# the table's gc.ttl (held below protected timestamps) and deletes the files no read",
+        "# above it can see, plus unreferenced files older than gc_orphan_grace_ms.",
+        f"gc_interval_ms = {GC_INTERVAL_MS_DEFAULT}",
+        f"gc_orphan_grace_ms = {GC_ORPHAN_GRACE_MS_DEFAULT}",
+        f"gc_delete_files_per_s = {GC_DELETE_FILES_PER_S_DEFAULT}",
         "",
         "# Relative to this file. Never commit either directory.",
         f"secrets_dir = {_toml_str(secrets_dir)}",

@@ -78,6 +78,38 @@ class NodeMetrics:
             registry=r,
         )
 
+        self.gc_runs = Counter("metastore_gc_runs", "GC runs completed by this node", registry=r)
+        self.gc_files_deleted = Counter(
+            "metastore_gc_files_deleted", "data files GC deleted (dead at a threshold)", registry=r
+        )
+        self.gc_bytes_deleted = Counter(
+            "metastore_gc_bytes_deleted", "bytes of data files GC deleted", registry=r
+        )
+        self.gc_orphans_deleted = Counter(
+            "metastore_gc_orphans_deleted", "unreferenced files GC deleted", registry=r
+        )
+        self.gc_orphan_bytes_deleted = Counter(
+            "metastore_gc_orphan_bytes_deleted", "bytes of unreferenced files deleted", registry=r
+        )
+        self.gc_held_bytes = Gauge(
+            "metastore_gc_protection_held_bytes",
+            "bytes the TTL alone would let GC delete that a protection keeps (last GC run)",
+            ["record_id"],
+            registry=r,
+        )
+
+    def gc_run(self, summary: dict[str, Any]) -> None:
+        self.gc_runs.inc()
+        self.gc_files_deleted.inc(summary["files_deleted"])
+        self.gc_bytes_deleted.inc(summary["bytes_deleted"])
+        self.gc_orphans_deleted.inc(summary["orphans_deleted"])
+        self.gc_orphan_bytes_deleted.inc(summary["orphan_bytes_deleted"])
+
+    def protections_held(self, held: dict[str, int]) -> None:
+        self.gc_held_bytes.clear()
+        for record_id, size in held.items():
+            self.gc_held_bytes.labels(record_id=record_id).set(size)
+
     def request(self, op: str, code: str, _seconds: float) -> None:
         # Unknown ops are folded into one label value so clients cannot grow the label set.
         self.requests.labels(op=op if len(op) <= 32 else "other", code=code).inc()

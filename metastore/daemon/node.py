@@ -25,11 +25,13 @@ from metastore import limits as mlimits
 from metastore.commands import ExpireSessions, InitCluster, encode_command
 from metastore.daemon.config import NodeSettings, load_node_config
 from metastore.daemon.forward import LeaderForwarder
+from metastore.daemon.gc_worker import GcWorker
 from metastore.daemon.logs import setup_logging
 from metastore.daemon.metrics import HttpEndpoint, NodeMetrics
 from metastore.daemon.secrets import ensure_secrets
 from metastore.daemon.server import ApiServer
 from metastore.daemon.statemachine import CatalogStateMachine
+from metastore.errors import MetastoreError
 from metastore.outcome import Outcome
 from raft.core.errors import RaftCoreError
 from raft.errors import RaftError
@@ -96,6 +98,16 @@ class MetastoreNode:
         self.forwarder = LeaderForwarder(
             addresses={n.id: (n.host, n.client_port) for n in cluster.nodes}, clock=self.clock
         )
+        self.gc = GcWorker(
+            raft=self.raft,
+            sm=self.sm,
+            clock=self.clock,
+            metrics=self.metrics,
+            node_id=me.id,
+            interval_ms=cluster.gc_interval_ms,
+            orphan_grace_ms=cluster.gc_orphan_grace_ms,
+            delete_files_per_s=cluster.gc_delete_files_per_s,
+        )
         self.api = ApiServer(
             node=self.raft,
             sm=self.sm,
@@ -108,10 +120,12 @@ class MetastoreNode:
             warehouse=cluster.warehouse,
             session_ttl_ms=cluster.session_ttl_ms,
             session_heartbeat_ms=cluster.session_heartbeat_ms,
+            gc=self.gc,
         )
         self.http = HttpEndpoint(self.metrics, self.status_map)
         self._init_task: asyncio.Task[None] | None = None
         self._sweep_task: asyncio.Task[None] | None = None
+        self._gc_task: asyncio.Task[None] | None = None
 
     def _on_fatal(self, exc: BaseException) -> None:
         self.fatal = exc
@@ -138,6 +152,7 @@ class MetastoreNode:
         await self.http.start(me.host, me.metrics_port)
         self._init_task = asyncio.create_task(self._initialize_cluster())
         self._sweep_task = asyncio.create_task(self._sweep_sessions())
+        self._gc_task = asyncio.create_task(self.gc.run_forever())
         log.info(
             "metastore node started",
             extra={
@@ -149,7 +164,7 @@ class MetastoreNode:
         )
 
     async def stop(self) -> None:
-        for task in (self._init_task, self._sweep_task):
+        for task in (self._init_task, self._sweep_task, self._gc_task):
             if task is not None:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -163,7 +178,8 @@ class MetastoreNode:
     async def _sweep_sessions(self) -> None:
         """As leader, propose the expiry of sessions past their deadline at the clock's now.
         Apply re-checks each deadline against the entry's own Tm (>= this now), so a session
-        whose heartbeat got in first is skipped: expiry is decided by Tm alone."""
+        whose heartbeat got in first is skipped: expiry is decided by Tm alone. Then release
+        protections past their max age or whose owner is gone (re-checked the same way)."""
         while True:
             await asyncio.sleep(SESSION_SWEEP_INTERVAL_S)
             if not (self.raft.is_leader() and self.raft.ready_to_serve):
@@ -187,6 +203,10 @@ class MetastoreNode:
                     expired = outcome.result.get("expired")
                     if expired:
                         log.info("sessions expired", extra={"sessions": expired})
+            try:
+                await self.gc.release_due()
+            except (MetastoreError, RaftCoreError, RaftError) as exc:
+                log.info("protection release will be retried: %s", exc)
 
     async def _initialize_cluster(self) -> None:
         """Propose InitCluster once, as the first leader, if the state has no cluster settings."""

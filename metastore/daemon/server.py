@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import logging
 import time
+import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -29,13 +30,18 @@ from hlc.limits import LOGICAL_BITS, MAX_TS
 from metastore import limits as mlimits
 from metastore.commands import (
     AcquireLeases,
+    AdvanceGcThreshold,
     CloseSession,
     Command,
     ExpireSessions,
+    GcFilesDeleted,
     HeartbeatSession,
+    InitCluster,
     LeaseKey,
     OpenSession,
+    Protect,
     ReleaseLeases,
+    ReleaseProtection,
     SessionInfo,
     TableName,
     commit_txn_from_request,
@@ -44,6 +50,7 @@ from metastore.commands import (
 )
 from metastore.daemon import api_limits as L
 from metastore.daemon.forward import LeaderForwarder
+from metastore.daemon.gc_worker import GcWorker, gc_status
 from metastore.daemon.metrics import NodeMetrics
 from metastore.daemon.secrets import Role, Secrets
 from metastore.daemon.statemachine import CatalogStateMachine
@@ -66,6 +73,7 @@ from metastore.errors import (
     NotLeaderError,
     NotReadyError,
     RequestTimeoutError,
+    TableNotFoundError,
     UnauthenticatedError,
     UnavailableError,
     UnknownOpError,
@@ -122,8 +130,10 @@ class ApiServer:
         warehouse: str = "",
         session_ttl_ms: int = mlimits.SESSION_TTL_MS_DEFAULT,
         session_heartbeat_ms: int = mlimits.SESSION_HEARTBEAT_MS_DEFAULT,
+        gc: GcWorker | None = None,
     ) -> None:
         self.node = node
+        self.gc = gc
         self.sm = sm
         self.clock = clock
         self.secrets = secrets
@@ -215,6 +225,31 @@ class ApiServer:
             ),
             "lease_list": _Op(Role.READER, self._lease_list, frozenset({"table"})),
             "lease_blockers": _Op(Role.READER, self._lease_blockers, frozenset({"table"})),
+            "pts_protect": _Op(
+                Role.WRITER,
+                self._pts_protect,
+                frozenset(
+                    {
+                        "record_id",
+                        "ts",
+                        "tables",
+                        "namespaces",
+                        "cluster",
+                        "meta_type",
+                        "meta",
+                        "max_age_ms",
+                        "session_id",
+                        "timeout_ms",
+                    }
+                ),
+            ),
+            "pts_release": _Op(
+                Role.WRITER, self._pts_release, frozenset({"record_id", "timeout_ms"})
+            ),
+            "pts_list": _Op(Role.READER, self._pts_list, frozenset({"all"})),
+            "pts_show": _Op(Role.READER, self._pts_show, frozenset({"record_id"})),
+            "gc_status": _Op(Role.READER, self._gc_status, frozenset({"table"})),
+            "gc_run": _Op(Role.ADMIN, self._gc_run, frozenset({"table", "dry_run", "timeout_ms"})),
             # Internal: a follower forwards a parsed, canonical command to the leader.
             "_propose": _Op(Role.WRITER, self._propose_op, frozenset({"command", "timeout_ms"})),
             "add_node": _Op(
@@ -727,7 +762,7 @@ class ApiServer:
             timeout_ms=timeout_ms + 1000,
         )
 
-    async def _propose_op(self, _s: Session, args: Args) -> dict[str, Any]:
+    async def _propose_op(self, session: Session, args: Args) -> dict[str, Any]:
         data = args.get("command")
         # A forwarded command may be a commit, whose bound is larger than DDL's; decode_command
         # then applies the exact bound of the command's kind.
@@ -735,7 +770,14 @@ class ApiServer:
             mlimits.MAX_COMMAND_BYTES, mlimits.MAX_COMMIT_COMMAND_BYTES
         ):
             raise BadRequestError("'command' must be bytes of a canonical command")
-        decode_command(data)  # validates: the leader trusts no forwarded bytes
+        cmd = decode_command(data)  # validates: the leader trusts no forwarded bytes
+        if _admin_only(cmd) and (session.role is None or session.role < Role.ADMIN):
+            # Followers forward with the caller's own token: a writer must not get, through
+            # this op, what the admin-only ops (or only the leader itself) may propose.
+            raise ForbiddenError(
+                f"{type(cmd).__name__} needs the admin role",
+                details={"op": "_propose", "needed": "admin"},
+            )
         if not self.node.is_leader():
             raise NotLeaderError("not the leader", details={"leader": self.node.leader_id()})
         return await self._propose_local(data, _timeout(args))
@@ -932,6 +974,118 @@ class ApiServer:
             result["lease"] = applied["result"]
         return result
 
+    # ------------------------------------------------------------------ protected timestamps, GC
+
+    async def _pts_protect(self, session: Session, args: Args) -> dict[str, Any]:
+        """Create a protected-timestamp record (metastore.gc). Once this returns, no GC
+        threshold of a covered table can reach `ts` until the record is released."""
+        record_id = _opt_str(args, "record_id", mlimits.MAX_PROTECTION_ID_CHARS)
+        cluster = args.get("cluster", False)
+        if not isinstance(cluster, bool):
+            raise BadRequestError("'cluster' must be a boolean")
+        # Empty or absent lists mean "no target of that kind".
+        tables = (
+            _req_str_list(args, "tables", mlimits.MAX_TARGETS_PER_PROTECTION)
+            if args.get("tables") not in (None, [])
+            else []
+        )
+        namespaces = (
+            _req_str_list(args, "namespaces", mlimits.MAX_TARGETS_PER_PROTECTION)
+            if args.get("namespaces") not in (None, [])
+            else []
+        )
+        cmd = Protect(
+            record_id=record_id or uuid.uuid4().hex,
+            ts=_req_int(args, "ts", 1, 2**63 - 1),
+            meta_type=_opt_str(args, "meta_type", mlimits.MAX_SESSION_LABEL_CHARS) or "",
+            meta=_opt_str(args, "meta", mlimits.MAX_PROTECTION_META_CHARS) or "",
+            tables=tuple(TableName.parse(t) for t in tables),
+            namespaces=tuple(n.lower() for n in namespaces),
+            cluster=cluster,
+            max_age_ms=_opt_int(args, "max_age_ms", 1, mlimits.GC_TTL_MS_MAX),
+            owner=_opt_str(args, "session_id", mlimits.MAX_SESSION_ID_CHARS) or "",
+            created_by=session.client[: mlimits.MAX_SESSION_LABEL_CHARS],
+        )
+        applied = await self._propose_command(session, cmd, _timeout(args))
+        return {**applied["result"], "applied_tm": applied["tm"]}
+
+    async def _pts_release(self, session: Session, args: Args) -> dict[str, Any]:
+        """Release a record: its creator (same client name) may; anyone else needs admin."""
+        self._require_ready()
+        record_id = _req_str(args, "record_id", mlimits.MAX_PROTECTION_ID_CHARS)
+        record = self.sm.state.gc.record(record_id)  # ProtectionNotFound
+        mine = record.created_by == session.client[: mlimits.MAX_SESSION_LABEL_CHARS]
+        if not mine and (session.role is None or session.role < Role.ADMIN):
+            raise ForbiddenError(
+                f"protection {record_id!r} was created by {record.created_by!r}; releasing "
+                "another client's protection needs the admin role",
+                details={"record_id": record_id, "created_by": record.created_by},
+            )
+        cmd = ReleaseProtection(
+            record_id=record_id,
+            reason="release" if mine else "admin",
+            by=session.client[: mlimits.MAX_SESSION_LABEL_CHARS],
+        )
+        return dict((await self._propose_command(session, cmd, _timeout(args)))["result"])
+
+    async def _pts_list(self, _s: Session, args: Args) -> dict[str, Any]:
+        self._require_ready()
+        show_all = args.get("all", False)
+        if not isinstance(show_all, bool):
+            raise BadRequestError("'all' must be a boolean")
+        gc = self.sm.state.gc
+        result: dict[str, Any] = {
+            "meta": gc.meta(),
+            "records": [r.view() for r in gc.records()],
+            "safe_time": self.node.safe_time,
+        }
+        if show_all:
+            result["released"] = [r.view() for r in gc.released()]
+        return result
+
+    async def _pts_show(self, _s: Session, args: Args) -> dict[str, Any]:
+        self._require_ready()
+        record_id = _req_str(args, "record_id", mlimits.MAX_PROTECTION_ID_CHARS)
+        gc = self.sm.state.gc
+        for released in reversed(gc.released()):
+            if released.record.record_id == record_id and all(
+                r.record_id != record_id for r in gc.records()
+            ):
+                return {**released.view(), "released": True}
+        return {**gc.record(record_id).view(), "released": False}
+
+    async def _gc_status(self, _s: Session, args: Args) -> dict[str, Any]:
+        self._require_ready()
+        table = _opt_str(args, "table", L.TABLE_NAME_CHARS_MAX)
+        name = None if table is None else TableName.parse(table)
+        state = self.sm.state
+        if name is not None and not state.catalog.incarnations(name):
+            raise TableNotFoundError(f"table {name} does not exist", details={"table": table})
+        status = gc_status(state, now_tm=self.clock.now(), table=name)
+        status["last_run"] = self.gc.last_run if self.gc is not None else {}
+        status["safe_time"] = self.node.safe_time
+        return status
+
+    async def _gc_run(self, session: Session, args: Args) -> dict[str, Any]:
+        """Run the GC now on the leader (forwarded there), or show what it would do."""
+        self._require_ready()
+        table = _opt_str(args, "table", L.TABLE_NAME_CHARS_MAX)
+        dry_run = args.get("dry_run", False)
+        if not isinstance(dry_run, bool):
+            raise BadRequestError("'dry_run' must be a boolean")
+        name = None if table is None else TableName.parse(table)
+        if name is not None and not self.sm.state.catalog.incarnations(name):
+            raise TableNotFoundError(f"table {name} does not exist", details={"table": table})
+        if self.node.is_leader() and self.gc is not None:
+            return await self.gc.run(name, dry_run=dry_run)
+        leader = self.node.leader_id()
+        if not leader or self.node.is_leader():
+            raise UnavailableError("no leader known right now; retry shortly")
+        timeout_ms = _timeout(args)
+        return await self.forwarder.call(
+            leader, session.token, "gc_run", dict(args), timeout_ms=timeout_ms + 1000
+        )
+
     # ------------------------------------------------------------------ membership
 
     async def _leader_or_forward(
@@ -1072,6 +1226,13 @@ def _req_str_list(args: Args, key: str, max_items: int) -> list[str]:
 def _timeout(args: Args) -> int:
     v = _opt_int(args, "timeout_ms", 1, L.REQUEST_TIMEOUT_MS_MAX)
     return L.REQUEST_TIMEOUT_MS_DEFAULT if v is None else v
+
+
+def _admin_only(cmd: Command) -> bool:
+    """Commands only an admin op (or the leader itself) proposes."""
+    if isinstance(cmd, ReleaseProtection):
+        return cmd.reason != "release"
+    return isinstance(cmd, InitCluster | ExpireSessions | AdvanceGcThreshold | GcFilesDeleted)
 
 
 def _too_many_connections() -> MetastoreError:

@@ -1,0 +1,303 @@
+"""`metastore pts ...` and `metastore gc ...`: protected timestamps and the GC.
+
+Each table has a GC threshold: reads AS OF a timestamp at or below it fail, and the files no
+read above it can see are deleted by the leader's GC (every `gc_interval_ms`, or now with
+`gc run`). The threshold follows now minus the table's `gc.ttl` property (25h unless the table or
+its namespace sets it), never past a protected timestamp: `pts protect --ts T --table NS.T` keeps
+every file a read at >= T needs until `pts release`. Once `protect` returns, the data is
+protected (metastore/gc.py). Times are the cluster's HLC, shown as ISO-8601.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+from rich.console import RenderableType
+from rich.text import Text
+
+from cli.context import TIMESTAMP, app
+from cli.output import emit, kv_table, rows_table, ts_cell
+from metastore.commands import parse_duration_ms
+from metastore.errors import InvalidArgumentError
+
+
+def _size(n: object) -> str:
+    if not isinstance(n, int):
+        return "-"
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if value < 1024 or unit == "TiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return str(n)
+
+
+def _duration(ms: object) -> str:
+    if not isinstance(ms, int):
+        return "-"
+    for unit, size in (("d", 86_400_000), ("h", 3_600_000), ("m", 60_000), ("s", 1_000)):
+        if ms >= size and ms % size == 0:
+            return f"{ms // size}{unit}"
+    return f"{ms}ms"
+
+
+def _targets(r: dict[str, Any]) -> str:
+    parts = [*r.get("tables", []), *(f"{n}.*" for n in r.get("namespaces", []))]
+    if r.get("cluster"):
+        parts.append("(cluster)")
+    return ", ".join(parts)
+
+
+def _held_by(held: object) -> str:
+    if not isinstance(held, dict):
+        return "-"
+    kind = held.get("kind")
+    if kind == "protection":
+        return f"protection {held.get('record_id')}"
+    if kind == "lease":
+        return f"lease of session {held.get('session_id')}"
+    if kind == "ttl":
+        return f"ttl {_duration(held.get('ttl_ms'))}"
+    return str(kind)
+
+
+# ---- pts ---------------------------------------------------------------------------------------
+
+
+@click.group("pts")
+def pts() -> None:
+    """Protected timestamps: keep the GC away from data a long read, backfill or backup needs."""
+
+
+@pts.command("protect")
+@click.option("--ts", "ts", type=TIMESTAMP, required=True, help="Protect reads at >= TS.")
+@click.option("--table", "tables", multiple=True, metavar="NS.T", help="A table (repeatable).")
+@click.option(
+    "--namespace", "namespaces", multiple=True, metavar="NS", help="Every table of NS (repeatable)."
+)
+@click.option("--cluster", "cluster", is_flag=True, help="Every table of the cluster.")
+@click.option("--max-age", default=None, help="Release automatically after this long (e.g. 6h).")
+@click.option("--meta-type", default="cli", show_default=True, help="Who protects (a label).")
+@click.option("--meta", default="", help="Free text shown by `pts list` (job, ticket).")
+@click.option("--id", "record_id", default=None, help="Record id (default: a new UUID).")
+@click.pass_context
+def pts_protect(
+    ctx: click.Context,
+    ts: int,
+    tables: tuple[str, ...],
+    namespaces: tuple[str, ...],
+    cluster: bool,
+    max_age: str | None,
+    meta_type: str,
+    meta: str,
+    record_id: str | None,
+) -> None:
+    """Protect every read at >= --ts of the targets from GC until released. Refused (exit 3)
+    if --ts is already at or below a target's GC threshold."""
+    if not (tables or namespaces or cluster):
+        raise click.UsageError("name a target: --table, --namespace or --cluster")
+    try:
+        max_age_ms = None if max_age is None else parse_duration_ms(max_age, "--max-age")
+    except InvalidArgumentError as exc:
+        raise click.BadParameter(exc.message, param_hint="--max-age") from None
+    a = app(ctx)
+    result = a.client().protect(
+        ts,
+        tables=list(tables),
+        namespaces=list(namespaces),
+        cluster=cluster,
+        meta_type=meta_type,
+        meta=meta,
+        max_age_ms=max_age_ms,
+        record_id=record_id,
+    )
+    emit(a.output, result, lambda: [kv_table(result, title="protected")])
+
+
+@pts.command("release")
+@click.argument("record_id")
+@click.pass_context
+def pts_release(ctx: click.Context, record_id: str) -> None:
+    """Release RECORD_ID. Your own records (same client name) need the writer role; another
+    client's need admin. Recorded in the log with your client name."""
+    a = app(ctx)
+    result = a.client().release_protection(record_id)
+    emit(a.output, result, lambda: [Text(f"released {record_id}")])
+
+
+@pts.command("list")
+@click.option("--all", "show_all", is_flag=True, help="Also list recently released records.")
+@click.pass_context
+def pts_list(ctx: click.Context, show_all: bool) -> None:
+    """Protection records: id, protected ts, targets, owner session, creator, expiry. With
+    --all, also released ones and why (release, admin, expired, owner_gone)."""
+    a = app(ctx)
+    result = a.client().protections(include_released=show_all)
+
+    def tables() -> list[RenderableType]:
+        meta = result.get("meta", {})
+        rows = [
+            [
+                r.get("record_id"),
+                ts_cell(r.get("ts")),
+                _targets(r),
+                r.get("meta_type"),
+                r.get("meta"),
+                r.get("owner") or "-",
+                r.get("created_by"),
+                ts_cell(r.get("expires_tm")),
+            ]
+            for r in result.get("records", [])
+        ]
+        columns = ["id", "protects from", "targets", "type", "meta", "owner", "by", "expires"]
+        out: list[RenderableType] = [
+            Text(
+                f"records: {meta.get('num_records')}, targets: {meta.get('num_targets')}, "
+                f"version: {meta.get('version')}"
+            ),
+            rows_table(columns, rows),
+        ]
+        if show_all:
+            released = [
+                [
+                    r.get("record_id"),
+                    ts_cell(r.get("ts")),
+                    _targets(r),
+                    r.get("reason"),
+                    r.get("by"),
+                    ts_cell(r.get("released_tm")),
+                ]
+                for r in result.get("released", [])
+            ]
+            out += [
+                Text(f"released: {len(released)}"),
+                rows_table(
+                    ["id", "protected from", "targets", "reason", "by", "released at"], released
+                ),
+            ]
+        return out
+
+    emit(a.output, result, tables)
+
+
+@pts.command("show")
+@click.argument("record_id")
+@click.pass_context
+def pts_show(ctx: click.Context, record_id: str) -> None:
+    """One record (or, if released recently, how and when it was released)."""
+    a = app(ctx)
+    result = a.client().protection(record_id)
+    emit(a.output, result, lambda: [kv_table(result, title=f"protection {record_id}")])
+
+
+# ---- gc ----------------------------------------------------------------------------------------
+
+
+@click.group("gc")
+def gc() -> None:
+    """GC thresholds, what the GC would free, and running it now."""
+
+
+@gc.command("status")
+@click.argument("table", required=False, metavar="[NS.T]")
+@click.pass_context
+def gc_status(ctx: click.Context, table: str | None) -> None:
+    """Per table: TTL, threshold, the threshold a run now would reach and what holds it
+    (ttl, a protection, a lease), reclaimable files and bytes; per protection the bytes it
+    holds; the last run."""
+    a = app(ctx)
+    result = a.client().gc_status(table)
+
+    def tables() -> list[RenderableType]:
+        rows = [
+            [
+                t.get("table") + (" (dropped)" if t.get("dropped") else ""),
+                _duration(t.get("ttl_ms")),
+                ts_cell(t.get("threshold")),
+                ts_cell(t.get("next_threshold")),
+                _held_by(t.get("held_by")),
+                ", ".join(t.get("protections", [])) or "-",
+                t.get("live_files"),
+                _size(t.get("live_bytes")),
+                t.get("reclaimable_files"),
+                _size(t.get("reclaimable_bytes")),
+            ]
+            for t in result.get("tables", [])
+        ]
+        columns = [
+            "table",
+            "ttl",
+            "threshold",
+            "next threshold",
+            "held by",
+            "protections",
+            "live files",
+            "live size",
+            "reclaimable",
+            "reclaimable size",
+        ]
+        out: list[RenderableType] = [rows_table(columns, rows)]
+        held = [
+            [p.get("record_id"), ts_cell(p.get("ts")), _size(p.get("held_bytes"))]
+            for p in result.get("protections", [])
+        ]
+        if held:
+            out.append(rows_table(["protection", "protects from", "holds"], held))
+        last = result.get("last_run") or {}
+        if last:
+            out.append(
+                Text(
+                    f"last run on this node: {last.get('files_deleted')} files "
+                    f"({_size(last.get('bytes_deleted'))}) and {last.get('orphans_deleted')} "
+                    f"orphans deleted in {last.get('seconds')} s"
+                )
+            )
+        return out
+
+    emit(a.output, result, tables)
+
+
+@gc.command("run")
+@click.argument("table", required=False, metavar="[NS.T]")
+@click.option("--dry-run", is_flag=True, help="Show what would be deleted; change nothing.")
+@click.pass_context
+def gc_run(ctx: click.Context, table: str | None, dry_run: bool) -> None:
+    """Run the GC now on the leader (admin): move thresholds, delete the files they free and
+    unreferenced files older than the orphan grace period. Resumable: a crash midway is
+    finished by the next run."""
+    a = app(ctx)
+    result = a.client().gc_run(table, dry_run=dry_run)
+
+    def tables() -> list[RenderableType]:
+        verb = "would delete" if dry_run else "deleted"
+        rows = [
+            [
+                t.get("table"),
+                ts_cell(t.get("threshold_before")),
+                ts_cell(t.get("threshold")),
+                _held_by(t.get("held_by")),
+                t.get("files_deleted"),
+                _size(t.get("bytes_deleted")),
+                t.get("orphans_deleted"),
+            ]
+            for t in result.get("tables", [])
+        ]
+        out: list[RenderableType] = [
+            rows_table(
+                ["table", "threshold was", "threshold", "held by", "files", "size", "orphans"],
+                rows,
+            ),
+            Text(
+                f"{verb}: {result.get('files_deleted')} files "
+                f"({_size(result.get('bytes_deleted'))}), {result.get('orphans_deleted')} "
+                f"orphans ({_size(result.get('orphan_bytes_deleted'))}) "
+                f"in {result.get('seconds')} s"
+            ),
+        ]
+        skipped = result.get("orphan_locations_skipped") or []
+        if skipped:
+            out.append(Text(f"orphan scan skipped (not a local path): {', '.join(skipped)}"))
+        return out
+
+    emit(a.output, result, tables)

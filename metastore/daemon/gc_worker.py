@@ -1,0 +1,462 @@
+"""The leader's GC: move thresholds, delete the files they free, release stale protections.
+
+Only the leader runs it, and it decides nothing on its own: every decision is a log entry that
+the state machine checks again when it applies it (metastore/gc.py):
+
+1. `AdvanceGcThreshold(up_to=now)` for a table: apply clamps the threshold to Tm - TTL, below
+   every protection covering the table and below its live leases' reads, and moves up to
+   GC_PURGE_FILES_MAX dead file entries into the table's GC queue.
+2. Only files in that queue are deleted - so only after the entry that queued them is applied,
+   and so only files no read above an applied threshold can see. Deleting a missing file counts
+   as done, so a run that crashed midway (or a new leader) just deletes the queue again.
+3. `GcFilesDeleted(paths)` then drops them from the queue (and from snapshots).
+4. Orphans: files under a table's location that no incarnation references or has queued, older
+   than `gc_orphan_grace_ms` (by mtime) and not in the attempt directory of a live session
+   (`_txn/<session id>--...`, see spark_bridge/files.py). They never were in the state, so they
+   are deleted directly. Local warehouses only: a URI location is skipped and reported.
+
+Deletions are rate-limited (`gc_delete_files_per_s`) and run in a worker thread. Records past
+their max age, or whose owner session has been gone for PROTECTION_OWNER_GRACE_MS, are released
+by `release_due` (called from the node's sweep loop), with the reason in the log.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from hlc import HybridClock
+from hlc.limits import LOGICAL_BITS
+from metastore.catalog import TableState
+from metastore.commands import (
+    AdvanceGcThreshold,
+    Command,
+    GcFilesDeleted,
+    ReleaseProtection,
+    TableName,
+    encode_command,
+)
+from metastore.daemon.metrics import NodeMetrics
+from metastore.daemon.statemachine import CatalogStateMachine
+from metastore.errors import MetastoreError, NotLeaderError, UnavailableError
+from metastore.gc import incarnation, ttl_ms_of
+from metastore.outcome import Outcome
+from metastore.state import MetastoreState
+from raft.errors import RaftError
+from raft.node import RaftNode
+
+log = logging.getLogger("metastore.gc")
+
+TXN_DIR = "_txn"
+SESSION_DIR_SEPARATOR = "--"
+# Queued paths deleted (and then reported) per GcFilesDeleted entry.
+DELETE_CHUNK_FILES = 1_000
+# AdvanceGcThreshold steps per table per run: GC_PURGE_FILES_MAX files each, so a run frees up to
+# this many times 10k files of one table; the next run continues.
+MAX_STEPS_PER_TABLE = 100
+PROPOSE_TIMEOUT_MS = 10_000
+# Files one orphan scan looks at per location, so a huge directory cannot stall a run.
+ORPHAN_SCAN_FILES_MAX = 1_000_000
+
+
+@dataclass(slots=True)
+class TableReport:
+    table: str
+    table_id: int
+    threshold_before: int
+    threshold: int
+    held_by: dict[str, object]
+    files_deleted: int = 0
+    bytes_deleted: int = 0
+    orphans_deleted: int = 0
+    orphan_bytes_deleted: int = 0
+    skipped: str = ""
+
+    def view(self) -> dict[str, Any]:
+        return {
+            "table": self.table,
+            "table_id": self.table_id,
+            "threshold_before": self.threshold_before,
+            "threshold": self.threshold,
+            "held_by": self.held_by,
+            "files_deleted": self.files_deleted,
+            "bytes_deleted": self.bytes_deleted,
+            "orphans_deleted": self.orphans_deleted,
+            "orphan_bytes_deleted": self.orphan_bytes_deleted,
+            "skipped": self.skipped,
+        }
+
+
+@dataclass(slots=True)
+class _RateLimiter:
+    per_s: int
+    _next: float = field(default=0.0)
+
+    async def take(self, n: int) -> None:
+        now = time.monotonic()
+        self._next = max(self._next, now) + n / self.per_s
+        delay = self._next - now - 1.0  # allow a one-second burst
+        if delay > 0:
+            await asyncio.sleep(delay)
+
+
+class GcWorker:
+    def __init__(
+        self,
+        *,
+        raft: RaftNode,
+        sm: CatalogStateMachine,
+        clock: HybridClock,
+        metrics: NodeMetrics,
+        node_id: int,
+        interval_ms: int,
+        orphan_grace_ms: int,
+        delete_files_per_s: int,
+    ) -> None:
+        self.raft = raft
+        self.sm = sm
+        self.clock = clock
+        self.metrics = metrics
+        self.by = f"leader:{node_id}"
+        self.interval_ms = interval_ms
+        self.orphan_grace_ms = orphan_grace_ms
+        self._rate = _RateLimiter(delete_files_per_s)
+        self._lock = asyncio.Lock()  # one run at a time (schedule and `gc run` share it)
+        self.last_run: dict[str, Any] = {}
+
+    # ------------------------------------------------------------------ schedule
+
+    async def run_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self.interval_ms / 1000)
+            if not self._serving():
+                continue
+            try:
+                await self.run(None, dry_run=False)
+            except (MetastoreError, RaftError, OSError) as exc:
+                log.warning("GC run failed; the next run resumes it: %s", exc)
+
+    def _serving(self) -> bool:
+        return (
+            self.raft.is_leader() and self.raft.ready_to_serve and self.sm.state.cluster is not None
+        )
+
+    async def release_due(self) -> None:
+        """Release records past their max age or whose owner session is gone (leader only)."""
+        state = self.sm.state
+        for record_id, reason in state.gc.due_releases(
+            tm=self.clock.now(), sessions=state.sessions
+        ):
+            cmd = ReleaseProtection(record_id=record_id, reason=reason, by=self.by)
+            result = await self._propose(cmd)
+            if result.get("released"):
+                log.info("protection released", extra={"record_id": record_id, "reason": reason})
+
+    # ------------------------------------------------------------------ one run
+
+    async def run(self, table: TableName | None, *, dry_run: bool) -> dict[str, Any]:
+        """GC every registered incarnation (or those of `table`). Leader only."""
+        if not self._serving():
+            raise NotLeaderError("GC runs on the leader", details={"leader": self.raft.leader_id()})
+        async with self._lock:
+            started = time.monotonic()
+            state = self.sm.state
+            ids = [
+                i
+                for i in state.txns.table_ids()
+                if table is None or state.txns.table_location(i)[0] == table
+            ]
+            reports = [await self._table(table_id, dry_run=dry_run) for table_id in ids]
+            orphans = await self._orphans(reports, dry_run=dry_run)
+            summary = {
+                "dry_run": dry_run,
+                "tables": [r.view() for r in reports],
+                "orphan_locations_skipped": orphans,
+                "files_deleted": sum(r.files_deleted for r in reports),
+                "bytes_deleted": sum(r.bytes_deleted for r in reports),
+                "orphans_deleted": sum(r.orphans_deleted for r in reports),
+                "orphan_bytes_deleted": sum(r.orphan_bytes_deleted for r in reports),
+                "seconds": round(time.monotonic() - started, 3),
+            }
+            if not dry_run:
+                self.last_run = {**summary, "tables": len(reports), "finished_ms": _wall_ms()}
+                self.metrics.gc_run(summary)
+                status = gc_status(state, now_tm=self.clock.now(), table=None)
+                self.metrics.protections_held(
+                    {p["record_id"]: p["held_bytes"] for p in status["protections"]}
+                )
+            return summary
+
+    async def _table(self, table_id: int, *, dry_run: bool) -> TableReport:
+        state = self.sm.state
+        name, location, _ = state.txns.table_location(table_id)
+        inc = incarnation(state.catalog, name, table_id)
+        before = state.gc.threshold(table_id)
+        bound = self._bound(inc)
+        report = TableReport(
+            table=str(name),
+            table_id=table_id,
+            threshold_before=before,
+            threshold=max(before, bound.bound),
+            held_by=bound.held_by,
+        )
+        if dry_run:
+            count, size = state.txns.dead_files(table_id, report.threshold)
+            queued = state.txns.gc_queue(table_id)
+            report.files_deleted = count + len(queued)
+            report.bytes_deleted = size + sum(queued.values())
+            return report
+        await self._drain(inc, location, report)  # what a crashed run left queued
+        for _ in range(MAX_STEPS_PER_TABLE):
+            threshold = state.gc.threshold(table_id)
+            if (
+                self._bound(inc).bound <= threshold
+                and state.txns.dead_files(table_id, threshold)[0] == 0
+            ):
+                break
+            result = await self._propose(
+                AdvanceGcThreshold(table=name, table_id=table_id, up_to=self.clock.now())
+            )
+            held_by = result.get("held_by")
+            if isinstance(held_by, dict):
+                report.held_by = held_by
+            purged = await self._drain(inc, location, report)
+            if not purged:
+                break
+        report.threshold = state.gc.threshold(table_id)
+        return report
+
+    def _bound(self, inc: TableState) -> Any:
+        state = self.sm.state
+        assert state.cluster is not None
+        return state.gc.bound(
+            inc,
+            tm=self.clock.now(),
+            dd=state.cluster.dd,
+            catalog=state.catalog,
+            sessions=state.sessions,
+        )
+
+    async def _drain(self, inc: TableState, location: str, report: TableReport) -> int:
+        """Delete every queued file of the table, reporting each chunk. Returns files done."""
+        done = 0
+        while True:
+            queue = self.sm.state.txns.gc_queue(inc.table_id)
+            if not queue:
+                return done
+            chunk = list(queue.items())[:DELETE_CHUNK_FILES]
+            await self._rate.take(len(chunk))
+            deleted_bytes = await asyncio.to_thread(
+                _delete_files, location, [p for p, _ in chunk], sizes=dict(chunk)
+            )
+            await self._propose(
+                GcFilesDeleted(
+                    table=inc.name, table_id=inc.table_id, paths=tuple(p for p, _ in chunk)
+                )
+            )
+            report.files_deleted += len(chunk)
+            report.bytes_deleted += deleted_bytes
+            done += len(chunk)
+
+    async def _orphans(self, reports: list[TableReport], *, dry_run: bool) -> list[str]:
+        """Delete unreferenced files older than the grace period under each location GC'd."""
+        state = self.sm.state
+        referenced = _referenced(state)
+        now_tm = self.clock.now()
+        live_sessions = {s.session_id for s in state.sessions.sessions() if s.live_at(now_tm)}
+        cutoff_s = time.time() - self.orphan_grace_ms / 1000
+        skipped: list[str] = []
+        by_location: dict[str, TableReport] = {}
+        for r in reports:
+            location = state.txns.table_location(r.table_id)[1]
+            by_location.setdefault(location, r)
+        for location, report in by_location.items():
+            if "://" in location and not location.startswith("file://"):
+                skipped.append(location)
+                continue
+            root = _local_root(location)
+            found = await asyncio.to_thread(
+                _scan_orphans, root, referenced, cutoff_s, live_sessions
+            )
+            if dry_run:
+                report.orphans_deleted += len(found)
+                report.orphan_bytes_deleted += sum(size for _, size in found)
+                continue
+            for start in range(0, len(found), DELETE_CHUNK_FILES):
+                chunk = found[start : start + DELETE_CHUNK_FILES]
+                await self._rate.take(len(chunk))
+                await asyncio.to_thread(_delete_absolute, [p for p, _ in chunk])
+                report.orphans_deleted += len(chunk)
+                report.orphan_bytes_deleted += sum(size for _, size in chunk)
+            if found and not dry_run:
+                log.info(
+                    "orphan files deleted",
+                    extra={"location": location, "files": len(found)},
+                )
+        return skipped
+
+    async def _propose(self, cmd: Command) -> dict[str, Any]:
+        try:
+            res = await self.raft.propose(encode_command(cmd), timeout_ms=PROPOSE_TIMEOUT_MS)
+        except RaftError as exc:
+            raise UnavailableError(f"GC proposal failed: {exc}") from None
+        outcome = res.result
+        if not isinstance(outcome, Outcome):
+            raise UnavailableError("GC proposal applied without an outcome")
+        err = outcome.exception()
+        if err is not None:
+            raise err
+        return dict(outcome.result)
+
+
+# ---------------------------------------------------------------------- file system (threads)
+
+
+def _delete_files(location: str, rel_paths: Iterable[str], *, sizes: dict[str, int]) -> int:
+    root = location.rstrip("/")
+    if "://" in root and not root.startswith("file://"):
+        import pyarrow.fs as pafs  # only for URI warehouses: keeps the daemon's start light
+
+        fs, base = pafs.FileSystem.from_uri(root)
+        done = 0
+        for rel in rel_paths:
+            with contextlib.suppress(FileNotFoundError):
+                fs.delete_file(f"{base}/{rel}")
+            done += sizes.get(rel, 0)
+        return done
+    local = _local_root(root)
+    _delete_absolute([f"{local}/{rel}" for rel in rel_paths])
+    return sum(sizes.get(rel, 0) for rel in rel_paths)
+
+
+def _delete_absolute(paths: Iterable[str]) -> None:
+    parents: set[str] = set()
+    for path in paths:
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(path)
+        parents.add(os.path.dirname(path))
+    for parent in sorted(parents, reverse=True):
+        # An attempt directory emptied by GC goes too (never the table's own directory).
+        if f"/{TXN_DIR}/" in parent + "/" and not parent.endswith(f"/{TXN_DIR}"):
+            with contextlib.suppress(OSError):
+                os.rmdir(parent)
+
+
+def _scan_orphans(
+    root: str, referenced: set[str], cutoff_s: float, live_sessions: set[str]
+) -> list[tuple[str, int]]:
+    found: list[tuple[str, int]] = []
+    seen = 0
+    if not os.path.isdir(root):
+        return found
+    for dirpath, dirnames, filenames in os.walk(root):
+        if _live_attempt(os.path.relpath(dirpath, root).split(os.sep), live_sessions):
+            dirnames.clear()  # a live session's attempt directory: it may still commit
+            continue
+        for name in filenames:
+            seen += 1
+            if seen > ORPHAN_SCAN_FILES_MAX:
+                return found
+            path = os.path.normpath(f"{dirpath}/{name}")
+            if path in referenced:
+                continue
+            try:
+                st = os.stat(path)
+            except FileNotFoundError:
+                continue
+            if st.st_mtime < cutoff_s:
+                found.append((path, st.st_size))
+    return found
+
+
+def _referenced(state: MetastoreState) -> set[str]:
+    """Absolute local paths every incarnation references or has queued for deletion."""
+    referenced: set[str] = set()
+    for location, paths in state.txns.referenced_paths().items():
+        root = _local_root(location)
+        referenced.update(os.path.normpath(f"{root}/{p}") for p in paths)
+    return referenced
+
+
+def _live_attempt(parts: list[str], live_sessions: set[str]) -> bool:
+    """`.../_txn/<session id>--<attempt>/...` of a live session."""
+    for i, part in enumerate(parts[:-1]):
+        if part == TXN_DIR and SESSION_DIR_SEPARATOR in parts[i + 1]:
+            owner = parts[i + 1].split(SESSION_DIR_SEPARATOR, 1)[0]
+            if owner in live_sessions:
+                return True
+    return False
+
+
+def _local_root(location: str) -> str:
+    return os.path.normpath(location.removeprefix("file://"))
+
+
+def _wall_ms() -> int:
+    return int(time.time() * 1000)
+
+
+# ---------------------------------------------------------------------- status (pure reads)
+
+
+def gc_status(state: MetastoreState, *, now_tm: int, table: TableName | None) -> dict[str, Any]:
+    """What `metastore gc status` shows: per incarnation its TTL, threshold, the threshold a run
+    now would reach and what holds it, the protections covering it and what a run would free;
+    per protection the bytes it holds (files the TTL alone would let GC delete)."""
+    assert state.cluster is not None
+    dd = state.cluster.dd
+    tables: list[dict[str, Any]] = []
+    held: dict[str, int] = {r.record_id: 0 for r in state.gc.records()}
+    for table_id in state.txns.table_ids():
+        name, _location, forgotten = state.txns.table_location(table_id)
+        if table is not None and name != table:
+            continue
+        inc = incarnation(state.catalog, name, table_id)
+        bound = state.gc.bound(
+            inc, tm=now_tm, dd=dd, catalog=state.catalog, sessions=state.sessions
+        )
+        threshold = state.gc.threshold(table_id)
+        target = max(threshold, bound.bound)
+        dead_files, dead_bytes = state.txns.dead_files(table_id, target)
+        queue = state.txns.gc_queue(table_id)
+        ttl_ms = ttl_ms_of(inc, state.catalog)
+        ttl_bound = max(0, now_tm - (ttl_ms << LOGICAL_BITS))
+        covering = state.gc.covering(inc)
+        for record in covering:
+            if ttl_bound > record.ts - 1:
+                _, by_ttl = state.txns.dead_files(table_id, ttl_bound)
+                _, by_record = state.txns.dead_files(table_id, max(threshold, record.ts - 1))
+                held[record.record_id] += by_ttl - by_record
+        stats = state.txns.table_stats(table_id)
+        tables.append(
+            {
+                "table": str(name),
+                "table_id": table_id,
+                "dropped": forgotten is not None,
+                "ttl_ms": ttl_ms,
+                "threshold": threshold,
+                "next_threshold": target,
+                "held_by": bound.held_by,
+                "protections": [r.record_id for r in covering],
+                "live_files": stats.live_files,
+                "live_bytes": stats.live_bytes,
+                "file_entries": stats.file_entries,
+                "reclaimable_files": dead_files + len(queue),
+                "reclaimable_bytes": dead_bytes + sum(queue.values()),
+                "queued_files": len(queue),
+            }
+        )
+    return {
+        "meta": state.gc.meta(),
+        "tables": tables,
+        "protections": [
+            {"record_id": r.record_id, "ts": r.ts, "held_bytes": held[r.record_id]}
+            for r in state.gc.records()
+        ],
+    }
