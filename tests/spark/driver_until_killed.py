@@ -61,7 +61,7 @@ def main(argv: list[str]) -> int:
         for table in args.tables:
             pinned = pins.get(table) or client.schema_at(table, ts=top)
             location = str(pinned["location"])
-            _, rel_dir = new_attempt_dir(location, args.txn_id)
+            _, rel_dir = new_attempt_dir(location, args.txn_id, owner=session_id or "")
             columns = pinned["schema"]["columns"]
             write_parquet(location, rel_dir, columns, [_row(columns, i) for i in range(args.rows)])
             files[table] = [f.path for f in collect_files(location, rel_dir)]
