@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 PYTEST_ARGS ?=
 
-.PHONY: install install-bench test check fmt unit demo bench bench-raft bench-catalog bench-spark sim clean
+.PHONY: install install-bench test check fmt unit demo bench bench-raft bench-catalog bench-gc bench-spark sim clean
 
 install: $(STAMP)
 
@@ -50,6 +50,11 @@ bench-raft: install-bench
 bench-catalog: install
 	$(BIN)/python -m bench.bench_catalog
 	$(BIN)/python -m bench.bench_leases
+	$(BIN)/python -m bench.bench_gc
+
+## bench-gc: protect+release latency and throughput, files deleted/s, snapshot size after GC
+bench-gc: install
+	$(BIN)/python -m bench.bench_gc
 
 ## bench-spark: the bridge's per-micro-batch overhead vs plain foreachBatch; commits/s
 bench-spark: install

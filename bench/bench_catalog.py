@@ -889,7 +889,7 @@ class Cluster:
     """Three daemon processes on free loopback ports, with their config, data and secrets in a
     private temp dir."""
 
-    def __init__(self, workdir: Path) -> None:
+    def __init__(self, workdir: Path, settings: dict[str, int] | None = None) -> None:
         self.workdir = workdir
         ports = free_ports(3 * len(NODE_IDS))
         n = len(NODE_IDS)
@@ -898,6 +898,7 @@ class Cluster:
             f'cluster_id = "bench-catalog-{os.getpid()}"',
             f"dd_ms = {DD_MS}",
             f"cs_max_ms = {CS_MAX_MS}",
+            *(f"{key} = {value}" for key, value in (settings or {}).items()),
         ]
         for i, node_id in enumerate(NODE_IDS):
             lines += [
