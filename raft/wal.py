@@ -24,14 +24,19 @@ Jargon
   The CRC covers the type byte and the payload; the payload is msgpack (never pickle).
   ``ENTRY [term, index, tm, kind, data]``, ``HARD_STATE [term, vote, commit]`` and
   ``RESET [index, term]`` ("from here on the log is exactly the snapshot at index, no entries").
+* **batch**: every `append` writes ONE ``BATCH`` record whose payload is its ENTRY and
+  HARD_STATE records, framed with another magic. Its CRC covers them all, so damage anywhere in
+  the last write of a power loss (disks persist sectors in any order) is a torn batch, cut off
+  whole; the records inside cannot be mistaken for valid records after the damage. Segments
+  written before batches existed (plain top-level records) still replay.
 * **segment**: ``wal-<seq:016x>-<first_index:016x>.log``. ``seq`` orders segments (contiguous,
   increasing); ``first_index`` is the index the segment was started at, for humans.
 * **snapshot file**: ``snap-<index:016x>.snap``: magic, CRC32, length and a msgpack map with the
   `SnapshotMeta`, the application's bytes and a **floor**: the first segment seq whose entries
   still count (an installed snapshot discards every entry in older segments).
 * **torn tail**: the end of the last segment that a crash left half-written: an incomplete
-  record, zeros, or a bad record with no valid record after it. It is cut off on recovery; it can
-  only hold data whose `append` never returned.
+  record or batch, zeros, or a bad record or batch with no valid record after it. It is cut
+  off on recovery; it can only hold data whose `append` never returned.
 
 Replay rules
 ------------
@@ -209,10 +214,17 @@ class _RecordType(IntEnum):
     ENTRY = 1
     HARD_STATE = 2
     RESET = 3
+    # One `append`'s records as one record: its CRC covers all of them, so a power loss that
+    # damages any part of the last write (sectors reach the disk in any order) makes the whole
+    # batch a torn tail instead of "corruption with valid records after it".
+    BATCH = 4
 
 
 _RECORD_HEADER: Final = struct.Struct("<2sBII")  # magic, type, payload length, crc32
 _RECORD_MAGIC: Final = b"\xd7\x5a"
+# Records inside a BATCH carry another magic, so the search for a valid record after damage
+# (`_valid_record_after`) never mistakes the intact inside of a torn batch for a later record.
+_INNER_MAGIC: Final = b"\xd7\x5b"
 _RECORD_TYPES: Final = frozenset(int(t) for t in _RecordType)
 _EMPTY_HARD_STATE: Final = HardState()
 
@@ -230,10 +242,8 @@ def _record_crc(rtype: int, payload: bytes) -> int:
     return zlib.crc32(payload, zlib.crc32(bytes((rtype,))))
 
 
-def _frame(rtype: _RecordType, payload: bytes) -> bytes:
-    return _RECORD_HEADER.pack(_RECORD_MAGIC, rtype, len(payload), _record_crc(rtype, payload)) + (
-        payload
-    )
+def _frame(rtype: _RecordType, payload: bytes, magic: bytes = _RECORD_MAGIC) -> bytes:
+    return _RECORD_HEADER.pack(magic, rtype, len(payload), _record_crc(rtype, payload)) + payload
 
 
 _ENTRY_CRC_SEED: Final = zlib.crc32(bytes((_RecordType.ENTRY,)))
@@ -241,7 +251,7 @@ _ENTRY_CRC_SEED: Final = zlib.crc32(bytes((_RecordType.ENTRY,)))
 _HARD_STATE_RECORD_BYTES_MAX: Final = _RECORD_HEADER.size + 1 + 3 * 9
 
 
-def _entry_records(entries: Sequence[Entry]) -> list[bytes]:
+def _entry_records(entries: Sequence[Entry], magic: bytes = _RECORD_MAGIC) -> list[bytes]:
     """Header and payload of one ENTRY record per entry, in order (the same bytes `_frame`
     would build, without a Packer, a type byte and a concatenation per entry: this is the hot
     path of every append). Raises RecordTooLargeError before anything is written."""
@@ -257,15 +267,13 @@ def _entry_records(entries: Sequence[Entry]) -> list[bytes]:
                 f"entry {entry.index} encodes to {size} bytes, over "
                 f"WAL_RECORD_BYTES_MAX={WAL_RECORD_BYTES_MAX}"
             )
-        parts.append(
-            header(_RECORD_MAGIC, _RecordType.ENTRY, size, crc32(payload, _ENTRY_CRC_SEED))
-        )
+        parts.append(header(magic, _RecordType.ENTRY, size, crc32(payload, _ENTRY_CRC_SEED)))
         parts.append(payload)
     return parts
 
 
-def _hard_state_record(hs: HardState) -> bytes:
-    return _frame(_RecordType.HARD_STATE, msgpack.packb((hs.term, hs.vote, hs.commit)))
+def _hard_state_record(hs: HardState, magic: bytes = _RECORD_MAGIC) -> bytes:
+    return _frame(_RecordType.HARD_STATE, msgpack.packb((hs.term, hs.vote, hs.commit)), magic)
 
 
 def _reset_record(index: int, term: int) -> bytes:
@@ -301,20 +309,38 @@ def _decode_record(rtype: _RecordType, payload: bytes) -> _Record:
         case _RecordType.RESET:
             index, term = _unpack_ints(payload, 2)
             return _Reset(index=index, term=term)
+        case _RecordType.BATCH:
+            raise ValueError("a batch inside a batch")
 
 
-def _parse_record_at(data: bytes, offset: int) -> tuple[_RecordType, bytes, int] | str:
+def _decode_batch(payload: bytes) -> list[_Record]:
+    """The records of a CRC-valid BATCH payload (each framed with `_INNER_MAGIC`)."""
+    records: list[_Record] = []
+    offset = 0
+    while offset < len(payload):
+        parsed = _parse_record_at(payload, offset, magic=_INNER_MAGIC)
+        if isinstance(parsed, str):
+            raise ValueError(f"batch member at {offset}: {parsed}")
+        rtype, inner, offset = parsed
+        records.append(_decode_record(rtype, inner))
+    return records
+
+
+def _parse_record_at(
+    data: bytes, offset: int, *, magic: bytes = _RECORD_MAGIC
+) -> tuple[_RecordType, bytes, int] | str:
     """The record starting at `offset` as (type, payload, end offset), or why there is none."""
     payload_start = offset + _RECORD_HEADER.size
     if payload_start > len(data):
         return "incomplete record header"
-    magic, rtype, length, crc = _RECORD_HEADER.unpack_from(data, offset)
-    if magic != _RECORD_MAGIC:
+    found, rtype, length, crc = _RECORD_HEADER.unpack_from(data, offset)
+    if found != magic:
         return "bad record magic"
     if rtype not in _RECORD_TYPES:
         return f"unknown record type {rtype}"
-    if length > WAL_RECORD_BYTES_MAX:
-        return f"record length {length} over WAL_RECORD_BYTES_MAX"
+    limit = WAL_APPEND_BYTES_MAX if rtype == _RecordType.BATCH else WAL_RECORD_BYTES_MAX
+    if length > limit:
+        return f"record length {length} over its limit {limit}"
     end = payload_start + length
     if end > len(data):
         return "incomplete record payload"
@@ -360,7 +386,10 @@ def _scan_segment(data: bytes, *, path: Path, last: bool) -> _ScannedSegment:
             raise CorruptLogError(f"{parsed} ({detail})", path=path, offset=offset)
         rtype, payload, end = parsed
         try:
-            records.append((offset, _decode_record(rtype, payload)))
+            if rtype == _RecordType.BATCH:
+                records.extend((offset, record) for record in _decode_batch(payload))
+            else:
+                records.append((offset, _decode_record(rtype, payload)))
         except (ValueError, msgpack.UnpackException) as exc:
             # The checksum matched, so these are the bytes we wrote: a format bug, not a crash.
             raise CorruptLogError(
@@ -677,12 +706,13 @@ class WriteAheadLog:
                 )
             if first > self._last_index + 1:
                 raise LogGapError(f"append at {first} after last index {self._last_index}")
-            parts = _entry_records(entries)
+            parts = _entry_records(entries, _INNER_MAGIC)
         # The hard state goes after the entries: a torn write then never leaves a commit index
         # pointing at entries that are not on disk.
         if hard_state is not None:
-            parts.append(_hard_state_record(hard_state))
-        batch = b"".join(parts)
+            parts.append(_hard_state_record(hard_state, _INNER_MAGIC))
+        # One BATCH record per append (see _RecordType.BATCH): a torn write is all or nothing.
+        batch = _frame(_RecordType.BATCH, b"".join(parts))
         if len(batch) > WAL_APPEND_BYTES_MAX:
             raise RecordTooLargeError(
                 f"append of {len(batch)} bytes over WAL_APPEND_BYTES_MAX={WAL_APPEND_BYTES_MAX}"
