@@ -518,7 +518,8 @@ class RaftNode:
     # ------------------------------------------------------------------ internals
 
     def _applied_index(self) -> int:
-        return max(self._core().log.applied, self._applied_ahead_index)
+        # visible_applied: a snapshot the core accepted counts only once sm.restore ran.
+        return max(self._core().visible_applied(), self._applied_ahead_index)
 
     def _core(self) -> RaftCore:
         if self.core is None:

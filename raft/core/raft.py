@@ -142,6 +142,11 @@ class RaftCore:
         self._commit_broadcast = False
         # Commit index first heard from a leader since this core was built (see caught_up).
         self._catch_up_floor: int | None = None
+        # While a received snapshot is out in a Ready and the driver has not restored its state
+        # machine from it (advance): the applied index that state machine still reflects. The
+        # log already counts the snapshot as applied, so without this a node would look caught
+        # up (and a ReadIndex read would look served) while its state is the old one.
+        self._restore_pending_applied: int | None = None
         self._ready_outstanding = False
         self._reset_election_timeout()
 
@@ -162,10 +167,18 @@ class RaftCore:
         it must not serve from that older state. Restarted nodes serve nothing before this."""
         return (
             self.leader != NONE
+            and self._restore_pending_applied is None
             and self._catch_up_floor is not None
             and self.log.applied >= self._catch_up_floor
             and self.log.term(self.log.applied) == self.term
         )
+
+    def visible_applied(self) -> int:
+        """The index the driver's state machine reflects: the log's applied index, except while
+        a received snapshot waits to be restored (then the index applied before it)."""
+        if self._restore_pending_applied is not None:
+            return self._restore_pending_applied
+        return self.log.applied
 
     def hard_state(self) -> HardState:
         return HardState(term=self.term, vote=self.vote, commit=self.log.committed)
@@ -189,7 +202,7 @@ class RaftCore:
             term=self.term,
             leader=self.leader,
             commit_index=self.log.committed,
-            applied_index=self.log.applied,
+            applied_index=self.visible_applied(),
             last_index=self.log.last_index(),
             snapshot_index=self.log.snapshot.index,
             safe_time=self.applied_tm,
@@ -412,6 +425,7 @@ class RaftCore:
                 self.uncommitted_bytes = max(0, self.uncommitted_bytes - e.size_bytes())
         if rd.snapshot is not None:
             self.applied_tm = max(self.applied_tm, rd.snapshot.meta.tm)
+            self._restore_pending_applied = None  # the driver restored it before advancing
         hs = rd.hard_state
         if (
             self.role is Role.CANDIDATE
@@ -678,6 +692,8 @@ class RaftCore:
             self.log.commit_to(meta.index)
             index = self.log.committed
         else:
+            if self._restore_pending_applied is None:
+                self._restore_pending_applied = self.log.applied
             self.log.restore(meta)
             self.snapshot = m.snapshot
             self.conf = meta.conf

@@ -98,3 +98,38 @@ def test_a_restarted_follower_is_not_ready_below_the_commit_index_its_leader_sen
     )
     settle()
     assert core.log.applied == 7 and core.caught_up()
+
+
+def test_a_follower_is_not_caught_up_until_its_state_machine_holds_a_received_snapshot() -> None:
+    """The core counts a received snapshot as applied when it accepts it, but the driver
+    restores its state machine from it only when it handles the Ready (after the snapshot is on
+    disk). In between the node serves its old state: it must not look caught up, and a
+    ReadIndex read must not look served (`visible_applied`), or reads that need "caught up" or
+    "applied >= read index" would be answered from the old state."""
+    core = RaftCore(
+        CoreConfig(node_id=2),
+        hard_state=HardState(term=2, vote=1, commit=0),
+        snapshot=Snapshot(),
+        entries=[],
+        bootstrap_conf=CONF,
+        rng=random.Random(2),
+    )
+
+    def settle() -> None:
+        core.advance(core.ready())
+
+    entry = Entry(term=2, index=1, tm=1001, kind=EntryKind.NORMAL, data=b"")
+    core.step(
+        AppendEntries(src=1, dst=2, term=2, prev_index=0, prev_term=0, entries=(entry,), commit=1)
+    )
+    settle()
+    assert core.caught_up() and core.visible_applied() == 1
+    snapshot = Snapshot(meta=SnapshotMeta(index=10, term=2, tm=1010, conf=CONF), data=b"state")
+    core.step(InstallSnapshot(src=1, dst=2, term=2, snapshot=snapshot))
+    assert core.log.applied == 10  # the log already counts it...
+    assert not core.caught_up()  # ...but the state machine does not hold it yet
+    assert core.visible_applied() == 1
+    rd = core.ready()
+    assert rd.snapshot == snapshot
+    core.advance(rd)  # the driver restored its state machine from rd.snapshot
+    assert core.caught_up() and core.visible_applied() == 10
