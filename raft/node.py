@@ -148,6 +148,10 @@ class NodeConfig:
     idle_safe_time_interval_ms: int = 250
     fsync: bool = True
     snapshot_every_entries: int = 10_000
+    # Entries kept in memory behind a snapshot, so a follower that is a little behind catches up
+    # from entries instead of a whole snapshot. (The WAL keeps only what follows its newest
+    # snapshot: after a restart the tail grows back from new entries.)
+    snapshot_keep_entries: int = 1_000
     max_clock_offset_ms: int = 500
     join: bool = False
     pre_vote: bool = True
@@ -739,13 +743,13 @@ class RaftNode:
         # proposals a deposed leader still holds beyond the log end fail on the next apply.
 
     async def _maybe_snapshot(self, core: RaftCore) -> None:
-        if core.log.applied - core.log.snapshot.index < self.config.snapshot_every_entries:
+        if core.log.applied - core.snapshot.meta.index < self.config.snapshot_every_entries:
             return
         data = self._wrap_snapshot(self.sm.snapshot())
         snap = core.create_snapshot(data)
         wal = self._wal()
         await asyncio.get_running_loop().run_in_executor(self._io, wal.compact, snap)
-        core.compact_log(snap)
+        core.compact_log(snap, keep_entries=self.config.snapshot_keep_entries)
         log.info("snapshot taken", extra={"index": snap.meta.index, "bytes": len(data)})
 
     def _set_addresses(self, addresses: Mapping[NodeId, Address]) -> None:

@@ -109,6 +109,7 @@ METRICS_PORT_OFFSET: Final = 200
 SESSION_HEARTBEAT_MS_MIN: Final = 100
 # GC schedule: every 10 minutes by default (CockroachDB's protected-timestamp poll interval is
 # of that order); as often as every 100 ms for tests and demos.
+DEFAULT_SNAPSHOT_KEEP_ENTRIES: Final = 1_000
 GC_INTERVAL_MS_DEFAULT: Final = 600_000
 GC_INTERVAL_MS_MIN: Final = 100
 GC_INTERVAL_MS_MAX: Final = 86_400_000
@@ -138,6 +139,7 @@ _CLUSTER_KEYS: Final = frozenset(
         "heartbeat_interval_ms",
         "tick_ms",
         "snapshot_every_entries",
+        "snapshot_keep_entries",
         "session_ttl_ms",
         "session_heartbeat_ms",
         "gc_interval_ms",
@@ -226,6 +228,9 @@ class ClusterConfig:
     session_heartbeat_ms: int = mlimits.SESSION_HEARTBEAT_MS_DEFAULT
     # The GC (metastore/daemon/gc_worker.py): how often the leader runs it, how old an
     # unreferenced file must be before it is deleted as an orphan, and its deletion rate.
+    # Entries a node keeps in memory behind its snapshot, so a follower a little behind catches
+    # up from entries instead of a whole snapshot.
+    snapshot_keep_entries: int = DEFAULT_SNAPSHOT_KEEP_ENTRIES
     gc_interval_ms: int = GC_INTERVAL_MS_DEFAULT
     gc_orphan_grace_ms: int = GC_ORPHAN_GRACE_MS_DEFAULT
     gc_delete_files_per_s: int = GC_DELETE_FILES_PER_S_DEFAULT
@@ -422,6 +427,13 @@ def _parse_cluster(path: Path, data: Mapping[str, object]) -> ClusterConfig:
         SNAPSHOT_EVERY_ENTRIES_MAX,
         default=DEFAULT_SNAPSHOT_EVERY_ENTRIES,
     )
+    snapshot_keep = reader.integer(
+        "snapshot_keep_entries",
+        0,
+        snapshot_every,
+        default=min(DEFAULT_SNAPSHOT_KEEP_ENTRIES, snapshot_every),
+        high_reason="at most snapshot_every_entries",
+    )
     session_ttl_ms = reader.integer(
         "session_ttl_ms",
         mlimits.SESSION_TTL_MS_MIN,
@@ -474,6 +486,7 @@ def _parse_cluster(path: Path, data: Mapping[str, object]) -> ClusterConfig:
         heartbeat_interval_ms=heartbeat_ms,
         tick_ms=tick_ms,
         snapshot_every_entries=snapshot_every,
+        snapshot_keep_entries=snapshot_keep,
         session_ttl_ms=session_ttl_ms,
         session_heartbeat_ms=session_heartbeat_ms,
         gc_interval_ms=gc_interval_ms,

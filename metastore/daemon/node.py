@@ -88,6 +88,7 @@ class MetastoreNode:
                 heartbeat_interval_ms=cluster.heartbeat_interval_ms,
                 idle_safe_time_interval_ms=cluster.idle_safe_time_interval_ms,
                 snapshot_every_entries=cluster.snapshot_every_entries,
+                snapshot_keep_entries=cluster.snapshot_keep_entries,
                 max_clock_offset_ms=cluster.cs_max_ms,
             ),
             self.sm,

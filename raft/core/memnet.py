@@ -96,12 +96,13 @@ class MemNode:
         self.core = self._new_core()
         self._restore_state_machine(self.disk.snapshot)
 
-    def take_snapshot(self) -> Snapshot:
-        """Snapshot the state machine at the applied index and compact the log behind it."""
+    def take_snapshot(self, *, keep_entries: int = 0) -> Snapshot:
+        """Snapshot the state machine at the applied index and compact the log behind it,
+        keeping its newest `keep_entries` entries."""
         data = msgpack.packb([[a.index, a.term, a.tm, a.data] for a in self.applied])
         snap = self.core.create_snapshot(data)
         self.disk.compact(snap)
-        self.core.compact_log(snap)
+        self.core.compact_log(snap, keep_entries=keep_entries)
         return snap
 
     def handle_ready(self, *, persist: bool = True) -> tuple[list[Message], Ready | None]:

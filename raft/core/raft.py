@@ -361,11 +361,27 @@ class RaftCore:
         )
         return Snapshot(meta=meta, data=data)
 
-    def compact_log(self, snapshot: Snapshot) -> None:
-        if snapshot.meta.index <= self.log.snapshot.index:
+    def compact_log(self, snapshot: Snapshot, *, keep_entries: int = 0) -> None:
+        """Adopt a persisted local snapshot and drop the log behind it, except the newest
+        `keep_entries` entries at or below its index: a follower a little behind then gets
+        entries, not the whole snapshot (which it needs only when it is further behind)."""
+        if snapshot.meta.index <= max(self.snapshot.meta.index, self.log.snapshot.index):
             return
-        self.log.compact(snapshot.meta)
         self.snapshot = snapshot
+        cut = snapshot.meta.index - max(0, keep_entries)
+        if cut <= self.log.snapshot.index:
+            return
+        if cut == snapshot.meta.index:
+            self.log.compact(snapshot.meta)
+            return
+        self.log.compact(
+            SnapshotMeta(
+                index=cut,
+                term=self._term_or_fail(cut),
+                tm=self.log.tm_at(cut),
+                conf=snapshot.meta.conf,  # the log's base needs only index, term and tm
+            )
+        )
 
     # ================================================================ ready / advance
 
