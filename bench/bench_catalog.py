@@ -912,6 +912,7 @@ class Cluster:
         self.config = workdir / "cluster.toml"
         self.config.write_text("\n".join(lines) + "\n")
         self._processes: dict[int, subprocess.Popen[bytes]] = {}
+        self._bootstrapped: set[int] = set()
 
     def log_path(self, node_id: int) -> Path:
         return self.workdir / f"node{node_id}.out"
@@ -920,6 +921,8 @@ class Cluster:
         return (self.workdir / "secrets" / f"{role}.token").read_text().strip()
 
     def start(self, node_id: int) -> None:
+        bootstrap = node_id not in self._bootstrapped
+        self._bootstrapped.add(node_id)
         with self.log_path(node_id).open("ab") as log:
             self._processes[node_id] = subprocess.Popen(
                 [
@@ -930,6 +933,8 @@ class Cluster:
                     str(self.config),
                     "--node-id",
                     str(node_id),
+                    # Its first start by this harness creates the member's identity.
+                    *(["--bootstrap"] if bootstrap else []),
                 ],
                 cwd=REPO_ROOT,
                 env=node_env(),

@@ -218,10 +218,14 @@ def cluster_up(ctx: click.Context, config_dir: Path, wait_ms: int, only_missing:
             exit_code=EXIT_REFUSED,
         )
     secrets = ensure_secrets(config.secrets_dir)
+    # A brand-new cluster (no node has any state yet) is bootstrapped: each member creates its
+    # identity. Otherwise a node whose data directory is empty refuses to start (its data was
+    # lost; see `metastore node start --help`).
+    new_cluster = not any((config.node_data_dir(n.id) / "wal").exists() for n in config.nodes)
     started = [
         processes.start_node(
             n.id,
-            processes.node_command(config_dir, config, n.id),
+            processes.node_command(config_dir, config, n.id, bootstrap=new_cluster),
             data_dir=config.node_data_dir(n.id),
             log_file=config.node_log_file(n.id),
             pid_file=config.node_pid_file(n.id),

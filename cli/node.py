@@ -30,12 +30,21 @@ def node() -> None:
 @click.option(
     "--node-id", type=click.IntRange(min=1), help="Which member to run (with a cluster file)."
 )
+@click.option(
+    "--bootstrap",
+    is_flag=True,
+    help="First start of this member of a new cluster: create its identity in its (empty) data "
+    "directory. Never use it to restart a member whose data was lost.",
+)
 @click.pass_context
-def node_start(ctx: click.Context, config_path: Path, node_id: int | None) -> None:
+def node_start(ctx: click.Context, config_path: Path, node_id: int | None, bootstrap: bool) -> None:
     """Run one node in the foreground until SIGTERM/SIGINT.
 
     The configuration is validated before anything starts. Secrets are created on first start
-    in the cluster's secrets_dir (0700, files 0600).
+    in the cluster's secrets_dir (0700, files 0600). A node whose data directory is empty
+    refuses to start (exit 2) unless --bootstrap: a member that lost its data may have voted in
+    terms it no longer remembers, so it must be removed from the cluster and added back rather
+    than restarted fresh. `metastore cluster up` passes --bootstrap only to a brand-new cluster.
     """
     # Validate first: a bad config is reported the same way whether or not the daemon exists.
     load_node_config(config_path, node_id)
@@ -49,4 +58,4 @@ def node_start(ctx: click.Context, config_path: Path, node_id: int | None) -> No
             f"this build has no metastore daemon ({DAEMON_MODULE}.run_node is missing); "
             "the node cannot start",
         ) from None
-    ctx.exit(run_node(config_path, node_id))
+    ctx.exit(run_node(config_path, node_id, bootstrap=bootstrap))

@@ -52,11 +52,23 @@ class StopResult:
     outcome: str  # stopped | killed | not running | stale pid file | still running
 
 
-def node_command(config_dir: Path, cluster: ClusterConfig, node_id: int) -> list[str]:
-    """The argv that runs node `node_id` in the foreground."""
+def node_command(
+    config_dir: Path, cluster: ClusterConfig, node_id: int, *, bootstrap: bool = False
+) -> list[str]:
+    """The argv that runs node `node_id` in the foreground (`--bootstrap`: its first start)."""
     node_file = config_dir / node_file_name(node_id)
+    extra = ["--bootstrap"] if bootstrap else []
     if node_file.exists():
-        return [sys.executable, "-m", "cli.main", "node", "start", "--config", str(node_file)]
+        return [
+            sys.executable,
+            "-m",
+            "cli.main",
+            "node",
+            "start",
+            "--config",
+            str(node_file),
+            *extra,
+        ]
     return [
         sys.executable,
         "-m",
@@ -67,6 +79,7 @@ def node_command(config_dir: Path, cluster: ClusterConfig, node_id: int) -> list
         str(cluster.path),
         "--node-id",
         str(node_id),
+        *extra,
     ]
 
 

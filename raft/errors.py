@@ -91,3 +91,15 @@ class InsecureSecretFileError(SecretFileError):
     """The cluster secret file is readable or writable by group or others (must be 0600)."""
 
     code = "secret_file_insecure"
+
+
+# ---- node identity (raft.node) ---------------------------------------------------------------
+
+
+class NodeIdentityError(RaftError):
+    """The data directory does not belong to this member: another cluster or node id, or an
+    empty one where this member must already have state (its data was lost). A member whose
+    data is gone may have voted in terms it no longer remembers; starting it fresh could let it
+    vote twice in a term. Remove it from the cluster and add it back as a new member."""
+
+    code = "node_identity"

@@ -25,7 +25,9 @@ import contextlib
 import dataclasses
 import heapq
 import itertools
+import json
 import logging
+import os
 import random
 import time
 from collections.abc import Callable, Mapping
@@ -46,12 +48,12 @@ from raft.core.errors import (
 )
 from raft.core.raft import RaftCore, Status
 from raft.core.ready import CoreConfig, Ready
-from raft.core.types import ConfState, Entry, EntryKind, Message, NodeId
-from raft.errors import RaftError, TransportConfigError
+from raft.core.types import ConfState, Entry, EntryKind, HardState, Message, NodeId
+from raft.errors import NodeIdentityError, RaftError, TransportConfigError
 from raft.framing import msgpack_bin_header
 from raft.limits import PEER_FRAME_BYTES_MAX
 from raft.transport import PeerTransport, check_peers
-from raft.wal import WAL_RECORD_BYTES_MAX, WriteAheadLog
+from raft.wal import WAL_RECORD_BYTES_MAX, RecoveredState, WriteAheadLog
 
 log = logging.getLogger("raft.node")
 
@@ -67,6 +69,9 @@ ENTRY_ENVELOPE_BYTES_MAX = 64 * 1024
 PROPOSAL_BYTES_MAX = min(WAL_RECORD_BYTES_MAX, PEER_FRAME_BYTES_MAX) - ENTRY_ENVELOPE_BYTES_MAX
 # A learner is promoted only once it holds every committed entry but at most this many.
 PROMOTE_LAG_ENTRIES_MAX = 100
+# In the data directory: {"cluster_id", "node_id", "created_at_ms"}, written at a member's
+# first start (see RaftNode._check_identity).
+IDENTITY_FILE = "IDENTITY"
 # Parked safe-time waiters.
 SAFE_TIME_WAITERS_MAX = 100_000
 
@@ -154,6 +159,9 @@ class NodeConfig:
     snapshot_keep_entries: int = 1_000
     max_clock_offset_ms: int = 500
     join: bool = False
+    # Whether this start may create the member's identity in an empty data directory (its
+    # first start; see `_check_identity`). False: an empty data directory is refused.
+    new_member: bool = True
     pre_vote: bool = True
     check_quorum: bool = True
 
@@ -263,9 +271,15 @@ class RaftNode:
     async def start(self) -> None:
         cfg = self.config
         loop = asyncio.get_running_loop()
-        self.wal, rec = await loop.run_in_executor(
+        wal, rec = await loop.run_in_executor(
             self._io, lambda: WriteAheadLog.open(cfg.data_dir / "wal", fsync=cfg.fsync)
         )
+        try:
+            await loop.run_in_executor(self._io, self._check_identity, rec)
+        except NodeIdentityError:
+            wal.close()
+            raise
+        self.wal = wal
         bootstrap = (
             ConfState() if cfg.join else ConfState(voters=tuple(sorted(cfg.peers)), learners=())
         )
@@ -520,6 +534,45 @@ class RaftNode:
         )
 
     # ------------------------------------------------------------------ internals
+
+    def _check_identity(self, rec: RecoveredState) -> None:
+        """The data directory must be this member's: `IDENTITY` (written at its first start)
+        names the cluster and node. With no IDENTITY and an empty log the member is new, which
+        only `new_member` allows: a member whose data was wiped must not come back as a fresh
+        voter (term 0, no vote), or it could vote twice in a term it voted in before. It must
+        be removed and added back. A log without IDENTITY predates identities: adopt it."""
+        cfg = self.config
+        path = cfg.data_dir / IDENTITY_FILE
+        want = {"cluster_id": cfg.cluster_id, "node_id": cfg.node_id}
+        if path.exists():
+            try:
+                found = json.loads(path.read_text())
+            except (OSError, ValueError) as exc:
+                raise NodeIdentityError(f"{path} is unreadable: {exc}") from None
+            if not isinstance(found, dict) or {k: found.get(k) for k in want} != want:
+                raise NodeIdentityError(
+                    f"{path} says this data directory belongs to {found!r:.200}, not to "
+                    f"cluster {cfg.cluster_id!r} node {cfg.node_id}"
+                )
+            return
+        empty = rec.hard_state == HardState() and not rec.entries and rec.snapshot.is_empty()
+        if empty and not cfg.new_member:
+            raise NodeIdentityError(
+                f"{cfg.data_dir} holds no state of node {cfg.node_id} (no {IDENTITY_FILE}, empty "
+                "log). If this is the member's first start, start it once with --bootstrap. If "
+                "its data was lost, it may have voted in terms it no longer remembers: remove "
+                "it from the cluster and add it back as a new member instead."
+            )
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps({**want, "created_at_ms": int(time.time() * 1000)}) + "\n")
+        with open(tmp, "rb") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+        fd = os.open(cfg.data_dir, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
     def _applied_index(self) -> int:
         # visible_applied: a snapshot the core accepted counts only once sm.restore ran.

@@ -16,9 +16,14 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m metastore.daemon", description=__doc__)
     ap.add_argument("--config", type=Path, required=True, help="nodeN.toml, or cluster.toml")
     ap.add_argument("--node-id", type=int, help="required with a cluster.toml")
+    ap.add_argument(
+        "--bootstrap",
+        action="store_true",
+        help="first start of this member: create its identity in an empty data directory",
+    )
     args = ap.parse_args(argv)
     try:
-        return run_node(args.config, args.node_id)
+        return run_node(args.config, args.node_id, bootstrap=args.bootstrap)
     except ConfigError as exc:
         print(f"Error: {exc}", file=sys.stderr)
         return 2

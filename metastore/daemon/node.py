@@ -17,6 +17,7 @@ import contextlib
 import logging
 import os
 import signal
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +35,7 @@ from metastore.daemon.statemachine import CatalogStateMachine
 from metastore.errors import MetastoreError
 from metastore.outcome import Outcome
 from raft.core.errors import RaftCoreError
-from raft.errors import RaftError
+from raft.errors import NodeIdentityError, RaftError
 from raft.node import NodeConfig, RaftNode
 
 log = logging.getLogger("metastore.node")
@@ -45,8 +46,12 @@ INIT_RETRY_S = 0.2
 SESSION_SWEEP_INTERVAL_S = 0.5
 
 
-def run_node(config_path: Path, node_id: int | None = None) -> int:
-    """Run a node in the foreground until SIGTERM/SIGINT. Returns the process exit code."""
+def run_node(config_path: Path, node_id: int | None = None, *, bootstrap: bool = False) -> int:
+    """Run a node in the foreground until SIGTERM/SIGINT. Returns the process exit code.
+
+    `bootstrap`: this is the member's first start, so an empty data directory is expected and
+    gets the member's identity. Without it, a node whose data directory is empty refuses to
+    start (exit 2): its data was lost, and it must be removed and added back."""
     settings = load_node_config(config_path, node_id)
     setup_logging(
         node_id=settings.node_id, log_file=settings.log_file, level=settings.cluster.log_level
@@ -57,13 +62,18 @@ def run_node(config_path: Path, node_id: int | None = None) -> int:
         uvloop.install()
     except ImportError:  # optional: the default loop works, somewhat slower
         log.info("uvloop not available; using the default asyncio loop")
-    return asyncio.run(serve(settings))
+    try:
+        return asyncio.run(serve(settings, bootstrap=bootstrap))
+    except NodeIdentityError as exc:
+        log.critical("refusing to start: %s", exc)
+        print(f"Error: {exc.code}: {exc}", file=sys.stderr)
+        return 2
 
 
 class MetastoreNode:
     """Everything one node runs, startable and stoppable in-process (tests use this too)."""
 
-    def __init__(self, settings: NodeSettings) -> None:
+    def __init__(self, settings: NodeSettings, *, bootstrap: bool = False) -> None:
         self.settings = settings
         cluster = settings.cluster
         self.secrets = ensure_secrets(cluster.secrets_dir)
@@ -89,6 +99,7 @@ class MetastoreNode:
                 idle_safe_time_interval_ms=cluster.idle_safe_time_interval_ms,
                 snapshot_every_entries=cluster.snapshot_every_entries,
                 snapshot_keep_entries=cluster.snapshot_keep_entries,
+                new_member=bootstrap,
                 max_clock_offset_ms=cluster.cs_max_ms,
             ),
             self.sm,
@@ -243,8 +254,8 @@ class MetastoreNode:
             )
 
 
-async def serve(settings: NodeSettings) -> int:
-    node = MetastoreNode(settings)
+async def serve(settings: NodeSettings, *, bootstrap: bool = False) -> int:
+    node = MetastoreNode(settings, bootstrap=bootstrap)
     await node.start()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -108,11 +108,17 @@ class MetastoreCluster:
                 self.metrics_ports[node] = int(line.split("=")[1])
         self.ids = sorted(self.client_ports)
         self.procs: dict[int, subprocess.Popen[bytes]] = {}
+        self._bootstrapped: set[int] = set()
 
     def token(self, role: str = "admin") -> str:
         return (self.dir / "secrets" / f"{role}.token").read_text().strip()
 
-    def start(self, node_id: int) -> None:
+    def start(self, node_id: int, *, bootstrap: bool | None = None) -> None:
+        """Start node `node_id`; its first start by this harness bootstraps its identity (pass
+        `bootstrap` to decide otherwise, e.g. to restart a node whose data was wiped)."""
+        if bootstrap is None:
+            bootstrap = node_id not in self._bootstrapped
+        self._bootstrapped.add(node_id)
         out = open(self.dir / f"stdout-{node_id}.log", "ab")  # noqa: SIM115 - child owns it
         self.procs[node_id] = subprocess.Popen(
             [
@@ -123,6 +129,7 @@ class MetastoreCluster:
                 str(self.config),
                 "--node-id",
                 str(node_id),
+                *(["--bootstrap"] if bootstrap else []),
             ],
             cwd=REPO,
             stdout=out,
