@@ -347,6 +347,16 @@ def cluster_status(ctx: click.Context) -> None:
         ctx.exit(EXIT_UNAVAILABLE)
 
 
+def _clock_note(alarm: object) -> str:
+    """A peer's Tm ran ahead of this node's clock beyond the allowed offset (raft.node)."""
+    if not isinstance(alarm, dict) or not alarm:
+        return ""
+    return (
+        f"clock: node {alarm.get('peer')} was {alarm.get('ahead_ms')} ms ahead of this node "
+        "(one of the two clocks is wrong; check chrony/ntpd)"
+    )
+
+
 def _status_table(results: list[EndpointResult]) -> RenderableType:
     rows = []
     for r in results:
@@ -363,7 +373,7 @@ def _status_table(results: list[EndpointResult]) -> RenderableType:
                     ts_cell(s.get("safe_time")),
                     s.get("lag_ms"),
                     s.get("ready"),
-                    "",
+                    _clock_note(s.get("clock_alarm")),
                 ]
             )
         elif r.error is not None:

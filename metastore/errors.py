@@ -69,6 +69,7 @@ class ErrorCode(StrEnum):
     TIMEOUT = "TIMEOUT"
     UNAVAILABLE = "UNAVAILABLE"
     INTERNAL = "INTERNAL"
+    TIMESTAMP_AHEAD_OF_CLOCK = "TIMESTAMP_AHEAD_OF_CLOCK"
 
 
 class MetastoreError(Exception):
@@ -393,6 +394,15 @@ class UnavailableError(MetastoreError):
     retryable = True
 
 
+class TimestampAheadError(MetastoreError):
+    """The requested timestamp is more than CSmax ahead of the answering node's clock: that
+    node cannot answer for it yet (its own clock may be the one behind). Retryable; clients
+    try another node. Details: `ts`, `ahead_ms`, `cs_max_ms`, `node_id`."""
+
+    code = ErrorCode.TIMESTAMP_AHEAD_OF_CLOCK
+    retryable = True
+
+
 class InternalError(MetastoreError):
     """A bug on the node; it has been logged there."""
 
@@ -442,6 +452,7 @@ _BY_CODE: dict[str, type[MetastoreError]] = {
         RequestTimeoutError,
         UnavailableError,
         InternalError,
+        TimestampAheadError,
     )
 }
 

@@ -48,7 +48,16 @@ from raft.core.errors import (
 )
 from raft.core.raft import RaftCore, Status
 from raft.core.ready import CoreConfig, Ready
-from raft.core.types import ConfState, Entry, EntryKind, HardState, Message, NodeId
+from raft.core.types import (
+    AppendEntries,
+    ConfState,
+    Entry,
+    EntryKind,
+    HardState,
+    InstallSnapshot,
+    Message,
+    NodeId,
+)
 from raft.errors import NodeIdentityError, RaftError, TransportConfigError
 from raft.framing import msgpack_bin_header
 from raft.limits import PEER_FRAME_BYTES_MAX
@@ -69,6 +78,9 @@ ENTRY_ENVELOPE_BYTES_MAX = 64 * 1024
 PROPOSAL_BYTES_MAX = min(WAL_RECORD_BYTES_MAX, PEER_FRAME_BYTES_MAX) - ENTRY_ENVELOPE_BYTES_MAX
 # A learner is promoted only once it holds every committed entry but at most this many.
 PROMOTE_LAG_ENTRIES_MAX = 100
+# A peer that sent a Tm beyond our clock + max offset is ignored for this many (maximal) election
+# timeouts: long enough for the others to elect a leader with a sane clock.
+CLOCK_SUSPECT_ELECTIONS = 5
 # In the data directory: {"cluster_id", "node_id", "created_at_ms"}, written at a member's
 # first start (see RaftNode._check_identity).
 IDENTITY_FILE = "IDENTITY"
@@ -194,6 +206,8 @@ class NodeStatus:
     wal: dict[str, Any] = field(default_factory=dict)
     transport: dict[str, Any] = field(default_factory=dict)
     stopped_reason: str = ""
+    # The last time a peer sent a Tm beyond this node's clock + max offset (empty: never).
+    clock_alarm: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -265,6 +279,10 @@ class RaftNode:
         # safe time and read barriers in step with what the state machine holds.
         self._applied_ahead_tm = 0
         self._applied_ahead_index = 0
+        # Peers ignored until a monotonic time, for sending a Tm beyond our clock (see
+        # _clock_fenced), and the last such event (shown by status()).
+        self._clock_suspects: dict[NodeId, float] = {}
+        self.clock_alarm: dict[str, int] = {}
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -531,6 +549,7 @@ class RaftNode:
             wal=_stats_dict(self.wal),
             transport=self.transport.stats() if self.transport else {},
             stopped_reason=self.stopped_reason,
+            clock_alarm=dict(self.clock_alarm),
         )
 
     # ------------------------------------------------------------------ internals
@@ -630,8 +649,57 @@ class RaftNode:
         return index
 
     def _on_message(self, m: Message) -> None:
+        if self._clock_fenced(m):
+            return
         self._inbox.append(m)
         self._wake.set()
+
+    def _clock_fenced(self, m: Message) -> bool:
+        """Drop a message that would bring in a Tm further ahead of our clock than twice the
+        max offset (entries or a snapshot from a leader whose clock jumped ahead), and, for a
+        while, every message of its sender: not acking such a leader keeps its far-future
+        Tm from ever committing (a committed Tm moves every node's HLC and every later Tm for
+        good), and not hearing it lets the others elect a leader with a sane clock. If it is
+        our clock that is behind, this node fences itself: it stops following, falls behind
+        and serves nothing new, which `status` shows as `clock_alarm`."""
+        now_mono = time.monotonic()
+        until = self._clock_suspects.get(m.src)
+        if until is not None:
+            if now_mono < until:
+                return True
+            del self._clock_suspects[m.src]
+        newest = 0
+        if isinstance(m, AppendEntries) and m.entries:
+            newest = m.entries[-1].tm
+        elif isinstance(m, InstallSnapshot):
+            newest = m.snapshot.meta.tm
+        if not newest:
+            return False
+        ahead_ms = physical_ms(newest) - self.clock.physical_now_ms()
+        # A healthy leader's Tm can lead our clock by up to twice the offset: its own clock may
+        # lead ours by the offset, and its HLC may have absorbed a peer's timestamp that led
+        # its clock by the offset (HybridClock.update refuses more).
+        if ahead_ms <= 2 * self.config.max_clock_offset_ms:
+            return False
+        hold_s = CLOCK_SUSPECT_ELECTIONS * 2 * self.config.election_timeout_ms / 1000
+        self._clock_suspects[m.src] = now_mono + hold_s
+        self.clock_alarm = {
+            "peer": m.src,
+            "term": m.term,
+            "ahead_ms": ahead_ms,
+            "max_clock_offset_ms": self.config.max_clock_offset_ms,
+            "at_ms": int(time.time() * 1000),
+        }
+        log.warning(
+            "clock fence: node %d sent Tm %d ms ahead of this node's clock (allowed: twice the "
+            "max offset %d ms); "
+            "ignoring it for %.1f s. Either its clock or ours is wrong.",
+            m.src,
+            ahead_ms,
+            self.config.max_clock_offset_ms,
+            hold_s,
+        )
+        return True
 
     async def _ticker(self) -> None:
         interval = self.config.tick_ms / 1000

@@ -130,11 +130,23 @@ SYNC_CLOSE_TIMEOUT_MS: Final = 5_000
 
 # Retryable codes that mean "this node did not do it; another one may": fail over.
 _FAILOVER_CODES: Final = frozenset(
-    {ErrorCode.NOT_READY.value, ErrorCode.UNAVAILABLE.value, ErrorCode.NOT_LEADER.value}
+    {
+        ErrorCode.NOT_READY.value,
+        ErrorCode.UNAVAILABLE.value,
+        ErrorCode.NOT_LEADER.value,
+        # That node's clock may be behind; another can answer (see TimestampAheadError).
+        ErrorCode.TIMESTAMP_AHEAD_OF_CLOCK.value,
+    }
 )
 # Of those, the ones that guarantee nothing was executed (UNAVAILABLE may come after a write
 # was proposed but not confirmed).
-_NOT_EXECUTED_CODES: Final = frozenset({ErrorCode.NOT_READY.value, ErrorCode.NOT_LEADER.value})
+_NOT_EXECUTED_CODES: Final = frozenset(
+    {
+        ErrorCode.NOT_READY.value,
+        ErrorCode.NOT_LEADER.value,
+        ErrorCode.TIMESTAMP_AHEAD_OF_CLOCK.value,
+    }
+)
 _READ_OPS: Final = frozenset(
     {
         "committed_txn",

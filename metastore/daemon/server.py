@@ -74,6 +74,7 @@ from metastore.errors import (
     NotReadyError,
     RequestTimeoutError,
     TableNotFoundError,
+    TimestampAheadError,
     UnauthenticatedError,
     UnavailableError,
     UnknownOpError,
@@ -513,10 +514,16 @@ class ApiServer:
         cs_max_ms = self._cs_max_ms()
         ahead_ms = physical_ms(ts) - self.clock.physical_now_ms()
         if ahead_ms > cs_max_ms:
-            raise InvalidArgumentError(
-                f"timestamp {ts} is {ahead_ms} ms ahead of this node's clock "
-                f"(more than CSmax = {cs_max_ms} ms): no node can answer for it yet",
-                details={"ts": ts, "ahead_ms": ahead_ms, "cs_max_ms": cs_max_ms},
+            # Retryable and routed around by clients: this node's clock may be the one behind.
+            raise TimestampAheadError(
+                f"timestamp {ts} is {ahead_ms} ms ahead of node {self.node.node_id}'s clock "
+                f"(more than CSmax = {cs_max_ms} ms): this node cannot answer for it yet",
+                details={
+                    "ts": ts,
+                    "ahead_ms": ahead_ms,
+                    "cs_max_ms": cs_max_ms,
+                    "node_id": self.node.node_id,
+                },
             )
 
     async def _at(self, args: Args, key: str) -> tuple[int, float]:
@@ -694,6 +701,9 @@ class ApiServer:
             "learners": list(st.core.conf.learners),
             "peers": {str(k): v for k, v in self.client_addresses.items()},
             "stopped_reason": st.stopped_reason,
+            # A peer sent a Tm beyond this node's clock + CSmax (either clock is wrong); while
+            # it lasts this node ignores that peer (see raft.node._clock_fenced).
+            "clock_alarm": st.clock_alarm,
         }
 
     # ------------------------------------------------------------------ writes

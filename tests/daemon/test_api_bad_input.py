@@ -119,7 +119,7 @@ def test_malformed_requests(cluster: MetastoreCluster, request_obj: object) -> N
         ("schema_at", {"table": "bad.t", "typo": 1}, "BAD_REQUEST"),
         ("schema_at", {"table": "bad.missing"}, "TABLE_NOT_FOUND"),
         ("schema_at", {"table": "nonamespace"}, "INVALID_ARGUMENT"),
-        ("schema_at", {"table": "bad.t", "ts": (1 << 62)}, "INVALID_ARGUMENT"),
+        ("schema_at", {"table": "bad.t", "ts": (1 << 62)}, "TIMESTAMP_AHEAD_OF_CLOCK"),
         ("schema_at", {"table": "bad.t", "timeout_ms": 10**9}, "INVALID_ARGUMENT"),
         ("ddl", {"sql": "DROP TABLE bad.t; DROP TABLE bad.t"}, "INVALID_DDL"),
         ("ddl", {"sql": "CREATE TABLE bad.u (a NOTATYPE)"}, "INVALID_DDL"),

@@ -112,7 +112,7 @@ def test_future_timestamps_are_refused_by_the_cluster_cs_max(cluster: MetastoreC
         ):
             r = cl.call(op, **args)
             assert not r["ok"], (op, r)
-            assert r["error"]["code"] == "INVALID_ARGUMENT", (op, r)
+            assert r["error"]["code"] == "TIMESTAMP_AHEAD_OF_CLOCK", (op, r)
             assert r["error"]["details"]["cs_max_ms"] == CLUSTER_CS_MAX_MS
     finally:
         cl.close()

@@ -73,6 +73,7 @@ RETRYABLE: dict[str, bool] = {
     "SCHEMA_CHANGE_BLOCKED": True,  # leases drain by release or session expiry
     "BEFORE_GC_THRESHOLD": False,  # the threshold never moves back
     "PROTECTION_NOT_FOUND": False,
+    "TIMESTAMP_AHEAD_OF_CLOCK": True,  # another node (or this one later) can answer
     "UNAUTHENTICATED": False,
     "FORBIDDEN": False,
     "BAD_REQUEST": False,
