@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 PYTEST_ARGS ?=
 
-.PHONY: install install-bench test check fmt unit demo bench bench-raft bench-catalog bench-gc bench-spark sim clean
+.PHONY: install install-bench test check fmt unit demo chaos bench bench-raft bench-catalog bench-gc bench-spark sim clean
 
 install: $(STAMP)
 
@@ -37,6 +37,12 @@ test: check
 SEEDS ?= 5000
 sim: install
 	$(BIN)/python -m pytest tests/raft/test_simulation.py --sim-seeds=$(SEEDS) -q
+
+## chaos: seeded fault schedules against real daemons (docs/chaos.md); make chaos SEEDS=1,2 DURATION=120
+DURATION ?= 60
+CHAOS_SEED_LIST = $(if $(filter command line environment,$(origin SEEDS)),$(SEEDS),1,2,3)
+chaos: install
+	CHAOS_SEEDS=$(CHAOS_SEED_LIST) CHAOS_DURATION_S=$(DURATION) $(BIN)/python -m pytest tests/chaos -q -s
 
 ## bench: every benchmark; each prints a table and writes JSON under bench/results/
 bench: bench-raft bench-catalog bench-spark
