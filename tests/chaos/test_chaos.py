@@ -158,7 +158,7 @@ def _reader(c: MetastoreCluster, h: History, stop: threading.Event, seed: int) -
             client.close()
 
 
-def _leader(c: MetastoreCluster, wait_s: float = 15.0) -> int | None:
+def _leader(c: MetastoreCluster, wait_s: float = 30.0) -> int | None:
     """The current leader, waiting (bounded) for one after an earlier fault."""
     deadline = time.monotonic() + wait_s
     while True:
