@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from hlc import to_iso
-from spark_bridge.client import SyncMetastoreClient
+from spark_bridge.client import FILES_PAGE_LIMIT, SyncMetastoreClient
 from spark_bridge.conform import conform, pinned_struct
 from spark_bridge.files import DataFile, absolute, collect_files, new_attempt_dir
 from spark_bridge.session import BridgeSession, LeaseKey
@@ -526,7 +526,7 @@ class BatchContext:
         if as_of is not None:
             r = self._call("schema_at", {"table": table, "ts": as_of, "timeout_ms": PIN_TIMEOUT_MS})
             struct = pinned_struct(r["schema"]["columns"])
-        files = self._call("files", {"table": table, "as_of": ts, "timeout_ms": PIN_TIMEOUT_MS})
+        files = self._files(table, ts)
         found_id = int(files.get("table_id") or 0)
         if as_of is None and found_id != pin.table_id:
             # The name was dropped and re-created between read_ts and Top: these files belong to
@@ -636,6 +636,31 @@ class BatchContext:
             return None
         stream, seq = self.stream
         return self.bridge._committed_position(self.txn_id, stream, seq)
+
+    def _files(self, table: str, ts: int) -> dict[str, Any]:
+        """The whole `files` listing at `ts`, following the server's pages."""
+        args = {
+            "table": table,
+            "as_of": ts,
+            "limit": FILES_PAGE_LIMIT,
+            "timeout_ms": PIN_TIMEOUT_MS,
+        }
+        first = self._call("files", args)
+        listed = list(first["files"])
+        token = first.get("next_page_token")
+        while token:
+            page = self._call(
+                "files",
+                {
+                    "table": table,
+                    "limit": FILES_PAGE_LIMIT,
+                    "page_token": token,
+                    "timeout_ms": PIN_TIMEOUT_MS,
+                },
+            )
+            listed.extend(page["files"])
+            token = page.get("next_page_token")
+        return {**first, "files": listed}
 
     def _call(self, op: str, args: dict[str, Any]) -> dict[str, Any]:
         from metastore.errors import MetastoreError

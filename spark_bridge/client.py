@@ -129,6 +129,8 @@ CLIENT_NAME_DEFAULT: Final = "spark_bridge"
 SYNC_CLOSE_TIMEOUT_MS: Final = 5_000
 
 # Retryable codes that mean "this node did not do it; another one may": fail over.
+# Files per `files` page the client asks for (the server may return fewer, by bytes).
+FILES_PAGE_LIMIT: Final = 10_000
 _FAILOVER_CODES: Final = frozenset(
     {
         ErrorCode.NOT_READY.value,
@@ -462,11 +464,24 @@ class MetastoreClient:
 
     async def files(self, table: str, as_of: int | None = None) -> dict[str, Any]:
         """The files live in `table` at `as_of` (default: the node's safe time), with the table's
-        location and the schema version in force then."""
-        args: dict[str, Any] = {"table": table}
+        location and the schema version in force then. Follows the server's pages (every page
+        is of the same `as_of`), so `files` holds the whole listing however large."""
+        args: dict[str, Any] = {"table": table, "limit": FILES_PAGE_LIMIT}
         if as_of is not None:
             args["as_of"] = as_of
-        return await self.call("files", args)
+        first = await self.call("files", args)
+        files = list(first.get("files", []))
+        token = first.get("next_page_token")
+        while token:
+            page = await self.call(
+                "files", {"table": table, "limit": FILES_PAGE_LIMIT, "page_token": token}
+            )
+            files.extend(page.get("files", []))
+            token = page.get("next_page_token")
+        out = {**first, "files": files}
+        if "next_page_token" in out:
+            out["next_page_token"] = None  # the caller has every page
+        return out
 
     async def committed_txn(self, txn_id: str, *, stream: str | None = None) -> dict[str, Any]:
         """The commit record of `txn_id` (`txn`, None if it never committed or is older than the

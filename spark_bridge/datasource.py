@@ -265,7 +265,7 @@ class MetastoreDataSource(DataSource):
         pin = self._pin()
         client = _client(self.ENDPOINTS, self.TOKEN)
         try:
-            r = client.call("files", {"table": self._table(), "as_of": pin["ts"]})
+            r = client.files(self._table(), as_of=pin["ts"])  # follows pages
         finally:
             client.close()
         location = str(r.get("location") or pin["schema"].get("location") or "")

@@ -21,3 +21,10 @@ REQUEST_TIMEOUT_MS_DEFAULT: Final = 5_000
 REQUEST_TIMEOUT_MS_MAX: Final = 60_000
 # Forwarded requests to the leader: connections kept per (leader, token).
 FORWARD_CONNECTIONS_MAX: Final = 64
+
+# `files` replies (paged): at most this many files and about this many bytes of paths per page,
+# well below CLIENT_FRAME_BYTES_MAX whatever the paths' length (each file costs its path plus
+# about FILES_ENTRY_OVERHEAD_BYTES of sizes, counts and keys in msgpack).
+FILES_PAGE_FILES_MAX: Final = 10_000
+FILES_PAGE_BYTES_MAX: Final = 2 * 1024 * 1024
+FILES_ENTRY_OVERHEAD_BYTES: Final = 96

@@ -20,7 +20,7 @@ import contextlib
 import logging
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -78,6 +78,7 @@ from metastore.errors import (
     UnauthenticatedError,
     UnavailableError,
     UnknownOpError,
+    limit_exceeded,
 )
 from metastore.outcome import Outcome
 from raft.core.errors import NotLeaderError as RaftNotLeaderError
@@ -164,7 +165,11 @@ class ApiServer:
             ),
             "safe_time": _Op(Role.READER, self._safe_time, frozenset()),
             "status": _Op(Role.READER, self._status, frozenset()),
-            "files": _Op(Role.READER, self._files, frozenset({"table", "as_of", "timeout_ms"})),
+            "files": _Op(
+                Role.READER,
+                self._files,
+                frozenset({"table", "as_of", "limit", "page_token", "timeout_ms"}),
+            ),
             "txn_log": _Op(Role.READER, self._txn_log, frozenset({"limit"})),
             "committed_txn": _Op(
                 Role.READER, self._committed_txn, frozenset({"txn_id", "stream", "timeout_ms"})
@@ -611,6 +616,10 @@ class ApiServer:
         self._require_ready()
         table = _req_str(args, "table", L.TABLE_NAME_CHARS_MAX)
         ts = _opt_int(args, "as_of", 0, MAX_TS)
+        token = _opt_str(args, "page_token", 64)
+        if token is not None:
+            # A page token pins the listing's timestamp: every page comes from one moment.
+            ts = _page_token(token)[0]
         waited = 0.0
         if ts is None:
             ts = self.node.safe_time
@@ -620,15 +629,20 @@ class ApiServer:
         state = self.sm.state
         version = state.schema_at(table, ts)
         files = state.files_at(table, ts)
+        start, end = _files_page(files, args, ts)
+        page = files[start:end]
         return {
             "table": table,
             "table_id": version.table_id,
             "as_of": ts,
             "version": version.version,
             "location": version.location,
-            "files": [file_view(f) for f in files],
+            "files": [file_view(f) for f in page],
+            # Totals of the whole listing at `as_of`, whichever page this is.
+            "total_files": len(files),
             "rows": sum(f.row_count for f in files),
             "size_bytes": sum(f.size_bytes for f in files),
+            "next_page_token": f"{ts}:{end}" if end < len(files) else None,
             "waited_ms": waited,
         }
 
@@ -1236,6 +1250,42 @@ def _req_str_list(args: Args, key: str, max_items: int) -> list[str]:
 def _timeout(args: Args) -> int:
     v = _opt_int(args, "timeout_ms", 1, L.REQUEST_TIMEOUT_MS_MAX)
     return L.REQUEST_TIMEOUT_MS_DEFAULT if v is None else v
+
+
+def _page_token(token: str) -> tuple[int, int]:
+    """`<as_of>:<offset>` as `files` hands it out (opaque to clients)."""
+    ts_text, _, offset_text = token.partition(":")
+    if not (ts_text.isdigit() and offset_text.isdigit()) or int(ts_text) > MAX_TS:
+        raise BadRequestError(f"'page_token' {token!r} is not a token this server handed out")
+    return int(ts_text), int(offset_text)
+
+
+def _files_page(files: Sequence[Any], args: Args, ts: int) -> tuple[int, int]:
+    """The [start, end) slice of a `files` listing to return. With `limit` or `page_token` the
+    client pages: at most `limit` files and about FILES_PAGE_BYTES_MAX bytes per reply. A
+    client that does not page gets the whole listing, or - if it cannot fit one reply - a
+    typed LIMIT_EXCEEDED telling it to page (never a silently truncated list)."""
+    token = args.get("page_token")
+    start = 0 if token is None else _page_token(str(token))[1]
+    if start > len(files):
+        raise BadRequestError("'page_token' points past the end of the listing")
+    limit = _opt_int(args, "limit", 1, L.FILES_PAGE_FILES_MAX)
+    paging = limit is not None or token is not None
+    count_max = limit or L.FILES_PAGE_FILES_MAX
+    end, size = start, 0
+    while end < len(files) and end - start < count_max:
+        size += len(files[end].path) + L.FILES_ENTRY_OVERHEAD_BYTES
+        if size > L.FILES_PAGE_BYTES_MAX and end > start:
+            break
+        end += 1
+    if end < len(files) and not paging:
+        raise limit_exceeded(
+            "FILES_PAGE_FILES_MAX",
+            L.FILES_PAGE_FILES_MAX,
+            len(files),
+            f"files of the listing at {ts} (page with 'limit' and 'page_token')",
+        )
+    return start, end
 
 
 def _admin_only(cmd: Command) -> bool:

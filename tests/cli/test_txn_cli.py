@@ -36,6 +36,7 @@ from cli.parquet_rows import (
 )
 from hlc import SystemClock, make_ts, to_iso
 from metastore.errors import MetastoreError, TableNotFoundError
+from spark_bridge.client import FILES_PAGE_LIMIT
 from spark_bridge.defaults import DefaultNotEvaluableError, default_array
 from tests.client.fake_node import TOKEN, ThreadedFakeNode
 
@@ -240,8 +241,8 @@ def test_table_files_sends_the_as_of_it_parsed(node: ThreadedFakeNode) -> None:
     assert run(node, "-o", "json", "table", "files", TABLE, "--as-of", str(AS_OF)).exit_code == 0
     assert run(node, "table", "files", TABLE, "--as-of", "-5m").exit_code == 0
     (_, now), (_, exact), (_, relative) = sent(node)
-    assert now == {"table": TABLE}
-    assert exact == {"table": TABLE, "as_of": AS_OF}
+    assert now == {"table": TABLE, "limit": FILES_PAGE_LIMIT}  # the client pages
+    assert exact == {"table": TABLE, "as_of": AS_OF, "limit": FILES_PAGE_LIMIT}
     five_min_ago_ms = relative["as_of"] >> 16
     assert before_ms - 300_000 <= five_min_ago_ms <= SystemClock().now_ms() - 300_000
 
@@ -273,9 +274,9 @@ def test_read_pins_the_files_timestamp_for_the_schema(node: ThreadedFakeNode) ->
     assert run(node, "-o", "json", "table", "read", TABLE).exit_code == 0
     assert run(node, "-o", "json", "table", "read", TABLE, "--as-of", "12345").exit_code == 0
     assert sent(node) == [
-        ("files", {"table": TABLE}),
+        ("files", {"table": TABLE, "limit": FILES_PAGE_LIMIT}),
         ("schema_at", {"table": TABLE, "ts": AS_OF}),  # the timestamp the files answer names
-        ("files", {"table": TABLE, "as_of": 12345}),
+        ("files", {"table": TABLE, "as_of": 12345, "limit": FILES_PAGE_LIMIT}),
         ("schema_at", {"table": TABLE, "ts": 12345}),
     ]
 
