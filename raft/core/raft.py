@@ -731,6 +731,8 @@ class RaftCore:
             for n, pr in self.progress.items():
                 if n != self.id:
                     pr.recent_active = False
+            if self.id not in self.conf.voters:
+                self._hand_over()  # the last attempt went nowhere: try again (maybe another)
         if self.heartbeat_elapsed >= self.cfg.heartbeat_ticks:
             self.heartbeat_elapsed = 0
             self._broadcast_heartbeat(self._reads[-1].ctx if self._reads else 0)
@@ -936,13 +938,32 @@ class RaftCore:
                 self.progress[n] = self._new_progress(n, self.log.last_index() + 1)
             self.progress[n].is_learner = n not in new.voters
         if self.id not in new.voters:
-            # Removed (or demoted): stop leading; the remaining voters elect a new leader.
-            self._become_follower(self.term, NONE)
+            # Removed (or demoted). Stepping down at once could leave the cluster leaderless:
+            # voters that never learn this change committed still count the old membership,
+            # so they need our vote, which we refuse once our log is longer than theirs. As
+            # etcd does, keep leading without counting ourselves until a voter of the new
+            # membership holds our whole log, then hand leadership to it (proposals and idle
+            # ticks stop meanwhile: `transferee` is set).
+            self._hand_over()
             return
         if self.transferee not in new.voters:
             self.transferee = NONE
         if self._maybe_commit():
             self._commit_broadcast = True
+
+    def _hand_over(self) -> None:
+        """A leader outside the voters: move leadership to the most caught-up voter (TimeoutNow
+        as soon as it has our whole log; see `_handle_append_response`)."""
+        candidates = [n for n in self.conf.voters if n in self.progress]
+        if not candidates:
+            self._become_follower(self.term, NONE)
+            return
+        target = max(candidates, key=lambda n: (self.progress[n].match, -n))
+        self.transferee = target
+        if self.progress[target].match == self.log.last_index():
+            self._send(TimeoutNow(src=self.id, dst=target, term=self.term))
+        else:
+            self._send_append(target, send_if_empty=True)
 
     # ================================================================ reads
 

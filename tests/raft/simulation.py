@@ -97,11 +97,12 @@ _EVENT_CUMULATIVE = tuple(
 )
 _EVENT_WEIGHT_TOTAL = _EVENT_CUMULATIVE[-1]
 
-# Removals never leave fewer voters than this. Going from two voters to one hits a known core
-# liveness bug (see the report and `membership.txt`): when the leader applies its own removal it
-# steps down at once; the remaining voter may never learn the change committed and, under the
-# old membership, needs the removed node's vote, which it refuses when its log is longer.
-# Set to 1 to reproduce (e.g. seed 762 gets stuck after healing).
+# Removals never leave fewer voters than this. A leader that removes itself now keeps leading
+# until a voter of the new membership holds its whole log and then hands leadership over (the
+# core's `_hand_over`), which fixes the 2 -> 1 case while that leader stays up. Still open: if
+# it crashes after applying its removal and before the hand-over, it restarts as a non-voter
+# with a longer log than the last voter's, whose old membership still needs its vote (seed 762
+# with this set to 1). The fix is membership-on-append (dissertation section 4.1).
 _VOTERS_MIN_AFTER_REMOVAL = 2
 
 # HLC: physical milliseconds in the high bits, a 16-bit logical counter in the low bits.
