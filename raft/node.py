@@ -636,6 +636,7 @@ class RaftNode:
             addresses.update(new_addresses)
             return core.propose_conf(new, self.clock.now(), context=_encode_addresses(addresses))
 
+        deadline = time.monotonic() + timeout_ms / 1000
         placed: tuple[int, int] = await self._run_op(propose)
         term, index = placed
         fut: asyncio.Future[ProposalResult] = asyncio.get_running_loop().create_future()
@@ -646,7 +647,39 @@ class RaftNode:
             raise ProposalTimeoutError(
                 f"membership change not applied within {timeout_ms} ms; outcome unknown"
             ) from None
+        await self._await_new_quorum(index, deadline)
         return index
+
+    async def _await_new_quorum(self, index: int, deadline: float) -> None:
+        """Reply to a membership change only once its entry is durable on a majority of the new
+        voters (followers ack entries after fsync), not only on the old majority that
+        committed it: an operator who then stops a removed node, or counts on a new voter,
+        acts on a change the new membership holds. The leader's own entries count once
+        persisted. Losing leadership first is reported too (the change is applied, but not
+        confirmed on the new membership)."""
+        while True:
+            core = self._core()
+            if not core.is_leader():
+                raise ProposalTimeoutError(
+                    f"membership change {index} applied, but this node lost leadership before "
+                    "a majority of the new voters confirmed they hold it; check the cluster's "
+                    "status (is a majority of the new voters up?)"
+                )
+            voters = core.conf.voters
+            durable = 0
+            for n in voters:
+                if n == self.node_id:
+                    durable += core.log.stable_index >= index
+                elif n in core.progress:
+                    durable += core.progress[n].match >= index
+            if durable >= len(voters) // 2 + 1:
+                return
+            if time.monotonic() >= deadline:
+                raise ProposalTimeoutError(
+                    f"membership change {index} applied, but only {durable} of the new "
+                    f"{len(voters)} voters hold it; check that a majority of them is up"
+                )
+            await asyncio.sleep(self.config.tick_ms / 1000)
 
     def _on_message(self, m: Message) -> None:
         if self._clock_fenced(m):

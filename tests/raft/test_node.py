@@ -361,3 +361,22 @@ def test_messages_are_stepped_before_ticks_that_piled_up(tmp_path: Path) -> None
     ]
     node._step_inputs()
     assert calls == ["step", "step", "tick", "tick", "tick"]
+
+
+async def test_a_membership_change_replies_only_once_a_new_majority_holds_it(
+    tmp_path: Path,
+) -> None:
+    """Adding a voter while one of three is down commits on the old majority (two of three)
+    but lives on only two of the new four voters: the call must not report success (it used
+    to, once the leader had applied the entry)."""
+    async with cluster(tmp_path, 3) as nodes:
+        leader = await leader_of(nodes)
+        follower = next(n for n in nodes.values() if n is not leader)
+        await follower.stop()
+        nowhere = ("127.0.0.1", free_ports(1)[0])
+        # Either it times out waiting, or the leader loses leadership first (check-quorum: two
+        # of four voters are up); both are reported, neither as success.
+        with pytest.raises(ProposalTimeoutError, match=r"new voters|new 4 voters"):
+            await leader.add_node(4, nowhere, learner=False, timeout_ms=2_000)
+        # The change itself did commit (on the old majority) and applied:
+        assert 4 in leader.status().core.conf.voters
