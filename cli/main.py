@@ -25,6 +25,7 @@ from cli.node import node
 from cli.ns import ns
 from cli.output import OUTPUT_FORMATS
 from cli.safe_time import safe_time
+from cli.snapshot import snapshot
 from cli.sql import sql
 from cli.table import table
 from cli.table_data import table_files, table_read
@@ -151,6 +152,7 @@ cli.add_command(session)
 cli.add_command(lease)
 cli.add_command(pts)
 cli.add_command(gc)
+cli.add_command(snapshot)
 # The data commands live in their own module (they need pyarrow) but belong to the table noun.
 table.add_command(table_files)
 table.add_command(table_read)

@@ -228,6 +228,21 @@ def _encode_addresses(peers: Mapping[NodeId, Address]) -> bytes:
     return msgpack.packb({str(k): [h, p] for k, (h, p) in sorted(peers.items())})
 
 
+def wrap_snapshot_data(app_data: bytes, addresses: Mapping[NodeId, Address]) -> bytes:
+    """A node's snapshot payload: msgpack [1, app_data, addresses] (the application state and
+    every member's Raft address). Used by snapshots and by a restore that seeds a new cluster."""
+    # Joined around app_data (the whole application state) instead of packed: one copy of it
+    # rather than a doubling Packer buffer.
+    return b"".join(
+        (
+            b"\x93\x01",
+            msgpack_bin_header(len(app_data)),
+            app_data,
+            msgpack.packb(_encode_addresses(addresses)),
+        )
+    )
+
+
 def _decode_addresses(data: bytes) -> dict[NodeId, Address]:
     if not data:
         return {}
@@ -914,16 +929,7 @@ class RaftNode:
             self.transport.set_peers({n: a for n, a in addresses.items() if n != self.node_id})
 
     def _wrap_snapshot(self, app_data: bytes) -> bytes:
-        # msgpack [1, app_data, addresses], joined around app_data (the whole application
-        # state) instead of packed: one copy of it rather than a doubling Packer buffer.
-        return b"".join(
-            (
-                b"\x93\x01",
-                msgpack_bin_header(len(app_data)),
-                app_data,
-                msgpack.packb(_encode_addresses(self.addresses)),
-            )
-        )
+        return wrap_snapshot_data(app_data, self.addresses)
 
     @staticmethod
     def _unwrap_snapshot(data: bytes) -> tuple[bytes, dict[NodeId, Address]]:

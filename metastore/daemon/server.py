@@ -49,6 +49,7 @@ from metastore.commands import (
     encode_command,
 )
 from metastore.daemon import api_limits as L
+from metastore.daemon.backup import SnapshotExports
 from metastore.daemon.forward import LeaderForwarder
 from metastore.daemon.gc_worker import GcWorker, gc_status
 from metastore.daemon.metrics import NodeMetrics
@@ -136,6 +137,7 @@ class ApiServer:
     ) -> None:
         self.node = node
         self.gc = gc
+        self.exports = SnapshotExports()
         self.sm = sm
         self.clock = clock
         self.secrets = secrets
@@ -256,6 +258,10 @@ class ApiServer:
             "pts_show": _Op(Role.READER, self._pts_show, frozenset({"record_id"})),
             "gc_status": _Op(Role.READER, self._gc_status, frozenset({"table"})),
             "gc_run": _Op(Role.ADMIN, self._gc_run, frozenset({"table", "dry_run", "timeout_ms"})),
+            "snapshot_begin": _Op(Role.ADMIN, self._snapshot_begin, frozenset()),
+            "snapshot_chunk": _Op(
+                Role.ADMIN, self._snapshot_chunk, frozenset({"export_id", "offset"})
+            ),
             # Internal: a follower forwards a parsed, canonical command to the leader.
             "_propose": _Op(Role.WRITER, self._propose_op, frozenset({"command", "timeout_ms"})),
             "add_node": _Op(
@@ -1109,6 +1115,21 @@ class ApiServer:
         return await self.forwarder.call(
             leader, session.token, "gc_run", dict(args), timeout_ms=timeout_ms + 1000
         )
+
+    # ------------------------------------------------------------------ backup
+
+    async def _snapshot_begin(self, _s: Session, _args: Args) -> dict[str, Any]:
+        """Serialise this node's catalog at its applied index for `metastore snapshot save`;
+        the bytes are then read with `snapshot_chunk` (metastore/daemon/backup.py)."""
+        self._require_ready()
+        return self.exports.begin(
+            self.sm.state, cluster_id=self.cluster_id, node_id=self.node.node_id
+        )
+
+    async def _snapshot_chunk(self, _s: Session, args: Args) -> dict[str, Any]:
+        export_id = _req_str(args, "export_id", 64)
+        offset = _req_int(args, "offset", 0, 2**62)
+        return self.exports.chunk(export_id, offset)
 
     # ------------------------------------------------------------------ membership
 

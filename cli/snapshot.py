@@ -1,0 +1,106 @@
+"""`metastore snapshot save|restore`: back the catalog up to a file, or seed a new cluster from one.
+
+`save FILE` asks one node (the first that answers, or --endpoint) for its catalog at its applied
+index, downloads it in chunks with progress on stderr, and writes FILE (header with the cluster
+id, applied index and SHA-256, then the state), verified before it is renamed into place.
+`restore FILE --config DIR` checks FILE and writes it as the starting state of every member of
+the NEW cluster in DIR (see metastore/daemon/backup.py); start it with `metastore cluster up
+--config DIR`. Table data (Parquet) is not part of the snapshot: back up the warehouse with
+your storage's tools, and take the catalog snapshot after it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import click
+from rich.text import Text
+
+from cli.context import LOCAL_CONFIG_DIR, app
+from cli.output import emit, kv_table
+from metastore.daemon import backup
+from metastore.daemon.config import CLUSTER_FILE_NAME, load_cluster_config
+from metastore.errors import MetastoreError
+
+
+@click.group("snapshot")
+def snapshot() -> None:
+    """Back up the catalog to a file, or seed a new cluster from one."""
+
+
+@snapshot.command("save")
+@click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--endpoint", default=None, help="Take it from this node (HOST:PORT).")
+@click.pass_context
+def snapshot_save(ctx: click.Context, file: Path, endpoint: str | None) -> None:
+    """Write the catalog (every namespace, table, schema version, commit, file entry, session,
+    lease and protection) to FILE, consistent at one applied index of one node. Admin only."""
+    a = app(ctx)
+    client = a.client()
+    header: dict[str, object] | None = None
+    used = ""
+    last: MetastoreError | None = None
+    for ep in [endpoint] if endpoint else client.endpoints:
+        try:
+            header = client.call("snapshot_begin", {}, ep)
+            used = ep
+            break
+        except MetastoreError as exc:
+            last = exc
+    if header is None:
+        assert last is not None
+        raise last
+    export_id = str(header.pop("export_id"))
+    size = int(str(header["size_bytes"]))
+    partial = file.with_name(file.name + ".partial")
+    offset = 0
+    with partial.open("wb") as out:
+        out.write(backup.FILE_MAGIC)
+        out.write(json.dumps(header, sort_keys=True).encode() + b"\n")
+        while True:
+            piece = client.call("snapshot_chunk", {"export_id": export_id, "offset": offset}, used)
+            data = piece["data"]
+            out.write(data)
+            offset += len(data)
+            click.echo(f"\rdownloaded {offset:,} of {size:,} bytes", err=True, nl=False)
+            if piece["done"]:
+                break
+        out.flush()
+        os.fsync(out.fileno())
+    click.echo("", err=True)
+    backup.read_file(partial)  # size, checksum and a full decode, before it counts as saved
+    partial.replace(file)
+    result = {"file": str(file), "from": used, **header}
+    emit(a.output, result, lambda: [kv_table(result, title="snapshot saved")])
+
+
+@snapshot.command("restore")
+@click.argument("file", type=click.Path(dir_okay=False, exists=True, path_type=Path))
+@click.option(
+    "--config",
+    "config_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=LOCAL_CONFIG_DIR,
+    help="The NEW cluster's config directory (metastore cluster init); its data directories "
+    "must be empty.",
+)
+@click.pass_context
+def snapshot_restore(ctx: click.Context, file: Path, config_dir: Path) -> None:
+    """Create a new cluster whose catalog is FILE's: every member of the cluster in --config
+    starts from it. Then run `metastore cluster up --config DIR`."""
+    a = app(ctx)
+    cluster = load_cluster_config(config_dir / CLUSTER_FILE_NAME)
+    result = backup.restore(file, cluster)
+    emit(
+        a.output,
+        result,
+        lambda: [
+            Text(
+                f"restored {file} (cluster {result['restored_from'].get('cluster_id')}, index "
+                f"{result['applied_index']}) into cluster {result['cluster_id']}, members "
+                f"{result['members']}; start it with: metastore cluster up --config {config_dir}"
+            )
+        ],
+    )
