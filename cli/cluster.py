@@ -347,6 +347,15 @@ def cluster_status(ctx: click.Context) -> None:
         ctx.exit(EXIT_UNAVAILABLE)
 
 
+def _leader_offset(status: dict[str, Any]) -> str:
+    """The leader's clock minus this node's, as this node measured it (ms)."""
+    if status.get("role") == "leader":
+        return "0"
+    offsets = status.get("clock_offsets_ms") or {}
+    value = offsets.get(str(status.get("leader"))) if isinstance(offsets, dict) else None
+    return "-" if value is None else f"{value:+d}"
+
+
 def _clock_note(alarm: object) -> str:
     """A peer's Tm ran ahead of this node's clock beyond the allowed offset (raft.node)."""
     if not isinstance(alarm, dict) or not alarm:
@@ -372,13 +381,14 @@ def _status_table(results: list[EndpointResult]) -> RenderableType:
                     f"{s.get('commit_index')}/{s.get('applied_index')}",
                     ts_cell(s.get("safe_time")),
                     s.get("lag_ms"),
+                    _leader_offset(s),
                     s.get("ready"),
-                    _clock_note(s.get("clock_alarm")),
+                    s.get("clock_fenced") or _clock_note(s.get("clock_alarm")),
                 ]
             )
         elif r.error is not None:
             error = f"{r.error.code.value}: {r.error.message}"
-            rows.append([r.endpoint, None, None, None, None, None, "-", None, None, error])
+            rows.append([r.endpoint, None, None, None, None, None, "-", None, None, None, error])
     columns = [
         "endpoint",
         "node",
@@ -388,6 +398,7 @@ def _status_table(results: list[EndpointResult]) -> RenderableType:
         "commit/applied",
         "safe time",
         "lag ms",
+        "clock vs leader ms",
         "ready",
         "error",
     ]

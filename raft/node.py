@@ -54,6 +54,8 @@ from raft.core.types import (
     Entry,
     EntryKind,
     HardState,
+    Heartbeat,
+    HeartbeatResponse,
     InstallSnapshot,
     Message,
     NodeId,
@@ -81,6 +83,8 @@ PROMOTE_LAG_ENTRIES_MAX = 100
 # A peer that sent a Tm beyond our clock + max offset is ignored for this many (maximal) election
 # timeouts: long enough for the others to elect a leader with a sane clock.
 CLOCK_SUSPECT_ELECTIONS = 5
+# A heartbeat's clock sample counts for this many (maximal) election timeouts.
+CLOCK_SAMPLE_FRESH_ELECTIONS = 5
 # In the data directory: {"cluster_id", "node_id", "created_at_ms"}, written at a member's
 # first start (see RaftNode._check_identity).
 IDENTITY_FILE = "IDENTITY"
@@ -208,6 +212,10 @@ class NodeStatus:
     stopped_reason: str = ""
     # The last time a peer sent a Tm beyond this node's clock + max offset (empty: never).
     clock_alarm: dict[str, int] = field(default_factory=dict)
+    # Each peer's clock minus ours (ms, from recent heartbeats), and why this node fenced itself
+    # for running ahead ("" = not fenced).
+    clock_offsets_ms: dict[NodeId, int] = field(default_factory=dict)
+    clock_fenced: str = ""
 
 
 @dataclass(slots=True)
@@ -298,6 +306,10 @@ class RaftNode:
         # _clock_fenced), and the last such event (shown by status()).
         self._clock_suspects: dict[NodeId, float] = {}
         self.clock_alarm: dict[str, int] = {}
+        # Peers' clock offsets from their heartbeats: peer -> (their clock - ours in ms,
+        # monotonic time of the sample); and why this node fenced itself ("" = it did not).
+        self._peer_clocks: dict[NodeId, tuple[int, float]] = {}
+        self.clock_fenced = ""
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -410,7 +422,12 @@ class RaftNode:
 
     @property
     def ready_to_serve(self) -> bool:
-        return self.core is not None and not self._stopped and self.core.caught_up()
+        return (
+            self.core is not None
+            and not self._stopped
+            and not self.clock_fenced
+            and self.core.caught_up()
+        )
 
     def is_leader(self) -> bool:
         return self.core is not None and self.core.is_leader()
@@ -565,6 +582,8 @@ class RaftNode:
             transport=self.transport.stats() if self.transport else {},
             stopped_reason=self.stopped_reason,
             clock_alarm=dict(self.clock_alarm),
+            clock_offsets_ms=self.clock_offsets_ms(),
+            clock_fenced=self.clock_fenced,
         )
 
     # ------------------------------------------------------------------ internals
@@ -699,8 +718,66 @@ class RaftNode:
     def _on_message(self, m: Message) -> None:
         if self._clock_fenced(m):
             return
+        if isinstance(m, Heartbeat | HeartbeatResponse) and m.clock_ms:
+            # The peer's clock minus ours (ms), as of now: positive when the peer is ahead.
+            self._peer_clocks[m.src] = (
+                m.clock_ms - self.clock.physical_now_ms(),
+                time.monotonic(),
+            )
         self._inbox.append(m)
         self._wake.set()
+
+    def _stamp(self, m: Message) -> Message:
+        if isinstance(m, Heartbeat | HeartbeatResponse):
+            return dataclasses.replace(m, clock_ms=self.clock.physical_now_ms())
+        return m
+
+    def clock_offsets_ms(self) -> dict[NodeId, int]:
+        """Each peer's clock minus ours, from its recent heartbeats (ms)."""
+        fresh_s = CLOCK_SAMPLE_FRESH_ELECTIONS * 2 * self.config.election_timeout_ms / 1000
+        now = time.monotonic()
+        return {p: off for p, (off, at) in self._peer_clocks.items() if now - at <= fresh_s}
+
+    def _check_own_clock(self) -> None:
+        """A node whose clock is more than the max offset ahead of (or behind) a quorum of its
+        fellow voters, as measured from heartbeats, fences itself: it steps down, does not
+        campaign, and does not serve (`ready_to_serve`), until its offset to a leader is back
+        within bounds. Ahead, it would stamp future Tm; behind, it could not serve recent
+        reads (and `_clock_fenced` drops the leader's entries anyway)."""
+        core = self.core
+        if core is None:
+            return
+        limit = self.config.max_clock_offset_ms
+        offsets = self.clock_offsets_ms()
+        if not offsets and not self.clock_fenced:
+            return  # nothing measured (yet): nothing to decide
+        voters = core.conf.voters
+        quorum = len(voters) // 2 + 1
+        peers = [p for p in voters if p != self.node_id]
+        ahead_of = [p for p in peers if offsets.get(p, 0) < -limit]
+        behind = [p for p in peers if offsets.get(p, 0) > limit]
+        off = ahead_of if len(ahead_of) >= quorum else behind if len(behind) >= quorum else []
+        if len(voters) > 1 and off:
+            if not self.clock_fenced:
+                worst = max((offsets[p] for p in off), key=abs)
+                self.clock_fenced = (
+                    f"this node's clock is {abs(worst)} ms {'ahead of' if worst < 0 else 'behind'} "
+                    f"{len(off)} of its {len(peers)} fellow voters (max offset {limit} ms): it "
+                    "does not lead, campaign or serve until its clock is fixed"
+                )
+                log.error("clock fence: %s", self.clock_fenced)
+            if core.is_leader():
+                core.step_down()
+            return
+        leader = core.leader
+        if (
+            self.clock_fenced
+            and leader not in (0, self.node_id)
+            and leader in offsets
+            and abs(offsets[leader]) <= limit
+        ):
+            log.warning("clock fence lifted: offset to leader %d is %d ms", leader, offsets[leader])
+            self.clock_fenced = ""
 
     def _clock_fenced(self, m: Message) -> bool:
         """Drop a message that would bring in a Tm further ahead of our clock than twice the
@@ -793,6 +870,10 @@ class RaftNode:
         for m in inbox:
             core.step(m)
         ticks, self._ticks_due = self._ticks_due, 0
+        if ticks:
+            self._check_own_clock()
+        if self.clock_fenced:
+            ticks = 0  # no campaigns (and no stamps) from a node whose clock runs ahead
         for _ in range(min(ticks, 100)):
             core.tick(self.clock.now())
         ops, self._ops = self._ops, []
@@ -830,7 +911,7 @@ class RaftNode:
             self._applied_ahead_index = last.index
             self._wake_waiters()
         for m in rd.early_messages:
-            transport.send(m)
+            transport.send(self._stamp(m))
         if rd.snapshot is not None or rd.entries or rd.hard_state is not None:
             wal = self._wal()
             if rd.snapshot is None and not wal.append_syncs(rd.entries, rd.hard_state):
@@ -843,7 +924,7 @@ class RaftNode:
                 await asyncio.get_running_loop().run_in_executor(self._io, self._persist, rd)
                 self.fsync_seconds_total += time.perf_counter() - started
         for m in rd.messages:
-            transport.send(m)
+            transport.send(self._stamp(m))
         if rd.snapshot is not None:
             app_data, addresses = self._unwrap_snapshot(rd.snapshot.data)
             self.sm.restore(app_data)

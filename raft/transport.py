@@ -95,7 +95,9 @@ from raft.limits import (
 )
 from raft.wire import decode_message, encode_message
 
-PROTOCOL_VERSION: Final = 1
+# 2: AppendResponse carries reject_term; heartbeats carry the sender's clock (raft.wire). A
+# node of another version is refused at the handshake (no rolling upgrade across it).
+PROTOCOL_VERSION: Final = 2
 NONCE_BYTES: Final = 32
 MAC_BYTES: Final = 32  # HMAC-SHA256 digest size
 

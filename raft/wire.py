@@ -9,8 +9,8 @@ and the protocol version exchanged in the transport handshake guards changes to 
     AppendResponse     [2, src, dst, term, index, reject, reject_hint, reject_term]
     RequestVote        [3, src, dst, term, last_index, last_term, pre_vote, force]
     VoteResponse       [4, src, dst, term, granted, pre_vote]
-    Heartbeat          [5, src, dst, term, commit, read_ctx]
-    HeartbeatResponse  [6, src, dst, term, read_ctx]
+    Heartbeat          [5, src, dst, term, commit, read_ctx, clock_ms]
+    HeartbeatResponse  [6, src, dst, term, read_ctx, clock_ms]
     InstallSnapshot    [7, src, dst, term, snapshot]
     TimeoutNow         [8, src, dst, term]
     entry              [term, index, tm, kind, data]
@@ -129,9 +129,24 @@ def encode_message(msg: Message) -> list[object]:
         case VoteResponse():
             return [TAG_VOTE_RESPONSE, msg.src, msg.dst, msg.term, msg.granted, msg.pre_vote]
         case Heartbeat():
-            return [TAG_HEARTBEAT, msg.src, msg.dst, msg.term, msg.commit, msg.read_ctx]
+            return [
+                TAG_HEARTBEAT,
+                msg.src,
+                msg.dst,
+                msg.term,
+                msg.commit,
+                msg.read_ctx,
+                msg.clock_ms,
+            ]
         case HeartbeatResponse():
-            return [TAG_HEARTBEAT_RESPONSE, msg.src, msg.dst, msg.term, msg.read_ctx]
+            return [
+                TAG_HEARTBEAT_RESPONSE,
+                msg.src,
+                msg.dst,
+                msg.term,
+                msg.read_ctx,
+                msg.clock_ms,
+            ]
         case InstallSnapshot():
             snapshot = _encode_snapshot(msg.snapshot)
             return [TAG_INSTALL_SNAPSHOT, msg.src, msg.dst, msg.term, snapshot]
@@ -331,7 +346,7 @@ def _vote_response(f: Sequence[object]) -> VoteResponse:
 
 
 def _heartbeat(f: Sequence[object]) -> Heartbeat:
-    _, src, dst, term, commit, read_ctx = f
+    _, src, dst, term, commit, read_ctx, clock_ms = f
     w = "Heartbeat"
     return Heartbeat(
         src=_node_id(src, f"{w}.src"),
@@ -339,17 +354,19 @@ def _heartbeat(f: Sequence[object]) -> Heartbeat:
         term=_uint(term, f"{w}.term"),
         commit=_uint(commit, f"{w}.commit"),
         read_ctx=_uint(read_ctx, f"{w}.read_ctx"),
+        clock_ms=_uint(clock_ms, f"{w}.clock_ms"),
     )
 
 
 def _heartbeat_response(f: Sequence[object]) -> HeartbeatResponse:
-    _, src, dst, term, read_ctx = f
+    _, src, dst, term, read_ctx, clock_ms = f
     w = "HeartbeatResponse"
     return HeartbeatResponse(
         src=_node_id(src, f"{w}.src"),
         dst=_node_id(dst, f"{w}.dst"),
         term=_uint(term, f"{w}.term"),
         read_ctx=_uint(read_ctx, f"{w}.read_ctx"),
+        clock_ms=_uint(clock_ms, f"{w}.clock_ms"),
     )
 
 
@@ -380,8 +397,8 @@ _DECODERS: Final[dict[int, tuple[str, int, Callable[[Sequence[object]], Message]
     TAG_APPEND_RESPONSE: ("AppendResponse", 8, _append_response),
     TAG_REQUEST_VOTE: ("RequestVote", 8, _request_vote),
     TAG_VOTE_RESPONSE: ("VoteResponse", 6, _vote_response),
-    TAG_HEARTBEAT: ("Heartbeat", 6, _heartbeat),
-    TAG_HEARTBEAT_RESPONSE: ("HeartbeatResponse", 5, _heartbeat_response),
+    TAG_HEARTBEAT: ("Heartbeat", 7, _heartbeat),
+    TAG_HEARTBEAT_RESPONSE: ("HeartbeatResponse", 6, _heartbeat_response),
     TAG_INSTALL_SNAPSHOT: ("InstallSnapshot", 5, _install_snapshot),
     TAG_TIMEOUT_NOW: ("TimeoutNow", 4, _timeout_now),
 }

@@ -484,12 +484,14 @@ class ApiServer:
     def _require_ready(self) -> None:
         if not self.node.ready_to_serve:
             st = self.node.status()
+            reason = st.clock_fenced or "node is not caught up with the current leader yet"
             raise NotReadyError(
-                "node is not caught up with the current leader yet",
+                reason,
                 details={
                     "node_id": self.node.node_id,
                     "leader": st.core.leader,
                     "applied_index": st.core.applied_index,
+                    "clock_fenced": bool(st.clock_fenced),
                 },
             )
         if self.sm.state.cluster is None:
@@ -724,6 +726,10 @@ class ApiServer:
             # A peer sent a Tm beyond this node's clock + CSmax (either clock is wrong); while
             # it lasts this node ignores that peer (see raft.node._clock_fenced).
             "clock_alarm": st.clock_alarm,
+            # Peers' clocks minus this node's (ms, from heartbeats), and why this node fenced
+            # itself for its clock ("" = it did not).
+            "clock_offsets_ms": {str(k): v for k, v in st.clock_offsets_ms.items()},
+            "clock_fenced": st.clock_fenced,
         }
 
     # ------------------------------------------------------------------ writes

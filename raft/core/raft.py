@@ -343,6 +343,12 @@ class RaftCore:
             case Role.FOLLOWER:
                 self._step_follower(m)
 
+    def step_down(self) -> None:
+        """Stop leading now (the driver's clock fence: this node's clock runs ahead of a quorum
+        of its peers, so it must not stamp entries). A no-op for a non-leader."""
+        if self.role is Role.LEADER:
+            self._become_follower(self.term, NONE)
+
     def campaign(self) -> None:
         """Start an election now (tests and operators; normally elections start by timeout)."""
         self._hup(transfer=False)

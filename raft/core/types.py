@@ -141,6 +141,9 @@ class Heartbeat:
     term: int
     commit: int  # min(leader commit, follower's known match) so a follower never commits unseen
     read_ctx: int = 0  # non-zero: a ReadIndex round the follower must acknowledge
+    # The sender's physical clock (ms) when it sent this; 0 = not stamped. The core leaves it 0;
+    # the driver stamps outgoing heartbeats so peers can measure clock offsets (raft.node).
+    clock_ms: int = 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -149,6 +152,7 @@ class HeartbeatResponse:
     dst: NodeId
     term: int
     read_ctx: int = 0
+    clock_ms: int = 0  # as in Heartbeat
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

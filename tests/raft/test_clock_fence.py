@@ -30,7 +30,7 @@ async def _leader(nodes: dict[int, RaftNode], *, besides: int = 0) -> RaftNode:
     raise AssertionError("no leader with a sane clock was elected")
 
 
-async def test_a_leader_whose_clock_jumps_ahead_cannot_commit_its_future(tmp_path: Path) -> None:
+def _cluster(tmp_path: Path) -> tuple[dict[int, RaftNode], dict[int, OffsetClock]]:
     ids = [1, 2, 3]
     peers = dict(zip(ids, (("127.0.0.1", p) for p in free_ports(3)), strict=True))
     clocks = {i: OffsetClock(SystemClock(), 0) for i in ids}
@@ -53,6 +53,11 @@ async def test_a_leader_whose_clock_jumps_ahead_cannot_commit_its_future(tmp_pat
         )
         for i in ids
     }
+    return nodes, clocks
+
+
+async def test_a_leader_whose_clock_jumps_ahead_cannot_commit_its_future(tmp_path: Path) -> None:
+    nodes, clocks = _cluster(tmp_path)
     for n in nodes.values():
         await n.start()
     try:
@@ -83,8 +88,44 @@ async def test_a_leader_whose_clock_jumps_ahead_cannot_commit_its_future(tmp_pat
             assert physical_ms(n.clock.now()) <= now_ms + 2 * OFFSET_MS, i
             applied = n.sm.applied  # type: ignore[attr-defined]
             assert b"from the future" not in applied and applied[-1] == b"after"
+        # Fenced on both sides: the followers dropped its future entries, and/or it saw from
+        # their heartbeats that its clock runs ahead of theirs and fenced itself.
         alarms = [n.status().clock_alarm for i, n in nodes.items() if i != bad.node_id]
-        assert any(a.get("peer") == bad.node_id and a["ahead_ms"] > JUMP_MS / 2 for a in alarms)
+        assert bad.status().clock_fenced or any(
+            a.get("peer") == bad.node_id and a["ahead_ms"] > JUMP_MS / 2 for a in alarms
+        )
+    finally:
+        for n in nodes.values():
+            await n.stop()
+
+
+async def test_a_node_whose_clock_runs_ahead_of_a_quorum_fences_itself_until_fixed(
+    tmp_path: Path,
+) -> None:
+    """From heartbeats, a leader learns its clock is ahead of both peers: it steps down, does
+    not campaign or serve, and says why; once its clock is right again (its offset to the new
+    leader is within bounds) it serves again."""
+    nodes, clocks = _cluster(tmp_path)
+    for n in nodes.values():
+        await n.start()
+    try:
+        bad = await _leader(nodes)
+        clocks[bad.node_id].offset_ms = 10_000
+        deadline = time.monotonic() + WAIT_S
+        while not bad.status().clock_fenced:
+            assert time.monotonic() < deadline, "the node did not notice its clock runs ahead"
+            await asyncio.sleep(0.02)
+        assert "ahead of 2 of its 2 fellow voters" in bad.status().clock_fenced
+        good = await _leader(nodes, besides=bad.node_id)
+        await good.propose(b"while fenced")
+        assert not bad.is_leader() and not bad.ready_to_serve
+        offsets = nodes[good.node_id].status().clock_offsets_ms
+        assert offsets[bad.node_id] > 9_000  # the others see it ahead too
+        clocks[bad.node_id].offset_ms = 0
+        deadline = time.monotonic() + WAIT_S
+        while bad.status().clock_fenced or not bad.ready_to_serve:
+            assert time.monotonic() < deadline, "the fence was not lifted once the clock was right"
+            await asyncio.sleep(0.02)
     finally:
         for n in nodes.values():
             await n.stop()

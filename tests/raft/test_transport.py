@@ -43,7 +43,7 @@ from raft.errors import (
     TransportConfigError,
 )
 from raft.limits import PEER_INBOUND_CONNECTIONS_MAX
-from raft.transport import PeerTransport, load_or_create_secret
+from raft.transport import PROTOCOL_VERSION, PeerTransport, load_or_create_secret
 from raft.wire import encode_message
 
 SECRET = b"0123456789abcdef0123456789abcdef"
@@ -448,7 +448,9 @@ async def read_frame(reader: asyncio.StreamReader) -> Any:
 
 
 def proof_mac(secret: bytes, role: str, client: int, server: int, cn: bytes, sn: bytes) -> bytes:
-    material = msgpack.packb([role, 1, CLUSTER, client, server, cn, sn], use_bin_type=True)
+    material = msgpack.packb(
+        [role, PROTOCOL_VERSION, CLUSTER, client, server, cn, sn], use_bin_type=True
+    )
     return hmac.new(secret, material, hashlib.sha256).digest()
 
 
@@ -458,7 +460,7 @@ async def raw_connect(
     """Authenticate as `as_id`; `after_proof` is written together with the proof."""
     reader, writer = await asyncio.open_connection(HOST, port)
     cn = os.urandom(32)
-    writer.write(frame(["raft-peer-hello", 1, CLUSTER, as_id, to_id, cn]))
+    writer.write(frame(["raft-peer-hello", PROTOCOL_VERSION, CLUSTER, as_id, to_id, cn]))
     kind, sn = await read_frame(reader)
     assert kind == "raft-peer-challenge"
     writer.write(frame(["raft-peer-proof", proof_mac(secret, "client", as_id, to_id, cn, sn)]))
