@@ -310,6 +310,7 @@ class RaftNode:
         # monotonic time of the sample); and why this node fenced itself ("" = it did not).
         self._peer_clocks: dict[NodeId, tuple[int, float]] = {}
         self.clock_fenced = ""
+        self._fenced_by_quorum = False  # True: also no campaigns (see _check_own_clock)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -739,11 +740,14 @@ class RaftNode:
         return {p: off for p, (off, at) in self._peer_clocks.items() if now - at <= fresh_s}
 
     def _check_own_clock(self) -> None:
-        """A node whose clock is more than the max offset ahead of (or behind) a quorum of its
-        fellow voters, as measured from heartbeats, fences itself: it steps down, does not
-        campaign, and does not serve (`ready_to_serve`), until its offset to a leader is back
-        within bounds. Ahead, it would stamp future Tm; behind, it could not serve recent
-        reads (and `_clock_fenced` drops the leader's entries anyway)."""
+        """Fence this node when its clock is more than the max offset off, as measured from
+        heartbeats (ahead, it would stamp future Tm; behind, it cannot serve recent reads):
+        * off a quorum of its fellow voters (a leader hears them all): it steps down, does not
+          campaign and does not serve, until its offset to a leader is back within bounds;
+        * off its leader (a follower hears only the leader): it does not serve, but it still
+          may campaign - it may be the leader whose clock is wrong, which then fences itself
+          by the first rule and steps down, lifting this fence once a sane leader is heard.
+        (`_clock_fenced` also makes followers drop the entries of a leader far ahead.)"""
         core = self.core
         if core is None:
             return
@@ -758,26 +762,38 @@ class RaftNode:
         behind = [p for p in peers if offsets.get(p, 0) > limit]
         off = ahead_of if len(ahead_of) >= quorum else behind if len(behind) >= quorum else []
         if len(voters) > 1 and off:
-            if not self.clock_fenced:
+            if not self._fenced_by_quorum:
                 worst = max((offsets[p] for p in off), key=abs)
-                self.clock_fenced = (
+                self._fence(
                     f"this node's clock is {abs(worst)} ms {'ahead of' if worst < 0 else 'behind'} "
                     f"{len(off)} of its {len(peers)} fellow voters (max offset {limit} ms): it "
-                    "does not lead, campaign or serve until its clock is fixed"
+                    "does not lead, campaign or serve until its clock is fixed",
+                    by_quorum=True,
                 )
-                log.error("clock fence: %s", self.clock_fenced)
             if core.is_leader():
                 core.step_down()
             return
         leader = core.leader
-        if (
-            self.clock_fenced
-            and leader not in (0, self.node_id)
-            and leader in offsets
-            and abs(offsets[leader]) <= limit
-        ):
-            log.warning("clock fence lifted: offset to leader %d is %d ms", leader, offsets[leader])
+        if leader not in (0, self.node_id) and leader in offsets:
+            lead = offsets[leader]
+            if abs(lead) > limit:
+                if not self.clock_fenced:
+                    where = "behind" if lead > 0 else "ahead of"
+                    self._fence(
+                        f"this node's clock is {abs(lead)} ms {where} its leader {leader}'s "
+                        f"(max offset {limit} ms): it does not serve until the clocks agree",
+                        by_quorum=False,
+                    )
+                return
+        if self.clock_fenced and (not self._fenced_by_quorum or leader in offsets):
+            log.warning("clock fence lifted (offsets now %s)", offsets)
             self.clock_fenced = ""
+            self._fenced_by_quorum = False
+
+    def _fence(self, reason: str, *, by_quorum: bool) -> None:
+        self.clock_fenced = reason
+        self._fenced_by_quorum = by_quorum
+        log.error("clock fence: %s", reason)
 
     def _clock_fenced(self, m: Message) -> bool:
         """Drop a message that would bring in a Tm further ahead of our clock than twice the
@@ -872,8 +888,8 @@ class RaftNode:
         ticks, self._ticks_due = self._ticks_due, 0
         if ticks:
             self._check_own_clock()
-        if self.clock_fenced:
-            ticks = 0  # no campaigns (and no stamps) from a node whose clock runs ahead
+        if self._fenced_by_quorum:
+            ticks = 0  # no campaigns (and no stamps) from a node whose clock is off a quorum
         for _ in range(min(ticks, 100)):
             core.tick(self.clock.now())
         ops, self._ops = self._ops, []

@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from hlc import HybridClock, SystemClock, physical_ms
+from hlc import HybridClock, OffsetClock, SystemClock, physical_ms
 from metastore import limits as mlimits
 from metastore.commands import ExpireSessions, InitCluster, encode_command
 from metastore.daemon.config import NodeSettings, load_node_config
@@ -77,7 +77,7 @@ class MetastoreNode:
         self.settings = settings
         cluster = settings.cluster
         self.secrets = ensure_secrets(cluster.secrets_dir)
-        self.clock = HybridClock(SystemClock(), max_offset_ms=cluster.cs_max_ms)
+        self.clock = HybridClock(_physical_clock(), max_offset_ms=cluster.cs_max_ms)
         self.sm = CatalogStateMachine(
             check_invariants=os.environ.get("METASTORE_CHECK_INVARIANTS") == "1"
         )
@@ -252,6 +252,23 @@ class MetastoreNode:
                 "(this node's clock-offset check still uses the config file's cs_max_ms)",
                 extra={"dd_ms": applied.dd_ms, "cs_max_ms": applied.cs_max_ms},
             )
+
+
+# Fault injection for tests/chaos: start this process with its wall clock shifted (ms).
+FAULT_CLOCK_OFFSET_ENV = "METASTORE_FAULT_CLOCK_OFFSET_MS"
+
+
+def _physical_clock() -> SystemClock | OffsetClock:
+    raw = os.environ.get(FAULT_CLOCK_OFFSET_ENV, "")
+    if not raw:
+        return SystemClock()
+    offset_ms = int(raw)
+    log.warning(
+        "FAULT INJECTION: this node's clock is shifted by %d ms (%s is set)",
+        offset_ms,
+        FAULT_CLOCK_OFFSET_ENV,
+    )
+    return OffsetClock(SystemClock(), offset_ms)
 
 
 async def serve(settings: NodeSettings, *, bootstrap: bool = False) -> int:

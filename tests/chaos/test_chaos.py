@@ -40,6 +40,7 @@ from typing import Any
 
 import pytest
 
+from metastore.daemon.node import FAULT_CLOCK_OFFSET_ENV
 from metastore.errors import ErrorCode, MetastoreError
 from spark_bridge.client import SyncMetastoreClient
 from tests.daemon.harness import MetastoreCluster, metastore_cluster
@@ -53,6 +54,8 @@ DDL_TABLE = "ch.ddl"
 # An error that does not say whether the operation happened.
 UNKNOWN_CODES = {ErrorCode.UNAVAILABLE, ErrorCode.TIMEOUT, ErrorCode.UNKNOWN, ErrorCode.INTERNAL}
 MIN_ACKED_COMMITS = 10
+# The "skew" fault's clock shift: far beyond the chaos cluster's CSmax (100 ms).
+SKEW_MS = 2_000
 READY_WAIT_S = 60.0
 
 
@@ -64,6 +67,7 @@ class History:
     safe_times: dict[int, list[int]] = field(default_factory=dict)
     terms: set[int] = field(default_factory=set)
     faults: list[str] = field(default_factory=list)
+    fences_seen: int = 0  # skewed nodes seen fencing themselves
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
@@ -188,6 +192,23 @@ def _fault(c: MetastoreCluster, rng: random.Random, kind: str, h: History) -> No
         time.sleep(hold_s)
         for i in c.ids:
             c.start(i)
+    elif kind == "skew":
+        # A follower restarted with its clock far ahead (beyond CSmax): it must fence itself
+        # (NOT_READY, no campaigns) while the others go on; then it comes back with a good clock.
+        leader = _leader(c)
+        victim = rng.choice([i for i in c.ids if i != leader and i in c.procs] or [leader])
+        c.kill(victim)
+        c.start(victim, env={FAULT_CLOCK_OFFSET_ENV: str(SKEW_MS)})
+        deadline = time.monotonic() + max(hold_s, 5.0)
+        while time.monotonic() < deadline:
+            st = c.try_status(victim)
+            if st and st.get("clock_fenced"):
+                h.fences_seen += 1
+                break
+            time.sleep(0.1)
+        time.sleep(hold_s)
+        c.kill(victim)
+        c.start(victim)
     elif kind == "pause":
         victim = rng.choice(list(c.procs))
         proc = c.procs[victim]
@@ -216,7 +237,7 @@ def chaos_cluster(tmp_path: Path) -> Iterator[MetastoreCluster]:
 def test_chaos_history_is_consistent(chaos_cluster: MetastoreCluster, seed: int) -> None:
     c = chaos_cluster
     rng = random.Random(seed)
-    kinds = ["kill_leader", "kill_follower", "pause", "kill_all"]
+    kinds = ["kill_leader", "kill_follower", "pause", "kill_all", "skew"]
     rng.shuffle(kinds)
     schedule = kinds + [rng.choice(kinds) for _ in range(max(0, int(DURATION_S / 5) - 4))]
     h = History()
@@ -285,6 +306,8 @@ def _check(c: MetastoreCluster, h: History, seed: int, schedule: list[str]) -> N
                 assert after >= before, f"node {node} safe time went back {where}"
         assert len(h.terms) >= 2, f"no leader change happened {where}"
         assert len(h.faults) == len(schedule), f"not every fault fired {where}"
+        skews = sum(kind == "skew" for kind in schedule)
+        assert h.fences_seen == skews, f"a skewed node did not fence itself {where}"
         outcomes = [o["outcome"] for o in h.commits.values()]
         print(  # shown with -s (make chaos): what the run actually exercised
             f"chaos seed {seed}: commits ok/fail/unknown "

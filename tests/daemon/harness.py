@@ -113,9 +113,12 @@ class MetastoreCluster:
     def token(self, role: str = "admin") -> str:
         return (self.dir / "secrets" / f"{role}.token").read_text().strip()
 
-    def start(self, node_id: int, *, bootstrap: bool | None = None) -> None:
+    def start(
+        self, node_id: int, *, bootstrap: bool | None = None, env: dict[str, str] | None = None
+    ) -> None:
         """Start node `node_id`; its first start by this harness bootstraps its identity (pass
-        `bootstrap` to decide otherwise, e.g. to restart a node whose data was wiped)."""
+        `bootstrap` to decide otherwise, e.g. to restart a node whose data was wiped). `env`
+        adds environment variables (fault injection, e.g. a shifted clock)."""
         if bootstrap is None:
             bootstrap = node_id not in self._bootstrapped
         self._bootstrapped.add(node_id)
@@ -134,7 +137,7 @@ class MetastoreCluster:
             cwd=REPO,
             stdout=out,
             stderr=subprocess.STDOUT,
-            env={**os.environ, "METASTORE_CHECK_INVARIANTS": "1"},
+            env={**os.environ, "METASTORE_CHECK_INVARIANTS": "1", **(env or {})},
         )
         out.close()
 
