@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from metastore.commands import Command, InitCluster
 from metastore.ddl import parse_ddl
+from metastore.errors import MetastoreError
 from metastore.outcome import Outcome
 from metastore.state import MetastoreState
 
@@ -35,3 +36,24 @@ class Driver:
         outcome = self.sql(text, request_id=request_id, step_ms=step_ms)
         outcome.raise_for_error()
         return outcome.result
+
+
+def ok(d: Driver, cmd: Command, *, step_ms: int = 1) -> dict[str, object]:
+    """Apply `cmd`, which must succeed and keep every invariant; its result."""
+    outcome = d.apply(cmd, step_ms=step_ms)
+    outcome.raise_for_error()
+    d.state.check_invariants()
+    return outcome.result
+
+
+def refused(
+    d: Driver, cmd: Command, error: type[MetastoreError], *, step_ms: int = 1
+) -> MetastoreError:
+    """Apply `cmd`, which must fail with `error` and leave the state exactly as it was."""
+    before = d.state.to_snapshot()
+    outcome = d.apply(cmd, step_ms=step_ms)
+    exc = outcome.exception()
+    assert isinstance(exc, error), outcome
+    assert d.state.to_snapshot() == before
+    d.state.check_invariants()
+    return exc

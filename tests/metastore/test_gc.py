@@ -46,7 +46,7 @@ from metastore.errors import (
     TableNotFoundError,
 )
 from metastore.state import MetastoreState
-from tests.metastore._driver import DD, DD_MS, MS, Driver
+from tests.metastore._driver import DD, DD_MS, MS, Driver, ok, refused
 from tests.metastore._support import DETERMINISTIC
 
 T = TableName.of("ns", "t")
@@ -61,24 +61,6 @@ def table_driver() -> Driver:
     d.ok("CREATE TABLE ns.u (id BIGINT)")
     d.tm += (DD_MS + 1) * MS
     return d
-
-
-def ok(d: Driver, cmd: Command, *, step_ms: int = 1) -> dict[str, object]:
-    outcome = d.apply(cmd, step_ms=step_ms)
-    outcome.raise_for_error()
-    d.state.check_invariants()
-    return outcome.result
-
-
-def refused(
-    d: Driver, cmd: Command, error: type[MetastoreError], *, step_ms: int = 1
-) -> MetastoreError:
-    before = d.state.to_snapshot()
-    outcome = d.apply(cmd, step_ms=step_ms)
-    exc = outcome.exception()
-    assert isinstance(exc, error), outcome
-    assert d.state.to_snapshot() == before
-    return exc
 
 
 def commit(d: Driver, txn: str, *, add: tuple[str, ...] = (), overwrite: bool = False) -> int:

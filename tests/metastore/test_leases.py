@@ -41,7 +41,7 @@ from metastore.errors import (
     SessionNotFoundError,
 )
 from metastore.state import MetastoreState
-from tests.metastore._driver import MS, Driver
+from tests.metastore._driver import MS, Driver, ok, refused
 from tests.metastore._support import DETERMINISTIC
 
 T = TableName.of("ns", "t")
@@ -55,25 +55,6 @@ def open_cmd(session_id: str = "s1", *, ttl_ms: int = TTL_MS, info: SessionInfo 
 
 def key(version: int, *, table_id: int = 1, table: TableName = T) -> LeaseKey:
     return LeaseKey(table=table, table_id=table_id, version=version)
-
-
-def ok(d: Driver, cmd: Command, *, step_ms: int = 1) -> dict[str, object]:
-    outcome = d.apply(cmd, step_ms=step_ms)
-    outcome.raise_for_error()
-    d.state.check_invariants()
-    return outcome.result
-
-
-def refused(
-    d: Driver, cmd: Command, error: type[MetastoreError], *, step_ms: int = 1
-) -> MetastoreError:
-    before = d.state.to_snapshot()
-    outcome = d.apply(cmd, step_ms=step_ms)
-    exc = outcome.exception()
-    assert isinstance(exc, error), outcome
-    assert d.state.to_snapshot() == before
-    d.state.check_invariants()
-    return exc
 
 
 def alter(n: int) -> Command:
