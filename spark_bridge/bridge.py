@@ -159,12 +159,30 @@ class MetastoreBridge:
                 app_name=str(sc.appName or app_name),
                 ttl_ms=session_ttl_ms,
             )
+            self._close_with(sc)
         # The newest commit timestamp of this bridge's batches (0 = none yet): later batches read
         # at or above it. Batches may run on several threads (streaming queries), hence the lock.
         self._last_commit_ts = 0
         self._commit_lock = threading.Lock()
         self.batch_retries = 0  # micro-batches re-planned after a retryable refusal (metric)
         self._queries_seen: set[str] = set()  # streaming query ids this bridge ran a batch of
+
+    def _close_with(self, sc: Any) -> None:
+        """Close the metastore session when the Spark application stops (spark.stop() calls
+        SparkContext.stop), so its leases stop blocking schema changes at once instead of
+        when the session's TTL runs out. PySpark has no stop listener for Python code, so the
+        context's `stop` is wrapped (each bridge wraps it once; the wrappers chain)."""
+        original = sc.stop
+        session = self.session
+
+        def stop(*args: Any, **kwargs: Any) -> Any:
+            try:
+                if session is not None:
+                    session.close()
+            finally:
+                return original(*args, **kwargs)  # noqa: B012 - Spark must stop regardless
+
+        sc.stop = stop
 
     def close(self) -> None:
         """Close the session (releasing its leases) and the client."""

@@ -157,3 +157,35 @@ def test_an_alter_waits_for_a_killed_driver_only_until_its_session_expires(
     assert second["version"] == 3 and second["finished"] >= batch_ended
     ended = env.client.session_list(include_ended=True)["ended"]
     assert any(e["session_id"] == killed["session_id"] and e["reason"] == "ttl" for e in ended)
+
+
+def test_spark_stop_closes_the_bridges_session(spark_env: SparkEnv) -> None:
+    """spark.stop() closes the metastore session at once (its leases stop blocking schema
+    changes), not only when the session's TTL runs out or the process exits."""
+    env = spark_env
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "tests.spark.driver_stops_spark",
+            "--endpoints",
+            ",".join(env.endpoints),
+            "--token-file",
+            str(env.cluster.dir / "secrets" / "admin.token"),
+        ],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        first = read_line_within(proc, 60.0)
+        assert first, f"driver exited early: {proc.wait(10)}"
+        session_id = json.loads(first)["session_id"]
+        assert json.loads(read_line_within(proc, 60.0)) == {"stopped": True}
+        assert proc.poll() is None  # still running: only spark.stop() can have closed it
+        ended = env.client.session_list(include_ended=True)["ended"]
+        assert any(e["session_id"] == session_id and e["reason"] == "closed" for e in ended)
+    finally:
+        proc.kill()
+        proc.wait(10)
