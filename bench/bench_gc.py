@@ -31,34 +31,25 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
-import os
 import sys
-import tempfile
 import time
 import uuid
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final
 
-from rich.console import Console
 from rich.table import Table
 
 from bench.bench_catalog import (
     CS_MAX_MS,
     DD_MS,
-    NODE_IDS,
     RESULTS_DIR,
-    TABLE_WIDTH_NON_TTY,
     Cluster,
     Connection,
-    RequestFailedError,
-    machine_info,
-    new_event_loop,
-    percentile,
     progress,
 )
+from bench.section import measure_table, ok, publish, run_on_cluster, stats, value, verdict
 
 TABLE: Final = "bench.gc"
 PTS_CONNECTIONS: Final = 8
@@ -97,21 +88,6 @@ class Results:
     snapshot_bytes_after_gc: int | None = None
 
 
-def _stats(values: list[float]) -> dict[str, float]:
-    if not values:
-        return {}
-    return {"p50": percentile(values, 0.50), "p99": percentile(values, 0.99), "max": max(values)}
-
-
-async def _ok(conn: Connection, op: str, timeout_s: float = 30.0, **args: Any) -> dict[str, Any]:
-    reply = await conn.call(op, timeout_s=timeout_s, **args)
-    if not reply.get("ok"):
-        raise RequestFailedError(f"{op}: {reply.get('error')}")
-    result = reply["result"]
-    assert isinstance(result, dict)
-    return result
-
-
 def _now_hlc() -> int:
     return (time.time_ns() // 1_000_000) << 16
 
@@ -145,8 +121,8 @@ async def protect_churn(cluster: Cluster, leader: int, seconds: float, r: Result
     started = time.perf_counter()
     await asyncio.gather(*(loop(c) for c in conns for _ in range(PTS_PIPELINE)))
     r.protect_pairs_per_s = pairs / (time.perf_counter() - started)
-    r.protect_ms = _stats(protect_ms)
-    r.release_ms = _stats(release_ms)
+    r.protect_ms = stats(protect_ms)
+    r.release_ms = stats(release_ms)
     r.pts_errors = errors
     for c in conns:
         c.close()
@@ -155,14 +131,14 @@ async def protect_churn(cluster: Cluster, leader: int, seconds: float, r: Result
 async def gc_files(cluster: Cluster, leader: int, files: int, r: Results) -> None:
     writer = await cluster.connect(leader, "writer")
     admin = await cluster.connect(leader, "admin")
-    location = Path(str((await _ok(writer, "describe", table=TABLE))["location"]))
+    location = Path(str((await ok(writer, "describe", table=TABLE))["location"]))
     r.files = files
     for start in range(0, files, COMMIT_FILES):
         tag = f"c{start // COMMIT_FILES}"
         add = await asyncio.to_thread(
             _write_files, location, tag, range(start, min(files, start + COMMIT_FILES))
         )
-        await _ok(
+        await ok(
             writer,
             "commit",
             timeout_s=60.0,
@@ -171,7 +147,7 @@ async def gc_files(cluster: Cluster, leader: int, files: int, r: Results) -> Non
             timeout_ms=30_000,
         )
     (kept,) = await asyncio.to_thread(_write_files, location, "last", range(1))
-    await _ok(
+    await ok(
         writer,
         "commit",
         txn_id="bench-gc-overwrite",
@@ -179,7 +155,7 @@ async def gc_files(cluster: Cluster, leader: int, files: int, r: Results) -> Non
     )
     await asyncio.sleep(1.5)  # past the table's 1 s gc.ttl
     t0 = time.perf_counter()
-    run = await _ok(
+    run = await ok(
         admin,
         "gc_run",
         timeout_s=GC_RUN_TIMEOUT_MS / 1000 + 5,
@@ -274,8 +250,8 @@ async def measure_all(cluster: Cluster, params: Params, r: Results) -> None:
     await cluster.start_all(CLUSTER_START_WAIT_S)
     leader = await cluster.wait_ready(CLUSTER_START_WAIT_S)
     admin = await cluster.connect(leader, "admin")
-    await _ok(admin, "ddl", sql="CREATE NAMESPACE IF NOT EXISTS bench", request_id="ns")
-    await _ok(
+    await ok(admin, "ddl", sql="CREATE NAMESPACE IF NOT EXISTS bench", request_id="ns")
+    await ok(
         admin,
         "ddl",
         sql=f"CREATE TABLE {TABLE} (id BIGINT) TBLPROPERTIES ('gc.ttl' = '1s')",
@@ -313,17 +289,12 @@ def targets(r: Results) -> dict[str, dict[str, Any]]:
 
 
 def render(r: Results, verdicts: dict[str, dict[str, Any]]) -> Table:
-    t = Table(title="protected timestamps and GC (3 nodes, fsync on, DD = CSmax = 500 ms)")
-    t.add_column("measure")
-    t.add_column("value", justify="right")
-    t.add_column("target")
-
-    def fmt(v: float | None, spec: str = ",.1f") -> str:
-        return "n/a" if v is None else format(v, spec)
+    t = measure_table("protected timestamps and GC (3 nodes, fsync on, DD = CSmax = 500 ms)")
 
     def mark(key: str) -> str:
-        met = verdicts[key]["met"]
-        return f"{verdicts[key]['target']}: " + {True: "met", False: "MISSED", None: "n/a"}[met]
+        return verdict(verdicts, key)
+
+    fmt = value
 
     t.add_row("protect+release pairs/s", fmt(r.protect_pairs_per_s, ",.0f"), "")
     t.add_row(
@@ -358,47 +329,25 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     params = Params.for_mode(quick=args.quick)
     started = datetime.now(UTC)
-    machine = machine_info()
     r = Results()
-    error: str | None = None
-    with tempfile.TemporaryDirectory(prefix="bench-gc-") as tmp:
-        cluster = Cluster(Path(tmp), settings=dict(SETTINGS))
-        try:
-            with asyncio.Runner(loop_factory=new_event_loop) as runner:
-                runner.run(measure_all(cluster, params, r))
-        except (RequestFailedError, OSError) as exc:
-            error = f"{type(exc).__name__}: {exc}"
-            progress(f"FAILED: {error}")
-        finally:
-            cluster.stop_all()
+    error = run_on_cluster(
+        "gc", lambda cluster: measure_all(cluster, params, r), settings=dict(SETTINGS)
+    )
     progress(f"(c) snapshot size of {params.files:,} removed entries before/after GC (in-process)")
     snapshot_sizes(params.files, r)
     verdicts = targets(r)
-    console = Console(width=None if sys.stdout.isatty() else TABLE_WIDTH_NON_TTY)
-    console.print(render(r, verdicts))
-    args.results_dir.mkdir(parents=True, exist_ok=True)
-    path = args.results_dir / f"gc-{started.strftime('%Y%m%dT%H%M%SZ')}.json"
-    document = {
-        "started_utc": started.isoformat(),
-        "finished_utc": datetime.now(UTC).isoformat(),
-        "command": " ".join(["python -m bench.bench_gc", *argv]),
-        "machine": {**machine, "loadavg_1_5_15_min_at_end": list(os.getloadavg())},
-        "cluster": {
-            "nodes": len(NODE_IDS),
-            "dd_ms": DD_MS,
-            "cs_max_ms": CS_MAX_MS,
-            "fsync": True,
-            **SETTINGS,
-        },
-        "params": asdict(params),
-        "complete": error is None,
-        "error": error,
-        "results": asdict(r),
-        "targets": verdicts,
-    }
-    path.write_text(json.dumps(document, indent=2, sort_keys=True) + "\n")
-    progress(f"results written to {path}")
-    return 0 if error is None else 1
+    return publish(
+        name="gc",
+        argv=argv,
+        started=started,
+        params=params,
+        results=r,
+        verdicts=verdicts,
+        table=render(r, verdicts),
+        error=error,
+        results_dir=args.results_dir,
+        cluster_extra=dict(SETTINGS),
+    )
 
 
 if __name__ == "__main__":

@@ -25,10 +25,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import sys
-import tempfile
 import time
 import uuid
 from dataclasses import asdict, dataclass, field
@@ -36,27 +34,21 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final
 
-from rich.console import Console
 from rich.table import Table
 
 from bench.bench_catalog import (
-    CS_MAX_MS,
-    DD_MS,
     DDL_FLOOR_MS,
     NODE_IDS,
     RESULTS_DIR,
-    TABLE_WIDTH_NON_TTY,
     TARGET_DDL_MS_MAX,
     Cluster,
     Connection,
     HostUsage,
     RequestFailedError,
     host_sample,
-    machine_info,
-    new_event_loop,
-    percentile,
     progress,
 )
+from bench.section import measure_table, ok, publish, run_on_cluster, stats, value, verdict
 
 TABLE: Final = "bench.leased"
 TARGET_LEASE_PAIRS_PER_S_MIN: Final = 5_000.0
@@ -103,28 +95,9 @@ class Results:
     ddl_floor_ms: float = float(DDL_FLOOR_MS)
 
 
-def _stats(values: list[float]) -> dict[str, float]:
-    if not values:
-        return {}
-    return {
-        "p50": percentile(values, 0.50),
-        "p99": percentile(values, 0.99),
-        "max": max(values),
-    }
-
-
-async def _ok(conn: Connection, op: str, timeout_s: float = 30.0, **args: Any) -> dict[str, Any]:
-    reply = await conn.call(op, timeout_s=timeout_s, **args)
-    if not reply.get("ok"):
-        raise RequestFailedError(f"{op}: {reply.get('error')}")
-    result = reply["result"]
-    assert isinstance(result, dict)
-    return result
-
-
 async def _open_session(conn: Connection, n: int, ttl_ms: int = SESSION_TTL_MS) -> str:
     session_id = uuid.uuid4().hex
-    await _ok(
+    await ok(
         conn,
         "session_open",
         session_id=session_id,
@@ -141,7 +114,7 @@ async def _open_session(conn: Connection, n: int, ttl_ms: int = SESSION_TTL_MS) 
 async def lease_churn(cluster: Cluster, leader: int, seconds: float, r: Results) -> None:
     conns = [await cluster.connect(leader, "writer") for _ in range(LEASE_CONNECTIONS)]
     admin = conns[0]
-    pinned = await _ok(admin, "pin", tables=[TABLE], ts=_now_hlc())
+    pinned = await ok(admin, "pin", tables=[TABLE], ts=_now_hlc())
     key = {"table": TABLE, "table_id": pinned["pins"][0]["table_id"]}
     key["version"] = pinned["pins"][0]["version"]
     sessions = [await _open_session(c, i) for i, c in enumerate(conns)]
@@ -176,11 +149,11 @@ async def lease_churn(cluster: Cluster, leader: int, seconds: float, r: Results)
     elapsed = time.perf_counter() - started
     r.lease_window_usage = asdict(HostUsage.between(before, host_sample(cluster.pid(leader))))
     r.lease_pairs_per_s = pairs / elapsed
-    r.acquire_ms = _stats(acquire_ms)
-    r.release_ms = _stats(release_ms)
+    r.acquire_ms = stats(acquire_ms)
+    r.release_ms = stats(release_ms)
     r.lease_errors = errors
     for c, s in zip(conns, sessions, strict=True):
-        await _ok(c, "session_close", session_id=s)
+        await ok(c, "session_close", session_id=s)
         c.close()
 
 
@@ -214,11 +187,11 @@ async def heartbeats(
     busy = HostUsage.between(before, host_sample(pid))
     r.heartbeat_sessions = sessions
     r.heartbeats_per_s = len(latencies) / busy.window_s
-    r.heartbeat_ms = _stats(latencies)
+    r.heartbeat_ms = stats(latencies)
     r.leader_cpu_idle_cores = idle.node_cpu_cores
     r.leader_cpu_heartbeats_cores = busy.node_cpu_cores
     for i, s in enumerate(ids):
-        await _ok(conns[i % len(conns)], "session_close", session_id=s)
+        await ok(conns[i % len(conns)], "session_close", session_id=s)
     for c in conns:
         c.close()
 
@@ -233,14 +206,14 @@ async def ddl_with_leases(cluster: Cluster, leader: int, count: int, r: Results)
         # Every holder runs a "batch" at the latest version, as the bridge does: pin + lease,
         # then drop the previous batch's lease. What is held never blocks the next ALTER.
         for c, s in zip(holders, sessions, strict=True):
-            pin = (await _ok(c, "pin", tables=[TABLE], ts=_now_hlc(), session_id=s))["pins"][0]
+            pin = (await ok(c, "pin", tables=[TABLE], ts=_now_hlc(), session_id=s))["pins"][0]
             key = {"table": TABLE, "table_id": pin["table_id"], "version": pin["version"]}
             stale = [k for k in held if k["version"] != key["version"]]
             if stale:
-                await _ok(c, "lease_release", session_id=s, leases=stale)
+                await ok(c, "lease_release", session_id=s, leases=stale)
         held = [key]
         t0 = time.perf_counter()
-        await _ok(
+        await ok(
             admin,
             "ddl",
             timeout_s=15.0,
@@ -249,7 +222,7 @@ async def ddl_with_leases(cluster: Cluster, leader: int, count: int, r: Results)
         )
         r.ddl_ms.append((time.perf_counter() - t0) * 1000)
     for c, s in zip(holders, sessions, strict=True):
-        await _ok(c, "session_close", session_id=s)
+        await ok(c, "session_close", session_id=s)
         c.close()
     admin.close()
 
@@ -262,8 +235,8 @@ async def measure_all(cluster: Cluster, params: Params, r: Results) -> None:
     await cluster.start_all(CLUSTER_START_WAIT_S)
     leader = await cluster.wait_ready(CLUSTER_START_WAIT_S)
     admin = await cluster.connect(leader, "admin")
-    await _ok(admin, "ddl", sql="CREATE NAMESPACE IF NOT EXISTS bench", request_id="ns")
-    await _ok(admin, "ddl", sql=f"CREATE TABLE {TABLE} (id BIGINT)", request_id="t")
+    await ok(admin, "ddl", sql="CREATE NAMESPACE IF NOT EXISTS bench", request_id="ns")
+    await ok(admin, "ddl", sql=f"CREATE TABLE {TABLE} (id BIGINT)", request_id="t")
     admin.close()
     progress(f"(a) lease churn for {params.lease_seconds:g} s on node {leader} (the leader)")
     await lease_churn(cluster, leader, params.lease_seconds, r)
@@ -300,17 +273,12 @@ def targets(r: Results) -> dict[str, dict[str, Any]]:
 
 
 def render(r: Results, verdicts: dict[str, dict[str, Any]]) -> Table:
-    t = Table(title="sessions and schema leases (3 nodes, fsync on, DD = CSmax = 500 ms)")
-    t.add_column("measure")
-    t.add_column("value", justify="right")
-    t.add_column("target")
-
-    def fmt(v: float | None, spec: str = ",.1f") -> str:
-        return "n/a" if v is None else format(v, spec)
+    t = measure_table("sessions and schema leases (3 nodes, fsync on, DD = CSmax = 500 ms)")
 
     def mark(key: str) -> str:
-        met = verdicts[key]["met"]
-        return f"{verdicts[key]['target']}: " + {True: "met", False: "MISSED", None: "n/a"}[met]
+        return verdict(verdicts, key)
+
+    fmt = value
 
     t.add_row(
         "acquire+release pairs/s", fmt(r.lease_pairs_per_s, ",.0f"), mark("lease_pairs_per_s")
@@ -345,7 +313,7 @@ def render(r: Results, verdicts: dict[str, dict[str, Any]]) -> Table:
         f"{fmt(r.leader_cpu_idle_cores, '.3f')} -> {fmt(r.leader_cpu_heartbeats_cores, '.3f')}",
         "",
     )
-    ddl = _stats(r.ddl_ms)
+    ddl = stats(r.ddl_ms)
     t.add_row(
         f"ALTER with leases held, p50 / max ms (floor {DDL_FLOOR_MS})",
         f"{fmt(ddl.get('p50'))} / {fmt(ddl.get('max'))}",
@@ -364,39 +332,20 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     params = Params.for_mode(quick=args.quick)
     started = datetime.now(UTC)
-    machine = machine_info()
     r = Results()
-    error: str | None = None
-    with tempfile.TemporaryDirectory(prefix="bench-leases-") as tmp:
-        cluster = Cluster(Path(tmp))
-        try:
-            with asyncio.Runner(loop_factory=new_event_loop) as runner:
-                runner.run(measure_all(cluster, params, r))
-        except (RequestFailedError, OSError) as exc:
-            error = f"{type(exc).__name__}: {exc}"
-            progress(f"FAILED: {error}")
-        finally:
-            cluster.stop_all()
+    error = run_on_cluster("leases", lambda cluster: measure_all(cluster, params, r))
     verdicts = targets(r)
-    console = Console(width=None if sys.stdout.isatty() else TABLE_WIDTH_NON_TTY)
-    console.print(render(r, verdicts))
-    args.results_dir.mkdir(parents=True, exist_ok=True)
-    path = args.results_dir / f"leases-{started.strftime('%Y%m%dT%H%M%SZ')}.json"
-    document = {
-        "started_utc": started.isoformat(),
-        "finished_utc": datetime.now(UTC).isoformat(),
-        "command": " ".join(["python -m bench.bench_leases", *argv]),
-        "machine": {**machine, "loadavg_1_5_15_min_at_end": list(os.getloadavg())},
-        "cluster": {"nodes": len(NODE_IDS), "dd_ms": DD_MS, "cs_max_ms": CS_MAX_MS, "fsync": True},
-        "params": asdict(params),
-        "complete": error is None,
-        "error": error,
-        "results": asdict(r),
-        "targets": verdicts,
-    }
-    path.write_text(json.dumps(document, indent=2, sort_keys=True) + "\n")
-    progress(f"results written to {path}")
-    return 0 if error is None else 1
+    return publish(
+        name="leases",
+        argv=argv,
+        started=started,
+        params=params,
+        results=r,
+        verdicts=verdicts,
+        table=render(r, verdicts),
+        error=error,
+        results_dir=args.results_dir,
+    )
 
 
 if __name__ == "__main__":
