@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import selectors
 import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -193,6 +194,27 @@ def only(items: Iterable[T]) -> T:
     found = list(items)
     assert len(found) == 1, found
     return found[0]
+
+
+def start_driver(env: SparkEnv, module: str, *args: str) -> subprocess.Popen[str]:
+    """Start `python -m <module> --endpoints ... --token-file <admin token> *args` (one of this
+    package's driver scripts) with text pipes; the caller kills it by PID."""
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            module,
+            "--endpoints",
+            ",".join(env.endpoints),
+            "--token-file",
+            str(env.cluster.dir / "secrets" / "admin.token"),
+            *args,
+        ],
+        cwd=Path(__file__).resolve().parents[2],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def read_line_within(proc: subprocess.Popen[str], timeout_s: float) -> str:

@@ -8,8 +8,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -19,12 +17,12 @@ import pytest
 from metastore.errors import MetastoreError
 from spark_bridge.client import SyncMetastoreClient
 from spark_bridge.files import new_attempt_dir
-from tests.daemon.harness import REPO
 from tests.spark.support import (
     CLIENT_TIMEOUT_MS,
     SparkEnv,
     committed_txns,
     read_line_within,
+    start_driver,
     wait_until,
     write_parquet,
 )
@@ -55,26 +53,8 @@ def test_driver_killed_between_writing_files_and_committing(env: SparkEnv) -> No
     log_before = committed_txns(env.client)
     live_before = {t: env.live_paths(t) for t in (EVENTS, TOTALS)}
     txn_id = "killed-driver:0"
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "tests.spark.driver_until_killed",
-            "--endpoints",
-            ",".join(env.endpoints),
-            "--token-file",
-            str(env.cluster.dir / "secrets" / "admin.token"),
-            "--txn-id",
-            txn_id,
-            "--rows",
-            "7",
-            EVENTS,
-            TOTALS,
-        ],
-        cwd=REPO,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
+    proc = start_driver(
+        env, "tests.spark.driver_until_killed", "--txn-id", txn_id, "--rows", "7", EVENTS, TOTALS
     )
     try:
         line = read_line_within(proc, DRIVER_LINE_TIMEOUT_S)

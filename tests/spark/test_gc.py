@@ -9,8 +9,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,11 +18,10 @@ from pyspark.sql import SparkSession
 
 from metastore.errors import BeforeGcThresholdError
 from tests.daemon.harness import metastore_cluster
-from tests.spark.support import SparkEnv, read_line_within, rows_of, wait_until
+from tests.spark.support import SparkEnv, read_line_within, rows_of, start_driver, wait_until
 
 pytestmark = pytest.mark.slow
 
-REPO = Path(__file__).resolve().parents[2]
 TABLE = "gcs.events"
 GRACE_MS = 2_000
 KILLED_TTL_MS = 1_500
@@ -89,25 +86,14 @@ def test_a_killed_drivers_attempt_is_kept_while_its_session_lives_then_collected
     gc_env: SparkEnv,
 ) -> None:
     env = gc_env
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "tests.spark.driver_until_killed",
-            "--endpoints",
-            ",".join(env.endpoints),
-            "--token-file",
-            str(env.cluster.dir / "secrets" / "admin.token"),
-            "--txn-id",
-            "killed-writer:0",
-            "--lease-ttl-ms",
-            str(KILLED_TTL_MS),
-            TABLE,
-        ],
-        cwd=REPO,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
+    proc = start_driver(
+        env,
+        "tests.spark.driver_until_killed",
+        "--txn-id",
+        "killed-writer:0",
+        "--lease-ttl-ms",
+        str(KILLED_TTL_MS),
+        TABLE,
     )
     try:
         line = read_line_within(proc, 30.0)

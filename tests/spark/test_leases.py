@@ -9,20 +9,16 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 import threading
 import time
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.spark.support import SparkEnv, read_line_within, rows_of
+from tests.spark.support import SparkEnv, read_line_within, rows_of, start_driver
 
 pytestmark = pytest.mark.slow
 
-REPO = Path(__file__).resolve().parents[2]
 TABLE = "lease.events"
 HOLD_S = 2.0  # how long the batch keeps running after the second ALTER was sent
 
@@ -86,25 +82,14 @@ def test_an_alter_waits_for_a_killed_driver_only_until_its_session_expires(
     env.ddl("CREATE NAMESPACE IF NOT EXISTS lease")
     env.ddl(f"CREATE TABLE {table} (id BIGINT)")
     bridge = env.bridge(app_name="survivor")
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "tests.spark.driver_until_killed",
-            "--endpoints",
-            ",".join(env.endpoints),
-            "--token-file",
-            str(env.cluster.dir / "secrets" / "admin.token"),
-            "--txn-id",
-            "killed-lessee:0",
-            "--lease-ttl-ms",
-            str(KILLED_TTL_MS),
-            table,
-        ],
-        cwd=REPO,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
+    proc = start_driver(
+        env,
+        "tests.spark.driver_until_killed",
+        "--txn-id",
+        "killed-lessee:0",
+        "--lease-ttl-ms",
+        str(KILLED_TTL_MS),
+        table,
     )
     second: dict[str, Any] = {}
     try:
@@ -163,21 +148,7 @@ def test_spark_stop_closes_the_bridges_session(spark_env: SparkEnv) -> None:
     """spark.stop() closes the metastore session at once (its leases stop blocking schema
     changes), not only when the session's TTL runs out or the process exits."""
     env = spark_env
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "tests.spark.driver_stops_spark",
-            "--endpoints",
-            ",".join(env.endpoints),
-            "--token-file",
-            str(env.cluster.dir / "secrets" / "admin.token"),
-        ],
-        cwd=REPO,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc = start_driver(env, "tests.spark.driver_stops_spark")
     try:
         first = read_line_within(proc, 60.0)
         assert first, f"driver exited early: {proc.wait(10)}"
