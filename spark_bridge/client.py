@@ -131,6 +131,8 @@ SYNC_CLOSE_TIMEOUT_MS: Final = 5_000
 # Retryable codes that mean "this node did not do it; another one may": fail over.
 # Files per `files` page the client asks for (the server may return fewer, by bytes).
 FILES_PAGE_LIMIT: Final = 10_000
+# Protection records per `pts_list` page.
+PTS_PAGE_LIMIT: Final = 100
 _FAILOVER_CODES: Final = frozenset(
     {
         ErrorCode.NOT_READY.value,
@@ -588,7 +590,21 @@ class MetastoreClient:
         return await self.call("pts_release", {"record_id": record_id})
 
     async def protections(self, *, include_released: bool = False) -> dict[str, Any]:
-        return await self.call("pts_list", {"all": include_released})
+        """Every protection record (and released ones), following the server's pages."""
+        args: dict[str, Any] = {"all": include_released, "limit": PTS_PAGE_LIMIT}
+        first = await self.call("pts_list", args)
+        records = list(first.get("records", []))
+        released = list(first.get("released", []))
+        token = first.get("next_page_token")
+        while token:
+            page = await self.call("pts_list", {**args, "page_token": token})
+            records.extend(page.get("records", []))
+            released.extend(page.get("released", []))
+            token = page.get("next_page_token")
+        out = {**first, "records": records, "next_page_token": None}
+        if include_released:
+            out["released"] = released
+        return out
 
     async def protection(self, record_id: str) -> dict[str, Any]:
         return await self.call("pts_show", {"record_id": record_id})

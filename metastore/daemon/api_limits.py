@@ -28,3 +28,6 @@ FORWARD_CONNECTIONS_MAX: Final = 64
 FILES_PAGE_FILES_MAX: Final = 10_000
 FILES_PAGE_BYTES_MAX: Final = 2 * 1024 * 1024
 FILES_ENTRY_OVERHEAD_BYTES: Final = 96
+
+# `pts_list` records per page: a record names at most 100 targets (~25 KiB with long names).
+PTS_PAGE_RECORDS_MAX: Final = 100

@@ -254,7 +254,7 @@ class ApiServer:
             "pts_release": _Op(
                 Role.WRITER, self._pts_release, frozenset({"record_id", "timeout_ms"})
             ),
-            "pts_list": _Op(Role.READER, self._pts_list, frozenset({"all"})),
+            "pts_list": _Op(Role.READER, self._pts_list, frozenset({"all", "limit", "page_token"})),
             "pts_show": _Op(Role.READER, self._pts_show, frozenset({"record_id"})),
             "gc_status": _Op(Role.READER, self._gc_status, frozenset({"table"})),
             "gc_run": _Op(Role.ADMIN, self._gc_run, frozenset({"table", "dry_run", "timeout_ms"})),
@@ -1065,18 +1065,55 @@ class ApiServer:
         return dict((await self._propose_command(session, cmd, _timeout(args)))["result"])
 
     async def _pts_list(self, _s: Session, args: Args) -> dict[str, Any]:
+        """Protection records (and, with `all`, released ones), paged: a record can name 100
+        targets, so 4,096 of them outgrow one frame. Active records come first, by id, then
+        released ones, by release Tm; `page_token` is where the previous page stopped (keyset,
+        so records created or released meanwhile shift nothing). A client that does not page
+        gets the whole list only if it fits one page, else LIMIT_EXCEEDED."""
         self._require_ready()
         show_all = args.get("all", False)
         if not isinstance(show_all, bool):
             raise BadRequestError("'all' must be a boolean")
+        limit = _opt_int(args, "limit", 1, L.PTS_PAGE_RECORDS_MAX)
+        token = _opt_str(args, "page_token", 2 * mlimits.MAX_PROTECTION_ID_CHARS)
         gc = self.sm.state.gc
+        active = sorted(gc.records(), key=lambda r: r.record_id)
+        released = sorted(gc.released(), key=lambda r: r.released_tm) if show_all else []
+        if token is not None:
+            kind, _, key = token.partition(":")
+            if kind == "a":
+                active = [r for r in active if r.record_id > key]
+            elif kind == "r" and key.isdigit():
+                active = []
+                released = [r for r in released if r.released_tm > int(key)]
+            else:
+                raise BadRequestError(f"'page_token' {token!r} is not one this server handed out")
+        count = limit or L.PTS_PAGE_RECORDS_MAX
+        page_active = active[:count]
+        page_released = released[: count - len(page_active)]
+        more = len(page_active) < len(active) or len(page_released) < len(released)
+        if more and limit is None and token is None:
+            raise limit_exceeded(
+                "PTS_PAGE_RECORDS_MAX",
+                L.PTS_PAGE_RECORDS_MAX,
+                len(active) + len(released),
+                "protection records in one reply (page with 'limit' and 'page_token')",
+            )
+        next_token = None
+        if more:
+            next_token = (
+                f"r:{page_released[-1].released_tm}"
+                if page_released
+                else f"a:{page_active[-1].record_id}"
+            )
         result: dict[str, Any] = {
             "meta": gc.meta(),
-            "records": [r.view() for r in gc.records()],
+            "records": [r.view() for r in page_active],
             "safe_time": self.node.safe_time,
+            "next_page_token": next_token,
         }
         if show_all:
-            result["released"] = [r.view() for r in gc.released()]
+            result["released"] = [r.view() for r in page_released]
         return result
 
     async def _pts_show(self, _s: Session, args: Args) -> dict[str, Any]:

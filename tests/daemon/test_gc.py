@@ -308,3 +308,31 @@ def test_roles_expiry_and_the_cli(cluster: MetastoreCluster) -> None:
     finally:
         for cl in (writer, other, reader, admin):
             cl.close()
+
+
+def test_protection_lists_are_paged(cluster: MetastoreCluster) -> None:
+    """`pts_list` pages (a record can name 100 targets, so thousands outgrow one frame); the
+    client follows the pages, active records by id and then released ones by release time."""
+    writer = _client(cluster)
+    raw = cluster.client(cluster.ids[0], role="reader")
+    try:
+        now = writer.clock.now()
+        ids = [f"page-{i:03d}" for i in range(250)]
+        for record_id in ids:
+            writer.protect(now, tables=[TABLE], record_id=record_id)
+        for record_id in ids[:120]:
+            writer.release_protection(record_id)
+        listing = writer.protections(include_released=True)
+        active = [r["record_id"] for r in listing["records"] if r["record_id"].startswith("page-")]
+        released = {r["record_id"] for r in listing["released"]}
+        assert active == ids[120:]  # every page, in id order, nothing twice
+        assert set(ids[:120]) <= released
+        r = raw.call("pts_list")
+        assert not r["ok"] and r["error"]["code"] == "LIMIT_EXCEEDED"
+        r = raw.call("pts_list", limit=7)
+        assert r["ok"] and len(r["result"]["records"]) == 7 and r["result"]["next_page_token"]
+        for record_id in ids[120:]:
+            writer.release_protection(record_id)
+    finally:
+        writer.close()
+        raw.close()
