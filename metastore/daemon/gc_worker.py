@@ -45,7 +45,7 @@ from metastore.commands import (
 from metastore.daemon.metrics import NodeMetrics
 from metastore.daemon.statemachine import CatalogStateMachine
 from metastore.errors import MetastoreError, NotLeaderError, UnavailableError
-from metastore.gc import incarnation, ttl_ms_of
+from metastore.gc import ThresholdBound, incarnation, ttl_ms_of
 from metastore.outcome import Outcome
 from metastore.state import MetastoreState
 from raft.errors import RaftError
@@ -232,7 +232,7 @@ class GcWorker:
         report.threshold = state.gc.threshold(table_id)
         return report
 
-    def _bound(self, inc: TableState) -> Any:
+    def _bound(self, inc: TableState) -> ThresholdBound:
         state = self.sm.state
         assert state.cluster is not None
         return state.gc.bound(
