@@ -101,12 +101,14 @@ from metastore.errors import (
     NamespaceNotEmptyError,
     NamespaceNotFoundError,
     NotFoundAtTimestampError,
+    SchemaJobConflictError,
     TableAlreadyExistsError,
     TableNotFoundError,
     limit_exceeded,
 )
 from metastore.outcome import Effect, SchemaVersionPublished, TableDropped
 from metastore.schema import (
+    Column,
     Schema,
     add_column,
     alter_column_type,
@@ -144,9 +146,32 @@ class Namespace:
         return self.dropped_tm is None
 
 
+# States of a column that a multi-step schema change job (metastore.jobs) is adding or dropping.
+# delete-only: hidden from readers and writers; write-only: hidden from readers, filled by writers.
+DELETE_ONLY: Final = "delete_only"
+WRITE_ONLY: Final = "write_only"
+PENDING_STATES: Final = (DELETE_ONLY, WRITE_ONLY)
+ADDING: Final = "add"
+DROPPING: Final = "drop"
+PENDING_ACTIONS: Final = (ADDING, DROPPING)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PendingColumn:
+    """A top-level column that is not public: being added or dropped by job `job_id`."""
+
+    column: Column
+    state: str  # one of PENDING_STATES
+    job_id: int
+    action: str  # one of PENDING_ACTIONS
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SchemaVersion:
-    """The definition of one table incarnation in force from `tu` (inclusive)."""
+    """The definition of one table incarnation in force from `tu` (inclusive).
+
+    `schema` holds the public columns: what readers see. `pending` holds the columns a schema
+    change job is adding or dropping; writers also fill the write-only ones (`write_schema`)."""
 
     table_id: int
     version: int
@@ -157,6 +182,15 @@ class SchemaVersion:
     tu: int  # activation: tm + DD
     summary: str  # canonical SQL of the change(s), e.g. "ADD COLUMN x INT"
     location: str = ""  # Invariant: the incarnation's location (not stored per version)
+    pending: tuple[PendingColumn, ...] = ()  # Invariant: ordered by field id
+
+    @property
+    def write_schema(self) -> Schema:
+        """What a writer pinned to this version writes: the public columns, then the write-only
+        ones (filled with their DEFAULT, or NULL), so a reader of an older version that still
+        shows them finds values in new files."""
+        extra = tuple(p.column for p in self.pending if p.state == WRITE_ONLY)
+        return Schema(columns=self.schema.columns + extra) if extra else self.schema
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -553,6 +587,36 @@ class Catalog:
                 "version": current.version,
                 "tu": current.tu,
             }, ()
+        check_pending_names(name, schema, current.pending)
+        return self.publish_version(
+            inc,
+            schema=schema,
+            pending=current.pending,
+            properties=new_properties,
+            next_field_id=next_field_id,
+            summary="; ".join(c.to_sql() for c in cmd.changes),
+            tm=tm,
+            dd=dd,
+            before_publish=before_publish,
+        )
+
+    def publish_version(
+        self,
+        inc: TableState,
+        *,
+        schema: Schema,
+        pending: tuple[PendingColumn, ...],
+        next_field_id: int,
+        summary: str,
+        tm: int,
+        dd: int,
+        properties: Properties | None = None,
+        before_publish: Callable[[TableState], None] | None = None,
+    ) -> Applied:
+        """Publish the next version of live incarnation `inc` (ALTER TABLE and the steps of
+        schema change jobs). Validates first; writes nothing if anything raises."""
+        name = inc.name
+        current = inc.versions[-1]
         if len(inc.versions) >= limits.MAX_SCHEMA_VERSIONS_PER_TABLE:
             raise limit_exceeded(
                 "MAX_SCHEMA_VERSIONS_PER_TABLE",
@@ -560,6 +624,7 @@ class Catalog:
                 len(inc.versions) + 1,
                 f"schema versions of {name}",
             )
+        validate_schema(schema, ids_assigned=True)
         if before_publish is not None:
             before_publish(inc)
         tu = tm + dd
@@ -568,11 +633,12 @@ class Catalog:
             version=current.version + 1,
             schema=schema,
             comment=current.comment,
-            properties=new_properties,
+            properties=current.properties if properties is None else properties,
             tm=tm,
             tu=tu,
-            summary="; ".join(c.to_sql() for c in cmd.changes),
+            summary=summary,
             location=inc.location,
+            pending=tuple(sorted(pending, key=lambda p: p.column.field_id)),
         )
         new_inc = replace(
             inc,
@@ -775,6 +841,23 @@ def _apply_change(
             return schema, next_field_id
 
 
+def check_pending_names(
+    name: TableName, schema: Schema, pending: tuple[PendingColumn, ...]
+) -> None:
+    """A public column may not take the name of a column a job is adding or dropping: writers
+    pinned to the version still fill the pending one under that name."""
+    taken = {p.column.name.casefold(): p for p in pending}
+    for column in schema.columns:
+        p = taken.get(column.name.casefold())
+        if p is not None:
+            action = "added" if p.action == ADDING else "dropped"
+            raise SchemaJobConflictError(
+                f"{name}: column {p.column.name} is being {action} by schema change job "
+                f"{p.job_id}; wait for it to finish (metastore job show {p.job_id}) or cancel it",
+                details={"table": str(name), "column": p.column.name, "job_id": p.job_id},
+            )
+
+
 def _exists_at(inc: TableState, top: int) -> bool:
     return inc.tus[0] <= top and (inc.dropped_tu is None or top < inc.dropped_tu)
 
@@ -870,12 +953,25 @@ def _check_incarnation(name: TableName, inc: TableState, *, dd: int, last_tm: in
         except MetastoreError as e:
             raise fail(f"version {v.version}: {e.message}") from e
         ids = set(v.schema.field_ids())
+        pending_ids = [p.column.field_id for p in v.pending]
+        if pending_ids != sorted(set(pending_ids)) or ids & set(pending_ids):
+            raise fail(f"version {v.version}: pending field ids repeat or are public")
+        try:
+            check_pending_names(name, v.schema, v.pending)
+        except MetastoreError as e:
+            raise fail(f"version {v.version}: {e.message}") from e
+        if any(p.state not in PENDING_STATES or p.action not in PENDING_ACTIONS for p in v.pending):
+            raise fail(f"version {v.version}: bad pending column state")
+        ids |= set(pending_ids)
         if max(ids) >= inc.next_field_id:
             raise fail(f"version {v.version}: field id not below next_field_id")
         if ids & retired:
             raise fail(f"version {v.version}: reuses retired field ids {sorted(ids & retired)}")
         if previous is not None:
-            retired |= set(previous.schema.field_ids()) - ids
+            before = set(previous.schema.field_ids()) | {
+                p.column.field_id for p in previous.pending
+            }
+            retired |= before - ids
         previous = v
     if (inc.dropped_tm is None) != (inc.dropped_tu is None):
         raise fail("half-dropped")
@@ -957,6 +1053,12 @@ def _version_to_data(v: SchemaVersion) -> list[object]:
         [list(p) for p in v.properties],
         v.summary,
         [column_to_data(c) for c in v.schema.columns],
+        # An 8th item only when a job has pending columns (older snapshots have 7).
+        *(
+            [[[column_to_data(p.column), p.state, p.job_id, p.action] for p in v.pending]]
+            if v.pending
+            else []
+        ),
     ]
 
 
@@ -980,9 +1082,12 @@ def _incarnation_from_data(name: TableName, data: object) -> TableState:
     table_id = _snap_int(row[0])
     versions = []
     for item in _snap_list(row[5]):
-        v = _snap_list(item, 7)
+        v = _snap_list(item)
+        if len(v) not in (7, 8):
+            raise MalformedSnapshotError("schema version must be a list of 7 or 8 items")
         try:
             columns = tuple(column_from_data(c) for c in _snap_list(v[6]))
+            pending = tuple(_pending_from_data(p) for p in _snap_list(v[7])) if len(v) == 8 else ()
         except MetastoreError as e:
             raise MalformedSnapshotError(f"bad column: {e.message}") from None
         versions.append(
@@ -996,6 +1101,7 @@ def _incarnation_from_data(name: TableName, data: object) -> TableState:
                 summary=_snap_str(v[5]),
                 schema=Schema(columns=columns),
                 location=location,
+                pending=pending,
             )
         )
     if not versions:
@@ -1010,6 +1116,16 @@ def _incarnation_from_data(name: TableName, data: object) -> TableState:
         versions=tuple(versions),
         tus=tuple(v.tu for v in versions),
         location=location,
+    )
+
+
+def _pending_from_data(data: object) -> PendingColumn:
+    row = _snap_list(data, 4)
+    state, action = _snap_str(row[1]), _snap_str(row[3])
+    if state not in PENDING_STATES or action not in PENDING_ACTIONS:
+        raise MalformedSnapshotError(f"bad pending column state {state!r}/{action!r}")
+    return PendingColumn(
+        column=column_from_data(row[0]), state=state, job_id=_snap_int(row[2]), action=action
     )
 
 

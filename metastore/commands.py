@@ -633,6 +633,44 @@ class GcFilesDeleted:
 
 GcCommand = Protect | ReleaseProtection | AdvanceGcThreshold | GcFilesDeleted
 
+
+# --- Multi-step schema change jobs (metastore.jobs) -------------------------------------------
+# A job starts from an ALTER TABLE (DROP COLUMN, ADD COLUMN ... NOT NULL DEFAULT); these move it.
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AdvanceSchemaJob:
+    """Proposed by the leader's job worker: take job `job_id` from step index `step` to the
+    next. Compare-and-swap on `step`, so a duplicate from an old leader changes nothing."""
+
+    request_id: str = ""
+    job_id: int
+    step: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CancelSchemaJob:
+    """Roll a running job back to the table's last public version (a new version)."""
+
+    request_id: str = ""
+    job_id: int
+    by: str = ""  # the caller's token name, filled by the daemon
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SchemaJobBackfilled:
+    """A backfill rewrote every file of the table, live at `snapshot_ts`, that lacked the job's
+    new column (`files_rewritten` of them, already committed)."""
+
+    request_id: str = ""
+    job_id: int
+    snapshot_ts: int
+    files_rewritten: int
+    by: str = ""
+
+
+JobCommand = AdvanceSchemaJob | CancelSchemaJob | SchemaJobBackfilled
+
 Command = (
     InitCluster
     | CreateNamespace
@@ -651,6 +689,9 @@ Command = (
     | ReleaseProtection
     | AdvanceGcThreshold
     | GcFilesDeleted
+    | AdvanceSchemaJob
+    | CancelSchemaJob
+    | SchemaJobBackfilled
 )
 
 
@@ -771,6 +812,21 @@ def validate_command(cmd: Command) -> None:
                 _validate_count(key.version, "version")
         case Protect() | ReleaseProtection() | AdvanceGcThreshold() | GcFilesDeleted():
             _validate_gc_command(cmd)
+        case AdvanceSchemaJob() | CancelSchemaJob() | SchemaJobBackfilled():
+            if cmd.job_id < 1:
+                raise InvalidArgumentError(
+                    "job_id must be positive", details={"job_id": cmd.job_id}
+                )
+            _validate_count(cmd.job_id, "job_id")
+            match cmd:
+                case AdvanceSchemaJob():
+                    _validate_count(cmd.step, "step")
+                case CancelSchemaJob():
+                    _validate_label(cmd.by, "by")
+                case SchemaJobBackfilled():
+                    _validate_count(cmd.snapshot_ts, "snapshot_ts")
+                    _validate_count(cmd.files_rewritten, "files_rewritten")
+                    _validate_label(cmd.by, "by")
 
 
 def _validate_gc_command(cmd: GcCommand) -> None:
@@ -1442,6 +1498,18 @@ def command_to_data(cmd: Command) -> dict[str, object]:
                 "table_id": cmd.table_id,
                 "paths": list(cmd.paths),
             }
+        case AdvanceSchemaJob():
+            body = {"type": "advance_schema_job", "job_id": cmd.job_id, "step": cmd.step}
+        case CancelSchemaJob():
+            body = {"type": "cancel_schema_job", "job_id": cmd.job_id, "by": cmd.by}
+        case SchemaJobBackfilled():
+            body = {
+                "type": "schema_job_backfilled",
+                "job_id": cmd.job_id,
+                "snapshot_ts": cmd.snapshot_ts,
+                "files_rewritten": cmd.files_rewritten,
+                "by": cmd.by,
+            }
     return {**head, **body, "request_id": cmd.request_id}
 
 
@@ -1727,6 +1795,20 @@ def _command_from_data(obj: object) -> Command:
             table=table_name_from_data(f.items("table")),
             table_id=f.integer("table_id"),
             paths=tuple(str(p) for p in paths),
+        )
+    elif kind == "advance_schema_job":
+        cmd = AdvanceSchemaJob(
+            request_id=request_id, job_id=f.integer("job_id"), step=f.integer("step")
+        )
+    elif kind == "cancel_schema_job":
+        cmd = CancelSchemaJob(request_id=request_id, job_id=f.integer("job_id"), by=f.text("by"))
+    elif kind == "schema_job_backfilled":
+        cmd = SchemaJobBackfilled(
+            request_id=request_id,
+            job_id=f.integer("job_id"),
+            snapshot_ts=f.integer("snapshot_ts"),
+            files_rewritten=f.integer("files_rewritten"),
+            by=f.text("by"),
         )
     else:
         raise MalformedCommandError(f"unknown command type {kind!r}")

@@ -59,6 +59,11 @@ class ErrorCode(StrEnum):
     # GC thresholds and protected timestamps (metastore.gc).
     BEFORE_GC_THRESHOLD = "BEFORE_GC_THRESHOLD"
     PROTECTION_NOT_FOUND = "PROTECTION_NOT_FOUND"
+    # Multi-step schema change jobs (metastore.jobs).
+    SCHEMA_JOB_NOT_FOUND = "SCHEMA_JOB_NOT_FOUND"
+    SCHEMA_JOB_CONFLICT = "SCHEMA_JOB_CONFLICT"
+    SCHEMA_JOB_STATE = "SCHEMA_JOB_STATE"
+    BACKFILL_INCOMPLETE = "BACKFILL_INCOMPLETE"
     # Client API (daemon) codes: see docs/protocol.md.
     UNAUTHENTICATED = "UNAUTHENTICATED"
     FORBIDDEN = "FORBIDDEN"
@@ -340,6 +345,36 @@ class ProtectionNotFoundError(MetastoreError):
     code = ErrorCode.PROTECTION_NOT_FOUND
 
 
+class SchemaJobNotFoundError(MetastoreError):
+    """No schema change job with this id. Details: `job_id`."""
+
+    code = ErrorCode.SCHEMA_JOB_NOT_FOUND
+
+
+class SchemaJobConflictError(MetastoreError):
+    """The change touches a column that a running schema change job is adding or dropping.
+    Details: `table`, `column`, `job_id`. Not retryable as is: wait for the job or cancel it."""
+
+    code = ErrorCode.SCHEMA_JOB_CONFLICT
+
+
+class SchemaJobStateError(MetastoreError):
+    """The job is not in a state that allows this (a step already taken by another proposal,
+    a finished job cancelled, a backfill reported before its step). Details: `job_id`,
+    `status`, `step`."""
+
+    code = ErrorCode.SCHEMA_JOB_STATE
+
+
+class BackfillIncompleteError(MetastoreError):
+    """A writer pinned to a version without the new column committed after the backfill's
+    snapshot, so some files still lack it. Retryable: run the backfill again. Details:
+    `job_id`, `snapshot_ts`, `last_old_write_ts`."""
+
+    code = ErrorCode.BACKFILL_INCOMPLETE
+    retryable = True
+
+
 # ---- client API errors (raised by the daemon shell and rebuilt by the client) ---------------
 
 
@@ -443,6 +478,10 @@ _BY_CODE: dict[str, type[MetastoreError]] = {
         SchemaChangeBlockedError,
         BeforeGcThresholdError,
         ProtectionNotFoundError,
+        SchemaJobNotFoundError,
+        SchemaJobConflictError,
+        SchemaJobStateError,
+        BackfillIncompleteError,
         UnauthenticatedError,
         ForbiddenError,
         BadRequestError,

@@ -278,10 +278,13 @@ class Sessions:
 
     def blockers(self, inc: TableState, *, tm: int) -> list[Result]:
         """Unexpired leases at `tm` on versions below `inc`'s current one, with their holders."""
-        current = inc.versions[-1].version
+        return self.leases_below(inc.table_id, inc.versions[-1].version, tm=tm)
+
+    def leases_below(self, table_id: int, version: int, *, tm: int) -> list[Result]:
+        """Unexpired leases at `tm` on versions of `table_id` below `version`, with holders."""
         out: list[Result] = []
         for lease in self._leases.values():
-            if lease.table_id != inc.table_id or lease.version >= current:
+            if lease.table_id != table_id or lease.version >= version:
                 continue
             session = self._sessions[lease.session_id]
             if session.live_at(tm):

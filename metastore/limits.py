@@ -177,3 +177,9 @@ PROTECTION_OWNER_GRACE_MS = 60_000
 GC_PURGE_FILES_MAX = 10_000
 # Paths one GcFilesDeleted command names.
 MAX_GC_PATHS_PER_COMMAND = GC_PURGE_FILES_MAX
+
+# --- Multi-step schema change jobs (metastore.jobs) -------------------------------------------
+# Jobs that are not finished, cluster-wide: each holds a pending column in a table's schema.
+MAX_RUNNING_SCHEMA_JOBS = 256
+# Finished jobs kept for `job list/show` (the oldest finished are forgotten first).
+MAX_FINISHED_SCHEMA_JOBS_KEPT = 1_000

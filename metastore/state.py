@@ -49,7 +49,9 @@ from metastore.catalog import Catalog, Namespace, SchemaVersion, TableDescriptio
 from metastore.commands import (
     AcquireLeases,
     AdvanceGcThreshold,
+    AdvanceSchemaJob,
     AlterTable,
+    CancelSchemaJob,
     CloseSession,
     Command,
     CommitTxn,
@@ -65,6 +67,7 @@ from metastore.commands import (
     Protect,
     ReleaseLeases,
     ReleaseProtection,
+    SchemaJobBackfilled,
     TableName,
     decode_command,
     encode_command,
@@ -83,6 +86,7 @@ from metastore.errors import (
     TableNotFoundError,
 )
 from metastore.gc import GcState
+from metastore.jobs import SchemaJobs, multi_step_change
 from metastore.leases import Sessions
 from metastore.outcome import Effect, Outcome, SchemaVersionPublished, TableDropped
 from metastore.txn import (
@@ -100,7 +104,8 @@ from metastore.txn import (
 # (`catalog.NAMESPACE_FORM`, older forms still load), not this version.
 # 3: sessions and schema leases (metastore.leases); version 2 snapshots load with none.
 # 4: GC thresholds and protected timestamps (metastore.gc); older snapshots load with none.
-SNAPSHOT_FORMAT_VERSION: Final = 4
+# 5: schema change jobs (metastore.jobs); older snapshots load with none.
+SNAPSHOT_FORMAT_VERSION: Final = 5
 _SNAPSHOT_KEYS_V1: Final = frozenset(
     {"v", "applied_index", "last_tm", "cluster", "catalog", "requests"}
 )
@@ -127,6 +132,7 @@ class MetastoreState:
         "catalog",
         "cluster",
         "gc",
+        "jobs",
         "last_tm",
         "requests",
         "sessions",
@@ -141,6 +147,7 @@ class MetastoreState:
         self.txns = TxnLog()
         self.sessions = Sessions()
         self.gc = GcState()
+        self.jobs = SchemaJobs()
         self.requests = RequestLog()
 
     @property
@@ -230,6 +237,8 @@ class MetastoreState:
         effects: tuple[Effect, ...]
         if isinstance(command, CommitTxn):
             result, deduplicated = self.txns.commit(command, tm=tm, dd=dd, catalog=self.catalog)
+            if not deduplicated:
+                self._observe_commit(command, result)
             return Outcome(ok=True, result=result, deduplicated=deduplicated)
         match command:
             case OpenSession():
@@ -265,6 +274,8 @@ class MetastoreState:
                 return Outcome.success(
                     self.gc.files_deleted(command, catalog=self.catalog, txns=self.txns)
                 )
+            case SchemaJobBackfilled():
+                return Outcome.success(self.jobs.backfilled(command, tm=tm))
         match command:
             case CreateNamespace():
                 result, effects = self.catalog.create_namespace(command, tm=tm, dd=dd)
@@ -275,20 +286,63 @@ class MetastoreState:
             case DropTable():
                 result, effects = self.catalog.drop_table(command, tm=tm, dd=dd)
             case AlterTable():
-                # The two-version invariant: no third leased version (metastore.leases).
-                result, effects = self.catalog.alter_table(
+                change = multi_step_change(command)
+                if change is not None:
+                    result, effects = self.jobs.start(
+                        command,
+                        change,
+                        tm=tm,
+                        dd=dd,
+                        catalog=self.catalog,
+                        sessions=self.sessions,
+                    )
+                else:
+                    # The two-version invariant: no third leased version (metastore.leases).
+                    result, effects = self.catalog.alter_table(
+                        command,
+                        tm=tm,
+                        dd=dd,
+                        before_publish=lambda inc: self.sessions.check_publish(inc, tm=tm),
+                    )
+            case AdvanceSchemaJob():
+                table_id = self.jobs.get(command.job_id).table_id
+                live_files = (
+                    self.txns.table_stats(table_id).live_files
+                    if table_id in self.txns.table_ids()
+                    else 0
+                )
+                result, effects = self.jobs.advance(
                     command,
                     tm=tm,
                     dd=dd,
-                    before_publish=lambda inc: self.sessions.check_publish(inc, tm=tm),
+                    catalog=self.catalog,
+                    sessions=self.sessions,
+                    live_files=live_files,
+                )
+            case CancelSchemaJob():
+                result, effects = self.jobs.cancel(
+                    command, tm=tm, dd=dd, catalog=self.catalog, sessions=self.sessions
                 )
             case _:
                 assert_never(command)
-        self._register_tables(effects)
+        self._register_tables(effects, tm=tm)
         return Outcome.success(result, effects)
 
-    def _register_tables(self, effects: tuple[Effect, ...]) -> None:
-        """Keep the txn log's registrations in step with the catalog (cannot fail)."""
+    def _observe_commit(self, command: CommitTxn, result: dict[str, object]) -> None:
+        """Tell the schema jobs which versions this commit wrote at (cannot fail)."""
+        ts, tables, table_ids = result["ts"], result["tables"], result["table_ids"]
+        assert isinstance(ts, int)
+        assert isinstance(tables, list)
+        assert isinstance(table_ids, list)
+        ids = dict(zip(tables, table_ids, strict=True))
+        for w in command.writes:
+            table_id = ids.get(str(w.table))
+            if isinstance(table_id, int):
+                self.jobs.observe_commit(table_id, w.schema_version, ts)
+
+    def _register_tables(self, effects: tuple[Effect, ...], *, tm: int) -> None:
+        """Keep the txn log's registrations (and the schema jobs) in step with the catalog
+        (cannot fail)."""
         for effect in effects:
             match effect:
                 case SchemaVersionPublished(version=1):
@@ -302,6 +356,7 @@ class MetastoreState:
                 case TableDropped():
                     self.txns.forget(table_id=effect.table_id, ts=effect.tu)
                     self.sessions.forget_table(effect.table_id)
+                    self.jobs.table_dropped(effect.table_id, tm=tm)
                 case SchemaVersionPublished():
                     pass
 
@@ -422,6 +477,7 @@ class MetastoreState:
         self.txns.check_invariants(catalog=self.catalog, dd=dd, last_tm=self.last_tm)
         self.sessions.check_invariants(catalog=self.catalog, last_tm=self.last_tm)
         self.gc.check_invariants(catalog=self.catalog, txns=self.txns, last_tm=self.last_tm)
+        self.jobs.check_invariants(catalog=self.catalog)
         problems = self.requests.check_invariants(last_tm=self.last_tm)
         if problems:
             raise CatalogInvariantError("; ".join(problems))
@@ -437,6 +493,7 @@ class MetastoreState:
             "txns": self.txns.to_data(),
             "sessions": self.sessions.to_data(),
             "gc": self.gc.to_data(),
+            "jobs": self.jobs.to_data(),
             "requests": self.requests.to_data(),
         }
         packed: bytes = msgpack.packb(data, use_bin_type=True)
@@ -450,13 +507,14 @@ class MetastoreState:
         # msgpack documents that it may raise outside its own exception hierarchy.
         except Exception as e:  # noqa: BLE001
             raise MalformedSnapshotError(f"snapshot is not msgpack: {type(e).__name__}") from None
-        if not isinstance(obj, dict) or obj.get("v") not in (1, 2, 3, SNAPSHOT_FORMAT_VERSION):
+        if not isinstance(obj, dict) or obj.get("v") not in (1, 2, 3, 4, SNAPSHOT_FORMAT_VERSION):
             raise MalformedSnapshotError("snapshot must be a map with a supported version")
         keys = {
             1: _SNAPSHOT_KEYS_V1,
             2: _SNAPSHOT_KEYS_V1 | {"txns"},
             3: _SNAPSHOT_KEYS_V1 | {"txns", "sessions"},
             4: _SNAPSHOT_KEYS_V1 | {"txns", "sessions", "gc"},
+            5: _SNAPSHOT_KEYS_V1 | {"txns", "sessions", "gc", "jobs"},
         }[obj["v"]]
         if set(obj) != keys:
             raise MalformedSnapshotError("snapshot must be a map with the state's keys")
@@ -485,6 +543,8 @@ class MetastoreState:
             state.sessions = Sessions.from_data(obj["sessions"])
         if obj["v"] >= 4:
             state.gc = GcState.from_data(obj["gc"])
+        if obj["v"] >= 5:
+            state.jobs = SchemaJobs.from_data(obj["jobs"])
         state.requests = RequestLog.from_data(obj["requests"])
         try:
             state.check_invariants()
@@ -501,6 +561,7 @@ class MetastoreState:
             self.txns,
             self.sessions,
             self.gc,
+            self.jobs,
             self.requests,
         ) == (
             other.applied_index,
@@ -510,6 +571,7 @@ class MetastoreState:
             other.txns,
             other.sessions,
             other.gc,
+            other.jobs,
             other.requests,
         )
 

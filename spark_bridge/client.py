@@ -612,6 +612,35 @@ class MetastoreClient:
     async def gc_status(self, table: str | None = None) -> dict[str, Any]:
         return await self.call("gc_status", {} if table is None else {"table": table})
 
+    # ---- schema change jobs (metastore.jobs) ----
+
+    async def job_list(self, table: str | None = None, *, all: bool = False) -> dict[str, Any]:
+        """Running schema change jobs (with `all`, finished ones too), each with its step and
+        what it waits for (`waiting_for`)."""
+        args: dict[str, Any] = {"all": all}
+        if table is not None:
+            args["table"] = table
+        return await self.call("job_list", args)
+
+    async def job_show(self, job_id: int) -> dict[str, Any]:
+        return await self.call("job_show", {"job_id": job_id})
+
+    async def job_cancel(self, job_id: int, *, timeout_ms: int = 30_000) -> dict[str, Any]:
+        """Roll a running job back to the table's last public shape (a new version)."""
+        return await self.call(
+            "job_cancel", {"job_id": job_id, "timeout_ms": timeout_ms}, timeout_ms=timeout_ms + 5000
+        )
+
+    async def job_backfilled(
+        self, job_id: int, *, snapshot_ts: int, files_rewritten: int
+    ) -> dict[str, Any]:
+        """Report a finished backfill: every file live at `snapshot_ts` that lacked the job's
+        column was rewritten and committed. BACKFILL_INCOMPLETE (retryable): run it again."""
+        return await self.call(
+            "job_backfilled",
+            {"job_id": job_id, "snapshot_ts": snapshot_ts, "files_rewritten": files_rewritten},
+        )
+
     async def gc_run(
         self, table: str | None = None, *, dry_run: bool = False, timeout_ms: int = 60_000
     ) -> dict[str, Any]:
@@ -1158,6 +1187,18 @@ class SyncMetastoreClient:
 
     def gc_run(self, table: str | None = None, **kwargs: Any) -> dict[str, Any]:
         return self._sync(self._client.gc_run, table, **kwargs)
+
+    def job_list(self, table: str | None = None, **kwargs: Any) -> dict[str, Any]:
+        return self._sync(self._client.job_list, table, **kwargs)
+
+    def job_show(self, job_id: int) -> dict[str, Any]:
+        return self._sync(self._client.job_show, job_id)
+
+    def job_cancel(self, job_id: int, **kwargs: Any) -> dict[str, Any]:
+        return self._sync(self._client.job_cancel, job_id, **kwargs)
+
+    def job_backfilled(self, job_id: int, **kwargs: Any) -> dict[str, Any]:
+        return self._sync(self._client.job_backfilled, job_id, **kwargs)
 
     def commit(self, txn_id: str, writes: list[dict[str, Any]], **kwargs: Any) -> dict[str, Any]:
         return self._sync(self._client.commit, txn_id, writes, **kwargs)

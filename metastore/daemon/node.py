@@ -27,6 +27,7 @@ from metastore.commands import ExpireSessions, InitCluster, encode_command
 from metastore.daemon.config import NodeSettings, load_node_config
 from metastore.daemon.forward import LeaderForwarder
 from metastore.daemon.gc_worker import GcWorker
+from metastore.daemon.job_worker import JobWorker
 from metastore.daemon.logs import setup_logging
 from metastore.daemon.metrics import HttpEndpoint, NodeMetrics
 from metastore.daemon.secrets import ensure_secrets
@@ -120,6 +121,7 @@ class MetastoreNode:
             orphan_grace_ms=cluster.gc_orphan_grace_ms,
             delete_files_per_s=cluster.gc_delete_files_per_s,
         )
+        self.jobs = JobWorker(raft=self.raft, sm=self.sm, clock=self.clock)
         self.api = ApiServer(
             node=self.raft,
             sm=self.sm,
@@ -138,6 +140,7 @@ class MetastoreNode:
         self._init_task: asyncio.Task[None] | None = None
         self._sweep_task: asyncio.Task[None] | None = None
         self._gc_task: asyncio.Task[None] | None = None
+        self._job_task: asyncio.Task[None] | None = None
 
     def _on_fatal(self, exc: BaseException) -> None:
         self.fatal = exc
@@ -165,6 +168,7 @@ class MetastoreNode:
         self._init_task = asyncio.create_task(self._initialize_cluster())
         self._sweep_task = asyncio.create_task(self._sweep_sessions())
         self._gc_task = asyncio.create_task(self.gc.run_forever())
+        self._job_task = asyncio.create_task(self.jobs.run_forever())
         log.info(
             "metastore node started",
             extra={
@@ -176,7 +180,7 @@ class MetastoreNode:
         )
 
     async def stop(self) -> None:
-        for task in (self._init_task, self._sweep_task, self._gc_task):
+        for task in (self._init_task, self._sweep_task, self._gc_task, self._job_task):
             if task is not None:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError, Exception):

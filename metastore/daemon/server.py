@@ -31,6 +31,8 @@ from metastore import limits as mlimits
 from metastore.commands import (
     AcquireLeases,
     AdvanceGcThreshold,
+    AdvanceSchemaJob,
+    CancelSchemaJob,
     CloseSession,
     Command,
     ExpireSessions,
@@ -42,6 +44,7 @@ from metastore.commands import (
     Protect,
     ReleaseLeases,
     ReleaseProtection,
+    SchemaJobBackfilled,
     SessionInfo,
     TableName,
     commit_txn_from_request,
@@ -81,6 +84,7 @@ from metastore.errors import (
     UnknownOpError,
     limit_exceeded,
 )
+from metastore.jobs import SchemaJob, next_step_wait
 from metastore.outcome import Outcome
 from raft.core.errors import NotLeaderError as RaftNotLeaderError
 from raft.core.errors import ProposalDroppedError, RaftCoreError
@@ -258,6 +262,14 @@ class ApiServer:
             "pts_show": _Op(Role.READER, self._pts_show, frozenset({"record_id"})),
             "gc_status": _Op(Role.READER, self._gc_status, frozenset({"table"})),
             "gc_run": _Op(Role.ADMIN, self._gc_run, frozenset({"table", "dry_run", "timeout_ms"})),
+            "job_list": _Op(Role.READER, self._job_list, frozenset({"table", "all"})),
+            "job_show": _Op(Role.READER, self._job_show, frozenset({"job_id"})),
+            "job_cancel": _Op(Role.WRITER, self._job_cancel, frozenset({"job_id", "timeout_ms"})),
+            "job_backfilled": _Op(
+                Role.WRITER,
+                self._job_backfilled,
+                frozenset({"job_id", "snapshot_ts", "files_rewritten", "timeout_ms"}),
+            ),
             "snapshot_begin": _Op(Role.ADMIN, self._snapshot_begin, frozenset()),
             "snapshot_chunk": _Op(
                 Role.ADMIN, self._snapshot_chunk, frozenset({"export_id", "offset"})
@@ -742,20 +754,7 @@ class ApiServer:
         cmd = parse_ddl(sql, request_id=request_id, warehouse=self.warehouse)
         applied = await self._propose_command(session, cmd, timeout_ms)
         result = dict(applied["result"])
-        tu = result.get("tu")
-        waited_ms = 0.0
-        if isinstance(tu, int):
-            # IEP-98: reply only once Tu is in the past on every node, whatever its skew.
-            wait_started = time.perf_counter()
-            try:
-                cs_max = self._cs_max_ms() << LOGICAL_BITS
-                await self.clock.wait_until(tu + cs_max, timeout_ms=timeout_ms)
-            except WaitTimeoutError:
-                raise RequestTimeoutError(
-                    "the change is applied but its activation did not pass in time",
-                    details={"tu": tu},
-                ) from None
-            waited_ms = (time.perf_counter() - wait_started) * 1000
+        waited_ms = await self._wait_activation(result, timeout_ms)
         result.update(
             {
                 "statement": type(cmd).__name__,
@@ -766,6 +765,77 @@ class ApiServer:
         )
         self.metrics.ddl(time.perf_counter() - started)
         return result
+
+    async def _wait_activation(self, result: Mapping[str, Any], timeout_ms: int) -> float:
+        """IEP-98: reply to a change only once its Tu is in the past on every node, whatever its
+        skew. Returns the ms waited."""
+        tu = result.get("tu")
+        if not isinstance(tu, int):
+            return 0.0
+        wait_started = time.perf_counter()
+        try:
+            cs_max = self._cs_max_ms() << LOGICAL_BITS
+            await self.clock.wait_until(tu + cs_max, timeout_ms=timeout_ms)
+        except WaitTimeoutError:
+            raise RequestTimeoutError(
+                "the change is applied but its activation did not pass in time",
+                details={"tu": tu},
+            ) from None
+        return (time.perf_counter() - wait_started) * 1000
+
+    # ------------------------------------------------------------------ schema change jobs
+
+    def _job_view(self, job: SchemaJob) -> dict[str, Any]:
+        state = self.sm.state
+        cs_max = self._cs_max_ms() << LOGICAL_BITS
+        wait = next_step_wait(
+            job,
+            catalog=state.catalog,
+            sessions=state.sessions,
+            now_tm=self.clock.now(),
+            cs_max=cs_max,
+        )
+        return {**job.view(), "waiting_for": wait.view()}
+
+    async def _job_list(self, _s: Session, args: Args) -> dict[str, Any]:
+        """Schema change jobs, oldest first: running ones, and with `all` finished ones too
+        (at most MAX_RUNNING_SCHEMA_JOBS + MAX_FINISHED_SCHEMA_JOBS_KEPT: one frame)."""
+        self._require_ready()
+        show_all = args.get("all", False)
+        if not isinstance(show_all, bool):
+            raise BadRequestError("'all' must be a boolean")
+        table = _opt_str(args, "table", L.TABLE_NAME_CHARS_MAX)
+        name = None if table is None else TableName.parse(table)
+        jobs = self.sm.state.jobs.jobs(table=name, running_only=not show_all)
+        return {"jobs": [self._job_view(j) for j in jobs], "safe_time": self.node.safe_time}
+
+    async def _job_show(self, _s: Session, args: Args) -> dict[str, Any]:
+        self._require_ready()
+        job_id = _req_int(args, "job_id", 1, 2**63 - 1)
+        return self._job_view(self.sm.state.jobs.get(job_id))
+
+    async def _job_cancel(self, session: Session, args: Args) -> dict[str, Any]:
+        """Roll a running job back (a new version, like a DDL: the reply waits for it to be
+        active everywhere). Refused with SCHEMA_CHANGE_BLOCKED while leases are in the way."""
+        job_id = _req_int(args, "job_id", 1, 2**63 - 1)
+        timeout_ms = _timeout(args)
+        cmd = CancelSchemaJob(job_id=job_id, by=session.client[: mlimits.MAX_SESSION_LABEL_CHARS])
+        applied = await self._propose_command(session, cmd, timeout_ms)
+        result = dict(applied["result"])
+        result["waited_ms"] = await self._wait_activation(result, timeout_ms)
+        return result
+
+    async def _job_backfilled(self, session: Session, args: Args) -> dict[str, Any]:
+        """A backfill (spark_bridge.backfill) rewrote and committed every file of the job's
+        table that lacked the column at `snapshot_ts`."""
+        cmd = SchemaJobBackfilled(
+            job_id=_req_int(args, "job_id", 1, 2**63 - 1),
+            snapshot_ts=_req_int(args, "snapshot_ts", 1, 2**63 - 1),
+            files_rewritten=_req_int(args, "files_rewritten", 0, 2**63 - 1),
+            by=session.client[: mlimits.MAX_SESSION_LABEL_CHARS],
+        )
+        applied = await self._propose_command(session, cmd, _timeout(args))
+        return dict(applied["result"])
 
     async def _commit(self, session: Session, args: Args) -> dict[str, Any]:
         """Atomic multi-table commit (metastore.txn). Idempotent by txn_id, so clients may retry
@@ -1356,7 +1426,10 @@ def _admin_only(cmd: Command) -> bool:
     """Commands only an admin op (or the leader itself) proposes."""
     if isinstance(cmd, ReleaseProtection):
         return cmd.reason != "release"
-    return isinstance(cmd, InitCluster | ExpireSessions | AdvanceGcThreshold | GcFilesDeleted)
+    return isinstance(
+        cmd,
+        InitCluster | ExpireSessions | AdvanceGcThreshold | GcFilesDeleted | AdvanceSchemaJob,
+    )
 
 
 def _too_many_connections() -> MetastoreError:

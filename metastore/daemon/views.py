@@ -57,6 +57,19 @@ def version_view(table: str, v: SchemaVersion) -> dict[str, object]:
         "properties": dict(v.properties),
         "location": v.location,
         "schema": schema_view(v.schema),
+        # Columns a schema change job is adding or dropping (hidden from readers). A writer
+        # pinned to this version writes `write_schema` (public + write-only columns).
+        "pending": [
+            {
+                "field_id": p.column.field_id,
+                "name": p.column.name,
+                "state": p.state,
+                "action": p.action,
+                "job_id": p.job_id,
+            }
+            for p in v.pending
+        ],
+        **({"write_schema": schema_view(v.write_schema)} if v.write_schema != v.schema else {}),
     }
 
 

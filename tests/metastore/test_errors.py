@@ -73,6 +73,10 @@ RETRYABLE: dict[str, bool] = {
     "SCHEMA_CHANGE_BLOCKED": True,  # leases drain by release or session expiry
     "BEFORE_GC_THRESHOLD": False,  # the threshold never moves back
     "PROTECTION_NOT_FOUND": False,
+    "SCHEMA_JOB_NOT_FOUND": False,
+    "SCHEMA_JOB_CONFLICT": False,  # wait for the job (or cancel it) first
+    "SCHEMA_JOB_STATE": False,
+    "BACKFILL_INCOMPLETE": True,  # run the backfill again
     "TIMESTAMP_AHEAD_OF_CLOCK": True,  # another node (or this one later) can answer
     "UNAUTHENTICATED": False,
     "FORBIDDEN": False,

@@ -498,6 +498,7 @@ def test_check_invariants_catches_a_reused_field_id() -> None:
     d.ok("CREATE NAMESPACE ns")
     d.ok("CREATE TABLE ns.t (a INT, b INT)")
     d.ok("ALTER TABLE ns.t DROP COLUMN b")
+    d.finish_jobs()
     d.ok("ALTER TABLE ns.t ADD COLUMN c INT")
     d.state.check_invariants()
     inc = d.state.catalog.live_table(T)

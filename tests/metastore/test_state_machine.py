@@ -16,7 +16,7 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from metastore.commands import InitCluster, TableName
+from metastore.commands import AdvanceSchemaJob, InitCluster, TableName
 from metastore.ddl import parse_ddl
 from metastore.errors import MetastoreError, NotFoundAtTimestampError, TableNotFoundError
 from metastore.outcome import Outcome
@@ -41,6 +41,12 @@ class Model:
     namespaces: set[str] = field(default_factory=set)
     # table name -> [(tu, columns or None when dropped)], in tu order
     events: dict[str, list[tuple[int, Cols | None]]] = field(default_factory=dict)
+    # table name -> names (casefolded) of columns a DROP COLUMN job still holds: hidden from
+    # readers, but the name stays taken until the job ends (metastore.jobs)
+    dropping: dict[str, set[str]] = field(default_factory=dict)
+
+    def taken(self, table: str, name: str) -> bool:
+        return name.casefold() in self.dropping.get(table, set())
 
     def live(self, table: str) -> Cols | None:
         ev = self.events.get(table)
@@ -95,6 +101,8 @@ class CatalogMachine(RuleBasedStateMachine):
             changed = outcome.result.get("changed", True)
             if changed:
                 self.model.events.setdefault(table, []).append((self.tm + DD, expected))
+                if expected is None:  # dropped: its jobs are aborted
+                    self.model.dropping.pop(table, None)
             else:
                 assert self.model.live(table) == expected
 
@@ -117,6 +125,7 @@ class CatalogMachine(RuleBasedStateMachine):
             self.model.namespaces.discard(ns)
             for t in live:
                 self.model.events[t].append((self.tm + DD, None))
+                self.model.dropping.pop(t, None)
 
     @rule(
         ns=st.sampled_from(NAMESPACES),
@@ -151,7 +160,7 @@ class CatalogMachine(RuleBasedStateMachine):
         name = data.draw(st.sampled_from(self._live_tables()))
         cols = self.model.live(name)
         assert cols is not None
-        ok = find(cols, col) < 0
+        ok = find(cols, col) < 0 and not self.model.taken(name, col)
         self.run(
             f"ALTER TABLE {name} ADD COLUMN {col} {ty}",
             (*cols, (col, ty)) if ok else False,
@@ -169,6 +178,23 @@ class CatalogMachine(RuleBasedStateMachine):
         ok = i >= 0 and len(cols) > 1
         new = cols[:i] + cols[i + 1 :]
         self.run(f"ALTER TABLE {name} DROP COLUMN {col}", new if ok else False, name, step)
+        if ok:  # a job: hidden at once, the name stays taken until `advance_job` ends it
+            self.model.dropping.setdefault(name, set()).add(col.casefold())
+
+    @precondition(lambda self: self.state.jobs.jobs(running_only=True))
+    @rule(data=st.data(), step=steps)
+    def advance_job(self, data: st.DataObject, step: int) -> None:
+        """The leader's job worker: the next step of a running DROP COLUMN job (dropped)."""
+        job = data.draw(st.sampled_from(self.state.jobs.jobs(running_only=True)))
+        name = str(job.table)
+        self.tm += step
+        self.index += 1
+        cmd = AdvanceSchemaJob(job_id=job.job_id, step=job.step)
+        outcome = self.state.apply(cmd, tm=self.tm, index=self.index)
+        assert outcome.ok, outcome.error
+        self.applied_tm = self.tm
+        self.model.events[name].append((self.tm + DD, self.model.live(name)))
+        self.model.dropping[name].discard(job.column.name.casefold())
 
     @precondition(lambda self: self._live_tables())
     @rule(data=st.data(), old=st.sampled_from(COLUMNS), new=st.sampled_from(COLUMNS), step=steps)
@@ -177,7 +203,7 @@ class CatalogMachine(RuleBasedStateMachine):
         cols = self.model.live(name)
         assert cols is not None
         i, j = find(cols, old), find(cols, new)
-        ok = i >= 0 and (j < 0 or j == i)
+        ok = i >= 0 and (j < 0 or j == i) and not self.model.taken(name, new)
         renamed = tuple((new if k == i else c, ty) for k, (c, ty) in enumerate(cols))
         sql = f"ALTER TABLE {name} RENAME COLUMN {old} TO {new}"
         self.run(sql, renamed if ok else False, name, step)
