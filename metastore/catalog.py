@@ -844,18 +844,24 @@ def _apply_change(
 def check_pending_names(
     name: TableName, schema: Schema, pending: tuple[PendingColumn, ...]
 ) -> None:
-    """A public column may not take the name of a column a job is adding or dropping: writers
-    pinned to the version still fill the pending one under that name."""
-    taken = {p.column.name.casefold(): p for p in pending}
-    for column in schema.columns:
-        p = taken.get(column.name.casefold())
-        if p is not None:
-            action = "added" if p.action == ADDING else "dropped"
-            raise SchemaJobConflictError(
-                f"{name}: column {p.column.name} is being {action} by schema change job "
-                f"{p.job_id}; wait for it to finish (metastore job show {p.job_id}) or cancel it",
-                details={"table": str(name), "column": p.column.name, "job_id": p.job_id},
-            )
+    """No public column may take the name of a column a job is adding or dropping, and no two
+    pending columns share a name: writers pinned to the version fill the pending one under
+    that name. The older job (first in `pending`'s order of arrival) is the one named."""
+    taken: dict[str, PendingColumn] = {}
+    clash: PendingColumn | None = None
+    for p in pending:
+        clash = clash or taken.get(p.column.name.casefold())
+        taken.setdefault(p.column.name.casefold(), p)
+    for c in schema.columns:
+        clash = clash or taken.get(c.name.casefold())
+    if clash is not None:
+        action = "added" if clash.action == ADDING else "dropped"
+        raise SchemaJobConflictError(
+            f"{name}: column {clash.column.name} is being {action} by schema change job "
+            f"{clash.job_id}; wait for it to finish (metastore job show {clash.job_id}) or "
+            "cancel it",
+            details={"table": str(name), "column": clash.column.name, "job_id": clash.job_id},
+        )
 
 
 def _exists_at(inc: TableState, top: int) -> bool:
