@@ -71,6 +71,10 @@ EXIT_CODE_BY_ERROR: Final[Mapping[str, int]] = {
     "SCHEMA_CHANGE_BLOCKED": EXIT_REFUSED,
     "BEFORE_GC_THRESHOLD": EXIT_NOT_FOUND,  # the data of that time may already be deleted
     "PROTECTION_NOT_FOUND": EXIT_NOT_FOUND,
+    "SCHEMA_JOB_NOT_FOUND": EXIT_NOT_FOUND,
+    "SCHEMA_JOB_CONFLICT": EXIT_REFUSED,  # wait for the job or cancel it
+    "SCHEMA_JOB_STATE": EXIT_REFUSED,
+    "BACKFILL_INCOMPLETE": EXIT_REFUSED,  # run the backfill again
     "UNAUTHENTICATED": EXIT_AUTH,
     "FORBIDDEN": EXIT_AUTH,
     "BAD_REQUEST": EXIT_GENERIC,
