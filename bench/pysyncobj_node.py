@@ -9,16 +9,24 @@ payload bumps the count and chains the digest, `digest' = sha256(digest || paylo
 from 32 zero bytes. A chained digest rather than a running `hashlib` object because pysyncobj
 pickles the whole object into its full dump, and hash objects cannot be pickled.
 
-pysyncobj is configured as its users would run it with durability on: `journalFile` and
-`fullDumpFile` in the data dir, default batching (`appendEntriesBatchSizeBytes`), autoTick, bound
-to 127.0.0.1 only, election timeout from the flag. Two deviations from its defaults, both forced:
+pysyncobj is configured as its users would run it with its journal on: `journalFile` and
+`fullDumpFile` in the data dir, autoTick, bound to 127.0.0.1 only, election timeout from the flag.
+Two configurations, chosen with `--no-batch`:
+* batching (the default, pysyncobj's own default `appendEntriesUseBatch=True`): new entries
+  wait for the next `appendEntriesPeriod` tick to be replicated, so a lone proposal waits about
+  one period; good for throughput, poor for latency;
+* `--no-batch` (`appendEntriesUseBatch=False`, pysyncobj's documented setting for "single
+  request speed"): every new entry is sent to the followers at once.
+Two deviations from its defaults, both forced:
 * `appendEntriesPeriod` is 1/4 of the minimum election timeout (pysyncobj's own default ratio,
   0.1 s vs 0.4 s): it validates `raftMinTimeout > 3 * appendEntriesPeriod`, so the default 0.1 s
   is rejected with a 0.3 s minimum.
 * No encryption: pysyncobj's `password` needs the `cryptography` package. `--secret-file` is
   accepted and ignored, so the baseline does no peer authentication (ours does).
-Note also that pysyncobj's journal is an mmap flushed about once per second, not fsync'd per
-entry; the baseline does less work per write than an engine that fsyncs before acknowledging.
+Note also that pysyncobj 0.3.17 never fsyncs: its journal is an mmap it does not msync while
+running (only on shutdown), and its meta file (term, vote, commit index) is rewritten with
+write + rename and no fsync. Its entries survive a `kill -9` (the page cache keeps them) but not
+a power loss; it does less work per write than an engine that fsyncs before acknowledging.
 
 Invariants:
 * A node only accepts `propose`/`load`/`latency` while it believes it is the leader; otherwise it
@@ -86,6 +94,8 @@ class NodeArgs:
     data_dir: Path
     secret_file: Path | None
     election_timeout_s: tuple[float, float]
+    # pysyncobj's appendEntriesUseBatch: True is its default, False sends each entry at once.
+    append_entries_use_batch: bool = True
 
 
 def parse_peers(text: str) -> dict[int, str]:
@@ -119,6 +129,12 @@ def parse_args(argv: list[str] | None = None) -> NodeArgs:
     parser.add_argument("--data-dir", type=Path, required=True)
     parser.add_argument("--secret-file", type=Path, default=None)
     parser.add_argument("--election-timeout-ms", type=parse_timeout_range, default=(0.3, 0.6))
+    parser.add_argument(
+        "--no-batch",
+        action="store_true",
+        help="appendEntriesUseBatch=False: replicate each entry at once instead of on the "
+        "next appendEntriesPeriod tick (pysyncobj's default is batching)",
+    )
     ns = parser.parse_args(argv)
     if ns.node_id not in ns.peers:
         parser.error(f"--node-id {ns.node_id} is not in --peers")
@@ -129,6 +145,7 @@ def parse_args(argv: list[str] | None = None) -> NodeArgs:
         data_dir=ns.data_dir,
         secret_file=ns.secret_file,
         election_timeout_s=ns.election_timeout_ms,
+        append_entries_use_batch=not ns.no_batch,
     )
 
 
@@ -166,6 +183,7 @@ class EchoLog(SyncObj):  # type: ignore[misc]  # pysyncobj ships no type informa
             raftMinTimeout=min_timeout_s,
             raftMaxTimeout=max_timeout_s,
             appendEntriesPeriod=min_timeout_s / HEARTBEATS_PER_ELECTION_TIMEOUT,
+            appendEntriesUseBatch=args.append_entries_use_batch,
             onStateChanged=self._on_state_changed,
         )
         self_address = args.peers[args.node_id]
