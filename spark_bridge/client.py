@@ -131,6 +131,12 @@ SYNC_CLOSE_TIMEOUT_MS: Final = 5_000
 # Retryable codes that mean "this node did not do it; another one may": fail over.
 # Files per `files` page the client asks for (the server may return fewer, by bytes).
 FILES_PAGE_LIMIT: Final = 10_000
+# Rows per page of the keyset-paged lists (the servers' maxima, metastore/daemon/api_limits.py),
+# and a bound on the pages one call follows.
+SESSION_PAGE_LIMIT = 1_000
+LEASE_PAGE_LIMIT = 1_000
+GC_STATUS_PAGE_LIMIT = 500
+PAGES_MAX = 100_000
 # Protection records per `pts_list` page.
 PTS_PAGE_LIMIT: Final = 100
 _FAILOVER_CODES: Final = frozenset(
@@ -535,8 +541,28 @@ class MetastoreClient:
         """Admin: end sessions now (their leases stop blocking schema changes)."""
         return await self.call("session_expire", {"session_ids": list(session_ids)})
 
+    async def _all_pages(
+        self, op: str, args: dict[str, Any], lists: tuple[str, ...]
+    ) -> dict[str, Any]:
+        """Call a keyset-paged op (session_list, lease_list, lease_blockers, gc_status) until
+        its last page, concatenating the `lists` of every page; other fields come from the
+        last page (for `session_list`, `ended` is only on the last one)."""
+        page = await self.call(op, args)
+        merged = {key: list(page.get(key, [])) for key in lists}
+        for _ in range(PAGES_MAX):
+            token = page.get("next_page_token")
+            if not token:
+                return {**page, **merged, "next_page_token": None}
+            page = await self.call(op, {**args, "page_token": token})
+            for key in lists:
+                merged[key].extend(page.get(key, []))
+        raise LimitExceededError(f"{op}: more than {PAGES_MAX} pages", details={"op": op})
+
     async def session_list(self, *, include_ended: bool = False) -> dict[str, Any]:
-        return await self.call("session_list", {"all": include_ended})
+        """Every session (following the server's pages); with `include_ended`, recently
+        ended ones too."""
+        args = {"all": include_ended, "limit": SESSION_PAGE_LIMIT}
+        return await self._all_pages("session_list", args, ("sessions",))
 
     async def lease_acquire(self, session_id: str, leases: list[dict[str, Any]]) -> dict[str, Any]:
         """Lease [{table, table_id, version}, ...] for the session (a heartbeat too)."""
@@ -546,11 +572,15 @@ class MetastoreClient:
         return await self.call("lease_release", {"session_id": session_id, "leases": leases})
 
     async def lease_list(self, table: str | None = None) -> dict[str, Any]:
-        return await self.call("lease_list", {} if table is None else {"table": table})
+        args: dict[str, Any] = {"limit": LEASE_PAGE_LIMIT}
+        if table is not None:
+            args["table"] = table
+        return await self._all_pages("lease_list", args, ("leases",))
 
     async def lease_blockers(self, table: str) -> dict[str, Any]:
         """The sessions that would block publishing `table`'s next schema version now."""
-        return await self.call("lease_blockers", {"table": table})
+        args = {"table": table, "limit": LEASE_PAGE_LIMIT}
+        return await self._all_pages("lease_blockers", args, ("blockers",))
 
     # --- protected timestamps and GC (metastore.gc) ---
 
@@ -610,7 +640,10 @@ class MetastoreClient:
         return await self.call("pts_show", {"record_id": record_id})
 
     async def gc_status(self, table: str | None = None) -> dict[str, Any]:
-        return await self.call("gc_status", {} if table is None else {"table": table})
+        args: dict[str, Any] = {"limit": GC_STATUS_PAGE_LIMIT}
+        if table is not None:
+            args["table"] = table
+        return await self._all_pages("gc_status", args, ("tables",))
 
     # ---- schema change jobs (metastore.jobs) ----
 

@@ -31,3 +31,11 @@ FILES_ENTRY_OVERHEAD_BYTES: Final = 96
 
 # `pts_list` records per page: a record names at most 100 targets (~25 KiB with long names).
 PTS_PAGE_RECORDS_MAX: Final = 100
+
+# Keyset pages of `session_list`, `lease_list`, `lease_blockers` (a session's or lease's view
+# carries up to ~1.2 KiB of labels) and `gc_status` (one row per table incarnation, whose
+# `protections` lists at most GC_STATUS_PROTECTION_IDS_MAX ids; `pts list` has them all).
+SESSION_PAGE_MAX: Final = 1_000
+LEASE_PAGE_MAX: Final = 1_000
+GC_STATUS_PAGE_TABLES_MAX: Final = 500
+GC_STATUS_PROTECTION_IDS_MAX: Final = 20

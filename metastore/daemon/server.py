@@ -22,7 +22,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from hlc import HybridClock, physical_ms
 from hlc.errors import HlcError, WaitTimeoutError
@@ -85,6 +85,7 @@ from metastore.errors import (
     limit_exceeded,
 )
 from metastore.jobs import SchemaJob, next_step_wait
+from metastore.leases import Lease
 from metastore.outcome import Outcome
 from raft.core.errors import NotLeaderError as RaftNotLeaderError
 from raft.core.errors import ProposalDroppedError, RaftCoreError
@@ -228,15 +229,21 @@ class ApiServer:
             "session_expire": _Op(
                 Role.ADMIN, self._session_expire, frozenset({"session_ids", "timeout_ms"})
             ),
-            "session_list": _Op(Role.READER, self._session_list, frozenset({"all"})),
+            "session_list": _Op(
+                Role.READER, self._session_list, frozenset({"all", "limit", "page_token"})
+            ),
             "lease_acquire": _Op(
                 Role.WRITER, self._lease_acquire, frozenset({"session_id", "leases", "timeout_ms"})
             ),
             "lease_release": _Op(
                 Role.WRITER, self._lease_release, frozenset({"session_id", "leases", "timeout_ms"})
             ),
-            "lease_list": _Op(Role.READER, self._lease_list, frozenset({"table"})),
-            "lease_blockers": _Op(Role.READER, self._lease_blockers, frozenset({"table"})),
+            "lease_list": _Op(
+                Role.READER, self._lease_list, frozenset({"table", "limit", "page_token"})
+            ),
+            "lease_blockers": _Op(
+                Role.READER, self._lease_blockers, frozenset({"table", "limit", "page_token"})
+            ),
             "pts_protect": _Op(
                 Role.WRITER,
                 self._pts_protect,
@@ -260,7 +267,9 @@ class ApiServer:
             ),
             "pts_list": _Op(Role.READER, self._pts_list, frozenset({"all", "limit", "page_token"})),
             "pts_show": _Op(Role.READER, self._pts_show, frozenset({"record_id"})),
-            "gc_status": _Op(Role.READER, self._gc_status, frozenset({"table"})),
+            "gc_status": _Op(
+                Role.READER, self._gc_status, frozenset({"table", "limit", "page_token"})
+            ),
             "gc_run": _Op(Role.ADMIN, self._gc_run, frozenset({"table", "dry_run", "timeout_ms"})),
             "job_list": _Op(Role.READER, self._job_list, frozenset({"table", "all"})),
             "job_show": _Op(Role.READER, self._job_show, frozenset({"job_id"})),
@@ -963,17 +972,31 @@ class ApiServer:
         return dict((await self._propose_command(session, cmd, _timeout(args)))["result"])
 
     async def _session_list(self, _s: Session, args: Args) -> dict[str, Any]:
+        """Sessions by id, keyset-paged (10k sessions outgrow a frame); with `all`, the last
+        page also lists recently ended sessions."""
         self._require_ready()
         state = self.sm.state
         now = self.node.safe_time
+        lease_counts: dict[str, int] = {}
+        for lease in state.sessions.leases():
+            lease_counts[lease.session_id] = lease_counts.get(lease.session_id, 0) + 1
+        page, next_token = _keyset_page(
+            sorted(state.sessions.sessions(), key=lambda s: s.session_id),
+            key=lambda s: s.session_id,
+            args=args,
+            page_max=L.SESSION_PAGE_MAX,
+            limit_name="SESSION_PAGE_MAX",
+            what="sessions",
+        )
         sessions = []
-        for s in state.sessions.sessions():
+        for s in page:
             view = s.view()
             view["live"] = s.live_at(now)
-            view["leases"] = sum(1 for x in state.sessions.leases() if x.session_id == s.session_id)
+            view["leases"] = lease_counts.get(s.session_id, 0)
             sessions.append(view)
         out: dict[str, Any] = {"sessions": sessions, "safe_time": now}
-        if args.get("all"):
+        out["next_page_token"] = next_token
+        if args.get("all") and next_token is None:
             out["ended"] = [
                 {
                     "session_id": e.session_id,
@@ -1020,6 +1043,7 @@ class ApiServer:
         return dict((await self._propose_command(session, cmd, _timeout(args)))["result"])
 
     async def _lease_list(self, _s: Session, args: Args) -> dict[str, Any]:
+        """Leases by (table id, version, session), keyset-paged."""
         self._require_ready()
         state = self.sm.state
         now = self.node.safe_time
@@ -1027,13 +1051,20 @@ class ApiServer:
         table_id = (
             None if table is None else state.catalog.live_table(TableName.parse(table)).table_id
         )
-        leases = [
-            state.sessions.lease_view(x, tm=now) for x in state.sessions.leases(table_id=table_id)
-        ]
-        return {"leases": leases, "safe_time": now}
+        page, next_token = _keyset_page(
+            sorted(state.sessions.leases(table_id=table_id), key=_lease_key),
+            key=_lease_key,
+            args=args,
+            page_max=L.LEASE_PAGE_MAX,
+            limit_name="LEASE_PAGE_MAX",
+            what="leases",
+        )
+        leases = [state.sessions.lease_view(x, tm=now) for x in page]
+        return {"leases": leases, "safe_time": now, "next_page_token": next_token}
 
     async def _lease_blockers(self, _s: Session, args: Args) -> dict[str, Any]:
-        """Who would block publishing the table's next version right now."""
+        """Who would block publishing the table's next version right now (keyset-paged like
+        `lease_list`; `blocker_count` counts them all)."""
         self._require_ready()
         state = self.sm.state
         now = self.node.safe_time
@@ -1041,13 +1072,27 @@ class ApiServer:
             TableName.parse(_req_str(args, "table", L.TABLE_NAME_CHARS_MAX))
         )
         current = inc.versions[-1].version
+        blockers = sorted(
+            state.sessions.blockers(inc, tm=now),
+            key=lambda b: f"{b['version']:020d}.{b['session_id']}",
+        )
+        page, next_token = _keyset_page(
+            blockers,
+            key=lambda b: f"{b['version']:020d}.{b['session_id']}",
+            args=args,
+            page_max=L.LEASE_PAGE_MAX,
+            limit_name="LEASE_PAGE_MAX",
+            what="blocking leases",
+        )
         return {
             "table": str(inc.name),
             "table_id": inc.table_id,
             "current_version": current,
             "publishing_version": current + 1,
-            "blockers": state.sessions.blockers(inc, tm=now),
+            "blockers": page,
+            "blocker_count": len(blockers),
             "safe_time": now,
+            "next_page_token": next_token,
         }
 
     async def _pin(self, session: Session, args: Args) -> dict[str, Any]:
@@ -1205,6 +1250,21 @@ class ApiServer:
         if name is not None and not state.catalog.incarnations(name):
             raise TableNotFoundError(f"table {name} does not exist", details={"table": table})
         status = gc_status(state, now_tm=self.clock.now(), table=name)
+        tables, next_token = _keyset_page(
+            status["tables"],
+            key=lambda t: f"{t['table_id']:020d}",
+            args=args,
+            page_max=L.GC_STATUS_PAGE_TABLES_MAX,
+            limit_name="GC_STATUS_PAGE_TABLES_MAX",
+            what="tables in gc status",
+        )
+        for row in tables:
+            # A table can be covered by thousands of records: `pts list` has them all.
+            ids = row["protections"]
+            row["protection_count"] = len(ids)
+            row["protections"] = ids[: L.GC_STATUS_PROTECTION_IDS_MAX]
+        status["tables"] = tables
+        status["next_page_token"] = next_token
         status["last_run"] = self.gc.last_run if self.gc is not None else {}
         status["safe_time"] = self.node.safe_time
         return status
@@ -1420,6 +1480,40 @@ def _files_page(files: Sequence[Any], args: Args, ts: int) -> tuple[int, int]:
             f"files of the listing at {ts} (page with 'limit' and 'page_token')",
         )
     return start, end
+
+
+_Item = TypeVar("_Item")
+
+
+def _keyset_page(
+    items: list[_Item],
+    *,
+    key: Callable[[_Item], str],
+    args: Args,
+    page_max: int,
+    limit_name: str,
+    what: str,
+) -> tuple[list[_Item], str | None]:
+    """One page of `items` (sorted by `key`): those after `page_token` (the last key of the
+    previous page, so items added or removed meanwhile shift nothing), at most `limit`
+    (<= page_max). A caller that asks for no page gets everything if it fits one page, else
+    LIMIT_EXCEEDED, never a silently short list."""
+    limit = _opt_int(args, "limit", 1, page_max)
+    token = _opt_str(args, "page_token", 4 * mlimits.MAX_SESSION_ID_CHARS)
+    if token is not None:
+        items = [i for i in items if key(i) > token]
+    count = limit or page_max
+    page = items[:count]
+    more = len(items) > count
+    if more and limit is None and token is None:
+        raise limit_exceeded(
+            limit_name, page_max, len(items), f"{what} in one reply (page with 'limit')"
+        )
+    return page, key(page[-1]) if more else None
+
+
+def _lease_key(lease: Lease) -> str:
+    return f"{lease.table_id:020d}.{lease.version:020d}.{lease.session_id}"
 
 
 def _admin_only(cmd: Command) -> bool:
