@@ -9,7 +9,8 @@ lease remains on the version two behind (the two-version gate of `metastore.leas
 * DROP COLUMN c:  public -> write-only (hidden from readers; writers still fill it, with its
   DEFAULT or NULL) -> dropped;
 * ADD COLUMN c ... NOT NULL DEFAULT x:  delete-only (invisible to everyone) -> write-only
-  (writers fill x) -> backfill (files written before lack c: a Spark job rewrites them, see
+  (writers fill x) -> backfill (the same shape once more, so that from its Tu on no writer
+  without c can commit; files written before lack c: a Spark job rewrites them, see
   `spark_bridge.backfill`) -> public.
 
 Widening a column's type stays one step: every widening the catalog allows is read natively by
@@ -27,11 +28,13 @@ Columns in an intermediate state live in `SchemaVersion.pending` (the catalog): 
 `schema` (public columns), writers `write_schema` (public + write-only). A pending column's name
 stays taken until its job ends (SCHEMA_JOB_CONFLICT).
 
-The backfill condition is decided from the log alone: the job records the newest commit made
-at a version older than its write-only version (`last_old_write_ts`); a backfill report
-(`SchemaJobBackfilled`) is accepted only if nothing older was written after its snapshot, and
-public is published only if the backfill is still good (or none was needed: the table had no
-live files when write-only was published and nothing old was written since).
+The backfill condition is decided from the log alone. A commit's version must be one of the two
+latest active at its ts, so once the backfill step's version is active (`backfill_from_ts`) no
+writer without the column commits again; a backfill report (`SchemaJobBackfilled`) must have
+read the table at or after that ts. As a second line, the job records the newest commit made at
+a version older than write-only (`last_old_write_ts`) and refuses a report whose snapshot
+predates it. Public is published only if the backfill is still good, or none was needed: the
+table had no live files when write-only was published and nothing old was written since.
 
 Cancelling (`CancelSchemaJob`) publishes the last public version's shape again: a column being
 dropped becomes public again (at its old position), a column being added disappears (its field
@@ -121,7 +124,7 @@ class SchemaJob:
     created_tm: int
     updated_tm: int
     backfill_needed: bool = False
-    backfill_started_tm: int = 0
+    backfill_from_ts: int = 0  # Tu of the backfill step's version: a backfill reads at >= it
     backfill_ts: int | None = None  # snapshot ts of an accepted backfill
     files_rewritten: int = 0
     last_old_write_ts: int = 0  # newest commit at a version older than write-only
@@ -164,6 +167,7 @@ class SchemaJob:
             "created_tm": self.created_tm,
             "updated_tm": self.updated_tm,
             "backfill_needed": self.backfill_needed,
+            "backfill_from_ts": self.backfill_from_ts,
             "backfill_ts": self.backfill_ts,
             "files_rewritten": self.files_rewritten,
             "last_old_write_ts": self.last_old_write_ts,
@@ -356,17 +360,24 @@ class SchemaJobs:
             self._write_step(job, nxt, applied, tm=tm, backfill_needed=live_files > 0)
             return self._reply(job.job_id, applied)
         if nxt == _ADD_BACKFILL:
-            # Every writer that does not fill the column has drained: no lease is left on a
-            # version older than write-only. A backfill's snapshot must come after this entry.
-            wo = job.write_only_version
-            assert wo is not None
-            blockers = sessions.leases_below(job.table_id, wo, tm=tm)
-            if blockers:
-                raise self._state_error(
-                    job, f"{len(blockers)} lease(s) on versions before {wo} are still held"
-                )
-            self._jobs[job.job_id] = replace(job, step=nxt, updated_tm=tm, backfill_started_tm=tm)
-            return {"job_id": job.job_id, "step": STEPS[job.kind][nxt], "changed": False}, ()
+            # The same shape again, published through the gate: once this version activates,
+            # no writer without the column can commit (the version before write-only is no
+            # longer one of the two latest), and the gate let it through only when no lease
+            # was left on it. A backfill that reads the table at or after its Tu therefore
+            # sees every file that lacks the column.
+            applied = catalog.publish_version(
+                inc,
+                schema=current.schema,
+                pending=current.pending,
+                next_field_id=inc.next_field_id,
+                summary=f"ADD COLUMN {job.column.name} (job {job.job_id}: backfill)",
+                tm=tm,
+                dd=dd,
+                before_publish=gate,
+            )
+            self._write_step(job, nxt, applied, tm=tm)
+            self._jobs[job.job_id] = replace(self._jobs[job.job_id], backfill_from_ts=tm + dd)
+            return self._reply(job.job_id, applied)
         # public
         if not job.backfill_satisfied():
             raise BackfillIncompleteError(
@@ -426,10 +437,11 @@ class SchemaJobs:
         job = self._get(cmd.job_id)
         if not job.running or job.step != _ADD_BACKFILL or job.kind != ADD_COLUMN:
             raise self._state_error(job, "a backfill is reported only at the backfill step")
-        if cmd.snapshot_ts < job.backfill_started_tm:
+        if cmd.snapshot_ts < job.backfill_from_ts:
             raise BackfillIncompleteError(
                 f"job {job.job_id}: the backfill read the table at {cmd.snapshot_ts}, before "
-                f"its step began at {job.backfill_started_tm}; run it again",
+                f"its step's version activated at {job.backfill_from_ts} (writers without the "
+                "column could still commit until then); run it again",
                 details=_backfill_details(job, cmd.snapshot_ts),
             )
         if job.last_old_write_ts > cmd.snapshot_ts:
@@ -661,18 +673,6 @@ def next_step_wait(
             until_tm=last.tu + cs_max,
         )
     nxt = STEPS[job.kind][job.step + 1]
-    if nxt == "backfill":
-        wo = job.write_only_version
-        assert wo is not None
-        held = sessions.leases_below(job.table_id, wo, tm=now_tm)
-        if held:
-            return JobWait(
-                reason="leases",
-                message=f"{len(held)} lease(s) on versions before {wo} (writers without the "
-                "column) to be released or to expire",
-                blockers=tuple(held),
-            )
-        return JobWait(reason="", message="")
     if nxt == "public" and not job.backfill_satisfied():
         return JobWait(
             reason="backfill",
@@ -752,7 +752,7 @@ _JOB_FIELDS: Final = (
     "created_tm",
     "updated_tm",
     "backfill_needed",
-    "backfill_started_tm",
+    "backfill_from_ts",
     "backfill_ts",
     "files_rewritten",
     "last_old_write_ts",
@@ -778,7 +778,7 @@ def _job_to_data(job: SchemaJob) -> list[object]:
         job.created_tm,
         job.updated_tm,
         job.backfill_needed,
-        job.backfill_started_tm,
+        job.backfill_from_ts,
         job.backfill_ts,
         job.files_rewritten,
         job.last_old_write_ts,
@@ -804,7 +804,7 @@ def _job_from_data(data: object) -> SchemaJob:
             "step",
             "created_tm",
         )
-        ints += ("updated_tm", "backfill_started_tm", "files_rewritten", "last_old_write_ts")
+        ints += ("updated_tm", "backfill_from_ts", "files_rewritten", "last_old_write_ts")
         for key in ints:
             if not isinstance(row[key], int) or isinstance(row[key], bool):
                 raise MalformedSnapshotError(f"schema job {key} must be an integer")
@@ -843,7 +843,7 @@ def _job_from_data(data: object) -> SchemaJob:
             created_tm=num("created_tm"),
             updated_tm=num("updated_tm"),
             backfill_needed=bool(row["backfill_needed"]),
-            backfill_started_tm=num("backfill_started_tm"),
+            backfill_from_ts=num("backfill_from_ts"),
             backfill_ts=backfill_ts,
             files_rewritten=num("files_rewritten"),
             last_old_write_ts=num("last_old_write_ts"),

@@ -30,6 +30,7 @@ from metastore.errors import (
     SchemaJobConflictError,
     SchemaJobNotFoundError,
     SchemaJobStateError,
+    SchemaVersionNotActiveError,
     UnsupportedSchemaChangeError,
 )
 from raft.framing import encode_frame
@@ -208,10 +209,11 @@ def _status(c: MetastoreCluster, node_id: int) -> dict[str, Any] | None:
 
 
 def _snapshot_ts(client: SyncMetastoreClient, job: dict[str, Any]) -> int:
-    """A backfill's snapshot: the client's now, once its clock has seen the backfill step."""
-    client.clock.update(job["updated_tm"])
+    """A backfill's snapshot: the client's now, once its clock has passed the activation of
+    the backfill step's version (from then on no writer without the column commits)."""
+    client.clock.update(job["backfill_from_ts"])
     ts = client.clock.now()
-    assert ts > job["updated_tm"]
+    assert ts > job["backfill_from_ts"]
     return ts
 
 
@@ -459,7 +461,7 @@ def test_the_job_resumes_after_the_leader_is_killed_at_each_step(
         if case == "drop_write_only":
             assert job["versions"] == [2, 3] and _names(final["schema"]) == ["a"]
         else:
-            assert len(job["versions"]) == 3 and _names(final["schema"]) == ["a", "b", "n"]
+            assert len(job["versions"]) == 4 and _names(final["schema"]) == ["a", "b", "n"]
             n = _column(final, "n")
             assert (n["nullable"], n["default"], n["type"]) == (False, "7", "INT")
             assert job["backfill_needed"] is (case == "add_backfill")
@@ -510,13 +512,13 @@ def test_add_column_on_an_empty_table_needs_no_backfill(cluster: MetastoreCluste
         )
         assert (started["version"], started["job_step"]) == (2, "delete_only")
         job = _wait_job(writer, started["job_id"], _succeeded, "to go public")
-        assert job["versions"] == [2, 3, 4] and job["step"] == "public"
+        assert job["versions"] == [2, 3, 4, 5] and job["step"] == "public"
         assert (job["backfill_needed"], job["backfill_ts"], job["files_rewritten"]) == (
             False,
             None,
             0,
         )
-        tus = {v: _tu(writer, "add_empty", v) for v in (2, 3, 4)}
+        tus = {v: _tu(writer, "add_empty", v) for v in (2, 3, 4, 5)}
     # delete-only: invisible to readers and writers; write-only: writers fill it; public.
     v2 = _everywhere(cluster, "add_empty", tus[2])
     assert _names(v2["schema"]) == ["a", "b"] and "write_schema" not in v2
@@ -525,9 +527,11 @@ def test_add_column_on_an_empty_table_needs_no_backfill(cluster: MetastoreCluste
     v3 = _everywhere(cluster, "add_empty", tus[3])
     assert _names(v3["schema"]) == ["a", "b"] and _names(v3["write_schema"]) == ["a", "b", "n"]
     assert [p["state"] for p in v3["pending"]] == ["write_only"]
-    v4 = _everywhere(cluster, "add_empty", tus[4])
-    assert _names(v4["schema"]) == ["a", "n", "b"] and v4["pending"] == []  # AFTER a
-    n = _column(v4, "n")
+    v4 = _everywhere(cluster, "add_empty", tus[4])  # backfill: the same shape once more
+    assert _names(v4["schema"]) == ["a", "b"] and _names(v4["write_schema"]) == ["a", "b", "n"]
+    v5 = _everywhere(cluster, "add_empty", tus[5])
+    assert _names(v5["schema"]) == ["a", "n", "b"] and v5["pending"] == []  # AFTER a
+    n = _column(v5, "n")
     assert (n["field_id"], n["type"], n["default"]) == (pending["field_id"], "BIGINT", "5")
 
 
@@ -542,41 +546,34 @@ def test_add_column_on_a_table_with_files_waits_for_a_good_backfill(
             "job_id"
         ]
         job = _wait_job(admin, job_id, _held("backfill", "backfill"), "to wait for a backfill")
-        assert job["versions"] == [2, 3] and job["backfill_needed"] is True
+        assert job["versions"] == [2, 3, 4] and job["backfill_needed"] is True
         assert f"run-backfill {job_id}" in job["waiting_for"]["message"]
-        started_tm = job["updated_tm"]  # the backfill step's entry
+        from_ts = job["backfill_from_ts"]  # the backfill version's Tu
+        assert from_ts == _tu(admin, table, 4)
         time.sleep(1.0)  # nothing moves it on by itself
         assert admin.job_show(job_id)["step"] == "backfill"
         assert _names(admin.describe(f"{NS}.{table}")["schema"]) == ["a"]
 
-        # A snapshot older than the backfill step is refused.
+        # A snapshot older than the backfill version's activation is refused: writers without
+        # the column could still commit until then.
         with pytest.raises(BackfillIncompleteError) as early:
-            batch.job_backfilled(job_id, snapshot_ts=started_tm - 1, files_rewritten=3)
+            batch.job_backfilled(job_id, snapshot_ts=from_ts - 1, files_rewritten=3)
         assert early.value.retryable
-        assert early.value.details["snapshot_ts"] == started_tm - 1
+        assert early.value.details["snapshot_ts"] == from_ts - 1
 
-        # A writer still at the delete-only version (v2) commits after the snapshot: refused.
+        # From that activation on, a writer still at the delete-only version (v2) is refused.
         snapshot_ts = _snapshot_ts(batch, job)
-        old_ts = _commit(batch, table, 2, files=1, not_before=snapshot_ts + 1)
-        assert old_ts > snapshot_ts
-        with pytest.raises(BackfillIncompleteError) as stale:
-            batch.job_backfilled(job_id, snapshot_ts=snapshot_ts, files_rewritten=3)
-        assert stale.value.details["last_old_write_ts"] == old_ts
-        job = admin.job_show(job_id)
-        assert (job["step"], job["last_old_write_ts"], job["backfill_ts"]) == (
-            "backfill",
-            old_ts,
-            None,
-        )
+        with pytest.raises(SchemaVersionNotActiveError):
+            _commit(batch, table, 2, files=1, not_before=snapshot_ts + 1)
 
-        # A backfill that read the table after that commit is accepted, and the job goes public.
-        snapshot_ts = batch.clock.now()  # the client's clock has seen the commit's ts
-        assert snapshot_ts > old_ts
-        _commit(batch, table, 3, files=4)  # the rewritten files, at the write-only version
+        # A backfill that read the table after that activation is accepted; the job goes public.
+        snapshot_ts = batch.clock.now()
+        assert snapshot_ts > from_ts
+        _commit(batch, table, 4, files=4)  # the rewritten files, at the backfill version
         accepted = batch.job_backfilled(job_id, snapshot_ts=snapshot_ts, files_rewritten=4)
         assert accepted == {"job_id": job_id, "backfill_ts": snapshot_ts, "accepted": True}
         job = _wait_job(admin, job_id, _succeeded, "to go public after the backfill")
-        assert job["versions"] == [2, 3, 4]
+        assert job["versions"] == [2, 3, 4, 5]
         assert (job["backfill_ts"], job["files_rewritten"]) == (snapshot_ts, 4)
         final = _expect_final(cluster, admin, table, job)
         assert _names(final["schema"]) == ["a", "n"]

@@ -41,6 +41,7 @@ from metastore.errors import (
     SchemaJobConflictError,
     SchemaJobNotFoundError,
     SchemaJobStateError,
+    SchemaVersionNotActiveError,
     UnsupportedSchemaChangeError,
 )
 from metastore.jobs import next_step_wait
@@ -76,8 +77,27 @@ def advance(d: Driver, job_id: int) -> dict[str, object]:
     return ok(d, AdvanceSchemaJob(job_id=job_id, step=step), step_ms=SETTLE_MS)
 
 
-def commit(d: Driver, txn: str, *, version: int | None = None, files: int = 1) -> int:
-    d.tm += SETTLE_MS * MS
+def commit_cmd(d: Driver, txn: str, *, version: int | None = None, files: int = 1) -> CommitTxn:
+    return CommitTxn(
+        txn_id=txn,
+        writes=(
+            TableWrite(
+                table=T,
+                schema_version=version or d.state.current(T).version,
+                add=tuple(
+                    DataFile(path=f"{txn}-{i}.parquet", size_bytes=10, row_count=1)
+                    for i in range(files)
+                ),
+            ),
+        ),
+    )
+
+
+def commit(
+    d: Driver, txn: str, *, version: int | None = None, files: int = 1, settle: bool = True
+) -> int:
+    if settle:
+        d.tm += SETTLE_MS * MS
     result = ok(
         d,
         CommitTxn(
@@ -227,7 +247,8 @@ def test_add_not_null_default_on_an_empty_table_needs_no_backfill() -> None:
     advance(d, job_id)  # public, at the position asked
     assert names(d) == ["a", "n", "b", "c"]
     assert d.state.jobs.get(job_id).status == "succeeded"
-    assert len(d.state.history(T)) == 4
+    assert [v.version for v in d.state.history(T)] == [1, *d.state.jobs.get(job_id).versions]
+    assert len(d.state.history(T)) == 5
 
 
 def test_add_on_a_table_with_files_waits_for_a_backfill_that_covers_every_old_write() -> None:
@@ -239,45 +260,43 @@ def test_add_on_a_table_with_files_waits_for_a_backfill_that_covers_every_old_wr
     job = d.state.jobs.get(job_id)
     assert job.backfill_needed
     assert job.write_only_version == delete_only + 1
-    advance(d, job_id)  # backfill step begins
-    started = d.state.jobs.get(job_id).backfill_started_tm
-    # public is refused until a backfill is reported
-    refused(d, AdvanceSchemaJob(job_id=job_id, step=2), BackfillIncompleteError)
-    # a report whose snapshot predates the step is refused
-    refused(
-        d,
-        SchemaJobBackfilled(job_id=job_id, snapshot_ts=started - 1, files_rewritten=1),
-        BackfillIncompleteError,
-    )
-    snapshot = d.tm
-    # a writer still pinned to the delete-only version commits after the snapshot
-    old_ts = commit(d, "late-old-writer", version=delete_only)
+    advance(d, job_id)  # the backfill step's version: same shape, through the gate
+    job = d.state.jobs.get(job_id)
+    assert job.versions == (delete_only, delete_only + 1, delete_only + 2)
+    from_ts = job.backfill_from_ts
+    assert from_ts == d.state.current(T).tu
+    # Until it activates, a writer still pinned to the delete-only version may commit...
+    old_ts = commit(d, "old-writer", version=delete_only, settle=False)
+    assert old_ts < from_ts
     assert d.state.jobs.get(job_id).last_old_write_ts == old_ts
+    # ... so public is refused until a backfill is reported, and a backfill must read the
+    # table at or after that activation.
+    refused(d, AdvanceSchemaJob(job_id=job_id, step=2), BackfillIncompleteError)
     refused(
         d,
-        SchemaJobBackfilled(job_id=job_id, snapshot_ts=snapshot, files_rewritten=1),
+        SchemaJobBackfilled(job_id=job_id, snapshot_ts=from_ts - 1, files_rewritten=1),
         BackfillIncompleteError,
     )
-    ok(d, SchemaJobBackfilled(job_id=job_id, snapshot_ts=old_ts, files_rewritten=2))
-    # a write at the write-only version does not undo the backfill
-    commit(d, "new-writer")
+    ok(d, SchemaJobBackfilled(job_id=job_id, snapshot_ts=from_ts, files_rewritten=2))
+    commit(d, "new-writer")  # at the latest version: has the column
     advance(d, job_id)
     job = d.state.jobs.get(job_id)
     assert (job.status, job.files_rewritten) == ("succeeded", 2)
     assert names(d) == ["a", "b", "c", "n"]
 
 
-def test_an_old_write_after_an_accepted_backfill_asks_for_another() -> None:
+def test_no_writer_without_the_column_commits_once_the_backfill_version_is_active() -> None:
     d = table_driver()
     commit(d, "before")
     job_id = job_of(d.ok("ALTER TABLE ns.t ADD COLUMN n INT NOT NULL DEFAULT 7"))
     delete_only = d.state.current(T).version
     advance(d, job_id)
     advance(d, job_id)
-    ok(d, SchemaJobBackfilled(job_id=job_id, snapshot_ts=d.tm, files_rewritten=1))
-    commit(d, "late", version=delete_only)
-    assert d.state.jobs.get(job_id).backfill_ts is None
-    refused(d, AdvanceSchemaJob(job_id=job_id, step=2), BackfillIncompleteError)
+    ok(d, SchemaJobBackfilled(job_id=job_id, snapshot_ts=d.tm + DD, files_rewritten=1))
+    d.tm += SETTLE_MS * MS
+    refused(d, commit_cmd(d, "late", version=delete_only), SchemaVersionNotActiveError)
+    advance(d, job_id)
+    assert d.state.jobs.get(job_id).status == "succeeded"
 
 
 def test_the_backfill_step_waits_for_writers_without_the_column_to_drain() -> None:
@@ -287,7 +306,7 @@ def test_the_backfill_step_waits_for_writers_without_the_column_to_drain() -> No
     delete_only = d.state.current(T).version
     key = lease(d, delete_only)
     advance(d, job_id)  # write-only: the lease on delete-only is one behind, allowed
-    refused(d, AdvanceSchemaJob(job_id=job_id, step=1), SchemaJobStateError)
+    refused(d, AdvanceSchemaJob(job_id=job_id, step=1), SchemaChangeBlockedError)
     ok(d, ReleaseLeases(session_id="s1", leases=(key,)))
     advance(d, job_id)
     assert d.state.jobs.get(job_id).step_name == "backfill"
