@@ -75,6 +75,7 @@ EXIT_CODE_BY_ERROR: Final[Mapping[str, int]] = {
     "SCHEMA_JOB_CONFLICT": EXIT_REFUSED,  # wait for the job or cancel it
     "SCHEMA_JOB_STATE": EXIT_REFUSED,
     "BACKFILL_INCOMPLETE": EXIT_REFUSED,  # run the backfill again
+    "WATCH_START_COMPACTED": EXIT_NOT_FOUND,  # the events asked for are no longer kept
     "UNAUTHENTICATED": EXIT_AUTH,
     "FORBIDDEN": EXIT_AUTH,
     "BAD_REQUEST": EXIT_GENERIC,

@@ -30,6 +30,7 @@ from cli.sql import sql
 from cli.table import table
 from cli.table_data import table_files, table_read
 from cli.txn import txn
+from cli.watch import watch
 from hlc import HlcError
 from metastore.daemon.config import ConfigError
 from metastore.daemon.secrets import SecretsError
@@ -153,6 +154,7 @@ cli.add_command(lease)
 cli.add_command(pts)
 cli.add_command(gc)
 cli.add_command(snapshot)
+cli.add_command(watch)
 # The data commands live in their own module (they need pyarrow) but belong to the table noun.
 table.add_command(table_files)
 table.add_command(table_read)

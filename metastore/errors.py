@@ -64,6 +64,8 @@ class ErrorCode(StrEnum):
     SCHEMA_JOB_CONFLICT = "SCHEMA_JOB_CONFLICT"
     SCHEMA_JOB_STATE = "SCHEMA_JOB_STATE"
     BACKFILL_INCOMPLETE = "BACKFILL_INCOMPLETE"
+    # The change feed (metastore.events).
+    WATCH_START_COMPACTED = "WATCH_START_COMPACTED"
     # Client API (daemon) codes: see docs/protocol.md.
     UNAUTHENTICATED = "UNAUTHENTICATED"
     FORBIDDEN = "FORBIDDEN"
@@ -375,6 +377,14 @@ class BackfillIncompleteError(MetastoreError):
     retryable = True
 
 
+class WatchStartCompactedError(MetastoreError):
+    """A watch asked for events after a timestamp this node no longer keeps events for (they
+    precede its snapshot or its in-memory window). Details: `from_ts`, `oldest_ts`. Not
+    retryable as is: read the current state, then watch from its timestamp."""
+
+    code = ErrorCode.WATCH_START_COMPACTED
+
+
 # ---- client API errors (raised by the daemon shell and rebuilt by the client) ---------------
 
 
@@ -482,6 +492,7 @@ _BY_CODE: dict[str, type[MetastoreError]] = {
         SchemaJobConflictError,
         SchemaJobStateError,
         BackfillIncompleteError,
+        WatchStartCompactedError,
         UnauthenticatedError,
         ForbiddenError,
         BadRequestError,

@@ -59,7 +59,7 @@ import os
 import random
 import threading
 import uuid
-from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
@@ -137,6 +137,8 @@ SESSION_PAGE_LIMIT = 1_000
 LEASE_PAGE_LIMIT = 1_000
 GC_STATUS_PAGE_LIMIT = 500
 PAGES_MAX = 100_000
+# How long one `watch` call waits for the next event before the client asks again.
+WATCH_WAIT_MS = 10_000
 # Protection records per `pts_list` page.
 PTS_PAGE_LIMIT: Final = 100
 _FAILOVER_CODES: Final = frozenset(
@@ -644,6 +646,41 @@ class MetastoreClient:
         if table is not None:
             args["table"] = table
         return await self._all_pages("gc_status", args, ("tables",))
+
+    # ---- the change feed (metastore.events) ----
+
+    async def watch(
+        self,
+        from_ts: int | None = None,
+        *,
+        table: str | None = None,
+        namespace: str | None = None,
+        limit: int | None = None,
+        wait_ms: int = 0,
+    ) -> dict[str, Any]:
+        """One page of catalog events after `from_ts` (an entry Tm; None: from now), waiting
+        up to `wait_ms` for the first one. Continue from the reply's `next_from_ts`."""
+        optional = {"from_ts": from_ts, "table": table, "namespace": namespace, "limit": limit}
+        args: dict[str, Any] = {k: v for k, v in optional.items() if v is not None}
+        args["wait_ms"] = wait_ms
+        return await self.call("watch", args, timeout_ms=wait_ms + self.timeout_ms)
+
+    async def watch_events(
+        self,
+        from_ts: int | None = None,
+        *,
+        table: str | None = None,
+        namespace: str | None = None,
+        wait_ms: int = WATCH_WAIT_MS,
+    ) -> AsyncIterator[dict[str, Any]]:
+        """Every event after `from_ts`, as they happen (long polls; resumes on another node
+        after a failover from the last event seen). Ends only when the caller stops."""
+        position = from_ts
+        while True:
+            page = await self.watch(position, table=table, namespace=namespace, wait_ms=wait_ms)
+            for event in page["events"]:
+                yield event
+            position = page["next_from_ts"]
 
     # ---- schema change jobs (metastore.jobs) ----
 
@@ -1220,6 +1257,9 @@ class SyncMetastoreClient:
 
     def gc_run(self, table: str | None = None, **kwargs: Any) -> dict[str, Any]:
         return self._sync(self._client.gc_run, table, **kwargs)
+
+    def watch(self, from_ts: int | None = None, **kwargs: Any) -> dict[str, Any]:
+        return self._sync(self._client.watch, from_ts, **kwargs)
 
     def job_list(self, table: str | None = None, **kwargs: Any) -> dict[str, Any]:
         return self._sync(self._client.job_list, table, **kwargs)

@@ -39,3 +39,8 @@ SESSION_PAGE_MAX: Final = 1_000
 LEASE_PAGE_MAX: Final = 1_000
 GC_STATUS_PAGE_TABLES_MAX: Final = 500
 GC_STATUS_PROTECTION_IDS_MAX: Final = 20
+
+# `watch`: events per reply (an event is small: its tables, ids and counts), and how long one
+# call may wait for the first new event (the client calls again: a long poll).
+WATCH_EVENTS_PAGE_MAX: Final = 1_000
+WATCH_WAIT_MS_MAX: Final = 30_000

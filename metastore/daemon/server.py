@@ -84,6 +84,7 @@ from metastore.errors import (
     UnknownOpError,
     limit_exceeded,
 )
+from metastore.events import matches as event_matches
 from metastore.jobs import SchemaJob, next_step_wait
 from metastore.leases import Lease
 from metastore.outcome import Outcome
@@ -271,6 +272,11 @@ class ApiServer:
                 Role.READER, self._gc_status, frozenset({"table", "limit", "page_token"})
             ),
             "gc_run": _Op(Role.ADMIN, self._gc_run, frozenset({"table", "dry_run", "timeout_ms"})),
+            "watch": _Op(
+                Role.READER,
+                self._watch,
+                frozenset({"from_ts", "table", "namespace", "limit", "wait_ms", "timeout_ms"}),
+            ),
             "job_list": _Op(Role.READER, self._job_list, frozenset({"table", "all"})),
             "job_show": _Op(Role.READER, self._job_show, frozenset({"job_id"})),
             "job_cancel": _Op(Role.WRITER, self._job_cancel, frozenset({"job_id", "timeout_ms"})),
@@ -791,6 +797,53 @@ class ApiServer:
                 details={"tu": tu},
             ) from None
         return (time.perf_counter() - wait_started) * 1000
+
+    # ------------------------------------------------------------------ change feed
+
+    async def _watch(self, _s: Session, args: Args) -> dict[str, Any]:
+        """Events after `from_ts` (an entry Tm: 0 = from the oldest kept, default: now) in
+        log order, optionally only those of `table` or `namespace`: at most `limit`, waiting
+        up to `wait_ms` for the first one (long poll). `next_from_ts` is where to continue; it
+        moves on even when nothing matched. A position this node no longer has events for is
+        WATCH_START_COMPACTED (metastore.events)."""
+        self._require_ready()
+        from_ts = _opt_int(args, "from_ts", 0, MAX_TS)
+        if from_ts is None:
+            from_ts = self.node.safe_time
+        limit = _opt_int(args, "limit", 1, L.WATCH_EVENTS_PAGE_MAX) or L.WATCH_EVENTS_PAGE_MAX
+        wait_ms = _opt_int(args, "wait_ms", 0, L.WATCH_WAIT_MS_MAX)
+        table = _opt_str(args, "table", L.TABLE_NAME_CHARS_MAX)
+        namespace = _opt_str(args, "namespace", L.TABLE_NAME_CHARS_MAX)
+        table = None if table is None else str(TableName.parse(table))
+        namespace = None if namespace is None else namespace.lower()
+        self._check_not_future(from_ts)
+        # A position this node has not reached yet: wait until it has (like a read at it).
+        await self._wait_safe(from_ts, _timeout(args))
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + (wait_ms or 0) / 1000
+        while True:
+            wake = self.sm.wait_for_events()
+            events, stopped_at = self.sm.events.since(
+                from_ts,
+                limit=limit,
+                keep=lambda e: event_matches(e, namespace=namespace, table=table),
+            )
+            # Everything up to the applied position was examined when nothing stopped us.
+            position = stopped_at if stopped_at is not None else self.sm.state.last_tm
+            remaining = deadline - loop.time()
+            if events or remaining <= 0:
+                break
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(wake, timeout=remaining)
+            from_ts = max(from_ts, position)
+        if not wake.done():
+            wake.cancel()
+        return {
+            "events": events,
+            "next_from_ts": max(from_ts, position),
+            "oldest_ts": self.sm.events.floor_tm,
+            "safe_time": self.node.safe_time,
+        }
 
     # ------------------------------------------------------------------ schema change jobs
 

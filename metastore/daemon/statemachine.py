@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 
+from metastore.commands import decode_command
+from metastore.errors import MetastoreError
+from metastore.events import EventLog, events_of
 from metastore.outcome import Outcome
 from metastore.state import MetastoreState
 from raft.core.types import Entry, EntryKind
@@ -26,10 +30,23 @@ class CatalogStateMachine:
         self.check_invariants = check_invariants
         self._checks_skipped = 0
         self._skip_checks = 0
+        # The change feed (the `watch` op): events of the entries applied since this node
+        # loaded its snapshot, and the watchers waiting for the next ones.
+        self.events = EventLog()
+        self._event_waiters: list[asyncio.Future[None]] = []
 
     def apply(self, entry: Entry) -> Outcome:
         if entry.kind is EntryKind.NORMAL:
-            outcome = self.state.apply_bytes(entry.data, tm=entry.tm, index=entry.index)
+            try:
+                command = decode_command(entry.data)
+            except MetastoreError as e:
+                outcome = Outcome.failure(e)
+            else:
+                outcome = self.state.apply(command, tm=entry.tm, index=entry.index)
+                events = events_of(command, outcome, tm=entry.tm, index=entry.index)
+                if events:
+                    self.events.append(events, tm=entry.tm)
+                    self._wake_watchers()
         else:
             outcome = self.state.observe_tick(entry.tm, entry.index)
         if self.check_invariants:
@@ -47,3 +64,18 @@ class CatalogStateMachine:
 
     def restore(self, data: bytes) -> None:
         self.state = MetastoreState.from_snapshot(data) if data else MetastoreState()
+        # The entries before the snapshot are gone here: so are their events.
+        self.events.reset(floor_tm=self.state.last_tm)
+        self._wake_watchers()
+
+    def wait_for_events(self) -> asyncio.Future[None]:
+        """A future that completes when the next event is recorded (or the feed is reset)."""
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._event_waiters.append(fut)
+        return fut
+
+    def _wake_watchers(self) -> None:
+        waiters, self._event_waiters = self._event_waiters, []
+        for fut in waiters:
+            if not fut.done():
+                fut.set_result(None)

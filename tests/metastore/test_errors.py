@@ -77,6 +77,7 @@ RETRYABLE: dict[str, bool] = {
     "SCHEMA_JOB_CONFLICT": False,  # wait for the job (or cancel it) first
     "SCHEMA_JOB_STATE": False,
     "BACKFILL_INCOMPLETE": True,  # run the backfill again
+    "WATCH_START_COMPACTED": False,  # re-read the state, then watch from its timestamp
     "TIMESTAMP_AHEAD_OF_CLOCK": True,  # another node (or this one later) can answer
     "UNAUTHENTICATED": False,
     "FORBIDDEN": False,

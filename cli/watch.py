@@ -1,0 +1,123 @@
+"""`metastore watch [NS[.T]]`: follow catalog events as they happen (the change feed).
+
+Prints one line per event (JSON lines with -o json): schema versions published with their Tu,
+tables and namespaces created or dropped, commits with their tables and ts, schema change job
+steps, sessions, leases and protections (metastore/events.py lists them). Events come in log
+order; each carries the Tm of its entry, and `--from TS` resumes after that Tm, so a watcher
+that stopped can continue from the last event it printed. A start the node no longer keeps
+events for (before its last snapshot) exits with WATCH_START_COMPACTED and the oldest kept.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from typing import Any
+
+import click
+
+from cli.context import TIMESTAMP, app
+from cli.output import ts_cell
+from metastore.commands import parse_duration_ms
+from metastore.errors import InvalidArgumentError
+
+# How long one call waits on the server for the next event.
+WATCH_WAIT_MS = 5_000
+# Events asked for per call.
+WATCH_PAGE_EVENTS = 1_000
+
+_DETAIL_KEYS = (
+    "namespace",
+    "table",
+    "version",
+    "txn_id",
+    "tables",
+    "files_added",
+    "rows_added",
+    "job_id",
+    "what",
+    "session_id",
+    "app_id",
+    "leases",
+    "record_id",
+    "reason",
+    "by",
+)
+
+
+def _line(event: dict[str, Any]) -> str:
+    parts = [ts_cell(event.get("tm")), f"{event.get('kind', '?'):<20}"]
+    for key in _DETAIL_KEYS:
+        if key in event and event[key] not in (None, "", []):
+            value = event[key]
+            parts.append(f"{key}={','.join(map(str, value)) if isinstance(value, list) else value}")
+    parts.extend(f"{k}={ts_cell(event[k])}" for k in ("tu", "ts") if isinstance(event.get(k), int))
+    return "  ".join(parts)
+
+
+@click.command("watch")
+@click.argument("target", required=False, metavar="[NS[.T]]")
+@click.option(
+    "--from",
+    "from_ts",
+    type=TIMESTAMP,
+    default=None,
+    help="Start after this timestamp (an event's tm, to resume; default: now).",
+)
+@click.option("--oldest", is_flag=True, help="Start from the oldest event the node keeps.")
+@click.option("--count", type=click.IntRange(min=1), default=None, help="Stop after N events.")
+@click.option(
+    "--for", "duration", default=None, help="Stop after this long (e.g. 30s, 5m; default: never)."
+)
+@click.pass_context
+def watch(
+    ctx: click.Context,
+    target: str | None,
+    from_ts: int | None,
+    oldest: bool,
+    count: int | None,
+    duration: str | None,
+) -> None:
+    """Print catalog events for TARGET (a namespace or NS.T; default: everything) as they
+    happen, in log order, until Ctrl-C, --count or --for."""
+    if oldest and from_ts is not None:
+        raise click.UsageError("--from and --oldest exclude each other")
+    try:
+        stop_ms = None if duration is None else parse_duration_ms(duration, "--for")
+    except InvalidArgumentError as exc:
+        raise click.BadParameter(exc.message, param_hint="--for") from None
+    table = target if target and "." in target else None
+    namespace = target if target and "." not in target else None
+    a = app(ctx)
+    client = a.client()
+    deadline = None if stop_ms is None else time.monotonic() + stop_ms / 1000
+    position = 0 if oldest else from_ts
+    seen = 0
+    try:
+        while True:
+            wait_ms = WATCH_WAIT_MS
+            if deadline is not None:
+                left_ms = int((deadline - time.monotonic()) * 1000)
+                if left_ms <= 0:
+                    return
+                wait_ms = min(wait_ms, left_ms)
+            page = client.watch(
+                position,
+                table=table,
+                namespace=namespace,
+                limit=WATCH_PAGE_EVENTS,
+                wait_ms=wait_ms,
+            )
+            for event in page["events"]:
+                if a.output == "json":
+                    click.echo(json.dumps(event, sort_keys=True))
+                else:
+                    click.echo(_line(event))
+                seen += 1
+                if count is not None and seen >= count:
+                    return
+            position = page["next_from_ts"]
+            sys.stdout.flush()
+    except KeyboardInterrupt:
+        click.echo(f"stopped; resume with --from {position}", err=True)

@@ -1,0 +1,245 @@
+"""The change feed: what each applied entry did, as events in log order (the `watch` op).
+
+Key idea: events are derived from (command, outcome) as each entry is applied, so every replica
+derives the same events for the same entries, and an event's position is its entry's Tm, which
+strictly increases along the log. A watcher resumes from the Tm of the last event it saw.
+
+Which events (every one carries `kind`, `tm` and `index` of its entry):
+* `namespace_created` / `namespace_dropped`: namespace, tu (when it takes effect);
+* `schema_published`: table, table_id, version, tu, change (version 1 is the CREATE);
+* `table_dropped`: table, table_id, tu (also one per table of DROP NAMESPACE CASCADE);
+* `commit`: ts, txn_id, tables, files_added, files_removed, rows_added;
+* `schema_job`: job_id, what (started, advanced, backfilled, cancelled; `job show` has the rest);
+* `session_opened` / `session_ended` (closed, expired; by and reason), `leases_acquired` /
+  `leases_released`: session_id and the (table, version) pairs; heartbeats are not events;
+* `protected` / `protection_released`: record_id, ts, reason.
+Refused entries, request-id retries and deduplicated commits are not events: nothing changed.
+
+`EventLog` keeps the newest events in memory (EVENTS_KEPT). It is complete after `floor_tm`:
+every event of an entry with Tm > floor_tm is in it. The floor rises when old events are
+dropped, and jumps to the snapshot's Tm when the node loads a snapshot (the entries before it
+are gone), so a watcher whose position is below the floor gets WatchStartCompactedError and
+must re-read the state. Entries are never split: events of one entry are kept, dropped and
+returned together.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from collections.abc import Callable
+from typing import Final
+
+from metastore.commands import (
+    AcquireLeases,
+    AdvanceSchemaJob,
+    AlterTable,
+    CancelSchemaJob,
+    CloseSession,
+    Command,
+    CommitTxn,
+    CreateNamespace,
+    DropNamespace,
+    ExpireSessions,
+    OpenSession,
+    Protect,
+    ReleaseLeases,
+    ReleaseProtection,
+    SchemaJobBackfilled,
+)
+from metastore.errors import WatchStartCompactedError
+from metastore.outcome import Outcome, SchemaVersionPublished, TableDropped
+
+Event = dict[str, object]
+
+EVENTS_KEPT: Final = 100_000
+
+
+def events_of(command: Command, outcome: Outcome, *, tm: int, index: int) -> list[Event]:
+    """The events of one applied command (none if it was refused or a retry)."""
+    if not outcome.ok or outcome.deduplicated:
+        return []
+    head: Event = {"tm": tm, "index": index}
+    result = outcome.result
+    out: list[Event] = []
+    match command:
+        case CreateNamespace() if result.get("created"):
+            out.append({**head, "kind": "namespace_created", "namespace": command.namespace})
+            out[-1]["tu"] = result.get("tu")
+        case DropNamespace() if result.get("dropped"):
+            out.append({**head, "kind": "namespace_dropped", "namespace": command.namespace})
+            out[-1]["tu"] = result.get("tu")
+        case CommitTxn():
+            out.append(
+                {
+                    **head,
+                    "kind": "commit",
+                    "ts": result.get("ts"),
+                    "txn_id": result.get("txn_id"),
+                    "tables": result.get("tables"),
+                    "files_added": result.get("files_added"),
+                    "files_removed": result.get("files_removed"),
+                    "rows_added": result.get("rows_added"),
+                }
+            )
+        case OpenSession():
+            out.append(
+                {
+                    **head,
+                    "kind": "session_opened",
+                    "session_id": command.session_id,
+                    "app_id": command.info.app_id,
+                    "host": command.info.host,
+                    "user": command.info.user,
+                }
+            )
+        case CloseSession():
+            out.append(
+                {**head, "kind": "session_ended", "session_id": command.session_id}
+                | {"reason": "closed", "by": ""}
+            )
+        case ExpireSessions():
+            expired = result.get("expired")
+            out.extend(
+                {**head, "kind": "session_ended", "session_id": session_id}
+                | {"reason": command.reason, "by": command.by}
+                for session_id in (expired if isinstance(expired, list) else [])
+            )
+        case AcquireLeases() | ReleaseLeases():
+            kind = "leases_acquired" if isinstance(command, AcquireLeases) else "leases_released"
+            out.append(
+                {
+                    **head,
+                    "kind": kind,
+                    "session_id": command.session_id,
+                    "leases": [[str(k.table), k.version] for k in command.leases],
+                }
+            )
+        case Protect():
+            out.append(
+                {**head, "kind": "protected", "record_id": command.record_id, "ts": command.ts}
+            )
+        case ReleaseProtection() if result.get("released"):
+            out.append(
+                {**head, "kind": "protection_released", "record_id": command.record_id}
+                | {"reason": command.reason}
+            )
+    for effect in outcome.effects:
+        match effect:
+            case SchemaVersionPublished():
+                out.append(
+                    {
+                        **head,
+                        "kind": "schema_published",
+                        "table": str(effect.table),
+                        "table_id": effect.table_id,
+                        "version": effect.version,
+                        "tu": effect.tu,
+                    }
+                )
+            case TableDropped():
+                out.append(
+                    {
+                        **head,
+                        "kind": "table_dropped",
+                        "table": str(effect.table),
+                        "table_id": effect.table_id,
+                        "tu": effect.tu,
+                    }
+                )
+    job_id = result.get("job_id")
+    job_commands = AlterTable | AdvanceSchemaJob | CancelSchemaJob | SchemaJobBackfilled
+    if isinstance(command, job_commands) and isinstance(job_id, int):
+        # What moved the job: its start (an ALTER), a step, a cancel or a backfill report.
+        what = {
+            AlterTable: "started",
+            AdvanceSchemaJob: "advanced",
+            CancelSchemaJob: "cancelled",
+            SchemaJobBackfilled: "backfilled",
+        }[type(command)]
+        out.append({**head, "kind": "schema_job", "job_id": job_id, "what": what})
+    return out
+
+
+def matches(event: Event, *, namespace: str | None, table: str | None) -> bool:
+    """Does `event` concern `table` (ns.t) or `namespace`? Events about no table (sessions,
+    protections, schema jobs without a table field) match only an unfiltered watch."""
+    if namespace is None and table is None:
+        return True
+    tables: list[str] = []
+    one, many, leases = event.get("table"), event.get("tables"), event.get("leases")
+    if isinstance(one, str):
+        tables = [one]
+    elif isinstance(many, list):
+        tables = [str(t) for t in many]
+    elif isinstance(leases, list):
+        tables = [str(pair[0]) for pair in leases]
+    if table is not None:
+        return table in tables
+    if isinstance(event.get("namespace"), str):
+        return event["namespace"] == namespace
+    return any(t.split(".", 1)[0] == namespace for t in tables)
+
+
+class EventLog:
+    """The newest events in log order, complete after `floor_tm` (see the module docstring)."""
+
+    __slots__ = ("_events", "_start", "_tms", "floor_tm", "kept_max")
+
+    def __init__(self, *, kept_max: int = EVENTS_KEPT, floor_tm: int = 0) -> None:
+        self.kept_max = kept_max
+        self.floor_tm = floor_tm
+        # A list with a moving start (cheap appends and bisects; compacted now and then).
+        self._events: list[Event] = []
+        self._tms: list[int] = []
+        self._start = 0
+
+    def __len__(self) -> int:
+        return len(self._events) - self._start
+
+    def append(self, events: list[Event], *, tm: int) -> None:
+        """Add the events of the entry applied at `tm` (all of them, or none)."""
+        for event in events:
+            self._events.append(event)
+            self._tms.append(tm)
+        while len(self) > self.kept_max:
+            dropped_tm = self._tms[self._start]
+            while self._start < len(self._tms) and self._tms[self._start] == dropped_tm:
+                self._start += 1
+            self.floor_tm = max(self.floor_tm, dropped_tm)
+        if self._start > 4096 and self._start * 2 > len(self._events):
+            del self._events[: self._start], self._tms[: self._start]
+            self._start = 0
+
+    def reset(self, *, floor_tm: int) -> None:
+        """The state was replaced by a snapshot at `floor_tm`: what came before is gone."""
+        self._events, self._tms, self._start = [], [], 0
+        self.floor_tm = floor_tm
+
+    def since(
+        self,
+        after_tm: int,
+        *,
+        limit: int,
+        keep: Callable[[Event], bool] = lambda _e: True,
+    ) -> tuple[list[Event], int | None]:
+        """Events with tm > after_tm that `keep` accepts, at most `limit` (but never half an
+        entry), and the tm of the last event examined (None: examined them all). Raises
+        WatchStartCompactedError when events after `after_tm` may be gone."""
+        if after_tm < self.floor_tm:
+            raise WatchStartCompactedError(
+                f"the change feed on this node starts after {self.floor_tm}; events after "
+                f"{after_tm} are no longer kept (read the current state, then watch from "
+                "its timestamp)",
+                details={"from_ts": after_tm, "oldest_ts": self.floor_tm},
+            )
+        i = max(self._start, bisect_right(self._tms, after_tm, lo=self._start))
+        out: list[Event] = []
+        while i < len(self._events):
+            tm = self._tms[i]
+            if len(out) >= limit:
+                return out, self._tms[i - 1]
+            while i < len(self._events) and self._tms[i] == tm:
+                if keep(self._events[i]):
+                    out.append(self._events[i])
+                i += 1
+        return out, None

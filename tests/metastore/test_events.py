@@ -1,0 +1,109 @@
+"""The change feed's pure parts (metastore.events): which events an applied command makes, and
+the EventLog's window (complete after its floor, never splitting an entry, typed error below
+the floor)."""
+
+from __future__ import annotations
+
+import pytest
+
+from metastore.commands import (
+    CommitTxn,
+    DataFile,
+    OpenSession,
+    SessionInfo,
+    TableName,
+    TableWrite,
+)
+from metastore.ddl import parse_ddl
+from metastore.errors import WatchStartCompactedError
+from metastore.events import EventLog, events_of, matches
+from tests.metastore._driver import DD, DD_MS, MS, Driver
+
+T = TableName.of("ns", "t")
+
+
+def applied_events(d: Driver, cmd: object) -> list[dict[str, object]]:
+    outcome = d.apply(cmd)  # type: ignore[arg-type]
+    return events_of(cmd, outcome, tm=d.tm, index=d.index)  # type: ignore[arg-type]
+
+
+def test_ddl_commits_jobs_and_sessions_make_events_refusals_and_retries_do_not() -> None:
+    d = Driver()
+    [ns] = applied_events(d, parse_ddl("CREATE NAMESPACE ns"))
+    assert (ns["kind"], ns["namespace"], ns["tu"]) == ("namespace_created", "ns", d.tm + DD)
+    assert (ns["tm"], ns["index"]) == (d.tm, d.index)
+    [created] = applied_events(d, parse_ddl("CREATE TABLE ns.t (a INT, b INT)"))
+    assert (created["kind"], created["table"], created["version"]) == (
+        "schema_published",
+        "ns.t",
+        1,
+    )
+    assert applied_events(d, parse_ddl("CREATE NAMESPACE IF NOT EXISTS ns")) == []
+    assert applied_events(d, parse_ddl("CREATE TABLE ns.t (a INT)")) == []  # refused
+    d.tm += (DD_MS + 1) * MS
+    write = TableWrite(
+        table=T, schema_version=1, add=(DataFile(path="f.parquet", size_bytes=9, row_count=3),)
+    )
+    commit = CommitTxn(txn_id="x1", writes=(write,))
+    [c] = applied_events(d, commit)
+    assert (c["kind"], c["txn_id"], c["tables"], c["rows_added"]) == ("commit", "x1", ["ns.t"], 3)
+    assert applied_events(d, commit) == []  # the same txn again: deduplicated
+    version, job = applied_events(d, parse_ddl("ALTER TABLE ns.t DROP COLUMN b"))
+    assert (version["kind"], version["version"]) == ("schema_published", 2)
+    assert (job["kind"], job["what"]) == ("schema_job", "started")
+    [opened] = applied_events(
+        d, OpenSession(session_id="s1", info=SessionInfo(app_id="app"), ttl_ms=5_000)
+    )
+    assert (opened["kind"], opened["app_id"]) == ("session_opened", "app")
+    dropped = applied_events(d, parse_ddl("DROP NAMESPACE ns CASCADE"))
+    assert [e["kind"] for e in dropped] == ["namespace_dropped", "table_dropped"]
+
+
+def _log(kept_max: int = 100) -> EventLog:
+    log = EventLog(kept_max=kept_max)
+    for tm in range(1, 11):  # entry tm has tm events (1, 2, ... 10)
+        log.append([{"tm": tm, "n": i, "table": f"ns.t{tm % 2}"} for i in range(tm)], tm=tm)
+    return log
+
+
+def test_a_page_never_splits_an_entry_and_says_where_it_stopped() -> None:
+    log = _log()
+    events, stopped = log.since(0, limit=4)
+    assert [e["tm"] for e in events] == [1, 2, 2, 3, 3, 3]  # 4 asked; entry 3 kept whole
+    assert stopped == 3
+    events, stopped = log.since(stopped, limit=1000)
+    assert [e["tm"] for e in events][:4] == [4, 4, 4, 4]
+    assert stopped is None
+    assert len(events) == sum(range(4, 11))
+    events, _ = log.since(0, limit=1000, keep=lambda e: e["table"] == "ns.t1")
+    assert {e["tm"] for e in events} == {1, 3, 5, 7, 9}
+
+
+def test_the_window_drops_whole_entries_and_refuses_a_start_below_its_floor() -> None:
+    log = _log(kept_max=20)
+    assert len(log) <= 20
+    assert log.floor_tm == 8  # only entries 9 and 10 fit (9 + 10 events); 1..8 are gone
+    with pytest.raises(WatchStartCompactedError) as exc:
+        log.since(3, limit=10)
+    assert exc.value.details == {"from_ts": 3, "oldest_ts": log.floor_tm}
+    events, _ = log.since(log.floor_tm, limit=1000)
+    assert events[0]["tm"] == log.floor_tm + 1
+    log.reset(floor_tm=50)
+    with pytest.raises(WatchStartCompactedError):
+        log.since(49, limit=1)
+    assert log.since(50, limit=1) == ([], None)
+
+
+def test_filters_match_tables_namespaces_and_lease_targets() -> None:
+    commit = {"kind": "commit", "tables": ["a.x", "b.y"]}
+    lease = {"kind": "leases_acquired", "leases": [["a.x", 3]]}
+    ns = {"kind": "namespace_created", "namespace": "b"}
+    session = {"kind": "session_opened"}
+    assert matches(commit, namespace="b", table=None)
+    assert matches(commit, namespace=None, table="a.x")
+    assert not matches(commit, namespace="c", table=None)
+    assert matches(lease, namespace="a", table=None)
+    assert matches(ns, namespace="b", table=None)
+    assert not matches(ns, namespace=None, table="b.y")
+    assert matches(session, namespace=None, table=None)
+    assert not matches(session, namespace="a", table=None)
