@@ -12,6 +12,12 @@ CLIENT_INFLIGHT_PER_CONNECTION_MAX: Final = 64
 CLIENT_IDLE_TIMEOUT_MS: Final = 5 * 60 * 1000
 # A frame must complete within this long after its first byte (slow clients cannot pin memory).
 CLIENT_FRAME_TIMEOUT_MS: Final = 10_000
+# Before `hello` succeeds a connection is a stranger: it must authenticate within this, may make
+# us buffer at most this many bytes, and at the connection limit the oldest stranger is closed
+# to make room, so a flood of idle or slow connections cannot lock clients out.
+CLIENT_HELLO_TIMEOUT_MS: Final = 5_000
+CLIENT_CONNECTIONS_SLACK: Final = 64
+CLIENT_HELLO_BYTES_MAX: Final = 16 * 1024
 OP_NAME_CHARS_MAX: Final = 64
 TOKEN_CHARS_MAX: Final = 256
 CLIENT_NAME_CHARS_MAX: Final = 256

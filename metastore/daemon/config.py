@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import ClassVar, Final
 
 from metastore import limits as mlimits
+from metastore.daemon import api_limits
 from metastore.limits import MAX_CLOCK_SKEW_MS, MAX_DELAY_DURATION_MS
 
 __all__ = [
@@ -119,6 +120,9 @@ GC_ORPHAN_GRACE_MS_MIN: Final = 1_000
 GC_ORPHAN_GRACE_MS_MAX: Final = 30 * 86_400_000
 # Deletions per second, so a GC after a mass overwrite does not saturate the file system.
 GC_DELETE_FILES_PER_S_DEFAULT: Final = 1_000
+CLIENT_CONNECTIONS_MAX_DEFAULT: Final = api_limits.CLIENT_CONNECTIONS_MAX
+CLIENT_CONNECTIONS_MAX_MIN: Final = 8
+CLIENT_CONNECTIONS_MAX_MAX: Final = 65_536
 GC_DELETE_FILES_PER_S_MAX: Final = 100_000
 
 CLUSTER_FILE_NAME: Final = "cluster.toml"
@@ -145,6 +149,7 @@ _CLUSTER_KEYS: Final = frozenset(
         "gc_interval_ms",
         "gc_orphan_grace_ms",
         "gc_delete_files_per_s",
+        "client_connections_max",
         "secrets_dir",
         "data_dir",
         "warehouse",
@@ -234,6 +239,9 @@ class ClusterConfig:
     gc_interval_ms: int = GC_INTERVAL_MS_DEFAULT
     gc_orphan_grace_ms: int = GC_ORPHAN_GRACE_MS_DEFAULT
     gc_delete_files_per_s: int = GC_DELETE_FILES_PER_S_DEFAULT
+    # Client connections a node serves at once (strangers that have not authenticated are
+    # closed, oldest first, to make room: metastore/daemon/server.py).
+    client_connections_max: int = CLIENT_CONNECTIONS_MAX_DEFAULT
 
     @property
     def node_ids(self) -> tuple[int, ...]:
@@ -450,6 +458,12 @@ def _parse_cluster(path: Path, data: Mapping[str, object]) -> ClusterConfig:
     gc_interval_ms = reader.integer(
         "gc_interval_ms", GC_INTERVAL_MS_MIN, GC_INTERVAL_MS_MAX, default=GC_INTERVAL_MS_DEFAULT
     )
+    client_connections_max = reader.integer(
+        "client_connections_max",
+        CLIENT_CONNECTIONS_MAX_MIN,
+        CLIENT_CONNECTIONS_MAX_MAX,
+        default=CLIENT_CONNECTIONS_MAX_DEFAULT,
+    )
     gc_orphan_grace_ms = reader.integer(
         "gc_orphan_grace_ms",
         GC_ORPHAN_GRACE_MS_MIN,
@@ -492,6 +506,7 @@ def _parse_cluster(path: Path, data: Mapping[str, object]) -> ClusterConfig:
         gc_interval_ms=gc_interval_ms,
         gc_orphan_grace_ms=gc_orphan_grace_ms,
         gc_delete_files_per_s=gc_delete_files_per_s,
+        client_connections_max=client_connections_max,
         secrets_dir=resolved_secrets,
         data_dir=resolved_data,
         log_level=log_level,

@@ -134,6 +134,7 @@ class MetastoreNode:
             warehouse=cluster.warehouse,
             session_ttl_ms=cluster.session_ttl_ms,
             session_heartbeat_ms=cluster.session_heartbeat_ms,
+            connections_max=cluster.client_connections_max,
             gc=self.gc,
         )
         self.http = HttpEndpoint(self.metrics, self.status_map)

@@ -140,6 +140,7 @@ class ApiServer:
         session_ttl_ms: int = mlimits.SESSION_TTL_MS_DEFAULT,
         session_heartbeat_ms: int = mlimits.SESSION_HEARTBEAT_MS_DEFAULT,
         gc: GcWorker | None = None,
+        connections_max: int = L.CLIENT_CONNECTIONS_MAX,
     ) -> None:
         self.node = node
         self.gc = gc
@@ -154,8 +155,11 @@ class ApiServer:
         self.warehouse = warehouse
         self.session_ttl_ms = session_ttl_ms
         self.session_heartbeat_ms = session_heartbeat_ms
+        self.connections_max = connections_max
         self._server: asyncio.Server | None = None
         self._connections: set[asyncio.Task[None]] = set()
+        # Connections that have not authenticated yet: id(session) -> (connected at, writer).
+        self._strangers: dict[int, tuple[float, asyncio.StreamWriter]] = {}
         self._ops: dict[str, _Op] = {
             "hello": _Op(Role.READER, self._hello, frozenset({"token", "client"})),
             "schema_at": _Op(
@@ -327,9 +331,19 @@ class ApiServer:
     # ------------------------------------------------------------------ connections
 
     async def _on_connect(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        if len(self._connections) >= L.CLIENT_CONNECTIONS_MAX:
+        full = len(self._connections) >= self.connections_max
+        # Evicted connections leave asynchronously, so a burst may pass the limit by a little.
+        room = len(self._connections) < self.connections_max + L.CLIENT_CONNECTIONS_SLACK
+        if full and self._strangers and room:
+            # Make room by closing the oldest connection that has not authenticated: a flood
+            # of idle connections must not lock out the clients that hold a token.
+            oldest = min(self._strangers, key=lambda k: self._strangers[k][0])
+            _, stranger = self._strangers.pop(oldest)
+            self.metrics.request("connect", "EVICTED", 0.0)
+            stranger.transport.abort()
+        elif full:
             self.metrics.request("connect", "LIMIT_EXCEEDED", 0.0)
-            writer.write(self._error_frame(0, _too_many_connections()))
+            writer.write(self._error_frame(0, _too_many_connections(self.connections_max)))
             with contextlib.suppress(Exception):
                 await writer.drain()
             writer.close()
@@ -348,6 +362,22 @@ class ApiServer:
         peername = writer.get_extra_info("peername")
         session = Session(peer=str(peername))
         decoder = FrameDecoder(max_frame_bytes=L.CLIENT_FRAME_BYTES_MAX)
+        key = id(session)
+        hello_deadline = time.monotonic() + L.CLIENT_HELLO_TIMEOUT_MS / 1000
+        self._strangers[key] = (time.monotonic(), writer)
+        try:
+            await self._serve_session(session, decoder, reader, writer, hello_deadline)
+        finally:
+            self._strangers.pop(key, None)
+
+    async def _serve_session(
+        self,
+        session: Session,
+        decoder: FrameDecoder,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        hello_deadline: float,
+    ) -> None:
         inflight: set[asyncio.Task[None]] = set()
         partial_since: float | None = None
         pending: list[bytes] = []
@@ -382,15 +412,23 @@ class ApiServer:
                 else:
                     partial_since = None
                     timeout_s = L.CLIENT_IDLE_TIMEOUT_MS / 1000
+                if session.role is None:
+                    timeout_s = min(timeout_s, hello_deadline - time.monotonic())
+                    if timeout_s <= 0:
+                        log.info("closing %s: no hello in time", session.peer)
+                        return
                 try:
                     data = await asyncio.wait_for(reader.read(L.CLIENT_READ_CHUNK_BYTES), timeout_s)
                 except TimeoutError:
-                    if decoder.buffered_bytes or not inflight:
-                        return  # idle, or a half-sent frame: free the slot
+                    if decoder.buffered_bytes or not inflight or session.role is None:
+                        return  # idle, a half-sent frame or no hello: free the slot
                     continue
                 if not data:
                     return
                 decoder.feed(data)
+                if session.role is None and decoder.buffered_bytes > L.CLIENT_HELLO_BYTES_MAX:
+                    log.info("closing %s: more than a hello before authenticating", session.peer)
+                    return
                 while True:
                     try:
                         frame = decoder.next_frame()
@@ -406,6 +444,7 @@ class ApiServer:
                         await send(reply)
                         if not ok:
                             return
+                        self._strangers.pop(id(session), None)
                         continue
                     if len(inflight) >= L.CLIENT_INFLIGHT_PER_CONNECTION_MAX:
                         rid = frame.get("id", 0) if isinstance(frame, dict) else 0
@@ -1579,10 +1618,10 @@ def _admin_only(cmd: Command) -> bool:
     )
 
 
-def _too_many_connections() -> MetastoreError:
+def _too_many_connections(maximum: int) -> MetastoreError:
     return LimitExceededError(
-        f"more than {L.CLIENT_CONNECTIONS_MAX} client connections",
-        details={"limit": "CLIENT_CONNECTIONS_MAX", "max": L.CLIENT_CONNECTIONS_MAX},
+        f"more than {maximum} client connections",
+        details={"limit": "client_connections_max", "max": maximum},
     )
 
 
