@@ -24,6 +24,7 @@ from typing import Any
 from hlc import HybridClock, OffsetClock, SystemClock, physical_ms
 from metastore import limits as mlimits
 from metastore.commands import ExpireSessions, InitCluster, encode_command
+from metastore.daemon.audit import AuditLog
 from metastore.daemon.config import NodeSettings, load_node_config
 from metastore.daemon.forward import LeaderForwarder
 from metastore.daemon.gc_worker import GcWorker
@@ -135,6 +136,7 @@ class MetastoreNode:
             session_ttl_ms=cluster.session_ttl_ms,
             session_heartbeat_ms=cluster.session_heartbeat_ms,
             connections_max=cluster.client_connections_max,
+            audit=AuditLog(settings.data_dir, node_id=me.id),
             gc=self.gc,
         )
         self.http = HttpEndpoint(self.metrics, self.status_map)

@@ -52,6 +52,7 @@ from metastore.commands import (
     encode_command,
 )
 from metastore.daemon import api_limits as L
+from metastore.daemon.audit import AuditLog
 from metastore.daemon.backup import SnapshotExports
 from metastore.daemon.forward import LeaderForwarder
 from metastore.daemon.gc_worker import GcWorker, gc_status
@@ -141,6 +142,7 @@ class ApiServer:
         session_heartbeat_ms: int = mlimits.SESSION_HEARTBEAT_MS_DEFAULT,
         gc: GcWorker | None = None,
         connections_max: int = L.CLIENT_CONNECTIONS_MAX,
+        audit: AuditLog | None = None,
     ) -> None:
         self.node = node
         self.gc = gc
@@ -156,6 +158,7 @@ class ApiServer:
         self.session_ttl_ms = session_ttl_ms
         self.session_heartbeat_ms = session_heartbeat_ms
         self.connections_max = connections_max
+        self.audit = audit or AuditLog(None, node_id=node.node_id)
         self._server: asyncio.Server | None = None
         self._connections: set[asyncio.Task[None]] = set()
         # Connections that have not authenticated yet: id(session) -> (connected at, writer).
@@ -327,6 +330,7 @@ class ApiServer:
         if self._server is not None:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self._server.wait_closed(), 2)
+        self.audit.close()
 
     # ------------------------------------------------------------------ connections
 
@@ -486,8 +490,19 @@ class ApiServer:
             _check_args(args, self._ops["hello"].args)
             result = await self._hello(session, args)
         except MetastoreError as exc:
-            self.metrics.request(op, exc.code.value, time.perf_counter() - started)
+            ms = (time.perf_counter() - started) * 1000
+            self.metrics.request(op, exc.code.value, ms / 1000)
             log.warning("refused client %s: %s", session.peer, exc)
+            client = args.get("client") if isinstance(args, dict) else None
+            self.audit.record(
+                peer=session.peer,
+                client=client if isinstance(client, str) else "",
+                role=None,
+                op=op,
+                args={},
+                outcome=exc.code.value,
+                ms=ms,
+            )
             return self._error_frame(rid, exc), False
         self.metrics.request(op, "OK", time.perf_counter() - started)
         return self._reply_frame(rid, result), True
@@ -497,6 +512,7 @@ class ApiServer:
     ) -> None:
         started = time.perf_counter()
         rid, op = 0, "invalid"
+        args: Mapping[str, Any] = {}
         try:
             rid, op, args = _parse_request(frame)
             spec = self._ops.get(op)
@@ -519,7 +535,19 @@ class ApiServer:
             log.exception("internal error serving %s", op)
             frame_out = self._error_frame(rid, InternalError(f"{type(exc).__name__}: {exc}"))
             code = "INTERNAL"
-        self.metrics.request(op, code, time.perf_counter() - started)
+        elapsed_s = time.perf_counter() - started
+        self.metrics.request(op, code, elapsed_s)
+        spec = self._ops.get(op)
+        if code == "FORBIDDEN" or (spec is not None and spec.role >= Role.WRITER):
+            self.audit.record(
+                peer=session.peer,
+                client=session.client,
+                role=None if session.role is None else session.role.name.lower(),
+                op=op,
+                args=args,
+                outcome=code,
+                ms=elapsed_s * 1000,
+            )
         with contextlib.suppress(ConnectionError, OSError):
             await send(frame_out)
 

@@ -1,0 +1,139 @@
+"""The audit log: who changed what, through this node, and who was refused.
+
+One JSON object per line in `audit.log` in the node's data directory, separate from the
+operational log and never sent to stderr. A record is written for every request of an op that
+needs the writer or admin role (whatever its outcome: ok, refused, failed), for every refused
+`hello` (a wrong or missing token) and for every request refused for its role. Reads are not
+audited (they change nothing and would drown the rest).
+
+Fields: `ts` (wall clock, ISO-8601 UTC), `node_id`, `peer` (address:port), `client` (the name
+the client gave), `role`, `op`, `outcome` (OK or the error code), `ms`, and the request's
+identifying arguments (`sql` truncated to AUDIT_TEXT_CHARS_MAX, table names, txn id, record
+id, job id, session ids, node ids). Tokens and data file lists are never written: a write's
+files are summarised as a count per table.
+
+Rotation keeps AUDIT_FILES_KEPT files of AUDIT_FILE_BYTES_MAX each. A request is forwarded to
+the leader with the caller's own token, so it is audited on the node that received it and again
+(as `_propose`) on the leader.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import logging.handlers
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Final
+
+AUDIT_FILE_NAME: Final = "audit.log"
+AUDIT_FILE_BYTES_MAX: Final = 64 * 1024 * 1024
+AUDIT_FILES_KEPT: Final = 5
+AUDIT_TEXT_CHARS_MAX: Final = 1024
+# Arguments copied as they are (short identifiers); everything else is left out.
+_KEPT_ARGS: Final = (
+    "table",
+    "namespace",
+    "txn_id",
+    "stream",
+    "seq",
+    "record_id",
+    "job_id",
+    "session_id",
+    "session_ids",
+    "node_id",
+    "target",
+    "raft_address",
+    "learner",
+    "dry_run",
+    "request_id",
+)
+
+
+class AuditLog:
+    """Writes audit records to `<data_dir>/audit.log` (or nowhere, for `AuditLog(None)`)."""
+
+    def __init__(self, data_dir: Path | None, *, node_id: int) -> None:
+        self.node_id = node_id
+        self._logger: logging.Logger | None = None
+        if data_dir is None:
+            return
+        data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        handler = logging.handlers.RotatingFileHandler(
+            data_dir / AUDIT_FILE_NAME,
+            maxBytes=AUDIT_FILE_BYTES_MAX,
+            backupCount=AUDIT_FILES_KEPT,
+            encoding="utf-8",
+        )
+        handler.setFormatter(logging.Formatter("%(message)s"))
+        logger = logging.getLogger(f"metastore.audit.{node_id}.{id(self)}")
+        logger.handlers[:] = [handler]
+        logger.setLevel(logging.INFO)
+        logger.propagate = False  # never mixed into the operational log or stderr
+        self._logger = logger
+
+    def record(
+        self,
+        *,
+        peer: str,
+        client: str,
+        role: str | None,
+        op: str,
+        args: Mapping[str, Any],
+        outcome: str,
+        ms: float,
+    ) -> None:
+        if self._logger is None:
+            return
+        entry: dict[str, Any] = {
+            "ts": datetime.now(UTC).isoformat(timespec="milliseconds"),
+            "node_id": self.node_id,
+            "peer": peer,
+            "client": client,
+            "role": role,
+            "op": op,
+            "outcome": outcome,
+            "ms": round(ms, 3),
+        }
+        entry.update(summarize_args(args))
+        self._logger.info(json.dumps(entry, default=str, sort_keys=True))
+
+    def close(self) -> None:
+        if self._logger is not None:
+            for handler in self._logger.handlers:
+                handler.close()
+            self._logger.handlers[:] = []
+
+
+def summarize_args(args: Mapping[str, Any]) -> dict[str, Any]:
+    """The identifying part of a request's arguments, bounded, without secrets or file lists."""
+    out: dict[str, Any] = {}
+    for key in _KEPT_ARGS:
+        value = args.get(key)
+        if isinstance(value, str | int | bool) or (
+            isinstance(value, list) and all(isinstance(v, str | int) for v in value)
+        ):
+            out[key] = _bounded(value)
+    sql = args.get("sql")
+    if isinstance(sql, str):
+        out["sql"] = sql[:AUDIT_TEXT_CHARS_MAX]
+    tables = args.get("tables")
+    if isinstance(tables, list) and all(isinstance(t, str) for t in tables):
+        out["tables"] = _bounded(tables)
+    writes = args.get("writes")
+    if isinstance(writes, list):
+        out["writes"] = {
+            str(w.get("table")): len(w.get("add") or []) + len(w.get("remove") or [])
+            for w in writes[:100]
+            if isinstance(w, dict)
+        }
+    return out
+
+
+def _bounded(value: Any) -> Any:
+    if isinstance(value, str):
+        return value[:AUDIT_TEXT_CHARS_MAX]
+    if isinstance(value, list):
+        return [_bounded(v) for v in value[:100]]
+    return value
