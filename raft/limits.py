@@ -11,16 +11,17 @@ _MIB = 1024 * 1024
 
 # ---- peer transport and framing (raft.framing, raft.wire, raft.transport) --------------------
 
-# Largest peer frame (4-byte length header excluded). A snapshot travels as one InstallSnapshot
-# message, so this also caps the size of the application state a node can ship to a follower.
+# Largest peer frame (4-byte length header excluded). It caps every message but a snapshot
+# larger than SNAPSHOT_CHUNK_BYTES, which travels in chunk frames (see below).
 PEER_FRAME_BYTES_MAX = 64 * _MIB
 
 # Messages waiting for one peer's connection. When full the oldest is dropped (and counted):
 # Raft resends what matters, and the newest messages carry the most current state.
 PEER_SEND_QUEUE_MAX = 4096
 
-# Encoded bytes waiting for one peer. Two full-size frames, so one snapshot can always queue
-# behind another without evicting it; beyond that the oldest frames are dropped.
+# Encoded bytes waiting for one peer. Two full-size frames, so one large message can always
+# queue behind another without evicting it; beyond that the oldest frames are dropped. (A chunked
+# snapshot transfer is not in the queue: its chunks are cut from the message as they are sent.)
 PEER_SEND_QUEUE_BYTES_MAX = 2 * PEER_FRAME_BYTES_MAX
 
 # The whole authentication exchange (after TCP connect) must finish within this; a silent or slow
@@ -58,3 +59,24 @@ SECRET_BYTES_MIN = 32
 
 # A secret file larger than this is not a secret file; refuse rather than read it.
 SECRET_FILE_BYTES_MAX = 4096
+
+# ---- snapshot transfers (raft.transport) ----------------------------------------------------
+
+# An InstallSnapshot whose encoding is larger than this travels as a transfer of chunk frames of
+# at most this many data bytes each, interleaved with the link's other frames, instead of as one
+# frame. Also the most a link writes for a transfer between two looks at its queue (times
+# SNAPSHOT_CHUNKS_PER_ROUND), so it bounds how long a heartbeat waits behind a snapshot.
+SNAPSHOT_CHUNK_BYTES = 1 * _MIB
+
+# Chunks a link writes per round, after the frames queued for it and before awaiting drain().
+SNAPSHOT_CHUNKS_PER_ROUND = 2
+
+# The largest snapshot transfer (the encoded InstallSnapshot). A receiver buffers at most this
+# much per peer; a sender refuses (drops and counts) a larger one. At least the largest snapshot
+# file the WAL writes (raft.wal.SNAPSHOT_BYTES_MAX, 1 GiB) plus headroom for the message around it.
+SNAPSHOT_TRANSFER_BYTES_MAX = 1024 * _MIB + 16 * _MIB
+
+# A receiver acknowledges a transfer's progress every this many bytes (and at its end). After a
+# reconnect the sender continues from the last acknowledged offset, so at most this much (plus
+# what was in flight) is sent twice.
+SNAPSHOT_ACK_INTERVAL_BYTES = 8 * _MIB

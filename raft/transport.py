@@ -4,7 +4,8 @@ Key idea: every node keeps exactly one *outbound* TCP connection to each peer an
 it; connections a peer opens to us are *inbound* and we only receive on them. So all messages
 from A to B travel over one ordered byte stream, and a reconnect is the only place where
 messages can be lost (Raft tolerates loss; it does not tolerate reordering inside a stream
-being mistaken for something else, and we never retry single messages).
+being mistaken for something else, and we never retry single messages). The one exception to
+the order is a large snapshot (below), delivered when its last chunk arrives.
 
 Sending. `send(msg)` encodes the message into a frame (`raft.wire` + `raft.framing`) at once
 and appends it to that peer's bounded queue; it never blocks and never raises for network
@@ -13,6 +14,42 @@ task wakes up, takes everything queued, hands it to the socket in one `writeline
 coalescing: a burst of small messages costs one syscall) and awaits `drain()`, so a slow peer
 exerts back-pressure on its own queue only. If the connection fails, the task reconnects with
 exponential backoff and jitter between RECONNECT_BACKOFF_MS_MIN and _MAX.
+
+Snapshot transfers. An InstallSnapshot whose encoding is larger than the chunk size
+(SNAPSHOT_CHUNK_BYTES) is not queued as one frame: the link keeps it as its one pending transfer
+(a random 64-bit transfer id, the encoding as a small head plus the snapshot's own data bytes,
+not copied; total size; next offset; acknowledged offset) and its writer cuts chunk frames from
+it, SNAPSHOT_CHUNKS_PER_ROUND per round after the frames queued meanwhile, awaiting drain()
+between rounds: other messages are not starved and the transfer gets back-pressure. A newer
+snapshot replaces the pending transfer; the same one (same message term, snapshot index and
+snapshot term: the core's retry) is ignored while its transfer is pending and starts a new
+transfer once it has completed. Frames of the transport itself (tags >= 64, see raft.wire):
+
+    chunk  [64, transfer_id, size, offset, epoch, digest, data]
+    ack    [65, transfer_id, offset, status, epoch]     status: 0 progress, 1 rewind, 2 done,
+                                                                3 failed
+
+`digest` is the SHA-256 of all `size` bytes in the chunk that ends the transfer, b"" in the
+others; both sides hash the bytes in order as they pass, so neither hashes a whole snapshot at
+once. The receiver reassembles per authenticated peer, not per connection (at most
+SNAPSHOT_TRANSFER_BYTES_MAX bytes, one transfer per peer), ignores bytes it already holds,
+checks size and digest, decodes the message and delivers it like any other (same src/dst
+checks). It answers on its own outbound link to the sender: progress every
+SNAPSHOT_ACK_INTERVAL_BYTES, done at the end, failed when it drops the transfer (malformed
+chunk, over the limit, bad digest, undecodable message: counted and logged, nothing is closed),
+and rewind(the offset it holds) when a chunk leaves a gap or belongs to a transfer it does not
+hold (it restarted, or dropped it). A failed transfer is forgotten by the sender; the core's next
+retry starts a new one. After a reconnect the sender continues from the acknowledged offset, not
+from zero. `epoch` counts the sender's passes over a transfer (bumped at each reconnect, rewind
+and nudge): the receiver sends at most one rewind per (transfer, epoch) and the sender ignores a
+rewind of an older epoch, so a burst of chunks in flight past a gap costs one rewind. A nudge:
+when the core retries a transfer whose bytes were all written and no acknowledgement arrived
+since its previous retry (the acks may have been lost), the sender goes back to the
+acknowledged offset. Ordering: a chunked snapshot is delivered when its last chunk arrives, so
+messages sent after it can overtake it. The core is safe under any reordering (the seeded
+simulation reorders, drops and duplicates messages), and in practice a leader sends a follower
+that waits for a snapshot only heartbeats, and a follower ignores a snapshot at or below its
+commit index.
 
 Handshake (inside HANDSHAKE_TIMEOUT_MS, frames capped at HANDSHAKE_FRAME_BYTES_MAX):
 
@@ -36,8 +73,10 @@ Invariants:
   and hold a slot for at most HANDSHAKE_TIMEOUT_MS; at most PEER_INBOUND_CONNECTIONS_MAX
   inbound connections exist at once, and at the limit the oldest unauthenticated one makes
   room for a newcomer.
-* A bad frame closes only the connection it arrived on; nothing a peer sends can raise out of
-  this module into the node.
+* A bad frame closes only the connection it arrived on; a bad chunk drops only its transfer;
+  nothing a peer sends can raise out of this module into the node.
+* A link holds at most one outgoing and one incoming snapshot transfer; only whole, verified
+  InstallSnapshot messages reach the node.
 
 Limits (known, by design): authentication only. After the handshake the stream is neither
 encrypted nor integrity-protected, so an attacker who can inject into or relay a TCP
@@ -64,7 +103,7 @@ from typing import Any, Final, TypedDict
 
 import msgpack
 
-from raft.core.types import NONE, Message, NodeId
+from raft.core.types import NONE, InstallSnapshot, Message, NodeId
 from raft.errors import (
     FrameTooLargeError,
     InsecureSecretFileError,
@@ -76,7 +115,14 @@ from raft.errors import (
     SecretFileError,
     TransportConfigError,
 )
-from raft.framing import FRAME_LENGTH_CAPACITY, NEED_DATA, FrameDecoder, encode_frame
+from raft.framing import (
+    FRAME_LENGTH_CAPACITY,
+    NEED_DATA,
+    FrameDecoder,
+    encode_frame,
+    msgpack_bin_header,
+    unpack_msgpack,
+)
 from raft.limits import (
     CLUSTER_ID_CHARS_MAX,
     HANDSHAKE_FRAME_BYTES_MAX,
@@ -92,12 +138,18 @@ from raft.limits import (
     RECONNECT_BACKOFF_MS_MIN,
     SECRET_BYTES_MIN,
     SECRET_FILE_BYTES_MAX,
+    SNAPSHOT_ACK_INTERVAL_BYTES,
+    SNAPSHOT_CHUNK_BYTES,
+    SNAPSHOT_CHUNKS_PER_ROUND,
+    SNAPSHOT_TRANSFER_BYTES_MAX,
 )
-from raft.wire import decode_message, encode_message
+from raft.wire import decode_message, encode_install_snapshot_head, encode_message
 
-# 2: AppendResponse carries reject_term; heartbeats carry the sender's clock (raft.wire). A
-# node of another version is refused at the handshake (no rolling upgrade across it).
-PROTOCOL_VERSION: Final = 2
+# 2: AppendResponse carries reject_term; heartbeats carry the sender's clock (raft.wire).
+# 3: snapshots larger than the chunk size travel as chunk frames with acknowledgements (a node
+#    of version 2 would take a chunk for a malformed message and never install the snapshot).
+# A node of another version is refused at the handshake (no rolling upgrade across it).
+PROTOCOL_VERSION: Final = 3
 NONCE_BYTES: Final = 32
 MAC_BYTES: Final = 32  # HMAC-SHA256 digest size
 
@@ -105,6 +157,19 @@ HELLO: Final = "raft-peer-hello"
 CHALLENGE: Final = "raft-peer-challenge"
 PROOF: Final = "raft-peer-proof"
 WELCOME: Final = "raft-peer-welcome"
+
+# Transport frames (tags >= 64 are never Raft messages, see raft.wire) and the ack statuses.
+TAG_SNAPSHOT_CHUNK: Final = 64
+TAG_SNAPSHOT_ACK: Final = 65
+ACK_PROGRESS: Final = 0  # the receiver holds `offset` bytes
+ACK_REWIND: Final = 1  # the receiver holds `offset` bytes and cannot use what came after them
+ACK_DONE: Final = 2  # the receiver holds and delivered the whole transfer
+ACK_FAILED: Final = 3  # the receiver dropped the transfer; the sender forgets it
+_ACK_STATUSES: Final = (ACK_PROGRESS, ACK_REWIND, ACK_DONE, ACK_FAILED)
+_DIGEST_BYTES: Final = 32  # SHA-256
+# A chunk frame's bytes besides its data: array header, tag, four integers of up to 9 bytes each,
+# the digest with its header and the data's bin header come to 80; the rest is margin.
+_CHUNK_FRAME_OVERHEAD_BYTES: Final = 128
 
 _U64_END: Final = 1 << 64
 _PORT_MAX: Final = 65535
@@ -120,14 +185,26 @@ class PeerStats(TypedDict):
     address: str
     connected: bool  # the outbound link is up (handshake done)
     queued: int  # frames waiting to be written
-    sent: int  # frames handed to the socket
+    sent: int  # queued frames handed to the socket (chunks not included: see below)
     dropped: int  # frames dropped: queue overflow (oldest first) or too large to send
     reconnects: int  # successful connections after the first one
     connect_failures: int  # outbound attempts that failed before authentication finished
     auth_failures: int  # handshakes with this peer id refused on either side of a link
-    received: int  # messages delivered to on_message
+    received: int  # messages delivered to on_message (a chunked snapshot counts once)
     rejected: int  # messages dropped because dst was not us or src not the peer
-    malformed: int  # undecodable frames/messages from this peer
+    malformed: int  # undecodable frames/messages/chunks/acks from this peer
+    # Snapshot transfers to this peer (see "Snapshot transfers" in the module docstring).
+    snapshot_transfers_started: int
+    snapshot_transfers_completed: int  # acknowledged whole by the peer
+    snapshot_transfers_resumed: int  # continued from a non-zero offset after a reconnect
+    snapshot_transfers_replaced: int  # abandoned for a newer snapshot
+    snapshot_transfers_failed: int  # dropped by the peer (it said so); the core retries
+    snapshot_chunk_bytes_sent: int  # data bytes of chunks handed to the socket
+    snapshot_transfer_bytes: int  # size of the pending transfer (0: none)
+    snapshot_transfer_acked_bytes: int  # of which the peer acknowledged this many
+    # Snapshot transfers from this peer.
+    snapshot_transfers_received: int  # whole and verified (then checked like any message)
+    snapshot_transfers_dropped: int  # malformed chunk, over the limit, bad digest or message
 
 
 class TransportStats(TypedDict):
@@ -229,8 +306,97 @@ def _read_secret(path: Path) -> bytes:
 # ---- per-connection state -------------------------------------------------------------------
 
 
+class _Outgoing:
+    """A snapshot transfer from us to one peer: the encoded InstallSnapshot as `head` + `data`
+    (the snapshot's own bytes, never copied) and how far it got."""
+
+    __slots__ = (
+        "acked",
+        "acked_at_retry",
+        "data",
+        "digest",
+        "epoch",
+        "hashed",
+        "hasher",
+        "head",
+        "key",
+        "next_offset",
+        "size",
+        "transfer_id",
+    )
+
+    def __init__(
+        self, transfer_id: int, key: tuple[int, int, int], head: bytes, data: bytes
+    ) -> None:
+        self.transfer_id = transfer_id
+        self.key = key  # (message term, snapshot index, snapshot term)
+        self.head = head
+        self.data = data
+        self.size = len(head) + len(data)
+        self.next_offset = 0  # the next byte to write
+        self.acked = 0  # bytes the peer said it holds
+        self.acked_at_retry = -1  # `acked` when the core last re-sent this snapshot
+        self.epoch = 0  # passes over the bytes (see the module docstring)
+        # SHA-256 of bytes [0, hashed), fed as chunks are first cut; digest once complete.
+        self.hasher = hashlib.sha256()
+        self.hashed = 0
+        self.digest = b""
+
+    def pieces(self, start: int, end: int) -> list[bytes | memoryview]:
+        """Bytes [start, end) of the encoding, as slices of head and data (no copy of data)."""
+        out: list[bytes | memoryview] = []
+        h = len(self.head)
+        if start < h:
+            out.append(self.head[start : min(end, h)])
+        if end > h:
+            out.append(memoryview(self.data)[max(start, h) - h : end - h])
+        return out
+
+    def next_chunk(self, chunk_bytes: int) -> tuple[list[bytes | memoryview], int]:
+        """The frame of the chunk at next_offset (as buffers for writelines) and its data size;
+        advances next_offset."""
+        start = self.next_offset
+        end = min(self.size, start + chunk_bytes)
+        if end > self.hashed:
+            for piece in self.pieces(self.hashed, end):
+                self.hasher.update(piece)
+            self.hashed = end
+        if end == self.size and not self.digest:
+            self.digest = self.hasher.digest()
+        digest = self.digest if end == self.size else b""
+        prefix = b"".join(
+            (
+                b"\x97",  # array of 7, as in the module docstring
+                msgpack.packb(TAG_SNAPSHOT_CHUNK),
+                msgpack.packb(self.transfer_id),
+                msgpack.packb(self.size),
+                msgpack.packb(start),
+                msgpack.packb(self.epoch),
+                msgpack.packb(digest, use_bin_type=True),
+                msgpack_bin_header(end - start),
+            )
+        )
+        self.next_offset = end
+        header = (len(prefix) + end - start).to_bytes(4, "big")
+        return [header + prefix, *self.pieces(start, end)], end - start
+
+
+class _Incoming:
+    """A snapshot transfer from one peer to us, reassembled in order."""
+
+    __slots__ = ("acked", "buf", "hasher", "size", "transfer_id")
+
+    def __init__(self, transfer_id: int, size: int) -> None:
+        self.transfer_id = transfer_id
+        self.size = size
+        self.buf = bytearray()  # bytes [0, len(buf)) of the transfer
+        self.hasher = hashlib.sha256()  # of buf
+        self.acked = 0  # the offset in our last progress ack
+
+
 class _Link:
-    """Our outbound side towards one peer: its queue, its writer task and its counters."""
+    """Everything about one peer: our outbound queue, writer task and snapshot transfer to it,
+    the snapshot transfer we receive from it (per peer, not per connection), and counters."""
 
     __slots__ = (
         "address",
@@ -238,7 +404,11 @@ class _Link:
         "connect_failures",
         "connected",
         "dropped",
+        "incoming",
+        "incoming_done_id",
+        "incoming_failed_id",
         "malformed",
+        "outgoing",
         "peer_closed",
         "peer_id",
         "queue",
@@ -246,7 +416,16 @@ class _Link:
         "received",
         "reconnects",
         "rejected",
+        "rewind_sent",
         "sent",
+        "snapshot_chunk_bytes_sent",
+        "snapshot_transfers_completed",
+        "snapshot_transfers_dropped",
+        "snapshot_transfers_failed",
+        "snapshot_transfers_received",
+        "snapshot_transfers_replaced",
+        "snapshot_transfers_resumed",
+        "snapshot_transfers_started",
         "task",
         "wakeup",
     )
@@ -261,6 +440,13 @@ class _Link:
         self.task: asyncio.Task[None] | None = None
         self.connected = False
         self.peer_closed = False
+        self.outgoing: _Outgoing | None = None
+        self.incoming: _Incoming | None = None
+        # The peer's last transfers we completed and dropped: their late chunks are answered
+        # with done/failed again (the first answer may have been lost) instead of restarting.
+        self.incoming_done_id = -1
+        self.incoming_failed_id = -1
+        self.rewind_sent: tuple[int, int] = (-1, -1)  # (transfer id, epoch) of our last rewind
         self.sent = 0
         self.dropped = 0
         self.reconnects = 0
@@ -269,8 +455,21 @@ class _Link:
         self.received = 0
         self.rejected = 0
         self.malformed = 0
+        self.snapshot_transfers_started = 0
+        self.snapshot_transfers_completed = 0
+        self.snapshot_transfers_resumed = 0
+        self.snapshot_transfers_replaced = 0
+        self.snapshot_transfers_failed = 0
+        self.snapshot_chunk_bytes_sent = 0
+        self.snapshot_transfers_received = 0
+        self.snapshot_transfers_dropped = 0
+
+    def has_chunks(self) -> bool:
+        out = self.outgoing
+        return out is not None and out.next_offset < out.size
 
     def stats(self) -> PeerStats:
+        out = self.outgoing
         return PeerStats(
             address=f"{self.address[0]}:{self.address[1]}",
             connected=self.connected,
@@ -283,6 +482,16 @@ class _Link:
             received=self.received,
             rejected=self.rejected,
             malformed=self.malformed,
+            snapshot_transfers_started=self.snapshot_transfers_started,
+            snapshot_transfers_completed=self.snapshot_transfers_completed,
+            snapshot_transfers_resumed=self.snapshot_transfers_resumed,
+            snapshot_transfers_replaced=self.snapshot_transfers_replaced,
+            snapshot_transfers_failed=self.snapshot_transfers_failed,
+            snapshot_chunk_bytes_sent=self.snapshot_chunk_bytes_sent,
+            snapshot_transfer_bytes=out.size if out is not None else 0,
+            snapshot_transfer_acked_bytes=out.acked if out is not None else 0,
+            snapshot_transfers_received=self.snapshot_transfers_received,
+            snapshot_transfers_dropped=self.snapshot_transfers_dropped,
         )
 
 
@@ -374,7 +583,12 @@ class PeerTransport:
         connect_timeout_ms: int = PEER_CONNECT_TIMEOUT_MS,
         reconnect_backoff_ms_min: int = RECONNECT_BACKOFF_MS_MIN,
         reconnect_backoff_ms_max: int = RECONNECT_BACKOFF_MS_MAX,
+        snapshot_chunk_bytes: int | None = None,
+        snapshot_transfer_bytes_max: int = SNAPSHOT_TRANSFER_BYTES_MAX,
+        snapshot_ack_interval_bytes: int = SNAPSHOT_ACK_INTERVAL_BYTES,
     ) -> None:
+        """`snapshot_chunk_bytes` defaults to SNAPSHOT_CHUNK_BYTES, or half of a smaller
+        `max_frame_bytes` (a chunk frame must fit a frame with room to spare)."""
         if type(node_id) is not int or not 0 < node_id < _U64_END:
             raise TransportConfigError(f"node_id must be a positive integer, got {node_id!r}")
         if not isinstance(secret, bytes) or len(secret) < SECRET_BYTES_MIN:
@@ -397,6 +611,14 @@ class PeerTransport:
         _check_limit(
             "reconnect_backoff_ms_max", reconnect_backoff_ms_max, reconnect_backoff_ms_min, 10**7
         )
+        chunk_bytes_max = max_frame_bytes - _CHUNK_FRAME_OVERHEAD_BYTES
+        if snapshot_chunk_bytes is None:
+            snapshot_chunk_bytes = min(SNAPSHOT_CHUNK_BYTES, max_frame_bytes // 2)
+        _check_limit("snapshot_chunk_bytes", snapshot_chunk_bytes, 1, chunk_bytes_max)
+        _check_limit(
+            "snapshot_transfer_bytes_max", snapshot_transfer_bytes_max, 1, FRAME_LENGTH_CAPACITY
+        )
+        _check_limit("snapshot_ack_interval_bytes", snapshot_ack_interval_bytes, 1, 2**62)
         check_peers(peers)
 
         self._node_id = node_id
@@ -414,6 +636,9 @@ class PeerTransport:
         self._backoff_ms_min = reconnect_backoff_ms_min
         self._backoff_ms_max = reconnect_backoff_ms_max
         self._rng = random.Random()  # jitter only; nothing secret depends on it
+        self._snapshot_chunk_bytes = snapshot_chunk_bytes
+        self._snapshot_transfer_bytes_max = snapshot_transfer_bytes_max
+        self._snapshot_ack_interval_bytes = snapshot_ack_interval_bytes
 
         self._links: dict[NodeId, _Link] = {
             pid: _Link(pid, addr) for pid, addr in peers.items() if pid != node_id
@@ -497,19 +722,28 @@ class PeerTransport:
     def send(self, msg: Message) -> None:
         """Queue `msg` for `msg.dst`. Never blocks; drops (and counts) rather than fail.
 
-        Raises FrameEncodeError only for a message whose fields msgpack cannot represent,
-        which is a bug in the caller, not network trouble.
+        An InstallSnapshot larger than the chunk size becomes the link's snapshot transfer
+        instead (see the module docstring). Raises FrameEncodeError only for a message whose
+        fields msgpack cannot represent, which is a bug in the caller, not network trouble.
         """
         link = self._links.get(msg.dst)
         if link is None or self._stopped:
             self._dropped_no_route += 1
             return
+        if isinstance(msg, InstallSnapshot):
+            head = encode_install_snapshot_head(msg)
+            if len(head) + len(msg.snapshot.data) > self._snapshot_chunk_bytes:
+                self._send_snapshot(link, msg, head)
+                return
         try:
             frame = encode_frame(encode_message(msg), max_frame_bytes=self._max_frame_bytes)
         except FrameTooLargeError as exc:
             link.dropped += 1
             self._log.error("dropping %s to peer %d: %s", type(msg).__name__, msg.dst, exc)
             return
+        self._enqueue(link, frame)
+
+    def _enqueue(self, link: _Link, frame: bytes) -> None:
         queue = link.queue
         queue.append(frame)
         link.queued_bytes += len(frame)
@@ -519,6 +753,62 @@ class PeerTransport:
         ):
             link.queued_bytes -= len(queue.popleft())
             link.dropped += 1
+        link.wakeup.set()
+
+    def _send_snapshot(self, link: _Link, msg: InstallSnapshot, head: bytes) -> None:
+        size = len(head) + len(msg.snapshot.data)
+        meta = msg.snapshot.meta
+        if size > self._snapshot_transfer_bytes_max:
+            link.dropped += 1
+            self._log.error(
+                "dropping InstallSnapshot (index %d) to peer %d: %d bytes exceed the snapshot "
+                "transfer limit of %d bytes",
+                meta.index,
+                link.peer_id,
+                size,
+                self._snapshot_transfer_bytes_max,
+            )
+            return
+        key = (msg.term, meta.index, meta.term)
+        out = link.outgoing
+        if out is not None and out.key == key:
+            # The core's retry of the snapshot being transferred: not a reason to start over.
+            # But if every byte was written and no acknowledgement came since its last retry,
+            # the acks may have been lost: go back to the acknowledged offset (a nudge).
+            if out.next_offset >= out.size and out.acked == out.acked_at_retry:
+                self._log.info(
+                    "snapshot transfer %016x to peer %d: no acknowledgement since the last "
+                    "retry; resending from offset %d",
+                    out.transfer_id,
+                    link.peer_id,
+                    out.acked,
+                )
+                out.next_offset = out.acked
+                out.epoch += 1
+                link.wakeup.set()
+            out.acked_at_retry = out.acked
+            return
+        if out is not None:
+            link.snapshot_transfers_replaced += 1
+            self._log.info(
+                "snapshot transfer %016x to peer %d (%d of %d bytes acknowledged) replaced by "
+                "a newer snapshot",
+                out.transfer_id,
+                link.peer_id,
+                out.acked,
+                out.size,
+            )
+        out = _Outgoing(secrets.randbits(64), key, head, msg.snapshot.data)
+        link.outgoing = out
+        link.snapshot_transfers_started += 1
+        self._log.info(
+            "snapshot transfer %016x to peer %d started: snapshot index %d term %d, %d bytes",
+            out.transfer_id,
+            link.peer_id,
+            meta.index,
+            meta.term,
+            out.size,
+        )
         link.wakeup.set()
 
     # ---- membership -------------------------------------------------------------------------
@@ -692,7 +982,22 @@ class PeerTransport:
     ) -> None:
         link.peer_closed = False
         link.connected = True
-        if link.queue:
+        out = link.outgoing
+        if out is not None:
+            # What was written on the last connection beyond the acknowledged offset may be
+            # lost; the peer ignores what it already holds.
+            if out.acked > 0:
+                link.snapshot_transfers_resumed += 1
+                self._log.info(
+                    "snapshot transfer %016x to peer %d resumes at offset %d of %d",
+                    out.transfer_id,
+                    link.peer_id,
+                    out.acked,
+                    out.size,
+                )
+            out.next_offset = out.acked
+            out.epoch += 1
+        if link.queue or link.has_chunks():
             link.wakeup.set()  # frames queued while we were disconnected
         watcher = asyncio.get_running_loop().create_task(self._watch(link, reader, writer))
         try:
@@ -701,17 +1006,27 @@ class PeerTransport:
                 link.wakeup.clear()
                 if link.peer_closed:
                     raise ConnectionResetError("peer closed the connection")
-                while link.queue:
+                while link.queue or link.has_chunks():
                     if writer.transport.is_closing():
                         # Aborted by the watcher (peer gone): keep the frames for the next
                         # connection instead of handing them to a dead transport.
                         raise ConnectionResetError("the connection to the peer is closed")
-                    frames = list(link.queue)
-                    link.queue.clear()
-                    link.queued_bytes = 0
-                    # One call for the whole batch: the transport sends it with one syscall.
-                    writer.writelines(frames)
-                    link.sent += len(frames)
+                    if link.queue:
+                        frames = list(link.queue)
+                        link.queue.clear()
+                        link.queued_bytes = 0
+                        # One call for the whole batch: the transport sends it with one syscall.
+                        writer.writelines(frames)
+                        link.sent += len(frames)
+                    # Then a few chunks of the snapshot transfer, if any: queued messages wait
+                    # for at most that much, and the transfer always moves on.
+                    for _ in range(SNAPSHOT_CHUNKS_PER_ROUND):
+                        out = link.outgoing
+                        if out is None or out.next_offset >= out.size:
+                            break
+                        buffers, data_bytes = out.next_chunk(self._snapshot_chunk_bytes)
+                        writer.writelines(buffers)
+                        link.snapshot_chunk_bytes_sent += data_bytes
                     # Back-pressure: wait while the socket buffer is above its high-water mark.
                     await writer.drain()
         finally:
@@ -882,6 +1197,23 @@ class PeerTransport:
                 return
 
     def _deliver(self, link: _Link, obj: object) -> None:
+        if (
+            type(obj) is list
+            and obj
+            and type(obj[0]) is int
+            and obj[0] in (TAG_SNAPSHOT_CHUNK, TAG_SNAPSHOT_ACK)
+        ):
+            try:
+                if obj[0] == TAG_SNAPSHOT_CHUNK:
+                    self._on_chunk(link, obj)
+                else:
+                    self._on_ack(link, obj)
+            except MalformedMessageError as exc:
+                link.malformed += 1
+                self._log.warning(
+                    "dropping malformed transport frame from peer %d: %s", link.peer_id, exc
+                )
+            return
         try:
             msg = decode_message(obj)
         except MalformedMessageError as exc:
@@ -889,6 +1221,9 @@ class PeerTransport:
             link.malformed += 1
             self._log.warning("dropping malformed message from peer %d: %s", link.peer_id, exc)
             return
+        self._deliver_message(link, msg)
+
+    def _deliver_message(self, link: _Link, msg: Message) -> None:
         if msg.dst != self._node_id or msg.src != link.peer_id:
             link.rejected += 1
             self._log.warning(
@@ -907,3 +1242,193 @@ class PeerTransport:
             self._log.exception(
                 "on_message raised for %s from peer %d", type(msg).__name__, link.peer_id
             )
+
+    # ---- snapshot transfers -----------------------------------------------------------------
+
+    def _send_ack(
+        self, link: _Link, transfer_id: int, offset: int, status: int, epoch: int
+    ) -> None:
+        """Queue an acknowledgement on our own outbound link to the transfer's sender."""
+        ack = [TAG_SNAPSHOT_ACK, transfer_id, offset, status, epoch]
+        self._enqueue(link, encode_frame(ack, max_frame_bytes=self._max_frame_bytes))
+
+    def _on_ack(self, link: _Link, obj: list[object]) -> None:
+        _, transfer_id, offset, status, epoch = _fields(obj, 5, "snapshot ack")
+        transfer_id = _uint(transfer_id, "snapshot ack transfer id")
+        offset = _uint(offset, "snapshot ack offset")
+        epoch = _uint(epoch, "snapshot ack epoch")
+        if type(status) is not int or status not in _ACK_STATUSES:
+            raise MalformedMessageError(f"snapshot ack status: {status!r}")
+        out = link.outgoing
+        if out is None or out.transfer_id != transfer_id:
+            return  # about a transfer we already finished, replaced or gave up
+        if offset > out.size:
+            raise MalformedMessageError(f"snapshot ack offset {offset} beyond size {out.size}")
+        if status == ACK_DONE:
+            link.outgoing = None
+            link.snapshot_transfers_completed += 1
+            self._log.info(
+                "snapshot transfer %016x to peer %d completed (%d bytes)",
+                transfer_id,
+                link.peer_id,
+                out.size,
+            )
+        elif status == ACK_FAILED:
+            link.outgoing = None
+            link.snapshot_transfers_failed += 1
+            self._log.warning(
+                "snapshot transfer %016x to peer %d was dropped by the peer; the next retry "
+                "starts a new one",
+                transfer_id,
+                link.peer_id,
+            )
+        elif status == ACK_PROGRESS:
+            out.acked = max(out.acked, offset)
+            out.next_offset = max(out.next_offset, out.acked)
+        elif epoch == out.epoch:  # ACK_REWIND of our current pass (older ones are stale)
+            self._log.info(
+                "snapshot transfer %016x to peer %d rewinds from offset %d to %d",
+                transfer_id,
+                link.peer_id,
+                out.next_offset,
+                offset,
+            )
+            out.acked = out.next_offset = offset
+            out.epoch += 1
+            link.wakeup.set()
+
+    def _on_chunk(self, link: _Link, obj: list[object]) -> None:
+        _, transfer_id, size, offset, epoch, digest, data = _fields(obj, 7, "snapshot chunk")
+        # Without a valid id and epoch there is no transfer to drop: only counted as malformed.
+        transfer_id = _uint(transfer_id, "snapshot chunk transfer id")
+        epoch = _uint(epoch, "snapshot chunk epoch")
+        if transfer_id == link.incoming_failed_id:
+            self._send_ack(link, transfer_id, 0, ACK_FAILED, epoch)
+            return
+        try:
+            size = _uint(size, "snapshot chunk size")
+            offset = _uint(offset, "snapshot chunk offset")
+            if type(data) is not bytes or not data:
+                raise MalformedMessageError("snapshot chunk data: expected non-empty bytes")
+            end = offset + len(data)
+            if end > size:
+                raise MalformedMessageError(f"snapshot chunk [{offset}, {end}) beyond size {size}")
+            if type(digest) is not bytes or len(digest) != (_DIGEST_BYTES if end == size else 0):
+                raise MalformedMessageError("snapshot chunk digest: expected 32 bytes, last only")
+            if size > self._snapshot_transfer_bytes_max:
+                raise MalformedMessageError(
+                    f"snapshot transfer of {size} bytes exceeds the limit of "
+                    f"{self._snapshot_transfer_bytes_max} bytes"
+                )
+            inc = link.incoming
+            if inc is not None and inc.transfer_id == transfer_id and inc.size != size:
+                raise MalformedMessageError(f"snapshot chunk size {size}, not {inc.size}")
+        except MalformedMessageError as exc:
+            link.malformed += 1
+            self._drop_incoming(link, transfer_id, epoch, str(exc))
+            return
+        if transfer_id == link.incoming_done_id:
+            # A late or repeated chunk of a transfer we delivered: our done may have been lost.
+            self._send_ack(link, transfer_id, size, ACK_DONE, epoch)
+            return
+        if inc is None or inc.transfer_id != transfer_id:
+            # The peer sends one transfer at a time: a chunk of another one means it gave up on
+            # the one we hold (replaced it with a newer snapshot, or restarted).
+            link.incoming = inc = None
+            if offset != 0:
+                # Mid-way through a transfer we do not hold (we restarted or dropped it).
+                self._rewind(link, transfer_id, epoch, 0)
+                return
+            inc = _Incoming(transfer_id, size)
+            link.incoming = inc
+            self._log.info(
+                "snapshot transfer %016x from peer %d started (%d bytes)",
+                transfer_id,
+                link.peer_id,
+                size,
+            )
+        held = len(inc.buf)
+        if offset > held:
+            self._rewind(link, transfer_id, epoch, held)  # a gap: chunks before it were lost
+            return
+        if end <= held:
+            return  # sent again after a reconnect or a rewind; we hold all of it
+        with memoryview(data) as view:
+            new = view[held - offset :]
+            inc.buf += new
+            inc.hasher.update(new)
+            new.release()
+        held = end
+        if held < size:
+            if held - inc.acked >= self._snapshot_ack_interval_bytes:
+                inc.acked = held
+                self._send_ack(link, transfer_id, held, ACK_PROGRESS, epoch)
+            return
+        self._complete_incoming(link, inc, digest, epoch)
+
+    def _complete_incoming(self, link: _Link, inc: _Incoming, digest: bytes, epoch: int) -> None:
+        link.incoming = None
+        if not hmac.compare_digest(inc.hasher.digest(), digest):
+            self._drop_incoming(link, inc.transfer_id, epoch, "SHA-256 mismatch")
+            return
+        view = memoryview(inc.buf)
+        try:
+            obj = unpack_msgpack(view, max_bytes=self._snapshot_transfer_bytes_max)
+            msg = decode_message(obj)
+            if not isinstance(msg, InstallSnapshot):
+                raise MalformedMessageError(f"a {type(msg).__name__}, not an InstallSnapshot")
+        except (MalformedFrameError, MalformedMessageError) as exc:
+            self._drop_incoming(link, inc.transfer_id, epoch, f"undecodable: {exc}")
+            return
+        finally:
+            view.release()
+            inc.buf = bytearray()  # the message holds its own copy now
+        link.incoming_done_id = inc.transfer_id
+        link.snapshot_transfers_received += 1
+        self._send_ack(link, inc.transfer_id, inc.size, ACK_DONE, epoch)
+        self._log.info(
+            "snapshot transfer %016x from peer %d complete: snapshot index %d, %d bytes",
+            inc.transfer_id,
+            link.peer_id,
+            msg.snapshot.meta.index,
+            inc.size,
+        )
+        self._deliver_message(link, msg)
+
+    def _drop_incoming(self, link: _Link, transfer_id: int, epoch: int, why: str) -> None:
+        """Drop the transfer (only it: the connection stays) and tell the sender."""
+        inc = link.incoming
+        if inc is not None and inc.transfer_id == transfer_id:
+            link.incoming = None
+        link.incoming_failed_id = transfer_id
+        link.snapshot_transfers_dropped += 1
+        self._log.warning(
+            "dropping snapshot transfer %016x from peer %d: %s", transfer_id, link.peer_id, why
+        )
+        self._send_ack(link, transfer_id, 0, ACK_FAILED, epoch)
+
+    def _rewind(self, link: _Link, transfer_id: int, epoch: int, offset: int) -> None:
+        # One rewind per pass of the sender: the chunks already in flight behind the one that
+        # showed the gap would only repeat it.
+        if link.rewind_sent == (transfer_id, epoch):
+            return
+        link.rewind_sent = (transfer_id, epoch)
+        self._log.info(
+            "snapshot transfer %016x from peer %d: asking for a resend from offset %d",
+            transfer_id,
+            link.peer_id,
+            offset,
+        )
+        self._send_ack(link, transfer_id, offset, ACK_REWIND, epoch)
+
+
+def _fields(obj: list[object], count: int, what: str) -> list[object]:
+    if len(obj) != count:
+        raise MalformedMessageError(f"{what}: expected {count} fields, got {len(obj)}")
+    return obj
+
+
+def _uint(value: object, what: str) -> int:
+    if type(value) is not int or not 0 <= value < _U64_END:
+        raise MalformedMessageError(f"{what}: expected an integer in [0, 2**64), got {value!r}")
+    return value

@@ -26,6 +26,13 @@ entry indexes are consecutive): that is the core's job.
 Invariant: for every valid message m, `decode_message(encode_message(m)) == m`, also after a
 msgpack round trip.
 
+Tags 64 and above are reserved for the transport's own frames (`raft.transport`: the chunks of a
+large InstallSnapshot and their acknowledgements); `decode_message` refuses them.
+
+`encode_install_snapshot_head` gives the encoding of an InstallSnapshot up to its snapshot data
+(the last value of the message), so a large snapshot can be framed or sent in chunks without
+copying its data into one msgpack buffer.
+
 `encode_conf_state`/`decode_conf_state` give the durable bytes the core keeps in CONF entries;
 those carry a format version first because they outlive any one connection:
 
@@ -34,6 +41,7 @@ those carry a format version first because they outlive any one connection:
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Final
 
@@ -55,8 +63,13 @@ from raft.core.types import (
     TimeoutNow,
     VoteResponse,
 )
-from raft.errors import MalformedConfStateError, MalformedFrameError, MalformedMessageError
-from raft.framing import unpack_msgpack
+from raft.errors import (
+    FrameEncodeError,
+    MalformedConfStateError,
+    MalformedFrameError,
+    MalformedMessageError,
+)
+from raft.framing import msgpack_bin_header, unpack_msgpack
 
 TAG_APPEND_ENTRIES: Final = 1
 TAG_APPEND_RESPONSE: Final = 2
@@ -72,6 +85,7 @@ CONF_STATE_FORMAT_VERSION: Final = 1
 _U64_END: Final = 1 << 64
 _ENTRY_KINDS: Final = {int(kind): kind for kind in EntryKind}
 _REPR_CHARS_MAX: Final = 60  # how much of an offending value an error message quotes
+_EMPTY_BIN: Final = b"\xc4\x00"  # msgpack of b"" (bin 8, length 0)
 
 
 # ---- encoding -------------------------------------------------------------------------------
@@ -152,6 +166,23 @@ def encode_message(msg: Message) -> list[object]:
             return [TAG_INSTALL_SNAPSHOT, msg.src, msg.dst, msg.term, snapshot]
         case TimeoutNow():
             return [TAG_TIMEOUT_NOW, msg.src, msg.dst, msg.term]
+
+
+def encode_install_snapshot_head(msg: InstallSnapshot) -> bytes:
+    """The msgpack bytes of `encode_message(msg)` that precede the snapshot data, i.e.
+    `head + msg.snapshot.data == msgpack.packb(encode_message(msg), use_bin_type=True)`.
+
+    Raises FrameEncodeError for a field msgpack cannot represent (a caller's bug).
+    """
+    empty = dataclasses.replace(msg, snapshot=dataclasses.replace(msg.snapshot, data=b""))
+    try:
+        packed = msgpack.packb(encode_message(empty), use_bin_type=True)
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise FrameEncodeError(f"cannot encode InstallSnapshot as msgpack: {exc}") from exc
+    # The data is the message's last value, so its empty bin value (0xc4 0x00) ends `packed`.
+    if not packed.endswith(_EMPTY_BIN):
+        raise FrameEncodeError("InstallSnapshot does not end with its snapshot data")
+    return packed[: -len(_EMPTY_BIN)] + msgpack_bin_header(len(msg.snapshot.data))
 
 
 def encode_conf_state(conf: ConfState, *, context: bytes = b"") -> bytes:

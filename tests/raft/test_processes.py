@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from raft.limits import PEER_FRAME_BYTES_MAX
 from tests.raft.proc_cluster import EchoCluster, LoadClient, echo_cluster
 
 pytestmark = pytest.mark.slow
@@ -85,6 +86,58 @@ def test_follower_cut_off_past_compaction_catches_up_by_snapshot(tmp_path: Path)
         assert digests[follower]["count"] >= 1500
         fst = c.call(follower, {"op": "status"})
         assert fst["snapshot_index"] > 0, "follower caught up without installing a snapshot"
+
+
+def _load_through_leader_changes(c: EchoCluster, count: int, size: int, inflight: int) -> int:
+    """Propose `count` payloads of `size` bytes on whoever leads; returns how many were acked.
+    (Taking a snapshot of a large state blocks a node's loop for a while; a leadership change
+    in between fails the proposals of that moment, so they are proposed again elsewhere.)"""
+    acked = 0
+    deadline = time.monotonic() + 120
+    while acked < count and time.monotonic() < deadline:
+        leader = c.wait_leader()
+        req = {"op": "load", "count": count - acked, "inflight": inflight, "size": size}
+        r = c.try_call(leader, req, 120)
+        if r is not None:
+            acked += r.get("acked", 0)
+    assert acked >= count, f"only {acked} of {count} proposals acknowledged"
+    return acked
+
+
+def test_follower_catches_up_from_a_snapshot_larger_than_a_peer_frame(tmp_path: Path) -> None:
+    """A state over PEER_FRAME_BYTES_MAX (64 MiB): its snapshot can only reach a follower as a
+    chunked transfer (before that, the leader dropped the message and the follower never caught
+    up). The follower is down while the others compact past its log; restarted, it installs the
+    snapshot and reaches the same digest."""
+    big = 1024 * 1024  # the echo node's largest payload
+    payloads = PEER_FRAME_BYTES_MAX // big + 8
+    # A longer election timeout than the default 300 ms: taking a snapshot of this state blocks
+    # a node for a few hundred ms (not what this test is about).
+    with echo_cluster(tmp_path, snapshot_every=500, election_timeout_ms=1000) as c:
+        c.start_all()
+        leader = c.wait_leader()
+        follower = next(i for i in c.ids if i != leader)
+        c.kill(follower)
+        others = [i for i in c.ids if i != follower]
+        acked = _load_through_leader_changes(c, payloads, big, 4)
+        # Then enough small entries for the leader to compact beyond the follower's log and the
+        # entries it keeps behind a snapshot (snapshot_keep_entries, 1000).
+        acked += _load_through_leader_changes(c, 1600, 100, 100)
+        for i in others:
+            # (status' snapshot_index is where the log starts: the snapshot's index minus the
+            # entries kept behind it.) The large entries are gone from both logs.
+            st = c.call(i, {"op": "status"})
+            assert st["snapshot_index"] > payloads + 2, f"node {i} did not compact far enough"
+        started = time.monotonic()
+        c.start(follower)
+        digests = c.wait_converged(timeout_s=90)
+        caught_up_s = time.monotonic() - started
+        assert digests[follower]["count"] >= acked
+        fst = c.call(follower, {"op": "status"})
+        assert fst["snapshot_index"] > payloads, "the follower caught up without the snapshot"
+        logs = "".join((tmp_path / f"node{i}.log").read_text() for i in others)
+        assert "snapshot transfer" in logs and "completed" in logs
+        print(f"follower caught up in {caught_up_s:.1f}s (restart, transfer, install)")
 
 
 def test_peer_with_wrong_secret_never_joins(tmp_path: Path) -> None:

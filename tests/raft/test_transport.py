@@ -175,8 +175,12 @@ async def _three_node_exchange() -> None:
         assert next(m for m in inboxes[1].messages if isinstance(m, AppendEntries)).entries == (
             entry,
         )
+        # The snapshot is larger than the chunk size: it travelled as a transfer of chunks.
+        await eventually(
+            lambda: nodes[1].stats()["peers"][2]["snapshot_transfers_completed"] == 1, "acked"
+        )
         stats = nodes[1].stats()
-        assert stats["peers"][2]["sent"] == count + 1
+        assert stats["peers"][2]["sent"] == count
         assert stats["peers"][2]["connected"]
         assert stats["peers"][3]["received"] == count + 1
         assert stats["peers"][2]["dropped"] == 0
@@ -422,10 +426,17 @@ async def test_send_to_unknown_or_removed_peer_is_dropped_and_counted() -> None:
 
 async def test_oversized_message_is_dropped_not_raised() -> None:
     a = make(1, Inbox(), peers={2: (HOST, free_port())}, max_frame_bytes=1024)
+    entry = Entry(term=1, index=1, tm=7, kind=EntryKind.NORMAL, data=b"x" * 2048)
+    a.send(
+        AppendEntries(src=1, dst=2, term=1, prev_index=0, prev_term=0, entries=(entry,), commit=0)
+    )
+    assert a.stats()["peers"][2]["dropped"] == 1
+    assert a.stats()["peers"][2]["queued"] == 0
+    # A snapshot that large is not oversized: it becomes a transfer of chunks.
     snap = Snapshot(meta=SnapshotMeta(index=1, term=1, tm=1), data=b"x" * 2048)
     a.send(InstallSnapshot(src=1, dst=2, term=1, snapshot=snap))
     assert a.stats()["peers"][2]["dropped"] == 1
-    assert a.stats()["peers"][2]["queued"] == 0
+    assert a.stats()["peers"][2]["snapshot_transfers_started"] == 1
 
 
 def test_unencodable_message_is_a_caller_bug_and_raises() -> None:

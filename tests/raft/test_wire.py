@@ -25,7 +25,13 @@ from raft.core.types import (
 )
 from raft.errors import MalformedConfStateError, MalformedMessageError
 from raft.framing import NEED_DATA, FrameDecoder, encode_frame
-from raft.wire import decode_conf_state, decode_message, encode_conf_state, encode_message
+from raft.wire import (
+    decode_conf_state,
+    decode_message,
+    encode_conf_state,
+    encode_install_snapshot_head,
+    encode_message,
+)
 
 U64_MAX = 2**64 - 1
 u64 = st.integers(min_value=0, max_value=U64_MAX)
@@ -111,6 +117,24 @@ def test_every_message_round_trips_exactly(msg: Message) -> None:
     decoded = decode_message(through_a_frame(encode_message(msg)))
     assert decoded == msg
     assert type(decoded) is type(msg)
+
+
+@given(
+    snapshots,
+    ids,
+    ids,
+    u64,
+    st.sampled_from([0, 1, 255, 256, 65535, 65536, 70_000]),
+)
+def test_install_snapshot_head_plus_data_is_the_whole_encoding(
+    snap: Snapshot, src: int, dst: int, term: int, data_bytes: int
+) -> None:
+    # Sizes around the msgpack bin 8/16/32 boundaries: the head ends with the data's bin header.
+    snap = Snapshot(meta=snap.meta, data=b"s" * data_bytes)
+    msg = InstallSnapshot(src=src, dst=dst, term=term, snapshot=snap)
+    whole = encode_install_snapshot_head(msg) + snap.data
+    assert whole == msgpack.packb(encode_message(msg), use_bin_type=True)
+    assert decode_message(msgpack.unpackb(whole)) == msg
 
 
 @given(st.lists(entries, min_size=1, max_size=5))
