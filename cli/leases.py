@@ -45,6 +45,16 @@ def blocker_rows(blockers: list[dict[str, Any]], now_tm: object) -> list[list[ob
 BLOCKER_COLUMNS = ["session", "app id", "host", "user", "pid", "holds", "held for", "expires at"]
 
 
+def blocker_summary(b: dict[str, Any], now_tm: object) -> str:
+    """One blocking lease in a line: who holds which version (and, given `now_tm`, how long)."""
+    held = _held_for(b.get("acquired_tm"), now_tm)
+    return (
+        f"session {b.get('session_id')} (app {b.get('app_id') or '?'} on {b.get('host') or '?'}, "
+        f"user {b.get('user') or '?'}, pid {b.get('pid')}) holds v{b.get('version')}"
+        + ("" if held == "-" else f" for {held}")
+    )
+
+
 # ---- session -----------------------------------------------------------------------------------
 
 

@@ -20,6 +20,7 @@ from cli.cluster import cluster
 from cli.context import App
 from cli.errors import EXIT_CODES_HELP, EXIT_USAGE, CliError, exit_code_for, fail
 from cli.gc import gc, pts
+from cli.job import job
 from cli.leases import lease, session
 from cli.node import node
 from cli.ns import ns
@@ -54,6 +55,7 @@ EPILOG = (
     "  metastore table describe sales.orders --as-of -5m\n"
     "  metastore table read sales.orders --as-of 2026-11-22T10:00:00Z --limit 5\n"
     "  metastore txn log --limit 10\n"
+    "  metastore job list --all\n"
     "  metastore cluster down\n\n" + EXIT_CODES_HELP
 )
 
@@ -155,6 +157,7 @@ cli.add_command(pts)
 cli.add_command(gc)
 cli.add_command(snapshot)
 cli.add_command(watch)
+cli.add_command(job)
 # The data commands live in their own module (they need pyarrow) but belong to the table noun.
 table.add_command(table_files)
 table.add_command(table_read)

@@ -65,6 +65,13 @@ def progress(text: str, *, changed: bool = True) -> None:
     err.flush()
 
 
+def status_line(text: str) -> None:
+    """A line on stderr that stays (on a terminal it replaces the progress line, if any)."""
+    err = sys.stderr
+    err.write(("\r\x1b[2K" if err.isatty() else "") + text + "\n")
+    err.flush()
+
+
 def end_progress() -> None:
     err = sys.stderr
     if err.isatty():

@@ -1,30 +1,33 @@
-"""`metastore sql "STATEMENT"`: run one Spark SQL DDL statement."""
+"""`metastore sql "STATEMENT"`: run one Spark SQL DDL statement.
+
+An ALTER that runs as a multi-step schema change job (DROP COLUMN, ADD COLUMN ... NOT NULL
+DEFAULT; cli.job) returns once its first step is published; `sql` then follows the job like
+`metastore job wait` until it ends or until --wait passes, unless --no-follow.
+"""
 
 from __future__ import annotations
 
-import re
 import time
-from typing import Final
+from typing import Any
 
 import click
+from rich.console import RenderableType
+from rich.text import Text
 
 from cli.context import app
-from cli.leases import blocker_rows
-from cli.output import emit, end_progress, kv_table, progress
+from cli.job import (
+    AT_BACKFILL,
+    SUCCEEDED,
+    follow_job,
+    job_outcome_error,
+    run_backfill_command,
+)
+from cli.output import emit, kv_table, status_line
+from cli.waiting import WAIT_DEFAULT, BlockedProgress, parse_wait_ms
 from metastore.errors import MetastoreError
+from spark_bridge.client import SyncMetastoreClient
 
-# How long a schema change waits for blocking leases unless --wait says otherwise.
-WAIT_DEFAULT: Final = "5m"
-_DURATION: Final = re.compile(r"([0-9]+)(ms|s|m|h)?")
-_UNIT_MS: Final = {"ms": 1, "s": 1_000, "m": 60_000, "h": 3_600_000}
-
-
-def parse_wait_ms(text: str) -> int:
-    """'0', '90s', '5m', '1500ms', '1h' (a bare number is seconds) -> milliseconds."""
-    match = _DURATION.fullmatch(text.strip())
-    if match is None:
-        raise click.BadParameter(f"{text!r} is not a duration like 30s, 5m, 1500ms or 0")
-    return int(match.group(1)) * _UNIT_MS[match.group(2) or "s"]
+_JOB_REPLY_KEYS = ("job_id", "job_step", "job_status")
 
 
 @click.command("sql")
@@ -40,10 +43,20 @@ def parse_wait_ms(text: str) -> int:
     default=WAIT_DEFAULT,
     show_default=True,
     help="How long an ALTER may wait for running batches' schema leases to drain (a change "
-    "that would leave leases on three versions waits); 0 fails at once with the blockers.",
+    "that would leave leases on three versions waits), and for the schema change job it "
+    "starts, if any, to finish; 0 fails at once with the blockers (with a job: add "
+    "--no-follow).",
+)
+@click.option(
+    "--no-follow",
+    is_flag=True,
+    help="Return once a multi-step change's job has started (its first step is published) "
+    "instead of following it (`metastore job wait JOB_ID` does that later).",
 )
 @click.pass_context
-def sql(ctx: click.Context, statement: str, request_id: str | None, wait: str) -> None:
+def sql(
+    ctx: click.Context, statement: str, request_id: str | None, wait: str, no_follow: bool
+) -> None:
     """Run one DDL STATEMENT (CREATE/DROP NAMESPACE, CREATE/DROP/ALTER TABLE).
 
     Returns once the change is visible on every node, and prints the schema version made, its
@@ -51,31 +64,85 @@ def sql(ctx: click.Context, statement: str, request_id: str | None, wait: str) -
     While running batches hold leases that block it, it waits (up to --wait) and shows on
     stderr which sessions are in the way.
 
+    DROP COLUMN and ADD COLUMN ... NOT NULL DEFAULT run as a schema change job through several
+    versions: `sql` follows it on stderr until it succeeds (exit 0), is cancelled or aborted
+    (exit 5), or --wait passes (exit 3; the job goes on). An ADD on a table with data stops at
+    the backfill step: `sql` then prints the `metastore job run-backfill` command and exits 0
+    (the column stays hidden until the backfill is done; the job resumes from there).
+
     \b
     Example:
       metastore sql "ALTER TABLE sales.orders ADD COLUMN note STRING"
+      metastore sql "ALTER TABLE sales.orders DROP COLUMN legacy_flag"
     """
     wait_ms = parse_wait_ms(wait)
     a = app(ctx)
     started = time.monotonic()
-    shown: list[object] = []
-
-    def blocked(error: MetastoreError) -> None:
-        blockers = error.details.get("blockers")
-        rows = blocker_rows(blockers if isinstance(blockers, list) else [], None)
-        who = "; ".join(f"{r[0]} ({r[1]} on {r[2]}, user {r[3]}, holds {r[5]})" for r in rows)
-        progress(
-            f"waiting {time.monotonic() - started:.0f}s of {wait_ms / 1000:.0f}s for "
-            f"{len(rows)} lease(s) to drain: {who}",
-            changed=who not in shown,
-        )
-        shown.append(who)
-
+    client = a.client()
+    blocked = BlockedProgress(wait_ms, now_tm=client.clock.now)
     try:
-        result = a.client().ddl(
-            statement, request_id=request_id, wait_ms=wait_ms, on_blocked=blocked
-        )
+        result = client.ddl(statement, request_id=request_id, wait_ms=wait_ms, on_blocked=blocked)
     finally:
-        if shown:
-            end_progress()
-    emit(a.output, result, lambda: [kv_table(result)])
+        blocked.close()
+    job_id = result.get("job_id")
+    if not isinstance(job_id, int):
+        emit(a.output, result, lambda: [kv_table(result)])
+        return
+    if no_follow:
+        _announce_started(client, job_id)
+        emit(a.output, result, lambda: [kv_table(result)])
+        return
+    followed = follow_job(
+        client,
+        job_id,
+        deadline=started + wait_ms / 1000,
+        stop_at_backfill=True,
+        intro=lambda v: (
+            f"the change runs as schema change job {job_id} in "
+            f"{len(v.get('steps', []))} steps: {' -> '.join(v.get('steps', []))}"
+        ),
+    )
+    if followed.outcome not in (SUCCEEDED, AT_BACKFILL):
+        raise job_outcome_error(followed, waited_ms=wait_ms, background_hint=True)
+    doc: dict[str, Any] = {**result, "job": followed.job}
+    if followed.outcome == AT_BACKFILL:
+        doc["note"] = _backfill_note(followed.job)
+        status_line(doc["note"])
+    emit(a.output, doc, lambda: _tables(result, followed.job, doc.get("note")))
+
+
+def _announce_started(client: SyncMetastoreClient, job_id: int) -> None:
+    try:
+        steps = client.job_show(job_id).get("steps", [])
+    except MetastoreError:
+        steps = []  # the job runs anyway; only its step names are missing from the line
+    names = f" ({' -> '.join(steps)})" if steps else ""
+    status_line(
+        f"the change runs as schema change job {job_id}{names}; "
+        f"follow it with `metastore job wait {job_id}`"
+    )
+
+
+def _backfill_note(view: dict[str, Any]) -> str:
+    job_id = view.get("job_id")
+    return (
+        f"job {job_id} waits at step backfill: {view.get('table')} has files written before "
+        f"column {view.get('column')}. Run `{run_backfill_command(job_id)}` to rewrite them; "
+        f"the column stays hidden until then. The change is safe as it stands and resumes "
+        f"from this step (`metastore job wait {job_id}` follows it, "
+        f"`metastore job cancel {job_id}` rolls it back)."
+    )
+
+
+def _tables(result: dict[str, Any], view: dict[str, Any], note: object) -> list[RenderableType]:
+    reply = {k: v for k, v in result.items() if k not in _JOB_REPLY_KEYS}
+    out: list[RenderableType] = [
+        kv_table(reply),
+        Text(
+            f"job {view.get('job_id')}: {view.get('status')} at step {view.get('step')} "
+            f"(versions {', '.join(f'v{v}' for v in view.get('versions', []))})"
+        ),
+    ]
+    if isinstance(note, str):
+        out.append(Text(note))
+    return out
