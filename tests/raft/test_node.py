@@ -149,12 +149,17 @@ async def test_a_proposal_too_large_for_the_wal_is_refused_before_the_log(
         assert leader.status().core.last_index == before
         # The node is fine: the largest allowed proposal and a small one both commit.
         big = await leader.propose(b"y" * PROPOSAL_BYTES_MAX, timeout_ms=30_000)
-        small = await leader.propose(b"z")
+        # Writing and shipping 16 MiB can stall a loaded 2-core machine past an election
+        # timeout (it failed once in ~45 CI runs with NotLeaderError on the next proposal):
+        # leadership may move, which is not what this test is about. Ask the leader of now.
+        leader = await leader_of(nodes)
+        small = await leader.propose(b"z", timeout_ms=30_000)
         # Not necessarily adjacent: an idle tick entry may land between them while the big one
         # replicates (the leader stamps one every idle_safe_time_interval_ms).
         assert small.index > big.index
         applied = sm(leader).applied
-        assert applied[-1] == b"z" and len(applied[-2]) == PROPOSAL_BYTES_MAX
+        assert applied[-1] == b"z"
+        assert [len(a) for a in applied].count(PROPOSAL_BYTES_MAX) == 1
 
 
 @pytest.mark.parametrize(
