@@ -21,7 +21,9 @@ What one batch does (DESIGN.md §7):
    and Top, the files belong to another incarnation (field ids restart at 1): the read fails
    with a retryable BatchError rather than mis-map columns.
 4. Outputs are conformed to the pinned schemas and written by Spark's own Parquet writer into a
-   fresh per-attempt directory under each table's location.
+   fresh per-attempt directory under each table's location. A writer conforms to the pinned
+   version's write columns: the public ones plus any a schema change job holds write-only
+   (filled with their DEFAULT, or NULL); readers see the public columns only.
 5. On leaving the `with` block without an exception, one commit lists every table's files; it is
    visible at one timestamp (> Top) for all tables, or not at all. The commit is keyed by the
    batch's txn id, so a replayed batch commits once. An exception before that commits nothing;
@@ -45,13 +47,15 @@ from typing import TYPE_CHECKING, Any
 
 from hlc import to_iso
 from spark_bridge.client import FILES_PAGE_LIMIT, SyncMetastoreClient
-from spark_bridge.conform import conform, pinned_struct
+from spark_bridge.conform import conform, pinned_struct, write_columns
 from spark_bridge.files import DataFile, absolute, collect_files, new_attempt_dir
 from spark_bridge.session import BridgeSession, LeaseKey
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.types import StructType
+
+    from spark_bridge.backfill import BackfillResult
 
 log = logging.getLogger("spark_bridge")
 
@@ -83,9 +87,18 @@ class PinnedTable:
     version: int
     tu: int
     location: str
-    columns: list[dict[str, Any]]
+    columns: list[dict[str, Any]]  # public: what reads of this version see
     ddl: str
-    struct: StructType
+    struct: StructType  # `columns` as Spark reads them (field ids, existence defaults)
+    # What writes of this version write: `columns`, then the columns a schema change job holds
+    # write-only (hidden from readers). The same list as `columns` when there are none.
+    write_columns: list[dict[str, Any]]
+
+    @property
+    def write_only(self) -> list[dict[str, Any]]:
+        """The write-only columns (in `write_columns`, not in `columns`)."""
+        public = {int(c["field_id"]) for c in self.columns}
+        return [c for c in self.write_columns if int(c["field_id"]) not in public]
 
     def describe(self) -> str:
         return f"{self.table}@v{self.version}"
@@ -103,6 +116,7 @@ class BatchReport:
     retries: int = 0  # earlier attempts of this micro-batch that were refused and re-planned
     files: int = 0
     rows: int = 0
+    removed: int = 0  # files the commit removed (explicit `remove`, not overwrite)
     plan_ms: float = 0.0
     commit_ms: float = 0.0
 
@@ -110,10 +124,11 @@ class BatchReport:
         versions = ", ".join(f"{t}@v{v}" for t, v in sorted(self.pinned.items()))
         commit = to_iso(self.commit_ts) if self.commit_ts else "-"
         dedup = " (replay: already committed)" if self.deduplicated else ""
+        removed = f", {self.removed} files removed" if self.removed else ""
         return (
             f"txn {self.txn_id}: Top={to_iso(self.top)} pinned [{versions}] "
             f"safe-time wait {self.waited_ms:.1f} ms, commit at {commit}, "
-            f"{self.files} files / {self.rows} rows{dedup}"
+            f"{self.files} files / {self.rows} rows{removed}{dedup}"
         )
 
 
@@ -404,6 +419,21 @@ class MetastoreBridge:
                 if exc.code != ErrorCode.PROTECTION_NOT_FOUND:  # already released: fine
                     log.warning("could not release protection %s: %s", record["record_id"], exc)
 
+    # ---------------------------------------------------------------- schema change jobs
+
+    def run_backfill(
+        self,
+        job_id: int,
+        *,
+        timeout_s: float = 300.0,
+        progress: Callable[[str], None] | None = None,
+    ) -> BackfillResult:
+        """Backfill an ADD COLUMN ... NOT NULL DEFAULT job: wait for its backfill step, rewrite
+        every file that lacks the column, report it (see `spark_bridge.backfill`)."""
+        from spark_bridge.backfill import run_backfill
+
+        return run_backfill(self, job_id, timeout_s=timeout_s, progress=progress)
+
 
 class BatchContext:
     def __init__(
@@ -437,6 +467,7 @@ class BatchContext:
         self.check_reads = check_reads
         self.pinned: dict[str, PinnedTable] = {}
         self._written: dict[str, tuple[list[DataFile], bool]] = {}
+        self._removed: dict[str, list[str]] = {}  # table -> paths its commit removes
         self._leases: list[LeaseKey] = []  # held for this batch's life (see spark_bridge.session)
         self.report = BatchReport(txn_id=txn_id, top=0, read_ts=0, waited_ms=0.0)
 
@@ -460,6 +491,8 @@ class BatchContext:
                 columns=columns,
                 ddl=pinned["schema"]["ddl"],
                 struct=pinned_struct(columns),
+                # In the same reply: `write_schema` is present when it differs from `schema`.
+                write_columns=write_columns(pinned),
             )
         # Inputs: a timestamp every node can already answer for without waiting (<= Top) - but
         # not below this bridge's own last commit: the node asked may lag the leader by a
@@ -538,12 +571,21 @@ class BatchContext:
     def read(self, table: str, *, as_of: int | None = None) -> DataFrame:
         """The table's rows committed at `as_of` (default: the batch's read_ts), with the schema
         pinned at Top (or, for an explicit as_of, the schema in force at as_of)."""
-        pin = self._pin(table)
-        ts = self.read_ts if as_of is None else as_of
-        struct = pin.struct
+        struct = self._pin(table).struct
         if as_of is not None:
             r = self._call("schema_at", {"table": table, "ts": as_of, "timeout_ms": PIN_TIMEOUT_MS})
             struct = pinned_struct(r["schema"]["columns"])
+        location, files = self.files(table, as_of=as_of)
+        paths = [absolute(location, f["path"]) for f in files]
+        if not paths:
+            return self.spark.createDataFrame([], struct)
+        return self.spark.read.schema(struct).parquet(*paths)
+
+    def files(self, table: str, *, as_of: int | None = None) -> tuple[str, list[dict[str, Any]]]:
+        """(location, the file entries live at `as_of`, default the batch's read_ts): what
+        `read` reads. Paths are relative to the location (`files.absolute`)."""
+        pin = self._pin(table)
+        ts = self.read_ts if as_of is None else as_of
         files = self._files(table, ts)
         found_id = int(files.get("table_id") or 0)
         if as_of is None and found_id != pin.table_id:
@@ -556,11 +598,7 @@ class BatchContext:
                 "in between); re-plan the batch",
                 retryable=True,
             )
-        location = str(files.get("location") or pin.location)
-        paths = [absolute(location, f["path"]) for f in files["files"]]
-        if not paths:
-            return self.spark.createDataFrame([], struct)
-        return self.spark.read.schema(struct).parquet(*paths)
+        return str(files.get("location") or pin.location), list(files["files"])
 
     def temp_view(self, table: str, name: str | None = None) -> str:
         """Register the batch's read of `table` as a temp view for SQL; returns its name."""
@@ -572,7 +610,9 @@ class BatchContext:
 
     def write(self, table: str, df: DataFrame, *, mode: str = "append") -> list[DataFile]:
         """Conform `df` to the pinned schema and write it as Parquet into a fresh directory of
-        the table. Nothing is visible until the batch commits."""
+        the table. Nothing is visible until the batch commits. The pinned version's write-only
+        columns (a schema change job's, hidden from readers) are written too: with the output's
+        values if it has them, else their DEFAULT, else NULL (`PinnedTable.write_columns`)."""
         if table not in self.writes:
             raise BatchError(f"{table} was not declared in this batch's writes", retryable=False)
         if mode not in ("append", "overwrite"):
@@ -580,7 +620,7 @@ class BatchContext:
         pin = self._pin(table)
         if not pin.location:
             raise BatchError(f"{table} has no location in the metastore", retryable=False)
-        shaped = conform(df, table, pin.columns)
+        shaped = conform(df, table, pin.write_columns)
         owner = self.bridge.session.current() if self.bridge.session is not None else None
         abs_dir, rel_dir = new_attempt_dir(pin.location, self.txn_id, owner=owner or "")
         shaped.write.mode("errorifexists").parquet(abs_dir)
@@ -589,14 +629,24 @@ class BatchContext:
         self._written[table] = ([*prev, *files], prev_overwrite or mode == "overwrite")
         return files
 
+    def remove(self, table: str, paths: Iterable[str]) -> None:
+        """Remove these files of `table` (paths as `files` lists them) in the batch's commit,
+        atomically with what it adds: a compaction or a rewrite. The commit is refused with a
+        retryable DATA_FILE_CONFLICT if another commit removed one of them first."""
+        if table not in self.writes:
+            raise BatchError(f"{table} was not declared in this batch's writes", retryable=False)
+        listed = list(dict.fromkeys([*self._removed.get(table, []), *paths]))
+        self._removed[table] = listed
+
     # ------------------------------------------------------------ commit
 
     def commit(self) -> None:
-        if not self._written:
+        if not self._written and not self._removed:
             return  # a read-only batch commits nothing
         started = time.perf_counter()
         writes = []
-        for table, (files, overwrite) in self._written.items():
+        for table in dict.fromkeys([*self._written, *self._removed]):
+            files, overwrite = self._written.get(table, ([], False))
             writes.append(
                 {
                     "table": table,
@@ -605,7 +655,7 @@ class BatchContext:
                     # refuses these files instead of receiving them.
                     "table_id": self.pinned[table].table_id,
                     "add": [f.to_wire() for f in files],
-                    "remove": [],
+                    "remove": list(self._removed.get(table, [])),
                     "overwrite": overwrite,
                 }
             )
@@ -643,6 +693,7 @@ class BatchContext:
             self.bridge._observe_commit(self.report.commit_ts)
         self.report.files = sum(len(f) for f, _ in self._written.values())
         self.report.rows = sum(d.row_count for f, _ in self._written.values() for d in f)
+        self.report.removed = sum(len(p) for p in self._removed.values())
         self.report.commit_ms = (time.perf_counter() - started) * 1000
         log.info("batch committed: %s", self.report.line())
 

@@ -14,10 +14,18 @@ Rules (what a data engineer expects from Iceberg/Delta writers):
 * the result has exactly the pinned column order and carries each column's field id in the
   StructField metadata (`parquet.field.id`), so Spark writes Parquet field ids and a later read
   by field id survives renames.
+
+Writers conform to the pinned version's *write* columns (`write_columns`): the public columns,
+then the columns a schema change job holds write-only (metastore.jobs). Such a column is hidden
+from readers, so outputs usually lack it and get it filled by the rules above: a column being
+added is NOT NULL with its DEFAULT (every row written meanwhile carries the default, so the
+backfill need not rewrite it), a column being dropped is nullable (NULL unless the output still
+has it). Readers use the public columns only (`PinnedTable.struct`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -85,6 +93,14 @@ def spark_type(type_sql: str) -> DataType:
         raise TypeError(f"unknown metastore type {t!r}")
 
     return conv(M.parse_type(type_sql))
+
+
+def write_columns(pinned: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The columns a writer pinned to this version writes: `write_schema` when the version has
+    write-only columns (the protocol sends it only then), else the public `schema`. `pinned` is
+    a schema answer of the metastore (`pin`, `schema_at`)."""
+    shape = pinned.get("write_schema") or pinned["schema"]
+    return list(shape["columns"])
 
 
 def pinned_struct(columns: list[dict[str, Any]]) -> StructType:

@@ -9,7 +9,9 @@ time or `now` — default now), take the schema in force then and the files live
 each file with pyarrow on the executors, matching columns by Parquet field id (so renamed columns
 keep their data) and casting widened types. Appends write one Parquet file per Spark task into a
 fresh directory and commit them in one metastore commit from the driver side; an aborted job
-commits nothing.
+commits nothing. Reads see the pinned version's public columns; appends also write the columns a
+schema change job holds write-only (its `write_schema`): the DataFrame may omit them (they are
+hidden from readers), and the writer fills their DEFAULT, or NULL.
 
 Facts of the API this relies on (PySpark 4.x): `schema()`, `reader()`, `partitions()`,
 `writer()` and `commit()` run in Python worker processes on the driver host, `read()`/`write()`
@@ -122,6 +124,17 @@ class MetastoreReader(DataSourceReader):
         yield from out.to_batches()
 
 
+def _fill(column: dict[str, Any], arrow_type: pa.DataType, rows: int) -> pa.Array:
+    """A write-only column the DataFrame does not carry: its DEFAULT, else NULL."""
+    import pyarrow as pa
+
+    if column.get("default") is not None:
+        from spark_bridge.defaults import default_array
+
+        return default_array(str(column["default"]), arrow_type, rows)
+    return pa.nulls(rows, type=arrow_type)
+
+
 @dataclass(frozen=True)
 class WrittenFile(WriterCommitMessage):
     path: str
@@ -147,7 +160,11 @@ class MetastoreWriter(DataSourceWriter):
         overwrite: bool,
         not_before: int,
         txn_id: str | None = None,
+        given: int | None = None,
     ) -> None:
+        """`columns` are the write columns of the pinned version; the rows carry the first
+        `given` of them (default all) and the writer fills the rest (write-only columns) with
+        their DEFAULT, or NULL."""
         self.endpoints = endpoints
         self.token = token
         self.table = table
@@ -158,6 +175,7 @@ class MetastoreWriter(DataSourceWriter):
         self.version = version
         self.location = location
         self.columns = columns
+        self.given = len(columns) if given is None else given
         self.overwrite = overwrite
         self.not_before = not_before
         # One id per logical write, made once on the driver side and carried (pickled) to the
@@ -174,7 +192,11 @@ class MetastoreWriter(DataSourceWriter):
 
         schema = _arrow_schema(self.columns)
         rows = [row.asDict(recursive=True) for row in iterator]
-        table = pa.Table.from_pylist(rows, schema=schema)
+        given = pa.Table.from_pylist(rows, schema=pa.schema(list(schema)[: self.given]))
+        arrays = list(given.columns)
+        for f, c in zip(list(schema)[self.given :], self.columns[self.given :], strict=True):
+            arrays.append(_fill(c, f.type, given.num_rows))
+        table = pa.Table.from_arrays(arrays, schema=schema)
         rel = f"{self.rel_dir}/part-{uuid.uuid4().hex}.parquet"
         path = f"{self.location.rstrip('/')}/{rel}"
         os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -275,17 +297,35 @@ class MetastoreDataSource(DataSource):
         )
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
-        from spark_bridge.conform import pinned_struct
+        from spark_bridge.conform import pinned_struct, write_columns
 
         pin = self._pin()
         pinned = pin["schema"]
-        want = pinned_struct(pinned["schema"]["columns"])
+        # The write columns are the public ones, then the write-only ones (if any): the
+        # DataFrame has the public columns (readers see no others) or all of them.
+        columns = write_columns(pinned)
+        want = pinned_struct(columns)
+        public = len(pinned["schema"]["columns"])
         got = [(f.name.casefold(), f.dataType) for f in schema.fields]
-        if got != [(f.name.casefold(), f.dataType) for f in want.fields]:
+        shape = [(f.name.casefold(), f.dataType) for f in want.fields]
+        if got not in (shape, shape[:public]):
+            public_struct = pinned_struct(columns[:public])
             raise ValueError(
                 f"DataFrame schema {schema.simpleString()} does not match {self._table()} "
-                f"v{pinned['version']} ({want.simpleString()}); use the batch API to conform"
+                f"v{pinned['version']} ({public_struct.simpleString()}); use the batch API to "
+                "conform"
             )
+        given = len(got)
+        if given < len(columns):
+            # Evaluate the fills now, on the driver side: a DEFAULT this writer cannot evaluate
+            # fails the job before any task runs.
+            from pyspark.sql.pandas.types import to_arrow_type
+
+            for f, c in zip(want.fields[given:], columns[given:], strict=True):
+                if c.get("default") is not None:
+                    from spark_bridge.defaults import existence_default
+
+                    existence_default(str(c["default"]), to_arrow_type(f.dataType))
         txn_id = self.options.get("txn_id")
         return MetastoreWriter(
             endpoints=self.ENDPOINTS,
@@ -294,10 +334,11 @@ class MetastoreDataSource(DataSource):
             table_id=int(pinned["table_id"]),
             version=int(pinned["version"]),
             location=str(pinned.get("location") or ""),
-            columns=pinned["schema"]["columns"],
+            columns=columns,
             overwrite=overwrite,
             not_before=int(pin["now"]) + 1,
             txn_id=str(txn_id) if txn_id else None,
+            given=given,
         )
 
 

@@ -78,6 +78,24 @@ def collect_files(location: str, rel_dir: str) -> list[DataFile]:
     return out
 
 
+PARQUET_FIELD_ID_KEY = b"PARQUET:field_id"
+
+
+def top_level_field_ids(location: str, rel_path: str) -> frozenset[int]:
+    """The Parquet field ids of a data file's top-level columns, from its footer alone (pyarrow
+    shows each as the field's `PARQUET:field_id` metadata). A file written without field ids
+    has none."""
+    fs, path = _fs(absolute(location, rel_path))
+    with fs.open_input_file(path) as f:
+        schema = pq.read_schema(f)
+    ids = set()
+    for fld in schema:
+        value = (fld.metadata or {}).get(PARQUET_FIELD_ID_KEY)
+        if value is not None:
+            ids.add(int(value))
+    return frozenset(ids)
+
+
 def absolute(location: str, rel_path: str) -> str:
     if rel_path.startswith("/") or "://" in rel_path:
         return rel_path

@@ -1,0 +1,365 @@
+"""The backfill of an `ALTER TABLE ... ADD COLUMN c ... NOT NULL DEFAULT x` job (metastore.jobs).
+
+    result = bridge.run_backfill(job_id, progress=print)     # or: metastore job run-backfill 7
+
+Why: while the job's column is write-only every writer fills it (`conform.write_columns`), but
+files committed before that lack it. Readers would fill the DEFAULT too (Spark's existence
+default), yet a NOT NULL column must be physically present before it becomes public: that is
+what makes a later `ALTER COLUMN ... DROP DEFAULT`, or any reader that does not know the
+default, safe. The job therefore stops at its "backfill" step until a Spark job has rewritten
+every such file and reported it (`job_backfilled`).
+
+What `run_backfill` does:
+1. Polls `job_show` until the job is at step "backfill" (telling `progress` what it waits for:
+   the versions to activate, leases on older versions); refuses a job that is not an ADD COLUMN
+   job or has ended (`JobNotBackfillableError`), and gives up after `timeout_s`
+   (`BackfillTimeoutError`).
+2. Waits for the backfill step's version to activate (`backfill_from_ts`): from then on no writer
+   without the column can commit (the commit rule), so a listing at S >= it sees every file that
+   will ever lack the column.
+3. Runs one bridge batch pinned at the current Top S (pinned to the backfill version, whose write
+   columns include c, leased like any writing batch) that reads the table's file list at S,
+   finds the files whose Parquet footer lacks c's field id, reads them with Spark (the pinned
+   write columns other than c, by field id), writes them again through `BatchContext.write`,
+   which fills c with its DEFAULT cast to c's type and writes every field id, and commits ONE
+   commit that removes the old files and adds the new ones. Rows are the same before and after,
+   apart from the new column; a file removed meanwhile by another commit makes the whole commit
+   fail (DATA_FILE_CONFLICT, retryable), never half of it.
+4. Reports `job_backfilled(S, n)`. The daemon refuses the report (BACKFILL_INCOMPLETE,
+   retryable) if S predates the backfill step or a writer at an older version committed after
+   S; then everything is done again, at most `ATTEMPTS_MAX` times in all.
+
+Many files are rewritten in chunks of at most `CHUNK_FILES_MAX` files / `CHUNK_BYTES_MAX` bytes,
+each its own batch and atomic commit, each listing the table again at a fresh Top. The report
+carries the S of the last listing: every file it found without the column was in its chunk, so
+at that S nothing is left to rewrite. Files already known to carry the column (written by this
+run, or checked before) are not read again: paths are never reused.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Final
+
+from hlc import to_iso
+from spark_bridge.bridge import BatchError
+from spark_bridge.conform import pinned_struct
+from spark_bridge.files import absolute, top_level_field_ids
+
+if TYPE_CHECKING:
+    from spark_bridge.bridge import MetastoreBridge
+    from spark_bridge.client import SyncMetastoreClient
+
+ATTEMPTS_MAX: Final = 5  # runs in all when the report or a commit is refused (retryable)
+POLL_INTERVAL_S: Final = 0.2
+RETRY_PAUSE_S: Final = 0.5  # times the attempt number
+CHUNK_FILES_MAX: Final = 1_000  # files one commit removes (the metastore allows 10k per commit)
+CHUNK_BYTES_MAX: Final = 16 * 1024**3  # bytes one chunk reads
+FOOTER_READERS: Final = 16  # threads reading Parquet footers
+# The backfill version activates DD after the step began; a wait much longer than that means
+# the clocks are off. Bounded on its own, so a timeout spent waiting for the step still lets it.
+ACTIVATION_WAIT_MAX_S: Final = 60.0
+ADD_COLUMN: Final = "add_column"
+BACKFILL_STEP: Final = "backfill"
+RUNNING: Final = "running"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BackfillResult:
+    job_id: int
+    table: str
+    snapshot_ts: int  # S of the accepted report: no file live at S lacks the column
+    files_rewritten: int  # old files replaced (0: nothing lacked the column)
+    commit_ts: int | None  # the last rewrite commit (None if nothing was rewritten)
+    attempts: int  # runs in all (1 unless a report or commit was refused)
+    files_written: int = 0
+    rows_rewritten: int = 0
+    commits: int = 0
+
+    def line(self) -> str:
+        commit = to_iso(self.commit_ts) if self.commit_ts else "-"
+        return (
+            f"job {self.job_id}: backfill of {self.table} reported at {to_iso(self.snapshot_ts)}: "
+            f"{self.files_rewritten} files ({self.rows_rewritten} rows) rewritten into "
+            f"{self.files_written} in {self.commits} commit(s), last at {commit}; "
+            f"{self.attempts} attempt(s)"
+        )
+
+
+class BackfillError(RuntimeError):
+    """A backfill that cannot go on. `code` is a metastore wire code (cli.errors maps it to an
+    exit code); `retryable` says whether running it again later may succeed."""
+
+    code = "BACKFILL_FAILED"
+    retryable = False
+
+    def __init__(self, message: str, *, job_id: int, details: dict[str, Any] | None = None):
+        super().__init__(message)
+        self.message = message
+        self.job_id = job_id
+        self.details: dict[str, Any] = {"job_id": job_id, **(details or {})}
+
+
+class JobNotBackfillableError(BackfillError):
+    """The job is not an ADD COLUMN ... NOT NULL DEFAULT job, or it has ended (succeeded,
+    cancelled, aborted): there is nothing to backfill."""
+
+    code = "SCHEMA_JOB_STATE"
+
+
+class BackfillTimeoutError(BackfillError):
+    """The job did not reach its backfill step within the timeout (leases on older versions
+    held by running batches, usually: `waiting_for` in the details says)."""
+
+    code = "TIMEOUT"
+    retryable = True
+
+
+Progress = Callable[[str], None]
+
+
+def run_backfill(
+    bridge: MetastoreBridge,
+    job_id: int,
+    *,
+    timeout_s: float = 300.0,
+    progress: Progress | None = None,
+) -> BackfillResult:
+    """Wait for `job_id`'s backfill step (at most `timeout_s`), rewrite every live file of its
+    table that lacks the column, and report it. See the module docstring."""
+    from metastore.errors import BackfillIncompleteError, MetastoreError, SchemaJobStateError
+
+    say: Progress = progress or (lambda _text: None)
+    deadline = time.monotonic() + timeout_s
+    job = _wait_for_step(bridge.client, job_id, deadline, say)
+    run = _Run(bridge, job, say)
+    attempt = 1
+    while True:
+        try:
+            snapshot_ts = run.rewrite()
+            say(
+                f"job {job_id}: reporting the backfill at {to_iso(snapshot_ts)} "
+                f"({run.rewritten} files rewritten)"
+            )
+            bridge.client.job_backfilled(
+                job_id, snapshot_ts=snapshot_ts, files_rewritten=run.rewritten
+            )
+            return run.result(snapshot_ts, attempt)
+        except SchemaJobStateError:
+            # The job moved on under us: cancelled, or made public by another backfill's report.
+            job = bridge.client.job_show(job_id)
+            if job["status"] == "succeeded" and job.get("backfill_ts") is not None:
+                return run.result(int(job["backfill_ts"]), attempt)
+            raise _ended(job) from None
+        except (BatchError, BackfillIncompleteError) as exc:
+            retryable = exc.retryable
+            if not retryable or attempt >= ATTEMPTS_MAX:
+                raise
+            reason: Exception = exc.cause if isinstance(exc, BatchError) and exc.cause else exc
+            say(f"job {job_id}: attempt {attempt} refused ({reason}); running again")
+            time.sleep(RETRY_PAUSE_S * attempt)
+            attempt += 1
+            try:
+                job = bridge.client.job_show(job_id)
+            except MetastoreError as show_exc:
+                if not show_exc.retryable:
+                    raise
+                continue
+            _check_backfillable(job)
+            if job["step"] != BACKFILL_STEP:
+                raise _ended(job) from None
+
+
+def _wait_for_step(
+    client: SyncMetastoreClient, job_id: int, deadline: float, say: Progress
+) -> dict[str, Any]:
+    """Poll the job until it is at its backfill step; the last view."""
+    from metastore.errors import MetastoreError
+
+    last_said = ""
+    job: dict[str, Any] | None = None
+    while True:
+        try:
+            job = client.job_show(job_id)
+        except MetastoreError as exc:
+            if not exc.retryable:
+                raise
+        else:
+            _check_backfillable(job)
+            if job["step"] == BACKFILL_STEP:
+                return job
+            waiting = job.get("waiting_for") or {}
+            line = (
+                f"job {job_id}: at step {job['step']}, waiting for "
+                f"{waiting.get('reason') or 'its next step'}: {waiting.get('message') or '-'}"
+            )
+            if line != last_said:
+                say(line)
+                last_said = line
+        if time.monotonic() >= deadline:
+            step = job["step"] if job else "unknown"
+            raise BackfillTimeoutError(
+                f"job {job_id} did not reach its backfill step in time (it is at step {step}; "
+                f"{last_said or 'no answer from the metastore'})",
+                job_id=job_id,
+                details={"step": step, "waiting_for": (job or {}).get("waiting_for")},
+            )
+        time.sleep(POLL_INTERVAL_S)
+
+
+def _check_backfillable(job: dict[str, Any]) -> None:
+    job_id = int(job["job_id"])
+    if job["kind"] != ADD_COLUMN:
+        raise JobNotBackfillableError(
+            f"job {job_id} is a {job['kind']} job; only ADD COLUMN ... NOT NULL DEFAULT jobs "
+            "have a backfill",
+            job_id=job_id,
+            details={"kind": job["kind"]},
+        )
+    if job["status"] != RUNNING:
+        raise _ended(job)
+
+
+def _ended(job: dict[str, Any]) -> JobNotBackfillableError:
+    job_id = int(job["job_id"])
+    if job["status"] == RUNNING:
+        what = f"is at step {job['step']}, past its backfill"
+    else:
+        what = f"has ended ({job['status']} at step {job['step']})"
+    return JobNotBackfillableError(
+        f"job {job_id} {what}: nothing to backfill",
+        job_id=job_id,
+        details={"status": job["status"], "step": job["step"]},
+    )
+
+
+class _Run:
+    """One backfill run: its counters survive a refused attempt (what was committed stays)."""
+
+    def __init__(self, bridge: MetastoreBridge, job: dict[str, Any], say: Progress) -> None:
+        self.bridge = bridge
+        self.job_id = int(job["job_id"])
+        self.table = str(job["table"])
+        self.column = str(job["column"])
+        self.field_id = int(job["field_id"])
+        self.from_ts = int(job["backfill_from_ts"])
+        self.say = say
+        self.known: set[str] = set()  # paths known to carry the column (never reused)
+        self.rewritten = 0
+        self.written = 0
+        self.rows = 0
+        self.commits = 0
+        self.commit_ts: int | None = None
+
+    def result(self, snapshot_ts: int, attempts: int) -> BackfillResult:
+        return BackfillResult(
+            job_id=self.job_id,
+            table=self.table,
+            snapshot_ts=snapshot_ts,
+            files_rewritten=self.rewritten,
+            commit_ts=self.commit_ts,
+            attempts=attempts,
+            files_written=self.written,
+            rows_rewritten=self.rows,
+            commits=self.commits,
+        )
+
+    def rewrite(self) -> int:
+        """Rewrite chunk after chunk until a listing's lacking files all fit its chunk; the S
+        of that listing."""
+        while True:
+            self._wait_for_activation()
+            done, snapshot_ts = self._chunk()
+            if done:
+                return snapshot_ts
+
+    def _wait_for_activation(self) -> None:
+        """Until this driver's HLC passes the backfill step's activation: a listing at Top
+        then reads at or after it (the daemon refuses a report from before)."""
+        clock = self.bridge.client.clock
+        deadline = time.monotonic() + ACTIVATION_WAIT_MAX_S
+        while clock.now() <= self.from_ts:
+            if time.monotonic() >= deadline:
+                raise BackfillTimeoutError(
+                    f"job {self.job_id}: the backfill version did not activate in time "
+                    f"(at {to_iso(self.from_ts)})",
+                    job_id=self.job_id,
+                    details={"backfill_from_ts": self.from_ts},
+                )
+            left_ms = (self.from_ts >> 16) - clock.physical_now_ms() + 1
+            time.sleep(min(max(left_ms, 1), 1000) / 1000)
+
+    def _chunk(self) -> tuple[bool, int]:
+        """One batch: list at S = Top, rewrite up to one chunk of lacking files in one commit.
+        (True, S) when nothing lacking at S was left out of the chunk."""
+        top = self.bridge.client.clock.now()
+        txn_id = f"backfill:{self.job_id}:{uuid.uuid4()}"
+        with self.bridge.batch(writes=[self.table], top=top, read_ts=top, txn_id=txn_id) as b:
+            pin = b.pinned[self.table]
+            columns = pin.write_columns
+            if not any(int(c["field_id"]) == self.field_id for c in pin.write_only):
+                raise JobNotBackfillableError(
+                    f"job {self.job_id}: {self.table} v{pin.version} (pinned at "
+                    f"{to_iso(top)}) does not hold column {self.column} write-only; the job "
+                    "was cancelled or has ended",
+                    job_id=self.job_id,
+                    details={"version": pin.version},
+                )
+            location, files = b.files(self.table)
+            lacking = self._lacking(location, files)
+            chunk = _take_chunk(lacking)
+            self.say(
+                f"job {self.job_id}: {len(files)} live files of {self.table} at {to_iso(top)}, "
+                f"{len(lacking)} without column {self.column}"
+                + (f"; rewriting {len(chunk)}" if chunk else "")
+            )
+            if chunk:
+                # Every write column but the new one, read by field id (renamed, widened and
+                # defaulted columns read as any reader of this version reads them); `write`
+                # then conforms to the write columns: the new column gets its DEFAULT.
+                source = [c for c in columns if int(c["field_id"]) != self.field_id]
+                df = b.spark.read.schema(pinned_struct(source)).parquet(
+                    *[absolute(location, f["path"]) for f in chunk]
+                )
+                new_files = b.write(self.table, df)
+                b.remove(self.table, [str(f["path"]) for f in chunk])
+        if chunk:
+            self.known.update(f.path for f in new_files)
+            self.rewritten += len(chunk)
+            self.written += len(new_files)
+            self.rows += sum(int(f["row_count"]) for f in chunk)
+            self.commits += 1
+            self.commit_ts = b.report.commit_ts
+            self.say(
+                f"job {self.job_id}: committed {len(chunk)} rewritten files as "
+                f"{len(new_files)} at {to_iso(b.report.commit_ts or 0)}"
+            )
+        return len(chunk) == len(lacking), b.read_ts
+
+    def _lacking(self, location: str, files: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The files whose footer has no field id `self.field_id`, in listing order."""
+        unknown = [f for f in files if f["path"] not in self.known]
+
+        def lacks(f: dict[str, Any]) -> bool:
+            return self.field_id not in top_level_field_ids(location, str(f["path"]))
+
+        with ThreadPoolExecutor(max_workers=FOOTER_READERS) as pool:
+            verdicts = list(pool.map(lacks, unknown))
+        self.known.update(f["path"] for f, bad in zip(unknown, verdicts, strict=True) if not bad)
+        return [f for f, bad in zip(unknown, verdicts, strict=True) if bad]
+
+
+def _take_chunk(lacking: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The first files of `lacking` within the chunk bounds (at least one)."""
+    chunk: list[dict[str, Any]] = []
+    size = 0
+    for f in lacking:
+        size += int(f.get("size_bytes") or 0)
+        if chunk and (len(chunk) >= CHUNK_FILES_MAX or size > CHUNK_BYTES_MAX):
+            break
+        chunk.append(f)
+    return chunk
