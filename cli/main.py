@@ -21,6 +21,7 @@ from cli.context import App
 from cli.errors import EXIT_CODES_HELP, EXIT_USAGE, CliError, exit_code_for, fail
 from cli.gc import gc, pts
 from cli.job import job
+from cli.job_backfill import run_backfill
 from cli.leases import lease, session
 from cli.node import node
 from cli.ns import ns
@@ -161,6 +162,8 @@ cli.add_command(job)
 # The data commands live in their own module (they need pyarrow) but belong to the table noun.
 table.add_command(table_files)
 table.add_command(table_read)
+# `job run-backfill` runs Spark in this process; its module imports pyspark only when run.
+job.add_command(run_backfill)
 
 
 def main() -> None:
