@@ -134,6 +134,11 @@ def parse_ddl(sql: str, *, request_id: str = "", warehouse: str = "") -> Command
         cmd = _create(stmt, request_id, warehouse)
     elif isinstance(stmt, exp.Drop):
         cmd = _drop(stmt, request_id)
+    elif isinstance(stmt, exp.Alter) and _changes_a_type(stmt):
+        # sqlglot's Spark dialect reads the new type of ALTER COLUMN ... TYPE VARCHAR(n) or
+        # CHAR(n) as plain TEXT, which would silently make the column a STRING: the hand
+        # parser keeps the type as written.
+        cmd = _Fallback(sql, request_id).statement()
     elif isinstance(stmt, exp.Alter):
         cmd = _alter(stmt, request_id)
     else:
@@ -668,6 +673,11 @@ def _add_column(node: object) -> AddColumn:
         raise InvalidDdlError("ADD COLUMNS takes column definitions")
     path, column, position = _column_def(node)
     return AddColumn(parent=path[:-1], column=column, position=position)
+
+
+def _changes_a_type(stmt: exp.Alter) -> bool:
+    actions = stmt.args.get("actions") or []
+    return any(isinstance(a, exp.AlterColumn) and _present(a.args.get("dtype")) for a in actions)
 
 
 def _alter_column(action: exp.AlterColumn) -> TableChange:

@@ -306,7 +306,10 @@ REFUSED: list[tuple[str, type[MetastoreError]]] = [
     ("ALTER TABLE ns.t ALTER COLUMN c SET DEFAULT 5", UnsupportedStatementError),
     ("ALTER TABLE ns.t ALTER COLUMN s.c SET DEFAULT 5", UnsupportedStatementError),
     ("ALTER TABLE ns.t ALTER COLUMN s.c DROP DEFAULT", UnsupportedStatementError),
-    ("ALTER TABLE ns.t ALTER COLUMN c TYPE BIGINT COMMENT 'x'", UnsupportedStatementError),
+    (
+        "ALTER TABLE ns.t ALTER COLUMN c TYPE BIGINT COMMENT 'x'",
+        InvalidDdlError,
+    ),  # one change per ALTER COLUMN
     ("ALTER TABLE ns.t CHANGE COLUMN a b BIGINT", UnsupportedStatementError),
     ("ALTER TABLE ns.t SET LOCATION '/x'", UnsupportedStatementError),
     ("ALTER TABLE ns.t RECOVER PARTITIONS", UnsupportedStatementError),
@@ -489,3 +492,23 @@ def test_bad_warehouse_is_refused(warehouse: str) -> None:
 
 def test_warehouse_does_not_touch_other_statements() -> None:
     assert parse_ddl("DROP TABLE ns.t", warehouse="/wh") == DropTable(table=T)
+
+
+@pytest.mark.parametrize(
+    ("sql", "expected"),
+    [
+        ("ALTER TABLE ns.t ALTER COLUMN c TYPE VARCHAR(10)", "VARCHAR(10)"),
+        ("ALTER TABLE ns.t ALTER COLUMN c TYPE CHAR(3)", "CHAR(3)"),
+        ("ALTER TABLE ns.t CHANGE COLUMN c c VARCHAR(10)", "VARCHAR(10)"),
+        ("ALTER TABLE ns.t ALTER COLUMN c TYPE STRING", "STRING"),
+        ("ALTER TABLE ns.t ALTER COLUMN s.x TYPE VARCHAR(7)", "VARCHAR(7)"),
+    ],
+)
+def test_alter_column_type_keeps_varchar_and_char_lengths(sql: str, expected: str) -> None:
+    """sqlglot's Spark dialect reads `TYPE VARCHAR(n)` as TEXT; taken as is, a widening of
+    VARCHAR(5) to VARCHAR(10) became VARCHAR(5) -> STRING (found by the Spark widening tests)."""
+    cmd = parse_ddl(sql)
+    assert isinstance(cmd, AlterTable)
+    [change] = cmd.changes
+    assert isinstance(change, AlterColumnType)
+    assert change.new_type.to_sql() == expected
