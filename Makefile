@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 PYTEST_ARGS ?=
 
-.PHONY: install install-bench test check fmt unit demo chaos bench bench-raft bench-catalog bench-gc bench-spark sim clean
+.PHONY: install install-bench test check fmt unit demo chaos bench bench-raft bench-catalog bench-gc bench-scale bench-spark sim clean
 
 install: $(STAMP)
 
@@ -61,6 +61,11 @@ bench-catalog: install
 ## bench-gc: protect+release latency and throughput, files deleted/s, snapshot size after GC
 bench-gc: install
 	$(BIN)/python -m bench.bench_gc
+
+## bench-scale: one table to 1M files in commits of 1,000: commit latency, RSS, snapshot take and
+## install, files and planning at 1M (BENCH_ARGS=--quick: 100k files)
+bench-scale: install
+	$(BIN)/python -m bench.bench_scale $(BENCH_ARGS)
 
 ## bench-spark: the bridge's per-micro-batch overhead vs plain foreachBatch; commits/s
 bench-spark: install
