@@ -39,10 +39,12 @@ sim: install
 	$(BIN)/python -m pytest tests/raft/test_simulation.py --sim-seeds=$(SEEDS) -q
 
 ## chaos: seeded fault schedules against real daemons (docs/chaos.md); make chaos SEEDS=1,2 DURATION=120
+## (FAULTS=process|network|all picks the family of faults; all by default)
 DURATION ?= 60
+FAULTS ?= all
 CHAOS_SEED_LIST = $(if $(filter command line environment,$(origin SEEDS)),$(SEEDS),1,2,3)
 chaos: install
-	CHAOS_SEEDS=$(CHAOS_SEED_LIST) CHAOS_DURATION_S=$(DURATION) $(BIN)/python -m pytest tests/chaos -q -s
+	CHAOS_SEEDS=$(CHAOS_SEED_LIST) CHAOS_DURATION_S=$(DURATION) CHAOS_FAULTS=$(FAULTS) $(BIN)/python -m pytest tests/chaos -q -s
 
 ## bench: every benchmark; each prints a table and writes JSON under bench/results/
 bench: bench-raft bench-catalog bench-spark

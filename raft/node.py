@@ -180,6 +180,9 @@ class NodeConfig:
     new_member: bool = True
     pre_vote: bool = True
     check_quorum: bool = True
+    # Fault injection only (tests/chaos): connect to these peers here instead of at their
+    # member address, whatever the configuration entries say. Never persisted or replicated.
+    dial_overrides: Mapping[NodeId, Address] = field(default_factory=dict)
 
     def core_config(self) -> CoreConfig:
         return CoreConfig(
@@ -349,7 +352,7 @@ class RaftNode:
             node_id=cfg.node_id,
             listen_host=cfg.listen_host,
             listen_port=cfg.listen_port,
-            peers={n: a for n, a in self.addresses.items() if n != cfg.node_id},
+            peers=self._dial_addresses(self.addresses),
             secret=cfg.secret,
             on_message=self._on_message,
             cluster_id=cfg.cluster_id,
@@ -1023,7 +1026,12 @@ class RaftNode:
             return
         self.addresses = dict(addresses)
         if self.transport is not None:
-            self.transport.set_peers({n: a for n, a in addresses.items() if n != self.node_id})
+            self.transport.set_peers(self._dial_addresses(addresses))
+
+    def _dial_addresses(self, addresses: Mapping[NodeId, Address]) -> dict[NodeId, Address]:
+        """Where the transport connects to each peer: its member address, or its override."""
+        over = self.config.dial_overrides
+        return {n: over.get(n, a) for n, a in addresses.items() if n != self.node_id}
 
     def _wrap_snapshot(self, app_data: bytes) -> bytes:
         return wrap_snapshot_data(app_data, self.addresses)

@@ -103,15 +103,16 @@ class MetastoreNode:
                 snapshot_keep_entries=cluster.snapshot_keep_entries,
                 new_member=bootstrap,
                 max_clock_offset_ms=cluster.cs_max_ms,
+                dial_overrides=_fault_addresses(FAULT_PEER_ADDRESSES_ENV, "Raft peer"),
             ),
             self.sm,
             clock=self.clock,
             on_fatal=self._on_fatal,
         )
         self.metrics = NodeMetrics(me.id)
-        self.forwarder = LeaderForwarder(
-            addresses={n.id: (n.host, n.client_port) for n in cluster.nodes}, clock=self.clock
-        )
+        forward_to = {n.id: (n.host, n.client_port) for n in cluster.nodes}
+        forward_to.update(_fault_addresses(FAULT_FORWARD_ADDRESSES_ENV, "forwarding"))
+        self.forwarder = LeaderForwarder(addresses=forward_to, clock=self.clock)
         self.gc = GcWorker(
             raft=self.raft,
             sm=self.sm,
@@ -276,6 +277,33 @@ def _physical_clock() -> SystemClock | OffsetClock:
         FAULT_CLOCK_OFFSET_ENV,
     )
     return OffsetClock(SystemClock(), offset_ms)
+
+
+# Fault injection for tests/chaos: "2=127.0.0.1:41234,3=127.0.0.1:41235" makes this process
+# connect to node 2 and 3 there (a test's proxy) instead of at their configured addresses: Raft
+# peer links (whatever membership entries say) and forwarding to the leader's client port.
+FAULT_PEER_ADDRESSES_ENV = "METASTORE_FAULT_PEER_ADDRESSES"
+FAULT_FORWARD_ADDRESSES_ENV = "METASTORE_FAULT_FORWARD_ADDRESSES"
+
+
+def _fault_addresses(env: str, what: str) -> dict[int, tuple[str, int]]:
+    raw = os.environ.get(env, "")
+    if not raw:
+        return {}
+    out: dict[int, tuple[str, int]] = {}
+    for item in raw.split(","):
+        node, _, address = item.strip().partition("=")
+        host, _, port = address.rpartition(":")
+        if not (node.isdigit() and host and port.isdigit()):
+            raise ValueError(f"{env}: {item!r} is not node_id=host:port")
+        out[int(node)] = (host, int(port))
+    log.warning(
+        "FAULT INJECTION: %s connections go to %s instead of the configured addresses (%s is set)",
+        what,
+        ", ".join(f"node {n} at {h}:{p}" for n, (h, p) in sorted(out.items())),
+        env,
+    )
+    return out
 
 
 async def serve(settings: NodeSettings, *, bootstrap: bool = False) -> int:
