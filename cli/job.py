@@ -43,13 +43,11 @@ from cli.output import (
 )
 from cli.waiting import (
     WAIT_DEFAULT,
-    BlockedProgress,
     format_wait,
     parse_wait_ms,
-    retry_while_blocked,
 )
 from metastore.daemon.api_limits import REQUEST_TIMEOUT_MS_MAX
-from metastore.errors import MetastoreError, SchemaJobStateError
+from metastore.errors import MetastoreError
 from spark_bridge.client import SyncMetastoreClient
 
 # How often a follower asks for the job (the leader's worker looks every 200 ms; a step takes
@@ -99,9 +97,9 @@ def _blockers(view: dict[str, Any]) -> list[dict[str, Any]]:
 def waiting_text(view: dict[str, Any], now_tm: int | None) -> str:
     """What the job's next step waits for, in words: the sessions in its way (with how long they
     have held their lease, given `now_tm`), or the exact backfill command to run."""
-    if view.get("status") != RUNNING:
-        return f"nothing: the job has ended ({view.get('status')})"
     w = _waiting(view)
+    if view.get("status") != RUNNING and w.get("reason") != "activation":
+        return f"nothing: the job has ended ({view.get('status')})"
     reason = w.get("reason")
     message = str(w.get("message") or reason)
     if reason == "leases":
@@ -231,9 +229,13 @@ def follow_job(
         if reached != shown_step:  # status lines replaced the progress line
             shown_step, in_progress = reached, False
         status = str(view.get("status"))
+        # Ended in the log; wait (quietly) until its last version is in force everywhere too.
         if status != RUNNING:
-            status_line(_end_line(view))
-            return Followed(view, status)
+            if _waiting(view).get("reason") != "activation":
+                status_line(_end_line(view))
+                return Followed(view, status)
+            time.sleep(POLL_S)
+            continue
         reason = _waiting(view).get("reason")
         if reason == "backfill" and stop_at_backfill:
             if in_progress:
@@ -403,33 +405,32 @@ def job_wait(ctx: click.Context, job_id: int, timeout: str) -> None:
 def job_cancel(ctx: click.Context, job_id: int, wait: str) -> None:
     """Roll JOB_ID back (writer role): a new schema version with the table's public shape from
     before the job (a column being dropped is public again at its place; a column being added
-    disappears, its field id unused). Like an ALTER, it waits (up to --wait) while running
-    batches hold leases in its way, showing them on stderr. Returns once the rollback is
-    visible on every node."""
+    disappears, its field id unused). If running batches hold leases in its way, the cancel
+    is recorded at once (the job moves no further) and the rollback is published as soon as
+    they are released or expire: the command follows it for up to --wait, showing the sessions
+    in the way on stderr. Returns once the rollback is visible on every node."""
     wait_ms = parse_wait_ms(wait)
     a = app(ctx)
     client = a.client()
-    blocked = BlockedProgress(wait_ms, now_tm=client.clock.now)
+    deadline = time.monotonic() + wait_ms / 1000
     timeout_ms = min(a.timeout_ms, REQUEST_TIMEOUT_MS_MAX)
-    try:
-        result = retry_while_blocked(
-            lambda: client.job_cancel(job_id, timeout_ms=timeout_ms),
-            wait_ms=wait_ms,
-            on_blocked=blocked,
-        )
-    except SchemaJobStateError as exc:
-        if not blocked.refusals:
-            raise
-        # The job's next step waited for the same leases as the cancel, and went first.
-        raise CliError(
-            exc.code.value,
-            f"{exc.message} (it went on while the cancel waited for the leases in its way: "
-            "its next step waited for the same ones); nothing was cancelled",
-            exit_code=EXIT_REFUSED,
-            details=exc.details,
-        ) from None
-    finally:
-        blocked.close()
+    result = client.job_cancel(job_id, timeout_ms=timeout_ms)
+    if result.get("cancel_requested"):
+        # Leases are in the rollback's way: the cancel is recorded (the job moves no further)
+        # and the leader rolls it back once they are released or expire. Follow it.
+        followed = follow_job(client, job_id, deadline=deadline, stop_at_backfill=False)
+        if followed.outcome == TIMED_OUT:
+            raise CliError(
+                "TIMEOUT",
+                f"the cancel of job {job_id} is recorded: the job moves no further and rolls "
+                "back as soon as the leases in its way are released or expire (waiting for "
+                f"{waiting_text(followed.job, None)}); `metastore job wait {job_id}` follows it",
+                exit_code=EXIT_UNAVAILABLE,
+                details={"job_id": job_id, "cancel_requested": True},
+            )
+        if followed.outcome != "cancelled":
+            raise job_outcome_error(followed, waited_ms=wait_ms, background_hint=False)
+        result = {**result, "version": followed.job.get("versions", [None])[-1]}
     view = client.job_show(job_id)
     doc = {**result, "job": view}
 

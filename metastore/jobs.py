@@ -80,6 +80,7 @@ from metastore.errors import (
     ColumnNotFoundError,
     MalformedSnapshotError,
     MetastoreError,
+    SchemaChangeBlockedError,
     SchemaJobNotFoundError,
     SchemaJobStateError,
     UnsupportedSchemaChangeError,
@@ -128,8 +129,9 @@ class SchemaJob:
     backfill_ts: int | None = None  # snapshot ts of an accepted backfill
     files_rewritten: int = 0
     last_old_write_ts: int = 0  # newest commit at a version older than write-only
-    ended_by: str = ""  # who cancelled it
+    ended_by: str = ""  # who cancelled it (or asked to)
     message: str = ""
+    cancel_requested: bool = False  # a cancel waits for leases: the job only rolls back now
 
     @property
     def step_name(self) -> str:
@@ -173,6 +175,7 @@ class SchemaJob:
             "last_old_write_ts": self.last_old_write_ts,
             "ended_by": self.ended_by,
             "message": self.message,
+            "cancel_requested": self.cancel_requested,
         }
 
 
@@ -321,6 +324,10 @@ class SchemaJobs:
         job = self._get(cmd.job_id)
         if not job.running or job.step != cmd.step:
             raise self._state_error(job, f"expected step {cmd.step}")
+        if job.cancel_requested:
+            return self._roll_back(
+                job, tm=tm, dd=dd, catalog=catalog, sessions=sessions, by=job.ended_by
+            )
         inc = _live_incarnation(catalog, job)
         if inc is None:
             self._finish(job, ABORTED, tm=tm, message="its table was dropped")
@@ -403,10 +410,39 @@ class SchemaJobs:
     def cancel(
         self, cmd: CancelSchemaJob, *, tm: int, dd: int, catalog: Catalog, sessions: Sessions
     ) -> Applied:
-        """Roll a running job back: publish the table's public shape from before the job."""
+        """Roll a running job back: publish the table's public shape from before the job. If
+        leases are in the way, the request is recorded instead (`cancel_requested`): from then
+        on the job never moves forward, and the leader's worker publishes the rollback as soon
+        as the gate lets it (its next AdvanceSchemaJob). So a cancel never loses a race with
+        the step that waited for the same leases."""
         job = self._get(cmd.job_id)
         if not job.running:
             raise self._state_error(job, "only a running job can be cancelled")
+        if job.cancel_requested:
+            return {"job_id": job.job_id, "cancel_requested": True, "changed": False}, ()
+        try:
+            return self._roll_back(job, tm=tm, dd=dd, catalog=catalog, sessions=sessions, by=cmd.by)
+        except SchemaChangeBlockedError as exc:
+            self._jobs[job.job_id] = replace(
+                job, cancel_requested=True, ended_by=cmd.by, updated_tm=tm
+            )
+            return {
+                "job_id": job.job_id,
+                "cancel_requested": True,
+                "changed": False,
+                "blockers": exc.details.get("blockers", []),
+            }, ()
+
+    def _roll_back(
+        self,
+        job: SchemaJob,
+        *,
+        tm: int,
+        dd: int,
+        catalog: Catalog,
+        sessions: Sessions,
+        by: str,
+    ) -> Applied:
         inc = _live_incarnation(catalog, job)
         if inc is None:
             self._finish(job, ABORTED, tm=tm, message="its table was dropped")
@@ -430,7 +466,7 @@ class SchemaJobs:
             dd=dd,
             before_publish=lambda i: sessions.check_publish(i, tm=tm),
         )
-        self._write_step(job, job.step, applied, tm=tm, status=CANCELLED, ended_by=cmd.by)
+        self._write_step(job, job.step, applied, tm=tm, status=CANCELLED, ended_by=by)
         return self._reply(job.job_id, applied)
 
     def backfilled(self, cmd: SchemaJobBackfilled, *, tm: int) -> Result:
@@ -660,12 +696,29 @@ def next_step_wait(
     """Why `job`'s next step cannot be proposed at `now_tm` (HLC), if it cannot. The same rules
     apply decides with (the gate, the backfill), plus one apply cannot check: the job's last
     version must be active on every node (now >= its Tu + CSmax), so each step is observed."""
-    if not job.running:
-        return JobWait(reason="finished", message=f"nothing: the job has ended ({job.status})")
     inc = _live_incarnation(catalog, job)
-    if inc is None:
+    last = None if inc is None else inc.versions[job.versions[-1] - 1]
+    if not job.running:
+        if last is not None and now_tm < last.tu + cs_max:
+            # Ended in the log, but its last version is not in force everywhere yet.
+            return JobWait(
+                reason="activation",
+                message=f"version {last.version} to activate on every node",
+                until_tm=last.tu + cs_max,
+            )
+        return JobWait(reason="finished", message=f"nothing: the job has ended ({job.status})")
+    if inc is None or last is None:
         return JobWait(reason="table_dropped", message="its table was dropped")
-    last = inc.versions[job.versions[-1] - 1]
+    if job.cancel_requested:
+        held = sessions.blockers(inc, tm=now_tm)
+        if held:
+            return JobWait(
+                reason="leases",
+                message=f"the cancel: {len(held)} lease(s) on version "
+                f"{inc.versions[-1].version - 1} or older to be released or to expire",
+                blockers=tuple(held),
+            )
+        return JobWait(reason="", message="")
     if now_tm < last.tu + cs_max:
         return JobWait(
             reason="activation",
@@ -758,6 +811,7 @@ _JOB_FIELDS: Final = (
     "last_old_write_ts",
     "ended_by",
     "message",
+    "cancel_requested",
 )
 
 
@@ -784,12 +838,13 @@ def _job_to_data(job: SchemaJob) -> list[object]:
         job.last_old_write_ts,
         job.ended_by,
         job.message,
+        job.cancel_requested,
     ]
 
 
 def _job_from_data(data: object) -> SchemaJob:
     if not isinstance(data, list) or len(data) != len(_JOB_FIELDS):
-        raise MalformedSnapshotError("a schema job must be a list of 21 items")
+        raise MalformedSnapshotError(f"a schema job must be a list of {len(_JOB_FIELDS)} items")
     row = dict(zip(_JOB_FIELDS, data, strict=True))
     try:
         table = row["table"]
@@ -849,6 +904,7 @@ def _job_from_data(data: object) -> SchemaJob:
             last_old_write_ts=num("last_old_write_ts"),
             ended_by=str(row["ended_by"]),
             message=str(row["message"]),
+            cancel_requested=bool(row["cancel_requested"]),
         )
     except MetastoreError as e:
         if isinstance(e, MalformedSnapshotError):

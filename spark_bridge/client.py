@@ -174,6 +174,12 @@ _READ_OPS: Final = frozenset(
         "session_list",
         "lease_list",
         "lease_blockers",
+        "pts_list",
+        "pts_show",
+        "gc_status",
+        "job_list",
+        "job_show",
+        "watch",
     }
 )
 # Writes the server makes idempotent by their arguments (re-opening a session with the same

@@ -945,7 +945,8 @@ class ApiServer:
 
     async def _job_cancel(self, session: Session, args: Args) -> dict[str, Any]:
         """Roll a running job back (a new version, like a DDL: the reply waits for it to be
-        active everywhere). Refused with SCHEMA_CHANGE_BLOCKED while leases are in the way."""
+        active everywhere). While leases are in the way the cancel is recorded instead
+        (`cancel_requested`) and the job worker publishes the rollback once they drain."""
         job_id = _req_int(args, "job_id", 1, 2**63 - 1)
         timeout_ms = _timeout(args)
         cmd = CancelSchemaJob(job_id=job_id, by=session.client[: mlimits.MAX_SESSION_LABEL_CHARS])

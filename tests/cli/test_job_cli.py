@@ -29,8 +29,6 @@ from click.testing import CliRunner, Result
 from cli.main import cli
 from metastore.errors import (
     MetastoreError,
-    SchemaChangeBlockedError,
-    SchemaJobStateError,
 )
 from spark_bridge.client import SyncMetastoreClient
 from tests.client.fake_node import TOKEN, ThreadedFakeNode
@@ -256,25 +254,25 @@ def test_a_lease_holds_the_job_and_every_command_names_the_blocker(
         assert f"session {session_id} (app etl-7 on worker-3" in line
         assert f"job {job_id}: waiting for 1 lease(s) on version 1" in timed_out.stderr
 
-        # The rollback publishes v3 too: the same lease is in the way. It waits, then gives up.
+        # The rollback publishes v3 too: the same lease is in the way. The cancel is recorded
+        # (the job moves no further), waits, then says so and how to follow it.
         began = time.monotonic()
-        refused = _cli(cluster, "job", "cancel", str(job_id), "--wait", "1s")
+        recorded = _cli(cluster, "job", "cancel", str(job_id), "--wait", "1s")
         assert time.monotonic() - began >= 1
-        line = _error(refused, 5, "SCHEMA_CHANGE_BLOCKED")
-        assert "waiting" in refused.stderr and f"session {session_id}" in refused.stderr
-        _error(
-            _cli(cluster, "job", "cancel", str(job_id), "--wait", "0"), 5, "SCHEMA_CHANGE_BLOCKED"
-        )
-        assert admin.job_show(job_id)["status"] == "running"
+        line = _error(recorded, 3, "TIMEOUT")
+        assert f"the cancel of job {job_id} is recorded" in line
+        assert f"session {session_id}" in line
+        shown = admin.job_show(job_id)
+        assert (shown["status"], shown["cancel_requested"]) == ("running", True)
+        assert shown["waiting_for"]["reason"] == "leases"
 
-        # Released: the job finishes, and `job wait` follows it there.
+        # Released: the job rolls back (its next step never comes), and `job wait` follows it
+        # there: the column is public again.
         batch.lease_release(session_id, [lease])
-        done = _ok(
-            _cli(cluster, "-o", "json", "job", "wait", str(job_id), "--timeout", f"{WAIT_S}s")
-        )
-        assert json.loads(done.stdout)["status"] == "succeeded"
-        assert f"job {job_id}: step 2/2 dropped (version 3)" in done.stderr
-        assert _names(admin.describe(table)) == ["a"]
+        done = _cli(cluster, "-o", "json", "job", "wait", str(job_id), "--timeout", f"{WAIT_S}s")
+        _error(done, 5, "JOB_CANCELLED")
+        assert admin.job_show(job_id)["status"] == "cancelled"
+        assert _names(admin.describe(table)) == ["a", "b"]
         batch.session_close(session_id)
 
 
@@ -391,7 +389,11 @@ def _view(step_index: int, status: str = "running", **more: Any) -> dict[str, An
         "versions": list(range(2, 3 + step_index)),
         "ended_by": "",
         "message": "",
-        "waiting_for": {"reason": "activation", "message": "a version", "blockers": []},
+        "waiting_for": (
+            {"reason": "activation", "message": "a version", "blockers": []}
+            if status == "running"
+            else {"reason": "finished", "message": f"nothing: the job has ended ({status})"}
+        ),
         **more,
     }
 
@@ -417,27 +419,62 @@ def test_a_follower_shows_every_step_even_when_several_pass_between_polls() -> N
     ]
 
 
-def test_a_cancel_that_waited_for_leases_and_lost_to_the_next_step_says_so() -> None:
-    blocker = {"session_id": "s1", "app_id": "etl", "host": "h", "user": "u", "pid": 1}
+def test_a_follower_waits_until_the_last_version_of_an_ended_job_is_in_force() -> None:
+    # The job ends in the log at Tu; its last version is readable everywhere only at Tu + CSmax.
+    activating = {"reason": "activation", "message": "version 5 activates", "blockers": []}
+    views = iter([_view(3, "succeeded", waiting_for=activating), _view(3, "succeeded")])
     calls: list[str] = []
 
     async def handler(op: str, args: dict[str, Any]) -> dict[str, Any]:
         calls.append(op)
-        if calls.count("job_cancel") == 1:
-            raise SchemaChangeBlockedError(
-                "s.t: publishing version 4 waits", details={"blockers": [blocker | {"version": 1}]}
-            )
-        raise SchemaJobStateError(
-            "schema change job 9 is succeeded at step public: only a running job can be cancelled",
-            details={"job_id": 9, "status": "succeeded", "step": "public"},
-        )
+        return next(views)
 
     with ThreadedFakeNode(handler=handler) as node:
         result = CliRunner().invoke(
             cli,
-            ["--endpoints", node.endpoint, "--token", TOKEN, "job", "cancel", "9", "--wait", "5s"],
+            [
+                "--endpoints",
+                node.endpoint,
+                "--token",
+                TOKEN,
+                "job",
+                "wait",
+                "9",
+                "--timeout",
+                "20s",
+            ],
         )
-    line = _error(result, 5, "SCHEMA_JOB_STATE")
-    assert "waited for the same ones" in line and "nothing was cancelled" in line
+    assert result.exit_code == 0, result.stderr
+    assert calls == ["job_show", "job_show"]
+
+
+def test_a_cancel_blocked_by_leases_is_recorded_and_followed_until_the_rollback() -> None:
+    blocker = {"session_id": "s1", "app_id": "etl", "host": "h", "user": "u", "pid": 1}
+    leases = {
+        "reason": "leases",
+        "message": "the rollback waits for leases on version 1",
+        "blockers": [blocker | {"version": 1}],
+    }
+    shows = iter(
+        [
+            _view(1, cancel_requested=True, waiting_for=leases),
+            _view(1, "cancelled", versions=[2, 3, 4]),
+            _view(1, "cancelled", versions=[2, 3, 4]),
+        ]
+    )
+    calls: list[str] = []
+
+    async def handler(op: str, args: dict[str, Any]) -> dict[str, Any]:
+        calls.append(op)
+        if op == "job_cancel":
+            return {"job_id": 9, "cancel_requested": True, "changed": False}
+        return next(shows)
+
+    with ThreadedFakeNode(handler=handler) as node:
+        result = CliRunner().invoke(
+            cli,
+            ["--endpoints", node.endpoint, "--token", TOKEN, "job", "cancel", "9", "--wait", "20s"],
+        )
+    assert result.exit_code == 0, result.stderr
     assert "session s1 (app etl on h, user u, pid 1) holds v1" in result.stderr
-    assert calls == ["job_cancel", "job_cancel"]
+    assert calls == ["job_cancel", "job_show", "job_show", "job_show"]

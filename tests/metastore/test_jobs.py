@@ -329,6 +329,36 @@ def test_cancelling_a_drop_puts_the_column_back_where_it_was() -> None:
     refused(d, AdvanceSchemaJob(job_id=job_id, step=0), SchemaJobStateError)
 
 
+def test_a_cancel_blocked_by_leases_is_recorded_and_wins_over_the_next_step() -> None:
+    d = table_driver()
+    session(d)
+    key = lease(d, 1)
+    job_id = job_of(d.ok("ALTER TABLE ns.t DROP COLUMN b"))
+    result = ok(d, CancelSchemaJob(job_id=job_id, by="alice"), step_ms=SETTLE_MS)
+    assert (result["job_id"], result["cancel_requested"], result["changed"]) == (
+        job_id,
+        True,
+        False,
+    )
+    [blocker] = result["blockers"]  # type: ignore[misc]
+    assert blocker["session_id"] == "s1"
+    job = d.state.jobs.get(job_id)
+    assert (job.status, job.cancel_requested, job.versions) == ("running", True, (2,))
+    assert names(d) == ["a", "c"]  # nothing published yet
+    wait = next_step_wait(
+        job, catalog=d.state.catalog, sessions=d.state.sessions, now_tm=d.tm, cs_max=0
+    )
+    assert (wait.reason, wait.blockers[0]["session_id"]) == ("leases", "s1")
+    assert ok(d, CancelSchemaJob(job_id=job_id))["changed"] is False  # asked twice: the same
+    ok(d, ReleaseLeases(session_id="s1", leases=(key,)))
+    # The worker's next proposal for this job rolls it back instead of dropping the column.
+    advance(d, job_id)
+    job = d.state.jobs.get(job_id)
+    assert (job.status, job.ended_by, job.versions) == ("cancelled", "alice", (2, 3))
+    assert names(d) == ["a", "b", "c"]
+    refused(d, AdvanceSchemaJob(job_id=job_id, step=0), SchemaJobStateError)
+
+
 def test_cancelling_an_add_removes_the_column_and_retires_its_id() -> None:
     d = table_driver()
     job_id = job_of(d.ok("ALTER TABLE ns.t ADD COLUMN n INT NOT NULL DEFAULT 7"))
