@@ -24,6 +24,13 @@ from cli.output import (
     rows_table,
     ts_cell,
 )
+from metastore.daemon.certs import (
+    DEFAULT_HOSTS,
+    DEFAULT_VALID_DAYS,
+    VALID_DAYS_MAX,
+    CertsError,
+    generate_dev_certs,
+)
 from metastore.daemon.config import (
     CLUSTER_FILE_NAME,
     DEFAULT_BASE_PORT,
@@ -46,7 +53,9 @@ UP_POLL_INTERVAL_MS: Final = 200
 # Each status probe during `cluster up` is short: a node that is still starting refuses fast.
 UP_PROBE_TIMEOUT_MS: Final = 1_000
 # Lines written to a cluster config dir's .gitignore: node data and secrets are never committed.
-CONFIG_GITIGNORE: Final = "# Node data, logs and secrets: never commit these.\ndata/\nsecrets/\n"
+CONFIG_GITIGNORE: Final = (
+    "# Node data, logs, secrets and TLS keys: never commit these.\ndata/\nsecrets/\ntls/\n"
+)
 _CLUSTER_ID_UNSAFE: Final = re.compile(r"[^A-Za-z0-9._-]+")
 
 CONFIG_DIR_OPTION_HELP = "Directory holding cluster.toml and nodeN.toml."
@@ -158,6 +167,61 @@ def cluster_init(
     emit(a.output, doc, tables)
 
 
+@cluster.command("certs")
+@click.option(
+    "--out",
+    "out_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    required=True,
+    help="Directory for the files (created; existing files are never overwritten).",
+)
+@click.option(
+    "--nodes", "count", type=click.IntRange(NODES_MIN, NODES_MAX), default=3, help="Nodes 1..N."
+)
+@click.option(
+    "--host",
+    "hosts",
+    multiple=True,
+    help="A name or IP address peers and clients dial (repeatable). Default: 127.0.0.1 and "
+    "localhost.",
+)
+@click.option("--valid-days", type=click.IntRange(1, VALID_DAYS_MAX), default=DEFAULT_VALID_DAYS)
+@click.pass_context
+def cluster_certs(
+    ctx: click.Context, out_dir: Path, count: int, hosts: tuple[str, ...], valid_days: int
+) -> None:
+    """Create a development CA and certificates for nodes 1..N and one client.
+
+    Writes OUT/ca.crt and ca.key (keep the CA key off the nodes), OUT/node-N.crt and .key
+    (subject CN node-N: peers accept a node's certificate for that node only) and
+    OUT/client.crt and .key. Keys are mode 0600. Then enable [tls] in cluster.toml and give
+    clients --cacert OUT/ca.crt. For production, prefer certificates from your own PKI with the
+    same names (see cluster_configs/production-example/cluster.toml).
+
+    \b
+    Example:
+      metastore cluster certs --out cluster_configs/local/tls --nodes 3
+    """
+    a = app(ctx)
+    try:
+        made = generate_dev_certs(
+            out_dir,
+            node_ids=list(range(1, count + 1)),
+            hosts=hosts or DEFAULT_HOSTS,
+            valid_days=valid_days,
+        )
+    except CertsError as exc:
+        raise CliError("CERTS_REFUSED", str(exc), exit_code=EXIT_REFUSED) from None
+    doc = {
+        "ca_file": str(made.ca_cert),
+        "ca_key": str(made.ca_key),
+        "nodes": {str(n): {"cert": str(c), "key": str(k)} for n, (c, k) in made.node_certs.items()},
+        "client": {"cert": str(made.client_cert[0]), "key": str(made.client_cert[1])},
+        "hosts": list(hosts or DEFAULT_HOSTS),
+    }
+    emit(a.output, doc, lambda: [kv_table({p.name: str(p) for p in made.all_files()})])
+
+
 def _default_cluster_id(directory: Path) -> str:
     name = _CLUSTER_ID_UNSAFE.sub("-", directory.absolute().name).strip("-._")
     return name or "metastore"
@@ -243,7 +307,10 @@ def cluster_up(ctx: click.Context, config_dir: Path, wait_ms: int, only_missing:
     if token is None:
         token = read_token_file(secrets.token_file(Role.ADMIN))
     with SyncMetastoreClient(
-        config.client_endpoints(), token, timeout_ms=UP_PROBE_TIMEOUT_MS, client_name="metastore-up"
+        config.client_endpoints(),
+        token,
+        timeout_ms=UP_PROBE_TIMEOUT_MS,
+        client_name="metastore-up",
     ) as client:
         results = _wait_for_leader(client, started, config, wait_ms)
     emit(a.output, endpoint_results_doc(results), lambda: [_status_table(results)])

@@ -86,6 +86,9 @@ EXIT_CODE_BY_ERROR: Final[Mapping[str, int]] = {
     "UNAVAILABLE": EXIT_UNAVAILABLE,
     "INTERNAL": EXIT_GENERIC,
     "TIMESTAMP_AHEAD_OF_CLOCK": EXIT_UNAVAILABLE,
+    # The client and the node do not agree on TLS (or on whom to trust): not authenticated.
+    "TLS_REQUIRED": EXIT_AUTH,
+    "TLS_FAILED": EXIT_AUTH,
 }
 
 

@@ -77,6 +77,10 @@ class ErrorCode(StrEnum):
     UNAVAILABLE = "UNAVAILABLE"
     INTERNAL = "INTERNAL"
     TIMESTAMP_AHEAD_OF_CLOCK = "TIMESTAMP_AHEAD_OF_CLOCK"
+    # TLS (docs/protocol.md "TLS"): a plaintext hello on a TLS client port (sent by the node),
+    # and a TLS handshake the client could not complete (raised by the client itself).
+    TLS_REQUIRED = "TLS_REQUIRED"
+    TLS_FAILED = "TLS_FAILED"
 
 
 class MetastoreError(Exception):
@@ -394,6 +398,22 @@ class UnauthenticatedError(MetastoreError):
     code = ErrorCode.UNAUTHENTICATED
 
 
+class TlsRequiredError(MetastoreError):
+    """The node's client port speaks TLS and the client connected in plaintext (pass a CA:
+    `--cacert`, `MetastoreClient(tls=ClientTls(...))`)."""
+
+    code = ErrorCode.TLS_REQUIRED
+
+
+class TlsFailedError(MetastoreError):
+    """The client could not complete a TLS handshake with a node: its certificate is not
+    trusted (wrong or missing CA), does not name the host dialled, the node refused the
+    client's certificate, or the port does not speak TLS. Not retryable: another node of the
+    same cluster would answer the same."""
+
+    code = ErrorCode.TLS_FAILED
+
+
 class ForbiddenError(MetastoreError):
     """The token's role may not run this op."""
 
@@ -458,6 +478,8 @@ _BY_CODE: dict[str, type[MetastoreError]] = {
     cls.code.value: cls
     for cls in (
         UnknownError,
+        TlsRequiredError,
+        TlsFailedError,
         NamespaceNotFoundError,
         NamespaceAlreadyExistsError,
         NamespaceNotEmptyError,

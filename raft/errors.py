@@ -93,6 +93,14 @@ class InsecureSecretFileError(SecretFileError):
     code = "secret_file_insecure"
 
 
+class TlsConfigError(RaftError):
+    """A TLS file (CA, certificate, key) is missing, unreadable, not PEM, or does not fit the
+    others: a key of another certificate, a certificate not signed by the CA, or expired.
+    The message is one line naming the file (raft.tls)."""
+
+    code = "tls_config_invalid"
+
+
 # ---- node identity (raft.node) ---------------------------------------------------------------
 
 

@@ -31,6 +31,10 @@ HANDSHAKE_TIMEOUT_MS = 5_000
 # Largest handshake frame. The handshake runs before the peer is authenticated, so an unknown
 # party can never make us buffer more than this (rather than PEER_FRAME_BYTES_MAX).
 HANDSHAKE_FRAME_BYTES_MAX = 1024
+# TLS handshakes one listener runs at once (raft.tls.TlsListener, peers and the client port);
+# a newcomer past it is closed at once. Each costs a key exchange, so strangers must not be able
+# to make a node do an unbounded number of them; real peers and clients retry.
+TLS_HANDSHAKES_IN_PROGRESS_MAX = 64
 
 # Longest cluster id. It travels in the first handshake frame, which must fit in
 # HANDSHAKE_FRAME_BYTES_MAX even at 4 UTF-8 bytes per character.

@@ -63,6 +63,7 @@ from raft.core.types import (
 from raft.errors import NodeIdentityError, RaftError, TransportConfigError
 from raft.framing import msgpack_bin_header
 from raft.limits import PEER_FRAME_BYTES_MAX
+from raft.tls import TlsFiles
 from raft.transport import PeerTransport, check_peers
 from raft.wal import WAL_RECORD_BYTES_MAX, RecoveredState, WriteAheadLog
 
@@ -183,6 +184,8 @@ class NodeConfig:
     # Fault injection only (tests/chaos): connect to these peers here instead of at their
     # member address, whatever the configuration entries say. Never persisted or replicated.
     dial_overrides: Mapping[NodeId, Address] = field(default_factory=dict)
+    # Mutual TLS on peer links (raft.tls), under the HMAC handshake; None: plain TCP.
+    tls: TlsFiles | None = None
 
     def core_config(self) -> CoreConfig:
         return CoreConfig(
@@ -356,6 +359,7 @@ class RaftNode:
             secret=cfg.secret,
             on_message=self._on_message,
             cluster_id=cfg.cluster_id,
+            tls=cfg.tls,
         )
         await self.transport.start()
         self._tasks = [

@@ -78,9 +78,17 @@ Invariants:
 * A link holds at most one outgoing and one incoming snapshot transfer; only whole, verified
   InstallSnapshot messages reach the node.
 
-Limits (known, by design): authentication only. After the handshake the stream is neither
-encrypted nor integrity-protected, so an attacker who can inject into or relay a TCP
-connection can act as an authenticated peer. Run peers on a trusted network (or under TLS).
+TLS (optional, `tls=TlsFiles(...)`, see raft.tls): every link is mutual TLS against the
+cluster CA and the handshake above runs unchanged inside it (the byte protocol above TLS is
+the same, so the protocol version does not depend on it). On top of the CA check, a peer's
+certificate must name the node it speaks for (CN `node-<id>`): the dialler checks the node it
+reached, the listener the id claimed in the hello. The listener runs handshakes itself
+(`TlsListener`) so a refused one (a certificate of another CA, a plaintext peer) is logged and
+counted (`tls_refused`) instead of vanishing inside asyncio.
+
+Limits (known, by design): without TLS, authentication only. After the handshake the stream is
+neither encrypted nor integrity-protected, so an attacker who can inject into or relay a TCP
+connection can act as an authenticated peer. Run peers on a trusted network, or with TLS.
 
 All methods must be called from the event loop's thread.
 """
@@ -96,6 +104,7 @@ import logging
 import os
 import random
 import secrets
+import ssl
 import stat
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -142,6 +151,14 @@ from raft.limits import (
     SNAPSHOT_CHUNK_BYTES,
     SNAPSHOT_CHUNKS_PER_ROUND,
     SNAPSHOT_TRANSFER_BYTES_MAX,
+)
+from raft.tls import (
+    TlsFiles,
+    TlsListener,
+    node_common_name,
+    peer_client_context,
+    peer_common_name,
+    peer_server_context,
 )
 from raft.wire import decode_message, encode_install_snapshot_head, encode_message
 
@@ -219,6 +236,9 @@ class TransportStats(TypedDict):
     handshake_failures: int
     inbound_refused_over_limit: int  # connections closed because of the inbound limit
     dropped_no_route: int
+    # Inbound connections refused before the Raft handshake: a failed TLS handshake (another
+    # CA, no certificate), plaintext on a TLS listener, or the TLS handshake limit.
+    tls_refused: int
 
 
 def mac(
@@ -586,9 +606,11 @@ class PeerTransport:
         snapshot_chunk_bytes: int | None = None,
         snapshot_transfer_bytes_max: int = SNAPSHOT_TRANSFER_BYTES_MAX,
         snapshot_ack_interval_bytes: int = SNAPSHOT_ACK_INTERVAL_BYTES,
+        tls: TlsFiles | None = None,
     ) -> None:
         """`snapshot_chunk_bytes` defaults to SNAPSHOT_CHUNK_BYTES, or half of a smaller
-        `max_frame_bytes` (a chunk frame must fit a frame with room to spare)."""
+        `max_frame_bytes` (a chunk frame must fit a frame with room to spare). `tls`: mutual
+        TLS on every link (TlsConfigError here if a file cannot be used)."""
         if type(node_id) is not int or not 0 < node_id < _U64_END:
             raise TransportConfigError(f"node_id must be a positive integer, got {node_id!r}")
         if not isinstance(secret, bytes) or len(secret) < SECRET_BYTES_MIN:
@@ -620,6 +642,12 @@ class PeerTransport:
         )
         _check_limit("snapshot_ack_interval_bytes", snapshot_ack_interval_bytes, 1, 2**62)
         check_peers(peers)
+        # Built now, so a bad file stops the node before it listens, not at its first link.
+        self._tls_server: ssl.SSLContext | None = None
+        self._tls_client: ssl.SSLContext | None = None
+        if tls is not None:
+            self._tls_server = peer_server_context(tls)
+            self._tls_client = peer_client_context(tls)
 
         self._node_id = node_id
         self._listen_host = listen_host
@@ -646,7 +674,7 @@ class PeerTransport:
         # Used as an ordered set (oldest first) so eviction can pick the oldest.
         self._inbound: dict[_Inbound, None] = {}
         self._retiring: set[asyncio.Task[None]] = set()  # link tasks of removed peers
-        self._server: asyncio.Server | None = None
+        self._server: asyncio.Server | TlsListener | None = None
         self._bound_port = 0
         self._started = False
         self._stopped = False
@@ -655,6 +683,7 @@ class PeerTransport:
         self._handshake_failures = 0
         self._inbound_refused_over_limit = 0
         self._dropped_no_route = 0
+        self._tls_refused = 0
 
     # ---- lifecycle --------------------------------------------------------------------------
 
@@ -672,21 +701,34 @@ class PeerTransport:
         if self._started:
             raise TransportConfigError("PeerTransport.start() called twice")
         self._started = True
-        self._server = await asyncio.start_server(
-            self._handle_inbound,
-            self._listen_host,
-            self._listen_port,
-            limit=PEER_READ_CHUNK_BYTES,
-        )
+        if self._tls_server is not None:
+            listener = TlsListener(
+                self._handle_inbound,
+                self._tls_server,
+                handshake_timeout_s=self._handshake_timeout_s,
+                on_refused=self._on_tls_refused,
+                read_limit_bytes=PEER_READ_CHUNK_BYTES,
+                logger=self._log,
+            )
+            await listener.start(self._listen_host, self._listen_port)
+            self._server = listener
+        else:
+            self._server = await asyncio.start_server(
+                self._handle_inbound,
+                self._listen_host,
+                self._listen_port,
+                limit=PEER_READ_CHUNK_BYTES,
+            )
         sockets = self._server.sockets
         self._bound_port = sockets[0].getsockname()[1] if sockets else 0
         for link in self._links.values():
             self._start_link(link)
         self._log.info(
-            "peer transport of node %d listening on %s:%d",
+            "peer transport of node %d listening on %s:%d%s",
             self._node_id,
             self._listen_host,
             self._bound_port,
+            " (mutual TLS)" if self._tls_server is not None else "",
         )
 
     async def stop(self) -> None:
@@ -861,6 +903,7 @@ class PeerTransport:
             handshake_failures=self._handshake_failures,
             inbound_refused_over_limit=self._inbound_refused_over_limit,
             dropped_no_route=self._dropped_no_route,
+            tls_refused=self._tls_refused,
         )
         return dict(snapshot)
 
@@ -890,11 +933,28 @@ class PeerTransport:
             writer: asyncio.StreamWriter | None = None
             try:
                 async with asyncio.timeout(self._connect_timeout_s):
+                    # With TLS the timeout covers the TLS handshake too; the peer's
+                    # certificate must chain to the CA and name the address dialled.
                     reader, writer = await asyncio.open_connection(
-                        host, port, limit=PEER_READ_CHUNK_BYTES
+                        host,
+                        port,
+                        limit=PEER_READ_CHUNK_BYTES,
+                        ssl=self._tls_client,
+                        server_hostname=host if self._tls_client is not None else None,
                     )
+                self._check_peer_certificate(link.peer_id, writer)
                 async with asyncio.timeout(self._handshake_timeout_s):
                     await self._client_handshake(link.peer_id, reader, writer)
+            except ssl.SSLCertVerificationError as exc:
+                link.auth_failures += 1
+                link.connect_failures += 1
+                self._log.warning(
+                    "refusing peer %d at %s:%d: its TLS certificate is not trusted: %s",
+                    link.peer_id,
+                    host,
+                    port,
+                    exc.verify_message or exc.reason,
+                )
             except PeerAuthError as exc:
                 link.auth_failures += 1
                 link.connect_failures += 1
@@ -943,6 +1003,21 @@ class PeerTransport:
                     writer.transport.abort()
             await asyncio.sleep(self._backoff_ms(attempt) / 1000)
             attempt += 1
+
+    def _check_peer_certificate(self, peer_id: NodeId, writer: asyncio.StreamWriter) -> None:
+        """With TLS: the verified certificate must name `peer_id` (per-node identity)."""
+        if self._tls_server is None:
+            return
+        name = peer_common_name(writer.get_extra_info("peercert"))
+        if name != node_common_name(peer_id):
+            raise PeerAuthError(
+                f"TLS certificate names {name!r}, not {node_common_name(peer_id)!r}: a "
+                f"certificate speaks for its own node only"
+            )
+
+    def _on_tls_refused(self, peer: str, reason: str) -> None:
+        self._tls_refused += 1
+        self._log.warning("refused peer connection from %s: %s", peer, reason)
 
     async def _client_handshake(
         self, peer_id: NodeId, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
@@ -1142,6 +1217,7 @@ class PeerTransport:
             raise PeerAuthError(f"hello addressed to node {server_id!r}, we are {self._node_id}")
         if type(client_id) is not int or client_id == self._node_id or client_id not in self._links:
             raise PeerAuthError(f"node id {client_id!r} is not one of our peers")
+        self._check_peer_certificate(client_id, writer)
         client_nonce = _exact_bytes(client_nonce, NONCE_BYTES, "the client nonce")
         server_nonce = secrets.token_bytes(NONCE_BYTES)
         writer.write(

@@ -6,6 +6,9 @@ Two kinds of file (see `cluster_configs/` for examples):
   the IEP-98 timing (DD, CSmax), the Raft timing, where secrets and data live, and one
   `[[nodes]]` table per initial member with its id, host and three ports (Raft peers, clients,
   Prometheus metrics).
+  An optional `[tls]` table turns on mutual TLS between peers and TLS on the client port
+  (`TlsSettings`); `{node_id}` in its certificate and key paths keeps the file identical on
+  every host.
 * `nodeN.toml` says which member this process is: `cluster = "cluster.toml"` (relative to the
   node file) and `node_id = N`. Nothing else, so a node can never disagree with the cluster file.
 
@@ -37,6 +40,7 @@ from typing import ClassVar, Final
 from metastore import limits as mlimits
 from metastore.daemon import api_limits
 from metastore.limits import MAX_CLOCK_SKEW_MS, MAX_DELAY_DURATION_MS
+from raft.tls import TlsFiles
 
 __all__ = [
     "CLUSTER_FILE_NAME",
@@ -45,6 +49,7 @@ __all__ = [
     "DEFAULT_BASE_PORT",
     "NodeAddress",
     "NodeSettings",
+    "TlsSettings",
     "load_cluster_config",
     "load_node_config",
     "node_file_name",
@@ -155,8 +160,11 @@ _CLUSTER_KEYS: Final = frozenset(
         "warehouse",
         "log_level",
         "nodes",
+        "tls",
     }
 )
+# The one placeholder of [tls] cert_file / key_file.
+TLS_NODE_ID_PLACEHOLDER: Final = "{node_id}"
 
 
 class ConfigError(Exception):
@@ -208,6 +216,35 @@ class NodeAddress:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class TlsSettings:
+    """The `[tls]` table: which listeners use TLS and where the PEM files are.
+
+    `cert_file` and `key_file` are absolute paths that may contain `{node_id}` (one file per
+    node, the same cluster.toml everywhere). A node presents its certificate on both listeners
+    and verifies peers (and, with `client_cert_required`, clients) against `ca_file`.
+    Invariant: at least one of `peers` / `clients` is on; `client_cert_required` implies
+    `clients`.
+    """
+
+    ca_file: Path
+    cert_file: str
+    key_file: str
+    # Mutual TLS on Raft peer links (under the HMAC handshake with the cluster secret).
+    peers: bool = True
+    # TLS on the client port (CLI, Spark drivers, forwarding between nodes).
+    clients: bool = True
+    # Clients must present a certificate signed by ca_file (mutual TLS on the client port).
+    client_cert_required: bool = False
+
+    def node_files(self, node_id: int) -> TlsFiles:
+        return TlsFiles(
+            ca_file=self.ca_file,
+            cert_file=Path(self.cert_file.replace(TLS_NODE_ID_PLACEHOLDER, str(node_id))),
+            key_file=Path(self.key_file.replace(TLS_NODE_ID_PLACEHOLDER, str(node_id))),
+        )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ClusterConfig:
     """The validated content of a cluster.toml. Paths are absolute."""
 
@@ -242,6 +279,8 @@ class ClusterConfig:
     # Client connections a node serves at once (strangers that have not authenticated are
     # closed, oldest first, to make room: metastore/daemon/server.py).
     client_connections_max: int = CLIENT_CONNECTIONS_MAX_DEFAULT
+    # None: plain TCP everywhere (the local demo). See TlsSettings.
+    tls: TlsSettings | None = None
 
     @property
     def node_ids(self) -> tuple[int, ...]:
@@ -292,6 +331,18 @@ class NodeSettings:
     @property
     def node_id(self) -> int:
         return self.node.id
+
+    @property
+    def peer_tls(self) -> TlsFiles | None:
+        """This node's TLS files for peer links, or None when peers speak plain TCP."""
+        tls = self.cluster.tls
+        return tls.node_files(self.node_id) if tls is not None and tls.peers else None
+
+    @property
+    def client_tls(self) -> TlsFiles | None:
+        """This node's TLS files for its client port, or None when it is plain TCP."""
+        tls = self.cluster.tls
+        return tls.node_files(self.node_id) if tls is not None and tls.clients else None
 
     @property
     def peers(self) -> tuple[NodeAddress, ...]:
@@ -485,6 +536,8 @@ def _parse_cluster(path: Path, data: Mapping[str, object]) -> ClusterConfig:
     if log_level not in LOG_LEVELS:
         raise reader.error("log_level", f"{log_level!r} is not one of {', '.join(LOG_LEVELS)}")
     nodes = _parse_nodes(path, reader.table_list("nodes"))
+    tls_table = reader.optional_table("tls")
+    tls = _parse_tls(path, tls_table) if tls_table is not None else None
     reader.finish()
     resolved_secrets = _relative_to(path, secrets_dir)
     resolved_data = _relative_to(path, data_dir)
@@ -512,6 +565,40 @@ def _parse_cluster(path: Path, data: Mapping[str, object]) -> ClusterConfig:
         log_level=log_level,
         warehouse=warehouse if "://" in warehouse else str(_relative_to(path, warehouse).resolve()),
         nodes=nodes,
+        tls=tls,
+    )
+
+
+def _parse_tls(path: Path, table: Mapping[str, object]) -> TlsSettings:
+    # Only paths and switches are read here: whether the files exist and fit together is
+    # checked by the node that uses them (raft.tls.check_node_files), since the CLI host that
+    # reads this file does not hold the nodes' keys.
+    reader = _Reader(path, table, prefix="tls.")
+    ca_file = _relative_to(path, reader.string("ca_file", max_chars=PATH_CHARS_MAX))
+    patterns: dict[str, str] = {}
+    for key in ("cert_file", "key_file"):
+        value = reader.string(key, max_chars=PATH_CHARS_MAX)
+        rest = value.replace(TLS_NODE_ID_PLACEHOLDER, "")
+        if "{" in rest or "}" in rest:
+            raise reader.error(
+                key, f"{value!r}: the only placeholder allowed is {TLS_NODE_ID_PLACEHOLDER}"
+            )
+        patterns[key] = str(_relative_to(path, value))
+    peers = reader.boolean("peers", default=True)
+    clients = reader.boolean("clients", default=True)
+    client_cert_required = reader.boolean("client_cert_required", default=False)
+    reader.finish()
+    if not (peers or clients):
+        raise reader.error("peers", "peers and clients are both false: remove [tls] instead")
+    if client_cert_required and not clients:
+        raise reader.error("client_cert_required", "needs clients = true (TLS on the client port)")
+    return TlsSettings(
+        ca_file=ca_file,
+        cert_file=patterns["cert_file"],
+        key_file=patterns["key_file"],
+        peers=peers,
+        clients=clients,
+        client_cert_required=client_cert_required,
     )
 
 
@@ -612,6 +699,20 @@ class _Reader:
             raise self.error(key, "must not be empty")
         if len(value) > max_chars:
             raise self.error(key, f"is longer than {max_chars} characters")
+        return value
+
+    def boolean(self, key: str, *, default: bool) -> bool:
+        value = self._get(key, default)
+        if not isinstance(value, bool):
+            raise self.error(key, f"must be true or false, got {_describe(value)}")
+        return value
+
+    def optional_table(self, key: str) -> Mapping[str, object] | None:
+        value = self._get(key, None)
+        if value is None:
+            return None
+        if not isinstance(value, dict):
+            raise self.error(key, f"must be a table ([{key}]), got {_describe(value)}")
         return value
 
     def table_list(self, key: str) -> list[Mapping[str, object]]:
@@ -755,6 +856,20 @@ def render_cluster_toml(
             f"client_port = {n.client_port}      # metastore clients: CLI, Spark drivers",
             f"metrics_port = {n.metrics_port}     # Prometheus /metrics and /health",
         ]
+    lines += [
+        "",
+        "# TLS is off. To turn it on, create certificates next to this file with",
+        "#   metastore cluster certs --out tls --nodes N [--host NAME_OR_IP ...]",
+        "# and uncomment the table below (cluster_configs/production-example explains each key).",
+        "# Clients then pass --cacert tls/ca.crt (METASTORE_CACERT).",
+        "# [tls]",
+        '# ca_file = "tls/ca.crt"',
+        '# cert_file = "tls/node-{node_id}.crt"',
+        '# key_file = "tls/node-{node_id}.key"',
+        "# peers = true",
+        "# clients = true",
+        "# client_cert_required = false",
+    ]
     return "\n".join(lines) + "\n"
 
 

@@ -12,6 +12,7 @@ import contextlib
 import hashlib
 import itertools
 import logging
+import ssl
 from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
@@ -78,9 +79,18 @@ class _Link:
 
 
 class LeaderForwarder:
-    def __init__(self, *, addresses: Mapping[int, tuple[str, int]], clock: HybridClock) -> None:
+    def __init__(
+        self,
+        *,
+        addresses: Mapping[int, tuple[str, int]],
+        clock: HybridClock,
+        tls: ssl.SSLContext | None = None,
+    ) -> None:
+        """`tls`: the client context for TLS client ports (the node's own certificate is
+        presented, so a port that requires client certificates admits its peers)."""
         self.addresses = dict(addresses)
         self.clock = clock
+        self.tls = tls
         self._links: OrderedDict[tuple[int, str], _Link] = OrderedDict()
         self._lock = asyncio.Lock()
 
@@ -116,7 +126,16 @@ class LeaderForwarder:
             addr = self.addresses.get(node_id)
             if addr is None:
                 raise UnavailableError(f"no client address configured for node {node_id}")
-            reader, writer = await asyncio.wait_for(asyncio.open_connection(*addr), 3)
+            host, port = addr
+            reader, writer = await asyncio.wait_for(
+                asyncio.open_connection(
+                    host,
+                    port,
+                    ssl=self.tls,
+                    server_hostname=host if self.tls is not None else None,
+                ),
+                3,
+            )
             link = _Link(reader, writer)
             link.task = asyncio.create_task(link.read_loop())
             hello = await link.request("hello", {"token": token, "client": "forward"}, 3000)

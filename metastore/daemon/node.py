@@ -37,8 +37,9 @@ from metastore.daemon.statemachine import CatalogStateMachine
 from metastore.errors import MetastoreError
 from metastore.outcome import Outcome
 from raft.core.errors import RaftCoreError
-from raft.errors import NodeIdentityError, RaftError
+from raft.errors import NodeIdentityError, RaftError, TlsConfigError
 from raft.node import NodeConfig, RaftNode
+from raft.tls import check_node_files, client_context, server_context
 
 log = logging.getLogger("metastore.node")
 
@@ -66,7 +67,7 @@ def run_node(config_path: Path, node_id: int | None = None, *, bootstrap: bool =
         log.info("uvloop not available; using the default asyncio loop")
     try:
         return asyncio.run(serve(settings, bootstrap=bootstrap))
-    except NodeIdentityError as exc:
+    except (NodeIdentityError, TlsConfigError) as exc:
         log.critical("refusing to start: %s", exc)
         print(f"Error: {exc.code}: {exc}", file=sys.stderr)
         return 2
@@ -78,6 +79,25 @@ class MetastoreNode:
     def __init__(self, settings: NodeSettings, *, bootstrap: bool = False) -> None:
         self.settings = settings
         cluster = settings.cluster
+        # TLS files are checked before anything else starts, so a missing key or a certificate
+        # of another CA stops the node with one line naming the file (TlsConfigError).
+        tls = cluster.tls
+        tls_files = tls.node_files(settings.node_id) if tls is not None else None
+        if tls_files is not None:
+            check_node_files(tls_files)
+        api_tls = forward_tls = None
+        if tls is not None and tls_files is not None and tls.clients:
+            api_tls = server_context(
+                cert_file=tls_files.cert_file,
+                key_file=tls_files.key_file,
+                ca_file=tls_files.ca_file,
+                require_client_cert=tls.client_cert_required,
+            )
+            forward_tls = client_context(
+                ca_file=tls_files.ca_file,
+                cert_file=tls_files.cert_file,
+                key_file=tls_files.key_file,
+            )
         self.secrets = ensure_secrets(cluster.secrets_dir)
         self.clock = HybridClock(_physical_clock(), max_offset_ms=cluster.cs_max_ms)
         self.sm = CatalogStateMachine(
@@ -104,6 +124,7 @@ class MetastoreNode:
                 new_member=bootstrap,
                 max_clock_offset_ms=cluster.cs_max_ms,
                 dial_overrides=_fault_addresses(FAULT_PEER_ADDRESSES_ENV, "Raft peer"),
+                tls=settings.peer_tls,
             ),
             self.sm,
             clock=self.clock,
@@ -112,7 +133,7 @@ class MetastoreNode:
         self.metrics = NodeMetrics(me.id)
         forward_to = {n.id: (n.host, n.client_port) for n in cluster.nodes}
         forward_to.update(_fault_addresses(FAULT_FORWARD_ADDRESSES_ENV, "forwarding"))
-        self.forwarder = LeaderForwarder(addresses=forward_to, clock=self.clock)
+        self.forwarder = LeaderForwarder(addresses=forward_to, clock=self.clock, tls=forward_tls)
         self.gc = GcWorker(
             raft=self.raft,
             sm=self.sm,
@@ -139,6 +160,7 @@ class MetastoreNode:
             connections_max=cluster.client_connections_max,
             audit=AuditLog(settings.data_dir, node_id=me.id),
             gc=self.gc,
+            tls=api_tls,
         )
         self.http = HttpEndpoint(self.metrics, self.status_map)
         self._init_task: asyncio.Task[None] | None = None
@@ -180,6 +202,8 @@ class MetastoreNode:
                 "raft": me.raft_address,
                 "metrics": me.metrics_address,
                 "cluster_id": self.settings.cluster.cluster_id,
+                "peer_tls": self.settings.peer_tls is not None,
+                "client_tls": self.settings.client_tls is not None,
             },
         )
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import ssl
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -80,6 +81,7 @@ from metastore.errors import (
     RequestTimeoutError,
     TableNotFoundError,
     TimestampAheadError,
+    TlsRequiredError,
     UnauthenticatedError,
     UnavailableError,
     UnknownOpError,
@@ -101,6 +103,7 @@ from raft.node import (
     ReadIndexError,
     SafeTimeTimeoutError,
 )
+from raft.tls import TlsListener
 
 log = logging.getLogger("metastore.api")
 
@@ -116,6 +119,8 @@ class Session:
     role: Role | None = None
     token: str = ""
     client: str = ""
+    # Whether the connection is TLS (a plaintext one on a TLS port is refused at its hello).
+    tls: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,8 +148,11 @@ class ApiServer:
         gc: GcWorker | None = None,
         connections_max: int = L.CLIENT_CONNECTIONS_MAX,
         audit: AuditLog | None = None,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
+        """`tls`: serve the client port over TLS with this server context (raft.tls)."""
         self.node = node
+        self.tls = tls
         self.gc = gc
         self.exports = SnapshotExports()
         self.sm = sm
@@ -159,7 +167,7 @@ class ApiServer:
         self.session_heartbeat_ms = session_heartbeat_ms
         self.connections_max = connections_max
         self.audit = audit or AuditLog(None, node_id=node.node_id)
-        self._server: asyncio.Server | None = None
+        self._server: asyncio.Server | TlsListener | None = None
         self._connections: set[asyncio.Task[None]] = set()
         # Connections that have not authenticated yet: id(session) -> (connected at, writer).
         self._strangers: dict[int, tuple[float, asyncio.StreamWriter]] = {}
@@ -309,9 +317,28 @@ class ApiServer:
     # ------------------------------------------------------------------ lifecycle
 
     async def start(self, host: str, port: int) -> None:
+        if self.tls is not None:
+            # Plaintext connections are handed over too, so their hello gets TLS_REQUIRED
+            # (a typed error the client can show) instead of a reset.
+            listener = TlsListener(
+                self._on_connect,
+                self.tls,
+                handshake_timeout_s=L.CLIENT_HELLO_TIMEOUT_MS / 1000,
+                on_refused=self._on_tls_refused,
+                read_limit_bytes=L.CLIENT_READ_CHUNK_BYTES,
+                plaintext_ok=True,
+                logger=log,
+            )
+            await listener.start(host, port)
+            self._server = listener
+            return
         self._server = await asyncio.start_server(
             self._on_connect, host, port, limit=L.CLIENT_READ_CHUNK_BYTES
         )
+
+    def _on_tls_refused(self, peer: str, reason: str) -> None:
+        self.metrics.request("connect", "TLS_FAILED", 0.0)
+        log.warning("refused client %s: %s", peer, reason)
 
     @property
     def bound_port(self) -> int:
@@ -364,7 +391,7 @@ class ApiServer:
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         peername = writer.get_extra_info("peername")
-        session = Session(peer=str(peername))
+        session = Session(peer=str(peername), tls=writer.get_extra_info("ssl_object") is not None)
         decoder = FrameDecoder(max_frame_bytes=L.CLIENT_FRAME_BYTES_MAX)
         key = id(session)
         hello_deadline = time.monotonic() + L.CLIENT_HELLO_TIMEOUT_MS / 1000
@@ -482,8 +509,16 @@ class ApiServer:
             rid, op, args = _parse_request(frame)
         except MetastoreError as exc:
             return self._error_frame(0, exc), False
+        if self.tls is not None and not session.tls:
+            err: MetastoreError = TlsRequiredError(
+                "this node's client port requires TLS: connect with TLS and trust the cluster "
+                "CA (CLI: --cacert FILE or METASTORE_CACERT)"
+            )
+            self.metrics.request(op, err.code.value, 0.0)
+            log.warning("refused client %s: plaintext connection to a TLS port", session.peer)
+            return self._error_frame(rid, err), False
         if op != "hello":
-            err: MetastoreError = UnauthenticatedError("the first request must be 'hello'")
+            err = UnauthenticatedError("the first request must be 'hello'")
             self.metrics.request(op, err.code.value, 0.0)
             return self._error_frame(rid, err), False
         try:

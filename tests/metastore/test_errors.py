@@ -79,6 +79,8 @@ RETRYABLE: dict[str, bool] = {
     "BACKFILL_INCOMPLETE": True,  # run the backfill again
     "WATCH_START_COMPACTED": False,  # re-read the state, then watch from its timestamp
     "TIMESTAMP_AHEAD_OF_CLOCK": True,  # another node (or this one later) can answer
+    "TLS_REQUIRED": False,  # every node of the cluster would refuse the same
+    "TLS_FAILED": False,
     "UNAUTHENTICATED": False,
     "FORBIDDEN": False,
     "BAD_REQUEST": False,

@@ -1,0 +1,167 @@
+"""The `[tls]` table of cluster.toml, `metastore cluster certs`, and a daemon that refuses to
+start on bad TLS files with one line naming the file."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from cli.main import cli
+from metastore.daemon.certs import generate_dev_certs
+from metastore.daemon.config import (
+    ConfigError,
+    load_cluster_config,
+    load_node_config,
+    node_layout,
+    render_cluster_toml,
+)
+from raft.tls import TlsFiles, check_node_files
+from tests.cli.test_config import base_doc, to_toml
+from tests.daemon.harness import REPO, write_cluster
+
+DAEMON_TIMEOUT_S = 60.0
+
+TLS = """
+[tls]
+ca_file = "tls/ca.crt"
+cert_file = "tls/node-{node_id}.crt"
+key_file = "tls/node-{node_id}.key"
+"""
+
+
+def write_with_tls(tmp_path: Path, tls: str) -> Path:
+    path = tmp_path / "cluster.toml"
+    path.write_text(to_toml(base_doc()) + tls)
+    return path
+
+
+def test_tls_is_off_by_default_and_per_node_paths_resolve(tmp_path: Path) -> None:
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    assert load_cluster_config(write_with_tls(plain, "")).tls is None
+    cfg = load_cluster_config(write_with_tls(tmp_path, TLS))
+    assert cfg.tls is not None
+    assert (cfg.tls.peers, cfg.tls.clients, cfg.tls.client_cert_required) == (True, True, False)
+    assert cfg.tls.node_files(2) == TlsFiles(
+        ca_file=tmp_path / "tls/ca.crt",
+        cert_file=tmp_path / "tls/node-2.crt",
+        key_file=tmp_path / "tls/node-2.key",
+    )
+    settings = load_node_config(tmp_path / "cluster.toml", 3)
+    assert settings.peer_tls == settings.client_tls == cfg.tls.node_files(3)
+
+
+def test_peers_only_leaves_the_client_port_plaintext(tmp_path: Path) -> None:
+    cfg = load_node_config(write_with_tls(tmp_path, TLS + "clients = false\n"), 1)
+    assert cfg.peer_tls is not None
+    assert cfg.client_tls is None
+
+
+@pytest.mark.parametrize(
+    ("extra", "key", "problem"),
+    [
+        ("peers = false\nclients = false\n", "tls.peers", "both false"),
+        ("clients = false\nclient_cert_required = true\n", "tls.client_cert_required", "needs"),
+        ("peers = 1\n", "tls.peers", "must be true or false"),
+        ("ca = 'x'\n", "tls.ca", "unknown key"),
+    ],
+)
+def test_bad_tls_tables_name_the_key(tmp_path: Path, extra: str, key: str, problem: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        load_cluster_config(write_with_tls(tmp_path, TLS + extra))
+    assert info.value.key == key
+    assert problem in info.value.problem
+
+
+def test_only_the_node_id_placeholder_is_allowed(tmp_path: Path) -> None:
+    tls = TLS.replace("node-{node_id}.key", "node-{id}.key")
+    with pytest.raises(ConfigError, match=r"tls.key_file: .*the only placeholder"):
+        load_cluster_config(write_with_tls(tmp_path, tls))
+
+
+def test_rendered_config_documents_tls_and_loads_without_it(tmp_path: Path) -> None:
+    text = render_cluster_toml(
+        cluster_id="c", nodes=node_layout(3, host="127.0.0.1", base_port=25_000)
+    )
+    assert "# [tls]" in text
+    path = tmp_path / "cluster.toml"
+    path.write_text(text)
+    assert load_cluster_config(path).tls is None
+    # Uncommented as the comment says, it loads with TLS on.
+    path.write_text(
+        text.replace("# [tls]", "[tls]")
+        .replace("# ca_file", "ca_file")
+        .replace("# cert_file", "cert_file")
+        .replace("# key_file", "key_file")
+    )
+    assert load_cluster_config(path).tls is not None
+
+
+def test_production_example_has_tls_on() -> None:
+    cfg = load_cluster_config(REPO / "cluster_configs/production-example/cluster.toml")
+    assert cfg.tls is not None
+    assert cfg.tls.peers and cfg.tls.clients
+    assert load_cluster_config(REPO / "cluster_configs/local/cluster.toml").tls is None
+
+
+def test_cluster_certs_writes_a_ca_and_node_certificates_once(tmp_path: Path) -> None:
+    out = tmp_path / "tls"
+    runner = CliRunner()
+    result = runner.invoke(
+        cli, ["-o", "json", "cluster", "certs", "--out", str(out), "--nodes", "2"]
+    )
+    assert result.exit_code == 0, result.output
+    for n in (1, 2):
+        check_node_files(
+            TlsFiles(
+                ca_file=out / "ca.crt",
+                cert_file=out / f"node-{n}.crt",
+                key_file=out / f"node-{n}.key",
+            )
+        )
+    for key in ("ca.key", "node-1.key", "node-2.key", "client.key"):
+        assert (out / key).stat().st_mode & 0o077 == 0, key
+    again = runner.invoke(cli, ["cluster", "certs", "--out", str(out), "--nodes", "2"])
+    assert again.exit_code == 5
+    assert "refusing to overwrite" in again.output
+
+
+@pytest.mark.parametrize("problem", ["missing key", "other CA", "key of another node"])
+def test_bad_tls_files_stop_the_daemon_with_one_line(tmp_path: Path, problem: str) -> None:
+    certs = generate_dev_certs(tmp_path / "ca", node_ids=[1, 2])
+    other = generate_dev_certs(tmp_path / "other", node_ids=[1])
+    tls_dir = tmp_path / "tls"
+    tls_dir.mkdir()
+    (tls_dir / "ca.crt").write_bytes(certs.ca_cert.read_bytes())
+    cert, key = certs.node_certs[1]
+    if problem == "other CA":
+        cert, key = other.node_certs[1]
+    if problem == "key of another node":
+        key = certs.node_certs[2][1]
+    (tls_dir / "node-1.crt").write_bytes(cert.read_bytes())
+    if problem != "missing key":
+        (tls_dir / "node-1.key").write_bytes(key.read_bytes())
+    config = write_cluster(tmp_path / "c", 1)
+    with config.open("a") as f:
+        f.write(TLS.replace('"tls/', f'"{tls_dir}/'))
+    done = subprocess.run(
+        [sys.executable, "-m", "metastore.daemon", "--config", str(config), "--node-id", "1"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=DAEMON_TIMEOUT_S,
+        check=False,
+    )
+    assert done.returncode == 2, done.stderr
+    line = done.stderr.strip().splitlines()[-1]
+    assert line.startswith("Error: tls_config_invalid: "), done.stderr
+    expected = {
+        "missing key": "node-1.key: file not found",
+        "other CA": "is not signed by the CA in",
+        "key of another node": "does not match certificate",
+    }[problem]
+    assert expected in line, line
