@@ -311,6 +311,7 @@ def cluster_up(ctx: click.Context, config_dir: Path, wait_ms: int, only_missing:
         token,
         timeout_ms=UP_PROBE_TIMEOUT_MS,
         client_name="metastore-up",
+        tls=a.client_tls(config),
     ) as client:
         results = _wait_for_leader(client, started, config, wait_ms)
     emit(a.output, endpoint_results_doc(results), lambda: [_status_table(results)])

@@ -4,6 +4,11 @@ Defaults are those of a developer working in the repository: the endpoints of th
 cluster (`cluster_configs/local/cluster.toml`, read relative to the working directory) and its
 admin token (`cluster_configs/local/secrets/admin.token`). Every default is overridden by a
 flag or a `METASTORE_*` environment variable, in that order of precedence.
+
+TLS (like etcdctl): `--cacert` (trust this CA), `--cert`/`--key` (a client certificate, for
+ports that require one), `--tls-server-name`; any of them turns TLS on, and so does `--tls`
+alone (the system's trust store). Without any, a command that reads a cluster.toml (the
+local default, `cluster up`) uses TLS as that file's `[tls]` says, trusting its `ca_file`.
 """
 
 from __future__ import annotations
@@ -17,8 +22,9 @@ import click
 from cli.errors import EXIT_USAGE, CliError
 from hlc import SystemClock, parse_ts
 from hlc.errors import TimestampParseError
-from metastore.daemon.config import CLUSTER_FILE_NAME, load_cluster_config
+from metastore.daemon.config import CLUSTER_FILE_NAME, ClusterConfig, load_cluster_config
 from metastore.daemon.secrets import Role, read_token_file, token_file_name
+from raft.tls import ClientTls
 from spark_bridge.client import ENDPOINTS_MAX, SyncMetastoreClient, parse_endpoint
 
 LOCAL_CONFIG_DIR: Final = Path("cluster_configs") / "local"
@@ -36,7 +42,29 @@ class App:
     token_file: Path | None
     output: str
     timeout_ms: int
+    tls: bool = False
+    cacert: Path | None = None
+    cert: Path | None = None
+    key: Path | None = None
+    tls_server_name: str | None = None
     _client: SyncMetastoreClient | None = field(default=None, repr=False)
+
+    def client_tls(self, config: ClusterConfig | None = None) -> ClientTls | None:
+        """The TLS options: the flags if any is given, else the `[tls]` of `config` (when its
+        client ports speak TLS), else None (plaintext)."""
+        if (self.cert is None) != (self.key is None):
+            raise _usage("--cert and --key go together")
+        flags = (self.cacert, self.cert, self.key, self.tls_server_name)
+        if self.tls or any(f is not None for f in flags):
+            return ClientTls(
+                ca_file=self.cacert,
+                cert_file=self.cert,
+                key_file=self.key,
+                server_name=self.tls_server_name,
+            )
+        if config is not None and config.tls is not None and config.tls.clients:
+            return ClientTls(ca_file=config.tls.ca_file)
+        return None
 
     def endpoints(self) -> list[str]:
         if self.endpoints_option:
@@ -48,14 +76,17 @@ class App:
             for endpoint in endpoints:
                 parse_endpoint(endpoint)
             return list(dict.fromkeys(endpoints))
-        if LOCAL_CLUSTER_FILE.exists():
-            return load_cluster_config(LOCAL_CLUSTER_FILE).client_endpoints()
+        if (local := self._local_config()) is not None:
+            return local.client_endpoints()
         raise CliError(
             "NO_ENDPOINTS",
             f"no endpoints: pass --endpoints host:port,... (or METASTORE_ENDPOINTS), or run "
             f"from a directory containing {LOCAL_CLUSTER_FILE}",
             exit_code=EXIT_USAGE,
         )
+
+    def _local_config(self) -> ClusterConfig | None:
+        return load_cluster_config(LOCAL_CLUSTER_FILE) if LOCAL_CLUSTER_FILE.exists() else None
 
     def resolve_token(self) -> str | None:
         """--token, else the token file (--token-file, else the local admin token if present)."""
@@ -74,6 +105,7 @@ class App:
                 self.resolve_token(),
                 timeout_ms=self.timeout_ms,
                 client_name=CLI_CLIENT_NAME,
+                tls=self.client_tls(None if self.endpoints_option else self._local_config()),
             )
         return self._client
 

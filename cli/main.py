@@ -119,6 +119,41 @@ class RootGroup(click.Group):
     default=DEFAULT_TIMEOUT_MS,
     help="Time allowed for each request, failover and retries included.",
 )
+@click.option(
+    "--cacert",
+    envvar="METASTORE_CACERT",
+    show_envvar=True,
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Connect with TLS and trust this CA (PEM) for the nodes' certificates.",
+)
+@click.option(
+    "--cert",
+    envvar="METASTORE_CERT",
+    show_envvar=True,
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Client certificate (PEM), for client ports that require one; with --key.",
+)
+@click.option(
+    "--key",
+    envvar="METASTORE_KEY",
+    show_envvar=True,
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Private key (PEM) of --cert.",
+)
+@click.option(
+    "--tls-server-name",
+    envvar="METASTORE_TLS_SERVER_NAME",
+    show_envvar=True,
+    help="Verify the nodes' certificates against this name instead of each endpoint's host.",
+)
+@click.option(
+    "--tls",
+    envvar="METASTORE_TLS",
+    show_envvar=True,
+    is_flag=True,
+    help="Connect with TLS, trusting the system's CAs (implied by --cacert/--cert/--key). "
+    "Default: plaintext, or what [tls] of the local cluster.toml says.",
+)
 @click.pass_context
 def cli(
     ctx: click.Context,
@@ -127,6 +162,11 @@ def cli(
     token_file: Path | None,
     output: str,
     timeout_ms: int,
+    cacert: Path | None,
+    cert: Path | None,
+    key: Path | None,
+    tls_server_name: str | None,
+    tls: bool,
 ) -> None:
     """Manage and query a Raft-replicated schema metastore.
 
@@ -140,6 +180,11 @@ def cli(
         token_file=token_file,
         output=output,
         timeout_ms=timeout_ms,
+        tls=tls,
+        cacert=cacert,
+        cert=cert,
+        key=key,
+        tls_server_name=tls_server_name,
     )
     ctx.obj = app
     ctx.call_on_close(app.close)

@@ -1,6 +1,6 @@
 """Spark batches planned against exactly the schema in force at their timestamp.
 
-    bridge = MetastoreBridge(spark, endpoints=[...], token=...)
+    bridge = MetastoreBridge(spark, endpoints=[...], token=..., tls=tls_from_env())
     with bridge.batch(reads=["sales.orders"], writes=["sales.daily", "sales.audit"]) as b:
         orders = b.read("sales.orders")                 # exactly the files committed at read_ts
         b.write("sales.daily", daily_df)                # conformed to the pinned schema
@@ -40,12 +40,14 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final
 
 from hlc import to_iso
+from raft.tls import ClientTls
 from spark_bridge.client import FILES_PAGE_LIMIT, SyncMetastoreClient
 from spark_bridge.conform import conform, pinned_struct, write_columns
 from spark_bridge.files import DataFile, absolute, collect_files, new_attempt_dir
@@ -132,6 +134,34 @@ class BatchReport:
         )
 
 
+# The CLI's TLS variables (cli.main), so a job and an operator's shell share one setup.
+TLS_ENV_VARS: Final = (
+    "METASTORE_CACERT",
+    "METASTORE_CERT",
+    "METASTORE_KEY",
+    "METASTORE_TLS_SERVER_NAME",
+    "METASTORE_TLS",
+)
+
+
+def tls_from_env(environ: Mapping[str, str] | None = None) -> ClientTls | None:
+    """TLS options from the same `METASTORE_*` variables as the CLI's `--cacert`, `--cert`,
+    `--key`, `--tls-server-name` and `--tls`; None (plaintext) when none is set.
+
+        MetastoreBridge(spark, endpoints=..., token=..., tls=tls_from_env())
+    """
+    env = os.environ if environ is None else environ
+    cacert, cert, key, name, flag = (env.get(v) or None for v in TLS_ENV_VARS)
+    if not (cacert or cert or key or name or (flag or "").lower() in ("1", "true", "yes")):
+        return None
+    return ClientTls(
+        ca_file=Path(cacert) if cacert else None,
+        cert_file=Path(cert) if cert else None,
+        key_file=Path(key) if key else None,
+        server_name=name,
+    )
+
+
 def ensure_python_workers() -> None:
     """Spark starts Python workers with `python3` from PATH unless told otherwise; they must run
     the driver's interpreter (pyarrow and this package live there). Call before the session."""
@@ -150,16 +180,22 @@ class MetastoreBridge:
         client: SyncMetastoreClient | None = None,
         leases: bool = True,
         session_ttl_ms: int | None = None,
+        tls: ClientTls | None = None,
     ) -> None:
-        """`leases=True` (the default) opens a metastore session for this Spark application and
+        """`tls`: TLS options for a cluster whose client ports speak TLS (the CA that signed
+        the nodes' certificates, optionally a client certificate; `tls_from_env()` reads the
+        CLI's variables); used by this bridge's client and by format("metastore").
+
+        `leases=True` (the default) opens a metastore session for this Spark application and
         leases the schema versions each writing batch pins, so no schema change can overtake a
         running batch twice (a third version waits for the lease). `session_ttl_ms` overrides
         the cluster's session TTL (how long a killed driver can block schema changes)."""
         self.spark = spark
         self.endpoints = list(endpoints)
         self.token = token
+        self.tls = tls
         self.client = client or SyncMetastoreClient(
-            self.endpoints, token, client_name=f"spark:{app_name}"
+            self.endpoints, token, client_name=f"spark:{app_name}", tls=tls
         )
         # Read Parquet by field id so renamed columns keep their data; write field ids too.
         spark.conf.set("spark.sql.parquet.fieldId.read.enabled", "true")
@@ -243,7 +279,7 @@ class MetastoreBridge:
     def _register_data_source(self) -> None:
         from spark_bridge.datasource import register
 
-        register(self.spark, endpoints=self.endpoints, token=self.token)
+        register(self.spark, endpoints=self.endpoints, token=self.token, tls=self.tls)
 
     # ---------------------------------------------------------------- batches
 

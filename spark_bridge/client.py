@@ -57,6 +57,7 @@ import contextlib
 import logging
 import os
 import random
+import ssl
 import threading
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping
@@ -76,11 +77,13 @@ from metastore.errors import (
     LimitExceededError,
     MetastoreError,
     RequestTimeoutError,
+    TlsFailedError,
     UnauthenticatedError,
     UnavailableError,
 )
-from raft.errors import FrameEncodeError, FrameTooLargeError, RaftError
+from raft.errors import FrameEncodeError, FrameTooLargeError, RaftError, TlsConfigError
 from raft.framing import NEED_DATA, FrameDecoder, encode_frame
+from raft.tls import ClientTls
 
 __all__ = [
     "ATTEMPTS_MAX",
@@ -272,6 +275,8 @@ class _Connection:
         self._next_id = 1
         self._slots = asyncio.Semaphore(CLIENT_INFLIGHT_PER_CONNECTION_MAX)
         self.closed_reason: str | None = None
+        # A TLS alert after the handshake (the node refused our client certificate).
+        self.tls_error: ssl.SSLError | None = None
         self.hello: dict[str, Any] = {}
         self._read_task = asyncio.get_running_loop().create_task(
             self._read_loop(), name=f"metastore-client-read-{endpoint}"
@@ -318,6 +323,8 @@ class _Connection:
                 while (obj := self._decoder.next_frame()) is not NEED_DATA:
                     self._dispatch(obj)
         except (OSError, RaftError, _ProtocolViolation) as exc:
+            if isinstance(exc, ssl.SSLError):
+                self.tls_error = exc
             reason = (
                 _describe_os_error(exc) if isinstance(exc, OSError) else f"protocol error: {exc}"
             )
@@ -382,6 +389,39 @@ def _encode_request(request_id: int, op: str, args: Mapping[str, Any]) -> bytes:
         raise InvalidArgumentError(f"{op} arguments cannot be sent: {exc}") from None
 
 
+# OpenSSL's reasons when the other side answered a ClientHello with something that is not TLS.
+_NOT_TLS_REASONS: Final = frozenset(
+    {"WRONG_VERSION_NUMBER", "RECORD_LAYER_FAILURE", "UNEXPECTED_EOF_WHILE_READING"}
+)
+
+
+def _tls_server_name(tls: ClientTls | None, host: str) -> str | None:
+    if tls is None:
+        return None
+    return tls.server_name or host
+
+
+def _tls_failed(endpoint: str, exc: ssl.SSLError) -> TlsFailedError:
+    if isinstance(exc, ssl.SSLCertVerificationError):
+        why = (
+            f"its TLS certificate is not trusted ({exc.verify_message}): pass the CA that "
+            "signed the nodes' certificates (--cacert / METASTORE_CACERT)"
+        )
+    elif exc.reason in (
+        "WRONG_VERSION_NUMBER",
+        "RECORD_LAYER_FAILURE",
+        "UNEXPECTED_EOF_WHILE_READING",
+    ):
+        why = "it does not speak TLS on this port (a plaintext node? drop --cacert)"
+    elif exc.reason and "CERTIFICATE_REQUIRED" in exc.reason:
+        why = "it requires a client certificate (--cert and --key)"
+    else:
+        why = f"TLS handshake failed: {exc.reason or exc}"
+    return TlsFailedError(
+        f"node {endpoint}: {why}", details={"endpoint": endpoint, "tls_reason": str(exc.reason)}
+    )
+
+
 def _describe_os_error(exc: BaseException) -> str:
     if isinstance(exc, ConnectionRefusedError):
         return "connection refused"
@@ -418,7 +458,9 @@ class MetastoreClient:
         timeout_ms: int = DEFAULT_TIMEOUT_MS,
         clock: HybridClock | None = None,
         client_name: str = CLIENT_NAME_DEFAULT,
+        tls: ClientTls | None = None,
     ) -> None:
+        """`tls`: connect to client ports over TLS (None: plaintext)."""
         if not isinstance(endpoints, list | tuple) or not endpoints:
             raise InvalidArgumentError("at least one endpoint (host:port) is needed")
         if len(endpoints) > ENDPOINTS_MAX:
@@ -442,6 +484,11 @@ class MetastoreClient:
         self._preferred = 0
         self._rng = random.Random()  # backoff jitter only
         self._closed = False
+        self.tls = tls
+        try:
+            self._ssl = tls.context() if tls is not None else None
+        except TlsConfigError as exc:
+            raise TlsFailedError(f"TLS options: {exc}") from None
 
     # ---- lifecycle ---------------------------------------------------------------------------
 
@@ -1010,7 +1057,15 @@ class MetastoreClient:
         host, port = parse_endpoint(endpoint)
         try:
             async with asyncio.timeout(CONNECT_TIMEOUT_MS / 1000):
-                reader, writer = await asyncio.open_connection(host, port)
+                reader, writer = await asyncio.open_connection(
+                    host,
+                    port,
+                    ssl=self._ssl,
+                    server_hostname=_tls_server_name(self.tls, host),
+                )
+        except ssl.SSLError as exc:
+            # Every node of a cluster would answer the same: no failover, a typed error now.
+            raise _tls_failed(endpoint, exc) from None
         except (OSError, TimeoutError) as exc:
             raise _EndpointFailure(_describe_os_error(exc), sent=False) from None
         conn = _Connection(endpoint, reader, writer, self._observe_reply)
@@ -1024,6 +1079,8 @@ class MetastoreClient:
             raise _EndpointFailure("no answer to hello", sent=False) from None
         except _EndpointFailure as exc:
             conn.close(exc.reason)
+            if conn.tls_error is not None:
+                raise _tls_failed(endpoint, conn.tls_error) from None
             # Nothing but hello was sent: the caller's request never reached the node.
             raise _EndpointFailure(exc.reason, sent=False) from None
         except BaseException:
@@ -1129,6 +1186,7 @@ class SyncMetastoreClient:
         timeout_ms: int = DEFAULT_TIMEOUT_MS,
         clock: HybridClock | None = None,
         client_name: str = CLIENT_NAME_DEFAULT,
+        tls: ClientTls | None = None,
     ) -> None:
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(
@@ -1138,7 +1196,12 @@ class SyncMetastoreClient:
         self._closed = False
         try:
             self._client = MetastoreClient(
-                endpoints, token, timeout_ms=timeout_ms, clock=clock, client_name=client_name
+                endpoints,
+                token,
+                timeout_ms=timeout_ms,
+                clock=clock,
+                client_name=client_name,
+                tls=tls,
             )
         except BaseException:
             self._loop.close()

@@ -17,7 +17,8 @@ Facts of the API this relies on (PySpark 4.x): `schema()`, `reader()`, `partitio
 `writer()` and `commit()` run in Python worker processes on the driver host, `read()`/`write()`
 on executors; the DataSource instance is pickled between those steps, so what `schema()` pins is
 what `reader()` reads. The connection settings travel as class attributes of a subclass made by
-`register()` (options would show the token in query plans).
+`register()` (options would show the token in query plans), TLS options (`ClientTls`: file
+paths, read where the client runs, i.e. on the driver host) included.
 """
 
 from __future__ import annotations
@@ -40,13 +41,15 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
     from pyspark.sql.types import StructType
 
+    from raft.tls import ClientTls
+
 FIELD_ID_KEY = b"PARQUET:field_id"
 
 
-def _client(endpoints: list[str], token: str) -> Any:
+def _client(endpoints: list[str], token: str, tls: ClientTls | None = None) -> Any:
     from spark_bridge.client import SyncMetastoreClient
 
-    return SyncMetastoreClient(endpoints, token, client_name="spark-datasource")
+    return SyncMetastoreClient(endpoints, token, client_name="spark-datasource", tls=tls)
 
 
 def _resolve_ts(client: Any, text: str | None) -> int:
@@ -161,12 +164,14 @@ class MetastoreWriter(DataSourceWriter):
         not_before: int,
         txn_id: str | None = None,
         given: int | None = None,
+        tls: ClientTls | None = None,
     ) -> None:
         """`columns` are the write columns of the pinned version; the rows carry the first
         `given` of them (default all) and the writer fills the rest (write-only columns) with
         their DEFAULT, or NULL."""
         self.endpoints = endpoints
         self.token = token
+        self.tls = tls
         self.table = table
         # The incarnation pinned when the write was planned: if the name is dropped and
         # re-created before the commit, the commit is refused instead of attaching these files
@@ -207,7 +212,7 @@ class MetastoreWriter(DataSourceWriter):
         from metastore.errors import TxnIdReusedError
 
         files = [m for m in messages if isinstance(m, WrittenFile)]
-        client = _client(self.endpoints, self.token)
+        client = _client(self.endpoints, self.token, self.tls)
         try:
             client.call(
                 "commit",
@@ -252,6 +257,7 @@ class MetastoreDataSource(DataSource):
 
     ENDPOINTS: list[str] = []
     TOKEN: str = ""
+    TLS: ClientTls | None = None
 
     @classmethod
     def name(cls) -> str:
@@ -266,7 +272,7 @@ class MetastoreDataSource(DataSource):
     def _pin(self) -> dict[str, Any]:
         pinned = getattr(self, "_pinned", None)
         if pinned is None:
-            client = _client(self.ENDPOINTS, self.TOKEN)
+            client = _client(self.ENDPOINTS, self.TOKEN, self.TLS)
             try:
                 ts = _resolve_ts(client, self.options.get("as_of"))
                 r = client.schema_at(self._table(), ts=ts)
@@ -285,7 +291,7 @@ class MetastoreDataSource(DataSource):
         from spark_bridge.files import absolute
 
         pin = self._pin()
-        client = _client(self.ENDPOINTS, self.TOKEN)
+        client = _client(self.ENDPOINTS, self.TOKEN, self.TLS)
         try:
             r = client.files(self._table(), as_of=pin["ts"])  # follows pages
         finally:
@@ -330,6 +336,7 @@ class MetastoreDataSource(DataSource):
         return MetastoreWriter(
             endpoints=self.ENDPOINTS,
             token=self.TOKEN,
+            tls=self.TLS,
             table=self._table(),
             table_id=int(pinned["table_id"]),
             version=int(pinned["version"]),
@@ -342,11 +349,14 @@ class MetastoreDataSource(DataSource):
         )
 
 
-def register(spark: SparkSession, *, endpoints: list[str], token: str) -> None:
-    """Register format("metastore") on `spark`, talking to this cluster with this token."""
+def register(
+    spark: SparkSession, *, endpoints: list[str], token: str, tls: ClientTls | None = None
+) -> None:
+    """Register format("metastore") on `spark`, talking to this cluster with this token (and
+    these TLS options, for clusters whose client ports speak TLS)."""
     source = type(
         "ConfiguredMetastoreDataSource",
         (MetastoreDataSource,),
-        {"ENDPOINTS": list(endpoints), "TOKEN": token},
+        {"ENDPOINTS": list(endpoints), "TOKEN": token, "TLS": tls},
     )
     spark.dataSource.register(source)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -46,8 +47,14 @@ def write_cluster(
 
 
 class RawClient:
-    def __init__(self, port: int, timeout_s: float = 10.0) -> None:
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout_s)
+    def __init__(
+        self, port: int, timeout_s: float = 10.0, *, ssl_context: ssl.SSLContext | None = None
+    ) -> None:
+        """`ssl_context`: speak TLS (for clusters whose client ports do)."""
+        sock = socket.create_connection(("127.0.0.1", port), timeout=timeout_s)
+        if ssl_context is not None:
+            sock = ssl_context.wrap_socket(sock, server_hostname="127.0.0.1")
+        self.sock = sock
         self.decoder = FrameDecoder(max_frame_bytes=FRAME_MAX)
         self.next_id = 0
 
@@ -109,6 +116,8 @@ class MetastoreCluster:
         self.ids = sorted(self.client_ports)
         self.procs: dict[int, subprocess.Popen[bytes]] = {}
         self._bootstrapped: set[int] = set()
+        # Set for a cluster whose client ports speak TLS: every harness client uses it.
+        self.client_ssl: ssl.SSLContext | None = None
 
     def token(self, role: str = "admin") -> str:
         return (self.dir / "secrets" / f"{role}.token").read_text().strip()
@@ -168,7 +177,7 @@ class MetastoreCluster:
             self.kill(i)
 
     def client(self, node_id: int, role: str = "admin") -> RawClient:
-        c = RawClient(self.client_ports[node_id])
+        c = RawClient(self.client_ports[node_id], ssl_context=self.client_ssl)
         hello = c.call("hello", token=self.token(role), client="test")
         assert hello["ok"], hello
         return c

@@ -165,3 +165,33 @@ def test_bad_tls_files_stop_the_daemon_with_one_line(tmp_path: Path, problem: st
         "key of another node": "does not match certificate",
     }[problem]
     assert expected in line, line
+
+
+def test_client_tls_options_come_from_flags_then_the_cluster_file(tmp_path: Path) -> None:
+    from cli.context import App
+    from raft.tls import ClientTls
+    from spark_bridge.bridge import tls_from_env
+
+    cfg = load_cluster_config(write_with_tls(tmp_path, TLS))
+    plain = App(endpoints_option=None, token=None, token_file=None, output="json", timeout_ms=1)
+    assert plain.client_tls() is None
+    assert plain.client_tls(cfg) == ClientTls(ca_file=tmp_path / "tls/ca.crt")
+    flagged = App(
+        endpoints_option=None,
+        token=None,
+        token_file=None,
+        output="json",
+        timeout_ms=1,
+        cacert=Path("/ca.pem"),
+    )
+    assert flagged.client_tls(cfg) == ClientTls(ca_file=Path("/ca.pem"))
+    system = App(
+        endpoints_option=None, token=None, token_file=None, output="json", timeout_ms=1, tls=True
+    )
+    assert system.client_tls() == ClientTls()
+    # The Spark bridge reads the CLI's variables.
+    assert tls_from_env({}) is None
+    assert tls_from_env({"METASTORE_CACERT": "/ca.pem", "METASTORE_TLS_SERVER_NAME": "n"}) == (
+        ClientTls(ca_file=Path("/ca.pem"), server_name="n")
+    )
+    assert tls_from_env({"METASTORE_TLS": "1"}) == ClientTls()
