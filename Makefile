@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 PYTEST_ARGS ?=
 
-.PHONY: install install-bench test check fmt unit demo chaos bench bench-raft bench-catalog bench-gc bench-scale bench-spark sim clean
+.PHONY: install install-bench test check fmt unit demo chaos bench bench-raft bench-catalog bench-gc bench-scale bench-spark bench-tls sim clean
 
 install: $(STAMP)
 
@@ -72,6 +72,10 @@ bench-scale: install
 ## bench-spark: the bridge's per-micro-batch overhead vs plain foreachBatch; commits/s
 bench-spark: install
 	$(BIN)/python -m bench.bench_spark
+
+## bench-tls: commit latency and connection setup with and without TLS, same run (BENCH_ARGS)
+bench-tls: install
+	$(BIN)/python -m bench.bench_tls $(BENCH_ARGS)
 
 ## demo: a local 3-node cluster feeding a Spark Structured Streaming pipeline (about 2 minutes)
 demo: install

@@ -332,6 +332,9 @@ class TlsListener:
             raise
         self._sock = sock
         self._accept_task = loop.create_task(self._accept_loop(sock), name="tls-accept")
+        # The socket is closed only once the accept loop has ended: closing a descriptor the
+        # event loop still polls (uvloop) could hit a reused descriptor.
+        self._accept_task.add_done_callback(lambda _: sock.close())
 
     def close(self) -> None:
         """Stop accepting and abandon the handshakes in progress; handed-over connections
@@ -340,7 +343,7 @@ class TlsListener:
             self._accept_task.cancel()
         for task in self._handshaking:
             task.cancel()
-        if self._sock is not None:
+        if self._accept_task is None and self._sock is not None:
             self._sock.close()
 
     async def wait_closed(self) -> None:

@@ -119,6 +119,20 @@ def test_tls_cluster_elects_commits_and_serves_the_cli(
         "CREATE TABLE tls_ns.t (id BIGINT NOT NULL, name STRING)",
     )
     assert ddl.returncode == 0, ddl.stderr
+    # Sent to a follower only: it forwards to the leader's TLS client port with its own
+    # node certificate.
+    leader = cluster.wait_ready()
+    follower = next(i for i in cluster.ids if i != leader)
+    ddl = cli(
+        cluster,
+        "--cacert",
+        str(certs.ca_cert),
+        "--endpoints",
+        f"127.0.0.1:{cluster.client_ports[follower]}",
+        "sql",
+        "CREATE NAMESPACE tls_forwarded",
+    )
+    assert ddl.returncode == 0, ddl.stderr
     # Through the env var, on every node (the followers forwarded the DDL over TLS).
     for endpoint in endpoints(cluster):
         shown = cli(
