@@ -24,13 +24,6 @@ from cli.output import (
     rows_table,
     ts_cell,
 )
-from metastore.daemon.certs import (
-    DEFAULT_HOSTS,
-    DEFAULT_VALID_DAYS,
-    VALID_DAYS_MAX,
-    CertsError,
-    generate_dev_certs,
-)
 from metastore.daemon.config import (
     CLUSTER_FILE_NAME,
     DEFAULT_BASE_PORT,
@@ -167,6 +160,13 @@ def cluster_init(
     emit(a.output, doc, tables)
 
 
+# Mirrors of metastore.daemon.certs' defaults: that module imports `cryptography`, which every
+# other command would pay for at start if it were imported here.
+CERTS_DEFAULT_HOSTS: Final = ("127.0.0.1", "localhost")
+CERTS_DEFAULT_VALID_DAYS: Final = 365
+CERTS_VALID_DAYS_MAX: Final = 3650
+
+
 @cluster.command("certs")
 @click.option(
     "--out",
@@ -185,7 +185,12 @@ def cluster_init(
     help="A name or IP address peers and clients dial (repeatable). Default: 127.0.0.1 and "
     "localhost.",
 )
-@click.option("--valid-days", type=click.IntRange(1, VALID_DAYS_MAX), default=DEFAULT_VALID_DAYS)
+@click.option(
+    "--valid-days",
+    type=click.IntRange(1, CERTS_VALID_DAYS_MAX),
+    default=CERTS_DEFAULT_VALID_DAYS,
+    help="How long the certificates are valid.",
+)
 @click.pass_context
 def cluster_certs(
     ctx: click.Context, out_dir: Path, count: int, hosts: tuple[str, ...], valid_days: int
@@ -202,12 +207,14 @@ def cluster_certs(
     Example:
       metastore cluster certs --out cluster_configs/local/tls --nodes 3
     """
+    from metastore.daemon.certs import CertsError, generate_dev_certs
+
     a = app(ctx)
     try:
         made = generate_dev_certs(
             out_dir,
             node_ids=list(range(1, count + 1)),
-            hosts=hosts or DEFAULT_HOSTS,
+            hosts=hosts or CERTS_DEFAULT_HOSTS,
             valid_days=valid_days,
         )
     except CertsError as exc:
@@ -217,7 +224,7 @@ def cluster_certs(
         "ca_key": str(made.ca_key),
         "nodes": {str(n): {"cert": str(c), "key": str(k)} for n, (c, k) in made.node_certs.items()},
         "client": {"cert": str(made.client_cert[0]), "key": str(made.client_cert[1])},
-        "hosts": list(hosts or DEFAULT_HOSTS),
+        "hosts": list(hosts or CERTS_DEFAULT_HOSTS),
     }
     emit(a.output, doc, lambda: [kv_table({p.name: str(p) for p in made.all_files()})])
 

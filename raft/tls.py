@@ -201,17 +201,24 @@ def _load_chain(ctx: ssl.SSLContext, cert_file: Path, key_file: Path) -> None:
 
 
 def server_context(
-    *, cert_file: Path, key_file: Path, ca_file: Path | None, require_client_cert: bool
+    *,
+    cert_file: Path,
+    key_file: Path,
+    ca_file: Path | None,
+    verify_client: ssl.VerifyMode = ssl.CERT_NONE,
 ) -> ssl.SSLContext:
-    """A listener's context: presents cert/key; with `require_client_cert`, refuses a
-    connection whose certificate is missing or not signed by `ca_file`."""
+    """A listener's context: presents cert/key. `verify_client`: CERT_REQUIRED refuses a
+    handshake without a certificate signed by `ca_file`; CERT_OPTIONAL refuses one with a
+    certificate not signed by it but admits one without any (the caller then refuses it in its
+    own protocol, with a reason the client can show: a TLS 1.3 client only sees the
+    connection close)."""
     ctx = _base_context(ssl.PROTOCOL_TLS_SERVER)
     _load_chain(ctx, cert_file, key_file)
-    if require_client_cert:
+    if verify_client != ssl.CERT_NONE:
         if ca_file is None:
-            raise TlsConfigError("requiring client certificates needs a CA file to verify them")
+            raise TlsConfigError("verifying client certificates needs a CA file")
         _load_ca(ctx, ca_file)
-        ctx.verify_mode = ssl.CERT_REQUIRED
+        ctx.verify_mode = verify_client
     return ctx
 
 
@@ -238,7 +245,7 @@ def peer_server_context(files: TlsFiles) -> ssl.SSLContext:
         cert_file=files.cert_file,
         key_file=files.key_file,
         ca_file=files.ca_file,
-        require_client_cert=True,
+        verify_client=ssl.CERT_REQUIRED,
     )
 
 

@@ -1081,6 +1081,15 @@ class MetastoreClient:
             conn.close(exc.reason)
             if conn.tls_error is not None:
                 raise _tls_failed(endpoint, conn.tls_error) from None
+            if self.tls is not None and self.tls.cert_file is not None:
+                # TLS 1.3: a node that refuses our certificate closes after the handshake
+                # completed on our side, without a reason we can read. Still failed over (a
+                # stopping node looks the same), with the likely cause in the reason.
+                raise _EndpointFailure(
+                    f"{exc.reason} before answering hello (does it accept the client "
+                    "certificate? it must be signed by the cluster CA)",
+                    sent=False,
+                ) from None
             # Nothing but hello was sent: the caller's request never reached the node.
             raise _EndpointFailure(exc.reason, sent=False) from None
         except BaseException:

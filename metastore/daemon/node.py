@@ -17,6 +17,7 @@ import contextlib
 import logging
 import os
 import signal
+import ssl
 import sys
 from pathlib import Path
 from typing import Any
@@ -91,7 +92,10 @@ class MetastoreNode:
                 cert_file=tls_files.cert_file,
                 key_file=tls_files.key_file,
                 ca_file=tls_files.ca_file,
-                require_client_cert=tls.client_cert_required,
+                # OPTIONAL, not REQUIRED: a client without a certificate completes the handshake
+                # and gets TLS_REQUIRED with the reason at its hello (ApiServer), instead of a
+                # bare close; a certificate of another CA is still refused in the handshake.
+                verify_client=ssl.CERT_OPTIONAL if tls.client_cert_required else ssl.CERT_NONE,
             )
             forward_tls = client_context(
                 ca_file=tls_files.ca_file,
@@ -161,6 +165,7 @@ class MetastoreNode:
             audit=AuditLog(settings.data_dir, node_id=me.id),
             gc=self.gc,
             tls=api_tls,
+            tls_client_cert_required=tls is not None and tls.client_cert_required,
         )
         self.http = HttpEndpoint(self.metrics, self.status_map)
         self._init_task: asyncio.Task[None] | None = None

@@ -119,8 +119,10 @@ class Session:
     role: Role | None = None
     token: str = ""
     client: str = ""
-    # Whether the connection is TLS (a plaintext one on a TLS port is refused at its hello).
+    # Whether the connection is TLS (a plaintext one on a TLS port is refused at its hello),
+    # and whether the client presented a certificate (verified against the CA by TLS).
     tls: bool = False
+    client_cert: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,10 +151,14 @@ class ApiServer:
         connections_max: int = L.CLIENT_CONNECTIONS_MAX,
         audit: AuditLog | None = None,
         tls: ssl.SSLContext | None = None,
+        tls_client_cert_required: bool = False,
     ) -> None:
-        """`tls`: serve the client port over TLS with this server context (raft.tls)."""
+        """`tls`: serve the client port over TLS with this server context (raft.tls);
+        `tls_client_cert_required`: refuse, at hello, a client that presented no certificate
+        (the context verifies those presented)."""
         self.node = node
         self.tls = tls
+        self.tls_client_cert_required = tls_client_cert_required
         self.gc = gc
         self.exports = SnapshotExports()
         self.sm = sm
@@ -391,7 +397,11 @@ class ApiServer:
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         peername = writer.get_extra_info("peername")
-        session = Session(peer=str(peername), tls=writer.get_extra_info("ssl_object") is not None)
+        session = Session(
+            peer=str(peername),
+            tls=writer.get_extra_info("ssl_object") is not None,
+            client_cert=bool(writer.get_extra_info("peercert")),
+        )
         decoder = FrameDecoder(max_frame_bytes=L.CLIENT_FRAME_BYTES_MAX)
         key = id(session)
         hello_deadline = time.monotonic() + L.CLIENT_HELLO_TIMEOUT_MS / 1000
@@ -516,6 +526,14 @@ class ApiServer:
             )
             self.metrics.request(op, err.code.value, 0.0)
             log.warning("refused client %s: plaintext connection to a TLS port", session.peer)
+            return self._error_frame(rid, err), False
+        if self.tls_client_cert_required and not session.client_cert:
+            err = TlsRequiredError(
+                "this node's client port requires a client certificate signed by the cluster "
+                "CA (CLI: --cert FILE --key FILE, or METASTORE_CERT / METASTORE_KEY)"
+            )
+            self.metrics.request(op, err.code.value, 0.0)
+            log.warning("refused client %s: no client certificate", session.peer)
             return self._error_frame(rid, err), False
         if op != "hello":
             err = UnauthenticatedError("the first request must be 'hello'")

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from metastore.daemon.certs import GeneratedCerts, generate_dev_certs
-from metastore.errors import TlsFailedError, TlsRequiredError
+from metastore.errors import MetastoreError, TlsFailedError, TlsRequiredError
 from raft.tls import ClientTls, client_context
 from spark_bridge.client import SyncMetastoreClient
 from tests.daemon.harness import REPO, MetastoreCluster, RawClient, write_cluster
@@ -283,3 +283,60 @@ def cluster_ca(c: MetastoreCluster) -> Path:
         if line.startswith("ca_file"):
             return Path(line.split("=", 1)[1].strip().strip('"'))
     raise AssertionError("no ca_file in the cluster config")
+
+
+def test_a_port_that_requires_client_certificates_refuses_clients_without_one(
+    tmp_path: Path, certs: GeneratedCerts
+) -> None:
+    """client_cert_required: TLS with the right CA is not enough; the client certificate
+    must be signed by the cluster CA too (and the token is still checked on top)."""
+    config = write_cluster(tmp_path / "mtls", 1)
+    with config.open("a") as f:
+        f.write(tls_table(certs.ca_cert.parent, client_cert_required=True))
+    c = MetastoreCluster(config)
+    c.client_ssl = client_context(
+        ca_file=certs.ca_cert, cert_file=certs.client_cert[0], key_file=certs.client_cert[1]
+    )
+    try:
+        c.start_all()
+        c.wait_ready(timeout_s=60)
+        started = time.monotonic()
+        with (
+            SyncMetastoreClient(
+                endpoints(c), c.token(), tls=ClientTls(ca_file=certs.ca_cert)
+            ) as client,
+            pytest.raises(TlsRequiredError, match="requires a client certificate"),
+        ):
+            client.status()
+        assert time.monotonic() - started < REFUSAL_S_MAX
+        other = generate_dev_certs(tmp_path / "other-ca", node_ids=[1])
+        foreign = ClientTls(
+            ca_file=certs.ca_cert, cert_file=other.client_cert[0], key_file=other.client_cert[1]
+        )
+        # Refused in the handshake: a TLS 1.3 client only sees the close, so this one is failed
+        # over like a node going away, with the likely cause in the error.
+        with (
+            SyncMetastoreClient(endpoints(c), c.token(), tls=foreign, timeout_ms=2000) as client,
+            pytest.raises(MetastoreError, match="does it accept the client certificate"),
+        ):
+            client.status()
+        ok = cli(
+            c,
+            "--cacert",
+            str(certs.ca_cert),
+            "--cert",
+            str(certs.client_cert[0]),
+            "--key",
+            str(certs.client_cert[1]),
+            "-o",
+            "json",
+            "cluster",
+            "status",
+        )
+        assert ok.returncode == 0, ok.stderr
+        log_text = node_log(c, 1)
+        assert "refused client" in log_text
+        assert "no client certificate" in log_text
+        assert "TLS handshake failed: certificate verify failed" in log_text
+    finally:
+        c.stop_all()

@@ -195,3 +195,12 @@ def test_client_tls_options_come_from_flags_then_the_cluster_file(tmp_path: Path
         ClientTls(ca_file=Path("/ca.pem"), server_name="n")
     )
     assert tls_from_env({"METASTORE_TLS": "1"}) == ClientTls()
+
+
+def test_cli_certs_defaults_mirror_the_generator() -> None:
+    from cli import cluster as cli_cluster
+    from metastore.daemon import certs
+
+    assert cli_cluster.CERTS_DEFAULT_HOSTS == certs.DEFAULT_HOSTS
+    assert cli_cluster.CERTS_DEFAULT_VALID_DAYS == certs.DEFAULT_VALID_DAYS
+    assert cli_cluster.CERTS_VALID_DAYS_MAX == certs.VALID_DAYS_MAX
