@@ -78,6 +78,12 @@ def cluster() -> None:
     "--cluster-id", help="Cluster id shared by every member. Default: the directory's name."
 )
 @click.option("--force", is_flag=True, help="Overwrite existing cluster.toml / nodeN.toml.")
+@click.option(
+    "--tls",
+    is_flag=True,
+    help="Turn TLS on: create a dev CA and node certificates in DIRECTORY/tls (for --host, "
+    "127.0.0.1 and localhost) and enable [tls].",
+)
 @click.pass_context
 def cluster_init(
     ctx: click.Context,
@@ -87,12 +93,15 @@ def cluster_init(
     base_port: int,
     cluster_id: str | None,
     force: bool,
+    tls: bool,
 ) -> None:
     """Write DIRECTORY/cluster.toml and nodeN.toml for a cluster on one host, and create its
     secrets (DIRECTORY/secrets: peer secret, tokens.json with token hashes, and the admin,
-    writer and reader tokens, all mode 0600).
+    writer and reader tokens, all mode 0600). With --tls, also a dev CA and certificates
+    (DIRECTORY/tls, as `cluster certs` makes them) and an enabled [tls] table.
 
-    Existing secrets are kept, also with --force.
+    Existing secrets are kept, also with --force; so is an existing DIRECTORY/tls/ca.crt and
+    the certificates beside it.
 
     \b
     Example:
@@ -102,7 +111,11 @@ def cluster_init(
     cid = cluster_id if cluster_id is not None else _default_cluster_id(directory)
     try:
         layout = node_layout(count, host=host, base_port=base_port)
-        files = {CLUSTER_FILE_NAME: render_cluster_toml(cluster_id=cid, nodes=layout)}
+        files = {
+            CLUSTER_FILE_NAME: render_cluster_toml(
+                cluster_id=cid, nodes=layout, tls_dir=INIT_TLS_DIR if tls else None
+            )
+        }
     except ValueError as exc:  # a port range or a control character TOML cannot hold
         raise CliError("USAGE", str(exc), exit_code=EXIT_USAGE) from None
     for n in layout:
@@ -133,7 +146,7 @@ def cluster_init(
         gitignore.write_text(CONFIG_GITIGNORE)
     secrets = ensure_secrets(config.secrets_dir)
     token_files = {r.wire_name: str(secrets.token_file(r)) for r in Role}
-    doc = {
+    doc: dict[str, Any] = {
         "directory": str(directory),
         "cluster_id": cid,
         "files": [str(directory / name) for name in files],
@@ -141,6 +154,8 @@ def cluster_init(
         "token_files": token_files,
         "endpoints": config.client_endpoints(),
     }
+    if config.tls is not None:
+        doc["ca_file"] = str(_init_certs(directory / INIT_TLS_DIR, config, host))
 
     def tables() -> list[RenderableType]:
         nodes = rows_table(
@@ -158,6 +173,24 @@ def cluster_init(
         return [nodes, info]
 
     emit(a.output, doc, tables)
+
+
+INIT_TLS_DIR: Final = "tls"
+
+
+def _init_certs(tls_dir: Path, config: ClusterConfig, host: str) -> Path:
+    """The CA file of `cluster init --tls`: kept if it exists (like the secrets), otherwise a
+    new dev CA with certificates for every member."""
+    from metastore.daemon.certs import CA_CERT_FILE, CertsError, generate_dev_certs
+
+    ca_file = tls_dir / CA_CERT_FILE
+    if ca_file.exists():
+        return ca_file
+    hosts = list(dict.fromkeys([host, *CERTS_DEFAULT_HOSTS]))
+    try:
+        return generate_dev_certs(tls_dir, node_ids=list(config.node_ids), hosts=hosts).ca_cert
+    except CertsError as exc:
+        raise CliError("CERTS_REFUSED", str(exc), exit_code=EXIT_REFUSED) from None
 
 
 # Mirrors of metastore.daemon.certs' defaults: that module imports `cryptography`, which every

@@ -204,3 +204,22 @@ def test_cli_certs_defaults_mirror_the_generator() -> None:
     assert cli_cluster.CERTS_DEFAULT_HOSTS == certs.DEFAULT_HOSTS
     assert cli_cluster.CERTS_DEFAULT_VALID_DAYS == certs.DEFAULT_VALID_DAYS
     assert cli_cluster.CERTS_VALID_DAYS_MAX == certs.VALID_DAYS_MAX
+
+
+def test_cluster_init_with_tls_makes_a_ca_and_enables_tls_once(tmp_path: Path) -> None:
+    directory = tmp_path / "c"
+    runner = CliRunner()
+    args = ["-o", "json", "cluster", "init", str(directory), "--tls", "--base-port", "25500"]
+    first = runner.invoke(cli, args)
+    assert first.exit_code == 0, first.output
+    cfg = load_cluster_config(directory / "cluster.toml")
+    assert cfg.tls is not None
+    assert cfg.tls.ca_file == directory / "tls" / "ca.crt"
+    for node_id in cfg.node_ids:
+        check_node_files(cfg.tls.node_files(node_id))
+    ca_bytes = cfg.tls.ca_file.read_bytes()
+    # --force rewrites the files but keeps the CA, like the secrets: running nodes' certificates
+    # stay valid.
+    again = runner.invoke(cli, [*args, "--force"])
+    assert again.exit_code == 0, again.output
+    assert cfg.tls.ca_file.read_bytes() == ca_bytes
