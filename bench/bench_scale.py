@@ -6,7 +6,7 @@ A real 3-node cluster (daemon processes on loopback, fsync on, DD = CSmax = 500 
 bench.bench_catalog) with snapshots every SNAPSHOT_EVERY entries (the smallest interval the
 config allows, so the install phase needs few entries) keeping SNAPSHOT_KEEP behind. One
 writer grows one table to FILES files (1 M; 100k with --quick) in commits of 1,000 files, one
-commit at a time, through the product client (spark_bridge.client). The paths are fake, shaped
+commit at a time, through the product client (metastore.client). The paths are fake, shaped
 like Spark's (the catalog never opens a data file), so Spark is not needed anywhere here.
 
 (a) commit latency: every commit's round trip; reported for a window of commits around 10k,
@@ -482,7 +482,7 @@ async def grow(
     cluster: Cluster, leader: int, export_node: int, params: Params, r: Results
 ) -> list[list[float]]:
     """Commit the table up to params.files; checkpoints as the table passes them."""
-    from spark_bridge.client import MetastoreClient
+    from metastore.client import MetastoreClient
 
     order = [leader, *(n for n in NODE_IDS if n != leader)]
     samples: list[list[float]] = []
@@ -517,7 +517,7 @@ async def grow(
 
 async def list_and_plan(cluster: Cluster, follower: int, params: Params, r: Results) -> None:
     """(d) the whole listing through the client, (e) planning as the bridge does it."""
-    from spark_bridge.client import MetastoreClient
+    from metastore.client import MetastoreClient
     from spark_bridge.files import absolute
 
     r.listing_node = follower
@@ -605,7 +605,7 @@ async def current_leader(cluster: Cluster, nodes: Sequence[int]) -> tuple[int, d
 
 async def install(cluster: Cluster, params: Params, r: Results) -> None:
     """(f) stop a follower, compact past it on the leader, restart it, time the install."""
-    from spark_bridge.client import MetastoreClient
+    from metastore.client import MetastoreClient
 
     ins = r.install
     ins.wait_bound_s = params.install_wait_s

@@ -15,6 +15,6 @@ Codemap
     parquet_rows  reads committed Parquet files with pyarrow, columns matched by field id.
     txn         txn log: the most recent atomic commits.
 
-Invariant: commands parse, call the library (`spark_bridge.client`, `metastore.daemon.config`,
+Invariant: commands parse, call the library (`metastore.client`, `metastore.daemon.config`,
 `metastore.daemon.secrets`) and print. Nothing here talks the protocol or interprets the catalog.
 """

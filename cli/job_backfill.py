@@ -86,9 +86,9 @@ def _run(
     timeout_s: float,
 ) -> BackfillResult:
     """Build Spark and the bridge, run the backfill, tear down; typed errors become exits."""
+    from metastore.client import SyncMetastoreClient
     from spark_bridge.backfill import BackfillError
     from spark_bridge.bridge import BatchError, MetastoreBridge
-    from spark_bridge.client import SyncMetastoreClient
     from spark_bridge.conform import SchemaMismatchError
 
     spark, owned = _spark(master, job_id)

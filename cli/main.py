@@ -4,7 +4,7 @@ Nouns and verbs (`metastore cluster status`, `metastore table describe sales.ord
 flags that each also come from a `METASTORE_*` environment variable, `-o table|json`, one
 `Error: <CODE>: <message>` line on stderr and an exit code by kind of failure (cli.errors).
 
-Every command parses its arguments, calls `spark_bridge.client` (or, for the local cluster's
+Every command parses its arguments, calls `metastore.client` (or, for the local cluster's
 lifecycle, `metastore.daemon.config` / `.secrets` and cli.processes) and prints; logic that
 clients other than the CLI could need belongs in the library, not here.
 """
@@ -34,10 +34,10 @@ from cli.table_data import table_files, table_read
 from cli.txn import txn
 from cli.watch import watch
 from hlc import HlcError
+from metastore.client import DEFAULT_TIMEOUT_MS, TIMEOUT_MS_MAX
 from metastore.daemon.config import ConfigError
 from metastore.daemon.secrets import SecretsError
 from metastore.errors import MetastoreError
-from spark_bridge.client import DEFAULT_TIMEOUT_MS, TIMEOUT_MS_MAX
 
 CONTEXT_SETTINGS: dict[str, Any] = {
     "help_option_names": ["-h", "--help"],

@@ -1,9 +1,8 @@
-"""The metastore's client side: the client library and everything PySpark.
+"""The metastore's Spark side: the bridge, the data source and everything PySpark.
 
 Codemap
-    client      `MetastoreClient` (asyncio) and `SyncMetastoreClient` (blocking, thread-safe):
-                docs/protocol.md with pipelining, failover across nodes, retries that are safe to
-                repeat, and every reply's timestamp fed to the caller's hybrid logical clock.
+    client      deprecated: re-exports `metastore.client`, where the protocol client lives now
+                (`MetastoreClient`, `SyncMetastoreClient`). The bridge stands on that package.
 
 Invariants
     * The bridge talks to the cluster only through the client protocol, never to Raft.

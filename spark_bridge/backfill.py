@@ -51,8 +51,8 @@ from spark_bridge.conform import pinned_struct
 from spark_bridge.files import absolute, top_level_field_ids
 
 if TYPE_CHECKING:
+    from metastore.client import SyncMetastoreClient
     from spark_bridge.bridge import MetastoreBridge
-    from spark_bridge.client import SyncMetastoreClient
 
 ATTEMPTS_MAX: Final = 5  # runs in all when the report or a commit is refused (retryable)
 POLL_INTERVAL_S: Final = 0.2

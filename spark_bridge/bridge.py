@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from hlc import to_iso
-from spark_bridge.client import FILES_PAGE_LIMIT, SyncMetastoreClient
+from metastore.client import FILES_PAGE_LIMIT, SyncMetastoreClient
 from spark_bridge.conform import conform, pinned_struct, write_columns
 from spark_bridge.files import DataFile, absolute, collect_files, new_attempt_dir
 from spark_bridge.session import BridgeSession, LeaseKey

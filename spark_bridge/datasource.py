@@ -44,7 +44,7 @@ FIELD_ID_KEY = b"PARQUET:field_id"
 
 
 def _client(endpoints: list[str], token: str) -> Any:
-    from spark_bridge.client import SyncMetastoreClient
+    from metastore.client import SyncMetastoreClient
 
     return SyncMetastoreClient(endpoints, token, client_name="spark-datasource")
 

@@ -58,13 +58,13 @@ from typing import Any
 
 import pytest
 
+from metastore.client import SyncMetastoreClient
 from metastore.daemon.node import (
     FAULT_CLOCK_OFFSET_ENV,
     FAULT_FORWARD_ADDRESSES_ENV,
     FAULT_PEER_ADDRESSES_ENV,
 )
 from metastore.errors import ErrorCode, MetastoreError
-from spark_bridge.client import SyncMetastoreClient
 from tests.chaos.netproxy import NetProxy, PairStats
 from tests.daemon.harness import MetastoreCluster, write_cluster
 

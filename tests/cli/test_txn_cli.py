@@ -35,8 +35,8 @@ from cli.parquet_rows import (
     text_value,
 )
 from hlc import SystemClock, make_ts, to_iso
+from metastore.client import FILES_PAGE_LIMIT
 from metastore.errors import MetastoreError, TableNotFoundError
-from spark_bridge.client import FILES_PAGE_LIMIT
 from spark_bridge.defaults import DefaultNotEvaluableError, default_array
 from tests.client.fake_node import TOKEN, ThreadedFakeNode
 

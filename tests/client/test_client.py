@@ -14,6 +14,12 @@ from typing import Any
 import pytest
 
 from hlc import HybridClock, SystemClock, physical_ms
+from metastore.client import (
+    ATTEMPTS_MAX,
+    MetastoreClient,
+    SyncMetastoreClient,
+    parse_endpoint,
+)
 from metastore.daemon.api_limits import CLIENT_INFLIGHT_PER_CONNECTION_MAX
 from metastore.errors import (
     ErrorCode,
@@ -28,12 +34,6 @@ from metastore.errors import (
     UnavailableError,
     UnknownError,
     error_class,
-)
-from spark_bridge.client import (
-    ATTEMPTS_MAX,
-    MetastoreClient,
-    SyncMetastoreClient,
-    parse_endpoint,
 )
 from tests.client.fake_node import TOKEN, DropConnection, FakeNode, RawError, ThreadedFakeNode
 
@@ -205,7 +205,7 @@ async def test_a_timestamp_too_far_ahead_is_logged_and_ignored(
 ) -> None:
     node = await nodes(clock_offset_ms=60_000)
     clock = HybridClock(SystemClock())
-    caplog.set_level(logging.WARNING, logger="spark_bridge.client")
+    caplog.set_level(logging.WARNING, logger="metastore.client")
     async with client(node.endpoint, clock=clock) as c:
         assert await c.status() == {"op": "status", "args": {}}
     # Not absorbed: our clock stays near our own physical time.

@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
+from metastore.client import SyncMetastoreClient
 from metastore.daemon import api_limits as L
 from metastore.daemon.server import _keyset_page
 from metastore.errors import InvalidArgumentError, LimitExceededError, SchemaChangeBlockedError
-from spark_bridge.client import SyncMetastoreClient
 from tests.daemon.harness import MetastoreCluster, metastore_cluster
 
 pytestmark = pytest.mark.slow

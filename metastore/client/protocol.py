@@ -93,7 +93,7 @@ __all__ = [
     "parse_endpoint",
 ]
 
-log = logging.getLogger("spark_bridge.client")
+log = logging.getLogger("metastore.client")
 
 # ---- limits ----------------------------------------------------------------------------------
 # Protocol limits (frame size, in-flight requests, server wait bounds) come from the daemon's

@@ -1,0 +1,56 @@
+"""The metastore's protocol client: docs/protocol.md spoken from any Python process.
+
+Key idea
+    One client for every user of the cluster: the CLI (`cli/`), the Spark bridge
+    (`spark_bridge/`), the benchmarks and the tests. It lives beside the daemon whose protocol it
+    speaks, not in the Spark package, so a process that only talks to the catalog (the CLI, an
+    operator's script) never pays for, or needs, PySpark.
+
+Codemap
+    protocol    `MetastoreClient` (asyncio) and `SyncMetastoreClient` (blocking, thread-safe):
+                pipelining, failover across nodes, retries that are safe to repeat, and every
+                reply's timestamp fed to the caller's hybrid logical clock.
+
+Invariants (absences included)
+    * Nothing on this package's import path imports pyspark (tests/client checks it in a fresh
+      interpreter). The client depends only on `hlc`, `raft.framing` and the daemon's shared
+      limits and errors.
+    * Unlike the catalog state machine around it, this package does I/O: sockets, threads and
+      the machine's clock (through `hlc.SystemClock`). It is a shell, like `metastore.daemon`.
+"""
+
+from __future__ import annotations
+
+from metastore.client.protocol import (
+    ATTEMPTS_MAX,
+    CONNECT_TIMEOUT_MS,
+    DDL_BLOCKED_RETRY_MS,
+    DDL_WAIT_MS_DEFAULT,
+    DEFAULT_TIMEOUT_MS,
+    ENDPOINTS_MAX,
+    FILES_PAGE_LIMIT,
+    TIMEOUT_MS_MAX,
+    EndpointResult,
+    MetastoreClient,
+    SyncMetastoreClient,
+    parse_endpoint,
+    quote_ident,
+    quote_string,
+)
+
+__all__ = [
+    "ATTEMPTS_MAX",
+    "CONNECT_TIMEOUT_MS",
+    "DDL_BLOCKED_RETRY_MS",
+    "DDL_WAIT_MS_DEFAULT",
+    "DEFAULT_TIMEOUT_MS",
+    "ENDPOINTS_MAX",
+    "FILES_PAGE_LIMIT",
+    "TIMEOUT_MS_MAX",
+    "EndpointResult",
+    "MetastoreClient",
+    "SyncMetastoreClient",
+    "parse_endpoint",
+    "quote_ident",
+    "quote_string",
+]
