@@ -7,7 +7,8 @@
 Reads pin one timestamp (the `as_of` option — an HLC integer, ISO-8601 time, `-5m`-style relative
 time or `now` — default now), take the schema in force then and the files live then, and read
 each file with pyarrow on the executors, matching columns by Parquet field id (so renamed columns
-keep their data) and casting widened types. Appends write one Parquet file per Spark task into a
+keep their data) and casting widened types (`metastore.client.parquet`, the reader the CLI's
+`table read` uses too). Appends write one Parquet file per Spark task into a
 fresh directory and commit them in one metastore commit from the driver side; an aborted job
 commits nothing. Reads see the pinned version's public columns; appends also write the columns a
 schema change job holds write-only (its `write_schema`): the DataFrame may omit them (they are
@@ -40,8 +41,6 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
     from pyspark.sql.types import StructType
 
-FIELD_ID_KEY = b"PARQUET:field_id"
-
 
 def _client(endpoints: list[str], token: str) -> Any:
     from metastore.client import SyncMetastoreClient
@@ -58,23 +57,12 @@ def _resolve_ts(client: Any, text: str | None) -> int:
 
 
 def _arrow_schema(columns: list[dict[str, Any]]) -> pa.Schema:
-    import pyarrow as pa
-    from pyspark.sql.pandas.types import to_arrow_type
+    """The Arrow schema of the wire `columns`, as the shared reader builds it (Spark's own Arrow
+    mapping, computed without a Spark session: PySpark's `to_arrow_type` needs the session's
+    time zone for TIMESTAMP)."""
+    from metastore.client.parquet import PinnedColumn, arrow_schema
 
-    from spark_bridge.conform import pinned_struct
-
-    struct = pinned_struct(columns)
-    fields = []
-    for f, c in zip(struct.fields, columns, strict=True):
-        fields.append(
-            pa.field(
-                f.name,
-                to_arrow_type(f.dataType),
-                nullable=f.nullable,
-                metadata={FIELD_ID_KEY: str(c["field_id"]).encode()},
-            )
-        )
-    return pa.schema(fields)
+    return arrow_schema([PinnedColumn.from_wire(c) for c in columns])
 
 
 @dataclass(frozen=True)
@@ -91,37 +79,14 @@ class MetastoreReader(DataSourceReader):
         return [FilePartition(path) for path in self.files]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        import pyarrow as pa
-        import pyarrow.parquet as pq
+        # The reader `metastore table read` uses too: columns by field id, widened types
+        # cast, DEFAULTs for rows of older files, a batch of the file in memory at a time.
+        from metastore.client.parquet import PinnedColumn, file_batches
 
         if not isinstance(partition, FilePartition):
             raise TypeError(f"unexpected partition {partition!r}")
-        target = _arrow_schema(self.columns)
-        table = pq.read_table(partition.path)
-        by_id: dict[int, int] = {}
-        by_name: dict[str, int] = {}
-        for i, f in enumerate(table.schema):
-            fid = (f.metadata or {}).get(FIELD_ID_KEY)
-            if fid is not None:
-                by_id[int(fid)] = i
-            by_name[f.name.casefold()] = i
-        arrays = []
-        for f, c in zip(target, self.columns, strict=True):
-            idx = by_id.get(int(c["field_id"]))
-            if idx is None and not by_id:
-                idx = by_name.get(f.name.casefold())  # files written without field ids
-            if idx is None and c.get("default") is not None:
-                # Added after this file was written, with a DEFAULT: its rows read the default
-                # (Spark's existence default), not NULL.
-                from spark_bridge.defaults import default_array
-
-                arrays.append(default_array(str(c["default"]), f.type, table.num_rows))
-            elif idx is None:
-                arrays.append(pa.nulls(table.num_rows, type=f.type))  # column added later
-            else:
-                arrays.append(table.column(idx).cast(f.type))
-        out = pa.Table.from_arrays(arrays, schema=target)
-        yield from out.to_batches()
+        columns = [PinnedColumn.from_wire(c) for c in self.columns]
+        yield from file_batches(partition.path, columns)
 
 
 def _fill(column: dict[str, Any], arrow_type: pa.DataType, rows: int) -> pa.Array:
@@ -129,7 +94,7 @@ def _fill(column: dict[str, Any], arrow_type: pa.DataType, rows: int) -> pa.Arra
     import pyarrow as pa
 
     if column.get("default") is not None:
-        from spark_bridge.defaults import default_array
+        from metastore.client.defaults import default_array
 
         return default_array(str(column["default"]), arrow_type, rows)
     return pa.nulls(rows, type=arrow_type)
@@ -319,13 +284,12 @@ class MetastoreDataSource(DataSource):
         if given < len(columns):
             # Evaluate the fills now, on the driver side: a DEFAULT this writer cannot evaluate
             # fails the job before any task runs.
-            from pyspark.sql.pandas.types import to_arrow_type
-
-            for f, c in zip(want.fields[given:], columns[given:], strict=True):
+            fills = _arrow_schema(columns)
+            for f, c in zip(list(fills)[given:], columns[given:], strict=True):
                 if c.get("default") is not None:
-                    from spark_bridge.defaults import existence_default
+                    from metastore.client.defaults import existence_default
 
-                    existence_default(str(c["default"]), to_arrow_type(f.dataType))
+                    existence_default(str(c["default"]), f.type)
         txn_id = self.options.get("txn_id")
         return MetastoreWriter(
             endpoints=self.ENDPOINTS,

@@ -17,6 +17,9 @@ from typing import Any
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
+# One rule for a committed file's path, shared with the readers (re-exported for the bridge).
+from metastore.client.parquet import absolute as absolute
+
 TXN_DIR = "_txn"
 # A single commit lists at most this many files per table (the metastore refuses more anyway).
 FILES_PER_WRITE_MAX = 10_000
@@ -94,9 +97,3 @@ def top_level_field_ids(location: str, rel_path: str) -> frozenset[int]:
         if value is not None:
             ids.add(int(value))
     return frozenset(ids)
-
-
-def absolute(location: str, rel_path: str) -> str:
-    if rel_path.startswith("/") or "://" in rel_path:
-        return rel_path
-    return f"{location.rstrip('/')}/{rel_path}"

@@ -10,6 +10,11 @@ Codemap
     protocol    `MetastoreClient` (asyncio) and `SyncMetastoreClient` (blocking, thread-safe):
                 pipelining, failover across nodes, retries that are safe to repeat, and every
                 reply's timestamp fed to the caller's hybrid logical clock.
+    parquet     the one reader of a table's committed Parquet files without Spark (pyarrow):
+                the CLI's `table read` and the data source's tasks both read through it.
+                Imported on its own (`metastore.client.parquet`): pyarrow is not loaded by
+                `import metastore.client`.
+    defaults    a column's DEFAULT (Spark's existence default) for rows of older files.
 
 Invariants (absences included)
     * Nothing on this package's import path imports pyspark (tests/client checks it in a fresh

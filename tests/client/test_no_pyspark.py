@@ -23,6 +23,9 @@ assert "pyspark" not in sys.modules, loaded
     [
         "metastore.client",
         "metastore.client.protocol",
+        # The Parquet reader the CLI's `table read` and the data source share.
+        "metastore.client.parquet",
+        "cli.table_data",
         # The deprecated re-export keeps the promise too.
         "spark_bridge.client",
         # The CLI's entry point, which stands on the client.
