@@ -136,6 +136,7 @@ FILES_PAGE_LIMIT: Final = 10_000
 SESSION_PAGE_LIMIT = 1_000
 LEASE_PAGE_LIMIT = 1_000
 GC_STATUS_PAGE_LIMIT = 500
+TABLES_PAGE_LIMIT = 5_000
 PAGES_MAX = 100_000
 # How long one `watch` call waits for the next event before the client asks again.
 WATCH_WAIT_MS = 10_000
@@ -793,11 +794,17 @@ class MetastoreClient:
     async def list_namespaces(self, as_of: int | None = None) -> dict[str, Any]:
         return await self.call("list_namespaces", {} if as_of is None else {"as_of": as_of})
 
-    async def list_tables(self, namespace: str, as_of: int | None = None) -> dict[str, Any]:
-        args: dict[str, Any] = {"namespace": namespace}
+    async def list_tables(
+        self, namespace: str | None = None, as_of: int | None = None
+    ) -> dict[str, Any]:
+        """The tables of `namespace` (None: of every namespace), live now or existing at
+        `as_of`, by full name; follows the server's pages."""
+        args: dict[str, Any] = {"limit": TABLES_PAGE_LIMIT}
+        if namespace is not None:
+            args["namespace"] = namespace
         if as_of is not None:
             args["as_of"] = as_of
-        return await self.call("list_tables", args)
+        return await self._all_pages("list_tables", args, ("tables",))
 
     async def safe_time(self, endpoint: str | None = None) -> dict[str, Any]:
         return await self.call("safe_time", {}, endpoint=endpoint)
@@ -1291,7 +1298,7 @@ class SyncMetastoreClient:
     def list_namespaces(self, as_of: int | None = None) -> dict[str, Any]:
         return self._sync(self._client.list_namespaces, as_of)
 
-    def list_tables(self, namespace: str, as_of: int | None = None) -> dict[str, Any]:
+    def list_tables(self, namespace: str | None = None, as_of: int | None = None) -> dict[str, Any]:
         return self._sync(self._client.list_tables, namespace, as_of)
 
     def safe_time(self, endpoint: str | None = None) -> dict[str, Any]:

@@ -176,7 +176,9 @@ class ApiServer:
                 Role.READER, self._list_namespaces, frozenset({"as_of", "timeout_ms"})
             ),
             "list_tables": _Op(
-                Role.READER, self._list_tables, frozenset({"namespace", "as_of", "timeout_ms"})
+                Role.READER,
+                self._list_tables,
+                frozenset({"namespace", "as_of", "limit", "page_token", "timeout_ms"}),
             ),
             "safe_time": _Op(Role.READER, self._safe_time, frozenset()),
             "status": _Op(Role.READER, self._status, frozenset()),
@@ -702,14 +704,35 @@ class ApiServer:
 
     async def _list_tables(self, _s: Session, args: Args) -> dict[str, Any]:
         """Live tables of a live namespace now, or (with `as_of`, after the wait) the tables
-        existing then in the namespace existing then."""
+        existing then in the namespace existing then. Without `namespace`: the tables of every
+        namespace, the same way. Keyset-paged by full name (`limit`, `page_token`)."""
         self._require_ready()
-        ns = _req_str(args, "namespace", mlimits.MAX_IDENTIFIER_CHARS)
-        if args.get("as_of") is None:
-            return {"tables": [str(t) for t in self.sm.state.list_tables(ns)]}
-        top, waited = await self._at(args, "as_of")
-        tables = self.sm.state.list_tables(ns, top=top)
-        return {"tables": [str(t) for t in tables], "as_of": top, "waited_ms": waited}
+        ns = _opt_str(args, "namespace", mlimits.MAX_IDENTIFIER_CHARS)
+        top: int | None = None
+        waited = 0.0
+        if args.get("as_of") is not None:
+            top, waited = await self._at(args, "as_of")
+        state = self.sm.state
+        if ns is not None:
+            names = [str(t) for t in state.list_tables(ns, top=top)]
+        else:
+            namespaces = {n.name for n in state.list_namespaces(top=top)}
+            names = sorted(
+                str(t) for namespace in namespaces for t in state.list_tables(namespace, top=top)
+            )
+        page, next_token = _keyset_page(
+            names,
+            key=lambda name: name,
+            args=args,
+            page_max=L.TABLES_PAGE_MAX,
+            limit_name="TABLES_PAGE_MAX",
+            what="tables",
+            token_chars_max=L.TABLE_NAME_CHARS_MAX,
+        )
+        result: dict[str, Any] = {"tables": page, "next_page_token": next_token}
+        if top is not None:
+            result.update(as_of=top, waited_ms=waited)
+        return result
 
     async def _files(self, _s: Session, args: Args) -> dict[str, Any]:
         """The files live in `table` at `as_of` (default: this node's safe time, which needs no
@@ -1614,13 +1637,14 @@ def _keyset_page(
     page_max: int,
     limit_name: str,
     what: str,
+    token_chars_max: int = 4 * mlimits.MAX_SESSION_ID_CHARS,
 ) -> tuple[list[_Item], str | None]:
     """One page of `items` (sorted by `key`): those after `page_token` (the last key of the
     previous page, so items added or removed meanwhile shift nothing), at most `limit`
     (<= page_max). A caller that asks for no page gets everything if it fits one page, else
     LIMIT_EXCEEDED, never a silently short list."""
     limit = _opt_int(args, "limit", 1, page_max)
-    token = _opt_str(args, "page_token", 4 * mlimits.MAX_SESSION_ID_CHARS)
+    token = _opt_str(args, "page_token", token_chars_max)
     if token is not None:
         items = [i for i in items if key(i) > token]
     count = limit or page_max

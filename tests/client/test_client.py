@@ -103,7 +103,7 @@ async def test_methods_send_the_protocol_args(nodes: Any) -> None:
         ("describe", {"table": "ns.t", "as_of": 5}),
         ("history", {"table": "ns.t"}),
         ("list_namespaces", {}),
-        ("list_tables", {"namespace": "ns", "as_of": 7}),
+        ("list_tables", {"namespace": "ns", "as_of": 7, "limit": 5000}),
         ("safe_time", {}),
         ("ddl", {"sql": "CREATE NAMESPACE x", "request_id": "rid-1"}),
         ("add_node", {"node_id": 4, "raft_address": "h:1", "learner": False}),
