@@ -171,6 +171,7 @@ _READ_OPS: Final = frozenset(
         "safe_time",
         "status",
         "files",
+        "files_multi",
         "txn_log",
         "session_list",
         "lease_list",
@@ -499,6 +500,40 @@ class MetastoreClient:
         if "next_page_token" in out:
             out["next_page_token"] = None  # the caller has every page
         return out
+
+    async def files_multi(self, tables: list[str], as_of: int | None = None) -> dict[str, Any]:
+        """`files` of several tables at one `as_of` (default: the node's safe time) in one
+        request; a table whose listing did not fit that reply is continued with `files` pages
+        of the same moment. Returns `as_of`, `waited_ms` and `listings`: one complete listing
+        per table, in the order asked (each shaped like a `files` result), or `{table, error}`
+        for a table that could not be listed (`MetastoreError.from_wire(error)` rebuilds it)."""
+        args: dict[str, Any] = {"tables": list(tables), "limit": FILES_PAGE_LIMIT}
+        if as_of is not None:
+            args["as_of"] = as_of
+        first = await self.call("files_multi", args)
+        listings = []
+        for listing in first.get("listings", []):
+            if "error" in listing:
+                listings.append(listing)  # that table's typed error, as data
+                continue
+            files = list(listing.get("files", []))
+            token = listing.get("next_page_token")
+            for _ in range(PAGES_MAX):
+                if not token:
+                    break
+                page = await self.call(
+                    "files",
+                    {"table": listing["table"], "limit": FILES_PAGE_LIMIT, "page_token": token},
+                )
+                files.extend(page.get("files", []))
+                token = page.get("next_page_token")
+            if token:
+                raise LimitExceededError(
+                    f"files of {listing['table']}: more than {PAGES_MAX} pages",
+                    details={"op": "files", "table": listing["table"]},
+                )
+            listings.append({**listing, "files": files, "next_page_token": None})
+        return {**first, "listings": listings}
 
     async def committed_txn(self, txn_id: str, *, stream: str | None = None) -> dict[str, Any]:
         """The commit record of `txn_id` (`txn`, None if it never committed or is older than the
@@ -1219,6 +1254,9 @@ class SyncMetastoreClient:
 
     def txn_log(self, limit: int = 20) -> dict[str, Any]:
         return self._sync(self._client.txn_log, limit)
+
+    def files_multi(self, tables: list[str], as_of: int | None = None) -> dict[str, Any]:
+        return self._sync(self._client.files_multi, tables, as_of)
 
     def committed_txn(self, txn_id: str, *, stream: str | None = None) -> dict[str, Any]:
         return self._sync(self._client.committed_txn, txn_id, stream=stream)

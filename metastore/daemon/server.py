@@ -187,6 +187,11 @@ class ApiServer:
                 self._files,
                 frozenset({"table", "as_of", "limit", "page_token", "timeout_ms"}),
             ),
+            "files_multi": _Op(
+                Role.READER,
+                self._files_multi,
+                frozenset({"tables", "as_of", "limit", "timeout_ms"}),
+            ),
             "txn_log": _Op(Role.READER, self._txn_log, frozenset({"limit"})),
             "committed_txn": _Op(
                 Role.READER, self._committed_txn, frozenset({"txn_id", "stream", "timeout_ms"})
@@ -770,6 +775,63 @@ class ApiServer:
             "next_page_token": f"{ts}:{end}" if end < len(files) else None,
             "waited_ms": waited,
         }
+
+    async def _files_multi(self, _s: Session, args: Args) -> dict[str, Any]:
+        """The first page of `files` for each of several tables, all at one `as_of`, after one
+        wait: a batch reading N tables lists them in one round trip instead of N. The page
+        budget (`limit` files, FILES_PAGE_BYTES_MAX bytes of paths) is shared by the tables in
+        the order given; a table the budget did not cover gets a `next_page_token` to continue
+        with `files`, so no reply outgrows a frame whatever the tables hold. The request is
+        validated whole (1..MAX_TABLES_PER_COMMIT distinct names) before anything is read; a
+        table that cannot be listed at `as_of` (not found then, before its GC threshold, a bad
+        name) gets its typed error as data in its own listing (`error`, the wire form), so one
+        table's failure does not fail the others' listings."""
+        self._require_ready()
+        tables = _req_str_list(args, "tables", mlimits.MAX_TABLES_PER_COMMIT)
+        if len(set(tables)) != len(tables):
+            raise BadRequestError("'tables' lists a table twice")
+        limit = _opt_int(args, "limit", 1, L.FILES_PAGE_FILES_MAX) or L.FILES_PAGE_FILES_MAX
+        ts = _opt_int(args, "as_of", 0, MAX_TS)
+        waited = 0.0
+        if ts is None:
+            ts = self.node.safe_time
+        else:
+            self._check_not_future(ts)
+            waited = await self._wait_safe(ts, _timeout(args))
+        state = self.sm.state
+        count_left, bytes_left = limit, L.FILES_PAGE_BYTES_MAX
+        listings: list[dict[str, Any]] = []
+        for table in tables:
+            try:
+                version = state.schema_at(table, ts)
+                files = state.files_at(table, ts)
+            except MetastoreError as exc:
+                listings.append({"table": table, "error": exc.to_wire()})
+                continue
+            end = 0
+            while end < len(files) and count_left > 0:
+                size = len(files[end].path) + L.FILES_ENTRY_OVERHEAD_BYTES
+                # The first file of the whole reply always fits (as in `files`).
+                if size > bytes_left and count_left < limit:
+                    count_left = 0  # the budget is spent: later tables continue with `files`
+                    break
+                bytes_left -= size
+                count_left -= 1
+                end += 1
+            listings.append(
+                {
+                    "table": table,
+                    "table_id": version.table_id,
+                    "version": version.version,
+                    "location": version.location,
+                    "files": [file_view(f) for f in files[:end]],
+                    "total_files": len(files),
+                    "rows": sum(f.row_count for f in files),
+                    "size_bytes": sum(f.size_bytes for f in files),
+                    "next_page_token": f"{ts}:{end}" if end < len(files) else None,
+                }
+            )
+        return {"as_of": ts, "listings": listings, "waited_ms": waited}
 
     async def _txn_log(self, _s: Session, args: Args) -> dict[str, Any]:
         self._require_ready()
