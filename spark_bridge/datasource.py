@@ -150,6 +150,7 @@ class MetastoreWriter(DataSourceWriter):
         self.rel_dir = f"_txn/append-{uuid.uuid4().hex[:12]}"
 
     def write(self, iterator: Iterator[Any]) -> WriterCommitMessage:
+        import datetime
         import os
 
         import pyarrow as pa
@@ -157,6 +158,18 @@ class MetastoreWriter(DataSourceWriter):
 
         schema = _arrow_schema(self.columns)
         rows = [row.asDict(recursive=True) for row in iterator]
+        # PySpark hands a TIMESTAMP (an instant) to Python as a naive datetime in the worker's
+        # local time; pyarrow would take a naive value for UTC. Make the instant explicit.
+        instants = [
+            f.name
+            for f in list(schema)[: self.given]
+            if pa.types.is_timestamp(f.type) and f.type.tz is not None
+        ]
+        for row in rows if instants else ():
+            for name in instants:
+                value = row.get(name)
+                if isinstance(value, datetime.datetime) and value.tzinfo is None:
+                    row[name] = value.astimezone(datetime.UTC)
         given = pa.Table.from_pylist(rows, schema=pa.schema(list(schema)[: self.given]))
         arrays = list(given.columns)
         for f, c in zip(list(schema)[self.given :], self.columns[self.given :], strict=True):

@@ -169,3 +169,46 @@ def test_arrow_types_are_sparks_own_mapping() -> None:
         spark_type = to_arrow_type(spark_field.dataType, timezone="UTC")
         assert field.type.equals(spark_type), (field, spark_type)
         assert field.nullable == spark_field.nullable
+
+
+def test_the_data_source_writer_stores_instants_whatever_the_local_zone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """PySpark gives a task TIMESTAMP values as naive datetimes in the worker's local time; the
+    writer stores the instant (pyarrow alone would take a naive value as UTC)."""
+    import datetime as dt
+    import time
+
+    from pyspark.sql import Row
+
+    from spark_bridge.datasource import MetastoreWriter
+
+    monkeypatch.setenv("TZ", "Asia/Tokyo")  # UTC+9, no daylight saving
+    time.tzset()
+    try:
+        columns = [
+            {"field_id": 1, "name": "id", "type": "BIGINT", "nullable": False},
+            {"field_id": 2, "name": "at", "type": "TIMESTAMP", "nullable": True},
+        ]
+        writer = MetastoreWriter(
+            endpoints=["127.0.0.1:1"],
+            token="t",
+            table="ns.t",
+            table_id=1,
+            version=1,
+            location=str(tmp_path),
+            columns=columns,
+            overwrite=False,
+            not_before=1,
+        )
+        local_wall_time = dt.datetime(2026, 11, 22, 19, 0, 0)  # 10:00 UTC in Tokyo
+        written = writer.write(iter([Row(id=1, at=local_wall_time), Row(id=2, at=None)]))
+    finally:
+        monkeypatch.delenv("TZ")
+        time.tzset()
+    pinned = [PinnedColumn.from_wire(c) for c in columns]
+    rows = read_rows(str(tmp_path), [{"path": written.path}], pinned, limit=5).rows.to_pylist()
+    assert rows == [
+        {"id": 1, "at": dt.datetime(2026, 11, 22, 10, 0, 0, tzinfo=dt.UTC)},
+        {"id": 2, "at": None},
+    ]
