@@ -24,7 +24,8 @@ like Spark's (the catalog never opens a data file), so Spark is not needed anywh
 (d) `files` of the whole table through the client (all pages) from a follower at the end, and
     the fixed cost of one page (`limit=1`: the server builds the whole listing for every page).
 (e) planning as the bridge does it before Spark: `pin` at Top, read_ts = min(Top, safe time),
-    then `files` AS OF read_ts (all pages) and the absolute paths Spark would be handed.
+    then `files_multi` AS OF read_ts (then `files` pages) and the absolute paths Spark would be
+    handed.
 (f) snapshot install: one follower is SIGKILLed (by PID) once the table is full; 1-file commits
     to a side table then run until the leader's log starts past it by more than the appends
     the leader sent it before pausing (those wait in the peer link and arrive on reconnect);
@@ -547,7 +548,8 @@ async def list_and_plan(cluster: Cluster, follower: int, params: Params, r: Resu
         pinned = await client.pin([TABLE], ts=top)
         t1 = time.perf_counter()
         read_ts = min(top, int(pinned["safe_time"]))
-        files = await client.files(TABLE, as_of=read_ts)
+        # The bridge lists every table a batch reads with one files_multi (here: one table).
+        (files,) = (await client.files_multi([TABLE], as_of=read_ts))["listings"]
         t2 = time.perf_counter()
         location = str(files.get("location") or pinned["pins"][0].get("location") or "")
         paths = [absolute(location, f["path"]) for f in files["files"]]
