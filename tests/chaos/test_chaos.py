@@ -74,10 +74,14 @@ SEEDS = [int(s) for s in os.environ.get("CHAOS_SEEDS", "1").split(",") if s.stri
 DURATION_S = float(os.environ.get("CHAOS_DURATION_S", "10"))
 PROCESS_FAULTS = ("kill_leader", "kill_follower", "pause", "kill_all", "skew")
 NETWORK_FAULTS = ("partition", "partition_minority", "asymmetric", "delay", "flaky")
+# Two faults at once: a kill -9 (and restart) of the leader while it is cut off, or while
+# every link is slow.
+OVERLAPPING_FAULTS = ("partition_kill", "delay_kill")
 FAULT_SETS = {
     "process": PROCESS_FAULTS,
     "network": NETWORK_FAULTS,
-    "all": PROCESS_FAULTS + NETWORK_FAULTS,
+    "overlap": OVERLAPPING_FAULTS,
+    "all": PROCESS_FAULTS + NETWORK_FAULTS + OVERLAPPING_FAULTS,
 }
 FAULTS = os.environ.get("CHAOS_FAULTS", "all")
 TABLES = ("ch.a", "ch.b")
@@ -435,7 +439,7 @@ def _effect(before: PairStats, after: PairStats) -> dict[str, int]:
 
 
 def _fault(c: ChaosCluster, rng: random.Random, kind: str, h: History, n: int) -> None:
-    if kind in NETWORK_FAULTS:
+    if kind in NETWORK_FAULTS + OVERLAPPING_FAULTS:
         _network_fault(c, rng, kind, h, n)
         return
     hold_s = rng.uniform(0.5, 2.5)
@@ -578,6 +582,41 @@ def _network_fault(c: ChaosCluster, rng: random.Random, kind: str, h: History, n
             net.heal()
             what = "hears nothing" if direction == "in" else "cannot send"
             desc = f"asymmetric (leader {leader} {what} {iso.healed_at - iso.cut_at:.1f} s; {moved}"
+        elif kind == "partition_kill":
+            # The cut-off leader is killed -9 and restarted while still cut off: it comes back
+            # with the tail it could not commit, must not lead or serve alone, and must give
+            # that tail up for the new leader's log once the partition heals.
+            hold_s = rng.uniform(1.0, 2.0)
+            leader = _leader(c, h)
+            if leader is None:
+                return
+            others = [i for i in c.ids if i != leader]
+            with _isolated(c, h, leader, f"iso{n}", partial(c.cut_off, leader)) as iso:
+                moved = _hold_until_leadership_moves(c, h, leader, others, hold_s, iso)
+                c.kill(leader)
+                c.start(leader)
+                time.sleep(rng.uniform(0.5, 1.5))
+            net.heal()
+            desc = (
+                f"partition_kill (leader {leader} cut off {iso.healed_at - iso.cut_at:.1f} s, "
+                f"killed and restarted inside; {moved}"
+            )
+        elif kind == "delay_kill":
+            # Every link slow, and then the leader is killed: the election runs on slow links.
+            hold_s = rng.uniform(1.0, 2.5)
+            for name in net.names:
+                net.delay([name], rng.uniform(*DELAY_MS), DELAY_JITTER_MS)
+            leader = _leader(c, h)
+            if leader is not None:
+                c.kill(leader)
+            time.sleep(hold_s)
+            if leader is not None:
+                c.start(leader)
+            net.heal()
+            desc = (
+                f"delay_kill ({DELAY_MS[0]}-{DELAY_MS[1]} ms, leader {leader} killed, "
+                f"{hold_s:.1f} s"
+            )
         elif kind == "delay":
             hold_s = rng.uniform(1.0, 2.5)
             pairs = net.names
@@ -643,7 +682,7 @@ def _chaos_cluster(directory: Path, seed: int, network: bool) -> Iterator[ChaosC
 @pytest.mark.parametrize("seed", SEEDS)
 def test_chaos_history_is_consistent(tmp_path: Path, seed: int) -> None:
     rng, schedule = _schedule(seed)
-    network = any(kind in NETWORK_FAULTS for kind in schedule)
+    network = any(kind in NETWORK_FAULTS + OVERLAPPING_FAULTS for kind in schedule)
     with _chaos_cluster(tmp_path, seed, network) as c:
         h = History()
         stop = threading.Event()
