@@ -36,6 +36,7 @@ from cli.snapshot import snapshot
 from cli.sql import sql
 from cli.table import table
 from cli.table_data import table_files, table_read
+from cli.table_optimize import table_optimize
 from cli.txn import txn
 from cli.watch import watch
 from hlc import HlcError
@@ -224,6 +225,8 @@ cli.add_command(job)
 # The data commands live in their own module (they need pyarrow) but belong to the table noun.
 table.add_command(table_files)
 table.add_command(table_read)
+# `table optimize` runs Spark in this process; pyspark is imported only when it runs.
+table.add_command(table_optimize)
 # `job run-backfill` runs Spark in this process; its module imports pyspark only when run.
 job.add_command(run_backfill)
 # Last, once every command is registered.

@@ -58,6 +58,7 @@ if TYPE_CHECKING:
     from pyspark.sql.types import StructType
 
     from spark_bridge.backfill import BackfillResult
+    from spark_bridge.optimize import OptimizeResult
 
 log = logging.getLogger("spark_bridge")
 
@@ -435,6 +436,31 @@ class MetastoreBridge:
         from spark_bridge.backfill import run_backfill
 
         return run_backfill(self, job_id, timeout_s=timeout_s, progress=progress)
+
+    def optimize(
+        self,
+        table: str,
+        *,
+        target_file_bytes: int | None = None,
+        small_file_bytes: int | None = None,
+        min_files: int | None = None,
+        dry_run: bool = False,
+        progress: Callable[[str], None] | None = None,
+    ) -> OptimizeResult:
+        """Rewrite `table`'s small files into files of about `target_file_bytes` (default
+        128 MiB), one atomic commit per chunk; readers see the same rows at every timestamp
+        (see `spark_bridge.optimize`)."""
+        from spark_bridge import optimize as opt
+
+        return opt.optimize(
+            self,
+            table,
+            target_file_bytes=target_file_bytes or opt.TARGET_FILE_BYTES_DEFAULT,
+            small_file_bytes=small_file_bytes,
+            min_files=opt.MIN_FILES_DEFAULT if min_files is None else min_files,
+            dry_run=dry_run,
+            progress=progress,
+        )
 
 
 class BatchContext:

@@ -97,3 +97,19 @@ def top_level_field_ids(location: str, rel_path: str) -> frozenset[int]:
         if value is not None:
             ids.add(int(value))
     return frozenset(ids)
+
+
+def take_chunk(
+    files: list[dict[str, Any]], *, files_max: int, bytes_max: int
+) -> list[dict[str, Any]]:
+    """The first entries of `files` (as `files` lists them) within `files_max` files and
+    `bytes_max` bytes, and at least one: what one rewrite commit (a backfill's, an optimize's)
+    takes on."""
+    chunk: list[dict[str, Any]] = []
+    size = 0
+    for f in files:
+        size += int(f.get("size_bytes") or 0)
+        if chunk and (len(chunk) >= files_max or size > bytes_max):
+            break
+        chunk.append(f)
+    return chunk

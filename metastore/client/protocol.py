@@ -85,6 +85,7 @@ from raft.framing import NEED_DATA, FrameDecoder, encode_frame
 __all__ = [
     "ATTEMPTS_MAX",
     "CONNECT_TIMEOUT_MS",
+    "HELLO_TIMEOUT_MS",
     "DEFAULT_TIMEOUT_MS",
     "ENDPOINTS_MAX",
     "EndpointResult",
@@ -105,7 +106,10 @@ DEFAULT_TIMEOUT_MS: Final = 10_000
 # The longest a caller may ask one call to take.
 TIMEOUT_MS_MAX: Final = 10 * 60 * 1000
 # One TCP connect + `hello` must finish within this (and within the call's own deadline).
-CONNECT_TIMEOUT_MS: Final = 3_000
+# A TCP connect, then the hello on it, each bounded on its own: a node behind a partition (or a
+# proxy that accepts and holds) must cost a failing-over call seconds at most, not its budget.
+CONNECT_TIMEOUT_MS: Final = 1_500
+HELLO_TIMEOUT_MS: Final = 1_000
 # A cluster has at most 7 nodes (daemon config NODES_MAX); leave room for a migration.
 ENDPOINTS_MAX: Final = 16
 ENDPOINT_CHARS_MAX: Final = 300
@@ -116,6 +120,10 @@ ENDPOINT_CHARS_MAX: Final = 300
 # (Three rounds paused 0.1-0.15 s in all: commits failed with UNAVAILABLE while the followers
 # still pointed at the killed leader.)
 ATTEMPTS_MAX: Final = 18
+# A repeatable request unanswered this long is checked on with a `safe_time` on its connection;
+# no answer to that within the probe timeout closes the connection (see _attempt).
+LIVENESS_PROBE_AFTER_MS: Final = 500
+LIVENESS_PROBE_TIMEOUT_MS: Final = 500
 # Pause between rounds over the endpoints: doubles from MIN up to MAX, with jitter in the upper
 # half (so the total pause over the rounds has a floor, not just a ceiling).
 RETRY_BACKOFF_MS_MIN: Final = 50
@@ -980,7 +988,7 @@ class MetastoreClient:
                         next_endpoint = order[attempt % len(order)]
                     target, next_endpoint = next_endpoint, None
                     try:
-                        reply = await self._attempt(target, op, args)
+                        reply = await self._attempt(target, op, args, probe=repeatable)
                     except _EndpointFailure as exc:
                         failures[target] = exc.reason
                         connection_failed = True
@@ -1028,9 +1036,41 @@ class MetastoreClient:
             details={"op": op, "endpoints": failures},
         )
 
-    async def _attempt(self, endpoint: str, op: str, args: Mapping[str, Any]) -> dict[str, Any]:
+    async def _attempt(
+        self, endpoint: str, op: str, args: Mapping[str, Any], *, probe: bool
+    ) -> dict[str, Any]:
+        """One request to one endpoint. With `probe` (a repeatable op), a request still
+        unanswered after LIVENESS_PROBE_AFTER_MS is checked on: a `safe_time` on the same
+        connection must answer within LIVENESS_PROBE_TIMEOUT_MS, or the connection is taken
+        for dead (a partition, a hung node) and closed, so the caller retries elsewhere at
+        once instead of spending its whole budget on a path that will never answer. A slow
+        op (a DDL waiting for leases) on a live node keeps waiting."""
         conn = await self._connection(endpoint)
-        return await conn.request(op, args)
+        if not probe:
+            return await conn.request(op, args)
+        request = asyncio.ensure_future(conn.request(op, args))
+        try:
+            while True:
+                done, _ = await asyncio.wait({request}, timeout=LIVENESS_PROBE_AFTER_MS / 1000)
+                if done:
+                    return request.result()
+                if not await self._answers(conn):
+                    conn.close(
+                        f"no answer to a liveness probe within {LIVENESS_PROBE_TIMEOUT_MS} ms"
+                    )
+                    return await request  # fails with _EndpointFailure(sent=True)
+        finally:
+            if not request.done():
+                request.cancel()
+
+    @staticmethod
+    async def _answers(conn: _Connection) -> bool:
+        try:
+            async with asyncio.timeout(LIVENESS_PROBE_TIMEOUT_MS / 1000):
+                await conn.request("safe_time", {})
+        except (TimeoutError, _EndpointFailure):
+            return False
+        return True
 
     async def _connection(self, endpoint: str) -> _Connection:
         conn = self._connections.get(endpoint)
@@ -1057,7 +1097,7 @@ class MetastoreClient:
             raise _EndpointFailure(_describe_os_error(exc), sent=False) from None
         conn = _Connection(endpoint, reader, writer, self._observe_reply)
         try:
-            async with asyncio.timeout(CONNECT_TIMEOUT_MS / 1000):
+            async with asyncio.timeout(HELLO_TIMEOUT_MS / 1000):
                 reply = await conn.request(
                     "hello", {"token": self.token or "", "client": self.client_name}
                 )
