@@ -39,7 +39,7 @@ sim: install
 	$(BIN)/python -m pytest tests/raft/test_simulation.py --sim-seeds=$(SEEDS) -q
 
 ## chaos: seeded fault schedules against real daemons (docs/chaos.md); make chaos SEEDS=1,2 DURATION=120
-## (FAULTS=process|network|all picks the family of faults; all by default)
+## (FAULTS=process|network|overlap|all picks the family of faults; all by default)
 DURATION ?= 60
 FAULTS ?= all
 CHAOS_SEED_LIST = $(if $(filter command line environment,$(origin SEEDS)),$(SEEDS),1,2,3)

@@ -6,7 +6,7 @@ A real 3-node cluster (daemon processes on loopback, fsync on, DD = CSmax = 500 
 bench.bench_catalog) with snapshots every SNAPSHOT_EVERY entries (the smallest interval the
 config allows, so the install phase needs few entries) keeping SNAPSHOT_KEEP behind. One
 writer grows one table to FILES files (1 M; 100k with --quick) in commits of 1,000 files, one
-commit at a time, through the product client (spark_bridge.client). The paths are fake, shaped
+commit at a time, through the product client (metastore.client). The paths are fake, shaped
 like Spark's (the catalog never opens a data file), so Spark is not needed anywhere here.
 
 (a) commit latency: every commit's round trip; reported for a window of commits around 10k,
@@ -24,7 +24,8 @@ like Spark's (the catalog never opens a data file), so Spark is not needed anywh
 (d) `files` of the whole table through the client (all pages) from a follower at the end, and
     the fixed cost of one page (`limit=1`: the server builds the whole listing for every page).
 (e) planning as the bridge does it before Spark: `pin` at Top, read_ts = min(Top, safe time),
-    then `files` AS OF read_ts (all pages) and the absolute paths Spark would be handed.
+    then `files_multi` AS OF read_ts (then `files` pages) and the absolute paths Spark would be
+    handed.
 (f) snapshot install: one follower is SIGKILLed (by PID) once the table is full; 1-file commits
     to a side table then run until the leader's log starts past it by more than the appends
     the leader sent it before pausing (those wait in the peer link and arrive on reconnect);
@@ -482,7 +483,7 @@ async def grow(
     cluster: Cluster, leader: int, export_node: int, params: Params, r: Results
 ) -> list[list[float]]:
     """Commit the table up to params.files; checkpoints as the table passes them."""
-    from spark_bridge.client import MetastoreClient
+    from metastore.client import MetastoreClient
 
     order = [leader, *(n for n in NODE_IDS if n != leader)]
     samples: list[list[float]] = []
@@ -517,7 +518,7 @@ async def grow(
 
 async def list_and_plan(cluster: Cluster, follower: int, params: Params, r: Results) -> None:
     """(d) the whole listing through the client, (e) planning as the bridge does it."""
-    from spark_bridge.client import MetastoreClient
+    from metastore.client import MetastoreClient
     from spark_bridge.files import absolute
 
     r.listing_node = follower
@@ -547,7 +548,8 @@ async def list_and_plan(cluster: Cluster, follower: int, params: Params, r: Resu
         pinned = await client.pin([TABLE], ts=top)
         t1 = time.perf_counter()
         read_ts = min(top, int(pinned["safe_time"]))
-        files = await client.files(TABLE, as_of=read_ts)
+        # The bridge lists every table a batch reads with one files_multi (here: one table).
+        (files,) = (await client.files_multi([TABLE], as_of=read_ts))["listings"]
         t2 = time.perf_counter()
         location = str(files.get("location") or pinned["pins"][0].get("location") or "")
         paths = [absolute(location, f["path"]) for f in files["files"]]
@@ -605,7 +607,7 @@ async def current_leader(cluster: Cluster, nodes: Sequence[int]) -> tuple[int, d
 
 async def install(cluster: Cluster, params: Params, r: Results) -> None:
     """(f) stop a follower, compact past it on the leader, restart it, time the install."""
-    from spark_bridge.client import MetastoreClient
+    from metastore.client import MetastoreClient
 
     ins = r.install
     ins.wait_bound_s = params.install_wait_s

@@ -30,7 +30,7 @@ What runs
         ratio bridge / plain of the medians (target <= 1.05) and per round, the difference in
         ms, and the bridge's own pin and commit times from its BatchReport.
     (c) commits/s: Spark is stopped first. `writers` processes (multiprocessing, spawn), each
-        with its own `spark_bridge.client.MetastoreClient` (asyncio, pipelined: `pipeline_depth`
+        with its own `metastore.client.MetastoreClient` (asyncio, pipelined: `pipeline_depth`
         commits in flight on one connection), commit 1-file lists to their own table with
         unique txn ids for `commit_seconds` after a warm-up. Reported: commits/s of all writers
         together (target >= 1000), latency p50/p99, errors, and the CPU each node used.
@@ -351,7 +351,7 @@ class Measurements:
 
 # --- The cluster ------------------------------------------------------------------------------
 async def setup_tables(endpoints: list[str], token: str, writers: int) -> None:
-    from spark_bridge.client import MetastoreClient
+    from metastore.client import MetastoreClient
 
     async with MetastoreClient(endpoints, token, timeout_ms=REQUEST_TIMEOUT_MS) as client:
         await client.ddl(f"CREATE NAMESPACE {NAMESPACE}")
@@ -582,8 +582,8 @@ class WriterSpec:
 
 
 async def writer_run(spec: WriterSpec, pipe: multiprocessing.connection.Connection) -> None:
+    from metastore.client import MetastoreClient
     from metastore.errors import MetastoreError
-    from spark_bridge.client import MetastoreClient
 
     async with MetastoreClient(
         spec.endpoints,
@@ -802,7 +802,7 @@ async def count_committed_files(
 
 
 async def count_files(endpoints: list[str], token: str, writers: int, *, as_of: int | None) -> int:
-    from spark_bridge.client import MetastoreClient
+    from metastore.client import MetastoreClient
 
     async with MetastoreClient(endpoints, token, timeout_ms=REQUEST_TIMEOUT_MS) as client:
         total = 0

@@ -7,7 +7,7 @@ on, identical but for a `[tls]` table in one of them (mutual TLS between peers, 
 client port, dev certificates from `metastore.daemon.certs`). Both run at the same time and the
 measurements alternate between them in rounds (plain, TLS, plain, TLS, ...), so whatever else
 the machine does at a given moment lands on both sides alike. Driven through the product client
-(spark_bridge.client), since its TLS handshake is part of what a user pays:
+(metastore.client), since its TLS handshake is part of what a user pays:
 
 (a) commit via the leader: one 1-file commit at a time on a connection already open;
 (b) commit via a follower: the same, sent to a follower, which forwards it to the leader over
@@ -51,9 +51,9 @@ from bench.bench_catalog import (
     percentile,
     progress,
 )
+from metastore.client import MetastoreClient
 from metastore.daemon.certs import generate_dev_certs
 from raft.tls import ClientTls
-from spark_bridge.client import MetastoreClient
 
 READY_TIMEOUT_S: Final = 60.0
 CALL_TIMEOUT_MS: Final = 20_000

@@ -12,9 +12,9 @@ Codemap
     node        node start (imports the daemon lazily).
     sql, table, ns, safe_time   the catalog commands.
     table_data  table files / table read: a table's committed data files, and their rows.
-    parquet_rows  reads committed Parquet files with pyarrow, columns matched by field id.
+    values      rows read by `table read` (metastore.client.parquet) as JSON and as cells.
     txn         txn log: the most recent atomic commits.
 
-Invariant: commands parse, call the library (`spark_bridge.client`, `metastore.daemon.config`,
+Invariant: commands parse, call the library (`metastore.client`, `metastore.daemon.config`,
 `metastore.daemon.secrets`) and print. Nothing here talks the protocol or interprets the catalog.
 """

@@ -24,6 +24,7 @@ from cli.output import (
     rows_table,
     ts_cell,
 )
+from metastore.client import EndpointResult, SyncMetastoreClient
 from metastore.daemon.config import (
     CLUSTER_FILE_NAME,
     DEFAULT_BASE_PORT,
@@ -37,7 +38,6 @@ from metastore.daemon.config import (
     render_node_toml,
 )
 from metastore.daemon.secrets import Role, ensure_secrets, read_token_file
-from spark_bridge.client import EndpointResult, SyncMetastoreClient
 
 # `cluster up`: how long to wait for a ready leader and the started nodes, and how often to look.
 UP_WAIT_MS_DEFAULT: Final = 30_000

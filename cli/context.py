@@ -22,10 +22,10 @@ import click
 from cli.errors import EXIT_USAGE, CliError
 from hlc import SystemClock, parse_ts
 from hlc.errors import TimestampParseError
+from metastore.client import ENDPOINTS_MAX, SyncMetastoreClient, parse_endpoint
 from metastore.daemon.config import CLUSTER_FILE_NAME, ClusterConfig, load_cluster_config
 from metastore.daemon.secrets import Role, read_token_file, token_file_name
 from raft.tls import ClientTls
-from spark_bridge.client import ENDPOINTS_MAX, SyncMetastoreClient, parse_endpoint
 
 LOCAL_CONFIG_DIR: Final = Path("cluster_configs") / "local"
 LOCAL_CLUSTER_FILE: Final = LOCAL_CONFIG_DIR / CLUSTER_FILE_NAME

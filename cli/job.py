@@ -46,9 +46,9 @@ from cli.waiting import (
     format_wait,
     parse_wait_ms,
 )
+from metastore.client import SyncMetastoreClient
 from metastore.daemon.api_limits import REQUEST_TIMEOUT_MS_MAX
 from metastore.errors import MetastoreError
-from spark_bridge.client import SyncMetastoreClient
 
 # How often a follower asks for the job (the leader's worker looks every 200 ms; a step takes
 # at least DD + CSmax).

@@ -4,20 +4,25 @@ Nouns and verbs (`metastore cluster status`, `metastore table describe sales.ord
 flags that each also come from a `METASTORE_*` environment variable, `-o table|json`, one
 `Error: <CODE>: <message>` line on stderr and an exit code by kind of failure (cli.errors).
 
-Every command parses its arguments, calls `spark_bridge.client` (or, for the local cluster's
+Global flags may come before or after the sub-command (`metastore -o json table list` and
+`metastore table list -o json` are the same), as etcdctl's persistent flags do: every command
+gets a hidden copy of each, which overrides the value given before it or by the environment.
+
+Every command parses its arguments, calls `metastore.client` (or, for the local cluster's
 lifecycle, `metastore.daemon.config` / `.secrets` and cli.processes) and prints; logic that
 clients other than the CLI could need belongs in the library, not here.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import click
 
 from cli.cluster import cluster
-from cli.context import App
+from cli.context import App, app
 from cli.errors import EXIT_CODES_HELP, EXIT_USAGE, CliError, exit_code_for, fail
 from cli.gc import gc, pts
 from cli.job import job
@@ -31,13 +36,14 @@ from cli.snapshot import snapshot
 from cli.sql import sql
 from cli.table import table
 from cli.table_data import table_files, table_read
+from cli.table_optimize import table_optimize
 from cli.txn import txn
 from cli.watch import watch
 from hlc import HlcError
+from metastore.client import DEFAULT_TIMEOUT_MS, TIMEOUT_MS_MAX
 from metastore.daemon.config import ConfigError
 from metastore.daemon.secrets import SecretsError
 from metastore.errors import MetastoreError
-from spark_bridge.client import DEFAULT_TIMEOUT_MS, TIMEOUT_MS_MAX
 
 CONTEXT_SETTINGS: dict[str, Any] = {
     "help_option_names": ["-h", "--help"],
@@ -51,6 +57,7 @@ EPILOG = (
     "  metastore cluster init cluster_configs/local --cluster-id local\n"
     "  metastore cluster up\n"
     "  metastore cluster status -o json\n"
+    "  metastore table list -o json\n"
     '  metastore sql "CREATE NAMESPACE sales"\n'
     '  metastore sql "CREATE TABLE sales.orders (id BIGINT NOT NULL, amount DECIMAL(10,2))"\n'
     "  metastore table describe sales.orders --as-of -5m\n"
@@ -172,7 +179,8 @@ def cli(
 
     Every node answers "what is table T's schema at timestamp T" the same way. Timestamps
     (--as-of) may be HLC integers, ISO-8601 times (2026-11-22T10:00:00Z), relative times
-    (-5m, -2h) or now.
+    (-5m, -2h) or now. The options below may also follow the sub-command, as in etcdctl
+    (metastore table list -o json).
     """
     app = App(
         endpoints_option=endpoints,
@@ -188,6 +196,61 @@ def cli(
     )
     ctx.obj = app
     ctx.call_on_close(app.close)
+
+
+# ---- global options after the sub-command -----------------------------------------------------
+
+# Root option name -> the App field it sets.
+GLOBAL_OPTION_FIELDS: Final = {
+    "endpoints": "endpoints_option",
+    "token": "token",
+    "token_file": "token_file",
+    "output": "output",
+    "timeout_ms": "timeout_ms",
+}
+
+
+def _set_global(field_name: str) -> Callable[[click.Context, click.Parameter, Any], None]:
+    def callback(ctx: click.Context, _param: click.Parameter, value: Any) -> None:
+        if value is None or ctx.resilient_parsing:
+            return  # not given here: the root's value (flag, environment or default) stands
+        setattr(app(ctx), field_name, value)
+
+    return callback
+
+
+def accept_global_options_after_subcommands(root: click.Group) -> None:
+    """Give every command under `root` a hidden copy of each global option (no default, no
+    environment variable: only an explicit flag there counts). A command with an option of the
+    same name keeps its own (none has one today; tests/cli checks that every command accepts
+    every global option)."""
+    originals = [
+        p for p in root.params if isinstance(p, click.Option) and p.name in GLOBAL_OPTION_FIELDS
+    ]
+    stack: list[click.Command] = list(root.commands.values())
+    seen: set[int] = set()
+    while stack:
+        command = stack.pop()
+        if id(command) in seen:
+            continue
+        seen.add(id(command))
+        if isinstance(command, click.Group):
+            stack.extend(command.commands.values())
+        taken = {opt for p in command.params for opt in (*p.opts, *p.secondary_opts)}
+        for option in originals:
+            if taken & set(option.opts) or option.name is None:
+                continue
+            command.params.append(
+                click.Option(
+                    option.opts,
+                    type=option.type,
+                    metavar=option.metavar,
+                    hidden=True,
+                    expose_value=False,
+                    callback=_set_global(GLOBAL_OPTION_FIELDS[option.name]),
+                    help=option.help,
+                )
+            )
 
 
 cli.add_command(cluster)
@@ -207,8 +270,12 @@ cli.add_command(job)
 # The data commands live in their own module (they need pyarrow) but belong to the table noun.
 table.add_command(table_files)
 table.add_command(table_read)
+# `table optimize` runs Spark in this process; pyspark is imported only when it runs.
+table.add_command(table_optimize)
 # `job run-backfill` runs Spark in this process; its module imports pyspark only when run.
 job.add_command(run_backfill)
+# Last, once every command is registered.
+accept_global_options_after_subcommands(cli)
 
 
 def main() -> None:

@@ -18,8 +18,8 @@ from rich.console import Console, RenderableType
 from rich.table import Table
 
 from hlc import HlcError, to_iso
+from metastore.client import EndpointResult
 from metastore.errors import MetastoreError
-from spark_bridge.client import EndpointResult
 
 # Terminal width to assume when stdout is not a terminal (a pipe, a file, a test): wide enough
 # that tables are not wrapped mid-value, which would break `grep` and `awk`.

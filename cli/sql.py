@@ -24,8 +24,8 @@ from cli.job import (
 )
 from cli.output import emit, kv_table, status_line
 from cli.waiting import WAIT_DEFAULT, BlockedProgress, parse_wait_ms
+from metastore.client import SyncMetastoreClient
 from metastore.errors import MetastoreError
-from spark_bridge.client import SyncMetastoreClient
 
 _JOB_REPLY_KEYS = ("job_id", "job_step", "job_status")
 

@@ -25,11 +25,12 @@ def table() -> None:
 
 
 @table.command("list")
-@click.argument("namespace")
+@click.argument("namespace", required=False)
 @click.option("--as-of", type=TIMESTAMP, help=AS_OF_HELP)
 @click.pass_context
-def table_list(ctx: click.Context, namespace: str, as_of: int | None) -> None:
-    """List the tables of NAMESPACE."""
+def table_list(ctx: click.Context, namespace: str | None, as_of: int | None) -> None:
+    """List the tables of NAMESPACE, or of every namespace when it is left out (full names,
+    sorted)."""
     a = app(ctx)
     result = a.client().list_tables(namespace, as_of=as_of)
     rows = [[name] for name in result.get("tables", [])]

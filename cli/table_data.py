@@ -2,8 +2,8 @@
 
 `files` lists what the transaction log says the table consists of at a timestamp (the `files`
 op). `read` reads those files' rows with pyarrow, shaped by the schema in force at the same
-timestamp (cli.parquet_rows); Spark is not involved, so it works on any machine that can reach
-the warehouse.
+timestamp (metastore.client.parquet, the reader the data source uses too); Spark is not
+involved, so it works on any machine that can reach the warehouse.
 
 Both pin one timestamp: `--as-of` if given, otherwise the answering node's safe time (the `files`
 op's default, which needs no wait). `read` then asks for the schema at exactly the timestamp the
@@ -12,7 +12,7 @@ op's default, which needs no wait). `read` then asks for the schema at exactly t
 
 from __future__ import annotations
 
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import click
 from rich import box
@@ -21,8 +21,12 @@ from rich.table import Table
 from rich.text import Text
 
 from cli.context import TIMESTAMP, app
+from cli.errors import EXIT_GENERIC, EXIT_NOT_FOUND, CliError
 from cli.output import emit, kv_table, ts_cell
 from cli.table import AS_OF_HELP
+
+if TYPE_CHECKING:
+    from metastore.client.parquet import DataReadError
 
 # `table read` prints rows to a terminal or a script: a screenful by default, and at most this
 # many (bulk reads are Spark's job: `spark.read.format("metastore")`).
@@ -30,6 +34,8 @@ READ_ROWS_DEFAULT: Final = 20
 READ_ROWS_MAX: Final = 10_000
 
 AS_OF_DEFAULT_HELP = " Default: the answering node's safe time (no wait)."
+# The reader's typed failures (metastore.client.parquet) by exit code; others are generic.
+READ_ERROR_EXIT_CODES: Final = {"DATA_FILE_NOT_FOUND": EXIT_NOT_FOUND}
 
 
 @click.command("files")
@@ -83,7 +89,8 @@ def table_read(ctx: click.Context, name: str, as_of: int | None, limit: int) -> 
     columns keep their data and columns added later read as NULL. `-o json` prints the rows as
     JSON objects (decimals and times as strings, binary as base64)."""
     # pyarrow is imported only here: the other commands start faster without it.
-    from cli.parquet_rows import PinnedColumn, json_value, read_rows
+    from cli.values import json_value
+    from metastore.client.parquet import DataReadError, PinnedColumn, read_rows
 
     a = app(ctx)
     client = a.client()
@@ -93,7 +100,10 @@ def table_read(ctx: click.Context, name: str, as_of: int | None, limit: int) -> 
     columns = [PinnedColumn.from_wire(c) for c in pinned["schema"]["columns"]]
     location = str(listing.get("location") or pinned.get("location") or "")
     files = listing.get("files") or []
-    read = read_rows(location, files, columns, limit=limit)
+    try:
+        read = read_rows(location, files, columns, limit=limit)
+    except DataReadError as exc:
+        raise _read_failure(exc) from None
     rows = [{k: json_value(v) for k, v in row.items()} for row in read.rows.to_pylist()]
     total = int(listing.get("rows", 0))
     document = {
@@ -111,7 +121,7 @@ def table_read(ctx: click.Context, name: str, as_of: int | None, limit: int) -> 
 
 
 def _rows_tables(document: dict[str, Any], rows: Any) -> list[RenderableType]:
-    from cli.parquet_rows import text_value
+    from cli.values import text_value
 
     # A line of its own, not the table's title: a title wraps at the width of a narrow table.
     summary = Text(
@@ -126,3 +136,10 @@ def _rows_tables(document: dict[str, Any], rows: Any) -> list[RenderableType]:
     for row in rows.to_pylist():
         table.add_row(*(Text(text_value(v)) for v in row.values()))
     return [summary, table]
+
+
+def _read_failure(exc: DataReadError) -> CliError:
+    """A `DataReadError` of the reader as the CLI's error line and exit code."""
+    details = {"path": exc.path} if exc.path is not None else None
+    exit_code = READ_ERROR_EXIT_CODES.get(exc.code, EXIT_GENERIC)
+    return CliError(exc.code, exc.message, exit_code=exit_code, details=details)

@@ -17,8 +17,8 @@ import click
 
 from cli.leases import blocker_summary
 from cli.output import end_progress, progress
+from metastore.client import DDL_BLOCKED_RETRY_MS
 from metastore.errors import ErrorCode, MetastoreError
-from spark_bridge.client import DDL_BLOCKED_RETRY_MS
 
 T = TypeVar("T")
 

@@ -52,10 +52,11 @@ Codemap
     state       MetastoreState: apply / observe_tick / reads / snapshot / check_invariants.
     snapshot_data  typed reads of a decoded snapshot's plain data (MalformedSnapshotError).
     daemon/     the network shell around the state (separate sub-package).
+    client/     the protocol client of that shell (separate sub-package; no PySpark).
 
 Invariants (absences included)
-    * Nothing in this package, outside `daemon/`, reads a clock, touches a file or socket, or
-      uses randomness. Time is the Tm argument only.
+    * Nothing in this package, outside `daemon/` and `client/`, reads a clock, touches a file
+      or socket, or uses randomness. Time is the Tm argument only.
     * A command with Tm <= the last applied Tm is rejected and changes nothing.
     * A failed command changes nothing at all (validate fully, then write).
     * Per table incarnation: versions 1, 2, 3...; Tu = Tm + DD; Tu strictly increasing.

@@ -86,6 +86,25 @@ PROMOTE_LAG_ENTRIES_MAX = 100
 CLOCK_SUSPECT_ELECTIONS = 5
 # A heartbeat's clock sample counts for this many (maximal) election timeouts.
 CLOCK_SAMPLE_FRESH_ELECTIONS = 5
+
+
+def _proves_ahead(sample: _ClockSample | None, limit_ms: int) -> bool:
+    """Does `sample` prove that we are more than `limit_ms` ahead of the peer? Only a round
+    trip can (a one-way sample has no upper bound: its delay could hide anything)."""
+    return sample is not None and sample.high is not None and sample.high < -limit_ms
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _ClockSample:
+    """A peer's clock minus ours (ms): the estimate and what it proves, [low, high] (high is
+    None for a one-way sample, which only bounds it from below), sampled at monotonic `at`."""
+
+    offset: int
+    low: int
+    high: int | None
+    at: float
+
+
 # In the data directory: {"cluster_id", "node_id", "created_at_ms"}, written at a member's
 # first start (see RaftNode._check_identity).
 IDENTITY_FILE = "IDENTITY"
@@ -314,7 +333,10 @@ class RaftNode:
         self.clock_alarm: dict[str, int] = {}
         # Peers' clock offsets from their heartbeats: peer -> (their clock - ours in ms,
         # monotonic time of the sample); and why this node fenced itself ("" = it did not).
-        self._peer_clocks: dict[NodeId, tuple[int, float]] = {}
+        self._peer_clocks: dict[NodeId, _ClockSample] = {}
+        # The clock_ms of the last heartbeat (or response) heard from each peer, echoed in the
+        # next one we send it: a round trip for the peer's clock sample.
+        self._last_peer_clock: dict[NodeId, int] = {}
         self.clock_fenced = ""
         self._fenced_by_quorum = False  # True: also no campaigns (see _check_own_clock)
 
@@ -727,24 +749,49 @@ class RaftNode:
         if self._clock_fenced(m):
             return
         if isinstance(m, Heartbeat | HeartbeatResponse) and m.clock_ms:
-            # The peer's clock minus ours (ms), as of now: positive when the peer is ahead.
-            self._peer_clocks[m.src] = (
-                m.clock_ms - self.clock.physical_now_ms(),
-                time.monotonic(),
-            )
+            self._sample_clock(m)
         self._inbox.append(m)
         self._wake.set()
 
+    def _sample_clock(self, m: Heartbeat | HeartbeatResponse) -> None:
+        """Record what `m` tells about the peer's clock minus ours (θ, in ms).
+
+        A one-way sample is the sender's clock at sending minus ours at arrival: θ minus the
+        network and queueing delay, so it only bounds θ from below (a delayed or long-queued
+        heartbeat, such as those that arrive when a partition heals, makes the peer look
+        behind, never ahead). A message that echoes the clock of one we sent earlier closes a
+        round trip: we sent at `echo` (our clock), the peer sent this at `clock_ms` (its clock)
+        after it received ours, and it arrived at `now`, so θ lies in [clock_ms - now,
+        clock_ms - echo], whatever the delays and however long the peer held it (NTP's bound,
+        without the peer's receive time). Leaders get this from responses, followers from
+        the next heartbeat."""
+        now_ms = self.clock.physical_now_ms()
+        self._last_peer_clock[m.src] = m.clock_ms
+        low = m.clock_ms - now_ms
+        high = m.clock_ms - m.echo_ms if 0 < m.echo_ms <= now_ms else None
+        offset = low if high is None else (low + high) // 2
+        self._peer_clocks[m.src] = _ClockSample(
+            offset=offset, low=low, high=high, at=time.monotonic()
+        )
+
     def _stamp(self, m: Message) -> Message:
         if isinstance(m, Heartbeat | HeartbeatResponse):
-            return dataclasses.replace(m, clock_ms=self.clock.physical_now_ms())
+            return dataclasses.replace(
+                m,
+                clock_ms=self.clock.physical_now_ms(),
+                echo_ms=self._last_peer_clock.get(m.dst, 0),
+            )
         return m
 
-    def clock_offsets_ms(self) -> dict[NodeId, int]:
-        """Each peer's clock minus ours, from its recent heartbeats (ms)."""
+    def _fresh_clock_samples(self) -> dict[NodeId, _ClockSample]:
         fresh_s = CLOCK_SAMPLE_FRESH_ELECTIONS * 2 * self.config.election_timeout_ms / 1000
         now = time.monotonic()
-        return {p: off for p, (off, at) in self._peer_clocks.items() if now - at <= fresh_s}
+        return {p: c for p, c in self._peer_clocks.items() if now - c.at <= fresh_s}
+
+    def clock_offsets_ms(self) -> dict[NodeId, int]:
+        """Each peer's clock minus ours, from its recent heartbeats (ms): the round-trip
+        estimate where there is one, else the one-way sample (a lower bound)."""
+        return {p: c.offset for p, c in self._fresh_clock_samples().items()}
 
     def _check_own_clock(self) -> None:
         """Fence this node when its clock is more than the max offset off, as measured from
@@ -759,14 +806,18 @@ class RaftNode:
         if core is None:
             return
         limit = self.config.max_clock_offset_ms
-        offsets = self.clock_offsets_ms()
+        samples = self._fresh_clock_samples()
+        offsets = {p: c.offset for p, c in samples.items()}
         if not offsets and not self.clock_fenced:
             return  # nothing measured (yet): nothing to decide
         voters = core.conf.voters
         quorum = len(voters) // 2 + 1
         peers = [p for p in voters if p != self.node_id]
-        ahead_of = [p for p in peers if offsets.get(p, 0) < -limit]
-        behind = [p for p in peers if offsets.get(p, 0) > limit]
+        # Only what a sample proves counts: a peer is behind us by more than the limit if even
+        # the top of its interval is (round trips only), ahead if even the bottom is. So
+        # network delay, which widens the interval, can never fence a node.
+        ahead_of = [p for p in peers if _proves_ahead(samples.get(p), limit)]
+        behind = [p for p in peers if p in samples and samples[p].low > limit]
         off = ahead_of if len(ahead_of) >= quorum else behind if len(behind) >= quorum else []
         if len(voters) > 1 and off:
             if not self._fenced_by_quorum:
@@ -781,18 +832,25 @@ class RaftNode:
                 core.step_down()
             return
         leader = core.leader
-        if leader not in (0, self.node_id) and leader in offsets:
-            lead = offsets[leader]
-            if abs(lead) > limit:
+        if leader not in (0, self.node_id) and leader in samples:
+            sample = samples[leader]
+            proven_behind = sample.low > limit
+            proven_ahead = _proves_ahead(sample, limit)
+            lead = sample.offset
+            if proven_behind or proven_ahead:
                 if not self.clock_fenced:
-                    where = "behind" if lead > 0 else "ahead of"
+                    where = "behind" if proven_behind else "ahead of"
                     self._fence(
                         f"this node's clock is {abs(lead)} ms {where} its leader {leader}'s "
                         f"(max offset {limit} ms): it does not serve until the clocks agree",
                         by_quorum=False,
                     )
                 return
-        if self.clock_fenced and (not self._fenced_by_quorum or leader in offsets):
+        # Lift the fence once a leader's fresh sample is within bounds, or, for a fence by a
+        # quorum, once every sample it rested on has gone stale: with every node fenced there
+        # is no leader and no new heartbeat, and a fence must not outlive its evidence.
+        stale = not any(p in samples for p in peers)
+        if self.clock_fenced and (not self._fenced_by_quorum or leader in offsets or stale):
             log.warning("clock fence lifted (offsets now %s)", offsets)
             self.clock_fenced = ""
             self._fenced_by_quorum = False

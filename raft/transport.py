@@ -165,8 +165,10 @@ from raft.wire import decode_message, encode_install_snapshot_head, encode_messa
 # 2: AppendResponse carries reject_term; heartbeats carry the sender's clock (raft.wire).
 # 3: snapshots larger than the chunk size travel as chunk frames with acknowledgements (a node
 #    of version 2 would take a chunk for a malformed message and never install the snapshot).
+# 4: heartbeats and their responses echo the clock of the last one heard from the peer
+#    (round-trip clock offsets, raft.node).
 # A node of another version is refused at the handshake (no rolling upgrade across it).
-PROTOCOL_VERSION: Final = 3
+PROTOCOL_VERSION: Final = 4
 NONCE_BYTES: Final = 32
 MAC_BYTES: Final = 32  # HMAC-SHA256 digest size
 

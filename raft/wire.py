@@ -9,8 +9,8 @@ and the protocol version exchanged in the transport handshake guards changes to 
     AppendResponse     [2, src, dst, term, index, reject, reject_hint, reject_term]
     RequestVote        [3, src, dst, term, last_index, last_term, pre_vote, force]
     VoteResponse       [4, src, dst, term, granted, pre_vote]
-    Heartbeat          [5, src, dst, term, commit, read_ctx, clock_ms]
-    HeartbeatResponse  [6, src, dst, term, read_ctx, clock_ms]
+    Heartbeat          [5, src, dst, term, commit, read_ctx, clock_ms, echo_ms]
+    HeartbeatResponse  [6, src, dst, term, read_ctx, clock_ms, echo_ms]
     InstallSnapshot    [7, src, dst, term, snapshot]
     TimeoutNow         [8, src, dst, term]
     entry              [term, index, tm, kind, data]
@@ -151,6 +151,7 @@ def encode_message(msg: Message) -> list[object]:
                 msg.commit,
                 msg.read_ctx,
                 msg.clock_ms,
+                msg.echo_ms,
             ]
         case HeartbeatResponse():
             return [
@@ -160,6 +161,7 @@ def encode_message(msg: Message) -> list[object]:
                 msg.term,
                 msg.read_ctx,
                 msg.clock_ms,
+                msg.echo_ms,
             ]
         case InstallSnapshot():
             snapshot = _encode_snapshot(msg.snapshot)
@@ -377,7 +379,7 @@ def _vote_response(f: Sequence[object]) -> VoteResponse:
 
 
 def _heartbeat(f: Sequence[object]) -> Heartbeat:
-    _, src, dst, term, commit, read_ctx, clock_ms = f
+    _, src, dst, term, commit, read_ctx, clock_ms, echo_ms = f
     w = "Heartbeat"
     return Heartbeat(
         src=_node_id(src, f"{w}.src"),
@@ -386,11 +388,12 @@ def _heartbeat(f: Sequence[object]) -> Heartbeat:
         commit=_uint(commit, f"{w}.commit"),
         read_ctx=_uint(read_ctx, f"{w}.read_ctx"),
         clock_ms=_uint(clock_ms, f"{w}.clock_ms"),
+        echo_ms=_uint(echo_ms, f"{w}.echo_ms"),
     )
 
 
 def _heartbeat_response(f: Sequence[object]) -> HeartbeatResponse:
-    _, src, dst, term, read_ctx, clock_ms = f
+    _, src, dst, term, read_ctx, clock_ms, echo_ms = f
     w = "HeartbeatResponse"
     return HeartbeatResponse(
         src=_node_id(src, f"{w}.src"),
@@ -398,6 +401,7 @@ def _heartbeat_response(f: Sequence[object]) -> HeartbeatResponse:
         term=_uint(term, f"{w}.term"),
         read_ctx=_uint(read_ctx, f"{w}.read_ctx"),
         clock_ms=_uint(clock_ms, f"{w}.clock_ms"),
+        echo_ms=_uint(echo_ms, f"{w}.echo_ms"),
     )
 
 
@@ -428,8 +432,8 @@ _DECODERS: Final[dict[int, tuple[str, int, Callable[[Sequence[object]], Message]
     TAG_APPEND_RESPONSE: ("AppendResponse", 8, _append_response),
     TAG_REQUEST_VOTE: ("RequestVote", 8, _request_vote),
     TAG_VOTE_RESPONSE: ("VoteResponse", 6, _vote_response),
-    TAG_HEARTBEAT: ("Heartbeat", 7, _heartbeat),
-    TAG_HEARTBEAT_RESPONSE: ("HeartbeatResponse", 6, _heartbeat_response),
+    TAG_HEARTBEAT: ("Heartbeat", 8, _heartbeat),
+    TAG_HEARTBEAT_RESPONSE: ("HeartbeatResponse", 7, _heartbeat_response),
     TAG_INSTALL_SNAPSHOT: ("InstallSnapshot", 5, _install_snapshot),
     TAG_TIMEOUT_NOW: ("TimeoutNow", 4, _timeout_now),
 }

@@ -1,13 +1,15 @@
-"""The metastore's client side: the client library and everything PySpark.
+"""The metastore's Spark side: the bridge, the data source and everything PySpark.
 
 Codemap
-    client      `MetastoreClient` (asyncio) and `SyncMetastoreClient` (blocking, thread-safe):
-                docs/protocol.md with pipelining, failover across nodes, retries that are safe to
-                repeat, and every reply's timestamp fed to the caller's hybrid logical clock.
+    client      deprecated: re-exports `metastore.client`, where the protocol client lives now
+                (`MetastoreClient`, `SyncMetastoreClient`). The bridge stands on that package.
 
 Invariants
     * The bridge talks to the cluster only through the client protocol, never to Raft.
-    * No module here imports pyspark at import time: the CLI and the daemon's tests use the
-      client without a JVM. PySpark is imported inside the functions that need it.
+    * No module here imports pyspark at import time (the data source's module aside, which
+      only Spark loads): the CLI's `job run-backfill` and the tests import the bridge's modules
+      without a JVM. PySpark is imported inside the functions that need it. The client
+      (`metastore.client`) and the Parquet reader (`metastore.client.parquet`) live outside
+      this package, so the CLI needs none of it.
     * The bridge moves no table data through the metastore; Spark reads and writes the files.
 """

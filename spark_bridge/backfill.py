@@ -48,11 +48,11 @@ from typing import TYPE_CHECKING, Any, Final
 from hlc import to_iso
 from spark_bridge.bridge import BatchError
 from spark_bridge.conform import pinned_struct
-from spark_bridge.files import absolute, top_level_field_ids
+from spark_bridge.files import absolute, take_chunk, top_level_field_ids
 
 if TYPE_CHECKING:
+    from metastore.client import SyncMetastoreClient
     from spark_bridge.bridge import MetastoreBridge
-    from spark_bridge.client import SyncMetastoreClient
 
 ATTEMPTS_MAX: Final = 5  # runs in all when the report or a commit is refused (retryable)
 POLL_INTERVAL_S: Final = 0.2
@@ -311,7 +311,7 @@ class _Run:
                 )
             location, files = b.files(self.table)
             lacking = self._lacking(location, files)
-            chunk = _take_chunk(lacking)
+            chunk = take_chunk(lacking, files_max=CHUNK_FILES_MAX, bytes_max=CHUNK_BYTES_MAX)
             self.say(
                 f"job {self.job_id}: {len(files)} live files of {self.table} at {to_iso(top)}, "
                 f"{len(lacking)} without column {self.column}"
@@ -351,15 +351,3 @@ class _Run:
             verdicts = list(pool.map(lacks, unknown))
         self.known.update(f["path"] for f, bad in zip(unknown, verdicts, strict=True) if not bad)
         return [f for f, bad in zip(unknown, verdicts, strict=True) if bad]
-
-
-def _take_chunk(lacking: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The first files of `lacking` within the chunk bounds (at least one)."""
-    chunk: list[dict[str, Any]] = []
-    size = 0
-    for f in lacking:
-        size += int(f.get("size_bytes") or 0)
-        if chunk and (len(chunk) >= CHUNK_FILES_MAX or size > CHUNK_BYTES_MAX):
-            break
-        chunk.append(f)
-    return chunk

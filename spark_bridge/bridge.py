@@ -10,13 +10,15 @@
 What one batch does (DESIGN.md §7):
 1. Top = the bridge's HLC now (the HLC is fed by every metastore reply, so Top is causally after
    everything this driver has seen).
-2. For every table it reads or writes, ask one node for the schema at Top; the node first waits
-   until its safe time >= Top - DD (zero on a healthy node), so every node would answer the same.
+2. For every table it reads or writes, ask one node for the schema at Top, all in one `pin`
+   request (which also leases a writing batch's versions); the node first waits until its safe
+   time >= Top - DD (zero on a healthy node), so every node would answer the same.
 3. Inputs are read at read_ts = the node's safe time at planning (<= Top, needs no wait) unless the
    caller asks for another timestamp - but never below the newest commit this bridge made (a
    driver reads its own writes even from a node that has not applied them yet; the files request
    then waits for them; the client's HLC is fed with every commit timestamp, so Top is above
-   them). The files live at read_ts are read with the pinned schema, by Parquet field id, so
+   them). The first read lists the files live at read_ts of every table the batch reads, in
+   one `files_multi` request. They are read with the pinned schema, by Parquet field id, so
    renamed columns still read correctly. If the name was dropped and re-created between read_ts
    and Top, the files belong to another incarnation (field ids restart at 1): the read fails
    with a retryable BatchError rather than mis-map columns.
@@ -47,8 +49,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 from hlc import to_iso
+from metastore.client import FILES_PAGE_LIMIT, SyncMetastoreClient
 from raft.tls import ClientTls
-from spark_bridge.client import FILES_PAGE_LIMIT, SyncMetastoreClient
 from spark_bridge.conform import conform, pinned_struct, write_columns
 from spark_bridge.files import DataFile, absolute, collect_files, new_attempt_dir
 from spark_bridge.session import BridgeSession, LeaseKey
@@ -58,6 +60,7 @@ if TYPE_CHECKING:
     from pyspark.sql.types import StructType
 
     from spark_bridge.backfill import BackfillResult
+    from spark_bridge.optimize import OptimizeResult
 
 log = logging.getLogger("spark_bridge")
 
@@ -470,6 +473,31 @@ class MetastoreBridge:
 
         return run_backfill(self, job_id, timeout_s=timeout_s, progress=progress)
 
+    def optimize(
+        self,
+        table: str,
+        *,
+        target_file_bytes: int | None = None,
+        small_file_bytes: int | None = None,
+        min_files: int | None = None,
+        dry_run: bool = False,
+        progress: Callable[[str], None] | None = None,
+    ) -> OptimizeResult:
+        """Rewrite `table`'s small files into files of about `target_file_bytes` (default
+        128 MiB), one atomic commit per chunk; readers see the same rows at every timestamp
+        (see `spark_bridge.optimize`)."""
+        from spark_bridge import optimize as opt
+
+        return opt.optimize(
+            self,
+            table,
+            target_file_bytes=target_file_bytes or opt.TARGET_FILE_BYTES_DEFAULT,
+            small_file_bytes=small_file_bytes,
+            min_files=opt.MIN_FILES_DEFAULT if min_files is None else min_files,
+            dry_run=dry_run,
+            progress=progress,
+        )
+
 
 class BatchContext:
     def __init__(
@@ -505,6 +533,10 @@ class BatchContext:
         self._written: dict[str, tuple[list[DataFile], bool]] = {}
         self._removed: dict[str, list[str]] = {}  # table -> paths its commit removes
         self._leases: list[LeaseKey] = []  # held for this batch's life (see spark_bridge.session)
+        # File listings at read_ts, fetched for every declared read at the first `files`/`read`
+        # in one `files_multi` request (not one `files` round trip per table).
+        self._listings: dict[str, dict[str, Any]] = {}
+        self._listed: set[str] = set()
         self.report = BatchReport(txn_id=txn_id, top=0, read_ts=0, waited_ms=0.0)
 
     # ------------------------------------------------------------ planning
@@ -622,7 +654,7 @@ class BatchContext:
         `read` reads. Paths are relative to the location (`files.absolute`)."""
         pin = self._pin(table)
         ts = self.read_ts if as_of is None else as_of
-        files = self._files(table, ts)
+        files = self._listing_at_read_ts(table) if as_of is None else self._files(table, ts)
         found_id = int(files.get("table_id") or 0)
         if as_of is None and found_id != pin.table_id:
             # The name was dropped and re-created between read_ts and Top: these files belong to
@@ -741,6 +773,62 @@ class BatchContext:
             return None
         stream, seq = self.stream
         return self.bridge._committed_position(self.txn_id, stream, seq)
+
+    def _listing_at_read_ts(self, table: str) -> dict[str, Any]:
+        """`table`'s listing at read_ts. The first call lists it and every other declared read
+        in one request: a batch reading N tables pays one round trip for their listings, not N
+        (plus `files` pages only for listings too large for that one reply)."""
+        if table not in self._listings:
+            others = [t for t in dict.fromkeys(self.reads) if t != table and t not in self._listed]
+            for listing in self._files_multi([table, *others], self.read_ts):
+                self._listings[str(listing["table"])] = listing
+                self._listed.add(str(listing["table"]))
+        # Handed over, not kept: a batch holds no listing it has already read.
+        listing = self._listings.pop(table)
+        if "error" in listing:
+            from metastore.errors import MetastoreError
+
+            exc = MetastoreError.from_wire(listing["error"])
+            raise BatchError(
+                f"files failed for txn {self.txn_id}: {exc.code.value}: {exc}",
+                retryable=exc.retryable,
+                cause=exc,
+            ) from exc
+        return listing
+
+    def _files_multi(self, tables: list[str], ts: int) -> list[dict[str, Any]]:
+        """Complete `files` listings of `tables` at `ts`: one `files_multi` request, then
+        `files` pages for any listing that did not fit it."""
+        first = self._call(
+            "files_multi",
+            {
+                "tables": tables,
+                "as_of": ts,
+                "limit": FILES_PAGE_LIMIT,
+                "timeout_ms": PIN_TIMEOUT_MS,
+            },
+        )
+        listings = []
+        for listing in first["listings"]:
+            if "error" in listing:
+                listings.append(listing)  # raised when (if) the batch reads that table
+                continue
+            listed = list(listing["files"])
+            token = listing.get("next_page_token")
+            while token:
+                page = self._call(
+                    "files",
+                    {
+                        "table": listing["table"],
+                        "limit": FILES_PAGE_LIMIT,
+                        "page_token": token,
+                        "timeout_ms": PIN_TIMEOUT_MS,
+                    },
+                )
+                listed.extend(page["files"])
+                token = page.get("next_page_token")
+            listings.append({**listing, "as_of": first["as_of"], "files": listed})
+        return listings
 
     def _files(self, table: str, ts: int) -> dict[str, Any]:
         """The whole `files` listing at `ts`, following the server's pages."""

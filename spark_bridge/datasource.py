@@ -7,7 +7,8 @@
 Reads pin one timestamp (the `as_of` option — an HLC integer, ISO-8601 time, `-5m`-style relative
 time or `now` — default now), take the schema in force then and the files live then, and read
 each file with pyarrow on the executors, matching columns by Parquet field id (so renamed columns
-keep their data) and casting widened types. Appends write one Parquet file per Spark task into a
+keep their data) and casting widened types (`metastore.client.parquet`, the reader the CLI's
+`table read` uses too). Appends write one Parquet file per Spark task into a
 fresh directory and commit them in one metastore commit from the driver side; an aborted job
 commits nothing. Reads see the pinned version's public columns; appends also write the columns a
 schema change job holds write-only (its `write_schema`): the DataFrame may omit them (they are
@@ -43,11 +44,9 @@ if TYPE_CHECKING:
 
     from raft.tls import ClientTls
 
-FIELD_ID_KEY = b"PARQUET:field_id"
-
 
 def _client(endpoints: list[str], token: str, tls: ClientTls | None = None) -> Any:
-    from spark_bridge.client import SyncMetastoreClient
+    from metastore.client import SyncMetastoreClient
 
     return SyncMetastoreClient(endpoints, token, client_name="spark-datasource", tls=tls)
 
@@ -61,23 +60,12 @@ def _resolve_ts(client: Any, text: str | None) -> int:
 
 
 def _arrow_schema(columns: list[dict[str, Any]]) -> pa.Schema:
-    import pyarrow as pa
-    from pyspark.sql.pandas.types import to_arrow_type
+    """The Arrow schema of the wire `columns`, as the shared reader builds it (Spark's own Arrow
+    mapping, computed without a Spark session: PySpark's `to_arrow_type` needs the session's
+    time zone for TIMESTAMP)."""
+    from metastore.client.parquet import PinnedColumn, arrow_schema
 
-    from spark_bridge.conform import pinned_struct
-
-    struct = pinned_struct(columns)
-    fields = []
-    for f, c in zip(struct.fields, columns, strict=True):
-        fields.append(
-            pa.field(
-                f.name,
-                to_arrow_type(f.dataType),
-                nullable=f.nullable,
-                metadata={FIELD_ID_KEY: str(c["field_id"]).encode()},
-            )
-        )
-    return pa.schema(fields)
+    return arrow_schema([PinnedColumn.from_wire(c) for c in columns])
 
 
 @dataclass(frozen=True)
@@ -94,37 +82,14 @@ class MetastoreReader(DataSourceReader):
         return [FilePartition(path) for path in self.files]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        import pyarrow as pa
-        import pyarrow.parquet as pq
+        # The reader `metastore table read` uses too: columns by field id, widened types
+        # cast, DEFAULTs for rows of older files, a batch of the file in memory at a time.
+        from metastore.client.parquet import PinnedColumn, file_batches
 
         if not isinstance(partition, FilePartition):
             raise TypeError(f"unexpected partition {partition!r}")
-        target = _arrow_schema(self.columns)
-        table = pq.read_table(partition.path)
-        by_id: dict[int, int] = {}
-        by_name: dict[str, int] = {}
-        for i, f in enumerate(table.schema):
-            fid = (f.metadata or {}).get(FIELD_ID_KEY)
-            if fid is not None:
-                by_id[int(fid)] = i
-            by_name[f.name.casefold()] = i
-        arrays = []
-        for f, c in zip(target, self.columns, strict=True):
-            idx = by_id.get(int(c["field_id"]))
-            if idx is None and not by_id:
-                idx = by_name.get(f.name.casefold())  # files written without field ids
-            if idx is None and c.get("default") is not None:
-                # Added after this file was written, with a DEFAULT: its rows read the default
-                # (Spark's existence default), not NULL.
-                from spark_bridge.defaults import default_array
-
-                arrays.append(default_array(str(c["default"]), f.type, table.num_rows))
-            elif idx is None:
-                arrays.append(pa.nulls(table.num_rows, type=f.type))  # column added later
-            else:
-                arrays.append(table.column(idx).cast(f.type))
-        out = pa.Table.from_arrays(arrays, schema=target)
-        yield from out.to_batches()
+        columns = [PinnedColumn.from_wire(c) for c in self.columns]
+        yield from file_batches(partition.path, columns)
 
 
 def _fill(column: dict[str, Any], arrow_type: pa.DataType, rows: int) -> pa.Array:
@@ -132,7 +97,7 @@ def _fill(column: dict[str, Any], arrow_type: pa.DataType, rows: int) -> pa.Arra
     import pyarrow as pa
 
     if column.get("default") is not None:
-        from spark_bridge.defaults import default_array
+        from metastore.client.defaults import default_array
 
         return default_array(str(column["default"]), arrow_type, rows)
     return pa.nulls(rows, type=arrow_type)
@@ -190,6 +155,7 @@ class MetastoreWriter(DataSourceWriter):
         self.rel_dir = f"_txn/append-{uuid.uuid4().hex[:12]}"
 
     def write(self, iterator: Iterator[Any]) -> WriterCommitMessage:
+        import datetime
         import os
 
         import pyarrow as pa
@@ -197,6 +163,18 @@ class MetastoreWriter(DataSourceWriter):
 
         schema = _arrow_schema(self.columns)
         rows = [row.asDict(recursive=True) for row in iterator]
+        # PySpark hands a TIMESTAMP (an instant) to Python as a naive datetime in the worker's
+        # local time; pyarrow would take a naive value for UTC. Make the instant explicit.
+        instants = [
+            f.name
+            for f in list(schema)[: self.given]
+            if pa.types.is_timestamp(f.type) and f.type.tz is not None
+        ]
+        for row in rows if instants else ():
+            for name in instants:
+                value = row.get(name)
+                if isinstance(value, datetime.datetime) and value.tzinfo is None:
+                    row[name] = value.astimezone(datetime.UTC)
         given = pa.Table.from_pylist(rows, schema=pa.schema(list(schema)[: self.given]))
         arrays = list(given.columns)
         for f, c in zip(list(schema)[self.given :], self.columns[self.given :], strict=True):
@@ -325,13 +303,12 @@ class MetastoreDataSource(DataSource):
         if given < len(columns):
             # Evaluate the fills now, on the driver side: a DEFAULT this writer cannot evaluate
             # fails the job before any task runs.
-            from pyspark.sql.pandas.types import to_arrow_type
-
-            for f, c in zip(want.fields[given:], columns[given:], strict=True):
+            fills = _arrow_schema(columns)
+            for f, c in zip(list(fills)[given:], columns[given:], strict=True):
                 if c.get("default") is not None:
-                    from spark_bridge.defaults import existence_default
+                    from metastore.client.defaults import existence_default
 
-                    existence_default(str(c["default"]), to_arrow_type(f.dataType))
+                    existence_default(str(c["default"]), f.type)
         txn_id = self.options.get("txn_id")
         return MetastoreWriter(
             endpoints=self.ENDPOINTS,

@@ -64,7 +64,7 @@ def endpoints_arg() -> str:
 
 
 def leader_pid() -> tuple[int, int]:
-    from spark_bridge.client import SyncMetastoreClient
+    from metastore.client import SyncMetastoreClient
 
     token = (DEMO_DIR / "secrets" / "admin.token").read_text().strip()
     with SyncMetastoreClient(endpoints(), token) as c:
@@ -89,8 +89,8 @@ class Poller(threading.Thread):
         self.polls = 0
 
     def run(self) -> None:
+        from metastore.client import SyncMetastoreClient
         from metastore.errors import MetastoreError
-        from spark_bridge.client import SyncMetastoreClient
 
         token = (DEMO_DIR / "secrets" / "admin.token").read_text().strip()
         clients = [SyncMetastoreClient([e], token, timeout_ms=2000) for e in endpoints()]

@@ -17,6 +17,9 @@ from typing import Any
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
+# One rule for a committed file's path, shared with the readers (re-exported for the bridge).
+from metastore.client.parquet import absolute as absolute
+
 TXN_DIR = "_txn"
 # A single commit lists at most this many files per table (the metastore refuses more anyway).
 FILES_PER_WRITE_MAX = 10_000
@@ -96,7 +99,17 @@ def top_level_field_ids(location: str, rel_path: str) -> frozenset[int]:
     return frozenset(ids)
 
 
-def absolute(location: str, rel_path: str) -> str:
-    if rel_path.startswith("/") or "://" in rel_path:
-        return rel_path
-    return f"{location.rstrip('/')}/{rel_path}"
+def take_chunk(
+    files: list[dict[str, Any]], *, files_max: int, bytes_max: int
+) -> list[dict[str, Any]]:
+    """The first entries of `files` (as `files` lists them) within `files_max` files and
+    `bytes_max` bytes, and at least one: what one rewrite commit (a backfill's, an optimize's)
+    takes on."""
+    chunk: list[dict[str, Any]] = []
+    size = 0
+    for f in files:
+        size += int(f.get("size_bytes") or 0)
+        if chunk and (len(chunk) >= files_max or size > bytes_max):
+            break
+        chunk.append(f)
+    return chunk

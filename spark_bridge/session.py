@@ -33,8 +33,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Final
 
+from metastore.client import SyncMetastoreClient
 from metastore.errors import ErrorCode, MetastoreError
-from spark_bridge.client import SyncMetastoreClient
 
 log = logging.getLogger(__name__)
 

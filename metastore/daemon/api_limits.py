@@ -44,6 +44,9 @@ PTS_PAGE_RECORDS_MAX: Final = 100
 SESSION_PAGE_MAX: Final = 1_000
 LEASE_PAGE_MAX: Final = 1_000
 GC_STATUS_PAGE_TABLES_MAX: Final = 500
+# `list_tables` names per page: a name is at most TABLE_NAME_CHARS_MAX (257) characters, so a
+# page stays near 1.3 MiB, far below CLIENT_FRAME_BYTES_MAX.
+TABLES_PAGE_MAX: Final = 5_000
 GC_STATUS_PROTECTION_IDS_MAX: Final = 20
 
 # `watch`: events per reply (an event is small: its tables, ids and counts), and how long one

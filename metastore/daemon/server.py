@@ -190,7 +190,9 @@ class ApiServer:
                 Role.READER, self._list_namespaces, frozenset({"as_of", "timeout_ms"})
             ),
             "list_tables": _Op(
-                Role.READER, self._list_tables, frozenset({"namespace", "as_of", "timeout_ms"})
+                Role.READER,
+                self._list_tables,
+                frozenset({"namespace", "as_of", "limit", "page_token", "timeout_ms"}),
             ),
             "safe_time": _Op(Role.READER, self._safe_time, frozenset()),
             "status": _Op(Role.READER, self._status, frozenset()),
@@ -198,6 +200,11 @@ class ApiServer:
                 Role.READER,
                 self._files,
                 frozenset({"table", "as_of", "limit", "page_token", "timeout_ms"}),
+            ),
+            "files_multi": _Op(
+                Role.READER,
+                self._files_multi,
+                frozenset({"tables", "as_of", "limit", "timeout_ms"}),
             ),
             "txn_log": _Op(Role.READER, self._txn_log, frozenset({"limit"})),
             "committed_txn": _Op(
@@ -755,14 +762,35 @@ class ApiServer:
 
     async def _list_tables(self, _s: Session, args: Args) -> dict[str, Any]:
         """Live tables of a live namespace now, or (with `as_of`, after the wait) the tables
-        existing then in the namespace existing then."""
+        existing then in the namespace existing then. Without `namespace`: the tables of every
+        namespace, the same way. Keyset-paged by full name (`limit`, `page_token`)."""
         self._require_ready()
-        ns = _req_str(args, "namespace", mlimits.MAX_IDENTIFIER_CHARS)
-        if args.get("as_of") is None:
-            return {"tables": [str(t) for t in self.sm.state.list_tables(ns)]}
-        top, waited = await self._at(args, "as_of")
-        tables = self.sm.state.list_tables(ns, top=top)
-        return {"tables": [str(t) for t in tables], "as_of": top, "waited_ms": waited}
+        ns = _opt_str(args, "namespace", mlimits.MAX_IDENTIFIER_CHARS)
+        top: int | None = None
+        waited = 0.0
+        if args.get("as_of") is not None:
+            top, waited = await self._at(args, "as_of")
+        state = self.sm.state
+        if ns is not None:
+            names = [str(t) for t in state.list_tables(ns, top=top)]
+        else:
+            namespaces = {n.name for n in state.list_namespaces(top=top)}
+            names = sorted(
+                str(t) for namespace in namespaces for t in state.list_tables(namespace, top=top)
+            )
+        page, next_token = _keyset_page(
+            names,
+            key=lambda name: name,
+            args=args,
+            page_max=L.TABLES_PAGE_MAX,
+            limit_name="TABLES_PAGE_MAX",
+            what="tables",
+            token_chars_max=L.TABLE_NAME_CHARS_MAX,
+        )
+        result: dict[str, Any] = {"tables": page, "next_page_token": next_token}
+        if top is not None:
+            result.update(as_of=top, waited_ms=waited)
+        return result
 
     async def _files(self, _s: Session, args: Args) -> dict[str, Any]:
         """The files live in `table` at `as_of` (default: this node's safe time, which needs no
@@ -800,6 +828,63 @@ class ApiServer:
             "next_page_token": f"{ts}:{end}" if end < len(files) else None,
             "waited_ms": waited,
         }
+
+    async def _files_multi(self, _s: Session, args: Args) -> dict[str, Any]:
+        """The first page of `files` for each of several tables, all at one `as_of`, after one
+        wait: a batch reading N tables lists them in one round trip instead of N. The page
+        budget (`limit` files, FILES_PAGE_BYTES_MAX bytes of paths) is shared by the tables in
+        the order given; a table the budget did not cover gets a `next_page_token` to continue
+        with `files`, so no reply outgrows a frame whatever the tables hold. The request is
+        validated whole (1..MAX_TABLES_PER_COMMIT distinct names) before anything is read; a
+        table that cannot be listed at `as_of` (not found then, before its GC threshold, a bad
+        name) gets its typed error as data in its own listing (`error`, the wire form), so one
+        table's failure does not fail the others' listings."""
+        self._require_ready()
+        tables = _req_str_list(args, "tables", mlimits.MAX_TABLES_PER_COMMIT)
+        if len(set(tables)) != len(tables):
+            raise BadRequestError("'tables' lists a table twice")
+        limit = _opt_int(args, "limit", 1, L.FILES_PAGE_FILES_MAX) or L.FILES_PAGE_FILES_MAX
+        ts = _opt_int(args, "as_of", 0, MAX_TS)
+        waited = 0.0
+        if ts is None:
+            ts = self.node.safe_time
+        else:
+            self._check_not_future(ts)
+            waited = await self._wait_safe(ts, _timeout(args))
+        state = self.sm.state
+        count_left, bytes_left = limit, L.FILES_PAGE_BYTES_MAX
+        listings: list[dict[str, Any]] = []
+        for table in tables:
+            try:
+                version = state.schema_at(table, ts)
+                files = state.files_at(table, ts)
+            except MetastoreError as exc:
+                listings.append({"table": table, "error": exc.to_wire()})
+                continue
+            end = 0
+            while end < len(files) and count_left > 0:
+                size = len(files[end].path) + L.FILES_ENTRY_OVERHEAD_BYTES
+                # The first file of the whole reply always fits (as in `files`).
+                if size > bytes_left and count_left < limit:
+                    count_left = 0  # the budget is spent: later tables continue with `files`
+                    break
+                bytes_left -= size
+                count_left -= 1
+                end += 1
+            listings.append(
+                {
+                    "table": table,
+                    "table_id": version.table_id,
+                    "version": version.version,
+                    "location": version.location,
+                    "files": [file_view(f) for f in files[:end]],
+                    "total_files": len(files),
+                    "rows": sum(f.row_count for f in files),
+                    "size_bytes": sum(f.size_bytes for f in files),
+                    "next_page_token": f"{ts}:{end}" if end < len(files) else None,
+                }
+            )
+        return {"as_of": ts, "listings": listings, "waited_ms": waited}
 
     async def _txn_log(self, _s: Session, args: Args) -> dict[str, Any]:
         self._require_ready()
@@ -1667,13 +1752,14 @@ def _keyset_page(
     page_max: int,
     limit_name: str,
     what: str,
+    token_chars_max: int = 4 * mlimits.MAX_SESSION_ID_CHARS,
 ) -> tuple[list[_Item], str | None]:
     """One page of `items` (sorted by `key`): those after `page_token` (the last key of the
     previous page, so items added or removed meanwhile shift nothing), at most `limit`
     (<= page_max). A caller that asks for no page gets everything if it fits one page, else
     LIMIT_EXCEEDED, never a silently short list."""
     limit = _opt_int(args, "limit", 1, page_max)
-    token = _opt_str(args, "page_token", 4 * mlimits.MAX_SESSION_ID_CHARS)
+    token = _opt_str(args, "page_token", token_chars_max)
     if token is not None:
         items = [i for i in items if key(i) > token]
     count = limit or page_max

@@ -144,6 +144,9 @@ class Heartbeat:
     # The sender's physical clock (ms) when it sent this; 0 = not stamped. The core leaves it 0;
     # the driver stamps outgoing heartbeats so peers can measure clock offsets (raft.node).
     clock_ms: int = 0
+    # The clock_ms of the last heartbeat response heard from dst (0 = none): a round trip for
+    # dst, so a follower measures its offset too, not only the leader (raft.node).
+    echo_ms: int = 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -153,6 +156,9 @@ class HeartbeatResponse:
     term: int
     read_ctx: int = 0
     clock_ms: int = 0  # as in Heartbeat
+    # The clock_ms of the last heartbeat heard from dst (0 = none): with it the leader
+    # measures the round trip, so network delay is not mistaken for clock offset (raft.node).
+    echo_ms: int = 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

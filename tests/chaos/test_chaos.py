@@ -58,13 +58,13 @@ from typing import Any
 
 import pytest
 
+from metastore.client import SyncMetastoreClient
 from metastore.daemon.node import (
     FAULT_CLOCK_OFFSET_ENV,
     FAULT_FORWARD_ADDRESSES_ENV,
     FAULT_PEER_ADDRESSES_ENV,
 )
 from metastore.errors import ErrorCode, MetastoreError
-from spark_bridge.client import SyncMetastoreClient
 from tests.chaos.netproxy import NetProxy, PairStats
 from tests.daemon.harness import MetastoreCluster, write_cluster
 
@@ -74,10 +74,17 @@ SEEDS = [int(s) for s in os.environ.get("CHAOS_SEEDS", "1").split(",") if s.stri
 DURATION_S = float(os.environ.get("CHAOS_DURATION_S", "10"))
 PROCESS_FAULTS = ("kill_leader", "kill_follower", "pause", "kill_all", "skew")
 NETWORK_FAULTS = ("partition", "partition_minority", "asymmetric", "delay", "flaky")
+# Two faults at once: a kill -9 (and restart) of the leader while it is cut off, or while
+# every link is slow.
+OVERLAPPING_FAULTS = ("partition_kill", "delay_kill")
+# The workload's clients cut off from the leader (the nodes still reach each other).
+CLIENT_FAULTS = ("client_partition",)
 FAULT_SETS = {
     "process": PROCESS_FAULTS,
     "network": NETWORK_FAULTS,
-    "all": PROCESS_FAULTS + NETWORK_FAULTS,
+    "overlap": OVERLAPPING_FAULTS,
+    "client": CLIENT_FAULTS,
+    "all": PROCESS_FAULTS + NETWORK_FAULTS + OVERLAPPING_FAULTS + CLIENT_FAULTS,
 }
 FAULTS = os.environ.get("CHAOS_FAULTS", "all")
 TABLES = ("ch.a", "ch.b")
@@ -126,20 +133,25 @@ class History:
     # Operations sent to one node alone while it was cut off: (node, op, t0, t1, outcome, what)
     isolated_ops: list[tuple[int, str, float, float, str, str]] = field(default_factory=list)
     wedges: list[str] = field(default_factory=list)  # the known clock-fence wedge, seen
+    client_cut_acks: list[int] = field(default_factory=list)  # commits acked per client cut
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
 class ChaosCluster(MetastoreCluster):
     """A MetastoreCluster whose nodes, with a proxy, reach each other only through it: node i
     connects to node j's Raft port and forwards to j's client port through the pairs
-    "raft i->j" and "fwd i->j". Clients (this test) reach every node directly."""
+    "raft i->j" and "fwd i->j". The workload's clients (committers, DDL) reach node i through
+    the pair "client->i"; the reader and the probers reach every node directly."""
 
     def __init__(self, config: Path, proxy: NetProxy | None) -> None:
         super().__init__(config)
         self.proxy = proxy
         self.node_env: dict[int, dict[str, str]] = {}
+        self.workload_ports = dict(self.client_ports)
         if proxy is None:
             return
+        for i in self.ids:
+            self.workload_ports[i] = proxy.add(f"client->{i}", ("127.0.0.1", self.client_ports[i]))
         nodes = tomllib.loads(config.read_text())["nodes"]
         raft_ports = {int(n["id"]): int(n["raft_port"]) for n in nodes}
         for i in self.ids:
@@ -162,6 +174,10 @@ class ChaosCluster(MetastoreCluster):
         super().start(
             node_id, bootstrap=bootstrap, env={**self.node_env.get(node_id, {}), **(env or {})}
         )
+
+    def peer_pairs(self) -> list[str]:
+        """The proxy pairs between nodes (not the clients')."""
+        return [name for name in self.net().names if not name.startswith("client->")]
 
     def net(self) -> NetProxy:
         assert self.proxy is not None, "a network fault needs the proxy"
@@ -189,6 +205,13 @@ class ChaosCluster(MetastoreCluster):
 
 def _client(c: MetastoreCluster, nodes: list[int], timeout_ms: int) -> SyncMetastoreClient:
     endpoints = [f"127.0.0.1:{c.client_ports[i]}" for i in nodes]
+    return SyncMetastoreClient(endpoints, c.token("admin"), timeout_ms=timeout_ms)
+
+
+def _workload_client(c: MetastoreCluster, timeout_ms: int) -> SyncMetastoreClient:
+    """A failover client of every node, through the proxy when there is one."""
+    ports = c.workload_ports if isinstance(c, ChaosCluster) else c.client_ports
+    endpoints = [f"127.0.0.1:{ports[i]}" for i in c.ids]
     return SyncMetastoreClient(endpoints, c.token("admin"), timeout_ms=timeout_ms)
 
 
@@ -222,7 +245,7 @@ def _commit(client: SyncMetastoreClient, h: History, txn_id: str) -> dict[str, A
 
 
 def _committer(c: MetastoreCluster, h: History, stop: threading.Event, tag: str) -> None:
-    client = _client(c, c.ids, 4_000)
+    client = _workload_client(c, 4_000)
     n = 0
     try:
         while not stop.is_set():
@@ -234,7 +257,7 @@ def _committer(c: MetastoreCluster, h: History, stop: threading.Event, tag: str)
 
 
 def _ddl(c: MetastoreCluster, h: History, stop: threading.Event) -> None:
-    client = _client(c, c.ids, 6_000)
+    client = _workload_client(c, 6_000)
     n = 0
     try:
         while not stop.is_set():
@@ -435,7 +458,7 @@ def _effect(before: PairStats, after: PairStats) -> dict[str, int]:
 
 
 def _fault(c: ChaosCluster, rng: random.Random, kind: str, h: History, n: int) -> None:
-    if kind in NETWORK_FAULTS:
+    if kind in NETWORK_FAULTS + OVERLAPPING_FAULTS + CLIENT_FAULTS:
         _network_fault(c, rng, kind, h, n)
         return
     hold_s = rng.uniform(0.5, 2.5)
@@ -578,10 +601,68 @@ def _network_fault(c: ChaosCluster, rng: random.Random, kind: str, h: History, n
             net.heal()
             what = "hears nothing" if direction == "in" else "cannot send"
             desc = f"asymmetric (leader {leader} {what} {iso.healed_at - iso.cut_at:.1f} s; {moved}"
+        elif kind == "partition_kill":
+            # The cut-off leader is killed -9 and restarted while still cut off: it comes back
+            # with the tail it could not commit, must not lead or serve alone, and must give
+            # that tail up for the new leader's log once the partition heals.
+            hold_s = rng.uniform(1.0, 2.0)
+            leader = _leader(c, h)
+            if leader is None:
+                return
+            others = [i for i in c.ids if i != leader]
+            with _isolated(c, h, leader, f"iso{n}", partial(c.cut_off, leader)) as iso:
+                moved = _hold_until_leadership_moves(c, h, leader, others, hold_s, iso)
+                c.kill(leader)
+                c.start(leader)
+                time.sleep(rng.uniform(0.5, 1.5))
+            net.heal()
+            desc = (
+                f"partition_kill (leader {leader} cut off {iso.healed_at - iso.cut_at:.1f} s, "
+                f"killed and restarted inside; {moved}"
+            )
+        elif kind == "delay_kill":
+            # Every link slow, and then the leader is killed: the election runs on slow links.
+            hold_s = rng.uniform(1.0, 2.5)
+            for name in c.peer_pairs():
+                net.delay([name], rng.uniform(*DELAY_MS), DELAY_JITTER_MS)
+            leader = _leader(c, h)
+            if leader is not None:
+                c.kill(leader)
+            time.sleep(hold_s)
+            if leader is not None:
+                c.start(leader)
+            net.heal()
+            desc = (
+                f"delay_kill ({DELAY_MS[0]}-{DELAY_MS[1]} ms, leader {leader} killed, "
+                f"{hold_s:.1f} s"
+            )
+        elif kind == "client_partition":
+            # The clients lose the leader and one follower (a bad switch on their side); the
+            # nodes do not. The clients must go on through the one follower left, which
+            # forwards to the leader; a request that hung is retried there by txn id / request
+            # id and must not apply twice.
+            hold_s = rng.uniform(1.5, 3.0)
+            leader = _leader(c, h)
+            if leader is None:
+                return
+            reachable = rng.choice([i for i in c.ids if i != leader])
+            with h.lock:
+                acked_before = sum(1 for o in h.commits.values() if o["outcome"] == "ok")
+            net.blackhole([f"client->{i}" for i in c.ids if i != reachable])
+            time.sleep(hold_s)
+            with h.lock:
+                acked_during = (
+                    sum(1 for o in h.commits.values() if o["outcome"] == "ok") - acked_before
+                )
+            net.heal()
+            h.client_cut_acks.append(acked_during)
+            desc = (
+                f"client_partition (clients reach only follower {reachable} for {hold_s:.1f} s, "
+                f"{acked_during} commits acknowledged meanwhile"
+            )
         elif kind == "delay":
             hold_s = rng.uniform(1.0, 2.5)
-            pairs = net.names
-            for name in pairs:
+            for name in c.peer_pairs():
                 net.delay([name], rng.uniform(*DELAY_MS), DELAY_JITTER_MS)
             time.sleep(hold_s)
             net.heal()
@@ -590,7 +671,7 @@ def _network_fault(c: ChaosCluster, rng: random.Random, kind: str, h: History, n
             # Connections reset at random; a little delay keeps bytes in flight in the proxy,
             # so a reset loses some (as a real reset loses what was in the network).
             hold_s = rng.uniform(1.0, 2.5)
-            pairs = net.names
+            pairs = c.peer_pairs()
             net.delay(pairs, rng.uniform(5, 30), 5)
             resets = 0
             deadline = time.monotonic() + hold_s
@@ -604,7 +685,9 @@ def _network_fault(c: ChaosCluster, rng: random.Random, kind: str, h: History, n
     finally:
         net.heal()
     effect = _effect(before, net.total())
-    if effect:
+    if effect or kind in CLIENT_FAULTS:
+        # A client cut acts on the nodes' reachability, whether or not a client was using the
+        # cut paths at that moment (the proxy sees traffic only if one was).
         h.faults.append(f"{desc}; proxy {effect})")
 
 
@@ -643,7 +726,7 @@ def _chaos_cluster(directory: Path, seed: int, network: bool) -> Iterator[ChaosC
 @pytest.mark.parametrize("seed", SEEDS)
 def test_chaos_history_is_consistent(tmp_path: Path, seed: int) -> None:
     rng, schedule = _schedule(seed)
-    network = any(kind in NETWORK_FAULTS for kind in schedule)
+    network = any(kind in NETWORK_FAULTS + OVERLAPPING_FAULTS + CLIENT_FAULTS for kind in schedule)
     with _chaos_cluster(tmp_path, seed, network) as c:
         h = History()
         stop = threading.Event()
@@ -680,12 +763,13 @@ def test_chaos_history_is_consistent(tmp_path: Path, seed: int) -> None:
         _wait_ready(c, h)
         print(f"chaos seed {seed}: ready {time.monotonic() - healed:.1f} s after the heal")
         _check(c, h, seed, schedule)
-        if h.wedges:
-            pytest.xfail(
-                f"known product bug (docs/chaos.md): the cluster wedged with every node "
-                f"clock-fenced and no leader; the nodes were restarted and every check then "
-                f"passed (seed {seed}, CHAOS_FAULTS={FAULTS}): {h.wedges}"
-            )
+        # The wedge this watch found (every node clock-fenced, no leader, for good) was a
+        # product bug: network delay was read as clock offset, and a fence by a quorum never
+        # lapsed. Fixed in raft/node.py (round-trip clock samples); it must not come back.
+        assert not h.wedges, (
+            f"the cluster wedged with every node clock-fenced and no leader (the nodes were "
+            f"restarted to check the rest; seed {seed}, CHAOS_FAULTS={FAULTS}): {h.wedges}"
+        )
 
 
 def _check(c: MetastoreCluster, h: History, seed: int, schedule: list[str]) -> None:
@@ -730,7 +814,8 @@ def _check(c: MetastoreCluster, h: History, seed: int, schedule: list[str]) -> N
             for before, after in itertools.pairwise(samples):
                 assert after >= before, f"node {node} safe time went back {where}"
         probed = _check_isolated(h, where)
-        assert len(h.terms) >= 2, f"no leader change happened {where}"
+        if any(kind not in CLIENT_FAULTS for kind in schedule):
+            assert len(h.terms) >= 2, f"no leader change happened {where}"
         assert len(h.faults) == len(schedule), f"not every fault fired {where}"
         skews = sum(kind == "skew" for kind in schedule)
         assert h.fences_seen == skews, f"a skewed node did not fence itself {where}"

@@ -265,7 +265,7 @@ def test_as_of_accepts_every_timestamp_form(fake: ThreadedFakeNode) -> None:
     (_, first), (_, second), (_, third), (op4, fourth), (op5, fifth) = sent(fake)
     assert before - 300_000 - 1000 <= first["as_of"] >> 16 <= SystemClock().now_ms() - 300_000
     assert second["as_of"] == parse_ts("2026-11-22T10:00:00Z", now_ms=0)
-    assert third == {"namespace": "a", "as_of": 12345}
+    assert third == {"namespace": "a", "as_of": 12345, "limit": 5000}
     assert op4 == op5 == "list_namespaces"
     assert before - 300_000 - 1000 <= fourth["as_of"] >> 16 <= SystemClock().now_ms() - 300_000
     assert before <= fifth["as_of"] >> 16 <= SystemClock().now_ms()
@@ -280,7 +280,8 @@ def test_bad_as_of_is_a_usage_error(fake: ThreadedFakeNode) -> None:
 
 def test_every_command_sends_its_op(fake: ThreadedFakeNode) -> None:
     cases: list[tuple[list[str], tuple[str, dict[str, Any]]]] = [
-        (["table", "list", "sales"], ("list_tables", {"namespace": "sales"})),
+        (["table", "list", "sales"], ("list_tables", {"namespace": "sales", "limit": 5000})),
+        (["table", "list"], ("list_tables", {"limit": 5000})),
         (["table", "history", "sales.orders"], ("history", {"table": "sales.orders"})),
         (["ns", "list"], ("list_namespaces", {})),
         (
@@ -458,7 +459,7 @@ def test_environment_variables_set_the_global_options(fake: ThreadedFakeNode) ->
     }
     result = run("table", "list", "sales", env=env)
     assert result.exit_code == 0, result.output
-    assert json.loads(result.stdout) == RESULTS["list_tables"]
+    assert json.loads(result.stdout)["tables"] == RESULTS["list_tables"]["tables"]
 
 
 def test_token_file_from_the_environment(tmp_path: Path, fake: ThreadedFakeNode) -> None:
@@ -488,7 +489,7 @@ def test_local_cluster_defaults_are_read_from_the_working_directory(tmp_path: Pa
         (local / "cluster.toml").write_text(render_cluster_toml(cluster_id="l", nodes=layout))
         result = run("-o", "json", "table", "list", "sales")
     assert result.exit_code == 0, result.output
-    assert json.loads(result.stdout) == RESULTS["list_tables"]
+    assert json.loads(result.stdout)["tables"] == RESULTS["list_tables"]["tables"]
 
 
 # ---- help ------------------------------------------------------------------------------------

@@ -27,10 +27,10 @@ import pytest
 from click.testing import CliRunner, Result
 
 from cli.main import cli
+from metastore.client import SyncMetastoreClient
 from metastore.errors import (
     MetastoreError,
 )
-from spark_bridge.client import SyncMetastoreClient
 from tests.client.fake_node import TOKEN, ThreadedFakeNode
 from tests.daemon.harness import MetastoreCluster, metastore_cluster
 

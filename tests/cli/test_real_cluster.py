@@ -374,6 +374,19 @@ def test_refused_commands_changed_nothing(cluster: RealCluster, schema: Schema) 
     assert cluster.ok_json("--token-file", reader, "table", "describe", TABLE)["version"] == 2
 
 
+def test_global_flags_after_the_subcommand_and_every_table(
+    cluster: RealCluster, schema: Schema
+) -> None:
+    # As a user types it with etcdctl: the output flag after the command, no namespace.
+    every = cluster.run("table", "list", "-o", "json")
+    assert every.returncode == 0, every.describe()
+    assert TABLE in every.json()["tables"]
+    reader = str(cluster.token_file("reader"))
+    one = cluster.run("table", "list", NAMESPACE, "--token-file", reader, "--output", "json")
+    assert one.returncode == 0, one.describe()
+    assert one.json()["tables"] == [TABLE]
+
+
 # ---- leadership and failures -----------------------------------------------------------------
 
 

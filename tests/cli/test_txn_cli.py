@@ -26,18 +26,12 @@ import pytest
 from click.testing import CliRunner, Result
 
 from cli.main import cli
-from cli.parquet_rows import (
-    PinnedColumn,
-    UnsupportedSchemaError,
-    arrow_schema,
-    json_value,
-    read_rows,
-    text_value,
-)
+from cli.values import json_value, text_value
 from hlc import SystemClock, make_ts, to_iso
+from metastore.client import FILES_PAGE_LIMIT
+from metastore.client.defaults import DefaultNotEvaluableError, default_array
+from metastore.client.parquet import PinnedColumn, UnsupportedSchemaError, arrow_schema, read_rows
 from metastore.errors import MetastoreError, TableNotFoundError
-from spark_bridge.client import FILES_PAGE_LIMIT
-from spark_bridge.defaults import DefaultNotEvaluableError, default_array
 from tests.client.fake_node import TOKEN, ThreadedFakeNode
 
 FIELD_ID: Final = b"PARQUET:field_id"

@@ -20,8 +20,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from hlc import to_iso
+from metastore.client import SyncMetastoreClient
 from metastore.errors import BatchAlreadyCommittedError
-from spark_bridge.client import SyncMetastoreClient
 from tests.cli.real_cluster import LIFECYCLE_TIMEOUT_S, Done, RealCluster, free_base_port
 
 pytestmark = pytest.mark.slow

@@ -14,6 +14,12 @@ from typing import Any
 import pytest
 
 from hlc import HybridClock, SystemClock, physical_ms
+from metastore.client import (
+    ATTEMPTS_MAX,
+    MetastoreClient,
+    SyncMetastoreClient,
+    parse_endpoint,
+)
 from metastore.daemon.api_limits import CLIENT_INFLIGHT_PER_CONNECTION_MAX
 from metastore.errors import (
     ErrorCode,
@@ -28,12 +34,6 @@ from metastore.errors import (
     UnavailableError,
     UnknownError,
     error_class,
-)
-from spark_bridge.client import (
-    ATTEMPTS_MAX,
-    MetastoreClient,
-    SyncMetastoreClient,
-    parse_endpoint,
 )
 from tests.client.fake_node import TOKEN, DropConnection, FakeNode, RawError, ThreadedFakeNode
 
@@ -103,7 +103,7 @@ async def test_methods_send_the_protocol_args(nodes: Any) -> None:
         ("describe", {"table": "ns.t", "as_of": 5}),
         ("history", {"table": "ns.t"}),
         ("list_namespaces", {}),
-        ("list_tables", {"namespace": "ns", "as_of": 7}),
+        ("list_tables", {"namespace": "ns", "as_of": 7, "limit": 5000}),
         ("safe_time", {}),
         ("ddl", {"sql": "CREATE NAMESPACE x", "request_id": "rid-1"}),
         ("add_node", {"node_id": 4, "raft_address": "h:1", "learner": False}),
@@ -205,7 +205,7 @@ async def test_a_timestamp_too_far_ahead_is_logged_and_ignored(
 ) -> None:
     node = await nodes(clock_offset_ms=60_000)
     clock = HybridClock(SystemClock())
-    caplog.set_level(logging.WARNING, logger="spark_bridge.client")
+    caplog.set_level(logging.WARNING, logger="metastore.client")
     async with client(node.endpoint, clock=clock) as c:
         assert await c.status() == {"op": "status", "args": {}}
     # Not absorbed: our clock stays near our own physical time.
@@ -371,6 +371,40 @@ async def test_raw_ddl_without_request_id_is_not_repeated_after_unavailable(node
             "args": {"sql": "CREATE NAMESPACE x", "request_id": "r"},
         }
     assert b.ops == ["ddl"]
+
+
+async def test_a_hung_path_is_abandoned_for_the_next_node_within_the_budget(nodes: Any) -> None:
+    """A node that took the request and then went silent (a partition after the hello) must not
+    eat the call's whole budget: a liveness probe on the same connection goes unanswered, the
+    connection is closed and the idempotent request is retried on the next node. Without the
+    probe this call times out, its 4 s spent waiting on the first node."""
+
+    async def silent(op: str, args: dict[str, Any]) -> dict[str, Any]:
+        await asyncio.sleep(30)
+        return {}
+
+    a = await nodes(handler=silent)
+    b = await nodes()
+    async with client(a.endpoint, b.endpoint, timeout_ms=4000) as c:
+        result = await c.call("committed_txn", {"txn_id": "t-1"})
+    assert result == {"op": "committed_txn", "args": {"txn_id": "t-1"}}
+    assert a.ops[:2] == ["committed_txn", "safe_time"] and b.ops == ["committed_txn"]
+
+
+async def test_a_slow_request_on_a_live_node_is_not_abandoned(nodes: Any) -> None:
+    """A DDL that waits (for leases, for activation) on a node that still answers the probe
+    keeps waiting there: no second attempt elsewhere."""
+
+    async def slow_ddl(op: str, args: dict[str, Any]) -> dict[str, Any]:
+        if op == "ddl":
+            await asyncio.sleep(1.3)
+        return {"op": op}
+
+    a = await nodes(handler=slow_ddl)
+    b = await nodes()
+    async with client(a.endpoint, b.endpoint, timeout_ms=5000) as c:
+        assert await c.ddl("CREATE NAMESPACE x") == {"op": "ddl"}
+    assert a.ops.count("ddl") == 1 and a.ops.count("safe_time") >= 1 and b.ops == []
 
 
 # ---- timeouts --------------------------------------------------------------------------------

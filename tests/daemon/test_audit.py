@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
+from metastore.client import SyncMetastoreClient
 from metastore.errors import ForbiddenError, TableAlreadyExistsError
-from spark_bridge.client import SyncMetastoreClient
 from tests.daemon.harness import MetastoreCluster, RawClient, metastore_cluster
 
 pytestmark = pytest.mark.slow

@@ -15,7 +15,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from cli.main import cli
-from spark_bridge.client import SyncMetastoreClient
+from metastore.client import SyncMetastoreClient
 from tests.daemon.harness import MetastoreCluster, metastore_cluster, write_cluster
 
 pytestmark = pytest.mark.slow

@@ -11,8 +11,8 @@ from collections.abc import Iterator
 
 import pytest
 
+from metastore.client import SyncMetastoreClient
 from metastore.daemon import api_limits as L
-from spark_bridge.client import SyncMetastoreClient
 from tests.daemon.harness import MetastoreCluster, RawClient, metastore_cluster
 
 pytestmark = pytest.mark.slow

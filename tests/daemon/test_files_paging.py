@@ -14,8 +14,8 @@ from click.testing import CliRunner
 
 from cli.main import cli
 from metastore import limits
+from metastore.client import SyncMetastoreClient
 from metastore.daemon import api_limits
-from spark_bridge.client import SyncMetastoreClient
 from tests.daemon.harness import MetastoreCluster, metastore_cluster
 
 pytestmark = pytest.mark.slow

@@ -22,6 +22,7 @@ import pytest
 from click.testing import CliRunner
 
 from cli.main import cli
+from metastore.client import SyncMetastoreClient
 from metastore.commands import AdvanceGcThreshold, TableName, encode_command
 from metastore.errors import (
     BeforeGcThresholdError,
@@ -29,7 +30,6 @@ from metastore.errors import (
     MetastoreError,
     ProtectionNotFoundError,
 )
-from spark_bridge.client import SyncMetastoreClient
 from tests.daemon.harness import MetastoreCluster, metastore_cluster
 
 pytestmark = pytest.mark.slow

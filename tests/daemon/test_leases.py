@@ -19,13 +19,13 @@ import pytest
 from click.testing import CliRunner, Result
 
 from cli.main import cli
+from metastore.client import SyncMetastoreClient
 from metastore.errors import (
     ForbiddenError,
     LeaseVersionNotLatestError,
     SchemaChangeBlockedError,
     SessionNotFoundError,
 )
-from spark_bridge.client import SyncMetastoreClient
 from tests.daemon.harness import MetastoreCluster, metastore_cluster
 
 pytestmark = pytest.mark.slow

@@ -1,5 +1,6 @@
 """Lists that grow with the state are keyset-paged: `session_list`, `lease_list`,
-`lease_blockers` and `gc_status` on a real 3-node cluster. Pages are disjoint and complete in
+`lease_blockers`, `gc_status` and `list_tables` (one namespace, or every table) on a real
+3-node cluster. Pages are disjoint and complete in
 key order, a page token survives rows added before it, the client follows every page, and a
 caller that asks for no page gets LIMIT_EXCEEDED rather than a short list (the pager is also
 tested on its own with lists past the real page sizes)."""
@@ -11,10 +12,16 @@ from typing import Any
 
 import pytest
 
+from metastore.client import SyncMetastoreClient
 from metastore.daemon import api_limits as L
 from metastore.daemon.server import _keyset_page
-from metastore.errors import InvalidArgumentError, LimitExceededError, SchemaChangeBlockedError
-from spark_bridge.client import SyncMetastoreClient
+from metastore.errors import (
+    BadRequestError,
+    InvalidArgumentError,
+    LimitExceededError,
+    NamespaceNotFoundError,
+    SchemaChangeBlockedError,
+)
 from tests.daemon.harness import MetastoreCluster, metastore_cluster
 
 pytestmark = pytest.mark.slow
@@ -112,6 +119,35 @@ def test_a_page_token_it_never_handed_out_is_harmless(client: SyncMetastoreClien
         client.call("lease_list", {"limit": 0})
     with pytest.raises(InvalidArgumentError):
         client.call("lease_list", {"limit": L.LEASE_PAGE_MAX + 1})
+
+
+def test_list_tables_of_every_namespace_pages_by_full_name(client: SyncMetastoreClient) -> None:
+    client.ddl("CREATE NAMESPACE IF NOT EXISTS apg")
+    client.ddl("CREATE TABLE IF NOT EXISTS apg.z (id INT)")
+    before = client.clock.now()
+    everything = client.list_tables()["tables"]
+    mine = ["apg.z", *(f"pg.t{i:02d}" for i in range(TABLES))]
+    assert [t for t in everything if t.startswith(("apg.", "pg."))] == mine
+    assert everything == sorted(everything)
+    pages = _pages(client, "list_tables", "tables")
+    assert [t for page in pages for t in page] == everything
+    assert all(len(page) <= 5 for page in pages)
+    # One namespace pages the same way; the namespace form is unchanged otherwise.
+    assert client.list_tables("pg")["tables"] == mine[1:]
+    assert [t for p in _pages(client, "list_tables", "tables", namespace="pg") for t in p] == (
+        mine[1:]
+    )
+    # AS OF a time before apg.z existed (it activates at Tm + DD): the same answer everywhere.
+    at = client.list_tables(as_of=before - (10_000 << 16))
+    assert "apg.z" not in at["tables"] and at["as_of"] == before - (10_000 << 16)
+    with pytest.raises(NamespaceNotFoundError):
+        client.list_tables("nope")
+    with pytest.raises(LimitExceededError, match="page_token"):
+        client.call("list_tables", {"limit": 5, "page_token": "x" * 300})
+    with pytest.raises(InvalidArgumentError):
+        client.call("list_tables", {"limit": 0})
+    with pytest.raises(BadRequestError):
+        client.call("list_tables", {"namespace": 7})
 
 
 def test_the_pager_refuses_to_truncate_and_pages_past_the_real_sizes() -> None:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from hlc.limits import LOGICAL_BITS
-from spark_bridge.client import SyncMetastoreClient
+from metastore.client import SyncMetastoreClient
 from tests.daemon.harness import metastore_cluster
 
 pytestmark = pytest.mark.slow

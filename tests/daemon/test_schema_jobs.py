@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from hlc.limits import LOGICAL_BITS
+from metastore.client import SyncMetastoreClient
 from metastore.commands import AlterTable, encode_command
 from metastore.ddl import parse_ddl
 from metastore.errors import (
@@ -33,7 +34,6 @@ from metastore.errors import (
     UnsupportedSchemaChangeError,
 )
 from raft.framing import encode_frame
-from spark_bridge.client import SyncMetastoreClient
 from tests.daemon.harness import FRAME_MAX, MetastoreCluster, RawClient, metastore_cluster
 
 pytestmark = pytest.mark.slow

@@ -20,10 +20,10 @@ from typing import Any
 
 import pytest
 
+from metastore.client import SyncMetastoreClient
 from metastore.daemon.certs import GeneratedCerts, generate_dev_certs
 from metastore.errors import MetastoreError, TlsFailedError, TlsRequiredError
 from raft.tls import ClientTls, client_context
-from spark_bridge.client import SyncMetastoreClient
 from tests.daemon.harness import REPO, MetastoreCluster, RawClient, write_cluster
 from tests.raft.proc_cluster import free_ports
 

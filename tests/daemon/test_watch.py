@@ -16,8 +16,8 @@ import pytest
 from click.testing import CliRunner
 
 from cli.main import cli
+from metastore.client import SyncMetastoreClient
 from metastore.errors import WatchStartCompactedError
-from spark_bridge.client import SyncMetastoreClient
 from tests.daemon.harness import MetastoreCluster, metastore_cluster
 
 pytestmark = pytest.mark.slow

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 from hlc import HybridClock, OffsetClock, SystemClock, physical_ms
+from raft.core.types import Heartbeat, HeartbeatResponse
 from raft.node import NodeConfig, RaftNode
 from tests.raft.test_node import SECRET, ListStateMachine, free_ports
 
@@ -124,6 +125,95 @@ async def test_a_node_whose_clock_runs_ahead_of_a_quorum_fences_itself_until_fix
         clocks[bad.node_id].offset_ms = 0
         deadline = time.monotonic() + WAIT_S
         while bad.status().clock_fenced or not bad.ready_to_serve:
+            assert time.monotonic() < deadline, "the fence was not lifted once the clock was right"
+            await asyncio.sleep(0.02)
+    finally:
+        for n in nodes.values():
+            await n.stop()
+
+
+async def _follower_and_leader(nodes: dict[int, RaftNode]) -> tuple[RaftNode, RaftNode]:
+    leader = await _leader(nodes)
+    follower = next(n for n in nodes.values() if n is not leader)
+    deadline = time.monotonic() + WAIT_S
+    while follower.status().core.leader != leader.node_id:
+        assert time.monotonic() < deadline, "the follower did not learn its leader"
+        await asyncio.sleep(0.02)
+    return follower, leader
+
+
+async def test_a_delayed_heartbeat_is_not_mistaken_for_a_clock_offset(tmp_path: Path) -> None:
+    """A heartbeat that spent 10 s in a queue (a partition healing) says the leader's clock
+    was 10 s behind ours when it arrived: a lower bound on the offset, not a measurement. It
+    must not fence a follower whose clock is right (it did: every node fenced, no leader)."""
+    nodes, _ = _cluster(tmp_path)
+    for n in nodes.values():
+        await n.start()
+    try:
+        follower, leader = await _follower_and_leader(nodes)
+        delayed = Heartbeat(
+            src=leader.node_id,
+            dst=follower.node_id,
+            term=leader.status().core.term,
+            commit=0,
+            clock_ms=follower.clock.physical_now_ms() - 10_000,
+        )
+        follower._sample_clock(delayed)  # no await between: no real heartbeat overwrites it
+        follower._check_own_clock()
+        assert not follower.clock_fenced, follower.clock_fenced
+        # A round trip that proves the same offset does fence: the evidence, not the lag.
+        now = follower.clock.physical_now_ms()
+        proven = HeartbeatResponse(
+            src=leader.node_id,
+            dst=follower.node_id,
+            term=leader.status().core.term,
+            clock_ms=now - 10_000,
+            echo_ms=now - 2,
+        )
+        follower._sample_clock(proven)
+        follower._check_own_clock()
+        assert "ahead of its leader" in follower.clock_fenced
+    finally:
+        for n in nodes.values():
+            await n.stop()
+
+
+async def test_a_fence_by_a_quorum_lapses_when_its_evidence_goes_stale(tmp_path: Path) -> None:
+    """With every node fenced there is no leader and no heartbeat to lift a fence: it must end
+    once the samples it rested on are stale, or the cluster is wedged for good."""
+    nodes, _ = _cluster(tmp_path)
+    for n in nodes.values():
+        await n.start()
+    try:
+        follower, _leader_node = await _follower_and_leader(nodes)
+        follower._fence("test: ahead of 2 of its 2 fellow voters", by_quorum=True)
+        follower._peer_clocks.clear()  # what staleness looks like: no fresh sample at all
+        follower._check_own_clock()
+        assert not follower.clock_fenced
+    finally:
+        for n in nodes.values():
+            await n.stop()
+
+
+async def test_a_follower_whose_clock_runs_ahead_fences_itself(tmp_path: Path) -> None:
+    """A follower hears only heartbeats, which alone prove nothing about a clock ahead (their
+    delay is unknown); the leader's echo of the follower's last response closes the round
+    trip, so a follower 10 s ahead learns it and fences itself, while the cluster serves on."""
+    nodes, clocks = _cluster(tmp_path)
+    for n in nodes.values():
+        await n.start()
+    try:
+        follower, _leader_node = await _follower_and_leader(nodes)
+        clocks[follower.node_id].offset_ms = 10_000
+        deadline = time.monotonic() + WAIT_S
+        while not follower.status().clock_fenced:
+            assert time.monotonic() < deadline, "the follower did not notice its clock runs ahead"
+            await asyncio.sleep(0.02)
+        assert not follower.ready_to_serve
+        await (await _leader(nodes, besides=follower.node_id)).propose(b"while fenced")
+        clocks[follower.node_id].offset_ms = 0
+        deadline = time.monotonic() + WAIT_S
+        while follower.status().clock_fenced or not follower.ready_to_serve:
             assert time.monotonic() < deadline, "the fence was not lifted once the clock was right"
             await asyncio.sleep(0.02)
     finally:

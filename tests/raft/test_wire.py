@@ -96,8 +96,12 @@ messages: st.SearchStrategy[Message] = st.one_of(
     st.builds(
         VoteResponse, src=ids, dst=ids, term=u64, granted=st.booleans(), pre_vote=st.booleans()
     ),
-    st.builds(Heartbeat, src=ids, dst=ids, term=u64, commit=u64, read_ctx=u64),
-    st.builds(HeartbeatResponse, src=ids, dst=ids, term=u64, read_ctx=u64),
+    st.builds(
+        Heartbeat, src=ids, dst=ids, term=u64, commit=u64, read_ctx=u64, clock_ms=u64, echo_ms=u64
+    ),
+    st.builds(
+        HeartbeatResponse, src=ids, dst=ids, term=u64, read_ctx=u64, clock_ms=u64, echo_ms=u64
+    ),
     st.builds(InstallSnapshot, src=ids, dst=ids, term=u64, snapshot=snapshots),
     st.builds(TimeoutNow, src=ids, dst=ids, term=u64),
 )

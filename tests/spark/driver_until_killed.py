@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from spark_bridge.client import SyncMetastoreClient
+from metastore.client import SyncMetastoreClient
 from spark_bridge.files import collect_files, new_attempt_dir
 from spark_bridge.session import BridgeSession
 from tests.spark.support import write_parquet

@@ -23,8 +23,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from metastore.client import SyncMetastoreClient
 from spark_bridge.bridge import MetastoreBridge
-from spark_bridge.client import SyncMetastoreClient
 from spark_bridge.files import DataFile, new_attempt_dir
 from tests.daemon.harness import MetastoreCluster
 

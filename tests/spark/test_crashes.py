@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
+from metastore.client import SyncMetastoreClient
 from metastore.errors import MetastoreError
-from spark_bridge.client import SyncMetastoreClient
 from spark_bridge.files import new_attempt_dir
 from tests.spark.support import (
     CLIENT_TIMEOUT_MS,

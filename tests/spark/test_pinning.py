@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from spark_bridge.bridge import MetastoreBridge, PinnedTable
-from tests.spark.support import SparkEnv, wait_until
+from tests.spark.support import SparkEnv, wait_until, write_attempt
 
 pytestmark = pytest.mark.slow
 
@@ -133,3 +133,27 @@ def test_two_drivers_on_different_nodes_agree_around_a_concurrent_alter(env: Spa
         assert a[1][TABLE].version == want, f"Top = Tu{top - tu:+d}"
         assert a[1][TABLE].struct == b[1][TABLE].struct
         assert ("late" in a[1][TABLE].struct.fieldNames()) == (top >= tu)
+
+
+def test_a_batch_lists_every_table_it_reads_in_one_request(env: SparkEnv) -> None:
+    """Planning pins (and leases) every table in one `pin`; the reads' file listings come in
+    one `files_multi`, not one `files` round trip per table."""
+    for table, row in ((TABLE, {"id": 1, "a": "x"}), (OTHER, {"k": 7})):
+        write, _ = write_attempt(env.client, table, f"lists-{table}", [row])
+        env.client.commit(f"lists-{table}", [write])
+    bridge = env.bridge(app_name="one-listing")
+    calls: list[str] = []
+    real_call = bridge.client.call
+
+    def recording_call(op: str, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        calls.append(op)
+        return real_call(op, *args, **kwargs)
+
+    bridge.client.call = recording_call  # type: ignore[method-assign]
+    with bridge.batch(reads=[TABLE, OTHER]) as b:
+        ids = [r["id"] for r in b.read(TABLE).select("id").collect()]
+        ks = [r["k"] for r in b.read(OTHER).collect()]
+        again = b.files(TABLE)[1]  # a second look lists that table alone
+    assert 1 in ids and ks == [7]
+    assert any(f["path"].startswith("_txn/lists-") for f in again)
+    assert calls == ["pin", "files_multi", "files_multi"], calls

@@ -27,10 +27,10 @@ import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 
+from metastore.client import SyncMetastoreClient
 from metastore.errors import BackfillIncompleteError
 from spark_bridge import backfill
 from spark_bridge.backfill import JobNotBackfillableError
-from spark_bridge.client import SyncMetastoreClient
 from spark_bridge.files import absolute, top_level_field_ids
 from tests.daemon.harness import metastore_cluster
 from tests.spark.support import SparkEnv, rows_of, wait_until

@@ -9,11 +9,11 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from metastore.client import SyncMetastoreClient
 from metastore.daemon.certs import generate_dev_certs
 from metastore.errors import TlsRequiredError
 from raft.tls import ClientTls, client_context
 from spark_bridge.bridge import MetastoreBridge
-from spark_bridge.client import SyncMetastoreClient
 from tests.daemon.harness import MetastoreCluster, write_cluster
 from tests.daemon.test_tls import tls_table
 

@@ -1,46 +1,43 @@
-"""Rows of a table's committed Parquet files, read with pyarrow (no Spark), for `table read`.
+"""Rows of a table's committed Parquet files, read with pyarrow (no Spark): the one reader behind
+`metastore table read` (the CLI) and `spark.read.format("metastore")` (the data source's tasks).
 
 Key idea
     The metastore says which files make up a table at a timestamp (`files`) and which schema was
     in force then (`schema_at`: columns with field ids and Spark SQL types). This module reads
-    exactly those files, in commit order, and shapes every batch like the pinned schema the way
-    `spark_bridge.datasource` does for Spark:
+    exactly those files, in commit order, and shapes every batch like the pinned schema, the same
+    way for every reader that does not run Spark SQL:
     * a column is found in a file by its Parquet field id (`PARQUET:field_id`), so a column
       renamed after the file was written still yields its data;
     * only a file written without any field ids is matched by name (case-insensitively);
-    * a pinned column the file does not have (added later) reads as NULL;
+    * a pinned column the file does not have (added later) reads as its DEFAULT (Spark's
+      existence default, `metastore.client.defaults`), or NULL when it has none;
     * a column whose type was widened since (INT -> BIGINT, ...) is cast to the pinned type.
-    Nested fields are cast as a whole, as the data source does (the protocol's type strings carry
-    no nested field ids).
+    Nested fields are cast as a whole (the protocol's type strings carry no nested field ids).
 
 Invariants
     * Only listed files are opened; directories are never listed, so files no commit references
       (an aborted batch's output) are never shown.
-    * Reading stops as soon as `limit` rows are in hand: a large table costs one batch, not a scan.
+    * Only the matched columns are decoded, at most READ_BATCH_ROWS_MAX rows at a time, and
+      reading stops as soon as the rows wanted are in hand: a `--limit` on a large table costs
+      one batch, and a data source task holds one batch of its file in memory, not the file.
     * The result has exactly the pinned columns, in pinned order, with the pinned types.
-    * Every pyarrow failure becomes a typed `CliError` naming the file.
+    * Every pyarrow failure becomes a typed `DataReadError` naming the file.
+    * No PySpark: the CLI reads tables on machines without a JVM.
 """
 
 from __future__ import annotations
 
-import base64
-import datetime as dt
-import json
-import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from decimal import Decimal
-from typing import Any, Final
+from typing import Any, ClassVar, Final
 
 import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from cli.errors import EXIT_GENERIC, EXIT_NOT_FOUND, EXIT_USAGE, CliError
 from metastore import types as M
-from metastore.errors import MetastoreError
-from spark_bridge.defaults import DefaultNotEvaluableError, default_array
-from spark_bridge.files import absolute
+from metastore.client.defaults import DefaultNotEvaluableError, default_array
+from metastore.errors import InvalidArgumentError, MetastoreError
 
 # The key under which pyarrow exposes a Parquet column's field id (as Spark writes it).
 FIELD_ID_KEY: Final = b"PARQUET:field_id"
@@ -50,31 +47,36 @@ READ_BATCH_ROWS_MAX: Final = 8192
 _S3_ALIASES: Final = ("s3a://", "s3n://")
 
 
-class DataFileNotFoundError(CliError):
+class DataReadError(Exception):
+    """A committed table's data could not be read as pinned. Local to the reader (no wire code):
+    the CLI maps `code` to its exit code, the data source lets Spark report it."""
+
+    code: ClassVar[str] = "DATA_READ_FAILED"
+
+    def __init__(self, message: str, *, path: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.path = path
+
+
+class DataFileNotFoundError(DataReadError):
     """A file the metastore lists as committed is not at its location (deleted by hand, or the
     warehouse is not reachable from here)."""
 
-    def __init__(self, message: str, *, path: str) -> None:
-        super().__init__(
-            "DATA_FILE_NOT_FOUND", message, exit_code=EXIT_NOT_FOUND, details={"path": path}
-        )
+    code = "DATA_FILE_NOT_FOUND"
 
 
-class DataFileUnreadableError(CliError):
+class DataFileUnreadableError(DataReadError):
     """A committed file is not valid Parquet, or a column cannot be converted to its pinned
     type."""
 
-    def __init__(self, message: str, *, path: str) -> None:
-        super().__init__(
-            "DATA_FILE_UNREADABLE", message, exit_code=EXIT_GENERIC, details={"path": path}
-        )
+    code = "DATA_FILE_UNREADABLE"
 
 
-class UnsupportedSchemaError(CliError):
-    """The pinned schema has a type this reader cannot represent."""
+class UnsupportedSchemaError(DataReadError):
+    """The pinned schema has a type (or a DEFAULT) this reader cannot represent."""
 
-    def __init__(self, message: str) -> None:
-        super().__init__("UNSUPPORTED_SCHEMA", message, exit_code=EXIT_GENERIC)
+    code = "UNSUPPORTED_SCHEMA"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -125,7 +127,8 @@ _PRIMITIVES: Final[Mapping[M.Primitive, pa.DataType]] = {
 
 
 def arrow_type(dtype: M.DataType) -> pa.DataType:
-    """The Arrow type Spark's Arrow conversion uses for a metastore type."""
+    """The Arrow type Spark's Arrow conversion uses for a metastore type (with TIMESTAMP in UTC,
+    the zone Spark's Arrow batches carry instants in)."""
     match dtype:
         case M.PrimitiveType(kind=kind):
             return _PRIMITIVES[kind]
@@ -134,7 +137,9 @@ def arrow_type(dtype: M.DataType) -> pa.DataType:
         case M.VarcharType() | M.CharType():
             return pa.string()  # Spark reads VARCHAR/CHAR columns as STRING
         case M.ArrayType(element=element):
-            return pa.list_(arrow_type(element))
+            # Named as Spark's own Arrow conversion names it (the data source hands these
+            # batches to Spark).
+            return pa.list_(pa.field("element", arrow_type(element)))
         case M.MapType(key=key, value=value):
             return pa.map_(arrow_type(key), arrow_type(value))
         case M.StructType(fields=fields):
@@ -176,8 +181,8 @@ def read_rows(
 ) -> ReadResult:
     """The first `limit` rows of `files` (the `files` op's list, paths relative to `location`),
     shaped like `columns`. Files are read in the order given (commit order)."""
-    if limit < 1:
-        raise CliError("USAGE", f"limit must be at least 1, not {limit}", exit_code=EXIT_USAGE)
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        raise InvalidArgumentError(f"limit must be an integer of at least 1, not {limit!r}")
     target = arrow_schema(columns)
     if files and not location:
         raise DataFileUnreadableError(
@@ -192,7 +197,7 @@ def read_rows(
             break
         path = absolute(location, str(entry["path"]))
         opened += 1
-        for batch in _file_batches(path, target, columns, rows_wanted=limit - have):
+        for batch in file_batches(path, columns, target=target, rows_wanted=limit - have):
             batches.append(batch)
             have += batch.num_rows
             if have >= limit:
@@ -201,51 +206,77 @@ def read_rows(
     return ReadResult(rows=table.slice(0, limit), files_opened=opened)
 
 
-def _file_batches(
-    path: str, target: pa.Schema, columns: Sequence[PinnedColumn], *, rows_wanted: int
-) -> list[pa.RecordBatch]:
-    """Batches of one file conformed to `target`, stopping once `rows_wanted` rows are read."""
+def file_batches(
+    path: str,
+    columns: Sequence[PinnedColumn],
+    *,
+    target: pa.Schema | None = None,
+    rows_wanted: int | None = None,
+) -> Iterator[pa.RecordBatch]:
+    """The rows of one file (an absolute path or URI) conformed to `columns`, in batches of at
+    most READ_BATCH_ROWS_MAX rows; stops once `rows_wanted` rows are read (None: the whole
+    file). `target` is `arrow_schema(columns)`, passed by callers that read many files."""
+    if rows_wanted is not None and (
+        isinstance(rows_wanted, bool) or not isinstance(rows_wanted, int) or rows_wanted < 1
+    ):
+        raise InvalidArgumentError(f"rows_wanted must be at least 1 or None, not {rows_wanted!r}")
+    schema = arrow_schema(columns) if target is None else target
     fs, fs_path = _filesystem(path)
     try:
         with fs.open_input_file(fs_path) as source:
             parquet = pq.ParquetFile(source)
-            file_schema = parquet.schema_arrow
-            by_id: dict[int, str] = {}
-            by_name: dict[str, str] = {}
-            for f in file_schema:
-                fid = (f.metadata or {}).get(FIELD_ID_KEY)
-                if fid is not None:
-                    by_id[int(fid)] = f.name
-                by_name.setdefault(f.name.casefold(), f.name)
-            sources: list[str | None] = []
-            for c in columns:
-                found = by_id.get(c.field_id)
-                if found is None and not by_id:
-                    found = by_name.get(c.name.casefold())  # a file written without field ids
-                sources.append(found)
+            sources = _match_columns(parquet.schema_arrow, columns, path)
+            file_rows = int(parquet.metadata.num_rows)
+            left = file_rows if rows_wanted is None else min(rows_wanted, file_rows)
             wanted = sorted({s for s in sources if s is not None})
             if not wanted:
-                # Every pinned column was added after this file was written: all NULL.
-                rows = min(rows_wanted, parquet.metadata.num_rows)
+                # Every pinned column was added after this file was written: only defaults.
                 empty = pa.record_batch([], schema=pa.schema([]))
-                if not rows:
-                    return []
-                return [_conform(empty, target, columns, sources, path, rows=rows)]
-            out: list[pa.RecordBatch] = []
-            have = 0
-            batch_rows = min(rows_wanted, READ_BATCH_ROWS_MAX)
+                while left > 0:
+                    rows = min(left, READ_BATCH_ROWS_MAX)
+                    yield _conform(empty, schema, columns, sources, path, rows=rows)
+                    left -= rows
+                return
+            batch_rows = max(1, min(left, READ_BATCH_ROWS_MAX))
             for batch in parquet.iter_batches(batch_size=batch_rows, columns=wanted):
-                out.append(_conform(batch, target, columns, sources, path, rows=batch.num_rows))
-                have += batch.num_rows
-                if have >= rows_wanted:
+                if left <= 0:
                     break
-            return out
+                if batch.num_rows > left:
+                    batch = batch.slice(0, left)
+                yield _conform(batch, schema, columns, sources, path, rows=batch.num_rows)
+                left -= batch.num_rows
     except FileNotFoundError:
         raise DataFileNotFoundError(
             f"committed data file {path} does not exist", path=path
         ) from None
     except (pa.ArrowException, OSError) as exc:
         raise DataFileUnreadableError(f"cannot read {path}: {exc}", path=path) from None
+
+
+def _match_columns(
+    file_schema: pa.Schema, columns: Sequence[PinnedColumn], path: str
+) -> list[str | None]:
+    """For each pinned column, the name of the file's column holding it, or None (added after
+    the file was written). By field id; by name only in a file without any field ids."""
+    by_id: dict[int, str] = {}
+    by_name: dict[str, str] = {}
+    for f in file_schema:
+        fid = (f.metadata or {}).get(FIELD_ID_KEY)
+        if fid is not None:
+            try:
+                by_id[int(fid)] = f.name
+            except ValueError:
+                raise DataFileUnreadableError(
+                    f"column {f.name!r} of {path} has a malformed field id {fid!r}", path=path
+                ) from None
+        by_name.setdefault(f.name.casefold(), f.name)
+    sources: list[str | None] = []
+    for c in columns:
+        found = by_id.get(c.field_id)
+        if found is None and not by_id:
+            found = by_name.get(c.name.casefold())  # a file written without field ids
+        sources.append(found)
+    return sources
 
 
 def _conform(
@@ -298,44 +329,8 @@ def _filesystem(path: str) -> tuple[pafs.FileSystem, str]:
     return fs, fs_path
 
 
-# ---- values for printing ---------------------------------------------------------------------
-
-
-def json_value(value: object) -> object:
-    """A value of `Table.to_pylist()` as JSON: decimals as strings (no precision lost), times as
-    ISO-8601, binary as base64, maps as objects when every key is a string, NaN/infinities as
-    strings (JSON has no literal for them)."""
-    if value is None or isinstance(value, bool | int | str):
-        return value
-    if isinstance(value, float):
-        return value if math.isfinite(value) else str(value)
-    if isinstance(value, Decimal):
-        return str(value)
-    if isinstance(value, dt.datetime | dt.date | dt.time):
-        return value.isoformat()
-    if isinstance(value, bytes):
-        return base64.b64encode(value).decode("ascii")
-    if isinstance(value, dict):
-        return {str(k): json_value(v) for k, v in value.items()}
-    if isinstance(value, list):
-        if value and all(isinstance(p, tuple) and len(p) == 2 for p in value):
-            # pyarrow gives a MAP as a list of (key, value) pairs.
-            if all(isinstance(k, str) for k, _ in value):
-                return {k: json_value(v) for k, v in value}
-            return [{"key": json_value(k), "value": json_value(v)} for k, v in value]
-        return [json_value(v) for v in value]
-    return str(value)
-
-
-def text_value(value: object) -> str:
-    """A value as one table cell: NULL for null (as Spark's show prints it), JSON for nested."""
-    if value is None:
-        return "NULL"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, float):
-        return repr(value)
-    shown = json_value(value)
-    if isinstance(shown, str):
-        return shown
-    return json.dumps(shown, sort_keys=True, ensure_ascii=False)
+def absolute(location: str, rel_path: str) -> str:
+    """A committed file's path: relative paths are under the table's location."""
+    if rel_path.startswith("/") or "://" in rel_path:
+        return rel_path
+    return f"{location.rstrip('/')}/{rel_path}"

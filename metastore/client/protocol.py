@@ -88,6 +88,7 @@ from raft.tls import ClientTls
 __all__ = [
     "ATTEMPTS_MAX",
     "CONNECT_TIMEOUT_MS",
+    "HELLO_TIMEOUT_MS",
     "DEFAULT_TIMEOUT_MS",
     "ENDPOINTS_MAX",
     "EndpointResult",
@@ -96,7 +97,7 @@ __all__ = [
     "parse_endpoint",
 ]
 
-log = logging.getLogger("spark_bridge.client")
+log = logging.getLogger("metastore.client")
 
 # ---- limits ----------------------------------------------------------------------------------
 # Protocol limits (frame size, in-flight requests, server wait bounds) come from the daemon's
@@ -108,7 +109,10 @@ DEFAULT_TIMEOUT_MS: Final = 10_000
 # The longest a caller may ask one call to take.
 TIMEOUT_MS_MAX: Final = 10 * 60 * 1000
 # One TCP connect + `hello` must finish within this (and within the call's own deadline).
-CONNECT_TIMEOUT_MS: Final = 3_000
+# A TCP connect, then the hello on it, each bounded on its own: a node behind a partition (or a
+# proxy that accepts and holds) must cost a failing-over call seconds at most, not its budget.
+CONNECT_TIMEOUT_MS: Final = 1_500
+HELLO_TIMEOUT_MS: Final = 1_000
 # A cluster has at most 7 nodes (daemon config NODES_MAX); leave room for a migration.
 ENDPOINTS_MAX: Final = 16
 ENDPOINT_CHARS_MAX: Final = 300
@@ -119,6 +123,10 @@ ENDPOINT_CHARS_MAX: Final = 300
 # (Three rounds paused 0.1-0.15 s in all: commits failed with UNAVAILABLE while the followers
 # still pointed at the killed leader.)
 ATTEMPTS_MAX: Final = 18
+# A repeatable request unanswered this long is checked on with a `safe_time` on its connection;
+# no answer to that within the probe timeout closes the connection (see _attempt).
+LIVENESS_PROBE_AFTER_MS: Final = 500
+LIVENESS_PROBE_TIMEOUT_MS: Final = 500
 # Pause between rounds over the endpoints: doubles from MIN up to MAX, with jitter in the upper
 # half (so the total pause over the rounds has a floor, not just a ceiling).
 RETRY_BACKOFF_MS_MIN: Final = 50
@@ -139,6 +147,7 @@ FILES_PAGE_LIMIT: Final = 10_000
 SESSION_PAGE_LIMIT = 1_000
 LEASE_PAGE_LIMIT = 1_000
 GC_STATUS_PAGE_LIMIT = 500
+TABLES_PAGE_LIMIT = 5_000
 PAGES_MAX = 100_000
 # How long one `watch` call waits for the next event before the client asks again.
 WATCH_WAIT_MS = 10_000
@@ -173,6 +182,7 @@ _READ_OPS: Final = frozenset(
         "safe_time",
         "status",
         "files",
+        "files_multi",
         "txn_log",
         "session_list",
         "lease_list",
@@ -546,6 +556,40 @@ class MetastoreClient:
             out["next_page_token"] = None  # the caller has every page
         return out
 
+    async def files_multi(self, tables: list[str], as_of: int | None = None) -> dict[str, Any]:
+        """`files` of several tables at one `as_of` (default: the node's safe time) in one
+        request; a table whose listing did not fit that reply is continued with `files` pages
+        of the same moment. Returns `as_of`, `waited_ms` and `listings`: one complete listing
+        per table, in the order asked (each shaped like a `files` result), or `{table, error}`
+        for a table that could not be listed (`MetastoreError.from_wire(error)` rebuilds it)."""
+        args: dict[str, Any] = {"tables": list(tables), "limit": FILES_PAGE_LIMIT}
+        if as_of is not None:
+            args["as_of"] = as_of
+        first = await self.call("files_multi", args)
+        listings = []
+        for listing in first.get("listings", []):
+            if "error" in listing:
+                listings.append(listing)  # that table's typed error, as data
+                continue
+            files = list(listing.get("files", []))
+            token = listing.get("next_page_token")
+            for _ in range(PAGES_MAX):
+                if not token:
+                    break
+                page = await self.call(
+                    "files",
+                    {"table": listing["table"], "limit": FILES_PAGE_LIMIT, "page_token": token},
+                )
+                files.extend(page.get("files", []))
+                token = page.get("next_page_token")
+            if token:
+                raise LimitExceededError(
+                    f"files of {listing['table']}: more than {PAGES_MAX} pages",
+                    details={"op": "files", "table": listing["table"]},
+                )
+            listings.append({**listing, "files": files, "next_page_token": None})
+        return {**first, "listings": listings}
+
     async def committed_txn(self, txn_id: str, *, stream: str | None = None) -> dict[str, Any]:
         """The commit record of `txn_id` (`txn`, None if it never committed or is older than the
         remembered window, whose oldest commit ts comes back too) and, with `stream`, that
@@ -840,11 +884,17 @@ class MetastoreClient:
     async def list_namespaces(self, as_of: int | None = None) -> dict[str, Any]:
         return await self.call("list_namespaces", {} if as_of is None else {"as_of": as_of})
 
-    async def list_tables(self, namespace: str, as_of: int | None = None) -> dict[str, Any]:
-        args: dict[str, Any] = {"namespace": namespace}
+    async def list_tables(
+        self, namespace: str | None = None, as_of: int | None = None
+    ) -> dict[str, Any]:
+        """The tables of `namespace` (None: of every namespace), live now or existing at
+        `as_of`, by full name; follows the server's pages."""
+        args: dict[str, Any] = {"limit": TABLES_PAGE_LIMIT}
+        if namespace is not None:
+            args["namespace"] = namespace
         if as_of is not None:
             args["as_of"] = as_of
-        return await self.call("list_tables", args)
+        return await self._all_pages("list_tables", args, ("tables",))
 
     async def safe_time(self, endpoint: str | None = None) -> dict[str, Any]:
         return await self.call("safe_time", {}, endpoint=endpoint)
@@ -985,7 +1035,7 @@ class MetastoreClient:
                         next_endpoint = order[attempt % len(order)]
                     target, next_endpoint = next_endpoint, None
                     try:
-                        reply = await self._attempt(target, op, args)
+                        reply = await self._attempt(target, op, args, probe=repeatable)
                     except _EndpointFailure as exc:
                         failures[target] = exc.reason
                         connection_failed = True
@@ -1033,9 +1083,41 @@ class MetastoreClient:
             details={"op": op, "endpoints": failures},
         )
 
-    async def _attempt(self, endpoint: str, op: str, args: Mapping[str, Any]) -> dict[str, Any]:
+    async def _attempt(
+        self, endpoint: str, op: str, args: Mapping[str, Any], *, probe: bool
+    ) -> dict[str, Any]:
+        """One request to one endpoint. With `probe` (a repeatable op), a request still
+        unanswered after LIVENESS_PROBE_AFTER_MS is checked on: a `safe_time` on the same
+        connection must answer within LIVENESS_PROBE_TIMEOUT_MS, or the connection is taken
+        for dead (a partition, a hung node) and closed, so the caller retries elsewhere at
+        once instead of spending its whole budget on a path that will never answer. A slow
+        op (a DDL waiting for leases) on a live node keeps waiting."""
         conn = await self._connection(endpoint)
-        return await conn.request(op, args)
+        if not probe:
+            return await conn.request(op, args)
+        request = asyncio.ensure_future(conn.request(op, args))
+        try:
+            while True:
+                done, _ = await asyncio.wait({request}, timeout=LIVENESS_PROBE_AFTER_MS / 1000)
+                if done:
+                    return request.result()
+                if not await self._answers(conn):
+                    conn.close(
+                        f"no answer to a liveness probe within {LIVENESS_PROBE_TIMEOUT_MS} ms"
+                    )
+                    return await request  # fails with _EndpointFailure(sent=True)
+        finally:
+            if not request.done():
+                request.cancel()
+
+    @staticmethod
+    async def _answers(conn: _Connection) -> bool:
+        try:
+            async with asyncio.timeout(LIVENESS_PROBE_TIMEOUT_MS / 1000):
+                await conn.request("safe_time", {})
+        except (TimeoutError, _EndpointFailure):
+            return False
+        return True
 
     async def _connection(self, endpoint: str) -> _Connection:
         conn = self._connections.get(endpoint)
@@ -1070,7 +1152,7 @@ class MetastoreClient:
             raise _EndpointFailure(_describe_os_error(exc), sent=False) from None
         conn = _Connection(endpoint, reader, writer, self._observe_reply)
         try:
-            async with asyncio.timeout(CONNECT_TIMEOUT_MS / 1000):
+            async with asyncio.timeout(HELLO_TIMEOUT_MS / 1000):
                 reply = await conn.request(
                     "hello", {"token": self.token or "", "client": self.client_name}
                 )
@@ -1285,6 +1367,9 @@ class SyncMetastoreClient:
     def txn_log(self, limit: int = 20) -> dict[str, Any]:
         return self._sync(self._client.txn_log, limit)
 
+    def files_multi(self, tables: list[str], as_of: int | None = None) -> dict[str, Any]:
+        return self._sync(self._client.files_multi, tables, as_of)
+
     def committed_txn(self, txn_id: str, *, stream: str | None = None) -> dict[str, Any]:
         return self._sync(self._client.committed_txn, txn_id, stream=stream)
 
@@ -1363,7 +1448,7 @@ class SyncMetastoreClient:
     def list_namespaces(self, as_of: int | None = None) -> dict[str, Any]:
         return self._sync(self._client.list_namespaces, as_of)
 
-    def list_tables(self, namespace: str, as_of: int | None = None) -> dict[str, Any]:
+    def list_tables(self, namespace: str | None = None, as_of: int | None = None) -> dict[str, Any]:
         return self._sync(self._client.list_tables, namespace, as_of)
 
     def safe_time(self, endpoint: str | None = None) -> dict[str, Any]:

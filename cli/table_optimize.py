@@ -1,0 +1,153 @@
+"""`metastore table optimize NS.T`: rewrite a table's small files into larger ones with Spark.
+
+Streaming writers commit a few small files per micro-batch; this command reads the small ones
+and writes them back as files of about `--target-file-size`, one atomic commit per chunk that
+removes the old files and adds the new ones (`spark_bridge.optimize`). Readers see the same rows
+at every timestamp, and a concurrent writer is never lost: a commit that touched one of the
+files first makes the chunk's commit fail whole, and the chunk is planned again.
+
+It runs Spark in this process (cli.spark_run). It needs pyspark and a writer token.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import Any, Final
+
+import click
+
+from cli.context import app
+from cli.output import emit, end_progress, kv_table, progress
+from cli.spark_run import require_token, run_with_bridge
+
+_SIZE_UNITS: Final = {
+    "": 1,
+    "b": 1,
+    "k": 1000,
+    "kb": 1000,
+    "kib": 1024,
+    "m": 1000**2,
+    "mb": 1000**2,
+    "mib": 1024**2,
+    "g": 1000**3,
+    "gb": 1000**3,
+    "gib": 1024**3,
+}
+_SIZE_RE: Final = re.compile(r"^\s*(\d+)\s*([a-zA-Z]*)\s*$")
+
+
+class ByteSize(click.ParamType):
+    """A size in bytes: 134217728, 128MiB, 128MB (decimal), 1GiB."""
+
+    name = "SIZE"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        if isinstance(value, int):
+            return value
+        m = _SIZE_RE.match(str(value))
+        unit = m.group(2).lower() if m else None
+        if m is None or unit not in _SIZE_UNITS:
+            self.fail(
+                f"{value!r} is not a size: use bytes or a number with B, KB, KiB, MB, MiB, GB "
+                "or GiB (e.g. 128MiB)",
+                param,
+                ctx,
+            )
+        return int(m.group(1)) * _SIZE_UNITS[unit]
+
+
+@click.command("optimize")
+@click.argument("table")
+@click.option(
+    "--target-file-size",
+    "target_file_bytes",
+    type=ByteSize(),
+    default="128MiB",
+    show_default=True,
+    help="Size of the files to write.",
+)
+@click.option(
+    "--small-file-size",
+    "small_file_bytes",
+    type=ByteSize(),
+    default=None,
+    help="Files below this size are rewritten (default: 3/4 of the target).",
+)
+@click.option(
+    "--min-files",
+    type=click.IntRange(min=2),
+    default=2,
+    show_default=True,
+    help="Do nothing unless at least this many small files are live.",
+)
+@click.option(
+    "--dry-run", is_flag=True, help="Only say what would be rewritten; commit nothing (no Spark)."
+)
+@click.option(
+    "--master",
+    default="local[2]",
+    show_default=True,
+    help="Spark master URL of the session to start (ignored when one is already active).",
+)
+@click.pass_context
+def table_optimize(
+    ctx: click.Context,
+    table: str,
+    target_file_bytes: int,
+    small_file_bytes: int | None,
+    min_files: int,
+    dry_run: bool,
+    master: str,
+) -> None:
+    """Rewrite TABLE's small files into files of about --target-file-size.
+
+    Each chunk (at most 1,000 files) is one atomic commit that removes the small files and adds
+    the rewritten ones; readers see the same rows before and after, at every timestamp.
+    Progress goes to stderr; the result to stdout (-o json for a document). Exit 5 when a
+    commit was refused every time it was planned (another writer kept removing the files).
+    """
+    a = app(ctx)
+    if dry_run:
+        result = _dry_run(a, table, target_file_bytes, small_file_bytes, min_files)
+    else:
+        token = require_token(a.resolve_token(), "optimize")
+        try:
+            result = run_with_bridge(
+                endpoints=a.endpoints(),
+                token=token,
+                request_timeout_ms=a.timeout_ms,
+                master=master,
+                app_name=f"metastore-optimize-{table}",
+                body=lambda bridge: bridge.optimize(
+                    table,
+                    target_file_bytes=target_file_bytes,
+                    small_file_bytes=small_file_bytes,
+                    min_files=min_files,
+                    progress=lambda text: progress(text),
+                ),
+            )
+        finally:
+            end_progress()
+    document = dataclasses.asdict(result)
+    document["summary"] = result.line()
+    emit(a.output, document, lambda: [kv_table(document, title=f"optimize {table}")])
+
+
+def _dry_run(
+    a: Any, table: str, target_file_bytes: int, small_file_bytes: int | None, min_files: int
+) -> Any:
+    """The listing and the arithmetic only: no Spark, no session, nothing written."""
+    from cli.errors import EXIT_CODE_BY_ERROR, EXIT_GENERIC, fail
+    from spark_bridge.optimize import OptimizeError, OptimizeRun
+
+    try:
+        return OptimizeRun(
+            a.client(),
+            table,
+            target_file_bytes=target_file_bytes,
+            small_file_bytes=small_file_bytes,
+            min_files=min_files,
+        ).dry()
+    except OptimizeError as exc:
+        fail(exc.code, exc.message, EXIT_CODE_BY_ERROR.get(exc.code, EXIT_GENERIC), exc.details)

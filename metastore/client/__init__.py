@@ -1,0 +1,63 @@
+"""The metastore's protocol client: docs/protocol.md spoken from any Python process.
+
+Key idea
+    One client for every user of the cluster: the CLI (`cli/`), the Spark bridge
+    (`spark_bridge/`), the benchmarks and the tests. It lives beside the daemon whose protocol it
+    speaks, not in the Spark package, so a process that only talks to the catalog (the CLI, an
+    operator's script) never pays for, or needs, PySpark.
+
+Codemap
+    protocol    `MetastoreClient` (asyncio) and `SyncMetastoreClient` (blocking, thread-safe):
+                pipelining, failover across nodes, retries that are safe to repeat, and every
+                reply's timestamp fed to the caller's hybrid logical clock.
+    parquet     the one reader of a table's committed Parquet files without Spark (pyarrow):
+                the CLI's `table read` and the data source's tasks both read through it.
+                Imported on its own (`metastore.client.parquet`): pyarrow is not loaded by
+                `import metastore.client`.
+    defaults    a column's DEFAULT (Spark's existence default) for rows of older files.
+
+Invariants (absences included)
+    * Nothing on this package's import path imports pyspark (tests/client checks it in a fresh
+      interpreter). The client depends only on `hlc`, `raft.framing`, `raft.tls` (its TLS
+      options, `ClientTls`, re-exported here) and the daemon's shared limits and errors.
+    * Unlike the catalog state machine around it, this package does I/O: sockets, threads and
+      the machine's clock (through `hlc.SystemClock`). It is a shell, like `metastore.daemon`.
+"""
+
+from __future__ import annotations
+
+from metastore.client.protocol import (
+    ATTEMPTS_MAX,
+    CONNECT_TIMEOUT_MS,
+    DDL_BLOCKED_RETRY_MS,
+    DDL_WAIT_MS_DEFAULT,
+    DEFAULT_TIMEOUT_MS,
+    ENDPOINTS_MAX,
+    FILES_PAGE_LIMIT,
+    TIMEOUT_MS_MAX,
+    EndpointResult,
+    MetastoreClient,
+    SyncMetastoreClient,
+    parse_endpoint,
+    quote_ident,
+    quote_string,
+)
+from raft.tls import ClientTls
+
+__all__ = [
+    "ATTEMPTS_MAX",
+    "ClientTls",
+    "CONNECT_TIMEOUT_MS",
+    "DDL_BLOCKED_RETRY_MS",
+    "DDL_WAIT_MS_DEFAULT",
+    "DEFAULT_TIMEOUT_MS",
+    "ENDPOINTS_MAX",
+    "FILES_PAGE_LIMIT",
+    "TIMEOUT_MS_MAX",
+    "EndpointResult",
+    "MetastoreClient",
+    "SyncMetastoreClient",
+    "parse_endpoint",
+    "quote_ident",
+    "quote_string",
+]

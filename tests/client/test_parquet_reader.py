@@ -1,0 +1,214 @@
+"""The one Parquet reader (metastore.client.parquet) as both of its users drive it: the CLI's
+`read_rows` (a row limit over many files) and the data source's `MetastoreReader.read` (whole
+files, one per Spark task). Same rules for both: columns by field id, widened types cast,
+DEFAULTs for rows of files older than the column, bounded batches, typed errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Final
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from metastore.client.parquet import (
+    FIELD_ID_KEY,
+    READ_BATCH_ROWS_MAX,
+    DataFileNotFoundError,
+    DataFileUnreadableError,
+    DataReadError,
+    PinnedColumn,
+    UnsupportedSchemaError,
+    file_batches,
+    read_rows,
+)
+from metastore.errors import InvalidArgumentError
+
+ROWS: Final = READ_BATCH_ROWS_MAX * 2 + 5
+# Wire columns (the protocol's `schema.columns`): `id` was INT when the file was written and
+# renamed from `key`; `n` was added later with a DEFAULT; `s` was added later without one.
+WIRE_COLUMNS: Final = [
+    {"field_id": 1, "name": "id", "type": "BIGINT", "nullable": False},
+    {"field_id": 2, "name": "n", "type": "INT", "nullable": True, "default": "40 + 2"},
+    {"field_id": 3, "name": "s", "type": "STRING", "nullable": True},
+]
+
+
+def write(path: Path, columns: dict[str, tuple[pa.DataType, int | None, list[Any]]]) -> str:
+    fields = [
+        pa.field(name, t, metadata=None if fid is None else {FIELD_ID_KEY: str(fid).encode()})
+        for name, (t, fid, _) in columns.items()
+    ]
+    arrays = [pa.array(values, type=t) for t, _, values in columns.values()]
+    pq.write_table(pa.Table.from_arrays(arrays, schema=pa.schema(fields)), path)
+    return str(path)
+
+
+@pytest.fixture
+def old_file(tmp_path: Path) -> str:
+    return write(tmp_path / "old.parquet", {"key": (pa.int32(), 1, list(range(ROWS)))})
+
+
+def expected(rows: int) -> list[dict[str, Any]]:
+    return [{"id": i, "n": 42, "s": None} for i in range(rows)]
+
+
+def test_whole_file_in_bounded_batches(old_file: str) -> None:
+    columns = [PinnedColumn.from_wire(c) for c in WIRE_COLUMNS]
+    batches = list(file_batches(old_file, columns))
+    assert all(b.num_rows <= READ_BATCH_ROWS_MAX for b in batches)
+    assert len(batches) == 3
+    assert pa.Table.from_batches(batches).to_pylist() == expected(ROWS)
+
+
+def test_rows_wanted_stops_inside_a_batch(old_file: str) -> None:
+    columns = [PinnedColumn.from_wire(c) for c in WIRE_COLUMNS]
+    batches = list(file_batches(old_file, columns, rows_wanted=3))
+    assert pa.Table.from_batches(batches).to_pylist() == expected(3)
+
+
+def test_a_file_of_only_later_columns_reads_defaults_in_bounded_batches(tmp_path: Path) -> None:
+    path = write(tmp_path / "gone.parquet", {"gone": (pa.int64(), 9, [0] * ROWS)})
+    columns = [PinnedColumn.from_wire(c) for c in WIRE_COLUMNS[1:]]
+    batches = list(file_batches(path, columns))
+    assert [b.num_rows for b in batches] == [READ_BATCH_ROWS_MAX, READ_BATCH_ROWS_MAX, 5]
+    assert batches[0].to_pylist()[0] == {"n": 42, "s": None}
+
+
+def test_cli_and_data_source_read_the_same_rows(old_file: str, tmp_path: Path) -> None:
+    # The data source's task reader, driven without a JVM (its `read` is plain Python).
+    from spark_bridge.datasource import FilePartition, MetastoreReader
+
+    reader = MetastoreReader(files=[old_file], columns=list(WIRE_COLUMNS))
+    via_spark_task = pa.Table.from_batches(list(reader.read(FilePartition(old_file))))
+    columns = [PinnedColumn.from_wire(c) for c in WIRE_COLUMNS]
+    via_cli = read_rows(str(tmp_path), [{"path": "old.parquet"}], columns, limit=ROWS).rows
+    assert via_spark_task.to_pylist() == via_cli.to_pylist() == expected(ROWS)
+    assert via_spark_task.schema == via_cli.schema
+
+
+@pytest.mark.parametrize("limit", [0, -1, True, "5"])
+def test_bad_limit_is_a_typed_error(old_file: str, limit: Any) -> None:
+    columns = [PinnedColumn.from_wire(c) for c in WIRE_COLUMNS]
+    with pytest.raises(InvalidArgumentError, match="limit"):
+        read_rows("/x", [{"path": "old.parquet"}], columns, limit=limit)
+    with pytest.raises(InvalidArgumentError, match="rows_wanted"):
+        list(file_batches(old_file, columns, rows_wanted=limit))
+
+
+def test_failures_are_typed_and_name_the_file(tmp_path: Path) -> None:
+    columns = [PinnedColumn.from_wire(c) for c in WIRE_COLUMNS]
+    missing = str(tmp_path / "missing.parquet")
+    with pytest.raises(DataFileNotFoundError) as not_found:
+        list(file_batches(missing, columns))
+    assert not_found.value.path == missing and not_found.value.code == "DATA_FILE_NOT_FOUND"
+
+    garbage = tmp_path / "garbage.parquet"
+    garbage.write_bytes(b"not parquet")
+    with pytest.raises(DataFileUnreadableError, match=r"garbage\.parquet"):
+        list(file_batches(str(garbage), columns))
+
+    bad_id = tmp_path / "bad_id.parquet"
+    field = pa.field("id", pa.int64(), metadata={FIELD_ID_KEY: b"one"})
+    pq.write_table(pa.table([pa.array([1])], schema=pa.schema([field])), bad_id)
+    with pytest.raises(DataFileUnreadableError, match="malformed field id"):
+        list(file_batches(str(bad_id), columns))
+
+    text = write(tmp_path / "text.parquet", {"id": (pa.string(), 1, ["x"])})
+    with pytest.raises(DataFileUnreadableError, match="cannot be read as id int64"):
+        list(file_batches(text, columns))
+
+    unknowable = [
+        PinnedColumn(field_id=7, name="d", type_sql="DATE", nullable=True, default_sql="now()")
+    ]
+    with pytest.raises(UnsupportedSchemaError, match="now"):
+        list(file_batches(text, unknowable))
+    # One base class for the CLI to map.
+    assert issubclass(UnsupportedSchemaError, DataReadError)
+
+
+SPARK_TYPES: Final = [
+    "BOOLEAN",
+    "TINYINT",
+    "SMALLINT",
+    "INT",
+    "BIGINT",
+    "FLOAT",
+    "DOUBLE",
+    "STRING",
+    "BINARY",
+    "DATE",
+    "TIMESTAMP",
+    "TIMESTAMP_NTZ",
+    "DECIMAL(12,2)",
+    "VARCHAR(5)",
+    "CHAR(3)",
+    "ARRAY<STRING>",
+    "MAP<STRING, BIGINT>",
+    "STRUCT<k: BIGINT, v: STRING NOT NULL>",
+    "ARRAY<STRUCT<a: INT>>",
+    "MAP<STRING, ARRAY<INT>>",
+]
+
+
+def test_arrow_types_are_sparks_own_mapping() -> None:
+    """The batches the data source hands Spark have the types PySpark's own Arrow conversion
+    gives the pinned struct (TIMESTAMP in UTC, as Spark's Arrow batches carry instants)."""
+    from pyspark.sql.pandas.types import to_arrow_type
+
+    from metastore.client.parquet import arrow_schema
+    from spark_bridge.conform import pinned_struct
+
+    wire = [
+        {"field_id": i + 1, "name": f"c{i}", "type": t, "nullable": i % 2 == 0}
+        for i, t in enumerate(SPARK_TYPES)
+    ]
+    ours = arrow_schema([PinnedColumn.from_wire(c) for c in wire])
+    for field, spark_field in zip(ours, pinned_struct(wire).fields, strict=True):
+        spark_type = to_arrow_type(spark_field.dataType, timezone="UTC")
+        assert field.type.equals(spark_type), (field, spark_type)
+        assert field.nullable == spark_field.nullable
+
+
+def test_the_data_source_writer_stores_instants_whatever_the_local_zone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """PySpark gives a task TIMESTAMP values as naive datetimes in the worker's local time; the
+    writer stores the instant (pyarrow alone would take a naive value as UTC)."""
+    import datetime as dt
+    import time
+
+    from pyspark.sql import Row
+
+    from spark_bridge.datasource import MetastoreWriter
+
+    monkeypatch.setenv("TZ", "Asia/Tokyo")  # UTC+9, no daylight saving
+    time.tzset()
+    try:
+        columns = [
+            {"field_id": 1, "name": "id", "type": "BIGINT", "nullable": False},
+            {"field_id": 2, "name": "at", "type": "TIMESTAMP", "nullable": True},
+        ]
+        writer = MetastoreWriter(
+            endpoints=["127.0.0.1:1"],
+            token="t",
+            table="ns.t",
+            table_id=1,
+            version=1,
+            location=str(tmp_path),
+            columns=columns,
+            overwrite=False,
+            not_before=1,
+        )
+        local_wall_time = dt.datetime(2026, 11, 22, 19, 0, 0)  # 10:00 UTC in Tokyo
+        written = writer.write(iter([Row(id=1, at=local_wall_time), Row(id=2, at=None)]))
+    finally:
+        monkeypatch.delenv("TZ")
+        time.tzset()
+    pinned = [PinnedColumn.from_wire(c) for c in columns]
+    rows = read_rows(str(tmp_path), [{"path": written.path}], pinned, limit=5).rows.to_pylist()
+    assert rows == [
+        {"id": 1, "at": dt.datetime(2026, 11, 22, 10, 0, 0, tzinfo=dt.UTC)},
+        {"id": 2, "at": None},
+    ]
