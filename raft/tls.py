@@ -314,6 +314,7 @@ class TlsListener:
         self._accept_task: asyncio.Task[None] | None = None
         # Invariant: a task is here exactly while its connection is before or in its handshake.
         self._handshaking: set[asyncio.Task[None]] = set()
+        # Strong references to every connection's task: the event loop keeps only weak ones.
         self._handlers: set[asyncio.Task[None]] = set()
         self.refused_over_limit = 0
         self.handshakes_failed = 0
