@@ -39,12 +39,14 @@ sim: install
 	$(BIN)/python -m pytest tests/raft/test_simulation.py --sim-seeds=$(SEEDS) -q
 
 ## chaos: seeded fault schedules against real daemons (docs/chaos.md); make chaos SEEDS=1,2 DURATION=120
-## (FAULTS=process|network|overlap|all picks the family of faults; all by default)
+## (FAULTS=process|network|overlap|client|all picks the family of faults; all by default;
+## TLS=1 runs the nodes with mutual TLS between peers and TLS on the client ports)
 DURATION ?= 60
 FAULTS ?= all
+TLS ?= 0
 CHAOS_SEED_LIST = $(if $(filter command line environment,$(origin SEEDS)),$(SEEDS),1,2,3)
 chaos: install
-	CHAOS_SEEDS=$(CHAOS_SEED_LIST) CHAOS_DURATION_S=$(DURATION) CHAOS_FAULTS=$(FAULTS) $(BIN)/python -m pytest tests/chaos -q -s
+	CHAOS_SEEDS=$(CHAOS_SEED_LIST) CHAOS_DURATION_S=$(DURATION) CHAOS_FAULTS=$(FAULTS) CHAOS_TLS=$(TLS) $(BIN)/python -m pytest tests/chaos -q -s
 
 ## bench: every benchmark; each prints a table and writes JSON under bench/results/
 bench: bench-raft bench-catalog bench-spark

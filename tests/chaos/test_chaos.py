@@ -59,12 +59,14 @@ from typing import Any
 import pytest
 
 from metastore.client import SyncMetastoreClient
+from metastore.daemon.certs import generate_dev_certs
 from metastore.daemon.node import (
     FAULT_CLOCK_OFFSET_ENV,
     FAULT_FORWARD_ADDRESSES_ENV,
     FAULT_PEER_ADDRESSES_ENV,
 )
 from metastore.errors import ErrorCode, MetastoreError
+from raft.tls import ClientTls, client_context
 from tests.chaos.netproxy import NetProxy, PairStats
 from tests.daemon.harness import MetastoreCluster, write_cluster
 
@@ -87,6 +89,9 @@ FAULT_SETS = {
     "all": PROCESS_FAULTS + NETWORK_FAULTS + OVERLAPPING_FAULTS + CLIENT_FAULTS,
 }
 FAULTS = os.environ.get("CHAOS_FAULTS", "all")
+# CHAOS_TLS=1: the nodes run with mutual TLS between peers and TLS on the client ports (a dev
+# CA made for the run); the proxy forwards the encrypted bytes as they are.
+TLS = os.environ.get("CHAOS_TLS", "") == "1"
 TABLES = ("ch.a", "ch.b")
 DDL_TABLE = "ch.ddl"
 # An error that does not say whether the operation happened.
@@ -148,6 +153,7 @@ class ChaosCluster(MetastoreCluster):
         self.proxy = proxy
         self.node_env: dict[int, dict[str, str]] = {}
         self.workload_ports = dict(self.client_ports)
+        self.client_tls: ClientTls | None = None
         if proxy is None:
             return
         for i in self.ids:
@@ -203,16 +209,20 @@ class ChaosCluster(MetastoreCluster):
         return self.cut([node], others) + self.cut(others, [node])
 
 
+def _tls(c: MetastoreCluster) -> ClientTls | None:
+    return c.client_tls if isinstance(c, ChaosCluster) else None
+
+
 def _client(c: MetastoreCluster, nodes: list[int], timeout_ms: int) -> SyncMetastoreClient:
     endpoints = [f"127.0.0.1:{c.client_ports[i]}" for i in nodes]
-    return SyncMetastoreClient(endpoints, c.token("admin"), timeout_ms=timeout_ms)
+    return SyncMetastoreClient(endpoints, c.token("admin"), timeout_ms=timeout_ms, tls=_tls(c))
 
 
 def _workload_client(c: MetastoreCluster, timeout_ms: int) -> SyncMetastoreClient:
     """A failover client of every node, through the proxy when there is one."""
     ports = c.workload_ports if isinstance(c, ChaosCluster) else c.client_ports
     endpoints = [f"127.0.0.1:{ports[i]}" for i in c.ids]
-    return SyncMetastoreClient(endpoints, c.token("admin"), timeout_ms=timeout_ms)
+    return SyncMetastoreClient(endpoints, c.token("admin"), timeout_ms=timeout_ms, tls=_tls(c))
 
 
 def _outcome(exc: MetastoreError) -> str:
@@ -707,7 +717,22 @@ def _chaos_cluster(directory: Path, seed: int, network: bool) -> Iterator[ChaosC
     proxy = NetProxy(seed=seed) if network else None
     if proxy is not None:
         proxy.start()
-    c = ChaosCluster(write_cluster(directory, 3, dd_ms=300, cs_max_ms=100), proxy)
+    config = write_cluster(directory, 3, dd_ms=300, cs_max_ms=100)
+    ca_file: Path | None = None
+    if TLS:
+        certs = generate_dev_certs(directory / "tls", node_ids=[1, 2, 3])
+        ca_file = certs.ca_cert
+        tls_dir = ca_file.parent
+        with config.open("a") as f:
+            f.write(
+                f'\n[tls]\nca_file = "{ca_file}"\n'
+                f'cert_file = "{tls_dir}/node-{{node_id}}.crt"\n'
+                f'key_file = "{tls_dir}/node-{{node_id}}.key"\n'
+            )
+    c = ChaosCluster(config, proxy)
+    if ca_file is not None:
+        c.client_ssl = client_context(ca_file=ca_file)
+        c.client_tls = ClientTls(ca_file=ca_file)
     try:
         c.start_all()
         c.wait_ready()
@@ -821,7 +846,7 @@ def _check(c: MetastoreCluster, h: History, seed: int, schedule: list[str]) -> N
         assert h.fences_seen == skews, f"a skewed node did not fence itself {where}"
         outcomes = [o["outcome"] for o in h.commits.values()]
         print(  # shown with -s (make chaos): what the run actually exercised
-            f"chaos seed {seed} ({FAULTS}): commits ok/fail/unknown "
+            f"chaos seed {seed} ({FAULTS}{', TLS' if TLS else ''}): commits ok/fail/unknown "
             f"{outcomes.count('ok')}/{outcomes.count('fail')}/{outcomes.count('unknown')}, "
             f"DDL ok {sum(o['outcome'] == 'ok' for o in h.ddls)}/{len(h.ddls)}, "
             f"reads {len(h.reads)}, ops sent to cut-off nodes {probed} (none acknowledged), "
