@@ -30,6 +30,7 @@ from cli.safe_time import safe_time
 from cli.snapshot import snapshot
 from cli.sql import sql
 from cli.table import table
+from cli.table_compact import table_compact
 from cli.table_data import table_files, table_read
 from cli.txn import txn
 from cli.watch import watch
@@ -162,6 +163,7 @@ cli.add_command(job)
 # The data commands live in their own module (they need pyarrow) but belong to the table noun.
 table.add_command(table_files)
 table.add_command(table_read)
+table.add_command(table_compact)
 # `job run-backfill` runs Spark in this process; its module imports pyspark only when run.
 job.add_command(run_backfill)
 

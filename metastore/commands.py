@@ -1353,6 +1353,81 @@ def commit_txn_from_request(args: Mapping[str, object]) -> CommitTxn:
     return cmd
 
 
+def compact_manifest_from_request(args: Mapping[str, object]) -> CompactManifest:
+    """The client API's `compact_manifest` map (docs/protocol.md) -> a validated
+    CompactManifest; InvalidArgument or LimitExceeded naming the field otherwise."""
+    fields = _RequestFields(args, "compact_manifest")
+    replaces_data = fields.list_of("replaces", required=False)
+    adds_data = fields.list_of("adds", required=False)
+    bound = limits.MAX_MANIFESTS_PER_COMPACTION
+    if len(replaces_data) + len(adds_data) > bound:
+        raise limit_exceeded(
+            "MAX_MANIFESTS_PER_COMPACTION",
+            bound,
+            len(replaces_data) + len(adds_data),
+            "manifests added and replaced by one compaction",
+        )
+    replaces: list[ReplacedManifest] = []
+    for i, item in enumerate(replaces_data):
+        r = _RequestFields(item, f"replaces[{i}]")
+        replaces.append(
+            ReplacedManifest(
+                sha256=r.text("sha256"), removed_all_ts=r.opt_integer("removed_all_ts")
+            )
+        )
+        r.done()
+    adds: list[ManifestRef] = []
+    for i, item in enumerate(adds_data):
+        a = _RequestFields(item, f"adds[{i}]")
+        adds.append(
+            ManifestRef(
+                path=a.text("path"),
+                sha256=a.text("sha256"),
+                size_bytes=a.integer("size_bytes"),
+                entry_count=a.integer("entry_count"),
+                live_count=a.integer("live_count"),
+                live_bytes=a.integer("live_bytes"),
+                live_rows=a.integer("live_rows"),
+                min_added_ts=a.integer("min_added_ts"),
+                max_added_ts=a.integer("max_added_ts"),
+                max_removed_ts=a.integer("max_removed_ts"),
+                removed_all_ts=a.opt_integer("removed_all_ts"),
+            )
+        )
+        a.done()
+    cmd = CompactManifest(
+        request_id=fields.opt_text("request_id") or "",
+        table=TableName.parse(fields.text("table")),
+        table_id=fields.integer("table_id"),
+        loose_count=fields.integer("loose_count"),
+        loose_digest=fields.text("loose_digest"),
+        deletes_count=fields.integer("deletes_count"),
+        deletes_digest=fields.text("deletes_digest"),
+        replaces=tuple(replaces),
+        adds=tuple(adds),
+    )
+    fields.done()
+    validate_command(cmd)
+    return cmd
+
+
+def compact_manifest_to_request(cmd: CompactManifest) -> dict[str, object]:
+    """The inverse of `compact_manifest_from_request` (what clients send)."""
+    return {
+        "table": str(cmd.table),
+        "table_id": cmd.table_id,
+        "loose_count": cmd.loose_count,
+        "loose_digest": cmd.loose_digest,
+        "deletes_count": cmd.deletes_count,
+        "deletes_digest": cmd.deletes_digest,
+        "replaces": [
+            {"sha256": r.sha256, "removed_all_ts": r.removed_all_ts} for r in cmd.replaces
+        ],
+        "adds": [a.to_view() for a in cmd.adds],
+        "request_id": cmd.request_id,
+    }
+
+
 class _RequestFields:
     """Typed access to a client-API map; like `_Fields` but raising InvalidArgumentError (the
     client sent it), with optional keys."""

@@ -67,6 +67,7 @@ from typing import TYPE_CHECKING, Final
 
 import msgpack
 
+from hlc.limits import MAX_TS
 from metastore import limits
 from metastore.errors import InvalidArgumentError, limit_exceeded
 
@@ -225,17 +226,27 @@ def expand(listing: Listing, contents: Mapping[str, Sequence[FileEntry]]) -> lis
     deletes = {d.path: d.removed_ts for d in listing.deletes if d.removed_ts <= listing.ts}
     out: list[FileEntry] = []
     for ref in sort_refs(listing.manifests):
-        for entry in contents[ref.sha256]:
-            if entry.added_ts > listing.ts:
-                continue
-            gone = effective_removed_ts(entry, ref, deletes)
-            if gone is None or gone > listing.ts:
-                out.append(replace(entry, removed_ts=None))
+        out.extend(live_in_manifest(ref, contents[ref.sha256], deletes, listing.ts))
     for entry in listing.files:
         if entry.path in deletes:
             continue  # cannot happen (a loose path is never a delete entry); cheap to keep
         out.append(replace(entry, removed_ts=None))
     out.sort(key=lambda e: e.added_ts)  # stable: keeps each commit's own order
+    return out
+
+
+def live_in_manifest(
+    ref: ManifestRef, entries: Sequence[FileEntry], deletes: Mapping[str, int], ts: int
+) -> list[FileEntry]:
+    """The entries of one manifest live at `ts`, in file order, with removed_ts=None. `deletes`
+    maps path -> removed ts (only those <= ts matter). Executors run this per manifest."""
+    out: list[FileEntry] = []
+    for entry in entries:
+        if entry.added_ts > ts:
+            continue
+        gone = effective_removed_ts(entry, ref, deletes)
+        if gone is None or gone > ts:
+            out.append(replace(entry, removed_ts=None))
     return out
 
 
@@ -305,8 +316,12 @@ def validate_ref(ref: ManifestRef, what: str = "manifest") -> None:
         ref.max_added_ts,
         ref.max_removed_ts,
     )
-    if not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in numbers):
-        raise InvalidArgumentError(f"{what}: sizes, counts and timestamps must be integers >= 0")
+    if not all(
+        isinstance(n, int) and not isinstance(n, bool) and 0 <= n <= MAX_TS for n in numbers
+    ):
+        raise InvalidArgumentError(
+            f"{what}: sizes, counts and timestamps must be integers in 0..2^64-1"
+        )
     if not 0 < ref.size_bytes <= limits.MANIFEST_BYTES_MAX:
         raise limit_exceeded(
             "MANIFEST_BYTES_MAX", limits.MANIFEST_BYTES_MAX, ref.size_bytes, f"{what} bytes"

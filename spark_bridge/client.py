@@ -170,6 +170,7 @@ _READ_OPS: Final = frozenset(
         "safe_time",
         "status",
         "files",
+        "compaction_view",
         "txn_log",
         "session_list",
         "lease_list",
@@ -192,6 +193,7 @@ _IDEMPOTENT_OPS: Final = frozenset(
         "session_close",
         "lease_acquire",
         "lease_release",
+        "compact_manifest",  # a repeat finds its manifests referenced: deduplicated
     }
 )
 # A DDL refused because leases block it (SCHEMA_CHANGE_BLOCKED) is retried this often, for at
@@ -478,23 +480,34 @@ class MetastoreClient:
         call_timeout_ms = max(self.timeout_ms, server_wait_ms + SERVER_WAIT_MARGIN_MS)
         return await self.call("schema_at", args, timeout_ms=call_timeout_ms)
 
-    async def files(self, table: str, as_of: int | None = None) -> dict[str, Any]:
+    async def files(
+        self, table: str, as_of: int | None = None, *, expand: bool = True
+    ) -> dict[str, Any]:
         """The files live in `table` at `as_of` (default: the node's safe time), with the table's
         location and the schema version in force then. Follows the server's pages (every page
-        is of the same `as_of`), so `files` holds the whole listing however large."""
+        is of the same `as_of`), so `files` holds the whole listing however large. With
+        `expand` (default) the table's manifests are read here (sha256-checked) and their live
+        entries merged into `files`; without it the reply keeps `manifests` and `deletes` for
+        the caller to expand (spark_bridge.manifest_files)."""
         args: dict[str, Any] = {"table": table, "limit": FILES_PAGE_LIMIT}
         if as_of is not None:
             args["as_of"] = as_of
         first = await self.call("files", args)
         files = list(first.get("files", []))
+        deletes = list(first.get("deletes", []))
         token = first.get("next_page_token")
         while token:
             page = await self.call(
                 "files", {"table": table, "limit": FILES_PAGE_LIMIT, "page_token": token}
             )
             files.extend(page.get("files", []))
+            deletes.extend(page.get("deletes", []))
             token = page.get("next_page_token")
-        out = {**first, "files": files}
+        out = {**first, "files": files, "deletes": deletes}
+        if expand and out.get("manifests"):
+            from spark_bridge.manifest_files import expand_reply
+
+            out = await asyncio.to_thread(expand_reply, out)
         if "next_page_token" in out:
             out["next_page_token"] = None  # the caller has every page
         return out
@@ -1207,8 +1220,8 @@ class SyncMetastoreClient:
     ) -> dict[str, Any]:
         return self._sync(self._client.schema_at, table, ts, timeout_ms)
 
-    def files(self, table: str, as_of: int | None = None) -> dict[str, Any]:
-        return self._sync(self._client.files, table, as_of)
+    def files(self, table: str, as_of: int | None = None, *, expand: bool = True) -> dict[str, Any]:
+        return self._sync(self._client.files, table, as_of, expand=expand)
 
     def txn_log(self, limit: int = 20) -> dict[str, Any]:
         return self._sync(self._client.txn_log, limit)

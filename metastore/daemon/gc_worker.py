@@ -276,8 +276,14 @@ class GcWorker:
         for r in reports:
             location = state.txns.table_location(r.table_id)[1]
             by_location.setdefault(location, r)
+        with_manifests = state.txns.locations_with_manifests()
         for location, report in by_location.items():
             if "://" in location and not location.startswith("file://"):
+                skipped.append(location)
+                continue
+            if location in with_manifests:
+                # Files listed only in manifest files (metastore.manifests) are referenced
+                # although the state does not list them: never scan such a location.
                 skipped.append(location)
                 continue
             root = _local_root(location)

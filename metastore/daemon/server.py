@@ -48,6 +48,7 @@ from metastore.commands import (
     SessionInfo,
     TableName,
     commit_txn_from_request,
+    compact_manifest_from_request,
     decode_command,
     encode_command,
 )
@@ -184,6 +185,27 @@ class ApiServer:
                 Role.READER,
                 self._files,
                 frozenset({"table", "as_of", "limit", "page_token", "timeout_ms"}),
+            ),
+            "compaction_view": _Op(
+                Role.READER, self._compaction_view, frozenset({"table", "limit", "page_token"})
+            ),
+            "compact_manifest": _Op(
+                Role.WRITER,
+                self._compact_manifest,
+                frozenset(
+                    {
+                        "table",
+                        "table_id",
+                        "loose_count",
+                        "loose_digest",
+                        "deletes_count",
+                        "deletes_digest",
+                        "replaces",
+                        "adds",
+                        "request_id",
+                        "timeout_ms",
+                    }
+                ),
             ),
             "txn_log": _Op(Role.READER, self._txn_log, frozenset({"limit"})),
             "committed_txn": _Op(
@@ -730,23 +752,74 @@ class ApiServer:
             waited = await self._wait_safe(ts, _timeout(args))
         state = self.sm.state
         version = state.schema_at(table, ts)
-        files = state.files_at(table, ts)
-        start, end = _files_page(files, args, ts)
-        page = files[start:end]
+        listing = state.listing_at(table, ts)
+        files = listing.files
+        # Loose files, then delete entries, page through one sequence (both bounded in number,
+        # each item costs its path); the manifest references ride on the first page.
+        items: list[Any] = [*files, *listing.deletes]
+        start, end = _files_page(items, args, ts)
+        page = items[start:end]
         return {
             "table": table,
             "table_id": version.table_id,
             "as_of": ts,
             "version": version.version,
             "location": version.location,
-            "files": [file_view(f) for f in page],
-            # Totals of the whole listing at `as_of`, whichever page this is.
+            "files": [file_view(f) for f in page[: max(0, len(files) - start)]],
+            "deletes": [[d.path, d.removed_ts] for d in page[max(0, len(files) - start) :]],
+            "manifests": [m.to_view() for m in listing.manifests] if start == 0 else [],
+            # Totals of the whole listing at `as_of`, whichever page this is. With manifests
+            # they count loose files only: the client's expansion gives the full totals.
             "total_files": len(files),
+            "total_manifests": len(listing.manifests),
+            "total_deletes": len(listing.deletes),
             "rows": sum(f.row_count for f in files),
             "size_bytes": sum(f.size_bytes for f in files),
-            "next_page_token": f"{ts}:{end}" if end < len(files) else None,
+            "next_page_token": f"{ts}:{end}" if end < len(items) else None,
             "waited_ms": waited,
         }
+
+    async def _compaction_view(self, _s: Session, args: Args) -> dict[str, Any]:
+        """What a compactor needs (metastore.manifests): every loose entry with its removal ts,
+        every delete entry and every manifest reference of the live table, from this node's
+        applied state. Pages are not of one moment: the compaction's compare-and-swap refuses
+        a view that changed in between (MANIFEST_CONFLICT), and the compactor reads again."""
+        self._require_ready()
+        table = _req_str(args, "table", L.TABLE_NAME_CHARS_MAX)
+        state = self.sm.state
+        table_id = state.catalog.live_table(TableName.parse(table)).table_id
+        loose = state.txns.loose_entries(table_id)
+        deletes = state.txns.delete_entries(table_id)
+        items: list[Any] = [*loose, *deletes]
+        start, end = _files_page(items, {**args, "limit": args.get("limit") or 10_000}, 0)
+        page = items[start:end]
+        cut = max(0, len(loose) - start)
+        return {
+            "table": table,
+            "table_id": table_id,
+            "location": state.current(table).location,
+            "loose": [
+                [f.path, f.size_bytes, f.row_count, f.added_ts, f.removed_ts] for f in page[:cut]
+            ],
+            "deletes": [[d.path, d.removed_ts] for d in page[cut:]],
+            "manifests": (
+                [m.to_view() for m in state.txns.manifest_refs(table_id)] if start == 0 else []
+            ),
+            "total_loose": len(loose),
+            "total_deletes": len(deletes),
+            "applied_index": state.applied_index,
+            "next_page_token": f"0:{end}" if end < len(items) else None,
+        }
+
+    async def _compact_manifest(self, session: Session, args: Args) -> dict[str, Any]:
+        """Swap loose entries for manifests the caller wrote (metastore.manifests)."""
+        timeout_ms = _timeout(args)
+        cmd = compact_manifest_from_request({k: v for k, v in args.items() if k != "timeout_ms"})
+        applied = await self._propose_command(session, cmd, timeout_ms)
+        result = dict(applied["result"])
+        result["deduplicated"] = bool(applied["deduplicated"] or result.get("deduplicated"))
+        result["tm"] = applied["tm"]
+        return result
 
     async def _txn_log(self, _s: Session, args: Args) -> dict[str, Any]:
         self._require_ready()

@@ -1,0 +1,144 @@
+"""Manifests on a real 3-node cluster: a table committed past its loose bound is compacted
+(by the client library, then by `metastore table compact`), and every node answers `files` at
+sampled timestamps exactly as before the compaction; a removal of a file in a manifest is a
+delete entry until the next compaction folds it in; a corrupt manifest is a typed error."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+
+import pytest
+from click.testing import CliRunner
+
+from cli.main import cli
+from metastore.errors import ManifestUnreadableError
+from spark_bridge.client import SyncMetastoreClient
+from spark_bridge.manifest_files import compact_table
+from tests.daemon.harness import MetastoreCluster, metastore_cluster
+
+pytestmark = pytest.mark.slow
+
+TABLE = "m.events"
+COMMITS = 8
+FILES_PER_COMMIT = 5
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MetastoreCluster]:
+    with metastore_cluster(tmp_path_factory.mktemp("manifests"), 3) as c:
+        c.start_all()
+        c.wait_ready()
+        yield c
+
+
+def _client(c: MetastoreCluster, node_id: int | None = None) -> SyncMetastoreClient:
+    ids = c.ids if node_id is None else [node_id]
+    endpoints = [f"127.0.0.1:{c.client_ports[i]}" for i in ids]
+    return SyncMetastoreClient(endpoints, c.token("admin"), timeout_ms=30_000)
+
+
+def _answers(c: MetastoreCluster, stamps: list[int]) -> dict[int, dict[int, list[str]]]:
+    """node id -> ts -> paths of `files` at ts, asked of that node alone."""
+    out: dict[int, dict[int, list[str]]] = {}
+    for node_id in c.ids:
+        client = _client(c, node_id)
+        try:
+            out[node_id] = {
+                ts: [f["path"] for f in client.files(TABLE, as_of=ts)["files"]] for ts in stamps
+            }
+        finally:
+            client.close()
+    return out
+
+
+def test_compaction_keeps_every_answer_on_every_node(cluster: MetastoreCluster) -> None:
+    client = _client(cluster)
+    try:
+        client.ddl("CREATE NAMESPACE m")
+        client.ddl(f"CREATE TABLE {TABLE} (id BIGINT)")
+        stamps: list[int] = []
+        for n in range(COMMITS):
+            add = [
+                {"path": f"_txn/c{n}/part-{i}.parquet", "size_bytes": 100 + i, "row_count": i + 1}
+                for i in range(FILES_PER_COMMIT)
+            ]
+            remove = [f"_txn/c{n - 1}/part-0.parquet"] if n % 3 == 2 else []
+            r = client.commit(
+                f"m-{n}", [{"table": TABLE, "schema_version": 1, "add": add, "remove": remove}]
+            )
+            stamps.append(int(r["ts"]))
+        sampled = sorted({*stamps, *(ts - 1 for ts in stamps[1:])})
+        before = _answers(cluster, sampled)
+        assert all(answer == before[cluster.ids[0]] for answer in before.values())
+        assert len(before[cluster.ids[0]][stamps[-1]]) == COMMITS * FILES_PER_COMMIT - 2
+
+        result = compact_table(client, TABLE, keep_loose=FILES_PER_COMMIT, entries_max=12)
+        assert result["compacted"] and result["moved_entries"] == (COMMITS - 1) * FILES_PER_COMMIT
+        assert result["loose_entries"] == FILES_PER_COMMIT
+        location = str(client.files(TABLE)["location"])
+        assert len(os.listdir(f"{location}/_manifests")) == result["manifests"] >= 3
+        assert _answers(cluster, sampled) == before
+
+        # A file that now sits in a manifest is removed: a delete entry, then folded.
+        r = client.commit(
+            "m-remove",
+            [{"table": TABLE, "schema_version": 1, "remove": ["_txn/c1/part-3.parquet"]}],
+        )
+        removed_ts = int(r["ts"])
+        raw = client.call("files", {"table": TABLE, "as_of": removed_ts, "limit": 100})
+        assert raw["deletes"] == [["_txn/c1/part-3.parquet", removed_ts]] and raw["manifests"]
+        after_remove = _answers(cluster, [removed_ts])
+        assert "_txn/c1/part-3.parquet" not in after_remove[cluster.ids[0]][removed_ts]
+        assert _answers(cluster, sampled) == before  # the past is unchanged
+    finally:
+        client.close()
+
+    # The CLI compacts the rest (folding the delete entry), with JSON output.
+    endpoints = ",".join(f"127.0.0.1:{cluster.client_ports[i]}" for i in cluster.ids)
+    out = CliRunner().invoke(
+        cli,
+        [
+            *("--endpoints", endpoints, "--token", cluster.token("writer"), "-o", "json"),
+            *("table", "compact", TABLE),
+        ],
+    )
+    assert out.exit_code == 0, out.output[-2000:]
+    doc = json.loads(out.stdout)
+    assert doc["compacted"] is True and doc["folded_deletes"] == 1 and doc["loose_entries"] == 0
+    everything = sorted({*sampled, removed_ts})
+    final = _answers(cluster, everything)
+    assert {ts: final[cluster.ids[0]][ts] for ts in sampled} == before[cluster.ids[0]]
+    assert final[cluster.ids[0]][removed_ts] == after_remove[cluster.ids[0]][removed_ts]
+    assert all(answer == final[cluster.ids[0]] for answer in final.values())
+
+    # Nothing left to do: a repeat says so.
+    again = CliRunner().invoke(
+        cli,
+        [
+            *("--endpoints", endpoints, "--token", cluster.token("writer"), "-o", "json"),
+            *("table", "compact", TABLE),
+        ],
+    )
+    assert again.exit_code == 0 and json.loads(again.stdout)["compacted"] is False
+
+    # A manifest changed outside the metastore is refused, never read as a wrong file list.
+    for victim in os.listdir(f"{location}/_manifests"):
+        with open(f"{location}/_manifests/{victim}", "r+b") as f:
+            f.seek(20)
+            f.write(b"\x00\x01\x02")
+    client = _client(cluster)
+    try:
+        with pytest.raises(ManifestUnreadableError):
+            client.files(TABLE, as_of=stamps[0])
+    finally:
+        client.close()
+    bad = CliRunner().invoke(
+        cli,
+        [
+            *("--endpoints", endpoints, "--token", cluster.token("reader"), "-o", "json"),
+            *("table", "files", TABLE, "--as-of", str(stamps[0])),
+        ],
+    )
+    assert bad.exit_code != 0 and "MANIFEST_UNREADABLE" in bad.output
