@@ -150,11 +150,26 @@ class MetastoreBridge:
         client: SyncMetastoreClient | None = None,
         leases: bool = True,
         session_ttl_ms: int | None = None,
+        loose_files_max: int | None = None,
     ) -> None:
         """`leases=True` (the default) opens a metastore session for this Spark application and
         leases the schema versions each writing batch pins, so no schema change can overtake a
         running batch twice (a third version waits for the lease). `session_ttl_ms` overrides
-        the cluster's session TTL (how long a killed driver can block schema changes)."""
+        the cluster's session TTL (how long a killed driver can block schema changes).
+        After a commit, a written table with more than `loose_files_max` (default
+        LOOSE_FILES_MAX_DEFAULT; 0 turns it off) loose file entries is compacted into manifest
+        files (metastore.manifests)."""
+        from metastore import limits
+
+        if loose_files_max is not None and loose_files_max < 0:
+            raise ValueError("loose_files_max must be >= 0 (0: never compact automatically)")
+        self.loose_files_max = (
+            limits.LOOSE_FILES_MAX_DEFAULT if loose_files_max is None else loose_files_max
+        )
+        # Per table, loose entries as last seen plus what this bridge committed since: a
+        # compaction check costs a round trip only once this estimate passes the bound.
+        self._loose_estimate: dict[str, int] = {}
+        self.compactions = 0  # automatic compactions that moved entries (metric)
         self.spark = spark
         self.endpoints = list(endpoints)
         self.token = token
@@ -233,6 +248,73 @@ class MetastoreBridge:
             self._observe_commit(found)
             self.client.clock.update(found)
         return found
+
+    def maybe_compact(self, table: str, files_added: int) -> dict[str, Any] | None:
+        """After a commit that added `files_added` files to `table`: compact it if it holds
+        more than `loose_files_max` loose entries. A failed compaction is logged, never raised:
+        the commit already stands, and the next commit tries again."""
+        from metastore.errors import MetastoreError
+        from spark_bridge.manifest_files import compact_table
+
+        if self.loose_files_max == 0:
+            return None
+        with self._commit_lock:
+            known = self._loose_estimate.get(table)
+            estimate = None if known is None else known + files_added
+            if estimate is not None:
+                self._loose_estimate[table] = estimate
+        if estimate is not None and estimate <= self.loose_files_max:
+            return None
+        try:
+            view = self.client.call("compaction_view", {"table": table, "limit": 1})
+            loose = int(view["total_loose"]) + int(view["total_deletes"])
+            if loose <= self.loose_files_max:
+                result: dict[str, Any] | None = None
+            else:
+                result = compact_table(self.client, table)
+                loose = int(result.get("loose_entries", 0))
+                if result.get("compacted"):
+                    self.compactions += 1
+                    log.info(
+                        "compacted %s: %s entries moved into manifests, %s manifests",
+                        table,
+                        result.get("moved_entries"),
+                        result.get("manifests"),
+                    )
+        except (MetastoreError, OSError) as exc:
+            log.warning("automatic compaction of %s failed (next commit retries): %s", table, exc)
+            with self._commit_lock:
+                self._loose_estimate.pop(table, None)
+            return None
+        with self._commit_lock:
+            self._loose_estimate[table] = loose
+        return result
+
+    def expand(self, listing: dict[str, Any]) -> dict[str, Any]:
+        """A `files` reply (pages merged) with its manifests expanded: on the executors, one
+        task per manifest, when there are at least EXECUTOR_EXPAND_MANIFESTS_MIN of them (each
+        task reads and checks one manifest), else here on the driver."""
+        from metastore.errors import ManifestUnreadableError
+        from spark_bridge.manifest_files import expand_reply, merge_expanded
+
+        refs = listing.get("manifests") or []
+        if len(refs) < EXECUTOR_EXPAND_MANIFESTS_MIN:
+            return expand_reply(listing)
+        location, ts = str(listing["location"]), int(listing["as_of"])
+        deletes = {str(p): int(t) for p, t in listing.get("deletes") or []}
+        work = [(str(m["sha256"]), dict(m)) for m in refs]
+        sc = self.spark.sparkContext
+        parts = sc.parallelize(work, min(len(work), max(1, sc.defaultParallelism)))
+        results = parts.map(lambda item: _expand_one(location, item, deletes, ts)).collect()
+        per: dict[str, list[tuple[str, int, int, int]]] = {}
+        for sha, live, failure in results:
+            if failure is not None:
+                raise ManifestUnreadableError(
+                    f"manifest {failure[0]} of {location}: {failure[1]}",
+                    details={"path": failure[0], "reason": failure[1]},
+                )
+            per[sha] = live
+        return merge_expanded(listing, per)
 
     def _first_batch_of(self, query_id: str) -> bool:
         with self._commit_lock:
@@ -435,6 +517,26 @@ class MetastoreBridge:
         return run_backfill(self, job_id, timeout_s=timeout_s, progress=progress)
 
 
+# A listing with at least this many manifests is expanded by Spark tasks, one per manifest;
+# fewer are read on the driver (a task launch costs more than reading a small manifest).
+EXECUTOR_EXPAND_MANIFESTS_MIN = 8
+
+
+def _expand_one(
+    location: str, item: tuple[str, dict[str, Any]], deletes: dict[str, int], ts: int
+) -> tuple[str, list[tuple[str, int, int, int]], tuple[str, str] | None]:
+    """One executor task: a manifest's entries live at ts. A bad manifest comes back as data
+    (path, reason), so the driver raises the typed error instead of a Py4J wrapper."""
+    from metastore.errors import ManifestUnreadableError
+    from spark_bridge.manifest_files import read_live
+
+    sha, ref = item
+    try:
+        return sha, read_live(location, ref, deletes, ts), None
+    except ManifestUnreadableError as exc:
+        return sha, [], (str(exc.details.get("path")), str(exc.details.get("reason")))
+
+
 class BatchContext:
     def __init__(
         self,
@@ -598,6 +700,9 @@ class BatchContext:
                 "in between); re-plan the batch",
                 retryable=True,
             )
+        if files.get("manifests"):
+            files = {"location": pin.location, **files}
+            files = self.bridge.expand(files)
         return str(files.get("location") or pin.location), list(files["files"])
 
     def temp_view(self, table: str, name: str | None = None) -> str:
@@ -691,6 +796,10 @@ class BatchContext:
             self.report.deduplicated = True
         if self.report.commit_ts is not None:
             self.bridge._observe_commit(self.report.commit_ts)
+            if not self.report.deduplicated:
+                for table in dict.fromkeys([*self._written, *self._removed]):
+                    added = len(self._written.get(table, ([], False))[0])
+                    self.bridge.maybe_compact(table, added + len(self._removed.get(table, [])))
         self.report.files = sum(len(f) for f, _ in self._written.values())
         self.report.rows = sum(d.row_count for f, _ in self._written.values() for d in f)
         self.report.removed = sum(len(p) for p in self._removed.values())
@@ -716,6 +825,7 @@ class BatchContext:
         }
         first = self._call("files", args)
         listed = list(first["files"])
+        deletes = list(first.get("deletes") or [])
         token = first.get("next_page_token")
         while token:
             page = self._call(
@@ -728,8 +838,9 @@ class BatchContext:
                 },
             )
             listed.extend(page["files"])
+            deletes.extend(page.get("deletes") or [])
             token = page.get("next_page_token")
-        return {**first, "files": listed}
+        return {**first, "files": listed, "deletes": deletes}
 
     def _call(self, op: str, args: dict[str, Any]) -> dict[str, Any]:
         from metastore.errors import MetastoreError

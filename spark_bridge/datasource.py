@@ -82,22 +82,57 @@ class FilePartition(InputPartition):
     path: str
 
 
+@dataclass(frozen=True)
+class ManifestPartition(InputPartition):
+    """Every file of one manifest live at `ts`: the task reads the manifest (checking its
+    sha256), then those files. Used when a listing has many manifests, so they are expanded
+    in parallel on the executors."""
+
+    location: str
+    ref: dict[str, Any]
+    deletes: dict[str, int]
+    ts: int
+
+
+# A read with at least this many manifests expands them in its tasks (one per manifest);
+# fewer are expanded where the read is planned.
+EXECUTOR_EXPAND_MANIFESTS_MIN = 8
+
+
 class MetastoreReader(DataSourceReader):
-    def __init__(self, *, files: list[str], columns: list[dict[str, Any]]) -> None:
+    def __init__(
+        self,
+        *,
+        files: list[str],
+        columns: list[dict[str, Any]],
+        manifests: list[ManifestPartition] | None = None,
+    ) -> None:
         self.files = files
         self.columns = columns
+        self.manifests = manifests or []
 
     def partitions(self) -> list[InputPartition]:
-        return [FilePartition(path) for path in self.files]
+        return [*self.manifests, *(FilePartition(path) for path in self.files)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        if isinstance(partition, ManifestPartition):
+            from spark_bridge.files import absolute
+            from spark_bridge.manifest_files import read_live
+
+            live = read_live(partition.location, partition.ref, partition.deletes, partition.ts)
+            for path, _size, _rows, _added in live:
+                yield from self._read_file(absolute(partition.location, path))
+            return
+        if not isinstance(partition, FilePartition):
+            raise TypeError(f"unexpected partition {partition!r}")
+        yield from self._read_file(partition.path)
+
+    def _read_file(self, path: str) -> Iterator[pa.RecordBatch]:
         import pyarrow as pa
         import pyarrow.parquet as pq
 
-        if not isinstance(partition, FilePartition):
-            raise TypeError(f"unexpected partition {partition!r}")
         target = _arrow_schema(self.columns)
-        table = pq.read_table(partition.path)
+        table = pq.read_table(path)
         by_id: dict[int, int] = {}
         by_name: dict[str, int] = {}
         for i, f in enumerate(table.schema):
@@ -287,13 +322,25 @@ class MetastoreDataSource(DataSource):
         pin = self._pin()
         client = _client(self.ENDPOINTS, self.TOKEN)
         try:
-            r = client.files(self._table(), as_of=pin["ts"])  # follows pages
+            r = client.files(self._table(), as_of=pin["ts"], expand=False)  # follows pages
+            location = str(r.get("location") or pin["schema"].get("location") or "")
+            manifests: list[ManifestPartition] = []
+            if len(r.get("manifests") or []) >= EXECUTOR_EXPAND_MANIFESTS_MIN:
+                deletes = {str(p): int(t) for p, t in r.get("deletes") or []}
+                manifests = [
+                    ManifestPartition(location=location, ref=dict(m), deletes=deletes, ts=pin["ts"])
+                    for m in r["manifests"]
+                ]
+            elif r.get("manifests"):
+                from spark_bridge.manifest_files import expand_reply
+
+                r = expand_reply({**r, "location": location})
         finally:
             client.close()
-        location = str(r.get("location") or pin["schema"].get("location") or "")
         return MetastoreReader(
             files=[absolute(location, f["path"]) for f in r["files"]],
             columns=pin["schema"]["schema"]["columns"],
+            manifests=manifests,
         )
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
