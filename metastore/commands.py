@@ -679,8 +679,9 @@ JobCommand = AdvanceSchemaJob | CancelSchemaJob | SchemaJobBackfilled
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CompactManifest:
-    """Swap the oldest `loose_count` loose file entries of incarnation `table_id`, every delete
-    entry, and the references in `replaces` for the manifests in `adds` (already written under
+    """Swap the oldest `loose_count` loose file entries of incarnation `table_id`, the oldest
+    `deletes_count` delete entries, and the references in `replaces` for the manifests in
+    `adds` (already written under
     the table's location). A compare-and-swap: the counts and digests are of what the compactor
     read, and apply refuses with ManifestConflict if the table changed since."""
 
@@ -690,7 +691,7 @@ class CompactManifest:
     loose_count: int
     loose_digest: str  # manifests.entries_digest of those entries
     deletes_count: int
-    deletes_digest: str  # manifests.deletes_digest of every delete entry
+    deletes_digest: str  # manifests.deletes_digest of those delete entries
     replaces: tuple[ReplacedManifest, ...] = ()
     adds: tuple[ManifestRef, ...] = ()
 

@@ -142,8 +142,11 @@ MANIFEST_BYTES_MAX = 256 * 1024 * 1024
 # Delete entries (removals of files that sit in a manifest) kept loose until a compaction folds
 # them in; a commit that would pass this is refused until the table is compacted.
 MAX_DELETE_ENTRIES_PER_TABLE = 100_000
-# Manifests one CompactManifest adds or replaces (keeps the command far below MAX_COMMAND_BYTES).
+# Manifests one CompactManifest adds or replaces (keeps the command far below MAX_COMMAND_BYTES),
+# and manifests one compaction rewrites to fold delete entries (the rest waits for the next):
+# rewrites (replaced + added) plus the batches of MAX_FILE_ENTRIES_PER_TABLE loose entries fit.
 MAX_MANIFESTS_PER_COMPACTION = 200
+MANIFEST_REWRITES_MAX = 64
 
 # A refused commit_at(ts) suggests retry_at = upper + this margin: the retry is a new log entry
 # whose Tm (and so its smallest usable ts) is later than the upper the refusal saw.

@@ -28,10 +28,11 @@ What a compaction names (CompactManifest), and what apply checks
       (ManifestConflictError, retryable, nothing changed). The cut must fall between two
       commits (the next loose entry was added later), so a commit's entries never straddle a
       manifest and the loose entries;
-    * every delete entry (`deletes_count`, `deletes_digest`): all of them are folded in;
+    * the oldest `deletes_count` delete entries (`deletes_digest`), folded in;
     * the references it rewrites (`replaces`: sha256 and the `removed_all_ts` it saw): those
-      with a truncation or holding a deleted path, rewritten one for one with the effective
-      removal of every entry;
+      with a truncation or holding a folded deleted path, rewritten one for one with the
+      effective removal of every entry. The planner folds only as many deletes as
+      MANIFEST_REWRITES_MAX rewrites allow, so the command stays bounded;
     * the references it adds: their entry counts add up to loose_count plus the replaced
       references' (entries are moved, never dropped; GC drops them, later).
     The same command applied again (a retried proposal) finds its adds referenced and its
@@ -381,7 +382,7 @@ class CompactionPlan:
     file, then proposes `compaction_command` with their references."""
 
     loose: tuple[FileEntry, ...]  # the oldest loose entries, moved (cut between commits)
-    deletes: tuple[DeleteEntry, ...]  # every delete entry, folded in
+    deletes: tuple[DeleteEntry, ...]  # the oldest delete entries, folded in
     rewrites: tuple[tuple[ManifestRef, tuple[FileEntry, ...]], ...]  # old ref -> its new entries
     batches: tuple[tuple[FileEntry, ...], ...]  # `loose` in files of <= entries_max entries
 
@@ -394,30 +395,55 @@ def plan_compaction(
     read: Callable[[ManifestRef], Sequence[FileEntry]],
     keep_loose: int = 0,
     entries_max: int = limits.MANIFEST_ENTRIES_MAX,
+    rewrites_max: int = limits.MANIFEST_REWRITES_MAX,
 ) -> CompactionPlan | None:
-    """Plan moving all but the newest `keep_loose` loose entries into new manifests and folding
-    every delete entry and truncation into rewritten manifests. `read(ref)` returns a
-    manifest's entries (verified); it is called only when deletes or truncations need a
-    rewrite. None: nothing to do."""
+    """Plan moving all but the newest `keep_loose` loose entries into new manifests, and
+    folding the oldest delete entries and truncations into rewritten manifests, at most
+    `rewrites_max` of them (so the command stays bounded however the deletes spread; the rest
+    waits for the next compaction). `read(ref)` returns a manifest's entries (verified); it is
+    called only when deletes or truncations are pending. None: nothing to do."""
     if not 1 <= entries_max <= limits.MANIFEST_ENTRIES_MAX:
         raise InvalidArgumentError(
             f"entries_max must be in 1..{limits.MANIFEST_ENTRIES_MAX}",
             details={"entries_max": entries_max},
         )
+    if not 1 <= rewrites_max <= limits.MANIFEST_REWRITES_MAX:
+        raise InvalidArgumentError(
+            f"rewrites_max must be in 1..{limits.MANIFEST_REWRITES_MAX}",
+            details={"rewrites_max": rewrites_max},
+        )
     n = commit_boundary_prefix(loose, keep_loose)
     moved = tuple(loose[:n])
-    gone = {d.path: d.removed_ts for d in deletes}
+    folded: list[DeleteEntry] = []
     rewrites: list[tuple[ManifestRef, tuple[FileEntry, ...]]] = []
-    if gone or any(r.removed_all_ts is not None for r in refs):
+    truncated = [r for r in refs if r.removed_all_ts is not None]
+    if deletes or truncated:
+        # Only manifests that can hold a deleted path are read (all of them when deletes wait).
+        contents = {r.sha256: read(r) for r in (refs if deletes else truncated)}
+        owner = {e.path: sha for sha, entries in contents.items() for e in entries}
+        chosen: dict[str, None] = {}
+        for d in deletes:  # the oldest first: the command folds a prefix of them
+            sha = owner.get(d.path)
+            if sha is not None and sha not in chosen:
+                if len(chosen) >= rewrites_max:
+                    break
+                chosen[sha] = None
+            folded.append(d)
+        for r in truncated:
+            if len(chosen) >= rewrites_max:
+                break
+            chosen.setdefault(r.sha256, None)
+        gone = {d.path: d.removed_ts for d in folded}
         for ref in refs:
-            folded = fold_removals(ref, read(ref), gone)
-            if folded is not None:
-                rewrites.append((ref, tuple(folded)))
-    if not moved and not deletes and not rewrites:
+            if ref.sha256 in chosen:
+                entries = fold_removals(ref, contents[ref.sha256], gone)
+                if entries is not None:
+                    rewrites.append((ref, tuple(entries)))
+    if not moved and not folded and not rewrites:
         return None
     batches = _batches(moved, entries_max)
     return CompactionPlan(
-        loose=moved, deletes=tuple(deletes), rewrites=tuple(rewrites), batches=batches
+        loose=moved, deletes=tuple(folded), rewrites=tuple(rewrites), batches=batches
     )
 
 

@@ -913,9 +913,12 @@ class TxnLog:
                     f"{following.added_ts}; move whole commits",
                     details={"table": str(cmd.table), "ts": following.added_ts},
                 )
-        deletes = [DeleteEntry(path=p, removed_ts=rts) for p, rts in tl.deletes.items()]
-        if cmd.deletes_count != len(deletes):
-            raise conflict("delete entries", cmd.deletes_count, len(deletes))
+        if cmd.deletes_count > len(tl.deletes):
+            raise conflict("delete entries", cmd.deletes_count, len(tl.deletes))
+        deletes = [
+            DeleteEntry(path=p, removed_ts=rts)
+            for p, rts in islice(tl.deletes.items(), cmd.deletes_count)
+        ]
         digest = deletes_digest(deletes)
         if digest != cmd.deletes_digest:
             raise conflict("delete entries digest", cmd.deletes_digest, digest)
@@ -960,7 +963,8 @@ class TxnLog:
                 tl.live_bytes -= entry.size_bytes
                 tl.live_rows -= entry.row_count
         self._file_entries -= len(prefix)
-        tl.deletes.clear()
+        for d in deletes:
+            del tl.deletes[d.path]
         for sha in replaced:
             del tl.manifests[sha]
         for a in cmd.adds:
