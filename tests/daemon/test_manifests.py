@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -23,11 +24,15 @@ pytestmark = pytest.mark.slow
 TABLE = "m.events"
 COMMITS = 8
 FILES_PER_COMMIT = 5
+SNAPSHOT_EVERY = 100  # the configuration's minimum
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MetastoreCluster]:
-    with metastore_cluster(tmp_path_factory.mktemp("manifests"), 3) as c:
+    # Small snapshots, so a restarted node loads manifest references from its own snapshot.
+    with metastore_cluster(
+        tmp_path_factory.mktemp("manifests"), 3, snapshot_every_entries=SNAPSHOT_EVERY
+    ) as c:
         c.start_all()
         c.wait_ready()
         yield c
@@ -113,6 +118,16 @@ def test_compaction_keeps_every_answer_on_every_node(cluster: MetastoreCluster) 
     assert final[cluster.ids[0]][removed_ts] == after_remove[cluster.ids[0]][removed_ts]
     assert all(answer == final[cluster.ids[0]] for answer in final.values())
 
+    # Every node restarts from a snapshot taken after the compactions (idle ticks are entries,
+    # so snapshots keep coming): the references survive the snapshot, and the answers too.
+    compacted_at = _status(cluster, cluster.ids[0])["applied_index"]
+    for node_id in cluster.ids:
+        _wait_snapshot_past(cluster, node_id, compacted_at)
+        cluster.kill(node_id)
+        cluster.start(node_id)
+        cluster.wait_ready(timeout_s=60)
+    assert _answers(cluster, everything) == final
+
     # Nothing left to do: a repeat says so.
     again = CliRunner().invoke(
         cli,
@@ -142,3 +157,20 @@ def test_compaction_keeps_every_answer_on_every_node(cluster: MetastoreCluster) 
         ],
     )
     assert bad.exit_code != 0 and "MANIFEST_UNREADABLE" in bad.output
+
+
+def _status(c: MetastoreCluster, node_id: int) -> dict[str, object]:
+    status = c.try_status(node_id)
+    assert status is not None, c.log_tails()
+    return status
+
+
+def _wait_snapshot_past(c: MetastoreCluster, node_id: int, index: object) -> None:
+    assert isinstance(index, int)
+    deadline = time.monotonic() + 60  # ~4 idle ticks a second
+    while time.monotonic() < deadline:
+        snapshot = _status(c, node_id)["snapshot_index"]
+        if isinstance(snapshot, int) and snapshot > index:
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"node {node_id} took no snapshot past {index}")
