@@ -147,6 +147,9 @@ MAX_DELETE_ENTRIES_PER_TABLE = 100_000
 # rewrites (replaced + added) plus the batches of MAX_FILE_ENTRIES_PER_TABLE loose entries fit.
 MAX_MANIFESTS_PER_COMPACTION = 200
 MANIFEST_REWRITES_MAX = 64
+# Manifest files replaced by compactions and not yet deleted by GC (which waits until its
+# threshold passes the compaction); a compaction that would pass this is refused until GC runs.
+MAX_RETIRED_MANIFESTS_PER_TABLE = 100_000
 
 # A refused commit_at(ts) suggests retry_at = upper + this margin: the retry is a new log entry
 # whose Tm (and so its smallest usable ts) is later than the upper the refusal saw.

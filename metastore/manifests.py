@@ -51,11 +51,18 @@ Readers
     missing or different) and call `expand`. Expansion order is commit order: entries are
     stably sorted by added_ts (each commit's entries sit in one place, in commit order).
 
-GC (designed for, not done here)
-    A reference whose entries are all removed at or below a table's GC threshold
-    (`dead_at`) can be dropped together with its manifest and its entries' data files; the
-    leader's GC worker would expand it to delete those files. Until then manifests and the
-    files they list stay, and orphan scans treat every manifest-listed path as referenced.
+GC (metastore.gc's AdvanceGcThreshold drives it through `TxnLog.purge_dead`)
+    * A manifest file a compaction replaced is *retired* at that compaction's Tm: a reader that
+      listed the table just before may still read it, so it is queued for deletion (a plain
+      file) only once the table's GC threshold reaches that Tm.
+    * A reference whose every entry is dead at the threshold (`dead_at`: all removed at or
+      below it, truncated at or below it, or the table dropped by then) leaves the state for
+      the table's dead-manifest queue; the leader's GC worker reads it (sha256-checked),
+      deletes the data files it lists, then the manifest, then reports it (GcFilesDeleted).
+    * Not done: removed entries inside a manifest that still has live entries keep their data
+      files until a compaction rewrites that manifest without them (no compaction drops
+      entries yet), and the orphan scan skips locations holding manifests (their data files
+      are listed only in manifest files the state does not hold).
 """
 
 from __future__ import annotations

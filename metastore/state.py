@@ -107,8 +107,8 @@ from metastore.txn import (
 # 3: sessions and schema leases (metastore.leases); version 2 snapshots load with none.
 # 4: GC thresholds and protected timestamps (metastore.gc); older snapshots load with none.
 # 5: schema change jobs (metastore.jobs); older snapshots load with none.
-# 6: manifest references and delete entries per table (metastore.manifests): each txn log table
-#    row gains two fields; older rows load with none.
+# 6: manifest references, delete entries, retired and dead manifests per table
+#    (metastore.manifests): each txn log table row gains four fields; older rows load with none.
 SNAPSHOT_FORMAT_VERSION: Final = 6
 _SNAPSHOT_KEYS_V1: Final = frozenset(
     {"v", "applied_index", "last_tm", "cluster", "catalog", "requests"}
@@ -281,7 +281,7 @@ class MetastoreState:
             case SchemaJobBackfilled():
                 return Outcome.success(self.jobs.backfilled(command, tm=tm))
             case CompactManifest():
-                return Outcome.success(self.txns.compact(command, catalog=self.catalog))
+                return Outcome.success(self.txns.compact(command, tm=tm, catalog=self.catalog))
         match command:
             case CreateNamespace():
                 result, effects = self.catalog.create_namespace(command, tm=tm, dd=dd)

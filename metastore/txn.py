@@ -198,6 +198,7 @@ from metastore.manifests import (
     sort_refs,
     validate_ref,
 )
+from metastore.manifests import dead_at as manifest_dead_at
 from metastore.snapshot_data import expect_int, expect_list, expect_opt_int, expect_str
 
 Result = dict[str, object]
@@ -339,6 +340,7 @@ class TableLog:
         "deletes",
         "files",
         "forgotten_ts",
+        "gc_manifests",
         "gc_queue",
         "last_commit_ts",
         "last_txn_id",
@@ -349,6 +351,7 @@ class TableLog:
         "manifests",
         "name",
         "registered_ts",
+        "retired",
         "table_id",
         "trimmed_through_ts",
     )
@@ -381,6 +384,14 @@ class TableLog:
         self.manifests: dict[str, ManifestRef] = {}
         # Delete entries: path (in some manifest) -> removed ts, in commit order.
         self.deletes: dict[str, int] = {}
+        # Manifest files a compaction replaced: path -> (Tm of that compaction, bytes). Their
+        # entries live on in the rewrite, but a reader that listed the table before the
+        # compaction may still read them: GC deletes them once its threshold reaches that Tm.
+        self.retired: dict[str, tuple[int, int]] = {}
+        # Dead manifests GC took out of `manifests` (every entry dead at its threshold), by
+        # path: the leader deletes the data files each lists, then the manifest file, then
+        # reports them with GcFilesDeleted like queued files.
+        self.gc_manifests: dict[str, ManifestRef] = {}
 
     def sort_manifests(self) -> None:
         self.manifests = {r.sha256: r for r in sort_refs(self.manifests.values())}
@@ -394,6 +405,12 @@ class TableLog:
                 DeleteEntry(path=p, removed_ts=rts) for p, rts in self.deletes.items() if rts <= ts
             ),
         )
+
+    def manifest_dead_at(self, ref: ManifestRef, threshold: int) -> bool:
+        """No read above `threshold` sees any entry of `ref` (or the incarnation at all)."""
+        if self.forgotten_ts is not None and self.forgotten_ts <= threshold:
+            return True
+        return manifest_dead_at(ref, threshold)
 
     def dead_at(self, entry: FileEntry, threshold: int) -> bool:
         """No read above `threshold` can see this file: removed at or below it, or the whole
@@ -434,14 +451,16 @@ class TableLog:
             ],
             [r.to_data() for r in self.manifests.values()],
             [[p, rts] for p, rts in self.deletes.items()],
+            [[p, tm, size] for p, (tm, size) in self.retired.items()],
+            [r.to_data() for r in self.gc_manifests.values()],
         ]
 
     @staticmethod
     def from_data(data: object) -> TableLog:
         # Rows of snapshots before manifests (format 5 and older) have 12 fields.
         row = expect_list(data)
-        if len(row) not in (12, 14):
-            raise MalformedSnapshotError("txn log table must have 12 or 14 fields")
+        if len(row) not in (12, 16):
+            raise MalformedSnapshotError("txn log table must have 12 or 16 fields")
         try:
             name = TableName(namespace=expect_str(row[1]), name=expect_str(row[2]))
         except MetastoreError as e:
@@ -488,7 +507,7 @@ class TableLog:
                     overwrite=c[5],
                 )
             )
-        if len(row) == 14:
+        if len(row) == 16:
             for item in expect_list(row[12]):
                 try:
                     ref = ref_from_data(item)
@@ -503,6 +522,15 @@ class TableLog:
                 if path in tl.deletes:
                     raise MalformedSnapshotError(f"table {tl.table_id}: delete entry twice")
                 tl.deletes[path] = expect_int(pair[1])
+            for item in expect_list(row[14]):
+                triple = expect_list(item, 3)
+                tl.retired[expect_str(triple[0])] = (expect_int(triple[1]), expect_int(triple[2]))
+            for item in expect_list(row[15]):
+                try:
+                    ref = ref_from_data(item)
+                except MetastoreError as e:
+                    raise MalformedSnapshotError(f"table {tl.table_id}: {e.message}") from None
+                tl.gc_manifests[ref.path] = ref
         return tl
 
 
@@ -866,7 +894,7 @@ class TxnLog:
             DeleteEntry(path=p, removed_ts=rts) for p, rts in self._log(table_id).deletes.items()
         )
 
-    def compact(self, cmd: CompactManifest, *, catalog: Catalog) -> Result:
+    def compact(self, cmd: CompactManifest, *, tm: int, catalog: Catalog) -> Result:
         """Apply a validated CompactManifest (see metastore.manifests for the rules). Raises a
         MetastoreError, having changed nothing, when a rule refuses it."""
         inc = catalog.live_table(cmd.table)  # TableNotFound when missing or dropped
@@ -930,6 +958,12 @@ class TxnLog:
                 raise conflict(f"manifest {r.sha256}", r.removed_all_ts, seen)
             moved += ref.entry_count
         for a in cmd.adds:
+            if a.path in tl.retired or a.path in tl.gc_manifests or a.path in tl.gc_queue:
+                raise InvalidArgumentError(
+                    f"{cmd.table}: manifest {a.sha256} was retired and waits for GC to delete "
+                    "it; it cannot be referenced again",
+                    details={"table": str(cmd.table), "sha256": a.sha256},
+                )
             if a.sha256 in tl.manifests:
                 raise InvalidArgumentError(
                     f"{cmd.table}: manifest {a.sha256} is already referenced",
@@ -947,6 +981,13 @@ class TxnLog:
                 f"{cmd.table}: the new manifests list {listed} entries but the compaction moves "
                 f"{moved}",
                 details={"table": str(cmd.table), "listed": listed, "moved": moved},
+            )
+        if len(tl.retired) + len(replaced) > limits.MAX_RETIRED_MANIFESTS_PER_TABLE:
+            raise limit_exceeded(
+                "MAX_RETIRED_MANIFESTS_PER_TABLE",
+                limits.MAX_RETIRED_MANIFESTS_PER_TABLE,
+                len(tl.retired) + len(replaced),
+                f"replaced manifests of {cmd.table} waiting for GC (run `metastore gc run`)",
             )
         count = len(tl.manifests) - len(replaced) + len(added)
         if count > limits.MAX_MANIFESTS_PER_TABLE:
@@ -966,7 +1007,8 @@ class TxnLog:
         for d in deletes:
             del tl.deletes[d.path]
         for sha in replaced:
-            del tl.manifests[sha]
+            old = tl.manifests.pop(sha)
+            tl.retired[old.path] = (tm, old.size_bytes)
         for a in cmd.adds:
             tl.manifests[a.sha256] = a
         tl.sort_manifests()
@@ -1000,7 +1042,14 @@ class TxnLog:
         """(count, bytes) of file entries no read above `threshold` can see."""
         tl = self._log(table_id)
         dead = [e for e in tl.files.values() if tl.dead_at(e, threshold)]
-        return len(dead), sum(e.size_bytes for e in dead)
+        refs = [r for r in tl.manifests.values() if tl.manifest_dead_at(r, threshold)]
+        retired = [size for tm, size in tl.retired.values() if tm <= threshold]
+        # A dead manifest counts as its entries plus itself (the bytes of removed entries are
+        # not summarised in a reference, so only the manifest's own bytes count).
+        return (
+            len(dead) + sum(r.entry_count + 1 for r in refs) + len(retired),
+            sum(e.size_bytes for e in dead) + sum(r.size_bytes for r in refs) + sum(retired),
+        )
 
     def purge_dead(self, table_id: int, threshold: int) -> tuple[int, int]:
         """Move file entries dead at `threshold` into the table's GC queue, oldest first, while
@@ -1020,18 +1069,46 @@ class TxnLog:
                 tl.live_bytes -= entry.size_bytes
                 tl.live_rows -= entry.row_count
         self._file_entries -= len(moved)
-        return len(moved), sum(e.size_bytes for e in moved)
+        files, size = len(moved), sum(e.size_bytes for e in moved)
+        # Manifests (metastore.manifests): replaced files whose compaction is at or below the
+        # threshold are plain files to delete; dead references leave for the leader to expand.
+        room -= len(moved)
+        for path, (retired_tm, retired_size) in list(tl.retired.items()):
+            if room <= 0:
+                break
+            if retired_tm <= threshold:
+                del tl.retired[path]
+                tl.gc_queue[path] = retired_size
+                room -= 1
+                files, size = files + 1, size + retired_size
+        for sha, ref in list(tl.manifests.items()):
+            if len(tl.gc_manifests) >= limits.MAX_MANIFESTS_PER_TABLE:
+                break
+            if tl.manifest_dead_at(ref, threshold):
+                del tl.manifests[sha]
+                tl.gc_manifests[ref.path] = ref
+                files, size = files + ref.entry_count + 1, size + ref.size_bytes
+        if not tl.manifests:
+            tl.deletes.clear()  # they can only match entries of manifests that are gone
+        return files, size
 
     def gc_queue(self, table_id: int) -> dict[str, int]:
         """Paths (relative to the location) -> bytes, queued for deletion. Do not modify."""
         return self._log(table_id).gc_queue
 
+    def gc_manifests(self, table_id: int) -> dict[str, ManifestRef]:
+        """Dead manifests (path -> reference) whose listed files and own file GC deletes
+        before reporting the path with GcFilesDeleted. Do not modify."""
+        return self._log(table_id).gc_manifests
+
     def files_deleted(self, table_id: int, paths: Iterable[str]) -> int:
         """Drop deleted paths from the queue (unknown ones are ignored: idempotent)."""
-        queue = self._log(table_id).gc_queue
+        tl = self._log(table_id)
         done = 0
         for path in paths:
-            if queue.pop(path, None) is not None:
+            queued = tl.gc_queue.pop(path, None)
+            dead = tl.gc_manifests.pop(path, None)
+            if queued is not None or dead is not None:
                 done += 1
         return done
 
@@ -1044,12 +1121,18 @@ class TxnLog:
             paths.update(tl.files)
             paths.update(tl.gc_queue)
             paths.update(r.path for r in tl.manifests.values())
+            paths.update(tl.retired)
+            paths.update(tl.gc_manifests)
         return out
 
     def locations_with_manifests(self) -> set[str]:
         """Locations some incarnation keeps manifests under: their data files are referenced
         from manifest files the state does not hold, so an orphan scan must skip them."""
-        return {tl.location for tl in self._tables.values() if tl.manifests}
+        return {
+            tl.location
+            for tl in self._tables.values()
+            if tl.manifests or tl.retired or tl.gc_manifests
+        }
 
     def txn_log(self, limit: int) -> tuple[CommitRecord, ...]:
         """Up to `limit` (1..MAX_TXN_LOG_RECORDS) most recent commits, newest first."""
@@ -1430,6 +1513,19 @@ def _check_manifests(tl: TableLog, fail: Callable[[str], CatalogInvariantError])
         raise fail("a loose entry is not newer than every manifest entry")
     if len(tl.deletes) > limits.MAX_DELETE_ENTRIES_PER_TABLE:
         raise fail("over MAX_DELETE_ENTRIES_PER_TABLE")
+    if len(tl.retired) > limits.MAX_RETIRED_MANIFESTS_PER_TABLE:
+        raise fail("over MAX_RETIRED_MANIFESTS_PER_TABLE")
+    if len(tl.gc_manifests) > limits.MAX_MANIFESTS_PER_TABLE:
+        raise fail("more dead manifests queued than MAX_MANIFESTS_PER_TABLE")
+    live_paths = {r.path for r in tl.manifests.values()}
+    for path, (retired_tm, size) in tl.retired.items():
+        if path in live_paths or path in tl.gc_queue or path in tl.gc_manifests or size <= 0:
+            raise fail(f"retired manifest {path!r} still referenced, queued twice or empty")
+        if not tl.registered_ts <= retired_tm:
+            raise fail(f"retired manifest {path!r} retired before the table existed")
+    for path, ref in tl.gc_manifests.items():
+        if ref.path != path or path in live_paths or path in tl.gc_queue:
+            raise fail(f"dead manifest {path!r} stored badly or also referenced or queued")
     if tl.deletes and not tl.manifests:
         raise fail("delete entries without manifests")
     previous = 0

@@ -31,7 +31,10 @@ SNAPSHOT_EVERY = 100  # the configuration's minimum
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MetastoreCluster]:
     # Small snapshots, so a restarted node loads manifest references from its own snapshot.
     with metastore_cluster(
-        tmp_path_factory.mktemp("manifests"), 3, snapshot_every_entries=SNAPSHOT_EVERY
+        tmp_path_factory.mktemp("manifests"),
+        3,
+        snapshot_every_entries=SNAPSHOT_EVERY,
+        gc_interval_ms=3_600_000,  # GC runs only when asked
     ) as c:
         c.start_all()
         c.wait_ready()
@@ -174,3 +177,54 @@ def _wait_snapshot_past(c: MetastoreCluster, node_id: int, index: object) -> Non
             return
         time.sleep(0.2)
     raise AssertionError(f"node {node_id} took no snapshot past {index}")
+
+
+def test_gc_deletes_replaced_manifests_and_the_files_of_dead_ones(
+    cluster: MetastoreCluster,
+) -> None:
+    table = "mgc.t"
+    client = _client(cluster)
+    try:
+        client.ddl("CREATE NAMESPACE mgc")
+        client.ddl(f"CREATE TABLE {table} (id BIGINT) TBLPROPERTIES ('gc.ttl' = '1s')")
+        location = str(client.schema_at(table)["location"])
+        paths = {name: f"_txn/g/{name}.parquet" for name in "abce"}
+        os.makedirs(f"{location}/_txn/g", exist_ok=True)
+        for rel in paths.values():
+            with open(f"{location}/{rel}", "wb") as f:
+                f.write(b"x" * 10)
+
+        def commit(txn: str, add: str = "", remove: str = "") -> int:
+            write = {
+                "table": table,
+                "schema_version": 1,
+                "add": [{"path": paths[n], "size_bytes": 10, "row_count": 1} for n in add],
+                "remove": [paths[n] for n in remove],
+            }
+            return int(client.commit(txn, [write])["ts"])
+
+        commit("g1", add="ab")
+        commit("g2", add="c")
+        compact_table(client, table, entries_max=2)  # manifests [a b] and [c]
+        first = set(os.listdir(f"{location}/_manifests"))
+        commit("g3", remove="ac")
+        commit("g4", add="e")
+        compact_table(client, table)  # rewrites both ([a- b], [c-]); [e]
+        time.sleep(1.5)  # past the table's 1 s TTL
+        run = client.gc_run(table)
+        assert run["files_deleted"] >= 4, run  # 2 replaced manifests, c, c's dead manifest
+    finally:
+        client.close()
+    left = set(os.listdir(f"{location}/_manifests"))
+    assert not first & left  # replaced manifests are gone
+    assert len(left) == 2  # [a- b] (b is live) and [e]; [c-] was dead
+    assert not os.path.exists(f"{location}/{paths['c']}")
+    for name in "abe":  # a sits in a manifest that still lives: kept until it is rewritten
+        assert os.path.exists(f"{location}/{paths[name]}")
+    for node_id in cluster.ids:
+        reader = _client(cluster, node_id)
+        try:
+            now = sorted(f["path"] for f in reader.files(table)["files"])
+        finally:
+            reader.close()
+        assert now == [paths["b"], paths["e"]], (node_id, now)

@@ -18,9 +18,11 @@ from hypothesis import strategies as st
 
 from metastore import limits
 from metastore.commands import (
+    AdvanceGcThreshold,
     CommitTxn,
     CompactManifest,
     DataFile,
+    GcFilesDeleted,
     ReplacedManifest,
     TableName,
     TableWrite,
@@ -330,6 +332,43 @@ def test_a_compaction_does_not_conflict_with_deletes_committed_meanwhile() -> No
     result = ok(d, cmd)
     assert result["folded_deletes"] == 1
     assert d.state.table_stats(A).delete_entries == 1
+
+
+def test_gc_deletes_replaced_manifests_and_expands_dead_ones_once_below_the_threshold() -> None:
+    d, store = Driver(), Store()
+    d.ok("CREATE NAMESPACE ns")
+    d.ok("CREATE TABLE ns.a (x INT) TBLPROPERTIES ('gc.ttl' = '1s')")
+    tick(d, DD_MS + 1)
+    t1 = ok(d, add("t1", "a", "b"))["ts"]
+    ok(d, add("t2", "c"))
+    first = plan(d, store, entries_max=2)
+    assert first is not None
+    ok(d, command(d, store, first))  # manifests [a, b] and [c]
+    refs = {r.entry_count: r for r in d.state.txns.manifest_refs(table_id(d))}
+    ok(d, add("t3", remove=("a",)))
+    t4 = ok(d, add("t4", "e", remove=("c",)))["ts"]
+    compact(d, store)  # rewrites both: [a-, b] and [c-]; [e] moved
+    assert isinstance(t1, int) and isinstance(t4, int)
+    tid = table_id(d)
+    location = d.state.current(A).location
+    referenced = d.state.txns.referenced_paths()[location]
+    retired = {p for p in referenced if p.startswith("_manifests/")}
+    retired -= {r.path for r in d.state.txns.manifest_refs(tid)}
+    assert retired == {refs[2].path, refs[1].path}
+    tick(d, 1_100)  # past the 1 s TTL
+    now = d.state.table_upper() - 1
+    want = full_files(d, store, now)
+    assert [f[0] for f in want] == ["b", "e"]
+    ok(d, AdvanceGcThreshold(table=A, table_id=tid, up_to=d.tm))  # clamped to Tm - TTL
+    queue = d.state.txns.gc_queue(tid)
+    dead = d.state.txns.gc_manifests(tid)
+    assert retired <= set(queue)  # replaced files: deleted as plain files
+    assert [r.entry_count for r in dead.values()] == [1]  # [c-]: all removed at t4 <= G
+    assert full_files(d, store, now) == want  # reads above the threshold are unchanged
+    ok(d, GcFilesDeleted(table=A, table_id=tid, paths=(*queue, *dead)))
+    assert not d.state.txns.gc_queue(tid) and not d.state.txns.gc_manifests(tid)
+    assert MetastoreState.from_snapshot(d.state.to_snapshot()) == d.state
+    assert d.state.txns.dead_files(tid, t4) == (0, 0)
 
 
 # --------------------------------------------------------------------------------------------
