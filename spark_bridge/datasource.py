@@ -3,6 +3,7 @@
     spark.read.format("metastore").option("table", "sales.orders").option("as_of", "-5m").load()
     df.write.format("metastore").option("table", "sales.orders").mode("append").save()
     # optional: .option("txn_id", "<stable id>") makes a retried job commit once
+    # optional: .option("loose_files_max", "10000") compacts the table into manifests past it
 
 Reads pin one timestamp (the `as_of` option — an HLC integer, ISO-8601 time, `-5m`-style relative
 time or `now` — default now), take the schema in force then and the files live then, and read
@@ -196,10 +197,17 @@ class MetastoreWriter(DataSourceWriter):
         not_before: int,
         txn_id: str | None = None,
         given: int | None = None,
+        loose_files_max: int | None = None,
     ) -> None:
         """`columns` are the write columns of the pinned version; the rows carry the first
         `given` of them (default all) and the writer fills the rest (write-only columns) with
-        their DEFAULT, or NULL."""
+        their DEFAULT, or NULL. After the commit, a table holding more than `loose_files_max`
+        (default LOOSE_FILES_MAX_DEFAULT, 0: never) loose file entries is compacted."""
+        from metastore import limits
+
+        self.loose_files_max = (
+            limits.LOOSE_FILES_MAX_DEFAULT if loose_files_max is None else loose_files_max
+        )
         self.endpoints = endpoints
         self.token = token
         self.table = table
@@ -244,37 +252,60 @@ class MetastoreWriter(DataSourceWriter):
         files = [m for m in messages if isinstance(m, WrittenFile)]
         client = _client(self.endpoints, self.token)
         try:
-            client.call(
-                "commit",
-                {
-                    "txn_id": self.txn_id,
-                    "not_before": self.not_before,
-                    "writes": [
-                        {
-                            "table": self.table,
-                            "table_id": self.table_id,
-                            "schema_version": self.version,
-                            "add": [
-                                {
-                                    "path": f.path,
-                                    "size_bytes": f.size_bytes,
-                                    "row_count": f.row_count,
-                                }
-                                for f in files
-                            ],
-                            "remove": [],
-                            "overwrite": self.overwrite,
-                        }
-                    ],
-                },
-            )
-        except TxnIdReusedError:
-            # The same txn id committed other files: a retried job whose earlier attempt
-            # committed. Done only if the committed record of this id says so (linearizable).
-            if client.committed_txn(self.txn_id).get("txn") is None:
-                raise
+            try:
+                client.call(
+                    "commit",
+                    {
+                        "txn_id": self.txn_id,
+                        "not_before": self.not_before,
+                        "writes": [
+                            {
+                                "table": self.table,
+                                "table_id": self.table_id,
+                                "schema_version": self.version,
+                                "add": [
+                                    {
+                                        "path": f.path,
+                                        "size_bytes": f.size_bytes,
+                                        "row_count": f.row_count,
+                                    }
+                                    for f in files
+                                ],
+                                "remove": [],
+                                "overwrite": self.overwrite,
+                            }
+                        ],
+                    },
+                )
+            except TxnIdReusedError:
+                # The same txn id committed other files: a retried job whose earlier attempt
+                # committed. Done only if the committed record of this id says so
+                # (linearizable).
+                if client.committed_txn(self.txn_id).get("txn") is None:
+                    raise
+                return
+            self._maybe_compact(client)
         finally:
             client.close()
+
+    def _maybe_compact(self, client: Any) -> None:
+        """Compact the table if it passed the bound (metastore.manifests). The append already
+        committed, so a failure is logged, never raised; the next append tries again."""
+        import logging
+
+        from metastore.errors import MetastoreError
+        from spark_bridge.manifest_files import compact_table
+
+        if self.loose_files_max == 0:
+            return
+        try:
+            view = client.call("compaction_view", {"table": self.table, "limit": 1})
+            if int(view["total_loose"]) + int(view["total_deletes"]) > self.loose_files_max:
+                compact_table(client, self.table)
+        except (MetastoreError, OSError) as exc:
+            logging.getLogger("spark_bridge").warning(
+                "automatic compaction of %s failed (the next append retries): %s", self.table, exc
+            )
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         # Nothing was committed: the files written so far (and any a straggler task still
@@ -374,6 +405,7 @@ class MetastoreDataSource(DataSource):
 
                     existence_default(str(c["default"]), to_arrow_type(f.dataType))
         txn_id = self.options.get("txn_id")
+        loose_max = self.options.get("loose_files_max")
         return MetastoreWriter(
             endpoints=self.ENDPOINTS,
             token=self.TOKEN,
@@ -386,6 +418,7 @@ class MetastoreDataSource(DataSource):
             not_before=int(pin["now"]) + 1,
             txn_id=str(txn_id) if txn_id else None,
             given=given,
+            loose_files_max=int(loose_max) if loose_max not in (None, "") else None,
         )
 
 

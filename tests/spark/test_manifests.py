@@ -1,7 +1,8 @@
 """Spark reads of a compacted table (metastore.manifests): the bridge compacts a table on its own
 once it passes `loose_files_max`, and `bridge.read_table` and `format("metastore")` return the
 same rows AS OF every commit as before, whether the manifests are expanded on the driver or by
-one Spark task per manifest; a removal of a file in a manifest hides its rows from then on."""
+one Spark task per manifest; a removal of a file in a manifest hides its rows from then on;
+an append through the data source compacts as well."""
 
 from __future__ import annotations
 
@@ -82,6 +83,17 @@ def test_a_compacted_table_reads_the_same_rows_at_every_timestamp(
     for ts, rows in before.items():
         assert _rows(env, bridge, ts) == rows, ts
     assert location
+
+    # An append through format("metastore") past its bound compacts too (folding the delete).
+    extra = env.spark.createDataFrame([(5000, "x"), (5001, "y")], "id BIGINT, name STRING")
+    extra.write.format("metastore").option("table", TABLE).option("loose_files_max", "1").mode(
+        "append"
+    ).save()
+    view = env.client.call("compaction_view", {"table": TABLE})
+    assert view["total_loose"] == 0 and view["total_deletes"] == 0
+    latest = env.client.files(TABLE)["as_of"]
+    got = _rows(env, bridge, latest)
+    assert got[0] == got[1] == sorted([*after[0], (5000, "x"), (5001, "y")])
 
 
 def _files_now(bridge: MetastoreBridge) -> tuple[str, list[dict[str, Any]]]:
