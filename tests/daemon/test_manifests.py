@@ -228,3 +228,29 @@ def test_gc_deletes_replaced_manifests_and_the_files_of_dead_ones(
         finally:
             reader.close()
         assert now == [paths["b"], paths["e"]], (node_id, now)
+
+
+def test_compact_errors_are_typed_with_their_exit_codes(cluster: MetastoreCluster) -> None:
+    endpoints = ",".join(f"127.0.0.1:{cluster.client_ports[i]}" for i in cluster.ids)
+
+    def run(role: str, *args: str) -> tuple[int, str]:
+        out = CliRunner().invoke(
+            cli, ["--endpoints", endpoints, "--token", cluster.token(role), "table", *args]
+        )
+        return out.exit_code, out.output
+
+    code, text = run("writer", "compact", "nosuch.table")
+    assert code == 4 and "TABLE_NOT_FOUND" in text, text
+    client = _client(cluster)
+    try:  # something to compact, so the reader gets as far as the swap
+        write = {
+            "table": TABLE,
+            "add": [{"path": "_txn/x/p.parquet", "size_bytes": 1, "row_count": 1}],
+        }
+        client.commit("m-forbidden", [{**write, "schema_version": 1}])
+    finally:
+        client.close()
+    code, text = run("reader", "compact", TABLE)  # the swap is a write
+    assert code == 6 and "FORBIDDEN" in text, text
+    code, text = run("writer", "compact", "--keep-loose", "-1", TABLE)
+    assert code == 2, text

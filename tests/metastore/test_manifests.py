@@ -37,6 +37,7 @@ from metastore.errors import (
     ManifestConflictError,
     TableNotFoundError,
 )
+from metastore.events import events_of
 from metastore.manifests import (
     CompactionPlan,
     ManifestRef,
@@ -219,11 +220,15 @@ def test_a_retried_compaction_is_deduplicated() -> None:
     p = plan(d, store)
     assert p is not None
     cmd = command(d, store, p)
-    first = ok(d, cmd)
-    assert first["deduplicated"] is False
+    outcome = d.apply(cmd)
+    assert outcome.ok and outcome.result["deduplicated"] is False
+    (event,) = events_of(cmd, outcome, tm=d.tm, index=d.index)
+    assert event["kind"] == "manifest_compacted" and event["moved_entries"] == 2
     before = d.state.to_snapshot()
-    again = ok(d, cmd)
+    again_outcome = d.apply(cmd)
+    again = again_outcome.result
     assert again["deduplicated"] is True
+    assert events_of(cmd, again_outcome, tm=d.tm, index=d.index) == []  # nothing changed
     # Only the position moved.
     assert MetastoreState.from_snapshot(before).txns == d.state.txns
 
