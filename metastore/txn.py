@@ -144,7 +144,11 @@ Invariants (checked by `check_invariants`, which the state runs on load and in t
     * every remembered txn id maps to a real commit: its tables are registered, existed at its
       ts, and, where their summaries still reach back to it, list that commit under that id;
     * stream marks are at most MAX_STREAM_MARKS, in strictly increasing ts order (the eviction
-      order), none after the last commit, and agree with their txn's record when remembered.
+      order), none after the last commit, and agree with their txn's record when remembered;
+    * manifests (`_check_manifests`): references are well formed, ordered, within the table's
+      commits and all older than every loose entry; truncations lie after their entries;
+      delete entries exist only beside manifests, in commit order, never for a loose path;
+      retired and dead manifests are referenced nowhere else; every count within its limit.
 """
 
 from __future__ import annotations
