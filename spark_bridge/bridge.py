@@ -156,16 +156,13 @@ class MetastoreBridge:
         leases the schema versions each writing batch pins, so no schema change can overtake a
         running batch twice (a third version waits for the lease). `session_ttl_ms` overrides
         the cluster's session TTL (how long a killed driver can block schema changes).
-        After a commit, a written table with more than `loose_files_max` (default
-        LOOSE_FILES_MAX_DEFAULT; 0 turns it off) loose file entries is compacted into manifest
-        files (metastore.manifests)."""
-        from metastore import limits
-
+        After a commit, a written table with more than `loose_files_max` (default: the
+        cluster's `loose_files_max` setting; 0 turns it off) loose file entries is compacted
+        into manifest files (metastore.manifests)."""
         if loose_files_max is not None and loose_files_max < 0:
             raise ValueError("loose_files_max must be >= 0 (0: never compact automatically)")
-        self.loose_files_max = (
-            limits.LOOSE_FILES_MAX_DEFAULT if loose_files_max is None else loose_files_max
-        )
+        self.loose_files_max = loose_files_max  # None: the cluster's setting
+        self._cluster_loose_max: int | None = None  # learnt from compaction_view
         # Per table, loose entries as last seen plus what this bridge committed since: a
         # compaction check costs a round trip only once this estimate passes the bound.
         self._loose_estimate: dict[str, int] = {}
@@ -256,19 +253,26 @@ class MetastoreBridge:
         from metastore.errors import MetastoreError
         from spark_bridge.manifest_files import compact_table
 
-        if self.loose_files_max == 0:
+        bound = self.loose_files_max
+        if bound is None:
+            bound = self._cluster_loose_max
+        if bound == 0:
             return None
         with self._commit_lock:
             known = self._loose_estimate.get(table)
             estimate = None if known is None else known + files_added
             if estimate is not None:
                 self._loose_estimate[table] = estimate
-        if estimate is not None and estimate <= self.loose_files_max:
+        if estimate is not None and bound is not None and estimate <= bound:
             return None
         try:
             view = self.client.call("compaction_view", {"table": table, "limit": 1})
+            self._cluster_loose_max = int(view["loose_files_max"])
+            bound = (
+                self._cluster_loose_max if self.loose_files_max is None else self.loose_files_max
+            )
             loose = int(view["total_loose"]) + int(view["total_deletes"])
-            if loose <= self.loose_files_max:
+            if bound == 0 or loose <= bound:
                 result: dict[str, Any] | None = None
             else:
                 result = compact_table(self.client, table)

@@ -4,6 +4,7 @@
     df.write.format("metastore").option("table", "sales.orders").mode("append").save()
     # optional: .option("txn_id", "<stable id>") makes a retried job commit once
     # optional: .option("loose_files_max", "10000") compacts the table into manifests past it
+    #           (default: the cluster's loose_files_max setting)
 
 Reads pin one timestamp (the `as_of` option — an HLC integer, ISO-8601 time, `-5m`-style relative
 time or `now` — default now), take the schema in force then and the files live then, and read
@@ -202,12 +203,8 @@ class MetastoreWriter(DataSourceWriter):
         """`columns` are the write columns of the pinned version; the rows carry the first
         `given` of them (default all) and the writer fills the rest (write-only columns) with
         their DEFAULT, or NULL. After the commit, a table holding more than `loose_files_max`
-        (default LOOSE_FILES_MAX_DEFAULT, 0: never) loose file entries is compacted."""
-        from metastore import limits
-
-        self.loose_files_max = (
-            limits.LOOSE_FILES_MAX_DEFAULT if loose_files_max is None else loose_files_max
-        )
+        (default: the cluster's setting, 0: never) loose file entries is compacted."""
+        self.loose_files_max = loose_files_max
         self.endpoints = endpoints
         self.token = token
         self.table = table
@@ -300,7 +297,11 @@ class MetastoreWriter(DataSourceWriter):
             return
         try:
             view = client.call("compaction_view", {"table": self.table, "limit": 1})
-            if int(view["total_loose"]) + int(view["total_deletes"]) > self.loose_files_max:
+            bound = self.loose_files_max
+            if bound is None:
+                bound = int(view["loose_files_max"])
+            loose = int(view["total_loose"]) + int(view["total_deletes"])
+            if bound > 0 and loose > bound:
                 compact_table(client, self.table)
         except (MetastoreError, OSError) as exc:
             logging.getLogger("spark_bridge").warning(

@@ -144,8 +144,10 @@ class ApiServer:
         gc: GcWorker | None = None,
         connections_max: int = L.CLIENT_CONNECTIONS_MAX,
         audit: AuditLog | None = None,
+        loose_files_max: int = mlimits.LOOSE_FILES_MAX_DEFAULT,
     ) -> None:
         self.node = node
+        self.loose_files_max = loose_files_max
         self.gc = gc
         self.exports = SnapshotExports()
         self.sm = sm
@@ -807,6 +809,8 @@ class ApiServer:
             ),
             "total_loose": len(loose),
             "total_deletes": len(deletes),
+            # The cluster's compaction trigger (cluster.toml), for writers that compact.
+            "loose_files_max": self.loose_files_max,
             "applied_index": state.applied_index,
             "next_page_token": f"0:{end}" if end < len(items) else None,
         }

@@ -24,6 +24,7 @@ pytestmark = pytest.mark.slow
 TABLE = "m.events"
 COMMITS = 8
 FILES_PER_COMMIT = 5
+LOOSE_FILES_MAX = 30  # the cluster's compaction trigger for writers
 SNAPSHOT_EVERY = 100  # the configuration's minimum
 
 
@@ -35,6 +36,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MetastoreClust
         3,
         snapshot_every_entries=SNAPSHOT_EVERY,
         gc_interval_ms=3_600_000,  # GC runs only when asked
+        loose_files_max=LOOSE_FILES_MAX,
     ) as c:
         c.start_all()
         c.wait_ready()
@@ -95,6 +97,9 @@ def test_compaction_keeps_every_answer_on_every_node(cluster: MetastoreCluster) 
             [{"table": TABLE, "schema_version": 1, "remove": ["_txn/c1/part-3.parquet"]}],
         )
         removed_ts = int(r["ts"])
+        view = client.call("compaction_view", {"table": TABLE})
+        assert view["loose_files_max"] == LOOSE_FILES_MAX  # what writers compact past
+        assert view["total_loose"] == FILES_PER_COMMIT and len(view["loose"]) == FILES_PER_COMMIT
         raw = client.call("files", {"table": TABLE, "as_of": removed_ts, "limit": 100})
         assert raw["deletes"] == [["_txn/c1/part-3.parquet", removed_ts]] and raw["manifests"]
         after_remove = _answers(cluster, [removed_ts])
