@@ -238,7 +238,7 @@ def expand(listing: Listing, contents: Mapping[str, Sequence[FileEntry]]) -> lis
     for entry in listing.files:
         if entry.path in deletes:
             continue  # cannot happen (a loose path is never a delete entry); cheap to keep
-        out.append(replace(entry, removed_ts=None))
+        out.append(entry if entry.removed_ts is None else replace(entry, removed_ts=None))
     out.sort(key=lambda e: e.added_ts)  # stable: keeps each commit's own order
     return out
 
@@ -249,8 +249,14 @@ def live_in_manifest(
     """The entries of one manifest live at `ts`, in file order, with removed_ts=None. `deletes`
     maps path -> removed ts (only those <= ts matter). Executors run this per manifest."""
     out: list[FileEntry] = []
+    truncated = ref.removed_all_ts
     for entry in entries:
         if entry.added_ts > ts:
+            continue
+        # The common case (a live entry, no truncation, no delete) is kept as it is: this loop
+        # runs once per file of a million-file table.
+        if entry.removed_ts is None and truncated is None and entry.path not in deletes:
+            out.append(entry)
             continue
         gone = effective_removed_ts(entry, ref, deletes)
         if gone is None or gone > ts:
