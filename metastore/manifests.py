@@ -59,10 +59,13 @@ GC (metastore.gc's AdvanceGcThreshold drives it through `TxnLog.purge_dead`)
       below it, truncated at or below it, or the table dropped by then) leaves the state for
       the table's dead-manifest queue; the leader's GC worker reads it (sha256-checked),
       deletes the data files it lists, then the manifest, then reports it (GcFilesDeleted).
-    * Not done: removed entries inside a manifest that still has live entries keep their data
-      files until a compaction rewrites that manifest without them (no compaction drops
-      entries yet), and the orphan scan skips locations holding manifests (their data files
-      are listed only in manifest files the state does not hold).
+    * Removed entries inside a manifest that still has live entries: the compactor, given the
+      table's threshold (`compaction_view`), splits those dead at it into a manifest of their
+      own, which is then dead as above (`plan_compaction`). Entries move, never vanish, so the
+      CompactManifest rules are unchanged.
+    * Not done: the orphan scan skips locations holding manifests (their data files are listed
+      only in manifest files the state does not hold), so files of failed write attempts under
+      such a table stay.
 """
 
 from __future__ import annotations
@@ -222,8 +225,9 @@ def effective_removed_ts(
 
 
 def sort_refs(refs: Iterable[ManifestRef]) -> list[ManifestRef]:
-    """Reference order = commit order of their entries: the compactor never splits a commit
-    across manifests (`plan_compaction`), so their ts ranges do not overlap."""
+    """Reference order (by ts range). `expand` sorts entries by added_ts anyway; a commit's
+    entries are split across manifests only where some are dead at the GC threshold
+    (`plan_compaction`), and reads at or below it are refused."""
     return sorted(refs, key=lambda r: (r.min_added_ts, r.max_added_ts, r.sha256))
 
 
@@ -397,7 +401,9 @@ class CompactionPlan:
     loose: tuple[FileEntry, ...]  # the oldest loose entries, moved (cut between commits)
     deletes: tuple[DeleteEntry, ...]  # the oldest delete entries, folded in
     rewrites: tuple[tuple[ManifestRef, tuple[FileEntry, ...]], ...]  # old ref -> its new entries
-    batches: tuple[tuple[FileEntry, ...], ...]  # `loose` in files of <= entries_max entries
+    # `loose` in files of <= entries_max entries (cut between commits), then the entries split
+    # off rewrites because they are dead at the GC threshold (one manifest per rewrite).
+    batches: tuple[tuple[FileEntry, ...], ...]
 
 
 def plan_compaction(
@@ -409,12 +415,16 @@ def plan_compaction(
     keep_loose: int = 0,
     entries_max: int = limits.MANIFEST_ENTRIES_MAX,
     rewrites_max: int = limits.MANIFEST_REWRITES_MAX,
+    gc_threshold: int = 0,
 ) -> CompactionPlan | None:
     """Plan moving all but the newest `keep_loose` loose entries into new manifests, and
     folding the oldest delete entries and truncations into rewritten manifests, at most
     `rewrites_max` of them (so the command stays bounded however the deletes spread; the rest
-    waits for the next compaction). `read(ref)` returns a manifest's entries (verified); it is
-    called only when deletes or truncations are pending. None: nothing to do."""
+    waits for the next compaction). With the table's `gc_threshold`, a rewritten manifest's
+    entries dead at it are split off into a manifest of their own, which is then dead and
+    GC deletes their files (`dead_at`); manifests holding such entries are rewritten for that
+    too, as room allows. `read(ref)` returns a manifest's entries (verified); it is called only
+    for manifests that may need a rewrite. None: nothing to do."""
     if not 1 <= entries_max <= limits.MANIFEST_ENTRIES_MAX:
         raise InvalidArgumentError(
             f"entries_max must be in 1..{limits.MANIFEST_ENTRIES_MAX}",
@@ -425,14 +435,19 @@ def plan_compaction(
             f"rewrites_max must be in 1..{limits.MANIFEST_REWRITES_MAX}",
             details={"rewrites_max": rewrites_max},
         )
-    n = commit_boundary_prefix(loose, keep_loose)
-    moved = tuple(loose[:n])
     folded: list[DeleteEntry] = []
     rewrites: list[tuple[ManifestRef, tuple[FileEntry, ...]]] = []
+    graveyards: list[tuple[FileEntry, ...]] = []
     truncated = [r for r in refs if r.removed_all_ts is not None]
-    if deletes or truncated:
-        # Only manifests that can hold a deleted path are read (all of them when deletes wait).
-        contents = {r.sha256: read(r) for r in (refs if deletes else truncated)}
+    # Manifests whose removed entries are all dead at the threshold, beside live ones.
+    splittable = [
+        r
+        for r in refs
+        if gc_threshold and r.live_count > 0 and 0 < r.max_removed_ts <= gc_threshold
+    ]
+    if deletes or truncated or splittable:
+        # Only manifests that may need a rewrite are read (all of them when deletes wait).
+        contents = {r.sha256: read(r) for r in (refs if deletes else [*truncated, *splittable])}
         owner = {e.path: sha for sha, entries in contents.items() for e in entries}
         chosen: dict[str, None] = {}
         for d in deletes:  # the oldest first: the command folds a prefix of them
@@ -442,22 +457,40 @@ def plan_compaction(
                     break
                 chosen[sha] = None
             folded.append(d)
-        for r in truncated:
+        for r in [*truncated, *splittable]:
             if len(chosen) >= rewrites_max:
                 break
             chosen.setdefault(r.sha256, None)
         gone = {d.path: d.removed_ts for d in folded}
         for ref in refs:
-            if ref.sha256 in chosen:
-                entries = fold_removals(ref, contents[ref.sha256], gone)
-                if entries is not None:
-                    rewrites.append((ref, tuple(entries)))
+            if ref.sha256 not in chosen:
+                continue
+            original = contents[ref.sha256]
+            changed = fold_removals(ref, original, gone)
+            entries = list(original) if changed is None else changed
+            kept = [e for e in entries if not _dead(e, gc_threshold)]
+            buried = [e for e in entries if _dead(e, gc_threshold)]
+            if kept and buried:
+                rewrites.append((ref, tuple(kept)))
+                graveyards.append(tuple(buried))
+            elif changed is not None:
+                rewrites.append((ref, tuple(changed)))
+    room = limits.MAX_MANIFESTS_PER_COMPACTION - 2 * len(rewrites) - len(graveyards)
+    batches = _batches(loose[: commit_boundary_prefix(loose, keep_loose)], entries_max)
+    batches = batches[: max(0, room)]  # whole batches: the cut stays between commits
+    moved = tuple(e for batch in batches for e in batch)
     if not moved and not folded and not rewrites:
         return None
-    batches = _batches(moved, entries_max)
     return CompactionPlan(
-        loose=moved, deletes=tuple(folded), rewrites=tuple(rewrites), batches=batches
+        loose=moved,
+        deletes=tuple(folded),
+        rewrites=tuple(rewrites),
+        batches=(*batches, *graveyards),
     )
+
+
+def _dead(entry: FileEntry, threshold: int) -> bool:
+    return bool(threshold) and entry.removed_ts is not None and entry.removed_ts <= threshold
 
 
 def _batches(moved: Sequence[FileEntry], entries_max: int) -> tuple[tuple[FileEntry, ...], ...]:

@@ -294,6 +294,7 @@ def compact_table(
             read=functools.partial(read_manifest, location),
             keep_loose=keep_loose,
             entries_max=entries_max,
+            gc_threshold=int(view.get("gc_threshold") or 0),
         )
         if plan is None:
             return {

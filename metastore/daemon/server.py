@@ -811,6 +811,8 @@ class ApiServer:
             "total_deletes": len(deletes),
             # The cluster's compaction trigger (cluster.toml), for writers that compact.
             "loose_files_max": self.loose_files_max,
+            # Entries removed at or below it are split into dead manifests GC deletes.
+            "gc_threshold": state.gc.threshold(table_id),
             "applied_index": state.applied_index,
             "next_page_token": f"0:{end}" if end < len(items) else None,
         }

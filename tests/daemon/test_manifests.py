@@ -226,6 +226,21 @@ def test_gc_deletes_replaced_manifests_and_the_files_of_dead_ones(
     assert not os.path.exists(f"{location}/{paths['c']}")
     for name in "abe":  # a sits in a manifest that still lives: kept until it is rewritten
         assert os.path.exists(f"{location}/{paths[name]}")
+
+    # The next compaction splits a (removed below the GC threshold) off into a dead manifest;
+    # the next GC run deletes a's file with it, and the replaced [a- b].
+    client = _client(cluster)
+    try:
+        result = compact_table(client, table)
+        assert result["compacted"] and result["replaced"] == 1, result
+        time.sleep(1.5)
+        client.gc_run(table)
+    finally:
+        client.close()
+    assert not os.path.exists(f"{location}/{paths['a']}")
+    for name in "be":
+        assert os.path.exists(f"{location}/{paths[name]}")
+    assert len(set(os.listdir(f"{location}/_manifests")) - left) == 1  # [b]; [e] stays
     for node_id in cluster.ids:
         reader = _client(cluster, node_id)
         try:
