@@ -76,6 +76,8 @@ EXIT_CODE_BY_ERROR: Final[Mapping[str, int]] = {
     "SCHEMA_JOB_STATE": EXIT_REFUSED,
     "BACKFILL_INCOMPLETE": EXIT_REFUSED,  # run the backfill again
     "WATCH_START_COMPACTED": EXIT_NOT_FOUND,  # the events asked for are no longer kept
+    "MANIFEST_CONFLICT": EXIT_REFUSED,  # the table kept changing: compact again
+    "MANIFEST_UNREADABLE": EXIT_GENERIC,  # a manifest file was changed outside the metastore
     "UNAUTHENTICATED": EXIT_AUTH,
     "FORBIDDEN": EXIT_AUTH,
     "BAD_REQUEST": EXIT_GENERIC,

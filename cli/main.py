@@ -35,6 +35,7 @@ from cli.safe_time import safe_time
 from cli.snapshot import snapshot
 from cli.sql import sql
 from cli.table import table
+from cli.table_compact import table_compact
 from cli.table_data import table_files, table_read
 from cli.table_optimize import table_optimize
 from cli.txn import txn
@@ -272,6 +273,7 @@ table.add_command(table_files)
 table.add_command(table_read)
 # `table optimize` runs Spark in this process; pyspark is imported only when it runs.
 table.add_command(table_optimize)
+table.add_command(table_compact)
 # `job run-backfill` runs Spark in this process; its module imports pyspark only when run.
 job.add_command(run_backfill)
 # Last, once every command is registered.

@@ -57,6 +57,9 @@ def _files_tables(result: dict[str, Any]) -> list[RenderableType]:
         "as_of": result.get("as_of"),
         "location": result.get("location"),
     }
+    if result.get("expanded_manifests"):
+        # Older entries came from manifest files (metastore.manifests), read and checked here.
+        header["manifests"] = result.get("expanded_manifests")
     files = result.get("files") or []
     table = Table(box=box.SIMPLE_HEAD, show_footer=True)
     table.add_column("PATH", footer=f"total: {len(files)} files", overflow="fold")

@@ -66,6 +66,7 @@ from metastore.errors import (
     limit_exceeded,
 )
 from metastore.lexer import quote_identifier, quote_string
+from metastore.manifests import ManifestRef, ReplacedManifest, ref_from_data, validate_ref
 from metastore.schema import (
     After,
     Column,
@@ -92,6 +93,7 @@ from metastore.types import (
 COMMAND_FORMAT_VERSION: Final = 1
 TABLE_FORMATS: Final = ("parquet",)
 
+_SHA256_HEX = re.compile(r"[0-9a-f]{64}")
 _NAME_CHARS = frozenset(string.ascii_lowercase + string.digits + "_")
 
 # Keys Spark itself reserves in TBLPROPERTIES/DBPROPERTIES; they are set through dedicated
@@ -671,6 +673,29 @@ class SchemaJobBackfilled:
 
 JobCommand = AdvanceSchemaJob | CancelSchemaJob | SchemaJobBackfilled
 
+
+# --- Manifests (metastore.manifests) ------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CompactManifest:
+    """Swap the oldest `loose_count` loose file entries of incarnation `table_id`, the oldest
+    `deletes_count` delete entries, and the references in `replaces` for the manifests in
+    `adds` (already written under
+    the table's location). A compare-and-swap: the counts and digests are of what the compactor
+    read, and apply refuses with ManifestConflict if the table changed since."""
+
+    request_id: str = ""
+    table: TableName
+    table_id: int
+    loose_count: int
+    loose_digest: str  # manifests.entries_digest of those entries
+    deletes_count: int
+    deletes_digest: str  # manifests.deletes_digest of those delete entries
+    replaces: tuple[ReplacedManifest, ...] = ()
+    adds: tuple[ManifestRef, ...] = ()
+
+
 Command = (
     InitCluster
     | CreateNamespace
@@ -692,6 +717,7 @@ Command = (
     | AdvanceSchemaJob
     | CancelSchemaJob
     | SchemaJobBackfilled
+    | CompactManifest
 )
 
 
@@ -812,6 +838,8 @@ def validate_command(cmd: Command) -> None:
                 _validate_count(key.version, "version")
         case Protect() | ReleaseProtection() | AdvanceGcThreshold() | GcFilesDeleted():
             _validate_gc_command(cmd)
+        case CompactManifest():
+            _validate_compaction(cmd)
         case AdvanceSchemaJob() | CancelSchemaJob() | SchemaJobBackfilled():
             if cmd.job_id < 1:
                 raise InvalidArgumentError(
@@ -827,6 +855,44 @@ def validate_command(cmd: Command) -> None:
                     _validate_count(cmd.snapshot_ts, "snapshot_ts")
                     _validate_count(cmd.files_rewritten, "files_rewritten")
                     _validate_label(cmd.by, "by")
+
+
+def _validate_compaction(cmd: CompactManifest) -> None:
+    if cmd.table_id < 1:
+        raise InvalidArgumentError("table_id must be positive")
+    _validate_count(cmd.table_id, "table_id")
+    _validate_count(cmd.loose_count, "loose_count")
+    _validate_count(cmd.deletes_count, "deletes_count")
+    for what, digest in (
+        ("loose_digest", cmd.loose_digest),
+        ("deletes_digest", cmd.deletes_digest),
+    ):
+        if not isinstance(digest, str) or not _SHA256_HEX.fullmatch(digest):
+            raise InvalidArgumentError(f"{what} must be 64 lowercase hex digits")
+    parts = len(cmd.adds) + len(cmd.replaces)
+    if parts > limits.MAX_MANIFESTS_PER_COMPACTION:
+        raise limit_exceeded(
+            "MAX_MANIFESTS_PER_COMPACTION",
+            limits.MAX_MANIFESTS_PER_COMPACTION,
+            parts,
+            "manifests added and replaced by one compaction",
+        )
+    if cmd.loose_count == 0 and cmd.deletes_count == 0 and not cmd.replaces:
+        raise InvalidArgumentError("a compaction must move loose entries, deletes or manifests")
+    if cmd.loose_count == 0 and not cmd.replaces and cmd.adds:
+        raise InvalidArgumentError("new manifests need loose entries or replaced manifests")
+    if len({r.sha256 for r in cmd.replaces}) != len(cmd.replaces):
+        raise InvalidArgumentError("a replaced manifest is listed twice")
+    for r in cmd.replaces:
+        if not _SHA256_HEX.fullmatch(r.sha256):
+            raise InvalidArgumentError("replaced manifest sha256 must be 64 lowercase hex digits")
+        _validate_ts(r.removed_all_ts, "removed_all_ts")
+    if len({a.sha256 for a in cmd.adds}) != len(cmd.adds):
+        raise InvalidArgumentError("an added manifest is listed twice")
+    if {a.sha256 for a in cmd.adds} & {r.sha256 for r in cmd.replaces}:
+        raise InvalidArgumentError("a manifest cannot replace itself")
+    for i, ref in enumerate(cmd.adds):
+        validate_ref(ref, f"added manifest {i}")
 
 
 def _validate_gc_command(cmd: GcCommand) -> None:
@@ -1288,6 +1354,81 @@ def commit_txn_from_request(args: Mapping[str, object]) -> CommitTxn:
     return cmd
 
 
+def compact_manifest_from_request(args: Mapping[str, object]) -> CompactManifest:
+    """The client API's `compact_manifest` map (docs/protocol.md) -> a validated
+    CompactManifest; InvalidArgument or LimitExceeded naming the field otherwise."""
+    fields = _RequestFields(args, "compact_manifest")
+    replaces_data = fields.list_of("replaces", required=False)
+    adds_data = fields.list_of("adds", required=False)
+    bound = limits.MAX_MANIFESTS_PER_COMPACTION
+    if len(replaces_data) + len(adds_data) > bound:
+        raise limit_exceeded(
+            "MAX_MANIFESTS_PER_COMPACTION",
+            bound,
+            len(replaces_data) + len(adds_data),
+            "manifests added and replaced by one compaction",
+        )
+    replaces: list[ReplacedManifest] = []
+    for i, item in enumerate(replaces_data):
+        r = _RequestFields(item, f"replaces[{i}]")
+        replaces.append(
+            ReplacedManifest(
+                sha256=r.text("sha256"), removed_all_ts=r.opt_integer("removed_all_ts")
+            )
+        )
+        r.done()
+    adds: list[ManifestRef] = []
+    for i, item in enumerate(adds_data):
+        a = _RequestFields(item, f"adds[{i}]")
+        adds.append(
+            ManifestRef(
+                path=a.text("path"),
+                sha256=a.text("sha256"),
+                size_bytes=a.integer("size_bytes"),
+                entry_count=a.integer("entry_count"),
+                live_count=a.integer("live_count"),
+                live_bytes=a.integer("live_bytes"),
+                live_rows=a.integer("live_rows"),
+                min_added_ts=a.integer("min_added_ts"),
+                max_added_ts=a.integer("max_added_ts"),
+                max_removed_ts=a.integer("max_removed_ts"),
+                removed_all_ts=a.opt_integer("removed_all_ts"),
+            )
+        )
+        a.done()
+    cmd = CompactManifest(
+        request_id=fields.opt_text("request_id") or "",
+        table=TableName.parse(fields.text("table")),
+        table_id=fields.integer("table_id"),
+        loose_count=fields.integer("loose_count"),
+        loose_digest=fields.text("loose_digest"),
+        deletes_count=fields.integer("deletes_count"),
+        deletes_digest=fields.text("deletes_digest"),
+        replaces=tuple(replaces),
+        adds=tuple(adds),
+    )
+    fields.done()
+    validate_command(cmd)
+    return cmd
+
+
+def compact_manifest_to_request(cmd: CompactManifest) -> dict[str, object]:
+    """The inverse of `compact_manifest_from_request` (what clients send)."""
+    return {
+        "table": str(cmd.table),
+        "table_id": cmd.table_id,
+        "loose_count": cmd.loose_count,
+        "loose_digest": cmd.loose_digest,
+        "deletes_count": cmd.deletes_count,
+        "deletes_digest": cmd.deletes_digest,
+        "replaces": [
+            {"sha256": r.sha256, "removed_all_ts": r.removed_all_ts} for r in cmd.replaces
+        ],
+        "adds": [a.to_view() for a in cmd.adds],
+        "request_id": cmd.request_id,
+    }
+
+
 class _RequestFields:
     """Typed access to a client-API map; like `_Fields` but raising InvalidArgumentError (the
     client sent it), with optional keys."""
@@ -1502,6 +1643,18 @@ def command_to_data(cmd: Command) -> dict[str, object]:
             body = {"type": "advance_schema_job", "job_id": cmd.job_id, "step": cmd.step}
         case CancelSchemaJob():
             body = {"type": "cancel_schema_job", "job_id": cmd.job_id, "by": cmd.by}
+        case CompactManifest():
+            body = {
+                "type": "compact_manifest",
+                "table": [cmd.table.namespace, cmd.table.name],
+                "table_id": cmd.table_id,
+                "loose_count": cmd.loose_count,
+                "loose_digest": cmd.loose_digest,
+                "deletes_count": cmd.deletes_count,
+                "deletes_digest": cmd.deletes_digest,
+                "replaces": [[r.sha256, r.removed_all_ts] for r in cmd.replaces],
+                "adds": [a.to_data() for a in cmd.adds],
+            }
         case SchemaJobBackfilled():
             body = {
                 "type": "schema_job_backfilled",
@@ -1810,6 +1963,8 @@ def _command_from_data(obj: object) -> Command:
             files_rewritten=f.integer("files_rewritten"),
             by=f.text("by"),
         )
+    elif kind == "compact_manifest":
+        cmd = _compaction_from_data(f, request_id)
     else:
         raise MalformedCommandError(f"unknown command type {kind!r}")
     f.done()
@@ -1980,6 +2135,39 @@ def _path(obj: list[object], *, allow_empty: bool = False) -> Path:
     if not all(isinstance(p, str) for p in obj):
         raise MalformedCommandError("column path must be strings")
     return tuple(str(p) for p in obj)
+
+
+def _compaction_from_data(f: _Fields, request_id: str) -> CompactManifest:
+    replaces_data = f.items("replaces")
+    adds_data = f.items("adds")
+    bound = limits.MAX_MANIFESTS_PER_COMPACTION
+    if len(replaces_data) > bound or len(adds_data) > bound:
+        raise MalformedCommandError("replaces/adds must be bounded lists")
+    replaces: list[ReplacedManifest] = []
+    for item in replaces_data:
+        if not (
+            isinstance(item, list)
+            and len(item) == 2
+            and isinstance(item[0], str)
+            and (item[1] is None or (isinstance(item[1], int) and not isinstance(item[1], bool)))
+        ):
+            raise MalformedCommandError("a replaced manifest is [sha256, removed_all_ts]")
+        replaces.append(ReplacedManifest(sha256=item[0], removed_all_ts=item[1]))
+    try:
+        adds = tuple(ref_from_data(item) for item in adds_data)
+    except InvalidArgumentError as e:
+        raise MalformedCommandError(f"added manifest: {e.message}") from None
+    return CompactManifest(
+        request_id=request_id,
+        table=table_name_from_data(f.items("table")),
+        table_id=f.integer("table_id"),
+        loose_count=f.integer("loose_count"),
+        loose_digest=f.text("loose_digest"),
+        deletes_count=f.integer("deletes_count"),
+        deletes_digest=f.text("deletes_digest"),
+        replaces=tuple(replaces),
+        adds=adds,
+    )
 
 
 class _Fields:

@@ -66,6 +66,9 @@ class ErrorCode(StrEnum):
     BACKFILL_INCOMPLETE = "BACKFILL_INCOMPLETE"
     # The change feed (metastore.events).
     WATCH_START_COMPACTED = "WATCH_START_COMPACTED"
+    # Manifests (metastore.manifests).
+    MANIFEST_CONFLICT = "MANIFEST_CONFLICT"
+    MANIFEST_UNREADABLE = "MANIFEST_UNREADABLE"
     # Client API (daemon) codes: see docs/protocol.md.
     UNAUTHENTICATED = "UNAUTHENTICATED"
     FORBIDDEN = "FORBIDDEN"
@@ -389,6 +392,25 @@ class WatchStartCompactedError(MetastoreError):
     code = ErrorCode.WATCH_START_COMPACTED
 
 
+class ManifestConflictError(MetastoreError):
+    """A CompactManifest whose view of the table is stale: the loose entries, delete entries or
+    manifests it names changed since the compactor read them (a commit removed one of them, or
+    another compaction ran first). Details: `table`, `what`, and the expected/actual values.
+    Nothing changed: read the table again and compact again."""
+
+    code = ErrorCode.MANIFEST_CONFLICT
+    retryable = True
+
+
+class ManifestUnreadableError(MetastoreError):
+    """A reader could not use a manifest file a listing references: it is missing, larger than
+    MANIFEST_BYTES_MAX, its bytes do not hash to the referenced sha256, or it is not a manifest.
+    Details: `path`, `reason`. Raised by readers (never by the state machine); not retryable: the
+    table's files under its location were changed outside the metastore."""
+
+    code = ErrorCode.MANIFEST_UNREADABLE
+
+
 # ---- client API errors (raised by the daemon shell and rebuilt by the client) ---------------
 
 
@@ -515,6 +537,8 @@ _BY_CODE: dict[str, type[MetastoreError]] = {
         SchemaJobStateError,
         BackfillIncompleteError,
         WatchStartCompactedError,
+        ManifestConflictError,
+        ManifestUnreadableError,
         UnauthenticatedError,
         ForbiddenError,
         BadRequestError,

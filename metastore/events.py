@@ -13,6 +13,8 @@ Which events (every one carries `kind`, `tm` and `index` of its entry):
 * `session_opened` / `session_ended` (closed, expired; by and reason), `leases_acquired` /
   `leases_released`: session_id and the (table, version) pairs; heartbeats are not events;
 * `protected` / `protection_released`: record_id, ts, reason.
+* `manifest_compacted`: table, table_id, moved_entries, folded_deletes, manifests (what the
+  table holds after it; a compaction changes no answer, so readers may ignore it).
 Refused entries, request-id retries and deduplicated commits are not events: nothing changed.
 
 `EventLog` keeps the newest events in memory (EVENTS_KEPT). It is complete after `floor_tm`:
@@ -37,6 +39,7 @@ from metastore.commands import (
     CloseSession,
     Command,
     CommitTxn,
+    CompactManifest,
     CreateNamespace,
     DropNamespace,
     ExpireSessions,
@@ -117,6 +120,18 @@ def events_of(command: Command, outcome: Outcome, *, tm: int, index: int) -> lis
         case Protect():
             out.append(
                 {**head, "kind": "protected", "record_id": command.record_id, "ts": command.ts}
+            )
+        case CompactManifest() if not result.get("deduplicated"):
+            out.append(
+                {
+                    **head,
+                    "kind": "manifest_compacted",
+                    "table": str(command.table),
+                    "table_id": command.table_id,
+                    "moved_entries": command.loose_count,
+                    "folded_deletes": command.deletes_count,
+                    "manifests": result.get("manifests"),
+                }
             )
         case ReleaseProtection() if result.get("released"):
             out.append(

@@ -127,6 +127,30 @@ MAX_COMMITS_KEPT_PER_TABLE = 1_000
 MAX_FILE_ENTRIES_PER_TABLE = 1_000_000
 MAX_FILE_ENTRIES_TOTAL = 5_000_000
 
+# --- manifests (metastore.manifests) -------------------------------------------------------------
+# A table's loose file entries past this many are moved into manifest files by the bridge after a
+# commit (and by `metastore table compact`). It is the committer's trigger, not a refusal: the
+# hard bound on loose entries stays MAX_FILE_ENTRIES_PER_TABLE.
+LOOSE_FILES_MAX_DEFAULT = 10_000
+# Manifest references a table may hold. Every `files` listing carries all the references that
+# matter at its ts on its first page (~300 bytes each), so this bounds that page.
+MAX_MANIFESTS_PER_TABLE = 1_000
+# Entries one manifest file lists (the compactor splits larger batches), and the bytes of a
+# manifest file a reader accepts before refusing it as corrupt.
+MANIFEST_ENTRIES_MAX = 100_000
+MANIFEST_BYTES_MAX = 256 * 1024 * 1024
+# Delete entries (removals of files that sit in a manifest) kept loose until a compaction folds
+# them in; a commit that would pass this is refused until the table is compacted.
+MAX_DELETE_ENTRIES_PER_TABLE = 100_000
+# Manifests one CompactManifest adds or replaces (keeps the command far below MAX_COMMAND_BYTES),
+# and manifests one compaction rewrites to fold delete entries (the rest waits for the next):
+# rewrites (replaced + added) plus the batches of MAX_FILE_ENTRIES_PER_TABLE loose entries fit.
+MAX_MANIFESTS_PER_COMPACTION = 200
+MANIFEST_REWRITES_MAX = 64
+# Manifest files replaced by compactions and not yet deleted by GC (which waits until its
+# threshold passes the compaction); a compaction that would pass this is refused until GC runs.
+MAX_RETIRED_MANIFESTS_PER_TABLE = 100_000
+
 # A refused commit_at(ts) suggests retry_at = upper + this margin: the retry is a new log entry
 # whose Tm (and so its smallest usable ts) is later than the upper the refusal saw.
 COMMIT_RETRY_MARGIN_MS = 200

@@ -55,6 +55,7 @@ from metastore.commands import (
     CloseSession,
     Command,
     CommitTxn,
+    CompactManifest,
     CreateNamespace,
     CreateTable,
     DropNamespace,
@@ -88,6 +89,7 @@ from metastore.errors import (
 from metastore.gc import GcState
 from metastore.jobs import SchemaJobs, multi_step_change
 from metastore.leases import Sessions
+from metastore.manifests import Listing
 from metastore.outcome import Effect, Outcome, SchemaVersionPublished, TableDropped
 from metastore.txn import (
     CommitRecord,
@@ -105,7 +107,9 @@ from metastore.txn import (
 # 3: sessions and schema leases (metastore.leases); version 2 snapshots load with none.
 # 4: GC thresholds and protected timestamps (metastore.gc); older snapshots load with none.
 # 5: schema change jobs (metastore.jobs); older snapshots load with none.
-SNAPSHOT_FORMAT_VERSION: Final = 5
+# 6: manifest references, delete entries, retired and dead manifests per table
+#    (metastore.manifests): each txn log table row gains four fields; older rows load with none.
+SNAPSHOT_FORMAT_VERSION: Final = 6
 _SNAPSHOT_KEYS_V1: Final = frozenset(
     {"v", "applied_index", "last_tm", "cluster", "catalog", "requests"}
 )
@@ -276,6 +280,8 @@ class MetastoreState:
                 )
             case SchemaJobBackfilled():
                 return Outcome.success(self.jobs.backfilled(command, tm=tm))
+            case CompactManifest():
+                return Outcome.success(self.txns.compact(command, tm=tm, catalog=self.catalog))
         match command:
             case CreateNamespace():
                 result, effects = self.catalog.create_namespace(command, tm=tm, dd=dd)
@@ -418,13 +424,22 @@ class MetastoreState:
     # --- the transaction log (metastore.txn) ---
 
     def files_at(self, table: TableName | str, ts: int) -> tuple[FileEntry, ...]:
-        """Live files of the incarnation of `table` existing at `ts` (paths relative to its
-        location, `schema_at(table, ts).location`), in commit order. Final once ts <
+        """Loose live files of the incarnation of `table` existing at `ts` (paths relative to its
+        location, `schema_at(table, ts).location`), in commit order: every live file unless the
+        table has manifests (then see `listing_at`). Final once ts <
         `table_upper()`; the caller waits for safe_time >= ts as for schemas. Raises
         TableNotFound / NotFoundAtTimestamp like `schema_at`, and BeforeGcThreshold at or below
         the incarnation's GC threshold."""
         version = self.schema_at(_name(table), ts)
         return self.txns.files_at(version.table_id, ts)
+
+    def listing_at(self, table: TableName | str, ts: int) -> Listing:
+        """`files_at` before expansion, for tables with manifests (metastore.manifests): the
+        loose live files, the manifest references that matter at `ts` and the delete entries
+        at or below it. Readers expand it with `manifests.expand`; same waits and errors as
+        `files_at`."""
+        version = self.schema_at(_name(table), ts)
+        return self.txns.listing_at(version.table_id, ts)
 
     def table_upper(self) -> int:
         """The next usable commit timestamp: no commit can land below it any more, so every
@@ -507,7 +522,14 @@ class MetastoreState:
         # msgpack documents that it may raise outside its own exception hierarchy.
         except Exception as e:  # noqa: BLE001
             raise MalformedSnapshotError(f"snapshot is not msgpack: {type(e).__name__}") from None
-        if not isinstance(obj, dict) or obj.get("v") not in (1, 2, 3, 4, SNAPSHOT_FORMAT_VERSION):
+        if not isinstance(obj, dict) or obj.get("v") not in (
+            1,
+            2,
+            3,
+            4,
+            5,
+            SNAPSHOT_FORMAT_VERSION,
+        ):
             raise MalformedSnapshotError("snapshot must be a map with a supported version")
         keys = {
             1: _SNAPSHOT_KEYS_V1,
@@ -515,6 +537,7 @@ class MetastoreState:
             3: _SNAPSHOT_KEYS_V1 | {"txns", "sessions"},
             4: _SNAPSHOT_KEYS_V1 | {"txns", "sessions", "gc"},
             5: _SNAPSHOT_KEYS_V1 | {"txns", "sessions", "gc", "jobs"},
+            6: _SNAPSHOT_KEYS_V1 | {"txns", "sessions", "gc", "jobs"},
         }[obj["v"]]
         if set(obj) != keys:
             raise MalformedSnapshotError("snapshot must be a map with the state's keys")

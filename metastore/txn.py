@@ -120,29 +120,17 @@ Tidy (what is kept)
       and in total (MAX_FILE_ENTRIES_PER_TABLE / _TOTAL); GC (a later issue) will drop entries
       removed below the GC threshold and delete their files.
 
-Plan: manifest files for tables with millions of files
-    Today every file entry lives in the replicated state: ~100 bytes each in every snapshot and
-    O(files) per `files_at`. That is right for thousands of files per table, wrong for millions.
-    The plan, in the spirit of Iceberg manifests and txn-wal's "the log holds handles, the data
-    shard holds data":
-    1. A table keeps at most N (e.g. 10k) *loose* entries in the state. When a commit would pass
-       N, the committer (a Spark job, never the state machine: `apply` does no I/O) first writes
-       a *manifest file* into `<location>/_manifests/<uuid>.avro|parquet` listing a batch of
-       entries (path, size, rows, added_ts, removed_ts), plus its own footer stats (min/max
-       added_ts, live rows/bytes).
-    2. A `CompactManifest` command then atomically replaces those loose entries by one manifest
-       reference {path, content hash, entry count, min/max ts, live count} - a compare-and-swap
-       on the loose entries it covers, refused if any of them changed since (like
-       DataFileConflict). Removing a file that sits in a manifest becomes a *delete entry*
-       (path, removed_ts) kept loose until the next compaction rewrites that manifest.
-    3. `files_at(table, ts)` then returns the loose live entries plus the manifest references
-       whose ts range can matter at ts; the reader (Spark) expands manifests itself, filtered
-       by ts and the delete entries. The state stays O(manifests + recent entries).
-    4. GC drops manifests whose every entry was removed below the threshold, and rewrites
-       partially dead ones. Manifests are immutable and content-addressed, so a replayed or
-       retried compaction is harmless and a crash leaves only unreferenced files for GC.
-    Nothing in the command shapes here has to change for it: a manifest is one more kind of
-    entry a table holds.
+Manifests (metastore.manifests) for tables with millions of files
+    A table keeps its recent entries loose here; older ones move, by a CompactManifest
+    compare-and-swap, into immutable content-addressed manifest files the committer wrote
+    under `<location>/_manifests/`. The log keeps one ManifestRef per file and a *delete
+    entry* (path, removed_ts) for each removal of a path that sits in a manifest, until a
+    compaction folds it in; an overwrite truncates every manifest (`removed_all_ts`).
+    `files_at` answers from the loose entries; `listing_at` adds the references that matter
+    at ts and the delete entries, for readers to expand (`manifests.expand`). A removed path
+    that is not loose is trusted to sit in a manifest (the state does not hold their
+    contents): a second removal is still a DataFileConflict while its delete entry is loose,
+    and a removal of a path in no manifest matches nothing when expanded.
 
 Invariants (checked by `check_invariants`, which the state runs on load and in tests)
     * registered table ids are exactly the catalog's incarnations, with the same name and
@@ -156,15 +144,20 @@ Invariants (checked by `check_invariants`, which the state runs on load and in t
     * every remembered txn id maps to a real commit: its tables are registered, existed at its
       ts, and, where their summaries still reach back to it, list that commit under that id;
     * stream marks are at most MAX_STREAM_MARKS, in strictly increasing ts order (the eviction
-      order), none after the last commit, and agree with their txn's record when remembered.
+      order), none after the last commit, and agree with their txn's record when remembered;
+    * manifests (`_check_manifests`): references are well formed, ordered, within the table's
+      commits and all older than every loose entry; truncations lie after their entries;
+      delete entries exist only beside manifests, in commit order, never for a loose path;
+      retired and dead manifests are referenced nowhere else; every count within its limit.
 """
 
 from __future__ import annotations
 
 from bisect import bisect_right
 from collections import OrderedDict, deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
+from itertools import islice
 
 import msgpack
 
@@ -173,6 +166,7 @@ from metastore import limits
 from metastore.catalog import Catalog, TableState
 from metastore.commands import (
     CommitTxn,
+    CompactManifest,
     TableName,
     TableWrite,
     validate_file_path,
@@ -187,6 +181,7 @@ from metastore.errors import (
     DataFileConflictError,
     InvalidArgumentError,
     MalformedSnapshotError,
+    ManifestConflictError,
     MetastoreError,
     NotFoundAtTimestampError,
     ReadConflictError,
@@ -195,6 +190,19 @@ from metastore.errors import (
     TxnIdReusedError,
     limit_exceeded,
 )
+from metastore.manifests import (
+    DeleteEntry,
+    Listing,
+    ManifestRef,
+    deletes_digest,
+    entries_digest,
+    manifest_path,
+    ref_from_data,
+    relevant_at,
+    sort_refs,
+    validate_ref,
+)
+from metastore.manifests import dead_at as manifest_dead_at
 from metastore.snapshot_data import expect_int, expect_list, expect_opt_int, expect_str
 
 Result = dict[str, object]
@@ -303,6 +311,12 @@ class TableTxnStats:
     commits: int
     last_commit_ts: int  # 0 = never written
     last_txn_id: str  # "" = never written
+    # Manifests (metastore.manifests). live_* above include manifest entries as their files
+    # record them, less one file per pending delete entry (bytes/rows of those are only known
+    # once a compaction folds them): exact whenever delete_entries is 0.
+    manifests: int = 0
+    manifest_entries: int = 0
+    delete_entries: int = 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -327,8 +341,10 @@ class TableLog:
     __slots__ = (
         "commit_count",
         "commits",
+        "deletes",
         "files",
         "forgotten_ts",
+        "gc_manifests",
         "gc_queue",
         "last_commit_ts",
         "last_txn_id",
@@ -336,8 +352,10 @@ class TableLog:
         "live_bytes",
         "live_rows",
         "location",
+        "manifests",
         "name",
         "registered_ts",
+        "retired",
         "table_id",
         "trimmed_through_ts",
     )
@@ -364,6 +382,39 @@ class TableLog:
         # Files GC took out of `files` (dead at its threshold) and has not deleted yet: path ->
         # size. Their paths stay reserved (never reused) until the leader reports them deleted.
         self.gc_queue: dict[str, int] = {}
+        # Manifest references by sha256, ordered by (min_added_ts, sha256) (metastore.manifests).
+        # Invariant: every manifest entry is older than every loose entry (compactions move a
+        # prefix of the loose entries, cut between commits).
+        self.manifests: dict[str, ManifestRef] = {}
+        # Delete entries: path (in some manifest) -> removed ts, in commit order.
+        self.deletes: dict[str, int] = {}
+        # Manifest files a compaction replaced: path -> (Tm of that compaction, bytes). Their
+        # entries live on in the rewrite, but a reader that listed the table before the
+        # compaction may still read them: GC deletes them once its threshold reaches that Tm.
+        self.retired: dict[str, tuple[int, int]] = {}
+        # Dead manifests GC took out of `manifests` (every entry dead at its threshold), by
+        # path: the leader deletes the data files each lists, then the manifest file, then
+        # reports them with GcFilesDeleted like queued files.
+        self.gc_manifests: dict[str, ManifestRef] = {}
+
+    def sort_manifests(self) -> None:
+        self.manifests = {r.sha256: r for r in sort_refs(self.manifests.values())}
+
+    def listing_at(self, ts: int) -> Listing:
+        return Listing(
+            ts=ts,
+            files=self.files_at(ts),
+            manifests=tuple(r for r in self.manifests.values() if relevant_at(r, ts)),
+            deletes=tuple(
+                DeleteEntry(path=p, removed_ts=rts) for p, rts in self.deletes.items() if rts <= ts
+            ),
+        )
+
+    def manifest_dead_at(self, ref: ManifestRef, threshold: int) -> bool:
+        """No read above `threshold` sees any entry of `ref` (or the incarnation at all)."""
+        if self.forgotten_ts is not None and self.forgotten_ts <= threshold:
+            return True
+        return manifest_dead_at(ref, threshold)
 
     def dead_at(self, entry: FileEntry, threshold: int) -> bool:
         """No read above `threshold` can see this file: removed at or below it, or the whole
@@ -402,11 +453,18 @@ class TableLog:
                 [c.ts, c.txn_id, c.files_added, c.files_removed, c.rows_added, c.overwrite]
                 for c in self.commits
             ],
+            [r.to_data() for r in self.manifests.values()],
+            [[p, rts] for p, rts in self.deletes.items()],
+            [[p, tm, size] for p, (tm, size) in self.retired.items()],
+            [r.to_data() for r in self.gc_manifests.values()],
         ]
 
     @staticmethod
     def from_data(data: object) -> TableLog:
-        row = expect_list(data, 12)
+        # Rows of snapshots before manifests (format 5 and older) have 12 fields.
+        row = expect_list(data)
+        if len(row) not in (12, 16):
+            raise MalformedSnapshotError("txn log table must have 12 or 16 fields")
         try:
             name = TableName(namespace=expect_str(row[1]), name=expect_str(row[2]))
         except MetastoreError as e:
@@ -453,6 +511,30 @@ class TableLog:
                     overwrite=c[5],
                 )
             )
+        if len(row) == 16:
+            for item in expect_list(row[12]):
+                try:
+                    ref = ref_from_data(item)
+                except MetastoreError as e:
+                    raise MalformedSnapshotError(f"table {tl.table_id}: {e.message}") from None
+                if ref.sha256 in tl.manifests:
+                    raise MalformedSnapshotError(f"table {tl.table_id}: manifest listed twice")
+                tl.manifests[ref.sha256] = ref
+            for item in expect_list(row[13]):
+                pair = expect_list(item, 2)
+                path = expect_str(pair[0])
+                if path in tl.deletes:
+                    raise MalformedSnapshotError(f"table {tl.table_id}: delete entry twice")
+                tl.deletes[path] = expect_int(pair[1])
+            for item in expect_list(row[14]):
+                triple = expect_list(item, 3)
+                tl.retired[expect_str(triple[0])] = (expect_int(triple[1]), expect_int(triple[2]))
+            for item in expect_list(row[15]):
+                try:
+                    ref = ref_from_data(item)
+                except MetastoreError as e:
+                    raise MalformedSnapshotError(f"table {tl.table_id}: {e.message}") from None
+                tl.gc_manifests[ref.path] = ref
         return tl
 
 
@@ -463,6 +545,9 @@ class _PlannedWrite:
     log: TableLog
     write: TableWrite
     removals: tuple[str, ...]  # explicit removals, or every live path for an overwrite
+    # Removals of paths that sit in a manifest (they become delete entries).
+    manifest_removals: tuple[str, ...] = ()
+    truncate: bool = False  # an overwrite: every manifest's live entries are removed too
 
 
 # --------------------------------------------------------------------------------------------
@@ -661,14 +746,28 @@ class TxnLog:
         _check_schema_version(inc, w, ts)
         tl = self._tables[inc.table_id]
         for f in w.add:
-            if f.path in tl.files or f.path in tl.gc_queue:
+            if f.path in tl.files or f.path in tl.gc_queue or f.path in tl.deletes:
                 raise InvalidArgumentError(
                     f"{w.table}: file {f.path!r} is already a file of the table (or queued for "
                     "deletion by GC); file paths are never reused",
                     details={"table": str(w.table), "path": f.path},
                 )
+        manifest_removals: list[str] = []
         for path in w.remove:
             entry = tl.files.get(path)
+            if entry is None and path in tl.deletes:
+                raise DataFileConflictError(
+                    f"{w.table}: file {path!r} was already removed at {tl.deletes[path]}",
+                    details={"table": str(w.table), "path": path, "removed_ts": tl.deletes[path]},
+                )
+            if entry is None and tl.manifests:
+                # Not loose: it sits in a manifest (the state does not hold their contents, so
+                # it trusts the path; a path in no manifest makes a delete entry that matches
+                # nothing). It stays a delete entry until a compaction folds it in. An
+                # overwrite removes it anyway (truncation), as it would a loose file.
+                if not w.overwrite:
+                    manifest_removals.append(path)
+                continue
             if entry is None:
                 raise InvalidArgumentError(
                     f"{w.table}: cannot remove {path!r}, it is not a file of the table",
@@ -686,8 +785,19 @@ class TxnLog:
                 len(tl.files) + len(w.add),
                 f"file entries of {w.table}",
             )
-        removals = tuple(tl.live) if w.overwrite else w.remove
-        return _PlannedWrite(log=tl, write=w, removals=removals)
+        if len(tl.deletes) + len(manifest_removals) > limits.MAX_DELETE_ENTRIES_PER_TABLE:
+            raise limit_exceeded(
+                "MAX_DELETE_ENTRIES_PER_TABLE",
+                limits.MAX_DELETE_ENTRIES_PER_TABLE,
+                len(tl.deletes) + len(manifest_removals),
+                f"delete entries of {w.table} (compact the table: `metastore table compact`)",
+            )
+        if w.overwrite:
+            return _PlannedWrite(log=tl, write=w, removals=tuple(tl.live), truncate=True)
+        loose = tuple(p for p in w.remove if p in tl.files)
+        return _PlannedWrite(
+            log=tl, write=w, removals=loose, manifest_removals=tuple(manifest_removals)
+        )
 
     def _write(
         self, txn_id: str, plans: list[_PlannedWrite], *, ts: int, tm: int, digest: bytes
@@ -700,6 +810,14 @@ class TxnLog:
                 del tl.live[path]
                 tl.live_bytes -= entry.size_bytes
                 tl.live_rows -= entry.row_count
+            for path in p.manifest_removals:
+                tl.deletes[path] = ts
+            truncated = 0
+            if p.truncate:
+                for sha, ref in list(tl.manifests.items()):
+                    if ref.removed_all_ts is None and ref.live_count > 0:
+                        tl.manifests[sha] = replace(ref, removed_all_ts=ts)  # keeps the order
+                        truncated += ref.live_count
             for f in w.add:
                 tl.files[f.path] = FileEntry(
                     path=f.path, size_bytes=f.size_bytes, row_count=f.row_count, added_ts=ts
@@ -717,7 +835,7 @@ class TxnLog:
                     txn_id=txn_id,
                     table_id=tl.table_id,
                     files_added=len(w.add),
-                    files_removed=len(p.removals),
+                    files_removed=len(p.removals) + len(p.manifest_removals) + truncated,
                     rows_added=sum(f.row_count for f in w.add),
                     overwrite=w.overwrite,
                 )
@@ -732,7 +850,7 @@ class TxnLog:
             tables=tuple(p.log.name for p in ordered),
             table_ids=tuple(p.log.table_id for p in ordered),
             files_added=sum(len(p.write.add) for p in plans),
-            files_removed=sum(len(p.removals) for p in plans),
+            files_removed=sum(len(p.removals) + len(p.manifest_removals) for p in plans),
             rows_added=sum(f.row_count for p in plans for f in p.write.add),
             fingerprint=digest,
         )
@@ -761,6 +879,159 @@ class TxnLog:
         the name to the incarnation existing at `ts` (catalog.schema_at)."""
         return self._log(table_id).files_at(ts)
 
+    def listing_at(self, table_id: int, ts: int) -> Listing:
+        """Loose live files, the manifest references that matter at `ts` and the delete entries
+        at or below it (metastore.manifests); readers expand it into `files_at`'s full answer."""
+        return self._log(table_id).listing_at(ts)
+
+    # --- manifests (metastore.manifests) ---
+
+    def loose_entries(self, table_id: int) -> tuple[FileEntry, ...]:
+        """Every loose entry (live and removed) in commit order: what a compactor moves."""
+        return tuple(self._log(table_id).files.values())
+
+    def manifest_refs(self, table_id: int) -> tuple[ManifestRef, ...]:
+        return tuple(self._log(table_id).manifests.values())
+
+    def delete_entries(self, table_id: int) -> tuple[DeleteEntry, ...]:
+        return tuple(
+            DeleteEntry(path=p, removed_ts=rts) for p, rts in self._log(table_id).deletes.items()
+        )
+
+    def compact(self, cmd: CompactManifest, *, tm: int, catalog: Catalog) -> Result:
+        """Apply a validated CompactManifest (see metastore.manifests for the rules). Raises a
+        MetastoreError, having changed nothing, when a rule refuses it."""
+        inc = catalog.live_table(cmd.table)  # TableNotFound when missing or dropped
+        if cmd.table_id != inc.table_id:
+            raise TableNotFoundError(
+                f"table {cmd.table} with id {cmd.table_id} no longer exists (the name now "
+                f"refers to table id {inc.table_id})",
+                details={
+                    "table": str(cmd.table),
+                    "table_id": cmd.table_id,
+                    "current": inc.table_id,
+                },
+            )
+        tl = self._log(inc.table_id)
+        added = {a.sha256 for a in cmd.adds}
+        replaced = {r.sha256 for r in cmd.replaces}
+        if cmd.adds and added <= set(tl.manifests) and not replaced & set(tl.manifests):
+            # The same compaction applied already (a retried proposal): nothing to do.
+            return self._compaction_result(tl, cmd, deduplicated=True)
+
+        def conflict(what: str, expected: object, actual: object) -> ManifestConflictError:
+            return ManifestConflictError(
+                f"{cmd.table}: the table changed since the compactor read it ({what}); read "
+                "it again and compact again",
+                details={
+                    "table": str(cmd.table),
+                    "what": what,
+                    "expected": str(expected),
+                    "actual": str(actual),
+                },
+            )
+
+        if cmd.loose_count > len(tl.files):
+            raise conflict("loose entries", cmd.loose_count, len(tl.files))
+        prefix = list(islice(tl.files.values(), cmd.loose_count))
+        digest = entries_digest(prefix)
+        if digest != cmd.loose_digest:
+            raise conflict("loose entries digest", cmd.loose_digest, digest)
+        if 0 < cmd.loose_count < len(tl.files):
+            following = next(islice(tl.files.values(), cmd.loose_count, None))
+            if following.added_ts == prefix[-1].added_ts:
+                raise InvalidArgumentError(
+                    f"{cmd.table}: the compaction cuts through the commit at "
+                    f"{following.added_ts}; move whole commits",
+                    details={"table": str(cmd.table), "ts": following.added_ts},
+                )
+        if cmd.deletes_count > len(tl.deletes):
+            raise conflict("delete entries", cmd.deletes_count, len(tl.deletes))
+        deletes = [
+            DeleteEntry(path=p, removed_ts=rts)
+            for p, rts in islice(tl.deletes.items(), cmd.deletes_count)
+        ]
+        digest = deletes_digest(deletes)
+        if digest != cmd.deletes_digest:
+            raise conflict("delete entries digest", cmd.deletes_digest, digest)
+        moved = cmd.loose_count
+        for r in cmd.replaces:
+            ref = tl.manifests.get(r.sha256)
+            if ref is None or ref.removed_all_ts != r.removed_all_ts:
+                seen = None if ref is None else ref.removed_all_ts
+                raise conflict(f"manifest {r.sha256}", r.removed_all_ts, seen)
+            moved += ref.entry_count
+        for a in cmd.adds:
+            if a.path in tl.retired or a.path in tl.gc_manifests or a.path in tl.gc_queue:
+                raise InvalidArgumentError(
+                    f"{cmd.table}: manifest {a.sha256} was retired and waits for GC to delete "
+                    "it; it cannot be referenced again",
+                    details={"table": str(cmd.table), "sha256": a.sha256},
+                )
+            if a.sha256 in tl.manifests:
+                raise InvalidArgumentError(
+                    f"{cmd.table}: manifest {a.sha256} is already referenced",
+                    details={"table": str(cmd.table), "sha256": a.sha256},
+                )
+            if a.min_added_ts < tl.registered_ts or a.max_added_ts > tl.last_commit_ts:
+                raise InvalidArgumentError(
+                    f"{cmd.table}: manifest {a.sha256} lists entries outside the table's commits",
+                    details={"table": str(cmd.table), "sha256": a.sha256},
+                )
+        listed = sum(a.entry_count for a in cmd.adds)
+        if listed != moved:
+            # Entries move, they are never dropped here (GC drops them later).
+            raise InvalidArgumentError(
+                f"{cmd.table}: the new manifests list {listed} entries but the compaction moves "
+                f"{moved}",
+                details={"table": str(cmd.table), "listed": listed, "moved": moved},
+            )
+        if len(tl.retired) + len(replaced) > limits.MAX_RETIRED_MANIFESTS_PER_TABLE:
+            raise limit_exceeded(
+                "MAX_RETIRED_MANIFESTS_PER_TABLE",
+                limits.MAX_RETIRED_MANIFESTS_PER_TABLE,
+                len(tl.retired) + len(replaced),
+                f"replaced manifests of {cmd.table} waiting for GC (run `metastore gc run`)",
+            )
+        count = len(tl.manifests) - len(replaced) + len(added)
+        if count > limits.MAX_MANIFESTS_PER_TABLE:
+            raise limit_exceeded(
+                "MAX_MANIFESTS_PER_TABLE",
+                limits.MAX_MANIFESTS_PER_TABLE,
+                count,
+                f"manifests of {cmd.table}",
+            )
+        # --- write: nothing below can fail ---
+        for entry in prefix:
+            del tl.files[entry.path]
+            if tl.live.pop(entry.path, 0) is None:
+                tl.live_bytes -= entry.size_bytes
+                tl.live_rows -= entry.row_count
+        self._file_entries -= len(prefix)
+        for d in deletes:
+            del tl.deletes[d.path]
+        for sha in replaced:
+            old = tl.manifests.pop(sha)
+            tl.retired[old.path] = (tm, old.size_bytes)
+        for a in cmd.adds:
+            tl.manifests[a.sha256] = a
+        tl.sort_manifests()
+        return self._compaction_result(tl, cmd, deduplicated=False)
+
+    @staticmethod
+    def _compaction_result(tl: TableLog, cmd: CompactManifest, *, deduplicated: bool) -> Result:
+        return {
+            "table": str(tl.name),
+            "table_id": tl.table_id,
+            "moved_entries": cmd.loose_count,
+            "folded_deletes": cmd.deletes_count,
+            "replaced": len(cmd.replaces),
+            "added": [a.to_view() for a in cmd.adds],
+            "manifests": len(tl.manifests),
+            "loose_entries": len(tl.files),
+            "deduplicated": deduplicated,
+        }
+
     # --- GC (metastore.gc drives these; see "Tidy") ---
 
     def table_ids(self) -> list[int]:
@@ -775,7 +1046,14 @@ class TxnLog:
         """(count, bytes) of file entries no read above `threshold` can see."""
         tl = self._log(table_id)
         dead = [e for e in tl.files.values() if tl.dead_at(e, threshold)]
-        return len(dead), sum(e.size_bytes for e in dead)
+        refs = [r for r in tl.manifests.values() if tl.manifest_dead_at(r, threshold)]
+        retired = [size for tm, size in tl.retired.values() if tm <= threshold]
+        # A dead manifest counts as its entries plus itself (the bytes of removed entries are
+        # not summarised in a reference, so only the manifest's own bytes count).
+        return (
+            len(dead) + sum(r.entry_count + 1 for r in refs) + len(retired),
+            sum(e.size_bytes for e in dead) + sum(r.size_bytes for r in refs) + sum(retired),
+        )
 
     def purge_dead(self, table_id: int, threshold: int) -> tuple[int, int]:
         """Move file entries dead at `threshold` into the table's GC queue, oldest first, while
@@ -795,18 +1073,46 @@ class TxnLog:
                 tl.live_bytes -= entry.size_bytes
                 tl.live_rows -= entry.row_count
         self._file_entries -= len(moved)
-        return len(moved), sum(e.size_bytes for e in moved)
+        files, size = len(moved), sum(e.size_bytes for e in moved)
+        # Manifests (metastore.manifests): replaced files whose compaction is at or below the
+        # threshold are plain files to delete; dead references leave for the leader to expand.
+        room -= len(moved)
+        for path, (retired_tm, retired_size) in list(tl.retired.items()):
+            if room <= 0:
+                break
+            if retired_tm <= threshold:
+                del tl.retired[path]
+                tl.gc_queue[path] = retired_size
+                room -= 1
+                files, size = files + 1, size + retired_size
+        for sha, ref in list(tl.manifests.items()):
+            if len(tl.gc_manifests) >= limits.MAX_MANIFESTS_PER_TABLE:
+                break
+            if tl.manifest_dead_at(ref, threshold):
+                del tl.manifests[sha]
+                tl.gc_manifests[ref.path] = ref
+                files, size = files + ref.entry_count + 1, size + ref.size_bytes
+        if not tl.manifests:
+            tl.deletes.clear()  # they can only match entries of manifests that are gone
+        return files, size
 
     def gc_queue(self, table_id: int) -> dict[str, int]:
         """Paths (relative to the location) -> bytes, queued for deletion. Do not modify."""
         return self._log(table_id).gc_queue
 
+    def gc_manifests(self, table_id: int) -> dict[str, ManifestRef]:
+        """Dead manifests (path -> reference) whose listed files and own file GC deletes
+        before reporting the path with GcFilesDeleted. Do not modify."""
+        return self._log(table_id).gc_manifests
+
     def files_deleted(self, table_id: int, paths: Iterable[str]) -> int:
         """Drop deleted paths from the queue (unknown ones are ignored: idempotent)."""
-        queue = self._log(table_id).gc_queue
+        tl = self._log(table_id)
         done = 0
         for path in paths:
-            if queue.pop(path, None) is not None:
+            queued = tl.gc_queue.pop(path, None)
+            dead = tl.gc_manifests.pop(path, None)
+            if queued is not None or dead is not None:
                 done += 1
         return done
 
@@ -818,7 +1124,19 @@ class TxnLog:
             paths = out.setdefault(tl.location, set())
             paths.update(tl.files)
             paths.update(tl.gc_queue)
+            paths.update(r.path for r in tl.manifests.values())
+            paths.update(tl.retired)
+            paths.update(tl.gc_manifests)
         return out
+
+    def locations_with_manifests(self) -> set[str]:
+        """Locations some incarnation keeps manifests under: their data files are referenced
+        from manifest files the state does not hold, so an orphan scan must skip them."""
+        return {
+            tl.location
+            for tl in self._tables.values()
+            if tl.manifests or tl.retired or tl.gc_manifests
+        }
 
     def txn_log(self, limit: int) -> tuple[CommitRecord, ...]:
         """Up to `limit` (1..MAX_TXN_LOG_RECORDS) most recent commits, newest first."""
@@ -851,19 +1169,24 @@ class TxnLog:
 
     def table_stats(self, table_id: int) -> TableTxnStats:
         tl = self._log(table_id)
+        untruncated = [r for r in tl.manifests.values() if r.removed_all_ts is None]
+        manifest_live = max(0, sum(r.live_count for r in untruncated) - len(tl.deletes))
         return TableTxnStats(
             table=tl.name,
             table_id=tl.table_id,
             location=tl.location,
             registered_ts=tl.registered_ts,
             forgotten_ts=tl.forgotten_ts,
-            live_files=len(tl.live),
-            live_bytes=tl.live_bytes,
-            live_rows=tl.live_rows,
+            live_files=len(tl.live) + manifest_live,
+            live_bytes=tl.live_bytes + sum(r.live_bytes for r in untruncated),
+            live_rows=tl.live_rows + sum(r.live_rows for r in untruncated),
             file_entries=len(tl.files),
             commits=tl.commit_count,
             last_commit_ts=tl.last_commit_ts,
             last_txn_id=tl.last_txn_id,
+            manifests=len(tl.manifests),
+            manifest_entries=sum(r.entry_count for r in tl.manifests.values()),
+            delete_entries=len(tl.deletes),
         )
 
     def stats(self) -> TxnLogStats:
@@ -1146,6 +1469,7 @@ def _check_table(tl: TableLog, inc: TableState, *, global_last: int) -> None:
             raise fail(f"file {path!r}: removal not after its add or after the last commit")
     if list(live) != list(tl.live) or (live_bytes, live_rows) != (tl.live_bytes, tl.live_rows):
         raise fail("live index or live sums disagree with the file entries")
+    _check_manifests(tl, fail)
     if len(tl.gc_queue) > limits.GC_PURGE_FILES_MAX or (tl.gc_queue and tl.commit_count == 0):
         raise fail("GC queue over GC_PURGE_FILES_MAX, or queued files of a table never written")
     for path, size in tl.gc_queue.items():
@@ -1165,3 +1489,53 @@ def _check_table(tl: TableLog, inc: TableState, *, global_last: int) -> None:
         raise fail("newest commit summary is not the last commit")
     if tl.trimmed_through_ts and len(tl.commits) == tl.commit_count:
         raise fail("trimmed summaries but none missing")
+
+
+def _check_manifests(tl: TableLog, fail: Callable[[str], CatalogInvariantError]) -> None:
+    """Manifest references and delete entries (metastore.manifests)."""
+    if len(tl.manifests) > limits.MAX_MANIFESTS_PER_TABLE:
+        raise fail("over MAX_MANIFESTS_PER_TABLE")
+    if list(tl.manifests.values()) != sort_refs(tl.manifests.values()):
+        raise fail("manifest references out of order")
+    newest_in_manifests = 0
+    for sha, ref in tl.manifests.items():
+        try:
+            validate_ref(replace(ref, removed_all_ts=None))
+        except MetastoreError as err:
+            raise fail(err.message) from err
+        if ref.sha256 != sha or ref.path != manifest_path(sha):
+            raise fail(f"manifest {sha} stored under another key")
+        if ref.max_added_ts > tl.last_commit_ts or ref.min_added_ts < tl.registered_ts:
+            raise fail(f"manifest {sha} lists entries outside the table's commits")
+        if ref.removed_all_ts is not None and not (
+            ref.max_added_ts < ref.removed_all_ts <= tl.last_commit_ts and ref.live_count > 0
+        ):
+            raise fail(f"manifest {sha}: truncation outside its entries or of a dead manifest")
+        newest_in_manifests = max(newest_in_manifests, ref.max_added_ts)
+    first_loose = next(iter(tl.files.values()), None)
+    if first_loose is not None and first_loose.added_ts <= newest_in_manifests:
+        raise fail("a loose entry is not newer than every manifest entry")
+    if len(tl.deletes) > limits.MAX_DELETE_ENTRIES_PER_TABLE:
+        raise fail("over MAX_DELETE_ENTRIES_PER_TABLE")
+    if len(tl.retired) > limits.MAX_RETIRED_MANIFESTS_PER_TABLE:
+        raise fail("over MAX_RETIRED_MANIFESTS_PER_TABLE")
+    if len(tl.gc_manifests) > limits.MAX_MANIFESTS_PER_TABLE:
+        raise fail("more dead manifests queued than MAX_MANIFESTS_PER_TABLE")
+    live_paths = {r.path for r in tl.manifests.values()}
+    for path, (retired_tm, size) in tl.retired.items():
+        if path in live_paths or path in tl.gc_queue or path in tl.gc_manifests or size <= 0:
+            raise fail(f"retired manifest {path!r} still referenced, queued twice or empty")
+        if not tl.registered_ts <= retired_tm:
+            raise fail(f"retired manifest {path!r} retired before the table existed")
+    for path, ref in tl.gc_manifests.items():
+        if ref.path != path or path in live_paths or path in tl.gc_queue:
+            raise fail(f"dead manifest {path!r} stored badly or also referenced or queued")
+    if tl.deletes and not tl.manifests:
+        raise fail("delete entries without manifests")
+    previous = 0
+    for path, removed_ts in tl.deletes.items():
+        if path in tl.files or path in tl.gc_queue:
+            raise fail(f"delete entry {path!r} is also a loose or queued file")
+        if removed_ts < previous or not tl.registered_ts < removed_ts <= tl.last_commit_ts:
+            raise fail(f"delete entry {path!r} out of order or outside the table's commits")
+        previous = removed_ts

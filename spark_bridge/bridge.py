@@ -184,6 +184,7 @@ class MetastoreBridge:
         leases: bool = True,
         session_ttl_ms: int | None = None,
         tls: ClientTls | None = None,
+        loose_files_max: int | None = None,
     ) -> None:
         """`tls`: TLS options for a cluster whose client ports speak TLS (the CA that signed
         the nodes' certificates, optionally a client certificate; `tls_from_env()` reads the
@@ -192,7 +193,18 @@ class MetastoreBridge:
         `leases=True` (the default) opens a metastore session for this Spark application and
         leases the schema versions each writing batch pins, so no schema change can overtake a
         running batch twice (a third version waits for the lease). `session_ttl_ms` overrides
-        the cluster's session TTL (how long a killed driver can block schema changes)."""
+        the cluster's session TTL (how long a killed driver can block schema changes).
+        After a commit, a written table with more than `loose_files_max` (default: the
+        cluster's `loose_files_max` setting; 0 turns it off) loose file entries is compacted
+        into manifest files (metastore.manifests)."""
+        if loose_files_max is not None and loose_files_max < 0:
+            raise ValueError("loose_files_max must be >= 0 (0: never compact automatically)")
+        self.loose_files_max = loose_files_max  # None: the cluster's setting
+        self._cluster_loose_max: int | None = None  # learnt from compaction_view
+        # Per table, loose entries as last seen plus what this bridge committed since: a
+        # compaction check costs a round trip only once this estimate passes the bound.
+        self._loose_estimate: dict[str, int] = {}
+        self.compactions = 0  # automatic compactions that moved entries (metric)
         self.spark = spark
         self.endpoints = list(endpoints)
         self.token = token
@@ -272,6 +284,80 @@ class MetastoreBridge:
             self._observe_commit(found)
             self.client.clock.update(found)
         return found
+
+    def maybe_compact(self, table: str, files_added: int) -> dict[str, Any] | None:
+        """After a commit that added `files_added` files to `table`: compact it if it holds
+        more than `loose_files_max` loose entries. A failed compaction is logged, never raised:
+        the commit already stands, and the next commit tries again."""
+        from metastore.client.manifest_files import compact_table
+        from metastore.errors import MetastoreError
+
+        bound = self.loose_files_max
+        if bound is None:
+            bound = self._cluster_loose_max
+        if bound == 0:
+            return None
+        with self._commit_lock:
+            known = self._loose_estimate.get(table)
+            estimate = None if known is None else known + files_added
+            if estimate is not None:
+                self._loose_estimate[table] = estimate
+        if estimate is not None and bound is not None and estimate <= bound:
+            return None
+        try:
+            view = self.client.call("compaction_view", {"table": table, "limit": 1})
+            self._cluster_loose_max = int(view["loose_files_max"])
+            bound = (
+                self._cluster_loose_max if self.loose_files_max is None else self.loose_files_max
+            )
+            loose = int(view["total_loose"]) + int(view["total_deletes"])
+            if bound == 0 or loose <= bound:
+                result: dict[str, Any] | None = None
+            else:
+                result = compact_table(self.client, table)
+                loose = int(result.get("loose_entries", 0))
+                if result.get("compacted"):
+                    self.compactions += 1
+                    log.info(
+                        "compacted %s: %s entries moved into manifests, %s manifests",
+                        table,
+                        result.get("moved_entries"),
+                        result.get("manifests"),
+                    )
+        except (MetastoreError, OSError) as exc:
+            log.warning("automatic compaction of %s failed (next commit retries): %s", table, exc)
+            with self._commit_lock:
+                self._loose_estimate.pop(table, None)
+            return None
+        with self._commit_lock:
+            self._loose_estimate[table] = loose
+        return result
+
+    def expand(self, listing: dict[str, Any]) -> dict[str, Any]:
+        """A `files` reply (pages merged) with its manifests expanded: on the executors, one
+        task per manifest, when there are at least EXECUTOR_EXPAND_MANIFESTS_MIN of them (each
+        task reads and checks one manifest), else here on the driver."""
+        from metastore.client.manifest_files import expand_reply, merge_expanded
+        from metastore.errors import ManifestUnreadableError
+
+        refs = listing.get("manifests") or []
+        if len(refs) < EXECUTOR_EXPAND_MANIFESTS_MIN:
+            return expand_reply(listing)
+        location, ts = str(listing["location"]), int(listing["as_of"])
+        deletes = {str(p): int(t) for p, t in listing.get("deletes") or []}
+        work = [(str(m["sha256"]), dict(m)) for m in refs]
+        sc = self.spark.sparkContext
+        parts = sc.parallelize(work, min(len(work), max(1, sc.defaultParallelism)))
+        results = parts.map(lambda item: _expand_one(location, item, deletes, ts)).collect()
+        per: dict[str, list[tuple[str, int, int, int]]] = {}
+        for sha, live, failure in results:
+            if failure is not None:
+                raise ManifestUnreadableError(
+                    f"manifest {failure[0]} of {location}: {failure[1]}",
+                    details={"path": failure[0], "reason": failure[1]},
+                )
+            per[sha] = live
+        return merge_expanded(listing, per)
 
     def _first_batch_of(self, query_id: str) -> bool:
         with self._commit_lock:
@@ -499,6 +585,26 @@ class MetastoreBridge:
         )
 
 
+# A listing with at least this many manifests is expanded by Spark tasks, one per manifest;
+# fewer are read on the driver (a task launch costs more than reading a small manifest).
+EXECUTOR_EXPAND_MANIFESTS_MIN = 8
+
+
+def _expand_one(
+    location: str, item: tuple[str, dict[str, Any]], deletes: dict[str, int], ts: int
+) -> tuple[str, list[tuple[str, int, int, int]], tuple[str, str] | None]:
+    """One executor task: a manifest's entries live at ts. A bad manifest comes back as data
+    (path, reason), so the driver raises the typed error instead of a Py4J wrapper."""
+    from metastore.client.manifest_files import read_live
+    from metastore.errors import ManifestUnreadableError
+
+    sha, ref = item
+    try:
+        return sha, read_live(location, ref, deletes, ts), None
+    except ManifestUnreadableError as exc:
+        return sha, [], (str(exc.details.get("path")), str(exc.details.get("reason")))
+
+
 class BatchContext:
     def __init__(
         self,
@@ -666,6 +772,9 @@ class BatchContext:
                 "in between); re-plan the batch",
                 retryable=True,
             )
+        if files.get("manifests"):
+            files = {"location": pin.location, **files}
+            files = self.bridge.expand(files)
         return str(files.get("location") or pin.location), list(files["files"])
 
     def temp_view(self, table: str, name: str | None = None) -> str:
@@ -759,6 +868,10 @@ class BatchContext:
             self.report.deduplicated = True
         if self.report.commit_ts is not None:
             self.bridge._observe_commit(self.report.commit_ts)
+            if not self.report.deduplicated:
+                for table in dict.fromkeys([*self._written, *self._removed]):
+                    added = len(self._written.get(table, ([], False))[0])
+                    self.bridge.maybe_compact(table, added + len(self._removed.get(table, [])))
         self.report.files = sum(len(f) for f, _ in self._written.values())
         self.report.rows = sum(d.row_count for f, _ in self._written.values() for d in f)
         self.report.removed = sum(len(p) for p in self._removed.values())
@@ -814,6 +927,7 @@ class BatchContext:
                 listings.append(listing)  # raised when (if) the batch reads that table
                 continue
             listed = list(listing["files"])
+            deletes = list(listing.get("deletes") or [])
             token = listing.get("next_page_token")
             while token:
                 page = self._call(
@@ -826,8 +940,12 @@ class BatchContext:
                     },
                 )
                 listed.extend(page["files"])
+                deletes.extend(page.get("deletes") or [])
                 token = page.get("next_page_token")
-            listings.append({**listing, "as_of": first["as_of"], "files": listed})
+            # Manifests (if any) are expanded by `files`, like a `files` listing's.
+            listings.append(
+                {**listing, "as_of": first["as_of"], "files": listed, "deletes": deletes}
+            )
         return listings
 
     def _files(self, table: str, ts: int) -> dict[str, Any]:
@@ -840,6 +958,7 @@ class BatchContext:
         }
         first = self._call("files", args)
         listed = list(first["files"])
+        deletes = list(first.get("deletes") or [])
         token = first.get("next_page_token")
         while token:
             page = self._call(
@@ -852,8 +971,9 @@ class BatchContext:
                 },
             )
             listed.extend(page["files"])
+            deletes.extend(page.get("deletes") or [])
             token = page.get("next_page_token")
-        return {**first, "files": listed}
+        return {**first, "files": listed, "deletes": deletes}
 
     def _call(self, op: str, args: dict[str, Any]) -> dict[str, Any]:
         from metastore.errors import MetastoreError

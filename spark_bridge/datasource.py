@@ -3,6 +3,8 @@
     spark.read.format("metastore").option("table", "sales.orders").option("as_of", "-5m").load()
     df.write.format("metastore").option("table", "sales.orders").mode("append").save()
     # optional: .option("txn_id", "<stable id>") makes a retried job commit once
+    # optional: .option("loose_files_max", "10000") compacts the table into manifests past it
+    #           (default: the cluster's loose_files_max setting)
 
 Reads pin one timestamp (the `as_of` option — an HLC integer, ISO-8601 time, `-5m`-style relative
 time or `now` — default now), take the schema in force then and the files live then, and read
@@ -73,22 +75,54 @@ class FilePartition(InputPartition):
     path: str
 
 
+@dataclass(frozen=True)
+class ManifestPartition(InputPartition):
+    """Every file of one manifest live at `ts`: the task reads the manifest (checking its
+    sha256), then those files. Used when a listing has many manifests, so they are expanded
+    in parallel on the executors."""
+
+    location: str
+    ref: dict[str, Any]
+    deletes: dict[str, int]
+    ts: int
+
+
+# A read with at least this many manifests expands them in its tasks (one per manifest);
+# fewer are expanded where the read is planned.
+EXECUTOR_EXPAND_MANIFESTS_MIN = 8
+
+
 class MetastoreReader(DataSourceReader):
-    def __init__(self, *, files: list[str], columns: list[dict[str, Any]]) -> None:
+    def __init__(
+        self,
+        *,
+        files: list[str],
+        columns: list[dict[str, Any]],
+        manifests: list[ManifestPartition] | None = None,
+    ) -> None:
         self.files = files
         self.columns = columns
+        self.manifests = manifests or []
 
     def partitions(self) -> list[InputPartition]:
-        return [FilePartition(path) for path in self.files]
+        return [*self.manifests, *(FilePartition(path) for path in self.files)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         # The reader `metastore table read` uses too: columns by field id, widened types
         # cast, DEFAULTs for rows of older files, a batch of the file in memory at a time.
         from metastore.client.parquet import PinnedColumn, file_batches
 
+        columns = [PinnedColumn.from_wire(c) for c in self.columns]
+        if isinstance(partition, ManifestPartition):
+            from metastore.client.manifest_files import read_live
+            from spark_bridge.files import absolute
+
+            live = read_live(partition.location, partition.ref, partition.deletes, partition.ts)
+            for path, _size, _rows, _added in live:
+                yield from file_batches(absolute(partition.location, path), columns)
+            return
         if not isinstance(partition, FilePartition):
             raise TypeError(f"unexpected partition {partition!r}")
-        columns = [PinnedColumn.from_wire(c) for c in self.columns]
         yield from file_batches(partition.path, columns)
 
 
@@ -130,10 +164,13 @@ class MetastoreWriter(DataSourceWriter):
         txn_id: str | None = None,
         given: int | None = None,
         tls: ClientTls | None = None,
+        loose_files_max: int | None = None,
     ) -> None:
         """`columns` are the write columns of the pinned version; the rows carry the first
         `given` of them (default all) and the writer fills the rest (write-only columns) with
-        their DEFAULT, or NULL."""
+        their DEFAULT, or NULL. After the commit, a table holding more than `loose_files_max`
+        (default: the cluster's setting, 0: never) loose file entries is compacted."""
+        self.loose_files_max = loose_files_max
         self.endpoints = endpoints
         self.token = token
         self.tls = tls
@@ -192,37 +229,64 @@ class MetastoreWriter(DataSourceWriter):
         files = [m for m in messages if isinstance(m, WrittenFile)]
         client = _client(self.endpoints, self.token, self.tls)
         try:
-            client.call(
-                "commit",
-                {
-                    "txn_id": self.txn_id,
-                    "not_before": self.not_before,
-                    "writes": [
-                        {
-                            "table": self.table,
-                            "table_id": self.table_id,
-                            "schema_version": self.version,
-                            "add": [
-                                {
-                                    "path": f.path,
-                                    "size_bytes": f.size_bytes,
-                                    "row_count": f.row_count,
-                                }
-                                for f in files
-                            ],
-                            "remove": [],
-                            "overwrite": self.overwrite,
-                        }
-                    ],
-                },
-            )
-        except TxnIdReusedError:
-            # The same txn id committed other files: a retried job whose earlier attempt
-            # committed. Done only if the committed record of this id says so (linearizable).
-            if client.committed_txn(self.txn_id).get("txn") is None:
-                raise
+            try:
+                client.call(
+                    "commit",
+                    {
+                        "txn_id": self.txn_id,
+                        "not_before": self.not_before,
+                        "writes": [
+                            {
+                                "table": self.table,
+                                "table_id": self.table_id,
+                                "schema_version": self.version,
+                                "add": [
+                                    {
+                                        "path": f.path,
+                                        "size_bytes": f.size_bytes,
+                                        "row_count": f.row_count,
+                                    }
+                                    for f in files
+                                ],
+                                "remove": [],
+                                "overwrite": self.overwrite,
+                            }
+                        ],
+                    },
+                )
+            except TxnIdReusedError:
+                # The same txn id committed other files: a retried job whose earlier attempt
+                # committed. Done only if the committed record of this id says so
+                # (linearizable).
+                if client.committed_txn(self.txn_id).get("txn") is None:
+                    raise
+                return
+            self._maybe_compact(client)
         finally:
             client.close()
+
+    def _maybe_compact(self, client: Any) -> None:
+        """Compact the table if it passed the bound (metastore.manifests). The append already
+        committed, so a failure is logged, never raised; the next append tries again."""
+        import logging
+
+        from metastore.client.manifest_files import compact_table
+        from metastore.errors import MetastoreError
+
+        if self.loose_files_max == 0:
+            return
+        try:
+            view = client.call("compaction_view", {"table": self.table, "limit": 1})
+            bound = self.loose_files_max
+            if bound is None:
+                bound = int(view["loose_files_max"])
+            loose = int(view["total_loose"]) + int(view["total_deletes"])
+            if bound > 0 and loose > bound:
+                compact_table(client, self.table)
+        except (MetastoreError, OSError) as exc:
+            logging.getLogger("spark_bridge").warning(
+                "automatic compaction of %s failed (the next append retries): %s", self.table, exc
+            )
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         # Nothing was committed: the files written so far (and any a straggler task still
@@ -271,13 +335,25 @@ class MetastoreDataSource(DataSource):
         pin = self._pin()
         client = _client(self.ENDPOINTS, self.TOKEN, self.TLS)
         try:
-            r = client.files(self._table(), as_of=pin["ts"])  # follows pages
+            r = client.files(self._table(), as_of=pin["ts"], expand=False)  # follows pages
+            location = str(r.get("location") or pin["schema"].get("location") or "")
+            manifests: list[ManifestPartition] = []
+            if len(r.get("manifests") or []) >= EXECUTOR_EXPAND_MANIFESTS_MIN:
+                deletes = {str(p): int(t) for p, t in r.get("deletes") or []}
+                manifests = [
+                    ManifestPartition(location=location, ref=dict(m), deletes=deletes, ts=pin["ts"])
+                    for m in r["manifests"]
+                ]
+            elif r.get("manifests"):
+                from metastore.client.manifest_files import expand_reply
+
+                r = expand_reply({**r, "location": location})
         finally:
             client.close()
-        location = str(r.get("location") or pin["schema"].get("location") or "")
         return MetastoreReader(
             files=[absolute(location, f["path"]) for f in r["files"]],
             columns=pin["schema"]["schema"]["columns"],
+            manifests=manifests,
         )
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
@@ -310,6 +386,7 @@ class MetastoreDataSource(DataSource):
 
                     existence_default(str(c["default"]), f.type)
         txn_id = self.options.get("txn_id")
+        loose_max = self.options.get("loose_files_max")
         return MetastoreWriter(
             endpoints=self.ENDPOINTS,
             token=self.TOKEN,
@@ -323,6 +400,7 @@ class MetastoreDataSource(DataSource):
             not_before=int(pin["now"]) + 1,
             txn_id=str(txn_id) if txn_id else None,
             given=given,
+            loose_files_max=int(loose_max) if loose_max not in (None, "") else None,
         )
 
 

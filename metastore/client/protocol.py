@@ -183,6 +183,7 @@ _READ_OPS: Final = frozenset(
         "status",
         "files",
         "files_multi",
+        "compaction_view",
         "txn_log",
         "session_list",
         "lease_list",
@@ -205,6 +206,7 @@ _IDEMPOTENT_OPS: Final = frozenset(
         "session_close",
         "lease_acquire",
         "lease_release",
+        "compact_manifest",  # a repeat finds its manifests referenced: deduplicated
     }
 )
 # A DDL refused because leases block it (SCHEMA_CHANGE_BLOCKED) is retried this often, for at
@@ -535,33 +537,47 @@ class MetastoreClient:
         call_timeout_ms = max(self.timeout_ms, server_wait_ms + SERVER_WAIT_MARGIN_MS)
         return await self.call("schema_at", args, timeout_ms=call_timeout_ms)
 
-    async def files(self, table: str, as_of: int | None = None) -> dict[str, Any]:
+    async def files(
+        self, table: str, as_of: int | None = None, *, expand: bool = True
+    ) -> dict[str, Any]:
         """The files live in `table` at `as_of` (default: the node's safe time), with the table's
         location and the schema version in force then. Follows the server's pages (every page
-        is of the same `as_of`), so `files` holds the whole listing however large."""
+        is of the same `as_of`), so `files` holds the whole listing however large. With
+        `expand` (default) the table's manifests are read here (sha256-checked) and their live
+        entries merged into `files`; without it the reply keeps `manifests` and `deletes` for
+        the caller to expand (metastore.client.manifest_files)."""
         args: dict[str, Any] = {"table": table, "limit": FILES_PAGE_LIMIT}
         if as_of is not None:
             args["as_of"] = as_of
         first = await self.call("files", args)
         files = list(first.get("files", []))
+        deletes = list(first.get("deletes", []))
         token = first.get("next_page_token")
         while token:
             page = await self.call(
                 "files", {"table": table, "limit": FILES_PAGE_LIMIT, "page_token": token}
             )
             files.extend(page.get("files", []))
+            deletes.extend(page.get("deletes", []))
             token = page.get("next_page_token")
-        out = {**first, "files": files}
+        out = {**first, "files": files, "deletes": deletes}
+        if expand and out.get("manifests"):
+            from metastore.client.manifest_files import expand_reply
+
+            out = await asyncio.to_thread(expand_reply, out)
         if "next_page_token" in out:
             out["next_page_token"] = None  # the caller has every page
         return out
 
-    async def files_multi(self, tables: list[str], as_of: int | None = None) -> dict[str, Any]:
+    async def files_multi(
+        self, tables: list[str], as_of: int | None = None, *, expand: bool = True
+    ) -> dict[str, Any]:
         """`files` of several tables at one `as_of` (default: the node's safe time) in one
         request; a table whose listing did not fit that reply is continued with `files` pages
         of the same moment. Returns `as_of`, `waited_ms` and `listings`: one complete listing
         per table, in the order asked (each shaped like a `files` result), or `{table, error}`
-        for a table that could not be listed (`MetastoreError.from_wire(error)` rebuilds it)."""
+        for a table that could not be listed (`MetastoreError.from_wire(error)` rebuilds it).
+        Manifests are expanded as by `files` (`expand`)."""
         args: dict[str, Any] = {"tables": list(tables), "limit": FILES_PAGE_LIMIT}
         if as_of is not None:
             args["as_of"] = as_of
@@ -572,6 +588,7 @@ class MetastoreClient:
                 listings.append(listing)  # that table's typed error, as data
                 continue
             files = list(listing.get("files", []))
+            deletes = list(listing.get("deletes", []))
             token = listing.get("next_page_token")
             for _ in range(PAGES_MAX):
                 if not token:
@@ -581,13 +598,19 @@ class MetastoreClient:
                     {"table": listing["table"], "limit": FILES_PAGE_LIMIT, "page_token": token},
                 )
                 files.extend(page.get("files", []))
+                deletes.extend(page.get("deletes", []))
                 token = page.get("next_page_token")
             if token:
                 raise LimitExceededError(
                     f"files of {listing['table']}: more than {PAGES_MAX} pages",
                     details={"op": "files", "table": listing["table"]},
                 )
-            listings.append({**listing, "files": files, "next_page_token": None})
+            done = {**listing, "files": files, "deletes": deletes, "next_page_token": None}
+            if expand and done.get("manifests"):
+                from metastore.client.manifest_files import expand_reply
+
+                done = await asyncio.to_thread(expand_reply, done)
+            listings.append(done)
         return {**first, "listings": listings}
 
     async def committed_txn(self, txn_id: str, *, stream: str | None = None) -> dict[str, Any]:
@@ -1361,14 +1384,16 @@ class SyncMetastoreClient:
     ) -> dict[str, Any]:
         return self._sync(self._client.schema_at, table, ts, timeout_ms)
 
-    def files(self, table: str, as_of: int | None = None) -> dict[str, Any]:
-        return self._sync(self._client.files, table, as_of)
+    def files(self, table: str, as_of: int | None = None, *, expand: bool = True) -> dict[str, Any]:
+        return self._sync(self._client.files, table, as_of, expand=expand)
 
     def txn_log(self, limit: int = 20) -> dict[str, Any]:
         return self._sync(self._client.txn_log, limit)
 
-    def files_multi(self, tables: list[str], as_of: int | None = None) -> dict[str, Any]:
-        return self._sync(self._client.files_multi, tables, as_of)
+    def files_multi(
+        self, tables: list[str], as_of: int | None = None, *, expand: bool = True
+    ) -> dict[str, Any]:
+        return self._sync(self._client.files_multi, tables, as_of, expand=expand)
 
     def committed_txn(self, txn_id: str, *, stream: str | None = None) -> dict[str, Any]:
         return self._sync(self._client.committed_txn, txn_id, stream=stream)

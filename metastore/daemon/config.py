@@ -155,6 +155,7 @@ _CLUSTER_KEYS: Final = frozenset(
         "gc_orphan_grace_ms",
         "gc_delete_files_per_s",
         "client_connections_max",
+        "loose_files_max",
         "secrets_dir",
         "data_dir",
         "warehouse",
@@ -281,6 +282,10 @@ class ClusterConfig:
     client_connections_max: int = CLIENT_CONNECTIONS_MAX_DEFAULT
     # None: plain TCP everywhere (the local demo). See TlsSettings.
     tls: TlsSettings | None = None
+    # Loose file entries a table may hold before writers (the bridge, the data source) move
+    # older ones into manifest files (metastore.manifests); 0: never automatically. Clients
+    # learn it from `compaction_view`.
+    loose_files_max: int = mlimits.LOOSE_FILES_MAX_DEFAULT
 
     @property
     def node_ids(self) -> tuple[int, ...]:
@@ -527,6 +532,12 @@ def _parse_cluster(path: Path, data: Mapping[str, object]) -> ClusterConfig:
         GC_DELETE_FILES_PER_S_MAX,
         default=GC_DELETE_FILES_PER_S_DEFAULT,
     )
+    loose_files_max = reader.integer(
+        "loose_files_max",
+        0,
+        mlimits.MAX_FILE_ENTRIES_PER_TABLE,
+        default=mlimits.LOOSE_FILES_MAX_DEFAULT,
+    )
     secrets_dir = reader.string(
         "secrets_dir", max_chars=PATH_CHARS_MAX, default=DEFAULT_SECRETS_DIR
     )
@@ -560,6 +571,7 @@ def _parse_cluster(path: Path, data: Mapping[str, object]) -> ClusterConfig:
         gc_orphan_grace_ms=gc_orphan_grace_ms,
         gc_delete_files_per_s=gc_delete_files_per_s,
         client_connections_max=client_connections_max,
+        loose_files_max=loose_files_max,
         secrets_dir=resolved_secrets,
         data_dir=resolved_data,
         log_level=log_level,
@@ -840,6 +852,10 @@ def render_cluster_toml(
         f"gc_interval_ms = {GC_INTERVAL_MS_DEFAULT}",
         f"gc_orphan_grace_ms = {GC_ORPHAN_GRACE_MS_DEFAULT}",
         f"gc_delete_files_per_s = {GC_DELETE_FILES_PER_S_DEFAULT}",
+        "",
+        "# Writers move a table's older file entries into manifest files once it holds more",
+        "# than this many loose ones (0: only `metastore table compact` does).",
+        f"loose_files_max = {mlimits.LOOSE_FILES_MAX_DEFAULT}",
         "",
         "# Relative to this file. Never commit either directory.",
         f"secrets_dir = {_toml_str(secrets_dir)}",

@@ -245,7 +245,7 @@ class GcWorker:
 
     async def _drain(self, inc: TableState, location: str, report: TableReport) -> int:
         """Delete every queued file of the table, reporting each chunk. Returns files done."""
-        done = 0
+        done = await self._drain_manifests(inc, location, report)
         while True:
             queue = self.sm.state.txns.gc_queue(inc.table_id)
             if not queue:
@@ -264,6 +264,41 @@ class GcWorker:
             report.bytes_deleted += deleted_bytes
             done += len(chunk)
 
+    async def _drain_manifests(self, inc: TableState, location: str, report: TableReport) -> int:
+        """Dead manifests (metastore.manifests): delete the data files each lists, then the
+        manifest itself (so a crash in between leaves a manifest to expand again, never files
+        nobody lists), then report it. A manifest that is gone was expanded by an earlier run;
+        one that fails its sha256 check stays queued (and logged): its list cannot be trusted."""
+        from metastore.client.manifest_files import read_manifest
+        from metastore.errors import ManifestUnreadableError
+
+        done = 0
+        for path, ref in list(self.sm.state.txns.gc_manifests(inc.table_id).items()):
+            try:
+                entries = await asyncio.to_thread(read_manifest, location, ref)
+            except ManifestUnreadableError as exc:
+                if exc.details.get("reason") != "missing":
+                    log.error("dead manifest not deleted", extra={"path": path, "error": str(exc)})
+                    continue
+                entries = []
+            listed = [e.path for e in entries]
+            sizes = {e.path: e.size_bytes for e in entries}
+            for start in range(0, len(listed), DELETE_CHUNK_FILES):
+                chunk = listed[start : start + DELETE_CHUNK_FILES]
+                await self._rate.take(len(chunk))
+                report.bytes_deleted += await asyncio.to_thread(
+                    _delete_files, location, chunk, sizes=sizes
+                )
+                report.files_deleted += len(chunk)
+            await asyncio.to_thread(_delete_files, location, [path], sizes={path: ref.size_bytes})
+            await self._propose(
+                GcFilesDeleted(table=inc.name, table_id=inc.table_id, paths=(path,))
+            )
+            report.files_deleted += 1
+            report.bytes_deleted += ref.size_bytes
+            done += len(listed) + 1
+        return done
+
     async def _orphans(self, reports: list[TableReport], *, dry_run: bool) -> list[str]:
         """Delete unreferenced files older than the grace period under each location GC'd."""
         state = self.sm.state
@@ -276,8 +311,14 @@ class GcWorker:
         for r in reports:
             location = state.txns.table_location(r.table_id)[1]
             by_location.setdefault(location, r)
+        with_manifests = state.txns.locations_with_manifests()
         for location, report in by_location.items():
             if "://" in location and not location.startswith("file://"):
+                skipped.append(location)
+                continue
+            if location in with_manifests:
+                # Files listed only in manifest files (metastore.manifests) are referenced
+                # although the state does not list them: never scan such a location.
                 skipped.append(location)
                 continue
             root = _local_root(location)

@@ -162,6 +162,7 @@ class MetastoreNode:
             session_ttl_ms=cluster.session_ttl_ms,
             session_heartbeat_ms=cluster.session_heartbeat_ms,
             connections_max=cluster.client_connections_max,
+            loose_files_max=cluster.loose_files_max,
             audit=AuditLog(settings.data_dir, node_id=me.id),
             gc=self.gc,
             tls=api_tls,

@@ -49,6 +49,7 @@ from metastore.commands import (
     SessionInfo,
     TableName,
     commit_txn_from_request,
+    compact_manifest_from_request,
     decode_command,
     encode_command,
 )
@@ -152,6 +153,7 @@ class ApiServer:
         audit: AuditLog | None = None,
         tls: ssl.SSLContext | None = None,
         tls_client_cert_required: bool = False,
+        loose_files_max: int = mlimits.LOOSE_FILES_MAX_DEFAULT,
     ) -> None:
         """`tls`: serve the client port over TLS with this server context (raft.tls);
         `tls_client_cert_required`: refuse, at hello, a client that presented no certificate
@@ -159,6 +161,7 @@ class ApiServer:
         self.node = node
         self.tls = tls
         self.tls_client_cert_required = tls_client_cert_required
+        self.loose_files_max = loose_files_max
         self.gc = gc
         self.exports = SnapshotExports()
         self.sm = sm
@@ -205,6 +208,27 @@ class ApiServer:
                 Role.READER,
                 self._files_multi,
                 frozenset({"tables", "as_of", "limit", "timeout_ms"}),
+            ),
+            "compaction_view": _Op(
+                Role.READER, self._compaction_view, frozenset({"table", "limit", "page_token"})
+            ),
+            "compact_manifest": _Op(
+                Role.WRITER,
+                self._compact_manifest,
+                frozenset(
+                    {
+                        "table",
+                        "table_id",
+                        "loose_count",
+                        "loose_digest",
+                        "deletes_count",
+                        "deletes_digest",
+                        "replaces",
+                        "adds",
+                        "request_id",
+                        "timeout_ms",
+                    }
+                ),
             ),
             "txn_log": _Op(Role.READER, self._txn_log, frozenset({"limit"})),
             "committed_txn": _Op(
@@ -811,21 +835,30 @@ class ApiServer:
             waited = await self._wait_safe(ts, _timeout(args))
         state = self.sm.state
         version = state.schema_at(table, ts)
-        files = state.files_at(table, ts)
-        start, end = _files_page(files, args, ts)
-        page = files[start:end]
+        listing = state.listing_at(table, ts)
+        files = listing.files
+        # Loose files, then delete entries, page through one sequence (both bounded in number,
+        # each item costs its path); the manifest references ride on the first page.
+        items: list[Any] = [*files, *listing.deletes]
+        start, end = _files_page(items, args, ts)
+        page = items[start:end]
         return {
             "table": table,
             "table_id": version.table_id,
             "as_of": ts,
             "version": version.version,
             "location": version.location,
-            "files": [file_view(f) for f in page],
-            # Totals of the whole listing at `as_of`, whichever page this is.
+            "files": [file_view(f) for f in page[: max(0, len(files) - start)]],
+            "deletes": [[d.path, d.removed_ts] for d in page[max(0, len(files) - start) :]],
+            "manifests": [m.to_view() for m in listing.manifests] if start == 0 else [],
+            # Totals of the whole listing at `as_of`, whichever page this is. With manifests
+            # they count loose files only: the client's expansion gives the full totals.
             "total_files": len(files),
+            "total_manifests": len(listing.manifests),
+            "total_deletes": len(listing.deletes),
             "rows": sum(f.row_count for f in files),
             "size_bytes": sum(f.size_bytes for f in files),
-            "next_page_token": f"{ts}:{end}" if end < len(files) else None,
+            "next_page_token": f"{ts}:{end}" if end < len(items) else None,
             "waited_ms": waited,
         }
 
@@ -857,13 +890,17 @@ class ApiServer:
         for table in tables:
             try:
                 version = state.schema_at(table, ts)
-                files = state.files_at(table, ts)
+                listing = state.listing_at(table, ts)
             except MetastoreError as exc:
                 listings.append({"table": table, "error": exc.to_wire()})
                 continue
+            # As in `files`: loose files, then delete entries, page through one sequence, and
+            # the manifest references ride on the first page (this one).
+            files = listing.files
+            items: list[Any] = [*files, *listing.deletes]
             end = 0
-            while end < len(files) and count_left > 0:
-                size = len(files[end].path) + L.FILES_ENTRY_OVERHEAD_BYTES
+            while end < len(items) and count_left > 0:
+                size = len(items[end].path) + L.FILES_ENTRY_OVERHEAD_BYTES
                 # The first file of the whole reply always fits (as in `files`).
                 if size > bytes_left and count_left < limit:
                     count_left = 0  # the budget is spent: later tables continue with `files`
@@ -875,16 +912,67 @@ class ApiServer:
                 {
                     "table": table,
                     "table_id": version.table_id,
+                    "as_of": ts,
                     "version": version.version,
                     "location": version.location,
                     "files": [file_view(f) for f in files[:end]],
+                    "deletes": [[d.path, d.removed_ts] for d in items[len(files) : end]],
+                    "manifests": [m.to_view() for m in listing.manifests],
                     "total_files": len(files),
+                    "total_manifests": len(listing.manifests),
+                    "total_deletes": len(listing.deletes),
                     "rows": sum(f.row_count for f in files),
                     "size_bytes": sum(f.size_bytes for f in files),
-                    "next_page_token": f"{ts}:{end}" if end < len(files) else None,
+                    "next_page_token": f"{ts}:{end}" if end < len(items) else None,
                 }
             )
         return {"as_of": ts, "listings": listings, "waited_ms": waited}
+
+    async def _compaction_view(self, _s: Session, args: Args) -> dict[str, Any]:
+        """What a compactor needs (metastore.manifests): every loose entry with its removal ts,
+        every delete entry and every manifest reference of the live table, from this node's
+        applied state. Pages are not of one moment: the compaction's compare-and-swap refuses
+        a view that changed in between (MANIFEST_CONFLICT), and the compactor reads again."""
+        self._require_ready()
+        table = _req_str(args, "table", L.TABLE_NAME_CHARS_MAX)
+        state = self.sm.state
+        table_id = state.catalog.live_table(TableName.parse(table)).table_id
+        loose = state.txns.loose_entries(table_id)
+        deletes = state.txns.delete_entries(table_id)
+        items: list[Any] = [*loose, *deletes]
+        start, end = _files_page(items, {**args, "limit": args.get("limit") or 10_000}, 0)
+        page = items[start:end]
+        cut = max(0, len(loose) - start)
+        return {
+            "table": table,
+            "table_id": table_id,
+            "location": state.current(table).location,
+            "loose": [
+                [f.path, f.size_bytes, f.row_count, f.added_ts, f.removed_ts] for f in page[:cut]
+            ],
+            "deletes": [[d.path, d.removed_ts] for d in page[cut:]],
+            "manifests": (
+                [m.to_view() for m in state.txns.manifest_refs(table_id)] if start == 0 else []
+            ),
+            "total_loose": len(loose),
+            "total_deletes": len(deletes),
+            # The cluster's compaction trigger (cluster.toml), for writers that compact.
+            "loose_files_max": self.loose_files_max,
+            # Entries removed at or below it are split into dead manifests GC deletes.
+            "gc_threshold": state.gc.threshold(table_id),
+            "applied_index": state.applied_index,
+            "next_page_token": f"0:{end}" if end < len(items) else None,
+        }
+
+    async def _compact_manifest(self, session: Session, args: Args) -> dict[str, Any]:
+        """Swap loose entries for manifests the caller wrote (metastore.manifests)."""
+        timeout_ms = _timeout(args)
+        cmd = compact_manifest_from_request({k: v for k, v in args.items() if k != "timeout_ms"})
+        applied = await self._propose_command(session, cmd, timeout_ms)
+        result = dict(applied["result"])
+        result["deduplicated"] = bool(applied["deduplicated"] or result.get("deduplicated"))
+        result["tm"] = applied["tm"]
+        return result
 
     async def _txn_log(self, _s: Session, args: Args) -> dict[str, Any]:
         self._require_ready()

@@ -78,6 +78,8 @@ RETRYABLE: dict[str, bool] = {
     "SCHEMA_JOB_STATE": False,
     "BACKFILL_INCOMPLETE": True,  # run the backfill again
     "WATCH_START_COMPACTED": False,  # re-read the state, then watch from its timestamp
+    "MANIFEST_CONFLICT": True,  # the table changed under a compaction: plan it again
+    "MANIFEST_UNREADABLE": False,  # a manifest file was changed outside the metastore
     "TIMESTAMP_AHEAD_OF_CLOCK": True,  # another node (or this one later) can answer
     "TLS_REQUIRED": False,  # every node of the cluster would refuse the same
     "TLS_FAILED": False,

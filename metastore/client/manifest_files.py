@@ -1,0 +1,336 @@
+"""Manifest files on disk: write, read and verify them; expand listings; compact a table.
+
+The state machine only holds references (metastore.manifests); this module does the I/O on the
+client side (the CLI, the bridge's driver and its executors). A manifest is a Parquet file
+`<location>/_manifests/<sha256>.parquet` with one row per file entry (path, size_bytes,
+row_count, added_ts, removed_ts; HLC timestamps as uint64) in commit order, named by the
+sha256 of its bytes. Reading checks the size and the hash before parsing: a missing, truncated
+or altered manifest raises ManifestUnreadableError, never a wrong file list.
+
+No PySpark here: the Spark side (bridge, data source) calls `read_live` on executors.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import logging
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Final
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+
+from metastore import limits
+from metastore.commands import TableName, compact_manifest_to_request
+from metastore.errors import ManifestConflictError, ManifestUnreadableError
+from metastore.manifests import (
+    DeleteEntry,
+    Listing,
+    ManifestRef,
+    compaction_command,
+    expand,
+    live_in_manifest,
+    plan_compaction,
+    ref_for,
+    sort_refs,
+)
+from metastore.txn import FileEntry
+
+log = logging.getLogger(__name__)
+
+_SCHEMA: Final = pa.schema(
+    [
+        ("path", pa.string()),
+        ("size_bytes", pa.int64()),
+        ("row_count", pa.int64()),
+        ("added_ts", pa.uint64()),
+        ("removed_ts", pa.uint64()),
+    ],
+    metadata={"metastore.manifest": "1"},
+)
+# A compaction whose view went stale (MANIFEST_CONFLICT) reads the table again this often.
+COMPACT_ATTEMPTS_MAX: Final = 5
+# Pages of `compaction_view` (bounded by the server's byte budget as well).
+VIEW_PAGE_LIMIT: Final = 10_000
+
+
+def _fs(location: str) -> tuple[pafs.FileSystem, str]:
+    if "://" in location and not location.startswith("file://"):
+        fs, path = pafs.FileSystem.from_uri(location)
+        return fs, path.rstrip("/")
+    return pafs.LocalFileSystem(), location.removeprefix("file://").rstrip("/")
+
+
+def encode_manifest(entries: Sequence[FileEntry]) -> bytes:
+    """A manifest's bytes (deterministic for the same entries with the same pyarrow)."""
+    table = pa.table(
+        {
+            "path": [e.path for e in entries],
+            "size_bytes": [e.size_bytes for e in entries],
+            "row_count": [e.row_count for e in entries],
+            "added_ts": [e.added_ts for e in entries],
+            "removed_ts": [e.removed_ts for e in entries],
+        },
+        schema=_SCHEMA,
+    )
+    sink = pa.BufferOutputStream()
+    pq.write_table(table, sink, compression="zstd")
+    return bytes(sink.getvalue().to_pybytes())
+
+
+def decode_manifest(data: bytes, ref: ManifestRef) -> list[FileEntry]:
+    """Entries of a manifest whose bytes were already verified against `ref`."""
+
+    def bad(reason: str) -> ManifestUnreadableError:
+        return ManifestUnreadableError(
+            f"manifest {ref.path} is not a manifest: {reason}",
+            details={"path": ref.path, "reason": reason},
+        )
+
+    try:
+        table = pq.read_table(pa.BufferReader(data))
+    except (pa.ArrowException, OSError) as exc:
+        raise bad(f"unreadable Parquet ({type(exc).__name__})") from None
+    if table.schema.remove_metadata() != _SCHEMA.remove_metadata():
+        raise bad("unexpected columns")
+    if table.num_rows != ref.entry_count:
+        raise bad(f"{table.num_rows} rows, the reference says {ref.entry_count}")
+    cols = [table.column(n).to_pylist() for n in _SCHEMA.names]
+    out = []
+    for path, size, rows, added, removed in zip(*cols, strict=True):
+        if path is None or size is None or rows is None or added is None:
+            raise bad("a null in a required column")
+        out.append(
+            FileEntry(
+                path=path, size_bytes=size, row_count=rows, added_ts=added, removed_ts=removed
+            )
+        )
+    return out
+
+
+def write_manifest(location: str, entries: Sequence[FileEntry]) -> ManifestRef:
+    """Write `entries` as a manifest under `location` (a no-op if that content exists already:
+    it is content-addressed) and return its reference. The file appears whole: it is written
+    under a temporary name and renamed."""
+    data = encode_manifest(entries)
+    sha = hashlib.sha256(data).hexdigest()
+    ref = ref_for(entries, sha256=sha, size_bytes=len(data))
+    fs, root = _fs(location)
+    final = f"{root}/{ref.path}"
+    if fs.get_file_info(final).type == pafs.FileType.File:
+        return ref
+    fs.create_dir(final.rsplit("/", 1)[0], recursive=True)
+    tmp = f"{final}.{uuid.uuid4().hex[:12]}.tmp"
+    with fs.open_output_stream(tmp) as out:
+        out.write(data)
+    fs.move(tmp, final)
+    return ref
+
+
+def read_manifest(location: str, ref: ManifestRef) -> list[FileEntry]:
+    """A manifest's entries, after checking its size and sha256 against `ref`."""
+    fs, root = _fs(location)
+    path = f"{root}/{ref.path}"
+
+    def unreadable(reason: str) -> ManifestUnreadableError:
+        return ManifestUnreadableError(
+            f"manifest {ref.path} of {location}: {reason}",
+            details={"path": ref.path, "reason": reason},
+        )
+
+    info = fs.get_file_info(path)
+    if info.type != pafs.FileType.File:
+        raise unreadable("missing")
+    if info.size is None or info.size > limits.MANIFEST_BYTES_MAX or info.size != ref.size_bytes:
+        raise unreadable(f"{info.size} bytes, the reference says {ref.size_bytes}")
+    with fs.open_input_file(path) as f:
+        data = f.read()
+    if hashlib.sha256(data).hexdigest() != ref.sha256:
+        raise unreadable("sha256 differs from the reference")
+    return decode_manifest(data, ref)
+
+
+def read_live(
+    location: str, ref_view: Mapping[str, Any], deletes: Mapping[str, int], ts: int
+) -> list[tuple[str, int, int, int]]:
+    """(path, size_bytes, row_count, added_ts) of one manifest's entries live at `ts`: the unit
+    of work an executor runs (plain data in and out, picklable)."""
+    ref = ManifestRef(**dict(ref_view))
+    live = live_in_manifest(ref, read_manifest(location, ref), deletes, ts)
+    return [(e.path, e.size_bytes, e.row_count, e.added_ts) for e in live]
+
+
+# --------------------------------------------------------------------------------------------
+# Listings (the `files` reply)
+# --------------------------------------------------------------------------------------------
+
+
+def listing_of(reply: Mapping[str, Any]) -> Listing:
+    """A `files` reply (every page merged) as a Listing."""
+    return Listing(
+        ts=int(reply["as_of"]),
+        files=tuple(
+            FileEntry(
+                path=f["path"],
+                size_bytes=int(f["size_bytes"]),
+                row_count=int(f["row_count"]),
+                added_ts=int(f.get("added_ts") or 0),
+            )
+            for f in reply.get("files", [])
+        ),
+        manifests=tuple(ManifestRef(**dict(m)) for m in reply.get("manifests", [])),
+        deletes=tuple(
+            DeleteEntry(path=str(d[0]), removed_ts=int(d[1])) for d in reply.get("deletes", [])
+        ),
+    )
+
+
+def expand_reply(
+    reply: Mapping[str, Any],
+    *,
+    read: Callable[[str, ManifestRef], Sequence[FileEntry]] = read_manifest,
+) -> dict[str, Any]:
+    """The reply with its manifests expanded into `files` (full totals recomputed). Replies
+    without manifests come back unchanged."""
+    if not reply.get("manifests"):
+        return dict(reply)
+    listing = listing_of(reply)
+    location = str(reply["location"])
+    contents = {ref.sha256: read(location, ref) for ref in listing.manifests}
+    return _expanded(reply, expand(listing, contents))
+
+
+def merge_expanded(
+    reply: Mapping[str, Any], per_manifest: Mapping[str, Sequence[tuple[str, int, int, int]]]
+) -> dict[str, Any]:
+    """Like `expand_reply`, from each manifest's live entries computed elsewhere (executors),
+    keyed by sha256."""
+    listing = listing_of(reply)
+    out: list[FileEntry] = []
+    for ref in sort_refs(listing.manifests):
+        out.extend(
+            FileEntry(path=p, size_bytes=s, row_count=r, added_ts=a)
+            for p, s, r, a in per_manifest[ref.sha256]
+        )
+    out.extend(listing.files)
+    out.sort(key=lambda e: e.added_ts)  # stable: each commit's own order stays
+    return _expanded(reply, out)
+
+
+def _expanded(reply: Mapping[str, Any], files: Sequence[FileEntry]) -> dict[str, Any]:
+    return {
+        **reply,
+        "files": [
+            {
+                "path": e.path,
+                "size_bytes": e.size_bytes,
+                "row_count": e.row_count,
+                "added_ts": e.added_ts,
+            }
+            for e in files
+        ],
+        "total_files": len(files),
+        "rows": sum(e.row_count for e in files),
+        "size_bytes": sum(e.size_bytes for e in files),
+        "expanded_manifests": len(reply.get("manifests", [])),
+        "manifests": [],
+        "deletes": [],
+    }
+
+
+# --------------------------------------------------------------------------------------------
+# Compaction
+# --------------------------------------------------------------------------------------------
+
+
+def compaction_view(client: Any, table: str) -> dict[str, Any]:
+    """Every page of `compaction_view` merged (`client`: a SyncMetastoreClient)."""
+    first = client.call("compaction_view", {"table": table, "limit": VIEW_PAGE_LIMIT})
+    loose, deletes = list(first["loose"]), list(first["deletes"])
+    token = first.get("next_page_token")
+    while token:
+        page = client.call(
+            "compaction_view", {"table": table, "limit": VIEW_PAGE_LIMIT, "page_token": token}
+        )
+        loose.extend(page["loose"])
+        deletes.extend(page["deletes"])
+        token = page.get("next_page_token")
+    return {**first, "loose": loose, "deletes": deletes, "next_page_token": None}
+
+
+def compact_table(
+    client: Any,
+    table: str,
+    *,
+    keep_loose: int = 0,
+    entries_max: int = limits.MANIFEST_ENTRIES_MAX,
+    progress: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
+    """Move `table`'s loose file entries (all but the newest `keep_loose`, cut between commits)
+    into manifests and fold its delete entries, in one CompactManifest. A stale view
+    (MANIFEST_CONFLICT) is read again, up to COMPACT_ATTEMPTS_MAX times. Returns the
+    compaction's result, or {"compacted": False, ...} when there was nothing to do."""
+    say = progress or (lambda _msg: None)
+    for attempt in range(1, COMPACT_ATTEMPTS_MAX + 1):
+        view = compaction_view(client, table)
+        location = str(view["location"])
+        loose = [
+            FileEntry(path=r[0], size_bytes=r[1], row_count=r[2], added_ts=r[3], removed_ts=r[4])
+            for r in view["loose"]
+        ]
+        deletes = [DeleteEntry(path=d[0], removed_ts=d[1]) for d in view["deletes"]]
+        refs = [ManifestRef(**m) for m in view["manifests"]]
+        say(
+            f"{table}: {len(loose)} loose entries, {len(deletes)} delete entries, "
+            f"{len(refs)} manifests"
+        )
+        plan = plan_compaction(
+            loose=loose,
+            deletes=deletes,
+            refs=refs,
+            read=functools.partial(read_manifest, location),
+            keep_loose=keep_loose,
+            entries_max=entries_max,
+            gc_threshold=int(view.get("gc_threshold") or 0),
+        )
+        if plan is None:
+            return {
+                "table": table,
+                "compacted": False,
+                "loose_entries": len(loose),
+                "manifests": len(refs),
+                "deduplicated": False,
+            }
+        rewritten = [write_manifest(location, entries) for _, entries in plan.rewrites]
+        added = []
+        for i, batch in enumerate(plan.batches, 1):
+            added.append(write_manifest(location, batch))
+            say(f"{table}: wrote manifest {i}/{len(plan.batches)} ({len(batch)} entries)")
+        cmd = compaction_command(
+            plan,
+            table=TableName.parse(table),
+            table_id=int(view["table_id"]),
+            rewritten=rewritten,
+            added=added,
+            request_id=f"compact-{uuid.uuid4().hex}",
+        )
+        try:
+            result = client.call("compact_manifest", compact_manifest_to_request(cmd))
+        except ManifestConflictError as exc:
+            # The files just written stay unreferenced (content-addressed, so a later
+            # compaction of the same entries reuses them; else GC deletes them as orphans).
+            log.info("compaction of %s went stale (attempt %d): %s", table, attempt, exc)
+            say(f"{table}: the table changed meanwhile; reading it again")
+            continue
+        say(
+            f"{table}: moved {result['moved_entries']} entries, folded "
+            f"{result['folded_deletes']} deletes; {result['manifests']} manifests"
+        )
+        return {**result, "compacted": True}
+    raise ManifestConflictError(
+        f"{table}: the table kept changing during {COMPACT_ATTEMPTS_MAX} compaction attempts",
+        details={"table": table, "what": "attempts", "expected": "", "actual": ""},
+    )

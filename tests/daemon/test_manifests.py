@@ -1,0 +1,284 @@
+"""Manifests on a real 3-node cluster: a table committed past its loose bound is compacted
+(by the client library, then by `metastore table compact`), and every node answers `files` at
+sampled timestamps exactly as before the compaction; a removal of a file in a manifest is a
+delete entry until the next compaction folds it in; a corrupt manifest is a typed error."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Iterator
+
+import pytest
+from click.testing import CliRunner
+
+from cli.main import cli
+from metastore.client import SyncMetastoreClient
+from metastore.client.manifest_files import compact_table
+from metastore.errors import ManifestUnreadableError
+from tests.daemon.harness import MetastoreCluster, metastore_cluster
+
+pytestmark = pytest.mark.slow
+
+TABLE = "m.events"
+COMMITS = 8
+FILES_PER_COMMIT = 5
+LOOSE_FILES_MAX = 30  # the cluster's compaction trigger for writers
+SNAPSHOT_EVERY = 100  # the configuration's minimum
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MetastoreCluster]:
+    # Small snapshots, so a restarted node loads manifest references from its own snapshot.
+    with metastore_cluster(
+        tmp_path_factory.mktemp("manifests"),
+        3,
+        snapshot_every_entries=SNAPSHOT_EVERY,
+        gc_interval_ms=3_600_000,  # GC runs only when asked
+        loose_files_max=LOOSE_FILES_MAX,
+    ) as c:
+        c.start_all()
+        c.wait_ready()
+        yield c
+
+
+def _client(c: MetastoreCluster, node_id: int | None = None) -> SyncMetastoreClient:
+    ids = c.ids if node_id is None else [node_id]
+    endpoints = [f"127.0.0.1:{c.client_ports[i]}" for i in ids]
+    return SyncMetastoreClient(endpoints, c.token("admin"), timeout_ms=30_000)
+
+
+def _answers(c: MetastoreCluster, stamps: list[int]) -> dict[int, dict[int, list[str]]]:
+    """node id -> ts -> paths of `files` at ts, asked of that node alone."""
+    out: dict[int, dict[int, list[str]]] = {}
+    for node_id in c.ids:
+        client = _client(c, node_id)
+        try:
+            out[node_id] = {
+                ts: [f["path"] for f in client.files(TABLE, as_of=ts)["files"]] for ts in stamps
+            }
+        finally:
+            client.close()
+    return out
+
+
+def test_compaction_keeps_every_answer_on_every_node(cluster: MetastoreCluster) -> None:
+    client = _client(cluster)
+    try:
+        client.ddl("CREATE NAMESPACE m")
+        client.ddl(f"CREATE TABLE {TABLE} (id BIGINT)")
+        stamps: list[int] = []
+        for n in range(COMMITS):
+            add = [
+                {"path": f"_txn/c{n}/part-{i}.parquet", "size_bytes": 100 + i, "row_count": i + 1}
+                for i in range(FILES_PER_COMMIT)
+            ]
+            remove = [f"_txn/c{n - 1}/part-0.parquet"] if n % 3 == 2 else []
+            r = client.commit(
+                f"m-{n}", [{"table": TABLE, "schema_version": 1, "add": add, "remove": remove}]
+            )
+            stamps.append(int(r["ts"]))
+        sampled = sorted({*stamps, *(ts - 1 for ts in stamps[1:])})
+        before = _answers(cluster, sampled)
+        assert all(answer == before[cluster.ids[0]] for answer in before.values())
+        assert len(before[cluster.ids[0]][stamps[-1]]) == COMMITS * FILES_PER_COMMIT - 2
+
+        result = compact_table(client, TABLE, keep_loose=FILES_PER_COMMIT, entries_max=12)
+        assert result["compacted"] and result["moved_entries"] == (COMMITS - 1) * FILES_PER_COMMIT
+        assert result["loose_entries"] == FILES_PER_COMMIT
+        location = str(client.files(TABLE)["location"])
+        assert len(os.listdir(f"{location}/_manifests")) == result["manifests"] >= 3
+        assert _answers(cluster, sampled) == before
+
+        # A file that now sits in a manifest is removed: a delete entry, then folded.
+        r = client.commit(
+            "m-remove",
+            [{"table": TABLE, "schema_version": 1, "remove": ["_txn/c1/part-3.parquet"]}],
+        )
+        removed_ts = int(r["ts"])
+        view = client.call("compaction_view", {"table": TABLE})
+        assert view["loose_files_max"] == LOOSE_FILES_MAX  # what writers compact past
+        assert view["total_loose"] == FILES_PER_COMMIT and len(view["loose"]) == FILES_PER_COMMIT
+        raw = client.call("files", {"table": TABLE, "as_of": removed_ts, "limit": 100})
+        assert raw["deletes"] == [["_txn/c1/part-3.parquet", removed_ts]] and raw["manifests"]
+        after_remove = _answers(cluster, [removed_ts])
+        assert "_txn/c1/part-3.parquet" not in after_remove[cluster.ids[0]][removed_ts]
+        assert _answers(cluster, sampled) == before  # the past is unchanged
+        # `files_multi` (what a batch lists its reads with) carries the manifests and delete
+        # entries too, and expands to the same listing as `files`, also when it pages.
+        for ts in (removed_ts, stamps[3]):
+            multi = client.files_multi([TABLE], as_of=ts)["listings"][0]
+            single = client.files(TABLE, as_of=ts)
+            assert [f["path"] for f in multi["files"]] == [f["path"] for f in single["files"]]
+        small = client.call("files_multi", {"tables": [TABLE], "as_of": removed_ts, "limit": 2})
+        assert small["listings"][0]["manifests"] and small["listings"][0]["next_page_token"]
+    finally:
+        client.close()
+
+    # The CLI compacts the rest (folding the delete entry), with JSON output.
+    endpoints = ",".join(f"127.0.0.1:{cluster.client_ports[i]}" for i in cluster.ids)
+    out = CliRunner().invoke(
+        cli,
+        [
+            *("--endpoints", endpoints, "--token", cluster.token("writer"), "-o", "json"),
+            *("table", "compact", TABLE),
+        ],
+    )
+    assert out.exit_code == 0, out.output[-2000:]
+    doc = json.loads(out.stdout)
+    assert doc["compacted"] is True and doc["folded_deletes"] == 1 and doc["loose_entries"] == 0
+    everything = sorted({*sampled, removed_ts})
+    final = _answers(cluster, everything)
+    assert {ts: final[cluster.ids[0]][ts] for ts in sampled} == before[cluster.ids[0]]
+    assert final[cluster.ids[0]][removed_ts] == after_remove[cluster.ids[0]][removed_ts]
+    assert all(answer == final[cluster.ids[0]] for answer in final.values())
+
+    # Every node restarts from a snapshot taken after the compactions (idle ticks are entries,
+    # so snapshots keep coming): the references survive the snapshot, and the answers too.
+    compacted_at = _status(cluster, cluster.ids[0])["applied_index"]
+    for node_id in cluster.ids:
+        _wait_snapshot_past(cluster, node_id, compacted_at)
+        cluster.kill(node_id)
+        cluster.start(node_id)
+        cluster.wait_ready(timeout_s=60)
+    assert _answers(cluster, everything) == final
+
+    # Nothing left to do: a repeat says so.
+    again = CliRunner().invoke(
+        cli,
+        [
+            *("--endpoints", endpoints, "--token", cluster.token("writer"), "-o", "json"),
+            *("table", "compact", TABLE),
+        ],
+    )
+    assert again.exit_code == 0 and json.loads(again.stdout)["compacted"] is False
+
+    # A manifest changed outside the metastore is refused, never read as a wrong file list.
+    for victim in os.listdir(f"{location}/_manifests"):
+        with open(f"{location}/_manifests/{victim}", "r+b") as f:
+            f.seek(20)
+            f.write(b"\x00\x01\x02")
+    client = _client(cluster)
+    try:
+        with pytest.raises(ManifestUnreadableError):
+            client.files(TABLE, as_of=stamps[0])
+    finally:
+        client.close()
+    bad = CliRunner().invoke(
+        cli,
+        [
+            *("--endpoints", endpoints, "--token", cluster.token("reader"), "-o", "json"),
+            *("table", "files", TABLE, "--as-of", str(stamps[0])),
+        ],
+    )
+    assert bad.exit_code != 0 and "MANIFEST_UNREADABLE" in bad.output
+
+
+def _status(c: MetastoreCluster, node_id: int) -> dict[str, object]:
+    status = c.try_status(node_id)
+    assert status is not None, c.log_tails()
+    return status
+
+
+def _wait_snapshot_past(c: MetastoreCluster, node_id: int, index: object) -> None:
+    assert isinstance(index, int)
+    deadline = time.monotonic() + 60  # ~4 idle ticks a second
+    while time.monotonic() < deadline:
+        snapshot = _status(c, node_id)["snapshot_index"]
+        if isinstance(snapshot, int) and snapshot > index:
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"node {node_id} took no snapshot past {index}")
+
+
+def test_gc_deletes_replaced_manifests_and_the_files_of_dead_ones(
+    cluster: MetastoreCluster,
+) -> None:
+    table = "mgc.t"
+    client = _client(cluster)
+    try:
+        client.ddl("CREATE NAMESPACE mgc")
+        client.ddl(f"CREATE TABLE {table} (id BIGINT) TBLPROPERTIES ('gc.ttl' = '1s')")
+        location = str(client.schema_at(table)["location"])
+        paths = {name: f"_txn/g/{name}.parquet" for name in "abce"}
+        os.makedirs(f"{location}/_txn/g", exist_ok=True)
+        for rel in paths.values():
+            with open(f"{location}/{rel}", "wb") as f:
+                f.write(b"x" * 10)
+
+        def commit(txn: str, add: str = "", remove: str = "") -> int:
+            write = {
+                "table": table,
+                "schema_version": 1,
+                "add": [{"path": paths[n], "size_bytes": 10, "row_count": 1} for n in add],
+                "remove": [paths[n] for n in remove],
+            }
+            return int(client.commit(txn, [write])["ts"])
+
+        commit("g1", add="ab")
+        commit("g2", add="c")
+        compact_table(client, table, entries_max=2)  # manifests [a b] and [c]
+        first = set(os.listdir(f"{location}/_manifests"))
+        commit("g3", remove="ac")
+        commit("g4", add="e")
+        compact_table(client, table)  # rewrites both ([a- b], [c-]); [e]
+        time.sleep(1.5)  # past the table's 1 s TTL
+        run = client.gc_run(table)
+        assert run["files_deleted"] >= 4, run  # 2 replaced manifests, c, c's dead manifest
+    finally:
+        client.close()
+    left = set(os.listdir(f"{location}/_manifests"))
+    assert not first & left  # replaced manifests are gone
+    assert len(left) == 2  # [a- b] (b is live) and [e]; [c-] was dead
+    assert not os.path.exists(f"{location}/{paths['c']}")
+    for name in "abe":  # a sits in a manifest that still lives: kept until it is rewritten
+        assert os.path.exists(f"{location}/{paths[name]}")
+
+    # The next compaction splits a (removed below the GC threshold) off into a dead manifest;
+    # the next GC run deletes a's file with it, and the replaced [a- b].
+    client = _client(cluster)
+    try:
+        result = compact_table(client, table)
+        assert result["compacted"] and result["replaced"] == 1, result
+        time.sleep(1.5)
+        client.gc_run(table)
+    finally:
+        client.close()
+    assert not os.path.exists(f"{location}/{paths['a']}")
+    for name in "be":
+        assert os.path.exists(f"{location}/{paths[name]}")
+    assert len(set(os.listdir(f"{location}/_manifests")) - left) == 1  # [b]; [e] stays
+    for node_id in cluster.ids:
+        reader = _client(cluster, node_id)
+        try:
+            now = sorted(f["path"] for f in reader.files(table)["files"])
+        finally:
+            reader.close()
+        assert now == [paths["b"], paths["e"]], (node_id, now)
+
+
+def test_compact_errors_are_typed_with_their_exit_codes(cluster: MetastoreCluster) -> None:
+    endpoints = ",".join(f"127.0.0.1:{cluster.client_ports[i]}" for i in cluster.ids)
+
+    def run(role: str, *args: str) -> tuple[int, str]:
+        out = CliRunner().invoke(
+            cli, ["--endpoints", endpoints, "--token", cluster.token(role), "table", *args]
+        )
+        return out.exit_code, out.output
+
+    code, text = run("writer", "compact", "nosuch.table")
+    assert code == 4 and "TABLE_NOT_FOUND" in text, text
+    client = _client(cluster)
+    try:  # something to compact, so the reader gets as far as the swap
+        write = {
+            "table": TABLE,
+            "add": [{"path": "_txn/x/p.parquet", "size_bytes": 1, "row_count": 1}],
+        }
+        client.commit("m-forbidden", [{**write, "schema_version": 1}])
+    finally:
+        client.close()
+    code, text = run("reader", "compact", TABLE)  # the swap is a write
+    assert code == 6 and "FORBIDDEN" in text, text
+    code, text = run("writer", "compact", "--keep-loose", "-1", TABLE)
+    assert code == 2, text

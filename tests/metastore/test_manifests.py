@@ -1,0 +1,490 @@
+"""Manifests (metastore.manifests): compaction is a compare-and-swap that never changes an answer.
+
+The key property: two states get the same commits; one is also compacted now and then (by the
+pure planner, with an in-memory "object store" standing in for the manifest files). At sampled
+timestamps, `expand(listing_at(T, ts))` of the compacted one equals `files_at(T, ts)` of the
+one that never compacts, and both keep their invariants and survive a snapshot round trip.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+
+import msgpack
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from metastore import limits
+from metastore.commands import (
+    AdvanceGcThreshold,
+    CommitTxn,
+    CompactManifest,
+    DataFile,
+    GcFilesDeleted,
+    ReplacedManifest,
+    TableName,
+    TableWrite,
+    decode_command,
+    encode_command,
+)
+from metastore.errors import (
+    DataFileConflictError,
+    InvalidArgumentError,
+    LimitExceededError,
+    MalformedCommandError,
+    ManifestConflictError,
+    TableNotFoundError,
+)
+from metastore.events import events_of
+from metastore.manifests import (
+    CompactionPlan,
+    ManifestRef,
+    commit_boundary_prefix,
+    compaction_command,
+    entry_row,
+    expand,
+    plan_compaction,
+    ref_for,
+)
+from metastore.state import MetastoreState
+from metastore.txn import FileEntry
+from tests.metastore._driver import DD_MS, MS, Driver, ok, refused
+from tests.metastore._support import DETERMINISTIC
+
+A = TableName.of("ns", "a")
+
+
+class Store:
+    """Manifest files in memory: sha256 -> entries (the real ones are Parquet on disk)."""
+
+    def __init__(self) -> None:
+        self.files: dict[str, tuple[FileEntry, ...]] = {}
+
+    def write(self, entries: Sequence[FileEntry]) -> ManifestRef:
+        data: bytes = msgpack.packb([entry_row(e) for e in entries], use_bin_type=True)
+        sha = hashlib.sha256(data).hexdigest()
+        self.files[sha] = tuple(entries)
+        return ref_for(entries, sha256=sha, size_bytes=len(data))
+
+    def read(self, ref: ManifestRef) -> tuple[FileEntry, ...]:
+        return self.files[ref.sha256]
+
+
+def ready() -> Driver:
+    d = Driver()
+    d.ok("CREATE NAMESPACE ns")
+    d.ok("CREATE TABLE ns.a (x INT)")
+    tick(d, DD_MS + 1)  # the table is active
+    return d
+
+
+def tick(d: Driver, ms: int = 1) -> None:
+    """An idle entry: moves Tm and safe time only."""
+    d.tm += ms * MS
+    d.index += 1
+    d.state.observe_tick(d.tm, d.index).raise_for_error()
+
+
+def table_id(d: Driver) -> int:
+    return d.state.current(A).table_id
+
+
+def add(txn: str, *paths: str, remove: tuple[str, ...] = (), overwrite: bool = False) -> CommitTxn:
+    files = tuple(DataFile(path=p, size_bytes=10 + len(p), row_count=len(p)) for p in paths)
+    write = TableWrite(table=A, schema_version=1, add=files, remove=remove, overwrite=overwrite)
+    return CommitTxn(txn_id=txn, writes=(write,))
+
+
+def plan(
+    d: Driver,
+    store: Store,
+    keep: int = 0,
+    entries_max: int = 3,
+    rewrites_max: int = 64,
+    gc_threshold: int = 0,
+) -> CompactionPlan | None:
+    tid = table_id(d)
+    return plan_compaction(
+        loose=d.state.txns.loose_entries(tid),
+        deletes=d.state.txns.delete_entries(tid),
+        refs=d.state.txns.manifest_refs(tid),
+        read=store.read,
+        keep_loose=keep,
+        entries_max=entries_max,
+        rewrites_max=rewrites_max,
+        gc_threshold=gc_threshold,
+    )
+
+
+def command(d: Driver, store: Store, p: CompactionPlan) -> CompactManifest:
+    rewritten = [store.write(entries) for _, entries in p.rewrites]
+    added = [store.write(batch) for batch in p.batches]
+    return compaction_command(p, table=A, table_id=table_id(d), rewritten=rewritten, added=added)
+
+
+def compact(d: Driver, store: Store, keep: int = 0) -> dict[str, object] | None:
+    p = plan(d, store, keep)
+    if p is None:
+        return None
+    return ok(d, command(d, store, p))
+
+
+def full_files(d: Driver, store: Store, ts: int) -> list[tuple[str, int, int, int]]:
+    listing = d.state.listing_at(A, ts)
+    contents = {r.sha256: store.read(r) for r in listing.manifests}
+    return [(e.path, e.size_bytes, e.row_count, e.added_ts) for e in expand(listing, contents)]
+
+
+def model_files(d: Driver, ts: int) -> list[tuple[str, int, int, int]]:
+    return [(e.path, e.size_bytes, e.row_count, e.added_ts) for e in d.state.files_at(A, ts)]
+
+
+# --------------------------------------------------------------------------------------------
+# Examples
+# --------------------------------------------------------------------------------------------
+
+
+def test_compaction_moves_loose_entries_into_manifests_without_changing_any_answer() -> None:
+    d, store = ready(), Store()
+    stamps = [ok(d, add(f"t{i}", f"f{i}a", f"f{i}b"))["ts"] for i in range(5)]
+    before = {ts: full_files(d, store, ts) for ts in stamps}  # type: ignore[misc]
+    result = compact(d, store)
+    assert result is not None
+    assert result["moved_entries"] == 10 and result["loose_entries"] == 0
+    assert result["manifests"] == 5  # at most 3 entries each, never splitting a commit (of 2)
+    stats = d.state.table_stats(A)
+    assert (stats.file_entries, stats.manifests, stats.manifest_entries) == (0, 5, 10)
+    assert stats.live_files == 10
+    for ts, files in before.items():
+        assert full_files(d, store, ts) == files
+    # Snapshots keep the references.
+    again = MetastoreState.from_snapshot(d.state.to_snapshot())
+    assert again == d.state
+    assert again.txns.manifest_refs(table_id(d)) == d.state.txns.manifest_refs(table_id(d))
+
+
+def test_removing_a_file_in_a_manifest_is_a_delete_entry_until_a_compaction_folds_it() -> None:
+    d, store = ready(), Store()
+    t1 = ok(d, add("t1", "a", "b"))["ts"]
+    compact(d, store)
+    t2 = ok(d, add("t2", "c", remove=("a",)))["ts"]
+    assert isinstance(t1, int) and isinstance(t2, int)
+    assert d.state.table_stats(A).delete_entries == 1
+    assert [f[0] for f in full_files(d, store, t1)] == ["a", "b"]
+    assert [f[0] for f in full_files(d, store, t2)] == ["b", "c"]
+    # A second removal of the same path is a conflict, as for a loose file.
+    err = refused(d, add("t3", remove=("a",)), DataFileConflictError)
+    assert err.details["removed_ts"] == t2
+    result = compact(d, store)
+    assert result is not None and result["folded_deletes"] == 1 and result["replaced"] == 1
+    assert d.state.table_stats(A).delete_entries == 0
+    assert [f[0] for f in full_files(d, store, t1)] == ["a", "b"]
+    assert [f[0] for f in full_files(d, store, t2)] == ["b", "c"]
+
+
+def test_an_overwrite_truncates_manifests_and_a_compaction_folds_the_truncation() -> None:
+    d, store = ready(), Store()
+    t1 = ok(d, add("t1", "a", "b"))["ts"]
+    compact(d, store)
+    t2 = ok(d, add("t2", "c", overwrite=True))["ts"]
+    assert isinstance(t1, int) and isinstance(t2, int)
+    assert [f[0] for f in full_files(d, store, t2)] == ["c"]
+    assert d.state.table_stats(A).live_files == 1
+    compact(d, store)
+    assert [f[0] for f in full_files(d, store, t1)] == ["a", "b"]
+    assert [f[0] for f in full_files(d, store, t2)] == ["c"]
+    # The rewritten manifest holds only removed entries: it no longer matters at t2 (the one
+    # listed there is c's own).
+    assert [r.entry_count for r in d.state.listing_at(A, t2).manifests] == [1]
+
+
+def test_a_stale_compaction_is_refused_and_changes_nothing() -> None:
+    d, store = ready(), Store()
+    ok(d, add("t1", "a", "b"))
+    p = plan(d, store)
+    assert p is not None
+    stale = command(d, store, p)
+    ok(d, add("t2", remove=("a",)))  # changes a loose entry the plan moves
+    err = refused(d, stale, ManifestConflictError)
+    assert err.retryable and err.details["what"] == "loose entries digest"
+    compact(d, store)
+    p = plan(d, store)
+    assert p is None  # nothing left to do
+    ok(d, add("t3", "c", remove=("b",)))
+    p = plan(d, store)
+    assert p is not None
+    stale = command(d, store, p)
+    ok(d, add("t4", remove=("c",)))  # a loose removal: the loose digest changes
+    refused(d, stale, ManifestConflictError)
+
+
+def test_a_retried_compaction_is_deduplicated() -> None:
+    d, store = ready(), Store()
+    ok(d, add("t1", "a", "b"))
+    p = plan(d, store)
+    assert p is not None
+    cmd = command(d, store, p)
+    outcome = d.apply(cmd)
+    assert outcome.ok and outcome.result["deduplicated"] is False
+    (event,) = events_of(cmd, outcome, tm=d.tm, index=d.index)
+    assert event["kind"] == "manifest_compacted" and event["moved_entries"] == 2
+    before = d.state.to_snapshot()
+    again_outcome = d.apply(cmd)
+    again = again_outcome.result
+    assert again["deduplicated"] is True
+    assert events_of(cmd, again_outcome, tm=d.tm, index=d.index) == []  # nothing changed
+    # Only the position moved.
+    assert MetastoreState.from_snapshot(before).txns == d.state.txns
+
+
+def test_a_compaction_must_cut_between_commits_and_move_every_entry() -> None:
+    d, store = ready(), Store()
+    ok(d, add("t1", "a", "b"))
+    ok(d, add("t2", "c"))
+    tid = table_id(d)
+    loose = d.state.txns.loose_entries(tid)
+    assert commit_boundary_prefix(loose, keep=2) == 0  # never inside t1's pair
+    assert commit_boundary_prefix(loose, keep=1) == 2
+    half = CompactionPlan(loose=loose[:1], deletes=(), rewrites=(), batches=(loose[:1],))
+    refused(d, command(d, store, half), InvalidArgumentError)
+    whole = CompactionPlan(loose=loose[:2], deletes=(), rewrites=(), batches=(loose[:1],))
+    refused(d, command(d, store, whole), InvalidArgumentError)  # lists 1 entry, moves 2
+
+
+def test_compaction_of_another_incarnation_or_over_the_limit_is_refused(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    d, store = ready(), Store()
+    ok(d, add("t1", "a", "b"))
+    p = plan(d, store)
+    assert p is not None
+    cmd = command(d, store, p)
+    wrong = CompactManifest(
+        table=A,
+        table_id=cmd.table_id + 100,
+        loose_count=cmd.loose_count,
+        loose_digest=cmd.loose_digest,
+        deletes_count=0,
+        deletes_digest=cmd.deletes_digest,
+        adds=cmd.adds,
+    )
+    refused(d, wrong, TableNotFoundError)
+    monkeypatch.setattr(limits, "MAX_MANIFESTS_PER_TABLE", 0)
+    refused(d, cmd, LimitExceededError)
+
+
+def test_delete_entries_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    d, store = ready(), Store()
+    ok(d, add("t1", "a", "b"))
+    compact(d, store)
+    monkeypatch.setattr(limits, "MAX_DELETE_ENTRIES_PER_TABLE", 1)
+    refused(d, add("t2", remove=("a", "b")), LimitExceededError)
+
+
+def test_the_command_round_trips_and_bad_shapes_are_refused() -> None:
+    d, store = ready(), Store()
+    ok(d, add("t1", "a", "b"))
+    compact(d, store)
+    ok(d, add("t2", remove=("a",)))
+    p = plan(d, store)
+    assert p is not None and p.rewrites
+    cmd = command(d, store, p)
+    assert decode_command(encode_command(cmd)) == cmd
+    bad = CompactManifest(
+        table=A, table_id=1, loose_count=0, loose_digest="x", deletes_count=0, deletes_digest="x"
+    )
+    with pytest.raises(MalformedCommandError):
+        decode_command(encode_command(bad))
+    self_replace = CompactManifest(
+        table=A,
+        table_id=cmd.table_id,
+        loose_count=0,
+        loose_digest=cmd.loose_digest,
+        deletes_count=1,
+        deletes_digest=cmd.deletes_digest,
+        replaces=(ReplacedManifest(sha256=cmd.adds[0].sha256, removed_all_ts=None),),
+        adds=cmd.adds,
+    )
+    with pytest.raises(MalformedCommandError):
+        decode_command(encode_command(self_replace))
+
+
+def test_deletes_spread_over_many_manifests_fold_a_bounded_number_at_a_time() -> None:
+    d, store = ready(), Store()
+    stamps = [ok(d, add(f"t{i}", f"f{i}"))["ts"] for i in range(6)]
+    p = plan(d, store, entries_max=1)
+    assert p is not None and len(p.batches) == 6
+    ok(d, command(d, store, p))
+    removed = ok(d, add("rm", remove=tuple(f"f{i}" for i in range(6))))["ts"]
+    assert isinstance(removed, int)
+    want = {ts: full_files(d, store, ts) for ts in [*stamps, removed]}  # type: ignore[misc]
+    folds = []
+    for _ in range(10):
+        p = plan(d, store, rewrites_max=2)
+        if p is None:
+            break
+        assert len(p.rewrites) <= 2
+        folds.append(ok(d, command(d, store, p))["folded_deletes"])
+        assert {ts: full_files(d, store, ts) for ts in want} == want
+    assert folds == [2, 2, 2] and d.state.table_stats(A).delete_entries == 0
+
+
+def test_a_compaction_does_not_conflict_with_deletes_committed_meanwhile() -> None:
+    d, store = ready(), Store()
+    ok(d, add("t1", "a", "b", "c"))
+    compact(d, store)
+    ok(d, add("t2", remove=("a",)))
+    p = plan(d, store)
+    assert p is not None
+    cmd = command(d, store, p)
+    ok(d, add("t3", remove=("b",)))  # a newer delete entry: after the folded prefix
+    result = ok(d, cmd)
+    assert result["folded_deletes"] == 1
+    assert d.state.table_stats(A).delete_entries == 1
+
+
+def test_gc_deletes_replaced_manifests_and_expands_dead_ones_once_below_the_threshold() -> None:
+    d, store = Driver(), Store()
+    d.ok("CREATE NAMESPACE ns")
+    d.ok("CREATE TABLE ns.a (x INT) TBLPROPERTIES ('gc.ttl' = '1s')")
+    tick(d, DD_MS + 1)
+    t1 = ok(d, add("t1", "a", "b"))["ts"]
+    ok(d, add("t2", "c"))
+    first = plan(d, store, entries_max=2)
+    assert first is not None
+    ok(d, command(d, store, first))  # manifests [a, b] and [c]
+    refs = {r.entry_count: r for r in d.state.txns.manifest_refs(table_id(d))}
+    ok(d, add("t3", remove=("a",)))
+    t4 = ok(d, add("t4", "e", remove=("c",)))["ts"]
+    compact(d, store)  # rewrites both: [a-, b] and [c-]; [e] moved
+    assert isinstance(t1, int) and isinstance(t4, int)
+    tid = table_id(d)
+    location = d.state.current(A).location
+    referenced = d.state.txns.referenced_paths()[location]
+    retired = {p for p in referenced if p.startswith("_manifests/")}
+    retired -= {r.path for r in d.state.txns.manifest_refs(tid)}
+    assert retired == {refs[2].path, refs[1].path}
+    tick(d, 1_100)  # past the 1 s TTL
+    now = d.state.table_upper() - 1
+    want = full_files(d, store, now)
+    assert [f[0] for f in want] == ["b", "e"]
+    ok(d, AdvanceGcThreshold(table=A, table_id=tid, up_to=d.tm))  # clamped to Tm - TTL
+    queue = d.state.txns.gc_queue(tid)
+    dead = d.state.txns.gc_manifests(tid)
+    assert retired <= set(queue)  # replaced files: deleted as plain files
+    assert [r.entry_count for r in dead.values()] == [1]  # [c-]: all removed at t4 <= G
+    assert full_files(d, store, now) == want  # reads above the threshold are unchanged
+    ok(d, GcFilesDeleted(table=A, table_id=tid, paths=(*queue, *dead)))
+    assert not d.state.txns.gc_queue(tid) and not d.state.txns.gc_manifests(tid)
+    assert MetastoreState.from_snapshot(d.state.to_snapshot()) == d.state
+    assert d.state.txns.dead_files(tid, t4) == (0, 0)
+
+
+def test_entries_dead_at_the_gc_threshold_are_split_into_a_dead_manifest() -> None:
+    d, store = ready(), Store()
+    ok(d, add("t1", "a", "b"))
+    compact(d, store)  # [a b]
+    removed = ok(d, add("t2", remove=("a",)))["ts"]
+    compact(d, store)  # folds the delete: [a- b]
+    assert isinstance(removed, int)
+    (ref,) = d.state.txns.manifest_refs(table_id(d))
+    assert ref.live_count == 1 and ref.max_removed_ts == removed
+    assert plan(d, store, gc_threshold=removed - 1) is None  # a is not dead below its removal
+    p = plan(d, store, gc_threshold=removed)
+    assert p is not None and len(p.rewrites) == 1 and len(p.batches) == 1
+    ok(d, command(d, store, p))
+    refs = d.state.txns.manifest_refs(table_id(d))
+    assert sorted((r.entry_count, r.live_count) for r in refs) == [(1, 0), (1, 1)]
+    assert [r.entry_count for r in refs if r.live_count == 0 and r.max_removed_ts == removed]
+    now = d.state.table_upper() - 1
+    assert [f[0] for f in full_files(d, store, now)] == ["b"]
+
+
+# --------------------------------------------------------------------------------------------
+# The key property, against a state that never compacts
+# --------------------------------------------------------------------------------------------
+
+STEP = st.one_of(
+    st.tuples(st.just("add"), st.integers(1, 4), st.lists(st.integers(0, 50), max_size=3)),
+    st.tuples(st.just("overwrite"), st.integers(0, 2), st.just([])),
+    # keep_loose, and the most manifests the compaction may rewrite (small: partial folds).
+    st.tuples(st.just("compact"), st.integers(0, 3), st.lists(st.integers(1, 2), max_size=1)),
+)
+
+
+@settings(DETERMINISTIC, max_examples=300)
+@given(
+    steps=st.lists(STEP, min_size=1, max_size=25),
+    gc_picks=st.lists(st.integers(0, 30), min_size=4),
+)
+def test_answers_are_identical_with_and_without_compaction(
+    steps: list[tuple[str, int, list[int]]], gc_picks: list[int]
+) -> None:
+    """Compactions may also split off entries dead at a (pretended) GC threshold G: answers
+    above the largest G used are identical lists; at or below it (where a real table refuses
+    reads) identical sets."""
+    threshold_max = 0
+    model, real, store = ready(), ready(), Store()
+    stamps: list[int] = []
+    counter = 0
+    for kind, n, picks in steps:
+        if kind == "compact":
+            gc_threshold = 0
+            if gc_picks and stamps:
+                gc_threshold = stamps[gc_picks.pop() % len(stamps)]
+                threshold_max = max(threshold_max, gc_threshold)
+            p = plan(
+                real,
+                store,
+                keep=n,
+                rewrites_max=picks[0] if picks else 64,
+                gc_threshold=gc_threshold,
+            )
+            if p is not None:
+                ok(real, command(real, store, p))
+                tick(model)  # keeps both logs' Tm in step
+            continue
+        live = [f[0] for f in model_files(model, model.state.table_upper() - 1)]
+        removes = tuple(dict.fromkeys(live[i % len(live)] for i in picks)) if live else ()
+        paths = []
+        for _ in range(n):
+            counter += 1
+            paths.append(f"f{counter}")
+        cmd = add(f"t{counter}", *paths, remove=() if kind == "overwrite" else removes)
+        if kind == "overwrite":
+            cmd = add(f"t{counter}", *paths, overwrite=True)
+        expected = model.apply(cmd)
+        got = real.apply(cmd)
+        # Same fate and ts (files_removed of an overwrite counts manifest entries as their
+        # files record them, so the results may differ there).
+        assert got.ok == expected.ok, (got, expected)
+        assert got.result.get("ts") == expected.result.get("ts")
+        if got.ok:
+            ts = got.result["ts"]
+            assert isinstance(ts, int)
+            stamps.append(ts)
+    real.state.check_invariants()
+    assert MetastoreState.from_snapshot(real.state.to_snapshot()) == real.state
+    upper = model.state.table_upper() - 1
+    for ts in {*stamps, *(s - 1 for s in stamps), upper}:
+        try:
+            want = model_files(model, ts)
+        except Exception:  # noqa: BLE001  (before the table existed: both must refuse)
+            with pytest.raises(type(_error(model, ts))):
+                full_files(real, store, ts)
+            continue
+        got = full_files(real, store, ts)
+        if ts > threshold_max:
+            assert got == want, ts
+        else:
+            assert sorted(got) == sorted(want), ts
+
+
+def _error(d: Driver, ts: int) -> Exception:
+    try:
+        d.state.files_at(A, ts)
+    except Exception as e:  # noqa: BLE001
+        return e
+    raise AssertionError("expected an error")
