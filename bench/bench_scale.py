@@ -77,6 +77,7 @@ from bench.bench_catalog import (
     progress,
 )
 from bench.section import measure_table, ok, publish, run_on_cluster, stats, value, verdict
+from metastore.limits import LOOSE_FILES_MAX_DEFAULT
 from raft.core.ready import CoreConfig
 
 NAMESPACE: Final = "bench"
@@ -142,9 +143,12 @@ class Params:
     snapshot_every_entries: int
     snapshot_keep_entries: int
     install_wait_s: float
+    # Loose entries after which the writer compacts the table into manifests, as the bridge
+    # does past the cluster's loose_files_max (0: never, the state holds every file entry).
+    loose_files_max: int = LOOSE_FILES_MAX_DEFAULT
 
     @classmethod
-    def for_mode(cls, *, quick: bool) -> Params:
+    def for_mode(cls, *, quick: bool, loose_files_max: int = LOOSE_FILES_MAX_DEFAULT) -> Params:
         files = 100_000 if quick else 1_000_000
         checkpoints = tuple(c for c in CHECKPOINTS if c <= files)
         return cls(
@@ -157,6 +161,7 @@ class Params:
             snapshot_every_entries=SNAPSHOT_EVERY,
             snapshot_keep_entries=SNAPSHOT_KEEP,
             install_wait_s=INSTALL_WAIT_S,
+            loose_files_max=loose_files_max,
         )
 
 
@@ -242,6 +247,9 @@ class Results:
     install: Install = field(default_factory=Install)
     # [files after the commit, latency ms, start unix s, end unix s] for every commit.
     commit_samples: list[list[float]] = field(default_factory=list)
+    # [files when it ran, seconds (view + manifest write + CompactManifest), entries moved,
+    # manifests after] of every compaction the writer ran.
+    compactions: list[list[float]] = field(default_factory=list)
     # {node, unix_s, index, bytes} of every "snapshot taken" a node logged.
     snapshots: list[dict[str, float]] = field(default_factory=list)
 
@@ -489,6 +497,15 @@ async def grow(
     samples: list[list[float]] = []
     commits = params.files // params.batch_files
     t_growth = time.perf_counter()
+    from metastore.client import SyncMetastoreClient
+
+    compactor = SyncMetastoreClient(
+        [endpoint(cluster, n) for n in order],
+        cluster.token("writer"),
+        timeout_ms=CLIENT_CALL_TIMEOUT_MS,
+        client_name="bench-scale-compactor",
+    )
+    loose = 0
     async with MetastoreClient(
         [endpoint(cluster, n) for n in order],
         cluster.token("writer"),
@@ -510,10 +527,30 @@ async def grow(
             if time.monotonic() - last_report > 10:
                 last_report = time.monotonic()
                 progress(f"  {files:,} files committed (last commit {latency_ms:.1f} ms)")
+            loose += params.batch_files
+            if params.loose_files_max and loose > params.loose_files_max:
+                # What the bridge does after a commit past the bound (maybe_compact): the
+                # commit is already acknowledged, so this is not in its latency.
+                loose = await compact(compactor, files, r)
             if files in params.checkpoints:
                 r.checkpoints.append(await checkpoint(cluster, export_node, files))
+    compactor.close()
     r.growth_s = time.perf_counter() - t_growth
     return samples
+
+
+async def compact(compactor: Any, files: int, r: Results) -> int:
+    """Compact the table into manifests (in a thread: the client library is blocking);
+    returns the loose entries left."""
+    from metastore.client.manifest_files import compact_table
+
+    t0 = time.perf_counter()
+    result = await asyncio.to_thread(compact_table, compactor, TABLE)
+    took_s = time.perf_counter() - t0
+    r.compactions.append(
+        [files, took_s, int(result.get("moved_entries") or 0), int(result.get("manifests") or 0)]
+    )
+    return int(result.get("loose_entries") or 0)
 
 
 async def list_and_plan(cluster: Cluster, follower: int, params: Params, r: Results) -> None:
@@ -714,7 +751,11 @@ async def install(cluster: Cluster, params: Params, r: Results) -> None:
     conn = await cluster.connect(victim, "reader")
     try:
         listing = await ok(conn, "files", timeout_s=60.0, table=TABLE, limit=1)
-        ins.victim_total_files = int(listing["total_files"])
+        # Loose files plus the live entries of its manifests (the bench removes nothing, so
+        # every manifest entry is live), from the node's own state without expanding.
+        ins.victim_total_files = int(listing["total_files"]) + sum(
+            int(m.get("live_count") or 0) for m in listing.get("manifests") or []
+        )
     finally:
         conn.close()
 
@@ -851,6 +892,18 @@ def render(params: Params, r: Results, verdicts: dict[str, dict[str, Any]]) -> T
     def mark(key: str) -> str:
         return verdict(verdicts, key)
 
+    if params.loose_files_max:
+        took = stats([c[1] for c in r.compactions])
+        manifests = int(r.compactions[-1][3]) if r.compactions else 0
+        t.add_row(
+            f"compactions past {params.loose_files_max:,} loose entries: count, p50 / max s, "
+            "manifests at the end",
+            f"{len(r.compactions)}, {value(took.get('p50'), '.2f')} / "
+            f"{value(took.get('max'), '.2f')}, {manifests}",
+            "",
+        )
+    else:
+        t.add_row("compactions", "off (--loose-files-max 0): every entry in the state", "")
     for cp in r.checkpoints:
         lo, hi = cp.window_files
         t.add_row(
@@ -976,8 +1029,15 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--quick", action="store_true", help="100k files instead of 1M")
     parser.add_argument("--results-dir", type=Path, default=RESULTS_DIR)
+    parser.add_argument(
+        "--loose-files-max",
+        type=int,
+        default=LOOSE_FILES_MAX_DEFAULT,
+        help="compact the table into manifests past this many loose entries, as the bridge "
+        "does (default: the cluster default); 0 keeps every file entry in the state",
+    )
     args = parser.parse_args(argv)
-    params = Params.for_mode(quick=args.quick)
+    params = Params.for_mode(quick=args.quick, loose_files_max=args.loose_files_max)
     started = datetime.now(UTC)
     r = Results(loadavg_at_start=list(os.getloadavg()))
     progress(f"load average before the run: {r.loadavg_at_start}")

@@ -17,9 +17,11 @@ import hashlib
 import logging
 import uuid
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Final
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
@@ -53,6 +55,9 @@ _SCHEMA: Final = pa.schema(
 )
 # A compaction whose view went stale (MANIFEST_CONFLICT) reads the table again this often.
 COMPACT_ATTEMPTS_MAX: Final = 5
+# Threads reading and checking manifests while a listing is expanded (I/O, sha256 and Parquet
+# decoding release the GIL).
+MANIFEST_READERS: Final = 8
 # Pages of `compaction_view` (bounded by the server's byte budget as well).
 VIEW_PAGE_LIMIT: Final = 10_000
 
@@ -81,36 +86,6 @@ def encode_manifest(entries: Sequence[FileEntry]) -> bytes:
     return bytes(sink.getvalue().to_pybytes())
 
 
-def decode_manifest(data: bytes, ref: ManifestRef) -> list[FileEntry]:
-    """Entries of a manifest whose bytes were already verified against `ref`."""
-
-    def bad(reason: str) -> ManifestUnreadableError:
-        return ManifestUnreadableError(
-            f"manifest {ref.path} is not a manifest: {reason}",
-            details={"path": ref.path, "reason": reason},
-        )
-
-    try:
-        table = pq.read_table(pa.BufferReader(data))
-    except (pa.ArrowException, OSError) as exc:
-        raise bad(f"unreadable Parquet ({type(exc).__name__})") from None
-    if table.schema.remove_metadata() != _SCHEMA.remove_metadata():
-        raise bad("unexpected columns")
-    if table.num_rows != ref.entry_count:
-        raise bad(f"{table.num_rows} rows, the reference says {ref.entry_count}")
-    cols = [table.column(n).to_pylist() for n in _SCHEMA.names]
-    out = []
-    for path, size, rows, added, removed in zip(*cols, strict=True):
-        if path is None or size is None or rows is None or added is None:
-            raise bad("a null in a required column")
-        out.append(
-            FileEntry(
-                path=path, size_bytes=size, row_count=rows, added_ts=added, removed_ts=removed
-            )
-        )
-    return out
-
-
 def write_manifest(location: str, entries: Sequence[FileEntry]) -> ManifestRef:
     """Write `entries` as a manifest under `location` (a no-op if that content exists already:
     it is content-addressed) and return its reference. The file appears whole: it is written
@@ -132,25 +107,18 @@ def write_manifest(location: str, entries: Sequence[FileEntry]) -> ManifestRef:
 
 def read_manifest(location: str, ref: ManifestRef) -> list[FileEntry]:
     """A manifest's entries, after checking its size and sha256 against `ref`."""
-    fs, root = _fs(location)
-    path = f"{root}/{ref.path}"
-
-    def unreadable(reason: str) -> ManifestUnreadableError:
-        return ManifestUnreadableError(
-            f"manifest {ref.path} of {location}: {reason}",
-            details={"path": ref.path, "reason": reason},
+    cols = _verified_table(location, ref).to_pydict()
+    return [
+        FileEntry(path=p, size_bytes=size, row_count=rows, added_ts=added, removed_ts=removed)
+        for p, size, rows, added, removed in zip(
+            cols["path"],
+            cols["size_bytes"],
+            cols["row_count"],
+            cols["added_ts"],
+            cols["removed_ts"],
+            strict=True,
         )
-
-    info = fs.get_file_info(path)
-    if info.type != pafs.FileType.File:
-        raise unreadable("missing")
-    if info.size is None or info.size > limits.MANIFEST_BYTES_MAX or info.size != ref.size_bytes:
-        raise unreadable(f"{info.size} bytes, the reference says {ref.size_bytes}")
-    with fs.open_input_file(path) as f:
-        data = f.read()
-    if hashlib.sha256(data).hexdigest() != ref.sha256:
-        raise unreadable("sha256 differs from the reference")
-    return decode_manifest(data, ref)
+    ]
 
 
 def read_live(
@@ -191,16 +159,117 @@ def listing_of(reply: Mapping[str, Any]) -> Listing:
 def expand_reply(
     reply: Mapping[str, Any],
     *,
-    read: Callable[[str, ManifestRef], Sequence[FileEntry]] = read_manifest,
+    read: Callable[[str, ManifestRef], Sequence[FileEntry]] | None = None,
 ) -> dict[str, Any]:
     """The reply with its manifests expanded into `files` (full totals recomputed). Replies
-    without manifests come back unchanged."""
+    without manifests come back unchanged.
+
+    By default the manifests are read in parallel threads and filtered and merged as Arrow
+    columns (`_expand_columnar`), which at a million entries is several times faster than
+    building an entry object per file; `read` (tests, other stores) takes the entry-by-entry
+    path of `metastore.manifests.expand`, whose answer is the same."""
     if not reply.get("manifests"):
         return dict(reply)
     listing = listing_of(reply)
     location = str(reply["location"])
+    if read is None:
+        return _expand_columnar(reply, listing, location)
     contents = {ref.sha256: read(location, ref) for ref in listing.manifests}
     return _expanded(reply, expand(listing, contents))
+
+
+def _verified_table(location: str, ref: ManifestRef) -> pa.Table:
+    """A manifest as an Arrow table, after checking its size and sha256 against `ref` and
+    its columns, row count and required values (ManifestUnreadableError for each)."""
+    fs, root = _fs(location)
+    path = f"{root}/{ref.path}"
+
+    def unreadable(reason: str) -> ManifestUnreadableError:
+        return ManifestUnreadableError(
+            f"manifest {ref.path} of {location}: {reason}",
+            details={"path": ref.path, "reason": reason},
+        )
+
+    info = fs.get_file_info(path)
+    if info.type != pafs.FileType.File:
+        raise unreadable("missing")
+    if info.size is None or info.size > limits.MANIFEST_BYTES_MAX or info.size != ref.size_bytes:
+        raise unreadable(f"{info.size} bytes, the reference says {ref.size_bytes}")
+    with fs.open_input_file(path) as f:
+        data = f.read()
+    if hashlib.sha256(data).hexdigest() != ref.sha256:
+        raise unreadable("sha256 differs from the reference")
+
+    def bad(reason: str) -> ManifestUnreadableError:
+        return ManifestUnreadableError(
+            f"manifest {ref.path} is not a manifest: {reason}",
+            details={"path": ref.path, "reason": reason},
+        )
+
+    try:
+        table = pq.read_table(pa.BufferReader(data))
+    except (pa.ArrowException, OSError) as exc:
+        raise bad(f"unreadable Parquet ({type(exc).__name__})") from None
+    if table.schema.remove_metadata() != _SCHEMA.remove_metadata():
+        raise bad("unexpected columns")
+    if table.num_rows != ref.entry_count:
+        raise bad(f"{table.num_rows} rows, the reference says {ref.entry_count}")
+    if any(table.column(n).null_count for n in ("path", "size_bytes", "row_count", "added_ts")):
+        raise bad("a null in a required column")
+    return table
+
+
+def _live_columns(
+    table: pa.Table, ref: ManifestRef | None, deleted: pa.Array | None, ts: int
+) -> pa.Table:
+    """The rows of `table` live at `ts`, as `live_in_manifest` decides: added at or before ts,
+    and neither their own removal, their manifest's truncation nor a delete entry of their
+    path (`deleted`: paths removed at or before ts) at or before ts."""
+    mask = pc.less_equal(table["added_ts"], pa.scalar(ts, pa.uint64()))
+    # A null removed_ts is "never removed": a comparison with it is null, which counts as live.
+    still_there = pc.fill_null(pc.greater(table["removed_ts"], pa.scalar(ts, pa.uint64())), True)
+    mask = pc.and_(mask, still_there)
+    if deleted is not None and len(deleted):
+        mask = pc.and_(mask, pc.invert(pc.is_in(table["path"], value_set=deleted)))
+    if ref is not None and ref.removed_all_ts is not None and ref.removed_all_ts <= ts:
+        mask = pc.and_(mask, pa.scalar(False))
+    return table.filter(mask).select(["path", "size_bytes", "row_count", "added_ts"])
+
+
+def _expand_columnar(reply: Mapping[str, Any], listing: Listing, location: str) -> dict[str, Any]:
+    ts = listing.ts
+    deleted_paths = [d.path for d in listing.deletes if d.removed_ts <= ts]
+    deleted = pa.array(deleted_paths, pa.string()) if deleted_paths else None
+    refs = sort_refs(listing.manifests)
+    workers = max(1, min(MANIFEST_READERS, len(refs)))
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        tables = list(pool.map(lambda ref: _verified_table(location, ref), refs))
+    parts = [_live_columns(t, ref, deleted, ts) for t, ref in zip(tables, refs, strict=True)]
+    loose = pa.table(
+        {
+            "path": [e.path for e in listing.files],
+            "size_bytes": [e.size_bytes for e in listing.files],
+            "row_count": [e.row_count for e in listing.files],
+            "added_ts": [e.added_ts for e in listing.files],
+            "removed_ts": [None] * len(listing.files),
+        },
+        schema=_SCHEMA.remove_metadata(),
+    )
+    parts.append(_live_columns(loose, None, deleted, ts))
+    merged = pa.concat_tables(parts)
+    # Commit order: a stable sort by added_ts keeps each commit's own order (as `expand`).
+    merged = merged.take(pc.sort_indices(merged, sort_keys=[("added_ts", "ascending")]))
+    files = merged.to_pylist()
+    return {
+        **reply,
+        "files": files,
+        "total_files": len(files),
+        "rows": int(pc.sum(merged["row_count"]).as_py() or 0),
+        "size_bytes": int(pc.sum(merged["size_bytes"]).as_py() or 0),
+        "expanded_manifests": len(reply.get("manifests", [])),
+        "manifests": [],
+        "deletes": [],
+    }
 
 
 def merge_expanded(
