@@ -16,19 +16,14 @@ import click
 
 from cli.context import app
 from cli.output import emit, end_progress, kv_table, progress
-from cli.spark_run import require_token, run_with_bridge
+from cli.spark_run import master_option, require_token, run_with_bridge
 from metastore.commands import parse_duration_ms
 from metastore.errors import InvalidArgumentError
 
 
 @click.command("run-backfill")
 @click.argument("job_id", type=click.IntRange(min=1))
-@click.option(
-    "--master",
-    default="local[2]",
-    show_default=True,
-    help="Spark master URL of the session to start (ignored when one is already active).",
-)
+@master_option
 @click.option(
     "--timeout",
     default="5m",

@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
+import click
+
 from cli.errors import EXIT_AUTH, EXIT_CODE_BY_ERROR, EXIT_GENERIC, CliError, exit_code_for, fail
 from cli.output import end_progress
 from metastore.errors import MetastoreError
@@ -21,6 +23,14 @@ if TYPE_CHECKING:
     from spark_bridge.bridge import MetastoreBridge
 
 T = TypeVar("T")
+
+# `--master` of every command that runs Spark here.
+master_option = click.option(
+    "--master",
+    default="local[2]",
+    show_default=True,
+    help="Spark master URL of the session to start (ignored when one is already active).",
+)
 
 
 def require_token(token: str | None, what: str) -> str:

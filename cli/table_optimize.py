@@ -19,7 +19,7 @@ import click
 
 from cli.context import app
 from cli.output import emit, end_progress, kv_table, progress
-from cli.spark_run import require_token, run_with_bridge
+from cli.spark_run import master_option, require_token, run_with_bridge
 
 _SIZE_UNITS: Final = {
     "": 1,
@@ -84,12 +84,7 @@ class ByteSize(click.ParamType):
 @click.option(
     "--dry-run", is_flag=True, help="Only say what would be rewritten; commit nothing (no Spark)."
 )
-@click.option(
-    "--master",
-    default="local[2]",
-    show_default=True,
-    help="Spark master URL of the session to start (ignored when one is already active).",
-)
+@master_option
 @click.pass_context
 def table_optimize(
     ctx: click.Context,

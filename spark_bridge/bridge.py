@@ -926,26 +926,8 @@ class BatchContext:
             if "error" in listing:
                 listings.append(listing)  # raised when (if) the batch reads that table
                 continue
-            listed = list(listing["files"])
-            deletes = list(listing.get("deletes") or [])
-            token = listing.get("next_page_token")
-            while token:
-                page = self._call(
-                    "files",
-                    {
-                        "table": listing["table"],
-                        "limit": FILES_PAGE_LIMIT,
-                        "page_token": token,
-                        "timeout_ms": PIN_TIMEOUT_MS,
-                    },
-                )
-                listed.extend(page["files"])
-                deletes.extend(page.get("deletes") or [])
-                token = page.get("next_page_token")
             # Manifests (if any) are expanded by `files`, like a `files` listing's.
-            listings.append(
-                {**listing, "as_of": first["as_of"], "files": listed, "deletes": deletes}
-            )
+            listings.append({**self._rest_of(listing), "as_of": first["as_of"]})
         return listings
 
     def _files(self, table: str, ts: int) -> dict[str, Any]:
@@ -956,7 +938,11 @@ class BatchContext:
             "limit": FILES_PAGE_LIMIT,
             "timeout_ms": PIN_TIMEOUT_MS,
         }
-        first = self._call("files", args)
+        return self._rest_of(self._call("files", args))
+
+    def _rest_of(self, first: dict[str, Any]) -> dict[str, Any]:
+        """A listing's first page (of `files` or `files_multi`) with every later page's files
+        and delete entries appended (the pages keep the first one's `as_of`)."""
         listed = list(first["files"])
         deletes = list(first.get("deletes") or [])
         token = first.get("next_page_token")
@@ -964,7 +950,7 @@ class BatchContext:
             page = self._call(
                 "files",
                 {
-                    "table": table,
+                    "table": first["table"],
                     "limit": FILES_PAGE_LIMIT,
                     "page_token": token,
                     "timeout_ms": PIN_TIMEOUT_MS,
@@ -973,7 +959,7 @@ class BatchContext:
             listed.extend(page["files"])
             deletes.extend(page.get("deletes") or [])
             token = page.get("next_page_token")
-        return {**first, "files": listed, "deletes": deletes}
+        return {**first, "files": listed, "deletes": deletes, "next_page_token": None}
 
     def _call(self, op: str, args: dict[str, Any]) -> dict[str, Any]:
         from metastore.errors import MetastoreError

@@ -558,6 +558,12 @@ def _hold_until_leadership_moves(
     )
 
 
+def _slow_links(c: ChaosCluster, rng: random.Random) -> None:
+    """Every peer link delayed by DELAY_MS (drawn per link) plus jitter, until healed."""
+    for name in c.peer_pairs():
+        c.net().delay([name], rng.uniform(*DELAY_MS), DELAY_JITTER_MS)
+
+
 def _network_fault(c: ChaosCluster, rng: random.Random, kind: str, h: History, n: int) -> None:
     """One network fault through the proxy; recorded in h.faults only if the proxy saw it act
     (and, for a partitioned leader, the cluster reacted as it must)."""
@@ -633,8 +639,7 @@ def _network_fault(c: ChaosCluster, rng: random.Random, kind: str, h: History, n
         elif kind == "delay_kill":
             # Every link slow, and then the leader is killed: the election runs on slow links.
             hold_s = rng.uniform(1.0, 2.5)
-            for name in c.peer_pairs():
-                net.delay([name], rng.uniform(*DELAY_MS), DELAY_JITTER_MS)
+            _slow_links(c, rng)
             leader = _leader(c, h)
             if leader is not None:
                 c.kill(leader)
@@ -672,8 +677,7 @@ def _network_fault(c: ChaosCluster, rng: random.Random, kind: str, h: History, n
             )
         elif kind == "delay":
             hold_s = rng.uniform(1.0, 2.5)
-            for name in c.peer_pairs():
-                net.delay([name], rng.uniform(*DELAY_MS), DELAY_JITTER_MS)
+            _slow_links(c, rng)
             time.sleep(hold_s)
             net.heal()
             desc = f"delay ({DELAY_MS[0]}-{DELAY_MS[1]} ms on every link, {hold_s:.1f} s"
