@@ -35,6 +35,10 @@ HANDSHAKE_FRAME_BYTES_MAX = 1024
 # a newcomer past it is closed at once. Each costs a key exchange, so strangers must not be able
 # to make a node do an unbounded number of them; real peers and clients retry.
 TLS_HANDSHAKES_IN_PROGRESS_MAX = 64
+# Unauthenticated connections (before or in their handshake) from one source address at once,
+# on the peer port and in a TLS listener. A peer needs one per link; the cap keeps a flood from
+# one host from taking the slots real peers on other hosts need (a newcomer past it is closed).
+STRANGERS_PER_HOST_MAX = 8
 
 # Longest cluster id. It travels in the first handshake frame, which must fit in
 # HANDSHAKE_FRAME_BYTES_MAX even at 4 UTF-8 bytes per character.

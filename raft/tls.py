@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Final
 
 from raft.errors import TlsConfigError
-from raft.limits import TLS_HANDSHAKES_IN_PROGRESS_MAX
+from raft.limits import STRANGERS_PER_HOST_MAX, TLS_HANDSHAKES_IN_PROGRESS_MAX
 
 __all__ = [
     "PEM_FILE_BYTES_MAX",
@@ -286,8 +286,9 @@ class TlsListener:
     the handler refuses it in its own protocol (the client port answers the plaintext hello
     with a typed error instead of a reset, so a client knows to use TLS).
 
-    Limits: at most `handshakes_max` connections are before or in their handshake at once (a
-    newcomer past it is closed and counted), each for at most `handshake_timeout_s`.
+    Limits: at most `handshakes_max` connections are before or in their handshake at once, and
+    at most STRANGERS_PER_HOST_MAX of them from one source address (a newcomer past either is
+    closed and counted), each for at most `handshake_timeout_s`.
     """
 
     def __init__(
@@ -312,11 +313,13 @@ class TlsListener:
         self._log = logger if logger is not None else logging.getLogger("raft.tls")
         self._sock: socket.socket | None = None
         self._accept_task: asyncio.Task[None] | None = None
-        # Invariant: a task is here exactly while its connection is before or in its handshake.
-        self._handshaking: set[asyncio.Task[None]] = set()
+        # Invariant: a task is here exactly while its connection is before or in its handshake
+        # (with its source host, for the per-host cap).
+        self._handshaking: dict[asyncio.Task[None], str] = {}
         # Strong references to every connection's task: the event loop keeps only weak ones.
         self._handlers: set[asyncio.Task[None]] = set()
         self.refused_over_limit = 0
+        self.refused_per_host = 0
         self.handshakes_failed = 0
 
     @property
@@ -373,8 +376,14 @@ class TlsListener:
                 self.refused_over_limit += 1
                 conn.close()
                 continue
+            host = source_host(address)
+            if sum(1 for h in self._handshaking.values() if h == host) >= STRANGERS_PER_HOST_MAX:
+                # One host may not hold more than its share of the handshakes in progress.
+                self.refused_per_host += 1
+                conn.close()
+                continue
             task = loop.create_task(self._admit(conn, address))
-            self._handshaking.add(task)
+            self._handshaking[task] = host
             self._handlers.add(task)
             task.add_done_callback(self._handlers.discard)
 
@@ -417,7 +426,7 @@ class TlsListener:
                 return
         finally:
             if task is not None:
-                self._handshaking.discard(task)
+                self._handshaking.pop(task, None)
         writer = asyncio.StreamWriter(transport, protocol, reader, loop)
         await self._handler(reader, writer)
 
@@ -442,6 +451,13 @@ async def _peek_byte(conn: socket.socket) -> bytes:
             return conn.recv(1, socket.MSG_PEEK)
         except (BlockingIOError, InterruptedError):
             continue
+
+
+def source_host(address: object) -> str:
+    """The host part of a socket's peer address (what the per-host stranger cap counts)."""
+    if isinstance(address, tuple) and address:
+        return str(address[0])
+    return str(address)
 
 
 def _address_text(address: object) -> str:

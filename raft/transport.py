@@ -72,7 +72,8 @@ Invariants:
 * Before authentication a stranger can make us buffer at most HANDSHAKE_FRAME_BYTES_MAX bytes
   and hold a slot for at most HANDSHAKE_TIMEOUT_MS; at most PEER_INBOUND_CONNECTIONS_MAX
   inbound connections exist at once, and at the limit the oldest unauthenticated one makes
-  room for a newcomer.
+  room for a newcomer; at most STRANGERS_PER_HOST_MAX of them come from one source address
+  (a newcomer past it is closed), so a flood from one host cannot hold every slot.
 * A bad frame closes only the connection it arrived on; a bad chunk drops only its transfer;
   nothing a peer sends can raise out of this module into the node.
 * A link holds at most one outgoing and one incoming snapshot transfer; only whole, verified
@@ -151,6 +152,7 @@ from raft.limits import (
     SNAPSHOT_CHUNK_BYTES,
     SNAPSHOT_CHUNKS_PER_ROUND,
     SNAPSHOT_TRANSFER_BYTES_MAX,
+    STRANGERS_PER_HOST_MAX,
 )
 from raft.tls import (
     TlsFiles,
@@ -159,6 +161,7 @@ from raft.tls import (
     peer_client_context,
     peer_common_name,
     peer_server_context,
+    source_host,
 )
 from raft.wire import decode_message, encode_install_snapshot_head, encode_message
 
@@ -237,6 +240,8 @@ class TransportStats(TypedDict):
     auth_failures_unknown_peer: int
     handshake_failures: int
     inbound_refused_over_limit: int  # connections closed because of the inbound limit
+    # Connections closed because their host already had STRANGERS_PER_HOST_MAX unauthenticated
+    inbound_refused_per_host: int
     dropped_no_route: int
     # Inbound connections refused before the Raft handshake: a failed TLS handshake (another
     # CA, no certificate), plaintext on a TLS listener, or the TLS handshake limit.
@@ -520,11 +525,14 @@ class _Link:
 class _Inbound:
     """A connection a peer opened to us; `peer_id` stays NONE until it has authenticated."""
 
-    __slots__ = ("claimed_id", "evicted", "peer_id", "task", "writer")
+    __slots__ = ("claimed_id", "evicted", "host", "peer_id", "task", "writer")
 
-    def __init__(self, writer: asyncio.StreamWriter, task: asyncio.Task[Any] | None) -> None:
+    def __init__(
+        self, writer: asyncio.StreamWriter, task: asyncio.Task[Any] | None, host: str
+    ) -> None:
         self.writer = writer
         self.task = task
+        self.host = host  # the source address, for the per-host stranger cap
         self.claimed_id: NodeId = NONE
         self.peer_id: NodeId = NONE
         self.evicted = False  # closed by us to make room (see _make_room)
@@ -684,6 +692,7 @@ class PeerTransport:
         self._auth_failures_unknown_peer = 0
         self._handshake_failures = 0
         self._inbound_refused_over_limit = 0
+        self._inbound_refused_per_host = 0
         self._dropped_no_route = 0
         self._tls_refused = 0
 
@@ -904,6 +913,7 @@ class PeerTransport:
             auth_failures_unknown_peer=self._auth_failures_unknown_peer,
             handshake_failures=self._handshake_failures,
             inbound_refused_over_limit=self._inbound_refused_over_limit,
+            inbound_refused_per_host=self._inbound_refused_per_host,
             dropped_no_route=self._dropped_no_route,
             tls_refused=self._tls_refused,
         )
@@ -1132,10 +1142,18 @@ class PeerTransport:
         if self._stopped:
             writer.transport.abort()
             return
+        host = source_host(peername)
+        strangers_here = sum(1 for c in self._inbound if c.peer_id == NONE and c.host == host)
+        if strangers_here >= STRANGERS_PER_HOST_MAX:
+            # One host may not hold more than its share of handshakes: the rest of the slots
+            # stay for peers elsewhere, whatever this one sends.
+            self._inbound_refused_per_host += 1
+            writer.transport.abort()
+            return
         if len(self._inbound) >= PEER_INBOUND_CONNECTIONS_MAX and not self._make_room(peername):
             writer.transport.abort()
             return
-        conn = _Inbound(writer, asyncio.current_task())
+        conn = _Inbound(writer, asyncio.current_task(), host)
         self._inbound[conn] = None
         try:
             try:

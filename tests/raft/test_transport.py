@@ -42,7 +42,7 @@ from raft.errors import (
     SecretFileError,
     TransportConfigError,
 )
-from raft.limits import PEER_INBOUND_CONNECTIONS_MAX
+from raft.limits import PEER_INBOUND_CONNECTIONS_MAX, STRANGERS_PER_HOST_MAX
 from raft.transport import PROTOCOL_VERSION, PeerTransport, load_or_create_secret
 from raft.wire import encode_message
 
@@ -617,10 +617,11 @@ async def test_server_that_cannot_prove_the_secret_is_refused_by_the_client() ->
 async def test_at_the_inbound_limit_the_oldest_stranger_makes_room() -> None:
     async with node_with_raw_peer() as (a, a_inbox, b, _):
         await keep_sending(lambda: b.send(hb(2, 1)), lambda: bool(a_inbox.from_(2)), "b up")
-        # Node 2's authenticated connection plus silent strangers fill every slot.
+        # Node 2's authenticated connection plus silent strangers fill every slot (from many
+        # hosts: one host may hold only STRANGERS_PER_HOST_MAX of them).
         strangers = [
-            await asyncio.open_connection(HOST, a.bound_port)
-            for _ in range(PEER_INBOUND_CONNECTIONS_MAX - 1)
+            await asyncio.open_connection(HOST, a.bound_port, local_addr=(stranger_host(i), 0))
+            for i in range(PEER_INBOUND_CONNECTIONS_MAX - 1)
         ]
         await eventually(
             lambda: a.stats()["inbound_connections"] == PEER_INBOUND_CONNECTIONS_MAX, "all held"
@@ -638,6 +639,31 @@ async def test_at_the_inbound_limit_the_oldest_stranger_makes_room() -> None:
         assert stats["inbound_connections"] == PEER_INBOUND_CONNECTIONS_MAX
         writer.close()
         for _, w in strangers:
+            w.close()
+
+
+def stranger_host(i: int) -> str:
+    """A loopback source address other than HOST, STRANGERS_PER_HOST_MAX connections each."""
+    return f"127.0.1.{2 + i // STRANGERS_PER_HOST_MAX}"
+
+
+async def test_a_flood_from_one_host_cannot_hold_the_slots_peers_need() -> None:
+    """Silent connections from one host past STRANGERS_PER_HOST_MAX are closed at once, so they
+    never reach the inbound limit, and a peer on another host gets in without evicting."""
+    async with node_with_raw_peer() as (a, a_inbox, b, _):
+        await keep_sending(lambda: b.send(hb(2, 1)), lambda: bool(a_inbox.from_(2)), "b up")
+        flood = [
+            await asyncio.open_connection(HOST, a.bound_port, local_addr=("127.0.1.250", 0))
+            for _ in range(STRANGERS_PER_HOST_MAX + 20)
+        ]
+        await eventually(lambda: a.stats()["inbound_refused_per_host"] >= 20, "flood capped")
+        assert a.stats()["inbound_connections"] == 1 + STRANGERS_PER_HOST_MAX
+        _reader, writer = await raw_connect(a.bound_port, as_id=3)
+        writer.write(frame(encode_message(hb(3, 1, 5))))
+        await eventually(lambda: hb(3, 1, 5) in a_inbox.messages, "a peer elsewhere gets in")
+        assert a.stats()["inbound_refused_over_limit"] == 0
+        writer.close()
+        for _, w in flood:
             w.close()
 
 

@@ -17,6 +17,7 @@ import uvloop
 
 from metastore.daemon.certs import GeneratedCerts, generate_dev_certs
 from raft.errors import TlsConfigError
+from raft.limits import STRANGERS_PER_HOST_MAX
 from raft.tls import TlsFiles
 from tests.raft.test_transport import HOST, Inbox, eventually, hb, keep_sending, make, running
 
@@ -136,7 +137,13 @@ async def test_tls_handshakes_in_progress_are_bounded(certs: GeneratedCerts) -> 
         assert listener is not None
         limit = 8
         listener._handshakes_max = limit  # type: ignore[union-attr]
-        silent = [await asyncio.open_connection(HOST, n1.bound_port) for _ in range(limit + 4)]
+        # From three hosts, 4 each: under the per-host cap, over the listener's limit.
+        silent = [
+            await asyncio.open_connection(
+                HOST, n1.bound_port, local_addr=(f"127.0.2.{2 + i // 4}", 0)
+            )
+            for i in range(limit + 4)
+        ]
         await eventually(
             lambda: listener.refused_over_limit >= 4,  # type: ignore[union-attr]
             "newcomers past the limit closed",
@@ -145,6 +152,31 @@ async def test_tls_handshakes_in_progress_are_bounded(certs: GeneratedCerts) -> 
         n2.set_peers({1: (HOST, n1.bound_port)})
         await keep_sending(lambda: n2.send(hb(2, 1)), lambda: bool(inbox1.messages), "peer in")
         for _, writer in silent:
+            writer.close()
+
+
+async def test_tls_handshakes_from_one_host_are_capped(certs: GeneratedCerts) -> None:
+    # A flood of silent connections from one host holds at most STRANGERS_PER_HOST_MAX
+    # handshake slots; a real peer on another host then gets through without waiting.
+    inbox1, inbox2 = Inbox(), Inbox()
+    n1 = make(1, inbox1, tls=files(certs, 1))
+    n2 = make(2, inbox2, tls=files(certs, 2))
+    async with running(n1, n2):
+        listener = n1._server
+        assert listener is not None
+        flood = [
+            await asyncio.open_connection(HOST, n1.bound_port, local_addr=("127.0.2.250", 0))
+            for _ in range(STRANGERS_PER_HOST_MAX + 10)
+        ]
+        await eventually(
+            lambda: listener.refused_per_host >= 10,  # type: ignore[union-attr]
+            "a flood from one host capped",
+        )
+        assert listener.refused_over_limit == 0  # type: ignore[union-attr]
+        n1.set_peers({2: (HOST, n2.bound_port)})
+        n2.set_peers({1: (HOST, n1.bound_port)})
+        await keep_sending(lambda: n2.send(hb(2, 1)), lambda: bool(inbox1.messages), "peer in")
+        for _, writer in flood:
             writer.close()
 
 
