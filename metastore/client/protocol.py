@@ -560,7 +560,9 @@ class MetastoreClient:
             files.extend(page.get("files", []))
             deletes.extend(page.get("deletes", []))
             token = page.get("next_page_token")
-        out = {**first, "files": files, "deletes": deletes}
+        out = {**first, "files": files}
+        if deletes or "deletes" in first:  # a reply without delete entries stays as it came
+            out["deletes"] = deletes
         if expand and out.get("manifests"):
             from metastore.client.manifest_files import expand_reply
 
@@ -605,7 +607,9 @@ class MetastoreClient:
                     f"files of {listing['table']}: more than {PAGES_MAX} pages",
                     details={"op": "files", "table": listing["table"]},
                 )
-            done = {**listing, "files": files, "deletes": deletes, "next_page_token": None}
+            done = {**listing, "files": files, "next_page_token": None}
+            if deletes or "deletes" in listing:
+                done["deletes"] = deletes
             if expand and done.get("manifests"):
                 from metastore.client.manifest_files import expand_reply
 
