@@ -403,7 +403,8 @@ def test_no_token_exits_6(fake: ThreadedFakeNode) -> None:
 
 def test_unreachable_cluster_exits_3() -> None:
     dead = dead_endpoint()
-    result = run("--endpoints", dead, "--token", TOKEN, "ns", "list")
+    # A short budget: with the default (10 s) the client keeps retrying a refused endpoint.
+    result = run("--endpoints", dead, "--token", TOKEN, "--timeout-ms", "1500", "ns", "list")
     assert result.exit_code == 3
     assert result.stderr.startswith(
         f"Error: UNAVAILABLE: list_namespaces failed on every endpoint: {dead}: connection refused"

@@ -134,9 +134,18 @@ def test_compaction_keeps_every_answer_on_every_node(cluster: MetastoreCluster) 
     assert final[cluster.ids[0]][removed_ts] == after_remove[cluster.ids[0]][removed_ts]
     assert all(answer == final[cluster.ids[0]] for answer in final.values())
 
-    # Every node restarts from a snapshot taken after the compactions (idle ticks are entries,
-    # so snapshots keep coming): the references survive the snapshot, and the answers too.
+    # Every node restarts from a snapshot taken after the compactions: the references survive
+    # the snapshot, and the answers too. Small commits to another table bring the next snapshot
+    # at once (idle ticks alone take ~25 s to make SNAPSHOT_EVERY entries).
     compacted_at = _status(cluster, cluster.ids[0])["applied_index"]
+    pad = _client(cluster)
+    try:
+        pad.ddl("CREATE TABLE m.pad (id BIGINT)")
+        for i in range(SNAPSHOT_EVERY + 10):
+            add = [{"path": f"_txn/pad/{i}.parquet", "size_bytes": 1, "row_count": 1}]
+            pad.commit(f"pad-{i}", [{"table": "m.pad", "schema_version": 1, "add": add}])
+    finally:
+        pad.close()
     for node_id in cluster.ids:
         _wait_snapshot_past(cluster, node_id, compacted_at)
         cluster.kill(node_id)
