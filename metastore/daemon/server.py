@@ -827,12 +827,7 @@ class ApiServer:
         if token is not None:
             # A page token pins the listing's timestamp: every page comes from one moment.
             ts = _page_token(token)[0]
-        waited = 0.0
-        if ts is None:
-            ts = self.node.safe_time
-        else:
-            self._check_not_future(ts)
-            waited = await self._wait_safe(ts, _timeout(args))
+        ts, waited = await self._data_read_ts(ts, args)
         state = self.sm.state
         version = state.schema_at(table, ts)
         listing = state.listing_at(table, ts)
@@ -862,6 +857,14 @@ class ApiServer:
             "waited_ms": waited,
         }
 
+    async def _data_read_ts(self, ts: int | None, args: Args) -> tuple[int, float]:
+        """The timestamp a file listing reads at, and how long it waited: this node's safe time
+        when none is given (no wait), else `ts` once safe time has passed it."""
+        if ts is None:
+            return self.node.safe_time, 0.0
+        self._check_not_future(ts)
+        return ts, await self._wait_safe(ts, _timeout(args))
+
     async def _files_multi(self, _s: Session, args: Args) -> dict[str, Any]:
         """The first page of `files` for each of several tables, all at one `as_of`, after one
         wait: a batch reading N tables lists them in one round trip instead of N. The page
@@ -877,13 +880,7 @@ class ApiServer:
         if len(set(tables)) != len(tables):
             raise BadRequestError("'tables' lists a table twice")
         limit = _opt_int(args, "limit", 1, L.FILES_PAGE_FILES_MAX) or L.FILES_PAGE_FILES_MAX
-        ts = _opt_int(args, "as_of", 0, MAX_TS)
-        waited = 0.0
-        if ts is None:
-            ts = self.node.safe_time
-        else:
-            self._check_not_future(ts)
-            waited = await self._wait_safe(ts, _timeout(args))
+        ts, waited = await self._data_read_ts(_opt_int(args, "as_of", 0, MAX_TS), args)
         state = self.sm.state
         count_left, bytes_left = limit, L.FILES_PAGE_BYTES_MAX
         listings: list[dict[str, Any]] = []
