@@ -30,7 +30,7 @@ import logging
 import os
 import random
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -302,6 +302,11 @@ class RaftNode:
         self.wal: WriteAheadLog | None = None
         self.transport: PeerTransport | None = None
         self.addresses: dict[NodeId, Address] = dict(config.peers)
+        # Addresses from CONF entries appended but not yet applied, by index: membership takes
+        # effect on append (raft.core.raft), so a new member must be reachable before its
+        # change commits (the change may need its vote or its ack, as in 1 -> 2 voters).
+        self._appended_conf_addresses: dict[int, dict[NodeId, Address]] = {}
+        self._applied_addresses: dict[NodeId, Address] = dict(config.peers)
         self._inbox: list[Message] = []
         self._proposals: list[_Proposal] = []
         self._ops: list[_Op] = []
@@ -362,8 +367,10 @@ class RaftNode:
             app_data, addresses = self._unwrap_snapshot(snapshot.data)
             self.sm.restore(app_data)
             self.addresses.update(addresses)
+            self._applied_addresses = dict(self.addresses)
         else:
             self.sm.restore(b"")
+        self._note_appended_confs(rec.entries)
         self.clock.observe(max([rec.snapshot.meta.tm, *(e.tm for e in rec.entries[-1:])]))
         self.core = RaftCore(
             cfg.core_config(),
@@ -980,6 +987,8 @@ class RaftNode:
 
     async def _handle_ready(self, rd: Ready) -> None:
         transport = self._transport()
+        if rd.entries:
+            self._note_appended_confs(rd.entries)
         # Committed entries that were already durable here before this Ready are applied before
         # its write (see `applicable_before_persist`): their proposers need not wait for one
         # more fsync, which would only be making the *next* batch durable. Applied before the
@@ -1009,7 +1018,7 @@ class RaftNode:
         if rd.snapshot is not None:
             app_data, addresses = self._unwrap_snapshot(rd.snapshot.data)
             self.sm.restore(app_data)
-            self._set_addresses(addresses)
+            self._set_addresses(addresses, applied_index=rd.snapshot.meta.index)
         self._apply(rd.committed[applied_early:] if applied_early else rd.committed)
         for rs in rd.read_states:
             fut = self._reads.get(rs.ctx)
@@ -1043,7 +1052,9 @@ class RaftNode:
         for e in entries:
             result = apply(e)
             if e.kind is EntryKind.CONF:
-                self._set_addresses(_decode_addresses(decode_conf_context(e.data)))
+                self._set_addresses(
+                    _decode_addresses(decode_conf_context(e.data)), applied_index=e.index
+                )
             for listener in listeners:
                 listener(e)
             waiting = waiting_by_index.pop(e.index, None)
@@ -1083,12 +1094,36 @@ class RaftNode:
         core.compact_log(snap, keep_entries=self.config.snapshot_keep_entries)
         log.info("snapshot taken", extra={"index": snap.meta.index, "bytes": len(data)})
 
-    def _set_addresses(self, addresses: Mapping[NodeId, Address]) -> None:
-        if not addresses:
+    def _set_addresses(self, addresses: Mapping[NodeId, Address], *, applied_index: int) -> None:
+        """The address book as of an applied CONF entry (or snapshot) at `applied_index`."""
+        for index in [i for i in self._appended_conf_addresses if i <= applied_index]:
+            del self._appended_conf_addresses[index]
+        if addresses:
+            self._applied_addresses = dict(addresses)
+        self._refresh_addresses()
+
+    def _note_appended_confs(self, entries: Sequence[Entry]) -> None:
+        found = False
+        for e in entries:
+            if e.kind is EntryKind.CONF:
+                self._appended_conf_addresses[e.index] = _decode_addresses(
+                    decode_conf_context(e.data)
+                )
+                found = True
+        if found:
+            self._refresh_addresses()
+
+    def _refresh_addresses(self) -> None:
+        """Applied addresses plus those of appended changes (a member removed by a pending
+        change stays reachable until it applies, so it can learn of its removal)."""
+        book = dict(self._applied_addresses)
+        for index in sorted(self._appended_conf_addresses):
+            book.update(self._appended_conf_addresses[index])
+        if book == self.addresses:
             return
-        self.addresses = dict(addresses)
+        self.addresses = book
         if self.transport is not None:
-            self.transport.set_peers(self._dial_addresses(addresses))
+            self.transport.set_peers(self._dial_addresses(book))
 
     def _dial_addresses(self, addresses: Mapping[NodeId, Address]) -> dict[NodeId, Address]:
         """Where the transport connects to each peer: its member address, or its override."""

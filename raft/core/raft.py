@@ -7,6 +7,14 @@ acknowledged with `advance(ready)`. No I/O, no clock, no threads; the only rando
 injected `random.Random` that spreads election timeouts. Given the same inputs it produces the same
 outputs, which is what makes the seeded simulation possible.
 
+Membership (dissertation §4.1): a node uses the latest configuration in its log, committed or
+not, from the moment it appends it; a truncated configuration entry is forgotten with the suffix
+that held it. The leader proposes one change at a time (the previous one and its own first
+entry applied). A node outside its latest voters may still campaign while that change is not
+known committed (it may be needed to commit it, §4.2.2), without counting its own vote; a leader
+outside its latest voters keeps leading without counting itself and hands leadership over once
+the change is applied.
+
 Safe time (IEP-98): the leader stamps each entry with `tm = max(now_tm, last_tm + 1)` when it
 appends it, so Tm is strictly increasing along every log, also across leader changes (a new leader
 continues from its own last entry). `safe_time` is the Tm of the last applied entry. An idle leader
@@ -114,8 +122,12 @@ class RaftCore:
                 f"persisted commit {hard_state.commit} beyond log end {self.log.last_index()}"
             )
         self.log.commit_to(max(hard_state.commit, snapshot.meta.index))
-        # Membership as of the applied index; committed CONF entries are re-applied on replay.
-        self.conf = snapshot.meta.conf if not snapshot.is_empty() else bootstrap_conf
+        # Membership on append: the latest CONF entry of the log, else the log's base. `_confs`
+        # holds (index, term, conf) of every CONF entry in the log, oldest first.
+        self._base_conf = snapshot.meta.conf if not snapshot.is_empty() else bootstrap_conf
+        self._confs: list[tuple[int, int, ConfState]] = []
+        self.conf = self._base_conf
+        self._note_confs(self.log.slice(self.log.first_index(), self.log.last_index() + 1))
         self.role = Role.FOLLOWER
         self.leader: NodeId = NONE
         self.progress: dict[NodeId, Progress] = {}
@@ -156,7 +168,25 @@ class RaftCore:
         return self.role is Role.LEADER
 
     def promotable(self) -> bool:
-        return self.id in self.conf.voters
+        """May this node campaign? A voter of its latest membership may. So may a voter of the
+        membership as of its commit index whose latest (uncommitted) change removed it: until
+        that change commits, the remaining voters may need it to lead to commit it
+        (dissertation §4.2.2); it does not count its own vote then."""
+        if self.id in self.conf.voters:
+            return True
+        return (
+            bool(self._confs)
+            and self._confs[-1][0] > self.log.committed
+            and self.id in self.conf_at(self.log.committed).voters
+        )
+
+    def conf_at(self, index: int) -> ConfState:
+        """The membership in force at `index` (the last CONF entry at or below it), for any
+        index from the log's base on."""
+        for conf_index, _, conf in reversed(self._confs):
+            if conf_index <= index:
+                return conf
+        return self._base_conf
 
     def caught_up(self) -> bool:
         """True once this node has applied an entry of the current leader's term (everything
@@ -262,6 +292,13 @@ class RaftCore:
         self.now_tm = max(self.now_tm, now_tm)
         e = self._append_new(EntryKind.CONF, encode_conf(new_conf, context))
         self.pending_conf_index = e.index
+        # In force from now on: the change commits on a majority of the new voters.
+        self._note_confs([e])
+        self._sync_progress()
+        if self.transferee not in self.conf.voters:
+            self.transferee = NONE
+        if self._maybe_commit():
+            self._commit_broadcast = True
         return (e.term, e.index)
 
     def transfer_leader(self, target: NodeId) -> None:
@@ -363,7 +400,7 @@ class RaftCore:
             index=index,
             term=self._term_or_fail(index),
             tm=self.log.tm_at(index),
-            conf=self.conf,
+            conf=self.conf_at(index),  # not the latest: later CONF entries stay in the log
         )
         return Snapshot(meta=meta, data=data)
 
@@ -377,17 +414,20 @@ class RaftCore:
         cut = snapshot.meta.index - max(0, keep_entries)
         if cut <= self.log.snapshot.index:
             return
+        base_conf = self.conf_at(cut)
         if cut == snapshot.meta.index:
             self.log.compact(snapshot.meta)
-            return
-        self.log.compact(
-            SnapshotMeta(
-                index=cut,
-                term=self._term_or_fail(cut),
-                tm=self.log.tm_at(cut),
-                conf=snapshot.meta.conf,  # the log's base needs only index, term and tm
+        else:
+            self.log.compact(
+                SnapshotMeta(
+                    index=cut,
+                    term=self._term_or_fail(cut),
+                    tm=self.log.tm_at(cut),
+                    conf=base_conf,
+                )
             )
-        )
+        self._base_conf = base_conf
+        self._confs = [c for c in self._confs if c[0] > cut]
 
     # ================================================================ ready / advance
 
@@ -434,11 +474,11 @@ class RaftCore:
         if rd.entries:
             last = rd.entries[-1]
             self.log.stable_to(last.index, last.term)
+        conf_applied = False
         for e in rd.committed:
             if e.index != self.log.applied + 1:
                 raise RaftInvariantError(f"applying {e.index} after {self.log.applied}")
-            if e.kind is EntryKind.CONF:
-                self._apply_conf(decode_conf(e.data))
+            conf_applied |= e.kind is EntryKind.CONF
             self.log.applied_to(e.index)
             if e.tm <= self.applied_tm:
                 raise RaftInvariantError(f"safe time would not increase at {e.index}")
@@ -448,6 +488,8 @@ class RaftCore:
         if rd.snapshot is not None:
             self.applied_tm = max(self.applied_tm, rd.snapshot.meta.tm)
             self._restore_pending_applied = None  # the driver restored it before advancing
+        if conf_applied and self.role is Role.LEADER:
+            self._on_conf_applied()
         hs = rd.hard_state
         if (
             self.role is Role.CANDIDATE
@@ -529,8 +571,9 @@ class RaftCore:
         self.role = Role.LEADER
         self.leader = self.id
         last = self.log.last_index()
-        for n in self.conf.members():
-            self.progress[n] = self._new_progress(n, last + 1)
+        self.role = Role.FOLLOWER  # no probes from _sync_progress: the no-op below goes to all
+        self._sync_progress()
+        self.role = Role.LEADER
         own = self.progress.get(self.id)
         if own is not None:
             own.maybe_update(self.log.stable_index)
@@ -562,11 +605,6 @@ class RaftCore:
 
     def _hup(self, *, transfer: bool) -> None:
         if self.role is Role.LEADER or not self.promotable():
-            return
-        pending = self.log.slice(self.log.applied + 1, self.log.committed + 1)
-        if any(e.kind is EntryKind.CONF for e in pending):
-            # Our membership view is about to change; campaigning on the old one could elect a
-            # leader the new configuration does not know.
             return
         if self.cfg.pre_vote and not transfer:
             self._become_pre_candidate()
@@ -685,6 +723,8 @@ class RaftCore:
             )
             return
         last_new = self.log.maybe_append(m.prev_index, m.prev_term, m.commit, m.entries)
+        if last_new is not None and m.entries:
+            self._note_confs(m.entries)
         if last_new is not None:
             self._send(AppendResponse(src=self.id, dst=m.src, term=self.term, index=last_new))
         else:
@@ -718,6 +758,8 @@ class RaftCore:
                 self._restore_pending_applied = self.log.applied
             self.log.restore(meta)
             self.snapshot = m.snapshot
+            self._base_conf = meta.conf
+            self._confs = []
             self.conf = meta.conf
             self._received_snapshot = m.snapshot
             index = meta.index
@@ -737,7 +779,7 @@ class RaftCore:
             for n, pr in self.progress.items():
                 if n != self.id:
                     pr.recent_active = False
-            if self.id not in self.conf.voters:
+            if self.id not in self.conf.voters and self.pending_conf_index <= self.log.applied:
                 self._hand_over()  # the last attempt went nowhere: try again (maybe another)
         if self.heartbeat_elapsed >= self.cfg.heartbeat_ticks:
             self.heartbeat_elapsed = 0
@@ -931,28 +973,49 @@ class RaftCore:
             return True
         return False
 
-    def _apply_conf(self, new: ConfState) -> None:
-        self.conf = new
-        if self.role is not Role.LEADER:
-            return
-        members = set(new.members())
+    def _note_confs(self, entries: list[Entry] | tuple[Entry, ...]) -> None:
+        """Bring the membership up to date after `entries` were appended (a follower's append
+        may have truncated a suffix first: CONF entries no longer in the log are forgotten)."""
+        log = self.log
+        confs = self._confs
+        while confs and log.term(confs[-1][0]) != confs[-1][1]:
+            confs.pop()  # truncated (gone, or replaced by another term's entry)
+        for e in entries:
+            if (
+                e.kind is EntryKind.CONF
+                and e.index > log.snapshot.index
+                and (not confs or e.index > confs[-1][0])
+                and log.term(e.index) == e.term
+            ):
+                confs.append((e.index, e.term, decode_conf(e.data)))
+        self.conf = confs[-1][2] if confs else self._base_conf
+
+    def _sync_progress(self) -> None:
+        """A leader tracks every member of its latest membership, and keeps sending to members
+        the latest change removed until that change is applied (so they learn of it)."""
+        members = set(self.conf.members()) | set(self.conf_at(self.log.applied).members())
         for n in list(self.progress):
             if n not in members:
                 del self.progress[n]
-        for n in members:
+        for n in sorted(members):
             if n not in self.progress:
                 self.progress[n] = self._new_progress(n, self.log.last_index() + 1)
-            self.progress[n].is_learner = n not in new.voters
-        if self.id not in new.voters:
-            # Removed (or demoted). Stepping down at once could leave the cluster leaderless:
-            # voters that never learn this change committed still count the old membership,
-            # so they need our vote, which we refuse once our log is longer than theirs. As
-            # etcd does, keep leading without counting ourselves until a voter of the new
-            # membership holds our whole log, then hand leadership to it (proposals and idle
-            # ticks stop meanwhile: `transferee` is set).
+                if self.role is Role.LEADER and n != self.id:
+                    # Probe at once: the change may need the newcomer's ack to commit (1 -> 2).
+                    self._send_append(n, send_if_empty=True)
+            self.progress[n].is_learner = n not in self.conf.voters
+
+    def _on_conf_applied(self) -> None:
+        self._sync_progress()
+        if self.id not in self.conf.voters and self.pending_conf_index <= self.log.applied:
+            # Removed (or demoted), and the change is committed. Stepping down at once would
+            # leave the remaining voters to elect a leader by timeout; as etcd does, keep
+            # leading without counting ourselves until a voter of the new membership holds our
+            # whole log, then hand leadership to it (proposals and idle ticks stop meanwhile:
+            # `transferee` is set).
             self._hand_over()
             return
-        if self.transferee not in new.voters:
+        if self.transferee not in self.conf.voters:
             self.transferee = NONE
         if self._maybe_commit():
             self._commit_broadcast = True
@@ -975,7 +1038,7 @@ class RaftCore:
 
     def _start_read(self, ctx: int) -> None:
         read = _PendingRead(ctx=ctx, index=self.log.committed, acks={self.id})
-        if len(self.conf.voters) == 1:
+        if self.conf.voters == (self.id,):
             self._read_states.append(ReadState(ctx=ctx, index=read.index))
             return
         self._reads.append(read)

@@ -97,13 +97,11 @@ _EVENT_CUMULATIVE = tuple(
 )
 _EVENT_WEIGHT_TOTAL = _EVENT_CUMULATIVE[-1]
 
-# Removals never leave fewer voters than this. A leader that removes itself now keeps leading
-# until a voter of the new membership holds its whole log and then hands leadership over (the
-# core's `_hand_over`), which fixes the 2 -> 1 case while that leader stays up. Still open: if
-# it crashes after applying its removal and before the hand-over, it restarts as a non-voter
-# with a longer log than the last voter's, whose old membership still needs its vote (seed 762
-# with this set to 1). The fix is membership-on-append (dissertation section 4.1).
-_VOTERS_MIN_AFTER_REMOVAL = 2
+# Removals may go down to one voter, the leader included: membership takes effect on append
+# (dissertation section 4.1), so a leader that removes itself and crashes at any point leaves
+# voters that count the new membership (seed 762 left a 2 -> 1 cluster leaderless when it took
+# effect on apply).
+_VOTERS_MIN_AFTER_REMOVAL = 1
 
 # HLC: physical milliseconds in the high bits, a 16-bit logical counter in the low bits.
 _TM_LOGICAL_BITS = 16
@@ -860,7 +858,8 @@ class Simulation:
             voters.add(who)
             what = f"promote learner n{who}"
         elif len(voters) > _VOTERS_MIN_AFTER_REMOVAL and choice < 0.7:
-            who = rng.choice(sorted(voters))
+            # The leader itself a third of the time: its self-removal is the delicate case.
+            who = node.id if rng.random() < 0.33 else rng.choice(sorted(voters))
             voters.discard(who)
             what = f"remove voter n{who}"
         elif len(voters) + len(learners) < self.p.nodes + 2:
@@ -883,6 +882,10 @@ class Simulation:
             self.next_fresh_id += 1
             self._spawn(fresh, ConfState())
         self._count("conf_changes")
+        if node.id not in new.voters:
+            self._count("leader_self_removals")
+        if len(conf.voters) == 2 and len(new.voters) == 1:
+            self._count("removals_to_one_voter")
         self._event(f"conf change on n{node.id}: {what} -> {index}/{term}")
         return {node.id}
 

@@ -233,6 +233,61 @@ async def test_a_learner_is_promoted_only_once_it_has_caught_up(tmp_path: Path) 
             await learner.stop()
 
 
+async def test_a_lone_voter_adds_a_second_voter_directly(tmp_path: Path) -> None:
+    """1 -> 2 voters without a learner step: the change is in force from its append, so it
+    commits only with the newcomer's ack, and the leader must reach the newcomer before the
+    change commits (its address comes from the appended entry, not the applied one)."""
+    async with cluster(tmp_path, 1) as nodes:
+        leader = await leader_of(nodes)
+        await leader.propose(b"before")
+        address = ("127.0.0.1", free_ports(1)[0])
+        joiner = RaftNode(
+            NodeConfig(
+                node_id=2,
+                cluster_id="test",
+                data_dir=tmp_path / "n2",
+                listen_host="127.0.0.1",
+                listen_port=address[1],
+                peers={**leader.addresses, 2: address},
+                secret=SECRET,
+                join=True,
+            ),
+            ListStateMachine(),
+            clock=HybridClock(SystemClock()),
+            rng=random.Random(2),
+        )
+        await joiner.start()
+        try:
+            await leader.add_node(2, address, learner=False, timeout_ms=5_000)
+            assert leader.status().core.conf.voters == (1, 2)
+            await leader.propose(b"after")
+            deadline = time.monotonic() + ELECTION_WAIT_S
+            while sm(joiner).applied != [b"before", b"after"]:
+                assert time.monotonic() < deadline, sm(joiner).applied
+                await asyncio.sleep(0.01)
+        finally:
+            await joiner.stop()
+
+
+async def test_leaders_remove_themselves_down_to_one_voter(tmp_path: Path) -> None:
+    """3 -> 2 -> 1 voters, each time removing the leader: leadership moves to a remaining
+    voter and the last voter alone commits."""
+    async with cluster(tmp_path, 3) as nodes:
+        live = dict(nodes)
+        for _ in range(2):
+            leader = await leader_of(live)
+            await leader.propose(b"led by %d" % leader.node_id)
+            await leader.remove_node(leader.node_id, timeout_ms=5_000)
+            del live[leader.node_id]
+            new_leader = await leader_of(live)
+            assert leader.node_id not in new_leader.status().core.conf.voters
+            await leader.stop()
+        last = await leader_of(live)
+        assert last.status().core.conf.voters == (last.node_id,)
+        result = await last.propose(b"alone")
+        assert sm(last).applied[-1] == b"alone" and result.index > 0
+
+
 async def test_proposal_times_out_without_a_quorum_and_the_node_keeps_working(
     tmp_path: Path,
 ) -> None:
@@ -371,9 +426,9 @@ def test_messages_are_stepped_before_ticks_that_piled_up(tmp_path: Path) -> None
 async def test_a_membership_change_replies_only_once_a_new_majority_holds_it(
     tmp_path: Path,
 ) -> None:
-    """Adding a voter while one of three is down commits on the old majority (two of three)
-    but lives on only two of the new four voters: the call must not report success (it used
-    to, once the leader had applied the entry)."""
+    """Adding a voter while one of three is down: the change is in force from its append, so
+    it needs three of the four new voters and only two are up. The call must not report
+    success (it used to, once the old majority had committed and the leader applied it)."""
     async with cluster(tmp_path, 3) as nodes:
         leader = await leader_of(nodes)
         follower = next(n for n in nodes.values() if n is not leader)
@@ -381,7 +436,8 @@ async def test_a_membership_change_replies_only_once_a_new_majority_holds_it(
         nowhere = ("127.0.0.1", free_ports(1)[0])
         # Either it times out waiting, or the leader loses leadership first (check-quorum: two
         # of four voters are up); both are reported, neither as success.
-        with pytest.raises(ProposalTimeoutError, match=r"new voters|new 4 voters"):
+        with pytest.raises(ProposalTimeoutError, match=r"not applied|new voters|new 4 voters"):
             await leader.add_node(4, nowhere, learner=False, timeout_ms=2_000)
-        # The change itself did commit (on the old majority) and applied:
+        # The change is in the leader's log and counts there, but it did not commit:
+        assert leader.status().core.commit_index < leader.status().core.last_index
         assert 4 in leader.status().core.conf.voters

@@ -57,6 +57,8 @@ def test_seeds_cover_both_cluster_sizes_and_faults() -> None:
     for key in ("acked", "crashes", "crash_before_persist", "snapshots_installed"):
         assert totals.get(key, 0) > 0, key
     assert totals.get("conf_changes", 0) > 0
+    assert totals.get("leader_self_removals", 0) > 0
+    assert totals.get("removals_to_one_voter", 0) > 0
     assert totals.get("reads_served", 0) > 0
 
 
