@@ -53,3 +53,9 @@ GC_STATUS_PROTECTION_IDS_MAX: Final = 20
 # call may wait for the first new event (the client calls again: a long poll).
 WATCH_EVENTS_PAGE_MAX: Final = 1_000
 WATCH_WAIT_MS_MAX: Final = 30_000
+
+# A node answers file listings only while its safe time trails its clock by at most this; the
+# leader's GC deletes a file only this long (plus CSmax) after the entry that freed it. So a
+# node that stopped applying (cut off one way, stalled) cannot list files GC has deleted.
+# Configurable per cluster (cluster.toml `read_staleness_max_ms`).
+READ_STALENESS_MAX_MS_DEFAULT: Final = 2_000

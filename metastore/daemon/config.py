@@ -129,6 +129,8 @@ CLIENT_CONNECTIONS_MAX_DEFAULT: Final = api_limits.CLIENT_CONNECTIONS_MAX
 CLIENT_CONNECTIONS_MAX_MIN: Final = 8
 CLIENT_CONNECTIONS_MAX_MAX: Final = 65_536
 GC_DELETE_FILES_PER_S_MAX: Final = 100_000
+READ_STALENESS_MAX_MS_DEFAULT: Final = api_limits.READ_STALENESS_MAX_MS_DEFAULT
+READ_STALENESS_MAX_MS_MAX: Final = 600_000
 
 CLUSTER_FILE_NAME: Final = "cluster.toml"
 NODE_LOG_FILE_NAME: Final = "node.log"
@@ -156,6 +158,7 @@ _CLUSTER_KEYS: Final = frozenset(
         "gc_delete_files_per_s",
         "client_connections_max",
         "loose_files_max",
+        "read_staleness_max_ms",
         "secrets_dir",
         "data_dir",
         "warehouse",
@@ -286,6 +289,8 @@ class ClusterConfig:
     # older ones into manifest files (metastore.manifests); 0: never automatically. Clients
     # learn it from `compaction_view`.
     loose_files_max: int = mlimits.LOOSE_FILES_MAX_DEFAULT
+    # See READ_STALENESS_MAX_MS_DEFAULT.
+    read_staleness_max_ms: int = READ_STALENESS_MAX_MS_DEFAULT
 
     @property
     def node_ids(self) -> tuple[int, ...]:
@@ -538,6 +543,14 @@ def _parse_cluster(path: Path, data: Mapping[str, object]) -> ClusterConfig:
         mlimits.MAX_FILE_ENTRIES_PER_TABLE,
         default=mlimits.LOOSE_FILES_MAX_DEFAULT,
     )
+    read_staleness_max_ms = reader.integer(
+        "read_staleness_max_ms",
+        2 * idle_ms,
+        READ_STALENESS_MAX_MS_MAX,
+        default=max(READ_STALENESS_MAX_MS_DEFAULT, 2 * idle_ms),
+        low_reason="at least 2 x idle_safe_time_interval_ms: a healthy node's safe time trails "
+        "its clock by up to that interval",
+    )
     secrets_dir = reader.string(
         "secrets_dir", max_chars=PATH_CHARS_MAX, default=DEFAULT_SECRETS_DIR
     )
@@ -572,6 +585,7 @@ def _parse_cluster(path: Path, data: Mapping[str, object]) -> ClusterConfig:
         gc_delete_files_per_s=gc_delete_files_per_s,
         client_connections_max=client_connections_max,
         loose_files_max=loose_files_max,
+        read_staleness_max_ms=read_staleness_max_ms,
         secrets_dir=resolved_secrets,
         data_dir=resolved_data,
         log_level=log_level,
@@ -856,6 +870,11 @@ def render_cluster_toml(
         "# Writers move a table's older file entries into manifest files once it holds more",
         "# than this many loose ones (0: only `metastore table compact` does).",
         f"loose_files_max = {mlimits.LOOSE_FILES_MAX_DEFAULT}",
+        "",
+        "# A node lists files only while its safe time trails its clock by at most this, and",
+        "# GC deletes a file only this long (+ cs_max_ms) after freeing it: a node that stopped",
+        "# applying refuses (NOT_READY, clients retry elsewhere) instead of listing deleted files.",
+        f"read_staleness_max_ms = {READ_STALENESS_MAX_MS_DEFAULT}",
         "",
         "# Relative to this file. Never commit either directory.",
         f"secrets_dir = {_toml_str(secrets_dir)}",

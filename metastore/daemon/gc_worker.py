@@ -8,7 +8,11 @@ the state machine checks again when it applies it (metastore/gc.py):
    GC_PURGE_FILES_MAX dead file entries into the table's GC queue.
 2. Only files in that queue are deleted - so only after the entry that queued them is applied,
    and so only files no read above an applied threshold can see. Deleting a missing file counts
-   as done, so a run that crashed midway (or a new leader) just deletes the queue again.
+   as done, so a run that crashed midway (or a new leader) just deletes the queue again. And
+   only `read_fence_ms` (read_staleness_max_ms + CSmax) after that entry's Tm: every node
+   refuses file listings while its safe time trails its clock by more than
+   read_staleness_max_ms (server `_check_fresh_for_files`), so by then any node that lists
+   files has applied the entry and refuses reads below the threshold.
 3. `GcFilesDeleted(paths)` then drops them from the queue (and from snapshots).
 4. Orphans: files under a table's location that no incarnation references or has queued, older
    than `gc_orphan_grace_ms` (by mtime) and not in the attempt directory of a live session
@@ -31,7 +35,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from hlc import HybridClock
+from hlc import HybridClock, physical_ms
 from hlc.limits import LOGICAL_BITS
 from metastore.catalog import TableState
 from metastore.commands import (
@@ -118,8 +122,13 @@ class GcWorker:
         interval_ms: int,
         orphan_grace_ms: int,
         delete_files_per_s: int,
+        read_fence_ms: int = 0,
     ) -> None:
         self.raft = raft
+        self.read_fence_ms = read_fence_ms
+        # table id -> a safe time at or after the Tm of the last entry that queued its files,
+        # noted in this run; files queued before the run wait from the current safe time.
+        self._queued_by_tm: dict[int, int] = {}
         self.sm = sm
         self.clock = clock
         self.metrics = metrics
@@ -166,6 +175,8 @@ class GcWorker:
             raise NotLeaderError("GC runs on the leader", details={"leader": self.raft.leader_id()})
         async with self._lock:
             started = time.monotonic()
+            # Queues another leader filled since our last run may be newer than what we noted.
+            self._queued_by_tm.clear()
             state = self.sm.state
             ids = [
                 i
@@ -223,6 +234,7 @@ class GcWorker:
             result = await self._propose(
                 AdvanceGcThreshold(table=name, table_id=table_id, up_to=self.clock.now())
             )
+            self._queued_by_tm[table_id] = self.raft.safe_time  # applied: its Tm is <= this
             held_by = result.get("held_by")
             if isinstance(held_by, dict):
                 report.held_by = held_by
@@ -245,6 +257,9 @@ class GcWorker:
 
     async def _drain(self, inc: TableState, location: str, report: TableReport) -> int:
         """Delete every queued file of the table, reporting each chunk. Returns files done."""
+        state = self.sm.state
+        if state.txns.gc_queue(inc.table_id) or state.txns.gc_manifests(inc.table_id):
+            await self._await_read_fence(inc.table_id)
         done = await self._drain_manifests(inc, location, report)
         while True:
             queue = self.sm.state.txns.gc_queue(inc.table_id)
@@ -263,6 +278,16 @@ class GcWorker:
             report.files_deleted += len(chunk)
             report.bytes_deleted += deleted_bytes
             done += len(chunk)
+
+    async def _await_read_fence(self, table_id: int) -> None:
+        """Wait until read_fence_ms has passed since the entry that queued the table's files
+        (see point 2 of the module docstring). Bounded: at most read_fence_ms from now."""
+        queued_by = self._queued_by_tm.get(table_id, self.raft.safe_time)
+        until_ms = physical_ms(queued_by) + self.read_fence_ms
+        wait_ms = until_ms - self.clock.physical_now_ms()
+        if wait_ms > 0:
+            log.debug("GC waits for the read fence", extra={"wait_ms": wait_ms})
+            await asyncio.sleep(min(wait_ms, self.read_fence_ms) / 1000)
 
     async def _drain_manifests(self, inc: TableState, location: str, report: TableReport) -> int:
         """Dead manifests (metastore.manifests): delete the data files each lists, then the

@@ -147,6 +147,7 @@ class MetastoreNode:
             interval_ms=cluster.gc_interval_ms,
             orphan_grace_ms=cluster.gc_orphan_grace_ms,
             delete_files_per_s=cluster.gc_delete_files_per_s,
+            read_fence_ms=cluster.read_staleness_max_ms + cluster.cs_max_ms,
         )
         self.jobs = JobWorker(raft=self.raft, sm=self.sm, clock=self.clock)
         self.api = ApiServer(
@@ -163,6 +164,7 @@ class MetastoreNode:
             session_heartbeat_ms=cluster.session_heartbeat_ms,
             connections_max=cluster.client_connections_max,
             loose_files_max=cluster.loose_files_max,
+            read_staleness_max_ms=cluster.read_staleness_max_ms,
             audit=AuditLog(settings.data_dir, node_id=me.id),
             gc=self.gc,
             tls=api_tls,

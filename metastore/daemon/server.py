@@ -154,14 +154,17 @@ class ApiServer:
         tls: ssl.SSLContext | None = None,
         tls_client_cert_required: bool = False,
         loose_files_max: int = mlimits.LOOSE_FILES_MAX_DEFAULT,
+        read_staleness_max_ms: int = L.READ_STALENESS_MAX_MS_DEFAULT,
     ) -> None:
         """`tls`: serve the client port over TLS with this server context (raft.tls);
         `tls_client_cert_required`: refuse, at hello, a client that presented no certificate
-        (the context verifies those presented)."""
+        (the context verifies those presented). `read_staleness_max_ms`: see
+        `_check_fresh_for_files`."""
         self.node = node
         self.tls = tls
         self.tls_client_cert_required = tls_client_cert_required
         self.loose_files_max = loose_files_max
+        self.read_staleness_max_ms = read_staleness_max_ms
         self.gc = gc
         self.exports = SnapshotExports()
         self.sm = sm
@@ -861,9 +864,34 @@ class ApiServer:
         """The timestamp a file listing reads at, and how long it waited: this node's safe time
         when none is given (no wait), else `ts` once safe time has passed it."""
         if ts is None:
+            self._check_fresh_for_files()
             return self.node.safe_time, 0.0
         self._check_not_future(ts)
-        return ts, await self._wait_safe(ts, _timeout(args))
+        waited = await self._wait_safe(ts, _timeout(args))
+        self._check_fresh_for_files()
+        return ts, waited
+
+    def _check_fresh_for_files(self) -> None:
+        """Refuse a file listing (retryable NOT_READY) when this node's safe time trails its
+        clock by more than read_staleness_max_ms. The leader's GC deletes a file only that long
+        plus CSmax after the entry that freed it (gc_worker), so a node serving a listing has
+        applied every such entry (safe time is the Tm of its last applied entry) and refuses a
+        read below its GC threshold instead of listing deleted files. Without this, a follower
+        that still hears its leader but whose acknowledgements are lost (a one-way partition)
+        stops applying yet stays ready, and answers old reads from before the GC. Called with
+        no await between it and the listing."""
+        lag_ms = self.clock.physical_now_ms() - physical_ms(self.node.safe_time)
+        if lag_ms > self.read_staleness_max_ms:
+            raise NotReadyError(
+                f"this node's safe time trails its clock by {lag_ms} ms, more than "
+                f"read_staleness_max_ms={self.read_staleness_max_ms}: it is not applying the "
+                "leader's entries, so it may have missed a GC threshold; ask another node",
+                details={
+                    "node_id": self.node.node_id,
+                    "safe_time_lag_ms": lag_ms,
+                    "read_staleness_max_ms": self.read_staleness_max_ms,
+                },
+            )
 
     async def _files_multi(self, _s: Session, args: Args) -> dict[str, Any]:
         """The first page of `files` for each of several tables, all at one `as_of`, after one
