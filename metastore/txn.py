@@ -1129,15 +1129,6 @@ class TxnLog:
             paths.update(tl.gc_manifests)
         return out
 
-    def locations_with_manifests(self) -> set[str]:
-        """Locations some incarnation keeps manifests under: their data files are referenced
-        from manifest files the state does not hold, so an orphan scan must skip them."""
-        return {
-            tl.location
-            for tl in self._tables.values()
-            if tl.manifests or tl.retired or tl.gc_manifests
-        }
-
     def txn_log(self, limit: int) -> tuple[CommitRecord, ...]:
         """Up to `limit` (1..MAX_TXN_LOG_RECORDS) most recent commits, newest first."""
         if not isinstance(limit, int) or not 1 <= limit <= limits.MAX_TXN_LOG_RECORDS:

@@ -48,8 +48,14 @@ from metastore.commands import (
 )
 from metastore.daemon.metrics import NodeMetrics
 from metastore.daemon.statemachine import CatalogStateMachine
-from metastore.errors import MetastoreError, NotLeaderError, UnavailableError
+from metastore.errors import (
+    ManifestUnreadableError,
+    MetastoreError,
+    NotLeaderError,
+    UnavailableError,
+)
 from metastore.gc import ThresholdBound, incarnation, ttl_ms_of
+from metastore.manifests import ManifestRef
 from metastore.outcome import Outcome
 from metastore.state import MetastoreState
 from raft.errors import RaftError
@@ -328,6 +334,9 @@ class GcWorker:
         """Delete unreferenced files older than the grace period under each location GC'd."""
         state = self.sm.state
         referenced = _referenced(state)
+        # Taken at the same instant as `referenced`: an entry a compaction moves into a
+        # manifest later was loose (so referenced) now.
+        manifests = _manifests_by_location(state)
         now_tm = self.clock.now()
         live_sessions = {s.session_id for s in state.sessions.sessions() if s.live_at(now_tm)}
         cutoff_s = time.time() - self.orphan_grace_ms / 1000
@@ -336,19 +345,23 @@ class GcWorker:
         for r in reports:
             location = state.txns.table_location(r.table_id)[1]
             by_location.setdefault(location, r)
-        with_manifests = state.txns.locations_with_manifests()
         for location, report in by_location.items():
             if "://" in location and not location.startswith("file://"):
                 skipped.append(location)
                 continue
-            if location in with_manifests:
+            in_manifests: set[str] = set()
+            if location in manifests:
                 # Files listed only in manifest files (metastore.manifests) are referenced
-                # although the state does not list them: never scan such a location.
-                skipped.append(location)
-                continue
+                # although the state does not list them: read every manifest first, and skip
+                # the location if one cannot be read (its list cannot be trusted).
+                listed = await asyncio.to_thread(_manifest_paths, location, manifests[location])
+                if listed is None:
+                    skipped.append(location)
+                    continue
+                in_manifests = listed
             root = _local_root(location)
             found = await asyncio.to_thread(
-                _scan_orphans, root, referenced, cutoff_s, live_sessions
+                _scan_orphans, root, referenced, cutoff_s, live_sessions, in_manifests
             )
             if dry_run:
                 report.orphans_deleted += len(found)
@@ -415,7 +428,11 @@ def _delete_absolute(paths: Iterable[str]) -> None:
 
 
 def _scan_orphans(
-    root: str, referenced: set[str], cutoff_s: float, live_sessions: set[str]
+    root: str,
+    referenced: set[str],
+    cutoff_s: float,
+    live_sessions: set[str],
+    in_manifests: set[str] | frozenset[str] = frozenset(),
 ) -> list[tuple[str, int]]:
     found: list[tuple[str, int]] = []
     seen = 0
@@ -430,7 +447,7 @@ def _scan_orphans(
             if seen > ORPHAN_SCAN_FILES_MAX:
                 return found
             path = os.path.normpath(f"{dirpath}/{name}")
-            if path in referenced:
+            if path in referenced or path in in_manifests:
                 continue
             try:
                 st = os.stat(path)
@@ -448,6 +465,43 @@ def _referenced(state: MetastoreState) -> set[str]:
         root = _local_root(location)
         referenced.update(os.path.normpath(f"{root}/{p}") for p in paths)
     return referenced
+
+
+def _manifests_by_location(state: MetastoreState) -> dict[str, list[tuple[ManifestRef, bool]]]:
+    """location -> every manifest whose entries are still referenced there: the live ones and
+    the dead ones GC has yet to expand (their files go through `_drain_manifests`, after the
+    read fence, never as orphans). A retired manifest's entries live on in its replacements."""
+    out: dict[str, list[tuple[ManifestRef, bool]]] = {}
+    txns = state.txns
+    for table_id in txns.table_ids():
+        refs = [(r, False) for r in txns.manifest_refs(table_id)]
+        refs += [(r, True) for r in txns.gc_manifests(table_id).values()]
+        if refs:
+            out.setdefault(txns.table_location(table_id)[1], []).extend(refs)
+    return out
+
+
+def _manifest_paths(location: str, refs: list[tuple[ManifestRef, bool]]) -> set[str] | None:
+    """Absolute local paths of every entry of `refs` ((reference, dead) pairs); None if a
+    manifest cannot be read (or fails its sha256 check), except a dead one that is gone: GC
+    deletes a dead manifest's files before the manifest itself."""
+    from metastore.client.manifest_files import read_manifest
+
+    root = _local_root(location)
+    paths: set[str] = set()
+    for ref, dead in refs:
+        try:
+            entries = read_manifest(location, ref)
+        except ManifestUnreadableError as exc:
+            if dead and exc.details.get("reason") == "missing":
+                continue
+            log.warning(
+                "orphan scan skips a location: a manifest cannot be read",
+                extra={"location": location, "manifest": ref.path, "error": str(exc)},
+            )
+            return None
+        paths.update(os.path.normpath(f"{root}/{e.path}") for e in entries)
+    return paths
 
 
 def _live_attempt(parts: list[str], live_sessions: set[str]) -> bool:

@@ -267,6 +267,48 @@ def test_gc_deletes_replaced_manifests_and_the_files_of_dead_ones(
         assert now == [paths["b"], paths["e"]], (node_id, now)
 
 
+def test_gc_deletes_orphans_under_a_table_with_manifests_but_never_a_manifest_entry(
+    cluster: MetastoreCluster,
+) -> None:
+    """The orphan scan reads the table's manifests: a file listed only in a manifest is
+    referenced, an old file nobody lists is an orphan (the scan used to skip such locations)."""
+    table = "morph.t"
+    client = _client(cluster)
+    try:
+        client.ddl("CREATE NAMESPACE morph")
+        client.ddl(f"CREATE TABLE {table} (id BIGINT)")
+        location = str(client.schema_at(table)["location"])
+        os.makedirs(f"{location}/_txn/k", exist_ok=True)
+        os.makedirs(f"{location}/_txn/o", exist_ok=True)
+        kept = [f"_txn/k/{n}.parquet" for n in "ab"]
+        for rel in [*kept, "_txn/o/orphan.parquet"]:
+            with open(f"{location}/{rel}", "wb") as f:
+                f.write(b"x" * 10)
+        write = {
+            "table": table,
+            "schema_version": 1,
+            "add": [{"path": rel, "size_bytes": 10, "row_count": 1} for rel in kept],
+        }
+        client.commit("orphan-1", [write])
+        assert compact_table(client, table)["compacted"]
+        listed = [f["path"] for f in client.files(table)["files"]]
+        assert sorted(listed) == kept  # both now live in a manifest only
+        # Everything older than the orphan grace (1 h by default).
+        two_hours_ago = time.time() - 7_200
+        for dirpath, _, names in os.walk(location):
+            for name in names:
+                os.utime(f"{dirpath}/{name}", (two_hours_ago, two_hours_ago))
+        run = client.gc_run(table)
+        assert location not in run.get("orphan_locations_skipped", []), run
+        assert run["orphans_deleted"] == 1, run
+    finally:
+        client.close()
+    assert not os.path.exists(f"{location}/_txn/o/orphan.parquet")
+    for rel in kept:
+        assert os.path.exists(f"{location}/{rel}")
+    assert len(os.listdir(f"{location}/_manifests")) == 1
+
+
 def test_compact_errors_are_typed_with_their_exit_codes(cluster: MetastoreCluster) -> None:
     endpoints = ",".join(f"127.0.0.1:{cluster.client_ports[i]}" for i in cluster.ids)
 
