@@ -106,6 +106,27 @@ async def leader_of(nodes: dict[int, RaftNode]) -> RaftNode:
     raise AssertionError("no leader elected")
 
 
+def joining_node(
+    tmp_path: Path, node_id: int, address: tuple[str, int], leader: RaftNode
+) -> RaftNode:
+    """A new node (empty data directory, `join`) that knows the cluster through `leader`."""
+    return RaftNode(
+        NodeConfig(
+            node_id=node_id,
+            cluster_id="test",
+            data_dir=tmp_path / f"n{node_id}",
+            listen_host="127.0.0.1",
+            listen_port=address[1],
+            peers={**leader.addresses, node_id: address},
+            secret=SECRET,
+            join=True,
+        ),
+        ListStateMachine(),
+        clock=HybridClock(SystemClock()),
+        rng=random.Random(node_id),
+    )
+
+
 def sm(node: RaftNode) -> ListStateMachine:
     assert isinstance(node.sm, ListStateMachine)
     return node.sm
@@ -200,21 +221,7 @@ async def test_a_learner_is_promoted_only_once_it_has_caught_up(tmp_path: Path) 
         with pytest.raises(ConfChangeError, match="has not caught up"):
             await leader.promote_node(4)
         assert leader.status().core.conf.voters == (1,)
-        learner = RaftNode(
-            NodeConfig(
-                node_id=4,
-                cluster_id="test",
-                data_dir=tmp_path / "n4",
-                listen_host="127.0.0.1",
-                listen_port=address[1],
-                peers={**leader.addresses, 4: address},
-                secret=SECRET,
-                join=True,
-            ),
-            ListStateMachine(),
-            clock=HybridClock(SystemClock()),
-            rng=random.Random(4),
-        )
+        learner = joining_node(tmp_path, 4, address, leader)
         await learner.start()
         try:
             deadline = time.monotonic() + ELECTION_WAIT_S
@@ -241,21 +248,7 @@ async def test_a_lone_voter_adds_a_second_voter_directly(tmp_path: Path) -> None
         leader = await leader_of(nodes)
         await leader.propose(b"before")
         address = ("127.0.0.1", free_ports(1)[0])
-        joiner = RaftNode(
-            NodeConfig(
-                node_id=2,
-                cluster_id="test",
-                data_dir=tmp_path / "n2",
-                listen_host="127.0.0.1",
-                listen_port=address[1],
-                peers={**leader.addresses, 2: address},
-                secret=SECRET,
-                join=True,
-            ),
-            ListStateMachine(),
-            clock=HybridClock(SystemClock()),
-            rng=random.Random(2),
-        )
+        joiner = joining_node(tmp_path, 2, address, leader)
         await joiner.start()
         try:
             await leader.add_node(2, address, learner=False, timeout_ms=5_000)
