@@ -20,7 +20,10 @@ are helpers for the edges (daemon, CLI).
 
 from __future__ import annotations
 
+import base64
+import binascii
 import hashlib
+import re
 import string
 from dataclasses import dataclass
 from typing import Final
@@ -43,6 +46,26 @@ _HEX: Final = frozenset(string.hexdigits.lower())
 def fingerprint_of_der(der: bytes) -> str:
     """The fingerprint of a certificate: SHA-256 of its DER encoding, lowercase hex."""
     return hashlib.sha256(der).hexdigest()
+
+
+_PEM_CERT = re.compile(
+    rb"-----BEGIN CERTIFICATE-----\s*([A-Za-z0-9+/=\s]+?)\s*-----END CERTIFICATE-----"
+)
+
+
+def fingerprint_of_pem(data: bytes) -> str:
+    """The fingerprint of the first certificate in PEM text (a chain file's leaf comes first).
+    InvalidArgumentError if there is none."""
+    match = _PEM_CERT.search(data)
+    if match is None:
+        raise InvalidArgumentError("no PEM certificate ('-----BEGIN CERTIFICATE-----') found")
+    try:
+        der = base64.b64decode(b"".join(match.group(1).split()), validate=True)
+    except (binascii.Error, ValueError):
+        raise InvalidArgumentError("the PEM certificate is not valid base64") from None
+    if not der:
+        raise InvalidArgumentError("the PEM certificate is empty")
+    return fingerprint_of_der(der)
 
 
 def is_fingerprint(text: object) -> bool:

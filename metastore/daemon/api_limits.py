@@ -53,3 +53,9 @@ GC_STATUS_PROTECTION_IDS_MAX: Final = 20
 # call may wait for the first new event (the client calls again: a long poll).
 WATCH_EVENTS_PAGE_MAX: Final = 1_000
 WATCH_WAIT_MS_MAX: Final = 30_000
+
+# remove_node then revokes the removed node's certificates: attempts (and the pause between
+# them) while leadership moves (a leader that removed itself hands over first).
+REVOKE_ON_REMOVE_ATTEMPTS: Final = 5
+REVOKE_ON_REMOVE_RETRY_S: Final = 0.5
+REVOKE_ON_REMOVE_TIMEOUT_MS: Final = 2_000

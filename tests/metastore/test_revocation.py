@@ -7,6 +7,7 @@ What each test would catch without the feature: no RevokeCerts command (import f
 from __future__ import annotations
 
 import hashlib
+from pathlib import Path
 
 import msgpack
 import pytest
@@ -14,7 +15,7 @@ import pytest
 from metastore import limits
 from metastore.commands import RevokeCerts, decode_command, encode_command
 from metastore.errors import InvalidArgumentError, MalformedCommandError, MalformedSnapshotError
-from metastore.revocation import fingerprint_of_der, normalize_fingerprint
+from metastore.revocation import fingerprint_of_der, fingerprint_of_pem, normalize_fingerprint
 from metastore.state import MetastoreState
 from tests.metastore._driver import Driver
 
@@ -127,3 +128,20 @@ def test_the_list_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     out = d.state.apply(RevokeCerts(fingerprints=(FP_B,)), tm=d.tm + 1, index=d.index + 1)
     assert not out.ok and out.error is not None
     assert d.state.to_snapshot() == before
+
+
+def test_fingerprint_of_pem_matches_what_tls_sees(tmp_path: Path) -> None:
+    import ssl
+
+    from metastore.daemon.certs import generate_dev_certs
+
+    made = generate_dev_certs(tmp_path, node_ids=[1])
+    pem = made.node_certs[1][0].read_bytes()
+    der = ssl.PEM_cert_to_DER_cert(pem.decode())
+    assert fingerprint_of_pem(pem) == hashlib.sha256(der).hexdigest()
+    # A chain file: the leaf (first certificate) is what the node presents.
+    chain = pem + made.ca_cert.read_bytes()
+    assert fingerprint_of_pem(chain) == fingerprint_of_pem(pem)
+    for bad in (b"", b"not pem", b"-----BEGIN CERTIFICATE-----\n!!\n-----END CERTIFICATE-----"):
+        with pytest.raises(InvalidArgumentError):
+            fingerprint_of_pem(bad)
