@@ -44,12 +44,13 @@ CLI_TIMEOUT_S = 60.0
 WAIT_S = 40.0
 
 
-def tls_table(tls_dir: Path) -> str:
+def tls_table(tls_dir: Path, *, client_cert_required: bool = False) -> str:
     return (
         "\n[tls]\n"
         f'ca_file = "{tls_dir}/ca.crt"\n'
         f'cert_file = "{tls_dir}/node-{{node_id}}.crt"\n'
         f'key_file = "{tls_dir}/node-{{node_id}}.key"\n'
+        f"client_cert_required = {str(client_cert_required).lower()}\n"
     )
 
 
@@ -68,9 +69,13 @@ def cluster(
 ) -> Iterator[MetastoreCluster]:
     config = write_cluster(tmp_path_factory.mktemp("revoke-cluster"), 3)
     with config.open("a") as f:
-        f.write(tls_table(certs.ca_cert.parent))
+        # Client ports require a client certificate: so those identify something, and are
+        # checked against the list too.
+        f.write(tls_table(certs.ca_cert.parent, client_cert_required=True))
     c = MetastoreCluster(config)
-    c.client_ssl = client_context(ca_file=certs.ca_cert)
+    c.client_ssl = client_context(
+        ca_file=certs.ca_cert, cert_file=certs.client_cert[0], key_file=certs.client_cert[1]
+    )
     try:
         c.start_all()
         c.wait_ready(timeout_s=60)
@@ -81,6 +86,8 @@ def cluster(
 
 def cli(c: MetastoreCluster, *args: str, nodes: list[int] | None = None) -> Any:
     env = {k: v for k, v in os.environ.items() if not k.startswith("METASTORE_")}
+    tls_dir = c.config.read_text().split('ca_file = "')[1].split("/ca.crt")[0]
+    env |= {"METASTORE_CERT": f"{tls_dir}/client.crt", "METASTORE_KEY": f"{tls_dir}/client.key"}
     env |= {
         "METASTORE_ENDPOINTS": ",".join(f"127.0.0.1:{c.client_ports[i]}" for i in (nodes or c.ids)),
         "METASTORE_TOKEN_FILE": str(c.dir / "secrets" / "admin.token"),
@@ -342,3 +349,32 @@ def _raft_address(c: MetastoreCluster, node_id: int) -> str:
 def _namespaces(c: MetastoreCluster, node_id: int) -> set[str]:
     result = call(c, node_id, "list_namespaces")
     return {n["name"] for n in result["namespaces"]}
+
+
+def test_a_revoked_client_certificate_is_refused_and_its_connections_closed(
+    cluster: MetastoreCluster, certs: GeneratedCerts, tmp_path: Path
+) -> None:
+    from tests.daemon.harness import RawClient
+
+    ca = certs.ca_cert
+    # Another certificate of the cluster CA (a leaked one), used as a client certificate.
+    leaked_cert, leaked_key = issue_node_certs(ca.parent, tmp_path, node_ids=[7])[7]
+    leaked = client_context(ca_file=ca, cert_file=leaked_cert, key_file=leaked_key)
+    node = cluster.wait_ready(timeout_s=60)
+    open_conn = RawClient(cluster.client_ports[node], ssl_context=leaked)
+    try:
+        assert open_conn.call("hello", token=cluster.token(), client="leaked")["ok"]
+        revoked = tls_cli(cluster, ca, "cluster", "revoke-cert", str(leaked_cert))
+        assert revoked.returncode == 0, revoked.stderr
+        wait_until("the open connection is closed", lambda: open_conn.is_closed(wait_s=0.5))
+    finally:
+        open_conn.close()
+    again = RawClient(cluster.client_ports[node], ssl_context=leaked)
+    try:
+        reply = again.call("hello", token=cluster.token(), client="leaked")
+        assert reply["ok"] is False and reply["error"]["code"] == "TLS_FAILED", reply
+        assert "revoked" in reply["error"]["message"]
+    finally:
+        again.close()
+    assert "its TLS certificate (sha256 " in log_of(cluster, node)
+    assert cluster.try_status(node) is not None  # the project's own client certificate: fine
