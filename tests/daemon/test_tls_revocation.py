@@ -296,6 +296,17 @@ def test_rotating_a_live_members_certificate_closes_its_links_at_once(
     assert bad.returncode == 2 and "INVALID_ARGUMENT" in bad.stderr, bad.stderr
     missing = tls_cli(cluster, ca, "cluster", "revoke-cert", str(tmp_path / "none.crt"))
     assert missing.returncode == 4 and "FILE_NOT_FOUND" in missing.stderr, missing.stderr
+    raw = cluster.client(leader)
+    try:
+        for bad_args, code in (
+            ({"fingerprint": "zz"}, "INVALID_ARGUMENT"),
+            ({"fingerprint": 123}, "BAD_REQUEST"),
+            ({}, "BAD_REQUEST"),
+        ):
+            reply = raw.call("cert_revoke", **bad_args)
+            assert not reply["ok"] and reply["error"]["code"] == code, (bad_args, reply)
+    finally:
+        raw.close()
     assert old_fp not in revoked_on(cluster, leader)
 
     revoked = tls_cli(
