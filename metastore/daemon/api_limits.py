@@ -59,3 +59,5 @@ WATCH_WAIT_MS_MAX: Final = 30_000
 REVOKE_ON_REMOVE_ATTEMPTS: Final = 5
 REVOKE_ON_REMOVE_RETRY_S: Final = 0.5
 REVOKE_ON_REMOVE_TIMEOUT_MS: Final = 2_000
+# How long remove_node waits for each other member to say which certificates the node used.
+CERTS_ASK_TIMEOUT_MS: Final = 1_500

@@ -94,7 +94,7 @@ from metastore.events import matches as event_matches
 from metastore.jobs import SchemaJob, next_step_wait
 from metastore.leases import Lease
 from metastore.outcome import Outcome
-from metastore.revocation import fingerprint_of_der, normalize_fingerprint
+from metastore.revocation import fingerprint_of_der, is_fingerprint, normalize_fingerprint
 from raft.core.errors import NotLeaderError as RaftNotLeaderError
 from raft.core.errors import ProposalDroppedError, RaftCoreError
 from raft.errors import FrameTooLargeError, MalformedFrameError, RaftError
@@ -1741,16 +1741,40 @@ class ApiServer:
         )
 
     async def _remove_node(self, session: Session, args: Args) -> dict[str, Any]:
-        """Remove a member, then revoke the TLS certificate(s) it presented to this node (the
-        leader: it has links with every member), so it cannot come back with them."""
+        """Remove a member, then revoke the TLS certificate(s) it presented on peer links to
+        this node (the leader) or to the other members, so it cannot come back with them."""
         node_id = _req_int(args, "node_id", 1, L.NODE_ID_MAX)
-        seen = self._certificates_of(node_id)
+        seen: tuple[str, ...] = ()
+        if self.node.is_leader() and self.node.config.tls is not None:
+            seen = await self._gather_certificates(session, node_id)
         reply = await self._leader_or_forward(
             session, "remove_node", args, lambda: self.node.remove_node(node_id)
         )
         if "revoked" in reply:
             return reply  # forwarded: the leader revoked what it saw
         return {**reply, **await self._revoke_removed(session, node_id, seen)}
+
+    async def _gather_certificates(self, session: Session, node_id: int) -> tuple[str, ...]:
+        """What `node_id` presented here, plus what the other members saw (asked in parallel,
+        bounded; a member that does not answer adds nothing): the leader may have started
+        while `node_id` was down."""
+        conf = self.node.status().core.conf
+        others = sorted((set(conf.voters) | set(conf.learners)) - {self.node.node_id, node_id})
+
+        async def ask(member: int) -> list[str]:
+            try:
+                result = await self.forwarder.call(
+                    member, session.token, "cert_revoked", {}, timeout_ms=L.CERTS_ASK_TIMEOUT_MS
+                )
+            except MetastoreError as exc:
+                log.info("node %d did not say what node %d presented: %s", member, node_id, exc)
+                return []
+            found = result.get("peers_seen", {}).get(str(node_id), [])
+            return [fp for fp in found if is_fingerprint(fp)] if isinstance(found, list) else []
+
+        answers = await asyncio.gather(*(ask(m) for m in others))
+        seen = [*self._certificates_of(node_id), *(fp for a in answers for fp in a)]
+        return tuple(dict.fromkeys(seen))[-mlimits.MAX_FINGERPRINTS_PER_REVOKE :]
 
     def _certificates_of(self, node_id: int) -> tuple[str, ...]:
         """The certificate fingerprints `node_id` presented on this node's peer links."""
@@ -1767,8 +1791,9 @@ class ApiServer:
             note = (
                 "no TLS on peer links: nothing to revoke (the cluster secret is shared)"
                 if self.node.config.tls is None
-                else f"node {node_id} presented no certificate to this node since it started; "
-                "revoke its certificate file with `metastore cluster revoke-cert`"
+                else f"node {node_id} presented no certificate to the members that answered "
+                "since they started; revoke its certificate file with `metastore cluster "
+                "revoke-cert`"
             )
             if self.node.config.tls is not None:
                 log.warning("removed node %d: %s", node_id, note)

@@ -389,3 +389,33 @@ def test_a_revoked_client_certificate_is_refused_and_its_connections_closed(
         again.close()
     assert "its TLS certificate (sha256 " in log_of(cluster, node)
     assert cluster.try_status(node) is not None  # the project's own client certificate: fine
+
+
+def test_a_removal_revokes_what_another_member_saw_when_the_leader_did_not(
+    cluster: MetastoreCluster, certs: GeneratedCerts
+) -> None:
+    """Runs after the first test (node 3 is a learner there, on its new certificate). Node 3
+    goes down, node 1 restarts (so it never sees node 3's certificate) and leads: the removal
+    still revokes node 3's certificate, from what node 2 saw."""
+    ca = certs.ca_cert
+    current = fingerprint(certs.node_certs[3][0])
+    cluster.wait_ready(timeout_s=60)
+    wait_until("node 2 saw node 3's certificate", lambda: _seen_by(cluster, 2, 3) == [current])
+    cluster.kill(3)
+    cluster.kill(1)
+    cluster.start(1, bootstrap=False)
+    leader = cluster.wait_ready(timeout_s=60)
+    if leader != 1:
+        moved = tls_cli(cluster, ca, "cluster", "transfer-leader", "1", nodes=[1, 2])
+        assert moved.returncode == 0, moved.stderr
+        wait_until("node 1 leads", lambda: cluster.wait_ready(timeout_s=10) == 1)
+    assert _seen_by(cluster, 1, 3) == []
+    removed = tls_cli(cluster, ca, "-o", "json", "cluster", "remove-node", "3", nodes=[1, 2])
+    assert removed.returncode == 0, removed.stderr
+    assert json.loads(removed.stdout)["revoked"] == [current], removed.stdout
+    wait_until("node 1 applied it", lambda: current in revoked_on(cluster, 1))
+
+
+def _seen_by(c: MetastoreCluster, node_id: int, peer: int) -> list[str]:
+    seen: list[str] = call(c, node_id, "cert_revoked")["peers_seen"].get(str(peer), [])
+    return seen
