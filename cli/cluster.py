@@ -599,17 +599,19 @@ def cluster_promote_node(ctx: click.Context, node_id: int) -> None:
 def cluster_remove_node(ctx: click.Context, node_id: int) -> None:
     """Remove NODE_ID from the cluster (one member at a time).
 
-    With TLS, the certificate(s) NODE_ID presented to the leader are then revoked cluster-wide
-    (`revoked` in the reply; `cluster revoked` lists them): to add the node id back later, give
-    it a new certificate (`cluster certs --ca-dir CA_DIR --node NODE_ID`) and a fresh data
-    directory."""
+    With TLS, the certificate(s) NODE_ID presented to the leader or the other members on peer
+    links are then revoked cluster-wide (`revoked` in the reply; `cluster revoked` lists
+    them): to add the node id back later, give it a new certificate (`cluster certs --ca-dir
+    CA_DIR --node NODE_ID`) and a fresh data directory. If no member saw its certificate (it
+    was down since they started), the reply says so: revoke the file with `cluster
+    revoke-cert`."""
     a = app(ctx)
     _membership_result(a, a.client().remove_node(node_id))
 
 
 @cluster.command("revoke-cert")
 @click.argument(
-    "cert_file", required=False, type=click.Path(dir_okay=False, path_type=Path), metavar="FILE"
+    "cert_file", required=False, type=click.Path(dir_okay=False, path_type=Path), metavar="[FILE]"
 )
 @click.option(
     "--fingerprint",
@@ -634,7 +636,7 @@ def cluster_revoke_cert(
     `cluster remove-node` revokes the removed node's certificate by itself; use this for a
     leaked certificate of a current member (rotation: `cluster certs --ca-dir ... --node N`,
     restart node N on the new certificate, then revoke the old one). Without TLS there is no
-    per-node identity to revoke (the cluster secret is shared: rotate it instead).
+    per-node identity to revoke (every member shares the cluster secret).
     `cluster revoked` lists what is revoked.
 
     \b
