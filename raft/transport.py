@@ -193,6 +193,8 @@ WELCOME: Final = "raft-peer-welcome"
 # Sent by a listener, instead of its challenge, to a peer whose certificate it refuses (revoked).
 REFUSED: Final = "raft-peer-refused"
 _REFUSED_REASON_CHARS_MAX: Final = 300
+# How long a listener waits for its refusal frame to leave before it closes the connection.
+_REFUSED_FLUSH_S: Final = 1.0
 # Certificates remembered per peer id (newest last): a rotation in progress shows two.
 PEER_CERTS_SEEN_MAX: Final = 4
 
@@ -1114,7 +1116,7 @@ class PeerTransport:
         with contextlib.suppress(Exception):
             writer.write(encode_frame(frame, max_frame_bytes=HANDSHAKE_FRAME_BYTES_MAX))
             writer.close()
-            async with asyncio.timeout(1.0):
+            async with asyncio.timeout(_REFUSED_FLUSH_S):
                 await writer.wait_closed()
 
     def _on_tls_refused(self, peer: str, reason: str) -> None:

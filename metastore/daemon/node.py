@@ -114,7 +114,6 @@ class MetastoreNode:
         self.sm = CatalogStateMachine(
             check_invariants=os.environ.get("METASTORE_CHECK_INVARIANTS") == "1"
         )
-        self.sm.on_revoked = self._revocations_applied
         self.stopped = asyncio.Event()
         self.fatal: BaseException | None = None
         me = settings.node
@@ -179,6 +178,8 @@ class MetastoreNode:
             own_cert_fingerprint=self.own_cert_fingerprint,
         )
         self.http = HttpEndpoint(self.metrics, self.status_map)
+        # Set once the transport's owner and the API exist (a restore at start calls it).
+        self.sm.on_revoked = self._revocations_applied
         self._init_task: asyncio.Task[None] | None = None
         self._sweep_task: asyncio.Task[None] | None = None
         self._gc_task: asyncio.Task[None] | None = None
@@ -190,11 +191,9 @@ class MetastoreNode:
 
     def _revocations_applied(self) -> None:
         """The revocation list grew (or a snapshot brought one): drop what uses it now."""
-        transport = self.raft.transport if hasattr(self, "raft") else None
-        if transport is not None:
-            transport.close_revoked()
-        if hasattr(self, "api"):
-            self.api.close_revoked_clients()
+        if self.raft.transport is not None:
+            self.raft.transport.close_revoked()
+        self.api.close_revoked_clients()
         self._check_own_certificate()
 
     def _check_own_certificate(self) -> None:

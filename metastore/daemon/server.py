@@ -1745,7 +1745,9 @@ class ApiServer:
         this node (the leader) or to the other members, so it cannot come back with them."""
         node_id = _req_int(args, "node_id", 1, L.NODE_ID_MAX)
         seen: tuple[str, ...] = ()
-        if self.node.is_leader() and self.node.config.tls is not None:
+        conf = self.node.status().core.conf
+        member = node_id in conf.voters or node_id in conf.learners
+        if member and self.node.is_leader() and self.node.config.tls is not None:
             seen = await self._gather_certificates(session, node_id)
         reply = await self._leader_or_forward(
             session, "remove_node", args, lambda: self.node.remove_node(node_id)
