@@ -41,6 +41,7 @@ from tests.daemon.harness import REPO, MetastoreCluster, write_cluster
 pytestmark = pytest.mark.slow
 
 CLI_TIMEOUT_S = 60.0
+SNAPSHOT_EVERY = 100  # the configuration's minimum
 WAIT_S = 40.0
 
 
@@ -67,7 +68,14 @@ def certs(tmp_path_factory: pytest.TempPathFactory) -> GeneratedCerts:
 def cluster(
     tmp_path_factory: pytest.TempPathFactory, certs: GeneratedCerts
 ) -> Iterator[MetastoreCluster]:
-    config = write_cluster(tmp_path_factory.mktemp("revoke-cluster"), 3)
+    # Small snapshots and no entries kept behind them: a node that joins late gets the catalog
+    # (and the revocation list) as a Raft snapshot, not as log entries.
+    config = write_cluster(
+        tmp_path_factory.mktemp("revoke-cluster"),
+        3,
+        snapshot_every_entries=SNAPSHOT_EVERY,
+        snapshot_keep_entries=0,
+    )
     with config.open("a") as f:
         # Client ports require a client certificate: so those identify something, and are
         # checked against the list too.
@@ -195,6 +203,18 @@ def test_a_removed_nodes_certificate_is_refused_and_a_new_one_rejoins(
     assert (entry["fingerprint"], entry["node_id"], entry["reason"]) == (old_fp, 3, "removed")
     human = tls_cli(cluster, ca, "cluster", "revoked", nodes=[1, 2])
     assert old_fp in human.stdout, human.stdout
+    # Enough entries after the revocation that every node snapshots past it.
+    revoked_at = call(cluster, leader, "status")["applied_index"]
+    pad = cluster.client(leader)
+    try:
+        for n in range(SNAPSHOT_EVERY + 10):
+            assert pad.call("session_open", session_id=f"pad-{n}")["ok"]
+    finally:
+        pad.close()
+    wait_until(
+        "the leader snapshotted past the revocation",
+        lambda: call(cluster, leader, "status")["snapshot_index"] > revoked_at,
+    )
 
     # Back as a new member with a fresh data directory but the revoked certificate.
     wipe(cluster, 3)
@@ -232,6 +252,8 @@ def test_a_removed_nodes_certificate_is_refused_and_a_new_one_rejoins(
         "node 3 caught up, with the revocation list",
         lambda: "before_removal" in _namespaces(cluster, 3) and old_fp in revoked_on(cluster, 3),
     )
+    # It got them from a Raft snapshot taken after the revocation (no entries were kept).
+    assert call(cluster, 3, "status")["snapshot_index"] > revoked_at
 
 
 def test_a_backup_carries_the_list_and_a_node_restored_from_it_knows_it(
