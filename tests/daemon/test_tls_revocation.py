@@ -344,6 +344,17 @@ def test_rotating_a_live_members_certificate_closes_its_links_at_once(
     )
     assert revoked.returncode == 0, revoked.stderr
     assert json.loads(revoked.stdout)["revoked"] == [old_fp]
+    # Audited like every admin op, with the fingerprint and the outcome.
+    audits = [
+        json.loads(line)
+        for i in cluster.ids
+        if (cluster.dir / "data" / f"node-{i}" / "audit.log").exists()
+        for line in (cluster.dir / "data" / f"node-{i}" / "audit.log").read_text().splitlines()
+    ]
+    assert any(
+        a.get("op") == "cert_revoke" and a.get("outcome") == "OK" and old_fp in json.dumps(a)
+        for a in audits
+    ), audits[-5:]
     wait_until(
         "the leader closed the links that used the certificate",
         lambda: metric(cluster, leader, "metastore_peer_tls_revoked_closed_total") > closed_before,
