@@ -203,6 +203,9 @@ def test_a_removed_nodes_certificate_is_refused_and_a_new_one_rejoins(
     assert (entry["fingerprint"], entry["node_id"], entry["reason"]) == (old_fp, 3, "removed")
     human = tls_cli(cluster, ca, "cluster", "revoked", nodes=[1, 2])
     assert old_fp in human.stdout, human.stdout
+    status = tls_cli(cluster, ca, "-o", "json", "cluster", "status", nodes=[1, 2])
+    assert [e["result"]["revoked_certs"] for e in json.loads(status.stdout)] == [1, 1], status
+    assert metric(cluster, 1, "metastore_revoked_certificates") == 1
     # Enough entries after the revocation that every node snapshots past it.
     revoked_at = call(cluster, leader, "status")["applied_index"]
     pad = cluster.client(leader)
