@@ -625,9 +625,19 @@ def cluster_remove_node(ctx: click.Context, node_id: int) -> None:
     default=None,
     help="The node the certificate belongs to (recorded with the revocation).",
 )
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Revoke it even though a member presents it right now (that member is cut off at "
+    "once: for a leaked key that cannot wait for the member's restart).",
+)
 @click.pass_context
 def cluster_revoke_cert(
-    ctx: click.Context, cert_file: Path | None, fingerprint: str | None, node_id: int | None
+    ctx: click.Context,
+    cert_file: Path | None,
+    fingerprint: str | None,
+    node_id: int | None,
+    force: bool,
 ) -> None:
     """Revoke a TLS certificate cluster-wide: every node refuses it on peer links (both
     directions) and on client ports, and closes open connections that use it. Give the PEM
@@ -635,7 +645,9 @@ def cluster_revoke_cert(
 
     `cluster remove-node` revokes the removed node's certificate by itself; use this for a
     leaked certificate of a current member (rotation: `cluster certs --ca-dir ... --node N`,
-    restart node N on the new certificate, then revoke the old one). Without TLS there is no
+    restart node N on the new certificate, then revoke the old one). A certificate a member
+    presents on a live link is refused (exit 5) unless --force: revoking it cuts that member
+    off at once. Without TLS there is no
     per-node identity to revoke (every member shares the cluster secret).
     `cluster revoked` lists what is revoked.
 
@@ -668,7 +680,7 @@ def cluster_revoke_cert(
             fp = normalize_fingerprint(fingerprint)
     except MetastoreError as exc:
         raise CliError("INVALID_ARGUMENT", exc.message, exit_code=EXIT_USAGE) from None
-    result = a.client().revoke_cert(fp, node_id=node_id or 0)
+    result = a.client().revoke_cert(fp, node_id=node_id or 0, force=force)
     emit(a.output, result, lambda: [kv_table(result)])
 
 

@@ -94,7 +94,8 @@ CN check and before any MAC (counted in `tls_revoked_refused`, error `Certificat
 a listener that refuses it first sends `["raft-peer-refused", reason]`, so the refused node
 logs why (`PeerRefusedError`) instead of seeing a bare close. `close_revoked()` closes the
 open links that authenticated with a certificate revoked since. `peer_certificates(id)`: the
-fingerprints a peer presented here (what a removal revokes).
+fingerprints a peer presented here (what a removal revokes); `live_certificates()`: those of
+the links open now.
 
 Limits (known, by design): without TLS, authentication only. After the handshake the stream is
 neither encrypted nor integrity-protected, so an attacker who can inject into or relay a TCP
@@ -1090,6 +1091,10 @@ class PeerTransport:
         """The fingerprints (oldest first) of the certificates `peer_id` presented on links
         with this node since it started, at most PEER_CERTS_SEEN_MAX."""
         return tuple(self._seen_certs.get(peer_id, ()))
+
+    def live_certificates(self) -> tuple[tuple[NodeId, str], ...]:
+        """(peer id, fingerprint) of every open, certificate-checked link, either direction."""
+        return tuple(sorted(set(self._fingerprints.values())))
 
     def close_revoked(self) -> int:
         """Close every open link whose peer authenticated with a certificate that `revoked`

@@ -49,6 +49,7 @@ _KEPT_ARGS: Final = (
     "dry_run",
     "request_id",
     "fingerprint",
+    "force",
 )
 
 

@@ -361,7 +361,7 @@ class ApiServer:
             "cert_revoke": _Op(
                 Role.ADMIN,
                 self._cert_revoke,
-                frozenset({"fingerprint", "node_id", "request_id", "timeout_ms"}),
+                frozenset({"fingerprint", "node_id", "force", "request_id", "timeout_ms"}),
             ),
             "cert_revoked": _Op(Role.READER, self._cert_revoked, frozenset()),
             "transfer_leader": _Op(Role.ADMIN, self._transfer_leader, frozenset({"target"})),
@@ -1840,6 +1840,20 @@ class ApiServer:
         """Revoke one certificate by fingerprint, cluster-wide (a leaked or rotated one)."""
         fingerprint = normalize_fingerprint(_req_str(args, "fingerprint", 256))
         node_id = _opt_int(args, "node_id", 0, L.NODE_ID_MAX) or 0
+        force = args.get("force", False)
+        if not isinstance(force, bool):
+            raise BadRequestError("'force' must be a boolean")
+        in_use = self._certificate_users(fingerprint)
+        if in_use and not force:
+            # Revoking it cuts those members off at once: the rotation order is new certificate
+            # first, then the revocation. An emergency (a leaked key) may pass force.
+            raise InvalidArgumentError(
+                f"certificate sha256 {fingerprint} is in use by node(s) "
+                f"{', '.join(map(str, in_use))} on live peer links; revoking it cuts them off. "
+                "Restart them on a new certificate first (metastore cluster certs --ca-dir DIR "
+                "--node N), or pass force",
+                details={"fingerprint": fingerprint, "in_use_by": in_use},
+            )
         cmd = RevokeCerts(
             request_id=_opt_str(args, "request_id", mlimits.MAX_REQUEST_ID_CHARS) or "",
             fingerprints=(fingerprint,),
@@ -1852,6 +1866,16 @@ class ApiServer:
         result["fingerprint"] = fingerprint
         result["tm"] = applied["tm"]
         return result
+
+    def _certificate_users(self, fingerprint: str) -> list[int]:
+        """The nodes presenting this certificate right now, as far as this node can tell: on
+        its open peer links, or itself."""
+        transport = self.node.transport
+        live = transport.live_certificates() if transport is not None else ()
+        users = {peer for peer, fp in live if fp == fingerprint}
+        if fingerprint == self.own_cert_fingerprint:
+            users.add(self.node.node_id)
+        return sorted(users)
 
     async def _cert_revoked(self, _s: Session, _args: Args) -> dict[str, Any]:
         """The revocation list as this node applied it, this node's own certificate, and the

@@ -334,17 +334,12 @@ def test_rotating_a_live_members_certificate_closes_its_links_at_once(
         raw.close()
     assert old_fp not in revoked_on(cluster, leader)
 
-    revoked = tls_cli(
-        cluster,
-        ca,
-        "-o",
-        "json",
-        "cluster",
-        "revoke-cert",
-        str(certs.node_certs[victim][0]),
-        "--node-id",
-        str(victim),
-    )
+    args = ["cluster", "revoke-cert", str(certs.node_certs[victim][0]), "--node-id", str(victim)]
+    # The victim presents it on live links: refused unless forced (it would be cut off).
+    in_use = tls_cli(cluster, ca, *args)
+    assert in_use.returncode == 5 and "in use by node(s)" in in_use.stderr, in_use.stderr
+    assert old_fp not in revoked_on(cluster, leader)
+    revoked = tls_cli(cluster, ca, "-o", "json", *args, "--force")
     assert revoked.returncode == 0, revoked.stderr
     assert json.loads(revoked.stdout)["revoked"] == [old_fp]
     # Audited like every admin op, with the fingerprint and the outcome.
