@@ -14,7 +14,7 @@ from rich.console import RenderableType
 
 from cli import processes
 from cli.context import LOCAL_CONFIG_DIR, App, app
-from cli.errors import EXIT_REFUSED, EXIT_UNAVAILABLE, EXIT_USAGE, CliError
+from cli.errors import EXIT_NOT_FOUND, EXIT_REFUSED, EXIT_UNAVAILABLE, EXIT_USAGE, CliError
 from cli.output import (
     emit,
     end_progress,
@@ -224,9 +224,29 @@ CERTS_VALID_DAYS_MAX: Final = 3650
     default=CERTS_DEFAULT_VALID_DAYS,
     help="How long the certificates are valid.",
 )
+@click.option(
+    "--ca-dir",
+    type=click.Path(file_okay=False, exists=True, path_type=Path),
+    default=None,
+    help="Issue new node certificates with the existing dev CA in this directory (its ca.crt "
+    "and ca.key) instead of making a new CA: certificate rotation. Needs --node.",
+)
+@click.option(
+    "--node",
+    "node_ids",
+    type=click.IntRange(min=1),
+    multiple=True,
+    help="With --ca-dir: the node id to issue a certificate for (repeatable).",
+)
 @click.pass_context
 def cluster_certs(
-    ctx: click.Context, out_dir: Path, count: int, hosts: tuple[str, ...], valid_days: int
+    ctx: click.Context,
+    out_dir: Path,
+    count: int,
+    hosts: tuple[str, ...],
+    valid_days: int,
+    ca_dir: Path | None,
+    node_ids: tuple[int, ...],
 ) -> None:
     """Create a development CA and certificates for nodes 1..N and one client.
 
@@ -236,13 +256,37 @@ def cluster_certs(
     clients --cacert OUT/ca.crt. For production, prefer certificates from your own PKI with the
     same names (see cluster_configs/production-example/cluster.toml).
 
+    Rotation (a leaked or old node certificate): issue a new one with the same CA, restart
+    the node on it, then revoke the old one (`cluster revoke-cert OLD.crt`).
+
     \b
-    Example:
+    Examples:
       metastore cluster certs --out cluster_configs/local/tls --nodes 3
+      metastore cluster certs --ca-dir cluster_configs/local/tls --node 2 --out /tmp/new-2
     """
-    from metastore.daemon.certs import CertsError, generate_dev_certs
+    from metastore.daemon.certs import CertsError, generate_dev_certs, issue_node_certs
 
     a = app(ctx)
+    if (ca_dir is None) != (not node_ids):
+        raise CliError("USAGE", "--ca-dir and --node go together", exit_code=EXIT_USAGE)
+    if ca_dir is not None:
+        try:
+            issued = issue_node_certs(
+                ca_dir,
+                out_dir,
+                node_ids=list(node_ids),
+                hosts=hosts or CERTS_DEFAULT_HOSTS,
+                valid_days=valid_days,
+            )
+        except CertsError as exc:
+            raise CliError("CERTS_REFUSED", str(exc), exit_code=EXIT_REFUSED) from None
+        issued_doc = {str(n): {"cert": str(c), "key": str(k)} for n, (c, k) in issued.items()}
+        emit(
+            a.output,
+            {"ca_dir": str(ca_dir), "nodes": issued_doc},
+            lambda: [kv_table({f"node-{n}": str(c) for n, (c, _) in issued.items()})],
+        )
+        return
     try:
         made = generate_dev_certs(
             out_dir,
@@ -447,7 +491,9 @@ def cluster_down(ctx: click.Context, config_dir: Path, grace_ms: int) -> None:
 @click.pass_context
 def cluster_status(ctx: click.Context) -> None:
     """Ask every endpoint for its status: Raft role, term, leader, commit/applied index, safe
-    time and its lag, and whether it is ready to serve. Exits with 3 if any did not answer."""
+    time and its lag, and whether it is ready to serve. Exits with 3 if any did not answer.
+    With -o json each node also reports `revoked_certs`, how many TLS certificates it refuses
+    (`cluster revoked` lists them)."""
     a = app(ctx)
     results = a.client().status_all()
     emit(a.output, endpoint_results_doc(results), lambda: [_status_table(results)])
@@ -551,9 +597,125 @@ def cluster_promote_node(ctx: click.Context, node_id: int) -> None:
 @click.argument("node_id", type=click.IntRange(min=1))
 @click.pass_context
 def cluster_remove_node(ctx: click.Context, node_id: int) -> None:
-    """Remove NODE_ID from the cluster (one member at a time)."""
+    """Remove NODE_ID from the cluster (one member at a time).
+
+    With TLS, the certificate(s) NODE_ID presented to the leader or the other members on peer
+    links are then revoked cluster-wide (`revoked` in the reply; `cluster revoked` lists
+    them): to add the node id back later, give it a new certificate (`cluster certs --ca-dir
+    CA_DIR --node NODE_ID`) and a fresh data directory. If no member saw its certificate (it
+    was down since they started), the reply says so: revoke the file with `cluster
+    revoke-cert`."""
     a = app(ctx)
     _membership_result(a, a.client().remove_node(node_id))
+
+
+@cluster.command("revoke-cert")
+@click.argument(
+    "cert_file", required=False, type=click.Path(dir_okay=False, path_type=Path), metavar="[FILE]"
+)
+@click.option(
+    "--fingerprint",
+    default=None,
+    help="The certificate's SHA-256 fingerprint instead of its file (64 hex digits; colons "
+    "and a 'sha256:' prefix are accepted).",
+)
+@click.option(
+    "--node-id",
+    type=click.IntRange(min=1),
+    default=None,
+    help="The node the certificate belongs to (recorded with the revocation).",
+)
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Revoke it even though a member presents it right now (that member is cut off at "
+    "once: for a leaked key that cannot wait for the member's restart).",
+)
+@click.pass_context
+def cluster_revoke_cert(
+    ctx: click.Context,
+    cert_file: Path | None,
+    fingerprint: str | None,
+    node_id: int | None,
+    force: bool,
+) -> None:
+    """Revoke a TLS certificate cluster-wide: every node refuses it on peer links (both
+    directions) and on client ports, and closes open connections that use it. Give the PEM
+    FILE (its first certificate counts) or --fingerprint. Admin only; audited; permanent.
+
+    `cluster remove-node` revokes the removed node's certificate by itself; use this for a
+    leaked certificate of a current member (rotation: `cluster certs --ca-dir ... --node N`,
+    restart node N on the new certificate, then revoke the old one). A certificate a member
+    presents on a live link is refused (exit 5) unless --force: revoking it cuts that member
+    off at once. Without TLS there is no
+    per-node identity to revoke (every member shares the cluster secret).
+    `cluster revoked` lists what is revoked.
+
+    \b
+    Examples:
+      metastore cluster revoke-cert tls/node-3.crt --node-id 3
+      metastore cluster revoke-cert --fingerprint 5f:3a:...
+    """
+    from metastore.errors import MetastoreError
+    from metastore.revocation import fingerprint_of_pem, normalize_fingerprint
+
+    a = app(ctx)
+    if (cert_file is None) == (fingerprint is None):
+        raise CliError("USAGE", "give exactly one of FILE and --fingerprint", exit_code=EXIT_USAGE)
+    try:
+        if cert_file is not None:
+            try:
+                pem = cert_file.read_bytes()
+            except FileNotFoundError:
+                raise CliError(
+                    "FILE_NOT_FOUND", f"{cert_file}: no such file", exit_code=EXIT_NOT_FOUND
+                ) from None
+            except OSError as exc:
+                raise CliError(
+                    "FILE_UNREADABLE", f"{cert_file}: {exc.strerror}", exit_code=EXIT_USAGE
+                ) from None
+            fp = fingerprint_of_pem(pem)
+        else:
+            assert fingerprint is not None
+            fp = normalize_fingerprint(fingerprint)
+    except MetastoreError as exc:
+        raise CliError("INVALID_ARGUMENT", exc.message, exit_code=EXIT_USAGE) from None
+    result = a.client().revoke_cert(fp, node_id=node_id or 0, force=force)
+    emit(a.output, result, lambda: [kv_table(result)])
+
+
+@cluster.command("revoked")
+@click.pass_context
+def cluster_revoked(ctx: click.Context) -> None:
+    """List the revoked TLS certificates (fingerprint, node, why, by whom, when), this node's
+    own certificate, and the certificates each peer presented to this node (what
+    `remove-node` would revoke)."""
+    a = app(ctx)
+    doc = a.client().revoked_certs()
+    rows = [
+        [r["fingerprint"], r["node_id"] or "-", r["reason"], r["by"], ts_cell(r["tm"])]
+        for r in doc.get("revoked", [])
+    ]
+    me = doc.get("this_node", {})
+    seen = {f"node {n} presented": ", ".join(fps) or "-" for n, fps in doc["peers_seen"].items()}
+    emit(
+        a.output,
+        doc,
+        lambda: [
+            rows_table(
+                ["fingerprint (sha256)", "node", "reason", "by", "revoked at"],
+                rows,
+                title=f"{doc.get('count', 0)} revoked certificate(s)",
+            ),
+            kv_table(
+                {
+                    f"this node ({me.get('node_id')})": me.get("fingerprint") or "(no TLS)",
+                    "this node's certificate revoked": me.get("revoked"),
+                    **seen,
+                }
+            ),
+        ],
+    )
 
 
 @cluster.command("transfer-leader")

@@ -67,6 +67,7 @@ from metastore.errors import (
 )
 from metastore.lexer import quote_identifier, quote_string
 from metastore.manifests import ManifestRef, ReplacedManifest, ref_from_data, validate_ref
+from metastore.revocation import REVOKE_REASONS, is_fingerprint
 from metastore.schema import (
     After,
     Column,
@@ -696,6 +697,22 @@ class CompactManifest:
     adds: tuple[ManifestRef, ...] = ()
 
 
+# --- Certificate revocation (metastore.revocation) -----------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RevokeCerts:
+    """Revoke peer/client certificates by SHA-256 fingerprint (DER, lowercase hex), cluster-wide
+    and for good. `node_id`: the node they spoke for (0: unknown); `reason`: "removed" (proposed
+    by remove_node) or "operator" (`cluster revoke-cert`)."""
+
+    request_id: str = ""
+    fingerprints: tuple[str, ...]
+    node_id: int = 0
+    reason: str = "operator"
+    by: str = ""
+
+
 Command = (
     InitCluster
     | CreateNamespace
@@ -718,6 +735,7 @@ Command = (
     | CancelSchemaJob
     | SchemaJobBackfilled
     | CompactManifest
+    | RevokeCerts
 )
 
 
@@ -840,6 +858,8 @@ def validate_command(cmd: Command) -> None:
             _validate_gc_command(cmd)
         case CompactManifest():
             _validate_compaction(cmd)
+        case RevokeCerts():
+            _validate_revoke(cmd)
         case AdvanceSchemaJob() | CancelSchemaJob() | SchemaJobBackfilled():
             if cmd.job_id < 1:
                 raise InvalidArgumentError(
@@ -855,6 +875,35 @@ def validate_command(cmd: Command) -> None:
                     _validate_count(cmd.snapshot_ts, "snapshot_ts")
                     _validate_count(cmd.files_rewritten, "files_rewritten")
                     _validate_label(cmd.by, "by")
+
+
+def _validate_revoke(cmd: RevokeCerts) -> None:
+    if not cmd.fingerprints:
+        raise InvalidArgumentError("name at least one certificate fingerprint")
+    if len(cmd.fingerprints) > limits.MAX_FINGERPRINTS_PER_REVOKE:
+        raise limit_exceeded(
+            "MAX_FINGERPRINTS_PER_REVOKE",
+            limits.MAX_FINGERPRINTS_PER_REVOKE,
+            len(cmd.fingerprints),
+            "fingerprints in one revocation",
+        )
+    if len(set(cmd.fingerprints)) != len(cmd.fingerprints):
+        raise InvalidArgumentError("a certificate fingerprint is listed twice")
+    for fp in cmd.fingerprints:
+        if not is_fingerprint(fp):
+            raise InvalidArgumentError(
+                "a certificate fingerprint must be 64 lowercase hex digits (SHA-256 of the DER)",
+                details={"fingerprint": str(fp)[:80]},
+            )
+    if not 0 <= cmd.node_id <= limits.MAX_REVOKE_NODE_ID:
+        raise InvalidArgumentError(
+            f"node_id must be in 0..{limits.MAX_REVOKE_NODE_ID}", details={"node_id": cmd.node_id}
+        )
+    if cmd.reason not in REVOKE_REASONS:
+        raise InvalidArgumentError(
+            f"reason must be one of {REVOKE_REASONS}", details={"reason": cmd.reason}
+        )
+    _validate_label(cmd.by, "by")
 
 
 def _validate_compaction(cmd: CompactManifest) -> None:
@@ -1655,6 +1704,14 @@ def command_to_data(cmd: Command) -> dict[str, object]:
                 "replaces": [[r.sha256, r.removed_all_ts] for r in cmd.replaces],
                 "adds": [a.to_data() for a in cmd.adds],
             }
+        case RevokeCerts():
+            body = {
+                "type": "revoke_certs",
+                "fingerprints": list(cmd.fingerprints),
+                "node_id": cmd.node_id,
+                "reason": cmd.reason,
+                "by": cmd.by,
+            }
         case SchemaJobBackfilled():
             body = {
                 "type": "schema_job_backfilled",
@@ -1965,6 +2022,19 @@ def _command_from_data(obj: object) -> Command:
         )
     elif kind == "compact_manifest":
         cmd = _compaction_from_data(f, request_id)
+    elif kind == "revoke_certs":
+        fps = f.items("fingerprints")
+        if len(fps) > limits.MAX_FINGERPRINTS_PER_REVOKE or not all(
+            isinstance(fp, str) for fp in fps
+        ):
+            raise MalformedCommandError("fingerprints must be a bounded list of strings")
+        cmd = RevokeCerts(
+            request_id=request_id,
+            fingerprints=tuple(str(fp) for fp in fps),
+            node_id=f.integer("node_id"),
+            reason=f.text("reason"),
+            by=f.text("by"),
+        )
     else:
         raise MalformedCommandError(f"unknown command type {kind!r}")
     f.done()

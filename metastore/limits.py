@@ -207,3 +207,17 @@ MAX_GC_PATHS_PER_COMMAND = GC_PURGE_FILES_MAX
 MAX_RUNNING_SCHEMA_JOBS = 256
 # Finished jobs kept for `job list/show` (the oldest finished are forgotten first).
 MAX_FINISHED_SCHEMA_JOBS_KEPT = 1_000
+
+# --- certificate revocation (metastore.revocation) ----------------------------------------------
+
+# Revoked certificate fingerprints the catalog keeps. Each one is a few dozen bytes in a snapshot;
+# a cluster that removes a node a day for ten years stays below it. Past it, revoking refuses
+# (rotate the CA instead: a new CA makes every old certificate useless at once).
+MAX_REVOKED_CERTS = 4096
+
+# Fingerprints in one RevokeCerts command: a node presents one certificate at a time, so a
+# removal revokes the few its peers saw (a rotation in progress shows two).
+MAX_FINGERPRINTS_PER_REVOKE = 16
+
+# The node id a revocation names (0: unknown); the daemon's node ids are 31-bit.
+MAX_REVOKE_NODE_ID = 2**31 - 1

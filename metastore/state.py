@@ -68,6 +68,7 @@ from metastore.commands import (
     Protect,
     ReleaseLeases,
     ReleaseProtection,
+    RevokeCerts,
     SchemaJobBackfilled,
     TableName,
     decode_command,
@@ -91,6 +92,7 @@ from metastore.jobs import SchemaJobs, multi_step_change
 from metastore.leases import Sessions
 from metastore.manifests import Listing
 from metastore.outcome import Effect, Outcome, SchemaVersionPublished, TableDropped
+from metastore.revocation import RevokedCerts
 from metastore.txn import (
     CommitRecord,
     CommitsSince,
@@ -109,7 +111,8 @@ from metastore.txn import (
 # 5: schema change jobs (metastore.jobs); older snapshots load with none.
 # 6: manifest references, delete entries, retired and dead manifests per table
 #    (metastore.manifests): each txn log table row gains four fields; older rows load with none.
-SNAPSHOT_FORMAT_VERSION: Final = 6
+# 7: revoked certificate fingerprints (metastore.revocation); older snapshots load with none.
+SNAPSHOT_FORMAT_VERSION: Final = 7
 _SNAPSHOT_KEYS_V1: Final = frozenset(
     {"v", "applied_index", "last_tm", "cluster", "catalog", "requests"}
 )
@@ -139,6 +142,7 @@ class MetastoreState:
         "jobs",
         "last_tm",
         "requests",
+        "revoked",
         "sessions",
         "txns",
     )
@@ -153,6 +157,7 @@ class MetastoreState:
         self.gc = GcState()
         self.jobs = SchemaJobs()
         self.requests = RequestLog()
+        self.revoked = RevokedCerts()
 
     @property
     def safe_time(self) -> int:
@@ -282,6 +287,16 @@ class MetastoreState:
                 return Outcome.success(self.jobs.backfilled(command, tm=tm))
             case CompactManifest():
                 return Outcome.success(self.txns.compact(command, tm=tm, catalog=self.catalog))
+            case RevokeCerts():
+                return Outcome.success(
+                    self.revoked.revoke(
+                        command.fingerprints,
+                        node_id=command.node_id,
+                        reason=command.reason,
+                        tm=tm,
+                        by=command.by,
+                    )
+                )
         match command:
             case CreateNamespace():
                 result, effects = self.catalog.create_namespace(command, tm=tm, dd=dd)
@@ -493,6 +508,7 @@ class MetastoreState:
         self.sessions.check_invariants(catalog=self.catalog, last_tm=self.last_tm)
         self.gc.check_invariants(catalog=self.catalog, txns=self.txns, last_tm=self.last_tm)
         self.jobs.check_invariants(catalog=self.catalog)
+        self.revoked.check_invariants(last_tm=self.last_tm)
         problems = self.requests.check_invariants(last_tm=self.last_tm)
         if problems:
             raise CatalogInvariantError("; ".join(problems))
@@ -510,6 +526,7 @@ class MetastoreState:
             "gc": self.gc.to_data(),
             "jobs": self.jobs.to_data(),
             "requests": self.requests.to_data(),
+            "revoked": self.revoked.to_data(),
         }
         packed: bytes = msgpack.packb(data, use_bin_type=True)
         return packed
@@ -528,6 +545,7 @@ class MetastoreState:
             3,
             4,
             5,
+            6,
             SNAPSHOT_FORMAT_VERSION,
         ):
             raise MalformedSnapshotError("snapshot must be a map with a supported version")
@@ -538,6 +556,7 @@ class MetastoreState:
             4: _SNAPSHOT_KEYS_V1 | {"txns", "sessions", "gc"},
             5: _SNAPSHOT_KEYS_V1 | {"txns", "sessions", "gc", "jobs"},
             6: _SNAPSHOT_KEYS_V1 | {"txns", "sessions", "gc", "jobs"},
+            7: _SNAPSHOT_KEYS_V1 | {"txns", "sessions", "gc", "jobs", "revoked"},
         }[obj["v"]]
         if set(obj) != keys:
             raise MalformedSnapshotError("snapshot must be a map with the state's keys")
@@ -568,6 +587,8 @@ class MetastoreState:
             state.gc = GcState.from_data(obj["gc"])
         if obj["v"] >= 5:
             state.jobs = SchemaJobs.from_data(obj["jobs"])
+        if obj["v"] >= 7:
+            state.revoked = RevokedCerts.from_data(obj["revoked"])
         state.requests = RequestLog.from_data(obj["requests"])
         try:
             state.check_invariants()
@@ -586,6 +607,7 @@ class MetastoreState:
             self.gc,
             self.jobs,
             self.requests,
+            self.revoked,
         ) == (
             other.applied_index,
             other.last_tm,
@@ -596,6 +618,7 @@ class MetastoreState:
             other.gc,
             other.jobs,
             other.requests,
+            other.revoked,
         )
 
 

@@ -81,6 +81,19 @@ class PeerAuthError(PeerHandshakeError):
     code = "peer_auth_failed"
 
 
+class CertificateRevokedError(PeerAuthError):
+    """A peer presented a TLS certificate the cluster revoked (its fingerprint is on the
+    revocation list the node passed to the transport)."""
+
+    code = "peer_certificate_revoked"
+
+
+class PeerRefusedError(PeerAuthError):
+    """The peer we dialled refused this node, and said why (e.g. our certificate is revoked)."""
+
+    code = "peer_refused_us"
+
+
 class SecretFileError(RaftError):
     """The cluster secret file cannot be used (not a regular file, empty, too short, too big)."""
 

@@ -205,6 +205,9 @@ class NodeConfig:
     dial_overrides: Mapping[NodeId, Address] = field(default_factory=dict)
     # Mutual TLS on peer links (raft.tls), under the HMAC handshake; None: plain TCP.
     tls: TlsFiles | None = None
+    # With TLS: whether a peer certificate (SHA-256 fingerprint of its DER, hex) is revoked;
+    # see PeerTransport. Never persisted: the application keeps the list.
+    peer_revoked: Callable[[str], bool] | None = None
 
     def core_config(self) -> CoreConfig:
         return CoreConfig(
@@ -389,6 +392,7 @@ class RaftNode:
             on_message=self._on_message,
             cluster_id=cfg.cluster_id,
             tls=cfg.tls,
+            revoked=cfg.peer_revoked,
         )
         await self.transport.start()
         self._tasks = [

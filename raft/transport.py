@@ -87,6 +87,16 @@ reached, the listener the id claimed in the hello. The listener runs handshakes 
 (`TlsListener`) so a refused one (a certificate of another CA, a plaintext peer) is logged and
 counted (`tls_refused`) instead of vanishing inside asyncio.
 
+Revocation (optional, `revoked=callable(fingerprint) -> bool`, with TLS only): the node says
+which certificates it no longer accepts, by SHA-256 fingerprint of the DER certificate
+(lowercase hex). A peer presenting one is refused at the handshake on either side, after the
+CN check and before any MAC (counted in `tls_revoked_refused`, error `CertificateRevokedError`);
+a listener that refuses it first sends `["raft-peer-refused", reason]`, so the refused node
+logs why (`PeerRefusedError`) instead of seeing a bare close. `close_revoked()` closes the
+open links that authenticated with a certificate revoked since. `peer_certificates(id)`: the
+fingerprints a peer presented here (what a removal revokes); `live_certificates()`: those of
+the links open now.
+
 Limits (known, by design): without TLS, authentication only. After the handshake the stream is
 neither encrypted nor integrity-protected, so an attacker who can inject into or relay a TCP
 connection can act as an authenticated peer. Run peers on a trusted network, or with TLS.
@@ -115,6 +125,7 @@ import msgpack
 
 from raft.core.types import NONE, InstallSnapshot, Message, NodeId
 from raft.errors import (
+    CertificateRevokedError,
     FrameTooLargeError,
     InsecureSecretFileError,
     InvalidLimitError,
@@ -122,6 +133,7 @@ from raft.errors import (
     MalformedMessageError,
     PeerAuthError,
     PeerHandshakeError,
+    PeerRefusedError,
     SecretFileError,
     TransportConfigError,
 )
@@ -179,6 +191,13 @@ HELLO: Final = "raft-peer-hello"
 CHALLENGE: Final = "raft-peer-challenge"
 PROOF: Final = "raft-peer-proof"
 WELCOME: Final = "raft-peer-welcome"
+# Sent by a listener, instead of its challenge, to a peer whose certificate it refuses (revoked).
+REFUSED: Final = "raft-peer-refused"
+_REFUSED_REASON_CHARS_MAX: Final = 300
+# How long a listener waits for its refusal frame to leave before it closes the connection.
+_REFUSED_FLUSH_S: Final = 1.0
+# Certificates remembered per peer id (newest last): a rotation in progress shows two.
+PEER_CERTS_SEEN_MAX: Final = 4
 
 # Transport frames (tags >= 64 are never Raft messages, see raft.wire) and the ack statuses.
 TAG_SNAPSHOT_CHUNK: Final = 64
@@ -246,6 +265,10 @@ class TransportStats(TypedDict):
     # Inbound connections refused before the Raft handshake: a failed TLS handshake (another
     # CA, no certificate), plaintext on a TLS listener, or the TLS handshake limit.
     tls_refused: int
+    # Handshakes refused (either side) and open links closed because the peer's certificate is
+    # revoked (the `revoked` callable).
+    tls_revoked_refused: int
+    tls_revoked_closed: int
 
 
 def mac(
@@ -548,6 +571,8 @@ async def _read_handshake_frame(reader: asyncio.StreamReader, decoder: FrameDeco
 
 
 def _expect(obj: object, kind: str, count: int) -> list[object]:
+    if type(obj) is list and len(obj) == 2 and obj[0] == REFUSED:
+        raise PeerRefusedError(f"{obj[1]!s:.{_REFUSED_REASON_CHARS_MAX}}")
     if type(obj) is not list or len(obj) != count or obj[0] != kind:
         raise PeerHandshakeError(f"expected a {kind!r} frame of {count} items")
     return obj
@@ -617,10 +642,12 @@ class PeerTransport:
         snapshot_transfer_bytes_max: int = SNAPSHOT_TRANSFER_BYTES_MAX,
         snapshot_ack_interval_bytes: int = SNAPSHOT_ACK_INTERVAL_BYTES,
         tls: TlsFiles | None = None,
+        revoked: Callable[[str], bool] | None = None,
     ) -> None:
         """`snapshot_chunk_bytes` defaults to SNAPSHOT_CHUNK_BYTES, or half of a smaller
         `max_frame_bytes` (a chunk frame must fit a frame with room to spare). `tls`: mutual
-        TLS on every link (TlsConfigError here if a file cannot be used)."""
+        TLS on every link (TlsConfigError here if a file cannot be used). `revoked`: with TLS,
+        whether a certificate fingerprint (SHA-256 of the DER, lowercase hex) is revoked."""
         if type(node_id) is not int or not 0 < node_id < _U64_END:
             raise TransportConfigError(f"node_id must be a positive integer, got {node_id!r}")
         if not isinstance(secret, bytes) or len(secret) < SECRET_BYTES_MIN:
@@ -695,6 +722,13 @@ class PeerTransport:
         self._inbound_refused_per_host = 0
         self._dropped_no_route = 0
         self._tls_refused = 0
+        self._revoked = revoked
+        self._tls_revoked_refused = 0
+        self._tls_revoked_closed = 0
+        # Every open, certificate-checked connection (either direction) -> its peer's fingerprint.
+        self._fingerprints: dict[asyncio.StreamWriter, tuple[NodeId, str]] = {}
+        # Fingerprints each peer id presented here, oldest first (see PEER_CERTS_SEEN_MAX).
+        self._seen_certs: dict[NodeId, dict[str, None]] = {}
 
     # ---- lifecycle --------------------------------------------------------------------------
 
@@ -916,6 +950,8 @@ class PeerTransport:
             inbound_refused_per_host=self._inbound_refused_per_host,
             dropped_no_route=self._dropped_no_route,
             tls_refused=self._tls_refused,
+            tls_revoked_refused=self._tls_revoked_refused,
+            tls_revoked_closed=self._tls_revoked_closed,
         )
         return dict(snapshot)
 
@@ -967,6 +1003,11 @@ class PeerTransport:
                     port,
                     exc.verify_message or exc.reason,
                 )
+            except PeerRefusedError as exc:
+                link.connect_failures += 1
+                self._log.error(
+                    "peer %d at %s:%d refused this node: %s", link.peer_id, host, port, exc
+                )
             except PeerAuthError as exc:
                 link.auth_failures += 1
                 link.connect_failures += 1
@@ -1012,6 +1053,7 @@ class PeerTransport:
                     link.connected = False
             finally:
                 if writer is not None:
+                    self._fingerprints.pop(writer, None)
                     writer.transport.abort()
             await asyncio.sleep(self._backoff_ms(attempt) / 1000)
             attempt += 1
@@ -1026,6 +1068,61 @@ class PeerTransport:
                 f"TLS certificate names {name!r}, not {node_common_name(peer_id)!r}: a "
                 f"certificate speaks for its own node only"
             )
+        ssl_object = writer.get_extra_info("ssl_object")
+        der = ssl_object.getpeercert(binary_form=True) if ssl_object is not None else None
+        if not der:
+            raise PeerAuthError("no TLS certificate to check")
+        fingerprint = hashlib.sha256(der).hexdigest()
+        seen = self._seen_certs.setdefault(peer_id, {})
+        seen.pop(fingerprint, None)
+        seen[fingerprint] = None
+        while len(seen) > PEER_CERTS_SEEN_MAX:
+            del seen[next(iter(seen))]
+        if self._revoked is not None and self._revoked(fingerprint):
+            self._tls_revoked_refused += 1
+            raise CertificateRevokedError(
+                f"the TLS certificate of node {peer_id} (sha256 {fingerprint}) is revoked: "
+                "it was removed from the cluster or its certificate was revoked; issue it a new "
+                "certificate (metastore cluster certs)"
+            )
+        self._fingerprints[writer] = (peer_id, fingerprint)
+
+    def peer_certificates(self, peer_id: NodeId) -> tuple[str, ...]:
+        """The fingerprints (oldest first) of the certificates `peer_id` presented on links
+        with this node since it started, at most PEER_CERTS_SEEN_MAX."""
+        return tuple(self._seen_certs.get(peer_id, ()))
+
+    def live_certificates(self) -> tuple[tuple[NodeId, str], ...]:
+        """(peer id, fingerprint) of every open, certificate-checked link, either direction."""
+        return tuple(sorted(set(self._fingerprints.values())))
+
+    def close_revoked(self) -> int:
+        """Close every open link whose peer authenticated with a certificate that `revoked`
+        now refuses (its reconnect is refused at the handshake). Returns how many."""
+        if self._revoked is None:
+            return 0
+        closed = 0
+        for writer, (peer_id, fingerprint) in list(self._fingerprints.items()):
+            if self._revoked(fingerprint):
+                del self._fingerprints[writer]
+                writer.transport.abort()
+                closed += 1
+                self._log.warning(
+                    "closed a link with peer %d: its TLS certificate (sha256 %s) is revoked",
+                    peer_id,
+                    fingerprint,
+                )
+        self._tls_revoked_closed += closed
+        return closed
+
+    async def _tell_refused(self, writer: asyncio.StreamWriter, reason: str) -> None:
+        """Send the refused peer the reason, then close (bounded: a refusal must not wait)."""
+        frame = [REFUSED, reason[:_REFUSED_REASON_CHARS_MAX]]
+        with contextlib.suppress(Exception):
+            writer.write(encode_frame(frame, max_frame_bytes=HANDSHAKE_FRAME_BYTES_MAX))
+            writer.close()
+            async with asyncio.timeout(_REFUSED_FLUSH_S):
+                await writer.wait_closed()
 
     def _on_tls_refused(self, peer: str, reason: str) -> None:
         self._tls_refused += 1
@@ -1184,6 +1281,7 @@ class PeerTransport:
             await self._receive(peer_id, reader)
         finally:
             self._inbound.pop(conn, None)
+            self._fingerprints.pop(writer, None)
             writer.transport.abort()
 
     def _make_room(self, peername: object) -> bool:
@@ -1237,7 +1335,11 @@ class PeerTransport:
             raise PeerAuthError(f"hello addressed to node {server_id!r}, we are {self._node_id}")
         if type(client_id) is not int or client_id == self._node_id or client_id not in self._links:
             raise PeerAuthError(f"node id {client_id!r} is not one of our peers")
-        self._check_peer_certificate(client_id, writer)
+        try:
+            self._check_peer_certificate(client_id, writer)
+        except CertificateRevokedError as exc:
+            await self._tell_refused(writer, str(exc))
+            raise
         client_nonce = _exact_bytes(client_nonce, NONCE_BYTES, "the client nonce")
         server_nonce = secrets.token_bytes(NONCE_BYTES)
         writer.write(

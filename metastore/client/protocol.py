@@ -994,6 +994,22 @@ class MetastoreClient:
     async def transfer_leader(self, target: int) -> dict[str, Any]:
         return await self.call("transfer_leader", {"target": target})
 
+    async def revoke_cert(
+        self, fingerprint: str, *, node_id: int = 0, force: bool = False
+    ) -> dict[str, Any]:
+        """Revoke a certificate cluster-wide by its SHA-256 fingerprint (admin; idempotent).
+        Refused while a member presents it on a live link, unless `force`."""
+        args: dict[str, Any] = {"fingerprint": fingerprint}
+        if force:
+            args["force"] = True
+        if node_id:
+            args["node_id"] = node_id
+        return await self.call("cert_revoke", args)
+
+    async def revoked_certs(self) -> dict[str, Any]:
+        """The revocation list, this node's own certificate and what its peers presented."""
+        return await self.call("cert_revoked", {})
+
     async def status_all(self) -> list[EndpointResult]:
         """`status` of every endpoint, asked in parallel, each without failover."""
         return await self._each_endpoint("status")
@@ -1516,6 +1532,14 @@ class SyncMetastoreClient:
 
     def remove_node(self, node_id: int) -> dict[str, Any]:
         return self._sync(self._client.remove_node, node_id)
+
+    def revoke_cert(
+        self, fingerprint: str, *, node_id: int = 0, force: bool = False
+    ) -> dict[str, Any]:
+        return self._sync(self._client.revoke_cert, fingerprint, node_id=node_id, force=force)
+
+    def revoked_certs(self) -> dict[str, Any]:
+        return self._sync(self._client.revoked_certs)
 
     def transfer_leader(self, target: int) -> dict[str, Any]:
         return self._sync(self._client.transfer_leader, target)

@@ -59,3 +59,11 @@ WATCH_WAIT_MS_MAX: Final = 30_000
 # node that stopped applying (cut off one way, stalled) cannot list files GC has deleted.
 # Configurable per cluster (cluster.toml `read_staleness_max_ms`).
 READ_STALENESS_MAX_MS_DEFAULT: Final = 2_000
+
+# remove_node then revokes the removed node's certificates: attempts (and the pause between
+# them) while leadership moves (a leader that removed itself hands over first).
+REVOKE_ON_REMOVE_ATTEMPTS: Final = 5
+REVOKE_ON_REMOVE_RETRY_S: Final = 0.5
+REVOKE_ON_REMOVE_TIMEOUT_MS: Final = 2_000
+# How long remove_node waits for each other member to say which certificates the node used.
+CERTS_ASK_TIMEOUT_MS: Final = 1_500

@@ -9,8 +9,8 @@ audited (they change nothing and would drown the rest).
 Fields: `ts` (wall clock, ISO-8601 UTC), `node_id`, `peer` (address:port), `client` (the name
 the client gave), `role`, `op`, `outcome` (OK or the error code), `ms`, and the request's
 identifying arguments (`sql` truncated to AUDIT_TEXT_CHARS_MAX, table names, txn id, record
-id, job id, session ids, node ids). Tokens and data file lists are never written: a write's
-files are summarised as a count per table.
+id, job id, session ids, node ids, a revoked certificate's fingerprint). Tokens and data file
+lists are never written: a write's files are summarised as a count per table.
 
 Rotation keeps AUDIT_FILES_KEPT files of AUDIT_FILE_BYTES_MAX each. A request is forwarded to
 the leader with the caller's own token, so it is audited on the node that received it and again
@@ -48,6 +48,8 @@ _KEPT_ARGS: Final = (
     "learner",
     "dry_run",
     "request_id",
+    "fingerprint",
+    "force",
 )
 
 

@@ -44,6 +44,7 @@ __all__ = [
     "CertsError",
     "GeneratedCerts",
     "generate_dev_certs",
+    "issue_node_certs",
 ]
 
 CA_CERT_FILE: Final = "ca.crt"
@@ -129,6 +130,49 @@ def generate_dev_certs(
     _write_key(result.client_cert[1], key)
     _write_cert(result.client_cert[0], cert)
     return result
+
+
+def issue_node_certs(
+    ca_dir: Path,
+    out_dir: Path,
+    *,
+    node_ids: Sequence[int],
+    hosts: Sequence[str] = DEFAULT_HOSTS,
+    valid_days: int = DEFAULT_VALID_DAYS,
+    now: datetime.datetime | None = None,
+) -> dict[int, tuple[Path, Path]]:
+    """New certificates (and keys) for `node_ids`, signed by the dev CA that `generate_dev_certs`
+    wrote into `ca_dir`, written to `out_dir` as node-<id>.crt/.key: a node's certificate
+    rotation (then revoke the old one, `metastore cluster revoke-cert`)."""
+    if not node_ids or len(node_ids) > NODES_MAX or len(set(node_ids)) != len(node_ids):
+        raise CertsError(f"between 1 and {NODES_MAX} distinct node ids are needed: {node_ids}")
+    if any(n < 1 for n in node_ids):
+        raise CertsError(f"node ids are positive: {list(node_ids)}")
+    if not 1 <= valid_days <= VALID_DAYS_MAX:
+        raise CertsError(f"valid days must be in 1..{VALID_DAYS_MAX}, got {valid_days}")
+    ca_dir, out_dir = Path(ca_dir), Path(out_dir)
+    try:
+        ca_cert = x509.load_pem_x509_certificate((ca_dir / CA_CERT_FILE).read_bytes())
+        ca_key = serialization.load_pem_private_key((ca_dir / CA_KEY_FILE).read_bytes(), None)
+    except (OSError, ValueError, TypeError) as exc:
+        raise CertsError(
+            f"cannot use the CA in {ca_dir} ({CA_CERT_FILE} and {CA_KEY_FILE}): {exc}"
+        ) from None
+    if not isinstance(ca_key, ec.EllipticCurvePrivateKey):
+        raise CertsError(f"{ca_dir / CA_KEY_FILE} is not an EC key of a dev CA")
+    made = {n: node_cert_files(out_dir, n) for n in node_ids}
+    existing = [p for pair in made.values() for p in pair if p.exists()]
+    if existing:
+        raise CertsError(f"refusing to overwrite {existing[0]} (choose another --out directory)")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    start = (now if now is not None else datetime.datetime.now(datetime.UTC)) - _BACKDATE
+    end = min(start + _BACKDATE + datetime.timedelta(days=valid_days), ca_cert.not_valid_after_utc)
+    for node_id, (cert_path, key_path) in made.items():
+        key = ec.generate_private_key(ec.SECP256R1())
+        cert = _leaf_certificate(key, ca_key, ca_cert, node_common_name(node_id), hosts, start, end)
+        _write_key(key_path, key)
+        _write_cert(cert_path, cert)
+    return made
 
 
 def _ca_certificate(

@@ -98,6 +98,20 @@ class NodeMetrics:
             registry=r,
         )
 
+        self.revoked_certs = Gauge(
+            "metastore_revoked_certificates", "certificates the cluster revoked", registry=r
+        )
+        self.peer_revoked_refused = Gauge(
+            "metastore_peer_tls_revoked_refused_total",
+            "peer handshakes refused (either side) for a revoked certificate",
+            registry=r,
+        )
+        self.peer_revoked_closed = Gauge(
+            "metastore_peer_tls_revoked_closed_total",
+            "open peer links closed when their certificate was revoked",
+            registry=r,
+        )
+
     def gc_run(self, summary: dict[str, Any]) -> None:
         self.gc_runs.inc()
         self.gc_files_deleted.inc(summary["files_deleted"])
@@ -133,6 +147,9 @@ class NodeMetrics:
         self.safe_time_lag.set(status["lag_ms"] / 1000)
         self.ready.set(1 if status["ready"] else 0)
         self.fsync_seconds.set(status.get("fsync_seconds_total", 0.0))
+        self.revoked_certs.set(status.get("revoked_certs", 0))
+        self.peer_revoked_refused.set(status.get("peer_tls_revoked_refused", 0))
+        self.peer_revoked_closed.set(status.get("peer_tls_revoked_closed", 0))
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)

@@ -37,6 +37,7 @@ from metastore.daemon.server import ApiServer
 from metastore.daemon.statemachine import CatalogStateMachine
 from metastore.errors import MetastoreError
 from metastore.outcome import Outcome
+from metastore.revocation import fingerprint_of_pem
 from raft.core.errors import RaftCoreError
 from raft.errors import NodeIdentityError, RaftError, TlsConfigError
 from raft.node import NodeConfig, RaftNode
@@ -86,6 +87,12 @@ class MetastoreNode:
         tls_files = tls.node_files(settings.node_id) if tls is not None else None
         if tls_files is not None:
             check_node_files(tls_files)
+        # The fingerprint of the certificate this node presents: a removal of this node revokes
+        # it, and the node says so loudly if the cluster revoked it (peers refuse it).
+        self.own_cert_fingerprint = (
+            fingerprint_of_pem(tls_files.cert_file.read_bytes()) if tls_files is not None else ""
+        )
+        self._own_cert_revoked_logged = False
         api_tls = forward_tls = None
         if tls is not None and tls_files is not None and tls.clients:
             api_tls = server_context(
@@ -129,6 +136,7 @@ class MetastoreNode:
                 max_clock_offset_ms=cluster.cs_max_ms,
                 dial_overrides=_fault_addresses(FAULT_PEER_ADDRESSES_ENV, "Raft peer"),
                 tls=settings.peer_tls,
+                peer_revoked=self._is_revoked if settings.peer_tls is not None else None,
             ),
             self.sm,
             clock=self.clock,
@@ -169,12 +177,38 @@ class MetastoreNode:
             gc=self.gc,
             tls=api_tls,
             tls_client_cert_required=tls is not None and tls.client_cert_required,
+            own_cert_fingerprint=self.own_cert_fingerprint,
         )
         self.http = HttpEndpoint(self.metrics, self.status_map)
+        # Set once the transport's owner and the API exist (a restore at start calls it).
+        self.sm.on_revoked = self._revocations_applied
         self._init_task: asyncio.Task[None] | None = None
         self._sweep_task: asyncio.Task[None] | None = None
         self._gc_task: asyncio.Task[None] | None = None
         self._job_task: asyncio.Task[None] | None = None
+
+    def _is_revoked(self, fingerprint: str) -> bool:
+        # Reads the state at each call: a snapshot install replaces `sm.state`.
+        return self.sm.state.revoked.is_revoked(fingerprint)
+
+    def _revocations_applied(self) -> None:
+        """The revocation list grew (or a snapshot brought one): drop what uses it now."""
+        if self.raft.transport is not None:
+            self.raft.transport.close_revoked()
+        self.api.close_revoked_clients()
+        self._check_own_certificate()
+
+    def _check_own_certificate(self) -> None:
+        fp = self.own_cert_fingerprint
+        if fp and self._is_revoked(fp) and not self._own_cert_revoked_logged:
+            self._own_cert_revoked_logged = True
+            log.error(
+                "this node's own TLS certificate (sha256 %s) is revoked: its peers refuse it. "
+                "Issue it a new certificate (metastore cluster certs --ca-dir CA_DIR --node %d "
+                "--out DIR) and restart it on that certificate",
+                fp,
+                self.settings.node_id,
+            )
 
     def _on_fatal(self, exc: BaseException) -> None:
         self.fatal = exc
@@ -192,11 +226,15 @@ class MetastoreNode:
             "lag_ms": st.safe_time_lag_ms,
             "ready": st.ready_to_serve and self.sm.state.cluster is not None,
             "fsync_seconds_total": self.raft.fsync_seconds_total,
+            "revoked_certs": len(self.sm.state.revoked),
+            "peer_tls_revoked_refused": st.transport.get("tls_revoked_refused", 0),
+            "peer_tls_revoked_closed": st.transport.get("tls_revoked_closed", 0),
         }
 
     async def start(self) -> None:
         me = self.settings.node
         await self.raft.start()
+        self._check_own_certificate()
         await self.api.start(me.host, me.client_port)
         await self.http.start(me.host, me.metrics_port)
         self._init_task = asyncio.create_task(self._initialize_cluster())

@@ -45,6 +45,7 @@ from metastore.commands import (
     Protect,
     ReleaseLeases,
     ReleaseProtection,
+    RevokeCerts,
     SchemaJobBackfilled,
     SessionInfo,
     TableName,
@@ -82,6 +83,7 @@ from metastore.errors import (
     RequestTimeoutError,
     TableNotFoundError,
     TimestampAheadError,
+    TlsFailedError,
     TlsRequiredError,
     UnauthenticatedError,
     UnavailableError,
@@ -92,6 +94,7 @@ from metastore.events import matches as event_matches
 from metastore.jobs import SchemaJob, next_step_wait
 from metastore.leases import Lease
 from metastore.outcome import Outcome
+from metastore.revocation import fingerprint_of_der, is_fingerprint, normalize_fingerprint
 from raft.core.errors import NotLeaderError as RaftNotLeaderError
 from raft.core.errors import ProposalDroppedError, RaftCoreError
 from raft.errors import FrameTooLargeError, MalformedFrameError, RaftError
@@ -124,6 +127,8 @@ class Session:
     # and whether the client presented a certificate (verified against the CA by TLS).
     tls: bool = False
     client_cert: bool = False
+    # SHA-256 of the client certificate's DER ("" = none): refused at hello once revoked.
+    cert_fingerprint: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,6 +160,7 @@ class ApiServer:
         tls_client_cert_required: bool = False,
         loose_files_max: int = mlimits.LOOSE_FILES_MAX_DEFAULT,
         read_staleness_max_ms: int = L.READ_STALENESS_MAX_MS_DEFAULT,
+        own_cert_fingerprint: str = "",
     ) -> None:
         """`tls`: serve the client port over TLS with this server context (raft.tls);
         `tls_client_cert_required`: refuse, at hello, a client that presented no certificate
@@ -163,6 +169,10 @@ class ApiServer:
         self.node = node
         self.tls = tls
         self.tls_client_cert_required = tls_client_cert_required
+        # This node's own peer/client-port certificate (for remove_node of this very node).
+        self.own_cert_fingerprint = own_cert_fingerprint
+        # Open client connections that presented a certificate -> its fingerprint.
+        self._cert_writers: dict[asyncio.StreamWriter, str] = {}
         self.loose_files_max = loose_files_max
         self.read_staleness_max_ms = read_staleness_max_ms
         self.gc = gc
@@ -351,6 +361,12 @@ class ApiServer:
             ),
             "promote_node": _Op(Role.ADMIN, self._promote_node, frozenset({"node_id"})),
             "remove_node": _Op(Role.ADMIN, self._remove_node, frozenset({"node_id"})),
+            "cert_revoke": _Op(
+                Role.ADMIN,
+                self._cert_revoke,
+                frozenset({"fingerprint", "node_id", "force", "request_id", "timeout_ms"}),
+            ),
+            "cert_revoked": _Op(Role.READER, self._cert_revoked, frozenset()),
             "transfer_leader": _Op(Role.ADMIN, self._transfer_leader, frozenset({"target"})),
         }
 
@@ -431,19 +447,40 @@ class ApiServer:
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         peername = writer.get_extra_info("peername")
+        ssl_object = writer.get_extra_info("ssl_object")
+        der = ssl_object.getpeercert(binary_form=True) if ssl_object is not None else None
         session = Session(
             peer=str(peername),
-            tls=writer.get_extra_info("ssl_object") is not None,
+            tls=ssl_object is not None,
             client_cert=bool(writer.get_extra_info("peercert")),
+            cert_fingerprint=fingerprint_of_der(der) if der else "",
         )
         decoder = FrameDecoder(max_frame_bytes=L.CLIENT_FRAME_BYTES_MAX)
         key = id(session)
         hello_deadline = time.monotonic() + L.CLIENT_HELLO_TIMEOUT_MS / 1000
         self._strangers[key] = (time.monotonic(), writer)
+        if session.cert_fingerprint:
+            self._cert_writers[writer] = session.cert_fingerprint
         try:
             await self._serve_session(session, decoder, reader, writer, hello_deadline)
         finally:
             self._strangers.pop(key, None)
+            self._cert_writers.pop(writer, None)
+
+    def close_revoked_clients(self) -> int:
+        """Close the client connections whose certificate is revoked now (after the list grew)."""
+        closed = 0
+        for writer, fingerprint in list(self._cert_writers.items()):
+            if self.sm.state.revoked.is_revoked(fingerprint):
+                del self._cert_writers[writer]
+                writer.transport.abort()
+                closed += 1
+                self.metrics.request("connect", "CERT_REVOKED", 0.0)
+                log.warning(
+                    "closed a client connection: its TLS certificate (sha256 %s) is revoked",
+                    fingerprint,
+                )
+        return closed
 
     async def _serve_session(
         self,
@@ -568,6 +605,19 @@ class ApiServer:
             )
             self.metrics.request(op, err.code.value, 0.0)
             log.warning("refused client %s: no client certificate", session.peer)
+            return self._error_frame(rid, err), False
+        if session.cert_fingerprint and self.sm.state.revoked.is_revoked(session.cert_fingerprint):
+            err = TlsFailedError(
+                f"this client's TLS certificate (sha256 {session.cert_fingerprint}) is revoked; "
+                "use another certificate signed by the cluster CA",
+                details={"fingerprint": session.cert_fingerprint},
+            )
+            self.metrics.request(op, "CERT_REVOKED", 0.0)
+            log.warning(
+                "refused client %s: its TLS certificate (sha256 %s) is revoked",
+                session.peer,
+                session.cert_fingerprint,
+            )
             return self._error_frame(rid, err), False
         if op != "hello":
             err = UnauthenticatedError("the first request must be 'hello'")
@@ -1075,6 +1125,8 @@ class ApiServer:
             # itself for its clock ("" = it did not).
             "clock_offsets_ms": {str(k): v for k, v in st.clock_offsets_ms.items()},
             "clock_fenced": st.clock_fenced,
+            # Certificates the cluster refuses (`cert_revoked` lists them).
+            "revoked_certs": len(self.sm.state.revoked),
         }
 
     # ------------------------------------------------------------------ writes
@@ -1717,10 +1769,163 @@ class ApiServer:
         )
 
     async def _remove_node(self, session: Session, args: Args) -> dict[str, Any]:
+        """Remove a member, then revoke the TLS certificate(s) it presented on peer links to
+        this node (the leader) or to the other members, so it cannot come back with them."""
         node_id = _req_int(args, "node_id", 1, L.NODE_ID_MAX)
-        return await self._leader_or_forward(
+        seen: tuple[str, ...] = ()
+        conf = self.node.status().core.conf
+        member = node_id in conf.voters or node_id in conf.learners
+        if member and self.node.is_leader() and self.node.config.tls is not None:
+            seen = await self._gather_certificates(session, node_id)
+        reply = await self._leader_or_forward(
             session, "remove_node", args, lambda: self.node.remove_node(node_id)
         )
+        if "revoked" in reply:
+            return reply  # forwarded: the leader revoked what it saw
+        return {**reply, **await self._revoke_removed(session, node_id, seen)}
+
+    async def _gather_certificates(self, session: Session, node_id: int) -> tuple[str, ...]:
+        """What `node_id` presented here, plus what the other members saw (asked in parallel,
+        bounded; a member that does not answer adds nothing): the leader may have started
+        while `node_id` was down."""
+        conf = self.node.status().core.conf
+        others = sorted((set(conf.voters) | set(conf.learners)) - {self.node.node_id, node_id})
+
+        async def ask(member: int) -> list[str]:
+            try:
+                result = await self.forwarder.call(
+                    member, session.token, "cert_revoked", {}, timeout_ms=L.CERTS_ASK_TIMEOUT_MS
+                )
+            except MetastoreError as exc:
+                log.info("node %d did not say what node %d presented: %s", member, node_id, exc)
+                return []
+            found = result.get("peers_seen", {}).get(str(node_id), [])
+            return [fp for fp in found if is_fingerprint(fp)] if isinstance(found, list) else []
+
+        answers = await asyncio.gather(*(ask(m) for m in others))
+        seen = [*self._certificates_of(node_id), *(fp for a in answers for fp in a)]
+        return tuple(dict.fromkeys(seen))[-mlimits.MAX_FINGERPRINTS_PER_REVOKE :]
+
+    def _certificates_of(self, node_id: int) -> tuple[str, ...]:
+        """The certificate fingerprints `node_id` presented on this node's peer links."""
+        transport = self.node.transport
+        seen = transport.peer_certificates(node_id) if transport is not None else ()
+        if node_id == self.node.node_id and self.own_cert_fingerprint:
+            seen = (*seen, self.own_cert_fingerprint)
+        return tuple(dict.fromkeys(seen))[-mlimits.MAX_FINGERPRINTS_PER_REVOKE :]
+
+    async def _revoke_removed(
+        self, session: Session, node_id: int, fingerprints: tuple[str, ...]
+    ) -> dict[str, Any]:
+        if not fingerprints:
+            note = (
+                "no TLS on peer links: nothing to revoke (the cluster secret is shared)"
+                if self.node.config.tls is None
+                else f"node {node_id} presented no certificate to the members that answered "
+                "since they started; revoke its certificate file with `metastore cluster "
+                "revoke-cert`"
+            )
+            if self.node.config.tls is not None:
+                log.warning("removed node %d: %s", node_id, note)
+            return {"revoked": [], "revoke_note": note}
+        cmd = RevokeCerts(
+            fingerprints=fingerprints,
+            node_id=node_id,
+            reason="removed",
+            by=session.client[: mlimits.MAX_SESSION_LABEL_CHARS],
+        )
+        error: MetastoreError | None = None
+        # Bounded: a leader that removed itself hands leadership over, so the revocation may
+        # need a moment to find the next leader.
+        for _ in range(L.REVOKE_ON_REMOVE_ATTEMPTS):
+            try:
+                applied = await self._propose_command(session, cmd, L.REVOKE_ON_REMOVE_TIMEOUT_MS)
+            except (UnavailableError, NotLeaderError, RequestTimeoutError) as exc:
+                error = exc
+                await asyncio.sleep(L.REVOKE_ON_REMOVE_RETRY_S)
+                continue
+            result = applied["result"]
+            log.info(
+                "removed node %d: revoked its TLS certificate(s) %s",
+                node_id,
+                ", ".join(fingerprints),
+            )
+            return {"revoked": list(fingerprints), "revoked_new": result.get("revoked", [])}
+        log.error(
+            "removed node %d but could not revoke its certificate(s) %s: %s; run `metastore "
+            "cluster revoke-cert --fingerprint HEX` for each",
+            node_id,
+            ", ".join(fingerprints),
+            error,
+        )
+        return {
+            "revoked": [],
+            "revoke_error": str(error),
+            "not_revoked": list(fingerprints),
+        }
+
+    async def _cert_revoke(self, session: Session, args: Args) -> dict[str, Any]:
+        """Revoke one certificate by fingerprint, cluster-wide (a leaked or rotated one)."""
+        fingerprint = normalize_fingerprint(_req_str(args, "fingerprint", 256))
+        node_id = _opt_int(args, "node_id", 0, L.NODE_ID_MAX) or 0
+        force = args.get("force", False)
+        if not isinstance(force, bool):
+            raise BadRequestError("'force' must be a boolean")
+        in_use = self._certificate_users(fingerprint)
+        if in_use and not force:
+            # Revoking it cuts those members off at once: the rotation order is new certificate
+            # first, then the revocation. An emergency (a leaked key) may pass force.
+            raise InvalidArgumentError(
+                f"certificate sha256 {fingerprint} is in use by node(s) "
+                f"{', '.join(map(str, in_use))} on live peer links; revoking it cuts them off. "
+                "Restart them on a new certificate first (metastore cluster certs --ca-dir DIR "
+                "--node N), or pass force",
+                details={"fingerprint": fingerprint, "in_use_by": in_use},
+            )
+        cmd = RevokeCerts(
+            request_id=_opt_str(args, "request_id", mlimits.MAX_REQUEST_ID_CHARS) or "",
+            fingerprints=(fingerprint,),
+            node_id=node_id,
+            reason="operator",
+            by=session.client[: mlimits.MAX_SESSION_LABEL_CHARS],
+        )
+        applied = await self._propose_command(session, cmd, _timeout(args))
+        result = dict(applied["result"])
+        result["fingerprint"] = fingerprint
+        result["tm"] = applied["tm"]
+        return result
+
+    def _certificate_users(self, fingerprint: str) -> list[int]:
+        """The nodes presenting this certificate right now, as far as this node can tell: on
+        its open peer links, or itself."""
+        transport = self.node.transport
+        live = transport.live_certificates() if transport is not None else ()
+        users = {peer for peer, fp in live if fp == fingerprint}
+        if fingerprint == self.own_cert_fingerprint:
+            users.add(self.node.node_id)
+        return sorted(users)
+
+    async def _cert_revoked(self, _s: Session, _args: Args) -> dict[str, Any]:
+        """The revocation list as this node applied it, this node's own certificate, and the
+        certificates its peers presented here (what a removal would revoke)."""
+        transport = self.node.transport
+        conf = self.node.status().core.conf
+        members = (*conf.voters, *conf.learners)
+        own = self.own_cert_fingerprint
+        return {
+            "revoked": [c.to_view() for c in self.sm.state.revoked.entries()],
+            "count": len(self.sm.state.revoked),
+            "this_node": {
+                "node_id": self.node.node_id,
+                "fingerprint": own,
+                "revoked": bool(own) and self.sm.state.revoked.is_revoked(own),
+            },
+            "peers_seen": {
+                str(n): list(transport.peer_certificates(n)) if transport is not None else []
+                for n in sorted(set(members))
+                if n != self.node.node_id
+            },
+        }
 
     async def _transfer_leader(self, session: Session, args: Args) -> dict[str, Any]:
         target = _req_int(args, "target", 1, L.NODE_ID_MAX)
@@ -1895,7 +2100,12 @@ def _admin_only(cmd: Command) -> bool:
         return cmd.reason != "release"
     return isinstance(
         cmd,
-        InitCluster | ExpireSessions | AdvanceGcThreshold | GcFilesDeleted | AdvanceSchemaJob,
+        InitCluster
+        | ExpireSessions
+        | AdvanceGcThreshold
+        | GcFilesDeleted
+        | AdvanceSchemaJob
+        | RevokeCerts,
     )
 
 

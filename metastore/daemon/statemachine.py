@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
+from collections.abc import Callable
 
-from metastore.commands import decode_command
+from metastore.commands import RevokeCerts, decode_command
 from metastore.errors import MetastoreError
 from metastore.events import EventLog, events_of
 from metastore.outcome import Outcome
@@ -14,6 +16,8 @@ from raft.core.types import Entry, EntryKind
 
 # Applies skipped per second the last invariant check took (tests only; see __init__).
 CHECK_SKIP_PER_SECOND = 5_000
+
+log = logging.getLogger("metastore.statemachine")
 
 
 class CatalogStateMachine:
@@ -34,6 +38,9 @@ class CatalogStateMachine:
         # loaded its snapshot, and the watchers waiting for the next ones.
         self.events = EventLog()
         self._event_waiters: list[asyncio.Future[None]] = []
+        # Called after a revocation was applied, or a snapshot holding some was restored: the
+        # node closes links and client connections that use a certificate revoked now.
+        self.on_revoked: Callable[[], None] | None = None
 
     def apply(self, entry: Entry) -> Outcome:
         if entry.kind is EntryKind.NORMAL:
@@ -47,6 +54,8 @@ class CatalogStateMachine:
                 if events:
                     self.events.append(events, tm=entry.tm)
                     self._wake_watchers()
+                if outcome.ok and isinstance(command, RevokeCerts):
+                    self._revoked()
         else:
             outcome = self.state.observe_tick(entry.tm, entry.index)
         if self.check_invariants:
@@ -67,6 +76,16 @@ class CatalogStateMachine:
         # The entries before the snapshot are gone here: so are their events.
         self.events.reset(floor_tm=self.state.last_tm)
         self._wake_watchers()
+        if len(self.state.revoked):
+            self._revoked()
+
+    def _revoked(self) -> None:
+        if self.on_revoked is None:
+            return
+        try:
+            self.on_revoked()
+        except Exception:
+            log.exception("acting on a certificate revocation failed")
 
     def wait_for_events(self) -> asyncio.Future[None]:
         """A future that completes when the next event is recorded (or the feed is reset)."""

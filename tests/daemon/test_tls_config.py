@@ -130,6 +130,44 @@ def test_cluster_certs_writes_a_ca_and_node_certificates_once(tmp_path: Path) ->
     assert "refusing to overwrite" in again.output
 
 
+def test_cluster_certs_reissues_a_node_certificate_with_the_same_ca(tmp_path: Path) -> None:
+    """Rotation: a new certificate (another fingerprint) for node 2, signed by the existing CA."""
+    out = tmp_path / "tls"
+    runner = CliRunner()
+    assert (
+        runner.invoke(cli, ["cluster", "certs", "--out", str(out), "--nodes", "2"]).exit_code == 0
+    )
+    new = tmp_path / "new-2"
+    args = ["-o", "json", "cluster", "certs", "--ca-dir", str(out), "--node", "2", "--out"]
+    result = runner.invoke(cli, [*args, str(new)])
+    assert result.exit_code == 0, result.output
+    files = TlsFiles(
+        ca_file=out / "ca.crt", cert_file=new / "node-2.crt", key_file=new / "node-2.key"
+    )
+    check_node_files(files)
+    assert (new / "node-2.crt").read_bytes() != (out / "node-2.crt").read_bytes()
+    assert (new / "node-2.key").stat().st_mode & 0o077 == 0
+    assert not (new / "ca.key").exists()  # the CA key stays where it was
+    again = runner.invoke(cli, [*args, str(new)])
+    assert again.exit_code == 5 and "refusing to overwrite" in again.output
+    no_ca = runner.invoke(
+        cli,
+        [
+            "cluster",
+            "certs",
+            "--ca-dir",
+            str(tmp_path),
+            "--node",
+            "2",
+            "--out",
+            str(tmp_path / "x"),
+        ],
+    )
+    assert no_ca.exit_code == 5 and "cannot use the CA" in no_ca.output
+    lonely = runner.invoke(cli, ["cluster", "certs", "--node", "2", "--out", str(tmp_path / "y")])
+    assert lonely.exit_code == 2
+
+
 @pytest.mark.parametrize("problem", ["missing key", "other CA", "key of another node"])
 def test_bad_tls_files_stop_the_daemon_with_one_line(tmp_path: Path, problem: str) -> None:
     certs = generate_dev_certs(tmp_path / "ca", node_ids=[1, 2])

@@ -197,3 +197,78 @@ def test_bad_tls_files_are_a_typed_error_naming_the_file(
     not_pem.write_text("hello")
     with pytest.raises(TlsConfigError, match="not a PEM file"):
         make(1, Inbox(), tls=TlsFiles(ca_file=not_pem, cert_file=not_pem, key_file=not_pem))
+
+
+def _fingerprint(certs: GeneratedCerts, node_id: int) -> str:
+    import hashlib
+    import ssl
+
+    pem = certs.node_certs[node_id][0].read_text()
+    return hashlib.sha256(ssl.PEM_cert_to_DER_cert(pem)).hexdigest()
+
+
+async def test_a_revoked_certificate_is_refused_both_ways_and_told_why(
+    certs: GeneratedCerts, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Node 2 holds the secret and a valid certificate of the CA, named node-2: only the
+    # revocation list refuses it. Without the `revoked` hook it would be accepted.
+    revoked = {_fingerprint(certs, 2)}
+    inbox1, inbox2 = Inbox(), Inbox()
+    n1 = make(1, inbox1, tls=files(certs, 1), revoked=revoked.__contains__)
+    n2 = make(2, inbox2, tls=files(certs, 2))
+    caplog.set_level(logging.WARNING)
+    async with running(n1, n2):
+        n1.set_peers({2: (HOST, n2.bound_port)})
+        n2.set_peers({1: (HOST, n1.bound_port)})
+        await keep_sending(
+            lambda: n2.send(hb(2, 1)),
+            lambda: (
+                n1.stats()["tls_revoked_refused"] >= 2
+                and n1.stats()["peers"][2]["auth_failures"] >= 2
+            ),
+            "refused as listener and as dialler",
+        )
+        assert inbox1.messages == []
+        assert n1.peer_certificates(2) == (_fingerprint(certs, 2),)
+    texts = [r.getMessage() for r in caplog.records]
+    assert any("is revoked" in t and "refused peer connection" in t for t in texts), texts
+    # The refused node's own log says why (the listener told it), at ERROR.
+    told = [r for r in caplog.records if "refused this node" in r.getMessage()]
+    assert told and told[0].levelno == logging.ERROR
+    assert _fingerprint(certs, 2) in told[0].getMessage()
+
+
+async def test_revoking_closes_open_links_and_a_new_certificate_is_accepted(
+    certs: GeneratedCerts, tmp_path: Path
+) -> None:
+    from metastore.daemon.certs import issue_node_certs
+
+    revoked: set[str] = set()
+    inbox1, inbox2 = Inbox(), Inbox()
+    n1 = make(1, inbox1, tls=files(certs, 1), revoked=revoked.__contains__)
+    n2 = make(2, inbox2, tls=files(certs, 2))
+    async with running(n1, n2):
+        n1.set_peers({2: (HOST, n2.bound_port)})
+        n2.set_peers({1: (HOST, n1.bound_port)})
+        await keep_sending(lambda: n2.send(hb(2, 1)), lambda: bool(inbox1.messages), "linked")
+        await eventually(lambda: n1.stats()["peers"][2]["connected"], "n1 -> n2 up")
+        revoked.add(_fingerprint(certs, 2))
+        assert n1.close_revoked() == 2  # n2's link to n1 and n1's link to n2
+        assert n1.stats()["tls_revoked_closed"] == 2
+        await eventually(lambda: not n1.stats()["peers"][2]["connected"], "n1 -> n2 closed")
+        await eventually(lambda: n1.stats()["tls_revoked_refused"] >= 2, "reconnects refused")
+        delivered = len(inbox1.messages)
+        for _ in range(10):
+            n2.send(hb(2, 1))
+            await asyncio.sleep(0.02)
+        assert len(inbox1.messages) == delivered
+    # The same node id with a new certificate of the same CA is welcome.
+    new_cert, new_key = issue_node_certs(certs.ca_cert.parent, tmp_path, node_ids=[2])[2]
+    inbox1, inbox2 = Inbox(), Inbox()
+    n1 = make(1, inbox1, tls=files(certs, 1), revoked=revoked.__contains__)
+    n2 = make(2, inbox2, tls=TlsFiles(ca_file=certs.ca_cert, cert_file=new_cert, key_file=new_key))
+    async with running(n1, n2):
+        n1.set_peers({2: (HOST, n2.bound_port)})
+        n2.set_peers({1: (HOST, n1.bound_port)})
+        await keep_sending(lambda: n2.send(hb(2, 1)), lambda: bool(inbox1.messages), "rejoined")
+        assert n1.stats()["tls_revoked_refused"] == 0
