@@ -12,8 +12,11 @@ and appends it to that peer's bounded queue; it never blocks and never raises fo
 trouble. When the queue is full the oldest frame is dropped and counted. A per-peer writer
 task wakes up, takes everything queued, hands it to the socket in one `writelines` (write
 coalescing: a burst of small messages costs one syscall) and awaits `drain()`, so a slow peer
-exerts back-pressure on its own queue only. If the connection fails, the task reconnects with
-exponential backoff and jitter between RECONNECT_BACKOFF_MS_MIN and _MAX.
+exerts back-pressure on its own queue only. `flush()` (the node calls it after each batch of
+sends; otherwise a callback scheduled at the first send does) writes the queue of a link whose
+writer task is parked with nothing in flight directly to its socket, without waking the task: a
+lone message leaves at once instead of one loop iteration later. If the connection fails, the
+task reconnects with exponential backoff and jitter between RECONNECT_BACKOFF_MS_MIN and _MAX.
 
 Snapshot transfers. An InstallSnapshot whose encoding is larger than the chunk size
 (SNAPSHOT_CHUNK_BYTES) is not queued as one frame: the link keeps it as its one pending transfer
@@ -430,7 +433,9 @@ class _Link:
         "auth_failures",
         "connect_failures",
         "connected",
+        "dirty",
         "dropped",
+        "idle_writer",
         "incoming",
         "incoming_done_id",
         "incoming_failed_id",
@@ -465,6 +470,10 @@ class _Link:
         self.queued_bytes = 0
         self.wakeup = asyncio.Event()
         self.task: asyncio.Task[None] | None = None
+        # The connection's writer while the link's writer task is parked with nothing in
+        # flight (see PeerTransport.flush); None otherwise.
+        self.idle_writer: asyncio.StreamWriter | None = None
+        self.dirty = False  # listed in PeerTransport._dirty
         self.connected = False
         self.peer_closed = False
         self.outgoing: _Outgoing | None = None
@@ -688,6 +697,9 @@ class PeerTransport:
         self._bound_port = 0
         self._started = False
         self._stopped = False
+        # Links with frames queued while their writer task was idle: `flush` writes them.
+        self._dirty: list[_Link] = []
+        self._flush_scheduled = False
 
         self._auth_failures_unknown_peer = 0
         self._handshake_failures = 0
@@ -806,7 +818,56 @@ class PeerTransport:
         ):
             link.queued_bytes -= len(queue.popleft())
             link.dropped += 1
-        link.wakeup.set()
+        if link.idle_writer is None:
+            link.wakeup.set()  # the writer task is busy (or reconnecting): it takes the queue
+            return
+        if not link.dirty:
+            link.dirty = True
+            self._dirty.append(link)
+            if not self._flush_scheduled:
+                self._flush_scheduled = True
+                asyncio.get_running_loop().call_soon(self._scheduled_flush)
+
+    def _scheduled_flush(self) -> None:
+        self._flush_scheduled = False
+        self.flush()
+
+    def flush(self) -> None:
+        """Hand the frames queued since the last flush to their sockets now.
+
+        A link whose writer task is parked, with nothing in flight (its socket buffer empty,
+        no snapshot chunks pending), is written here directly, in one `writelines` per link:
+        no wake-up of the writer task, no extra loop iteration, and the bytes leave before the
+        caller goes on (uvloop sends at once when its buffer is empty). Other links are left to
+        their writer task, which keeps back-pressure (drain) and reconnects. Frames sent
+        without a flush are flushed by a callback scheduled at the first of them, so `flush`
+        is an optimisation for callers about to block (the node before an inline fsync), never
+        needed for delivery."""
+        dirty, self._dirty = self._dirty, []
+        for link in dirty:
+            link.dirty = False
+            writer = link.idle_writer
+            if not link.queue:
+                continue
+            if (
+                writer is None
+                or link.has_chunks()
+                or writer.transport.is_closing()
+                or writer.transport.get_write_buffer_size()
+            ):
+                link.wakeup.set()
+                continue
+            frames = list(link.queue)
+            link.queue.clear()
+            link.queued_bytes = 0
+            try:
+                writer.writelines(frames)
+            except (OSError, RuntimeError):
+                # The connection broke under us (as in the writer task, the frames are lost;
+                # Raft retries). The writer task finds out and reconnects.
+                link.wakeup.set()
+                continue
+            link.sent += len(frames)
 
     def _send_snapshot(self, link: _Link, msg: InstallSnapshot, head: bytes) -> None:
         size = len(head) + len(msg.snapshot.data)
@@ -1089,7 +1150,10 @@ class PeerTransport:
         watcher = asyncio.get_running_loop().create_task(self._watch(link, reader, writer))
         try:
             while True:
+                # Parked: `flush` may write to the connection directly meanwhile.
+                link.idle_writer = writer
                 await link.wakeup.wait()
+                link.idle_writer = None
                 link.wakeup.clear()
                 if link.peer_closed:
                     raise ConnectionResetError("peer closed the connection")
@@ -1117,6 +1181,7 @@ class PeerTransport:
                     # Back-pressure: wait while the socket buffer is above its high-water mark.
                     await writer.drain()
         finally:
+            link.idle_writer = None
             watcher.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await watcher
