@@ -547,6 +547,35 @@ class _Inbound:
         self.evicted = False  # closed by us to make room (see _make_room)
 
 
+class _Receiver(asyncio.Protocol):
+    """The protocol of an authenticated inbound connection (see PeerTransport._receive)."""
+
+    def __init__(
+        self, owner: PeerTransport, peer_id: NodeId, transport: asyncio.WriteTransport
+    ) -> None:
+        self._owner = owner
+        self._peer_id = peer_id
+        self._transport = transport
+        self._decoder = FrameDecoder(owner._max_frame_bytes)
+        self.done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    def data_received(self, data: bytes) -> None:
+        if self._transport.is_closing():
+            return
+        if not self._owner._receive_data(self._peer_id, self._decoder, data):
+            self._transport.abort()
+
+    def eof_received(self) -> bool:
+        self._owner._log.info("peer %d closed its connection", self._peer_id)
+        return False  # close our side too
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if exc is not None:
+            self._owner._log.info("connection from peer %d failed: %s", self._peer_id, exc)
+        if not self.done.done():
+            self.done.set_result(None)
+
+
 async def _read_handshake_frame(reader: asyncio.StreamReader, decoder: FrameDecoder) -> object:
     while (obj := decoder.next_frame()) is NEED_DATA:
         data = await reader.read(HANDSHAKE_FRAME_BYTES_MAX)
@@ -1246,7 +1275,7 @@ class PeerTransport:
                 if other is not conn and other.peer_id == peer_id:
                     other.writer.transport.abort()
             self._log.info("peer %d connected from %s", peer_id, peername)
-            await self._receive(peer_id, reader)
+            await self._receive(peer_id, reader, writer)
         finally:
             self._inbound.pop(conn, None)
             writer.transport.abort()
@@ -1333,29 +1362,46 @@ class PeerTransport:
         )
         return client_id
 
-    async def _receive(self, peer_id: NodeId, reader: asyncio.StreamReader) -> None:
-        decoder = FrameDecoder(self._max_frame_bytes)
-        while True:
-            try:
-                data = await reader.read(PEER_READ_CHUNK_BYTES)
-            except OSError as exc:
-                self._log.info("connection from peer %d failed: %s", peer_id, exc)
-                return
-            if not data:
-                self._log.info("peer %d closed its connection", peer_id)
-                return
-            link = self._links.get(peer_id)
-            if link is None:
-                return  # removed by set_peers while we were reading
-            try:
-                decoder.feed(data)
-                while (obj := decoder.next_frame()) is not NEED_DATA:
-                    self._deliver(link, obj)
-            except (FrameTooLargeError, MalformedFrameError) as exc:
-                # The stream is out of sync: nothing after this point can be trusted.
-                link.malformed += 1
-                self._log.warning("closing connection from peer %d: %s", peer_id, exc)
-                return
+    async def _receive(
+        self, peer_id: NodeId, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        """Deliver the authenticated peer's messages until its connection ends.
+
+        The connection's protocol is swapped for a `_Receiver`, which decodes and delivers in
+        its `data_received` callback: a message reaches the node in the loop iteration its
+        bytes arrive in, without a StreamReader buffer and a task wake-up per read."""
+        receiver = _Receiver(self, peer_id, writer.transport)
+        # The peer speaks only after our welcome, which went out in this same loop iteration,
+        # so the StreamReader should hold nothing; whatever it holds is delivered first anyway.
+        # (asyncio has no public way to take the bytes a StreamReader holds without awaiting.)
+        held: bytearray = reader._buffer  # type: ignore[attr-defined]
+        buffered = bytes(held)
+        held.clear()
+        ended = reader.at_eof() or reader.exception() is not None or writer.transport.is_closing()
+        if not ended:
+            writer.transport.set_protocol(receiver)
+        if buffered:
+            receiver.data_received(buffered)
+        if ended:
+            self._log.info("peer %d closed its connection", peer_id)
+            return
+        await receiver.done
+
+    def _receive_data(self, peer_id: NodeId, decoder: FrameDecoder, data: bytes) -> bool:
+        """Decode and deliver `data` from the peer; False: the connection must close."""
+        link = self._links.get(peer_id)
+        if link is None:
+            return False  # removed by set_peers
+        try:
+            decoder.feed(data)
+            while (obj := decoder.next_frame()) is not NEED_DATA:
+                self._deliver(link, obj)
+        except (FrameTooLargeError, MalformedFrameError) as exc:
+            # The stream is out of sync: nothing after this point can be trusted.
+            link.malformed += 1
+            self._log.warning("closing connection from peer %d: %s", peer_id, exc)
+            return False
+        return True
 
     def _deliver(self, link: _Link, obj: object) -> None:
         if (
