@@ -1050,12 +1050,14 @@ class RaftNode:
 
     def _persist_inline(self, rd: Ready) -> bool:
         """Whether to make `rd`'s entries durable on the loop thread rather than the WAL
-        thread. Only a small batch, and only while no other input waits: the loop is blocked
+        thread. Only a small batch, and only while nothing else waits: the loop is blocked
         for the fdatasync, which costs nothing when there is nothing else to do (a lone
-        proposal, the follower side of one) but would stall a busy leader's reads and sends,
-        which the WAL thread lets run during the disk wait."""
+        proposal, the follower side of one) but would stall a busy leader, whose proposers
+        (answered by the previous Ready, about to propose again), reads and sends the WAL
+        thread lets run during the disk wait: more than a few proposals in flight mean load."""
         return (
             len(rd.entries) <= PERSIST_INLINE_ENTRIES_MAX
+            and len(self._waiting) <= PERSIST_INLINE_ENTRIES_MAX
             and not self._proposals
             and not self._inbox
             and self.config.persist_inline
