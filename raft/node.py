@@ -310,6 +310,9 @@ class RaftNode:
         self.transport: PeerTransport | None = None
         self.addresses: dict[NodeId, Address] = dict(config.peers)
         self._inbox: list[Message] = []
+        # A leader's AppendEntries without entries, per follower, held back for one loop pass
+        # (see _send).
+        self._deferred: dict[NodeId, AppendEntries] = {}
         self._proposals: list[_Proposal] = []
         self._ops: list[_Op] = []
         self._waiting: dict[int, tuple[int, asyncio.Future[ProposalResult]]] = {}
@@ -939,11 +942,13 @@ class RaftNode:
             while True:
                 await self._wake.wait()
                 self._wake.clear()
-                self._step_inputs()
-                core = self._core()
-                while core.has_ready():
-                    await self._handle_ready(core.ready())
-                    self._step_inputs()  # inputs that arrived during the fsync join this batch
+                await self._drain()
+                if self._deferred:
+                    # Let the proposers just answered run first: one that proposes again makes
+                    # the next AppendEntries carry the commit index (see _send).
+                    await asyncio.sleep(0)
+                    await self._drain()
+                    self._send_deferred()
                 self.loop_iterations += 1
         except asyncio.CancelledError:
             raise
@@ -954,6 +959,42 @@ class RaftNode:
             self._stopped = True
             if self._on_fatal is not None:
                 self._on_fatal(exc)
+
+    async def _drain(self) -> None:
+        self._step_inputs()
+        core = self._core()
+        while core.has_ready():
+            await self._handle_ready(core.ready())
+            self._step_inputs()  # inputs that arrived during the fsync join this batch
+
+    def _send(self, transport: PeerTransport, m: Message) -> None:
+        """Send one message of a Ready, deferring a leader's AppendEntries without entries.
+
+        Such a message only carries the commit index (a commit broadcast) or probes. It waits
+        until the driver has let the proposers it answered run once (see _run): if one of them
+        proposes again, the AppendEntries with the new entry carries the same commit index,
+        and the empty one is dropped as superseded - the follower then handles one message
+        (one Ready, one WAL write) per proposal instead of two, and the leader one ack.
+        Otherwise it is sent at the end of that loop pass. Dropping or delaying a message is
+        always safe in Raft; a superseding message has the same term and a commit index at
+        least as high."""
+        if type(m) is AppendEntries:
+            if not m.entries:
+                self._deferred[m.dst] = m
+                return
+            if self._deferred:
+                prev = self._deferred.get(m.dst)
+                if prev is not None and prev.term == m.term and prev.commit <= m.commit:
+                    del self._deferred[m.dst]
+        transport.send(self._stamp(m))
+
+    def _send_deferred(self) -> None:
+        deferred, self._deferred = self._deferred, {}
+        if self._stopped or self.transport is None:
+            return
+        for m in deferred.values():
+            self.transport.send(m)
+        self.transport.flush()
 
     def _step_inputs(self) -> None:
         core = self._core()
@@ -1006,7 +1047,7 @@ class RaftNode:
             self._wake_waiters()
         if rd.early_messages:
             for m in rd.early_messages:
-                transport.send(self._stamp(m))
+                self._send(transport, m)
             transport.flush()  # on their way before this node blocks in its own fsync
         if rd.snapshot is not None or rd.entries or rd.hard_state is not None:
             wal = self._wal()
@@ -1028,7 +1069,7 @@ class RaftNode:
                 self.fsync_seconds_total += time.perf_counter() - started
         if rd.messages:
             for m in rd.messages:
-                transport.send(self._stamp(m))
+                self._send(transport, m)
             transport.flush()
         if rd.snapshot is not None:
             app_data, addresses = self._unwrap_snapshot(rd.snapshot.data)

@@ -75,7 +75,12 @@ def free_ports(count: int) -> list[int]:
 
 @asynccontextmanager
 async def cluster(
-    tmp_path: Path, size: int, *, election_timeout_ms: int = 150, persist_inline: bool = True
+    tmp_path: Path,
+    size: int,
+    *,
+    election_timeout_ms: int = 150,
+    heartbeat_interval_ms: int = 50,
+    persist_inline: bool = True,
 ) -> AsyncIterator[dict[int, RaftNode]]:
     ids = list(range(1, size + 1))
     peers = dict(zip(ids, (("127.0.0.1", p) for p in free_ports(size)), strict=True))
@@ -90,6 +95,7 @@ async def cluster(
                 peers=peers,
                 secret=SECRET,
                 election_timeout_ms=election_timeout_ms,
+                heartbeat_interval_ms=heartbeat_interval_ms,
                 persist_inline=persist_inline,
             ),
             ListStateMachine(),
@@ -331,6 +337,27 @@ async def test_a_follower_acks_entries_only_once_its_wal_append_returned(
             assert time.monotonic() < deadline, "the follower did not catch up"
             await asyncio.sleep(0.01)
         assert acked and max(acked) >= results[-1].index
+
+
+async def test_a_lone_proposers_commit_rides_on_its_next_append(tmp_path: Path) -> None:
+    # The commit broadcast (an AppendEntries without entries) is held back one loop pass: a
+    # proposer that proposes again makes the next AppendEntries carry the commit, so a follower
+    # gets one message per proposal, not two. Heartbeats are 2 s apart here: a follower that
+    # applies the last entry soon learned its commit from a deferred broadcast, not from them.
+    async with cluster(tmp_path, 3, election_timeout_ms=3000, heartbeat_interval_ms=2000) as n:
+        leader = await leader_of(n)
+        await leader.propose(b"warm-up")
+        follower = next(f for f in n.values() if f is not leader)
+        assert follower.transport is not None
+        before = follower.transport.stats()["peers"][leader.node_id]["received"]
+        for i in range(30):
+            await leader.propose(b"x%d" % i)
+        received = follower.transport.stats()["peers"][leader.node_id]["received"] - before
+        assert received <= 30 + 5, received  # + a heartbeat or two
+        deadline = time.monotonic() + 1.0
+        while sm(follower).applied != sm(leader).applied:
+            assert time.monotonic() < deadline, "the last commit did not reach the follower"
+            await asyncio.sleep(0.005)
 
 
 async def test_an_answered_proposer_sees_safe_time_at_its_entry(tmp_path: Path) -> None:
