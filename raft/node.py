@@ -4,8 +4,9 @@ One asyncio task (`_run`) is the only code that touches the core. Everything els
 peers, proposals, membership calls, reads — is queued and the task is woken. Each loop iteration:
 
     step every queued input -> ready() -> send early messages -> apply committed entries that
-    were already durable here -> persist (one WAL write + fsync, in a worker thread) -> send
-    messages -> apply the other committed entries -> advance()
+    were already durable here -> persist (one WAL write + fsync: on the loop thread for a small
+    batch while no other input waits, else in a worker thread) -> send messages -> apply the
+    other committed entries -> advance()
 
 While the fsync runs, new inputs keep queueing; the next iteration takes them all at once, so
 concurrent proposals share one fsync (group commit) without any timer. Applying what was already
@@ -79,6 +80,9 @@ PROPOSAL_QUEUE_MAX = 100_000
 # (term, index, tm, kind, msgpack headers; an AppendEntries around it) is far below 64 KiB.
 ENTRY_ENVELOPE_BYTES_MAX = 64 * 1024
 PROPOSAL_BYTES_MAX = min(WAL_RECORD_BYTES_MAX, PEER_FRAME_BYTES_MAX) - ENTRY_ENVELOPE_BYTES_MAX
+# A Ready with at most this many entries is made durable on the loop thread when nothing else
+# waits for the loop (see RaftNode._persist_inline); larger ones go to the WAL thread.
+PERSIST_INLINE_ENTRIES_MAX = 8
 # A learner is promoted only once it holds every committed entry but at most this many.
 PROMOTE_LAG_ENTRIES_MAX = 100
 # A peer that sent a Tm beyond our clock + max offset is ignored for this many (maximal) election
@@ -208,6 +212,9 @@ class NodeConfig:
     # With TLS: whether a peer certificate (SHA-256 fingerprint of its DER, hex) is revoked;
     # see PeerTransport. Never persisted: the application keeps the list.
     peer_revoked: Callable[[str], bool] | None = None
+    # Small appends are made durable on the loop thread when it is otherwise idle (see
+    # RaftNode._persist_inline); False: every synced append goes to the WAL thread.
+    persist_inline: bool = True
 
     def core_config(self) -> CoreConfig:
         return CoreConfig(
@@ -311,6 +318,9 @@ class RaftNode:
         self._appended_conf_addresses: dict[int, dict[NodeId, Address]] = {}
         self._applied_addresses: dict[NodeId, Address] = dict(config.peers)
         self._inbox: list[Message] = []
+        # A leader's AppendEntries without entries, per follower, held back for one loop pass
+        # (see _send).
+        self._deferred: dict[NodeId, AppendEntries] = {}
         self._proposals: list[_Proposal] = []
         self._ops: list[_Op] = []
         self._waiting: dict[int, tuple[int, asyncio.Future[ProposalResult]]] = {}
@@ -704,18 +714,24 @@ class RaftNode:
         new_addresses: Mapping[NodeId, Address],
         timeout_ms: int,
     ) -> int:
-        def propose() -> tuple[int, int]:
+        fut: asyncio.Future[ProposalResult] = asyncio.get_running_loop().create_future()
+
+        def propose() -> int:
             core = self._core()
             new = change(core.conf)
             addresses = {n: a for n, a in self.addresses.items() if n in new.members()}
             addresses.update(new_addresses)
-            return core.propose_conf(new, self.clock.now(), context=_encode_addresses(addresses))
+            term, index = core.propose_conf(
+                new, self.clock.now(), context=_encode_addresses(addresses)
+            )
+            # Registered here, in the driver task, not after the op's future resolves: the
+            # driver may persist, commit and apply the entry before this coroutine resumes
+            # (a single voter that persists on the loop thread does so without yielding).
+            self._waiting[index] = (term, fut)
+            return index
 
         deadline = time.monotonic() + timeout_ms / 1000
-        placed: tuple[int, int] = await self._run_op(propose)
-        term, index = placed
-        fut: asyncio.Future[ProposalResult] = asyncio.get_running_loop().create_future()
-        self._waiting[index] = (term, fut)
+        index: int = await self._run_op(propose)
         try:
             await asyncio.wait_for(asyncio.shield(fut), timeout_ms / 1000)
         except TimeoutError:
@@ -937,11 +953,13 @@ class RaftNode:
             while True:
                 await self._wake.wait()
                 self._wake.clear()
-                self._step_inputs()
-                core = self._core()
-                while core.has_ready():
-                    await self._handle_ready(core.ready())
-                    self._step_inputs()  # inputs that arrived during the fsync join this batch
+                await self._drain()
+                if self._deferred:
+                    # Let the proposers just answered run first: one that proposes again makes
+                    # the next AppendEntries carry the commit index (see _send).
+                    await asyncio.sleep(0)
+                    await self._drain()
+                    self._send_deferred()
                 self.loop_iterations += 1
         except asyncio.CancelledError:
             raise
@@ -952,6 +970,42 @@ class RaftNode:
             self._stopped = True
             if self._on_fatal is not None:
                 self._on_fatal(exc)
+
+    async def _drain(self) -> None:
+        self._step_inputs()
+        core = self._core()
+        while core.has_ready():
+            await self._handle_ready(core.ready())
+            self._step_inputs()  # inputs that arrived during the fsync join this batch
+
+    def _send(self, transport: PeerTransport, m: Message) -> None:
+        """Send one message of a Ready, deferring a leader's AppendEntries without entries.
+
+        Such a message only carries the commit index (a commit broadcast) or probes. It waits
+        until the driver has let the proposers it answered run once (see _run): if one of them
+        proposes again, the AppendEntries with the new entry carries the same commit index,
+        and the empty one is dropped as superseded - the follower then handles one message
+        (one Ready, one WAL write) per proposal instead of two, and the leader one ack.
+        Otherwise it is sent at the end of that loop pass. Dropping or delaying a message is
+        always safe in Raft; a superseding message has the same term and a commit index at
+        least as high."""
+        if type(m) is AppendEntries:
+            if not m.entries:
+                self._deferred[m.dst] = m
+                return
+            if self._deferred:
+                prev = self._deferred.get(m.dst)
+                if prev is not None and prev.term == m.term and prev.commit <= m.commit:
+                    del self._deferred[m.dst]
+        transport.send(self._stamp(m))
+
+    def _send_deferred(self) -> None:
+        deferred, self._deferred = self._deferred, {}
+        if self._stopped or self.transport is None:
+            return
+        for m in deferred.values():
+            self.transport.send(m)
+        self.transport.flush()
 
     def _step_inputs(self) -> None:
         core = self._core()
@@ -1004,21 +1058,32 @@ class RaftNode:
             self._applied_ahead_tm = last.tm
             self._applied_ahead_index = last.index
             self._wake_waiters()
-        for m in rd.early_messages:
-            transport.send(self._stamp(m))
+        if rd.early_messages:
+            for m in rd.early_messages:
+                self._send(transport, m)
+            transport.flush()  # on their way before this node blocks in its own fsync
         if rd.snapshot is not None or rd.entries or rd.hard_state is not None:
             wal = self._wal()
-            if rd.snapshot is None and not wal.append_syncs(rd.entries, rd.hard_state):
-                # Only the commit index moves: one small buffered write, no fsync. A hop to the
-                # WAL thread would cost more than the write. Safe here: WAL calls never overlap
-                # (every executor call is awaited before the next WAL call is made).
+            if rd.snapshot is None and (
+                not wal.append_syncs(rd.entries, rd.hard_state) or self._persist_inline(rd)
+            ):
+                # Only the commit index moves (one small buffered write, no fsync), or a small
+                # append while nothing else waits for the loop: written (and fdatasync'd) right
+                # here. A hop to the WAL thread and back costs two thread wake-ups and GIL
+                # hand-offs, more than a small fdatasync itself. Safe here: WAL calls never
+                # overlap (every executor call is awaited before the next WAL call is made),
+                # and nothing below runs before the append has returned.
+                started = time.perf_counter()
                 wal.append(rd.entries, rd.hard_state)
+                self.fsync_seconds_total += time.perf_counter() - started
             else:
                 started = time.perf_counter()
                 await asyncio.get_running_loop().run_in_executor(self._io, self._persist, rd)
                 self.fsync_seconds_total += time.perf_counter() - started
-        for m in rd.messages:
-            transport.send(self._stamp(m))
+        if rd.messages:
+            for m in rd.messages:
+                self._send(transport, m)
+            transport.flush()
         if rd.snapshot is not None:
             app_data, addresses = self._unwrap_snapshot(rd.snapshot.data)
             self.sm.restore(app_data)
@@ -1036,6 +1101,21 @@ class RaftNode:
         core.advance(rd)
         self._wake_waiters()
         await self._maybe_snapshot(core)
+
+    def _persist_inline(self, rd: Ready) -> bool:
+        """Whether to make `rd`'s entries durable on the loop thread rather than the WAL
+        thread. Only a small batch, and only while nothing else waits: the loop is blocked
+        for the fdatasync, which costs nothing when there is nothing else to do (a lone
+        proposal, the follower side of one) but would stall a busy leader, whose proposers
+        (answered by the previous Ready, about to propose again), reads and sends the WAL
+        thread lets run during the disk wait: more than a few proposals in flight mean load."""
+        return (
+            len(rd.entries) <= PERSIST_INLINE_ENTRIES_MAX
+            and len(self._waiting) <= PERSIST_INLINE_ENTRIES_MAX
+            and not self._proposals
+            and not self._inbox
+            and self.config.persist_inline
+        )
 
     def _persist(self, rd: Ready) -> None:
         wal = self._wal()

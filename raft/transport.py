@@ -12,8 +12,11 @@ and appends it to that peer's bounded queue; it never blocks and never raises fo
 trouble. When the queue is full the oldest frame is dropped and counted. A per-peer writer
 task wakes up, takes everything queued, hands it to the socket in one `writelines` (write
 coalescing: a burst of small messages costs one syscall) and awaits `drain()`, so a slow peer
-exerts back-pressure on its own queue only. If the connection fails, the task reconnects with
-exponential backoff and jitter between RECONNECT_BACKOFF_MS_MIN and _MAX.
+exerts back-pressure on its own queue only. `flush()` (the node calls it after each batch of
+sends; otherwise a callback scheduled at the first send does) writes the queue of a link whose
+writer task is parked with nothing in flight directly to its socket, without waking the task: a
+lone message leaves at once instead of one loop iteration later. If the connection fails, the
+task reconnects with exponential backoff and jitter between RECONNECT_BACKOFF_MS_MIN and _MAX.
 
 Snapshot transfers. An InstallSnapshot whose encoding is larger than the chunk size
 (SNAPSHOT_CHUNK_BYTES) is not queued as one frame: the link keeps it as its one pending transfer
@@ -453,7 +456,9 @@ class _Link:
         "auth_failures",
         "connect_failures",
         "connected",
+        "dirty",
         "dropped",
+        "idle_writer",
         "incoming",
         "incoming_done_id",
         "incoming_failed_id",
@@ -488,6 +493,10 @@ class _Link:
         self.queued_bytes = 0
         self.wakeup = asyncio.Event()
         self.task: asyncio.Task[None] | None = None
+        # The connection's writer while the link's writer task is parked with nothing in
+        # flight (see PeerTransport.flush); None otherwise.
+        self.idle_writer: asyncio.StreamWriter | None = None
+        self.dirty = False  # listed in PeerTransport._dirty
         self.connected = False
         self.peer_closed = False
         self.outgoing: _Outgoing | None = None
@@ -559,6 +568,35 @@ class _Inbound:
         self.claimed_id: NodeId = NONE
         self.peer_id: NodeId = NONE
         self.evicted = False  # closed by us to make room (see _make_room)
+
+
+class _Receiver(asyncio.Protocol):
+    """The protocol of an authenticated inbound connection (see PeerTransport._receive)."""
+
+    def __init__(
+        self, owner: PeerTransport, peer_id: NodeId, transport: asyncio.WriteTransport
+    ) -> None:
+        self._owner = owner
+        self._peer_id = peer_id
+        self._transport = transport
+        self._decoder = FrameDecoder(owner._max_frame_bytes)
+        self.done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    def data_received(self, data: bytes) -> None:
+        if self._transport.is_closing():
+            return
+        if not self._owner._receive_data(self._peer_id, self._decoder, data):
+            self._transport.abort()
+
+    def eof_received(self) -> bool:
+        self._owner._log.info("peer %d closed its connection", self._peer_id)
+        return False  # close our side too
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if exc is not None:
+            self._owner._log.info("connection from peer %d failed: %s", self._peer_id, exc)
+        if not self.done.done():
+            self.done.set_result(None)
 
 
 async def _read_handshake_frame(reader: asyncio.StreamReader, decoder: FrameDecoder) -> object:
@@ -715,6 +753,9 @@ class PeerTransport:
         self._bound_port = 0
         self._started = False
         self._stopped = False
+        # Links with frames queued while their writer task was idle: `flush` writes them.
+        self._dirty: list[_Link] = []
+        self._flush_scheduled = False
 
         self._auth_failures_unknown_peer = 0
         self._handshake_failures = 0
@@ -840,7 +881,56 @@ class PeerTransport:
         ):
             link.queued_bytes -= len(queue.popleft())
             link.dropped += 1
-        link.wakeup.set()
+        if link.idle_writer is None:
+            link.wakeup.set()  # the writer task is busy (or reconnecting): it takes the queue
+            return
+        if not link.dirty:
+            link.dirty = True
+            self._dirty.append(link)
+            if not self._flush_scheduled:
+                self._flush_scheduled = True
+                asyncio.get_running_loop().call_soon(self._scheduled_flush)
+
+    def _scheduled_flush(self) -> None:
+        self._flush_scheduled = False
+        self.flush()
+
+    def flush(self) -> None:
+        """Hand the frames queued since the last flush to their sockets now.
+
+        A link whose writer task is parked, with nothing in flight (its socket buffer empty,
+        no snapshot chunks pending), is written here directly, in one `writelines` per link:
+        no wake-up of the writer task, no extra loop iteration, and the bytes leave before the
+        caller goes on (uvloop sends at once when its buffer is empty). Other links are left to
+        their writer task, which keeps back-pressure (drain) and reconnects. Frames sent
+        without a flush are flushed by a callback scheduled at the first of them, so `flush`
+        is an optimisation for callers about to block (the node before an inline fsync), never
+        needed for delivery."""
+        dirty, self._dirty = self._dirty, []
+        for link in dirty:
+            link.dirty = False
+            writer = link.idle_writer
+            if not link.queue:
+                continue
+            if (
+                writer is None
+                or link.has_chunks()
+                or writer.transport.is_closing()
+                or writer.transport.get_write_buffer_size()
+            ):
+                link.wakeup.set()
+                continue
+            frames = list(link.queue)
+            link.queue.clear()
+            link.queued_bytes = 0
+            try:
+                writer.writelines(frames)
+            except (OSError, RuntimeError):
+                # The connection broke under us (as in the writer task, the frames are lost;
+                # Raft retries). The writer task finds out and reconnects.
+                link.wakeup.set()
+                continue
+            link.sent += len(frames)
 
     def _send_snapshot(self, link: _Link, msg: InstallSnapshot, head: bytes) -> None:
         size = len(head) + len(msg.snapshot.data)
@@ -1186,7 +1276,10 @@ class PeerTransport:
         watcher = asyncio.get_running_loop().create_task(self._watch(link, reader, writer))
         try:
             while True:
+                # Parked: `flush` may write to the connection directly meanwhile.
+                link.idle_writer = writer
                 await link.wakeup.wait()
+                link.idle_writer = None
                 link.wakeup.clear()
                 if link.peer_closed:
                     raise ConnectionResetError("peer closed the connection")
@@ -1214,6 +1307,7 @@ class PeerTransport:
                     # Back-pressure: wait while the socket buffer is above its high-water mark.
                     await writer.drain()
         finally:
+            link.idle_writer = None
             watcher.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await watcher
@@ -1278,7 +1372,7 @@ class PeerTransport:
                 if other is not conn and other.peer_id == peer_id:
                     other.writer.transport.abort()
             self._log.info("peer %d connected from %s", peer_id, peername)
-            await self._receive(peer_id, reader)
+            await self._receive(peer_id, reader, writer)
         finally:
             self._inbound.pop(conn, None)
             self._fingerprints.pop(writer, None)
@@ -1370,29 +1464,46 @@ class PeerTransport:
         )
         return client_id
 
-    async def _receive(self, peer_id: NodeId, reader: asyncio.StreamReader) -> None:
-        decoder = FrameDecoder(self._max_frame_bytes)
-        while True:
-            try:
-                data = await reader.read(PEER_READ_CHUNK_BYTES)
-            except OSError as exc:
-                self._log.info("connection from peer %d failed: %s", peer_id, exc)
-                return
-            if not data:
-                self._log.info("peer %d closed its connection", peer_id)
-                return
-            link = self._links.get(peer_id)
-            if link is None:
-                return  # removed by set_peers while we were reading
-            try:
-                decoder.feed(data)
-                while (obj := decoder.next_frame()) is not NEED_DATA:
-                    self._deliver(link, obj)
-            except (FrameTooLargeError, MalformedFrameError) as exc:
-                # The stream is out of sync: nothing after this point can be trusted.
-                link.malformed += 1
-                self._log.warning("closing connection from peer %d: %s", peer_id, exc)
-                return
+    async def _receive(
+        self, peer_id: NodeId, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        """Deliver the authenticated peer's messages until its connection ends.
+
+        The connection's protocol is swapped for a `_Receiver`, which decodes and delivers in
+        its `data_received` callback: a message reaches the node in the loop iteration its
+        bytes arrive in, without a StreamReader buffer and a task wake-up per read."""
+        receiver = _Receiver(self, peer_id, writer.transport)
+        # The peer speaks only after our welcome, which went out in this same loop iteration,
+        # so the StreamReader should hold nothing; whatever it holds is delivered first anyway.
+        # (asyncio has no public way to take the bytes a StreamReader holds without awaiting.)
+        held: bytearray = reader._buffer  # type: ignore[attr-defined]
+        buffered = bytes(held)
+        held.clear()
+        ended = reader.at_eof() or reader.exception() is not None or writer.transport.is_closing()
+        if not ended:
+            writer.transport.set_protocol(receiver)
+        if buffered:
+            receiver.data_received(buffered)
+        if ended:
+            self._log.info("peer %d closed its connection", peer_id)
+            return
+        await receiver.done
+
+    def _receive_data(self, peer_id: NodeId, decoder: FrameDecoder, data: bytes) -> bool:
+        """Decode and deliver `data` from the peer; False: the connection must close."""
+        link = self._links.get(peer_id)
+        if link is None:
+            return False  # removed by set_peers
+        try:
+            decoder.feed(data)
+            while (obj := decoder.next_frame()) is not NEED_DATA:
+                self._deliver(link, obj)
+        except (FrameTooLargeError, MalformedFrameError) as exc:
+            # The stream is out of sync: nothing after this point can be trusted.
+            link.malformed += 1
+            self._log.warning("closing connection from peer %d: %s", peer_id, exc)
+            return False
+        return True
 
     def _deliver(self, link: _Link, obj: object) -> None:
         if (

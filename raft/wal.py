@@ -61,8 +61,9 @@ Invariants
 
 Concurrency
 -----------
-NOT thread-safe, by design: the node driver serialises all calls (it runs each in a worker thread,
-one at a time). Across processes, an exclusive ``flock`` on ``LOCK`` keeps a second process out.
+NOT thread-safe, by design: the node driver serialises all calls (each runs on its loop thread or
+in its one worker thread, and every worker call is awaited before the next call is made). Across
+processes, an exclusive ``flock`` on ``LOCK`` keeps a second process out.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ import asyncio
 import random
 import socket
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -22,7 +22,17 @@ import pytest
 from hlc import HybridClock, SystemClock
 from raft.core.errors import ConfChangeError
 from raft.core.ready import Ready
-from raft.core.types import ConfState, Entry, EntryKind, Heartbeat, Snapshot, SnapshotMeta
+from raft.core.types import (
+    AppendResponse,
+    ConfState,
+    Entry,
+    EntryKind,
+    HardState,
+    Heartbeat,
+    Message,
+    Snapshot,
+    SnapshotMeta,
+)
 from raft.node import (
     PROPOSAL_BYTES_MAX,
     NodeConfig,
@@ -65,7 +75,12 @@ def free_ports(count: int) -> list[int]:
 
 @asynccontextmanager
 async def cluster(
-    tmp_path: Path, size: int, *, election_timeout_ms: int = 150
+    tmp_path: Path,
+    size: int,
+    *,
+    election_timeout_ms: int = 150,
+    heartbeat_interval_ms: int = 50,
+    persist_inline: bool = True,
 ) -> AsyncIterator[dict[int, RaftNode]]:
     ids = list(range(1, size + 1))
     peers = dict(zip(ids, (("127.0.0.1", p) for p in free_ports(size)), strict=True))
@@ -80,6 +95,8 @@ async def cluster(
                 peers=peers,
                 secret=SECRET,
                 election_timeout_ms=election_timeout_ms,
+                heartbeat_interval_ms=heartbeat_interval_ms,
+                persist_inline=persist_inline,
             ),
             ListStateMachine(),
             clock=HybridClock(SystemClock()),
@@ -329,6 +346,66 @@ async def test_a_lone_proposer_pays_one_fsync_per_proposal(tmp_path: Path) -> No
         for i in range(20):
             await leader.propose(b"x%d" % i)
         assert wal.stats().fsyncs - before <= 20 + 2  # + idle TICK entries, if any
+
+
+@pytest.mark.parametrize("persist_inline", [True, False])
+async def test_a_follower_acks_entries_only_once_its_wal_append_returned(
+    tmp_path: Path, persist_inline: bool
+) -> None:
+    # Lone proposals (small Readies: persisted on the loop thread) and a burst (larger ones:
+    # the WAL thread); with persist_inline=False always the WAL thread. Either way an ack
+    # may only leave after the append that makes its entries durable has returned.
+    async with cluster(tmp_path, 3, persist_inline=persist_inline) as nodes:
+        leader = await leader_of(nodes)
+        follower = next(n for n in nodes.values() if n is not leader)
+        wal, transport = follower.wal, follower.transport
+        assert wal is not None and transport is not None
+        durable = [wal.stats().last_index]
+        acked: list[int] = []
+        real_append, real_send = wal.append, transport.send
+
+        def append(entries: Sequence[Entry], hard_state: HardState | None) -> None:
+            real_append(entries, hard_state)
+            if entries:
+                durable.append(entries[-1].index)
+
+        def send(m: Message) -> None:
+            if isinstance(m, AppendResponse) and not m.reject:
+                assert m.index <= durable[-1], (m.index, durable[-1])
+                acked.append(m.index)
+            real_send(m)
+
+        wal.append = append  # type: ignore[method-assign]
+        transport.send = send  # type: ignore[method-assign]
+        for i in range(20):
+            await leader.propose(b"lone%d" % i)
+        results = await asyncio.gather(*(leader.propose(b"burst%d" % i) for i in range(300)))
+        deadline = time.monotonic() + ELECTION_WAIT_S
+        while sm(follower).applied != sm(leader).applied:
+            assert time.monotonic() < deadline, "the follower did not catch up"
+            await asyncio.sleep(0.01)
+        assert acked and max(acked) >= results[-1].index
+
+
+async def test_a_lone_proposers_commit_rides_on_its_next_append(tmp_path: Path) -> None:
+    # The commit broadcast (an AppendEntries without entries) is held back one loop pass: a
+    # proposer that proposes again makes the next AppendEntries carry the commit, so a follower
+    # gets one message per proposal, not two. Heartbeats are 2 s apart here: a follower that
+    # applies the last entry soon learned its commit from a deferred broadcast, not from them.
+    async with cluster(tmp_path, 3, election_timeout_ms=3000, heartbeat_interval_ms=2000) as n:
+        leader = await leader_of(n)
+        await leader.propose(b"warm-up")
+        follower = next(f for f in n.values() if f is not leader)
+        assert follower.transport is not None
+        before = follower.transport.stats()["peers"][leader.node_id]["received"]
+        for i in range(30):
+            await leader.propose(b"x%d" % i)
+        received = follower.transport.stats()["peers"][leader.node_id]["received"] - before
+        assert received <= 30 + 5, received  # + a heartbeat or two
+        deadline = time.monotonic() + 1.0
+        while sm(follower).applied != sm(leader).applied:
+            assert time.monotonic() < deadline, "the last commit did not reach the follower"
+            await asyncio.sleep(0.005)
 
 
 async def test_an_answered_proposer_sees_safe_time_at_its_entry(tmp_path: Path) -> None:
