@@ -83,6 +83,9 @@ PROPOSAL_BYTES_MAX = min(WAL_RECORD_BYTES_MAX, PEER_FRAME_BYTES_MAX) - ENTRY_ENV
 # A Ready with at most this many entries is made durable on the loop thread when nothing else
 # waits for the loop (see RaftNode._persist_inline); larger ones go to the WAL thread.
 PERSIST_INLINE_ENTRIES_MAX = 8
+# ... and at most this many bytes of entry data: writing a large entry (a commit of 10k files is
+# megabytes) blocks the loop long enough to delay heartbeats and cost the leadership.
+PERSIST_INLINE_BYTES_MAX = 64 * 1024
 # A learner is promoted only once it holds every committed entry but at most this many.
 PROMOTE_LAG_ENTRIES_MAX = 100
 # A peer that sent a Tm beyond our clock + max offset is ignored for this many (maximal) election
@@ -730,7 +733,6 @@ class RaftNode:
             self._waiting[index] = (term, fut)
             return index
 
-        deadline = time.monotonic() + timeout_ms / 1000
         index: int = await self._run_op(propose)
         try:
             await asyncio.wait_for(asyncio.shield(fut), timeout_ms / 1000)
@@ -738,39 +740,11 @@ class RaftNode:
             raise ProposalTimeoutError(
                 f"membership change not applied within {timeout_ms} ms; outcome unknown"
             ) from None
-        await self._await_new_quorum(index, deadline)
+        # Applied means committed, and a change counts from its append (raft.core.raft), so
+        # it committed on a majority of the *new* voters, each holding it durably (followers
+        # ack after fsync; the leader counts itself once persisted): an operator who now stops
+        # a removed node, or counts on a new voter, acts on a change the new membership holds.
         return index
-
-    async def _await_new_quorum(self, index: int, deadline: float) -> None:
-        """Reply to a membership change only once its entry is durable on a majority of the new
-        voters (followers ack entries after fsync), not only on the old majority that
-        committed it: an operator who then stops a removed node, or counts on a new voter,
-        acts on a change the new membership holds. The leader's own entries count once
-        persisted. Losing leadership first is reported too (the change is applied, but not
-        confirmed on the new membership)."""
-        while True:
-            core = self._core()
-            if not core.is_leader():
-                raise ProposalTimeoutError(
-                    f"membership change {index} applied, but this node lost leadership before "
-                    "a majority of the new voters confirmed they hold it; check the cluster's "
-                    "status (is a majority of the new voters up?)"
-                )
-            voters = core.conf.voters
-            durable = 0
-            for n in voters:
-                if n == self.node_id:
-                    durable += core.log.stable_index >= index
-                elif n in core.progress:
-                    durable += core.progress[n].match >= index
-            if durable >= len(voters) // 2 + 1:
-                return
-            if time.monotonic() >= deadline:
-                raise ProposalTimeoutError(
-                    f"membership change {index} applied, but only {durable} of the new "
-                    f"{len(voters)} voters hold it; check that a majority of them is up"
-                )
-            await asyncio.sleep(self.config.tick_ms / 1000)
 
     def _on_message(self, m: Message) -> None:
         if self._clock_fenced(m):
@@ -1108,13 +1082,15 @@ class RaftNode:
         for the fdatasync, which costs nothing when there is nothing else to do (a lone
         proposal, the follower side of one) but would stall a busy leader, whose proposers
         (answered by the previous Ready, about to propose again), reads and sends the WAL
-        thread lets run during the disk wait: more than a few proposals in flight mean load."""
+        thread lets run during the disk wait: more than a few proposals in flight mean load.
+        Large entries go to the WAL thread too: their write alone would hold the loop."""
         return (
             len(rd.entries) <= PERSIST_INLINE_ENTRIES_MAX
             and len(self._waiting) <= PERSIST_INLINE_ENTRIES_MAX
             and not self._proposals
             and not self._inbox
             and self.config.persist_inline
+            and sum(len(e.data) for e in rd.entries) <= PERSIST_INLINE_BYTES_MAX
         )
 
     def _persist(self, rd: Ready) -> None:
