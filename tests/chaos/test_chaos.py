@@ -1,7 +1,7 @@
 """Fault injection against real daemon processes, with a recorded history and checkers.
 
     make chaos SEEDS=1,2,3 DURATION=120      # long runs; `make test` runs one short seed
-    make chaos SEEDS=4 FAULTS=network        # only one family of faults (process|network|all)
+    make chaos SEEDS=4 FAULTS=network        # one family: process|network|overlap|client|member
 
 A seeded schedule of faults runs while clients drive a workload; every operation is recorded as
 invoke -> ok / fail / unknown, every read with the node that answered, and then the history is
@@ -33,16 +33,22 @@ A known product bug can wedge the cluster (every node fenced for its clock, no l
 docs/chaos.md): a run that meets it restarts the nodes, goes on, checks everything, and ends as
 XFAIL naming it.
 
+Also (issue 10): protected timestamps and GC (reads at a protected ts on every node, its files
+on disk, the threshold below it, no acknowledged protection lost), schema leases (no version
+>= v + 2 published while a lease on v was surely live), a snapshot transfer cut or its follower
+killed mid-way, a follower removed and added back with a wiped data directory while links
+misbehave, and the reader cut from nodes (every failed read typed and retryable).
+
 Not covered here (see docs/chaos.md): clock skew of the leader (tests/raft/test_clock_fence.py
-covers a leader whose clock jumps ahead), snapshot transfer to a far-behind follower, TLS,
-partitions between clients and nodes. A failure prints the seed; `CHAOS_SEEDS=<seed>` (with the
-same CHAOS_FAULTS) replays the same fault schedule (the timing of a real cluster still varies
-from run to run).
+covers a leader whose clock jumps ahead), TLS unless CHAOS_TLS=1. A failure prints the seed;
+`CHAOS_SEEDS=<seed>` (with the same CHAOS_FAULTS) replays the same fault schedule (the timing of
+a real cluster still varies from run to run).
 """
 
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import random
 import shutil
@@ -53,6 +59,7 @@ import tomllib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from datetime import datetime
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -533,6 +540,10 @@ def _protector(
                         with h.lock:
                             h.gc_runs.append(exc.code.value)
                 time.sleep(0.1)
+            if stop.is_set():
+                # Kept to the end: the final check reads it on every node, after a GC run.
+                rec["held_at_end"] = True
+                break
             rec["t_release"] = time.monotonic()
             outcome, result, unknown_before = _retry(
                 lambda rid=rid: client.release_protection(rid), 5.0
@@ -979,6 +990,15 @@ def _network_fault(c: ChaosCluster, rng: random.Random, kind: str, h: History, n
             with h.lock:
                 errors_before = len(h.read_errors)
             time.sleep(hold_s)
+
+            def every_cut_node_failed_a_read() -> bool:
+                with h.lock:
+                    failed = {e[0] for e in h.read_errors[errors_before:]}
+                return failed >= set(cut_nodes)
+
+            # Held until the reader has met each cut (its reads of a cut node take up to
+            # their 1.5 s budget to fail, and it asks the nodes in turn), at most 5 s more.
+            _wait_for(every_cut_node_failed_a_read, 5.0)
             net.heal()
             healed_at = time.monotonic()
             with h.lock:
@@ -986,7 +1006,7 @@ def _network_fault(c: ChaosCluster, rng: random.Random, kind: str, h: History, n
                 errors = len(h.read_errors) - errors_before
             desc = (
                 f"reader_partition (reader cut from nodes {cut_nodes} by {mode} for "
-                f"{hold_s:.1f} s, {errors} reads failed meanwhile"
+                f"{healed_at - cut_at:.1f} s, {errors} reads failed meanwhile"
             )
         elif kind == "snapshot_install":
             desc = _snapshot_install(c, rng, h, n)
@@ -1034,6 +1054,21 @@ def _log_count(c: MetastoreCluster, node: int, needle: str) -> int:
     return path.read_text(errors="replace").count(needle)
 
 
+def _log_times(c: MetastoreCluster, node: int, needle: str) -> list[float]:
+    """When (wall clock, s) `node` logged a line holding `needle` (JSON lines with "ts")."""
+    path = c.dir / f"stdout-{node}.log"
+    if not path.exists():
+        return []
+    out = []
+    for line in path.read_text(errors="replace").splitlines():
+        if needle in line and line.startswith("{"):
+            try:
+                out.append(datetime.fromisoformat(json.loads(line)["ts"]).timestamp())
+            except (ValueError, KeyError, TypeError):
+                continue
+    return out
+
+
 def _wait_for(predicate: Callable[[], bool], budget_s: float) -> bool:
     deadline = time.monotonic() + budget_s
     while time.monotonic() < deadline:
@@ -1069,12 +1104,25 @@ def _snapshot_install(c: ChaosCluster, rng: random.Random, h: History, n: int) -
         # What the victim's log may hold: at most what the leader had appended when the cut
         # began (its commit index then, plus the entries in flight; IN_FLIGHT_MARGIN bounds
         # them). The leader keeps SNAPSHOT_KEEP entries behind its snapshot.
-        lst = c.try_status(leader) or {}
-        held = max(int(lst.get("commit_index", 0)), int(lst.get("applied_index", 0)))
+        at_cut: dict[str, Any] = {}
+
+        def leader_status() -> bool:
+            at_cut.update(c.try_status(leader) or {})
+            return bool(at_cut)
+
+        _wait_for(leader_status, 5.0)
+        held = max(int(at_cut.get("commit_index", 0)), int(at_cut.get("applied_index", 0)))
+        at_behind: dict[str, Any] = {}
 
         def behind() -> bool:
             st = c.try_status(leader)
-            return bool(st and st["snapshot_index"] > held + IN_FLIGHT_MARGIN + SNAPSHOT_KEEP)
+            at_behind.update(st or {})
+            return bool(
+                held
+                and st
+                and st["role"] == "leader"
+                and st["snapshot_index"] > held + IN_FLIGHT_MARGIN + SNAPSHOT_KEEP
+            )
 
         needs_snapshot = _wait_for(behind, 20.0)
     cut_s = iso.healed_at - iso.cut_at
@@ -1087,9 +1135,14 @@ def _snapshot_install(c: ChaosCluster, rng: random.Random, h: History, n: int) -
     link = [f"raft {leader}->{victim}"]
     net.delay(link, 400.0)
     began = _wait_for(lambda: _log_count(c, victim, started) > starts, 15.0)
-    assert began, f"snapshot_install: no snapshot transfer from {leader} reached {victim}"
+    assert began, (
+        f"snapshot_install: no snapshot transfer from {leader} reached {victim} (the cut began "
+        f"at the leader's index {held}, its log was compacted to "
+        f"{at_behind.get('snapshot_index')} before the heal; now leader "
+        f"{_leader(c, h, wait_s=1.0)}, follower status {c.try_status(victim)})"
+    )
     time.sleep(rng.uniform(0.05, 0.25))
-    mid = _log_count(c, victim, complete) == completes
+    faulted_at = time.time()
     if mode == "reset":
         resets = net.close_connections(c.pairs([leader], [victim]) + c.pairs([victim], [leader]))
         what = f"{resets} connections reset"
@@ -1098,6 +1151,8 @@ def _snapshot_install(c: ChaosCluster, rng: random.Random, h: History, n: int) -
         time.sleep(rng.uniform(0.5, 1.5))
         c.start(victim)
         what = "follower killed -9 and restarted"
+    # Mid-way: the transfer from the leader had not completed when the fault hit.
+    mid = sum(t < faulted_at for t in _log_times(c, victim, complete)) == completes
     time.sleep(0.3)
     net.heal()
     lst = c.try_status(leader) or {}
@@ -1109,12 +1164,12 @@ def _snapshot_install(c: ChaosCluster, rng: random.Random, h: History, n: int) -
             vst
             and vst["ready"]
             and vst["applied_index"] >= target
-            and _log_count(c, victim, "complete: snapshot index") > 0
+            and any(t > faulted_at for t in _log_times(c, victim, "complete: snapshot index"))
         )
 
     assert _wait_for(caught_up, 30.0), (
-        f"snapshot_install: follower {victim} did not catch up to {target} after the "
-        f"transfer was faulted ({what}): {c.try_status(victim)}"
+        f"snapshot_install: follower {victim} did not receive a whole snapshot and catch up "
+        f"to {target} after the transfer was faulted ({what}): {c.try_status(victim)}"
     )
     received = _log_count(c, victim, "complete: snapshot index")
     # The follower answers as the leader does, at the newest acknowledged commit.
@@ -1466,7 +1521,7 @@ def _check(c: MetastoreCluster, h: History, seed: int, schedule: list[str], loca
         probed = _check_isolated(h, where)
         assert not h.worker_errors, f"a workload thread crashed: {h.worker_errors} {where}"
         failed_reads = _check_read_errors(h, where)
-        pts = _check_protections(final, h, location, where)
+        pts = _check_protections(c, final, h, location, where)
         leases = _check_leases(final, h, where)
         for i in c.ids:  # the membership the cluster was meant to end with
             st = c.try_status(i)
@@ -1510,7 +1565,9 @@ def _check_read_errors(h: History, where: str) -> str:
     return f"{len(h.read_errors)} failed, all retryable: {codes}"
 
 
-def _check_protections(final: SyncMetastoreClient, h: History, location: Path, where: str) -> str:
+def _check_protections(
+    c: MetastoreCluster, final: SyncMetastoreClient, h: History, location: Path, where: str
+) -> str:
     """Protected timestamps under faults: every read at a protected ts while the protection
     was held answered exactly the file of the commit at that ts, on every node, and that file
     was on disk; the table's threshold stayed below it; an acknowledged protection is never
@@ -1535,14 +1592,33 @@ def _check_protections(final: SyncMetastoreClient, h: History, location: Path, w
             assert shown.get("reason") == "release", (
                 f"acknowledged protection {rid} ended by {shown.get('reason')}, not by us {where}"
             )
+    for rid, rec in acked.items():
+        if not rec.get("held_at_end"):
+            continue
+        # Held through the last faults: once healed, a GC run, then every node must list the
+        # commit's file at its ts, and the file must be on disk.
+        final.gc_run(GC_TABLE, timeout_ms=10_000)
+        for node in c.ids:
+            with _client(c, [node], 10_000) as client:
+                paths = {f["path"] for f in client.files(GC_TABLE, as_of=rec["ts"])["files"]}
+            assert paths == {rec["path"]}, (
+                f"node {node} listed {sorted(paths)} at {rec['ts']}, protected to the end by "
+                f"{rid}, not {rec['path']} {where}"
+            )
+        assert (location / rec["path"]).exists(), (
+            f"{rec['path']} deleted while {rid} held it to the end {where}"
+        )
+        assert final.release_protection(rid)["released"], f"{rid} was gone at the end {where}"
     assert acked, f"no protection was acknowledged {where}"
     assert h.protected_reads, f"no read at a protected ts was answered {where}"
     with h.lock:
         written = [o["path"] for o in h.gc_commits.values() if o["outcome"] == "ok"]
     deleted = sum(not (location / p).exists() for p in written)
     assert deleted, f"GC deleted none of the {len(written)} dead files of {GC_TABLE} {where}"
+    kept = sum(bool(r.get("held_at_end")) for r in acked.values())
     return (
-        f"protections {len(acked)}/{len(by_id)} acknowledged, {len(h.protected_reads)} "
+        f"protections {len(acked)}/{len(by_id)} acknowledged ({kept} held to the end), "
+        f"{len(h.protected_reads)} "
         f"protected reads, GC deleted {deleted} files (runs: {len(h.gc_runs)})"
     )
 
