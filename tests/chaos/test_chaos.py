@@ -1617,8 +1617,12 @@ def _check_protections(
     deleted = sum(not (location / p).exists() for p in written)
     assert deleted, f"GC deleted none of the {len(written)} dead files of {GC_TABLE} {where}"
     kept = sum(bool(r.get("held_at_end")) for r in acked.values())
+    refused = sorted(
+        f"{r.get('outcome')}: {r.get('error')}" for r in by_id.values() if r.get("outcome") != "ok"
+    )
     return (
-        f"protections {len(acked)}/{len(by_id)} acknowledged ({kept} held to the end), "
+        f"protections {len(acked)}/{len(by_id)} acknowledged ({kept} held to the end; "
+        f"not acknowledged: {refused}), "
         f"{len(h.protected_reads)} "
         f"protected reads, GC deleted {deleted} files (runs: {len(h.gc_runs)})"
     )
