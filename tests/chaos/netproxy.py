@@ -56,6 +56,7 @@ from typing import Any, TypeVar
 T = TypeVar("T")
 
 CALL_TIMEOUT_S = 10.0  # longest wait for the proxy's loop from a test thread
+RESERVED_TRIES_MAX = 64  # listeners bound aside, at most, to find a port not reserved
 CONNECT_TIMEOUT_S = 3.0  # connecting to a pair's target
 STOP_TIMEOUT_S = 10.0
 READ_CHUNK_BYTES = 64 * 1024
@@ -260,6 +261,7 @@ class NetProxy:
         self._thread: threading.Thread | None = None
         self._accepting: set[asyncio.Task[Any]] = set()
         self._stopping = False
+        self.reserved: set[int] = set()  # ports never to listen on (see reserve)
 
     # ---- lifecycle (test thread) --------------------------------------------------------------
 
@@ -294,6 +296,11 @@ class NetProxy:
         self.stop()
 
     # ---- pairs (test thread) ------------------------------------------------------------------
+
+    def reserve(self, ports: Iterable[int]) -> None:
+        """Never listen on these ports: they were chosen (free at that moment) for processes
+        that will bind them later, and a listener of ours there would take their place."""
+        self.reserved.update(ports)
 
     def add(self, name: str, target: tuple[str, int]) -> int:
         """A new pair forwarding to `target`; returns the port its listener is bound to."""
@@ -415,6 +422,17 @@ class NetProxy:
         listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         listener.bind((self.host, 0))
+        held = []  # ports the caller reserved (e.g. chosen for nodes not started yet)
+        while listener.getsockname()[1] in self.reserved and len(held) < RESERVED_TRIES_MAX:
+            held.append(listener)
+            listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            listener.bind((self.host, 0))
+        for sock in held:
+            sock.close()
+        if listener.getsockname()[1] in self.reserved:
+            listener.close()
+            raise OSError(f"no free port outside the reserved ones for pair {name!r}")
         listener.listen(128)
         listener.setblocking(False)
         pair.listener = listener

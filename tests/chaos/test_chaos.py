@@ -1,7 +1,7 @@
 """Fault injection against real daemon processes, with a recorded history and checkers.
 
     make chaos SEEDS=1,2,3 DURATION=120      # long runs; `make test` runs one short seed
-    make chaos SEEDS=4 FAULTS=network        # only one family of faults (process|network|all)
+    make chaos SEEDS=4 FAULTS=network        # one family: process|network|overlap|client|member
 
 A seeded schedule of faults runs while clients drive a workload; every operation is recorded as
 invoke -> ok / fail / unknown, every read with the node that answered, and then the history is
@@ -33,18 +33,25 @@ A known product bug can wedge the cluster (every node fenced for its clock, no l
 docs/chaos.md): a run that meets it restarts the nodes, goes on, checks everything, and ends as
 XFAIL naming it.
 
+Also (issue 10): protected timestamps and GC (reads at a protected ts on every node, its files
+on disk, the threshold below it, no acknowledged protection lost), schema leases (no version
+>= v + 2 published while a lease on v was surely live), a snapshot transfer cut or its follower
+killed mid-way, a follower removed and added back with a wiped data directory while links
+misbehave, and the reader cut from nodes (every failed read typed and retryable).
+
 Not covered here (see docs/chaos.md): clock skew of the leader (tests/raft/test_clock_fence.py
-covers a leader whose clock jumps ahead), snapshot transfer to a far-behind follower, TLS,
-partitions between clients and nodes. A failure prints the seed; `CHAOS_SEEDS=<seed>` (with the
-same CHAOS_FAULTS) replays the same fault schedule (the timing of a real cluster still varies
-from run to run).
+covers a leader whose clock jumps ahead), TLS unless CHAOS_TLS=1. A failure prints the seed;
+`CHAOS_SEEDS=<seed>` (with the same CHAOS_FAULTS) replays the same fault schedule (the timing of
+a real cluster still varies from run to run).
 """
 
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import random
+import shutil
 import signal
 import threading
 import time
@@ -52,6 +59,7 @@ import tomllib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from datetime import datetime
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -79,14 +87,19 @@ NETWORK_FAULTS = ("partition", "partition_minority", "asymmetric", "delay", "fla
 # Two faults at once: a kill -9 (and restart) of the leader while it is cut off, or while
 # every link is slow.
 OVERLAPPING_FAULTS = ("partition_kill", "delay_kill")
-# The workload's clients cut off from the leader (the nodes still reach each other).
-CLIENT_FAULTS = ("client_partition",)
+# The workload's clients cut off from the leader (the nodes still reach each other), and the
+# reader (with its protected-timestamp reads) cut off from some nodes.
+CLIENT_FAULTS = ("client_partition", "reader_partition")
+# A follower cut off until it needs a snapshot, whose transfer is then cut or whose process is
+# killed mid-way; a follower removed and added back (fresh data dir) while links misbehave.
+MEMBER_FAULTS = ("snapshot_install", "membership")
 FAULT_SETS = {
     "process": PROCESS_FAULTS,
     "network": NETWORK_FAULTS,
     "overlap": OVERLAPPING_FAULTS,
     "client": CLIENT_FAULTS,
-    "all": PROCESS_FAULTS + NETWORK_FAULTS + OVERLAPPING_FAULTS + CLIENT_FAULTS,
+    "member": MEMBER_FAULTS,
+    "all": PROCESS_FAULTS + NETWORK_FAULTS + OVERLAPPING_FAULTS + CLIENT_FAULTS + MEMBER_FAULTS,
 }
 FAULTS = os.environ.get("CHAOS_FAULTS", "all")
 # CHAOS_TLS=1: the nodes run with mutual TLS between peers and TLS on the client ports (a dev
@@ -94,6 +107,24 @@ FAULTS = os.environ.get("CHAOS_FAULTS", "all")
 TLS = os.environ.get("CHAOS_TLS", "") == "1"
 TABLES = ("ch.a", "ch.b")
 DDL_TABLE = "ch.ddl"
+# Overwritten by every commit (one real file on disk each), with a 1 s GC TTL: the files of
+# older commits die at once and GC deletes them unless a protection holds them.
+GC_TABLE = "ch.gc"
+GC_TTL = "1s"
+# Commits of many files with long paths, made before the faults when the schedule has a
+# snapshot_install: the snapshot is then larger than SNAPSHOT_CHUNK_BYTES (1 MiB) and travels
+# in chunks, so the fault can cut a transfer in the middle.
+PAD_TABLE = "ch.pad"
+PAD_COMMITS = 3
+PAD_FILES = 6_000
+# Snapshots often, few entries kept behind them: a follower cut off for a few seconds needs a
+# snapshot.
+SNAPSHOT_EVERY = 200
+SNAPSHOT_KEEP = 20
+# Entries the leader may have appended beyond its commit index when a follower is cut off.
+IN_FLIGHT_MARGIN = 100
+SESSION_TTL_MS = 2_000
+SESSION_HEARTBEAT_MS = 300
 # An error that does not say whether the operation happened.
 UNKNOWN_CODES = {ErrorCode.UNAVAILABLE, ErrorCode.TIMEOUT, ErrorCode.UNKNOWN, ErrorCode.INTERNAL}
 MIN_ACKED_COMMITS = 10
@@ -114,6 +145,12 @@ WEDGE_S = 8.0
 # The "delay" fault's one-way delay per link, and its jitter.
 DELAY_MS = (50, 200)
 DELAY_JITTER_MS = 20
+# The membership fault's delay: while a follower is out, the two voters left need their one
+# link for every election and commit, and DELAY_MS both ways (up to 440 ms a round trip) is
+# beyond Raft's timing rule (round trip << election timeout, 300-600 ms here): seeds 7 (60 s,
+# member) and 15 (10 s, all) met a 20 s election livelock (term 27, no leader known to the
+# follower). See docs/chaos.md.
+MEMBER_DELAY_MS = (20, 100)
 
 
 @dataclass(slots=True)
@@ -130,7 +167,10 @@ class History:
     commits: dict[str, dict[str, Any]] = field(default_factory=dict)  # txn id -> op
     ddls: list[dict[str, Any]] = field(default_factory=list)
     reads: list[tuple[int, str, int, frozenset[str]]] = field(default_factory=list)
-    safe_times: dict[int, list[int]] = field(default_factory=dict)
+    # Safe time samples per (node, member incarnation): a member removed, wiped and added
+    # back is a new member (a fresh identity) under the same node id; see docs/chaos.md.
+    safe_times: dict[tuple[int, int], list[int]] = field(default_factory=dict)
+    incarnations: dict[int, int] = field(default_factory=dict)  # node -> times re-added
     terms: set[int] = field(default_factory=set)
     faults: list[str] = field(default_factory=list)
     fences_seen: int = 0  # skewed nodes seen fencing themselves
@@ -139,6 +179,28 @@ class History:
     isolated_ops: list[tuple[int, str, float, float, str, str]] = field(default_factory=list)
     wedges: list[str] = field(default_factory=list)  # the known clock-fence wedge, seen
     client_cut_acks: list[int] = field(default_factory=list)  # commits acked per client cut
+    # Errors the reader (and the protected reads) got: (node, op, code, retryable, t); an
+    # exception that is not a typed MetastoreError is recorded with code "untyped: ...".
+    read_errors: list[tuple[int, str, str, bool, float]] = field(default_factory=list)
+    reader_cuts: list[Isolation] = field(default_factory=list)  # reader cut off from a node
+    # Commits to GC_TABLE: txn id -> {path, outcome, ts}
+    gc_commits: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # Protections: record id -> {ts, outcome, t_ack, t_release, release, path}
+    protections: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # Reads at a protected ts while the protection was held: (record id, node, paths, t)
+    protected_reads: list[tuple[str, int, frozenset[str], float]] = field(default_factory=list)
+    missing_files: list[str] = field(default_factory=list)  # protected files not on disk
+    thresholds: list[tuple[str, int, int]] = field(default_factory=list)  # (record, ts, G) held
+    gc_deleted: int = 0  # files deleted by the gc_run calls that answered
+    gc_runs: list[str] = field(default_factory=list)  # outcome of every gc_run
+    # Leases: one entry per hold: {version, ops: [(t_entry, deadline)], blocked}
+    leases: list[dict[str, Any]] = field(default_factory=list)
+    ddl_blocked: int = 0  # SCHEMA_CHANGE_BLOCKED answers the DDL client waited on
+    membership_changes: list[str] = field(default_factory=list)
+    # Per re-add: how far (ms) the new member's first ready safe time was behind the last one
+    # the removed member reported (0: not behind).
+    safe_time_back_ms: list[int] = field(default_factory=list)
+    worker_errors: list[str] = field(default_factory=list)  # a workload thread that crashed
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
@@ -146,19 +208,28 @@ class ChaosCluster(MetastoreCluster):
     """A MetastoreCluster whose nodes, with a proxy, reach each other only through it: node i
     connects to node j's Raft port and forwards to j's client port through the pairs
     "raft i->j" and "fwd i->j". The workload's clients (committers, DDL) reach node i through
-    the pair "client->i"; the reader and the probers reach every node directly."""
+    the pair "client->i"; the reader (status, files AS OF, protected reads) and the probers
+    through "reader->i"; the final checks and the test's admin calls reach every node directly."""
 
     def __init__(self, config: Path, proxy: NetProxy | None) -> None:
         super().__init__(config)
         self.proxy = proxy
         self.node_env: dict[int, dict[str, str]] = {}
         self.workload_ports = dict(self.client_ports)
+        self.reader_ports = dict(self.client_ports)
         self.client_tls: ClientTls | None = None
         if proxy is None:
             return
+        nodes = tomllib.loads(config.read_text())["nodes"]
+        # The nodes' ports were free when chosen, but nothing holds them until the nodes
+        # start: a proxy listener must not land on one (the node would fail to bind, and the
+        # test would reach the proxy thinking it reached that node).
+        proxy.reserve(
+            int(n[key]) for n in nodes for key in ("raft_port", "client_port", "metrics_port")
+        )
         for i in self.ids:
             self.workload_ports[i] = proxy.add(f"client->{i}", ("127.0.0.1", self.client_ports[i]))
-        nodes = tomllib.loads(config.read_text())["nodes"]
+            self.reader_ports[i] = proxy.add(f"reader->{i}", ("127.0.0.1", self.client_ports[i]))
         raft_ports = {int(n["id"]): int(n["raft_port"]) for n in nodes}
         for i in self.ids:
             peers, forwards = [], []
@@ -182,8 +253,16 @@ class ChaosCluster(MetastoreCluster):
         )
 
     def peer_pairs(self) -> list[str]:
-        """The proxy pairs between nodes (not the clients')."""
-        return [name for name in self.net().names if not name.startswith("client->")]
+        """The proxy pairs between nodes (not the clients' or the reader's)."""
+        return [name for name in self.net().names if not name.startswith(("client->", "reader->"))]
+
+    def data_dir(self, node: int) -> Path:
+        return self.dir / "data" / f"node-{node}"
+
+    def raft_address(self, node: int) -> str:
+        nodes = tomllib.loads(self.config.read_text())["nodes"]
+        port = next(int(n["raft_port"]) for n in nodes if int(n["id"]) == node)
+        return f"127.0.0.1:{port}"
 
     def net(self) -> NetProxy:
         assert self.proxy is not None, "a network fault needs the proxy"
@@ -215,6 +294,13 @@ def _tls(c: MetastoreCluster) -> ClientTls | None:
 
 def _client(c: MetastoreCluster, nodes: list[int], timeout_ms: int) -> SyncMetastoreClient:
     endpoints = [f"127.0.0.1:{c.client_ports[i]}" for i in nodes]
+    return SyncMetastoreClient(endpoints, c.token("admin"), timeout_ms=timeout_ms, tls=_tls(c))
+
+
+def _reader_client(c: MetastoreCluster, node: int, timeout_ms: int) -> SyncMetastoreClient:
+    """A client of `node` alone, through the proxy pair "reader->node" when there is one."""
+    ports = c.reader_ports if isinstance(c, ChaosCluster) else c.client_ports
+    endpoints = [f"127.0.0.1:{ports[node]}"]
     return SyncMetastoreClient(endpoints, c.token("admin"), timeout_ms=timeout_ms, tls=_tls(c))
 
 
@@ -278,7 +364,10 @@ def _ddl(c: MetastoreCluster, h: History, stop: threading.Event) -> None:
                 h.ddls.append(op)
             try:
                 client.ddl(
-                    f"ALTER TABLE {DDL_TABLE} ADD COLUMN {column} INT", request_id=f"ddl-{n}"
+                    f"ALTER TABLE {DDL_TABLE} ADD COLUMN {column} INT",
+                    request_id=f"ddl-{n}",
+                    wait_ms=10_000,  # for the leaser's leases (held 2 s at most, TTL 2 s)
+                    on_blocked=lambda _exc: _count_blocked(h),
                 )
                 op["outcome"] = "ok"
             except MetastoreError as exc:
@@ -288,20 +377,28 @@ def _ddl(c: MetastoreCluster, h: History, stop: threading.Event) -> None:
         client.close()
 
 
+def _count_blocked(h: History) -> None:
+    with h.lock:
+        h.ddl_blocked += 1
+
+
 def _reader(c: MetastoreCluster, h: History, stop: threading.Event, seed: int) -> None:
     rng = random.Random(seed)
-    clients = {i: _client(c, [i], 1_500) for i in c.ids}
+    clients = {i: _reader_client(c, i, 1_500) for i in c.ids}
     try:
         while not stop.is_set():
             for node, client in clients.items():
                 try:
                     st = client.status()
-                except MetastoreError:
+                except Exception as exc:  # noqa: BLE001 - judged by the checker
+                    _read_error(h, node, "status", exc)
                     continue
                 with h.lock:
-                    h.terms.add(int(st["term"]))
+                    if int(st["term"]) > 0:  # 0: a new member that has heard no leader yet
+                        h.terms.add(int(st["term"]))
                     if st.get("ready"):
-                        h.safe_times.setdefault(node, []).append(int(st["safe_time"]))
+                        key = (node, h.incarnations.get(node, 0))
+                        h.safe_times.setdefault(key, []).append(int(st["safe_time"]))
                     acked = [o["ts"] for o in h.commits.values() if o["outcome"] == "ok"]
                 if not acked:
                     continue
@@ -309,7 +406,8 @@ def _reader(c: MetastoreCluster, h: History, stop: threading.Event, seed: int) -
                 table = rng.choice(TABLES)
                 try:
                     files = client.files(table, as_of=ts)["files"]
-                except MetastoreError:
+                except Exception as exc:  # noqa: BLE001 - judged by the checker
+                    _read_error(h, node, "files", exc)
                     continue
                 with h.lock:
                     h.reads.append((node, table, ts, frozenset(f["path"] for f in files)))
@@ -319,13 +417,221 @@ def _reader(c: MetastoreCluster, h: History, stop: threading.Event, seed: int) -
             client.close()
 
 
+def _guarded(h: History, target: Callable[..., None]) -> Callable[..., None]:
+    """A workload thread that crashes is recorded (the checker fails on it), not lost."""
+
+    def run(*args: Any) -> None:
+        try:
+            target(*args)
+        except BaseException as exc:  # recorded and judged by the checker
+            with h.lock:
+                h.worker_errors.append(f"{target.__name__}: {type(exc).__name__}: {exc}")
+            raise
+
+    return run
+
+
+def _gc_writer(c: MetastoreCluster, h: History, stop: threading.Event, location: Path) -> None:
+    """Commits to GC_TABLE, each overwriting the table with one new file written to disk
+    first: every file dies at the next commit, and GC (TTL 1 s) deletes it unless protected."""
+    client = _workload_client(c, 4_000)
+    n = 0
+    try:
+        while not stop.is_set():
+            n += 1
+            txn_id = f"gc-{n}"
+            path = f"_gc/{n}.parquet"
+            (location / path).parent.mkdir(parents=True, exist_ok=True)
+            (location / path).write_bytes(b"x" * 10)
+            op: dict[str, Any] = {"path": path, "outcome": "unknown"}
+            with h.lock:
+                h.gc_commits[txn_id] = op
+            write = {
+                "table": GC_TABLE,
+                "schema_version": 1,
+                "add": [{"path": path, "size_bytes": 10, "row_count": 1}],
+                "overwrite": True,
+            }
+            try:
+                op.update(outcome="ok", ts=int(client.commit(txn_id, [write])["ts"]))
+            except MetastoreError as exc:
+                op.update(outcome=_outcome(exc), code=exc.code.value)
+            time.sleep(0.1)
+    finally:
+        client.close()
+
+
+def _retry(fn: Callable[[], dict[str, Any]], budget_s: float) -> tuple[str, Any, bool]:
+    """Call `fn` until it answers or fails for good, resending after an unknown outcome
+    (UNAVAILABLE, TIMEOUT, ...) for at most `budget_s`. Returns (outcome, result or error,
+    whether an attempt before the last one had an unknown outcome)."""
+    deadline = time.monotonic() + budget_s
+    unknown_before = False
+    while True:
+        try:
+            return "ok", fn(), unknown_before
+        except MetastoreError as exc:
+            if _outcome(exc) == "fail" or time.monotonic() > deadline:
+                return _outcome(exc), exc, unknown_before
+            unknown_before = True
+            time.sleep(0.1)
+
+
+def _protector(
+    c: MetastoreCluster, h: History, stop: threading.Event, seed: int, location: Path
+) -> None:
+    """Protected timestamps under faults: protect GC_TABLE at the ts of an acknowledged
+    overwrite commit (whose one file dies at the next commit), then, while the protection is
+    held, read the table AS OF that ts on every node (through the reader's proxy pairs), check
+    the listed files are on disk and the table's GC threshold is below the ts, and run GC; then
+    release it. Everything is recorded for the checker."""
+    rng = random.Random(seed * 7 + 1)
+    client = _workload_client(c, 4_000)
+    readers = {i: _reader_client(c, i, 1_500) for i in c.ids}
+    n = 0
+    try:
+        while not stop.is_set():
+            time.sleep(rng.uniform(0.1, 0.4))
+            with h.lock:
+                acked = [o for o in h.gc_commits.values() if o["outcome"] == "ok"]
+            if not acked:
+                continue
+            target = max(acked, key=lambda o: o["ts"])
+            n += 1
+            rid = f"chaos-pts-{n}"
+            rec: dict[str, Any] = {"ts": target["ts"], "path": target["path"]}
+            with h.lock:
+                h.protections[rid] = rec
+            outcome, result, _ = _retry(
+                lambda ts=target["ts"], rid=rid: client.protect(
+                    ts, tables=[GC_TABLE], record_id=rid, meta_type="chaos"
+                ),
+                5.0,
+            )
+            rec.update(outcome=outcome, t_ack=time.monotonic())
+            if outcome != "ok":
+                rec["error"] = result.code.value
+                continue
+            hold_until = time.monotonic() + rng.uniform(0.8, 2.5)
+            ran_gc = False
+            while time.monotonic() < hold_until and not stop.is_set():
+                for node, reader in readers.items():
+                    try:
+                        paths = frozenset(
+                            f["path"] for f in reader.files(GC_TABLE, as_of=rec["ts"])["files"]
+                        )
+                    except Exception as exc:  # noqa: BLE001 - judged by the checker
+                        _read_error(h, node, f"files {GC_TABLE} at protected ts ({rid})", exc)
+                        continue
+                    # The protection is held: each listed file must be on disk.
+                    missing = sorted(p for p in paths if not (location / p).exists())
+                    with h.lock:
+                        h.protected_reads.append((rid, node, paths, time.monotonic()))
+                        h.missing_files.extend(f"{rid}@{node}: {p}" for p in missing)
+                    try:
+                        view = reader.gc_status(GC_TABLE)["tables"][0]
+                        with h.lock:
+                            h.thresholds.append((rid, rec["ts"], int(view["threshold"])))
+                    except MetastoreError:
+                        pass
+                if not ran_gc:
+                    ran_gc = True
+                    try:
+                        run = client.gc_run(GC_TABLE, timeout_ms=3_000)
+                        deleted = sum(int(t.get("files_deleted", 0)) for t in run["tables"])
+                        with h.lock:
+                            h.gc_deleted += deleted
+                            h.gc_runs.append(f"ok ({deleted} deleted)")
+                    except MetastoreError as exc:
+                        with h.lock:
+                            h.gc_runs.append(exc.code.value)
+                time.sleep(0.1)
+            if stop.is_set():
+                # Kept to the end: the final check reads it on every node, after a GC run.
+                rec["held_at_end"] = True
+                break
+            rec["t_release"] = time.monotonic()
+            outcome, result, unknown_before = _retry(
+                lambda rid=rid: client.release_protection(rid), 5.0
+            )
+            rec.update(release=outcome, release_unknown_before=unknown_before)
+            if outcome == "ok":
+                rec["released"] = bool(result.get("released"))
+    finally:
+        client.close()
+        for reader in readers.values():
+            reader.close()
+
+
+def _leaser(c: MetastoreCluster, h: History, stop: threading.Event, seed: int) -> None:
+    """Schema leases under faults: a session pins DDL_TABLE at now with a lease on the pinned
+    version (one `pin`), holds it 0.5-2 s heartbeating, then releases it; meanwhile the DDL
+    client keeps adding columns, which the two-version gate must hold back. Records, per
+    hold, the Tm of every acknowledged lease acquisition and heartbeat (deadline - TTL: the
+    session was live from there until the next one or its deadline)."""
+    rng = random.Random(seed * 7 + 2)
+    client = _workload_client(c, 4_000)
+    ttl = SESSION_TTL_MS << 16
+    opened, sessions, sid = False, 0, ""
+    try:
+        while not stop.is_set():
+            time.sleep(rng.uniform(0.2, 0.6))
+            if not opened:
+                # A session that expired never comes back: a new one has a new id.
+                sessions += 1
+                sid = f"chaos-session-{seed}-{sessions}"
+                outcome, _, _ = _retry(
+                    lambda sid=sid: client.session_open(sid, app_id="chaos", ttl_ms=SESSION_TTL_MS),
+                    3.0,
+                )
+                opened = outcome == "ok"
+                if not opened:
+                    continue
+            try:
+                pinned = client.pin([DDL_TABLE], session_id=sid, timeout_ms=2_000)
+            except MetastoreError as exc:
+                if exc.code == ErrorCode.SESSION_NOT_FOUND:
+                    opened = False  # expired during a fault: open it again
+                continue
+            version = int(pinned["pins"][0]["version"])
+            deadline = int(pinned["lease"]["deadline_tm"])
+            hold: dict[str, Any] = {"version": version, "ops": [(deadline - ttl, deadline)]}
+            with h.lock:
+                h.leases.append(hold)
+            hold_until = time.monotonic() + rng.uniform(0.5, 2.0)
+            while time.monotonic() < hold_until and not stop.is_set():
+                time.sleep(SESSION_HEARTBEAT_MS / 1000)
+                try:
+                    deadline = int(client.session_heartbeat(sid)["deadline_tm"])
+                    hold["ops"].append((deadline - ttl, deadline))
+                except MetastoreError as exc:
+                    if exc.code == ErrorCode.SESSION_NOT_FOUND:
+                        opened = False
+                        break
+            leases = [dict(lease) for lease in pinned["lease"]["leases"]]
+            _retry(lambda sid=sid, leases=leases: client.lease_release(sid, leases), 3.0)
+    finally:
+        client.close()
+
+
+def _read_error(h: History, node: int, op: str, exc: Exception) -> None:
+    """Record a read's failure: a reader must get a typed error (MetastoreError) that says
+    whether to retry; anything else is recorded as untyped (the checker fails on it)."""
+    if isinstance(exc, MetastoreError):
+        code, retryable = exc.code.value, exc.retryable
+    else:
+        code, retryable = f"untyped: {type(exc).__name__}: {exc}", False
+    with h.lock:
+        h.read_errors.append((node, op, code, retryable, time.monotonic()))
+
+
 def _isolated_prober(
     c: MetastoreCluster, h: History, stop: threading.Event, node: int, tag: str, kind: str
 ) -> None:
     """While `node` is cut off: commits (kind "commit") or linearizable reads (kind
     "committed_txn") sent to it alone. It can do neither without a quorum: each must end
     refused, unknown or timed out while the node is cut off."""
-    client = _client(c, [node], PROBE_TIMEOUT_MS)
+    client = _reader_client(c, node, PROBE_TIMEOUT_MS)
     n = 0
     try:
         while not stop.is_set():
@@ -468,7 +774,7 @@ def _effect(before: PairStats, after: PairStats) -> dict[str, int]:
 
 
 def _fault(c: ChaosCluster, rng: random.Random, kind: str, h: History, n: int) -> None:
-    if kind in NETWORK_FAULTS + OVERLAPPING_FAULTS + CLIENT_FAULTS:
+    if kind in NETWORK_FAULTS + OVERLAPPING_FAULTS + CLIENT_FAULTS + MEMBER_FAULTS:
         _network_fault(c, rng, kind, h, n)
         return
     hold_s = rng.uniform(0.5, 2.5)
@@ -558,10 +864,10 @@ def _hold_until_leadership_moves(
     )
 
 
-def _slow_links(c: ChaosCluster, rng: random.Random) -> None:
-    """Every peer link delayed by DELAY_MS (drawn per link) plus jitter, until healed."""
+def _slow_links(c: ChaosCluster, rng: random.Random, delay_ms: tuple[int, int] = DELAY_MS) -> None:
+    """Every peer link delayed by `delay_ms` (drawn per link) plus jitter, until healed."""
     for name in c.peer_pairs():
-        c.net().delay([name], rng.uniform(*DELAY_MS), DELAY_JITTER_MS)
+        c.net().delay([name], rng.uniform(*delay_ms), DELAY_JITTER_MS)
 
 
 def _network_fault(c: ChaosCluster, rng: random.Random, kind: str, h: History, n: int) -> None:
@@ -675,6 +981,47 @@ def _network_fault(c: ChaosCluster, rng: random.Random, kind: str, h: History, n
                 f"client_partition (clients reach only follower {reachable} for {hold_s:.1f} s, "
                 f"{acked_during} commits acknowledged meanwhile"
             )
+        elif kind == "reader_partition":
+            # The reader (statuses, files AS OF, protected reads) and the probers lose one or
+            # two nodes; every read must then answer right or fail typed and retryable.
+            hold_s = rng.uniform(1.5, 3.0)
+            cut_nodes = sorted(rng.sample(c.ids, rng.choice([1, 2])))
+            mode = rng.choice(["blackhole", "reject"])
+            pairs = [f"reader->{i}" for i in cut_nodes]
+            if mode == "blackhole":
+                net.blackhole(pairs)
+            else:
+                net.reject(pairs)
+            cut_at = time.monotonic()
+            with h.lock:
+                errors_before = len(h.read_errors)
+            time.sleep(hold_s)
+
+            def every_cut_node_failed_a_read() -> bool:
+                with h.lock:
+                    failed = {e[0] for e in h.read_errors[errors_before:]}
+                return failed >= set(cut_nodes)
+
+            # Held until the reader has met each cut (its reads of a cut node take up to
+            # their 1.5 s budget to fail, and it asks the nodes in turn), at most 5 s more.
+            _wait_for(every_cut_node_failed_a_read, 5.0)
+            net.heal()
+            healed_at = time.monotonic()
+            with h.lock:
+                h.reader_cuts.extend(Isolation(i, cut_at, healed_at) for i in cut_nodes)
+                errors = len(h.read_errors) - errors_before
+            desc = (
+                f"reader_partition (reader cut from nodes {cut_nodes} by {mode} for "
+                f"{healed_at - cut_at:.1f} s, {errors} reads failed meanwhile"
+            )
+        elif kind == "snapshot_install":
+            desc = _snapshot_install(c, rng, h, n)
+            if not desc:
+                return
+        elif kind == "membership":
+            desc = _membership(c, rng, h)
+            if not desc:
+                return
         elif kind == "delay":
             hold_s = rng.uniform(1.0, 2.5)
             _slow_links(c, rng)
@@ -699,10 +1046,325 @@ def _network_fault(c: ChaosCluster, rng: random.Random, kind: str, h: History, n
     finally:
         net.heal()
     effect = _effect(before, net.total())
-    if effect or kind in CLIENT_FAULTS:
+    if effect or kind in CLIENT_FAULTS + MEMBER_FAULTS:
         # A client cut acts on the nodes' reachability, whether or not a client was using the
         # cut paths at that moment (the proxy sees traffic only if one was).
         h.faults.append(f"{desc}; proxy {effect})")
+
+
+def _log_count(c: MetastoreCluster, node: int, needle: str) -> int:
+    """Lines of `node`'s output (every incarnation's: the harness appends) holding `needle`."""
+    path = c.dir / f"stdout-{node}.log"
+    if not path.exists():
+        return 0
+    return path.read_text(errors="replace").count(needle)
+
+
+def _log_times(c: MetastoreCluster, node: int, needle: str) -> list[float]:
+    """When (wall clock, s) `node` logged a line holding `needle` (JSON lines with "ts")."""
+    path = c.dir / f"stdout-{node}.log"
+    if not path.exists():
+        return []
+    out = []
+    for line in path.read_text(errors="replace").splitlines():
+        if needle in line and line.startswith("{"):
+            try:
+                out.append(datetime.fromisoformat(json.loads(line)["ts"]).timestamp())
+            except (ValueError, KeyError, TypeError):
+                continue
+    return out
+
+
+def _wait_for(predicate: Callable[[], bool], budget_s: float) -> bool:
+    deadline = time.monotonic() + budget_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return predicate()
+
+
+def _snapshot_install(c: ChaosCluster, rng: random.Random, h: History, n: int) -> str:
+    """A follower cut off until the leader's snapshot has passed what it holds (so it can only
+    catch up by a snapshot); then healed with its inbound link from the leader slowed (the
+    transfer takes about a second), and, once the first chunks have arrived, the transfer is
+    faulted: its connections reset, or the follower killed -9 and restarted. Then healed for
+    good: the follower must receive a whole snapshot, catch up and answer as the leader does.
+    Returns the fault's description, or "" when it could not be set up (no leader)."""
+    net = c.net()
+    leader = _leader(c, h)
+    if leader is None:
+        return ""
+    victim = rng.choice([i for i in c.ids if i != leader and i in c.procs] or [leader])
+    if victim == leader:
+        return ""
+    mode = rng.choice(["reset", "kill"])
+    started = f"from peer {leader} started"
+    complete = f"from peer {leader} complete"
+    # Cut by reject (every connection reset), not by blackhole: a blackhole holds the appends
+    # sent meanwhile and delivers them at the heal, so the follower would catch up from them.
+    pairs = c.pairs([victim], [i for i in c.ids if i != victim]) + c.pairs(
+        [i for i in c.ids if i != victim], [victim]
+    )
+    with _isolated(c, h, victim, f"iso{n}", partial(net.reject, pairs)) as iso:
+        # What the victim's log may hold: at most what the leader had appended when the cut
+        # began (its commit index then, plus the entries in flight; IN_FLIGHT_MARGIN bounds
+        # them). The leader keeps SNAPSHOT_KEEP entries behind its snapshot.
+        at_cut: dict[str, Any] = {}
+
+        def leader_status() -> bool:
+            at_cut.update(c.try_status(leader) or {})
+            return bool(at_cut)
+
+        _wait_for(leader_status, 5.0)
+        held = max(int(at_cut.get("commit_index", 0)), int(at_cut.get("applied_index", 0)))
+        # Under load the leader may have appended more than IN_FLIGHT_MARGIN entries it had
+        # not committed yet (seen: 173); the other follower acknowledges them within a
+        # moment, so the leader's commit index a little later covers them all.
+        time.sleep(1.5)
+        later = c.try_status(leader) or {}
+        held = max(held + IN_FLIGHT_MARGIN, int(later.get("commit_index", 0)))
+        at_behind: dict[str, Any] = {}
+
+        def behind() -> bool:
+            st = c.try_status(leader)
+            at_behind.update(st or {})
+            return bool(
+                held
+                and st
+                and st["role"] == "leader"
+                and st["snapshot_index"] > held + SNAPSHOT_KEEP
+            )
+
+        needs_snapshot = _wait_for(behind, 20.0)
+    cut_s = iso.healed_at - iso.cut_at
+    assert needs_snapshot, (
+        f"snapshot_install: the leader {leader} took no snapshot past follower {victim} "
+        f"in {cut_s:.1f} s"
+    )
+    starts, completes = _log_count(c, victim, started), _log_count(c, victim, complete)
+    net.heal()
+    link = [f"raft {leader}->{victim}"]
+    net.delay(link, 400.0)
+    began = _wait_for(lambda: _log_count(c, victim, started) > starts, 15.0)
+    assert began, (
+        f"snapshot_install: no snapshot transfer from {leader} reached {victim} (the cut began "
+        f"at the leader's index {held}, its log was compacted to "
+        f"{at_behind.get('snapshot_index')} before the heal; now leader "
+        f"{_leader(c, h, wait_s=1.0)}, follower status {c.try_status(victim)})"
+    )
+    time.sleep(rng.uniform(0.05, 0.25))
+    faulted_at = time.time()
+    if mode == "reset":
+        resets = net.close_connections(c.pairs([leader], [victim]) + c.pairs([victim], [leader]))
+        what = f"{resets} connections reset"
+    else:
+        c.kill(victim)
+        time.sleep(rng.uniform(0.5, 1.5))
+        c.start(victim)
+        what = "follower killed -9 and restarted"
+    # Mid-way: the transfer from the leader had not completed when the fault hit.
+    mid = sum(t < faulted_at for t in _log_times(c, victim, complete)) == completes
+    time.sleep(0.3)
+    net.heal()
+    lst = c.try_status(leader) or {}
+    target = int(lst.get("commit_index", 0))
+
+    def caught_up() -> bool:
+        vst = c.try_status(victim)
+        return bool(
+            vst
+            and vst["ready"]
+            and vst["applied_index"] >= target
+            and any(t > faulted_at for t in _log_times(c, victim, "complete: snapshot index"))
+        )
+
+    assert _wait_for(caught_up, 30.0), (
+        f"snapshot_install: follower {victim} did not receive a whole snapshot and catch up "
+        f"to {target} after the transfer was faulted ({what}): {c.try_status(victim)}"
+    )
+    received = _log_count(c, victim, "complete: snapshot index")
+    # The follower answers as the leader does, at the newest acknowledged commit.
+    with h.lock:
+        acked = [o["ts"] for o in h.commits.values() if o["outcome"] == "ok"]
+    if acked:
+        ts = max(acked)
+        answers = {}
+        for node in (leader, victim):
+            client = _client(c, [node], 10_000)
+            try:
+                answers[node] = {
+                    t: sorted(f["path"] for f in client.files(t, as_of=ts)["files"]) for t in TABLES
+                }
+            finally:
+                client.close()
+        assert answers[leader] == answers[victim], (
+            f"snapshot_install: follower {victim} answers differently from leader {leader} "
+            f"at {ts} after the snapshot"
+        )
+    if not mid:
+        # The transfer completed before the fault hit: the fault did not do what it says.
+        return ""
+    return (
+        f"snapshot_install (follower {victim} cut off {cut_s:.1f} s until it needed a "
+        f"snapshot; transfer from leader {leader} faulted mid-way: {what}; "
+        f"{received} snapshots received by it so far"
+    )
+
+
+def _statuses(c: MetastoreCluster) -> dict[int, Any]:
+    """What each running node says (for a failure message)."""
+    keys = ("role", "term", "leader", "commit_index", "applied_index", "ready", "voters")
+    return {
+        i: {k: st.get(k) for k in (*keys, "learners", "clock_fenced")} if st else None
+        for i, st in ((i, c.try_status(i)) for i in list(c.procs))
+    }
+
+
+def _admin_until(
+    admin: SyncMetastoreClient,
+    done: Callable[[], bool],
+    step: Callable[[], object],
+    budget_s: float,
+    errors: list[str],
+) -> bool:
+    """Until `done()`: call `step` (an admin op whose outcome may be unknown under faults),
+    bounded in time; errors are recorded. Returns done()."""
+    deadline = time.monotonic() + budget_s
+    while time.monotonic() < deadline:
+        if done():
+            return True
+        try:
+            step()
+        except MetastoreError as exc:
+            errors.append(exc.code.value)
+        time.sleep(0.2)
+    return done()
+
+
+def _membership(c: ChaosCluster, rng: random.Random, h: History) -> str:
+    """A follower removed, its process killed and its data directory wiped, then added back
+    as a learner with a fresh identity (--bootstrap), caught up and promoted - the product's
+    way back for a member whose data is gone - while another fault runs: every peer link
+    slowed, connections reset at random, or the other follower paused (then a removal or an
+    addition cannot commit until it resumes). The leader is never removed: if leadership moves
+    to the victim first, it is transferred away. Returns the description, "" without a
+    leader."""
+    net = c.net()
+    leader = _leader(c, h)
+    if leader is None:
+        return ""
+    followers = [i for i in c.ids if i != leader and i in c.procs]
+    if len(followers) < 2:
+        return ""
+    victim = rng.choice(followers)
+    other = next(i for i in followers if i != victim)
+    companion = rng.choice(["delay", "flaky", "pause"])
+    admin = _client(c, c.ids, 5_000)
+    errors: list[str] = []
+    stop = threading.Event()
+    helper: threading.Thread | None = None
+    t0 = time.monotonic()
+
+    def members() -> tuple[list[int], list[int]]:
+        now = _leader(c, h, wait_s=5.0)
+        st = c.try_status(now) if now is not None else None
+        if not st:
+            return [], []
+        return list(st["voters"]), list(st["learners"])
+
+    if companion == "delay":
+        _slow_links(c, rng, MEMBER_DELAY_MS)
+    elif companion == "flaky":
+        pairs = c.peer_pairs()
+        net.delay(pairs, rng.uniform(5, 30), 5)
+
+        def reset_some() -> None:
+            for _ in range(100):
+                if stop.wait(rng.uniform(0.1, 0.4)):
+                    return
+                net.close_connections(rng.sample(pairs, rng.randint(1, 3)))
+
+        helper = threading.Thread(target=reset_some, daemon=True)
+        helper.start()
+    else:
+        proc = c.procs[other]
+        pause_s = rng.uniform(0.5, 1.5)
+
+        def pause() -> None:
+            proc.send_signal(signal.SIGSTOP)
+            stop.wait(pause_s)
+            proc.send_signal(signal.SIGCONT)
+
+        helper = threading.Thread(target=pause, daemon=True)
+        helper.start()
+    try:
+
+        def remove() -> object:
+            # Never remove the leader (a known core gap, see ARCHITECTURE.md): should the
+            # companion fault have moved leadership to the victim, move it away first.
+            if _leader(c, h, wait_s=2.0) == victim:
+                return admin.transfer_leader(other)
+            return admin.remove_node(victim)
+
+        removed = _admin_until(
+            admin, lambda: all(victim not in ids for ids in members()), remove, 20.0, errors
+        )
+        assert removed, (
+            f"membership: node {victim} was not removed in 20 s with {companion} "
+            f"({errors}); statuses: {_statuses(c)}"
+        )
+        c.kill(victim)
+        shutil.rmtree(c.data_dir(victim))
+        with h.lock:
+            old_key = (victim, h.incarnations.get(victim, 0))
+            h.incarnations[victim] = old_key[1] + 1
+        added = _admin_until(
+            admin,
+            lambda: any(victim in ids for ids in members()),
+            lambda: admin.add_node(victim, c.raft_address(victim), learner=True),
+            20.0,
+            errors,
+        )
+        assert added, (
+            f"membership: node {victim} was not added back in 20 s with {companion} "
+            f"({errors}); statuses: {_statuses(c)}"
+        )
+        c.start(victim, bootstrap=True)
+        promoted = _admin_until(
+            admin,
+            lambda: victim in members()[0],
+            lambda: admin.promote_node(victim),
+            30.0,
+            errors,
+        )
+        assert promoted, (
+            f"membership: node {victim} was not promoted in 30 s with {companion} "
+            f"({errors}); statuses: {_statuses(c)}"
+        )
+    finally:
+        stop.set()
+        if helper is not None:
+            helper.join(timeout=10)
+        net.heal()
+        admin.close()
+    voters, learners = members()
+    h.membership_changes.append(f"{victim}: voters {voters}, learners {learners}")
+    # Known product gap (docs/chaos.md): the new member may first report ready at the index
+    # of the snapshot it received, older than what the removed member had applied, so the
+    # same node id's safe time can go back across a re-add. Measured here, for the summary.
+    _wait_for(lambda: bool((st := c.try_status(victim)) and st["ready"]), 10.0)
+    time.sleep(0.3)
+    with h.lock:
+        before = h.safe_times.get(old_key, [])
+        after = h.safe_times.get((victim, old_key[1] + 1), [])
+        back_ms = (before[-1] - after[0]) >> 16 if before and after else 0
+    h.safe_time_back_ms.append(back_ms)
+    return (
+        f"membership (follower {victim} removed, wiped, added back and promoted with "
+        f"{companion} in {time.monotonic() - t0:.1f} s; {len(errors)} admin calls failed or "
+        f"were refused meanwhile: {sorted(set(errors))}"
+    )
 
 
 def _schedule(seed: int) -> tuple[random.Random, list[str]]:
@@ -717,11 +1379,23 @@ def _schedule(seed: int) -> tuple[random.Random, list[str]]:
 
 
 @contextmanager
-def _chaos_cluster(directory: Path, seed: int, network: bool) -> Iterator[ChaosCluster]:
+def _chaos_cluster(
+    directory: Path, seed: int, network: bool, pad: bool = False
+) -> Iterator[ChaosCluster]:
     proxy = NetProxy(seed=seed) if network else None
     if proxy is not None:
         proxy.start()
-    config = write_cluster(directory, 3, dd_ms=300, cs_max_ms=100)
+    config = write_cluster(
+        directory,
+        3,
+        dd_ms=300,
+        cs_max_ms=100,
+        snapshot_every_entries=SNAPSHOT_EVERY,
+        snapshot_keep_entries=SNAPSHOT_KEEP,
+        session_ttl_ms=SESSION_TTL_MS,
+        session_heartbeat_ms=SESSION_HEARTBEAT_MS,
+        gc_interval_ms=1_000,
+    )
     ca_file: Path | None = None
     if TLS:
         certs = generate_dev_certs(directory / "tls", node_ids=[1, 2, 3])
@@ -742,8 +1416,16 @@ def _chaos_cluster(directory: Path, seed: int, network: bool) -> Iterator[ChaosC
         c.wait_ready()
         admin = _client(c, c.ids, 10_000)
         admin.ddl("CREATE NAMESPACE ch")
-        for t in (*TABLES, DDL_TABLE):
+        for t in (*TABLES, DDL_TABLE, PAD_TABLE):
             admin.ddl(f"CREATE TABLE {t} (id BIGINT)")
+        admin.ddl(f"CREATE TABLE {GC_TABLE} (id BIGINT) TBLPROPERTIES ('gc.ttl' = '{GC_TTL}')")
+        for i in range(PAD_COMMITS if pad else 0):
+            stem = f"_pad/{i}/" + "p" * 100
+            add = [
+                {"path": f"{stem}/{j:06d}.parquet", "size_bytes": 1, "row_count": 1}
+                for j in range(PAD_FILES)
+            ]
+            admin.commit(f"pad-{i}", [{"table": PAD_TABLE, "schema_version": 1, "add": add}])
         admin.close()
         yield c
     finally:
@@ -755,16 +1437,29 @@ def _chaos_cluster(directory: Path, seed: int, network: bool) -> Iterator[ChaosC
 @pytest.mark.parametrize("seed", SEEDS)
 def test_chaos_history_is_consistent(tmp_path: Path, seed: int) -> None:
     rng, schedule = _schedule(seed)
-    network = any(kind in NETWORK_FAULTS + OVERLAPPING_FAULTS + CLIENT_FAULTS for kind in schedule)
-    with _chaos_cluster(tmp_path, seed, network) as c:
+    network = any(
+        kind in NETWORK_FAULTS + OVERLAPPING_FAULTS + CLIENT_FAULTS + MEMBER_FAULTS
+        for kind in schedule
+    )
+    pad = "snapshot_install" in schedule
+    with _chaos_cluster(tmp_path, seed, network, pad) as c:
         h = History()
         stop = threading.Event()
-        workers = [
-            threading.Thread(target=_committer, args=(c, h, stop, f"w{i}"), daemon=True)
-            for i in range(2)
+        admin = _client(c, c.ids, 10_000)
+        location = Path(str(admin.describe(GC_TABLE)["location"]))
+        admin.close()
+        targets: list[tuple[Callable[..., None], tuple[Any, ...]]] = [
+            (_committer, (c, h, stop, "w0")),
+            (_committer, (c, h, stop, "w1")),
+            (_ddl, (c, h, stop)),
+            (_reader, (c, h, stop, seed)),
+            (_gc_writer, (c, h, stop, location)),
+            (_protector, (c, h, stop, seed, location)),
+            (_leaser, (c, h, stop, seed)),
         ]
-        workers.append(threading.Thread(target=_ddl, args=(c, h, stop), daemon=True))
-        workers.append(threading.Thread(target=_reader, args=(c, h, stop, seed), daemon=True))
+        workers = [
+            threading.Thread(target=_guarded(h, fn), args=args, daemon=True) for fn, args in targets
+        ]
         for w in workers:
             w.start()
         try:
@@ -773,7 +1468,13 @@ def test_chaos_history_is_consistent(tmp_path: Path, seed: int) -> None:
                 time.sleep(gap_s)
                 started = time.monotonic()
                 fired = len(h.faults)
-                _fault(c, rng, kind, h, n)
+                try:
+                    _fault(c, rng, kind, h, n)
+                except AssertionError as exc:
+                    raise AssertionError(
+                        f"{exc} (seed {seed}; replay with CHAOS_SEEDS={seed} "
+                        f"CHAOS_FAULTS={FAULTS}; faults so far: {h.faults}; logs under {c.dir})"
+                    ) from exc
                 if len(h.faults) > fired:
                     h.faults[-1] += f" [{time.monotonic() - started:.1f} s]"
             time.sleep(gap_s)
@@ -791,7 +1492,7 @@ def test_chaos_history_is_consistent(tmp_path: Path, seed: int) -> None:
         healed = time.monotonic()
         _wait_ready(c, h)
         print(f"chaos seed {seed}: ready {time.monotonic() - healed:.1f} s after the heal")
-        _check(c, h, seed, schedule)
+        _check(c, h, seed, schedule, location)
         # The wedge this watch found (every node clock-fenced, no leader, for good) was a
         # product bug: network delay was read as clock offset, and a fence by a quorum never
         # lapsed. Fixed in raft/node.py (round-trip clock samples); it must not come back.
@@ -801,7 +1502,7 @@ def test_chaos_history_is_consistent(tmp_path: Path, seed: int) -> None:
         )
 
 
-def _check(c: MetastoreCluster, h: History, seed: int, schedule: list[str]) -> None:
+def _check(c: MetastoreCluster, h: History, seed: int, schedule: list[str], location: Path) -> None:
     where = (
         f"(seed {seed}; replay with CHAOS_SEEDS={seed} CHAOS_FAULTS={FAULTS}; "
         f"faults: {h.faults}; logs under {c.dir})"
@@ -839,11 +1540,22 @@ def _check(c: MetastoreCluster, h: History, seed: int, schedule: list[str]) -> N
         for op in h.ddls:
             if op["outcome"] == "ok":
                 assert op["column"] in columns, f"acknowledged DDL {op['column']} lost {where}"
-        for node, samples in h.safe_times.items():
+        for (node, _incarnation), samples in h.safe_times.items():
             for before, after in itertools.pairwise(samples):
                 assert after >= before, f"node {node} safe time went back {where}"
         probed = _check_isolated(h, where)
-        if any(kind not in CLIENT_FAULTS for kind in schedule):
+        assert not h.worker_errors, f"a workload thread crashed: {h.worker_errors} {where}"
+        failed_reads = _check_read_errors(h, where)
+        pts = _check_protections(c, final, h, location, where)
+        leases = _check_leases(final, h, where)
+        for i in c.ids:  # the membership the cluster was meant to end with
+            st = c.try_status(i)
+            assert st and sorted(st["voters"]) == list(c.ids) and not st["learners"], (
+                f"node {i} ends with voters {st and st['voters']}, learners "
+                f"{st and st['learners']}, not voters {c.ids} {where}"
+            )
+        # Client, snapshot and membership faults never touch the leader: no term change due.
+        if any(kind not in CLIENT_FAULTS + MEMBER_FAULTS for kind in schedule):
             assert len(h.terms) >= 2, f"no leader change happened {where}"
         assert len(h.faults) == len(schedule), f"not every fault fired {where}"
         skews = sum(kind == "skew" for kind in schedule)
@@ -853,11 +1565,113 @@ def _check(c: MetastoreCluster, h: History, seed: int, schedule: list[str]) -> N
             f"chaos seed {seed} ({FAULTS}{', TLS' if TLS else ''}): commits ok/fail/unknown "
             f"{outcomes.count('ok')}/{outcomes.count('fail')}/{outcomes.count('unknown')}, "
             f"DDL ok {sum(o['outcome'] == 'ok' for o in h.ddls)}/{len(h.ddls)}, "
-            f"reads {len(h.reads)}, ops sent to cut-off nodes {probed} (none acknowledged), "
+            f"reads {len(h.reads)} ({failed_reads}), {pts}, {leases}, "
+            f"re-added members' safe time behind their old one by (ms) {h.safe_time_back_ms}, "
+            f"ops sent to cut-off nodes {probed} (none acknowledged), "
             f"terms {sorted(h.terms)}, faults {h.faults}"
         )
     finally:
         final.close()
+
+
+def _check_read_errors(h: History, where: str) -> str:
+    """Every read the reader (or a protected read) could not get failed with a typed error
+    that says to retry (NOT_READY, TIMEOUT, UNAVAILABLE, ...), whatever cut it off; and each
+    cut of the reader reached it (some read of a cut node failed meanwhile)."""
+    bad = [e for e in h.read_errors if not e[3]]
+    assert not bad, f"reads failed with untyped or non-retryable errors: {bad[:10]} {where}"
+    for cut in h.reader_cuts:
+        hit = [
+            e
+            for e in h.read_errors
+            if e[0] == cut.node and cut.cut_at <= e[4] <= cut.healed_at + 2.0
+        ]
+        assert hit, f"the reader cut from node {cut.node} failed no read of it {where}"
+    codes = sorted({e[2] for e in h.read_errors})
+    return f"{len(h.read_errors)} failed, all retryable: {codes}"
+
+
+def _check_protections(
+    c: MetastoreCluster, final: SyncMetastoreClient, h: History, location: Path, where: str
+) -> str:
+    """Protected timestamps under faults: every read at a protected ts while the protection
+    was held answered exactly the file of the commit at that ts, on every node, and that file
+    was on disk; the table's threshold stayed below it; an acknowledged protection is never
+    lost (its release found it held, and the final state has it, released by us or still
+    held); and GC did delete files meanwhile (so it ran under the faults)."""
+    by_id = h.protections
+    for rid, node, paths, _t in h.protected_reads:
+        want = frozenset({by_id[rid]["path"]})
+        assert paths == want, (
+            f"node {node} listed {sorted(paths)} at protected ts {by_id[rid]['ts']} ({rid}), "
+            f"not {sorted(want)} {where}"
+        )
+    assert not h.missing_files, f"protected files deleted while held: {h.missing_files} {where}"
+    for rid, ts, threshold in h.thresholds:
+        assert threshold < ts, f"GC threshold {threshold} reached protected ts {ts} ({rid}) {where}"
+    acked = {rid: r for rid, r in by_id.items() if r.get("outcome") == "ok"}
+    for rid, rec in acked.items():
+        if rec.get("release") == "ok" and not rec.get("release_unknown_before"):
+            assert rec.get("released"), f"acknowledged protection {rid} was gone at release {where}"
+        shown = final.protection(rid)
+        if shown.get("released"):
+            assert shown.get("reason") == "release", (
+                f"acknowledged protection {rid} ended by {shown.get('reason')}, not by us {where}"
+            )
+    for rid, rec in acked.items():
+        if not rec.get("held_at_end"):
+            continue
+        # Held through the last faults: once healed, a GC run, then every node must list the
+        # commit's file at its ts, and the file must be on disk.
+        final.gc_run(GC_TABLE, timeout_ms=10_000)
+        for node in c.ids:
+            with _client(c, [node], 10_000) as client:
+                paths = {f["path"] for f in client.files(GC_TABLE, as_of=rec["ts"])["files"]}
+            assert paths == {rec["path"]}, (
+                f"node {node} listed {sorted(paths)} at {rec['ts']}, protected to the end by "
+                f"{rid}, not {rec['path']} {where}"
+            )
+        assert (location / rec["path"]).exists(), (
+            f"{rec['path']} deleted while {rid} held it to the end {where}"
+        )
+        assert final.release_protection(rid)["released"], f"{rid} was gone at the end {where}"
+    assert acked, f"no protection was acknowledged {where}"
+    assert h.protected_reads, f"no read at a protected ts was answered {where}"
+    with h.lock:
+        written = [o["path"] for o in h.gc_commits.values() if o["outcome"] == "ok"]
+    deleted = sum(not (location / p).exists() for p in written)
+    assert deleted, f"GC deleted none of the {len(written)} dead files of {GC_TABLE} {where}"
+    kept = sum(bool(r.get("held_at_end")) for r in acked.values())
+    refused = sorted(
+        f"{r.get('outcome')}: {r.get('error')}" for r in by_id.values() if r.get("outcome") != "ok"
+    )
+    return (
+        f"protections {len(acked)}/{len(by_id)} acknowledged ({kept} held to the end; "
+        f"not acknowledged: {refused}), "
+        f"{len(h.protected_reads)} "
+        f"protected reads, GC deleted {deleted} files (runs: {len(h.gc_runs)})"
+    )
+
+
+def _check_leases(final: SyncMetastoreClient, h: History, where: str) -> str:
+    """The two-version gate: while a session's lease on version v of DDL_TABLE was surely
+    held and unexpired - from each acknowledged acquisition or heartbeat (its entry's Tm =
+    its deadline - TTL) until the next one, or its deadline if sooner - no version >= v + 2
+    was published (the Tm of every version is in the table's history)."""
+    published = [(int(v["tm"]), int(v["version"])) for v in final.history(DDL_TABLE)["versions"]]
+    windows = 0
+    for hold in h.leases:
+        ops = sorted(hold["ops"])
+        for i, (t, deadline) in enumerate(ops):
+            end = min(deadline - 1, ops[i + 1][0]) if i + 1 < len(ops) else t
+            windows += 1
+            for tm, version in published:
+                assert not (t <= tm <= end and version >= hold["version"] + 2), (
+                    f"{DDL_TABLE} version {version} was published at Tm {tm} while a lease "
+                    f"on version {hold['version']} was held (live from {t} to {end}) {where}"
+                )
+    assert h.leases, f"no lease was acquired {where}"
+    return f"leases {len(h.leases)} held ({windows} windows), DDL blocked {h.ddl_blocked} times"
 
 
 def _check_real_time_order(acked: list[dict[str, Any]], where: str) -> None:

@@ -287,3 +287,20 @@ def test_stop_is_clean_with_live_and_held_connections(echo: _EchoServer) -> None
         assert _is_reset(sock) or sock.recv(1) == b""
         sock.close()
     p.stop()  # twice is harmless
+
+
+def test_a_pair_never_listens_on_a_reserved_port(proxy: NetProxy, echo: _EchoServer) -> None:
+    # Reserve the ports the kernel hands out next (as free_ports chose a node's ports): the
+    # proxy must bind elsewhere, or a node started later could not bind its own port.
+    probes = [socket.socket() for _ in range(8)]
+    for s in probes:
+        s.bind(("127.0.0.1", 0))
+    reserved = {s.getsockname()[1] for s in probes}
+    for s in probes:
+        s.close()
+    proxy.reserve(reserved)
+    ports = [proxy.add(f"p{i}", echo.server_address) for i in range(8)]
+    assert not reserved & set(ports)
+    with _connect(ports[0]) as sock:
+        sock.sendall(b"ping")
+        assert _recv_exactly(sock, 4) == b"ping"
