@@ -185,8 +185,9 @@ from raft.wire import decode_message, encode_install_snapshot_head, encode_messa
 #    of version 2 would take a chunk for a malformed message and never install the snapshot).
 # 4: heartbeats and their responses echo the clock of the last one heard from the peer
 #    (round-trip clock offsets, raft.node).
+# 5: InstallSnapshot carries the leader's commit index (the receiver's catch-up floor).
 # A node of another version is refused at the handshake (no rolling upgrade across it).
-PROTOCOL_VERSION: Final = 4
+PROTOCOL_VERSION: Final = 5
 NONCE_BYTES: Final = 32
 MAC_BYTES: Final = 32  # HMAC-SHA256 digest size
 

@@ -11,7 +11,7 @@ and the protocol version exchanged in the transport handshake guards changes to 
     VoteResponse       [4, src, dst, term, granted, pre_vote]
     Heartbeat          [5, src, dst, term, commit, read_ctx, clock_ms, echo_ms]
     HeartbeatResponse  [6, src, dst, term, read_ctx, clock_ms, echo_ms]
-    InstallSnapshot    [7, src, dst, term, snapshot]
+    InstallSnapshot    [7, src, dst, term, commit, snapshot]   (the data stays last)
     TimeoutNow         [8, src, dst, term]
     entry              [term, index, tm, kind, data]
     snapshot           [[index, term, tm, conf], data]
@@ -165,7 +165,7 @@ def encode_message(msg: Message) -> list[object]:
             ]
         case InstallSnapshot():
             snapshot = _encode_snapshot(msg.snapshot)
-            return [TAG_INSTALL_SNAPSHOT, msg.src, msg.dst, msg.term, snapshot]
+            return [TAG_INSTALL_SNAPSHOT, msg.src, msg.dst, msg.term, msg.commit, snapshot]
         case TimeoutNow():
             return [TAG_TIMEOUT_NOW, msg.src, msg.dst, msg.term]
 
@@ -406,12 +406,13 @@ def _heartbeat_response(f: Sequence[object]) -> HeartbeatResponse:
 
 
 def _install_snapshot(f: Sequence[object]) -> InstallSnapshot:
-    _, src, dst, term, snapshot = f
+    _, src, dst, term, commit, snapshot = f
     w = "InstallSnapshot"
     return InstallSnapshot(
         src=_node_id(src, f"{w}.src"),
         dst=_node_id(dst, f"{w}.dst"),
         term=_uint(term, f"{w}.term"),
+        commit=_uint(commit, f"{w}.commit"),
         snapshot=_decode_snapshot(snapshot, f"{w}.snapshot"),
     )
 
@@ -434,7 +435,7 @@ _DECODERS: Final[dict[int, tuple[str, int, Callable[[Sequence[object]], Message]
     TAG_VOTE_RESPONSE: ("VoteResponse", 6, _vote_response),
     TAG_HEARTBEAT: ("Heartbeat", 8, _heartbeat),
     TAG_HEARTBEAT_RESPONSE: ("HeartbeatResponse", 7, _heartbeat_response),
-    TAG_INSTALL_SNAPSHOT: ("InstallSnapshot", 5, _install_snapshot),
+    TAG_INSTALL_SNAPSHOT: ("InstallSnapshot", 6, _install_snapshot),
     TAG_TIMEOUT_NOW: ("TimeoutNow", 4, _timeout_now),
 }
 

@@ -709,7 +709,9 @@ class RaftCore:
                 self.election_elapsed = 0
                 self.leader = m.src
                 self._handle_snapshot(m)
-                self._note_leader_commit(m.snapshot.meta.index)
+                # The leader's commit, not the snapshot's index: its newest snapshot can be
+                # older than what this node applied before (a wiped, re-added member).
+                self._note_leader_commit(max(m.snapshot.meta.index, m.commit))
             case TimeoutNow():
                 if self.promotable():
                     self._hup(transfer=True)
@@ -902,7 +904,15 @@ class RaftCore:
             raise RaftInvariantError("follower needs compacted entries but we hold no snapshot")
         pr.become_snapshot(self.snapshot.meta.index)
         self._snapshot_sent_elapsed[to] = 0
-        self._send(InstallSnapshot(src=self.id, dst=to, term=self.term, snapshot=self.snapshot))
+        self._send(
+            InstallSnapshot(
+                src=self.id,
+                dst=to,
+                term=self.term,
+                snapshot=self.snapshot,
+                commit=self.log.committed,
+            )
+        )
         return True
 
     def _step_leader(self, m: Message) -> None:

@@ -167,6 +167,10 @@ class InstallSnapshot:
     dst: NodeId
     term: int
     snapshot: Snapshot
+    # The leader's commit index when it sent this (>= the snapshot's index): the receiver's
+    # catch-up floor, so a node whose first message is a snapshot does not report ready at the
+    # snapshot's (possibly older) state.
+    commit: int = 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

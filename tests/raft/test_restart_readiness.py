@@ -5,8 +5,21 @@ volatile), so its safe time as seen by readers never goes backwards."""
 from __future__ import annotations
 
 import dataclasses
+import random
 
 from raft.core.memnet import MemNetwork
+from raft.core.raft import RaftCore
+from raft.core.ready import CoreConfig
+from raft.core.types import (
+    AppendEntries,
+    ConfState,
+    Entry,
+    EntryKind,
+    HardState,
+    InstallSnapshot,
+    Snapshot,
+    SnapshotMeta,
+)
 
 
 def _settle(net: MemNetwork, ticks: int = 5) -> None:
@@ -76,3 +89,34 @@ def test_leader_after_restart_is_ready_once_its_noop_applies() -> None:
     _settle(net, ticks=40)
     assert node.core.is_leader()
     assert node.core.caught_up()
+
+
+def test_a_node_whose_first_message_is_a_snapshot_waits_for_the_leaders_commit() -> None:
+    """A wiped member added back gets the leader's newest snapshot first, which can be older
+    than what the member had applied before its removal: ready at the snapshot's state, it
+    answered "now" from an older state than it had (chaos, seeds 1 and 5 of `member`).
+    InstallSnapshot carries the leader's commit index, and that is the catch-up floor."""
+    core = RaftCore(
+        CoreConfig(node_id=2),
+        hard_state=HardState(),
+        snapshot=Snapshot(),
+        entries=[],
+        bootstrap_conf=ConfState(),
+        rng=random.Random(2),
+    )
+    conf = ConfState(voters=(1, 2))
+    snap = Snapshot(meta=SnapshotMeta(index=10, term=1, tm=100, conf=conf), data=b"")
+    core.step(InstallSnapshot(src=1, dst=2, term=1, snapshot=snap, commit=20))
+    core.advance(core.ready())
+    assert core.log.applied == 10
+    assert not core.caught_up(), "ready at the snapshot, behind the leader's commit"
+
+    entries = tuple(
+        Entry(term=1, index=i, tm=100 + i, kind=EntryKind.NORMAL, data=b"") for i in range(11, 21)
+    )
+    core.step(
+        AppendEntries(src=1, dst=2, term=1, prev_index=10, prev_term=1, entries=entries, commit=20)
+    )
+    core.advance(core.ready())
+    assert core.log.applied == 20
+    assert core.caught_up()

@@ -135,7 +135,7 @@ def test_install_snapshot_head_plus_data_is_the_whole_encoding(
 ) -> None:
     # Sizes around the msgpack bin 8/16/32 boundaries: the head ends with the data's bin header.
     snap = Snapshot(meta=snap.meta, data=b"s" * data_bytes)
-    msg = InstallSnapshot(src=src, dst=dst, term=term, snapshot=snap)
+    msg = InstallSnapshot(src=src, dst=dst, term=term, snapshot=snap, commit=term)
     whole = encode_install_snapshot_head(msg) + snap.data
     assert whole == msgpack.packb(encode_message(msg), use_bin_type=True)
     assert decode_message(msgpack.unpackb(whole)) == msg
@@ -169,11 +169,12 @@ def test_tags_and_field_order_are_fixed() -> None:
         meta=SnapshotMeta(index=9, term=8, tm=7, conf=ConfState(voters=(1, 2), learners=(3,))),
         data=b"s",
     )
-    assert encode_message(InstallSnapshot(src=1, dst=2, term=3, snapshot=snap)) == [
+    assert encode_message(InstallSnapshot(src=1, dst=2, term=3, snapshot=snap, commit=11)) == [
         7,
         1,
         2,
         3,
+        11,
         [[9, 8, 7, [[1, 2], [3]]], b"s"],
     ]
     assert msgpack.unpackb(encode_conf_state(ConfState(voters=(1,)))) == [1, [1], [], b""]
@@ -238,8 +239,8 @@ SCHEMAS: list[tuple[Message, list[tuple[str, str]]]] = [
         [("src", "id"), ("dst", "id"), ("term", "u64"), ("read_ctx", "u64")],
     ),
     (
-        InstallSnapshot(src=1, dst=2, term=3, snapshot=SNAP),
-        [("src", "id"), ("dst", "id"), ("term", "u64"), ("snapshot", "array")],
+        InstallSnapshot(src=1, dst=2, term=3, snapshot=SNAP, commit=4),
+        [("src", "id"), ("dst", "id"), ("term", "u64"), ("commit", "u64"), ("snapshot", "array")],
     ),
     (TimeoutNow(src=1, dst=2, term=3), [("src", "id"), ("dst", "id"), ("term", "u64")]),
 ]
@@ -278,7 +279,7 @@ def _append(entry_fields: object) -> list[object]:
 
 
 def _snap(snapshot: object) -> list[object]:
-    return [7, 1, 2, 3, snapshot]
+    return [7, 1, 2, 3, 4, snapshot]
 
 
 META_OK: list[object] = [5, 1, 9, [[1, 2], [3]]]
