@@ -18,7 +18,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from metastore.daemon.certs import GeneratedCerts
 from raft.framing import NEED_DATA, FrameDecoder, encode_frame
+from raft.tls import client_context
 from tests.raft.proc_cluster import free_ports
 
 REPO = Path(__file__).resolve().parents[2]
@@ -216,6 +218,33 @@ class MetastoreCluster:
                 out.append(f"--- node {i}")
                 out.extend(p.read_text(errors="replace").splitlines()[-lines:])
         return "\n".join(out)
+
+
+def tls_table(tls_dir: Path, *, client_cert_required: bool = False) -> str:
+    return (
+        "\n[tls]\n"
+        f'ca_file = "{tls_dir}/ca.crt"\n'
+        f'cert_file = "{tls_dir}/node-{{node_id}}.crt"\n'
+        f'key_file = "{tls_dir}/node-{{node_id}}.key"\n'
+        f"client_cert_required = {str(client_cert_required).lower()}\n"
+    )
+
+
+def tls_cluster(
+    config: Path, certs: GeneratedCerts, *, client_cert_required: bool = False
+) -> MetastoreCluster:
+    """A MetastoreCluster (not started) whose config gets a [tls] table for the certificates
+    `certs` made, and whose raw clients speak TLS (with the client certificate when the
+    client ports require one)."""
+    with config.open("a") as f:
+        f.write(tls_table(certs.ca_cert.parent, client_cert_required=client_cert_required))
+    c = MetastoreCluster(config)
+    if client_cert_required:
+        cert, key = certs.client_cert
+        c.client_ssl = client_context(ca_file=certs.ca_cert, cert_file=cert, key_file=key)
+    else:
+        c.client_ssl = client_context(ca_file=certs.ca_cert)
+    return c
 
 
 @contextmanager

@@ -23,8 +23,15 @@ import pytest
 from metastore.client import SyncMetastoreClient
 from metastore.daemon.certs import GeneratedCerts, generate_dev_certs
 from metastore.errors import MetastoreError, TlsFailedError, TlsRequiredError
-from raft.tls import ClientTls, client_context
-from tests.daemon.harness import REPO, MetastoreCluster, RawClient, write_cluster
+from raft.tls import ClientTls
+from tests.daemon.harness import (
+    REPO,
+    MetastoreCluster,
+    RawClient,
+    tls_cluster,
+    tls_table,
+    write_cluster,
+)
 from tests.raft.proc_cluster import free_ports
 
 pytestmark = pytest.mark.slow
@@ -33,16 +40,6 @@ CLI_TIMEOUT_S = 60.0
 # A refused TLS client must fail fast (no failover rounds over the endpoints).
 REFUSAL_S_MAX = 5.0
 LOG_WAIT_S = 30.0
-
-
-def tls_table(tls_dir: Path, *, client_cert_required: bool = False) -> str:
-    return (
-        "\n[tls]\n"
-        f'ca_file = "{tls_dir}/ca.crt"\n'
-        f'cert_file = "{tls_dir}/node-{{node_id}}.crt"\n'
-        f'key_file = "{tls_dir}/node-{{node_id}}.key"\n'
-        f"client_cert_required = {str(client_cert_required).lower()}\n"
-    )
 
 
 @pytest.fixture(scope="module")
@@ -54,11 +51,7 @@ def certs(tmp_path_factory: pytest.TempPathFactory) -> GeneratedCerts:
 def cluster(
     tmp_path_factory: pytest.TempPathFactory, certs: GeneratedCerts
 ) -> Iterator[MetastoreCluster]:
-    config = write_cluster(tmp_path_factory.mktemp("tls-cluster"), 3)
-    with config.open("a") as f:
-        f.write(tls_table(certs.ca_cert.parent))
-    c = MetastoreCluster(config)
-    c.client_ssl = client_context(ca_file=certs.ca_cert)
+    c = tls_cluster(write_cluster(tmp_path_factory.mktemp("tls-cluster"), 3), certs)
     try:
         c.start_all()
         c.wait_ready(timeout_s=60)
@@ -290,13 +283,7 @@ def test_a_port_that_requires_client_certificates_refuses_clients_without_one(
 ) -> None:
     """client_cert_required: TLS with the right CA is not enough; the client certificate
     must be signed by the cluster CA too (and the token is still checked on top)."""
-    config = write_cluster(tmp_path / "mtls", 1)
-    with config.open("a") as f:
-        f.write(tls_table(certs.ca_cert.parent, client_cert_required=True))
-    c = MetastoreCluster(config)
-    c.client_ssl = client_context(
-        ca_file=certs.ca_cert, cert_file=certs.client_cert[0], key_file=certs.client_cert[1]
-    )
+    c = tls_cluster(write_cluster(tmp_path / "mtls", 1), certs, client_cert_required=True)
     try:
         c.start_all()
         c.wait_ready(timeout_s=60)

@@ -36,23 +36,13 @@ import pytest
 
 from metastore.daemon.certs import GeneratedCerts, generate_dev_certs, issue_node_certs
 from raft.tls import client_context
-from tests.daemon.harness import REPO, MetastoreCluster, write_cluster
+from tests.daemon.harness import REPO, MetastoreCluster, tls_cluster, tls_table, write_cluster
 
 pytestmark = pytest.mark.slow
 
 CLI_TIMEOUT_S = 60.0
 SNAPSHOT_EVERY = 100  # the configuration's minimum
 WAIT_S = 40.0
-
-
-def tls_table(tls_dir: Path, *, client_cert_required: bool = False) -> str:
-    return (
-        "\n[tls]\n"
-        f'ca_file = "{tls_dir}/ca.crt"\n'
-        f'cert_file = "{tls_dir}/node-{{node_id}}.crt"\n'
-        f'key_file = "{tls_dir}/node-{{node_id}}.key"\n'
-        f"client_cert_required = {str(client_cert_required).lower()}\n"
-    )
 
 
 def fingerprint(cert: Path) -> str:
@@ -76,14 +66,9 @@ def cluster(
         snapshot_every_entries=SNAPSHOT_EVERY,
         snapshot_keep_entries=0,
     )
-    with config.open("a") as f:
-        # Client ports require a client certificate: so those identify something, and are
-        # checked against the list too.
-        f.write(tls_table(certs.ca_cert.parent, client_cert_required=True))
-    c = MetastoreCluster(config)
-    c.client_ssl = client_context(
-        ca_file=certs.ca_cert, cert_file=certs.client_cert[0], key_file=certs.client_cert[1]
-    )
+    # Client ports require a client certificate: so those identify something, and are
+    # checked against the list too.
+    c = tls_cluster(config, certs, client_cert_required=True)
     try:
         c.start_all()
         c.wait_ready(timeout_s=60)

@@ -12,10 +12,10 @@ import pytest
 from metastore.client import SyncMetastoreClient
 from metastore.daemon.certs import generate_dev_certs
 from metastore.errors import TlsRequiredError
-from raft.tls import ClientTls, client_context
+from raft.tls import ClientTls
 from spark_bridge.bridge import MetastoreBridge
 from tests.daemon.harness import MetastoreCluster, write_cluster
-from tests.daemon.test_tls import tls_table
+from tests.daemon.harness import tls_cluster as new_tls_cluster
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -28,11 +28,7 @@ def tls_cluster(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[tuple[MetastoreCluster, ClientTls]]:
     certs = generate_dev_certs(tmp_path_factory.mktemp("spark-tls"), node_ids=[1, 2, 3])
-    config = write_cluster(tmp_path_factory.mktemp("spark-tls-cluster"), 3)
-    with config.open("a") as f:
-        f.write(tls_table(certs.ca_cert.parent))
-    cluster = MetastoreCluster(config)
-    cluster.client_ssl = client_context(ca_file=certs.ca_cert)
+    cluster = new_tls_cluster(write_cluster(tmp_path_factory.mktemp("spark-tls-cluster"), 3), certs)
     try:
         cluster.start_all()
         cluster.wait_ready(timeout_s=60)
