@@ -532,7 +532,7 @@ class MetastoreState:
         return packed
 
     @staticmethod
-    def from_snapshot(data: bytes) -> MetastoreState:
+    def from_snapshot(data: bytes | memoryview) -> MetastoreState:
         """Rebuild a state; corrupt or inconsistent bytes raise MalformedSnapshotError."""
         try:
             obj = msgpack.unpackb(data, raw=False, strict_map_key=True, use_list=True)

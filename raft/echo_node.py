@@ -60,7 +60,7 @@ class EchoStateMachine:
     def snapshot(self) -> bytes:
         return msgpack.packb(self.payloads)
 
-    def restore(self, data: bytes) -> None:
+    def restore(self, data: bytes | memoryview) -> None:
         self.payloads = list(msgpack.unpackb(data)) if data else []
         self._digest = hashlib.sha256()
         for p in self.payloads:

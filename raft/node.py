@@ -35,7 +35,7 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 import msgpack
 
@@ -174,8 +174,9 @@ class StateMachine(Protocol):
     def snapshot(self) -> bytes:
         """The whole state as of the last applied entry."""
 
-    def restore(self, data: bytes) -> None:
-        """Replace the whole state (b"" means empty)."""
+    def restore(self, data: bytes | memoryview) -> None:
+        """Replace the whole state (b"" means empty). A large state comes as a read-only view
+        of a mapped file: decode it, do not keep a reference to it."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -270,6 +271,10 @@ class _Op:
     future: asyncio.Future[Any]
 
 
+# Under the data directory: incoming snapshot transfers (deleted when complete or dropped).
+SNAPSHOT_SPOOL_DIR: Final = "snapshot-spool"
+
+
 def _encode_addresses(peers: Mapping[NodeId, Address]) -> bytes:
     return msgpack.packb({str(k): [h, p] for k, (h, p) in sorted(peers.items())})
 
@@ -287,6 +292,32 @@ def wrap_snapshot_data(app_data: bytes, addresses: Mapping[NodeId, Address]) -> 
             msgpack.packb(_encode_addresses(addresses)),
         )
     )
+
+
+def unwrap_snapshot_data(
+    data: bytes | memoryview,
+) -> tuple[bytes | memoryview, dict[NodeId, Address]]:
+    """(app_data, addresses) of a `wrap_snapshot_data` payload. app_data is a view into `data`,
+    not a copy (unpacking would copy the whole state): the layout is the one written above."""
+    if not data:
+        return b"", {}
+    view = memoryview(data)
+    if bytes(view[:2]) != b"\x93\x01":
+        raise RaftError(f"unknown snapshot format (starts with {bytes(view[:2]).hex()})")
+    width = {0xC4: 1, 0xC5: 2, 0xC6: 4}.get(view[2] if len(view) > 2 else -1)
+    if width is None or len(view) < 3 + width:
+        raise RaftError("snapshot payload: application data is not a msgpack bin value")
+    size = int.from_bytes(view[3 : 3 + width], "big")
+    start = 3 + width
+    if start + size > len(view):
+        raise RaftError("snapshot payload: application data runs past its end")
+    try:
+        addresses = msgpack.unpackb(view[start + size :], raw=False)
+    except Exception as exc:
+        raise RaftError(f"snapshot payload: undecodable address book: {exc!r}") from exc
+    if not isinstance(addresses, bytes):
+        raise RaftError("snapshot payload: the address book is not msgpack bytes")
+    return view[start : start + size], _decode_addresses(addresses)
 
 
 def _decode_addresses(data: bytes) -> dict[NodeId, Address]:
@@ -406,6 +437,8 @@ class RaftNode:
             cluster_id=cfg.cluster_id,
             tls=cfg.tls,
             revoked=cfg.peer_revoked,
+            # A snapshot from the leader is spooled to disk and mapped, never held on the heap.
+            snapshot_spool_dir=cfg.data_dir / SNAPSHOT_SPOOL_DIR,
         )
         await self.transport.start()
         self._tasks = [
@@ -1149,10 +1182,16 @@ class RaftNode:
             return
         data = self._wrap_snapshot(self.sm.snapshot())
         snap = core.create_snapshot(data)
+        del data
         wal = self._wal()
-        await asyncio.get_running_loop().run_in_executor(self._io, wal.compact, snap)
-        core.compact_log(snap, keep_entries=self.config.snapshot_keep_entries)
-        log.info("snapshot taken", extra={"index": snap.meta.index, "bytes": len(data)})
+        # The core keeps what the WAL stored: a large snapshot mapped from its file, so the
+        # heap copy built here goes now instead of living until the next snapshot (and a
+        # transfer to a follower reads the file's pages, not our heap).
+        stored = await asyncio.get_running_loop().run_in_executor(self._io, wal.compact, snap)
+        size = len(snap.data)
+        del snap
+        core.compact_log(stored, keep_entries=self.config.snapshot_keep_entries)
+        log.info("snapshot taken", extra={"index": stored.meta.index, "bytes": size})
 
     def _set_addresses(self, addresses: Mapping[NodeId, Address], *, applied_index: int) -> None:
         """The address book as of an applied CONF entry (or snapshot) at `applied_index`."""
@@ -1194,13 +1233,10 @@ class RaftNode:
         return wrap_snapshot_data(app_data, self.addresses)
 
     @staticmethod
-    def _unwrap_snapshot(data: bytes) -> tuple[bytes, dict[NodeId, Address]]:
-        if not data:
-            return b"", {}
-        version, app_data, addresses = msgpack.unpackb(data, raw=False)
-        if version != 1:
-            raise RaftError(f"unknown snapshot format {version}")
-        return app_data, _decode_addresses(addresses)
+    def _unwrap_snapshot(
+        data: bytes | memoryview,
+    ) -> tuple[bytes | memoryview, dict[NodeId, Address]]:
+        return unwrap_snapshot_data(data)
 
 
 def applicable_before_persist(rd: Ready, stable_index: int) -> int:

@@ -115,6 +115,7 @@ import contextlib
 import hashlib
 import hmac
 import logging
+import mmap
 import os
 import random
 import secrets
@@ -146,7 +147,6 @@ from raft.framing import (
     FrameDecoder,
     encode_frame,
     msgpack_bin_header,
-    unpack_msgpack,
 )
 from raft.limits import (
     CLUSTER_ID_CHARS_MAX,
@@ -178,7 +178,12 @@ from raft.tls import (
     peer_server_context,
     source_host,
 )
-from raft.wire import decode_message, encode_install_snapshot_head, encode_message
+from raft.wire import (
+    decode_install_snapshot,
+    decode_message,
+    encode_install_snapshot_head,
+    encode_message,
+)
 
 # 2: AppendResponse carries reject_term; heartbeats carry the sender's clock (raft.wire).
 # 3: snapshots larger than the chunk size travel as chunk frames with acknowledgements (a node
@@ -212,6 +217,8 @@ ACK_DONE: Final = 2  # the receiver holds and delivered the whole transfer
 ACK_FAILED: Final = 3  # the receiver dropped the transfer; the sender forgets it
 _ACK_STATUSES: Final = (ACK_PROGRESS, ACK_REWIND, ACK_DONE, ACK_FAILED)
 _DIGEST_BYTES: Final = 32  # SHA-256
+# Name suffix of an incoming transfer's spool file (see PeerTransport's snapshot_spool_dir).
+SPOOL_SUFFIX: Final = ".snapshot-part"
 # A chunk frame's bytes besides its data: array header, tag, four integers of up to 9 bytes each,
 # the digest with its header and the data's bin header come to 80; the rest is margin.
 _CHUNK_FRAME_OVERHEAD_BYTES: Final = 128
@@ -380,7 +387,7 @@ class _Outgoing:
     )
 
     def __init__(
-        self, transfer_id: int, key: tuple[int, int, int], head: bytes, data: bytes
+        self, transfer_id: int, key: tuple[int, int, int], head: bytes, data: bytes | memoryview
     ) -> None:
         self.transfer_id = transfer_id
         self.key = key  # (message term, snapshot index, snapshot term)
@@ -436,16 +443,59 @@ class _Outgoing:
 
 
 class _Incoming:
-    """A snapshot transfer from one peer to us, reassembled in order."""
+    """A snapshot transfer from one peer to us, reassembled in order: in a spool file when the
+    transport has a spool directory (then the heap holds one chunk at a time, whatever the
+    snapshot's size, and the complete transfer is mapped, not read), else in memory."""
 
-    __slots__ = ("acked", "buf", "hasher", "size", "transfer_id")
+    __slots__ = ("acked", "buf", "fd", "hasher", "held", "path", "size", "transfer_id")
 
-    def __init__(self, transfer_id: int, size: int) -> None:
+    def __init__(
+        self, transfer_id: int, size: int, *, peer_id: NodeId, spool_dir: Path | None
+    ) -> None:
         self.transfer_id = transfer_id
         self.size = size
-        self.buf = bytearray()  # bytes [0, len(buf)) of the transfer
-        self.hasher = hashlib.sha256()  # of buf
+        self.held = 0  # bytes [0, held) of the transfer are in buf or the spool file
+        self.buf = bytearray()
+        self.hasher = hashlib.sha256()  # of bytes [0, held)
         self.acked = 0  # the offset in our last progress ack
+        self.fd = -1
+        self.path: Path | None = None
+        if spool_dir is not None:
+            spool_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+            self.path = spool_dir / f"peer-{peer_id}-{transfer_id:016x}{SPOOL_SUFFIX}"
+            self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+
+    def write(self, data: memoryview) -> None:
+        """Append the next bytes of the transfer. OSError: the spool file failed."""
+        self.hasher.update(data)
+        self.held += len(data)
+        if self.fd < 0:
+            self.buf += data
+            return
+        while data:
+            data = data[os.write(self.fd, data) :]
+
+    def encoded(self) -> memoryview:
+        """The whole transfer, once held == size: a map of the spool file (which is closed and
+        unlinked; the map keeps its pages until the last view of it goes) or the buffer."""
+        if self.fd < 0:
+            return memoryview(self.buf)
+        try:
+            mapped = mmap.mmap(self.fd, self.size, access=mmap.ACCESS_READ)
+        finally:
+            self.discard()
+        return memoryview(mapped)
+
+    def discard(self) -> None:
+        """Forget the bytes held (closing and deleting the spool file). Idempotent."""
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+        if self.path is not None:
+            with contextlib.suppress(OSError):
+                self.path.unlink()
+            self.path = None
+        self.buf = bytearray()
 
 
 class _Link:
@@ -682,9 +732,12 @@ class PeerTransport:
         snapshot_ack_interval_bytes: int = SNAPSHOT_ACK_INTERVAL_BYTES,
         tls: TlsFiles | None = None,
         revoked: Callable[[str], bool] | None = None,
+        snapshot_spool_dir: Path | None = None,
     ) -> None:
         """`snapshot_chunk_bytes` defaults to SNAPSHOT_CHUNK_BYTES, or half of a smaller
-        `max_frame_bytes` (a chunk frame must fit a frame with room to spare). `tls`: mutual
+        `max_frame_bytes` (a chunk frame must fit a frame with room to spare).
+        `snapshot_spool_dir`: where incoming snapshot transfers are spooled (created if missing;
+        leftovers of an earlier process are deleted); None keeps them in memory. `tls`: mutual
         TLS on every link (TlsConfigError here if a file cannot be used). `revoked`: with TLS,
         whether a certificate fingerprint (SHA-256 of the DER, lowercase hex) is revoked."""
         if type(node_id) is not int or not 0 < node_id < _U64_END:
@@ -743,6 +796,9 @@ class PeerTransport:
         self._snapshot_chunk_bytes = snapshot_chunk_bytes
         self._snapshot_transfer_bytes_max = snapshot_transfer_bytes_max
         self._snapshot_ack_interval_bytes = snapshot_ack_interval_bytes
+        self._snapshot_spool_dir = snapshot_spool_dir
+        if snapshot_spool_dir is not None:
+            _remove_spool_leftovers(snapshot_spool_dir, self._log)
 
         self._links: dict[NodeId, _Link] = {
             pid: _Link(pid, addr) for pid, addr in peers.items() if pid != node_id
@@ -845,6 +901,7 @@ class PeerTransport:
                 await asyncio.wait_for(self._server.wait_closed(), PEER_STOP_TIMEOUT_MS / 1000)
         for link in self._links.values():
             link.connected = False
+            self._discard_incoming(link)
 
     # ---- sending ----------------------------------------------------------------------------
 
@@ -1000,6 +1057,7 @@ class PeerTransport:
         check_peers(peers)
         wanted = {pid: addr for pid, addr in peers.items() if pid != self._node_id}
         for pid in [pid for pid in self._links if pid not in wanted]:
+            self._discard_incoming(self._links[pid])
             self._retire(self._links.pop(pid))
             for conn in self._inbound:
                 if conn.peer_id == pid:
@@ -1644,12 +1702,19 @@ class PeerTransport:
         if inc is None or inc.transfer_id != transfer_id:
             # The peer sends one transfer at a time: a chunk of another one means it gave up on
             # the one we hold (replaced it with a newer snapshot, or restarted).
-            link.incoming = inc = None
+            self._discard_incoming(link)
+            inc = None
             if offset != 0:
                 # Mid-way through a transfer we do not hold (we restarted or dropped it).
                 self._rewind(link, transfer_id, epoch, 0)
                 return
-            inc = _Incoming(transfer_id, size)
+            try:
+                inc = _Incoming(
+                    transfer_id, size, peer_id=link.peer_id, spool_dir=self._snapshot_spool_dir
+                )
+            except OSError as exc:
+                self._drop_incoming(link, transfer_id, epoch, f"cannot create spool file: {exc}")
+                return
             link.incoming = inc
             self._log.info(
                 "snapshot transfer %016x from peer %d started (%d bytes)",
@@ -1657,17 +1722,20 @@ class PeerTransport:
                 link.peer_id,
                 size,
             )
-        held = len(inc.buf)
+        held = inc.held
         if offset > held:
             self._rewind(link, transfer_id, epoch, held)  # a gap: chunks before it were lost
             return
         if end <= held:
             return  # sent again after a reconnect or a rewind; we hold all of it
-        with memoryview(data) as view:
-            new = view[held - offset :]
-            inc.buf += new
-            inc.hasher.update(new)
-            new.release()
+        try:
+            with memoryview(data) as view:
+                new = view[held - offset :]
+                inc.write(new)
+                new.release()
+        except OSError as exc:
+            self._drop_incoming(link, transfer_id, epoch, f"cannot write spool file: {exc}")
+            return
         held = end
         if held < size:
             if held - inc.acked >= self._snapshot_ack_interval_bytes:
@@ -1677,22 +1745,22 @@ class PeerTransport:
         self._complete_incoming(link, inc, digest, epoch)
 
     def _complete_incoming(self, link: _Link, inc: _Incoming, digest: bytes, epoch: int) -> None:
-        link.incoming = None
         if not hmac.compare_digest(inc.hasher.digest(), digest):
             self._drop_incoming(link, inc.transfer_id, epoch, "SHA-256 mismatch")
             return
-        view = memoryview(inc.buf)
+        link.incoming = None
         try:
-            obj = unpack_msgpack(view, max_bytes=self._snapshot_transfer_bytes_max)
-            msg = decode_message(obj)
-            if not isinstance(msg, InstallSnapshot):
-                raise MalformedMessageError(f"a {type(msg).__name__}, not an InstallSnapshot")
-        except (MalformedFrameError, MalformedMessageError) as exc:
+            # The snapshot's data stays a view into the spool file's map (or the buffer):
+            # decoding copies only the message's small head.
+            msg = decode_install_snapshot(inc.encoded())
+        except OSError as exc:
+            self._drop_incoming(link, inc.transfer_id, epoch, f"cannot map spool file: {exc}")
+            return
+        except MalformedMessageError as exc:
             self._drop_incoming(link, inc.transfer_id, epoch, f"undecodable: {exc}")
             return
         finally:
-            view.release()
-            inc.buf = bytearray()  # the message holds its own copy now
+            inc.discard()
         link.incoming_done_id = inc.transfer_id
         link.snapshot_transfers_received += 1
         self._send_ack(link, inc.transfer_id, inc.size, ACK_DONE, epoch)
@@ -1709,13 +1777,19 @@ class PeerTransport:
         """Drop the transfer (only it: the connection stays) and tell the sender."""
         inc = link.incoming
         if inc is not None and inc.transfer_id == transfer_id:
-            link.incoming = None
+            self._discard_incoming(link)
         link.incoming_failed_id = transfer_id
         link.snapshot_transfers_dropped += 1
         self._log.warning(
             "dropping snapshot transfer %016x from peer %d: %s", transfer_id, link.peer_id, why
         )
         self._send_ack(link, transfer_id, 0, ACK_FAILED, epoch)
+
+    @staticmethod
+    def _discard_incoming(link: _Link) -> None:
+        inc, link.incoming = link.incoming, None
+        if inc is not None:
+            inc.discard()
 
     def _rewind(self, link: _Link, transfer_id: int, epoch: int, offset: int) -> None:
         # One rewind per pass of the sender: the chunks already in flight behind the one that
@@ -1730,6 +1804,18 @@ class PeerTransport:
             offset,
         )
         self._send_ack(link, transfer_id, offset, ACK_REWIND, epoch)
+
+
+def _remove_spool_leftovers(spool_dir: Path, logger: logging.Logger) -> None:
+    """Delete the spool files of transfers an earlier process left unfinished."""
+    try:
+        leftovers = list(spool_dir.glob(f"*{SPOOL_SUFFIX}"))
+    except OSError:
+        return  # the directory does not exist yet or cannot be read: the first spool says why
+    for path in leftovers:
+        with contextlib.suppress(OSError):
+            path.unlink()
+            logger.info("deleted an unfinished snapshot transfer's spool file %s", path)
 
 
 def _fields(obj: list[object], count: int, what: str) -> list[object]:

@@ -72,6 +72,7 @@ import contextlib
 import fcntl
 import itertools
 import logging
+import mmap
 import os
 import re
 import struct
@@ -100,7 +101,7 @@ WAL_SEGMENT_BYTES_MAX: Final = 64 * 1024 * 1024
 WAL_RECORD_BYTES_MAX: Final = 16 * 1024 * 1024
 # One `append` call, encoded. The driver's own queue limits keep it far below this.
 WAL_APPEND_BYTES_MAX: Final = 256 * 1024 * 1024
-# One snapshot file. Snapshots are read and written whole, in memory.
+# One snapshot file. Large ones are mapped, never read or built whole on the heap.
 SNAPSHOT_BYTES_MAX: Final = 1024 * 1024 * 1024
 # Snapshot files kept on disk: the newest plus a fallback in case the newest is damaged.
 SNAPSHOTS_KEPT: Final = 2
@@ -438,22 +439,31 @@ class _ReplayLog:
 
 _SNAPSHOT_HEADER: Final = struct.Struct("<8sIQ")  # magic, crc32(payload), payload length
 _SNAPSHOT_MAGIC: Final = b"RAFTSNP1"
+# A payload's fields besides `data` fit in this many bytes (a few integers, two short lists).
+_SNAPSHOT_PEEK_BYTES: Final = 64 * 1024
+# Snapshot files at least this large are mapped rather than read: the state is not copied onto
+# the heap when a node restarts or saves it (SNAPSHOTS_KEPT files are mapped at most, plus one
+# being sent or received). Smaller ones are read: a map holds a file descriptor.
+SNAPSHOT_MAP_BYTES_MIN: Final = 1024 * 1024
+# Snapshot data is written in slices of this size (os.write of a view: no copy either way).
+_SNAPSHOT_WRITE_SLICE_BYTES: Final = 4 * 1024 * 1024
 
 
 class _BadSnapshotFile(Exception):
     """Internal: a snapshot file that fails validation; recovery falls back to an older one."""
 
 
-def _encode_snapshot(snapshot: Snapshot, *, floor_seq: int) -> bytes:
-    """Header + msgpack map {index, term, tm, voters, learners, data, floor_seq}.
+def _snapshot_file_parts(snapshot: Snapshot, *, floor_seq: int) -> tuple[bytes, int, bytes]:
+    """The snapshot file as (header + payload prefix, where the data starts in the file, payload
+    suffix): the file is `head`, then the application's bytes, then `suffix`.
 
-    Built around the application's bytes rather than packing them: byte for byte what
-    msgpack.packb of that dict gives, but `data` (the whole state, often megabytes) is copied
-    once, by the final join, instead of into a doubling Packer buffer and again into the file
-    image."""
+    The payload is a msgpack map {index, term, tm, voters, learners, data, floor_seq}, byte for
+    byte what msgpack.packb of that dict gives, but built around the application's bytes rather
+    than packing them: `data` (the whole state, possibly gigabytes) is never copied, only
+    checksummed and written from where it lies."""
     meta = snapshot.meta
     data = snapshot.data
-    head = msgpack.packb(
+    fields = msgpack.packb(
         {
             "index": meta.index,
             "term": meta.term,
@@ -463,38 +473,49 @@ def _encode_snapshot(snapshot: Snapshot, *, floor_seq: int) -> bytes:
         },
         use_bin_type=True,
     )
-    # head starts with the fixmap header of 5 pairs; the full map has 7.
-    prefix = b"\x87" + head[1:] + msgpack.packb("data") + msgpack_bin_header(len(data))
+    # fields starts with the fixmap header of 5 pairs; the full map has 7.
+    prefix = b"\x87" + fields[1:] + msgpack.packb("data") + msgpack_bin_header(len(data))
     suffix = msgpack.packb("floor_seq") + msgpack.packb(floor_seq)
     crc = zlib.crc32(suffix, zlib.crc32(data, zlib.crc32(prefix)))
     size = len(prefix) + len(data) + len(suffix)
-    return b"".join((_SNAPSHOT_HEADER.pack(_SNAPSHOT_MAGIC, crc, size), prefix, data, suffix))
+    head = _SNAPSHOT_HEADER.pack(_SNAPSHOT_MAGIC, crc, size) + prefix
+    return head, len(head), suffix
 
 
-def _decode_snapshot(blob: bytes, *, expected_index: int) -> tuple[Snapshot, int]:
-    """The snapshot and its floor seq; raises _BadSnapshotFile."""
+def _encode_snapshot(snapshot: Snapshot, *, floor_seq: int) -> bytes:
+    """The whole snapshot file in memory (tests; the WAL writes the parts)."""
+    head, _, suffix = _snapshot_file_parts(snapshot, floor_seq=floor_seq)
+    return b"".join((head, snapshot.data, suffix))
+
+
+def _decode_snapshot(
+    blob: bytes | mmap.mmap, *, expected_index: int, keep_view: bool = False
+) -> tuple[Snapshot, int]:
+    """The snapshot and its floor seq; raises _BadSnapshotFile.
+
+    The data is a read-only memoryview into `blob` if `keep_view` (blob is then a file map: the
+    state is never copied onto the heap), else a bytes copy."""
     if len(blob) < _SNAPSHOT_HEADER.size:
         raise _BadSnapshotFile("shorter than its header")
     magic, crc, length = _SNAPSHOT_HEADER.unpack_from(blob, 0)
-    payload = blob[_SNAPSHOT_HEADER.size :]
     if magic != _SNAPSHOT_MAGIC:
         raise _BadSnapshotFile("bad magic")
+    payload = memoryview(blob)[_SNAPSHOT_HEADER.size :]
     if length != len(payload):
         raise _BadSnapshotFile(f"length field {length} but {len(payload)} payload bytes")
     if zlib.crc32(payload) != crc:
         raise _BadSnapshotFile("checksum mismatch")
+    fields, data = _split_snapshot_payload(payload)
     try:
-        fields: Any = msgpack.unpackb(payload, raw=False, use_list=False)
         index, term, tm, floor_seq = (fields[k] for k in ("index", "term", "tm", "floor_seq"))
-        voters, learners, data = fields["voters"], fields["learners"], fields["data"]
-    except (ValueError, TypeError, KeyError, msgpack.UnpackException) as exc:
-        raise _BadSnapshotFile(f"undecodable payload: {exc}") from exc
+        voters, learners = fields["voters"], fields["learners"]
+    except KeyError as exc:
+        raise _BadSnapshotFile(f"payload lacks field {exc}") from exc
     if not (
         all(map(_is_int, (index, term, tm, floor_seq)))
         and isinstance(voters, tuple)
         and isinstance(learners, tuple)
         and all(map(_is_int, (*voters, *learners)))
-        and isinstance(data, bytes)
     ):
         raise _BadSnapshotFile("payload fields have wrong types")
     if index != expected_index:
@@ -502,7 +523,53 @@ def _decode_snapshot(blob: bytes, *, expected_index: int) -> tuple[Snapshot, int
     meta = SnapshotMeta(
         index=index, term=term, tm=tm, conf=ConfState(voters=voters, learners=learners)
     )
-    return Snapshot(meta=meta, data=data), floor_seq
+    return Snapshot(meta=meta, data=data.toreadonly() if keep_view else bytes(data)), floor_seq
+
+
+def _split_snapshot_payload(payload: memoryview) -> tuple[dict[str, Any], memoryview]:
+    """A snapshot payload's fields other than `data`, and `data` as a view into `payload`.
+
+    Only the small fields are unpacked (msgpack copies every bin value it unpacks); the data's
+    position comes from its bin header, whatever the order of the keys."""
+    fields: dict[str, Any] = {}
+    data: memoryview | None = None
+    try:
+        unpacker = msgpack.Unpacker(raw=False, use_list=False)
+        unpacker.feed(payload[:_SNAPSHOT_PEEK_BYTES])
+        pairs = unpacker.read_map_header()
+        base = 0  # offset in payload of the unpacker's first fed byte
+        for _ in range(pairs):
+            key = unpacker.unpack()
+            if key != "data":
+                fields[key] = unpacker.unpack()
+                continue
+            if data is not None:
+                raise _BadSnapshotFile("two data fields")
+            start = base + unpacker.tell()
+            size, header = _bin_header_at(payload, start)
+            data = payload[start + header : start + header + size]
+            if len(data) != size:
+                raise _BadSnapshotFile("data runs past the end of the payload")
+            # Go on after the data with a fresh unpacker: the data itself is never fed.
+            base = start + header + size
+            unpacker = msgpack.Unpacker(raw=False, use_list=False)
+            unpacker.feed(payload[base : base + _SNAPSHOT_PEEK_BYTES])
+        if base + unpacker.tell() != len(payload):
+            raise _BadSnapshotFile("bytes after the payload map")
+    except (ValueError, TypeError, msgpack.UnpackException, msgpack.OutOfData) as exc:
+        raise _BadSnapshotFile(f"undecodable payload: {exc!r}") from exc
+    if data is None:
+        raise _BadSnapshotFile("payload lacks field 'data'")
+    return fields, data
+
+
+def _bin_header_at(buf: memoryview, offset: int) -> tuple[int, int]:
+    """(length, header size) of the msgpack bin value at `offset`; raises _BadSnapshotFile."""
+    kind = buf[offset] if offset < len(buf) else -1
+    width = {0xC4: 1, 0xC5: 2, 0xC6: 4}.get(kind)
+    if width is None or offset + 1 + width > len(buf):
+        raise _BadSnapshotFile("data is not a msgpack bin value")
+    return int.from_bytes(buf[offset + 1 : offset + 1 + width], "big"), 1 + width
 
 
 # ============================================================================================
@@ -528,11 +595,24 @@ def _snapshot_name(index: int) -> str:
     return f"snap-{index:016x}.snap"
 
 
-def _write_all(fd: int, data: bytes) -> None:
+def _write_all(fd: int, data: bytes | memoryview) -> None:
     # Regular files take the whole buffer in one write; the loop only matters after a signal.
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view) :]
+
+
+def _read_snapshot_file(path: Path, *, expected_index: int) -> tuple[Snapshot, int]:
+    """A snapshot file's snapshot (data mapped from the file if it is large) and floor seq;
+    raises _BadSnapshotFile."""
+    with open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        if size > SNAPSHOT_BYTES_MAX + _SNAPSHOT_PEEK_BYTES:
+            raise _BadSnapshotFile("larger than SNAPSHOT_BYTES_MAX")
+        if size < SNAPSHOT_MAP_BYTES_MIN:
+            return _decode_snapshot(f.read(), expected_index=expected_index)
+        mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    return _decode_snapshot(mapped, expected_index=expected_index, keep_view=True)
 
 
 @dataclass(slots=True, kw_only=True)
@@ -754,8 +834,10 @@ class WriteAheadLog:
 
     # ---------------------------------------------------------------------------- snapshots
 
-    def compact(self, snapshot: Snapshot) -> None:
+    def compact(self, snapshot: Snapshot) -> Snapshot:
         """Save the application's snapshot at snapshot.meta.index and drop the log it covers.
+        Returns the snapshot as stored: a large one's data is mapped from its file, so the
+        caller may keep that and drop the heap copy it passed.
 
         The snapshot file is made durable first (temp file, fsync, rename, fsync directory);
         then snapshot files beyond SNAPSHOTS_KEPT are deleted, then every segment (oldest first)
@@ -771,14 +853,16 @@ class WriteAheadLog:
             raise SnapshotPositionError(
                 f"compact to {index} outside [{self._snapshot_index}, {self._last_index}]"
             )
-        self._save_snapshot(snapshot, floor_seq=self._floor_seq)
+        stored = self._save_snapshot(snapshot, floor_seq=self._floor_seq)
         self._snapshot_index = index
         with self._failing_on_os_error("compaction"):
             self._prune_snapshots()
             self._delete_covered_segments()
+        return stored
 
-    def install_snapshot(self, snapshot: Snapshot) -> None:
+    def install_snapshot(self, snapshot: Snapshot) -> Snapshot:
         """Replace the whole log by `snapshot` (a follower catching up from the leader).
+        Returns the snapshot as stored (see `compact`).
 
         Afterwards, also after any crash that happens once this returns, the log is exactly the
         snapshot with no entries; a crash inside recovers either the old log or the new one.
@@ -797,7 +881,7 @@ class WriteAheadLog:
         new_seq = self._segments[-1].seq + 1
         # Commit point: once this file is renamed into place, recovery ignores the entries of
         # every segment below new_seq (none of which exists yet).
-        self._save_snapshot(snapshot, floor_seq=new_seq)
+        stored = self._save_snapshot(snapshot, floor_seq=new_seq)
         self._snapshot_index = index
         self._floor_seq = new_seq
         self._last_index = index
@@ -806,6 +890,7 @@ class WriteAheadLog:
             self._write_reset(index, snapshot.meta.term)
             self._delete_segments_below(new_seq)
             self._prune_snapshots()
+        return stored
 
     # ---------------------------------------------------------------------------- recovery
 
@@ -917,9 +1002,7 @@ class WriteAheadLog:
                 fallbacks.append(index)
                 continue
             try:
-                if path.stat().st_size > SNAPSHOT_BYTES_MAX + _SNAPSHOT_HEADER.size:
-                    raise _BadSnapshotFile("larger than SNAPSHOT_BYTES_MAX")
-                chosen = _decode_snapshot(path.read_bytes(), expected_index=index)
+                chosen = _read_snapshot_file(path, expected_index=index)
                 fallbacks.append(index)
             except _BadSnapshotFile as exc:
                 _log.warning("wal: skipping invalid snapshot file=%s reason=%s", path, exc)
@@ -1024,25 +1107,37 @@ class WriteAheadLog:
         self._segments[-1].note_index(index)
         self._hard_state_in_live = True
 
-    def _save_snapshot(self, snapshot: Snapshot, *, floor_seq: int) -> None:
-        """Crash-safe: temp file, fsync, rename, fsync the directory.
+    def _save_snapshot(self, snapshot: Snapshot, *, floor_seq: int) -> Snapshot:
+        """Crash-safe: temp file, fsync, rename, fsync the directory. Returns the snapshot as
+        stored: its data mapped from the new file if it is large (so the caller can drop its
+        heap copy), else `snapshot` itself.
 
         Failing before the rename leaves the log untouched and usable; failing after it (the
         directory sync) leaves the instance failed, as we no longer know what is durable.
         """
-        blob = _encode_snapshot(snapshot, floor_seq=floor_seq)
-        if len(blob) - _SNAPSHOT_HEADER.size > SNAPSHOT_BYTES_MAX:
+        data = snapshot.data
+        if len(data) > SNAPSHOT_BYTES_MAX:
             raise RecordTooLargeError(
-                f"snapshot encodes to {len(blob)} bytes, over SNAPSHOT_BYTES_MAX"
+                f"snapshot data of {len(data)} bytes is over SNAPSHOT_BYTES_MAX"
             )
+        head, data_offset, suffix = _snapshot_file_parts(snapshot, floor_seq=floor_seq)
         index = snapshot.meta.index
         final = self._dir / _snapshot_name(index)
         temp = final.with_name(final.name + _TEMP_SUFFIX)
+        stored = snapshot
         try:
-            fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, _FILE_MODE)
+            fd = os.open(temp, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, _FILE_MODE)
             try:
-                _write_all(fd, blob)
+                _write_all(fd, head)
+                with memoryview(data) as view:
+                    for start in range(0, len(view), _SNAPSHOT_WRITE_SLICE_BYTES):
+                        _write_all(fd, view[start : start + _SNAPSHOT_WRITE_SLICE_BYTES])
+                _write_all(fd, suffix)
                 self._sync(fd)
+                if len(data) >= SNAPSHOT_MAP_BYTES_MIN:
+                    mapped = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
+                    view = memoryview(mapped)[data_offset : data_offset + len(data)]
+                    stored = Snapshot(meta=snapshot.meta, data=view.toreadonly())
             finally:
                 os.close(fd)
             os.replace(temp, final)
@@ -1050,12 +1145,13 @@ class WriteAheadLog:
             with contextlib.suppress(OSError):
                 temp.unlink()
             raise WalIOError(f"cannot save snapshot {final}: {exc}") from exc
-        self._bytes_written += len(blob)
+        self._bytes_written += len(head) + len(data) + len(suffix)
         with self._failing_on_os_error("snapshot directory sync"):
             self._sync_dir()
         if index not in self._snapshot_indexes:
             self._snapshot_indexes.append(index)
             self._snapshot_indexes.sort()
+        return stored
 
     def _prune_snapshots(self) -> None:
         """Keep the newest SNAPSHOTS_KEPT fallback-worthy snapshots; delete every file below.

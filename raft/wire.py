@@ -187,6 +187,53 @@ def encode_install_snapshot_head(msg: InstallSnapshot) -> bytes:
     return packed[: -len(_EMPTY_BIN)] + msgpack_bin_header(len(msg.snapshot.data))
 
 
+# An encoded InstallSnapshot's bytes before its data: a few integers and a ConfState.
+INSTALL_SNAPSHOT_HEAD_BYTES_MAX: Final = 64 * 1024
+
+
+def decode_install_snapshot(encoded: memoryview) -> InstallSnapshot:
+    """Inverse of `encode_install_snapshot_head(msg) + msg.snapshot.data`, without copying the
+    data: the snapshot's data is a read-only view into `encoded` (a received transfer's spool
+    file, mapped), since unpacking would copy the whole state onto the heap.
+
+    Raises MalformedMessageError for anything else, with the checks of `decode_message`."""
+    try:
+        unpacker = msgpack.Unpacker(raw=False)
+        unpacker.feed(encoded[:INSTALL_SNAPSHOT_HEAD_BYTES_MAX])
+        if unpacker.read_array_header() != 6:
+            raise MalformedMessageError("InstallSnapshot: expected an array of 6 fields")
+        for _ in range(5):
+            unpacker.skip()
+        if unpacker.read_array_header() != 2:
+            raise MalformedMessageError("InstallSnapshot.snapshot: expected [meta, data]")
+        unpacker.skip()
+        start = unpacker.tell()
+    except (ValueError, msgpack.UnpackException, msgpack.OutOfData) as exc:
+        raise MalformedMessageError(f"InstallSnapshot: undecodable head: {exc!r}") from exc
+    width = {0xC4: 1, 0xC5: 2, 0xC6: 4}.get(encoded[start] if start < len(encoded) else -1)
+    if width is None or start + 1 + width > len(encoded):
+        raise MalformedMessageError("InstallSnapshot.snapshot.data: expected a msgpack bin value")
+    size = int.from_bytes(encoded[start + 1 : start + 1 + width], "big")
+    data_start = start + 1 + width
+    if data_start + size != len(encoded):
+        raise MalformedMessageError(
+            f"InstallSnapshot: {len(encoded) - data_start} bytes after the head, "
+            f"but its data is {size} bytes"
+        )
+    # The head goes through the same checks as any frame (with empty data in place).
+    try:
+        obj = unpack_msgpack(
+            bytes(encoded[:start]) + _EMPTY_BIN, max_bytes=INSTALL_SNAPSHOT_HEAD_BYTES_MAX
+        )
+    except MalformedFrameError as exc:
+        raise MalformedMessageError(f"InstallSnapshot: {exc}") from exc
+    msg = decode_message(obj)
+    if not isinstance(msg, InstallSnapshot):
+        raise MalformedMessageError(f"a {type(msg).__name__}, not an InstallSnapshot")
+    data = encoded[data_start:].toreadonly()
+    return dataclasses.replace(msg, snapshot=dataclasses.replace(msg.snapshot, data=data))
+
+
 def encode_conf_state(conf: ConfState, *, context: bytes = b"") -> bytes:
     """The bytes a CONF entry carries: msgpack of [format version, voters, learners, context].
 

@@ -71,7 +71,7 @@ class CatalogStateMachine:
     def snapshot(self) -> bytes:
         return self.state.to_snapshot()
 
-    def restore(self, data: bytes) -> None:
+    def restore(self, data: bytes | memoryview) -> None:
         self.state = MetastoreState.from_snapshot(data) if data else MetastoreState()
         # The entries before the snapshot are gone here: so are their events.
         self.events.reset(floor_tm=self.state.last_tm)

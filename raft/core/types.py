@@ -74,7 +74,10 @@ class SnapshotMeta:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Snapshot:
     meta: SnapshotMeta = field(default_factory=SnapshotMeta)
-    data: bytes = b""  # the application's state at meta.index, opaque to Raft
+    # The application's state at meta.index, opaque to Raft. A large snapshot is a read-only
+    # memoryview over a mapped file (the WAL's snapshot file or a received transfer's spool
+    # file), so holding or sending it costs page cache, not heap.
+    data: bytes | memoryview = b""
 
     def is_empty(self) -> bool:
         return self.meta.index == 0

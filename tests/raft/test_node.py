@@ -59,7 +59,7 @@ class ListStateMachine:
     def snapshot(self) -> bytes:
         return b""
 
-    def restore(self, data: bytes) -> None:
+    def restore(self, data: bytes | memoryview) -> None:
         self.applied = []
 
 

@@ -13,6 +13,7 @@ import asyncio
 import hashlib
 import os
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import msgpack
@@ -22,7 +23,7 @@ import uvloop
 from raft.core.types import ConfState, Heartbeat, InstallSnapshot, Snapshot, SnapshotMeta
 from raft.errors import InvalidLimitError
 from raft.limits import PEER_FRAME_BYTES_MAX
-from raft.transport import PeerTransport
+from raft.transport import SPOOL_SUFFIX, PeerTransport
 from raft.wire import encode_message
 from tests.raft.test_transport import (
     HOST,
@@ -94,7 +95,7 @@ def on_receiver_progress(
             not fired
             and link.peer_id == sender_id
             and inc is not None
-            and len(inc.buf) >= fraction * inc.size
+            and inc.held >= fraction * inc.size
         ):
             fired.append(True)
             action()
@@ -187,9 +188,11 @@ async def test_messages_sent_during_a_transfer_are_not_held_behind_it() -> None:
 # ---- b. resume after a dropped connection ---------------------------------------------------
 
 
-async def test_a_transfer_resumes_after_the_connection_drops() -> None:
+@pytest.mark.parametrize("spooled", [False, True], ids=["in-memory", "spooled"])
+async def test_a_transfer_resumes_after_the_connection_drops(spooled: bool, tmp_path: Path) -> None:
     a_inbox, b_inbox = Inbox(), Inbox()
-    a, b = make(1, a_inbox, **LARGER), make(2, b_inbox, **LARGER)
+    spool = {"snapshot_spool_dir": tmp_path / "spool"} if spooled else {}
+    a, b = make(1, a_inbox, **LARGER), make(2, b_inbox, **LARGER, **spool)
     async with running(a, b):
         mesh({1: a, 2: b})
         msg = snapshot_msg(BIG_BYTES)
@@ -238,6 +241,73 @@ async def test_a_receiver_that_lost_the_transfer_asks_for_it_from_the_start() ->
             await eventually(lambda: peer(a, 2)["snapshot_transfers_completed"] == 1, "acked")
             assert peer(a, 2)["snapshot_transfers_resumed"] >= 1
             assert peer(a, 2)["snapshot_chunk_bytes_sent"] >= encoded_bytes(msg) + acked
+
+
+# ---- b'. spooled to disk: the receiver's heap holds one chunk, not the snapshot ---------------
+
+
+def spool_files(directory: Path) -> list[Path]:
+    return sorted(directory.glob("*")) if directory.exists() else []
+
+
+async def test_a_spooled_transfer_is_mapped_from_disk_not_held_on_the_heap(tmp_path: Path) -> None:
+    spool = tmp_path / "spool"
+    a_inbox, b_inbox = Inbox(), Inbox()
+    a, b = make(1, a_inbox, **SMALL), make(2, b_inbox, **SMALL, snapshot_spool_dir=spool)
+    seen: list[tuple[int, int, int]] = []  # (bytes held, on the heap, in the spool file)
+
+    def look() -> None:
+        inc = b._links[1].incoming
+        assert inc is not None
+        [path] = spool_files(spool)
+        seen.append((inc.held, len(inc.buf), path.stat().st_size))
+
+    async with running(a, b):
+        mesh({1: a, 2: b})
+        msg = snapshot_msg(4 * MIB)
+        fired = on_receiver_progress(b, 1, 1 / 2, look)
+        a.send(msg)
+        await eventually(lambda: bool(snapshots(b_inbox)), "delivered", TRANSFER_WAIT_S)
+        assert fired
+        [(held, on_heap, in_file)] = seen
+        assert held >= 2 * MIB and on_heap == 0 and in_file == held
+        [got] = snapshots(b_inbox)
+        assert got == msg
+        # The data is a read-only view of the mapped spool file, which is already unlinked.
+        assert isinstance(got.snapshot.data, memoryview) and got.snapshot.data.readonly
+        assert spool_files(spool) == []
+        assert peer(b, 1)["snapshot_transfers_received"] == 1
+
+
+async def test_spool_files_go_with_a_dropped_or_unfinished_transfer(tmp_path: Path) -> None:
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    (spool / f"peer-1-00000000000000aa{SPOOL_SUFFIX}").write_bytes(b"left by a crash")
+    (spool / "not-ours.txt").write_bytes(b"kept")
+    a_inbox, b_inbox = Inbox(), Inbox()
+    a, b = make(1, a_inbox, **SMALL), make(2, b_inbox, **SMALL, snapshot_spool_dir=spool)
+    # An earlier process's unfinished transfer is deleted when the transport is built.
+    assert [p.name for p in spool_files(spool)] == ["not-ours.txt"]
+    async with running(a, b):
+        mesh({1: a, 2: b})
+        msg = snapshot_msg(1 * MIB)
+        a.send(msg)
+        out = a._links[2].outgoing
+        assert out is not None
+        out.digest = bytes(32)  # a bad checksum: the receiver drops the transfer
+        await eventually(lambda: peer(b, 1)["snapshot_transfers_dropped"] == 1, "dropped")
+        assert [p.name for p in spool_files(spool)] == ["not-ours.txt"]
+        stopping: list[asyncio.Task[None]] = []
+        fired = on_receiver_progress(
+            b, 1, 1 / 2, lambda: stopping.append(asyncio.create_task(b.stop()))
+        )
+        a.send(snapshot_msg(1 * MIB, index=10))
+        await eventually(lambda: bool(stopping), "the receiver got half of the retry")
+        await stopping[0]
+        assert fired
+    # Stopped mid-transfer: its spool file is gone too.
+    assert [p.name for p in spool_files(spool)] == ["not-ours.txt"]
+    assert snapshots(b_inbox) == []
 
 
 # ---- c. the same snapshot again, a newer one ------------------------------------------------

@@ -27,6 +27,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from raft.core.types import ConfState, Entry, EntryKind, HardState, Snapshot, SnapshotMeta
 from raft.wal import (
+    SNAPSHOT_MAP_BYTES_MIN,
     SNAPSHOTS_KEPT,
     WAL_RECORD_BYTES_MAX,
     WAL_SEGMENT_BYTES_MAX,
@@ -599,6 +600,78 @@ def test_bad_newest_snapshot_falls_back_to_the_older_one(
     state = recover(tmp_path)
     assert state.snapshot == snap(20)
     assert state.entries == tuple(ents(21, 41))
+
+
+def big_state(index: int) -> bytes:
+    """Application bytes large enough for the WAL to map rather than read: every byte depends
+    on `index` and on its position, so a misplaced slice cannot compare equal."""
+    pattern = bytes((index * 7 + i) % 251 for i in range(251))
+    return (pattern * (SNAPSHOT_MAP_BYTES_MIN // len(pattern) + 3))[: SNAPSHOT_MAP_BYTES_MIN + 517]
+
+
+def test_a_large_snapshot_is_kept_mapped_from_its_file_not_copied(tmp_path: Path) -> None:
+    wal, _ = open_wal(tmp_path)
+    with wal:
+        wal.append(ents(1, 20), HardState(term=1, commit=20))
+        stored = wal.compact(snap(10, data=big_state(10)))
+        # The caller may drop its heap copy and keep this: the same bytes, mapped from the file.
+        assert isinstance(stored.data, memoryview) and stored.data.readonly
+        assert stored == snap(10, data=big_state(10))
+        small = wal.compact(snap(12))
+        assert small == snap(12) and isinstance(small.data, bytes)  # small: kept as given
+        installed = wal.install_snapshot(snap(30, term=2, data=big_state(30)))
+        assert isinstance(installed.data, memoryview)
+        wal.append([ent(31, term=2)], None)
+    state = recover(tmp_path)
+    assert isinstance(state.snapshot.data, memoryview)
+    assert state.snapshot == snap(30, term=2, data=big_state(30))
+    assert state.entries == (ent(31, term=2),)
+
+
+def test_a_damaged_large_snapshot_falls_back_and_a_map_outlives_its_deleted_file(
+    tmp_path: Path,
+) -> None:
+    wal, _ = open_wal(tmp_path)
+    with wal:
+        wal.append(ents(1, 40), HardState(term=1, commit=40))
+        first = wal.compact(snap(10, data=big_state(10)))
+        wal.compact(snap(20, data=big_state(20)))
+        wal.compact(snap(30, data=big_state(30)))  # prunes snap 10's file
+        assert [p.name for p in snapshots(tmp_path)] == [
+            f"snap-{i:016x}.snap" for i in (20, 30)[-SNAPSHOTS_KEPT:]
+        ]
+        # A map keeps its pages after the file is unlinked: a snapshot still being sent is safe.
+        assert first == snap(10, data=big_state(10))
+    newest = snapshots(tmp_path)[-1]
+    flip_byte(newest, newest.stat().st_size // 2)  # inside the data
+    state = recover(tmp_path)
+    assert state.snapshot == snap(20, data=big_state(20))
+    assert state.entries == tuple(ents(21, 40))
+
+
+def test_a_snapshot_file_with_its_fields_in_another_order_still_loads(tmp_path: Path) -> None:
+    """The data is found by its key, not by its position: a file whose map another writer
+    ordered differently (data first or last) loads the same."""
+    import struct
+    import zlib
+
+    import msgpack
+
+    for data in (b"tiny", big_state(5)):
+        payload = msgpack.packb(
+            {"data": data, "floor_seq": 0, "learners": [4], "voters": [1, 2, 3]}
+            | {"tm": 5 * 10 + 1, "term": 1, "index": 5},
+            use_bin_type=True,
+        )
+        directory = tmp_path / str(len(data))
+        wal, _ = open_wal(directory)
+        with wal:
+            wal.append(ents(1, 5), HardState(term=1, commit=5))
+            wal.compact(snap(5))
+        path = snapshots(directory)[0]
+        header = struct.pack("<8sIQ", b"RAFTSNP1", zlib.crc32(payload), len(payload))
+        path.write_bytes(header + payload)
+        assert recover(directory).snapshot == snap(5, data=data)
 
 
 def test_lost_installed_snapshot_is_reported_not_mixed_with_an_older_one(tmp_path: Path) -> None:

@@ -27,6 +27,7 @@ from raft.errors import MalformedConfStateError, MalformedMessageError
 from raft.framing import NEED_DATA, FrameDecoder, encode_frame
 from raft.wire import (
     decode_conf_state,
+    decode_install_snapshot,
     decode_message,
     encode_conf_state,
     encode_install_snapshot_head,
@@ -139,6 +140,36 @@ def test_install_snapshot_head_plus_data_is_the_whole_encoding(
     whole = encode_install_snapshot_head(msg) + snap.data
     assert whole == msgpack.packb(encode_message(msg), use_bin_type=True)
     assert decode_message(msgpack.unpackb(whole)) == msg
+    # The zero-copy decoder gives the same message, its data a read-only view into `whole`.
+    view = memoryview(whole)
+    got = decode_install_snapshot(view)
+    assert got == msg
+    assert isinstance(got.snapshot.data, memoryview) and got.snapshot.data.readonly
+    assert got.snapshot.data.obj is whole
+
+
+def test_the_zero_copy_install_snapshot_decoder_refuses_what_decode_message_refuses() -> None:
+    snap = Snapshot(
+        meta=SnapshotMeta(index=3, term=1, conf=ConfState(voters=(1,))), data=b"x" * 300
+    )
+    msg = InstallSnapshot(src=1, dst=2, term=1, snapshot=snap, commit=2)
+    whole = encode_install_snapshot_head(msg) + snap.data
+    bad = {
+        "truncated data": whole[:-1],
+        "trailing bytes": whole + b"\x00",
+        "only a head": whole[:10],
+        "empty": b"",
+        "another message": msgpack.packb(encode_message(TimeoutNow(src=1, dst=2, term=1))),
+        "data not bin": msgpack.packb([7, 1, 2, 1, 2, [[3, 1, 0, [[1], []]], "text"]]),
+        "node id zero": msgpack.packb([7, 0, 2, 1, 2, [[3, 1, 0, [[1], []]], b"x"]]),
+        "not msgpack": b"\xc1" * 40,
+    }
+    for what, encoded in bad.items():
+        try:
+            decode_install_snapshot(memoryview(encoded))
+        except MalformedMessageError:
+            continue
+        pytest.fail(f"accepted: {what}")
 
 
 @given(st.lists(entries, min_size=1, max_size=5))

@@ -1,0 +1,43 @@
+"""The node's snapshot payload, [1, app_data, addresses]: unwrapped without copying the state."""
+
+from __future__ import annotations
+
+import msgpack
+import pytest
+
+from raft.errors import RaftError
+from raft.node import unwrap_snapshot_data, wrap_snapshot_data
+
+ADDRESSES = {1: ("127.0.0.1", 7001), 2: ("127.0.0.1", 7002)}
+
+
+@pytest.mark.parametrize("size", [0, 1, 255, 256, 65535, 65536, 300_000])
+def test_unwrap_gives_a_view_of_the_state_and_the_address_book(size: int) -> None:
+    app = bytes(i % 251 for i in range(size))
+    wrapped = wrap_snapshot_data(app, ADDRESSES)
+    # The layout is plain msgpack: any reader can decode it.
+    assert msgpack.unpackb(wrapped)[1] == app
+    view, addresses = unwrap_snapshot_data(memoryview(wrapped))
+    assert addresses == ADDRESSES
+    assert isinstance(view, memoryview) and view == app
+    assert view.obj is wrapped  # a view into the payload, not a copy
+
+
+def test_an_empty_payload_is_an_empty_state() -> None:
+    assert unwrap_snapshot_data(b"") == (b"", {})
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        msgpack.packb([2, b"x", msgpack.packb({})]),  # unknown format version
+        msgpack.packb([1, "text", msgpack.packb({})]),  # state not bytes
+        wrap_snapshot_data(b"abc", ADDRESSES)[:-3],  # address book cut short
+        b"\x93\x01\xc4\x09abc",  # state runs past the end
+        msgpack.packb([1, b"x", {"1": ["h", 1]}]),  # address book not packed bytes
+    ],
+    ids=["version", "state-type", "short-book", "short-state", "book-type"],
+)
+def test_a_malformed_payload_is_a_raft_error(payload: bytes) -> None:
+    with pytest.raises(RaftError):
+        unwrap_snapshot_data(payload)
