@@ -84,6 +84,8 @@ class EchoServer:
             "applied_payloads": self._applied_payloads,
             "read_barrier": self._read_barrier,
             "transfer_leader": self._transfer_leader,
+            "add_node": self._add_node,
+            "promote_node": self._promote_node,
         }
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -220,6 +222,20 @@ class EchoServer:
     async def _transfer_leader(self, req: dict[str, Any]) -> dict[str, Any]:
         await self.node.transfer_leader(_bounded(req, "target", 1, 1 << 31))
         return {"ok": True}
+
+    async def _add_node(self, req: dict[str, Any]) -> dict[str, Any]:
+        """Add a learner (a process started with --join at `host`:`port`)."""
+        host = req.get("host")
+        if not isinstance(host, str):
+            raise ValueError("'host' must be a string")
+        node_id = _bounded(req, "node_id", 1, 1 << 31)
+        port = _bounded(req, "port", 1, 65535)
+        index = await self.node.add_node(node_id, (host, port), learner=True)
+        return {"ok": True, "index": index}
+
+    async def _promote_node(self, req: dict[str, Any]) -> dict[str, Any]:
+        index = await self.node.promote_node(_bounded(req, "node_id", 1, 1 << 31))
+        return {"ok": True, "index": index}
 
 
 def _payload(v: object) -> bytes:

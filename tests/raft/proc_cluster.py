@@ -43,13 +43,18 @@ class EchoCluster:
         *,
         snapshot_every: int = 10_000,
         election_timeout_ms: int = 300,
+        spares: int = 0,
     ) -> None:
+        """`n` initial members; `spares` more nodes (ids n+1...) that get ports but are not
+        members: `start` starts one with --join, to be added with the `add_node` op."""
         self.workdir = workdir
         workdir.mkdir(parents=True, exist_ok=True)
         self.ids = list(range(1, n + 1))
-        ports = free_ports(2 * n)
-        self.raft_ports = dict(zip(self.ids, ports[:n], strict=True))
-        self.control_ports = dict(zip(self.ids, ports[n:], strict=True))
+        self.spare_ids = list(range(n + 1, n + spares + 1))
+        everyone = self.ids + self.spare_ids
+        ports = free_ports(2 * len(everyone))
+        self.raft_ports = dict(zip(everyone, ports[: len(everyone)], strict=True))
+        self.control_ports = dict(zip(everyone, ports[len(everyone) :], strict=True))
         self.snapshot_every = snapshot_every
         self.election_timeout_ms = election_timeout_ms
         self.procs: dict[int, subprocess.Popen[bytes]] = {}
@@ -57,8 +62,9 @@ class EchoCluster:
         self.secret_file.write_text(os.urandom(32).hex())
         self.secret_file.chmod(0o600)
 
-    def peers_arg(self) -> str:
-        return ",".join(f"{i}=127.0.0.1:{p}" for i, p in self.raft_ports.items())
+    def peers_arg(self, node_id: int) -> str:
+        ids = [*self.ids, node_id] if node_id in self.spare_ids else self.ids
+        return ",".join(f"{i}=127.0.0.1:{self.raft_ports[i]}" for i in ids)
 
     def start(self, node_id: int, *, secret_file: Path | None = None) -> None:
         log = open(self.workdir / f"node{node_id}.log", "ab")  # noqa: SIM115 - owned by the child
@@ -69,7 +75,7 @@ class EchoCluster:
             "--node-id",
             str(node_id),
             "--peers",
-            self.peers_arg(),
+            self.peers_arg(node_id),
             "--control-port",
             str(self.control_ports[node_id]),
             "--data-dir",
@@ -80,6 +86,7 @@ class EchoCluster:
             str(self.election_timeout_ms),
             "--snapshot-every",
             str(self.snapshot_every),
+            *(["--join"] if node_id in self.spare_ids else []),
         ]
         self.procs[node_id] = subprocess.Popen(
             cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, env={**os.environ}

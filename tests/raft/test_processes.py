@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from raft.limits import PEER_FRAME_BYTES_MAX
+from raft.node import SNAPSHOT_SPOOL_DIR
 from tests.raft.proc_cluster import EchoCluster, LoadClient, echo_cluster
 
 pytestmark = pytest.mark.slow
@@ -108,12 +109,13 @@ def test_follower_catches_up_from_a_snapshot_larger_than_a_peer_frame(tmp_path: 
     """A state over PEER_FRAME_BYTES_MAX (64 MiB): its snapshot can only reach a follower as a
     chunked transfer (before that, the leader dropped the message and the follower never caught
     up). The follower is down while the others compact past its log; restarted, it installs the
-    snapshot and reaches the same digest."""
+    snapshot and reaches the same digest. Then a new node joins the cluster the same way and
+    becomes a voter. Both received the snapshot through a spool file that is gone afterwards."""
     big = 1024 * 1024  # the echo node's largest payload
     payloads = PEER_FRAME_BYTES_MAX // big + 8
     # A longer election timeout than the default 300 ms: taking a snapshot of this state blocks
     # a node for a few hundred ms (not what this test is about).
-    with echo_cluster(tmp_path, snapshot_every=500, election_timeout_ms=1000) as c:
+    with echo_cluster(tmp_path, snapshot_every=500, election_timeout_ms=1000, spares=1) as c:
         c.start_all()
         leader = c.wait_leader()
         follower = next(i for i in c.ids if i != leader)
@@ -144,6 +146,22 @@ def test_follower_catches_up_from_a_snapshot_larger_than_a_peer_frame(tmp_path: 
         logs = "".join((tmp_path / f"node{i}.log").read_text() for i in others)
         assert "snapshot transfer" in logs and "completed" in logs
         print(f"follower caught up in {caught_up_s:.1f}s (restart, transfer, install)")
+
+        [new] = c.spare_ids
+        started = time.monotonic()
+        c.start(new)  # --join: no membership until the leader adds it
+        leader = c.wait_leader()
+        add = {"op": "add_node", "node_id": new, "host": "127.0.0.1", "port": c.raft_ports[new]}
+        assert c.call(leader, add, 30)["ok"]
+        digests = c.wait_converged(timeout_s=90)
+        assert digests[new]["count"] >= acked
+        assert c.call(new, {"op": "status"})["snapshot_index"] > payloads
+        assert c.call(c.wait_leader(), {"op": "promote_node", "node_id": new}, 30)["ok"]
+        assert new in c.call(new, {"op": "status"})["voters"]
+        print(f"new node caught up and promoted in {time.monotonic() - started:.1f}s")
+        for i in (follower, new):
+            spool = tmp_path / f"data{i}" / SNAPSHOT_SPOOL_DIR
+            assert spool.is_dir() and not list(spool.iterdir()), f"node {i} left spool files"
 
 
 def test_peer_with_wrong_secret_never_joins(tmp_path: Path) -> None:
