@@ -130,7 +130,9 @@ Manifests (metastore.manifests) for tables with millions of files
     at ts and the delete entries, for readers to expand (`manifests.expand`). A removed path
     that is not loose is trusted to sit in a manifest (the state does not hold their
     contents): a second removal is still a DataFileConflict while its delete entry is loose,
-    and a removal of a path in no manifest matches nothing when expanded.
+    and a removal of a path in no manifest would match nothing when expanded. So the node that
+    takes a commit checks such paths against the manifest files before proposing it
+    (`trusted_removals`, metastore.daemon.removal_check).
 
 Invariants (checked by `check_invariants`, which the state runs on load and in tests)
     * registered table ids are exactly the catalog's incarnations, with the same name and
@@ -892,6 +894,16 @@ class TxnLog:
 
     def manifest_refs(self, table_id: int) -> tuple[ManifestRef, ...]:
         return tuple(self._log(table_id).manifests.values())
+
+    def trusted_removals(self, table_id: int, paths: Iterable[str]) -> tuple[str, ...]:
+        """The paths among `paths` that `commit` would take on trust as manifest entries: in a
+        table with manifests, neither loose nor a delete entry. (`commit` cannot look
+        inside manifests, so the node that takes a commit checks these against the manifest
+        files before proposing it: metastore.daemon.removal_check.)"""
+        tl = self._log(table_id)
+        if not tl.manifests:
+            return ()
+        return tuple(p for p in paths if p not in tl.files and p not in tl.deletes)
 
     def delete_entries(self, table_id: int) -> tuple[DeleteEntry, ...]:
         return tuple(

@@ -60,6 +60,7 @@ from metastore.daemon.backup import SnapshotExports
 from metastore.daemon.forward import LeaderForwarder
 from metastore.daemon.gc_worker import GcWorker, gc_status
 from metastore.daemon.metrics import NodeMetrics
+from metastore.daemon.removal_check import RemovalCheck
 from metastore.daemon.secrets import Role, Secrets
 from metastore.daemon.statemachine import CatalogStateMachine
 from metastore.daemon.views import (
@@ -182,6 +183,7 @@ class ApiServer:
         self.secrets = secrets
         self.forwarder = forwarder
         self.metrics = metrics
+        self.removal_check = RemovalCheck()
         self.cluster_id = cluster_id
         self.client_addresses = dict(client_addresses)
         self.warehouse = warehouse
@@ -1277,6 +1279,8 @@ class ApiServer:
         timeout_ms = _timeout(args)
         request = {k: v for k, v in args.items() if k != "timeout_ms"}
         cmd = commit_txn_from_request(request)
+        # Removals of manifest entries, which apply takes on trust (metastore.daemon.removal_check).
+        await self.removal_check.check(self.sm.state, cmd)
         applied = await self._propose_command(session, cmd, timeout_ms)
         result = dict(applied["result"])
         result["deduplicated"] = bool(applied["deduplicated"] or result.get("deduplicated"))

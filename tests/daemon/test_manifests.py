@@ -16,7 +16,7 @@ from click.testing import CliRunner
 from cli.main import cli
 from metastore.client import SyncMetastoreClient
 from metastore.client.manifest_files import compact_table
-from metastore.errors import ManifestUnreadableError
+from metastore.errors import DataFileConflictError, InvalidArgumentError, ManifestUnreadableError
 from tests.daemon.harness import MetastoreCluster, metastore_cluster
 
 pytestmark = pytest.mark.slow
@@ -113,6 +113,27 @@ def test_compaction_keeps_every_answer_on_every_node(cluster: MetastoreCluster) 
             assert [f["path"] for f in multi["files"]] == [f["path"] for f in single["files"]]
         small = client.call("files_multi", {"tables": [TABLE], "as_of": removed_ts, "limit": 2})
         assert small["listings"][0]["manifests"] and small["listings"][0]["next_page_token"]
+        # A removal of a path in no manifest is refused (apply alone would take it on trust
+        # and record a delete entry that matches nothing), through every node; a second
+        # removal of the manifest entry is a conflict. Neither changes anything.
+        for node_id in cluster.ids:
+            one = _client(cluster, node_id)
+            try:
+                with pytest.raises(InvalidArgumentError, match="not a file of the table"):
+                    one.commit(
+                        f"m-typo-{node_id}",
+                        [{"table": TABLE, "schema_version": 1, "remove": ["_txn/c1/nope.parquet"]}],
+                    )
+            finally:
+                one.close()
+        with pytest.raises(DataFileConflictError):
+            client.commit(
+                "m-remove-again",
+                [{"table": TABLE, "schema_version": 1, "remove": ["_txn/c1/part-3.parquet"]}],
+            )
+        assert client.call("files", {"table": TABLE, "limit": 100})["deletes"] == [
+            ["_txn/c1/part-3.parquet", removed_ts]
+        ]
     finally:
         client.close()
 
@@ -133,6 +154,17 @@ def test_compaction_keeps_every_answer_on_every_node(cluster: MetastoreCluster) 
     assert {ts: final[cluster.ids[0]][ts] for ts in sampled} == before[cluster.ids[0]]
     assert final[cluster.ids[0]][removed_ts] == after_remove[cluster.ids[0]][removed_ts]
     assert all(answer == final[cluster.ids[0]] for answer in final.values())
+    # The delete entry is folded into a manifest now: removing that file again is still refused.
+    client = _client(cluster)
+    try:
+        with pytest.raises((DataFileConflictError, InvalidArgumentError)):
+            client.commit(
+                "m-remove-folded",
+                [{"table": TABLE, "schema_version": 1, "remove": ["_txn/c1/part-3.parquet"]}],
+            )
+    finally:
+        client.close()
+    assert _answers(cluster, everything) == final
 
     # Every node restarts from a snapshot taken after the compactions: the references survive
     # the snapshot, and the answers too. Small commits to another table bring the next snapshot

@@ -1,0 +1,153 @@
+"""Removals of files that sit in manifests are checked against the manifests before a commit
+is proposed.
+
+`TxnLog.commit` (apply) cannot look inside a manifest: it does no I/O, and the state holds only
+a reference per manifest file. So it takes a removal of a path that is neither loose nor a
+delete entry on trust, as an entry of some manifest; a path in no manifest would make a delete
+entry that matches nothing, and the commit would succeed with a typo in it. The node that takes
+the commit (leader or follower: the check needs only its state and the table's files) reads the
+table's manifests first and refuses such a removal with the error apply gives for a loose file:
+InvalidArgumentError for a path that is not a file of the table, DataFileConflictError for one
+that a manifest lists as removed.
+
+Manifests are immutable and content-addressed, so what was read stays true: the entries of the
+last few manifests are cached by sha256 (bounded by entry count). A manifest that cannot be read
+leaves the removal to apply, as before (logged); the commit is not refused for our I/O trouble.
+
+Not checked here, and left to apply as before: a commit that is a retry of a committed txn id or
+a replay of a stream position (apply answers those before looking at files), and overwrites
+(which remove every live file anyway). The state may move on between this check and apply; the
+check is only ever stricter than apply for paths that were never in the table.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from typing import Final
+
+from metastore.commands import CommitTxn
+from metastore.errors import (
+    DataFileConflictError,
+    InvalidArgumentError,
+    MetastoreError,
+    TableNotFoundError,
+)
+from metastore.manifests import ManifestRef
+from metastore.state import MetastoreState
+from metastore.txn import FileEntry
+
+log = logging.getLogger(__name__)
+
+# Manifest entries kept in the cache (path -> removed ts), over all cached manifests. One full
+# manifest (MANIFEST_ENTRIES_MAX) always fits.
+CACHED_ENTRIES_MAX: Final = 200_000
+
+ReadManifest = Callable[[str, ManifestRef], list[FileEntry]]
+
+
+def _default_reader(location: str, ref: ManifestRef) -> list[FileEntry]:
+    # Imported here: pyarrow is not needed by a node until a table has manifests.
+    from metastore.client.manifest_files import read_manifest
+
+    return read_manifest(location, ref)
+
+
+class RemovalCheck:
+    """Checks a commit's removals of manifest entries (see the module docstring)."""
+
+    def __init__(
+        self, *, read: ReadManifest = _default_reader, cached_entries_max: int = CACHED_ENTRIES_MAX
+    ) -> None:
+        self._read = read
+        self._cached_entries_max = cached_entries_max
+        # sha256 -> {path: removed_ts or None}, least recently used first.
+        self._cache: OrderedDict[str, dict[str, int | None]] = OrderedDict()
+        self._cached_entries = 0
+        self.manifests_read = 0  # for tests and metrics
+
+    async def check(self, state: MetastoreState, cmd: CommitTxn) -> None:
+        """Raise what apply would raise for a removed path it cannot see, before proposing."""
+        if state.committed_txn(cmd.txn_id) is not None:
+            return  # a retry: apply answers with the recorded result
+        if cmd.stream is not None and cmd.seq is not None:
+            mark = state.stream_mark(cmd.stream)
+            if mark is not None and cmd.seq <= mark.seq:
+                return  # a replayed batch: apply answers BatchAlreadyCommitted
+        for w in cmd.writes:
+            if w.overwrite or not w.remove:
+                continue
+            try:
+                table_id = state.catalog.live_table(w.table).table_id
+            except TableNotFoundError:
+                continue  # apply gives the error
+            trusted = state.txns.trusted_removals(table_id, w.remove)
+            if not trusted:
+                continue
+            _, location, _ = state.txns.table_location(table_id)
+            refs = state.txns.manifest_refs(table_id)
+            found = await self._find(location, refs, trusted)
+            if found is None:
+                return  # a manifest could not be read: apply decides, as before
+            for path in trusted:
+                where = found.get(path)
+                if where is None:
+                    raise InvalidArgumentError(
+                        f"{w.table}: cannot remove {path!r}, it is not a file of the table "
+                        "(neither a recent file nor an entry of any of its manifests)",
+                        details={"table": str(w.table), "path": path},
+                    )
+                if where >= 0:
+                    raise DataFileConflictError(
+                        f"{w.table}: file {path!r} was already removed at {where}",
+                        details={"table": str(w.table), "path": path, "removed_ts": where},
+                    )
+
+    async def _find(
+        self, location: str, refs: Sequence[ManifestRef], paths: Sequence[str]
+    ) -> dict[str, int] | None:
+        """path -> -1 if some manifest lists it live, else the ts it was removed at, for every
+        path of `paths` found in `refs`; None if a manifest cannot be read."""
+        wanted = set(paths)
+        found: dict[str, int] = {}
+        # Cached manifests first: the paths are often found without reading a file.
+        cached = [r for r in refs if r.sha256 in self._cache]
+        for ref in [*cached, *(r for r in refs if r.sha256 not in self._cache)]:
+            entries = self._cache.get(ref.sha256)
+            if entries is None:
+                try:
+                    read = await asyncio.to_thread(self._read, location, ref)
+                except (MetastoreError, OSError) as exc:
+                    log.warning(
+                        "cannot check removals against a manifest; apply takes them on trust",
+                        extra={"location": location, "manifest": ref.path, "error": str(exc)},
+                    )
+                    return None
+                entries = self._remember(ref, read)
+            else:
+                self._cache.move_to_end(ref.sha256)
+            for path in wanted & entries.keys():
+                removed = entries[path]
+                if ref.removed_all_ts is not None and removed is None:
+                    removed = ref.removed_all_ts  # an overwrite removed every live entry
+                status = -1 if removed is None else removed
+                if found.get(path, 0) != -1:
+                    found[path] = status
+            if len(found) == len(wanted) and all(v == -1 for v in found.values()):
+                break  # every path is live somewhere: no need to read further
+        return found
+
+    def _remember(self, ref: ManifestRef, read: list[FileEntry]) -> dict[str, int | None]:
+        cached = self._cache.get(ref.sha256)
+        if cached is not None:
+            return cached  # another check read it meanwhile
+        entries = {e.path: e.removed_ts for e in read}
+        self.manifests_read += 1
+        self._cache[ref.sha256] = entries
+        self._cached_entries += len(entries)
+        while self._cached_entries > self._cached_entries_max and len(self._cache) > 1:
+            _, dropped = self._cache.popitem(last=False)
+            self._cached_entries -= len(dropped)
+        return entries

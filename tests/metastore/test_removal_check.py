@@ -1,0 +1,94 @@
+"""metastore.daemon.removal_check: a removal of a path that is not loose is checked against the
+table's manifests before the commit is proposed (apply cannot look inside them). The manifest
+files are the in-memory Store of test_manifests; every case ends with apply's own answer."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from metastore.commands import CommitTxn, TableWrite
+from metastore.daemon.removal_check import RemovalCheck
+from metastore.errors import DataFileConflictError, InvalidArgumentError, ManifestUnreadableError
+from metastore.manifests import ManifestRef
+from metastore.txn import FileEntry
+from tests.metastore._driver import Driver, ok
+from tests.metastore.test_manifests import A, Store, add, compact, ready
+
+
+def checker(store: Store, **kw: int) -> RemovalCheck:
+    return RemovalCheck(read=lambda _location, ref: list(store.read(ref)), **kw)
+
+
+def check(c: RemovalCheck, d: Driver, cmd: CommitTxn) -> None:
+    asyncio.run(c.check(d.state, cmd))
+
+
+def test_a_path_in_no_manifest_is_refused_before_apply_would_take_it() -> None:
+    d, store = ready(), Store()
+    ok(d, add("t1", "a", "b"))
+    compact(d, store)
+    c = checker(store)
+    check(c, d, add("t2", remove=("a",)))  # in a manifest, live: fine
+    with pytest.raises(InvalidArgumentError, match="not a file of the table"):
+        check(c, d, add("t2", remove=("a", "typo")))
+    ok(d, add("t2", remove=("a",)))  # apply agrees for the real one
+    # Now "a" is a delete entry: apply itself answers a second removal (a conflict).
+    check(c, d, add("t3", remove=("a",)))
+    assert c.manifests_read == 1  # immutable files: read once, then cached
+
+
+def test_an_entry_a_compaction_folded_as_removed_is_a_conflict() -> None:
+    d, store = ready(), Store()
+    ok(d, add("t1", "a", "b"))
+    compact(d, store)
+    removed_ts = ok(d, add("t2", "c", remove=("a",)))["ts"]
+    compact(d, store)  # folds the delete entry into a rewritten manifest
+    c = checker(store)
+    with pytest.raises(DataFileConflictError) as err:
+        check(c, d, add("t3", remove=("a",)))
+    assert err.value.details["removed_ts"] == removed_ts
+    # An overwrite removed every live entry of the manifests: so is "b" after it.
+    over_ts = ok(d, add("t4", "z", overwrite=True))["ts"]
+    with pytest.raises(DataFileConflictError) as err:
+        check(c, d, add("t5", remove=("b",)))
+    assert err.value.details["removed_ts"] == over_ts
+
+
+def test_retries_replays_overwrites_and_unreadable_manifests_are_left_to_apply() -> None:
+    d, store = ready(), Store()
+    ok(d, add("t1", "a"))
+    compact(d, store)
+    ok(d, add("t2", remove=("a",)))
+    compact(d, store)  # "a" is now only a removed manifest entry
+    c = checker(store)
+    # A retry of a committed txn id: apply answers with the recorded result.
+    check(c, d, add("t2", remove=("a",)))
+    # A replayed stream position: apply answers BatchAlreadyCommitted.
+    w = TableWrite(table=A, schema_version=1, remove=())
+    ok(d, CommitTxn(txn_id="s1", writes=(w,), stream="q", seq=5))
+    replay = TableWrite(table=A, schema_version=1, remove=("nope",))
+    check(c, d, CommitTxn(txn_id="s1-again", writes=(replay,), stream="q", seq=5))
+    with pytest.raises(InvalidArgumentError):
+        check(c, d, CommitTxn(txn_id="s2", writes=(replay,), stream="q", seq=6))
+    # An overwrite removes every live file anyway.
+    check(c, d, add("t3", remove=("nope",), overwrite=True))
+
+    def broken(_location: str, ref: ManifestRef) -> list[FileEntry]:
+        raise ManifestUnreadableError("gone", details={"path": ref.path, "reason": "missing"})
+
+    check(RemovalCheck(read=broken), d, add("t4", remove=("nope",)))
+
+
+def test_the_cache_is_bounded_by_entries_and_keeps_the_newest() -> None:
+    d, store = ready(), Store()
+    for i in range(4):
+        ok(d, add(f"t{i}", *(f"f{i}-{j}" for j in range(3))))
+    compact(d, store)  # 4 manifests of 3 entries
+    c = checker(store, cached_entries_max=6)
+    check(c, d, add("x", remove=("f3-0",)))  # reads until found: all 4 manifests
+    assert c.manifests_read == 4
+    assert sum(len(v) for v in c._cache.values()) <= 6
+    check(c, d, add("x", remove=("f3-0",)))  # the newest stayed cached
+    assert c.manifests_read == 4  # found in a cached one: nothing read
