@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import heapq
 import itertools
 import json
@@ -282,16 +283,16 @@ def _encode_addresses(peers: Mapping[NodeId, Address]) -> bytes:
 def wrap_snapshot_data(app_data: bytes, addresses: Mapping[NodeId, Address]) -> bytes:
     """A node's snapshot payload: msgpack [1, app_data, addresses] (the application state and
     every member's Raft address). Used by snapshots and by a restore that seeds a new cluster."""
-    # Joined around app_data (the whole application state) instead of packed: one copy of it
-    # rather than a doubling Packer buffer.
-    return b"".join(
-        (
-            b"\x93\x01",
-            msgpack_bin_header(len(app_data)),
-            app_data,
-            msgpack.packb(_encode_addresses(addresses)),
-        )
-    )
+    return b"".join(wrap_snapshot_parts(app_data, addresses))
+
+
+def wrap_snapshot_parts(
+    app_data: bytes, addresses: Mapping[NodeId, Address]
+) -> tuple[bytes, bytes, bytes]:
+    """`wrap_snapshot_data` as three parts to write one after the other: framed around app_data
+    (the whole application state) instead of packed or joined, which would copy it."""
+    head = b"\x93\x01" + msgpack_bin_header(len(app_data))
+    return head, app_data, msgpack.packb(_encode_addresses(addresses))
 
 
 def unwrap_snapshot_data(
@@ -1180,18 +1181,19 @@ class RaftNode:
     async def _maybe_snapshot(self, core: RaftCore) -> None:
         if core.log.applied - core.snapshot.meta.index < self.config.snapshot_every_entries:
             return
-        data = self._wrap_snapshot(self.sm.snapshot())
-        snap = core.create_snapshot(data)
-        del data
+        parts = wrap_snapshot_parts(self.sm.snapshot(), self.addresses)
+        meta_only = core.create_snapshot(b"")
         wal = self._wal()
-        # The core keeps what the WAL stored: a large snapshot mapped from its file, so the
-        # heap copy built here goes now instead of living until the next snapshot (and a
-        # transfer to a follower reads the file's pages, not our heap).
-        stored = await asyncio.get_running_loop().run_in_executor(self._io, wal.compact, snap)
-        size = len(snap.data)
-        del snap
+        # The WAL writes the parts one after the other (never joined: that would be a second
+        # copy of the state), and the core keeps what it stored: a large snapshot mapped from
+        # its file, so the state's bytes built here go now instead of living until the next
+        # snapshot (and a transfer to a follower reads the file's pages, not our heap).
+        stored = await asyncio.get_running_loop().run_in_executor(
+            self._io, functools.partial(wal.compact, meta_only, data_parts=parts)
+        )
+        del parts
         core.compact_log(stored, keep_entries=self.config.snapshot_keep_entries)
-        log.info("snapshot taken", extra={"index": stored.meta.index, "bytes": size})
+        log.info("snapshot taken", extra={"index": stored.meta.index, "bytes": len(stored.data)})
 
     def _set_addresses(self, addresses: Mapping[NodeId, Address], *, applied_index: int) -> None:
         """The address book as of an applied CONF entry (or snapshot) at `applied_index`."""
@@ -1228,9 +1230,6 @@ class RaftNode:
         """Where the transport connects to each peer: its member address, or its override."""
         over = self.config.dial_overrides
         return {n: over.get(n, a) for n, a in addresses.items() if n != self.node_id}
-
-    def _wrap_snapshot(self, app_data: bytes) -> bytes:
-        return wrap_snapshot_data(app_data, self.addresses)
 
     @staticmethod
     def _unwrap_snapshot(

@@ -453,7 +453,9 @@ class _BadSnapshotFile(Exception):
     """Internal: a snapshot file that fails validation; recovery falls back to an older one."""
 
 
-def _snapshot_file_parts(snapshot: Snapshot, *, floor_seq: int) -> tuple[bytes, int, bytes]:
+def _snapshot_file_parts(
+    snapshot: Snapshot, *, floor_seq: int, data_parts: Sequence[bytes | memoryview] | None = None
+) -> tuple[bytes, int, bytes]:
     """The snapshot file as (header + payload prefix, where the data starts in the file, payload
     suffix): the file is `head`, then the application's bytes, then `suffix`.
 
@@ -462,7 +464,8 @@ def _snapshot_file_parts(snapshot: Snapshot, *, floor_seq: int) -> tuple[bytes, 
     than packing them: `data` (the whole state, possibly gigabytes) is never copied, only
     checksummed and written from where it lies."""
     meta = snapshot.meta
-    data = snapshot.data
+    parts = (snapshot.data,) if data_parts is None else data_parts
+    data_bytes = sum(len(p) for p in parts)
     fields = msgpack.packb(
         {
             "index": meta.index,
@@ -474,10 +477,13 @@ def _snapshot_file_parts(snapshot: Snapshot, *, floor_seq: int) -> tuple[bytes, 
         use_bin_type=True,
     )
     # fields starts with the fixmap header of 5 pairs; the full map has 7.
-    prefix = b"\x87" + fields[1:] + msgpack.packb("data") + msgpack_bin_header(len(data))
+    prefix = b"\x87" + fields[1:] + msgpack.packb("data") + msgpack_bin_header(data_bytes)
     suffix = msgpack.packb("floor_seq") + msgpack.packb(floor_seq)
-    crc = zlib.crc32(suffix, zlib.crc32(data, zlib.crc32(prefix)))
-    size = len(prefix) + len(data) + len(suffix)
+    crc = zlib.crc32(prefix)
+    for part in parts:
+        crc = zlib.crc32(part, crc)
+    crc = zlib.crc32(suffix, crc)
+    size = len(prefix) + data_bytes + len(suffix)
     head = _SNAPSHOT_HEADER.pack(_SNAPSHOT_MAGIC, crc, size) + prefix
     return head, len(head), suffix
 
@@ -834,10 +840,14 @@ class WriteAheadLog:
 
     # ---------------------------------------------------------------------------- snapshots
 
-    def compact(self, snapshot: Snapshot) -> Snapshot:
+    def compact(
+        self, snapshot: Snapshot, *, data_parts: Sequence[bytes | memoryview] | None = None
+    ) -> Snapshot:
         """Save the application's snapshot at snapshot.meta.index and drop the log it covers.
         Returns the snapshot as stored: a large one's data is mapped from its file, so the
-        caller may keep that and drop the heap copy it passed.
+        caller may keep that and drop the heap copy it passed. With `data_parts`, the data is
+        their concatenation (and snapshot.data is ignored): a caller that frames the state
+        need not join a second copy of it.
 
         The snapshot file is made durable first (temp file, fsync, rename, fsync directory);
         then snapshot files beyond SNAPSHOTS_KEPT are deleted, then every segment (oldest first)
@@ -853,7 +863,7 @@ class WriteAheadLog:
             raise SnapshotPositionError(
                 f"compact to {index} outside [{self._snapshot_index}, {self._last_index}]"
             )
-        stored = self._save_snapshot(snapshot, floor_seq=self._floor_seq)
+        stored = self._save_snapshot(snapshot, floor_seq=self._floor_seq, data_parts=data_parts)
         self._snapshot_index = index
         with self._failing_on_os_error("compaction"):
             self._prune_snapshots()
@@ -1107,7 +1117,13 @@ class WriteAheadLog:
         self._segments[-1].note_index(index)
         self._hard_state_in_live = True
 
-    def _save_snapshot(self, snapshot: Snapshot, *, floor_seq: int) -> Snapshot:
+    def _save_snapshot(
+        self,
+        snapshot: Snapshot,
+        *,
+        floor_seq: int,
+        data_parts: Sequence[bytes | memoryview] | None = None,
+    ) -> Snapshot:
         """Crash-safe: temp file, fsync, rename, fsync the directory. Returns the snapshot as
         stored: its data mapped from the new file if it is large (so the caller can drop its
         heap copy), else `snapshot` itself.
@@ -1115,12 +1131,15 @@ class WriteAheadLog:
         Failing before the rename leaves the log untouched and usable; failing after it (the
         directory sync) leaves the instance failed, as we no longer know what is durable.
         """
-        data = snapshot.data
-        if len(data) > SNAPSHOT_BYTES_MAX:
+        parts = (snapshot.data,) if data_parts is None else tuple(data_parts)
+        data_bytes = sum(len(p) for p in parts)
+        if data_bytes > SNAPSHOT_BYTES_MAX:
             raise RecordTooLargeError(
-                f"snapshot data of {len(data)} bytes is over SNAPSHOT_BYTES_MAX"
+                f"snapshot data of {data_bytes} bytes is over SNAPSHOT_BYTES_MAX"
             )
-        head, data_offset, suffix = _snapshot_file_parts(snapshot, floor_seq=floor_seq)
+        head, data_offset, suffix = _snapshot_file_parts(
+            snapshot, floor_seq=floor_seq, data_parts=parts
+        )
         index = snapshot.meta.index
         final = self._dir / _snapshot_name(index)
         temp = final.with_name(final.name + _TEMP_SUFFIX)
@@ -1129,15 +1148,18 @@ class WriteAheadLog:
             fd = os.open(temp, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, _FILE_MODE)
             try:
                 _write_all(fd, head)
-                with memoryview(data) as view:
-                    for start in range(0, len(view), _SNAPSHOT_WRITE_SLICE_BYTES):
-                        _write_all(fd, view[start : start + _SNAPSHOT_WRITE_SLICE_BYTES])
+                for part in parts:
+                    with memoryview(part) as view:
+                        for start in range(0, len(view), _SNAPSHOT_WRITE_SLICE_BYTES):
+                            _write_all(fd, view[start : start + _SNAPSHOT_WRITE_SLICE_BYTES])
                 _write_all(fd, suffix)
                 self._sync(fd)
-                if len(data) >= SNAPSHOT_MAP_BYTES_MIN:
+                if data_bytes >= SNAPSHOT_MAP_BYTES_MIN:
                     mapped = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
-                    view = memoryview(mapped)[data_offset : data_offset + len(data)]
+                    view = memoryview(mapped)[data_offset : data_offset + data_bytes]
                     stored = Snapshot(meta=snapshot.meta, data=view.toreadonly())
+                elif data_parts is not None:
+                    stored = Snapshot(meta=snapshot.meta, data=b"".join(parts))
             finally:
                 os.close(fd)
             os.replace(temp, final)
@@ -1145,7 +1167,7 @@ class WriteAheadLog:
             with contextlib.suppress(OSError):
                 temp.unlink()
             raise WalIOError(f"cannot save snapshot {final}: {exc}") from exc
-        self._bytes_written += len(head) + len(data) + len(suffix)
+        self._bytes_written += len(head) + data_bytes + len(suffix)
         with self._failing_on_os_error("snapshot directory sync"):
             self._sync_dir()
         if index not in self._snapshot_indexes:

@@ -619,6 +619,14 @@ def test_a_large_snapshot_is_kept_mapped_from_its_file_not_copied(tmp_path: Path
         assert stored == snap(10, data=big_state(10))
         small = wal.compact(snap(12))
         assert small == snap(12) and isinstance(small.data, bytes)  # small: kept as given
+        # Data given in parts (a caller that frames the state) is stored as their concatenation.
+        state = big_state(14)
+        parts = (b"head", memoryview(state)[:1000], state[1000:], b"tail")
+        in_parts = wal.compact(snap(14, data=b"ignored"), data_parts=parts)
+        assert in_parts == snap(14, data=b"head" + state + b"tail")
+        assert isinstance(in_parts.data, memoryview)
+        small_parts = wal.compact(snap(15, data=b"ignored"), data_parts=(b"a", b"b"))
+        assert small_parts == snap(15, data=b"ab")
         installed = wal.install_snapshot(snap(30, term=2, data=big_state(30)))
         assert isinstance(installed.data, memoryview)
         wal.append([ent(31, term=2)], None)
