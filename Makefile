@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 PYTEST_ARGS ?=
 
-.PHONY: install install-bench test check fmt unit demo chaos bench bench-raft bench-catalog bench-gc bench-scale bench-spark bench-tls sim clean
+.PHONY: install install-bench test check fmt unit demo chaos bench bench-raft bench-catalog bench-gc bench-scale bench-spark bench-tls bench-snapmem sim clean
 
 install: $(STAMP)
 
@@ -70,6 +70,11 @@ bench-gc: install
 ## install, files and planning at 1M (BENCH_ARGS=--quick: 100k files)
 bench-scale: install
 	$(BIN)/python -m bench.bench_scale $(BENCH_ARGS)
+
+## bench-snapmem: heap of the leader and a follower while a large snapshot is sent and installed,
+## in copies of the state (BENCH_ARGS=--state-mb 512)
+bench-snapmem: install
+	$(BIN)/python -m bench.bench_snapshot_memory $(BENCH_ARGS)
 
 ## bench-spark: the bridge's per-micro-batch overhead vs plain foreachBatch; commits/s
 bench-spark: install
