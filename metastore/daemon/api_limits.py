@@ -67,3 +67,10 @@ REVOKE_ON_REMOVE_RETRY_S: Final = 0.5
 REVOKE_ON_REMOVE_TIMEOUT_MS: Final = 2_000
 # How long remove_node waits for each other member to say which certificates the node used.
 CERTS_ASK_TIMEOUT_MS: Final = 1_500
+# A client connection whose certificate was just revoked reads nothing more; the requests it
+# already had in flight get this long to reply before it is aborted. One of them may be the very
+# request that revoked the certificate (e.g. `cert_revoke --force` of a member's certificate,
+# forwarded to the leader by that member over a link that presents it): its reply is ready a few
+# event-loop turns after the apply that closes the connection. The bound keeps a revoked client
+# from holding a connection open with a long wait (`watch`, a wait for safe time).
+REVOKED_CLIENT_REPLY_GRACE_MS: Final = 2_000

@@ -130,6 +130,8 @@ class Session:
     client_cert: bool = False
     # SHA-256 of the client certificate's DER ("" = none): refused at hello once revoked.
     cert_fingerprint: str = ""
+    # Its certificate was revoked while it was open: no further request of it runs.
+    revoked: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,8 +174,10 @@ class ApiServer:
         self.tls_client_cert_required = tls_client_cert_required
         # This node's own peer/client-port certificate (for remove_node of this very node).
         self.own_cert_fingerprint = own_cert_fingerprint
-        # Open client connections that presented a certificate -> its fingerprint.
-        self._cert_writers: dict[asyncio.StreamWriter, str] = {}
+        # Open client connections that presented a certificate -> (session, requests in flight).
+        self._cert_writers: dict[asyncio.StreamWriter, tuple[Session, set[asyncio.Task[None]]]] = {}
+        # Closes of revoked connections waiting for their in-flight replies (kept referenced).
+        self._revoked_closes: set[asyncio.Task[None]] = set()
         self.loose_files_max = loose_files_max
         self.read_staleness_max_ms = read_staleness_max_ms
         self.gc = gc
@@ -461,21 +465,40 @@ class ApiServer:
         key = id(session)
         hello_deadline = time.monotonic() + L.CLIENT_HELLO_TIMEOUT_MS / 1000
         self._strangers[key] = (time.monotonic(), writer)
+        inflight: set[asyncio.Task[None]] = set()
         if session.cert_fingerprint:
-            self._cert_writers[writer] = session.cert_fingerprint
+            self._cert_writers[writer] = (session, inflight)
         try:
-            await self._serve_session(session, decoder, reader, writer, hello_deadline)
+            await self._serve_session(session, decoder, reader, writer, hello_deadline, inflight)
         finally:
             self._strangers.pop(key, None)
             self._cert_writers.pop(writer, None)
 
     def close_revoked_clients(self) -> int:
-        """Close the client connections whose certificate is revoked now (after the list grew)."""
+        """Close the client connections whose certificate is revoked now (after the list grew).
+
+        Such a connection reads and runs nothing more at once; it is aborted as soon as the
+        requests it already had in flight have replied (at most REVOKED_CLIENT_REPLY_GRACE_MS).
+        One of them may be the request that revoked the certificate: a member forwards a
+        client's `cert_revoke` to the leader over a connection that presents the member's own
+        certificate, so revoking that member's certificate through it used to cut the reply off
+        (the client saw UNAVAILABLE "connection to the leader closed", outcome unknown, though
+        the revocation was applied)."""
         closed = 0
-        for writer, fingerprint in list(self._cert_writers.items()):
+        for writer, (session, inflight) in list(self._cert_writers.items()):
+            fingerprint = session.cert_fingerprint
             if self.sm.state.revoked.is_revoked(fingerprint):
                 del self._cert_writers[writer]
-                writer.transport.abort()
+                session.revoked = True
+                if isinstance(writer.transport, asyncio.ReadTransport):
+                    writer.transport.pause_reading()
+                running = {t for t in inflight if not t.done()}
+                if running:
+                    close = asyncio.create_task(self._abort_after(writer, running))
+                    self._revoked_closes.add(close)
+                    close.add_done_callback(self._revoked_closes.discard)
+                else:
+                    writer.transport.abort()
                 closed += 1
                 self.metrics.request("connect", "CERT_REVOKED", 0.0)
                 log.warning(
@@ -484,6 +507,18 @@ class ApiServer:
                 )
         return closed
 
+    @staticmethod
+    async def _abort_after(writer: asyncio.StreamWriter, running: set[asyncio.Task[None]]) -> None:
+        """Abort a revoked connection once `running` (its requests in flight when its
+        certificate was revoked) are done, or after REVOKED_CLIENT_REPLY_GRACE_MS."""
+        try:
+            await asyncio.wait(running, timeout=L.REVOKED_CLIENT_REPLY_GRACE_MS / 1000)
+            # A finished request's reply is flushed by a callback it scheduled before it
+            # finished (see `send` in _serve_session); one more turn lets it run first.
+            await asyncio.sleep(0)
+        finally:
+            writer.transport.abort()
+
     async def _serve_session(
         self,
         session: Session,
@@ -491,8 +526,8 @@ class ApiServer:
         reader: asyncio.StreamReader,
         writer: asyncio.StreamWriter,
         hello_deadline: float,
+        inflight: set[asyncio.Task[None]],
     ) -> None:
-        inflight: set[asyncio.Task[None]] = set()
         partial_since: float | None = None
         pending: list[bytes] = []
 
@@ -552,6 +587,8 @@ class ApiServer:
                         return
                     if frame is NEED_DATA:
                         break
+                    if session.revoked:
+                        break  # read before the revocation: not run (the close is under way)
                     if session.role is None:
                         # Authenticate inline: nothing else may run before hello succeeds.
                         reply, ok = await self._first_request(session, frame)
