@@ -491,14 +491,53 @@ def cluster_down(ctx: click.Context, config_dir: Path, grace_ms: int) -> None:
 @click.pass_context
 def cluster_status(ctx: click.Context) -> None:
     """Ask every endpoint for its status: Raft role, term, leader, commit/applied index, safe
-    time and its lag, and whether it is ready to serve. Exits with 3 if any did not answer.
+    time and its lag, and whether it is ready to serve; then, as the leader sees it, how far
+    behind each member is and how much of a snapshot being sent to one has arrived (watch a
+    node added with `add-node` catch up). Exits with 3 if any did not answer.
     With -o json each node also reports `revoked_certs`, how many TLS certificates it refuses
     (`cluster revoked` lists them)."""
     a = app(ctx)
     results = a.client().status_all()
-    emit(a.output, endpoint_results_doc(results), lambda: [_status_table(results)])
+    emit(
+        a.output,
+        endpoint_results_doc(results),
+        lambda: [_status_table(results), *_replication_tables(results)],
+    )
     if not all(r.ok for r in results):
         ctx.exit(EXIT_UNAVAILABLE)
+
+
+def _replication_tables(results: list[EndpointResult]) -> list[RenderableType]:
+    """The leader's view of the other members: how far behind each is, and the progress of a
+    snapshot being sent to one (adding a node to a large catalog spends its time there)."""
+    tables: list[RenderableType] = []
+    for r in results:
+        replication = (r.result or {}).get("replication") or {}
+        if not isinstance(replication, dict) or not replication:
+            continue
+        rows = []
+        for node_id, p in sorted(replication.items(), key=lambda kv: int(kv[0])):
+            total, acked = int(p.get("snapshot_bytes", 0)), int(p.get("snapshot_acked_bytes", 0))
+            snapshot = (
+                f"{acked / 2**20:,.1f} of {total / 2**20:,.1f} MiB ({100 * acked // total}%)"
+                if total
+                else "-"
+            )
+            rows.append(
+                [
+                    node_id,
+                    "learner" if p.get("learner") else "voter",
+                    p.get("match"),
+                    p.get("behind"),
+                    p.get("state"),
+                    "yes" if p.get("active") else "no",
+                    snapshot,
+                ]
+            )
+        columns = ["node", "member", "match", "behind", "state", "answering", "snapshot sent"]
+        title = f"replication, as leader {r.result.get('node_id') if r.result else '?'} sees it"
+        tables.append(rows_table(columns, rows, title=title))
+    return tables
 
 
 def _leader_offset(status: dict[str, Any]) -> str:

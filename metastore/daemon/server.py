@@ -101,6 +101,7 @@ from raft.core.errors import ProposalDroppedError, RaftCoreError
 from raft.errors import FrameTooLargeError, MalformedFrameError, RaftError
 from raft.framing import NEED_DATA, FrameDecoder, encode_frame
 from raft.node import (
+    NodeStatus,
     NodeStoppedError,
     ProposalTimeoutError,
     ProposalTooLargeError,
@@ -1166,6 +1167,8 @@ class ApiServer:
             "clock_fenced": st.clock_fenced,
             # Certificates the cluster refuses (`cert_revoked` lists them).
             "revoked_certs": len(self.sm.state.revoked),
+            # On the leader: how far each other member is, and a snapshot it is being sent.
+            "replication": _replication(st),
         }
 
     # ------------------------------------------------------------------ writes
@@ -2133,6 +2136,31 @@ def _keyset_page(
 
 def _lease_key(lease: Lease) -> str:
     return f"{lease.table_id:020d}.{lease.version:020d}.{lease.session_id}"
+
+
+def _replication(st: NodeStatus) -> dict[str, dict[str, Any]]:
+    """The leader's view of every other member (empty on a follower): the index it holds
+    (`match`), how many committed entries it lacks, the replication state (probe, replicate,
+    snapshot), whether it answered lately, and the bytes of a snapshot transfer to it in
+    progress (the long part of adding a node to a large catalog)."""
+    if st.core.role.value != "leader":
+        return {}
+    peers = st.transport.get("peers", {})
+    out: dict[str, dict[str, Any]] = {}
+    for node_id, pr in sorted(st.core.progress.items()):
+        if node_id == st.core.node_id:
+            continue
+        link = peers.get(node_id, {})
+        out[str(node_id)] = {
+            "match": pr.match,
+            "behind": max(0, st.core.commit_index - pr.match),
+            "state": pr.state,
+            "learner": pr.is_learner,
+            "active": pr.recent_active,
+            "snapshot_bytes": link.get("snapshot_transfer_bytes", 0),
+            "snapshot_acked_bytes": link.get("snapshot_transfer_acked_bytes", 0),
+        }
+    return out
 
 
 def _admin_only(cmd: Command) -> bool:

@@ -629,3 +629,39 @@ def test_up_and_down_need_a_cluster_config(tmp_path: Path) -> None:
     result = run("cluster", "up", "--config", str(tmp_path / "none"))
     assert result.exit_code == 2
     assert "CONFIG_INVALID" in result.stderr and "file not found" in result.stderr
+
+
+def test_status_shows_the_progress_of_a_snapshot_sent_to_a_new_member() -> None:
+    from rich.console import Console
+
+    from cli.cluster import _replication_tables
+    from metastore.client.protocol import EndpointResult
+
+    follower = EndpointResult(endpoint="127.0.0.1:2", result={"node_id": 2, "replication": {}})
+    leader = EndpointResult(
+        endpoint="127.0.0.1:1",
+        result={
+            "node_id": 1,
+            "replication": {
+                "4": {
+                    "match": 0,
+                    "behind": 120_000,
+                    "state": "snapshot",
+                    "learner": True,
+                    "active": True,
+                    "snapshot_bytes": 256 * 2**20,
+                    "snapshot_acked_bytes": 64 * 2**20,
+                },
+                "2": {"match": 120_000, "behind": 0, "state": "replicate", "learner": False},
+            },
+        },
+    )
+    down = EndpointResult(endpoint="127.0.0.1:3")
+    [table] = _replication_tables([follower, leader, down])
+    console = Console(width=160, record=True)
+    console.print(table)
+    text = console.export_text()
+    assert "as leader 1 sees it" in text
+    assert "64.0 of 256.0 MiB (25%)" in text and "learner" in text
+    lines = [line for line in text.splitlines() if line.strip().startswith(("2", "4"))]
+    assert [line.split()[0] for line in lines] == ["2", "4"]  # by node id

@@ -218,6 +218,16 @@ def test_status_shows_three_ready_nodes_and_one_leader(cluster: RealCluster) -> 
         assert s["leader"] == leader, s
         assert sorted(s["voters"]) == list(range(1, NODES + 1)), s
         assert s["role"] == ("leader" if node_id == leader else "follower"), s
+        # Only the leader reports how far the others are (no snapshot being sent here).
+        if node_id != leader:
+            assert s["replication"] == {}, s
+    followers = statuses[leader]["replication"]
+    assert sorted(int(n) for n in followers) == [n for n in statuses if n != leader]
+    for p in followers.values():
+        assert p["learner"] is False and p["snapshot_bytes"] == p["snapshot_acked_bytes"] == 0
+        assert p["state"] in ("probe", "replicate") and p["match"] > 0 and p["behind"] >= 0
+    table = cluster.run("cluster", "status")
+    assert table.returncode == 0 and f"as leader {leader} sees it" in table.stdout, table.stdout
 
 
 def test_up_refuses_while_the_nodes_run(cluster: RealCluster) -> None:
