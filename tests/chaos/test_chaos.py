@@ -67,7 +67,7 @@ from typing import Any
 import pytest
 
 from metastore.client import SyncMetastoreClient
-from metastore.daemon.certs import generate_dev_certs
+from metastore.daemon.certs import generate_dev_certs, issue_node_certs
 from metastore.daemon.node import (
     FAULT_CLOCK_OFFSET_ENV,
     FAULT_FORWARD_ADDRESSES_ENV,
@@ -218,6 +218,7 @@ class ChaosCluster(MetastoreCluster):
         self.workload_ports = dict(self.client_ports)
         self.reader_ports = dict(self.client_ports)
         self.client_tls: ClientTls | None = None
+        self.tls_dir: Path | None = None  # with CHAOS_TLS: the dev CA and node-<id>.crt/.key
         if proxy is None:
             return
         nodes = tomllib.loads(config.read_text())["nodes"]
@@ -1242,6 +1243,16 @@ def _admin_until(
     return done()
 
 
+def _reissue_node_cert(tls_dir: Path, node_id: int) -> None:
+    """With TLS, remove-node revoked the certificate the node used, cluster-wide: as the README
+    tells an operator, the wiped node comes back with a new one from the same CA."""
+    fresh = tls_dir / f"reissued-{node_id}-{time.monotonic_ns()}"
+    cert, key = issue_node_certs(tls_dir, fresh, node_ids=[node_id])[node_id]
+    os.replace(cert, tls_dir / cert.name)
+    os.replace(key, tls_dir / key.name)
+    fresh.rmdir()
+
+
 def _membership(c: ChaosCluster, rng: random.Random, h: History) -> str:
     """A follower removed, its process killed and its data directory wiped, then added back
     as a learner with a fresh identity (--bootstrap), caught up and promoted - the product's
@@ -1316,6 +1327,8 @@ def _membership(c: ChaosCluster, rng: random.Random, h: History) -> str:
         )
         c.kill(victim)
         shutil.rmtree(c.data_dir(victim))
+        if c.tls_dir is not None:
+            _reissue_node_cert(c.tls_dir, victim)
         with h.lock:
             old_key = (victim, h.incarnations.get(victim, 0))
             h.incarnations[victim] = old_key[1] + 1
@@ -1411,6 +1424,7 @@ def _chaos_cluster(
     if ca_file is not None:
         c.client_ssl = client_context(ca_file=ca_file)
         c.client_tls = ClientTls(ca_file=ca_file)
+        c.tls_dir = ca_file.parent
     try:
         c.start_all()
         c.wait_ready()
