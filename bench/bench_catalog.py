@@ -74,7 +74,7 @@ import msgpack
 from rich.console import Console
 from rich.table import Table
 
-from bench.procs import PROCESS_EXIT_WAIT_S, log_tail, stop_processes
+from bench.procs import PROCESS_EXIT_WAIT_S, log_tail, sigterm_as_interrupt, stop_processes
 from metastore.daemon import api_limits
 
 HOST: Final = "127.0.0.1"
@@ -1613,18 +1613,6 @@ def write_results(
 
 
 # --- Entry point -------------------------------------------------------------------------------
-def _raise_keyboard_interrupt(_signum: int, _frame: object) -> None:
-    # SIGTERM takes the same path as Ctrl-C, so every finally block stops its children.
-    raise KeyboardInterrupt
-
-
-@contextlib.contextmanager
-def _sigterm_as_interrupt() -> Iterator[None]:
-    previous = signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -1646,7 +1634,7 @@ def main(argv: list[str] | None = None) -> int:
     machine = machine_info()  # before the run: the load average then says what else was running
     progress(f"load average before the run: {machine['loadavg_1_5_15_min']}")
     try:
-        with _sigterm_as_interrupt():
+        with sigterm_as_interrupt():
             m, error = run(params)
     except KeyboardInterrupt:
         progress("interrupted; node and load processes were stopped")

@@ -52,7 +52,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -62,7 +62,7 @@ from rich.console import Console
 from rich.table import Table
 
 from bench.control import ControlClient, ControlError, run_timeout_s
-from bench.procs import PROCESS_EXIT_WAIT_S, log_tail, stop_processes
+from bench.procs import PROCESS_EXIT_WAIT_S, log_tail, sigterm_as_interrupt, stop_processes
 
 HOST = "127.0.0.1"
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -1125,20 +1125,6 @@ def parse_engines(text: str) -> list[str]:
     return list(dict.fromkeys(names))
 
 
-def _raise_keyboard_interrupt(_signum: int, _frame: object) -> None:
-    # SIGTERM takes the same path as Ctrl-C, so every finally block kills its children.
-    raise KeyboardInterrupt
-
-
-@contextlib.contextmanager
-def _sigterm_as_interrupt() -> Iterator[None]:
-    previous = signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
 def _engines_help() -> str:
     variants = "; ".join(f"{name}: {spec.summary}" for name, spec in ENGINES.items())
     groups = "; ".join(f"{group} = {','.join(names)}" for group, names in ENGINE_GROUPS.items())
@@ -1166,7 +1152,7 @@ def main(argv: list[str] | None = None) -> int:
     progress(f"load average at start: {load_at_start}")
     results: dict[str, EngineResult] = {}
     try:
-        with _sigterm_as_interrupt():
+        with sigterm_as_interrupt():
             for name in args.engines:
                 results[name] = run_engine(ENGINES[name], params)
     except KeyboardInterrupt:

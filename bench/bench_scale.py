@@ -73,9 +73,9 @@ from bench.bench_catalog import (
     BenchError,
     Cluster,
     RequestFailedError,
-    _sigterm_as_interrupt,
     progress,
 )
+from bench.procs import sigterm_as_interrupt
 from bench.section import measure_table, ok, publish, run_on_cluster, stats, value, verdict
 from metastore.limits import LOOSE_FILES_MAX_DEFAULT
 from raft.core.ready import CoreConfig
@@ -1043,7 +1043,7 @@ def main(argv: list[str] | None = None) -> int:
     progress(f"load average before the run: {r.loadavg_at_start}")
     t0 = time.perf_counter()
     try:
-        with _sigterm_as_interrupt():
+        with sigterm_as_interrupt():
             error = run_on_cluster(
                 "scale", lambda cluster: measure_all(cluster, params, r), settings=dict(SETTINGS)
             )

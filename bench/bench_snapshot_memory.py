@@ -48,12 +48,10 @@ import contextlib
 import dataclasses
 import json
 import re
-import signal
 import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -77,6 +75,7 @@ from bench.bench_raft import (
 )
 from bench.bench_raft import Cluster as RaftCluster
 from bench.control import ControlError, run_timeout_s
+from bench.procs import sigterm_as_interrupt
 
 MIB: Final = 1024 * 1024
 STATE_MB_DEFAULT: Final = 256
@@ -615,19 +614,6 @@ def write_json(path: Path, r: Result, *, started: datetime, load_start: list[flo
     return path
 
 
-def _raise_keyboard_interrupt(_signum: int, _frame: object) -> None:
-    raise KeyboardInterrupt
-
-
-@contextlib.contextmanager
-def _sigterm_as_interrupt() -> Iterator[None]:
-    previous = signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description="Heap memory of the sending leader and the receiving follower while a large "
@@ -645,7 +631,7 @@ def main(argv: list[str] | None = None) -> int:
     progress(f"load average at start: {load_start}; code under test: {REPO_ROOT}")
     r = Result(state_mb=args.state_mb)
     try:
-        with _sigterm_as_interrupt(), tempfile.TemporaryDirectory(prefix="bench-snapmem-") as tmp:
+        with sigterm_as_interrupt(), tempfile.TemporaryDirectory(prefix="bench-snapmem-") as tmp:
             try:
                 run(args.state_mb, Path(tmp), r)
             except (BenchError, KeyError, TypeError, ValueError, OSError) as exc:

@@ -62,7 +62,7 @@ import tempfile
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -84,7 +84,7 @@ from bench.bench_catalog import (
     percentile,
     progress,
 )
-from bench.procs import PROCESS_EXIT_WAIT_S
+from bench.procs import PROCESS_EXIT_WAIT_S, sigterm_as_interrupt
 from metastore.daemon.api_limits import CLIENT_INFLIGHT_PER_CONNECTION_MAX
 
 RESULTS_DIR: Final = Path(__file__).resolve().parent / "results"
@@ -1001,18 +1001,6 @@ def write_results(
 
 
 # --- Entry point ------------------------------------------------------------------------------
-def _raise_keyboard_interrupt(_signum: int, _frame: object) -> None:
-    # SIGTERM takes the same path as Ctrl-C, so every finally block stops its children.
-    raise KeyboardInterrupt
-
-
-@contextlib.contextmanager
-def _sigterm_as_interrupt() -> Iterator[None]:
-    previous = signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -1042,7 +1030,7 @@ def main(argv: list[str] | None = None) -> int:
     machine = machine_info()
     progress(f"load average before the run: {machine['loadavg_1_5_15_min']}")
     try:
-        with _sigterm_as_interrupt():
+        with sigterm_as_interrupt():
             m, error = run(params)
     except KeyboardInterrupt:
         progress("interrupted; node, writer and Spark processes were stopped")

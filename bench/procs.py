@@ -1,4 +1,5 @@
-"""Child-process housekeeping shared by the benchmark harnesses: stop by PID, read a log tail."""
+"""Child-process housekeeping shared by the benchmark harnesses: stop by PID, read a log tail,
+treat SIGTERM like Ctrl-C."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 # How long a node gets to exit after SIGTERM before it is SIGKILLed.
@@ -38,3 +39,18 @@ def log_tail(path: Path) -> str:
     except OSError:
         return "(no log)"
     return data[-LOG_TAIL_BYTES:].decode(errors="replace")
+
+
+def _raise_keyboard_interrupt(_signum: int, _frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+@contextlib.contextmanager
+def sigterm_as_interrupt() -> Iterator[None]:
+    """SIGTERM takes the same path as Ctrl-C inside the block, so every finally block of a
+    harness stops its children (by PID) when the harness itself is terminated."""
+    previous = signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
