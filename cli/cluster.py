@@ -24,6 +24,7 @@ from cli.output import (
     rows_table,
     ts_cell,
 )
+from cli.waiting import parse_wait_ms
 from metastore.client import EndpointResult, SyncMetastoreClient
 from metastore.daemon.config import (
     CLUSTER_FILE_NAME,
@@ -38,6 +39,7 @@ from metastore.daemon.config import (
     render_node_toml,
 )
 from metastore.daemon.secrets import Role, ensure_secrets, read_token_file
+from metastore.errors import MetastoreError
 
 # `cluster up`: how long to wait for a ready leader and the started nodes, and how often to look.
 UP_WAIT_MS_DEFAULT: Final = 30_000
@@ -623,13 +625,70 @@ def cluster_add_node(ctx: click.Context, node_id: int, raft_addr: str, voter: bo
 
 @cluster.command("promote-node")
 @click.argument("node_id", type=click.IntRange(min=1))
+@click.option(
+    "--wait",
+    "wait",
+    default="0",
+    show_default=True,
+    metavar="DURATION",
+    help="While the learner has not caught up, retry for up to this long (30s, 10m; a bare "
+    "number is seconds), showing on stderr how far it is (a snapshot being received, entries "
+    "behind). 0: ask once.",
+)
 @click.pass_context
-def cluster_promote_node(ctx: click.Context, node_id: int) -> None:
+def cluster_promote_node(ctx: click.Context, node_id: int, wait: str) -> None:
     """Make learner NODE_ID a voter. Refused (exit 5) until the learner has caught up with the
     leader's log: a voter far behind could not help reach a quorum. `cluster status` shows how
-    far each node is; retry once it has caught up."""
+    far each node is; `--wait 10m` retries until it has caught up (a new node of a large
+    catalog first receives a snapshot)."""
     a = app(ctx)
-    _membership_result(a, a.client().promote_node(node_id))
+    client = a.client()
+    wait_ms = parse_wait_ms(wait)
+    deadline = time.monotonic() + wait_ms / 1000
+    waited = False
+    try:
+        while True:
+            try:
+                result = client.promote_node(node_id)
+                break
+            except MetastoreError as exc:
+                behind = exc.details.get("reason") == "learner_behind"
+                if not behind or time.monotonic() >= deadline:
+                    raise
+                waited = True
+                progress(_catch_up_text(client, node_id, exc), changed=True)
+                time.sleep(PROMOTE_RETRY_S)
+    finally:
+        if waited:
+            end_progress()
+    _membership_result(a, result)
+
+
+# How often `promote-node --wait` asks again while the learner catches up.
+PROMOTE_RETRY_S: Final = 1.0
+
+
+def _catch_up_text(client: SyncMetastoreClient, node_id: int, refusal: MetastoreError) -> str:
+    """One progress line for a learner catching up: the leader's view of it if a node answers
+    as leader, else what the refusal said."""
+    view: dict[str, Any] = {}
+    for r in client.status_all():
+        replication = (r.result or {}).get("replication") or {}
+        if isinstance(replication, dict) and str(node_id) in replication:
+            view = replication[str(node_id)]
+            break
+    total, acked = int(view.get("snapshot_bytes", 0)), int(view.get("snapshot_acked_bytes", 0))
+    if total:
+        return (
+            f"node {node_id}: receiving a snapshot, {acked / 2**20:,.1f} of "
+            f"{total / 2**20:,.1f} MiB ({100 * acked // total}%)"
+        )
+    match = view.get("match", refusal.details.get("match"))
+    commit = refusal.details.get("commit_index")
+    behind = view.get("behind")
+    if behind is None and isinstance(match, int) and isinstance(commit, int):
+        behind = max(0, commit - match)
+    return f"node {node_id}: catching up, holds entries up to {match} ({behind} behind)"
 
 
 @cluster.command("remove-node")
@@ -695,7 +754,6 @@ def cluster_revoke_cert(
       metastore cluster revoke-cert tls/node-3.crt --node-id 3
       metastore cluster revoke-cert --fingerprint 5f:3a:...
     """
-    from metastore.errors import MetastoreError
     from metastore.revocation import fingerprint_of_pem, normalize_fingerprint
 
     a = app(ctx)

@@ -44,6 +44,7 @@ from hlc import HybridClock, physical_ms
 from raft.core.conf import decode_conf_context
 from raft.core.errors import (
     ConfChangeError,
+    LearnerBehindError,
     NotLeaderError,
     ProposalDroppedError,
     RaftCoreError,
@@ -622,11 +623,7 @@ class RaftNode:
             pr = core.progress.get(node_id)
             committed = core.log.committed
             if pr is None or pr.match + PROMOTE_LAG_ENTRIES_MAX < committed:
-                match = 0 if pr is None else pr.match
-                raise ConfChangeError(
-                    f"learner {node_id} has not caught up (it holds entries up to {match}, the "
-                    f"commit index is {committed}); retry once it has"
-                )
+                raise LearnerBehindError(node_id, 0 if pr is None else pr.match, committed)
             return ConfState(
                 voters=(*conf.voters, node_id),
                 learners=tuple(n for n in conf.learners if n != node_id),

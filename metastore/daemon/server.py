@@ -96,8 +96,8 @@ from metastore.jobs import SchemaJob, next_step_wait
 from metastore.leases import Lease
 from metastore.outcome import Outcome
 from metastore.revocation import fingerprint_of_der, is_fingerprint, normalize_fingerprint
+from raft.core.errors import LearnerBehindError, ProposalDroppedError, RaftCoreError
 from raft.core.errors import NotLeaderError as RaftNotLeaderError
-from raft.core.errors import ProposalDroppedError, RaftCoreError
 from raft.errors import FrameTooLargeError, MalformedFrameError, RaftError
 from raft.framing import NEED_DATA, FrameDecoder, encode_frame
 from raft.node import (
@@ -1780,6 +1780,17 @@ class ApiServer:
         if self.node.is_leader():
             try:
                 value = await local()
+            except LearnerBehindError as exc:
+                # Typed in the details: `cluster promote-node --wait` retries on it alone.
+                raise InvalidArgumentError(
+                    str(exc),
+                    details={
+                        "reason": "learner_behind",
+                        "node_id": exc.node_id,
+                        "match": exc.match,
+                        "commit_index": exc.commit,
+                    },
+                ) from None
             except RaftCoreError as exc:
                 raise InvalidArgumentError(str(exc)) from None
             except ProposalTimeoutError as exc:

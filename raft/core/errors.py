@@ -42,6 +42,23 @@ class ConfChangeError(RaftCoreError):
         self.reason = reason
 
 
+class LearnerBehindError(ConfChangeError):
+    """A learner's promotion refused because it has not caught up yet (retry later): it holds
+    entries up to `match`, the commit index is `commit`."""
+
+    code = "learner_behind"
+    retryable = True
+
+    def __init__(self, node_id: int, match: int, commit: int) -> None:
+        super().__init__(
+            f"learner {node_id} has not caught up (it holds entries up to {match}, the "
+            f"commit index is {commit}); retry once it has"
+        )
+        self.node_id = node_id
+        self.match = match
+        self.commit = commit
+
+
 class TransferError(RaftCoreError):
     code = "transfer_refused"
 

@@ -665,3 +665,95 @@ def test_status_shows_the_progress_of_a_snapshot_sent_to_a_new_member() -> None:
     assert "64.0 of 256.0 MiB (25%)" in text and "learner" in text
     lines = [line for line in text.splitlines() if line.strip().startswith(("2", "4"))]
     assert [line.split()[0] for line in lines] == ["2", "4"]  # by node id
+
+
+def test_promote_node_wait_retries_while_the_learner_catches_up_and_shows_how_far() -> None:
+    from metastore.errors import InvalidArgumentError
+
+    behind = {"n": 2}
+
+    async def handler(op: str, args: dict[str, Any]) -> dict[str, Any]:
+        if op == "promote_node":
+            if behind["n"] > 0:
+                behind["n"] -= 1
+                raise InvalidArgumentError(
+                    "learner 4 has not caught up",
+                    details={
+                        "reason": "learner_behind",
+                        "node_id": 4,
+                        "match": 0,
+                        "commit_index": 900,
+                    },
+                )
+            return {"index": 44}
+        if op == "status":
+            return {
+                **RESULTS["status"],
+                "replication": {
+                    "4": {
+                        "match": 0,
+                        "behind": 900,
+                        "state": "snapshot",
+                        "learner": True,
+                        "active": True,
+                        "snapshot_bytes": 8 * 2**20,
+                        "snapshot_acked_bytes": 2 * 2**20,
+                    }
+                },
+            }
+        return await canned(op, args)
+
+    with ThreadedFakeNode(handler=handler) as node:
+        # Without --wait: refused once, exit 5, the reason on stderr.
+        refused = against(node, "cluster", "promote-node", "4")
+        assert refused.exit_code == 5 and "has not caught up" in refused.stderr
+        waited = against(node, "-o", "json", "cluster", "promote-node", "4", "--wait", "30s")
+        assert waited.exit_code == 0, waited.output
+        assert json.loads(waited.stdout) == {"index": 44}
+        assert "receiving a snapshot, 2.0 of 8.0 MiB (25%)" in waited.stderr
+        promotes = [a for op, a in sent(node) if op == "promote_node"]
+        assert promotes == [{"node_id": 4}] * 3
+        # Caught up already: promoted at the first ask.
+        ok = against(node, "cluster", "promote-node", "4", "--wait", "5s")
+        assert ok.exit_code == 0
+        assert [op for op, _ in sent(node)].count("promote_node") == 4
+
+
+def test_promote_node_wait_does_not_wait_out_another_refusal() -> None:
+    from metastore.errors import InvalidArgumentError
+
+    async def handler(op: str, args: dict[str, Any]) -> dict[str, Any]:
+        if op == "promote_node":
+            raise InvalidArgumentError("membership change refused: node 4 is not a learner")
+        return await canned(op, args)
+
+    with ThreadedFakeNode(handler=handler) as node:
+        result = against(node, "cluster", "promote-node", "4", "--wait", "30s")
+        assert result.exit_code == 5 and "not a learner" in result.stderr
+        assert [op for op, _ in sent(node)] == ["promote_node"]
+
+
+def test_promote_node_wait_gives_up_at_its_deadline() -> None:
+    from metastore.errors import InvalidArgumentError
+
+    async def handler(op: str, args: dict[str, Any]) -> dict[str, Any]:
+        if op == "promote_node":
+            raise InvalidArgumentError(
+                "learner 4 has not caught up",
+                details={
+                    "reason": "learner_behind",
+                    "node_id": 4,
+                    "match": 10,
+                    "commit_index": 900,
+                },
+            )
+        if op == "status":
+            return {**RESULTS["status"], "replication": {}}
+        return await canned(op, args)
+
+    with ThreadedFakeNode(handler=handler) as node:
+        started = time.monotonic()
+        result = against(node, "cluster", "promote-node", "4", "--wait", "2s")
+        assert result.exit_code == 5 and "has not caught up" in result.stderr
+        assert "catching up, holds entries up to 10 (890 behind)" in result.stderr
+        assert 1.5 < time.monotonic() - started < 15

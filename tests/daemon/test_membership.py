@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 
 from metastore.client import SyncMetastoreClient
+from metastore.errors import InvalidArgumentError
+from raft.node import PROMOTE_LAG_ENTRIES_MAX as PROMOTE_LAG
 from tests.daemon.harness import metastore_cluster
 
 pytestmark = pytest.mark.slow
@@ -44,5 +46,18 @@ def test_removing_the_leader_twice_leaves_one_voter_that_serves(tmp_path: Path) 
             client.ddl("CREATE NAMESPACE alone")
             client.ddl("CREATE TABLE alone.t (id BIGINT)")
             assert client.describe("alone.t")["version"] == 1
+
+            # A learner that is not running cannot be promoted: the refusal says why, typed
+            # (`cluster promote-node --wait` retries on it), and the leader's status shows it.
+            client.add_node(removed, "127.0.0.1:1", learner=True)
+            for i in range(PROMOTE_LAG + 5):
+                add = [{"path": f"f{i}.parquet", "size_bytes": 1, "row_count": 1}]
+                client.commit(f"pad-{i}", [{"table": "alone.t", "schema_version": 1, "add": add}])
+            with pytest.raises(InvalidArgumentError, match="has not caught up") as refused:
+                client.promote_node(removed)
+            assert refused.value.details["reason"] == "learner_behind"
+            assert refused.value.details["match"] == 0
+            view = client.status()["replication"][str(removed)]
+            assert view["learner"] is True and view["behind"] > PROMOTE_LAG
         finally:
             client.close()

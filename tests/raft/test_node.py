@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from hlc import HybridClock, SystemClock
-from raft.core.errors import ConfChangeError
+from raft.core.errors import ConfChangeError, LearnerBehindError
 from raft.core.ready import Ready
 from raft.core.types import (
     AppendResponse,
@@ -236,8 +236,10 @@ async def test_a_learner_is_promoted_only_once_it_has_caught_up(tmp_path: Path) 
             await leader.propose(b"x%d" % i)
         address = ("127.0.0.1", free_ports(1)[0])
         await leader.add_node(4, address, learner=True)
-        with pytest.raises(ConfChangeError, match="has not caught up"):
+        with pytest.raises(LearnerBehindError, match="has not caught up") as refused:
             await leader.promote_node(4)
+        assert refused.value.node_id == 4 and refused.value.match == 0
+        assert refused.value.commit == leader.status().core.commit_index
         assert leader.status().core.conf.voters == (1,)
         learner = joining_node(tmp_path, 4, address, leader.addresses)
         await learner.start()
