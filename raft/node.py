@@ -24,7 +24,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import functools
 import heapq
 import itertools
 import json
@@ -68,7 +67,7 @@ from raft.framing import msgpack_bin_header
 from raft.limits import PEER_FRAME_BYTES_MAX
 from raft.tls import TlsFiles
 from raft.transport import PeerTransport, check_peers
-from raft.wal import WAL_RECORD_BYTES_MAX, RecoveredState, WriteAheadLog
+from raft.wal import WAL_RECORD_BYTES_MAX, PreparedSnapshot, RecoveredState, WriteAheadLog
 
 log = logging.getLogger("raft.node")
 
@@ -371,6 +370,8 @@ class RaftNode:
             max_workers=1, thread_name_prefix=f"raft-wal-{config.node_id}"
         )
         self._tasks: list[asyncio.Task[None]] = []
+        # A snapshot file being written by its own thread (see _maybe_snapshot).
+        self._snapshot_task: asyncio.Task[PreparedSnapshot] | None = None
         self._stopped = False
         self.stopped_reason = ""
         self.applied_listeners: list[Callable[[Entry], None]] = []
@@ -471,6 +472,12 @@ class RaftNode:
         if self.transport is not None:
             await self.transport.stop()
         self._fail_all(NodeStoppedError(f"node stopped: {self.stopped_reason}"))
+        if self._snapshot_task is not None:
+            # Let its thread finish with the file before the log closes (an uncommitted file is
+            # a temporary one: recovery deletes it).
+            with contextlib.suppress(Exception):
+                await self._snapshot_task
+            self._snapshot_task = None
         if self.wal is not None:
             wal = self.wal
             await asyncio.get_running_loop().run_in_executor(self._io, wal.close)
@@ -982,6 +989,8 @@ class RaftNode:
         while core.has_ready():
             await self._handle_ready(core.ready())
             self._step_inputs()  # inputs that arrived during the fsync join this batch
+        if self._snapshot_task is not None and self._snapshot_task.done():
+            await self._maybe_snapshot(core)  # written while idle: commit it now
 
     def _send(self, transport: PeerTransport, m: Message) -> None:
         """Send one message of a Ready, deferring a leader's AppendEntries without entries.
@@ -1176,19 +1185,40 @@ class RaftNode:
         # proposals a deposed leader still holds beyond the log end fail on the next apply.
 
     async def _maybe_snapshot(self, core: RaftCore) -> None:
+        """Take a snapshot every `snapshot_every_entries` applied entries.
+
+        The state is encoded here, but its file is written and synced by a thread of its own
+        while the driver goes on (appends, acks, heartbeats): for a large state that takes
+        seconds, and a leader that stopped meanwhile would lose its leadership. The driver
+        commits the file into the WAL (quick: a rename and unlinks) once it is written, at a
+        point where no other WAL call is in flight."""
+        task = self._snapshot_task
+        if task is not None:
+            if task.done():
+                self._commit_snapshot(core, task)
+            return
         if core.log.applied - core.snapshot.meta.index < self.config.snapshot_every_entries:
             return
+        # The WAL writes the parts one after the other (never joined: that would be a second
+        # copy of the state), and the core keeps what it stored: a large snapshot mapped from
+        # its file, so the state's bytes built here go once it is written instead of living
+        # until the next snapshot (and a transfer to a follower reads the file's pages).
         parts = wrap_snapshot_parts(self.sm.snapshot(), self.addresses)
         meta_only = core.create_snapshot(b"")
         wal = self._wal()
-        # The WAL writes the parts one after the other (never joined: that would be a second
-        # copy of the state), and the core keeps what it stored: a large snapshot mapped from
-        # its file, so the state's bytes built here go now instead of living until the next
-        # snapshot (and a transfer to a follower reads the file's pages, not our heap).
-        stored = await asyncio.get_running_loop().run_in_executor(
-            self._io, functools.partial(wal.compact, meta_only, data_parts=parts)
+        task = asyncio.create_task(
+            asyncio.to_thread(wal.prepare_snapshot, meta_only, data_parts=parts),
+            name=f"raft-snapshot-{self.node_id}",
         )
-        del parts
+        task.add_done_callback(lambda _t: self._wake.set())
+        self._snapshot_task = task
+
+    def _commit_snapshot(self, core: RaftCore, task: asyncio.Task[PreparedSnapshot]) -> None:
+        self._snapshot_task = None
+        prepared = task.result()  # a snapshot that could not be written is fatal, as before
+        stored = self._wal().commit_snapshot(prepared)
+        if stored is None:
+            return  # a snapshot from the leader was installed meanwhile
         core.compact_log(stored, keep_entries=self.config.snapshot_keep_entries)
         log.info("snapshot taken", extra={"index": stored.meta.index, "bytes": len(stored.data)})
 

@@ -585,6 +585,8 @@ def _bin_header_at(buf: memoryview, offset: int) -> tuple[int, int]:
 _SEGMENT_NAME: Final = re.compile(r"wal-([0-9a-f]{16})-([0-9a-f]{16})\.log")
 _SNAPSHOT_NAME: Final = re.compile(r"snap-([0-9a-f]{16})\.snap")
 _TEMP_SUFFIX: Final = ".tmp"
+# A snapshot file written outside the log's thread (prepare_snapshot) before it is committed.
+_PREPARED_SUFFIX: Final = ".prepared.tmp"
 _LOCK_NAME: Final = "LOCK"
 _FILE_MODE: Final = 0o600
 _DIR_MODE: Final = 0o700
@@ -619,6 +621,18 @@ def _read_snapshot_file(path: Path, *, expected_index: int) -> tuple[Snapshot, i
             return _decode_snapshot(f.read(), expected_index=expected_index)
         mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
     return _decode_snapshot(mapped, expected_index=expected_index, keep_view=True)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PreparedSnapshot:
+    """A snapshot file written and synced under a temporary name, not yet part of the log
+    (`WriteAheadLog.prepare_snapshot`, then `commit_snapshot`)."""
+
+    stored: Snapshot  # what the snapshot will be once committed (data mapped if large)
+    floor_seq: int
+    temp: Path
+    final: Path
+    file_bytes: int
 
 
 @dataclass(slots=True, kw_only=True)
@@ -870,6 +884,42 @@ class WriteAheadLog:
             self._delete_covered_segments()
         return stored
 
+    def prepare_snapshot(
+        self, snapshot: Snapshot, *, data_parts: Sequence[bytes | memoryview] | None = None
+    ) -> PreparedSnapshot:
+        """The slow half of `compact`: write and sync the snapshot file under a temporary name.
+        Safe in another thread while this log is appended to (it touches only that file and
+        reads nothing that appends change); the log changes only in `commit_snapshot`, which
+        runs where the other calls do. Raises like `compact` for an empty snapshot."""
+        self._check_writable()
+        if snapshot.is_empty():
+            raise SnapshotPositionError("cannot compact to an empty snapshot")
+        return self._write_snapshot_file(
+            snapshot,
+            floor_seq=self._floor_seq,
+            data_parts=data_parts,
+            temp_suffix=_PREPARED_SUFFIX,
+        )
+
+    def commit_snapshot(self, prepared: PreparedSnapshot) -> Snapshot | None:
+        """The quick half of `compact`: rename the prepared file into place and drop the log it
+        covers. None (and the file deleted) if the log moved past it meanwhile: a snapshot
+        installed from the leader, or a compaction beyond it."""
+        self._check_writable()
+        index = prepared.stored.meta.index
+        if prepared.floor_seq != self._floor_seq or not (
+            self._snapshot_index <= index <= self._last_index
+        ):
+            with contextlib.suppress(OSError):
+                prepared.temp.unlink()
+            return None
+        stored = self._install_snapshot_file(prepared)
+        self._snapshot_index = index
+        with self._failing_on_os_error("compaction"):
+            self._prune_snapshots()
+            self._delete_covered_segments()
+        return stored
+
     def install_snapshot(self, snapshot: Snapshot) -> Snapshot:
         """Replace the whole log by `snapshot` (a follower catching up from the leader).
         Returns the snapshot as stored (see `compact`).
@@ -986,7 +1036,7 @@ class WriteAheadLog:
         return RecoveredState(hard_state=hard_state, snapshot=snapshot, entries=entries)
 
     def _remove_temp_files(self) -> None:
-        for path in self._dir.glob(f"snap-*.snap{_TEMP_SUFFIX}"):
+        for path in self._dir.glob(f"snap-*.snap*{_TEMP_SUFFIX}"):
             _log.info("wal: removing unfinished snapshot file=%s", path)
             path.unlink()
 
@@ -1131,6 +1181,21 @@ class WriteAheadLog:
         Failing before the rename leaves the log untouched and usable; failing after it (the
         directory sync) leaves the instance failed, as we no longer know what is durable.
         """
+        prepared = self._write_snapshot_file(
+            snapshot, floor_seq=floor_seq, data_parts=data_parts, temp_suffix=_TEMP_SUFFIX
+        )
+        return self._install_snapshot_file(prepared)
+
+    def _write_snapshot_file(
+        self,
+        snapshot: Snapshot,
+        *,
+        floor_seq: int,
+        data_parts: Sequence[bytes | memoryview] | None,
+        temp_suffix: str,
+    ) -> PreparedSnapshot:
+        """The snapshot file, written and synced under a temporary name. Touches nothing but
+        that file (and no counter): `prepare_snapshot` runs it outside the log's thread."""
         parts = (snapshot.data,) if data_parts is None else tuple(data_parts)
         data_bytes = sum(len(p) for p in parts)
         if data_bytes > SNAPSHOT_BYTES_MAX:
@@ -1140,9 +1205,8 @@ class WriteAheadLog:
         head, data_offset, suffix = _snapshot_file_parts(
             snapshot, floor_seq=floor_seq, data_parts=parts
         )
-        index = snapshot.meta.index
-        final = self._dir / _snapshot_name(index)
-        temp = final.with_name(final.name + _TEMP_SUFFIX)
+        final = self._dir / _snapshot_name(snapshot.meta.index)
+        temp = final.with_name(final.name + temp_suffix)
         stored = snapshot
         try:
             fd = os.open(temp, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, _FILE_MODE)
@@ -1153,7 +1217,8 @@ class WriteAheadLog:
                         for start in range(0, len(view), _SNAPSHOT_WRITE_SLICE_BYTES):
                             _write_all(fd, view[start : start + _SNAPSHOT_WRITE_SLICE_BYTES])
                 _write_all(fd, suffix)
-                self._sync(fd)
+                if self._fsync:
+                    _fdatasync(fd)
                 if data_bytes >= SNAPSHOT_MAP_BYTES_MIN:
                     mapped = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
                     view = memoryview(mapped)[data_offset : data_offset + data_bytes]
@@ -1162,18 +1227,35 @@ class WriteAheadLog:
                     stored = Snapshot(meta=snapshot.meta, data=b"".join(parts))
             finally:
                 os.close(fd)
-            os.replace(temp, final)
         except OSError as exc:
             with contextlib.suppress(OSError):
                 temp.unlink()
             raise WalIOError(f"cannot save snapshot {final}: {exc}") from exc
-        self._bytes_written += len(head) + data_bytes + len(suffix)
+        return PreparedSnapshot(
+            stored=stored,
+            floor_seq=floor_seq,
+            temp=temp,
+            final=final,
+            file_bytes=len(head) + data_bytes + len(suffix),
+        )
+
+    def _install_snapshot_file(self, prepared: PreparedSnapshot) -> Snapshot:
+        """Rename a written snapshot file into place and sync the directory."""
+        try:
+            os.replace(prepared.temp, prepared.final)
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                prepared.temp.unlink()
+            raise WalIOError(f"cannot save snapshot {prepared.final}: {exc}") from exc
+        self._bytes_written += prepared.file_bytes
+        self._fsyncs += 1 if self._fsync else 0  # the file's own fdatasync
         with self._failing_on_os_error("snapshot directory sync"):
             self._sync_dir()
+        index = prepared.stored.meta.index
         if index not in self._snapshot_indexes:
             self._snapshot_indexes.append(index)
             self._snapshot_indexes.sort()
-        return stored
+        return prepared.stored
 
     def _prune_snapshots(self) -> None:
         """Keep the newest SNAPSHOTS_KEPT fallback-worthy snapshots; delete every file below.

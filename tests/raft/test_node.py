@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import random
 import socket
+import threading
 import time
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
@@ -42,9 +43,12 @@ from raft.node import (
     RaftNode,
     applicable_before_persist,
 )
+from raft.wal import WriteAheadLog
 
 SECRET = b"s" * 32
 ELECTION_WAIT_S = 10.0
+# How long the slow-disk test takes to write a snapshot file.
+SLOW_SNAPSHOT_WRITE_S = 3.0
 
 
 class ListStateMachine:
@@ -82,6 +86,8 @@ async def cluster(
     election_timeout_ms: int = 150,
     heartbeat_interval_ms: int = 50,
     persist_inline: bool = True,
+    snapshot_every_entries: int = 10_000,
+    snapshot_keep_entries: int = 1_000,
 ) -> AsyncIterator[dict[int, RaftNode]]:
     ids = list(range(1, size + 1))
     peers = dict(zip(ids, (("127.0.0.1", p) for p in free_ports(size)), strict=True))
@@ -98,6 +104,8 @@ async def cluster(
                 election_timeout_ms=election_timeout_ms,
                 heartbeat_interval_ms=heartbeat_interval_ms,
                 persist_inline=persist_inline,
+                snapshot_every_entries=snapshot_every_entries,
+                snapshot_keep_entries=snapshot_keep_entries,
             ),
             ListStateMachine(),
             clock=HybridClock(SystemClock()),
@@ -527,3 +535,40 @@ async def test_a_membership_change_replies_only_once_a_new_majority_holds_it(
         # The change is in the leader's log and counts there, but it did not commit:
         assert leader.status().core.commit_index < leader.status().core.last_index
         assert 4 in leader.status().core.conf.voters
+
+
+async def test_a_slow_snapshot_write_does_not_stall_the_driver(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Writing a large state's snapshot file takes seconds. The driver goes on meanwhile:
+    proposals commit and the leader keeps its leadership (election timeout 150 ms) while every
+    node's file is still being written; then the snapshots are committed to the WAL."""
+    real = WriteAheadLog.prepare_snapshot
+    started, finished = threading.Event(), threading.Event()
+
+    def slow(self: WriteAheadLog, snapshot: Snapshot, **kw: Any) -> Any:
+        started.set()
+        time.sleep(SLOW_SNAPSHOT_WRITE_S)
+        try:
+            return real(self, snapshot, **kw)
+        finally:
+            finished.set()
+
+    monkeypatch.setattr(WriteAheadLog, "prepare_snapshot", slow)
+    async with cluster(tmp_path, 3, snapshot_every_entries=50, snapshot_keep_entries=0) as nodes:
+        leader = await leader_of(nodes)
+        term = leader.status().core.term
+        for i in range(60):
+            await leader.propose(b"x%d" % i)
+        assert await asyncio.to_thread(started.wait, 5), "no snapshot was taken"
+        for i in range(20):
+            await leader.propose(b"y%d" % i)
+        assert not finished.is_set(), "the proposals waited for the snapshot file"
+        assert leader.is_leader() and leader.status().core.term == term
+        deadline = time.monotonic() + SLOW_SNAPSHOT_WRITE_S + ELECTION_WAIT_S
+        while time.monotonic() < deadline:
+            if all(n.status().core.snapshot_index > 0 for n in nodes.values()):
+                break
+            await asyncio.sleep(0.05)
+        assert all(n.status().core.snapshot_index > 0 for n in nodes.values())
+        assert leader.status().core.term == term

@@ -984,3 +984,29 @@ def test_kill_9_loses_nothing_that_append_acknowledged(
     for index in range(snapshot_index + 1, max(acknowledged) + 1):
         assert by_index[index].data == b"v%d" % index, index
     assert state.hard_state.term == 1
+
+
+def test_a_snapshot_prepared_beside_appends_commits_or_is_dropped_when_overtaken(
+    tmp_path: Path,
+) -> None:
+    wal, _ = open_wal(tmp_path, segment_bytes_max=SMALL_SEGMENT)
+    with wal:
+        wal.append(ents(1, 20), HardState(term=1, commit=20))
+        prepared = wal.prepare_snapshot(snap(15, data=big_state(15)))
+        # The log goes on while the file is written (the node writes it in another thread).
+        wal.append(ents(21, 30), HardState(term=1, commit=30))
+        assert snapshots(tmp_path) == []  # only the prepared temporary file so far
+        stored = wal.commit_snapshot(prepared)
+        assert stored == snap(15, data=big_state(15)) and isinstance(stored.data, memoryview)
+        # A snapshot prepared, then overtaken by one installed from the leader: dropped.
+        late = wal.prepare_snapshot(snap(25))
+        wal.install_snapshot(snap(40, term=2))
+        assert wal.commit_snapshot(late) is None
+        assert not late.temp.exists()
+        # A prepared file never committed (the node stopped) is removed at recovery.
+        wal.append([ent(41, term=2)], None)
+        wal.prepare_snapshot(snap(41, term=2))
+    assert list(tmp_path.glob("*.tmp"))
+    state = recover(tmp_path)
+    assert not list(tmp_path.glob("*.tmp"))
+    assert state.snapshot == snap(40, term=2) and state.entries == (ent(41, term=2),)
