@@ -19,11 +19,11 @@ $(STAMP): pyproject.toml
 install-bench: install
 	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'
 
-## check: lint, format check and strict typing of the core packages
+## check: lint, format check, typing (strict on the core packages hlc, raft, metastore)
 check: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/mypy hlc raft metastore
+	$(BIN)/mypy hlc raft metastore cli spark_bridge bench
 
 fmt: install
 	$(BIN)/ruff format .

@@ -19,7 +19,8 @@ for that metric. For each variant, in order:
 
 (a) throughput: the leader runs `load` (N proposals of S bytes, K in flight), several times;
     we report the median proposals/s;
-(b) latency: the leader runs `latency` (one proposal at a time); p50/p99 in ms;
+(b) latency: the leader runs `latency` (one proposal at a time); p50/p99 in ms, and (Linux) the
+    CPU time the three nodes spent per proposal meanwhile, on-CPU and waiting for a CPU;
 (c) failover: a client thread proposes continuously to whoever leads; we `kill -9` the leader
     and time kill -> first acknowledged proposal on another node, restart the victim, repeat;
 (d) consistency: once idle, every node's `applied_digest` must agree (same count, same digest),
@@ -221,6 +222,13 @@ class LatencyResult:
     p50_ms: float
     p99_ms: float
     mean_ms: float
+    # CPU time the three node processes spent on-CPU, and waiting for a CPU while runnable,
+    # during the latency phase, per acknowledged proposal (Linux /proc/<pid>/task/*/schedstat;
+    # None elsewhere). On a machine with fewer cores than busy processes, latency is bounded
+    # below by CPU: these show what each engine spends.
+    cpu_us_per_proposal: float | None = None
+    runq_wait_us_per_proposal: float | None = None
+    cpu_us_per_proposal_by_node: dict[int, float] | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -565,7 +573,40 @@ def measure_throughput(cluster: Cluster, tally: AckTally, params: BenchParams) -
     return ThroughputResult(runs_per_s=rates, median_per_s=statistics.median(rates))
 
 
+def schedstat_ns(pid: int) -> tuple[int, int] | None:
+    """(on-CPU ns, run-queue wait ns) summed over the threads of `pid`, or None where
+    /proc/<pid>/task/*/schedstat does not exist (not Linux). A thread that exits between the
+    listing and the read is skipped (its time is lost: the nodes keep their threads)."""
+    task_dir = Path(f"/proc/{pid}/task")
+    try:
+        tasks = list(task_dir.iterdir())
+    except OSError:
+        return None
+    on_cpu = waiting = 0
+    for task in tasks:
+        try:
+            fields = (task / "schedstat").read_text().split()
+        except OSError:
+            continue
+        if len(fields) < 2:
+            return None
+        on_cpu += int(fields[0])
+        waiting += int(fields[1])
+    return on_cpu, waiting
+
+
+def _schedstat_all(cluster: Cluster) -> dict[int, tuple[int, int]] | None:
+    out = {}
+    for node_id in NODE_IDS:
+        sample = schedstat_ns(cluster.pid(node_id))
+        if sample is None:
+            return None
+        out[node_id] = sample
+    return out
+
+
 def measure_latency(cluster: Cluster, tally: AckTally, params: BenchParams) -> LatencyResult:
+    before = _schedstat_all(cluster)
     reply = run_on_leader(
         cluster,
         tally,
@@ -578,13 +619,31 @@ def measure_latency(cluster: Cluster, tally: AckTally, params: BenchParams) -> L
             f"latency run returned {len(latencies_ms)} samples, asked {params.latency_count}"
         )
     tally.add(len(latencies_ms))
+    after = _schedstat_all(cluster)
+    cpu_by_node: dict[int, float] | None = None
+    wait_total: float | None = None
+    if before is not None and after is not None:
+        # Includes any attempt run_on_leader retried after a leader change: the CPU of the
+        # whole phase, divided by the proposals it finally measured.
+        count = len(latencies_ms)
+        cpu_by_node = {n: round((after[n][0] - before[n][0]) / 1000 / count, 1) for n in NODE_IDS}
+        wait_total = round(sum(after[n][1] - before[n][1] for n in NODE_IDS) / 1000 / count, 1)
     result = LatencyResult(
         samples=len(latencies_ms),
         p50_ms=percentile(latencies_ms, 0.50),
         p99_ms=percentile(latencies_ms, 0.99),
         mean_ms=statistics.fmean(latencies_ms),
+        cpu_us_per_proposal=None if cpu_by_node is None else sum(cpu_by_node.values()),
+        runq_wait_us_per_proposal=wait_total,
+        cpu_us_per_proposal_by_node=cpu_by_node,
     )
-    progress(f"  latency: p50 {result.p50_ms:.2f} ms, p99 {result.p99_ms:.2f} ms")
+    cpu_text = (
+        ""
+        if cpu_by_node is None
+        else f"; CPU per proposal {result.cpu_us_per_proposal:.0f} us over the nodes "
+        f"{cpu_by_node}, run-queue wait {wait_total:.0f} us"
+    )
+    progress(f"  latency: p50 {result.p50_ms:.2f} ms, p99 {result.p99_ms:.2f} ms{cpu_text}")
     return result
 
 
@@ -835,6 +894,11 @@ METRICS = (
            spec=".2f", higher_is_better=False),
     Metric(key="latency_p99_ms", label="latency p99 (ms)", section="latency", attr="p99_ms",
            spec=".2f", higher_is_better=False),
+    Metric(key="latency_cpu_us", label="CPU per proposal, 3 nodes (us)", section="latency",
+           attr="cpu_us_per_proposal", spec=",.0f", higher_is_better=False),
+    Metric(key="latency_runq_wait_us", label="run-queue wait per proposal (us)",
+           section="latency", attr="runq_wait_us_per_proposal", spec=",.0f",
+           higher_is_better=False),
     Metric(key="failover_median_s", label="failover median (s)", section="failover",
            attr="median_s", spec=".3f", higher_is_better=False),
     Metric(key="failover_max_s", label="failover max (s)", section="failover", attr="max_s",
@@ -854,7 +918,8 @@ class Comparison:
 
 def metric_value(result: EngineResult | None, metric: Metric) -> float | None:
     section = getattr(result, metric.section, None) if result is not None else None
-    return None if section is None else float(getattr(section, metric.attr))
+    value = None if section is None else getattr(section, metric.attr)
+    return None if value is None else float(value)
 
 
 def best_variant(

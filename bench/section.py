@@ -14,7 +14,7 @@ import json
 import os
 import sys
 import tempfile
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
@@ -74,7 +74,7 @@ def measure_table(title: str) -> Table:
 
 def run_on_cluster(
     prefix: str,
-    measure: Callable[[Cluster], Awaitable[None]],
+    measure: Callable[[Cluster], Coroutine[Any, Any, None]],
     settings: dict[str, int] | None = None,
 ) -> str | None:
     """Run `measure` against a fresh cluster in a temporary directory; always stop it. Returns

@@ -37,7 +37,7 @@ _SIZE_UNITS: Final = {
 _SIZE_RE: Final = re.compile(r"^\s*(\d+)\s*([a-zA-Z]*)\s*$")
 
 
-class ByteSize(click.ParamType):
+class ByteSize(click.ParamType[int]):
     """A size in bytes: 134217728, 128MiB, 128MB (decimal), 1GiB."""
 
     name = "SIZE"

@@ -8,6 +8,8 @@ not installed by `make test`).
 from __future__ import annotations
 
 import argparse
+import os
+import time
 from pathlib import Path
 
 import pytest
@@ -119,7 +121,9 @@ def test_durability_cost_is_ours_over_ours_nofsync() -> None:
     cost = br.compare(_run(), (br.OURS_NOFSYNC,))
     assert cost["throughput_per_s"].ratio == pytest.approx(0.5)
     assert cost["latency_p50_ms"].ratio == pytest.approx(2.0)
-    assert {c.other_variant for c in cost.values()} == {"ours-nofsync"}
+    measured = [c for c in cost.values() if c.ours is not None]  # _run() has no CPU figures
+    assert len(measured) == 5
+    assert {c.other_variant for c in measured} == {"ours-nofsync"}
 
 
 def test_a_variant_that_measured_nothing_is_not_the_best() -> None:
@@ -165,3 +169,47 @@ def test_tables_name_the_best_variant_and_every_consistency_check() -> None:
     # No variant reported consistency here: each column says why instead of "yes".
     assert "acked writes kept" in text
     assert " yes " not in text
+
+
+# --- CPU per proposal -------------------------------------------------------------------------
+def test_cpu_per_proposal_is_compared_only_where_measured() -> None:
+    results = _run()
+    results[br.PYSYNCOBJ_NOBATCH] = br.EngineResult(
+        engine=br.PYSYNCOBJ_NOBATCH,
+        complete=True,
+        latency=br.LatencyResult(
+            samples=1, p50_ms=0.6, p99_ms=2.0, mean_ms=0.6, cpu_us_per_proposal=700.0
+        ),
+    )
+    results[br.OURS] = br.EngineResult(
+        engine=br.OURS,
+        complete=True,
+        latency=br.LatencyResult(
+            samples=1, p50_ms=0.5, p99_ms=3.0, mean_ms=0.5, cpu_us_per_proposal=1050.0
+        ),
+    )
+    cpu = br.compare(results, br.BASELINE_NAMES)["latency_cpu_us"]
+    # pysyncobj-batch has latency but no CPU figure (not Linux, say): it is not "best" at 0.
+    assert (cpu.other_variant, cpu.other, cpu.ratio) == ("pysyncobj-nobatch", 700.0, 1.5)
+    measured, _ = br.render_tables(
+        results,
+        br.compare(results, br.BASELINE_NAMES),
+        br.compare(results, (br.OURS_NOFSYNC,)),
+        br.evaluate_targets(results, br.compute_ratios(results)),
+    )
+    console = Console(width=200, record=True)
+    console.print(measured)
+    assert "CPU per proposal" in console.export_text()
+
+
+def test_schedstat_counts_this_process_cpu_time() -> None:
+    """Linux only, like CI and the benchmark machine."""
+    before = br.schedstat_ns(os.getpid())
+    assert before is not None
+    deadline = time.process_time() + 0.05
+    while time.process_time() < deadline:  # burn 50 ms of CPU
+        pass
+    after = br.schedstat_ns(os.getpid())
+    assert after is not None
+    assert after[0] - before[0] >= 40_000_000  # ns on CPU
+    assert br.schedstat_ns(2**22 + 12345) is None  # no such process
