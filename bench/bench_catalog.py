@@ -47,14 +47,12 @@ import argparse
 import asyncio
 import bisect
 import contextlib
-import importlib.metadata
 import json
 import math
 import multiprocessing
 import multiprocessing.connection
 import multiprocessing.process
 import os
-import platform
 import random
 import signal
 import socket
@@ -74,6 +72,7 @@ import msgpack
 from rich.console import Console
 from rich.table import Table
 
+from bench.machine import machine_info
 from bench.procs import PROCESS_EXIT_WAIT_S, log_tail, sigterm_as_interrupt, stop_processes
 from metastore.daemon import api_limits
 
@@ -132,7 +131,6 @@ FIFO_PRIORITY: Final = 1
 # The echo control exits by itself after this long even if nobody kills it.
 ECHO_SERVER_LIFETIME_S: Final = 600.0
 POLL_INTERVAL_S: Final = 0.05
-GIT_TIMEOUT_S: Final = 5.0
 TABLE_WIDTH_NON_TTY: Final = 120
 
 
@@ -1531,51 +1529,6 @@ def render_table(m: Measurements, targets: dict[str, dict[str, Any]]) -> Table:
     if m.fifo_skipped:
         table.caption = f"(b') {m.fifo_skipped}"
     return table
-
-
-def machine_info() -> dict[str, Any]:
-    info: dict[str, Any] = {
-        "platform": platform.platform(),
-        "python": platform.python_version(),
-        "cpu_count": os.cpu_count(),
-        "cpus_usable": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
-        "loadavg_1_5_15_min": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
-    }
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                info["cpu_model"] = line.split(":", 1)[1].strip()
-                break
-    with contextlib.suppress(OSError, ValueError, IndexError):
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemTotal:"):
-                info["mem_total_mib"] = int(line.split()[1]) // 1024
-                break
-    try:
-        info["uvloop"] = importlib.metadata.version("uvloop")
-    except importlib.metadata.PackageNotFoundError:
-        info["uvloop"] = None
-    try:
-        commit = subprocess.run(
-            ["git", "-C", str(REPO_ROOT), "rev-parse", "HEAD"],
-            capture_output=True,
-            text=True,
-            timeout=GIT_TIMEOUT_S,
-            check=False,
-        ).stdout.strip()
-        info["git_commit"] = commit or None
-        # The nodes run the working tree, which may differ from the commit: name what differs.
-        dirty = subprocess.run(
-            ["git", "-C", str(REPO_ROOT), "status", "--porcelain", "--untracked-files=no"],
-            capture_output=True,
-            text=True,
-            timeout=GIT_TIMEOUT_S,
-            check=False,
-        ).stdout.split("\n")
-        info["git_modified_files"] = sorted(line[3:] for line in dirty if line.strip())
-    except (OSError, subprocess.TimeoutExpired):
-        info["git_commit"] = None
-    return info
 
 
 def write_results(

@@ -39,11 +39,9 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib.metadata
 import json
 import math
 import os
-import platform
 import secrets
 import signal
 import socket
@@ -63,6 +61,7 @@ from rich.console import Console
 from rich.table import Table
 
 from bench.control import ControlClient, ControlError, run_timeout_s
+from bench.machine import machine_info
 from bench.procs import PROCESS_EXIT_WAIT_S, log_tail, sigterm_as_interrupt, stop_processes
 
 HOST = "127.0.0.1"
@@ -1016,41 +1015,6 @@ _TARGETS_BY_METRIC = {
 }
 
 
-def machine_info() -> dict[str, Any]:
-    info: dict[str, Any] = {
-        "platform": platform.platform(),
-        "python": platform.python_version(),
-        "cpu_count": os.cpu_count(),
-        "cpus_usable": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
-    }
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                info["cpu_model"] = line.split(":", 1)[1].strip()
-                break
-    with contextlib.suppress(OSError, ValueError, IndexError):
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemTotal:"):
-                info["mem_total_mib"] = int(line.split()[1]) // 1024
-                break
-    try:
-        info["pysyncobj_version"] = importlib.metadata.version("pysyncobj")
-    except importlib.metadata.PackageNotFoundError:
-        info["pysyncobj_version"] = None
-    try:
-        commit = subprocess.run(
-            ["git", "-C", str(REPO_ROOT), "rev-parse", "HEAD"],
-            capture_output=True,
-            text=True,
-            timeout=PROCESS_EXIT_WAIT_S,
-            check=False,
-        ).stdout.strip()
-        info["git_commit"] = commit or None
-    except (OSError, subprocess.TimeoutExpired):
-        info["git_commit"] = None
-    return info
-
-
 def _fmt(value: float | None, spec: str) -> str:
     return "n/a" if value is None else format(value, spec)
 
@@ -1149,7 +1113,7 @@ def write_results(
     document = {
         "started_utc": started.isoformat(),
         "finished_utc": datetime.now(UTC).isoformat(),
-        "machine": machine_info(),
+        "machine": machine_info(("pysyncobj", "uvloop")),
         "load_average": {"start": load_at_start, "end": load_average()},
         "params": asdict(params),
         "variants": {

@@ -70,11 +70,11 @@ from bench.bench_raft import (
     EngineSpec,
     NodeCrashedError,
     load_average,
-    machine_info,
     progress,
 )
 from bench.bench_raft import Cluster as RaftCluster
 from bench.control import ControlError, run_timeout_s
+from bench.machine import machine_info
 from bench.procs import sigterm_as_interrupt
 
 MIB: Final = 1024 * 1024

@@ -79,11 +79,11 @@ from bench.bench_catalog import (
     InvalidParamsError,
     LoadProcessError,
     RequestFailedError,
-    machine_info,
     new_event_loop,
     percentile,
     progress,
 )
+from bench.machine import machine_info
 from bench.procs import PROCESS_EXIT_WAIT_S, sigterm_as_interrupt
 from metastore.daemon.api_limits import CLIENT_INFLIGHT_PER_CONNECTION_MAX
 

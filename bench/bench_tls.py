@@ -46,11 +46,11 @@ from bench.bench_catalog import (
     NODE_IDS,
     REPO_ROOT,
     Cluster,
-    machine_info,
     new_event_loop,
     percentile,
     progress,
 )
+from bench.machine import machine_info
 from metastore.client import MetastoreClient
 from metastore.daemon.certs import generate_dev_certs
 from raft.tls import ClientTls

@@ -31,11 +31,11 @@ from bench.bench_catalog import (
     Cluster,
     Connection,
     RequestFailedError,
-    machine_info,
     new_event_loop,
     percentile,
     progress,
 )
+from bench.machine import machine_info
 
 
 def stats(values: list[float]) -> dict[str, float]:
