@@ -1595,7 +1595,6 @@ def main(argv: list[str] | None = None) -> int:
     targets = evaluate_targets(m)
     # Rich assumes 80 columns when stdout is not a terminal (make, tee); the table needs more.
     console = Console(width=None if sys.stdout.isatty() else TABLE_WIDTH_NON_TTY)
-    console.print(render_table(m, targets))
     path = write_results(
         args.results_dir,
         started=started,
@@ -1607,6 +1606,7 @@ def main(argv: list[str] | None = None) -> int:
         targets=targets,
     )
     progress(f"results written to {path}")
+    console.print(render_table(m, targets))
     return 0 if error is None else 1
 
 

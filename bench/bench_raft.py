@@ -1192,8 +1192,6 @@ def main(argv: list[str] | None = None) -> int:
     targets = evaluate_targets(results, {key: c.ratio for key, c in vs_baseline.items()})
     # Rich assumes 80 columns when stdout is not a terminal (make, tee); the tables need more.
     console = Console(width=None if sys.stdout.isatty() else TABLE_WIDTH_NON_TTY)
-    for table in render_tables(results, vs_baseline, vs_nofsync, targets):
-        console.print(table)
     path = write_results(
         args.results_dir,
         started=started,
@@ -1205,6 +1203,8 @@ def main(argv: list[str] | None = None) -> int:
         targets=targets,
     )
     progress(f"results written to {path}")
+    for table in render_tables(results, vs_baseline, vs_nofsync, targets):
+        console.print(table)
     failed = [name for name, result in results.items() if not result.complete]
     if failed:
         progress(f"incomplete: {', '.join(failed)} (see messages above)")

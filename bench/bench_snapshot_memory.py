@@ -640,11 +640,11 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         progress("interrupted; node processes were stopped")
         return 130
+    path = args.json or RESULTS_DIR / f"snapmem-{started.strftime('%Y%m%dT%H%M%SZ')}.json"
+    progress(f"results written to {write_json(path, r, started=started, load_start=load_start)}")
     console = Console(width=None if sys.stdout.isatty() else TABLE_WIDTH_NON_TTY)
     if r.nodes:
         console.print(render(r))
-    path = args.json or RESULTS_DIR / f"snapmem-{started.strftime('%Y%m%dT%H%M%SZ')}.json"
-    progress(f"results written to {write_json(path, r, started=started, load_start=load_start)}")
     return 0 if r.converged and r.error is None else 1
 
 

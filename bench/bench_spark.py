@@ -1037,7 +1037,6 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     targets = evaluate_targets(m)
     console = Console(width=None if sys.stdout.isatty() else TABLE_WIDTH_NON_TTY)
-    console.print(render_table(m, targets))
     path = write_results(
         args.results_dir,
         started=started,
@@ -1049,6 +1048,7 @@ def main(argv: list[str] | None = None) -> int:
         targets=targets,
     )
     progress(f"results written to {path}")
+    console.print(render_table(m, targets))
     return 0 if error is None else 1
 
 

@@ -106,10 +106,9 @@ def publish(
     results_dir: Path,
     cluster_extra: dict[str, int] | None = None,
 ) -> int:
-    """Print the table, write `<results_dir>/<name>-<time>.json`; the exit status."""
+    """Write `<results_dir>/<name>-<time>.json`, then print the table (written first, so a
+    closed pipe such as `| head` cannot lose the results); the exit status."""
     machine = machine_info()
-    console = Console(width=None if sys.stdout.isatty() else TABLE_WIDTH_NON_TTY)
-    console.print(table)
     results_dir.mkdir(parents=True, exist_ok=True)
     path = results_dir / f"{name}-{started.strftime('%Y%m%dT%H%M%SZ')}.json"
     document = {
@@ -132,4 +131,6 @@ def publish(
     }
     path.write_text(json.dumps(document, indent=2, sort_keys=True) + "\n")
     progress(f"results written to {path}")
+    console = Console(width=None if sys.stdout.isatty() else TABLE_WIDTH_NON_TTY)
+    console.print(table)
     return 0 if error is None else 1
