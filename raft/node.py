@@ -318,7 +318,11 @@ def unwrap_snapshot_data(
         raise RaftError(f"snapshot payload: undecodable address book: {exc!r}") from exc
     if not isinstance(addresses, bytes):
         raise RaftError("snapshot payload: the address book is not msgpack bytes")
-    return view[start : start + size], _decode_addresses(addresses)
+    try:
+        book = _decode_addresses(addresses)
+    except Exception as exc:  # msgpack and the conversions raise outside RaftError
+        raise RaftError(f"snapshot payload: malformed address book: {exc!r}") from exc
+    return view[start : start + size], book
 
 
 def _decode_addresses(data: bytes) -> dict[NodeId, Address]:

@@ -35,8 +35,22 @@ def test_an_empty_payload_is_an_empty_state() -> None:
         wrap_snapshot_data(b"abc", ADDRESSES)[:-3],  # address book cut short
         b"\x93\x01\xc4\x09abc",  # state runs past the end
         msgpack.packb([1, b"x", {"1": ["h", 1]}]),  # address book not packed bytes
+        msgpack.packb([1, b"x", msgpack.packb([1, 2])]),  # address book not a map
+        msgpack.packb([1, b"x", msgpack.packb({"a": ["h", 1]})]),  # node id not a number
+        msgpack.packb([1, b"x", msgpack.packb({"1": 5})]),  # address not a pair
+        msgpack.packb([1, b"x", b"\xc1"]),  # address book not msgpack
     ],
-    ids=["version", "state-type", "short-book", "short-state", "book-type"],
+    ids=[
+        "version",
+        "state-type",
+        "short-book",
+        "short-state",
+        "book-type",
+        "book-not-map",
+        "book-bad-id",
+        "book-bad-address",
+        "book-not-msgpack",
+    ],
 )
 def test_a_malformed_payload_is_a_raft_error(payload: bytes) -> None:
     with pytest.raises(RaftError):
