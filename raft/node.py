@@ -1207,7 +1207,9 @@ class RaftNode:
         # copy of the state), and the core keeps what it stored: a large snapshot mapped from
         # its file, so the state's bytes built here go once it is written instead of living
         # until the next snapshot (and a transfer to a follower reads the file's pages).
-        parts = wrap_snapshot_parts(self.sm.snapshot(), self.addresses)
+        # The address book as of the applied index (the snapshot's), not `self.addresses`: that
+        # also holds the members of CONF entries appended after it, which may never commit.
+        parts = wrap_snapshot_parts(self.sm.snapshot(), self._applied_addresses)
         meta_only = core.create_snapshot(b"")
         wal = self._wal()
         task = asyncio.create_task(

@@ -18,11 +18,14 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import msgpack
 import pytest
 
 from hlc import HybridClock, SystemClock
+from raft.core.conf import encode_conf
 from raft.core.errors import ConfChangeError, LearnerBehindError
-from raft.core.ready import Ready
+from raft.core.raft import RaftCore
+from raft.core.ready import CoreConfig, Ready
 from raft.core.types import (
     AppendResponse,
     ConfState,
@@ -42,6 +45,7 @@ from raft.node import (
     ProposalTooLargeError,
     RaftNode,
     applicable_before_persist,
+    unwrap_snapshot_data,
 )
 from raft.wal import WriteAheadLog
 
@@ -572,3 +576,62 @@ async def test_a_slow_snapshot_write_does_not_stall_the_driver(
             await asyncio.sleep(0.05)
         assert all(n.status().core.snapshot_index > 0 for n in nodes.values())
         assert leader.status().core.term == term
+
+
+async def test_a_snapshot_carries_the_address_book_of_its_own_index(tmp_path: Path) -> None:
+    """A CONF entry appended after the snapshot's index (not applied, maybe never committed)
+    brings its new member's address into the node's book at once, but not into a snapshot
+    of an earlier index: restoring that snapshot would put a node that may never become a
+    member into the applied book (dialled until some later CONF entry is applied)."""
+    me, newcomer = ("127.0.0.1", 7001), ("127.0.0.1", 7009)
+    # A CONF entry's context: the new membership's address book (as RaftNode writes it).
+    book = msgpack.packb({"1": list(me), "9": list(newcomer)})
+    pending = encode_conf(ConfState(voters=(1,), learners=(9,)), context=book)
+    entries = [Entry(term=1, index=i, tm=i, data=b"x%d" % i) for i in (1, 2, 3)]
+    entries.append(Entry(term=1, index=4, tm=4, kind=EntryKind.CONF, data=pending))
+    hard_state = HardState(term=1, vote=1, commit=3)
+    node = RaftNode(
+        NodeConfig(
+            node_id=1,
+            cluster_id="test",
+            data_dir=tmp_path,
+            listen_host="127.0.0.1",
+            listen_port=me[1],
+            peers={1: me},
+            secret=SECRET,
+            fsync=False,
+            snapshot_every_entries=3,
+            snapshot_keep_entries=0,
+        ),
+        ListStateMachine(),
+        clock=HybridClock(SystemClock()),
+    )
+    wal, _ = WriteAheadLog.open(tmp_path / "wal", fsync=False)
+    try:
+        wal.append(entries, hard_state)
+        core = RaftCore(
+            CoreConfig(node_id=1),
+            hard_state=hard_state,
+            snapshot=Snapshot(),
+            entries=entries,
+            bootstrap_conf=ConfState(voters=(1,)),
+            rng=random.Random(1),
+        )
+        node.core, node.wal = core, wal
+        node._note_appended_confs(entries)
+        assert 9 in node.addresses  # reachable before its change commits
+        rd = core.ready()
+        assert [e.index for e in rd.committed] == [1, 2, 3]
+        node._apply(rd.committed)
+        core.advance(rd)
+        await node._maybe_snapshot(core)
+        task = node._snapshot_task
+        assert task is not None
+        await task
+        await node._maybe_snapshot(core)  # commits the written file
+        assert core.snapshot.meta.index == 3
+        _, snapshot_book = unwrap_snapshot_data(core.snapshot.data)
+        assert snapshot_book == {1: me}
+    finally:
+        wal.close()
+        node._io.shutdown(wait=True)
