@@ -13,7 +13,7 @@ import random
 import socket
 import threading
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -635,3 +635,127 @@ async def test_a_snapshot_carries_the_address_book_of_its_own_index(tmp_path: Pa
     finally:
         wal.close()
         node._io.shutdown(wait=True)
+
+
+def snapshot_indexes(directory: Path) -> list[int]:
+    return sorted(int(p.name[len("snap-") :].split(".")[0], 16) for p in directory.glob("*.snap"))
+
+
+async def _eventually(condition: Callable[[], bool], timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        await asyncio.sleep(0.02)
+    return condition()
+
+
+@pytest.mark.parametrize("held", ["before-writing", "after-writing"])
+async def test_a_snapshot_from_the_leader_overtakes_one_being_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, held: str
+) -> None:
+    """A follower's own snapshot file is still being written (held before or after the write)
+    when the leader's newer snapshot is installed: the follower's file is dropped, never
+    committed over the newer snapshot, and the follower goes on from the leader's."""
+    real_prepare, real_on_message = WriteAheadLog.prepare_snapshot, RaftNode._on_message
+    slow: dict[str, Any] = {"id": 0, "cut": False}
+    started, release = threading.Event(), threading.Event()
+
+    def held_prepare(self: WriteAheadLog, snapshot: Snapshot, **kw: Any) -> Any:
+        if self._dir != tmp_path / f"n{slow['id']}" / "wal":
+            return real_prepare(self, snapshot, **kw)
+        if held == "before-writing":
+            started.set()
+            release.wait(30)
+            return real_prepare(self, snapshot, **kw)
+        prepared = real_prepare(self, snapshot, **kw)
+        started.set()
+        release.wait(30)
+        return prepared
+
+    def on_message(self: RaftNode, m: Message) -> None:
+        if not (slow["cut"] and self.node_id == slow["id"]):
+            real_on_message(self, m)
+
+    monkeypatch.setattr(WriteAheadLog, "prepare_snapshot", held_prepare)
+    monkeypatch.setattr(RaftNode, "_on_message", on_message)
+    try:
+        async with cluster(
+            tmp_path, 3, snapshot_every_entries=50, snapshot_keep_entries=0
+        ) as nodes:
+            leader = await leader_of(nodes)
+            follower = next(n for n in nodes.values() if n is not leader)
+            slow["id"] = follower.node_id
+            for i in range(55):
+                await leader.propose(b"x%d" % i)
+            assert await asyncio.to_thread(started.wait, 5), "the follower took no snapshot"
+            slow["cut"] = True  # it hears nothing while the leader compacts past it
+            for i in range(110):
+                await leader.propose(b"y%d" % i)
+            assert await _eventually(lambda: leader.status().core.snapshot_index >= 100, 10)
+            leader_snapshot = leader.status().core.snapshot_index
+            slow["cut"] = False
+            assert await _eventually(
+                lambda: follower.status().core.snapshot_index >= leader_snapshot, 10
+            ), "the leader's snapshot was not installed"
+            assert follower._snapshot_task is not None  # its own is still being written
+            release.set()
+            assert await _eventually(lambda: follower._snapshot_task is None, 10)
+            assert follower.stopped_reason == ""
+            # Its own snapshot's file was dropped, not renamed in beside the leader's.
+            assert snapshot_indexes(tmp_path / f"n{slow['id']}" / "wal") == [leader_snapshot]
+            assert follower.status().core.snapshot_index >= leader_snapshot
+            for i in range(10):
+                await leader.propose(b"z%d" % i)
+            commit = leader.status().core.commit_index
+            assert await _eventually(lambda: follower.status().core.applied_index >= commit, 10)
+    finally:
+        release.set()
+    directory = tmp_path / f"n{slow['id']}" / "wal"
+    wal, state = WriteAheadLog.open(directory, fsync=False)
+    wal.close()
+    assert state.snapshot.meta.index >= leader_snapshot
+    assert min(snapshot_indexes(directory)) >= leader_snapshot
+    assert not list(directory.glob("*.tmp"))
+
+
+async def test_stop_waits_for_a_snapshot_file_being_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """stop() lets the thread writing a snapshot file finish before it closes the log; the
+    file, never committed, is a temporary one that the next open deletes, and nothing
+    acknowledged is lost."""
+    real = WriteAheadLog.prepare_snapshot
+    started, release, finished = threading.Event(), threading.Event(), threading.Event()
+
+    def held_prepare(self: WriteAheadLog, snapshot: Snapshot, **kw: Any) -> Any:
+        started.set()
+        release.wait(30)
+        try:
+            return real(self, snapshot, **kw)
+        finally:
+            finished.set()
+
+    monkeypatch.setattr(WriteAheadLog, "prepare_snapshot", held_prepare)
+    try:
+        async with cluster(tmp_path, 1, snapshot_every_entries=20) as nodes:
+            node = await leader_of(nodes)
+            for i in range(25):
+                await node.propose(b"x%d" % i)
+            assert await asyncio.to_thread(started.wait, 5), "no snapshot was taken"
+            stopping = asyncio.create_task(node.stop())
+            await asyncio.sleep(0.3)
+            assert not stopping.done(), "stop() closed the log under the snapshot's thread"
+            release.set()
+            await asyncio.wait_for(stopping, 10)
+            assert finished.is_set()
+    finally:
+        release.set()
+    directory = tmp_path / "n1" / "wal"
+    assert list(directory.glob("*.tmp"))
+    wal, state = WriteAheadLog.open(directory, fsync=False)
+    wal.close()
+    assert not list(directory.glob("*.tmp"))
+    assert state.snapshot.is_empty()
+    applied = [e.data for e in state.entries if e.kind is EntryKind.NORMAL]
+    assert applied == [b"x%d" % i for i in range(25)]
