@@ -173,7 +173,9 @@ class StateMachine(Protocol):
         The return value of a NORMAL entry goes back to its proposer."""
 
     def snapshot(self) -> bytes:
-        """The whole state as of the last applied entry."""
+        """The whole state as of the last applied entry, as immutable bytes (never a view of a
+        buffer that `apply` changes: the node writes them to disk from another thread while
+        it applies the entries that follow)."""
 
     def restore(self, data: bytes | memoryview) -> None:
         """Replace the whole state (b"" means empty). A large state comes as a read-only view
