@@ -746,6 +746,51 @@ def test_compact_recovers_at_every_crash_point(tmp_path: Path) -> None:
     assert recover(live) == new_state
 
 
+def test_a_prepared_snapshot_recovers_at_every_crash_point_of_its_commit(tmp_path: Path) -> None:
+    """prepare_snapshot, appends that roll segments meanwhile, then commit_snapshot: a crash
+    before the rename recovers the log without the snapshot (the prepared file is deleted),
+    one after it (and after each segment deletion) the snapshot and every later entry."""
+    live = tmp_path / "live"
+    pre = tmp_path / "pre"
+    hs = HardState(term=1, vote=1, commit=25)
+    build(
+        live,
+        *[([ent(i)], hs if i == 25 else None) for i in range(1, 31)],
+        segment_bytes_max=SMALL_SEGMENT,
+    )
+    wal, _ = open_wal(live, segment_bytes_max=SMALL_SEGMENT)
+    with wal:
+        prepared = wal.prepare_snapshot(snap(25))
+        for i in range(31, 41):
+            wal.append([ent(i)], None)
+        shutil.copytree(live, pre)
+        assert wal.commit_snapshot(prepared) == snap(25)
+    (new_snapshot,) = snapshots(live)
+    deleted = [p for p in segments(pre) if not (live / p.name).exists()]
+    assert deleted and prepared.temp.name in {p.name for p in pre.iterdir()}
+
+    old_state = RecoveredState(hard_state=hs, snapshot=Snapshot(), entries=tuple(ents(1, 40)))
+    new_state = RecoveredState(hard_state=hs, snapshot=snap(25), entries=tuple(ents(26, 40)))
+
+    crashed = copy_with(pre, tmp_path / "prepared")
+    assert recover(crashed, segment_bytes_max=SMALL_SEGMENT) == old_state
+    assert not list(crashed.glob("*.tmp"))
+
+    for k in range(len(deleted) + 1):
+        crashed = copy_with(
+            pre,
+            tmp_path / f"renamed-{k}",
+            new_snapshot,
+            without=(pre / prepared.temp.name, *deleted[:k]),
+        )
+        assert recover(crashed, segment_bytes_max=SMALL_SEGMENT) == new_state, k
+        wal, _ = open_wal(crashed, segment_bytes_max=SMALL_SEGMENT)
+        with wal:
+            wal.append([ent(41)], None)
+        assert recover(crashed).entries == tuple(ents(26, 41))
+    assert recover(live) == new_state
+
+
 def test_install_snapshot_recovers_old_or_new_state_at_every_crash_point(tmp_path: Path) -> None:
     live = tmp_path / "live"
     pre = tmp_path / "pre"
