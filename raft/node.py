@@ -378,7 +378,8 @@ class RaftNode:
         self._tasks: list[asyncio.Task[None]] = []
         # A snapshot file being written by its own thread (see _maybe_snapshot).
         self._snapshot_task: asyncio.Task[PreparedSnapshot] | None = None
-        self._stopped = False
+        self._stopped = False  # no more work: stop() was called, or a fatal error happened
+        self._closed = False  # stop() released the resources
         self.stopped_reason = ""
         self.applied_listeners: list[Callable[[Entry], None]] = []
         self.fsync_seconds_total = 0.0
@@ -466,8 +467,12 @@ class RaftNode:
         )
 
     async def stop(self) -> None:
-        if self._stopped:
+        """Stop the node and release what it holds (tasks, links, the WAL and its lock). Also
+        after a fatal error, which only stops the work (`_stopped`): the resources are released
+        here, once."""
+        if self._closed:
             return
+        self._closed = True
         self._stopped = True
         self.stopped_reason = self.stopped_reason or "stopped"
         for t in self._tasks:

@@ -41,6 +41,7 @@ from raft.node import (
     PERSIST_INLINE_BYTES_MAX,
     PROPOSAL_BYTES_MAX,
     NodeConfig,
+    NodeStoppedError,
     ProposalTimeoutError,
     ProposalTooLargeError,
     RaftNode,
@@ -759,3 +760,27 @@ async def test_stop_waits_for_a_snapshot_file_being_written(
     assert state.snapshot.is_empty()
     applied = [e.data for e in state.entries if e.kind is EntryKind.NORMAL]
     assert applied == [b"x%d" % i for i in range(25)]
+
+
+async def test_stop_after_a_fatal_error_still_releases_the_log_and_the_port(
+    tmp_path: Path,
+) -> None:
+    """A fatal error stops the node's work at once; stop() must still close its links and its
+    WAL (and the WAL's lock), or an in-process user could never reopen the directory."""
+    async with cluster(tmp_path, 1) as nodes:
+        node = await leader_of(nodes)
+        port = node.config.listen_port
+
+        def broken_apply(entry: Entry) -> Any:
+            raise RuntimeError("state machine bug")
+
+        node.sm.apply = broken_apply  # type: ignore[method-assign]
+        with pytest.raises(NodeStoppedError):
+            await node.propose(b"boom", timeout_ms=5_000)
+        assert node.stopped_reason.startswith("fatal: RuntimeError"), node.stopped_reason
+        await node.stop()
+        wal, _ = WriteAheadLog.open(tmp_path / "n1" / "wal", fsync=False)  # the lock is free
+        wal.close()
+        with pytest.raises(OSError), socket.create_connection(("127.0.0.1", port), timeout=2):
+            pass
+        await node.stop()  # again: nothing left to do, no error
