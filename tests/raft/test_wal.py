@@ -25,6 +25,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
+import raft.wal
 from raft.core.types import ConfState, Entry, EntryKind, HardState, Snapshot, SnapshotMeta
 from raft.wal import (
     SNAPSHOT_MAP_BYTES_MIN,
@@ -267,6 +268,30 @@ def test_stats_count_one_fsync_per_append(tmp_path: Path) -> None:
     with wal:
         wal.append([ent(30)], None)
         assert wal.stats().fsyncs == 0
+
+
+def test_stats_count_a_snapshot_files_own_fdatasync(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The snapshot file is synced in prepare_snapshot (maybe another thread); its time shows in
+    fsync_seconds_total once commit_snapshot installs it, with its count."""
+    slow_s = 0.05
+
+    def slow_fdatasync(fd: int) -> None:
+        time.sleep(slow_s)
+        os.fdatasync(fd)
+
+    wal, _ = open_wal(tmp_path, fsync=True)
+    with wal:
+        wal.append(ents(1, 5), HardState(term=1))
+        monkeypatch.setattr(raft.wal, "_fdatasync", slow_fdatasync)
+        before = wal.stats()
+        prepared = wal.prepare_snapshot(snap(4))
+        assert wal.stats().fsync_seconds_total == before.fsync_seconds_total  # not yet its own
+        assert wal.commit_snapshot(prepared) is not None
+        after = wal.stats()
+        assert after.fsyncs == before.fsyncs + 2  # the file and the directory
+        assert after.fsync_seconds_total - before.fsync_seconds_total >= slow_s
 
 
 def test_commit_only_hard_state_is_written_but_not_synced(tmp_path: Path) -> None:
