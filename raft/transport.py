@@ -1550,6 +1550,8 @@ class PeerTransport:
 
     def _receive_data(self, peer_id: NodeId, decoder: FrameDecoder, data: bytes) -> bool:
         """Decode and deliver `data` from the peer; False: the connection must close."""
+        if self._stopped:
+            return False  # a connection stop() has not closed yet: deliver (and spool) nothing
         link = self._links.get(peer_id)
         if link is None:
             return False  # removed by set_peers

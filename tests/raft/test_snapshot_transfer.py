@@ -22,8 +22,9 @@ import uvloop
 
 from raft.core.types import ConfState, Heartbeat, InstallSnapshot, Snapshot, SnapshotMeta
 from raft.errors import InvalidLimitError
+from raft.framing import FrameDecoder, encode_frame
 from raft.limits import PEER_FRAME_BYTES_MAX
-from raft.transport import SPOOL_SUFFIX, PeerTransport
+from raft.transport import SPOOL_SUFFIX, TAG_SNAPSHOT_CHUNK, PeerTransport
 from raft.wire import encode_message
 from tests.raft.test_transport import (
     HOST,
@@ -308,6 +309,25 @@ async def test_spool_files_go_with_a_dropped_or_unfinished_transfer(tmp_path: Pa
     # Stopped mid-transfer: its spool file is gone too.
     assert [p.name for p in spool_files(spool)] == ["not-ours.txt"]
     assert snapshots(b_inbox) == []
+
+
+async def test_data_that_arrives_after_stop_is_neither_delivered_nor_spooled(
+    tmp_path: Path,
+) -> None:
+    """A connection stop() has not closed yet (its handler still running) must not start a
+    spool file that stop() already cleaned up, nor deliver anything."""
+    spool = tmp_path / "spool"
+    a_inbox, b_inbox = Inbox(), Inbox()
+    a, b = make(1, a_inbox, **SMALL), make(2, b_inbox, **SMALL, snapshot_spool_dir=spool)
+    async with running(a, b):
+        mesh({1: a, 2: b})
+        await eventually(lambda: peer(b, 1)["connected"], "linked")
+    assert 1 in b._links  # stopped, but the link to peer 1 is still known
+    chunk = [TAG_SNAPSHOT_CHUNK, 7, 2 * MIB, 0, 0, b"", b"x" * 1024]
+    frame = encode_frame(chunk, max_frame_bytes=PEER_FRAME_BYTES_MAX)
+    assert b._receive_data(1, FrameDecoder(PEER_FRAME_BYTES_MAX), frame) is False
+    assert spool_files(spool) == []
+    assert b_inbox.messages == []
 
 
 # ---- c. the same snapshot again, a newer one ------------------------------------------------
