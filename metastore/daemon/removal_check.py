@@ -10,6 +10,13 @@ table's manifests first and refuses such a removal with the error apply gives fo
 InvalidArgumentError for a path that is not a file of the table, DataFileConflictError for one
 that a manifest lists as removed.
 
+The state the check first reads may lag: a follower behind the leader, or a new leader that has
+not applied its whole log, may not know yet the commit that added the file (or the compaction
+that moved it into a manifest), though the client saw it acknowledged. So a refusal rests on a
+state that has caught up (`catch_up`, the leader's ReadIndex: every entry committed before the
+call is applied); when the node cannot catch up, apply decides, as before. The daemon runs the
+check on the leader only (a follower forwards the commit, and the leader checks it there).
+
 Manifests are immutable and content-addressed, so what was read stays true: the entries of the
 last few manifests are cached by sha256 (bounded by entry count). A manifest that cannot be read
 leaves the removal to apply, as before (logged); the commit is not refused for our I/O trouble.
@@ -25,7 +32,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Final
 
 from metastore.commands import CommitTxn
@@ -46,6 +53,9 @@ log = logging.getLogger(__name__)
 CACHED_ENTRIES_MAX: Final = 200_000
 
 ReadManifest = Callable[[str, ManifestRef], list[FileEntry]]
+# The node's state once it has applied every entry committed before the call, or None when it
+# cannot tell (not the leader, no quorum, timeout).
+CatchUp = Callable[[], Awaitable[MetastoreState | None]]
 
 
 def _default_reader(location: str, ref: ManifestRef) -> list[FileEntry]:
@@ -68,14 +78,32 @@ class RemovalCheck:
         self._cached_entries = 0
         self.manifests_read = 0  # for tests and metrics
 
-    async def check(self, state: MetastoreState, cmd: CommitTxn) -> None:
-        """Raise what apply would raise for a removed path it cannot see, before proposing."""
+    async def check(self, state: MetastoreState, cmd: CommitTxn, *, catch_up: CatchUp) -> None:
+        """Raise what apply would raise for a removed path it cannot see, before proposing.
+        `state` may lag; a refusal is only raised if it holds after `catch_up`."""
+        refusal = await self._refusal(state, cmd)
+        if refusal is None:
+            return
+        fresh = await catch_up()
+        if fresh is None:
+            log.info(
+                "cannot confirm a removal check on a caught-up state; apply takes it on trust",
+                extra={"txn_id": cmd.txn_id, "error": str(refusal)},
+            )
+            return
+        refusal = await self._refusal(fresh, cmd)
+        if refusal is not None:
+            raise refusal
+
+    async def _refusal(self, state: MetastoreState, cmd: CommitTxn) -> MetastoreError | None:
+        """What apply would raise, against `state`, for a removed path it cannot see; None if
+        nothing (or if apply answers first for another reason)."""
         if state.committed_txn(cmd.txn_id) is not None:
-            return  # a retry: apply answers with the recorded result
+            return None  # a retry: apply answers with the recorded result
         if cmd.stream is not None and cmd.seq is not None:
             mark = state.stream_mark(cmd.stream)
             if mark is not None and cmd.seq <= mark.seq:
-                return  # a replayed batch: apply answers BatchAlreadyCommitted
+                return None  # a replayed batch: apply answers BatchAlreadyCommitted
         for w in cmd.writes:
             if w.overwrite or not w.remove:
                 continue
@@ -90,20 +118,21 @@ class RemovalCheck:
             refs = state.txns.manifest_refs(table_id)
             found = await self._find(location, refs, trusted)
             if found is None:
-                return  # a manifest could not be read: apply decides, as before
+                return None  # a manifest could not be read: apply decides, as before
             for path in trusted:
                 where = found.get(path)
                 if where is None:
-                    raise InvalidArgumentError(
+                    return InvalidArgumentError(
                         f"{w.table}: cannot remove {path!r}, it is not a file of the table "
                         "(neither a recent file nor an entry of any of its manifests)",
                         details={"table": str(w.table), "path": path},
                     )
                 if where >= 0:
-                    raise DataFileConflictError(
+                    return DataFileConflictError(
                         f"{w.table}: file {path!r} was already removed at {where}",
                         details={"table": str(w.table), "path": path, "removed_ts": where},
                     )
+        return None
 
     async def _find(
         self, location: str, refs: Sequence[ManifestRef], paths: Sequence[str]

@@ -36,6 +36,7 @@ from metastore.commands import (
     CancelSchemaJob,
     CloseSession,
     Command,
+    CommitTxn,
     ExpireSessions,
     GcFilesDeleted,
     HeartbeatSession,
@@ -96,6 +97,7 @@ from metastore.jobs import SchemaJob, next_step_wait
 from metastore.leases import Lease
 from metastore.outcome import Outcome
 from metastore.revocation import fingerprint_of_der, is_fingerprint, normalize_fingerprint
+from metastore.state import MetastoreState
 from raft.core.errors import LearnerBehindError, ProposalDroppedError, RaftCoreError
 from raft.core.errors import NotLeaderError as RaftNotLeaderError
 from raft.errors import FrameTooLargeError, MalformedFrameError, RaftError
@@ -1319,14 +1321,32 @@ class ApiServer:
         timeout_ms = _timeout(args)
         request = {k: v for k, v in args.items() if k != "timeout_ms"}
         cmd = commit_txn_from_request(request)
-        # Removals of manifest entries, which apply takes on trust (metastore.daemon.removal_check).
-        await self.removal_check.check(self.sm.state, cmd)
+        if self.node.is_leader():
+            # A follower forwards the commit, and the leader checks it (`_propose_op`).
+            await self._check_removals(cmd, timeout_ms)
         applied = await self._propose_command(session, cmd, timeout_ms)
         result = dict(applied["result"])
         result["deduplicated"] = bool(applied["deduplicated"] or result.get("deduplicated"))
         result["tm"] = applied["tm"]
         self.metrics.commit(time.perf_counter() - started)
         return result
+
+    async def _check_removals(self, cmd: CommitTxn, timeout_ms: int) -> None:
+        """Removals of manifest entries, which apply takes on trust, are checked against the
+        manifest files (metastore.daemon.removal_check). On the leader only: a refusal must
+        rest on a state that has applied every commit acknowledged before this one arrived
+        (ReadIndex), which a follower cannot confirm by itself."""
+
+        async def caught_up() -> MetastoreState | None:
+            if not self.node.is_leader():
+                return None
+            try:
+                await self.node.read_barrier(timeout_ms=timeout_ms)
+            except (ReadIndexError, TimeoutError, RaftError, RaftCoreError):
+                return None
+            return self.sm.state
+
+        await self.removal_check.check(self.sm.state, cmd, catch_up=caught_up)
 
     async def _propose_command(
         self, session: Session, cmd: Command, timeout_ms: int
@@ -1363,6 +1383,8 @@ class ApiServer:
             )
         if not self.node.is_leader():
             raise NotLeaderError("not the leader", details={"leader": self.node.leader_id()})
+        if isinstance(cmd, CommitTxn):
+            await self._check_removals(cmd, _timeout(args))
         return await self._propose_local(data, _timeout(args))
 
     async def _propose_local(self, data: bytes, timeout_ms: int) -> dict[str, Any]:

@@ -5,13 +5,19 @@ files are the in-memory Store of test_manifests; every case ends with apply's ow
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 
 import pytest
 
 from metastore.commands import CommitTxn, TableWrite
 from metastore.daemon.removal_check import RemovalCheck
-from metastore.errors import DataFileConflictError, InvalidArgumentError, ManifestUnreadableError
+from metastore.errors import (
+    DataFileConflictError,
+    InvalidArgumentError,
+    ManifestUnreadableError,
+)
 from metastore.manifests import ManifestRef
+from metastore.state import MetastoreState
 from metastore.txn import FileEntry
 from tests.metastore._driver import Driver, ok
 from tests.metastore.test_manifests import A, Store, add, compact, ready
@@ -21,8 +27,18 @@ def checker(store: Store, **kw: int) -> RemovalCheck:
     return RemovalCheck(read=lambda _location, ref: list(store.read(ref)), **kw)
 
 
+def now(state: MetastoreState | None) -> Callable[[], Awaitable[MetastoreState | None]]:
+    """A catch-up that returns `state` (None: this node cannot catch up)."""
+
+    async def catch_up() -> MetastoreState | None:
+        return state
+
+    return catch_up
+
+
 def check(c: RemovalCheck, d: Driver, cmd: CommitTxn) -> None:
-    asyncio.run(c.check(d.state, cmd))
+    """The check on a node that is up to date (catching up changes nothing)."""
+    asyncio.run(c.check(d.state, cmd, catch_up=now(d.state)))
 
 
 def test_a_path_in_no_manifest_is_refused_before_apply_would_take_it() -> None:
@@ -92,3 +108,24 @@ def test_the_cache_is_bounded_by_entries_and_keeps_the_newest() -> None:
     assert sum(len(v) for v in c._cache.values()) <= 6
     check(c, d, add("x", remove=("f3-0",)))  # the newest stayed cached
     assert c.manifests_read == 4  # found in a cached one: nothing read
+
+
+def test_a_node_that_lags_catches_up_before_it_refuses() -> None:
+    # The node that takes a commit may not have applied the commit that added a file yet (a
+    # follower behind the leader, a new leader applying its log): the removal is valid, and
+    # apply, where it runs, accepts it. A refusal must rest on a state that has caught up.
+    d, store = ready(), Store()
+    ok(d, add("t1", "a"))
+    compact(d, store)
+    lagging = MetastoreState.from_snapshot(d.state.to_snapshot())
+    ok(d, add("t2", "b"))  # applied by the leader, not yet by the lagging node
+    c = checker(store)
+    remove_b = add("t3", remove=("b",))
+    asyncio.run(c.check(lagging, remove_b, catch_up=now(d.state)))
+    # It cannot catch up (e.g. no quorum to confirm leadership): apply decides, as for an
+    # unreadable manifest.
+    asyncio.run(c.check(lagging, remove_b, catch_up=now(None)))
+    # A path that is not there after catching up is refused.
+    with pytest.raises(InvalidArgumentError, match="not a file of the table"):
+        asyncio.run(c.check(lagging, add("t4", remove=("typo",)), catch_up=now(d.state)))
+    ok(d, remove_b)  # apply agrees
