@@ -638,7 +638,7 @@ class TxnLog:
             )
         ts = self._commit_ts(cmd, tm=tm, dd=dd)
         if cmd.read_ts is not None:
-            self._check_reads(cmd.read_ts, cmd.read_tables, ts=ts, catalog=catalog)
+            self.check_reads(cmd.read_ts, cmd.read_tables, catalog=catalog)
         plans = [self._plan(w, ts=ts, catalog=catalog) for w in cmd.writes]
         added = sum(len(p.write.add) for p in plans)
         if self._file_entries + added > limits.MAX_FILE_ENTRIES_TOTAL:
@@ -709,9 +709,9 @@ class TxnLog:
             )
         return ts
 
-    def _check_reads(
-        self, read_ts: int, tables: Iterable[TableName], *, ts: int, catalog: Catalog
-    ) -> None:
+    def check_reads(self, read_ts: int, tables: Iterable[TableName], *, catalog: Catalog) -> None:
+        """ReadConflict (or TableNotFound) if a table of the read set got a commit after
+        `read_ts`. A conflict found now stays one: the log only grows."""
         for name in tables:
             incarnations = catalog.incarnations(name)
             if not incarnations:

@@ -22,9 +22,13 @@ last few manifests are cached by sha256 (bounded by entry count). A manifest tha
 leaves the removal to apply, as before (logged); the commit is not refused for our I/O trouble.
 
 Not checked here, and left to apply as before: a commit that is a retry of a committed txn id or
-a replay of a stream position (apply answers those before looking at files), and overwrites
-(which remove every live file anyway). The state may move on between this check and apply; the
-check is only ever stricter than apply for paths that were never in the table.
+a replay of a stream position (apply answers those before looking at files), overwrites (which
+remove every live file anyway), and a commit that apply refuses, whatever it removes, for a
+reason it checks first and that stays true (an explicit ts below the last commit: a
+CommitTimestampUnavailable; a read set written after read_ts: a ReadConflict; a write planned
+against another incarnation of the table: a TableNotFound). The state may move on between this
+check and apply; the check is only ever stricter than apply for paths that were never in the
+table.
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ from metastore.errors import (
     DataFileConflictError,
     InvalidArgumentError,
     MetastoreError,
+    ReadConflictError,
     TableNotFoundError,
 )
 from metastore.manifests import ManifestRef
@@ -104,13 +109,22 @@ class RemovalCheck:
             mark = state.stream_mark(cmd.stream)
             if mark is not None and cmd.seq <= mark.seq:
                 return None  # a replayed batch: apply answers BatchAlreadyCommitted
+        if cmd.ts is not None and cmd.ts <= state.txns.last_commit_ts:
+            return None  # apply answers CommitTimestampUnavailable
+        if cmd.read_ts is not None:
+            try:
+                state.txns.check_reads(cmd.read_ts, cmd.read_tables, catalog=state.catalog)
+            except (ReadConflictError, TableNotFoundError):
+                return None  # apply answers with that
         for w in cmd.writes:
             if w.overwrite or not w.remove:
                 continue
             try:
                 table_id = state.catalog.live_table(w.table).table_id
             except TableNotFoundError:
-                continue  # apply gives the error
+                return None  # apply gives the error
+            if w.table_id and w.table_id != table_id:
+                return None  # planned against another incarnation: apply's TableNotFound
             trusted = state.txns.trusted_removals(table_id, w.remove)
             if not trusted:
                 continue

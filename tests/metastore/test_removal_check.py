@@ -12,15 +12,18 @@ import pytest
 from metastore.commands import CommitTxn, TableWrite
 from metastore.daemon.removal_check import RemovalCheck
 from metastore.errors import (
+    CommitTimestampUnavailableError,
     DataFileConflictError,
     InvalidArgumentError,
     ManifestUnreadableError,
+    ReadConflictError,
+    TableNotFoundError,
 )
 from metastore.manifests import ManifestRef
 from metastore.state import MetastoreState
 from metastore.txn import FileEntry
-from tests.metastore._driver import Driver, ok
-from tests.metastore.test_manifests import A, Store, add, compact, ready
+from tests.metastore._driver import DD_MS, Driver, ok, refused
+from tests.metastore.test_manifests import A, Store, add, compact, ready, table_id, tick
 
 
 def checker(store: Store, **kw: int) -> RemovalCheck:
@@ -129,3 +132,41 @@ def test_a_node_that_lags_catches_up_before_it_refuses() -> None:
     with pytest.raises(InvalidArgumentError, match="not a file of the table"):
         asyncio.run(c.check(lagging, add("t4", remove=("typo",)), catch_up=now(d.state)))
     ok(d, remove_b)  # apply agrees
+
+
+def test_a_batch_planned_against_a_dropped_incarnation_gets_apply_s_table_not_found() -> None:
+    d, store = ready(), Store()
+    ok(d, add("t1", "a"))
+    old_id = table_id(d)
+    d.ok("DROP TABLE ns.a")
+    d.ok("CREATE TABLE ns.a (x INT)")
+    tick(d, DD_MS + 1)
+    ok(d, add("t2", "n"))
+    compact(d, store)  # the new incarnation has a manifest
+    stale = TableWrite(table=A, table_id=old_id, schema_version=1, remove=("a",))
+    cmd = CommitTxn(txn_id="t3", writes=(stale,))
+    check(checker(store), d, cmd)  # not InvalidArgument: "a" is a file of the old incarnation
+    refused(d, cmd, TableNotFoundError)
+
+
+def test_a_stale_read_set_gets_apply_s_read_conflict() -> None:
+    d, store = ready(), Store()
+    ok(d, add("t1", "a", "b"))
+    compact(d, store)
+    read_ts = d.state.txns.last_commit_ts
+    ok(d, add("t2", remove=("a",)))  # a concurrent writer removed "a"
+    compact(d, store)  # and its delete entry was folded into a manifest
+    w = TableWrite(table=A, schema_version=1, remove=("a",))
+    cmd = CommitTxn(txn_id="t3", writes=(w,), read_ts=read_ts, read_tables=(A,))
+    check(checker(store), d, cmd)  # apply answers ReadConflict (retryable: re-read, re-plan)
+    refused(d, cmd, ReadConflictError)
+
+
+def test_an_explicit_ts_below_the_last_commit_gets_apply_s_commit_timestamp_unavailable() -> None:
+    d, store = ready(), Store()
+    ok(d, add("t1", "a"))
+    compact(d, store)
+    w = TableWrite(table=A, schema_version=1, remove=("typo",))
+    cmd = CommitTxn(txn_id="t2", writes=(w,), ts=d.state.txns.last_commit_ts)
+    check(checker(store), d, cmd)  # apply answers CommitTimestampUnavailable (retryable)
+    refused(d, cmd, CommitTimestampUnavailableError)
