@@ -19,7 +19,8 @@ check on the leader only (a follower forwards the commit, and the leader checks 
 
 Manifests are immutable and content-addressed, so what was read stays true: the entries of the
 last few manifests are cached by sha256 (bounded by entry count). A manifest that cannot be read
-leaves the removal to apply, as before (logged); the commit is not refused for our I/O trouble.
+(for whatever reason: missing, altered, pyarrow missing or unable to open the location) leaves
+the removal to apply, as before (logged); the commit is not refused for our trouble.
 
 Not checked here, and left to apply as before: a commit that is a retry of a committed txn id or
 a replay of a stream position (apply answers those before looking at files), overwrites (which
@@ -162,7 +163,7 @@ class RemovalCheck:
             if entries is None:
                 try:
                     read = await asyncio.to_thread(self._read, location, ref)
-                except (MetastoreError, OSError) as exc:
+                except Exception as exc:  # noqa: BLE001  (our trouble: I/O, pyarrow; apply decides)
                     log.warning(
                         "cannot check removals against a manifest; apply takes them on trust",
                         extra={"location": location, "manifest": ref.path, "error": str(exc)},

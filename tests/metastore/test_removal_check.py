@@ -162,6 +162,19 @@ def test_a_stale_read_set_gets_apply_s_read_conflict() -> None:
     refused(d, cmd, ReadConflictError)
 
 
+def test_a_reader_failure_of_any_kind_leaves_the_removal_to_apply() -> None:
+    # E.g. a location whose scheme pyarrow cannot open (ArrowInvalid, a ValueError): our
+    # trouble, not the commit's.
+    d, store = ready(), Store()
+    ok(d, add("t1", "a"))
+    compact(d, store)
+
+    def broken(_location: str, _ref: ManifestRef) -> list[FileEntry]:
+        raise ValueError("cannot open the location")
+
+    check(RemovalCheck(read=broken), d, add("t2", remove=("nope",)))
+
+
 def test_an_explicit_ts_below_the_last_commit_gets_apply_s_commit_timestamp_unavailable() -> None:
     d, store = ready(), Store()
     ok(d, add("t1", "a"))
