@@ -419,6 +419,10 @@ class ApiServer:
         for t in list(self._connections):
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await t
+        for t in list(self._revoked_closes):  # each aborts its connection as it ends
+            t.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await t
         if self._server is not None:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self._server.wait_closed(), 2)
@@ -496,12 +500,11 @@ class ApiServer:
                 if isinstance(writer.transport, asyncio.ReadTransport):
                     writer.transport.pause_reading()
                 running = {t for t in inflight if not t.done()}
-                if running:
-                    close = asyncio.create_task(self._abort_after(writer, running))
-                    self._revoked_closes.add(close)
-                    close.add_done_callback(self._revoked_closes.discard)
-                else:
-                    writer.transport.abort()
+                # Even with nothing running: a request that finished this turn may have its
+                # reply in a flush callback still (see `send` in _serve_session).
+                close = asyncio.create_task(self._abort_after(writer, running))
+                self._revoked_closes.add(close)
+                close.add_done_callback(self._revoked_closes.discard)
                 closed += 1
                 self.metrics.request("connect", "CERT_REVOKED", 0.0)
                 log.warning(
@@ -513,12 +516,22 @@ class ApiServer:
     @staticmethod
     async def _abort_after(writer: asyncio.StreamWriter, running: set[asyncio.Task[None]]) -> None:
         """Abort a revoked connection once `running` (its requests in flight when its
-        certificate was revoked) are done, or after REVOKED_CLIENT_REPLY_GRACE_MS."""
+        certificate was revoked) are done and their replies have left, or after
+        REVOKED_CLIENT_REPLY_GRACE_MS in all."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + L.REVOKED_CLIENT_REPLY_GRACE_MS / 1000
         try:
-            await asyncio.wait(running, timeout=L.REVOKED_CLIENT_REPLY_GRACE_MS / 1000)
+            if running:
+                await asyncio.wait(running, timeout=deadline - loop.time())
             # A finished request's reply is flushed by a callback it scheduled before it
             # finished (see `send` in _serve_session); one more turn lets it run first.
             await asyncio.sleep(0)
+            # A request is done once its reply is handed to the transport, not once it left:
+            # an abort drops what the transport still buffers (a large reply is cut short).
+            # A close sends the buffered bytes first, then closes (the rest of the grace).
+            writer.close()
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(writer.wait_closed(), max(0.0, deadline - loop.time()))
         finally:
             writer.transport.abort()
 
