@@ -905,6 +905,16 @@ class TxnLog:
             return ()
         return tuple(p for p in paths if p not in tl.files and p not in tl.deletes)
 
+    def removed_at(self, table_id: int, path: str) -> int | None:
+        """The ts `path` was removed at as far as the log itself knows (a removed loose file or
+        a delete entry): `commit` refuses another removal of it (DataFileConflict). None
+        otherwise (live, in a manifest, or unknown)."""
+        tl = self._log(table_id)
+        entry = tl.files.get(path)
+        if entry is not None:
+            return entry.removed_ts
+        return tl.deletes.get(path)
+
     def delete_entries(self, table_id: int) -> tuple[DeleteEntry, ...]:
         return tuple(
             DeleteEntry(path=p, removed_ts=rts) for p, rts in self._log(table_id).deletes.items()

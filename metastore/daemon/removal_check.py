@@ -126,8 +126,20 @@ class RemovalCheck:
                 return None  # apply gives the error
             if w.table_id and w.table_id != table_id:
                 return None  # planned against another incarnation: apply's TableNotFound
-            trusted = state.txns.trusted_removals(table_id, w.remove)
+            # apply goes through the removals in order and stops at the first it refuses
+            # itself (a removed loose file or a delete entry: DataFileConflict); a trusted
+            # path after that one is not what it answers.
+            before_refused: list[str] = []
+            apply_refuses = False
+            for path in w.remove:
+                if state.txns.removed_at(table_id, path) is not None:
+                    apply_refuses = True
+                    break
+                before_refused.append(path)
+            trusted = state.txns.trusted_removals(table_id, before_refused)
             if not trusted:
+                if apply_refuses:
+                    return None
                 continue
             _, location, _ = state.txns.table_location(table_id)
             refs = state.txns.manifest_refs(table_id)
@@ -147,6 +159,8 @@ class RemovalCheck:
                         f"{w.table}: file {path!r} was already removed at {where}",
                         details={"table": str(w.table), "path": path, "removed_ts": where},
                     )
+            if apply_refuses:
+                return None
         return None
 
     async def _find(

@@ -183,3 +183,19 @@ def test_an_explicit_ts_below_the_last_commit_gets_apply_s_commit_timestamp_unav
     cmd = CommitTxn(txn_id="t2", writes=(w,), ts=d.state.txns.last_commit_ts)
     check(checker(store), d, cmd)  # apply answers CommitTimestampUnavailable (retryable)
     refused(d, cmd, CommitTimestampUnavailableError)
+
+
+def test_a_removal_apply_refuses_itself_first_gets_apply_s_answer() -> None:
+    d, store = ready(), Store()
+    ok(d, add("t1", "a"))
+    compact(d, store)
+    ok(d, add("t2", "c"))
+    ok(d, add("t3", remove=("c",)))  # a removed loose file
+    c = checker(store)
+    # apply stops at "c" (DataFileConflict, retryable) before it reaches "typo"
+    conflict_first = add("t4", remove=("c", "typo"))
+    check(c, d, conflict_first)
+    refused(d, conflict_first, DataFileConflictError)
+    # "typo" comes first: the check answers for it, as apply would if it could see manifests
+    with pytest.raises(InvalidArgumentError, match="not a file of the table"):
+        check(c, d, add("t5", remove=("typo", "c")))
