@@ -157,7 +157,7 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from collections import OrderedDict, deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from itertools import islice
 
@@ -637,17 +637,7 @@ class TxnLog:
                 details={"txn_id": cmd.txn_id, "committed_ts": seen.ts},
             )
         ts = self._commit_ts(cmd, tm=tm, dd=dd)
-        if cmd.read_ts is not None:
-            self.check_reads(cmd.read_ts, cmd.read_tables, catalog=catalog)
-        plans = [self._plan(w, ts=ts, catalog=catalog) for w in cmd.writes]
-        added = sum(len(p.write.add) for p in plans)
-        if self._file_entries + added > limits.MAX_FILE_ENTRIES_TOTAL:
-            raise limit_exceeded(
-                "MAX_FILE_ENTRIES_TOTAL",
-                limits.MAX_FILE_ENTRIES_TOTAL,
-                self._file_entries + added,
-                "file entries in the transaction log",
-            )
+        plans = self._checked_plans(cmd, ts=ts, catalog=catalog)
         # --- write: nothing below can fail ---
         record = self._write(cmd.txn_id, plans, ts=ts, tm=tm, digest=digest)
         if cmd.stream is not None and cmd.seq is not None:
@@ -658,6 +648,68 @@ class TxnLog:
             while len(self._streams) > limits.MAX_STREAM_MARKS:
                 self._streams.popitem(last=False)
         return record.to_result(), False
+
+    def _checked_plans(
+        self,
+        cmd: CommitTxn,
+        *,
+        ts: int,
+        catalog: Catalog,
+        manifest_status: Mapping[int, Mapping[str, int]] | None = None,
+    ) -> list[_PlannedWrite]:
+        """The checks of `commit` that follow the choice of ts, in its order; changes nothing."""
+        if cmd.read_ts is not None:
+            self.check_reads(cmd.read_ts, cmd.read_tables, catalog=catalog)
+        plans = [
+            self._plan(w, ts=ts, catalog=catalog, manifest_status=manifest_status)
+            for w in cmd.writes
+        ]
+        added = sum(len(p.write.add) for p in plans)
+        if self._file_entries + added > limits.MAX_FILE_ENTRIES_TOTAL:
+            raise limit_exceeded(
+                "MAX_FILE_ENTRIES_TOTAL",
+                limits.MAX_FILE_ENTRIES_TOTAL,
+                self._file_entries + added,
+                "file entries in the transaction log",
+            )
+        return plans
+
+    def manifest_removal_refusal(
+        self,
+        cmd: CommitTxn,
+        *,
+        ts_floor: int,
+        catalog: Catalog,
+        manifest_status: Mapping[int, Mapping[str, int]],
+    ) -> MetastoreError | None:
+        """The error `commit` would give `cmd` if it could see inside manifests, when that error
+        is about a removal it takes on trust; None when it answers otherwise (a retry, a
+        refusal of its own that comes first, or success). Changes nothing.
+
+        `manifest_status` holds, per table id, what the table's manifests say of the paths
+        `trusted_removals` returned: -1 for a live entry, else the ts it was removed at; a path
+        missing from it is in no manifest. `ts_floor` is a lower bound of the commit's ts (the
+        entry is not stamped yet): the checks that depend on the exact ts run at the floor.
+        For the leader's removal check (metastore.daemon.removal_check), which must never
+        answer a commit differently from apply."""
+        if cmd.txn_id in self._txns:
+            return None  # a retry (its recorded result) or a reused txn id
+        try:
+            if cmd.stream is not None:
+                self._check_stream(cmd.stream, cmd.seq)
+            floor = max(ts_floor, self._last_commit_ts + 1)
+            if cmd.ts is not None:
+                if cmd.ts < floor or (cmd.read_ts is not None and cmd.read_ts >= cmd.ts):
+                    return None  # CommitTimestampUnavailable, or read_ts not below ts
+                ts = cmd.ts
+            else:
+                ts = max(floor, cmd.not_before or 0)
+            self._checked_plans(cmd, ts=ts, catalog=catalog, manifest_status=manifest_status)
+        except _ManifestRemovalRefused as refused:
+            return refused.error
+        except MetastoreError:
+            return None
+        return None
 
     def _check_stream(self, stream: str, seq: int | None) -> None:
         mark = self._streams.get(stream)
@@ -732,7 +784,14 @@ class TxnLog:
                     },
                 )
 
-    def _plan(self, w: TableWrite, *, ts: int, catalog: Catalog) -> _PlannedWrite:
+    def _plan(
+        self,
+        w: TableWrite,
+        *,
+        ts: int,
+        catalog: Catalog,
+        manifest_status: Mapping[int, Mapping[str, int]] | None = None,
+    ) -> _PlannedWrite:
         inc = catalog.live_table(w.table)  # TableNotFound when missing or dropped
         if w.table_id and w.table_id != inc.table_id:
             raise TableNotFoundError(
@@ -768,6 +827,8 @@ class TxnLog:
                 # nothing). It stays a delete entry until a compaction folds it in. An
                 # overwrite removes it anyway (truncation), as it would a loose file.
                 if not w.overwrite:
+                    if manifest_status is not None:
+                        _check_manifest_removal(w, path, manifest_status.get(inc.table_id, {}))
                     manifest_removals.append(path)
                 continue
             if entry is None:
@@ -904,16 +965,6 @@ class TxnLog:
         if not tl.manifests:
             return ()
         return tuple(p for p in paths if p not in tl.files and p not in tl.deletes)
-
-    def removed_at(self, table_id: int, path: str) -> int | None:
-        """The ts `path` was removed at as far as the log itself knows (a removed loose file or
-        a delete entry): `commit` refuses another removal of it (DataFileConflict). None
-        otherwise (live, in a manifest, or unknown)."""
-        tl = self._log(table_id)
-        entry = tl.files.get(path)
-        if entry is not None:
-            return entry.removed_ts
-        return tl.deletes.get(path)
 
     def delete_entries(self, table_id: int) -> tuple[DeleteEntry, ...]:
         return tuple(
@@ -1409,6 +1460,35 @@ class TxnLog:
 # --------------------------------------------------------------------------------------------
 # Helpers
 # --------------------------------------------------------------------------------------------
+
+
+class _ManifestRemovalRefused(Exception):
+    """Raised by `_plan` when it is given what the manifests say (`manifest_removal_refusal`)
+    and a removal it would take on trust is refused by them; carries the error for the client.
+    Never raised by `commit`."""
+
+    def __init__(self, error: MetastoreError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+def _check_manifest_removal(w: TableWrite, path: str, status: Mapping[str, int]) -> None:
+    where = status.get(path)
+    if where is None:
+        raise _ManifestRemovalRefused(
+            InvalidArgumentError(
+                f"{w.table}: cannot remove {path!r}, it is not a file of the table "
+                "(neither a recent file nor an entry of any of its manifests)",
+                details={"table": str(w.table), "path": path},
+            )
+        )
+    if where >= 0:
+        raise _ManifestRemovalRefused(
+            DataFileConflictError(
+                f"{w.table}: file {path!r} was already removed at {where}",
+                details={"table": str(w.table), "path": path, "removed_ts": where},
+            )
+        )
 
 
 def _check_schema_version(inc: TableState, w: TableWrite, ts: int) -> None:

@@ -22,14 +22,16 @@ last few manifests are cached by sha256 (bounded by entry count). A manifest tha
 (for whatever reason: missing, altered, pyarrow missing or unable to open the location) leaves
 the removal to apply, as before (logged); the commit is not refused for our trouble.
 
-Not checked here, and left to apply as before: a commit that is a retry of a committed txn id or
-a replay of a stream position (apply answers those before looking at files), overwrites (which
-remove every live file anyway), and a commit that apply refuses, whatever it removes, for a
-reason it checks first and that stays true (an explicit ts below the last commit: a
-CommitTimestampUnavailable; a read set written after read_ts: a ReadConflict; a write planned
-against another incarnation of the table: a TableNotFound). The state may move on between this
-check and apply; the check is only ever stricter than apply for paths that were never in the
-table.
+The check answers exactly what apply would answer if it could see inside the manifests: it
+runs apply's own checks, in apply's order (`TxnLog.manifest_removal_refusal`), with the
+manifests' answers for the removals apply takes on trust, and raises only when the first error
+is one of those. So a retry of a committed txn id, a replayed stream position, a stale table
+incarnation, a read conflict, a schema version not active, a reused path or a removal of a
+file the log knows is removed, met before the bad path, are left to apply, which answers them
+itself. Checks that depend on the commit's exact ts (not stamped yet) run at the lowest ts it
+can get. Overwrites are not checked (they remove every live file anyway). The state may move on
+between this check and apply; the check is only ever stricter than apply for paths that were
+never in the table.
 """
 
 from __future__ import annotations
@@ -41,13 +43,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Final
 
 from metastore.commands import CommitTxn
-from metastore.errors import (
-    DataFileConflictError,
-    InvalidArgumentError,
-    MetastoreError,
-    ReadConflictError,
-    TableNotFoundError,
-)
+from metastore.errors import MetastoreError, TableNotFoundError
 from metastore.manifests import ManifestRef
 from metastore.state import MetastoreState
 from metastore.txn import FileEntry
@@ -104,19 +100,7 @@ class RemovalCheck:
     async def _refusal(self, state: MetastoreState, cmd: CommitTxn) -> MetastoreError | None:
         """What apply would raise, against `state`, for a removed path it cannot see; None if
         nothing (or if apply answers first for another reason)."""
-        if state.committed_txn(cmd.txn_id) is not None:
-            return None  # a retry: apply answers with the recorded result
-        if cmd.stream is not None and cmd.seq is not None:
-            mark = state.stream_mark(cmd.stream)
-            if mark is not None and cmd.seq <= mark.seq:
-                return None  # a replayed batch: apply answers BatchAlreadyCommitted
-        if cmd.ts is not None and cmd.ts <= state.txns.last_commit_ts:
-            return None  # apply answers CommitTimestampUnavailable
-        if cmd.read_ts is not None:
-            try:
-                state.txns.check_reads(cmd.read_ts, cmd.read_tables, catalog=state.catalog)
-            except (ReadConflictError, TableNotFoundError):
-                return None  # apply answers with that
+        manifest_status: dict[int, dict[str, int]] = {}
         for w in cmd.writes:
             if w.overwrite or not w.remove:
                 continue
@@ -124,44 +108,24 @@ class RemovalCheck:
                 table_id = state.catalog.live_table(w.table).table_id
             except TableNotFoundError:
                 return None  # apply gives the error
-            if w.table_id and w.table_id != table_id:
-                return None  # planned against another incarnation: apply's TableNotFound
-            # apply goes through the removals in order and stops at the first it refuses
-            # itself (a removed loose file or a delete entry: DataFileConflict); a trusted
-            # path after that one is not what it answers.
-            before_refused: list[str] = []
-            apply_refuses = False
-            for path in w.remove:
-                if state.txns.removed_at(table_id, path) is not None:
-                    apply_refuses = True
-                    break
-                before_refused.append(path)
-            trusted = state.txns.trusted_removals(table_id, before_refused)
+            trusted = state.txns.trusted_removals(table_id, w.remove)
             if not trusted:
-                if apply_refuses:
-                    return None
                 continue
             _, location, _ = state.txns.table_location(table_id)
-            refs = state.txns.manifest_refs(table_id)
-            found = await self._find(location, refs, trusted)
+            found = await self._find(location, state.txns.manifest_refs(table_id), trusted)
             if found is None:
                 return None  # a manifest could not be read: apply decides, as before
-            for path in trusted:
-                where = found.get(path)
-                if where is None:
-                    return InvalidArgumentError(
-                        f"{w.table}: cannot remove {path!r}, it is not a file of the table "
-                        "(neither a recent file nor an entry of any of its manifests)",
-                        details={"table": str(w.table), "path": path},
-                    )
-                if where >= 0:
-                    return DataFileConflictError(
-                        f"{w.table}: file {path!r} was already removed at {where}",
-                        details={"table": str(w.table), "path": path, "removed_ts": where},
-                    )
-            if apply_refuses:
-                return None
-        return None
+            manifest_status.setdefault(table_id, {}).update(found)
+        if not manifest_status:
+            return None
+        # Apply's own checks, in its order, with the manifests' answers where it would trust:
+        # the first error is the answer. The entry will be stamped above every applied Tm.
+        return state.txns.manifest_removal_refusal(
+            cmd,
+            ts_floor=state.last_tm + 1,
+            catalog=state.catalog,
+            manifest_status=manifest_status,
+        )
 
     async def _find(
         self, location: str, refs: Sequence[ManifestRef], paths: Sequence[str]

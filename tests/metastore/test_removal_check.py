@@ -9,7 +9,7 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 
-from metastore.commands import CommitTxn, TableWrite
+from metastore.commands import CommitTxn, TableName, TableWrite
 from metastore.daemon.removal_check import RemovalCheck
 from metastore.errors import (
     CommitTimestampUnavailableError,
@@ -17,6 +17,7 @@ from metastore.errors import (
     InvalidArgumentError,
     ManifestUnreadableError,
     ReadConflictError,
+    SchemaVersionNotActiveError,
     TableNotFoundError,
 )
 from metastore.manifests import ManifestRef
@@ -199,3 +200,53 @@ def test_a_removal_apply_refuses_itself_first_gets_apply_s_answer() -> None:
     # "typo" comes first: the check answers for it, as apply would if it could see manifests
     with pytest.raises(InvalidArgumentError, match="not a file of the table"):
         check(c, d, add("t5", remove=("typo", "c")))
+
+
+def test_a_schema_version_not_active_gets_apply_s_answer_not_the_bad_path() -> None:
+    # Apply checks the schema version before the removals: a batch planned against a version
+    # that is no longer among the two latest must hear SchemaVersionNotActive (retryable:
+    # re-plan), whatever it removes.
+    d, store = ready(), Store()
+    ok(d, add("t1", "a"))
+    compact(d, store)
+    d.ok("ALTER TABLE ns.a ADD COLUMN y INT")
+    d.ok("ALTER TABLE ns.a ADD COLUMN z INT")
+    tick(d, DD_MS + 1)  # v3 active: v1 is not among the two latest any more
+    w = TableWrite(table=A, schema_version=1, remove=("typo",))
+    cmd = CommitTxn(txn_id="t2", writes=(w,))
+    check(checker(store), d, cmd)
+    e = refused(d, cmd, SchemaVersionNotActiveError)
+    assert e.retryable
+    # Planned against v3, the same removal is the check's to refuse.
+    good = CommitTxn(txn_id="t3", writes=(TableWrite(table=A, schema_version=3, remove=("typo",)),))
+    with pytest.raises(InvalidArgumentError, match="not a file of the table"):
+        check(checker(store), d, good)
+
+
+def test_a_reused_path_among_the_adds_gets_apply_s_answer() -> None:
+    d, store = ready(), Store()
+    ok(d, add("t1", "a"))
+    compact(d, store)
+    ok(d, add("t2", "b"))
+    cmd = add("t3", "b", remove=("typo",))  # "b" is already a file: apply checks adds first
+    check(checker(store), d, cmd)
+    refused(d, cmd, InvalidArgumentError)
+    assert "already a file of the table" in str(refused(d, cmd, InvalidArgumentError))
+
+
+def test_a_bad_path_in_an_earlier_write_comes_before_a_later_write_s_refusal() -> None:
+    # Apply plans the writes in order: the first write's removals come before the second
+    # write's checks, so an apply that could see manifests would refuse the bad path first.
+    d, store = ready(), Store()
+    d.ok("CREATE TABLE ns.b (x INT)")
+    tick(d, DD_MS + 1)
+    ok(d, add("t1", "a"))
+    compact(d, store)
+    bad_path = TableWrite(table=A, schema_version=1, remove=("typo",))
+    stale_version = TableWrite(table=TableName.of("ns", "b"), schema_version=2)
+    with pytest.raises(InvalidArgumentError, match="not a file of the table"):
+        check(checker(store), d, CommitTxn(txn_id="t2", writes=(bad_path, stale_version)))
+    # The other way round, apply refuses the first write itself.
+    cmd = CommitTxn(txn_id="t3", writes=(stale_version, bad_path))
+    check(checker(store), d, cmd)
+    refused(d, cmd, SchemaVersionNotActiveError)
