@@ -79,6 +79,7 @@ from metastore.errors import (
     InternalError,
     InvalidArgumentError,
     LimitExceededError,
+    ManifestConflictError,
     MetastoreError,
     NotLeaderError,
     NotReadyError,
@@ -943,6 +944,8 @@ class ApiServer:
         # Loose files, then delete entries, page through one sequence (both bounded in number,
         # each item costs its path); the manifest references ride on the first page.
         items: list[Any] = [*files, *listing.deletes]
+        if token is not None:
+            _check_listing_unchanged(token, table, len(items))
         start, end = _files_page(items, args, ts)
         page = items[start:end]
         return {
@@ -961,7 +964,7 @@ class ApiServer:
             "total_deletes": len(listing.deletes),
             "rows": sum(f.row_count for f in files),
             "size_bytes": sum(f.size_bytes for f in files),
-            "next_page_token": f"{ts}:{end}" if end < len(items) else None,
+            "next_page_token": _files_token(ts, end, len(items)) if end < len(items) else None,
             "waited_ms": waited,
         }
 
@@ -1053,7 +1056,9 @@ class ApiServer:
                     "total_deletes": len(listing.deletes),
                     "rows": sum(f.row_count for f in files),
                     "size_bytes": sum(f.size_bytes for f in files),
-                    "next_page_token": f"{ts}:{end}" if end < len(items) else None,
+                    "next_page_token": (
+                        _files_token(ts, end, len(items)) if end < len(items) else None
+                    ),
                 }
             )
         return {"as_of": ts, "listings": listings, "waited_ms": waited}
@@ -2114,11 +2119,37 @@ def _timeout(args: Args) -> int:
 
 
 def _page_token(token: str) -> tuple[int, int]:
-    """`<as_of>:<offset>` as `files` hands it out (opaque to clients)."""
-    ts_text, _, offset_text = token.partition(":")
-    if not (ts_text.isdigit() and offset_text.isdigit()) or int(ts_text) > MAX_TS:
+    """`<as_of>:<offset>[:<items>]` as `files` hands it out (opaque to clients)."""
+    parts = token.split(":")
+    if not 2 <= len(parts) <= 3 or not all(p.isdigit() for p in parts) or int(parts[0]) > MAX_TS:
         raise BadRequestError(f"'page_token' {token!r} is not a token this server handed out")
-    return int(ts_text), int(offset_text)
+    return int(parts[0]), int(parts[1])
+
+
+def _files_token(ts: int, offset: int, items: int) -> str:
+    """A `files` page token: the listing's moment, where the next page starts, and how many
+    items (loose files + delete entries) the listing at `ts` had when the token was made."""
+    return f"{ts}:{offset}:{items}"
+
+
+def _check_listing_unchanged(token: str, table: str, items: int) -> None:
+    """Refuse a `files` page token of a listing that changed shape since. The listing at a
+    fixed ts only loses items: a compaction moves its oldest loose entries into a manifest
+    (and folds delete entries), which shifts every offset, and the new manifest rides on the
+    first page only; continuing would silently skip files. The client lists again at the
+    same as_of (MANIFEST_CONFLICT, as for a compactor's stale view)."""
+    parts = token.split(":")
+    if len(parts) == 3 and int(parts[2]) != items:
+        raise ManifestConflictError(
+            f"{table}: the listing changed between pages (a compaction moved entries into a "
+            "manifest); list again from the first page at the same as_of",
+            details={
+                "table": table,
+                "what": "page_token",
+                "expected": parts[2],
+                "actual": str(items),
+            },
+        )
 
 
 def _files_page(files: Sequence[Any], args: Args, ts: int) -> tuple[int, int]:
