@@ -1706,7 +1706,7 @@ class ApiServer:
             kind, _, key = token.partition(":")
             if kind == "a":
                 active = [r for r in active if r.record_id > key]
-            elif kind == "r" and key.isdigit():
+            elif kind == "r" and _is_uint(key):
                 active = []
                 released = [r for r in released if r.released_tm > int(key)]
             else:
@@ -2121,9 +2121,14 @@ def _timeout(args: Args) -> int:
 def _page_token(token: str) -> tuple[int, int]:
     """`<as_of>:<offset>[:<items>]` as `files` hands it out (opaque to clients)."""
     parts = token.split(":")
-    if not 2 <= len(parts) <= 3 or not all(p.isdigit() for p in parts) or int(parts[0]) > MAX_TS:
+    if not 2 <= len(parts) <= 3 or not all(_is_uint(p) for p in parts) or int(parts[0]) > MAX_TS:
         raise BadRequestError(f"'page_token' {token!r} is not a token this server handed out")
     return int(parts[0]), int(parts[1])
+
+
+def _is_uint(text: str) -> bool:
+    """Digits int() takes (str.isdigit() alone also accepts "²", which int() refuses)."""
+    return text.isascii() and text.isdigit()
 
 
 def _files_token(ts: int, offset: int, items: int) -> str:
