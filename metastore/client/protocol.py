@@ -149,6 +149,7 @@ SESSION_PAGE_LIMIT = 1_000
 LEASE_PAGE_LIMIT = 1_000
 GC_STATUS_PAGE_LIMIT = 500
 TABLES_PAGE_LIMIT = 5_000
+HISTORY_PAGE_LIMIT = 1_000
 PAGES_MAX = 100_000
 # Times a `files` listing is started again when a compaction changed it between two pages.
 LISTING_ATTEMPTS_MAX = 5
@@ -913,7 +914,9 @@ class MetastoreClient:
         return await self.call("describe", args)
 
     async def history(self, table: str) -> dict[str, Any]:
-        return await self.call("history", {"table": table})
+        """Every schema version of the live table, oldest first (following the pages)."""
+        args = {"table": table, "limit": HISTORY_PAGE_LIMIT}
+        return await self._all_pages("history", args, ("versions",))
 
     async def list_namespaces(self, as_of: int | None = None) -> dict[str, Any]:
         return await self.call("list_namespaces", {} if as_of is None else {"as_of": as_of})

@@ -25,6 +25,8 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+import msgpack
+
 from hlc import HybridClock, physical_ms
 from hlc.errors import HlcError, WaitTimeoutError
 from hlc.limits import LOGICAL_BITS, MAX_TS
@@ -211,7 +213,7 @@ class ApiServer:
             "describe": _Op(
                 Role.READER, self._describe, frozenset({"table", "as_of", "timeout_ms"})
             ),
-            "history": _Op(Role.READER, self._history, frozenset({"table"})),
+            "history": _Op(Role.READER, self._history, frozenset({"table", "limit", "page_token"})),
             "list_namespaces": _Op(
                 Role.READER, self._list_namespaces, frozenset({"as_of", "timeout_ms"})
             ),
@@ -876,9 +878,49 @@ class ApiServer:
         return desc
 
     async def _history(self, _s: Session, args: Args) -> dict[str, Any]:
+        """Every schema version of the live table, oldest first, keyset-paged by version
+        (`limit`, `page_token` = table id and the last version of the previous page): each
+        version carries its whole schema, so a wide table's history outgrows one frame. A
+        caller that asks for no page gets LIMIT_EXCEEDED when it does not fit one reply."""
         self._require_ready()
         table = _req_str(args, "table", L.TABLE_NAME_CHARS_MAX)
-        return {"versions": [version_view(table, v) for v in self.sm.state.history(table)]}
+        limit = _opt_int(args, "limit", 1, L.HISTORY_PAGE_VERSIONS_MAX)
+        token = _opt_str(args, "page_token", 64)
+        versions = self.sm.state.history(table)
+        table_id = versions[0].table_id
+        after = 0
+        if token is not None:
+            id_text, _, version_text = token.partition(":")
+            if not (_is_uint(id_text) and _is_uint(version_text)):
+                raise BadRequestError(f"'page_token' {token!r} is not one this server handed out")
+            if int(id_text) != table_id:
+                # Dropped and created again between two pages: not the same history.
+                raise TableNotFoundError(
+                    f"table {table} with id {id_text} no longer exists (the name now refers to "
+                    f"table id {table_id}); read its history again",
+                    details={"table": table, "table_id": int(id_text), "current": table_id},
+                )
+            after = int(version_text)
+        rest = [v for v in versions if v.version > after]
+        count_max = limit or L.HISTORY_PAGE_VERSIONS_MAX
+        page: list[dict[str, Any]] = []
+        size = 0
+        for v in rest[:count_max]:
+            view = version_view(table, v)
+            size += len(msgpack.packb(view, use_bin_type=True))
+            if size > L.HISTORY_PAGE_BYTES_MAX and page:
+                break
+            page.append(view)
+        more = len(page) < len(rest)
+        if more and limit is None and token is None:
+            raise limit_exceeded(
+                "HISTORY_PAGE_BYTES_MAX",
+                L.HISTORY_PAGE_BYTES_MAX,
+                size,
+                f"versions of {table} in one reply (page with 'limit' and 'page_token')",
+            )
+        next_token = f"{table_id}:{page[-1]['version']}" if more else None
+        return {"versions": page, "next_page_token": next_token}
 
     async def _list_namespaces(self, _s: Session, args: Args) -> dict[str, Any]:
         """Live namespaces now, or (with `as_of`, after the wait) those existing then."""
