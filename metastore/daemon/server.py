@@ -720,7 +720,20 @@ class ApiServer:
                 )
             _check_args(args, spec.args)
             result = await spec.handler(session, args)
-            frame_out = self._reply_frame(rid, result)
+            try:
+                frame_out = self._reply_frame(rid, result)
+            except FrameTooLargeError as exc:
+                # Lists that grow are paged; what is left (a txn_log of long records, the
+                # events of one huge entry) is the caller's to ask for less of, not a bug.
+                raise LimitExceededError(
+                    f"the reply to {op!r} does not fit one client frame ({exc}); ask for less "
+                    "(a smaller 'limit', or pages)",
+                    details={
+                        "limit": "CLIENT_FRAME_BYTES_MAX",
+                        "max": L.CLIENT_FRAME_BYTES_MAX,
+                        "op": op,
+                    },
+                ) from None
             code = "OK"
         except MetastoreError as exc:
             frame_out, code = self._error_frame(rid, exc), exc.code.value
