@@ -1297,6 +1297,10 @@ class ApiServer:
         from_ts = _opt_int(args, "from_ts", 0, MAX_TS)
         if from_ts is None:
             from_ts = self.node.safe_time
+        elif from_ts == 0:
+            # From the oldest event kept (`watch --oldest`): complete after the floor, which is
+            # above 0 once the node loaded a snapshot or dropped old events.
+            from_ts = self.sm.events.floor_tm
         limit = _opt_int(args, "limit", 1, L.WATCH_EVENTS_PAGE_MAX) or L.WATCH_EVENTS_PAGE_MAX
         wait_ms = _opt_int(args, "wait_ms", 0, L.WATCH_WAIT_MS_MAX)
         table = _opt_str(args, "table", L.TABLE_NAME_CHARS_MAX)

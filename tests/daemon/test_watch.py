@@ -164,6 +164,13 @@ def test_a_start_before_the_nodes_snapshot_is_a_typed_error(cluster: MetastoreCl
             time.sleep(0.2)
         page = c.watch(oldest)  # from the oldest kept on, it answers
         assert page["oldest_ts"] == oldest
+        # 0 means "from the oldest kept" (the CLI's --oldest): the same events, no error.
+        from_zero = c.watch(0)
+        assert from_zero["events"] == page["events"]
+    endpoint = f"127.0.0.1:{cluster.client_ports[victim]}"
+    args = ["--endpoints", endpoint, "--token", cluster.token("reader"), "-o", "json"]
+    result = CliRunner().invoke(cli, [*args, "watch", "--oldest", "--count", "1", "--for", "5s"])
+    assert result.exit_code == 0, result.output
 
 
 def test_the_cli_streams_events_as_json_lines(cluster: MetastoreCluster) -> None:
