@@ -58,6 +58,9 @@ HISTORY_PAGE_BYTES_MAX: Final = 2 * 1024 * 1024
 # `watch`: events per reply (an event is small: its tables, ids and counts), and how long one
 # call may wait for the first new event (the client calls again: a long poll).
 WATCH_EVENTS_PAGE_MAX: Final = 1_000
+# ... and about this many bytes of them (a commit event names up to 100 tables): a page ends
+# between entries once past it, so only one entry's events alone can be larger.
+WATCH_PAGE_BYTES_MAX: Final = 2 * 1024 * 1024
 WATCH_WAIT_MS_MAX: Final = 30_000
 
 # A node answers file listings only while its safe time trails its clock by at most this; the

@@ -1318,6 +1318,7 @@ class ApiServer:
                 from_ts,
                 limit=limit,
                 keep=lambda e: event_matches(e, namespace=namespace, table=table),
+                bytes_max=L.WATCH_PAGE_BYTES_MAX,
             )
             # Everything up to the applied position was examined when nothing stopped us.
             position = stopped_at if stopped_at is not None else self.sm.state.last_tm
