@@ -66,7 +66,12 @@ def _line(event: dict[str, Any]) -> str:
     help="Start after this timestamp (an event's tm, to resume; default: now).",
 )
 @click.option("--oldest", is_flag=True, help="Start from the oldest event the node keeps.")
-@click.option("--count", type=click.IntRange(min=1), default=None, help="Stop after N events.")
+@click.option(
+    "--count",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Stop after N events (and the rest of the Nth's entry, which shares its tm).",
+)
 @click.option(
     "--for", "duration", default=None, help="Stop after this long (e.g. 30s, 5m; default: never)."
 )
@@ -109,14 +114,20 @@ def watch(
                 limit=WATCH_PAGE_EVENTS,
                 wait_ms=wait_ms,
             )
+            last_tm: object = None
             for event in page["events"]:
+                # Stop only between entries: the events of one entry share its tm, and a
+                # resume with `--from` that tm would skip the rest of the entry.
+                if count is not None and seen >= count and event.get("tm") != last_tm:
+                    return
                 if a.output == "json":
                     click.echo(json.dumps(event, sort_keys=True))
                 else:
                     click.echo(_line(event))
                 seen += 1
-                if count is not None and seen >= count:
-                    return
+                last_tm = event.get("tm")
+            if count is not None and seen >= count:
+                return  # a page never splits an entry: this one is complete
             position = page["next_from_ts"]
             sys.stdout.flush()
     except KeyboardInterrupt:

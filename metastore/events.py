@@ -31,6 +31,8 @@ from bisect import bisect_right
 from collections.abc import Callable
 from typing import Final
 
+import msgpack
+
 from metastore.commands import (
     AcquireLeases,
     AdvanceSchemaJob,
@@ -236,9 +238,11 @@ class EventLog:
         *,
         limit: int,
         keep: Callable[[Event], bool] = lambda _e: True,
+        bytes_max: int | None = None,
     ) -> tuple[list[Event], int | None]:
-        """Events with tm > after_tm that `keep` accepts, at most `limit` (but never half an
-        entry), and the tm of the last event examined (None: examined them all). Raises
+        """Events with tm > after_tm that `keep` accepts, at most `limit` and about
+        `bytes_max` bytes of msgpack (but never half an entry, and at least one entry), and
+        the tm of the last event examined (None: examined them all). Raises
         WatchStartCompactedError when events after `after_tm` may be gone."""
         if after_tm < self.floor_tm:
             raise WatchStartCompactedError(
@@ -249,12 +253,21 @@ class EventLog:
             )
         i = max(self._start, bisect_right(self._tms, after_tm, lo=self._start))
         out: list[Event] = []
+        size = 0
         while i < len(self._events):
             tm = self._tms[i]
             if len(out) >= limit:
                 return out, self._tms[i - 1]
-            while i < len(self._events) and self._tms[i] == tm:
-                if keep(self._events[i]):
-                    out.append(self._events[i])
-                i += 1
+            j = i
+            group: list[Event] = []
+            while j < len(self._events) and self._tms[j] == tm:
+                if keep(self._events[j]):
+                    group.append(self._events[j])
+                j += 1
+            if group and bytes_max is not None:
+                size += sum(len(msgpack.packb(e, use_bin_type=True)) for e in group)
+                if out and size > bytes_max:
+                    return out, self._tms[i - 1]
+            out.extend(group)
+            i = j
         return out, None

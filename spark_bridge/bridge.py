@@ -50,6 +50,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from hlc import to_iso
 from metastore.client import FILES_PAGE_LIMIT, SyncMetastoreClient
+from metastore.client.protocol import LISTING_ATTEMPTS_MAX
 from raft.tls import ClientTls
 from spark_bridge.conform import conform, pinned_struct, write_columns
 from spark_bridge.files import DataFile, absolute, collect_files, new_attempt_dir
@@ -942,7 +943,30 @@ class BatchContext:
 
     def _rest_of(self, first: dict[str, Any]) -> dict[str, Any]:
         """A listing's first page (of `files` or `files_multi`) with every later page's files
-        and delete entries appended (the pages keep the first one's `as_of`)."""
+        and delete entries appended (the pages keep the first one's `as_of`). A compaction
+        between two pages changes the listing's shape (MANIFEST_CONFLICT on the next page): it
+        is listed again from the first page at the same as_of, up to LISTING_ATTEMPTS_MAX
+        times."""
+        from metastore.errors import ManifestConflictError
+
+        for attempt in range(1, LISTING_ATTEMPTS_MAX + 1):
+            try:
+                return self._pages(first)
+            except BatchError as exc:
+                if not isinstance(exc.cause, ManifestConflictError):
+                    raise
+                if attempt == LISTING_ATTEMPTS_MAX:
+                    raise
+            args = {
+                "table": first["table"],
+                "as_of": first["as_of"],
+                "limit": FILES_PAGE_LIMIT,
+                "timeout_ms": PIN_TIMEOUT_MS,
+            }
+            first = self._call("files", args)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _pages(self, first: dict[str, Any]) -> dict[str, Any]:
         listed = list(first["files"])
         deletes = list(first.get("deletes") or [])
         token = first.get("next_page_token")

@@ -75,6 +75,7 @@ from metastore.errors import (
     ErrorCode,
     InvalidArgumentError,
     LimitExceededError,
+    ManifestConflictError,
     MetastoreError,
     RequestTimeoutError,
     TlsFailedError,
@@ -148,7 +149,10 @@ SESSION_PAGE_LIMIT = 1_000
 LEASE_PAGE_LIMIT = 1_000
 GC_STATUS_PAGE_LIMIT = 500
 TABLES_PAGE_LIMIT = 5_000
+HISTORY_PAGE_LIMIT = 1_000
 PAGES_MAX = 100_000
+# Times a `files` listing is started again when a compaction changed it between two pages.
+LISTING_ATTEMPTS_MAX = 5
 # How long one `watch` call waits for the next event before the client asks again.
 WATCH_WAIT_MS = 10_000
 # Protection records per `pts_list` page.
@@ -549,20 +553,7 @@ class MetastoreClient:
         args: dict[str, Any] = {"table": table, "limit": FILES_PAGE_LIMIT}
         if as_of is not None:
             args["as_of"] = as_of
-        first = await self.call("files", args)
-        files = list(first.get("files", []))
-        deletes = list(first.get("deletes", []))
-        token = first.get("next_page_token")
-        while token:
-            page = await self.call(
-                "files", {"table": table, "limit": FILES_PAGE_LIMIT, "page_token": token}
-            )
-            files.extend(page.get("files", []))
-            deletes.extend(page.get("deletes", []))
-            token = page.get("next_page_token")
-        out = {**first, "files": files}
-        if deletes or "deletes" in first:  # a reply without delete entries stays as it came
-            out["deletes"] = deletes
+        out = await self._files_pages(await self.call("files", args))
         if expand and out.get("manifests"):
             from metastore.client.manifest_files import expand_reply
 
@@ -570,6 +561,43 @@ class MetastoreClient:
         if "next_page_token" in out:
             out["next_page_token"] = None  # the caller has every page
         return out
+
+    async def _files_pages(self, first: dict[str, Any]) -> dict[str, Any]:
+        """A `files` listing from its first page (of `files` or `files_multi`) with every
+        later page's files and delete entries appended. A compaction between two pages changes
+        the listing's shape (MANIFEST_CONFLICT on the next page): it is listed again from the
+        first page at the same as_of, up to LISTING_ATTEMPTS_MAX times."""
+        table = first["table"]
+        for attempt in range(1, LISTING_ATTEMPTS_MAX + 1):
+            files = list(first.get("files", []))
+            deletes = list(first.get("deletes", []))
+            token = first.get("next_page_token")
+            try:
+                for _ in range(PAGES_MAX):
+                    if not token:
+                        break
+                    page = await self.call(
+                        "files", {"table": table, "limit": FILES_PAGE_LIMIT, "page_token": token}
+                    )
+                    files.extend(page.get("files", []))
+                    deletes.extend(page.get("deletes", []))
+                    token = page.get("next_page_token")
+            except ManifestConflictError:
+                if attempt == LISTING_ATTEMPTS_MAX:
+                    raise
+                args = {"table": table, "limit": FILES_PAGE_LIMIT, "as_of": first["as_of"]}
+                first = await self.call("files", args)
+                continue
+            if token:
+                raise LimitExceededError(
+                    f"files of {table}: more than {PAGES_MAX} pages",
+                    details={"op": "files", "table": table},
+                )
+            out = {**first, "files": files, "next_page_token": None}
+            if deletes or "deletes" in first:  # a reply without delete entries stays as it came
+                out["deletes"] = deletes
+            return out
+        raise AssertionError("unreachable")  # pragma: no cover
 
     async def files_multi(
         self, tables: list[str], as_of: int | None = None, *, expand: bool = True
@@ -589,27 +617,7 @@ class MetastoreClient:
             if "error" in listing:
                 listings.append(listing)  # that table's typed error, as data
                 continue
-            files = list(listing.get("files", []))
-            deletes = list(listing.get("deletes", []))
-            token = listing.get("next_page_token")
-            for _ in range(PAGES_MAX):
-                if not token:
-                    break
-                page = await self.call(
-                    "files",
-                    {"table": listing["table"], "limit": FILES_PAGE_LIMIT, "page_token": token},
-                )
-                files.extend(page.get("files", []))
-                deletes.extend(page.get("deletes", []))
-                token = page.get("next_page_token")
-            if token:
-                raise LimitExceededError(
-                    f"files of {listing['table']}: more than {PAGES_MAX} pages",
-                    details={"op": "files", "table": listing["table"]},
-                )
-            done = {**listing, "files": files, "next_page_token": None}
-            if deletes or "deletes" in listing:
-                done["deletes"] = deletes
+            done = await self._files_pages(listing)
             if expand and done.get("manifests"):
                 from metastore.client.manifest_files import expand_reply
 
@@ -906,7 +914,9 @@ class MetastoreClient:
         return await self.call("describe", args)
 
     async def history(self, table: str) -> dict[str, Any]:
-        return await self.call("history", {"table": table})
+        """Every schema version of the live table, oldest first (following the pages)."""
+        args = {"table": table, "limit": HISTORY_PAGE_LIMIT}
+        return await self._all_pages("history", args, ("versions",))
 
     async def list_namespaces(self, as_of: int | None = None) -> dict[str, Any]:
         return await self.call("list_namespaces", {} if as_of is None else {"as_of": as_of})

@@ -49,9 +49,18 @@ GC_STATUS_PAGE_TABLES_MAX: Final = 500
 TABLES_PAGE_MAX: Final = 5_000
 GC_STATUS_PROTECTION_IDS_MAX: Final = 20
 
+# `history` (paged by version): every version carries its whole schema (up to 1000 columns
+# with comments and defaults), so a page holds at most this many versions and about this many
+# bytes of them (at least one version, whatever its size).
+HISTORY_PAGE_VERSIONS_MAX: Final = 1_000
+HISTORY_PAGE_BYTES_MAX: Final = 2 * 1024 * 1024
+
 # `watch`: events per reply (an event is small: its tables, ids and counts), and how long one
 # call may wait for the first new event (the client calls again: a long poll).
 WATCH_EVENTS_PAGE_MAX: Final = 1_000
+# ... and about this many bytes of them (a commit event names up to 100 tables): a page ends
+# between entries once past it, so only one entry's events alone can be larger.
+WATCH_PAGE_BYTES_MAX: Final = 2 * 1024 * 1024
 WATCH_WAIT_MS_MAX: Final = 30_000
 
 # A node answers file listings only while its safe time trails its clock by at most this; the

@@ -25,6 +25,8 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+import msgpack
+
 from hlc import HybridClock, physical_ms
 from hlc.errors import HlcError, WaitTimeoutError
 from hlc.limits import LOGICAL_BITS, MAX_TS
@@ -79,6 +81,7 @@ from metastore.errors import (
     InternalError,
     InvalidArgumentError,
     LimitExceededError,
+    ManifestConflictError,
     MetastoreError,
     NotLeaderError,
     NotReadyError,
@@ -210,7 +213,7 @@ class ApiServer:
             "describe": _Op(
                 Role.READER, self._describe, frozenset({"table", "as_of", "timeout_ms"})
             ),
-            "history": _Op(Role.READER, self._history, frozenset({"table"})),
+            "history": _Op(Role.READER, self._history, frozenset({"table", "limit", "page_token"})),
             "list_namespaces": _Op(
                 Role.READER, self._list_namespaces, frozenset({"as_of", "timeout_ms"})
             ),
@@ -717,7 +720,20 @@ class ApiServer:
                 )
             _check_args(args, spec.args)
             result = await spec.handler(session, args)
-            frame_out = self._reply_frame(rid, result)
+            try:
+                frame_out = self._reply_frame(rid, result)
+            except FrameTooLargeError as exc:
+                # Lists that grow are paged; what is left (a txn_log of long records, the
+                # events of one huge entry) is the caller's to ask for less of, not a bug.
+                raise LimitExceededError(
+                    f"the reply to {op!r} does not fit one client frame ({exc}); ask for less "
+                    "(a smaller 'limit', or pages)",
+                    details={
+                        "limit": "CLIENT_FRAME_BYTES_MAX",
+                        "max": L.CLIENT_FRAME_BYTES_MAX,
+                        "op": op,
+                    },
+                ) from None
             code = "OK"
         except MetastoreError as exc:
             frame_out, code = self._error_frame(rid, exc), exc.code.value
@@ -875,9 +891,49 @@ class ApiServer:
         return desc
 
     async def _history(self, _s: Session, args: Args) -> dict[str, Any]:
+        """Every schema version of the live table, oldest first, keyset-paged by version
+        (`limit`, `page_token` = table id and the last version of the previous page): each
+        version carries its whole schema, so a wide table's history outgrows one frame. A
+        caller that asks for no page gets LIMIT_EXCEEDED when it does not fit one reply."""
         self._require_ready()
         table = _req_str(args, "table", L.TABLE_NAME_CHARS_MAX)
-        return {"versions": [version_view(table, v) for v in self.sm.state.history(table)]}
+        limit = _opt_int(args, "limit", 1, L.HISTORY_PAGE_VERSIONS_MAX)
+        token = _opt_str(args, "page_token", 64)
+        versions = self.sm.state.history(table)
+        table_id = versions[0].table_id
+        after = 0
+        if token is not None:
+            id_text, _, version_text = token.partition(":")
+            if not (_is_uint(id_text) and _is_uint(version_text)):
+                raise BadRequestError(f"'page_token' {token!r} is not one this server handed out")
+            if int(id_text) != table_id:
+                # Dropped and created again between two pages: not the same history.
+                raise TableNotFoundError(
+                    f"table {table} with id {id_text} no longer exists (the name now refers to "
+                    f"table id {table_id}); read its history again",
+                    details={"table": table, "table_id": int(id_text), "current": table_id},
+                )
+            after = int(version_text)
+        rest = [v for v in versions if v.version > after]
+        count_max = limit or L.HISTORY_PAGE_VERSIONS_MAX
+        page: list[dict[str, Any]] = []
+        size = 0
+        for v in rest[:count_max]:
+            view = version_view(table, v)
+            size += len(msgpack.packb(view, use_bin_type=True))
+            if size > L.HISTORY_PAGE_BYTES_MAX and page:
+                break
+            page.append(view)
+        more = len(page) < len(rest)
+        if more and limit is None and token is None:
+            raise limit_exceeded(
+                "HISTORY_PAGE_BYTES_MAX",
+                L.HISTORY_PAGE_BYTES_MAX,
+                size,
+                f"versions of {table} in one reply (page with 'limit' and 'page_token')",
+            )
+        next_token = f"{table_id}:{page[-1]['version']}" if more else None
+        return {"versions": page, "next_page_token": next_token}
 
     async def _list_namespaces(self, _s: Session, args: Args) -> dict[str, Any]:
         """Live namespaces now, or (with `as_of`, after the wait) those existing then."""
@@ -943,6 +999,8 @@ class ApiServer:
         # Loose files, then delete entries, page through one sequence (both bounded in number,
         # each item costs its path); the manifest references ride on the first page.
         items: list[Any] = [*files, *listing.deletes]
+        if token is not None:
+            _check_listing_unchanged(token, table, len(items))
         start, end = _files_page(items, args, ts)
         page = items[start:end]
         return {
@@ -961,7 +1019,7 @@ class ApiServer:
             "total_deletes": len(listing.deletes),
             "rows": sum(f.row_count for f in files),
             "size_bytes": sum(f.size_bytes for f in files),
-            "next_page_token": f"{ts}:{end}" if end < len(items) else None,
+            "next_page_token": _files_token(ts, end, len(items)) if end < len(items) else None,
             "waited_ms": waited,
         }
 
@@ -1053,7 +1111,9 @@ class ApiServer:
                     "total_deletes": len(listing.deletes),
                     "rows": sum(f.row_count for f in files),
                     "size_bytes": sum(f.size_bytes for f in files),
-                    "next_page_token": f"{ts}:{end}" if end < len(items) else None,
+                    "next_page_token": (
+                        _files_token(ts, end, len(items)) if end < len(items) else None
+                    ),
                 }
             )
         return {"as_of": ts, "listings": listings, "waited_ms": waited}
@@ -1237,6 +1297,10 @@ class ApiServer:
         from_ts = _opt_int(args, "from_ts", 0, MAX_TS)
         if from_ts is None:
             from_ts = self.node.safe_time
+        elif from_ts == 0:
+            # From the oldest event kept (`watch --oldest`): complete after the floor, which is
+            # above 0 once the node loaded a snapshot or dropped old events.
+            from_ts = self.sm.events.floor_tm
         limit = _opt_int(args, "limit", 1, L.WATCH_EVENTS_PAGE_MAX) or L.WATCH_EVENTS_PAGE_MAX
         wait_ms = _opt_int(args, "wait_ms", 0, L.WATCH_WAIT_MS_MAX)
         table = _opt_str(args, "table", L.TABLE_NAME_CHARS_MAX)
@@ -1254,6 +1318,7 @@ class ApiServer:
                 from_ts,
                 limit=limit,
                 keep=lambda e: event_matches(e, namespace=namespace, table=table),
+                bytes_max=L.WATCH_PAGE_BYTES_MAX,
             )
             # Everything up to the applied position was examined when nothing stopped us.
             position = stopped_at if stopped_at is not None else self.sm.state.last_tm
@@ -1701,7 +1766,7 @@ class ApiServer:
             kind, _, key = token.partition(":")
             if kind == "a":
                 active = [r for r in active if r.record_id > key]
-            elif kind == "r" and key.isdigit():
+            elif kind == "r" and _is_uint(key):
                 active = []
                 released = [r for r in released if r.released_tm > int(key)]
             else:
@@ -2114,11 +2179,42 @@ def _timeout(args: Args) -> int:
 
 
 def _page_token(token: str) -> tuple[int, int]:
-    """`<as_of>:<offset>` as `files` hands it out (opaque to clients)."""
-    ts_text, _, offset_text = token.partition(":")
-    if not (ts_text.isdigit() and offset_text.isdigit()) or int(ts_text) > MAX_TS:
+    """`<as_of>:<offset>[:<items>]` as `files` hands it out (opaque to clients)."""
+    parts = token.split(":")
+    if not 2 <= len(parts) <= 3 or not all(_is_uint(p) for p in parts) or int(parts[0]) > MAX_TS:
         raise BadRequestError(f"'page_token' {token!r} is not a token this server handed out")
-    return int(ts_text), int(offset_text)
+    return int(parts[0]), int(parts[1])
+
+
+def _is_uint(text: str) -> bool:
+    """Digits int() takes (str.isdigit() alone also accepts "²", which int() refuses)."""
+    return text.isascii() and text.isdigit()
+
+
+def _files_token(ts: int, offset: int, items: int) -> str:
+    """A `files` page token: the listing's moment, where the next page starts, and how many
+    items (loose files + delete entries) the listing at `ts` had when the token was made."""
+    return f"{ts}:{offset}:{items}"
+
+
+def _check_listing_unchanged(token: str, table: str, items: int) -> None:
+    """Refuse a `files` page token of a listing that changed shape since. The listing at a
+    fixed ts only loses items: a compaction moves its oldest loose entries into a manifest
+    (and folds delete entries), which shifts every offset, and the new manifest rides on the
+    first page only; continuing would silently skip files. The client lists again at the
+    same as_of (MANIFEST_CONFLICT, as for a compactor's stale view)."""
+    parts = token.split(":")
+    if len(parts) == 3 and int(parts[2]) != items:
+        raise ManifestConflictError(
+            f"{table}: the listing changed between pages (a compaction moved entries into a "
+            "manifest); list again from the first page at the same as_of",
+            details={
+                "table": table,
+                "what": "page_token",
+                "expected": parts[2],
+                "actual": str(items),
+            },
+        )
 
 
 def _files_page(files: Sequence[Any], args: Args, ts: int) -> tuple[int, int]:

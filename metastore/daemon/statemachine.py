@@ -37,7 +37,7 @@ class CatalogStateMachine:
         # The change feed (the `watch` op): events of the entries applied since this node
         # loaded its snapshot, and the watchers waiting for the next ones.
         self.events = EventLog()
-        self._event_waiters: list[asyncio.Future[None]] = []
+        self._event_waiters: set[asyncio.Future[None]] = set()
         # Called after a revocation was applied, or a snapshot holding some was restored: the
         # node closes links and client connections that use a certificate revoked now.
         self.on_revoked: Callable[[], None] | None = None
@@ -90,11 +90,14 @@ class CatalogStateMachine:
     def wait_for_events(self) -> asyncio.Future[None]:
         """A future that completes when the next event is recorded (or the feed is reset)."""
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._event_waiters.append(fut)
+        self._event_waiters.add(fut)
+        # A long poll that timed out cancels its future: forget it then, not at the next event
+        # (a quiet catalog would keep every timed-out poll's future).
+        fut.add_done_callback(self._event_waiters.discard)
         return fut
 
     def _wake_watchers(self) -> None:
-        waiters, self._event_waiters = self._event_waiters, []
+        waiters, self._event_waiters = self._event_waiters, set()
         for fut in waiters:
             if not fut.done():
                 fut.set_result(None)

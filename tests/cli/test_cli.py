@@ -282,7 +282,10 @@ def test_every_command_sends_its_op(fake: ThreadedFakeNode) -> None:
     cases: list[tuple[list[str], tuple[str, dict[str, Any]]]] = [
         (["table", "list", "sales"], ("list_tables", {"namespace": "sales", "limit": 5000})),
         (["table", "list"], ("list_tables", {"limit": 5000})),
-        (["table", "history", "sales.orders"], ("history", {"table": "sales.orders"})),
+        (
+            ["table", "history", "sales.orders"],
+            ("history", {"table": "sales.orders", "limit": 1000}),
+        ),
         (["ns", "list"], ("list_namespaces", {})),
         (
             ["sql", "ALTER TABLE a.b ADD COLUMN c INT", "--request-id", "r1"],

@@ -101,7 +101,7 @@ async def test_methods_send_the_protocol_args(nodes: Any) -> None:
         ("schema_at", {"table": "ns.t", "ts": 123, "timeout_ms": 2000}),
         ("schema_at", {"table": "ns.t"}),
         ("describe", {"table": "ns.t", "as_of": 5}),
-        ("history", {"table": "ns.t"}),
+        ("history", {"table": "ns.t", "limit": 1000}),
         ("list_namespaces", {}),
         ("list_tables", {"namespace": "ns", "as_of": 7, "limit": 5000}),
         ("safe_time", {}),

@@ -121,6 +121,18 @@ def test_a_page_token_it_never_handed_out_is_harmless(client: SyncMetastoreClien
         client.call("lease_list", {"limit": L.LEASE_PAGE_MAX + 1})
 
 
+def test_a_forged_numeric_page_token_is_a_bad_request(client: SyncMetastoreClient) -> None:
+    # str.isdigit() accepts characters int() refuses ("²"): such a token was an INTERNAL
+    # error (a server bug, as far as the caller can tell) instead of BAD_REQUEST.
+    for op, args in [
+        ("files", {"table": "pg.t00", "limit": 5, "page_token": "1:²"}),
+        ("files", {"table": "pg.t00", "limit": 5, "page_token": "²:0"}),
+        ("pts_list", {"all": True, "limit": 5, "page_token": "r:²"}),
+    ]:
+        with pytest.raises(BadRequestError):
+            client.call(op, args)
+
+
 def test_list_tables_of_every_namespace_pages_by_full_name(client: SyncMetastoreClient) -> None:
     client.ddl("CREATE NAMESPACE IF NOT EXISTS apg")
     client.ddl("CREATE TABLE IF NOT EXISTS apg.z (id INT)")

@@ -164,6 +164,13 @@ def test_a_start_before_the_nodes_snapshot_is_a_typed_error(cluster: MetastoreCl
             time.sleep(0.2)
         page = c.watch(oldest)  # from the oldest kept on, it answers
         assert page["oldest_ts"] == oldest
+        # 0 means "from the oldest kept" (the CLI's --oldest): the same events, no error.
+        from_zero = c.watch(0)
+        assert from_zero["events"] == page["events"]
+    endpoint = f"127.0.0.1:{cluster.client_ports[victim]}"
+    args = ["--endpoints", endpoint, "--token", cluster.token("reader"), "-o", "json"]
+    result = CliRunner().invoke(cli, [*args, "watch", "--oldest", "--count", "1", "--for", "5s"])
+    assert result.exit_code == 0, result.output
 
 
 def test_the_cli_streams_events_as_json_lines(cluster: MetastoreCluster) -> None:
@@ -199,3 +206,35 @@ def test_the_cli_streams_events_as_json_lines(cluster: MetastoreCluster) -> None
     )
     assert text.exit_code == 0, text.output
     assert "schema_published" in text.output and "table=wd.t" in text.output
+
+
+def test_the_cli_stops_after_count_only_between_entries(cluster: MetastoreCluster) -> None:
+    # DROP NAMESPACE CASCADE is one entry with three events at one tm. `--count 1` used to
+    # stop after the first of them; resuming with `--from` that event's tm (as the docstring
+    # says) then skipped the other two for good.
+    endpoints = ",".join(f"127.0.0.1:{cluster.client_ports[i]}" for i in cluster.ids)
+    with _client(cluster) as c:
+        c.ddl("CREATE NAMESPACE wcount")
+        c.ddl("CREATE TABLE wcount.a (x INT)")
+        c.ddl("CREATE TABLE wcount.b (x INT)")
+        start = c.watch()["next_from_ts"]
+        c.ddl("DROP NAMESPACE wcount CASCADE")
+        dropped, _ = _drain(c, start, namespace="wcount")
+    assert sorted(e["kind"] for e in dropped) == ["namespace_dropped", *["table_dropped"] * 2]
+    args = ["--endpoints", endpoints, "--token", cluster.token("reader"), "-o", "json"]
+    seen: list[dict[str, Any]] = []
+    position = start
+    for _ in range(3):
+        result = CliRunner().invoke(
+            cli,
+            [*args, "watch", "wcount", "--from", str(position), "--count", "1", "--for", "3s"],
+        )
+        assert result.exit_code == 0, result.output
+        lines = [json.loads(line) for line in result.output.splitlines()]
+        if not lines:
+            break
+        seen.extend(lines)
+        position = lines[-1]["tm"]  # resume after the last event printed
+    assert sorted(json.dumps(e, sort_keys=True) for e in seen) == sorted(
+        json.dumps(e, sort_keys=True) for e in dropped
+    )

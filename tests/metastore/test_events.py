@@ -79,6 +79,22 @@ def test_a_page_never_splits_an_entry_and_says_where_it_stopped() -> None:
     assert {e["tm"] for e in events} == {1, 3, 5, 7, 9}
 
 
+def test_a_page_ends_between_entries_once_past_its_byte_budget() -> None:
+    log = _log()
+    events, stopped = log.since(0, limit=1000, bytes_max=1)
+    assert [e["tm"] for e in events] == [1] and stopped == 1  # at least one entry
+    events, stopped = log.since(4, limit=1000, bytes_max=1)
+    assert [e["tm"] for e in events] == [5] * 5 and stopped == 5  # never half an entry
+    position, tms = 0, []
+    for _ in range(20):
+        events, stopped = log.since(position, limit=1000, bytes_max=60)
+        tms += [e["tm"] for e in events]
+        if stopped is None:
+            break
+        position = stopped
+    assert tms == [tm for tm in range(1, 11) for _ in range(tm)]  # all, in order, once
+
+
 def test_the_window_drops_whole_entries_and_refuses_a_start_below_its_floor() -> None:
     log = _log(kept_max=20)
     assert len(log) <= 20

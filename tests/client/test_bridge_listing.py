@@ -1,0 +1,53 @@
+"""The Spark bridge follows `files` pages itself. When a compaction lands between two pages,
+the server refuses the stale page token (MANIFEST_CONFLICT: the listing at that as_of changed
+shape); the bridge lists the table again from the first page at the same as_of instead of
+failing the batch (or, before the server checked, silently reading a listing short of
+files). Pure: a scripted client, no Spark, no processes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from metastore.errors import ManifestConflictError
+from spark_bridge.bridge import BatchContext
+
+TS = 1 << 40
+
+
+class ScriptedClient:
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, dict[str, Any]]] = []
+
+    def call(self, op: str, args: dict[str, Any]) -> dict[str, Any]:
+        self.calls.append((op, dict(args)))
+        token = args.get("page_token")
+        if token == "stale":  # the page after a compaction
+            raise ManifestConflictError("the listing changed between pages")
+        if token is None:  # listed again at the same as_of: moved entries are in a manifest
+            assert args["as_of"] == TS
+            return _page(["c.parquet"], ["m1"], "fresh")
+        assert token == "fresh"
+        return _page(["d.parquet"], [], None)
+
+
+def _page(files: list[str], manifests: list[str], token: str | None) -> dict[str, Any]:
+    return {
+        "table": "ns.t",
+        "as_of": TS,
+        "files": [{"path": p} for p in files],
+        "deletes": [],
+        "manifests": manifests,
+        "next_page_token": token,
+    }
+
+
+def test_a_compaction_between_pages_lists_the_table_again() -> None:
+    batch = object.__new__(BatchContext)
+    client = ScriptedClient()
+    batch.client = client  # type: ignore[assignment]
+    batch.txn_id = "t-1"
+    first = _page(["a.parquet", "b.parquet"], [], "stale")
+    listing = batch._rest_of(first)
+    assert [f["path"] for f in listing["files"]] == ["c.parquet", "d.parquet"]
+    assert listing["manifests"] == ["m1"] and listing["next_page_token"] is None
+    assert [op for op, _ in client.calls] == ["files", "files", "files"]
