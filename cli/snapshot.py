@@ -53,6 +53,7 @@ def snapshot_save(ctx: click.Context, file: Path, endpoint: str | None) -> None:
         assert last is not None
         raise last
     export_id = str(header.pop("export_id"))
+    header.pop("waited_ms", None)  # how this call went, not part of the file's header
     size = int(str(header["size_bytes"]))
     partial = file.with_name(file.name + ".partial")
     offset = 0

@@ -362,7 +362,7 @@ class ApiServer:
                 self._job_backfilled,
                 frozenset({"job_id", "snapshot_ts", "files_rewritten", "timeout_ms"}),
             ),
-            "snapshot_begin": _Op(Role.ADMIN, self._snapshot_begin, frozenset()),
+            "snapshot_begin": _Op(Role.ADMIN, self._snapshot_begin, frozenset({"timeout_ms"})),
             "snapshot_chunk": _Op(
                 Role.ADMIN, self._snapshot_chunk, frozenset({"export_id", "offset"})
             ),
@@ -1859,13 +1859,21 @@ class ApiServer:
 
     # ------------------------------------------------------------------ backup
 
-    async def _snapshot_begin(self, _s: Session, _args: Args) -> dict[str, Any]:
+    async def _snapshot_begin(self, _s: Session, args: Args) -> dict[str, Any]:
         """Serialise this node's catalog at its applied index for `metastore snapshot save`;
-        the bytes are then read with `snapshot_chunk` (metastore/daemon/backup.py)."""
+        the bytes are then read with `snapshot_chunk` (metastore/daemon/backup.py).
+
+        Only once the node has applied every entry committed before the call: a commit
+        acknowledged anywhere before now has a Tm at most CSmax ahead of this node's clock,
+        so safe time past now + CSmax covers it. A node that is not applying (cut off from its
+        leader) answers TIMEOUT, retryable, instead of saving an old catalog."""
         self._require_ready()
-        return self.exports.begin(
+        top = self.clock.now() + (self._cs_max_ms() << LOGICAL_BITS)
+        waited = await self._wait_safe(top, _timeout(args))
+        header = self.exports.begin(
             self.sm.state, cluster_id=self.cluster_id, node_id=self.node.node_id
         )
+        return {**header, "waited_ms": waited}
 
     async def _snapshot_chunk(self, _s: Session, args: Args) -> dict[str, Any]:
         export_id = _req_str(args, "export_id", 64)
