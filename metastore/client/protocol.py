@@ -7,7 +7,8 @@ Key idea
     A call goes to the node that answered last; if that node cannot be reached, or answers
     NOT_READY / UNAVAILABLE / NOT_LEADER (retryable: nothing was done), the call moves on to the
     next node, a bounded number of times with backoff between rounds, all within the call's
-    timeout.
+    timeout. A write the node answered TIMEOUT for (its outcome unknown there) moves on too,
+    when repeating it is harmless (below).
 
 Results
     Every method returns the protocol's `result` map unchanged (a plain dict of msgpack types:
@@ -1098,7 +1099,12 @@ class MetastoreClient:
                         return result
                     error = _rebuild_error(reply)
                     code = error.code.value
-                    if code not in _FAILOVER_CODES or (
+                    # A write the node timed out on (a leader that lost its quorum with the
+                    # proposal pending) has an unknown outcome there, as after UNAVAILABLE: a
+                    # repeatable one is retried elsewhere. A read's TIMEOUT answers its own
+                    # wait bound and is raised as is.
+                    unknown_write = code == ErrorCode.TIMEOUT.value and op not in _READ_OPS
+                    if (code not in _FAILOVER_CODES and not unknown_write) or (
                         code not in _NOT_EXECUTED_CODES and not repeatable
                     ):
                         raise error

@@ -620,3 +620,52 @@ def test_sync_client_raises_typed_errors_and_closes_cleanly() -> None:
         c.close()  # idempotent
         with pytest.raises(UnavailableError):
             c.describe("ns.t")
+
+
+# ---- a write whose outcome the node could not learn in time ----------------------------------
+
+
+async def test_a_commit_the_node_timed_out_on_is_retried_on_another_node(nodes: Any) -> None:
+    """A leader that proposed a commit and then lost its quorum (cut off from its followers,
+    not from the client) answers TIMEOUT once the proposal's wait ends: the outcome is unknown
+    there, and a commit is de-duplicated by its txn id, so the call retries elsewhere within
+    its budget (as after UNAVAILABLE or a lost connection) instead of failing a commit the
+    healthy majority would take."""
+
+    async def timed_out(op: str, args: dict[str, Any]) -> dict[str, Any]:
+        raise RequestTimeoutError("proposal not applied within 5000 ms; its outcome is unknown")
+
+    async def committed(op: str, args: dict[str, Any]) -> dict[str, Any]:
+        return {"op": op, "ts": 42, "deduplicated": True}
+
+    a = await nodes(handler=timed_out)
+    b = await nodes(handler=committed)
+    async with client(a.endpoint, b.endpoint) as c:
+        result = await c.commit("t-1", [{"table": "ns.t", "schema_version": 1}])
+        assert result == {"op": "commit", "ts": 42, "deduplicated": True}
+    # The same for a DDL with its request id (de-duplicated by the state machine).
+    async with client(a.endpoint, b.endpoint) as c:
+        result = await c.ddl("CREATE NAMESPACE x", request_id="r-1")
+        assert result == {"op": "ddl", "ts": 42, "deduplicated": True}
+    assert [op for op in a.ops if op != "safe_time"] == ["commit", "ddl"]
+    assert b.ops == ["commit", "ddl"]
+    assert b.requests[0][2]["txn_id"] == "t-1" and b.requests[1][2]["request_id"] == "r-1"
+
+
+async def test_a_write_that_cannot_be_repeated_is_not_retried_after_a_timeout(
+    nodes: Any,
+) -> None:
+    async def timed_out(op: str, args: dict[str, Any]) -> dict[str, Any]:
+        raise RequestTimeoutError("proposal not applied in time; its outcome is unknown")
+
+    a = await nodes(handler=timed_out)
+    b = await nodes()
+    async with client(a.endpoint, b.endpoint) as c:
+        with pytest.raises(RequestTimeoutError):
+            await c.remove_node(3)
+        with pytest.raises(RequestTimeoutError):
+            await c.call("ddl", {"sql": "CREATE NAMESPACE x"})
+        # A read's TIMEOUT is the answer to its own wait bound: raised as is.
+        with pytest.raises(RequestTimeoutError):
+            await c.schema_at("ns.t", timeout_ms=100)
+    assert b.ops == []
