@@ -1,5 +1,6 @@
-"""BridgeSession's lease upkeep against a fake client (no Spark, no cluster): what it does when
-the metastore does not answer for a while. Every wait is bounded."""
+"""The bridge's driver-side upkeep against fake clients (no Spark, no cluster): BridgeSession's
+lease releases when the metastore does not answer for a while, and the replay check's use of
+the driver's clock. Every wait is bounded."""
 
 from __future__ import annotations
 
@@ -79,3 +80,33 @@ def test_a_release_that_failed_is_not_retried_for_a_lease_in_use_again() -> None
         assert session.held() == {key: 1}
     finally:
         session.close()
+
+
+class MarkClient:
+    """`committed_txn` only: the stream's mark (and the txn's record) committed at `ts`."""
+
+    def __init__(self, ts: int, clock: Any) -> None:
+        self.ts = ts
+        self.clock = clock
+
+    def committed_txn(self, txn_id: str, *, stream: str | None = None) -> dict[str, Any]:
+        mark = {"stream": stream, "seq": 3, "ts": self.ts, "txn_id": txn_id}
+        return {"txn_id": txn_id, "txn": {"txn_id": txn_id, "ts": self.ts}, "stream_mark": mark}
+
+
+def test_a_replayed_batch_is_found_committed_even_from_a_clock_behind_the_cluster() -> None:
+    """The replay check of a restarted streaming query feeds the stream's last commit ts to
+    the driver's HLC. A driver whose clock is behind the cluster's by more than the HLC's max
+    offset cannot absorb it; like every other reply timestamp it is ignored (logged), not
+    raised: the check used to fail with ClockOffsetError, so the query could not restart."""
+    from hlc import HybridClock, ManualClock
+    from spark_bridge.bridge import MetastoreBridge
+
+    clock = HybridClock(ManualClock(1_000_000))
+    ahead = (1_000_000 + 2_000) << 16  # committed 2 s ahead of this driver's clock
+    bridge = object.__new__(MetastoreBridge)
+    bridge.client = MarkClient(ahead, clock)  # type: ignore[assignment]
+    bridge._commit_lock = threading.Lock()
+    bridge._last_commit_ts = 0
+    assert bridge._committed_position("q:id:3", "q:id", 3) == ahead
+    assert bridge.last_commit_ts == ahead  # still this driver's read floor
