@@ -669,3 +669,26 @@ async def test_a_write_that_cannot_be_repeated_is_not_retried_after_a_timeout(
         with pytest.raises(RequestTimeoutError):
             await c.schema_at("ns.t", timeout_ms=100)
     assert b.ops == []
+
+
+async def test_a_connection_whose_every_slot_is_busy_is_not_taken_for_dead(nodes: Any) -> None:
+    """A liveness probe must not wait for one of the connection's request slots: with every
+    slot held by slow requests (64 DDLs waiting for their activation on a healthy node) the
+    probe could not be sent, went 'unanswered', and the connection was closed under all of
+    them: every DDL was sent again to another node (and a request that cannot be repeated
+    failed with 'outcome unknown') although the node was answering all along."""
+
+    async def slow_ddl(op: str, args: dict[str, Any]) -> dict[str, Any]:
+        if op == "ddl":
+            await asyncio.sleep(1.3)
+        return {"op": op}
+
+    a = await nodes(handler=slow_ddl)
+    b = await nodes()
+    async with client(a.endpoint, b.endpoint, timeout_ms=8000) as c:
+        results = await asyncio.gather(
+            *(c.ddl(f"CREATE NAMESPACE n{i}") for i in range(CLIENT_INFLIGHT_PER_CONNECTION_MAX))
+        )
+    assert results == [{"op": "ddl"}] * CLIENT_INFLIGHT_PER_CONNECTION_MAX
+    assert a.ops.count("ddl") == CLIENT_INFLIGHT_PER_CONNECTION_MAX
+    assert b.ops == [] and a.connections == 1
