@@ -155,7 +155,11 @@ class LeaderForwarder:
         )
         link = _Link(reader, writer)
         link.task = asyncio.create_task(link.read_loop())
-        hello = await link.request("hello", {"token": token, "client": "forward"}, 3000)
+        try:
+            hello = await link.request("hello", {"token": token, "client": "forward"}, 3000)
+        except BaseException:
+            link.close()  # no answer: do not leave its socket and reader task behind
+            raise
         if not hello.get("ok"):
             link.close()
             raise MetastoreError.from_wire(hello.get("error"))

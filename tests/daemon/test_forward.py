@@ -5,6 +5,7 @@ waiting forward one connect attempt, not one each in turn. Every wait is bounded
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import AsyncIterator
 
@@ -16,22 +17,37 @@ from metastore.errors import UnauthenticatedError, UnavailableError
 from tests.client.fake_node import TOKEN, FakeNode
 
 
+class SilentLeader:
+    """A port that accepts connections and never answers (a hung leader process); counts the
+    connections the other side closed."""
+
+    def __init__(self) -> None:
+        self.port = 0
+        self.accepted = 0
+        self.closed_by_peer = 0
+        self.peer_closed = asyncio.Event()
+
+
 @pytest.fixture
-async def silent_leader() -> AsyncIterator[int]:
-    """A port that accepts connections and never answers (a hung leader process)."""
+async def silent_leader() -> AsyncIterator[SilentLeader]:
+    leader = SilentLeader()
     held: list[asyncio.StreamWriter] = []
 
     async def hold(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        leader.accepted += 1
         held.append(writer)
         try:
             while await reader.read(65536):
                 pass
         except ConnectionError:
             pass
+        leader.closed_by_peer += 1
+        leader.peer_closed.set()
 
     server = await asyncio.start_server(hold, "127.0.0.1", 0)
+    leader.port = server.sockets[0].getsockname()[1]
     try:
-        yield server.sockets[0].getsockname()[1]
+        yield leader
     finally:
         server.close()
         for w in held:
@@ -40,7 +56,7 @@ async def silent_leader() -> AsyncIterator[int]:
 
 
 async def test_forwards_waiting_on_a_leader_that_does_not_answer_fail_together(
-    silent_leader: int,
+    silent_leader: SilentLeader,
 ) -> None:
     """The forwarder connected under one lock for every leader and token, so N forwards
     queued behind a leader that took the connection but never answered its hello failed one
@@ -48,7 +64,7 @@ async def test_forwards_waiting_on_a_leader_that_does_not_answer_fail_together(
     kept waiting on the follower (it answers the client's liveness probes) instead of trying
     another node. They now share one attempt and fail together."""
     forwarder = LeaderForwarder(
-        addresses={2: ("127.0.0.1", silent_leader)}, clock=HybridClock(SystemClock())
+        addresses={2: ("127.0.0.1", silent_leader.port)}, clock=HybridClock(SystemClock())
     )
     try:
         started = time.monotonic()
@@ -96,3 +112,23 @@ async def test_concurrent_forwards_share_one_link_and_a_refused_hello_is_not_cac
     finally:
         await forwarder.close()
         await node.stop()
+
+
+async def test_a_leader_that_never_answered_hello_is_not_left_connected(
+    silent_leader: SilentLeader,
+) -> None:
+    """A link whose hello got no answer was dropped without being closed: its socket and its
+    reader task stayed open for the life of the node, one more per failed forward."""
+    forwarder = LeaderForwarder(
+        addresses={2: ("127.0.0.1", silent_leader.port)}, clock=HybridClock(SystemClock())
+    )
+    try:
+        with pytest.raises(UnavailableError):
+            await asyncio.wait_for(
+                forwarder.call(2, TOKEN, "committed_txn", {"txn_id": "t"}, timeout_ms=5000), 10
+            )
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(silent_leader.peer_closed.wait(), 2)
+        assert (silent_leader.accepted, silent_leader.closed_by_peer) == (1, 1)
+    finally:
+        await forwarder.close()
