@@ -575,6 +575,11 @@ class RaftNode:
         if self.safe_time >= ts:
             return 0.0
         if len(self._safe_waiters) >= SAFE_TIME_WAITERS_MAX:
+            # Waiters that timed out stay in the heap until safe time passes them (a node whose
+            # safe time is stuck piles them up): only the ones still waiting count.
+            self._safe_waiters = [w for w in self._safe_waiters if not w[2].done()]
+            heapq.heapify(self._safe_waiters)
+        if len(self._safe_waiters) >= SAFE_TIME_WAITERS_MAX:
             raise QueueFullError(f"{SAFE_TIME_WAITERS_MAX} safe-time waiters already parked")
         start = time.perf_counter()
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()

@@ -48,7 +48,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
-from hlc import to_iso
+from hlc import HlcError, to_iso
 from metastore.client import FILES_PAGE_LIMIT, SyncMetastoreClient
 from metastore.client.protocol import LISTING_ATTEMPTS_MAX
 from raft.tls import ClientTls
@@ -277,14 +277,22 @@ class MetastoreBridge:
         if isinstance(mark, dict) and isinstance(mark.get("ts"), int):
             mark_ts = int(mark["ts"])
             self._observe_commit(mark_ts)
-            self.client.clock.update(mark_ts)
+            self._feed_clock(mark_ts)
             if isinstance(mark.get("seq"), int) and int(mark["seq"]) >= seq:
                 found = mark_ts
         if isinstance(record, dict) and isinstance(record.get("ts"), int):
             found = int(record["ts"])
             self._observe_commit(found)
-            self.client.clock.update(found)
+            self._feed_clock(found)
         return found
+
+    def _feed_clock(self, ts: int) -> None:
+        """Absorb a commit ts into the HLC; one too far ahead of this driver's clock is logged
+        and ignored, as the client does with every reply's (the read floor still holds it)."""
+        try:
+            self.client.clock.update(ts)
+        except HlcError as exc:
+            log.warning("ignoring a commit timestamp for this driver's clock: %s", exc)
 
     def maybe_compact(self, table: str, files_added: int) -> dict[str, Any] | None:
         """After a commit that added `files_added` files to `table`: compact it if it holds

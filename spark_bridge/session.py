@@ -12,6 +12,9 @@ When a count drops to zero the lease is released by the background thread after 
 (a streaming query's next micro-batch usually re-pins the same version first), never by the
 batch itself. If a release and a new pin of the same version cross on the wire (the server may
 see the release second), the thread re-acquires what is in use again right after its release.
+A release refused with a retryable error (the cluster unavailable for the client's whole
+budget) is tried again after the grace: heartbeats keep a session's leases alive, so a lease
+given up on would block schema changes until the application ends.
 
 Nothing here is needed for safety: the commit rule (the version must be one of the two latest
 active at the commit ts) is checked by the state machine whatever the leases. A lost session
@@ -228,6 +231,13 @@ class BridgeSession:
             return
         try:
             self.client.lease_release(session_id, [k.wire() for k in due])
+        except MetastoreError as exc:
+            if exc.retryable:
+                # Not released (or not known to be): the session's heartbeats keep a lease
+                # alive, so one given up on would block schema changes for the rest of the
+                # application. Release it again after the grace, unless in use again by then.
+                self._idle_again(session_id, due)
+            raise
         finally:
             with self._lock:
                 self._releasing.difference_update(due)
@@ -241,6 +251,15 @@ class BridgeSession:
                 # e.g. the version is no longer one of the two latest: the batch's commit
                 # rule still protects correctness.
                 log.info("re-acquiring leases after a crossing release failed: %s", exc)
+
+    def _idle_again(self, session_id: str, keys: Iterable[LeaseKey]) -> None:
+        now = time.monotonic()
+        with self._lock:
+            if self.session_id != session_id:
+                return  # that session is gone, and its leases with it
+            for key in keys:
+                if self._refs.get(key, 0) == 0:
+                    self._idle_since.setdefault(key, now)
 
 
 def _user() -> str:

@@ -7,7 +7,8 @@ Key idea
     A call goes to the node that answered last; if that node cannot be reached, or answers
     NOT_READY / UNAVAILABLE / NOT_LEADER (retryable: nothing was done), the call moves on to the
     next node, a bounded number of times with backoff between rounds, all within the call's
-    timeout.
+    timeout. A write the node answered TIMEOUT for (its outcome unknown there) moves on too,
+    when repeating it is harmless (below).
 
 Results
     Every method returns the protocol's `result` map unchanged (a plain dict of msgpack types:
@@ -44,7 +45,8 @@ Threads
 Invariants
     * At most one connection per endpoint, and at most CLIENT_INFLIGHT_PER_CONNECTION_MAX
       requests in flight on it (callers beyond that wait for a slot, so the server never sees
-      LIMIT_EXCEEDED from us).
+      LIMIT_EXCEEDED from us), besides liveness probes, which take no slot (any answer, even
+      LIMIT_EXCEEDED, shows the node alive).
     * The first frame on every connection is `hello`.
     * A request that may have been executed is repeated only if repeating it is harmless.
 """
@@ -302,31 +304,42 @@ class _Connection:
     def is_open(self) -> bool:
         return self.closed_reason is None
 
-    async def request(self, op: str, args: Mapping[str, Any]) -> dict[str, Any]:
+    async def request(
+        self, op: str, args: Mapping[str, Any], *, probe: bool = False
+    ) -> dict[str, Any]:
         """Send one request and return its raw reply map. Raises _EndpointFailure when the
-        connection fails (`sent` says whether the request may have gone out)."""
+        connection fails (`sent` says whether the request may have gone out). A `probe` (the
+        liveness check of _attempt) takes no slot: it must not wait behind the very requests
+        it checks on (with every slot held by slow requests it could never be sent, and a
+        live connection would be taken for dead). Over the node's own limit it is answered
+        LIMIT_EXCEEDED, which still proves the node alive."""
+        if probe:
+            return await self._send(op, args)
         async with self._slots:
-            if self.closed_reason is not None:
-                raise _EndpointFailure(self.closed_reason, sent=False)
-            request_id = self._next_id
-            self._next_id += 1
-            frame = _encode_request(request_id, op, args)
-            future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
-            self._pending[request_id] = future
+            return await self._send(op, args)
+
+    async def _send(self, op: str, args: Mapping[str, Any]) -> dict[str, Any]:
+        if self.closed_reason is not None:
+            raise _EndpointFailure(self.closed_reason, sent=False)
+        request_id = self._next_id
+        self._next_id += 1
+        frame = _encode_request(request_id, op, args)
+        future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        self._pending[request_id] = future
+        try:
             try:
-                try:
-                    self._writer.write(frame)
-                    await self._writer.drain()
-                except (OSError, RuntimeError) as exc:
-                    # RuntimeError: asyncio refuses writes on a closing transport.
-                    self.close(f"send failed: {_describe_os_error(exc)}")
-                    raise _EndpointFailure(self.closed_reason or "send failed", sent=True) from None
-                try:
-                    return await future
-                except _ConnectionClosed as exc:
-                    raise _EndpointFailure(str(exc), sent=True) from None
-            finally:
-                self._pending.pop(request_id, None)
+                self._writer.write(frame)
+                await self._writer.drain()
+            except (OSError, RuntimeError) as exc:
+                # RuntimeError: asyncio refuses writes on a closing transport.
+                self.close(f"send failed: {_describe_os_error(exc)}")
+                raise _EndpointFailure(self.closed_reason or "send failed", sent=True) from None
+            try:
+                return await future
+            except _ConnectionClosed as exc:
+                raise _EndpointFailure(str(exc), sent=True) from None
+        finally:
+            self._pending.pop(request_id, None)
 
     async def _read_loop(self) -> None:
         reason = "connection closed by the node"
@@ -1108,7 +1121,12 @@ class MetastoreClient:
                         return result
                     error = _rebuild_error(reply)
                     code = error.code.value
-                    if code not in _FAILOVER_CODES or (
+                    # A write the node timed out on (a leader that lost its quorum with the
+                    # proposal pending) has an unknown outcome there, as after UNAVAILABLE: a
+                    # repeatable one is retried elsewhere. A read's TIMEOUT answers its own
+                    # wait bound and is raised as is.
+                    unknown_write = code == ErrorCode.TIMEOUT.value and op not in _READ_OPS
+                    if (code not in _FAILOVER_CODES and not unknown_write) or (
                         code not in _NOT_EXECUTED_CODES and not repeatable
                     ):
                         raise error
@@ -1167,7 +1185,7 @@ class MetastoreClient:
     async def _answers(conn: _Connection) -> bool:
         try:
             async with asyncio.timeout(LIVENESS_PROBE_TIMEOUT_MS / 1000):
-                await conn.request("safe_time", {})
+                await conn.request("safe_time", {}, probe=True)
         except (TimeoutError, _EndpointFailure):
             return False
         return True

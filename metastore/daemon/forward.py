@@ -92,7 +92,10 @@ class LeaderForwarder:
         self.clock = clock
         self.tls = tls
         self._links: OrderedDict[tuple[int, str], _Link] = OrderedDict()
-        self._lock = asyncio.Lock()
+        # Connects under way, per (leader, token): concurrent forwards await the same one, so
+        # a leader that cannot be reached costs them one attempt together, not one each in
+        # turn (the n-th failed after n attempts, long after its client gave up).
+        self._connecting: dict[tuple[int, str], asyncio.Task[_Link]] = {}
 
     async def call(
         self, node_id: int, token: str, op: str, args: Mapping[str, Any], *, timeout_ms: int
@@ -118,37 +121,57 @@ class LeaderForwarder:
 
     async def _link(self, node_id: int, token: str) -> _Link:
         key = (node_id, hashlib.sha256(token.encode()).hexdigest())
-        async with self._lock:
-            link = self._links.get(key)
-            if link is not None and not link.closed:
-                self._links.move_to_end(key)
-                return link
-            addr = self.addresses.get(node_id)
-            if addr is None:
-                raise UnavailableError(f"no client address configured for node {node_id}")
-            host, port = addr
-            reader, writer = await asyncio.wait_for(
-                asyncio.open_connection(
-                    host,
-                    port,
-                    ssl=self.tls,
-                    server_hostname=host if self.tls is not None else None,
-                ),
-                3,
-            )
-            link = _Link(reader, writer)
-            link.task = asyncio.create_task(link.read_loop())
-            hello = await link.request("hello", {"token": token, "client": "forward"}, 3000)
-            if not hello.get("ok"):
-                link.close()
-                raise MetastoreError.from_wire(hello.get("error"))
-            self._links[key] = link
-            while len(self._links) > L.FORWARD_CONNECTIONS_MAX:
-                _, old = self._links.popitem(last=False)
-                old.close()
+        link = self._links.get(key)
+        if link is not None and not link.closed:
+            self._links.move_to_end(key)
             return link
+        connecting = self._connecting.get(key)
+        if connecting is None:
+            connecting = asyncio.create_task(self._connect(key, node_id, token))
+            self._connecting[key] = connecting
+            connecting.add_done_callback(lambda task: self._connected(key, task))
+        # Shielded: a waiter that gives up does not cancel the others' connect.
+        return await asyncio.shield(connecting)
+
+    def _connected(self, key: tuple[int, str], task: asyncio.Task[_Link]) -> None:
+        if self._connecting.get(key) is task:
+            del self._connecting[key]
+        if not task.cancelled():
+            task.exception()  # retrieved here too: every waiter may have given up
+
+    async def _connect(self, key: tuple[int, str], node_id: int, token: str) -> _Link:
+        addr = self.addresses.get(node_id)
+        if addr is None:
+            raise UnavailableError(f"no client address configured for node {node_id}")
+        host, port = addr
+        reader, writer = await asyncio.wait_for(
+            asyncio.open_connection(
+                host,
+                port,
+                ssl=self.tls,
+                server_hostname=host if self.tls is not None else None,
+            ),
+            3,
+        )
+        link = _Link(reader, writer)
+        link.task = asyncio.create_task(link.read_loop())
+        try:
+            hello = await link.request("hello", {"token": token, "client": "forward"}, 3000)
+        except BaseException:
+            link.close()  # no answer: do not leave its socket and reader task behind
+            raise
+        if not hello.get("ok"):
+            link.close()
+            raise MetastoreError.from_wire(hello.get("error"))
+        self._links[key] = link
+        while len(self._links) > L.FORWARD_CONNECTIONS_MAX:
+            _, old = self._links.popitem(last=False)
+            old.close()
+        return link
 
     async def close(self) -> None:
+        for connecting in list(self._connecting.values()):
+            connecting.cancel()
         for link in self._links.values():
             link.close()
             if link.task is not None:

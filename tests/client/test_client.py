@@ -620,3 +620,75 @@ def test_sync_client_raises_typed_errors_and_closes_cleanly() -> None:
         c.close()  # idempotent
         with pytest.raises(UnavailableError):
             c.describe("ns.t")
+
+
+# ---- a write whose outcome the node could not learn in time ----------------------------------
+
+
+async def test_a_commit_the_node_timed_out_on_is_retried_on_another_node(nodes: Any) -> None:
+    """A leader that proposed a commit and then lost its quorum (cut off from its followers,
+    not from the client) answers TIMEOUT once the proposal's wait ends: the outcome is unknown
+    there, and a commit is de-duplicated by its txn id, so the call retries elsewhere within
+    its budget (as after UNAVAILABLE or a lost connection) instead of failing a commit the
+    healthy majority would take."""
+
+    async def timed_out(op: str, args: dict[str, Any]) -> dict[str, Any]:
+        raise RequestTimeoutError("proposal not applied within 5000 ms; its outcome is unknown")
+
+    async def committed(op: str, args: dict[str, Any]) -> dict[str, Any]:
+        return {"op": op, "ts": 42, "deduplicated": True}
+
+    a = await nodes(handler=timed_out)
+    b = await nodes(handler=committed)
+    async with client(a.endpoint, b.endpoint) as c:
+        result = await c.commit("t-1", [{"table": "ns.t", "schema_version": 1}])
+        assert result == {"op": "commit", "ts": 42, "deduplicated": True}
+    # The same for a DDL with its request id (de-duplicated by the state machine).
+    async with client(a.endpoint, b.endpoint) as c:
+        result = await c.ddl("CREATE NAMESPACE x", request_id="r-1")
+        assert result == {"op": "ddl", "ts": 42, "deduplicated": True}
+    assert [op for op in a.ops if op != "safe_time"] == ["commit", "ddl"]
+    assert b.ops == ["commit", "ddl"]
+    assert b.requests[0][2]["txn_id"] == "t-1" and b.requests[1][2]["request_id"] == "r-1"
+
+
+async def test_a_write_that_cannot_be_repeated_is_not_retried_after_a_timeout(
+    nodes: Any,
+) -> None:
+    async def timed_out(op: str, args: dict[str, Any]) -> dict[str, Any]:
+        raise RequestTimeoutError("proposal not applied in time; its outcome is unknown")
+
+    a = await nodes(handler=timed_out)
+    b = await nodes()
+    async with client(a.endpoint, b.endpoint) as c:
+        with pytest.raises(RequestTimeoutError):
+            await c.remove_node(3)
+        with pytest.raises(RequestTimeoutError):
+            await c.call("ddl", {"sql": "CREATE NAMESPACE x"})
+        # A read's TIMEOUT is the answer to its own wait bound: raised as is.
+        with pytest.raises(RequestTimeoutError):
+            await c.schema_at("ns.t", timeout_ms=100)
+    assert b.ops == []
+
+
+async def test_a_connection_whose_every_slot_is_busy_is_not_taken_for_dead(nodes: Any) -> None:
+    """A liveness probe must not wait for one of the connection's request slots: with every
+    slot held by slow requests (64 DDLs waiting for their activation on a healthy node) the
+    probe could not be sent, went 'unanswered', and the connection was closed under all of
+    them: every DDL was sent again to another node (and a request that cannot be repeated
+    failed with 'outcome unknown') although the node was answering all along."""
+
+    async def slow_ddl(op: str, args: dict[str, Any]) -> dict[str, Any]:
+        if op == "ddl":
+            await asyncio.sleep(1.3)
+        return {"op": op}
+
+    a = await nodes(handler=slow_ddl)
+    b = await nodes()
+    async with client(a.endpoint, b.endpoint, timeout_ms=8000) as c:
+        results = await asyncio.gather(
+            *(c.ddl(f"CREATE NAMESPACE n{i}") for i in range(CLIENT_INFLIGHT_PER_CONNECTION_MAX))
+        )
+    assert results == [{"op": "ddl"}] * CLIENT_INFLIGHT_PER_CONNECTION_MAX
+    assert a.ops.count("ddl") == CLIENT_INFLIGHT_PER_CONNECTION_MAX
+    assert b.ops == [] and a.connections == 1

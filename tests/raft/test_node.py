@@ -21,6 +21,7 @@ from typing import Any
 import msgpack
 import pytest
 
+import raft.node
 from hlc import HybridClock, SystemClock
 from raft.core.conf import encode_conf
 from raft.core.errors import ConfChangeError, LearnerBehindError
@@ -44,7 +45,9 @@ from raft.node import (
     NodeStoppedError,
     ProposalTimeoutError,
     ProposalTooLargeError,
+    QueueFullError,
     RaftNode,
+    SafeTimeTimeoutError,
     applicable_before_persist,
     unwrap_snapshot_data,
 )
@@ -435,6 +438,34 @@ async def test_an_answered_proposer_sees_safe_time_at_its_entry(tmp_path: Path) 
             assert await leader.wait_for_safe_time(r.tm, timeout_ms=1) == 0.0
             assert leader.status().safe_time >= r.tm
         assert await leader.read_barrier() >= r.index
+
+
+async def test_safe_time_waits_that_timed_out_do_not_fill_the_waiter_bound(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A node whose safe time is stuck (cut off from its leader, still ready) answers every
+    read that waits with a timeout; those waits must not count against the bound on parked
+    waiters forever. They did (a timed-out waiter stayed in the heap until safe time passed
+    it), so once SAFE_TIME_WAITERS_MAX timeouts had piled up every later read on that node
+    failed with QueueFullError: an untyped INTERNAL error, not the retryable TIMEOUT."""
+    monkeypatch.setattr(raft.node, "SAFE_TIME_WAITERS_MAX", 4)
+    async with cluster(tmp_path, 1) as nodes:
+        node = await leader_of(nodes)
+        never = node.safe_time + (3_600_000 << 16)  # an hour ahead: not reached in this test
+        for _ in range(12):
+            with pytest.raises(SafeTimeTimeoutError):
+                await node.wait_for_safe_time(never, timeout_ms=1)
+        # Live waiters still count: the bound holds for waits that are really parked.
+        parked = [
+            asyncio.ensure_future(node.wait_for_safe_time(never, timeout_ms=5_000))
+            for _ in range(4)
+        ]
+        await asyncio.sleep(0.05)
+        with pytest.raises(QueueFullError):
+            await node.wait_for_safe_time(never, timeout_ms=1)
+        for f in parked:
+            f.cancel()
+        await asyncio.gather(*parked, return_exceptions=True)
 
 
 def _entries(first: int, last: int, conf_at: int = 0) -> tuple[Entry, ...]:

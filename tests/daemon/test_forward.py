@@ -1,0 +1,134 @@
+"""LeaderForwarder (metastore.daemon.forward) against fake leaders on real sockets: one link per
+(leader, token) shared by concurrent forwards, and a leader that cannot be reached costs every
+waiting forward one connect attempt, not one each in turn. Every wait is bounded."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator
+
+import pytest
+
+from hlc import HybridClock, SystemClock
+from metastore.daemon.forward import LeaderForwarder
+from metastore.errors import UnauthenticatedError, UnavailableError
+from tests.client.fake_node import TOKEN, FakeNode
+
+
+class SilentLeader:
+    """A port that accepts connections and never answers (a hung leader process); counts the
+    connections the other side closed."""
+
+    def __init__(self) -> None:
+        self.port = 0
+        self.accepted = 0
+        self.closed_by_peer = 0
+        self.peer_closed = asyncio.Event()
+
+
+@pytest.fixture
+async def silent_leader() -> AsyncIterator[SilentLeader]:
+    leader = SilentLeader()
+    held: list[asyncio.StreamWriter] = []
+
+    async def hold(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        leader.accepted += 1
+        held.append(writer)
+        try:
+            while await reader.read(65536):
+                pass
+        except ConnectionError:
+            pass
+        leader.closed_by_peer += 1
+        leader.peer_closed.set()
+
+    server = await asyncio.start_server(hold, "127.0.0.1", 0)
+    leader.port = server.sockets[0].getsockname()[1]
+    try:
+        yield leader
+    finally:
+        server.close()
+        for w in held:
+            w.close()
+        await server.wait_closed()
+
+
+async def test_forwards_waiting_on_a_leader_that_does_not_answer_fail_together(
+    silent_leader: SilentLeader,
+) -> None:
+    """The forwarder connected under one lock for every leader and token, so N forwards
+    queued behind a leader that took the connection but never answered its hello failed one
+    after the other, 3 s each: the N-th after 3N s, long after the client's own budget, which
+    kept waiting on the follower (it answers the client's liveness probes) instead of trying
+    another node. They now share one attempt and fail together."""
+    forwarder = LeaderForwarder(
+        addresses={2: ("127.0.0.1", silent_leader.port)}, clock=HybridClock(SystemClock())
+    )
+    try:
+        started = time.monotonic()
+        results = await asyncio.wait_for(
+            asyncio.gather(
+                *(
+                    forwarder.call(2, TOKEN, "committed_txn", {"txn_id": f"t{i}"}, timeout_ms=5000)
+                    for i in range(3)
+                ),
+                return_exceptions=True,
+            ),
+            timeout=20,
+        )
+        elapsed = time.monotonic() - started
+    finally:
+        await forwarder.close()
+    assert all(isinstance(r, UnavailableError) for r in results), results
+    assert elapsed < 5, f"the forwards failed one after the other ({elapsed:.1f} s)"
+
+
+async def test_concurrent_forwards_share_one_link_and_a_refused_hello_is_not_cached() -> None:
+    node = FakeNode(node_id=2)
+    await node.start()
+    port = int(node.endpoint.rsplit(":", 1)[1])
+    forwarder = LeaderForwarder(
+        addresses={2: ("127.0.0.1", port)}, clock=HybridClock(SystemClock())
+    )
+    try:
+        results = await asyncio.wait_for(
+            asyncio.gather(
+                *(
+                    forwarder.call(2, TOKEN, "committed_txn", {"txn_id": f"t{i}"}, timeout_ms=5000)
+                    for i in range(5)
+                )
+            ),
+            timeout=10,
+        )
+        assert [r["args"]["txn_id"] for r in results] == [f"t{i}" for i in range(5)]
+        assert node.connections == 1
+        # Another token gets its own link; a refused hello is raised, and tried again next time.
+        for _ in range(2):
+            with pytest.raises(UnauthenticatedError):
+                await forwarder.call(2, "wrong-token-0123456789", "status", {}, timeout_ms=1000)
+        assert node.connections == 3
+    finally:
+        await forwarder.close()
+        await node.stop()
+
+
+async def test_a_leader_that_never_answered_hello_is_not_left_connected(
+    silent_leader: SilentLeader,
+) -> None:
+    """A link whose hello got no answer was dropped without being closed: its socket and its
+    reader task stayed open for the life of the node, one more per failed forward."""
+    forwarder = LeaderForwarder(
+        addresses={2: ("127.0.0.1", silent_leader.port)}, clock=HybridClock(SystemClock())
+    )
+    try:
+        with pytest.raises(UnavailableError):
+            await asyncio.wait_for(
+                forwarder.call(2, TOKEN, "committed_txn", {"txn_id": "t"}, timeout_ms=5000), 10
+            )
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(silent_leader.peer_closed.wait(), 2)
+        assert (silent_leader.accepted, silent_leader.closed_by_peer) == (1, 1)
+    finally:
+        await forwarder.close()

@@ -1,0 +1,112 @@
+"""The bridge's driver-side upkeep against fake clients (no Spark, no cluster): BridgeSession's
+lease releases when the metastore does not answer for a while, and the replay check's use of
+the driver's clock. Every wait is bounded."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+from metastore.errors import UnavailableError
+from spark_bridge.session import BridgeSession, LeaseKey
+
+
+class FlakyClient:
+    """The few ops a BridgeSession calls; `lease_release` fails the first `failures` times."""
+
+    def __init__(self, *, failures: int) -> None:
+        self.failures = failures
+        self.releases: list[list[dict[str, Any]]] = []
+        self.released = threading.Event()
+        self.lock = threading.Lock()
+
+    def session_open(self, session_id: str, **_kwargs: Any) -> dict[str, Any]:
+        return {"heartbeat_ms": 60_000, "ttl_ms": 120_000}
+
+    def session_heartbeat(self, session_id: str) -> dict[str, Any]:
+        return {}
+
+    def session_close(self, session_id: str) -> dict[str, Any]:
+        return {}
+
+    def lease_acquire(self, session_id: str, leases: list[dict[str, Any]]) -> dict[str, Any]:
+        return {}
+
+    def lease_release(self, session_id: str, leases: list[dict[str, Any]]) -> dict[str, Any]:
+        with self.lock:
+            self.releases.append(leases)
+            if len(self.releases) <= self.failures:
+                raise UnavailableError("commit failed on every endpoint: no quorum")
+        self.released.set()
+        return {}
+
+
+def test_a_release_that_failed_is_retried_so_the_lease_stops_blocking_schema_changes() -> None:
+    """A lease whose release met an unavailable cluster must be released again later: a live
+    session keeps its leases alive by heartbeats, so a release given up on holds the version
+    for the rest of the application and blocks every schema change that needs it gone
+    (SCHEMA_CHANGE_BLOCKED naming this driver, though no batch of it uses that version)."""
+    client = FlakyClient(failures=1)
+    session = BridgeSession(client, app_id="app-1", app_name="upkeep")  # type: ignore[arg-type]
+    try:
+        key = LeaseKey(table="ns.t", table_id=7, version=1)
+        session.hold([key])
+        session.drop([key])
+        assert client.released.wait(timeout=5), (
+            f"the lease was never released after a failed release: {client.releases}"
+        )
+        assert client.releases == [[key.wire()], [key.wire()]]
+        assert session.held() == {}
+    finally:
+        session.close()
+
+
+def test_a_release_that_failed_is_not_retried_for_a_lease_in_use_again() -> None:
+    """A batch that pinned the version again meanwhile holds it: no release of it."""
+    client = FlakyClient(failures=1)
+    session = BridgeSession(client, app_id="app-2", app_name="upkeep")  # type: ignore[arg-type]
+    try:
+        key = LeaseKey(table="ns.t", table_id=7, version=1)
+        session.hold([key])
+        session.drop([key])
+        deadline = time.monotonic() + 5
+        while not client.releases and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert client.releases == [[key.wire()]]
+        session.hold([key])  # in use again
+        time.sleep(1.0)  # several grace periods
+        assert client.releases == [[key.wire()]]
+        assert session.held() == {key: 1}
+    finally:
+        session.close()
+
+
+class MarkClient:
+    """`committed_txn` only: the stream's mark (and the txn's record) committed at `ts`."""
+
+    def __init__(self, ts: int, clock: Any) -> None:
+        self.ts = ts
+        self.clock = clock
+
+    def committed_txn(self, txn_id: str, *, stream: str | None = None) -> dict[str, Any]:
+        mark = {"stream": stream, "seq": 3, "ts": self.ts, "txn_id": txn_id}
+        return {"txn_id": txn_id, "txn": {"txn_id": txn_id, "ts": self.ts}, "stream_mark": mark}
+
+
+def test_a_replayed_batch_is_found_committed_even_from_a_clock_behind_the_cluster() -> None:
+    """The replay check of a restarted streaming query feeds the stream's last commit ts to
+    the driver's HLC. A driver whose clock is behind the cluster's by more than the HLC's max
+    offset cannot absorb it; like every other reply timestamp it is ignored (logged), not
+    raised: the check used to fail with ClockOffsetError, so the query could not restart."""
+    from hlc import HybridClock, ManualClock
+    from spark_bridge.bridge import MetastoreBridge
+
+    clock = HybridClock(ManualClock(1_000_000))
+    ahead = (1_000_000 + 2_000) << 16  # committed 2 s ahead of this driver's clock
+    bridge = object.__new__(MetastoreBridge)
+    bridge.client = MarkClient(ahead, clock)  # type: ignore[assignment]
+    bridge._commit_lock = threading.Lock()
+    bridge._last_commit_ts = 0
+    assert bridge._committed_position("q:id:3", "q:id", 3) == ahead
+    assert bridge.last_commit_ts == ahead  # still this driver's read floor
