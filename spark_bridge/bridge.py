@@ -398,7 +398,10 @@ class MetastoreBridge:
         batch at a given timestamp instead of the HLC's now (reproducing a batch, tests).
         `stream` = (stream id, position): the commit carries that stream position, and the
         metastore refuses any position at or below the stream's newest committed one, however
-        long ago it committed (a batch found already committed is reported deduplicated)."""
+        long ago it committed (a batch found already committed is reported deduplicated).
+        `txn_id` (default: a fresh uuid): a txn id commits at most once, so pass your own to
+        make running a batch again safe after a commit whose outcome was unknown (the bridge
+        first looks it up; if not found, a made-up id is named in the non-retryable error)."""
         ctx = BatchContext(
             self,
             reads=list(reads),
@@ -407,6 +410,7 @@ class MetastoreBridge:
             read_ts=read_ts,
             check_reads=check_reads,
             stream=stream,
+            txn_id_from_caller=txn_id is not None,
         )
         ctx.plan(top)
         try:
@@ -625,6 +629,7 @@ class BatchContext:
         read_ts: int | None,
         check_reads: bool,
         stream: tuple[str, int] | None = None,
+        txn_id_from_caller: bool = True,
     ) -> None:
         tables = list(dict.fromkeys([*reads, *writes]))
         if not tables:
@@ -641,6 +646,8 @@ class BatchContext:
         self.reads = reads
         self.writes = set(writes)
         self.txn_id = txn_id
+        # False when the bridge made the txn id up (see _outcome_of_unknown).
+        self.txn_id_from_caller = txn_id_from_caller
         self.stream = stream
         self._requested_read_ts = read_ts
         self.check_reads = check_reads
@@ -855,26 +862,38 @@ class BatchContext:
             args["read_tables"] = list(self.reads)
         if self.stream is not None:
             args["stream"], args["seq"] = self.stream
-        from metastore.errors import BatchAlreadyCommittedError, TxnIdReusedError
+        from metastore.errors import (
+            BatchAlreadyCommittedError,
+            RequestTimeoutError,
+            TxnIdReusedError,
+            UnavailableError,
+        )
 
         try:
             r = self._call("commit", args)
             self.report.commit_ts = int(r["ts"])
             self.report.deduplicated = bool(r.get("deduplicated", False))
         except BatchError as exc:
-            if not isinstance(exc.cause, TxnIdReusedError | BatchAlreadyCommittedError):
+            if isinstance(exc.cause, UnavailableError | RequestTimeoutError):
+                # The client ran out of nodes or time with the commit sent: its outcome is
+                # unknown. It may have committed (this attempt's own commit, not a replay).
+                self.report.commit_ts = self._outcome_of_unknown(exc)
+                self.report.deduplicated = False
+            elif isinstance(exc.cause, TxnIdReusedError | BatchAlreadyCommittedError):
+                # A replay of a batch that already committed rewrote its files into a new
+                # directory, so its file list differs. "Already committed" is decided from the
+                # committed record (linearizable lookup), never from the error alone: the
+                # record of this very txn id, or the stream's mark at or past this batch's
+                # position. Txn ids and streams embed the streaming query's id, so either is
+                # this query's. The first commit stands; this attempt's files stay
+                # unreferenced (for GC).
+                committed_ts = self._committed_ts()
+                if committed_ts is None:
+                    raise
+                self.report.commit_ts = committed_ts
+                self.report.deduplicated = True
+            else:
                 raise
-            # A replay of a batch that already committed rewrote its files into a new
-            # directory, so its file list differs. "Already committed" is decided from the
-            # committed record (linearizable lookup), never from the error alone: the record
-            # of this very txn id, or the stream's mark at or past this batch's position. Txn
-            # ids and streams embed the streaming query's id, so either is this query's. The
-            # first commit stands; this attempt's files stay unreferenced (for GC).
-            committed_ts = self._committed_ts()
-            if committed_ts is None:
-                raise
-            self.report.commit_ts = committed_ts
-            self.report.deduplicated = True
         if self.report.commit_ts is not None:
             self.bridge._observe_commit(self.report.commit_ts)
             if not self.report.deduplicated:
@@ -886,6 +905,33 @@ class BatchContext:
         self.report.removed = sum(len(p) for p in self._removed.values())
         self.report.commit_ms = (time.perf_counter() - started) * 1000
         log.info("batch committed: %s", self.report.line())
+
+    def _outcome_of_unknown(self, exc: BatchError) -> int:
+        """The commit ts of this batch's commit whose outcome the client could not learn, if
+        a linearizable lookup finds it committed; else raise. Not found is not "not
+        committed": the request may still be on its way to a leader. Running the batch again
+        is then safe only under the same txn id (or stream position), which commits at most
+        once; a txn id the bridge made up is one the caller does not know, so that error is
+        not retryable as is and names the id to use."""
+        from metastore.errors import MetastoreError
+
+        try:
+            committed_ts = self._committed_ts()
+        except MetastoreError as lookup:
+            log.warning("cannot look up txn %s after an unknown outcome: %s", self.txn_id, lookup)
+            committed_ts = None
+        if committed_ts is not None:
+            log.info("commit of txn %s found committed after an unknown outcome", self.txn_id)
+            return committed_ts
+        if self.stream is not None or self.txn_id_from_caller:
+            raise exc  # retryable: a re-run under the same txn id / position commits at most once
+        raise BatchError(
+            f"the commit of txn {self.txn_id!r} has an unknown outcome ({exc}); it was not "
+            "found committed but may still commit. Run the batch again with "
+            f"txn_id={self.txn_id!r}: a txn id commits at most once",
+            retryable=False,
+            cause=exc.cause,
+        ) from exc
 
     def _committed_ts(self) -> int | None:
         if self.stream is None:

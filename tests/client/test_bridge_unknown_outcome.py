@@ -1,0 +1,84 @@
+"""A batch commit whose outcome the client could not learn (every node unreachable or out of
+time with the commit sent) is looked up before the bridge gives up: found committed, the batch
+succeeded; not found, it may still commit, so running the batch again is safe only under the
+same txn id. A txn id the bridge made up is one the caller does not know: that error is not
+retryable and names the id. Pure: a scripted client, no Spark, no processes."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from metastore.errors import RequestTimeoutError, UnavailableError
+from spark_bridge.bridge import BatchContext, BatchError, BatchReport
+from spark_bridge.files import DataFile
+
+TS = 1 << 40
+
+
+class LostReplyClient:
+    """`commit` fails with an unknown outcome; `committed_txn` says what the leader knows."""
+
+    def __init__(self, committed_ts: int | None, error: Exception) -> None:
+        self.committed_ts = committed_ts
+        self.error = error
+        self.lookups = 0
+
+    def call(self, op: str, _args: dict[str, Any]) -> dict[str, Any]:
+        assert op == "commit"
+        raise self.error
+
+    def committed_txn(self, txn_id: str) -> dict[str, Any]:
+        self.lookups += 1
+        txn = None if self.committed_ts is None else {"txn_id": txn_id, "ts": self.committed_ts}
+        return {"txn_id": txn_id, "txn": txn}
+
+
+def _batch(client: LostReplyClient, *, txn_id_from_caller: bool) -> BatchContext:
+    batch = object.__new__(BatchContext)
+    batch.client = client  # type: ignore[assignment]
+    batch.bridge = SimpleNamespace(  # type: ignore[assignment]
+        _observe_commit=lambda ts: None, maybe_compact=lambda table, n: None
+    )
+    batch.txn_id = "batch:made-up"
+    batch.txn_id_from_caller = txn_id_from_caller
+    batch.stream = None
+    batch.check_reads = False
+    batch.reads = []
+    batch.pinned = {"ns.t": SimpleNamespace(version=1, table_id=7)}  # type: ignore[dict-item]
+    batch._written = {"ns.t": ([DataFile(path="a.parquet", size_bytes=10, row_count=1)], False)}
+    batch._removed = {}
+    batch.report = BatchReport(txn_id=batch.txn_id, top=TS - 10, read_ts=TS - 20, waited_ms=0)
+    return batch
+
+
+@pytest.mark.parametrize(
+    "error", [UnavailableError("every node failed"), RequestTimeoutError("out of time")]
+)
+def test_a_commit_found_committed_after_an_unknown_outcome_succeeds(error: Exception) -> None:
+    client = LostReplyClient(committed_ts=TS, error=error)
+    batch = _batch(client, txn_id_from_caller=False)
+    batch.commit()
+    assert batch.report.commit_ts == TS
+    assert not batch.report.deduplicated  # this attempt's own commit
+    assert client.lookups == 1
+
+
+def test_not_found_with_a_made_up_txn_id_is_not_retryable_and_names_the_id() -> None:
+    client = LostReplyClient(committed_ts=None, error=UnavailableError("every node failed"))
+    batch = _batch(client, txn_id_from_caller=False)
+    with pytest.raises(BatchError) as raised:
+        batch.commit()
+    assert not raised.value.retryable
+    assert "txn_id='batch:made-up'" in str(raised.value)
+    assert batch.report.commit_ts is None
+
+
+def test_not_found_with_the_caller_s_txn_id_stays_retryable() -> None:
+    client = LostReplyClient(committed_ts=None, error=UnavailableError("every node failed"))
+    batch = _batch(client, txn_id_from_caller=True)
+    with pytest.raises(BatchError) as raised:
+        batch.commit()
+    assert raised.value.retryable  # a re-run under that id commits at most once
