@@ -294,6 +294,20 @@ def test_protect_validates_targets_owner_id_reuse_and_limits(
     refused(d, protect("q", 5, tables=(T, U)), LimitExceededError)
 
 
+def test_a_protection_id_reused_with_another_max_age_is_refused() -> None:
+    # The same id with other content is InvalidArgument: a max age is content. Answering the
+    # old record would leave the caller believing its protection expires (or never expires)
+    # when the record it got does the opposite.
+    d = table_driver()
+    ok(d, protect("aged", 5, max_age_ms=1_000))
+    refused(d, protect("aged", 5), InvalidArgumentError)
+    refused(d, protect("aged", 5, max_age_ms=2_000), InvalidArgumentError)
+    assert ok(d, protect("aged", 5, max_age_ms=1_000))["record_id"] == "aged"  # a true retry
+    ok(d, protect("forever", 5))
+    refused(d, protect("forever", 5, max_age_ms=1_000), InvalidArgumentError)
+    assert d.state.gc.meta()["num_records"] == 2
+
+
 def test_expired_and_orphaned_records_are_released_only_when_due() -> None:
     d = table_driver()
     ok(d, protect("aged", 5, max_age_ms=1_000))
