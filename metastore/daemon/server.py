@@ -1623,7 +1623,9 @@ class ApiServer:
         if session_id is not None:
             if session.role is None or session.role < Role.WRITER:
                 raise ForbiddenError("leasing needs the writer role")
-            cmd = AcquireLeases(session_id=session_id, leases=tuple(keys))
+            # Names are case-insensitive: two spellings of one table pin the same version,
+            # which is one lease (AcquireLeases refuses a key listed twice).
+            cmd = AcquireLeases(session_id=session_id, leases=tuple(dict.fromkeys(keys)))
             applied = await self._propose_command(session, cmd, _timeout(args))
             result["lease"] = applied["result"]
         return result

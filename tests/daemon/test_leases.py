@@ -225,3 +225,23 @@ def test_the_cli_shows_who_blocks_a_change_and_an_admin_can_end_it(
     ended = json.loads(_cli(cluster, "-o", "json", "session", "list", "--all").stdout)["ended"]
     assert any(e["session_id"] == session_id and e["reason"] == "admin" for e in ended)
     writer.close()
+
+
+def test_a_pin_naming_one_table_in_two_spellings_leases_it_once(cluster: MetastoreCluster) -> None:
+    # Table names are case-insensitive: "lz.cased" and "LZ.Cased" are one table, so a batch
+    # that reads one spelling and writes the other pins the same version twice. Its lease
+    # request must name that version once (AcquireLeases refuses a key listed twice), not
+    # fail the whole pin with a non-retryable INVALID_ARGUMENT.
+    admin = _client(cluster, role="admin")
+    admin.ddl("CREATE NAMESPACE IF NOT EXISTS lz")
+    admin.ddl("CREATE TABLE lz.cased (id BIGINT)")
+    writer = _client(cluster)
+    session_id = _open(writer, ttl_ms=60_000)
+    pinned = writer.pin(["lz.cased", "LZ.Cased"], session_id=session_id)
+    assert [p["version"] for p in pinned["pins"]] == [1, 1]
+    assert len(pinned["lease"]["leases"]) == 1
+    held = admin.lease_list("lz.cased")["leases"]
+    assert [(h["session_id"], h["version"]) for h in held] == [(session_id, 1)]
+    assert writer.session_close(session_id)["closed"] is True
+    for c in (admin, writer):
+        c.close()
