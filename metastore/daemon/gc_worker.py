@@ -13,7 +13,10 @@ the state machine checks again when it applies it (metastore/gc.py):
    refuses file listings while its safe time trails its clock by more than
    read_staleness_max_ms (server `_check_fresh_for_files`), so by then any node that lists
    files has applied the entry and refuses reads below the threshold.
-3. `GcFilesDeleted(paths)` then drops them from the queue (and from snapshots).
+3. `GcFilesDeleted(paths)` then drops them from the queue (and from snapshots). A path that
+   another registered incarnation at an overlapping location references (a table dropped and
+   re-created under its name shares its location, and the new one may commit the old files
+   again) is dropped from the queue but left on disk: it is the other incarnation's data now.
 4. Orphans: files under a table's location that no incarnation references or has queued, older
    than `gc_orphan_grace_ms` (by mtime) and not in the attempt directory of a live session
    (`_txn/<session id>--...`, see spark_bridge/files.py). They never were in the state, so they
@@ -45,6 +48,7 @@ from metastore.commands import (
     ReleaseProtection,
     TableName,
     encode_command,
+    location_contains,
 )
 from metastore.daemon.metrics import NodeMetrics
 from metastore.daemon.statemachine import CatalogStateMachine
@@ -273,17 +277,34 @@ class GcWorker:
                 return done
             chunk = list(queue.items())[:DELETE_CHUNK_FILES]
             await self._rate.take(len(chunk))
+            keep = await self._kept_by_others(inc.table_id)
+            if keep is None:
+                return done  # stays queued: the next run tries again
+            doomed = [p for p, _ in chunk if _path_key(location, p) not in keep]
             deleted_bytes = await asyncio.to_thread(
-                _delete_files, location, [p for p, _ in chunk], sizes=dict(chunk)
+                _delete_files, location, doomed, sizes=dict(chunk)
             )
             await self._propose(
                 GcFilesDeleted(
                     table=inc.name, table_id=inc.table_id, paths=tuple(p for p, _ in chunk)
                 )
             )
-            report.files_deleted += len(chunk)
+            report.files_deleted += len(doomed)
             report.bytes_deleted += deleted_bytes
             done += len(chunk)
+
+    async def _kept_by_others(self, table_id: int) -> set[str] | None:
+        """Path keys (`_path_key`) that registered incarnations other than `table_id`, at a
+        location equal to, inside or around its own, still reference: GC of `table_id` must
+        leave those files on disk. None when one of their manifests cannot be read (its list
+        cannot be trusted, so nothing of `table_id` is deleted now)."""
+        paths, refs = _referenced_by_others(self.sm.state, table_id)
+        if refs:
+            listed = await asyncio.to_thread(_listed_paths, refs)
+            if listed is None:
+                return None
+            paths |= listed
+        return paths
 
     async def _await_read_fence(self, table_id: int) -> None:
         """Wait until read_fence_ms has passed since the entry that queued the table's files
@@ -314,19 +335,31 @@ class GcWorker:
                 entries = []
             listed = [e.path for e in entries]
             sizes = {e.path: e.size_bytes for e in entries}
+            trusted = True
             for start in range(0, len(listed), DELETE_CHUNK_FILES):
                 chunk = listed[start : start + DELETE_CHUNK_FILES]
                 await self._rate.take(len(chunk))
+                keep = await self._kept_by_others(inc.table_id)
+                if keep is None:
+                    trusted = False
+                    break
+                doomed = [p for p in chunk if _path_key(location, p) not in keep]
                 report.bytes_deleted += await asyncio.to_thread(
-                    _delete_files, location, chunk, sizes=sizes
+                    _delete_files, location, doomed, sizes=sizes
                 )
-                report.files_deleted += len(chunk)
-            await asyncio.to_thread(_delete_files, location, [path], sizes={path: ref.size_bytes})
+                report.files_deleted += len(doomed)
+            keep = await self._kept_by_others(inc.table_id) if trusted else None
+            if keep is None:
+                continue  # stays queued: the next run expands it again
+            if _path_key(location, path) not in keep:
+                await asyncio.to_thread(
+                    _delete_files, location, [path], sizes={path: ref.size_bytes}
+                )
+                report.files_deleted += 1
+                report.bytes_deleted += ref.size_bytes
             await self._propose(
                 GcFilesDeleted(table=inc.name, table_id=inc.table_id, paths=(path,))
             )
-            report.files_deleted += 1
-            report.bytes_deleted += ref.size_bytes
             done += len(listed) + 1
         return done
 
@@ -465,6 +498,63 @@ def _referenced(state: MetastoreState) -> set[str]:
         root = _local_root(location)
         referenced.update(os.path.normpath(f"{root}/{p}") for p in paths)
     return referenced
+
+
+def _path_key(location: str, rel: str) -> str:
+    """A file's identity whatever incarnation lists it: its absolute path (normalised when
+    local), so incarnations at nested locations compare too."""
+    root = location.rstrip("/")
+    if "://" in root and not root.startswith("file://"):
+        return f"{root}/{rel}"
+    return os.path.normpath(f"{_local_root(root)}/{rel}")
+
+
+def _referenced_by_others(
+    state: MetastoreState, table_id: int
+) -> tuple[set[str], list[tuple[str, ManifestRef]]]:
+    """What registered incarnations other than `table_id`, at a location equal to, inside or
+    around its own, reference: the path keys of their file entries (live or kept for time
+    travel) and manifest files, and their manifests (whose entries the caller reads). Read on
+    the event loop: the state is not to be walked from a thread."""
+    txns = state.txns
+    location = txns.table_location(table_id)[1]
+    paths: set[str] = set()
+    refs: list[tuple[str, ManifestRef]] = []
+    if not location:
+        return paths, refs
+    for other in txns.table_ids():
+        other_location = txns.table_location(other)[1]
+        if other == table_id or not other_location:
+            continue
+        if not (
+            location_contains(location, other_location)
+            or location_contains(other_location, location)
+        ):
+            continue
+        paths.update(_path_key(other_location, e.path) for e in txns.loose_entries(other))
+        for ref in txns.manifest_refs(other):
+            paths.add(_path_key(other_location, ref.path))
+            refs.append((other_location, ref))
+    return paths, refs
+
+
+def _listed_paths(refs: list[tuple[str, ManifestRef]]) -> set[str] | None:
+    """Path keys of every entry of `refs` ((location, reference) pairs); None if one cannot be
+    read or fails its sha256 check."""
+    from metastore.client.manifest_files import read_manifest
+
+    paths: set[str] = set()
+    for location, ref in refs:
+        try:
+            entries = read_manifest(location, ref)
+        except ManifestUnreadableError as exc:
+            log.warning(
+                "GC keeps files another incarnation may list: a manifest cannot be read",
+                extra={"location": location, "manifest": ref.path, "error": str(exc)},
+            )
+            return None
+        paths.update(_path_key(location, e.path) for e in entries)
+    return paths
 
 
 def _manifests_by_location(state: MetastoreState) -> dict[str, list[tuple[ManifestRef, bool]]]:
