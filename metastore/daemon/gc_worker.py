@@ -13,10 +13,12 @@ the state machine checks again when it applies it (metastore/gc.py):
    refuses file listings while its safe time trails its clock by more than
    read_staleness_max_ms (server `_check_fresh_for_files`), so by then any node that lists
    files has applied the entry and refuses reads below the threshold.
-3. `GcFilesDeleted(paths)` then drops them from the queue (and from snapshots). A path that
-   another registered incarnation at an overlapping location references (a table dropped and
-   re-created under its name shares its location, and the new one may commit the old files
-   again) is dropped from the queue but left on disk: it is the other incarnation's data now.
+3. `GcFilesDeleted(paths)` then drops them from the queue (and from snapshots). A path that is
+   referenced again - by a file entry or a live manifest of any registered incarnation at an
+   overlapping location, the table's own included - is dropped from the queue but left on disk:
+   it is live data again. (A table dropped and re-created under its name shares its location
+   and may commit the old files; a file removed, folded into a manifest and committed again
+   is both in a dead manifest and live.)
 4. Orphans: files under a table's location that no incarnation references or has queued, older
    than `gc_orphan_grace_ms` (by mtime) and not in the attempt directory of a live session
    (`_txn/<session id>--...`, see spark_bridge/files.py). They never were in the state, so they
@@ -146,6 +148,8 @@ class GcWorker:
         self.interval_ms = interval_ms
         self.orphan_grace_ms = orphan_grace_ms
         self._rate = _RateLimiter(delete_files_per_s)
+        # (location, sha256) -> path keys a manifest lists, for one run (manifests never change).
+        self._listed: dict[tuple[str, str], frozenset[str]] = {}
         self._lock = asyncio.Lock()  # one run at a time (schedule and `gc run` share it)
         self.last_run: dict[str, Any] = {}
 
@@ -187,6 +191,7 @@ class GcWorker:
             started = time.monotonic()
             # Queues another leader filled since our last run may be newer than what we noted.
             self._queued_by_tm.clear()
+            self._listed.clear()
             state = self.sm.state
             ids = [
                 i
@@ -277,7 +282,7 @@ class GcWorker:
                 return done
             chunk = list(queue.items())[:DELETE_CHUNK_FILES]
             await self._rate.take(len(chunk))
-            keep = await self._kept_by_others(inc.table_id)
+            keep = await self._still_referenced(inc.table_id)
             if keep is None:
                 return done  # stays queued: the next run tries again
             doomed = [p for p, _ in chunk if _path_key(location, p) not in keep]
@@ -293,17 +298,20 @@ class GcWorker:
             report.bytes_deleted += deleted_bytes
             done += len(chunk)
 
-    async def _kept_by_others(self, table_id: int) -> set[str] | None:
-        """Path keys (`_path_key`) that registered incarnations other than `table_id`, at a
-        location equal to, inside or around its own, still reference: GC of `table_id` must
-        leave those files on disk. None when one of their manifests cannot be read (its list
-        cannot be trusted, so nothing of `table_id` is deleted now)."""
-        paths, refs = _referenced_by_others(self.sm.state, table_id)
-        if refs:
-            listed = await asyncio.to_thread(_listed_paths, refs)
+    async def _still_referenced(self, table_id: int) -> set[str] | None:
+        """Path keys (`_path_key`) that registered incarnations at a location equal to, inside
+        or around that of `table_id` (itself included) reference through a file entry or a live
+        manifest: GC of `table_id` must leave those files on disk. None when one of those
+        manifests cannot be read (its list cannot be trusted: nothing is deleted now)."""
+        paths, refs = _referenced_near(self.sm.state, table_id)
+        missing = [(loc, ref) for loc, ref in refs if (loc, ref.sha256) not in self._listed]
+        if missing:
+            listed = await asyncio.to_thread(_listed_paths, missing)
             if listed is None:
                 return None
-            paths |= listed
+            self._listed.update(listed)
+        for loc, ref in refs:
+            paths |= self._listed[(loc, ref.sha256)]
         return paths
 
     async def _await_read_fence(self, table_id: int) -> None:
@@ -339,7 +347,7 @@ class GcWorker:
             for start in range(0, len(listed), DELETE_CHUNK_FILES):
                 chunk = listed[start : start + DELETE_CHUNK_FILES]
                 await self._rate.take(len(chunk))
-                keep = await self._kept_by_others(inc.table_id)
+                keep = await self._still_referenced(inc.table_id)
                 if keep is None:
                     trusted = False
                     break
@@ -348,7 +356,7 @@ class GcWorker:
                     _delete_files, location, doomed, sizes=sizes
                 )
                 report.files_deleted += len(doomed)
-            keep = await self._kept_by_others(inc.table_id) if trusted else None
+            keep = await self._still_referenced(inc.table_id) if trusted else None
             if keep is None:
                 continue  # stays queued: the next run expands it again
             if _path_key(location, path) not in keep:
@@ -509,13 +517,14 @@ def _path_key(location: str, rel: str) -> str:
     return os.path.normpath(f"{_local_root(root)}/{rel}")
 
 
-def _referenced_by_others(
+def _referenced_near(
     state: MetastoreState, table_id: int
 ) -> tuple[set[str], list[tuple[str, ManifestRef]]]:
-    """What registered incarnations other than `table_id`, at a location equal to, inside or
-    around its own, reference: the path keys of their file entries (live or kept for time
-    travel) and manifest files, and their manifests (whose entries the caller reads). Read on
-    the event loop: the state is not to be walked from a thread."""
+    """What registered incarnations at a location equal to, inside or around that of
+    `table_id` (itself included) reference: the path keys of their file entries (live or kept
+    for time travel) and live manifest files, and those manifests (whose entries the caller
+    reads). Not what is queued for deletion (the GC queue, dead and replaced manifests). Read
+    on the event loop: the state is not to be walked from a thread."""
     txns = state.txns
     location = txns.table_location(table_id)[1]
     paths: set[str] = set()
@@ -524,7 +533,7 @@ def _referenced_by_others(
         return paths, refs
     for other in txns.table_ids():
         other_location = txns.table_location(other)[1]
-        if other == table_id or not other_location:
+        if not other_location:
             continue
         if not (
             location_contains(location, other_location)
@@ -538,23 +547,25 @@ def _referenced_by_others(
     return paths, refs
 
 
-def _listed_paths(refs: list[tuple[str, ManifestRef]]) -> set[str] | None:
-    """Path keys of every entry of `refs` ((location, reference) pairs); None if one cannot be
-    read or fails its sha256 check."""
+def _listed_paths(
+    refs: list[tuple[str, ManifestRef]],
+) -> dict[tuple[str, str], frozenset[str]] | None:
+    """(location, sha256) -> path keys of the entries of each of `refs` ((location, reference)
+    pairs); None if one cannot be read or fails its sha256 check."""
     from metastore.client.manifest_files import read_manifest
 
-    paths: set[str] = set()
+    out: dict[tuple[str, str], frozenset[str]] = {}
     for location, ref in refs:
         try:
             entries = read_manifest(location, ref)
         except ManifestUnreadableError as exc:
             log.warning(
-                "GC keeps files another incarnation may list: a manifest cannot be read",
+                "GC deletes nothing here now: a manifest that may list its files cannot be read",
                 extra={"location": location, "manifest": ref.path, "error": str(exc)},
             )
             return None
-        paths.update(_path_key(location, e.path) for e in entries)
-    return paths
+        out[(location, ref.sha256)] = frozenset(_path_key(location, e.path) for e in entries)
+    return out
 
 
 def _manifests_by_location(state: MetastoreState) -> dict[str, list[tuple[ManifestRef, bool]]]:

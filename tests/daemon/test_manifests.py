@@ -365,3 +365,42 @@ def test_compact_errors_are_typed_with_their_exit_codes(cluster: MetastoreCluste
     assert code == 6 and "FORBIDDEN" in text, text
     code, text = run("writer", "compact", "--keep-loose", "-1", TABLE)
     assert code == 2, text
+
+
+def test_gc_of_a_dead_manifest_keeps_a_file_committed_again_since(
+    cluster: MetastoreCluster,
+) -> None:
+    """A file removed, folded into a manifest by a compaction and then committed again (a
+    restore re-attaching it) is live: expanding the old manifest once it is dead must not
+    delete it from disk."""
+    table = "mre.t"
+    client = _client(cluster)
+    try:
+        client.ddl("CREATE NAMESPACE mre")
+        client.ddl(f"CREATE TABLE {table} (id BIGINT) TBLPROPERTIES ('gc.ttl' = '1s')")
+        location = str(client.schema_at(table)["location"])
+        rel = "_txn/r/c.parquet"
+        os.makedirs(f"{location}/_txn/r", exist_ok=True)
+        with open(f"{location}/{rel}", "wb") as f:
+            f.write(b"x" * 10)
+
+        def commit(txn: str, *, add: bool = False, remove: bool = False) -> None:
+            write = {
+                "table": table,
+                "schema_version": 1,
+                "add": [{"path": rel, "size_bytes": 10, "row_count": 1}] if add else [],
+                "remove": [rel] if remove else [],
+            }
+            client.commit(txn, [write])
+
+        commit("re1", add=True)
+        assert compact_table(client, table)["compacted"]  # [c]
+        commit("re2", remove=True)  # a delete entry
+        assert compact_table(client, table)["compacted"]  # folded: [c-]
+        commit("re3", add=True)  # the same file, live again (loose)
+        time.sleep(1.5)  # past the table's 1 s TTL: [c-] is dead
+        client.gc_run(table)
+        assert [f["path"] for f in client.files(table)["files"]] == [rel]
+    finally:
+        client.close()
+    assert os.path.exists(f"{location}/{rel}"), "a live file was deleted"
