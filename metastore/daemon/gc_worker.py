@@ -303,16 +303,19 @@ class GcWorker:
         or around that of `table_id` (itself included) reference through a file entry or a live
         manifest: GC of `table_id` must leave those files on disk. None when one of those
         manifests cannot be read (its list cannot be trusted: nothing is deleted now)."""
-        paths, refs = _referenced_near(self.sm.state, table_id)
-        missing = [(loc, ref) for loc, ref in refs if (loc, ref.sha256) not in self._listed]
-        if missing:
+        for _ in range(3):
+            # Taken again after reading manifests: what commits applied meanwhile is in it.
+            paths, refs = _referenced_near(self.sm.state, table_id)
+            missing = [(loc, ref) for loc, ref in refs if (loc, ref.sha256) not in self._listed]
+            if not missing:
+                for loc, ref in refs:
+                    paths |= self._listed[(loc, ref.sha256)]
+                return paths
             listed = await asyncio.to_thread(_listed_paths, missing)
             if listed is None:
                 return None
             self._listed.update(listed)
-        for loc, ref in refs:
-            paths |= self._listed[(loc, ref.sha256)]
-        return paths
+        return None  # manifests keep changing under us: try again in the next run
 
     async def _await_read_fence(self, table_id: int) -> None:
         """Wait until read_fence_ms has passed since the entry that queued the table's files
