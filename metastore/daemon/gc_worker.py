@@ -394,15 +394,23 @@ class GcWorker:
                 skipped.append(location)
                 continue
             in_manifests: set[str] = set()
-            if location in manifests:
-                # Files listed only in manifest files (metastore.manifests) are referenced
-                # although the state does not list them: read every manifest first, and skip
-                # the location if one cannot be read (its list cannot be trusted).
-                listed = await asyncio.to_thread(_manifest_paths, location, manifests[location])
-                if listed is None:
-                    skipped.append(location)
+            # Files listed only in manifest files (metastore.manifests) are referenced although
+            # the state does not list them: read every manifest of every location the scan
+            # walks (this one and any inside it: a table may live inside a dropped table's
+            # directory) first, and skip the location if one cannot be read (its list cannot
+            # be trusted).
+            trusted = True
+            for inner, refs in manifests.items():
+                if not location_contains(location, inner):
                     continue
-                in_manifests = listed
+                listed = await asyncio.to_thread(_manifest_paths, inner, refs)
+                if listed is None:
+                    trusted = False
+                    break
+                in_manifests |= listed
+            if not trusted:
+                skipped.append(location)
+                continue
             root = _local_root(location)
             found = await asyncio.to_thread(
                 _scan_orphans, root, referenced, cutoff_s, live_sessions, in_manifests
