@@ -245,3 +245,28 @@ def test_a_pin_naming_one_table_in_two_spellings_leases_it_once(cluster: Metasto
     assert writer.session_close(session_id)["closed"] is True
     for c in (admin, writer):
         c.close()
+
+
+def test_leases_named_in_two_spellings_are_released_and_acquired_as_one(
+    cluster: MetastoreCluster,
+) -> None:
+    # The bridge builds its lease keys from the pins, one per name it was given: a batch that
+    # named one table in two spellings releases (and re-acquires) both keys in one request.
+    # ReleaseLeases refuses a key listed twice, so the release failed every time and the lease
+    # stayed until the session ended, blocking the table's schema changes all that while.
+    admin = _client(cluster, role="admin")
+    admin.ddl("CREATE NAMESPACE IF NOT EXISTS lz")
+    admin.ddl("CREATE TABLE lz.twice (id BIGINT)")
+    writer = _client(cluster)
+    session_id = _open(writer, ttl_ms=60_000)
+    pins = writer.pin(["lz.twice", "LZ.Twice"], session_id=session_id)["pins"]
+    keys = [{"table": p["table"], "table_id": p["table_id"], "version": p["version"]} for p in pins]
+    assert keys[0]["table"] != keys[1]["table"]
+    assert writer.lease_release(session_id, keys)["released"] == 1
+    assert admin.lease_list("lz.twice")["leases"] == []
+    acquired = writer.lease_acquire(session_id, keys)
+    assert [h["session_id"] for h in admin.lease_list("lz.twice")["leases"]] == [session_id]
+    assert len(acquired["leases"]) == 1
+    assert writer.session_close(session_id)["closed"] is True
+    for c in (admin, writer):
+        c.close()
