@@ -655,15 +655,17 @@ def gc_status(state: MetastoreState, *, now_tm: int, table: TableName | None) ->
         )
         threshold = state.gc.threshold(table_id)
         target = max(threshold, bound.bound)
-        dead_files, dead_bytes = state.txns.dead_files(table_id, target)
+        # One pass over the table for every threshold asked below (one per covering record).
+        dead = state.txns.dead_profile(table_id)
+        dead_files, dead_bytes = dead.at(target)
         queue = state.txns.gc_queue(table_id)
         ttl_ms = ttl_ms_of(inc, state.catalog)
         ttl_bound = max(0, now_tm - (ttl_ms << LOGICAL_BITS))
         covering = state.gc.covering(inc)
         for record in covering:
             if ttl_bound > record.ts - 1:
-                _, by_ttl = state.txns.dead_files(table_id, ttl_bound)
-                _, by_record = state.txns.dead_files(table_id, max(threshold, record.ts - 1))
+                _, by_ttl = dead.at(ttl_bound)
+                _, by_record = dead.at(max(threshold, record.ts - 1))
                 held[record.record_id] += by_ttl - by_record
         stats = state.txns.table_stats(table_id)
         tables.append(
