@@ -37,6 +37,7 @@ import logging
 import os
 import time
 from collections.abc import Iterable
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -298,7 +299,7 @@ class GcWorker:
             report.bytes_deleted += deleted_bytes
             done += len(chunk)
 
-    async def _still_referenced(self, table_id: int) -> set[str] | None:
+    async def _still_referenced(self, table_id: int) -> _Referenced | None:
         """Path keys (`_path_key`) that registered incarnations at a location equal to, inside
         or around that of `table_id` (itself included) reference through a file entry or a live
         manifest: GC of `table_id` must leave those files on disk. None when one of those
@@ -308,9 +309,9 @@ class GcWorker:
             paths, refs = _referenced_near(self.sm.state, table_id)
             missing = [(loc, ref) for loc, ref in refs if (loc, ref.sha256) not in self._listed]
             if not missing:
-                for loc, ref in refs:
-                    paths |= self._listed[(loc, ref.sha256)]
-                return paths
+                # No union: a table's manifests can list a million entries, and this runs on
+                # the event loop for every deletion chunk.
+                return _Referenced((paths, *(self._listed[(loc, r.sha256)] for loc, r in refs)))
             listed = await asyncio.to_thread(_listed_paths, missing)
             if listed is None:
                 return None
@@ -517,6 +518,16 @@ def _referenced(state: MetastoreState) -> set[str]:
         root = _local_root(location)
         referenced.update(os.path.normpath(f"{root}/{p}") for p in paths)
     return referenced
+
+
+@dataclass(frozen=True, slots=True)
+class _Referenced:
+    """Path keys still referenced (`GcWorker._still_referenced`), as the sets they come in."""
+
+    sets: tuple[AbstractSet[str], ...]
+
+    def __contains__(self, key: object) -> bool:
+        return any(key in s for s in self.sets)
 
 
 def _path_key(location: str, rel: str) -> str:
