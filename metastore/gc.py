@@ -135,6 +135,9 @@ class ProtectionRecord:
         return inc.dropped_tu is None or inc.dropped_tu > self.ts
 
     def same_request(self, cmd: Protect) -> bool:
+        expires_tm = (
+            None if cmd.max_age_ms is None else self.created_tm + (cmd.max_age_ms << LOGICAL_BITS)
+        )
         return (
             self.ts,
             self.mode,
@@ -144,6 +147,7 @@ class ProtectionRecord:
             self.namespaces,
             self.cluster,
             self.owner,
+            self.expires_tm,
         ) == (
             cmd.ts,
             cmd.mode,
@@ -153,6 +157,7 @@ class ProtectionRecord:
             cmd.namespaces,
             cmd.cluster,
             cmd.owner,
+            expires_tm,
         )
 
     def view(self) -> Result:

@@ -322,6 +322,20 @@ class TableTxnStats:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class DeadProfile:
+    """What `TxnLog.dead_files` answers, for any threshold: `at(threshold)` is a bisect."""
+
+    stamps: tuple[int, ...]  # sorted: the threshold from which each item is dead
+    counts: tuple[int, ...]  # running totals, one longer than `stamps` (starts at 0)
+    sizes: tuple[int, ...]
+
+    def at(self, threshold: int) -> tuple[int, int]:
+        """(count, bytes) dead at `threshold`, as `TxnLog.dead_files(table, threshold)`."""
+        i = bisect_right(self.stamps, threshold)
+        return self.counts[i], self.sizes[i]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class TxnLogStats:
     commits: int
     last_commit_ts: int  # 0 = no commit yet
@@ -1127,6 +1141,33 @@ class TxnLog:
             len(dead) + sum(r.entry_count + 1 for r in refs) + len(retired),
             sum(e.size_bytes for e in dead) + sum(r.size_bytes for r in refs) + sum(retired),
         )
+
+    def dead_profile(self, table_id: int) -> DeadProfile:
+        """`dead_files` for every threshold at once, from one pass over the table: what a
+        status view asking about many thresholds (one per protection) uses."""
+        tl = self._log(table_id)
+        forgotten = tl.forgotten_ts
+        items: list[tuple[int, int, int]] = []  # (dead from threshold, count, bytes)
+        for e in tl.files.values():
+            gone = [t for t in (e.removed_ts, forgotten) if t is not None]
+            if gone:
+                items.append((min(gone), 1, e.size_bytes))
+        for r in tl.manifests.values():
+            # TableLog.manifest_dead_at: forgotten, truncated, or every entry removed.
+            dead_from = [t for t in (forgotten, r.removed_all_ts) if t is not None]
+            if r.live_count == 0:
+                dead_from.append(r.max_removed_ts)
+            if dead_from:
+                items.append((min(dead_from), r.entry_count + 1, r.size_bytes))
+        items += [(tm, 1, size) for tm, size in tl.retired.values()]
+        items.sort()
+        stamps: list[int] = []
+        counts, sizes = [0], [0]
+        for stamp, count, size in items:
+            stamps.append(stamp)
+            counts.append(counts[-1] + count)
+            sizes.append(sizes[-1] + size)
+        return DeadProfile(stamps=tuple(stamps), counts=tuple(counts), sizes=tuple(sizes))
 
     def purge_dead(self, table_id: int, threshold: int) -> tuple[int, int]:
         """Move file entries dead at `threshold` into the table's GC queue, oldest first, while

@@ -13,7 +13,12 @@ the state machine checks again when it applies it (metastore/gc.py):
    refuses file listings while its safe time trails its clock by more than
    read_staleness_max_ms (server `_check_fresh_for_files`), so by then any node that lists
    files has applied the entry and refuses reads below the threshold.
-3. `GcFilesDeleted(paths)` then drops them from the queue (and from snapshots).
+3. `GcFilesDeleted(paths)` then drops them from the queue (and from snapshots). A path that is
+   referenced again - by a file entry or a live manifest of any registered incarnation at an
+   overlapping location, the table's own included - is dropped from the queue but left on disk:
+   it is live data again. (A table dropped and re-created under its name shares its location
+   and may commit the old files; a file removed, folded into a manifest and committed again
+   is both in a dead manifest and live.)
 4. Orphans: files under a table's location that no incarnation references or has queued, older
    than `gc_orphan_grace_ms` (by mtime) and not in the attempt directory of a live session
    (`_txn/<session id>--...`, see spark_bridge/files.py). They never were in the state, so they
@@ -32,6 +37,7 @@ import logging
 import os
 import time
 from collections.abc import Iterable
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -45,6 +51,7 @@ from metastore.commands import (
     ReleaseProtection,
     TableName,
     encode_command,
+    location_contains,
 )
 from metastore.daemon.metrics import NodeMetrics
 from metastore.daemon.statemachine import CatalogStateMachine
@@ -142,6 +149,8 @@ class GcWorker:
         self.interval_ms = interval_ms
         self.orphan_grace_ms = orphan_grace_ms
         self._rate = _RateLimiter(delete_files_per_s)
+        # (location, sha256) -> path keys a manifest lists, for one run (manifests never change).
+        self._listed: dict[tuple[str, str], frozenset[str]] = {}
         self._lock = asyncio.Lock()  # one run at a time (schedule and `gc run` share it)
         self.last_run: dict[str, Any] = {}
 
@@ -183,6 +192,7 @@ class GcWorker:
             started = time.monotonic()
             # Queues another leader filled since our last run may be newer than what we noted.
             self._queued_by_tm.clear()
+            self._listed.clear()
             state = self.sm.state
             ids = [
                 i
@@ -273,17 +283,40 @@ class GcWorker:
                 return done
             chunk = list(queue.items())[:DELETE_CHUNK_FILES]
             await self._rate.take(len(chunk))
+            keep = await self._still_referenced(inc.table_id)
+            if keep is None:
+                return done  # stays queued: the next run tries again
+            doomed = [p for p, _ in chunk if _path_key(location, p) not in keep]
             deleted_bytes = await asyncio.to_thread(
-                _delete_files, location, [p for p, _ in chunk], sizes=dict(chunk)
+                _delete_files, location, doomed, sizes=dict(chunk)
             )
             await self._propose(
                 GcFilesDeleted(
                     table=inc.name, table_id=inc.table_id, paths=tuple(p for p, _ in chunk)
                 )
             )
-            report.files_deleted += len(chunk)
+            report.files_deleted += len(doomed)
             report.bytes_deleted += deleted_bytes
             done += len(chunk)
+
+    async def _still_referenced(self, table_id: int) -> _Referenced | None:
+        """Path keys (`_path_key`) that registered incarnations at a location equal to, inside
+        or around that of `table_id` (itself included) reference through a file entry or a live
+        manifest: GC of `table_id` must leave those files on disk. None when one of those
+        manifests cannot be read (its list cannot be trusted: nothing is deleted now)."""
+        for _ in range(3):
+            # Taken again after reading manifests: what commits applied meanwhile is in it.
+            paths, refs = _referenced_near(self.sm.state, table_id)
+            missing = [(loc, ref) for loc, ref in refs if (loc, ref.sha256) not in self._listed]
+            if not missing:
+                # No union: a table's manifests can list a million entries, and this runs on
+                # the event loop for every deletion chunk.
+                return _Referenced((paths, *(self._listed[(loc, r.sha256)] for loc, r in refs)))
+            listed = await asyncio.to_thread(_listed_paths, missing)
+            if listed is None:
+                return None
+            self._listed.update(listed)
+        return None  # manifests keep changing under us: try again in the next run
 
     async def _await_read_fence(self, table_id: int) -> None:
         """Wait until read_fence_ms has passed since the entry that queued the table's files
@@ -314,19 +347,31 @@ class GcWorker:
                 entries = []
             listed = [e.path for e in entries]
             sizes = {e.path: e.size_bytes for e in entries}
+            trusted = True
             for start in range(0, len(listed), DELETE_CHUNK_FILES):
                 chunk = listed[start : start + DELETE_CHUNK_FILES]
                 await self._rate.take(len(chunk))
+                keep = await self._still_referenced(inc.table_id)
+                if keep is None:
+                    trusted = False
+                    break
+                doomed = [p for p in chunk if _path_key(location, p) not in keep]
                 report.bytes_deleted += await asyncio.to_thread(
-                    _delete_files, location, chunk, sizes=sizes
+                    _delete_files, location, doomed, sizes=sizes
                 )
-                report.files_deleted += len(chunk)
-            await asyncio.to_thread(_delete_files, location, [path], sizes={path: ref.size_bytes})
+                report.files_deleted += len(doomed)
+            keep = await self._still_referenced(inc.table_id) if trusted else None
+            if keep is None:
+                continue  # stays queued: the next run expands it again
+            if _path_key(location, path) not in keep:
+                await asyncio.to_thread(
+                    _delete_files, location, [path], sizes={path: ref.size_bytes}
+                )
+                report.files_deleted += 1
+                report.bytes_deleted += ref.size_bytes
             await self._propose(
                 GcFilesDeleted(table=inc.name, table_id=inc.table_id, paths=(path,))
             )
-            report.files_deleted += 1
-            report.bytes_deleted += ref.size_bytes
             done += len(listed) + 1
         return done
 
@@ -350,15 +395,23 @@ class GcWorker:
                 skipped.append(location)
                 continue
             in_manifests: set[str] = set()
-            if location in manifests:
-                # Files listed only in manifest files (metastore.manifests) are referenced
-                # although the state does not list them: read every manifest first, and skip
-                # the location if one cannot be read (its list cannot be trusted).
-                listed = await asyncio.to_thread(_manifest_paths, location, manifests[location])
-                if listed is None:
-                    skipped.append(location)
+            # Files listed only in manifest files (metastore.manifests) are referenced although
+            # the state does not list them: read every manifest of every location the scan
+            # walks (this one and any inside it: a table may live inside a dropped table's
+            # directory) first, and skip the location if one cannot be read (its list cannot
+            # be trusted).
+            trusted = True
+            for inner, refs in manifests.items():
+                if not location_contains(location, inner):
                     continue
-                in_manifests = listed
+                listed = await asyncio.to_thread(_manifest_paths, inner, refs)
+                if listed is None:
+                    trusted = False
+                    break
+                in_manifests |= listed
+            if not trusted:
+                skipped.append(location)
+                continue
             root = _local_root(location)
             found = await asyncio.to_thread(
                 _scan_orphans, root, referenced, cutoff_s, live_sessions, in_manifests
@@ -467,6 +520,76 @@ def _referenced(state: MetastoreState) -> set[str]:
     return referenced
 
 
+@dataclass(frozen=True, slots=True)
+class _Referenced:
+    """Path keys still referenced (`GcWorker._still_referenced`), as the sets they come in."""
+
+    sets: tuple[AbstractSet[str], ...]
+
+    def __contains__(self, key: object) -> bool:
+        return any(key in s for s in self.sets)
+
+
+def _path_key(location: str, rel: str) -> str:
+    """A file's identity whatever incarnation lists it: its absolute path (normalised when
+    local), so incarnations at nested locations compare too."""
+    root = location.rstrip("/")
+    if "://" in root and not root.startswith("file://"):
+        return f"{root}/{rel}"
+    return os.path.normpath(f"{_local_root(root)}/{rel}")
+
+
+def _referenced_near(
+    state: MetastoreState, table_id: int
+) -> tuple[set[str], list[tuple[str, ManifestRef]]]:
+    """What registered incarnations at a location equal to, inside or around that of
+    `table_id` (itself included) reference: the path keys of their file entries (live or kept
+    for time travel) and live manifest files, and those manifests (whose entries the caller
+    reads). Not what is queued for deletion (the GC queue, dead and replaced manifests). Read
+    on the event loop: the state is not to be walked from a thread."""
+    txns = state.txns
+    location = txns.table_location(table_id)[1]
+    paths: set[str] = set()
+    refs: list[tuple[str, ManifestRef]] = []
+    if not location:
+        return paths, refs
+    for other in txns.table_ids():
+        other_location = txns.table_location(other)[1]
+        if not other_location:
+            continue
+        if not (
+            location_contains(location, other_location)
+            or location_contains(other_location, location)
+        ):
+            continue
+        paths.update(_path_key(other_location, e.path) for e in txns.loose_entries(other))
+        for ref in txns.manifest_refs(other):
+            paths.add(_path_key(other_location, ref.path))
+            refs.append((other_location, ref))
+    return paths, refs
+
+
+def _listed_paths(
+    refs: list[tuple[str, ManifestRef]],
+) -> dict[tuple[str, str], frozenset[str]] | None:
+    """(location, sha256) -> path keys of the entries of each of `refs` ((location, reference)
+    pairs); None if one cannot be read or fails its sha256 check."""
+    from metastore.client.manifest_files import read_manifest
+
+    out: dict[tuple[str, str], frozenset[str]] = {}
+    for location, ref in refs:
+        try:
+            entries = read_manifest(location, ref)
+        except ManifestUnreadableError as exc:
+            log.warning(
+                "GC deletes nothing here now: a manifest that may list its files cannot be read",
+                extra={"location": location, "manifest": ref.path, "error": str(exc)},
+            )
+            return None
+        out[(location, ref.sha256)] = frozenset(_path_key(location, e.path) for e in entries)
+    return out
+
+
 def _manifests_by_location(state: MetastoreState) -> dict[str, list[tuple[ManifestRef, bool]]]:
     """location -> every manifest whose entries are still referenced there: the live ones and
     the dead ones GC has yet to expand (their files go through `_drain_manifests`, after the
@@ -543,15 +666,17 @@ def gc_status(state: MetastoreState, *, now_tm: int, table: TableName | None) ->
         )
         threshold = state.gc.threshold(table_id)
         target = max(threshold, bound.bound)
-        dead_files, dead_bytes = state.txns.dead_files(table_id, target)
+        # One pass over the table for every threshold asked below (one per covering record).
+        dead = state.txns.dead_profile(table_id)
+        dead_files, dead_bytes = dead.at(target)
         queue = state.txns.gc_queue(table_id)
         ttl_ms = ttl_ms_of(inc, state.catalog)
         ttl_bound = max(0, now_tm - (ttl_ms << LOGICAL_BITS))
         covering = state.gc.covering(inc)
         for record in covering:
             if ttl_bound > record.ts - 1:
-                _, by_ttl = state.txns.dead_files(table_id, ttl_bound)
-                _, by_record = state.txns.dead_files(table_id, max(threshold, record.ts - 1))
+                _, by_ttl = dead.at(ttl_bound)
+                _, by_record = dead.at(max(threshold, record.ts - 1))
                 held[record.record_id] += by_ttl - by_record
         stats = state.txns.table_stats(table_id)
         tables.append(

@@ -1594,7 +1594,7 @@ class ApiServer:
                     version=_req_int(item, "version", 1, 2**62),
                 )
             )
-        return tuple(keys)
+        return _distinct_leases(keys)
 
     async def _lease_acquire(self, session: Session, args: Args) -> dict[str, Any]:
         cmd = AcquireLeases(
@@ -1688,7 +1688,7 @@ class ApiServer:
         if session_id is not None:
             if session.role is None or session.role < Role.WRITER:
                 raise ForbiddenError("leasing needs the writer role")
-            cmd = AcquireLeases(session_id=session_id, leases=tuple(keys))
+            cmd = AcquireLeases(session_id=session_id, leases=_distinct_leases(keys))
             applied = await self._propose_command(session, cmd, _timeout(args))
             result["lease"] = applied["result"]
         return result
@@ -2311,6 +2311,16 @@ def _replication(st: NodeStatus) -> dict[str, dict[str, Any]]:
             "snapshot_acked_bytes": link.get("snapshot_transfer_acked_bytes", 0),
         }
     return out
+
+
+def _distinct_leases(keys: list[LeaseKey]) -> tuple[LeaseKey, ...]:
+    """One key per (table id, version), in first-seen order. Names are case-insensitive, so a
+    client naming one table in two spellings (the bridge keys its leases by the names a batch
+    was given) means one lease, and Acquire/ReleaseLeases refuse a key listed twice."""
+    seen: dict[tuple[int, int], LeaseKey] = {}
+    for key in keys:
+        seen.setdefault((key.table_id, key.version), key)
+    return tuple(seen.values())
 
 
 def _admin_only(cmd: Command) -> bool:

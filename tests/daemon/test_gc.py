@@ -336,3 +336,46 @@ def test_protection_lists_are_paged(cluster: MetastoreCluster) -> None:
     finally:
         writer.close()
         raw.close()
+
+
+def test_gc_of_a_dropped_table_keeps_files_its_re_created_successor_references(
+    cluster: MetastoreCluster,
+) -> None:
+    # DROP and CREATE of the same name put the new incarnation at the same (default) location.
+    # A file the dropped incarnation listed that the new one committed again (re-attaching the
+    # data after a mistaken drop) is live data of the new table: GC of the dropped incarnation
+    # must not delete it from disk.
+    table = "gcns.reborn"
+    admin = _client(cluster, role="admin")
+    writer = _client(cluster)
+    try:
+        admin.ddl(f"CREATE TABLE {table} (id BIGINT) TBLPROPERTIES ('gc.ttl' = '1s')")
+        location = _location(writer, table)
+        (location / "data").mkdir(parents=True, exist_ok=True)
+        for name in ("kept.parquet", "gone.parquet"):
+            (location / "data" / name).write_bytes(b"x" * 100)
+        files = [
+            {"path": f"data/{name}", "size_bytes": 100, "row_count": 1}
+            for name in ("kept.parquet", "gone.parquet")
+        ]
+        writer.commit(
+            f"gc-{uuid.uuid4().hex[:8]}", [{"table": table, "schema_version": 1, "add": files}]
+        )
+        admin.ddl(f"DROP TABLE {table}")
+        admin.ddl(f"CREATE TABLE {table} (id BIGINT) TBLPROPERTIES ('gc.ttl' = '1s')")
+        assert _location(writer, table) == location
+        writer.commit(
+            f"gc-{uuid.uuid4().hex[:8]}",
+            [{"table": table, "schema_version": 1, "add": files[:1]}],
+        )
+        time.sleep(1.5)  # past the TTL of the dropped incarnation's drop
+        run = admin.gc_run(table)
+        dropped = [t for t in run["tables"] if t["threshold"] > 0 and t["files_deleted"]]
+        assert dropped, run  # the dropped incarnation was collected
+        assert not (location / "data" / "gone.parquet").exists()
+        assert (location / "data" / "kept.parquet").exists(), "a live file was deleted"
+        listed = writer.files(table)["files"]
+        assert [f["path"] for f in listed] == ["data/kept.parquet"]
+    finally:
+        for cl in (admin, writer):
+            cl.close()

@@ -225,3 +225,48 @@ def test_the_cli_shows_who_blocks_a_change_and_an_admin_can_end_it(
     ended = json.loads(_cli(cluster, "-o", "json", "session", "list", "--all").stdout)["ended"]
     assert any(e["session_id"] == session_id and e["reason"] == "admin" for e in ended)
     writer.close()
+
+
+def test_a_pin_naming_one_table_in_two_spellings_leases_it_once(cluster: MetastoreCluster) -> None:
+    # Table names are case-insensitive: "lz.cased" and "LZ.Cased" are one table, so a batch
+    # that reads one spelling and writes the other pins the same version twice. Its lease
+    # request must name that version once (AcquireLeases refuses a key listed twice), not
+    # fail the whole pin with a non-retryable INVALID_ARGUMENT.
+    admin = _client(cluster, role="admin")
+    admin.ddl("CREATE NAMESPACE IF NOT EXISTS lz")
+    admin.ddl("CREATE TABLE lz.cased (id BIGINT)")
+    writer = _client(cluster)
+    session_id = _open(writer, ttl_ms=60_000)
+    pinned = writer.pin(["lz.cased", "LZ.Cased"], session_id=session_id)
+    assert [p["version"] for p in pinned["pins"]] == [1, 1]
+    assert len(pinned["lease"]["leases"]) == 1
+    held = admin.lease_list("lz.cased")["leases"]
+    assert [(h["session_id"], h["version"]) for h in held] == [(session_id, 1)]
+    assert writer.session_close(session_id)["closed"] is True
+    for c in (admin, writer):
+        c.close()
+
+
+def test_leases_named_in_two_spellings_are_released_and_acquired_as_one(
+    cluster: MetastoreCluster,
+) -> None:
+    # The bridge builds its lease keys from the pins, one per name it was given: a batch that
+    # named one table in two spellings releases (and re-acquires) both keys in one request.
+    # ReleaseLeases refuses a key listed twice, so the release failed every time and the lease
+    # stayed until the session ended, blocking the table's schema changes all that while.
+    admin = _client(cluster, role="admin")
+    admin.ddl("CREATE NAMESPACE IF NOT EXISTS lz")
+    admin.ddl("CREATE TABLE lz.twice (id BIGINT)")
+    writer = _client(cluster)
+    session_id = _open(writer, ttl_ms=60_000)
+    pins = writer.pin(["lz.twice", "LZ.Twice"], session_id=session_id)["pins"]
+    keys = [{"table": p["table"], "table_id": p["table_id"], "version": p["version"]} for p in pins]
+    assert keys[0]["table"] != keys[1]["table"]
+    assert writer.lease_release(session_id, keys)["released"] == 1
+    assert admin.lease_list("lz.twice")["leases"] == []
+    acquired = writer.lease_acquire(session_id, keys)
+    assert [h["session_id"] for h in admin.lease_list("lz.twice")["leases"]] == [session_id]
+    assert len(acquired["leases"]) == 1
+    assert writer.session_close(session_id)["closed"] is True
+    for c in (admin, writer):
+        c.close()

@@ -365,3 +365,81 @@ def test_compact_errors_are_typed_with_their_exit_codes(cluster: MetastoreCluste
     assert code == 6 and "FORBIDDEN" in text, text
     code, text = run("writer", "compact", "--keep-loose", "-1", TABLE)
     assert code == 2, text
+
+
+def test_gc_of_a_dead_manifest_keeps_a_file_committed_again_since(
+    cluster: MetastoreCluster,
+) -> None:
+    """A file removed, folded into a manifest by a compaction and then committed again (a
+    restore re-attaching it) is live: expanding the old manifest once it is dead must not
+    delete it from disk."""
+    table = "mre.t"
+    client = _client(cluster)
+    try:
+        client.ddl("CREATE NAMESPACE mre")
+        client.ddl(f"CREATE TABLE {table} (id BIGINT) TBLPROPERTIES ('gc.ttl' = '1s')")
+        location = str(client.schema_at(table)["location"])
+        rel = "_txn/r/c.parquet"
+        os.makedirs(f"{location}/_txn/r", exist_ok=True)
+        with open(f"{location}/{rel}", "wb") as f:
+            f.write(b"x" * 10)
+
+        def commit(txn: str, *, add: bool = False, remove: bool = False) -> None:
+            write = {
+                "table": table,
+                "schema_version": 1,
+                "add": [{"path": rel, "size_bytes": 10, "row_count": 1}] if add else [],
+                "remove": [rel] if remove else [],
+            }
+            client.commit(txn, [write])
+
+        commit("re1", add=True)
+        assert compact_table(client, table)["compacted"]  # [c]
+        commit("re2", remove=True)  # a delete entry
+        assert compact_table(client, table)["compacted"]  # folded: [c-]
+        commit("re3", add=True)  # the same file, live again (loose)
+        time.sleep(1.5)  # past the table's 1 s TTL: [c-] is dead
+        client.gc_run(table)
+        assert [f["path"] for f in client.files(table)["files"]] == [rel]
+    finally:
+        client.close()
+    assert os.path.exists(f"{location}/{rel}"), "a live file was deleted"
+
+
+def test_the_orphan_scan_of_a_dropped_table_spares_manifest_entries_of_a_table_inside_it(
+    cluster: MetastoreCluster,
+) -> None:
+    """A table may be created inside a dropped table's directory (only live locations may not
+    overlap). The dropped incarnation stays registered, so GC scans its directory for orphans;
+    files listed only in the inner table's manifests are referenced, not orphans."""
+    client = _client(cluster)
+    try:
+        client.ddl("CREATE NAMESPACE mnest")
+        client.ddl("CREATE TABLE mnest.parent (id BIGINT)")
+        outer = str(client.schema_at("mnest.parent")["location"])
+        client.ddl("DROP TABLE mnest.parent")
+        client.ddl(f"CREATE TABLE mnest.child (id BIGINT) LOCATION '{outer}/inner'")
+        inner = str(client.schema_at("mnest.child")["location"])
+        assert inner == f"{outer}/inner"
+        kept = [f"_txn/k/{n}.parquet" for n in "ab"]
+        os.makedirs(f"{inner}/_txn/k", exist_ok=True)
+        for rel in kept:
+            with open(f"{inner}/{rel}", "wb") as f:
+                f.write(b"x" * 10)
+        write = {
+            "table": "mnest.child",
+            "schema_version": 1,
+            "add": [{"path": rel, "size_bytes": 10, "row_count": 1} for rel in kept],
+        }
+        client.commit("nest-1", [write])
+        assert compact_table(client, "mnest.child")["compacted"]  # listed in a manifest only
+        two_hours_ago = time.time() - 7_200  # older than the orphan grace (1 h by default)
+        for dirpath, _, names in os.walk(outer):
+            for name in names:
+                os.utime(f"{dirpath}/{name}", (two_hours_ago, two_hours_ago))
+        client.gc_run("mnest.parent")
+        assert sorted(f["path"] for f in client.files("mnest.child")["files"]) == kept
+    finally:
+        client.close()
+    for rel in kept:
+        assert os.path.exists(f"{inner}/{rel}"), f"{rel} was deleted as an orphan"

@@ -370,6 +370,10 @@ def test_gc_deletes_replaced_manifests_and_expands_dead_ones_once_below_the_thre
     now = d.state.table_upper() - 1
     want = full_files(d, store, now)
     assert [f[0] for f in want] == ["b", "e"]
+    profile = d.state.txns.dead_profile(tid)  # gc status: dead_files at every threshold
+    assert profile.stamps
+    for ts in {0, t1, t4, now, *profile.stamps, *(s - 1 for s in profile.stamps)}:
+        assert profile.at(ts) == d.state.txns.dead_files(tid, ts), ts
     ok(d, AdvanceGcThreshold(table=A, table_id=tid, up_to=d.tm))  # clamped to Tm - TTL
     queue = d.state.txns.gc_queue(tid)
     dead = d.state.txns.gc_manifests(tid)
