@@ -237,7 +237,15 @@ def _path(node: object) -> Path:
     if isinstance(node, exp.Identifier):
         return (_identifier(node, "column"),)
     if isinstance(node, exp.Dot):
-        return (*_path(node.this), *_path(node.expression))
+        # `a.b.c...` is a left-leaning chain of Dots, as deep as the name has parts: walk it
+        # without recursion, so a hostile name of thousands of parts is a typed error later
+        # (depth or length limits), not a RecursionError.
+        tails: list[Path] = []
+        while isinstance(node, exp.Dot):
+            tails.append(_path(node.expression))
+            node = node.this
+        head = _path(node)
+        return tuple(part for p in (head, *reversed(tails)) for part in p)
     if isinstance(node, exp.Column):
         parts = node.parts
         if not parts:

@@ -458,6 +458,27 @@ def test_arbitrary_text_only_raises_metastore_errors(sql: str) -> None:
         parse_ddl(sql)
 
 
+_LONG_PATH = ".".join(["a"] * 3000)  # well under MAX_STATEMENT_BYTES
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        f"ALTER TABLE ns.t RENAME COLUMN {_LONG_PATH} TO b",
+        f"ALTER TABLE ns.t DROP COLUMN {_LONG_PATH}",
+        f"ALTER TABLE ns.t DROP COLUMNS ({_LONG_PATH})",
+        f"ALTER TABLE ns.t ADD COLUMN {_LONG_PATH} INT",
+        f"ALTER TABLE ns.t SET TBLPROPERTIES ({_LONG_PATH}='1')",
+        f"CREATE TABLE ns.t (a INT) TBLPROPERTIES ({_LONG_PATH}='1')",
+    ],
+)
+def test_a_very_long_dotted_name_is_a_typed_error(sql: str) -> None:
+    """A dotted name of thousands of parts is a chain of thousands of nested Dot nodes; walking
+    it recursively raised RecursionError (the daemon's INTERNAL error) instead of a typed one."""
+    with pytest.raises(MetastoreError):
+        parse_ddl(sql)
+
+
 def test_lone_surrogates_are_refused_cleanly() -> None:
     with pytest.raises(InvalidArgumentError):
         parse_ddl("CREATE TABLE ns.t (a INT COMMENT '\ud800')")
