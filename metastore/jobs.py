@@ -37,8 +37,9 @@ predates it. Public is published only if the backfill is still good, or none was
 table had no live files when write-only was published and nothing old was written since.
 
 Cancelling (`CancelSchemaJob`) publishes the last public version's shape again: a column being
-dropped becomes public again (at its old position), a column being added disappears (its field
-id is never reused). A job whose table is dropped ends as `aborted`.
+dropped becomes public again (at its old position, nullable: writers of the write-only version
+filled it with NULL), a column being added disappears (its field id is never reused). A job
+whose table is dropped ends as `aborted`.
 
 Invariants (checked by `check_invariants`): every running job's table is live and its pending
 column is in the table's latest version in the state the job's step says; every pending column
@@ -452,7 +453,10 @@ class SchemaJobs:
         if job.kind == DROP_COLUMN:
             index = min(job.position, len(current.schema.columns))
             columns = list(current.schema.columns)
-            columns.insert(index, job.column)
+            # Writers of the write-only version filled the column with NULL (it was nullable
+            # there), and may still commit after this rollback while that version is one of
+            # the two latest active: so it comes back nullable, never NOT NULL.
+            columns.insert(index, replace(job.column, nullable=True))
             schema = Schema(columns=tuple(columns))
         else:
             schema = current.schema

@@ -322,11 +322,31 @@ def test_cancelling_a_drop_puts_the_column_back_where_it_was() -> None:
     assert result["job_id"] == job_id
     assert names(d) == ["a", "b", "c"]
     b = d.state.current(T).schema.columns[1]
-    assert (b.field_id, b.nullable) == (2, False)
+    # b was NOT NULL; it comes back nullable: see the test below.
+    assert (b.field_id, b.nullable) == (2, True)
     job = d.state.jobs.get(job_id)
     assert (job.status, job.ended_by) == ("cancelled", "alice")
     refused(d, CancelSchemaJob(job_id=job_id), SchemaJobStateError)
     refused(d, AdvanceSchemaJob(job_id=job_id, step=0), SchemaJobStateError)
+
+
+def test_a_cancelled_drop_of_a_not_null_column_brings_it_back_nullable() -> None:
+    """While b (NOT NULL, no DEFAULT) is being dropped, writers of the write-only version fill
+    it with NULL, and they may still commit after the cancel (that version stays one of the two
+    latest active). Restoring b as NOT NULL made the schema promise what the files break: a
+    Spark reader trusting it drops `b IS NULL` filters and reads NULLs from a NOT NULL column."""
+    d = table_driver()
+    job_id = job_of(d.ok("ALTER TABLE ns.t DROP COLUMN b"))
+    write_only = d.state.current(T)
+    [pending] = write_only.pending
+    assert pending.column.name == "b" and pending.column.nullable  # NULL-filled meanwhile
+    commit(d, "during-drop", version=write_only.version)
+    ok(d, CancelSchemaJob(job_id=job_id, by="alice"), step_ms=SETTLE_MS)
+    # A writer of the write-only version still commits after the cancel.
+    commit(d, "after-cancel", version=write_only.version)
+    b = d.state.current(T).schema.columns[1]
+    assert (b.name, b.field_id) == ("b", 2)
+    assert b.nullable, "files of the write-only version hold NULLs in b"
 
 
 def test_a_cancel_blocked_by_leases_is_recorded_and_wins_over_the_next_step() -> None:
