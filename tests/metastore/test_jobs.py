@@ -12,6 +12,7 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
+from metastore import limits
 from metastore.commands import (
     AcquireLeases,
     AdvanceSchemaJob,
@@ -36,6 +37,7 @@ from metastore.ddl import parse_ddl
 from metastore.errors import (
     BackfillIncompleteError,
     InvalidArgumentError,
+    LimitExceededError,
     MetastoreError,
     SchemaChangeBlockedError,
     SchemaJobConflictError,
@@ -180,6 +182,22 @@ def test_the_gate_holds_a_step_while_a_lease_sits_two_versions_behind() -> None:
     ok(d, ReleaseLeases(session_id="s1", leases=(key,)))
     advance(d, job_id)
     assert d.state.jobs.get(job_id).status == "succeeded"
+
+
+def test_a_pending_column_counts_towards_the_column_limit() -> None:
+    """Writers of a version write its public and write-only columns, and a job's last step
+    makes its column public. When one-step ADD COLUMNs could fill the public schema up to
+    MAX_COLUMNS_PER_TABLE while a job's column was pending, the job's next step was refused
+    (LIMIT_EXCEEDED) at every try, forever: the leader's worker saw nothing to wait for and
+    proposed it again every poll, and the job never ended."""
+    width = limits.MAX_COLUMNS_PER_TABLE - 2
+    d = table_driver(", ".join(f"c{i} INT" for i in range(width)))
+    job_id = job_of(d.ok("ALTER TABLE ns.t ADD COLUMN n INT NOT NULL DEFAULT 1"))
+    d.ok("ALTER TABLE ns.t ADD COLUMN x INT")  # width + 1 public, n pending: the limit
+    refused(d, parse_ddl("ALTER TABLE ns.t ADD COLUMN y INT"), LimitExceededError)
+    d.finish_jobs()
+    assert d.state.jobs.get(job_id).status == "succeeded"
+    assert len(d.state.current(T).schema.columns) == limits.MAX_COLUMNS_PER_TABLE
 
 
 def test_a_pending_column_keeps_its_name_until_the_job_ends() -> None:
