@@ -471,7 +471,8 @@ class SchemaJobs:
             before_publish=lambda i: sessions.check_publish(i, tm=tm),
         )
         self._write_step(job, job.step, applied, tm=tm, status=CANCELLED, ended_by=by)
-        return self._reply(job.job_id, applied)
+        result, effects = self._reply(job.job_id, applied)
+        return {**result, "status": CANCELLED}, effects
 
     def backfilled(self, cmd: SchemaJobBackfilled, *, tm: int) -> Result:
         job = self._get(cmd.job_id)
