@@ -681,7 +681,7 @@ class SchemaJobs:
 class JobWait:
     """What a running job's next step waits for at `now` ("" = nothing: propose it)."""
 
-    reason: str  # "", "activation", "leases", "backfill", "table_dropped", "finished"
+    reason: str  # "", "activation", "leases", "backfill", "limit", "table_dropped", "finished"
     message: str
     until_tm: int | None = None  # activation: the HLC time the step waits for
     blockers: tuple[Result, ...] = ()  # leases: who holds the versions in the way
@@ -714,6 +714,14 @@ def next_step_wait(
         return JobWait(reason="finished", message=f"nothing: the job has ended ({job.status})")
     if inc is None or last is None:
         return JobWait(reason="table_dropped", message="its table was dropped")
+    if len(inc.versions) >= limits.MAX_SCHEMA_VERSIONS_PER_TABLE:
+        # Apply refuses every next version (the step's, or the cancel's rollback): proposing
+        # it would only append a refused entry every poll. Dropping the table ends the job.
+        return JobWait(
+            reason="limit",
+            message=f"{job.table} has reached MAX_SCHEMA_VERSIONS_PER_TABLE="
+            f"{limits.MAX_SCHEMA_VERSIONS_PER_TABLE}: no further version can be published",
+        )
     if job.cancel_requested:
         held = sessions.blockers(inc, tm=now_tm)
         if held:

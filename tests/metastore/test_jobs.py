@@ -184,6 +184,24 @@ def test_the_gate_holds_a_step_while_a_lease_sits_two_versions_behind() -> None:
     assert d.state.jobs.get(job_id).status == "succeeded"
 
 
+def test_a_step_the_version_limit_refuses_is_not_proposed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A table at MAX_SCHEMA_VERSIONS_PER_TABLE cannot publish a job's next step: apply refuses
+    it (LIMIT_EXCEEDED) every time. next_step_wait said there was nothing to wait for, so the
+    leader's worker proposed the refused step again every poll, forever (a Raft entry each)."""
+    monkeypatch.setattr(limits, "MAX_SCHEMA_VERSIONS_PER_TABLE", 3)
+    d = table_driver()
+    job_id = job_of(d.ok("ALTER TABLE ns.t DROP COLUMN b"))  # v2
+    d.ok("ALTER TABLE ns.t SET TBLPROPERTIES ('k'='v')")  # v3: the limit
+    d.tm += SETTLE_MS * MS
+    job = d.state.jobs.get(job_id)
+    refused(d, AdvanceSchemaJob(job_id=job_id, step=job.step), LimitExceededError)
+    wait = next_step_wait(
+        job, catalog=d.state.catalog, sessions=d.state.sessions, now_tm=d.tm, cs_max=0
+    )
+    assert wait.reason == "limit"
+    assert "MAX_SCHEMA_VERSIONS_PER_TABLE" in wait.message
+
+
 def test_a_pending_column_counts_towards_the_column_limit() -> None:
     """Writers of a version write its public and write-only columns, and a job's last step
     makes its column public. When one-step ADD COLUMNs could fill the public schema up to
