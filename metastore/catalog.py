@@ -625,6 +625,18 @@ class Catalog:
                 f"schema versions of {name}",
             )
         validate_schema(schema, ids_assigned=True)
+        if pending:
+            # Pending columns count too: writers write them, and a job's last step (or a
+            # cancelled drop) makes them public without adding any, so a step can never be
+            # refused by the limit once its job has started.
+            count = Schema(columns=schema.columns + tuple(p.column for p in pending)).field_count()
+            if count > limits.MAX_COLUMNS_PER_TABLE:
+                raise limit_exceeded(
+                    "MAX_COLUMNS_PER_TABLE",
+                    limits.MAX_COLUMNS_PER_TABLE,
+                    count,
+                    f"columns incl. nested of {name}, with those of running schema change jobs",
+                )
         if before_publish is not None:
             before_publish(inc)
         tu = tm + dd

@@ -146,8 +146,36 @@ def parse_ddl(sql: str, *, request_id: str = "", warehouse: str = "") -> Command
             f"{stmt.key.upper()} statements are not supported; supported: {SUPPORTED}",
             details={"statement": stmt.key.upper()},
         )
+    _refuse_null_defaults(cmd)
     validate_command(cmd)
     return cmd
+
+
+def _refuse_null_defaults(cmd: Command) -> None:
+    """A NOT NULL column whose DEFAULT is the NULL literal: writers fill a column they do not
+    write with its DEFAULT and check NOT NULL row by row, so every such write would fail (an
+    ADD COLUMN job's write-only step would break every writer of the table). Checked here, on
+    the receiving node, not in apply: entries already in a log keep applying as they did."""
+    if isinstance(cmd, CreateTable):
+        columns = list(cmd.schema.columns)
+    elif isinstance(cmd, AlterTable):
+        columns = [c.column for c in cmd.changes if isinstance(c, AddColumn) and not c.parent]
+    else:
+        return
+    for column in columns:
+        if column.nullable or column.default_sql is None:
+            continue
+        try:
+            node: object = sqlglot.parse_one(column.default_sql, read="spark")
+        except Exception:  # noqa: BLE001  (canonical text we rendered; see _sqlglot_parse)
+            continue
+        while isinstance(node, exp.Paren | exp.Cast):
+            node = node.this
+        if isinstance(node, exp.Null):
+            raise InvalidArgumentError(
+                f"column {column.name} is NOT NULL but its DEFAULT is NULL",
+                details={"column": column.name, "default": column.default_sql},
+            )
 
 
 # --------------------------------------------------------------------------------------------
@@ -237,7 +265,15 @@ def _path(node: object) -> Path:
     if isinstance(node, exp.Identifier):
         return (_identifier(node, "column"),)
     if isinstance(node, exp.Dot):
-        return (*_path(node.this), *_path(node.expression))
+        # `a.b.c...` is a left-leaning chain of Dots, as deep as the name has parts: walk it
+        # without recursion, so a hostile name of thousands of parts is a typed error later
+        # (depth or length limits), not a RecursionError.
+        tails: list[Path] = []
+        while isinstance(node, exp.Dot):
+            tails.append(_path(node.expression))
+            node = node.this
+        head = _path(node)
+        return tuple(part for p in (head, *reversed(tails)) for part in p)
     if isinstance(node, exp.Column):
         parts = node.parts
         if not parts:

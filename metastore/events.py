@@ -9,7 +9,9 @@ Which events (every one carries `kind`, `tm` and `index` of its entry):
 * `schema_published`: table, table_id, version, tu, change (version 1 is the CREATE);
 * `table_dropped`: table, table_id, tu (also one per table of DROP NAMESPACE CASCADE);
 * `commit`: ts, txn_id, tables, files_added, files_removed, rows_added;
-* `schema_job`: job_id, what (started, advanced, backfilled, cancelled; `job show` has the rest);
+* `schema_job`: job_id, what (started, advanced, backfilled, cancelled, aborted, or
+  cancel_requested for a cancel held up by leases: the job rolls back later, as `cancelled`;
+  `job show` has the rest);
 * `session_opened` / `session_ended` (closed, expired; by and reason), `leases_acquired` /
   `leases_released`: session_id and the (table, version) pairs; heartbeats are not events;
 * `protected` / `protection_released`: record_id, ts, reason.
@@ -173,6 +175,10 @@ def events_of(command: Command, outcome: Outcome, *, tm: int, index: int) -> lis
             CancelSchemaJob: "cancelled",
             SchemaJobBackfilled: "backfilled",
         }[type(command)]
+        if result.get("cancel_requested"):
+            what = "cancel_requested"  # held up by leases: the job still runs, rolls back later
+        elif result.get("status") in ("cancelled", "aborted"):
+            what = str(result["status"])  # the rollback (or the end) a step or cancel made
         out.append({**head, "kind": "schema_job", "job_id": job_id, "what": what})
     return out
 

@@ -37,8 +37,9 @@ predates it. Public is published only if the backfill is still good, or none was
 table had no live files when write-only was published and nothing old was written since.
 
 Cancelling (`CancelSchemaJob`) publishes the last public version's shape again: a column being
-dropped becomes public again (at its old position), a column being added disappears (its field
-id is never reused). A job whose table is dropped ends as `aborted`.
+dropped becomes public again (at its old position, nullable: writers of the write-only version
+filled it with NULL), a column being added disappears (its field id is never reused). A job
+whose table is dropped ends as `aborted`.
 
 Invariants (checked by `check_invariants`): every running job's table is live and its pending
 column is in the table's latest version in the state the job's step says; every pending column
@@ -452,7 +453,10 @@ class SchemaJobs:
         if job.kind == DROP_COLUMN:
             index = min(job.position, len(current.schema.columns))
             columns = list(current.schema.columns)
-            columns.insert(index, job.column)
+            # Writers of the write-only version filled the column with NULL (it was nullable
+            # there), and may still commit after this rollback while that version is one of
+            # the two latest active: so it comes back nullable, never NOT NULL.
+            columns.insert(index, replace(job.column, nullable=True))
             schema = Schema(columns=tuple(columns))
         else:
             schema = current.schema
@@ -467,7 +471,8 @@ class SchemaJobs:
             before_publish=lambda i: sessions.check_publish(i, tm=tm),
         )
         self._write_step(job, job.step, applied, tm=tm, status=CANCELLED, ended_by=by)
-        return self._reply(job.job_id, applied)
+        result, effects = self._reply(job.job_id, applied)
+        return {**result, "status": CANCELLED}, effects
 
     def backfilled(self, cmd: SchemaJobBackfilled, *, tm: int) -> Result:
         job = self._get(cmd.job_id)
@@ -676,7 +681,7 @@ class SchemaJobs:
 class JobWait:
     """What a running job's next step waits for at `now` ("" = nothing: propose it)."""
 
-    reason: str  # "", "activation", "leases", "backfill", "table_dropped", "finished"
+    reason: str  # "", "activation", "leases", "backfill", "limit", "table_dropped", "finished"
     message: str
     until_tm: int | None = None  # activation: the HLC time the step waits for
     blockers: tuple[Result, ...] = ()  # leases: who holds the versions in the way
@@ -709,6 +714,14 @@ def next_step_wait(
         return JobWait(reason="finished", message=f"nothing: the job has ended ({job.status})")
     if inc is None or last is None:
         return JobWait(reason="table_dropped", message="its table was dropped")
+    if len(inc.versions) >= limits.MAX_SCHEMA_VERSIONS_PER_TABLE:
+        # Apply refuses every next version (the step's, or the cancel's rollback): proposing
+        # it would only append a refused entry every poll. Dropping the table ends the job.
+        return JobWait(
+            reason="limit",
+            message=f"{job.table} has reached MAX_SCHEMA_VERSIONS_PER_TABLE="
+            f"{limits.MAX_SCHEMA_VERSIONS_PER_TABLE}: no further version can be published",
+        )
     if job.cancel_requested:
         held = sessions.blockers(inc, tm=now_tm)
         if held:

@@ -458,6 +458,60 @@ def test_arbitrary_text_only_raises_metastore_errors(sql: str) -> None:
         parse_ddl(sql)
 
 
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "ALTER TABLE ns.t ADD COLUMN n INT NOT NULL DEFAULT NULL",
+        "ALTER TABLE ns.t ADD COLUMN n INT NOT NULL DEFAULT (NULL)",
+        "ALTER TABLE ns.t ADD COLUMN n INT NOT NULL DEFAULT CAST(NULL AS INT)",
+        "ALTER TABLE ns.t ADD COLUMN n INT DEFAULT NULL NOT NULL FIRST",  # the hand parser
+        "ALTER TABLE ns.t ADD COLUMNS (m INT, n INT NOT NULL DEFAULT null)",
+        "CREATE TABLE ns.t (a INT, n INT NOT NULL DEFAULT NULL)",
+    ],
+)
+def test_a_not_null_column_with_a_null_default_is_refused(sql: str) -> None:
+    """Writers fill a column they do not write with its DEFAULT and check NOT NULL row by row
+    (spark_bridge.conform): a NULL default on a NOT NULL column fails every such write. Added by
+    a schema change job, it made every batch writing the table fail from its write-only step
+    on, and no backfill could finish."""
+    with pytest.raises(InvalidArgumentError, match="NULL"):
+        parse_ddl(sql)
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "ALTER TABLE ns.t ADD COLUMN n INT DEFAULT NULL",
+        "ALTER TABLE ns.t ADD COLUMN n INT NOT NULL DEFAULT 0",
+        "ALTER TABLE ns.t ADD COLUMN n STRING NOT NULL DEFAULT 'NULL'",
+        "CREATE TABLE ns.t (n INT NOT NULL DEFAULT coalesce(NULL, 1))",
+    ],
+)
+def test_null_defaults_on_nullable_columns_and_non_null_defaults_parse(sql: str) -> None:
+    parse_ddl(sql)
+
+
+_LONG_PATH = ".".join(["a"] * 3000)  # well under MAX_STATEMENT_BYTES
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        f"ALTER TABLE ns.t RENAME COLUMN {_LONG_PATH} TO b",
+        f"ALTER TABLE ns.t DROP COLUMN {_LONG_PATH}",
+        f"ALTER TABLE ns.t DROP COLUMNS ({_LONG_PATH})",
+        f"ALTER TABLE ns.t ADD COLUMN {_LONG_PATH} INT",
+        f"ALTER TABLE ns.t SET TBLPROPERTIES ({_LONG_PATH}='1')",
+        f"CREATE TABLE ns.t (a INT) TBLPROPERTIES ({_LONG_PATH}='1')",
+    ],
+)
+def test_a_very_long_dotted_name_is_a_typed_error(sql: str) -> None:
+    """A dotted name of thousands of parts is a chain of thousands of nested Dot nodes; walking
+    it recursively raised RecursionError (the daemon's INTERNAL error) instead of a typed one."""
+    with pytest.raises(MetastoreError):
+        parse_ddl(sql)
+
+
 def test_lone_surrogates_are_refused_cleanly() -> None:
     with pytest.raises(InvalidArgumentError):
         parse_ddl("CREATE TABLE ns.t (a INT COMMENT '\ud800')")

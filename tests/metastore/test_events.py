@@ -7,9 +7,14 @@ from __future__ import annotations
 import pytest
 
 from metastore.commands import (
+    AcquireLeases,
+    AdvanceSchemaJob,
+    CancelSchemaJob,
     CommitTxn,
     DataFile,
+    LeaseKey,
     OpenSession,
+    ReleaseLeases,
     SessionInfo,
     TableName,
     TableWrite,
@@ -57,6 +62,31 @@ def test_ddl_commits_jobs_and_sessions_make_events_refusals_and_retries_do_not()
     assert (opened["kind"], opened["app_id"]) == ("session_opened", "app")
     dropped = applied_events(d, parse_ddl("DROP NAMESPACE ns CASCADE"))
     assert [e["kind"] for e in dropped] == ["namespace_dropped", "table_dropped"]
+
+
+def test_a_cancel_is_an_event_when_it_rolls_the_job_back_not_when_it_is_only_recorded() -> None:
+    """A cancel that leases hold up is only recorded: the job is still running and rolls back
+    later, by the worker's next step. The feed said `cancelled` for the request and `advanced`
+    for the rollback, so a watcher reacting to `cancelled` (re-running its ALTER, say) ran into
+    a job that still held the column."""
+    d = Driver()
+    d.ok("CREATE NAMESPACE ns")
+    d.ok("CREATE TABLE ns.t (a INT, b INT)")
+    d.tm += (DD_MS + 1) * MS
+    d.apply(OpenSession(session_id="s1", info=SessionInfo(app_id="app"), ttl_ms=60_000))
+    key = LeaseKey(table=T, table_id=1, version=1)
+    assert d.apply(AcquireLeases(session_id="s1", leases=(key,))).ok
+    job_id = d.ok("ALTER TABLE ns.t DROP COLUMN b")["job_id"]
+    assert isinstance(job_id, int)
+    [requested] = applied_events(d, CancelSchemaJob(job_id=job_id))
+    assert d.state.jobs.get(job_id).running
+    assert (requested["kind"], requested["what"]) == ("schema_job", "cancel_requested")
+    assert d.apply(ReleaseLeases(session_id="s1", leases=(key,))).ok
+    d.tm += (DD_MS + 1) * MS
+    version, rolled_back = applied_events(d, AdvanceSchemaJob(job_id=job_id, step=0))
+    assert d.state.jobs.get(job_id).status == "cancelled"
+    assert (version["kind"], version["version"]) == ("schema_published", 3)
+    assert (rolled_back["kind"], rolled_back["what"]) == ("schema_job", "cancelled")
 
 
 def _log(kept_max: int = 100) -> EventLog:

@@ -12,6 +12,7 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
+from metastore import limits
 from metastore.commands import (
     AcquireLeases,
     AdvanceSchemaJob,
@@ -36,6 +37,7 @@ from metastore.ddl import parse_ddl
 from metastore.errors import (
     BackfillIncompleteError,
     InvalidArgumentError,
+    LimitExceededError,
     MetastoreError,
     SchemaChangeBlockedError,
     SchemaJobConflictError,
@@ -182,6 +184,40 @@ def test_the_gate_holds_a_step_while_a_lease_sits_two_versions_behind() -> None:
     assert d.state.jobs.get(job_id).status == "succeeded"
 
 
+def test_a_step_the_version_limit_refuses_is_not_proposed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A table at MAX_SCHEMA_VERSIONS_PER_TABLE cannot publish a job's next step: apply refuses
+    it (LIMIT_EXCEEDED) every time. next_step_wait said there was nothing to wait for, so the
+    leader's worker proposed the refused step again every poll, forever (a Raft entry each)."""
+    monkeypatch.setattr(limits, "MAX_SCHEMA_VERSIONS_PER_TABLE", 3)
+    d = table_driver()
+    job_id = job_of(d.ok("ALTER TABLE ns.t DROP COLUMN b"))  # v2
+    d.ok("ALTER TABLE ns.t SET TBLPROPERTIES ('k'='v')")  # v3: the limit
+    d.tm += SETTLE_MS * MS
+    job = d.state.jobs.get(job_id)
+    refused(d, AdvanceSchemaJob(job_id=job_id, step=job.step), LimitExceededError)
+    wait = next_step_wait(
+        job, catalog=d.state.catalog, sessions=d.state.sessions, now_tm=d.tm, cs_max=0
+    )
+    assert wait.reason == "limit"
+    assert "MAX_SCHEMA_VERSIONS_PER_TABLE" in wait.message
+
+
+def test_a_pending_column_counts_towards_the_column_limit() -> None:
+    """Writers of a version write its public and write-only columns, and a job's last step
+    makes its column public. When one-step ADD COLUMNs could fill the public schema up to
+    MAX_COLUMNS_PER_TABLE while a job's column was pending, the job's next step was refused
+    (LIMIT_EXCEEDED) at every try, forever: the leader's worker saw nothing to wait for and
+    proposed it again every poll, and the job never ended."""
+    width = limits.MAX_COLUMNS_PER_TABLE - 2
+    d = table_driver(", ".join(f"c{i} INT" for i in range(width)))
+    job_id = job_of(d.ok("ALTER TABLE ns.t ADD COLUMN n INT NOT NULL DEFAULT 1"))
+    d.ok("ALTER TABLE ns.t ADD COLUMN x INT")  # width + 1 public, n pending: the limit
+    refused(d, parse_ddl("ALTER TABLE ns.t ADD COLUMN y INT"), LimitExceededError)
+    d.finish_jobs()
+    assert d.state.jobs.get(job_id).status == "succeeded"
+    assert len(d.state.current(T).schema.columns) == limits.MAX_COLUMNS_PER_TABLE
+
+
 def test_a_pending_column_keeps_its_name_until_the_job_ends() -> None:
     d = table_driver()
     d.ok("ALTER TABLE ns.t DROP COLUMN b")
@@ -322,11 +358,31 @@ def test_cancelling_a_drop_puts_the_column_back_where_it_was() -> None:
     assert result["job_id"] == job_id
     assert names(d) == ["a", "b", "c"]
     b = d.state.current(T).schema.columns[1]
-    assert (b.field_id, b.nullable) == (2, False)
+    # b was NOT NULL; it comes back nullable: see the test below.
+    assert (b.field_id, b.nullable) == (2, True)
     job = d.state.jobs.get(job_id)
     assert (job.status, job.ended_by) == ("cancelled", "alice")
     refused(d, CancelSchemaJob(job_id=job_id), SchemaJobStateError)
     refused(d, AdvanceSchemaJob(job_id=job_id, step=0), SchemaJobStateError)
+
+
+def test_a_cancelled_drop_of_a_not_null_column_brings_it_back_nullable() -> None:
+    """While b (NOT NULL, no DEFAULT) is being dropped, writers of the write-only version fill
+    it with NULL, and they may still commit after the cancel (that version stays one of the two
+    latest active). Restoring b as NOT NULL made the schema promise what the files break: a
+    Spark reader trusting it drops `b IS NULL` filters and reads NULLs from a NOT NULL column."""
+    d = table_driver()
+    job_id = job_of(d.ok("ALTER TABLE ns.t DROP COLUMN b"))
+    write_only = d.state.current(T)
+    [pending] = write_only.pending
+    assert pending.column.name == "b" and pending.column.nullable  # NULL-filled meanwhile
+    commit(d, "during-drop", version=write_only.version)
+    ok(d, CancelSchemaJob(job_id=job_id, by="alice"), step_ms=SETTLE_MS)
+    # A writer of the write-only version still commits after the cancel.
+    commit(d, "after-cancel", version=write_only.version)
+    b = d.state.current(T).schema.columns[1]
+    assert (b.name, b.field_id) == ("b", 2)
+    assert b.nullable, "files of the write-only version hold NULLs in b"
 
 
 def test_a_cancel_blocked_by_leases_is_recorded_and_wins_over_the_next_step() -> None:
