@@ -606,7 +606,9 @@ class MetastoreClient:
                     f"files of {table}: more than {PAGES_MAX} pages",
                     details={"op": "files", "table": table},
                 )
-            out = {**first, "files": files, "next_page_token": None}
+            out = {**first, "files": files}
+            if "next_page_token" in out:
+                out["next_page_token"] = None  # the caller has every page
             if deletes or "deletes" in first:  # a reply without delete entries stays as it came
                 out["deletes"] = deletes
             return out
