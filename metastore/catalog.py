@@ -520,16 +520,16 @@ class Catalog:
     def _check_location_free(self, location: str) -> None:
         """Refuse a location equal to, inside or around a live table's (O(live tables); CREATE is
         rare next to reads)."""
-        for names in self._live.values():
-            for other in names:
-                held = self._tables[other][-1].location
-                if held and (
-                    location_contains(held, location) or location_contains(location, held)
-                ):
-                    raise InvalidArgumentError(
-                        f"location {location!r} overlaps the location {held!r} of table {other}",
-                        details={"location": location, "table": str(other), "held": held},
-                    )
+        # In name order: `_live` holds sets, whose order can differ between nodes (and after a
+        # snapshot restore), and every node must name the same table in the refusal.
+        live = sorted((name for names in self._live.values() for name in names), key=str)
+        for other in live:
+            held = self._tables[other][-1].location
+            if held and (location_contains(held, location) or location_contains(location, held)):
+                raise InvalidArgumentError(
+                    f"location {location!r} overlaps the location {held!r} of table {other}",
+                    details={"location": location, "table": str(other), "held": held},
+                )
 
     def drop_table(self, cmd: DropTable, *, tm: int, dd: int) -> Applied:
         name = cmd.table

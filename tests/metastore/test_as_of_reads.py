@@ -17,6 +17,7 @@ from metastore.daemon.views import description_view, file_view, namespace_view, 
 from metastore.ddl import parse_ddl
 from metastore.errors import (
     CatalogInvariantError,
+    InvalidArgumentError,
     MalformedSnapshotError,
     MetastoreError,
     NamespaceAlreadyExistsError,
@@ -25,7 +26,7 @@ from metastore.errors import (
     TableNotFoundError,
 )
 from metastore.state import MetastoreState
-from tests.metastore._driver import DD, MS, Driver
+from tests.metastore._driver import DD, MS, Driver, refused
 
 T = TableName.of("ns", "t")
 
@@ -380,3 +381,19 @@ def test_check_invariants_catches_a_live_table_in_a_dropped_namespace() -> None:
     assert live.live
     with pytest.raises(CatalogInvariantError):
         d.state.check_invariants()
+
+
+@pytest.mark.parametrize("order", [("a", "m", "z"), ("z", "m", "a"), ("m", "z", "a")])
+def test_a_location_overlapping_several_tables_names_the_same_one_on_every_node(
+    order: tuple[str, ...],
+) -> None:
+    # The live tables sit in sets, whose iteration order depends on string hashing (a
+    # per-process seed) and on insertion: every node must still give the same refusal.
+    d = Driver()
+    d.ok("CREATE NAMESPACE ns")
+    for name in order:
+        d.ok(f"CREATE TABLE ns.{name} (x INT) LOCATION '/wh/shared/{name}'")
+    e = refused(
+        d, parse_ddl("CREATE TABLE ns.all (x INT) LOCATION '/wh/shared'"), InvalidArgumentError
+    )
+    assert e.details["table"] == "ns.a"
