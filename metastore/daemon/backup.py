@@ -22,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import time
 import uuid
 from dataclasses import dataclass
@@ -134,15 +135,19 @@ def read_file(path: Path) -> tuple[dict[str, Any], bytes]:
 
 
 def restore(path: Path, cluster: ClusterConfig) -> dict[str, Any]:
-    """Seed every member of `cluster` (a new cluster) with the state in `path`."""
+    """Seed every member of `cluster` (a new cluster) with the state in `path`.
+
+    All or nothing: each member's directory is built beside it under a temporary name and
+    renamed into place only once every member's is written, so a failure (disk full, a bad
+    path) leaves no half-restored cluster that a second attempt would refuse as not empty."""
     header, data = read_file(path)
     state = MetastoreState.from_snapshot(data)
     for n in cluster.nodes:
         d = cluster.node_data_dir(n.id)
-        if d.exists() and any(d.iterdir()):
+        if d.exists() and (not d.is_dir() or any(d.iterdir())):
             raise InvalidArgumentError(
-                f"{d} is not empty: restore creates a new cluster; point --config at a fresh "
-                "one (metastore cluster init) or remove its data directories",
+                f"{d} is not empty (or not a directory): restore creates a new cluster; point "
+                "--config at a fresh one (metastore cluster init) or remove its data directories",
                 details={"data_dir": str(d)},
             )
     voters = tuple(sorted(n.id for n in cluster.nodes))
@@ -154,21 +159,47 @@ def restore(path: Path, cluster: ClusterConfig) -> dict[str, Any]:
         conf=ConfState(voters=voters, learners=()),
     )
     snapshot = Snapshot(meta=meta, data=wrap_snapshot_data(data, addresses))
-    for n in cluster.nodes:
-        d = cluster.node_data_dir(n.id)
-        d.mkdir(parents=True, exist_ok=True)
-        wal, _ = WriteAheadLog.open(d / "wal", fsync=True)
-        try:
-            wal.install_snapshot(snapshot)
-            wal.append([], HardState(term=1, vote=0, commit=meta.index))
-        finally:
-            wal.close()
-        identity = {"cluster_id": cluster.cluster_id, "node_id": n.id, "restored_from": header}
-        (d / IDENTITY_FILE).write_text(json.dumps(identity) + "\n")
-        os.chmod(d, 0o700)
+    staged: list[tuple[Path, Path]] = []
+    placed: list[Path] = []
+    try:
+        for n in cluster.nodes:
+            d = cluster.node_data_dir(n.id)
+            tmp = d.with_name(f".{d.name}.restoring")
+            shutil.rmtree(tmp, ignore_errors=True)  # left by an attempt that was killed
+            staged.append((tmp, d))
+            tmp.mkdir(parents=True)
+            wal, _ = WriteAheadLog.open(tmp / "wal", fsync=True)
+            try:
+                wal.install_snapshot(snapshot)
+                wal.append([], HardState(term=1, vote=0, commit=meta.index))
+            finally:
+                wal.close()
+            identity = {"cluster_id": cluster.cluster_id, "node_id": n.id, "restored_from": header}
+            (tmp / IDENTITY_FILE).write_text(json.dumps(identity) + "\n")
+            os.chmod(tmp, 0o700)
+        for tmp, d in staged:
+            if d.exists():
+                d.rmdir()  # checked empty above
+            tmp.rename(d)
+            placed.append(d)
+            _fsync_dir(d.parent)
+    except BaseException:
+        for tmp, _ in staged:
+            shutil.rmtree(tmp, ignore_errors=True)
+        for d in placed:  # they were absent or empty before
+            shutil.rmtree(d, ignore_errors=True)
+        raise
     return {
         "restored_from": header,
         "cluster_id": cluster.cluster_id,
         "members": list(voters),
         "applied_index": meta.index,
     }
+
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
