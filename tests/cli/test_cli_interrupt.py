@@ -61,3 +61,11 @@ def test_ctrl_c_during_a_request_exits_quietly_and_non_zero() -> None:
     assert done.returncode != 0
     assert not any(word in done.stderr for word in NOISE), done.stderr
     assert done.stderr.strip() == "Aborted!", done.stderr
+
+
+def test_ctrl_c_during_watch_says_how_to_resume_only_with_a_real_position() -> None:
+    done = interrupted("watch")
+    assert not any(word in done.stderr for word in NOISE), done.stderr
+    # No event was seen and no position is known: `--from None` would be refused.
+    assert "--from None" not in done.stderr, done.stderr
+    assert done.stderr.strip().startswith("stopped"), done.stderr
