@@ -68,3 +68,15 @@ def test_usage_error_exit_code() -> None:
     done = metastore("table", "describe")
     assert done.returncode == 2
     assert "Missing argument" in done.stderr
+
+
+def test_an_os_error_is_one_error_line_not_a_traceback(tmp_path: Path) -> None:
+    # A directory that cannot be created (its parent is a file): the OS refuses, the CLI says so.
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    done = metastore("cluster", "init", str(blocker / "cluster"), "--cluster-id", "x")
+    assert done.returncode == 1, done.stderr
+    assert "Traceback" not in done.stderr, done.stderr
+    assert done.stderr.startswith("Error: IO_ERROR: "), done.stderr
+    assert str(blocker / "cluster") in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
