@@ -18,6 +18,7 @@ import errno
 import logging
 import os
 import signal
+import socket
 import ssl
 import sys
 from collections.abc import Awaitable
@@ -56,7 +57,7 @@ SESSION_SWEEP_INTERVAL_S = 0.5
 
 class NodeStartError(Exception):
     """A listener of this node cannot be opened: its port is in use (another process, or this
-    node already running), or its host is not an address of this machine."""
+    node already running), or its host does not resolve or is not an address of this machine."""
 
     def __init__(self, code: str, message: str) -> None:
         super().__init__(message)
@@ -363,6 +364,10 @@ async def _listen(what: str, address: str, opening: Awaitable[None]) -> None:
     NodeStartError that names the port and what it is for."""
     try:
         await opening
+    except socket.gaierror as exc:  # the host does not resolve (a typo, no DNS entry yet)
+        raise NodeStartError(
+            "listen_failed", f"cannot listen on {address} (the {what} port): {exc.strerror}"
+        ) from exc
     except OSError as exc:
         if exc.errno == errno.EADDRINUSE:
             raise NodeStartError(

@@ -126,3 +126,12 @@ def test_an_insecure_secrets_directory_is_one_error_line_and_exit_2(tmp_path: Pa
     done = run_daemon(config, "--bootstrap")
     assert_one_line_error(done, "SECRETS_INSECURE")
     assert "chmod" in done.stderr
+
+
+def test_a_host_that_does_not_resolve_is_one_error_line_and_exit_2(tmp_path: Path) -> None:
+    config = write_cluster(tmp_path)
+    text = config.read_text()
+    config.write_text(text.replace('host = "127.0.0.1"', 'host = "no-such-host.invalid"', 1))
+    done = run_daemon(config, "--bootstrap")
+    assert_one_line_error(done, "listen_failed")
+    assert "no-such-host.invalid" in done.stderr
