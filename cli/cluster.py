@@ -354,7 +354,7 @@ def cluster_up(ctx: click.Context, config_dir: Path, wait_ms: int, only_missing:
     running = {
         n.id: pid
         for n in config.nodes
-        if (pid := processes.running_node_pid(config.node_pid_file(n.id))) is not None
+        if (pid := processes.running_node_pid(config.node_pid_file(n.id), config_dir)) is not None
     }
     # Refusing by default keeps a half-running cluster visible: the user decides whether to
     # restart the missing nodes (--missing) or start over (`cluster down`).
@@ -477,7 +477,9 @@ def cluster_down(ctx: click.Context, config_dir: Path, grace_ms: int) -> None:
     a = app(ctx)
     config = load_cluster_config(config_dir / CLUSTER_FILE_NAME)
     results = processes.stop_nodes(
-        {n.id: config.node_pid_file(n.id) for n in config.nodes}, grace_ms=grace_ms
+        {n.id: config.node_pid_file(n.id) for n in config.nodes},
+        config_dir=config_dir,
+        grace_ms=grace_ms,
     )
     doc = [{"node_id": r.node_id, "pid": r.pid, "outcome": r.outcome} for r in results]
     rows = [[r.node_id, r.pid, r.outcome] for r in results]

@@ -85,6 +85,13 @@ class RootGroup(click.Group):
             fail(exc.code, exc.message, exc.exit_code, exc.details)
         except HlcError as exc:
             fail(exc.code, str(exc), EXIT_USAGE, None)
+        except BrokenPipeError:
+            raise  # stdout closed by its reader (`| head`): click exits quietly
+        except OSError as exc:
+            # A file or directory the command reads or writes: say which and why, not where in
+            # the code (a directory under a file, no space left, no permission).
+            where = ", ".join(str(f) for f in (exc.filename, exc.filename2) if f is not None)
+            fail("IO_ERROR", f"{where}: {exc.strerror or exc}" if where else str(exc), 1, None)
 
 
 @click.group(cls=RootGroup, context_settings=CONTEXT_SETTINGS, epilog=EPILOG)

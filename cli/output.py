@@ -7,6 +7,7 @@ Timestamps stay HLC integers in JSON and are shown as ISO-8601 (`hlc.to_iso`) in
 
 from __future__ import annotations
 
+import io
 import json
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -32,6 +33,8 @@ def console(stream: TextIO | None = None) -> Console:
     """A console on `stream` (click's stdout by default): colour only on a terminal."""
     # sys.stdout at call time, not import time: click's test runner swaps it.
     stream = stream if stream is not None else sys.stdout
+    if stream is None:  # stdout closed (`>&-`): nowhere to print, as click.echo does
+        stream = io.StringIO()
     tty = stream.isatty()
     return Console(
         file=stream,
@@ -56,6 +59,8 @@ def progress(text: str, *, changed: bool = True) -> None:
     """A progress line on stderr: rewritten in place on a terminal; elsewhere (a log file) a
     new line only when `changed`, so waiting does not flood the log."""
     err = sys.stderr
+    if err is None:  # stderr closed
+        return
     if err.isatty():
         err.write("\r\x1b[2K" + text)
     elif changed:
@@ -68,13 +73,15 @@ def progress(text: str, *, changed: bool = True) -> None:
 def status_line(text: str) -> None:
     """A line on stderr that stays (on a terminal it replaces the progress line, if any)."""
     err = sys.stderr
+    if err is None:  # stderr closed
+        return
     err.write(("\r\x1b[2K" if err.isatty() else "") + text + "\n")
     err.flush()
 
 
 def end_progress() -> None:
     err = sys.stderr
-    if err.isatty():
+    if err is not None and err.isatty():
         err.write("\n")
         err.flush()
 

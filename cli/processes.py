@@ -114,20 +114,38 @@ def is_alive(pid: int) -> bool:
     return state != ["Z"]
 
 
-def looks_like_node(pid: int) -> bool:
-    """Whether `pid` runs `... cli.main node start ...` (True if that cannot be checked)."""
+def looks_like_node(pid: int, config_dir: Path) -> bool:
+    """Whether `pid` runs `... cli.main node start --config FILE ...` with FILE in `config_dir`
+    (as `cluster up` starts the nodes of the cluster configured there), and not a node of
+    another cluster that got the PID of a stale pid file. True where that cannot be checked."""
     try:
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
         return True
     args = cmdline.split(b"\0")
-    return all(marker in args for marker in _NODE_CMDLINE_MARKERS)
+    if not all(marker in args for marker in _NODE_CMDLINE_MARKERS):
+        return False
+    config: bytes | None = None
+    for i, arg in enumerate(args):
+        if arg == b"--config" and i + 1 < len(args):
+            config = args[i + 1]
+        elif arg.startswith(b"--config="):
+            config = arg.removeprefix(b"--config=")
+    if config is None:
+        return False
+    try:
+        # A relative --config is relative to the node's working directory, not ours.
+        path = os.path.join(os.readlink(f"/proc/{pid}/cwd"), os.fsdecode(config))
+    except OSError:
+        return True
+    return os.path.realpath(os.path.dirname(path)) == os.path.realpath(config_dir)
 
 
-def running_node_pid(pid_file: Path) -> int | None:
-    """The PID of our node recorded in `pid_file` if that process is alive and is our node."""
+def running_node_pid(pid_file: Path, config_dir: Path) -> int | None:
+    """The PID recorded in `pid_file` if that process is alive and is a node of the cluster
+    configured in `config_dir`."""
     pid = read_pid(pid_file)
-    if pid is None or not is_alive(pid) or not looks_like_node(pid):
+    if pid is None or not is_alive(pid) or not looks_like_node(pid, config_dir):
         return None
     return pid
 
@@ -160,15 +178,16 @@ def write_pid_file(pid_file: Path, pid: int) -> None:
     os.replace(tmp, pid_file)
 
 
-def stop_nodes(pid_files: dict[int, Path], *, grace_ms: int) -> list[StopResult]:
-    """SIGTERM every live node, wait up to `grace_ms`, SIGKILL the rest; remove pid files."""
+def stop_nodes(pid_files: dict[int, Path], *, config_dir: Path, grace_ms: int) -> list[StopResult]:
+    """SIGTERM every live node of the cluster configured in `config_dir`, wait up to
+    `grace_ms`, SIGKILL the rest; remove pid files."""
     results: dict[int, StopResult] = {}
     signalled: dict[int, int] = {}
     for node_id, pid_file in pid_files.items():
         pid = read_pid(pid_file)
         if pid is None or not is_alive(pid):
             outcome = "not running"
-        elif not looks_like_node(pid):
+        elif not looks_like_node(pid, config_dir):
             outcome = "stale pid file"
         else:
             try:

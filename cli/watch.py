@@ -131,4 +131,7 @@ def watch(
             position = page["next_from_ts"]
             sys.stdout.flush()
     except KeyboardInterrupt:
-        click.echo(f"stopped; resume with --from {position}", err=True)
+        if position is None:  # no page came back yet: no position to resume from is known
+            click.echo("stopped", err=True)
+        else:
+            click.echo(f"stopped; resume with --from {position}", err=True)

@@ -1401,15 +1401,32 @@ class SyncMetastoreClient:
             return future.result()
         except concurrent.futures.CancelledError:
             raise UnavailableError("the client was closed during the call") from None
+        except BaseException:
+            # The caller gave up (Ctrl-C): the call must not go on in the loop thread.
+            future.cancel()
+            raise
+
+    async def _shutdown(self) -> None:
+        # Calls still running (a caller interrupted mid-call) are cancelled and awaited first:
+        # a task left pending when the loop closes makes asyncio print "Task was destroyed"
+        # and, as it is collected, tracebacks about the closed loop.
+        me = asyncio.current_task()
+        running = [t for t in asyncio.all_tasks() if t is not me]
+        for task in running:
+            task.cancel()
+        if running:
+            await asyncio.wait(running, timeout=SYNC_CLOSE_TIMEOUT_MS / 1000)
+        await self._client.aclose()
 
     def close(self) -> None:
-        """Close the connections and stop the loop thread. Idempotent."""
+        """Cancel the calls still running, close the connections and stop the loop thread.
+        Idempotent."""
         with self._lock:
             if self._closed:
                 return
             self._closed = True
         if self._thread.is_alive():
-            done = asyncio.run_coroutine_threadsafe(self._client.aclose(), self._loop)
+            done = asyncio.run_coroutine_threadsafe(self._shutdown(), self._loop)
             with contextlib.suppress(Exception):
                 done.result(timeout=SYNC_CLOSE_TIMEOUT_MS / 1000)
             self._loop.call_soon_threadsafe(self._loop.stop)

@@ -30,6 +30,7 @@ Invariants
 
 from __future__ import annotations
 
+import ipaddress
 import re
 import tomllib
 from collections.abc import Mapping, Sequence
@@ -646,6 +647,13 @@ def _parse_nodes(path: Path, tables: list[Mapping[str, object]]) -> tuple[NodeAd
         host = reader.string("host", max_chars=HOST_CHARS_MAX)
         if not _HOST_RE.fullmatch(host):
             raise reader.error("host", f"{host!r} is not a hostname or IP address")
+        if ":" in host and not _is_ipv6(host):
+            # Every address brackets a host with a colon as IPv6 ([host]:port); a typo such
+            # as "db:7000" would otherwise surface only when the node fails to bind.
+            raise reader.error(
+                "host",
+                f"{host!r} is not an IPv6 address (a hostname has no ':'; ports go in *_port)",
+            )
         ports = {
             name: reader.integer(name, PORT_MIN, PORT_MAX)
             for name in ("raft_port", "client_port", "metrics_port")
@@ -777,6 +785,14 @@ def _relative_to(config_file: Path, value: str) -> Path:
     # Relative to the file, not the working directory: see the module docstring.
     p = Path(value).expanduser()
     return p if p.is_absolute() else config_file.parent / p
+
+
+def _is_ipv6(host: str) -> bool:
+    try:
+        ipaddress.IPv6Address(host)
+    except ValueError:
+        return False
+    return True
 
 
 def _join_host_port(host: str, port: int) -> str:

@@ -14,11 +14,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import logging
 import os
 import signal
+import socket
 import ssl
 import sys
+from collections.abc import Awaitable
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +35,7 @@ from metastore.daemon.gc_worker import GcWorker
 from metastore.daemon.job_worker import JobWorker
 from metastore.daemon.logs import setup_logging
 from metastore.daemon.metrics import HttpEndpoint, NodeMetrics
-from metastore.daemon.secrets import ensure_secrets
+from metastore.daemon.secrets import SecretsError, ensure_secrets
 from metastore.daemon.server import ApiServer
 from metastore.daemon.statemachine import CatalogStateMachine
 from metastore.errors import MetastoreError
@@ -42,6 +45,7 @@ from raft.core.errors import RaftCoreError
 from raft.errors import NodeIdentityError, RaftError, TlsConfigError
 from raft.node import NodeConfig, RaftNode
 from raft.tls import check_node_files, client_context, server_context
+from raft.wal import WalLockedError
 
 log = logging.getLogger("metastore.node")
 
@@ -49,6 +53,15 @@ INIT_RETRY_S = 0.2
 # How often the leader looks for sessions past their deadline (a dead driver's leases stop
 # blocking at the deadline itself; the sweep only tidies the state and logs the expiry).
 SESSION_SWEEP_INTERVAL_S = 0.5
+
+
+class NodeStartError(Exception):
+    """A listener of this node cannot be opened: its port is in use (another process, or this
+    node already running), or its host does not resolve or is not an address of this machine."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
 
 
 def run_node(config_path: Path, node_id: int | None = None, *, bootstrap: bool = False) -> int:
@@ -69,9 +82,16 @@ def run_node(config_path: Path, node_id: int | None = None, *, bootstrap: bool =
         log.info("uvloop not available; using the default asyncio loop")
     try:
         return asyncio.run(serve(settings, bootstrap=bootstrap))
-    except (NodeIdentityError, TlsConfigError) as exc:
+    except (NodeIdentityError, TlsConfigError, NodeStartError, SecretsError) as exc:
         log.critical("refusing to start: %s", exc)
         print(f"Error: {exc.code}: {exc}", file=sys.stderr)
+        return 2
+    except WalLockedError as exc:
+        log.critical("refusing to start: %s", exc)
+        print(
+            f"Error: {exc.code}: {exc} (is this node already running on {settings.data_dir}?)",
+            file=sys.stderr,
+        )
         return 2
 
 
@@ -232,11 +252,18 @@ class MetastoreNode:
         }
 
     async def start(self) -> None:
+        """Open the WAL and the listeners. If any of them fails, what was already opened is
+        closed again (the WAL and its lock, the other listeners) before the error is raised:
+        a port in use is a NodeStartError naming it."""
         me = self.settings.node
-        await self.raft.start()
-        self._check_own_certificate()
-        await self.api.start(me.host, me.client_port)
-        await self.http.start(me.host, me.metrics_port)
+        try:
+            await _listen("Raft", me.raft_address, self.raft.start())
+            self._check_own_certificate()
+            await _listen("client", me.client_address, self.api.start(me.host, me.client_port))
+            await _listen("metrics", me.metrics_address, self.http.start(me.host, me.metrics_port))
+        except BaseException:
+            await self.stop()
+            raise
         self._init_task = asyncio.create_task(self._initialize_cluster())
         self._sweep_task = asyncio.create_task(self._sweep_sessions())
         self._gc_task = asyncio.create_task(self.gc.run_forever())
@@ -330,6 +357,28 @@ class MetastoreNode:
                 "(this node's clock-offset check still uses the config file's cs_max_ms)",
                 extra={"dd_ms": applied.dd_ms, "cs_max_ms": applied.cs_max_ms},
             )
+
+
+async def _listen(what: str, address: str, opening: Awaitable[None]) -> None:
+    """Await `opening` (a start that binds `address`), turning a bind failure into a
+    NodeStartError that names the port and what it is for."""
+    try:
+        await opening
+    except socket.gaierror as exc:  # the host does not resolve (a typo, no DNS entry yet)
+        raise NodeStartError(
+            "listen_failed", f"cannot listen on {address} (the {what} port): {exc.strerror}"
+        ) from exc
+    except OSError as exc:
+        if exc.errno == errno.EADDRINUSE:
+            raise NodeStartError(
+                "address_in_use",
+                f"cannot listen on {address} (the {what} port): it is in use by another process",
+            ) from exc
+        if exc.errno == errno.EADDRNOTAVAIL:  # (both errnos come only from a bind)
+            raise NodeStartError(
+                "listen_failed", f"cannot listen on {address} (the {what} port): {exc.strerror}"
+            ) from exc
+        raise
 
 
 # Fault injection for tests/chaos: start this process with its wall clock shifted (ms).

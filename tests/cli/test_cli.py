@@ -19,6 +19,7 @@ import click
 import pytest
 from click.testing import CliRunner, Result
 
+from cli import processes
 from cli.errors import EXIT_CODE_BY_ERROR, exit_code_for
 from cli.main import cli
 from hlc import SystemClock, make_ts, parse_ts
@@ -548,9 +549,10 @@ def test_node_start_without_the_daemon_says_so(
 FAKE_NODE_ARGV_TAIL = ["cli.main", "node", "start"]
 
 
-def spawn_fake_node(code: str) -> subprocess.Popen[bytes]:
+def spawn_fake_node(code: str, *, config: Path) -> subprocess.Popen[bytes]:
+    """A process whose command line is a node's (`cli.main node start --config CONFIG`)."""
     proc = subprocess.Popen(
-        [sys.executable, "-c", code, *FAKE_NODE_ARGV_TAIL],
+        [sys.executable, "-c", code, *FAKE_NODE_ARGV_TAIL, "--config", str(config)],
         stdout=subprocess.PIPE,
         start_new_session=True,
     )
@@ -568,7 +570,10 @@ def cluster_dir(tmp_path: Path) -> Path:
 
 def test_up_refuses_when_a_node_is_running_and_down_stops_it(cluster_dir: Path) -> None:
     cfg = load_cluster_config(cluster_dir / "cluster.toml")
-    proc = spawn_fake_node("import time; print('ready', flush=True); time.sleep(60)")
+    proc = spawn_fake_node(
+        "import time; print('ready', flush=True); time.sleep(60)",
+        config=cluster_dir / "node1.toml",
+    )
     try:
         pid_file = cfg.node_pid_file(1)
         pid_file.parent.mkdir(parents=True)
@@ -595,7 +600,8 @@ def test_down_kills_a_node_that_ignores_sigterm(cluster_dir: Path) -> None:
     cfg = load_cluster_config(cluster_dir / "cluster.toml")
     proc = spawn_fake_node(
         "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
-        "print('ready', flush=True); time.sleep(60)"
+        "print('ready', flush=True); time.sleep(60)",
+        config=cluster_dir / "node2.toml",
     )
     try:
         cfg.node_pid_file(2).parent.mkdir(parents=True)
@@ -626,6 +632,36 @@ def test_down_never_signals_a_process_that_is_not_a_node(cluster_dir: Path) -> N
         "outcome": "stale pid file",
     }
     assert not cfg.node_pid_file(3).exists()
+
+
+def test_down_never_signals_a_node_of_another_cluster(cluster_dir: Path, tmp_path: Path) -> None:
+    # A stale pid file (its node died without `cluster down`: kill -9, a reboot) whose PID now
+    # belongs to a node of another cluster started from here: that node is not ours to stop.
+    other = tmp_path / "other"
+    assert run("cluster", "init", str(other), "--base-port", "28400").exit_code == 0
+    cfg = load_cluster_config(cluster_dir / "cluster.toml")
+    proc = spawn_fake_node(
+        "import time; print('ready', flush=True); time.sleep(60)", config=other / "node1.toml"
+    )
+    try:
+        cfg.node_pid_file(1).parent.mkdir(parents=True)
+        cfg.node_pid_file(1).write_text(f"{proc.pid}\n")
+        # `cluster up` would not take it for this cluster's running node 1 ...
+        assert processes.running_node_pid(cfg.node_pid_file(1), cluster_dir) is None
+        # ... and `cluster down` leaves it alone.
+        down = run("-o", "json", "cluster", "down", "--config", str(cluster_dir))
+        assert down.exit_code == 0
+        assert json.loads(down.stdout)[0] == {
+            "node_id": 1,
+            "pid": proc.pid,
+            "outcome": "stale pid file",
+        }
+        assert proc.poll() is None, "a node of another cluster was signalled"
+        # The same process is this cluster's node when its --config is this cluster's.
+        assert processes.looks_like_node(proc.pid, other)
+    finally:
+        proc.kill()
+        proc.wait()
 
 
 def test_up_and_down_need_a_cluster_config(tmp_path: Path) -> None:

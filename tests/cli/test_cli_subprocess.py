@@ -68,3 +68,35 @@ def test_usage_error_exit_code() -> None:
     done = metastore("table", "describe")
     assert done.returncode == 2
     assert "Missing argument" in done.stderr
+
+
+def test_an_os_error_is_one_error_line_not_a_traceback(tmp_path: Path) -> None:
+    # A directory that cannot be created (its parent is a file): the OS refuses, the CLI says so.
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    done = metastore("cluster", "init", str(blocker / "cluster"), "--cluster-id", "x")
+    assert done.returncode == 1, done.stderr
+    assert "Traceback" not in done.stderr, done.stderr
+    assert done.stderr.startswith("Error: IO_ERROR: "), done.stderr
+    assert str(blocker / "cluster") in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+
+
+def test_a_closed_stdout_is_not_a_traceback(tmp_path: Path) -> None:
+    # `metastore ... >&-` (a service manager or a script closing it): there is nowhere to print
+    # the result; the command still does its work and exits 0.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("METASTORE_")}
+    done = subprocess.run(
+        [sys.executable, "-m", "cli.main", "cluster", "init", str(tmp_path / "c")],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        timeout=TIMEOUT_S,
+        check=False,
+        preexec_fn=lambda: os.close(1),
+    )
+    assert "Traceback" not in done.stderr, done.stderr
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "c" / "cluster.toml").exists()

@@ -290,6 +290,9 @@ BAD: list[tuple[str, Mutation, str, str]] = [
     ("duplicate id", set_node(2, "id", 1), "nodes[2].id", "already used by nodes[0].id"),
     ("empty host", set_node(1, "host", ""), "nodes[1].host", "empty"),
     ("bad host", set_node(1, "host", "a host"), "nodes[1].host", "hostname"),
+    # A colon makes it an IPv6 address (bracketed in every address): it must be one.
+    ("colon host", set_node(1, "host", "db:7000"), "nodes[1].host", "IPv6"),
+    ("bad ipv6 host", set_node(1, "host", "fe80:::1"), "nodes[1].host", "IPv6"),
     ("port zero", set_node(0, "raft_port", 0), "nodes[0].raft_port", "below"),
     ("port huge", set_node(0, "client_port", 65_536), "nodes[0].client_port", "above"),
     ("port string", set_node(0, "metrics_port", "80"), "nodes[0].metrics_port", "integer"),
