@@ -57,22 +57,28 @@ def snapshot_save(ctx: click.Context, file: Path, endpoint: str | None) -> None:
     size = int(str(header["size_bytes"]))
     partial = file.with_name(file.name + ".partial")
     offset = 0
-    with partial.open("wb") as out:
-        out.write(backup.FILE_MAGIC)
-        out.write(json.dumps(header, sort_keys=True).encode() + b"\n")
-        while True:
-            piece = client.call("snapshot_chunk", {"export_id": export_id, "offset": offset}, used)
-            data = piece["data"]
-            out.write(data)
-            offset += len(data)
-            click.echo(f"\rdownloaded {offset:,} of {size:,} bytes", err=True, nl=False)
-            if piece["done"]:
-                break
-        out.flush()
-        os.fsync(out.fileno())
-    click.echo("", err=True)
-    backup.read_file(partial)  # size, checksum and a full decode, before it counts as saved
-    partial.replace(file)
+    try:
+        with partial.open("wb") as out:
+            out.write(backup.FILE_MAGIC)
+            out.write(json.dumps(header, sort_keys=True).encode() + b"\n")
+            while True:
+                piece = client.call(
+                    "snapshot_chunk", {"export_id": export_id, "offset": offset}, used
+                )
+                data = piece["data"]
+                out.write(data)
+                offset += len(data)
+                click.echo(f"\rdownloaded {offset:,} of {size:,} bytes", err=True, nl=False)
+                if piece["done"]:
+                    break
+            out.flush()
+            os.fsync(out.fileno())
+        click.echo("", err=True)
+        backup.read_file(partial)  # size, checksum and a full decode, before it counts as saved
+        partial.replace(file)
+    except BaseException:
+        partial.unlink(missing_ok=True)  # a failed or interrupted save leaves nothing behind
+        raise
     result = {"file": str(file), "from": used, **header}
     emit(a.output, result, lambda: [kv_table(result, title="snapshot saved")])
 

@@ -146,3 +146,19 @@ def test_a_damaged_snapshot_file_is_refused(source: MetastoreCluster, tmp_path: 
     )
     assert out.exit_code != 0 and "checksum" in out.output
     assert not (config.parent / "data").exists()
+
+
+def test_a_failed_save_leaves_no_file_behind(
+    source: MetastoreCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from metastore.daemon import backup
+    from metastore.errors import MalformedSnapshotError
+
+    def damaged(path: Path) -> None:
+        raise MalformedSnapshotError(f"{path}: checksum mismatch")
+
+    monkeypatch.setattr(backup, "read_file", damaged)
+    file = tmp_path / "catalog.snap"
+    out = _cli(source, "snapshot", "save", str(file))
+    assert out.exit_code != 0 and "checksum" in out.output
+    assert list(tmp_path.iterdir()) == []  # neither the file nor its .partial
