@@ -1936,7 +1936,7 @@ class ApiServer:
         node_id = _req_int(args, "node_id", 1, L.NODE_ID_MAX)
         addr = _req_str(args, "raft_address", 300)
         host, _, port = addr.rpartition(":")
-        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        if not host or not _is_uint(port) or not 0 < int(port) < 65536:
             raise InvalidArgumentError(f"raft_address must be HOST:PORT, got {addr!r}")
         learner = args.get("learner", True)
         if not isinstance(learner, bool):
