@@ -326,14 +326,17 @@ class Sessions:
 
     def gone_since(self, session_id: str, tm: int) -> int | None:
         """None while the session is live at `tm`; else the Tm it ended at (its deadline when
-        expired but not swept yet; 0 when it is not remembered at all)."""
+        expired but not swept yet). A session no longer remembered was pushed out of the
+        ended list, which is in end order, so it ended at or before the oldest end kept: that
+        Tm, never earlier, or a grace period counted from it could end too soon (0 when nothing
+        is kept: the session never existed here)."""
         session = self._sessions.get(session_id)
         if session is not None:
             return None if session.live_at(tm) else session.deadline_tm
         for ended in reversed(self._ended):
             if ended.session_id == session_id:
                 return ended.ended_tm
-        return 0
+        return self._ended[0].ended_tm if self._ended else 0
 
     def expired_at(self, tm: int) -> list[str]:
         """Ids of sessions past their deadline at `tm`, oldest deadline first (the leader's

@@ -33,7 +33,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 from metastore.client import SyncMetastoreClient
@@ -49,7 +49,11 @@ HEARTBEAT_MS_FALLBACK: Final = 5_000
 
 @dataclass(frozen=True, slots=True)
 class LeaseKey:
-    table: str
+    """One lease: the server keeps one per (session, table id, version). Equal keys are equal
+    by those alone: table names are case-insensitive, so a batch holding `ns.Events` and one
+    holding `ns.events` count the same lease, which is released only when both are done."""
+
+    table: str = field(compare=False)
     table_id: int
     version: int
 

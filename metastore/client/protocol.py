@@ -248,7 +248,7 @@ def parse_endpoint(endpoint: str) -> tuple[str, int]:
     bare_v6 = ":" in host and not text.startswith("[")
     if not sep or not host or bare_v6:
         raise InvalidArgumentError(f"endpoint {endpoint!r} is not host:port (IPv6: [addr]:port)")
-    if not port_text.isdigit() or not 1 <= int(port_text) <= 65_535:
+    if not (port_text.isascii() and port_text.isdigit()) or not 1 <= int(port_text) <= 65_535:
         raise InvalidArgumentError(f"endpoint {endpoint!r} has no valid port (1..65535)")
     return host, int(port_text)
 

@@ -85,6 +85,7 @@ from metastore.errors import (
     MetastoreError,
     NotLeaderError,
     NotReadyError,
+    ProtectionNotFoundError,
     RequestTimeoutError,
     TableNotFoundError,
     TimestampAheadError,
@@ -1732,7 +1733,15 @@ class ApiServer:
         """Release a record: its creator (same client name) may; anyone else needs admin."""
         self._require_ready()
         record_id = _req_str(args, "record_id", mlimits.MAX_PROTECTION_ID_CHARS)
-        record = self.sm.state.gc.record(record_id)  # ProtectionNotFound
+        timeout_ms = _timeout(args)
+        try:
+            record = self.sm.state.gc.record(record_id)
+        except ProtectionNotFoundError:
+            # This node may not have applied the protect yet (a follower behind): NOT_FOUND,
+            # which the bridge takes as "already released", must rest on a state that has
+            # applied every entry committed before the call.
+            await self._catch_up(timeout_ms)
+            record = self.sm.state.gc.record(record_id)  # ProtectionNotFound
         mine = record.created_by == session.client[: mlimits.MAX_SESSION_LABEL_CHARS]
         if not mine and (session.role is None or session.role < Role.ADMIN):
             raise ForbiddenError(
@@ -1745,7 +1754,21 @@ class ApiServer:
             reason="release" if mine else "admin",
             by=session.client[: mlimits.MAX_SESSION_LABEL_CHARS],
         )
-        return dict((await self._propose_command(session, cmd, _timeout(args)))["result"])
+        return dict((await self._propose_command(session, cmd, timeout_ms))["result"])
+
+    async def _catch_up(self, timeout_ms: int) -> None:
+        """Until this node has applied every entry committed before the call: the leader's
+        ReadIndex; elsewhere (or when it cannot confirm its leadership) safe time past
+        now + CSmax, as every entry committed before now has a Tm at most CSmax ahead of this
+        node's clock. Not forwarded: the leader would see the forwarder, not the caller."""
+        if self.node.is_leader():
+            try:
+                await self.node.read_barrier(timeout_ms=timeout_ms)
+                return
+            except (ReadIndexError, TimeoutError, RaftError, RaftCoreError):
+                pass
+        top = self.clock.now() + (self._cs_max_ms() << LOGICAL_BITS)
+        await self._wait_safe(top, timeout_ms)
 
     async def _pts_list(self, _s: Session, args: Args) -> dict[str, Any]:
         """Protection records (and, with `all`, released ones), paged: a record can name 100
@@ -1913,7 +1936,7 @@ class ApiServer:
         node_id = _req_int(args, "node_id", 1, L.NODE_ID_MAX)
         addr = _req_str(args, "raft_address", 300)
         host, _, port = addr.rpartition(":")
-        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        if not host or not _is_uint(port) or not 0 < int(port) < 65536:
             raise InvalidArgumentError(f"raft_address must be HOST:PORT, got {addr!r}")
         learner = args.get("learner", True)
         if not isinstance(learner, bool):

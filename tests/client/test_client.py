@@ -546,7 +546,19 @@ def test_parse_endpoint(text: str, expected: tuple[str, int]) -> None:
 
 
 @pytest.mark.parametrize(
-    "text", ["", "host", "host:", ":80", "host:0", "host:65536", "::1:80", "host:http", "x" * 400]
+    "text",
+    [
+        "",
+        "host",
+        "host:",
+        ":80",
+        "host:0",
+        "host:65536",
+        "::1:80",
+        "host:http",
+        "host:\u00b2",
+        "x" * 400,
+    ],
 )
 def test_parse_endpoint_refuses(text: str) -> None:
     with pytest.raises(InvalidArgumentError):

@@ -131,6 +131,7 @@ def test_malformed_requests(cluster: MetastoreCluster, request_obj: object) -> N
         ("ddl", {"sql": "INSERT INTO bad.t VALUES (1)"}, "UNSUPPORTED_STATEMENT"),
         ("ddl", {"sql": "x" * (300 * 1024)}, "LIMIT_EXCEEDED"),
         ("_propose", {"command": b"\x00garbage"}, "MALFORMED_COMMAND"),
+        ("add_node", {"node_id": 9, "raft_address": "127.0.0.1:\u00b2"}, "INVALID_ARGUMENT"),
     ],
 )
 def test_typed_errors_change_nothing(

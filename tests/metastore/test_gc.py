@@ -538,3 +538,28 @@ class GcMachine(RuleBasedStateMachine):
 
 TestGcModel = GcMachine.TestCase
 TestGcModel.settings = settings(DETERMINISTIC, max_examples=60, stateful_step_count=30)
+
+
+def test_an_owner_pushed_out_of_the_ended_list_still_gets_its_grace_period(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # More sessions ending within the grace period than the ended list keeps: the owner is
+    # forgotten, but its protection must not be released before the grace period is over.
+    monkeypatch.setattr(limits, "MAX_ENDED_SESSIONS_KEPT", 3)
+    d = table_driver()
+    ok(d, OpenSession(session_id="s", info=SessionInfo(), ttl_ms=100_000))
+    ok(d, protect("owned", 5, owner="s"))
+    ok(d, CloseSession(session_id="s"))
+    ended = d.tm
+    for i in range(5):
+        ok(d, OpenSession(session_id=f"x{i}", info=SessionInfo(), ttl_ms=100_000))
+        ok(d, CloseSession(session_id=f"x{i}"))
+    assert "s" not in [e.session_id for e in d.state.sessions.ended()]
+    restored = MetastoreState.from_snapshot(d.state.to_snapshot())
+    for state in (d.state, restored):
+        assert state.gc.due_releases(tm=d.tm + MS, sessions=state.sessions) == []
+    early = ok(d, ReleaseProtection(record_id="owned", reason="owner_gone", by="leader:1"))
+    assert early["released"] is False
+    late = ended + (limits.PROTECTION_OWNER_GRACE_MS + 100) * MS
+    for state in (d.state, restored):
+        assert state.gc.due_releases(tm=late, sessions=state.sessions) == [("owned", "owner_gone")]

@@ -110,3 +110,26 @@ def test_a_replayed_batch_is_found_committed_even_from_a_clock_behind_the_cluste
     bridge._last_commit_ts = 0
     assert bridge._committed_position("q:id:3", "q:id", 3) == ahead
     assert bridge.last_commit_ts == ahead  # still this driver's read floor
+
+
+def test_one_batch_ending_keeps_the_lease_another_holds_under_another_spelling() -> None:
+    """Table names are case-insensitive and the server keeps one lease per (table id,
+    version): a batch that pinned `ns.Events` ending must not release the lease a running
+    batch holds as `ns.events`, or a schema change could slip in before its commit."""
+    client = FlakyClient(failures=0)
+    session = BridgeSession(client, app_id="app-3", app_name="upkeep")  # type: ignore[arg-type]
+    try:
+        mixed = LeaseKey(table="ns.Events", table_id=7, version=1)
+        lower = LeaseKey(table="ns.events", table_id=7, version=1)
+        session.hold([mixed])
+        session.hold([lower])
+        session.drop([mixed])
+        time.sleep(1.0)  # several grace periods
+        assert client.releases == []
+        assert list(session.held().values()) == [1]
+        session.drop([lower])
+        assert client.released.wait(timeout=5)
+        assert len(client.releases) == 1 and len(client.releases[0]) == 1
+        assert session.held() == {}
+    finally:
+        session.close()
