@@ -9,6 +9,8 @@ Rules (what a data engineer expects from Iceberg/Delta writers):
 * a type that differs is cast only when the cast is a widening the evolution rules allow
   (int8→16→32→64, float→double, decimal precision up with the same scale, date→timestamp_ntz,
   varchar/char→string, NullType from a bare `lit(None)` to anything); anything else is refused;
+  a struct is cast field by field by position (Spark's rule), so its fields must be the pinned
+  ones in the pinned order, else it is refused (never a cast that swaps fields' values);
 * NOT NULL columns are checked row by row on the executors (`raise_error`), because Parquet
   writers do not enforce nullability;
 * the result has exactly the pinned column order and carries each column's field id in the
@@ -148,16 +150,18 @@ def _widening_ok(src: DataType, dst: DataType) -> bool:
     if isinstance(src, T.MapType) and isinstance(dst, T.MapType):
         return _widening_ok(src.keyType, dst.keyType) and _widening_ok(src.valueType, dst.valueType)
     if isinstance(src, T.StructType) and isinstance(dst, T.StructType):
-        by_name = {f.name.casefold(): f for f in src.fields}
-        for f in dst.fields:
-            s = by_name.pop(f.name.casefold(), None)
-            if s is None:
-                if not f.nullable:
-                    return False
-                continue
-            if not _widening_ok(s.dataType, f.dataType):
-                return False
-        return not by_name
+        # Spark casts a struct to a struct by position, not by name: the output's fields must
+        # be the pinned ones in the pinned order (names case-insensitively), else the cast would
+        # move values into other fields (struct<b, a> into struct<a, b>) or fail in Spark's
+        # analyzer (a field missing; a nullable field into a NOT NULL one).
+        if len(src.fields) != len(dst.fields):
+            return False
+        return all(
+            s.name.casefold() == f.name.casefold()
+            and (f.nullable or not s.nullable)
+            and _widening_ok(s.dataType, f.dataType)
+            for s, f in zip(src.fields, dst.fields, strict=True)
+        )
     return False
 
 
@@ -214,6 +218,11 @@ def _projection(schema: StructType, table: str, columns: list[dict[str, Any]]) -
                 raise SchemaMismatchError(
                     f"column {f.name!r} of {table}: output type {src.dataType.simpleString()} "
                     f"cannot be widened to the pinned {f.dataType.simpleString()}"
+                    + (
+                        " (struct fields are matched by position: the pinned fields, in order)"
+                        if "struct<" in src.dataType.simpleString()
+                        else ""
+                    )
                 )
             col = F.col(f"`{src.name}`")
             if src.dataType != f.dataType:

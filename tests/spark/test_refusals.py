@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -18,8 +18,11 @@ from metastore.errors import (
     SchemaVersionNotActiveError,
 )
 from spark_bridge.bridge import BatchError
-from spark_bridge.conform import SchemaMismatchError
+from spark_bridge.conform import SchemaMismatchError, conform
 from tests.spark.support import SparkEnv, committed_txns, rows_of, write_attempt
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 pytestmark = pytest.mark.slow
 
@@ -288,3 +291,29 @@ def test_a_micro_batch_overtaken_by_two_ddls_is_replanned_not_fatal(env: SparkEn
     commit_ts = reports[0].commit_ts
     assert commit_ts is not None
     assert rows_of(bridge.read_table(table, as_of=commit_ts), "id") == [(7,)]
+
+
+# ---- nested structs ----------------------------------------------------------------------------
+
+NESTED = [
+    {"field_id": 1, "name": "id", "type": "BIGINT", "nullable": False},
+    {"field_id": 2, "name": "s", "type": "STRUCT<a: INT, b: INT>", "nullable": True},
+]
+
+
+def test_struct_fields_in_another_order_are_refused_not_swapped(spark: SparkSession) -> None:
+    # Spark casts a struct to a struct by position: struct<b, a> cast to the pinned
+    # struct<a, b> would write b's values into a and a's into b, silently.
+    df = spark.createDataFrame([(1, (10, 20))], "id BIGINT, s STRUCT<b: INT, a: INT>")
+    with pytest.raises(SchemaMismatchError, match="'s'"):
+        conform(df, "ref.nested", NESTED)
+    # A struct missing a nested field cannot be cast at all: a typed refusal, not Spark's
+    # AnalysisException.
+    df = spark.createDataFrame([(1, (10,))], "id BIGINT, s STRUCT<a: INT>")
+    with pytest.raises(SchemaMismatchError, match="'s'"):
+        conform(df, "ref.nested", NESTED)
+    # The control: the same fields in the pinned order (case aside), one of them widened.
+    df = spark.createDataFrame([(1, (10, 20))], "id BIGINT, s STRUCT<A: SMALLINT, b: INT>")
+    out = conform(df, "ref.nested", NESTED)
+    assert [tuple(r) for r in out.collect()] == [(1, (10, 20))]
+    assert [r.s.a for r in out.collect()] == [10]
