@@ -192,6 +192,14 @@ def _projection(schema: StructType, table: str, columns: list[dict[str, Any]]) -
 
     target = pinned_struct(columns)
     present = {f.name.casefold(): f for f in schema.fields}
+    if len(present) < len(schema.fields):
+        # Two output columns for one pinned column (`v` and `V`): which to write is ambiguous.
+        names = [f.name.casefold() for f in schema.fields]
+        twice = sorted({f.name for f in schema.fields if names.count(f.name.casefold()) > 1})
+        raise SchemaMismatchError(
+            f"output for {table} has a column more than once (names are matched "
+            f"case-insensitively): {twice}"
+        )
     wanted = {f.name.casefold() for f in target.fields}
     extra = [f.name for f in schema.fields if f.name.casefold() not in wanted]
     if extra:

@@ -317,3 +317,15 @@ def test_struct_fields_in_another_order_are_refused_not_swapped(spark: SparkSess
     out = conform(df, "ref.nested", NESTED)
     assert [tuple(r) for r in out.collect()] == [(1, (10, 20))]
     assert [r.s.a for r in out.collect()] == [10]
+
+
+def test_output_columns_differing_only_in_case_are_refused(spark: SparkSession) -> None:
+    # Matched case-insensitively, `v` and `V` are both the pinned column v: which one to write
+    # is ambiguous, so the output is refused with a typed error (not Spark's AnalysisException).
+    columns = [
+        {"field_id": 1, "name": "id", "type": "BIGINT", "nullable": False},
+        {"field_id": 2, "name": "v", "type": "INT", "nullable": True},
+    ]
+    df = spark.createDataFrame([(1, 5, 6)], "id BIGINT, v INT, V INT")
+    with pytest.raises(SchemaMismatchError, match="more than once"):
+        conform(df, "ref.cased", columns)
