@@ -199,7 +199,13 @@ class MetastoreWriter(DataSourceWriter):
         import pyarrow.parquet as pq
 
         schema = _arrow_schema(self.columns)
-        rows = [row.asDict(recursive=True) for row in iterator]
+        # By position, under the pinned names: `writer()` checked the DataFrame's columns are
+        # the pinned ones in order, matching names case-insensitively, so a column may be
+        # spelled `ID` for the pinned `id` (looked up by name, its values would read as NULL).
+        names = [f.name for f in list(schema)[: self.given]]
+        rows = [
+            dict(zip(names, row.asDict(recursive=True).values(), strict=True)) for row in iterator
+        ]
         # PySpark hands a TIMESTAMP (an instant) to Python as a naive datetime in the worker's
         # local time; pyarrow would take a naive value for UTC. Make the instant explicit.
         instants = [

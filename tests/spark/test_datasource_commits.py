@@ -93,3 +93,19 @@ def test_format_metastore_round_trips_timestamps_and_nested_types(spark_env: Spa
     read = read_rows(str(listing["location"]), listing["files"], columns, limit=10).rows
     first = next(r for r in read.to_pylist() if r["id"] == 1)
     assert first["at"] == dt.datetime(2026, 11, 22, 10, 0, 0, 123000, tzinfo=dt.UTC)
+
+
+def test_format_metastore_append_matches_column_names_case_insensitively(
+    spark_env: SparkEnv,
+) -> None:
+    """The writer accepts a DataFrame whose column names differ from the pinned ones only in
+    case (as Spark and the batch API do); its values must land in those columns, not be
+    written as NULL because the rows were looked up by the pinned spelling."""
+    env = spark_env
+    env.ddl("CREATE NAMESPACE IF NOT EXISTS dsw")
+    env.ddl("CREATE TABLE dsw.cased (id BIGINT, label STRING)")
+    env.bridge()  # registers format("metastore") for this cluster
+    df = env.spark.createDataFrame([(1, "a"), (2, "b")], "ID BIGINT, Label STRING")
+    df.write.format("metastore").option("table", "dsw.cased").mode("append").save()
+    back = env.spark.read.format("metastore").option("table", "dsw.cased").load()
+    assert sorted(tuple(r) for r in back.collect()) == [(1, "a"), (2, "b")]
