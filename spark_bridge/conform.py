@@ -11,6 +11,8 @@ Rules (what a data engineer expects from Iceberg/Delta writers):
   varchar/char→string, NullType from a bare `lit(None)` to anything); anything else is refused;
   a struct is cast field by field by position (Spark's rule), so its fields must be the pinned
   ones in the pinned order, else it is refused (never a cast that swaps fields' values);
+* a VARCHAR(n)/CHAR(n) column (STRING in the DataFrame) is checked row by row on the executors
+  for values longer than n characters, as Spark checks a table write;
 * NOT NULL columns are checked row by row on the executors (`raise_error`), because Parquet
   writers do not enforce nullability;
 * the result has exactly the pinned column order and carries each column's field id in the
@@ -209,7 +211,7 @@ def _projection(schema: StructType, table: str, columns: list[dict[str, Any]]) -
         )
     defaults = {c["name"].casefold(): c.get("default") for c in columns}
     exprs = []
-    for f in target.fields:
+    for f, c in zip(target.fields, columns, strict=True):
         src = present.get(f.name.casefold())
         if src is None:
             default = defaults.get(f.name.casefold())
@@ -235,6 +237,16 @@ def _projection(schema: StructType, table: str, columns: list[dict[str, Any]]) -
             col = F.col(f"`{src.name}`")
             if src.dataType != f.dataType:
                 col = col.cast(f.dataType)
+        # VARCHAR(n)/CHAR(n) are STRING here (`spark_type`): their length limit is checked per
+        # row, as Spark checks it on a table write, instead of committing a longer value.
+        length = _char_length(str(c["type"]))
+        if length is not None:
+            col = F.when(
+                F.length(col) > length,
+                F.raise_error(
+                    F.lit(f"a value longer than {length} characters in {table}.{f.name}")
+                ),
+            ).otherwise(col)
         # NOT NULL is checked per row, unless the output column cannot hold NULL anyway.
         if not f.nullable and (src is None or src.nullable):
             col = F.when(
@@ -242,3 +254,13 @@ def _projection(schema: StructType, table: str, columns: list[dict[str, Any]]) -
             ).otherwise(col)
         exprs.append(col.alias(f.name, metadata=f.metadata))
     return exprs
+
+
+def _char_length(type_sql: str) -> int | None:
+    """The length limit of a VARCHAR(n) or CHAR(n) column type, else None."""
+    from metastore import types as M
+
+    t = M.parse_type(type_sql)
+    if isinstance(t, M.VarcharType | M.CharType):
+        return int(t.length)
+    return None

@@ -329,3 +329,26 @@ def test_output_columns_differing_only_in_case_are_refused(spark: SparkSession) 
     df = spark.createDataFrame([(1, 5, 6)], "id BIGINT, v INT, V INT")
     with pytest.raises(SchemaMismatchError, match="more than once"):
         conform(df, "ref.cased", columns)
+
+
+def test_a_value_longer_than_its_varchar_is_refused(spark: SparkSession) -> None:
+    # VARCHAR(n)/CHAR(n) are STRING in the DataFrame: the length limit is checked per row, as
+    # NOT NULL is, instead of committing a value the table's type does not allow.
+    columns = [
+        {"field_id": 1, "name": "id", "type": "BIGINT", "nullable": False},
+        {"field_id": 2, "name": "code", "type": "VARCHAR(3)", "nullable": True},
+        {"field_id": 3, "name": "flag", "type": "CHAR(1)", "nullable": True},
+    ]
+    ok = spark.createDataFrame(
+        [(1, "abc", "y"), (2, None, None)], "id BIGINT, code STRING, flag STRING"
+    )
+    assert sorted(tuple(r) for r in conform(ok, "ref.codes", columns).collect()) == [
+        (1, "abc", "y"),
+        (2, None, None),
+    ]
+    long = spark.createDataFrame([(1, "abcd", "y")], "id BIGINT, code STRING, flag STRING")
+    with pytest.raises(Exception, match=r"longer than 3 characters in ref\.codes\.code"):
+        conform(long, "ref.codes", columns).collect()
+    wide = spark.createDataFrame([(1, "abc", "yes")], "id BIGINT, code STRING, flag STRING")
+    with pytest.raises(Exception, match=r"longer than 1 characters in ref\.codes\.flag"):
+        conform(wide, "ref.codes", columns).collect()
