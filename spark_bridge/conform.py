@@ -239,7 +239,7 @@ def _projection(schema: StructType, table: str, columns: list[dict[str, Any]]) -
                 col = col.cast(f.dataType)
         # VARCHAR(n)/CHAR(n) are STRING here (`spark_type`): their length limit is checked per
         # row, as Spark checks it on a table write, instead of committing a longer value.
-        length = _char_length(str(c["type"]))
+        length = char_length(str(c["type"]))
         if length is not None:
             col = F.when(
                 F.length(col) > length,
@@ -256,7 +256,7 @@ def _projection(schema: StructType, table: str, columns: list[dict[str, Any]]) -
     return exprs
 
 
-def _char_length(type_sql: str) -> int | None:
+def char_length(type_sql: str) -> int | None:
     """The length limit of a VARCHAR(n) or CHAR(n) column type, else None."""
     from metastore import types as M
 

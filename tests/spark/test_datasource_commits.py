@@ -109,3 +109,20 @@ def test_format_metastore_append_matches_column_names_case_insensitively(
     df.write.format("metastore").option("table", "dsw.cased").mode("append").save()
     back = env.spark.read.format("metastore").option("table", "dsw.cased").load()
     assert sorted(tuple(r) for r in back.collect()) == [(1, "a"), (2, "b")]
+
+
+def test_format_metastore_append_refuses_a_value_longer_than_its_varchar(
+    spark_env: SparkEnv,
+) -> None:
+    """VARCHAR(n) is STRING in the DataFrame: a longer value fails the write, which commits
+    nothing, instead of landing in the table."""
+    env = spark_env
+    env.ddl("CREATE NAMESPACE IF NOT EXISTS dsw")
+    env.ddl("CREATE TABLE dsw.codes (id BIGINT, code VARCHAR(3))")
+    env.bridge()  # registers format("metastore") for this cluster
+    before = committed_txns(env.client)
+    df = env.spark.createDataFrame([(1, "abc"), (2, "abcd")], "id BIGINT, code STRING")
+    with pytest.raises(Exception, match="longer than 3 characters"):
+        df.write.format("metastore").option("table", "dsw.codes").mode("append").save()
+    assert committed_txns(env.client) == before
+    assert env.live_paths("dsw.codes", as_of=env.client.clock.now()) == set()
