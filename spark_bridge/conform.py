@@ -9,6 +9,10 @@ Rules (what a data engineer expects from Iceberg/Delta writers):
 * a type that differs is cast only when the cast is a widening the evolution rules allow
   (int8→16→32→64, float→double, decimal precision up with the same scale, date→timestamp_ntz,
   varchar/char→string, NullType from a bare `lit(None)` to anything); anything else is refused;
+  a struct is cast field by field by position (Spark's rule), so its fields must be the pinned
+  ones in the pinned order, else it is refused (never a cast that swaps fields' values);
+* a VARCHAR(n)/CHAR(n) column (STRING in the DataFrame) is checked row by row on the executors
+  for values longer than n characters, as Spark checks a table write;
 * NOT NULL columns are checked row by row on the executors (`raise_error`), because Parquet
   writers do not enforce nullability;
 * the result has exactly the pinned column order and carries each column's field id in the
@@ -148,16 +152,18 @@ def _widening_ok(src: DataType, dst: DataType) -> bool:
     if isinstance(src, T.MapType) and isinstance(dst, T.MapType):
         return _widening_ok(src.keyType, dst.keyType) and _widening_ok(src.valueType, dst.valueType)
     if isinstance(src, T.StructType) and isinstance(dst, T.StructType):
-        by_name = {f.name.casefold(): f for f in src.fields}
-        for f in dst.fields:
-            s = by_name.pop(f.name.casefold(), None)
-            if s is None:
-                if not f.nullable:
-                    return False
-                continue
-            if not _widening_ok(s.dataType, f.dataType):
-                return False
-        return not by_name
+        # Spark casts a struct to a struct by position, not by name: the output's fields must
+        # be the pinned ones in the pinned order (names case-insensitively), else the cast would
+        # move values into other fields (struct<b, a> into struct<a, b>) or fail in Spark's
+        # analyzer (a field missing; a nullable field into a NOT NULL one).
+        if len(src.fields) != len(dst.fields):
+            return False
+        return all(
+            s.name.casefold() == f.name.casefold()
+            and (f.nullable or not s.nullable)
+            and _widening_ok(s.dataType, f.dataType)
+            for s, f in zip(src.fields, dst.fields, strict=True)
+        )
     return False
 
 
@@ -188,6 +194,14 @@ def _projection(schema: StructType, table: str, columns: list[dict[str, Any]]) -
 
     target = pinned_struct(columns)
     present = {f.name.casefold(): f for f in schema.fields}
+    if len(present) < len(schema.fields):
+        # Two output columns for one pinned column (`v` and `V`): which to write is ambiguous.
+        names = [f.name.casefold() for f in schema.fields]
+        twice = sorted({f.name for f in schema.fields if names.count(f.name.casefold()) > 1})
+        raise SchemaMismatchError(
+            f"output for {table} has a column more than once (names are matched "
+            f"case-insensitively): {twice}"
+        )
     wanted = {f.name.casefold() for f in target.fields}
     extra = [f.name for f in schema.fields if f.name.casefold() not in wanted]
     if extra:
@@ -197,7 +211,7 @@ def _projection(schema: StructType, table: str, columns: list[dict[str, Any]]) -
         )
     defaults = {c["name"].casefold(): c.get("default") for c in columns}
     exprs = []
-    for f in target.fields:
+    for f, c in zip(target.fields, columns, strict=True):
         src = present.get(f.name.casefold())
         if src is None:
             default = defaults.get(f.name.casefold())
@@ -214,10 +228,25 @@ def _projection(schema: StructType, table: str, columns: list[dict[str, Any]]) -
                 raise SchemaMismatchError(
                     f"column {f.name!r} of {table}: output type {src.dataType.simpleString()} "
                     f"cannot be widened to the pinned {f.dataType.simpleString()}"
+                    + (
+                        " (struct fields are matched by position: the pinned fields, in order)"
+                        if "struct<" in src.dataType.simpleString()
+                        else ""
+                    )
                 )
             col = F.col(f"`{src.name}`")
             if src.dataType != f.dataType:
                 col = col.cast(f.dataType)
+        # VARCHAR(n)/CHAR(n) are STRING here (`spark_type`): their length limit is checked per
+        # row, as Spark checks it on a table write, instead of committing a longer value.
+        length = char_length(str(c["type"]))
+        if length is not None:
+            col = F.when(
+                F.length(col) > length,
+                F.raise_error(
+                    F.lit(f"a value longer than {length} characters in {table}.{f.name}")
+                ),
+            ).otherwise(col)
         # NOT NULL is checked per row, unless the output column cannot hold NULL anyway.
         if not f.nullable and (src is None or src.nullable):
             col = F.when(
@@ -225,3 +254,13 @@ def _projection(schema: StructType, table: str, columns: list[dict[str, Any]]) -
             ).otherwise(col)
         exprs.append(col.alias(f.name, metadata=f.metadata))
     return exprs
+
+
+def char_length(type_sql: str) -> int | None:
+    """The length limit of a VARCHAR(n) or CHAR(n) column type, else None."""
+    from metastore import types as M
+
+    t = M.parse_type(type_sql)
+    if isinstance(t, M.VarcharType | M.CharType):
+        return int(t.length)
+    return None

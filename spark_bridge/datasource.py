@@ -137,6 +137,25 @@ def _fill(column: dict[str, Any], arrow_type: pa.DataType, rows: int) -> pa.Arra
     return pa.nulls(rows, type=arrow_type)
 
 
+def _check_lengths(table: pa.Table, columns: list[dict[str, Any]], name: str) -> None:
+    """Refuse (fail the task, so the job commits nothing) a value longer than its VARCHAR(n) or
+    CHAR(n) column allows: the DataFrame carries those columns as STRING."""
+    import pyarrow.compute as pc
+
+    from spark_bridge.conform import char_length
+
+    for column, c in zip(table.columns, columns, strict=True):
+        length = char_length(str(c["type"]))
+        if length is None or not len(column):
+            continue
+        longest = pc.max(pc.utf8_length(column)).as_py()
+        if longest is not None and longest > length:
+            raise ValueError(
+                f"a value longer than {length} characters in {name}.{c['name']} "
+                f"({longest} characters)"
+            )
+
+
 @dataclass(frozen=True)
 class WrittenFile(WriterCommitMessage):
     path: str
@@ -199,7 +218,13 @@ class MetastoreWriter(DataSourceWriter):
         import pyarrow.parquet as pq
 
         schema = _arrow_schema(self.columns)
-        rows = [row.asDict(recursive=True) for row in iterator]
+        # By position, under the pinned names: `writer()` checked the DataFrame's columns are
+        # the pinned ones in order, matching names case-insensitively, so a column may be
+        # spelled `ID` for the pinned `id` (looked up by name, its values would read as NULL).
+        names = [f.name for f in list(schema)[: self.given]]
+        rows = [
+            dict(zip(names, row.asDict(recursive=True).values(), strict=True)) for row in iterator
+        ]
         # PySpark hands a TIMESTAMP (an instant) to Python as a naive datetime in the worker's
         # local time; pyarrow would take a naive value for UTC. Make the instant explicit.
         instants = [
@@ -217,6 +242,7 @@ class MetastoreWriter(DataSourceWriter):
         for f, c in zip(list(schema)[self.given :], self.columns[self.given :], strict=True):
             arrays.append(_fill(c, f.type, given.num_rows))
         table = pa.Table.from_arrays(arrays, schema=schema)
+        _check_lengths(table, self.columns, self.table)
         rel = f"{self.rel_dir}/part-{uuid.uuid4().hex}.parquet"
         path = f"{self.location.rstrip('/')}/{rel}"
         os.makedirs(os.path.dirname(path), exist_ok=True)

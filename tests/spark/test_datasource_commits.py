@@ -93,3 +93,36 @@ def test_format_metastore_round_trips_timestamps_and_nested_types(spark_env: Spa
     read = read_rows(str(listing["location"]), listing["files"], columns, limit=10).rows
     first = next(r for r in read.to_pylist() if r["id"] == 1)
     assert first["at"] == dt.datetime(2026, 11, 22, 10, 0, 0, 123000, tzinfo=dt.UTC)
+
+
+def test_format_metastore_append_matches_column_names_case_insensitively(
+    spark_env: SparkEnv,
+) -> None:
+    """The writer accepts a DataFrame whose column names differ from the pinned ones only in
+    case (as Spark and the batch API do); its values must land in those columns, not be
+    written as NULL because the rows were looked up by the pinned spelling."""
+    env = spark_env
+    env.ddl("CREATE NAMESPACE IF NOT EXISTS dsw")
+    env.ddl("CREATE TABLE dsw.cased (id BIGINT, label STRING)")
+    env.bridge()  # registers format("metastore") for this cluster
+    df = env.spark.createDataFrame([(1, "a"), (2, "b")], "ID BIGINT, Label STRING")
+    df.write.format("metastore").option("table", "dsw.cased").mode("append").save()
+    back = env.spark.read.format("metastore").option("table", "dsw.cased").load()
+    assert sorted(tuple(r) for r in back.collect()) == [(1, "a"), (2, "b")]
+
+
+def test_format_metastore_append_refuses_a_value_longer_than_its_varchar(
+    spark_env: SparkEnv,
+) -> None:
+    """VARCHAR(n) is STRING in the DataFrame: a longer value fails the write, which commits
+    nothing, instead of landing in the table."""
+    env = spark_env
+    env.ddl("CREATE NAMESPACE IF NOT EXISTS dsw")
+    env.ddl("CREATE TABLE dsw.codes (id BIGINT, code VARCHAR(3))")
+    env.bridge()  # registers format("metastore") for this cluster
+    before = committed_txns(env.client)
+    df = env.spark.createDataFrame([(1, "abc"), (2, "abcd")], "id BIGINT, code STRING")
+    with pytest.raises(Exception, match="longer than 3 characters"):
+        df.write.format("metastore").option("table", "dsw.codes").mode("append").save()
+    assert committed_txns(env.client) == before
+    assert env.live_paths("dsw.codes", as_of=env.client.clock.now()) == set()

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -18,8 +18,11 @@ from metastore.errors import (
     SchemaVersionNotActiveError,
 )
 from spark_bridge.bridge import BatchError
-from spark_bridge.conform import SchemaMismatchError
+from spark_bridge.conform import SchemaMismatchError, conform
 from tests.spark.support import SparkEnv, committed_txns, rows_of, write_attempt
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 pytestmark = pytest.mark.slow
 
@@ -288,3 +291,64 @@ def test_a_micro_batch_overtaken_by_two_ddls_is_replanned_not_fatal(env: SparkEn
     commit_ts = reports[0].commit_ts
     assert commit_ts is not None
     assert rows_of(bridge.read_table(table, as_of=commit_ts), "id") == [(7,)]
+
+
+# ---- nested structs ----------------------------------------------------------------------------
+
+NESTED = [
+    {"field_id": 1, "name": "id", "type": "BIGINT", "nullable": False},
+    {"field_id": 2, "name": "s", "type": "STRUCT<a: INT, b: INT>", "nullable": True},
+]
+
+
+def test_struct_fields_in_another_order_are_refused_not_swapped(spark: SparkSession) -> None:
+    # Spark casts a struct to a struct by position: struct<b, a> cast to the pinned
+    # struct<a, b> would write b's values into a and a's into b, silently.
+    df = spark.createDataFrame([(1, (10, 20))], "id BIGINT, s STRUCT<b: INT, a: INT>")
+    with pytest.raises(SchemaMismatchError, match="'s'"):
+        conform(df, "ref.nested", NESTED)
+    # A struct missing a nested field cannot be cast at all: a typed refusal, not Spark's
+    # AnalysisException.
+    df = spark.createDataFrame([(1, (10,))], "id BIGINT, s STRUCT<a: INT>")
+    with pytest.raises(SchemaMismatchError, match="'s'"):
+        conform(df, "ref.nested", NESTED)
+    # The control: the same fields in the pinned order (case aside), one of them widened.
+    df = spark.createDataFrame([(1, (10, 20))], "id BIGINT, s STRUCT<A: SMALLINT, b: INT>")
+    out = conform(df, "ref.nested", NESTED)
+    assert [tuple(r) for r in out.collect()] == [(1, (10, 20))]
+    assert [r.s.a for r in out.collect()] == [10]
+
+
+def test_output_columns_differing_only_in_case_are_refused(spark: SparkSession) -> None:
+    # Matched case-insensitively, `v` and `V` are both the pinned column v: which one to write
+    # is ambiguous, so the output is refused with a typed error (not Spark's AnalysisException).
+    columns = [
+        {"field_id": 1, "name": "id", "type": "BIGINT", "nullable": False},
+        {"field_id": 2, "name": "v", "type": "INT", "nullable": True},
+    ]
+    df = spark.createDataFrame([(1, 5, 6)], "id BIGINT, v INT, V INT")
+    with pytest.raises(SchemaMismatchError, match="more than once"):
+        conform(df, "ref.cased", columns)
+
+
+def test_a_value_longer_than_its_varchar_is_refused(spark: SparkSession) -> None:
+    # VARCHAR(n)/CHAR(n) are STRING in the DataFrame: the length limit is checked per row, as
+    # NOT NULL is, instead of committing a value the table's type does not allow.
+    columns = [
+        {"field_id": 1, "name": "id", "type": "BIGINT", "nullable": False},
+        {"field_id": 2, "name": "code", "type": "VARCHAR(3)", "nullable": True},
+        {"field_id": 3, "name": "flag", "type": "CHAR(1)", "nullable": True},
+    ]
+    ok = spark.createDataFrame(
+        [(1, "abc", "y"), (2, None, None)], "id BIGINT, code STRING, flag STRING"
+    )
+    assert sorted(tuple(r) for r in conform(ok, "ref.codes", columns).collect()) == [
+        (1, "abc", "y"),
+        (2, None, None),
+    ]
+    long = spark.createDataFrame([(1, "abcd", "y")], "id BIGINT, code STRING, flag STRING")
+    with pytest.raises(Exception, match=r"longer than 3 characters in ref\.codes\.code"):
+        conform(long, "ref.codes", columns).collect()
+    wide = spark.createDataFrame([(1, "abc", "yes")], "id BIGINT, code STRING, flag STRING")
+    with pytest.raises(Exception, match=r"longer than 1 characters in ref\.codes\.flag"):
+        conform(wide, "ref.codes", columns).collect()
