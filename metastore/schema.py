@@ -336,6 +336,17 @@ def add_column(
 
 def rename_column(schema: Schema, *, path: Path, new_name: str) -> Schema:
     validate_name(new_name, "column")
+    if len(path) > 1:
+        # Top-level columns are matched to file columns by field id; nested fields are not (the
+        # type strings carry no nested ids, so Spark and pyarrow match them by name). A renamed
+        # nested field would read as NULL in every row written before the rename, and an
+        # optimize or backfill would then write those NULLs for good.
+        raise UnsupportedSchemaChangeError(
+            f"cannot rename the nested field {path_sql(path)}: files written before the rename "
+            "would read it as NULL (nested fields are matched by name). Add a new field, fill "
+            "it, then drop the old one",
+            details={"column": list(path), "new_name": new_name, "reason": "nested_rename"},
+        )
 
     def edit(members: list[Member]) -> list[Member]:
         i = _require(members, path)
