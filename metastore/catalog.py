@@ -104,6 +104,7 @@ from metastore.errors import (
     SchemaJobConflictError,
     TableAlreadyExistsError,
     TableNotFoundError,
+    UnsupportedSchemaChangeError,
     limit_exceeded,
 )
 from metastore.outcome import Effect, SchemaVersionPublished, TableDropped
@@ -115,6 +116,7 @@ from metastore.schema import (
     assign_schema_ids,
     drop_column,
     move_column,
+    path_sql,
     rename_column,
     set_column_comment,
     set_nullability,
@@ -574,6 +576,8 @@ class Catalog:
         next_field_id = inc.next_field_id
         for change in cmd.changes:
             schema, next_field_id = _apply_change(schema, properties, change, next_field_id)
+            if isinstance(change, AddColumn) and change.parent:
+                _check_nested_name_unused(inc, schema, (*change.parent, change.column.name))
         validate_schema(schema, ids_assigned=True)
         new_properties = tuple(sorted(properties.items()))
         validate_properties(new_properties, f"properties of table {name}")
@@ -805,6 +809,29 @@ class Catalog:
 # --------------------------------------------------------------------------------------------
 # Helpers
 # --------------------------------------------------------------------------------------------
+
+
+def _check_nested_name_unused(inc: TableState, schema: Schema, path: tuple[str, ...]) -> None:
+    """Refuse a nested field at `path` whose name an older field of the same struct had (one
+    dropped since). Readers match nested fields by name (only top-level columns carry field
+    ids to them), so rows written before the drop would show the old field's values under the
+    new one."""
+    added = schema.lookup(path)
+    struct_id = schema.lookup(path[:1]).field_id
+    for version in inc.versions:
+        try:
+            old = version.schema.lookup(path)
+            if version.schema.lookup(path[:1]).field_id != struct_id:
+                continue  # another column of that name: files keep it apart by field id
+        except ColumnNotFoundError:
+            continue
+        if old.field_id != added.field_id:
+            raise UnsupportedSchemaChangeError(
+                f"cannot add the nested field {path_sql(path)}: version {version.version} had a "
+                "field of that name, and older rows would show its values under the new one "
+                "(nested fields are matched by name). Choose another name",
+                details={"column": list(path), "reason": "nested_name_reused"},
+            )
 
 
 def _apply_change(

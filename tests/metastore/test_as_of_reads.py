@@ -24,6 +24,7 @@ from metastore.errors import (
     NamespaceNotFoundError,
     NotFoundAtTimestampError,
     TableNotFoundError,
+    UnsupportedSchemaChangeError,
 )
 from metastore.state import MetastoreState
 from tests.metastore._driver import DD, MS, Driver, refused
@@ -397,3 +398,23 @@ def test_a_location_overlapping_several_tables_names_the_same_one_on_every_node(
         d, parse_ddl("CREATE TABLE ns.all (x INT) LOCATION '/wh/shared'"), InvalidArgumentError
     )
     assert e.details["table"] == "ns.a"
+
+
+def test_a_dropped_nested_field_s_name_cannot_come_back() -> None:
+    # Readers match nested fields by name: a new s.a would show the dropped s.a's old values.
+    d = Driver()
+    d.ok("CREATE NAMESPACE ns")
+    d.ok("CREATE TABLE ns.t (s STRUCT<a: INT, b: INT>, x INT)")
+    d.ok("ALTER TABLE ns.t DROP COLUMN s.a", step_ms=DD // MS + 1)
+    d.finish_jobs()
+    e = refused(
+        d, parse_ddl("ALTER TABLE ns.t ADD COLUMN s.A STRING"), UnsupportedSchemaChangeError
+    )
+    assert e.details["reason"] == "nested_name_reused"
+    d.ok("ALTER TABLE ns.t ADD COLUMN s.c STRING")  # a new name is fine
+    # A new struct column of the old name is another column (matched by field id): fine.
+    d.ok("ALTER TABLE ns.t DROP COLUMN s", step_ms=DD // MS + 1)
+    d.finish_jobs()
+    d.ok("ALTER TABLE ns.t ADD COLUMN s STRUCT<z: INT>", step_ms=DD // MS + 1)
+    d.finish_jobs()
+    d.ok("ALTER TABLE ns.t ADD COLUMN s.a INT", step_ms=DD // MS + 1)
