@@ -24,7 +24,9 @@ TABLE = "h.wide"
 
 @pytest.fixture(scope="module")
 def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SyncMetastoreClient]:
-    with metastore_cluster(tmp_path_factory.mktemp("history"), 1, dd_ms=300, cs_max_ms=100) as c:
+    with metastore_cluster(
+        tmp_path_factory.mktemp("history"), 1, dd_ms=60, cs_max_ms=20, idle_safe_time_interval_ms=50
+    ) as c:
         c.start_all()
         c.wait_ready()
         endpoints = [f"127.0.0.1:{c.client_ports[i]}" for i in c.ids]

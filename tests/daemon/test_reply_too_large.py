@@ -21,7 +21,7 @@ COMMITS = 1_600  # of ~2.9 KB records: ~4.6 MB, past the 4 MiB frame
 
 
 def test_a_txn_log_too_large_for_one_frame_is_limit_exceeded(tmp_path: Path) -> None:
-    with metastore_cluster(tmp_path, 1, dd_ms=300, cs_max_ms=100) as c:
+    with metastore_cluster(tmp_path, 1, dd_ms=60, cs_max_ms=20, idle_safe_time_interval_ms=50) as c:
         c.start_all()
         c.wait_ready()
         endpoints = [f"127.0.0.1:{c.client_ports[i]}" for i in c.ids]

@@ -21,7 +21,7 @@ COMMITS = 600  # commit events of ~7.8 KB: ~4.7 MB in one 1,000-event page
 
 
 def test_a_watcher_reads_a_backlog_of_wide_commits_page_by_page(tmp_path: Path) -> None:
-    with metastore_cluster(tmp_path, 1, dd_ms=300, cs_max_ms=100) as c:
+    with metastore_cluster(tmp_path, 1, dd_ms=60, cs_max_ms=20, idle_safe_time_interval_ms=50) as c:
         c.start_all()
         c.wait_ready()
         endpoints = [f"127.0.0.1:{c.client_ports[i]}" for i in c.ids]
