@@ -168,12 +168,14 @@ def test_compaction_keeps_every_answer_on_every_node(cluster: MetastoreCluster) 
 
     # Every node restarts from a snapshot taken after the compactions: the references survive
     # the snapshot, and the answers too. Small commits to another table bring the next snapshot
-    # at once (idle ticks alone take ~25 s to make SNAPSHOT_EVERY entries).
+    # at once (idle ticks alone take ~25 s to make SNAPSHOT_EVERY entries). Status'
+    # `snapshot_index` is where the log starts, which trails the newest snapshot by the entries
+    # kept behind it (as many as SNAPSHOT_EVERY here), hence twice SNAPSHOT_EVERY commits.
     compacted_at = _status(cluster, cluster.ids[0])["applied_index"]
     pad = _client(cluster)
     try:
         pad.ddl("CREATE TABLE m.pad (id BIGINT)")
-        for i in range(SNAPSHOT_EVERY + 10):
+        for i in range(2 * SNAPSHOT_EVERY + 10):
             add = [{"path": f"_txn/pad/{i}.parquet", "size_bytes": 1, "row_count": 1}]
             pad.commit(f"pad-{i}", [{"table": "m.pad", "schema_version": 1, "add": add}])
     finally:
