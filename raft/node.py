@@ -1118,6 +1118,11 @@ class RaftNode:
             app_data, addresses = self._unwrap_snapshot(rd.snapshot.data)
             self.sm.restore(app_data)
             self._set_addresses(addresses, applied_index=rd.snapshot.meta.index)
+        if self._deferred and any(e.kind is EntryKind.CONF for e in rd.committed):
+            # Applying a membership change drops the links of removed members: the commit
+            # broadcasts held back (see _send) must leave first, or a removed follower never
+            # learns that its removal committed and campaigns for ever.
+            self._send_deferred()
         self._apply(rd.committed[applied_early:] if applied_early else rd.committed)
         for rs in rd.read_states:
             fut = self._reads.get(rs.ctx)

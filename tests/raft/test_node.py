@@ -317,6 +317,30 @@ async def test_leaders_remove_themselves_down_to_one_voter(tmp_path: Path) -> No
         assert sm(last).applied[-1] == b"alone" and result.index > 0
 
 
+async def test_a_removed_follower_learns_that_its_removal_committed(tmp_path: Path) -> None:
+    """The leader's commit broadcast for a removal reaches the removed follower before applying
+    the change drops its link: the follower then applies its removal and stops campaigning
+    (else it holds the change uncommitted and campaigns with pre-votes forever)."""
+    async with cluster(tmp_path, 3) as nodes:
+        leader = await leader_of(nodes)
+        await leader.propose(b"x")
+        victim = next(n for n in nodes.values() if n is not leader)
+        # The victim holds everything, so the commit broadcast carries no entries.
+        deadline = time.monotonic() + 2.0
+        while victim.status().core.last_index < leader.status().core.last_index:
+            assert time.monotonic() < deadline, "the follower did not catch up"
+            await asyncio.sleep(0.01)
+        index = await leader.remove_node(victim.node_id)
+        deadline = time.monotonic() + 1.0
+        while victim.status().core.commit_index < index:
+            assert time.monotonic() < deadline, (
+                f"removed follower never learned that its removal (index {index}) committed: "
+                f"{victim.status().core}"
+            )
+            await asyncio.sleep(0.01)
+        assert victim.core is not None and not victim.core.promotable()
+
+
 async def test_proposal_times_out_without_a_quorum_and_the_node_keeps_working(
     tmp_path: Path,
 ) -> None:
