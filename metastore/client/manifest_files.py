@@ -87,16 +87,17 @@ def encode_manifest(entries: Sequence[FileEntry]) -> bytes:
 
 
 def write_manifest(location: str, entries: Sequence[FileEntry]) -> ManifestRef:
-    """Write `entries` as a manifest under `location` (a no-op if that content exists already:
-    it is content-addressed) and return its reference. The file appears whole: it is written
-    under a temporary name and renamed."""
+    """Write `entries` as a manifest under `location` and return its reference. The file
+    appears whole: it is written under a temporary name and renamed. A file already at that
+    name (content-addressed: an earlier attempt's) is written again, never taken on trust: it
+    may be damaged (a crash after the rename, before its data reached the disk), and, left by
+    an attempt that went stale, it may be older than the orphan grace, so the orphan scan could
+    delete it once this compaction references it; the new file is whole and young."""
     data = encode_manifest(entries)
     sha = hashlib.sha256(data).hexdigest()
     ref = ref_for(entries, sha256=sha, size_bytes=len(data))
     fs, root = _fs(location)
     final = f"{root}/{ref.path}"
-    if fs.get_file_info(final).type == pafs.FileType.File:
-        return ref
     fs.create_dir(final.rsplit("/", 1)[0], recursive=True)
     tmp = f"{final}.{uuid.uuid4().hex[:12]}.tmp"
     with fs.open_output_stream(tmp) as out:

@@ -5,8 +5,11 @@ and loose files, at any timestamp."""
 
 from __future__ import annotations
 
+import os
 import tempfile
+import time
 from dataclasses import replace
+from pathlib import Path
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -66,3 +69,38 @@ def test_columnar_expansion_equals_the_entry_by_entry_reference(reply: dict[str,
     assert fast["files"] == reference["files"]
     for key in ("total_files", "rows", "size_bytes", "expanded_manifests"):
         assert fast[key] == reference[key], key
+
+
+def _entries() -> list[FileEntry]:
+    return [
+        FileEntry(path=f"_txn/a/f{i}.parquet", size_bytes=10, row_count=1, added_ts=BASE_TS + i)
+        for i in range(3)
+    ]
+
+
+def test_writing_over_a_damaged_manifest_of_the_same_name_repairs_it(tmp_path: Path) -> None:
+    """A file already at the content-addressed name (an earlier attempt's, cut short by a crash
+    or damaged since) is not taken on trust: the compaction would swap in a manifest no reader
+    can read, and the table's files would be lost to every reader."""
+    entries = _entries()
+    ref = write_manifest(str(tmp_path), entries)
+    target = tmp_path / ref.path
+    target.write_bytes(b"")  # truncated (e.g. renamed before its data reached the disk)
+    again = write_manifest(str(tmp_path), entries)
+    assert again == ref
+    assert read_manifest(str(tmp_path), again) == entries
+
+
+def test_writing_a_manifest_that_exists_refreshes_its_age(tmp_path: Path) -> None:
+    """An unreferenced manifest left by an old attempt that went stale is an orphan to GC once
+    older than gc_orphan_grace_ms (by mtime). A compaction that reuses it must make it young
+    again, or the orphan scan may delete it after the compaction referenced it."""
+    entries = _entries()
+    ref = write_manifest(str(tmp_path), entries)
+    target = tmp_path / ref.path
+    old = time.time() - 10 * 24 * 3600
+    os.utime(target, (old, old))
+    write_manifest(str(tmp_path), entries)
+    assert target.stat().st_mtime > time.time() - 60
+    assert read_manifest(str(tmp_path), ref) == entries
+    assert [p.name for p in target.parent.iterdir()] == [target.name]  # no temporary left
