@@ -317,18 +317,36 @@ def _expanded(reply: Mapping[str, Any], files: Sequence[FileEntry]) -> dict[str,
 
 
 def compaction_view(client: Any, table: str) -> dict[str, Any]:
-    """Every page of `compaction_view` merged (`client`: a SyncMetastoreClient)."""
-    first = client.call("compaction_view", {"table": table, "limit": VIEW_PAGE_LIMIT})
-    loose, deletes = list(first["loose"]), list(first["deletes"])
-    token = first.get("next_page_token")
-    while token:
-        page = client.call(
-            "compaction_view", {"table": table, "limit": VIEW_PAGE_LIMIT, "page_token": token}
-        )
-        loose.extend(page["loose"])
-        deletes.extend(page["deletes"])
-        token = page.get("next_page_token")
-    return {**first, "loose": loose, "deletes": deletes, "next_page_token": None}
+    """Every page of `compaction_view` merged (`client`: a SyncMetastoreClient).
+
+    Pages are not of one moment. The compaction's compare-and-swap catches loose and delete
+    entries that changed between pages, but not the manifest set (it rides on the first page)
+    the planner judges delete entries against: a delete entry of a path in no manifest it saw
+    is folded as a no-op, so a delete entry read after another compaction moved its path into
+    a new manifest would be dropped and the file would be live again. So a view of several
+    pages is taken only if the table's manifests (the first page's) are the same after the
+    last page; else it is read again (MANIFEST_CONFLICT after COMPACT_ATTEMPTS_MAX reads)."""
+    for _ in range(COMPACT_ATTEMPTS_MAX):
+        first = client.call("compaction_view", {"table": table, "limit": VIEW_PAGE_LIMIT})
+        loose, deletes = list(first["loose"]), list(first["deletes"])
+        token = first.get("next_page_token")
+        if not token:
+            return {**first, "next_page_token": None}
+        while token:
+            page = client.call(
+                "compaction_view", {"table": table, "limit": VIEW_PAGE_LIMIT, "page_token": token}
+            )
+            loose.extend(page["loose"])
+            deletes.extend(page["deletes"])
+            token = page.get("next_page_token")
+        after = client.call("compaction_view", {"table": table, "limit": 1})
+        if (after["table_id"], after["manifests"]) == (first["table_id"], first["manifests"]):
+            return {**first, "loose": loose, "deletes": deletes, "next_page_token": None}
+        log.info("the manifests of %s changed while its compaction view was read", table)
+    raise ManifestConflictError(
+        f"{table}: the table's manifests kept changing while its compaction view was read",
+        details={"table": table, "what": "compaction_view", "expected": "", "actual": ""},
+    )
 
 
 def compact_table(
