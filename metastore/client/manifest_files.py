@@ -217,7 +217,46 @@ def _verified_table(location: str, ref: ManifestRef) -> pa.Table:
         raise bad(f"{table.num_rows} rows, the reference says {ref.entry_count}")
     if any(table.column(n).null_count for n in ("path", "size_bytes", "row_count", "added_ts")):
         raise bad("a null in a required column")
+    try:
+        table.validate(full=True)  # e.g. a string that is not UTF-8
+    except pa.ArrowException as exc:
+        raise bad(f"invalid columns ({type(exc).__name__})") from None
+    if pc.any(_bad_paths(table["path"])).as_py():
+        raise bad("an entry path that is not relative to the table location")
+    removed = table["removed_ts"]
+    if (
+        pc.any(pc.less(table["size_bytes"], 0)).as_py()
+        or pc.any(pc.less(table["row_count"], 0)).as_py()
+        or pc.any(pc.equal(table["added_ts"], 0)).as_py()
+        or pc.any(pc.less_equal(removed, table["added_ts"])).as_py()
+    ):
+        raise bad("a negative size or row count, or an entry not removed after it was added")
     return table
+
+
+# A segment that is empty, "." or ".." (commands.validate_file_path's rule, for RE2).
+_BAD_SEGMENT: Final = r"(^|/)\.{0,2}(/|$)"
+_CONTROL_CHARS: Final = r"[\x00-\x1f\x7f]"
+
+
+def _bad_paths(paths: pa.ChunkedArray) -> pa.ChunkedArray:
+    """Per entry path, whether it breaks the rule commits follow (commands.validate_file_path):
+    relative to the table location, no scheme, no backslash, no empty, "." or ".." segments,
+    no control characters, at most MAX_FILE_PATH_CHARS. A manifest with such a path could
+    make readers read, and GC delete, files outside its table. Vectorised: a manifest lists up
+    to MANIFEST_ENTRIES_MAX paths."""
+    checks = [
+        pc.starts_with(paths, "/"),
+        pc.match_substring(paths, "://"),
+        pc.match_substring(paths, "\\"),
+        pc.match_substring_regex(paths, _BAD_SEGMENT),
+        pc.match_substring_regex(paths, _CONTROL_CHARS),
+        pc.greater(pc.utf8_length(paths), limits.MAX_FILE_PATH_CHARS),
+    ]
+    out = checks[0]
+    for check in checks[1:]:
+        out = pc.or_(out, check)
+    return out
 
 
 def _live_columns(

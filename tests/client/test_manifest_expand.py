@@ -11,10 +11,12 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from metastore.client.manifest_files import expand_reply, read_manifest, write_manifest
+from metastore.errors import ManifestUnreadableError
 from metastore.manifests import ManifestRef
 from metastore.txn import FileEntry
 
@@ -104,3 +106,36 @@ def test_writing_a_manifest_that_exists_refreshes_its_age(tmp_path: Path) -> Non
     assert target.stat().st_mtime > time.time() - 60
     assert read_manifest(str(tmp_path), ref) == entries
     assert [p.name for p in target.parent.iterdir()] == [target.name]  # no temporary left
+
+
+@pytest.mark.parametrize(
+    "path",
+    ["../other/f.parquet", "/etc/passwd", "a/../../b", "s3://bucket/f", "a//b", "", "a\x00b"],
+)
+def test_a_manifest_listing_a_path_outside_its_table_is_not_a_manifest(
+    tmp_path: Path, path: str
+) -> None:
+    """Entry paths are relative to the table location, by the rule commits follow. A manifest
+    listing one that escapes it (written by a buggy or hostile compactor: its sha256 is right)
+    is refused, never listed: readers would read another table's files, and GC, expanding a
+    dead manifest, would delete whatever file the path names."""
+    entries = [
+        FileEntry(path="ok/f.parquet", size_bytes=1, row_count=1, added_ts=BASE_TS),
+        FileEntry(path=path, size_bytes=1, row_count=1, added_ts=BASE_TS, removed_ts=BASE_TS + 1),
+    ]
+    ref = write_manifest(str(tmp_path), entries)
+    with pytest.raises(ManifestUnreadableError):
+        read_manifest(str(tmp_path), ref)
+    reply = {"as_of": BASE_TS, "location": str(tmp_path), "files": [], "deletes": []}
+    with pytest.raises(ManifestUnreadableError):
+        expand_reply({**reply, "manifests": [ref.to_view()]})
+
+
+def test_a_manifest_entry_removed_before_it_was_added_is_not_a_manifest(tmp_path: Path) -> None:
+    entries = [
+        FileEntry(path="f.parquet", size_bytes=1, row_count=1, added_ts=BASE_TS + 5),
+        FileEntry(path="g.parquet", size_bytes=1, row_count=1, added_ts=BASE_TS, removed_ts=1),
+    ]
+    ref = write_manifest(str(tmp_path), entries)
+    with pytest.raises(ManifestUnreadableError):
+        read_manifest(str(tmp_path), ref)
