@@ -1103,8 +1103,8 @@ class TxnLog:
         self._file_entries -= len(prefix)
         for d in deletes:
             del tl.deletes[d.path]
-        for sha in replaced:
-            old = tl.manifests.pop(sha)
+        for r in cmd.replaces:  # command order: `replaced` is a set, its order varies by process
+            old = tl.manifests.pop(r.sha256)
             tl.retired[old.path] = (tm, old.size_bytes)
         for a in cmd.adds:
             tl.manifests[a.sha256] = a
