@@ -15,6 +15,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import logging
+import os
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -92,18 +93,41 @@ def write_manifest(location: str, entries: Sequence[FileEntry]) -> ManifestRef:
     name (content-addressed: an earlier attempt's) is written again, never taken on trust: it
     may be damaged (a crash after the rename, before its data reached the disk), and, left by
     an attempt that went stale, it may be older than the orphan grace, so the orphan scan could
-    delete it once this compaction references it; the new file is whole and young."""
+    delete it once this compaction references it; the new file is whole and young.
+
+    On a local file system the file and the directory entries are fsynced before this returns:
+    the compaction that references the manifest is durable once proposed and takes its entries
+    out of the state, so a manifest lost to a power failure would lose them."""
     data = encode_manifest(entries)
     sha = hashlib.sha256(data).hexdigest()
     ref = ref_for(entries, sha256=sha, size_bytes=len(data))
     fs, root = _fs(location)
     final = f"{root}/{ref.path}"
-    fs.create_dir(final.rsplit("/", 1)[0], recursive=True)
     tmp = f"{final}.{uuid.uuid4().hex[:12]}.tmp"
+    if isinstance(fs, pafs.LocalFileSystem):
+        _write_local(final, tmp, data)
+        return ref
+    fs.create_dir(final.rsplit("/", 1)[0], recursive=True)
     with fs.open_output_stream(tmp) as out:
         out.write(data)
     fs.move(tmp, final)
     return ref
+
+
+def _write_local(final: str, tmp: str, data: bytes) -> None:
+    directory = os.path.dirname(final)
+    os.makedirs(directory, exist_ok=True)
+    with open(tmp, "wb") as out:
+        out.write(data)
+        out.flush()
+        os.fsync(out.fileno())
+    os.replace(tmp, final)
+    for path in (directory, os.path.dirname(directory)):  # the file's entry, then _manifests'
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
 
 def read_manifest(location: str, ref: ManifestRef) -> list[FileEntry]:

@@ -139,3 +139,26 @@ def test_a_manifest_entry_removed_before_it_was_added_is_not_a_manifest(tmp_path
     ref = write_manifest(str(tmp_path), entries)
     with pytest.raises(ManifestUnreadableError):
         read_manifest(str(tmp_path), ref)
+
+
+def test_a_local_manifest_is_on_disk_before_write_manifest_returns(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The compaction that references a manifest is durable (Raft fsyncs it on a quorum) and
+    takes the entries out of the state; the manifest must be as durable before it is proposed,
+    or a power loss leaves the table referencing an empty or missing file (every listing fails,
+    the entries are lost). So the file and its directory entry are fsynced."""
+    synced: list[str] = []
+    real_fsync = os.fsync
+
+    def fsync(fd: int) -> None:
+        synced.append(os.path.realpath(os.readlink(f"/proc/self/fd/{fd}")))
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    ref = write_manifest(str(tmp_path), _entries())
+    final = os.path.realpath(tmp_path / ref.path)
+    data_synced = [p for p in synced if p.startswith(final)]  # under its temporary name
+    assert data_synced, synced
+    assert os.path.dirname(final) in synced[synced.index(data_synced[-1]) :]
+    assert os.path.realpath(tmp_path) in synced  # the new _manifests directory's entry
