@@ -395,13 +395,15 @@ def compaction_view(client: Any, table: str) -> dict[str, Any]:
         token = first.get("next_page_token")
         if not token:
             return {**first, "next_page_token": None}
-        while token:
-            page = client.call(
-                "compaction_view", {"table": table, "limit": VIEW_PAGE_LIMIT, "page_token": token}
-            )
-            loose.extend(page["loose"])
-            deletes.extend(page["deletes"])
-            token = page.get("next_page_token")
+        try:
+            while token:
+                args = {"table": table, "limit": VIEW_PAGE_LIMIT, "page_token": token}
+                page = client.call("compaction_view", args)
+                loose.extend(page["loose"])
+                deletes.extend(page["deletes"])
+                token = page.get("next_page_token")
+        except ManifestConflictError:
+            continue  # it shrank past the next page's offset: read it again
         after = client.call("compaction_view", {"table": table, "limit": 1})
         if (after["table_id"], after["manifests"]) == (first["table_id"], first["manifests"]):
             return {**first, "loose": loose, "deletes": deletes, "next_page_token": None}

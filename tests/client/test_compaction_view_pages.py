@@ -96,3 +96,22 @@ def test_a_compaction_between_view_pages_cannot_resurrect_a_removed_file(
     compact_table(client, "ns.a", keep_loose=100)
     assert live_paths(d) == ["a", "b", "c1", "c2", "x1", "x2"]
     d.state.check_invariants()
+
+
+def test_a_view_that_shrank_between_pages_is_read_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another compaction between two pages can leave fewer entries than the next page's
+    offset: the view changed (read it again), the request was not a bad one."""
+    d = Driver()
+    d.ok("CREATE NAMESPACE ns")
+    d.ok(f"CREATE TABLE ns.a (x INT) LOCATION '{tmp_path}'")
+    d.tm += (DD_MS + 1) * MS  # the table is active
+    client = ViewClient(d)
+    commit(d, "t1", "a", "b")
+    commit(d, "t2", "c")
+    monkeypatch.setattr(manifest_files, "VIEW_PAGE_LIMIT", 2)
+    client.between_pages = lambda: compact_table(client, "ns.a")  # moves all three
+    result = compact_table(client, "ns.a")
+    assert result["compacted"] is False  # nothing left to do once read again
+    assert live_paths(d) == ["a", "b", "c"]
