@@ -28,7 +28,11 @@ import pyarrow.parquet as pq
 
 from metastore import limits
 from metastore.commands import TableName, compact_manifest_to_request
-from metastore.errors import ManifestConflictError, ManifestUnreadableError
+from metastore.errors import (
+    InvalidArgumentError,
+    ManifestConflictError,
+    ManifestUnreadableError,
+)
 from metastore.manifests import (
     DeleteEntry,
     Listing,
@@ -430,6 +434,13 @@ def compact_table(
     for attempt in range(1, COMPACT_ATTEMPTS_MAX + 1):
         view = compaction_view(client, table)
         location = str(view["location"])
+        if not location:
+            # Manifests live under the table's location: without one they would be written
+            # at the file system's root.
+            raise InvalidArgumentError(
+                f"{table} has no location, so it has nowhere to keep manifest files",
+                details={"table": table},
+            )
         loose = [
             FileEntry(path=r[0], size_bytes=r[1], row_count=r[2], added_ts=r[3], removed_ts=r[4])
             for r in view["loose"]

@@ -24,6 +24,7 @@ from metastore.commands import (
     compact_manifest_from_request,
 )
 from metastore.daemon.server import ApiServer
+from metastore.errors import InvalidArgumentError
 from tests.metastore._driver import DD_MS, MS, Driver
 
 A = TableName.of("ns", "a")
@@ -115,3 +116,22 @@ def test_a_view_that_shrank_between_pages_is_read_again(
     result = compact_table(client, "ns.a")
     assert result["compacted"] is False  # nothing left to do once read again
     assert live_paths(d) == ["a", "b", "c"]
+
+
+def test_a_table_without_a_location_is_not_compacted(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Manifests live under the table's location; a table without one (no LOCATION, no
+    warehouse) would get them at the file system's root ("/_manifests/...")."""
+    d = Driver()
+    d.ok("CREATE NAMESPACE ns")
+    d.ok("CREATE TABLE ns.a (x INT)")
+    d.tm += (DD_MS + 1) * MS  # the table is active
+    assert d.state.current(A).location == ""
+    commit(d, "t1", "a", "b")
+
+    def no_write(location: str, entries: object) -> None:
+        raise AssertionError(f"a manifest written under {location!r}")
+
+    monkeypatch.setattr(manifest_files, "write_manifest", no_write)
+    with pytest.raises(InvalidArgumentError):
+        compact_table(ViewClient(d), "ns.a")
+    assert d.state.table_stats(A).manifests == 0
