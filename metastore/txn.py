@@ -1024,14 +1024,15 @@ class TxnLog:
         digest = entries_digest(prefix)
         if digest != cmd.loose_digest:
             raise conflict("loose entries digest", cmd.loose_digest, digest)
-        if 0 < cmd.loose_count < len(tl.files):
-            following = next(islice(tl.files.values(), cmd.loose_count, None))
-            if following.added_ts == prefix[-1].added_ts:
-                raise InvalidArgumentError(
-                    f"{cmd.table}: the compaction cuts through the commit at "
-                    f"{following.added_ts}; move whole commits",
-                    details={"table": str(cmd.table), "ts": following.added_ts},
-                )
+        # The oldest entry that stays loose: every manifest entry must be older (apply cannot
+        # read the files, so it checks what their references claim).
+        following = next(islice(tl.files.values(), cmd.loose_count, None), None)
+        if following is not None and prefix and following.added_ts == prefix[-1].added_ts:
+            raise InvalidArgumentError(
+                f"{cmd.table}: the compaction cuts through the commit at "
+                f"{following.added_ts}; move whole commits",
+                details={"table": str(cmd.table), "ts": following.added_ts},
+            )
         if cmd.deletes_count > len(tl.deletes):
             raise conflict("delete entries", cmd.deletes_count, len(tl.deletes))
         deletes = [
@@ -1060,9 +1061,14 @@ class TxnLog:
                     f"{cmd.table}: manifest {a.sha256} is already referenced",
                     details={"table": str(cmd.table), "sha256": a.sha256},
                 )
-            if a.min_added_ts < tl.registered_ts or a.max_added_ts > tl.last_commit_ts:
+            if (
+                a.min_added_ts < tl.registered_ts
+                or a.max_added_ts > tl.last_commit_ts
+                or (following is not None and a.max_added_ts >= following.added_ts)
+            ):
                 raise InvalidArgumentError(
-                    f"{cmd.table}: manifest {a.sha256} lists entries outside the table's commits",
+                    f"{cmd.table}: manifest {a.sha256} lists entries outside the table's commits "
+                    "or not older than the entries that stay loose",
                     details={"table": str(cmd.table), "sha256": a.sha256},
                 )
         listed = sum(a.entry_count for a in cmd.adds)
@@ -1097,8 +1103,8 @@ class TxnLog:
         self._file_entries -= len(prefix)
         for d in deletes:
             del tl.deletes[d.path]
-        for sha in replaced:
-            old = tl.manifests.pop(sha)
+        for r in cmd.replaces:  # command order: `replaced` is a set, its order varies by process
+            old = tl.manifests.pop(r.sha256)
             tl.retired[old.path] = (tm, old.size_bytes)
         for a in cmd.adds:
             tl.manifests[a.sha256] = a

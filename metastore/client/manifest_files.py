@@ -15,6 +15,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import logging
+import os
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -27,7 +28,11 @@ import pyarrow.parquet as pq
 
 from metastore import limits
 from metastore.commands import TableName, compact_manifest_to_request
-from metastore.errors import ManifestConflictError, ManifestUnreadableError
+from metastore.errors import (
+    InvalidArgumentError,
+    ManifestConflictError,
+    ManifestUnreadableError,
+)
 from metastore.manifests import (
     DeleteEntry,
     Listing,
@@ -87,22 +92,46 @@ def encode_manifest(entries: Sequence[FileEntry]) -> bytes:
 
 
 def write_manifest(location: str, entries: Sequence[FileEntry]) -> ManifestRef:
-    """Write `entries` as a manifest under `location` (a no-op if that content exists already:
-    it is content-addressed) and return its reference. The file appears whole: it is written
-    under a temporary name and renamed."""
+    """Write `entries` as a manifest under `location` and return its reference. The file
+    appears whole: it is written under a temporary name and renamed. A file already at that
+    name (content-addressed: an earlier attempt's) is written again, never taken on trust: it
+    may be damaged (a crash after the rename, before its data reached the disk), and, left by
+    an attempt that went stale, it may be older than the orphan grace, so the orphan scan could
+    delete it once this compaction references it; the new file is whole and young.
+
+    On a local file system the file and the directory entries are fsynced before this returns:
+    the compaction that references the manifest is durable once proposed and takes its entries
+    out of the state, so a manifest lost to a power failure would lose them."""
     data = encode_manifest(entries)
     sha = hashlib.sha256(data).hexdigest()
     ref = ref_for(entries, sha256=sha, size_bytes=len(data))
     fs, root = _fs(location)
     final = f"{root}/{ref.path}"
-    if fs.get_file_info(final).type == pafs.FileType.File:
+    tmp = f"{final}.{uuid.uuid4().hex[:12]}.tmp"
+    if isinstance(fs, pafs.LocalFileSystem):
+        _write_local(final, tmp, data)
         return ref
     fs.create_dir(final.rsplit("/", 1)[0], recursive=True)
-    tmp = f"{final}.{uuid.uuid4().hex[:12]}.tmp"
     with fs.open_output_stream(tmp) as out:
         out.write(data)
     fs.move(tmp, final)
     return ref
+
+
+def _write_local(final: str, tmp: str, data: bytes) -> None:
+    directory = os.path.dirname(final)
+    os.makedirs(directory, exist_ok=True)
+    with open(tmp, "wb") as out:
+        out.write(data)
+        out.flush()
+        os.fsync(out.fileno())
+    os.replace(tmp, final)
+    for path in (directory, os.path.dirname(directory)):  # the file's entry, then _manifests'
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
 
 def read_manifest(location: str, ref: ManifestRef) -> list[FileEntry]:
@@ -216,7 +245,46 @@ def _verified_table(location: str, ref: ManifestRef) -> pa.Table:
         raise bad(f"{table.num_rows} rows, the reference says {ref.entry_count}")
     if any(table.column(n).null_count for n in ("path", "size_bytes", "row_count", "added_ts")):
         raise bad("a null in a required column")
+    try:
+        table.validate(full=True)  # e.g. a string that is not UTF-8
+    except pa.ArrowException as exc:
+        raise bad(f"invalid columns ({type(exc).__name__})") from None
+    if pc.any(_bad_paths(table["path"])).as_py():
+        raise bad("an entry path that is not relative to the table location")
+    removed = table["removed_ts"]
+    if (
+        pc.any(pc.less(table["size_bytes"], 0)).as_py()
+        or pc.any(pc.less(table["row_count"], 0)).as_py()
+        or pc.any(pc.equal(table["added_ts"], 0)).as_py()
+        or pc.any(pc.less_equal(removed, table["added_ts"])).as_py()
+    ):
+        raise bad("a negative size or row count, or an entry not removed after it was added")
     return table
+
+
+# A segment that is empty, "." or ".." (commands.validate_file_path's rule, for RE2).
+_BAD_SEGMENT: Final = r"(^|/)\.{0,2}(/|$)"
+_CONTROL_CHARS: Final = r"[\x00-\x1f\x7f]"
+
+
+def _bad_paths(paths: pa.ChunkedArray) -> pa.ChunkedArray:
+    """Per entry path, whether it breaks the rule commits follow (commands.validate_file_path):
+    relative to the table location, no scheme, no backslash, no empty, "." or ".." segments,
+    no control characters, at most MAX_FILE_PATH_CHARS. A manifest with such a path could
+    make readers read, and GC delete, files outside its table. Vectorised: a manifest lists up
+    to MANIFEST_ENTRIES_MAX paths."""
+    checks = [
+        pc.starts_with(paths, "/"),
+        pc.match_substring(paths, "://"),
+        pc.match_substring(paths, "\\"),
+        pc.match_substring_regex(paths, _BAD_SEGMENT),
+        pc.match_substring_regex(paths, _CONTROL_CHARS),
+        pc.greater(pc.utf8_length(paths), limits.MAX_FILE_PATH_CHARS),
+    ]
+    out = checks[0]
+    for check in checks[1:]:
+        out = pc.or_(out, check)
+    return out
 
 
 def _live_columns(
@@ -316,18 +384,38 @@ def _expanded(reply: Mapping[str, Any], files: Sequence[FileEntry]) -> dict[str,
 
 
 def compaction_view(client: Any, table: str) -> dict[str, Any]:
-    """Every page of `compaction_view` merged (`client`: a SyncMetastoreClient)."""
-    first = client.call("compaction_view", {"table": table, "limit": VIEW_PAGE_LIMIT})
-    loose, deletes = list(first["loose"]), list(first["deletes"])
-    token = first.get("next_page_token")
-    while token:
-        page = client.call(
-            "compaction_view", {"table": table, "limit": VIEW_PAGE_LIMIT, "page_token": token}
-        )
-        loose.extend(page["loose"])
-        deletes.extend(page["deletes"])
-        token = page.get("next_page_token")
-    return {**first, "loose": loose, "deletes": deletes, "next_page_token": None}
+    """Every page of `compaction_view` merged (`client`: a SyncMetastoreClient).
+
+    Pages are not of one moment. The compaction's compare-and-swap catches loose and delete
+    entries that changed between pages, but not the manifest set (it rides on the first page)
+    the planner judges delete entries against: a delete entry of a path in no manifest it saw
+    is folded as a no-op, so a delete entry read after another compaction moved its path into
+    a new manifest would be dropped and the file would be live again. So a view of several
+    pages is taken only if the table's manifests (the first page's) are the same after the
+    last page; else it is read again (MANIFEST_CONFLICT after COMPACT_ATTEMPTS_MAX reads)."""
+    for _ in range(COMPACT_ATTEMPTS_MAX):
+        first = client.call("compaction_view", {"table": table, "limit": VIEW_PAGE_LIMIT})
+        loose, deletes = list(first["loose"]), list(first["deletes"])
+        token = first.get("next_page_token")
+        if not token:
+            return {**first, "next_page_token": None}
+        try:
+            while token:
+                args = {"table": table, "limit": VIEW_PAGE_LIMIT, "page_token": token}
+                page = client.call("compaction_view", args)
+                loose.extend(page["loose"])
+                deletes.extend(page["deletes"])
+                token = page.get("next_page_token")
+        except ManifestConflictError:
+            continue  # it shrank past the next page's offset: read it again
+        after = client.call("compaction_view", {"table": table, "limit": 1})
+        if (after["table_id"], after["manifests"]) == (first["table_id"], first["manifests"]):
+            return {**first, "loose": loose, "deletes": deletes, "next_page_token": None}
+        log.info("the manifests of %s changed while its compaction view was read", table)
+    raise ManifestConflictError(
+        f"{table}: the table's manifests kept changing while its compaction view was read",
+        details={"table": table, "what": "compaction_view", "expected": "", "actual": ""},
+    )
 
 
 def compact_table(
@@ -346,6 +434,13 @@ def compact_table(
     for attempt in range(1, COMPACT_ATTEMPTS_MAX + 1):
         view = compaction_view(client, table)
         location = str(view["location"])
+        if not location:
+            # Manifests live under the table's location: without one they would be written
+            # at the file system's root.
+            raise InvalidArgumentError(
+                f"{table} has no location, so it has nowhere to keep manifest files",
+                details={"table": table},
+            )
         loose = [
             FileEntry(path=r[0], size_bytes=r[1], row_count=r[2], added_ts=r[3], removed_ts=r[4])
             for r in view["loose"]

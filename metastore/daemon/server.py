@@ -1131,6 +1131,19 @@ class ApiServer:
         loose = state.txns.loose_entries(table_id)
         deletes = state.txns.delete_entries(table_id)
         items: list[Any] = [*loose, *deletes]
+        token = args.get("page_token")
+        if token is not None and _page_token(str(token))[1] > len(items):
+            # Fewer entries than the page offset: a compaction moved them since the previous
+            # page. The view changed, the request is not a bad one: read it again.
+            raise ManifestConflictError(
+                f"{table}: the table changed between compaction view pages; read it again",
+                details={
+                    "table": table,
+                    "what": "page_token",
+                    "expected": str(token),
+                    "actual": str(len(items)),
+                },
+            )
         start, end = _files_page(items, {**args, "limit": args.get("limit") or 10_000}, 0)
         page = items[start:end]
         cut = max(0, len(loose) - start)

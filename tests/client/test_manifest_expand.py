@@ -5,13 +5,18 @@ and loose files, at any timestamp."""
 
 from __future__ import annotations
 
+import os
 import tempfile
+import time
 from dataclasses import replace
+from pathlib import Path
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from metastore.client.manifest_files import expand_reply, read_manifest, write_manifest
+from metastore.errors import ManifestUnreadableError
 from metastore.manifests import ManifestRef
 from metastore.txn import FileEntry
 
@@ -66,3 +71,94 @@ def test_columnar_expansion_equals_the_entry_by_entry_reference(reply: dict[str,
     assert fast["files"] == reference["files"]
     for key in ("total_files", "rows", "size_bytes", "expanded_manifests"):
         assert fast[key] == reference[key], key
+
+
+def _entries() -> list[FileEntry]:
+    return [
+        FileEntry(path=f"_txn/a/f{i}.parquet", size_bytes=10, row_count=1, added_ts=BASE_TS + i)
+        for i in range(3)
+    ]
+
+
+def test_writing_over_a_damaged_manifest_of_the_same_name_repairs_it(tmp_path: Path) -> None:
+    """A file already at the content-addressed name (an earlier attempt's, cut short by a crash
+    or damaged since) is not taken on trust: the compaction would swap in a manifest no reader
+    can read, and the table's files would be lost to every reader."""
+    entries = _entries()
+    ref = write_manifest(str(tmp_path), entries)
+    target = tmp_path / ref.path
+    target.write_bytes(b"")  # truncated (e.g. renamed before its data reached the disk)
+    again = write_manifest(str(tmp_path), entries)
+    assert again == ref
+    assert read_manifest(str(tmp_path), again) == entries
+
+
+def test_writing_a_manifest_that_exists_refreshes_its_age(tmp_path: Path) -> None:
+    """An unreferenced manifest left by an old attempt that went stale is an orphan to GC once
+    older than gc_orphan_grace_ms (by mtime). A compaction that reuses it must make it young
+    again, or the orphan scan may delete it after the compaction referenced it."""
+    entries = _entries()
+    ref = write_manifest(str(tmp_path), entries)
+    target = tmp_path / ref.path
+    old = time.time() - 10 * 24 * 3600
+    os.utime(target, (old, old))
+    write_manifest(str(tmp_path), entries)
+    assert target.stat().st_mtime > time.time() - 60
+    assert read_manifest(str(tmp_path), ref) == entries
+    assert [p.name for p in target.parent.iterdir()] == [target.name]  # no temporary left
+
+
+@pytest.mark.parametrize(
+    "path",
+    ["../other/f.parquet", "/etc/passwd", "a/../../b", "s3://bucket/f", "a//b", "", "a\x00b"],
+)
+def test_a_manifest_listing_a_path_outside_its_table_is_not_a_manifest(
+    tmp_path: Path, path: str
+) -> None:
+    """Entry paths are relative to the table location, by the rule commits follow. A manifest
+    listing one that escapes it (written by a buggy or hostile compactor: its sha256 is right)
+    is refused, never listed: readers would read another table's files, and GC, expanding a
+    dead manifest, would delete whatever file the path names."""
+    entries = [
+        FileEntry(path="ok/f.parquet", size_bytes=1, row_count=1, added_ts=BASE_TS),
+        FileEntry(path=path, size_bytes=1, row_count=1, added_ts=BASE_TS, removed_ts=BASE_TS + 1),
+    ]
+    ref = write_manifest(str(tmp_path), entries)
+    with pytest.raises(ManifestUnreadableError):
+        read_manifest(str(tmp_path), ref)
+    reply = {"as_of": BASE_TS, "location": str(tmp_path), "files": [], "deletes": []}
+    with pytest.raises(ManifestUnreadableError):
+        expand_reply({**reply, "manifests": [ref.to_view()]})
+
+
+def test_a_manifest_entry_removed_before_it_was_added_is_not_a_manifest(tmp_path: Path) -> None:
+    entries = [
+        FileEntry(path="f.parquet", size_bytes=1, row_count=1, added_ts=BASE_TS + 5),
+        FileEntry(path="g.parquet", size_bytes=1, row_count=1, added_ts=BASE_TS, removed_ts=1),
+    ]
+    ref = write_manifest(str(tmp_path), entries)
+    with pytest.raises(ManifestUnreadableError):
+        read_manifest(str(tmp_path), ref)
+
+
+def test_a_local_manifest_is_on_disk_before_write_manifest_returns(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The compaction that references a manifest is durable (Raft fsyncs it on a quorum) and
+    takes the entries out of the state; the manifest must be as durable before it is proposed,
+    or a power loss leaves the table referencing an empty or missing file (every listing fails,
+    the entries are lost). So the file and its directory entry are fsynced."""
+    synced: list[str] = []
+    real_fsync = os.fsync
+
+    def fsync(fd: int) -> None:
+        synced.append(os.path.realpath(os.readlink(f"/proc/self/fd/{fd}")))
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    ref = write_manifest(str(tmp_path), _entries())
+    final = os.path.realpath(tmp_path / ref.path)
+    data_synced = [p for p in synced if p.startswith(final)]  # under its temporary name
+    assert data_synced, synced
+    assert os.path.dirname(final) in synced[synced.index(data_synced[-1]) :]
+    assert os.path.realpath(tmp_path) in synced  # the new _manifests directory's entry

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
+from dataclasses import replace
 
 import msgpack
 import pytest
@@ -492,3 +493,21 @@ def _error(d: Driver, ts: int) -> Exception:
     except Exception as e:  # noqa: BLE001
         return e
     raise AssertionError("expected an error")
+
+
+def test_a_manifest_claiming_entries_as_new_as_the_loose_ones_is_refused() -> None:
+    """Every manifest entry is older than every loose entry (the state's invariant, checked
+    when a snapshot loads). A compaction whose manifest claims otherwise (a buggy or hostile
+    compactor: apply cannot read the file) must be refused, not swapped in: else every node's
+    next snapshot fails to load and no follower can install the leader's."""
+    d, store = ready(), Store()
+    ok(d, add("t1", "a"))
+    t2 = ok(d, add("t2", "b"))["ts"]
+    assert isinstance(t2, int)
+    p = plan(d, store, keep=1)
+    assert p is not None and [e.path for e in p.loose] == ["a"]
+    cmd = command(d, store, p)
+    (ref,) = cmd.adds
+    lying = replace(cmd, adds=(replace(ref, max_added_ts=t2),))
+    refused(d, lying, InvalidArgumentError)
+    ok(d, cmd)

@@ -1,0 +1,137 @@
+"""A compactor reads `compaction_view` in pages, which are not of one moment. The compaction's
+compare-and-swap covers the loose entries, the delete entries and the manifests it rewrites,
+but not the manifest set it used to find which manifest holds a deleted path: a delete entry
+whose path is in no manifest it saw is folded as a no-op. So the client must not plan on
+delete entries read against another moment's manifests (metastore.client.manifest_files)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from metastore.client import manifest_files
+from metastore.client.manifest_files import compact_table, expand_reply
+from metastore.commands import (
+    CommitTxn,
+    DataFile,
+    TableName,
+    TableWrite,
+    compact_manifest_from_request,
+)
+from metastore.daemon.server import ApiServer
+from metastore.errors import InvalidArgumentError
+from tests.metastore._driver import DD_MS, MS, Driver
+
+A = TableName.of("ns", "a")
+
+
+class ViewClient:
+    """`compaction_view` served by the daemon's own handler over a Driver's state, and
+    `compact_manifest` applied to it; `between_pages` runs before the next continued page."""
+
+    def __init__(self, d: Driver) -> None:
+        self.d = d
+        self.between_pages: Callable[[], None] | None = None
+        self._server = SimpleNamespace(
+            sm=SimpleNamespace(state=None), loose_files_max=10_000, _require_ready=lambda: None
+        )
+
+    def call(self, op: str, args: dict[str, Any]) -> dict[str, Any]:
+        if op == "compaction_view":
+            if args.get("page_token") and self.between_pages is not None:
+                hook, self.between_pages = self.between_pages, None
+                hook()
+            self._server.sm.state = self.d.state
+            coro = ApiServer._compaction_view(self._server, None, args)  # type: ignore[arg-type]
+            return asyncio.run(coro)
+        assert op == "compact_manifest"
+        outcome = self.d.apply(compact_manifest_from_request(args))
+        outcome.raise_for_error()
+        return dict(outcome.result)
+
+
+def commit(d: Driver, txn: str, *paths: str, remove: tuple[str, ...] = ()) -> None:
+    files = tuple(DataFile(path=p, size_bytes=10, row_count=1) for p in paths)
+    write = TableWrite(table=A, schema_version=1, add=files, remove=remove)
+    d.apply(CommitTxn(txn_id=txn, writes=(write,))).raise_for_error()
+
+
+def live_paths(d: Driver) -> list[str]:
+    ts = d.state.table_upper() - 1
+    listing = d.state.listing_at(A, ts)
+    reply = {
+        "as_of": ts,
+        "location": d.state.current(A).location,
+        "files": [{"path": f.path, "size_bytes": 10, "row_count": 1} for f in listing.files],
+        "manifests": [m.to_view() for m in listing.manifests],
+        "deletes": [[x.path, x.removed_ts] for x in listing.deletes],
+    }
+    return sorted(f["path"] for f in expand_reply(reply)["files"])
+
+
+def test_a_compaction_between_view_pages_cannot_resurrect_a_removed_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    d = Driver()
+    d.ok("CREATE NAMESPACE ns")
+    d.ok(f"CREATE TABLE ns.a (x INT) LOCATION '{tmp_path}'")
+    d.tm += (DD_MS + 1) * MS  # the table is active
+    client = ViewClient(d)
+    commit(d, "t1", "a", "b")
+    compact_table(client, "ns.a")  # manifest [a b]
+    commit(d, "t2", "c0", "c1", "c2")
+    monkeypatch.setattr(manifest_files, "VIEW_PAGE_LIMIT", 2)
+
+    def meanwhile() -> None:
+        compact_table(client, "ns.a")  # another compactor: [c0 c1 c2] move into a manifest
+        commit(d, "t3", remove=("c0",))  # c0 sits in that manifest: a delete entry
+        commit(d, "t4", "x1", "x2")
+
+    client.between_pages = meanwhile
+    # Page 1 shows c0, c1 loose and the one manifest [a b]; page 2 the delete entry of c0.
+    compact_table(client, "ns.a", keep_loose=100)
+    assert live_paths(d) == ["a", "b", "c1", "c2", "x1", "x2"]
+    d.state.check_invariants()
+
+
+def test_a_view_that_shrank_between_pages_is_read_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another compaction between two pages can leave fewer entries than the next page's
+    offset: the view changed (read it again), the request was not a bad one."""
+    d = Driver()
+    d.ok("CREATE NAMESPACE ns")
+    d.ok(f"CREATE TABLE ns.a (x INT) LOCATION '{tmp_path}'")
+    d.tm += (DD_MS + 1) * MS  # the table is active
+    client = ViewClient(d)
+    commit(d, "t1", "a", "b")
+    commit(d, "t2", "c")
+    monkeypatch.setattr(manifest_files, "VIEW_PAGE_LIMIT", 2)
+    client.between_pages = lambda: compact_table(client, "ns.a")  # moves all three
+    result = compact_table(client, "ns.a")
+    assert result["compacted"] is False  # nothing left to do once read again
+    assert live_paths(d) == ["a", "b", "c"]
+
+
+def test_a_table_without_a_location_is_not_compacted(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Manifests live under the table's location; a table without one (no LOCATION, no
+    warehouse) would get them at the file system's root ("/_manifests/...")."""
+    d = Driver()
+    d.ok("CREATE NAMESPACE ns")
+    d.ok("CREATE TABLE ns.a (x INT)")
+    d.tm += (DD_MS + 1) * MS  # the table is active
+    assert d.state.current(A).location == ""
+    commit(d, "t1", "a", "b")
+
+    def no_write(location: str, entries: object) -> None:
+        raise AssertionError(f"a manifest written under {location!r}")
+
+    monkeypatch.setattr(manifest_files, "write_manifest", no_write)
+    with pytest.raises(InvalidArgumentError):
+        compact_table(ViewClient(d), "ns.a")
+    assert d.state.table_stats(A).manifests == 0
