@@ -18,7 +18,7 @@ from tests.spark.support import SparkEnv, rows_of
 pytestmark = pytest.mark.slow
 
 TABLE = "man.t"
-BATCHES = 5
+BATCHES = 3
 
 
 def _append(bridge: MetastoreBridge, first_id: int) -> int:

@@ -3,9 +3,6 @@ builds exactly the columns, nullability and comments we rendered (CHAR/VARCHAR a
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
-import pytest
 from hypothesis import given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
@@ -14,23 +11,6 @@ from pyspark.sql import SparkSession
 from metastore.schema import Column, Schema
 from metastore.types import DataType, parse_type
 from tests.metastore._support import DETERMINISTIC, any_names, comments, data_types
-
-
-@pytest.fixture(scope="module")
-def spark() -> Iterator[SparkSession]:
-    existing = SparkSession.getActiveSession()
-    if existing is not None:  # another test module's session: use it, leave it running
-        yield existing
-        return
-    session = (
-        SparkSession.builder.master("local[1]")
-        .appName("metastore-ddl-test")
-        .config("spark.ui.enabled", "false")
-        .getOrCreate()
-    )
-    session.sparkContext.setLogLevel("ERROR")
-    yield session
-    session.stop()
 
 
 def test_rendered_schema_builds_that_dataframe(spark: SparkSession) -> None:
