@@ -207,6 +207,11 @@ def test_protect_and_gc_racing_from_different_nodes_never_break_a_returned_prote
     reader = _client(cluster, leader, role="reader")
     location = _location(writer)
     commits = [_commit(writer, location, [f"r{i}.parquet"], overwrite=True) for i in range(6)]
+    # The protects below aim up to 1.2 s into the past: at the first commit or later, so the
+    # table exists at every protected ts even when this test runs first on a fresh cluster.
+    lookback = (900 << 16) + 6 * (50 << 16)
+    while writer.clock.now() - lookback <= commits[0]:
+        time.sleep(0.05)
     stop = threading.Event()
     gc_errors: list[BaseException] = []
 
@@ -222,7 +227,7 @@ def test_protect_and_gc_racing_from_different_nodes_never_break_a_returned_prote
     protected: list[tuple[str, int]] = []
     refused = 0
     try:
-        deadline = time.monotonic() + 8
+        deadline = time.monotonic() + 5
         i = 0
         while time.monotonic() < deadline:
             # Aim just below now - TTL: the GC wants to pass exactly these timestamps.

@@ -184,12 +184,12 @@ def test_every_node_same_answer_for_every_timestamped_read_across_leader_kill(
         )
         for t in threads:
             t.start()
-        time.sleep(3)
+        time.sleep(2)
         c.kill(leader)
-        time.sleep(3)
+        time.sleep(2)
         c.start(leader)
         c.wait_ready(timeout_s=30)
-        time.sleep(3)
+        time.sleep(2)
         stop.set()
         for t in threads:
             t.join(timeout=20)
