@@ -67,6 +67,7 @@ from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
 from hlc import ClockOffsetError, HlcError, HybridClock, SystemClock
+from hlc.limits import MAX_TS
 from metastore.daemon.api_limits import (
     CLIENT_FRAME_BYTES_MAX,
     CLIENT_INFLIGHT_PER_CONNECTION_MAX,
@@ -513,6 +514,10 @@ class MetastoreClient:
         self._preferred = 0
         self._rng = random.Random()  # backoff jitter only
         self._closed = False
+        # The newest timestamp at which one of this client's own writes is visible (a commit's
+        # ts, a DDL's Tu): `files` without `as_of` asks the node to read at least there, so a
+        # listing never misses this client's own commit or a table it just created.
+        self.own_writes_ts = 0
         self.tls = tls
         try:
             self._ssl = tls.context() if tls is not None else None
@@ -557,7 +562,8 @@ class MetastoreClient:
     async def files(
         self, table: str, as_of: int | None = None, *, expand: bool = True
     ) -> dict[str, Any]:
-        """The files live in `table` at `as_of` (default: the node's safe time), with the table's
+        """The files live in `table` at `as_of` (default: the node's safe time, once it reached
+        `own_writes_ts`, so this client's own commits and DDL are seen), with the table's
         location and the schema version in force then. Follows the server's pages (every page
         is of the same `as_of`), so `files` holds the whole listing however large. With
         `expand` (default) the table's manifests are read here (sha256-checked) and their live
@@ -566,6 +572,8 @@ class MetastoreClient:
         args: dict[str, Any] = {"table": table, "limit": FILES_PAGE_LIMIT}
         if as_of is not None:
             args["as_of"] = as_of
+        elif self.own_writes_ts:
+            args["min_ts"] = self.own_writes_ts
         out = await self._files_pages(await self.call("files", args))
         if expand and out.get("manifests"):
             from metastore.client.manifest_files import expand_reply
@@ -617,7 +625,7 @@ class MetastoreClient:
     async def files_multi(
         self, tables: list[str], as_of: int | None = None, *, expand: bool = True
     ) -> dict[str, Any]:
-        """`files` of several tables at one `as_of` (default: the node's safe time) in one
+        """`files` of several tables at one `as_of` (default as for `files`) in one
         request; a table whose listing did not fit that reply is continued with `files` pages
         of the same moment. Returns `as_of`, `waited_ms` and `listings`: one complete listing
         per table, in the order asked (each shaped like a `files` result), or `{table, error}`
@@ -626,6 +634,8 @@ class MetastoreClient:
         args: dict[str, Any] = {"tables": list(tables), "limit": FILES_PAGE_LIMIT}
         if as_of is not None:
             args["as_of"] = as_of
+        elif self.own_writes_ts:
+            args["min_ts"] = self.own_writes_ts
         first = await self.call("files_multi", args)
         listings = []
         for listing in first.get("listings", []):
@@ -1120,6 +1130,9 @@ class MetastoreClient:
                         result = _result_map(reply)
                         if op == "commit":
                             self._observe_commit(result)
+                            self._note_own_write(result.get("ts"))
+                        elif op == "ddl":
+                            self._note_own_write(result.get("tu"))
                         return result
                     error = _rebuild_error(reply)
                     code = error.code.value
@@ -1279,6 +1292,10 @@ class MetastoreClient:
         exceed it: a batch planned at that Top reads its own driver's writes."""
         self._observe_reply({"ts": result.get("ts")})
 
+    def _note_own_write(self, ts: object) -> None:
+        if isinstance(ts, int) and not isinstance(ts, bool) and 0 < ts <= MAX_TS:
+            self.own_writes_ts = max(self.own_writes_ts, ts)
+
     def _leader_hint(self, error: MetastoreError, *, exclude: str) -> str | None:
         if error.code is not ErrorCode.NOT_LEADER:
             return None
@@ -1383,6 +1400,10 @@ class SyncMetastoreClient:
     @property
     def clock(self) -> HybridClock:
         return self._client.clock
+
+    @property
+    def own_writes_ts(self) -> int:
+        return self._client.own_writes_ts
 
     @property
     def timeout_ms(self) -> int:

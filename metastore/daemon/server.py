@@ -228,12 +228,12 @@ class ApiServer:
             "files": _Op(
                 Role.READER,
                 self._files,
-                frozenset({"table", "as_of", "limit", "page_token", "timeout_ms"}),
+                frozenset({"table", "as_of", "min_ts", "limit", "page_token", "timeout_ms"}),
             ),
             "files_multi": _Op(
                 Role.READER,
                 self._files_multi,
-                frozenset({"tables", "as_of", "limit", "timeout_ms"}),
+                frozenset({"tables", "as_of", "min_ts", "limit", "timeout_ms"}),
             ),
             "compaction_view": _Op(
                 Role.READER, self._compaction_view, frozenset({"table", "limit", "page_token"})
@@ -826,10 +826,10 @@ class ApiServer:
             raise ClusterNotInitializedError("cluster not initialized yet")
         return cluster.cs_max_ms
 
-    def _check_not_future(self, ts: int) -> None:
+    def _check_not_future(self, ts: int, *, slack_ms: int = 0) -> None:
         cs_max_ms = self._cs_max_ms()
         ahead_ms = physical_ms(ts) - self.clock.physical_now_ms()
-        if ahead_ms > cs_max_ms:
+        if ahead_ms > cs_max_ms + slack_ms:
             # Retryable and routed around by clients: this node's clock may be the one behind.
             raise TimestampAheadError(
                 f"timestamp {ts} is {ahead_ms} ms ahead of node {self.node.node_id}'s clock "
@@ -1026,10 +1026,20 @@ class ApiServer:
 
     async def _data_read_ts(self, ts: int | None, args: Args) -> tuple[int, float]:
         """The timestamp a file listing reads at, and how long it waited: this node's safe time
-        when none is given (no wait), else `ts` once safe time has passed it."""
+        when none is given (no wait), else `ts` once safe time has passed it.
+
+        Without `as_of`, `min_ts` (the newest timestamp of the caller's own writes: a commit's
+        ts, a DDL's Tu) makes the listing read-your-writes on any node: safe time is waited
+        for up to `min_ts` first. A commit may land up to DD above the clock, so `min_ts` may
+        be ahead by DD + CSmax, not only CSmax."""
         if ts is None:
+            at_least = _opt_int(args, "min_ts", 0, MAX_TS)
+            waited = 0.0
+            if at_least is not None and at_least > self.node.safe_time:
+                self._check_not_future(at_least, slack_ms=self._dd() >> LOGICAL_BITS)
+                waited = await self._wait_safe(at_least, _timeout(args))
             self._check_fresh_for_files()
-            return self.node.safe_time, 0.0
+            return self.node.safe_time, waited
         self._check_not_future(ts)
         waited = await self._wait_safe(ts, _timeout(args))
         self._check_fresh_for_files()

@@ -27,8 +27,8 @@ def test_the_clock_passes_a_commit_that_landed_ahead(tmp_path: Path) -> None:
         try:
             client.call("ddl", {"sql": "CREATE NAMESPACE own"})
             client.call("ddl", {"sql": "CREATE TABLE own.t (a INT)"})
-            # Land the commit ~300 ms above its entry's Tm (DD is 500 ms in the harness).
-            not_before = client.clock.now() + (300 << LOGICAL_BITS)
+            # Land the commit ~250 ms above its entry's Tm (DD is 300 ms in the harness).
+            not_before = client.clock.now() + (250 << LOGICAL_BITS)
             r = client.call(
                 "commit",
                 {
@@ -93,3 +93,54 @@ def test_committed_txn_is_answered_by_every_node_right_after_the_commit(tmp_path
                         reader.close()
         finally:
             writer.close()
+
+
+def test_a_listing_without_as_of_includes_the_clients_own_commit_and_table(tmp_path: Path) -> None:
+    """`files` without `as_of` reads at the node's safe time, which may trail a commit the
+    client just made (a commit lands up to DD above its entry's Tm; a follower applies after
+    the leader answers) or a table it just created. The client sends its own writes' newest
+    timestamp (`min_ts`), and the node waits for it: read-your-writes on any node."""
+    # Safe time moves only with entries, or every second when idle: it trails for long.
+    with metastore_cluster(
+        tmp_path, 3, dd_ms=1000, cs_max_ms=100, idle_safe_time_interval_ms=1000
+    ) as c:
+        c.start_all()
+        leader = c.wait_ready()
+        follower = next(i for i in c.ids if i != leader)
+        client = SyncMetastoreClient(
+            [f"127.0.0.1:{c.client_ports[follower]}"], c.token("writer"), client_name="own-read"
+        )
+        try:
+            client.ddl("CREATE NAMESPACE mine")
+            client.ddl("CREATE TABLE mine.t (a INT)")
+            assert client.files("mine.t")["files"] == []  # the new table, not TABLE_NOT_FOUND
+            for n in range(3):
+                not_before = client.clock.now() + (400 << LOGICAL_BITS)
+                add = [{"path": f"a/{n}.parquet", "size_bytes": 1, "row_count": 1}]
+                r = client.call(
+                    "commit",
+                    {
+                        "txn_id": f"own-read-{n}",
+                        "not_before": not_before,
+                        "writes": [{"table": "mine.t", "schema_version": 1, "add": add}],
+                    },
+                )
+                assert r["ts"] >= not_before > r["tm"]
+                assert client.own_writes_ts == r["ts"]
+                listing = client.files("mine.t")
+                assert listing["as_of"] >= r["ts"]
+                assert f"a/{n}.parquet" in {f["path"] for f in listing["files"]}
+                multi = client.files_multi(["mine.t"])["listings"][0]
+                assert f"a/{n}.parquet" in {f["path"] for f in multi["files"]}
+            # A min_ts far beyond what a commit can land at is refused at once, typed.
+            raw = c.client(follower, role="reader")
+            try:
+                far = client.clock.now() + (60_000 << LOGICAL_BITS)
+                bad = raw.call("files", table="mine.t", min_ts=far)
+                assert not bad["ok"] and bad["error"]["code"] == "TIMESTAMP_AHEAD_OF_CLOCK", bad
+                wrong = raw.call("files", table="mine.t", min_ts="soon")
+                assert not wrong["ok"] and wrong["error"]["code"] == "BAD_REQUEST", wrong
+            finally:
+                raw.close()
+        finally:
+            client.close()
