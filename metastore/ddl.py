@@ -35,6 +35,7 @@ LimitExceededError, ...). sqlglot is a large third-party parser, so every call i
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 from typing import NoReturn, TypeVar
 
@@ -73,7 +74,7 @@ from metastore.errors import (
     UnsupportedStatementError,
     limit_exceeded,
 )
-from metastore.lexer import Token, TokenCursor, TokenKind, syntax_error
+from metastore.lexer import Token, TokenCursor, TokenKind, syntax_error, tokenize
 from metastore.schema import After, Column, ColumnPosition, First, Path, Schema
 from metastore.types import (
     BIGINT,
@@ -118,6 +119,7 @@ def parse_ddl(sql: str, *, request_id: str = "", warehouse: str = "") -> Command
     size = len(sql.encode("utf-8"))
     if size > limits.MAX_STATEMENT_BYTES:
         raise limit_exceeded("MAX_STATEMENT_BYTES", limits.MAX_STATEMENT_BYTES, size, "statement")
+    _refuse_empty_list_items(sql)
     statements = _sqlglot_parse(sql)
     if not statements:
         raise InvalidDdlError("empty statement", details={"reason": "empty"})
@@ -181,6 +183,19 @@ def _refuse_null_defaults(cmd: Command) -> None:
 # --------------------------------------------------------------------------------------------
 # sqlglot wrappers
 # --------------------------------------------------------------------------------------------
+
+
+def _refuse_empty_list_items(sql: str) -> None:
+    """Spark refuses an empty item in any comma list (`(a INT,)`, `(a INT,,)`, `STRUCT<x: INT,>`,
+    `(, a INT)`); sqlglot skips it, so `(a INT,,)` would create a table Spark itself could not
+    have been asked for. Checked on the tokens, so commas inside strings and quoted names do not
+    count."""
+    for tok, following in itertools.pairwise(tokenize(sql)):
+        after_comma = following.kind is TokenKind.EOF or any(following.is_punct(c) for c in ",)>;")
+        if (tok.is_punct(",") and after_comma) or (
+            (tok.is_punct("(") or tok.is_punct("<")) and following.is_punct(",")
+        ):
+            raise syntax_error(sql, following.start, "empty item in a list")
 
 
 def _sqlglot_parse(sql: str) -> list[exp.Expression]:
@@ -602,6 +617,9 @@ def _data_type(node: exp.DataType, level: int) -> DataType:
 
 
 def _type_param(node: object) -> int:
+    if isinstance(node, exp.DataTypeParam) and node.args.get("expression") is not None:
+        # sqlglot reads `DECIMAL(1 foo, 1)` as the parameter 1 with a trailing `foo`.
+        raise InvalidDdlError("type parameters must be integers")
     inner = node.this if isinstance(node, exp.DataTypeParam) else node
     if isinstance(inner, exp.Literal) and not inner.is_string:
         text = str(inner.this)
@@ -759,6 +777,12 @@ class _Fallback(TokenCursor):
         first = self.peek()
         cmd: Command
         if self.accept_word("CREATE"):
+            if self.peek().is_word("TABLE"):
+                # A form sqlglot would have built a tree for, had it been valid.
+                raise InvalidDdlError(
+                    "cannot parse statement: not a valid CREATE TABLE statement",
+                    details={"reason": "invalid CREATE TABLE"},
+                )
             if not self.peek().is_word("NAMESPACE", "SCHEMA", "DATABASE"):
                 self._unsupported_statement(first)
             self.next()

@@ -252,6 +252,18 @@ REFUSED: list[tuple[str, type[MetastoreError]]] = [
     # syntax
     ("CREATE TABLE ns.t (a INT", InvalidDdlError),
     ("CREATE TABLE ns.t (a)", InvalidDdlError),
+    # empty list items and junk in type parameters, which sqlglot lets through (Spark does not)
+    ("CREATE TABLE ns.t (a INT,,)", InvalidDdlError),
+    ("CREATE TABLE ns.t (a INT,)", InvalidDdlError),
+    ("CREATE TABLE ns.t (a INT, , b INT)", InvalidDdlError),
+    ("CREATE TABLE ns.t (, a INT)", InvalidDdlError),
+    ("CREATE TABLE ns.t (a STRUCT<x: INT,>)", InvalidDdlError),
+    ("CREATE TABLE ns.t (a INT) PARTITIONED BY (a,)", InvalidDdlError),
+    ("ALTER TABLE ns.t ADD COLUMNS (x INT,,)", InvalidDdlError),
+    ("ALTER TABLE ns.t SET TBLPROPERTIES ('a' = 'b',)", InvalidDdlError),
+    ("CREATE TABLE ns.t (a DECIMAL(1 foo,1))", InvalidDdlError),
+    ("CREATE TABLE ns.t (a DECIMAL(10, 2 x))", InvalidDdlError),
+    ("CREATE TABLE ns.t (a INT) garbage", InvalidDdlError),
     ("ALTER TABLE ns.t", InvalidDdlError),
     ("ALTER TABLE ns.t ALTER COLUMN c", InvalidDdlError),
     ("ALTER TABLE ns.t ADD COLUMN x INT, DROP COLUMN y", InvalidDdlError),
