@@ -655,6 +655,7 @@ class BatchContext:
         self._written: dict[str, tuple[list[DataFile], bool]] = {}
         self._removed: dict[str, list[str]] = {}  # table -> paths its commit removes
         self._leases: list[LeaseKey] = []  # held for this batch's life (see spark_bridge.session)
+        self._lease_session: str | None = None  # the session `_leases` were taken under
         # File listings at read_ts, fetched for every declared read at the first `files`/`read`
         # in one `files_multi` request (not one `files` round trip per table).
         self._listings: dict[str, dict[str, Any]] = {}
@@ -724,14 +725,15 @@ class BatchContext:
                     )
                     for p in r["pins"]
                 ]
-                session.hold(self._leases)
+                self._lease_session = session_id
+                session.hold(self._leases, session_id=session_id)
             return r
         raise BatchError("the metastore session expired twice while pinning", retryable=True)
 
     def end(self) -> None:
         """The batch is over (committed, refused or abandoned): let go of its leases."""
         if self._leases and self.bridge.session is not None:
-            self.bridge.session.drop(self._leases)
+            self.bridge.session.drop(self._leases, session_id=self._lease_session)
         self._leases = []
 
     @property

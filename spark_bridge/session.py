@@ -152,18 +152,26 @@ class BridgeSession:
 
     # ------------------------------------------------------------------ leases
 
-    def hold(self, keys: Iterable[LeaseKey]) -> None:
-        """A batch pinned (and the server leased) `keys`: count them in."""
+    def hold(self, keys: Iterable[LeaseKey], *, session_id: str | None = None) -> None:
+        """A batch pinned (and the server leased) `keys` under `session_id` (default: the
+        current session): count them in. Leases of a session already lost are not counted:
+        they went with it, and the counts are the current session's."""
         with self._lock:
+            if session_id is not None and session_id != self.session_id:
+                return
             for key in keys:
                 self._refs[key] = self._refs.get(key, 0) + 1
                 self._idle_since.pop(key, None)
 
-    def drop(self, keys: Iterable[LeaseKey]) -> None:
-        """A batch ended (committed or not): count its leases out; idle ones are released by
-        the background thread after LEASE_RELEASE_GRACE_MS."""
+    def drop(self, keys: Iterable[LeaseKey], *, session_id: str | None = None) -> None:
+        """A batch ended (committed or not): count its leases, taken under `session_id`
+        (default: the current session), out; idle ones are released by the background thread
+        after LEASE_RELEASE_GRACE_MS. Leases of a session since lost went with it: counting
+        them out of the new session's would release a lease another batch holds there."""
         now = time.monotonic()
         with self._lock:
+            if session_id is not None and session_id != self.session_id:
+                return
             for key in keys:
                 left = self._refs.get(key, 0) - 1
                 if left > 0:

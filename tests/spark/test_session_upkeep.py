@@ -133,3 +133,30 @@ def test_one_batch_ending_keeps_the_lease_another_holds_under_another_spelling()
         assert session.held() == {}
     finally:
         session.close()
+
+
+def test_a_batch_of_an_expired_session_ending_keeps_the_lease_a_new_batch_holds() -> None:
+    """Session S1 expired while batch A held version 1 (its leases went with S1); the bridge
+    reopened S2 and batch B pinned and leased version 1 under S2. A ending must not count B's
+    lease out: it used to drop the count to zero and release B's lease under S2 while B ran,
+    so schema changes were no longer held off for B."""
+    client = FlakyClient(failures=0)
+    session = BridgeSession(client, app_id="app-4", app_name="upkeep")  # type: ignore[arg-type]
+    try:
+        key = LeaseKey(table="ns.t", table_id=7, version=1)
+        first = session.current()
+        assert first is not None
+        session.hold([key], session_id=first)  # batch A, under S1
+        session.lost(first)  # S1 expired: reopened as S2
+        second = session.current()
+        assert second is not None and second != first
+        session.hold([key], session_id=second)  # batch B, under S2
+        session.drop([key], session_id=first)  # batch A ends
+        time.sleep(1.0)  # several grace periods
+        assert client.releases == []
+        assert session.held() == {key: 1}
+        session.drop([key], session_id=second)  # batch B ends
+        assert client.released.wait(timeout=5)
+        assert client.releases == [[key.wire()]]
+    finally:
+        session.close()
