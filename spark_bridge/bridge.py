@@ -49,6 +49,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 from hlc import HlcError, to_iso
+from hlc.limits import LOGICAL_BITS
 from metastore.client import FILES_PAGE_LIMIT, SyncMetastoreClient
 from metastore.client.protocol import LISTING_ATTEMPTS_MAX
 from raft.tls import ClientTls
@@ -68,6 +69,9 @@ log = logging.getLogger("spark_bridge")
 # Tables one batch may pin (reads + writes); the metastore has its own per-commit limits.
 TABLES_PER_BATCH_MAX = 64
 PIN_TIMEOUT_MS = 10_000
+# A batch planned right after a commit of this bridge that landed ahead of the driver's clock
+# waits at most this long for the clock to pass it (a commit lands at most 5 s past its Tm).
+CLOCK_CATCH_UP_MS_MAX = 6_000
 # A foreachBatch micro-batch refused with a retryable error is re-planned and run again at most
 # this many times in all (until schema leases exist, a long batch can be overtaken by two DDLs).
 FOREACH_BATCH_ATTEMPTS_MAX = 4
@@ -666,10 +670,13 @@ class BatchContext:
 
     def plan(self, top: int | None = None) -> None:
         started = time.perf_counter()
+        clock_wait_ms = 0.0
         if top is None:
             top = self.client.clock.now()
+            if top <= self.bridge.last_commit_ts:
+                top, clock_wait_ms = self._clock_past(self.bridge.last_commit_ts)
         r = self._pin_all(top)
-        waited = float(r.get("waited_ms", 0.0))
+        waited = float(r.get("waited_ms", 0.0)) + clock_wait_ms
         safe_times = [int(r["safe_time"])]
         for table, pinned in zip(self.tables, r["pins"], strict=True):
             columns = pinned["schema"]["columns"]
@@ -698,6 +705,29 @@ class BatchContext:
         self.report.pinned = {t: p.version for t, p in self.pinned.items()}
         self.report.plan_ms = (time.perf_counter() - started) * 1000
         log.info("batch planned: %s", self.report.line())
+
+    def _clock_past(self, ts: int) -> tuple[int, float]:
+        """(a clock reading above `ts`, ms waited for it). A commit of this bridge may land
+        more than the HLC's max offset ahead of the driver's clock (up to DD past its entry's
+        Tm, above another writer's commit that did); the clock ignores such a timestamp. A Top
+        below it capped the read floor below the driver's own commit (the batch missed its own
+        writes), and a node refuses to pin a Top ahead of its clock, so wait (at most
+        CLOCK_CATCH_UP_MS_MAX) until the clock passes it."""
+        started = time.monotonic()
+        deadline = started + CLOCK_CATCH_UP_MS_MAX / 1000
+        while True:
+            now = self.client.clock.now()
+            left_s = deadline - time.monotonic()
+            if now > ts or left_s <= 0:
+                if now <= ts:
+                    log.warning(
+                        "this driver's clock stays behind its own last commit %s; the batch "
+                        "may read below it",
+                        to_iso(ts),
+                    )
+                return now, (time.monotonic() - started) * 1000
+            gap_ms = (ts >> LOGICAL_BITS) - (now >> LOGICAL_BITS) + 1
+            time.sleep(min(max(gap_ms, 1) / 1000, left_s))
 
     def _pin_all(self, top: int) -> dict[str, Any]:
         """Pin every table at `top` in one request; a writing batch also leases the pinned
