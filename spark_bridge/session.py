@@ -32,7 +32,7 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -199,15 +199,21 @@ class BridgeSession:
             self._wake.clear()
             if self._stop.is_set():
                 return
-            try:
-                self._release_idle()
-                if time.monotonic() >= next_beat:
-                    self._heartbeat()
-                    next_beat = time.monotonic() + self.heartbeat_ms / 1000
-            except MetastoreError as exc:
-                log.info("metastore session upkeep will be retried: %s", exc)
-            except Exception:  # a daemon thread must not die on a surprise
-                log.exception("metastore session upkeep failed")
+            self._upkeep(self._release_idle)
+            if time.monotonic() >= next_beat:
+                self._upkeep(self._heartbeat)
+                # The next beat is an interval away whatever this one's outcome: a refused
+                # heartbeat retried at once would spin, flooding the cluster.
+                next_beat = time.monotonic() + self.heartbeat_ms / 1000
+
+    @staticmethod
+    def _upkeep(step: Callable[[], None]) -> None:
+        try:
+            step()
+        except MetastoreError as exc:
+            log.info("metastore session upkeep will be retried: %s", exc)
+        except Exception:  # a daemon thread must not die on a surprise
+            log.exception("metastore session upkeep failed")
 
     def _idle_due(self, now: float) -> float | None:
         with self._lock:

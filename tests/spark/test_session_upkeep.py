@@ -160,3 +160,34 @@ def test_a_batch_of_an_expired_session_ending_keeps_the_lease_a_new_batch_holds(
         assert client.releases == [[key.wire()]]
     finally:
         session.close()
+
+
+class RefusedHeartbeatClient(FlakyClient):
+    """Every heartbeat is refused at once (a revoked token, say)."""
+
+    def __init__(self) -> None:
+        super().__init__(failures=0)
+        self.heartbeat_calls = 0
+
+    def session_open(self, session_id: str, **_kwargs: Any) -> dict[str, Any]:
+        return {"heartbeat_ms": 100, "ttl_ms": 120_000}
+
+    def session_heartbeat(self, session_id: str) -> dict[str, Any]:
+        with self.lock:
+            self.heartbeat_calls += 1
+        from metastore.errors import UnauthenticatedError
+
+        raise UnauthenticatedError("token revoked")
+
+
+def test_a_refused_heartbeat_is_retried_at_the_heartbeat_interval_not_at_once() -> None:
+    """A heartbeat that fails must wait for the next interval: the failure used to leave the
+    next beat in the past, so the thread retried at once, forever - a busy loop flooding the
+    cluster with heartbeats (thousands a second) for as long as they were refused."""
+    client = RefusedHeartbeatClient()
+    session = BridgeSession(client, app_id="app-5", app_name="upkeep")  # type: ignore[arg-type]
+    try:
+        time.sleep(1.0)  # about 10 intervals of 100 ms
+    finally:
+        session.close()
+    assert 3 <= client.heartbeat_calls <= 20, client.heartbeat_calls
