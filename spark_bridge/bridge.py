@@ -732,7 +732,7 @@ class BatchContext:
     def _pin_all(self, top: int) -> dict[str, Any]:
         """Pin every table at `top` in one request; a writing batch also leases the pinned
         versions in that request (no extra round trip)."""
-        from metastore.errors import ErrorCode
+        from metastore.errors import ErrorCode, MetastoreError
 
         session = self.bridge.session if self.writes else None
         for _ in range(2):
@@ -746,7 +746,14 @@ class BatchContext:
                 code = getattr(exc.cause, "code", None)
                 if session is None or session_id is None or code != ErrorCode.SESSION_NOT_FOUND:
                     raise
-                session.lost(session_id)  # expired under us: reopen, then pin once more
+                try:
+                    session.lost(session_id)  # expired under us: reopen, then pin once more
+                except MetastoreError as reopen:
+                    raise BatchError(
+                        f"the metastore session expired and could not be reopened: {reopen}",
+                        retryable=reopen.retryable,
+                        cause=reopen,
+                    ) from reopen
                 continue
             if session is not None and session_id is not None:
                 self._leases = [

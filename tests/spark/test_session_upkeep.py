@@ -8,6 +8,8 @@ import threading
 import time
 from typing import Any
 
+import pytest
+
 from metastore.errors import UnavailableError
 from spark_bridge.session import BridgeSession, LeaseKey
 
@@ -191,3 +193,48 @@ def test_a_refused_heartbeat_is_retried_at_the_heartbeat_interval_not_at_once() 
     finally:
         session.close()
     assert 3 <= client.heartbeat_calls <= 20, client.heartbeat_calls
+
+
+class ExpiredSessionClient(FlakyClient):
+    """The session expired on the server (pin: SESSION_NOT_FOUND) and the cluster is
+    unavailable when the bridge opens a new one."""
+
+    def __init__(self) -> None:
+        super().__init__(failures=0)
+        self.opens = 0
+
+    def session_open(self, session_id: str, **_kwargs: Any) -> dict[str, Any]:
+        self.opens += 1
+        if self.opens > 1:
+            raise UnavailableError("commit failed on every endpoint: no quorum")
+        return {"heartbeat_ms": 60_000, "ttl_ms": 120_000}
+
+    def call(self, op: str, args: dict[str, Any]) -> dict[str, Any]:
+        assert op == "pin"
+        from metastore.errors import SessionNotFoundError
+
+        raise SessionNotFoundError(f"session {args.get('session_id')} does not exist")
+
+
+def test_a_session_that_cannot_be_reopened_while_pinning_is_a_retryable_batch_error() -> None:
+    """A batch whose pin finds its session expired reopens it; a cluster unavailable at that
+    moment must refuse the batch with a retryable BatchError (foreach_batch re-plans it), not
+    let the client's UnavailableError escape the batch API untyped (failing the query)."""
+    from spark_bridge.bridge import BatchContext, BatchError, MetastoreBridge
+
+    client = ExpiredSessionClient()
+    session = BridgeSession(client, app_id="app-6", app_name="upkeep")  # type: ignore[arg-type]
+    try:
+        bridge = object.__new__(MetastoreBridge)
+        bridge.client = client  # type: ignore[assignment]
+        bridge.spark = None  # type: ignore[assignment]
+        bridge.session = session
+        batch = BatchContext(
+            bridge, reads=[], writes=["ns.t"], txn_id="t-1", read_ts=None, check_reads=False
+        )
+        with pytest.raises(BatchError) as raised:
+            batch._pin_all(1 << 40)
+        assert raised.value.retryable
+        assert isinstance(raised.value.cause, UnavailableError)
+    finally:
+        session.close()
