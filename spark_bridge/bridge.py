@@ -856,7 +856,10 @@ class BatchContext:
         owner = self.bridge.session.current() if self.bridge.session is not None else None
         abs_dir, rel_dir = new_attempt_dir(pin.location, self.txn_id, owner=owner or "")
         shaped.write.mode("errorifexists").parquet(abs_dir)
-        files = collect_files(pin.location, rel_dir)
+        try:
+            files = collect_files(pin.location, rel_dir)
+        except (FileNotFoundError, ValueError) as exc:
+            raise BatchError(f"{table}: {exc}", retryable=False) from exc
         prev, prev_overwrite = self._written.get(table, ([], False))
         self._written[table] = ([*prev, *files], prev_overwrite or mode == "overwrite")
         return files
