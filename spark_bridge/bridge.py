@@ -906,6 +906,7 @@ class BatchContext:
             args["stream"], args["seq"] = self.stream
         from metastore.errors import (
             BatchAlreadyCommittedError,
+            MetastoreError,
             RequestTimeoutError,
             TxnIdReusedError,
             UnavailableError,
@@ -929,7 +930,15 @@ class BatchContext:
                 # position. Txn ids and streams embed the streaming query's id, so either is
                 # this query's. The first commit stands; this attempt's files stay
                 # unreferenced (for GC).
-                committed_ts = self._committed_ts()
+                try:
+                    committed_ts = self._committed_ts()
+                except MetastoreError as lookup:
+                    raise BatchError(
+                        f"the commit of txn {self.txn_id!r} was refused as already committed "
+                        f"({exc}), and looking it up failed: {lookup}",
+                        retryable=lookup.retryable,
+                        cause=lookup,
+                    ) from lookup
                 if committed_ts is None:
                     raise
                 self.report.commit_ts = committed_ts
