@@ -437,6 +437,8 @@ class MetastoreBridge:
         with txn id `<query_name>:<query.id>:<batch_id>` (so a micro-batch replayed after a
         restart from the checkpoint commits once, while a query with a fresh checkpoint or
         another query of the same name never collides with it)."""
+        from metastore.errors import MetastoreError
+
         reads, writes = list(reads), list(writes)
 
         def run(df: DataFrame, batch_id: int) -> None:
@@ -458,7 +460,18 @@ class MetastoreBridge:
                 # replays the batch after the last one in its commit log, at restart). Skip it
                 # before doing any work if it committed; either way the stream's last commit
                 # becomes this driver's read floor (read your own writes across a restart).
-                committed_ts = self._committed_position(txn_id, stream, batch_id)
+                # A lookup that failed is made again by the next run of the query.
+                try:
+                    committed_ts = self._committed_position(txn_id, stream, batch_id)
+                except MetastoreError as exc:
+                    with self._commit_lock:
+                        self._queries_seen.discard(query_id)
+                    raise BatchError(
+                        f"looking up whether micro-batch {batch_id} of {query_name} already "
+                        f"committed failed: {exc}",
+                        retryable=exc.retryable,
+                        cause=exc,
+                    ) from exc
                 if committed_ts is not None:
                     report = BatchReport(
                         txn_id=txn_id, top=0, read_ts=0, waited_ms=0.0, deduplicated=True

@@ -238,3 +238,50 @@ def test_a_session_that_cannot_be_reopened_while_pinning_is_a_retryable_batch_er
         assert isinstance(raised.value.cause, UnavailableError)
     finally:
         session.close()
+
+
+class LookupOnceFailsClient:
+    """`committed_txn`: an outage the first time, then the stream's mark at `seq`."""
+
+    def __init__(self, ts: int, seq: int) -> None:
+        self.ts, self.seq, self.lookups = ts, seq, 0
+
+    def committed_txn(self, txn_id: str, *, stream: str | None = None) -> dict[str, Any]:
+        self.lookups += 1
+        if self.lookups == 1:
+            raise UnavailableError("every node failed")
+        mark = {"stream": stream, "seq": self.seq, "ts": self.ts, "txn_id": txn_id}
+        return {"txn_id": txn_id, "txn": None, "stream_mark": mark}
+
+
+def test_a_restarted_query_s_replay_check_is_made_again_after_it_failed() -> None:
+    """The first micro-batch a driver runs for a query is looked up (a replay is skipped, and
+    the stream's last commit becomes the read floor). A lookup that met an outage failed the
+    query with the client's untyped error, yet marked the query as seen: restarted in the same
+    driver, its replayed micro-batch was not looked up again, so it ran (its reads below the
+    previous driver's last commit) instead of being skipped as committed."""
+    from types import SimpleNamespace
+
+    from hlc import HybridClock, ManualClock
+    from spark_bridge.bridge import BatchError, BatchReport, MetastoreBridge
+
+    client = LookupOnceFailsClient(ts=(1_000_000 << 16), seq=5)
+    client.clock = HybridClock(ManualClock(1_000_000))  # type: ignore[attr-defined]
+    bridge = object.__new__(MetastoreBridge)
+    bridge.client = client  # type: ignore[assignment]
+    bridge._commit_lock = threading.Lock()
+    bridge._last_commit_ts = 0
+    bridge._queries_seen = set()
+    bridge.batch_retries = 0
+    reports: list[BatchReport] = []
+    run = bridge.foreach_batch(
+        lambda b, df: None, query_name="q", writes=["ns.t"], on_batch=reports.append
+    )
+    context = SimpleNamespace(getLocalProperty=lambda key: "query-1")
+    df = SimpleNamespace(sparkSession=SimpleNamespace(sparkContext=context))
+    with pytest.raises(BatchError) as raised:
+        run(df, 5)  # type: ignore[arg-type]
+    assert raised.value.retryable
+    run(df, 5)  # type: ignore[arg-type]  # the query restarted in the same driver
+    assert [r.deduplicated for r in reports] == [True]
+    assert bridge.last_commit_ts == client.ts
