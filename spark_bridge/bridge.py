@@ -49,6 +49,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 from hlc import HlcError, to_iso
+from hlc.limits import LOGICAL_BITS
 from metastore.client import FILES_PAGE_LIMIT, SyncMetastoreClient
 from metastore.client.protocol import LISTING_ATTEMPTS_MAX
 from raft.tls import ClientTls
@@ -68,6 +69,9 @@ log = logging.getLogger("spark_bridge")
 # Tables one batch may pin (reads + writes); the metastore has its own per-commit limits.
 TABLES_PER_BATCH_MAX = 64
 PIN_TIMEOUT_MS = 10_000
+# A batch planned right after a commit of this bridge that landed ahead of the driver's clock
+# waits at most this long for the clock to pass it (a commit lands at most 5 s past its Tm).
+CLOCK_CATCH_UP_MS_MAX = 6_000
 # A foreachBatch micro-batch refused with a retryable error is re-planned and run again at most
 # this many times in all (until schema leases exist, a long batch can be overtaken by two DDLs).
 FOREACH_BATCH_ATTEMPTS_MAX = 4
@@ -433,6 +437,8 @@ class MetastoreBridge:
         with txn id `<query_name>:<query.id>:<batch_id>` (so a micro-batch replayed after a
         restart from the checkpoint commits once, while a query with a fresh checkpoint or
         another query of the same name never collides with it)."""
+        from metastore.errors import MetastoreError
+
         reads, writes = list(reads), list(writes)
 
         def run(df: DataFrame, batch_id: int) -> None:
@@ -454,7 +460,18 @@ class MetastoreBridge:
                 # replays the batch after the last one in its commit log, at restart). Skip it
                 # before doing any work if it committed; either way the stream's last commit
                 # becomes this driver's read floor (read your own writes across a restart).
-                committed_ts = self._committed_position(txn_id, stream, batch_id)
+                # A lookup that failed is made again by the next run of the query.
+                try:
+                    committed_ts = self._committed_position(txn_id, stream, batch_id)
+                except MetastoreError as exc:
+                    with self._commit_lock:
+                        self._queries_seen.discard(query_id)
+                    raise BatchError(
+                        f"looking up whether micro-batch {batch_id} of {query_name} already "
+                        f"committed failed: {exc}",
+                        retryable=exc.retryable,
+                        cause=exc,
+                    ) from exc
                 if committed_ts is not None:
                     report = BatchReport(
                         txn_id=txn_id, top=0, read_ts=0, waited_ms=0.0, deduplicated=True
@@ -655,6 +672,7 @@ class BatchContext:
         self._written: dict[str, tuple[list[DataFile], bool]] = {}
         self._removed: dict[str, list[str]] = {}  # table -> paths its commit removes
         self._leases: list[LeaseKey] = []  # held for this batch's life (see spark_bridge.session)
+        self._lease_session: str | None = None  # the session `_leases` were taken under
         # File listings at read_ts, fetched for every declared read at the first `files`/`read`
         # in one `files_multi` request (not one `files` round trip per table).
         self._listings: dict[str, dict[str, Any]] = {}
@@ -665,10 +683,13 @@ class BatchContext:
 
     def plan(self, top: int | None = None) -> None:
         started = time.perf_counter()
+        clock_wait_ms = 0.0
         if top is None:
             top = self.client.clock.now()
+            if top <= self.bridge.last_commit_ts:
+                top, clock_wait_ms = self._clock_past(self.bridge.last_commit_ts)
         r = self._pin_all(top)
-        waited = float(r.get("waited_ms", 0.0))
+        waited = float(r.get("waited_ms", 0.0)) + clock_wait_ms
         safe_times = [int(r["safe_time"])]
         for table, pinned in zip(self.tables, r["pins"], strict=True):
             columns = pinned["schema"]["columns"]
@@ -698,10 +719,33 @@ class BatchContext:
         self.report.plan_ms = (time.perf_counter() - started) * 1000
         log.info("batch planned: %s", self.report.line())
 
+    def _clock_past(self, ts: int) -> tuple[int, float]:
+        """(a clock reading above `ts`, ms waited for it). A commit of this bridge may land
+        more than the HLC's max offset ahead of the driver's clock (up to DD past its entry's
+        Tm, above another writer's commit that did); the clock ignores such a timestamp. A Top
+        below it capped the read floor below the driver's own commit (the batch missed its own
+        writes), and a node refuses to pin a Top ahead of its clock, so wait (at most
+        CLOCK_CATCH_UP_MS_MAX) until the clock passes it."""
+        started = time.monotonic()
+        deadline = started + CLOCK_CATCH_UP_MS_MAX / 1000
+        while True:
+            now = self.client.clock.now()
+            left_s = deadline - time.monotonic()
+            if now > ts or left_s <= 0:
+                if now <= ts:
+                    log.warning(
+                        "this driver's clock stays behind its own last commit %s; the batch "
+                        "may read below it",
+                        to_iso(ts),
+                    )
+                return now, (time.monotonic() - started) * 1000
+            gap_ms = (ts >> LOGICAL_BITS) - (now >> LOGICAL_BITS) + 1
+            time.sleep(min(max(gap_ms, 1) / 1000, left_s))
+
     def _pin_all(self, top: int) -> dict[str, Any]:
         """Pin every table at `top` in one request; a writing batch also leases the pinned
         versions in that request (no extra round trip)."""
-        from metastore.errors import ErrorCode
+        from metastore.errors import ErrorCode, MetastoreError
 
         session = self.bridge.session if self.writes else None
         for _ in range(2):
@@ -715,7 +759,14 @@ class BatchContext:
                 code = getattr(exc.cause, "code", None)
                 if session is None or session_id is None or code != ErrorCode.SESSION_NOT_FOUND:
                     raise
-                session.lost(session_id)  # expired under us: reopen, then pin once more
+                try:
+                    session.lost(session_id)  # expired under us: reopen, then pin once more
+                except MetastoreError as reopen:
+                    raise BatchError(
+                        f"the metastore session expired and could not be reopened: {reopen}",
+                        retryable=reopen.retryable,
+                        cause=reopen,
+                    ) from reopen
                 continue
             if session is not None and session_id is not None:
                 self._leases = [
@@ -724,14 +775,15 @@ class BatchContext:
                     )
                     for p in r["pins"]
                 ]
-                session.hold(self._leases)
+                self._lease_session = session_id
+                session.hold(self._leases, session_id=session_id)
             return r
         raise BatchError("the metastore session expired twice while pinning", retryable=True)
 
     def end(self) -> None:
         """The batch is over (committed, refused or abandoned): let go of its leases."""
         if self._leases and self.bridge.session is not None:
-            self.bridge.session.drop(self._leases)
+            self.bridge.session.drop(self._leases, session_id=self._lease_session)
         self._leases = []
 
     @property
@@ -817,7 +869,10 @@ class BatchContext:
         owner = self.bridge.session.current() if self.bridge.session is not None else None
         abs_dir, rel_dir = new_attempt_dir(pin.location, self.txn_id, owner=owner or "")
         shaped.write.mode("errorifexists").parquet(abs_dir)
-        files = collect_files(pin.location, rel_dir)
+        try:
+            files = collect_files(pin.location, rel_dir)
+        except (FileNotFoundError, ValueError) as exc:
+            raise BatchError(f"{table}: {exc}", retryable=False) from exc
         prev, prev_overwrite = self._written.get(table, ([], False))
         self._written[table] = ([*prev, *files], prev_overwrite or mode == "overwrite")
         return files
@@ -864,6 +919,7 @@ class BatchContext:
             args["stream"], args["seq"] = self.stream
         from metastore.errors import (
             BatchAlreadyCommittedError,
+            MetastoreError,
             RequestTimeoutError,
             TxnIdReusedError,
             UnavailableError,
@@ -887,7 +943,15 @@ class BatchContext:
                 # position. Txn ids and streams embed the streaming query's id, so either is
                 # this query's. The first commit stands; this attempt's files stay
                 # unreferenced (for GC).
-                committed_ts = self._committed_ts()
+                try:
+                    committed_ts = self._committed_ts()
+                except MetastoreError as lookup:
+                    raise BatchError(
+                        f"the commit of txn {self.txn_id!r} was refused as already committed "
+                        f"({exc}), and looking it up failed: {lookup}",
+                        retryable=lookup.retryable,
+                        cause=lookup,
+                    ) from lookup
                 if committed_ts is None:
                     raise
                 self.report.commit_ts = committed_ts

@@ -55,13 +55,20 @@ def _fs(location: str) -> tuple[pafs.FileSystem, str]:
 
 def collect_files(location: str, rel_dir: str) -> list[DataFile]:
     """The Parquet files Spark wrote under location/rel_dir, with sizes and row counts read from
-    their footers (not from Spark's metrics: the footer is what a reader will see)."""
+    their footers (not from Spark's metrics: the footer is what a reader will see).
+
+    Spark creates the directory of every successful write, an empty one included: a directory
+    not found raises FileNotFoundError (the driver sees another filesystem than the one Spark
+    wrote to), never "no files", which would commit none of the written rows."""
     fs, root = _fs(location)
     base = f"{root.rstrip('/')}/{rel_dir}"
     try:
         infos = fs.get_file_info(pafs.FileSelector(base, recursive=True))
-    except FileNotFoundError:
-        return []
+    except FileNotFoundError as exc:
+        raise FileNotFoundError(
+            f"the write's directory {base} is not there after Spark wrote it: the driver sees "
+            f"another filesystem than Spark's for location {location!r} ({exc})"
+        ) from exc
     out = []
     for info in sorted(infos, key=lambda i: i.path):
         name = info.base_name

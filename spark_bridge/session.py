@@ -32,7 +32,7 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -152,18 +152,26 @@ class BridgeSession:
 
     # ------------------------------------------------------------------ leases
 
-    def hold(self, keys: Iterable[LeaseKey]) -> None:
-        """A batch pinned (and the server leased) `keys`: count them in."""
+    def hold(self, keys: Iterable[LeaseKey], *, session_id: str | None = None) -> None:
+        """A batch pinned (and the server leased) `keys` under `session_id` (default: the
+        current session): count them in. Leases of a session already lost are not counted:
+        they went with it, and the counts are the current session's."""
         with self._lock:
+            if session_id is not None and session_id != self.session_id:
+                return
             for key in keys:
                 self._refs[key] = self._refs.get(key, 0) + 1
                 self._idle_since.pop(key, None)
 
-    def drop(self, keys: Iterable[LeaseKey]) -> None:
-        """A batch ended (committed or not): count its leases out; idle ones are released by
-        the background thread after LEASE_RELEASE_GRACE_MS."""
+    def drop(self, keys: Iterable[LeaseKey], *, session_id: str | None = None) -> None:
+        """A batch ended (committed or not): count its leases, taken under `session_id`
+        (default: the current session), out; idle ones are released by the background thread
+        after LEASE_RELEASE_GRACE_MS. Leases of a session since lost went with it: counting
+        them out of the new session's would release a lease another batch holds there."""
         now = time.monotonic()
         with self._lock:
+            if session_id is not None and session_id != self.session_id:
+                return
             for key in keys:
                 left = self._refs.get(key, 0) - 1
                 if left > 0:
@@ -191,15 +199,21 @@ class BridgeSession:
             self._wake.clear()
             if self._stop.is_set():
                 return
-            try:
-                self._release_idle()
-                if time.monotonic() >= next_beat:
-                    self._heartbeat()
-                    next_beat = time.monotonic() + self.heartbeat_ms / 1000
-            except MetastoreError as exc:
-                log.info("metastore session upkeep will be retried: %s", exc)
-            except Exception:  # a daemon thread must not die on a surprise
-                log.exception("metastore session upkeep failed")
+            self._upkeep(self._release_idle)
+            if time.monotonic() >= next_beat:
+                self._upkeep(self._heartbeat)
+                # The next beat is an interval away whatever this one's outcome: a refused
+                # heartbeat retried at once would spin, flooding the cluster.
+                next_beat = time.monotonic() + self.heartbeat_ms / 1000
+
+    @staticmethod
+    def _upkeep(step: Callable[[], None]) -> None:
+        try:
+            step()
+        except MetastoreError as exc:
+            log.info("metastore session upkeep will be retried: %s", exc)
+        except Exception:  # a daemon thread must not die on a surprise
+            log.exception("metastore session upkeep failed")
 
     def _idle_due(self, now: float) -> float | None:
         with self._lock:

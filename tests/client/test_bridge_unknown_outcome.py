@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from metastore.errors import RequestTimeoutError, UnavailableError
+from metastore.errors import RequestTimeoutError, TxnIdReusedError, UnavailableError
 from spark_bridge.bridge import BatchContext, BatchError, BatchReport
 from spark_bridge.files import DataFile
 
@@ -82,3 +82,27 @@ def test_not_found_with_the_caller_s_txn_id_stays_retryable() -> None:
     with pytest.raises(BatchError) as raised:
         batch.commit()
     assert raised.value.retryable  # a re-run under that id commits at most once
+
+
+class RefusedReplayClient:
+    """`commit` is refused as a replay (already committed); the lookup meets an outage."""
+
+    def call(self, op: str, _args: dict[str, Any]) -> dict[str, Any]:
+        assert op == "commit"
+        raise TxnIdReusedError("txn id already committed with other writes")
+
+    def committed_txn(self, txn_id: str) -> dict[str, Any]:
+        raise UnavailableError("every node failed")
+
+
+def test_a_replay_whose_lookup_fails_is_a_retryable_batch_error() -> None:
+    """A replay refused as already committed is looked up before it is reported deduplicated;
+    a lookup that meets an outage must refuse the batch with a retryable BatchError (it is
+    looked up again when re-run), not let the client's UnavailableError escape the batch API
+    (foreach_batch re-plans BatchErrors only, so the streaming query failed)."""
+    batch = _batch(RefusedReplayClient(), txn_id_from_caller=True)  # type: ignore[arg-type]
+    with pytest.raises(BatchError) as raised:
+        batch.commit()
+    assert raised.value.retryable
+    assert isinstance(raised.value.cause, UnavailableError)
+    assert batch.report.commit_ts is None

@@ -8,6 +8,8 @@ import threading
 import time
 from typing import Any
 
+import pytest
+
 from metastore.errors import UnavailableError
 from spark_bridge.session import BridgeSession, LeaseKey
 
@@ -133,3 +135,153 @@ def test_one_batch_ending_keeps_the_lease_another_holds_under_another_spelling()
         assert session.held() == {}
     finally:
         session.close()
+
+
+def test_a_batch_of_an_expired_session_ending_keeps_the_lease_a_new_batch_holds() -> None:
+    """Session S1 expired while batch A held version 1 (its leases went with S1); the bridge
+    reopened S2 and batch B pinned and leased version 1 under S2. A ending must not count B's
+    lease out: it used to drop the count to zero and release B's lease under S2 while B ran,
+    so schema changes were no longer held off for B."""
+    client = FlakyClient(failures=0)
+    session = BridgeSession(client, app_id="app-4", app_name="upkeep")  # type: ignore[arg-type]
+    try:
+        key = LeaseKey(table="ns.t", table_id=7, version=1)
+        first = session.current()
+        assert first is not None
+        session.hold([key], session_id=first)  # batch A, under S1
+        session.lost(first)  # S1 expired: reopened as S2
+        second = session.current()
+        assert second is not None and second != first
+        session.hold([key], session_id=second)  # batch B, under S2
+        session.drop([key], session_id=first)  # batch A ends
+        time.sleep(1.0)  # several grace periods
+        assert client.releases == []
+        assert session.held() == {key: 1}
+        session.drop([key], session_id=second)  # batch B ends
+        assert client.released.wait(timeout=5)
+        assert client.releases == [[key.wire()]]
+    finally:
+        session.close()
+
+
+class RefusedHeartbeatClient(FlakyClient):
+    """Every heartbeat is refused at once (a revoked token, say)."""
+
+    def __init__(self) -> None:
+        super().__init__(failures=0)
+        self.heartbeat_calls = 0
+
+    def session_open(self, session_id: str, **_kwargs: Any) -> dict[str, Any]:
+        return {"heartbeat_ms": 100, "ttl_ms": 120_000}
+
+    def session_heartbeat(self, session_id: str) -> dict[str, Any]:
+        with self.lock:
+            self.heartbeat_calls += 1
+        from metastore.errors import UnauthenticatedError
+
+        raise UnauthenticatedError("token revoked")
+
+
+def test_a_refused_heartbeat_is_retried_at_the_heartbeat_interval_not_at_once() -> None:
+    """A heartbeat that fails must wait for the next interval: the failure used to leave the
+    next beat in the past, so the thread retried at once, forever - a busy loop flooding the
+    cluster with heartbeats (thousands a second) for as long as they were refused."""
+    client = RefusedHeartbeatClient()
+    session = BridgeSession(client, app_id="app-5", app_name="upkeep")  # type: ignore[arg-type]
+    try:
+        time.sleep(1.0)  # about 10 intervals of 100 ms
+    finally:
+        session.close()
+    assert 3 <= client.heartbeat_calls <= 20, client.heartbeat_calls
+
+
+class ExpiredSessionClient(FlakyClient):
+    """The session expired on the server (pin: SESSION_NOT_FOUND) and the cluster is
+    unavailable when the bridge opens a new one."""
+
+    def __init__(self) -> None:
+        super().__init__(failures=0)
+        self.opens = 0
+
+    def session_open(self, session_id: str, **_kwargs: Any) -> dict[str, Any]:
+        self.opens += 1
+        if self.opens > 1:
+            raise UnavailableError("commit failed on every endpoint: no quorum")
+        return {"heartbeat_ms": 60_000, "ttl_ms": 120_000}
+
+    def call(self, op: str, args: dict[str, Any]) -> dict[str, Any]:
+        assert op == "pin"
+        from metastore.errors import SessionNotFoundError
+
+        raise SessionNotFoundError(f"session {args.get('session_id')} does not exist")
+
+
+def test_a_session_that_cannot_be_reopened_while_pinning_is_a_retryable_batch_error() -> None:
+    """A batch whose pin finds its session expired reopens it; a cluster unavailable at that
+    moment must refuse the batch with a retryable BatchError (foreach_batch re-plans it), not
+    let the client's UnavailableError escape the batch API untyped (failing the query)."""
+    from spark_bridge.bridge import BatchContext, BatchError, MetastoreBridge
+
+    client = ExpiredSessionClient()
+    session = BridgeSession(client, app_id="app-6", app_name="upkeep")  # type: ignore[arg-type]
+    try:
+        bridge = object.__new__(MetastoreBridge)
+        bridge.client = client  # type: ignore[assignment]
+        bridge.spark = None  # type: ignore[assignment]
+        bridge.session = session
+        batch = BatchContext(
+            bridge, reads=[], writes=["ns.t"], txn_id="t-1", read_ts=None, check_reads=False
+        )
+        with pytest.raises(BatchError) as raised:
+            batch._pin_all(1 << 40)
+        assert raised.value.retryable
+        assert isinstance(raised.value.cause, UnavailableError)
+    finally:
+        session.close()
+
+
+class LookupOnceFailsClient:
+    """`committed_txn`: an outage the first time, then the stream's mark at `seq`."""
+
+    def __init__(self, ts: int, seq: int) -> None:
+        self.ts, self.seq, self.lookups = ts, seq, 0
+
+    def committed_txn(self, txn_id: str, *, stream: str | None = None) -> dict[str, Any]:
+        self.lookups += 1
+        if self.lookups == 1:
+            raise UnavailableError("every node failed")
+        mark = {"stream": stream, "seq": self.seq, "ts": self.ts, "txn_id": txn_id}
+        return {"txn_id": txn_id, "txn": None, "stream_mark": mark}
+
+
+def test_a_restarted_query_s_replay_check_is_made_again_after_it_failed() -> None:
+    """The first micro-batch a driver runs for a query is looked up (a replay is skipped, and
+    the stream's last commit becomes the read floor). A lookup that met an outage failed the
+    query with the client's untyped error, yet marked the query as seen: restarted in the same
+    driver, its replayed micro-batch was not looked up again, so it ran (its reads below the
+    previous driver's last commit) instead of being skipped as committed."""
+    from types import SimpleNamespace
+
+    from hlc import HybridClock, ManualClock
+    from spark_bridge.bridge import BatchError, BatchReport, MetastoreBridge
+
+    client = LookupOnceFailsClient(ts=(1_000_000 << 16), seq=5)
+    client.clock = HybridClock(ManualClock(1_000_000))  # type: ignore[attr-defined]
+    bridge = object.__new__(MetastoreBridge)
+    bridge.client = client  # type: ignore[assignment]
+    bridge._commit_lock = threading.Lock()
+    bridge._last_commit_ts = 0
+    bridge._queries_seen = set()
+    bridge.batch_retries = 0
+    reports: list[BatchReport] = []
+    run = bridge.foreach_batch(
+        lambda b, df: None, query_name="q", writes=["ns.t"], on_batch=reports.append
+    )
+    context = SimpleNamespace(getLocalProperty=lambda key: "query-1")
+    df = SimpleNamespace(sparkSession=SimpleNamespace(sparkContext=context))
+    with pytest.raises(BatchError) as raised:
+        run(df, 5)  # type: ignore[arg-type]
+    assert raised.value.retryable
+    run(df, 5)  # type: ignore[arg-type]  # the query restarted in the same driver
+    assert [r.deduplicated for r in reports] == [True]
+    assert bridge.last_commit_ts == client.ts

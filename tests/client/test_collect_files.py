@@ -1,0 +1,37 @@
+"""What a batch commits for a write is what the driver lists in the write's attempt directory
+after Spark wrote it. Pure: pyarrow stands in for Spark's writer, no processes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from spark_bridge.files import collect_files, new_attempt_dir
+
+
+def test_the_files_of_an_attempt_directory_are_listed_with_their_row_counts(
+    tmp_path: Path,
+) -> None:
+    location = str(tmp_path / "t")
+    abs_dir, rel_dir = new_attempt_dir(location, "txn-1")
+    Path(abs_dir).mkdir(parents=True)
+    pq.write_table(pa.table({"a": [1, 2, 3]}), f"{abs_dir}/part-0.parquet")
+    (Path(abs_dir) / "_SUCCESS").write_text("")
+    files = collect_files(location, rel_dir)
+    assert [(f.path, f.row_count) for f in files] == [(f"{rel_dir}/part-0.parquet", 3)]
+
+
+def test_an_attempt_directory_the_driver_cannot_see_is_an_error_not_an_empty_write(
+    tmp_path: Path,
+) -> None:
+    """Spark creates the directory of every successful write (an empty output included). Not
+    finding it means the driver looks at another filesystem than the one Spark wrote to (an
+    absolute location resolved against HDFS by Spark, locally here): listing it as "no files"
+    made the batch commit none of the written rows, acknowledged, silently."""
+    location = str(tmp_path / "t")
+    _, rel_dir = new_attempt_dir(location, "txn-2")
+    with pytest.raises(FileNotFoundError, match="_txn"):
+        collect_files(location, rel_dir)
