@@ -421,10 +421,10 @@ def test_no_endpoints_is_a_usage_error() -> None:
     assert result.stderr.startswith("Error: NO_ENDPOINTS: ")
 
 
-def test_bad_endpoint_is_refused(fake: ThreadedFakeNode) -> None:
+def test_bad_endpoint_is_a_usage_error(fake: ThreadedFakeNode) -> None:
     result = run("--endpoints", "nonsense", "--token", TOKEN, "ns", "list")
-    assert result.exit_code == 5
-    assert "INVALID_ARGUMENT" in result.stderr
+    assert result.exit_code == 2  # like NO_ENDPOINTS: the flag is wrong, nothing was refused
+    assert result.stderr.startswith("Error: USAGE: --endpoints: endpoint 'nonsense' ")
 
 
 def test_insecure_token_file_is_refused(tmp_path: Path, fake: ThreadedFakeNode) -> None:
