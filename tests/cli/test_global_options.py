@@ -150,3 +150,17 @@ def test_every_command_accepts_every_global_option() -> None:
     for path, command in _commands(cli, []):
         accepted = {opt for p in command.params for opt in p.opts}
         assert root <= accepted, (path, root - accepted)
+
+
+def test_a_malformed_snapshot_endpoint_is_a_usage_error(
+    fake: ThreadedFakeNode, tmp_path: Any
+) -> None:
+    # Like --endpoints: a typo in the flag exited 5, as if the cluster had refused the backup.
+    out = tmp_path / "b.snap"
+    result = run(
+        "--endpoints", fake.endpoint, "--token", TOKEN, "snapshot", "save", str(out),
+        "--endpoint", "garbage",
+    )  # fmt: skip
+    assert result.exit_code == 2, result.output
+    assert result.stderr.startswith("Error: USAGE: --endpoint: endpoint 'garbage' ")
+    assert sent(fake) == [] and list(tmp_path.iterdir()) == []
