@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import time
 from pathlib import Path
 from typing import Any, Final
@@ -32,6 +33,7 @@ from metastore.daemon.config import (
     NODES_MAX,
     NODES_MIN,
     ClusterConfig,
+    ConfigError,
     load_cluster_config,
     node_file_name,
     node_layout,
@@ -129,14 +131,21 @@ def cluster_init(
             f"{directory} already has {', '.join(existing)}; pass --force to overwrite",
             exit_code=EXIT_REFUSED,
         )
+    # The outermost directory this creates: removed again if the options are refused below.
+    created = next((p for p in reversed([directory, *directory.parents]) if not p.exists()), None)
     directory.mkdir(parents=True, exist_ok=True)
     # Validate the rendered cluster file with the real loader before anything is replaced.
     staged = directory / f".{CLUSTER_FILE_NAME}.{os.getpid()}.tmp"
     staged.write_text(files[CLUSTER_FILE_NAME])
     try:
         config = load_cluster_config(staged)
-    except BaseException:
+    except BaseException as exc:
         staged.unlink(missing_ok=True)
+        if created is not None:
+            shutil.rmtree(created, ignore_errors=True)
+        if isinstance(exc, ConfigError):  # an option's value: say which, not the staged file
+            message = f"{exc.key}: {exc.problem}" if exc.key else exc.problem
+            raise CliError("USAGE", message, exit_code=EXIT_USAGE) from None
         raise
     for name, text in files.items():
         if name == CLUSTER_FILE_NAME:

@@ -25,6 +25,7 @@ from hlc.errors import TimestampParseError
 from metastore.client import ENDPOINTS_MAX, SyncMetastoreClient, parse_endpoint
 from metastore.daemon.config import CLUSTER_FILE_NAME, ClusterConfig, load_cluster_config
 from metastore.daemon.secrets import Role, read_token_file, token_file_name
+from metastore.errors import InvalidArgumentError
 from raft.tls import ClientTls
 
 LOCAL_CONFIG_DIR: Final = Path("cluster_configs") / "local"
@@ -74,7 +75,10 @@ class App:
             if len(endpoints) > ENDPOINTS_MAX:
                 raise _usage(f"at most {ENDPOINTS_MAX} endpoints")
             for endpoint in endpoints:
-                parse_endpoint(endpoint)
+                try:
+                    parse_endpoint(endpoint)
+                except InvalidArgumentError as exc:  # a bad flag: usage (2), not a refusal (5)
+                    raise _usage(f"--endpoints: {exc.message}") from None
             return list(dict.fromkeys(endpoints))
         if (local := self._local_config()) is not None:
             return local.client_endpoints()

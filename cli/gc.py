@@ -93,8 +93,8 @@ def pts_protect(
     meta: str,
     record_id: str | None,
 ) -> None:
-    """Protect every read at >= --ts of the targets from GC until released. Refused (exit 3)
-    if --ts is already at or below a target's GC threshold."""
+    """Protect every read at >= --ts of the targets from GC until released. Refused (exit 4,
+    BEFORE_GC_THRESHOLD) if --ts is already at or below a target's GC threshold."""
     if not (tables or namespaces or cluster):
         raise click.UsageError("name a target: --table, --namespace or --cluster")
     try:

@@ -19,10 +19,12 @@ import click
 from rich.text import Text
 
 from cli.context import LOCAL_CONFIG_DIR, app
+from cli.errors import EXIT_USAGE, CliError
 from cli.output import emit, kv_table
+from metastore.client import parse_endpoint
 from metastore.daemon import backup
 from metastore.daemon.config import CLUSTER_FILE_NAME, load_cluster_config
-from metastore.errors import MetastoreError
+from metastore.errors import InvalidArgumentError, MetastoreError
 
 
 @click.group("snapshot")
@@ -37,6 +39,11 @@ def snapshot() -> None:
 def snapshot_save(ctx: click.Context, file: Path, endpoint: str | None) -> None:
     """Write the catalog (every namespace, table, schema version, commit, file entry, session,
     lease and protection) to FILE, consistent at one applied index of one node. Admin only."""
+    if endpoint is not None:
+        try:
+            parse_endpoint(endpoint)
+        except InvalidArgumentError as exc:  # a bad flag: usage (2), not a refusal (5)
+            raise CliError("USAGE", f"--endpoint: {exc.message}", exit_code=EXIT_USAGE) from None
     a = app(ctx)
     client = a.client()
     header: dict[str, object] | None = None

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable
+from decimal import Decimal, InvalidOperation
 from typing import NoReturn, TypeVar
 
 import sqlglot
@@ -178,6 +179,37 @@ def _refuse_null_defaults(cmd: Command) -> None:
                 f"column {column.name} is NOT NULL but its DEFAULT is NULL",
                 details={"column": column.name, "default": column.default_sql},
             )
+        # Writers fill it with CAST(default AS type): a string that is no value of the type
+        # casts to NULL (or fails under ANSI) - the same broken writes as a NULL default.
+        if (
+            isinstance(node, exp.Literal)
+            and node.is_string
+            and not _string_casts_to(node.this, column.type)
+        ):
+            raise InvalidArgumentError(
+                f"column {column.name} is NOT NULL but its DEFAULT {column.default_sql} is no "
+                f"{column.type.to_sql()} value",
+                details={"column": column.name, "default": column.default_sql},
+            )
+
+
+_NUMERIC_KINDS = frozenset({TINYINT, SMALLINT, INT, BIGINT, FLOAT, DOUBLE})
+# What Spark casts to a boolean (trimmed, case-insensitive); anything else is NULL.
+_BOOLEAN_STRINGS = frozenset({"t", "true", "y", "yes", "1", "f", "false", "n", "no", "0"})
+
+
+def _string_casts_to(text: str, dtype: DataType) -> bool:
+    """Can Spark cast string `text` to `dtype` (not NULL)? Checked only for numbers and
+    booleans, and loosely (a number out of the type's range passes): True when unsure."""
+    if dtype in _NUMERIC_KINDS or isinstance(dtype, DecimalType):
+        try:
+            Decimal(text.strip())
+        except InvalidOperation:
+            return False
+        return True
+    if dtype == BOOLEAN:
+        return text.strip().lower() in _BOOLEAN_STRINGS
+    return True
 
 
 # --------------------------------------------------------------------------------------------

@@ -656,6 +656,8 @@ def gc_status(state: MetastoreState, *, now_tm: int, table: TableName | None) ->
     dd = state.cluster.dd
     tables: list[dict[str, Any]] = []
     held: dict[str, int] = {r.record_id: 0 for r in state.gc.records()}
+    # For one table, only the records covering it: the others hold nothing counted here.
+    shown: set[str] | None = None if table is None else set()
     for table_id in state.txns.table_ids():
         name, _location, forgotten = state.txns.table_location(table_id)
         if table is not None and name != table:
@@ -673,6 +675,8 @@ def gc_status(state: MetastoreState, *, now_tm: int, table: TableName | None) ->
         ttl_ms = ttl_ms_of(inc, state.catalog)
         ttl_bound = max(0, now_tm - (ttl_ms << LOGICAL_BITS))
         covering = state.gc.covering(inc)
+        if shown is not None:
+            shown.update(r.record_id for r in covering)
         for record in covering:
             if ttl_bound > record.ts - 1:
                 _, by_ttl = dead.at(ttl_bound)
@@ -703,5 +707,6 @@ def gc_status(state: MetastoreState, *, now_tm: int, table: TableName | None) ->
         "protections": [
             {"record_id": r.record_id, "ts": r.ts, "held_bytes": held[r.record_id]}
             for r in state.gc.records()
+            if shown is None or r.record_id in shown
         ],
     }

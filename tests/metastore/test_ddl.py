@@ -493,6 +493,38 @@ def test_a_not_null_column_with_a_null_default_is_refused(sql: str) -> None:
 @pytest.mark.parametrize(
     "sql",
     [
+        "ALTER TABLE ns.t ADD COLUMN n INT NOT NULL DEFAULT 'abc'",
+        "ALTER TABLE ns.t ADD COLUMN n DECIMAL(10,2) NOT NULL DEFAULT ('x1')",
+        "ALTER TABLE ns.t ADD COLUMN n BOOLEAN NOT NULL DEFAULT 'maybe'",
+        "ALTER TABLE ns.t ADD COLUMN n DOUBLE DEFAULT 'abc' NOT NULL FIRST",  # the hand parser
+        "CREATE TABLE ns.t (a INT, n BIGINT NOT NULL DEFAULT 'x')",
+    ],
+)
+def test_a_not_null_column_whose_default_cannot_be_its_type_is_refused(sql: str) -> None:
+    """Writers fill the column with CAST(default AS type) (spark_bridge.conform): a string
+    that is no number (or boolean) casts to NULL, or fails under ANSI, so, like a NULL
+    default, it broke every write of the table from an ADD COLUMN job's write-only step on."""
+    with pytest.raises(InvalidArgumentError, match="DEFAULT"):
+        parse_ddl(sql)
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "ALTER TABLE ns.t ADD COLUMN n INT NOT NULL DEFAULT ' 42 '",
+        "ALTER TABLE ns.t ADD COLUMN n DOUBLE NOT NULL DEFAULT '-1.5e3'",
+        "ALTER TABLE ns.t ADD COLUMN n BOOLEAN NOT NULL DEFAULT 'true'",
+        "ALTER TABLE ns.t ADD COLUMN n STRING NOT NULL DEFAULT 'abc'",
+        "ALTER TABLE ns.t ADD COLUMN n INT DEFAULT 'abc'",  # nullable: left to the writer
+    ],
+)
+def test_string_defaults_that_cast_to_the_column_type_parse(sql: str) -> None:
+    parse_ddl(sql)
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
         "ALTER TABLE ns.t ADD COLUMN n INT DEFAULT NULL",
         "ALTER TABLE ns.t ADD COLUMN n INT NOT NULL DEFAULT 0",
         "ALTER TABLE ns.t ADD COLUMN n STRING NOT NULL DEFAULT 'NULL'",

@@ -374,6 +374,30 @@ def test_gc_status_reads_a_table_once_however_many_protections_cover_it(
     assert calls <= 2  # at most one scan per table (ns.t, ns.u), not two per record
 
 
+def test_gc_status_of_one_table_lists_only_the_protections_covering_it() -> None:
+    # `metastore gc status ns.u` listed every protection of the cluster, and those covering
+    # only ns.t with "holds 0 B" (their bytes were counted over ns.u alone): a wrong answer to
+    # "what does this protection hold" next to a table it does not even cover.
+    from metastore.daemon.gc_worker import gc_status
+
+    d = table_driver()
+    ts1 = commit(d, "a", add=("f1", "f2"))
+    commit(d, "b", add=("f3",), overwrite=True)
+    ok(d, protect("on_t", ts1))
+    ok(d, protect("on_u", ts1, tables=(U,)))
+    ok(d, protect("all", ts1, tables=(), cluster=True))
+    d.tm += 5 * TTL_MS * MS
+    whole = gc_status(d.state, now_tm=d.tm, table=None)["protections"]
+    assert {p["record_id"]: p["held_bytes"] for p in whole}["on_t"] == 200
+    of_u = gc_status(d.state, now_tm=d.tm, table=U)
+    assert sorted(p["record_id"] for p in of_u["protections"]) == ["all", "on_u"]
+    of_t = gc_status(d.state, now_tm=d.tm, table=T)
+    assert {p["record_id"]: p["held_bytes"] for p in of_t["protections"]} == {
+        "on_t": 200,
+        "all": 200,
+    }
+
+
 def test_snapshots_keep_thresholds_records_and_releases_and_version_3_loads() -> None:
     d = table_driver()
     ok(d, protect("p", 5, meta_type="backup", meta="nightly"))
