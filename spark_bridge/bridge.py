@@ -416,8 +416,10 @@ class MetastoreBridge:
             stream=stream,
             txn_id_from_caller=txn_id is not None,
         )
-        ctx.plan(top)
         try:
+            # Inside the try: a failure after the pin took leases (an interrupt, a schema this
+            # Spark cannot take) must still count them out, or they block DDL until exit.
+            ctx.plan(top)
             yield ctx
             ctx.commit()
         finally:
