@@ -78,6 +78,9 @@ class BridgeSession:
         self.heartbeat_ms = HEARTBEAT_MS_FALLBACK
         self.available = True  # False: the token may not lease (reader role)
         self._lock = threading.Lock()
+        # Serialises opening: a batch thread reopening after an expiry and the upkeep thread
+        # seeing no session must open one session between them, not one each.
+        self._open_lock = threading.Lock()
         self._refs: dict[LeaseKey, int] = {}
         self._idle_since: dict[LeaseKey, float] = {}  # refs hit zero at (monotonic s)
         self._releasing: set[LeaseKey] = set()
@@ -116,6 +119,12 @@ class BridgeSession:
             self.heartbeat_ms = int(r.get("heartbeat_ms") or HEARTBEAT_MS_FALLBACK)
         log.info("metastore session opened: %s (ttl %s ms)", session_id, r.get("ttl_ms"))
 
+    def _ensure_open(self) -> None:
+        """Open a session unless one is open (or leasing is not possible)."""
+        with self._open_lock:
+            if self.current() is None and self.available:
+                self._open()
+
     def current(self) -> str | None:
         """The session to lease under, or None when leasing is not possible."""
         with self._lock:
@@ -131,7 +140,7 @@ class BridgeSession:
             self._idle_since.clear()
         log.warning("metastore session %s expired; opening a new one", session_id)
         self.reopened += 1
-        self._open()
+        self._ensure_open()
 
     def close(self) -> None:
         """Stop heartbeating and close the session (its leases are released). Idempotent."""
@@ -224,8 +233,7 @@ class BridgeSession:
     def _heartbeat(self) -> None:
         session_id = self.current()
         if session_id is None:
-            if self.available:
-                self._open()
+            self._ensure_open()
             return
         try:
             self.client.session_heartbeat(session_id)

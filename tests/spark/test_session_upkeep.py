@@ -285,3 +285,48 @@ def test_a_restarted_query_s_replay_check_is_made_again_after_it_failed() -> Non
     run(df, 5)  # type: ignore[arg-type]  # the query restarted in the same driver
     assert [r.deduplicated for r in reports] == [True]
     assert bridge.last_commit_ts == client.ts
+
+
+class SlowReopenClient(FlakyClient):
+    """`session_open`'s second call (the reopen after an expiry) waits until `go` is set."""
+
+    def __init__(self) -> None:
+        super().__init__(failures=0)
+        self.opened: list[str] = []
+        self.reopening = threading.Event()
+        self.go = threading.Event()
+
+    def session_open(self, session_id: str, **kwargs: Any) -> dict[str, Any]:
+        with self.lock:
+            self.opened.append(session_id)
+            second = len(self.opened) == 2
+        if second:
+            self.reopening.set()
+            assert self.go.wait(timeout=10)
+        return super().session_open(session_id, **kwargs)
+
+
+def test_an_expiry_and_a_heartbeat_at_once_open_one_new_session() -> None:
+    """A batch thread that finds the session expired reopens it while the upkeep thread sees
+    no session: both opened one, and the first, overwritten, was never heartbeated (it
+    expired, and with it the leases a batch took under it)."""
+    client = SlowReopenClient()
+    session = BridgeSession(client, app_id="app-r", app_name="upkeep")  # type: ignore[arg-type]
+    try:
+        first = session.current()
+        assert first is not None
+        batch = threading.Thread(target=session.lost, args=(first,), daemon=True)
+        batch.start()
+        assert client.reopening.wait(timeout=5)
+        upkeep = threading.Thread(target=session._heartbeat, daemon=True)
+        upkeep.start()
+        time.sleep(0.3)  # the upkeep thread's turn while the reopen is under way
+        client.go.set()
+        batch.join(timeout=10)
+        upkeep.join(timeout=10)
+        assert not batch.is_alive() and not upkeep.is_alive()
+        assert len(client.opened) == 2, f"sessions opened: {client.opened}"
+        assert session.current() == client.opened[1]
+    finally:
+        client.go.set()
+        session.close()
