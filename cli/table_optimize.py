@@ -20,6 +20,7 @@ import click
 from cli.context import app
 from cli.output import emit, end_progress, kv_table, progress
 from cli.spark_run import master_option, require_token, run_with_bridge
+from spark_bridge.optimize import TARGET_FILE_BYTES_MIN
 
 _SIZE_UNITS: Final = {
     "": 1,
@@ -42,7 +43,16 @@ class ByteSize(click.ParamType[int]):
 
     name = "SIZE"
 
+    def __init__(self, minimum: int = 1) -> None:
+        self.minimum = minimum
+
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        size = self._parse(value, param, ctx)
+        if size < self.minimum:
+            self.fail(f"{value!r} is too small: at least {self.minimum} bytes", param, ctx)
+        return size
+
+    def _parse(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
         if isinstance(value, int):
             return value
         m = _SIZE_RE.match(str(value))
@@ -62,7 +72,7 @@ class ByteSize(click.ParamType[int]):
 @click.option(
     "--target-file-size",
     "target_file_bytes",
-    type=ByteSize(),
+    type=ByteSize(minimum=TARGET_FILE_BYTES_MIN),
     default="128MiB",
     show_default=True,
     help="Size of the files to write.",
