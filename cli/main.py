@@ -79,8 +79,8 @@ class RootGroup(click.Group):
             fail(exc.code.value, exc.message, exit_code_for(exc), exc.details)
         except ConfigError as exc:
             fail(exc.code, str(exc), EXIT_USAGE, None)
-        except SecretsError as exc:
-            fail(exc.code, str(exc), 1, None)
+        except SecretsError as exc:  # a token file or secrets directory: configuration
+            fail(exc.code, str(exc), EXIT_USAGE, None)
         except CliError as exc:
             fail(exc.code, exc.message, exc.exit_code, exc.details)
         except HlcError as exc:

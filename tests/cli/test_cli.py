@@ -434,8 +434,10 @@ def test_insecure_token_file_is_refused(tmp_path: Path, fake: ThreadedFakeNode) 
     token_file.write_text(TOKEN + "\n")
     os.chmod(token_file, 0o644)
     result = run("--endpoints", fake.endpoint, "--token-file", str(token_file), "ns", "list")
-    assert result.exit_code == 1
+    assert result.exit_code == 2  # a configuration error: the file, not the cluster
     assert result.stderr.startswith("Error: SECRETS_INSECURE: ")
+    missing = run("--endpoints", fake.endpoint, "--token-file", str(tmp_path / "no"), "ns", "list")
+    assert missing.exit_code == 2, missing.stderr
     os.chmod(token_file, 0o600)
     assert (
         run("--endpoints", fake.endpoint, "--token-file", str(token_file), "ns", "list").exit_code
