@@ -589,6 +589,11 @@ class RaftNode:
         except TimeoutError:
             fut.cancel()
             raise SafeTimeTimeoutError(ts, self.safe_time, timeout_ms) from None
+        except asyncio.CancelledError:
+            # The caller went away (a client that disconnected): done, so the purge above
+            # drops it instead of counting it against the bound until safe time passes ts.
+            fut.cancel()
+            raise
         return (time.perf_counter() - start) * 1000
 
     async def read_barrier(self, *, timeout_ms: int = 5_000) -> int:

@@ -1213,7 +1213,9 @@ class ApiServer:
         self._require_ready()
         try:
             await self.node.read_barrier(timeout_ms=timeout_ms)
-        except (ReadIndexError, TimeoutError) as exc:
+        except (ReadIndexError, TimeoutError, RaftError, RaftCoreError) as exc:
+            # Also a leadership lost (or a node stopped) after the is_leader() check above:
+            # retryable, never INTERNAL (clients resolve ambiguous commits with this op).
             raise UnavailableError(f"could not confirm leadership: {exc}") from None
         state = self.sm.state
         record = state.committed_txn(txn_id)

@@ -492,6 +492,26 @@ async def test_safe_time_waits_that_timed_out_do_not_fill_the_waiter_bound(
         await asyncio.gather(*parked, return_exceptions=True)
 
 
+async def test_safe_time_waits_whose_caller_was_cancelled_do_not_fill_the_waiter_bound(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The server cancels a request's task when its client disconnects (a client timeout, a
+    killed job). A waiter cancelled that way stayed in the heap, not done, so the purge kept
+    it: on a node whose safe time is stuck, enough disconnecting readers filled the bound and
+    every later read failed with QueueFullError (INTERNAL) instead of waiting."""
+    monkeypatch.setattr(raft.node, "SAFE_TIME_WAITERS_MAX", 4)
+    async with cluster(tmp_path, 1) as nodes:
+        node = await leader_of(nodes)
+        never = node.safe_time + (3_600_000 << 16)  # an hour ahead: not reached in this test
+        for _ in range(12):
+            waiter = asyncio.ensure_future(node.wait_for_safe_time(never, timeout_ms=5_000))
+            await asyncio.sleep(0)
+            waiter.cancel()
+            await asyncio.gather(waiter, return_exceptions=True)
+        with pytest.raises(SafeTimeTimeoutError):
+            await node.wait_for_safe_time(never, timeout_ms=1)
+
+
 def _entries(first: int, last: int, conf_at: int = 0) -> tuple[Entry, ...]:
     return tuple(
         Entry(
