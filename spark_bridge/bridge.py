@@ -965,7 +965,12 @@ class BatchContext:
             if not self.report.deduplicated:
                 for table in dict.fromkeys([*self._written, *self._removed]):
                     added = len(self._written.get(table, ([], False))[0])
-                    self.bridge.maybe_compact(table, added + len(self._removed.get(table, [])))
+                    try:
+                        self.bridge.maybe_compact(table, added + len(self._removed.get(table, [])))
+                    # The commit stands: nothing after it may fail the batch, or a caller that
+                    # re-runs it under a fresh txn id writes the data twice.
+                    except Exception:
+                        log.exception("automatic compaction of %s after its commit failed", table)
         self.report.files = sum(len(f) for f, _ in self._written.values())
         self.report.rows = sum(d.row_count for f, _ in self._written.values() for d in f)
         self.report.removed = sum(len(p) for p in self._removed.values())
