@@ -5,31 +5,16 @@ data twice. Real single-node cluster, no Spark (the bridge's commit path is pure
 
 from __future__ import annotations
 
-import threading
 from pathlib import Path
 
 import pytest
 
 from metastore.client import SyncMetastoreClient
-from spark_bridge.bridge import MetastoreBridge
 from spark_bridge.files import DataFile
+from tests.client.bridge_stub import bare_bridge
 from tests.daemon.harness import metastore_cluster
 
 pytestmark = pytest.mark.slow
-
-
-def _bridge(client: SyncMetastoreClient) -> MetastoreBridge:
-    bridge = object.__new__(MetastoreBridge)
-    bridge.client = client
-    bridge.spark = None  # type: ignore[assignment]
-    bridge.session = None
-    bridge.loose_files_max = None
-    bridge._cluster_loose_max = None
-    bridge._loose_estimate = {}
-    bridge._commit_lock = threading.Lock()
-    bridge._last_commit_ts = 0
-    bridge.compactions = 0
-    return bridge
 
 
 def test_a_compaction_failing_after_the_commit_does_not_fail_the_batch(
@@ -44,7 +29,7 @@ def test_a_compaction_failing_after_the_commit_does_not_fail_the_batch(
         try:
             client.ddl("CREATE NAMESPACE hk")
             client.ddl(f"CREATE TABLE hk.t (a INT) LOCATION '{tmp_path / 'hk_t'}'")
-            bridge = _bridge(client)
+            bridge = bare_bridge(client, loose_files_max=None)
             real_call = client.call
 
             def call(op: str, args: dict[str, object] | None = None, **kw: object) -> object:

@@ -7,13 +7,13 @@ application ended. Pure: the session and the plan are stand-ins (no cluster, no 
 
 from __future__ import annotations
 
-import threading
 from typing import Any
 
 import pytest
 
-from spark_bridge.bridge import BatchContext, MetastoreBridge
+from spark_bridge.bridge import BatchContext
 from spark_bridge.session import LeaseKey
+from tests.client.bridge_stub import bare_bridge
 
 
 class _Session:
@@ -26,16 +26,6 @@ class _Session:
 
     def drop(self, keys: list[LeaseKey], *, session_id: str | None = None) -> None:
         self.dropped.append((list(keys), session_id))
-
-
-def _bridge(session: _Session) -> MetastoreBridge:
-    bridge = object.__new__(MetastoreBridge)
-    bridge.client = None  # type: ignore[assignment]
-    bridge.spark = None  # type: ignore[assignment]
-    bridge.session = session  # type: ignore[assignment]
-    bridge._commit_lock = threading.Lock()
-    bridge._last_commit_ts = 0
-    return bridge
 
 
 def test_a_plan_that_fails_after_its_pin_took_leases_drops_them(
@@ -52,7 +42,7 @@ def test_a_plan_that_fails_after_its_pin_took_leases_drops_them(
         raise KeyboardInterrupt
 
     monkeypatch.setattr(BatchContext, "plan", plan)
-    bridge = _bridge(session)
+    bridge = bare_bridge(None, session=session)
     with pytest.raises(KeyboardInterrupt), bridge.batch(writes=["ns.t"]):
         pytest.fail("the batch body must not run when planning failed")
     assert session.dropped == [([key], "s-1")], "the pinned lease was never counted out"

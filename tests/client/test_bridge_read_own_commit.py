@@ -9,31 +9,17 @@ no Spark (the bridge's listing path is pure)."""
 
 from __future__ import annotations
 
-import threading
 from pathlib import Path
 
 import pytest
 
 from hlc.limits import LOGICAL_BITS
 from metastore.client import SyncMetastoreClient
-from spark_bridge.bridge import MetastoreBridge
 from spark_bridge.files import DataFile
+from tests.client.bridge_stub import bare_bridge
 from tests.daemon.harness import metastore_cluster
 
 pytestmark = pytest.mark.slow
-
-
-def _bridge(client: SyncMetastoreClient) -> MetastoreBridge:
-    bridge = object.__new__(MetastoreBridge)
-    bridge.client = client
-    bridge.spark = None  # type: ignore[assignment]
-    bridge.session = None
-    bridge.loose_files_max = 0  # no automatic compaction
-    bridge._cluster_loose_max = None
-    bridge._loose_estimate = {}
-    bridge._commit_lock = threading.Lock()
-    bridge._last_commit_ts = 0
-    return bridge
 
 
 def test_a_batch_reads_its_own_commit_that_landed_past_the_clock_s_max_offset(
@@ -49,7 +35,7 @@ def test_a_batch_reads_its_own_commit_that_landed_past_the_clock_s_max_offset(
             other.call("ddl", {"sql": "CREATE NAMESPACE own"})
             location = tmp_path / "warehouse" / "t"
             other.call("ddl", {"sql": f"CREATE TABLE own.t (a INT) LOCATION '{location}'"})
-            bridge = _bridge(client)
+            bridge = bare_bridge(client)
             # Another writer lands a commit 2 s above its entry's Tm (allowed: below DD).
             ahead = other.clock.now() + (2_000 << LOGICAL_BITS)
             other.call(
