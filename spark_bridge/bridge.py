@@ -617,6 +617,21 @@ class MetastoreBridge:
         )
 
 
+def check_rows_found(table: str, abs_dir: str, rows_written: int, files: list[DataFile]) -> None:
+    """Refuse to commit a write whose files the driver does not see whole: the rows in their
+    footers must be the rows Spark wrote. They differ when the executors wrote to a file system
+    the driver does not share (a location on each worker's local disk), or when files vanished
+    or were filtered out before the commit; committing then would drop rows without an error."""
+    rows_found = sum(f.row_count for f in files)
+    if rows_found != rows_written:
+        raise BatchError(
+            f"{table}: Spark wrote {rows_written} rows under {abs_dir}, but the driver finds "
+            f"{rows_found} in {len(files)} files there; is the table's location on a file "
+            "system the driver and every executor share? Nothing was committed.",
+            retryable=False,
+        )
+
+
 # A listing with at least this many manifests is expanded by Spark tasks, one per manifest;
 # fewer are read on the driver (a task launch costs more than reading a small manifest).
 EXECUTOR_EXPAND_MANIFESTS_MIN = 8
@@ -867,14 +882,23 @@ class BatchContext:
         pin = self._pin(table)
         if not pin.location:
             raise BatchError(f"{table} has no location in the metastore", retryable=False)
+        from pyspark.sql import Observation
+        from pyspark.sql import functions as F
+
         shaped = conform(df, table, pin.write_columns)
         owner = self.bridge.session.current() if self.bridge.session is not None else None
         abs_dir, rel_dir = new_attempt_dir(pin.location, self.txn_id, owner=owner or "")
-        shaped.write.mode("errorifexists").parquet(abs_dir)
+        # Count the rows Spark writes, as the write runs (Spark completes the observation
+        # before `parquet()` returns), to check the files the driver then finds against it.
+        written = Observation()
+        shaped.observe(written, F.count(F.lit(1)).alias("rows")).write.mode(
+            "errorifexists"
+        ).parquet(abs_dir)
         try:
             files = collect_files(pin.location, rel_dir)
         except (FileNotFoundError, ValueError) as exc:
             raise BatchError(f"{table}: {exc}", retryable=False) from exc
+        check_rows_found(table, abs_dir, int(written.get["rows"]), files)
         prev, prev_overwrite = self._written.get(table, ([], False))
         self._written[table] = ([*prev, *files], prev_overwrite or mode == "overwrite")
         return files

@@ -223,6 +223,26 @@ def test_null_in_a_not_null_column_fails_the_job_and_commits_nothing(env: SparkE
         b.write(STRICT, df)
 
 
+def test_a_write_whose_files_the_driver_does_not_all_see_commits_nothing(
+    env: SparkEnv, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # As on a cluster whose executors write to their own local disks: the driver lists only
+    # part of what Spark wrote (here one of two files is hidden from it). Committing what it
+    # sees would drop rows without an error.
+    import spark_bridge.bridge as bridge_module
+
+    real = bridge_module.collect_files
+    monkeypatch.setattr(bridge_module, "collect_files", lambda *a: real(*a)[1:])
+    bridge = env.bridge(app_name="conform")
+    df = env.spark.createDataFrame([(i, i, "a") for i in range(4)], "id BIGINT, v INT, d STRING")
+    with (
+        nothing_committed(env, STRICT),
+        pytest.raises(BatchError, match=r"Spark wrote 4 rows under .* but the driver finds"),
+        bridge.batch(writes=[STRICT]) as b,
+    ):
+        b.write(STRICT, df.repartition(2))
+
+
 def test_conformable_output_is_widened_and_defaulted(env: SparkEnv) -> None:
     # The control for the refusals above: a narrower type and a missing column with a DEFAULT.
     bridge = env.bridge(app_name="conform")
