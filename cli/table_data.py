@@ -6,13 +6,18 @@ timestamp (metastore.client.parquet, the reader the data source uses too); Spark
 involved, so it works on any machine that can reach the warehouse.
 
 Both pin one timestamp: `--as-of` if given, otherwise the answering node's safe time (the `files`
-op's default, which needs no wait). `read` then asks for the schema at exactly the timestamp the
-`files` answer names, so files and schema always belong to the same moment.
+op's default). By default (`--consistency l`, as etcdctl) that safe time is first made to reach
+the newest timestamp the leader acknowledged (the `read_ts` op, after a ReadIndex), so the
+listing sees every commit acknowledged before the command started, made by any process on any
+node; `--consistency s` skips that round trip and may trail by up to about DD. `read` then asks
+for the schema at exactly the timestamp the `files` answer names, so files and schema always
+belong to the same moment.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Final
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 import click
 from rich import box
@@ -28,12 +33,49 @@ from cli.table import AS_OF_HELP
 if TYPE_CHECKING:
     from metastore.client.parquet import DataReadError
 
+FC = TypeVar("FC", bound=Callable[..., Any])
+
 # `table read` prints rows to a terminal or a script: a screenful by default, and at most this
 # many (bulk reads are Spark's job: `spark.read.format("metastore")`).
 READ_ROWS_DEFAULT: Final = 20
 READ_ROWS_MAX: Final = 10_000
 
-AS_OF_DEFAULT_HELP = " Default: the answering node's safe time (no wait)."
+AS_OF_DEFAULT_HELP = " Default: the answering node's safe time (see --consistency)."
+CONSISTENCY_HELP = (
+    "Without --as-of: l (linearizable, the default) sees every commit acknowledged before the "
+    "command started, from any process: it asks the leader for the newest acknowledged "
+    "timestamp (one more round trip) and the node answering waits until its safe time reaches "
+    "it. s (serializable) reads at the answering node's safe time at once, and may miss a "
+    "commit acknowledged a moment ago (up to about DD)."
+)
+
+
+def consistency_option() -> Callable[[FC], FC]:
+    return click.option(
+        "--consistency",
+        type=click.Choice(["l", "s"]),
+        default="l",
+        show_default=True,
+        help=CONSISTENCY_HELP,
+    )
+
+
+def _linearize(client: Any, as_of: int | None, consistency: str) -> None:
+    """Make the client's next listing without `as_of` see every acknowledged commit."""
+    from metastore.errors import UnknownOpError
+
+    if as_of is None and consistency == "l":
+        try:
+            client.read_ts()
+        except UnknownOpError:
+            # A node of an older release (rolling upgrade): the best it offers is serializable.
+            click.echo(
+                "warning: the cluster does not know read_ts (an older release); reading at "
+                "the answering node's safe time (--consistency s)",
+                err=True,
+            )
+
+
 # The reader's typed failures (metastore.client.parquet) by exit code; others are generic.
 READ_ERROR_EXIT_CODES: Final = {"DATA_FILE_NOT_FOUND": EXIT_NOT_FOUND}
 
@@ -41,12 +83,15 @@ READ_ERROR_EXIT_CODES: Final = {"DATA_FILE_NOT_FOUND": EXIT_NOT_FOUND}
 @click.command("files")
 @click.argument("name", metavar="NS.TABLE")
 @click.option("--as-of", type=TIMESTAMP, help=AS_OF_HELP + AS_OF_DEFAULT_HELP)
+@consistency_option()
 @click.pass_context
-def table_files(ctx: click.Context, name: str, as_of: int | None) -> None:
+def table_files(ctx: click.Context, name: str, as_of: int | None, consistency: str) -> None:
     """List the data files of NS.TABLE live now (or at --as-of): path, size, rows and the commit
     timestamp that added each, with totals."""
     a = app(ctx)
-    result = a.client().files(name, as_of=as_of)
+    client = a.client()
+    _linearize(client, as_of, consistency)
+    result = client.files(name, as_of=as_of)
     emit(a.output, result, lambda: _files_tables(result))
 
 
@@ -85,8 +130,11 @@ def _files_tables(result: dict[str, Any]) -> list[RenderableType]:
     default=READ_ROWS_DEFAULT,
     help=f"Print at most this many rows (at most {READ_ROWS_MAX}).",
 )
+@consistency_option()
 @click.pass_context
-def table_read(ctx: click.Context, name: str, as_of: int | None, limit: int) -> None:
+def table_read(
+    ctx: click.Context, name: str, as_of: int | None, limit: int, consistency: str
+) -> None:
     """Print rows of NS.TABLE as committed now (or at --as-of), read from its Parquet files with
     the schema in force at that time. Columns are matched by Parquet field id, so renamed
     columns keep their data and columns added later read as NULL. `-o json` prints the rows as
@@ -97,6 +145,7 @@ def table_read(ctx: click.Context, name: str, as_of: int | None, limit: int) -> 
 
     a = app(ctx)
     client = a.client()
+    _linearize(client, as_of, consistency)
     listing = client.files(name, as_of=as_of)
     ts = int(listing["as_of"])
     pinned = client.schema_at(name, ts)

@@ -181,6 +181,7 @@ _NOT_EXECUTED_CODES: Final = frozenset(
 _READ_OPS: Final = frozenset(
     {
         "committed_txn",
+        "read_ts",
         "schema_at",
         "describe",
         "history",
@@ -649,6 +650,18 @@ class MetastoreClient:
                 done = await asyncio.to_thread(expand_reply, done)
             listings.append(done)
         return {**first, "listings": listings}
+
+    async def read_ts(self) -> int:
+        """A timestamp at or above everything the cluster acknowledged before this call (every
+        commit, from any process), asked of the leader after a ReadIndex. It also becomes this
+        client's `own_writes_ts`, so its next `files` without `as_of` sees all of it, on any
+        node: a linearizable listing for the price of one more round trip."""
+        reply = await self.call("read_ts", {})
+        ts = reply.get("ts")
+        if not isinstance(ts, int) or isinstance(ts, bool) or not 0 <= ts <= MAX_TS:
+            raise UnavailableError(f"malformed reply: read_ts gave ts {ts!r}")
+        self._note_own_write(ts)
+        return ts
 
     async def committed_txn(self, txn_id: str, *, stream: str | None = None) -> dict[str, Any]:
         """The commit record of `txn_id` (`txn`, None if it never committed or is older than the
@@ -1485,6 +1498,9 @@ class SyncMetastoreClient:
 
     def committed_txn(self, txn_id: str, *, stream: str | None = None) -> dict[str, Any]:
         return self._sync(self._client.committed_txn, txn_id, stream=stream)
+
+    def read_ts(self) -> int:
+        return self._sync(self._client.read_ts)
 
     def session_open(self, session_id: str, **kwargs: Any) -> dict[str, Any]:
         return self._sync(self._client.session_open, session_id, **kwargs)

@@ -260,6 +260,7 @@ class ApiServer:
             "committed_txn": _Op(
                 Role.READER, self._committed_txn, frozenset({"txn_id", "stream", "timeout_ms"})
             ),
+            "read_ts": _Op(Role.READER, self._read_ts, frozenset({"timeout_ms"})),
             "ddl": _Op(Role.WRITER, self._ddl, frozenset({"sql", "request_id", "timeout_ms"})),
             "commit": _Op(
                 Role.WRITER,
@@ -1196,19 +1197,19 @@ class ApiServer:
             "upper": self.sm.state.table_upper(),
         }
 
-    async def _committed_txn(self, session: Session, args: Args) -> dict[str, Any]:
-        """Whether a txn id committed, as a linearizable read: the leader confirms its leadership
-        and applies everything committed before the call (ReadIndex), so an acknowledged commit
-        is never reported missing by a lagging node. A follower asks the leader."""
-        txn_id = _req_str(args, "txn_id", mlimits.MAX_TXN_ID_CHARS)
-        stream = _opt_str(args, "stream", mlimits.MAX_TXN_ID_CHARS)
+    async def _on_leader_caught_up(
+        self, session: Session, op: str, args: Args
+    ) -> dict[str, Any] | None:
+        """For a linearizable read: on a follower, the leader's answer to the same request; on
+        the leader, None once it has confirmed its leadership and applied everything committed
+        before the call (ReadIndex), so the caller may answer from the state."""
         timeout_ms = _timeout(args)
         if not self.node.is_leader():
             leader = self.node.leader_id()
             if not leader:
                 raise UnavailableError("no leader known right now; retry shortly")
             return await self.forwarder.call(
-                leader, session.token, "committed_txn", dict(args), timeout_ms=timeout_ms + 1000
+                leader, session.token, op, dict(args), timeout_ms=timeout_ms + 1000
             )
         self._require_ready()
         try:
@@ -1217,6 +1218,29 @@ class ApiServer:
             # Also a leadership lost (or a node stopped) after the is_leader() check above:
             # retryable, never INTERNAL (clients resolve ambiguous commits with this op).
             raise UnavailableError(f"could not confirm leadership: {exc}") from None
+        return None
+
+    async def _read_ts(self, session: Session, args: Args) -> dict[str, Any]:
+        """A timestamp at or above everything acknowledged before the call: every applied
+        entry's Tm and every commit's ts (a commit may be stamped up to DD above its Tm). A
+        read at or above it (`files` with it as `min_ts`) sees every acknowledged commit, from
+        any node and any process: what etcd calls a linearizable read. The leader answers
+        after a ReadIndex; a follower asks the leader."""
+        forwarded = await self._on_leader_caught_up(session, "read_ts", args)
+        if forwarded is not None:
+            return forwarded
+        last_commit_ts = self.sm.state.txn_stats().last_commit_ts
+        return {"ts": max(self.node.safe_time, last_commit_ts), "leader_id": self.node.node_id}
+
+    async def _committed_txn(self, session: Session, args: Args) -> dict[str, Any]:
+        """Whether a txn id committed, as a linearizable read: the leader confirms its leadership
+        and applies everything committed before the call (ReadIndex), so an acknowledged commit
+        is never reported missing by a lagging node. A follower asks the leader."""
+        txn_id = _req_str(args, "txn_id", mlimits.MAX_TXN_ID_CHARS)
+        stream = _opt_str(args, "stream", mlimits.MAX_TXN_ID_CHARS)
+        forwarded = await self._on_leader_caught_up(session, "committed_txn", args)
+        if forwarded is not None:
+            return forwarded
         state = self.sm.state
         record = state.committed_txn(txn_id)
         mark = None if stream is None else state.stream_mark(stream)

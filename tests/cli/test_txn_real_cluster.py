@@ -10,6 +10,7 @@ must never show a file no commit lists.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +21,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from hlc import to_iso
+from hlc.limits import LOGICAL_BITS
 from metastore.client import SyncMetastoreClient
 from metastore.errors import BatchAlreadyCommittedError
 from tests.cli.real_cluster import LIFECYCLE_TIMEOUT_S, Done, RealCluster, free_base_port
@@ -244,3 +246,44 @@ def test_errors_have_codes_and_exit_codes(committed: Committed) -> None:
         assert len(c.ok_json("table", "read", TABLE, "--limit", "3")["rows"]) == 3
     finally:
         (committed.location / "moved.parquet").rename(committed.location / committed.paths[1])
+
+
+def test_table_files_sees_a_commit_made_a_moment_ago_by_another_process(
+    committed: Committed,
+) -> None:
+    # A commit may be stamped up to DD (500 ms here) above its entry's Tm; a node's safe time
+    # reaches that stamp only later. A script listing the table right after a Spark job
+    # committed (another process, with no shared state) must see the commit on every node,
+    # as an etcdctl get after a put does; `--consistency s` is the cheaper read that may not.
+    from click.testing import CliRunner
+
+    from cli.main import cli
+
+    c = committed.cluster
+    table = "shop.fresh"
+    c.ok_json("sql", f"CREATE TABLE {table} (id BIGINT NOT NULL, amount DOUBLE, note STRING)")
+    token = c.token_file().read_text().strip()
+    with SyncMetastoreClient(c.endpoints(), token) as client:
+        described = client.describe(table)
+        location = Path(described["location"])
+        for node_id in (1, 2, 3):
+            path = f"_txn/fresh-{node_id}/part-0.parquet"
+            size = write_parquet(location / path, BATCH_2)
+            add = {"path": path, "size_bytes": size, "row_count": len(BATCH_2)}
+            write = {"table": table, "schema_version": described["version"], "add": [add]}
+            ahead = client.clock.now() + (350 << LOGICAL_BITS)  # 350 ms above its now
+            reply = client.commit(f"fresh:{node_id}", [write], ts=ahead)
+            # In this process (no interpreter start), against one node only, at once.
+            done = CliRunner().invoke(
+                cli,
+                ["table", "files", table, "-o", "json"],
+                env={
+                    "METASTORE_ENDPOINTS": c.endpoint(node_id),
+                    "METASTORE_TOKEN_FILE": str(c.token_file()),
+                },
+                prog_name="metastore",
+            )
+            assert done.exit_code == 0, done.output
+            listed = json.loads(done.stdout)
+            assert path in [f["path"] for f in listed["files"]], (node_id, reply, listed)
+            assert listed["as_of"] >= reply["ts"]
