@@ -7,9 +7,10 @@
     #           (default: the cluster's loose_files_max setting)
 
 Reads pin one timestamp (the `as_of` option — an HLC integer, ISO-8601 time, `-5m`-style relative
-time or `now` — default now), take the schema in force then and the files live then, and read
-each file with pyarrow on the executors, matching columns by Parquet field id (so renamed columns
-keep their data) and casting widened types (`metastore.client.parquet`, the reader the CLI's
+time or `now` — default now, or the newest acknowledged commit's ts if that is later), take the
+schema in force then and the files live then, and read each file with pyarrow on the executors,
+matching columns by Parquet field id (so renamed columns keep their data) and casting widened
+types (`metastore.client.parquet`, the reader the CLI's
 `table read` uses too). Appends write one Parquet file per Spark task into a
 fresh directory and commit them in one metastore commit from the driver side; an aborted job
 commits nothing. Reads see the pinned version's public columns; appends also write the columns a
@@ -57,7 +58,17 @@ def _resolve_ts(client: Any, text: str | None) -> int:
     from hlc import parse_ts
 
     if text is None or text == "":
-        return int(client.clock.now())
+        # Now, or later if a commit acknowledged before this read (by any application) is
+        # stamped above this driver's clock: a commit may land up to DD above the leader's
+        # clock, and one from a driver whose clock runs ahead does. Reading at the leader's
+        # `read_ts` too makes the default read see every acknowledged commit.
+        now = int(client.clock.now())
+        from metastore.errors import UnknownOpError
+
+        try:
+            return max(now, int(client.read_ts()))
+        except UnknownOpError:
+            return now  # an older release's node: its reads at now are the best on offer
     return parse_ts(str(text), now_ms=client.clock.physical_now_ms())
 
 
