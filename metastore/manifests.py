@@ -459,13 +459,18 @@ def plan_compaction(
     if deletes or truncated or splittable:
         # Only manifests that may need a rewrite are read (all of them when deletes wait).
         contents = {r.sha256: read(r) for r in (refs if deletes else [*truncated, *splittable])}
-        owner = {e.path: sha for sha, entries in contents.items() for e in entries}
+        # Every manifest listing a path: readers apply a delete entry to each entry of its
+        # path, so it is folded into all of them or none (a path can sit in two manifests when a
+        # commit added it again after its first entry left the loose entries).
+        owners: dict[str, list[str]] = {}
+        for sha, entries in contents.items():
+            for e in entries:
+                owners.setdefault(e.path, []).append(sha)
         for d in deletes:  # the oldest first: the command folds a prefix of them
-            sha = owner.get(d.path)
-            if sha is not None and sha not in chosen:
-                if len(chosen) >= rewrites_max:
-                    break
-                chosen[sha] = None
+            new = [sha for sha in dict.fromkeys(owners.get(d.path, ())) if sha not in chosen]
+            if new and len(chosen) + len(new) > rewrites_max:
+                break
+            chosen.update(dict.fromkeys(new))
             folded.append(d)
         for r in [*truncated, *splittable]:
             if len(chosen) >= rewrites_max:

@@ -582,3 +582,24 @@ def test_small_manifests_are_merged_so_a_table_is_not_capped_by_their_number(
         contents = {r.sha256: store.read(r) for r in listing.manifests}
         got = [(e.path, e.size_bytes, e.row_count, e.added_ts) for e in expand(listing, contents)]
         assert got == model_files(model, listing.ts)
+
+
+def test_folding_a_delete_entry_rewrites_every_manifest_listing_its_path() -> None:
+    """A path can sit in two manifests (a commit may add a path again once its first entry
+    moved into a manifest: apply cannot see inside manifests). Readers apply a delete entry to
+    every entry of its path, so a compaction must fold it into every manifest listing the path:
+    folding it into one only and dropping the delete entry made the removed file live again."""
+    d, store = ready(), Store()
+    ok(d, add("t1", "a", "b"))
+    compact(d, store)  # [a b]
+    ok(d, add("t2", "a"))  # accepted: `a` is no longer loose
+    compact(d, store)  # [a]
+    removed = ok(d, add("t3", "c", remove=("a",)))["ts"]
+    assert isinstance(removed, int)
+    before = full_files(d, store, removed)
+    assert [f[0] for f in before] == ["b", "c"]
+    p = plan(d, store)
+    assert p is not None
+    ok(d, command(d, store, p))
+    assert d.state.table_stats(A).delete_entries == 0
+    assert full_files(d, store, removed) == before
