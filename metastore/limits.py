@@ -150,6 +150,13 @@ MANIFEST_REWRITES_MAX = 64
 # Manifest files replaced by compactions and not yet deleted by GC (which waits until its
 # threshold passes the compaction); a compaction that would pass this is refused until GC runs.
 MAX_RETIRED_MANIFESTS_PER_TABLE = 100_000
+# Each compaction adds a manifest of about `loose_files_max` entries, so a table would reach
+# MAX_MANIFESTS_PER_TABLE far below its entry capacity (1,000 x MANIFEST_ENTRIES_MAX) and then
+# every compaction would fail. Once a compaction would leave a table with more than this many
+# manifests, it also merges neighbouring ones (up to its entries per manifest), reading at most
+# MANIFEST_MERGE_ENTRIES_MAX of their entries per compaction (the rest waits for the next).
+MANIFEST_MERGE_AT = 256
+MANIFEST_MERGE_ENTRIES_MAX = 4 * MANIFEST_ENTRIES_MAX
 
 # A refused commit_at(ts) suggests retry_at = upper + this margin: the retry is a new log entry
 # whose Tm (and so its smallest usable ts) is later than the upper the refusal saw.

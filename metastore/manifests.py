@@ -34,7 +34,9 @@ What a compaction names (CompactManifest), and what apply checks
       effective removal of every entry. The planner folds only as many deletes as
       MANIFEST_REWRITES_MAX rewrites allow, so the command stays bounded;
     * the references it adds: their entry counts add up to loose_count plus the replaced
-      references' (entries are moved, never dropped; GC drops them, later).
+      references' (entries are moved, never dropped; GC drops them, later). Past
+      MANIFEST_MERGE_AT manifests the planner also merges neighbouring ones (several
+      `replaces`, one add each): apply needs no rule of its own for that.
     The same command applied again (a retried proposal) finds its adds referenced and its
     replaced references gone, and answers `deduplicated` without changing anything.
 
@@ -404,6 +406,9 @@ class CompactionPlan:
     # `loose` in files of <= entries_max entries (cut between commits), then the entries split
     # off rewrites because they are dead at the GC threshold (one manifest per rewrite).
     batches: tuple[tuple[FileEntry, ...], ...]
+    # Neighbouring manifests merged into one (old refs, in reference order -> the merged
+    # entries), once the table holds more than MANIFEST_MERGE_AT manifests.
+    merges: tuple[tuple[tuple[ManifestRef, ...], tuple[FileEntry, ...]], ...] = ()
 
 
 def plan_compaction(
@@ -416,6 +421,7 @@ def plan_compaction(
     entries_max: int = limits.MANIFEST_ENTRIES_MAX,
     rewrites_max: int = limits.MANIFEST_REWRITES_MAX,
     gc_threshold: int = 0,
+    merge_at: int | None = None,
 ) -> CompactionPlan | None:
     """Plan moving all but the newest `keep_loose` loose entries into new manifests, and
     folding the oldest delete entries and truncations into rewritten manifests, at most
@@ -423,8 +429,11 @@ def plan_compaction(
     waits for the next compaction). With the table's `gc_threshold`, a rewritten manifest's
     entries dead at it are split off into a manifest of their own, which is then dead and
     GC deletes their files (`dead_at`); manifests holding such entries are rewritten for that
-    too, as room allows. `read(ref)` returns a manifest's entries (verified); it is called only
-    for manifests that may need a rewrite. None: nothing to do."""
+    too, as room allows. When the table would hold more than `merge_at` (default
+    MANIFEST_MERGE_AT) manifests, runs of neighbouring manifests are merged into ones of at
+    most `entries_max` entries (`_merges`). `read(ref)` returns a manifest's entries
+    (verified); it is called only for manifests that may need a rewrite or a merge. None:
+    nothing to do."""
     if not 1 <= entries_max <= limits.MANIFEST_ENTRIES_MAX:
         raise InvalidArgumentError(
             f"entries_max must be in 1..{limits.MANIFEST_ENTRIES_MAX}",
@@ -438,6 +447,8 @@ def plan_compaction(
     folded: list[DeleteEntry] = []
     rewrites: list[tuple[ManifestRef, tuple[FileEntry, ...]]] = []
     graveyards: list[tuple[FileEntry, ...]] = []
+    chosen: dict[str, None] = {}
+    contents: dict[str, Sequence[FileEntry]] = {}
     truncated = [r for r in refs if r.removed_all_ts is not None]
     # Manifests whose removed entries are all dead at the threshold, beside live ones.
     splittable = [
@@ -448,14 +459,18 @@ def plan_compaction(
     if deletes or truncated or splittable:
         # Only manifests that may need a rewrite are read (all of them when deletes wait).
         contents = {r.sha256: read(r) for r in (refs if deletes else [*truncated, *splittable])}
-        owner = {e.path: sha for sha, entries in contents.items() for e in entries}
-        chosen: dict[str, None] = {}
+        # Every manifest listing a path: readers apply a delete entry to each entry of its
+        # path, so it is folded into all of them or none (a path can sit in two manifests when a
+        # commit added it again after its first entry left the loose entries).
+        owners: dict[str, list[str]] = {}
+        for sha, entries in contents.items():
+            for e in entries:
+                owners.setdefault(e.path, []).append(sha)
         for d in deletes:  # the oldest first: the command folds a prefix of them
-            sha = owner.get(d.path)
-            if sha is not None and sha not in chosen:
-                if len(chosen) >= rewrites_max:
-                    break
-                chosen[sha] = None
+            new = [sha for sha in dict.fromkeys(owners.get(d.path, ())) if sha not in chosen]
+            if new and len(chosen) + len(new) > rewrites_max:
+                break
+            chosen.update(dict.fromkeys(new))
             folded.append(d)
         for r in [*truncated, *splittable]:
             if len(chosen) >= rewrites_max:
@@ -479,14 +494,88 @@ def plan_compaction(
     batches = _batches(loose[: commit_boundary_prefix(loose, keep_loose)], entries_max)
     batches = batches[: max(0, room)]  # whole batches: the cut stays between commits
     moved = tuple(e for batch in batches for e in batch)
-    if not moved and not folded and not rewrites:
+    merges = _merges(
+        refs,
+        skip=chosen,
+        gone={d.path: d.removed_ts for d in folded},
+        read=lambda r: contents[r.sha256] if r.sha256 in contents else read(r),
+        excess=len(refs)
+        + len(batches)
+        + len(graveyards)
+        - (limits.MANIFEST_MERGE_AT if merge_at is None else merge_at),
+        parts=room - len(batches),
+        entries_max=entries_max,
+        gc_threshold=gc_threshold,
+    )
+    if not moved and not folded and not rewrites and not merges:
         return None
     return CompactionPlan(
         loose=moved,
         deletes=tuple(folded),
         rewrites=tuple(rewrites),
         batches=(*batches, *graveyards),
+        merges=merges,
     )
+
+
+def _merges(
+    refs: Sequence[ManifestRef],
+    *,
+    skip: Mapping[str, None],
+    gone: Mapping[str, int],
+    read: Callable[[ManifestRef], Sequence[FileEntry]],
+    excess: int,
+    parts: int,
+    entries_max: int,
+    gc_threshold: int,
+) -> tuple[tuple[tuple[ManifestRef, ...], tuple[FileEntry, ...]], ...]:
+    """Groups of neighbouring manifests (in reference order) of at most `entries_max`
+    entries together, each merged into one, oldest first, until `excess` manifests fewer,
+    `parts` (manifests added + replaced) or MANIFEST_MERGE_ENTRIES_MAX entries read run out.
+    Only plain live manifests take part: not those rewritten by this compaction (`skip`),
+    truncated ones, ones without live entries (GC drops them whole) or holding entries dead at
+    the GC threshold (rewritten instead); a group may span them, so its ts range can overlap
+    theirs, which changes no answer (`expand` orders entries by added_ts, and a merge never
+    splits a commit). A merge keeps every entry as it was, with the folded delete entries
+    (`gone`) applied."""
+    if excess <= 0 or parts < 3:
+        return ()
+    runs: list[list[ManifestRef]] = [[]]
+    size = 0
+    for ref in sort_refs(refs):
+        if (
+            ref.sha256 in skip
+            or ref.removed_all_ts is not None
+            or ref.live_count == 0
+            or (gc_threshold and 0 < ref.max_removed_ts <= gc_threshold)
+        ):
+            continue
+        if size + ref.entry_count > entries_max:
+            runs.append([])
+            size = 0
+        runs[-1].append(ref)
+        size += ref.entry_count
+    out: list[tuple[tuple[ManifestRef, ...], tuple[FileEntry, ...]]] = []
+    budget = limits.MANIFEST_MERGE_ENTRIES_MAX
+    for run in runs:
+        if excess <= 0:
+            break
+        if len(run) < 2:
+            continue
+        entries_in = sum(r.entry_count for r in run)
+        if len(run) + 1 > parts or entries_in > budget:
+            break
+        merged: list[FileEntry] = []
+        for ref in run:
+            for e in read(ref):
+                gone_ts = effective_removed_ts(e, ref, gone)
+                merged.append(e if gone_ts == e.removed_ts else replace(e, removed_ts=gone_ts))
+        merged.sort(key=lambda e: e.added_ts)  # stable: each commit's own order stays
+        out.append((tuple(run), tuple(merged)))
+        parts -= len(run) + 1
+        budget -= entries_in
+        excess -= len(run) - 1
+    return tuple(out)
 
 
 def _dead(entry: FileEntry, threshold: int) -> bool:
@@ -523,14 +612,20 @@ def compaction_command(
     table_id: int,
     rewritten: Sequence[ManifestRef],
     added: Sequence[ManifestRef],
+    merged: Sequence[ManifestRef] = (),
     request_id: str = "",
 ) -> CompactManifest:
     """The CompactManifest for `plan`, once its rewrites (`rewritten`, parallel to
-    plan.rewrites) and batches (`added`, parallel to plan.batches) are written."""
+    plan.rewrites), batches (`added`, parallel to plan.batches) and merges (`merged`, parallel
+    to plan.merges) are written."""
     from metastore.commands import CompactManifest  # commands imports this module
 
-    if len(rewritten) != len(plan.rewrites) or len(added) != len(plan.batches):
-        raise InvalidArgumentError("one written manifest per rewrite and per batch")
+    if (
+        len(rewritten) != len(plan.rewrites)
+        or len(added) != len(plan.batches)
+        or len(merged) != len(plan.merges)
+    ):
+        raise InvalidArgumentError("one written manifest per rewrite, per batch and per merge")
     return CompactManifest(
         request_id=request_id,
         table=table,
@@ -541,7 +636,10 @@ def compaction_command(
         deletes_digest=deletes_digest(plan.deletes),
         replaces=tuple(
             ReplacedManifest(sha256=old.sha256, removed_all_ts=old.removed_all_ts)
-            for old, _ in plan.rewrites
+            for old in [
+                *(old for old, _ in plan.rewrites),
+                *(old for group, _ in plan.merges for old in group),
+            ]
         ),
-        adds=(*rewritten, *added),
+        adds=(*rewritten, *merged, *added),
     )

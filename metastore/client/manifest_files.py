@@ -473,12 +473,17 @@ def compact_table(
         for i, batch in enumerate(plan.batches, 1):
             added.append(write_manifest(location, batch))
             say(f"{table}: wrote manifest {i}/{len(plan.batches)} ({len(batch)} entries)")
+        merged = []
+        for group, entries in plan.merges:
+            merged.append(write_manifest(location, entries))
+            say(f"{table}: merged {len(group)} manifests into one ({len(entries)} entries)")
         cmd = compaction_command(
             plan,
             table=TableName.parse(table),
             table_id=int(view["table_id"]),
             rewritten=rewritten,
             added=added,
+            merged=merged,
             request_id=f"compact-{uuid.uuid4().hex}",
         )
         try:

@@ -135,3 +135,29 @@ def test_a_table_without_a_location_is_not_compacted(monkeypatch: pytest.MonkeyP
     with pytest.raises(InvalidArgumentError):
         compact_table(ViewClient(d), "ns.a")
     assert d.state.table_stats(A).manifests == 0
+
+
+def test_compact_table_merges_small_manifests_past_the_merge_bound(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each compaction of a few new entries adds one small manifest; past MANIFEST_MERGE_AT the
+    compactor also writes merged manifests and swaps them in (the table would otherwise stop
+    compacting at MAX_MANIFESTS_PER_TABLE)."""
+    from metastore import limits
+
+    monkeypatch.setattr(limits, "MANIFEST_MERGE_AT", 3)
+    monkeypatch.setattr(limits, "MAX_MANIFESTS_PER_TABLE", 4)
+    d = Driver()
+    d.ok("CREATE NAMESPACE ns")
+    d.ok(f"CREATE TABLE ns.a (x INT) LOCATION '{tmp_path}'")
+    d.tm += (DD_MS + 1) * MS  # the table is active
+    client = ViewClient(d)
+    paths: list[str] = []
+    for i in range(12):
+        paths += [f"p{i}a", f"p{i}b"]
+        commit(d, f"t{i}", *paths[-2:], remove=("p1a",) if i == 5 else ())
+        assert compact_table(client, "ns.a", entries_max=8)["compacted"]
+        # At most one past the bound: this compaction's new manifest is merged by the next.
+        assert d.state.table_stats(A).manifests <= 4
+    assert live_paths(d) == sorted(p for p in paths if p != "p1a")
+    d.state.check_invariants()

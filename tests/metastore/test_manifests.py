@@ -105,6 +105,7 @@ def plan(
     entries_max: int = 3,
     rewrites_max: int = 64,
     gc_threshold: int = 0,
+    merge_at: int | None = None,
 ) -> CompactionPlan | None:
     tid = table_id(d)
     return plan_compaction(
@@ -116,13 +117,17 @@ def plan(
         entries_max=entries_max,
         rewrites_max=rewrites_max,
         gc_threshold=gc_threshold,
+        merge_at=merge_at,
     )
 
 
 def command(d: Driver, store: Store, p: CompactionPlan) -> CompactManifest:
     rewritten = [store.write(entries) for _, entries in p.rewrites]
     added = [store.write(batch) for batch in p.batches]
-    return compaction_command(p, table=A, table_id=table_id(d), rewritten=rewritten, added=added)
+    merged = [store.write(entries) for _, entries in p.merges]
+    return compaction_command(
+        p, table=A, table_id=table_id(d), rewritten=rewritten, added=added, merged=merged
+    )
 
 
 def compact(d: Driver, store: Store, keep: int = 0) -> dict[str, object] | None:
@@ -414,8 +419,9 @@ def test_entries_dead_at_the_gc_threshold_are_split_into_a_dead_manifest() -> No
 STEP = st.one_of(
     st.tuples(st.just("add"), st.integers(1, 4), st.lists(st.integers(0, 50), max_size=3)),
     st.tuples(st.just("overwrite"), st.integers(0, 2), st.just([])),
-    # keep_loose, and the most manifests the compaction may rewrite (small: partial folds).
-    st.tuples(st.just("compact"), st.integers(0, 3), st.lists(st.integers(1, 2), max_size=1)),
+    # keep_loose, the most manifests the compaction may rewrite (small: partial folds), and
+    # the manifest count past which it merges neighbouring manifests (small: merges often).
+    st.tuples(st.just("compact"), st.integers(0, 3), st.lists(st.integers(1, 2), max_size=2)),
 )
 
 
@@ -430,6 +436,27 @@ def test_answers_are_identical_with_and_without_compaction(
     """Compactions may also split off entries dead at a (pretended) GC threshold G: answers
     above the largest G used are identical lists; at or below it (where a real table refuses
     reads) identical sets."""
+    _check_against_model(steps, gc_picks)
+
+
+# Small commits and compactions that merge manifests whenever they can (no overwrites: a
+# truncated manifest is rewritten, not merged).
+MERGE_STEP = st.one_of(
+    st.tuples(st.just("add"), st.integers(1, 3), st.lists(st.integers(0, 50), max_size=2)),
+    st.tuples(st.just("compact"), st.integers(0, 2), st.lists(st.integers(1, 2), min_size=2)),
+)
+
+
+@settings(DETERMINISTIC, max_examples=60)
+@given(steps=st.lists(MERGE_STEP, min_size=1, max_size=25))
+def test_answers_are_identical_when_compactions_merge_manifests(
+    steps: list[tuple[str, int, list[int]]],
+) -> None:
+    _check_against_model(steps, gc_picks=[])  # no GC threshold: manifests with removed
+    # entries take part in merges (entries dead at a threshold are split off instead)
+
+
+def _check_against_model(steps: list[tuple[str, int, list[int]]], gc_picks: list[int]) -> None:
     threshold_max = 0
     model, real, store = ready(), ready(), Store()
     stamps: list[int] = []
@@ -444,8 +471,10 @@ def test_answers_are_identical_with_and_without_compaction(
                 real,
                 store,
                 keep=n,
+                entries_max=3 if len(picks) < 2 else 12,  # room to merge manifests
                 rewrites_max=picks[0] if picks else 64,
                 gc_threshold=gc_threshold,
+                merge_at=picks[1] - 1 if len(picks) > 1 else None,
             )
             if p is not None:
                 ok(real, command(real, store, p))
@@ -511,3 +540,66 @@ def test_a_manifest_claiming_entries_as_new_as_the_loose_ones_is_refused() -> No
     lying = replace(cmd, adds=(replace(ref, max_added_ts=t2),))
     refused(d, lying, InvalidArgumentError)
     ok(d, cmd)
+
+
+def test_small_manifests_are_merged_so_a_table_is_not_capped_by_their_number(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Every automatic compaction moves about `loose_files_max` entries into one new manifest.
+    Without merging, a table reached MAX_MANIFESTS_PER_TABLE of them (1,000 of ~10k entries)
+    and every later compaction failed with LIMIT_EXCEEDED, so loose entries grew until commits
+    were refused. Past MANIFEST_MERGE_AT manifests a compaction merges neighbouring ones (up to
+    entries_max entries each); answers at every ts stay the same, including reads that listed
+    the table before the merge (the replaced files stay until GC passes the compaction)."""
+    monkeypatch.setattr(limits, "MAX_MANIFESTS_PER_TABLE", 6)
+    monkeypatch.setattr(limits, "MANIFEST_MERGE_AT", 4)
+    d, model, store = ready(), ready(), Store()  # `model` never compacts
+    stamps: list[int] = []
+    listings = []
+    merges = 0
+    for i in range(30):
+        cmds = [add(f"t{i}", f"f{i}a", f"f{i}b")]
+        if i in (3, 12):  # removals folded into manifests that are merged afterwards
+            cmds.append(add(f"rm{i}", remove=(f"f{i - 2}a", f"f{i - 1}b")))
+        for cmd in cmds:
+            ts = ok(d, cmd)["ts"]
+            assert ok(model, cmd)["ts"] == ts and isinstance(ts, int)
+            stamps.append(ts)
+        listings.append(d.state.listing_at(A, stamps[-1]))  # a reader's, expanded later
+        p = plan(d, store, entries_max=20)
+        assert p is not None
+        merges += len(p.merges)
+        ok(d, command(d, store, p))
+        tick(model)
+        assert len(d.state.txns.manifest_refs(table_id(d))) <= 4
+    assert merges > 0
+    d.state.check_invariants()
+    assert MetastoreState.from_snapshot(d.state.to_snapshot()) == d.state
+    assert max(r.entry_count for r in d.state.txns.manifest_refs(table_id(d))) == 20
+    for ts in {*stamps, *(s - 1 for s in stamps)}:
+        assert full_files(d, store, ts) == model_files(model, ts), ts
+    for listing in listings:  # the manifests they name are retired, not gone
+        contents = {r.sha256: store.read(r) for r in listing.manifests}
+        got = [(e.path, e.size_bytes, e.row_count, e.added_ts) for e in expand(listing, contents)]
+        assert got == model_files(model, listing.ts)
+
+
+def test_folding_a_delete_entry_rewrites_every_manifest_listing_its_path() -> None:
+    """A path can sit in two manifests (a commit may add a path again once its first entry
+    moved into a manifest: apply cannot see inside manifests). Readers apply a delete entry to
+    every entry of its path, so a compaction must fold it into every manifest listing the path:
+    folding it into one only and dropping the delete entry made the removed file live again."""
+    d, store = ready(), Store()
+    ok(d, add("t1", "a", "b"))
+    compact(d, store)  # [a b]
+    ok(d, add("t2", "a"))  # accepted: `a` is no longer loose
+    compact(d, store)  # [a]
+    removed = ok(d, add("t3", "c", remove=("a",)))["ts"]
+    assert isinstance(removed, int)
+    before = full_files(d, store, removed)
+    assert [f[0] for f in before] == ["b", "c"]
+    p = plan(d, store)
+    assert p is not None
+    ok(d, command(d, store, p))
+    assert d.state.table_stats(A).delete_entries == 0
+    assert full_files(d, store, removed) == before
