@@ -1084,6 +1084,10 @@ class WriteAheadLog:
                     reason,
                 )
                 os.ftruncate(self._fd, valid_bytes)
+            if live.size_bytes or torn is not None:
+                # A crashed predecessor's unsynced commit-only records may still be only in the
+                # page cache: sync them before any other segment can follow this one (where a
+                # tear would be corruption) and before this process relies on them.
                 self._sync(self._fd)
         else:
             self._create_segment(seq=max(1, floor_seq), first_index=self._last_index + 1)

@@ -365,6 +365,31 @@ def test_unsynced_commit_record_is_synced_before_a_roll_or_a_segment_deletion(
     assert state.hard_state == HardState(term=7, vote=2, commit=index - 1)
 
 
+def test_a_reopened_live_segment_is_synced_before_another_segment_follows_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A crashed process leaves its unsynced commit-only records in the page cache; the next one
+    reads them as if durable. Once another segment follows, damage to them after a power loss
+    would be refused as corruption (only the last segment may be torn), so the segment must be
+    synced before it stops being the last one."""
+    hs = HardState(term=2, vote=1, commit=0)
+    build(tmp_path, (ents(1, 2, term=2), hs), ([], HardState(term=2, vote=1, commit=2)))
+    first = segments(tmp_path)[0]
+    synced: list[str] = []
+    real = raft.wal._fdatasync
+
+    def spy(fd: int) -> None:
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real(fd)
+
+    monkeypatch.setattr(raft.wal, "_fdatasync", spy)
+    wal, _ = open_wal(tmp_path, fsync=True, segment_bytes_max=first.stat().st_size + 8)
+    with wal:
+        wal.append([ent(3, term=2)], HardState(term=2, vote=1, commit=2))
+        assert len(segments(tmp_path)) == 2
+    assert str(first) in synced
+
+
 # -------------------------------------------------------------------- compaction and install
 
 
