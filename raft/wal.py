@@ -35,8 +35,12 @@ Jargon
   `SnapshotMeta`, the application's bytes and a **floor**: the first segment seq whose entries
   still count (an installed snapshot discards every entry in older segments).
 * **torn tail**: the end of the last segment that a crash left half-written: an incomplete
-  record or batch, zeros, or a bad record or batch with no valid record after it. It is cut
-  off on recovery; it can only hold data whose `append` never returned.
+  record or batch, zeros, or a bad record or batch followed by no valid record, or only by
+  commit-only batches with the term and vote in force before it (never synced on their own: a
+  power loss may keep a later unsynced page and lose an earlier one). It is cut off on
+  recovery; it can only hold data no fdatasync covered: an `append` that never returned, or
+  commit indexes. Damage followed by any record that was synced is corruption: any fdatasync
+  makes every earlier byte of the file durable.
 
 Replay rules
 ------------
@@ -225,7 +229,7 @@ class _RecordType(IntEnum):
 _RECORD_HEADER: Final = struct.Struct("<2sBII")  # magic, type, payload length, crc32
 _RECORD_MAGIC: Final = b"\xd7\x5a"
 # Records inside a BATCH carry another magic, so the search for a valid record after damage
-# (`_valid_record_after`) never mistakes the intact inside of a torn batch for a later record.
+# (`_synced_record_after`) never mistakes the intact inside of a torn batch for a later record.
 _INNER_MAGIC: Final = b"\xd7\x5b"
 _RECORD_TYPES: Final = frozenset(int(t) for t in _RecordType)
 _EMPTY_HARD_STATE: Final = HardState()
@@ -352,40 +356,78 @@ def _parse_record_at(
     return _RecordType(rtype), payload, end
 
 
-def _valid_record_after(data: bytes, start: int) -> bool:
-    """Whether any well-formed record begins at or after `start`.
+def _synced_record_after(
+    data: bytes, start: int, *, hard_state: HardState, last_index: int
+) -> tuple[str | None, int]:
+    """Whether the damage just before `start` in the live segment can be a torn write: (why
+    not, or None; how many unsynced commit-only records follow it).
 
-    This is what separates a torn tail (nothing valid follows the damage) from corruption in the
-    middle. Candidates are found by their magic, so the scan runs at C speed.
+    Any fdatasync of the file makes every earlier byte of it durable. So damage followed by a
+    valid record that was synced (entries, a term or vote change, a reset, a plain top-level
+    record) is corruption in the middle. A batch holding only a hard state with the term and
+    vote in force before the damage is the one kind never synced on its own; if only such
+    records follow, the damage and all after it may never have reached the disk, and cutting
+    there loses only commit indexes (volatile state). Term and vote only grow, so an equal
+    term and vote after the damage also proves none changed inside it; a commit index beyond
+    the last entry before the damage proves entries were lost there. Every position holding
+    the magic is tried (also inside records found), so no record can hide another.
     """
+    unsynced = 0
     pos = data.find(_RECORD_MAGIC, start)
     while pos != -1:
-        if not isinstance(_parse_record_at(data, pos), str):
-            return True
+        parsed = _parse_record_at(data, pos)
+        if not isinstance(parsed, str):
+            why = _why_synced(parsed[0], parsed[1], hard_state=hard_state, last_index=last_index)
+            if why is not None:
+                return f"{why} at offset {pos}", unsynced
+            unsynced += 1
         pos = data.find(_RECORD_MAGIC, pos + 1)
-    return False
+    return None, unsynced
+
+
+def _why_synced(
+    rtype: _RecordType, payload: bytes, *, hard_state: HardState, last_index: int
+) -> str | None:
+    """None if this record can be a commit-only append written after `hard_state` without a
+    sync (see `WriteAheadLog._must_sync`), else what shows that the bytes before it were synced."""
+    if rtype != _RecordType.BATCH:
+        return f"a {rtype.name} record"
+    try:
+        records = _decode_batch(payload)
+    except (ValueError, msgpack.UnpackException):
+        return "an undecodable batch"
+    if len(records) != 1 or not isinstance(records[0], HardState):
+        return "a batch with entries or a reset"
+    found = records[0]
+    if (found.term, found.vote) != (hard_state.term, hard_state.vote):
+        return f"a hard state with term {found.term} and vote {found.vote}"
+    if found.commit > last_index:
+        return f"a commit index {found.commit} beyond the last entry {last_index}"
+    return None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class _ScannedSegment:
     records: tuple[tuple[int, _Record], ...]  # (offset, record)
     valid_bytes: int  # where the torn tail (if any) begins
-    torn_reason: str | None  # why the bytes from valid_bytes on were rejected
+    # Why the bytes from valid_bytes on were rejected. Not yet a verdict: whether valid records
+    # after them make it corruption depends on the state before (`_synced_record_after`).
+    torn_reason: str | None
 
 
 def _scan_segment(data: bytes, *, path: Path, last: bool) -> _ScannedSegment:
-    """Parse a whole segment. Only the last segment may end in a torn tail."""
+    """Parse a whole segment up to the first damage. Only the last segment may have any: every
+    other one was synced whole before the next was created."""
     records: list[tuple[int, _Record]] = []
     offset = 0
     while offset < len(data):
         parsed = _parse_record_at(data, offset)
         if isinstance(parsed, str):
-            if last and not _valid_record_after(data, offset + 1):
+            if last:
                 return _ScannedSegment(
                     records=tuple(records), valid_bytes=offset, torn_reason=parsed
                 )
-            detail = "valid records follow it" if last else "not the last segment"
-            raise CorruptLogError(f"{parsed} ({detail})", path=path, offset=offset)
+            raise CorruptLogError(f"{parsed} (not the last segment)", path=path, offset=offset)
         rtype, payload, end = parsed
         try:
             if rtype == _RecordType.BATCH:
@@ -969,9 +1011,8 @@ class WriteAheadLog:
         torn: tuple[int, str] | None = None  # (valid bytes, reason) of the last segment
         for position, segment in enumerate(segments):
             last = position == len(segments) - 1
-            scanned = _scan_segment(segment.path.read_bytes(), path=segment.path, last=last)
-            if scanned.torn_reason is not None:
-                torn = (scanned.valid_bytes, scanned.torn_reason)
+            data = segment.path.read_bytes()
+            scanned = _scan_segment(data, path=segment.path, last=last)
             segment.size_bytes = scanned.valid_bytes
             counts = segment.seq >= floor_seq
             for offset, record in scanned.records:
@@ -989,6 +1030,25 @@ class WriteAheadLog:
                         if counts:
                             log.reset(record.index)
                             entries_or_reset_above_floor = True
+            if scanned.torn_reason is not None:
+                log_end = 0 if log.base is None else log.base + len(log.entries)
+                why, unsynced = _synced_record_after(
+                    data,
+                    scanned.valid_bytes + 1,
+                    hard_state=hard_state,
+                    last_index=max(log_end, snapshot.meta.index),
+                )
+                if why is not None:
+                    raise CorruptLogError(
+                        f"{scanned.torn_reason} (valid records follow it: {why}; so the "
+                        f"damage was synced: not a torn write)",
+                        path=segment.path,
+                        offset=scanned.valid_bytes,
+                    )
+                reason = scanned.torn_reason
+                if unsynced:
+                    reason += f", followed by {unsynced} unsynced commit-only record(s)"
+                torn = (scanned.valid_bytes, reason)
 
         snapshot_index = snapshot.meta.index
         if log.reset_index > snapshot_index:
@@ -1024,6 +1084,10 @@ class WriteAheadLog:
                     reason,
                 )
                 os.ftruncate(self._fd, valid_bytes)
+            if live.size_bytes or torn is not None:
+                # A crashed predecessor's unsynced commit-only records may still be only in the
+                # page cache: sync them before any other segment can follow this one (where a
+                # tear would be corruption) and before this process relies on them.
                 self._sync(self._fd)
         else:
             self._create_segment(seq=max(1, floor_seq), first_index=self._last_index + 1)

@@ -365,6 +365,31 @@ def test_unsynced_commit_record_is_synced_before_a_roll_or_a_segment_deletion(
     assert state.hard_state == HardState(term=7, vote=2, commit=index - 1)
 
 
+def test_a_reopened_live_segment_is_synced_before_another_segment_follows_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A crashed process leaves its unsynced commit-only records in the page cache; the next one
+    reads them as if durable. Once another segment follows, damage to them after a power loss
+    would be refused as corruption (only the last segment may be torn), so the segment must be
+    synced before it stops being the last one."""
+    hs = HardState(term=2, vote=1, commit=0)
+    build(tmp_path, (ents(1, 2, term=2), hs), ([], HardState(term=2, vote=1, commit=2)))
+    first = segments(tmp_path)[0]
+    synced: list[str] = []
+    real = raft.wal._fdatasync
+
+    def spy(fd: int) -> None:
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real(fd)
+
+    monkeypatch.setattr(raft.wal, "_fdatasync", spy)
+    wal, _ = open_wal(tmp_path, fsync=True, segment_bytes_max=first.stat().st_size + 8)
+    with wal:
+        wal.append([ent(3, term=2)], HardState(term=2, vote=1, commit=2))
+        assert len(segments(tmp_path)) == 2
+    assert str(first) in synced
+
+
 # -------------------------------------------------------------------- compaction and install
 
 
@@ -589,6 +614,131 @@ def test_damage_at_the_end_of_a_non_last_segment_is_corruption(tmp_path: Path, d
     with pytest.raises(CorruptLogError) as caught:
         recover(tmp_path)
     assert caught.value.path == first
+
+
+# A power loss can persist later unsynced pages of the live segment and not earlier ones. Records
+# that only move the commit index are never synced on their own, so a torn one may be followed by
+# further intact commit-only records; everything else (entries, term, vote, resets) is synced.
+
+
+def damage(path: Path, start: int, end: int, how: str) -> None:
+    data = bytearray(path.read_bytes())
+    if how == "zeros":
+        data[start:end] = bytes(end - start)
+    else:
+        data[end - 1] ^= 0xFF  # the last payload byte: a checksum mismatch
+    path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("how", ["zeros", "flip"])
+@pytest.mark.parametrize("torn", [0, 1])
+def test_a_torn_commit_record_followed_only_by_commit_records_is_cut(
+    tmp_path: Path, torn: int, how: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    hs = HardState(term=2, vote=1, commit=0)
+    commits = [HardState(term=2, vote=1, commit=c) for c in (1, 2, 3)]
+    sizes = build(tmp_path, (ents(1, 3, term=2), hs), *[([], c) for c in commits])
+    segment = segments(tmp_path)[0]
+    damage(segment, sizes[torn], sizes[torn + 1], how)
+    state = recover(tmp_path)
+    assert state.entries == tuple(ents(1, 3, term=2))
+    # Term and vote as synced; the commit index the last intact record before the damage had.
+    assert state.hard_state == ([hs, *commits][torn])
+    assert segment.stat().st_size == sizes[torn]
+    assert "torn tail" in caplog.text
+    # The log goes on from there, and replays again.
+    wal, _ = open_wal(tmp_path)
+    with wal:
+        wal.append([ent(4, term=2)], HardState(term=2, vote=1, commit=4))
+    state = recover(tmp_path)
+    assert state.entries == (*ents(1, 3, term=2), ent(4, term=2))
+    assert state.hard_state == HardState(term=2, vote=1, commit=4)
+
+
+def test_a_torn_commit_record_first_in_the_live_segment_is_cut(tmp_path: Path) -> None:
+    """The torn record opens the live segment: term and vote come from the previous one."""
+    hs = HardState(term=3, vote=2, commit=0)
+    wal, _ = open_wal(tmp_path, segment_bytes_max=SMALL_SEGMENT)
+    with wal:
+        wal.append(ents(1, 2, term=3), hs)
+        commit = 0
+        while len(segments(tmp_path)) == 1:
+            commit = min(commit + 1, 2)
+            wal.append([], HardState(term=3, vote=2, commit=commit))
+            assert wal.stats().bytes_written < 10 * SMALL_SEGMENT
+        first_size = segments(tmp_path)[-1].stat().st_size
+        wal.append([], HardState(term=3, vote=2, commit=2))
+        wal.append([], HardState(term=3, vote=2, commit=2))
+    live = segments(tmp_path)[-1]
+    damage(live, 0, first_size, "zeros")
+    state = recover(tmp_path, segment_bytes_max=SMALL_SEGMENT)
+    assert state.entries == tuple(ents(1, 2, term=3))
+    assert (state.hard_state.term, state.hard_state.vote) == (3, 2)
+    assert state.hard_state.commit <= 2
+    assert live.stat().st_size == 0
+
+
+def _later_records() -> dict[str, bytes]:
+    from raft.wal import _INNER_MAGIC as INNER
+    from raft.wal import _entry_records, _frame, _hard_state_record, _RecordType, _reset_record
+
+    def batch(*records: bytes) -> bytes:
+        return _frame(_RecordType.BATCH, b"".join(records))
+
+    def hs(term: int, vote: int, commit: int) -> bytes:
+        return _hard_state_record(HardState(term=term, vote=vote, commit=commit), INNER)
+
+    return {
+        "entries": batch(*_entry_records([ent(4, term=2)], INNER)),
+        "term": batch(hs(3, 0, 1)),
+        "vote": batch(hs(2, 3, 1)),
+        "no vote": batch(hs(2, 0, 1)),
+        # Written by a segment deletion or a reset, always synced.
+        "plain hard state": _hard_state_record(HardState(term=2, vote=1, commit=1)),
+        "reset": _reset_record(3, 2),
+        "commit beyond the log": batch(hs(2, 1, 4)),
+    }
+
+
+@pytest.mark.parametrize("later", list(_later_records()))
+def test_damage_followed_by_a_record_that_was_synced_is_still_corruption(
+    tmp_path: Path, later: str
+) -> None:
+    """Any fsync of the file makes every earlier byte durable: damage before a record that is
+    always synced (or that could only follow lost entries) is real corruption."""
+    hs = HardState(term=2, vote=1, commit=0)
+    sizes = build(
+        tmp_path,
+        (ents(1, 3, term=2), hs),
+        ([], HardState(term=2, vote=1, commit=1)),
+        ([], HardState(term=2, vote=1, commit=2)),
+    )
+    segment = segments(tmp_path)[0]
+    with open(segment, "ab") as f:
+        f.write(_later_records()[later])
+    damage(segment, sizes[0], sizes[1], "zeros")
+    untouched = segment.read_bytes()
+    with pytest.raises(CorruptLogError) as caught:
+        recover(tmp_path)
+    assert caught.value.offset == sizes[0]
+    assert "valid records follow it" in str(caught.value)
+    assert segment.read_bytes() == untouched
+
+
+def test_damaged_entries_followed_by_a_commit_covering_them_is_corruption(tmp_path: Path) -> None:
+    """The entries were synced before the commit record that counts them was written."""
+    hs = HardState(term=2, vote=1, commit=3)
+    sizes = build(
+        tmp_path,
+        (ents(1, 3, term=2), hs),
+        (ents(4, 5, term=2), None),
+        ([], HardState(term=2, vote=1, commit=5)),
+    )
+    segment = segments(tmp_path)[0]
+    damage(segment, sizes[0], sizes[1], "zeros")
+    with pytest.raises(CorruptLogError) as caught:
+        recover(tmp_path)
+    assert caught.value.offset == sizes[0]
 
 
 def test_missing_middle_segment_is_corruption(tmp_path: Path) -> None:
