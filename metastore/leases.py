@@ -52,6 +52,7 @@ Invariants (check_invariants)
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from hlc.limits import LOGICAL_BITS
@@ -85,6 +86,22 @@ Result = dict[str, object]
 
 # Blocking sessions named in the error's message (all of them are in its details).
 BLOCKERS_IN_MESSAGE_MAX = 3
+
+# A writer's attempt directory is `_txn/<session id>--<attempt>/` (spark_bridge/files.py): the
+# orphan scan (metastore/daemon/gc_worker.py) leaves it alone only while that session is live,
+# and a commit may list files in it only while the session is live (`check_attempt_owners`).
+TXN_DIR = "_txn"
+SESSION_DIR_SEPARATOR = "--"
+
+
+def attempt_owners(dir_parts: Sequence[str]) -> list[str]:
+    """The session ids of the attempt directories (`_txn/<session id>--...`) among the
+    directory components `dir_parts` of a path, outermost first."""
+    owners: list[str] = []
+    for i, part in enumerate(dir_parts[:-1]):
+        if part == TXN_DIR and SESSION_DIR_SEPARATOR in dir_parts[i + 1]:
+            owners.append(dir_parts[i + 1].split(SESSION_DIR_SEPARATOR, 1)[0])
+    return owners
 
 
 @dataclass(slots=True, kw_only=True)
@@ -242,6 +259,31 @@ class Sessions:
             if self._leases.pop((key.table_id, key.version, cmd.session_id), None) is not None:
                 released += 1
         return {"session_id": cmd.session_id, "released": released}
+
+    def check_attempt_owners(self, table: TableName, paths: Sequence[str], *, tm: int) -> None:
+        """SessionNotFoundError if a path (relative to a table's location) lies in the attempt
+        directory of a session not live at `tm`. The orphan scan judges liveness at the Tm of
+        the last entry it saw applied and may delete such a directory's old files as soon as
+        its session is not live; an expired session never comes back (see Time), so a commit
+        applied later, with a later Tm, listing those files is refused here instead of
+        acknowledging files that may be gone. The writer writes them again under a live
+        session."""
+        for path in paths:
+            for owner in attempt_owners(path.split("/")[:-1]):
+                session = self._sessions.get(owner)
+                if session is not None and session.live_at(tm):
+                    continue
+                raise SessionNotFoundError(
+                    f"{table}: file {path!r} is in the attempt directory of session {owner!r}, "
+                    "which is not live (closed, expired or never opened), so GC may have "
+                    "deleted it as an orphan; write the files again under a live session",
+                    details={
+                        "session_id": owner,
+                        "table": str(table),
+                        "path": path,
+                        "reason": "attempt_session_not_live",
+                    },
+                )
 
     def forget_table(self, table_id: int) -> None:
         """A dropped incarnation takes no more commits: its leases are moot (cannot fail)."""

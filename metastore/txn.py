@@ -51,6 +51,10 @@ Validation order (the first failing rule decides the error; a failure changes no
        path must never have been a file of this incarnation (InvalidArgument: paths are never
        reused until GC); a removed path must be a file of the table (InvalidArgument) and live
        (DataFileConflictError when an earlier commit removed it); file-entry limits.
+    6. an added path in the attempt directory of a session (`_txn/<session id>--...`) needs
+       that session live at the entry's Tm, else SessionNotFoundError (reason
+       `attempt_session_not_live`): GC's orphan scan may have deleted it
+       (metastore.leases `check_attempt_owners`).
     Then everything is written; nothing after that point can fail.
 
 Idempotency
@@ -106,7 +110,8 @@ Shapes for the daemon and the bridge
               txn_id}, SchemaVersionNotActive {table, version, ts, active_versions},
               TxnIdReused {txn_id, committed_ts}, DataFileConflict {table, path, removed_ts},
               TableNotFound {table[, table_id, current]}, NotFoundAtTimestamp {table, top,
-              active_from_tu}, InvalidArgument, LimitExceeded {limit, max, value}.
+              active_from_tu}, SessionNotFound {session_id, table, path, reason},
+              InvalidArgument, LimitExceeded {limit, max, value}.
     files     `state.files_at(t, ts)` -> FileEntry(path, size_bytes, row_count, added_ts,
               removed_ts); absolute path = `schema_at(t, ts).location + "/" + path`.
 
@@ -192,6 +197,7 @@ from metastore.errors import (
     TxnIdReusedError,
     limit_exceeded,
 )
+from metastore.leases import Sessions
 from metastore.manifests import (
     DeleteEntry,
     Listing,
@@ -636,7 +642,9 @@ class TxnLog:
     # Commit
     # ----------------------------------------------------------------------------------------
 
-    def commit(self, cmd: CommitTxn, *, tm: int, dd: int, catalog: Catalog) -> tuple[Result, bool]:
+    def commit(
+        self, cmd: CommitTxn, *, tm: int, dd: int, catalog: Catalog, sessions: Sessions
+    ) -> tuple[Result, bool]:
         """Apply a validated CommitTxn at entry stamp `tm`. Returns (result, deduplicated).
         Raises a MetastoreError, having changed nothing, when a rule refuses it."""
         digest = fingerprint(msgpack.packb(writes_to_data(cmd.writes), use_bin_type=True))
@@ -652,6 +660,9 @@ class TxnLog:
             )
         ts = self._commit_ts(cmd, tm=tm, dd=dd)
         plans = self._checked_plans(cmd, ts=ts, catalog=catalog)
+        # Last, so a refusal `manifest_removal_refusal` predicts still comes first.
+        for w in cmd.writes:
+            sessions.check_attempt_owners(w.table, [f.path for f in w.add], tm=tm)
         # --- write: nothing below can fail ---
         record = self._write(cmd.txn_id, plans, ts=ts, tm=tm, digest=digest)
         if cmd.stream is not None and cmd.seq is not None:

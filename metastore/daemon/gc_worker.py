@@ -20,9 +20,13 @@ the state machine checks again when it applies it (metastore/gc.py):
    and may commit the old files; a file removed, folded into a manifest and committed again
    is both in a dead manifest and live.)
 4. Orphans: files under a table's location that no incarnation references or has queued, older
-   than `gc_orphan_grace_ms` (by mtime) and not in the attempt directory of a live session
-   (`_txn/<session id>--...`, see spark_bridge/files.py). They never were in the state, so they
-   are deleted directly. Local warehouses only: a URI location is skipped and reported.
+   than `gc_orphan_grace_ms` (by mtime) and not in the attempt directory of a session live at
+   the last applied entry (`_txn/<session id>--...`, see spark_bridge/files.py). They never
+   were in the state, so they are deleted directly. A commit applied later lists files of a
+   session's attempt directory only while that session lives (metastore.leases
+   `check_attempt_owners`), and a session not live never lives again, so no file the scan
+   judged an orphan there gets committed. Local warehouses only: a URI location is skipped
+   and reported.
 
 Deletions are rate-limited (`gc_delete_files_per_s`) and run in a worker thread. Records past
 their max age, or whose owner session has been gone for PROTECTION_OWNER_GRACE_MS, are released
@@ -62,6 +66,7 @@ from metastore.errors import (
     UnavailableError,
 )
 from metastore.gc import ThresholdBound, incarnation, ttl_ms_of
+from metastore.leases import TXN_DIR, attempt_owners
 from metastore.manifests import ManifestRef
 from metastore.outcome import Outcome
 from metastore.state import MetastoreState
@@ -70,8 +75,6 @@ from raft.node import RaftNode
 
 log = logging.getLogger("metastore.gc")
 
-TXN_DIR = "_txn"
-SESSION_DIR_SEPARATOR = "--"
 # Queued paths deleted (and then reported) per GcFilesDeleted entry.
 DELETE_CHUNK_FILES = 1_000
 # AdvanceGcThreshold steps per table per run: GC_PURGE_FILES_MAX files each, so a run frees up to
@@ -382,8 +385,13 @@ class GcWorker:
         # Taken at the same instant as `referenced`: an entry a compaction moves into a
         # manifest later was loose (so referenced) now.
         manifests = _manifests_by_location(state)
-        now_tm = self.clock.now()
-        live_sessions = {s.session_id for s in state.sessions.sessions() if s.live_at(now_tm)}
+        # Live at the last applied entry, not at the clock: a commit stamped while its session
+        # lived may still be on its way through the log (its Tm is below the clock, above
+        # last_tm). Once a session is not live here, no commit applied later may list files
+        # in its attempt directories (Sessions.check_attempt_owners): it never lives again.
+        live_sessions = {
+            s.session_id for s in state.sessions.sessions() if s.live_at(state.last_tm)
+        }
         cutoff_s = time.time() - self.orphan_grace_ms / 1000
         skipped: list[str] = []
         by_location: dict[str, TableReport] = {}
@@ -629,12 +637,7 @@ def _manifest_paths(location: str, refs: list[tuple[ManifestRef, bool]]) -> set[
 
 def _live_attempt(parts: list[str], live_sessions: set[str]) -> bool:
     """`.../_txn/<session id>--<attempt>/...` of a live session."""
-    for i, part in enumerate(parts[:-1]):
-        if part == TXN_DIR and SESSION_DIR_SEPARATOR in parts[i + 1]:
-            owner = parts[i + 1].split(SESSION_DIR_SEPARATOR, 1)[0]
-            if owner in live_sessions:
-                return True
-    return False
+    return any(owner in live_sessions for owner in attempt_owners(parts))
 
 
 def _local_root(location: str) -> str:

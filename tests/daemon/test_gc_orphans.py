@@ -1,0 +1,100 @@
+"""The leader's orphan scan (metastore/daemon/gc_worker.py `GcWorker._orphans`) against a state
+built by the deterministic driver and a real directory: no cluster, no Raft (the scan reads the
+applied state and the file system only)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+from metastore.commands import CommitTxn, DataFile, OpenSession, SessionInfo, TableName, TableWrite
+from metastore.daemon.gc_worker import GcWorker, TableReport
+from tests.metastore._driver import DD_MS, MS, Driver, ok
+
+T = TableName.of("ns", "t")
+INFO = SessionInfo(app_id="app", app_name="etl", host="h", user="u", pid=1, started_at_ms=1)
+SESSION_TTL_MS = 1_000
+GRACE_MS = 60_000
+
+
+class _Clock:
+    def __init__(self, now: int) -> None:
+        self.now_tm = now
+
+    def now(self) -> int:
+        return self.now_tm
+
+
+def table_driver(location: Path) -> Driver:
+    d = Driver()
+    d.ok("CREATE NAMESPACE ns")
+    d.ok(f"CREATE TABLE ns.t (id BIGINT) LOCATION '{location}'")
+    d.tm += 2 * DD_MS * MS
+    return d
+
+
+def worker(d: Driver, *, now_tm: int) -> GcWorker:
+    return GcWorker(
+        raft=SimpleNamespace(),  # type: ignore[arg-type]  # the scan proposes nothing
+        sm=SimpleNamespace(state=d.state),  # type: ignore[arg-type]
+        clock=_Clock(now_tm),  # type: ignore[arg-type]
+        metrics=SimpleNamespace(),  # type: ignore[arg-type]
+        node_id=1,
+        interval_ms=60_000,
+        orphan_grace_ms=GRACE_MS,
+        delete_files_per_s=1_000_000,
+    )
+
+
+def old_file(path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"parquet")
+    stamp = time.time() - 2 * GRACE_MS / 1000
+    os.utime(path, (stamp, stamp))
+    return path
+
+
+def scan(w: GcWorker, d: Driver, *, dry_run: bool = False) -> dict[str, Any]:
+    table_id = d.state.catalog.incarnations(T)[-1].table_id
+    report = TableReport(
+        table=str(T), table_id=table_id, threshold_before=0, threshold=0, held_by={}
+    )
+    skipped = asyncio.run(w._orphans([report], dry_run=dry_run))
+    return {"skipped": skipped, "deleted": report.orphans_deleted}
+
+
+def commit(d: Driver, txn: str, *paths: str) -> CommitTxn:
+    return CommitTxn(
+        txn_id=txn,
+        writes=(
+            TableWrite(
+                table=T,
+                schema_version=d.state.current(T).version,
+                add=tuple(DataFile(path=p, size_bytes=7, row_count=1) for p in paths),
+            ),
+        ),
+    )
+
+
+def test_a_session_is_judged_live_at_the_last_applied_entry_not_at_the_leaders_clock(
+    tmp_path: Path,
+) -> None:
+    # A commit the leader stamped while the writer's session was live may still be on its way
+    # through the log when the scan starts, after the session's deadline by the leader's clock.
+    # Judged by that clock, the session was dead: its attempt directory's old files were deleted,
+    # then the commit applied (its Tm is within the session's life) and referenced them.
+    d = table_driver(tmp_path)
+    ok(d, OpenSession(session_id="s1", info=INFO, ttl_ms=SESSION_TTL_MS, opened_by="w"))
+    rel = "_txn/s1--b_1-0123456789ab/part-0.parquet"
+    written = old_file(tmp_path / rel)
+    stray = old_file(tmp_path / "_txn" / "append-0123" / "part-0.parquet")
+    clock_now = d.tm + 2 * SESSION_TTL_MS * MS  # past the deadline; the log is not applied yet
+    assert scan(worker(d, now_tm=clock_now), d)["deleted"] == 1
+    assert not stray.exists()
+    ok(d, commit(d, "b1", rel))  # the entry in flight, stamped within the session's life
+    assert [f.path for f in d.state.files_at(T, d.state.txns.last_commit_ts)] == [rel]
+    assert written.exists(), "a committed file was deleted as an orphan"
