@@ -1247,6 +1247,22 @@ class TxnLog:
                 done += 1
         return done
 
+    def references(
+        self, table_id: int
+    ) -> tuple[str, set[str], tuple[ManifestRef, ...], tuple[ManifestRef, ...]]:
+        """(location, every path (relative) the incarnation still references or has queued for
+        deletion, its live manifests, its dead manifests GC has yet to expand): what an orphan
+        scan must never touch, as a copy taken at once. A path stays in the paths of its table
+        until GC deletes it (a loose entry moves to the GC queue or into a manifest, a replaced
+        manifest file to `retired`, a dead manifest to `gc_manifests`)."""
+        tl = self._log(table_id)
+        paths = set(tl.files)
+        paths.update(tl.gc_queue)
+        paths.update(r.path for r in tl.manifests.values())
+        paths.update(tl.retired)
+        paths.update(tl.gc_manifests)
+        return tl.location, paths, tuple(tl.manifests.values()), tuple(tl.gc_manifests.values())
+
     def referenced_paths(self) -> dict[str, set[str]]:
         """location -> every path (relative) a registered incarnation there still references or
         has queued for deletion: what an orphan scan must never touch."""

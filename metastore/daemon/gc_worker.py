@@ -40,7 +40,7 @@ import contextlib
 import logging
 import os
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Any
@@ -381,10 +381,6 @@ class GcWorker:
     async def _orphans(self, reports: list[TableReport], *, dry_run: bool) -> list[str]:
         """Delete unreferenced files older than the grace period under each location GC'd."""
         state = self.sm.state
-        referenced = _referenced(state)
-        # Taken at the same instant as `referenced`: an entry a compaction moves into a
-        # manifest later was loose (so referenced) now.
-        manifests = _manifests_by_location(state)
         # Live at the last applied entry, not at the clock: a commit stamped while its session
         # lived may still be on its way through the log (its Tm is below the clock, above
         # last_tm). Once a session is not live here, no commit applied later may list files
@@ -392,6 +388,7 @@ class GcWorker:
         live_sessions = {
             s.session_id for s in state.sessions.sessions() if s.live_at(state.last_tm)
         }
+        referenced, manifests = await _references(state)
         cutoff_s = time.time() - self.orphan_grace_ms / 1000
         skipped: list[str] = []
         by_location: dict[str, TableReport] = {}
@@ -490,7 +487,7 @@ def _delete_absolute(paths: Iterable[str]) -> None:
 
 def _scan_orphans(
     root: str,
-    referenced: set[str],
+    referenced: Mapping[str, list[AbstractSet[str]]],
     cutoff_s: float,
     live_sessions: set[str],
     in_manifests: set[str] | frozenset[str] = frozenset(),
@@ -508,7 +505,7 @@ def _scan_orphans(
             if seen > ORPHAN_SCAN_FILES_MAX:
                 return found
             path = os.path.normpath(f"{dirpath}/{name}")
-            if path in referenced or path in in_manifests:
+            if path in in_manifests or _is_referenced(path, referenced):
                 continue
             try:
                 st = os.stat(path)
@@ -519,13 +516,52 @@ def _scan_orphans(
     return found
 
 
-def _referenced(state: MetastoreState) -> set[str]:
-    """Absolute local paths every incarnation references or has queued for deletion."""
-    referenced: set[str] = set()
-    for location, paths in state.txns.referenced_paths().items():
-        root = _local_root(location)
-        referenced.update(os.path.normpath(f"{root}/{p}") for p in paths)
-    return referenced
+async def _references(
+    state: MetastoreState,
+) -> tuple[dict[str, list[AbstractSet[str]]], dict[str, list[tuple[ManifestRef, bool]]]]:
+    """(local root -> the sets of paths, relative to it, that incarnations there reference or
+    have queued for deletion; location -> every manifest whose entries are still referenced
+    there: the live ones and the dead ones GC has yet to expand, whose files go through
+    `_drain_manifests`, after the read fence, never as orphans).
+
+    Taken table by table, each table's at one instant (a copy of its own sets: no per-path
+    work), yielding to the event loop in between: a state of millions of entries taken at
+    once stalls the loop for seconds, past the election timeout. Still a superset of what is
+    referenced when the walk starts: until GC deletes it, a path a table references stays in
+    one of that table's sets (a loose entry moves to the GC queue or into a manifest of the
+    table, a replaced manifest file into `retired`, a dead manifest into `gc_manifests`), so
+    wherever it sits when its table's turn comes, it is taken. What commits add during the
+    walk may be missed: such files are young, or in the attempt directory of a session that
+    the caller judged live before the walk (then skipped), or refused at commit."""
+    referenced: dict[str, list[AbstractSet[str]]] = {}
+    manifests: dict[str, list[tuple[ManifestRef, bool]]] = {}
+    for n, table_id in enumerate(state.txns.table_ids()):
+        if n:
+            await asyncio.sleep(0)
+        location, paths, live, dead = state.txns.references(table_id)
+        referenced.setdefault(_local_root(location), []).append(paths)
+        refs = [(r, False) for r in live] + [(r, True) for r in dead]
+        if refs:
+            manifests.setdefault(location, []).extend(refs)
+    return referenced, manifests
+
+
+def _is_referenced(path: str, referenced: Mapping[str, list[AbstractSet[str]]]) -> bool:
+    """Whether some set of `referenced` (`_references`) holds the normalised absolute `path`,
+    relative to its root: the roots looked up are `path`'s ancestors (a table may live inside
+    another's directory)."""
+    parent = path
+    while True:
+        parent, sep, _ = parent.rpartition("/")
+        if not sep:
+            return False
+        sets = referenced.get(parent or "/")
+        if sets is not None:
+            rel = path[len(parent) + 1 :]
+            if any(rel in paths for paths in sets):
+                return True
+        if not parent:
+            return False
 
 
 @dataclass(frozen=True, slots=True)
@@ -595,20 +631,6 @@ def _listed_paths(
             )
             return None
         out[(location, ref.sha256)] = frozenset(_path_key(location, e.path) for e in entries)
-    return out
-
-
-def _manifests_by_location(state: MetastoreState) -> dict[str, list[tuple[ManifestRef, bool]]]:
-    """location -> every manifest whose entries are still referenced there: the live ones and
-    the dead ones GC has yet to expand (their files go through `_drain_manifests`, after the
-    read fence, never as orphans). A retired manifest's entries live on in its replacements."""
-    out: dict[str, list[tuple[ManifestRef, bool]]] = {}
-    txns = state.txns
-    for table_id in txns.table_ids():
-        refs = [(r, False) for r in txns.manifest_refs(table_id)]
-        refs += [(r, True) for r in txns.gc_manifests(table_id).values()]
-        if refs:
-            out.setdefault(txns.table_location(table_id)[1], []).extend(refs)
     return out
 
 

@@ -98,3 +98,88 @@ def test_a_session_is_judged_live_at_the_last_applied_entry_not_at_the_leaders_c
     ok(d, commit(d, "b1", rel))  # the entry in flight, stamped within the session's life
     assert [f.path for f in d.state.files_at(T, d.state.txns.last_commit_ts)] == [rel]
     assert written.exists(), "a committed file was deleted as an orphan"
+
+
+def test_building_what_is_referenced_does_not_stall_the_event_loop(tmp_path: Path) -> None:
+    # The scan built one set of every referenced path of every table (normalised absolute
+    # paths) in one step on the leader's event loop: about a second per million entries,
+    # longer than an election timeout, so the leader lost its leadership mid-run. It now takes
+    # them table by table (a copy of each table's own sets, no per-path work), yielding in
+    # between, and still keeps every referenced file.
+    d = table_driver(tmp_path / "t")
+    d.ok(f"CREATE TABLE ns.u (id BIGINT) LOCATION '{tmp_path / 'u'}'")
+    from metastore.txn import FileEntry
+
+    kept: list[Path] = []
+    for table_id in d.state.txns.table_ids():
+        tl = d.state.txns._tables[table_id]  # loose entries put in directly: fast to build
+        for i in range(150_000):
+            path = f"_txn/q{i // 1000}-0123456789ab/part-{i:06d}-0123456789abcdef.parquet"
+            tl.files[path] = FileEntry(path=path, size_bytes=7, row_count=1, added_ts=d.tm)
+        kept.append(old_file(Path(tl.location) / path))
+    stray = old_file(tmp_path / "u" / "_txn" / "q0-0123456789ab" / "stray.parquet")
+
+    async def run() -> float:
+        w = worker(d, now_tm=d.tm)
+        reports = [
+            TableReport(table="t", table_id=i, threshold_before=0, threshold=0, held_by={})
+            for i in d.state.txns.table_ids()
+        ]
+        worst = 0.0
+        done = False
+
+        async def ticker() -> None:
+            nonlocal worst
+            last = time.monotonic()
+            while not done:
+                await asyncio.sleep(0.001)
+                now = time.monotonic()
+                worst = max(worst, now - last)
+                last = now
+
+        tick = asyncio.create_task(ticker())
+        await asyncio.sleep(0.01)
+        try:
+            await w._orphans(reports, dry_run=False)
+        finally:
+            done = True
+            await tick
+        return worst
+
+    worst = asyncio.run(run())
+    assert all(p.exists() for p in kept) and not stray.exists()
+    assert worst < 0.15, f"the event loop stalled for {worst:.3f} s"
+
+
+def test_files_of_a_table_inside_a_dropped_tables_directory_are_never_orphans(
+    tmp_path: Path,
+) -> None:
+    d = table_driver(tmp_path / "t")
+    d.ok("DROP TABLE ns.t")
+    d.ok(f"CREATE TABLE ns.v (id BIGINT) LOCATION '{tmp_path / 't' / 'v'}'")
+    d.tm += 2 * DD_MS * MS
+    v = TableName.of("ns", "v")
+    rel = "_txn/append-0123/part-0.parquet"
+    ok(
+        d,
+        CommitTxn(
+            txn_id="v1",
+            writes=(
+                TableWrite(
+                    table=v,
+                    schema_version=d.state.current(v).version,
+                    add=(DataFile(path=rel, size_bytes=7, row_count=1),),
+                ),
+            ),
+        ),
+    )
+    inner = old_file(tmp_path / "t" / "v" / rel)
+    stray = old_file(tmp_path / "t" / "v" / "_txn" / "append-0123" / "part-1.parquet")
+    outer = old_file(tmp_path / "t" / "_txn" / "append-0123" / "part-0.parquet")
+    w = worker(d, now_tm=d.tm)
+    reports = [
+        TableReport(table=str(n), table_id=i, threshold_before=0, threshold=0, held_by={})
+        for i, n in [(i, d.state.txns.table_location(i)[0]) for i in d.state.txns.table_ids()]
+    ]
+    asyncio.run(w._orphans(reports, dry_run=False))
+    assert inner.exists() and not stray.exists() and not outer.exists()
