@@ -162,7 +162,7 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from collections import OrderedDict, deque
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, KeysView, Mapping
 from dataclasses import dataclass, replace
 from itertools import islice
 
@@ -977,6 +977,11 @@ class TxnLog:
     def loose_entries(self, table_id: int) -> tuple[FileEntry, ...]:
         """Every loose entry (live and removed) in commit order: what a compactor moves."""
         return tuple(self._log(table_id).files.values())
+
+    def loose_paths(self, table_id: int) -> KeysView[str]:
+        """The paths of every loose entry (live and removed): a live view, O(1) to take and to
+        ask. It changes as entries apply: use it before the event loop runs anything else."""
+        return self._log(table_id).files.keys()
 
     def manifest_refs(self, table_id: int) -> tuple[ManifestRef, ...]:
         return tuple(self._log(table_id).manifests.values())

@@ -306,15 +306,18 @@ class GcWorker:
         """Path keys (`_path_key`) that registered incarnations at a location equal to, inside
         or around that of `table_id` (itself included) reference through a file entry or a live
         manifest: GC of `table_id` must leave those files on disk. None when one of those
-        manifests cannot be read (its list cannot be trusted: nothing is deleted now)."""
+        manifests cannot be read (its list cannot be trusted: nothing is deleted now). Holds
+        live views of the state's file entries: use it before the next await."""
         for _ in range(3):
             # Taken again after reading manifests: what commits applied meanwhile is in it.
-            paths, refs = _referenced_near(self.sm.state, table_id)
+            loose, paths, refs = _referenced_near(self.sm.state, table_id)
             missing = [(loc, ref) for loc, ref in refs if (loc, ref.sha256) not in self._listed]
             if not missing:
                 # No union: a table's manifests can list a million entries, and this runs on
                 # the event loop for every deletion chunk.
-                return _Referenced((paths, *(self._listed[(loc, r.sha256)] for loc, r in refs)))
+                return _Referenced(
+                    (paths, *(self._listed[(loc, r.sha256)] for loc, r in refs)), loose
+                )
             listed = await asyncio.to_thread(_listed_paths, missing)
             if listed is None:
                 return None
@@ -566,37 +569,52 @@ def _is_referenced(path: str, referenced: Mapping[str, list[AbstractSet[str]]]) 
 
 @dataclass(frozen=True, slots=True)
 class _Referenced:
-    """Path keys still referenced (`GcWorker._still_referenced`), as the sets they come in."""
+    """Path keys still referenced (`GcWorker._still_referenced`), as the sets they come in:
+    `sets` of path keys, and `loose`: root (`_key_root`) -> sets of paths relative to it."""
 
     sets: tuple[AbstractSet[str], ...]
+    loose: Mapping[str, list[AbstractSet[str]]]
 
     def __contains__(self, key: object) -> bool:
-        return any(key in s for s in self.sets)
+        return any(key in s for s in self.sets) or (
+            isinstance(key, str) and _is_referenced(key, self.loose)
+        )
 
 
 def _path_key(location: str, rel: str) -> str:
     """A file's identity whatever incarnation lists it: its absolute path (normalised when
     local), so incarnations at nested locations compare too."""
+    key = f"{_key_root(location)}/{rel}"
+    return os.path.normpath(key) if _is_local(location) else key
+
+
+def _is_local(location: str) -> bool:
+    return "://" not in location or location.startswith("file://")
+
+
+def _key_root(location: str) -> str:
+    """The prefix of the path keys (`_path_key`) of a location's files."""
     root = location.rstrip("/")
-    if "://" in root and not root.startswith("file://"):
-        return f"{root}/{rel}"
-    return os.path.normpath(f"{_local_root(root)}/{rel}")
+    return _local_root(root) if _is_local(root) else root
 
 
 def _referenced_near(
     state: MetastoreState, table_id: int
-) -> tuple[set[str], list[tuple[str, ManifestRef]]]:
+) -> tuple[dict[str, list[AbstractSet[str]]], set[str], list[tuple[str, ManifestRef]]]:
     """What registered incarnations at a location equal to, inside or around that of
-    `table_id` (itself included) reference: the path keys of their file entries (live or kept
-    for time travel) and live manifest files, and those manifests (whose entries the caller
-    reads). Not what is queued for deletion (the GC queue, dead and replaced manifests). Read
-    on the event loop: the state is not to be walked from a thread."""
+    `table_id` (itself included) reference: their file entries (live or kept for time
+    travel), as root (`_key_root`) -> live views of their paths (no per-entry work: a table
+    can hold a million, and this runs on the event loop before every deletion chunk), the path
+    keys of their live manifest files, and those manifests (whose entries the caller reads).
+    Not what is queued for deletion (the GC queue, dead and replaced manifests). Read on the
+    event loop: the state is not to be walked from a thread."""
     txns = state.txns
     location = txns.table_location(table_id)[1]
+    loose: dict[str, list[AbstractSet[str]]] = {}
     paths: set[str] = set()
     refs: list[tuple[str, ManifestRef]] = []
     if not location:
-        return paths, refs
+        return loose, paths, refs
     for other in txns.table_ids():
         other_location = txns.table_location(other)[1]
         if not other_location:
@@ -606,11 +624,11 @@ def _referenced_near(
             or location_contains(other_location, location)
         ):
             continue
-        paths.update(_path_key(other_location, e.path) for e in txns.loose_entries(other))
+        loose.setdefault(_key_root(other_location), []).append(txns.loose_paths(other))
         for ref in txns.manifest_refs(other):
             paths.add(_path_key(other_location, ref.path))
             refs.append((other_location, ref))
-    return paths, refs
+    return loose, paths, refs
 
 
 def _listed_paths(
