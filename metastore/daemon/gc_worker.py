@@ -404,13 +404,13 @@ class GcWorker:
                 continue
             in_manifests: set[str] = set()
             # Files listed only in manifest files (metastore.manifests) are referenced although
-            # the state does not list them: read every manifest of every location the scan
-            # walks (this one and any inside it: a table may live inside a dropped table's
-            # directory) first, and skip the location if one cannot be read (its list cannot
-            # be trusted).
+            # the state does not list them: read every manifest of every location whose files
+            # the scan may walk (this one, any inside it and any around it: a table may live
+            # inside a dropped table's directory; `/w/t` and `file:///w/t` are one directory)
+            # first, and skip the location if one cannot be read (its list cannot be trusted).
             trusted = True
             for inner, refs in manifests.items():
-                if not location_contains(location, inner):
+                if not _overlap(location, inner):
                     continue
                 listed = await asyncio.to_thread(_manifest_paths, inner, refs)
                 if listed is None:
@@ -598,6 +598,13 @@ def _key_root(location: str) -> str:
     return _local_root(root) if _is_local(root) else root
 
 
+def _overlap(a: str, b: str) -> bool:
+    """Whether the directories two locations name are one, or one is inside the other: by
+    their key roots, so `/w/t` and `file:///w/t` overlap (their texts do not)."""
+    ra, rb = _key_root(a), _key_root(b)
+    return location_contains(ra, rb) or location_contains(rb, ra)
+
+
 def _referenced_near(
     state: MetastoreState, table_id: int
 ) -> tuple[dict[str, list[AbstractSet[str]]], set[str], list[tuple[str, ManifestRef]]]:
@@ -619,10 +626,7 @@ def _referenced_near(
         other_location = txns.table_location(other)[1]
         if not other_location:
             continue
-        if not (
-            location_contains(location, other_location)
-            or location_contains(other_location, location)
-        ):
+        if not _overlap(location, other_location):
             continue
         loose.setdefault(_key_root(other_location), []).append(txns.loose_paths(other))
         for ref in txns.manifest_refs(other):

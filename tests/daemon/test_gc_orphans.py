@@ -258,3 +258,118 @@ async def _worst_stall(work: Any) -> float:
         done = True
         await tick
     return worst
+
+
+def _commit_and_compact(d: Driver, table: TableName, rel: str) -> None:
+    """Commit `rel` to `table`, then move it into a manifest file (listed there only)."""
+    from metastore.client.manifest_files import write_manifest
+    from metastore.manifests import compaction_command, plan_compaction
+
+    ok(
+        d,
+        CommitTxn(
+            txn_id=f"{table}:{rel}",
+            writes=(
+                TableWrite(
+                    table=table,
+                    schema_version=d.state.current(table).version,
+                    add=(DataFile(path=rel, size_bytes=7, row_count=1),),
+                ),
+            ),
+        ),
+    )
+    table_id = d.state.catalog.incarnations(table)[-1].table_id
+    location = d.state.txns.table_location(table_id)[1]
+    plan = plan_compaction(
+        loose=d.state.txns.loose_entries(table_id),
+        deletes=d.state.txns.delete_entries(table_id),
+        refs=d.state.txns.manifest_refs(table_id),
+        read=lambda ref: [],
+    )
+    assert plan is not None
+    added = [write_manifest(location, batch) for batch in plan.batches]
+    ok(d, compaction_command(plan, table=table, table_id=table_id, rewritten=[], added=added))
+    assert not d.state.txns.loose_entries(table_id)
+
+
+def _scan_all(d: Driver) -> None:
+    reports = [
+        TableReport(table=str(n), table_id=i, threshold_before=0, threshold=0, held_by={})
+        for i, n in [(i, d.state.txns.table_location(i)[0]) for i in d.state.txns.table_ids()]
+    ]
+    asyncio.run(worker(d, now_tm=d.tm)._orphans(reports, dry_run=False))
+
+
+def test_manifest_entries_of_a_table_whose_location_names_the_same_directory_are_kept(
+    tmp_path: Path,
+) -> None:
+    # `/w/t` and `file:///w/t` are one directory, but the scan matched manifests to the
+    # location it walks by their text: scanning `/w/t` deleted the files that the table at
+    # `file:///w/t` lists only in its manifests (the catalog lets both exist: their texts do
+    # not overlap).
+    d = table_driver(tmp_path / "t")
+    u = TableName.of("ns", "u")
+    d.ok(f"CREATE TABLE ns.u (id BIGINT) LOCATION 'file://{tmp_path / 't'}'")
+    d.tm += 2 * DD_MS * MS
+    rel = "_txn/append-0123/part-0.parquet"
+    _commit_and_compact(d, u, rel)
+    listed = old_file(tmp_path / "t" / rel)
+    stray = old_file(tmp_path / "t" / "_txn" / "append-0123" / "part-1.parquet")
+    _scan_all(d)
+    assert listed.exists(), "a file listed in a manifest was deleted as an orphan"
+    assert not stray.exists()
+
+
+def test_manifest_entries_of_a_dropped_table_around_a_scanned_location_are_kept(
+    tmp_path: Path,
+) -> None:
+    # A dropped table stays registered; its manifest may list files under a directory that a
+    # table created later lives in. The scan of that inner table's location read only the
+    # manifests of locations inside it, so it deleted those files (protected for AS OF reads
+    # of the dropped table).
+    d = table_driver(tmp_path / "t")
+    rel = "in/_txn/append-0123/part-0.parquet"
+    _commit_and_compact(d, T, rel)
+    d.ok("DROP TABLE ns.t")
+    d.ok(f"CREATE TABLE ns.v (id BIGINT) LOCATION '{tmp_path / 't' / 'in'}'")
+    listed = old_file(tmp_path / "t" / rel)
+    _scan_all(d)
+    assert listed.exists(), "a file listed in a manifest was deleted as an orphan"
+
+
+def test_a_queued_file_another_table_at_the_same_directory_references_stays_on_disk(
+    tmp_path: Path,
+) -> None:
+    # GC leaves a queued file on disk when an incarnation at an overlapping location references
+    # it again; locations were compared by their text, so `file:///w/t` did not overlap `/w/t`.
+    d = table_driver(tmp_path / "t")
+    u = TableName.of("ns", "u")
+    d.ok(f"CREATE TABLE ns.u (id BIGINT) LOCATION 'file://{tmp_path / 't'}'")
+    d.tm += 2 * DD_MS * MS
+    rel = "_txn/append-0123/part-0.parquet"
+    ok(
+        d,
+        CommitTxn(
+            txn_id="u1",
+            writes=(
+                TableWrite(
+                    table=u,
+                    schema_version=d.state.current(u).version,
+                    add=(DataFile(path=rel, size_bytes=7, row_count=1),),
+                ),
+            ),
+        ),
+    )
+    table_id = d.state.catalog.incarnations(T)[-1].table_id
+    d.state.txns._tables[table_id].gc_queue[rel] = 7  # ns.t's dead file, put in directly
+    live = old_file(tmp_path / "t" / rel)
+    w = worker(d, now_tm=d.tm)
+    w.raft = _Raft(d)  # type: ignore[assignment]
+    w.clock = SimpleNamespace(now=lambda: d.tm, physical_now_ms=lambda: d.tm // MS)  # type: ignore[assignment]
+    report = TableReport(
+        table=str(T), table_id=table_id, threshold_before=0, threshold=0, held_by={}
+    )
+    inc = incarnation(d.state.catalog, T, table_id)
+    asyncio.run(w._drain(inc, str(tmp_path / "t"), report))
+    assert not d.state.txns.gc_queue(table_id)
+    assert live.exists(), "GC deleted a file another table references"
