@@ -69,3 +69,17 @@ def test_a_commit_refused_for_a_gone_attempt_session_is_retryable_and_drops_it(
     assert isinstance(refused.value.cause, SessionNotFoundError)
     assert session.lost_ids == ["s-old"]
     assert b.report.commit_ts is None
+
+
+def test_an_attempt_directory_without_an_owner_never_names_one() -> None:
+    # Without a session (none could be opened) the directory is `_txn/<txn id>-<random>`; a
+    # txn id with "--" made it read as the attempt directory of a session named by its start,
+    # which is never live: the metastore refused the commit, on every retry.
+    from metastore.leases import attempt_owners
+    from spark_bridge.files import new_attempt_dir
+
+    for txn_id in ("nightly--v2:q:7", "a---b", "--x"):
+        _, rel = new_attempt_dir("/w/t", txn_id)
+        assert attempt_owners(rel.split("/")) == [], rel
+        _, rel = new_attempt_dir("/w/t", txn_id, owner="s0123")
+        assert attempt_owners(rel.split("/")) == ["s0123"], rel
