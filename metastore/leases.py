@@ -25,7 +25,9 @@ Time
 
 Commands (metastore.commands) and their results
     OpenSession       {session_id, created, ttl_ms, deadline_tm}; the same id with the same info
-                      is idempotent (and a heartbeat), with other info it is InvalidArgument.
+                      is idempotent (and a heartbeat), with other info it is InvalidArgument;
+                      the id of a session that ended (one of the last MAX_ENDED_SESSIONS_KEPT)
+                      is InvalidArgument: session ids are never reused.
     HeartbeatSession  {session_id, deadline_tm}; SessionNotFound when unknown or expired.
     CloseSession      {session_id, closed}; its leases are released. Idempotent.
     ExpireSessions    {expired: [...], skipped: [...]} (skipped: unknown, or not past the
@@ -183,6 +185,14 @@ class Sessions:
                 raise _not_found(cmd.session_id, existing)
             existing.heartbeat_tm = tm  # a re-open (a retried open) is a sign of life too
             return {**self._ack(existing), "created": False, "ttl_ms": existing.ttl_ms}
+        if any(e.session_id == cmd.session_id for e in self._ended):
+            # Its attempt directories' old files may be gone (GC's orphan scan deletes them
+            # once it is not live): alive again, it could commit them.
+            raise InvalidArgumentError(
+                f"session {cmd.session_id!r} ended; a session id is never reused: open a new "
+                "session under a fresh id",
+                details={"session_id": cmd.session_id},
+            )
         if len(self._sessions) >= limits.MAX_SESSIONS:
             raise limit_exceeded(
                 "MAX_SESSIONS", limits.MAX_SESSIONS, len(self._sessions) + 1, "open sessions"

@@ -131,6 +131,24 @@ def test_close_releases_everything_and_is_idempotent() -> None:
     assert ok(d, CloseSession(session_id="s1")) == {"session_id": "s1", "closed": False}
 
 
+def test_an_ended_session_id_is_never_opened_again() -> None:
+    """A session that ended (closed, expired and swept, or expired by an admin) must not come
+    back under its id: the orphan scan deletes the old files of its attempt directories once it
+    is not live, and a commit listing them is refused only while it is not live."""
+    d = table_driver()
+    ok(d, open_cmd("s1"))
+    ok(d, CloseSession(session_id="s1"))
+    ok(d, open_cmd("s2"))
+    d.tm += TTL_MS * MS
+    ok(d, ExpireSessions(session_ids=("s2",), reason="ttl", by="leader"))
+    ok(d, open_cmd("s3"))
+    ok(d, ExpireSessions(session_ids=("s3",), reason="admin", by="root"))
+    for session_id in ("s1", "s2", "s3"):
+        e = refused(d, open_cmd(session_id), InvalidArgumentError)
+        assert e.details["session_id"] == session_id
+    assert ok(d, open_cmd("s4"))["created"] is True
+
+
 def test_the_number_of_sessions_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(limits, "MAX_SESSIONS", 2)
     d = table_driver()
