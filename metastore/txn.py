@@ -1169,11 +1169,25 @@ class TxnLog:
         status view asking about many thresholds (one per protection) uses."""
         tl = self._log(table_id)
         forgotten = tl.forgotten_ts
-        items: list[tuple[int, int, int]] = []  # (dead from threshold, count, bytes)
-        for e in tl.files.values():
-            gone = [t for t in (e.removed_ts, forgotten) if t is not None]
-            if gone:
-                items.append((min(gone), 1, e.size_bytes))
+        # (dead from threshold, count, bytes). One comprehension, nothing built per live
+        # entry: a table holds up to a million, and this runs on the event loop (`gc status`,
+        # the end of every leader GC run); TableLog.dead_at's rule.
+        items: list[tuple[int, int, int]]
+        if forgotten is None:
+            items = [
+                (e.removed_ts, 1, e.size_bytes)
+                for e in tl.files.values()
+                if e.removed_ts is not None
+            ]
+        else:
+            items = [
+                (
+                    forgotten if e.removed_ts is None or forgotten < e.removed_ts else e.removed_ts,
+                    1,
+                    e.size_bytes,
+                )
+                for e in tl.files.values()
+            ]
         for r in tl.manifests.values():
             # TableLog.manifest_dead_at: forgotten, truncated, or every entry removed.
             dead_from = [t for t in (forgotten, r.removed_all_ts) if t is not None]
