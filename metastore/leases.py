@@ -25,7 +25,9 @@ Time
 
 Commands (metastore.commands) and their results
     OpenSession       {session_id, created, ttl_ms, deadline_tm}; the same id with the same info
-                      is idempotent (and a heartbeat), with other info it is InvalidArgument.
+                      is idempotent (and a heartbeat), with other info it is InvalidArgument;
+                      the id of a session that ended (one of the last MAX_ENDED_SESSIONS_KEPT)
+                      is InvalidArgument: session ids are never reused.
     HeartbeatSession  {session_id, deadline_tm}; SessionNotFound when unknown or expired.
     CloseSession      {session_id, closed}; its leases are released. Idempotent.
     ExpireSessions    {expired: [...], skipped: [...]} (skipped: unknown, or not past the
@@ -52,6 +54,7 @@ Invariants (check_invariants)
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from hlc.limits import LOGICAL_BITS
@@ -85,6 +88,22 @@ Result = dict[str, object]
 
 # Blocking sessions named in the error's message (all of them are in its details).
 BLOCKERS_IN_MESSAGE_MAX = 3
+
+# A writer's attempt directory is `_txn/<session id>--<attempt>/` (spark_bridge/files.py): the
+# orphan scan (metastore/daemon/gc_worker.py) leaves it alone only while that session is live,
+# and a commit may list files in it only while the session is live (`check_attempt_owners`).
+TXN_DIR = "_txn"
+SESSION_DIR_SEPARATOR = "--"
+
+
+def attempt_owners(dir_parts: Sequence[str]) -> list[str]:
+    """The session ids of the attempt directories (`_txn/<session id>--...`) among the
+    directory components `dir_parts` of a path, outermost first."""
+    owners: list[str] = []
+    for i, part in enumerate(dir_parts[:-1]):
+        if part == TXN_DIR and SESSION_DIR_SEPARATOR in dir_parts[i + 1]:
+            owners.append(dir_parts[i + 1].split(SESSION_DIR_SEPARATOR, 1)[0])
+    return owners
 
 
 @dataclass(slots=True, kw_only=True)
@@ -166,6 +185,14 @@ class Sessions:
                 raise _not_found(cmd.session_id, existing)
             existing.heartbeat_tm = tm  # a re-open (a retried open) is a sign of life too
             return {**self._ack(existing), "created": False, "ttl_ms": existing.ttl_ms}
+        if any(e.session_id == cmd.session_id for e in self._ended):
+            # Its attempt directories' old files may be gone (GC's orphan scan deletes them
+            # once it is not live): alive again, it could commit them.
+            raise InvalidArgumentError(
+                f"session {cmd.session_id!r} ended; a session id is never reused: open a new "
+                "session under a fresh id",
+                details={"session_id": cmd.session_id},
+            )
         if len(self._sessions) >= limits.MAX_SESSIONS:
             raise limit_exceeded(
                 "MAX_SESSIONS", limits.MAX_SESSIONS, len(self._sessions) + 1, "open sessions"
@@ -242,6 +269,31 @@ class Sessions:
             if self._leases.pop((key.table_id, key.version, cmd.session_id), None) is not None:
                 released += 1
         return {"session_id": cmd.session_id, "released": released}
+
+    def check_attempt_owners(self, table: TableName, paths: Sequence[str], *, tm: int) -> None:
+        """SessionNotFoundError if a path (relative to a table's location) lies in the attempt
+        directory of a session not live at `tm`. The orphan scan judges liveness at the Tm of
+        the last entry it saw applied and may delete such a directory's old files as soon as
+        its session is not live; an expired session never comes back (see Time), so a commit
+        applied later, with a later Tm, listing those files is refused here instead of
+        acknowledging files that may be gone. The writer writes them again under a live
+        session."""
+        for path in paths:
+            for owner in attempt_owners(path.split("/")[:-1]):
+                session = self._sessions.get(owner)
+                if session is not None and session.live_at(tm):
+                    continue
+                raise SessionNotFoundError(
+                    f"{table}: file {path!r} is in the attempt directory of session {owner!r}, "
+                    "which is not live (closed, expired or never opened), so GC may have "
+                    "deleted it as an orphan; write the files again under a live session",
+                    details={
+                        "session_id": owner,
+                        "table": str(table),
+                        "path": path,
+                        "reason": "attempt_session_not_live",
+                    },
+                )
 
     def forget_table(self, table_id: int) -> None:
         """A dropped incarnation takes no more commits: its leases are moot (cannot fail)."""

@@ -245,7 +245,9 @@ class MetastoreState:
         result: dict[str, object]
         effects: tuple[Effect, ...]
         if isinstance(command, CommitTxn):
-            result, deduplicated = self.txns.commit(command, tm=tm, dd=dd, catalog=self.catalog)
+            result, deduplicated = self.txns.commit(
+                command, tm=tm, dd=dd, catalog=self.catalog, sessions=self.sessions
+            )
             if not deduplicated:
                 self._observe_commit(command, result)
             return Outcome(ok=True, result=result, deduplicated=deduplicated)

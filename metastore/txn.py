@@ -51,6 +51,10 @@ Validation order (the first failing rule decides the error; a failure changes no
        path must never have been a file of this incarnation (InvalidArgument: paths are never
        reused until GC); a removed path must be a file of the table (InvalidArgument) and live
        (DataFileConflictError when an earlier commit removed it); file-entry limits.
+    6. an added path in the attempt directory of a session (`_txn/<session id>--...`) needs
+       that session live at the entry's Tm, else SessionNotFoundError (reason
+       `attempt_session_not_live`): GC's orphan scan may have deleted it
+       (metastore.leases `check_attempt_owners`).
     Then everything is written; nothing after that point can fail.
 
 Idempotency
@@ -106,7 +110,8 @@ Shapes for the daemon and the bridge
               txn_id}, SchemaVersionNotActive {table, version, ts, active_versions},
               TxnIdReused {txn_id, committed_ts}, DataFileConflict {table, path, removed_ts},
               TableNotFound {table[, table_id, current]}, NotFoundAtTimestamp {table, top,
-              active_from_tu}, InvalidArgument, LimitExceeded {limit, max, value}.
+              active_from_tu}, SessionNotFound {session_id, table, path, reason},
+              InvalidArgument, LimitExceeded {limit, max, value}.
     files     `state.files_at(t, ts)` -> FileEntry(path, size_bytes, row_count, added_ts,
               removed_ts); absolute path = `schema_at(t, ts).location + "/" + path`.
 
@@ -157,7 +162,7 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from collections import OrderedDict, deque
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, KeysView, Mapping
 from dataclasses import dataclass, replace
 from itertools import islice
 
@@ -192,6 +197,7 @@ from metastore.errors import (
     TxnIdReusedError,
     limit_exceeded,
 )
+from metastore.leases import Sessions
 from metastore.manifests import (
     DeleteEntry,
     Listing,
@@ -636,7 +642,9 @@ class TxnLog:
     # Commit
     # ----------------------------------------------------------------------------------------
 
-    def commit(self, cmd: CommitTxn, *, tm: int, dd: int, catalog: Catalog) -> tuple[Result, bool]:
+    def commit(
+        self, cmd: CommitTxn, *, tm: int, dd: int, catalog: Catalog, sessions: Sessions
+    ) -> tuple[Result, bool]:
         """Apply a validated CommitTxn at entry stamp `tm`. Returns (result, deduplicated).
         Raises a MetastoreError, having changed nothing, when a rule refuses it."""
         digest = fingerprint(msgpack.packb(writes_to_data(cmd.writes), use_bin_type=True))
@@ -652,6 +660,9 @@ class TxnLog:
             )
         ts = self._commit_ts(cmd, tm=tm, dd=dd)
         plans = self._checked_plans(cmd, ts=ts, catalog=catalog)
+        # Last, so a refusal `manifest_removal_refusal` predicts still comes first.
+        for w in cmd.writes:
+            sessions.check_attempt_owners(w.table, [f.path for f in w.add], tm=tm)
         # --- write: nothing below can fail ---
         record = self._write(cmd.txn_id, plans, ts=ts, tm=tm, digest=digest)
         if cmd.stream is not None and cmd.seq is not None:
@@ -967,6 +978,11 @@ class TxnLog:
         """Every loose entry (live and removed) in commit order: what a compactor moves."""
         return tuple(self._log(table_id).files.values())
 
+    def loose_paths(self, table_id: int) -> KeysView[str]:
+        """The paths of every loose entry (live and removed): a live view, O(1) to take and to
+        ask. It changes as entries apply: use it before the event loop runs anything else."""
+        return self._log(table_id).files.keys()
+
     def manifest_refs(self, table_id: int) -> tuple[ManifestRef, ...]:
         return tuple(self._log(table_id).manifests.values())
 
@@ -1153,11 +1169,25 @@ class TxnLog:
         status view asking about many thresholds (one per protection) uses."""
         tl = self._log(table_id)
         forgotten = tl.forgotten_ts
-        items: list[tuple[int, int, int]] = []  # (dead from threshold, count, bytes)
-        for e in tl.files.values():
-            gone = [t for t in (e.removed_ts, forgotten) if t is not None]
-            if gone:
-                items.append((min(gone), 1, e.size_bytes))
+        # (dead from threshold, count, bytes). One comprehension, nothing built per live
+        # entry: a table holds up to a million, and this runs on the event loop (`gc status`,
+        # the end of every leader GC run); TableLog.dead_at's rule.
+        items: list[tuple[int, int, int]]
+        if forgotten is None:
+            items = [
+                (e.removed_ts, 1, e.size_bytes)
+                for e in tl.files.values()
+                if e.removed_ts is not None
+            ]
+        else:
+            items = [
+                (
+                    forgotten if e.removed_ts is None or forgotten < e.removed_ts else e.removed_ts,
+                    1,
+                    e.size_bytes,
+                )
+                for e in tl.files.values()
+            ]
         for r in tl.manifests.values():
             # TableLog.manifest_dead_at: forgotten, truncated, or every entry removed.
             dead_from = [t for t in (forgotten, r.removed_all_ts) if t is not None]
@@ -1235,6 +1265,22 @@ class TxnLog:
             if queued is not None or dead is not None:
                 done += 1
         return done
+
+    def references(
+        self, table_id: int
+    ) -> tuple[str, set[str], tuple[ManifestRef, ...], tuple[ManifestRef, ...]]:
+        """(location, every path (relative) the incarnation still references or has queued for
+        deletion, its live manifests, its dead manifests GC has yet to expand): what an orphan
+        scan must never touch, as a copy taken at once. A path stays in the paths of its table
+        until GC deletes it (a loose entry moves to the GC queue or into a manifest, a replaced
+        manifest file to `retired`, a dead manifest to `gc_manifests`)."""
+        tl = self._log(table_id)
+        paths = set(tl.files)
+        paths.update(tl.gc_queue)
+        paths.update(r.path for r in tl.manifests.values())
+        paths.update(tl.retired)
+        paths.update(tl.gc_manifests)
+        return tl.location, paths, tuple(tl.manifests.values()), tuple(tl.gc_manifests.values())
 
     def referenced_paths(self) -> dict[str, set[str]]:
         """location -> every path (relative) a registered incarnation there still references or

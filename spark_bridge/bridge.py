@@ -947,6 +947,7 @@ class BatchContext:
             BatchAlreadyCommittedError,
             MetastoreError,
             RequestTimeoutError,
+            SessionNotFoundError,
             TxnIdReusedError,
             UnavailableError,
         )
@@ -982,6 +983,26 @@ class BatchContext:
                     raise
                 self.report.commit_ts = committed_ts
                 self.report.deduplicated = True
+            elif (
+                isinstance(exc.cause, SessionNotFoundError)
+                and exc.cause.details.get("reason") == "attempt_session_not_live"
+            ):
+                # The files were written under a session that ended before the commit (the
+                # driver paused past its TTL, say): GC may have deleted them as orphans, so the
+                # metastore refused them. Give that session up (if it is still the current one)
+                # so the next run writes under a live session, and run the batch again.
+                gone = exc.cause.details.get("session_id")
+                if self.bridge.session is not None and isinstance(gone, str):
+                    try:
+                        self.bridge.session.lost(gone)
+                    except MetastoreError as reopen:  # the next batch's pin opens one
+                        log.warning("reopening the metastore session failed: %s", reopen)
+                raise BatchError(
+                    f"{exc}; the batch must be run again (its files are written again under a "
+                    "live session)",
+                    retryable=True,
+                    cause=exc.cause,
+                ) from exc
             else:
                 raise
         if self.report.commit_ts is not None:

@@ -40,6 +40,10 @@ def new_attempt_dir(location: str, txn_id: str, *, owner: str = "") -> tuple[str
     writer's metastore session id) the directory is `_txn/<owner>--<txn>-<random>`: GC never
     deletes it as an orphan while that session lives, however long the batch runs."""
     safe = "".join(ch if ch.isalnum() or ch in "-_" else "_" for ch in txn_id)[:80]
+    # "--" separates an owner from the rest: without one, a txn id's "--" would name a session
+    # that is never live (GC's orphan scan, and the metastore refuses the commit).
+    while "--" in safe:
+        safe = safe.replace("--", "-_")
     rel = f"{TXN_DIR}/{safe}-{uuid.uuid4().hex[:12]}"
     if owner and all(ch.isalnum() or ch in "-_" for ch in owner) and "--" not in owner:
         rel = f"{TXN_DIR}/{owner}--{safe}-{uuid.uuid4().hex[:12]}"

@@ -19,7 +19,9 @@ given up on would block schema changes until the application ends.
 Nothing here is needed for safety: the commit rule (the version must be one of the two latest
 active at the commit ts) is checked by the state machine whatever the leases. A lost session
 (expired during a long GC pause, say) is reopened under a new id; batches that were running lose
-their protection and may be refused at commit, which `foreach_batch` retries.
+their protection and may be refused at commit, which `foreach_batch` retries. A batch that wrote
+files under the lost session is always refused at commit (GC may have deleted them as orphans:
+metastore.leases `check_attempt_owners`), with a retryable error: it writes them again.
 """
 
 from __future__ import annotations

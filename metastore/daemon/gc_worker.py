@@ -20,9 +20,13 @@ the state machine checks again when it applies it (metastore/gc.py):
    and may commit the old files; a file removed, folded into a manifest and committed again
    is both in a dead manifest and live.)
 4. Orphans: files under a table's location that no incarnation references or has queued, older
-   than `gc_orphan_grace_ms` (by mtime) and not in the attempt directory of a live session
-   (`_txn/<session id>--...`, see spark_bridge/files.py). They never were in the state, so they
-   are deleted directly. Local warehouses only: a URI location is skipped and reported.
+   than `gc_orphan_grace_ms` (by mtime) and not in the attempt directory of a session live at
+   the last applied entry (`_txn/<session id>--...`, see spark_bridge/files.py). They never
+   were in the state, so they are deleted directly. A commit applied later lists files of a
+   session's attempt directory only while that session lives (metastore.leases
+   `check_attempt_owners`), and a session not live never lives again, so no file the scan
+   judged an orphan there gets committed. Local warehouses only: a URI location is skipped
+   and reported.
 
 Deletions are rate-limited (`gc_delete_files_per_s`) and run in a worker thread. Records past
 their max age, or whose owner session has been gone for PROTECTION_OWNER_GRACE_MS, are released
@@ -36,7 +40,7 @@ import contextlib
 import logging
 import os
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Any
@@ -62,6 +66,7 @@ from metastore.errors import (
     UnavailableError,
 )
 from metastore.gc import ThresholdBound, incarnation, ttl_ms_of
+from metastore.leases import TXN_DIR, attempt_owners
 from metastore.manifests import ManifestRef
 from metastore.outcome import Outcome
 from metastore.state import MetastoreState
@@ -70,8 +75,6 @@ from raft.node import RaftNode
 
 log = logging.getLogger("metastore.gc")
 
-TXN_DIR = "_txn"
-SESSION_DIR_SEPARATOR = "--"
 # Queued paths deleted (and then reported) per GcFilesDeleted entry.
 DELETE_CHUNK_FILES = 1_000
 # AdvanceGcThreshold steps per table per run: GC_PURGE_FILES_MAX files each, so a run frees up to
@@ -303,15 +306,18 @@ class GcWorker:
         """Path keys (`_path_key`) that registered incarnations at a location equal to, inside
         or around that of `table_id` (itself included) reference through a file entry or a live
         manifest: GC of `table_id` must leave those files on disk. None when one of those
-        manifests cannot be read (its list cannot be trusted: nothing is deleted now)."""
+        manifests cannot be read (its list cannot be trusted: nothing is deleted now). Holds
+        live views of the state's file entries: use it before the next await."""
         for _ in range(3):
             # Taken again after reading manifests: what commits applied meanwhile is in it.
-            paths, refs = _referenced_near(self.sm.state, table_id)
+            loose, paths, refs = _referenced_near(self.sm.state, table_id)
             missing = [(loc, ref) for loc, ref in refs if (loc, ref.sha256) not in self._listed]
             if not missing:
                 # No union: a table's manifests can list a million entries, and this runs on
                 # the event loop for every deletion chunk.
-                return _Referenced((paths, *(self._listed[(loc, r.sha256)] for loc, r in refs)))
+                return _Referenced(
+                    (paths, *(self._listed[(loc, r.sha256)] for loc, r in refs)), loose
+                )
             listed = await asyncio.to_thread(_listed_paths, missing)
             if listed is None:
                 return None
@@ -378,12 +384,14 @@ class GcWorker:
     async def _orphans(self, reports: list[TableReport], *, dry_run: bool) -> list[str]:
         """Delete unreferenced files older than the grace period under each location GC'd."""
         state = self.sm.state
-        referenced = _referenced(state)
-        # Taken at the same instant as `referenced`: an entry a compaction moves into a
-        # manifest later was loose (so referenced) now.
-        manifests = _manifests_by_location(state)
-        now_tm = self.clock.now()
-        live_sessions = {s.session_id for s in state.sessions.sessions() if s.live_at(now_tm)}
+        # Live at the last applied entry, not at the clock: a commit stamped while its session
+        # lived may still be on its way through the log (its Tm is below the clock, above
+        # last_tm). Once a session is not live here, no commit applied later may list files
+        # in its attempt directories (Sessions.check_attempt_owners): it never lives again.
+        live_sessions = {
+            s.session_id for s in state.sessions.sessions() if s.live_at(state.last_tm)
+        }
+        referenced, manifests = await _references(state)
         cutoff_s = time.time() - self.orphan_grace_ms / 1000
         skipped: list[str] = []
         by_location: dict[str, TableReport] = {}
@@ -396,13 +404,13 @@ class GcWorker:
                 continue
             in_manifests: set[str] = set()
             # Files listed only in manifest files (metastore.manifests) are referenced although
-            # the state does not list them: read every manifest of every location the scan
-            # walks (this one and any inside it: a table may live inside a dropped table's
-            # directory) first, and skip the location if one cannot be read (its list cannot
-            # be trusted).
+            # the state does not list them: read every manifest of every location whose files
+            # the scan may walk (this one, any inside it and any around it: a table may live
+            # inside a dropped table's directory; `/w/t` and `file:///w/t` are one directory)
+            # first, and skip the location if one cannot be read (its list cannot be trusted).
             trusted = True
             for inner, refs in manifests.items():
-                if not location_contains(location, inner):
+                if not _overlap(location, inner):
                     continue
                 listed = await asyncio.to_thread(_manifest_paths, inner, refs)
                 if listed is None:
@@ -482,7 +490,7 @@ def _delete_absolute(paths: Iterable[str]) -> None:
 
 def _scan_orphans(
     root: str,
-    referenced: set[str],
+    referenced: Mapping[str, list[AbstractSet[str]]],
     cutoff_s: float,
     live_sessions: set[str],
     in_manifests: set[str] | frozenset[str] = frozenset(),
@@ -500,7 +508,7 @@ def _scan_orphans(
             if seen > ORPHAN_SCAN_FILES_MAX:
                 return found
             path = os.path.normpath(f"{dirpath}/{name}")
-            if path in referenced or path in in_manifests:
+            if path in in_manifests or _is_referenced(path, referenced):
                 continue
             try:
                 st = os.stat(path)
@@ -511,62 +519,120 @@ def _scan_orphans(
     return found
 
 
-def _referenced(state: MetastoreState) -> set[str]:
-    """Absolute local paths every incarnation references or has queued for deletion."""
-    referenced: set[str] = set()
-    for location, paths in state.txns.referenced_paths().items():
-        root = _local_root(location)
-        referenced.update(os.path.normpath(f"{root}/{p}") for p in paths)
-    return referenced
+async def _references(
+    state: MetastoreState,
+) -> tuple[dict[str, list[AbstractSet[str]]], dict[str, list[tuple[ManifestRef, bool]]]]:
+    """(local root -> the sets of paths, relative to it, that incarnations there reference or
+    have queued for deletion; location -> every manifest whose entries are still referenced
+    there: the live ones and the dead ones GC has yet to expand, whose files go through
+    `_drain_manifests`, after the read fence, never as orphans).
+
+    Taken table by table, each table's at one instant (a copy of its own sets: no per-path
+    work), yielding to the event loop in between: a state of millions of entries taken at
+    once stalls the loop for seconds, past the election timeout. Still a superset of what is
+    referenced when the walk starts: until GC deletes it, a path a table references stays in
+    one of that table's sets (a loose entry moves to the GC queue or into a manifest of the
+    table, a replaced manifest file into `retired`, a dead manifest into `gc_manifests`), so
+    wherever it sits when its table's turn comes, it is taken. What commits add during the
+    walk may be missed: such files are young, or in the attempt directory of a session that
+    the caller judged live before the walk (then skipped), or refused at commit."""
+    referenced: dict[str, list[AbstractSet[str]]] = {}
+    manifests: dict[str, list[tuple[ManifestRef, bool]]] = {}
+    for n, table_id in enumerate(state.txns.table_ids()):
+        if n:
+            await asyncio.sleep(0)
+        location, paths, live, dead = state.txns.references(table_id)
+        referenced.setdefault(_local_root(location), []).append(paths)
+        refs = [(r, False) for r in live] + [(r, True) for r in dead]
+        if refs:
+            manifests.setdefault(location, []).extend(refs)
+    return referenced, manifests
+
+
+def _is_referenced(path: str, referenced: Mapping[str, list[AbstractSet[str]]]) -> bool:
+    """Whether some set of `referenced` (`_references`) holds the normalised absolute `path`,
+    relative to its root: the roots looked up are `path`'s ancestors (a table may live inside
+    another's directory)."""
+    parent = path
+    while True:
+        parent, sep, _ = parent.rpartition("/")
+        if not sep:
+            return False
+        sets = referenced.get(parent or "/")
+        if sets is not None:
+            rel = path[len(parent) + 1 :]
+            if any(rel in paths for paths in sets):
+                return True
+        if not parent:
+            return False
 
 
 @dataclass(frozen=True, slots=True)
 class _Referenced:
-    """Path keys still referenced (`GcWorker._still_referenced`), as the sets they come in."""
+    """Path keys still referenced (`GcWorker._still_referenced`), as the sets they come in:
+    `sets` of path keys, and `loose`: root (`_key_root`) -> sets of paths relative to it."""
 
     sets: tuple[AbstractSet[str], ...]
+    loose: Mapping[str, list[AbstractSet[str]]]
 
     def __contains__(self, key: object) -> bool:
-        return any(key in s for s in self.sets)
+        return any(key in s for s in self.sets) or (
+            isinstance(key, str) and _is_referenced(key, self.loose)
+        )
 
 
 def _path_key(location: str, rel: str) -> str:
     """A file's identity whatever incarnation lists it: its absolute path (normalised when
     local), so incarnations at nested locations compare too."""
+    key = f"{_key_root(location)}/{rel}"
+    return os.path.normpath(key) if _is_local(location) else key
+
+
+def _is_local(location: str) -> bool:
+    return "://" not in location or location.startswith("file://")
+
+
+def _key_root(location: str) -> str:
+    """The prefix of the path keys (`_path_key`) of a location's files."""
     root = location.rstrip("/")
-    if "://" in root and not root.startswith("file://"):
-        return f"{root}/{rel}"
-    return os.path.normpath(f"{_local_root(root)}/{rel}")
+    return _local_root(root) if _is_local(root) else root
+
+
+def _overlap(a: str, b: str) -> bool:
+    """Whether the directories two locations name are one, or one is inside the other: by
+    their key roots, so `/w/t` and `file:///w/t` overlap (their texts do not)."""
+    ra, rb = _key_root(a), _key_root(b)
+    return location_contains(ra, rb) or location_contains(rb, ra)
 
 
 def _referenced_near(
     state: MetastoreState, table_id: int
-) -> tuple[set[str], list[tuple[str, ManifestRef]]]:
+) -> tuple[dict[str, list[AbstractSet[str]]], set[str], list[tuple[str, ManifestRef]]]:
     """What registered incarnations at a location equal to, inside or around that of
-    `table_id` (itself included) reference: the path keys of their file entries (live or kept
-    for time travel) and live manifest files, and those manifests (whose entries the caller
-    reads). Not what is queued for deletion (the GC queue, dead and replaced manifests). Read
-    on the event loop: the state is not to be walked from a thread."""
+    `table_id` (itself included) reference: their file entries (live or kept for time
+    travel), as root (`_key_root`) -> live views of their paths (no per-entry work: a table
+    can hold a million, and this runs on the event loop before every deletion chunk), the path
+    keys of their live manifest files, and those manifests (whose entries the caller reads).
+    Not what is queued for deletion (the GC queue, dead and replaced manifests). Read on the
+    event loop: the state is not to be walked from a thread."""
     txns = state.txns
     location = txns.table_location(table_id)[1]
+    loose: dict[str, list[AbstractSet[str]]] = {}
     paths: set[str] = set()
     refs: list[tuple[str, ManifestRef]] = []
     if not location:
-        return paths, refs
+        return loose, paths, refs
     for other in txns.table_ids():
         other_location = txns.table_location(other)[1]
         if not other_location:
             continue
-        if not (
-            location_contains(location, other_location)
-            or location_contains(other_location, location)
-        ):
+        if not _overlap(location, other_location):
             continue
-        paths.update(_path_key(other_location, e.path) for e in txns.loose_entries(other))
+        loose.setdefault(_key_root(other_location), []).append(txns.loose_paths(other))
         for ref in txns.manifest_refs(other):
             paths.add(_path_key(other_location, ref.path))
             refs.append((other_location, ref))
-    return paths, refs
+    return loose, paths, refs
 
 
 def _listed_paths(
@@ -587,20 +653,6 @@ def _listed_paths(
             )
             return None
         out[(location, ref.sha256)] = frozenset(_path_key(location, e.path) for e in entries)
-    return out
-
-
-def _manifests_by_location(state: MetastoreState) -> dict[str, list[tuple[ManifestRef, bool]]]:
-    """location -> every manifest whose entries are still referenced there: the live ones and
-    the dead ones GC has yet to expand (their files go through `_drain_manifests`, after the
-    read fence, never as orphans). A retired manifest's entries live on in its replacements."""
-    out: dict[str, list[tuple[ManifestRef, bool]]] = {}
-    txns = state.txns
-    for table_id in txns.table_ids():
-        refs = [(r, False) for r in txns.manifest_refs(table_id)]
-        refs += [(r, True) for r in txns.gc_manifests(table_id).values()]
-        if refs:
-            out.setdefault(txns.table_location(table_id)[1], []).extend(refs)
     return out
 
 
@@ -629,12 +681,7 @@ def _manifest_paths(location: str, refs: list[tuple[ManifestRef, bool]]) -> set[
 
 def _live_attempt(parts: list[str], live_sessions: set[str]) -> bool:
     """`.../_txn/<session id>--<attempt>/...` of a live session."""
-    for i, part in enumerate(parts[:-1]):
-        if part == TXN_DIR and SESSION_DIR_SEPARATOR in parts[i + 1]:
-            owner = parts[i + 1].split(SESSION_DIR_SEPARATOR, 1)[0]
-            if owner in live_sessions:
-                return True
-    return False
+    return any(owner in live_sessions for owner in attempt_owners(parts))
 
 
 def _local_root(location: str) -> str:

@@ -18,6 +18,8 @@ from metastore.commands import (
     AcquireLeases,
     CloseSession,
     Command,
+    CommitTxn,
+    DataFile,
     ExpireSessions,
     HeartbeatSession,
     LeaseKey,
@@ -25,6 +27,7 @@ from metastore.commands import (
     ReleaseLeases,
     SessionInfo,
     TableName,
+    TableWrite,
     decode_command,
     encode_command,
     validate_command,
@@ -41,7 +44,7 @@ from metastore.errors import (
     SessionNotFoundError,
 )
 from metastore.state import MetastoreState
-from tests.metastore._driver import MS, Driver, ok, refused
+from tests.metastore._driver import DD_MS, MS, Driver, ok, refused
 from tests.metastore._support import DETERMINISTIC
 
 T = TableName.of("ns", "t")
@@ -128,6 +131,24 @@ def test_close_releases_everything_and_is_idempotent() -> None:
     assert ok(d, CloseSession(session_id="s1")) == {"session_id": "s1", "closed": False}
 
 
+def test_an_ended_session_id_is_never_opened_again() -> None:
+    """A session that ended (closed, expired and swept, or expired by an admin) must not come
+    back under its id: the orphan scan deletes the old files of its attempt directories once it
+    is not live, and a commit listing them is refused only while it is not live."""
+    d = table_driver()
+    ok(d, open_cmd("s1"))
+    ok(d, CloseSession(session_id="s1"))
+    ok(d, open_cmd("s2"))
+    d.tm += TTL_MS * MS
+    ok(d, ExpireSessions(session_ids=("s2",), reason="ttl", by="leader"))
+    ok(d, open_cmd("s3"))
+    ok(d, ExpireSessions(session_ids=("s3",), reason="admin", by="root"))
+    for session_id in ("s1", "s2", "s3"):
+        e = refused(d, open_cmd(session_id), InvalidArgumentError)
+        assert e.details["session_id"] == session_id
+    assert ok(d, open_cmd("s4"))["created"] is True
+
+
 def test_the_number_of_sessions_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(limits, "MAX_SESSIONS", 2)
     d = table_driver()
@@ -135,6 +156,53 @@ def test_the_number_of_sessions_is_bounded(monkeypatch: pytest.MonkeyPatch) -> N
     ok(d, open_cmd("b"))
     e = refused(d, open_cmd("c"), LimitExceededError)
     assert e.details["limit"] == "MAX_SESSIONS"
+
+
+def attempt_commit(d: Driver, txn: str, *paths: str) -> CommitTxn:
+    return CommitTxn(
+        txn_id=txn,
+        writes=(
+            TableWrite(
+                table=T,
+                schema_version=d.state.current(T).version,
+                add=tuple(DataFile(path=p, size_bytes=10, row_count=1) for p in paths),
+            ),
+        ),
+    )
+
+
+def test_a_commit_of_files_in_the_attempt_directory_of_a_session_not_live_is_refused() -> None:
+    """The orphan scan deletes old files in the attempt directory (`_txn/<session>--...`) of a
+    session that is not live (gc_worker). A commit listing such files after that would make an
+    acknowledged commit whose files are gone: apply refuses it, changing nothing."""
+    d = table_driver()
+    d.tm += 2 * DD_MS * MS  # the table's first version is active
+    ok(d, open_cmd("s1"))
+    ok(d, open_cmd("s2", ttl_ms=100 * TTL_MS))
+    ok(d, open_cmd("s3"))
+    live = "_txn/s1--q_1_7-0123456789ab/part-0.parquet"
+    done = ok(d, attempt_commit(d, "t1", live, "_txn/append-0123/part-0.parquet", "part-9.parquet"))
+    ok(d, HeartbeatSession(session_id="s1"))
+    ok(d, CloseSession(session_id="s3"))
+    # s1 misses its deadline (expired, not swept yet); s3 closed; "ghost" never existed.
+    d.tm += TTL_MS * MS
+    for owner, path in [
+        ("s1", "_txn/s1--q_1_8-0123456789ab/part-0.parquet"),
+        ("s3", "_txn/s3--q_1_8-0123456789ab/part-0.parquet"),
+        ("ghost", "_txn/ghost--q_1_8-0123456789ab/part-0.parquet"),
+        ("s1", "sub/_txn/s1--q_1_8-0123456789ab/part-0.parquet"),
+    ]:
+        ok_path = "_txn/s2--q_1_8-0123456789ab/part-1.parquet"
+        e = refused(d, attempt_commit(d, "t2", ok_path, path), SessionNotFoundError)
+        assert (e.details["session_id"], e.details["path"]) == (owner, path)
+        assert e.details["table"] == str(T)
+    # A live session's files commit; the retry of a commit that got in before the expiry is
+    # still answered as committed.
+    ok(d, attempt_commit(d, "t3", "_txn/s2--q_1_9-0123456789ab/part-0.parquet"))
+    again = ok(
+        d, attempt_commit(d, "t1", live, "_txn/append-0123/part-0.parquet", "part-9.parquet")
+    )
+    assert again["deduplicated"] is True and again["ts"] == done["ts"]
 
 
 # --------------------------------------------------------------------------------------------
