@@ -610,3 +610,58 @@ def test_alter_column_type_keeps_varchar_and_char_lengths(sql: str, expected: st
     [change] = cmd.changes
     assert isinstance(change, AlterColumnType)
     assert change.new_type.to_sql() == expected
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "ALTER TABLE ns.t ADD COLUMN n DATE NOT NULL DEFAULT 'abc'",
+        "ALTER TABLE ns.t ADD COLUMN n DATE NOT NULL DEFAULT DATE 'abc'",
+        "ALTER TABLE ns.t ADD COLUMN n DATE NOT NULL DEFAULT '2023-02-29'",
+        "ALTER TABLE ns.t ADD COLUMN n DATE NOT NULL DEFAULT 5",
+        "ALTER TABLE ns.t ADD COLUMN n TIMESTAMP NOT NULL DEFAULT 'garbage'",
+        "ALTER TABLE ns.t ADD COLUMN n TIMESTAMP NOT NULL DEFAULT TIMESTAMP '2024-13-01 00:00Z'",
+        "ALTER TABLE ns.t ADD COLUMN n TIMESTAMP_NTZ NOT NULL DEFAULT '2024-01-01 25:00:00'",
+        "ALTER TABLE ns.t ADD COLUMN n DECIMAL(3,1) NOT NULL DEFAULT 12345.6",
+        "ALTER TABLE ns.t ADD COLUMN n DECIMAL(3,1) NOT NULL DEFAULT -99.96",
+        "ALTER TABLE ns.t ADD COLUMN n DECIMAL(3,1) NOT NULL DEFAULT '12345.6'",
+        "ALTER TABLE ns.t ADD COLUMN n INT NOT NULL DEFAULT 3000000000",
+        "ALTER TABLE ns.t ADD COLUMN n TINYINT NOT NULL DEFAULT -129",
+        "ALTER TABLE ns.t ADD COLUMN n BIGINT NOT NULL DEFAULT CAST('x' AS BIGINT)",
+        "ALTER TABLE ns.t ADD COLUMN n VARCHAR(3) NOT NULL DEFAULT 'abcd'",
+        "ALTER TABLE ns.t ADD COLUMN n DATE DEFAULT 'abc' NOT NULL FIRST",  # the hand parser
+        "CREATE TABLE ns.t (a INT, d DATE NOT NULL DEFAULT 'abc')",
+    ],
+)
+def test_a_not_null_default_that_is_no_value_of_a_date_time_or_sized_type_is_refused(
+    sql: str,
+) -> None:
+    """Only numbers and booleans were checked (and loosely: an INT out of range passed). A
+    DATE/TIMESTAMP column with a garbage string, an overflowing DECIMAL or INT, or a too long
+    VARCHAR was accepted: every writer filling the column (CAST(default AS type)) then failed
+    under ANSI or wrote NULL into a NOT NULL column, and an ADD COLUMN job's write-only step
+    broke every writer of the table."""
+    with pytest.raises(InvalidArgumentError, match="DEFAULT"):
+        parse_ddl(sql)
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "ALTER TABLE ns.t ADD COLUMN n DATE NOT NULL DEFAULT '2024-02-29'",
+        "ALTER TABLE ns.t ADD COLUMN n DATE NOT NULL DEFAULT DATE '2024-1-5'",
+        "ALTER TABLE ns.t ADD COLUMN n TIMESTAMP NOT NULL DEFAULT TIMESTAMP '2024-01-01 00:00:00Z'",
+        "ALTER TABLE ns.t ADD COLUMN n TIMESTAMP NOT NULL DEFAULT '2024-01-01T08:30:00.5+05:30'",
+        "ALTER TABLE ns.t ADD COLUMN n TIMESTAMP_NTZ NOT NULL DEFAULT '2024-01-01 10:00:00'",
+        "ALTER TABLE ns.t ADD COLUMN n TIMESTAMP_NTZ NOT NULL DEFAULT TIMESTAMP_NTZ '2024-01-01'",
+        "ALTER TABLE ns.t ADD COLUMN n DECIMAL(3,1) NOT NULL DEFAULT 99.94",
+        "ALTER TABLE ns.t ADD COLUMN n DECIMAL(3,1) NOT NULL DEFAULT -12",
+        "ALTER TABLE ns.t ADD COLUMN n INT NOT NULL DEFAULT -2147483648",
+        "ALTER TABLE ns.t ADD COLUMN n TINYINT NOT NULL DEFAULT 5L",
+        "ALTER TABLE ns.t ADD COLUMN n VARCHAR(3) NOT NULL DEFAULT 'abc'",
+        "ALTER TABLE ns.t ADD COLUMN n DOUBLE NOT NULL DEFAULT 1e300",
+        "ALTER TABLE ns.t ADD COLUMN n TIMESTAMP DEFAULT current_timestamp()",
+    ],
+)
+def test_defaults_that_are_values_of_date_time_and_sized_types_parse(sql: str) -> None:
+    parse_ddl(sql)

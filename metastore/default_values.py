@@ -1,0 +1,258 @@
+"""DDL-time checks of a column's DEFAULT value (called by `metastore.ddl.parse_ddl`).
+
+Writers fill a column they do not write with CAST(default AS type) (`spark_bridge.conform`,
+`spark_bridge.datasource`), and readers fill it for files written before the column existed
+(`metastore.client.defaults`, Spark's EXISTS_DEFAULT). A NOT NULL column whose default is no
+value of its type (a DATE column with DEFAULT 'abc', a DECIMAL(3,1) with 12345.6, an INT with
+3000000000) therefore breaks every such write (NULL in a NOT NULL column, or an ANSI cast error),
+and an ADD COLUMN job's write-only step breaks every writer of the table. So a default that is a
+literal under parentheses, casts and a sign is followed through each cast to the column's type
+here, with Spark's cast rules, and refused when it is certainly no value. Anything this does not
+model (functions, arithmetic, casts between types it does not follow) is left to Spark.
+
+Checked on the receiving node, not in apply: entries already in a log keep applying as they did.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
+from typing import Final
+
+import sqlglot
+from sqlglot import exp
+
+from metastore.errors import InvalidArgumentError
+from metastore.schema import Column
+from metastore.types import (
+    BIGINT,
+    BINARY,
+    BOOLEAN,
+    DATE,
+    DOUBLE,
+    FLOAT,
+    INT,
+    SMALLINT,
+    STRING,
+    TIMESTAMP,
+    TIMESTAMP_NTZ,
+    TINYINT,
+    CharType,
+    DataType,
+    DecimalType,
+    PrimitiveType,
+    VarcharType,
+)
+
+_INT_RANGES: Final = {
+    TINYINT: (-(2**7), 2**7 - 1),
+    SMALLINT: (-(2**15), 2**15 - 1),
+    INT: (-(2**31), 2**31 - 1),
+    BIGINT: (-(2**63), 2**63 - 1),
+}
+# What Spark casts to a boolean (trimmed, case-insensitive); anything else is NULL.
+_BOOLEAN_STRINGS: Final = frozenset({"t", "true", "y", "yes", "1", "f", "false", "n", "no", "0"})
+# Spark's date and timestamp strings: [+-]yyyy[-[m]m[-[d]d]], then for a timestamp an optional
+# ' ' or 'T' and [h]h[:[m]m[:[s]s[.fraction]]], then an optional zone.
+_DATE_RE: Final = re.compile(r"([+-]?\d{4,6})(?:-(\d{1,2})(?:-(\d{1,2}))?)?")
+_TIME_RE: Final = re.compile(r"[ T](\d{1,2})(?::(\d{1,2})(?::(\d{1,2})(?:\.\d{0,9})?)?)?")
+
+# Kinds of value followed through the casts.
+_STRING: Final = "string"
+_NUMBER: Final = "number"
+_BOOL: Final = "boolean"
+_DATE: Final = "date"
+_TS: Final = "timestamp"
+_NTZ: Final = "timestamp_ntz"
+_OTHER: Final = "other"
+
+
+@dataclass(frozen=True, slots=True)
+class _Value:
+    kind: str
+    text: str | None = None  # a string's text, when known
+    number: Decimal | None = None  # a number's value, when known
+
+
+class _NoValue(Exception):
+    """The default is certainly no value of the type it is cast to."""
+
+
+def check_default(column: Column, *, cast_type: Callable[[exp.DataType], DataType | None]) -> None:
+    """Refuse (InvalidArgumentError) a NOT NULL column whose DEFAULT is NULL or certainly no
+    value of the column's type. `cast_type` reads a CAST's target type (None: unsupported)."""
+    if column.default_sql is None or column.nullable:
+        return
+    try:
+        node: object = sqlglot.parse_one(column.default_sql, read="spark")
+    except Exception:  # noqa: BLE001  (canonical text we rendered; see ddl._sqlglot_parse)
+        return
+    found = _literal_and_casts(node, cast_type)
+    if found is None:
+        return
+    value, targets = found
+    if value is None:
+        raise InvalidArgumentError(
+            f"column {column.name} is NOT NULL but its DEFAULT is NULL",
+            details={"column": column.name, "default": column.default_sql},
+        )
+    try:
+        for target in (*targets, column.type):
+            if target is None:
+                return  # a type not followed: left to Spark
+            next_value = _cast(value, target)
+            if next_value is None:
+                return
+            value = next_value
+    except _NoValue as exc:
+        raise InvalidArgumentError(
+            f"column {column.name} is NOT NULL but its DEFAULT {column.default_sql} is no "
+            f"{column.type.to_sql()} value ({exc}): every write filling it would fail",
+            details={"column": column.name, "default": column.default_sql},
+        ) from None
+
+
+def _literal_and_casts(
+    node: object, cast_type: Callable[[exp.DataType], DataType | None]
+) -> tuple[_Value | None, list[DataType | None]] | None:
+    """A default that is a literal under parentheses, casts and a sign: the literal (None for
+    NULL) and the cast targets from the innermost out (None: a type not followed). None when
+    the default is anything else."""
+    casts: list[DataType | None] = []
+    negative = False
+    while True:
+        match node:
+            case exp.Paren():
+                node = node.this
+            case exp.Cast() | exp.TryCast():
+                casts.append(cast_type(node.to))
+                node = node.this
+            case exp.Neg() if not negative:
+                negative = True
+                node = node.this
+            case _:
+                break
+    casts.reverse()
+    match node:
+        case exp.Null():
+            return None, casts
+        case exp.Literal(is_string=True) if not negative:
+            return _Value(_STRING, text=str(node.this)), casts
+        case exp.Literal():
+            try:
+                number = Decimal(str(node.this))
+            except InvalidOperation:
+                return None
+            return _Value(_NUMBER, number=-number if negative else number), casts
+        case exp.Boolean() if not negative:
+            return _Value(_BOOL), casts
+    return None
+
+
+def _decimal(text: str) -> Decimal:
+    try:
+        return Decimal(text.strip())
+    except InvalidOperation:
+        raise _NoValue(f"{text!r} is no number") from None
+
+
+def _cast(value: _Value, target: DataType) -> _Value | None:
+    """`value` cast to `target` as Spark casts, or None when not followed. Raises _NoValue."""
+    if isinstance(target, PrimitiveType) and target in _INT_RANGES:
+        return _to_integer(value, target)
+    if target in (FLOAT, DOUBLE):
+        if value.kind == _STRING and value.text is not None:
+            _decimal(value.text)  # Decimal reads 'NaN', 'inf', 'Infinity' too, as Spark does
+        return _Value(_NUMBER) if value.kind in (_STRING, _NUMBER, _BOOL) else None
+    if isinstance(target, DecimalType):
+        return _to_decimal(value, target)
+    if target == BOOLEAN:
+        text = value.text if value.kind == _STRING else None
+        if text is not None and text.strip().lower() not in _BOOLEAN_STRINGS:
+            raise _NoValue(f"{value.text!r} is no boolean")
+        return _Value(_BOOL) if value.kind in (_STRING, _NUMBER, _BOOL) else None
+    if target in (STRING, BINARY) or isinstance(target, VarcharType | CharType):
+        text = value.text if value.kind == _STRING else None
+        sized = target if isinstance(target, VarcharType | CharType) else None
+        if sized is not None and text is not None and len(text.rstrip(" ")) > sized.length:
+            raise _NoValue(f"longer than {sized.length} characters")
+        return _Value(_STRING if target != BINARY else _OTHER, text=text)
+    if target == DATE:
+        if value.kind == _STRING and value.text is not None:
+            _parse_date_time(value.text, date_only=True)
+        elif value.kind in (_NUMBER, _BOOL):
+            raise _NoValue(f"a {value.kind} does not cast to a DATE")
+        return _Value(_DATE) if value.kind in (_STRING, _DATE, _TS, _NTZ) else None
+    if target in (TIMESTAMP, TIMESTAMP_NTZ):
+        kind = _TS if target == TIMESTAMP else _NTZ
+        if value.kind == _STRING and value.text is not None:
+            _parse_date_time(value.text, date_only=False)
+        elif value.kind == _BOOL or (value.kind == _NUMBER and kind == _NTZ):
+            raise _NoValue(f"a {value.kind} does not cast to {target.to_sql()}")
+        return _Value(kind) if value.kind in (_STRING, _NUMBER, _DATE, _TS, _NTZ) else None
+    return None
+
+
+def _to_integer(value: _Value, target: PrimitiveType) -> _Value | None:
+    number = value.number
+    if value.kind == _STRING and value.text is not None:
+        number = _decimal(value.text)
+    if number is not None:
+        if not number.is_finite():
+            raise _NoValue(f"{number} is no integer")
+        low, high = _INT_RANGES[target]
+        whole = int(number)  # Spark truncates the fraction
+        if not low <= whole <= high:
+            raise _NoValue(f"{number} is out of {target.to_sql()}'s range")
+        return _Value(_NUMBER, number=Decimal(whole))
+    return _Value(_NUMBER) if value.kind in (_STRING, _NUMBER, _BOOL) else None
+
+
+def _to_decimal(value: _Value, target: DecimalType) -> _Value | None:
+    number = value.number
+    if value.kind == _STRING and value.text is not None:
+        number = _decimal(value.text)
+    if number is None:
+        return _Value(_NUMBER) if value.kind in (_STRING, _NUMBER, _BOOL) else None
+    if not number.is_finite():
+        raise _NoValue(f"{number} is no decimal")
+    rounded = number.quantize(Decimal(1).scaleb(-target.scale), rounding=ROUND_HALF_UP)
+    if abs(rounded) >= Decimal(10) ** (target.precision - target.scale):
+        raise _NoValue(f"{number} does not fit {target.to_sql()}")
+    return _Value(_NUMBER, number=rounded)
+
+
+def _parse_date_time(text: str, *, date_only: bool) -> str:
+    """Check `text` is a date (or timestamp) as Spark reads one; return what follows the date
+    and time (a timestamp's zone, "" if none). Raises _NoValue."""
+    s = text.strip()
+    what = "date" if date_only else "timestamp"
+    m = _DATE_RE.match(s)
+    if m is None:
+        raise _NoValue(f"{text!r} is no {what}")
+    year, month, day = int(m.group(1)), int(m.group(2) or 1), int(m.group(3) or 1)
+    if not 1 <= month <= 12 or not 1 <= day <= _days_in_month(year, month):
+        raise _NoValue(f"{text!r} is no {what}")
+    rest = s[m.end() :]
+    if date_only:
+        if rest and (m.group(3) is None or rest[0] not in " T"):
+            raise _NoValue(f"{text!r} is no {what}")
+        return ""
+    t = _TIME_RE.match(rest) if m.group(3) is not None else None
+    if t is not None:
+        hour, minute, second = (int(g or 0) for g in t.groups())
+        if hour > 23 or minute > 59 or second > 59:
+            raise _NoValue(f"{text!r} is no {what}")
+        rest = rest[t.end() :]
+    elif rest and m.group(3) is not None and rest in (" ", "T"):
+        rest = ""
+    return rest.strip()
+
+
+def _days_in_month(year: int, month: int) -> int:
+    if month == 2:
+        leap = year % 4 == 0 and (year % 100 != 0 or year % 400 == 0)
+        return 29 if leap else 28
+    return 30 if month in (4, 6, 9, 11) else 31
