@@ -10,12 +10,20 @@ literal under parentheses, casts and a sign is followed through each cast to the
 here, with Spark's cast rules, and refused when it is certainly no value. Anything this does not
 model (functions, arithmetic, casts between types it does not follow) is left to Spark.
 
+On any column, a default whose value depends on the session time zone is refused: a TIMESTAMP
+from a string without zone or offset (TIMESTAMP '2024-01-01 00:00:00'), from a DATE,
+TIMESTAMP_NTZ or number, and a TIMESTAMP turned into a DATE, TIMESTAMP_NTZ or string. Spark
+evaluates those in its session time zone, the pyarrow readers and writers
+(`metastore.client.defaults`) in UTC, so two readers of the same rows at the same timestamp saw
+different instants. With an explicit zone every reader gets the same instant.
+
 Checked on the receiving node, not in apply: entries already in a log keep applying as they did.
 """
 
 from __future__ import annotations
 
 import re
+import zoneinfo
 from collections.abc import Callable
 from dataclasses import dataclass
 from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
@@ -57,6 +65,7 @@ _BOOLEAN_STRINGS: Final = frozenset({"t", "true", "y", "yes", "1", "f", "false",
 # Spark's date and timestamp strings: [+-]yyyy[-[m]m[-[d]d]], then for a timestamp an optional
 # ' ' or 'T' and [h]h[:[m]m[:[s]s[.fraction]]], then an optional zone.
 _DATE_RE: Final = re.compile(r"([+-]?\d{4,6})(?:-(\d{1,2})(?:-(\d{1,2}))?)?")
+_OFFSET_RE: Final = re.compile(r"Z|(?:UTC|GMT|UT)?(?:[+-]\d{1,2}(?::?\d{2}(?::?\d{2})?)?)?")
 _TIME_RE: Final = re.compile(r"[ T](\d{1,2})(?::(\d{1,2})(?::(\d{1,2})(?:\.\d{0,9})?)?)?")
 
 # Kinds of value followed through the casts.
@@ -80,10 +89,16 @@ class _NoValue(Exception):
     """The default is certainly no value of the type it is cast to."""
 
 
+class _ZoneDependent(Exception):
+    """A cast of the default between a TIMESTAMP (an instant) and a zone-less form (a date,
+    a local date-time, a string without zone): its result depends on the session time zone."""
+
+
 def check_default(column: Column, *, cast_type: Callable[[exp.DataType], DataType | None]) -> None:
-    """Refuse (InvalidArgumentError) a NOT NULL column whose DEFAULT is NULL or certainly no
-    value of the column's type. `cast_type` reads a CAST's target type (None: unsupported)."""
-    if column.default_sql is None or column.nullable:
+    """Refuse (InvalidArgumentError) a DEFAULT whose value depends on the session time zone,
+    and on a NOT NULL column one that is NULL or certainly no value of the column's type.
+    `cast_type` reads a CAST's target type (None: unsupported)."""
+    if column.default_sql is None:
         return
     try:
         node: object = sqlglot.parse_one(column.default_sql, read="spark")
@@ -94,6 +109,8 @@ def check_default(column: Column, *, cast_type: Callable[[exp.DataType], DataTyp
         return
     value, targets = found
     if value is None:
+        if column.nullable:
+            return
         raise InvalidArgumentError(
             f"column {column.name} is NOT NULL but its DEFAULT is NULL",
             details={"column": column.name, "default": column.default_sql},
@@ -107,10 +124,21 @@ def check_default(column: Column, *, cast_type: Callable[[exp.DataType], DataTyp
                 return
             value = next_value
     except _NoValue as exc:
+        if column.nullable:
+            return  # a NULL there is allowed: left to the writer
         raise InvalidArgumentError(
             f"column {column.name} is NOT NULL but its DEFAULT {column.default_sql} is no "
             f"{column.type.to_sql()} value ({exc}): every write filling it would fail",
             details={"column": column.name, "default": column.default_sql},
+        ) from None
+    except _ZoneDependent as exc:
+        raise InvalidArgumentError(
+            f"DEFAULT {column.default_sql} of column {column.name} depends on the session time "
+            f"zone ({exc}): Spark fills it in its session time zone and the other readers and "
+            "writers in UTC, so the same rows would read differently; give the timestamp an "
+            "explicit zone or offset (e.g. TIMESTAMP '2024-01-01 00:00:00Z' or "
+            "'2024-01-01 00:00:00+01:00'), or make the column TIMESTAMP_NTZ",
+            details={"column": column.name, "default": column.default_sql, "reason": str(exc)},
         ) from None
 
 
@@ -174,12 +202,16 @@ def _cast(value: _Value, target: DataType) -> _Value | None:
             raise _NoValue(f"{value.text!r} is no boolean")
         return _Value(_BOOL) if value.kind in (_STRING, _NUMBER, _BOOL) else None
     if target in (STRING, BINARY) or isinstance(target, VarcharType | CharType):
+        if value.kind == _TS and target != BINARY:
+            raise _ZoneDependent("a TIMESTAMP cast to a string")
         text = value.text if value.kind == _STRING else None
         sized = target if isinstance(target, VarcharType | CharType) else None
         if sized is not None and text is not None and len(text.rstrip(" ")) > sized.length:
             raise _NoValue(f"longer than {sized.length} characters")
         return _Value(_STRING if target != BINARY else _OTHER, text=text)
     if target == DATE:
+        if value.kind == _TS:
+            raise _ZoneDependent("a TIMESTAMP cast to DATE")
         if value.kind == _STRING and value.text is not None:
             _parse_date_time(value.text, date_only=True)
         elif value.kind in (_NUMBER, _BOOL):
@@ -188,9 +220,22 @@ def _cast(value: _Value, target: DataType) -> _Value | None:
     if target in (TIMESTAMP, TIMESTAMP_NTZ):
         kind = _TS if target == TIMESTAMP else _NTZ
         if value.kind == _STRING and value.text is not None:
-            _parse_date_time(value.text, date_only=False)
+            zone = _parse_date_time(value.text, date_only=False)
+            if kind == _TS and not zone:
+                raise _ZoneDependent(f"{value.text!r} has no time zone")
+            if zone and not _is_zone(zone):
+                raise _NoValue(f"{zone!r} is no time zone")
         elif value.kind == _BOOL or (value.kind == _NUMBER and kind == _NTZ):
             raise _NoValue(f"a {value.kind} does not cast to {target.to_sql()}")
+        elif kind == _TS and value.kind in (_DATE, _NTZ):
+            raise _ZoneDependent(f"a {value.kind.upper()} cast to TIMESTAMP")
+        elif kind == _TS and value.kind == _NUMBER:
+            raise _ZoneDependent(
+                "a number cast to TIMESTAMP: seconds since the epoch in Spark, microseconds in "
+                "the other readers"
+            )
+        elif kind == _NTZ and value.kind == _TS:
+            raise _ZoneDependent("a TIMESTAMP cast to TIMESTAMP_NTZ")
         return _Value(kind) if value.kind in (_STRING, _NUMBER, _DATE, _TS, _NTZ) else None
     return None
 
@@ -249,6 +294,17 @@ def _parse_date_time(text: str, *, date_only: bool) -> str:
     elif rest and m.group(3) is not None and rest in (" ", "T"):
         rest = ""
     return rest.strip()
+
+
+def _is_zone(zone: str) -> bool:
+    """Is `zone` a zone Spark reads: Z, an offset (optionally after UTC/GMT/UT), or a region?"""
+    if _OFFSET_RE.fullmatch(zone):
+        return True
+    try:
+        zoneinfo.ZoneInfo(zone)
+    except (ValueError, OSError, KeyError):  # ZoneInfoNotFoundError is a KeyError
+        return False
+    return True
 
 
 def _days_in_month(year: int, month: int) -> int:

@@ -18,9 +18,10 @@ write as defaults, with Spark's meaning, and refuses the rest with `DefaultNotEv
 * CAST / TRY_CAST / typed literals (DATE '..', TIMESTAMP '..', 5L, 10BD) to primitive and
   decimal types; ARRAY(...) of those.
 
-A zone-less TIMESTAMP literal is taken as UTC here, where Spark uses the session time zone;
-non-constant-looking functions (current_date(), ...) are refused here, where Spark evaluates them
-at read time. Both are documented limits of the non-Spark readers.
+A zone-less TIMESTAMP literal is taken as UTC here, where Spark uses the session time zone: the
+DDL refuses such defaults since (`metastore.default_values`), but a table created before may
+have one. Non-constant-looking functions (current_date(), ...) are refused here, where Spark
+evaluates them at read time. Both are documented limits of the non-Spark readers.
 """
 
 from __future__ import annotations

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 
+import pyarrow as pa
 import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
 from metastore import limits
+from metastore.client.defaults import existence_default
 from metastore.commands import (
     AddColumn,
     AlterColumnType,
@@ -665,3 +668,56 @@ def test_a_not_null_default_that_is_no_value_of_a_date_time_or_sized_type_is_ref
 )
 def test_defaults_that_are_values_of_date_time_and_sized_types_parse(sql: str) -> None:
     parse_ddl(sql)
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "ALTER TABLE ns.t ADD COLUMN n TIMESTAMP DEFAULT TIMESTAMP '2024-01-01 00:00:00'",
+        "ALTER TABLE ns.t ADD COLUMN n TIMESTAMP NOT NULL DEFAULT '2024-01-01 00:00:00'",
+        "ALTER TABLE ns.t ADD COLUMN n TIMESTAMP DEFAULT CAST('2024-01-01' AS TIMESTAMP)",
+        "ALTER TABLE ns.t ADD COLUMN n TIMESTAMP DEFAULT DATE '2024-01-01'",
+        "ALTER TABLE ns.t ADD COLUMN n TIMESTAMP DEFAULT TIMESTAMP_NTZ '2024-01-01 00:00:00'",
+        "ALTER TABLE ns.t ADD COLUMN n TIMESTAMP DEFAULT 86400",
+        "ALTER TABLE ns.t ADD COLUMN n DATE DEFAULT TIMESTAMP '2024-01-01 23:30:00+00:00'",
+        "ALTER TABLE ns.t ADD COLUMN n STRING DEFAULT TIMESTAMP '2024-01-01 00:00:00Z'",
+        "ALTER TABLE ns.t ADD COLUMN n TIMESTAMP_NTZ DEFAULT TIMESTAMP '2024-01-01 00:00:00Z'",
+        "ALTER TABLE ns.t ADD COLUMN n TIMESTAMP DEFAULT '2024-01-01' NOT NULL",  # hand parser
+        "CREATE TABLE ns.t (a INT, ts TIMESTAMP DEFAULT '2024-01-01 12:00')",
+    ],
+)
+def test_a_default_whose_instant_depends_on_the_session_time_zone_is_refused(sql: str) -> None:
+    """A zone-less TIMESTAMP default (or a DATE/TIMESTAMP_NTZ/number turned into a TIMESTAMP,
+    or a TIMESTAMP turned into a DATE/STRING/TIMESTAMP_NTZ) has no fixed value: Spark fills it
+    in its session time zone, the pyarrow readers and writers (`table read`, the `metastore`
+    data source) in UTC (and an epoch number as microseconds), so two readers of the same table
+    at the same timestamp saw different rows, and two writers stored different instants."""
+    with pytest.raises(InvalidArgumentError, match="time zone"):
+        parse_ddl(sql)
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "ALTER TABLE ns.t ADD COLUMN n TIMESTAMP DEFAULT TIMESTAMP '2024-01-01 00:00:00Z'",
+        "ALTER TABLE ns.t ADD COLUMN n TIMESTAMP DEFAULT '2024-01-01 00:00:00-08:00'",
+        "ALTER TABLE ns.t ADD COLUMN n TIMESTAMP DEFAULT '2024-01-01T01:02:03Europe/Paris'",
+        "ALTER TABLE ns.t ADD COLUMN n TIMESTAMP_NTZ DEFAULT '2024-01-01 00:00:00'",
+        "ALTER TABLE ns.t ADD COLUMN n DATE DEFAULT DATE '2024-01-01'",
+        "ALTER TABLE ns.t ADD COLUMN n DATE DEFAULT TIMESTAMP_NTZ '2024-01-01 23:00'",
+        "ALTER TABLE ns.t ADD COLUMN n BIGINT DEFAULT TIMESTAMP '2024-01-01 00:00:00Z'",
+        "ALTER TABLE ns.t ADD COLUMN n STRING DEFAULT '2024-01-01 00:00:00'",
+    ],
+)
+def test_defaults_with_a_fixed_instant_parse(sql: str) -> None:
+    parse_ddl(sql)
+
+
+def test_a_zoned_timestamp_default_reads_as_one_utc_instant_outside_spark() -> None:
+    """What the DDL now accepts, the pyarrow readers evaluate to the instant Spark reads."""
+    cmd = parse_ddl("ALTER TABLE ns.t ADD COLUMN n TIMESTAMP DEFAULT '2024-01-01 00:30:00+01:00'")
+    assert isinstance(cmd, AlterTable)
+    [change] = cmd.changes
+    assert isinstance(change, AddColumn) and change.column.default_sql is not None
+    value = existence_default(change.column.default_sql, pa.timestamp("us", tz="UTC"))
+    assert value.as_py() == dt.datetime(2023, 12, 31, 23, 30, tzinfo=dt.UTC)
