@@ -10,6 +10,13 @@ literal under parentheses, casts and a sign is followed through each cast to the
 here, with Spark's cast rules, and refused when it is certainly no value. Anything this does not
 model (functions, arithmetic, casts between types it does not follow) is left to Spark.
 
+This holds for nullable columns too: Spark's Parquet reader assigns the default (the field's
+EXISTS_DEFAULT) to the column for every file written before the column existed, and fails the
+whole read (INVALID_DEFAULT_VALUE.DATA_TYPE) when it cannot - a string that is no value of the
+type ('abc' or '1.5' for an INT), a BOOLEAN for anything but a BOOLEAN or string column, anything
+but a BOOLEAN for a BOOLEAN column ('true' must be written TRUE). Spark's own ALTER TABLE refuses
+the same defaults (measured with pyspark 4).
+
 On any column, a default whose value depends on the session time zone is refused: a TIMESTAMP
 from a string without zone or offset (TIMESTAMP '2024-01-01 00:00:00'), from a DATE,
 TIMESTAMP_NTZ or number, and a TIMESTAMP turned into a DATE, TIMESTAMP_NTZ or string. Spark
@@ -65,6 +72,7 @@ _BOOLEAN_STRINGS: Final = frozenset({"t", "true", "y", "yes", "1", "f", "false",
 # Spark's date and timestamp strings: [+-]yyyy[-[m]m[-[d]d]], then for a timestamp an optional
 # ' ' or 'T' and [h]h[:[m]m[:[s]s[.fraction]]], then an optional zone.
 _DATE_RE: Final = re.compile(r"([+-]?\d{4,6})(?:-(\d{1,2})(?:-(\d{1,2}))?)?")
+_INTEGER_RE: Final = re.compile(r"[+-]?\d+")
 _OFFSET_RE: Final = re.compile(r"Z|(?:UTC|GMT|UT)?(?:[+-]\d{1,2}(?::?\d{2}(?::?\d{2})?)?)?")
 _TIME_RE: Final = re.compile(r"[ T](\d{1,2})(?::(\d{1,2})(?::(\d{1,2})(?:\.\d{0,9})?)?)?")
 
@@ -116,19 +124,20 @@ def check_default(column: Column, *, cast_type: Callable[[exp.DataType], DataTyp
             details={"column": column.name, "default": column.default_sql},
         )
     try:
-        for target in (*targets, column.type):
+        for target in targets:
             if target is None:
                 return  # a type not followed: left to Spark
             next_value = _cast(value, target)
             if next_value is None:
                 return
             value = next_value
+        _check_assignable(value, column.type)
+        _cast(value, column.type)
     except _NoValue as exc:
-        if column.nullable:
-            return  # a NULL there is allowed: left to the writer
         raise InvalidArgumentError(
-            f"column {column.name} is NOT NULL but its DEFAULT {column.default_sql} is no "
-            f"{column.type.to_sql()} value ({exc}): every write filling it would fail",
+            f"DEFAULT {column.default_sql} of column {column.name} is no "
+            f"{column.type.to_sql()} value ({exc}): Spark refuses it, so every read of files "
+            "written before the column existed, and every write filling it, would fail",
             details={"column": column.name, "default": column.default_sql},
         ) from None
     except _ZoneDependent as exc:
@@ -184,6 +193,16 @@ def _decimal(text: str) -> Decimal:
         return Decimal(text.strip())
     except InvalidOperation:
         raise _NoValue(f"{text!r} is no number") from None
+
+
+def _check_assignable(value: _Value, column_type: DataType) -> None:
+    """Spark assigns a default to its column only by a safe implicit cast or from a literal of
+    a wider type whose value fits - never a BOOLEAN from or to anything but a string column."""
+    if column_type == BOOLEAN and value.kind != _BOOL:
+        raise _NoValue(f"a {value.kind} is not assigned to a BOOLEAN column (write TRUE/FALSE)")
+    textual = column_type == STRING or isinstance(column_type, VarcharType | CharType)
+    if value.kind == _BOOL and column_type != BOOLEAN and not textual:
+        raise _NoValue(f"a BOOLEAN is not assigned to a {column_type.to_sql()} column")
 
 
 def _cast(value: _Value, target: DataType) -> _Value | None:
@@ -243,7 +262,9 @@ def _cast(value: _Value, target: DataType) -> _Value | None:
 def _to_integer(value: _Value, target: PrimitiveType) -> _Value | None:
     number = value.number
     if value.kind == _STRING and value.text is not None:
-        number = _decimal(value.text)
+        if not _INTEGER_RE.fullmatch(value.text.strip()):
+            raise _NoValue(f"{value.text!r} is no integer")
+        number = Decimal(value.text.strip())
     if number is not None:
         if not number.is_finite():
             raise _NoValue(f"{number} is no integer")

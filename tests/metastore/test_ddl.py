@@ -516,9 +516,10 @@ def test_a_not_null_column_whose_default_cannot_be_its_type_is_refused(sql: str)
     [
         "ALTER TABLE ns.t ADD COLUMN n INT NOT NULL DEFAULT ' 42 '",
         "ALTER TABLE ns.t ADD COLUMN n DOUBLE NOT NULL DEFAULT '-1.5e3'",
-        "ALTER TABLE ns.t ADD COLUMN n BOOLEAN NOT NULL DEFAULT 'true'",
+        "ALTER TABLE ns.t ADD COLUMN n BOOLEAN NOT NULL DEFAULT CAST('true' AS BOOLEAN)",
         "ALTER TABLE ns.t ADD COLUMN n STRING NOT NULL DEFAULT 'abc'",
-        "ALTER TABLE ns.t ADD COLUMN n INT DEFAULT 'abc'",  # nullable: left to the writer
+        "ALTER TABLE ns.t ADD COLUMN n STRING NOT NULL DEFAULT TRUE",
+        "ALTER TABLE ns.t ADD COLUMN n INT NOT NULL DEFAULT 1.5",
     ],
 )
 def test_string_defaults_that_cast_to_the_column_type_parse(sql: str) -> None:
@@ -721,3 +722,29 @@ def test_a_zoned_timestamp_default_reads_as_one_utc_instant_outside_spark() -> N
     assert isinstance(change, AddColumn) and change.column.default_sql is not None
     value = existence_default(change.column.default_sql, pa.timestamp("us", tz="UTC"))
     assert value.as_py() == dt.datetime(2023, 12, 31, 23, 30, tzinfo=dt.UTC)
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "ALTER TABLE ns.t ADD COLUMN n INT DEFAULT 'abc'",
+        "ALTER TABLE ns.t ADD COLUMN n INT DEFAULT '1.5'",
+        "ALTER TABLE ns.t ADD COLUMN n INT DEFAULT TRUE",
+        "ALTER TABLE ns.t ADD COLUMN n BOOLEAN DEFAULT 'true'",
+        "ALTER TABLE ns.t ADD COLUMN n BOOLEAN NOT NULL DEFAULT 1",
+        "ALTER TABLE ns.t ADD COLUMN n DATE DEFAULT '2024-02-30'",
+        "ALTER TABLE ns.t ADD COLUMN n DECIMAL(3,1) DEFAULT 12345.6",
+        "CREATE TABLE ns.t (a INT, n DECIMAL(10,2) DEFAULT 'x')",
+    ],
+)
+def test_a_default_spark_cannot_assign_to_the_column_is_refused_even_when_nullable(
+    sql: str,
+) -> None:
+    """Spark's Parquet reader turns the DEFAULT (the field's EXISTS_DEFAULT) into a value of the
+    column's type for every file written before the column existed, and fails the whole read
+    (INVALID_DEFAULT_VALUE.DATA_TYPE) when it cannot: a string that is no value of the type, a
+    BOOLEAN for a number or a string/number for a BOOLEAN, '1.5' for an INT. Spark's own ALTER
+    TABLE refuses these; ours accepted them (on a nullable column always, 'true' for a BOOLEAN
+    even NOT NULL), and every Spark read of the table broke."""
+    with pytest.raises(InvalidArgumentError, match="DEFAULT"):
+        parse_ddl(sql)
