@@ -10,9 +10,12 @@ literal under parentheses, casts and a sign is followed through each cast to the
 here, with Spark's cast rules, and refused when it is certainly no value. Anything this does not
 model (functions, arithmetic, casts between types it does not follow) is left to Spark.
 
-This holds for nullable columns too: Spark's Parquet reader assigns the default (the field's
-EXISTS_DEFAULT) to the column for every file written before the column existed, and fails the
-whole read (INVALID_DEFAULT_VALUE.DATA_TYPE) when it cannot - a string that is no value of the
+A non-deterministic DEFAULT (rand(), uuid(), ...) is refused on any column: Spark refuses it,
+and its Parquet reader fails every read of a table whose schema carries one.
+
+The value checks hold for nullable columns too: Spark's Parquet reader assigns the default (the
+field's EXISTS_DEFAULT) to the column for every file written before the column existed, and fails
+the whole read (INVALID_DEFAULT_VALUE.DATA_TYPE) when it cannot - a string that is no value of the
 type ('abc' or '1.5' for an INT), a BOOLEAN for anything but a BOOLEAN or string column, anything
 but a BOOLEAN for a BOOLEAN column ('true' must be written TRUE). Spark's own ALTER TABLE refuses
 the same defaults (measured with pyspark 4).
@@ -76,6 +79,24 @@ _INTEGER_RE: Final = re.compile(r"[+-]?\d+")
 _OFFSET_RE: Final = re.compile(r"Z|(?:UTC|GMT|UT)?(?:[+-]\d{1,2}(?::?\d{2}(?::?\d{2})?)?)?")
 _TIME_RE: Final = re.compile(r"[ T](\d{1,2})(?::(\d{1,2})(?::(\d{1,2})(?:\.\d{0,9})?)?)?")
 
+# Non-deterministic functions (sqlglot's names): Spark refuses them in a DEFAULT.
+_NON_DETERMINISTIC: Final = frozenset(
+    {
+        "RAND",
+        "RANDN",
+        "RANDOM",
+        "RANDSTR",
+        "UNIFORM",
+        "UUID",
+        "SHUFFLE",
+        "MONOTONICALLY_INCREASING_ID",
+        "SPARK_PARTITION_ID",
+        "INPUT_FILE_NAME",
+        "INPUT_FILE_BLOCK_START",
+        "INPUT_FILE_BLOCK_LENGTH",
+    }
+)
+
 # Kinds of value followed through the casts.
 _STRING: Final = "string"
 _NUMBER: Final = "number"
@@ -112,6 +133,16 @@ def check_default(column: Column, *, cast_type: Callable[[exp.DataType], DataTyp
         node: object = sqlglot.parse_one(column.default_sql, read="spark")
     except Exception:  # noqa: BLE001  (canonical text we rendered; see ddl._sqlglot_parse)
         return
+    if not isinstance(node, exp.Expression):
+        return
+    functions = _function_names(node)
+    if functions & _NON_DETERMINISTIC:
+        raise InvalidArgumentError(
+            f"DEFAULT {column.default_sql} of column {column.name} is not deterministic "
+            f"({', '.join(sorted(functions & _NON_DETERMINISTIC))}): Spark refuses it, and "
+            "fails every read of a table that has it",
+            details={"column": column.name, "default": column.default_sql},
+        )
     found = _literal_and_casts(node, cast_type)
     if found is None:
         return
@@ -149,6 +180,15 @@ def check_default(column: Column, *, cast_type: Callable[[exp.DataType], DataTyp
             "'2024-01-01 00:00:00+01:00'), or make the column TIMESTAMP_NTZ",
             details={"column": column.name, "default": column.default_sql, "reason": str(exc)},
         ) from None
+
+
+def _function_names(node: exp.Expression) -> set[str]:
+    """The names (upper case, sqlglot's canonical ones) of the functions `node` calls."""
+    return {
+        f.name.upper() if isinstance(f, exp.Anonymous) else f.sql_name()
+        for f in node.walk()
+        if isinstance(f, exp.Func)
+    }
 
 
 def _literal_and_casts(

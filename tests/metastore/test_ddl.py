@@ -748,3 +748,20 @@ def test_a_default_spark_cannot_assign_to_the_column_is_refused_even_when_nullab
     even NOT NULL), and every Spark read of the table broke."""
     with pytest.raises(InvalidArgumentError, match="DEFAULT"):
         parse_ddl(sql)
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "CREATE TABLE ns.t (a INT, n DOUBLE DEFAULT rand())",
+        "CREATE TABLE ns.t (a INT, n STRING DEFAULT uuid())",
+        "ALTER TABLE ns.t ADD COLUMN n DOUBLE DEFAULT random() * 10",
+        "ALTER TABLE ns.t ADD COLUMN n BIGINT DEFAULT monotonically_increasing_id()",
+    ],
+)
+def test_a_non_deterministic_default_is_refused(sql: str) -> None:
+    """Spark refuses a non-deterministic DEFAULT (INVALID_DEFAULT_VALUE.NON_DETERMINISTIC), and
+    its Parquet reader fails every read of a table whose schema carries one as an existence
+    default (NOT_CONSTANT), whether or not the files lack the column. We accepted it."""
+    with pytest.raises(InvalidArgumentError, match="DEFAULT"):
+        parse_ddl(sql)
