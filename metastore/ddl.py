@@ -161,13 +161,14 @@ def _check_defaults(cmd: Command) -> None:
     write would fail (an ADD COLUMN job's write-only step would break every writer of the
     table). See `metastore.default_values`."""
     if isinstance(cmd, CreateTable):
-        columns = list(cmd.schema.columns)
+        columns, added = list(cmd.schema.columns), False
     elif isinstance(cmd, AlterTable):
         columns = [c.column for c in cmd.changes if isinstance(c, AddColumn) and not c.parent]
+        added = True
     else:
         return
     for column in columns:
-        check_default(column, cast_type=_cast_target_type)
+        check_default(column, cast_type=_cast_target_type, added=added)
 
 
 def _cast_target_type(node: exp.DataType) -> DataType | None:

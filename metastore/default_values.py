@@ -13,6 +13,13 @@ model (functions, arithmetic, casts between types it does not follow) is left to
 A non-deterministic DEFAULT (rand(), uuid(), ...) is refused on any column: Spark refuses it,
 and its Parquet reader fails every read of a table whose schema carries one.
 
+A column added to an existing table may not default to a function of the time or session
+(current_timestamp(), current_date(), current_user(), ...): Spark evaluates the existence default
+at every read of a file that lacks the column (its own ALTER TABLE evaluates it once, and stores
+the value), so rows written before the column existed read a new value at every read, and a read
+AS OF one timestamp never returns the same rows twice. CREATE TABLE keeps them: no row predates
+the column, and writers evaluate them when they write.
+
 The value checks hold for nullable columns too: Spark's Parquet reader assigns the default (the
 field's EXISTS_DEFAULT) to the column for every file written before the column existed, and fails
 the whole read (INVALID_DEFAULT_VALUE.DATA_TYPE) when it cannot - a string that is no value of the
@@ -97,6 +104,26 @@ _NON_DETERMINISTIC: Final = frozenset(
     }
 )
 
+# Functions whose value depends on when or by whom it is evaluated (sqlglot's names). Spark
+# evaluates an existence default at every read of a file that lacks the column.
+_READ_TIME: Final = frozenset(
+    {
+        "CURRENT_TIMESTAMP",
+        "CURRENT_DATE",
+        "CURRENT_TIME",
+        "CURRENT_DATETIME",
+        "NOW",
+        "LOCALTIMESTAMP",
+        "CURRENT_TIMEZONE",
+        "CURRENT_USER",
+        "USER",
+        "SESSION_USER",
+        "CURRENT_DATABASE",
+        "CURRENT_SCHEMA",
+        "CURRENT_CATALOG",
+    }
+)
+
 # Kinds of value followed through the casts.
 _STRING: Final = "string"
 _NUMBER: Final = "number"
@@ -123,10 +150,16 @@ class _ZoneDependent(Exception):
     a local date-time, a string without zone): its result depends on the session time zone."""
 
 
-def check_default(column: Column, *, cast_type: Callable[[exp.DataType], DataType | None]) -> None:
+def check_default(
+    column: Column,
+    *,
+    cast_type: Callable[[exp.DataType], DataType | None],
+    added: bool,
+) -> None:
     """Refuse (InvalidArgumentError) a DEFAULT whose value depends on the session time zone,
     and on a NOT NULL column one that is NULL or certainly no value of the column's type.
-    `cast_type` reads a CAST's target type (None: unsupported)."""
+    `cast_type` reads a CAST's target type (None: unsupported). `added`: the column is added
+    to an existing table (ALTER TABLE ... ADD COLUMN), so rows written before read the default."""
     if column.default_sql is None:
         return
     try:
@@ -141,6 +174,14 @@ def check_default(column: Column, *, cast_type: Callable[[exp.DataType], DataTyp
             f"DEFAULT {column.default_sql} of column {column.name} is not deterministic "
             f"({', '.join(sorted(functions & _NON_DETERMINISTIC))}): Spark refuses it, and "
             "fails every read of a table that has it",
+            details={"column": column.name, "default": column.default_sql},
+        )
+    if added and functions & _READ_TIME:
+        raise InvalidArgumentError(
+            f"DEFAULT {column.default_sql} of added column {column.name} changes with time or "
+            f"session ({', '.join(sorted(functions & _READ_TIME))}): rows written before the "
+            "column existed read their default when read, so they would read another value at "
+            "every read; give a constant (e.g. TIMESTAMP '2024-01-01 00:00:00Z')",
             details={"column": column.name, "default": column.default_sql},
         )
     found = _literal_and_casts(node, cast_type)
