@@ -166,12 +166,44 @@ def _cast_type(dtype: exp.DataType, sql: str) -> pa.DataType:
 def _cast(scalar: pa.Scalar, target: pa.DataType, sql: str) -> pa.Scalar:
     if scalar.type == target:
         return scalar
+    why = _cast_differs_from_spark(scalar.type, target)
+    if why:
+        raise DefaultNotEvaluableError(sql, why)
     if pa.types.is_timestamp(target) and pa.types.is_string(scalar.type) and scalar.is_valid:
         return _timestamp(str(scalar.as_py()), target, sql)
     try:
         return scalar.cast(target)  # a safe cast: overflow or truncation raises
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
         raise DefaultNotEvaluableError(sql, f"its value does not fit {target}: {exc}") from None
+
+
+def _is_number(t: pa.DataType) -> bool:
+    return bool(pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_decimal(t))
+
+
+def _cast_differs_from_spark(source: pa.DataType, target: pa.DataType) -> str:
+    """Why Arrow's cast from `source` to `target` would not give Spark's value ("" if it does):
+    Spark counts a timestamp as a number in seconds (Arrow: its unit), renders a double and a
+    timestamp as text its own way, and converts between instants and dates or local times in
+    the session time zone (Arrow: UTC)."""
+
+    def instant(t: pa.DataType) -> bool:  # Spark's TIMESTAMP
+        return bool(pa.types.is_timestamp(t) and t.tz is not None)
+
+    def local(t: pa.DataType) -> bool:  # a DATE or TIMESTAMP_NTZ
+        return bool(pa.types.is_date(t) or (pa.types.is_timestamp(t) and t.tz is None))
+
+    if (pa.types.is_timestamp(source) or pa.types.is_date(source)) and _is_number(target):
+        return f"{source} as a number (Spark counts seconds, or refuses a DATE)"
+    if _is_number(source) and (pa.types.is_timestamp(target) or pa.types.is_date(target)):
+        return f"a number as {target} (Spark counts seconds, or refuses a DATE)"
+    if pa.types.is_string(target) and (
+        pa.types.is_floating(source) or pa.types.is_timestamp(source)
+    ):
+        return f"{source} as text (Spark renders it differently)"
+    if (instant(source) and local(target)) or (local(source) and instant(target)):
+        return f"{source} as {target} (Spark converts in the session time zone)"
+    return ""
 
 
 def _timestamp(text: str, target: pa.DataType, sql: str) -> pa.Scalar:
