@@ -18,9 +18,11 @@ write as defaults, with Spark's meaning, and refuses the rest with `DefaultNotEv
 * CAST / TRY_CAST / typed literals (DATE '..', TIMESTAMP '..', 5L, 10BD) to primitive and
   decimal types; ARRAY(...) of those.
 
-A zone-less TIMESTAMP literal is taken as UTC here, where Spark uses the session time zone: the
-DDL refuses such defaults since (`metastore.default_values`), but a table created before may
-have one. Non-constant-looking functions (current_date(), ...) are refused here, where Spark
+A zone-less TIMESTAMP literal, and any conversion between a TIMESTAMP and a DATE, TIMESTAMP_NTZ,
+number or text, is refused here: Spark evaluates those in its session time zone (or counts
+seconds, or renders its own way), and taking UTC made two readers of the same rows disagree. The
+DDL refuses such defaults for new columns (`metastore.default_values`); a table created before
+may have one. Non-constant-looking functions (current_date(), ...) are refused here, where Spark
 evaluates them at read time. Both are documented limits of the non-Spark readers.
 """
 
@@ -212,7 +214,8 @@ def _timestamp(text: str, target: pa.DataType, sql: str) -> pa.Scalar:
     except ValueError:
         raise DefaultNotEvaluableError(sql, f"timestamp {text!r}") from None
     if target.tz is not None and value.tzinfo is None:
-        value = value.replace(tzinfo=dt.UTC)  # Spark would use the session time zone
+        # Spark reads it in its session time zone: taking UTC here gave other instants.
+        raise DefaultNotEvaluableError(sql, "a TIMESTAMP without a time zone or offset")
     if target.tz is None and value.tzinfo is not None:
         raise DefaultNotEvaluableError(sql, "a TIMESTAMP_NTZ default with a zone offset")
     return pa.scalar(value, target)
