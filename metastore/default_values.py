@@ -43,7 +43,15 @@ import re
 import zoneinfo
 from collections.abc import Callable
 from dataclasses import dataclass
-from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
+from decimal import (
+    MAX_EMAX,
+    MIN_EMIN,
+    ROUND_HALF_UP,
+    Context,
+    Decimal,
+    DecimalException,
+    InvalidOperation,
+)
 from typing import Final
 
 import sqlglot
@@ -123,6 +131,9 @@ _READ_TIME: Final = frozenset(
         "CURRENT_CATALOG",
     }
 )
+
+# Decimal arithmetic on defaults: exact for any DECIMAL (38 digits), rounding as Spark does.
+_EXACT: Final = Context(prec=100, rounding=ROUND_HALF_UP, Emax=MAX_EMAX, Emin=MIN_EMIN)
 
 # Kinds of value followed through the casts.
 _STRING: Final = "string"
@@ -263,7 +274,7 @@ def _literal_and_casts(
                 number = Decimal(str(node.this))
             except InvalidOperation:
                 return None
-            return _Value(_NUMBER, number=-number if negative else number), casts
+            return _Value(_NUMBER, number=number.copy_negate() if negative else number), casts
         case exp.Boolean() if not negative:
             return _Value(_BOOL), casts
     return None
@@ -350,7 +361,9 @@ def _to_integer(value: _Value, target: PrimitiveType) -> _Value | None:
         if not number.is_finite():
             raise _NoValue(f"{number} is no integer")
         low, high = _INT_RANGES[target]
-        whole = int(number)  # Spark truncates the fraction
+        # Spark truncates the fraction. No int() of a huge exponent (1e999999999): it would
+        # build the whole number; anything of 19 digits or more is out of range anyway.
+        whole = int(number) if number.adjusted() < 19 else high + 1
         if not low <= whole <= high:
             raise _NoValue(f"{number} is out of {target.to_sql()}'s range")
         return _Value(_NUMBER, number=Decimal(whole))
@@ -365,8 +378,15 @@ def _to_decimal(value: _Value, target: DecimalType) -> _Value | None:
         return _Value(_NUMBER) if value.kind in (_STRING, _NUMBER, _BOOL) else None
     if not number.is_finite():
         raise _NoValue(f"{number} is no decimal")
-    rounded = number.quantize(Decimal(1).scaleb(-target.scale), rounding=ROUND_HALF_UP)
-    if abs(rounded) >= Decimal(10) ** (target.precision - target.scale):
+    whole_digits = target.precision - target.scale
+    # Checked before any arithmetic (the exponent may be huge): 10**whole_digits never fits.
+    if number and number.adjusted() >= whole_digits:
+        raise _NoValue(f"{number} does not fit {target.to_sql()}")
+    try:
+        rounded = number.quantize(Decimal(1).scaleb(-target.scale), context=_EXACT)
+    except DecimalException:
+        raise _NoValue(f"{number} is no {target.to_sql()} value") from None
+    if rounded.copy_abs() >= Decimal(1).scaleb(whole_digits):  # 99.96 -> 100.0
         raise _NoValue(f"{number} does not fit {target.to_sql()}")
     return _Value(_NUMBER, number=rounded)
 
