@@ -72,10 +72,13 @@ from metastore.types import (
     TIMESTAMP,
     TIMESTAMP_NTZ,
     TINYINT,
+    ArrayType,
     CharType,
     DataType,
     DecimalType,
+    MapType,
     PrimitiveType,
+    StructType,
     VarcharType,
 )
 
@@ -292,6 +295,8 @@ def _check_assignable(value: _Value, column_type: DataType) -> None:
     a wider type whose value fits - never a BOOLEAN from or to anything but a string column."""
     if column_type == BOOLEAN and value.kind != _BOOL:
         raise _NoValue(f"a {value.kind} is not assigned to a BOOLEAN column (write TRUE/FALSE)")
+    if isinstance(column_type, ArrayType | MapType | StructType):
+        raise _NoValue(f"a {value.kind} is not assigned to a {column_type.to_sql()} column")
     textual = column_type == STRING or isinstance(column_type, VarcharType | CharType)
     if value.kind == _BOOL and column_type != BOOLEAN and not textual:
         raise _NoValue(f"a BOOLEAN is not assigned to a {column_type.to_sql()} column")

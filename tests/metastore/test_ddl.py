@@ -741,6 +741,9 @@ def test_a_zoned_timestamp_default_reads_as_one_utc_instant_outside_spark() -> N
         "ALTER TABLE ns.t ADD COLUMN n DATE DEFAULT '2024-02-30'",
         "ALTER TABLE ns.t ADD COLUMN n DECIMAL(3,1) DEFAULT 12345.6",
         "CREATE TABLE ns.t (a INT, n DECIMAL(10,2) DEFAULT 'x')",
+        "ALTER TABLE ns.t ADD COLUMN n ARRAY<INT> DEFAULT 5",
+        "ALTER TABLE ns.t ADD COLUMN n MAP<STRING, INT> DEFAULT 'x'",
+        "CREATE TABLE ns.t (a INT, s STRUCT<x: INT> DEFAULT CAST(1 AS BIGINT))",
     ],
 )
 def test_a_default_spark_cannot_assign_to_the_column_is_refused_even_when_nullable(
