@@ -170,10 +170,11 @@ def check_default(
     cast_type: Callable[[exp.DataType], DataType | None],
     added: bool,
 ) -> None:
-    """Refuse (InvalidArgumentError) a DEFAULT whose value depends on the session time zone,
-    and on a NOT NULL column one that is NULL or certainly no value of the column's type.
-    `cast_type` reads a CAST's target type (None: unsupported). `added`: the column is added
-    to an existing table (ALTER TABLE ... ADD COLUMN), so rows written before read the default."""
+    """Refuse (InvalidArgumentError) a DEFAULT that is not deterministic, depends on the session
+    time zone, or is certainly no value Spark can assign to the column; NULL on a NOT NULL
+    column; and, for a column `added` to an existing table (ALTER TABLE ... ADD COLUMN: rows
+    written before read the default), one that depends on when or by whom it is evaluated.
+    `cast_type` reads a CAST's target type (None: unsupported)."""
     if column.default_sql is None:
         return
     try:
