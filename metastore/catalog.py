@@ -565,9 +565,11 @@ class Catalog:
         tm: int,
         dd: int,
         before_publish: Callable[[TableState], None] | None = None,
+        keep_free: Callable[[int], int] = lambda table_id: 0,
     ) -> Applied:
         """`before_publish(inc)` runs only when a new version is about to be published, and may
-        refuse it by raising (the leases' two-version gate); nothing has changed by then."""
+        refuse it by raising (the leases' two-version gate); nothing has changed by then.
+        `keep_free(table_id)`: the versions to keep free (see `publish_version`)."""
         name = cmd.table
         inc = self.live_table(name)
         current = inc.versions[-1]
@@ -602,6 +604,7 @@ class Catalog:
             tm=tm,
             dd=dd,
             before_publish=before_publish,
+            keep_free=keep_free(inc.table_id),
         )
 
     def publish_version(
@@ -616,17 +619,21 @@ class Catalog:
         dd: int,
         properties: Properties | None = None,
         before_publish: Callable[[TableState], None] | None = None,
+        keep_free: int = 0,
     ) -> Applied:
         """Publish the next version of live incarnation `inc` (ALTER TABLE and the steps of
-        schema change jobs). Validates first; writes nothing if anything raises."""
+        schema change jobs). Validates first; writes nothing if anything raises. `keep_free`
+        versions must remain below MAX_SCHEMA_VERSIONS_PER_TABLE after this one (those the
+        table's running schema change jobs still need to finish or be cancelled)."""
         name = inc.name
         current = inc.versions[-1]
-        if len(inc.versions) >= limits.MAX_SCHEMA_VERSIONS_PER_TABLE:
+        if len(inc.versions) + keep_free >= limits.MAX_SCHEMA_VERSIONS_PER_TABLE:
+            kept = f" ({keep_free} kept for its running schema change jobs)" if keep_free else ""
             raise limit_exceeded(
                 "MAX_SCHEMA_VERSIONS_PER_TABLE",
                 limits.MAX_SCHEMA_VERSIONS_PER_TABLE,
-                len(inc.versions) + 1,
-                f"schema versions of {name}",
+                len(inc.versions) + 1 + keep_free,
+                f"schema versions of {name}{kept}",
             )
         validate_schema(schema, ids_assigned=True)
         if pending:

@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable
-from decimal import Decimal, InvalidOperation
 from typing import NoReturn, TypeVar
 
 import sqlglot
@@ -69,9 +68,11 @@ from metastore.commands import (
     validate_command,
     validate_location,
 )
+from metastore.default_values import check_default
 from metastore.errors import (
     InvalidArgumentError,
     InvalidDdlError,
+    MetastoreError,
     UnsupportedStatementError,
     limit_exceeded,
 )
@@ -149,67 +150,33 @@ def parse_ddl(sql: str, *, request_id: str = "", warehouse: str = "") -> Command
             f"{stmt.key.upper()} statements are not supported; supported: {SUPPORTED}",
             details={"statement": stmt.key.upper()},
         )
-    _refuse_null_defaults(cmd)
+    _check_defaults(cmd)
     validate_command(cmd)
     return cmd
 
 
-def _refuse_null_defaults(cmd: Command) -> None:
-    """A NOT NULL column whose DEFAULT is the NULL literal: writers fill a column they do not
-    write with its DEFAULT and check NOT NULL row by row, so every such write would fail (an
-    ADD COLUMN job's write-only step would break every writer of the table). Checked here, on
-    the receiving node, not in apply: entries already in a log keep applying as they did."""
+def _check_defaults(cmd: Command) -> None:
+    """A NOT NULL column whose DEFAULT is NULL, or no value of its type: writers fill a column
+    they do not write with CAST(default AS type) and check NOT NULL row by row, so every such
+    write would fail (an ADD COLUMN job's write-only step would break every writer of the
+    table). See `metastore.default_values`."""
     if isinstance(cmd, CreateTable):
-        columns = list(cmd.schema.columns)
+        columns, added = list(cmd.schema.columns), False
     elif isinstance(cmd, AlterTable):
         columns = [c.column for c in cmd.changes if isinstance(c, AddColumn) and not c.parent]
+        added = True
     else:
         return
     for column in columns:
-        if column.nullable or column.default_sql is None:
-            continue
-        try:
-            node: object = sqlglot.parse_one(column.default_sql, read="spark")
-        except Exception:  # noqa: BLE001  (canonical text we rendered; see _sqlglot_parse)
-            continue
-        while isinstance(node, exp.Paren | exp.Cast):
-            node = node.this
-        if isinstance(node, exp.Null):
-            raise InvalidArgumentError(
-                f"column {column.name} is NOT NULL but its DEFAULT is NULL",
-                details={"column": column.name, "default": column.default_sql},
-            )
-        # Writers fill it with CAST(default AS type): a string that is no value of the type
-        # casts to NULL (or fails under ANSI) - the same broken writes as a NULL default.
-        if (
-            isinstance(node, exp.Literal)
-            and node.is_string
-            and not _string_casts_to(node.this, column.type)
-        ):
-            raise InvalidArgumentError(
-                f"column {column.name} is NOT NULL but its DEFAULT {column.default_sql} is no "
-                f"{column.type.to_sql()} value",
-                details={"column": column.name, "default": column.default_sql},
-            )
+        check_default(column, cast_type=_cast_target_type, added=added)
 
 
-_NUMERIC_KINDS = frozenset({TINYINT, SMALLINT, INT, BIGINT, FLOAT, DOUBLE})
-# What Spark casts to a boolean (trimmed, case-insensitive); anything else is NULL.
-_BOOLEAN_STRINGS = frozenset({"t", "true", "y", "yes", "1", "f", "false", "n", "no", "0"})
-
-
-def _string_casts_to(text: str, dtype: DataType) -> bool:
-    """Can Spark cast string `text` to `dtype` (not NULL)? Checked only for numbers and
-    booleans, and loosely (a number out of the type's range passes): True when unsure."""
-    if dtype in _NUMERIC_KINDS or isinstance(dtype, DecimalType):
-        try:
-            Decimal(text.strip())
-        except InvalidOperation:
-            return False
-        return True
-    if dtype == BOOLEAN:
-        return text.strip().lower() in _BOOLEAN_STRINGS
-    return True
+def _cast_target_type(node: exp.DataType) -> DataType | None:
+    """The type a CAST inside a DEFAULT converts to, or None if we do not support it."""
+    try:
+        return _data_type(node, 0)
+    except MetastoreError:
+        return None
 
 
 # --------------------------------------------------------------------------------------------

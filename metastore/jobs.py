@@ -36,6 +36,9 @@ a version older than write-only (`last_old_write_ts`) and refuses a report whose
 predates it. Public is published only if the backfill is still good, or none was needed: the
 table had no live files when write-only was published and nothing old was written since.
 
+Below MAX_SCHEMA_VERSIONS_PER_TABLE, other changes to the table keep free the versions its running
+jobs still need (`versions_needed`): a running job can always finish, or be cancelled.
+
 Cancelling (`CancelSchemaJob`) publishes the last public version's shape again: a column being
 dropped becomes public again (at its old position, nullable: writers of the write-only version
 filled it with NULL), a column being added disappears (its field id is never reused). A job
@@ -284,6 +287,8 @@ class SchemaJobs:
             tm=tm,
             dd=dd,
             before_publish=lambda i: sessions.check_publish(i, tm=tm),
+            # Its own later steps, and those of the table's other running jobs.
+            keep_free=self.versions_needed(inc.table_id) + len(STEPS[kind]) - 1,
         )
         version = result["version"]
         assert isinstance(version, int)
@@ -528,6 +533,16 @@ class SchemaJobs:
     def get(self, job_id: int) -> SchemaJob:
         return self._get(job_id)
 
+    def versions_needed(self, table_id: int) -> int:
+        """The schema versions the running jobs on `table_id` still need to publish to finish
+        (a cancel needs one, never more): other changes keep them free below
+        MAX_SCHEMA_VERSIONS_PER_TABLE, so a running job can always finish or be cancelled."""
+        return sum(
+            len(STEPS[j.kind]) - 1 - j.step
+            for j in self._jobs.values()
+            if j.running and j.table_id == table_id
+        )
+
     def jobs(
         self, *, table: TableName | None = None, running_only: bool = False
     ) -> list[SchemaJob]:
@@ -716,7 +731,9 @@ def next_step_wait(
         return JobWait(reason="table_dropped", message="its table was dropped")
     if len(inc.versions) >= limits.MAX_SCHEMA_VERSIONS_PER_TABLE:
         # Apply refuses every next version (the step's, or the cancel's rollback): proposing
-        # it would only append a refused entry every poll. Dropping the table ends the job.
+        # it would only append a refused entry every poll. Other changes keep the versions a
+        # running job needs free (`versions_needed`), so only a state from before that rule
+        # gets here; dropping the table ends the job.
         return JobWait(
             reason="limit",
             message=f"{job.table} has reached MAX_SCHEMA_VERSIONS_PER_TABLE="

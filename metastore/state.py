@@ -326,6 +326,7 @@ class MetastoreState:
                         tm=tm,
                         dd=dd,
                         before_publish=lambda inc: self.sessions.check_publish(inc, tm=tm),
+                        keep_free=self.jobs.versions_needed,
                     )
             case AdvanceSchemaJob():
                 table_id = self.jobs.get(command.job_id).table_id

@@ -18,9 +18,12 @@ write as defaults, with Spark's meaning, and refuses the rest with `DefaultNotEv
 * CAST / TRY_CAST / typed literals (DATE '..', TIMESTAMP '..', 5L, 10BD) to primitive and
   decimal types; ARRAY(...) of those.
 
-A zone-less TIMESTAMP literal is taken as UTC here, where Spark uses the session time zone;
-non-constant-looking functions (current_date(), ...) are refused here, where Spark evaluates them
-at read time. Both are documented limits of the non-Spark readers.
+A zone-less TIMESTAMP literal, and any conversion between a TIMESTAMP and a DATE, TIMESTAMP_NTZ,
+number or text, is refused here: Spark evaluates those in its session time zone (or counts
+seconds, or renders its own way), and taking UTC made two readers of the same rows disagree. The
+DDL refuses such defaults for new columns (`metastore.default_values`); a table created before
+may have one. Non-constant-looking functions (current_date(), ...) are refused here, where Spark
+evaluates them at read time. Both are documented limits of the non-Spark readers.
 """
 
 from __future__ import annotations
@@ -165,6 +168,9 @@ def _cast_type(dtype: exp.DataType, sql: str) -> pa.DataType:
 def _cast(scalar: pa.Scalar, target: pa.DataType, sql: str) -> pa.Scalar:
     if scalar.type == target:
         return scalar
+    why = _cast_differs_from_spark(scalar.type, target)
+    if why:
+        raise DefaultNotEvaluableError(sql, why)
     if pa.types.is_timestamp(target) and pa.types.is_string(scalar.type) and scalar.is_valid:
         return _timestamp(str(scalar.as_py()), target, sql)
     try:
@@ -173,13 +179,43 @@ def _cast(scalar: pa.Scalar, target: pa.DataType, sql: str) -> pa.Scalar:
         raise DefaultNotEvaluableError(sql, f"its value does not fit {target}: {exc}") from None
 
 
+def _is_number(t: pa.DataType) -> bool:
+    return bool(pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_decimal(t))
+
+
+def _cast_differs_from_spark(source: pa.DataType, target: pa.DataType) -> str:
+    """Why Arrow's cast from `source` to `target` would not give Spark's value ("" if it does):
+    Spark counts a timestamp as a number in seconds (Arrow: its unit), renders a double and a
+    timestamp as text its own way, and converts between instants and dates or local times in
+    the session time zone (Arrow: UTC)."""
+
+    def instant(t: pa.DataType) -> bool:  # Spark's TIMESTAMP
+        return bool(pa.types.is_timestamp(t) and t.tz is not None)
+
+    def local(t: pa.DataType) -> bool:  # a DATE or TIMESTAMP_NTZ
+        return bool(pa.types.is_date(t) or (pa.types.is_timestamp(t) and t.tz is None))
+
+    if (pa.types.is_timestamp(source) or pa.types.is_date(source)) and _is_number(target):
+        return f"{source} as a number (Spark counts seconds, or refuses a DATE)"
+    if _is_number(source) and (pa.types.is_timestamp(target) or pa.types.is_date(target)):
+        return f"a number as {target} (Spark counts seconds, or refuses a DATE)"
+    if pa.types.is_string(target) and (
+        pa.types.is_floating(source) or pa.types.is_timestamp(source)
+    ):
+        return f"{source} as text (Spark renders it differently)"
+    if (instant(source) and local(target)) or (local(source) and instant(target)):
+        return f"{source} as {target} (Spark converts in the session time zone)"
+    return ""
+
+
 def _timestamp(text: str, target: pa.DataType, sql: str) -> pa.Scalar:
     try:
         value = dt.datetime.fromisoformat(text.strip())
     except ValueError:
         raise DefaultNotEvaluableError(sql, f"timestamp {text!r}") from None
     if target.tz is not None and value.tzinfo is None:
-        value = value.replace(tzinfo=dt.UTC)  # Spark would use the session time zone
+        # Spark reads it in its session time zone: taking UTC here gave other instants.
+        raise DefaultNotEvaluableError(sql, "a TIMESTAMP without a time zone or offset")
     if target.tz is None and value.tzinfo is not None:
         raise DefaultNotEvaluableError(sql, "a TIMESTAMP_NTZ default with a zone offset")
     return pa.scalar(value, target)

@@ -436,9 +436,9 @@ def test_a_default_this_reader_cannot_evaluate_is_an_error_not_a_null(tmp_path: 
             dt.datetime(2020, 1, 2, 3, 4, 5),
         ),
         (
-            "TIMESTAMP '2020-01-02 03:04:05'",
+            "TIMESTAMP '2020-01-02 03:04:05+01:00'",
             pa.timestamp("us", tz="UTC"),
-            dt.datetime(2020, 1, 2, 3, 4, 5, tzinfo=dt.UTC),
+            dt.datetime(2020, 1, 2, 2, 4, 5, tzinfo=dt.UTC),
         ),
         ("CAST(5 AS BIGINT)", pa.int64(), 5),
         ("CAST('1.25' AS DECIMAL(10, 2))", pa.decimal128(12, 2), Decimal("1.25")),
@@ -461,6 +461,23 @@ def test_existence_defaults_evaluate_like_spark(
         ("10 / 4", pa.float64()),
         ("uuid()", pa.string()),
         ("((", pa.int32()),
+        # Spark: seconds since the epoch (1704067200); Arrow's cast gave microseconds.
+        ("CAST(TIMESTAMP '2024-01-01 00:00:00Z' AS BIGINT)", pa.int64()),
+        ("TIMESTAMP '2024-01-01 00:00:00Z'", pa.float64()),
+        ("CAST(86400 AS TIMESTAMP)", pa.timestamp("us", tz="UTC")),  # Spark: 1970-01-02
+        ("DATE '2024-01-01'", pa.int32()),  # Spark refuses; Arrow gave days since the epoch
+        # Spark renders a double as 1000.0 and 1.5E300; Arrow as 1000 and 1.5e+300.
+        ("1e3", pa.string()),
+        ("CAST(1.5 AS DOUBLE)", pa.string()),
+        # Spark converts these in its session time zone, Arrow in UTC. A zone-less TIMESTAMP
+        # read as UTC here and in the session time zone by Spark (the DDL refuses it now; older
+        # tables may have one).
+        ("TIMESTAMP '2020-01-02 03:04:05'", pa.timestamp("us", tz="UTC")),
+        ("'2020-01-02'", pa.timestamp("us", tz="UTC")),
+        ("CAST(TIMESTAMP '2024-01-01 23:30:00Z' AS DATE)", pa.date32()),
+        ("DATE '2024-01-01'", pa.timestamp("us", tz="UTC")),
+        ("TIMESTAMP '2024-01-01 00:00:00Z'", pa.timestamp("us")),
+        ("TIMESTAMP '2024-01-01 00:00:00Z'", pa.string()),
     ],
 )
 def test_defaults_that_cannot_be_evaluated_exactly_are_refused(

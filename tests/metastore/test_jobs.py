@@ -187,11 +187,12 @@ def test_the_gate_holds_a_step_while_a_lease_sits_two_versions_behind() -> None:
 def test_a_step_the_version_limit_refuses_is_not_proposed(monkeypatch: pytest.MonkeyPatch) -> None:
     """A table at MAX_SCHEMA_VERSIONS_PER_TABLE cannot publish a job's next step: apply refuses
     it (LIMIT_EXCEEDED) every time. next_step_wait said there was nothing to wait for, so the
-    leader's worker proposed the refused step again every poll, forever (a Raft entry each)."""
-    monkeypatch.setattr(limits, "MAX_SCHEMA_VERSIONS_PER_TABLE", 3)
+    leader's worker proposed the refused step again every poll, forever (a Raft entry each).
+    (A state of before the job's versions were kept free; lowering the limit makes one.)"""
     d = table_driver()
     job_id = job_of(d.ok("ALTER TABLE ns.t DROP COLUMN b"))  # v2
-    d.ok("ALTER TABLE ns.t SET TBLPROPERTIES ('k'='v')")  # v3: the limit
+    d.ok("ALTER TABLE ns.t SET TBLPROPERTIES ('k'='v')")  # v3
+    monkeypatch.setattr(limits, "MAX_SCHEMA_VERSIONS_PER_TABLE", 3)  # v3: the limit
     d.tm += SETTLE_MS * MS
     job = d.state.jobs.get(job_id)
     refused(d, AdvanceSchemaJob(job_id=job_id, step=job.step), LimitExceededError)
@@ -200,6 +201,37 @@ def test_a_step_the_version_limit_refuses_is_not_proposed(monkeypatch: pytest.Mo
     )
     assert wait.reason == "limit"
     assert "MAX_SCHEMA_VERSIONS_PER_TABLE" in wait.message
+
+
+@pytest.mark.parametrize("end", ["finish", "cancel"])
+def test_the_version_limit_keeps_room_for_running_jobs_to_finish_or_cancel(
+    monkeypatch: pytest.MonkeyPatch, end: str
+) -> None:
+    """One-step ALTERs could take the versions up to MAX_SCHEMA_VERSIONS_PER_TABLE while a job
+    ran. Its next step and its cancel (a rollback version) were then refused at every try: the
+    job could neither finish nor be cancelled, its column name stayed taken, and only DROP
+    TABLE ended it. The versions a running job still needs are now kept free."""
+    monkeypatch.setattr(limits, "MAX_SCHEMA_VERSIONS_PER_TABLE", 8)
+    d = table_driver()  # v1
+    drop = job_of(d.ok("ALTER TABLE ns.t DROP COLUMN c"))  # v2; needs 1 more
+    add = job_of(d.ok("ALTER TABLE ns.t ADD COLUMN n INT NOT NULL DEFAULT 7"))  # v3; 3 more
+    d.ok("ALTER TABLE ns.t SET TBLPROPERTIES ('k'='1')")  # v4: 4 left, all kept for the jobs
+    refused(d, parse_ddl("ALTER TABLE ns.t SET TBLPROPERTIES ('k'='2')"), LimitExceededError)
+    refused(d, parse_ddl("ALTER TABLE ns.t DROP COLUMN a"), LimitExceededError)
+    assert d.state.current(T).version == 4
+    if end == "finish":
+        d.finish_jobs()
+        assert d.state.jobs.get(add).status == "succeeded"
+        assert names(d) == ["a", "b", "n"]
+    else:
+        ok(d, CancelSchemaJob(job_id=add), step_ms=SETTLE_MS)
+        ok(d, CancelSchemaJob(job_id=drop), step_ms=SETTLE_MS)
+        assert d.state.jobs.get(add).status == "cancelled"
+        assert names(d) == ["a", "b", "c"]
+        # The versions the ended jobs no longer need are free again.
+        d.ok("ALTER TABLE ns.t SET TBLPROPERTIES ('k'='2')")
+    assert d.state.jobs.get(drop).status in ("succeeded", "cancelled")
+    d.state.check_invariants()
 
 
 def test_a_pending_column_counts_towards_the_column_limit() -> None:

@@ -1,0 +1,442 @@
+"""DDL-time checks of a column's DEFAULT value (called by `metastore.ddl.parse_ddl`).
+
+Writers fill a column they do not write with CAST(default AS type) (`spark_bridge.conform`,
+`spark_bridge.datasource`), and readers fill it for files written before the column existed
+(`metastore.client.defaults`, Spark's EXISTS_DEFAULT). A NOT NULL column whose default is no
+value of its type (a DATE column with DEFAULT 'abc', a DECIMAL(3,1) with 12345.6, an INT with
+3000000000) therefore breaks every such write (NULL in a NOT NULL column, or an ANSI cast error),
+and an ADD COLUMN job's write-only step breaks every writer of the table. So a default that is a
+literal under parentheses, casts and a sign is followed through each cast to the column's type
+here, with Spark's cast rules, and refused when it is certainly no value. Anything this does not
+model (functions, arithmetic, casts between types it does not follow) is left to Spark.
+
+A non-deterministic DEFAULT (rand(), uuid(), ...) is refused on any column: Spark refuses it,
+and its Parquet reader fails every read of a table whose schema carries one.
+
+A column added to an existing table may not default to a function of the time or session
+(current_timestamp(), current_date(), current_user(), ...): Spark evaluates the existence default
+at every read of a file that lacks the column (its own ALTER TABLE evaluates it once, and stores
+the value), so rows written before the column existed read a new value at every read, and a read
+AS OF one timestamp never returns the same rows twice. CREATE TABLE keeps them: no row predates
+the column, and writers evaluate them when they write.
+
+The value checks hold for nullable columns too: Spark's Parquet reader assigns the default (the
+field's EXISTS_DEFAULT) to the column for every file written before the column existed, and fails
+the whole read (INVALID_DEFAULT_VALUE.DATA_TYPE) when it cannot - a string that is no value of the
+type ('abc' or '1.5' for an INT), a BOOLEAN for anything but a BOOLEAN or string column, anything
+but a BOOLEAN for a BOOLEAN column ('true' must be written TRUE). Spark's own ALTER TABLE refuses
+the same defaults (measured with pyspark 4).
+
+On any column, a default whose value depends on the session time zone is refused: a TIMESTAMP
+from a string without zone or offset (TIMESTAMP '2024-01-01 00:00:00'), from a DATE,
+TIMESTAMP_NTZ or number, and a TIMESTAMP turned into a DATE, TIMESTAMP_NTZ or string. Spark
+evaluates those in its session time zone, the pyarrow readers and writers
+(`metastore.client.defaults`) in UTC, so two readers of the same rows at the same timestamp saw
+different instants. With an explicit zone every reader gets the same instant.
+
+Checked on the receiving node, not in apply: entries already in a log keep applying as they did.
+"""
+
+from __future__ import annotations
+
+import re
+import zoneinfo
+from collections.abc import Callable
+from dataclasses import dataclass
+from decimal import (
+    MAX_EMAX,
+    MIN_EMIN,
+    ROUND_HALF_UP,
+    Context,
+    Decimal,
+    DecimalException,
+    InvalidOperation,
+)
+from typing import Final
+
+import sqlglot
+from sqlglot import exp
+
+from metastore.errors import InvalidArgumentError
+from metastore.schema import Column
+from metastore.types import (
+    BIGINT,
+    BINARY,
+    BOOLEAN,
+    DATE,
+    DOUBLE,
+    FLOAT,
+    INT,
+    SMALLINT,
+    STRING,
+    TIMESTAMP,
+    TIMESTAMP_NTZ,
+    TINYINT,
+    ArrayType,
+    CharType,
+    DataType,
+    DecimalType,
+    MapType,
+    PrimitiveType,
+    StructType,
+    VarcharType,
+)
+
+_INT_RANGES: Final = {
+    TINYINT: (-(2**7), 2**7 - 1),
+    SMALLINT: (-(2**15), 2**15 - 1),
+    INT: (-(2**31), 2**31 - 1),
+    BIGINT: (-(2**63), 2**63 - 1),
+}
+# What Spark casts to a boolean (trimmed, case-insensitive); anything else is NULL.
+_BOOLEAN_STRINGS: Final = frozenset({"t", "true", "y", "yes", "1", "f", "false", "n", "no", "0"})
+# Spark's date and timestamp strings: [+-]yyyy[-[m]m[-[d]d]], then for a timestamp an optional
+# ' ' or 'T' and [h]h[:[m]m[:[s]s[.fraction]]], then an optional zone.
+_DATE_RE: Final = re.compile(r"([+-]?\d{4,6})(?:-(\d{1,2})(?:-(\d{1,2}))?)?")
+_INTEGER_RE: Final = re.compile(r"[+-]?\d+")
+_OFFSET_RE: Final = re.compile(r"Z|(?:UTC|GMT|UT)?(?:[+-]\d{1,2}(?::?\d{2}(?::?\d{2})?)?)?")
+_TIME_RE: Final = re.compile(r"[ T](\d{1,2})(?::(\d{1,2})(?::(\d{1,2})(?:\.\d{0,9})?)?)?")
+
+# Non-deterministic functions (sqlglot's names): Spark refuses them in a DEFAULT.
+_NON_DETERMINISTIC: Final = frozenset(
+    {
+        "RAND",
+        "RANDN",
+        "RANDOM",
+        "RANDSTR",
+        "UNIFORM",
+        "UUID",
+        "SHUFFLE",
+        "MONOTONICALLY_INCREASING_ID",
+        "SPARK_PARTITION_ID",
+        "INPUT_FILE_NAME",
+        "INPUT_FILE_BLOCK_START",
+        "INPUT_FILE_BLOCK_LENGTH",
+    }
+)
+
+# Functions whose value depends on when or by whom it is evaluated (sqlglot's names). Spark
+# evaluates an existence default at every read of a file that lacks the column.
+_READ_TIME: Final = frozenset(
+    {
+        "CURRENT_TIMESTAMP",
+        "CURRENT_DATE",
+        "CURRENT_TIME",
+        "CURRENT_DATETIME",
+        "NOW",
+        "LOCALTIMESTAMP",
+        "CURRENT_TIMEZONE",
+        "CURRENT_USER",
+        "USER",
+        "SESSION_USER",
+        "CURRENT_DATABASE",
+        "CURRENT_SCHEMA",
+        "CURRENT_CATALOG",
+    }
+)
+
+# Decimal arithmetic on defaults: exact for any DECIMAL (38 digits), rounding as Spark does.
+_EXACT: Final = Context(prec=100, rounding=ROUND_HALF_UP, Emax=MAX_EMAX, Emin=MIN_EMIN)
+
+# Kinds of value followed through the casts.
+_STRING: Final = "string"
+_NUMBER: Final = "number"
+_BOOL: Final = "boolean"
+_DATE: Final = "date"
+_TS: Final = "timestamp"
+_NTZ: Final = "timestamp_ntz"
+_OTHER: Final = "other"
+
+
+@dataclass(frozen=True, slots=True)
+class _Value:
+    kind: str
+    text: str | None = None  # a string's text, when known
+    number: Decimal | None = None  # a number's value, when known
+
+
+class _NoValue(Exception):
+    """The default is certainly no value of the type it is cast to."""
+
+
+class _ZoneDependent(Exception):
+    """A cast of the default between a TIMESTAMP (an instant) and a zone-less form (a date,
+    a local date-time, a string without zone): its result depends on the session time zone."""
+
+
+def check_default(
+    column: Column,
+    *,
+    cast_type: Callable[[exp.DataType], DataType | None],
+    added: bool,
+) -> None:
+    """Refuse (InvalidArgumentError) a DEFAULT that is not deterministic, depends on the session
+    time zone, or is certainly no value Spark can assign to the column; NULL on a NOT NULL
+    column; and, for a column `added` to an existing table (ALTER TABLE ... ADD COLUMN: rows
+    written before read the default), one that depends on when or by whom it is evaluated.
+    `cast_type` reads a CAST's target type (None: unsupported)."""
+    if column.default_sql is None:
+        return
+    try:
+        node: object = sqlglot.parse_one(column.default_sql, read="spark")
+    except Exception:  # noqa: BLE001  (canonical text we rendered; see ddl._sqlglot_parse)
+        return
+    if not isinstance(node, exp.Expression):
+        return
+    functions = _function_names(node)
+    if functions & _NON_DETERMINISTIC:
+        raise InvalidArgumentError(
+            f"DEFAULT {column.default_sql} of column {column.name} is not deterministic "
+            f"({', '.join(sorted(functions & _NON_DETERMINISTIC))}): Spark refuses it, and "
+            "fails every read of a table that has it",
+            details={"column": column.name, "default": column.default_sql},
+        )
+    if added and functions & _READ_TIME:
+        raise InvalidArgumentError(
+            f"DEFAULT {column.default_sql} of added column {column.name} changes with time or "
+            f"session ({', '.join(sorted(functions & _READ_TIME))}): rows written before the "
+            "column existed read their default when read, so they would read another value at "
+            "every read; give a constant (e.g. TIMESTAMP '2024-01-01 00:00:00Z')",
+            details={"column": column.name, "default": column.default_sql},
+        )
+    found = _literal_and_casts(node, cast_type)
+    if found is None:
+        return
+    value, targets = found
+    if value is None:
+        if column.nullable:
+            return
+        raise InvalidArgumentError(
+            f"column {column.name} is NOT NULL but its DEFAULT is NULL",
+            details={"column": column.name, "default": column.default_sql},
+        )
+    try:
+        for target in targets:
+            if target is None:
+                return  # a type not followed: left to Spark
+            next_value = _cast(value, target)
+            if next_value is None:
+                return
+            value = next_value
+        _check_assignable(value, column.type)
+        _cast(value, column.type)
+    except _NoValue as exc:
+        raise InvalidArgumentError(
+            f"DEFAULT {column.default_sql} of column {column.name} is no "
+            f"{column.type.to_sql()} value ({exc}): Spark refuses it, so every read of files "
+            "written before the column existed, and every write filling it, would fail",
+            details={"column": column.name, "default": column.default_sql},
+        ) from None
+    except _ZoneDependent as exc:
+        raise InvalidArgumentError(
+            f"DEFAULT {column.default_sql} of column {column.name} depends on the session time "
+            f"zone ({exc}): Spark fills it in its session time zone and the other readers and "
+            "writers in UTC, so the same rows would read differently; give the timestamp an "
+            "explicit zone or offset (e.g. TIMESTAMP '2024-01-01 00:00:00Z' or "
+            "'2024-01-01 00:00:00+01:00'), or make the column TIMESTAMP_NTZ",
+            details={"column": column.name, "default": column.default_sql, "reason": str(exc)},
+        ) from None
+
+
+def _function_names(node: exp.Expression) -> set[str]:
+    """The names (upper case, sqlglot's canonical ones) of the functions `node` calls."""
+    return {
+        f.name.upper() if isinstance(f, exp.Anonymous) else f.sql_name()
+        for f in node.walk()
+        if isinstance(f, exp.Func)
+    }
+
+
+def _literal_and_casts(
+    node: object, cast_type: Callable[[exp.DataType], DataType | None]
+) -> tuple[_Value | None, list[DataType | None]] | None:
+    """A default that is a literal under parentheses, casts and a sign: the literal (None for
+    NULL) and the cast targets from the innermost out (None: a type not followed). None when
+    the default is anything else."""
+    casts: list[DataType | None] = []
+    negative = False
+    while True:
+        match node:
+            case exp.Paren():
+                node = node.this
+            case exp.Cast() | exp.TryCast():
+                casts.append(cast_type(node.to))
+                node = node.this
+            case exp.Neg() if not negative:
+                negative = True
+                node = node.this
+            case _:
+                break
+    casts.reverse()
+    match node:
+        case exp.Null():
+            return None, casts
+        case exp.Literal(is_string=True) if not negative:
+            return _Value(_STRING, text=str(node.this)), casts
+        case exp.Literal():
+            try:
+                number = Decimal(str(node.this))
+            except InvalidOperation:
+                return None
+            return _Value(_NUMBER, number=number.copy_negate() if negative else number), casts
+        case exp.Boolean() if not negative:
+            return _Value(_BOOL), casts
+    return None
+
+
+def _decimal(text: str) -> Decimal:
+    try:
+        return Decimal(text.strip())
+    except InvalidOperation:
+        raise _NoValue(f"{text!r} is no number") from None
+
+
+def _check_assignable(value: _Value, column_type: DataType) -> None:
+    """Spark assigns a default to its column only by a safe implicit cast or from a literal of
+    a wider type whose value fits - never a BOOLEAN from or to anything but a string column."""
+    if column_type == BOOLEAN and value.kind != _BOOL:
+        raise _NoValue(f"a {value.kind} is not assigned to a BOOLEAN column (write TRUE/FALSE)")
+    if isinstance(column_type, ArrayType | MapType | StructType):
+        raise _NoValue(f"a {value.kind} is not assigned to a {column_type.to_sql()} column")
+    textual = column_type == STRING or isinstance(column_type, VarcharType | CharType)
+    if value.kind == _BOOL and column_type != BOOLEAN and not textual:
+        raise _NoValue(f"a BOOLEAN is not assigned to a {column_type.to_sql()} column")
+
+
+def _cast(value: _Value, target: DataType) -> _Value | None:
+    """`value` cast to `target` as Spark casts, or None when not followed. Raises _NoValue."""
+    if isinstance(target, PrimitiveType) and target in _INT_RANGES:
+        return _to_integer(value, target)
+    if target in (FLOAT, DOUBLE):
+        if value.kind == _STRING and value.text is not None:
+            _decimal(value.text)  # Decimal reads 'NaN', 'inf', 'Infinity' too, as Spark does
+        return _Value(_NUMBER) if value.kind in (_STRING, _NUMBER, _BOOL) else None
+    if isinstance(target, DecimalType):
+        return _to_decimal(value, target)
+    if target == BOOLEAN:
+        text = value.text if value.kind == _STRING else None
+        if text is not None and text.strip().lower() not in _BOOLEAN_STRINGS:
+            raise _NoValue(f"{value.text!r} is no boolean")
+        return _Value(_BOOL) if value.kind in (_STRING, _NUMBER, _BOOL) else None
+    if target in (STRING, BINARY) or isinstance(target, VarcharType | CharType):
+        if value.kind == _TS and target != BINARY:
+            raise _ZoneDependent("a TIMESTAMP cast to a string")
+        text = value.text if value.kind == _STRING else None
+        sized = target if isinstance(target, VarcharType | CharType) else None
+        if sized is not None and text is not None and len(text.rstrip(" ")) > sized.length:
+            raise _NoValue(f"longer than {sized.length} characters")
+        return _Value(_STRING if target != BINARY else _OTHER, text=text)
+    if target == DATE:
+        if value.kind == _TS:
+            raise _ZoneDependent("a TIMESTAMP cast to DATE")
+        if value.kind == _STRING and value.text is not None:
+            _parse_date_time(value.text, date_only=True)
+        elif value.kind in (_NUMBER, _BOOL):
+            raise _NoValue(f"a {value.kind} does not cast to a DATE")
+        return _Value(_DATE) if value.kind in (_STRING, _DATE, _TS, _NTZ) else None
+    if target in (TIMESTAMP, TIMESTAMP_NTZ):
+        kind = _TS if target == TIMESTAMP else _NTZ
+        if value.kind == _STRING and value.text is not None:
+            zone = _parse_date_time(value.text, date_only=False)
+            if kind == _TS and not zone:
+                raise _ZoneDependent(f"{value.text!r} has no time zone")
+            if zone and not _is_zone(zone):
+                raise _NoValue(f"{zone!r} is no time zone")
+        elif value.kind == _BOOL or (value.kind == _NUMBER and kind == _NTZ):
+            raise _NoValue(f"a {value.kind} does not cast to {target.to_sql()}")
+        elif kind == _TS and value.kind in (_DATE, _NTZ):
+            raise _ZoneDependent(f"a {value.kind.upper()} cast to TIMESTAMP")
+        elif kind == _TS and value.kind == _NUMBER:
+            raise _ZoneDependent(
+                "a number cast to TIMESTAMP: seconds since the epoch in Spark, microseconds in "
+                "the other readers"
+            )
+        elif kind == _NTZ and value.kind == _TS:
+            raise _ZoneDependent("a TIMESTAMP cast to TIMESTAMP_NTZ")
+        return _Value(kind) if value.kind in (_STRING, _NUMBER, _DATE, _TS, _NTZ) else None
+    return None
+
+
+def _to_integer(value: _Value, target: PrimitiveType) -> _Value | None:
+    number = value.number
+    if value.kind == _STRING and value.text is not None:
+        if not _INTEGER_RE.fullmatch(value.text.strip()):
+            raise _NoValue(f"{value.text!r} is no integer")
+        number = Decimal(value.text.strip())
+    if number is not None:
+        if not number.is_finite():
+            raise _NoValue(f"{number} is no integer")
+        low, high = _INT_RANGES[target]
+        # Spark truncates the fraction. No int() of a huge exponent (1e999999999): it would
+        # build the whole number; anything of 19 digits or more is out of range anyway.
+        whole = int(number) if number.adjusted() < 19 else high + 1
+        if not low <= whole <= high:
+            raise _NoValue(f"{number} is out of {target.to_sql()}'s range")
+        return _Value(_NUMBER, number=Decimal(whole))
+    return _Value(_NUMBER) if value.kind in (_STRING, _NUMBER, _BOOL) else None
+
+
+def _to_decimal(value: _Value, target: DecimalType) -> _Value | None:
+    number = value.number
+    if value.kind == _STRING and value.text is not None:
+        number = _decimal(value.text)
+    if number is None:
+        return _Value(_NUMBER) if value.kind in (_STRING, _NUMBER, _BOOL) else None
+    if not number.is_finite():
+        raise _NoValue(f"{number} is no decimal")
+    whole_digits = target.precision - target.scale
+    # Checked before any arithmetic (the exponent may be huge): 10**whole_digits never fits.
+    if number and number.adjusted() >= whole_digits:
+        raise _NoValue(f"{number} does not fit {target.to_sql()}")
+    try:
+        rounded = number.quantize(Decimal(1).scaleb(-target.scale), context=_EXACT)
+    except DecimalException:
+        raise _NoValue(f"{number} is no {target.to_sql()} value") from None
+    if rounded.copy_abs() >= Decimal(1).scaleb(whole_digits):  # 99.96 -> 100.0
+        raise _NoValue(f"{number} does not fit {target.to_sql()}")
+    return _Value(_NUMBER, number=rounded)
+
+
+def _parse_date_time(text: str, *, date_only: bool) -> str:
+    """Check `text` is a date (or timestamp) as Spark reads one; return what follows the date
+    and time (a timestamp's zone, "" if none). Raises _NoValue."""
+    s = text.strip()
+    what = "date" if date_only else "timestamp"
+    m = _DATE_RE.match(s)
+    if m is None:
+        raise _NoValue(f"{text!r} is no {what}")
+    year, month, day = int(m.group(1)), int(m.group(2) or 1), int(m.group(3) or 1)
+    if not 1 <= month <= 12 or not 1 <= day <= _days_in_month(year, month):
+        raise _NoValue(f"{text!r} is no {what}")
+    rest = s[m.end() :]
+    if date_only:
+        if rest and (m.group(3) is None or rest[0] not in " T"):
+            raise _NoValue(f"{text!r} is no {what}")
+        return ""
+    t = _TIME_RE.match(rest) if m.group(3) is not None else None
+    if t is not None:
+        hour, minute, second = (int(g or 0) for g in t.groups())
+        if hour > 23 or minute > 59 or second > 59:
+            raise _NoValue(f"{text!r} is no {what}")
+        rest = rest[t.end() :]
+    elif rest and m.group(3) is not None and rest in (" ", "T"):
+        rest = ""
+    return rest.strip()
+
+
+def _is_zone(zone: str) -> bool:
+    """Is `zone` a zone Spark reads: Z, an offset (optionally after UTC/GMT/UT), or a region?"""
+    if _OFFSET_RE.fullmatch(zone):
+        return True
+    try:
+        zoneinfo.ZoneInfo(zone)
+    except (ValueError, OSError, KeyError):  # ZoneInfoNotFoundError is a KeyError
+        return False
+    return True
+
+
+def _days_in_month(year: int, month: int) -> int:
+    if month == 2:
+        leap = year % 4 == 0 and (year % 100 != 0 or year % 400 == 0)
+        return 29 if leap else 28
+    return 30 if month in (4, 6, 9, 11) else 31
