@@ -39,6 +39,8 @@ TABLE: Final = "sales.orders"
 AS_OF: Final = make_ts(1_790_000_000_000, 3)
 COMMIT_1: Final = make_ts(1_789_999_990_000)
 COMMIT_2: Final = make_ts(1_789_999_995_000, 1)
+# The newest acknowledged ts the leader names (`read_ts`): a linearizable listing waits for it.
+READ_TS: Final = make_ts(1_789_999_999_000, 2)
 
 # The schema in force at AS_OF: column 2 was renamed (amount -> total) and widened
 # (FLOAT -> DOUBLE) after the files were written; column 3 was added after them.
@@ -143,6 +145,8 @@ class Warehouse:
             raise self.error
         if op == "txn_log":
             return TXN_LOG
+        if op == "read_ts":
+            return {"ts": READ_TS, "leader_id": 1}
         if op == "files":
             return dict(self.files, as_of=args.get("as_of", AS_OF))
         if op == "schema_at":
@@ -234,8 +238,13 @@ def test_table_files_sends_the_as_of_it_parsed(node: ThreadedFakeNode) -> None:
     assert run(node, "-o", "json", "table", "files", TABLE).exit_code == 0
     assert run(node, "-o", "json", "table", "files", TABLE, "--as-of", str(AS_OF)).exit_code == 0
     assert run(node, "table", "files", TABLE, "--as-of", "-5m").exit_code == 0
-    (_, now), (_, exact), (_, relative) = sent(node)
-    assert now == {"table": TABLE, "limit": FILES_PAGE_LIMIT}  # the client pages
+    assert run(node, "-o", "json", "table", "files", TABLE, "--consistency", "s").exit_code == 0
+    (asked, _), (_, now), (_, exact), (_, relative), (_, serializable) = sent(node)
+    # Linearizable by default: the leader's newest acknowledged ts first, then read at least
+    # there; `--as-of` and `--consistency s` skip that round trip.
+    assert asked == "read_ts"
+    assert now == {"table": TABLE, "min_ts": READ_TS, "limit": FILES_PAGE_LIMIT}  # it pages
+    assert serializable == {"table": TABLE, "limit": FILES_PAGE_LIMIT}
     assert exact == {"table": TABLE, "as_of": AS_OF, "limit": FILES_PAGE_LIMIT}
     five_min_ago_ms = relative["as_of"] >> 16
     assert before_ms - 300_000 <= five_min_ago_ms <= SystemClock().now_ms() - 300_000
@@ -268,7 +277,8 @@ def test_read_pins_the_files_timestamp_for_the_schema(node: ThreadedFakeNode) ->
     assert run(node, "-o", "json", "table", "read", TABLE).exit_code == 0
     assert run(node, "-o", "json", "table", "read", TABLE, "--as-of", "12345").exit_code == 0
     assert sent(node) == [
-        ("files", {"table": TABLE, "limit": FILES_PAGE_LIMIT}),
+        ("read_ts", {}),
+        ("files", {"table": TABLE, "min_ts": READ_TS, "limit": FILES_PAGE_LIMIT}),
         ("schema_at", {"table": TABLE, "ts": AS_OF}),  # the timestamp the files answer names
         ("files", {"table": TABLE, "as_of": 12345, "limit": FILES_PAGE_LIMIT}),
         ("schema_at", {"table": TABLE, "ts": 12345}),
