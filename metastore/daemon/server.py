@@ -111,6 +111,7 @@ from raft.node import (
     NodeStoppedError,
     ProposalTimeoutError,
     ProposalTooLargeError,
+    QueueFullError,
     RaftNode,
     ReadIndexError,
     SafeTimeTimeoutError,
@@ -815,7 +816,8 @@ class ApiServer:
                 str(exc),
                 details={"wanted": exc.wanted_ts, "safe_time": exc.safe_time, "lag_ms": exc.lag_ms},
             ) from None
-        except NodeStoppedError as exc:
+        except (NodeStoppedError, QueueFullError) as exc:
+            # QueueFullError: SAFE_TIME_WAITERS_MAX reads already wait here; retryable.
             raise UnavailableError(str(exc)) from None
 
     def _cs_max_ms(self) -> int:
