@@ -1094,6 +1094,9 @@ class BatchContext:
     def _pages(self, first: dict[str, Any]) -> dict[str, Any]:
         listed = list(first["files"])
         deletes = list(first.get("deletes") or [])
+        # Manifest references ride on a listing's first page: that of `files_multi`, or the
+        # `files` page at offset 0 when `files_multi` had no room for them.
+        manifests = list(first.get("manifests") or [])
         token = first.get("next_page_token")
         while token:
             page = self._call(
@@ -1107,8 +1110,12 @@ class BatchContext:
             )
             listed.extend(page["files"])
             deletes.extend(page.get("deletes") or [])
+            manifests.extend(page.get("manifests") or [])
             token = page.get("next_page_token")
-        return {**first, "files": listed, "deletes": deletes, "next_page_token": None}
+        out = {**first, "files": listed, "deletes": deletes, "next_page_token": None}
+        if manifests or "manifests" in first:
+            out["manifests"] = manifests
+        return out
 
     def _call(self, op: str, args: dict[str, Any]) -> dict[str, Any]:
         from metastore.errors import MetastoreError

@@ -592,6 +592,9 @@ class MetastoreClient:
         for attempt in range(1, LISTING_ATTEMPTS_MAX + 1):
             files = list(first.get("files", []))
             deletes = list(first.get("deletes", []))
+            # Manifest references ride on a listing's first page: that of `files_multi`, or
+            # the `files` page at offset 0 when `files_multi` had no room for them.
+            manifests = list(first.get("manifests") or [])
             token = first.get("next_page_token")
             try:
                 for _ in range(PAGES_MAX):
@@ -602,6 +605,7 @@ class MetastoreClient:
                     )
                     files.extend(page.get("files", []))
                     deletes.extend(page.get("deletes", []))
+                    manifests.extend(page.get("manifests") or [])
                     token = page.get("next_page_token")
             except ManifestConflictError:
                 if attempt == LISTING_ATTEMPTS_MAX:
@@ -619,6 +623,8 @@ class MetastoreClient:
                 out["next_page_token"] = None  # the caller has every page
             if deletes or "deletes" in first:  # a reply without delete entries stays as it came
                 out["deletes"] = deletes
+            if manifests or "manifests" in first:
+                out["manifests"] = manifests
             return out
         raise AssertionError("unreachable")  # pragma: no cover
 

@@ -1072,9 +1072,11 @@ class ApiServer:
     async def _files_multi(self, _s: Session, args: Args) -> dict[str, Any]:
         """The first page of `files` for each of several tables, all at one `as_of`, after one
         wait: a batch reading N tables lists them in one round trip instead of N. The page
-        budget (`limit` files, FILES_PAGE_BYTES_MAX bytes of paths) is shared by the tables in
-        the order given; a table the budget did not cover gets a `next_page_token` to continue
-        with `files`, so no reply outgrows a frame whatever the tables hold. The request is
+        budget (`limit` files, FILES_PAGE_BYTES_MAX bytes of paths and manifest references) is
+        shared by the tables in the order given; a table the budget did not cover gets a
+        `next_page_token` to continue with `files` (of its first page, which carries the
+        manifest references, if they did not fit), so no reply outgrows a frame whatever the
+        tables hold. The request is
         validated whole (1..MAX_TABLES_PER_COMMIT distinct names) before anything is read; a
         table that cannot be listed at `as_of` (not found then, before its GC threshold, a bad
         name) gets its typed error as data in its own listing (`error`, the wire form), so one
@@ -1087,6 +1089,7 @@ class ApiServer:
         ts, waited = await self._data_read_ts(_opt_int(args, "as_of", 0, MAX_TS), args)
         state = self.sm.state
         count_left, bytes_left = limit, L.FILES_PAGE_BYTES_MAX
+        spent = False  # anything (a file, a delete entry, a manifest reference) shipped yet
         listings: list[dict[str, Any]] = []
         for table in tables:
             try:
@@ -1096,19 +1099,30 @@ class ApiServer:
                 listings.append({"table": table, "error": exc.to_wire()})
                 continue
             # As in `files`: loose files, then delete entries, page through one sequence, and
-            # the manifest references ride on the first page (this one).
+            # the manifest references ride on the first page. They count against the budget
+            # too (a table holds up to MAX_MANIFESTS_PER_TABLE of them): a table whose
+            # references do not fit what is left gets none of its listing here, only a token
+            # of its first page, so `files` ships them (once: only its first page has them).
             files = listing.files
             items: list[Any] = [*files, *listing.deletes]
+            manifests = [m.to_view() for m in listing.manifests]
+            manifests_size = len(msgpack.packb(manifests, use_bin_type=True)) if manifests else 0
+            if count_left == 0 or (manifests_size > bytes_left and spent):
+                count_left, manifests = 0, []
+            elif manifests:
+                bytes_left, spent = bytes_left - manifests_size, True
             end = 0
             while end < len(items) and count_left > 0:
                 size = len(items[end].path) + L.FILES_ENTRY_OVERHEAD_BYTES
-                # The first file of the whole reply always fits (as in `files`).
-                if size > bytes_left and count_left < limit:
+                # The first item of the whole reply always fits (as in `files`), and so does
+                # a table's first after its manifests: its next page must not start at 0.
+                if size > bytes_left and spent and not (end == 0 and manifests):
                     count_left = 0  # the budget is spent: later tables continue with `files`
                     break
                 bytes_left -= size
                 count_left -= 1
                 end += 1
+                spent = True
             listings.append(
                 {
                     "table": table,
@@ -1118,14 +1132,16 @@ class ApiServer:
                     "location": version.location,
                     "files": [file_view(f) for f in files[:end]],
                     "deletes": [[d.path, d.removed_ts] for d in items[len(files) : end]],
-                    "manifests": [m.to_view() for m in listing.manifests],
+                    "manifests": manifests,
                     "total_files": len(files),
                     "total_manifests": len(listing.manifests),
                     "total_deletes": len(listing.deletes),
                     "rows": sum(f.row_count for f in files),
                     "size_bytes": sum(f.size_bytes for f in files),
                     "next_page_token": (
-                        _files_token(ts, end, len(items)) if end < len(items) else None
+                        _files_token(ts, end, len(items))
+                        if end < len(items) or len(manifests) < len(listing.manifests)
+                        else None
                     ),
                 }
             )

@@ -10,8 +10,11 @@ from typing import Any
 import pytest
 
 from hlc import HybridClock, ManualClock
+from metastore import limits as mlimits
+from metastore.daemon import api_limits
 from metastore.daemon.server import ApiServer
 from metastore.errors import UnavailableError
+from metastore.manifests import ManifestRef, manifest_path
 from raft.node import QueueFullError
 from tests.metastore._driver import T0
 
@@ -47,3 +50,63 @@ def test_a_full_safe_time_waiter_queue_is_a_typed_retryable_error() -> None:
     api = _api(_Node())
     with pytest.raises(UnavailableError):
         asyncio.run(api._wait_safe(T0 + (1 << 30), 1_000))
+
+
+class _ReadyNode(_Node):
+    async def wait_for_safe_time(self, ts: int, *, timeout_ms: int) -> float:
+        return 0.0
+
+
+def _manifest(table: int, i: int) -> ManifestRef:
+    sha = f"{table:032x}{i:032x}"
+    return ManifestRef(
+        path=manifest_path(sha),
+        sha256=sha,
+        size_bytes=2**40,
+        entry_count=100_000,
+        live_count=100_000,
+        live_bytes=2**40,
+        live_rows=2**40,
+        min_added_ts=T0,
+        max_added_ts=T0,
+        max_removed_ts=T0,
+    )
+
+
+class _ManyManifests:
+    """Every table holds MAX_MANIFESTS_PER_TABLE manifests and a few loose files."""
+
+    cluster = SimpleNamespace(dd=0, cs_max_ms=500)
+
+    def schema_at(self, table: str, ts: int) -> Any:
+        return SimpleNamespace(table_id=int(table.split("t")[-1]), version=1, location="s3://x")
+
+    def listing_at(self, table: str, ts: int) -> Any:
+        n = int(table.split("t")[-1])
+        files = [
+            SimpleNamespace(path=f"{n}/{i}.parquet", size_bytes=1, row_count=1, added_ts=T0)
+            for i in range(3)
+        ]
+        refs = [_manifest(n, i) for i in range(mlimits.MAX_MANIFESTS_PER_TABLE)]
+        return SimpleNamespace(files=files, deletes=[], manifests=refs)
+
+
+def test_files_multi_counts_manifest_references_against_its_budget() -> None:
+    """The manifest references of every table rode on the reply uncounted: tables holding
+    many manifests made the reply outgrow the frame (LIMIT_EXCEEDED, the batch cannot read).
+    A table whose references do not fit is continued with `files` from its first page, which
+    carries them."""
+    api = _api(_ReadyNode(), _ManyManifests())
+    tables = [f"ns.t{i}" for i in range(mlimits.MAX_TABLES_PER_COMMIT)]
+    reply = asyncio.run(api._files_multi(None, {"tables": tables}))  # type: ignore[arg-type]
+    assert len(api._reply_frame(1, reply)) <= api_limits.CLIENT_FRAME_BYTES_MAX
+    listings = reply["listings"]
+    assert len(listings[0]["manifests"]) == mlimits.MAX_MANIFESTS_PER_TABLE
+    for listing in listings:
+        if listing["manifests"]:
+            assert len(listing["manifests"]) == listing["total_manifests"]
+            assert listing["files"]  # so its next page (if any) does not repeat them
+        else:
+            assert listing["files"] == []
+            assert listing["next_page_token"].split(":")[1] == "0"
+    assert any(not x["manifests"] for x in listings)
