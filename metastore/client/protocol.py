@@ -820,11 +820,16 @@ class MetastoreClient:
         namespace: str | None = None,
         limit: int | None = None,
         wait_ms: int = 0,
+        from_event: int = 0,
     ) -> dict[str, Any]:
         """One page of catalog events after `from_ts` (an entry Tm; None: from now), waiting
-        up to `wait_ms` for the first one. Continue from the reply's `next_from_ts`."""
+        up to `wait_ms` for the first one. Continue from the reply's `next_from_ts` and
+        `next_from_event` (`from_event`: where inside the entry at `from_ts` a page too large
+        for one reply ended; 0 otherwise)."""
         optional = {"from_ts": from_ts, "table": table, "namespace": namespace, "limit": limit}
         args: dict[str, Any] = {k: v for k, v in optional.items() if v is not None}
+        if from_event:
+            args["from_event"] = from_event
         args["wait_ms"] = wait_ms
         return await self.call("watch", args, timeout_ms=wait_ms + self.timeout_ms)
 
@@ -838,12 +843,14 @@ class MetastoreClient:
     ) -> AsyncIterator[dict[str, Any]]:
         """Every event after `from_ts`, as they happen (long polls; resumes on another node
         after a failover from the last event seen). Ends only when the caller stops."""
-        position = from_ts
+        position, from_event = from_ts, 0
         while True:
-            page = await self.watch(position, table=table, namespace=namespace, wait_ms=wait_ms)
+            page = await self.watch(
+                position, table=table, namespace=namespace, wait_ms=wait_ms, from_event=from_event
+            )
             for event in page["events"]:
                 yield event
-            position = page["next_from_ts"]
+            position, from_event = page["next_from_ts"], page.get("next_from_event", 0)
 
     # ---- schema change jobs (metastore.jobs) ----
 

@@ -59,7 +59,7 @@ HISTORY_PAGE_BYTES_MAX: Final = 2 * 1024 * 1024
 # call may wait for the first new event (the client calls again: a long poll).
 WATCH_EVENTS_PAGE_MAX: Final = 1_000
 # ... and about this many bytes of them (a commit event names up to 100 tables): a page ends
-# between entries once past it, so only one entry's events alone can be larger.
+# between entries once past it; an entry whose events alone are larger is split (`from_event`).
 WATCH_PAGE_BYTES_MAX: Final = 2 * 1024 * 1024
 WATCH_WAIT_MS_MAX: Final = 30_000
 

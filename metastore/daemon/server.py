@@ -1334,11 +1334,18 @@ class ApiServer:
     async def _watch(self, _s: Session, args: Args) -> dict[str, Any]:
         """Events after `from_ts` (an entry Tm: 0 = from the oldest kept, default: now) in
         log order, optionally only those of `table` or `namespace`: at most `limit`, waiting
-        up to `wait_ms` for the first one (long poll). `next_from_ts` is where to continue; it
+        up to `wait_ms` for the first one (long poll). `next_from_ts` (and `next_from_event`,
+        when a page ended inside an entry too large for one page) is where to continue; it
         moves on even when nothing matched. A position this node no longer has events for is
         WATCH_START_COMPACTED (metastore.events)."""
         self._require_ready()
         from_ts = _opt_int(args, "from_ts", 0, MAX_TS)
+        from_event = _opt_int(args, "from_event", 0, 2**31 - 1) or 0
+        if from_event and not from_ts:
+            raise BadRequestError(
+                "'from_event' continues inside the entry at 'from_ts': give both, as a reply's "
+                "'next_from_ts' and 'next_from_event'"
+            )
         if from_ts is None:
             from_ts = self.node.safe_time
         elif from_ts == 0:
@@ -1356,27 +1363,33 @@ class ApiServer:
         await self._wait_safe(from_ts, _timeout(args))
         loop = asyncio.get_running_loop()
         deadline = loop.time() + (wait_ms or 0) / 1000
+        position = (from_ts, from_event)
         while True:
             wake = self.sm.wait_for_events()
-            events, stopped_at = self.sm.events.since(
-                from_ts,
+            events, stopped_at, skip = self.sm.events.since(
+                position[0],
                 limit=limit,
                 keep=lambda e: event_matches(e, namespace=namespace, table=table),
                 bytes_max=L.WATCH_PAGE_BYTES_MAX,
+                skip=position[1],
             )
-            # Everything up to the applied position was examined when nothing stopped us.
-            position = stopped_at if stopped_at is not None else self.sm.state.last_tm
+            # Everything up to the applied position was examined when nothing stopped us (a
+            # stop is always past `position`: a page that stops has events).
+            if stopped_at is not None:
+                position = (stopped_at, skip)
+            else:
+                position = (max(position[0], self.sm.state.last_tm), 0)
             remaining = deadline - loop.time()
             if events or remaining <= 0:
                 break
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(wake, timeout=remaining)
-            from_ts = max(from_ts, position)
         if not wake.done():
             wake.cancel()
         return {
             "events": events,
-            "next_from_ts": max(from_ts, position),
+            "next_from_ts": position[0],
+            "next_from_event": position[1],
             "oldest_ts": self.sm.events.floor_tm,
             "safe_time": self.node.safe_time,
         }

@@ -13,7 +13,8 @@ from hlc import HybridClock, ManualClock
 from metastore import limits as mlimits
 from metastore.daemon import api_limits
 from metastore.daemon.server import ApiServer
-from metastore.errors import UnavailableError
+from metastore.errors import BadRequestError, InvalidArgumentError, UnavailableError
+from metastore.events import Event, EventLog
 from metastore.manifests import ManifestRef, manifest_path
 from raft.node import QueueFullError
 from tests.metastore._driver import T0
@@ -110,3 +111,57 @@ def test_files_multi_counts_manifest_references_against_its_budget() -> None:
             assert listing["files"] == []
             assert listing["next_page_token"].split(":")[1] == "0"
     assert any(not x["manifests"] for x in listings)
+
+
+def _cascade_log() -> EventLog:
+    """One entry (a DROP NAMESPACE CASCADE of 30,000 tables with long names) of ~10 MiB of
+    events, then a small one."""
+    log = EventLog()
+    name = "ns." + "t" * 120
+    dropped: list[Event] = [
+        {"tm": T0 + 1, "index": 5, "kind": "table_dropped", "table": f"{name}{i}"}
+        | {"table_id": i, "tu": T0 + 2}
+        for i in range(30_000)
+    ]
+    log.append(dropped, tm=T0 + 1)
+    log.append(
+        [{"tm": T0 + 3, "index": 6, "kind": "namespace_created", "namespace": "x"}], tm=T0 + 3
+    )
+    return log
+
+
+class _Feed:
+    def __init__(self) -> None:
+        self.events = _cascade_log()
+        self.state = SimpleNamespace(cluster=SimpleNamespace(dd=0, cs_max_ms=500), last_tm=T0 + 3)
+
+    def wait_for_events(self) -> asyncio.Future[None]:
+        return asyncio.get_running_loop().create_future()
+
+
+def test_watch_pages_through_an_entry_larger_than_a_frame() -> None:
+    """Every event of one entry came in one reply: an entry of more than 4 MiB of events
+    (DROP NAMESPACE CASCADE of a large namespace) made `watch` LIMIT_EXCEEDED at that
+    position for good, so no watcher could get past it. It is split across pages now;
+    `next_from_event` says where inside the entry the next page starts."""
+    api = _api(_ReadyNode())
+    api.sm = _Feed()  # type: ignore[assignment]
+    api.node.safe_time = T0 + 3
+    got: list[Event] = []
+    args: dict[str, Any] = {"from_ts": T0}
+    for _ in range(50):
+        reply = asyncio.run(api._watch(None, args))  # type: ignore[arg-type]
+        assert len(api._reply_frame(1, reply)) <= api_limits.CLIENT_FRAME_BYTES_MAX
+        got += reply["events"]
+        if not reply["events"]:
+            break
+        args = {"from_ts": reply["next_from_ts"], "from_event": reply["next_from_event"]}
+    assert [e.get("table_id") for e in got] == [*range(30_000), None]
+    # Bad positions are typed errors: inside an entry needs an explicit from_ts.
+    for bad in (
+        {"from_event": 3},
+        {"from_ts": 0, "from_event": 3},
+        {"from_ts": T0, "from_event": -1},
+    ):
+        with pytest.raises((BadRequestError, InvalidArgumentError)):
+            asyncio.run(api._watch(None, bad))  # type: ignore[arg-type]
