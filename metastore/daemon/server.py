@@ -83,6 +83,7 @@ from metastore.errors import (
     LimitExceededError,
     ManifestConflictError,
     MetastoreError,
+    NamespaceNotFoundError,
     NotLeaderError,
     NotReadyError,
     ProtectionNotFoundError,
@@ -1331,6 +1332,25 @@ class ApiServer:
 
     # ------------------------------------------------------------------ change feed
 
+    def _check_ever_existed(
+        self, *, table: TableName | None = None, namespace: str | None = None
+    ) -> None:
+        """A filter naming a table (or namespace) this catalog never had, dropped ones
+        included, is TABLE_NOT_FOUND (NAMESPACE_NOT_FOUND): a typo would otherwise list
+        nothing, or watch forever, and look like an answer."""
+        if table is None and namespace is None:
+            return
+        catalog = self.sm.state.catalog
+        if table is not None and not catalog.incarnations(table):
+            raise TableNotFoundError(
+                f"table {table} does not exist (and never did)", details={"table": str(table)}
+            )
+        if namespace is not None and not catalog.namespace_incarnations(namespace):
+            raise NamespaceNotFoundError(
+                f"namespace {namespace} does not exist (and never did)",
+                details={"namespace": namespace},
+            )
+
     async def _watch(self, _s: Session, args: Args) -> dict[str, Any]:
         """Events after `from_ts` (an entry Tm: 0 = from the oldest kept, default: now) in
         log order, optionally only those of `table` or `namespace`: at most `limit`, waiting
@@ -1358,6 +1378,9 @@ class ApiServer:
         namespace = _opt_str(args, "namespace", L.TABLE_NAME_CHARS_MAX)
         table = None if table is None else str(TableName.parse(table))
         namespace = None if namespace is None else namespace.lower()
+        self._check_ever_existed(
+            table=None if table is None else TableName.parse(table), namespace=namespace
+        )
         self._check_not_future(from_ts)
         # A position this node has not reached yet: wait until it has (like a read at it).
         await self._wait_safe(from_ts, _timeout(args))
@@ -1417,6 +1440,7 @@ class ApiServer:
             raise BadRequestError("'all' must be a boolean")
         table = _opt_str(args, "table", L.TABLE_NAME_CHARS_MAX)
         name = None if table is None else TableName.parse(table)
+        self._check_ever_existed(table=name)
         jobs = self.sm.state.jobs.jobs(table=name, running_only=not show_all)
         return {"jobs": [self._job_view(j) for j in jobs], "safe_time": self.node.safe_time}
 

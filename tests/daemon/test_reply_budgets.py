@@ -13,11 +13,17 @@ from hlc import HybridClock, ManualClock
 from metastore import limits as mlimits
 from metastore.daemon import api_limits
 from metastore.daemon.server import ApiServer
-from metastore.errors import BadRequestError, InvalidArgumentError, UnavailableError
+from metastore.errors import (
+    BadRequestError,
+    InvalidArgumentError,
+    NamespaceNotFoundError,
+    TableNotFoundError,
+    UnavailableError,
+)
 from metastore.events import Event, EventLog
 from metastore.manifests import ManifestRef, manifest_path
 from raft.node import QueueFullError
-from tests.metastore._driver import T0
+from tests.metastore._driver import T0, Driver
 
 
 class _Node:
@@ -165,3 +171,45 @@ def test_watch_pages_through_an_entry_larger_than_a_frame() -> None:
     ):
         with pytest.raises((BadRequestError, InvalidArgumentError)):
             asyncio.run(api._watch(None, bad))  # type: ignore[arg-type]
+
+
+def _catalog_api() -> ApiServer:
+    d = Driver()
+    d.ok("CREATE NAMESPACE ns")
+    d.ok("CREATE TABLE ns.t (a BIGINT)")
+    d.ok("CREATE TABLE ns.gone (a BIGINT)")
+    d.ok("DROP TABLE ns.gone")
+    api = _api(_ReadyNode())
+    feed = _Feed()
+    feed.state, feed.events = d.state, EventLog()
+    api.sm = feed  # type: ignore[assignment]
+    api.node.safe_time = d.tm
+    return api
+
+
+@pytest.mark.parametrize(
+    ("op", "args", "error"),
+    [
+        ("job_list", {"table": "ns.nope"}, TableNotFoundError),
+        ("job_list", {"table": "nope.t"}, TableNotFoundError),
+        ("watch", {"table": "ns.nope"}, TableNotFoundError),
+        ("watch", {"namespace": "nope"}, NamespaceNotFoundError),
+    ],
+)
+def test_job_list_and_watch_of_an_unknown_table_are_not_found(
+    op: str, args: dict[str, Any], error: type[Exception]
+) -> None:
+    """`job list NS.T` and `watch NS.T` of a table that never existed (a typo) answered an
+    empty list / waited forever, and the CLI exited 0, where every other command on an
+    unknown table exits with TABLE_NOT_FOUND."""
+    api = _catalog_api()
+    handler = api._job_list if op == "job_list" else api._watch
+    with pytest.raises(error):
+        asyncio.run(handler(None, args))  # type: ignore[arg-type]
+
+
+def test_job_list_and_watch_of_a_dropped_table_still_answer() -> None:
+    api = _catalog_api()
+    assert asyncio.run(api._job_list(None, {"table": "ns.gone", "all": True}))["jobs"] == []  # type: ignore[arg-type]
+    assert asyncio.run(api._watch(None, {"table": "ns.gone"}))["events"] == []  # type: ignore[arg-type]
+    assert asyncio.run(api._watch(None, {"namespace": "ns"}))["events"] == []  # type: ignore[arg-type]
