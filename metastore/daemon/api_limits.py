@@ -44,6 +44,9 @@ PTS_PAGE_RECORDS_MAX: Final = 100
 SESSION_PAGE_MAX: Final = 1_000
 LEASE_PAGE_MAX: Final = 1_000
 GC_STATUS_PAGE_TABLES_MAX: Final = 500
+# A DROP NAMESPACE CASCADE reply names at most this many of the tables it dropped (about
+# 260 KiB of names) and counts them all (`dropped_table_count`).
+DROPPED_TABLES_REPLY_MAX: Final = 1_000
 # `list_tables` names per page: a name is at most TABLE_NAME_CHARS_MAX (257) characters, so a
 # page stays near 1.3 MiB, far below CLIENT_FRAME_BYTES_MAX.
 TABLES_PAGE_MAX: Final = 5_000

@@ -1566,7 +1566,7 @@ class ApiServer:
         if err is not None:
             raise err
         return {
-            "result": outcome.result,
+            "result": _reply_result(outcome.result),
             "deduplicated": outcome.deduplicated,
             "tm": res.tm,
             "index": res.index,
@@ -2202,6 +2202,21 @@ class ApiServer:
 
 
 # ---------------------------------------------------------------------- request parsing
+
+
+def _reply_result(result: dict[str, Any]) -> dict[str, Any]:
+    """An applied command's result as a reply carries it. DROP NAMESPACE CASCADE names every
+    table it dropped (up to MAX_TABLES, 257 characters each: far more than one frame); the
+    reply names the first DROPPED_TABLES_REPLY_MAX and counts them all, so a drop that was
+    applied is never answered LIMIT_EXCEEDED. The applied outcome itself is left alone."""
+    dropped = result.get("dropped_tables")
+    if not isinstance(dropped, list):
+        return result
+    return {
+        **result,
+        "dropped_tables": dropped[: L.DROPPED_TABLES_REPLY_MAX],
+        "dropped_table_count": len(dropped),
+    }
 
 
 def _parse_request(frame: object) -> tuple[int, str, Args]:

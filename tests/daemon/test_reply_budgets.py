@@ -22,7 +22,8 @@ from metastore.errors import (
 )
 from metastore.events import Event, EventLog
 from metastore.manifests import ManifestRef, manifest_path
-from raft.node import QueueFullError
+from metastore.outcome import Outcome
+from raft.node import ProposalResult, QueueFullError
 from tests.metastore._driver import T0, Driver
 
 
@@ -213,3 +214,25 @@ def test_job_list_and_watch_of_a_dropped_table_still_answer() -> None:
     assert asyncio.run(api._job_list(None, {"table": "ns.gone", "all": True}))["jobs"] == []  # type: ignore[arg-type]
     assert asyncio.run(api._watch(None, {"table": "ns.gone"}))["events"] == []  # type: ignore[arg-type]
     assert asyncio.run(api._watch(None, {"namespace": "ns"}))["events"] == []  # type: ignore[arg-type]
+
+
+def test_the_reply_to_a_huge_drop_namespace_cascade_fits_a_frame() -> None:
+    """DROP NAMESPACE CASCADE listed every dropped table in its reply: a namespace of 20,000
+    long-named tables made that reply outgrow the frame, so the client got LIMIT_EXCEEDED
+    ("ask for less") for a drop that was applied. The reply names the first ones and says
+    how many there were."""
+    ns = "n" * 128
+    names = [f"{ns}.{'t' * 123}{i:05d}" for i in range(20_000)]
+    outcome = Outcome.success({"namespace": ns, "dropped": True, "dropped_tables": names})
+
+    class _Proposer(_ReadyNode):
+        async def propose(self, data: bytes, *, timeout_ms: int) -> ProposalResult:
+            return ProposalResult(index=7, term=1, tm=T0, result=outcome)
+
+    api = _api(_Proposer())
+    applied = asyncio.run(api._propose_local(b"x", 1_000))
+    assert len(api._reply_frame(1, applied)) <= api_limits.CLIENT_FRAME_BYTES_MAX
+    result = applied["result"]
+    assert result["dropped_table_count"] == 20_000
+    assert result["dropped_tables"] == names[: len(result["dropped_tables"])]
+    assert outcome.result["dropped_tables"] == names  # the applied outcome is left alone
