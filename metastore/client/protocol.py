@@ -913,8 +913,22 @@ class MetastoreClient:
         return await self.call("pin", args)
 
     async def txn_log(self, limit: int = 20) -> dict[str, Any]:
-        """The most recent commits, newest first."""
-        return await self.call("txn_log", {"limit": limit})
+        """The `limit` most recent commits, newest first (following the server's pages: wide
+        commits fill a page before `limit` does)."""
+        first = await self.call("txn_log", {"limit": limit})
+        commits = list(first.get("commits", []))
+        token = first.get("next_page_token")
+        for _ in range(limit):  # each page holds at least one commit
+            if not token or len(commits) >= limit:
+                break
+            args = {"limit": limit - len(commits), "page_token": token}
+            page = await self.call("txn_log", args)
+            commits.extend(page.get("commits", []))
+            token = page.get("next_page_token")
+        out = {**first, "commits": commits}
+        if "next_page_token" in out:
+            out["next_page_token"] = None  # the caller has every page
+        return out
 
     async def commit(
         self,

@@ -58,6 +58,10 @@ GC_STATUS_PROTECTION_IDS_MAX: Final = 20
 HISTORY_PAGE_VERSIONS_MAX: Final = 1_000
 HISTORY_PAGE_BYTES_MAX: Final = 2 * 1024 * 1024
 
+# `txn_log` pages end past about this many bytes of commits (a commit names up to 100 tables,
+# ~26 KiB with long names; MAX_TXN_LOG_RECORDS of them do not fit one frame).
+TXN_LOG_PAGE_BYTES_MAX: Final = 2 * 1024 * 1024
+
 # `watch`: events per reply (an event is small: its tables, ids and counts), and how long one
 # call may wait for the first new event (the client calls again: a long poll).
 WATCH_EVENTS_PAGE_MAX: Final = 1_000

@@ -258,7 +258,7 @@ class ApiServer:
                     }
                 ),
             ),
-            "txn_log": _Op(Role.READER, self._txn_log, frozenset({"limit"})),
+            "txn_log": _Op(Role.READER, self._txn_log, frozenset({"limit", "page_token"})),
             "committed_txn": _Op(
                 Role.READER, self._committed_txn, frozenset({"txn_id", "stream", "timeout_ms"})
             ),
@@ -726,8 +726,8 @@ class ApiServer:
             try:
                 frame_out = self._reply_frame(rid, result)
             except FrameTooLargeError as exc:
-                # Lists that grow are paged; what is left (a txn_log of long records, the
-                # events of one huge entry) is the caller's to ask for less of, not a bug.
+                # Lists that grow are paged (txn_log, watch, files...); this is a last guard,
+                # for a reply no handler bounded: the caller is told to ask for less.
                 raise LimitExceededError(
                     f"the reply to {op!r} does not fit one client frame ({exc}); ask for less "
                     "(a smaller 'limit', or pages)",
@@ -1208,11 +1208,31 @@ class ApiServer:
         return result
 
     async def _txn_log(self, _s: Session, args: Args) -> dict[str, Any]:
+        """The `limit` most recent commits, newest first, in pages of about
+        TXN_LOG_PAGE_BYTES_MAX (a commit names up to 100 tables: 10,000 of them outgrow a
+        frame). A page cut short by its bytes has a `next_page_token` (the Tm of its last
+        commit); the next page is asked for with it and the `limit` still wanted."""
         self._require_ready()
         limit = _opt_int(args, "limit", 1, mlimits.MAX_TXN_LOG_RECORDS) or 20
+        token = _opt_str(args, "page_token", 32)
+        before_tm = None
+        if token is not None:
+            if not _is_uint(token) or int(token) > MAX_TS:
+                raise BadRequestError(f"'page_token' {token!r} is not one this server handed out")
+            before_tm = int(token)
+        records = self.sm.state.txn_log(limit, before_tm=before_tm)
+        commits: list[dict[str, Any]] = []
+        size = 0
+        for record in records:
+            view = commit_view(record)
+            size += len(msgpack.packb(view, use_bin_type=True))
+            if commits and size > L.TXN_LOG_PAGE_BYTES_MAX:
+                break
+            commits.append(view)
         return {
-            "commits": [commit_view(r) for r in self.sm.state.txn_log(limit)],
+            "commits": commits,
             "upper": self.sm.state.table_upper(),
+            "next_page_token": str(commits[-1]["tm"]) if len(commits) < len(records) else None,
         }
 
     async def _committed_txn(self, session: Session, args: Args) -> dict[str, Any]:

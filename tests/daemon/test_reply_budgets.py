@@ -236,3 +236,50 @@ def test_the_reply_to_a_huge_drop_namespace_cascade_fits_a_frame() -> None:
     assert result["dropped_table_count"] == 20_000
     assert result["dropped_tables"] == names[: len(result["dropped_tables"])]
     assert outcome.result["dropped_tables"] == names  # the applied outcome is left alone
+
+
+class _WideCommits:
+    """1,000 remembered commits, each writing 100 tables of long names (~26 KiB each)."""
+
+    cluster = SimpleNamespace(dd=0, cs_max_ms=500)
+
+    def __init__(self) -> None:
+        tables = tuple(f"{'n' * 128}.{'t' * 125}{i:03d}" for i in range(100))
+        self.records = [
+            SimpleNamespace(
+                ts=T0 + i,
+                tm=T0 + i,
+                txn_id=f"{'x' * 250}{i:04d}",
+                tables=tables,
+                files_added=1,
+                files_removed=0,
+                rows_added=1,
+            )
+            for i in range(1_000)
+        ]
+
+    def txn_log(self, limit: int, *, before_tm: int | None = None) -> tuple[Any, ...]:
+        newest_first = [r for r in reversed(self.records) if before_tm is None or r.tm < before_tm]
+        return tuple(newest_first[:limit])
+
+    def table_upper(self) -> int:
+        return T0 + 1_000
+
+
+def test_txn_log_of_wide_commits_is_paged_not_refused() -> None:
+    """`txn log --limit 1000` of commits that each wrote 100 long-named tables was ~26 MiB:
+    LIMIT_EXCEEDED however the caller asked. Pages now end past a byte budget with a
+    `next_page_token` (the last tm) to continue from, and the client follows them."""
+    api = _api(_ReadyNode(), _WideCommits())
+    got: list[dict[str, Any]] = []
+    args: dict[str, Any] = {"limit": 1_000}
+    for _ in range(20):
+        reply = asyncio.run(api._txn_log(None, args))  # type: ignore[arg-type]
+        assert len(api._reply_frame(1, reply)) <= api_limits.CLIENT_FRAME_BYTES_MAX
+        got += reply["commits"]
+        if reply["next_page_token"] is None:
+            break
+        args = {"limit": 1_000 - len(got), "page_token": reply["next_page_token"]}
+    assert [c["tm"] for c in got] == [T0 + i for i in reversed(range(1_000))]
+    with pytest.raises(BadRequestError):
+        asyncio.run(api._txn_log(None, {"page_token": "x"}))  # type: ignore[arg-type]
