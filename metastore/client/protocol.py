@@ -153,6 +153,7 @@ LEASE_PAGE_LIMIT = 1_000
 GC_STATUS_PAGE_LIMIT = 500
 TABLES_PAGE_LIMIT = 5_000
 HISTORY_PAGE_LIMIT = 1_000
+NAMESPACES_PAGE_LIMIT = 1_000
 PAGES_MAX = 100_000
 # Times a `files` listing is started again when a compaction changed it between two pages.
 LISTING_ATTEMPTS_MAX = 5
@@ -971,7 +972,11 @@ class MetastoreClient:
         return await self._all_pages("history", args, ("versions",))
 
     async def list_namespaces(self, as_of: int | None = None) -> dict[str, Any]:
-        return await self.call("list_namespaces", {} if as_of is None else {"as_of": as_of})
+        """The namespaces live now or existing at `as_of`, by name; follows the pages."""
+        args: dict[str, Any] = {"limit": NAMESPACES_PAGE_LIMIT}
+        if as_of is not None:
+            args["as_of"] = as_of
+        return await self._all_pages("list_namespaces", args, ("namespaces",))
 
     async def list_tables(
         self, namespace: str | None = None, as_of: int | None = None

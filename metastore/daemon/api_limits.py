@@ -47,6 +47,10 @@ GC_STATUS_PAGE_TABLES_MAX: Final = 500
 # A DROP NAMESPACE CASCADE reply names at most this many of the tables it dropped (about
 # 260 KiB of names) and counts them all (`dropped_table_count`).
 DROPPED_TABLES_REPLY_MAX: Final = 1_000
+# `list_namespaces` per page, and about this many bytes of them (a namespace carries its
+# comment and DBPROPERTIES: up to a 64 KiB statement's worth); at least one per page.
+NAMESPACES_PAGE_MAX: Final = 1_000
+NAMESPACES_PAGE_BYTES_MAX: Final = 2 * 1024 * 1024
 # `list_tables` names per page: a name is at most TABLE_NAME_CHARS_MAX (257) characters, so a
 # page stays near 1.3 MiB, far below CLIENT_FRAME_BYTES_MAX.
 TABLES_PAGE_MAX: Final = 5_000

@@ -218,7 +218,9 @@ class ApiServer:
             ),
             "history": _Op(Role.READER, self._history, frozenset({"table", "limit", "page_token"})),
             "list_namespaces": _Op(
-                Role.READER, self._list_namespaces, frozenset({"as_of", "timeout_ms"})
+                Role.READER,
+                self._list_namespaces,
+                frozenset({"as_of", "limit", "page_token", "timeout_ms"}),
             ),
             "list_tables": _Op(
                 Role.READER,
@@ -940,17 +942,55 @@ class ApiServer:
         return {"versions": page, "next_page_token": next_token}
 
     async def _list_namespaces(self, _s: Session, args: Args) -> dict[str, Any]:
-        """Live namespaces now, or (with `as_of`, after the wait) those existing then."""
+        """Live namespaces now, or (with `as_of`, after the wait) those existing then, by
+        name. Keyset-paged (`limit`, `page_token` = the created_tm and name of the previous
+        page's last one): a namespace carries its comment and DBPROPERTIES (up to a 64 KiB
+        statement's worth), so pages end past NAMESPACES_PAGE_BYTES_MAX too. A caller that
+        asks for no page gets LIMIT_EXCEEDED when they do not fit one reply."""
         self._require_ready()
-        if args.get("as_of") is None:
-            return {"namespaces": [namespace_view(n) for n in self.sm.state.list_namespaces()]}
-        top, waited = await self._at(args, "as_of")
-        namespaces = self.sm.state.list_namespaces(top=top)
-        return {
-            "namespaces": [namespace_view(n) for n in namespaces],
-            "as_of": top,
-            "waited_ms": waited,
+        limit = _opt_int(args, "limit", 1, L.NAMESPACES_PAGE_MAX)
+        token = _opt_str(args, "page_token", 32 + mlimits.MAX_IDENTIFIER_CHARS)
+        after: tuple[str, int] | None = None
+        if token is not None:
+            tm_text, _, name = token.partition(":")
+            if not _is_uint(tm_text) or not name:
+                raise BadRequestError(f"'page_token' {token!r} is not one this server handed out")
+            after = (name, int(tm_text))
+        top: int | None = None
+        waited = 0.0
+        if args.get("as_of") is not None:
+            top, waited = await self._at(args, "as_of")
+        # By name, then incarnation (one name may have two that exist at `as_of`).
+        rest = [
+            n
+            for n in self.sm.state.list_namespaces(top=top)
+            if after is None or (n.name, n.created_tm) > after
+        ]
+        count_max = limit or L.NAMESPACES_PAGE_MAX
+        page: list[dict[str, Any]] = []
+        size = 0
+        for ns in rest[:count_max]:
+            view = namespace_view(ns)
+            size += len(msgpack.packb(view, use_bin_type=True))
+            if size > L.NAMESPACES_PAGE_BYTES_MAX and page:
+                break
+            page.append(view)
+        more = len(page) < len(rest)
+        if more and limit is None and token is None:
+            raise limit_exceeded(
+                "NAMESPACES_PAGE_MAX",
+                L.NAMESPACES_PAGE_MAX,
+                len(rest),
+                "namespaces in one reply (page with 'limit' and 'page_token')",
+            )
+        last = page[-1] if page else None
+        result: dict[str, Any] = {
+            "namespaces": page,
+            "next_page_token": f"{last['created_tm']}:{last['name']}" if more and last else None,
         }
+        if top is not None:
+            result.update(as_of=top, waited_ms=waited)
+        return result
 
     async def _list_tables(self, _s: Session, args: Args) -> dict[str, Any]:
         """Live tables of a live namespace now, or (with `as_of`, after the wait) the tables

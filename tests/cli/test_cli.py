@@ -289,7 +289,7 @@ def test_every_command_sends_its_op(fake: ThreadedFakeNode) -> None:
             ["table", "history", "sales.orders"],
             ("history", {"table": "sales.orders", "limit": 1000}),
         ),
-        (["ns", "list"], ("list_namespaces", {})),
+        (["ns", "list"], ("list_namespaces", {"limit": 1000})),
         (
             ["sql", "ALTER TABLE a.b ADD COLUMN c INT", "--request-id", "r1"],
             ("ddl", {"sql": "ALTER TABLE a.b ADD COLUMN c INT", "request_id": "r1"}),

@@ -16,6 +16,7 @@ from metastore.daemon.server import ApiServer
 from metastore.errors import (
     BadRequestError,
     InvalidArgumentError,
+    LimitExceededError,
     NamespaceNotFoundError,
     TableNotFoundError,
     UnavailableError,
@@ -283,3 +284,42 @@ def test_txn_log_of_wide_commits_is_paged_not_refused() -> None:
     assert [c["tm"] for c in got] == [T0 + i for i in reversed(range(1_000))]
     with pytest.raises(BadRequestError):
         asyncio.run(api._txn_log(None, {"page_token": "x"}))  # type: ignore[arg-type]
+
+
+class _ManyNamespaces:
+    """MAX_NAMESPACES namespaces with long comments (~11 MiB of views)."""
+
+    cluster = SimpleNamespace(dd=0, cs_max_ms=500)
+
+    def list_namespaces(self, *, top: int | None = None) -> tuple[Any, ...]:
+        return tuple(
+            SimpleNamespace(
+                name=f"ns{i:05d}",
+                comment="c" * mlimits.MAX_COMMENT_CHARS,
+                properties={},
+                created_tm=T0,
+                created_tu=T0,
+            )
+            for i in range(mlimits.MAX_NAMESPACES)
+        )
+
+
+def test_list_namespaces_is_paged() -> None:
+    """`list_namespaces` was one reply of every namespace: 10,000 namespaces with comments
+    (or a few dozen with large DBPROPERTIES) outgrew the frame, and `metastore ns list`
+    failed with LIMIT_EXCEEDED. It is keyset-paged by name now, bounded in bytes too."""
+    api = _api(_ReadyNode(), _ManyNamespaces())
+    names: list[str] = []
+    args: dict[str, Any] = {"limit": 1_000}
+    for _ in range(100):
+        reply = asyncio.run(api._list_namespaces(None, args))  # type: ignore[arg-type]
+        assert len(api._reply_frame(1, reply)) <= api_limits.CLIENT_FRAME_BYTES_MAX
+        names += [n["name"] for n in reply["namespaces"]]
+        if reply["next_page_token"] is None:
+            break
+        args = {"limit": 1_000, "page_token": reply["next_page_token"]}
+    assert names == [f"ns{i:05d}" for i in range(mlimits.MAX_NAMESPACES)]
+    with pytest.raises(LimitExceededError):  # asked for no page: all, or a typed refusal
+        asyncio.run(api._list_namespaces(None, {}))  # type: ignore[arg-type]
+    with pytest.raises(BadRequestError):
+        asyncio.run(api._list_namespaces(None, {"limit": 5, "page_token": "x"}))  # type: ignore[arg-type]
