@@ -47,6 +47,11 @@ GC_STATUS_PAGE_TABLES_MAX: Final = 500
 # A DROP NAMESPACE CASCADE reply names at most this many of the tables it dropped (about
 # 260 KiB of names) and counts them all (`dropped_table_count`).
 DROPPED_TABLES_REPLY_MAX: Final = 1_000
+# A `pin` reply's schemas (each version carries its whole schema; up to 100 tables): past
+# this, the pin is refused (LIMIT_EXCEEDED, before any lease) and the caller pins fewer tables
+# per request at the same ts. The rest of the frame is left for the lease result.
+PIN_BYTES_MAX: Final = CLIENT_FRAME_BYTES_MAX - 256 * 1024
+
 # `list_namespaces` per page, and about this many bytes of them (a namespace carries its
 # comment and DBPROPERTIES: up to a 64 KiB statement's worth); at least one per page.
 NAMESPACES_PAGE_MAX: Final = 1_000

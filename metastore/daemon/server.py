@@ -1813,11 +1813,22 @@ class ApiServer:
         state = self.sm.state
         pins = []
         keys = []
+        size = 0
         for table in tables:
             v = state.schema_at(table, top)
             pins.append(version_view(table, v))
+            size += len(msgpack.packb(pins[-1], use_bin_type=True))
             keys.append(
                 LeaseKey(table=TableName.parse(table), table_id=v.table_id, version=v.version)
+            )
+        if size > L.PIN_BYTES_MAX:
+            # Refused before anything is leased: leases taken for a reply that then cannot be
+            # sent would stay held by the caller's session, unknown to it.
+            raise limit_exceeded(
+                "PIN_BYTES_MAX",
+                L.PIN_BYTES_MAX,
+                size,
+                "bytes of schemas in one pin (pin fewer tables per request, at the same ts)",
             )
         result: dict[str, Any] = {
             "ts": top,

@@ -11,8 +11,9 @@ import pytest
 
 from hlc import HybridClock, ManualClock
 from metastore import limits as mlimits
-from metastore.daemon import api_limits
-from metastore.daemon.server import ApiServer
+from metastore.daemon import api_limits, server
+from metastore.daemon.secrets import Role
+from metastore.daemon.server import ApiServer, Session
 from metastore.errors import (
     BadRequestError,
     InvalidArgumentError,
@@ -40,6 +41,11 @@ class _Node:
         raise QueueFullError("100000 safe-time waiters already parked")
 
 
+class _NoMetrics:
+    def __getattr__(self, _name: str) -> Any:
+        return lambda *_a, **_k: None
+
+
 def _api(node: Any, state: Any = None) -> ApiServer:
     return ApiServer(
         node=node,
@@ -47,7 +53,7 @@ def _api(node: Any, state: Any = None) -> ApiServer:
         clock=HybridClock(ManualClock(T0 >> 16)),
         secrets=None,  # type: ignore[arg-type]
         forwarder=None,  # type: ignore[arg-type]
-        metrics=None,  # type: ignore[arg-type]
+        metrics=_NoMetrics(),  # type: ignore[arg-type]
         cluster_id="rb",
         client_addresses={},
     )
@@ -323,3 +329,37 @@ def test_list_namespaces_is_paged() -> None:
         asyncio.run(api._list_namespaces(None, {}))  # type: ignore[arg-type]
     with pytest.raises(BadRequestError):
         asyncio.run(api._list_namespaces(None, {"limit": 5, "page_token": "x"}))  # type: ignore[arg-type]
+
+
+class _WideTables:
+    cluster = SimpleNamespace(dd=0, cs_max_ms=500)
+
+    def schema_at(self, table: str, ts: int) -> Any:
+        return SimpleNamespace(table_id=int(table.split("t")[-1]), version=1)
+
+
+def test_a_pin_whose_reply_cannot_fit_is_refused_before_it_leases(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`pin` with a session leased every table, then its reply (every table's whole schema)
+    outgrew the frame: the bridge got LIMIT_EXCEEDED and never learned of the leases, which
+    stayed held by its live session, blocking schema changes of those tables. A pin whose
+    schemas cannot fit is refused before anything is proposed."""
+    wide = {"schema": {"columns": [{"comment": "c" * 2_100} for _ in range(1_000)]}}
+    monkeypatch.setattr(server, "version_view", lambda table, v: {"table": table, **wide})
+    api = _api(_ReadyNode(), _WideTables())
+    proposed: list[Any] = []
+
+    async def propose(session: Any, cmd: Any, timeout_ms: int) -> dict[str, Any]:
+        proposed.append(cmd)
+        return {"result": {"leases": []}}
+
+    api._propose_command = propose  # type: ignore[method-assign]
+    session = Session(peer="p", role=Role.WRITER, token="tok", client="spark")
+    args = {"tables": ["ns.t1", "ns.t2"], "ts": T0, "session_id": "s1"}
+    with pytest.raises(LimitExceededError):
+        asyncio.run(api._pin(session, args))
+    assert proposed == []
+    one = asyncio.run(api._pin(session, {**args, "tables": ["ns.t1"]}))
+    assert len(api._reply_frame(1, one)) <= api_limits.CLIENT_FRAME_BYTES_MAX
+    assert len(proposed) == 1
