@@ -1489,7 +1489,13 @@ class ApiServer:
             now_tm=self.clock.now(),
             cs_max=cs_max,
         )
-        return {**job.view(), "waiting_for": wait.view()}
+        # Leases in the way, named as in LEASE_HELD: the first MAX_LEASES_PER_COMMAND (one
+        # per session leasing the table, which may be thousands: past one frame), counted all;
+        # `lease_blockers` pages through every one.
+        waiting = wait.view()
+        waiting["blockers"] = list(wait.blockers[: mlimits.MAX_LEASES_PER_COMMAND])
+        waiting["blocker_count"] = len(wait.blockers)
+        return {**job.view(), "waiting_for": waiting}
 
     async def _job_list(self, _s: Session, args: Args) -> dict[str, Any]:
         """Schema change jobs, oldest first: running ones, and with `all` finished ones too

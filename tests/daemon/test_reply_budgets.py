@@ -23,6 +23,7 @@ from metastore.errors import (
     UnavailableError,
 )
 from metastore.events import Event, EventLog
+from metastore.jobs import JobWait
 from metastore.manifests import ManifestRef, manifest_path
 from metastore.outcome import Outcome
 from raft.node import ProposalResult, QueueFullError
@@ -363,3 +364,37 @@ def test_a_pin_whose_reply_cannot_fit_is_refused_before_it_leases(
     one = asyncio.run(api._pin(session, {**args, "tables": ["ns.t1"]}))
     assert len(api._reply_frame(1, one)) <= api_limits.CLIENT_FRAME_BYTES_MAX
     assert len(proposed) == 1
+
+
+def test_a_job_view_names_at_most_100_blockers_and_counts_them_all(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A schema change job's `waiting_for` listed every lease in its way: with thousands of
+    sessions leasing the table (labels up to 256 characters each) `job show` - which `job
+    wait` and `sql` poll - and `job list` outgrew the frame and failed. The view names the
+    first MAX_LEASES_PER_COMMAND (as the LEASE_HELD error does) and counts them all;
+    `lease_blockers` pages through every one."""
+    d = Driver()
+    d.ok("CREATE NAMESPACE ns")
+    d.ok("CREATE TABLE ns.t (a BIGINT, b BIGINT)")
+    d.finish_jobs()
+    label = "x" * mlimits.MAX_SESSION_LABEL_CHARS
+    sessions = 5_000
+    held = tuple(
+        {"table": "ns.t", "session_id": f"s{i:05d}", "app_id": label, "app_name": label}
+        | {"host": label, "user": label}
+        for i in range(sessions)
+    )
+    wait = JobWait(reason="leases", message="leases in the way", blockers=held)
+    monkeypatch.setattr(server, "next_step_wait", lambda *_a, **_k: wait)
+    job_id = d.ok("ALTER TABLE ns.t DROP COLUMN b")["job_id"]
+    api = _api(_ReadyNode())
+    api.sm = SimpleNamespace(state=d.state)  # type: ignore[assignment]
+    api.node.safe_time = d.tm
+    shown = asyncio.run(api._job_show(None, {"job_id": job_id}))  # type: ignore[arg-type]
+    listed = asyncio.run(api._job_list(None, {"all": True}))  # type: ignore[arg-type]
+    for reply in (shown, listed):
+        assert len(api._reply_frame(1, reply)) <= api_limits.CLIENT_FRAME_BYTES_MAX
+    waiting = shown["waiting_for"]
+    assert len(waiting["blockers"]) == mlimits.MAX_LEASES_PER_COMMAND
+    assert waiting["blocker_count"] == sessions
