@@ -154,6 +154,7 @@ GC_STATUS_PAGE_LIMIT = 500
 TABLES_PAGE_LIMIT = 5_000
 HISTORY_PAGE_LIMIT = 1_000
 NAMESPACES_PAGE_LIMIT = 1_000
+JOBS_PAGE_LIMIT = 1_256
 PAGES_MAX = 100_000
 # Times a `files` listing is started again when a compaction changed it between two pages.
 LISTING_ATTEMPTS_MAX = 5
@@ -858,10 +859,10 @@ class MetastoreClient:
     async def job_list(self, table: str | None = None, *, all: bool = False) -> dict[str, Any]:
         """Running schema change jobs (with `all`, finished ones too), each with its step and
         what it waits for (`waiting_for`)."""
-        args: dict[str, Any] = {"all": all}
+        args: dict[str, Any] = {"all": all, "limit": JOBS_PAGE_LIMIT}
         if table is not None:
             args["table"] = table
-        return await self.call("job_list", args)
+        return await self._all_pages("job_list", args, ("jobs",))
 
     async def job_show(self, job_id: int) -> dict[str, Any]:
         return await self.call("job_show", {"job_id": job_id})

@@ -52,6 +52,11 @@ DROPPED_TABLES_REPLY_MAX: Final = 1_000
 # per request at the same ts. The rest of the frame is left for the lease result.
 PIN_BYTES_MAX: Final = CLIENT_FRAME_BYTES_MAX - 256 * 1024
 
+# `job_list` views per page (all of them: MAX_RUNNING_SCHEMA_JOBS + MAX_FINISHED_SCHEMA_JOBS_KEPT)
+# and about this many bytes of them (a view names up to 100 blockers); at least one per page.
+JOBS_PAGE_MAX: Final = 1_256
+JOBS_PAGE_BYTES_MAX: Final = 2 * 1024 * 1024
+
 # `list_namespaces` per page, and about this many bytes of them (a namespace carries its
 # comment and DBPROPERTIES: up to a 64 KiB statement's worth); at least one per page.
 NAMESPACES_PAGE_MAX: Final = 1_000

@@ -359,7 +359,9 @@ class ApiServer:
                 self._watch,
                 frozenset({"from_ts", "table", "namespace", "limit", "wait_ms", "timeout_ms"}),
             ),
-            "job_list": _Op(Role.READER, self._job_list, frozenset({"table", "all"})),
+            "job_list": _Op(
+                Role.READER, self._job_list, frozenset({"table", "all", "limit", "page_token"})
+            ),
             "job_show": _Op(Role.READER, self._job_show, frozenset({"job_id"})),
             "job_cancel": _Op(Role.WRITER, self._job_cancel, frozenset({"job_id", "timeout_ms"})),
             "job_backfilled": _Op(
@@ -1499,16 +1501,49 @@ class ApiServer:
 
     async def _job_list(self, _s: Session, args: Args) -> dict[str, Any]:
         """Schema change jobs, oldest first: running ones, and with `all` finished ones too
-        (at most MAX_RUNNING_SCHEMA_JOBS + MAX_FINISHED_SCHEMA_JOBS_KEPT: one frame)."""
+        (at most MAX_RUNNING_SCHEMA_JOBS + MAX_FINISHED_SCHEMA_JOBS_KEPT). Keyset-paged by job
+        id (`limit`, `page_token`): a view names up to 100 blockers, so pages end past
+        JOBS_PAGE_BYTES_MAX too. A caller that asks for no page gets LIMIT_EXCEEDED when
+        they do not fit one reply."""
         self._require_ready()
         show_all = args.get("all", False)
         if not isinstance(show_all, bool):
             raise BadRequestError("'all' must be a boolean")
         table = _opt_str(args, "table", L.TABLE_NAME_CHARS_MAX)
+        limit = _opt_int(args, "limit", 1, L.JOBS_PAGE_MAX)
+        token = _opt_str(args, "page_token", 32)
+        if token is not None and not _is_uint(token):
+            raise BadRequestError(f"'page_token' {token!r} is not one this server handed out")
+        after = 0 if token is None else int(token)
         name = None if table is None else TableName.parse(table)
         self._check_ever_existed(table=name)
-        jobs = self.sm.state.jobs.jobs(table=name, running_only=not show_all)
-        return {"jobs": [self._job_view(j) for j in jobs], "safe_time": self.node.safe_time}
+        jobs = [
+            j
+            for j in self.sm.state.jobs.jobs(table=name, running_only=not show_all)
+            if j.job_id > after
+        ]
+        count_max = limit or L.JOBS_PAGE_MAX
+        page: list[dict[str, Any]] = []
+        size = 0
+        for job in jobs[:count_max]:
+            view = self._job_view(job)
+            size += len(msgpack.packb(view, use_bin_type=True))
+            if size > L.JOBS_PAGE_BYTES_MAX and page:
+                break
+            page.append(view)
+        more = len(page) < len(jobs)
+        if more and limit is None and token is None:
+            raise limit_exceeded(
+                "JOBS_PAGE_BYTES_MAX",
+                L.JOBS_PAGE_BYTES_MAX,
+                size,
+                "bytes of jobs in one reply (page with 'limit' and 'page_token')",
+            )
+        return {
+            "jobs": page,
+            "safe_time": self.node.safe_time,
+            "next_page_token": str(page[-1]["job_id"]) if more else None,
+        }
 
     async def _job_show(self, _s: Session, args: Args) -> dict[str, Any]:
         self._require_ready()

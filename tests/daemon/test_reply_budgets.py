@@ -398,3 +398,41 @@ def test_a_job_view_names_at_most_100_blockers_and_counts_them_all(
     waiting = shown["waiting_for"]
     assert len(waiting["blockers"]) == mlimits.MAX_LEASES_PER_COMMAND
     assert waiting["blocker_count"] == sessions
+
+
+def test_job_list_is_paged_by_bytes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`job_list` was one reply of up to 1,256 job views, each naming up to 100 blockers of
+    ~1 KiB: 60 running jobs held up by leases already outgrew the frame. It is keyset-paged
+    by job id now, pages ending past JOBS_PAGE_BYTES_MAX, and the client follows them."""
+    d = Driver()
+    d.ok("CREATE NAMESPACE ns")
+    for i in range(60):
+        d.ok(f"CREATE TABLE ns.t{i} (a BIGINT, b BIGINT)")
+    d.finish_jobs()
+    for i in range(60):
+        d.ok(f"ALTER TABLE ns.t{i} DROP COLUMN b")
+    label = "x" * mlimits.MAX_SESSION_LABEL_CHARS
+    held = tuple(
+        {"table": "ns.t", "session_id": f"s{i:05d}", "app_id": label, "app_name": label}
+        | {"host": label, "user": label}
+        for i in range(mlimits.MAX_LEASES_PER_COMMAND)
+    )
+    wait = JobWait(reason="leases", message="leases in the way", blockers=held)
+    monkeypatch.setattr(server, "next_step_wait", lambda *_a, **_k: wait)
+    api = _api(_ReadyNode())
+    api.sm = SimpleNamespace(state=d.state)  # type: ignore[assignment]
+    ids: list[int] = []
+    args: dict[str, Any] = {"limit": 1_000}
+    for _ in range(20):
+        reply = asyncio.run(api._job_list(None, args))  # type: ignore[arg-type]
+        assert len(api._reply_frame(1, reply)) <= api_limits.CLIENT_FRAME_BYTES_MAX
+        ids += [j["job_id"] for j in reply["jobs"]]
+        if reply["next_page_token"] is None:
+            break
+        args = {"limit": 1_000, "page_token": reply["next_page_token"]}
+    assert ids == sorted(j.job_id for j in d.state.jobs.jobs(running_only=True))
+    assert len(ids) == 60
+    with pytest.raises(LimitExceededError):  # asked for no page: all, or a typed refusal
+        asyncio.run(api._job_list(None, {}))  # type: ignore[arg-type]
+    with pytest.raises(BadRequestError):
+        asyncio.run(api._job_list(None, {"page_token": "x"}))  # type: ignore[arg-type]
