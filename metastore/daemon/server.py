@@ -357,7 +357,17 @@ class ApiServer:
             "watch": _Op(
                 Role.READER,
                 self._watch,
-                frozenset({"from_ts", "table", "namespace", "limit", "wait_ms", "timeout_ms"}),
+                frozenset(
+                    {
+                        "from_ts",
+                        "from_event",
+                        "table",
+                        "namespace",
+                        "limit",
+                        "wait_ms",
+                        "timeout_ms",
+                    }
+                ),
             ),
             "job_list": _Op(
                 Role.READER, self._job_list, frozenset({"table", "all", "limit", "page_token"})

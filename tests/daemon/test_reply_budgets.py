@@ -60,6 +60,13 @@ def _api(node: Any, state: Any = None) -> ApiServer:
     )
 
 
+def _call(api: ApiServer, op: str, args: dict[str, Any], session: Any = None) -> Any:
+    """Run `op` as a request does: its arguments are checked against the op's table first."""
+    spec = api._ops[op]
+    server._check_args(args, spec.args)
+    return asyncio.run(spec.handler(session, args))
+
+
 def test_a_full_safe_time_waiter_queue_is_a_typed_retryable_error() -> None:
     """At SAFE_TIME_WAITERS_MAX parked waiters the node raised QueueFullError, which no
     handler caught: the client saw INTERNAL (not retried) instead of UNAVAILABLE."""
@@ -114,7 +121,7 @@ def test_files_multi_counts_manifest_references_against_its_budget() -> None:
     carries them."""
     api = _api(_ReadyNode(), _ManyManifests())
     tables = [f"ns.t{i}" for i in range(mlimits.MAX_TABLES_PER_COMMIT)]
-    reply = asyncio.run(api._files_multi(None, {"tables": tables}))  # type: ignore[arg-type]
+    reply = _call(api, "files_multi", {"tables": tables})
     assert len(api._reply_frame(1, reply)) <= api_limits.CLIENT_FRAME_BYTES_MAX
     listings = reply["listings"]
     assert len(listings[0]["manifests"]) == mlimits.MAX_MANIFESTS_PER_TABLE
@@ -165,7 +172,7 @@ def test_watch_pages_through_an_entry_larger_than_a_frame() -> None:
     got: list[Event] = []
     args: dict[str, Any] = {"from_ts": T0}
     for _ in range(50):
-        reply = asyncio.run(api._watch(None, args))  # type: ignore[arg-type]
+        reply = _call(api, "watch", args)
         assert len(api._reply_frame(1, reply)) <= api_limits.CLIENT_FRAME_BYTES_MAX
         got += reply["events"]
         if not reply["events"]:
@@ -179,7 +186,7 @@ def test_watch_pages_through_an_entry_larger_than_a_frame() -> None:
         {"from_ts": T0, "from_event": -1},
     ):
         with pytest.raises((BadRequestError, InvalidArgumentError)):
-            asyncio.run(api._watch(None, bad))  # type: ignore[arg-type]
+            _call(api, "watch", bad)
 
 
 def _catalog_api() -> ApiServer:
@@ -282,7 +289,7 @@ def test_txn_log_of_wide_commits_is_paged_not_refused() -> None:
     got: list[dict[str, Any]] = []
     args: dict[str, Any] = {"limit": 1_000}
     for _ in range(20):
-        reply = asyncio.run(api._txn_log(None, args))  # type: ignore[arg-type]
+        reply = _call(api, "txn_log", args)
         assert len(api._reply_frame(1, reply)) <= api_limits.CLIENT_FRAME_BYTES_MAX
         got += reply["commits"]
         if reply["next_page_token"] is None:
@@ -290,7 +297,7 @@ def test_txn_log_of_wide_commits_is_paged_not_refused() -> None:
         args = {"limit": 1_000 - len(got), "page_token": reply["next_page_token"]}
     assert [c["tm"] for c in got] == [T0 + i for i in reversed(range(1_000))]
     with pytest.raises(BadRequestError):
-        asyncio.run(api._txn_log(None, {"page_token": "x"}))  # type: ignore[arg-type]
+        _call(api, "txn_log", {"page_token": "x"})
 
 
 class _ManyNamespaces:
@@ -319,7 +326,7 @@ def test_list_namespaces_is_paged() -> None:
     names: list[str] = []
     args: dict[str, Any] = {"limit": 1_000}
     for _ in range(100):
-        reply = asyncio.run(api._list_namespaces(None, args))  # type: ignore[arg-type]
+        reply = _call(api, "list_namespaces", args)
         assert len(api._reply_frame(1, reply)) <= api_limits.CLIENT_FRAME_BYTES_MAX
         names += [n["name"] for n in reply["namespaces"]]
         if reply["next_page_token"] is None:
@@ -327,9 +334,9 @@ def test_list_namespaces_is_paged() -> None:
         args = {"limit": 1_000, "page_token": reply["next_page_token"]}
     assert names == [f"ns{i:05d}" for i in range(mlimits.MAX_NAMESPACES)]
     with pytest.raises(LimitExceededError):  # asked for no page: all, or a typed refusal
-        asyncio.run(api._list_namespaces(None, {}))  # type: ignore[arg-type]
+        _call(api, "list_namespaces", {})
     with pytest.raises(BadRequestError):
-        asyncio.run(api._list_namespaces(None, {"limit": 5, "page_token": "x"}))  # type: ignore[arg-type]
+        _call(api, "list_namespaces", {"limit": 5, "page_token": "x"})
 
 
 class _WideTables:
@@ -359,9 +366,9 @@ def test_a_pin_whose_reply_cannot_fit_is_refused_before_it_leases(
     session = Session(peer="p", role=Role.WRITER, token="tok", client="spark")
     args = {"tables": ["ns.t1", "ns.t2"], "ts": T0, "session_id": "s1"}
     with pytest.raises(LimitExceededError):
-        asyncio.run(api._pin(session, args))
+        _call(api, "pin", args, session)
     assert proposed == []
-    one = asyncio.run(api._pin(session, {**args, "tables": ["ns.t1"]}))
+    one = _call(api, "pin", {**args, "tables": ["ns.t1"]}, session)
     assert len(api._reply_frame(1, one)) <= api_limits.CLIENT_FRAME_BYTES_MAX
     assert len(proposed) == 1
 
@@ -391,8 +398,8 @@ def test_a_job_view_names_at_most_100_blockers_and_counts_them_all(
     api = _api(_ReadyNode())
     api.sm = SimpleNamespace(state=d.state)  # type: ignore[assignment]
     api.node.safe_time = d.tm
-    shown = asyncio.run(api._job_show(None, {"job_id": job_id}))  # type: ignore[arg-type]
-    listed = asyncio.run(api._job_list(None, {"all": True}))  # type: ignore[arg-type]
+    shown = _call(api, "job_show", {"job_id": job_id})
+    listed = _call(api, "job_list", {"all": True})
     for reply in (shown, listed):
         assert len(api._reply_frame(1, reply)) <= api_limits.CLIENT_FRAME_BYTES_MAX
     waiting = shown["waiting_for"]
@@ -424,7 +431,7 @@ def test_job_list_is_paged_by_bytes(monkeypatch: pytest.MonkeyPatch) -> None:
     ids: list[int] = []
     args: dict[str, Any] = {"limit": 1_000}
     for _ in range(20):
-        reply = asyncio.run(api._job_list(None, args))  # type: ignore[arg-type]
+        reply = _call(api, "job_list", args)
         assert len(api._reply_frame(1, reply)) <= api_limits.CLIENT_FRAME_BYTES_MAX
         ids += [j["job_id"] for j in reply["jobs"]]
         if reply["next_page_token"] is None:
@@ -433,6 +440,6 @@ def test_job_list_is_paged_by_bytes(monkeypatch: pytest.MonkeyPatch) -> None:
     assert ids == sorted(j.job_id for j in d.state.jobs.jobs(running_only=True))
     assert len(ids) == 60
     with pytest.raises(LimitExceededError):  # asked for no page: all, or a typed refusal
-        asyncio.run(api._job_list(None, {}))  # type: ignore[arg-type]
+        _call(api, "job_list", {})
     with pytest.raises(BadRequestError):
-        asyncio.run(api._job_list(None, {"page_token": "x"}))  # type: ignore[arg-type]
+        _call(api, "job_list", {"page_token": "x"})
