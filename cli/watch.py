@@ -109,6 +109,8 @@ def watch(
                 if left_ms <= 0:
                     return
                 wait_ms = min(wait_ms, left_ms)
+            if count is not None and seen >= count:
+                wait_ms = 0  # only finishing the entry the last page ended inside
             page = client.watch(
                 position,
                 table=table,

@@ -826,3 +826,4 @@ def test_watch_count_finishes_an_entry_split_across_pages() -> None:
     tables = [json.loads(line).get("table") for line in result.output.splitlines()]
     assert tables == ["a.t0", "a.t1", "a.t2"]
     assert [(a["from_ts"], a.get("from_event", 0)) for a in calls] == [(tm1 - 1, 0), (tm1, 2)]
+    assert calls[1]["wait_ms"] == 0  # finishing the entry: no long poll for new events
