@@ -103,7 +103,12 @@ def waiting_text(view: dict[str, Any], now_tm: int | None) -> str:
     reason = w.get("reason")
     message = str(w.get("message") or reason)
     if reason == "leases":
-        return message + ": " + "; ".join(blocker_summary(b, now_tm) for b in _blockers(view))
+        blockers = _blockers(view)
+        text = message + ": " + "; ".join(blocker_summary(b, now_tm) for b in blockers)
+        more = int(w.get("blocker_count") or 0) - len(blockers)
+        if more > 0:  # a view names the first 100 of them
+            text += f"; and {more} more (`metastore lease blockers {view.get('table')}`)"
+        return text
     if reason == "backfill":
         return (
             f"a backfill of {view.get('table')} (files written before column "

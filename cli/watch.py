@@ -98,7 +98,9 @@ def watch(
     client = a.client()
     deadline = None if stop_ms is None else time.monotonic() + stop_ms / 1000
     position = 0 if oldest else from_ts
+    from_event = 0  # > 0: the last page ended inside the entry at `position` (a huge entry)
     seen = 0
+    last_tm: object = None
     try:
         while True:
             wait_ms = WATCH_WAIT_MS
@@ -107,14 +109,16 @@ def watch(
                 if left_ms <= 0:
                     return
                 wait_ms = min(wait_ms, left_ms)
+            if count is not None and seen >= count:
+                wait_ms = 0  # only finishing the entry the last page ended inside
             page = client.watch(
                 position,
                 table=table,
                 namespace=namespace,
                 limit=WATCH_PAGE_EVENTS,
                 wait_ms=wait_ms,
+                from_event=from_event,
             )
-            last_tm: object = None
             for event in page["events"]:
                 # Stop only between entries: the events of one entry share its tm, and a
                 # resume with `--from` that tm would skip the rest of the entry.
@@ -126,12 +130,14 @@ def watch(
                     click.echo(_line(event))
                 seen += 1
                 last_tm = event.get("tm")
-            if count is not None and seen >= count:
-                return  # a page never splits an entry: this one is complete
-            position = page["next_from_ts"]
+            position, from_event = page["next_from_ts"], page.get("next_from_event", 0)
+            if count is not None and seen >= count and not from_event:
+                return  # the page ended between entries: the last one printed is complete
             sys.stdout.flush()
     except KeyboardInterrupt:
         if position is None:  # no page came back yet: no position to resume from is known
             click.echo("stopped", err=True)
+        elif from_event:  # inside an entry: from just before it (its start prints again)
+            click.echo(f"stopped; resume with --from {position - 1}", err=True)
         else:
             click.echo(f"stopped; resume with --from {position}", err=True)

@@ -23,13 +23,15 @@ Refused entries, request-id retries and deduplicated commits are not events: not
 every event of an entry with Tm > floor_tm is in it. The floor rises when old events are
 dropped, and jumps to the snapshot's Tm when the node loads a snapshot (the entries before it
 are gone), so a watcher whose position is below the floor gets WatchStartCompactedError and
-must re-read the state. Entries are never split: events of one entry are kept, dropped and
-returned together.
+must re-read the state. Events of one entry are kept, dropped and returned together, except
+that a page splits an entry whose events alone are over its byte budget (a DROP NAMESPACE
+CASCADE of thousands of tables; else no watcher could get past it): the position is then the
+entry's Tm and how many of its events were examined (`since(skip=)`, `watch` `from_event`).
 """
 
 from __future__ import annotations
 
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from collections.abc import Callable
 from typing import Final
 
@@ -245,12 +247,18 @@ class EventLog:
         limit: int,
         keep: Callable[[Event], bool] = lambda _e: True,
         bytes_max: int | None = None,
-    ) -> tuple[list[Event], int | None]:
-        """Events with tm > after_tm that `keep` accepts, at most `limit` and about
-        `bytes_max` bytes of msgpack (but never half an entry, and at least one entry), and
-        the tm of the last event examined (None: examined them all). Raises
-        WatchStartCompactedError when events after `after_tm` may be gone."""
-        if after_tm < self.floor_tm:
+        skip: int = 0,
+    ) -> tuple[list[Event], int | None, int]:
+        """Events with tm > after_tm that `keep` accepts - and, with `skip`, first the events
+        of the entry at `after_tm` from its `skip`-th on (a page that ended inside it) - at
+        most `limit` and about `bytes_max` bytes of msgpack (at least one event; never half an
+        entry, unless the page's first entry alone is over `bytes_max`: then it is split).
+        Also returns where the page stopped: the tm of the last entry examined and how many of
+        its events were examined (0: all of them), or None (examined them all). Positions
+        inside an entry count every event of it, kept or not, so they do not depend on `keep`
+        and are the same on every node. Raises WatchStartCompactedError when events after the
+        position may be gone."""
+        if after_tm < self.floor_tm or (skip > 0 and after_tm <= self.floor_tm):
             raise WatchStartCompactedError(
                 f"the change feed on this node starts after {self.floor_tm}; events after "
                 f"{after_tm} are no longer kept (read the current state, then watch from "
@@ -258,12 +266,19 @@ class EventLog:
                 details={"from_ts": after_tm, "oldest_ts": self.floor_tm},
             )
         i = max(self._start, bisect_right(self._tms, after_tm, lo=self._start))
+        entry_start = i
+        if skip > 0:
+            # Resume inside the entry at after_tm (only its events: never another entry's).
+            entry_start = max(self._start, bisect_left(self._tms, after_tm, lo=self._start))
+            i = min(entry_start + skip, i)
         out: list[Event] = []
         size = 0
         while i < len(self._events):
             tm = self._tms[i]
+            if tm != self._tms[entry_start]:
+                entry_start = i
             if len(out) >= limit:
-                return out, self._tms[i - 1]
+                return out, self._tms[i - 1], 0
             j = i
             group: list[Event] = []
             while j < len(self._events) and self._tms[j] == tm:
@@ -271,9 +286,31 @@ class EventLog:
                     group.append(self._events[j])
                 j += 1
             if group and bytes_max is not None:
-                size += sum(len(msgpack.packb(e, use_bin_type=True)) for e in group)
-                if out and size > bytes_max:
-                    return out, self._tms[i - 1]
+                sizes = [len(msgpack.packb(e, use_bin_type=True)) for e in group]
+                if out and size + sum(sizes) > bytes_max:
+                    return out, self._tms[i - 1], 0
+                if not out and sum(sizes) > bytes_max:
+                    return self._split(i, j, keep, bytes_max, entry_start)
+                size += sum(sizes)
             out.extend(group)
             i = j
-        return out, None
+        return out, None, 0
+
+    def _split(
+        self, i: int, end: int, keep: Callable[[Event], bool], bytes_max: int, entry_start: int
+    ) -> tuple[list[Event], int, int]:
+        """The first events of [i, end) (one entry, over `bytes_max` alone) that fit
+        `bytes_max` (at least one), and the position inside the entry after them."""
+        out: list[Event] = []
+        size = 0
+        while i < end:
+            event = self._events[i]
+            if keep(event):
+                size += len(msgpack.packb(event, use_bin_type=True))
+                if out and size > bytes_max:
+                    break
+                out.append(event)
+            i += 1
+        if i == end:  # one event alone over bytes_max: the entry is done
+            return out, self._tms[end - 1], 0
+        return out, self._tms[i], i - entry_start

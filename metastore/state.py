@@ -464,9 +464,12 @@ class MetastoreState:
         table, written or not, is final (readable) at any ts < table_upper()."""
         return self.txns.upper(last_tm=self.last_tm)
 
-    def txn_log(self, limit: int = 100) -> tuple[CommitRecord, ...]:
-        """The most recent commits, newest first (limit 1..MAX_TXN_LOG_RECORDS)."""
-        return self.txns.txn_log(limit)
+    def txn_log(
+        self, limit: int = 100, *, before_tm: int | None = None
+    ) -> tuple[CommitRecord, ...]:
+        """The most recent commits, newest first (limit 1..MAX_TXN_LOG_RECORDS); with
+        `before_tm`, those of entries before that Tm (a page after a record of that Tm)."""
+        return self.txns.txn_log(limit, before_tm=before_tm)
 
     def commits_since(self, table: TableName | str, ts: int) -> CommitsSince:
         """Commits with ts > `ts` to any incarnation of `table`, oldest first."""

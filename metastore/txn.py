@@ -1295,8 +1295,10 @@ class TxnLog:
             paths.update(tl.gc_manifests)
         return out
 
-    def txn_log(self, limit: int) -> tuple[CommitRecord, ...]:
-        """Up to `limit` (1..MAX_TXN_LOG_RECORDS) most recent commits, newest first."""
+    def txn_log(self, limit: int, *, before_tm: int | None = None) -> tuple[CommitRecord, ...]:
+        """Up to `limit` (1..MAX_TXN_LOG_RECORDS) most recent commits, newest first; with
+        `before_tm`, only those of entries before it (the next page after a record of that
+        Tm: records are kept in log order, whose Tm strictly increases)."""
         if not isinstance(limit, int) or not 1 <= limit <= limits.MAX_TXN_LOG_RECORDS:
             raise InvalidArgumentError(
                 f"limit must be in 1..{limits.MAX_TXN_LOG_RECORDS}", details={"limit": str(limit)}
@@ -1305,7 +1307,8 @@ class TxnLog:
         for record in reversed(self._txns.values()):
             if len(out) >= limit:
                 break
-            out.append(record)
+            if before_tm is None or record.tm < before_tm:
+                out.append(record)
         return tuple(out)
 
     def commits_since(self, incarnations: Iterable[TableState], since: int) -> CommitsSince:

@@ -605,19 +605,26 @@ class RaftNode:
             core = self._core()
             core.read_index(ctx)
 
-        fut: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_ms / 1000  # one for both waits
+        fut: asyncio.Future[int] = loop.create_future()
         self._reads[ctx] = fut
         try:
             await self._run_op(start)
-            index = await asyncio.wait_for(asyncio.shield(fut), timeout_ms / 1000)
+            index = await asyncio.wait_for(asyncio.shield(fut), max(0.0, deadline - loop.time()))
         except TimeoutError:
             raise ReadIndexError(f"no quorum confirmed leadership within {timeout_ms} ms") from None
         finally:
             self._reads.pop(ctx, None)
         if self._applied_index() < index:
-            wfut: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+            wfut: asyncio.Future[int] = loop.create_future()
             heapq.heappush(self._read_waiters, (index, next(self._seq), wfut))
-            await asyncio.wait_for(wfut, timeout_ms / 1000)
+            try:
+                await asyncio.wait_for(wfut, max(0.0, deadline - loop.time()))
+            except TimeoutError:
+                raise ReadIndexError(
+                    f"this node did not apply up to the read index {index} within {timeout_ms} ms"
+                ) from None
         return index
 
     async def add_node(

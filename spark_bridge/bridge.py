@@ -759,6 +759,31 @@ class BatchContext:
             gap_ms = (ts >> LOGICAL_BITS) - (now >> LOGICAL_BITS) + 1
             time.sleep(min(max(gap_ms, 1) / 1000, left_s))
 
+    def _pin_parts(self, args: dict[str, Any]) -> dict[str, Any]:
+        """One `pin` of `args["tables"]`; when their schemas together do not fit one reply
+        (LIMIT_EXCEEDED PIN_BYTES_MAX, refused before any lease), the two halves are pinned
+        at the same ts, each in its own request, and the replies merged in table order."""
+        from metastore.errors import ErrorCode
+
+        tables = args["tables"]
+        try:
+            return self._call("pin", args)
+        except BatchError as exc:
+            cause = exc.cause
+            details = getattr(cause, "details", None) or {}
+            too_big = getattr(cause, "code", None) == ErrorCode.LIMIT_EXCEEDED
+            if len(tables) < 2 or not too_big or details.get("limit") != "PIN_BYTES_MAX":
+                raise
+        half = len(tables) // 2
+        first = self._pin_parts({**args, "tables": tables[:half]})
+        second = self._pin_parts({**args, "tables": tables[half:]})
+        return {
+            **second,
+            "pins": [*first["pins"], *second["pins"]],
+            "waited_ms": float(first.get("waited_ms", 0.0)) + float(second.get("waited_ms", 0.0)),
+            "safe_time": min(int(first["safe_time"]), int(second["safe_time"])),
+        }
+
     def _pin_all(self, top: int) -> dict[str, Any]:
         """Pin every table at `top` in one request; a writing batch also leases the pinned
         versions in that request (no extra round trip)."""
@@ -771,7 +796,7 @@ class BatchContext:
             if session_id is not None:
                 args["session_id"] = session_id
             try:
-                r = self._call("pin", args)
+                r = self._pin_parts(args)
             except BatchError as exc:
                 code = getattr(exc.cause, "code", None)
                 if session is None or session_id is None or code != ErrorCode.SESSION_NOT_FOUND:
@@ -1139,6 +1164,9 @@ class BatchContext:
     def _pages(self, first: dict[str, Any]) -> dict[str, Any]:
         listed = list(first["files"])
         deletes = list(first.get("deletes") or [])
+        # Manifest references ride on a listing's first page: that of `files_multi`, or the
+        # `files` page at offset 0 when `files_multi` had no room for them.
+        manifests = list(first.get("manifests") or [])
         token = first.get("next_page_token")
         while token:
             page = self._call(
@@ -1152,8 +1180,12 @@ class BatchContext:
             )
             listed.extend(page["files"])
             deletes.extend(page.get("deletes") or [])
+            manifests.extend(page.get("manifests") or [])
             token = page.get("next_page_token")
-        return {**first, "files": listed, "deletes": deletes, "next_page_token": None}
+        out = {**first, "files": listed, "deletes": deletes, "next_page_token": None}
+        if manifests or "manifests" in first:
+            out["manifests"] = manifests
+        return out
 
     def _call(self, op: str, args: dict[str, Any]) -> dict[str, Any]:
         from metastore.errors import MetastoreError

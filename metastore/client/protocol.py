@@ -153,6 +153,8 @@ LEASE_PAGE_LIMIT = 1_000
 GC_STATUS_PAGE_LIMIT = 500
 TABLES_PAGE_LIMIT = 5_000
 HISTORY_PAGE_LIMIT = 1_000
+NAMESPACES_PAGE_LIMIT = 1_000
+JOBS_PAGE_LIMIT = 1_256
 PAGES_MAX = 100_000
 # Times a `files` listing is started again when a compaction changed it between two pages.
 LISTING_ATTEMPTS_MAX = 5
@@ -593,6 +595,9 @@ class MetastoreClient:
         for attempt in range(1, LISTING_ATTEMPTS_MAX + 1):
             files = list(first.get("files", []))
             deletes = list(first.get("deletes", []))
+            # Manifest references ride on a listing's first page: that of `files_multi`, or
+            # the `files` page at offset 0 when `files_multi` had no room for them.
+            manifests = list(first.get("manifests") or [])
             token = first.get("next_page_token")
             try:
                 for _ in range(PAGES_MAX):
@@ -603,6 +608,7 @@ class MetastoreClient:
                     )
                     files.extend(page.get("files", []))
                     deletes.extend(page.get("deletes", []))
+                    manifests.extend(page.get("manifests") or [])
                     token = page.get("next_page_token")
             except ManifestConflictError:
                 if attempt == LISTING_ATTEMPTS_MAX:
@@ -620,6 +626,8 @@ class MetastoreClient:
                 out["next_page_token"] = None  # the caller has every page
             if deletes or "deletes" in first:  # a reply without delete entries stays as it came
                 out["deletes"] = deletes
+            if manifests or "manifests" in first:
+                out["manifests"] = manifests
             return out
         raise AssertionError("unreachable")  # pragma: no cover
 
@@ -827,11 +835,16 @@ class MetastoreClient:
         namespace: str | None = None,
         limit: int | None = None,
         wait_ms: int = 0,
+        from_event: int = 0,
     ) -> dict[str, Any]:
         """One page of catalog events after `from_ts` (an entry Tm; None: from now), waiting
-        up to `wait_ms` for the first one. Continue from the reply's `next_from_ts`."""
+        up to `wait_ms` for the first one. Continue from the reply's `next_from_ts` and
+        `next_from_event` (`from_event`: where inside the entry at `from_ts` a page too large
+        for one reply ended; 0 otherwise)."""
         optional = {"from_ts": from_ts, "table": table, "namespace": namespace, "limit": limit}
         args: dict[str, Any] = {k: v for k, v in optional.items() if v is not None}
+        if from_event:
+            args["from_event"] = from_event
         args["wait_ms"] = wait_ms
         return await self.call("watch", args, timeout_ms=wait_ms + self.timeout_ms)
 
@@ -845,22 +858,24 @@ class MetastoreClient:
     ) -> AsyncIterator[dict[str, Any]]:
         """Every event after `from_ts`, as they happen (long polls; resumes on another node
         after a failover from the last event seen). Ends only when the caller stops."""
-        position = from_ts
+        position, from_event = from_ts, 0
         while True:
-            page = await self.watch(position, table=table, namespace=namespace, wait_ms=wait_ms)
+            page = await self.watch(
+                position, table=table, namespace=namespace, wait_ms=wait_ms, from_event=from_event
+            )
             for event in page["events"]:
                 yield event
-            position = page["next_from_ts"]
+            position, from_event = page["next_from_ts"], page.get("next_from_event", 0)
 
     # ---- schema change jobs (metastore.jobs) ----
 
     async def job_list(self, table: str | None = None, *, all: bool = False) -> dict[str, Any]:
         """Running schema change jobs (with `all`, finished ones too), each with its step and
         what it waits for (`waiting_for`)."""
-        args: dict[str, Any] = {"all": all}
+        args: dict[str, Any] = {"all": all, "limit": JOBS_PAGE_LIMIT}
         if table is not None:
             args["table"] = table
-        return await self.call("job_list", args)
+        return await self._all_pages("job_list", args, ("jobs",))
 
     async def job_show(self, job_id: int) -> dict[str, Any]:
         return await self.call("job_show", {"job_id": job_id})
@@ -913,8 +928,22 @@ class MetastoreClient:
         return await self.call("pin", args)
 
     async def txn_log(self, limit: int = 20) -> dict[str, Any]:
-        """The most recent commits, newest first."""
-        return await self.call("txn_log", {"limit": limit})
+        """The `limit` most recent commits, newest first (following the server's pages: wide
+        commits fill a page before `limit` does)."""
+        first = await self.call("txn_log", {"limit": limit})
+        commits = list(first.get("commits", []))
+        token = first.get("next_page_token")
+        for _ in range(limit):  # each page holds at least one commit
+            if not token or len(commits) >= limit:
+                break
+            args = {"limit": limit - len(commits), "page_token": token}
+            page = await self.call("txn_log", args)
+            commits.extend(page.get("commits", []))
+            token = page.get("next_page_token")
+        out = {**first, "commits": commits}
+        if "next_page_token" in out:
+            out["next_page_token"] = None  # the caller has every page
+        return out
 
     async def commit(
         self,
@@ -957,7 +986,11 @@ class MetastoreClient:
         return await self._all_pages("history", args, ("versions",))
 
     async def list_namespaces(self, as_of: int | None = None) -> dict[str, Any]:
-        return await self.call("list_namespaces", {} if as_of is None else {"as_of": as_of})
+        """The namespaces live now or existing at `as_of`, by name; follows the pages."""
+        args: dict[str, Any] = {"limit": NAMESPACES_PAGE_LIMIT}
+        if as_of is not None:
+            args["as_of"] = as_of
+        return await self._all_pages("list_namespaces", args, ("namespaces",))
 
     async def list_tables(
         self, namespace: str | None = None, as_of: int | None = None

@@ -44,6 +44,23 @@ PTS_PAGE_RECORDS_MAX: Final = 100
 SESSION_PAGE_MAX: Final = 1_000
 LEASE_PAGE_MAX: Final = 1_000
 GC_STATUS_PAGE_TABLES_MAX: Final = 500
+# A DROP NAMESPACE CASCADE reply names at most this many of the tables it dropped (about
+# 260 KiB of names) and counts them all (`dropped_table_count`).
+DROPPED_TABLES_REPLY_MAX: Final = 1_000
+# A `pin` reply's schemas (each version carries its whole schema; up to 100 tables): past
+# this, the pin is refused (LIMIT_EXCEEDED, before any lease) and the caller pins fewer tables
+# per request at the same ts. The rest of the frame is left for the lease result.
+PIN_BYTES_MAX: Final = CLIENT_FRAME_BYTES_MAX - 256 * 1024
+
+# `job_list` views per page (all of them: MAX_RUNNING_SCHEMA_JOBS + MAX_FINISHED_SCHEMA_JOBS_KEPT)
+# and about this many bytes of them (a view names up to 100 blockers); at least one per page.
+JOBS_PAGE_MAX: Final = 1_256
+JOBS_PAGE_BYTES_MAX: Final = 2 * 1024 * 1024
+
+# `list_namespaces` per page, and about this many bytes of them (a namespace carries its
+# comment and DBPROPERTIES: up to a 64 KiB statement's worth); at least one per page.
+NAMESPACES_PAGE_MAX: Final = 1_000
+NAMESPACES_PAGE_BYTES_MAX: Final = 2 * 1024 * 1024
 # `list_tables` names per page: a name is at most TABLE_NAME_CHARS_MAX (257) characters, so a
 # page stays near 1.3 MiB, far below CLIENT_FRAME_BYTES_MAX.
 TABLES_PAGE_MAX: Final = 5_000
@@ -55,11 +72,15 @@ GC_STATUS_PROTECTION_IDS_MAX: Final = 20
 HISTORY_PAGE_VERSIONS_MAX: Final = 1_000
 HISTORY_PAGE_BYTES_MAX: Final = 2 * 1024 * 1024
 
+# `txn_log` pages end past about this many bytes of commits (a commit names up to 100 tables,
+# ~26 KiB with long names; MAX_TXN_LOG_RECORDS of them do not fit one frame).
+TXN_LOG_PAGE_BYTES_MAX: Final = 2 * 1024 * 1024
+
 # `watch`: events per reply (an event is small: its tables, ids and counts), and how long one
 # call may wait for the first new event (the client calls again: a long poll).
 WATCH_EVENTS_PAGE_MAX: Final = 1_000
 # ... and about this many bytes of them (a commit event names up to 100 tables): a page ends
-# between entries once past it, so only one entry's events alone can be larger.
+# between entries once past it; an entry whose events alone are larger is split (`from_event`).
 WATCH_PAGE_BYTES_MAX: Final = 2 * 1024 * 1024
 WATCH_WAIT_MS_MAX: Final = 30_000
 

@@ -83,6 +83,7 @@ from metastore.errors import (
     LimitExceededError,
     ManifestConflictError,
     MetastoreError,
+    NamespaceNotFoundError,
     NotLeaderError,
     NotReadyError,
     ProtectionNotFoundError,
@@ -111,6 +112,7 @@ from raft.node import (
     NodeStoppedError,
     ProposalTimeoutError,
     ProposalTooLargeError,
+    QueueFullError,
     RaftNode,
     ReadIndexError,
     SafeTimeTimeoutError,
@@ -216,7 +218,9 @@ class ApiServer:
             ),
             "history": _Op(Role.READER, self._history, frozenset({"table", "limit", "page_token"})),
             "list_namespaces": _Op(
-                Role.READER, self._list_namespaces, frozenset({"as_of", "timeout_ms"})
+                Role.READER,
+                self._list_namespaces,
+                frozenset({"as_of", "limit", "page_token", "timeout_ms"}),
             ),
             "list_tables": _Op(
                 Role.READER,
@@ -256,7 +260,7 @@ class ApiServer:
                     }
                 ),
             ),
-            "txn_log": _Op(Role.READER, self._txn_log, frozenset({"limit"})),
+            "txn_log": _Op(Role.READER, self._txn_log, frozenset({"limit", "page_token"})),
             "committed_txn": _Op(
                 Role.READER, self._committed_txn, frozenset({"txn_id", "stream", "timeout_ms"})
             ),
@@ -354,9 +358,21 @@ class ApiServer:
             "watch": _Op(
                 Role.READER,
                 self._watch,
-                frozenset({"from_ts", "table", "namespace", "limit", "wait_ms", "timeout_ms"}),
+                frozenset(
+                    {
+                        "from_ts",
+                        "from_event",
+                        "table",
+                        "namespace",
+                        "limit",
+                        "wait_ms",
+                        "timeout_ms",
+                    }
+                ),
             ),
-            "job_list": _Op(Role.READER, self._job_list, frozenset({"table", "all"})),
+            "job_list": _Op(
+                Role.READER, self._job_list, frozenset({"table", "all", "limit", "page_token"})
+            ),
             "job_show": _Op(Role.READER, self._job_show, frozenset({"job_id"})),
             "job_cancel": _Op(Role.WRITER, self._job_cancel, frozenset({"job_id", "timeout_ms"})),
             "job_backfilled": _Op(
@@ -725,8 +741,8 @@ class ApiServer:
             try:
                 frame_out = self._reply_frame(rid, result)
             except FrameTooLargeError as exc:
-                # Lists that grow are paged; what is left (a txn_log of long records, the
-                # events of one huge entry) is the caller's to ask for less of, not a bug.
+                # Lists that grow are paged (txn_log, watch, files...); this is a last guard,
+                # for a reply no handler bounded: the caller is told to ask for less.
                 raise LimitExceededError(
                     f"the reply to {op!r} does not fit one client frame ({exc}); ask for less "
                     "(a smaller 'limit', or pages)",
@@ -816,7 +832,8 @@ class ApiServer:
                 str(exc),
                 details={"wanted": exc.wanted_ts, "safe_time": exc.safe_time, "lag_ms": exc.lag_ms},
             ) from None
-        except NodeStoppedError as exc:
+        except (NodeStoppedError, QueueFullError) as exc:
+            # QueueFullError: SAFE_TIME_WAITERS_MAX reads already wait here; retryable.
             raise UnavailableError(str(exc)) from None
 
     def _cs_max_ms(self) -> int:
@@ -938,17 +955,55 @@ class ApiServer:
         return {"versions": page, "next_page_token": next_token}
 
     async def _list_namespaces(self, _s: Session, args: Args) -> dict[str, Any]:
-        """Live namespaces now, or (with `as_of`, after the wait) those existing then."""
+        """Live namespaces now, or (with `as_of`, after the wait) those existing then, by
+        name. Keyset-paged (`limit`, `page_token` = the created_tm and name of the previous
+        page's last one): a namespace carries its comment and DBPROPERTIES (up to a 64 KiB
+        statement's worth), so pages end past NAMESPACES_PAGE_BYTES_MAX too. A caller that
+        asks for no page gets LIMIT_EXCEEDED when they do not fit one reply."""
         self._require_ready()
-        if args.get("as_of") is None:
-            return {"namespaces": [namespace_view(n) for n in self.sm.state.list_namespaces()]}
-        top, waited = await self._at(args, "as_of")
-        namespaces = self.sm.state.list_namespaces(top=top)
-        return {
-            "namespaces": [namespace_view(n) for n in namespaces],
-            "as_of": top,
-            "waited_ms": waited,
+        limit = _opt_int(args, "limit", 1, L.NAMESPACES_PAGE_MAX)
+        token = _opt_str(args, "page_token", 32 + mlimits.MAX_IDENTIFIER_CHARS)
+        after: tuple[str, int] | None = None
+        if token is not None:
+            tm_text, _, name = token.partition(":")
+            if not _is_uint(tm_text) or not name:
+                raise BadRequestError(f"'page_token' {token!r} is not one this server handed out")
+            after = (name, int(tm_text))
+        top: int | None = None
+        waited = 0.0
+        if args.get("as_of") is not None:
+            top, waited = await self._at(args, "as_of")
+        # By name, then incarnation (one name may have two that exist at `as_of`).
+        rest = [
+            n
+            for n in self.sm.state.list_namespaces(top=top)
+            if after is None or (n.name, n.created_tm) > after
+        ]
+        count_max = limit or L.NAMESPACES_PAGE_MAX
+        page: list[dict[str, Any]] = []
+        size = 0
+        for ns in rest[:count_max]:
+            view = namespace_view(ns)
+            size += len(msgpack.packb(view, use_bin_type=True))
+            if size > L.NAMESPACES_PAGE_BYTES_MAX and page:
+                break
+            page.append(view)
+        more = len(page) < len(rest)
+        if more and limit is None and token is None:
+            raise limit_exceeded(
+                "NAMESPACES_PAGE_MAX",
+                L.NAMESPACES_PAGE_MAX,
+                len(rest),
+                "namespaces in one reply (page with 'limit' and 'page_token')",
+            )
+        last = page[-1] if page else None
+        result: dict[str, Any] = {
+            "namespaces": page,
+            "next_page_token": f"{last['created_tm']}:{last['name']}" if more and last else None,
         }
+        if top is not None:
+            result.update(as_of=top, waited_ms=waited)
+        return result
 
     async def _list_tables(self, _s: Session, args: Args) -> dict[str, Any]:
         """Live tables of a live namespace now, or (with `as_of`, after the wait) the tables
@@ -1071,9 +1126,11 @@ class ApiServer:
     async def _files_multi(self, _s: Session, args: Args) -> dict[str, Any]:
         """The first page of `files` for each of several tables, all at one `as_of`, after one
         wait: a batch reading N tables lists them in one round trip instead of N. The page
-        budget (`limit` files, FILES_PAGE_BYTES_MAX bytes of paths) is shared by the tables in
-        the order given; a table the budget did not cover gets a `next_page_token` to continue
-        with `files`, so no reply outgrows a frame whatever the tables hold. The request is
+        budget (`limit` files, FILES_PAGE_BYTES_MAX bytes of paths and manifest references) is
+        shared by the tables in the order given; a table the budget did not cover gets a
+        `next_page_token` to continue with `files` (of its first page, which carries the
+        manifest references, if they did not fit), so no reply outgrows a frame whatever the
+        tables hold. The request is
         validated whole (1..MAX_TABLES_PER_COMMIT distinct names) before anything is read; a
         table that cannot be listed at `as_of` (not found then, before its GC threshold, a bad
         name) gets its typed error as data in its own listing (`error`, the wire form), so one
@@ -1086,6 +1143,7 @@ class ApiServer:
         ts, waited = await self._data_read_ts(_opt_int(args, "as_of", 0, MAX_TS), args)
         state = self.sm.state
         count_left, bytes_left = limit, L.FILES_PAGE_BYTES_MAX
+        spent = False  # anything (a file, a delete entry, a manifest reference) shipped yet
         listings: list[dict[str, Any]] = []
         for table in tables:
             try:
@@ -1095,19 +1153,30 @@ class ApiServer:
                 listings.append({"table": table, "error": exc.to_wire()})
                 continue
             # As in `files`: loose files, then delete entries, page through one sequence, and
-            # the manifest references ride on the first page (this one).
+            # the manifest references ride on the first page. They count against the budget
+            # too (a table holds up to MAX_MANIFESTS_PER_TABLE of them): a table whose
+            # references do not fit what is left gets none of its listing here, only a token
+            # of its first page, so `files` ships them (once: only its first page has them).
             files = listing.files
             items: list[Any] = [*files, *listing.deletes]
+            manifests = [m.to_view() for m in listing.manifests]
+            manifests_size = len(msgpack.packb(manifests, use_bin_type=True)) if manifests else 0
+            if count_left == 0 or (manifests_size > bytes_left and spent):
+                count_left, manifests = 0, []
+            elif manifests:
+                bytes_left, spent = bytes_left - manifests_size, True
             end = 0
             while end < len(items) and count_left > 0:
                 size = len(items[end].path) + L.FILES_ENTRY_OVERHEAD_BYTES
-                # The first file of the whole reply always fits (as in `files`).
-                if size > bytes_left and count_left < limit:
+                # The first item of the whole reply always fits (as in `files`), and so does
+                # a table's first after its manifests: its next page must not start at 0.
+                if size > bytes_left and spent and not (end == 0 and manifests):
                     count_left = 0  # the budget is spent: later tables continue with `files`
                     break
                 bytes_left -= size
                 count_left -= 1
                 end += 1
+                spent = True
             listings.append(
                 {
                     "table": table,
@@ -1117,14 +1186,16 @@ class ApiServer:
                     "location": version.location,
                     "files": [file_view(f) for f in files[:end]],
                     "deletes": [[d.path, d.removed_ts] for d in items[len(files) : end]],
-                    "manifests": [m.to_view() for m in listing.manifests],
+                    "manifests": manifests,
                     "total_files": len(files),
                     "total_manifests": len(listing.manifests),
                     "total_deletes": len(listing.deletes),
                     "rows": sum(f.row_count for f in files),
                     "size_bytes": sum(f.size_bytes for f in files),
                     "next_page_token": (
-                        _files_token(ts, end, len(items)) if end < len(items) else None
+                        _files_token(ts, end, len(items))
+                        if end < len(items) or len(manifests) < len(listing.manifests)
+                        else None
                     ),
                 }
             )
@@ -1190,11 +1261,31 @@ class ApiServer:
         return result
 
     async def _txn_log(self, _s: Session, args: Args) -> dict[str, Any]:
+        """The `limit` most recent commits, newest first, in pages of about
+        TXN_LOG_PAGE_BYTES_MAX (a commit names up to 100 tables: 10,000 of them outgrow a
+        frame). A page cut short by its bytes has a `next_page_token` (the Tm of its last
+        commit); the next page is asked for with it and the `limit` still wanted."""
         self._require_ready()
         limit = _opt_int(args, "limit", 1, mlimits.MAX_TXN_LOG_RECORDS) or 20
+        token = _opt_str(args, "page_token", 32)
+        before_tm = None
+        if token is not None:
+            if not _is_uint(token) or int(token) > MAX_TS:
+                raise BadRequestError(f"'page_token' {token!r} is not one this server handed out")
+            before_tm = int(token)
+        records = self.sm.state.txn_log(limit, before_tm=before_tm)
+        commits: list[dict[str, Any]] = []
+        size = 0
+        for record in records:
+            view = commit_view(record)
+            size += len(msgpack.packb(view, use_bin_type=True))
+            if commits and size > L.TXN_LOG_PAGE_BYTES_MAX:
+                break
+            commits.append(view)
         return {
-            "commits": [commit_view(r) for r in self.sm.state.txn_log(limit)],
+            "commits": commits,
             "upper": self.sm.state.table_upper(),
+            "next_page_token": str(commits[-1]["tm"]) if len(commits) < len(records) else None,
         }
 
     async def _on_leader_caught_up(
@@ -1337,14 +1428,40 @@ class ApiServer:
 
     # ------------------------------------------------------------------ change feed
 
+    def _check_ever_existed(
+        self, *, table: TableName | None = None, namespace: str | None = None
+    ) -> None:
+        """A filter naming a table (or namespace) this catalog never had, dropped ones
+        included, is TABLE_NOT_FOUND (NAMESPACE_NOT_FOUND): a typo would otherwise list
+        nothing, or watch forever, and look like an answer."""
+        if table is None and namespace is None:
+            return
+        catalog = self.sm.state.catalog
+        if table is not None and not catalog.incarnations(table):
+            raise TableNotFoundError(
+                f"table {table} does not exist (and never did)", details={"table": str(table)}
+            )
+        if namespace is not None and not catalog.namespace_incarnations(namespace):
+            raise NamespaceNotFoundError(
+                f"namespace {namespace} does not exist (and never did)",
+                details={"namespace": namespace},
+            )
+
     async def _watch(self, _s: Session, args: Args) -> dict[str, Any]:
         """Events after `from_ts` (an entry Tm: 0 = from the oldest kept, default: now) in
         log order, optionally only those of `table` or `namespace`: at most `limit`, waiting
-        up to `wait_ms` for the first one (long poll). `next_from_ts` is where to continue; it
+        up to `wait_ms` for the first one (long poll). `next_from_ts` (and `next_from_event`,
+        when a page ended inside an entry too large for one page) is where to continue; it
         moves on even when nothing matched. A position this node no longer has events for is
         WATCH_START_COMPACTED (metastore.events)."""
         self._require_ready()
         from_ts = _opt_int(args, "from_ts", 0, MAX_TS)
+        from_event = _opt_int(args, "from_event", 0, 2**31 - 1) or 0
+        if from_event and not from_ts:
+            raise BadRequestError(
+                "'from_event' continues inside the entry at 'from_ts': give both, as a reply's "
+                "'next_from_ts' and 'next_from_event'"
+            )
         if from_ts is None:
             from_ts = self.node.safe_time
         elif from_ts == 0:
@@ -1357,32 +1474,41 @@ class ApiServer:
         namespace = _opt_str(args, "namespace", L.TABLE_NAME_CHARS_MAX)
         table = None if table is None else str(TableName.parse(table))
         namespace = None if namespace is None else namespace.lower()
+        self._check_ever_existed(
+            table=None if table is None else TableName.parse(table), namespace=namespace
+        )
         self._check_not_future(from_ts)
         # A position this node has not reached yet: wait until it has (like a read at it).
         await self._wait_safe(from_ts, _timeout(args))
         loop = asyncio.get_running_loop()
         deadline = loop.time() + (wait_ms or 0) / 1000
+        position = (from_ts, from_event)
         while True:
             wake = self.sm.wait_for_events()
-            events, stopped_at = self.sm.events.since(
-                from_ts,
+            events, stopped_at, skip = self.sm.events.since(
+                position[0],
                 limit=limit,
                 keep=lambda e: event_matches(e, namespace=namespace, table=table),
                 bytes_max=L.WATCH_PAGE_BYTES_MAX,
+                skip=position[1],
             )
-            # Everything up to the applied position was examined when nothing stopped us.
-            position = stopped_at if stopped_at is not None else self.sm.state.last_tm
+            # Everything up to the applied position was examined when nothing stopped us (a
+            # stop is always past `position`: a page that stops has events).
+            if stopped_at is not None:
+                position = (stopped_at, skip)
+            else:
+                position = (max(position[0], self.sm.state.last_tm), 0)
             remaining = deadline - loop.time()
             if events or remaining <= 0:
                 break
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(wake, timeout=remaining)
-            from_ts = max(from_ts, position)
         if not wake.done():
             wake.cancel()
         return {
             "events": events,
-            "next_from_ts": max(from_ts, position),
+            "next_from_ts": position[0],
+            "next_from_event": position[1],
             "oldest_ts": self.sm.events.floor_tm,
             "safe_time": self.node.safe_time,
         }
@@ -1399,19 +1525,59 @@ class ApiServer:
             now_tm=self.clock.now(),
             cs_max=cs_max,
         )
-        return {**job.view(), "waiting_for": wait.view()}
+        # Leases in the way, named as in LEASE_HELD: the first MAX_LEASES_PER_COMMAND (one
+        # per session leasing the table, which may be thousands: past one frame), counted all;
+        # `lease_blockers` pages through every one.
+        waiting = wait.view()
+        waiting["blockers"] = list(wait.blockers[: mlimits.MAX_LEASES_PER_COMMAND])
+        waiting["blocker_count"] = len(wait.blockers)
+        return {**job.view(), "waiting_for": waiting}
 
     async def _job_list(self, _s: Session, args: Args) -> dict[str, Any]:
         """Schema change jobs, oldest first: running ones, and with `all` finished ones too
-        (at most MAX_RUNNING_SCHEMA_JOBS + MAX_FINISHED_SCHEMA_JOBS_KEPT: one frame)."""
+        (at most MAX_RUNNING_SCHEMA_JOBS + MAX_FINISHED_SCHEMA_JOBS_KEPT). Keyset-paged by job
+        id (`limit`, `page_token`): a view names up to 100 blockers, so pages end past
+        JOBS_PAGE_BYTES_MAX too. A caller that asks for no page gets LIMIT_EXCEEDED when
+        they do not fit one reply."""
         self._require_ready()
         show_all = args.get("all", False)
         if not isinstance(show_all, bool):
             raise BadRequestError("'all' must be a boolean")
         table = _opt_str(args, "table", L.TABLE_NAME_CHARS_MAX)
+        limit = _opt_int(args, "limit", 1, L.JOBS_PAGE_MAX)
+        token = _opt_str(args, "page_token", 32)
+        if token is not None and not _is_uint(token):
+            raise BadRequestError(f"'page_token' {token!r} is not one this server handed out")
+        after = 0 if token is None else int(token)
         name = None if table is None else TableName.parse(table)
-        jobs = self.sm.state.jobs.jobs(table=name, running_only=not show_all)
-        return {"jobs": [self._job_view(j) for j in jobs], "safe_time": self.node.safe_time}
+        self._check_ever_existed(table=name)
+        jobs = [
+            j
+            for j in self.sm.state.jobs.jobs(table=name, running_only=not show_all)
+            if j.job_id > after
+        ]
+        count_max = limit or L.JOBS_PAGE_MAX
+        page: list[dict[str, Any]] = []
+        size = 0
+        for job in jobs[:count_max]:
+            view = self._job_view(job)
+            size += len(msgpack.packb(view, use_bin_type=True))
+            if size > L.JOBS_PAGE_BYTES_MAX and page:
+                break
+            page.append(view)
+        more = len(page) < len(jobs)
+        if more and limit is None and token is None:
+            raise limit_exceeded(
+                "JOBS_PAGE_BYTES_MAX",
+                L.JOBS_PAGE_BYTES_MAX,
+                size,
+                "bytes of jobs in one reply (page with 'limit' and 'page_token')",
+            )
+        return {
+            "jobs": page,
+            "safe_time": self.node.safe_time,
+            "next_page_token": str(page[-1]["job_id"]) if more else None,
+        }
 
     async def _job_show(self, _s: Session, args: Args) -> dict[str, Any]:
         self._require_ready()
@@ -1535,7 +1701,7 @@ class ApiServer:
         if err is not None:
             raise err
         return {
-            "result": outcome.result,
+            "result": _reply_result(outcome.result),
             "deduplicated": outcome.deduplicated,
             "tm": res.tm,
             "index": res.index,
@@ -1722,11 +1888,22 @@ class ApiServer:
         state = self.sm.state
         pins = []
         keys = []
+        size = 0
         for table in tables:
             v = state.schema_at(table, top)
             pins.append(version_view(table, v))
+            size += len(msgpack.packb(pins[-1], use_bin_type=True))
             keys.append(
                 LeaseKey(table=TableName.parse(table), table_id=v.table_id, version=v.version)
+            )
+        if size > L.PIN_BYTES_MAX:
+            # Refused before anything is leased: leases taken for a reply that then cannot be
+            # sent would stay held by the caller's session, unknown to it.
+            raise limit_exceeded(
+                "PIN_BYTES_MAX",
+                L.PIN_BYTES_MAX,
+                size,
+                "bytes of schemas in one pin (pin fewer tables per request, at the same ts)",
             )
         result: dict[str, Any] = {
             "ts": top,
@@ -2171,6 +2348,21 @@ class ApiServer:
 
 
 # ---------------------------------------------------------------------- request parsing
+
+
+def _reply_result(result: dict[str, Any]) -> dict[str, Any]:
+    """An applied command's result as a reply carries it. DROP NAMESPACE CASCADE names every
+    table it dropped (up to MAX_TABLES, 257 characters each: far more than one frame); the
+    reply names the first DROPPED_TABLES_REPLY_MAX and counts them all, so a drop that was
+    applied is never answered LIMIT_EXCEEDED. The applied outcome itself is left alone."""
+    dropped = result.get("dropped_tables")
+    if not isinstance(dropped, list):
+        return result
+    return {
+        **result,
+        "dropped_tables": dropped[: L.DROPPED_TABLES_REPLY_MAX],
+        "dropped_table_count": len(dropped),
+    }
 
 
 def _parse_request(frame: object) -> tuple[int, str, Args]:

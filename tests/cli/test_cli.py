@@ -289,7 +289,7 @@ def test_every_command_sends_its_op(fake: ThreadedFakeNode) -> None:
             ["table", "history", "sales.orders"],
             ("history", {"table": "sales.orders", "limit": 1000}),
         ),
-        (["ns", "list"], ("list_namespaces", {})),
+        (["ns", "list"], ("list_namespaces", {"limit": 1000})),
         (
             ["sql", "ALTER TABLE a.b ADD COLUMN c INT", "--request-id", "r1"],
             ("ddl", {"sql": "ALTER TABLE a.b ADD COLUMN c INT", "request_id": "r1"}),
@@ -800,3 +800,30 @@ def test_promote_node_wait_gives_up_at_its_deadline() -> None:
         assert result.exit_code == 5 and "has not caught up" in result.stderr
         assert "catching up, holds entries up to 10 (890 behind)" in result.stderr
         assert 1.5 < time.monotonic() - started < 15
+
+
+def test_watch_count_finishes_an_entry_split_across_pages() -> None:
+    """A page may end inside an entry too large for one reply (`next_from_event`): the CLI
+    continues inside it (not after it, which skipped the rest) and `--count` still stops only
+    once the entry is complete."""
+    tm1, tm2 = make_ts(1_790_000_000_000), make_ts(1_790_000_001_000)
+    ev = [{"tm": tm1, "index": 3, "kind": "table_dropped", "table": f"a.t{i}"} for i in range(3)]
+    later = {"tm": tm2, "index": 4, "kind": "namespace_created", "namespace": "b"}
+    calls: list[dict[str, Any]] = []
+
+    async def handler(op: str, args: dict[str, Any]) -> dict[str, Any]:
+        assert op == "watch"
+        calls.append(args)
+        if args.get("from_event") == 2:
+            events, position = [ev[2], later], (tm2, 0)
+        else:
+            events, position = ev[:2], (tm1, 2)
+        return {"events": events, "next_from_ts": position[0], "next_from_event": position[1]}
+
+    with ThreadedFakeNode(handler=handler) as node:
+        result = against(node, "-o", "json", "watch", "--from", str(tm1 - 1), "--count", "1")
+    assert result.exit_code == 0, result.output
+    tables = [json.loads(line).get("table") for line in result.output.splitlines()]
+    assert tables == ["a.t0", "a.t1", "a.t2"]
+    assert [(a["from_ts"], a.get("from_event", 0)) for a in calls] == [(tm1 - 1, 0), (tm1, 2)]
+    assert calls[1]["wait_ms"] == 0  # finishing the entry: no long poll for new events

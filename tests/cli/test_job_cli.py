@@ -487,3 +487,18 @@ def test_a_cancel_blocked_by_leases_is_recorded_and_followed_until_the_rollback(
     assert result.exit_code == 0, result.stderr
     assert "session s1 (app etl on h, user u, pid 1) holds v1" in result.stderr
     assert calls == ["job_cancel", "job_show", "job_show", "job_show"]
+
+
+def test_job_show_says_how_many_blockers_the_view_does_not_name() -> None:
+    blocker = {"table": "ns.t", "version": 1, "session_id": "s1", "app_id": "a", "user": "u"}
+    leases = {"reason": "leases", "message": "leases", "blockers": [blocker], "blocker_count": 250}
+
+    async def handler(op: str, args: dict[str, Any]) -> dict[str, Any]:
+        return _view(1, waiting_for=leases)
+
+    with ThreadedFakeNode(handler=handler) as node:
+        result = CliRunner().invoke(
+            cli, ["--endpoints", node.endpoint, "--token", TOKEN, "job", "show", "9"]
+        )
+    assert result.exit_code == 0, result.stderr
+    assert "and 249 more (`metastore lease blockers" in " ".join(result.stdout.split())

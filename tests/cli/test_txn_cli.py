@@ -565,3 +565,27 @@ def test_value_conversions(value: object, as_json: object, as_text: str) -> None
     assert json_value(value) == as_json
     assert text_value(value) == as_text
     json.dumps(json_value(value), allow_nan=False)  # always valid JSON
+
+
+def test_txn_log_follows_pages_cut_short_by_wide_commits() -> None:
+    """A txn_log page ends past a byte budget (wide commits): the client asks for the rest
+    with its token instead of showing fewer commits than --limit."""
+    commits = [dict(TXN_LOG["commits"][0], tm=100 - i, txn_id=f"t{i}") for i in range(5)]
+
+    async def handle(op: str, args: dict[str, Any]) -> dict[str, Any]:
+        assert op == "txn_log"
+        before = int(args.get("page_token", 1_000))
+        rest = [c for c in commits if c["tm"] < before][: min(2, args["limit"])]
+        token = str(rest[-1]["tm"]) if len(rest) < min(args["limit"], 5) else None
+        return {"commits": rest, "upper": 7, "next_page_token": token}
+
+    with ThreadedFakeNode(handler=handle) as fake:
+        result = run(fake, "-o", "json", "txn", "log", "--limit", "4")
+        assert result.exit_code == 0, result.stderr
+        assert [c["txn_id"] for c in json.loads(result.stdout)["commits"]] == [
+            "t0",
+            "t1",
+            "t2",
+            "t3",
+        ]
+        assert [a.get("page_token") for _, a in sent(fake)] == [None, "99"]

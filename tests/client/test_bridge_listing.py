@@ -6,8 +6,10 @@ files). Pure: a scripted client, no Spark, no processes."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
+from metastore.client.protocol import MetastoreClient
 from metastore.errors import ManifestConflictError
 from spark_bridge.bridge import BatchContext
 
@@ -51,3 +53,43 @@ def test_a_compaction_between_pages_lists_the_table_again() -> None:
     assert [f["path"] for f in listing["files"]] == ["c.parquet", "d.parquet"]
     assert listing["manifests"] == ["m1"] and listing["next_page_token"] is None
     assert [op for op, _ in client.calls] == ["files", "files", "files"]
+
+
+class DeferredClient:
+    """`files_multi` had no room for this table's manifests: they come with its first page."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, dict[str, Any]]] = []
+
+    def call(self, op: str, args: dict[str, Any]) -> dict[str, Any]:
+        self.calls.append((op, dict(args)))
+        if args["page_token"] == f"{TS}:0:2":
+            return _page(["a.parquet"], ["m1", "m2"], f"{TS}:1:2")
+        assert args["page_token"] == f"{TS}:1:2"
+        return _page(["b.parquet"], [], None)
+
+
+def _deferred_first() -> dict[str, Any]:
+    return {**_page([], [], f"{TS}:0:2"), "total_manifests": 2}
+
+
+def test_manifests_deferred_to_the_first_files_page_are_kept_by_the_bridge() -> None:
+    batch = object.__new__(BatchContext)
+    batch.client = DeferredClient()  # type: ignore[assignment]
+    batch.txn_id = "t-1"
+    listing = batch._rest_of(_deferred_first())
+    assert [f["path"] for f in listing["files"]] == ["a.parquet", "b.parquet"]
+    assert listing["manifests"] == ["m1", "m2"]
+
+
+def test_manifests_deferred_to_the_first_files_page_are_kept_by_the_client() -> None:
+    client = object.__new__(MetastoreClient)
+    scripted = DeferredClient()
+
+    async def call(op: str, args: dict[str, Any], **_kw: Any) -> dict[str, Any]:
+        return scripted.call(op, args)
+
+    client.call = call  # type: ignore[method-assign]
+    listing = asyncio.run(client._files_pages(_deferred_first()))
+    assert [f["path"] for f in listing["files"]] == ["a.parquet", "b.parquet"]
+    assert listing["manifests"] == ["m1", "m2"]

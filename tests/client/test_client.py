@@ -102,7 +102,7 @@ async def test_methods_send_the_protocol_args(nodes: Any) -> None:
         ("schema_at", {"table": "ns.t"}),
         ("describe", {"table": "ns.t", "as_of": 5}),
         ("history", {"table": "ns.t", "limit": 1000}),
-        ("list_namespaces", {}),
+        ("list_namespaces", {"limit": 1000}),
         ("list_tables", {"namespace": "ns", "as_of": 7, "limit": 5000}),
         ("safe_time", {}),
         ("ddl", {"sql": "CREATE NAMESPACE x", "request_id": "rid-1"}),

@@ -191,3 +191,14 @@ def test_the_pager_refuses_to_truncate_and_pages_past_the_real_sizes() -> None:
     small, token = page({"page_token": rows[-3]})  # a continuation needs no limit
     assert small == rows[-2:]
     assert token is None
+
+
+def test_namespaces_and_jobs_page_the_same_way(client: SyncMetastoreClient) -> None:
+    for ns in ("pga", "pgb", "pgc", "pgd", "pge", "pgf"):
+        client.ddl(f"CREATE NAMESPACE IF NOT EXISTS {ns}")
+    pages = _pages(client, "list_namespaces", "namespaces")
+    names = [n["name"] for page in pages for n in page]
+    assert len(pages) >= 2 and names == sorted(names) and len(set(names)) == len(names)
+    assert [n["name"] for n in client.list_namespaces()["namespaces"]] == names
+    jobs = [j["job_id"] for page in _pages(client, "job_list", "jobs", all=True) for j in page]
+    assert jobs == [j["job_id"] for j in client.job_list(all=True)["jobs"]]

@@ -238,3 +238,12 @@ def test_the_cli_stops_after_count_only_between_entries(cluster: MetastoreCluste
     assert sorted(json.dumps(e, sort_keys=True) for e in seen) == sorted(
         json.dumps(e, sort_keys=True) for e in dropped
     )
+
+
+def test_a_position_inside_an_entry_is_accepted_over_the_wire(cluster: MetastoreCluster) -> None:
+    """`from_event` (a reply's `next_from_event` after a page that ended inside a huge entry)
+    is an argument of the op, not refused as an unknown one."""
+    with _client(cluster) as c:
+        start = c.watch()["next_from_ts"]
+        page = c.call("watch", {"from_ts": start, "from_event": 1, "wait_ms": 0})
+        assert page["next_from_event"] == 0 and page["next_from_ts"] >= start

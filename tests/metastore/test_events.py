@@ -4,6 +4,7 @@ the floor)."""
 
 from __future__ import annotations
 
+import msgpack
 import pytest
 
 from metastore.commands import (
@@ -98,26 +99,28 @@ def _log(kept_max: int = 100) -> EventLog:
 
 def test_a_page_never_splits_an_entry_and_says_where_it_stopped() -> None:
     log = _log()
-    events, stopped = log.since(0, limit=4)
+    events, stopped, skip = log.since(0, limit=4)
     assert [e["tm"] for e in events] == [1, 2, 2, 3, 3, 3]  # 4 asked; entry 3 kept whole
-    assert stopped == 3
-    events, stopped = log.since(stopped, limit=1000)
+    assert (stopped, skip) == (3, 0)
+    events, stopped, _ = log.since(stopped, limit=1000)
     assert [e["tm"] for e in events][:4] == [4, 4, 4, 4]
     assert stopped is None
     assert len(events) == sum(range(4, 11))
-    events, _ = log.since(0, limit=1000, keep=lambda e: e["table"] == "ns.t1")
+    events, _, _ = log.since(0, limit=1000, keep=lambda e: e["table"] == "ns.t1")
     assert {e["tm"] for e in events} == {1, 3, 5, 7, 9}
 
 
 def test_a_page_ends_between_entries_once_past_its_byte_budget() -> None:
     log = _log()
-    events, stopped = log.since(0, limit=1000, bytes_max=1)
-    assert [e["tm"] for e in events] == [1] and stopped == 1  # at least one entry
-    events, stopped = log.since(4, limit=1000, bytes_max=1)
-    assert [e["tm"] for e in events] == [5] * 5 and stopped == 5  # never half an entry
-    position, tms = 0, []
-    for _ in range(20):
-        events, stopped = log.since(position, limit=1000, bytes_max=60)
+    events, stopped, skip = log.since(0, limit=1000, bytes_max=1)
+    assert [e["tm"] for e in events] == [1] and (stopped, skip) == (1, 0)  # at least one
+    events, stopped, skip = log.since(4, limit=1000, bytes_max=60)
+    assert [e["tm"] for e in events] == [5] * 3 and (stopped, skip) == (5, 3)  # over: split
+    events, stopped, skip = log.since(1, limit=1000, bytes_max=60)
+    assert [e["tm"] for e in events] == [2, 2] and (stopped, skip) == (2, 0)  # between entries
+    position, skip, tms = 0, 0, []
+    for _ in range(100):
+        events, stopped, skip = log.since(position, limit=1000, bytes_max=60, skip=skip)
         tms += [e["tm"] for e in events]
         if stopped is None:
             break
@@ -132,12 +135,12 @@ def test_the_window_drops_whole_entries_and_refuses_a_start_below_its_floor() ->
     with pytest.raises(WatchStartCompactedError) as exc:
         log.since(3, limit=10)
     assert exc.value.details == {"from_ts": 3, "oldest_ts": log.floor_tm}
-    events, _ = log.since(log.floor_tm, limit=1000)
+    events, _, _ = log.since(log.floor_tm, limit=1000)
     assert events[0]["tm"] == log.floor_tm + 1
     log.reset(floor_tm=50)
     with pytest.raises(WatchStartCompactedError):
         log.since(49, limit=1)
-    assert log.since(50, limit=1) == ([], None)
+    assert log.since(50, limit=1) == ([], None, 0)
 
 
 def test_filters_match_tables_namespaces_and_lease_targets() -> None:
@@ -153,3 +156,32 @@ def test_filters_match_tables_namespaces_and_lease_targets() -> None:
     assert not matches(ns, namespace=None, table="b.y")
     assert matches(session, namespace=None, table=None)
     assert not matches(session, namespace="a", table=None)
+
+
+def test_an_entry_larger_than_a_page_is_split_and_resumed_inside_it() -> None:
+    """DROP NAMESPACE CASCADE of a namespace of 30,000 tables is one entry of 30,000
+    `table_dropped` events (~10 MiB with long names). Entries were never split, so that
+    entry alone outgrew the 4 MiB frame: every watcher got LIMIT_EXCEEDED at that point, for
+    good. The entry is now split, and the position says how far into it the page went."""
+    log = _log(kept_max=100_000)
+    big = [{"tm": 11, "n": i, "table": f"ns.{'x' * 200}{i}"} for i in range(30_000)]
+    log.append(big, tm=11)
+    log.append([{"tm": 12, "n": 0, "table": "ns.t0"}], tm=12)
+    budget = 2 * 1024 * 1024
+    position, skip, got = 10, 0, []
+    for _ in range(20):
+        events, stopped, skip = log.since(position, limit=1000, bytes_max=budget, skip=skip)
+        assert sum(len(msgpack.packb(e)) for e in events) <= budget
+        got += events
+        if stopped is None:
+            break
+        position = stopped
+    assert got == [*big, {"tm": 12, "n": 0, "table": "ns.t0"}]  # all, in order, once
+    # A filter does not change where a split entry resumes (positions count every event).
+    events, stopped, skip = log.since(10, limit=1000, bytes_max=budget)
+    assert (stopped, skip) == (11, len(events))
+    rest, _, _ = log.since(11, limit=1000, bytes_max=budget, skip=skip, keep=lambda e: e["n"] % 2)
+    assert rest[0]["n"] == len(events) + (len(events) % 2 == 0)
+    # Resuming inside an entry the window dropped is WATCH_START_COMPACTED.
+    with pytest.raises(WatchStartCompactedError):
+        log.since(log.floor_tm, limit=1, skip=1)

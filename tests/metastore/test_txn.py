@@ -774,6 +774,16 @@ def test_txn_log_is_newest_first_and_bounded() -> None:
             d.state.txn_log(bad)
 
 
+def test_txn_log_pages_continue_before_the_last_tm_seen() -> None:
+    d = ready()
+    for i in range(5):
+        ok(d, commit(f"q:{i}", write(A, add=(f"f{i}",))))
+    first = d.state.txn_log(2)
+    rest = d.state.txn_log(10, before_tm=first[-1].tm)
+    assert [r.txn_id for r in (*first, *rest)] == ["q:4", "q:3", "q:2", "q:1", "q:0"]
+    assert d.state.txn_log(10, before_tm=rest[-1].tm) == ()
+
+
 def test_txn_log_reads_need_a_valid_limit_even_when_empty() -> None:
     d = ready()
     assert d.state.txn_log(5) == ()

@@ -47,6 +47,7 @@ from raft.node import (
     ProposalTooLargeError,
     QueueFullError,
     RaftNode,
+    ReadIndexError,
     SafeTimeTimeoutError,
     applicable_before_persist,
     unwrap_snapshot_data,
@@ -859,3 +860,27 @@ async def test_stop_after_a_fatal_error_still_releases_the_log_and_the_port(
         with pytest.raises(OSError), socket.create_connection(("127.0.0.1", port), timeout=2):
             pass
         await node.stop()  # again: nothing left to do, no error
+
+
+async def test_read_barrier_keeps_one_deadline_and_times_out_typed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The wait for the apply after the ReadIndex got a fresh `timeout_ms` of its own (a call
+    could take twice its timeout) and timed out with a plain TimeoutError, not the
+    ReadIndexError the first wait raises."""
+    async with cluster(tmp_path, 1) as nodes:
+        node = await leader_of(nodes)
+        run_op = node._run_op
+
+        async def slow_run_op(fn: Any) -> Any:
+            await asyncio.sleep(0.2)
+            return await run_op(fn)
+
+        monkeypatch.setattr(node, "_run_op", slow_run_op)
+        monkeypatch.setattr(node, "_applied_index", lambda: 0)  # the apply never catches up
+        started = time.monotonic()
+        with pytest.raises(ReadIndexError):
+            await node.read_barrier(timeout_ms=300)
+        assert time.monotonic() - started < 0.45
+        monkeypatch.undo()
+        assert await node.read_barrier(timeout_ms=5_000) >= 1
