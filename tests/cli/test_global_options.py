@@ -12,6 +12,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from cli.main import GLOBAL_OPTION_FIELDS, cli
+from metastore.client.protocol import NAMESPACES_PAGE_LIMIT
 from tests.client.fake_node import TOKEN, ThreadedFakeNode
 
 TABLES = {"tables": ["ads.clicks", "sales.orders", "sales.refunds"]}
@@ -70,7 +71,7 @@ def test_token_file_after_the_subcommand(fake: ThreadedFakeNode, tmp_path: Any) 
     token_file.chmod(0o600)
     result = run("ns", "list", "--endpoints", fake.endpoint, "--token-file", str(token_file))
     assert result.exit_code == 0, result.output
-    assert sent(fake) == [("list_namespaces", {})]
+    assert sent(fake) == [("list_namespaces", {"limit": NAMESPACES_PAGE_LIMIT})]  # it pages
 
 
 def test_a_flag_after_the_subcommand_beats_the_one_before_and_the_environment(
