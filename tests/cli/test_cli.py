@@ -224,6 +224,10 @@ def test_init_default_cluster_id_comes_from_the_directory(tmp_path: Path) -> Non
         ["--nodes", "8"],
         ["--nodes", "0"],
         ["--base-port", "65500"],
+        # 0 does not mean "any free port": it would put node 1 on port 1. Ports below 1024
+        # need root and belong to well-known services.
+        ["--base-port", "0"],
+        ["--base-port", "1023"],
         ["--cluster-id", "a b"],
         ["--cluster-id", "tab\there"],
         ["--host", "bad host"],
