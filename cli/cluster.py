@@ -647,9 +647,9 @@ def cluster_add_node(ctx: click.Context, node_id: int, raft_addr: str, voter: bo
     default="0",
     show_default=True,
     metavar="DURATION",
-    help="While the learner has not caught up, retry for up to this long (30s, 10m; a bare "
-    "number is seconds), showing on stderr how far it is (a snapshot being received, entries "
-    "behind). 0: ask once.",
+    help="While the learner has not caught up, retry for up to this long (30s, 10m, at most "
+    "24h; a bare number is seconds), showing on stderr how far it is (a snapshot being "
+    "received, entries behind). 0: ask once.",
 )
 @click.pass_context
 def cluster_promote_node(ctx: click.Context, node_id: int, wait: str) -> None:

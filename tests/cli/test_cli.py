@@ -22,6 +22,7 @@ from click.testing import CliRunner, Result
 from cli import processes
 from cli.errors import EXIT_CODE_BY_ERROR, exit_code_for
 from cli.main import cli
+from cli.waiting import parse_wait_ms
 from hlc import SystemClock, make_ts, parse_ts
 from metastore.daemon.config import (
     NodeAddress,
@@ -804,3 +805,27 @@ def test_promote_node_wait_gives_up_at_its_deadline() -> None:
         assert result.exit_code == 5 and "has not caught up" in result.stderr
         assert "catching up, holds entries up to 10 (890 behind)" in result.stderr
         assert 1.5 < time.monotonic() - started < 15
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["sql", "ALTER TABLE s.t ADD COLUMN c INT", "--wait"],
+        ["job", "cancel", "1", "--wait"],
+        ["job", "wait", "1", "--timeout"],
+        ["cluster", "promote-node", "4", "--wait"],
+    ],
+)
+@pytest.mark.parametrize("duration", ["99999999", "25h", "9" * 400, "0" * 5000 + "25h"])
+def test_waits_have_an_upper_bound(fake: ThreadedFakeNode, args: list[str], duration: str) -> None:
+    # A typo must not make a command wait for years (or fail with a traceback on a number a
+    # float cannot hold): a usage error that names the bound, and nothing is sent.
+    result = against(fake, *args, duration)
+    assert result.exit_code == 2, result.output
+    assert "24h" in result.stderr
+    assert sent(fake) == []
+
+
+def test_the_longest_wait_is_accepted() -> None:
+    assert parse_wait_ms("24h") == parse_wait_ms("1440m") == parse_wait_ms("0024h") == 86_400_000
+    assert parse_wait_ms("0") == parse_wait_ms("000s") == 0
