@@ -163,6 +163,7 @@ from itertools import islice
 
 import msgpack
 
+from hlc import ts_text
 from hlc.limits import LOGICAL_BITS
 from metastore import limits
 from metastore.catalog import Catalog, TableState
@@ -788,8 +789,8 @@ class TxnLog:
             latest = max(logs, key=lambda tl: tl.last_commit_ts)
             if latest.last_commit_ts > read_ts:
                 raise ReadConflictError(
-                    f"table {name} was written at {latest.last_commit_ts} (txn "
-                    f"{latest.last_txn_id!r}), after read_ts {read_ts}",
+                    f"table {name} was written at {ts_text(latest.last_commit_ts)} (txn "
+                    f"{latest.last_txn_id!r}), after read_ts {ts_text(read_ts)}",
                     details={
                         "table": str(name),
                         "read_ts": read_ts,
@@ -815,7 +816,8 @@ class TxnLog:
             )
         if ts < inc.created_tu:
             raise NotFoundAtTimestampError(
-                f"table {w.table} does not exist at {ts}; it exists from {inc.created_tu}",
+                f"table {w.table} does not exist at {ts_text(ts)}; it exists from "
+                f"{ts_text(inc.created_tu)}",
                 details={"table": str(w.table), "top": ts, "active_from_tu": inc.created_tu},
             )
         _check_schema_version(inc, w, ts)
