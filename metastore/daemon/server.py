@@ -1250,7 +1250,10 @@ class ApiServer:
             "leader": st.core.leader,
             "commit_index": st.core.commit_index,
             "applied_index": st.core.applied_index,
+            # The newest snapshot this node holds, and the index its log starts after (lower
+            # by the entries kept behind the snapshot for followers a little behind).
             "snapshot_index": st.core.snapshot_index,
+            "log_start_index": st.core.log_start_index,
             "safe_time": st.safe_time,
             "lag_ms": st.safe_time_lag_ms,
             "ready": st.ready_to_serve,
