@@ -30,6 +30,7 @@ from metastore.client import EndpointResult, SyncMetastoreClient
 from metastore.daemon.config import (
     CLUSTER_FILE_NAME,
     DEFAULT_BASE_PORT,
+    NODE_ID_MAX,
     NODES_MAX,
     NODES_MIN,
     ClusterConfig,
@@ -624,7 +625,7 @@ def _membership_result(a: App, result: dict[str, Any]) -> None:
 
 
 @cluster.command("add-node")
-@click.argument("node_id", type=click.IntRange(min=1))
+@click.argument("node_id", type=click.IntRange(1, NODE_ID_MAX))
 @click.argument("raft_addr", metavar="RAFT_ADDR")
 @click.option("--voter", is_flag=True, help="Add as a voter at once instead of as a learner.")
 @click.pass_context

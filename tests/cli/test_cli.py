@@ -829,3 +829,9 @@ def test_waits_have_an_upper_bound(fake: ThreadedFakeNode, args: list[str], dura
 def test_the_longest_wait_is_accepted() -> None:
     assert parse_wait_ms("24h") == parse_wait_ms("1440m") == parse_wait_ms("0024h") == 86_400_000
     assert parse_wait_ms("0") == parse_wait_ms("000s") == 0
+
+
+def test_add_node_refuses_an_id_no_node_could_start_with(fake: ThreadedFakeNode) -> None:
+    result = against(fake, "cluster", "add-node", "1000001", "127.0.0.1:24104")
+    assert result.exit_code == 2, result.output
+    assert sent(fake) == []
