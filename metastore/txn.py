@@ -771,7 +771,7 @@ class TxnLog:
             ts = max(upper, not_before)
         if cmd.read_ts is not None and cmd.read_ts >= ts:
             raise InvalidArgumentError(
-                f"read_ts {cmd.read_ts} must be below the commit timestamp {ts}",
+                f"read_ts {ts_text(cmd.read_ts)} must be below the commit timestamp {ts_text(ts)}",
                 details={"read_ts": cmd.read_ts, "ts": ts},
             )
         return ts
@@ -1546,7 +1546,7 @@ def _check_schema_version(inc: TableState, w: TableWrite, ts: int) -> None:
     active = [v.version for v in inc.versions[max(0, newest - 1) : newest + 1]]
     if w.schema_version not in active:
         raise SchemaVersionNotActiveError(
-            f"{w.table}: schema version {w.schema_version} is not active at {ts} "
+            f"{w.table}: schema version {w.schema_version} is not active at {ts_text(ts)} "
             f"(active: {active}); re-plan against the current schema",
             details={
                 "table": str(w.table),
