@@ -293,7 +293,7 @@ def received_snapshot(status: dict[str, Any], old_applied: int) -> bool:
     """Whether a restarted node's status shows a snapshot received from the leader: its log
     starts past its old applied index at or beyond its applied index (restoring, or just
     restored). A snapshot of its own starts its log SNAPSHOT_KEEP entries behind applied."""
-    log_start, applied = int(status["snapshot_index"]), int(status["applied_index"])
+    log_start, applied = int(status["log_start_index"]), int(status["applied_index"])
     return log_start > old_applied and log_start >= applied
 
 
@@ -673,7 +673,7 @@ async def install(cluster: Cluster, params: Params, r: Results) -> None:
             # keeps). The appends it sent the dead victim before pausing (up to its inflight
             # window) wait in the peer link and are delivered on reconnect, so the victim
             # needs the whole state only once the log starts beyond those too.
-            ins.leader_log_start = int(st["snapshot_index"])
+            ins.leader_log_start = int(st["log_start_index"])
             if ins.leader_log_start > ins.victim_applied_at_kill + QUEUED_APPENDS_MAX:
                 break
             if ins.side_commits >= SIDE_COMMITS_MAX or time.monotonic() > deadline:
@@ -710,7 +710,8 @@ async def install(cluster: Cluster, params: Params, r: Results) -> None:
         if last is not None and ins.answers_s is None:
             ins.answers_s = elapsed
         if last is not None:
-            seen = [round(elapsed, 2), last["applied_index"], last["snapshot_index"], last["ready"]]
+            log_start = last["log_start_index"]
+            seen = [round(elapsed, 2), last["applied_index"], log_start, last["ready"]]
             if len(ins.statuses) < STATUSES_KEPT and (
                 not ins.statuses or ins.statuses[-1][1:] != seen[1:]
             ):

@@ -314,7 +314,7 @@ def wait_compacted(cluster: Cluster, node_id: int, past_index: int) -> int:
     while time.monotonic() < deadline:
         status = cluster.status(node_id, timeout_s=5.0)
         if status is not None:
-            start = int(status["snapshot_index"])
+            start = int(status["log_start_index"])
             if start > past_index:
                 return start
         time.sleep(POLL_INTERVAL_S)

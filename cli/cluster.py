@@ -30,6 +30,7 @@ from metastore.client import EndpointResult, SyncMetastoreClient
 from metastore.daemon.config import (
     CLUSTER_FILE_NAME,
     DEFAULT_BASE_PORT,
+    NODE_ID_MAX,
     NODES_MAX,
     NODES_MIN,
     ClusterConfig,
@@ -46,6 +47,9 @@ from metastore.errors import MetastoreError
 # `cluster up`: how long to wait for a ready leader and the started nodes, and how often to look.
 UP_WAIT_MS_DEFAULT: Final = 30_000
 UP_WAIT_MS_MAX: Final = 10 * 60 * 1000
+# `cluster init --base-port` is at least this: below it a layout would use privileged,
+# well-known ports (and 0 does not mean "pick free ports": node 1 would get port 1).
+INIT_BASE_PORT_MIN: Final = 1024
 UP_POLL_INTERVAL_MS: Final = 200
 # Each status probe during `cluster up` is short: a node that is still starting refuses fast.
 UP_PROBE_TIMEOUT_MS: Final = 1_000
@@ -74,9 +78,11 @@ def cluster() -> None:
 @click.option("--host", default="127.0.0.1", help="Host every member listens on.")
 @click.option(
     "--base-port",
-    type=click.IntRange(0, 65_535),
+    type=click.IntRange(INIT_BASE_PORT_MIN, 65_535),
     default=DEFAULT_BASE_PORT,
-    help="Node N listens on BASE+N (Raft), BASE+100+N (clients), BASE+200+N (metrics).",
+    show_default=True,
+    help="Node N listens on BASE+N (Raft), BASE+100+N (clients), BASE+200+N (metrics), "
+    "so BASE+200+N must stay at most 65535.",
 )
 @click.option(
     "--cluster-id", help="Cluster id shared by every member. Default: the directory's name."
@@ -619,7 +625,7 @@ def _membership_result(a: App, result: dict[str, Any]) -> None:
 
 
 @cluster.command("add-node")
-@click.argument("node_id", type=click.IntRange(min=1))
+@click.argument("node_id", type=click.IntRange(1, NODE_ID_MAX))
 @click.argument("raft_addr", metavar="RAFT_ADDR")
 @click.option("--voter", is_flag=True, help="Add as a voter at once instead of as a learner.")
 @click.pass_context
@@ -642,9 +648,9 @@ def cluster_add_node(ctx: click.Context, node_id: int, raft_addr: str, voter: bo
     default="0",
     show_default=True,
     metavar="DURATION",
-    help="While the learner has not caught up, retry for up to this long (30s, 10m; a bare "
-    "number is seconds), showing on stderr how far it is (a snapshot being received, entries "
-    "behind). 0: ask once.",
+    help="While the learner has not caught up, retry for up to this long (30s, 10m, at most "
+    "24h; a bare number is seconds), showing on stderr how far it is (a snapshot being "
+    "received, entries behind). 0: ask once.",
 )
 @click.pass_context
 def cluster_promote_node(ctx: click.Context, node_id: int, wait: str) -> None:

@@ -378,7 +378,8 @@ def job_show(ctx: click.Context, job_id: int) -> None:
     "--timeout",
     default=WAIT_TIMEOUT_DEFAULT,
     show_default=True,
-    help="Give up (exit 3; the job goes on) after this long: 30s, 5m, 1500ms; 0 looks once.",
+    help="Give up (exit 3; the job goes on) after this long: 30s, 5m, 1500ms, at most 24h; "
+    "0 looks once.",
 )
 @click.pass_context
 def job_wait(ctx: click.Context, job_id: int, timeout: str) -> None:
@@ -404,7 +405,7 @@ def job_wait(ctx: click.Context, job_id: int, timeout: str) -> None:
     default=WAIT_DEFAULT,
     show_default=True,
     help="How long to wait for running batches' leases in the way (the rollback publishes a "
-    "version too); 0 fails at once with the blockers.",
+    "version too), at most 24h; 0 fails at once with the blockers.",
 )
 @click.pass_context
 def job_cancel(ctx: click.Context, job_id: int, wait: str) -> None:

@@ -44,8 +44,8 @@ _JOB_REPLY_KEYS = ("job_id", "job_step", "job_status")
     show_default=True,
     help="How long an ALTER may wait for running batches' schema leases to drain (a change "
     "that would leave leases on three versions waits), and for the schema change job it "
-    "starts, if any, to finish; 0 fails at once with the blockers (with a job: add "
-    "--no-follow).",
+    "starts, if any, to finish (at most 24h); 0 fails at once with the blockers (with a "
+    "job: add --no-follow).",
 )
 @click.option(
     "--no-follow",

@@ -26,14 +26,25 @@ T = TypeVar("T")
 WAIT_DEFAULT: Final = "5m"
 _DURATION: Final = re.compile(r"([0-9]+)(ms|s|m|h)?")
 _UNIT_MS: Final = {"ms": 1, "s": 1_000, "m": 60_000, "h": 3_600_000}
+# The longest `--wait`/`--timeout` a command accepts: longer is a typo (99999999 is three
+# years), not a plan; a script that must wait longer runs the command again.
+WAIT_MAX: Final = "24h"
+WAIT_MAX_MS: Final = 24 * 3_600_000
 
 
 def parse_wait_ms(text: str) -> int:
-    """'0', '90s', '5m', '1500ms', '1h' (a bare number is seconds) -> milliseconds."""
+    """'0', '90s', '5m', '1500ms', '1h' (a bare number is seconds) -> milliseconds, at most
+    WAIT_MAX; anything else is a usage error (exit 2)."""
     match = _DURATION.fullmatch(text.strip())
     if match is None:
         raise click.BadParameter(f"{text!r} is not a duration like 30s, 5m, 1500ms or 0")
-    return int(match.group(1)) * _UNIT_MS[match.group(2) or "s"]
+    digits, unit = match.group(1).lstrip("0") or "0", match.group(2) or "s"
+    # The length is checked before int(): hundreds of digits are refused, not overflowed.
+    ms = int(digits) * _UNIT_MS[unit] if len(digits) <= len(str(WAIT_MAX_MS)) else None
+    if ms is None or ms > WAIT_MAX_MS:
+        shown = text if len(text) <= 40 else text[:37] + "..."
+        raise click.BadParameter(f"{shown!r} is longer than the longest wait, {WAIT_MAX}")
+    return ms
 
 
 def format_wait(ms: int) -> str:

@@ -32,7 +32,7 @@ other ISO-8601 times, plain integers, `-5m`-style relative times and `now`.
 """
 
 from hlc.clock import HybridClock
-from hlc.display import ACCEPTED_FORMS, from_datetime, parse_ts, to_datetime, to_iso
+from hlc.display import ACCEPTED_FORMS, from_datetime, parse_ts, to_datetime, to_iso, ts_text
 from hlc.errors import (
     ClockOffsetError,
     HlcError,
@@ -73,4 +73,5 @@ __all__ = [
     "successor",
     "to_datetime",
     "to_iso",
+    "ts_text",
 ]

@@ -19,11 +19,11 @@ from datetime import UTC, datetime, timedelta
 from typing import Final
 
 from hlc._check import int_in_range
-from hlc.errors import InvalidArgumentError, TimestampParseError, TimestampRangeError
+from hlc.errors import HlcError, InvalidArgumentError, TimestampParseError, TimestampRangeError
 from hlc.limits import MAX_LOGICAL, MAX_PHYSICAL_MS, MAX_TS, PARSE_TEXT_LEN_MAX
 from hlc.timestamp import logical, make_ts, physical_ms
 
-__all__ = ["ACCEPTED_FORMS", "from_datetime", "parse_ts", "to_datetime", "to_iso"]
+__all__ = ["ACCEPTED_FORMS", "from_datetime", "parse_ts", "to_datetime", "to_iso", "ts_text"]
 
 _EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
 
@@ -67,6 +67,16 @@ def to_iso(ts: int) -> str:
     )
     counter = logical(ts)
     return f"{text}+{counter}" if counter else text
+
+
+def ts_text(ts: int) -> str:
+    """`ts` for a message: `2026-11-22T10:00:00.123Z (hlc 1234...)`, the time a person reads
+    and the integer a script (or `--at`) uses; `hlc N` alone when it has no date form. A pure
+    function of `ts`, so messages made while applying entries stay the same on every node."""
+    try:
+        return f"{to_iso(ts)} (hlc {ts})"
+    except HlcError:  # past the year 9999, or not a timestamp at all
+        return f"hlc {ts}"
 
 
 def from_datetime(dt: datetime) -> int:

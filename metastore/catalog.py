@@ -65,6 +65,7 @@ from dataclasses import dataclass, replace
 from itertools import pairwise
 from typing import Final
 
+from hlc import ts_text
 from metastore import limits
 from metastore.commands import (
     AddColumn,
@@ -277,12 +278,14 @@ class Catalog:
             if inc.tus[0] <= top:
                 if inc.dropped_tu is not None and top >= inc.dropped_tu:
                     raise NotFoundAtTimestampError(
-                        f"table {table} was dropped at {inc.dropped_tu}, before {top}",
+                        f"table {table} was dropped at {ts_text(inc.dropped_tu)}, before "
+                        f"{ts_text(top)}",
                         details={"table": str(table), "top": top, "dropped_at_tu": inc.dropped_tu},
                     )
                 return inc
         raise TableNotFoundError(
-            f"table {table} does not exist at {top}", details={"table": str(table), "top": top}
+            f"table {table} does not exist at {ts_text(top)}",
+            details={"table": str(table), "top": top},
         )
 
     def live_table(self, table: TableName) -> TableState:
@@ -333,12 +336,14 @@ class Catalog:
             if ns.created_tu <= top:
                 if ns.dropped_tu is not None and top >= ns.dropped_tu:
                     raise NotFoundAtTimestampError(
-                        f"namespace {name} was dropped at {ns.dropped_tu}, before {top}",
+                        f"namespace {name} was dropped at {ts_text(ns.dropped_tu)}, before "
+                        f"{ts_text(top)}",
                         details={"namespace": name, "top": top, "dropped_at_tu": ns.dropped_tu},
                     )
                 return ns
         raise NamespaceNotFoundError(
-            f"namespace {name} does not exist at {top}", details={"namespace": name, "top": top}
+            f"namespace {name} does not exist at {ts_text(top)}",
+            details={"namespace": name, "top": top},
         )
 
     def namespace_incarnations(self, name: str) -> tuple[Namespace, ...]:

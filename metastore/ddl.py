@@ -36,8 +36,9 @@ LimitExceededError, ...). sqlglot is a large third-party parser, so every call i
 from __future__ import annotations
 
 import itertools
+import re
 from collections.abc import Callable
-from typing import NoReturn, TypeVar
+from typing import Final, NoReturn, TypeVar
 
 import sqlglot
 from sqlglot import exp
@@ -197,6 +198,43 @@ def _refuse_empty_list_items(sql: str) -> None:
             raise syntax_error(sql, following.start, "empty item in a list")
 
 
+# What sqlglot puts in its messages: the repr of a token (`<Token token_type: TokenType.L_PAREN,
+# text: (, line: 1, col: 14, start: 13, end: 13, comments: []>`) and of an expression class
+# (`Required keyword: 'this' missing for <class 'sqlglot.expressions...LocationProperty'>`).
+_SQLGLOT_TOKEN: Final = re.compile(
+    r"<Token token_type: TokenType\.(\w+), text: .*?, line: \d+, col: \d+, "
+    r"start: (\d+), end: (\d+), comments: \[.*?\]>"
+)
+_SQLGLOT_MISSING: Final = re.compile(r"Required keyword: '\w+' missing for <class '[\w.]*?(\w+)'>")
+_SQLGLOT_REPR: Final = re.compile(r"<(?:Token|class)\b[^>]*>")
+_CLAUSE_SUFFIXES: Final = ("ColumnConstraint", "Constraint", "Property")
+_QUOTED_TEXT_MAX: Final = 40
+
+
+def _readable_reason(reason: str, sql: str) -> str:
+    """sqlglot's message with its object reprs replaced by what the user wrote: a token by its
+    text (`'('`, or `end of input`), a clause missing its value by `incomplete LOCATION`."""
+
+    def token(m: re.Match[str]) -> str:
+        if m.group(1) == "SENTINEL":
+            return "end of input"
+        text = sql[int(m.group(2)) : int(m.group(3)) + 1]
+        if len(text) > _QUOTED_TEXT_MAX:
+            text = text[: _QUOTED_TEXT_MAX - 3] + "..."
+        return repr(text)
+
+    missing = _SQLGLOT_MISSING.fullmatch(reason)
+    if missing is not None:
+        name = missing.group(1)
+        for suffix in _CLAUSE_SUFFIXES:
+            name = name.removesuffix(suffix)
+        words = " ".join(re.findall(r"[A-Z][a-z]*|[a-z]+|[0-9]+", name)).upper()
+        return f"incomplete {words}" if words else "incomplete property"
+    reason = _SQLGLOT_TOKEN.sub(token, reason)
+    # Any other repr (a form not foreseen above) is left out rather than shown.
+    return _SQLGLOT_REPR.sub("...", reason)
+
+
 def _sqlglot_parse(sql: str) -> list[exp.Expression]:
     """The statements sqlglot finds (empty ones dropped). Raises InvalidDdlError."""
     try:
@@ -204,7 +242,7 @@ def _sqlglot_parse(sql: str) -> list[exp.Expression]:
     except ParseError as e:
         first = e.errors[0] if e.errors else {}
         line, col = first.get("line"), first.get("col")
-        reason = str(first.get("description") or e).split("\n")[0]
+        reason = _readable_reason(str(first.get("description") or e).split("\n")[0], sql)
         details: dict[str, object] = {"reason": reason}
         where = ""
         if isinstance(line, int) and isinstance(col, int):

@@ -73,6 +73,7 @@ from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from hlc import ts_text
 from hlc.limits import LOGICAL_BITS
 from metastore import limits
 from metastore.catalog import Catalog, TableState
@@ -399,7 +400,8 @@ class GcState:
         threshold = self._thresholds.get(table_id, 0)
         if ts <= threshold:
             raise BeforeGcThresholdError(
-                f"timestamp {ts} must be after GC threshold {threshold} (table {table})",
+                f"timestamp {ts_text(ts)} must be after GC threshold {ts_text(threshold)} "
+                f"(table {table})",
                 details={
                     "table": str(table),
                     "table_id": table_id,
@@ -474,7 +476,8 @@ class GcState:
         threshold = self.threshold(inc.table_id)
         if ts <= threshold:
             raise BeforeGcThresholdError(
-                f"timestamp {ts} must be after GC threshold {threshold} (table {inc.name}); "
+                f"timestamp {ts_text(ts)} must be after GC threshold {ts_text(threshold)} "
+                f"(table {inc.name}); "
                 "it can no longer be protected",
                 details={
                     "table": str(inc.name),

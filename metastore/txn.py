@@ -168,6 +168,7 @@ from itertools import islice
 
 import msgpack
 
+from hlc import ts_text
 from hlc.limits import LOGICAL_BITS
 from metastore import limits
 from metastore.catalog import Catalog, TableState
@@ -781,7 +782,7 @@ class TxnLog:
             ts = max(upper, not_before)
         if cmd.read_ts is not None and cmd.read_ts >= ts:
             raise InvalidArgumentError(
-                f"read_ts {cmd.read_ts} must be below the commit timestamp {ts}",
+                f"read_ts {ts_text(cmd.read_ts)} must be below the commit timestamp {ts_text(ts)}",
                 details={"read_ts": cmd.read_ts, "ts": ts},
             )
         return ts
@@ -799,8 +800,8 @@ class TxnLog:
             latest = max(logs, key=lambda tl: tl.last_commit_ts)
             if latest.last_commit_ts > read_ts:
                 raise ReadConflictError(
-                    f"table {name} was written at {latest.last_commit_ts} (txn "
-                    f"{latest.last_txn_id!r}), after read_ts {read_ts}",
+                    f"table {name} was written at {ts_text(latest.last_commit_ts)} (txn "
+                    f"{latest.last_txn_id!r}), after read_ts {ts_text(read_ts)}",
                     details={
                         "table": str(name),
                         "read_ts": read_ts,
@@ -826,7 +827,8 @@ class TxnLog:
             )
         if ts < inc.created_tu:
             raise NotFoundAtTimestampError(
-                f"table {w.table} does not exist at {ts}; it exists from {inc.created_tu}",
+                f"table {w.table} does not exist at {ts_text(ts)}; it exists from "
+                f"{ts_text(inc.created_tu)}",
                 details={"table": str(w.table), "top": ts, "active_from_tu": inc.created_tu},
             )
         _check_schema_version(inc, w, ts)
@@ -1593,7 +1595,7 @@ def _check_schema_version(inc: TableState, w: TableWrite, ts: int) -> None:
     active = [v.version for v in inc.versions[max(0, newest - 1) : newest + 1]]
     if w.schema_version not in active:
         raise SchemaVersionNotActiveError(
-            f"{w.table}: schema version {w.schema_version} is not active at {ts} "
+            f"{w.table}: schema version {w.schema_version} is not active at {ts_text(ts)} "
             f"(active: {active}); re-plan against the current schema",
             details={
                 "table": str(w.table),

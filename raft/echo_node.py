@@ -139,6 +139,7 @@ class EchoServer:
             "voters": list(st.core.conf.voters),
             "learners": list(st.core.conf.learners),
             "snapshot_index": st.core.snapshot_index,
+            "log_start_index": st.core.log_start_index,
             "applied_count": len(self.sm.payloads),
             "fsync_seconds_total": self.node.fsync_seconds_total,
             "wal_fsyncs": st.wal.get("fsyncs", 0),

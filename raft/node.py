@@ -40,7 +40,7 @@ from typing import Any, Final, Protocol
 import msgpack
 
 from hlc import HybridClock, physical_ms
-from raft.core.conf import decode_conf_context
+from raft.core.conf import decode_conf, decode_conf_context
 from raft.core.errors import (
     ConfChangeError,
     LearnerBehindError,
@@ -94,6 +94,11 @@ PROMOTE_LAG_ENTRIES_MAX = 100
 CLOCK_SUSPECT_ELECTIONS = 5
 # A heartbeat's clock sample counts for this many (maximal) election timeouts.
 CLOCK_SAMPLE_FRESH_ELECTIONS = 5
+# A node that applied its own removal and has then heard from no peer for this many (maximal)
+# election timeouts stops dialling its peers: they refuse it, so it would otherwise reconnect
+# (and both sides log the refusal) every RECONNECT_BACKOFF_MS_MAX for ever. A node that still
+# hears from a leader (the same id added back while it replays the log) keeps its links.
+REMOVED_QUIET_ELECTIONS = 5
 
 
 def _proves_ahead(sample: _ClockSample | None, limit_ms: int) -> bool:
@@ -382,6 +387,13 @@ class RaftNode:
         self._closed = False  # stop() released the resources
         self.stopped_reason = ""
         self.applied_listeners: list[Callable[[Entry], None]] = []
+        # This node's own removal (see _note_membership): whether an applied membership held
+        # it, the index of the applied change that then removed it (0: none), when it last
+        # heard from a peer, and whether it dropped its peer links for it.
+        self._was_member = False
+        self._removed_at = 0
+        self._last_heard = time.monotonic()
+        self._links_dropped = False
         self.fsync_seconds_total = 0.0
         self.loop_iterations = 0
         # Tm and index of the last entry applied before its Ready was persisted (see
@@ -420,7 +432,10 @@ class RaftNode:
             ConfState() if cfg.join else ConfState(voters=tuple(sorted(cfg.peers)), learners=())
         )
         snapshot = rec.snapshot
+        if not cfg.join:
+            self._was_member = cfg.node_id in bootstrap.members()
         if not snapshot.is_empty():
+            self._note_membership(snapshot.meta.conf, snapshot.meta.index)
             app_data, addresses = self._unwrap_snapshot(snapshot.data)
             self.sm.restore(app_data)
             self.addresses.update(addresses)
@@ -813,6 +828,7 @@ class RaftNode:
         return index
 
     def _on_message(self, m: Message) -> None:
+        self._last_heard = time.monotonic()
         if self._clock_fenced(m):
             return
         if isinstance(m, Heartbeat | HeartbeatResponse) and m.clock_ms:
@@ -1060,6 +1076,7 @@ class RaftNode:
         ticks, self._ticks_due = self._ticks_due, 0
         if ticks:
             self._check_own_clock()
+            self._drop_links_if_removed(core)
         if self._fenced_by_quorum:
             ticks = 0  # no campaigns (and no stamps) from a node whose clock is off a quorum
         for _ in range(min(ticks, 100)):
@@ -1129,6 +1146,7 @@ class RaftNode:
         if rd.snapshot is not None:
             app_data, addresses = self._unwrap_snapshot(rd.snapshot.data)
             self.sm.restore(app_data)
+            self._note_membership(rd.snapshot.meta.conf, rd.snapshot.meta.index)
             self._set_addresses(addresses, applied_index=rd.snapshot.meta.index)
         if self._deferred and any(e.kind is EntryKind.CONF for e in rd.committed):
             # Applying a membership change drops the links of removed members: the commit
@@ -1185,6 +1203,7 @@ class RaftNode:
         for e in entries:
             result = apply(e)
             if e.kind is EntryKind.CONF:
+                self._note_membership(decode_conf(e.data), e.index)
                 self._set_addresses(
                     _decode_addresses(decode_conf_context(e.data)), applied_index=e.index
                 )
@@ -1285,8 +1304,42 @@ class RaftNode:
         if book == self.addresses:
             return
         self.addresses = book
-        if self.transport is not None:
+        if self.transport is not None and not self._links_dropped:
             self.transport.set_peers(self._dial_addresses(book))
+
+    def _note_membership(self, conf: ConfState, index: int) -> None:
+        """An applied membership (a CONF entry or a snapshot's) at `index`: notes whether it
+        removed this node after an earlier one held it, or added it (back)."""
+        if self.node_id in conf.members():
+            self._was_member = True
+            self._removed_at = 0
+            if self._links_dropped:
+                self._links_dropped = False
+                log.info("node %d is a member again at index %d", self.node_id, index)
+                if self.transport is not None:
+                    self.transport.set_peers(self._dial_addresses(self.addresses))
+        elif self._was_member and not self._removed_at:
+            self._removed_at = index
+
+    def _drop_links_if_removed(self, core: RaftCore) -> None:
+        """Stop dialling the peers once this node applied its removal and then heard from no
+        one for REMOVED_QUIET_ELECTIONS election timeouts (a removed leader first hands its
+        leadership over: it keeps its links while it leads)."""
+        if not self._removed_at or self._links_dropped or core.is_leader():
+            return
+        quiet_s = REMOVED_QUIET_ELECTIONS * 2 * self.config.election_timeout_ms / 1000
+        if time.monotonic() - self._last_heard < quiet_s or self.transport is None:
+            return
+        self._links_dropped = True
+        self.transport.set_peers({})
+        log.warning(
+            "node %d was removed from the cluster at index %d and has heard from no member "
+            "for %.0f s: it no longer connects to its peers. Stop it; to bring it back, add "
+            "it as a new member with an empty data directory",
+            self.node_id,
+            self._removed_at,
+            quiet_s,
+        )
 
     def _dial_addresses(self, addresses: Mapping[NodeId, Address]) -> dict[NodeId, Address]:
         """Where the transport connects to each peer: its member address, or its override."""

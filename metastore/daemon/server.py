@@ -60,6 +60,7 @@ from metastore.commands import (
 from metastore.daemon import api_limits as L
 from metastore.daemon.audit import AuditLog
 from metastore.daemon.backup import SnapshotExports
+from metastore.daemon.config import NODE_ID_MAX as CONFIG_NODE_ID_MAX
 from metastore.daemon.forward import LeaderForwarder
 from metastore.daemon.gc_worker import GcWorker, gc_status
 from metastore.daemon.metrics import NodeMetrics
@@ -1365,7 +1366,10 @@ class ApiServer:
             "leader": st.core.leader,
             "commit_index": st.core.commit_index,
             "applied_index": st.core.applied_index,
+            # The newest snapshot this node holds, and the index its log starts after (lower
+            # by the entries kept behind the snapshot for followers a little behind).
             "snapshot_index": st.core.snapshot_index,
+            "log_start_index": st.core.log_start_index,
             "safe_time": st.safe_time,
             "lag_ms": st.safe_time_lag_ms,
             "ready": st.ready_to_serve,
@@ -2160,6 +2164,14 @@ class ApiServer:
 
     async def _add_node(self, session: Session, args: Args) -> dict[str, Any]:
         node_id = _req_int(args, "node_id", 1, L.NODE_ID_MAX)
+        if node_id > CONFIG_NODE_ID_MAX:
+            # No node could start with that id (its config refuses it): as a voter it would
+            # count against the quorum for ever. (remove_node still takes any id.)
+            raise InvalidArgumentError(
+                f"node id {node_id} is above {CONFIG_NODE_ID_MAX}, the largest a node's config "
+                "accepts",
+                details={"node_id": node_id, "max": CONFIG_NODE_ID_MAX},
+            )
         addr = _req_str(args, "raft_address", 300)
         host, _, port = addr.rpartition(":")
         if not host or not _is_uint(port) or not 0 < int(port) < 65536:

@@ -79,7 +79,10 @@ class Status:
     commit_index: int
     applied_index: int
     last_index: int
+    # The newest snapshot this node holds (taken or received), and the index its log starts
+    # after: lower by the entries kept behind the snapshot for followers a little behind.
     snapshot_index: int
+    log_start_index: int
     safe_time: int
     caught_up: bool
     conf: ConfState
@@ -234,7 +237,8 @@ class RaftCore:
             commit_index=self.log.committed,
             applied_index=self.visible_applied(),
             last_index=self.log.last_index(),
-            snapshot_index=self.log.snapshot.index,
+            snapshot_index=self.snapshot.meta.index,
+            log_start_index=self.log.snapshot.index,
             safe_time=self.applied_tm,
             caught_up=self.caught_up(),
             conf=self.conf,

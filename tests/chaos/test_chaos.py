@@ -1134,7 +1134,7 @@ def _snapshot_install(c: ChaosCluster, rng: random.Random, h: History, n: int) -
                 held
                 and st
                 and st["role"] == "leader"
-                and st["snapshot_index"] > held + SNAPSHOT_KEEP
+                and st["log_start_index"] > held + SNAPSHOT_KEEP
             )
 
         needs_snapshot = _wait_for(behind, 20.0)

@@ -22,6 +22,7 @@ from click.testing import CliRunner, Result
 from cli import processes
 from cli.errors import EXIT_CODE_BY_ERROR, exit_code_for
 from cli.main import cli
+from cli.waiting import parse_wait_ms
 from hlc import SystemClock, make_ts, parse_ts
 from metastore.daemon.config import (
     NodeAddress,
@@ -224,6 +225,10 @@ def test_init_default_cluster_id_comes_from_the_directory(tmp_path: Path) -> Non
         ["--nodes", "8"],
         ["--nodes", "0"],
         ["--base-port", "65500"],
+        # 0 does not mean "any free port": it would put node 1 on port 1. Ports below 1024
+        # need root and belong to well-known services.
+        ["--base-port", "0"],
+        ["--base-port", "1023"],
         ["--cluster-id", "a b"],
         ["--cluster-id", "tab\there"],
         ["--host", "bad host"],
@@ -827,3 +832,33 @@ def test_watch_count_finishes_an_entry_split_across_pages() -> None:
     assert tables == ["a.t0", "a.t1", "a.t2"]
     assert [(a["from_ts"], a.get("from_event", 0)) for a in calls] == [(tm1 - 1, 0), (tm1, 2)]
     assert calls[1]["wait_ms"] == 0  # finishing the entry: no long poll for new events
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["sql", "ALTER TABLE s.t ADD COLUMN c INT", "--wait"],
+        ["job", "cancel", "1", "--wait"],
+        ["job", "wait", "1", "--timeout"],
+        ["cluster", "promote-node", "4", "--wait"],
+    ],
+)
+@pytest.mark.parametrize("duration", ["99999999", "25h", "9" * 400, "0" * 5000 + "25h"])
+def test_waits_have_an_upper_bound(fake: ThreadedFakeNode, args: list[str], duration: str) -> None:
+    # A typo must not make a command wait for years (or fail with a traceback on a number a
+    # float cannot hold): a usage error that names the bound, and nothing is sent.
+    result = against(fake, *args, duration)
+    assert result.exit_code == 2, result.output
+    assert "24h" in result.stderr
+    assert sent(fake) == []
+
+
+def test_the_longest_wait_is_accepted() -> None:
+    assert parse_wait_ms("24h") == parse_wait_ms("1440m") == parse_wait_ms("0024h") == 86_400_000
+    assert parse_wait_ms("0") == parse_wait_ms("000s") == 0
+
+
+def test_add_node_refuses_an_id_no_node_could_start_with(fake: ThreadedFakeNode) -> None:
+    result = against(fake, "cluster", "add-node", "1000001", "127.0.0.1:24104")
+    assert result.exit_code == 2, result.output
+    assert sent(fake) == []

@@ -15,6 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from metastore.daemon.config import NODE_ID_MAX
 from metastore.daemon.server import ApiServer
 from tests.daemon.harness import MetastoreCluster, RawClient, metastore_cluster
 
@@ -196,3 +197,19 @@ def test_the_node_still_serves_after_the_fuzzing(node: MetastoreCluster, conn: R
     assert SEEN.get("OK", 0) >= 10, SEEN
     assert len(SEEN) >= 5, SEEN
     assert conn.call("describe", table="fz.t")["ok"]
+
+
+def test_add_node_refuses_an_id_no_node_could_be_configured_with(
+    node: MetastoreCluster, conn: RawClient
+) -> None:
+    # A node's config refuses ids above NODE_ID_MAX, so such a member could never start: as a
+    # voter it would count against the quorum for ever. Refused, and the membership unchanged.
+    before = conn.call("status")["result"]
+    for voter in (False, True):
+        reply = conn.call(
+            "add_node", node_id=NODE_ID_MAX + 1, raft_address="127.0.0.1:1", learner=not voter
+        )
+        assert not reply["ok"] and reply["error"]["code"] == "INVALID_ARGUMENT", reply
+        assert str(NODE_ID_MAX) in reply["error"]["message"]
+    after = conn.call("status")["result"]
+    assert (after["voters"], after["learners"]) == (before["voters"], before["learners"])

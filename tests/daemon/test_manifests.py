@@ -169,8 +169,8 @@ def test_compaction_keeps_every_answer_on_every_node(cluster: MetastoreCluster) 
     # Every node restarts from a snapshot taken after the compactions: the references survive
     # the snapshot, and the answers too. Small commits to another table bring the next snapshot
     # at once (idle ticks alone take ~25 s to make SNAPSHOT_EVERY entries). Status'
-    # `snapshot_index` is where the log starts, which trails the newest snapshot by the entries
-    # kept behind it (as many as SNAPSHOT_EVERY here), hence twice SNAPSHOT_EVERY commits.
+    # `snapshot_index` is the newest snapshot (`log_start_index` trails it by the entries kept
+    # behind it); twice SNAPSHOT_EVERY commits leave room for a slow snapshot.
     compacted_at = _status(cluster, cluster.ids[0])["applied_index"]
     pad = _client(cluster)
     try:

@@ -201,7 +201,7 @@ def test_a_removed_nodes_certificate_is_refused_and_a_new_one_rejoins(
         pad.close()
     wait_until(
         "the leader snapshotted past the revocation",
-        lambda: call(cluster, leader, "status")["snapshot_index"] > revoked_at,
+        lambda: call(cluster, leader, "status")["log_start_index"] > revoked_at,
     )
 
     # Back as a new member with a fresh data directory but the revoked certificate.
@@ -241,7 +241,7 @@ def test_a_removed_nodes_certificate_is_refused_and_a_new_one_rejoins(
         lambda: "before_removal" in _namespaces(cluster, 3) and old_fp in revoked_on(cluster, 3),
     )
     # It got them from a Raft snapshot taken after the revocation (no entries were kept).
-    assert call(cluster, 3, "status")["snapshot_index"] > revoked_at
+    assert call(cluster, 3, "status")["log_start_index"] > revoked_at
 
 
 def test_a_backup_carries_the_list_and_a_node_restored_from_it_knows_it(

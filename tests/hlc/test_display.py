@@ -20,6 +20,7 @@ from hlc import (
     parse_ts,
     to_datetime,
     to_iso,
+    ts_text,
 )
 from hlc.limits import PARSE_TEXT_LEN_MAX
 from tests.hlc._support import DETERMINISTIC
@@ -34,6 +35,14 @@ def test_to_iso_shows_milliseconds_and_logical_only_when_non_zero() -> None:
     assert to_iso(make_ts(EXAMPLE_MS, 5)) == "2026-11-22T10:00:00.123Z+5"
     assert to_iso(make_ts(EXAMPLE_MS, 0)) == "2026-11-22T10:00:00.123Z"
     assert to_iso(0) == "1970-01-01T00:00:00.000Z"
+
+
+def test_ts_text_is_readable_and_keeps_the_hlc_integer() -> None:
+    # For messages: a person reads the time, a script (or a paste into --at) the integer.
+    ts = make_ts(EXAMPLE_MS, 5)
+    assert ts_text(ts) == f"2026-11-22T10:00:00.123Z+5 (hlc {ts})"
+    # A timestamp with no date form (past the year 9999) is shown as it is.
+    assert ts_text(MAX_TS) == f"hlc {MAX_TS}"
 
 
 def test_to_datetime_is_utc_and_drops_logical() -> None:

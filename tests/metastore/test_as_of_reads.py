@@ -11,6 +11,7 @@ from dataclasses import replace
 import msgpack
 import pytest
 
+from hlc import to_iso
 from metastore.catalog import Catalog
 from metastore.commands import TableName
 from metastore.daemon.views import description_view, file_view, namespace_view, version_view
@@ -158,6 +159,8 @@ def test_describe_at_follows_the_incarnation_across_drop_and_create() -> None:
     with pytest.raises(TableNotFoundError) as before:
         at(T, tu1 - 1)
     assert before.value.details == {"table": "ns.t", "top": tu1 - 1}
+    # The message shows the time as a person reads it, with the integer a script may use.
+    assert f"at {to_iso(tu1 - 1)} (hlc {tu1 - 1})" in before.value.message
     v1 = at(T, tu1)
     assert (v1.table_id, v1.current.version, v1.version_count) == (first["table_id"], 1, 1)
     assert (v1.created_tu, v1.location, v1.format) == (tu1, "/wh/one", "parquet")
@@ -168,6 +171,7 @@ def test_describe_at_follows_the_incarnation_across_drop_and_create() -> None:
     with pytest.raises(NotFoundAtTimestampError) as gap:
         at(T, tud)
     assert gap.value.details == {"table": "ns.t", "top": tud, "dropped_at_tu": tud}
+    assert f"dropped at {to_iso(tud)} (hlc {tud})" in gap.value.message
     v3 = at(T, tu3)
     assert (v3.table_id, v3.current.version, v3.version_count) == (second["table_id"], 1, 1)
     assert (v3.created_tu, v3.location) == (tu3, "/wh/two")

@@ -370,6 +370,30 @@ def test_parse_errors_carry_position() -> None:
     assert info.value.details["col"] == 3
 
 
+@pytest.mark.parametrize(
+    ("sql", "says"),
+    [
+        ("CREATE TABLE (a INT)", "Expected table name but got '('"),
+        ("DROP TABLE", "Expected table name but got end of input"),
+        ("SELECT FROM WHERE", "got 'WHERE'"),
+        ("CREATE TABLE ns.t (a INT) LOCATION", "incomplete LOCATION"),
+        ("CREATE TABLE ns.t (a INT) PARTITIONED BY", "incomplete PARTITIONED BY"),
+        ("ALTER TABLE ns.t ADD COLUMN c INT DEFAULT", "incomplete DEFAULT"),
+        ("CREATE TABLE ns.t (a INT COMMENT)", "incomplete COMMENT"),
+    ],
+)
+def test_parse_errors_name_the_text_not_the_parsers_objects(sql: str, says: str) -> None:
+    # sqlglot's messages hold reprs of its own tokens and classes (`<Token token_type: ...>`,
+    # `<class 'sqlglot.expressions...'>`): the user must see their own text and where it is.
+    with pytest.raises(InvalidDdlError) as info:
+        parse_ddl(sql)
+    message = info.value.message
+    assert says in message, message
+    assert "<" not in message and "sqlglot" not in message, message
+    assert "(line 1, col " in message
+    assert info.value.details["reason"] in message
+
+
 def test_statement_size_limit() -> None:
     padding = " " * limits.MAX_STATEMENT_BYTES
     with pytest.raises(LimitExceededError):

@@ -13,6 +13,7 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
+from hlc import to_iso
 from metastore import limits
 from metastore.commands import (
     AcquireLeases,
@@ -173,6 +174,8 @@ def test_reads_at_or_below_the_threshold_fail_with_the_typed_error_and_above_suc
         assert err.value.details["threshold"] == threshold
         assert err.value.details["table"] == "ns.t"
         assert "must be after GC threshold" in err.value.message
+        # Readable times, with the integers a script (or --as-of) uses.
+        assert f"GC threshold {to_iso(threshold)} (hlc {threshold})" in err.value.message
     assert paths_at(d, ts1 + 2) == ["f1"]
     assert paths_at(d, ts2) == ["f1", "f2"]
     # Other tables are untouched.

@@ -53,3 +53,19 @@ def test_a_follower_within_the_tail_gets_entries_not_the_snapshot() -> None:
 def test_a_follower_behind_the_tail_gets_the_snapshot(keep_entries: int) -> None:
     sent = _run(keep_entries=keep_entries)
     assert [m for m in sent if isinstance(m, InstallSnapshot)]
+
+
+def test_status_tells_the_newest_snapshot_from_where_the_log_starts() -> None:
+    # An operator reading `snapshot_index` expects the newest snapshot, not the start of the
+    # tail of entries kept behind it.
+    net = MemNetwork(3, seed=11)
+    net.nodes[1].core.campaign()
+    net.deliver_all()
+    leader = net.nodes[net.leader()]
+    for i in range(50):
+        leader.core.propose(b"a%d" % i, net.tick_tm())
+    net.deliver_all()
+    snap = leader.take_snapshot(keep_entries=20)
+    status = leader.core.status()
+    assert status.snapshot_index == snap.meta.index
+    assert status.log_start_index == snap.meta.index - 20

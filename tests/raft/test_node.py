@@ -341,6 +341,17 @@ async def test_a_removed_follower_learns_that_its_removal_committed(tmp_path: Pa
             await asyncio.sleep(0.01)
         assert victim.core is not None and not victim.core.promotable()
 
+        # Nothing will ever answer it again (its peers drop it): once it has heard from no one
+        # for a while, it stops dialling them, instead of reconnecting (and logging a
+        # refusal on both sides) every couple of seconds for ever.
+        assert victim.transport is not None
+        deadline = time.monotonic() + 5.0
+        while victim.transport.stats()["peers"]:
+            assert time.monotonic() < deadline, victim.transport.stats()["peers"]
+            await asyncio.sleep(0.05)
+        # The remaining members are unaffected.
+        await leader.propose(b"after the removal")
+
 
 async def test_proposal_times_out_without_a_quorum_and_the_node_keeps_working(
     tmp_path: Path,
