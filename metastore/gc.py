@@ -25,15 +25,20 @@ The threshold rule (apply of AdvanceGcThreshold(table_id, up_to))
     new = max(old, min(up_to,
                        Tm - TTL(table),
                        ts - 1 of every record covering the table,
-                       acquired Tm - 2 DD of every unexpired lease on the table))
-    The lease term keeps a running batch's reads: a batch pins and leases its tables in one
-    request and reads at a node's safe time, which trails that request's Tm by at most DD (the
-    pin's wait) plus CSmax <= DD. TTL(table) = the table's `gc.ttl` property (latest version),
-    else its namespace's, else GC_TTL_MS_DEFAULT (25 h). Then up to GC_PURGE_FILES_MAX file
-    entries dead at the new threshold (removed at or below it, or of an incarnation dropped at or
-    below it) leave the state for the table's GC queue (metastore.txn); the leader deletes those
-    files and reports them with GcFilesDeleted, which drops them from the queue. A crash between
-    the two just deletes them again (deleting a missing file is success).
+                       acquired Tm - 2 DD of every unexpired lease on the table,
+                       read_ts - 1 of every unexpired lease that records one))
+    The lease terms keep a running batch's reads: a batch pins and leases its tables in one
+    request and reads them at the pinning node's safe time (or a read_ts of its own), which the
+    lease records (AcquireLeases read_ts); that can trail the lease's acquired Tm by much more
+    than 2 DD (a lagging follower, a slow proposal), so the acquired Tm - 2 DD margin alone
+    (all a lease taken without read_ts has: write-only tables, older clients) is not enough.
+    A lease whose read_ts is already at or below the threshold is refused.
+    TTL(table) = the table's `gc.ttl` property (latest version), else its namespace's, else
+    GC_TTL_MS_DEFAULT (25 h). Then up to GC_PURGE_FILES_MAX file entries dead at the new
+    threshold (removed at or below it, or of an incarnation dropped at or below it) leave the
+    state for the table's GC queue (metastore.txn); the leader deletes those files and reports
+    them with GcFilesDeleted, which drops them from the queue. A crash between the two just
+    deletes them again (deleting a missing file is success).
 
 Coverage
     A record covers: the incarnations it names (resolved when it is created), and, for namespace
@@ -63,7 +68,8 @@ Invariants (check_invariants)
     * at most MAX_PROTECTION_RECORDS records and MAX_PROTECTION_TARGETS targets; every record
       created at a Tm <= last_tm, its table targets real incarnations;
     * thresholds only for registered incarnations, each below last_tm;
-    * the guarantee itself: every covered incarnation's threshold is below the record's ts;
+    * the guarantee itself: every covered incarnation's threshold is below the record's ts,
+      and below the read_ts of every lease of a live session;
     * released records are at most MAX_RELEASED_PROTECTIONS_KEPT.
 """
 
@@ -425,6 +431,10 @@ class GcState:
         for lease in sessions.leases(table_id=inc.table_id):
             session = sessions.session(lease.session_id)
             reads_from = max(0, lease.acquired_tm - 2 * dd)
+            if lease.read_ts is not None:
+                # The batch's own read timestamp: a lagging node's safe time (or a slow
+                # proposal) can put it far more than 2 DD below the acquired Tm.
+                reads_from = min(reads_from, lease.read_ts - 1)
             if session is not None and session.live_at(tm) and reads_from < best.bound:
                 best = ThresholdBound(
                     bound=reads_from,
@@ -488,7 +498,9 @@ class GcState:
     # Invariants and snapshots
     # ----------------------------------------------------------------------------------------
 
-    def check_invariants(self, *, catalog: Catalog, txns: TxnLog, last_tm: int) -> None:
+    def check_invariants(
+        self, *, catalog: Catalog, txns: TxnLog, sessions: Sessions, last_tm: int
+    ) -> None:
         if len(self._records) > limits.MAX_PROTECTION_RECORDS:
             raise CatalogInvariantError("more protection records than MAX_PROTECTION_RECORDS")
         targets = sum(r.num_targets for r in self._records.values())
@@ -517,6 +529,18 @@ class GcState:
                     )
         if len(self._released) > limits.MAX_RELEASED_PROTECTIONS_KEPT:
             raise CatalogInvariantError("more released protections than kept")
+        for lease in sessions.leases():
+            session = sessions.session(lease.session_id)
+            live = session is not None and session.live_at(last_tm)
+            if (
+                live
+                and lease.read_ts is not None
+                and self.threshold(lease.table_id) >= lease.read_ts
+            ):
+                raise CatalogInvariantError(
+                    f"table id {lease.table_id}: GC threshold reached the read_ts "
+                    f"{lease.read_ts} of session {lease.session_id!r}'s live lease"
+                )
 
     def to_data(self) -> dict[str, object]:
         return {

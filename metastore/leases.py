@@ -52,7 +52,8 @@ Invariants (check_invariants)
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 
 from hlc.limits import LOGICAL_BITS
 from metastore import limits
@@ -69,6 +70,7 @@ from metastore.commands import (
     TableName,
 )
 from metastore.errors import (
+    BeforeGcThresholdError,
     CatalogInvariantError,
     InvalidArgumentError,
     LeaseVersionNotLatestError,
@@ -128,6 +130,10 @@ class Lease:
     version: int
     session_id: str
     acquired_tm: int
+    # The earliest timestamp a batch holding the lease reads the table at (AcquireLeases
+    # read_ts), None for a lease taken without one (a write-only table, an older client): GC
+    # keeps the table's threshold below it (metastore.gc.GcState.bound).
+    read_ts: int | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -205,11 +211,24 @@ class Sessions:
             expired.append(session_id)
         return {"expired": expired, "skipped": skipped, "reason": cmd.reason}
 
-    def acquire(self, cmd: AcquireLeases, *, tm: int, catalog: Catalog) -> Result:
+    def acquire(
+        self,
+        cmd: AcquireLeases,
+        *,
+        tm: int,
+        catalog: Catalog,
+        threshold: Callable[[int], int] = lambda _table_id: 0,
+    ) -> Result:
+        """`threshold(table_id)` is the table's GC threshold: reads at or below it are refused
+        (BeforeGcThreshold), so a lease is never promised to keep reads GC has passed."""
         session = self._live(cmd.session_id, tm)
         new = [k for k in cmd.leases if (k.table_id, k.version, cmd.session_id) not in self._leases]
         for key in cmd.leases:
             _check_leasable(key, catalog)
+        if cmd.read_ts is not None:
+            for key in cmd.leases:
+                if key.table_id in cmd.reads and cmd.read_ts <= threshold(key.table_id):
+                    raise _before_threshold(key, cmd.read_ts, threshold(key.table_id))
         held = sum(1 for (_, _, s) in self._leases if s == cmd.session_id)
         if held + len(new) > limits.MAX_LEASES_PER_SESSION:
             raise limit_exceeded(
@@ -226,7 +245,18 @@ class Sessions:
                 version=key.version,
                 session_id=cmd.session_id,
                 acquired_tm=tm,
+                read_ts=cmd.read_ts if key.table_id in cmd.reads else None,
             )
+        if cmd.read_ts is not None:
+            # A lease the session already held (another batch of it): it now keeps the
+            # earliest read of the batches sharing it.
+            for key in cmd.leases:
+                lkey = (key.table_id, key.version, cmd.session_id)
+                held_lease = self._leases[lkey]
+                if key.table_id in cmd.reads and (
+                    held_lease.read_ts is None or cmd.read_ts < held_lease.read_ts
+                ):
+                    self._leases[lkey] = replace(held_lease, read_ts=cmd.read_ts)
         session.heartbeat_tm = tm
         return {
             **self._ack(session),
@@ -304,6 +334,7 @@ class Sessions:
             "user": session.info.user,
             "pid": session.info.pid,
             "acquired_tm": lease.acquired_tm,
+            "read_ts": lease.read_ts,
             "expires_at_tm": session.deadline_tm,
             "expired": not session.live_at(tm),
         }
@@ -442,6 +473,8 @@ class Sessions:
                 ]
                 for s in self._sessions.values()
             ],
+            # Six items, a seventh (read_ts) only when set: snapshots of states without lease
+            # reads keep their exact bytes, and older snapshots load.
             "leases": [
                 [
                     lease.table.namespace,
@@ -450,6 +483,7 @@ class Sessions:
                     lease.version,
                     lease.session_id,
                     lease.acquired_tm,
+                    *([] if lease.read_ts is None else [lease.read_ts]),
                 ]
                 for lease in self._leases.values()
             ],
@@ -482,13 +516,19 @@ class Sessions:
                 if session.session_id in out._sessions:
                     raise MalformedSnapshotError(f"session {session.session_id!r} twice")
                 out._sessions[session.session_id] = session
-            for row in expect_rows(data["leases"], 6):
+            rows = data["leases"]
+            if not isinstance(rows, list):
+                raise MalformedSnapshotError("leases must be a list")
+            for row in rows:
+                if not isinstance(row, list) or len(row) not in (6, 7):
+                    raise MalformedSnapshotError("a lease must be a 6- or 7-item row")
                 lease = Lease(
                     table=TableName(namespace=expect_str(row[0]), name=expect_str(row[1])),
                     table_id=expect_int(row[2]),
                     version=expect_int(row[3]),
                     session_id=expect_str(row[4]),
                     acquired_tm=expect_int(row[5]),
+                    read_ts=expect_int(row[6]) if len(row) == 7 else None,
                 )
                 key = (lease.table_id, lease.version, lease.session_id)
                 if key in out._leases:
@@ -538,6 +578,19 @@ def _check_leasable(key: LeaseKey, catalog: Catalog) -> None:
                 "latest_versions": latest,
             },
         )
+
+
+def _before_threshold(key: LeaseKey, read_ts: int, threshold: int) -> BeforeGcThresholdError:
+    return BeforeGcThresholdError(
+        f"timestamp {read_ts} must be after GC threshold {threshold} (table {key.table}): a "
+        "lease cannot keep reads GC has already passed; re-plan at a fresh timestamp",
+        details={
+            "table": str(key.table),
+            "table_id": key.table_id,
+            "ts": read_ts,
+            "threshold": threshold,
+        },
+    )
 
 
 def _not_found(session_id: str, session: Session | None) -> SessionNotFoundError:

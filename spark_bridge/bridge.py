@@ -770,6 +770,12 @@ class BatchContext:
             args: dict[str, Any] = {"tables": self.tables, "ts": top, "timeout_ms": PIN_TIMEOUT_MS}
             if session_id is not None:
                 args["session_id"] = session_id
+                # The leases of the tables read keep GC below the batch's reads: at its own
+                # read_ts, else at the node's safe time (capped at Top), the floor of the
+                # read_ts `plan` picks. Tables only written keep the lease's usual margin.
+                args["reads"] = list(self.reads)
+                if self._requested_read_ts is not None and self.reads:
+                    args["read_ts"] = self._requested_read_ts
             try:
                 r = self._call("pin", args)
             except BatchError as exc:

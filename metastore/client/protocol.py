@@ -898,16 +898,24 @@ class MetastoreClient:
         ts: int | None = None,
         *,
         session_id: str | None = None,
+        reads: list[str] | None = None,
+        read_ts: int | None = None,
         timeout_ms: int | None = None,
     ) -> dict[str, Any]:
         """The schema in force at `ts` (default now) for each table, after one safe-time wait,
-        and - with `session_id` - a lease on each pinned version, in one round trip."""
+        and - with `session_id` - a lease on each pinned version, in one round trip. The
+        leases of `reads` (default: every table) keep GC below the caller's reads: at `read_ts`,
+        default the node's safe time (capped at `ts`), as the reply's `safe_time` says."""
         args: dict[str, Any] = {
             "tables": list(tables),
             "ts": self.clock.now() if ts is None else ts,
         }
         if session_id is not None:
             args["session_id"] = session_id
+        if reads is not None:
+            args["reads"] = list(reads)
+        if read_ts is not None:
+            args["read_ts"] = read_ts
         if timeout_ms is not None:
             args["timeout_ms"] = timeout_ms
         return await self.call("pin", args)

@@ -46,3 +46,50 @@ def test_a_plan_that_fails_after_its_pin_took_leases_drops_them(
     with pytest.raises(KeyboardInterrupt), bridge.batch(writes=["ns.t"]):
         pytest.fail("the batch body must not run when planning failed")
     assert session.dropped == [([key], "s-1")], "the pinned lease was never counted out"
+
+
+class _Session2(_Session):
+    def current(self) -> str:
+        return "s-1"
+
+
+class _PinClient:
+    """Answers `pin` like a node whose safe time trails Top; remembers the requests."""
+
+    def __init__(self) -> None:
+        self.pins: list[dict[str, Any]] = []
+
+    def call(self, op: str, args: dict[str, Any]) -> dict[str, Any]:
+        assert op == "pin"
+        self.pins.append(args)
+        pins = [
+            {
+                "table": t,
+                "table_id": i + 1,
+                "version": 1,
+                "tu": 1,
+                "location": "/w",
+                "schema": {"columns": [], "ddl": ""},
+            }
+            for i, t in enumerate(args["tables"])
+        ]
+        return {"ts": args["ts"], "pins": pins, "waited_ms": 0.0, "safe_time": args["ts"] - 99}
+
+
+@pytest.mark.parametrize("read_ts", [None, 1234])
+def test_a_writing_batchs_pin_names_the_tables_it_reads_and_its_read_ts(
+    read_ts: int | None,
+) -> None:
+    client = _PinClient()
+    bridge = bare_bridge(client, session=_Session2())
+    ctx = BatchContext(
+        bridge, reads=["ns.r"], writes=["ns.w"], txn_id="t", read_ts=read_ts, check_reads=False
+    )
+    ctx.plan(top=10_000)
+    (args,) = client.pins
+    assert args["session_id"] == "s-1"
+    # The server leases ns.r's reads at this read_ts, or at its safe time capped at Top: never
+    # above what the batch reads at.
+    assert args["reads"] == ["ns.r"]
+    assert args.get("read_ts") == read_ts
+    assert ctx.read_ts == (10_000 - 99 if read_ts is None else read_ts)

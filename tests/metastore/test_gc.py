@@ -25,6 +25,7 @@ from metastore.commands import (
     LeaseKey,
     OpenSession,
     Protect,
+    ReleaseLeases,
     ReleaseProtection,
     SessionInfo,
     TableName,
@@ -458,10 +459,11 @@ def test_bad_gc_commands_are_refused_before_the_log(cmd: Command) -> None:
 
 
 class GcMachine(RuleBasedStateMachine):
-    """Commits (adds and overwrites), protections (with expiry), releases, GC steps (threshold,
-    purge, deletion), idle time and snapshot restarts, against a model of every file's live
-    interval. Checked after every step: every read above the threshold gives the model's answer,
-    every live protection is above the threshold, and nothing deleted is visible above it."""
+    """Commits (adds and overwrites), protections (with expiry), releases, leases reading at a
+    past commit (a lagging node's safe time), GC steps (threshold, purge, deletion), idle time
+    and snapshot restarts, against a model of every file's live interval. Checked after every
+    step: every read above the threshold gives the model's answer, every live protection and
+    lease read is above the threshold, and nothing deleted is visible above it."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -495,6 +497,22 @@ class GcMachine(RuleBasedStateMachine):
         cmd = protect(f"p{self.n}", ts, max_age_ms=max_age)
         self.n += 1
         outcome = self.d.apply(cmd)
+        if ts <= self.threshold():
+            assert isinstance(outcome.exception(), BeforeGcThresholdError)
+        else:
+            outcome.raise_for_error()
+
+    @rule(back=st.integers(0, 5), release=st.booleans())
+    def lease_reading_at_a_past_commit(self, back: int, release: bool) -> None:
+        lease = (LeaseKey(table=T, table_id=1, version=1),)
+        if release:
+            ok(self.d, ReleaseLeases(session_id="batch", leases=lease))
+            return
+        ok(self.d, OpenSession(session_id="batch", info=SessionInfo(), ttl_ms=600_000))
+        ts = (self.commit_ts[-back - 1 :] or [self.d.tm])[0]
+        outcome = self.d.apply(
+            AcquireLeases(session_id="batch", leases=lease, read_ts=ts, reads=(1,))
+        )
         if ts <= self.threshold():
             assert isinstance(outcome.exception(), BeforeGcThresholdError)
         else:
@@ -539,6 +557,8 @@ class GcMachine(RuleBasedStateMachine):
         samples = {threshold + 1, self.d.tm}
         samples.update(ts for ts in self.commit_ts if ts > threshold)
         samples.update(r.ts for r in self.d.state.gc.records())
+        leases = self.d.state.sessions.leases()
+        samples.update(lease.read_ts for lease in leases if lease.read_ts is not None)
         created = self.d.state.catalog.incarnations(T)[0].created_tu
         for ts in sorted(samples):
             if not created <= ts <= self.d.tm:
@@ -550,6 +570,8 @@ class GcMachine(RuleBasedStateMachine):
             assert not self.deleted & set(expected)
         for record in self.d.state.gc.records():
             assert record.ts > threshold
+        for lease in leases:
+            assert lease.read_ts is None or lease.read_ts > threshold
         for inc in self.d.state.catalog.all_incarnations():
             profile = self.d.state.txns.dead_profile(inc.table_id)
             for ts in {0, threshold, self.d.tm, *samples, *(s - 1 for s in profile.stamps)}:
