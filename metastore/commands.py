@@ -589,8 +589,9 @@ PROTECTION_RELEASE_REASONS: Final = ("release", "admin", "expired", "owner_gone"
 class Protect:
     """Create protected-timestamp record `record_id` (client-chosen, e.g. a UUID): no GC
     threshold of a target may reach `ts` while it exists. Targets: tables (their live
-    incarnations), namespaces (every table in them, present or future) and/or the whole cluster.
-    Refused if `ts` is already at or below a covered table's threshold."""
+    incarnations, and earlier ones of the same name dropped after `ts`), namespaces (every
+    table in them, present or future) and/or the whole cluster. Refused if `ts` is already at
+    or below a covered table's threshold."""
 
     request_id: str = ""
     record_id: str

@@ -41,7 +41,9 @@ The threshold rule (apply of AdvanceGcThreshold(table_id, up_to))
     deletes them again (deleting a missing file is success).
 
 Coverage
-    A record covers: the incarnations it names (resolved when it is created), and, for namespace
+    A record covers: the incarnations it names (resolved when it is created: the live one of each
+    table name and any earlier one of that name dropped at a Tu after ts, which reads of the name
+    at T >= ts still reach), and, for namespace
     and cluster targets, every incarnation in those namespaces (any incarnation for "cluster")
     that is readable at some T >= ts: live, or dropped at a Tu after ts. Tables created later
     are covered too.
@@ -128,13 +130,17 @@ class ProtectionRecord:
     expires_tm: int | None
     owner: str  # session id, "" = none
     created_by: str
+    # Earlier incarnations of the named tables that reads of those names at some T >= ts still
+    # reach (dropped at a Tu after ts, the name since re-created), resolved when the record is
+    # created. Empty in records from before they were kept.
+    earlier: tuple[TableTarget, ...] = ()
 
     @property
     def num_targets(self) -> int:
         return len(self.tables) + len(self.namespaces) + int(self.cluster)
 
     def covers(self, inc: TableState) -> bool:
-        if any(t.table_id == inc.table_id for t in self.tables):
+        if any(t.table_id == inc.table_id for t in (*self.tables, *self.earlier)):
             return True
         if not (self.cluster or inc.name.namespace in self.namespaces):
             return False
@@ -175,6 +181,7 @@ class ProtectionRecord:
             "meta": self.meta,
             "tables": [str(t.table) for t in self.tables],
             "table_ids": [t.table_id for t in self.tables],
+            "earlier_table_ids": [t.table_id for t in self.earlier],
             "namespaces": list(self.namespaces),
             "cluster": self.cluster,
             "created_tm": self.created_tm,
@@ -184,6 +191,13 @@ class ProtectionRecord:
         }
 
     def to_data(self) -> list[object]:
+        # A 13th item only when there are earlier incarnations: records without keep their
+        # bytes, and 12-item records of older snapshots load.
+        earlier: list[object] = (
+            [[[t.table.namespace, t.table.name, t.table_id] for t in self.earlier]]
+            if self.earlier
+            else []
+        )
         return [
             self.record_id,
             self.ts,
@@ -197,21 +211,20 @@ class ProtectionRecord:
             self.expires_tm,
             self.owner,
             self.created_by,
+            *earlier,
         ]
 
     @staticmethod
     def from_data(data: object) -> ProtectionRecord:
-        row = expect_list(data, 12)
+        row = expect_list(data)
+        if len(row) not in (12, 13):
+            raise MalformedSnapshotError("a protection record must have 12 or 13 items")
         if not isinstance(row[7], bool):
             raise MalformedSnapshotError("protection cluster flag must be a boolean")
-        tables: list[TableTarget] = []
-        for item in expect_list(row[5]):
-            t = expect_list(item, 3)
-            try:
-                name = TableName(namespace=expect_str(t[0]), name=expect_str(t[1]))
-            except MetastoreError as e:
-                raise MalformedSnapshotError(f"protection table: {e.message}") from None
-            tables.append(TableTarget(table=name, table_id=expect_int(t[2])))
+        tables = _targets_from_data(row[5])
+        earlier = _targets_from_data(row[12]) if len(row) == 13 else ()
+        if len(row) == 13 and not earlier:
+            raise MalformedSnapshotError("a protection's earlier incarnations list is empty")
         return ProtectionRecord(
             record_id=expect_str(row[0]),
             ts=expect_int(row[1]),
@@ -225,7 +238,20 @@ class ProtectionRecord:
             expires_tm=expect_opt_int(row[9]),
             owner=expect_str(row[10]),
             created_by=expect_str(row[11]),
+            earlier=earlier,
         )
+
+
+def _targets_from_data(data: object) -> tuple[TableTarget, ...]:
+    tables: list[TableTarget] = []
+    for item in expect_list(data):
+        t = expect_list(item, 3)
+        try:
+            name = TableName(namespace=expect_str(t[0]), name=expect_str(t[1]))
+        except MetastoreError as e:
+            raise MalformedSnapshotError(f"protection table: {e.message}") from None
+        tables.append(TableTarget(table=name, table_id=expect_int(t[2])))
+    return tuple(tables)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -286,6 +312,14 @@ class GcState:
             TableTarget(table=name, table_id=catalog.live_table(name).table_id)
             for name in cmd.tables
         )
+        # Reads of a name AS OF T >= ts reach any incarnation dropped after ts (the name since
+        # re-created), not only the live one: those are protected too.
+        earlier = tuple(
+            TableTarget(table=name, table_id=inc.table_id)
+            for name in cmd.tables
+            for inc in catalog.incarnations(name)
+            if inc.dropped_tu is not None and inc.dropped_tu > cmd.ts
+        )
         for ns in cmd.namespaces:
             catalog.namespace(ns)  # NamespaceNotFound
         if len(self._records) + 1 > limits.MAX_PROTECTION_RECORDS:
@@ -308,6 +342,7 @@ class GcState:
             expires_tm=None if cmd.max_age_ms is None else tm + (cmd.max_age_ms << LOGICAL_BITS),
             owner=cmd.owner,
             created_by=cmd.created_by,
+            earlier=earlier,
         )
         if self._targets + record.num_targets > limits.MAX_PROTECTION_TARGETS:
             raise limit_exceeded(
@@ -517,7 +552,7 @@ class GcState:
         for record in self._records.values():
             if record.created_tm > last_tm or record.ts < 1 or record.num_targets < 1:
                 raise CatalogInvariantError(f"protection {record.record_id!r} malformed")
-            if any(t.table_id not in ids for t in record.tables):
+            if any(t.table_id not in ids for t in (*record.tables, *record.earlier)):
                 raise CatalogInvariantError(f"protection {record.record_id!r}: unknown table")
         for inc in incarnations:
             threshold = self.threshold(inc.table_id)

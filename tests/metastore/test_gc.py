@@ -278,6 +278,39 @@ def test_namespace_and_cluster_protections_cover_tables_created_later() -> None:
     assert advance(d, 1 << 62, table=later)["held_by"] == {"kind": "protection", "record_id": "ns"}
 
 
+def test_a_table_protection_covers_the_incarnation_its_name_reads_at_ts() -> None:
+    # The name was dropped and re-created after ts: reads AS OF ts of the name read the old
+    # incarnation, so a protection of the name at ts must keep that one too, not only the
+    # incarnation live when the protect applies.
+    d = table_driver()
+    commit(d, "a", add=("f1",))
+    d.tm += 10 * MS
+    ts = d.tm
+    assert paths_at(d, ts) == ["f1"]
+    d.ok("DROP TABLE ns.t")
+    d.ok("CREATE TABLE ns.t (id BIGINT) TBLPROPERTIES ('gc.ttl' = '1s')")
+    d.tm += (DD_MS + 1) * MS
+    view = ok(d, protect("p", ts))
+    old_id = d.state.catalog.incarnations(T)[0].table_id
+    assert view["earlier_table_ids"] == [old_id]
+    snap = d.state.to_snapshot()
+    restored = MetastoreState.from_snapshot(snap)
+    assert restored == d.state and restored.to_snapshot() == snap
+    d.tm += 5 * TTL_MS * MS
+    result = ok(d, AdvanceGcThreshold(table=T, table_id=old_id, up_to=d.tm))
+    assert result["held_by"] == {"kind": "protection", "record_id": "p"}
+    assert result["threshold"] < ts and result["purged"] == 0
+    assert paths_at(d, ts) == ["f1"]
+    # An incarnation the name stopped reading at before ts is not held, and one whose threshold
+    # already passed ts makes the protect fail rather than return without protecting.
+    d.tm += 5 * TTL_MS * MS
+    ok(d, ReleaseProtection(record_id="p"))
+    ok(d, AdvanceGcThreshold(table=T, table_id=old_id, up_to=d.tm))
+    refused(d, protect("q", ts), BeforeGcThresholdError)
+    ok(d, protect("r", d.tm))
+    assert d.state.gc.covering(d.state.catalog.incarnations(T)[0]) == []
+
+
 def test_protect_validates_targets_owner_id_reuse_and_limits(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
