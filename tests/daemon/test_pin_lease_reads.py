@@ -30,7 +30,7 @@ from metastore.commands import (
 )
 from metastore.daemon.secrets import Role
 from metastore.daemon.server import ApiServer, Session
-from metastore.errors import BadRequestError, BeforeGcThresholdError
+from metastore.errors import BadRequestError, BeforeGcThresholdError, InvalidArgumentError
 from metastore.state import MetastoreState
 from tests.metastore._driver import DD, DD_MS, MS, Driver, ok
 
@@ -182,3 +182,27 @@ def test_only_the_tables_a_batch_reads_hold_the_threshold_at_its_read_ts() -> No
     assert _gc(d, W)["threshold"] == lease_w.acquired_tm - 2 * DD
     with pytest.raises(BadRequestError):
         _pin(api, tables=[str(T)], ts=safe_time + DD, reads=[str(W)])
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"reads": "ns.t"},
+        {"reads": [7]},
+        {"reads": ["ns.nope"]},
+        {"read_ts": 0},
+        {"read_ts": "1"},
+    ],
+)
+def test_bad_reads_or_read_ts_are_refused_before_anything_is_proposed(bad: dict[str, Any]) -> None:
+    api, _, leader, safe_time = _setup(3 * DD_MS)
+    with pytest.raises((BadRequestError, InvalidArgumentError)):
+        _pin(api, tables=[str(T)], ts=safe_time + DD, **bad)
+    assert leader.proposed == []
+
+
+def test_a_write_only_pin_leases_without_reads() -> None:
+    api, _, leader, safe_time = _setup(3 * DD_MS)
+    _pin(api, tables=[str(W)], ts=safe_time + DD, reads=[], read_ts=5)
+    (cmd,) = leader.proposed
+    assert isinstance(cmd, AcquireLeases) and cmd.read_ts is None and cmd.reads == ()
