@@ -799,7 +799,18 @@ class BatchContext:
                     for p in r["pins"]
                 ]
                 self._lease_session = session_id
-                session.hold(self._leases, session_id=session_id)
+                # What the pin recorded on the leases of the tables read (see `pin`): kept if
+                # the session has to take a lease again after a crossing release.
+                floor = self._requested_read_ts
+                if floor is None:
+                    floor = min(top, int(r["safe_time"]))
+                reads = set(self.reads)
+                floors = {
+                    k: floor
+                    for k, p in zip(self._leases, r["pins"], strict=True)
+                    if p["table"] in reads
+                }
+                session.hold(self._leases, session_id=session_id, read_floors=floors)
             return r
         raise BatchError("the metastore session expired twice while pinning", retryable=True)
 

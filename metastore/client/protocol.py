@@ -736,9 +736,15 @@ class MetastoreClient:
         args = {"all": include_ended, "limit": SESSION_PAGE_LIMIT}
         return await self._all_pages("session_list", args, ("sessions",))
 
-    async def lease_acquire(self, session_id: str, leases: list[dict[str, Any]]) -> dict[str, Any]:
-        """Lease [{table, table_id, version}, ...] for the session (a heartbeat too)."""
-        return await self.call("lease_acquire", {"session_id": session_id, "leases": leases})
+    async def lease_acquire(
+        self, session_id: str, leases: list[dict[str, Any]], read_ts: int | None = None
+    ) -> dict[str, Any]:
+        """Lease [{table, table_id, version}, ...] for the session (a heartbeat too); with
+        `read_ts`, the leases keep GC below reads of those tables at it."""
+        args: dict[str, Any] = {"session_id": session_id, "leases": leases}
+        if read_ts is not None:
+            args["read_ts"] = read_ts
+        return await self.call("lease_acquire", args)
 
     async def lease_release(self, session_id: str, leases: list[dict[str, Any]]) -> dict[str, Any]:
         return await self.call("lease_release", {"session_id": session_id, "leases": leases})
@@ -1525,8 +1531,10 @@ class SyncMetastoreClient:
     def session_list(self, *, include_ended: bool = False) -> dict[str, Any]:
         return self._sync(self._client.session_list, include_ended=include_ended)
 
-    def lease_acquire(self, session_id: str, leases: list[dict[str, Any]]) -> dict[str, Any]:
-        return self._sync(self._client.lease_acquire, session_id, leases)
+    def lease_acquire(
+        self, session_id: str, leases: list[dict[str, Any]], read_ts: int | None = None
+    ) -> dict[str, Any]:
+        return self._sync(self._client.lease_acquire, session_id, leases, read_ts)
 
     def lease_release(self, session_id: str, leases: list[dict[str, Any]]) -> dict[str, Any]:
         return self._sync(self._client.lease_release, session_id, leases)

@@ -315,7 +315,9 @@ class ApiServer:
                 Role.READER, self._session_list, frozenset({"all", "limit", "page_token"})
             ),
             "lease_acquire": _Op(
-                Role.WRITER, self._lease_acquire, frozenset({"session_id", "leases", "timeout_ms"})
+                Role.WRITER,
+                self._lease_acquire,
+                frozenset({"session_id", "leases", "read_ts", "timeout_ms"}),
             ),
             "lease_release": _Op(
                 Role.WRITER, self._lease_release, frozenset({"session_id", "leases", "timeout_ms"})
@@ -1649,9 +1651,14 @@ class ApiServer:
         return _distinct_leases(keys)
 
     async def _lease_acquire(self, session: Session, args: Args) -> dict[str, Any]:
+        """With `read_ts`, the leases keep GC below reads at it (as `pin`'s leases do)."""
+        leases = self._lease_keys(args)
+        read_ts = _opt_int(args, "read_ts", 1, MAX_TS)
         cmd = AcquireLeases(
             session_id=_req_str(args, "session_id", mlimits.MAX_SESSION_ID_CHARS),
-            leases=self._lease_keys(args),
+            leases=leases,
+            read_ts=read_ts,
+            reads=() if read_ts is None else tuple(dict.fromkeys(k.table_id for k in leases)),
         )
         return dict((await self._propose_command(session, cmd, _timeout(args)))["result"])
 

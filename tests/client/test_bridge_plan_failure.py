@@ -20,9 +20,17 @@ class _Session:
     def __init__(self) -> None:
         self.held: list[tuple[list[LeaseKey], str | None]] = []
         self.dropped: list[tuple[list[LeaseKey], str | None]] = []
+        self.floors: dict[LeaseKey, int] = {}
 
-    def hold(self, keys: list[LeaseKey], *, session_id: str | None = None) -> None:
+    def hold(
+        self,
+        keys: list[LeaseKey],
+        *,
+        session_id: str | None = None,
+        read_floors: dict[LeaseKey, int] | None = None,
+    ) -> None:
         self.held.append((list(keys), session_id))
+        self.floors.update(read_floors or {})
 
     def drop(self, keys: list[LeaseKey], *, session_id: str | None = None) -> None:
         self.dropped.append((list(keys), session_id))
@@ -81,7 +89,8 @@ def test_a_writing_batchs_pin_names_the_tables_it_reads_and_its_read_ts(
     read_ts: int | None,
 ) -> None:
     client = _PinClient()
-    bridge = bare_bridge(client, session=_Session2())
+    session = _Session2()
+    bridge = bare_bridge(client, session=session)
     ctx = BatchContext(
         bridge, reads=["ns.r"], writes=["ns.w"], txn_id="t", read_ts=read_ts, check_reads=False
     )
@@ -93,3 +102,7 @@ def test_a_writing_batchs_pin_names_the_tables_it_reads_and_its_read_ts(
     assert args["reads"] == ["ns.r"]
     assert args.get("read_ts") == read_ts
     assert ctx.read_ts == (10_000 - 99 if read_ts is None else read_ts)
+    # The session keeps what the pin recorded on the read table's lease (for a re-acquire).
+    assert session.floors == {
+        LeaseKey(table="ns.r", table_id=1, version=1): 10_000 - 99 if read_ts is None else read_ts
+    }

@@ -206,3 +206,17 @@ def test_a_write_only_pin_leases_without_reads() -> None:
     _pin(api, tables=[str(W)], ts=safe_time + DD, reads=[], read_ts=5)
     (cmd,) = leader.proposed
     assert isinstance(cmd, AcquireLeases) and cmd.read_ts is None and cmd.reads == ()
+
+
+def test_lease_acquire_with_read_ts_keeps_the_reads_like_pin() -> None:
+    # The bridge's session takes a lease again this way after a release crossed a new pin.
+    api, d, leader, safe_time = _setup(3 * DD_MS)
+    inc = d.state.catalog.live_table(T)
+    lease = {"table": str(T), "table_id": inc.table_id, "version": inc.versions[-1].version}
+    session = Session(peer="p", role=Role.WRITER, token="tok", client="spark")
+    args = {"session_id": "s", "leases": [lease], "read_ts": safe_time, "timeout_ms": 1000}
+    asyncio.run(api._lease_acquire(session, args))
+    (cmd,) = leader.proposed
+    assert isinstance(cmd, AcquireLeases)
+    assert (cmd.read_ts, cmd.reads) == (safe_time, (inc.table_id,))
+    assert _gc(d, T)["threshold"] == safe_time - 1
