@@ -42,8 +42,9 @@ Who blocks a change
 
 Invariants (check_invariants)
     * at most MAX_SESSIONS sessions; every session's heartbeat Tm >= its open Tm, <= last_tm;
-    * every lease belongs to a present session, names a live incarnation and was acquired at a
-      Tm within its session's life;
+    * every lease belongs to a present session, names a live incarnation (or, for a lease that
+      keeps a batch's reads, one dropped since) and was acquired at a Tm within its session's
+      life;
     * two versions: for every table, leases whose session is unexpired at last_tm are on its
       latest or second-latest version;
     * ended sessions are at most MAX_ENDED_SESSIONS_KEPT, in end order.
@@ -274,8 +275,11 @@ class Sessions:
         return {"session_id": cmd.session_id, "released": released}
 
     def forget_table(self, table_id: int) -> None:
-        """A dropped incarnation takes no more commits: its leases are moot (cannot fail)."""
-        for key in [k for k in self._leases if k[0] == table_id]:
+        """A dropped incarnation takes no more commits: its leases are moot as leases (cannot
+        fail). Those that keep a batch's reads (read_ts) stay until released or their session
+        ends: the batch may still be reading the incarnation's files, and GC must not delete
+        them under it (metastore.gc)."""
+        for key in [k for k, v in self._leases.items() if k[0] == table_id and v.read_ts is None]:
             del self._leases[key]
 
     def check_publish(self, inc: TableState, *, tm: int) -> None:
@@ -431,8 +435,20 @@ class Sessions:
             try:
                 inc = catalog.live_table(lease.table)
             except TableNotFoundError:
-                raise CatalogInvariantError(f"{where}: the table is not live") from None
-            if inc.table_id != table_id or version > inc.versions[-1].version:
+                inc = None
+            if inc is None or inc.table_id != table_id:
+                # Only a lease keeping a batch's reads outlives its incarnation's drop.
+                dropped = [
+                    i
+                    for i in catalog.incarnations(lease.table)
+                    if i.table_id == table_id and i.dropped_tu is not None
+                ]
+                if lease.read_ts is None or not dropped:
+                    raise CatalogInvariantError(f"{where}: no such live or dropped incarnation")
+                if version > dropped[0].versions[-1].version:
+                    raise CatalogInvariantError(f"{where}: no such version")
+                continue
+            if version > inc.versions[-1].version:
                 raise CatalogInvariantError(f"{where}: no such incarnation or version")
             if session.live_at(last_tm):
                 live_versions.setdefault(table_id, set()).add(version)

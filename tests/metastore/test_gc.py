@@ -374,6 +374,27 @@ def test_a_live_lease_holds_the_threshold_at_its_reads() -> None:
     assert result["held_by"] == {"kind": "lease", "session_id": "s"}
 
 
+def test_a_reading_lease_keeps_the_files_of_a_table_dropped_under_the_batch() -> None:
+    # DROP TABLE does not stop a batch already reading the table's files: its lease must keep
+    # holding GC below its reads until the batch lets it go (a write-only lease is moot then).
+    d = table_driver()
+    commit(d, "a", add=("f1",))
+    ok(d, OpenSession(session_id="s", info=SessionInfo(), ttl_ms=100_000))
+    read_ts = d.tm
+    lease = (LeaseKey(table=T, table_id=1, version=1),)
+    ok(d, AcquireLeases(session_id="s", leases=lease, read_ts=read_ts, reads=(1,)))
+    d.ok("DROP TABLE ns.t")
+    d.tm += 5 * TTL_MS * MS
+    result = advance(d, 1 << 62)
+    assert result["threshold"] < read_ts and result["purged"] == 0
+    assert result["held_by"] == {"kind": "lease", "session_id": "s"}
+    assert paths_at(d, read_ts) == ["f1"]
+    restored = MetastoreState.from_snapshot(d.state.to_snapshot())
+    assert restored == d.state
+    ok(d, ReleaseLeases(session_id="s", leases=lease))
+    assert advance(d, 1 << 62)["purged"] == 1
+
+
 def test_gc_status_reads_a_table_once_however_many_protections_cover_it(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
