@@ -553,11 +553,18 @@ class LeaseKey:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class AcquireLeases:
-    """Lease each (table, version) for the session; also counts as a heartbeat."""
+    """Lease each (table, version) for the session; also counts as a heartbeat.
+
+    `read_ts` (with `reads`, the table ids of the leases whose data the batch reads): the
+    timestamp the batch reads those tables at. Their leases then keep the GC threshold below it
+    (not only below acquired Tm - 2 DD), and the command is refused when it is already at or
+    below a read table's threshold. Absent in commands from before it existed."""
 
     request_id: str = ""
     session_id: str
     leases: tuple[LeaseKey, ...]
+    read_ts: int | None = None
+    reads: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -582,8 +589,9 @@ PROTECTION_RELEASE_REASONS: Final = ("release", "admin", "expired", "owner_gone"
 class Protect:
     """Create protected-timestamp record `record_id` (client-chosen, e.g. a UUID): no GC
     threshold of a target may reach `ts` while it exists. Targets: tables (their live
-    incarnations), namespaces (every table in them, present or future) and/or the whole cluster.
-    Refused if `ts` is already at or below a covered table's threshold."""
+    incarnations, and earlier ones of the same name dropped after `ts`), namespaces (every
+    table in them, present or future) and/or the whole cluster. Refused if `ts` is already at
+    or below a covered table's threshold."""
 
     request_id: str = ""
     record_id: str
@@ -854,6 +862,8 @@ def validate_command(cmd: Command) -> None:
                     )
                 _validate_count(key.table_id, "table_id")
                 _validate_count(key.version, "version")
+            if isinstance(cmd, AcquireLeases):
+                _validate_lease_reads(cmd)
         case Protect() | ReleaseProtection() | AdvanceGcThreshold() | GcFilesDeleted():
             _validate_gc_command(cmd)
         case CompactManifest():
@@ -942,6 +952,26 @@ def _validate_compaction(cmd: CompactManifest) -> None:
         raise InvalidArgumentError("a manifest cannot replace itself")
     for i, ref in enumerate(cmd.adds):
         validate_ref(ref, f"added manifest {i}")
+
+
+def _validate_lease_reads(cmd: AcquireLeases) -> None:
+    """`read_ts` and `reads` go together; `reads` are distinct table ids of the leases."""
+    if (cmd.read_ts is None) != (not cmd.reads):
+        raise InvalidArgumentError("a lease's read_ts and reads go together")
+    if cmd.read_ts is None:
+        return
+    _validate_count(cmd.read_ts, "read_ts")
+    if cmd.read_ts < 1:
+        raise InvalidArgumentError("read_ts must be positive", details={"read_ts": cmd.read_ts})
+    if len(set(cmd.reads)) != len(cmd.reads):
+        raise InvalidArgumentError("a table id is listed twice in the lease's reads")
+    leased = {k.table_id for k in cmd.leases}
+    for table_id in cmd.reads:
+        if table_id not in leased:
+            raise InvalidArgumentError(
+                f"lease reads name table id {table_id}, which the command does not lease",
+                details={"table_id": table_id},
+            )
 
 
 def _validate_gc_command(cmd: GcCommand) -> None:
@@ -1652,6 +1682,11 @@ def command_to_data(cmd: Command) -> dict[str, object]:
                     [k.table.namespace, k.table.name, k.table_id, k.version] for k in cmd.leases
                 ],
             }
+            if isinstance(cmd, AcquireLeases) and (cmd.read_ts is not None or cmd.reads):
+                # Written only when set: commands from before reads existed keep their exact
+                # encoding (and request-id fingerprints).
+                body["read_ts"] = cmd.read_ts
+                body["reads"] = list(cmd.reads)
         case Protect():
             body = {
                 "type": "protect",
@@ -1955,8 +1990,22 @@ def _command_from_data(obj: object) -> Command:
                     version=int(cast(int, item[3])),
                 )
             )
-        kind_cls = AcquireLeases if kind == "acquire_leases" else ReleaseLeases
-        cmd = kind_cls(request_id=request_id, session_id=f.text("session_id"), leases=tuple(keys))
+        if kind == "acquire_leases":
+            read_ts = f.integer("read_ts") if f.has("read_ts") else None
+            reads = f.items("reads") if f.has("reads") else []
+            if not all(isinstance(x, int) and not isinstance(x, bool) for x in reads):
+                raise MalformedCommandError("lease reads must be table ids")
+            cmd = AcquireLeases(
+                request_id=request_id,
+                session_id=f.text("session_id"),
+                leases=tuple(keys),
+                read_ts=read_ts,
+                reads=tuple(cast(list[int], reads)),
+            )
+        else:
+            cmd = ReleaseLeases(
+                request_id=request_id, session_id=f.text("session_id"), leases=tuple(keys)
+            )
     elif kind == "protect":
         tables = f.items("tables")
         namespaces = f.items("namespaces")

@@ -25,18 +25,25 @@ The threshold rule (apply of AdvanceGcThreshold(table_id, up_to))
     new = max(old, min(up_to,
                        Tm - TTL(table),
                        ts - 1 of every record covering the table,
-                       acquired Tm - 2 DD of every unexpired lease on the table))
-    The lease term keeps a running batch's reads: a batch pins and leases its tables in one
-    request and reads at a node's safe time, which trails that request's Tm by at most DD (the
-    pin's wait) plus CSmax <= DD. TTL(table) = the table's `gc.ttl` property (latest version),
-    else its namespace's, else GC_TTL_MS_DEFAULT (25 h). Then up to GC_PURGE_FILES_MAX file
-    entries dead at the new threshold (removed at or below it, or of an incarnation dropped at or
-    below it) leave the state for the table's GC queue (metastore.txn); the leader deletes those
-    files and reports them with GcFilesDeleted, which drops them from the queue. A crash between
-    the two just deletes them again (deleting a missing file is success).
+                       acquired Tm - 2 DD of every unexpired lease on the table,
+                       read_ts - 1 of every unexpired lease that records one))
+    The lease terms keep a running batch's reads: a batch pins and leases its tables in one
+    request and reads them at the pinning node's safe time (or a read_ts of its own), which the
+    lease records (AcquireLeases read_ts); that can trail the lease's acquired Tm by much more
+    than 2 DD (a lagging follower, a slow proposal), so the acquired Tm - 2 DD margin alone
+    (all a lease taken without read_ts has: write-only tables, older clients) is not enough.
+    A lease whose read_ts is already at or below the threshold is refused.
+    TTL(table) = the table's `gc.ttl` property (latest version), else its namespace's, else
+    GC_TTL_MS_DEFAULT (25 h). Then up to GC_PURGE_FILES_MAX file entries dead at the new
+    threshold (removed at or below it, or of an incarnation dropped at or below it) leave the
+    state for the table's GC queue (metastore.txn); the leader deletes those files and reports
+    them with GcFilesDeleted, which drops them from the queue. A crash between the two just
+    deletes them again (deleting a missing file is success).
 
 Coverage
-    A record covers: the incarnations it names (resolved when it is created), and, for namespace
+    A record covers: the incarnations it names (resolved when it is created: the live one of each
+    table name and any earlier one of that name dropped at a Tu after ts, which reads of the name
+    at T >= ts still reach), and, for namespace
     and cluster targets, every incarnation in those namespaces (any incarnation for "cluster")
     that is readable at some T >= ts: live, or dropped at a Tu after ts. Tables created later
     are covered too.
@@ -63,7 +70,8 @@ Invariants (check_invariants)
     * at most MAX_PROTECTION_RECORDS records and MAX_PROTECTION_TARGETS targets; every record
       created at a Tm <= last_tm, its table targets real incarnations;
     * thresholds only for registered incarnations, each below last_tm;
-    * the guarantee itself: every covered incarnation's threshold is below the record's ts;
+    * the guarantee itself: every covered incarnation's threshold is below the record's ts,
+      and below the read_ts of every lease of a live session;
     * released records are at most MAX_RELEASED_PROTECTIONS_KEPT.
 """
 
@@ -123,13 +131,17 @@ class ProtectionRecord:
     expires_tm: int | None
     owner: str  # session id, "" = none
     created_by: str
+    # Earlier incarnations of the named tables that reads of those names at some T >= ts still
+    # reach (dropped at a Tu after ts, the name since re-created), resolved when the record is
+    # created. Empty in records from before they were kept.
+    earlier: tuple[TableTarget, ...] = ()
 
     @property
     def num_targets(self) -> int:
         return len(self.tables) + len(self.namespaces) + int(self.cluster)
 
     def covers(self, inc: TableState) -> bool:
-        if any(t.table_id == inc.table_id for t in self.tables):
+        if any(t.table_id == inc.table_id for t in (*self.tables, *self.earlier)):
             return True
         if not (self.cluster or inc.name.namespace in self.namespaces):
             return False
@@ -170,6 +182,7 @@ class ProtectionRecord:
             "meta": self.meta,
             "tables": [str(t.table) for t in self.tables],
             "table_ids": [t.table_id for t in self.tables],
+            "earlier_table_ids": [t.table_id for t in self.earlier],
             "namespaces": list(self.namespaces),
             "cluster": self.cluster,
             "created_tm": self.created_tm,
@@ -179,6 +192,13 @@ class ProtectionRecord:
         }
 
     def to_data(self) -> list[object]:
+        # A 13th item only when there are earlier incarnations: records without keep their
+        # bytes, and 12-item records of older snapshots load.
+        earlier: list[object] = (
+            [[[t.table.namespace, t.table.name, t.table_id] for t in self.earlier]]
+            if self.earlier
+            else []
+        )
         return [
             self.record_id,
             self.ts,
@@ -192,21 +212,20 @@ class ProtectionRecord:
             self.expires_tm,
             self.owner,
             self.created_by,
+            *earlier,
         ]
 
     @staticmethod
     def from_data(data: object) -> ProtectionRecord:
-        row = expect_list(data, 12)
+        row = expect_list(data)
+        if len(row) not in (12, 13):
+            raise MalformedSnapshotError("a protection record must have 12 or 13 items")
         if not isinstance(row[7], bool):
             raise MalformedSnapshotError("protection cluster flag must be a boolean")
-        tables: list[TableTarget] = []
-        for item in expect_list(row[5]):
-            t = expect_list(item, 3)
-            try:
-                name = TableName(namespace=expect_str(t[0]), name=expect_str(t[1]))
-            except MetastoreError as e:
-                raise MalformedSnapshotError(f"protection table: {e.message}") from None
-            tables.append(TableTarget(table=name, table_id=expect_int(t[2])))
+        tables = _targets_from_data(row[5])
+        earlier = _targets_from_data(row[12]) if len(row) == 13 else ()
+        if len(row) == 13 and not earlier:
+            raise MalformedSnapshotError("a protection's earlier incarnations list is empty")
         return ProtectionRecord(
             record_id=expect_str(row[0]),
             ts=expect_int(row[1]),
@@ -220,7 +239,20 @@ class ProtectionRecord:
             expires_tm=expect_opt_int(row[9]),
             owner=expect_str(row[10]),
             created_by=expect_str(row[11]),
+            earlier=earlier,
         )
+
+
+def _targets_from_data(data: object) -> tuple[TableTarget, ...]:
+    tables: list[TableTarget] = []
+    for item in expect_list(data):
+        t = expect_list(item, 3)
+        try:
+            name = TableName(namespace=expect_str(t[0]), name=expect_str(t[1]))
+        except MetastoreError as e:
+            raise MalformedSnapshotError(f"protection table: {e.message}") from None
+        tables.append(TableTarget(table=name, table_id=expect_int(t[2])))
+    return tuple(tables)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -281,6 +313,14 @@ class GcState:
             TableTarget(table=name, table_id=catalog.live_table(name).table_id)
             for name in cmd.tables
         )
+        # Reads of a name AS OF T >= ts reach any incarnation dropped after ts (the name since
+        # re-created), not only the live one: those are protected too.
+        earlier = tuple(
+            TableTarget(table=name, table_id=inc.table_id)
+            for name in cmd.tables
+            for inc in catalog.incarnations(name)
+            if inc.dropped_tu is not None and inc.dropped_tu > cmd.ts
+        )
         for ns in cmd.namespaces:
             catalog.namespace(ns)  # NamespaceNotFound
         if len(self._records) + 1 > limits.MAX_PROTECTION_RECORDS:
@@ -303,6 +343,7 @@ class GcState:
             expires_tm=None if cmd.max_age_ms is None else tm + (cmd.max_age_ms << LOGICAL_BITS),
             owner=cmd.owner,
             created_by=cmd.created_by,
+            earlier=earlier,
         )
         if self._targets + record.num_targets > limits.MAX_PROTECTION_TARGETS:
             raise limit_exceeded(
@@ -427,6 +468,10 @@ class GcState:
         for lease in sessions.leases(table_id=inc.table_id):
             session = sessions.session(lease.session_id)
             reads_from = max(0, lease.acquired_tm - 2 * dd)
+            if lease.read_ts is not None:
+                # The batch's own read timestamp: a lagging node's safe time (or a slow
+                # proposal) can put it far more than 2 DD below the acquired Tm.
+                reads_from = min(reads_from, lease.read_ts - 1)
             if session is not None and session.live_at(tm) and reads_from < best.bound:
                 best = ThresholdBound(
                     bound=reads_from,
@@ -491,7 +536,9 @@ class GcState:
     # Invariants and snapshots
     # ----------------------------------------------------------------------------------------
 
-    def check_invariants(self, *, catalog: Catalog, txns: TxnLog, last_tm: int) -> None:
+    def check_invariants(
+        self, *, catalog: Catalog, txns: TxnLog, sessions: Sessions, last_tm: int
+    ) -> None:
         if len(self._records) > limits.MAX_PROTECTION_RECORDS:
             raise CatalogInvariantError("more protection records than MAX_PROTECTION_RECORDS")
         targets = sum(r.num_targets for r in self._records.values())
@@ -508,7 +555,7 @@ class GcState:
         for record in self._records.values():
             if record.created_tm > last_tm or record.ts < 1 or record.num_targets < 1:
                 raise CatalogInvariantError(f"protection {record.record_id!r} malformed")
-            if any(t.table_id not in ids for t in record.tables):
+            if any(t.table_id not in ids for t in (*record.tables, *record.earlier)):
                 raise CatalogInvariantError(f"protection {record.record_id!r}: unknown table")
         for inc in incarnations:
             threshold = self.threshold(inc.table_id)
@@ -520,6 +567,18 @@ class GcState:
                     )
         if len(self._released) > limits.MAX_RELEASED_PROTECTIONS_KEPT:
             raise CatalogInvariantError("more released protections than kept")
+        for lease in sessions.leases():
+            session = sessions.session(lease.session_id)
+            live = session is not None and session.live_at(last_tm)
+            if (
+                live
+                and lease.read_ts is not None
+                and self.threshold(lease.table_id) >= lease.read_ts
+            ):
+                raise CatalogInvariantError(
+                    f"table id {lease.table_id}: GC threshold reached the read_ts "
+                    f"{lease.read_ts} of session {lease.session_id!r}'s live lease"
+                )
 
     def to_data(self) -> dict[str, object]:
         return {

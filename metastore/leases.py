@@ -44,8 +44,9 @@ Who blocks a change
 
 Invariants (check_invariants)
     * at most MAX_SESSIONS sessions; every session's heartbeat Tm >= its open Tm, <= last_tm;
-    * every lease belongs to a present session, names a live incarnation and was acquired at a
-      Tm within its session's life;
+    * every lease belongs to a present session, names a live incarnation (or, for a lease that
+      keeps a batch's reads, one dropped since) and was acquired at a Tm within its session's
+      life;
     * two versions: for every table, leases whose session is unexpired at last_tm are on its
       latest or second-latest version;
     * ended sessions are at most MAX_ENDED_SESSIONS_KEPT, in end order.
@@ -54,8 +55,8 @@ Invariants (check_invariants)
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 
 from hlc.limits import LOGICAL_BITS
 from metastore import limits
@@ -72,6 +73,7 @@ from metastore.commands import (
     TableName,
 )
 from metastore.errors import (
+    BeforeGcThresholdError,
     CatalogInvariantError,
     InvalidArgumentError,
     LeaseVersionNotLatestError,
@@ -147,6 +149,10 @@ class Lease:
     version: int
     session_id: str
     acquired_tm: int
+    # The earliest timestamp a batch holding the lease reads the table at (AcquireLeases
+    # read_ts), None for a lease taken without one (a write-only table, an older client): GC
+    # keeps the table's threshold below it (metastore.gc.GcState.bound).
+    read_ts: int | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -232,11 +238,24 @@ class Sessions:
             expired.append(session_id)
         return {"expired": expired, "skipped": skipped, "reason": cmd.reason}
 
-    def acquire(self, cmd: AcquireLeases, *, tm: int, catalog: Catalog) -> Result:
+    def acquire(
+        self,
+        cmd: AcquireLeases,
+        *,
+        tm: int,
+        catalog: Catalog,
+        threshold: Callable[[int], int] = lambda _table_id: 0,
+    ) -> Result:
+        """`threshold(table_id)` is the table's GC threshold: reads at or below it are refused
+        (BeforeGcThreshold), so a lease is never promised to keep reads GC has passed."""
         session = self._live(cmd.session_id, tm)
         new = [k for k in cmd.leases if (k.table_id, k.version, cmd.session_id) not in self._leases]
         for key in cmd.leases:
             _check_leasable(key, catalog)
+        if cmd.read_ts is not None:
+            for key in cmd.leases:
+                if key.table_id in cmd.reads and cmd.read_ts <= threshold(key.table_id):
+                    raise _before_threshold(key, cmd.read_ts, threshold(key.table_id))
         held = sum(1 for (_, _, s) in self._leases if s == cmd.session_id)
         if held + len(new) > limits.MAX_LEASES_PER_SESSION:
             raise limit_exceeded(
@@ -253,7 +272,18 @@ class Sessions:
                 version=key.version,
                 session_id=cmd.session_id,
                 acquired_tm=tm,
+                read_ts=cmd.read_ts if key.table_id in cmd.reads else None,
             )
+        if cmd.read_ts is not None:
+            # A lease the session already held (another batch of it): it now keeps the
+            # earliest read of the batches sharing it.
+            for key in cmd.leases:
+                lkey = (key.table_id, key.version, cmd.session_id)
+                held_lease = self._leases[lkey]
+                if key.table_id in cmd.reads and (
+                    held_lease.read_ts is None or cmd.read_ts < held_lease.read_ts
+                ):
+                    self._leases[lkey] = replace(held_lease, read_ts=cmd.read_ts)
         session.heartbeat_tm = tm
         return {
             **self._ack(session),
@@ -296,8 +326,11 @@ class Sessions:
                 )
 
     def forget_table(self, table_id: int) -> None:
-        """A dropped incarnation takes no more commits: its leases are moot (cannot fail)."""
-        for key in [k for k in self._leases if k[0] == table_id]:
+        """A dropped incarnation takes no more commits: its leases are moot as leases (cannot
+        fail). Those that keep a batch's reads (read_ts) stay until released or their session
+        ends: the batch may still be reading the incarnation's files, and GC must not delete
+        them under it (metastore.gc)."""
+        for key in [k for k, v in self._leases.items() if k[0] == table_id and v.read_ts is None]:
             del self._leases[key]
 
     def check_publish(self, inc: TableState, *, tm: int) -> None:
@@ -356,6 +389,7 @@ class Sessions:
             "user": session.info.user,
             "pid": session.info.pid,
             "acquired_tm": lease.acquired_tm,
+            "read_ts": lease.read_ts,
             "expires_at_tm": session.deadline_tm,
             "expired": not session.live_at(tm),
         }
@@ -452,8 +486,20 @@ class Sessions:
             try:
                 inc = catalog.live_table(lease.table)
             except TableNotFoundError:
-                raise CatalogInvariantError(f"{where}: the table is not live") from None
-            if inc.table_id != table_id or version > inc.versions[-1].version:
+                inc = None
+            if inc is None or inc.table_id != table_id:
+                # Only a lease keeping a batch's reads outlives its incarnation's drop.
+                dropped = [
+                    i
+                    for i in catalog.incarnations(lease.table)
+                    if i.table_id == table_id and i.dropped_tu is not None
+                ]
+                if lease.read_ts is None or not dropped:
+                    raise CatalogInvariantError(f"{where}: no such live or dropped incarnation")
+                if version > dropped[0].versions[-1].version:
+                    raise CatalogInvariantError(f"{where}: no such version")
+                continue
+            if version > inc.versions[-1].version:
                 raise CatalogInvariantError(f"{where}: no such incarnation or version")
             if session.live_at(last_tm):
                 live_versions.setdefault(table_id, set()).add(version)
@@ -494,6 +540,8 @@ class Sessions:
                 ]
                 for s in self._sessions.values()
             ],
+            # Six items, a seventh (read_ts) only when set: snapshots of states without lease
+            # reads keep their exact bytes, and older snapshots load.
             "leases": [
                 [
                     lease.table.namespace,
@@ -502,6 +550,7 @@ class Sessions:
                     lease.version,
                     lease.session_id,
                     lease.acquired_tm,
+                    *([] if lease.read_ts is None else [lease.read_ts]),
                 ]
                 for lease in self._leases.values()
             ],
@@ -534,13 +583,19 @@ class Sessions:
                 if session.session_id in out._sessions:
                     raise MalformedSnapshotError(f"session {session.session_id!r} twice")
                 out._sessions[session.session_id] = session
-            for row in expect_rows(data["leases"], 6):
+            rows = data["leases"]
+            if not isinstance(rows, list):
+                raise MalformedSnapshotError("leases must be a list")
+            for row in rows:
+                if not isinstance(row, list) or len(row) not in (6, 7):
+                    raise MalformedSnapshotError("a lease must be a 6- or 7-item row")
                 lease = Lease(
                     table=TableName(namespace=expect_str(row[0]), name=expect_str(row[1])),
                     table_id=expect_int(row[2]),
                     version=expect_int(row[3]),
                     session_id=expect_str(row[4]),
                     acquired_tm=expect_int(row[5]),
+                    read_ts=expect_int(row[6]) if len(row) == 7 else None,
                 )
                 key = (lease.table_id, lease.version, lease.session_id)
                 if key in out._leases:
@@ -590,6 +645,19 @@ def _check_leasable(key: LeaseKey, catalog: Catalog) -> None:
                 "latest_versions": latest,
             },
         )
+
+
+def _before_threshold(key: LeaseKey, read_ts: int, threshold: int) -> BeforeGcThresholdError:
+    return BeforeGcThresholdError(
+        f"timestamp {read_ts} must be after GC threshold {threshold} (table {key.table}): a "
+        "lease cannot keep reads GC has already passed; re-plan at a fresh timestamp",
+        details={
+            "table": str(key.table),
+            "table_id": key.table_id,
+            "ts": read_ts,
+            "threshold": threshold,
+        },
+    )
 
 
 def _not_found(session_id: str, session: Session | None) -> SessionNotFoundError:

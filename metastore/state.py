@@ -261,7 +261,11 @@ class MetastoreState:
             case ExpireSessions():
                 return Outcome.success(self.sessions.expire(command, tm=tm))
             case AcquireLeases():
-                return Outcome.success(self.sessions.acquire(command, tm=tm, catalog=self.catalog))
+                return Outcome.success(
+                    self.sessions.acquire(
+                        command, tm=tm, catalog=self.catalog, threshold=self.gc.threshold
+                    )
+                )
             case ReleaseLeases():
                 return Outcome.success(self.sessions.release(command))
             case Protect():
@@ -512,7 +516,9 @@ class MetastoreState:
         self.catalog.check_invariants(dd=dd, last_tm=self.last_tm)
         self.txns.check_invariants(catalog=self.catalog, dd=dd, last_tm=self.last_tm)
         self.sessions.check_invariants(catalog=self.catalog, last_tm=self.last_tm)
-        self.gc.check_invariants(catalog=self.catalog, txns=self.txns, last_tm=self.last_tm)
+        self.gc.check_invariants(
+            catalog=self.catalog, txns=self.txns, sessions=self.sessions, last_tm=self.last_tm
+        )
         self.jobs.check_invariants(catalog=self.catalog)
         self.revoked.check_invariants(last_tm=self.last_tm)
         problems = self.requests.check_invariants(last_tm=self.last_tm)

@@ -632,6 +632,18 @@ def check_rows_found(table: str, abs_dir: str, rows_written: int, files: list[Da
         )
 
 
+def _pin_part(args: dict[str, Any], tables: list[str]) -> dict[str, Any]:
+    """`pin` arguments for a part of the tables: `reads` must name tables of the request, so
+    it keeps those of this part (and `read_ts` goes with them)."""
+    part = {**args, "tables": tables}
+    if "reads" in args:
+        reads = [t for t in args["reads"] if t in set(tables)]
+        part["reads"] = reads
+        if not reads:
+            part.pop("read_ts", None)
+    return part
+
+
 # A listing with at least this many manifests is expanded by Spark tasks, one per manifest;
 # fewer are read on the driver (a task launch costs more than reading a small manifest).
 EXECUTOR_EXPAND_MANIFESTS_MIN = 8
@@ -775,8 +787,8 @@ class BatchContext:
             if len(tables) < 2 or not too_big or details.get("limit") != "PIN_BYTES_MAX":
                 raise
         half = len(tables) // 2
-        first = self._pin_parts({**args, "tables": tables[:half]})
-        second = self._pin_parts({**args, "tables": tables[half:]})
+        first = self._pin_parts(_pin_part(args, tables[:half]))
+        second = self._pin_parts(_pin_part(args, tables[half:]))
         return {
             **second,
             "pins": [*first["pins"], *second["pins"]],
@@ -795,6 +807,12 @@ class BatchContext:
             args: dict[str, Any] = {"tables": self.tables, "ts": top, "timeout_ms": PIN_TIMEOUT_MS}
             if session_id is not None:
                 args["session_id"] = session_id
+                # The leases of the tables read keep GC below the batch's reads: at its own
+                # read_ts, else at the node's safe time (capped at Top), the floor of the
+                # read_ts `plan` picks. Tables only written keep the lease's usual margin.
+                args["reads"] = list(self.reads)
+                if self._requested_read_ts is not None and self.reads:
+                    args["read_ts"] = self._requested_read_ts
             try:
                 r = self._pin_parts(args)
             except BatchError as exc:
@@ -818,7 +836,18 @@ class BatchContext:
                     for p in r["pins"]
                 ]
                 self._lease_session = session_id
-                session.hold(self._leases, session_id=session_id)
+                # What the pin recorded on the leases of the tables read (see `pin`): kept if
+                # the session has to take a lease again after a crossing release.
+                floor = self._requested_read_ts
+                if floor is None:
+                    floor = min(top, int(r["safe_time"]))
+                reads = set(self.reads)
+                floors = {
+                    k: floor
+                    for k, p in zip(self._leases, r["pins"], strict=True)
+                    if p["table"] in reads
+                }
+                session.hold(self._leases, session_id=session_id, read_floors=floors)
             return r
         raise BatchError("the metastore session expired twice while pinning", retryable=True)
 

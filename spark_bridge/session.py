@@ -11,7 +11,9 @@ are ref-counted here, one per (table id, version) however many concurrent batche
 When a count drops to zero the lease is released by the background thread after a short grace
 (a streaming query's next micro-batch usually re-pins the same version first), never by the
 batch itself. If a release and a new pin of the same version cross on the wire (the server may
-see the release second), the thread re-acquires what is in use again right after its release.
+see the release second), the thread re-acquires what is in use again right after its release,
+with the earliest read_ts of the batches holding it (`hold(read_floors=...)`, what their pins
+recorded on the lease), so the lease taken again still keeps GC below their reads.
 A release refused with a retryable error (the cluster unavailable for the client's whole
 budget) is tried again after the grace: heartbeats keep a session's leases alive, so a lease
 given up on would block schema changes until the application ends.
@@ -34,7 +36,7 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -84,6 +86,9 @@ class BridgeSession:
         # seeing no session must open one session between them, not one each.
         self._open_lock = threading.Lock()
         self._refs: dict[LeaseKey, int] = {}
+        # Per lease, the earliest read_ts of the batches holding it (only leases of tables they
+        # read): what a re-acquire after a crossing release must ask the server to keep.
+        self._floors: dict[LeaseKey, int] = {}
         self._idle_since: dict[LeaseKey, float] = {}  # refs hit zero at (monotonic s)
         self._releasing: set[LeaseKey] = set()
         self._wake = threading.Event()
@@ -139,6 +144,7 @@ class BridgeSession:
                 return  # already replaced
             self.session_id = None
             self._refs.clear()
+            self._floors.clear()
             self._idle_since.clear()
         log.warning("metastore session %s expired; opening a new one", session_id)
         self.reopened += 1
@@ -163,16 +169,25 @@ class BridgeSession:
 
     # ------------------------------------------------------------------ leases
 
-    def hold(self, keys: Iterable[LeaseKey], *, session_id: str | None = None) -> None:
+    def hold(
+        self,
+        keys: Iterable[LeaseKey],
+        *,
+        session_id: str | None = None,
+        read_floors: Mapping[LeaseKey, int] | None = None,
+    ) -> None:
         """A batch pinned (and the server leased) `keys` under `session_id` (default: the
         current session): count them in. Leases of a session already lost are not counted:
-        they went with it, and the counts are the current session's."""
+        they went with it, and the counts are the current session's. `read_floors`: the
+        read_ts the pin recorded on the leases of the tables the batch reads."""
         with self._lock:
             if session_id is not None and session_id != self.session_id:
                 return
             for key in keys:
                 self._refs[key] = self._refs.get(key, 0) + 1
                 self._idle_since.pop(key, None)
+            for key, floor in (read_floors or {}).items():
+                self._floors[key] = min(floor, self._floors.get(key, floor))
 
     def drop(self, keys: Iterable[LeaseKey], *, session_id: str | None = None) -> None:
         """A batch ended (committed or not): count its leases, taken under `session_id`
@@ -270,11 +285,20 @@ class BridgeSession:
             with self._lock:
                 self._releasing.difference_update(due)
                 # A batch pinned one of these again while the release was on the wire: the
-                # server may have applied the release second. Take it again.
-                again = [k for k in due if self._refs.get(k, 0) > 0]
-        if again:
+                # server may have applied the release second. Take it again, keeping the
+                # reads of the batches holding it.
+                again: dict[int | None, list[LeaseKey]] = {}
+                for k in due:
+                    if self._refs.get(k, 0) > 0:
+                        again.setdefault(self._floors.get(k), []).append(k)
+                    else:
+                        self._floors.pop(k, None)
+        for floor, keys in again.items():
             try:
-                self.client.lease_acquire(session_id, [k.wire() for k in again])
+                if floor is None:
+                    self.client.lease_acquire(session_id, [k.wire() for k in keys])
+                else:
+                    self.client.lease_acquire(session_id, [k.wire() for k in keys], read_ts=floor)
             except MetastoreError as exc:
                 # e.g. the version is no longer one of the two latest: the batch's commit
                 # rule still protects correctness.

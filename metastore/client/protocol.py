@@ -744,9 +744,15 @@ class MetastoreClient:
         args = {"all": include_ended, "limit": SESSION_PAGE_LIMIT}
         return await self._all_pages("session_list", args, ("sessions",))
 
-    async def lease_acquire(self, session_id: str, leases: list[dict[str, Any]]) -> dict[str, Any]:
-        """Lease [{table, table_id, version}, ...] for the session (a heartbeat too)."""
-        return await self.call("lease_acquire", {"session_id": session_id, "leases": leases})
+    async def lease_acquire(
+        self, session_id: str, leases: list[dict[str, Any]], read_ts: int | None = None
+    ) -> dict[str, Any]:
+        """Lease [{table, table_id, version}, ...] for the session (a heartbeat too); with
+        `read_ts`, the leases keep GC below reads of those tables at it."""
+        args: dict[str, Any] = {"session_id": session_id, "leases": leases}
+        if read_ts is not None:
+            args["read_ts"] = read_ts
+        return await self.call("lease_acquire", args)
 
     async def lease_release(self, session_id: str, leases: list[dict[str, Any]]) -> dict[str, Any]:
         return await self.call("lease_release", {"session_id": session_id, "leases": leases})
@@ -913,16 +919,24 @@ class MetastoreClient:
         ts: int | None = None,
         *,
         session_id: str | None = None,
+        reads: list[str] | None = None,
+        read_ts: int | None = None,
         timeout_ms: int | None = None,
     ) -> dict[str, Any]:
         """The schema in force at `ts` (default now) for each table, after one safe-time wait,
-        and - with `session_id` - a lease on each pinned version, in one round trip."""
+        and - with `session_id` - a lease on each pinned version, in one round trip. The
+        leases of `reads` (default: every table) keep GC below the caller's reads: at `read_ts`,
+        default the node's safe time (capped at `ts`), as the reply's `safe_time` says."""
         args: dict[str, Any] = {
             "tables": list(tables),
             "ts": self.clock.now() if ts is None else ts,
         }
         if session_id is not None:
             args["session_id"] = session_id
+        if reads is not None:
+            args["reads"] = list(reads)
+        if read_ts is not None:
+            args["read_ts"] = read_ts
         if timeout_ms is not None:
             args["timeout_ms"] = timeout_ms
         return await self.call("pin", args)
@@ -1550,8 +1564,10 @@ class SyncMetastoreClient:
     def session_list(self, *, include_ended: bool = False) -> dict[str, Any]:
         return self._sync(self._client.session_list, include_ended=include_ended)
 
-    def lease_acquire(self, session_id: str, leases: list[dict[str, Any]]) -> dict[str, Any]:
-        return self._sync(self._client.lease_acquire, session_id, leases)
+    def lease_acquire(
+        self, session_id: str, leases: list[dict[str, Any]], read_ts: int | None = None
+    ) -> dict[str, Any]:
+        return self._sync(self._client.lease_acquire, session_id, leases, read_ts)
 
     def lease_release(self, session_id: str, leases: list[dict[str, Any]]) -> dict[str, Any]:
         return self._sync(self._client.lease_release, session_id, leases)

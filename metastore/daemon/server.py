@@ -286,7 +286,9 @@ class ApiServer:
                 ),
             ),
             "pin": _Op(
-                Role.READER, self._pin, frozenset({"tables", "ts", "session_id", "timeout_ms"})
+                Role.READER,
+                self._pin,
+                frozenset({"tables", "ts", "session_id", "reads", "read_ts", "timeout_ms"}),
             ),
             "session_open": _Op(
                 Role.WRITER,
@@ -318,7 +320,9 @@ class ApiServer:
                 Role.READER, self._session_list, frozenset({"all", "limit", "page_token"})
             ),
             "lease_acquire": _Op(
-                Role.WRITER, self._lease_acquire, frozenset({"session_id", "leases", "timeout_ms"})
+                Role.WRITER,
+                self._lease_acquire,
+                frozenset({"session_id", "leases", "read_ts", "timeout_ms"}),
             ),
             "lease_release": _Op(
                 Role.WRITER, self._lease_release, frozenset({"session_id", "leases", "timeout_ms"})
@@ -1817,9 +1821,14 @@ class ApiServer:
         return _distinct_leases(keys)
 
     async def _lease_acquire(self, session: Session, args: Args) -> dict[str, Any]:
+        """With `read_ts`, the leases keep GC below reads at it (as `pin`'s leases do)."""
+        leases = self._lease_keys(args)
+        read_ts = _opt_int(args, "read_ts", 1, MAX_TS)
         cmd = AcquireLeases(
             session_id=_req_str(args, "session_id", mlimits.MAX_SESSION_ID_CHARS),
-            leases=self._lease_keys(args),
+            leases=leases,
+            read_ts=read_ts,
+            reads=() if read_ts is None else tuple(dict.fromkeys(k.table_id for k in leases)),
         )
         return dict((await self._propose_command(session, cmd, _timeout(args)))["result"])
 
@@ -1885,10 +1894,29 @@ class ApiServer:
 
     async def _pin(self, session: Session, args: Args) -> dict[str, Any]:
         """Pin several tables at one Top (IEP-98: wait for safe time >= Top - DD once) and, with
-        `session_id`, lease the pinned versions in the same request: one round trip per batch."""
+        `session_id`, lease the pinned versions in the same request: one round trip per batch.
+
+        The leases of the tables the batch reads (`reads`, default all of `tables`) record the
+        timestamp it reads them at - its own `read_ts`, else this node's safe time as reported
+        (capped at Top), which is what a batch reads at without waiting - so GC keeps their
+        thresholds below it however long the lease took to apply (metastore.gc)."""
         self._require_ready()
         tables = list(dict.fromkeys(_req_str_list(args, "tables", mlimits.MAX_LEASES_PER_COMMAND)))
+        reads = (
+            None
+            if args.get("reads") is None
+            else set()
+            if args.get("reads") == []
+            else {
+                TableName.parse(t)
+                for t in _req_str_list(args, "reads", mlimits.MAX_LEASES_PER_COMMAND)
+            }
+        )
+        if reads is not None and not reads <= {TableName.parse(t) for t in tables}:
+            raise BadRequestError("'reads' must name tables listed in 'tables'")
+        read_ts = _opt_int(args, "read_ts", 1, MAX_TS)
         top, waited = await self._at(args, "ts")
+        safe_time = self.node.safe_time
         state = self.sm.state
         pins = []
         keys = []
@@ -1913,13 +1941,22 @@ class ApiServer:
             "ts": top,
             "pins": pins,
             "waited_ms": waited,
-            "safe_time": self.node.safe_time,
+            "safe_time": safe_time,
         }
         session_id = _opt_str(args, "session_id", mlimits.MAX_SESSION_ID_CHARS)
         if session_id is not None:
             if session.role is None or session.role < Role.WRITER:
                 raise ForbiddenError("leasing needs the writer role")
-            cmd = AcquireLeases(session_id=session_id, leases=_distinct_leases(keys))
+            leases = _distinct_leases(keys)
+            read_ids = tuple(
+                dict.fromkeys(k.table_id for k in leases if reads is None or k.table in reads)
+            )
+            cmd = AcquireLeases(
+                session_id=session_id,
+                leases=leases,
+                read_ts=(min(top, safe_time) if read_ts is None else read_ts) if read_ids else None,
+                reads=read_ids,
+            )
             applied = await self._propose_command(session, cmd, _timeout(args))
             result["lease"] = applied["result"]
         return result

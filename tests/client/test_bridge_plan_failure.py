@@ -20,9 +20,17 @@ class _Session:
     def __init__(self) -> None:
         self.held: list[tuple[list[LeaseKey], str | None]] = []
         self.dropped: list[tuple[list[LeaseKey], str | None]] = []
+        self.floors: dict[LeaseKey, int] = {}
 
-    def hold(self, keys: list[LeaseKey], *, session_id: str | None = None) -> None:
+    def hold(
+        self,
+        keys: list[LeaseKey],
+        *,
+        session_id: str | None = None,
+        read_floors: dict[LeaseKey, int] | None = None,
+    ) -> None:
         self.held.append((list(keys), session_id))
+        self.floors.update(read_floors or {})
 
     def drop(self, keys: list[LeaseKey], *, session_id: str | None = None) -> None:
         self.dropped.append((list(keys), session_id))
@@ -59,6 +67,9 @@ def test_a_pin_too_large_for_one_reply_is_split_at_the_same_ts() -> None:
     class _Client:
         def call(self, op: str, args: dict[str, Any]) -> dict[str, Any]:
             assert op == "pin" and args["ts"] == 77
+            # As a node checks it: `reads` names tables of this request only.
+            assert set(args["reads"]) <= set(args["tables"])
+            assert ("read_ts" in args) == bool(args["reads"])
             calls.append(list(args["tables"]))
             if len(args["tables"]) > 2:
                 raise limit_exceeded("PIN_BYTES_MAX", 10, 20, "bytes of schemas in one pin")
@@ -69,7 +80,59 @@ def test_a_pin_too_large_for_one_reply_is_split_at_the_same_ts() -> None:
     batch.client = _Client()  # type: ignore[assignment]
     batch.txn_id = "t-1"
     tables = ["ns.a", "ns.b", "ns.c", "ns.d", "ns.e"]
-    r = batch._pin_parts({"tables": tables, "ts": 77})
+    r = batch._pin_parts({"tables": tables, "ts": 77, "reads": ["ns.a", "ns.e"], "read_ts": 5})
     assert [p["table"] for p in r["pins"]] == tables
     assert calls == [tables, ["ns.a", "ns.b"], ["ns.c", "ns.d", "ns.e"], ["ns.c"], ["ns.d", "ns.e"]]
     assert r["safe_time"] == 72 and r["waited_ms"] == 3.0
+
+
+class _Session2(_Session):
+    def current(self) -> str:
+        return "s-1"
+
+
+class _PinClient:
+    """Answers `pin` like a node whose safe time trails Top; remembers the requests."""
+
+    def __init__(self) -> None:
+        self.pins: list[dict[str, Any]] = []
+
+    def call(self, op: str, args: dict[str, Any]) -> dict[str, Any]:
+        assert op == "pin"
+        self.pins.append(args)
+        pins = [
+            {
+                "table": t,
+                "table_id": i + 1,
+                "version": 1,
+                "tu": 1,
+                "location": "/w",
+                "schema": {"columns": [], "ddl": ""},
+            }
+            for i, t in enumerate(args["tables"])
+        ]
+        return {"ts": args["ts"], "pins": pins, "waited_ms": 0.0, "safe_time": args["ts"] - 99}
+
+
+@pytest.mark.parametrize("read_ts", [None, 1234])
+def test_a_writing_batchs_pin_names_the_tables_it_reads_and_its_read_ts(
+    read_ts: int | None,
+) -> None:
+    client = _PinClient()
+    session = _Session2()
+    bridge = bare_bridge(client, session=session)
+    ctx = BatchContext(
+        bridge, reads=["ns.r"], writes=["ns.w"], txn_id="t", read_ts=read_ts, check_reads=False
+    )
+    ctx.plan(top=10_000)
+    (args,) = client.pins
+    assert args["session_id"] == "s-1"
+    # The server leases ns.r's reads at this read_ts, or at its safe time capped at Top: never
+    # above what the batch reads at.
+    assert args["reads"] == ["ns.r"]
+    assert args.get("read_ts") == read_ts
+    assert ctx.read_ts == (10_000 - 99 if read_ts is None else read_ts)
+    # The session keeps what the pin recorded on the read table's lease (for a re-acquire).
+    assert session.floors == {
+        LeaseKey(table="ns.r", table_id=1, version=1): 10_000 - 99 if read_ts is None else read_ts
+    }

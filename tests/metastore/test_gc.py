@@ -26,6 +26,7 @@ from metastore.commands import (
     LeaseKey,
     OpenSession,
     Protect,
+    ReleaseLeases,
     ReleaseProtection,
     SessionInfo,
     TableName,
@@ -280,6 +281,39 @@ def test_namespace_and_cluster_protections_cover_tables_created_later() -> None:
     assert advance(d, 1 << 62, table=later)["held_by"] == {"kind": "protection", "record_id": "ns"}
 
 
+def test_a_table_protection_covers_the_incarnation_its_name_reads_at_ts() -> None:
+    # The name was dropped and re-created after ts: reads AS OF ts of the name read the old
+    # incarnation, so a protection of the name at ts must keep that one too, not only the
+    # incarnation live when the protect applies.
+    d = table_driver()
+    commit(d, "a", add=("f1",))
+    d.tm += 10 * MS
+    ts = d.tm
+    assert paths_at(d, ts) == ["f1"]
+    d.ok("DROP TABLE ns.t")
+    d.ok("CREATE TABLE ns.t (id BIGINT) TBLPROPERTIES ('gc.ttl' = '1s')")
+    d.tm += (DD_MS + 1) * MS
+    view = ok(d, protect("p", ts))
+    old_id = d.state.catalog.incarnations(T)[0].table_id
+    assert view["earlier_table_ids"] == [old_id]
+    snap = d.state.to_snapshot()
+    restored = MetastoreState.from_snapshot(snap)
+    assert restored == d.state and restored.to_snapshot() == snap
+    d.tm += 5 * TTL_MS * MS
+    result = ok(d, AdvanceGcThreshold(table=T, table_id=old_id, up_to=d.tm))
+    assert result["held_by"] == {"kind": "protection", "record_id": "p"}
+    assert result["threshold"] < ts and result["purged"] == 0
+    assert paths_at(d, ts) == ["f1"]
+    # An incarnation the name stopped reading at before ts is not held, and one whose threshold
+    # already passed ts makes the protect fail rather than return without protecting.
+    d.tm += 5 * TTL_MS * MS
+    ok(d, ReleaseProtection(record_id="p"))
+    ok(d, AdvanceGcThreshold(table=T, table_id=old_id, up_to=d.tm))
+    refused(d, protect("q", ts), BeforeGcThresholdError)
+    ok(d, protect("r", d.tm))
+    assert d.state.gc.covering(d.state.catalog.incarnations(T)[0]) == []
+
+
 def test_protect_validates_targets_owner_id_reuse_and_limits(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -341,6 +375,27 @@ def test_a_live_lease_holds_the_threshold_at_its_reads() -> None:
     result = advance(d, 1 << 62)
     assert result["threshold"] == acquired - 2 * DD
     assert result["held_by"] == {"kind": "lease", "session_id": "s"}
+
+
+def test_a_reading_lease_keeps_the_files_of_a_table_dropped_under_the_batch() -> None:
+    # DROP TABLE does not stop a batch already reading the table's files: its lease must keep
+    # holding GC below its reads until the batch lets it go (a write-only lease is moot then).
+    d = table_driver()
+    commit(d, "a", add=("f1",))
+    ok(d, OpenSession(session_id="s", info=SessionInfo(), ttl_ms=100_000))
+    read_ts = d.tm
+    lease = (LeaseKey(table=T, table_id=1, version=1),)
+    ok(d, AcquireLeases(session_id="s", leases=lease, read_ts=read_ts, reads=(1,)))
+    d.ok("DROP TABLE ns.t")
+    d.tm += 5 * TTL_MS * MS
+    result = advance(d, 1 << 62)
+    assert result["threshold"] < read_ts and result["purged"] == 0
+    assert result["held_by"] == {"kind": "lease", "session_id": "s"}
+    assert paths_at(d, read_ts) == ["f1"]
+    restored = MetastoreState.from_snapshot(d.state.to_snapshot())
+    assert restored == d.state
+    ok(d, ReleaseLeases(session_id="s", leases=lease))
+    assert advance(d, 1 << 62)["purged"] == 1
 
 
 def test_gc_status_reads_a_table_once_however_many_protections_cover_it(
@@ -489,10 +544,11 @@ def test_bad_gc_commands_are_refused_before_the_log(cmd: Command) -> None:
 
 
 class GcMachine(RuleBasedStateMachine):
-    """Commits (adds and overwrites), protections (with expiry), releases, GC steps (threshold,
-    purge, deletion), idle time and snapshot restarts, against a model of every file's live
-    interval. Checked after every step: every read above the threshold gives the model's answer,
-    every live protection is above the threshold, and nothing deleted is visible above it."""
+    """Commits (adds and overwrites), protections (with expiry), releases, leases reading at a
+    past commit (a lagging node's safe time), GC steps (threshold, purge, deletion), idle time
+    and snapshot restarts, against a model of every file's live interval. Checked after every
+    step: every read above the threshold gives the model's answer, every live protection and
+    lease read is above the threshold, and nothing deleted is visible above it."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -526,6 +582,22 @@ class GcMachine(RuleBasedStateMachine):
         cmd = protect(f"p{self.n}", ts, max_age_ms=max_age)
         self.n += 1
         outcome = self.d.apply(cmd)
+        if ts <= self.threshold():
+            assert isinstance(outcome.exception(), BeforeGcThresholdError)
+        else:
+            outcome.raise_for_error()
+
+    @rule(back=st.integers(0, 5), release=st.booleans())
+    def lease_reading_at_a_past_commit(self, back: int, release: bool) -> None:
+        lease = (LeaseKey(table=T, table_id=1, version=1),)
+        if release:
+            ok(self.d, ReleaseLeases(session_id="batch", leases=lease))
+            return
+        ok(self.d, OpenSession(session_id="batch", info=SessionInfo(), ttl_ms=600_000))
+        ts = (self.commit_ts[-back - 1 :] or [self.d.tm])[0]
+        outcome = self.d.apply(
+            AcquireLeases(session_id="batch", leases=lease, read_ts=ts, reads=(1,))
+        )
         if ts <= self.threshold():
             assert isinstance(outcome.exception(), BeforeGcThresholdError)
         else:
@@ -570,6 +642,8 @@ class GcMachine(RuleBasedStateMachine):
         samples = {threshold + 1, self.d.tm}
         samples.update(ts for ts in self.commit_ts if ts > threshold)
         samples.update(r.ts for r in self.d.state.gc.records())
+        leases = self.d.state.sessions.leases()
+        samples.update(lease.read_ts for lease in leases if lease.read_ts is not None)
         created = self.d.state.catalog.incarnations(T)[0].created_tu
         for ts in sorted(samples):
             if not created <= ts <= self.d.tm:
@@ -581,6 +655,8 @@ class GcMachine(RuleBasedStateMachine):
             assert not self.deleted & set(expected)
         for record in self.d.state.gc.records():
             assert record.ts > threshold
+        for lease in leases:
+            assert lease.read_ts is None or lease.read_ts > threshold
         for inc in self.d.state.catalog.all_incarnations():
             profile = self.d.state.txns.dead_profile(inc.table_id)
             for ts in {0, threshold, self.d.tm, *samples, *(s - 1 for s in profile.stamps)}:

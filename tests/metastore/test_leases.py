@@ -327,6 +327,31 @@ def test_snapshots_keep_sessions_leases_and_endings_and_version_2_loads() -> Non
         MetastoreState.from_snapshot(msgpack.packb(obj, use_bin_type=True))
 
 
+def test_a_lease_keeps_the_earliest_read_of_its_batches_and_snapshots_keep_it() -> None:
+    d = table_driver()
+    ok(d, open_cmd("a", ttl_ms=100_000))
+    ok(d, AcquireLeases(session_id="a", leases=(key(1),)))
+    (lease,) = d.state.sessions.leases()
+    assert lease.read_ts is None  # an older client's lease: the acquired Tm margin only
+    acquired = lease.acquired_tm
+    old_snap = d.state.to_snapshot()
+    assert len(msgpack.unpackb(old_snap, raw=False)["sessions"]["leases"][0]) == 6
+    ok(d, AcquireLeases(session_id="a", leases=(key(1),), read_ts=d.tm - 50, reads=(1,)))
+    ok(d, AcquireLeases(session_id="a", leases=(key(1),), read_ts=d.tm - 10, reads=(1,)))
+    (lease,) = d.state.sessions.leases()
+    assert lease.read_ts == d.tm - 2 * MS - 50  # the earlier batch's read stays the floor
+    assert lease.acquired_tm == acquired  # unchanged by the later acquires
+    snap = d.state.to_snapshot()
+    restored = MetastoreState.from_snapshot(snap)
+    assert restored == d.state and restored.to_snapshot() == snap
+    assert restored.sessions.leases()[0].read_ts == lease.read_ts
+    assert MetastoreState.from_snapshot(old_snap).sessions.leases()[0].read_ts is None
+    obj = msgpack.unpackb(snap, raw=False)
+    obj["sessions"]["leases"][0].append(1)  # eight items
+    with pytest.raises(MetastoreError):
+        MetastoreState.from_snapshot(msgpack.packb(obj, use_bin_type=True))
+
+
 @pytest.mark.parametrize(
     "cmd",
     [
@@ -335,6 +360,7 @@ def test_snapshots_keep_sessions_leases_and_endings_and_version_2_loads() -> Non
         CloseSession(session_id="s1"),
         ExpireSessions(session_ids=("a", "b"), reason="admin", by="root"),
         AcquireLeases(session_id="s1", leases=(key(1), key(2, table_id=3))),
+        AcquireLeases(session_id="s1", leases=(key(1), key(2, table_id=3)), read_ts=77, reads=(3,)),
         ReleaseLeases(session_id="s1", leases=(key(1),)),
     ],
 )
@@ -358,6 +384,11 @@ def test_session_commands_round_trip(cmd: Command) -> None:
         AcquireLeases(session_id="s1", leases=()),
         AcquireLeases(session_id="s1", leases=(key(1), key(1))),
         AcquireLeases(session_id="s1", leases=(key(0),)),
+        AcquireLeases(session_id="s1", leases=(key(1),), read_ts=5),
+        AcquireLeases(session_id="s1", leases=(key(1),), reads=(1,)),
+        AcquireLeases(session_id="s1", leases=(key(1),), read_ts=0, reads=(1,)),
+        AcquireLeases(session_id="s1", leases=(key(1),), read_ts=5, reads=(2,)),
+        AcquireLeases(session_id="s1", leases=(key(1),), read_ts=5, reads=(1, 1)),
         ReleaseLeases(session_id="s1", leases=(key(1, table_id=0),)),
     ],
 )

@@ -330,3 +330,45 @@ def test_an_expiry_and_a_heartbeat_at_once_open_one_new_session() -> None:
     finally:
         client.go.set()
         session.close()
+
+
+class CrossingClient(FlakyClient):
+    """A new batch pins the lease again while its release is on the wire (the server applies
+    the release second); records the re-acquire."""
+
+    def __init__(self) -> None:
+        super().__init__(failures=0)
+        self.session: BridgeSession | None = None
+        self.acquires: list[tuple[list[dict[str, Any]], int | None]] = []
+        self.acquired = threading.Event()
+
+    def lease_release(self, session_id: str, leases: list[dict[str, Any]]) -> dict[str, Any]:
+        assert self.session is not None
+        key = LeaseKey(table="ns.t", table_id=7, version=1)
+        self.session.hold([key], read_floors={key: 90})  # the crossing pin, reading at 90
+        return super().lease_release(session_id, leases)
+
+    def lease_acquire(
+        self, session_id: str, leases: list[dict[str, Any]], read_ts: int | None = None
+    ) -> dict[str, Any]:
+        self.acquires.append((leases, read_ts))
+        self.acquired.set()
+        return {}
+
+
+def test_a_lease_taken_again_after_a_crossing_release_keeps_the_batchs_reads() -> None:
+    """The server dropped the lease (with the read_ts the crossing batch's pin recorded on
+    it); the lease taken again must keep GC below that batch's reads, not only below its own
+    acquired Tm - 2 DD, or a short gc.ttl deletes files the batch is reading."""
+    client = CrossingClient()
+    session = BridgeSession(client, app_id="app-9", app_name="upkeep")  # type: ignore[arg-type]
+    client.session = session
+    try:
+        key = LeaseKey(table="ns.t", table_id=7, version=1)
+        session.hold([key], read_floors={key: 100})
+        session.drop([key])
+        assert client.acquired.wait(timeout=5), "the crossing lease was not taken again"
+        assert client.acquires == [([key.wire()], 90)]
+        assert session.held() == {key: 1}
+    finally:
+        session.close()
