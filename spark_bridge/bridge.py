@@ -198,7 +198,9 @@ class MetastoreBridge:
         `leases=True` (the default) opens a metastore session for this Spark application and
         leases the schema versions each writing batch pins, so no schema change can overtake a
         running batch twice (a third version waits for the lease). `session_ttl_ms` overrides
-        the cluster's session TTL (how long a killed driver can block schema changes).
+        the cluster's session TTL (how long a killed driver can block schema changes). With
+        `leases=False` the session is opened all the same but leases nothing: batches write
+        into its attempt directories, which GC's orphan scan leaves alone while it lives.
         After a commit, a written table with more than `loose_files_max` (default: the
         cluster's `loose_files_max` setting; 0 turns it off) loose file entries is compacted
         into manifest files (metastore.manifests)."""
@@ -221,16 +223,24 @@ class MetastoreBridge:
         spark.conf.set("spark.sql.parquet.fieldId.read.enabled", "true")
         spark.conf.set("spark.sql.parquet.fieldId.write.enabled", "true")
         self._register_data_source()
+        # The session batches lease under (None: `leases=False`), and one that only owns the
+        # batches' attempt directories when they do not lease: GC's orphan scan deletes old
+        # unreferenced files anywhere else, so a batch longer than its grace could lose files
+        # it then commits (metastore.leases `check_attempt_owners`).
         self.session: BridgeSession | None = None
+        self.unleased_session: BridgeSession | None = None
+        sc = spark.sparkContext
+        opened = BridgeSession(
+            self.client,
+            app_id=str(sc.applicationId or ""),
+            app_name=str(sc.appName or app_name),
+            ttl_ms=session_ttl_ms,
+        )
         if leases:
-            sc = spark.sparkContext
-            self.session = BridgeSession(
-                self.client,
-                app_id=str(sc.applicationId or ""),
-                app_name=str(sc.appName or app_name),
-                ttl_ms=session_ttl_ms,
-            )
-            self._close_with(sc)
+            self.session = opened
+        else:
+            self.unleased_session = opened
+        self._close_with(sc)
         # The newest commit timestamp of this bridge's batches (0 = none yet): later batches read
         # at or above it. Batches may run on several threads (streaming queries), hence the lock.
         self._last_commit_ts = 0
@@ -244,7 +254,7 @@ class MetastoreBridge:
         when the session's TTL runs out. PySpark has no stop listener for Python code, so the
         context's `stop` is wrapped (each bridge wraps it once; the wrappers chain)."""
         original = sc.stop
-        session = self.session
+        session = self.attempt_session
 
         def stop(*args: Any, **kwargs: Any) -> Any:
             try:
@@ -257,9 +267,21 @@ class MetastoreBridge:
 
     def close(self) -> None:
         """Close the session (releasing its leases) and the client."""
-        if self.session is not None:
-            self.session.close()
+        if self.attempt_session is not None:
+            self.attempt_session.close()
         self.client.close()
+
+    @property
+    def attempt_session(self) -> BridgeSession | None:
+        """The session whose attempt directories batches write into (the leasing one, if
+        any)."""
+        return self.session if self.session is not None else self.unleased_session
+
+    def attempt_owner(self) -> str:
+        """The id of the session a batch's attempt directory is named after ("" if none: the
+        token may not open sessions, or reopening one failed)."""
+        session = self.attempt_session
+        return (session.current() if session is not None else None) or ""
 
     @property
     def last_commit_ts(self) -> int:
@@ -940,8 +962,9 @@ class BatchContext:
         from pyspark.sql import functions as F
 
         shaped = conform(df, table, pin.write_columns)
-        owner = self.bridge.session.current() if self.bridge.session is not None else None
-        abs_dir, rel_dir = new_attempt_dir(pin.location, self.txn_id, owner=owner or "")
+        abs_dir, rel_dir = new_attempt_dir(
+            pin.location, self.txn_id, owner=self.bridge.attempt_owner()
+        )
         # Count the rows Spark writes, as the write runs (Spark completes the observation
         # before `parquet()` returns), to check the files the driver then finds against it.
         written = Observation()
@@ -1046,9 +1069,10 @@ class BatchContext:
                 # metastore refused them. Give that session up (if it is still the current one)
                 # so the next run writes under a live session, and run the batch again.
                 gone = exc.cause.details.get("session_id")
-                if self.bridge.session is not None and isinstance(gone, str):
+                owner = self.bridge.attempt_session
+                if owner is not None and isinstance(gone, str):
                     try:
-                        self.bridge.session.lost(gone)
+                        owner.lost(gone)
                     except MetastoreError as reopen:  # the next batch's pin opens one
                         log.warning("reopening the metastore session failed: %s", reopen)
                 raise BatchError(

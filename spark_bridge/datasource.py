@@ -5,6 +5,7 @@
     # optional: .option("txn_id", "<stable id>") makes a retried job commit once
     # optional: .option("loose_files_max", "10000") compacts the table into manifests past it
     #           (default: the cluster's loose_files_max setting)
+    # optional: .option("session_ttl_ms", "1800000") the TTL of the append's session (below)
 
 Reads pin one timestamp (the `as_of` option — an HLC integer, ISO-8601 time, `-5m`-style relative
 time or `now` — default now, or the newest acknowledged commit's ts if that is later), take the
@@ -16,6 +17,17 @@ fresh directory and commit them in one metastore commit from the driver side; an
 commits nothing. Reads see the pinned version's public columns; appends also write the columns a
 schema change job holds write-only (its `write_schema`): the DataFrame may omit them (they are
 hidden from readers), and the writer fills their DEFAULT, or NULL.
+
+Each append runs under a metastore session of its own, opened (fresh id, TTL the
+`session_ttl_ms` option, default 10 min, at most 1 h) when the write is planned: its files go to
+that session's attempt directory `_txn/<session id>--append-<random>/`, which GC's orphan scan
+leaves alone while the session lives, however long the job runs. Each task heartbeats the
+session when it starts and every third of the TTL while it runs (so executors must reach the
+metastore; a failed heartbeat is only logged), `commit()` heartbeats it before committing, and
+the commit or abort closes it. A job that lets it expire (no task started or running for a whole
+TTL: a long stage before the write, an executor lost for long) fails at its next task, or its
+commit is refused with SessionNotFoundError (reason `attempt_session_not_live`; nothing
+committed, since GC may have deleted files of an ended session): re-run it, with a larger TTL.
 
 Facts of the API this relies on (PySpark 4.x): `schema()`, `reader()`, `partitions()`,
 `writer()` and `commit()` run in Python worker processes on the driver host, `read()`/`write()`
@@ -45,7 +57,14 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
     from pyspark.sql.types import StructType
 
+    from metastore.errors import MetastoreError, SessionNotFoundError
     from raft.tls import ClientTls
+
+# The TTL of an append's session (option "session_ttl_ms"): how long the job may go without a
+# task starting or running (and between the last task and the commit) before the session ends
+# and its commit is refused. Longer than a lease-holding session's: it blocks no schema change,
+# it only keeps a killed job's files from GC that much longer.
+WRITE_SESSION_TTL_MS_DEFAULT = 600_000
 
 
 def _client(endpoints: list[str], token: str, tls: ClientTls | None = None) -> Any:
@@ -193,13 +212,20 @@ class MetastoreWriter(DataSourceWriter):
         not_before: int,
         txn_id: str | None = None,
         given: int | None = None,
+        session_id: str,
+        session_ttl_ms: int,
         tls: ClientTls | None = None,
         loose_files_max: int | None = None,
     ) -> None:
         """`columns` are the write columns of the pinned version; the rows carry the first
         `given` of them (default all) and the writer fills the rest (write-only columns) with
         their DEFAULT, or NULL. After the commit, a table holding more than `loose_files_max`
-        (default: the cluster's setting, 0: never) loose file entries is compacted."""
+        (default: the cluster's setting, 0: never) loose file entries is compacted.
+        `session_id` is the write's own metastore session (`open_write_session`, TTL
+        `session_ttl_ms`): the files go to its attempt directory, the tasks and the commit
+        heartbeat it, and the commit or abort closes it."""
+        self.session_id = session_id
+        self.session_ttl_ms = session_ttl_ms
         self.loose_files_max = loose_files_max
         self.endpoints = endpoints
         self.token = token
@@ -219,9 +245,99 @@ class MetastoreWriter(DataSourceWriter):
         # commit, so a retried commit call dedupes. A caller that retries whole jobs passes its
         # own stable id with the "txn_id" write option.
         self.txn_id = txn_id or f"append:{table}:{uuid.uuid4()}"
-        self.rel_dir = f"_txn/append-{uuid.uuid4().hex[:12]}"
+        # The session's attempt directory: GC's orphan scan leaves it alone while the session
+        # lives, and the metastore refuses a commit of its files once it does not.
+        self.rel_dir = f"_txn/{session_id}--append-{uuid.uuid4().hex[:12]}"
+
+    def _expired(self, cause: MetastoreError) -> SessionNotFoundError:
+        from metastore.errors import SessionNotFoundError
+        from metastore.limits import SESSION_TTL_MS_MAX
+
+        return SessionNotFoundError(
+            f"the metastore session {self.session_id} of this format('metastore') append to "
+            f"{self.table} ended (expired: nothing heartbeat it for {self.session_ttl_ms} ms, or "
+            "closed) before its commit, so GC may have deleted its files as orphans; nothing "
+            "was committed. Re-run the write; if the job has long pauses without running "
+            "write tasks (or its executors cannot reach the metastore to heartbeat), raise the "
+            f"TTL with .option('session_ttl_ms', ...) (at most {SESSION_TTL_MS_MAX}). ({cause})",
+            details={**cause.details, "session_id": self.session_id},
+        )
+
+    def _heartbeat(self, client: Any, *, strict: bool) -> None:
+        """Keep the write's session alive. A session that ended raises (when `strict`) the
+        typed error saying what to do; any other failure is logged: the heartbeat only keeps
+        the session alive, the commit rule keeps the data safe."""
+        import logging
+
+        from metastore.errors import ErrorCode, MetastoreError
+
+        try:
+            client.session_heartbeat(self.session_id)
+        except MetastoreError as exc:
+            if strict and exc.code == ErrorCode.SESSION_NOT_FOUND:
+                raise self._expired(exc) from exc
+            logging.getLogger("spark_bridge").warning(
+                "heartbeat of metastore session %s failed: %s", self.session_id, exc
+            )
+        except (OSError, ValueError) as exc:  # e.g. no TLS files on this host: not fatal
+            logging.getLogger("spark_bridge").warning(
+                "heartbeat of metastore session %s failed: %s", self.session_id, exc
+            )
+
+    def _close_session(self) -> None:
+        import logging
+
+        from metastore.errors import MetastoreError
+
+        try:
+            client = _client(self.endpoints, self.token, self.tls)
+            try:
+                client.session_close(self.session_id)
+            finally:
+                client.close()
+        except (MetastoreError, OSError, ValueError) as exc:  # it expires after its TTL anyway
+            logging.getLogger("spark_bridge").info(
+                "closing metastore session %s: %s", self.session_id, exc
+            )
 
     def write(self, iterator: Iterator[Any]) -> WriterCommitMessage:
+        """One task (on an executor): heartbeat the write's session when it starts (failing
+        at once if the session ended: its commit would be refused), then every third of the
+        TTL from a thread while it runs, and write one file into the session's directory."""
+        import threading
+
+        from metastore.errors import MetastoreError
+
+        try:
+            client = _client(self.endpoints, self.token, self.tls)
+        except (MetastoreError, OSError, ValueError) as exc:
+            import logging
+
+            logging.getLogger("spark_bridge").warning(
+                "no metastore client for heartbeats of session %s: %s", self.session_id, exc
+            )
+            return self._write_file(iterator)
+        stop = threading.Event()
+        beats = threading.Thread(
+            target=self._beat_until, args=(client, stop), name="metastore-write-session"
+        )
+        beats.daemon = True
+        try:
+            self._heartbeat(client, strict=True)
+            beats.start()
+            return self._write_file(iterator)
+        finally:
+            stop.set()
+            if beats.is_alive():
+                beats.join(timeout=5)
+            client.close()
+
+    def _beat_until(self, client: Any, stop: Any) -> None:
+        interval_s = max(1, self.session_ttl_ms // 3) / 1000
+        while not stop.wait(interval_s):
+            self._heartbeat(client, strict=False)
+
+    def _write_file(self, iterator: Iterator[Any]) -> WriterCommitMessage:
         import datetime
         import os
 
@@ -261,11 +377,20 @@ class MetastoreWriter(DataSourceWriter):
         return WrittenFile(path=rel, size_bytes=os.path.getsize(path), row_count=table.num_rows)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
-        from metastore.errors import TxnIdReusedError
+        try:
+            self._commit(messages)
+        finally:
+            self._close_session()
+
+    def _commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        from metastore.errors import SessionNotFoundError, TxnIdReusedError
 
         files = [m for m in messages if isinstance(m, WrittenFile)]
         client = _client(self.endpoints, self.token, self.tls)
         try:
+            # Not strict: a retried commit of a write already committed (its session since
+            # closed) is deduplicated by the metastore; one that is not is refused there.
+            self._heartbeat(client, strict=False)
             try:
                 client.call(
                     "commit",
@@ -291,6 +416,10 @@ class MetastoreWriter(DataSourceWriter):
                         ],
                     },
                 )
+            except SessionNotFoundError as exc:
+                if exc.details.get("reason") == "attempt_session_not_live":
+                    raise self._expired(exc) from exc
+                raise
             except TxnIdReusedError:
                 # The same txn id committed other files: a retried job whose earlier attempt
                 # committed. Done only if the committed record of this id says so
@@ -327,8 +456,9 @@ class MetastoreWriter(DataSourceWriter):
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         # Nothing was committed: the files written so far (and any a straggler task still
-        # writes) are referenced by no commit, so readers never see them; GC removes them.
-        return None
+        # writes) are referenced by no commit, so readers never see them; GC removes them
+        # once the session is closed (and the grace has passed).
+        self._close_session()
 
 
 class MetastoreDataSource(DataSource):
@@ -424,7 +554,19 @@ class MetastoreDataSource(DataSource):
                     existence_default(str(c["default"]), f.type)
         txn_id = self.options.get("txn_id")
         loose_max = self.options.get("loose_files_max")
+        ttl = self.options.get("session_ttl_ms")
+        client = _client(self.ENDPOINTS, self.TOKEN, self.TLS)
+        try:
+            session_id, ttl_ms = open_write_session(
+                client,
+                table=self._table(),
+                ttl_ms=int(ttl) if ttl not in (None, "") else WRITE_SESSION_TTL_MS_DEFAULT,
+            )
+        finally:
+            client.close()
         return MetastoreWriter(
+            session_id=session_id,
+            session_ttl_ms=ttl_ms,
             endpoints=self.ENDPOINTS,
             token=self.TOKEN,
             tls=self.TLS,
@@ -439,6 +581,33 @@ class MetastoreDataSource(DataSource):
             given=given,
             loose_files_max=int(loose_max) if loose_max not in (None, "") else None,
         )
+
+
+def open_write_session(client: Any, *, table: str, ttl_ms: int) -> tuple[str, int]:
+    """Open a fresh metastore session for one append (on the driver side, when it is planned):
+    (its id, its TTL in ms). A session id is never reused, so a session that ended (and whose
+    directory GC may have cleared) never becomes live again."""
+    import getpass
+    import os
+    import socket
+    import time
+
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        user = str(os.getuid())
+    session_id = uuid.uuid4().hex
+    r = client.session_open(
+        session_id,
+        app_id="spark-datasource",
+        app_name=f"format('metastore') append to {table}"[:256],
+        host=socket.gethostname()[:256],
+        user=user[:256],
+        pid=os.getpid(),
+        started_at_ms=int(time.time() * 1000),
+        ttl_ms=ttl_ms,
+    )
+    return session_id, int(r.get("ttl_ms") or ttl_ms)
 
 
 def register(

@@ -18,6 +18,7 @@ def bare_bridge(
     bridge.client = client
     bridge.spark = None  # type: ignore[assignment]
     bridge.session = session
+    bridge.unleased_session = None
     bridge.loose_files_max = loose_files_max
     bridge._cluster_loose_max = None
     bridge._loose_estimate = {}

@@ -10,8 +10,9 @@ from typing import Any
 
 import pytest
 
-from metastore.errors import TableNotFoundError
-from spark_bridge.datasource import MetastoreWriter, WrittenFile
+from metastore.errors import SessionNotFoundError, TableNotFoundError
+from metastore.leases import attempt_owners
+from spark_bridge.datasource import MetastoreWriter, WrittenFile, open_write_session
 from tests.spark.support import SparkEnv, committed_txns, write_parquet
 
 pytestmark = pytest.mark.slow
@@ -20,7 +21,10 @@ pytestmark = pytest.mark.slow
 def _writer(env: SparkEnv, table: str) -> tuple[MetastoreWriter, list[Any]]:
     """A writer planned now (as `writer()` does on the driver) and one file written for it."""
     pinned = env.client.schema_at(table)
+    session_id, ttl_ms = open_write_session(env.client, table=table, ttl_ms=60_000)
     writer = MetastoreWriter(
+        session_id=session_id,
+        session_ttl_ms=ttl_ms,
         endpoints=env.endpoints,
         token=env.token,
         table=table,
@@ -57,6 +61,33 @@ def test_files_planned_for_a_dropped_incarnation_are_refused(spark_env: SparkEnv
     with pytest.raises(TableNotFoundError):
         writer.commit(messages)
     assert env.live_paths("dsw.reborn", as_of=env.client.clock.now()) == set()
+
+
+def test_format_metastore_appends_under_a_session_refused_once_it_ended(
+    spark_env: SparkEnv,
+) -> None:
+    """An append's files go to its own session's attempt directory (GC's orphan scan leaves it
+    alone while the session lives), the session is closed after the commit, and a commit after
+    the session ended is refused (typed, saying what to do) and commits nothing."""
+    env = spark_env
+    env.ddl("CREATE NAMESPACE IF NOT EXISTS dsw")
+    env.ddl("CREATE TABLE dsw.owned (id BIGINT)")
+    env.bridge()  # registers format("metastore") for this cluster
+    env.spark.range(3).write.format("metastore").option("table", "dsw.owned").mode("append").save()
+    paths = env.live_paths("dsw.owned", as_of=env.client.clock.now())
+    (owner,) = {o for p in paths for o in attempt_owners(p.split("/")[:-1])}
+    assert all(attempt_owners(p.split("/")[:-1]) == [owner] for p in paths)
+    ended = env.client.session_list(include_ended=True)["ended"]
+    assert owner in {e["session_id"] for e in ended}  # closed after the commit
+
+    writer, messages = _writer(env, "dsw.owned")
+    env.client.session_close(writer.session_id)  # as if it expired while the job ran
+    before = committed_txns(env.client)
+    with pytest.raises(SessionNotFoundError, match="session_ttl_ms") as info:
+        writer.commit(messages)
+    assert info.value.details["reason"] == "attempt_session_not_live"
+    assert committed_txns(env.client) == before
+    assert env.live_paths("dsw.owned", as_of=env.client.clock.now()) == paths
 
 
 TYPED = "dsw.typed"

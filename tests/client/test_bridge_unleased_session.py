@@ -1,0 +1,60 @@
+"""A bridge without leases (`leases=False`) still writes every batch under a metastore session:
+the batch's files go to that session's attempt directory, which GC's orphan scan leaves alone
+while it lives. Without one, a batch running longer than the orphan grace (1 h) could have its
+early files deleted before its commit acknowledged them. The session leases nothing. Pure: the
+Spark session and the client are stand-ins."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+from metastore.leases import attempt_owners
+from spark_bridge.bridge import MetastoreBridge
+from spark_bridge.files import new_attempt_dir
+
+
+class _Client:
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, Any]] = []
+
+    def session_open(self, session_id: str, **kwargs: Any) -> dict[str, Any]:
+        self.calls.append(("session_open", session_id))
+        return {"ttl_ms": 40_000, "heartbeat_ms": 60_000}
+
+    def session_heartbeat(self, session_id: str) -> dict[str, Any]:
+        self.calls.append(("session_heartbeat", session_id))
+        return {}
+
+    def session_close(self, session_id: str) -> dict[str, Any]:
+        self.calls.append(("session_close", session_id))
+        return {}
+
+    def close(self) -> None:
+        self.calls.append(("close", None))
+
+
+def _spark() -> Any:
+    sc = SimpleNamespace(applicationId="app-1", appName="app", stop=lambda: None)
+    return SimpleNamespace(
+        conf=SimpleNamespace(set=lambda *a: None),
+        dataSource=SimpleNamespace(register=lambda source: None),
+        sparkContext=sc,
+    )
+
+
+def test_a_bridge_without_leases_writes_under_a_session_it_closes() -> None:
+    client = _Client()
+    bridge = MetastoreBridge(
+        _spark(), endpoints=["127.0.0.1:1"], token="t", client=client, leases=False
+    )  # type: ignore[arg-type]
+    try:
+        assert bridge.session is None  # no leases
+        (opened,) = [sid for op, sid in client.calls if op == "session_open"]
+        owner = bridge.attempt_owner()
+        assert owner == opened
+        _, rel = new_attempt_dir("/wh/t", "q:1", owner=owner)
+        assert attempt_owners(rel.split("/")) == [opened]
+    finally:
+        bridge.close()
+    assert ("session_close", opened) in client.calls
