@@ -85,7 +85,7 @@ def test_failure_reason_quotes_the_last_distinct_warnings_per_node() -> None:
 
 def test_a_received_snapshot_is_told_from_entries_and_from_an_own_snapshot() -> None:
     def status(applied: int, log_start: int) -> dict[str, int]:
-        return {"applied_index": applied, "snapshot_index": log_start}
+        return {"applied_index": applied, "log_start_index": log_start}
 
     assert bs.received_snapshot(status(377, 500), 122)  # restoring the leader's snapshot
     assert bs.received_snapshot(status(500, 500), 122)  # just restored
