@@ -126,12 +126,12 @@ def test_follower_catches_up_from_a_snapshot_larger_than_a_peer_frame(tmp_path: 
         # entries it keeps behind a snapshot (snapshot_keep_entries, 1000).
         acked += _load_through_leader_changes(c, 1600, 100, 100)
         for i in others:
-            # (status' snapshot_index is where the log starts: the snapshot's index minus the
-            # entries kept behind it.) The large entries go from both logs: a follower compacts
-            # once it has applied what the leader acknowledged, which may take a moment.
+            # (status' log_start_index: the snapshot's index minus the entries kept behind
+            # it.) The large entries go from both logs: a follower compacts once it has
+            # applied what the leader acknowledged, which may take a moment.
             deadline = time.monotonic() + 30
             while True:
-                start = c.call(i, {"op": "status"})["snapshot_index"]
+                start = c.call(i, {"op": "status"})["log_start_index"]
                 if start > payloads + 2 or time.monotonic() > deadline:
                     break
                 time.sleep(0.1)
