@@ -200,9 +200,12 @@ def test_the_data_source_writer_stores_instants_whatever_the_local_zone(
             columns=columns,
             overwrite=False,
             not_before=1,
+            session_id="s1",
+            session_ttl_ms=60_000,
         )
         local_wall_time = dt.datetime(2026, 11, 22, 19, 0, 0)  # 10:00 UTC in Tokyo
-        written = writer.write(iter([Row(id=1, at=local_wall_time), Row(id=2, at=None)]))
+        # The file-writing part of a task (`write` also heartbeats the write's session).
+        written = writer._write_file(iter([Row(id=1, at=local_wall_time), Row(id=2, at=None)]))
     finally:
         monkeypatch.delenv("TZ")
         time.tzset()
