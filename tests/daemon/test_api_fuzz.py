@@ -169,7 +169,7 @@ def conn(node: MetastoreCluster) -> Iterator[RawClient]:
 
 
 @settings(
-    max_examples=400,
+    max_examples=250,
     deadline=None,
     derandomize=True,
     database=None,

@@ -15,7 +15,7 @@ DETERMINISTIC = settings(
     derandomize=True,
     database=None,
     deadline=None,
-    max_examples=300,
+    max_examples=150,
     suppress_health_check=[HealthCheck.too_slow],
 )
 

@@ -160,5 +160,5 @@ def _version(v: object) -> tuple[object, ...]:
     return (v.table_id, v.version, v.tu, tuple(c.name for c in v.schema.columns), v.location)
 
 
-AnswersMachine.TestCase.settings = settings(DETERMINISTIC, max_examples=60, stateful_step_count=50)
+AnswersMachine.TestCase.settings = settings(DETERMINISTIC, max_examples=40, stateful_step_count=50)
 TestAnswersNeverChange = AnswersMachine.TestCase

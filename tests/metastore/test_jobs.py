@@ -668,5 +668,5 @@ class JobMachine(RuleBasedStateMachine):
         assert current.tu <= self.d.tm + DD
 
 
-JobMachine.TestCase.settings = settings(DETERMINISTIC, max_examples=100, stateful_step_count=50)
+JobMachine.TestCase.settings = settings(DETERMINISTIC, max_examples=60, stateful_step_count=50)
 TestJobMachine = JobMachine.TestCase

@@ -431,4 +431,4 @@ class TxnMachine(RuleBasedStateMachine):
 
 
 TestTxnModel = TxnMachine.TestCase
-TestTxnModel.settings = settings(DETERMINISTIC, max_examples=100, stateful_step_count=50)
+TestTxnModel.settings = settings(DETERMINISTIC, max_examples=60, stateful_step_count=50)
