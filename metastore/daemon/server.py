@@ -940,14 +940,12 @@ class ApiServer:
             after = int(version_text)
         rest = [v for v in versions if v.version > after]
         count_max = limit or L.HISTORY_PAGE_VERSIONS_MAX
-        page: list[dict[str, Any]] = []
-        size = 0
-        for v in rest[:count_max]:
-            view = version_view(table, v)
-            size += len(msgpack.packb(view, use_bin_type=True))
-            if size > L.HISTORY_PAGE_BYTES_MAX and page:
-                break
-            page.append(view)
+        page, size = _views_within(
+            rest,
+            lambda v: version_view(table, v),
+            count_max=count_max,
+            bytes_max=L.HISTORY_PAGE_BYTES_MAX,
+        )
         more = len(page) < len(rest)
         if more and limit is None and token is None:
             raise limit_exceeded(
@@ -985,14 +983,9 @@ class ApiServer:
             if after is None or (n.name, n.created_tm) > after
         ]
         count_max = limit or L.NAMESPACES_PAGE_MAX
-        page: list[dict[str, Any]] = []
-        size = 0
-        for ns in rest[:count_max]:
-            view = namespace_view(ns)
-            size += len(msgpack.packb(view, use_bin_type=True))
-            if size > L.NAMESPACES_PAGE_BYTES_MAX and page:
-                break
-            page.append(view)
+        page, _ = _views_within(
+            rest, namespace_view, count_max=count_max, bytes_max=L.NAMESPACES_PAGE_BYTES_MAX
+        )
         more = len(page) < len(rest)
         if more and limit is None and token is None:
             raise limit_exceeded(
@@ -1279,14 +1272,9 @@ class ApiServer:
                 raise BadRequestError(f"'page_token' {token!r} is not one this server handed out")
             before_tm = int(token)
         records = self.sm.state.txn_log(limit, before_tm=before_tm)
-        commits: list[dict[str, Any]] = []
-        size = 0
-        for record in records:
-            view = commit_view(record)
-            size += len(msgpack.packb(view, use_bin_type=True))
-            if commits and size > L.TXN_LOG_PAGE_BYTES_MAX:
-                break
-            commits.append(view)
+        commits, _ = _views_within(
+            records, commit_view, count_max=len(records), bytes_max=L.TXN_LOG_PAGE_BYTES_MAX
+        )
         return {
             "commits": commits,
             "upper": self.sm.state.table_upper(),
@@ -1565,14 +1553,9 @@ class ApiServer:
             if j.job_id > after
         ]
         count_max = limit or L.JOBS_PAGE_MAX
-        page: list[dict[str, Any]] = []
-        size = 0
-        for job in jobs[:count_max]:
-            view = self._job_view(job)
-            size += len(msgpack.packb(view, use_bin_type=True))
-            if size > L.JOBS_PAGE_BYTES_MAX and page:
-                break
-            page.append(view)
+        page, size = _views_within(
+            jobs, self._job_view, count_max=count_max, bytes_max=L.JOBS_PAGE_BYTES_MAX
+        )
         more = len(page) < len(jobs)
         if more and limit is None and token is None:
             raise limit_exceeded(
@@ -2507,6 +2490,30 @@ def _page_token(token: str) -> tuple[int, int]:
     return int(parts[0]), int(parts[1])
 
 
+_Item = TypeVar("_Item")
+
+
+def _views_within(
+    items: Sequence[_Item],
+    view: Callable[[_Item], dict[str, Any]],
+    *,
+    count_max: int,
+    bytes_max: int,
+) -> tuple[list[dict[str, Any]], int]:
+    """A page: the views of the first `items`, at most `count_max` of them and about
+    `bytes_max` bytes of msgpack (at least one, whatever its size), and the bytes counted
+    (the view that did not fit included)."""
+    page: list[dict[str, Any]] = []
+    size = 0
+    for item in items[:count_max]:
+        shown = view(item)
+        size += len(msgpack.packb(shown, use_bin_type=True))
+        if size > bytes_max and page:
+            break
+        page.append(shown)
+    return page, size
+
+
 def _is_uint(text: str) -> bool:
     """Digits int() takes (str.isdigit() alone also accepts "²", which int() refuses)."""
     return text.isascii() and text.isdigit()
@@ -2564,9 +2571,6 @@ def _files_page(files: Sequence[Any], args: Args, ts: int) -> tuple[int, int]:
             f"files of the listing at {ts} (page with 'limit' and 'page_token')",
         )
     return start, end
-
-
-_Item = TypeVar("_Item")
 
 
 def _keyset_page(
