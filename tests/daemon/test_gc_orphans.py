@@ -133,26 +133,7 @@ def test_building_what_is_referenced_does_not_stall_the_event_loop(tmp_path: Pat
             TableReport(table="t", table_id=i, threshold_before=0, threshold=0, held_by={})
             for i in d.state.txns.table_ids()
         ]
-        worst = 0.0
-        done = False
-
-        async def ticker() -> None:
-            nonlocal worst
-            last = time.monotonic()
-            while not done:
-                await asyncio.sleep(0.001)
-                now = time.monotonic()
-                worst = max(worst, now - last)
-                last = now
-
-        tick = asyncio.create_task(ticker())
-        await asyncio.sleep(0.01)
-        try:
-            await w._orphans(reports, dry_run=False)
-        finally:
-            done = True
-            await tick
-        return worst
+        return await _worst_stall(w._orphans(reports, dry_run=False))
 
     worst = asyncio.run(run())
     assert all(p.exists() for p in kept) and not stray.exists()
