@@ -318,20 +318,27 @@ class _ManyNamespaces:
         )
 
 
+def _every_page(api: Any, op: str, field: str, *, pages_max: int) -> list[dict[str, Any]]:
+    """`field` of every page of `op`, followed by its tokens (at most `pages_max` pages), each
+    reply checked to fit a frame."""
+    items: list[dict[str, Any]] = []
+    args: dict[str, Any] = {"limit": 1_000}
+    for _ in range(pages_max):
+        reply = _call(api, op, args)
+        assert len(api._reply_frame(1, reply)) <= api_limits.CLIENT_FRAME_BYTES_MAX
+        items += reply[field]
+        if reply["next_page_token"] is None:
+            return items
+        args = {"limit": 1_000, "page_token": reply["next_page_token"]}
+    raise AssertionError(f"{op} did not end within {pages_max} pages")
+
+
 def test_list_namespaces_is_paged() -> None:
     """`list_namespaces` was one reply of every namespace: 10,000 namespaces with comments
     (or a few dozen with large DBPROPERTIES) outgrew the frame, and `metastore ns list`
     failed with LIMIT_EXCEEDED. It is keyset-paged by name now, bounded in bytes too."""
     api = _api(_ReadyNode(), _ManyNamespaces())
-    names: list[str] = []
-    args: dict[str, Any] = {"limit": 1_000}
-    for _ in range(100):
-        reply = _call(api, "list_namespaces", args)
-        assert len(api._reply_frame(1, reply)) <= api_limits.CLIENT_FRAME_BYTES_MAX
-        names += [n["name"] for n in reply["namespaces"]]
-        if reply["next_page_token"] is None:
-            break
-        args = {"limit": 1_000, "page_token": reply["next_page_token"]}
+    names = [n["name"] for n in _every_page(api, "list_namespaces", "namespaces", pages_max=100)]
     assert names == [f"ns{i:05d}" for i in range(mlimits.MAX_NAMESPACES)]
     with pytest.raises(LimitExceededError):  # asked for no page: all, or a typed refusal
         _call(api, "list_namespaces", {})
@@ -428,15 +435,7 @@ def test_job_list_is_paged_by_bytes(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(server, "next_step_wait", lambda *_a, **_k: wait)
     api = _api(_ReadyNode())
     api.sm = SimpleNamespace(state=d.state)  # type: ignore[assignment]
-    ids: list[int] = []
-    args: dict[str, Any] = {"limit": 1_000}
-    for _ in range(20):
-        reply = _call(api, "job_list", args)
-        assert len(api._reply_frame(1, reply)) <= api_limits.CLIENT_FRAME_BYTES_MAX
-        ids += [j["job_id"] for j in reply["jobs"]]
-        if reply["next_page_token"] is None:
-            break
-        args = {"limit": 1_000, "page_token": reply["next_page_token"]}
+    ids = [j["job_id"] for j in _every_page(api, "job_list", "jobs", pages_max=20)]
     assert ids == sorted(j.job_id for j in d.state.jobs.jobs(running_only=True))
     assert len(ids) == 60
     with pytest.raises(LimitExceededError):  # asked for no page: all, or a typed refusal
