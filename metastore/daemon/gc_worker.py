@@ -17,8 +17,13 @@ the state machine checks again when it applies it (metastore/gc.py):
    referenced again - by a file entry or a live manifest of any registered incarnation at an
    overlapping location, the table's own included - is dropped from the queue but left on disk:
    it is live data again. (A table dropped and re-created under its name shares its location
-   and may commit the old files; a file removed, folded into a manifest and committed again
-   is both in a dead manifest and live.)
+   and may commit the old files before GC queues them; a file removed, folded into a manifest
+   and committed again is both in a dead manifest and live.) The check runs before each
+   chunk's deletion, which runs in a thread while entries keep applying: apply refuses a
+   commit adding a path that any incarnation at an overlapping location has queued (or a dead
+   manifest file), until this entry reports it (metastore.txn `_plan`, `queued_for_gc`), so
+   no commit can reference a queued file between the check and the deletion. (Not the files a
+   dead manifest lists: apply cannot see them; see ARCHITECTURE.md, Known limits.)
 4. Orphans: files under a table's location that no incarnation references or has queued, older
    than `gc_orphan_grace_ms` (by mtime) and not in the attempt directory of a session live at
    the last applied entry (`_txn/<session id>--...`, see spark_bridge/files.py). They never
@@ -70,6 +75,7 @@ from metastore.leases import TXN_DIR, attempt_owners
 from metastore.manifests import ManifestRef
 from metastore.outcome import Outcome
 from metastore.state import MetastoreState
+from metastore.txn import file_key
 from raft.errors import RaftError
 from raft.node import RaftNode
 
@@ -583,9 +589,9 @@ class _Referenced:
 
 def _path_key(location: str, rel: str) -> str:
     """A file's identity whatever incarnation lists it: its absolute path (normalised when
-    local), so incarnations at nested locations compare too."""
-    key = f"{_key_root(location)}/{rel}"
-    return os.path.normpath(key) if _is_local(location) else key
+    local), so incarnations at nested locations compare too. The key apply checks commits
+    against (metastore.txn `file_key`)."""
+    return file_key(location, rel)
 
 
 def _is_local(location: str) -> bool:
