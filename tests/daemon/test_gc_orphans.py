@@ -354,3 +354,43 @@ def test_a_queued_file_another_table_at_the_same_directory_references_stays_on_d
     asyncio.run(w._drain(inc, str(tmp_path / "t"), report))
     assert not d.state.txns.gc_queue(table_id)
     assert live.exists(), "GC deleted a file another table references"
+
+
+def test_files_that_were_in_the_directory_before_the_table_are_never_orphans(
+    tmp_path: Path,
+) -> None:
+    # CREATE TABLE ... LOCATION may name a directory that already holds the user's own files.
+    # The scan deleted every old file under the location that no incarnation referenced, so a
+    # table created over a directory deleted its previous contents an hour later. It now
+    # deletes only what our writers make: files in an attempt directory (`_txn/<attempt>/`)
+    # and manifest files (`_manifests/<sha256>.parquet`) of a registered location.
+    location = tmp_path / "t"
+    theirs = [
+        old_file(location / "data.csv"),
+        old_file(location / "part-00000.parquet"),
+        old_file(location / "year=2020" / "part-00001.parquet"),
+        old_file(location / "year=2020" / "_txn" / "x-0123456789ab" / "part-0.parquet"),
+        old_file(location / "_manifests" / "notes.parquet"),
+        old_file(location / "_manifests" / "old" / (64 * "b" + ".parquet")),
+        old_file(location / "_txn" / "loose.parquet"),
+    ]
+    d = table_driver(location)
+    d.ok("DROP TABLE ns.t")  # stays registered: its directory is scanned too
+    d.ok(f"CREATE TABLE ns.v (id BIGINT) LOCATION '{location / 'v'}'")
+    theirs.append(old_file(location / "v" / "mine.parquet"))
+    ours = [
+        old_file(location / "_txn" / "q-0123456789ab" / "part-0.parquet"),
+        old_file(location / "_txn" / "q-0123456789ab" / "_SUCCESS"),
+        old_file(location / "_txn" / "q-0123456789ab" / "sub" / "part-1.parquet"),
+        old_file(location / "_manifests" / (64 * "a" + ".parquet")),
+        old_file(location / "v" / "_txn" / "r-0123456789ab" / "part-0.parquet"),
+    ]
+    w = worker(d, now_tm=d.tm)
+    reports = [
+        TableReport(table=str(n), table_id=i, threshold_before=0, threshold=0, held_by={})
+        for i, n in [(i, d.state.txns.table_location(i)[0]) for i in d.state.txns.table_ids()]
+    ]
+    asyncio.run(w._orphans(reports, dry_run=False))
+    gone = [p for p in theirs if not p.exists()]
+    assert not gone, f"files not written by the metastore's writers were deleted: {gone}"
+    assert not any(p.exists() for p in ours), "orphans of our writers were kept"
