@@ -81,6 +81,8 @@ from metastore.manifests import MANIFEST_DIR, ManifestRef
 from metastore.outcome import Outcome
 from metastore.state import MetastoreState
 from metastore.txn import file_key
+from raft.core.errors import NotLeaderError as RaftNotLeaderError
+from raft.core.errors import RaftCoreError
 from raft.errors import RaftError
 from raft.node import RaftNode
 
@@ -457,7 +459,13 @@ class GcWorker:
     async def _propose(self, cmd: Command) -> dict[str, Any]:
         try:
             res = await self.raft.propose(encode_command(cmd), timeout_ms=PROPOSE_TIMEOUT_MS)
-        except RaftError as exc:
+        except RaftNotLeaderError as exc:
+            # Leadership moved mid-run (the core's errors are not RaftErrors): typed, so `gc
+            # run` answers NOT_LEADER and the schedule carries on (the next leader resumes).
+            raise NotLeaderError(
+                f"GC proposal failed: {exc}", details={"leader": exc.leader_hint}
+            ) from None
+        except (RaftError, RaftCoreError) as exc:
             raise UnavailableError(f"GC proposal failed: {exc}") from None
         outcome = res.result
         if not isinstance(outcome, Outcome):

@@ -5,11 +5,14 @@ applied state and the file system only)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import time
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
+
+import pytest
 
 from metastore.commands import (
     CommitTxn,
@@ -394,3 +397,55 @@ def test_files_that_were_in_the_directory_before_the_table_are_never_orphans(
     gone = [p for p in theirs if not p.exists()]
     assert not gone, f"files not written by the metastore's writers were deleted: {gone}"
     assert not any(p.exists() for p in ours), "orphans of our writers were kept"
+
+
+def test_a_leadership_change_mid_run_is_a_typed_error_and_the_schedule_keeps_running() -> None:
+    # GC proposes its entries straight to the Raft node, which raises the core's NotLeader and
+    # ProposalDropped errors when leadership moves mid-run (they are not RaftErrors). They went
+    # through: `gc run` answered INTERNAL, and the scheduled loop - catching RaftError only -
+    # died, so that node never ran GC again until restarted.
+    from metastore.commands import GcFilesDeleted
+    from metastore.errors import NotLeaderError, UnavailableError
+    from raft.core.errors import NotLeaderError as RaftNotLeaderError
+    from raft.core.errors import ProposalDroppedError
+
+    raised = [RaftNotLeaderError(3), ProposalDroppedError("entry 17 was replaced")]
+    calls = 0
+
+    class _Failing:
+        async def propose(self, data: bytes, *, timeout_ms: int) -> Any:
+            nonlocal calls
+            calls += 1
+            raise raised[calls % 2]
+
+    d = table_driver(Path("/nonexistent/t"))
+    w = worker(d, now_tm=d.tm)
+    w.raft = _Failing()  # type: ignore[assignment]
+    w.interval_ms = 1
+    cmd = GcFilesDeleted(table=T, table_id=1, paths=("x",))
+    with pytest.raises(UnavailableError):
+        asyncio.run(w._propose(cmd))  # call 1: dropped
+    with pytest.raises(NotLeaderError) as not_leader:
+        asyncio.run(w._propose(cmd))  # call 2: not the leader
+    assert not_leader.value.details["leader"] == 3
+
+    async def schedule() -> None:
+        async def run(table: Any, *, dry_run: bool) -> dict[str, Any]:
+            await w._propose(cmd)
+            return {}
+
+        w._serving = lambda: True  # type: ignore[method-assign]
+        w.run = run  # type: ignore[method-assign]
+        task = asyncio.create_task(w.run_forever())
+        for _ in range(2_000):
+            if calls >= 6 or task.done():
+                break
+            await asyncio.sleep(0.001)
+        assert not task.done(), task.exception()
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+    calls = 0
+    asyncio.run(schedule())
+    assert calls >= 6
