@@ -49,8 +49,11 @@ Validation order (the first failing rule decides the error; a failure changes no
        `active_from_tu`); `schema_version` must be one of the two latest versions active at ts
        (greatest Tu <= ts and the one before it), else SchemaVersionNotActiveError; an added
        path must never have been a file of this incarnation (InvalidArgument: paths are never
-       reused until GC); a removed path must be a file of the table (InvalidArgument) and live
-       (DataFileConflictError when an earlier commit removed it); file-entry limits.
+       reused until GC), nor be queued for deletion by GC (queue or dead manifest file) by any
+       incarnation whose directory holds it (InvalidArgument, reason `queued_for_gc`: the
+       leader may be deleting it after its last "still referenced" check); a removed path
+       must be a file of the table (InvalidArgument) and live (DataFileConflictError when an
+       earlier commit removed it); file-entry limits.
     6. an added path in the attempt directory of a session (`_txn/<session id>--...`) needs
        that session live at the entry's Tm, else SessionNotFoundError (reason
        `attempt_session_not_live`): GC's orphan scan may have deleted it
@@ -165,6 +168,7 @@ from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, KeysView, Mapping
 from dataclasses import dataclass, replace
 from itertools import islice
+from posixpath import normpath
 
 import msgpack
 
@@ -584,6 +588,7 @@ class TxnLog:
     __slots__ = (
         "_commit_count",
         "_file_entries",
+        "_gc_keys",
         "_last_commit_ts",
         "_streams",
         "_tables",
@@ -599,6 +604,10 @@ class TxnLog:
         self._last_commit_ts = 0  # Invariant: >= every commit ts; 0 = no commit yet
         self._commit_count = 0
         self._file_entries = 0  # derived: sum of len(files) over tables
+        # Derived: file key (`file_key`) -> ids of the incarnations whose GC queue or dead
+        # manifests hold it, so a commit of any incarnation whose directory holds the file is
+        # refused while GC may be deleting it (`_plan`).
+        self._gc_keys: dict[str, set[int]] = {}
 
     # ----------------------------------------------------------------------------------------
     # Registration (hooks driven by the catalog's CREATE / DROP; idempotent)
@@ -839,6 +848,22 @@ class TxnLog:
                     f"{w.table}: file {f.path!r} is already a file of the table (or queued for "
                     "deletion by GC); file paths are never reused",
                     details={"table": str(w.table), "path": f.path},
+                )
+            queued_by = self._gc_keys.get(file_key(tl.location, f.path)) if self._gc_keys else None
+            if queued_by:
+                # Another incarnation at this directory (dropped, re-created at its location or
+                # around it) queued the file: the leader may be deleting it right now, after its
+                # last "still referenced" check, so committing it would lose it.
+                raise InvalidArgumentError(
+                    f"{w.table}: file {f.path!r} is queued for deletion by GC (it was a file of "
+                    f"table id {min(queued_by)} at an overlapping location); write it under "
+                    "another path",
+                    details={
+                        "table": str(w.table),
+                        "path": f.path,
+                        "reason": "queued_for_gc",
+                        "queued_by_table_id": min(queued_by),
+                    },
                 )
         manifest_removals: list[str] = []
         for path in w.remove:
@@ -1221,6 +1246,7 @@ class TxnLog:
         for entry in moved:
             del tl.files[entry.path]
             tl.gc_queue[entry.path] = entry.size_bytes
+            self._gc_key_add(tl, entry.path)
             if tl.live.pop(entry.path, 0) is None:  # a dropped incarnation's last files
                 tl.live_bytes -= entry.size_bytes
                 tl.live_rows -= entry.row_count
@@ -1235,6 +1261,7 @@ class TxnLog:
             if retired_tm <= threshold:
                 del tl.retired[path]
                 tl.gc_queue[path] = retired_size
+                self._gc_key_add(tl, path)
                 room -= 1
                 files, size = files + 1, size + retired_size
         for sha, ref in list(tl.manifests.items()):
@@ -1243,6 +1270,7 @@ class TxnLog:
             if tl.manifest_dead_at(ref, threshold):
                 del tl.manifests[sha]
                 tl.gc_manifests[ref.path] = ref
+                self._gc_key_add(tl, ref.path)
                 files, size = files + ref.entry_count + 1, size + ref.size_bytes
         if not tl.manifests:
             tl.deletes.clear()  # they can only match entries of manifests that are gone
@@ -1266,7 +1294,26 @@ class TxnLog:
             dead = tl.gc_manifests.pop(path, None)
             if queued is not None or dead is not None:
                 done += 1
+                self._gc_key_drop(tl, path)
         return done
+
+    def _gc_key_add(self, tl: TableLog, path: str) -> None:
+        self._gc_keys.setdefault(file_key(tl.location, path), set()).add(tl.table_id)
+
+    def _gc_key_drop(self, tl: TableLog, path: str) -> None:
+        key = file_key(tl.location, path)
+        owners = self._gc_keys.get(key)
+        if owners is not None:
+            owners.discard(tl.table_id)
+            if not owners:
+                del self._gc_keys[key]
+
+    def _gc_keys_of_tables(self) -> dict[str, set[int]]:
+        keys: dict[str, set[int]] = {}
+        for tl in self._tables.values():
+            for path in (*tl.gc_queue, *tl.gc_manifests):
+                keys.setdefault(file_key(tl.location, path), set()).add(tl.table_id)
+        return keys
 
     def references(
         self, table_id: int
@@ -1402,6 +1449,8 @@ class TxnLog:
             total += len(tl.files)
         if total != self._file_entries or total > limits.MAX_FILE_ENTRIES_TOTAL:
             raise CatalogInvariantError("file entry total wrong or over MAX_FILE_ENTRIES_TOTAL")
+        if self._gc_keys != self._gc_keys_of_tables():
+            raise CatalogInvariantError("GC key index disagrees with the GC queues")
         self._check_records()
 
     def _check_records(self) -> None:
@@ -1549,6 +1598,7 @@ class TxnLog:
             for pair in expect_list(row[1]):
                 entry = expect_list(pair, 2)
                 queue[expect_str(entry[0])] = expect_int(entry[1])
+        log._gc_keys = log._gc_keys_of_tables()
         return log
 
     def __eq__(self, other: object) -> bool:
@@ -1558,6 +1608,15 @@ class TxnLog:
 # --------------------------------------------------------------------------------------------
 # Helpers
 # --------------------------------------------------------------------------------------------
+
+
+def file_key(location: str, path: str) -> str:
+    """A file's identity whatever incarnation lists it: its absolute path (with `file://`
+    dropped and normalised when local), so incarnations at nested locations compare too. Pure
+    string work (posixpath), the same on every replica; gc_worker's `_path_key` agrees."""
+    if "://" not in location or location.startswith("file://"):
+        return normpath(f"{normpath(location.removeprefix('file://'))}/{path}")
+    return f"{location.rstrip('/')}/{path}"
 
 
 class _ManifestRemovalRefused(Exception):

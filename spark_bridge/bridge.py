@@ -283,6 +283,43 @@ class MetastoreBridge:
         session = self.attempt_session
         return (session.current() if session is not None else None) or ""
 
+    def write_owner(self) -> str:
+        """The live session a write's attempt directory is named after, (re)opening one if
+        needed. A batch never writes without one: GC's orphan scan judges an unowned
+        directory by mtime alone (a batch longer than its grace could commit files already
+        deleted), and a token that may not open sessions may not commit either. Raises
+        BatchError before anything is written: FORBIDDEN (not retryable) when the token may not
+        open sessions, else the error that kept one from opening (retryable)."""
+        from metastore.errors import ForbiddenError, MetastoreError, UnavailableError
+
+        session = self.attempt_session
+        owner = session.current() if session is not None else None
+        cause: MetastoreError | None = None
+        if owner is None and session is not None and session.available:
+            try:
+                session.ensure_open()
+            except MetastoreError as exc:
+                cause = exc
+            owner = session.current()
+        if owner:
+            return owner
+        if session is None or not session.available:
+            raise BatchError(
+                "this bridge's token may not open a metastore session (writing needs the "
+                "writer role), so the batch may not write: nothing was written",
+                retryable=False,
+                cause=ForbiddenError(
+                    "writing needs the writer role (a metastore session owns the files)",
+                    details={"op": "session_open", "needed": "writer"},
+                ),
+            )
+        raise BatchError(
+            "no metastore session could be opened to own the batch's files (GC would judge "
+            f"them by age alone); nothing was written, run the batch again ({cause})",
+            retryable=cause.retryable if cause is not None else True,
+            cause=cause or UnavailableError("no metastore session is open"),
+        )
+
     @property
     def last_commit_ts(self) -> int:
         with self._commit_lock:
@@ -958,13 +995,12 @@ class BatchContext:
         pin = self._pin(table)
         if not pin.location:
             raise BatchError(f"{table} has no location in the metastore", retryable=False)
+        owner = self.bridge.write_owner()  # before anything is written
         from pyspark.sql import Observation
         from pyspark.sql import functions as F
 
         shaped = conform(df, table, pin.write_columns)
-        abs_dir, rel_dir = new_attempt_dir(
-            pin.location, self.txn_id, owner=self.bridge.attempt_owner()
-        )
+        abs_dir, rel_dir = new_attempt_dir(pin.location, self.txn_id, owner=owner)
         # Count the rows Spark writes, as the write runs (Spark completes the observation
         # before `parquet()` returns), to check the files the driver then finds against it.
         written = Observation()

@@ -117,7 +117,10 @@ class BridgeSession:
             )
         except MetastoreError as exc:
             if exc.code == ErrorCode.FORBIDDEN:
-                log.warning("this token may not open a session; batches run without leases")
+                log.warning(
+                    "this token may not open a session; batches may read, and their writes "
+                    "are refused (FORBIDDEN) before anything is written"
+                )
                 self.available = False
                 return
             raise
@@ -131,6 +134,11 @@ class BridgeSession:
         with self._open_lock:
             if self.current() is None and self.available:
                 self._open()
+
+    def ensure_open(self) -> None:
+        """Open a session now unless one is open or the token may not (`available` False);
+        raises the MetastoreError that kept one from opening."""
+        self._ensure_open()
 
     def current(self) -> str | None:
         """The session to lease under, or None when leasing is not possible."""

@@ -17,11 +17,20 @@ the state machine checks again when it applies it (metastore/gc.py):
    referenced again - by a file entry or a live manifest of any registered incarnation at an
    overlapping location, the table's own included - is dropped from the queue but left on disk:
    it is live data again. (A table dropped and re-created under its name shares its location
-   and may commit the old files; a file removed, folded into a manifest and committed again
-   is both in a dead manifest and live.)
-4. Orphans: files under a table's location that no incarnation references or has queued, older
-   than `gc_orphan_grace_ms` (by mtime) and not in the attempt directory of a session live at
-   the last applied entry (`_txn/<session id>--...`, see spark_bridge/files.py). They never
+   and may commit the old files before GC queues them; a file removed, folded into a manifest
+   and committed again is both in a dead manifest and live.) The check runs before each
+   chunk's deletion, which runs in a thread while entries keep applying: apply refuses a
+   commit adding a path that any incarnation at an overlapping location has queued (or a dead
+   manifest file), until this entry reports it (metastore.txn `_plan`, `queued_for_gc`), so
+   no commit can reference a queued file between the check and the deletion. (Not the files a
+   dead manifest lists: apply cannot see them; see ARCHITECTURE.md, Known limits.)
+4. Orphans: files our writers made under a table's location - in an attempt directory
+   (`<location>/_txn/<attempt>/...`) or a manifest file (`<location>/_manifests/<sha256>
+   .parquet`) of a registered location, never anything else (a CREATE TABLE ... LOCATION may
+   name a directory that holds the user's own files) - that no incarnation references or has
+   queued, older than `gc_orphan_grace_ms` (by mtime) and not in the attempt directory of a
+   session live at the last applied entry (`_txn/<session id>--...`, see
+   spark_bridge/files.py). They never
    were in the state, so they are deleted directly. A commit applied later lists files of a
    session's attempt directory only while that session lives (metastore.leases
    `check_attempt_owners`), and a session not live never lives again, so no file the scan
@@ -39,6 +48,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import re
 import time
 from collections.abc import Iterable, Mapping
 from collections.abc import Set as AbstractSet
@@ -67,9 +77,12 @@ from metastore.errors import (
 )
 from metastore.gc import ThresholdBound, incarnation, ttl_ms_of
 from metastore.leases import TXN_DIR, attempt_owners
-from metastore.manifests import ManifestRef
+from metastore.manifests import MANIFEST_DIR, ManifestRef
 from metastore.outcome import Outcome
 from metastore.state import MetastoreState
+from metastore.txn import file_key
+from raft.core.errors import NotLeaderError as RaftNotLeaderError
+from raft.core.errors import RaftCoreError
 from raft.errors import RaftError
 from raft.node import RaftNode
 
@@ -83,6 +96,8 @@ MAX_STEPS_PER_TABLE = 100
 PROPOSE_TIMEOUT_MS = 10_000
 # Files one orphan scan looks at per location, so a huge directory cannot stall a run.
 ORPHAN_SCAN_FILES_MAX = 1_000_000
+# A manifest file's name (metastore.manifests `manifest_path`).
+_MANIFEST_NAME = re.compile(r"[0-9a-f]{64}\.parquet")
 
 
 @dataclass(slots=True)
@@ -444,7 +459,13 @@ class GcWorker:
     async def _propose(self, cmd: Command) -> dict[str, Any]:
         try:
             res = await self.raft.propose(encode_command(cmd), timeout_ms=PROPOSE_TIMEOUT_MS)
-        except RaftError as exc:
+        except RaftNotLeaderError as exc:
+            # Leadership moved mid-run (the core's errors are not RaftErrors): typed, so `gc
+            # run` answers NOT_LEADER and the schedule carries on (the next leader resumes).
+            raise NotLeaderError(
+                f"GC proposal failed: {exc}", details={"leader": exc.leader_hint}
+            ) from None
+        except (RaftError, RaftCoreError) as exc:
             raise UnavailableError(f"GC proposal failed: {exc}") from None
         outcome = res.result
         if not isinstance(outcome, Outcome):
@@ -495,15 +516,34 @@ def _scan_orphans(
     live_sessions: set[str],
     in_manifests: set[str] | frozenset[str] = frozenset(),
 ) -> list[tuple[str, int]]:
+    """Old unreferenced files our writers made under `root`: only in an attempt directory
+    (`<location>/_txn/<attempt>/...`) or a manifest file (`<location>/_manifests/<sha256>
+    .parquet`) of a registered location (the roots of `referenced`). Anything else there was
+    not written by us (a CREATE TABLE ... LOCATION over a directory that holds the user's own
+    files), and only directories that lead to a registered location or are ours are walked."""
     found: list[tuple[str, int]] = []
     seen = 0
     if not os.path.isdir(root):
         return found
+    roots = {r for r in referenced if r.startswith("/")}
+    leads_to = {a for r in roots for a in _ancestors(r)}
     for dirpath, dirnames, filenames in os.walk(root):
         if _live_attempt(os.path.relpath(dirpath, root).split(os.sep), live_sessions):
             dirnames.clear()  # a live session's attempt directory: it may still commit
             continue
+        kind = _writer_dir(dirpath, roots)
+        dirnames[:] = [
+            name
+            for name in dirnames
+            if f"{dirpath}/{name}" in leads_to
+            or f"{dirpath}/{name}" in roots
+            or _writer_dir(f"{dirpath}/{name}", roots) is not None
+        ]
+        if kind not in ("attempt", "manifests"):
+            continue
         for name in filenames:
+            if kind == "manifests" and not _MANIFEST_NAME.fullmatch(name):
+                continue
             seen += 1
             if seen > ORPHAN_SCAN_FILES_MAX:
                 return found
@@ -517,6 +557,32 @@ def _scan_orphans(
             if st.st_mtime < cutoff_s:
                 found.append((path, st.st_size))
     return found
+
+
+def _ancestors(path: str) -> list[str]:
+    """The proper ancestors of a normalised absolute path, `/` excluded."""
+    out: list[str] = []
+    while True:
+        path = path.rpartition("/")[0]
+        if not path:
+            return out
+        out.append(path)
+
+
+def _writer_dir(dirpath: str, roots: AbstractSet[str]) -> str | None:
+    """What our writers make in `dirpath` (normalised absolute), judged from the registered
+    locations `roots`: "attempt" for an attempt directory or one inside it
+    (`<root>/_txn/<attempt>/...`), "txn" for `<root>/_txn` itself, "manifests" for
+    `<root>/_manifests`; else None (nothing of ours, e.g. the user's own files)."""
+    for root in _ancestors(dirpath):
+        if root not in roots:
+            continue
+        parts = dirpath[len(root) + 1 :].split("/")
+        if parts[0] == TXN_DIR:
+            return "attempt" if len(parts) > 1 else "txn"
+        if parts == [MANIFEST_DIR]:
+            return "manifests"
+    return None
 
 
 async def _references(
@@ -583,9 +649,9 @@ class _Referenced:
 
 def _path_key(location: str, rel: str) -> str:
     """A file's identity whatever incarnation lists it: its absolute path (normalised when
-    local), so incarnations at nested locations compare too."""
-    key = f"{_key_root(location)}/{rel}"
-    return os.path.normpath(key) if _is_local(location) else key
+    local), so incarnations at nested locations compare too. The key apply checks commits
+    against (metastore.txn `file_key`)."""
+    return file_key(location, rel)
 
 
 def _is_local(location: str) -> bool:

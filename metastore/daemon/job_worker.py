@@ -21,6 +21,7 @@ from metastore.daemon.statemachine import CatalogStateMachine
 from metastore.errors import MetastoreError
 from metastore.jobs import next_step_wait
 from metastore.outcome import Outcome
+from raft.core.errors import RaftCoreError
 from raft.errors import RaftError
 from raft.node import RaftNode
 
@@ -46,7 +47,8 @@ class JobWorker:
                 continue
             try:
                 await self.step_once()
-            except (MetastoreError, RaftError) as exc:
+            except (MetastoreError, RaftError, RaftCoreError) as exc:
+                # RaftCoreError: leadership moved mid-proposal (NotLeader, ProposalDropped).
                 log.info("schema job step will be retried: %s", exc)
 
     async def step_once(self) -> int:

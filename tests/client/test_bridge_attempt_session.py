@@ -83,3 +83,59 @@ def test_an_attempt_directory_without_an_owner_never_names_one() -> None:
         assert attempt_owners(rel.split("/")) == [], rel
         _, rel = new_attempt_dir("/w/t", txn_id, owner="s0123")
         assert attempt_owners(rel.split("/")) == ["s0123"], rel
+
+
+class _NoSession:
+    """A bridge session that has none: the token may not open one (`available` False), or
+    reopening one after an expiry failed (the server could not be reached)."""
+
+    def __init__(self, *, available: bool) -> None:
+        self.available = available
+        self.opens = 0
+
+    def current(self) -> None:
+        return None
+
+    def ensure_open(self) -> None:
+        self.opens += 1
+        if self.available:
+            from metastore.errors import UnavailableError
+
+            raise UnavailableError("no node answered")
+
+
+@pytest.mark.parametrize("available", [False, True])
+def test_a_batch_without_a_session_to_own_its_files_writes_nothing(
+    monkeypatch: pytest.MonkeyPatch, available: bool
+) -> None:
+    # Without a session the bridge wrote into an unowned attempt directory (`_txn/<txn>-...`),
+    # which the orphan scan judges by mtime alone: a batch longer than the grace could commit
+    # files GC had deleted, and a token that may not open sessions (a reader's) wrote a whole
+    # batch that its commit was then refused (FORBIDDEN), leaving the files behind. The write
+    # now fails first, before Spark writes anything: FORBIDDEN is final, a session that could
+    # not be reopened is retryable.
+    from metastore.errors import ErrorCode
+
+    def plan(self: BatchContext, top: Any = None) -> None:
+        self.pinned = {  # type: ignore[dict-item]
+            "ns.t": SimpleNamespace(version=1, table_id=7, location="/w/t", write_columns=[])
+        }
+        self.report.top = 5
+
+    def no_write(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("the batch wrote files without a session to own them")
+
+    monkeypatch.setattr(BatchContext, "plan", plan)
+    monkeypatch.setattr("spark_bridge.bridge.new_attempt_dir", no_write)
+    monkeypatch.setattr("spark_bridge.bridge.conform", no_write)
+    session, client = _NoSession(available=available), _Client()
+    bridge = bare_bridge(client, session=session)
+    with pytest.raises(BatchError) as refused, bridge.batch(writes=["ns.t"], txn_id="b-1") as b:
+        b.write("ns.t", None)  # type: ignore[arg-type]
+    assert client.commits == 0
+    assert refused.value.retryable is available
+    cause = refused.value.cause
+    assert cause is not None
+    code = ErrorCode.UNAVAILABLE if available else ErrorCode.FORBIDDEN
+    assert getattr(cause, "code", None) == code, cause
+    assert session.opens == (1 if available else 0)

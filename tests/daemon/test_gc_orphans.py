@@ -5,11 +5,14 @@ applied state and the file system only)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import time
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
+
+import pytest
 
 from metastore.commands import (
     CommitTxn,
@@ -354,3 +357,95 @@ def test_a_queued_file_another_table_at_the_same_directory_references_stays_on_d
     asyncio.run(w._drain(inc, str(tmp_path / "t"), report))
     assert not d.state.txns.gc_queue(table_id)
     assert live.exists(), "GC deleted a file another table references"
+
+
+def test_files_that_were_in_the_directory_before_the_table_are_never_orphans(
+    tmp_path: Path,
+) -> None:
+    # CREATE TABLE ... LOCATION may name a directory that already holds the user's own files.
+    # The scan deleted every old file under the location that no incarnation referenced, so a
+    # table created over a directory deleted its previous contents an hour later. It now
+    # deletes only what our writers make: files in an attempt directory (`_txn/<attempt>/`)
+    # and manifest files (`_manifests/<sha256>.parquet`) of a registered location.
+    location = tmp_path / "t"
+    theirs = [
+        old_file(location / "data.csv"),
+        old_file(location / "part-00000.parquet"),
+        old_file(location / "year=2020" / "part-00001.parquet"),
+        old_file(location / "year=2020" / "_txn" / "x-0123456789ab" / "part-0.parquet"),
+        old_file(location / "_manifests" / "notes.parquet"),
+        old_file(location / "_manifests" / "old" / (64 * "b" + ".parquet")),
+        old_file(location / "_txn" / "loose.parquet"),
+    ]
+    d = table_driver(location)
+    d.ok("DROP TABLE ns.t")  # stays registered: its directory is scanned too
+    d.ok(f"CREATE TABLE ns.v (id BIGINT) LOCATION '{location / 'v'}'")
+    theirs.append(old_file(location / "v" / "mine.parquet"))
+    ours = [
+        old_file(location / "_txn" / "q-0123456789ab" / "part-0.parquet"),
+        old_file(location / "_txn" / "q-0123456789ab" / "_SUCCESS"),
+        old_file(location / "_txn" / "q-0123456789ab" / "sub" / "part-1.parquet"),
+        old_file(location / "_manifests" / (64 * "a" + ".parquet")),
+        old_file(location / "v" / "_txn" / "r-0123456789ab" / "part-0.parquet"),
+    ]
+    w = worker(d, now_tm=d.tm)
+    reports = [
+        TableReport(table=str(n), table_id=i, threshold_before=0, threshold=0, held_by={})
+        for i, n in [(i, d.state.txns.table_location(i)[0]) for i in d.state.txns.table_ids()]
+    ]
+    asyncio.run(w._orphans(reports, dry_run=False))
+    gone = [p for p in theirs if not p.exists()]
+    assert not gone, f"files not written by the metastore's writers were deleted: {gone}"
+    assert not any(p.exists() for p in ours), "orphans of our writers were kept"
+
+
+def test_a_leadership_change_mid_run_is_a_typed_error_and_the_schedule_keeps_running() -> None:
+    # GC proposes its entries straight to the Raft node, which raises the core's NotLeader and
+    # ProposalDropped errors when leadership moves mid-run (they are not RaftErrors). They went
+    # through: `gc run` answered INTERNAL, and the scheduled loop - catching RaftError only -
+    # died, so that node never ran GC again until restarted.
+    from metastore.commands import GcFilesDeleted
+    from metastore.errors import NotLeaderError, UnavailableError
+    from raft.core.errors import NotLeaderError as RaftNotLeaderError
+    from raft.core.errors import ProposalDroppedError
+
+    raised = [RaftNotLeaderError(3), ProposalDroppedError("entry 17 was replaced")]
+    calls = 0
+
+    class _Failing:
+        async def propose(self, data: bytes, *, timeout_ms: int) -> Any:
+            nonlocal calls
+            calls += 1
+            raise raised[calls % 2]
+
+    d = table_driver(Path("/nonexistent/t"))
+    w = worker(d, now_tm=d.tm)
+    w.raft = _Failing()  # type: ignore[assignment]
+    w.interval_ms = 1
+    cmd = GcFilesDeleted(table=T, table_id=1, paths=("x",))
+    with pytest.raises(UnavailableError):
+        asyncio.run(w._propose(cmd))  # call 1: dropped
+    with pytest.raises(NotLeaderError) as not_leader:
+        asyncio.run(w._propose(cmd))  # call 2: not the leader
+    assert not_leader.value.details["leader"] == 3
+
+    async def schedule() -> None:
+        async def run(table: Any, *, dry_run: bool) -> dict[str, Any]:
+            await w._propose(cmd)
+            return {}
+
+        w._serving = lambda: True  # type: ignore[method-assign]
+        w.run = run  # type: ignore[method-assign]
+        task = asyncio.create_task(w.run_forever())
+        for _ in range(2_000):
+            if calls >= 6 or task.done():
+                break
+            await asyncio.sleep(0.001)
+        assert not task.done(), task.exception()
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+    calls = 0
+    asyncio.run(schedule())
+    assert calls >= 6

@@ -234,6 +234,77 @@ def test_an_unknown_incarnation_is_refused() -> None:
     refused(d, GcFilesDeleted(table=T, table_id=99, paths=("x",)), TableNotFoundError)
 
 
+def _commit_to(d: Driver, table: TableName, txn: str, path: str) -> CommitTxn:
+    return CommitTxn(
+        txn_id=txn,
+        writes=(
+            TableWrite(
+                table=table,
+                schema_version=d.state.current(table).version,
+                add=(DataFile(path=path, size_bytes=1, row_count=1),),
+            ),
+        ),
+    )
+
+
+@pytest.mark.parametrize(
+    ("second_location", "path"),
+    [
+        ("/wh/t", "f1"),  # the same directory
+        ("file:///wh/t", "f1"),  # the same directory, spelled as a URI
+        ("/wh/t/sub", "f2"),  # inside the dropped table's directory
+    ],
+)
+def test_no_incarnation_may_commit_a_path_another_has_queued_for_deletion(
+    second_location: str, path: str
+) -> None:
+    # The leader checks "still referenced" and then deletes in a thread: a commit applied in
+    # between that references a queued file again would lose it. So once a path is queued (by
+    # any incarnation whose directory holds it), apply refuses to add it again until GC
+    # reports it deleted, whichever incarnation adds it.
+    d = Driver()
+    d.ok("CREATE NAMESPACE ns")
+    d.ok("CREATE TABLE ns.t (id BIGINT) LOCATION '/wh/t' TBLPROPERTIES ('gc.ttl' = '1s')")
+    d.tm += (DD_MS + 1) * MS
+    old_id = d.state.catalog.incarnations(T)[-1].table_id
+    ok(d, _commit_to(d, T, "a", "f1"))
+    ok(d, _commit_to(d, T, "b", "sub/f2"))
+    d.ok("DROP TABLE ns.t")
+    d.ok(
+        f"CREATE TABLE ns.t (id BIGINT) LOCATION '{second_location}' "
+        "TBLPROPERTIES ('gc.ttl' = '1s')"
+    )
+    d.tm += (DD_MS + 1) * MS
+    dropped_tu = d.state.catalog.incarnations(T)[0].dropped_tu
+    assert dropped_tu is not None
+    d.tm += 5 * TTL_MS * MS
+    ok(d, AdvanceGcThreshold(table=T, table_id=old_id, up_to=dropped_tu))
+    assert set(d.state.txns.gc_queue(old_id)) == {"f1", "sub/f2"}
+    err = refused(d, _commit_to(d, T, "again", path), InvalidArgumentError)
+    assert err.details["reason"] == "queued_for_gc"
+    assert err.details["queued_by_table_id"] == old_id
+    ok(d, _commit_to(d, T, "other", "f3"))  # other paths commit as before
+    # Once GC reports the file deleted, the path is free again.
+    ok(d, GcFilesDeleted(table=T, table_id=old_id, paths=("f1", "sub/f2")))
+    ok(d, _commit_to(d, T, "later", path))
+    # A snapshot rebuilds what apply checks: a restored replica refuses exactly the same.
+    ok(d, _commit_to(d, T, "c", "f4"))
+    d.ok("DROP TABLE ns.t")
+    d.ok(f"CREATE TABLE ns.t (id BIGINT) LOCATION '{second_location}'")
+    d.tm += (DD_MS + 1) * MS + 5 * TTL_MS * MS
+    mid = d.state.catalog.incarnations(T)[1]
+    assert mid.dropped_tu is not None
+    ok(d, AdvanceGcThreshold(table=T, table_id=mid.table_id, up_to=mid.dropped_tu))
+    queued = set(d.state.txns.gc_queue(mid.table_id))
+    assert "f4" in queued
+    restored = Driver()
+    restored.state = MetastoreState.from_snapshot(d.state.to_snapshot())
+    restored.tm, restored.index = d.tm, d.index
+    for driver in (d, restored):
+        err = refused(driver, _commit_to(driver, T, "again2", "f4"), InvalidArgumentError)
+        assert err.details["queued_by_table_id"] == mid.table_id
+
+
 # --------------------------------------------------------------------------------------------
 # Protected timestamps
 # --------------------------------------------------------------------------------------------
