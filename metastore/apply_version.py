@@ -25,7 +25,10 @@ from typing import Final
 # The newest apply version this release can apply. Raise it together with the rules it gates,
 # and record here what each version changed.
 #   1: every rule up to and including the release that introduced apply versions.
-APPLY_VERSION_SUPPORTED: Final = 1
+#   2: CREATE TABLE and ALTER TABLE refuse a schema version above MAX_SCHEMA_VERSION_BYTES
+#      (before, 1,000 wide columns could make a table's schema unreadable: its reply
+#      outgrew the client frame).
+APPLY_VERSION_SUPPORTED: Final = 2
 
 # A cluster that never applied SetApplyVersion (and every older snapshot) is at version 1.
 INITIAL_APPLY_VERSION: Final = 1

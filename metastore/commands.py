@@ -402,6 +402,9 @@ class InitCluster:
     request_id: str = ""
     dd_ms: int
     cs_max_ms: int
+    # The apply version a new cluster starts at (metastore.apply_version): the newest its first
+    # leader's release supports. Encoded only when above 1, so older entries decode unchanged.
+    apply_version: int = 1
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -785,6 +788,11 @@ def validate_command(cmd: Command) -> None:
         )
     match cmd:
         case InitCluster(dd_ms=dd, cs_max_ms=cs):
+            if not 1 <= cmd.apply_version <= MAX_APPLY_VERSION:
+                raise InvalidArgumentError(
+                    f"apply version must be in 1..{MAX_APPLY_VERSION}",
+                    details={"version": cmd.apply_version},
+                )
             if not 0 < dd <= limits.MAX_DELAY_DURATION_MS:
                 raise InvalidArgumentError(
                     f"dd_ms must be in 1..{limits.MAX_DELAY_DURATION_MS}", details={"dd_ms": dd}
@@ -1625,6 +1633,8 @@ def command_to_data(cmd: Command) -> dict[str, object]:
                 "dd_ms": cmd.dd_ms,
                 "cs_max_ms": cmd.cs_max_ms,
             }
+            if cmd.apply_version != 1:
+                body["apply_version"] = cmd.apply_version
         case CreateNamespace():
             body = {
                 "type": "create_namespace",
@@ -1895,7 +1905,10 @@ def _command_from_data(obj: object) -> Command:
     cmd: Command
     if kind == "init_cluster":
         cmd = InitCluster(
-            request_id=request_id, dd_ms=f.integer("dd_ms"), cs_max_ms=f.integer("cs_max_ms")
+            request_id=request_id,
+            dd_ms=f.integer("dd_ms"),
+            cs_max_ms=f.integer("cs_max_ms"),
+            apply_version=f.integer("apply_version") if f.has("apply_version") else 1,
         )
     elif kind == "create_namespace":
         cmd = CreateNamespace(

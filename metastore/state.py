@@ -322,7 +322,9 @@ class MetastoreState:
             case DropNamespace():
                 result, effects = self.catalog.drop_namespace(command, tm=tm, dd=dd)
             case CreateTable():
-                result, effects = self.catalog.create_table(command, tm=tm, dd=dd)
+                result, effects = self.catalog.create_table(
+                    command, tm=tm, dd=dd, max_version_bytes=self._max_version_bytes()
+                )
             case DropTable():
                 result, effects = self.catalog.drop_table(command, tm=tm, dd=dd)
             case AlterTable():
@@ -335,6 +337,7 @@ class MetastoreState:
                         dd=dd,
                         catalog=self.catalog,
                         sessions=self.sessions,
+                        max_version_bytes=self._max_version_bytes(),
                     )
                 else:
                     # The two-version invariant: no third leased version (metastore.leases).
@@ -344,6 +347,7 @@ class MetastoreState:
                         dd=dd,
                         before_publish=lambda inc: self.sessions.check_publish(inc, tm=tm),
                         keep_free=self.jobs.versions_needed,
+                        max_version_bytes=self._max_version_bytes(),
                     )
             case AdvanceSchemaJob():
                 table_id = self.jobs.get(command.job_id).table_id
@@ -401,6 +405,10 @@ class MetastoreState:
                 case SchemaVersionPublished():
                     pass
 
+    def _max_version_bytes(self) -> int | None:
+        # Apply version 2: the bound on a schema version's size (metastore.apply_version).
+        return limits.MAX_SCHEMA_VERSION_BYTES if self.rules_at_least(2) else None
+
     def _set_apply_version(self, command: SetApplyVersion) -> dict[str, object]:
         if command.version > APPLY_VERSION_SUPPORTED:
             # The other nodes apply it: answering with a failure would leave this node on the
@@ -420,6 +428,12 @@ class MetastoreState:
         return {"apply_version": self.apply_version, "previous": previous}
 
     def _init_cluster(self, command: InitCluster) -> Outcome:
+        if self.cluster is None and command.apply_version > APPLY_VERSION_SUPPORTED:
+            raise ReleaseTooOldError(
+                f"the cluster starts at apply version {command.apply_version} but this node's "
+                f"release supports only up to {APPLY_VERSION_SUPPORTED}: run the same release "
+                "on every node"
+            )
         wanted = ClusterConfig(dd_ms=command.dd_ms, cs_max_ms=command.cs_max_ms)
         if self.cluster is not None:
             if self.cluster != wanted:
@@ -432,6 +446,7 @@ class MetastoreState:
                 {"initialized": False, "dd_ms": wanted.dd_ms, "cs_max_ms": wanted.cs_max_ms}
             )
         self.cluster = wanted
+        self.apply_version = command.apply_version
         return Outcome.success(
             {"initialized": True, "dd_ms": wanted.dd_ms, "cs_max_ms": wanted.cs_max_ms}
         )
