@@ -839,3 +839,56 @@ def cluster_transfer_leader(ctx: click.Context, node_id: int) -> None:
     """Hand leadership to voter NODE_ID (e.g. before restarting the current leader)."""
     a = app(ctx)
     _membership_result(a, a.client().transfer_leader(node_id))
+
+
+@cluster.command("version")
+@click.option(
+    "--finalize",
+    is_flag=True,
+    help="Move the cluster's apply version to the newest every member's release supports "
+    "(the last step of an upgrade; admin only; never moves back).",
+)
+@click.option(
+    "--to",
+    "to_version",
+    type=click.IntRange(min=1),
+    default=None,
+    help="With --finalize: move to this version instead (every member must support it).",
+)
+@click.pass_context
+def cluster_version(ctx: click.Context, finalize: bool, to_version: int | None) -> None:
+    """Show the cluster's apply version (the rules every node applies the log with) and the
+    newest each member's release supports; with --finalize, move it forward.
+
+    \b
+    Upgrading a cluster:
+      1. replace the release on one node at a time and restart it (the cluster keeps the
+         old rules meanwhile, so old and new nodes agree on every entry);
+      2. once every member runs the new release: metastore cluster version --finalize.
+    A node whose release is older than the cluster's apply version stops with a clear error
+    instead of applying the log differently; upgrade it and it resumes from its log.
+    """
+    a = app(ctx)
+    if to_version is not None and not finalize:
+        raise CliError("USAGE", "--to needs --finalize", exit_code=EXIT_USAGE)
+    client = a.client()
+    doc = client.finalize_apply_version(to_version) if finalize else client.apply_version()
+    members = doc.get("members", [])
+    rows = [[m["node_id"], m["supported"] or "-", m["error"] or "-"] for m in members]
+    summary: dict[str, Any] = {"apply version": doc.get("apply_version")}
+    if finalize:
+        summary["changed"] = doc.get("changed")
+        summary["previous"] = doc.get("previous")
+    else:
+        finalizable = doc.get("finalizable")
+        summary["--finalize would move to"] = (
+            "(a member did not answer)" if finalizable is None else finalizable
+        )
+    emit(
+        a.output,
+        doc,
+        lambda: [
+            kv_table(summary),
+            rows_table(["node", "supports up to", "error"], rows, title="members' releases"),
+        ],
+    )

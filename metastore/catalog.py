@@ -65,6 +65,8 @@ from dataclasses import dataclass, replace
 from itertools import pairwise
 from typing import Final
 
+import msgpack
+
 from hlc import ts_text
 from metastore import limits
 from metastore.commands import (
@@ -463,7 +465,11 @@ class Catalog:
         }
         return result, effects
 
-    def create_table(self, cmd: CreateTable, *, tm: int, dd: int) -> Applied:
+    def create_table(
+        self, cmd: CreateTable, *, tm: int, dd: int, max_version_bytes: int | None = None
+    ) -> Applied:
+        """`max_version_bytes`: refuse a version larger than this (None: no bound; see
+        `check_version_bytes`)."""
         name = cmd.table
         self.namespace(name.namespace)  # must be live when applied
         previous = self._tables.get(name, ())
@@ -500,6 +506,7 @@ class Catalog:
             summary="CREATE TABLE",
             location=cmd.location,
         )
+        check_version_bytes(name, version, None, max_version_bytes)
         inc = TableState(
             table_id=table_id,
             name=name,
@@ -571,10 +578,12 @@ class Catalog:
         dd: int,
         before_publish: Callable[[TableState], None] | None = None,
         keep_free: Callable[[int], int] = lambda table_id: 0,
+        max_version_bytes: int | None = None,
     ) -> Applied:
         """`before_publish(inc)` runs only when a new version is about to be published, and may
         refuse it by raising (the leases' two-version gate); nothing has changed by then.
-        `keep_free(table_id)`: the versions to keep free (see `publish_version`)."""
+        `keep_free(table_id)`: the versions to keep free (see `publish_version`).
+        `max_version_bytes`: see `check_version_bytes`."""
         name = cmd.table
         inc = self.live_table(name)
         current = inc.versions[-1]
@@ -610,6 +619,7 @@ class Catalog:
             dd=dd,
             before_publish=before_publish,
             keep_free=keep_free(inc.table_id),
+            max_version_bytes=max_version_bytes,
         )
 
     def publish_version(
@@ -625,6 +635,7 @@ class Catalog:
         properties: Properties | None = None,
         before_publish: Callable[[TableState], None] | None = None,
         keep_free: int = 0,
+        max_version_bytes: int | None = None,
     ) -> Applied:
         """Publish the next version of live incarnation `inc` (ALTER TABLE and the steps of
         schema change jobs). Validates first; writes nothing if anything raises. `keep_free`
@@ -668,6 +679,8 @@ class Catalog:
             location=inc.location,
             pending=tuple(sorted(pending, key=lambda p: p.column.field_id)),
         )
+        # Only user changes pass a bound: a running job's later steps must never be refused.
+        check_version_bytes(name, version, current, max_version_bytes)
         new_inc = replace(
             inc,
             next_field_id=next_field_id,
@@ -1099,6 +1112,29 @@ def _namespaces_from_form1(
         )
         out[ns_name] = (synthesized, *out.get(ns_name, ()))
     return out
+
+
+def version_bytes(v: SchemaVersion) -> int:
+    """The encoded size of a schema version as stored: what MAX_SCHEMA_VERSION_BYTES bounds."""
+    return len(msgpack.packb(_version_to_data(v), use_bin_type=True))
+
+
+def check_version_bytes(
+    name: TableName, new: SchemaVersion, current: SchemaVersion | None, max_bytes: int | None
+) -> None:
+    """Refuse a version above `max_bytes` unless it is no larger than the current one (so a
+    table already beyond the bound can still shrink). None: no bound (apply version 1)."""
+    if max_bytes is None:
+        return
+    size = version_bytes(new)
+    if size <= max_bytes or (current is not None and size <= version_bytes(current)):
+        return
+    raise limit_exceeded(
+        "MAX_SCHEMA_VERSION_BYTES",
+        max_bytes,
+        size,
+        f"encoded bytes of {name}'s schema (columns, comments, defaults, properties)",
+    )
 
 
 def _version_to_data(v: SchemaVersion) -> list[object]:

@@ -59,6 +59,7 @@ import msgpack
 
 from hlc.limits import MAX_TS
 from metastore import limits
+from metastore.apply_version import MAX_APPLY_VERSION
 from metastore.errors import (
     InvalidArgumentError,
     MalformedCommandError,
@@ -92,6 +93,15 @@ from metastore.types import (
 )
 
 COMMAND_FORMAT_VERSION: Final = 1
+
+
+class CommandFromNewerReleaseError(MalformedCommandError):
+    """A command of a type or format version this release does not know: a newer release wrote
+    it. A leader refuses it from a client like any malformed command (on the wire it is
+    MALFORMED_COMMAND); met in the log, it stops the node (`ReleaseTooOldError`), as applying
+    it as a refusal would leave this node's state behind its peers'."""
+
+
 TABLE_FORMATS: Final = ("parquet",)
 
 _SHA256_HEX = re.compile(r"[0-9a-f]{64}")
@@ -392,6 +402,9 @@ class InitCluster:
     request_id: str = ""
     dd_ms: int
     cs_max_ms: int
+    # The apply version a new cluster starts at (metastore.apply_version): the newest its first
+    # leader's release supports. Encoded only when above 1, so older entries decode unchanged.
+    apply_version: int = 1
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -721,6 +734,19 @@ class RevokeCerts:
     by: str = ""
 
 
+# --- Apply versions (metastore.apply_version) ---------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SetApplyVersion:
+    """Move the cluster's apply version forward to `version` (`cluster version --finalize`).
+    Proposed only once every member's release supports it."""
+
+    request_id: str = ""
+    version: int
+    by: str = ""
+
+
 Command = (
     InitCluster
     | CreateNamespace
@@ -744,6 +770,7 @@ Command = (
     | SchemaJobBackfilled
     | CompactManifest
     | RevokeCerts
+    | SetApplyVersion
 )
 
 
@@ -761,6 +788,11 @@ def validate_command(cmd: Command) -> None:
         )
     match cmd:
         case InitCluster(dd_ms=dd, cs_max_ms=cs):
+            if not 1 <= cmd.apply_version <= MAX_APPLY_VERSION:
+                raise InvalidArgumentError(
+                    f"apply version must be in 1..{MAX_APPLY_VERSION}",
+                    details={"version": cmd.apply_version},
+                )
             if not 0 < dd <= limits.MAX_DELAY_DURATION_MS:
                 raise InvalidArgumentError(
                     f"dd_ms must be in 1..{limits.MAX_DELAY_DURATION_MS}", details={"dd_ms": dd}
@@ -870,6 +902,13 @@ def validate_command(cmd: Command) -> None:
             _validate_compaction(cmd)
         case RevokeCerts():
             _validate_revoke(cmd)
+        case SetApplyVersion():
+            if not 1 <= cmd.version <= MAX_APPLY_VERSION:
+                raise InvalidArgumentError(
+                    f"apply version must be in 1..{MAX_APPLY_VERSION}",
+                    details={"version": cmd.version},
+                )
+            _validate_label(cmd.by, "by")
         case AdvanceSchemaJob() | CancelSchemaJob() | SchemaJobBackfilled():
             if cmd.job_id < 1:
                 raise InvalidArgumentError(
@@ -1594,6 +1633,8 @@ def command_to_data(cmd: Command) -> dict[str, object]:
                 "dd_ms": cmd.dd_ms,
                 "cs_max_ms": cmd.cs_max_ms,
             }
+            if cmd.apply_version != 1:
+                body["apply_version"] = cmd.apply_version
         case CreateNamespace():
             body = {
                 "type": "create_namespace",
@@ -1739,6 +1780,8 @@ def command_to_data(cmd: Command) -> dict[str, object]:
                 "replaces": [[r.sha256, r.removed_all_ts] for r in cmd.replaces],
                 "adds": [a.to_data() for a in cmd.adds],
             }
+        case SetApplyVersion():
+            body = {"type": "set_apply_version", "version": cmd.version, "by": cmd.by}
         case RevokeCerts():
             body = {
                 "type": "revoke_certs",
@@ -1847,6 +1890,12 @@ def command_from_data(obj: object) -> Command:
 def _command_from_data(obj: object) -> Command:
     f = _Fields(obj, "command")
     version = f.integer("v")
+    if version > COMMAND_FORMAT_VERSION:
+        raise CommandFromNewerReleaseError(
+            f"command format version {version} is newer than this release's "
+            f"({COMMAND_FORMAT_VERSION})",
+            details={"version": version},
+        )
     if version != COMMAND_FORMAT_VERSION:
         raise MalformedCommandError(
             f"unsupported command format version {version}", details={"version": version}
@@ -1856,7 +1905,10 @@ def _command_from_data(obj: object) -> Command:
     cmd: Command
     if kind == "init_cluster":
         cmd = InitCluster(
-            request_id=request_id, dd_ms=f.integer("dd_ms"), cs_max_ms=f.integer("cs_max_ms")
+            request_id=request_id,
+            dd_ms=f.integer("dd_ms"),
+            cs_max_ms=f.integer("cs_max_ms"),
+            apply_version=f.integer("apply_version") if f.has("apply_version") else 1,
         )
     elif kind == "create_namespace":
         cmd = CreateNamespace(
@@ -2084,8 +2136,13 @@ def _command_from_data(obj: object) -> Command:
             reason=f.text("reason"),
             by=f.text("by"),
         )
+    elif kind == "set_apply_version":
+        cmd = SetApplyVersion(request_id=request_id, version=f.integer("version"), by=f.text("by"))
     else:
-        raise MalformedCommandError(f"unknown command type {kind!r}")
+        raise CommandFromNewerReleaseError(
+            f"unknown command type {kind!r} (written by a newer release?)",
+            details={"type": kind[:64]},
+        )
     f.done()
     return cmd
 

@@ -568,3 +568,10 @@ def limit_exceeded(limit: str, maximum: int, value: int, what: str) -> LimitExce
 
 class CatalogInvariantError(Exception):
     """The state contradicts one of its invariants: a bug, not bad input. The node must stop."""
+
+
+class ReleaseTooOldError(Exception):
+    """This node's release cannot apply what the cluster agreed to (an apply version, a command
+    type or a snapshot of a newer release). Not a MetastoreError on purpose: applying it as a
+    failure would make this node's state differ from its peers', so the node stops instead,
+    and resumes from its log once it runs a release that knows the entry."""

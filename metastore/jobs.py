@@ -230,9 +230,10 @@ class SchemaJobs:
         dd: int,
         catalog: Catalog,
         sessions: Sessions,
+        max_version_bytes: int | None = None,
     ) -> Applied:
         """Start a job for `change` and publish its first step (refused, like any ALTER, while
-        a lease on the version two behind is held)."""
+        a lease on the version two behind is held, or past `max_version_bytes`)."""
         inc = catalog.live_table(cmd.table)
         current = inc.versions[-1]
         if isinstance(change, DropColumn):
@@ -289,6 +290,7 @@ class SchemaJobs:
             before_publish=lambda i: sessions.check_publish(i, tm=tm),
             # Its own later steps, and those of the table's other running jobs.
             keep_free=self.versions_needed(inc.table_id) + len(STEPS[kind]) - 1,
+            max_version_bytes=max_version_bytes,
         )
         version = result["version"]
         assert isinstance(version, int)

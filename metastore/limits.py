@@ -34,6 +34,14 @@ MAX_CHAR_LENGTH = 2**31 - 1
 # minute for a week stays below it.
 MAX_SCHEMA_VERSIONS_PER_TABLE = 10_000
 
+# Encoded bytes of one schema version as stored (columns with comments and defaults, pending
+# columns, properties, comment, change summary). Replies show a version with its Spark DDL and,
+# while a job runs, its write schema too, so a version at this bound still fits one 4 MiB
+# client frame (describe, schema_at, pin) even with every comment escaped. Enforced on CREATE
+# and ALTER from apply version 2 on; a change that does not grow a version past it still
+# applies, so a table already beyond it can shrink.
+MAX_SCHEMA_VERSION_BYTES = 512 * 1024
+
 # Column changes in one ALTER TABLE command.
 MAX_CHANGES_PER_ALTER = 1000
 

@@ -45,6 +45,7 @@ import msgpack
 
 from hlc.limits import LOGICAL_BITS, MAX_TS
 from metastore import limits
+from metastore.apply_version import APPLY_VERSION_SUPPORTED, INITIAL_APPLY_VERSION
 from metastore.catalog import Catalog, Namespace, SchemaVersion, TableDescription
 from metastore.commands import (
     AcquireLeases,
@@ -70,6 +71,7 @@ from metastore.commands import (
     ReleaseProtection,
     RevokeCerts,
     SchemaJobBackfilled,
+    SetApplyVersion,
     TableName,
     decode_command,
     encode_command,
@@ -83,6 +85,7 @@ from metastore.errors import (
     InvalidArgumentError,
     MalformedSnapshotError,
     MetastoreError,
+    ReleaseTooOldError,
     RequestIdReusedError,
     StaleTimestampError,
     TableNotFoundError,
@@ -112,7 +115,8 @@ from metastore.txn import (
 # 6: manifest references, delete entries, retired and dead manifests per table
 #    (metastore.manifests): each txn log table row gains four fields; older rows load with none.
 # 7: revoked certificate fingerprints (metastore.revocation); older snapshots load with none.
-SNAPSHOT_FORMAT_VERSION: Final = 7
+# 8: the cluster's apply version (metastore.apply_version); older snapshots load at version 1.
+SNAPSHOT_FORMAT_VERSION: Final = 8
 _SNAPSHOT_KEYS_V1: Final = frozenset(
     {"v", "applied_index", "last_tm", "cluster", "catalog", "requests"}
 )
@@ -136,6 +140,7 @@ class ClusterConfig:
 class MetastoreState:
     __slots__ = (
         "applied_index",
+        "apply_version",
         "catalog",
         "cluster",
         "gc",
@@ -151,6 +156,8 @@ class MetastoreState:
         self.applied_index = 0  # Invariant: index of the last entry that changed the state
         self.last_tm = 0  # Invariant: >= every Tm stored anywhere in the state; = safe time
         self.cluster: ClusterConfig | None = None
+        # The apply rules every node uses (metastore.apply_version); moves only forward.
+        self.apply_version = INITIAL_APPLY_VERSION
         self.catalog = Catalog()
         self.txns = TxnLog()
         self.sessions = Sessions()
@@ -158,6 +165,10 @@ class MetastoreState:
         self.jobs = SchemaJobs()
         self.requests = RequestLog()
         self.revoked = RevokedCerts()
+
+    def rules_at_least(self, version: int) -> bool:
+        """Whether the apply rules of `version` are in force: gate every rule new in it."""
+        return self.apply_version >= version
 
     @property
     def safe_time(self) -> int:
@@ -293,6 +304,8 @@ class MetastoreState:
                 return Outcome.success(self.jobs.backfilled(command, tm=tm))
             case CompactManifest():
                 return Outcome.success(self.txns.compact(command, tm=tm, catalog=self.catalog))
+            case SetApplyVersion():
+                return Outcome.success(self._set_apply_version(command))
             case RevokeCerts():
                 return Outcome.success(
                     self.revoked.revoke(
@@ -309,7 +322,9 @@ class MetastoreState:
             case DropNamespace():
                 result, effects = self.catalog.drop_namespace(command, tm=tm, dd=dd)
             case CreateTable():
-                result, effects = self.catalog.create_table(command, tm=tm, dd=dd)
+                result, effects = self.catalog.create_table(
+                    command, tm=tm, dd=dd, max_version_bytes=self._max_version_bytes()
+                )
             case DropTable():
                 result, effects = self.catalog.drop_table(command, tm=tm, dd=dd)
             case AlterTable():
@@ -322,6 +337,7 @@ class MetastoreState:
                         dd=dd,
                         catalog=self.catalog,
                         sessions=self.sessions,
+                        max_version_bytes=self._max_version_bytes(),
                     )
                 else:
                     # The two-version invariant: no third leased version (metastore.leases).
@@ -331,6 +347,7 @@ class MetastoreState:
                         dd=dd,
                         before_publish=lambda inc: self.sessions.check_publish(inc, tm=tm),
                         keep_free=self.jobs.versions_needed,
+                        max_version_bytes=self._max_version_bytes(),
                     )
             case AdvanceSchemaJob():
                 table_id = self.jobs.get(command.job_id).table_id
@@ -388,7 +405,35 @@ class MetastoreState:
                 case SchemaVersionPublished():
                     pass
 
+    def _max_version_bytes(self) -> int | None:
+        # Apply version 2: the bound on a schema version's size (metastore.apply_version).
+        return limits.MAX_SCHEMA_VERSION_BYTES if self.rules_at_least(2) else None
+
+    def _set_apply_version(self, command: SetApplyVersion) -> dict[str, object]:
+        if command.version > APPLY_VERSION_SUPPORTED:
+            # The other nodes apply it: answering with a failure would leave this node on the
+            # old rules while they use the new ones. Stop, and resume once upgraded.
+            raise ReleaseTooOldError(
+                f"the cluster moved to apply version {command.version} but this node's release "
+                f"supports only up to {APPLY_VERSION_SUPPORTED}: upgrade this node's release "
+                "and restart it (it resumes from its log)"
+            )
+        if command.version < self.apply_version:
+            raise InvalidArgumentError(
+                f"the cluster's apply version is {self.apply_version}; it never moves back "
+                f"to {command.version}",
+                details={"version": command.version, "apply_version": self.apply_version},
+            )
+        previous, self.apply_version = self.apply_version, command.version
+        return {"apply_version": self.apply_version, "previous": previous}
+
     def _init_cluster(self, command: InitCluster) -> Outcome:
+        if self.cluster is None and command.apply_version > APPLY_VERSION_SUPPORTED:
+            raise ReleaseTooOldError(
+                f"the cluster starts at apply version {command.apply_version} but this node's "
+                f"release supports only up to {APPLY_VERSION_SUPPORTED}: run the same release "
+                "on every node"
+            )
         wanted = ClusterConfig(dd_ms=command.dd_ms, cs_max_ms=command.cs_max_ms)
         if self.cluster is not None:
             if self.cluster != wanted:
@@ -401,6 +446,7 @@ class MetastoreState:
                 {"initialized": False, "dd_ms": wanted.dd_ms, "cs_max_ms": wanted.cs_max_ms}
             )
         self.cluster = wanted
+        self.apply_version = command.apply_version
         return Outcome.success(
             {"initialized": True, "dd_ms": wanted.dd_ms, "cs_max_ms": wanted.cs_max_ms}
         )
@@ -521,6 +567,10 @@ class MetastoreState:
         )
         self.jobs.check_invariants(catalog=self.catalog)
         self.revoked.check_invariants(last_tm=self.last_tm)
+        if not INITIAL_APPLY_VERSION <= self.apply_version <= APPLY_VERSION_SUPPORTED:
+            raise CatalogInvariantError(
+                f"apply version {self.apply_version} outside 1..{APPLY_VERSION_SUPPORTED}"
+            )
         problems = self.requests.check_invariants(last_tm=self.last_tm)
         if problems:
             raise CatalogInvariantError("; ".join(problems))
@@ -539,6 +589,7 @@ class MetastoreState:
             "jobs": self.jobs.to_data(),
             "requests": self.requests.to_data(),
             "revoked": self.revoked.to_data(),
+            "apply_version": self.apply_version,
         }
         packed: bytes = msgpack.packb(data, use_bin_type=True)
         return packed
@@ -558,8 +609,15 @@ class MetastoreState:
             4,
             5,
             6,
+            7,
             SNAPSHOT_FORMAT_VERSION,
         ):
+            newer = isinstance(obj, dict) and _is_int(obj.get("v"))
+            if newer and obj["v"] > SNAPSHOT_FORMAT_VERSION:
+                raise MalformedSnapshotError(
+                    f"snapshot format {obj['v']} is newer than this release reads "
+                    f"({SNAPSHOT_FORMAT_VERSION}): a newer release wrote it"
+                )
             raise MalformedSnapshotError("snapshot must be a map with a supported version")
         keys = {
             1: _SNAPSHOT_KEYS_V1,
@@ -569,6 +627,7 @@ class MetastoreState:
             5: _SNAPSHOT_KEYS_V1 | {"txns", "sessions", "gc", "jobs"},
             6: _SNAPSHOT_KEYS_V1 | {"txns", "sessions", "gc", "jobs"},
             7: _SNAPSHOT_KEYS_V1 | {"txns", "sessions", "gc", "jobs", "revoked"},
+            8: _SNAPSHOT_KEYS_V1 | {"txns", "sessions", "gc", "jobs", "revoked", "apply_version"},
         }[obj["v"]]
         if set(obj) != keys:
             raise MalformedSnapshotError("snapshot must be a map with the state's keys")
@@ -601,6 +660,16 @@ class MetastoreState:
             state.jobs = SchemaJobs.from_data(obj["jobs"])
         if obj["v"] >= 7:
             state.revoked = RevokedCerts.from_data(obj["revoked"])
+        if obj["v"] >= 8:
+            version = obj["apply_version"]
+            if not _is_int(version) or version < INITIAL_APPLY_VERSION:
+                raise MalformedSnapshotError("snapshot apply_version must be a positive integer")
+            if version > APPLY_VERSION_SUPPORTED:
+                raise MalformedSnapshotError(
+                    f"the snapshot is at apply version {version}, newer than this release "
+                    f"supports ({APPLY_VERSION_SUPPORTED}): load it with a newer release"
+                )
+            state.apply_version = version
         state.requests = RequestLog.from_data(obj["requests"])
         try:
             state.check_invariants()
@@ -620,6 +689,7 @@ class MetastoreState:
             self.jobs,
             self.requests,
             self.revoked,
+            self.apply_version,
         ) == (
             other.applied_index,
             other.last_tm,
@@ -631,7 +701,12 @@ class MetastoreState:
             other.jobs,
             other.requests,
             other.revoked,
+            other.apply_version,
         )
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _name(table: TableName | str) -> TableName:

@@ -204,6 +204,7 @@ _READ_OPS: Final = frozenset(
         "job_list",
         "job_show",
         "watch",
+        "apply_version",
     }
 )
 # Writes the server makes idempotent by their arguments (re-opening a session with the same
@@ -217,6 +218,7 @@ _IDEMPOTENT_OPS: Final = frozenset(
         "lease_acquire",
         "lease_release",
         "compact_manifest",  # a repeat finds its manifests referenced: deduplicated
+        "apply_version_finalize",  # a repeat finds the version already moved: no change
     }
 )
 # A DDL refused because leases block it (SCHEMA_CHANGE_BLOCKED) is retried this often, for at
@@ -1105,6 +1107,16 @@ class MetastoreClient:
         """The revocation list, this node's own certificate and what its peers presented."""
         return await self.call("cert_revoked", {})
 
+    async def apply_version(self) -> dict[str, Any]:
+        """The cluster's apply version and the newest each member's release supports."""
+        return await self.call("apply_version", {})
+
+    async def finalize_apply_version(self, version: int | None = None) -> dict[str, Any]:
+        """Move the apply version to `version` or, without it, to the newest every member
+        supports (admin; idempotent; never moves back)."""
+        args: dict[str, Any] = {} if version is None else {"version": version}
+        return await self.call("apply_version_finalize", args)
+
     async def status_all(self) -> list[EndpointResult]:
         """`status` of every endpoint, asked in parallel, each without failover."""
         return await self._each_endpoint("status")
@@ -1676,6 +1688,12 @@ class SyncMetastoreClient:
 
     def transfer_leader(self, target: int) -> dict[str, Any]:
         return self._sync(self._client.transfer_leader, target)
+
+    def apply_version(self) -> dict[str, Any]:
+        return self._sync(self._client.apply_version)
+
+    def finalize_apply_version(self, version: int | None = None) -> dict[str, Any]:
+        return self._sync(self._client.finalize_apply_version, version)
 
     def status_all(self) -> list[EndpointResult]:
         return self._sync(self._client.status_all)

@@ -104,3 +104,7 @@ CERTS_ASK_TIMEOUT_MS: Final = 1_500
 # event-loop turns after the apply that closes the connection. The bound keeps a revoked client
 # from holding a connection open with a long wait (`watch`, a wait for safe time).
 REVOKED_CLIENT_REPLY_GRACE_MS: Final = 2_000
+
+# `apply_version` and `apply_version_finalize` ask each member for its release's supported apply
+# version; each ask waits at most this long (a member that is down must not hold the answer).
+APPLY_VERSION_PROBE_TIMEOUT_MS: Final = 2_000

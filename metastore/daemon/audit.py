@@ -50,6 +50,7 @@ _KEPT_ARGS: Final = (
     "request_id",
     "fingerprint",
     "force",
+    "version",
 )
 
 

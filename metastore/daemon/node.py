@@ -27,6 +27,7 @@ from typing import Any
 
 from hlc import HybridClock, OffsetClock, SystemClock, physical_ms
 from metastore import limits as mlimits
+from metastore.apply_version import APPLY_VERSION_SUPPORTED
 from metastore.commands import ExpireSessions, InitCluster, encode_command
 from metastore.daemon.audit import AuditLog
 from metastore.daemon.config import NodeSettings, load_node_config
@@ -328,8 +329,13 @@ class MetastoreNode:
     async def _initialize_cluster(self) -> None:
         """Propose InitCluster once, as the first leader, if the state has no cluster settings."""
         cluster = self.settings.cluster
+        # A new cluster starts with the newest apply rules this release knows; every member
+        # must run it (an older one stops on applying this entry, rather than diverge).
         cmd = InitCluster(
-            dd_ms=cluster.dd_ms, cs_max_ms=cluster.cs_max_ms, request_id="init-cluster"
+            dd_ms=cluster.dd_ms,
+            cs_max_ms=cluster.cs_max_ms,
+            request_id="init-cluster",
+            apply_version=APPLY_VERSION_SUPPORTED,
         )
         while self.sm.state.cluster is None:
             await asyncio.sleep(INIT_RETRY_S)

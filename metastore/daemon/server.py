@@ -31,6 +31,11 @@ from hlc import HybridClock, physical_ms
 from hlc.errors import HlcError, WaitTimeoutError
 from hlc.limits import LOGICAL_BITS, MAX_TS
 from metastore import limits as mlimits
+from metastore.apply_version import (
+    APPLY_VERSION_SUPPORTED,
+    INITIAL_APPLY_VERSION,
+    MAX_APPLY_VERSION,
+)
 from metastore.commands import (
     AcquireLeases,
     AdvanceGcThreshold,
@@ -51,6 +56,7 @@ from metastore.commands import (
     RevokeCerts,
     SchemaJobBackfilled,
     SessionInfo,
+    SetApplyVersion,
     TableName,
     commit_txn_from_request,
     compact_manifest_from_request,
@@ -403,6 +409,12 @@ class ApiServer:
             ),
             "cert_revoked": _Op(Role.READER, self._cert_revoked, frozenset()),
             "transfer_leader": _Op(Role.ADMIN, self._transfer_leader, frozenset({"target"})),
+            "apply_version": _Op(Role.READER, self._apply_version, frozenset({"timeout_ms"})),
+            "apply_version_finalize": _Op(
+                Role.ADMIN,
+                self._apply_version_finalize,
+                frozenset({"version", "request_id", "timeout_ms"}),
+            ),
         }
 
     # ------------------------------------------------------------------ lifecycle
@@ -1379,6 +1391,10 @@ class ApiServer:
             "clock_fenced": st.clock_fenced,
             # Certificates the cluster refuses (`cert_revoked` lists them).
             "revoked_certs": len(self.sm.state.revoked),
+            # The apply rules in force, and the newest this node's release knows
+            # (metastore.apply_version; `apply_version_finalize` moves the first).
+            "apply_version": self.sm.state.apply_version,
+            "apply_version_supported": APPLY_VERSION_SUPPORTED,
             # On the leader: how far each other member is, and a snapshot it is being sent.
             "replication": _replication(st),
         }
@@ -1668,6 +1684,13 @@ class ApiServer:
             )
         if not self.node.is_leader():
             raise NotLeaderError("not the leader", details={"leader": self.node.leader_id()})
+        if isinstance(cmd, SetApplyVersion) and cmd.version > APPLY_VERSION_SUPPORTED:
+            # A member of a newer release asked: this leader would stop on applying it.
+            raise InvalidArgumentError(
+                f"the leader (node {self.node.node_id}) supports apply versions up to "
+                f"{APPLY_VERSION_SUPPORTED}, not {cmd.version}: upgrade it first",
+                details={"version": cmd.version, "supported": APPLY_VERSION_SUPPORTED},
+            )
         if isinstance(cmd, CommitTxn):
             await self._check_removals(cmd, _timeout(args))
         return await self._propose_local(data, _timeout(args))
@@ -2339,6 +2362,95 @@ class ApiServer:
         result["tm"] = applied["tm"]
         return result
 
+    async def _apply_version(self, session: Session, args: Args) -> dict[str, Any]:
+        """The cluster's apply version, and the newest each member's release supports."""
+        members = await self._members_apply_versions(session, _timeout(args))
+        known = [m["supported"] for m in members if m["supported"] is not None]
+        return {
+            "apply_version": self.sm.state.apply_version,
+            "members": members,
+            # What `apply_version_finalize` would move to (None: a member did not answer).
+            "finalizable": min(known) if len(known) == len(members) else None,
+        }
+
+    async def _apply_version_finalize(self, session: Session, args: Args) -> dict[str, Any]:
+        """Move the cluster's apply version to the newest every member's release supports
+        (or to `version`, if every member supports that): the last step of an upgrade, once
+        every node runs the new release. Idempotent; never moves back."""
+        timeout_ms = _timeout(args)
+        wanted = _opt_int(args, "version", 1, MAX_APPLY_VERSION)
+        members = await self._members_apply_versions(session, timeout_ms)
+        silent = [m for m in members if m["supported"] is None]
+        if silent:
+            ids = ", ".join(str(m["node_id"]) for m in silent)
+            raise UnavailableError(
+                f"member(s) {ids} did not say which release they run, so the apply version "
+                f"cannot move: {'; '.join(str(m['error']) for m in silent)}",
+                details={"nodes": [m["node_id"] for m in silent]},
+            )
+        lowest = min(int(m["supported"]) for m in members)
+        target = lowest if wanted is None else wanted
+        current = self.sm.state.apply_version
+        if target > lowest:
+            older = [m["node_id"] for m in members if int(m["supported"]) < target]
+            raise InvalidArgumentError(
+                f"apply version {target} needs every member's release to support it; node(s) "
+                f"{', '.join(map(str, older))} support at most {lowest}: upgrade them first",
+                details={"version": target, "nodes": older, "supported": lowest},
+            )
+        if target < current:
+            raise InvalidArgumentError(
+                f"the cluster is at apply version {current}; it never moves back to {target}",
+                details={"version": target, "apply_version": current},
+            )
+        result: dict[str, Any] = {"apply_version": current, "previous": current}
+        if target > current:
+            cmd = SetApplyVersion(
+                request_id=_opt_str(args, "request_id", mlimits.MAX_REQUEST_ID_CHARS) or "",
+                version=target,
+                by=session.client[: mlimits.MAX_SESSION_LABEL_CHARS],
+            )
+            applied = await self._propose_command(session, cmd, timeout_ms)
+            result = dict(applied["result"])
+            result["tm"] = applied["tm"]
+        result["changed"] = result["apply_version"] != result["previous"]
+        result["members"] = members
+        return result
+
+    async def _members_apply_versions(
+        self, session: Session, timeout_ms: int
+    ) -> list[dict[str, Any]]:
+        """Every member's `apply_version_supported`, asked in parallel with the caller's token
+        (None and an error for a member that did not answer)."""
+        conf = self.node.status().core.conf
+        members = sorted({*conf.voters, *conf.learners})
+        probe_ms = min(timeout_ms, L.APPLY_VERSION_PROBE_TIMEOUT_MS)
+
+        async def one(node_id: int) -> dict[str, Any]:
+            row: dict[str, Any] = {"node_id": node_id, "supported": None, "error": ""}
+            if node_id == self.node.node_id:
+                row["supported"] = APPLY_VERSION_SUPPORTED
+                return row
+            if node_id not in self.client_addresses:
+                row["error"] = f"node {node_id}: its client address is unknown here"
+                return row
+            try:
+                status = await self.forwarder.call(
+                    node_id, session.token, "status", {}, timeout_ms=probe_ms
+                )
+            except MetastoreError as exc:
+                row["error"] = f"node {node_id}: {exc.message}"
+                return row
+            # A release from before apply versions reports nothing: it applies version 1.
+            supported = status.get("apply_version_supported", INITIAL_APPLY_VERSION)
+            if isinstance(supported, int) and not isinstance(supported, bool):
+                row["supported"] = supported
+            else:
+                row["error"] = f"node {node_id}: unreadable apply_version_supported"
+            return row
+
+        return list(await asyncio.gather(*(one(n) for n in members)))
+
     def _certificate_users(self, fingerprint: str) -> list[int]:
         """The nodes presenting this certificate right now, as far as this node can tell: on
         its open peer links, or itself."""
@@ -2651,7 +2763,8 @@ def _admin_only(cmd: Command) -> bool:
         | AdvanceGcThreshold
         | GcFilesDeleted
         | AdvanceSchemaJob
-        | RevokeCerts,
+        | RevokeCerts
+        | SetApplyVersion,
     )
 
 

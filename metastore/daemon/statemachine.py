@@ -7,8 +7,8 @@ import logging
 import time
 from collections.abc import Callable
 
-from metastore.commands import RevokeCerts, decode_command
-from metastore.errors import MetastoreError
+from metastore.commands import CommandFromNewerReleaseError, RevokeCerts, decode_command
+from metastore.errors import MetastoreError, ReleaseTooOldError
 from metastore.events import EventLog, events_of
 from metastore.outcome import Outcome
 from metastore.state import MetastoreState
@@ -46,6 +46,14 @@ class CatalogStateMachine:
         if entry.kind is EntryKind.NORMAL:
             try:
                 command = decode_command(entry.data)
+            except CommandFromNewerReleaseError as e:
+                # Only a leader of a newer release proposes what this one cannot decode (every
+                # proposal is decoded by its leader first): applying it as a failure would
+                # diverge from the nodes that know it (metastore.apply_version).
+                raise ReleaseTooOldError(
+                    f"entry {entry.index} holds a command of a newer release ({e.message}): "
+                    "upgrade this node's release and restart it (it resumes from its log)"
+                ) from e
             except MetastoreError as e:
                 outcome = Outcome.failure(e)
             else:

@@ -131,6 +131,17 @@ RESULTS: dict[str, dict[str, Any]] = {
     "remove_node": {"index": 43},
     "promote_node": {"index": 44},
     "transfer_leader": {"leader": 2},
+    "apply_version": {
+        "apply_version": 1,
+        "members": [{"node_id": 1, "supported": 1, "error": ""}],
+        "finalizable": 1,
+    },
+    "apply_version_finalize": {
+        "apply_version": 2,
+        "previous": 1,
+        "changed": True,
+        "members": [{"node_id": 1, "supported": 2, "error": ""}],
+    },
 }
 
 
@@ -286,6 +297,13 @@ def test_bad_as_of_is_a_usage_error(fake: ThreadedFakeNode) -> None:
     assert sent(fake) == []
 
 
+def test_version_to_without_finalize_is_a_usage_error(fake: ThreadedFakeNode) -> None:
+    result = against(fake, "cluster", "version", "--to", "2")
+    assert result.exit_code == 2
+    assert "--to needs --finalize" in result.stderr
+    assert sent(fake) == []
+
+
 def test_every_command_sends_its_op(fake: ThreadedFakeNode) -> None:
     cases: list[tuple[list[str], tuple[str, dict[str, Any]]]] = [
         (["table", "list", "sales"], ("list_tables", {"namespace": "sales", "limit": 5000})),
@@ -310,6 +328,12 @@ def test_every_command_sends_its_op(fake: ThreadedFakeNode) -> None:
         (["cluster", "promote-node", "4"], ("promote_node", {"node_id": 4})),
         (["cluster", "remove-node", "4"], ("remove_node", {"node_id": 4})),
         (["cluster", "transfer-leader", "2"], ("transfer_leader", {"target": 2})),
+        (["cluster", "version"], ("apply_version", {})),
+        (["cluster", "version", "--finalize"], ("apply_version_finalize", {})),
+        (
+            ["cluster", "version", "--finalize", "--to", "2"],
+            ("apply_version_finalize", {"version": 2}),
+        ),
         (["cluster", "status"], ("status", {})),
         (["safe-time"], ("safe_time", {})),
     ]

@@ -210,3 +210,44 @@ def test_secrets_are_private(cluster: MetastoreCluster) -> None:
     assert (secrets.stat().st_mode & 0o077) == 0
     for f in secrets.iterdir():
         assert (f.stat().st_mode & 0o077) == 0, f
+
+
+def test_apply_version_cannot_move_past_what_a_member_supports(cluster: MetastoreCluster) -> None:
+    from metastore.apply_version import APPLY_VERSION_SUPPORTED
+    from metastore.commands import SetApplyVersion, encode_command
+
+    c = cluster.client(2)
+    try:
+        doc = c.call("apply_version")["result"]
+        # A new cluster starts at the newest version its release supports.
+        assert doc["apply_version"] == APPLY_VERSION_SUPPORTED
+        assert [(m["node_id"], m["supported"]) for m in doc["members"]] == [
+            (n, APPLY_VERSION_SUPPORTED) for n in (1, 2, 3)
+        ]
+        assert doc["finalizable"] == APPLY_VERSION_SUPPORTED
+        # Every member runs this release: finalizing is a no-op, and asking for more than the
+        # members support is refused, naming them.
+        done = c.call("apply_version_finalize")["result"]
+        assert (done["apply_version"], done["changed"]) == (APPLY_VERSION_SUPPORTED, False)
+        r = c.call("apply_version_finalize", version=APPLY_VERSION_SUPPORTED + 1)
+        assert r["error"]["code"] == "INVALID_ARGUMENT"
+        assert r["error"]["details"]["nodes"] == [1, 2, 3]
+        # The leader refuses a forwarded SetApplyVersion it could not apply itself (it would
+        # stop), and a writer may not propose one at all.
+        cmd = encode_command(SetApplyVersion(version=APPLY_VERSION_SUPPORTED + 1))
+        leader = cluster.wait_ready()
+        admin = cluster.client(leader)
+        assert admin.call("_propose", command=cmd)["error"]["code"] == "INVALID_ARGUMENT"
+        admin.close()
+        writer = cluster.client(leader, role="writer")
+        assert writer.call("_propose", command=cmd)["error"]["code"] == "FORBIDDEN"
+        writer.close()
+        reader = cluster.client(3, role="reader")
+        assert reader.call("apply_version_finalize")["error"]["code"] == "FORBIDDEN"
+        reader.close()
+    finally:
+        c.close()
+    for n in (1, 2, 3):
+        st = cluster.try_status(n)
+        assert st is not None
+        assert st["apply_version"] == st["apply_version_supported"] == APPLY_VERSION_SUPPORTED

@@ -1,0 +1,37 @@
+"""Apply versions: how a cluster upgrades without two releases applying one log differently.
+
+Every node must reach the same state from the same log. A release that changes what an entry
+does (a new command type, a new check in apply) would break that while nodes of the previous
+release still run, so such a change is gated on the *cluster's* apply version, a value in the
+replicated state that only moves forward, through a `SetApplyVersion` entry:
+
+* a rule new in version N applies only when `state.apply_version >= N` (`rules_at_least`);
+  a command type new in version N is proposed only then;
+* the leader proposes SetApplyVersion(N) only once every member reports a release that supports
+  N (`metastore cluster version --finalize`), so during a rolling upgrade every node keeps
+  applying the previous rules;
+* a node that meets an entry its release cannot apply the same way (SetApplyVersion above what
+  it supports, a command type or format it does not know, a snapshot at a higher version) stops
+  with `ReleaseTooOldError` instead of applying it differently; once it runs a newer release
+  it resumes from its log.
+
+Releases before this mechanism are version 1 too: their rules are the same as version 1's.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+# The newest apply version this release can apply. Raise it together with the rules it gates,
+# and record here what each version changed.
+#   1: every rule up to and including the release that introduced apply versions.
+#   2: CREATE TABLE and ALTER TABLE refuse a schema version above MAX_SCHEMA_VERSION_BYTES
+#      (before, 1,000 wide columns could make a table's schema unreadable: its reply
+#      outgrew the client frame).
+APPLY_VERSION_SUPPORTED: Final = 2
+
+# A cluster that never applied SetApplyVersion (and every older snapshot) is at version 1.
+INITIAL_APPLY_VERSION: Final = 1
+
+# Bound on the value itself: a version is a small counter, never a timestamp.
+MAX_APPLY_VERSION: Final = 1_000_000
