@@ -28,6 +28,8 @@ from typing import Final
 #   2: CREATE TABLE and ALTER TABLE refuse a schema version above MAX_SCHEMA_VERSION_BYTES
 #      (before, 1,000 wide columns could make a table's schema unreadable: its reply
 #      outgrew the client frame).
+#      A commit may not add a path that another incarnation at an overlapping location has
+#      queued for deletion by GC (before, the leader could delete it under that commit).
 APPLY_VERSION_SUPPORTED: Final = 2
 
 # A cluster that never applied SetApplyVersion (and every older snapshot) is at version 1.

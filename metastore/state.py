@@ -257,7 +257,12 @@ class MetastoreState:
         effects: tuple[Effect, ...]
         if isinstance(command, CommitTxn):
             result, deduplicated = self.txns.commit(
-                command, tm=tm, dd=dd, catalog=self.catalog, sessions=self.sessions
+                command,
+                tm=tm,
+                dd=dd,
+                catalog=self.catalog,
+                sessions=self.sessions,
+                refuse_gc_queued=self.rules_at_least(2),
             )
             if not deduplicated:
                 self._observe_commit(command, result)

@@ -653,10 +653,19 @@ class TxnLog:
     # ----------------------------------------------------------------------------------------
 
     def commit(
-        self, cmd: CommitTxn, *, tm: int, dd: int, catalog: Catalog, sessions: Sessions
+        self,
+        cmd: CommitTxn,
+        *,
+        tm: int,
+        dd: int,
+        catalog: Catalog,
+        sessions: Sessions,
+        refuse_gc_queued: bool = True,
     ) -> tuple[Result, bool]:
         """Apply a validated CommitTxn at entry stamp `tm`. Returns (result, deduplicated).
-        Raises a MetastoreError, having changed nothing, when a rule refuses it."""
+        Raises a MetastoreError, having changed nothing, when a rule refuses it.
+        `refuse_gc_queued`: refuse adding a path another incarnation queued for GC (apply
+        version 2, metastore.apply_version; a table's own queue is refused always)."""
         digest = fingerprint(msgpack.packb(writes_to_data(cmd.writes), use_bin_type=True))
         seen = self._txns.get(cmd.txn_id)
         if seen is not None and seen.fingerprint == digest:
@@ -669,7 +678,7 @@ class TxnLog:
                 details={"txn_id": cmd.txn_id, "committed_ts": seen.ts},
             )
         ts = self._commit_ts(cmd, tm=tm, dd=dd)
-        plans = self._checked_plans(cmd, ts=ts, catalog=catalog)
+        plans = self._checked_plans(cmd, ts=ts, catalog=catalog, refuse_gc_queued=refuse_gc_queued)
         # Last, so a refusal `manifest_removal_refusal` predicts still comes first.
         for w in cmd.writes:
             sessions.check_attempt_owners(w.table, [f.path for f in w.add], tm=tm)
@@ -691,12 +700,19 @@ class TxnLog:
         ts: int,
         catalog: Catalog,
         manifest_status: Mapping[int, Mapping[str, int]] | None = None,
+        refuse_gc_queued: bool = True,
     ) -> list[_PlannedWrite]:
         """The checks of `commit` that follow the choice of ts, in its order; changes nothing."""
         if cmd.read_ts is not None:
             self.check_reads(cmd.read_ts, cmd.read_tables, catalog=catalog)
         plans = [
-            self._plan(w, ts=ts, catalog=catalog, manifest_status=manifest_status)
+            self._plan(
+                w,
+                ts=ts,
+                catalog=catalog,
+                manifest_status=manifest_status,
+                refuse_gc_queued=refuse_gc_queued,
+            )
             for w in cmd.writes
         ]
         added = sum(len(p.write.add) for p in plans)
@@ -716,6 +732,7 @@ class TxnLog:
         ts_floor: int,
         catalog: Catalog,
         manifest_status: Mapping[int, Mapping[str, int]],
+        refuse_gc_queued: bool = True,
     ) -> MetastoreError | None:
         """The error `commit` would give `cmd` if it could see inside manifests, when that error
         is about a removal it takes on trust; None when it answers otherwise (a retry, a
@@ -739,7 +756,13 @@ class TxnLog:
                 ts = cmd.ts
             else:
                 ts = max(floor, cmd.not_before or 0)
-            self._checked_plans(cmd, ts=ts, catalog=catalog, manifest_status=manifest_status)
+            self._checked_plans(
+                cmd,
+                ts=ts,
+                catalog=catalog,
+                manifest_status=manifest_status,
+                refuse_gc_queued=refuse_gc_queued,
+            )
         except _ManifestRemovalRefused as refused:
             return refused.error
         except MetastoreError:
@@ -826,6 +849,7 @@ class TxnLog:
         ts: int,
         catalog: Catalog,
         manifest_status: Mapping[int, Mapping[str, int]] | None = None,
+        refuse_gc_queued: bool = True,
     ) -> _PlannedWrite:
         inc = catalog.live_table(w.table)  # TableNotFound when missing or dropped
         if w.table_id and w.table_id != inc.table_id:
@@ -849,7 +873,11 @@ class TxnLog:
                     "deletion by GC); file paths are never reused",
                     details={"table": str(w.table), "path": f.path},
                 )
-            queued_by = self._gc_keys.get(file_key(tl.location, f.path)) if self._gc_keys else None
+            queued_by = (
+                self._gc_keys.get(file_key(tl.location, f.path))
+                if refuse_gc_queued and self._gc_keys
+                else None
+            )
             if queued_by:
                 # Another incarnation at this directory (dropped, re-created at its location or
                 # around it) queued the file: the leader may be deleting it right now, after its

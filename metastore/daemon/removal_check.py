@@ -125,6 +125,7 @@ class RemovalCheck:
             ts_floor=state.last_tm + 1,
             catalog=state.catalog,
             manifest_status=manifest_status,
+            refuse_gc_queued=state.rules_at_least(2),
         )
 
     async def _find(

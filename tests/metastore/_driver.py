@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from metastore.apply_version import APPLY_VERSION_SUPPORTED
 from metastore.commands import AdvanceSchemaJob, Command, InitCluster
 from metastore.ddl import parse_ddl
 from metastore.errors import MetastoreError
@@ -18,11 +19,19 @@ T0 = 1_764_000_000_000 * MS  # a realistic Tm
 class Driver:
     """Applies commands to a state with strictly increasing Tm and index, like Raft."""
 
-    def __init__(self, *, dd_ms: int = DD_MS, cs_max_ms: int = CS_MAX_MS) -> None:
+    def __init__(
+        self,
+        *,
+        dd_ms: int = DD_MS,
+        cs_max_ms: int = CS_MAX_MS,
+        apply_version: int = APPLY_VERSION_SUPPORTED,
+    ) -> None:
+        """A new cluster, at the newest apply version unless told (metastore.apply_version)."""
         self.state = MetastoreState()
         self.tm = T0
         self.index = 0
-        self.apply(InitCluster(dd_ms=dd_ms, cs_max_ms=cs_max_ms)).raise_for_error()
+        init = InitCluster(dd_ms=dd_ms, cs_max_ms=cs_max_ms, apply_version=apply_version)
+        self.apply(init).raise_for_error()
 
     def apply(self, cmd: Command, *, step_ms: int = 1) -> Outcome:
         self.tm += step_ms * MS

@@ -41,8 +41,8 @@ from raft.core.types import Entry, EntryKind
 from tests.metastore._driver import DD_MS, MS, T0, Driver
 
 
-def test_a_new_cluster_is_at_version_one_and_this_release_supports_it() -> None:
-    d = Driver()
+def test_a_cluster_initialized_without_a_version_is_at_version_one() -> None:
+    d = Driver(apply_version=1)
     assert d.state.apply_version == 1 <= APPLY_VERSION_SUPPORTED
     assert d.state.rules_at_least(1) and not d.state.rules_at_least(2)
 
@@ -56,7 +56,7 @@ def test_set_apply_version_round_trips_and_is_validated() -> None:
 
 
 def test_the_current_version_is_a_no_op() -> None:
-    d = Driver()
+    d = Driver(apply_version=1)
     before = d.state.to_snapshot()
     out = d.apply(SetApplyVersion(version=1))
     assert out.ok and out.result == {"apply_version": 1, "previous": 1}
@@ -79,7 +79,7 @@ def test_versions_move_forward_only_and_survive_a_snapshot(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(state_module, "APPLY_VERSION_SUPPORTED", 3)
-    d = Driver()
+    d = Driver(apply_version=1)
     out = d.apply(SetApplyVersion(version=3))
     assert out.ok and out.result == {"apply_version": 3, "previous": 1}
     assert d.state.rules_at_least(3)
@@ -99,7 +99,7 @@ def test_versions_move_forward_only_and_survive_a_snapshot(
 
 
 def test_older_snapshot_formats_load_at_version_one() -> None:
-    d = Driver()
+    d = Driver(apply_version=1)
     d.ok("CREATE NAMESPACE ns")
     obj = msgpack.unpackb(d.state.to_snapshot(), raw=False)
     assert obj["v"] == 8 and obj["apply_version"] == 1
@@ -204,7 +204,7 @@ def _widen(d: Driver, table: str, columns: int, *, start: int = 0) -> list[Outco
 
 
 def test_version_1_keeps_the_old_rule_and_version_2_bounds_a_schema_version() -> None:
-    d = Driver()
+    d = Driver(apply_version=1)
     d.ok("CREATE NAMESPACE ns")
     d.ok("CREATE TABLE ns.old (id INT)")
     # Version 1: no bound (what every node of an older release does).
@@ -232,9 +232,9 @@ def test_version_1_keeps_the_old_rule_and_version_2_bounds_a_schema_version() ->
 
 def test_the_largest_schema_version_allowed_fits_one_client_frame() -> None:
     d = Driver()
+    assert d.state.apply_version == 2
     d.ok("CREATE NAMESPACE ns")
     d.ok("CREATE TABLE ns.t (id INT)")
-    assert d.apply(SetApplyVersion(version=2)).ok
     props = ", ".join(f"'k{i:03d}' = '{'v' * 3900}'" for i in range(12))
     d.ok(f"ALTER TABLE ns.t SET TBLPROPERTIES ({props})")
     _widen(d, "ns.t", 600)

@@ -247,6 +247,25 @@ def _commit_to(d: Driver, table: TableName, txn: str, path: str) -> CommitTxn:
     )
 
 
+def test_a_cluster_at_apply_version_1_keeps_the_old_rule_for_queued_paths() -> None:
+    # Nodes of the previous release accept such a commit: until the cluster is finalized past
+    # version 1, every node must too, or their states would differ (metastore.apply_version).
+    d = Driver(apply_version=1)
+    d.ok("CREATE NAMESPACE ns")
+    d.ok("CREATE TABLE ns.t (id BIGINT) LOCATION '/wh/t' TBLPROPERTIES ('gc.ttl' = '1s')")
+    d.tm += (DD_MS + 1) * MS
+    old_id = d.state.catalog.incarnations(T)[-1].table_id
+    ok(d, _commit_to(d, T, "a", "f1"))
+    d.ok("DROP TABLE ns.t")
+    d.ok("CREATE TABLE ns.t (id BIGINT) LOCATION '/wh/t' TBLPROPERTIES ('gc.ttl' = '1s')")
+    d.tm += (DD_MS + 1) * MS + 5 * TTL_MS * MS
+    dropped_tu = d.state.catalog.incarnations(T)[0].dropped_tu
+    assert dropped_tu is not None
+    ok(d, AdvanceGcThreshold(table=T, table_id=old_id, up_to=dropped_tu))
+    assert set(d.state.txns.gc_queue(old_id)) == {"f1"}
+    ok(d, _commit_to(d, T, "again", "f1"))
+
+
 @pytest.mark.parametrize(
     ("second_location", "path"),
     [

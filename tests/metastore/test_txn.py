@@ -848,7 +848,7 @@ def test_snapshot_round_trip_includes_the_txn_log() -> None:
 
 
 def test_version_1_snapshots_still_load() -> None:
-    d = Driver()
+    d = Driver(apply_version=1)  # older snapshots load at apply version 1
     d.ok("CREATE NAMESPACE ns")
     d.ok("CREATE TABLE ns.a (x INT)")
     d.ok("CREATE TABLE ns.b (x INT)")
