@@ -27,7 +27,7 @@ from typing import Any, TypeVar
 
 import msgpack
 
-from hlc import HybridClock, physical_ms
+from hlc import HybridClock, physical_ms, ts_text
 from hlc.errors import HlcError, WaitTimeoutError
 from hlc.limits import LOGICAL_BITS, MAX_TS
 from metastore import limits as mlimits
@@ -855,8 +855,8 @@ class ApiServer:
         if ahead_ms > cs_max_ms + slack_ms:
             # Retryable and routed around by clients: this node's clock may be the one behind.
             raise TimestampAheadError(
-                f"timestamp {ts} is {ahead_ms} ms ahead of node {self.node.node_id}'s clock "
-                f"(more than CSmax = {cs_max_ms} ms): this node cannot answer for it yet",
+                f"timestamp {ts_text(ts)} is {ahead_ms} ms ahead of node {self.node.node_id}'s "
+                f"clock (more than CSmax = {cs_max_ms} ms): this node cannot answer for it yet",
                 details={
                     "ts": ts,
                     "ahead_ms": ahead_ms,
@@ -2568,7 +2568,7 @@ def _files_page(files: Sequence[Any], args: Args, ts: int) -> tuple[int, int]:
             "FILES_PAGE_FILES_MAX",
             L.FILES_PAGE_FILES_MAX,
             len(files),
-            f"files of the listing at {ts} (page with 'limit' and 'page_token')",
+            f"files of the listing at {ts_text(ts)} (page with 'limit' and 'page_token')",
         )
     return start, end
 

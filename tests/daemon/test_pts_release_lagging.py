@@ -110,3 +110,28 @@ def _propose_local_stub(node: _Node) -> Any:
         return {"result": {"record_id": "r1", "released": True, "reason": "release"}, "tm": 1}
 
     return propose
+
+
+def test_safe_time_and_clock_refusals_show_readable_times() -> None:
+    """A read that waited too long for safe time, or asked for a ts past the node's clock,
+    says when in readable times (with the integers, and the raw values in the details)."""
+    from hlc import ts_text
+    from metastore.errors import RequestTimeoutError, TimestampAheadError
+    from raft.node import SafeTimeTimeoutError
+
+    api, node, _ = _setup(leader=True)
+    wanted, safe = T0 + (5_000 << 16), T0
+
+    async def too_slow(ts: int, *, timeout_ms: int) -> float:
+        raise SafeTimeTimeoutError(ts, safe, timeout_ms)
+
+    node.wait_for_safe_time = too_slow  # type: ignore[method-assign]
+    with pytest.raises(RequestTimeoutError) as waited:
+        asyncio.run(api._wait_safe(wanted, 100))
+    assert ts_text(wanted) in str(waited.value) and ts_text(safe) in str(waited.value)
+    assert waited.value.details["wanted"] == wanted
+    api._cs_max_ms = lambda: 100  # type: ignore[method-assign]
+    future = api.clock.now() + (60_000 << 16)
+    with pytest.raises(TimestampAheadError) as ahead:
+        api._check_not_future(future)
+    assert ts_text(future) in str(ahead.value) and ahead.value.details["ts"] == future
