@@ -239,7 +239,11 @@ def follow_job(
             if _waiting(view).get("reason") != "activation":
                 status_line(_end_line(view))
                 return Followed(view, status)
-            time.sleep(POLL_S)
+            left_s = deadline - time.monotonic()
+            if left_s <= 0:  # the deadline bounds this wait too (`job wait --timeout 0`)
+                status_line(_end_line(view))
+                return Followed(view, TIMED_OUT)
+            time.sleep(min(POLL_S, left_s))
             continue
         reason = _waiting(view).get("reason")
         if reason == "backfill" and stop_at_backfill:
@@ -313,6 +317,15 @@ def job_outcome_error(followed: Followed, *, waited_ms: int, background_hint: bo
             f"job {job_id} was aborted at step {view.get('step')}: "
             f"{view.get('message') or 'its table was dropped'}",
             exit_code=EXIT_REFUSED,
+            details=details,
+        )
+    if view.get("status") != RUNNING:  # ended in the log; its last version not yet in force
+        return CliError(
+            "TIMEOUT",
+            f"job {job_id} {view.get('status')}, but its last version is not in force on every "
+            f"node after {format_wait(waited_ms)} (waiting for {waiting_text(view, None)}); "
+            f"`metastore job wait {job_id}` follows it",
+            exit_code=EXIT_UNAVAILABLE,
             details=details,
         )
     hint = (
@@ -425,7 +438,7 @@ def job_cancel(ctx: click.Context, job_id: int, wait: str) -> None:
         # Leases are in the rollback's way: the cancel is recorded (the job moves no further)
         # and the leader rolls it back once they are released or expire. Follow it.
         followed = follow_job(client, job_id, deadline=deadline, stop_at_backfill=False)
-        if followed.outcome == TIMED_OUT:
+        if followed.outcome == TIMED_OUT and followed.job.get("status") == RUNNING:
             raise CliError(
                 "TIMEOUT",
                 f"the cancel of job {job_id} is recorded: the job moves no further and rolls "

@@ -37,6 +37,7 @@ from typing import Final
 
 import msgpack
 
+from hlc import ts_text
 from metastore.commands import (
     AcquireLeases,
     AdvanceSchemaJob,
@@ -260,9 +261,9 @@ class EventLog:
         position may be gone."""
         if after_tm < self.floor_tm or (skip > 0 and after_tm <= self.floor_tm):
             raise WatchStartCompactedError(
-                f"the change feed on this node starts after {self.floor_tm}; events after "
-                f"{after_tm} are no longer kept (read the current state, then watch from "
-                "its timestamp)",
+                f"the change feed on this node starts after {ts_text(self.floor_tm)}; events "
+                f"after {ts_text(after_tm)} are no longer kept (read the current state, then "
+                "watch from its timestamp)",
                 details={"from_ts": after_tm, "oldest_ts": self.floor_tm},
             )
         i = max(self._start, bisect_right(self._tms, after_tm, lo=self._start))

@@ -55,6 +55,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Final
 
+from hlc import ts_text
 from metastore import limits
 from metastore.catalog import (
     ADDING,
@@ -487,16 +488,16 @@ class SchemaJobs:
             raise self._state_error(job, "a backfill is reported only at the backfill step")
         if cmd.snapshot_ts < job.backfill_from_ts:
             raise BackfillIncompleteError(
-                f"job {job.job_id}: the backfill read the table at {cmd.snapshot_ts}, before "
-                f"its step's version activated at {job.backfill_from_ts} (writers without the "
-                "column could still commit until then); run it again",
+                f"job {job.job_id}: the backfill read the table at {ts_text(cmd.snapshot_ts)}, "
+                f"before its step's version activated at {ts_text(job.backfill_from_ts)} "
+                "(writers without the column could still commit until then); run it again",
                 details=_backfill_details(job, cmd.snapshot_ts),
             )
         if job.last_old_write_ts > cmd.snapshot_ts:
             raise BackfillIncompleteError(
                 f"job {job.job_id}: a writer without column {job.column.name} committed at "
-                f"{job.last_old_write_ts}, after the backfill's snapshot {cmd.snapshot_ts}; "
-                "run it again",
+                f"{ts_text(job.last_old_write_ts)}, after the backfill's snapshot "
+                f"{ts_text(cmd.snapshot_ts)}; run it again",
                 details=_backfill_details(job, cmd.snapshot_ts),
             )
         self._jobs[job.job_id] = replace(

@@ -51,7 +51,9 @@ Readers
     those, the references that matter at ts (`relevant_at`), and the delete entries at or below
     ts. Readers fetch each referenced manifest, check its sha256 (ManifestUnreadableError when
     missing or different) and call `expand`. Expansion order is commit order: entries are
-    stably sorted by added_ts (each commit's entries sit in one place, in commit order).
+    stably sorted by added_ts (each commit's entries sit in one place, in commit order). A
+    path committed again (apply cannot see it in a manifest) is listed once, as its first
+    live entry: every expander ends with `first_indexes`.
 
 GC (metastore.gc's AdvanceGcThreshold drives it through `TxnLog.purge_dead`)
     * A manifest file a compaction replaced is *retired* at that compaction's Tm: a reader that
@@ -235,8 +237,9 @@ def sort_refs(refs: Iterable[ManifestRef]) -> list[ManifestRef]:
 
 def expand(listing: Listing, contents: Mapping[str, Sequence[FileEntry]]) -> list[FileEntry]:
     """The live files at `listing.ts`: loose entries plus the live entries of every referenced
-    manifest (`contents`: sha256 -> its entries, already verified), in commit order. Entries
-    come back with `removed_ts=None` (live at ts is all a listing says)."""
+    manifest (`contents`: sha256 -> its entries, already verified), in commit order, each path
+    once (`first_indexes`). Entries come back with `removed_ts=None` (live at ts is all a
+    listing says)."""
     deletes = {d.path: d.removed_ts for d in listing.deletes if d.removed_ts <= listing.ts}
     out: list[FileEntry] = []
     for ref in sort_refs(listing.manifests):
@@ -246,7 +249,33 @@ def expand(listing: Listing, contents: Mapping[str, Sequence[FileEntry]]) -> lis
             continue  # cannot happen (a loose path is never a delete entry); cheap to keep
         out.append(entry if entry.removed_ts is None else replace(entry, removed_ts=None))
     out.sort(key=lambda e: e.added_ts)  # stable: keeps each commit's own order
-    return out
+    return first_of_each_path(out)
+
+
+def first_indexes(paths: Sequence[str]) -> list[int] | None:
+    """THE rule every reader applies to a table's live entries at ts, in commit order: a path
+    is listed once, as its first live entry (the earliest added_ts; a commit lists a path at
+    most once, so there is no tie). Returns the indexes to keep, or None when no path repeats.
+
+    A path repeats only when a protocol client committed it again after its first entry left
+    the loose entries (apply cannot see inside manifests, so it cannot refuse that): both
+    entries name the same file, and listing it twice made readers read its rows twice. It
+    runs after liveness (removals, truncations, delete entries) is decided, so it only drops
+    an entry whose path stays listed: it never makes a removed file live, nor hides a live
+    path. A pure function of the listing: the same answer on every node and every reader."""
+    seen: set[str] = set()
+    keep: list[int] = []
+    for i, path in enumerate(paths):
+        if path not in seen:
+            seen.add(path)
+            keep.append(i)
+    return None if len(keep) == len(paths) else keep
+
+
+def first_of_each_path(entries: Sequence[FileEntry]) -> list[FileEntry]:
+    """`entries` (live at ts, in commit order) with each path once (`first_indexes`)."""
+    keep = first_indexes([e.path for e in entries])
+    return list(entries) if keep is None else [entries[i] for i in keep]
 
 
 def live_in_manifest(

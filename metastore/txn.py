@@ -674,7 +674,7 @@ class TxnLog:
             self._check_stream(cmd.stream, cmd.seq)
         if seen is not None:
             raise TxnIdReusedError(
-                f"txn {cmd.txn_id!r} already committed at {seen.ts} with other writes",
+                f"txn {cmd.txn_id!r} already committed at {ts_text(seen.ts)} with other writes",
                 details={"txn_id": cmd.txn_id, "committed_ts": seen.ts},
             )
         ts = self._commit_ts(cmd, tm=tm, dd=dd)
@@ -774,7 +774,7 @@ class TxnLog:
         if mark is not None and seq is not None and seq <= mark.seq:
             raise BatchAlreadyCommittedError(
                 f"stream {stream!r} already committed position {mark.seq} (txn "
-                f"{mark.txn_id!r} at {mark.ts}); position {seq} is at or below it",
+                f"{mark.txn_id!r} at {ts_text(mark.ts)}); position {seq} is at or below it",
                 details={
                     "stream": stream,
                     "seq": seq,
@@ -794,13 +794,14 @@ class TxnLog:
                 # ahead bound of any entry stamped in the next margin).
                 retry_at = upper + (limits.COMMIT_RETRY_MARGIN_MS << LOGICAL_BITS)
                 raise CommitTimestampUnavailableError(
-                    f"commit timestamp {cmd.ts} is no longer available; the upper is {upper}; "
-                    f"retry at {retry_at} or later",
+                    f"commit timestamp {ts_text(cmd.ts)} is no longer available; the upper is "
+                    f"{ts_text(upper)}; retry at {ts_text(retry_at)} or later",
                     details={"ts": cmd.ts, "upper": upper, "retry_at": retry_at},
                 )
             if cmd.ts > latest:
                 raise InvalidArgumentError(
-                    f"commit timestamp {cmd.ts} is too far ahead (at most {latest})",
+                    f"commit timestamp {ts_text(cmd.ts)} is too far ahead "
+                    f"(at most {ts_text(latest)})",
                     details={"ts": cmd.ts, "max_ts": latest},
                 )
             ts = cmd.ts
@@ -808,7 +809,8 @@ class TxnLog:
             not_before = cmd.not_before or 0
             if not_before > latest:
                 raise InvalidArgumentError(
-                    f"not_before {not_before} is too far ahead (at most {latest})",
+                    f"not_before {ts_text(not_before)} is too far ahead "
+                    f"(at most {ts_text(latest)})",
                     details={"not_before": not_before, "max_ts": latest},
                 )
             ts = max(upper, not_before)
@@ -898,7 +900,7 @@ class TxnLog:
             entry = tl.files.get(path)
             if entry is None and path in tl.deletes:
                 raise DataFileConflictError(
-                    f"{w.table}: file {path!r} was already removed at {tl.deletes[path]}",
+                    f"{w.table}: file {path!r} was already removed at {ts_text(tl.deletes[path])}",
                     details={"table": str(w.table), "path": path, "removed_ts": tl.deletes[path]},
                 )
             if entry is None and tl.manifests:
@@ -918,7 +920,7 @@ class TxnLog:
                 )
             if entry.removed_ts is not None:
                 raise DataFileConflictError(
-                    f"{w.table}: file {path!r} was already removed at {entry.removed_ts}",
+                    f"{w.table}: file {path!r} was already removed at {ts_text(entry.removed_ts)}",
                     details={"table": str(w.table), "path": path, "removed_ts": entry.removed_ts},
                 )
         if len(tl.files) + len(w.add) > limits.MAX_FILE_ENTRIES_PER_TABLE:
@@ -1101,7 +1103,7 @@ class TxnLog:
         if following is not None and prefix and following.added_ts == prefix[-1].added_ts:
             raise InvalidArgumentError(
                 f"{cmd.table}: the compaction cuts through the commit at "
-                f"{following.added_ts}; move whole commits",
+                f"{ts_text(following.added_ts)}; move whole commits",
                 details={"table": str(cmd.table), "ts": following.added_ts},
             )
         if cmd.deletes_count > len(tl.deletes):
@@ -1670,7 +1672,7 @@ def _check_manifest_removal(w: TableWrite, path: str, status: Mapping[str, int])
     if where >= 0:
         raise _ManifestRemovalRefused(
             DataFileConflictError(
-                f"{w.table}: file {path!r} was already removed at {where}",
+                f"{w.table}: file {path!r} was already removed at {ts_text(where)}",
                 details={"table": str(w.table), "path": path, "removed_ts": where},
             )
         )

@@ -39,7 +39,7 @@ from typing import Any, Final, Protocol
 
 import msgpack
 
-from hlc import HybridClock, physical_ms
+from hlc import HybridClock, physical_ms, ts_text
 from raft.core.conf import decode_conf, decode_conf_context
 from raft.core.errors import (
     ConfChangeError,
@@ -146,8 +146,8 @@ class SafeTimeTimeoutError(RaftError):
         self.safe_time = safe_time
         self.lag_ms = max(0, physical_ms(wanted_ts) - physical_ms(safe_time))
         super().__init__(
-            f"safe time {safe_time} did not reach {wanted_ts} within {timeout_ms} ms "
-            f"(lagging {self.lag_ms} ms)"
+            f"safe time {ts_text(safe_time)} did not reach {ts_text(wanted_ts)} within "
+            f"{timeout_ms} ms (lagging {self.lag_ms} ms)"
         )
 
 

@@ -106,19 +106,18 @@ class FilePartition(InputPartition):
 
 
 @dataclass(frozen=True)
-class ManifestPartition(InputPartition):
-    """Every file of one manifest live at `ts`: the task reads the manifest (checking its
-    sha256), then those files. Used when a listing has many manifests, so they are expanded
-    in parallel on the executors."""
+class FilesPartition(InputPartition):
+    """Several files read by one task, in commit order: a table with many manifests is read by
+    about one task per manifest, not one per file."""
 
-    location: str
-    ref: dict[str, Any]
-    deletes: dict[str, int]
-    ts: int
+    paths: tuple[str, ...]
 
 
-# A read with at least this many manifests expands them in its tasks (one per manifest);
-# fewer are expanded where the read is planned.
+# A read with at least this many manifests reads its files in that many tasks (about a
+# manifest's worth of files each); fewer, one task per file. The manifests themselves are
+# expanded where the read is planned, never in the tasks: a path committed again sits in two
+# manifests (or one and the loose entries), and only a reader that sees every entry together
+# can list it once (`metastore.manifests.first_indexes`), as every other reader does.
 EXECUTOR_EXPAND_MANIFESTS_MIN = 8
 
 
@@ -128,14 +127,17 @@ class MetastoreReader(DataSourceReader):
         *,
         files: list[str],
         columns: list[dict[str, Any]],
-        manifests: list[ManifestPartition] | None = None,
+        groups: list[tuple[str, ...]] | None = None,
     ) -> None:
         self.files = files
         self.columns = columns
-        self.manifests = manifests or []
+        self.groups = groups or []
 
     def partitions(self) -> list[InputPartition]:
-        return [*self.manifests, *(FilePartition(path) for path in self.files)]
+        return [
+            *(FilesPartition(paths) for paths in self.groups),
+            *(FilePartition(path) for path in self.files),
+        ]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         # The reader `metastore table read` uses too: columns by field id, widened types
@@ -143,13 +145,9 @@ class MetastoreReader(DataSourceReader):
         from metastore.client.parquet import PinnedColumn, file_batches
 
         columns = [PinnedColumn.from_wire(c) for c in self.columns]
-        if isinstance(partition, ManifestPartition):
-            from metastore.client.manifest_files import read_live
-            from spark_bridge.files import absolute
-
-            live = read_live(partition.location, partition.ref, partition.deletes, partition.ts)
-            for path, _size, _rows, _added in live:
-                yield from file_batches(absolute(partition.location, path), columns)
+        if isinstance(partition, FilesPartition):
+            for path in partition.paths:
+                yield from file_batches(path, columns)
             return
         if not isinstance(partition, FilePartition):
             raise TypeError(f"unexpected partition {partition!r}")
@@ -504,24 +502,21 @@ class MetastoreDataSource(DataSource):
         try:
             r = client.files(self._table(), as_of=pin["ts"], expand=False)  # follows pages
             location = str(r.get("location") or pin["schema"].get("location") or "")
-            manifests: list[ManifestPartition] = []
-            if len(r.get("manifests") or []) >= EXECUTOR_EXPAND_MANIFESTS_MIN:
-                deletes = {str(p): int(t) for p, t in r.get("deletes") or []}
-                manifests = [
-                    ManifestPartition(location=location, ref=dict(m), deletes=deletes, ts=pin["ts"])
-                    for m in r["manifests"]
-                ]
-            elif r.get("manifests"):
+            manifests = len(r.get("manifests") or [])
+            if manifests:
                 from metastore.client.manifest_files import expand_reply
 
+                # sha256-checked, each path once (`first_indexes`)
                 r = expand_reply({**r, "location": location})
         finally:
             client.close()
-        return MetastoreReader(
-            files=[absolute(location, f["path"]) for f in r["files"]],
-            columns=pin["schema"]["schema"]["columns"],
-            manifests=manifests,
-        )
+        files = [absolute(location, f["path"]) for f in r["files"]]
+        columns = pin["schema"]["schema"]["columns"]
+        if manifests < EXECUTOR_EXPAND_MANIFESTS_MIN:
+            return MetastoreReader(files=files, columns=columns)
+        size = max(1, -(-len(files) // manifests))  # about a manifest's worth per task
+        groups = [tuple(files[i : i + size]) for i in range(0, len(files), size)]
+        return MetastoreReader(files=[], columns=columns, groups=groups)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         from spark_bridge.conform import pinned_struct, write_columns

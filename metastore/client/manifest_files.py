@@ -7,7 +7,7 @@ row_count, added_ts, removed_ts; HLC timestamps as uint64) in commit order, name
 sha256 of its bytes. Reading checks the size and the hash before parsing: a missing, truncated
 or altered manifest raises ManifestUnreadableError, never a wrong file list.
 
-No PySpark here: the Spark side (bridge, data source) calls `read_live` on executors.
+No PySpark here: the bridge calls `read_live` on executors.
 """
 
 from __future__ import annotations
@@ -39,6 +39,8 @@ from metastore.manifests import (
     ManifestRef,
     compaction_command,
     expand,
+    first_indexes,
+    first_of_each_path,
     live_in_manifest,
     plan_compaction,
     ref_for,
@@ -327,6 +329,12 @@ def _expand_columnar(reply: Mapping[str, Any], listing: Listing, location: str) 
     merged = pa.concat_tables(parts)
     # Commit order: a stable sort by added_ts keeps each commit's own order (as `expand`).
     merged = merged.take(pc.sort_indices(merged, sort_keys=[("added_ts", "ascending")]))
+    # Each path once, as `expand` (the shared rule, `first_indexes`); the C++ count skips the
+    # Python pass in the usual case of no path committed twice.
+    if pc.count_distinct(merged["path"]).as_py() != merged.num_rows:
+        keep = first_indexes(merged["path"].to_pylist())
+        if keep is not None:
+            merged = merged.take(pa.array(keep, pa.int64()))
     files = merged.to_pylist()
     return {
         **reply,
@@ -354,7 +362,7 @@ def merge_expanded(
         )
     out.extend(listing.files)
     out.sort(key=lambda e: e.added_ts)  # stable: each commit's own order stays
-    return _expanded(reply, out)
+    return _expanded(reply, first_of_each_path(out))
 
 
 def _expanded(reply: Mapping[str, Any], files: Sequence[FileEntry]) -> dict[str, Any]:

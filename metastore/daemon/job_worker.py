@@ -37,7 +37,8 @@ class JobWorker:
         self.raft = raft
         self.sm = sm
         self.clock = clock
-        # job id -> the last wait reason logged, so a long wait is logged once, not every poll
+        # job id -> the last wait reason logged, so a long wait is logged once, not every poll;
+        # only running jobs (MAX_RUNNING_SCHEMA_JOBS at most): `step_once` drops the others.
         self._logged: dict[int, str] = {}
 
     async def run_forever(self) -> None:
@@ -58,7 +59,13 @@ class JobWorker:
             return 0
         cs_max = state.cluster.cs_max_ms << LOGICAL_BITS
         proposed = 0
-        for job in state.jobs.jobs(running_only=True):
+        running = state.jobs.jobs(running_only=True)
+        # Forget jobs that ended without this worker (cancelled, aborted, advanced by another
+        # leader): their entries would stay for the life of the process.
+        ids = {job.job_id for job in running}
+        for job_id in [j for j in self._logged if j not in ids]:
+            del self._logged[job_id]
+        for job in running:
             wait = next_step_wait(
                 job,
                 catalog=state.catalog,

@@ -27,7 +27,7 @@ from typing import Any, TypeVar
 
 import msgpack
 
-from hlc import HybridClock, physical_ms
+from hlc import HybridClock, physical_ms, ts_text
 from hlc.errors import HlcError, WaitTimeoutError
 from hlc.limits import LOGICAL_BITS, MAX_TS
 from metastore import limits as mlimits
@@ -867,8 +867,8 @@ class ApiServer:
         if ahead_ms > cs_max_ms + slack_ms:
             # Retryable and routed around by clients: this node's clock may be the one behind.
             raise TimestampAheadError(
-                f"timestamp {ts} is {ahead_ms} ms ahead of node {self.node.node_id}'s clock "
-                f"(more than CSmax = {cs_max_ms} ms): this node cannot answer for it yet",
+                f"timestamp {ts_text(ts)} is {ahead_ms} ms ahead of node {self.node.node_id}'s "
+                f"clock (more than CSmax = {cs_max_ms} ms): this node cannot answer for it yet",
                 details={
                     "ts": ts,
                     "ahead_ms": ahead_ms,
@@ -2007,13 +2007,16 @@ class ApiServer:
         self._require_ready()
         record_id = _req_str(args, "record_id", mlimits.MAX_PROTECTION_ID_CHARS)
         timeout_ms = _timeout(args)
+        # One deadline for the whole call: the catch-up (a ReadIndex, then maybe a safe-time
+        # wait) and the proposal share `timeout_ms` instead of taking it each.
+        deadline = time.monotonic() + timeout_ms / 1000
         try:
             record = self.sm.state.gc.record(record_id)
         except ProtectionNotFoundError:
             # This node may not have applied the protect yet (a follower behind): NOT_FOUND,
             # which the bridge takes as "already released", must rest on a state that has
             # applied every entry committed before the call.
-            await self._catch_up(timeout_ms)
+            await self._catch_up(deadline)
             record = self.sm.state.gc.record(record_id)  # ProtectionNotFound
         mine = record.created_by == session.client[: mlimits.MAX_SESSION_LABEL_CHARS]
         if not mine and (session.role is None or session.role < Role.ADMIN):
@@ -2027,21 +2030,22 @@ class ApiServer:
             reason="release" if mine else "admin",
             by=session.client[: mlimits.MAX_SESSION_LABEL_CHARS],
         )
-        return dict((await self._propose_command(session, cmd, timeout_ms))["result"])
+        return dict((await self._propose_command(session, cmd, _ms_left(deadline)))["result"])
 
-    async def _catch_up(self, timeout_ms: int) -> None:
+    async def _catch_up(self, deadline: float) -> None:
         """Until this node has applied every entry committed before the call: the leader's
         ReadIndex; elsewhere (or when it cannot confirm its leadership) safe time past
         now + CSmax, as every entry committed before now has a Tm at most CSmax ahead of this
-        node's clock. Not forwarded: the leader would see the forwarder, not the caller."""
+        node's clock. Not forwarded: the leader would see the forwarder, not the caller.
+        Both waits end by `deadline` (time.monotonic())."""
         if self.node.is_leader():
             try:
-                await self.node.read_barrier(timeout_ms=timeout_ms)
+                await self.node.read_barrier(timeout_ms=_ms_left(deadline))
                 return
             except (ReadIndexError, TimeoutError, RaftError, RaftCoreError):
                 pass
         top = self.clock.now() + (self._cs_max_ms() << LOGICAL_BITS)
-        await self._wait_safe(top, timeout_ms)
+        await self._wait_safe(top, _ms_left(deadline))
 
     async def _pts_list(self, _s: Session, args: Args) -> dict[str, Any]:
         """Protection records (and, with `all`, released ones), paged: a record can name 100
@@ -2594,6 +2598,15 @@ def _timeout(args: Args) -> int:
     return L.REQUEST_TIMEOUT_MS_DEFAULT if v is None else v
 
 
+def _ms_left(deadline: float) -> int:
+    """Milliseconds until `deadline` (time.monotonic()) for the next wait of a call that has
+    one deadline; RequestTimeoutError (retryable, nothing done yet) once it has passed."""
+    left = int((deadline - time.monotonic()) * 1000)
+    if left < 1:
+        raise RequestTimeoutError("the request's timeout_ms passed before it could be done")
+    return left
+
+
 def _page_token(token: str) -> tuple[int, int]:
     """`<as_of>:<offset>[:<items>]` as `files` hands it out (opaque to clients)."""
     parts = token.split(":")
@@ -2680,7 +2693,7 @@ def _files_page(files: Sequence[Any], args: Args, ts: int) -> tuple[int, int]:
             "FILES_PAGE_FILES_MAX",
             L.FILES_PAGE_FILES_MAX,
             len(files),
-            f"files of the listing at {ts} (page with 'limit' and 'page_token')",
+            f"files of the listing at {ts_text(ts)} (page with 'limit' and 'page_token')",
         )
     return start, end
 

@@ -14,8 +14,10 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 TOKEN = "t" * 32
-# The CLI is up and waiting on the (silent) node well before this.
-INTERRUPT_AFTER_S = 2.0
+# How long the CLI may take to start and connect (imports take seconds on a loaded machine),
+# and how long after it connected Ctrl-C comes (it is then waiting for the hello's reply).
+CONNECT_TIMEOUT_S = 30.0
+INTERRUPT_AFTER_S = 0.3
 EXIT_TIMEOUT_S = 20.0
 CLI = (sys.executable, "-m", "cli.main")
 NOISE = ("Traceback", "Task was destroyed", "Event loop is closed", "Exception ignored")
@@ -45,10 +47,14 @@ def interrupted(*args: str) -> subprocess.CompletedProcess[str]:
             preexec_fn=_default_sigint,
         )
         try:
+            # Not a fixed delay: a CLI still importing when Ctrl-C comes prints a traceback.
+            silent.settimeout(CONNECT_TIMEOUT_S)
+            conn, _ = silent.accept()
             time.sleep(INTERRUPT_AFTER_S)
             assert proc.poll() is None, proc.communicate()
             proc.send_signal(signal.SIGINT)
             out, err = proc.communicate(timeout=EXIT_TIMEOUT_S)
+            conn.close()
         finally:
             if proc.poll() is None:
                 proc.kill()

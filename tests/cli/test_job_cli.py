@@ -457,6 +457,32 @@ def test_a_follower_waits_until_the_last_version_of_an_ended_job_is_in_force() -
     assert calls == ["job_show", "job_show"]
 
 
+def test_waiting_for_an_ended_jobs_last_version_stops_at_the_timeout() -> None:
+    # A node whose view keeps saying "activating" (its clock or its state stuck) must not keep
+    # `job wait` polling past --timeout: it gives up (exit 3) and says what it waited for.
+    activating = {"reason": "activation", "message": "version 5 activates", "blockers": []}
+    calls: list[str] = []
+
+    async def handler(op: str, args: dict[str, Any]) -> dict[str, Any]:
+        calls.append(op)
+        # Bounded for the old code, which never looked at the deadline here: ~6 s of polls.
+        return _view(3, "succeeded", waiting_for=activating if len(calls) < 30 else None)
+
+    started = time.monotonic()
+    with ThreadedFakeNode(handler=handler) as node:
+        result = CliRunner().invoke(
+            cli,
+            [
+                *("--endpoints", node.endpoint, "--token", TOKEN),
+                *("job", "wait", "9", "--timeout", "500ms"),
+            ],
+        )
+    assert result.exit_code == 3, result.stderr
+    assert time.monotonic() - started < 3
+    assert "job 9 succeeded" in result.stderr and "version 5 activates" in result.stderr
+    assert "not in force on every node" in result.stderr
+
+
 def test_a_cancel_blocked_by_leases_is_recorded_and_followed_until_the_rollback() -> None:
     blocker = {"session_id": "s1", "app_id": "etl", "host": "h", "user": "u", "pid": 1}
     leases = {

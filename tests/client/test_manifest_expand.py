@@ -8,8 +8,10 @@ from __future__ import annotations
 import os
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -45,13 +47,17 @@ def replies(draw: st.DrawFn) -> dict[str, object]:
         if draw(st.booleans()) and draw(st.booleans()):
             ref = replace(ref, removed_all_ts=ts + draw(st.integers(1, 30)))
         refs.append(ref)
-    loose = []
-    for i in range(draw(st.integers(0, 6))):
-        ts += draw(st.integers(0, 2))
-        loose.append(
-            {"path": f"_txn/loose/{i}.parquet", "size_bytes": 7, "row_count": 3, "added_ts": ts}
-        )
     deleted = draw(st.lists(st.sampled_from(paths), unique=True, max_size=len(paths)))
+    loose = []
+    # A loose entry may name a manifest entry's path again (a path committed again once its
+    # entry left the loose entries; never one with a delete entry: apply refuses that).
+    again = [p for p in dict.fromkeys(paths) if p not in deleted]
+    for i in range(draw(st.integers(0, 6))):
+        ts += draw(st.integers(0 if i else 1, 2))  # loose entries are newer than manifests
+        path = f"_txn/loose/{i}.parquet"
+        if again and draw(st.booleans()):
+            path = again.pop(draw(st.integers(0, len(again) - 1)))
+        loose.append({"path": path, "size_bytes": 7, "row_count": 3, "added_ts": ts})
     deletes = [[p, BASE_TS + draw(st.integers(0, ts - BASE_TS + 20))] for p in deleted]
     as_of = BASE_TS + draw(st.integers(0, ts - BASE_TS + 40))
     return {
@@ -162,3 +168,86 @@ def test_a_local_manifest_is_on_disk_before_write_manifest_returns(
     assert data_synced, synced
     assert os.path.dirname(final) in synced[synced.index(data_synced[-1]) :]
     assert os.path.realpath(tmp_path) in synced  # the new _manifests directory's entry
+
+
+def _committed_again(directory: Path) -> dict[str, Any]:
+    """A `files` reply (as_of BASE_TS + 9) where `a` sits in two manifests and is loose (it was
+    committed again after its entry left the loose entries), and `b` in two manifests, its
+    first entry removed before its second was added."""
+
+    def entry(path: str, ts: int, removed: int | None = None) -> FileEntry:
+        return FileEntry(path=path, size_bytes=5, row_count=2, added_ts=ts, removed_ts=removed)
+
+    first = write_manifest(
+        str(directory), [entry("a", BASE_TS + 1), entry("b", BASE_TS + 1, BASE_TS + 2)]
+    )
+    second = write_manifest(str(directory), [entry("a", BASE_TS + 3), entry("b", BASE_TS + 3)])
+    return {
+        "as_of": BASE_TS + 9,
+        "location": str(directory),
+        "files": [{"path": "a", "size_bytes": 5, "row_count": 2, "added_ts": BASE_TS + 5}],
+        "deletes": [],
+        "manifests": [first.to_view(), second.to_view()],
+    }
+
+
+def test_a_path_committed_again_is_listed_once_by_every_expansion(tmp_path: Path) -> None:
+    """The columnar expansion, the entry-by-entry one and the merge of per-manifest results
+    (the bridge's Spark tasks) all list a path committed again once, as its first live
+    entry."""
+    from metastore.client.manifest_files import merge_expanded, read_live
+
+    reply = _committed_again(tmp_path)
+    per = {
+        str(m["sha256"]): read_live(str(tmp_path), m, {}, BASE_TS + 9) for m in reply["manifests"]
+    }
+    answers = [expand_reply(reply), expand_reply(reply, read=read_manifest)]
+    answers.append(merge_expanded(reply, per))
+    for answer in answers:
+        got = [(f["path"], f["added_ts"]) for f in answer["files"]]
+        # `b`'s first entry was removed before its second: the second is its first live one.
+        assert got == [("a", BASE_TS + 1), ("b", BASE_TS + 3)]
+        assert (answer["total_files"], answer["rows"], answer["size_bytes"]) == (2, 4, 10)
+
+
+def test_the_data_source_reads_a_path_committed_again_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """format("metastore") with few manifests and with many (where the tasks used to expand
+    one manifest each, and each read `a`): every file once. Stub client, no Spark session."""
+    import metastore.client.parquet as parquet_module
+    import spark_bridge.datasource as datasource_module
+    from spark_bridge.files import absolute
+
+    reply = _committed_again(tmp_path)
+
+    class Client:
+        def files(self, table: str, as_of: int, *, expand: bool) -> dict[str, Any]:
+            assert not expand
+            return dict(reply)
+
+        def close(self) -> None:
+            pass
+
+    read: list[str] = []
+
+    def file_batches(path: str, columns: object) -> Iterator[object]:
+        read.append(path)
+        return iter(())
+
+    monkeypatch.setattr(datasource_module, "_client", lambda *_a, **_k: Client())
+    monkeypatch.setattr(parquet_module, "file_batches", file_batches)
+    column = {"field_id": 1, "name": "x", "type": "INT", "nullable": True}
+    for many in (100, 1):
+        monkeypatch.setattr(datasource_module, "EXECUTOR_EXPAND_MANIFESTS_MIN", many)
+        source = datasource_module.MetastoreDataSource({"table": "ns.t"})
+        source._pinned = {  # type: ignore[attr-defined]
+            "ts": BASE_TS + 9,
+            "schema": {"schema": {"columns": [column]}, "location": str(tmp_path)},
+            "now": 0,
+        }
+        reader = source.reader(None)  # type: ignore[arg-type]
+        read.clear()
+        for partition in reader.partitions():
+            list(reader.read(partition))
+        assert sorted(read) == [absolute(str(tmp_path), "a"), absolute(str(tmp_path), "b")]

@@ -110,3 +110,74 @@ def _propose_local_stub(node: _Node) -> Any:
         return {"result": {"record_id": "r1", "released": True, "reason": "release"}, "tm": 1}
 
     return propose
+
+
+def test_safe_time_and_clock_refusals_show_readable_times() -> None:
+    """A read that waited too long for safe time, or asked for a ts past the node's clock,
+    says when in readable times (with the integers, and the raw values in the details)."""
+    from hlc import ts_text
+    from metastore.errors import RequestTimeoutError, TimestampAheadError
+    from raft.node import SafeTimeTimeoutError
+
+    api, node, _ = _setup(leader=True)
+    wanted, safe = T0 + (5_000 << 16), T0
+
+    async def too_slow(ts: int, *, timeout_ms: int) -> float:
+        raise SafeTimeTimeoutError(ts, safe, timeout_ms)
+
+    node.wait_for_safe_time = too_slow  # type: ignore[method-assign]
+    with pytest.raises(RequestTimeoutError) as waited:
+        asyncio.run(api._wait_safe(wanted, 100))
+    assert ts_text(wanted) in str(waited.value) and ts_text(safe) in str(waited.value)
+    assert waited.value.details["wanted"] == wanted
+    api._cs_max_ms = lambda: 100  # type: ignore[method-assign]
+    future = api.clock.now() + (60_000 << 16)
+    with pytest.raises(TimestampAheadError) as ahead:
+        api._check_not_future(future)
+    assert ts_text(future) in str(ahead.value) and ahead.value.details["ts"] == future
+
+
+def test_the_catch_up_and_the_release_share_one_timeout() -> None:
+    """A leader whose ReadIndex fails late falls back to a safe-time wait, then proposes: all
+    of it within the call's timeout_ms, not up to three times it."""
+    from metastore.errors import RequestTimeoutError
+
+    api, node, _ = _setup(leader=True)
+    given: list[tuple[str, int]] = []
+
+    async def slow_barrier(*, timeout_ms: int) -> int:
+        given.append(("read_barrier", timeout_ms))
+        await asyncio.sleep(0.2)  # of the call's 300 ms
+        raise TimeoutError
+
+    async def safe_time(ts: int, *, timeout_ms: int) -> float:
+        given.append(("safe_time", timeout_ms))
+        node.sm.state = node.fresh
+        return 0.0
+
+    async def propose(data: bytes, timeout_ms: int) -> dict[str, Any]:
+        given.append(("propose", timeout_ms))
+        return {"result": {"record_id": "r1", "released": True, "reason": "release"}, "tm": 1}
+
+    node.read_barrier = slow_barrier  # type: ignore[method-assign]
+    node.wait_for_safe_time = safe_time  # type: ignore[method-assign]
+    api._propose_local = propose  # type: ignore[method-assign]
+    session = Session(peer="p", role=Role.WRITER, token="tok", client="spark")
+    reply = asyncio.run(api._pts_release(session, {"record_id": "r1", "timeout_ms": 300}))
+    assert reply["released"] is True
+    assert [stage for stage, _ in given] == ["read_barrier", "safe_time", "propose"]
+    assert given[0][1] <= 300
+    assert all(0 < ms <= 100 for _, ms in given[1:]), given  # what was left of the 300 ms
+    # A barrier that takes the whole timeout leaves nothing: TIMEOUT, nothing proposed.
+    api, node, _ = _setup(leader=True)
+    given.clear()
+
+    async def whole_barrier(*, timeout_ms: int) -> int:
+        await asyncio.sleep(timeout_ms / 1000)
+        raise TimeoutError
+
+    node.read_barrier = whole_barrier  # type: ignore[method-assign]
+    api._propose_local = propose  # type: ignore[method-assign]
+    with pytest.raises(RequestTimeoutError):
+        asyncio.run(api._pts_release(session, {"record_id": "r1", "timeout_ms": 100}))
+    assert given == [] and node.caught_up == 0

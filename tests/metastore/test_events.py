@@ -7,6 +7,7 @@ from __future__ import annotations
 import msgpack
 import pytest
 
+from hlc import ts_text
 from metastore.commands import (
     AcquireLeases,
     AdvanceSchemaJob,
@@ -135,6 +136,9 @@ def test_the_window_drops_whole_entries_and_refuses_a_start_below_its_floor() ->
     with pytest.raises(WatchStartCompactedError) as exc:
         log.since(3, limit=10)
     assert exc.value.details == {"from_ts": 3, "oldest_ts": log.floor_tm}
+    # The message shows both positions as readable times (with their integers), like every
+    # other error; the details keep the raw values for scripts.
+    assert ts_text(log.floor_tm) in str(exc.value) and ts_text(3) in str(exc.value)
     events, _, _ = log.since(log.floor_tm, limit=1000)
     assert events[0]["tm"] == log.floor_tm + 1
     log.reset(floor_tm=50)

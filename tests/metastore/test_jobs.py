@@ -12,6 +12,7 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
+from hlc import ts_text
 from metastore import limits
 from metastore.commands import (
     AcquireLeases,
@@ -340,11 +341,12 @@ def test_add_on_a_table_with_files_waits_for_a_backfill_that_covers_every_old_wr
     # ... so public is refused until a backfill is reported, and a backfill must read the
     # table at or after that activation.
     refused(d, AdvanceSchemaJob(job_id=job_id, step=2), BackfillIncompleteError)
-    refused(
+    early = refused(
         d,
         SchemaJobBackfilled(job_id=job_id, snapshot_ts=from_ts - 1, files_rewritten=1),
         BackfillIncompleteError,
     )
+    assert ts_text(from_ts - 1) in str(early) and ts_text(from_ts) in str(early)  # readable
     ok(d, SchemaJobBackfilled(job_id=job_id, snapshot_ts=from_ts, files_rewritten=2))
     commit(d, "new-writer")  # at the latest version: has the column
     advance(d, job_id)

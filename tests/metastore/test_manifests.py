@@ -603,3 +603,35 @@ def test_folding_a_delete_entry_rewrites_every_manifest_listing_its_path() -> No
     ok(d, command(d, store, p))
     assert d.state.table_stats(A).delete_entries == 0
     assert full_files(d, store, removed) == before
+
+
+def test_a_path_added_again_is_listed_once_and_a_removal_never_brings_it_back() -> None:
+    """A protocol client may commit a path again once its first entry left the loose entries
+    (apply cannot see inside manifests). Readers list each path at most once: its first live
+    entry (commit order), at every ts, before and after compactions; the set of live paths is
+    what it was (a delete entry still hides every entry of its path)."""
+    d, store = ready(), Store()
+    t1 = ok(d, add("t1", "a", "b"))["ts"]
+    compact(d, store)  # [a b]
+    t2 = ok(d, add("t2", "a"))["ts"]  # `a` again: loose, and in a manifest
+    assert isinstance(t1, int) and isinstance(t2, int)
+
+    def listed(ts: int) -> list[tuple[str, int]]:
+        return [(f[0], f[3]) for f in full_files(d, store, ts)]
+
+    assert listed(t2) == [("a", t1), ("b", t1)]
+    compact(d, store)  # [a b] [a]: both entries in manifests now
+    assert listed(t2) == [("a", t1), ("b", t1)]
+    t3 = ok(d, add("t3", "c", remove=("a",)))["ts"]  # a delete entry: both entries removed
+    assert isinstance(t3, int)
+    assert listed(t3) == [("b", t1), ("c", t3)]
+    compact(d, store)  # folded into both manifests
+    assert listed(t2) == [("a", t1), ("b", t1)]
+    assert listed(t3) == [("b", t1), ("c", t3)]
+    # Loose and in a manifest, the loose one removed: the manifest's entry stays live, once.
+    t4 = ok(d, add("t4", "b"))["ts"]
+    assert isinstance(t4, int)
+    assert listed(t4) == [("b", t1), ("c", t3)]
+    t5 = ok(d, add("t5", "d", remove=("b",)))["ts"]
+    assert isinstance(t5, int)
+    assert listed(t5) == [("b", t1), ("c", t3), ("d", t5)]

@@ -1112,3 +1112,25 @@ def test_outcome_of_a_commit_survives_the_wire() -> None:
     assert Outcome.from_data(msgpack.unpackb(msgpack.packb(outcome.to_data()), raw=False)) == (
         outcome
     )
+
+
+def test_refusals_show_timestamps_as_readable_times_and_keep_the_integers() -> None:
+    """A person reads `2026-...Z (hlc N)` in a refusal, as in every other error; a script still
+    finds the integer (in the text, and in the details)."""
+    from hlc import ts_text
+
+    d = ready()
+    t1 = ts_of(ok(d, commit("q:1", write(A, add=("f1",)), stream="s", seq=1)))
+    t2 = ts_of(ok(d, commit("q:2", write(A, remove=("f1",)))))
+    removed = refused(d, commit("q:3", write(A, remove=("f1",))), DataFileConflictError)
+    reused = refused(d, commit("q:1", write(A, add=("f9",))), TxnIdReusedError)
+    replay = refused(
+        d, commit("s:0", write(A, add=("f0",)), stream="s", seq=1), BatchAlreadyCommittedError
+    )
+    stale = refused(d, commit("q:4", write(A, add=("f4",)), ts=t2), CommitTimestampUnavailableError)
+    ahead = refused(d, commit("q:5", write(A), ts=d.tm + 2 * DD), InvalidArgumentError)
+    for e, ts in ((removed, t2), (reused, t1), (replay, t1), (stale, t2)):
+        assert ts_text(ts) in str(e), str(e)
+    assert ts_text(int(stale.details["retry_at"])) in str(stale)
+    assert ts_text(int(ahead.details["max_ts"])) in str(ahead)
+    assert isinstance(ahead.details["ts"], int)  # the raw value stays for scripts
