@@ -106,10 +106,10 @@ class LeaderForwarder:
             reply = await link.request(op, args, timeout_ms)
         except TimeoutError:
             raise UnavailableError(
-                f"leader {node_id} did not answer within {timeout_ms} ms; outcome unknown"
+                f"node {node_id} did not answer within {timeout_ms} ms; outcome unknown"
             ) from None
         except (ConnectionError, OSError) as exc:
-            raise UnavailableError(f"cannot reach leader {node_id}: {exc}") from None
+            raise UnavailableError(f"cannot reach node {node_id}: {exc}") from None
         ts = reply.get("ts")
         if isinstance(ts, int):
             with contextlib.suppress(HlcError):

@@ -2443,7 +2443,7 @@ class ApiServer:
                     node_id, session.token, "status", {}, timeout_ms=probe_ms
                 )
             except MetastoreError as exc:
-                row["error"] = f"node {node_id}: {exc.message}"
+                row["error"] = exc.message
                 return row
             # A release from before apply versions reports nothing: it applies version 1.
             supported = status.get("apply_version_supported", INITIAL_APPLY_VERSION)
