@@ -14,6 +14,14 @@ batch itself. If a release and a new pin of the same version cross on the wire (
 see the release second), the thread re-acquires what is in use again right after its release,
 with the earliest read_ts of the batches holding it (`hold(read_floors=...)`, what their pins
 recorded on the lease), so the lease taken again still keeps GC below their reads.
+Leases move forward while held (metastore AcquireLeases `known_tm`/`renew_from`): a streaming
+query re-pins every micro-batch and never lets its lease go, and a lease kept its first read_ts
+and acquired Tm, so GC never passed them and the tables' dead files filled the disk. Each pin
+now says how far back this session still reads: the oldest read floor of its batches still in
+flight (`hold(floor=...)` to `drop(floor=...)`), or the pin's Top when none is. It says so
+(`renewal`) only while no other pin of the session is unanswered, with the Tm of the newest
+answered one (`known_tm`): the server leaves alone a lease some entry it did not count on
+touched since (a pin still on the wire, a retried one applied late).
 A release refused with a retryable error (the cluster unavailable for the client's whole
 budget) is tried again after the grace: heartbeats keep a session's leases alive, so a lease
 given up on would block schema changes until the application ends.
@@ -36,6 +44,7 @@ import socket
 import threading
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -86,9 +95,15 @@ class BridgeSession:
         # seeing no session must open one session between them, not one each.
         self._open_lock = threading.Lock()
         self._refs: dict[LeaseKey, int] = {}
-        # Per lease, the earliest read_ts of the batches holding it (only leases of tables they
-        # read): what a re-acquire after a crossing release must ask the server to keep.
-        self._floors: dict[LeaseKey, int] = {}
+        # Per lease, the read_ts the pins of the batches holding it recorded (only leases of
+        # tables they read): the lowest is what a re-acquire after a crossing release must ask
+        # the server to keep.
+        self._floors: dict[LeaseKey, Counter[int]] = {}
+        # The read floors of the batches in flight (one per batch), how many leasing pins are
+        # unanswered, and the Tm of the newest answered one: what `renewal` says.
+        self._inflight: Counter[int] = Counter()
+        self._pins_out = 0
+        self._known_tm = 0
         self._idle_since: dict[LeaseKey, float] = {}  # refs hit zero at (monotonic s)
         self._releasing: set[LeaseKey] = set()
         self._wake = threading.Event()
@@ -145,6 +160,8 @@ class BridgeSession:
             self.session_id = None
             self._refs.clear()
             self._floors.clear()
+            self._inflight.clear()
+            self._known_tm = 0
             self._idle_since.clear()
         log.warning("metastore session %s expired; opening a new one", session_id)
         self.reopened += 1
@@ -169,31 +186,65 @@ class BridgeSession:
 
     # ------------------------------------------------------------------ leases
 
+    def renewal(self, session_id: str, top: int) -> dict[str, int]:
+        """The `pin` arguments of a leasing pin under `session_id` at `top` that let its leases
+        move forward (see the module docstring); `answered` must follow, whatever the pin's
+        outcome. `renew_from` only while no other pin is unanswered: one applied before this
+        one but answered after could record a read below it, which `known_tm` cannot show."""
+        with self._lock:
+            self._pins_out += 1
+            if session_id != self.session_id:
+                return {}
+            args = {"known_tm": self._known_tm}
+            if self._pins_out == 1:
+                args["renew_from"] = min(self._inflight) if self._inflight else top
+            return args
+
+    def answered(self, session_id: str, lease_tm: int | None) -> None:
+        """A pin `renewal` was asked for is over; `lease_tm`: the Tm its leases were applied
+        at (None when it failed)."""
+        with self._lock:
+            self._pins_out -= 1
+            if lease_tm is not None and session_id == self.session_id:
+                self._known_tm = max(self._known_tm, lease_tm)
+
     def hold(
         self,
         keys: Iterable[LeaseKey],
         *,
         session_id: str | None = None,
         read_floors: Mapping[LeaseKey, int] | None = None,
+        floor: int | None = None,
     ) -> None:
         """A batch pinned (and the server leased) `keys` under `session_id` (default: the
         current session): count them in. Leases of a session already lost are not counted:
         they went with it, and the counts are the current session's. `read_floors`: the
-        read_ts the pin recorded on the leases of the tables the batch reads."""
+        read_ts the pin recorded on the leases of the tables the batch reads; `floor`: the
+        lowest timestamp the batch reads at. `drop` must be given the same."""
         with self._lock:
             if session_id is not None and session_id != self.session_id:
                 return
             for key in keys:
                 self._refs[key] = self._refs.get(key, 0) + 1
                 self._idle_since.pop(key, None)
-            for key, floor in (read_floors or {}).items():
-                self._floors[key] = min(floor, self._floors.get(key, floor))
+            for key, read_floor in (read_floors or {}).items():
+                self._floors.setdefault(key, Counter())[read_floor] += 1
+            if floor is not None:
+                self._inflight[floor] += 1
 
-    def drop(self, keys: Iterable[LeaseKey], *, session_id: str | None = None) -> None:
+    def drop(
+        self,
+        keys: Iterable[LeaseKey],
+        *,
+        session_id: str | None = None,
+        read_floors: Mapping[LeaseKey, int] | None = None,
+        floor: int | None = None,
+    ) -> None:
         """A batch ended (committed or not): count its leases, taken under `session_id`
         (default: the current session), out; idle ones are released by the background thread
         after LEASE_RELEASE_GRACE_MS. Leases of a session since lost went with it: counting
-        them out of the new session's would release a lease another batch holds there."""
+        them out of the new session's would release a lease another batch holds there.
+        `read_floors` and `floor` as given to `hold`: its reads no longer hold leases back."""
         now = time.monotonic()
         with self._lock:
             if session_id is not None and session_id != self.session_id:
@@ -205,6 +256,18 @@ class BridgeSession:
                     continue
                 self._refs.pop(key, None)
                 self._idle_since[key] = now
+            for key, read_floor in (read_floors or {}).items():
+                floors = self._floors.get(key)
+                if floors is not None:
+                    floors[read_floor] -= 1
+                    if floors[read_floor] <= 0:
+                        del floors[read_floor]
+                    if not floors:
+                        del self._floors[key]
+            if floor is not None and self._inflight[floor] > 0:
+                self._inflight[floor] -= 1
+                if not self._inflight[floor]:
+                    del self._inflight[floor]
         self._wake.set()
 
     def held(self) -> dict[LeaseKey, int]:
@@ -290,7 +353,8 @@ class BridgeSession:
                 again: dict[int | None, list[LeaseKey]] = {}
                 for k in due:
                     if self._refs.get(k, 0) > 0:
-                        again.setdefault(self._floors.get(k), []).append(k)
+                        floors = self._floors.get(k)
+                        again.setdefault(min(floors) if floors else None, []).append(k)
                     else:
                         self._floors.pop(k, None)
         for floor, keys in again.items():

@@ -372,3 +372,98 @@ def test_a_lease_taken_again_after_a_crossing_release_keeps_the_batchs_reads() -
         assert session.held() == {key: 1}
     finally:
         session.close()
+
+
+class PinRecordingClient(FlakyClient):
+    """`pin` answers every table at version 1 (table ids by name) at safe time Top - 100,
+    applied at Tm 10_000, 10_001, ...; records each pin's arguments. `fail_next` refuses one."""
+
+    def __init__(self) -> None:
+        super().__init__(failures=0)
+        self.pins: list[dict[str, Any]] = []
+        self.fail_next = False
+
+    def call(self, op: str, args: dict[str, Any]) -> dict[str, Any]:
+        assert op == "pin"
+        self.pins.append(dict(args))
+        if self.fail_next:
+            self.fail_next = False
+            raise UnavailableError("every node failed")
+        ids = {"ns.s": 1, "ns.t": 2}
+        return {
+            "ts": args["ts"],
+            "pins": [{"table": t, "table_id": ids[t], "version": 1} for t in args["tables"]],
+            "safe_time": args["ts"] - 100,
+            "waited_ms": 0.0,
+            "lease": {},
+            "lease_tm": 10_000 + len(self.pins),
+        }
+
+
+def test_each_pin_lets_the_sessions_leases_move_up_to_its_oldest_batch_in_flight() -> None:
+    """A streaming query re-pins every micro-batch and never lets its lease go: the lease kept
+    the first batch's read_ts and acquired Tm, so GC never passed them and the disk filled.
+    Each leasing pin now carries the oldest read of the session's batches still in flight (its
+    own Top when none is) and the Tm of the newest answered pin; none while another pin is
+    unanswered (it may record an older read the server could not tell apart)."""
+    from spark_bridge.bridge import BatchContext, BatchError, MetastoreBridge
+
+    client = PinRecordingClient()
+    session = BridgeSession(client, app_id="app-10", app_name="upkeep")  # type: ignore[arg-type]
+    try:
+        bridge = object.__new__(MetastoreBridge)
+        bridge.client = client  # type: ignore[assignment]
+        bridge.spark = None  # type: ignore[assignment]
+        bridge.session = session
+
+        def batch(n: int) -> BatchContext:
+            return BatchContext(
+                bridge,
+                reads=["ns.s"],
+                writes=["ns.t"],
+                txn_id=f"t-{n}",
+                read_ts=None,
+                check_reads=False,
+            )
+
+        def renewal(pin: dict[str, Any]) -> tuple[int | None, int | None]:
+            return pin.get("known_tm"), pin.get("renew_from")
+
+        at_answer: list[dict[int, int]] = []
+        answered = session.answered
+
+        def answered_spy(session_id: str, lease_tm: int | None) -> None:
+            at_answer.append(dict(session._inflight))
+            answered(session_id, lease_tm)
+
+        session.answered = answered_spy  # type: ignore[method-assign]
+        a = batch(1)
+        a._pin_all(1_000)
+        assert renewal(client.pins[-1]) == (0, 1_000)  # nothing else in flight: its own Top
+        # Its reads were counted in before its pin was answered: a renewal in between must not
+        # know its Tm without its reads.
+        assert at_answer == [{900: 1}]
+        b = batch(2)
+        b._pin_all(2_000)
+        assert renewal(client.pins[-1]) == (10_001, 900)  # a still reads from 900
+        a.end()
+        c = batch(3)
+        c._pin_all(3_000)
+        assert renewal(client.pins[-1]) == (10_002, 1_900)  # a is over; b reads from 1_900
+        b.end()
+        c.end()
+        client.fail_next = True
+        with pytest.raises(BatchError):
+            batch(4)._pin_all(4_000)
+        d = batch(5)
+        d._pin_all(5_000)
+        assert renewal(client.pins[-1]) == (10_003, 5_000)  # the failed pin is answered too
+        d.end()
+        sid = session.current()
+        assert sid is not None
+        session.renewal(sid, 1)  # another batch's pin, still unanswered
+        batch(6)._pin_all(6_000)
+        assert renewal(client.pins[-1]) == (10_005, None)
+        session.answered(sid, None)
+    finally:
+        session.close()
