@@ -583,9 +583,14 @@ class AcquireLeases:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ReleaseLeases:
+    """`known_tm` (a renewing holder's, see AcquireLeases; absent in commands from before it
+    existed): leave alone a lease an entry after it touched - a pin that crossed the release
+    on the wire and was applied first holds it again."""
+
     request_id: str = ""
     session_id: str
     leases: tuple[LeaseKey, ...]
+    known_tm: int | None = None
 
 
 SessionCommand = (
@@ -878,6 +883,8 @@ def validate_command(cmd: Command) -> None:
                 _validate_count(key.version, "version")
             if isinstance(cmd, AcquireLeases):
                 _validate_lease_reads(cmd)
+            elif cmd.known_tm is not None:
+                _validate_count(cmd.known_tm, "known_tm")
         case Protect() | ReleaseProtection() | AdvanceGcThreshold() | GcFilesDeleted():
             _validate_gc_command(cmd)
         case CompactManifest():
@@ -1718,6 +1725,8 @@ def command_to_data(cmd: Command) -> dict[str, object]:
                 # Likewise: only a renewing holder's commands carry these.
                 body["known_tm"] = cmd.known_tm
                 body["renew_from"] = cmd.renew_from
+            if isinstance(cmd, ReleaseLeases) and cmd.known_tm is not None:
+                body["known_tm"] = cmd.known_tm
         case Protect():
             body = {
                 "type": "protect",
@@ -2038,7 +2047,10 @@ def _command_from_data(obj: object) -> Command:
             )
         else:
             cmd = ReleaseLeases(
-                request_id=request_id, session_id=f.text("session_id"), leases=tuple(keys)
+                request_id=request_id,
+                session_id=f.text("session_id"),
+                leases=tuple(keys),
+                known_tm=f.opt_integer("known_tm") if f.has("known_tm") else None,
             )
     elif kind == "protect":
         tables = f.items("tables")

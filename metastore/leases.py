@@ -37,7 +37,10 @@ Commands (metastore.commands) and their results
                       latest versions (LeaseVersionNotLatest, retryable). Idempotent per lease.
                       A held lease keeps the earliest read_ts and its first acquired Tm, unless
                       the command renews it (see "Moving forward").
-    ReleaseLeases     {session_id, released}; releasing what is not held is a no-op.
+    ReleaseLeases     {session_id, released}; releasing what is not held is a no-op. With
+                      known_tm (a renewing holder's), a lease an entry after it touched stays
+                      (`kept`: [[table_id, version], ...]): a pin that crossed the release on
+                      the wire holds it again.
 
 Moving forward
     A lease held for weeks (a streaming query re-pins every micro-batch and never lets it go)
@@ -342,11 +345,24 @@ class Sessions:
         }
 
     def release(self, cmd: ReleaseLeases) -> Result:
+        """With `known_tm`, a lease touched by an entry after it (a pin that crossed the
+        release on the wire) is kept: `kept` lists those, [table_id, version]."""
         released = 0
+        kept: list[list[int]] = []
         for key in cmd.leases:
-            if self._leases.pop((key.table_id, key.version, cmd.session_id), None) is not None:
-                released += 1
-        return {"session_id": cmd.session_id, "released": released}
+            lkey = (key.table_id, key.version, cmd.session_id)
+            lease = self._leases.get(lkey)
+            if lease is None:
+                continue
+            if cmd.known_tm is not None and lease.last_touched_tm() > cmd.known_tm:
+                kept.append([key.table_id, key.version])
+                continue
+            del self._leases[lkey]
+            released += 1
+        result: Result = {"session_id": cmd.session_id, "released": released}
+        if cmd.known_tm is not None:
+            result["kept"] = kept
+        return result
 
     def check_attempt_owners(self, table: TableName, paths: Sequence[str], *, tm: int) -> None:
         """SessionNotFoundError if a path (relative to a table's location) lies in the attempt

@@ -11,9 +11,14 @@ are ref-counted here, one per (table id, version) however many concurrent batche
 When a count drops to zero the lease is released by the background thread after a short grace
 (a streaming query's next micro-batch usually re-pins the same version first), never by the
 batch itself. If a release and a new pin of the same version cross on the wire (the server may
-see the release second), the thread re-acquires what is in use again right after its release,
-with the earliest read_ts of the batches holding it (`hold(read_floors=...)`, what their pins
-recorded on the lease), so the lease taken again still keeps GC below their reads.
+see the release second), the release carries `known_tm` (below) and the server keeps a lease a
+later entry touched (`kept`), so the pin's batch is never without it; one kept though no batch
+holds it (touched by a pin that failed here) is released again without `known_tm`. Only when
+the pin's entry was applied before an entry this session already had the answer of (another
+pin, answered first) does the release still take it; then the thread re-acquires what is in
+use again right after its release, with the earliest read_ts of the batches holding it
+(`hold(read_floors=...)`, what their pins recorded on the lease), so the lease taken again
+still keeps GC below their reads.
 Leases move forward while held (metastore AcquireLeases `known_tm`/`renew_from`): a streaming
 query re-pins every micro-batch and never lets its lease go, and a lease kept its first read_ts
 and acquired Tm, so GC never passed them and the tables' dead files filled the disk. Each pin
@@ -104,6 +109,10 @@ class BridgeSession:
         self._inflight: Counter[int] = Counter()
         self._pins_out = 0
         self._known_tm = 0
+        # Leases a release with `known_tm` kept though no batch of this session holds them (an
+        # entry it did not count on touched them: a pin that failed here but was applied):
+        # released again without `known_tm`, or they would stay for the session's life.
+        self._release_plain: set[LeaseKey] = set()
         self._idle_since: dict[LeaseKey, float] = {}  # refs hit zero at (monotonic s)
         self._releasing: set[LeaseKey] = set()
         self._wake = threading.Event()
@@ -162,6 +171,7 @@ class BridgeSession:
             self._floors.clear()
             self._inflight.clear()
             self._known_tm = 0
+            self._release_plain.clear()
             self._idle_since.clear()
         log.warning("metastore session %s expired; opening a new one", session_id)
         self.reopened += 1
@@ -331,17 +341,32 @@ class BridgeSession:
             for key in due:
                 del self._idle_since[key]
             self._releasing.update(due)
+            # A pin of a batch that starts now may cross the release on the wire and be
+            # applied first: with `known_tm` the server keeps the lease it touched, so that
+            # batch is never without it.
+            known_tm = None if self._release_plain & set(due) else self._known_tm
         if not due or session_id is None:
             with self._lock:
                 self._releasing.difference_update(due)
             return
+        kept: set[tuple[int, int]] = set()
         try:
-            self.client.lease_release(session_id, [k.wire() for k in due])
+            wires = [k.wire() for k in due]
+            if known_tm is None:
+                self.client.lease_release(session_id, wires)
+            else:
+                r = self.client.lease_release(session_id, wires, known_tm=known_tm)
+                kept = {(int(i), int(v)) for i, v in r.get("kept") or []}
         except MetastoreError as exc:
             if exc.retryable:
                 # Not released (or not known to be): the session's heartbeats keep a lease
                 # alive, so one given up on would block schema changes for the rest of the
                 # application. Release it again after the grace, unless in use again by then.
+                self._idle_again(session_id, due)
+            elif known_tm is not None:
+                # A node from before `known_tm` existed refuses it: release them without.
+                with self._lock:
+                    self._release_plain.update(due)
                 self._idle_again(session_id, due)
             raise
         finally:
@@ -351,12 +376,22 @@ class BridgeSession:
                 # server may have applied the release second. Take it again, keeping the
                 # reads of the batches holding it.
                 again: dict[int | None, list[LeaseKey]] = {}
+                plain_again: list[LeaseKey] = []
                 for k in due:
                     if self._refs.get(k, 0) > 0:
+                        if (k.table_id, k.version) in kept:
+                            continue  # the crossing pin's lease stayed
                         floors = self._floors.get(k)
                         again.setdefault(min(floors) if floors else None, []).append(k)
+                    elif (k.table_id, k.version) in kept:
+                        plain_again.append(k)
                     else:
                         self._floors.pop(k, None)
+                        if known_tm is None:
+                            self._release_plain.discard(k)
+                self._release_plain.update(plain_again)
+        if plain_again:
+            self._idle_again(session_id, plain_again)
         for floor, keys in again.items():
             try:
                 if floor is None:

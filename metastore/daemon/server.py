@@ -336,7 +336,9 @@ class ApiServer:
                 frozenset({"session_id", "leases", "read_ts", "timeout_ms"}),
             ),
             "lease_release": _Op(
-                Role.WRITER, self._lease_release, frozenset({"session_id", "leases", "timeout_ms"})
+                Role.WRITER,
+                self._lease_release,
+                frozenset({"session_id", "leases", "known_tm", "timeout_ms"}),
             ),
             "lease_list": _Op(
                 Role.READER, self._lease_list, frozenset({"table", "limit", "page_token"})
@@ -1827,9 +1829,12 @@ class ApiServer:
         return dict((await self._propose_command(session, cmd, _timeout(args)))["result"])
 
     async def _lease_release(self, session: Session, args: Args) -> dict[str, Any]:
+        """With `known_tm` (the `lease_tm` of the caller's newest answered pin), a lease a
+        later entry touched (a pin that crossed this release) is kept."""
         cmd = ReleaseLeases(
             session_id=_req_str(args, "session_id", mlimits.MAX_SESSION_ID_CHARS),
             leases=self._lease_keys(args),
+            known_tm=_opt_int(args, "known_tm", 0, MAX_TS),
         )
         return dict((await self._propose_command(session, cmd, _timeout(args)))["result"])
 

@@ -296,6 +296,14 @@ def test_a_pin_moves_its_sessions_held_lease_forward_when_it_says_so(
     with pytest.raises(MetastoreError) as refused:
         writer.call("pin", {**args, "known_tm": None, "renew_from": 1})
     assert refused.value.code == ErrorCode.BAD_REQUEST
+    # A release that knows only the first pin keeps the lease the second touched (a pin that
+    # crossed it on the wire); one that knows the second releases it.
+    keys = [{"table": "lz.renewed", "table_id": after["table_id"], "version": 1}]
+    kept = writer.lease_release(session_id, keys, known_tm=first["lease_tm"])
+    assert (kept["released"], kept["kept"]) == (0, [[after["table_id"], 1]])
+    gone = writer.lease_release(session_id, keys, known_tm=second["lease_tm"])
+    assert (gone["released"], gone["kept"]) == (1, [])
+    assert admin.lease_list("lz.renewed")["leases"] == []
     assert writer.session_close(session_id)["closed"] is True
     for c in (admin, writer):
         c.close()

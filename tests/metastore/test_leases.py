@@ -378,6 +378,30 @@ def test_a_renewing_holders_leases_keep_their_snapshot_form_and_old_rows_load() 
         MetastoreState.from_snapshot(msgpack.packb(obj, use_bin_type=True))
 
 
+def test_a_release_keeps_a_lease_an_entry_after_its_known_tm_touched() -> None:
+    # The bridge releases a lease whose batches all ended; a new batch's pin may cross the
+    # release on the wire and be applied first. The release then used to drop the lease that
+    # batch had just pinned: until the bridge took it again, nothing kept GC below its reads or
+    # held schema changes off. A release with known_tm leaves a lease touched after it alone.
+    d = table_driver()
+    d.apply(alter(1)).raise_for_error()
+    ok(d, open_cmd("a", ttl_ms=100_000))
+    ok(d, AcquireLeases(session_id="a", leases=(key(1), key(2)), known_tm=0))
+    known = d.tm
+    ok(d, AcquireLeases(session_id="a", leases=(key(1),), known_tm=known))  # the crossing pin
+    result = ok(d, ReleaseLeases(session_id="a", leases=(key(1), key(2)), known_tm=known))
+    assert (result["released"], result["kept"]) == (1, [[1, 1]])
+    assert [(lease.table_id, lease.version) for lease in d.state.sessions.leases()] == [(1, 1)]
+    result = ok(d, ReleaseLeases(session_id="a", leases=(key(1),), known_tm=d.tm))
+    assert (result["released"], result["kept"]) == (1, [])
+    # Without known_tm (older entries, the CLI) a release drops what it names, as before.
+    ok(d, AcquireLeases(session_id="a", leases=(key(1),), known_tm=0))
+    assert ok(d, ReleaseLeases(session_id="a", leases=(key(1),))) == {
+        "session_id": "a",
+        "released": 1,
+    }
+
+
 def test_a_plain_acquire_never_moves_a_lease_forward_as_before() -> None:
     # Entries from before renewals existed (no known_tm) replay as they did: a held lease keeps
     # its first acquired Tm and the earliest read_ts, whatever renew_from-less acquires say.
@@ -405,6 +429,7 @@ def test_a_plain_acquire_never_moves_a_lease_forward_as_before() -> None:
             session_id="s1", leases=(key(1),), read_ts=7, reads=(1,), known_tm=5, renew_from=9
         ),
         ReleaseLeases(session_id="s1", leases=(key(1),)),
+        ReleaseLeases(session_id="s1", leases=(key(1),), known_tm=0),
     ],
 )
 def test_session_commands_round_trip(cmd: Command) -> None:
@@ -417,6 +442,7 @@ def test_an_acquire_without_renewal_keeps_its_encoding() -> None:
 
     data = command_to_data(AcquireLeases(session_id="s1", leases=(key(1),), read_ts=7, reads=(1,)))
     assert "known_tm" not in data and "renew_from" not in data
+    assert "known_tm" not in command_to_data(ReleaseLeases(session_id="s1", leases=(key(1),)))
 
 
 @pytest.mark.parametrize(
@@ -445,6 +471,7 @@ def test_an_acquire_without_renewal_keeps_its_encoding() -> None:
         AcquireLeases(session_id="s1", leases=(key(1),), known_tm=-1),
         AcquireLeases(session_id="s1", leases=(key(1),), known_tm=1 << 63),
         ReleaseLeases(session_id="s1", leases=(key(1, table_id=0),)),
+        ReleaseLeases(session_id="s1", leases=(key(1),), known_tm=-1),
     ],
 )
 def test_bad_session_commands_are_refused_before_and_after_the_wire(cmd: Command) -> None:

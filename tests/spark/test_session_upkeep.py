@@ -35,7 +35,9 @@ class FlakyClient:
     def lease_acquire(self, session_id: str, leases: list[dict[str, Any]]) -> dict[str, Any]:
         return {}
 
-    def lease_release(self, session_id: str, leases: list[dict[str, Any]]) -> dict[str, Any]:
+    def lease_release(
+        self, session_id: str, leases: list[dict[str, Any]], known_tm: int | None = None
+    ) -> dict[str, Any]:
         with self.lock:
             self.releases.append(leases)
             if len(self.releases) <= self.failures:
@@ -342,11 +344,14 @@ class CrossingClient(FlakyClient):
         self.acquires: list[tuple[list[dict[str, Any]], int | None]] = []
         self.acquired = threading.Event()
 
-    def lease_release(self, session_id: str, leases: list[dict[str, Any]]) -> dict[str, Any]:
+    def lease_release(
+        self, session_id: str, leases: list[dict[str, Any]], known_tm: int | None = None
+    ) -> dict[str, Any]:
         assert self.session is not None
         key = LeaseKey(table="ns.t", table_id=7, version=1)
         self.session.hold([key], read_floors={key: 90})  # the crossing pin, reading at 90
-        return super().lease_release(session_id, leases)
+        # The server applied the release first (or ignores known_tm): the lease went.
+        return super().lease_release(session_id, leases, known_tm)
 
     def lease_acquire(
         self, session_id: str, leases: list[dict[str, Any]], read_ts: int | None = None
@@ -465,5 +470,72 @@ def test_each_pin_lets_the_sessions_leases_move_up_to_its_oldest_batch_in_flight
         batch(6)._pin_all(6_000)
         assert renewal(client.pins[-1]) == (10_005, None)
         session.answered(sid, None)
+    finally:
+        session.close()
+
+
+class KeepingClient(FlakyClient):
+    """Releases answer `kept` for the leases named in `keep` (a later entry touched them on
+    the server); records each release's known_tm."""
+
+    def __init__(self) -> None:
+        super().__init__(failures=0)
+        self.keep: list[list[int]] = []
+        self.known: list[int | None] = []
+        self.acquires = 0
+        self.crossing: BridgeSession | None = None
+
+    def lease_release(
+        self, session_id: str, leases: list[dict[str, Any]], known_tm: int | None = None
+    ) -> dict[str, Any]:
+        self.known.append(known_tm)
+        if self.crossing is not None:  # a new batch pins the lease while this is on the wire
+            self.crossing.hold([LeaseKey(table="ns.t", table_id=7, version=1)], floor=20)
+            self.crossing = None
+        super().lease_release(session_id, leases, known_tm)
+        kept = [[w["table_id"], w["version"]] for w in leases] if known_tm is not None else []
+        kept = [k for k in kept if k in self.keep]
+        return {"released": len(leases) - len(kept), "kept": kept}
+
+    def lease_acquire(
+        self, session_id: str, leases: list[dict[str, Any]], read_ts: int | None = None
+    ) -> dict[str, Any]:
+        self.acquires += 1
+        return {}
+
+
+def test_a_release_crossed_by_a_pin_keeps_the_lease_and_one_kept_for_no_batch_goes_later() -> None:
+    """A batch's pin that crosses the release of its lease on the wire used to lose it: the
+    server applied the release second, and until the bridge took the lease again nothing held
+    GC below the batch's reads or schema changes off. The release now carries the Tm of the
+    newest answered pin, and the server keeps a lease a later entry touched. One kept while no
+    batch holds it (an entry of a failed pin touched it) is released again without it."""
+    client = KeepingClient()
+    session = BridgeSession(client, app_id="app-11", app_name="upkeep")  # type: ignore[arg-type]
+    try:
+        sid = session.current()
+        assert sid is not None
+        session.renewal(sid, 1)
+        session.answered(sid, 5_000)  # a pin answered, applied at Tm 5_000
+        key = LeaseKey(table="ns.t", table_id=7, version=1)
+        client.keep = [[7, 1]]
+        session.hold([key], floor=10)
+        session.drop([key], floor=10)  # no batch holds it: released after the grace...
+        deadline = time.monotonic() + 5
+        while len(client.releases) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        # ... kept by the server for an entry it did not count on: released again, plainly.
+        assert client.known[:2] == [5_000, None], client.known
+        assert client.releases[:2] == [[key.wire()], [key.wire()]]
+        assert client.acquires == 0
+        # A crossing pin: the server kept its lease, so none is taken again, nothing released.
+        client.crossing = session
+        session.hold([key], floor=30)
+        session.drop([key], floor=30)
+        while len(client.releases) < 3 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.5)  # more than the grace: nothing else may follow
+        assert client.known == [5_000, None, 5_000]
+        assert client.acquires == 0 and session.held() == {key: 1}
     finally:
         session.close()
