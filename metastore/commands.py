@@ -571,20 +571,39 @@ class AcquireLeases:
     `read_ts` (with `reads`, the table ids of the leases whose data the batch reads): the
     timestamp the batch reads those tables at. Their leases then keep the GC threshold below it
     (not only below acquired Tm - 2 DD), and the command is refused when it is already at or
-    below a read table's threshold. Absent in commands from before it existed."""
+    below a read table's threshold. Absent in commands from before it existed.
+
+    `known_tm` (a holder that renews; absent in commands from before it existed, and then the
+    leases do not move forward): the Tm of the newest acquisition entry of the session whose
+    answer the holder has, sent only while none of its acquisitions is unanswered. The command
+    marks each lease it names as seen at its own Tm. With `renew_from` too, the holder says no
+    read of its own below `renew_from` is still in flight on these tables, other than the read
+    this command records: each lease the session already held that no entry after `known_tm`
+    touched (acquired or marked) moves forward - its read_ts to max(read_ts, renew_from) (then
+    the lower of that and this command's read_ts; never at or below the GC threshold) and its
+    acquired Tm to this Tm - so a lease held for weeks stops keeping GC below its first
+    acquisition. An entry the holder did not know of when it chose `renew_from` (a concurrent
+    or retried pin, applied after `known_tm`) is thus never overtaken (metastore.leases)."""
 
     request_id: str = ""
     session_id: str
     leases: tuple[LeaseKey, ...]
     read_ts: int | None = None
     reads: tuple[int, ...] = ()
+    known_tm: int | None = None
+    renew_from: int | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ReleaseLeases:
+    """`known_tm` (a renewing holder's, see AcquireLeases; absent in commands from before it
+    existed): leave alone a lease an entry after it touched - a pin that crossed the release
+    on the wire and was applied first holds it again."""
+
     request_id: str = ""
     session_id: str
     leases: tuple[LeaseKey, ...]
+    known_tm: int | None = None
 
 
 SessionCommand = (
@@ -896,6 +915,8 @@ def validate_command(cmd: Command) -> None:
                 _validate_count(key.version, "version")
             if isinstance(cmd, AcquireLeases):
                 _validate_lease_reads(cmd)
+            elif cmd.known_tm is not None:
+                _validate_count(cmd.known_tm, "known_tm")
         case Protect() | ReleaseProtection() | AdvanceGcThreshold() | GcFilesDeleted():
             _validate_gc_command(cmd)
         case CompactManifest():
@@ -994,7 +1015,18 @@ def _validate_compaction(cmd: CompactManifest) -> None:
 
 
 def _validate_lease_reads(cmd: AcquireLeases) -> None:
-    """`read_ts` and `reads` go together; `reads` are distinct table ids of the leases."""
+    """`read_ts` and `reads` go together; `reads` are distinct table ids of the leases;
+    `renew_from` needs `known_tm`."""
+    if cmd.known_tm is not None:
+        _validate_count(cmd.known_tm, "known_tm")
+    if cmd.renew_from is not None:
+        if cmd.known_tm is None:
+            raise InvalidArgumentError("a lease's renew_from needs known_tm")
+        _validate_count(cmd.renew_from, "renew_from")
+        if cmd.renew_from < 1:
+            raise InvalidArgumentError(
+                "renew_from must be positive", details={"renew_from": cmd.renew_from}
+            )
     if (cmd.read_ts is None) != (not cmd.reads):
         raise InvalidArgumentError("a lease's read_ts and reads go together")
     if cmd.read_ts is None:
@@ -1728,6 +1760,14 @@ def command_to_data(cmd: Command) -> dict[str, object]:
                 # encoding (and request-id fingerprints).
                 body["read_ts"] = cmd.read_ts
                 body["reads"] = list(cmd.reads)
+            if isinstance(cmd, AcquireLeases) and (
+                cmd.known_tm is not None or cmd.renew_from is not None
+            ):
+                # Likewise: only a renewing holder's commands carry these.
+                body["known_tm"] = cmd.known_tm
+                body["renew_from"] = cmd.renew_from
+            if isinstance(cmd, ReleaseLeases) and cmd.known_tm is not None:
+                body["known_tm"] = cmd.known_tm
         case Protect():
             body = {
                 "type": "protect",
@@ -2047,16 +2087,22 @@ def _command_from_data(obj: object) -> Command:
             reads = f.items("reads") if f.has("reads") else []
             if not all(isinstance(x, int) and not isinstance(x, bool) for x in reads):
                 raise MalformedCommandError("lease reads must be table ids")
+            renewing = f.has("known_tm") or f.has("renew_from")
             cmd = AcquireLeases(
                 request_id=request_id,
                 session_id=f.text("session_id"),
                 leases=tuple(keys),
                 read_ts=read_ts,
                 reads=tuple(cast(list[int], reads)),
+                known_tm=f.opt_integer("known_tm") if renewing else None,
+                renew_from=f.opt_integer("renew_from") if renewing else None,
             )
         else:
             cmd = ReleaseLeases(
-                request_id=request_id, session_id=f.text("session_id"), leases=tuple(keys)
+                request_id=request_id,
+                session_id=f.text("session_id"),
+                leases=tuple(keys),
+                known_tm=f.opt_integer("known_tm") if f.has("known_tm") else None,
             )
     elif kind == "protect":
         tables = f.items("tables")

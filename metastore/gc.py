@@ -32,7 +32,9 @@ The threshold rule (apply of AdvanceGcThreshold(table_id, up_to))
     lease records (AcquireLeases read_ts); that can trail the lease's acquired Tm by much more
     than 2 DD (a lagging follower, a slow proposal), so the acquired Tm - 2 DD margin alone
     (all a lease taken without read_ts has: write-only tables, older clients) is not enough.
-    A lease whose read_ts is already at or below the threshold is refused.
+    A lease whose read_ts is already at or below the threshold is refused. A lease held for
+    weeks moves both terms forward only when its holder renews it (metastore.leases "Moving
+    forward"), so the threshold stays below every read it has in flight.
     TTL(table) = the table's `gc.ttl` property (latest version), else its namespace's, else
     GC_TTL_MS_DEFAULT (25 h). Then up to GC_PURGE_FILES_MAX file entries dead at the new
     threshold (removed at or below it, or of an incarnation dropped at or below it) leave the

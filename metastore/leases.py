@@ -35,7 +35,27 @@ Commands (metastore.commands) and their results
     AcquireLeases     {session_id, leases: [...], deadline_tm}; counts as a heartbeat. Each
                       (table, table_id, version) must name the live incarnation and one of its two
                       latest versions (LeaseVersionNotLatest, retryable). Idempotent per lease.
-    ReleaseLeases     {session_id, released}; releasing what is not held is a no-op.
+                      A held lease keeps the earliest read_ts and its first acquired Tm, unless
+                      the command renews it (see "Moving forward").
+    ReleaseLeases     {session_id, released}; releasing what is not held is a no-op. With
+                      known_tm (a renewing holder's), a lease an entry after it touched stays
+                      (`kept`: [[table_id, version], ...]): a pin that crossed the release on
+                      the wire holds it again.
+
+Moving forward
+    A lease held for weeks (a streaming query re-pins every micro-batch and never lets it go)
+    would keep GC (metastore.gc: acquired Tm - 2 DD, read_ts - 1) below its first batch for
+    ever. A renewing holder's AcquireLeases carries `known_tm`, the Tm of the newest of its
+    acquisitions it has the answer of (sent only while none is unanswered), and every lease it
+    names records the entry's Tm (`touched_tm`). With `renew_from` ("no read of mine below it
+    is in flight, besides the one this command records"), each lease the session already held
+    whose acquired and touched Tm are <= known_tm gets read_ts = max(read_ts, renew_from) (a
+    lease without one gets renew_from), raised above the GC threshold if at or below it, then
+    lowered to this command's read_ts as for any acquire, and acquired Tm = this Tm. Never
+    backward, never past a read the holder knows of; and a read recorded by an entry the
+    holder had not seen (a pin on the wire, a retried one applied late) is never passed: that
+    entry touched the lease after known_tm. Commands without these fields (older entries,
+    older clients, `lease_acquire`) move nothing, as before.
 
 Who blocks a change
     `blockers(inc, tm)`: leases on versions below the current one whose session is unexpired at
@@ -153,6 +173,13 @@ class Lease:
     # read_ts), None for a lease taken without one (a write-only table, an older client): GC
     # keeps the table's threshold below it (metastore.gc.GcState.bound).
     read_ts: int | None = None
+    # The Tm of the newest AcquireLeases with `known_tm` (a renewing holder's) that named the
+    # lease, None if none did: a renewal whose `known_tm` is older leaves the lease alone.
+    touched_tm: int | None = None
+
+    def last_touched_tm(self) -> int:
+        """The newest Tm at which an entry acquired, renewed or (renewing holder) named it."""
+        return max(self.acquired_tm, self.touched_tm or 0)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -264,6 +291,17 @@ class Sessions:
                 held + len(new),
                 f"leases of session {cmd.session_id}",
             )
+        # Renewal (see AcquireLeases): only leases held before this command that no entry after
+        # the holder's `known_tm` touched - one it did not know of when it chose renew_from
+        # may have recorded a read below it.
+        renewed: list[tuple[int, int, str]] = []
+        renew_from = cmd.renew_from or 0
+        if cmd.renew_from is not None and cmd.known_tm is not None:
+            for key in cmd.leases:
+                lkey = (key.table_id, key.version, cmd.session_id)
+                lease = self._leases.get(lkey)
+                if lease is not None and lease.last_touched_tm() <= cmd.known_tm:
+                    renewed.append(lkey)
         # --- write: nothing below can fail ---
         for key in new:
             self._leases[(key.table_id, key.version, cmd.session_id)] = Lease(
@@ -274,6 +312,19 @@ class Sessions:
                 acquired_tm=tm,
                 read_ts=cmd.read_ts if key.table_id in cmd.reads else None,
             )
+        for lkey in renewed:
+            # Forward only (max), and above the threshold (the lease keeps reads GC has not
+            # passed; none at or below it can be served anyway). The acquired Tm restarts: this
+            # command's own batch is covered by its margin as by a new lease's, the holder's
+            # other reads by read_ts. The own read is taken into account just below.
+            lease = self._leases[lkey]
+            moved = max(lease.read_ts or 0, renew_from)
+            moved = max(moved, threshold(lease.table_id) + 1)
+            self._leases[lkey] = replace(lease, read_ts=moved, acquired_tm=tm)
+        if cmd.known_tm is not None:
+            for key in cmd.leases:
+                lkey = (key.table_id, key.version, cmd.session_id)
+                self._leases[lkey] = replace(self._leases[lkey], touched_tm=tm)
         if cmd.read_ts is not None:
             # A lease the session already held (another batch of it): it now keeps the
             # earliest read of the batches sharing it.
@@ -294,11 +345,24 @@ class Sessions:
         }
 
     def release(self, cmd: ReleaseLeases) -> Result:
+        """With `known_tm`, a lease touched by an entry after it (a pin that crossed the
+        release on the wire) is kept: `kept` lists those, [table_id, version]."""
         released = 0
+        kept: list[list[int]] = []
         for key in cmd.leases:
-            if self._leases.pop((key.table_id, key.version, cmd.session_id), None) is not None:
-                released += 1
-        return {"session_id": cmd.session_id, "released": released}
+            lkey = (key.table_id, key.version, cmd.session_id)
+            lease = self._leases.get(lkey)
+            if lease is None:
+                continue
+            if cmd.known_tm is not None and lease.last_touched_tm() > cmd.known_tm:
+                kept.append([key.table_id, key.version])
+                continue
+            del self._leases[lkey]
+            released += 1
+        result: Result = {"session_id": cmd.session_id, "released": released}
+        if cmd.known_tm is not None:
+            result["kept"] = kept
+        return result
 
     def check_attempt_owners(self, table: TableName, paths: Sequence[str], *, tm: int) -> None:
         """SessionNotFoundError if a path (relative to a table's location) lies in the attempt
@@ -483,6 +547,10 @@ class Sessions:
                 raise CatalogInvariantError(f"{where}: key and value disagree")
             if not session.opened_tm <= lease.acquired_tm <= session.heartbeat_tm:
                 raise CatalogInvariantError(f"{where}: acquired outside its session's life")
+            if lease.touched_tm is not None and not (
+                lease.acquired_tm <= lease.touched_tm <= session.heartbeat_tm
+            ):
+                raise CatalogInvariantError(f"{where}: touched outside its session's life")
             try:
                 inc = catalog.live_table(lease.table)
             except TableNotFoundError:
@@ -540,8 +608,9 @@ class Sessions:
                 ]
                 for s in self._sessions.values()
             ],
-            # Six items, a seventh (read_ts) only when set: snapshots of states without lease
-            # reads keep their exact bytes, and older snapshots load.
+            # Six items, a seventh (read_ts) only when set, an eighth (touched_tm, read_ts then
+            # nil when unset) only when set: snapshots of states without lease reads or
+            # renewing holders keep their exact bytes, and older snapshots load.
             "leases": [
                 [
                     lease.table.namespace,
@@ -550,7 +619,13 @@ class Sessions:
                     lease.version,
                     lease.session_id,
                     lease.acquired_tm,
-                    *([] if lease.read_ts is None else [lease.read_ts]),
+                    *(
+                        [lease.read_ts, lease.touched_tm]
+                        if lease.touched_tm is not None
+                        else []
+                        if lease.read_ts is None
+                        else [lease.read_ts]
+                    ),
                 ]
                 for lease in self._leases.values()
             ],
@@ -587,15 +662,20 @@ class Sessions:
             if not isinstance(rows, list):
                 raise MalformedSnapshotError("leases must be a list")
             for row in rows:
-                if not isinstance(row, list) or len(row) not in (6, 7):
-                    raise MalformedSnapshotError("a lease must be a 6- or 7-item row")
+                if not isinstance(row, list) or len(row) not in (6, 7, 8):
+                    raise MalformedSnapshotError("a lease must be a 6- to 8-item row")
                 lease = Lease(
                     table=TableName(namespace=expect_str(row[0]), name=expect_str(row[1])),
                     table_id=expect_int(row[2]),
                     version=expect_int(row[3]),
                     session_id=expect_str(row[4]),
                     acquired_tm=expect_int(row[5]),
-                    read_ts=expect_int(row[6]) if len(row) == 7 else None,
+                    read_ts=(
+                        expect_int(row[6])
+                        if len(row) == 7 or (len(row) == 8 and row[6] is not None)
+                        else None
+                    ),
+                    touched_tm=expect_int(row[7]) if len(row) == 8 else None,
                 )
                 key = (lease.table_id, lease.version, lease.session_id)
                 if key in out._leases:

@@ -761,6 +761,9 @@ class BatchContext:
         self._removed: dict[str, list[str]] = {}  # table -> paths its commit removes
         self._leases: list[LeaseKey] = []  # held for this batch's life (see spark_bridge.session)
         self._lease_session: str | None = None  # the session `_leases` were taken under
+        # What `hold` was given with `_leases` (the batch's read floors), for `drop`.
+        self._read_floors: dict[LeaseKey, int] = {}
+        self._floor: int | None = None
         # File listings at read_ts, fetched for every declared read at the first `files`/`read`
         # in one `files_multi` request (not one `files` round trip per table).
         self._listings: dict[str, dict[str, Any]] = {}
@@ -864,7 +867,7 @@ class BatchContext:
         for _ in range(2):
             session_id = None if session is None else session.current()
             args: dict[str, Any] = {"tables": self.tables, "ts": top, "timeout_ms": PIN_TIMEOUT_MS}
-            if session_id is not None:
+            if session is not None and session_id is not None:
                 args["session_id"] = session_id
                 # The leases of the tables read keep GC below the batch's reads: at its own
                 # read_ts, else at the node's safe time (capped at Top), the floor of the
@@ -872,8 +875,18 @@ class BatchContext:
                 args["reads"] = list(self.reads)
                 if self._requested_read_ts is not None and self.reads:
                     args["read_ts"] = self._requested_read_ts
+                # How far back the session's other batches still read: its held leases move
+                # forward (spark_bridge.session), or GC never passes a query's first batch.
+                args.update(session.renewal(session_id, top))
+            lease_tm: int | None = None
             try:
                 r = self._pin_parts(args)
+                if session is not None and session_id is not None:
+                    if r.get("lease_tm") is not None:
+                        lease_tm = int(r["lease_tm"])
+                    # Counted in before the pin is answered (`finally`): a renewal in between
+                    # would know this pin's Tm but not its batch's reads.
+                    self._hold_pinned(session, session_id, top, r)
             except BatchError as exc:
                 code = getattr(exc.cause, "code", None)
                 if session is None or session_id is None or code != ErrorCode.SESSION_NOT_FOUND:
@@ -887,34 +900,48 @@ class BatchContext:
                         cause=reopen,
                     ) from reopen
                 continue
-            if session is not None and session_id is not None:
-                self._leases = [
-                    LeaseKey(
-                        table=p["table"], table_id=int(p["table_id"]), version=int(p["version"])
-                    )
-                    for p in r["pins"]
-                ]
-                self._lease_session = session_id
-                # What the pin recorded on the leases of the tables read (see `pin`): kept if
-                # the session has to take a lease again after a crossing release.
-                floor = self._requested_read_ts
-                if floor is None:
-                    floor = min(top, int(r["safe_time"]))
-                reads = set(self.reads)
-                floors = {
-                    k: floor
-                    for k, p in zip(self._leases, r["pins"], strict=True)
-                    if p["table"] in reads
-                }
-                session.hold(self._leases, session_id=session_id, read_floors=floors)
+            finally:
+                if session is not None and session_id is not None:
+                    session.answered(session_id, lease_tm)
             return r
         raise BatchError("the metastore session expired twice while pinning", retryable=True)
+
+    def _hold_pinned(
+        self, session: BridgeSession, session_id: str, top: int, r: dict[str, Any]
+    ) -> None:
+        """Count the leases the pin `r` took under `session_id` in, with the batch's reads."""
+        self._leases = [
+            LeaseKey(table=p["table"], table_id=int(p["table_id"]), version=int(p["version"]))
+            for p in r["pins"]
+        ]
+        self._lease_session = session_id
+        # What the pin recorded on the leases of the tables read (see `pin`): kept if the
+        # session has to take a lease again after a crossing release. The batch reads nothing
+        # below it (`plan`), which later pins' renewals must keep.
+        floor = self._requested_read_ts
+        if floor is None:
+            floor = min(top, int(r["safe_time"]))
+        reads = set(self.reads)
+        self._read_floors = {
+            k: floor for k, p in zip(self._leases, r["pins"], strict=True) if p["table"] in reads
+        }
+        self._floor = floor
+        session.hold(
+            self._leases, session_id=session_id, read_floors=self._read_floors, floor=floor
+        )
 
     def end(self) -> None:
         """The batch is over (committed, refused or abandoned): let go of its leases."""
         if self._leases and self.bridge.session is not None:
-            self.bridge.session.drop(self._leases, session_id=self._lease_session)
+            self.bridge.session.drop(
+                self._leases,
+                session_id=self._lease_session,
+                read_floors=self._read_floors,
+                floor=self._floor,
+            )
         self._leases = []
+        self._read_floors = {}
+        self._floor = None
 
     @property
     def top(self) -> int:

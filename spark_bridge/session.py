@@ -11,9 +11,22 @@ are ref-counted here, one per (table id, version) however many concurrent batche
 When a count drops to zero the lease is released by the background thread after a short grace
 (a streaming query's next micro-batch usually re-pins the same version first), never by the
 batch itself. If a release and a new pin of the same version cross on the wire (the server may
-see the release second), the thread re-acquires what is in use again right after its release,
-with the earliest read_ts of the batches holding it (`hold(read_floors=...)`, what their pins
-recorded on the lease), so the lease taken again still keeps GC below their reads.
+see the release second), the release carries `known_tm` (below) and the server keeps a lease a
+later entry touched (`kept`), so the pin's batch is never without it; one kept though no batch
+holds it (touched by a pin that failed here) is released again without `known_tm`. Only when
+the pin's entry was applied before an entry this session already had the answer of (another
+pin, answered first) does the release still take it; then the thread re-acquires what is in
+use again right after its release, with the earliest read_ts of the batches holding it
+(`hold(read_floors=...)`, what their pins recorded on the lease), so the lease taken again
+still keeps GC below their reads.
+Leases move forward while held (metastore AcquireLeases `known_tm`/`renew_from`): a streaming
+query re-pins every micro-batch and never lets its lease go, and a lease kept its first read_ts
+and acquired Tm, so GC never passed them and the tables' dead files filled the disk. Each pin
+now says how far back this session still reads: the oldest read floor of its batches still in
+flight (`hold(floor=...)` to `drop(floor=...)`), or the pin's Top when none is. It says so
+(`renewal`) only while no other pin of the session is unanswered, with the Tm of the newest
+answered one (`known_tm`): the server leaves alone a lease some entry it did not count on
+touched since (a pin still on the wire, a retried one applied late).
 A release refused with a retryable error (the cluster unavailable for the client's whole
 budget) is tried again after the grace: heartbeats keep a session's leases alive, so a lease
 given up on would block schema changes until the application ends.
@@ -36,6 +49,7 @@ import socket
 import threading
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -86,9 +100,19 @@ class BridgeSession:
         # seeing no session must open one session between them, not one each.
         self._open_lock = threading.Lock()
         self._refs: dict[LeaseKey, int] = {}
-        # Per lease, the earliest read_ts of the batches holding it (only leases of tables they
-        # read): what a re-acquire after a crossing release must ask the server to keep.
-        self._floors: dict[LeaseKey, int] = {}
+        # Per lease, the read_ts the pins of the batches holding it recorded (only leases of
+        # tables they read): the lowest is what a re-acquire after a crossing release must ask
+        # the server to keep.
+        self._floors: dict[LeaseKey, Counter[int]] = {}
+        # The read floors of the batches in flight (one per batch), how many leasing pins are
+        # unanswered, and the Tm of the newest answered one: what `renewal` says.
+        self._inflight: Counter[int] = Counter()
+        self._pins_out = 0
+        self._known_tm = 0
+        # Leases a release with `known_tm` kept though no batch of this session holds them (an
+        # entry it did not count on touched them: a pin that failed here but was applied):
+        # released again without `known_tm`, or they would stay for the session's life.
+        self._release_plain: set[LeaseKey] = set()
         self._idle_since: dict[LeaseKey, float] = {}  # refs hit zero at (monotonic s)
         self._releasing: set[LeaseKey] = set()
         self._wake = threading.Event()
@@ -153,6 +177,9 @@ class BridgeSession:
             self.session_id = None
             self._refs.clear()
             self._floors.clear()
+            self._inflight.clear()
+            self._known_tm = 0
+            self._release_plain.clear()
             self._idle_since.clear()
         log.warning("metastore session %s expired; opening a new one", session_id)
         self.reopened += 1
@@ -177,31 +204,65 @@ class BridgeSession:
 
     # ------------------------------------------------------------------ leases
 
+    def renewal(self, session_id: str, top: int) -> dict[str, int]:
+        """The `pin` arguments of a leasing pin under `session_id` at `top` that let its leases
+        move forward (see the module docstring); `answered` must follow, whatever the pin's
+        outcome. `renew_from` only while no other pin is unanswered: one applied before this
+        one but answered after could record a read below it, which `known_tm` cannot show."""
+        with self._lock:
+            self._pins_out += 1
+            if session_id != self.session_id:
+                return {}
+            args = {"known_tm": self._known_tm}
+            if self._pins_out == 1:
+                args["renew_from"] = min(self._inflight) if self._inflight else top
+            return args
+
+    def answered(self, session_id: str, lease_tm: int | None) -> None:
+        """A pin `renewal` was asked for is over; `lease_tm`: the Tm its leases were applied
+        at (None when it failed)."""
+        with self._lock:
+            self._pins_out -= 1
+            if lease_tm is not None and session_id == self.session_id:
+                self._known_tm = max(self._known_tm, lease_tm)
+
     def hold(
         self,
         keys: Iterable[LeaseKey],
         *,
         session_id: str | None = None,
         read_floors: Mapping[LeaseKey, int] | None = None,
+        floor: int | None = None,
     ) -> None:
         """A batch pinned (and the server leased) `keys` under `session_id` (default: the
         current session): count them in. Leases of a session already lost are not counted:
         they went with it, and the counts are the current session's. `read_floors`: the
-        read_ts the pin recorded on the leases of the tables the batch reads."""
+        read_ts the pin recorded on the leases of the tables the batch reads; `floor`: the
+        lowest timestamp the batch reads at. `drop` must be given the same."""
         with self._lock:
             if session_id is not None and session_id != self.session_id:
                 return
             for key in keys:
                 self._refs[key] = self._refs.get(key, 0) + 1
                 self._idle_since.pop(key, None)
-            for key, floor in (read_floors or {}).items():
-                self._floors[key] = min(floor, self._floors.get(key, floor))
+            for key, read_floor in (read_floors or {}).items():
+                self._floors.setdefault(key, Counter())[read_floor] += 1
+            if floor is not None:
+                self._inflight[floor] += 1
 
-    def drop(self, keys: Iterable[LeaseKey], *, session_id: str | None = None) -> None:
+    def drop(
+        self,
+        keys: Iterable[LeaseKey],
+        *,
+        session_id: str | None = None,
+        read_floors: Mapping[LeaseKey, int] | None = None,
+        floor: int | None = None,
+    ) -> None:
         """A batch ended (committed or not): count its leases, taken under `session_id`
         (default: the current session), out; idle ones are released by the background thread
         after LEASE_RELEASE_GRACE_MS. Leases of a session since lost went with it: counting
-        them out of the new session's would release a lease another batch holds there."""
+        them out of the new session's would release a lease another batch holds there.
+        `read_floors` and `floor` as given to `hold`: its reads no longer hold leases back."""
         now = time.monotonic()
         with self._lock:
             if session_id is not None and session_id != self.session_id:
@@ -213,6 +274,18 @@ class BridgeSession:
                     continue
                 self._refs.pop(key, None)
                 self._idle_since[key] = now
+            for key, read_floor in (read_floors or {}).items():
+                floors = self._floors.get(key)
+                if floors is not None:
+                    floors[read_floor] -= 1
+                    if floors[read_floor] <= 0:
+                        del floors[read_floor]
+                    if not floors:
+                        del self._floors[key]
+            if floor is not None and self._inflight[floor] > 0:
+                self._inflight[floor] -= 1
+                if not self._inflight[floor]:
+                    del self._inflight[floor]
         self._wake.set()
 
     def held(self) -> dict[LeaseKey, int]:
@@ -276,17 +349,32 @@ class BridgeSession:
             for key in due:
                 del self._idle_since[key]
             self._releasing.update(due)
+            # A pin of a batch that starts now may cross the release on the wire and be
+            # applied first: with `known_tm` the server keeps the lease it touched, so that
+            # batch is never without it.
+            known_tm = None if self._release_plain & set(due) else self._known_tm
         if not due or session_id is None:
             with self._lock:
                 self._releasing.difference_update(due)
             return
+        kept: set[tuple[int, int]] = set()
         try:
-            self.client.lease_release(session_id, [k.wire() for k in due])
+            wires = [k.wire() for k in due]
+            if known_tm is None:
+                self.client.lease_release(session_id, wires)
+            else:
+                r = self.client.lease_release(session_id, wires, known_tm=known_tm)
+                kept = {(int(i), int(v)) for i, v in r.get("kept") or []}
         except MetastoreError as exc:
             if exc.retryable:
                 # Not released (or not known to be): the session's heartbeats keep a lease
                 # alive, so one given up on would block schema changes for the rest of the
                 # application. Release it again after the grace, unless in use again by then.
+                self._idle_again(session_id, due)
+            elif known_tm is not None:
+                # A node from before `known_tm` existed refuses it: release them without.
+                with self._lock:
+                    self._release_plain.update(due)
                 self._idle_again(session_id, due)
             raise
         finally:
@@ -296,11 +384,22 @@ class BridgeSession:
                 # server may have applied the release second. Take it again, keeping the
                 # reads of the batches holding it.
                 again: dict[int | None, list[LeaseKey]] = {}
+                plain_again: list[LeaseKey] = []
                 for k in due:
                     if self._refs.get(k, 0) > 0:
-                        again.setdefault(self._floors.get(k), []).append(k)
+                        if (k.table_id, k.version) in kept:
+                            continue  # the crossing pin's lease stayed
+                        floors = self._floors.get(k)
+                        again.setdefault(min(floors) if floors else None, []).append(k)
+                    elif (k.table_id, k.version) in kept:
+                        plain_again.append(k)
                     else:
                         self._floors.pop(k, None)
+                        if known_tm is None:
+                            self._release_plain.discard(k)
+                self._release_plain.update(plain_again)
+        if plain_again:
+            self._idle_again(session_id, plain_again)
         for floor, keys in again.items():
             try:
                 if floor is None:

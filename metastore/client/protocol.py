@@ -756,8 +756,15 @@ class MetastoreClient:
             args["read_ts"] = read_ts
         return await self.call("lease_acquire", args)
 
-    async def lease_release(self, session_id: str, leases: list[dict[str, Any]]) -> dict[str, Any]:
-        return await self.call("lease_release", {"session_id": session_id, "leases": leases})
+    async def lease_release(
+        self, session_id: str, leases: list[dict[str, Any]], known_tm: int | None = None
+    ) -> dict[str, Any]:
+        """Release the leases; with `known_tm` (the `lease_tm` of the newest answered `pin`),
+        those a later entry touched (a pin that crossed this release) are kept (`kept`)."""
+        args: dict[str, Any] = {"session_id": session_id, "leases": leases}
+        if known_tm is not None:
+            args["known_tm"] = known_tm
+        return await self.call("lease_release", args)
 
     async def lease_list(self, table: str | None = None) -> dict[str, Any]:
         args: dict[str, Any] = {"limit": LEASE_PAGE_LIMIT}
@@ -1581,8 +1588,10 @@ class SyncMetastoreClient:
     ) -> dict[str, Any]:
         return self._sync(self._client.lease_acquire, session_id, leases, read_ts)
 
-    def lease_release(self, session_id: str, leases: list[dict[str, Any]]) -> dict[str, Any]:
-        return self._sync(self._client.lease_release, session_id, leases)
+    def lease_release(
+        self, session_id: str, leases: list[dict[str, Any]], known_tm: int | None = None
+    ) -> dict[str, Any]:
+        return self._sync(self._client.lease_release, session_id, leases, known_tm)
 
     def lease_list(self, table: str | None = None) -> dict[str, Any]:
         return self._sync(self._client.lease_list, table)

@@ -294,7 +294,18 @@ class ApiServer:
             "pin": _Op(
                 Role.READER,
                 self._pin,
-                frozenset({"tables", "ts", "session_id", "reads", "read_ts", "timeout_ms"}),
+                frozenset(
+                    {
+                        "tables",
+                        "ts",
+                        "session_id",
+                        "reads",
+                        "read_ts",
+                        "known_tm",
+                        "renew_from",
+                        "timeout_ms",
+                    }
+                ),
             ),
             "session_open": _Op(
                 Role.WRITER,
@@ -331,7 +342,9 @@ class ApiServer:
                 frozenset({"session_id", "leases", "read_ts", "timeout_ms"}),
             ),
             "lease_release": _Op(
-                Role.WRITER, self._lease_release, frozenset({"session_id", "leases", "timeout_ms"})
+                Role.WRITER,
+                self._lease_release,
+                frozenset({"session_id", "leases", "known_tm", "timeout_ms"}),
             ),
             "lease_list": _Op(
                 Role.READER, self._lease_list, frozenset({"table", "limit", "page_token"})
@@ -1839,9 +1852,12 @@ class ApiServer:
         return dict((await self._propose_command(session, cmd, _timeout(args)))["result"])
 
     async def _lease_release(self, session: Session, args: Args) -> dict[str, Any]:
+        """With `known_tm` (the `lease_tm` of the caller's newest answered pin), a lease a
+        later entry touched (a pin that crossed this release) is kept."""
         cmd = ReleaseLeases(
             session_id=_req_str(args, "session_id", mlimits.MAX_SESSION_ID_CHARS),
             leases=self._lease_keys(args),
+            known_tm=_opt_int(args, "known_tm", 0, MAX_TS),
         )
         return dict((await self._propose_command(session, cmd, _timeout(args)))["result"])
 
@@ -1905,7 +1921,11 @@ class ApiServer:
         The leases of the tables the batch reads (`reads`, default all of `tables`) record the
         timestamp it reads them at - its own `read_ts`, else this node's safe time as reported
         (capped at Top), which is what a batch reads at without waiting - so GC keeps their
-        thresholds below it however long the lease took to apply (metastore.gc)."""
+        thresholds below it however long the lease took to apply (metastore.gc).
+
+        A renewing holder (the bridge) sends `known_tm`, and `renew_from` when it may move its
+        held leases forward (AcquireLeases); `lease_tm` in the reply is the Tm the leases were
+        applied at, what its next `known_tm` may say."""
         self._require_ready()
         tables = list(dict.fromkeys(_req_str_list(args, "tables", mlimits.MAX_LEASES_PER_COMMAND)))
         reads = (
@@ -1921,6 +1941,10 @@ class ApiServer:
         if reads is not None and not reads <= {TableName.parse(t) for t in tables}:
             raise BadRequestError("'reads' must name tables listed in 'tables'")
         read_ts = _opt_int(args, "read_ts", 1, MAX_TS)
+        known_tm = _opt_int(args, "known_tm", 0, MAX_TS)
+        renew_from = _opt_int(args, "renew_from", 1, MAX_TS)
+        if renew_from is not None and known_tm is None:
+            raise BadRequestError("'renew_from' needs 'known_tm'")
         top, waited = await self._at(args, "ts")
         safe_time = self.node.safe_time
         state = self.sm.state
@@ -1962,9 +1986,12 @@ class ApiServer:
                 leases=leases,
                 read_ts=(min(top, safe_time) if read_ts is None else read_ts) if read_ids else None,
                 reads=read_ids,
+                known_tm=known_tm,
+                renew_from=renew_from,
             )
             applied = await self._propose_command(session, cmd, _timeout(args))
             result["lease"] = applied["result"]
+            result["lease_tm"] = applied["tm"]
         return result
 
     # ------------------------------------------------------------------ protected timestamps, GC

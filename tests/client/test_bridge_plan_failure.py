@@ -28,12 +28,19 @@ class _Session:
         *,
         session_id: str | None = None,
         read_floors: dict[LeaseKey, int] | None = None,
+        floor: int | None = None,
     ) -> None:
         self.held.append((list(keys), session_id))
         self.floors.update(read_floors or {})
 
-    def drop(self, keys: list[LeaseKey], *, session_id: str | None = None) -> None:
+    def drop(self, keys: list[LeaseKey], *, session_id: str | None = None, **_kw: Any) -> None:
         self.dropped.append((list(keys), session_id))
+
+    def renewal(self, session_id: str, top: int) -> dict[str, int]:
+        return {}
+
+    def answered(self, session_id: str, lease_tm: int | None) -> None:
+        pass
 
 
 def test_a_plan_that_fails_after_its_pin_took_leases_drops_them(

@@ -21,8 +21,10 @@ from click.testing import CliRunner, Result
 from cli.main import cli
 from metastore.client import SyncMetastoreClient
 from metastore.errors import (
+    ErrorCode,
     ForbiddenError,
     LeaseVersionNotLatestError,
+    MetastoreError,
     SchemaChangeBlockedError,
     SessionNotFoundError,
 )
@@ -267,6 +269,41 @@ def test_leases_named_in_two_spellings_are_released_and_acquired_as_one(
     acquired = writer.lease_acquire(session_id, keys)
     assert [h["session_id"] for h in admin.lease_list("lz.twice")["leases"]] == [session_id]
     assert len(acquired["leases"]) == 1
+    assert writer.session_close(session_id)["closed"] is True
+    for c in (admin, writer):
+        c.close()
+
+
+def test_a_pin_moves_its_sessions_held_lease_forward_when_it_says_so(
+    cluster: MetastoreCluster,
+) -> None:
+    # A streaming query's lease is never let go: a pin that carries known_tm (the Tm of the
+    # newest pin answered, `lease_tm`) and renew_from moves its read_ts and acquired Tm up.
+    admin = _client(cluster, role="admin")
+    admin.ddl("CREATE NAMESPACE IF NOT EXISTS lz")
+    admin.ddl("CREATE TABLE lz.renewed (id BIGINT)")
+    writer = _client(cluster)
+    session_id = _open(writer, ttl_ms=60_000)
+    args: dict[str, Any] = {"tables": ["lz.renewed"], "session_id": session_id, "known_tm": 0}
+    first = writer.call("pin", args)
+    (before,) = admin.lease_list("lz.renewed")["leases"]
+    assert before["read_ts"] == min(first["ts"], first["safe_time"])
+    assert before["acquired_tm"] == first["lease_tm"]
+    second = writer.call("pin", {**args, "known_tm": first["lease_tm"], "renew_from": 1 << 62})
+    (after,) = admin.lease_list("lz.renewed")["leases"]
+    assert after["read_ts"] == min(second["ts"], second["safe_time"]) > before["read_ts"]
+    assert after["acquired_tm"] == second["lease_tm"] > before["acquired_tm"]
+    with pytest.raises(MetastoreError) as refused:
+        writer.call("pin", {**args, "known_tm": None, "renew_from": 1})
+    assert refused.value.code == ErrorCode.BAD_REQUEST
+    # A release that knows only the first pin keeps the lease the second touched (a pin that
+    # crossed it on the wire); one that knows the second releases it.
+    keys = [{"table": "lz.renewed", "table_id": after["table_id"], "version": 1}]
+    kept = writer.lease_release(session_id, keys, known_tm=first["lease_tm"])
+    assert (kept["released"], kept["kept"]) == (0, [[after["table_id"], 1]])
+    gone = writer.lease_release(session_id, keys, known_tm=second["lease_tm"])
+    assert (gone["released"], gone["kept"]) == (1, [])
+    assert admin.lease_list("lz.renewed")["leases"] == []
     assert writer.session_close(session_id)["closed"] is True
     for c in (admin, writer):
         c.close()

@@ -47,6 +47,7 @@ from metastore.errors import (
     SessionNotFoundError,
     TableNotFoundError,
 )
+from metastore.leases import Lease
 from metastore.state import MetastoreState
 from tests.metastore._driver import DD, DD_MS, MS, Driver, ok, refused
 from tests.metastore._support import DETERMINISTIC
@@ -633,6 +634,125 @@ def test_bad_gc_commands_are_refused_before_the_log(cmd: Command) -> None:
 # --------------------------------------------------------------------------------------------
 
 
+def batch_pin(
+    d: Driver,
+    *,
+    read_ts: int | None,
+    known_tm: int,
+    renew_from: int | None,
+    leases: tuple[LeaseKey, ...] = (LeaseKey(table=T, table_id=1, version=1),),
+) -> int:
+    """A renewing holder's pin of `leases` (reading T at `read_ts` unless None); its Tm."""
+    reads = (1,) if read_ts is not None else ()
+    cmd = AcquireLeases(
+        session_id="s",
+        leases=leases,
+        read_ts=read_ts,
+        reads=reads,
+        known_tm=known_tm,
+        renew_from=renew_from,
+    )
+    ok(d, cmd)
+    return d.tm
+
+
+def lease_on(d: Driver, table_id: int = 1) -> Lease:
+    (lease,) = d.state.sessions.leases(table_id=table_id)
+    return lease
+
+
+def test_a_lease_held_for_weeks_moves_forward_as_its_holder_says_and_gc_follows() -> None:
+    # A streaming query re-pins every micro-batch and never lets its lease go. Before, the
+    # lease kept its first read_ts and acquired Tm forever, so GC never passed them and the
+    # table's dead files piled up. Each batch now says it has no other read in flight.
+    d = table_driver()
+    commit(d, "a", add=("f1",))
+    commit(d, "b", add=("f2",), overwrite=True)  # f1 dead from here on
+    ok(d, OpenSession(session_id="s", info=SessionInfo(), ttl_ms=3_600_000))
+    first_read = d.tm
+    known = batch_pin(d, read_ts=first_read, known_tm=0, renew_from=None)
+    purged = 0
+    for _ in range(3):
+        d.tm += 5 * TTL_MS * MS
+        result = advance(d, 1 << 62)
+        assert result["threshold"] < lease_on(d).read_ts  # type: ignore[operator]
+        purged += result["purged"]  # type: ignore[operator]
+        read_ts = d.tm  # the next batch's read (<= its Top)
+        known = batch_pin(d, read_ts=read_ts, known_tm=known, renew_from=read_ts + MS)
+        lease = lease_on(d)
+        assert (lease.read_ts, lease.acquired_tm, lease.touched_tm) == (read_ts, known, known)
+    d.tm += 5 * TTL_MS * MS
+    result = advance(d, 1 << 62)
+    assert result["held_by"] == {"kind": "lease", "session_id": "s"}
+    assert first_read < result["threshold"] == min(known - 2 * DD, read_ts - 1)
+    assert purged == 1  # f1's entry left the state: its file was queued for deletion
+    assert paths_at(d, read_ts) == ["f2"]
+
+
+def test_a_renewal_never_moves_a_lease_back_nor_past_a_read_still_in_flight() -> None:
+    d = table_driver()
+    ok(d, OpenSession(session_id="s", info=SessionInfo(), ttl_ms=3_600_000))
+    r1 = d.tm
+    known = batch_pin(d, read_ts=r1, known_tm=0, renew_from=None)
+    d.tm += 5 * TTL_MS * MS
+    # Another batch still reads at r1 + 5: the lease moves to it, not to this batch's read.
+    r2 = d.tm
+    known = batch_pin(d, read_ts=r2, known_tm=known, renew_from=r1 + 5)
+    assert lease_on(d).read_ts == r1 + 5
+    d.tm += 5 * TTL_MS * MS
+    assert advance(d, 1 << 62)["threshold"] == r1 + 4
+    # A holder's renew_from below the lease's read_ts does not move it back.
+    known = batch_pin(d, read_ts=d.tm, known_tm=known, renew_from=r1 + 1)
+    assert lease_on(d).read_ts == r1 + 5
+    # A batch reading below what the holder says is kept: the lease takes the lower read.
+    d.tm += 5 * TTL_MS * MS
+    r3 = d.tm - 7 * TTL_MS * MS
+    known = batch_pin(d, read_ts=r1 + 6, known_tm=known, renew_from=r3)
+    assert lease_on(d).read_ts == r1 + 6
+    d.tm += 5 * TTL_MS * MS
+    assert advance(d, 1 << 62)["threshold"] == r1 + 5
+
+
+def test_a_renewal_leaves_alone_a_lease_touched_by_an_entry_its_holder_did_not_know_of() -> None:
+    # Pin A (retried by the client, or a concurrent batch's) applies late, after pin B recorded
+    # a read below A's renew_from: A's holder did not know of B, so A must not overtake it.
+    d = table_driver()
+    ok(d, OpenSession(session_id="s", info=SessionInfo(), ttl_ms=3_600_000))
+    known = batch_pin(d, read_ts=d.tm, known_tm=0, renew_from=None)
+    d.tm += 5 * TTL_MS * MS
+    b_read = d.tm - 3 * TTL_MS * MS  # B's node lags
+    batch_pin(d, read_ts=b_read, known_tm=known, renew_from=b_read + MS)
+    assert lease_on(d).read_ts == b_read
+    a_known = known  # A chose its renew_from before B was sent
+    batch_pin(d, read_ts=d.tm, known_tm=a_known, renew_from=d.tm)
+    lease = lease_on(d)
+    assert lease.read_ts == b_read and lease.acquired_tm == known + 5 * TTL_MS * MS + MS
+    d.tm += 5 * TTL_MS * MS
+    assert advance(d, 1 << 62)["threshold"] == b_read - 1
+
+
+def test_a_renewed_write_only_lease_and_one_below_the_threshold() -> None:
+    # A write-only lease (no read_ts) moves too: its acquired Tm margin would otherwise hold
+    # the sink table's GC below the first batch forever; renew_from keeps the holder's other
+    # batches. A renew_from at or below the threshold keeps reads above the threshold only.
+    d = table_driver()
+    ok(d, OpenSession(session_id="s", info=SessionInfo(), ttl_ms=3_600_000))
+    first = batch_pin(d, read_ts=None, known_tm=0, renew_from=None)
+    d.tm += 5 * TTL_MS * MS
+    assert advance(d, 1 << 62)["threshold"] == first - 2 * DD
+    threshold = d.state.gc.threshold(1)
+    d.tm += 5 * TTL_MS * MS
+    known = batch_pin(d, read_ts=None, known_tm=first, renew_from=threshold - 5)
+    lease = lease_on(d)
+    assert (lease.read_ts, lease.acquired_tm) == (threshold + 1, known)
+    assert advance(d, 1 << 62)["threshold"] == threshold
+    d.tm += 5 * TTL_MS * MS
+    renew_from = d.tm - DD
+    known = batch_pin(d, read_ts=None, known_tm=known, renew_from=renew_from)
+    d.tm += 5 * TTL_MS * MS
+    assert advance(d, 1 << 62)["threshold"] == min(renew_from - 1, known - 2 * DD)
+
+
 class GcMachine(RuleBasedStateMachine):
     """Commits (adds and overwrites), protections (with expiry), releases, leases reading at a
     past commit (a lagging node's safe time), GC steps (threshold, purge, deletion), idle time
@@ -692,6 +812,36 @@ class GcMachine(RuleBasedStateMachine):
             assert isinstance(outcome.exception(), BeforeGcThresholdError)
         else:
             outcome.raise_for_error()
+
+    @precondition(lambda self: self.d.state.sessions.leases())
+    @rule(back=st.integers(0, 5), renew_back=st.integers(0, 5), reads=st.booleans())
+    def renew_the_held_lease(self, back: int, renew_back: int, reads: bool) -> None:
+        # The holder's batches in flight read from the commit `renew_back` back; this batch
+        # reads at the one `back` back (or only writes).
+        lease = (LeaseKey(table=T, table_id=1, version=1),)
+        (held,) = self.d.state.sessions.leases()
+        ts = (self.commit_ts[-back - 1 :] or [self.d.tm])[0]
+        renew_from = (self.commit_ts[-renew_back - 1 :] or [self.d.tm])[0]
+        threshold = self.threshold()
+        outcome = self.d.apply(
+            AcquireLeases(
+                session_id="batch",
+                leases=lease,
+                read_ts=ts if reads else None,
+                reads=(1,) if reads else (),
+                known_tm=self.d.tm,
+                renew_from=renew_from,
+            )
+        )
+        if reads and ts <= threshold:
+            assert isinstance(outcome.exception(), BeforeGcThresholdError)
+            return
+        outcome.raise_for_error()
+        expected = max(held.read_ts or 0, renew_from, threshold + 1)
+        if reads:
+            expected = min(expected, ts)
+        (renewed,) = self.d.state.sessions.leases()
+        assert (renewed.read_ts, renewed.acquired_tm) == (expected, self.d.tm)
 
     @precondition(lambda self: self.d.state.gc.records())
     @rule(data=st.data())

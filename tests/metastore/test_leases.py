@@ -347,9 +347,71 @@ def test_a_lease_keeps_the_earliest_read_of_its_batches_and_snapshots_keep_it() 
     assert restored.sessions.leases()[0].read_ts == lease.read_ts
     assert MetastoreState.from_snapshot(old_snap).sessions.leases()[0].read_ts is None
     obj = msgpack.unpackb(snap, raw=False)
-    obj["sessions"]["leases"][0].append(1)  # eight items
+    obj["sessions"]["leases"][0].extend([d.tm, 1])  # nine items
     with pytest.raises(MetastoreError):
         MetastoreState.from_snapshot(msgpack.packb(obj, use_bin_type=True))
+
+
+def test_a_renewing_holders_leases_keep_their_snapshot_form_and_old_rows_load() -> None:
+    # A renewing holder's command marks the leases it names (touched_tm): an eighth item, with
+    # read_ts nil for a lease that records no read; rows of older snapshots load unchanged.
+    d = table_driver()
+    ok(d, open_cmd("a", ttl_ms=100_000))
+    ok(d, AcquireLeases(session_id="a", leases=(key(1),), known_tm=0))
+    (lease,) = d.state.sessions.leases()
+    assert (lease.read_ts, lease.touched_tm) == (None, d.tm)
+    snap = d.state.to_snapshot()
+    row = msgpack.unpackb(snap, raw=False)["sessions"]["leases"][0]
+    assert row[6:] == [None, d.tm]
+    restored = MetastoreState.from_snapshot(snap)
+    assert restored == d.state and restored.to_snapshot() == snap
+    ok(d, AcquireLeases(session_id="a", leases=(key(1),), read_ts=d.tm, reads=(1,), known_tm=0))
+    snap = d.state.to_snapshot()
+    assert msgpack.unpackb(snap, raw=False)["sessions"]["leases"][0][6:] == [d.tm - MS, d.tm]
+    assert MetastoreState.from_snapshot(snap) == d.state
+    obj = msgpack.unpackb(snap, raw=False)
+    obj["sessions"]["leases"][0][7] = 1  # touched before it was acquired
+    with pytest.raises(MetastoreError):
+        MetastoreState.from_snapshot(msgpack.packb(obj, use_bin_type=True))
+    obj["sessions"]["leases"][0][7] = "x"
+    with pytest.raises(MetastoreError):
+        MetastoreState.from_snapshot(msgpack.packb(obj, use_bin_type=True))
+
+
+def test_a_release_keeps_a_lease_an_entry_after_its_known_tm_touched() -> None:
+    # The bridge releases a lease whose batches all ended; a new batch's pin may cross the
+    # release on the wire and be applied first. The release then used to drop the lease that
+    # batch had just pinned: until the bridge took it again, nothing kept GC below its reads or
+    # held schema changes off. A release with known_tm leaves a lease touched after it alone.
+    d = table_driver()
+    d.apply(alter(1)).raise_for_error()
+    ok(d, open_cmd("a", ttl_ms=100_000))
+    ok(d, AcquireLeases(session_id="a", leases=(key(1), key(2)), known_tm=0))
+    known = d.tm
+    ok(d, AcquireLeases(session_id="a", leases=(key(1),), known_tm=known))  # the crossing pin
+    result = ok(d, ReleaseLeases(session_id="a", leases=(key(1), key(2)), known_tm=known))
+    assert (result["released"], result["kept"]) == (1, [[1, 1]])
+    assert [(lease.table_id, lease.version) for lease in d.state.sessions.leases()] == [(1, 1)]
+    result = ok(d, ReleaseLeases(session_id="a", leases=(key(1),), known_tm=d.tm))
+    assert (result["released"], result["kept"]) == (1, [])
+    # Without known_tm (older entries, the CLI) a release drops what it names, as before.
+    ok(d, AcquireLeases(session_id="a", leases=(key(1),), known_tm=0))
+    assert ok(d, ReleaseLeases(session_id="a", leases=(key(1),))) == {
+        "session_id": "a",
+        "released": 1,
+    }
+
+
+def test_a_plain_acquire_never_moves_a_lease_forward_as_before() -> None:
+    # Entries from before renewals existed (no known_tm) replay as they did: a held lease keeps
+    # its first acquired Tm and the earliest read_ts, whatever renew_from-less acquires say.
+    d = table_driver()
+    ok(d, open_cmd("a", ttl_ms=100_000))
+    first = d.tm + MS
+    ok(d, AcquireLeases(session_id="a", leases=(key(1),), read_ts=first - 9, reads=(1,)))
+    ok(d, AcquireLeases(session_id="a", leases=(key(1),), read_ts=d.tm, reads=(1,)))
+    (lease,) = d.state.sessions.leases()
+    assert (lease.acquired_tm, lease.read_ts, lease.touched_tm) == (first, first - 9, None)
 
 
 @pytest.mark.parametrize(
@@ -361,11 +423,26 @@ def test_a_lease_keeps_the_earliest_read_of_its_batches_and_snapshots_keep_it() 
         ExpireSessions(session_ids=("a", "b"), reason="admin", by="root"),
         AcquireLeases(session_id="s1", leases=(key(1), key(2, table_id=3))),
         AcquireLeases(session_id="s1", leases=(key(1), key(2, table_id=3)), read_ts=77, reads=(3,)),
+        AcquireLeases(session_id="s1", leases=(key(1),), known_tm=0),
+        AcquireLeases(session_id="s1", leases=(key(1),), known_tm=5, renew_from=9),
+        AcquireLeases(
+            session_id="s1", leases=(key(1),), read_ts=7, reads=(1,), known_tm=5, renew_from=9
+        ),
         ReleaseLeases(session_id="s1", leases=(key(1),)),
+        ReleaseLeases(session_id="s1", leases=(key(1),), known_tm=0),
     ],
 )
 def test_session_commands_round_trip(cmd: Command) -> None:
     assert decode_command(encode_command(cmd)) == cmd
+
+
+def test_an_acquire_without_renewal_keeps_its_encoding() -> None:
+    # Entries in the log (and request-id fingerprints) from before renewals existed.
+    from metastore.commands import command_to_data
+
+    data = command_to_data(AcquireLeases(session_id="s1", leases=(key(1),), read_ts=7, reads=(1,)))
+    assert "known_tm" not in data and "renew_from" not in data
+    assert "known_tm" not in command_to_data(ReleaseLeases(session_id="s1", leases=(key(1),)))
 
 
 @pytest.mark.parametrize(
@@ -389,7 +466,12 @@ def test_session_commands_round_trip(cmd: Command) -> None:
         AcquireLeases(session_id="s1", leases=(key(1),), read_ts=0, reads=(1,)),
         AcquireLeases(session_id="s1", leases=(key(1),), read_ts=5, reads=(2,)),
         AcquireLeases(session_id="s1", leases=(key(1),), read_ts=5, reads=(1, 1)),
+        AcquireLeases(session_id="s1", leases=(key(1),), renew_from=5),
+        AcquireLeases(session_id="s1", leases=(key(1),), known_tm=5, renew_from=0),
+        AcquireLeases(session_id="s1", leases=(key(1),), known_tm=-1),
+        AcquireLeases(session_id="s1", leases=(key(1),), known_tm=1 << 63),
         ReleaseLeases(session_id="s1", leases=(key(1, table_id=0),)),
+        ReleaseLeases(session_id="s1", leases=(key(1),), known_tm=-1),
     ],
 )
 def test_bad_session_commands_are_refused_before_and_after_the_wire(cmd: Command) -> None:

@@ -35,7 +35,9 @@ class FlakyClient:
     def lease_acquire(self, session_id: str, leases: list[dict[str, Any]]) -> dict[str, Any]:
         return {}
 
-    def lease_release(self, session_id: str, leases: list[dict[str, Any]]) -> dict[str, Any]:
+    def lease_release(
+        self, session_id: str, leases: list[dict[str, Any]], known_tm: int | None = None
+    ) -> dict[str, Any]:
         with self.lock:
             self.releases.append(leases)
             if len(self.releases) <= self.failures:
@@ -342,11 +344,14 @@ class CrossingClient(FlakyClient):
         self.acquires: list[tuple[list[dict[str, Any]], int | None]] = []
         self.acquired = threading.Event()
 
-    def lease_release(self, session_id: str, leases: list[dict[str, Any]]) -> dict[str, Any]:
+    def lease_release(
+        self, session_id: str, leases: list[dict[str, Any]], known_tm: int | None = None
+    ) -> dict[str, Any]:
         assert self.session is not None
         key = LeaseKey(table="ns.t", table_id=7, version=1)
         self.session.hold([key], read_floors={key: 90})  # the crossing pin, reading at 90
-        return super().lease_release(session_id, leases)
+        # The server applied the release first (or ignores known_tm): the lease went.
+        return super().lease_release(session_id, leases, known_tm)
 
     def lease_acquire(
         self, session_id: str, leases: list[dict[str, Any]], read_ts: int | None = None
@@ -370,5 +375,167 @@ def test_a_lease_taken_again_after_a_crossing_release_keeps_the_batchs_reads() -
         assert client.acquired.wait(timeout=5), "the crossing lease was not taken again"
         assert client.acquires == [([key.wire()], 90)]
         assert session.held() == {key: 1}
+    finally:
+        session.close()
+
+
+class PinRecordingClient(FlakyClient):
+    """`pin` answers every table at version 1 (table ids by name) at safe time Top - 100,
+    applied at Tm 10_000, 10_001, ...; records each pin's arguments. `fail_next` refuses one."""
+
+    def __init__(self) -> None:
+        super().__init__(failures=0)
+        self.pins: list[dict[str, Any]] = []
+        self.fail_next = False
+
+    def call(self, op: str, args: dict[str, Any]) -> dict[str, Any]:
+        assert op == "pin"
+        self.pins.append(dict(args))
+        if self.fail_next:
+            self.fail_next = False
+            raise UnavailableError("every node failed")
+        ids = {"ns.s": 1, "ns.t": 2}
+        return {
+            "ts": args["ts"],
+            "pins": [{"table": t, "table_id": ids[t], "version": 1} for t in args["tables"]],
+            "safe_time": args["ts"] - 100,
+            "waited_ms": 0.0,
+            "lease": {},
+            "lease_tm": 10_000 + len(self.pins),
+        }
+
+
+def test_each_pin_lets_the_sessions_leases_move_up_to_its_oldest_batch_in_flight() -> None:
+    """A streaming query re-pins every micro-batch and never lets its lease go: the lease kept
+    the first batch's read_ts and acquired Tm, so GC never passed them and the disk filled.
+    Each leasing pin now carries the oldest read of the session's batches still in flight (its
+    own Top when none is) and the Tm of the newest answered pin; none while another pin is
+    unanswered (it may record an older read the server could not tell apart)."""
+    from spark_bridge.bridge import BatchContext, BatchError, MetastoreBridge
+
+    client = PinRecordingClient()
+    session = BridgeSession(client, app_id="app-10", app_name="upkeep")  # type: ignore[arg-type]
+    try:
+        bridge = object.__new__(MetastoreBridge)
+        bridge.client = client  # type: ignore[assignment]
+        bridge.spark = None  # type: ignore[assignment]
+        bridge.session = session
+
+        def batch(n: int) -> BatchContext:
+            return BatchContext(
+                bridge,
+                reads=["ns.s"],
+                writes=["ns.t"],
+                txn_id=f"t-{n}",
+                read_ts=None,
+                check_reads=False,
+            )
+
+        def renewal(pin: dict[str, Any]) -> tuple[int | None, int | None]:
+            return pin.get("known_tm"), pin.get("renew_from")
+
+        at_answer: list[dict[int, int]] = []
+        answered = session.answered
+
+        def answered_spy(session_id: str, lease_tm: int | None) -> None:
+            at_answer.append(dict(session._inflight))
+            answered(session_id, lease_tm)
+
+        session.answered = answered_spy  # type: ignore[method-assign]
+        a = batch(1)
+        a._pin_all(1_000)
+        assert renewal(client.pins[-1]) == (0, 1_000)  # nothing else in flight: its own Top
+        # Its reads were counted in before its pin was answered: a renewal in between must not
+        # know its Tm without its reads.
+        assert at_answer == [{900: 1}]
+        b = batch(2)
+        b._pin_all(2_000)
+        assert renewal(client.pins[-1]) == (10_001, 900)  # a still reads from 900
+        a.end()
+        c = batch(3)
+        c._pin_all(3_000)
+        assert renewal(client.pins[-1]) == (10_002, 1_900)  # a is over; b reads from 1_900
+        b.end()
+        c.end()
+        client.fail_next = True
+        with pytest.raises(BatchError):
+            batch(4)._pin_all(4_000)
+        d = batch(5)
+        d._pin_all(5_000)
+        assert renewal(client.pins[-1]) == (10_003, 5_000)  # the failed pin is answered too
+        d.end()
+        sid = session.current()
+        assert sid is not None
+        session.renewal(sid, 1)  # another batch's pin, still unanswered
+        batch(6)._pin_all(6_000)
+        assert renewal(client.pins[-1]) == (10_005, None)
+        session.answered(sid, None)
+    finally:
+        session.close()
+
+
+class KeepingClient(FlakyClient):
+    """Releases answer `kept` for the leases named in `keep` (a later entry touched them on
+    the server); records each release's known_tm."""
+
+    def __init__(self) -> None:
+        super().__init__(failures=0)
+        self.keep: list[list[int]] = []
+        self.known: list[int | None] = []
+        self.acquires = 0
+        self.crossing: BridgeSession | None = None
+
+    def lease_release(
+        self, session_id: str, leases: list[dict[str, Any]], known_tm: int | None = None
+    ) -> dict[str, Any]:
+        self.known.append(known_tm)
+        if self.crossing is not None:  # a new batch pins the lease while this is on the wire
+            self.crossing.hold([LeaseKey(table="ns.t", table_id=7, version=1)], floor=20)
+            self.crossing = None
+        super().lease_release(session_id, leases, known_tm)
+        kept = [[w["table_id"], w["version"]] for w in leases] if known_tm is not None else []
+        kept = [k for k in kept if k in self.keep]
+        return {"released": len(leases) - len(kept), "kept": kept}
+
+    def lease_acquire(
+        self, session_id: str, leases: list[dict[str, Any]], read_ts: int | None = None
+    ) -> dict[str, Any]:
+        self.acquires += 1
+        return {}
+
+
+def test_a_release_crossed_by_a_pin_keeps_the_lease_and_one_kept_for_no_batch_goes_later() -> None:
+    """A batch's pin that crosses the release of its lease on the wire used to lose it: the
+    server applied the release second, and until the bridge took the lease again nothing held
+    GC below the batch's reads or schema changes off. The release now carries the Tm of the
+    newest answered pin, and the server keeps a lease a later entry touched. One kept while no
+    batch holds it (an entry of a failed pin touched it) is released again without it."""
+    client = KeepingClient()
+    session = BridgeSession(client, app_id="app-11", app_name="upkeep")  # type: ignore[arg-type]
+    try:
+        sid = session.current()
+        assert sid is not None
+        session.renewal(sid, 1)
+        session.answered(sid, 5_000)  # a pin answered, applied at Tm 5_000
+        key = LeaseKey(table="ns.t", table_id=7, version=1)
+        client.keep = [[7, 1]]
+        session.hold([key], floor=10)
+        session.drop([key], floor=10)  # no batch holds it: released after the grace...
+        deadline = time.monotonic() + 5
+        while len(client.releases) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        # ... kept by the server for an entry it did not count on: released again, plainly.
+        assert client.known[:2] == [5_000, None], client.known
+        assert client.releases[:2] == [[key.wire()], [key.wire()]]
+        assert client.acquires == 0
+        # A crossing pin: the server kept its lease, so none is taken again, nothing released.
+        client.crossing = session
+        session.hold([key], floor=30)
+        session.drop([key], floor=30)
+        while len(client.releases) < 3 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.5)  # more than the grace: nothing else may follow
+        assert client.known == [5_000, None, 5_000]
+        assert client.acquires == 0 and session.held() == {key: 1}
     finally:
         session.close()
