@@ -30,6 +30,9 @@ from typing import Final
 #      outgrew the client frame).
 #      A commit may not add a path that another incarnation at an overlapping location has
 #      queued for deletion by GC (before, the leader could delete it under that commit).
+#      AcquireLeases and ReleaseLeases may carry `known_tm` / `renew_from`: a long-held lease
+#      moves forward, and a release keeps a lease a crossing pin touched. Below version 2 a
+#      node proposes them without those fields, and apply ignores them.
 APPLY_VERSION_SUPPORTED: Final = 2
 
 # A cluster that never applied SetApplyVersion (and every older snapshot) is at version 1.

@@ -38,7 +38,7 @@ CatalogInvariantError, which means a bug: the node must stop.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Final, assert_never
 
 import msgpack
@@ -277,12 +277,16 @@ class MetastoreState:
             case ExpireSessions():
                 return Outcome.success(self.sessions.expire(command, tm=tm))
             case AcquireLeases():
+                if not self.rules_at_least(2):  # renewal is an apply version 2 rule
+                    command = replace(command, known_tm=None, renew_from=None)
                 return Outcome.success(
                     self.sessions.acquire(
                         command, tm=tm, catalog=self.catalog, threshold=self.gc.threshold
                     )
                 )
             case ReleaseLeases():
+                if not self.rules_at_least(2):
+                    command = replace(command, known_tm=None)
                 return Outcome.success(self.sessions.release(command))
             case Protect():
                 return Outcome.success(

@@ -22,7 +22,7 @@ import ssl
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
 import msgpack
@@ -1706,6 +1706,9 @@ class ApiServer:
             )
         if isinstance(cmd, CommitTxn):
             await self._check_removals(cmd, _timeout(args))
+        fitted = _for_apply_version(cmd, self.sm.state)
+        if fitted is not cmd:
+            data = encode_command(fitted)
         return await self._propose_local(data, _timeout(args))
 
     async def _propose_local(self, data: bytes, timeout_ms: int) -> dict[str, Any]:
@@ -1859,7 +1862,8 @@ class ApiServer:
             leases=self._lease_keys(args),
             known_tm=_opt_int(args, "known_tm", 0, MAX_TS),
         )
-        return dict((await self._propose_command(session, cmd, _timeout(args)))["result"])
+        fitted = _for_apply_version(cmd, self.sm.state)
+        return dict((await self._propose_command(session, fitted, _timeout(args)))["result"])
 
     async def _lease_list(self, _s: Session, args: Args) -> dict[str, Any]:
         """Leases by (table id, version, session), keyset-paged."""
@@ -1989,7 +1993,8 @@ class ApiServer:
                 known_tm=known_tm,
                 renew_from=renew_from,
             )
-            applied = await self._propose_command(session, cmd, _timeout(args))
+            fitted = _for_apply_version(cmd, self.sm.state)
+            applied = await self._propose_command(session, fitted, _timeout(args))
             result["lease"] = applied["result"]
             result["lease_tm"] = applied["tm"]
         return result
@@ -2790,6 +2795,19 @@ def _distinct_leases(keys: list[LeaseKey]) -> tuple[LeaseKey, ...]:
     for key in keys:
         seen.setdefault((key.table_id, key.version), key)
     return tuple(seen.values())
+
+
+def _for_apply_version(cmd: Command, state: MetastoreState) -> Command:
+    """`cmd` without the fields of rules the cluster's apply version does not have yet
+    (metastore.apply_version): nodes of the previous release could not decode them, and would
+    refuse the whole entry while the others apply it. The same object when nothing is dropped."""
+    if state.rules_at_least(2):
+        return cmd
+    if isinstance(cmd, AcquireLeases) and (cmd.known_tm is not None or cmd.renew_from is not None):
+        return replace(cmd, known_tm=None, renew_from=None)
+    if isinstance(cmd, ReleaseLeases) and cmd.known_tm is not None:
+        return replace(cmd, known_tm=None)
+    return cmd
 
 
 def _admin_only(cmd: Command) -> bool:

@@ -9,6 +9,8 @@ a refusal instead of stopping the node.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import msgpack
 import pytest
 
@@ -248,3 +250,20 @@ def test_the_largest_schema_version_allowed_fits_one_client_frame() -> None:
     for view in (version_view("ns.t", v), description_view(d.state.describe("ns.t"))):
         size = len(msgpack.packb(view, use_bin_type=True))
         assert size < api_limits.CLIENT_FRAME_BYTES_MAX - 64 * 1024, size
+
+
+def test_below_version_2_a_node_proposes_lease_commands_without_the_renewal_fields() -> None:
+    from metastore.commands import AcquireLeases, LeaseKey, ReleaseLeases, TableName
+    from metastore.daemon.server import _for_apply_version
+
+    key = LeaseKey(table=TableName.of("ns", "t"), table_id=1, version=1)
+    acquire = AcquireLeases(session_id="s", leases=(key,), known_tm=5, renew_from=7)
+    release = ReleaseLeases(session_id="s", leases=(key,), known_tm=5)
+    old = Driver(apply_version=1).state
+    assert _for_apply_version(acquire, old) == replace(acquire, known_tm=None, renew_from=None)
+    assert _for_apply_version(release, old) == replace(release, known_tm=None)
+    # Encoded without them, so a node of the previous release decodes the entry.
+    assert b"known_tm" not in encode_command(_for_apply_version(acquire, old))
+    new = Driver().state
+    assert _for_apply_version(acquire, new) is acquire
+    assert _for_apply_version(release, new) is release

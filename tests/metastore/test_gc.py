@@ -15,6 +15,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from hlc import to_iso
 from metastore import limits
+from metastore.apply_version import APPLY_VERSION_SUPPORTED
 from metastore.commands import (
     AcquireLeases,
     AdvanceGcThreshold,
@@ -57,8 +58,8 @@ U = TableName.of("ns", "u")
 TTL_MS = 1_000  # the table's gc.ttl below
 
 
-def table_driver() -> Driver:
-    d = Driver()
+def table_driver(*, apply_version: int = APPLY_VERSION_SUPPORTED) -> Driver:
+    d = Driver(apply_version=apply_version)
     d.ok("CREATE NAMESPACE ns")
     d.ok("CREATE TABLE ns.t (id BIGINT) TBLPROPERTIES ('gc.ttl' = '1s')")
     d.ok("CREATE TABLE ns.u (id BIGINT)")
@@ -687,6 +688,31 @@ def test_a_lease_held_for_weeks_moves_forward_as_its_holder_says_and_gc_follows(
     assert first_read < result["threshold"] == min(known - 2 * DD, read_ts - 1)
     assert purged == 1  # f1's entry left the state: its file was queued for deletion
     assert paths_at(d, read_ts) == ["f2"]
+
+
+def test_at_apply_version_1_renewal_fields_move_nothing() -> None:
+    # Nodes of the previous release cannot decode them; until the cluster is finalized past
+    # version 1 apply ignores them (and nodes propose without them), as those nodes would.
+    d = table_driver(apply_version=1)
+    ok(d, OpenSession(session_id="s", info=SessionInfo(), ttl_ms=3_600_000))
+    first_read = d.tm
+    known = batch_pin(d, read_ts=first_read, known_tm=0, renew_from=None)
+    first = lease_on(d)
+    d.tm += 5 * TTL_MS * MS
+    batch_pin(d, read_ts=d.tm, known_tm=known, renew_from=d.tm + MS)
+    lease = lease_on(d)
+    assert (lease.read_ts, lease.acquired_tm, lease.touched_tm) == (
+        first_read,
+        first.acquired_tm,
+        None,
+    )
+    released = ok(
+        d,
+        ReleaseLeases(
+            session_id="s", leases=(LeaseKey(table=T, table_id=1, version=1),), known_tm=0
+        ),
+    )
+    assert released == {"session_id": "s", "released": 1}
 
 
 def test_a_renewal_never_moves_a_lease_back_nor_past_a_read_still_in_flight() -> None:
