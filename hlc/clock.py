@@ -77,7 +77,9 @@ class HybridClock:
     def physical_now_ms(self) -> int:
         """Read the injected physical clock, refusing readings the encoding cannot hold."""
         reading = self._physical.now_ms()
-        if not is_plain_int(reading) or not 0 <= reading <= MAX_PHYSICAL_MS:
+        if (
+            type(reading) is not int and not is_plain_int(reading)
+        ) or not 0 <= reading <= MAX_PHYSICAL_MS:
             raise PhysicalClockError(
                 reading_ms=reading, expected=f"an int in [0, {MAX_PHYSICAL_MS}]"
             )

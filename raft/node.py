@@ -1066,6 +1066,8 @@ class RaftNode:
         self.transport.flush()
 
     def _step_inputs(self) -> None:
+        if not (self._inbox or self._ticks_due or self._ops or self._proposals):
+            return  # nothing arrived (the driver asks after every Ready)
         core = self._core()
         # Messages before ticks: ticks that piled up during a slow fsync must not run first, or a
         # leader could fail its check-quorum (or a follower start an election) with the very
@@ -1223,6 +1225,8 @@ class RaftNode:
                 )
 
     def _wake_waiters(self) -> None:
+        if not (self._safe_waiters or self._read_waiters):
+            return
         safe = self.safe_time
         while self._safe_waiters and self._safe_waiters[0][0] <= safe:
             _, _, fut = heapq.heappop(self._safe_waiters)

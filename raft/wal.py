@@ -864,12 +864,17 @@ class WriteAheadLog:
                 f"append of {len(batch)} bytes over WAL_APPEND_BYTES_MAX={WAL_APPEND_BYTES_MAX}"
             )
 
-        with self._failing_on_os_error("append"):
+        # As `with self._failing_on_os_error("append")`, spelled out: this is the hot path, and
+        # a generator-based context manager costs five Python calls per append.
+        try:
             live = self._segments[-1]
             if live.size_bytes > 0 and live.size_bytes + len(batch) > self._segment_bytes_max:
                 self._roll(first_index=entries[0].index if entries else self._last_index + 1)
                 live = self._segments[-1]
             self._write_live(batch, sync=self._must_sync(entries, hard_state))
+        except OSError as exc:
+            self._failed = exc
+            raise WalIOError(f"append failed in {self._dir}: {exc}") from exc
         if entries:
             self._last_index = entries[-1].index
             live.note_index(self._last_index)

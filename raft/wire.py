@@ -371,6 +371,32 @@ def _decode_snapshot(value: object, where: str) -> Snapshot:
 
 def _append_entries(f: Sequence[object]) -> AppendEntries:
     _, src, dst, term, prev_index, prev_term, entries, commit = f
+    # Hot path (every replicated proposal): the checks of the path below in one expression,
+    # without a call and a field name per field; any failure takes that path, which names it.
+    if (
+        type(src) is int
+        and 0 < src < _U64_END
+        and type(dst) is int
+        and 0 < dst < _U64_END
+        and type(term) is int
+        and 0 <= term < _U64_END
+        and type(prev_index) is int
+        and 0 <= prev_index < _U64_END
+        and type(prev_term) is int
+        and 0 <= prev_term < _U64_END
+        and type(commit) is int
+        and 0 <= commit < _U64_END
+        and (type(entries) is list or type(entries) is tuple)
+    ):
+        return AppendEntries(
+            src=src,
+            dst=dst,
+            term=term,
+            prev_index=prev_index,
+            prev_term=prev_term,
+            entries=tuple([_decode_entry(e, "AppendEntries", i) for i, e in enumerate(entries)]),
+            commit=commit,
+        )
     w = "AppendEntries"
     return AppendEntries(
         src=_node_id(src, f"{w}.src"),
@@ -387,6 +413,31 @@ def _append_entries(f: Sequence[object]) -> AppendEntries:
 
 def _append_response(f: Sequence[object]) -> AppendResponse:
     _, src, dst, term, index, reject, reject_hint, reject_term = f
+    # Hot path, as in _append_entries: one expression; a failure takes the named checks below.
+    if (
+        type(src) is int
+        and 0 < src < _U64_END
+        and type(dst) is int
+        and 0 < dst < _U64_END
+        and type(term) is int
+        and 0 <= term < _U64_END
+        and type(index) is int
+        and 0 <= index < _U64_END
+        and type(reject) is bool
+        and type(reject_hint) is int
+        and 0 <= reject_hint < _U64_END
+        and type(reject_term) is int
+        and 0 <= reject_term < _U64_END
+    ):
+        return AppendResponse(
+            src=src,
+            dst=dst,
+            term=term,
+            index=index,
+            reject=reject,
+            reject_hint=reject_hint,
+            reject_term=reject_term,
+        )
     w = "AppendResponse"
     return AppendResponse(
         src=_node_id(src, f"{w}.src"),

@@ -437,12 +437,18 @@ class RaftCore:
 
     def has_ready(self) -> bool:
         self._flush_broadcast()
+        log = self.log
+        prev = self._prev_hard_state
+        # The hard state compared field by field: `hard_state() != prev` without building one
+        # (the driver asks this several times per message).
         return bool(
             self._early
             or self._msgs
-            or self.log.stable_index < self.log.last_index()
-            or self.hard_state() != self._prev_hard_state
-            or self.log.committed > self.log.applied
+            or log.stable_index < log.last_index()
+            or self.term != prev.term
+            or self.vote != prev.vote
+            or log.committed != prev.commit
+            or log.committed > log.applied
             or self._received_snapshot is not None
             or self._read_states
             or self._dropped_reads
@@ -867,6 +873,10 @@ class RaftCore:
     def _send_append(self, to: NodeId, *, send_if_empty: bool) -> bool:
         """Send what `to` needs next. Returns False if nothing could be sent."""
         pr = self.progress[to]
+        if not send_if_empty and pr.next == self.log.last_index() + 1:
+            # Nothing beyond what it was sent: the path below would return False too, after
+            # looking up the term of our last entry (never None) and an empty slice.
+            return False
         if pr.is_paused():
             return False
         prev_index = pr.next - 1
