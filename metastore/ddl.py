@@ -419,6 +419,15 @@ def _canonical_location(location: str, what: str) -> str:
             f"{what} {location!r} is a root, not a directory", details={"location": location}
         )
     validate_location(canonical, what)
+    if canonical.startswith("file://") and not canonical.startswith("file:///"):
+        # At parse time only (apply still accepts what older entries hold): readers, writers
+        # and GC all take a file URI's path after "file://", so a host there would become a
+        # relative directory, resolved against each process's own working directory.
+        raise InvalidArgumentError(
+            f"{what} {location!r}: a file URI names a local path and has no host; write "
+            "file:///absolute/path (or the path itself)",
+            details={"location": location[:200]},
+        )
     return canonical
 
 

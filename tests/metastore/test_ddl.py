@@ -305,6 +305,10 @@ REFUSED: list[tuple[str, type[MetastoreError]]] = [
     ("CREATE TABLE ns.t (a INT) LOCATION 'relative/dir'", InvalidArgumentError),
     ("CREATE TABLE ns.t (a INT) LOCATION '/a/../b'", InvalidArgumentError),
     ("CREATE TABLE ns.t (a INT) LOCATION 's3://'", InvalidArgumentError),
+    # A file URI with a host: every reader and GC would take `host/x` as a relative directory,
+    # each under its own working directory.
+    ("CREATE TABLE ns.t (a INT) LOCATION 'file://host/x'", InvalidArgumentError),
+    ("CREATE TABLE ns.t (a INT) LOCATION 'file://localhost/x'", InvalidArgumentError),
     ("CREATE TABLE ns.t (a INT) LOCATION '" + "/x" * 513 + "'", LimitExceededError),
     ("CREATE TABLE ns.t (a INT) LOCATION x", InvalidDdlError),
     ("CREATE TABLE ns.t (a INT) LOCATION '/a' LOCATION '/b'", InvalidDdlError),
