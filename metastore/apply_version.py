@@ -33,6 +33,8 @@ from typing import Final
 #      AcquireLeases and ReleaseLeases may carry `known_tm` / `renew_from`: a long-held lease
 #      moves forward, and a release keeps a lease a crossing pin touched. Below version 2 a
 #      node proposes them without those fields, and apply ignores them.
+#      CREATE TABLE compares locations with `file://` dropped: `/w/t` and `file:///w/t` are one
+#      directory, so a second live table there is refused.
 APPLY_VERSION_SUPPORTED: Final = 2
 
 # A cluster that never applied SetApplyVersion (and every older snapshot) is at version 1.

@@ -466,10 +466,17 @@ class Catalog:
         return result, effects
 
     def create_table(
-        self, cmd: CreateTable, *, tm: int, dd: int, max_version_bytes: int | None = None
+        self,
+        cmd: CreateTable,
+        *,
+        tm: int,
+        dd: int,
+        max_version_bytes: int | None = None,
+        fold_file_uris: bool = False,
     ) -> Applied:
         """`max_version_bytes`: refuse a version larger than this (None: no bound; see
-        `check_version_bytes`)."""
+        `check_version_bytes`). `fold_file_uris`: compare locations with `file://` dropped
+        (apply version 2), so `/w/t` and `file:///w/t` overlap as the directory they are."""
         name = cmd.table
         self.namespace(name.namespace)  # must be live when applied
         previous = self._tables.get(name, ())
@@ -490,7 +497,7 @@ class Catalog:
         if count >= limits.MAX_TABLES:
             raise limit_exceeded("MAX_TABLES", limits.MAX_TABLES, count + 1, "tables")
         if cmd.location:
-            self._check_location_free(cmd.location)
+            self._check_location_free(cmd.location, fold_file_uris=fold_file_uris)
         # The schema itself was checked by validate_command before apply dispatched here.
         schema, next_field_id = assign_schema_ids(cmd.schema, 1)
         table_id = self._next_table_id
@@ -531,15 +538,19 @@ class Catalog:
         }
         return result, (effect,)
 
-    def _check_location_free(self, location: str) -> None:
+    def _check_location_free(self, location: str, *, fold_file_uris: bool = False) -> None:
         """Refuse a location equal to, inside or around a live table's (O(live tables); CREATE is
         rare next to reads)."""
+        key = _directory_key if fold_file_uris else _same
         # In name order: `_live` holds sets, whose order can differ between nodes (and after a
         # snapshot restore), and every node must name the same table in the refusal.
         live = sorted((name for names in self._live.values() for name in names), key=str)
         for other in live:
             held = self._tables[other][-1].location
-            if held and (location_contains(held, location) or location_contains(location, held)):
+            if held and (
+                location_contains(key(held), key(location))
+                or location_contains(key(location), key(held))
+            ):
                 raise InvalidArgumentError(
                     f"location {location!r} overlaps the location {held!r} of table {other}",
                     details={"location": location, "table": str(other), "held": held},
@@ -1135,6 +1146,16 @@ def check_version_bytes(
         size,
         f"encoded bytes of {name}'s schema (columns, comments, defaults, properties)",
     )
+
+
+def _directory_key(location: str) -> str:
+    """A canonical location with `file://` dropped: the directory it names, as readers and GC
+    take it (`file:///w/t` is `/w/t`)."""
+    return location.removeprefix("file://")
+
+
+def _same(location: str) -> str:
+    return location
 
 
 def _version_to_data(v: SchemaVersion) -> list[object]:

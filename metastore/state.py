@@ -332,7 +332,11 @@ class MetastoreState:
                 result, effects = self.catalog.drop_namespace(command, tm=tm, dd=dd)
             case CreateTable():
                 result, effects = self.catalog.create_table(
-                    command, tm=tm, dd=dd, max_version_bytes=self._max_version_bytes()
+                    command,
+                    tm=tm,
+                    dd=dd,
+                    max_version_bytes=self._max_version_bytes(),
+                    fold_file_uris=self.rules_at_least(2),
                 )
             case DropTable():
                 result, effects = self.catalog.drop_table(command, tm=tm, dd=dd)

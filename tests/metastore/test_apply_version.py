@@ -267,3 +267,16 @@ def test_below_version_2_a_node_proposes_lease_commands_without_the_renewal_fiel
     new = Driver().state
     assert _for_apply_version(acquire, new) is acquire
     assert _for_apply_version(release, new) is release
+
+
+def test_from_version_2_a_file_uri_and_its_path_are_one_directory_to_the_catalog() -> None:
+    for version, second_ok in ((1, True), (2, False)):
+        d = Driver(apply_version=version)
+        d.ok("CREATE NAMESPACE ns")
+        d.ok("CREATE TABLE ns.a (id INT) LOCATION '/w/t'")
+        out = d.sql("CREATE TABLE ns.b (id INT) LOCATION 'file:///w/t/in'")
+        assert out.ok is second_ok, version
+        if not second_ok:
+            err = out.exception()
+            assert isinstance(err, InvalidArgumentError)
+            assert err.details["table"] == "ns.a"
