@@ -6,6 +6,7 @@ exactly the bytes they mean to.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -13,11 +14,14 @@ import ssl
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from click.testing import CliRunner
+
+from cli.main import cli
 from metastore.daemon.certs import GeneratedCerts
 from raft.framing import NEED_DATA, FrameDecoder, encode_frame
 from raft.tls import client_context
@@ -49,6 +53,21 @@ def write_cluster(
     path = directory / "cluster.toml"
     path.write_text("\n".join(lines) + "\n")
     return path
+
+
+def run_cli(*args: str, env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """`metastore ARGS` as a subprocess from the repo root would give it (exit code, stdout,
+    stderr), run in this process by click's CliRunner: the same command line, without a Python
+    start and the CLI's imports per call (tests/cli keeps the real entry point tested). Every
+    inherited METASTORE_* variable is unset for the call and `env` is added; an exception the
+    CLI did not turn into an exit code is raised (a subprocess would print a traceback)."""
+    environ: dict[str, str | None] = {k: None for k in os.environ if k.startswith("METASTORE_")}
+    environ.update(env or {})
+    with contextlib.chdir(REPO):
+        result = CliRunner().invoke(cli, list(args), env=environ, prog_name="metastore")
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        raise result.exception
+    return subprocess.CompletedProcess(list(args), result.exit_code, result.stdout, result.stderr)
 
 
 class RawClient:
