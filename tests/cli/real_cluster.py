@@ -29,10 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from click.testing import CliRunner
-
-from cli.main import cli
 from metastore.daemon.config import ClusterConfig, load_cluster_config, node_layout
+from tests.daemon.harness import run_cli
 
 REPO: Final = Path(__file__).resolve().parents[2]
 # One CLI call: a read or a DDL (DD + CSmax ~ 1 s) with room for a slow, loaded machine.
@@ -187,25 +185,18 @@ class RealCluster:
         }
 
     def call(self, *args: str, endpoints: list[str] | None = None) -> Done:
-        """`metastore ARGS` as `run` gives it, run in this process by click's CliRunner.
-
-        The environment is `run`'s (every inherited `METASTORE_*` variable unset for the call)
-        and so is the working directory. An exception the CLI did not turn into an exit code is
-        raised here: from a subprocess it would be a traceback, which no test accepts."""
-        env: dict[str, str | None] = {k: None for k in os.environ if k.startswith("METASTORE_")}
-        env.update(self._cli_env(endpoints))
+        """`metastore ARGS` as `run` gives it, run in this process by click's CliRunner
+        (tests.daemon.harness.run_cli: the same environment, inherited `METASTORE_*` variables
+        unset, and working directory; an exception the CLI did not turn into an exit code is
+        raised: from a subprocess it would be a traceback, which no test accepts)."""
         begin = time.monotonic()
-        with contextlib.chdir(REPO):
-            result = CliRunner().invoke(cli, list(args), env=env, prog_name="metastore")
-        elapsed_s = time.monotonic() - begin
-        if result.exception is not None and not isinstance(result.exception, SystemExit):
-            raise result.exception
+        done = run_cli(*args, env=self._cli_env(endpoints))
         return Done(
             args=args,
-            returncode=result.exit_code,
-            stdout=result.stdout,
-            stderr=result.stderr,
-            elapsed_s=elapsed_s,
+            returncode=done.returncode,
+            stdout=done.stdout,
+            stderr=done.stderr,
+            elapsed_s=time.monotonic() - begin,
         )
 
     def ok_json(self, *args: str, **kwargs: Any) -> Any:
