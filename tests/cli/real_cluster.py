@@ -1,9 +1,14 @@
-"""A real 3-node cluster driven only through the `metastore` CLI, run as subprocesses.
+"""A real 3-node cluster driven only through the `metastore` CLI.
 
-`RealCluster` runs `python -m cli.main ...` from the repository root, the way a user would, with
-the cluster's endpoints and admin token passed through `METASTORE_*` environment variables (never
-the developer's `cluster_configs/local` defaults, and never a `METASTORE_*` variable inherited
-from the shell running the tests). Every call has a timeout.
+`RealCluster.run` runs `python -m cli.main ...` as a subprocess from the repository root, the way
+a user would, with the cluster's endpoints and admin token passed through `METASTORE_*`
+environment variables (never the developer's `cluster_configs/local` defaults, and never a
+`METASTORE_*` variable inherited from the shell running the tests). Every call has a timeout.
+`RealCluster.call` runs the same command line in this process through click's CliRunner, with
+the same environment and working directory: the same command tree, output and exit codes,
+without the second or so a Python start and the CLI's imports cost per call. Tests use `run`
+where the process itself is what is checked (the entry point, the exit status a shell sees,
+starting and stopping the nodes), `call` for everything else.
 
 Node processes are found only through their pid files; `kill_leftovers` signals a PID only if
 its command line names this cluster's config directory, so a reused PID is never hit.
@@ -25,6 +30,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from metastore.daemon.config import ClusterConfig, load_cluster_config, node_layout
+from tests.daemon.harness import run_cli
 
 REPO: Final = Path(__file__).resolve().parents[2]
 # One CLI call: a read or a DDL (DD + CSmax ~ 1 s) with room for a slow, loaded machine.
@@ -151,10 +157,7 @@ class RealCluster:
         """`metastore ARGS` from the repo root, with this cluster's endpoints (or `endpoints`)
         and admin token file in the environment; flags in ARGS override both."""
         env = {k: v for k, v in os.environ.items() if not k.startswith("METASTORE_")}
-        env["METASTORE_ENDPOINTS"] = ",".join(
-            endpoints if endpoints is not None else self.endpoints()
-        )
-        env["METASTORE_TOKEN_FILE"] = str(self.token_file())
+        env.update(self._cli_env(endpoints))
         begin = time.monotonic()
         proc = subprocess.run(
             [sys.executable, "-m", "cli.main", *args],
@@ -173,9 +176,33 @@ class RealCluster:
             elapsed_s=time.monotonic() - begin,
         )
 
+    def _cli_env(self, endpoints: list[str] | None) -> dict[str, str]:
+        return {
+            "METASTORE_ENDPOINTS": ",".join(
+                endpoints if endpoints is not None else self.endpoints()
+            ),
+            "METASTORE_TOKEN_FILE": str(self.token_file()),
+        }
+
+    def call(self, *args: str, endpoints: list[str] | None = None) -> Done:
+        """`metastore ARGS` as `run` gives it, run in this process by click's CliRunner
+        (tests.daemon.harness.run_cli: the same environment, inherited `METASTORE_*` variables
+        unset, and working directory; an exception the CLI did not turn into an exit code is
+        raised: from a subprocess it would be a traceback, which no test accepts)."""
+        begin = time.monotonic()
+        done = run_cli(*args, env=self._cli_env(endpoints))
+        return Done(
+            args=args,
+            returncode=done.returncode,
+            stdout=done.stdout,
+            stderr=done.stderr,
+            elapsed_s=time.monotonic() - begin,
+        )
+
     def ok_json(self, *args: str, **kwargs: Any) -> Any:
-        """`metastore -o json ARGS`, which must exit 0 and print valid JSON."""
-        done = self.run("-o", "json", *args, **kwargs)
+        """`metastore -o json ARGS` (in this process, see `call`), which must exit 0 and print
+        valid JSON."""
+        done = self.call("-o", "json", *args, **kwargs)
         assert done.returncode == 0, done.describe()
         return done.json()
 

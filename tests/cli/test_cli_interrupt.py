@@ -9,15 +9,13 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 TOKEN = "t" * 32
-# How long the CLI may take to start and connect (imports take seconds on a loaded machine),
-# and how long after it connected Ctrl-C comes (it is then waiting for the hello's reply).
-CONNECT_TIMEOUT_S = 30.0
-INTERRUPT_AFTER_S = 0.3
+# Time for the CLI to start and send its first request bytes to the (silent) node: Ctrl-C comes
+# only once they arrived, when the CLI is surely waiting on the node (not still importing).
+REQUEST_TIMEOUT_S = 30.0
 EXIT_TIMEOUT_S = 20.0
 CLI = (sys.executable, "-m", "cli.main")
 NOISE = ("Traceback", "Task was destroyed", "Event loop is closed", "Exception ignored")
@@ -47,14 +45,14 @@ def interrupted(*args: str) -> subprocess.CompletedProcess[str]:
             preexec_fn=_default_sigint,
         )
         try:
-            # Not a fixed delay: a CLI still importing when Ctrl-C comes prints a traceback.
-            silent.settimeout(CONNECT_TIMEOUT_S)
+            silent.settimeout(REQUEST_TIMEOUT_S)
             conn, _ = silent.accept()
-            time.sleep(INTERRUPT_AFTER_S)
-            assert proc.poll() is None, proc.communicate()
-            proc.send_signal(signal.SIGINT)
-            out, err = proc.communicate(timeout=EXIT_TIMEOUT_S)
-            conn.close()
+            with conn:
+                conn.settimeout(REQUEST_TIMEOUT_S)
+                assert conn.recv(1), "the CLI closed its connection without sending a request"
+                assert proc.poll() is None, proc.communicate()
+                proc.send_signal(signal.SIGINT)
+                out, err = proc.communicate(timeout=EXIT_TIMEOUT_S)
         finally:
             if proc.poll() is None:
                 proc.kill()

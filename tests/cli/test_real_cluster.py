@@ -1,6 +1,9 @@
-"""The `metastore` CLI as a user runs it: real subprocesses against a real 3-node cluster that
-the CLI itself made (`cluster init`) and started (`cluster up`) in a temporary directory on free
-loopback ports.
+"""The `metastore` CLI as a user runs it against a real 3-node cluster that the CLI itself made
+(`cluster init`) and started (`cluster up`) in a temporary directory on free loopback ports.
+
+Starting, stopping and refusing to start the nodes, one table-form read and one error of each
+exit code run as real subprocesses (`RealCluster.run`); every other command runs the same command
+line in this process (`RealCluster.call`), which spares a Python start per call.
 
 One cluster serves the whole module, and the tests run in file order on purpose, the way an
 operator's session goes: start, change schemas, read them back (now and AS OF), make mistakes,
@@ -171,7 +174,7 @@ class Schema:
 @pytest.fixture(scope="module")
 def schema(cluster: RealCluster) -> Schema:
     create_ns = cluster.ok_json("sql", f"CREATE NAMESPACE {NAMESPACE}")
-    create_table = cluster.run(
+    create_table = cluster.call(
         "-o", "json", "sql", f"CREATE TABLE {TABLE} (id BIGINT NOT NULL, amount DECIMAL(10,2))"
     )
     assert create_table.returncode == 0, create_table.describe()
@@ -180,7 +183,7 @@ def schema(cluster: RealCluster) -> Schema:
     table_list = cluster.ok_json("table", "list", NAMESPACE)
     current = cluster.ok_json("table", "describe", TABLE)
     assert current["version"] == 1, current
-    alter = cluster.run("-o", "json", "sql", f"ALTER TABLE {TABLE} ADD COLUMN note STRING")
+    alter = cluster.call("-o", "json", "sql", f"ALTER TABLE {TABLE} ADD COLUMN note STRING")
     assert alter.returncode == 0, alter.describe()
     return Schema(
         create_ns=create_ns, create_table=create_table, alter=alter, table_list=table_list
@@ -264,7 +267,7 @@ def test_describe_now_shows_the_altered_schema(cluster: RealCluster, schema: Sch
     assert doc["tu"] == schema.v2["tu"]
     assert [c["name"] for c in doc["schema"]["columns"]] == ["id", "amount", "note"]
     assert doc["schema"]["columns"][0]["nullable"] is False
-    table = cluster.run("table", "describe", TABLE)
+    table = cluster.call("table", "describe", TABLE)
     assert table.returncode == 0, table.describe()
     assert "note" in table.stdout and "DECIMAL(10,2)" in table.stdout
 
@@ -312,7 +315,7 @@ def test_history_lists_both_versions(cluster: RealCluster, schema: Schema) -> No
     assert [v["tu"] for v in versions] == [schema.v1["tu"], schema.v2["tu"]]
     assert "ADD COLUMN" in versions[1]["change"].upper()
     assert [c["name"] for c in versions[0]["schema"]["columns"]] == ["id", "amount"]
-    table = cluster.run("table", "history", TABLE)
+    table = cluster.call("table", "history", TABLE)
     assert table.returncode == 0, table.describe()
 
 
@@ -324,7 +327,7 @@ def test_ns_list_create_and_drop(cluster: RealCluster, schema: Schema) -> None:
     created = cluster.ok_json("ns", "create", "scratch", "--comment", "temporary")
     assert created["namespace"] == "scratch"
     assert "scratch" in names()
-    again = cluster.run("-o", "json", "ns", "create", "scratch")
+    again = cluster.call("-o", "json", "ns", "create", "scratch")
     assert_error(again, 5, "NAMESPACE_ALREADY_EXISTS")
     dropped = cluster.ok_json("ns", "drop", "scratch")
     assert dropped["namespace"] == "scratch"
@@ -342,7 +345,7 @@ def test_safe_time_of_every_node_is_recent(cluster: RealCluster) -> None:
         assert r["ready"] is True, r
         assert 0 <= r["lag_ms"] <= SAFE_TIME_LAG_MS_MAX, r
         assert 0 < r["safe_time"] <= r["now"], r
-    table = cluster.run("safe-time")
+    table = cluster.call("safe-time")
     assert table.returncode == 0, table.describe()
 
 
@@ -375,7 +378,16 @@ def test_errors_have_an_exit_code_and_one_error_line(
 ) -> None:
     args, exit_code, code = ERRORS[case]
     filled = [a.format(reader=cluster.token_file("reader"), unused=unused_port()) for a in args]
-    assert_error(cluster.run("-o", fmt, *filled), exit_code, code)
+    assert_error(cluster.call("-o", fmt, *filled), exit_code, code)
+
+
+@pytest.mark.parametrize(("case", "fmt"), [("unknown table", "json"), ("wrong token", "table")])
+def test_errors_reach_the_shell_through_the_entry_point(
+    cluster: RealCluster, schema: Schema, case: str, fmt: str
+) -> None:
+    # The exit codes 3 and 5 are seen through a subprocess by the lifecycle tests.
+    args, exit_code, code = ERRORS[case]
+    assert_error(cluster.run("-o", fmt, *args), exit_code, code)
 
 
 def test_refused_commands_changed_nothing(cluster: RealCluster, schema: Schema) -> None:
@@ -393,11 +405,11 @@ def test_global_flags_after_the_subcommand_and_every_table(
     cluster: RealCluster, schema: Schema
 ) -> None:
     # As a user types it with etcdctl: the output flag after the command, no namespace.
-    every = cluster.run("table", "list", "-o", "json")
+    every = cluster.call("table", "list", "-o", "json")
     assert every.returncode == 0, every.describe()
     assert TABLE in every.json()["tables"]
     reader = str(cluster.token_file("reader"))
-    one = cluster.run("table", "list", NAMESPACE, "--token-file", reader, "--output", "json")
+    one = cluster.call("table", "list", NAMESPACE, "--token-file", reader, "--output", "json")
     assert one.returncode == 0, one.describe()
     assert one.json()["tables"] == [TABLE]
 
@@ -446,7 +458,7 @@ def test_a_killed_follower_is_reported_and_restarted_alone(
     )
     assert created["version"] == 1
 
-    refused = cluster.run("cluster", "up", "--config", config_dir)
+    refused = cluster.call("cluster", "up", "--config", config_dir)
     assert_error(refused, 5, "ALREADY_RUNNING")
     assert cluster.pid(victim) == victim_pid  # nothing was started
 
@@ -469,7 +481,7 @@ def test_a_killed_follower_is_reported_and_restarted_alone(
     assert all(s["ready"] for s in status_by_node(cluster).values())
 
     # With every node running, --missing starts nothing.
-    noop = cluster.run("-o", "json", "cluster", "up", "--missing", "--config", config_dir)
+    noop = cluster.call("-o", "json", "cluster", "up", "--missing", "--config", config_dir)
     assert noop.returncode == 0, noop.describe()
     assert "started node" not in noop.stderr
     assert cluster.pid(victim) == new_pid
@@ -493,13 +505,13 @@ def test_down_stops_every_node_and_is_idempotent(cluster: RealCluster) -> None:
         assert pid is not None and not pid_alive(pid), f"node {n} (pid {pid}) still runs"
         assert not cluster.pid_file(n).exists(), n
 
-    again = cluster.run("-o", "json", "cluster", "down", "--config", config_dir)
+    again = cluster.call("-o", "json", "cluster", "down", "--config", config_dir)
     assert again.returncode == 0, again.describe()
     assert again.json() == [
         {"node_id": n, "pid": None, "outcome": "not running"} for n in range(1, NODES + 1)
     ]
 
-    status = cluster.run("-o", "json", "cluster", "status")
+    status = cluster.call("-o", "json", "cluster", "status")
     assert status.returncode == 3, status.describe()
     docs = status.json()
     assert len(docs) == NODES and not any(d["ok"] for d in docs), docs

@@ -1,7 +1,8 @@
-"""The TLS setup the README and `cluster init`'s comments describe, done only with the CLI as
-subprocesses: init, `cluster certs`, uncomment [tls], `cluster up` (which trusts the file's
-ca_file by itself), commands with --cacert, and what happens without it. Nodes are stopped with
-`cluster down` and, failing that, by the PIDs in their pid files."""
+"""The TLS setup the README and `cluster init`'s comments describe, done only with the CLI:
+init, `cluster certs`, uncomment [tls], `cluster up` (which trusts the file's ca_file by itself),
+commands with --cacert, and what happens without it. init, up and down run as subprocesses, the
+other commands in this process (`RealCluster.call`). Nodes are stopped with `cluster down` and,
+failing that, by the PIDs in their pid files."""
 
 from __future__ import annotations
 
@@ -37,7 +38,7 @@ def test_init_certs_up_and_use_a_tls_cluster_from_the_cli(
         "cluster", "init", str(config_dir), "--cluster-id", "clitls", "--base-port", str(base_port)
     )
     assert init.returncode == 0, init.describe()
-    certs = cluster.run("cluster", "certs", "--out", str(config_dir / "tls"), "--nodes", "3")
+    certs = cluster.call("cluster", "certs", "--out", str(config_dir / "tls"), "--nodes", "3")
     assert certs.returncode == 0, certs.describe()
     toml = config_dir / "cluster.toml"
     toml.write_text(uncomment_tls(toml.read_text()))
@@ -51,9 +52,9 @@ def test_init_certs_up_and_use_a_tls_cluster_from_the_cli(
         ca = str(config_dir / "tls" / "ca.crt")
         status = cluster.ok_json("--cacert", ca, "cluster", "status")
         assert {r["result"]["node_id"] for r in status if r["ok"]} == {1, 2, 3}
-        made = cluster.run("--cacert", ca, "sql", "CREATE NAMESPACE over_tls")
+        made = cluster.call("--cacert", ca, "sql", "CREATE NAMESPACE over_tls")
         assert made.returncode == 0, made.describe()
-        plain = cluster.run("ns", "list")
+        plain = cluster.call("ns", "list")
         assert plain.returncode == 6, plain.describe()
         assert plain.stderr.startswith("Error: TLS_REQUIRED: "), plain.describe()
     finally:

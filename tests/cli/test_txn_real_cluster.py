@@ -1,5 +1,7 @@
-"""`metastore txn log`, `table files` and `table read` as real subprocesses against a real 3-node
-cluster the CLI made (`cluster init`) and started (`cluster up`) in a temporary directory.
+"""`metastore txn log`, `table files` and `table read` against a real 3-node cluster the CLI made
+(`cluster init`) and started (`cluster up`, both real subprocesses) in a temporary directory. The
+commands under test run in this process (`RealCluster.call`: the same command line, environment
+and exit codes as a subprocess, without a Python start per call).
 
 The data is what a Spark executor would write: Parquet files with field ids, written with
 pyarrow under the table's location and committed through the client library (two commits). A
@@ -10,7 +12,6 @@ must never show a file no commit lists.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -140,7 +141,7 @@ def test_txn_log_lists_both_commits_newest_first(committed: Committed) -> None:
     assert doc["upper"] > committed.second["ts"]
     one = committed.cluster.ok_json("txn", "log", "--limit", "1")
     assert [c["txn_id"] for c in one["commits"]] == ["cli-test:1"]
-    text = committed.cluster.run("txn", "log")
+    text = committed.cluster.call("txn", "log")
     assert text.returncode == 0, text.describe()
     for shown in ("cli-test:0", "cli-test:1", to_iso(committed.first["ts"]), TABLE, "+1"):
         assert shown in text.stdout, (shown, text.stdout)
@@ -158,11 +159,11 @@ def test_txn_show_and_stream_marks(committed: Committed) -> None:
         "ts": committed.second["ts"],
         "txn_id": "cli-test:1",
     }
-    text = c.run("txn", "show", "cli-test:1", "--stream", STREAM)
+    text = c.call("txn", "show", "cli-test:1", "--stream", STREAM)
     assert text.returncode == 0, text.describe()
     for shown in ("cli-test:1", to_iso(committed.second["ts"]), "stream high-water mark"):
         assert shown in text.stdout, (shown, text.stdout)
-    missing = c.run("txn", "show", "never-committed")
+    missing = c.call("txn", "show", "never-committed")
     assert missing.returncode == 4, missing.describe()
     assert "is not remembered" in missing.stdout
     # A replay of position 0 under an id the log never saw (as a forgotten one looks) is refused
@@ -178,7 +179,7 @@ def test_txn_show_and_stream_marks(committed: Committed) -> None:
             client.commit("cli-test:replayed", [write], stream=STREAM, seq=0)
     assert not refused.value.retryable
     assert refused.value.details["committed_seq"] == 1
-    assert c.run("txn", "show", "cli-test:replayed").returncode == 4
+    assert c.call("txn", "show", "cli-test:replayed").returncode == 4
 
 
 def test_table_files_now_and_as_of(committed: Committed) -> None:
@@ -196,7 +197,7 @@ def test_table_files_now_and_as_of(committed: Committed) -> None:
     assert len(at_second["files"]) == 2
     before = c.ok_json("table", "files", TABLE, "--as-of", str(committed.first["ts"] - 1))
     assert before["files"] == [] and before["rows"] == 0 and before["size_bytes"] == 0
-    text = c.run("table", "files", TABLE)
+    text = c.call("table", "files", TABLE)
     assert text.returncode == 0, text.describe()
     for shown in (*committed.paths, "total: 2 files", str(sum(committed.sizes))):
         assert shown in text.stdout, (shown, text.stdout)
@@ -224,22 +225,22 @@ def test_table_read_as_of_each_commit_and_before(committed: Committed) -> None:
     limited = c.ok_json("table", "read", TABLE, "--limit", "4")
     assert [r["id"] for r in limited["rows"]] == [1, 2, 3, 4]
     assert limited["truncated"] is True
-    text = c.run("table", "read", TABLE, "--as-of", str(committed.second["ts"]))
+    text = c.call("table", "read", TABLE, "--as-of", str(committed.second["ts"]))
     assert text.returncode == 0, text.describe()
     assert "5 of 5 rows" in text.stdout and "NULL" in text.stdout and "30.25" in text.stdout
 
 
 def test_errors_have_codes_and_exit_codes(committed: Committed) -> None:
     c = committed.cluster
-    assert_error(c.run("table", "read", "shop.nope"), 4, "TABLE_NOT_FOUND")
-    assert_error(c.run("table", "files", "shop.nope"), 4, "TABLE_NOT_FOUND")
-    bad_ts = c.run("table", "files", TABLE, "--as-of", "yesterday-ish")
+    assert_error(c.call("table", "read", "shop.nope"), 4, "TABLE_NOT_FOUND")
+    assert_error(c.call("table", "files", "shop.nope"), 4, "TABLE_NOT_FOUND")
+    bad_ts = c.call("table", "files", TABLE, "--as-of", "yesterday-ish")
     assert bad_ts.returncode == 2 and "Accepted:" in bad_ts.stderr, bad_ts.describe()
-    assert c.run("txn", "log", "--limit", "0").returncode == 2
+    assert c.call("txn", "log", "--limit", "0").returncode == 2
     # A committed file that disappeared from the warehouse is named, with exit code 4.
     (committed.location / committed.paths[1]).rename(committed.location / "moved.parquet")
     try:
-        missing = c.run("table", "read", TABLE)
+        missing = c.call("table", "read", TABLE)
         assert_error(missing, 4, "DATA_FILE_NOT_FOUND")
         assert committed.paths[1] in missing.stderr
         # Reading only the first file's rows does not touch the missing one.
@@ -255,10 +256,6 @@ def test_table_files_sees_a_commit_made_a_moment_ago_by_another_process(
     # reaches that stamp only later. A script listing the table right after a Spark job
     # committed (another process, with no shared state) must see the commit on every node,
     # as an etcdctl get after a put does; `--consistency s` is the cheaper read that may not.
-    from click.testing import CliRunner
-
-    from cli.main import cli
-
     c = committed.cluster
     table = "shop.fresh"
     c.ok_json("sql", f"CREATE TABLE {table} (id BIGINT NOT NULL, amount DOUBLE, note STRING)")
@@ -274,16 +271,8 @@ def test_table_files_sees_a_commit_made_a_moment_ago_by_another_process(
             ahead = client.clock.now() + (350 << LOGICAL_BITS)  # 350 ms above its now
             reply = client.commit(f"fresh:{node_id}", [write], ts=ahead)
             # In this process (no interpreter start), against one node only, at once.
-            done = CliRunner().invoke(
-                cli,
-                ["table", "files", table, "-o", "json"],
-                env={
-                    "METASTORE_ENDPOINTS": c.endpoint(node_id),
-                    "METASTORE_TOKEN_FILE": str(c.token_file()),
-                },
-                prog_name="metastore",
-            )
-            assert done.exit_code == 0, done.output
-            listed = json.loads(done.stdout)
+            done = c.call("table", "files", table, "-o", "json", endpoints=[c.endpoint(node_id)])
+            assert done.returncode == 0, done.describe()
+            listed = done.json()
             assert path in [f["path"] for f in listed["files"]], (node_id, reply, listed)
             assert listed["as_of"] >= reply["ts"]

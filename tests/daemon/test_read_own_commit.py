@@ -7,92 +7,102 @@ feeds its HLC with the commit timestamp too, so the next Top (= clock.now()) is 
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from hlc.limits import LOGICAL_BITS
 from metastore.client import SyncMetastoreClient
-from tests.daemon.harness import metastore_cluster
+from tests.daemon.harness import MetastoreCluster, metastore_cluster
 
 pytestmark = pytest.mark.slow
 
 
-def test_the_clock_passes_a_commit_that_landed_ahead(tmp_path: Path) -> None:
-    with metastore_cluster(tmp_path) as c:
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MetastoreCluster]:
+    """The harness's default cluster, for the tests that need no other settings (each in its
+    own namespace)."""
+    with metastore_cluster(tmp_path_factory.mktemp("own-commit")) as c:
         c.start_all()
         c.wait_ready()
-        endpoints = [f"127.0.0.1:{c.client_ports[i]}" for i in c.ids]
-        client = SyncMetastoreClient(endpoints, c.token("writer"), client_name="own-commit")
-        try:
-            client.call("ddl", {"sql": "CREATE NAMESPACE own"})
-            client.call("ddl", {"sql": "CREATE TABLE own.t (a INT)"})
-            # Land the commit ~250 ms above its entry's Tm (DD is 300 ms in the harness).
-            not_before = client.clock.now() + (250 << LOGICAL_BITS)
-            r = client.call(
-                "commit",
-                {
-                    "txn_id": "ahead-1",
-                    "not_before": not_before,
-                    "writes": [
-                        {
-                            "table": "own.t",
-                            "schema_version": 1,
-                            "add": [{"path": "a/p.parquet", "size_bytes": 1, "row_count": 1}],
-                        }
-                    ],
-                },
-            )
-            assert r["ts"] >= not_before > r["tm"]
-            top = client.clock.now()
-            assert top > r["ts"], "the next Top must be above this client's own commit"
-            files = client.call("files", {"table": "own.t", "as_of": top, "timeout_ms": 5000})
-            assert [f["path"] for f in files["files"]] == ["a/p.parquet"]
-        finally:
-            client.close()
+        yield c
 
 
-def test_committed_txn_is_answered_by_every_node_right_after_the_commit(tmp_path: Path) -> None:
+def test_the_clock_passes_a_commit_that_landed_ahead(cluster: MetastoreCluster) -> None:
+    c = cluster
+    endpoints = [f"127.0.0.1:{c.client_ports[i]}" for i in c.ids]
+    client = SyncMetastoreClient(endpoints, c.token("writer"), client_name="own-commit")
+    try:
+        client.call("ddl", {"sql": "CREATE NAMESPACE own"})
+        client.call("ddl", {"sql": "CREATE TABLE own.t (a INT)"})
+        # Land the commit ~250 ms above its entry's Tm (DD is 300 ms in the harness).
+        not_before = client.clock.now() + (250 << LOGICAL_BITS)
+        r = client.call(
+            "commit",
+            {
+                "txn_id": "ahead-1",
+                "not_before": not_before,
+                "writes": [
+                    {
+                        "table": "own.t",
+                        "schema_version": 1,
+                        "add": [{"path": "a/p.parquet", "size_bytes": 1, "row_count": 1}],
+                    }
+                ],
+            },
+        )
+        assert r["ts"] >= not_before > r["tm"]
+        top = client.clock.now()
+        assert top > r["ts"], "the next Top must be above this client's own commit"
+        files = client.call("files", {"table": "own.t", "as_of": top, "timeout_ms": 5000})
+        assert [f["path"] for f in files["files"]] == ["a/p.parquet"]
+    finally:
+        client.close()
+
+
+def test_committed_txn_is_answered_by_every_node_right_after_the_commit(
+    cluster: MetastoreCluster,
+) -> None:
     """The lookup a replayed batch relies on: linearizable, so a follower that has not applied
     the commit yet still reports it (it asks the leader, which runs a ReadIndex)."""
-    with metastore_cluster(tmp_path) as c:
-        c.start_all()
-        leader = c.wait_ready()
-        writer = c.client(leader, role="writer")
-        try:
-            assert writer.call("ddl", sql="CREATE NAMESPACE ct")["ok"]
-            assert writer.call("ddl", sql="CREATE TABLE ct.t (a INT)")["ok"]
-            done = []
-            for i in range(5):
-                r = writer.call(
-                    "commit",
-                    txn_id=f"ct-{i}",
-                    writes=[
-                        {
-                            "table": "ct.t",
-                            "schema_version": 1,
-                            "add": [{"path": f"f{i}.parquet", "size_bytes": 1, "row_count": 1}],
-                        }
-                    ],
-                )
-                assert r["ok"], r["error"]
-                done.append(r["result"]["ts"])
-                # Ask every node at once, the followers first: none may say "not committed".
-                for node in sorted(c.ids, key=lambda n: n == leader):
-                    reader = c.client(node, role="reader")
-                    try:
-                        got = reader.call("committed_txn", txn_id=f"ct-{i}")
-                        assert got["ok"], got["error"]
-                        assert got["result"]["txn"]["ts"] == done[-1], node
-                        assert got["result"]["last_commit_ts"] >= done[-1]
-                        missing = reader.call("committed_txn", txn_id="never-committed")
-                        assert missing["ok"] and missing["result"]["txn"] is None
-                        bad = reader.call("committed_txn")
-                        assert not bad["ok"] and bad["error"]["code"] == "BAD_REQUEST"
-                    finally:
-                        reader.close()
-        finally:
-            writer.close()
+    c = cluster
+    leader = c.wait_ready()
+    writer = c.client(leader, role="writer")
+    try:
+        assert writer.call("ddl", sql="CREATE NAMESPACE ct")["ok"]
+        assert writer.call("ddl", sql="CREATE TABLE ct.t (a INT)")["ok"]
+        done = []
+        for i in range(5):
+            r = writer.call(
+                "commit",
+                txn_id=f"ct-{i}",
+                writes=[
+                    {
+                        "table": "ct.t",
+                        "schema_version": 1,
+                        "add": [{"path": f"f{i}.parquet", "size_bytes": 1, "row_count": 1}],
+                    }
+                ],
+            )
+            assert r["ok"], r["error"]
+            done.append(r["result"]["ts"])
+            # Ask every node at once, the followers first: none may say "not committed".
+            for node in sorted(c.ids, key=lambda n: n == leader):
+                reader = c.client(node, role="reader")
+                try:
+                    got = reader.call("committed_txn", txn_id=f"ct-{i}")
+                    assert got["ok"], got["error"]
+                    assert got["result"]["txn"]["ts"] == done[-1], node
+                    assert got["result"]["last_commit_ts"] >= done[-1]
+                    missing = reader.call("committed_txn", txn_id="never-committed")
+                    assert missing["ok"] and missing["result"]["txn"] is None
+                    bad = reader.call("committed_txn")
+                    assert not bad["ok"] and bad["error"]["code"] == "BAD_REQUEST"
+                finally:
+                    reader.close()
+    finally:
+        writer.close()
 
 
 def test_a_listing_without_as_of_includes_the_clients_own_commit_and_table(tmp_path: Path) -> None:

@@ -10,13 +10,11 @@ bounded.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -28,6 +26,7 @@ from tests.daemon.harness import (
     REPO,
     MetastoreCluster,
     RawClient,
+    run_cli,
     tls_cluster,
     tls_table,
     write_cluster,
@@ -36,7 +35,6 @@ from tests.raft.proc_cluster import free_ports
 
 pytestmark = pytest.mark.slow
 
-CLI_TIMEOUT_S = 60.0
 # A refused TLS client must fail fast (no failover rounds over the endpoints).
 REFUSAL_S_MAX = 5.0
 LOG_WAIT_S = 30.0
@@ -64,21 +62,15 @@ def endpoints(c: MetastoreCluster) -> list[str]:
     return [f"127.0.0.1:{c.client_ports[i]}" for i in c.ids]
 
 
-def cli(c: MetastoreCluster, *args: str, env: dict[str, str] | None = None) -> Any:
-    base = {k: v for k, v in os.environ.items() if not k.startswith("METASTORE_")}
-    base |= {
+def cli(
+    c: MetastoreCluster, *args: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """`metastore ARGS` against `c`, in this process (harness.run_cli)."""
+    base = {
         "METASTORE_ENDPOINTS": ",".join(endpoints(c)),
         "METASTORE_TOKEN_FILE": str(c.dir / "secrets" / "admin.token"),
     }
-    return subprocess.run(
-        [sys.executable, "-m", "cli.main", *args],
-        cwd=REPO,
-        env=base | (env or {}),
-        capture_output=True,
-        text=True,
-        timeout=CLI_TIMEOUT_S,
-        check=False,
-    )
+    return run_cli(*args, env=base | (env or {}))
 
 
 def node_log(c: MetastoreCluster, node_id: int) -> str:

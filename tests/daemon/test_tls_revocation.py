@@ -21,11 +21,9 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
 import ssl
 import subprocess
-import sys
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -36,11 +34,10 @@ import pytest
 
 from metastore.daemon.certs import GeneratedCerts, generate_dev_certs, issue_node_certs
 from raft.tls import client_context
-from tests.daemon.harness import REPO, MetastoreCluster, tls_cluster, tls_table, write_cluster
+from tests.daemon.harness import MetastoreCluster, run_cli, tls_cluster, tls_table, write_cluster
 
 pytestmark = pytest.mark.slow
 
-CLI_TIMEOUT_S = 60.0
 SNAPSHOT_EVERY = 100  # the configuration's minimum
 WAIT_S = 40.0
 
@@ -77,23 +74,18 @@ def cluster(
         c.stop_all()
 
 
-def cli(c: MetastoreCluster, *args: str, nodes: list[int] | None = None) -> Any:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("METASTORE_")}
+def cli(
+    c: MetastoreCluster, *args: str, nodes: list[int] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """`metastore ARGS` against `c` (or its `nodes`) with the client certificate, in this
+    process (harness.run_cli)."""
     tls_dir = c.config.read_text().split('ca_file = "')[1].split("/ca.crt")[0]
-    env |= {"METASTORE_CERT": f"{tls_dir}/client.crt", "METASTORE_KEY": f"{tls_dir}/client.key"}
+    env = {"METASTORE_CERT": f"{tls_dir}/client.crt", "METASTORE_KEY": f"{tls_dir}/client.key"}
     env |= {
         "METASTORE_ENDPOINTS": ",".join(f"127.0.0.1:{c.client_ports[i]}" for i in (nodes or c.ids)),
         "METASTORE_TOKEN_FILE": str(c.dir / "secrets" / "admin.token"),
     }
-    return subprocess.run(
-        [sys.executable, "-m", "cli.main", *args],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=CLI_TIMEOUT_S,
-        check=False,
-    )
+    return run_cli(*args, env=env)
 
 
 def tls_cli(c: MetastoreCluster, ca: Path, *args: str, nodes: list[int] | None = None) -> Any:
@@ -270,23 +262,7 @@ def test_a_backup_carries_the_list_and_a_node_restored_from_it_knows_it(
     restored_certs = generate_dev_certs(tmp_path / "restored-tls", node_ids=[1])
     with target.open("a") as f:
         f.write(tls_table(restored_certs.ca_cert.parent))
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "cli.main",
-            "snapshot",
-            "restore",
-            str(file),
-            "--config",
-            str(target.parent),
-        ],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=CLI_TIMEOUT_S,
-        check=False,
-    )
+    done = run_cli("snapshot", "restore", str(file), "--config", str(target.parent))
     assert done.returncode == 0, done.stderr
     restored = MetastoreCluster(target)
     restored.client_ssl = client_context(ca_file=restored_certs.ca_cert)
