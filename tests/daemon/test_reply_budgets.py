@@ -352,6 +352,9 @@ class _WideTables:
     def schema_at(self, table: str, ts: int) -> Any:
         return SimpleNamespace(table_id=int(table.split("t")[-1]), version=1)
 
+    def rules_at_least(self, version: int) -> bool:  # a cluster at the newest apply version
+        return True
+
 
 def test_a_pin_whose_reply_cannot_fit_is_refused_before_it_leases(
     monkeypatch: pytest.MonkeyPatch,
@@ -367,7 +370,7 @@ def test_a_pin_whose_reply_cannot_fit_is_refused_before_it_leases(
 
     async def propose(session: Any, cmd: Any, timeout_ms: int) -> dict[str, Any]:
         proposed.append(cmd)
-        return {"result": {"leases": []}}
+        return {"result": {"leases": []}, "tm": T0}
 
     api._propose_command = propose  # type: ignore[method-assign]
     session = Session(peer="p", role=Role.WRITER, token="tok", client="spark")
