@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -18,21 +17,11 @@ from pathlib import Path
 from typing import Any
 
 from bench.control import ControlClient, ControlError
+from tests.ports import free_ports
+
+__all__ = ["free_ports"]  # re-exported: the daemon tests take theirs from here
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-def free_ports(n: int) -> list[int]:
-    socks = []
-    try:
-        for _ in range(n):
-            s = socket.socket()
-            s.bind(("127.0.0.1", 0))
-            socks.append(s)
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
 
 
 class EchoCluster:

@@ -58,6 +58,7 @@ from raft.node import (
     unwrap_snapshot_data,
 )
 from raft.wal import WriteAheadLog
+from tests.ports import free_ports
 
 SECRET = b"s" * 32
 ELECTION_WAIT_S = 10.0
@@ -79,17 +80,6 @@ class ListStateMachine:
 
     def restore(self, data: bytes | memoryview) -> None:
         self.applied = []
-
-
-def free_ports(count: int) -> list[int]:
-    socks = [socket.socket() for _ in range(count)]
-    try:
-        for s in socks:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
 
 
 @asynccontextmanager
