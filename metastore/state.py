@@ -444,8 +444,8 @@ class MetastoreState:
         if self.cluster is None and command.apply_version > APPLY_VERSION_SUPPORTED:
             raise ReleaseTooOldError(
                 f"the cluster starts at apply version {command.apply_version} but this node's "
-                f"release supports only up to {APPLY_VERSION_SUPPORTED}: run the same release "
-                "on every node"
+                f"release supports only up to {APPLY_VERSION_SUPPORTED}: upgrade this node's "
+                "release and restart it (it resumes from its log)"
             )
         wanted = ClusterConfig(dd_ms=command.dd_ms, cs_max_ms=command.cs_max_ms)
         if self.cluster is not None:

@@ -18,7 +18,7 @@ import pytest
 from metastore.daemon.config import load_node_config
 from metastore.daemon.node import MetastoreNode, NodeStartError
 from raft.wal import WriteAheadLog
-from tests.daemon.harness import REPO, write_cluster
+from tests.daemon.harness import REPO, MetastoreCluster, write_cluster
 
 START_TIMEOUT_S = 30.0
 POLL_S = 0.05
@@ -135,3 +135,56 @@ def test_a_host_that_does_not_resolve_is_one_error_line_and_exit_2(tmp_path: Pat
     done = run_daemon(config, "--bootstrap")
     assert_one_line_error(done, "listen_failed")
     assert "no-such-host.invalid" in done.stderr
+
+
+# A node of an older release: the same code, told it supports apply version 1 only (what a
+# release from before version 2's rules would say).
+_OLDER_RELEASE = (
+    "import runpy\n"
+    "import metastore.apply_version, metastore.state, metastore.daemon.server, "
+    "metastore.daemon.node\n"
+    "for m in (metastore.apply_version, metastore.state, metastore.daemon.server, "
+    "metastore.daemon.node):\n"
+    "    m.APPLY_VERSION_SUPPORTED = 1\n"
+    "runpy.run_module('metastore.daemon', run_name='__main__', alter_sys=True)\n"
+)
+
+
+def test_a_node_of_an_older_release_stops_and_resumes_once_upgraded(tmp_path: Path) -> None:
+    """A member whose release cannot apply the cluster's rules (a new cluster starts at the
+    newest apply version) must not apply the log its own way: it stops at the first entry it
+    cannot apply, says why, and once restarted on the new release catches up and answers as
+    the others do."""
+    c = MetastoreCluster(write_cluster(tmp_path))
+    try:
+        c.start(1)
+        c.start(2)
+        c.wait_ready(among=[1, 2])
+        admin = c.client(1)
+        assert admin.call("ddl", sql="CREATE NAMESPACE upgraded")["ok"]
+        admin.close()
+        node_3_args = ["--config", str(c.config), "--node-id", "3", "--bootstrap"]
+        out = open(tmp_path / "stdout-3.log", "ab")  # noqa: SIM115 - the child owns it
+        c.procs[3] = subprocess.Popen(
+            [sys.executable, "-c", _OLDER_RELEASE, *node_3_args],
+            cwd=REPO,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+        out.close()
+        rc = c.procs[3].wait(timeout=START_TIMEOUT_S)
+        log = (tmp_path / "stdout-3.log").read_text(errors="replace")
+        assert rc == 1, log[-3000:]
+        assert "supports only up to 1" in log and "upgrade" in log, log[-3000:]
+        del c.procs[3]
+        c.start(3, bootstrap=False)  # the same data directory, on this release
+        c.wait_ready()
+        for n in c.ids:
+            st = c.try_status(n)
+            assert st is not None and st["apply_version"] == 2, (n, st)
+            reader = c.client(n, role="reader")
+            names = reader.call("list_namespaces")["result"]["namespaces"]
+            reader.close()
+            assert [ns["name"] for ns in names] == ["upgraded"], n
+    finally:
+        c.stop_all()
