@@ -429,10 +429,13 @@ def _wait_for_leader(
     shown = ""
     while True:
         results = client.status_all()
+        # Ready and initialized: a new cluster's first leader proposes InitCluster a moment
+        # after it is elected, and a DDL applied before it is refused (CLUSTER_NOT_INITIALIZED),
+        # so `cluster up && metastore sql ...` must not return before it.
         ready = {
             r.result.get("node_id"): r.result.get("role")
             for r in results
-            if r.result is not None and r.result.get("ready")
+            if r.result is not None and r.result.get("ready") and r.result.get("initialized")
         }
         # A restarted node is only back once it serves reads again, not when some leader does.
         if "leader" in ready.values() and all(s.node_id in ready for s in started):
@@ -470,7 +473,12 @@ def _short_status(results: list[EndpointResult]) -> str:
     parts = []
     for r in results:
         if r.result is not None:
-            ready = "ready" if r.result.get("ready") else "not ready"
+            if not r.result.get("ready"):
+                ready = "not ready"
+            elif not r.result.get("initialized"):
+                ready = "ready, cluster not initialized yet"
+            else:
+                ready = "ready"
             parts.append(f"{r.endpoint} {r.result.get('role')} {ready}")
         elif r.error is not None:
             parts.append(f"{r.endpoint} {r.error.code.value}")
