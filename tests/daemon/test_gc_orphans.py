@@ -5,7 +5,6 @@ applied state and the file system only)."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import time
 from pathlib import Path
@@ -26,6 +25,7 @@ from metastore.commands import (
 from metastore.daemon.gc_worker import GcWorker, TableReport
 from metastore.gc import incarnation
 from metastore.txn import FileEntry
+from tests.daemon.loops import assert_keeps_running
 from tests.metastore._driver import DD_MS, MS, Driver, ok
 
 T = TableName.of("ns", "t")
@@ -438,15 +438,7 @@ def test_a_leadership_change_mid_run_is_a_typed_error_and_the_schedule_keeps_run
 
         w._serving = lambda: True  # type: ignore[method-assign]
         w.run = run  # type: ignore[method-assign]
-        task = asyncio.create_task(w.run_forever())
-        for _ in range(2_000):
-            if calls >= 6 or task.done():
-                break
-            await asyncio.sleep(0.001)
-        assert not task.done(), task.exception()
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+        await assert_keeps_running(w.run_forever(), lambda: calls >= 6)
 
     calls = 0
     asyncio.run(schedule())

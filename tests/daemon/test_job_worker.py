@@ -4,7 +4,6 @@ machine's state: nothing started, no cluster."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from types import SimpleNamespace
 from typing import Any
 
@@ -22,6 +21,7 @@ from metastore.commands import (
 from metastore.daemon import job_worker
 from metastore.daemon.job_worker import JobWorker
 from raft.core.errors import NotLeaderError, ProposalDroppedError
+from tests.daemon.loops import assert_keeps_running
 from tests.metastore._driver import DD_MS, MS, Driver, ok
 
 T = TableName.of("ns", "t")
@@ -105,16 +105,4 @@ def test_a_leadership_change_mid_step_does_not_end_the_job_worker(
 
     w.step_once = step_once  # type: ignore[method-assign]
 
-    async def run() -> None:
-        task = asyncio.create_task(w.run_forever())
-        for _ in range(2_000):
-            if calls >= 4 or task.done():
-                break
-            await asyncio.sleep(0.001)
-        assert not task.done(), task.exception()
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
-
-    asyncio.run(run())
-    assert calls >= 4
+    asyncio.run(assert_keeps_running(w.run_forever(), lambda: calls >= 4))
