@@ -1712,6 +1712,14 @@ class ApiServer:
         return await self._propose_local(data, _timeout(args))
 
     async def _propose_local(self, data: bytes, timeout_ms: int) -> dict[str, Any]:
+        if self.sm.state.cluster is None:
+            # A new cluster's first leader proposes InitCluster a moment after its election; a
+            # client command ordered before it would be refused for good (CLUSTER_NOT_INITIALIZED)
+            # where a retry a moment later succeeds.
+            raise NotReadyError(
+                "the cluster is being initialized (its first leader was just elected); retry "
+                "shortly"
+            )
         try:
             res = await self.node.propose(data, timeout_ms=timeout_ms)
         except RaftNotLeaderError as exc:

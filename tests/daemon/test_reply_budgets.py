@@ -19,6 +19,7 @@ from metastore.errors import (
     InvalidArgumentError,
     LimitExceededError,
     NamespaceNotFoundError,
+    NotReadyError,
     TableNotFoundError,
     UnavailableError,
 )
@@ -244,7 +245,7 @@ def test_the_reply_to_a_huge_drop_namespace_cascade_fits_a_frame() -> None:
         async def propose(self, data: bytes, *, timeout_ms: int) -> ProposalResult:
             return ProposalResult(index=7, term=1, tm=T0, result=outcome)
 
-    api = _api(_Proposer())
+    api = _api(_Proposer(), SimpleNamespace(cluster=SimpleNamespace(dd=0)))  # initialized
     applied = asyncio.run(api._propose_local(b"x", 1_000))
     assert len(api._reply_frame(1, applied)) <= api_limits.CLIENT_FRAME_BYTES_MAX
     result = applied["result"]
@@ -445,3 +446,23 @@ def test_job_list_is_paged_by_bytes(monkeypatch: pytest.MonkeyPatch) -> None:
         _call(api, "job_list", {})
     with pytest.raises(BadRequestError):
         _call(api, "job_list", {"page_token": "x"})
+
+
+def test_a_command_before_the_cluster_is_initialized_is_a_retryable_not_ready() -> None:
+    """`cluster up` by hand (or a service manager) and a DDL right after: the first leader
+    proposes InitCluster a moment after its election, and a command ordered before it was
+    refused for good (CLUSTER_NOT_INITIALIZED, exit 3). It is now NOT_READY, which clients retry,
+    and nothing is proposed."""
+    from metastore.state import MetastoreState
+
+    api = _api(_ReadyNode(), MetastoreState())
+    proposed: list[bytes] = []
+
+    async def propose(data: bytes, *, timeout_ms: int) -> Any:
+        proposed.append(data)
+        raise AssertionError("nothing may be proposed")
+
+    api.node.propose = propose  # type: ignore[attr-defined]
+    with pytest.raises(NotReadyError) as refused:
+        asyncio.run(api._propose_local(b"x", 1_000))
+    assert refused.value.retryable and proposed == []
