@@ -48,7 +48,9 @@ Jargon
   power loss may keep a later unsynced page and lose an earlier one). It is cut off on
   recovery; it can only hold data no fdatasync covered: an `append` that never returned, or
   commit indexes. Damage followed by any record that was synced is corruption: any fdatasync
-  makes every earlier byte of the file durable.
+  makes every earlier byte of the file durable. So is a damaged batch too long to be
+  commit-only (its header intact) with a valid record right after it: that record proves the
+  batch's append returned, which an append with entries does only once synced.
 
 Replay rules
 ------------
@@ -397,6 +399,28 @@ def _synced_record_after(
             unsynced += 1
         pos = data.find(_RECORD_MAGIC, pos + 1)
     return None, unsynced
+
+
+def _damaged_batch_was_synced(data: bytes, offset: int) -> str | None:
+    """Why the damaged record at `offset` must have been synced, judged by its own header, or
+    None. A BATCH whose header is intact, too long to hold only a hard state, and followed right
+    at its end by a valid record: the later record proves its append returned, and an append
+    that long carried entries, so it returned only after its fdatasync. Damage inside it (a
+    flipped bit, say) is then corruption, even if only commit-only records follow."""
+    if offset + _RECORD_HEADER.size > len(data):
+        return None
+    magic, rtype, length, _crc = _RECORD_HEADER.unpack_from(data, offset)
+    if magic != _RECORD_MAGIC or rtype != _RecordType.BATCH:
+        return None
+    if not _HARD_STATE_RECORD_BYTES_MAX < length <= WAL_APPEND_BYTES_MAX:
+        return None
+    end = offset + _RECORD_HEADER.size + length
+    if end >= len(data) or isinstance(_parse_record_at(data, end), str):
+        return None
+    return (
+        f"the damaged batch holds {length} bytes, more than a commit index alone, and a valid "
+        f"record follows it at offset {end}"
+    )
 
 
 def _why_synced(
@@ -1083,6 +1107,8 @@ class WriteAheadLog:
                     hard_state=hard_state,
                     last_index=max(log_end, snapshot.meta.index),
                 )
+                if why is None:
+                    why = _damaged_batch_was_synced(data, scanned.valid_bytes)
                 if why is not None:
                     raise CorruptLogError(
                         f"{scanned.torn_reason} (valid records follow it: {why}; so the "

@@ -768,6 +768,46 @@ def test_damaged_entries_followed_by_a_commit_covering_them_is_corruption(tmp_pa
     assert caught.value.offset == sizes[0]
 
 
+@pytest.mark.parametrize("preallocate", [0, WAL_PREALLOCATE_BYTES])
+def test_a_flipped_bit_in_synced_entries_followed_only_by_commit_records_is_corruption(
+    tmp_path: Path, preallocate: int
+) -> None:
+    """The commit records do not reach the damaged entries, but they were written after the
+    entries' append returned, and an append with entries returns only once synced."""
+    hs = HardState(term=2, vote=1, commit=3)
+    wal, _ = open_wal(tmp_path, preallocate_bytes=preallocate)
+    with wal:
+        wal.append(ents(1, 3, term=2), hs)
+        start = wal._segments[-1].size_bytes
+        wal.append(ents(4, 5, term=2), None)
+        end = wal._segments[-1].size_bytes
+        wal.append([], HardState(term=2, vote=1, commit=3))  # commit-only, not synced
+    segment = segments(tmp_path)[0]
+    flip_byte(segment, (start + end) // 2)  # inside entry 4 or 5: the header is intact
+    with pytest.raises(CorruptLogError, match="more than a commit index alone") as caught:
+        recover(tmp_path)
+    assert caught.value.offset == start
+
+
+def test_a_damaged_commit_record_followed_by_commit_records_is_still_a_torn_tail(
+    tmp_path: Path,
+) -> None:
+    """Counterpart: a commit-only record is short and unsynced, so a power loss may lose it
+    and keep a later one: cut, as before."""
+    hs = HardState(term=2, vote=1, commit=1)
+    sizes = build(
+        tmp_path,
+        (ents(1, 3, term=2), hs),
+        ([], HardState(term=2, vote=1, commit=2)),
+        ([], HardState(term=2, vote=1, commit=3)),
+    )
+    segment = segments(tmp_path)[0]
+    flip_byte(segment, sizes[1] - 1)
+    state = recover(tmp_path)
+    assert state.entries == tuple(ents(1, 3, term=2))
+    assert state.hard_state == hs
+
+
 def test_missing_middle_segment_is_corruption(tmp_path: Path) -> None:
     build(tmp_path, *[([ent(i)], None) for i in range(1, 30)], segment_bytes_max=SMALL_SEGMENT)
     files = segments(tmp_path)
