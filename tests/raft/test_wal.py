@@ -3,7 +3,12 @@ of compaction and snapshot install, a model-based Hypothesis test and a real `ki
 
 Crash points are reproduced without mocks: we copy the directory before an operation, run the
 operation, and assemble the intermediate directory states a crash could leave (the steps only
-ever add a renamed snapshot file, add a segment, or delete the oldest segments).
+ever add a renamed snapshot file, cut the live segment's preallocated zeros, add a segment, or
+delete the oldest segments).
+
+Most tests read and damage the files' bytes at offsets, so they open the log without
+preallocated zeros (`open_wal`'s default); the section "Preallocated segments" runs the same
+kinds of damage with them, as do a model-based test and the kill -9 test.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from raft.core.types import ConfState, Entry, EntryKind, HardState, Snapshot, Sn
 from raft.wal import (
     SNAPSHOT_MAP_BYTES_MIN,
     SNAPSHOTS_KEPT,
+    WAL_PREALLOCATE_BYTES,
     WAL_RECORD_BYTES_MAX,
     WAL_SEGMENT_BYTES_MAX,
     CompactedIndexError,
@@ -73,14 +79,28 @@ def snap(index: int, term: int = 1, data: bytes | None = None) -> Snapshot:
 
 
 def open_wal(
-    path: Path, *, fsync: bool = False, segment_bytes_max: int = WAL_SEGMENT_BYTES_MAX
+    path: Path,
+    *,
+    fsync: bool = False,
+    segment_bytes_max: int = WAL_SEGMENT_BYTES_MAX,
+    preallocate_bytes: int = 0,
 ) -> tuple[WriteAheadLog, RecoveredState]:
     # fsync=False unless a test is about syncing: the logic under test is the same, only faster.
-    return WriteAheadLog.open(path, fsync=fsync, segment_bytes_max=segment_bytes_max)
+    # No preallocated zeros unless a test is about them: most tests work on byte offsets.
+    return WriteAheadLog.open(
+        path,
+        fsync=fsync,
+        segment_bytes_max=segment_bytes_max,
+        preallocate_bytes=preallocate_bytes,
+    )
 
 
-def recover(path: Path, *, segment_bytes_max: int = WAL_SEGMENT_BYTES_MAX) -> RecoveredState:
-    wal, state = open_wal(path, segment_bytes_max=segment_bytes_max)
+def recover(
+    path: Path, *, segment_bytes_max: int = WAL_SEGMENT_BYTES_MAX, preallocate_bytes: int = 0
+) -> RecoveredState:
+    wal, state = open_wal(
+        path, segment_bytes_max=segment_bytes_max, preallocate_bytes=preallocate_bytes
+    )
     wal.close()
     return state
 
@@ -563,20 +583,27 @@ def test_segments_written_before_batches_still_replay(tmp_path: Path) -> None:
     assert state.hard_state == HardState(term=1, commit=4)
 
 
-def test_zero_filled_tail_is_cut(tmp_path: Path) -> None:
+def test_a_zero_filled_tail_is_the_end_of_the_log_and_is_written_over(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     sizes = build(tmp_path, (ents(1, 3), HardState(term=1)), ([ent(4)], None))
     segment = segments(tmp_path)[0]
     with open(segment, "ab") as f:
         f.write(bytes(4096))  # e.g. preallocated or a filesystem that extended the file
     assert recover(tmp_path).entries == tuple(ents(1, 4))
-    assert segment.stat().st_size == sizes[-1]
+    assert segment.stat().st_size == sizes[-1] + 4096  # the end, not damage: nothing is cut
 
     # Zeros where the last record was (size extended, data never written).
     with open(segment, "r+b") as f:
         f.seek(sizes[0])
         f.write(bytes(sizes[1] - sizes[0] + 100))
-    assert recover(tmp_path).entries == tuple(ents(1, 3))
-    assert segment.stat().st_size == sizes[0]
+    wal, state = open_wal(tmp_path)
+    with wal:
+        assert state.entries == tuple(ents(1, 3))
+        wal.append([ent(4, term=2)], None)  # written where the lost record was, over the zeros
+    assert recover(tmp_path).entries == (*ents(1, 3), ent(4, term=2))
+    assert segment.stat().st_size == sizes[-1] + 4096
+    assert "torn tail" not in caplog.text
 
 
 def test_bad_checksum_in_the_last_record_is_a_torn_tail(tmp_path: Path) -> None:
@@ -739,6 +766,46 @@ def test_damaged_entries_followed_by_a_commit_covering_them_is_corruption(tmp_pa
     with pytest.raises(CorruptLogError) as caught:
         recover(tmp_path)
     assert caught.value.offset == sizes[0]
+
+
+@pytest.mark.parametrize("preallocate", [0, WAL_PREALLOCATE_BYTES])
+def test_a_flipped_bit_in_synced_entries_followed_only_by_commit_records_is_corruption(
+    tmp_path: Path, preallocate: int
+) -> None:
+    """The commit records do not reach the damaged entries, but they were written after the
+    entries' append returned, and an append with entries returns only once synced."""
+    hs = HardState(term=2, vote=1, commit=3)
+    wal, _ = open_wal(tmp_path, preallocate_bytes=preallocate)
+    with wal:
+        wal.append(ents(1, 3, term=2), hs)
+        start = wal._segments[-1].size_bytes
+        wal.append(ents(4, 5, term=2), None)
+        end = wal._segments[-1].size_bytes
+        wal.append([], HardState(term=2, vote=1, commit=3))  # commit-only, not synced
+    segment = segments(tmp_path)[0]
+    flip_byte(segment, (start + end) // 2)  # inside entry 4 or 5: the header is intact
+    with pytest.raises(CorruptLogError, match="more than a commit index alone") as caught:
+        recover(tmp_path)
+    assert caught.value.offset == start
+
+
+def test_a_damaged_commit_record_followed_by_commit_records_is_still_a_torn_tail(
+    tmp_path: Path,
+) -> None:
+    """Counterpart: a commit-only record is short and unsynced, so a power loss may lose it
+    and keep a later one: cut, as before."""
+    hs = HardState(term=2, vote=1, commit=1)
+    sizes = build(
+        tmp_path,
+        (ents(1, 3, term=2), hs),
+        ([], HardState(term=2, vote=1, commit=2)),
+        ([], HardState(term=2, vote=1, commit=3)),
+    )
+    segment = segments(tmp_path)[0]
+    flip_byte(segment, sizes[1] - 1)
+    state = recover(tmp_path)
+    assert state.entries == tuple(ents(1, 3, term=2))
+    assert state.hard_state == hs
 
 
 def test_missing_middle_segment_is_corruption(tmp_path: Path) -> None:
@@ -966,17 +1033,25 @@ def test_a_prepared_snapshot_recovers_at_every_crash_point_of_its_commit(tmp_pat
     assert recover(live) == new_state
 
 
-def test_install_snapshot_recovers_old_or_new_state_at_every_crash_point(tmp_path: Path) -> None:
+@pytest.mark.parametrize("preallocate", [0, 4096])
+def test_install_snapshot_recovers_old_or_new_state_at_every_crash_point(
+    tmp_path: Path, preallocate: int
+) -> None:
     live = tmp_path / "live"
     pre = tmp_path / "pre"
     hs = HardState(term=1, vote=2, commit=8)
-    wal, _ = open_wal(live, segment_bytes_max=SMALL_SEGMENT)
+    wal, _ = open_wal(live, segment_bytes_max=SMALL_SEGMENT, preallocate_bytes=preallocate)
     with wal:
         for i in range(1, 31):  # entries 21..30 conflict with the leader's log
             wal.append([ent(i, term=1)], hs if i == 8 else None)
         wal.compact(snap(5))
+        live_records_end = records_end(wal)
     shutil.copytree(live, pre)
-    wal, _ = open_wal(live, segment_bytes_max=SMALL_SEGMENT)
+    # Before the new segment exists, the old live one is cut to its records (no zeros after).
+    pre_cut = tmp_path / "pre-cut"
+    shutil.copytree(pre, pre_cut)
+    os.truncate(segments(pre_cut)[-1], live_records_end)
+    wal, _ = open_wal(live, segment_bytes_max=SMALL_SEGMENT, preallocate_bytes=preallocate)
     with wal:
         wal.install_snapshot(snap(20, term=2))
     installed = live / "snap-0000000000000014.snap"
@@ -1003,18 +1078,148 @@ def test_install_snapshot_recovers_old_or_new_state_at_every_crash_point(tmp_pat
     assert recover(crashed) == old_state
 
     check_new(copy_with(pre, tmp_path / "renamed", installed))
+    check_new(copy_with(pre_cut, tmp_path / "renamed-cut", installed))
 
-    torn = copy_with(pre, tmp_path / "torn-reset", installed)
+    torn = copy_with(pre_cut, tmp_path / "torn-reset", installed)
     (torn / new_segment.name).write_bytes(new_segment.read_bytes()[:5])
     check_new(torn)
 
     for k in range(len(old_segments) + 1):
         crashed = copy_with(
-            pre, tmp_path / f"segment-{k}", installed, new_segment, without=tuple(old_segments[:k])
+            pre_cut,
+            tmp_path / f"segment-{k}",
+            installed,
+            new_segment,
+            without=tuple(old_segments[:k]),
         )
         check_new(crashed)
 
     check_new(live)
+
+
+# ------------------------------------------------------------------- preallocated segments
+
+PREALLOC = WAL_PREALLOCATE_BYTES
+
+
+def records_end(wal: WriteAheadLog) -> int:
+    """Where the live segment's records end (the zeros ahead of them start there)."""
+    return wal._segments[-1].size_bytes
+
+
+def build_preallocated(path: Path, *calls: tuple[list[Entry], HardState | None]) -> list[int]:
+    """As `build`, with preallocation: returns where the records end after each call."""
+    wal, _ = open_wal(path, preallocate_bytes=PREALLOC)
+    ends = []
+    with wal:
+        for batch, hs in calls:
+            wal.append(batch, hs)
+            ends.append(records_end(wal))
+    return ends
+
+
+def test_a_preallocated_segment_holds_zeros_after_its_records_and_reopens_as_it_was(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    ends = build_preallocated(tmp_path, (ents(1, 3), HardState(term=1, vote=2)), ([ent(4)], None))
+    (segment,) = segments(tmp_path)
+    data = segment.read_bytes()
+    assert len(data) >= ends[-1] + PREALLOC and len(data) % 4096 == 0
+    assert data.count(0, ends[-1]) == len(data) - ends[-1]
+    for _ in range(2):  # reopened twice: nothing is cut, appends go on after the last record
+        wal, state = open_wal(tmp_path, preallocate_bytes=PREALLOC)
+        with wal:
+            assert records_end(wal) == ends[-1]
+            last = state.entries[-1].index
+            wal.append([ent(last + 1)], HardState(term=1, vote=2, commit=last))
+            ends.append(records_end(wal))
+        assert segment.stat().st_size == len(data)  # written into the zeros, not past them
+    state = recover(tmp_path, preallocate_bytes=PREALLOC)
+    assert state.entries == tuple(ents(1, 6))
+    assert state.hard_state == HardState(term=1, vote=2, commit=5)
+    assert "torn tail" not in caplog.text
+
+
+def test_zeros_are_written_ahead_again_when_the_records_reach_them(tmp_path: Path) -> None:
+    wal, _ = open_wal(tmp_path, preallocate_bytes=PREALLOC)
+    big = WAL_PREALLOCATE_BYTES // 3
+    sizes = set()
+    with wal:
+        for i in range(1, 8):
+            wal.append([Entry(term=1, index=i, tm=i, data=bytes([i]) * big)], None)
+            data = segments(tmp_path)[-1].read_bytes()
+            assert data.count(0, records_end(wal)) == len(data) - records_end(wal)
+            sizes.add(len(data))
+    assert len(sizes) == 2  # grown a preallocation at a time (after writes 1 and 5), not per write
+    assert [e.data[:1] for e in recover(tmp_path).entries] == [bytes([i]) for i in range(1, 8)]
+
+
+@pytest.mark.parametrize("written", ["nothing", "header only", "all but the last page"])
+def test_a_torn_write_into_the_zeros_is_cut_and_zeros_follow_again(
+    tmp_path: Path, written: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    hs = HardState(term=1, vote=1, commit=2)
+    ends = build_preallocated(tmp_path, (ents(1, 2), hs), ([ent(3, term=1)], None))
+    (segment,) = segments(tmp_path)
+    # The last write reached the disk in part; the rest of it is still the zeros written ahead.
+    start, end = ends[0], ends[1]
+    keep = {"nothing": 0, "header only": 11, "all but the last page": end - start - 1}[written]
+    data = bytearray(segment.read_bytes())
+    data[start + keep : end] = bytes(end - start - keep)
+    segment.write_bytes(bytes(data))
+    wal, state = open_wal(tmp_path, preallocate_bytes=PREALLOC)
+    with wal:
+        assert state.entries == tuple(ents(1, 2))
+        assert state.hard_state == hs
+        wal.append([ent(3, term=2)], None)
+        after = records_end(wal)
+    assert ("torn tail" in caplog.text) == (keep > 0)  # zeros alone are no tear
+    data = segment.read_bytes()
+    assert data.count(0, after) == len(data) - after  # no byte of the torn write survives
+    assert recover(tmp_path, preallocate_bytes=PREALLOC).entries == (*ents(1, 2), ent(3, term=2))
+
+
+def test_damage_in_a_preallocated_segment_followed_by_a_synced_record_is_corruption(
+    tmp_path: Path,
+) -> None:
+    ends = build_preallocated(
+        tmp_path, (ents(1, 2), HardState(term=1)), ([ent(3)], None), ([ent(4)], None)
+    )
+    (segment,) = segments(tmp_path)
+    damage(segment, ends[0], ends[1], "flip")
+    with pytest.raises(CorruptLogError, match="valid records follow it"):
+        recover(tmp_path, preallocate_bytes=PREALLOC)
+
+
+def test_a_rolled_segment_is_cut_to_its_records_before_the_next_one_exists(
+    tmp_path: Path,
+) -> None:
+    wal, _ = open_wal(tmp_path, segment_bytes_max=SMALL_SEGMENT, preallocate_bytes=PREALLOC)
+    with wal:
+        for i in range(1, 31):
+            wal.append([ent(i)], HardState(term=1, commit=i - 1))
+    files = segments(tmp_path)
+    assert len(files) > 3
+    for path in files[:-1]:
+        assert path.stat().st_size <= SMALL_SEGMENT  # no zeros left in a segment not live
+    assert files[-1].stat().st_size >= PREALLOC
+    assert recover(tmp_path, segment_bytes_max=SMALL_SEGMENT).entries == tuple(ents(1, 30))
+    # Zeros at the end of a segment that is not the last stay corruption: only the live
+    # segment is ever preallocated.
+    with open(files[0], "ab") as f:
+        f.write(bytes(4096))
+    with pytest.raises(CorruptLogError, match="not the last segment"):
+        recover(tmp_path, segment_bytes_max=SMALL_SEGMENT)
+
+
+def test_logs_with_and_without_preallocation_open_each_other(tmp_path: Path) -> None:
+    build(tmp_path, (ents(1, 3), HardState(term=1)))  # as a release without preallocation
+    for preallocate, first in [(PREALLOC, 4), (0, 5), (PREALLOC, 6)]:
+        wal, state = open_wal(tmp_path, preallocate_bytes=preallocate)
+        with wal:
+            assert state.entries == tuple(ents(1, first - 1))
+            wal.append([ent(first)], None)
+    assert recover(tmp_path).entries == tuple(ents(1, 6))
 
 
 # --------------------------------------------------------------------- model-based (hypothesis)
@@ -1025,12 +1230,13 @@ class WalAgainstModel(RuleBasedStateMachine):
     against the obvious model: a snapshot, a list of entries after it and the last hard state."""
 
     SEGMENT_BYTES = 200
+    PREALLOCATE_BYTES = 0
 
     def __init__(self) -> None:
         super().__init__()
         self.tmp = Path(tempfile.mkdtemp(prefix="wal-model-"))
         self.dir = self.tmp / "wal"
-        self.wal, _ = open_wal(self.dir, segment_bytes_max=self.SEGMENT_BYTES)
+        self.wal, _ = self.open()
         self.snapshot = Snapshot()
         self.entries: list[Entry] = []
         self.hard_state = HardState()
@@ -1104,16 +1310,29 @@ class WalAgainstModel(RuleBasedStateMachine):
     @rule()
     def reopen(self) -> None:
         self.wal.close()
-        self.wal, state = open_wal(self.dir, segment_bytes_max=self.SEGMENT_BYTES)
+        self.wal, state = self.open()
         assert state == RecoveredState(
             hard_state=self.hard_state, snapshot=self.snapshot, entries=tuple(self.entries)
+        )
+
+    def open(self) -> tuple[WriteAheadLog, RecoveredState]:
+        return open_wal(
+            self.dir,
+            segment_bytes_max=self.SEGMENT_BYTES,
+            preallocate_bytes=self.PREALLOCATE_BYTES,
         )
 
     @rule(junk=st.binary(min_size=1, max_size=40) | st.just(bytes(512)))
     def crash_with_a_torn_tail(self, junk: bytes) -> None:
         # Bytes of an append that never returned: recovery must cut them and lose nothing else.
+        # They land after the last record: at the file's end, or over the zeros written ahead.
+        end = records_end(self.wal)
         self.wal.close()
-        with open(segments(self.dir)[-1], "ab") as f:
+        with open(segments(self.dir)[-1], "r+b") as f:
+            f.seek(
+                end if self.PREALLOCATE_BYTES else 0,
+                os.SEEK_SET if self.PREALLOCATE_BYTES else os.SEEK_END,
+            )
             f.write(junk)
         self.reopen()
 
@@ -1138,6 +1357,23 @@ WalAgainstModel.TestCase.settings = settings(
     suppress_health_check=[HealthCheck.too_slow],
 )
 TestWalAgainstModel = WalAgainstModel.TestCase
+
+
+class PreallocatedWalAgainstModel(WalAgainstModel):
+    """The same model with zeros written ahead of the live segment's records."""
+
+    PREALLOCATE_BYTES = 4096
+
+
+PreallocatedWalAgainstModel.TestCase.settings = settings(
+    max_examples=30,
+    stateful_step_count=50,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+TestPreallocatedWalAgainstModel = PreallocatedWalAgainstModel.TestCase
 
 
 # --------------------------------------------------------------------------- real kill -9
