@@ -97,7 +97,9 @@ CLOCK_SAMPLE_FRESH_ELECTIONS = 5
 # A node that applied its own removal and has then heard from no peer for this many (maximal)
 # election timeouts stops dialling its peers: they refuse it, so it would otherwise reconnect
 # (and both sides log the refusal) every RECONNECT_BACKOFF_MS_MAX for ever. A node that still
-# hears from a leader (the same id added back while it replays the log) keeps its links.
+# hears from a leader (the same id added back while it replays the log) keeps its links. One
+# that stopped still accepts its peers' connections, and dials again once it hears one (a
+# leader that added it back).
 REMOVED_QUIET_ELECTIONS = 5
 
 
@@ -389,7 +391,7 @@ class RaftNode:
         self.applied_listeners: list[Callable[[Entry], None]] = []
         # This node's own removal (see _note_membership): whether an applied membership held
         # it, the index of the applied change that then removed it (0: none), when it last
-        # heard from a peer, and whether it dropped its peer links for it.
+        # heard from a peer, and whether it stopped dialling its peers for it.
         self._was_member = False
         self._removed_at = 0
         self._last_heard = time.monotonic()
@@ -1073,6 +1075,14 @@ class RaftNode:
         # leader could fail its check-quorum (or a follower start an election) with the very
         # acks and heartbeats that prove otherwise already in its inbox.
         inbox, self._inbox = self._inbox, []
+        if inbox and self._links_dropped:
+            # A peer that still has this removed node in its membership (a leader that added
+            # it back) reached it: its answers need the links. If nobody follows up, they are
+            # dropped again after REMOVED_QUIET_ELECTIONS.
+            log.info(
+                "node %d heard from peer %d: it dials its peers again", self.node_id, inbox[0].src
+            )
+            self._redial()
         for m in inbox:
             core.step(m)
         ticks, self._ticks_due = self._ticks_due, 0
@@ -1308,8 +1318,8 @@ class RaftNode:
         if book == self.addresses:
             return
         self.addresses = book
-        if self.transport is not None and not self._links_dropped:
-            self.transport.set_peers(self._dial_addresses(book))
+        if self.transport is not None:
+            self.transport.set_peers(self._dial_addresses(book), dial=not self._links_dropped)
 
     def _note_membership(self, conf: ConfState, index: int) -> None:
         """An applied membership (a CONF entry or a snapshot's) at `index`: notes whether it
@@ -1318,10 +1328,8 @@ class RaftNode:
             self._was_member = True
             self._removed_at = 0
             if self._links_dropped:
-                self._links_dropped = False
                 log.info("node %d is a member again at index %d", self.node_id, index)
-                if self.transport is not None:
-                    self.transport.set_peers(self._dial_addresses(self.addresses))
+                self._redial()
         elif self._was_member and not self._removed_at:
             self._removed_at = index
 
@@ -1335,15 +1343,24 @@ class RaftNode:
         if time.monotonic() - self._last_heard < quiet_s or self.transport is None:
             return
         self._links_dropped = True
-        self.transport.set_peers({})
+        # Its peers stay peers of the transport: a member that adds it back dials it, and
+        # must be accepted (the handshake refuses ids that are not peers) to be heard.
+        self.transport.set_peers(self._dial_addresses(self.addresses), dial=False)
         log.warning(
             "node %d was removed from the cluster at index %d and has heard from no member "
-            "for %.0f s: it no longer connects to its peers. Stop it; to bring it back, add "
-            "it as a new member with an empty data directory",
+            "for %.1f s: it no longer connects to its peers (it still accepts their "
+            "connections, so it can be added back). Stop it; to bring it back, add it as a "
+            "new member with an empty data directory",
             self.node_id,
             self._removed_at,
             quiet_s,
         )
+
+    def _redial(self) -> None:
+        """Undo `_drop_links_if_removed`: dial the peers again."""
+        self._links_dropped = False
+        if self.transport is not None:
+            self.transport.set_peers(self._dial_addresses(self.addresses))
 
     def _dial_addresses(self, addresses: Mapping[NodeId, Address]) -> dict[NodeId, Address]:
         """Where the transport connects to each peer: its member address, or its override."""

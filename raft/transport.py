@@ -265,6 +265,8 @@ class TransportStats(TypedDict):
     node_id: int
     bound_port: int
     peers: dict[int, PeerStats]
+    # False: the links only accept their peers' connections; none dials out (see set_peers).
+    dialling: bool
     inbound_connections: int
     # Failures that cannot be attributed to a configured peer.
     auth_failures_unknown_peer: int
@@ -810,6 +812,7 @@ class PeerTransport:
         self._bound_port = 0
         self._started = False
         self._stopped = False
+        self._dial = True  # whether links connect out (see set_peers)
         # Links with frames queued while their writer task was idle: `flush` writes them.
         self._dirty: list[_Link] = []
         self._flush_scheduled = False
@@ -864,8 +867,9 @@ class PeerTransport:
             )
         sockets = self._server.sockets
         self._bound_port = sockets[0].getsockname()[1] if sockets else 0
-        for link in self._links.values():
-            self._start_link(link)
+        if self._dial:
+            for link in self._links.values():
+                self._start_link(link)
         self._log.info(
             "peer transport of node %d listening on %s:%d%s",
             self._node_id,
@@ -1048,32 +1052,38 @@ class PeerTransport:
 
     # ---- membership -------------------------------------------------------------------------
 
-    def set_peers(self, peers: Mapping[int, tuple[str, int]]) -> None:
+    def set_peers(self, peers: Mapping[int, tuple[str, int]], *, dial: bool = True) -> None:
         """Make the set of peers exactly `peers` (our own id, if present, is ignored).
 
         New peers get a link; removed peers lose their link, queue and counters, and their
         inbound connections are closed; a peer whose address changed reconnects to the new one.
+        `dial=False`: no link connects out (writer tasks end; frames sent meanwhile queue, as
+        before `start`, within the queue bounds), but the peers stay peers: their inbound
+        connections are still accepted (same handshake) and their messages delivered. Until
+        the next `set_peers(..., dial=True)`.
         """
         check_peers(peers)
         wanted = {pid: addr for pid, addr in peers.items() if pid != self._node_id}
+        self._dial = dial
         for pid in [pid for pid in self._links if pid not in wanted]:
             self._discard_incoming(self._links[pid])
             self._retire(self._links.pop(pid))
             for conn in self._inbound:
                 if conn.peer_id == pid:
                     conn.writer.transport.abort()
+        running = self._started and not self._stopped
         for pid, addr in wanted.items():
             link = self._links.get(pid)
             if link is None:
                 link = _Link(pid, addr)
                 self._links[pid] = link
-                if self._started and not self._stopped:
-                    self._start_link(link)
             elif link.address != addr:
                 link.address = addr
-                if self._started and not self._stopped:
-                    self._retire(link)
-                    self._start_link(link)
+                self._retire(link)
+            if not dial:
+                self._retire(link)
+            elif running and link.task is None:
+                self._start_link(link)
 
     def _retire(self, link: _Link) -> None:
         task, link.task = link.task, None
@@ -1092,6 +1102,7 @@ class PeerTransport:
             node_id=self._node_id,
             bound_port=self._bound_port,
             peers={pid: link.stats() for pid, link in sorted(self._links.items())},
+            dialling=self._dial,
             inbound_connections=len(self._inbound),
             auth_failures_unknown_peer=self._auth_failures_unknown_peer,
             handshake_failures=self._handshake_failures,

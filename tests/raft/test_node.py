@@ -351,9 +351,10 @@ async def test_a_removed_follower_learns_that_its_removal_committed(tmp_path: Pa
         # refusal on both sides) every couple of seconds for ever.
         assert victim.transport is not None
         deadline = time.monotonic() + 5.0
-        while victim.transport.stats()["peers"]:
+        while victim.transport.stats()["dialling"]:
             assert time.monotonic() < deadline, victim.transport.stats()["peers"]
             await asyncio.sleep(0.05)
+        assert not any(p["connected"] for p in victim.transport.stats()["peers"].values())
         # The remaining members are unaffected.
         await leader.propose(b"after the removal")
 
@@ -900,3 +901,48 @@ async def test_read_barrier_keeps_one_deadline_and_times_out_typed(
         assert time.monotonic() - started < 0.45
         monkeypatch.undo()
         assert await node.read_barrier(timeout_ms=5_000) >= 1
+
+
+@pytest.mark.parametrize("by_snapshot", [False, True], ids=["by-entries", "by-snapshot"])
+async def test_a_removed_node_that_dropped_its_links_is_added_back_without_a_restart(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, by_snapshot: bool
+) -> None:
+    """A removed node that still runs and has dropped its peer links (nothing answered it) is
+    added back with the same id and address: it must accept the leader's connection, catch up
+    (from entries, or from a snapshot once the leader compacted its log past the removal)
+    and, once promoted, count as a voter again. It used to refuse every member's connection
+    ("node id N is not one of our peers"): dropping its links had emptied the transport's
+    peer set, which is also the set of ids its handshake accepts, so it never heard that it
+    was added back and the new learner could never be promoted."""
+    monkeypatch.setattr(raft.node, "REMOVED_QUIET_ELECTIONS", 1)
+    snapshots = {"snapshot_every_entries": 2, "snapshot_keep_entries": 0} if by_snapshot else {}
+    async with cluster(tmp_path, 3, **snapshots) as nodes:
+        leader = await leader_of(nodes)
+        await leader.propose(b"before")
+        victim = next(n for n in nodes.values() if n is not leader)
+        vid = victim.node_id
+        address = leader.addresses[vid]
+        await leader.remove_node(vid, timeout_ms=5_000)
+        assert victim.transport is not None
+        deadline = time.monotonic() + 3.0
+        while victim.transport.stats()["dialling"]:
+            assert time.monotonic() < deadline, victim.transport.stats()["peers"]
+            await asyncio.sleep(0.02)
+        for i in range(3):
+            await leader.propose(b"while removed %d" % i)
+
+        await leader.add_node(vid, address, timeout_ms=5_000)
+        await leader.propose(b"added back")
+        deadline = time.monotonic() + 3.0
+        while sm(victim).applied[-1:] != [b"added back"]:
+            assert time.monotonic() < deadline, (victim.status().core, victim.transport.stats())
+            await asyncio.sleep(0.02)
+        # Restoring a snapshot empties this state machine: what it missed came either way.
+        assert (b"while removed 0" in sm(victim).applied) is not by_snapshot
+        await leader.promote_node(vid, timeout_ms=5_000)
+        assert vid in leader.status().core.conf.voters
+        # It counts: with the other follower stopped, the leader commits only with its ack.
+        other = next(n for n in nodes.values() if n not in (leader, victim))
+        await other.stop()
+        result = await leader.propose(b"a voter again", timeout_ms=3_000)
+        assert result.index > 0

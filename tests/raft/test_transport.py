@@ -424,6 +424,27 @@ async def test_send_to_unknown_or_removed_peer_is_dropped_and_counted() -> None:
         assert len(a_inbox.messages) == delivered
 
 
+async def test_peers_kept_without_dialling_are_still_accepted_and_heard() -> None:
+    """`set_peers(..., dial=False)` (a removed node that gave up on its peers): it connects to
+    no one, but a peer that dials it is accepted and heard, and dialling again sends what was
+    queued meanwhile."""
+    a_inbox, b_inbox = Inbox(), Inbox()
+    a, b = make(1, a_inbox), make(2, b_inbox)
+    async with running(a, b):
+        a.set_peers({2: (HOST, b.bound_port)}, dial=False)
+        b.set_peers({1: (HOST, a.bound_port)})
+        await keep_sending(lambda: b.send(hb(2, 1)), lambda: bool(a_inbox.messages), "heard")
+        a.send(hb(1, 2, 5))
+        stats = a.stats()
+        assert not stats["dialling"]
+        assert stats["peers"][2]["connected"] is False
+        assert stats["peers"][2]["connect_failures"] == 0 and stats["peers"][2]["queued"] == 1
+        assert not b_inbox.messages
+        a.set_peers({2: (HOST, b.bound_port)})
+        await eventually(lambda: b_inbox.messages == [hb(1, 2, 5)], "sent once dialling")
+        assert a.stats()["dialling"]
+
+
 async def test_oversized_message_is_dropped_not_raised() -> None:
     a = make(1, Inbox(), peers={2: (HOST, free_port())}, max_frame_bytes=1024)
     entry = Entry(term=1, index=1, tm=7, kind=EntryKind.NORMAL, data=b"x" * 2048)
