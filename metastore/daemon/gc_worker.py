@@ -52,6 +52,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
 import os
 import re
@@ -96,7 +97,7 @@ from raft.node import RaftNode
 
 log = logging.getLogger("metastore.gc")
 
-# Queued paths deleted (and then reported) per GcFilesDeleted entry.
+# Queued paths deleted (and then reported) per GcFilesDeleted entry, at most.
 DELETE_CHUNK_FILES = 1_000
 # Bytes of paths one chunk names (with _PATH_OVERHEAD_BYTES each for their msgpack framing
 # and size): half of MAX_COMMAND_BYTES, leaving room for the rest of the command.
@@ -326,7 +327,9 @@ class GcWorker:
             queue = self.sm.state.txns.gc_queue(inc.table_id)
             if not queue:
                 return done, True
-            chunk = list(queue.items())[:DELETE_CHUNK_FILES]
+            # Bounded in bytes too: the GcFilesDeleted naming it must fit MAX_COMMAND_BYTES.
+            first = next(_chunks(list(itertools.islice(queue, DELETE_CHUNK_FILES))))
+            chunk = [(p, queue[p]) for p in first]
             await self._rate.take(len(chunk))
             keep = await self._still_referenced(inc.table_id)
             if keep is None:

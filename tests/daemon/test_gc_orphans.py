@@ -553,3 +553,24 @@ def test_a_chunk_of_a_dead_manifests_list_fits_one_command_whatever_its_paths() 
             files=tuple((p, 1 << 62) for p in chunk),
         )
         assert decode_command(encode_command(cmd)) == cmd
+
+
+def test_queued_files_with_long_paths_are_reported_in_commands_that_fit(tmp_path: Path) -> None:
+    # GC reported 1,000 deleted paths per GcFilesDeleted: with paths over ~260 characters
+    # (deep partition directories) the command passed MAX_COMMAND_BYTES and apply refused it
+    # as malformed, so the table's queue never drained: its files stayed refused to commits
+    # and its GC stuck, run after run.
+    d = table_driver(tmp_path / "t")
+    table_id = d.state.catalog.incarnations(T)[-1].table_id
+    tl = d.state.txns._tables[table_id]  # queued files put in directly: fast to build
+    queued = [f"{'d' * 200}/{'e' * 200}/part-{i:04d}-{'f' * 400}.parquet" for i in range(1_500)]
+    for path in queued:
+        tl.gc_queue[path] = 7
+    w = worker(d, now_tm=d.tm)
+    w.raft = _Raft(d)  # type: ignore[assignment]
+    w.clock = SimpleNamespace(now=lambda: d.tm, physical_now_ms=lambda: d.tm // MS)  # type: ignore[assignment]
+    report = TableReport(
+        table=str(T), table_id=table_id, threshold_before=0, threshold=0, held_by={}
+    )
+    asyncio.run(w._drain(incarnation(d.state.catalog, T, table_id), tl.location, report))
+    assert not tl.gc_queue and report.files_deleted == len(queued)
