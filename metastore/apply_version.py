@@ -35,7 +35,12 @@ from typing import Final
 #      node proposes them without those fields, and apply ignores them.
 #      CREATE TABLE compares locations with `file://` dropped: `/w/t` and `file:///w/t` are one
 #      directory, so a second live table there is refused.
-APPLY_VERSION_SUPPORTED: Final = 2
+#   3: QueueManifestFiles, a new command: the leader's GC moves the data files a dead manifest
+#      lists into the table's GC queue before deleting them, so a commit adding one of them
+#      again is refused (`queued_for_gc`) instead of losing its file to the deletion. Below
+#      version 3 the leader deletes them straight from the manifest (as before) and apply
+#      refuses the command (InvalidArgument, changing nothing).
+APPLY_VERSION_SUPPORTED: Final = 3
 
 # A cluster that never applied SetApplyVersion (and every older snapshot) is at version 1.
 INITIAL_APPLY_VERSION: Final = 1

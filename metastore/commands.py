@@ -674,7 +674,24 @@ class GcFilesDeleted:
     paths: tuple[str, ...]
 
 
-GcCommand = Protect | ReleaseProtection | AdvanceGcThreshold | GcFilesDeleted
+@dataclass(frozen=True, slots=True, kw_only=True)
+class QueueManifestFiles:
+    """Apply version 3. Proposed by the leader's GC before it deletes the data files that the
+    dead manifest `manifest` of incarnation `table_id` lists: move `files` ((path, bytes), a
+    chunk of that list, as the leader read it) into the table's GC queue, so apply refuses a
+    commit adding one of them again (reason `queued_for_gc`) until GcFilesDeleted reports it.
+    Apply skips a path that an incarnation at an overlapping location still holds as a file
+    entry (or manifest file), and does nothing unless `manifest` is one of the table's dead
+    manifests (metastore.txn `queue_listed`)."""
+
+    request_id: str = ""
+    table: TableName
+    table_id: int
+    manifest: str
+    files: tuple[tuple[str, int], ...]
+
+
+GcCommand = Protect | ReleaseProtection | AdvanceGcThreshold | GcFilesDeleted | QueueManifestFiles
 
 
 # --- Multi-step schema change jobs (metastore.jobs) -------------------------------------------
@@ -784,6 +801,7 @@ Command = (
     | ReleaseProtection
     | AdvanceGcThreshold
     | GcFilesDeleted
+    | QueueManifestFiles
     | AdvanceSchemaJob
     | CancelSchemaJob
     | SchemaJobBackfilled
@@ -917,7 +935,13 @@ def validate_command(cmd: Command) -> None:
                 _validate_lease_reads(cmd)
             elif cmd.known_tm is not None:
                 _validate_count(cmd.known_tm, "known_tm")
-        case Protect() | ReleaseProtection() | AdvanceGcThreshold() | GcFilesDeleted():
+        case (
+            Protect()
+            | ReleaseProtection()
+            | AdvanceGcThreshold()
+            | GcFilesDeleted()
+            | QueueManifestFiles()
+        ):
             _validate_gc_command(cmd)
         case CompactManifest():
             _validate_compaction(cmd)
@@ -1117,6 +1141,25 @@ def _validate_gc_command(cmd: GcCommand) -> None:
                 )
             for path in cmd.paths:
                 validate_file_path(path)
+        case QueueManifestFiles():
+            if cmd.table_id < 1:
+                raise InvalidArgumentError("table_id must be positive")
+            _validate_count(cmd.table_id, "table_id")
+            validate_file_path(cmd.manifest, "manifest path")
+            if not cmd.files:
+                raise InvalidArgumentError("name at least one listed file")
+            if len(cmd.files) > limits.MAX_GC_PATHS_PER_COMMAND:
+                raise limit_exceeded(
+                    "MAX_GC_PATHS_PER_COMMAND",
+                    limits.MAX_GC_PATHS_PER_COMMAND,
+                    len(cmd.files),
+                    "paths in one QueueManifestFiles",
+                )
+            if len({path for path, _ in cmd.files}) != len(cmd.files):
+                raise InvalidArgumentError("a listed file is named twice")
+            for path, size in cmd.files:
+                validate_file_path(path)
+                _validate_count(size, "size_bytes")
 
 
 def _validate_protection_id(record_id: str) -> None:
@@ -1804,6 +1847,14 @@ def command_to_data(cmd: Command) -> dict[str, object]:
                 "table_id": cmd.table_id,
                 "paths": list(cmd.paths),
             }
+        case QueueManifestFiles():
+            body = {
+                "type": "queue_manifest_files",
+                "table": [cmd.table.namespace, cmd.table.name],
+                "table_id": cmd.table_id,
+                "manifest": cmd.manifest,
+                "files": [[path, size] for path, size in cmd.files],
+            }
         case AdvanceSchemaJob():
             body = {"type": "advance_schema_job", "job_id": cmd.job_id, "step": cmd.step}
         case CancelSchemaJob():
@@ -2152,6 +2203,26 @@ def _command_from_data(obj: object) -> Command:
             table=table_name_from_data(f.items("table")),
             table_id=f.integer("table_id"),
             paths=tuple(str(p) for p in paths),
+        )
+    elif kind == "queue_manifest_files":
+        files = f.items("files")
+        if len(files) > limits.MAX_GC_PATHS_PER_COMMAND or not all(
+            isinstance(pair, list)
+            and len(pair) == 2
+            and isinstance(pair[0], str)
+            and isinstance(pair[1], int)
+            and not isinstance(pair[1], bool)
+            for pair in files
+        ):
+            raise MalformedCommandError("files must be a bounded list of [path, size] pairs")
+        cmd = QueueManifestFiles(
+            request_id=request_id,
+            table=table_name_from_data(f.items("table")),
+            table_id=f.integer("table_id"),
+            manifest=f.text("manifest"),
+            files=tuple(
+                (cast(str, p[0]), cast(int, p[1])) for p in cast(list[list[object]], files)
+            ),
         )
     elif kind == "advance_schema_job":
         cmd = AdvanceSchemaJob(

@@ -63,6 +63,10 @@ Commands (metastore.commands) and their results
                         queued}; held_by says what bound it: {"kind": "request" | "ttl" |
                         "protection" (record_id) | "lease" (session_id)}.
     GcFilesDeleted      {table, table_id, deleted, queued}.
+    QueueManifestFiles  {table, table_id, manifest, listed, held, not_queued, queued}: listed
+                        paths moved into the GC queue, skipped as still held by a file entry,
+                        and left out (no room, or the manifest no longer queued). Apply
+                        version 3 (metastore.apply_version); refused below it.
 
 The meta row
     `meta()` = {version, num_records, num_targets}; version is bumped by every protect and
@@ -91,6 +95,7 @@ from metastore.commands import (
     AdvanceGcThreshold,
     GcFilesDeleted,
     Protect,
+    QueueManifestFiles,
     ReleaseProtection,
     TableName,
     gc_ttl_ms_of,
@@ -427,6 +432,21 @@ class GcState:
             "table": str(inc.name),
             "table_id": inc.table_id,
             "deleted": deleted,
+            "queued": len(txns.gc_queue(inc.table_id)),
+        }
+
+    def queue_listed(self, cmd: QueueManifestFiles, *, catalog: Catalog, txns: TxnLog) -> Result:
+        """Apply version 3: the leader is about to delete files a dead manifest lists; queue
+        them first (metastore.txn `queue_listed`), so no commit may add them again meanwhile."""
+        inc = incarnation(catalog, cmd.table, cmd.table_id)
+        queued, held, left = txns.queue_listed(inc.table_id, cmd.manifest, cmd.files)
+        return {
+            "table": str(inc.name),
+            "table_id": inc.table_id,
+            "manifest": cmd.manifest,
+            "listed": queued,
+            "held": held,
+            "not_queued": left,
             "queued": len(txns.gc_queue(inc.table_id)),
         }
 

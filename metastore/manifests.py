@@ -63,6 +63,9 @@ GC (metastore.gc's AdvanceGcThreshold drives it through `TxnLog.purge_dead`)
       below it, truncated at or below it, or the table dropped by then) leaves the state for
       the table's dead-manifest queue; the leader's GC worker reads it (sha256-checked),
       deletes the data files it lists, then the manifest, then reports it (GcFilesDeleted).
+      From apply version 3 the listed files first enter the table's GC queue, a bounded chunk
+      at a time (QueueManifestFiles), so a commit adding one again is refused until GC has
+      deleted and reported it (metastore.daemon.gc_worker, point 3).
     * Removed entries inside a manifest that still has live entries: the compactor, given the
       table's threshold (`compaction_view`), splits those dead at it into a manifest of their
       own, which is then dead as above (`plan_compaction`). Entries move, never vanish, so the

@@ -67,6 +67,7 @@ from metastore.commands import (
     InitCluster,
     OpenSession,
     Protect,
+    QueueManifestFiles,
     ReleaseLeases,
     ReleaseProtection,
     RevokeCerts,
@@ -308,6 +309,16 @@ class MetastoreState:
             case GcFilesDeleted():
                 return Outcome.success(
                     self.gc.files_deleted(command, catalog=self.catalog, txns=self.txns)
+                )
+            case QueueManifestFiles():
+                if not self.rules_at_least(3):  # a command type new in apply version 3
+                    raise InvalidArgumentError(
+                        "QueueManifestFiles needs apply version 3; the cluster is at "
+                        f"{self.apply_version}",
+                        details={"apply_version": self.apply_version, "needed": 3},
+                    )
+                return Outcome.success(
+                    self.gc.queue_listed(command, catalog=self.catalog, txns=self.txns)
                 )
             case SchemaJobBackfilled():
                 return Outcome.success(self.jobs.backfilled(command, tm=tm))

@@ -49,9 +49,11 @@ Validation order (the first failing rule decides the error; a failure changes no
        `active_from_tu`); `schema_version` must be one of the two latest versions active at ts
        (greatest Tu <= ts and the one before it), else SchemaVersionNotActiveError; an added
        path must never have been a file of this incarnation (InvalidArgument: paths are never
-       reused until GC), nor be queued for deletion by GC (queue or dead manifest file) by any
-       incarnation whose directory holds it (InvalidArgument, reason `queued_for_gc`: the
-       leader may be deleting it after its last "still referenced" check); a removed path
+       reused until GC), nor be queued for deletion by GC (queue or dead manifest file; from
+       apply version 3 the queue takes the files a dead manifest lists before GC deletes them,
+       `queue_listed`) by any incarnation whose directory holds it (InvalidArgument, reason
+       `queued_for_gc`: the leader may be deleting it after its last "still referenced"
+       check); a removed path
        must be a file of the table (InvalidArgument) and live (DataFileConflictError when an
        earlier commit removed it); file-entry limits.
     6. an added path in the attempt directory of a session (`_txn/<session id>--...`) needs
@@ -204,6 +206,7 @@ from metastore.errors import (
 )
 from metastore.leases import Sessions
 from metastore.manifests import (
+    MANIFEST_DIR,
     DeleteEntry,
     Listing,
     ManifestRef,
@@ -423,6 +426,17 @@ class TableLog:
         # path: the leader deletes the data files each lists, then the manifest file, then
         # reports them with GcFilesDeleted like queued files.
         self.gc_manifests: dict[str, ManifestRef] = {}
+
+    def holds(self, path: str) -> bool:
+        """Whether `path` (relative to the location) is one of this incarnation's file entries,
+        delete entries or manifest files (live, retired or dead): what GC must not queue for
+        deletion from another list (metastore.txn `queue_listed`)."""
+        if path in self.files or path in self.deletes or path in self.retired:
+            return True
+        if path in self.gc_manifests:
+            return True
+        name = path.removeprefix(MANIFEST_DIR + "/")
+        return name != path and name.removesuffix(".parquet") in self.manifests
 
     def sort_manifests(self) -> None:
         self.manifests = {r.sha256: r for r in sort_refs(self.manifests.values())}
@@ -1306,6 +1320,52 @@ class TxnLog:
             tl.deletes.clear()  # they can only match entries of manifests that are gone
         return files, size
 
+    def queue_listed(
+        self, table_id: int, manifest: str, files: Iterable[tuple[str, int]]
+    ) -> tuple[int, int, int]:
+        """Move data files that the dead manifest `manifest` lists (as the leader read it) into
+        the table's GC queue (apply version 3, QueueManifestFiles), so that no commit may add
+        them again until GC reports them deleted (`_plan`, `queued_for_gc`). Skipped: a path
+        already queued by this table, and one an incarnation at a location equal to, inside or
+        around this table's (itself included) still holds as a file entry, delete entry or
+        manifest file: it is data again (GC would keep it on disk anyway; a live manifest's
+        entries, which apply cannot see, the leader checks before deleting). At most
+        GC_PURGE_FILES_MAX queued in all; nothing when `manifest` is not one of the table's
+        dead manifests (already reported: a stale proposal). Returns (queued, skipped as
+        held, left out for lack of room)."""
+        tl = self._log(table_id)
+        files = list(files)
+        if manifest not in tl.gc_manifests:
+            return 0, 0, len(files)
+        root = _key_root(tl.location)
+        near = [
+            (other_root, other)
+            for other in self._tables.values()
+            for other_root in (_key_root(other.location),)
+            if _roots_overlap(root, other_root)
+        ]
+        room = limits.GC_PURGE_FILES_MAX - len(tl.gc_queue)
+        queued = held = left = 0
+        for path, size in files:
+            if path in tl.gc_queue:
+                continue
+            key = file_key(tl.location, path)
+            if any(
+                other.holds(key[len(other_root) + 1 :])
+                for other_root, other in near
+                if key.startswith(other_root + "/")
+            ):
+                held += 1
+                continue
+            if room <= 0:
+                left += 1
+                continue
+            tl.gc_queue[path] = size
+            self._gc_key_add(tl, path)
+            room -= 1
+            queued += 1
+        return queued, held, left
+
     def gc_queue(self, table_id: int) -> dict[str, int]:
         """Paths (relative to the location) -> bytes, queued for deletion. Do not modify."""
         return self._log(table_id).gc_queue
@@ -1647,6 +1707,18 @@ def file_key(location: str, path: str) -> str:
     if "://" not in location or location.startswith("file://"):
         return normpath(f"{normpath(location.removeprefix('file://'))}/{path}")
     return f"{location.rstrip('/')}/{path}"
+
+
+def _key_root(location: str) -> str:
+    """The prefix of the keys (`file_key`) of a location's files."""
+    if "://" not in location or location.startswith("file://"):
+        return normpath(location.removeprefix("file://"))
+    return location.rstrip("/")
+
+
+def _roots_overlap(a: str, b: str) -> bool:
+    """Whether two key roots (`_key_root`) name one directory, or one lies inside the other."""
+    return a == b or a.startswith(b + "/") or b.startswith(a + "/")
 
 
 class _ManifestRemovalRefused(Exception):

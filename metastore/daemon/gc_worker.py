@@ -22,8 +22,14 @@ the state machine checks again when it applies it (metastore/gc.py):
    chunk's deletion, which runs in a thread while entries keep applying: apply refuses a
    commit adding a path that any incarnation at an overlapping location has queued (or a dead
    manifest file), until this entry reports it (metastore.txn `_plan`, `queued_for_gc`), so
-   no commit can reference a queued file between the check and the deletion. (Not the files a
-   dead manifest lists: apply cannot see them; see ARCHITECTURE.md, Known limits.)
+   no commit can reference a queued file between the check and the deletion. The files a
+   dead manifest lists are not in the state, so from apply version 3 they go through the
+   queue too: a chunk at a time (DELETE_CHUNK_FILES), `QueueManifestFiles` moves them into
+   the table's queue (apply skips those a file entry references again), and they are then
+   deleted and reported like any queued file; the manifest file goes last. A new leader
+   reads the manifest again and queues its files again (those already deleted are missing:
+   done). Below version 3 the leader deletes them straight from the list after the check, and
+   a commit adding one of them again in between can lose its file.
 4. Orphans: files our writers made under a table's location - in an attempt directory
    (`<location>/_txn/<attempt>/...`) or a manifest file (`<location>/_manifests/<sha256>
    .parquet`) of a registered location, never anything else (a CREATE TABLE ... LOCATION may
@@ -46,22 +52,25 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
 import os
 import re
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Any
 
 from hlc import HybridClock, physical_ms
 from hlc.limits import LOGICAL_BITS
+from metastore import limits
 from metastore.catalog import TableState
 from metastore.commands import (
     AdvanceGcThreshold,
     Command,
     GcFilesDeleted,
+    QueueManifestFiles,
     ReleaseProtection,
     TableName,
     encode_command,
@@ -88,8 +97,12 @@ from raft.node import RaftNode
 
 log = logging.getLogger("metastore.gc")
 
-# Queued paths deleted (and then reported) per GcFilesDeleted entry.
+# Queued paths deleted (and then reported) per GcFilesDeleted entry, at most.
 DELETE_CHUNK_FILES = 1_000
+# Bytes of paths one chunk names (with _PATH_OVERHEAD_BYTES each for their msgpack framing
+# and size): half of MAX_COMMAND_BYTES, leaving room for the rest of the command.
+CHUNK_PATH_BYTES = limits.MAX_COMMAND_BYTES // 2
+_PATH_OVERHEAD_BYTES = 16
 # AdvanceGcThreshold steps per table per run: GC_PURGE_FILES_MAX files each, so a run frees up to
 # this many times 10k files of one table; the next run continues.
 MAX_STEPS_PER_TABLE = 100
@@ -294,16 +307,33 @@ class GcWorker:
         state = self.sm.state
         if state.txns.gc_queue(inc.table_id) or state.txns.gc_manifests(inc.table_id):
             await self._await_read_fence(inc.table_id)
-        done = await self._drain_manifests(inc, location, report)
+        if not state.rules_at_least(3):
+            # Apply version 2: a dead manifest's files are deleted straight from its list.
+            done = await self._drain_manifests(inc, location, report)
+            return done + (await self._drain_queue(inc, location, report))[0]
+        # The queue first: a dead manifest's files go through it, a chunk at a time.
+        done, emptied = await self._drain_queue(inc, location, report)
+        if emptied:
+            done += await self._drain_manifests(inc, location, report)
+        return done
+
+    async def _drain_queue(
+        self, inc: TableState, location: str, report: TableReport
+    ) -> tuple[int, bool]:
+        """Delete the table's queued files, reporting each chunk: (files done, whether the
+        queue is empty now)."""
+        done = 0
         while True:
             queue = self.sm.state.txns.gc_queue(inc.table_id)
             if not queue:
-                return done
-            chunk = list(queue.items())[:DELETE_CHUNK_FILES]
+                return done, True
+            # Bounded in bytes too: the GcFilesDeleted naming it must fit MAX_COMMAND_BYTES.
+            first = next(_chunks(list(itertools.islice(queue, DELETE_CHUNK_FILES))))
+            chunk = [(p, queue[p]) for p in first]
             await self._rate.take(len(chunk))
             keep = await self._still_referenced(inc.table_id)
             if keep is None:
-                return done  # stays queued: the next run tries again
+                return done, False  # stays queued: the next run tries again
             doomed = [p for p, _ in chunk if _path_key(location, p) not in keep]
             deleted_bytes = await asyncio.to_thread(
                 _delete_files, location, doomed, sizes=dict(chunk)
@@ -353,7 +383,10 @@ class GcWorker:
         """Dead manifests (metastore.manifests): delete the data files each lists, then the
         manifest itself (so a crash in between leaves a manifest to expand again, never files
         nobody lists), then report it. A manifest that is gone was expanded by an earlier run;
-        one that fails its sha256 check stays queued (and logged): its list cannot be trusted."""
+        one that fails its sha256 check stays queued (and logged): its list cannot be trusted.
+        From apply version 3 each chunk of the list first goes into the table's GC queue
+        (QueueManifestFiles) and is deleted from there (`_drain_queue`), so no commit can add
+        one of those files again between the "still referenced" check and the deletion."""
         from metastore.client.manifest_files import read_manifest
         from metastore.errors import ManifestUnreadableError
 
@@ -366,11 +399,28 @@ class GcWorker:
                     log.error("dead manifest not deleted", extra={"path": path, "error": str(exc)})
                     continue
                 entries = []
-            listed = [e.path for e in entries]
+            listed = list(dict.fromkeys(e.path for e in entries))  # a path may repeat
             sizes = {e.path: e.size_bytes for e in entries}
             trusted = True
-            for start in range(0, len(listed), DELETE_CHUNK_FILES):
-                chunk = listed[start : start + DELETE_CHUNK_FILES]
+            queue_first = self.sm.state.rules_at_least(3)
+            for chunk in _chunks(listed):
+                if queue_first:
+                    result = await self._propose(
+                        QueueManifestFiles(
+                            table=inc.name,
+                            table_id=inc.table_id,
+                            manifest=path,
+                            files=tuple((p, sizes[p]) for p in chunk),
+                        )
+                    )
+                    if (
+                        result.get("not_queued")
+                        or not (await self._drain_queue(inc, location, report))[1]
+                    ):
+                        # No room, already reported, or a manifest unreadable: the next run
+                        # drains the queue and lists this manifest again.
+                        return done
+                    continue
                 await self._rate.take(len(chunk))
                 keep = await self._still_referenced(inc.table_id)
                 if keep is None:
@@ -474,6 +524,23 @@ class GcWorker:
         if err is not None:
             raise err
         return dict(outcome.result)
+
+
+def _chunks(paths: list[str]) -> Iterator[list[str]]:
+    """`paths` in chunks of at most DELETE_CHUNK_FILES paths and CHUNK_PATH_BYTES bytes of
+    paths, so the command naming a chunk stays below MAX_COMMAND_BYTES whatever their length
+    (up to MAX_FILE_PATH_CHARS each)."""
+    chunk: list[str] = []
+    size = 0
+    for path in paths:
+        n = len(path.encode()) + _PATH_OVERHEAD_BYTES
+        if chunk and (len(chunk) >= DELETE_CHUNK_FILES or size + n > CHUNK_PATH_BYTES):
+            yield chunk
+            chunk, size = [], 0
+        chunk.append(path)
+        size += n
+    if chunk:
+        yield chunk
 
 
 # ---------------------------------------------------------------------- file system (threads)

@@ -51,6 +51,7 @@ from metastore.commands import (
     LeaseKey,
     OpenSession,
     Protect,
+    QueueManifestFiles,
     ReleaseLeases,
     ReleaseProtection,
     RevokeCerts,
@@ -2828,6 +2829,7 @@ def _admin_only(cmd: Command) -> bool:
         | ExpireSessions
         | AdvanceGcThreshold
         | GcFilesDeleted
+        | QueueManifestFiles
         | AdvanceSchemaJob
         | RevokeCerts
         | SetApplyVersion,

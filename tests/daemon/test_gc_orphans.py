@@ -443,3 +443,134 @@ def test_a_leadership_change_mid_run_is_a_typed_error_and_the_schedule_keeps_run
     calls = 0
     asyncio.run(schedule())
     assert calls >= 6
+
+
+def _dead_manifest_after_re_create(location: Path, rel: str, *, apply_version: int) -> Driver:
+    """ns.t at `location` lists `rel` in a manifest only; it is dropped and re-created at the
+    same location, and GC's threshold passes the drop: the manifest is dead (queued to GC)."""
+    from metastore.commands import AdvanceGcThreshold
+
+    d = Driver(apply_version=apply_version)
+    d.ok("CREATE NAMESPACE ns")
+    create = f"CREATE TABLE ns.t (id BIGINT) LOCATION '{location}' TBLPROPERTIES ('gc.ttl' = '1s')"
+    d.ok(create)
+    d.tm += 2 * DD_MS * MS
+    _commit_and_compact(d, T, rel)
+    old_id = d.state.catalog.incarnations(T)[-1].table_id
+    d.ok("DROP TABLE ns.t")
+    d.ok(create)
+    d.tm += 2 * DD_MS * MS + 2_000 * MS  # past the re-created table's activation and the TTL
+    dropped_tu = d.state.catalog.incarnations(T)[0].dropped_tu
+    assert dropped_tu is not None
+    ok(d, AdvanceGcThreshold(table=T, table_id=old_id, up_to=dropped_tu))
+    assert d.state.txns.gc_manifests(old_id)
+    return d
+
+
+def _drain_dropped(d: Driver, location: Path, raft: _Raft) -> None:
+    old_id = d.state.catalog.incarnations(T)[0].table_id
+    w = worker(d, now_tm=d.tm)
+    w.raft = raft  # type: ignore[assignment]
+    w.clock = SimpleNamespace(now=lambda: d.tm, physical_now_ms=lambda: d.tm // MS)  # type: ignore[assignment]
+    report = TableReport(table=str(T), table_id=old_id, threshold_before=0, threshold=0, held_by={})
+    asyncio.run(w._drain(incarnation(d.state.catalog, T, old_id), str(location), report))
+    assert not d.state.txns.gc_manifests(old_id) and not d.state.txns.gc_queue(old_id)
+
+
+def test_a_commit_adding_a_file_a_dead_manifest_lists_never_loses_it_to_gc(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GC of a dead manifest checked "is this path referenced again?" and then deleted the chunk
+    # in a thread while entries kept applying, and apply could not refuse a commit adding one
+    # of those files again (they are not in the state): DROP TABLE t; CREATE TABLE t ...
+    # LOCATION <the same directory>; a protocol client re-registers the old files (as Hive's
+    # MSCK REPAIR would) between the check and the deletion. The commit was acknowledged and
+    # its file deleted. Now the listed files go into the GC queue first (apply version 3), and
+    # such a commit is refused (`queued_for_gc`) until GC reports them deleted.
+    import metastore.daemon.gc_worker as gc_worker
+    from metastore.errors import InvalidArgumentError
+    from metastore.outcome import Outcome
+
+    location = tmp_path / "t"
+    rel = "_txn/append-0123/part-0.parquet"
+    d = _dead_manifest_after_re_create(location, rel, apply_version=3)
+    data = old_file(location / rel)
+    real_delete = gc_worker._delete_files
+    again: list[Outcome] = []
+
+    def delete_files(root: str, rel_paths: Any, *, sizes: dict[str, int]) -> int:
+        rel_paths = list(rel_paths)
+        if rel in rel_paths and not again:  # an entry applied while the deletion runs
+            again.append(d.apply(commit(d, "re-register", rel)))
+        return real_delete(root, rel_paths, sizes=sizes)
+
+    monkeypatch.setattr(gc_worker, "_delete_files", delete_files)
+    _drain_dropped(d, location, _Raft(d))
+    (outcome,) = again
+    assert not (outcome.ok and not data.exists()), "an acknowledged commit lost its file to GC"
+    err = outcome.exception()
+    assert isinstance(err, InvalidArgumentError) and err.details["reason"] == "queued_for_gc"
+    assert not data.exists()
+    ok(d, commit(d, "re-register-later", rel))  # reported deleted: the path is free again
+
+
+def test_below_apply_version_3_gc_deletes_a_dead_manifests_files_as_before(
+    tmp_path: Path,
+) -> None:
+    # Nodes of the previous release cannot apply QueueManifestFiles: the leader of a cluster
+    # not finalized to version 3 never proposes it.
+    location = tmp_path / "t"
+    rel = "_txn/append-0123/part-0.parquet"
+    d = _dead_manifest_after_re_create(location, rel, apply_version=2)
+    data = old_file(location / rel)
+    proposed: list[str] = []
+
+    class _Recording(_Raft):
+        async def propose(self, data: bytes, *, timeout_ms: int) -> SimpleNamespace:
+            proposed.append(type(decode_command(data)).__name__)
+            return await super().propose(data, timeout_ms=timeout_ms)
+
+    _drain_dropped(d, location, _Recording(d))
+    assert proposed == ["GcFilesDeleted"] and not data.exists()
+
+
+def test_a_chunk_of_a_dead_manifests_list_fits_one_command_whatever_its_paths() -> None:
+    # 1,000 paths of up to 1,024 characters are 1 MB: far past MAX_COMMAND_BYTES (256 KiB),
+    # which apply refuses as malformed, so GC would never get past that manifest.
+    from metastore.commands import QueueManifestFiles, encode_command
+    from metastore.daemon.gc_worker import _chunks
+
+    short = [f"p{i}" for i in range(2_500)]
+    assert [len(c) for c in _chunks(short)] == [1_000, 1_000, 500]
+    long = [f"{i:04d}/" + "p" * 1_018 for i in range(1_000)]
+    chunks = list(_chunks(long))
+    assert [p for c in chunks for p in c] == long
+    for chunk in chunks:
+        cmd = QueueManifestFiles(
+            table=T,
+            table_id=1 << 62,
+            manifest=f"_manifests/{'a' * 64}.parquet",
+            files=tuple((p, 1 << 62) for p in chunk),
+        )
+        assert decode_command(encode_command(cmd)) == cmd
+
+
+def test_queued_files_with_long_paths_are_reported_in_commands_that_fit(tmp_path: Path) -> None:
+    # GC reported 1,000 deleted paths per GcFilesDeleted: with paths over ~260 characters
+    # (deep partition directories) the command passed MAX_COMMAND_BYTES and apply refused it
+    # as malformed, so the table's queue never drained: its files stayed refused to commits
+    # and its GC stuck, run after run.
+    d = table_driver(tmp_path / "t")
+    table_id = d.state.catalog.incarnations(T)[-1].table_id
+    tl = d.state.txns._tables[table_id]  # queued files put in directly: fast to build
+    queued = [f"{'d' * 200}/{'e' * 200}/part-{i:04d}-{'f' * 400}.parquet" for i in range(1_500)]
+    for path in queued:
+        tl.gc_queue[path] = 7
+    w = worker(d, now_tm=d.tm)
+    w.raft = _Raft(d)  # type: ignore[assignment]
+    w.clock = SimpleNamespace(now=lambda: d.tm, physical_now_ms=lambda: d.tm // MS)  # type: ignore[assignment]
+    report = TableReport(
+        table=str(T), table_id=table_id, threshold_before=0, threshold=0, held_by={}
+    )
+    asyncio.run(w._drain(incarnation(d.state.catalog, T, table_id), tl.location, report))
+    assert not tl.gc_queue and report.files_deleted == len(queued)

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from metastore.apply_version import APPLY_VERSION_SUPPORTED
 from metastore.daemon.config import load_node_config
 from metastore.daemon.node import MetastoreNode, NodeStartError
 from raft.wal import WriteAheadLog
@@ -181,7 +182,7 @@ def test_a_node_of_an_older_release_stops_and_resumes_once_upgraded(tmp_path: Pa
         c.wait_ready()
         for n in c.ids:
             st = c.try_status(n)
-            assert st is not None and st["apply_version"] == 2, (n, st)
+            assert st is not None and st["apply_version"] == APPLY_VERSION_SUPPORTED, (n, st)
             reader = c.client(n, role="reader")
             names = reader.call("list_namespaces")["result"]["namespaces"]
             reader.close()

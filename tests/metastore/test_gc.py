@@ -6,6 +6,7 @@ protected or readable timestamp can see is ever purged or deleted."""
 from __future__ import annotations
 
 import contextlib
+from dataclasses import replace
 
 import msgpack
 import pytest
@@ -35,6 +36,7 @@ from metastore.commands import (
     decode_command,
     encode_command,
     parse_duration_ms,
+    validate_command,
 )
 from metastore.ddl import parse_ddl
 from metastore.errors import (
@@ -960,3 +962,99 @@ def test_an_owner_pushed_out_of_the_ended_list_still_gets_its_grace_period(
     late = ended + (limits.PROTECTION_OWNER_GRACE_MS + 100) * MS
     for state in (d.state, restored):
         assert state.gc.due_releases(tm=late, sessions=state.sessions) == [("owned", "owner_gone")]
+
+
+# --------------------------------------------------------------------------------------------
+# The files a dead manifest lists (QueueManifestFiles, apply version 3)
+# --------------------------------------------------------------------------------------------
+
+
+def _dead_manifest(d: Driver, location: str) -> tuple[int, str]:
+    """ns.t at `location` with f1 and f2 in one manifest, dropped and re-created at the same
+    location, its threshold past the drop: (old table id, the dead manifest's path)."""
+    from metastore.manifests import compaction_command, plan_compaction, ref_for
+
+    d.ok("CREATE NAMESPACE ns")
+    create = f"CREATE TABLE ns.t (id BIGINT) LOCATION '{location}' TBLPROPERTIES ('gc.ttl' = '1s')"
+    d.ok(create)
+    d.tm += (DD_MS + 1) * MS
+    old_id = d.state.catalog.incarnations(T)[-1].table_id
+    ok(d, _commit_to(d, T, "a", "f1"))
+    ok(d, _commit_to(d, T, "b", "f2"))
+    txns = d.state.txns
+    plan = plan_compaction(
+        loose=txns.loose_entries(old_id),
+        deletes=txns.delete_entries(old_id),
+        refs=txns.manifest_refs(old_id),
+        read=lambda ref: [],
+    )
+    assert plan is not None
+    added = [
+        ref_for(batch, sha256=f"{n:064x}", size_bytes=10) for n, batch in enumerate(plan.batches)
+    ]
+    ok(d, compaction_command(plan, table=T, table_id=old_id, rewritten=[], added=added))
+    d.ok("DROP TABLE ns.t")
+    d.ok(create)
+    d.tm += (DD_MS + 1) * MS + 5 * TTL_MS * MS
+    dropped_tu = d.state.catalog.incarnations(T)[0].dropped_tu
+    assert dropped_tu is not None
+    ok(d, AdvanceGcThreshold(table=T, table_id=old_id, up_to=dropped_tu))
+    (manifest,) = d.state.txns.gc_manifests(old_id)
+    return old_id, manifest
+
+
+def test_a_dead_manifests_files_are_queued_before_gc_deletes_them_so_no_commit_adds_one() -> None:
+    # The leader deletes the files a dead manifest lists after checking that no incarnation
+    # references them again; apply could not refuse a commit adding one of them (they are not
+    # in the state), so a commit applied between the check and the deletion lost its file.
+    # The leader now queues them first: a commit adding one is refused until GC reports it.
+    from metastore.commands import QueueManifestFiles
+
+    d = Driver()
+    old_id, manifest = _dead_manifest(d, "/wh/t")
+    ok(d, _commit_to(d, T, "again-f2", "f2"))  # re-registered before GC decided: it stays
+    listed = (("f1", 1), ("f2", 1))
+    cmd = QueueManifestFiles(table=T, table_id=old_id, manifest=manifest, files=listed)
+    assert decode_command(encode_command(cmd)) == cmd
+    result = ok(d, cmd)
+    assert (result["listed"], result["held"], result["not_queued"]) == (1, 1, 0)
+    assert d.state.txns.gc_queue(old_id) == {"f1": 1}
+    err = refused(d, _commit_to(d, T, "again-f1", "f1"), InvalidArgumentError)
+    assert err.details["reason"] == "queued_for_gc"
+    assert MetastoreState.from_snapshot(d.state.to_snapshot()) == d.state  # the queue is kept
+    again = ok(d, cmd)  # a new leader redoes the work: nothing changes
+    assert (again["listed"], again["held"]) == (0, 1)
+    ok(d, GcFilesDeleted(table=T, table_id=old_id, paths=("f1", manifest)))
+    assert not d.state.txns.gc_queue(old_id) and not d.state.txns.gc_manifests(old_id)
+    stale = ok(d, cmd)  # the manifest is reported: a stale proposal queues nothing
+    assert (stale["listed"], stale["not_queued"]) == (0, 2)
+    ok(d, _commit_to(d, T, "again-f1-later", "f1"))
+
+
+def test_queueing_a_dead_manifests_files_is_bounded_and_needs_apply_version_3(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from metastore.commands import QueueManifestFiles
+
+    d = Driver(apply_version=2)
+    old_id, manifest = _dead_manifest(d, "/wh/t")
+    cmd = QueueManifestFiles(table=T, table_id=old_id, manifest=manifest, files=(("f1", 1),))
+    err = refused(d, cmd, InvalidArgumentError)  # nodes of the previous release cannot apply it
+    assert err.details == {"apply_version": 2, "needed": 3}
+    d = Driver()
+    old_id, manifest = _dead_manifest(d, "/wh/t")
+    monkeypatch.setattr(limits, "GC_PURGE_FILES_MAX", 1)
+    files = (("f1", 1), ("f2", 1))
+    result = ok(d, QueueManifestFiles(table=T, table_id=old_id, manifest=manifest, files=files))
+    assert (result["listed"], result["not_queued"]) == (1, 1)
+    assert d.state.txns.gc_queue(old_id) == {"f1": 1}
+    for bad in [(), (("f1", 1), ("f1", 1)), (("/abs", 1),), (("f1", -1),)]:
+        with pytest.raises(InvalidArgumentError):
+            validate_command(replace(cmd, files=bad))
+    too_many = tuple((f"p{i}", 1) for i in range(limits.MAX_GC_PATHS_PER_COMMAND + 1))
+    with pytest.raises(LimitExceededError):
+        validate_command(replace(cmd, files=too_many))
+    body = msgpack.unpackb(encode_command(cmd), raw=False)
+    for files in [[["f1"]], [["f1", True]], [[1, 1]], "f1"]:
+        with pytest.raises(MalformedCommandError):
+            decode_command(msgpack.packb({**body, "files": files}, use_bin_type=True))
