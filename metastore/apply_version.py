@@ -40,6 +40,8 @@ from typing import Final
 #      again is refused (`queued_for_gc`) instead of losing its file to the deletion. Below
 #      version 3 the leader deletes them straight from the manifest (as before) and apply
 #      refuses the command (InvalidArgument, changing nothing).
+#      AcquireLeases is refused (LimitExceeded, MAX_LEASES) when the cluster would hold more
+#      than MAX_LEASES leases in all; before, only each session's count was bounded.
 APPLY_VERSION_SUPPORTED: Final = 3
 
 # A cluster that never applied SetApplyVersion (and every older snapshot) is at version 1.

@@ -36,7 +36,9 @@ Commands (metastore.commands) and their results
                       (table, table_id, version) must name the live incarnation and one of its two
                       latest versions (LeaseVersionNotLatest, retryable). Idempotent per lease.
                       A held lease keeps the earliest read_ts and its first acquired Tm, unless
-                      the command renews it (see "Moving forward").
+                      the command renews it (see "Moving forward"). At most
+                      MAX_LEASES_PER_SESSION per session and, from apply version 3, MAX_LEASES
+                      in the cluster (LimitExceeded; a lease already held counts once).
     ReleaseLeases     {session_id, released}; releasing what is not held is a no-op. With
                       known_tm (a renewing holder's), a lease an entry after it touched stays
                       (`kept`: [[table_id, version], ...]): a pin that crossed the release on
@@ -194,12 +196,15 @@ class EndedSession:
 class Sessions:
     """Sessions and their leases. Owned by `MetastoreState`; pure."""
 
-    __slots__ = ("_ended", "_leases", "_sessions")
+    __slots__ = ("_by_session", "_ended", "_leases", "_sessions")
 
     def __init__(self) -> None:
         self._sessions: dict[str, Session] = {}
         # (table_id, version, session_id) -> lease, in acquisition order.
         self._leases: dict[tuple[int, int, str], Lease] = {}
+        # session_id -> the keys of its leases (derived from _leases, kept in step with it): a
+        # session's count and its end need not scan every lease of the cluster.
+        self._by_session: dict[str, dict[tuple[int, int, str], None]] = {}
         self._ended: deque[EndedSession] = deque()
 
     # ----------------------------------------------------------------------------------------
@@ -272,9 +277,12 @@ class Sessions:
         tm: int,
         catalog: Catalog,
         threshold: Callable[[int], int] = lambda _table_id: 0,
+        leases_max: int | None = None,
     ) -> Result:
         """`threshold(table_id)` is the table's GC threshold: reads at or below it are refused
-        (BeforeGcThreshold), so a lease is never promised to keep reads GC has passed."""
+        (BeforeGcThreshold), so a lease is never promised to keep reads GC has passed.
+        `leases_max`: the cluster-wide bound on leases (limits.MAX_LEASES from apply version 3;
+        None below it)."""
         session = self._live(cmd.session_id, tm)
         new = [k for k in cmd.leases if (k.table_id, k.version, cmd.session_id) not in self._leases]
         for key in cmd.leases:
@@ -283,13 +291,17 @@ class Sessions:
             for key in cmd.leases:
                 if key.table_id in cmd.reads and cmd.read_ts <= threshold(key.table_id):
                     raise _before_threshold(key, cmd.read_ts, threshold(key.table_id))
-        held = sum(1 for (_, _, s) in self._leases if s == cmd.session_id)
+        held = len(self._by_session.get(cmd.session_id, ()))
         if held + len(new) > limits.MAX_LEASES_PER_SESSION:
             raise limit_exceeded(
                 "MAX_LEASES_PER_SESSION",
                 limits.MAX_LEASES_PER_SESSION,
                 held + len(new),
                 f"leases of session {cmd.session_id}",
+            )
+        if leases_max is not None and new and len(self._leases) + len(new) > leases_max:
+            raise limit_exceeded(
+                "MAX_LEASES", leases_max, len(self._leases) + len(new), "leases in the cluster"
             )
         # Renewal (see AcquireLeases): only leases held before this command that no entry after
         # the holder's `known_tm` touched - one it did not know of when it chose renew_from
@@ -304,6 +316,9 @@ class Sessions:
                     renewed.append(lkey)
         # --- write: nothing below can fail ---
         for key in new:
+            self._by_session.setdefault(cmd.session_id, {})[
+                (key.table_id, key.version, cmd.session_id)
+            ] = None
             self._leases[(key.table_id, key.version, cmd.session_id)] = Lease(
                 table=key.table,
                 table_id=key.table_id,
@@ -357,7 +372,7 @@ class Sessions:
             if cmd.known_tm is not None and lease.last_touched_tm() > cmd.known_tm:
                 kept.append([key.table_id, key.version])
                 continue
-            del self._leases[lkey]
+            self._drop_lease(lkey)
             released += 1
         result: Result = {"session_id": cmd.session_id, "released": released}
         if cmd.known_tm is not None:
@@ -395,7 +410,7 @@ class Sessions:
         ends: the batch may still be reading the incarnation's files, and GC must not delete
         them under it (metastore.gc)."""
         for key in [k for k, v in self._leases.items() if k[0] == table_id and v.read_ts is None]:
-            del self._leases[key]
+            self._drop_lease(key)
 
     def check_publish(self, inc: TableState, *, tm: int) -> None:
         """Raise SchemaChangeBlockedError if publishing `inc`'s next version at `tm` would leave
@@ -508,12 +523,19 @@ class Sessions:
             raise _not_found(session_id, session)
         return session
 
+    def _drop_lease(self, key: tuple[int, int, str]) -> None:
+        del self._leases[key]
+        keys = self._by_session[key[2]]
+        del keys[key]
+        if not keys:
+            del self._by_session[key[2]]
+
     def _ack(self, session: Session) -> Result:
         return {"session_id": session.session_id, "deadline_tm": session.deadline_tm}
 
     def _end(self, session: Session, *, reason: str, by: str, tm: int) -> None:
         del self._sessions[session.session_id]
-        for key in [k for k in self._leases if k[2] == session.session_id]:
+        for key in self._by_session.pop(session.session_id, {}):
             del self._leases[key]
         self._ended.append(
             EndedSession(
@@ -537,6 +559,11 @@ class Sessions:
         for session_id, s in self._sessions.items():
             if s.session_id != session_id or not s.opened_tm <= s.heartbeat_tm <= last_tm:
                 raise CatalogInvariantError(f"session {session_id!r}: bad id or heartbeat Tm")
+        indexed = {key: None for keys in self._by_session.values() for key in keys}
+        if indexed.keys() != self._leases.keys() or any(
+            not keys or any(k[2] != sid for k in keys) for sid, keys in self._by_session.items()
+        ):
+            raise CatalogInvariantError("the leases by session disagree with the leases")
         live_versions: dict[int, set[int]] = {}
         for (table_id, version, session_id), lease in self._leases.items():
             where = f"lease on table id {table_id} v{version} by {session_id!r}"
@@ -681,6 +708,7 @@ class Sessions:
                 if key in out._leases:
                     raise MalformedSnapshotError("a lease twice")
                 out._leases[key] = lease
+                out._by_session.setdefault(lease.session_id, {})[key] = None
             for row in expect_rows(data["ended"], 5):
                 out._ended.append(
                     EndedSession(

@@ -188,6 +188,9 @@ MAX_SESSION_LABEL_CHARS = 256
 # leases one acquire/release command names (one per table a batch touches).
 MAX_LEASES_PER_SESSION = 10_000
 MAX_LEASES_PER_COMMAND = MAX_TABLES_PER_COMMIT
+# Leases in the whole cluster (apply version 3): every lease is held in every replica and every
+# snapshot, and MAX_SESSIONS x MAX_LEASES_PER_SESSION alone would allow 100M of them.
+MAX_LEASES = 1_000_000
 # Ended sessions remembered for `session list --all` (newest kept).
 MAX_ENDED_SESSIONS_KEPT = 1_000
 

@@ -282,7 +282,11 @@ class MetastoreState:
                     command = replace(command, known_tm=None, renew_from=None)
                 return Outcome.success(
                     self.sessions.acquire(
-                        command, tm=tm, catalog=self.catalog, threshold=self.gc.threshold
+                        command,
+                        tm=tm,
+                        catalog=self.catalog,
+                        threshold=self.gc.threshold,
+                        leases_max=limits.MAX_LEASES if self.rules_at_least(3) else None,
                     )
                 )
             case ReleaseLeases():
