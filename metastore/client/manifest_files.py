@@ -329,9 +329,11 @@ def _expand_columnar(reply: Mapping[str, Any], listing: Listing, location: str) 
     merged = pa.concat_tables(parts)
     # Commit order: a stable sort by added_ts keeps each commit's own order (as `expand`).
     merged = merged.take(pc.sort_indices(merged, sort_keys=[("added_ts", "ascending")]))
-    # Each path once, as `expand` (the shared rule, `first_indexes`); the C++ count skips the
-    # Python pass in the usual case of no path committed twice.
-    if pc.count_distinct(merged["path"]).as_py() != merged.num_rows:
+    # Each path once, as `expand` (the shared rule, `first_indexes`); the C++ check skips the
+    # Python pass in the usual case of no path committed twice. `unique`, not `count_distinct`:
+    # on one large chunk (what `take` returns) the latter took 0.9-1.2 s for 1M paths, the
+    # former 0.4 s (bench-scale's `files` of 1M went from 2.3 s to 4.4 s with it).
+    if len(pc.unique(merged["path"])) != merged.num_rows:
         keep = first_indexes(merged["path"].to_pylist())
         if keep is not None:
             merged = merged.take(pa.array(keep, pa.int64()))
