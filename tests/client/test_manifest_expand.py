@@ -251,3 +251,46 @@ def test_the_data_source_reads_a_path_committed_again_once(
         for partition in reader.partitions():
             list(reader.read(partition))
         assert sorted(read) == [absolute(str(tmp_path), "a"), absolute(str(tmp_path), "b")]
+
+
+# A manifest's paths are checked against the rule commits follow, vectorised in one regular
+# expression: whatever the string, it must agree with `commands.validate_file_path`.
+_PATH_PIECES = st.sampled_from(
+    [
+        "a",
+        "b.parquet",
+        "/",
+        "//",
+        ".",
+        "..",
+        "./",
+        "../",
+        ":",
+        "://",
+        "\\",
+        "\x00",
+        "\x1f",
+        "\x7f",
+        "\n",
+        "é",
+        "_txn",
+        "x" * 300,
+    ]
+)
+
+
+@settings(max_examples=400, deadline=None, derandomize=True)
+@given(st.lists(_PATH_PIECES, max_size=6).map("".join) | st.text(max_size=12))
+def test_the_vectorised_path_check_agrees_with_the_commit_rule(path: str) -> None:
+    import pyarrow as pa
+
+    from metastore.client.manifest_files import _bad_paths
+    from metastore.commands import validate_file_path
+    from metastore.errors import MetastoreError
+
+    try:
+        validate_file_path(path)
+        refused = False
+    except MetastoreError:
+        refused = True
+    assert _bad_paths(pa.chunked_array([[path]], pa.string()))[0].as_py() is refused
