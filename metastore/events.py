@@ -17,7 +17,8 @@ Which events (every one carries `kind`, `tm` and `index` of its entry):
 * `protected` / `protection_released`: record_id, ts, reason.
 * `manifest_compacted`: table, table_id, moved_entries, folded_deletes, manifests (what the
   table holds after it; a compaction changes no answer, so readers may ignore it).
-Refused entries, request-id retries and deduplicated commits are not events: nothing changed.
+Refused entries, request-id retries, deduplicated commits and commands that found nothing to
+do (a close of a session already ended) are not events: nothing changed.
 
 `EventLog` keeps the newest events in memory (EVENTS_KEPT). It is complete after `floor_tm`:
 every event of an entry with Tm > floor_tm is in it. The floor rises when old events are
@@ -102,7 +103,7 @@ def events_of(command: Command, outcome: Outcome, *, tm: int, index: int) -> lis
                     "user": command.info.user,
                 }
             )
-        case CloseSession():
+        case CloseSession() if result.get("closed"):
             out.append(
                 {**head, "kind": "session_ended", "session_id": command.session_id}
                 | {"reason": "closed", "by": ""}

@@ -12,8 +12,10 @@ from metastore.commands import (
     AcquireLeases,
     AdvanceSchemaJob,
     CancelSchemaJob,
+    CloseSession,
     CommitTxn,
     DataFile,
+    ExpireSessions,
     LeaseKey,
     OpenSession,
     ReleaseLeases,
@@ -189,3 +191,17 @@ def test_an_entry_larger_than_a_page_is_split_and_resumed_inside_it() -> None:
     # Resuming inside an entry the window dropped is WATCH_START_COMPACTED.
     with pytest.raises(WatchStartCompactedError):
         log.since(log.floor_tm, limit=1, skip=1)
+
+
+def test_closing_a_session_that_already_ended_is_not_a_second_end() -> None:
+    """The reaper expires a session (`session_ended`, ttl), then its app closes it: the close
+    changes nothing (`closed` False), but the feed said the session ended again, as closed."""
+    d = Driver()
+    d.apply(OpenSession(session_id="s1", info=SessionInfo(app_id="app"), ttl_ms=5_000))
+    [expired] = applied_events(d, ExpireSessions(session_ids=("s1",), reason="admin", by="ops"))
+    assert (expired["kind"], expired["reason"]) == ("session_ended", "admin")
+    assert applied_events(d, CloseSession(session_id="s1")) == []
+    assert applied_events(d, CloseSession(session_id="never-opened")) == []
+    d.apply(OpenSession(session_id="s2", info=SessionInfo(app_id="app"), ttl_ms=5_000))
+    [closed] = applied_events(d, CloseSession(session_id="s2"))
+    assert (closed["kind"], closed["reason"]) == ("session_ended", "closed")
