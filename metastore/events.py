@@ -18,7 +18,8 @@ Which events (every one carries `kind`, `tm` and `index` of its entry):
 * `manifest_compacted`: table, table_id, moved_entries, folded_deletes, manifests (what the
   table holds after it; a compaction changes no answer, so readers may ignore it).
 Refused entries, request-id retries, deduplicated commits and commands that found nothing to
-do (a close of a session already ended) are not events: nothing changed.
+do (a close of a session already ended, a release of leases not held, a Protect of a record
+that exists) are not events: nothing changed.
 
 `EventLog` keeps the newest events in memory (EVENTS_KEPT). It is complete after `floor_tm`:
 every event of an entry with Tm > floor_tm is in it. The floor rises when old events are
@@ -115,17 +116,32 @@ def events_of(command: Command, outcome: Outcome, *, tm: int, index: int) -> lis
                 | {"reason": command.reason, "by": command.by}
                 for session_id in (expired if isinstance(expired, list) else [])
             )
-        case AcquireLeases() | ReleaseLeases():
-            kind = "leases_acquired" if isinstance(command, AcquireLeases) else "leases_released"
+        case AcquireLeases():
             out.append(
                 {
                     **head,
-                    "kind": kind,
+                    "kind": "leases_acquired",
                     "session_id": command.session_id,
                     "leases": [[str(k.table), k.version] for k in command.leases],
                 }
             )
-        case Protect():
+        case ReleaseLeases() if result.get("released"):
+            # Not those a crossing pin touched (`kept`): the session still holds them.
+            kept = result.get("kept")
+            held = {(k[0], k[1]) for k in kept} if isinstance(kept, list) else set()
+            out.append(
+                {
+                    **head,
+                    "kind": "leases_released",
+                    "session_id": command.session_id,
+                    "leases": [
+                        [str(k.table), k.version]
+                        for k in command.leases
+                        if (k.table_id, k.version) not in held
+                    ],
+                }
+            )
+        case Protect() if result.get("created_tm") == tm:  # not a retry of an existing record
             out.append(
                 {**head, "kind": "protected", "record_id": command.record_id, "ts": command.ts}
             )

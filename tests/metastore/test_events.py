@@ -18,6 +18,7 @@ from metastore.commands import (
     ExpireSessions,
     LeaseKey,
     OpenSession,
+    Protect,
     ReleaseLeases,
     SessionInfo,
     TableName,
@@ -205,3 +206,35 @@ def test_closing_a_session_that_already_ended_is_not_a_second_end() -> None:
     d.apply(OpenSession(session_id="s2", info=SessionInfo(app_id="app"), ttl_ms=5_000))
     [closed] = applied_events(d, CloseSession(session_id="s2"))
     assert (closed["kind"], closed["reason"]) == ("session_ended", "closed")
+
+
+def test_a_protect_of_an_existing_record_and_a_release_of_nothing_held_are_not_events() -> None:
+    """Protect is idempotent by record id (a client retry without request id gets the record
+    back) and a release of leases no longer held (the session's end dropped them) releases
+    nothing: the feed said `protected` twice and listed releases that never happened."""
+    d = Driver()
+    d.ok("CREATE NAMESPACE ns")
+    d.ok("CREATE TABLE ns.t (a INT)")
+    d.tm += (DD_MS + 1) * MS
+    protect = Protect(record_id="r1", ts=d.tm, tables=(T,), created_by="spark")
+    [protected] = applied_events(d, protect)
+    assert (protected["kind"], protected["record_id"]) == ("protected", "r1")
+    assert applied_events(d, protect) == []  # the same record again: nothing new
+    d.apply(OpenSession(session_id="s1", info=SessionInfo(app_id="app"), ttl_ms=60_000))
+    key = LeaseKey(table=T, table_id=1, version=1)
+    [acquired] = applied_events(d, AcquireLeases(session_id="s1", leases=(key,)))
+    assert acquired["kind"] == "leases_acquired"
+    [released] = applied_events(d, ReleaseLeases(session_id="s1", leases=(key,)))
+    assert (released["kind"], released["leases"]) == ("leases_released", [["ns.t", 1]])
+    assert applied_events(d, ReleaseLeases(session_id="s1", leases=(key,))) == []
+    # A release that keeps a lease a crossing pin touched (`known_tm`) lists only the other.
+    d.ok("CREATE TABLE ns.u (a INT)")
+    d.tm += (DD_MS + 1) * MS
+    other = LeaseKey(table=TableName.of("ns", "u"), table_id=2, version=1)
+    d.apply(AcquireLeases(session_id="s1", leases=(key,)))
+    known = d.tm
+    d.apply(AcquireLeases(session_id="s1", leases=(other,), known_tm=known))
+    [partial] = applied_events(
+        d, ReleaseLeases(session_id="s1", leases=(key, other), known_tm=known)
+    )
+    assert partial["leases"] == [["ns.t", 1]]  # ns.u is still held
