@@ -1,14 +1,19 @@
 """A long poll (`watch`) that times out cancels its wake-up future; the state machine used to
 keep every such future until the next event was applied. On a quiet catalog (no DDL, commits
 or sessions for hours) each watcher's 10 s polls piled up two dead futures per call, without
-bound. Pure: no sockets, no processes."""
+bound. And a watch's filter is judged only once the node reached the watcher's position.
+Pure: no sockets, no processes."""
 
 from __future__ import annotations
 
 import asyncio
 
+from hlc import HybridClock, ManualClock
 from metastore.commands import CreateNamespace, InitCluster, encode_command
+from metastore.daemon.secrets import Role
+from metastore.daemon.server import ApiServer, Session
 from metastore.daemon.statemachine import CatalogStateMachine
+from metastore.ddl import parse_ddl
 from raft.core.types import Entry
 
 TM = 1 << 40
@@ -31,5 +36,75 @@ def test_a_cancelled_wait_for_events_is_not_kept() -> None:
         await asyncio.wait_for(woken, timeout=5)
         await asyncio.sleep(0)
         assert len(sm._event_waiters) == 0
+
+    asyncio.run(main())
+
+
+class _CatchingUpNode:
+    """A follower that has applied a prefix of `entries`; waiting for safe time applies the
+    rest up to the wanted Tm, as a node catching up with its leader does."""
+
+    node_id = 2
+    ready_to_serve = True
+
+    def __init__(self, sm: CatalogStateMachine, entries: list[Entry], applied: int) -> None:
+        self.sm, self.pending = sm, list(entries)
+        for _ in range(applied):
+            self.sm.apply(self.pending.pop(0))
+
+    @property
+    def safe_time(self) -> int:
+        return self.sm.state.last_tm
+
+    async def wait_for_safe_time(self, ts: int, *, timeout_ms: int) -> float:
+        while self.pending and self.sm.state.last_tm < ts:
+            self.sm.apply(self.pending.pop(0))
+        return 0.0
+
+
+def test_a_filter_is_judged_once_the_node_reached_the_watchers_position() -> None:
+    """A watcher of ns.t resumes, on a follower, from a position after ns.t's CREATE TABLE
+    (the leader's `next_from_ts`), or starts right after its own CREATE TABLE returned. The
+    follower had not applied the CREATE yet and answered TABLE_NOT_FOUND (not retryable), for
+    a table every other read on that node finds once it waited for its position."""
+    ms = 1 << 16
+    t0 = 1_764_000_000_000 * ms
+    commands = [
+        InitCluster(dd_ms=500, cs_max_ms=100),
+        CreateNamespace(namespace="ns"),
+        parse_ddl("CREATE TABLE ns.t (a INT)"),
+    ]
+    entries = [
+        Entry(term=1, index=i + 1, tm=t0 + i * ms, data=encode_command(c))
+        for i, c in enumerate(commands)
+    ]
+    after_create = entries[-1].tm
+    session = Session(peer="p", role=Role.READER, token="tok", client="w")
+
+    def api(sm: CatalogStateMachine, node: _CatchingUpNode, now_ms: int) -> ApiServer:
+        return ApiServer(
+            node=node,  # type: ignore[arg-type]
+            sm=sm,
+            clock=HybridClock(ManualClock(now_ms)),
+            secrets=None,  # type: ignore[arg-type]
+            forwarder=None,  # type: ignore[arg-type]
+            metrics=None,  # type: ignore[arg-type]
+            cluster_id="w",
+            client_addresses={},
+        )
+
+    async def main() -> None:
+        sm = CatalogStateMachine()
+        node = _CatchingUpNode(sm, entries, applied=2)
+        server = api(sm, node, (after_create >> 16) + 1)
+        args = {"from_ts": after_create, "table": "ns.t", "wait_ms": 0}
+        page = await server._watch(session, args)
+        assert page["events"] == [] and page["next_from_ts"] == after_create
+        # From now (the default): judged as a read at now, which sees the CREATE.
+        sm = CatalogStateMachine()
+        node = _CatchingUpNode(sm, entries, applied=2)
+        server = api(sm, node, (after_create >> 16) + 600)  # past Tu: CREATE TABLE returned
+        page = await server._watch(session, {"table": "ns.t", "wait_ms": 0})
+        assert [e["kind"] for e in page["events"]] == ["schema_published"]
 
     asyncio.run(main())
