@@ -1516,13 +1516,17 @@ class ApiServer:
         position = (from_ts, from_event)
         while True:
             wake = self.sm.wait_for_events()
-            events, stopped_at, skip = self.sm.events.since(
-                position[0],
-                limit=limit,
-                keep=lambda e: event_matches(e, namespace=namespace, table=table),
-                bytes_max=L.WATCH_PAGE_BYTES_MAX,
-                skip=position[1],
-            )
+            try:
+                events, stopped_at, skip = self.sm.events.since(
+                    position[0],
+                    limit=limit,
+                    keep=lambda e: event_matches(e, namespace=namespace, table=table),
+                    bytes_max=L.WATCH_PAGE_BYTES_MAX,
+                    skip=position[1],
+                )
+            except BaseException:
+                wake.cancel()  # a refused start (compacted) must not keep it until an event
+                raise
             # Everything up to the applied position was examined when nothing stopped us (a
             # stop is always past `position`: a page that stops has events).
             if stopped_at is not None:

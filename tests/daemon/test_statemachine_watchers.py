@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from hlc import HybridClock, ManualClock
 from metastore.commands import CreateNamespace, InitCluster, encode_command
 from metastore.daemon.secrets import Role
 from metastore.daemon.server import ApiServer, Session
 from metastore.daemon.statemachine import CatalogStateMachine
 from metastore.ddl import parse_ddl
+from metastore.errors import WatchStartCompactedError
 from raft.core.types import Entry
 
 TM = 1 << 40
@@ -62,49 +65,70 @@ class _CatchingUpNode:
         return 0.0
 
 
+MS = 1 << 16
+T0 = 1_764_000_000_000 * MS
+ENTRIES = [
+    Entry(term=1, index=i + 1, tm=T0 + i * MS, data=encode_command(c))
+    for i, c in enumerate(
+        [
+            InitCluster(dd_ms=500, cs_max_ms=100),
+            CreateNamespace(namespace="ns"),
+            parse_ddl("CREATE TABLE ns.t (a INT)"),
+        ]
+    )
+]
+SESSION = Session(peer="p", role=Role.READER, token="tok", client="w")
+
+
+def _api(sm: CatalogStateMachine, node: _CatchingUpNode, now_ms: int) -> ApiServer:
+    return ApiServer(
+        node=node,  # type: ignore[arg-type]
+        sm=sm,
+        clock=HybridClock(ManualClock(now_ms)),
+        secrets=None,  # type: ignore[arg-type]
+        forwarder=None,  # type: ignore[arg-type]
+        metrics=None,  # type: ignore[arg-type]
+        cluster_id="w",
+        client_addresses={},
+    )
+
+
 def test_a_filter_is_judged_once_the_node_reached_the_watchers_position() -> None:
     """A watcher of ns.t resumes, on a follower, from a position after ns.t's CREATE TABLE
     (the leader's `next_from_ts`), or starts right after its own CREATE TABLE returned. The
     follower had not applied the CREATE yet and answered TABLE_NOT_FOUND (not retryable), for
     a table every other read on that node finds once it waited for its position."""
-    ms = 1 << 16
-    t0 = 1_764_000_000_000 * ms
-    commands = [
-        InitCluster(dd_ms=500, cs_max_ms=100),
-        CreateNamespace(namespace="ns"),
-        parse_ddl("CREATE TABLE ns.t (a INT)"),
-    ]
-    entries = [
-        Entry(term=1, index=i + 1, tm=t0 + i * ms, data=encode_command(c))
-        for i, c in enumerate(commands)
-    ]
-    after_create = entries[-1].tm
-    session = Session(peer="p", role=Role.READER, token="tok", client="w")
-
-    def api(sm: CatalogStateMachine, node: _CatchingUpNode, now_ms: int) -> ApiServer:
-        return ApiServer(
-            node=node,  # type: ignore[arg-type]
-            sm=sm,
-            clock=HybridClock(ManualClock(now_ms)),
-            secrets=None,  # type: ignore[arg-type]
-            forwarder=None,  # type: ignore[arg-type]
-            metrics=None,  # type: ignore[arg-type]
-            cluster_id="w",
-            client_addresses={},
-        )
+    after_create = ENTRIES[-1].tm
 
     async def main() -> None:
         sm = CatalogStateMachine()
-        node = _CatchingUpNode(sm, entries, applied=2)
-        server = api(sm, node, (after_create >> 16) + 1)
+        server = _api(sm, _CatchingUpNode(sm, ENTRIES, applied=2), (after_create >> 16) + 1)
         args = {"from_ts": after_create, "table": "ns.t", "wait_ms": 0}
-        page = await server._watch(session, args)
+        page = await server._watch(SESSION, args)
         assert page["events"] == [] and page["next_from_ts"] == after_create
         # From now (the default): judged as a read at now, which sees the CREATE.
         sm = CatalogStateMachine()
-        node = _CatchingUpNode(sm, entries, applied=2)
-        server = api(sm, node, (after_create >> 16) + 600)  # past Tu: CREATE TABLE returned
-        page = await server._watch(session, {"table": "ns.t", "wait_ms": 0})
+        node = _CatchingUpNode(sm, ENTRIES, applied=2)
+        server = _api(sm, node, (after_create >> 16) + 600)  # past Tu: CREATE TABLE returned
+        page = await server._watch(SESSION, {"table": "ns.t", "wait_ms": 0})
         assert [e["kind"] for e in page["events"]] == ["schema_published"]
+
+    asyncio.run(main())
+
+
+def test_a_refused_watch_does_not_keep_its_wake_up_future() -> None:
+    """A start below the feed's floor is WATCH_START_COMPACTED; the refused call's wake-up
+    future was kept until the next event: on a quiet catalog, one more per retry of a stuck
+    watcher, without bound."""
+
+    async def main() -> None:
+        sm = CatalogStateMachine()
+        server = _api(sm, _CatchingUpNode(sm, ENTRIES, applied=3), (ENTRIES[-1].tm >> 16) + 1)
+        sm.events.reset(floor_tm=ENTRIES[1].tm)
+        for _ in range(3):
+            with pytest.raises(WatchStartCompactedError):
+                await server._watch(SESSION, {"from_ts": ENTRIES[0].tm, "wait_ms": 0})
+        await asyncio.sleep(0)
+        assert len(sm._event_waiters) == 0
 
     asyncio.run(main())
