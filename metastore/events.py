@@ -18,8 +18,8 @@ Which events (every one carries `kind`, `tm` and `index` of its entry):
 * `manifest_compacted`: table, table_id, moved_entries, folded_deletes, manifests (what the
   table holds after it; a compaction changes no answer, so readers may ignore it).
 Refused entries, request-id retries, deduplicated commits and commands that found nothing to
-do (a close of a session already ended, a release of leases not held, a Protect of a record
-that exists) are not events: nothing changed.
+do (a retried open or a close of a session already ended, a release of leases not held, a
+Protect of a record that exists) are not events: nothing changed.
 
 `EventLog` keeps the newest events in memory (EVENTS_KEPT). It is complete after `floor_tm`:
 every event of an entry with Tm > floor_tm is in it. The floor rises when old events are
@@ -93,7 +93,7 @@ def events_of(command: Command, outcome: Outcome, *, tm: int, index: int) -> lis
                     "rows_added": result.get("rows_added"),
                 }
             )
-        case OpenSession():
+        case OpenSession() if result.get("created"):  # not a retried open (a heartbeat)
             out.append(
                 {
                     **head,

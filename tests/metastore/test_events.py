@@ -238,3 +238,13 @@ def test_a_protect_of_an_existing_record_and_a_release_of_nothing_held_are_not_e
         d, ReleaseLeases(session_id="s1", leases=(key, other), known_tm=known)
     )
     assert partial["leases"] == [["ns.t", 1]]  # ns.u is still held
+
+
+def test_a_retried_open_of_a_live_session_is_not_a_second_open() -> None:
+    """OpenSession of a session that is open with the same settings (a client retry after a
+    lost reply) only heartbeats it (`created` False); the feed said `session_opened` again."""
+    d = Driver()
+    open_s1 = OpenSession(session_id="s1", info=SessionInfo(app_id="app"), ttl_ms=5_000)
+    [opened] = applied_events(d, open_s1)
+    assert opened["kind"] == "session_opened"
+    assert applied_events(d, open_s1) == []
