@@ -244,7 +244,9 @@ class EventLog:
         for event in events:
             self._events.append(event)
             self._tms.append(tm)
-        while len(self) > self.kept_max:
+        # Never the entry just added: one over the window alone (a DROP NAMESPACE CASCADE of
+        # MAX_TABLES tables) stays until the next entry, else no watcher could ever see it.
+        while len(self) > self.kept_max and self._tms[self._start] != tm:
             dropped_tm = self._tms[self._start]
             while self._start < len(self._tms) and self._tms[self._start] == dropped_tm:
                 self._start += 1

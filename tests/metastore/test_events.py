@@ -248,3 +248,17 @@ def test_a_retried_open_of_a_live_session_is_not_a_second_open() -> None:
     [opened] = applied_events(d, open_s1)
     assert opened["kind"] == "session_opened"
     assert applied_events(d, open_s1) == []
+
+
+def test_an_entry_with_more_events_than_the_window_is_kept_whole() -> None:
+    """DROP NAMESPACE CASCADE of a namespace holding MAX_TABLES (100,000) tables is one entry
+    of 100,001 events, more than EVENTS_KEPT: the window dropped it the moment it was added,
+    so no watcher ever saw that drop (every one behind it got WATCH_START_COMPACTED)."""
+    log = EventLog(kept_max=5)
+    log.append([{"tm": 1, "n": 0}], tm=1)
+    log.append([{"tm": 2, "n": i} for i in range(7)], tm=2)
+    events, stopped, _ = log.since(1, limit=1000)
+    assert [e["n"] for e in events] == list(range(7)) and stopped is None
+    assert log.floor_tm == 1
+    log.append([{"tm": 3, "n": 0}], tm=3)  # the next entry lets the big one go
+    assert log.floor_tm == 2 and len(log) == 1
