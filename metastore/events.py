@@ -11,7 +11,8 @@ Which events (every one carries `kind`, `tm` and `index` of its entry):
 * `commit`: ts, txn_id, tables, files_added, files_removed, rows_added;
 * `schema_job`: job_id, what (started, advanced, backfilled, cancelled, aborted, or
   cancel_requested for a cancel held up by leases: the job rolls back later, as `cancelled`;
-  `job show` has the rest);
+  `job show` has the rest; a DROP that takes a running job's table gives it `aborted`, after
+  the `table_dropped`);
 * `session_opened` / `session_ended` (closed, expired; by and reason), `leases_acquired` /
   `leases_released`: session_id and the (table, version) pairs; heartbeats are not events;
 * `protected` / `protection_released`: record_id, ts, reason.
@@ -34,7 +35,7 @@ entry's Tm and how many of its events were examined (`since(skip=)`, `watch` `fr
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Final
 
 import msgpack
@@ -66,8 +67,11 @@ Event = dict[str, object]
 EVENTS_KEPT: Final = 100_000
 
 
-def events_of(command: Command, outcome: Outcome, *, tm: int, index: int) -> list[Event]:
-    """The events of one applied command (none if it was refused or a retry)."""
+def events_of(
+    command: Command, outcome: Outcome, *, tm: int, index: int, aborted_jobs: Sequence[int] = ()
+) -> list[Event]:
+    """The events of one applied command (none if it was refused or a retry). `aborted_jobs`:
+    the schema jobs a DROP ended as a side effect (their table went), by job id."""
     if not outcome.ok or outcome.deduplicated:
         return []
     head: Event = {"tm": tm, "index": index}
@@ -200,6 +204,10 @@ def events_of(command: Command, outcome: Outcome, *, tm: int, index: int) -> lis
         elif result.get("status") in ("cancelled", "aborted"):
             what = str(result["status"])  # the rollback (or the end) a step or cancel made
         out.append({**head, "kind": "schema_job", "job_id": job_id, "what": what})
+    out.extend(
+        {**head, "kind": "schema_job", "job_id": aborted, "what": "aborted"}
+        for aborted in aborted_jobs
+    )
     return out
 
 

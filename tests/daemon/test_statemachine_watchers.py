@@ -132,3 +132,25 @@ def test_a_refused_watch_does_not_keep_its_wake_up_future() -> None:
         assert len(sm._event_waiters) == 0
 
     asyncio.run(main())
+
+
+def test_a_drop_that_aborts_a_running_schema_job_says_so_in_the_feed() -> None:
+    """DROP TABLE (or DROP NAMESPACE CASCADE) aborts the table's running schema change jobs
+    in the state, but the feed had no `schema_job` event for it: a watcher that saw the job
+    `started` never learned that it ended."""
+    sm = CatalogStateMachine()
+    commands = [
+        InitCluster(dd_ms=500, cs_max_ms=100),
+        CreateNamespace(namespace="ns"),
+        parse_ddl("CREATE TABLE ns.t (a INT, b INT)"),
+        parse_ddl("ALTER TABLE ns.t DROP COLUMN b"),
+        parse_ddl("DROP TABLE ns.t"),
+    ]
+    for i, command in enumerate(commands):
+        sm.apply(Entry(term=1, index=i + 1, tm=T0 + i * 1000 * MS, data=encode_command(command)))
+    [job] = sm.state.jobs.jobs()
+    assert job.status == "aborted"
+    events, _, _ = sm.events.since(0, limit=100)
+    jobs = [(e["job_id"], e["what"]) for e in events if e["kind"] == "schema_job"]
+    assert jobs == [(job.job_id, "started"), (job.job_id, "aborted")]
+    assert events[-1]["tm"] == T0 + 4 * 1000 * MS  # the drop's entry
