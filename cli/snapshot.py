@@ -2,7 +2,8 @@
 
 `save FILE` asks one node (the first that answers, or --endpoint) for its catalog at its applied
 index, downloads it in chunks with progress on stderr, and writes FILE (header with the cluster
-id, applied index and SHA-256, then the state), verified before it is renamed into place.
+id, applied index and SHA-256, then the state), owner-only (0600), verified before it is
+renamed into place.
 `restore FILE --config DIR` checks FILE and writes it as the starting state of every member of
 the NEW cluster in DIR (see metastore/daemon/backup.py); start it with `metastore cluster up
 --config DIR`. Table data (Parquet) is not part of the snapshot: back up the warehouse with
@@ -65,7 +66,12 @@ def snapshot_save(ctx: click.Context, file: Path, endpoint: str | None) -> None:
     partial = file.with_name(file.name + ".partial")
     offset = 0
     try:
-        with partial.open("wb") as out:
+        # Owner only: the whole catalog, which the cluster serves to admins alone (a node
+        # keeps it in a 0700 directory). fchmod too: a .partial left by a killed save keeps
+        # its mode through O_CREAT.
+        fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.fchmod(fd, 0o600)
+        with os.fdopen(fd, "wb") as out:
             out.write(backup.FILE_MAGIC)
             out.write(json.dumps(header, sort_keys=True).encode() + b"\n")
             while True:

@@ -11,13 +11,16 @@ Which events (every one carries `kind`, `tm` and `index` of its entry):
 * `commit`: ts, txn_id, tables, files_added, files_removed, rows_added;
 * `schema_job`: job_id, what (started, advanced, backfilled, cancelled, aborted, or
   cancel_requested for a cancel held up by leases: the job rolls back later, as `cancelled`;
-  `job show` has the rest);
+  `job show` has the rest; a DROP that takes a running job's table gives it `aborted`, after
+  the `table_dropped`);
 * `session_opened` / `session_ended` (closed, expired; by and reason), `leases_acquired` /
   `leases_released`: session_id and the (table, version) pairs; heartbeats are not events;
 * `protected` / `protection_released`: record_id, ts, reason.
 * `manifest_compacted`: table, table_id, moved_entries, folded_deletes, manifests (what the
   table holds after it; a compaction changes no answer, so readers may ignore it).
-Refused entries, request-id retries and deduplicated commits are not events: nothing changed.
+Refused entries, request-id retries, deduplicated commits and commands that found nothing to
+do (a retried open or a close of a session already ended, a release of leases not held, a
+Protect of a record that exists) are not events: nothing changed.
 
 `EventLog` keeps the newest events in memory (EVENTS_KEPT). It is complete after `floor_tm`:
 every event of an entry with Tm > floor_tm is in it. The floor rises when old events are
@@ -32,7 +35,7 @@ entry's Tm and how many of its events were examined (`since(skip=)`, `watch` `fr
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Final
 
 import msgpack
@@ -64,8 +67,11 @@ Event = dict[str, object]
 EVENTS_KEPT: Final = 100_000
 
 
-def events_of(command: Command, outcome: Outcome, *, tm: int, index: int) -> list[Event]:
-    """The events of one applied command (none if it was refused or a retry)."""
+def events_of(
+    command: Command, outcome: Outcome, *, tm: int, index: int, aborted_jobs: Sequence[int] = ()
+) -> list[Event]:
+    """The events of one applied command (none if it was refused or a retry). `aborted_jobs`:
+    the schema jobs a DROP ended as a side effect (their table went), by job id."""
     if not outcome.ok or outcome.deduplicated:
         return []
     head: Event = {"tm": tm, "index": index}
@@ -91,7 +97,7 @@ def events_of(command: Command, outcome: Outcome, *, tm: int, index: int) -> lis
                     "rows_added": result.get("rows_added"),
                 }
             )
-        case OpenSession():
+        case OpenSession() if result.get("created"):  # not a retried open (a heartbeat)
             out.append(
                 {
                     **head,
@@ -102,7 +108,7 @@ def events_of(command: Command, outcome: Outcome, *, tm: int, index: int) -> lis
                     "user": command.info.user,
                 }
             )
-        case CloseSession():
+        case CloseSession() if result.get("closed"):
             out.append(
                 {**head, "kind": "session_ended", "session_id": command.session_id}
                 | {"reason": "closed", "by": ""}
@@ -114,17 +120,32 @@ def events_of(command: Command, outcome: Outcome, *, tm: int, index: int) -> lis
                 | {"reason": command.reason, "by": command.by}
                 for session_id in (expired if isinstance(expired, list) else [])
             )
-        case AcquireLeases() | ReleaseLeases():
-            kind = "leases_acquired" if isinstance(command, AcquireLeases) else "leases_released"
+        case AcquireLeases():
             out.append(
                 {
                     **head,
-                    "kind": kind,
+                    "kind": "leases_acquired",
                     "session_id": command.session_id,
                     "leases": [[str(k.table), k.version] for k in command.leases],
                 }
             )
-        case Protect():
+        case ReleaseLeases() if result.get("released"):
+            # Not those a crossing pin touched (`kept`): the session still holds them.
+            kept = result.get("kept")
+            held = {(k[0], k[1]) for k in kept} if isinstance(kept, list) else set()
+            out.append(
+                {
+                    **head,
+                    "kind": "leases_released",
+                    "session_id": command.session_id,
+                    "leases": [
+                        [str(k.table), k.version]
+                        for k in command.leases
+                        if (k.table_id, k.version) not in held
+                    ],
+                }
+            )
+        case Protect() if result.get("created_tm") == tm:  # not a retry of an existing record
             out.append(
                 {**head, "kind": "protected", "record_id": command.record_id, "ts": command.ts}
             )
@@ -183,6 +204,10 @@ def events_of(command: Command, outcome: Outcome, *, tm: int, index: int) -> lis
         elif result.get("status") in ("cancelled", "aborted"):
             what = str(result["status"])  # the rollback (or the end) a step or cancel made
         out.append({**head, "kind": "schema_job", "job_id": job_id, "what": what})
+    out.extend(
+        {**head, "kind": "schema_job", "job_id": aborted, "what": "aborted"}
+        for aborted in aborted_jobs
+    )
     return out
 
 
@@ -227,7 +252,9 @@ class EventLog:
         for event in events:
             self._events.append(event)
             self._tms.append(tm)
-        while len(self) > self.kept_max:
+        # Never the entry just added: one over the window alone (a DROP NAMESPACE CASCADE of
+        # MAX_TABLES tables) stays until the next entry, else no watcher could ever see it.
+        while len(self) > self.kept_max and self._tms[self._start] != tm:
             dropped_tm = self._tms[self._start]
             while self._start < len(self._tms) and self._tms[self._start] == dropped_tm:
                 self._start += 1

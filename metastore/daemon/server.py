@@ -1500,24 +1500,34 @@ class ApiServer:
         namespace = _opt_str(args, "namespace", L.TABLE_NAME_CHARS_MAX)
         table = None if table is None else str(TableName.parse(table))
         namespace = None if namespace is None else namespace.lower()
-        self._check_ever_existed(
-            table=None if table is None else TableName.parse(table), namespace=namespace
-        )
         self._check_not_future(from_ts)
         # A position this node has not reached yet: wait until it has (like a read at it).
         await self._wait_safe(from_ts, _timeout(args))
+        # The filter is judged only then (a resume from after a CREATE on a node that had not
+        # applied it yet is no typo), and "never existed" like a read at now: a node behind
+        # the caller's own CREATE (which returned after its Tu) waits for it first.
+        name = None if table is None else TableName.parse(table)
+        try:
+            self._check_ever_existed(table=name, namespace=namespace)
+        except (TableNotFoundError, NamespaceNotFoundError):
+            await self._wait_safe(max(0, self.clock.now() - self._dd()), _timeout(args))
+            self._check_ever_existed(table=name, namespace=namespace)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + (wait_ms or 0) / 1000
         position = (from_ts, from_event)
         while True:
             wake = self.sm.wait_for_events()
-            events, stopped_at, skip = self.sm.events.since(
-                position[0],
-                limit=limit,
-                keep=lambda e: event_matches(e, namespace=namespace, table=table),
-                bytes_max=L.WATCH_PAGE_BYTES_MAX,
-                skip=position[1],
-            )
+            try:
+                events, stopped_at, skip = self.sm.events.since(
+                    position[0],
+                    limit=limit,
+                    keep=lambda e: event_matches(e, namespace=namespace, table=table),
+                    bytes_max=L.WATCH_PAGE_BYTES_MAX,
+                    skip=position[1],
+                )
+            except BaseException:
+                wake.cancel()  # a refused start (compacted) must not keep it until an event
+                raise
             # Everything up to the applied position was examined when nothing stopped us (a
             # stop is always past `position`: a page that stops has events).
             if stopped_at is not None:

@@ -7,7 +7,13 @@ import logging
 import time
 from collections.abc import Callable
 
-from metastore.commands import CommandFromNewerReleaseError, RevokeCerts, decode_command
+from metastore.commands import (
+    CommandFromNewerReleaseError,
+    DropNamespace,
+    DropTable,
+    RevokeCerts,
+    decode_command,
+)
 from metastore.errors import MetastoreError, ReleaseTooOldError
 from metastore.events import EventLog, events_of
 from metastore.outcome import Outcome
@@ -57,8 +63,14 @@ class CatalogStateMachine:
             except MetastoreError as e:
                 outcome = Outcome.failure(e)
             else:
+                # A drop ends its tables' running schema jobs (aborted): the feed says so.
+                dropping = isinstance(command, DropTable | DropNamespace)
+                running = self._running_jobs() if dropping else set()
                 outcome = self.state.apply(command, tm=entry.tm, index=entry.index)
-                events = events_of(command, outcome, tm=entry.tm, index=entry.index)
+                aborted = sorted(running - self._running_jobs()) if running else []
+                events = events_of(
+                    command, outcome, tm=entry.tm, index=entry.index, aborted_jobs=aborted
+                )
                 if events:
                     self.events.append(events, tm=entry.tm)
                     self._wake_watchers()
@@ -75,6 +87,9 @@ class CatalogStateMachine:
             else:
                 self._checks_skipped += 1
         return outcome
+
+    def _running_jobs(self) -> set[int]:
+        return {job.job_id for job in self.state.jobs.jobs(running_only=True)}
 
     def snapshot(self) -> bytes:
         return self.state.to_snapshot()

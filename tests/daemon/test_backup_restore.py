@@ -7,6 +7,7 @@ whose data directories are not empty, is refused and changes nothing."""
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -162,3 +163,18 @@ def test_a_failed_save_leaves_no_file_behind(
     out = _cli(source, "snapshot", "save", str(file))
     assert out.exit_code != 0 and "checksum" in out.output
     assert list(tmp_path.iterdir()) == []  # neither the file nor its .partial
+
+
+def test_a_saved_snapshot_is_readable_by_its_owner_only(
+    source: MetastoreCluster, tmp_path: Path
+) -> None:
+    """The export is admin-only (every table, location, session, lease and protection), and a
+    node keeps that state in a 0700 directory; the saved file was 0644 under the usual umask,
+    so any local user could read the whole catalog from it."""
+    file = tmp_path / "catalog.snap"
+    old = os.umask(0o022)
+    try:
+        assert _cli(source, "snapshot", "save", str(file)).exit_code == 0
+    finally:
+        os.umask(old)
+    assert file.stat().st_mode & 0o077 == 0

@@ -1,14 +1,22 @@
 """A long poll (`watch`) that times out cancels its wake-up future; the state machine used to
 keep every such future until the next event was applied. On a quiet catalog (no DDL, commits
 or sessions for hours) each watcher's 10 s polls piled up two dead futures per call, without
-bound. Pure: no sockets, no processes."""
+bound. And a watch's filter is judged only once the node reached the watcher's position.
+Pure: no sockets, no processes."""
 
 from __future__ import annotations
 
 import asyncio
 
+import pytest
+
+from hlc import HybridClock, ManualClock
 from metastore.commands import CreateNamespace, InitCluster, encode_command
+from metastore.daemon.secrets import Role
+from metastore.daemon.server import ApiServer, Session
 from metastore.daemon.statemachine import CatalogStateMachine
+from metastore.ddl import parse_ddl
+from metastore.errors import WatchStartCompactedError
 from raft.core.types import Entry
 
 TM = 1 << 40
@@ -33,3 +41,116 @@ def test_a_cancelled_wait_for_events_is_not_kept() -> None:
         assert len(sm._event_waiters) == 0
 
     asyncio.run(main())
+
+
+class _CatchingUpNode:
+    """A follower that has applied a prefix of `entries`; waiting for safe time applies the
+    rest up to the wanted Tm, as a node catching up with its leader does."""
+
+    node_id = 2
+    ready_to_serve = True
+
+    def __init__(self, sm: CatalogStateMachine, entries: list[Entry], applied: int) -> None:
+        self.sm, self.pending = sm, list(entries)
+        for _ in range(applied):
+            self.sm.apply(self.pending.pop(0))
+
+    @property
+    def safe_time(self) -> int:
+        return self.sm.state.last_tm
+
+    async def wait_for_safe_time(self, ts: int, *, timeout_ms: int) -> float:
+        while self.pending and self.sm.state.last_tm < ts:
+            self.sm.apply(self.pending.pop(0))
+        return 0.0
+
+
+MS = 1 << 16
+T0 = 1_764_000_000_000 * MS
+ENTRIES = [
+    Entry(term=1, index=i + 1, tm=T0 + i * MS, data=encode_command(c))
+    for i, c in enumerate(
+        [
+            InitCluster(dd_ms=500, cs_max_ms=100),
+            CreateNamespace(namespace="ns"),
+            parse_ddl("CREATE TABLE ns.t (a INT)"),
+        ]
+    )
+]
+SESSION = Session(peer="p", role=Role.READER, token="tok", client="w")
+
+
+def _api(sm: CatalogStateMachine, node: _CatchingUpNode, now_ms: int) -> ApiServer:
+    return ApiServer(
+        node=node,  # type: ignore[arg-type]
+        sm=sm,
+        clock=HybridClock(ManualClock(now_ms)),
+        secrets=None,  # type: ignore[arg-type]
+        forwarder=None,  # type: ignore[arg-type]
+        metrics=None,  # type: ignore[arg-type]
+        cluster_id="w",
+        client_addresses={},
+    )
+
+
+def test_a_filter_is_judged_once_the_node_reached_the_watchers_position() -> None:
+    """A watcher of ns.t resumes, on a follower, from a position after ns.t's CREATE TABLE
+    (the leader's `next_from_ts`), or starts right after its own CREATE TABLE returned. The
+    follower had not applied the CREATE yet and answered TABLE_NOT_FOUND (not retryable), for
+    a table every other read on that node finds once it waited for its position."""
+    after_create = ENTRIES[-1].tm
+
+    async def main() -> None:
+        sm = CatalogStateMachine()
+        server = _api(sm, _CatchingUpNode(sm, ENTRIES, applied=2), (after_create >> 16) + 1)
+        args = {"from_ts": after_create, "table": "ns.t", "wait_ms": 0}
+        page = await server._watch(SESSION, args)
+        assert page["events"] == [] and page["next_from_ts"] == after_create
+        # From now (the default): judged as a read at now, which sees the CREATE.
+        sm = CatalogStateMachine()
+        node = _CatchingUpNode(sm, ENTRIES, applied=2)
+        server = _api(sm, node, (after_create >> 16) + 600)  # past Tu: CREATE TABLE returned
+        page = await server._watch(SESSION, {"table": "ns.t", "wait_ms": 0})
+        assert [e["kind"] for e in page["events"]] == ["schema_published"]
+
+    asyncio.run(main())
+
+
+def test_a_refused_watch_does_not_keep_its_wake_up_future() -> None:
+    """A start below the feed's floor is WATCH_START_COMPACTED; the refused call's wake-up
+    future was kept until the next event: on a quiet catalog, one more per retry of a stuck
+    watcher, without bound."""
+
+    async def main() -> None:
+        sm = CatalogStateMachine()
+        server = _api(sm, _CatchingUpNode(sm, ENTRIES, applied=3), (ENTRIES[-1].tm >> 16) + 1)
+        sm.events.reset(floor_tm=ENTRIES[1].tm)
+        for _ in range(3):
+            with pytest.raises(WatchStartCompactedError):
+                await server._watch(SESSION, {"from_ts": ENTRIES[0].tm, "wait_ms": 0})
+        await asyncio.sleep(0)
+        assert len(sm._event_waiters) == 0
+
+    asyncio.run(main())
+
+
+def test_a_drop_that_aborts_a_running_schema_job_says_so_in_the_feed() -> None:
+    """DROP TABLE (or DROP NAMESPACE CASCADE) aborts the table's running schema change jobs
+    in the state, but the feed had no `schema_job` event for it: a watcher that saw the job
+    `started` never learned that it ended."""
+    sm = CatalogStateMachine()
+    commands = [
+        InitCluster(dd_ms=500, cs_max_ms=100),
+        CreateNamespace(namespace="ns"),
+        parse_ddl("CREATE TABLE ns.t (a INT, b INT)"),
+        parse_ddl("ALTER TABLE ns.t DROP COLUMN b"),
+        parse_ddl("DROP TABLE ns.t"),
+    ]
+    for i, command in enumerate(commands):
+        sm.apply(Entry(term=1, index=i + 1, tm=T0 + i * 1000 * MS, data=encode_command(command)))
+    [job] = sm.state.jobs.jobs()
+    assert job.status == "aborted"
+    events, _, _ = sm.events.since(0, limit=100)
+    jobs = [(e["job_id"], e["what"]) for e in events if e["kind"] == "schema_job"]
+    assert jobs == [(job.job_id, "started"), (job.job_id, "aborted")]
+    assert events[-1]["tm"] == T0 + 4 * 1000 * MS  # the drop's entry

@@ -12,10 +12,13 @@ from metastore.commands import (
     AcquireLeases,
     AdvanceSchemaJob,
     CancelSchemaJob,
+    CloseSession,
     CommitTxn,
     DataFile,
+    ExpireSessions,
     LeaseKey,
     OpenSession,
+    Protect,
     ReleaseLeases,
     SessionInfo,
     TableName,
@@ -189,3 +192,73 @@ def test_an_entry_larger_than_a_page_is_split_and_resumed_inside_it() -> None:
     # Resuming inside an entry the window dropped is WATCH_START_COMPACTED.
     with pytest.raises(WatchStartCompactedError):
         log.since(log.floor_tm, limit=1, skip=1)
+
+
+def test_closing_a_session_that_already_ended_is_not_a_second_end() -> None:
+    """The reaper expires a session (`session_ended`, ttl), then its app closes it: the close
+    changes nothing (`closed` False), but the feed said the session ended again, as closed."""
+    d = Driver()
+    d.apply(OpenSession(session_id="s1", info=SessionInfo(app_id="app"), ttl_ms=5_000))
+    [expired] = applied_events(d, ExpireSessions(session_ids=("s1",), reason="admin", by="ops"))
+    assert (expired["kind"], expired["reason"]) == ("session_ended", "admin")
+    assert applied_events(d, CloseSession(session_id="s1")) == []
+    assert applied_events(d, CloseSession(session_id="never-opened")) == []
+    d.apply(OpenSession(session_id="s2", info=SessionInfo(app_id="app"), ttl_ms=5_000))
+    [closed] = applied_events(d, CloseSession(session_id="s2"))
+    assert (closed["kind"], closed["reason"]) == ("session_ended", "closed")
+
+
+def test_a_protect_of_an_existing_record_and_a_release_of_nothing_held_are_not_events() -> None:
+    """Protect is idempotent by record id (a client retry without request id gets the record
+    back) and a release of leases no longer held (the session's end dropped them) releases
+    nothing: the feed said `protected` twice and listed releases that never happened."""
+    d = Driver()
+    d.ok("CREATE NAMESPACE ns")
+    d.ok("CREATE TABLE ns.t (a INT)")
+    d.tm += (DD_MS + 1) * MS
+    protect = Protect(record_id="r1", ts=d.tm, tables=(T,), created_by="spark")
+    [protected] = applied_events(d, protect)
+    assert (protected["kind"], protected["record_id"]) == ("protected", "r1")
+    assert applied_events(d, protect) == []  # the same record again: nothing new
+    d.apply(OpenSession(session_id="s1", info=SessionInfo(app_id="app"), ttl_ms=60_000))
+    key = LeaseKey(table=T, table_id=1, version=1)
+    [acquired] = applied_events(d, AcquireLeases(session_id="s1", leases=(key,)))
+    assert acquired["kind"] == "leases_acquired"
+    [released] = applied_events(d, ReleaseLeases(session_id="s1", leases=(key,)))
+    assert (released["kind"], released["leases"]) == ("leases_released", [["ns.t", 1]])
+    assert applied_events(d, ReleaseLeases(session_id="s1", leases=(key,))) == []
+    # A release that keeps a lease a crossing pin touched (`known_tm`) lists only the other.
+    d.ok("CREATE TABLE ns.u (a INT)")
+    d.tm += (DD_MS + 1) * MS
+    other = LeaseKey(table=TableName.of("ns", "u"), table_id=2, version=1)
+    d.apply(AcquireLeases(session_id="s1", leases=(key,)))
+    known = d.tm
+    d.apply(AcquireLeases(session_id="s1", leases=(other,), known_tm=known))
+    [partial] = applied_events(
+        d, ReleaseLeases(session_id="s1", leases=(key, other), known_tm=known)
+    )
+    assert partial["leases"] == [["ns.t", 1]]  # ns.u is still held
+
+
+def test_a_retried_open_of_a_live_session_is_not_a_second_open() -> None:
+    """OpenSession of a session that is open with the same settings (a client retry after a
+    lost reply) only heartbeats it (`created` False); the feed said `session_opened` again."""
+    d = Driver()
+    open_s1 = OpenSession(session_id="s1", info=SessionInfo(app_id="app"), ttl_ms=5_000)
+    [opened] = applied_events(d, open_s1)
+    assert opened["kind"] == "session_opened"
+    assert applied_events(d, open_s1) == []
+
+
+def test_an_entry_with_more_events_than_the_window_is_kept_whole() -> None:
+    """DROP NAMESPACE CASCADE of a namespace holding MAX_TABLES (100,000) tables is one entry
+    of 100,001 events, more than EVENTS_KEPT: the window dropped it the moment it was added,
+    so no watcher ever saw that drop (every one behind it got WATCH_START_COMPACTED)."""
+    log = EventLog(kept_max=5)
+    log.append([{"tm": 1, "n": 0}], tm=1)
+    log.append([{"tm": 2, "n": i} for i in range(7)], tm=2)
+    events, stopped, _ = log.since(1, limit=1000)
+    assert [e["n"] for e in events] == list(range(7)) and stopped is None
+    assert log.floor_tm == 1
+    log.append([{"tm": 3, "n": 0}], tm=3)  # the next entry lets the big one go
+    assert log.floor_tm == 2 and len(log) == 1
