@@ -42,6 +42,9 @@ from typing import Final
 #      refuses the command (InvalidArgument, changing nothing).
 #      AcquireLeases is refused (LimitExceeded, MAX_LEASES) when the cluster would hold more
 #      than MAX_LEASES leases in all; before, only each session's count was bounded.
+#      AcquireLeases and ReleaseLeases results name the leases acquired (new to the session)
+#      and released (`acquired`, `released_leases`): results are recorded for request-id
+#      retries, so their shape is state. The change feed lists only those.
 APPLY_VERSION_SUPPORTED: Final = 3
 
 # A cluster that never applied SetApplyVersion (and every older snapshot) is at version 1.

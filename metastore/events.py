@@ -14,7 +14,9 @@ Which events (every one carries `kind`, `tm` and `index` of its entry):
   `job show` has the rest; a DROP that takes a running job's table gives it `aborted`, after
   the `table_dropped`);
 * `session_opened` / `session_ended` (closed, expired; by and reason), `leases_acquired` /
-  `leases_released`: session_id and the (table, version) pairs; heartbeats are not events;
+  `leases_released`: session_id and the (table, version) pairs acquired (new to the session)
+  or released (from apply version 3; below it, every pair the command named, a renewal's
+  included); heartbeats are not events;
 * `protected` / `protection_released`: record_id, ts, reason.
 * `manifest_compacted`: table, table_id, moved_entries, folded_deletes, manifests (what the
   table holds after it; a compaction changes no answer, so readers may ignore it).
@@ -36,7 +38,7 @@ from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Sequence
-from typing import Final
+from typing import Final, cast
 
 import msgpack
 
@@ -120,18 +122,30 @@ def events_of(
                 | {"reason": command.reason, "by": command.by}
                 for session_id in (expired if isinstance(expired, list) else [])
             )
-        case AcquireLeases():
+        case AcquireLeases() if result.get("acquired", True):
+            # From apply version 3 only leases new to the session (`acquired`): a renewal or a
+            # retried pin moves reads, it acquires nothing (every micro-batch's pin was an
+            # event). Below it the result does not say, and every named lease is listed.
+            acquired = result.get("acquired")
+            new = {(k[0], k[1]) for k in cast(list[list[int]], acquired or [])}
             out.append(
                 {
                     **head,
                     "kind": "leases_acquired",
                     "session_id": command.session_id,
-                    "leases": [[str(k.table), k.version] for k in command.leases],
+                    "leases": [
+                        [str(k.table), k.version]
+                        for k in command.leases
+                        if acquired is None or (k.table_id, k.version) in new
+                    ],
                 }
             )
         case ReleaseLeases() if result.get("released"):
-            # Not those a crossing pin touched (`kept`): the session still holds them.
+            # Only those released (`released_leases`, apply version 3; below it, those not
+            # `kept`): not those a crossing pin touched, nor those the session did not hold.
+            named = result.get("released_leases")
             kept = result.get("kept")
+            freed = {(k[0], k[1]) for k in cast(list[list[int]], named or [])}
             held = {(k[0], k[1]) for k in kept} if isinstance(kept, list) else set()
             out.append(
                 {
@@ -141,7 +155,11 @@ def events_of(
                     "leases": [
                         [str(k.table), k.version]
                         for k in command.leases
-                        if (k.table_id, k.version) not in held
+                        if (
+                            (k.table_id, k.version) in freed
+                            if named is not None
+                            else (k.table_id, k.version) not in held
+                        )
                     ],
                 }
             )

@@ -278,11 +278,14 @@ class Sessions:
         catalog: Catalog,
         threshold: Callable[[int], int] = lambda _table_id: 0,
         leases_max: int | None = None,
+        name_acquired: bool = False,
     ) -> Result:
         """`threshold(table_id)` is the table's GC threshold: reads at or below it are refused
         (BeforeGcThreshold), so a lease is never promised to keep reads GC has passed.
         `leases_max`: the cluster-wide bound on leases (limits.MAX_LEASES from apply version 3;
-        None below it)."""
+        None below it). `name_acquired` (apply version 3: results are recorded for request-id
+        retries, so their shape is state): the result also names the leases new to the
+        session, `acquired`."""
         session = self._live(cmd.session_id, tm)
         new = [k for k in cmd.leases if (k.table_id, k.version, cmd.session_id) not in self._leases]
         for key in cmd.leases:
@@ -351,18 +354,24 @@ class Sessions:
                 ):
                     self._leases[lkey] = replace(held_lease, read_ts=cmd.read_ts)
         session.heartbeat_tm = tm
-        return {
+        result: Result = {
             **self._ack(session),
             "leases": [
                 {"table": str(k.table), "table_id": k.table_id, "version": k.version}
                 for k in cmd.leases
             ],
         }
+        if name_acquired:
+            # Those the session did not hold before ([table_id, version]): the change feed's
+            # `leases_acquired` (a renewal or a retried pin acquires nothing new).
+            result["acquired"] = [[k.table_id, k.version] for k in new]
+        return result
 
-    def release(self, cmd: ReleaseLeases) -> Result:
+    def release(self, cmd: ReleaseLeases, *, name_released: bool = False) -> Result:
         """With `known_tm`, a lease touched by an entry after it (a pin that crossed the
-        release on the wire) is kept: `kept` lists those, [table_id, version]."""
-        released = 0
+        release on the wire) is kept: `kept` lists those, [table_id, version].
+        `name_released` (apply version 3): `released_leases` names those released."""
+        released: list[list[int]] = []
         kept: list[list[int]] = []
         for key in cmd.leases:
             lkey = (key.table_id, key.version, cmd.session_id)
@@ -373,8 +382,10 @@ class Sessions:
                 kept.append([key.table_id, key.version])
                 continue
             self._drop_lease(lkey)
-            released += 1
-        result: Result = {"session_id": cmd.session_id, "released": released}
+            released.append([key.table_id, key.version])
+        result: Result = {"session_id": cmd.session_id, "released": len(released)}
+        if name_released:
+            result["released_leases"] = released  # the change feed's event lists these
         if cmd.known_tm is not None:
             result["kept"] = kept
         return result

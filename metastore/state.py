@@ -287,12 +287,15 @@ class MetastoreState:
                         catalog=self.catalog,
                         threshold=self.gc.threshold,
                         leases_max=limits.MAX_LEASES if self.rules_at_least(3) else None,
+                        name_acquired=self.rules_at_least(3),
                     )
                 )
             case ReleaseLeases():
                 if not self.rules_at_least(2):
                     command = replace(command, known_tm=None)
-                return Outcome.success(self.sessions.release(command))
+                return Outcome.success(
+                    self.sessions.release(command, name_released=self.rules_at_least(3))
+                )
             case Protect():
                 return Outcome.success(
                     self.gc.protect(command, tm=tm, catalog=self.catalog, sessions=self.sessions)

@@ -240,6 +240,30 @@ def test_a_protect_of_an_existing_record_and_a_release_of_nothing_held_are_not_e
     assert partial["leases"] == [["ns.t", 1]]  # ns.u is still held
 
 
+def test_a_renewal_or_a_retried_pin_is_not_an_acquisition() -> None:
+    """Every micro-batch of a streaming query pins again (renewing what it holds): the feed
+    said `leases_acquired` each time, flooding the window with nothing new."""
+    d = Driver()
+    d.ok("CREATE NAMESPACE ns")
+    d.ok("CREATE TABLE ns.t (a INT)")
+    d.ok("CREATE TABLE ns.u (a INT)")
+    d.tm += (DD_MS + 1) * MS
+    d.apply(OpenSession(session_id="s1", info=SessionInfo(app_id="app"), ttl_ms=60_000))
+    t = LeaseKey(table=T, table_id=1, version=1)
+    u = LeaseKey(table=TableName.of("ns", "u"), table_id=2, version=1)
+    [first] = applied_events(d, AcquireLeases(session_id="s1", leases=(t,)))
+    assert first["leases"] == [["ns.t", 1]]
+    assert applied_events(d, AcquireLeases(session_id="s1", leases=(t,))) == []
+    renew = AcquireLeases(session_id="s1", leases=(t,), known_tm=d.tm, renew_from=d.tm)
+    assert applied_events(d, renew) == []
+    [both] = applied_events(d, AcquireLeases(session_id="s1", leases=(t, u)))
+    assert both["leases"] == [["ns.u", 1]]  # only the new one
+    # A release names only what was held: ns.x was never leased by s1.
+    x = LeaseKey(table=TableName.of("ns", "x"), table_id=9, version=1)
+    [released] = applied_events(d, ReleaseLeases(session_id="s1", leases=(u, x)))
+    assert released["leases"] == [["ns.u", 1]]
+
+
 def test_a_retried_open_of_a_live_session_is_not_a_second_open() -> None:
     """OpenSession of a session that is open with the same settings (a client retry after a
     lost reply) only heartbeats it (`created` False); the feed said `session_opened` again."""
@@ -262,3 +286,19 @@ def test_an_entry_with_more_events_than_the_window_is_kept_whole() -> None:
     assert log.floor_tm == 1
     log.append([{"tm": 3, "n": 0}], tm=3)  # the next entry lets the big one go
     assert log.floor_tm == 2 and len(log) == 1
+
+
+def test_below_apply_version_3_the_lease_events_are_as_before() -> None:
+    """The results that name new and released leases are state (recorded for request-id
+    retries), so they come with apply version 3; below it every named lease is listed."""
+    d = Driver(apply_version=2)
+    d.ok("CREATE NAMESPACE ns")
+    d.ok("CREATE TABLE ns.t (a INT)")
+    d.tm += (DD_MS + 1) * MS
+    d.apply(OpenSession(session_id="s1", info=SessionInfo(app_id="app"), ttl_ms=60_000))
+    t = LeaseKey(table=T, table_id=1, version=1)
+    for _ in range(2):
+        [acquired] = applied_events(d, AcquireLeases(session_id="s1", leases=(t,)))
+        assert acquired["leases"] == [["ns.t", 1]]
+    outcome = d.apply(ReleaseLeases(session_id="s1", leases=(t,)))
+    assert outcome.result == {"session_id": "s1", "released": 1}

@@ -452,6 +452,7 @@ def test_a_release_keeps_a_lease_an_entry_after_its_known_tm_touched() -> None:
     assert ok(d, ReleaseLeases(session_id="a", leases=(key(1),))) == {
         "session_id": "a",
         "released": 1,
+        "released_leases": [[1, 1]],  # apply version 3
     }
 
 
