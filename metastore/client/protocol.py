@@ -84,6 +84,7 @@ from metastore.errors import (
     TlsFailedError,
     UnauthenticatedError,
     UnavailableError,
+    WatchStartCompactedError,
 )
 from raft.errors import FrameEncodeError, FrameTooLargeError, RaftError, TlsConfigError
 from raft.framing import NEED_DATA, FrameDecoder, encode_frame
@@ -861,7 +862,20 @@ class MetastoreClient:
         if from_event:
             args["from_event"] = from_event
         args["wait_ms"] = wait_ms
-        return await self.call("watch", args, timeout_ms=wait_ms + self.timeout_ms)
+        try:
+            return await self.call("watch", args, timeout_ms=wait_ms + self.timeout_ms)
+        except WatchStartCompactedError as compacted:
+            # Each node keeps its own window of events (a node restarted from a snapshot keeps
+            # none before it): another node may still have them. Ask each other node once
+            # before the caller has to re-read the state.
+            for endpoint in self.endpoints:
+                with contextlib.suppress(MetastoreError):
+                    result = await self.call(
+                        "watch", args, endpoint, timeout_ms=wait_ms + self.timeout_ms
+                    )
+                    self._preferred = self.endpoints.index(endpoint)
+                    return result
+            raise compacted
 
     async def watch_events(
         self,

@@ -704,3 +704,26 @@ async def test_a_connection_whose_every_slot_is_busy_is_not_taken_for_dead(nodes
     assert results == [{"op": "ddl"}] * CLIENT_INFLIGHT_PER_CONNECTION_MAX
     assert a.ops.count("ddl") == CLIENT_INFLIGHT_PER_CONNECTION_MAX
     assert b.ops == [] and a.connections == 1
+
+
+async def test_a_watch_start_one_node_compacted_away_is_asked_of_the_others(nodes: Any) -> None:
+    """Each node keeps its own window of events (one restarted from a snapshot has none before
+    it): a watch refused as compacted by one node is asked of each other node once before the
+    caller has to re-read the state."""
+    from metastore.errors import WatchStartCompactedError
+
+    async def compacted(op: str, args: dict[str, Any]) -> dict[str, Any]:
+        raise WatchStartCompactedError("no events kept before 50", details={"oldest_ts": 50})
+
+    async def keeps(op: str, args: dict[str, Any]) -> dict[str, Any]:
+        return {"events": [{"kind": "commit", "tm": 12}], "next_from_ts": 12}
+
+    fresh, old = await nodes(handler=compacted), await nodes(node_id=2, handler=keeps)
+    async with client(fresh.endpoint, old.endpoint) as c:
+        page = await c.watch(10)
+        assert page["events"] == [{"kind": "commit", "tm": 12}]
+        assert old.requests[-1][2]["from_ts"] == 10
+    gone = await nodes(node_id=3, handler=compacted)
+    async with client(fresh.endpoint, gone.endpoint) as c:
+        with pytest.raises(WatchStartCompactedError):
+            await c.watch(10)  # no node has it: the caller re-reads the state
