@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 PYTEST_ARGS ?=
 
-.PHONY: install install-bench test check fmt unit demo chaos bench bench-raft bench-catalog bench-gc bench-scale bench-spark bench-tls bench-snapmem bench-wal sim clean
+.PHONY: install install-bench test check fmt unit demo chaos bench bench-raft bench-catalog bench-gc bench-scale bench-spark bench-tls bench-snapmem bench-wal bench-raft-latency sim clean
 
 install: $(STAMP)
 
@@ -75,6 +75,10 @@ bench-scale: install
 ## in copies of the state (BENCH_ARGS=--state-mb 512)
 bench-snapmem: install
 	$(BIN)/python -m bench.bench_snapshot_memory $(BENCH_ARGS)
+
+## bench-raft-latency: lone-proposal latency, ours and pysyncobj interleaved round by round (BENCH_ARGS)
+bench-raft-latency: install-bench
+	$(BIN)/python -m bench.bench_raft_latency $(BENCH_ARGS)
 
 ## bench-wal: one synced WAL append in 3 processes at once, zeros written ahead or not (BENCH_ARGS)
 bench-wal: install

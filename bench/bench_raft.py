@@ -604,7 +604,13 @@ def _schedstat_all(cluster: Cluster) -> dict[int, tuple[int, int]] | None:
     return out
 
 
-def measure_latency(cluster: Cluster, tally: AckTally, params: BenchParams) -> LatencyResult:
+def measure_latency(
+    cluster: Cluster,
+    tally: AckTally,
+    params: BenchParams,
+    samples_out: list[float] | None = None,
+) -> LatencyResult:
+    """`samples_out`: also gets every sample (ms), for callers that pool several runs."""
     before = _schedstat_all(cluster)
     reply = run_on_leader(
         cluster,
@@ -618,6 +624,8 @@ def measure_latency(cluster: Cluster, tally: AckTally, params: BenchParams) -> L
             f"latency run returned {len(latencies_ms)} samples, asked {params.latency_count}"
         )
     tally.add(len(latencies_ms))
+    if samples_out is not None:
+        samples_out.extend(latencies_ms)
     after = _schedstat_all(cluster)
     cpu_by_node: dict[int, float] | None = None
     wait_total: float | None = None
