@@ -126,12 +126,18 @@ def summarize_args(args: Mapping[str, Any]) -> dict[str, Any]:
         out["tables"] = _bounded(tables)
     writes = args.get("writes")
     if isinstance(writes, list):
+        # The request is not validated yet (a refused one is audited too): count only lists.
         out["writes"] = {
-            str(w.get("table")): len(w.get("add") or []) + len(w.get("remove") or [])
+            str(w.get("table"))[:AUDIT_TEXT_CHARS_MAX]: _count(w.get("add"))
+            + _count(w.get("remove"))
             for w in writes[:100]
             if isinstance(w, dict)
         }
     return out
+
+
+def _count(items: Any) -> int:
+    return len(items) if isinstance(items, list) else 0
 
 
 def _bounded(value: Any) -> Any:
