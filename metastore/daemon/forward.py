@@ -35,6 +35,7 @@ class _Link:
         self.ids = itertools.count(1)
         self.task: asyncio.Task[None] | None = None
         self.closed = False
+        self.slots = asyncio.Semaphore(L.CLIENT_INFLIGHT_PER_CONNECTION_MAX)
 
     async def read_loop(self) -> None:
         decoder = FrameDecoder(max_frame_bytes=L.CLIENT_FRAME_BYTES_MAX)
@@ -63,19 +64,26 @@ class _Link:
         self.writer.close()
 
     async def request(self, op: str, args: Mapping[str, Any], timeout_ms: int) -> dict[str, Any]:
-        rid = next(self.ids)
-        fut: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
-        self.pending[rid] = fut
-        self.writer.write(
-            encode_frame(
-                {"id": rid, "op": op, "args": dict(args)}, max_frame_bytes=L.CLIENT_FRAME_BYTES_MAX
-            )
-        )
-        await self.writer.drain()
-        try:
-            return await asyncio.wait_for(fut, timeout_ms / 1000)
-        finally:
-            self.pending.pop(rid, None)
+        # Every forward with one token shares this link, and the leader answers LIMIT_EXCEEDED
+        # past CLIENT_INFLIGHT_PER_CONNECTION_MAX requests in flight on one connection: the
+        # ones past it wait here for a slot (within their timeout) instead.
+        async with asyncio.timeout(timeout_ms / 1000), self.slots:
+            if self.closed:
+                raise UnavailableError("connection to the leader closed")
+            rid = next(self.ids)
+            fut: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+            self.pending[rid] = fut
+            try:
+                self.writer.write(
+                    encode_frame(
+                        {"id": rid, "op": op, "args": dict(args)},
+                        max_frame_bytes=L.CLIENT_FRAME_BYTES_MAX,
+                    )
+                )
+                await self.writer.drain()
+                return await fut
+            finally:
+                self.pending.pop(rid, None)
 
 
 class LeaderForwarder:

@@ -8,10 +8,12 @@ import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 
 from hlc import HybridClock, SystemClock
+from metastore.daemon import api_limits as L
 from metastore.daemon.forward import LeaderForwarder
 from metastore.errors import UnauthenticatedError, UnavailableError
 from tests.client.fake_node import TOKEN, FakeNode
@@ -132,3 +134,40 @@ async def test_a_leader_that_never_answered_hello_is_not_left_connected(
         assert (silent_leader.accepted, silent_leader.closed_by_peer) == (1, 1)
     finally:
         await forwarder.close()
+
+
+async def test_forwards_past_the_leaders_in_flight_limit_wait_for_a_slot() -> None:
+    """Every forward with one token shares one link to the leader, and the leader answers
+    LIMIT_EXCEEDED past CLIENT_INFLIGHT_PER_CONNECTION_MAX requests in flight on a connection:
+    with 65 clients of one token writing through a follower at once, the 65th got that
+    (non-retryable) error for a request well within its own connection's limit. Forwards past
+    the limit now wait for a slot on the link, as the client library's own requests do."""
+    release, full = asyncio.Event(), asyncio.Event()
+
+    async def slow(op: str, args: dict[str, Any]) -> dict[str, Any]:
+        if node.inflight >= L.CLIENT_INFLIGHT_PER_CONNECTION_MAX:
+            full.set()
+        await release.wait()
+        return {"op": op}
+
+    node = FakeNode(node_id=2, handler=slow)
+    await node.start()
+    port = int(node.endpoint.rsplit(":", 1)[1])
+    forwarder = LeaderForwarder(
+        addresses={2: ("127.0.0.1", port)}, clock=HybridClock(SystemClock())
+    )
+    n = L.CLIENT_INFLIGHT_PER_CONNECTION_MAX + 6
+    try:
+        calls = asyncio.gather(
+            *(forwarder.call(2, TOKEN, "ddl", {"i": i}, timeout_ms=5000) for i in range(n))
+        )
+        await asyncio.wait_for(full.wait(), 5)
+        await asyncio.sleep(0.05)  # the requests past the limit, if sent, arrive meanwhile
+        assert node.max_inflight <= L.CLIENT_INFLIGHT_PER_CONNECTION_MAX
+        release.set()
+        results = await asyncio.wait_for(calls, 10)
+        assert len(results) == n and node.connections == 1
+    finally:
+        release.set()
+        await forwarder.close()
+        await node.stop()
