@@ -172,9 +172,13 @@ class LeaderForwarder:
             link.close()
             raise MetastoreError.from_wire(hello.get("error"))
         self._links[key] = link
-        while len(self._links) > L.FORWARD_CONNECTIONS_MAX:
-            _, old = self._links.popitem(last=False)
-            old.close()
+        # Past the bound, close the least recently used links that are idle: closing one with
+        # requests in flight would fail them, their outcome unknown. Busy ones stay until a
+        # later connect finds them idle.
+        for old_key in [k for k, old in self._links.items() if k != key and not old.pending]:
+            if len(self._links) <= L.FORWARD_CONNECTIONS_MAX:
+                break
+            self._links.pop(old_key).close()
         return link
 
     async def close(self) -> None:

@@ -171,3 +171,42 @@ async def test_forwards_past_the_leaders_in_flight_limit_wait_for_a_slot() -> No
         release.set()
         await forwarder.close()
         await node.stop()
+
+
+async def test_a_link_with_forwards_in_flight_is_not_evicted_for_another_token(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The pool keeps FORWARD_CONNECTIONS_MAX links (one per leader and token) and closed the
+    least recently used one when another token connected, with whatever was in flight on it:
+    with more tokens than that writing through one follower (a token per job), a write waiting
+    on the leader failed with UNAVAILABLE 'connection to the leader closed', its outcome
+    unknown, though it was the client's own and well within every limit. Only idle links are
+    closed now."""
+    monkeypatch.setattr(L, "FORWARD_CONNECTIONS_MAX", 2)
+    tokens = [f"{TOKEN}-{i}" for i in range(4)]
+    release, started = asyncio.Event(), asyncio.Event()
+
+    async def handler(op: str, args: dict[str, Any]) -> dict[str, Any]:
+        if op == "slow":
+            started.set()
+            await release.wait()
+        return {"op": op}
+
+    node = FakeNode(node_id=2, handler=handler, tokens=frozenset(tokens))
+    await node.start()
+    port = int(node.endpoint.rsplit(":", 1)[1])
+    forwarder = LeaderForwarder(
+        addresses={2: ("127.0.0.1", port)}, clock=HybridClock(SystemClock())
+    )
+    try:
+        slow = asyncio.ensure_future(forwarder.call(2, tokens[0], "slow", {}, timeout_ms=5000))
+        await asyncio.wait_for(started.wait(), 5)
+        for token in tokens[1:]:
+            await forwarder.call(2, token, "quick", {}, timeout_ms=5000)
+        release.set()
+        assert await asyncio.wait_for(slow, 5) == {"op": "slow"}
+        assert len(forwarder._links) <= 3
+    finally:
+        release.set()
+        await forwarder.close()
+        await node.stop()
