@@ -702,7 +702,7 @@ class ApiServer:
                 "this node's client port requires TLS: connect with TLS and trust the cluster "
                 "CA (CLI: --cacert FILE or METASTORE_CACERT)"
             )
-            self.metrics.request(op, err.code.value, 0.0)
+            self.metrics.request(self._op_label(op), err.code.value, 0.0)
             log.warning("refused client %s: plaintext connection to a TLS port", session.peer)
             return self._error_frame(rid, err), False
         if self.tls_client_cert_required and not session.client_cert:
@@ -710,7 +710,7 @@ class ApiServer:
                 "this node's client port requires a client certificate signed by the cluster "
                 "CA (CLI: --cert FILE --key FILE, or METASTORE_CERT / METASTORE_KEY)"
             )
-            self.metrics.request(op, err.code.value, 0.0)
+            self.metrics.request(self._op_label(op), err.code.value, 0.0)
             log.warning("refused client %s: no client certificate", session.peer)
             return self._error_frame(rid, err), False
         if session.cert_fingerprint and self.sm.state.revoked.is_revoked(session.cert_fingerprint):
@@ -719,7 +719,7 @@ class ApiServer:
                 "use another certificate signed by the cluster CA",
                 details={"fingerprint": session.cert_fingerprint},
             )
-            self.metrics.request(op, "CERT_REVOKED", 0.0)
+            self.metrics.request(self._op_label(op), "CERT_REVOKED", 0.0)
             log.warning(
                 "refused client %s: its TLS certificate (sha256 %s) is revoked",
                 session.peer,
@@ -728,14 +728,14 @@ class ApiServer:
             return self._error_frame(rid, err), False
         if op != "hello":
             err = UnauthenticatedError("the first request must be 'hello'")
-            self.metrics.request(op, err.code.value, 0.0)
+            self.metrics.request(self._op_label(op), err.code.value, 0.0)
             return self._error_frame(rid, err), False
         try:
             _check_args(args, self._ops["hello"].args)
             result = await self._hello(session, args)
         except MetastoreError as exc:
             ms = (time.perf_counter() - started) * 1000
-            self.metrics.request(op, exc.code.value, ms / 1000)
+            self.metrics.request(self._op_label(op), exc.code.value, ms / 1000)
             log.warning("refused client %s: %s", session.peer, exc)
             client = args.get("client") if isinstance(args, dict) else None
             self.audit.record(
@@ -748,7 +748,7 @@ class ApiServer:
                 ms=ms,
             )
             return self._error_frame(rid, exc), False
-        self.metrics.request(op, "OK", time.perf_counter() - started)
+        self.metrics.request(self._op_label(op), "OK", time.perf_counter() - started)
         return self._reply_frame(rid, result), True
 
     async def _run_request(
@@ -793,7 +793,7 @@ class ApiServer:
             frame_out = self._error_frame(rid, InternalError(f"{type(exc).__name__}: {exc}"))
             code = "INTERNAL"
         elapsed_s = time.perf_counter() - started
-        self.metrics.request(op, code, elapsed_s)
+        self.metrics.request(self._op_label(op), code, elapsed_s)
         spec = self._ops.get(op)
         if code == "FORBIDDEN" or (spec is not None and spec.role >= Role.WRITER):
             self.audit.record(
@@ -807,6 +807,12 @@ class ApiServer:
             )
         with contextlib.suppress(ConnectionError, OSError):
             await send(frame_out)
+
+    def _op_label(self, op: str) -> str:
+        """The `op` label of the request metric: a client may name any op, and each label
+        value is a series kept for the life of the node, so names not in the op table are
+        counted as "other"."""
+        return op if op in self._ops else "other"
 
     def _reply_frame(self, rid: int, result: dict[str, Any]) -> bytes:
         reply = {
