@@ -655,6 +655,9 @@ class ApiServer:
                         return
                     if frame is NEED_DATA:
                         break
+                    # A frame completed: the bound starts again for the next one (bytes of it
+                    # may already be here; a busy client's buffer is seldom empty).
+                    partial_since = None
                     if session.revoked:
                         break  # read before the revocation: not run (the close is under way)
                     if session.role is None:
