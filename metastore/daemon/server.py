@@ -798,7 +798,9 @@ class ApiServer:
         elapsed_s = time.perf_counter() - started
         self.metrics.request(self._op_label(op), code, elapsed_s)
         spec = self._ops.get(op)
-        if code == "FORBIDDEN" or (spec is not None and spec.role >= Role.WRITER):
+        # A pin with a session leases: the writer's part of a reader op (docs/protocol.md).
+        leases = op == "pin" and args.get("session_id") is not None
+        if code == "FORBIDDEN" or leases or (spec is not None and spec.role >= Role.WRITER):
             self.audit.record(
                 peer=session.peer,
                 client=session.client,
