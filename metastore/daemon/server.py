@@ -700,57 +700,59 @@ class ApiServer:
             rid, op, args = _parse_request(frame)
         except MetastoreError as exc:
             return self._error_frame(0, exc), False
+
+        def refuse(err: MetastoreError, code: str, audited: Mapping[str, Any]) -> bytes:
+            # Every refused first request is audited (who tried, from where, why), not only
+            # a wrong token: a plaintext client, a missing or revoked certificate too.
+            ms = (time.perf_counter() - started) * 1000
+            self.metrics.request(self._op_label(op), code, ms / 1000)
+            client = args.get("client")
+            self.audit.record(
+                peer=session.peer,
+                client=client[: L.CLIENT_NAME_CHARS_MAX] if isinstance(client, str) else "",
+                role=None,
+                op=op,
+                args=audited,
+                outcome=code,
+                ms=ms,
+            )
+            return self._error_frame(rid, err)
+
         if self.tls is not None and not session.tls:
             err: MetastoreError = TlsRequiredError(
                 "this node's client port requires TLS: connect with TLS and trust the cluster "
                 "CA (CLI: --cacert FILE or METASTORE_CACERT)"
             )
-            self.metrics.request(self._op_label(op), err.code.value, 0.0)
             log.warning("refused client %s: plaintext connection to a TLS port", session.peer)
-            return self._error_frame(rid, err), False
+            return refuse(err, err.code.value, {}), False
         if self.tls_client_cert_required and not session.client_cert:
             err = TlsRequiredError(
                 "this node's client port requires a client certificate signed by the cluster "
                 "CA (CLI: --cert FILE --key FILE, or METASTORE_CERT / METASTORE_KEY)"
             )
-            self.metrics.request(self._op_label(op), err.code.value, 0.0)
             log.warning("refused client %s: no client certificate", session.peer)
-            return self._error_frame(rid, err), False
+            return refuse(err, err.code.value, {}), False
         if session.cert_fingerprint and self.sm.state.revoked.is_revoked(session.cert_fingerprint):
             err = TlsFailedError(
                 f"this client's TLS certificate (sha256 {session.cert_fingerprint}) is revoked; "
                 "use another certificate signed by the cluster CA",
                 details={"fingerprint": session.cert_fingerprint},
             )
-            self.metrics.request(self._op_label(op), "CERT_REVOKED", 0.0)
             log.warning(
                 "refused client %s: its TLS certificate (sha256 %s) is revoked",
                 session.peer,
                 session.cert_fingerprint,
             )
-            return self._error_frame(rid, err), False
+            return refuse(err, "CERT_REVOKED", {"fingerprint": session.cert_fingerprint}), False
         if op != "hello":
             err = UnauthenticatedError("the first request must be 'hello'")
-            self.metrics.request(self._op_label(op), err.code.value, 0.0)
-            return self._error_frame(rid, err), False
+            return refuse(err, err.code.value, {}), False
         try:
             _check_args(args, self._ops["hello"].args)
             result = await self._hello(session, args)
         except MetastoreError as exc:
-            ms = (time.perf_counter() - started) * 1000
-            self.metrics.request(self._op_label(op), exc.code.value, ms / 1000)
             log.warning("refused client %s: %s", session.peer, exc)
-            client = args.get("client") if isinstance(args, dict) else None
-            self.audit.record(
-                peer=session.peer,
-                client=client if isinstance(client, str) else "",
-                role=None,
-                op=op,
-                args={},
-                outcome=exc.code.value,
-                ms=ms,
-            )
-            return self._error_frame(rid, exc), False
+            return refuse(exc, exc.code.value, {}), False
         self.metrics.request(self._op_label(op), "OK", time.perf_counter() - started)
         return self._reply_frame(rid, result), True
 
