@@ -696,14 +696,13 @@ class ApiServer:
 
     async def _first_request(self, session: Session, frame: object) -> tuple[bytes, bool]:
         started = time.perf_counter()
-        try:
-            rid, op, args = _parse_request(frame)
-        except MetastoreError as exc:
-            return self._error_frame(0, exc), False
+        rid, op = 0, "invalid"
+        args: Args = {}
 
         def refuse(err: MetastoreError, code: str, audited: Mapping[str, Any]) -> bytes:
             # Every refused first request is audited (who tried, from where, why), not only
-            # a wrong token: a plaintext client, a missing or revoked certificate too.
+            # a wrong token: a malformed one, a plaintext client, a missing or revoked
+            # certificate too.
             ms = (time.perf_counter() - started) * 1000
             self.metrics.request(self._op_label(op), code, ms / 1000)
             client = args.get("client")
@@ -718,6 +717,10 @@ class ApiServer:
             )
             return self._error_frame(rid, err)
 
+        try:
+            rid, op, args = _parse_request(frame)
+        except MetastoreError as exc:
+            return refuse(exc, exc.code.value, {}), False
         if self.tls is not None and not session.tls:
             err: MetastoreError = TlsRequiredError(
                 "this node's client port requires TLS: connect with TLS and trust the cluster "

@@ -22,7 +22,9 @@ from tests.metastore.test_manifests import ready
 FP = "ab" * 32
 
 
-def _refused(tmp_path: Path, session: Session, op: str, **kwargs: Any) -> list[dict[str, Any]]:
+def _refused(
+    tmp_path: Path, session: Session, op: str, frame: object = None, **kwargs: Any
+) -> list[dict[str, Any]]:
     state = ready().state
     state.revoked.revoke((FP,), node_id=0, reason="operator", tm=0, by="t")
     audit = AuditLog(tmp_path, node_id=1)
@@ -38,7 +40,8 @@ def _refused(tmp_path: Path, session: Session, op: str, **kwargs: Any) -> list[d
         audit=audit,
         **kwargs,
     )
-    frame = {"id": 1, "op": op, "args": {"token": "x" * 40, "client": "intruder"}}
+    if frame is None:
+        frame = {"id": 1, "op": op, "args": {"token": "x" * 40, "client": "intruder"}}
     try:
         _, ok = asyncio.run(api._first_request(session, frame))
     finally:
@@ -79,3 +82,8 @@ def test_a_hello_refused_for_tls_is_audited(
 def test_a_first_request_that_is_not_hello_is_audited(tmp_path: Path) -> None:
     [record] = _refused(tmp_path, Session(peer="p"), "gc_run")
     assert (record["op"], record["outcome"]) == ("gc_run", "UNAUTHENTICATED")
+
+
+def test_a_malformed_first_request_is_audited(tmp_path: Path) -> None:
+    [record] = _refused(tmp_path, Session(peer="p"), "", frame=["hello", "x" * 40])
+    assert (record["op"], record["outcome"]) == ("invalid", "BAD_REQUEST")
