@@ -3,7 +3,8 @@
 One JSON object per line in `audit.log` in the node's data directory, separate from the
 operational log and never sent to stderr. A record is written for every request of an op that
 needs the writer or admin role (whatever its outcome: ok, refused, failed), for every refused
-`hello` (a wrong or missing token) and for every request refused for its role. Reads are not
+first request (a wrong or missing token, no `hello` first, plaintext on a TLS port, a missing or
+revoked client certificate) and for every request refused for its role. Reads are not
 audited (they change nothing and would drown the rest).
 
 Fields: `ts` (wall clock, ISO-8601 UTC), `node_id`, `peer` (address:port), `client` (the name
@@ -126,12 +127,18 @@ def summarize_args(args: Mapping[str, Any]) -> dict[str, Any]:
         out["tables"] = _bounded(tables)
     writes = args.get("writes")
     if isinstance(writes, list):
+        # The request is not validated yet (a refused one is audited too): count only lists.
         out["writes"] = {
-            str(w.get("table")): len(w.get("add") or []) + len(w.get("remove") or [])
+            str(w.get("table"))[:AUDIT_TEXT_CHARS_MAX]: _count(w.get("add"))
+            + _count(w.get("remove"))
             for w in writes[:100]
             if isinstance(w, dict)
         }
     return out
+
+
+def _count(items: Any) -> int:
+    return len(items) if isinstance(items, list) else 0
 
 
 def _bounded(value: Any) -> Any:

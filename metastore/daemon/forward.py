@@ -2,7 +2,9 @@
 
 The follower authenticates with the *caller's* token, so the leader authorizes the request exactly
 as if the client had come to it directly. Connections are pooled per (leader, token) and
-pipelined; replies are matched by request id.
+pipelined; replies are matched by request id. With TLS, a leader whose certificate the cluster
+revoked gets no token: it is refused before hello, and links to it close once its revocation
+applies (`close_revoked`), as peer links do.
 """
 
 from __future__ import annotations
@@ -14,13 +16,14 @@ import itertools
 import logging
 import ssl
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from hlc import HybridClock
 from hlc.errors import HlcError
 from metastore.daemon import api_limits as L
 from metastore.errors import MetastoreError, UnavailableError
+from metastore.revocation import fingerprint_of_der
 from raft.errors import RaftError
 from raft.framing import NEED_DATA, FrameDecoder, encode_frame
 
@@ -35,6 +38,11 @@ class _Link:
         self.ids = itertools.count(1)
         self.task: asyncio.Task[None] | None = None
         self.closed = False
+        # SHA-256 of the leader's TLS certificate ("" without TLS).
+        self.fingerprint = ""
+        # The certificate was revoked: nothing more is sent; closed once its replies are in.
+        self.revoked = False
+        self.slots = asyncio.Semaphore(L.CLIENT_INFLIGHT_PER_CONNECTION_MAX)
 
     async def read_loop(self) -> None:
         decoder = FrameDecoder(max_frame_bytes=L.CLIENT_FRAME_BYTES_MAX)
@@ -63,19 +71,26 @@ class _Link:
         self.writer.close()
 
     async def request(self, op: str, args: Mapping[str, Any], timeout_ms: int) -> dict[str, Any]:
-        rid = next(self.ids)
-        fut: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
-        self.pending[rid] = fut
-        self.writer.write(
-            encode_frame(
-                {"id": rid, "op": op, "args": dict(args)}, max_frame_bytes=L.CLIENT_FRAME_BYTES_MAX
-            )
-        )
-        await self.writer.drain()
-        try:
-            return await asyncio.wait_for(fut, timeout_ms / 1000)
-        finally:
-            self.pending.pop(rid, None)
+        # Every forward with one token shares this link, and the leader answers LIMIT_EXCEEDED
+        # past CLIENT_INFLIGHT_PER_CONNECTION_MAX requests in flight on one connection: the
+        # ones past it wait here for a slot (within their timeout) instead.
+        async with asyncio.timeout(timeout_ms / 1000), self.slots:
+            if self.closed or self.revoked:
+                raise UnavailableError("connection to the leader closed")
+            rid = next(self.ids)
+            fut: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+            self.pending[rid] = fut
+            try:
+                self.writer.write(
+                    encode_frame(
+                        {"id": rid, "op": op, "args": dict(args)},
+                        max_frame_bytes=L.CLIENT_FRAME_BYTES_MAX,
+                    )
+                )
+                await self.writer.drain()
+                return await fut
+            finally:
+                self.pending.pop(rid, None)
 
 
 class LeaderForwarder:
@@ -85,17 +100,22 @@ class LeaderForwarder:
         addresses: Mapping[int, tuple[str, int]],
         clock: HybridClock,
         tls: ssl.SSLContext | None = None,
+        revoked: Callable[[str], bool] | None = None,
     ) -> None:
         """`tls`: the client context for TLS client ports (the node's own certificate is
-        presented, so a port that requires client certificates admits its peers)."""
+        presented, so a port that requires client certificates admits its peers). `revoked`:
+        whether a certificate fingerprint is revoked (the cluster's list)."""
         self.addresses = dict(addresses)
         self.clock = clock
         self.tls = tls
+        self.revoked = revoked
         self._links: OrderedDict[tuple[int, str], _Link] = OrderedDict()
         # Connects under way, per (leader, token): concurrent forwards await the same one, so
         # a leader that cannot be reached costs them one attempt together, not one each in
         # turn (the n-th failed after n attempts, long after its client gave up).
         self._connecting: dict[tuple[int, str], asyncio.Task[_Link]] = {}
+        # Links to a revoked certificate, closing once their replies are in (kept referenced).
+        self._closing: set[asyncio.Task[None]] = set()
 
     async def call(
         self, node_id: int, token: str, op: str, args: Mapping[str, Any], *, timeout_ms: int
@@ -154,6 +174,16 @@ class LeaderForwarder:
             3,
         )
         link = _Link(reader, writer)
+        ssl_object = writer.get_extra_info("ssl_object")
+        der = ssl_object.getpeercert(binary_form=True) if ssl_object is not None else None
+        link.fingerprint = fingerprint_of_der(der) if der else ""
+        if link.fingerprint and self.revoked is not None and self.revoked(link.fingerprint):
+            writer.close()
+            raise UnavailableError(
+                f"node {node_id}'s TLS certificate (sha256 {link.fingerprint}) is revoked: "
+                "nothing is forwarded to it",
+                details={"node_id": node_id, "fingerprint": link.fingerprint},
+            )
         link.task = asyncio.create_task(link.read_loop())
         try:
             hello = await link.request("hello", {"token": token, "client": "forward"}, 3000)
@@ -164,14 +194,55 @@ class LeaderForwarder:
             link.close()
             raise MetastoreError.from_wire(hello.get("error"))
         self._links[key] = link
-        while len(self._links) > L.FORWARD_CONNECTIONS_MAX:
-            _, old = self._links.popitem(last=False)
-            old.close()
+        # Past the bound, close the least recently used links that are idle: closing one with
+        # requests in flight would fail them, their outcome unknown. Busy ones stay until a
+        # later connect finds them idle.
+        for old_key in [k for k, old in self._links.items() if k != key and not old.pending]:
+            if len(self._links) <= L.FORWARD_CONNECTIONS_MAX:
+                break
+            self._links.pop(old_key).close()
         return link
+
+    def close_revoked(self) -> int:
+        """Close the links to a leader whose certificate is revoked now. Returns how many.
+
+        No request is sent on them any more; the replies already on their way are awaited
+        first (at most REVOKED_CLIENT_REPLY_GRACE_MS): one may answer the very request that
+        revoked the certificate, applied here before its reply arrived."""
+        if self.revoked is None:
+            return 0
+        gone = [
+            k
+            for k, link in self._links.items()
+            if link.fingerprint and self.revoked(link.fingerprint)
+        ]
+        for key in gone:
+            link = self._links.pop(key)
+            log.warning(
+                "closing a forwarding link to node %d: its TLS certificate (sha256 %s) is revoked",
+                key[0],
+                link.fingerprint,
+            )
+            link.revoked = True
+            closing = asyncio.create_task(self._close_after_replies(link))
+            self._closing.add(closing)
+            closing.add_done_callback(self._closing.discard)
+        return len(gone)
+
+    @staticmethod
+    async def _close_after_replies(link: _Link) -> None:
+        try:
+            waiting = [f for f in link.pending.values() if not f.done()]
+            if waiting:
+                await asyncio.wait(waiting, timeout=L.REVOKED_CLIENT_REPLY_GRACE_MS / 1000)
+        finally:
+            link.close()
 
     async def close(self) -> None:
         for connecting in list(self._connecting.values()):
             connecting.cancel()
+        for closing in list(self._closing):
+            closing.cancel()
         for link in self._links.values():
             link.close()
             if link.task is not None:

@@ -125,7 +125,8 @@ class NodeMetrics:
             self.gc_held_bytes.labels(record_id=record_id).set(size)
 
     def request(self, op: str, code: str, _seconds: float) -> None:
-        # Unknown ops are folded into one label value so clients cannot grow the label set.
+        # The server folds op names not in its op table into "other" (ApiServer._op_label), so
+        # clients cannot grow the label set; this is a last bound on a label's length.
         self.requests.labels(op=op if len(op) <= 32 else "other", code=code).inc()
 
     def read_wait(self, seconds: float, *, leader: bool) -> None:

@@ -166,7 +166,12 @@ class MetastoreNode:
         self.metrics = NodeMetrics(me.id)
         forward_to = {n.id: (n.host, n.client_port) for n in cluster.nodes}
         forward_to.update(_fault_addresses(FAULT_FORWARD_ADDRESSES_ENV, "forwarding"))
-        self.forwarder = LeaderForwarder(addresses=forward_to, clock=self.clock, tls=forward_tls)
+        self.forwarder = LeaderForwarder(
+            addresses=forward_to,
+            clock=self.clock,
+            tls=forward_tls,
+            revoked=self._is_revoked if forward_tls is not None else None,
+        )
         self.gc = GcWorker(
             raft=self.raft,
             sm=self.sm,
@@ -217,6 +222,7 @@ class MetastoreNode:
         if self.raft.transport is not None:
             self.raft.transport.close_revoked()
         self.api.close_revoked_clients()
+        self.forwarder.close_revoked()
         self._check_own_certificate()
 
     def _check_own_certificate(self) -> None:

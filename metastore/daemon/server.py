@@ -655,6 +655,9 @@ class ApiServer:
                         return
                     if frame is NEED_DATA:
                         break
+                    # A frame completed: the bound starts again for the next one (bytes of it
+                    # may already be here; a busy client's buffer is seldom empty).
+                    partial_since = None
                     if session.revoked:
                         break  # read before the revocation: not run (the close is under way)
                     if session.role is None:
@@ -693,62 +696,67 @@ class ApiServer:
 
     async def _first_request(self, session: Session, frame: object) -> tuple[bytes, bool]:
         started = time.perf_counter()
+        rid, op = 0, "invalid"
+        args: Args = {}
+
+        def refuse(err: MetastoreError, code: str, audited: Mapping[str, Any]) -> bytes:
+            # Every refused first request is audited (who tried, from where, why), not only
+            # a wrong token: a malformed one, a plaintext client, a missing or revoked
+            # certificate too.
+            ms = (time.perf_counter() - started) * 1000
+            self.metrics.request(self._op_label(op), code, ms / 1000)
+            client = args.get("client")
+            self.audit.record(
+                peer=session.peer,
+                client=client[: L.CLIENT_NAME_CHARS_MAX] if isinstance(client, str) else "",
+                role=None,
+                op=op,
+                args=audited,
+                outcome=code,
+                ms=ms,
+            )
+            return self._error_frame(rid, err)
+
         try:
             rid, op, args = _parse_request(frame)
         except MetastoreError as exc:
-            return self._error_frame(0, exc), False
+            return refuse(exc, exc.code.value, {}), False
         if self.tls is not None and not session.tls:
             err: MetastoreError = TlsRequiredError(
                 "this node's client port requires TLS: connect with TLS and trust the cluster "
                 "CA (CLI: --cacert FILE or METASTORE_CACERT)"
             )
-            self.metrics.request(op, err.code.value, 0.0)
             log.warning("refused client %s: plaintext connection to a TLS port", session.peer)
-            return self._error_frame(rid, err), False
+            return refuse(err, err.code.value, {}), False
         if self.tls_client_cert_required and not session.client_cert:
             err = TlsRequiredError(
                 "this node's client port requires a client certificate signed by the cluster "
                 "CA (CLI: --cert FILE --key FILE, or METASTORE_CERT / METASTORE_KEY)"
             )
-            self.metrics.request(op, err.code.value, 0.0)
             log.warning("refused client %s: no client certificate", session.peer)
-            return self._error_frame(rid, err), False
+            return refuse(err, err.code.value, {}), False
         if session.cert_fingerprint and self.sm.state.revoked.is_revoked(session.cert_fingerprint):
             err = TlsFailedError(
                 f"this client's TLS certificate (sha256 {session.cert_fingerprint}) is revoked; "
                 "use another certificate signed by the cluster CA",
                 details={"fingerprint": session.cert_fingerprint},
             )
-            self.metrics.request(op, "CERT_REVOKED", 0.0)
             log.warning(
                 "refused client %s: its TLS certificate (sha256 %s) is revoked",
                 session.peer,
                 session.cert_fingerprint,
             )
-            return self._error_frame(rid, err), False
+            return refuse(err, "CERT_REVOKED", {"fingerprint": session.cert_fingerprint}), False
         if op != "hello":
             err = UnauthenticatedError("the first request must be 'hello'")
-            self.metrics.request(op, err.code.value, 0.0)
-            return self._error_frame(rid, err), False
+            return refuse(err, err.code.value, {}), False
         try:
             _check_args(args, self._ops["hello"].args)
             result = await self._hello(session, args)
         except MetastoreError as exc:
-            ms = (time.perf_counter() - started) * 1000
-            self.metrics.request(op, exc.code.value, ms / 1000)
             log.warning("refused client %s: %s", session.peer, exc)
-            client = args.get("client") if isinstance(args, dict) else None
-            self.audit.record(
-                peer=session.peer,
-                client=client if isinstance(client, str) else "",
-                role=None,
-                op=op,
-                args={},
-                outcome=exc.code.value,
-                ms=ms,
-            )
-            return self._error_frame(rid, exc), False
-        self.metrics.request(op, "OK", time.perf_counter() - started)
+            return refuse(exc, exc.code.value, {}), False
+        self.metrics.request(self._op_label(op), "OK", time.perf_counter() - started)
         return self._reply_frame(rid, result), True
 
     async def _run_request(
@@ -793,9 +801,11 @@ class ApiServer:
             frame_out = self._error_frame(rid, InternalError(f"{type(exc).__name__}: {exc}"))
             code = "INTERNAL"
         elapsed_s = time.perf_counter() - started
-        self.metrics.request(op, code, elapsed_s)
+        self.metrics.request(self._op_label(op), code, elapsed_s)
         spec = self._ops.get(op)
-        if code == "FORBIDDEN" or (spec is not None and spec.role >= Role.WRITER):
+        # A pin with a session leases: the writer's part of a reader op (docs/protocol.md).
+        leases = op == "pin" and args.get("session_id") is not None
+        if code == "FORBIDDEN" or leases or (spec is not None and spec.role >= Role.WRITER):
             self.audit.record(
                 peer=session.peer,
                 client=session.client,
@@ -807,6 +817,12 @@ class ApiServer:
             )
         with contextlib.suppress(ConnectionError, OSError):
             await send(frame_out)
+
+    def _op_label(self, op: str) -> str:
+        """The `op` label of the request metric: a client may name any op, and each label
+        value is a series kept for the life of the node, so names not in the op table are
+        counted as "other"."""
+        return op if op in self._ops else "other"
 
     def _reply_frame(self, rid: int, result: dict[str, Any]) -> bytes:
         reply = {

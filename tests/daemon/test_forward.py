@@ -8,12 +8,18 @@ import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 
 from hlc import HybridClock, SystemClock
+from metastore.daemon import api_limits as L
+from metastore.daemon.certs import generate_dev_certs
 from metastore.daemon.forward import LeaderForwarder
 from metastore.errors import UnauthenticatedError, UnavailableError
+from metastore.revocation import fingerprint_of_pem
+from raft.tls import client_context, server_context
 from tests.client.fake_node import TOKEN, FakeNode
 
 
@@ -132,3 +138,136 @@ async def test_a_leader_that_never_answered_hello_is_not_left_connected(
         assert (silent_leader.accepted, silent_leader.closed_by_peer) == (1, 1)
     finally:
         await forwarder.close()
+
+
+async def test_forwards_past_the_leaders_in_flight_limit_wait_for_a_slot() -> None:
+    """Every forward with one token shares one link to the leader, and the leader answers
+    LIMIT_EXCEEDED past CLIENT_INFLIGHT_PER_CONNECTION_MAX requests in flight on a connection:
+    with 65 clients of one token writing through a follower at once, the 65th got that
+    (non-retryable) error for a request well within its own connection's limit. Forwards past
+    the limit now wait for a slot on the link, as the client library's own requests do."""
+    release, full = asyncio.Event(), asyncio.Event()
+
+    async def slow(op: str, args: dict[str, Any]) -> dict[str, Any]:
+        if node.inflight >= L.CLIENT_INFLIGHT_PER_CONNECTION_MAX:
+            full.set()
+        await release.wait()
+        return {"op": op}
+
+    node = FakeNode(node_id=2, handler=slow)
+    await node.start()
+    port = int(node.endpoint.rsplit(":", 1)[1])
+    forwarder = LeaderForwarder(
+        addresses={2: ("127.0.0.1", port)}, clock=HybridClock(SystemClock())
+    )
+    n = L.CLIENT_INFLIGHT_PER_CONNECTION_MAX + 6
+    try:
+        calls = asyncio.gather(
+            *(forwarder.call(2, TOKEN, "ddl", {"i": i}, timeout_ms=5000) for i in range(n))
+        )
+        await asyncio.wait_for(full.wait(), 5)
+        await asyncio.sleep(0.05)  # the requests past the limit, if sent, arrive meanwhile
+        assert node.max_inflight <= L.CLIENT_INFLIGHT_PER_CONNECTION_MAX
+        release.set()
+        results = await asyncio.wait_for(calls, 10)
+        assert len(results) == n and node.connections == 1
+    finally:
+        release.set()
+        await forwarder.close()
+        await node.stop()
+
+
+async def test_a_link_with_forwards_in_flight_is_not_evicted_for_another_token(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The pool keeps FORWARD_CONNECTIONS_MAX links (one per leader and token) and closed the
+    least recently used one when another token connected, with whatever was in flight on it:
+    with more tokens than that writing through one follower (a token per job), a write waiting
+    on the leader failed with UNAVAILABLE 'connection to the leader closed', its outcome
+    unknown, though it was the client's own and well within every limit. Only idle links are
+    closed now."""
+    monkeypatch.setattr(L, "FORWARD_CONNECTIONS_MAX", 2)
+    tokens = [f"{TOKEN}-{i}" for i in range(4)]
+    release, started = asyncio.Event(), asyncio.Event()
+
+    async def handler(op: str, args: dict[str, Any]) -> dict[str, Any]:
+        if op == "slow":
+            started.set()
+            await release.wait()
+        return {"op": op}
+
+    node = FakeNode(node_id=2, handler=handler, tokens=frozenset(tokens))
+    await node.start()
+    port = int(node.endpoint.rsplit(":", 1)[1])
+    forwarder = LeaderForwarder(
+        addresses={2: ("127.0.0.1", port)}, clock=HybridClock(SystemClock())
+    )
+    try:
+        slow = asyncio.ensure_future(forwarder.call(2, tokens[0], "slow", {}, timeout_ms=5000))
+        await asyncio.wait_for(started.wait(), 5)
+        for token in tokens[1:]:
+            await forwarder.call(2, token, "quick", {}, timeout_ms=5000)
+        release.set()
+        assert await asyncio.wait_for(slow, 5) == {"op": "slow"}
+        assert len(forwarder._links) <= 3
+    finally:
+        release.set()
+        await forwarder.close()
+        await node.stop()
+
+
+async def test_a_leader_presenting_a_revoked_certificate_gets_no_token(tmp_path: Path) -> None:
+    """Peer links refuse a revoked certificate in both directions, but the forwarder, which
+    hands every client's bearer token to the leader's client port, checked only that the
+    leader's certificate chained to the CA: a revoked (leaked) node certificate still got the
+    tokens of every forwarded request. It is refused now before hello, and open links to a
+    certificate revoked since are closed, once the replies on their way are in (one may
+    answer the request that revoked it)."""
+    certs = generate_dev_certs(tmp_path, node_ids=[1, 2])
+    cert2, key2 = certs.node_certs[2]
+    cert1, key1 = certs.node_certs[1]
+    fingerprint = fingerprint_of_pem(cert2.read_bytes())
+    release, started = asyncio.Event(), asyncio.Event()
+
+    async def handler(op: str, args: dict[str, Any]) -> dict[str, Any]:
+        if op == "cert_revoke":
+            started.set()
+            await release.wait()
+        return {"op": op, "args": args}
+
+    node = FakeNode(node_id=2, handler=handler)
+    server = await asyncio.start_server(
+        node._serve,
+        "127.0.0.1",
+        0,
+        ssl=server_context(cert_file=cert2, key_file=key2, ca_file=None),
+    )
+    port = server.sockets[0].getsockname()[1]
+    revoked: set[str] = set()
+    forwarder = LeaderForwarder(
+        addresses={2: ("127.0.0.1", port)},
+        clock=HybridClock(SystemClock()),
+        tls=client_context(ca_file=certs.ca_cert, cert_file=cert1, key_file=key1),
+        revoked=revoked.__contains__,
+    )
+    try:
+        assert await forwarder.call(2, TOKEN, "status", {}, timeout_ms=5000) == {
+            "op": "status",
+            "args": {},
+        }
+        in_flight = asyncio.ensure_future(
+            forwarder.call(2, TOKEN, "cert_revoke", {}, timeout_ms=5000)
+        )
+        await asyncio.wait_for(started.wait(), 5)
+        revoked.add(fingerprint)
+        assert forwarder.close_revoked() == 1
+        release.set()
+        assert (await asyncio.wait_for(in_flight, 5))["op"] == "cert_revoke"
+        with pytest.raises(UnavailableError, match="revoked"):
+            await forwarder.call(2, TOKEN, "status", {}, timeout_ms=5000)
+        assert len(node.hellos) == 1  # the first link's; none after the revocation
+    finally:
+        await forwarder.close()
+        server.close()
+        await node.stop()
+        await server.wait_closed()
