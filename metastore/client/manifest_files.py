@@ -12,6 +12,7 @@ No PySpark here: the bridge calls `read_live` on executors.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import logging
@@ -114,20 +115,36 @@ def write_manifest(location: str, entries: Sequence[FileEntry]) -> ManifestRef:
         _write_local(final, tmp, data)
         return ref
     fs.create_dir(final.rsplit("/", 1)[0], recursive=True)
-    with fs.open_output_stream(tmp) as out:
-        out.write(data)
-    fs.move(tmp, final)
+    try:
+        with fs.open_output_stream(tmp) as out:
+            out.write(data)
+        fs.move(tmp, final)
+    except BaseException:
+        _discard(lambda: fs.delete_file(tmp))
+        raise
     return ref
+
+
+def _discard(delete: Callable[[], None]) -> None:
+    """Delete a failed write's temporary file: the orphan scan deletes only `<sha256>.parquet`
+    names under `_manifests`, so a temporary file left there would stay forever."""
+    # Already gone, or the store is failing too: the original error is the news.
+    with contextlib.suppress(OSError, pa.ArrowException):
+        delete()
 
 
 def _write_local(final: str, tmp: str, data: bytes) -> None:
     directory = os.path.dirname(final)
     os.makedirs(directory, exist_ok=True)
-    with open(tmp, "wb") as out:
-        out.write(data)
-        out.flush()
-        os.fsync(out.fileno())
-    os.replace(tmp, final)
+    try:
+        with open(tmp, "wb") as out:
+            out.write(data)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(tmp, final)
+    except BaseException:
+        _discard(lambda: os.unlink(tmp))
+        raise
     for path in (directory, os.path.dirname(directory)):  # the file's entry, then _manifests'
         fd = os.open(path, os.O_RDONLY)
         try:

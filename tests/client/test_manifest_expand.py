@@ -294,3 +294,20 @@ def test_the_vectorised_path_check_agrees_with_the_commit_rule(path: str) -> Non
     except MetastoreError:
         refused = True
     assert _bad_paths(pa.chunked_array([[path]], pa.string()))[0].as_py() is refused
+
+
+def test_a_failed_manifest_write_leaves_no_temporary_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A write that fails (a full disk, an I/O error) must not leave its temporary file: the
+    orphan scan deletes only `<sha256>.parquet` names under `_manifests`, so a `.tmp` file
+    stayed forever, and the bridge tries a compaction again after every commit (one more
+    partial file of up to MANIFEST_BYTES_MAX each time, on a disk that is already full)."""
+
+    def fsync(fd: int) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    with pytest.raises(OSError, match="No space"):
+        write_manifest(str(tmp_path), _entries())
+    assert [p.name for p in (tmp_path / "_manifests").iterdir()] == []
