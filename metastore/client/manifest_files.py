@@ -448,12 +448,33 @@ def compaction_view(client: Any, table: str) -> dict[str, Any]:
             continue  # it shrank past the next page's offset: read it again
         after = client.call("compaction_view", {"table": table, "limit": 1})
         if (after["table_id"], after["manifests"]) == (first["table_id"], first["manifests"]):
-            return {**first, "loose": loose, "deletes": deletes, "next_page_token": None}
+            return {
+                **first,
+                "loose": loose,
+                "deletes": _first_of_each_delete(deletes),
+                "next_page_token": None,
+            }
         log.info("the manifests of %s changed while its compaction view was read", table)
     raise ManifestConflictError(
         f"{table}: the table's manifests kept changing while its compaction view was read",
         details={"table": table, "what": "compaction_view", "expected": "", "actual": ""},
     )
+
+
+def _first_of_each_delete(deletes: list[Any]) -> list[Any]:
+    """The delete entries of a paged view, each path once. Pages are offsets into the loose
+    entries followed by the delete entries, so a commit between two pages that adds loose
+    entries moves every delete entry on, and the next page repeats the last few the previous
+    one ended with. A path has at most one delete entry in the state, so a repeat is that
+    shift: dropping it leaves the delete entries in state order (any other change between
+    pages still fails the compaction's compare-and-swap)."""
+    seen: set[str] = set()
+    out = []
+    for d in deletes:
+        if d[0] not in seen:
+            seen.add(d[0])
+            out.append(d)
+    return out
 
 
 def compact_table(
