@@ -13,7 +13,9 @@ What it does, per chunk (at most `CHUNK_FILES_MAX` files / `CHUNK_BYTES_MAX` byt
 2. Spark reads them with the pinned write columns, by field id, exactly as every reader of the
    table does (a column added later with a DEFAULT reads its existence default; write-only
    columns of a running schema change job are read and written too), and `BatchContext.write`
-   writes them back as ceil(bytes / target) files.
+   writes them back as ceil(bytes / target) files. Unless they hold exactly the rows the small
+   files' entries record (a session that skips unreadable files reads fewer), nothing is
+   committed (OptimizeError).
 3. ONE commit removes the small files and adds the new ones. Readers see the same rows at every
    timestamp: before the commit's ts the old files, from it on the new ones. A concurrent
    writer is never lost: appends add other files and do not touch these, and a commit that
@@ -257,6 +259,7 @@ class OptimizeRun:
                     *[absolute(location, str(f["path"])) for f in chunk]
                 )
                 new_files = b.write(self.table, df.coalesce(_output_files(size, self.target_bytes)))
+                _check_rows_kept(self.table, chunk, new_files)
                 b.remove(self.table, [str(f["path"]) for f in chunk])
         if not chunk:
             return False
@@ -272,6 +275,22 @@ class OptimizeRun:
             f"{to_iso(b.report.commit_ts or 0)}"
         )
         return len(small) - len(chunk) >= self.min_files
+
+
+def _check_rows_kept(table: str, chunk: list[dict[str, Any]], new_files: list[Any]) -> None:
+    """Raise OptimizeError (so the batch commits nothing) unless the files written hold as
+    many rows as the files they replace: a session that skips unreadable files
+    (`spark.sql.files.ignoreCorruptFiles` / `ignoreMissingFiles`) reads a damaged one as no
+    rows, and removing it would lose them at every later timestamp."""
+    expected = sum(int(f.get("row_count") or 0) for f in chunk)
+    written = sum(int(f.row_count) for f in new_files)
+    if written != expected:
+        raise OptimizeError(
+            f"{table}: the {len(chunk)} small files hold {expected} rows but Spark read "
+            f"{written} of them (a file unreadable or missing, skipped by the session's "
+            "spark.sql.files.ignoreCorruptFiles / ignoreMissingFiles?); nothing was committed",
+            details={"table": table, "rows_expected": expected, "rows_read": written},
+        )
 
 
 def _output_files(size_bytes: int, target_bytes: int) -> int:

@@ -12,6 +12,7 @@ No PySpark here: the bridge calls `read_live` on executors.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import logging
@@ -69,9 +70,26 @@ MANIFEST_READERS: Final = 8
 VIEW_PAGE_LIMIT: Final = 10_000
 
 
+# Spark's s3a/s3n schemes are the object store pyarrow calls s3 (as metastore.client.parquet).
+_S3_ALIASES: Final = ("s3a://", "s3n://")
+
+
 def _fs(location: str) -> tuple[pafs.FileSystem, str]:
+    """The file system of a table location and the location's path in it. A location pyarrow
+    has no file system for is ManifestUnreadableError (typed, like a missing manifest)."""
     if "://" in location and not location.startswith("file://"):
-        fs, path = pafs.FileSystem.from_uri(location)
+        uri = location
+        for alias in _S3_ALIASES:
+            if uri.startswith(alias):
+                uri = "s3://" + uri[len(alias) :]
+        try:
+            fs, path = pafs.FileSystem.from_uri(uri)
+        except (pa.ArrowException, OSError) as exc:
+            reason = f"pyarrow has no filesystem for {location} ({exc})"
+            raise ManifestUnreadableError(
+                f"manifests of {location}: {reason}",
+                details={"path": location, "reason": reason},
+            ) from None
         return fs, path.rstrip("/")
     return pafs.LocalFileSystem(), location.removeprefix("file://").rstrip("/")
 
@@ -114,20 +132,36 @@ def write_manifest(location: str, entries: Sequence[FileEntry]) -> ManifestRef:
         _write_local(final, tmp, data)
         return ref
     fs.create_dir(final.rsplit("/", 1)[0], recursive=True)
-    with fs.open_output_stream(tmp) as out:
-        out.write(data)
-    fs.move(tmp, final)
+    try:
+        with fs.open_output_stream(tmp) as out:
+            out.write(data)
+        fs.move(tmp, final)
+    except BaseException:
+        _discard(lambda: fs.delete_file(tmp))
+        raise
     return ref
+
+
+def _discard(delete: Callable[[], None]) -> None:
+    """Delete a failed write's temporary file: the orphan scan deletes only `<sha256>.parquet`
+    names under `_manifests`, so a temporary file left there would stay forever."""
+    # Already gone, or the store is failing too: the original error is the news.
+    with contextlib.suppress(OSError, pa.ArrowException):
+        delete()
 
 
 def _write_local(final: str, tmp: str, data: bytes) -> None:
     directory = os.path.dirname(final)
     os.makedirs(directory, exist_ok=True)
-    with open(tmp, "wb") as out:
-        out.write(data)
-        out.flush()
-        os.fsync(out.fileno())
-    os.replace(tmp, final)
+    try:
+        with open(tmp, "wb") as out:
+            out.write(data)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(tmp, final)
+    except BaseException:
+        _discard(lambda: os.unlink(tmp))
+        raise
     for path in (directory, os.path.dirname(directory)):  # the file's entry, then _manifests'
         fd = os.open(path, os.O_RDONLY)
         try:
@@ -414,12 +448,33 @@ def compaction_view(client: Any, table: str) -> dict[str, Any]:
             continue  # it shrank past the next page's offset: read it again
         after = client.call("compaction_view", {"table": table, "limit": 1})
         if (after["table_id"], after["manifests"]) == (first["table_id"], first["manifests"]):
-            return {**first, "loose": loose, "deletes": deletes, "next_page_token": None}
+            return {
+                **first,
+                "loose": loose,
+                "deletes": _first_of_each_delete(deletes),
+                "next_page_token": None,
+            }
         log.info("the manifests of %s changed while its compaction view was read", table)
     raise ManifestConflictError(
         f"{table}: the table's manifests kept changing while its compaction view was read",
         details={"table": table, "what": "compaction_view", "expected": "", "actual": ""},
     )
+
+
+def _first_of_each_delete(deletes: list[Any]) -> list[Any]:
+    """The delete entries of a paged view, each path once. Pages are offsets into the loose
+    entries followed by the delete entries, so a commit between two pages that adds loose
+    entries moves every delete entry on, and the next page repeats the last few the previous
+    one ended with. A path has at most one delete entry in the state, so a repeat is that
+    shift: dropping it leaves the delete entries in state order (any other change between
+    pages still fails the compaction's compare-and-swap)."""
+    seen: set[str] = set()
+    out = []
+    for d in deletes:
+        if d[0] not in seen:
+            seen.add(d[0])
+            out.append(d)
+    return out
 
 
 def compact_table(

@@ -166,7 +166,12 @@ class RemovalCheck:
         cached = self._cache.get(ref.sha256)
         if cached is not None:
             return cached  # another check read it meanwhile
-        entries = {e.path: e.removed_ts for e in read}
+        # A path can sit in one manifest twice (committed again, then a merge): it is live if
+        # any of its entries is, as readers list it (`manifests.first_indexes`).
+        entries: dict[str, int | None] = {}
+        for e in read:
+            if e.removed_ts is None or e.path not in entries:
+                entries[e.path] = e.removed_ts
         self.manifests_read += 1
         self._cache[ref.sha256] = entries
         self._cached_entries += len(entries)

@@ -161,3 +161,35 @@ def test_compact_table_merges_small_manifests_past_the_merge_bound(
         assert d.state.table_stats(A).manifests <= 4
     assert live_paths(d) == sorted(p for p in paths if p != "p1a")
     d.state.check_invariants()
+
+
+def test_appends_while_a_view_of_many_delete_entries_is_read_do_not_stall_compaction(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Pages are offsets into the loose entries then the delete entries. A commit between two
+    pages adds loose entries, which moves every delete entry one page offset on: the next page
+    repeats delete entries the last one ended with. Folded twice, they never matched the
+    state's delete entries (MANIFEST_CONFLICT), so on a table with a page or more of pending
+    removals and a steady writer, every attempt failed and the removals piled up to their
+    bound. A delete entry's path is unique in the state: a repeat is that shift, dropped."""
+    d = Driver()
+    d.ok("CREATE NAMESPACE ns")
+    d.ok(f"CREATE TABLE ns.a (x INT) LOCATION '{tmp_path}'")
+    d.tm += (DD_MS + 1) * MS  # the table is active
+    client = ViewClient(d)
+    commit(d, "t0", "a", "b", "c", "d")
+    compact_table(client, "ns.a")  # manifest [a b c d]
+    commit(d, "t1", "x", remove=("a", "b", "c"))  # x loose; three delete entries
+    monkeypatch.setattr(manifest_files, "VIEW_PAGE_LIMIT", 2)
+    appended: list[str] = []
+
+    def writer() -> None:  # a steady writer: one commit before every continued page
+        appended.append(f"y{len(appended)}")
+        commit(d, f"s{len(appended)}", appended[-1])
+        client.between_pages = writer
+
+    client.between_pages = writer
+    result = compact_table(client, "ns.a", keep_loose=100)
+    assert result["compacted"] and result["folded_deletes"] == 3
+    assert live_paths(d) == sorted(["d", "x", *appended])
+    d.state.check_invariants()

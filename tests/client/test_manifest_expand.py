@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import tempfile
 import time
+import types
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -294,3 +295,55 @@ def test_the_vectorised_path_check_agrees_with_the_commit_rule(path: str) -> Non
     except MetastoreError:
         refused = True
     assert _bad_paths(pa.chunked_array([[path]], pa.string()))[0].as_py() is refused
+
+
+def test_a_failed_manifest_write_leaves_no_temporary_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A write that fails (a full disk, an I/O error) must not leave its temporary file: the
+    orphan scan deletes only `<sha256>.parquet` names under `_manifests`, so a `.tmp` file
+    stayed forever, and the bridge tries a compaction again after every commit (one more
+    partial file of up to MANIFEST_BYTES_MAX each time, on a disk that is already full)."""
+
+    def fsync(fd: int) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    with pytest.raises(OSError, match="No space"):
+        write_manifest(str(tmp_path), _entries())
+    assert [p.name for p in (tmp_path / "_manifests").iterdir()] == []
+
+
+def test_manifests_of_an_s3a_table_open_as_its_data_files_do(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Spark's s3a:// (and s3n://) locations: the CLI's data reader opens them as pyarrow's s3,
+    but manifests went to pyarrow as they were ("Unrecognized filesystem type", a ValueError):
+    every compaction of such a table failed (so its loose entries grew to the hard bound and
+    commits were refused), and `table files`/`read` of one with manifests died untyped."""
+    from metastore.client import manifest_files
+
+    asked: list[str] = []
+
+    def from_uri(uri: str) -> tuple[object, str]:
+        asked.append(uri)
+        return object(), uri.split("://", 1)[1]
+
+    fake = types.SimpleNamespace(FileSystem=types.SimpleNamespace(from_uri=from_uri))
+    monkeypatch.setattr(manifest_files, "pafs", fake)
+    assert manifest_files._fs("s3a://bucket/w/t")[1] == "bucket/w/t"
+    assert manifest_files._fs("s3n://bucket/w/t/")[1] == "bucket/w/t"
+    assert asked == ["s3://bucket/w/t", "s3://bucket/w/t/"]
+
+
+def test_a_location_pyarrow_cannot_open_is_a_typed_error(tmp_path: Path) -> None:
+    ref = write_manifest(str(tmp_path), _entries())
+    reply = {
+        "as_of": BASE_TS + 9,
+        "location": "nosuchscheme://bucket/t",
+        "files": [],
+        "deletes": [],
+        "manifests": [ref.to_view()],
+    }
+    with pytest.raises(ManifestUnreadableError, match="no filesystem"):
+        expand_reply(reply)

@@ -24,7 +24,18 @@ from metastore.manifests import ManifestRef
 from metastore.state import MetastoreState
 from metastore.txn import FileEntry
 from tests.metastore._driver import DD_MS, Driver, ok, refused
-from tests.metastore.test_manifests import A, Store, add, compact, ready, table_id, tick
+from tests.metastore.test_manifests import (
+    A,
+    Store,
+    add,
+    command,
+    compact,
+    full_files,
+    plan,
+    ready,
+    table_id,
+    tick,
+)
 
 
 def checker(store: Store, **kw: int) -> RemovalCheck:
@@ -250,3 +261,23 @@ def test_a_bad_path_in_an_earlier_write_comes_before_a_later_write_s_refusal() -
     cmd = CommitTxn(txn_id="t3", writes=(stale_version, bad_path))
     check(checker(store), d, cmd)
     refused(d, cmd, SchemaVersionNotActiveError)
+
+
+def test_a_path_live_in_a_merged_manifest_beside_its_removed_second_entry_is_removable() -> None:
+    """A path committed again (its first entry already in a manifest) and removed while the
+    second entry was loose stays listed by its first entry. Once a merge puts both entries in
+    one manifest, the check kept the last one it read (removed) and refused the removal of a
+    file every reader lists as live (DATA_FILE_CONFLICT), which apply accepts."""
+    d, store = ready(), Store()
+    ok(d, add("t1", "a"))
+    compact(d, store)
+    ok(d, add("t2", "a", "b"))  # "a" again: its first entry is not loose
+    ok(d, add("t3", remove=("a",)))  # removes the loose (second) entry only
+    compact(d, store)
+    p = plan(d, store, merge_at=1)
+    assert p is not None and len(p.merges) == 1
+    ok(d, command(d, store, p))
+    assert len(d.state.txns.manifest_refs(table_id(d))) == 1
+    assert "a" in [f[0] for f in full_files(d, store, d.state.safe_time)]
+    check(checker(store), d, add("t4", remove=("a",)))
+    ok(d, add("t4", remove=("a",)))  # apply's answer

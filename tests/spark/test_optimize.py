@@ -147,3 +147,27 @@ def test_cli_dry_run_then_run(env: SparkEnv) -> None:
     doc = json.loads(run.stdout)
     assert doc["files_rewritten"] == 6 and doc["files_written"] == 1 and doc["commits"] == 1
     assert len(env.live_paths(table)) == 1
+
+
+def test_a_small_file_spark_skips_is_not_removed(env: SparkEnv) -> None:
+    """A session that skips unreadable files (spark.sql.files.ignoreCorruptFiles, common in
+    streaming jobs) read a damaged small file as no rows: optimize wrote the others and removed
+    all of them, and the damaged file's rows were gone at every later timestamp. The rows
+    written must be the rows the removed files hold, or nothing is committed."""
+    table = f"{NS}.damaged"
+    env.ddl(f"CREATE TABLE {table} (id BIGINT, v STRING)")
+    bridge = env.bridge(app_name=f"optimize-{table}")
+    for i in range(3):
+        _append(bridge, table, [(i, f"v{i}")], "id BIGINT, v STRING")
+    live = sorted(env.live_paths(table))
+    damaged = absolute(env.location(table), live[0]).removeprefix("file://")
+    with open(damaged, "r+b") as f:
+        f.seek(-8, 2)
+        f.write(b"\0" * 8)  # the footer's length and magic: no longer Parquet
+    env.spark.conf.set("spark.sql.files.ignoreCorruptFiles", "true")
+    try:
+        with pytest.raises(OptimizeError, match="rows"):
+            bridge.optimize(table, target_file_bytes=64 * 1024**2)
+    finally:
+        env.spark.conf.unset("spark.sql.files.ignoreCorruptFiles")
+    assert sorted(env.live_paths(table)) == live, "the files were removed anyway"
