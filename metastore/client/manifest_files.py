@@ -28,6 +28,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from metastore import limits
+from metastore.client.parquet import pyarrow_uri
 from metastore.commands import TableName, compact_manifest_to_request
 from metastore.errors import (
     InvalidArgumentError,
@@ -70,20 +71,12 @@ MANIFEST_READERS: Final = 8
 VIEW_PAGE_LIMIT: Final = 10_000
 
 
-# Spark's s3a/s3n schemes are the object store pyarrow calls s3 (as metastore.client.parquet).
-_S3_ALIASES: Final = ("s3a://", "s3n://")
-
-
 def _fs(location: str) -> tuple[pafs.FileSystem, str]:
     """The file system of a table location and the location's path in it. A location pyarrow
     has no file system for is ManifestUnreadableError (typed, like a missing manifest)."""
     if "://" in location and not location.startswith("file://"):
-        uri = location
-        for alias in _S3_ALIASES:
-            if uri.startswith(alias):
-                uri = "s3://" + uri[len(alias) :]
         try:
-            fs, path = pafs.FileSystem.from_uri(uri)
+            fs, path = pafs.FileSystem.from_uri(pyarrow_uri(location))
         except (pa.ArrowException, OSError) as exc:
             reason = f"pyarrow has no filesystem for {location} ({exc})"
             raise ManifestUnreadableError(

@@ -313,15 +313,21 @@ def _conform(
     return pa.RecordBatch.from_arrays(arrays, schema=target)
 
 
+def pyarrow_uri(uri: str) -> str:
+    """`uri` as pyarrow names its store: Spark's s3a:// and s3n:// are pyarrow's s3://. Every
+    reader, writer and the GC of a URI location goes through this, so that what Spark wrote
+    under a location, the catalog's tools can open and delete too."""
+    for alias in _S3_ALIASES:
+        if uri.startswith(alias):
+            return "s3://" + uri[len(alias) :]
+    return uri
+
+
 def _filesystem(path: str) -> tuple[pafs.FileSystem, str]:
     if "://" not in path:
         return pafs.LocalFileSystem(), path
-    uri = path
-    for alias in _S3_ALIASES:
-        if uri.startswith(alias):
-            uri = "s3://" + uri[len(alias) :]
     try:
-        fs, fs_path = pafs.FileSystem.from_uri(uri)
+        fs, fs_path = pafs.FileSystem.from_uri(pyarrow_uri(path))
     except (pa.ArrowException, OSError) as exc:
         raise DataFileUnreadableError(
             f"cannot open {path}: pyarrow has no filesystem for it ({exc})", path=path

@@ -551,7 +551,9 @@ def _delete_files(location: str, rel_paths: Iterable[str], *, sizes: dict[str, i
     if "://" in root and not root.startswith("file://"):
         import pyarrow.fs as pafs  # only for URI warehouses: keeps the daemon's start light
 
-        fs, base = pafs.FileSystem.from_uri(root)
+        from metastore.client.parquet import pyarrow_uri
+
+        fs, base = pafs.FileSystem.from_uri(pyarrow_uri(root))
         done = 0
         for rel in rel_paths:
             with contextlib.suppress(FileNotFoundError):
