@@ -470,6 +470,42 @@ def _first_of_each_delete(deletes: list[Any]) -> list[Any]:
     return out
 
 
+def _write_noted(
+    location: str,
+    written: list[tuple[ManifestRef, Sequence[FileEntry]]],
+    entries: Sequence[FileEntry],
+) -> ManifestRef:
+    """`write_manifest`, noting what was written (for `_restore_missing`)."""
+    ref = write_manifest(location, entries)
+    written.append((ref, entries))
+    return ref
+
+
+def _restore_missing(
+    location: str,
+    written: Sequence[tuple[ManifestRef, Sequence[FileEntry]]],
+    say: Callable[[str], None],
+) -> None:
+    """Write again any manifest of an applied compaction that is no longer on disk. Names are
+    content hashes, so a manifest this compaction wrote can be byte for byte one that an
+    earlier compaction replaced: apply refuses to reference it while GC has it queued, but GC
+    may delete that file after this compactor wrote it (so it wrote nothing new) and report
+    it before this compaction applies. The table would then reference a missing manifest and
+    every read of it fail; the same bytes written again repair it."""
+    fs, root = _fs(location)
+    for ref, entries in written:
+        info = fs.get_file_info(f"{root}/{ref.path}")
+        if info.type == pafs.FileType.File and info.size == ref.size_bytes:
+            continue
+        log.warning(
+            "manifest %s of %s went missing before its compaction applied; writing it again",
+            ref.path,
+            location,
+        )
+        say(f"{location}: manifest {ref.path} was deleted meanwhile; wrote it again")
+        write_manifest(location, entries)
+
+
 def compact_table(
     client: Any,
     table: str,
@@ -520,14 +556,16 @@ def compact_table(
                 "manifests": len(refs),
                 "deduplicated": False,
             }
-        rewritten = [write_manifest(location, entries) for _, entries in plan.rewrites]
+        written: list[tuple[ManifestRef, Sequence[FileEntry]]] = []
+        write = functools.partial(_write_noted, location, written)
+        rewritten = [write(entries) for _, entries in plan.rewrites]
         added = []
         for i, batch in enumerate(plan.batches, 1):
-            added.append(write_manifest(location, batch))
+            added.append(write(batch))
             say(f"{table}: wrote manifest {i}/{len(plan.batches)} ({len(batch)} entries)")
         merged = []
         for group, entries in plan.merges:
-            merged.append(write_manifest(location, entries))
+            merged.append(write(entries))
             say(f"{table}: merged {len(group)} manifests into one ({len(entries)} entries)")
         cmd = compaction_command(
             plan,
@@ -546,6 +584,7 @@ def compact_table(
             log.info("compaction of %s went stale (attempt %d): %s", table, attempt, exc)
             say(f"{table}: the table changed meanwhile; reading it again")
             continue
+        _restore_missing(location, written, say)
         say(
             f"{table}: moved {result['moved_entries']} entries, folded "
             f"{result['folded_deletes']} deletes; {result['manifests']} manifests"

@@ -193,3 +193,27 @@ def test_appends_while_a_view_of_many_delete_entries_is_read_do_not_stall_compac
     assert result["compacted"] and result["folded_deletes"] == 3
     assert live_paths(d) == sorted(["d", "x", *appended])
     d.state.check_invariants()
+
+
+def test_a_manifest_gc_deleted_before_its_compaction_applied_is_written_again(
+    tmp_path: Path,
+) -> None:
+    """Manifest names are content hashes: a compaction can write, byte for byte, a manifest an
+    earlier compaction replaced. If GC deletes that file after the compactor wrote it and
+    reports it before the compaction applies (apply refuses it only while queued), the table
+    would reference a missing manifest and every read of it fail."""
+    d = Driver()
+    d.ok("CREATE NAMESPACE ns")
+    d.ok(f"CREATE TABLE ns.a (x INT) LOCATION '{tmp_path}'")
+    d.tm += (DD_MS + 1) * MS  # the table is active
+    commit(d, "t1", "a", "b")
+
+    class GcMeanwhile(ViewClient):
+        def call(self, op: str, args: dict[str, Any]) -> dict[str, Any]:
+            if op == "compact_manifest":
+                for path in (tmp_path / "_manifests").glob("*.parquet"):
+                    path.unlink()  # GC deleted the same-named file of a replaced manifest
+            return super().call(op, args)
+
+    compact_table(GcMeanwhile(d), "ns.a")
+    assert live_paths(d) == ["a", "b"]  # every referenced manifest reads (sha256 checked)
