@@ -42,7 +42,11 @@ from typing import Final
 #      refuses the command (InvalidArgument, changing nothing).
 #      AcquireLeases is refused (LimitExceeded, MAX_LEASES) when the cluster would hold more
 #      than MAX_LEASES leases in all; before, only each session's count was bounded.
-APPLY_VERSION_SUPPORTED: Final = 3
+#   4: Finished schema change jobs past MAX_FINISHED_SCHEMA_JOBS_KEPT are forgotten in the
+#      order they ended; before, lowest job id first, so a long-running job that ended after
+#      that many newer ones was forgotten by the entry that ended it (SCHEMA_JOB_NOT_FOUND for
+#      a job that had just succeeded).
+APPLY_VERSION_SUPPORTED: Final = 4
 
 # A cluster that never applied SetApplyVersion (and every older snapshot) is at version 1.
 INITIAL_APPLY_VERSION: Final = 1

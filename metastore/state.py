@@ -391,10 +391,16 @@ class MetastoreState:
                     catalog=self.catalog,
                     sessions=self.sessions,
                     live_files=live_files,
+                    end_order=self.rules_at_least(4),
                 )
             case CancelSchemaJob():
                 result, effects = self.jobs.cancel(
-                    command, tm=tm, dd=dd, catalog=self.catalog, sessions=self.sessions
+                    command,
+                    tm=tm,
+                    dd=dd,
+                    catalog=self.catalog,
+                    sessions=self.sessions,
+                    end_order=self.rules_at_least(4),
                 )
             case _:
                 assert_never(command)
@@ -429,7 +435,9 @@ class MetastoreState:
                 case TableDropped():
                     self.txns.forget(table_id=effect.table_id, ts=effect.tu)
                     self.sessions.forget_table(effect.table_id)
-                    self.jobs.table_dropped(effect.table_id, tm=tm)
+                    self.jobs.table_dropped(
+                        effect.table_id, tm=tm, end_order=self.rules_at_least(4)
+                    )
                 case SchemaVersionPublished():
                     pass
 

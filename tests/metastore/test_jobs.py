@@ -56,8 +56,10 @@ T = TableName.of("ns", "t")
 SETTLE_MS = DD_MS + 1  # long enough for the last version to activate
 
 
-def table_driver(columns: str = "a INT, b STRING NOT NULL, c INT") -> Driver:
-    d = Driver()
+def table_driver(
+    columns: str = "a INT, b STRING NOT NULL, c INT", *, apply_version: int | None = None
+) -> Driver:
+    d = Driver() if apply_version is None else Driver(apply_version=apply_version)
     d.ok("CREATE NAMESPACE ns")
     d.ok(f"CREATE TABLE ns.t ({columns})")
     d.tm += SETTLE_MS * MS
@@ -466,6 +468,34 @@ def test_a_dropped_table_aborts_its_jobs() -> None:
     job = d.state.jobs.get(job_id)
     assert (job.status, job.message) == ("aborted", "its table was dropped")
     refused(d, AdvanceSchemaJob(job_id=job_id, step=0), SchemaJobStateError)
+
+
+def test_a_job_that_ends_after_newer_ones_is_kept_among_the_finished(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Finished jobs are capped at MAX_FINISHED_SCHEMA_JOBS_KEPT, the oldest forgotten first.
+    "Oldest" was the lowest job id: a long-running job (waiting for a backfill or for leases)
+    that ended after the cap's worth of newer jobs had finished was forgotten by the very entry
+    that ended it, so `job wait`/`job show` of a job that had just succeeded said
+    SCHEMA_JOB_NOT_FOUND. From apply version 4 the jobs that ended first go first."""
+    monkeypatch.setattr(limits, "MAX_FINISHED_SCHEMA_JOBS_KEPT", 2)
+    d = table_driver("a INT, b INT, c INT, e INT")
+    slow = job_of(d.ok("ALTER TABLE ns.t DROP COLUMN a"))  # runs while newer jobs end
+    first = job_of(d.ok("ALTER TABLE ns.t DROP COLUMN b"))
+    advance(d, first)
+    second = job_of(d.ok("ALTER TABLE ns.t DROP COLUMN c"))
+    advance(d, second)
+    advance(d, slow)
+    assert d.state.jobs.get(slow).status == "succeeded"
+    assert [j.job_id for j in d.state.jobs.jobs()] == [slow, second]
+    refused(d, AdvanceSchemaJob(job_id=first, step=0), SchemaJobNotFoundError)
+    # Below version 4 every node keeps the old rule (lowest ids forgotten first).
+    old = table_driver("a INT, b INT, c INT, e INT", apply_version=3)
+    slow = job_of(old.ok("ALTER TABLE ns.t DROP COLUMN a"))
+    for column in ("b", "c"):
+        advance(old, job_of(old.ok(f"ALTER TABLE ns.t DROP COLUMN {column}")))
+    advance(old, slow)
+    assert [j.job_id for j in old.state.jobs.jobs()] == [2, 3]
 
 
 # ------------------------------------------------------------------------------ codec, snapshots
