@@ -46,6 +46,9 @@ from typing import Final
 #      order they ended; before, lowest job id first, so a long-running job that ended after
 #      that many newer ones was forgotten by the entry that ended it (SCHEMA_JOB_NOT_FOUND for
 #      a job that had just succeeded).
+#      A job's count of files rewritten (SchemaJobBackfilled reports, up to 2^63-1 each) stops
+#      at 2^63-1; before, three reports could take it past 2^64, and then no node could write
+#      a snapshot (its log could never be compacted).
 APPLY_VERSION_SUPPORTED: Final = 4
 
 # A cluster that never applied SetApplyVersion (and every older snapshot) is at version 1.

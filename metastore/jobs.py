@@ -108,6 +108,9 @@ SUCCEEDED: Final = "succeeded"
 CANCELLED: Final = "cancelled"
 ABORTED: Final = "aborted"  # its table was dropped
 STATUSES: Final = (RUNNING, SUCCEEDED, CANCELLED, ABORTED)
+# A job's count of files rewritten by its backfill reports stops here (a snapshot's integers
+# are 64-bit; apply version 4).
+FILES_REWRITTEN_MAX: Final = 2**63 - 1
 # Index of the ADD job's write-only and backfill steps.
 _ADD_WRITE_ONLY: Final = 1
 _ADD_BACKFILL: Final = 2
@@ -510,7 +513,10 @@ class SchemaJobs:
         result, effects = self._reply(job.job_id, applied)
         return {**result, "status": CANCELLED}, effects
 
-    def backfilled(self, cmd: SchemaJobBackfilled, *, tm: int) -> Result:
+    def backfilled(self, cmd: SchemaJobBackfilled, *, tm: int, saturate: bool) -> Result:
+        """Record a backfill report. `saturate` (apply version 4): the job's count of files
+        rewritten stops at 2^63-1; before, reports of up to 2^63-1 each could take it past
+        2^64, which no snapshot can hold."""
         job = self._get(cmd.job_id)
         if not job.running or job.step != _ADD_BACKFILL or job.kind != ADD_COLUMN:
             raise self._state_error(job, "a backfill is reported only at the backfill step")
@@ -528,10 +534,13 @@ class SchemaJobs:
                 f"{ts_text(cmd.snapshot_ts)}; run it again",
                 details=_backfill_details(job, cmd.snapshot_ts),
             )
+        files_rewritten = job.files_rewritten + cmd.files_rewritten
+        if saturate:
+            files_rewritten = min(files_rewritten, FILES_REWRITTEN_MAX)
         self._jobs[job.job_id] = replace(
             job,
             backfill_ts=cmd.snapshot_ts,
-            files_rewritten=job.files_rewritten + cmd.files_rewritten,
+            files_rewritten=files_rewritten,
             updated_tm=tm,
         )
         return {"job_id": job.job_id, "backfill_ts": cmd.snapshot_ts, "accepted": True}

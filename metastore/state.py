@@ -325,7 +325,9 @@ class MetastoreState:
                     self.gc.queue_listed(command, catalog=self.catalog, txns=self.txns)
                 )
             case SchemaJobBackfilled():
-                return Outcome.success(self.jobs.backfilled(command, tm=tm))
+                return Outcome.success(
+                    self.jobs.backfilled(command, tm=tm, saturate=self.rules_at_least(4))
+                )
             case CompactManifest():
                 return Outcome.success(self.txns.compact(command, tm=tm, catalog=self.catalog))
             case SetApplyVersion():

@@ -498,6 +498,28 @@ def test_a_job_that_ends_after_newer_ones_is_kept_among_the_finished(
     assert [j.job_id for j in old.state.jobs.jobs()] == [2, 3]
 
 
+def test_files_rewritten_by_reports_stays_a_64_bit_count() -> None:
+    """Each backfill report adds its `files_rewritten` (up to 2^63-1) to the job's count, with
+    no bound: three reports took it past 2^64, and every node then failed to write a snapshot
+    (msgpack: "Integer value out of range"), so its log could never be compacted again. From
+    apply version 4 the count saturates at 2^63-1."""
+    top = 2**63 - 1
+    for version, want in ((4, top), (3, 3 * top)):
+        d = table_driver(apply_version=version)
+        commit(d, "x")
+        job_id = job_of(d.ok("ALTER TABLE ns.t ADD COLUMN n INT NOT NULL DEFAULT 7"))
+        advance(d, job_id)
+        advance(d, job_id)  # backfill
+        d.tm += SETTLE_MS * MS
+        for _ in range(3):
+            report = SchemaJobBackfilled(job_id=job_id, snapshot_ts=d.tm, files_rewritten=top)
+            ok(d, report)
+        assert d.state.jobs.get(job_id).files_rewritten == want
+        if version >= 4:
+            restored = MetastoreState.from_snapshot(d.state.to_snapshot())
+            assert restored == d.state
+
+
 # ------------------------------------------------------------------------------ codec, snapshots
 
 
