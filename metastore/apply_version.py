@@ -49,6 +49,10 @@ from typing import Final
 #      A job's count of files rewritten (SchemaJobBackfilled reports, up to 2^63-1 each) stops
 #      at 2^63-1; before, three reports could take it past 2^64, and then no node could write
 #      a snapshot (its log could never be compacted).
+#      An ADD COLUMN ... NOT NULL DEFAULT job needs a backfill when the table may have a live
+#      file (`TxnLog.may_hold_live_files`); before, its live file count decided, which
+#      subtracts delete entries of manifests an overwrite truncated, and could be 0 with a file
+#      live in a manifest: the column went public over a file that lacks it.
 APPLY_VERSION_SUPPORTED: Final = 4
 
 # A cluster that never applied SetApplyVersion (and every older snapshot) is at version 1.

@@ -333,7 +333,8 @@ class SchemaJobs:
         end_order: bool,
     ) -> Applied:
         """Take the job from step `cmd.step` to the next. `live_files` is the table's number of
-        live files now (an ADD job's write-only step records whether a backfill is needed).
+        live files now, or from apply version 4 1 if it may have any, else 0 (an ADD job's
+        write-only step records whether a backfill is needed).
         `end_order`: see `_trim`."""
         job = self._get(cmd.job_id)
         if not job.running or job.step != cmd.step:

@@ -381,11 +381,14 @@ class MetastoreState:
                     )
             case AdvanceSchemaJob():
                 table_id = self.jobs.get(command.job_id).table_id
-                live_files = (
-                    self.txns.table_stats(table_id).live_files
-                    if table_id in self.txns.table_ids()
-                    else 0
-                )
+                if table_id not in self.txns.table_ids():
+                    live_files = 0
+                elif self.rules_at_least(4):
+                    # Apply version 4: the count of `table_stats` subtracts delete entries of
+                    # truncated manifests too, and could say 0 with a file live.
+                    live_files = int(self.txns.may_hold_live_files(table_id))
+                else:
+                    live_files = self.txns.table_stats(table_id).live_files
                 result, effects = self.jobs.advance(
                     command,
                     tm=tm,

@@ -49,6 +49,7 @@ from metastore.errors import (
 )
 from metastore.jobs import next_step_wait
 from metastore.state import MetastoreState
+from tests.metastore import test_manifests as manifests
 from tests.metastore._driver import DD, DD_MS, MS, Driver, ok, refused
 from tests.metastore._support import DETERMINISTIC
 
@@ -355,6 +356,34 @@ def test_add_on_a_table_with_files_waits_for_a_backfill_that_covers_every_old_wr
     job = d.state.jobs.get(job_id)
     assert (job.status, job.files_rewritten) == ("succeeded", 2)
     assert names(d) == ["a", "b", "c", "n"]
+
+
+def test_a_file_in_a_manifest_still_needs_a_backfill_whatever_delete_entries_wait() -> None:
+    """Whether an ADD job needs a backfill was decided from the table's live file count, which
+    subtracts one file per pending delete entry. Delete entries of manifests an overwrite
+    truncated stay until compactions fold them (at most MANIFEST_REWRITES_MAX manifests each),
+    so a table whose only live file sat in a manifest counted 0 live files: the job skipped
+    the backfill and made the NOT NULL column public over a file that lacks it. From apply
+    version 4 any live entry of an untruncated manifest counts."""
+    for version, needed in ((4, True), (3, False)):
+        d, store = manifests.ready(), manifests.Store()
+        if version < 4:
+            d.state.apply_version = version  # a cluster not yet moved to version 4
+        for i in range(6):
+            ok(d, manifests.add(f"t{i}", f"f{i}"))
+        ok(d, manifests.command(d, store, manifests.plan(d, store, entries_max=1)))
+        ok(d, manifests.add("rm", remove=tuple(f"f{i}" for i in range(6))))  # 6 delete entries
+        ts = ok(d, manifests.add("ow", "c", overwrite=True))["ts"]  # truncates the 6 manifests
+        assert isinstance(ts, int)
+        # c moves into a manifest; 4 delete entries wait for the next compaction.
+        p = manifests.plan(d, store, rewrites_max=2)
+        assert p is not None
+        ok(d, manifests.command(d, store, p))
+        assert [f[0] for f in manifests.full_files(d, store, ts)] == ["c"]
+        d.tm += SETTLE_MS * MS
+        job_id = job_of(d.ok("ALTER TABLE ns.a ADD COLUMN n INT NOT NULL DEFAULT 7"))
+        advance(d, job_id)  # write_only: records whether a backfill is needed
+        assert d.state.jobs.get(job_id).backfill_needed is needed
 
 
 def test_no_writer_without_the_column_commits_once_the_backfill_version_is_active() -> None:
