@@ -45,7 +45,18 @@ from typing import Final
 #      AcquireLeases and ReleaseLeases results name the leases acquired (new to the session)
 #      and released (`acquired`, `released_leases`): results are recorded for request-id
 #      retries, so their shape is state. The change feed lists only those.
-APPLY_VERSION_SUPPORTED: Final = 3
+#   4: Finished schema change jobs past MAX_FINISHED_SCHEMA_JOBS_KEPT are forgotten in the
+#      order they ended; before, lowest job id first, so a long-running job that ended after
+#      that many newer ones was forgotten by the entry that ended it (SCHEMA_JOB_NOT_FOUND for
+#      a job that had just succeeded).
+#      A job's count of files rewritten (SchemaJobBackfilled reports, up to 2^63-1 each) stops
+#      at 2^63-1; before, three reports could take it past 2^64, and then no node could write
+#      a snapshot (its log could never be compacted).
+#      An ADD COLUMN ... NOT NULL DEFAULT job needs a backfill when the table may have a live
+#      file (`TxnLog.may_hold_live_files`); before, its live file count decided, which
+#      subtracts delete entries of manifests an overwrite truncated, and could be 0 with a file
+#      live in a manifest: the column went public over a file that lacks it.
+APPLY_VERSION_SUPPORTED: Final = 4
 
 # A cluster that never applied SetApplyVersion (and every older snapshot) is at version 1.
 INITIAL_APPLY_VERSION: Final = 1

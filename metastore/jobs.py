@@ -108,6 +108,9 @@ SUCCEEDED: Final = "succeeded"
 CANCELLED: Final = "cancelled"
 ABORTED: Final = "aborted"  # its table was dropped
 STATUSES: Final = (RUNNING, SUCCEEDED, CANCELLED, ABORTED)
+# A job's count of files rewritten by its backfill reports stops here (a snapshot's integers
+# are 64-bit; apply version 4).
+FILES_REWRITTEN_MAX: Final = 2**63 - 1
 # Index of the ADD job's write-only and backfill steps.
 _ADD_WRITE_ONLY: Final = 1
 _ADD_BACKFILL: Final = 2
@@ -327,19 +330,28 @@ class SchemaJobs:
         catalog: Catalog,
         sessions: Sessions,
         live_files: int,
+        end_order: bool,
     ) -> Applied:
         """Take the job from step `cmd.step` to the next. `live_files` is the table's number of
-        live files now (an ADD job's write-only step records whether a backfill is needed)."""
+        live files now, or from apply version 4 1 if it may have any, else 0 (an ADD job's
+        write-only step records whether a backfill is needed).
+        `end_order`: see `_trim`."""
         job = self._get(cmd.job_id)
         if not job.running or job.step != cmd.step:
             raise self._state_error(job, f"expected step {cmd.step}")
         if job.cancel_requested:
             return self._roll_back(
-                job, tm=tm, dd=dd, catalog=catalog, sessions=sessions, by=job.ended_by
+                job,
+                tm=tm,
+                dd=dd,
+                catalog=catalog,
+                sessions=sessions,
+                by=job.ended_by,
+                end_order=end_order,
             )
         inc = _live_incarnation(catalog, job)
         if inc is None:
-            self._finish(job, ABORTED, tm=tm, message="its table was dropped")
+            self._finish(job, ABORTED, tm=tm, message="its table was dropped", end_order=end_order)
             return {"job_id": job.job_id, "status": ABORTED, "changed": False}, ()
         current = inc.versions[-1]
         nxt = job.step + 1
@@ -356,7 +368,7 @@ class SchemaJobs:
                 dd=dd,
                 before_publish=gate,
             )
-            self._write_step(job, nxt, applied, tm=tm, status=SUCCEEDED)
+            self._write_step(job, nxt, applied, tm=tm, status=SUCCEEDED, end_order=end_order)
             return self._reply(job.job_id, applied)
         if nxt == _ADD_WRITE_ONLY:
             pending = tuple(
@@ -373,7 +385,9 @@ class SchemaJobs:
                 dd=dd,
                 before_publish=gate,
             )
-            self._write_step(job, nxt, applied, tm=tm, backfill_needed=live_files > 0)
+            self._write_step(
+                job, nxt, applied, tm=tm, backfill_needed=live_files > 0, end_order=end_order
+            )
             return self._reply(job.job_id, applied)
         if nxt == _ADD_BACKFILL:
             # The same shape again, published through the gate: once this version activates,
@@ -391,7 +405,7 @@ class SchemaJobs:
                 dd=dd,
                 before_publish=gate,
             )
-            self._write_step(job, nxt, applied, tm=tm)
+            self._write_step(job, nxt, applied, tm=tm, end_order=end_order)
             self._jobs[job.job_id] = replace(self._jobs[job.job_id], backfill_from_ts=tm + dd)
             return self._reply(job.job_id, applied)
         # public
@@ -413,11 +427,18 @@ class SchemaJobs:
             dd=dd,
             before_publish=gate,
         )
-        self._write_step(job, nxt, applied, tm=tm, status=SUCCEEDED)
+        self._write_step(job, nxt, applied, tm=tm, status=SUCCEEDED, end_order=end_order)
         return self._reply(job.job_id, applied)
 
     def cancel(
-        self, cmd: CancelSchemaJob, *, tm: int, dd: int, catalog: Catalog, sessions: Sessions
+        self,
+        cmd: CancelSchemaJob,
+        *,
+        tm: int,
+        dd: int,
+        catalog: Catalog,
+        sessions: Sessions,
+        end_order: bool,
     ) -> Applied:
         """Roll a running job back: publish the table's public shape from before the job. If
         leases are in the way, the request is recorded instead (`cancel_requested`): from then
@@ -430,7 +451,15 @@ class SchemaJobs:
         if job.cancel_requested:
             return {"job_id": job.job_id, "cancel_requested": True, "changed": False}, ()
         try:
-            return self._roll_back(job, tm=tm, dd=dd, catalog=catalog, sessions=sessions, by=cmd.by)
+            return self._roll_back(
+                job,
+                tm=tm,
+                dd=dd,
+                catalog=catalog,
+                sessions=sessions,
+                by=cmd.by,
+                end_order=end_order,
+            )
         except SchemaChangeBlockedError as exc:
             self._jobs[job.job_id] = replace(
                 job, cancel_requested=True, ended_by=cmd.by, updated_tm=tm
@@ -451,10 +480,11 @@ class SchemaJobs:
         catalog: Catalog,
         sessions: Sessions,
         by: str,
+        end_order: bool,
     ) -> Applied:
         inc = _live_incarnation(catalog, job)
         if inc is None:
-            self._finish(job, ABORTED, tm=tm, message="its table was dropped")
+            self._finish(job, ABORTED, tm=tm, message="its table was dropped", end_order=end_order)
             return {"job_id": job.job_id, "status": ABORTED, "changed": False}, ()
         current = inc.versions[-1]
         pending = tuple(p for p in current.pending if p.job_id != job.job_id)
@@ -478,11 +508,16 @@ class SchemaJobs:
             dd=dd,
             before_publish=lambda i: sessions.check_publish(i, tm=tm),
         )
-        self._write_step(job, job.step, applied, tm=tm, status=CANCELLED, ended_by=by)
+        self._write_step(
+            job, job.step, applied, tm=tm, status=CANCELLED, ended_by=by, end_order=end_order
+        )
         result, effects = self._reply(job.job_id, applied)
         return {**result, "status": CANCELLED}, effects
 
-    def backfilled(self, cmd: SchemaJobBackfilled, *, tm: int) -> Result:
+    def backfilled(self, cmd: SchemaJobBackfilled, *, tm: int, saturate: bool) -> Result:
+        """Record a backfill report. `saturate` (apply version 4): the job's count of files
+        rewritten stops at 2^63-1; before, reports of up to 2^63-1 each could take it past
+        2^64, which no snapshot can hold."""
         job = self._get(cmd.job_id)
         if not job.running or job.step != _ADD_BACKFILL or job.kind != ADD_COLUMN:
             raise self._state_error(job, "a backfill is reported only at the backfill step")
@@ -500,10 +535,13 @@ class SchemaJobs:
                 f"{ts_text(cmd.snapshot_ts)}; run it again",
                 details=_backfill_details(job, cmd.snapshot_ts),
             )
+        files_rewritten = job.files_rewritten + cmd.files_rewritten
+        if saturate:
+            files_rewritten = min(files_rewritten, FILES_REWRITTEN_MAX)
         self._jobs[job.job_id] = replace(
             job,
             backfill_ts=cmd.snapshot_ts,
-            files_rewritten=job.files_rewritten + cmd.files_rewritten,
+            files_rewritten=files_rewritten,
             updated_tm=tm,
         )
         return {"job_id": job.job_id, "backfill_ts": cmd.snapshot_ts, "accepted": True}
@@ -524,10 +562,12 @@ class SchemaJobs:
                 backfill_ts=job.backfill_ts if job.backfill_ts and job.backfill_ts >= ts else None,
             )
 
-    def table_dropped(self, table_id: int, *, tm: int) -> None:
+    def table_dropped(self, table_id: int, *, tm: int, end_order: bool) -> None:
         for job in list(self._jobs.values()):
             if job.table_id == table_id and job.running:
-                self._finish(job, ABORTED, tm=tm, message="its table was dropped")
+                self._finish(
+                    job, ABORTED, tm=tm, message="its table was dropped", end_order=end_order
+                )
 
     # ----------------------------------------------------------------------------------------
     # Reads
@@ -602,6 +642,7 @@ class SchemaJobs:
         status: str = RUNNING,
         backfill_needed: bool | None = None,
         ended_by: str = "",
+        end_order: bool,
     ) -> None:
         version = applied[0]["version"]
         assert isinstance(version, int)
@@ -615,17 +656,28 @@ class SchemaJobs:
             backfill_needed=job.backfill_needed if backfill_needed is None else backfill_needed,
         )
         if status != RUNNING:
-            self._trim()
+            self._trim(end_order=end_order)
 
-    def _finish(self, job: SchemaJob, status: str, *, tm: int, message: str) -> None:
+    def _finish(
+        self, job: SchemaJob, status: str, *, tm: int, message: str, end_order: bool
+    ) -> None:
         self._jobs[job.job_id] = replace(job, status=status, updated_tm=tm, message=message)
-        self._trim()
+        self._trim(end_order=end_order)
 
-    def _trim(self) -> None:
-        finished = [j.job_id for j in sorted(self._jobs.values(), key=lambda j: j.job_id)]
-        finished = [i for i in finished if not self._jobs[i].running]
-        for job_id in finished[: max(0, len(finished) - limits.MAX_FINISHED_SCHEMA_JOBS_KEPT)]:
-            del self._jobs[job_id]
+    def _trim(self, *, end_order: bool) -> None:
+        """Forget the finished jobs past MAX_FINISHED_SCHEMA_JOBS_KEPT: with `end_order`
+        (apply version 4) those that ended first (`updated_tm`, a finished job's end), else
+        those of the lowest ids, which forgot a long-running job in the entry that ended it."""
+        finished = [j for j in self._jobs.values() if not j.running]
+        excess = len(finished) - limits.MAX_FINISHED_SCHEMA_JOBS_KEPT
+        if excess <= 0:
+            return
+        if end_order:
+            finished.sort(key=lambda j: (j.updated_tm, j.job_id))
+        else:
+            finished.sort(key=lambda j: j.job_id)
+        for job in finished[:excess]:
+            del self._jobs[job.job_id]
 
     # ----------------------------------------------------------------------------------------
     # Invariants and snapshot form

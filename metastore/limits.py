@@ -223,7 +223,8 @@ MAX_GC_PATHS_PER_COMMAND = GC_PURGE_FILES_MAX
 # --- Multi-step schema change jobs (metastore.jobs) -------------------------------------------
 # Jobs that are not finished, cluster-wide: each holds a pending column in a table's schema.
 MAX_RUNNING_SCHEMA_JOBS = 256
-# Finished jobs kept for `job list/show` (the oldest finished are forgotten first).
+# Finished jobs kept for `job list/show` (from apply version 4 those that ended first are
+# forgotten first; before, those of the lowest ids).
 MAX_FINISHED_SCHEMA_JOBS_KEPT = 1_000
 
 # --- certificate revocation (metastore.revocation) ----------------------------------------------

@@ -328,7 +328,9 @@ class MetastoreState:
                     self.gc.queue_listed(command, catalog=self.catalog, txns=self.txns)
                 )
             case SchemaJobBackfilled():
-                return Outcome.success(self.jobs.backfilled(command, tm=tm))
+                return Outcome.success(
+                    self.jobs.backfilled(command, tm=tm, saturate=self.rules_at_least(4))
+                )
             case CompactManifest():
                 return Outcome.success(self.txns.compact(command, tm=tm, catalog=self.catalog))
             case SetApplyVersion():
@@ -382,11 +384,14 @@ class MetastoreState:
                     )
             case AdvanceSchemaJob():
                 table_id = self.jobs.get(command.job_id).table_id
-                live_files = (
-                    self.txns.table_stats(table_id).live_files
-                    if table_id in self.txns.table_ids()
-                    else 0
-                )
+                if table_id not in self.txns.table_ids():
+                    live_files = 0
+                elif self.rules_at_least(4):
+                    # Apply version 4: the count of `table_stats` subtracts delete entries of
+                    # truncated manifests too, and could say 0 with a file live.
+                    live_files = int(self.txns.may_hold_live_files(table_id))
+                else:
+                    live_files = self.txns.table_stats(table_id).live_files
                 result, effects = self.jobs.advance(
                     command,
                     tm=tm,
@@ -394,10 +399,16 @@ class MetastoreState:
                     catalog=self.catalog,
                     sessions=self.sessions,
                     live_files=live_files,
+                    end_order=self.rules_at_least(4),
                 )
             case CancelSchemaJob():
                 result, effects = self.jobs.cancel(
-                    command, tm=tm, dd=dd, catalog=self.catalog, sessions=self.sessions
+                    command,
+                    tm=tm,
+                    dd=dd,
+                    catalog=self.catalog,
+                    sessions=self.sessions,
+                    end_order=self.rules_at_least(4),
                 )
             case _:
                 assert_never(command)
@@ -432,7 +443,9 @@ class MetastoreState:
                 case TableDropped():
                     self.txns.forget(table_id=effect.table_id, ts=effect.tu)
                     self.sessions.forget_table(effect.table_id)
-                    self.jobs.table_dropped(effect.table_id, tm=tm)
+                    self.jobs.table_dropped(
+                        effect.table_id, tm=tm, end_order=self.rules_at_least(4)
+                    )
                 case SchemaVersionPublished():
                     pass
 

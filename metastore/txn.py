@@ -1466,6 +1466,16 @@ class TxnLog:
             table=incs[0].name, since=since, commits=tuple(commits), complete=complete
         )
 
+    def may_hold_live_files(self, table_id: int) -> bool:
+        """Whether the table may have a live file: a loose one, or a live entry of a manifest
+        no overwrite truncated. Never False for a table with files, unlike `table_stats`'
+        live_files, which subtracts every pending delete entry, also those of truncated
+        manifests (they stay until a compaction folds them)."""
+        tl = self._log(table_id)
+        return bool(tl.live) or any(
+            r.removed_all_ts is None and r.live_count > 0 for r in tl.manifests.values()
+        )
+
     def table_stats(self, table_id: int) -> TableTxnStats:
         tl = self._log(table_id)
         untruncated = [r for r in tl.manifests.values() if r.removed_all_ts is None]

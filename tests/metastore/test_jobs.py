@@ -49,6 +49,7 @@ from metastore.errors import (
 )
 from metastore.jobs import next_step_wait
 from metastore.state import MetastoreState
+from tests.metastore import test_manifests as manifests
 from tests.metastore._driver import DD, DD_MS, MS, Driver, ok, refused
 from tests.metastore._support import DETERMINISTIC
 
@@ -56,8 +57,10 @@ T = TableName.of("ns", "t")
 SETTLE_MS = DD_MS + 1  # long enough for the last version to activate
 
 
-def table_driver(columns: str = "a INT, b STRING NOT NULL, c INT") -> Driver:
-    d = Driver()
+def table_driver(
+    columns: str = "a INT, b STRING NOT NULL, c INT", *, apply_version: int | None = None
+) -> Driver:
+    d = Driver() if apply_version is None else Driver(apply_version=apply_version)
     d.ok("CREATE NAMESPACE ns")
     d.ok(f"CREATE TABLE ns.t ({columns})")
     d.tm += SETTLE_MS * MS
@@ -355,6 +358,34 @@ def test_add_on_a_table_with_files_waits_for_a_backfill_that_covers_every_old_wr
     assert names(d) == ["a", "b", "c", "n"]
 
 
+def test_a_file_in_a_manifest_still_needs_a_backfill_whatever_delete_entries_wait() -> None:
+    """Whether an ADD job needs a backfill was decided from the table's live file count, which
+    subtracts one file per pending delete entry. Delete entries of manifests an overwrite
+    truncated stay until compactions fold them (at most MANIFEST_REWRITES_MAX manifests each),
+    so a table whose only live file sat in a manifest counted 0 live files: the job skipped
+    the backfill and made the NOT NULL column public over a file that lacks it. From apply
+    version 4 any live entry of an untruncated manifest counts."""
+    for version, needed in ((4, True), (3, False)):
+        d, store = manifests.ready(), manifests.Store()
+        if version < 4:
+            d.state.apply_version = version  # a cluster not yet moved to version 4
+        for i in range(6):
+            ok(d, manifests.add(f"t{i}", f"f{i}"))
+        ok(d, manifests.command(d, store, manifests.plan(d, store, entries_max=1)))
+        ok(d, manifests.add("rm", remove=tuple(f"f{i}" for i in range(6))))  # 6 delete entries
+        ts = ok(d, manifests.add("ow", "c", overwrite=True))["ts"]  # truncates the 6 manifests
+        assert isinstance(ts, int)
+        # c moves into a manifest; 4 delete entries wait for the next compaction.
+        p = manifests.plan(d, store, rewrites_max=2)
+        assert p is not None
+        ok(d, manifests.command(d, store, p))
+        assert [f[0] for f in manifests.full_files(d, store, ts)] == ["c"]
+        d.tm += SETTLE_MS * MS
+        job_id = job_of(d.ok("ALTER TABLE ns.a ADD COLUMN n INT NOT NULL DEFAULT 7"))
+        advance(d, job_id)  # write_only: records whether a backfill is needed
+        assert d.state.jobs.get(job_id).backfill_needed is needed
+
+
 def test_no_writer_without_the_column_commits_once_the_backfill_version_is_active() -> None:
     d = table_driver()
     commit(d, "before")
@@ -466,6 +497,56 @@ def test_a_dropped_table_aborts_its_jobs() -> None:
     job = d.state.jobs.get(job_id)
     assert (job.status, job.message) == ("aborted", "its table was dropped")
     refused(d, AdvanceSchemaJob(job_id=job_id, step=0), SchemaJobStateError)
+
+
+def test_a_job_that_ends_after_newer_ones_is_kept_among_the_finished(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Finished jobs are capped at MAX_FINISHED_SCHEMA_JOBS_KEPT, the oldest forgotten first.
+    "Oldest" was the lowest job id: a long-running job (waiting for a backfill or for leases)
+    that ended after the cap's worth of newer jobs had finished was forgotten by the very entry
+    that ended it, so `job wait`/`job show` of a job that had just succeeded said
+    SCHEMA_JOB_NOT_FOUND. From apply version 4 the jobs that ended first go first."""
+    monkeypatch.setattr(limits, "MAX_FINISHED_SCHEMA_JOBS_KEPT", 2)
+    d = table_driver("a INT, b INT, c INT, e INT")
+    slow = job_of(d.ok("ALTER TABLE ns.t DROP COLUMN a"))  # runs while newer jobs end
+    first = job_of(d.ok("ALTER TABLE ns.t DROP COLUMN b"))
+    advance(d, first)
+    second = job_of(d.ok("ALTER TABLE ns.t DROP COLUMN c"))
+    advance(d, second)
+    advance(d, slow)
+    assert d.state.jobs.get(slow).status == "succeeded"
+    assert [j.job_id for j in d.state.jobs.jobs()] == [slow, second]
+    refused(d, AdvanceSchemaJob(job_id=first, step=0), SchemaJobNotFoundError)
+    # Below version 4 every node keeps the old rule (lowest ids forgotten first).
+    old = table_driver("a INT, b INT, c INT, e INT", apply_version=3)
+    slow = job_of(old.ok("ALTER TABLE ns.t DROP COLUMN a"))
+    for column in ("b", "c"):
+        advance(old, job_of(old.ok(f"ALTER TABLE ns.t DROP COLUMN {column}")))
+    advance(old, slow)
+    assert [j.job_id for j in old.state.jobs.jobs()] == [2, 3]
+
+
+def test_files_rewritten_by_reports_stays_a_64_bit_count() -> None:
+    """Each backfill report adds its `files_rewritten` (up to 2^63-1) to the job's count, with
+    no bound: three reports took it past 2^64, and every node then failed to write a snapshot
+    (msgpack: "Integer value out of range"), so its log could never be compacted again. From
+    apply version 4 the count saturates at 2^63-1."""
+    top = 2**63 - 1
+    for version, want in ((4, top), (3, 3 * top)):
+        d = table_driver(apply_version=version)
+        commit(d, "x")
+        job_id = job_of(d.ok("ALTER TABLE ns.t ADD COLUMN n INT NOT NULL DEFAULT 7"))
+        advance(d, job_id)
+        advance(d, job_id)  # backfill
+        d.tm += SETTLE_MS * MS
+        for _ in range(3):
+            report = SchemaJobBackfilled(job_id=job_id, snapshot_ts=d.tm, files_rewritten=top)
+            ok(d, report)
+        assert d.state.jobs.get(job_id).files_rewritten == want
+        if version >= 4:
+            restored = MetastoreState.from_snapshot(d.state.to_snapshot())
+            assert restored == d.state
 
 
 # ------------------------------------------------------------------------------ codec, snapshots
