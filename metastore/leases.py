@@ -196,7 +196,7 @@ class EndedSession:
 class Sessions:
     """Sessions and their leases. Owned by `MetastoreState`; pure."""
 
-    __slots__ = ("_by_session", "_ended", "_leases", "_sessions")
+    __slots__ = ("_by_session", "_by_table", "_ended", "_leases", "_sessions")
 
     def __init__(self) -> None:
         self._sessions: dict[str, Session] = {}
@@ -205,6 +205,10 @@ class Sessions:
         # session_id -> the keys of its leases (derived from _leases, kept in step with it): a
         # session's count and its end need not scan every lease of the cluster.
         self._by_session: dict[str, dict[tuple[int, int, str], None]] = {}
+        # table_id -> the keys of its leases, in acquisition order (derived likewise): the
+        # leases that hold up a table's next version (every ALTER, and the leader's job worker
+        # every poll) need not scan every lease of the cluster.
+        self._by_table: dict[int, dict[tuple[int, int, str], None]] = {}
         self._ended: deque[EndedSession] = deque()
 
     # ----------------------------------------------------------------------------------------
@@ -319,9 +323,7 @@ class Sessions:
                     renewed.append(lkey)
         # --- write: nothing below can fail ---
         for key in new:
-            self._by_session.setdefault(cmd.session_id, {})[
-                (key.table_id, key.version, cmd.session_id)
-            ] = None
+            self._index_lease((key.table_id, key.version, cmd.session_id))
             self._leases[(key.table_id, key.version, cmd.session_id)] = Lease(
                 table=key.table,
                 table_id=key.table_id,
@@ -420,7 +422,8 @@ class Sessions:
         fail). Those that keep a batch's reads (read_ts) stay until released or their session
         ends: the batch may still be reading the incarnation's files, and GC must not delete
         them under it (metastore.gc)."""
-        for key in [k for k, v in self._leases.items() if k[0] == table_id and v.read_ts is None]:
+        held = self._by_table.get(table_id, {})
+        for key in [k for k in held if self._leases[k].read_ts is None]:
             self._drop_lease(key)
 
     def check_publish(self, inc: TableState, *, tm: int) -> None:
@@ -458,8 +461,9 @@ class Sessions:
     def leases_below(self, table_id: int, version: int, *, tm: int) -> list[Result]:
         """Unexpired leases at `tm` on versions of `table_id` below `version`, with holders."""
         out: list[Result] = []
-        for lease in self._leases.values():
-            if lease.table_id != table_id or lease.version >= version:
+        for key in self._by_table.get(table_id, ()):
+            lease = self._leases[key]
+            if lease.version >= version:
                 continue
             session = self._sessions[lease.session_id]
             if session.live_at(tm):
@@ -485,11 +489,9 @@ class Sessions:
         }
 
     def leases(self, *, table_id: int | None = None) -> list[Lease]:
-        return [
-            lease
-            for lease in self._leases.values()
-            if table_id is None or lease.table_id == table_id
-        ]
+        if table_id is None:
+            return list(self._leases.values())
+        return [self._leases[key] for key in self._by_table.get(table_id, ())]
 
     def sessions(self) -> list[Session]:
         return list(self._sessions.values())
@@ -534,20 +536,28 @@ class Sessions:
             raise _not_found(session_id, session)
         return session
 
+    def _index_lease(self, key: tuple[int, int, str]) -> None:
+        self._by_session.setdefault(key[2], {})[key] = None
+        self._by_table.setdefault(key[0], {})[key] = None
+
     def _drop_lease(self, key: tuple[int, int, str]) -> None:
         del self._leases[key]
-        keys = self._by_session[key[2]]
-        del keys[key]
-        if not keys:
+        of_session = self._by_session[key[2]]
+        del of_session[key]
+        if not of_session:
             del self._by_session[key[2]]
+        of_table = self._by_table[key[0]]
+        del of_table[key]
+        if not of_table:
+            del self._by_table[key[0]]
 
     def _ack(self, session: Session) -> Result:
         return {"session_id": session.session_id, "deadline_tm": session.deadline_tm}
 
     def _end(self, session: Session, *, reason: str, by: str, tm: int) -> None:
         del self._sessions[session.session_id]
-        for key in self._by_session.pop(session.session_id, {}):
-            del self._leases[key]
+        for key in list(self._by_session.get(session.session_id, ())):
+            self._drop_lease(key)
         self._ended.append(
             EndedSession(
                 session_id=session.session_id,
@@ -570,11 +580,20 @@ class Sessions:
         for session_id, s in self._sessions.items():
             if s.session_id != session_id or not s.opened_tm <= s.heartbeat_tm <= last_tm:
                 raise CatalogInvariantError(f"session {session_id!r}: bad id or heartbeat Tm")
-        indexed = {key: None for keys in self._by_session.values() for key in keys}
-        if indexed.keys() != self._leases.keys() or any(
-            not keys or any(k[2] != sid for k in keys) for sid, keys in self._by_session.items()
+        by_session = [(k, sid) for sid, keys in self._by_session.items() for k in keys]
+        by_table = [(k, tid) for tid, keys in self._by_table.items() for k in keys]
+        if (
+            sorted(k for k, _ in by_session) != sorted(self._leases)
+            or sorted(k for k, _ in by_table) != sorted(self._leases)
+            or any(k[2] != sid for k, sid in by_session)
+            or any(k[0] != tid for k, tid in by_table)
+            or not all(self._by_session.values())
+            or not all(self._by_table.values())
         ):
-            raise CatalogInvariantError("the leases by session disagree with the leases")
+            raise CatalogInvariantError("the leases by session or table disagree with the leases")
+        for table_id, keys in self._by_table.items():
+            if list(keys) != [k for k in self._leases if k[0] == table_id]:
+                raise CatalogInvariantError(f"the leases of table id {table_id} out of order")
         live_versions: dict[int, set[int]] = {}
         for (table_id, version, session_id), lease in self._leases.items():
             where = f"lease on table id {table_id} v{version} by {session_id!r}"
@@ -719,7 +738,7 @@ class Sessions:
                 if key in out._leases:
                     raise MalformedSnapshotError("a lease twice")
                 out._leases[key] = lease
-                out._by_session.setdefault(lease.session_id, {})[key] = None
+                out._index_lease(key)
             for row in expect_rows(data["ended"], 5):
                 out._ended.append(
                     EndedSession(

@@ -204,6 +204,13 @@ def test_a_sessions_leases_go_with_it_whatever_else_is_held() -> None:
     ok(d, ExpireSessions(session_ids=("b",), reason="admin", by="root"))
     assert [(x.table_id, x.version) for x in held_by(d, "c")] == [(1, 1), (2, 1)]
     assert held_by(d, "a") == held_by(d, "b") == []
+    # Per table, in acquisition order (indexed by table too, for the leases that hold up a
+    # table's next version).
+    assert [x.session_id for x in d.state.sessions.leases(table_id=2)] == ["c"]
+    ok(d, open_cmd("e"))
+    ok(d, AcquireLeases(session_id="e", leases=(key(1, table_id=2, table=u),)))
+    assert [x.session_id for x in d.state.sessions.leases(table_id=2)] == ["c", "e"]
+    assert [r["session_id"] for r in d.state.sessions.leases_below(2, 2, tm=d.tm)] == ["c", "e"]
     restored = MetastoreState.from_snapshot(d.state.to_snapshot())
     restored.check_invariants()  # the index is rebuilt from the snapshot's leases
     assert restored.sessions == d.state.sessions
@@ -349,7 +356,7 @@ def test_check_invariants_catches_a_third_leased_version() -> None:
     ok(d, alter(2))
     ok(d, HeartbeatSession(session_id="s1"))
     d.state.sessions._leases[(1, 1, "s1")] = held
-    d.state.sessions._by_session.setdefault("s1", {})[(1, 1, "s1")] = None
+    d.state.sessions._index_lease((1, 1, "s1"))
     with pytest.raises(CatalogInvariantError, match="two-version"):
         d.state.check_invariants()
 
