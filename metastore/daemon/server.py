@@ -96,6 +96,7 @@ from metastore.errors import (
     NotReadyError,
     ProtectionNotFoundError,
     RequestTimeoutError,
+    SchemaJobNotFoundError,
     TableNotFoundError,
     TimestampAheadError,
     TlsFailedError,
@@ -1602,6 +1603,9 @@ class ApiServer:
             raise BadRequestError(f"'page_token' {token!r} is not one this server handed out")
         after = 0 if token is None else int(token)
         name = None if table is None else TableName.parse(table)
+        # Like a read at now: a node behind the caller's own DDL (returned after its Tu) waits
+        # for it first, so its jobs are listed and its table is not "not found".
+        await self._wait_safe(max(0, self.clock.now() - self._dd()), _timeout(args))
         self._check_ever_existed(table=name)
         jobs = [
             j
@@ -1629,7 +1633,14 @@ class ApiServer:
     async def _job_show(self, _s: Session, args: Args) -> dict[str, Any]:
         self._require_ready()
         job_id = _req_int(args, "job_id", 1, 2**63 - 1)
-        return self._job_view(self.sm.state.jobs.get(job_id))
+        try:
+            job = self.sm.state.jobs.get(job_id)
+        except SchemaJobNotFoundError:
+            # A job the caller's own ALTER just started (which returned after its Tu) on a
+            # node behind it: judged like a read at now, as `watch` judges its filter.
+            await self._wait_safe(max(0, self.clock.now() - self._dd()), _timeout(args))
+            job = self.sm.state.jobs.get(job_id)
+        return self._job_view(job)
 
     async def _job_cancel(self, session: Session, args: Args) -> dict[str, Any]:
         """Roll a running job back (a new version, like a DDL: the reply waits for it to be

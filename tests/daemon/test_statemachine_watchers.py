@@ -16,7 +16,7 @@ from metastore.daemon.secrets import Role
 from metastore.daemon.server import ApiServer, Session
 from metastore.daemon.statemachine import CatalogStateMachine
 from metastore.ddl import parse_ddl
-from metastore.errors import WatchStartCompactedError
+from metastore.errors import SchemaJobNotFoundError, WatchStartCompactedError
 from raft.core.types import Entry
 
 TM = 1 << 40
@@ -154,3 +154,33 @@ def test_a_drop_that_aborts_a_running_schema_job_says_so_in_the_feed() -> None:
     jobs = [(e["job_id"], e["what"]) for e in events if e["kind"] == "schema_job"]
     assert jobs == [(job.job_id, "started"), (job.job_id, "aborted")]
     assert events[-1]["tm"] == T0 + 4 * 1000 * MS  # the drop's entry
+
+
+def test_a_job_the_callers_alter_just_started_is_found_on_a_node_behind_it() -> None:
+    """`metastore sql "ALTER ..."` then `job wait N` on a follower that had not applied the
+    ALTER yet: job_show answered SCHEMA_JOB_NOT_FOUND (not retryable) for a job that exists,
+    and job_list left it out. Both are now judged like a read at now."""
+    entries = [
+        *ENTRIES,
+        Entry(
+            term=1,
+            index=4,
+            tm=T0 + 3 * MS,
+            data=encode_command(parse_ddl("ALTER TABLE ns.t ADD COLUMN b INT NOT NULL DEFAULT 1")),
+        ),
+    ]
+    past_tu = (entries[-1].tm >> 16) + 600  # the ALTER returned once its Tu had passed
+
+    async def main() -> None:
+        sm = CatalogStateMachine()
+        server = _api(sm, _CatchingUpNode(sm, entries, applied=3), past_tu)
+        listed = await server._job_list(SESSION, {"all": True})
+        assert [j["job_id"] for j in listed["jobs"]] == [1]
+        sm = CatalogStateMachine()
+        server = _api(sm, _CatchingUpNode(sm, entries, applied=3), past_tu)
+        shown = await server._job_show(SESSION, {"job_id": 1})
+        assert shown["job_id"] == 1
+        with pytest.raises(SchemaJobNotFoundError):
+            await server._job_show(SESSION, {"job_id": 2})  # one that does not exist
+
+    asyncio.run(main())
