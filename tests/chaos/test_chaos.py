@@ -132,6 +132,8 @@ MIN_ACKED_COMMITS = 10
 PROBE_TIMEOUT_MS = 800
 # The "skew" fault's clock shift: far beyond the chaos cluster's CSmax (100 ms).
 SKEW_MS = 2_000
+# How long the skewed node has, from its spawn, to report its clock fence (see the fault).
+SKEW_FENCE_WAIT_S = 15.0
 READY_WAIT_S = 60.0
 # How long a partition of the leader may last, at most, waiting for the majority to elect
 # another leader and for the old one to step down (election timeout here: 300-600 ms).
@@ -803,7 +805,12 @@ def _fault(c: ChaosCluster, rng: random.Random, kind: str, h: History, n: int) -
         victim = rng.choice([i for i in c.ids if i != leader and i in c.procs] or [leader])
         c.kill(victim)
         c.start(victim, env={FAULT_CLOCK_OFFSET_ENV: str(SKEW_MS)})
-        deadline = time.monotonic() + max(hold_s, 5.0)
+        # The wait covers the process's start, its catch-up (often a snapshot install: it was
+        # down) and the first append that shows its clock ahead. Seed 51 under a loaded
+        # machine (a full suite and a helper's tests beside it) took 2.3 s from the spawn to
+        # the fence, and status polls answered slowly: 5 s was missed once. It ends as soon as
+        # the fence shows, so a generous bound costs nothing when all is well.
+        deadline = time.monotonic() + max(hold_s, SKEW_FENCE_WAIT_S)
         while time.monotonic() < deadline:
             st = c.try_status(victim)
             if st and st.get("clock_fenced"):
