@@ -1088,6 +1088,7 @@ class BatchContext:
             MetastoreError,
             RequestTimeoutError,
             SessionNotFoundError,
+            TableNotFoundError,
             TxnIdReusedError,
             UnavailableError,
         )
@@ -1144,6 +1145,11 @@ class BatchContext:
                     retryable=True,
                     cause=exc.cause,
                 ) from exc
+            elif isinstance(exc.cause, TableNotFoundError) and "current" in exc.cause.details:
+                # A written table was dropped and re-created since the pin (the name now
+                # refers to another incarnation): nothing committed. Re-planning pins the new
+                # one, as a read of a re-created table does (`files`).
+                raise BatchError(str(exc), retryable=True, cause=exc.cause) from exc
             else:
                 raise
         if self.report.commit_ts is not None:
