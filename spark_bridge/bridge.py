@@ -850,13 +850,31 @@ class BatchContext:
                 raise
         half = len(tables) // 2
         first = self._pin_parts(_pin_part(args, tables[:half]))
-        second = self._pin_parts(_pin_part(args, tables[half:]))
+        try:
+            second = self._pin_parts(_pin_part(args, tables[half:]))
+        except BaseException:
+            self._let_go(args, first)
+            raise
         return {
             **second,
             "pins": [*first["pins"], *second["pins"]],
             "waited_ms": float(first.get("waited_ms", 0.0)) + float(second.get("waited_ms", 0.0)),
             "safe_time": min(int(first["safe_time"]), int(second["safe_time"])),
         }
+
+    def _let_go(self, args: dict[str, Any], pinned: dict[str, Any]) -> None:
+        """The leases a part of a split pin took under `args`' session, for a batch that will
+        not run: count them in and out, so the session releases those no other batch holds
+        (else they stay held, heartbeated, blocking schema changes until the app ends)."""
+        session, session_id = self.bridge.session, args.get("session_id")
+        if session is None or not isinstance(session_id, str):
+            return
+        keys = [
+            LeaseKey(table=p["table"], table_id=int(p["table_id"]), version=int(p["version"]))
+            for p in pinned["pins"]
+        ]
+        session.hold(keys, session_id=session_id)
+        session.drop(keys, session_id=session_id)
 
     def _pin_all(self, top: int) -> dict[str, Any]:
         """Pin every table at `top` in one request; a writing batch also leases the pinned

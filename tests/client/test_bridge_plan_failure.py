@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from spark_bridge.bridge import BatchContext
+from spark_bridge.bridge import BatchContext, BatchError
 from spark_bridge.session import LeaseKey
 from tests.client.bridge_stub import bare_bridge
 
@@ -143,3 +143,32 @@ def test_a_writing_batchs_pin_names_the_tables_it_reads_and_its_read_ts(
     assert session.floors == {
         LeaseKey(table="ns.r", table_id=1, version=1): 10_000 - 99 if read_ts is None else read_ts
     }
+
+
+def test_a_split_pin_whose_second_half_fails_lets_the_first_halfs_leases_go() -> None:
+    """A pin too large for one reply is sent in halves, each leasing its own tables. When the
+    second half fails (a table not found, an outage), the first half's leases are held by the
+    session on the server with no batch counting them: they were never released, and a live
+    session's heartbeats keep them, so they blocked schema changes of those tables (the
+    two-version gate) until the application ended. The session is handed them to count out."""
+    from metastore.errors import TableNotFoundError, limit_exceeded
+
+    class _Client:
+        def call(self, op: str, args: dict[str, Any]) -> dict[str, Any]:
+            assert op == "pin"
+            if len(args["tables"]) > 1:
+                raise limit_exceeded("PIN_BYTES_MAX", 10, 20, "bytes of schemas in one pin")
+            (table,) = args["tables"]
+            if table == "ns.b":
+                raise TableNotFoundError("table ns.b does not exist", details={"table": table})
+            pin = {"table": table, "table_id": 7, "version": 3}
+            return {"ts": 77, "pins": [pin], "waited_ms": 0.0, "safe_time": 70, "lease_tm": 76}
+
+    session = _Session2()
+    bridge = bare_bridge(_Client(), session=session)
+    with pytest.raises(BatchError) as raised, bridge.batch(writes=["ns.a", "ns.b"], top=77):
+        pytest.fail("the batch body must not run when planning failed")
+    assert isinstance(raised.value.cause, TableNotFoundError)
+    key = LeaseKey(table="ns.a", table_id=7, version=3)
+    assert session.held == [([key], "s-1")]
+    assert session.dropped == [([key], "s-1")], "the first half's lease was never counted out"
