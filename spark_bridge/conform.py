@@ -234,7 +234,8 @@ def _projection(schema: StructType, table: str, columns: list[dict[str, Any]]) -
                         else ""
                     )
                 )
-            col = F.col(f"`{src.name}`")
+            # Quoted whole, embedded backquotes doubled: a name may hold dots and backquotes.
+            col = F.col("`" + src.name.replace("`", "``") + "`")
             if src.dataType != f.dataType:
                 col = col.cast(f.dataType)
         # VARCHAR(n)/CHAR(n) are STRING here (`spark_type`): their length limit is checked per

@@ -372,3 +372,17 @@ def test_a_value_longer_than_its_varchar_is_refused(spark: SparkSession) -> None
     wide = spark.createDataFrame([(1, "abc", "yes")], "id BIGINT, code STRING, flag STRING")
     with pytest.raises(Exception, match=r"longer than 1 characters in ref\.codes\.flag"):
         conform(wide, "ref.codes", columns).collect()
+
+
+def test_columns_named_with_backquotes_or_dots_are_written(spark: SparkSession) -> None:
+    # The metastore takes any column name (CREATE TABLE t (`a``b` BIGINT)); conform referred to
+    # an output column as `name` without doubling an embedded backquote, so Spark refused to
+    # parse the reference and no write to such a table could ever succeed.
+    columns = [
+        {"field_id": 1, "name": "a`b", "type": "BIGINT", "nullable": True},
+        {"field_id": 2, "name": "c.d", "type": "BIGINT", "nullable": True},
+    ]
+    df = spark.createDataFrame([(1, 2)], "`a``b` BIGINT, `c.d` INT")
+    out = conform(df, "ref.odd", columns)
+    assert out.columns == ["a`b", "c.d"]
+    assert [tuple(r) for r in out.collect()] == [(1, 2)]
