@@ -614,7 +614,9 @@ class MetastoreBridge:
         after its session expires; it is released at the end of the block otherwise."""
         from metastore.errors import ErrorCode, MetastoreError
 
-        session_id = self.session.current() if self.session is not None else None
+        # The session batches write under, leasing or not: its end releases the record.
+        session = self.attempt_session
+        session_id = session.current() if session is not None else None
         record = self.client.protect(
             as_of,
             tables=list(tables or []),
