@@ -852,8 +852,13 @@ class BatchContext:
                 raise
         half = len(tables) // 2
         first = self._pin_parts(_pin_part(args, tables[:half]))
+        rest = _pin_part(args, tables[half:])
+        if rest.get("reads") and "read_ts" not in rest:
+            # The batch reads at (or above) the lowest safe time its replies report; a later
+            # reply's node is further on, and its leases must not record reads above that.
+            rest["read_ts"] = min(int(args["ts"]), int(first["safe_time"]))
         try:
-            second = self._pin_parts(_pin_part(args, tables[half:]))
+            second = self._pin_parts(rest)
         except BaseException:
             self._let_go(args, first)
             raise
