@@ -1105,7 +1105,11 @@ class BatchContext:
         }
         if self.check_reads and self.reads:
             args["read_ts"] = self.read_ts
-            args["read_tables"] = list(self.reads)
+            # Once each: names are case-insensitive, and the metastore refuses a repeat.
+            read_tables: dict[str, str] = {}
+            for t in self.reads:
+                read_tables.setdefault(t.lower(), t)
+            args["read_tables"] = list(read_tables.values())
         if self.stream is not None:
             args["stream"], args["seq"] = self.stream
         from metastore.errors import (

@@ -3,7 +3,8 @@ time with the commit sent) is looked up before the bridge gives up: found commit
 succeeded; not found, it may still commit, so running the batch again is safe only under the
 same txn id. A txn id the bridge made up is one the caller does not know: that error is not
 retryable and names the id. A commit refused because a written table was re-created since
-the pin is retryable (re-planned). Pure: a scripted client, no Spark, no processes."""
+the pin is retryable (re-planned); a commit's read set names each table once. Pure: a
+scripted client, no Spark, no processes."""
 
 from __future__ import annotations
 
@@ -153,3 +154,25 @@ def test_a_commit_to_a_dropped_table_stays_not_retryable() -> None:
     with pytest.raises(BatchError) as raised:
         batch.commit()
     assert not raised.value.retryable
+
+
+class CapturingClient:
+    def __init__(self) -> None:
+        self.args: dict[str, Any] = {}
+
+    def call(self, op: str, args: dict[str, Any]) -> dict[str, Any]:
+        self.args = args
+        return {"ts": TS, "deduplicated": False}
+
+
+def test_a_table_read_under_two_spellings_is_in_the_read_set_once() -> None:
+    """Table names are case-insensitive. A batch that declared a read twice (or under two
+    spellings) and checks its reads sent the name twice in `read_tables`, which the metastore
+    refuses (InvalidArgument) - after the batch had done all its work, on every run."""
+    client = CapturingClient()
+    batch = _batch(client, txn_id_from_caller=True)  # type: ignore[arg-type]
+    batch.check_reads = True
+    batch.reads = ["ns.r", "NS.R", "ns.t", "ns.r"]
+    batch.commit()
+    assert client.args["read_tables"] == ["ns.r", "ns.t"]
+    assert client.args["read_ts"] == TS - 20
