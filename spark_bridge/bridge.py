@@ -761,6 +761,9 @@ class BatchContext:
         self.pinned: dict[str, PinnedTable] = {}
         self._written: dict[str, tuple[list[DataFile], bool]] = {}
         self._removed: dict[str, list[str]] = {}  # table -> paths its commit removes
+        # A driver may run a batch's writes on several threads at once: updates of the two
+        # maps above must not overwrite each other's (a lost update drops written rows).
+        self._outputs_lock = threading.Lock()
         self._leases: list[LeaseKey] = []  # held for this batch's life (see spark_bridge.session)
         self._lease_session: str | None = None  # the session `_leases` were taken under
         # What `hold` was given with `_leases` (the batch's read floors), for `drop`.
@@ -1064,8 +1067,9 @@ class BatchContext:
         except (FileNotFoundError, ValueError) as exc:
             raise BatchError(f"{table}: {exc}", retryable=False) from exc
         check_rows_found(table, abs_dir, int(written.get["rows"]), files)
-        prev, prev_overwrite = self._written.get(table, ([], False))
-        self._written[table] = ([*prev, *files], prev_overwrite or mode == "overwrite")
+        with self._outputs_lock:
+            prev, prev_overwrite = self._written.get(table, ([], False))
+            self._written[table] = ([*prev, *files], prev_overwrite or mode == "overwrite")
         return files
 
     def remove(self, table: str, paths: Iterable[str]) -> None:
@@ -1074,8 +1078,10 @@ class BatchContext:
         retryable DATA_FILE_CONFLICT if another commit removed one of them first."""
         if table not in self.writes:
             raise BatchError(f"{table} was not declared in this batch's writes", retryable=False)
-        listed = list(dict.fromkeys([*self._removed.get(table, []), *paths]))
-        self._removed[table] = listed
+        paths = list(paths)
+        with self._outputs_lock:
+            listed = list(dict.fromkeys([*self._removed.get(table, []), *paths]))
+            self._removed[table] = listed
 
     # ------------------------------------------------------------ commit
 
