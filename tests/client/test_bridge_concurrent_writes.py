@@ -1,5 +1,6 @@
 """Writes of one batch made from several threads at once (a driver submitting its Spark writes
-in parallel) all reach the batch's commit. Pure: Spark, the session and the client are
+in parallel) all reach the batch's commit, and concurrent batches share conform's projection
+cache safely. Pure: Spark, the session and the client are
 stand-ins; only the batch's bookkeeping runs."""
 
 from __future__ import annotations
@@ -94,3 +95,52 @@ def test_two_threads_writing_one_table_of_a_batch_both_commit(
     files, overwrite = dict.get(batch._written, "ns.t")
     assert sorted(f.path.rsplit("/", 1)[1] for f in files) == ["part-a.parquet", "part-b.parquet"]
     assert not overwrite
+
+
+class _Cache(dict):  # type: ignore[type-arg]
+    """conform's projection cache, whose eviction lets the other thread in between choosing
+    the oldest entry and dropping it: the interleaving two threads can hit by chance."""
+
+    def __init__(self, entries: dict[Any, Any]) -> None:
+        super().__init__(entries)
+        self.barrier = threading.Barrier(2, timeout=0.5)
+
+    def __iter__(self) -> Any:
+        keys = iter(list(super().__iter__()))
+        with contextlib.suppress(threading.BrokenBarrierError):
+            self.barrier.wait()
+        return keys
+
+
+def test_two_threads_conforming_new_shapes_into_a_full_cache_both_succeed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Concurrent batches (streaming queries) share conform's projection cache. Two that
+    missed it when it was full both chose the same oldest entry to drop, and the second
+    `pop` raised KeyError: a write failed with an untyped error."""
+    from spark_bridge import conform as conform_mod
+
+    full = {("old", str(i), ""): [] for i in range(conform_mod.PROJECTION_CACHE_MAX)}
+    monkeypatch.setattr(conform_mod, "_projections", _Cache(full))
+    monkeypatch.setattr(conform_mod, "_projection", lambda schema, table, columns: [])
+
+    def frame(shape: str) -> Any:
+        return SimpleNamespace(
+            schema=SimpleNamespace(json=lambda: shape), select=lambda *exprs: shape
+        )
+
+    errors: list[BaseException] = []
+
+    def run(shape: str) -> None:
+        try:
+            assert conform_mod.conform(frame(shape), "ns.t", []) == shape
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(s,)) for s in ("a", "b")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=10)
+    assert not errors, errors
+    assert len(conform_mod._projections) <= conform_mod.PROJECTION_CACHE_MAX
