@@ -1252,9 +1252,22 @@ class BatchContext:
         # Handed over, not kept: a batch holds no listing it has already read.
         listing = self._listings.pop(table)
         if "error" in listing:
-            from metastore.errors import MetastoreError
+            from metastore.errors import ErrorCode, MetastoreError
 
             exc = MetastoreError.from_wire(listing["error"])
+            absent = (ErrorCode.TABLE_NOT_FOUND, ErrorCode.NOT_FOUND_AT_TIMESTAMP)
+            if exc.code in absent and table in self.pinned and self.read_ts <= self.top:
+                # The name resolves at Top but not at read_ts (<= Top): the pinned incarnation
+                # was created in between, and no commit lands below a table's creation, so
+                # its rows at read_ts are none.
+                pin = self.pinned[table]
+                return {
+                    "table": table,
+                    "table_id": pin.table_id,
+                    "location": pin.location,
+                    "as_of": self.read_ts,
+                    "files": [],
+                }
             raise BatchError(
                 f"files failed for txn {self.txn_id}: {exc.code.value}: {exc}",
                 retryable=exc.retryable,
