@@ -1040,7 +1040,9 @@ class BatchContext:
 
     def write(self, table: str, df: DataFrame, *, mode: str = "append") -> list[DataFile]:
         """Conform `df` to the pinned schema and write it as Parquet into a fresh directory of
-        the table. Nothing is visible until the batch commits. The pinned version's write-only
+        the table. Nothing is visible until the batch commits. Several writes of one table add
+        up as the same writes run in sequence would (an overwrite replaces what earlier writes
+        of the batch wrote too). The pinned version's write-only
         columns (a schema change job's, hidden from readers) are written too: with the output's
         values if it has them, else their DEFAULT, else NULL (`PinnedTable.write_columns`)."""
         if table not in self.writes:
@@ -1069,7 +1071,12 @@ class BatchContext:
         check_rows_found(table, abs_dir, int(written.get["rows"]), files)
         with self._outputs_lock:
             prev, prev_overwrite = self._written.get(table, ([], False))
-            self._written[table] = ([*prev, *files], prev_overwrite or mode == "overwrite")
+            if mode == "overwrite":
+                # As when the same Spark writes run in sequence: an overwrite replaces what
+                # earlier writes of this batch wrote too (their files stay unreferenced).
+                self._written[table] = (list(files), True)
+            else:
+                self._written[table] = ([*prev, *files], prev_overwrite)
         return files
 
     def remove(self, table: str, paths: Iterable[str]) -> None:
