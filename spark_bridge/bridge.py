@@ -21,7 +21,8 @@ What one batch does (DESIGN.md §7):
    one `files_multi` request. They are read with the pinned schema, by Parquet field id, so
    renamed columns still read correctly. If the name was dropped and re-created between read_ts
    and Top, the files belong to another incarnation (field ids restart at 1): the read fails
-   with a retryable BatchError rather than mis-map columns.
+   with a retryable BatchError rather than mis-map columns. A table created between read_ts and
+   Top reads empty (no commit lands below a table's creation).
 4. Outputs are conformed to the pinned schemas and written by Spark's own Parquet writer into a
    fresh per-attempt directory under each table's location. A writer conforms to the pinned
    version's write columns: the public ones plus any a schema change job holds write-only
