@@ -1264,10 +1264,11 @@ class BatchContext:
 
             exc = MetastoreError.from_wire(listing["error"])
             absent = (ErrorCode.TABLE_NOT_FOUND, ErrorCode.NOT_FOUND_AT_TIMESTAMP)
-            if exc.code in absent and table in self.pinned and self.read_ts <= self.top:
-                # The name resolves at Top but not at read_ts (<= Top): the pinned incarnation
-                # was created in between, and no commit lands below a table's creation, so
-                # its rows at read_ts are none.
+            default_read_ts = self._requested_read_ts is None and self.read_ts <= self.top
+            if exc.code in absent and table in self.pinned and default_read_ts:
+                # The name resolves at Top but not at the read_ts `plan` picked (<= Top): the
+                # pinned incarnation was created in between, and no commit lands below a
+                # table's creation, so its rows at read_ts are none.
                 pin = self.pinned[table]
                 return {
                     "table": table,

@@ -13,7 +13,7 @@ import pytest
 
 from metastore.client.protocol import MetastoreClient
 from metastore.errors import ManifestConflictError, NotFoundAtTimestampError, TableNotFoundError
-from spark_bridge.bridge import BatchContext, BatchReport
+from spark_bridge.bridge import BatchContext, BatchError, BatchReport
 
 TS = 1 << 40
 
@@ -130,9 +130,28 @@ def test_a_table_created_between_read_ts_and_top_reads_empty(error: Exception) -
     batch.client = NotYetClient(error)  # type: ignore[assignment]
     batch.txn_id = "t-1"
     batch.reads = ["ns.new"]
+    batch._requested_read_ts = None  # the read_ts `plan` picks, not the caller's
     batch._listings, batch._listed = {}, set()
     batch.pinned = {
         "ns.new": SimpleNamespace(table_id=9, location="/w/new")  # type: ignore[dict-item]
     }
     batch.report = BatchReport(txn_id="t-1", top=TS, read_ts=TS - 5, waited_ms=0.0)
     assert batch.files("ns.new") == ("/w/new", [])
+
+
+def test_a_table_absent_at_a_read_ts_the_caller_asked_for_stays_an_error() -> None:
+    from types import SimpleNamespace
+
+    error = TableNotFoundError("table ns.new does not exist at ...", details={"table": "ns.new"})
+    batch = object.__new__(BatchContext)
+    batch.client = NotYetClient(error)  # type: ignore[assignment]
+    batch.txn_id = "t-1"
+    batch.reads = ["ns.new"]
+    batch._requested_read_ts = TS - 5
+    batch._listings, batch._listed = {}, set()
+    batch.pinned = {
+        "ns.new": SimpleNamespace(table_id=9, location="/w/new")  # type: ignore[dict-item]
+    }
+    batch.report = BatchReport(txn_id="t-1", top=TS, read_ts=TS - 5, waited_ms=0.0)
+    with pytest.raises(BatchError, match="TABLE_NOT_FOUND"):
+        batch.files("ns.new")
