@@ -55,7 +55,7 @@ from metastore.client import FILES_PAGE_LIMIT, SyncMetastoreClient
 from metastore.client.protocol import LISTING_ATTEMPTS_MAX
 from raft.tls import ClientTls
 from spark_bridge.conform import conform, pinned_struct, write_columns
-from spark_bridge.files import DataFile, absolute, collect_files, new_attempt_dir
+from spark_bridge.files import DataFile, absolute, collect_files, new_attempt_dir, spark_path
 from spark_bridge.session import BridgeSession, LeaseKey
 
 if TYPE_CHECKING:
@@ -1004,7 +1004,7 @@ class BatchContext:
             r = self._call("schema_at", {"table": table, "ts": as_of, "timeout_ms": PIN_TIMEOUT_MS})
             struct = pinned_struct(r["schema"]["columns"])
         location, files = self.files(table, as_of=as_of)
-        paths = [absolute(location, f["path"]) for f in files]
+        paths = [spark_path(absolute(location, f["path"])) for f in files]
         if not paths:
             return self.spark.createDataFrame([], struct)
         return self.spark.read.schema(struct).parquet(*paths)

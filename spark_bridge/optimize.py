@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any, Final
 from hlc import to_iso
 from spark_bridge.bridge import BatchError
 from spark_bridge.conform import pinned_struct
-from spark_bridge.files import absolute, take_chunk
+from spark_bridge.files import absolute, spark_path, take_chunk
 
 if TYPE_CHECKING:
     from metastore.client import SyncMetastoreClient
@@ -254,7 +254,7 @@ class OptimizeRun:
             if chunk:
                 size = sum(int(f.get("size_bytes") or 0) for f in chunk)
                 df = b.spark.read.schema(pinned_struct(pin.write_columns)).parquet(
-                    *[absolute(location, str(f["path"])) for f in chunk]
+                    *[spark_path(absolute(location, str(f["path"]))) for f in chunk]
                 )
                 new_files = b.write(self.table, df.coalesce(_output_files(size, self.target_bytes)))
                 b.remove(self.table, [str(f["path"]) for f in chunk])
