@@ -48,7 +48,7 @@ from typing import TYPE_CHECKING, Any, Final
 from hlc import to_iso
 from spark_bridge.bridge import BatchError
 from spark_bridge.conform import pinned_struct
-from spark_bridge.files import absolute, take_chunk, top_level_field_ids
+from spark_bridge.files import absolute, spark_path, take_chunk, top_level_field_ids
 
 if TYPE_CHECKING:
     from metastore.client import SyncMetastoreClient
@@ -323,7 +323,7 @@ class _Run:
                 # then conforms to the write columns: the new column gets its DEFAULT.
                 source = [c for c in columns if int(c["field_id"]) != self.field_id]
                 df = b.spark.read.schema(pinned_struct(source)).parquet(
-                    *[absolute(location, f["path"]) for f in chunk]
+                    *[spark_path(absolute(location, f["path"])) for f in chunk]
                 )
                 new_files = b.write(self.table, df)
                 b.remove(self.table, [str(f["path"]) for f in chunk])

@@ -21,7 +21,8 @@ What one batch does (DESIGN.md §7):
    one `files_multi` request. They are read with the pinned schema, by Parquet field id, so
    renamed columns still read correctly. If the name was dropped and re-created between read_ts
    and Top, the files belong to another incarnation (field ids restart at 1): the read fails
-   with a retryable BatchError rather than mis-map columns.
+   with a retryable BatchError rather than mis-map columns. A table created between read_ts and
+   Top reads empty (no commit lands below a table's creation).
 4. Outputs are conformed to the pinned schemas and written by Spark's own Parquet writer into a
    fresh per-attempt directory under each table's location. A writer conforms to the pinned
    version's write columns: the public ones plus any a schema change job holds write-only
@@ -54,7 +55,7 @@ from metastore.client import FILES_PAGE_LIMIT, SyncMetastoreClient
 from metastore.client.protocol import LISTING_ATTEMPTS_MAX
 from raft.tls import ClientTls
 from spark_bridge.conform import conform, pinned_struct, write_columns
-from spark_bridge.files import DataFile, absolute, collect_files, new_attempt_dir
+from spark_bridge.files import DataFile, absolute, collect_files, new_attempt_dir, spark_path
 from spark_bridge.session import BridgeSession, LeaseKey
 
 if TYPE_CHECKING:
@@ -614,7 +615,9 @@ class MetastoreBridge:
         after its session expires; it is released at the end of the block otherwise."""
         from metastore.errors import ErrorCode, MetastoreError
 
-        session_id = self.session.current() if self.session is not None else None
+        # The session batches write under, leasing or not: its end releases the record.
+        session = self.attempt_session
+        session_id = session.current() if session is not None else None
         record = self.client.protect(
             as_of,
             tables=list(tables or []),
@@ -759,6 +762,9 @@ class BatchContext:
         self.pinned: dict[str, PinnedTable] = {}
         self._written: dict[str, tuple[list[DataFile], bool]] = {}
         self._removed: dict[str, list[str]] = {}  # table -> paths its commit removes
+        # A driver may run a batch's writes on several threads at once: updates of the two
+        # maps above must not overwrite each other's (a lost update drops written rows).
+        self._outputs_lock = threading.Lock()
         self._leases: list[LeaseKey] = []  # held for this batch's life (see spark_bridge.session)
         self._lease_session: str | None = None  # the session `_leases` were taken under
         # What `hold` was given with `_leases` (the batch's read floors), for `drop`.
@@ -850,13 +856,36 @@ class BatchContext:
                 raise
         half = len(tables) // 2
         first = self._pin_parts(_pin_part(args, tables[:half]))
-        second = self._pin_parts(_pin_part(args, tables[half:]))
+        rest = _pin_part(args, tables[half:])
+        if rest.get("reads") and "read_ts" not in rest:
+            # The batch reads at (or above) the lowest safe time its replies report; a later
+            # reply's node is further on, and its leases must not record reads above that.
+            rest["read_ts"] = min(int(args["ts"]), int(first["safe_time"]))
+        try:
+            second = self._pin_parts(rest)
+        except BaseException:
+            self._let_go(args, first)
+            raise
         return {
             **second,
             "pins": [*first["pins"], *second["pins"]],
             "waited_ms": float(first.get("waited_ms", 0.0)) + float(second.get("waited_ms", 0.0)),
             "safe_time": min(int(first["safe_time"]), int(second["safe_time"])),
         }
+
+    def _let_go(self, args: dict[str, Any], pinned: dict[str, Any]) -> None:
+        """The leases a part of a split pin took under `args`' session, for a batch that will
+        not run: count them in and out, so the session releases those no other batch holds
+        (else they stay held, heartbeated, blocking schema changes until the app ends)."""
+        session, session_id = self.bridge.session, args.get("session_id")
+        if session is None or not isinstance(session_id, str):
+            return
+        keys = [
+            LeaseKey(table=p["table"], table_id=int(p["table_id"]), version=int(p["version"]))
+            for p in pinned["pins"]
+        ]
+        session.hold(keys, session_id=session_id)
+        session.drop(keys, session_id=session_id)
 
     def _pin_all(self, top: int) -> dict[str, Any]:
         """Pin every table at `top` in one request; a writing batch also leases the pinned
@@ -975,7 +1004,7 @@ class BatchContext:
             r = self._call("schema_at", {"table": table, "ts": as_of, "timeout_ms": PIN_TIMEOUT_MS})
             struct = pinned_struct(r["schema"]["columns"])
         location, files = self.files(table, as_of=as_of)
-        paths = [absolute(location, f["path"]) for f in files]
+        paths = [spark_path(absolute(location, f["path"])) for f in files]
         if not paths:
             return self.spark.createDataFrame([], struct)
         return self.spark.read.schema(struct).parquet(*paths)
@@ -1012,7 +1041,9 @@ class BatchContext:
 
     def write(self, table: str, df: DataFrame, *, mode: str = "append") -> list[DataFile]:
         """Conform `df` to the pinned schema and write it as Parquet into a fresh directory of
-        the table. Nothing is visible until the batch commits. The pinned version's write-only
+        the table. Nothing is visible until the batch commits. Several writes of one table add
+        up as the same writes run in sequence would (an overwrite replaces what earlier writes
+        of the batch wrote too). The pinned version's write-only
         columns (a schema change job's, hidden from readers) are written too: with the output's
         values if it has them, else their DEFAULT, else NULL (`PinnedTable.write_columns`)."""
         if table not in self.writes:
@@ -1039,8 +1070,14 @@ class BatchContext:
         except (FileNotFoundError, ValueError) as exc:
             raise BatchError(f"{table}: {exc}", retryable=False) from exc
         check_rows_found(table, abs_dir, int(written.get["rows"]), files)
-        prev, prev_overwrite = self._written.get(table, ([], False))
-        self._written[table] = ([*prev, *files], prev_overwrite or mode == "overwrite")
+        with self._outputs_lock:
+            prev, prev_overwrite = self._written.get(table, ([], False))
+            if mode == "overwrite":
+                # As when the same Spark writes run in sequence: an overwrite replaces what
+                # earlier writes of this batch wrote too (their files stay unreferenced).
+                self._written[table] = (list(files), True)
+            else:
+                self._written[table] = ([*prev, *files], prev_overwrite)
         return files
 
     def remove(self, table: str, paths: Iterable[str]) -> None:
@@ -1049,8 +1086,10 @@ class BatchContext:
         retryable DATA_FILE_CONFLICT if another commit removed one of them first."""
         if table not in self.writes:
             raise BatchError(f"{table} was not declared in this batch's writes", retryable=False)
-        listed = list(dict.fromkeys([*self._removed.get(table, []), *paths]))
-        self._removed[table] = listed
+        paths = list(paths)
+        with self._outputs_lock:
+            listed = list(dict.fromkeys([*self._removed.get(table, []), *paths]))
+            self._removed[table] = listed
 
     # ------------------------------------------------------------ commit
 
@@ -1080,7 +1119,11 @@ class BatchContext:
         }
         if self.check_reads and self.reads:
             args["read_ts"] = self.read_ts
-            args["read_tables"] = list(self.reads)
+            # Once each: names are case-insensitive, and the metastore refuses a repeat.
+            read_tables: dict[str, str] = {}
+            for t in self.reads:
+                read_tables.setdefault(t.lower(), t)
+            args["read_tables"] = list(read_tables.values())
         if self.stream is not None:
             args["stream"], args["seq"] = self.stream
         from metastore.errors import (
@@ -1088,6 +1131,7 @@ class BatchContext:
             MetastoreError,
             RequestTimeoutError,
             SessionNotFoundError,
+            TableNotFoundError,
             TxnIdReusedError,
             UnavailableError,
         )
@@ -1144,6 +1188,11 @@ class BatchContext:
                     retryable=True,
                     cause=exc.cause,
                 ) from exc
+            elif isinstance(exc.cause, TableNotFoundError) and "current" in exc.cause.details:
+                # A written table was dropped and re-created since the pin (the name now
+                # refers to another incarnation): nothing committed. Re-planning pins the new
+                # one, as a read of a re-created table does (`files`).
+                raise BatchError(str(exc), retryable=True, cause=exc.cause) from exc
             else:
                 raise
         if self.report.commit_ts is not None:
@@ -1211,9 +1260,23 @@ class BatchContext:
         # Handed over, not kept: a batch holds no listing it has already read.
         listing = self._listings.pop(table)
         if "error" in listing:
-            from metastore.errors import MetastoreError
+            from metastore.errors import ErrorCode, MetastoreError
 
             exc = MetastoreError.from_wire(listing["error"])
+            absent = (ErrorCode.TABLE_NOT_FOUND, ErrorCode.NOT_FOUND_AT_TIMESTAMP)
+            default_read_ts = self._requested_read_ts is None and self.read_ts <= self.top
+            if exc.code in absent and table in self.pinned and default_read_ts:
+                # The name resolves at Top but not at the read_ts `plan` picked (<= Top): the
+                # pinned incarnation was created in between, and no commit lands below a
+                # table's creation, so its rows at read_ts are none.
+                pin = self.pinned[table]
+                return {
+                    "table": table,
+                    "table_id": pin.table_id,
+                    "location": pin.location,
+                    "as_of": self.read_ts,
+                    "files": [],
+                }
             raise BatchError(
                 f"files failed for txn {self.txn_id}: {exc.code.value}: {exc}",
                 retryable=exc.retryable,

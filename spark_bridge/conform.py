@@ -29,6 +29,7 @@ has it). Readers use the public columns only (`PinnedTable.struct`).
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -172,6 +173,7 @@ def _widening_ok(src: DataType, dst: DataType) -> bool:
 # and unresolved Column expressions are reusable across DataFrames of the same session.
 PROJECTION_CACHE_MAX = 64
 _projections: dict[tuple[str, str, str], list[Any]] = {}
+_projections_lock = threading.Lock()
 
 
 def conform(df: DataFrame, table: str, columns: list[dict[str, Any]]) -> DataFrame:
@@ -180,12 +182,16 @@ def conform(df: DataFrame, table: str, columns: list[dict[str, Any]]) -> DataFra
 
     schema = df.schema
     key = (schema.json(), table, json.dumps(columns, sort_keys=True, default=str))
-    exprs = _projections.get(key)
+    with _projections_lock:
+        exprs = _projections.get(key)
     if exprs is None:
         exprs = _projection(schema, table, columns)
-        if len(_projections) >= PROJECTION_CACHE_MAX:
-            _projections.pop(next(iter(_projections)))
-        _projections[key] = exprs
+        # Concurrent batches share the cache: two evicting at once must not drop one entry
+        # twice (KeyError).
+        with _projections_lock:
+            if key not in _projections and len(_projections) >= PROJECTION_CACHE_MAX:
+                _projections.pop(next(iter(_projections)))
+            _projections[key] = exprs
     return df.select(*exprs)
 
 
@@ -234,7 +240,8 @@ def _projection(schema: StructType, table: str, columns: list[dict[str, Any]]) -
                         else ""
                     )
                 )
-            col = F.col(f"`{src.name}`")
+            # Quoted whole, embedded backquotes doubled: a name may hold dots and backquotes.
+            col = F.col("`" + src.name.replace("`", "``") + "`")
             if src.dataType != f.dataType:
                 col = col.cast(f.dataType)
         # VARCHAR(n)/CHAR(n) are STRING here (`spark_type`): their length limit is checked per

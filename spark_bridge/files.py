@@ -50,6 +50,16 @@ def new_attempt_dir(location: str, txn_id: str, *, owner: str = "") -> tuple[str
     return f"{location.rstrip('/')}/{rel}", rel
 
 
+# Characters Spark's file readers take as a glob in a path (Hadoop's GlobPattern).
+_GLOB_CHARS = frozenset("{}[]*?\\")
+
+
+def spark_path(path: str) -> str:
+    """`path` for Spark's file readers (`spark.read.parquet`): they expand a path with glob
+    characters, so a location like `/wh/t[1]` named no file; escaped, it is read literally."""
+    return "".join("\\" + ch if ch in _GLOB_CHARS else ch for ch in path)
+
+
 def _fs(location: str) -> tuple[pafs.FileSystem, str]:
     if "://" in location:
         fs, path = pafs.FileSystem.from_uri(location)

@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any, Final
 from hlc import to_iso
 from spark_bridge.bridge import BatchError
 from spark_bridge.conform import pinned_struct
-from spark_bridge.files import absolute, take_chunk
+from spark_bridge.files import absolute, spark_path, take_chunk
 
 if TYPE_CHECKING:
     from metastore.client import SyncMetastoreClient
@@ -256,7 +256,7 @@ class OptimizeRun:
             if chunk:
                 size = sum(int(f.get("size_bytes") or 0) for f in chunk)
                 df = b.spark.read.schema(pinned_struct(pin.write_columns)).parquet(
-                    *[absolute(location, str(f["path"])) for f in chunk]
+                    *[spark_path(absolute(location, str(f["path"]))) for f in chunk]
                 )
                 new_files = b.write(self.table, df.coalesce(_output_files(size, self.target_bytes)))
                 _check_rows_kept(self.table, chunk, new_files)

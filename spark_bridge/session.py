@@ -154,9 +154,10 @@ class BridgeSession:
         log.info("metastore session opened: %s (ttl %s ms)", session_id, r.get("ttl_ms"))
 
     def _ensure_open(self) -> None:
-        """Open a session unless one is open (or leasing is not possible)."""
+        """Open a session unless one is open (or leasing is not possible), or this one was
+        closed: no thread would heartbeat or close a session opened after that."""
         with self._open_lock:
-            if self.current() is None and self.available:
+            if self.current() is None and self.available and not self._stop.is_set():
                 self._open()
 
     def ensure_open(self) -> None:

@@ -1190,6 +1190,9 @@ class MetastoreClient:
         failures: dict[str, str] = {}
         last_server_error: MetastoreError | None = None
         connection_failed = False
+        # A node answered TIMEOUT to this write: it may still apply it, whatever nodes asked
+        # later say ("nothing done" there is not "nothing done" everywhere).
+        outcome_unknown = False
         try:
             async with asyncio.timeout(budget_ms / 1000) as deadline:
                 next_endpoint: str | None = None
@@ -1240,6 +1243,7 @@ class MetastoreClient:
                         raise error
                     failures[target] = f"{code}: {error.message}"
                     last_server_error = error
+                    outcome_unknown = outcome_unknown or unknown_write
                     next_endpoint = self._leader_hint(error, exclude=target)
         except TimeoutError:
             if endpoint is None:
@@ -1253,12 +1257,19 @@ class MetastoreClient:
                 + (f" ({_join_failures(failures)})" if failures else ""),
                 details=details,
             ) from None
-        if last_server_error is not None and not connection_failed:
+        # The last answer raised as is, unless it says "nothing done" of a write another node
+        # timed out on: that one may still commit, so its outcome is unknown (UNAVAILABLE).
+        if (
+            last_server_error is not None
+            and not connection_failed
+            and not (outcome_unknown and last_server_error.code.value in _NOT_EXECUTED_CODES)
+        ):
             last_server_error.details.setdefault("tried", failures)
             raise last_server_error
         where = "" if endpoint is not None else " on every endpoint"
+        unknown = "; its outcome is unknown (a node timed out on it)" if outcome_unknown else ""
         raise UnavailableError(
-            f"{op} failed{where}: {_join_failures(failures)}",
+            f"{op} failed{where}: {_join_failures(failures)}{unknown}",
             details={"op": op, "endpoints": failures},
         )
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from spark_bridge.bridge import BatchContext
+from spark_bridge.bridge import BatchContext, BatchError
 from spark_bridge.session import LeaseKey
 from tests.client.bridge_stub import bare_bridge
 
@@ -143,3 +143,75 @@ def test_a_writing_batchs_pin_names_the_tables_it_reads_and_its_read_ts(
     assert session.floors == {
         LeaseKey(table="ns.r", table_id=1, version=1): 10_000 - 99 if read_ts is None else read_ts
     }
+
+
+def test_a_split_pin_whose_second_half_fails_lets_the_first_halfs_leases_go() -> None:
+    """A pin too large for one reply is sent in halves, each leasing its own tables. When the
+    second half fails (a table not found, an outage), the first half's leases are held by the
+    session on the server with no batch counting them: they were never released, and a live
+    session's heartbeats keep them, so they blocked schema changes of those tables (the
+    two-version gate) until the application ended. The session is handed them to count out."""
+    from metastore.errors import TableNotFoundError, limit_exceeded
+
+    class _Client:
+        def call(self, op: str, args: dict[str, Any]) -> dict[str, Any]:
+            assert op == "pin"
+            if len(args["tables"]) > 1:
+                raise limit_exceeded("PIN_BYTES_MAX", 10, 20, "bytes of schemas in one pin")
+            (table,) = args["tables"]
+            if table == "ns.b":
+                raise TableNotFoundError("table ns.b does not exist", details={"table": table})
+            pin = {"table": table, "table_id": 7, "version": 3}
+            return {"ts": 77, "pins": [pin], "waited_ms": 0.0, "safe_time": 70, "lease_tm": 76}
+
+    session = _Session2()
+    bridge = bare_bridge(_Client(), session=session)
+    with pytest.raises(BatchError) as raised, bridge.batch(writes=["ns.a", "ns.b"], top=77):
+        pytest.fail("the batch body must not run when planning failed")
+    assert isinstance(raised.value.cause, TableNotFoundError)
+    key = LeaseKey(table="ns.a", table_id=7, version=3)
+    assert session.held == [([key], "s-1")]
+    assert session.dropped == [([key], "s-1")], "the first half's lease was never counted out"
+
+
+def test_a_split_pins_later_parts_lease_reads_at_the_batchs_read_floor() -> None:
+    """Without a read_ts of its own, a batch reads at the lowest safe time its pin replies
+    report (capped at Top), and each pin records its node's safe time on the leases of the
+    tables it reads, for GC to stay below. A split pin's later part is answered later (a
+    higher safe time): its leases recorded a read above the batch's read_ts, so GC could
+    delete files those tables' reads still need. Later parts now carry the first part's
+    read floor as their read_ts."""
+    from metastore.errors import limit_exceeded
+
+    calls: list[dict[str, Any]] = []
+
+    class _Client:
+        def call(self, op: str, args: dict[str, Any]) -> dict[str, Any]:
+            assert op == "pin"
+            calls.append(dict(args))
+            if len(args["tables"]) > 1:
+                raise limit_exceeded("PIN_BYTES_MAX", 10, 20, "bytes of schemas in one pin")
+            pins = [
+                {
+                    "table": t,
+                    "table_id": 1,
+                    "version": 1,
+                    "tu": 1,
+                    "location": "/w",
+                    "schema": {"columns": [], "ddl": ""},
+                }
+                for t in args["tables"]
+            ]
+            # Each later reply comes from a node whose safe time moved on.
+            return {"ts": args["ts"], "pins": pins, "waited_ms": 0.0, "safe_time": 900 + len(calls)}
+
+    session = _Session2()
+    bridge = bare_bridge(_Client(), session=session)
+    ctx = BatchContext(
+        bridge, reads=["ns.a", "ns.b"], writes=["ns.a"], txn_id="t", read_ts=None, check_reads=False
+    )
+    ctx.plan(top=10_000)
+    assert [c["tables"] for c in calls] == [["ns.a", "ns.b"], ["ns.a"], ["ns.b"]]
+    assert ctx.read_ts == 902  # the first part's safe time, the lower
+    assert "read_ts" not in calls[1]
+    assert calls[2].get("read_ts") == 902, "the later part leased ns.b's reads above read_ts"

@@ -2,7 +2,9 @@
 time with the commit sent) is looked up before the bridge gives up: found committed, the batch
 succeeded; not found, it may still commit, so running the batch again is safe only under the
 same txn id. A txn id the bridge made up is one the caller does not know: that error is not
-retryable and names the id. Pure: a scripted client, no Spark, no processes."""
+retryable and names the id. A commit refused because a written table was re-created since
+the pin is retryable (re-planned); a commit's read set names each table once. Pure: a
+scripted client, no Spark, no processes."""
 
 from __future__ import annotations
 
@@ -11,7 +13,12 @@ from typing import Any
 
 import pytest
 
-from metastore.errors import RequestTimeoutError, TxnIdReusedError, UnavailableError
+from metastore.errors import (
+    RequestTimeoutError,
+    TableNotFoundError,
+    TxnIdReusedError,
+    UnavailableError,
+)
 from spark_bridge.bridge import BatchContext, BatchError, BatchReport
 from spark_bridge.files import DataFile
 
@@ -106,3 +113,66 @@ def test_a_replay_whose_lookup_fails_is_a_retryable_batch_error() -> None:
     assert raised.value.retryable
     assert isinstance(raised.value.cause, UnavailableError)
     assert batch.report.commit_ts is None
+
+
+class RecreatedTableClient:
+    """`commit` is refused: the written table was dropped and re-created since the pin."""
+
+    def call(self, op: str, _args: dict[str, Any]) -> dict[str, Any]:
+        assert op == "commit"
+        raise TableNotFoundError(
+            "table ns.t with id 7 no longer exists (the name now refers to table id 9); "
+            "re-plan the batch",
+            details={"table": "ns.t", "table_id": 7, "current": 9},
+        )
+
+    def committed_txn(self, txn_id: str) -> dict[str, Any]:
+        raise AssertionError("a refusal by the state machine is not looked up")
+
+
+def test_a_commit_to_a_table_re_created_since_the_pin_is_retryable() -> None:
+    """A micro-batch whose written table was dropped and re-created between its pin and its
+    commit is refused (the pinned incarnation is gone); the files belong nowhere, nothing
+    committed. Re-planning pins the new incarnation, as a read of a re-created table does
+    (`BatchContext.files`) and as `foreach_batch` promises: the refusal was passed on as
+    the non-retryable TABLE_NOT_FOUND, so the streaming query failed instead."""
+    batch = _batch(RecreatedTableClient(), txn_id_from_caller=True)  # type: ignore[arg-type]
+    with pytest.raises(BatchError) as raised:
+        batch.commit()
+    assert raised.value.retryable
+    assert isinstance(raised.value.cause, TableNotFoundError)
+    assert batch.report.commit_ts is None
+
+
+class DroppedTableClient:
+    def call(self, op: str, _args: dict[str, Any]) -> dict[str, Any]:
+        raise TableNotFoundError("table ns.t does not exist", details={"table": "ns.t"})
+
+
+def test_a_commit_to_a_dropped_table_stays_not_retryable() -> None:
+    batch = _batch(DroppedTableClient(), txn_id_from_caller=True)  # type: ignore[arg-type]
+    with pytest.raises(BatchError) as raised:
+        batch.commit()
+    assert not raised.value.retryable
+
+
+class CapturingClient:
+    def __init__(self) -> None:
+        self.args: dict[str, Any] = {}
+
+    def call(self, op: str, args: dict[str, Any]) -> dict[str, Any]:
+        self.args = args
+        return {"ts": TS, "deduplicated": False}
+
+
+def test_a_table_read_under_two_spellings_is_in_the_read_set_once() -> None:
+    """Table names are case-insensitive. A batch that declared a read twice (or under two
+    spellings) and checks its reads sent the name twice in `read_tables`, which the metastore
+    refuses (InvalidArgument) - after the batch had done all its work, on every run."""
+    client = CapturingClient()
+    batch = _batch(client, txn_id_from_caller=True)  # type: ignore[arg-type]
+    batch.check_reads = True
+    batch.reads = ["ns.r", "NS.R", "ns.t", "ns.r"]
+    batch.commit()
+    assert client.args["read_tables"] == ["ns.r", "ns.t"]
+    assert client.args["read_ts"] == TS - 20

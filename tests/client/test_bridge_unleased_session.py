@@ -33,6 +33,14 @@ class _Client:
     def close(self) -> None:
         self.calls.append(("close", None))
 
+    def protect(self, ts: int, **kwargs: Any) -> dict[str, Any]:
+        self.calls.append(("protect", kwargs.get("session_id")))
+        return {"record_id": "r-1"}
+
+    def release_protection(self, record_id: str) -> dict[str, Any]:
+        self.calls.append(("release_protection", record_id))
+        return {}
+
 
 def _spark() -> Any:
     sc = SimpleNamespace(applicationId="app-1", appName="app", stop=lambda: None)
@@ -58,3 +66,22 @@ def test_a_bridge_without_leases_writes_under_a_session_it_closes() -> None:
     finally:
         bridge.close()
     assert ("session_close", opened) in client.calls
+
+
+def test_a_bridge_without_leases_owns_its_protections_by_its_session() -> None:
+    """`protect()` records are owned by the application's session, so a driver killed inside
+    the block has its protection released once its session is gone. Without leases the
+    bridge still has a session (`unleased_session`), but protect() looked only at the leasing
+    one and created an ownerless record: after a kill -9 it stayed, holding every covered
+    table's GC (the whole cluster's, by default) until someone released it by hand."""
+    client = _Client()
+    bridge = MetastoreBridge(
+        _spark(), endpoints=["127.0.0.1:1"], token="t", client=client, leases=False
+    )  # type: ignore[arg-type]
+    try:
+        (opened,) = [sid for op, sid in client.calls if op == "session_open"]
+        with bridge.protect(1234, meta="backfill"):
+            pass
+        assert ("protect", opened) in client.calls
+    finally:
+        bridge.close()

@@ -19,6 +19,7 @@ from metastore.client import (
     MetastoreClient,
     SyncMetastoreClient,
     parse_endpoint,
+    protocol,
 )
 from metastore.daemon.api_limits import CLIENT_INFLIGHT_PER_CONNECTION_MAX
 from metastore.errors import (
@@ -681,6 +682,34 @@ async def test_a_write_that_cannot_be_repeated_is_not_retried_after_a_timeout(
         with pytest.raises(RequestTimeoutError):
             await c.schema_at("ns.t", timeout_ms=100)
     assert b.ops == []
+
+
+async def test_a_commit_timed_out_then_refused_as_not_leader_keeps_its_unknown_outcome(
+    nodes: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A commit one node timed out on (sent to a leader that then lost its quorum: it may
+    still commit) and every other attempt refused with a 'nothing done' code (NOT_LEADER during
+    the election) has an unknown outcome: the call must say so (UNAVAILABLE, as after a lost
+    connection), not raise the last NOT_LEADER, which reads as 'not committed'. The bridge
+    looks up an unknown outcome before it reports anything; a NOT_LEADER it passed on as a
+    retryable failure, so a caller re-running the batch under a fresh txn id committed twice."""
+
+    async def timed_out(op: str, args: dict[str, Any]) -> dict[str, Any]:
+        raise RequestTimeoutError("proposal not applied within 5000 ms; its outcome is unknown")
+
+    async def not_leader(op: str, args: dict[str, Any]) -> dict[str, Any]:
+        raise NotLeaderError("no leader yet")
+
+    monkeypatch.setattr(protocol, "RETRY_BACKOFF_MS_MAX", protocol.RETRY_BACKOFF_MS_MIN)
+    a = await nodes(handler=timed_out)
+    b = await nodes(handler=not_leader)
+    async with client(a.endpoint, b.endpoint, timeout_ms=8000) as c:
+        with pytest.raises(UnavailableError, match="outcome") as raised:
+            await c.commit("t-1", [{"table": "ns.t", "schema_version": 1}])
+        assert raised.value.retryable
+        with pytest.raises(UnavailableError, match="outcome"):
+            await c.ddl("CREATE NAMESPACE x", request_id="r-1", wait_ms=0)
+    assert "commit" in a.ops and "commit" in b.ops
 
 
 async def test_a_connection_whose_every_slot_is_busy_is_not_taken_for_dead(nodes: Any) -> None:

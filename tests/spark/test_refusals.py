@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -372,3 +373,63 @@ def test_a_value_longer_than_its_varchar_is_refused(spark: SparkSession) -> None
     wide = spark.createDataFrame([(1, "abc", "yes")], "id BIGINT, code STRING, flag STRING")
     with pytest.raises(Exception, match=r"longer than 1 characters in ref\.codes\.flag"):
         conform(wide, "ref.codes", columns).collect()
+
+
+def test_columns_named_with_backquotes_or_dots_are_written(spark: SparkSession) -> None:
+    # The metastore takes any column name (CREATE TABLE t (`a``b` BIGINT)); conform referred to
+    # an output column as `name` without doubling an embedded backquote, so Spark refused to
+    # parse the reference and no write to such a table could ever succeed.
+    columns = [
+        {"field_id": 1, "name": "a`b", "type": "BIGINT", "nullable": True},
+        {"field_id": 2, "name": "c.d", "type": "BIGINT", "nullable": True},
+    ]
+    df = spark.createDataFrame([(1, 2)], "`a``b` BIGINT, `c.d` INT")
+    out = conform(df, "ref.odd", columns)
+    assert out.columns == ["a`b", "c.d"]
+    assert [tuple(r) for r in out.collect()] == [(1, 2)]
+
+
+def test_a_table_whose_location_holds_glob_characters_is_read(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    # Spark's file readers expand glob characters in a path: the files of a table at
+    # LOCATION '.../t[1]' were written (Spark's writers take the path literally) but every
+    # read of them failed with PATH_NOT_FOUND.
+    from types import SimpleNamespace
+
+    from spark_bridge.bridge import BatchContext, BatchReport
+    from spark_bridge.conform import pinned_struct
+
+    location = str(tmp_path / "t[1]")
+    columns = [{"field_id": 1, "name": "id", "type": "BIGINT", "nullable": True}]
+    # As a bridge sets them: Parquet field ids written and read.
+    spark.conf.set("spark.sql.parquet.fieldId.read.enabled", "true")
+    spark.conf.set("spark.sql.parquet.fieldId.write.enabled", "true")
+    out = conform(spark.createDataFrame([(1,), (2,)], "id BIGINT"), "ref.glob", columns)
+    out.coalesce(1).write.parquet(f"{location}/_txn/a")
+    (name,) = [p.name for p in Path(location, "_txn", "a").glob("*.parquet")]
+    listing = {
+        "table": "ref.glob",
+        "table_id": 3,
+        "as_of": 10,
+        "location": location,
+        "files": [{"path": f"_txn/a/{name}"}],
+        "deletes": [],
+        "next_page_token": None,
+    }
+    batch = object.__new__(BatchContext)
+    batch.spark = spark
+    batch.client = SimpleNamespace(  # type: ignore[assignment]
+        call=lambda op, args: {"as_of": 10, "listings": [listing], "waited_ms": 0.0}
+    )
+    batch.txn_id = "t-glob"
+    batch.reads = ["ref.glob"]
+    batch._requested_read_ts = None
+    batch._listings, batch._listed = {}, set()
+    batch.pinned = {
+        "ref.glob": SimpleNamespace(  # type: ignore[dict-item]
+            table_id=3, location=location, struct=pinned_struct(columns)
+        )
+    }
+    batch.report = BatchReport(txn_id="t-glob", top=10, read_ts=10, waited_ms=0.0)
+    assert sorted(r.id for r in batch.read("ref.glob").collect()) == [1, 2]

@@ -539,3 +539,29 @@ def test_a_release_crossed_by_a_pin_keeps_the_lease_and_one_kept_for_no_batch_go
         assert client.acquires == 0 and session.held() == {key: 1}
     finally:
         session.close()
+
+
+class CountingOpens(FlakyClient):
+    def __init__(self) -> None:
+        super().__init__(failures=0)
+        self.opened: list[str] = []
+
+    def session_open(self, session_id: str, **kwargs: Any) -> dict[str, Any]:
+        self.opened.append(session_id)
+        return super().session_open(session_id, **kwargs)
+
+
+def test_a_closed_session_is_not_opened_again() -> None:
+    """After close() (spark.stop() runs it) no heartbeat thread is left. A batch still running
+    then (a streaming query's micro-batch) reopened a session on its write or its pin's
+    SESSION_NOT_FOUND: a session nothing heartbeated or closed, whose leases blocked schema
+    changes until its TTL ran out. A closed session stays closed: the batch is refused."""
+    client = CountingOpens()
+    session = BridgeSession(client, app_id="app-c", app_name="upkeep")  # type: ignore[arg-type]
+    first = session.current()
+    assert first is not None
+    session.close()
+    session.ensure_open()
+    session.lost(first)
+    assert session.current() is None
+    assert client.opened == [first]
