@@ -59,6 +59,15 @@ def run_with_bridge(
     from spark_bridge.conform import SchemaMismatchError
     from spark_bridge.optimize import OptimizeError
 
+    try:
+        from pyspark.errors import PySparkException
+    except ImportError:
+        raise CliError(
+            "PYSPARK_MISSING",
+            "this command runs Spark: install pyspark (pip install 'pyspark>=4.0,<4.4') and "
+            "Java 17",
+            exit_code=EXIT_GENERIC,
+        ) from None
     spark, owned = _spark(master, app_name)
     bridge: MetastoreBridge | None = None
     try:
@@ -84,6 +93,17 @@ def run_with_bridge(
     except SchemaMismatchError as exc:
         end_progress()
         fail(SchemaMismatchError.code, str(exc), EXIT_GENERIC, None)
+    except PySparkException as exc:
+        # Spark's own failure (a data file missing or unreadable, a path it cannot list):
+        # its message, not a traceback. Nothing was committed: commits come after Spark.
+        end_progress()
+        message = str(exc).strip().splitlines()
+        fail(
+            "SPARK_FAILED",
+            f"Spark failed, nothing was committed: {message[0] if message else type(exc).__name__}",
+            EXIT_GENERIC,
+            {"error_class": getattr(exc, "getCondition", lambda: None)() or type(exc).__name__},
+        )
     finally:
         if bridge is not None:
             bridge.close()

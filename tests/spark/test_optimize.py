@@ -171,3 +171,24 @@ def test_a_small_file_spark_skips_is_not_removed(env: SparkEnv) -> None:
     finally:
         env.spark.conf.unset("spark.sql.files.ignoreCorruptFiles")
     assert sorted(env.live_paths(table)) == live, "the files were removed anyway"
+
+
+def test_cli_a_small_file_gone_is_a_typed_spark_failure_not_a_traceback(env: SparkEnv) -> None:
+    """A small file missing from storage made Spark's read fail (PATH_NOT_FOUND), and
+    `metastore table optimize` ended in a Python traceback. It is now a typed error line and
+    exit 1; nothing was committed."""
+    import os
+
+    table = f"{NS}.gone"
+    env.ddl(f"CREATE TABLE {table} (id BIGINT, v STRING)")
+    bridge = env.bridge(app_name=f"optimize-{table}")
+    for i in range(3):
+        _append(bridge, table, [(i, f"v{i}")], "id BIGINT, v STRING")
+    live = sorted(env.live_paths(table))
+    os.remove(absolute(env.location(table), live[0]).removeprefix("file://"))
+    base = ["--endpoints", ",".join(env.endpoints), "--token", env.token]
+    run = CliRunner().invoke(cli, [*base, "table", "optimize", table])
+    assert run.exit_code == 1, run.output
+    assert "Error: SPARK_FAILED: Spark failed, nothing was committed" in run.output
+    assert run.exception is None or isinstance(run.exception, SystemExit)
+    assert sorted(env.live_paths(table)) == live
