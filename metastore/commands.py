@@ -1130,15 +1130,7 @@ def _validate_gc_command(cmd: GcCommand) -> None:
             if cmd.table_id < 1:
                 raise InvalidArgumentError("table_id must be positive")
             _validate_count(cmd.table_id, "table_id")
-            if not cmd.paths:
-                raise InvalidArgumentError("name at least one deleted path")
-            if len(cmd.paths) > limits.MAX_GC_PATHS_PER_COMMAND:
-                raise limit_exceeded(
-                    "MAX_GC_PATHS_PER_COMMAND",
-                    limits.MAX_GC_PATHS_PER_COMMAND,
-                    len(cmd.paths),
-                    "paths in one GcFilesDeleted",
-                )
+            _validate_gc_chunk(len(cmd.paths), "deleted path", "GcFilesDeleted")
             for path in cmd.paths:
                 validate_file_path(path)
         case QueueManifestFiles():
@@ -1146,20 +1138,25 @@ def _validate_gc_command(cmd: GcCommand) -> None:
                 raise InvalidArgumentError("table_id must be positive")
             _validate_count(cmd.table_id, "table_id")
             validate_file_path(cmd.manifest, "manifest path")
-            if not cmd.files:
-                raise InvalidArgumentError("name at least one listed file")
-            if len(cmd.files) > limits.MAX_GC_PATHS_PER_COMMAND:
-                raise limit_exceeded(
-                    "MAX_GC_PATHS_PER_COMMAND",
-                    limits.MAX_GC_PATHS_PER_COMMAND,
-                    len(cmd.files),
-                    "paths in one QueueManifestFiles",
-                )
+            _validate_gc_chunk(len(cmd.files), "listed file", "QueueManifestFiles")
             if len({path for path, _ in cmd.files}) != len(cmd.files):
                 raise InvalidArgumentError("a listed file is named twice")
             for path, size in cmd.files:
                 validate_file_path(path)
                 _validate_count(size, "size_bytes")
+
+
+def _validate_gc_chunk(count: int, what: str, command: str) -> None:
+    """A chunk of paths GC names in one command: at least one, at most MAX_GC_PATHS_PER_COMMAND."""
+    if not count:
+        raise InvalidArgumentError(f"name at least one {what}")
+    if count > limits.MAX_GC_PATHS_PER_COMMAND:
+        raise limit_exceeded(
+            "MAX_GC_PATHS_PER_COMMAND",
+            limits.MAX_GC_PATHS_PER_COMMAND,
+            count,
+            f"paths in one {command}",
+        )
 
 
 def _validate_protection_id(record_id: str) -> None:
