@@ -6,7 +6,8 @@ running them, and every reply waited in the connection's transport buffer: up to
 CLIENT_INFLIGHT_PER_CONNECTION_MAX (64) replies of up to 4 MiB per connection, on each of
 CLIENT_CONNECTIONS_MAX connections, from a reader that authenticated and stopped reading.
 
-One real node on 127.0.0.1; the reply backlog is read from its /metrics."""
+One real node on 127.0.0.1, with a plaintext and with a TLS client port (the TLS transport
+buffers and pauses on its own); the reply backlog is read from its /metrics."""
 
 from __future__ import annotations
 
@@ -18,8 +19,9 @@ import pytest
 
 from metastore import limits
 from metastore.daemon import api_limits as L
+from metastore.daemon.certs import generate_dev_certs
 from raft.framing import encode_frame
-from tests.daemon.harness import FRAME_MAX, MetastoreCluster, metastore_cluster
+from tests.daemon.harness import FRAME_MAX, MetastoreCluster, tls_cluster, write_cluster
 
 pytestmark = pytest.mark.slow
 
@@ -36,9 +38,17 @@ SERVED_BEFORE_READING_MAX = 16
 STEP_TIMEOUT_S = 20.0
 
 
-@pytest.fixture(scope="module")
-def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MetastoreCluster]:
-    with metastore_cluster(tmp_path_factory.mktemp("backpressure"), 1) as c:
+@pytest.fixture(scope="module", params=["plain", "tls"])
+def node(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[MetastoreCluster]:
+    config = write_cluster(tmp_path_factory.mktemp("backpressure"), 1)
+    if request.param == "tls":
+        certs = generate_dev_certs(tmp_path_factory.mktemp("backpressure-tls"), node_ids=[1])
+        c = tls_cluster(config, certs)
+    else:
+        c = MetastoreCluster(config)
+    try:
         c.start_all()
         c.wait_ready()
         admin = c.client(1)
@@ -55,6 +65,8 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MetastoreCluster]
         finally:
             admin.close()
         yield c
+    finally:
+        c.stop_all()
 
 
 def _metrics(c: MetastoreCluster) -> dict[str, float]:
