@@ -693,7 +693,8 @@ class ApiServer:
             if replies.queued_bytes() <= L.CLIENT_REPLY_BYTES_PER_CONNECTION_MAX:
                 return True
             if not await replies.wait_for_room():
-                log.info("closing %s: it read none of its replies in time", session.peer)
+                if not writer.is_closing():  # else closed by us already (a revocation)
+                    log.info("closing %s: it read none of its replies in time", session.peer)
                 return False
             if partial_since is not None:
                 # Its frame's bytes may have waited in the socket while nothing was read.
