@@ -8,7 +8,25 @@ CLIENT_FRAME_BYTES_MAX: Final = 4 * 1024 * 1024
 CLIENT_READ_CHUNK_BYTES: Final = 256 * 1024
 CLIENT_CONNECTIONS_MAX: Final = 1024
 CLIENT_INFLIGHT_PER_CONNECTION_MAX: Final = 64
-# A connection with nothing in flight and nothing received for this long is closed.
+# Reply bytes one connection may have queued (handed to its transport, not yet taken by the
+# socket) before the server stops reading its requests. Without it a client that pipelines
+# requests with large replies (`files` pages, `history`, `txn_log`: ~2 MiB each) and never
+# reads made the node hold CLIENT_INFLIGHT_PER_CONNECTION_MAX replies of up to
+# CLIENT_FRAME_BYTES_MAX each (256 MiB), on each of CLIENT_CONNECTIONS_MAX connections. Past
+# it the connection reads nothing more until its transport has drained to its low-water mark
+# (the standard asyncio backpressure); requests already running still finish and reply, so one
+# connection holds at most this plus the replies of its requests in flight. Two full frames:
+# a client that reads keeps a few pages of a paged listing in the pipe and is never paused
+# for one large reply.
+CLIENT_REPLY_BYTES_PER_CONNECTION_MAX: Final = 2 * CLIENT_FRAME_BYTES_MAX
+# A connection with nothing in flight, no reply waiting and nothing received for this long is
+# closed. So is one whose socket took no byte of its waiting replies for this long (within
+# twice this when the client also sent nothing), paused by CLIENT_REPLY_BYTES_PER_CONNECTION_MAX
+# or not, requests in flight or not: its client stopped reading, and a request of it blocked
+# on the socket would otherwise keep the connection forever. A slow reader that takes some
+# bytes in each such period is served, however long it takes; after a pause the
+# CLIENT_FRAME_TIMEOUT_MS of a frame it was sending starts again (its bytes may have waited in
+# the socket because the server was not reading).
 CLIENT_IDLE_TIMEOUT_MS: Final = 5 * 60 * 1000
 # A frame must complete within this long after its first byte (slow clients cannot pin memory).
 CLIENT_FRAME_TIMEOUT_MS: Final = 10_000

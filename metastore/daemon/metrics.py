@@ -98,6 +98,23 @@ class NodeMetrics:
             registry=r,
         )
 
+        self.client_connections_paused = Gauge(
+            "metastore_client_connections_paused",
+            "client connections not read because their queued replies are over "
+            "CLIENT_REPLY_BYTES_PER_CONNECTION_MAX (clients that read slowly or not at all)",
+            registry=r,
+        )
+        self.client_reply_bytes_queued = Gauge(
+            "metastore_client_reply_bytes_queued",
+            "reply bytes queued for client connections, not yet taken by their sockets",
+            registry=r,
+        )
+        self.client_reply_bytes_queued_max = Gauge(
+            "metastore_client_reply_bytes_queued_max",
+            "reply bytes queued for the client connection with the most",
+            registry=r,
+        )
+
         self.revoked_certs = Gauge(
             "metastore_revoked_certificates", "certificates the cluster revoked", registry=r
         )
@@ -151,6 +168,9 @@ class NodeMetrics:
         self.revoked_certs.set(status.get("revoked_certs", 0))
         self.peer_revoked_refused.set(status.get("peer_tls_revoked_refused", 0))
         self.peer_revoked_closed.set(status.get("peer_tls_revoked_closed", 0))
+        self.client_connections_paused.set(status.get("client_connections_paused", 0))
+        self.client_reply_bytes_queued.set(status.get("client_reply_bytes_queued", 0))
+        self.client_reply_bytes_queued_max.set(status.get("client_reply_bytes_queued_max", 0))
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)

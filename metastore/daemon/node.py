@@ -256,6 +256,7 @@ class MetastoreNode:
             "revoked_certs": len(self.sm.state.revoked),
             "peer_tls_revoked_refused": st.transport.get("tls_revoked_refused", 0),
             "peer_tls_revoked_closed": st.transport.get("tls_revoked_closed", 0),
+            **self.api.reply_backlog(),
         }
 
     async def start(self) -> None:

@@ -152,6 +152,88 @@ class Session:
     revoked: bool = False
 
 
+class _Replies:
+    """One connection's replies on their way out, and its reply budget.
+
+    Replies finished in the same event-loop iteration leave in one write: under pipelined load
+    a send syscall per reply was the largest single cost of a read. The bytes queued (waiting
+    for that write, or in the transport's buffer: not yet taken by the socket) are counted, and
+    the connection's reader stops reading requests while they are over
+    CLIENT_REPLY_BYTES_PER_CONNECTION_MAX (`wait_for_room`), so a client that pipelines
+    requests with large replies and does not read cannot make the node hold them."""
+
+    __slots__ = ("_pending", "_pending_bytes", "_sent_mark", "_written_bytes", "paused", "writer")
+
+    def __init__(self, writer: asyncio.StreamWriter) -> None:
+        self.writer = writer
+        self._pending: list[bytes] = []
+        self._pending_bytes = 0
+        # Reply bytes handed to the transport so far: minus what it still buffers, what the
+        # socket took (progress of a paused connection's reader).
+        self._written_bytes = 0
+        self._sent_mark = 0  # `_sent_bytes` when `took_bytes` was last asked
+        self.paused = False  # waiting in `wait_for_room` (a metric)
+
+    def queued_bytes(self) -> int:
+        return self._pending_bytes + self.writer.transport.get_write_buffer_size()
+
+    def _sent_bytes(self) -> int:
+        return self._written_bytes - self.writer.transport.get_write_buffer_size()
+
+    def took_bytes(self) -> bool:
+        """Whether the socket took any reply bytes since the last call."""
+        sent = self._sent_bytes()
+        moved, self._sent_mark = sent != self._sent_mark, sent
+        return moved
+
+    def flush(self) -> None:
+        if not self._pending:
+            return
+        data = b"".join(self._pending)
+        self._pending.clear()
+        self._pending_bytes = 0
+        if not self.writer.is_closing():
+            with contextlib.suppress(ConnectionError, OSError):
+                self.writer.write(data)
+                self._written_bytes += len(data)
+
+    async def send(self, frame: bytes) -> None:
+        # Frames keep their call order, and drain still pushes back on every sender.
+        if not self._pending:
+            asyncio.get_running_loop().call_soon(self.flush)
+        self._pending.append(frame)
+        self._pending_bytes += len(frame)
+        await self.writer.drain()  # many tasks may await drain at once (Python >= 3.11)
+
+    async def wait_for_room(self) -> bool:
+        """Return at once while the queued reply bytes are within the budget; else wait until
+        the transport has drained to its low-water mark. False: the socket took no byte for
+        CLIENT_IDLE_TIMEOUT_MS (the client stopped reading; close it) or the connection is
+        closing. A slow reader that takes some bytes in each such period waits as long as it
+        needs."""
+        if self.queued_bytes() <= L.CLIENT_REPLY_BYTES_PER_CONNECTION_MAX:
+            return True
+        # Everything queued goes to the transport now (in order): its write pauses the
+        # protocol (the buffer is far over the high-water mark), so drain waits for the socket.
+        self.flush()
+        self.paused = True
+        try:
+            sent_before = self._sent_bytes()
+            while self.queued_bytes() > L.CLIENT_REPLY_BYTES_PER_CONNECTION_MAX:
+                if self.writer.is_closing():
+                    return False
+                try:
+                    await asyncio.wait_for(self.writer.drain(), L.CLIENT_IDLE_TIMEOUT_MS / 1000)
+                except TimeoutError:
+                    sent_now = self._sent_bytes()
+                    if sent_now == sent_before:
+                        return False
+                    sent_before = sent_now
+            return True
+        finally:
+            self.paused = False
+
+
 @dataclass(frozen=True, slots=True)
 class _Op:
     role: Role
@@ -217,6 +299,8 @@ class ApiServer:
         self._connections: set[asyncio.Task[None]] = set()
         # Connections that have not authenticated yet: id(session) -> (connected at, writer).
         self._strangers: dict[int, tuple[float, asyncio.StreamWriter]] = {}
+        # Every open connection's outgoing replies (for the reply backlog metrics).
+        self._replies: set[_Replies] = set()
         self._ops: dict[str, _Op] = {
             "hello": _Op(Role.READER, self._hello, frozenset({"token", "client"})),
             "schema_at": _Op(
@@ -554,7 +638,7 @@ class ApiServer:
                     writer.transport.pause_reading()
                 running = {t for t in inflight if not t.done()}
                 # Even with nothing running: a request that finished this turn may have its
-                # reply in a flush callback still (see `send` in _serve_session).
+                # reply in a flush callback still (see `_Replies.send`).
                 close = asyncio.create_task(self._abort_after(writer, running))
                 self._revoked_closes.add(close)
                 close.add_done_callback(self._revoked_closes.discard)
@@ -577,7 +661,7 @@ class ApiServer:
             if running:
                 await asyncio.wait(running, timeout=deadline - loop.time())
             # A finished request's reply is flushed by a callback it scheduled before it
-            # finished (see `send` in _serve_session); one more turn lets it run first.
+            # finished (see `_Replies.send`); one more turn lets it run first.
             await asyncio.sleep(0)
             # A request is done once its reply is handed to the transport, not once it left:
             # an abort drops what the transport still buffers (a large reply is cut short).
@@ -598,28 +682,29 @@ class ApiServer:
         inflight: set[asyncio.Task[None]],
     ) -> None:
         partial_since: float | None = None
-        pending: list[bytes] = []
+        replies = _Replies(writer)
+        send = replies.send
+        self._replies.add(replies)
 
-        def flush() -> None:
-            if not pending:
-                return
-            data = b"".join(pending)
-            pending.clear()
-            if not writer.is_closing():
-                with contextlib.suppress(ConnectionError, OSError):
-                    writer.write(data)
-
-        async def send(frame: bytes) -> None:
-            # Replies finished in the same event-loop iteration leave in one write: under
-            # pipelined load a send syscall per reply was the largest single cost of a read.
-            # Frames keep their call order, and drain still pushes back on every sender.
-            if not pending:
-                asyncio.get_running_loop().call_soon(flush)
-            pending.append(frame)
-            await writer.drain()  # many tasks may await drain at once (Python >= 3.11)
+        async def room_for_replies() -> bool:
+            """Backpressure: read no request while this connection's queued replies are over
+            CLIENT_REPLY_BYTES_PER_CONNECTION_MAX (requests in flight still reply)."""
+            nonlocal partial_since
+            if replies.queued_bytes() <= L.CLIENT_REPLY_BYTES_PER_CONNECTION_MAX:
+                return True
+            if not await replies.wait_for_room():
+                if not writer.is_closing():  # else closed by us already (a revocation)
+                    log.info("closing %s: it read none of its replies in time", session.peer)
+                return False
+            if partial_since is not None:
+                # Its frame's bytes may have waited in the socket while nothing was read.
+                partial_since = time.monotonic()
+            return True
 
         try:
             while True:
+                if session.role is not None and not await room_for_replies():
+                    return
                 if decoder.buffered_bytes:
                     partial_since = partial_since or time.monotonic()
                     left_s = L.CLIENT_FRAME_TIMEOUT_MS / 1000 - (time.monotonic() - partial_since)
@@ -638,9 +723,17 @@ class ApiServer:
                 try:
                     data = await asyncio.wait_for(reader.read(L.CLIENT_READ_CHUNK_BYTES), timeout_s)
                 except TimeoutError:
-                    if decoder.buffered_bytes or not inflight or session.role is None:
-                        return  # idle, a half-sent frame or no hello: free the slot
-                    continue
+                    if decoder.buffered_bytes or session.role is None:
+                        return  # a half-sent frame or no hello: free the slot
+                    queued = replies.queued_bytes()
+                    if replies.took_bytes() or queued == 0:
+                        if inflight or queued:
+                            continue  # working, or its client still reads its replies
+                        return  # idle
+                    # Its socket took no byte of its replies for the idle time: the client
+                    # stopped reading (its requests in flight could wait forever to reply).
+                    log.info("closing %s: it read none of its replies in time", session.peer)
+                    return
                 if not data:
                     return
                 decoder.feed(data)
@@ -648,6 +741,8 @@ class ApiServer:
                     log.info("closing %s: more than a hello before authenticating", session.peer)
                     return
                 while True:
+                    if session.role is not None and not await room_for_replies():
+                        return
                     try:
                         frame = decoder.next_frame()
                     except (MalformedFrameError, FrameTooLargeError) as exc:
@@ -691,9 +786,20 @@ class ApiServer:
         except (ConnectionError, OSError):
             return
         finally:
-            flush()  # e.g. the error reply sent just before closing
+            replies.flush()  # e.g. the error reply sent just before closing
+            self._replies.discard(replies)
             for t in inflight:
                 t.cancel()
+
+    def reply_backlog(self) -> dict[str, int]:
+        """Client connections paused by their reply budget, and reply bytes queued on all
+        connections and on the fullest one (`/metrics`)."""
+        queued = [r.queued_bytes() for r in self._replies]
+        return {
+            "client_connections_paused": sum(1 for r in self._replies if r.paused),
+            "client_reply_bytes_queued": sum(queued),
+            "client_reply_bytes_queued_max": max(queued, default=0),
+        }
 
     async def _first_request(self, session: Session, frame: object) -> tuple[bytes, bool]:
         started = time.perf_counter()

@@ -23,6 +23,8 @@ from raft.framing import NEED_DATA, FrameDecoder, encode_frame
 class _Writer:
     def __init__(self) -> None:
         self.data = bytearray()
+        # Every write is taken at once: nothing stays buffered.
+        self.transport = SimpleNamespace(get_write_buffer_size=lambda: 0)
 
     def write(self, data: bytes) -> None:
         self.data += data
