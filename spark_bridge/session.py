@@ -149,8 +149,17 @@ class BridgeSession:
                 return
             raise
         with self._lock:
-            self.session_id = session_id
-            self.heartbeat_ms = int(r.get("heartbeat_ms") or HEARTBEAT_MS_FALLBACK)
+            # `close()` ran while this open was on the wire: it found no session to close, and
+            # no thread would heartbeat or close this one (its leases and attempt directories
+            # would outlive the application until its TTL). Checked under the lock `close()`
+            # sets `_stop` under, so either it sees this session or this sees the stop.
+            closed_meanwhile = self._stop.is_set()
+            if not closed_meanwhile:
+                self.session_id = session_id
+                self.heartbeat_ms = int(r.get("heartbeat_ms") or HEARTBEAT_MS_FALLBACK)
+        if closed_meanwhile:
+            self._close_session(session_id)
+            return
         log.info("metastore session opened: %s (ttl %s ms)", session_id, r.get("ttl_ms"))
 
     def _ensure_open(self) -> None:
@@ -187,21 +196,27 @@ class BridgeSession:
         self._ensure_open()
 
     def close(self) -> None:
-        """Stop heartbeating and close the session (its leases are released). Idempotent."""
-        if self._stop.is_set():
-            return
-        self._stop.set()
+        """Stop heartbeating and close the session (its leases are released). Idempotent. An
+        open still on the wire (a batch reopening after an expiry) closes the session it gets
+        itself (`_open`): none is left open after this."""
+        with self._lock:  # an open under way checks `_stop` under this lock (`_open`)
+            if self._stop.is_set():
+                return
+            self._stop.set()
         self._wake.set()
         if self._thread.is_alive() and threading.current_thread() is not self._thread:
             self._thread.join(timeout=5)
         with self._lock:
             session_id, self.session_id = self.session_id, None
         if session_id is not None:
-            try:
-                self.client.session_close(session_id)
-            except MetastoreError as exc:
-                log.info("closing metastore session %s: %s", session_id, exc)
+            self._close_session(session_id)
         atexit.unregister(self.close)
+
+    def _close_session(self, session_id: str) -> None:
+        try:
+            self.client.session_close(session_id)
+        except MetastoreError as exc:
+            log.info("closing metastore session %s: %s", session_id, exc)
 
     # ------------------------------------------------------------------ leases
 
