@@ -29,7 +29,11 @@ answered one (`known_tm`): the server leaves alone a lease some entry it did not
 touched since (a pin still on the wire, a retried one applied late).
 A release refused with a retryable error (the cluster unavailable for the client's whole
 budget) is tried again after the grace: heartbeats keep a session's leases alive, so a lease
-given up on would block schema changes until the application ends.
+given up on would block schema changes until the application ends. For the same reason a
+leasing pin whose outcome is unknown (sent, then the connection broke or time ran out: it may
+have been applied) is handed to this thread (`unknown_pin`), which learns the leases it may
+hold - the same tables pinned at the same ts without leasing, once the server's waits for it
+are over - and releases those no batch holds; the batch fails with a retryable error.
 
 Nothing here is needed for safety: the commit rule (the version must be one of the two latest
 active at the commit ts) is checked by the state machine whatever the leases. A lost session
@@ -63,6 +67,11 @@ log = logging.getLogger(__name__)
 LEASE_RELEASE_GRACE_MS: Final = 200
 # Heartbeat interval when the server did not say (it does: `heartbeat_ms` in session_open).
 HEARTBEAT_MS_FALLBACK: Final = 5_000
+# Learning the leases a pin with an unknown outcome may have taken (`unknown_pin`) is tried at
+# most this many times, one heartbeat interval apart (5 min at the default interval): past
+# that the session's TTL has usually ended it, and its leases with it, if the cluster still
+# does not answer.
+UNKNOWN_PIN_ATTEMPTS_MAX: Final = 60
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +86,17 @@ class LeaseKey:
 
     def wire(self) -> dict[str, Any]:
         return {"table": self.table, "table_id": self.table_id, "version": self.version}
+
+
+@dataclass(slots=True, kw_only=True, eq=False)  # each one is itself, however alike
+class _UnknownPin:
+    """A leasing pin of `tables` at `ts` under `session_id` whose outcome is unknown."""
+
+    session_id: str
+    tables: list[str]
+    ts: int
+    due: float  # monotonic s: when to learn its leases next
+    attempts: int = 0
 
 
 class BridgeSession:
@@ -114,6 +134,9 @@ class BridgeSession:
         # released again without `known_tm`, or they would stay for the session's life.
         self._release_plain: set[LeaseKey] = set()
         self._idle_since: dict[LeaseKey, float] = {}  # refs hit zero at (monotonic s)
+        # Leasing pins whose outcome is unknown: the leases they may hold are learnt and
+        # released by the background thread (`unknown_pin`).
+        self._unknown_pins: list[_UnknownPin] = []
         self._releasing: set[LeaseKey] = set()
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -191,6 +214,7 @@ class BridgeSession:
             self._known_tm = 0
             self._release_plain.clear()
             self._idle_since.clear()
+            self._unknown_pins.clear()
         log.warning("metastore session %s expired; opening a new one", session_id)
         self.reopened += 1
         self._ensure_open()
@@ -304,6 +328,26 @@ class BridgeSession:
                     del self._inflight[floor]
         self._wake.set()
 
+    def unknown_pin(
+        self, session_id: str, tables: Iterable[str], ts: int, *, settle_ms: int
+    ) -> None:
+        """A leasing pin of `tables` at `ts` under `session_id` failed with an unknown outcome
+        (sent, then the connection broke or the call ran out of time): the server may have
+        leased them for this session, and no batch counts those leases, so heartbeats would
+        keep them (blocking schema changes, holding GC back) for the session's life. After
+        `settle_ms` (the server's waits for that pin are bounded by its timeout, so by then it
+        is in the log or never will be) the background thread pins the same tables at the
+        same ts without leasing - the versions in force at a ts never change - and counts
+        those leases in and out, so the ones no batch holds are released as idle ones are."""
+        with self._lock:
+            if session_id != self.session_id:
+                return  # that session is gone, and its leases with it
+            due = time.monotonic() + settle_ms / 1000
+            self._unknown_pins.append(
+                _UnknownPin(session_id=session_id, tables=list(tables), ts=ts, due=due)
+            )
+        self._wake.set()
+
     def held(self) -> dict[LeaseKey, int]:
         with self._lock:
             return dict(self._refs)
@@ -315,13 +359,14 @@ class BridgeSession:
         while not self._stop.is_set():
             now = time.monotonic()
             wait_s = next_beat - now
-            idle_due = self._idle_due(now)
-            if idle_due is not None:
-                wait_s = min(wait_s, idle_due - now)
+            for due in (self._idle_due(now), self._unknown_pin_due()):
+                if due is not None:
+                    wait_s = min(wait_s, due - now)
             self._wake.wait(timeout=max(0.0, wait_s))
             self._wake.clear()
             if self._stop.is_set():
                 return
+            self._upkeep(self._learn_unknown_pins)
             self._upkeep(self._release_idle)
             if time.monotonic() >= next_beat:
                 self._upkeep(self._heartbeat)
@@ -343,6 +388,52 @@ class BridgeSession:
             if not self._idle_since:
                 return None
             return min(self._idle_since.values()) + LEASE_RELEASE_GRACE_MS / 1000
+
+    def _unknown_pin_due(self) -> float | None:
+        with self._lock:
+            return min((p.due for p in self._unknown_pins), default=None)
+
+    def _learn_unknown_pins(self) -> None:
+        """Release what the pins of `unknown_pin` that are due may have leased (see there)."""
+        now = time.monotonic()
+        with self._lock:
+            session_id = self.session_id
+            self._unknown_pins = [p for p in self._unknown_pins if p.session_id == session_id]
+            due = [p for p in self._unknown_pins if p.due <= now]
+        for pin in due:
+            try:
+                r = self.client.pin(pin.tables, pin.ts)
+            except MetastoreError as exc:
+                with self._lock:
+                    pin.attempts += 1
+                    pin.due = time.monotonic() + self.heartbeat_ms / 1000
+                    give_up = not exc.retryable or pin.attempts >= UNKNOWN_PIN_ATTEMPTS_MAX
+                    if give_up and pin in self._unknown_pins:
+                        self._unknown_pins.remove(pin)
+                if give_up:
+                    log.warning(
+                        "cannot learn the leases a pin of %s with an unknown outcome may hold "
+                        "(%s); they are held until the session ends",
+                        ", ".join(pin.tables),
+                        exc,
+                    )
+                else:
+                    log.info("learning the leases of a pin with an unknown outcome: %s", exc)
+                continue
+            with self._lock:
+                if pin in self._unknown_pins:
+                    self._unknown_pins.remove(pin)
+            keys = [
+                LeaseKey(
+                    table=str(p["table"]), table_id=int(p["table_id"]), version=int(p["version"])
+                )
+                for p in r["pins"]
+            ]
+            # Counted in and out: released after the grace unless a batch holds them (its end
+            # releases them then). The release carries `known_tm`: if that pin was applied
+            # after it, the server keeps them (`kept`) and they are released again without.
+            self.hold(keys, session_id=pin.session_id)
+            self.drop(keys, session_id=pin.session_id)
 
     def _heartbeat(self) -> None:
         session_id = self.current()
