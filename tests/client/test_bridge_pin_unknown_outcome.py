@@ -211,3 +211,69 @@ def test_learning_a_lost_pins_leases_is_retried_while_the_cluster_is_unavailable
         assert len(server.read_pins) == 3
     finally:
         session.close()
+
+
+class _LosingClient:
+    """A real client whose next `lose` leasing pins are applied but answered as lost."""
+
+    def __init__(self, real: Any) -> None:
+        self.real = real
+        self.clock = real.clock
+        self.lose = 0
+
+    def call(self, op: str, args: dict[str, Any]) -> dict[str, Any]:
+        r = self.real.call(op, args)
+        if op == "pin" and "session_id" in args and self.lose > 0:
+            self.lose -= 1
+            raise UnavailableError(f"{op}: connection lost after the request was sent")
+        return dict(r)
+
+
+@pytest.mark.slow
+def test_a_lost_pins_leases_are_released_on_a_cluster(tmp_path: Any) -> None:
+    """End to end on a real cluster. The lost pin touched the leases after the session's
+    newest answered pin, so a release with `known_tm` keeps them (`kept`) and the next one,
+    without, lets them go."""
+    from metastore.client import SyncMetastoreClient
+    from tests.daemon.harness import metastore_cluster
+
+    with metastore_cluster(tmp_path) as c:
+        c.start_all()
+        c.wait_ready()
+        endpoints = [f"127.0.0.1:{c.client_ports[i]}" for i in c.ids]
+        real = SyncMetastoreClient(endpoints, c.token("writer"), client_name="bridge")
+        session = BridgeSession(real, app_id="app-c", app_name="unknown")
+        try:
+            real.call("ddl", {"sql": "CREATE NAMESPACE lost"})
+            for t in ("a", "b"):
+                where = tmp_path / "warehouse" / t
+                real.call("ddl", {"sql": f"CREATE TABLE lost.{t} (x INT) LOCATION '{where}'"})
+            learn = session.unknown_pin
+
+            def learn_at_once(sid: str, tables: Any, ts: int, *, settle_ms: int) -> None:
+                learn(sid, tables, ts, settle_ms=0)  # not the 20 s a real server may need
+
+            session.unknown_pin = learn_at_once  # type: ignore[method-assign]
+            client = _LosingClient(real)
+            bridge = bare_bridge(client, session=session)
+            first = _batch(bridge, writes=["lost.a"], n=1)
+            first.plan()
+            first.end()  # answered: the session's known_tm is its Tm
+            client.lose = 1
+            lost = _batch(bridge, writes=["lost.a", "lost.b"], n=2)
+            with pytest.raises(BatchError) as raised:
+                lost.plan()
+            lost.end()
+            assert raised.value.retryable
+            sid = session.current()
+            deadline = time.monotonic() + 10
+            mine: list[Any] = ["not listed yet"]
+            while mine and time.monotonic() < deadline:
+                leases = real.lease_list()["leases"]
+                mine = [x for x in leases if x["session_id"] == sid]
+                if mine:
+                    time.sleep(0.1)  # the server's state: polled, bounded
+            assert mine == [], "the lost pin's leases stayed held"
+        finally:
+            session.close()
+            real.close()
