@@ -949,7 +949,7 @@ class BatchContext:
                 continue
             finally:
                 if session is not None and session_id is not None:
-                    session.answered(session_id, lease_tm)
+                    session.answered(session_id, lease_tm, sent_known_tm=args.get("known_tm"))
             return r
         raise BatchError("the metastore session expired twice while pinning", retryable=True)
 

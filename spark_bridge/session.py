@@ -12,13 +12,15 @@ When a count drops to zero the lease is released by the background thread after 
 (a streaming query's next micro-batch usually re-pins the same version first), never by the
 batch itself. If a release and a new pin of the same version cross on the wire (the server may
 see the release second), the release carries `known_tm` (below) and the server keeps a lease a
-later entry touched (`kept`), so the pin's batch is never without it; one kept though no batch
-holds it (touched by a pin that failed here) is released again without `known_tm`. Only when
-the pin's entry was applied before an entry this session already had the answer of (another
-pin, answered first) does the release still take it; then the thread re-acquires what is in
-use again right after its release, with the earliest read_ts of the batches holding it
-(`hold(read_floors=...)`, what their pins recorded on the lease), so the lease taken again
-still keeps GC below their reads.
+later entry touched (`kept`), so the pin's batch is never without it. `known_tm` is the
+session's, not a table's: a pin of this table applied before another pin answered first may
+still be unanswered, so a release claims no more than the session knew when its oldest
+unanswered pin was sent. One kept though no batch holds it (touched by a pin that failed here)
+is released again without `known_tm`, once no pin of the session is unanswered; should a pin
+sent after that release cross it, the thread re-acquires what is in use again right after
+its release, with the earliest read_ts of the batches holding it (`hold(read_floors=...)`,
+what their pins recorded on the lease), so the lease taken again still keeps GC below their
+reads.
 Leases move forward while held (metastore AcquireLeases `known_tm`/`renew_from`): a streaming
 query re-pins every micro-batch and never lets its lease go, and a lease kept its first read_ts
 and acquired Tm, so GC never passed them and the tables' dead files filled the disk. Each pin
@@ -129,6 +131,9 @@ class BridgeSession:
         self._inflight: Counter[int] = Counter()
         self._pins_out = 0
         self._known_tm = 0
+        # The `known_tm` each unanswered leasing pin of this session was sent with: a release
+        # claims to know no entry past the lowest (see `_release_idle`).
+        self._sent_known: Counter[int] = Counter()
         # Leases a release with `known_tm` kept though no batch of this session holds them (an
         # entry it did not count on touched them: a pin that failed here but was applied):
         # released again without `known_tm`, or they would stay for the session's life.
@@ -212,6 +217,7 @@ class BridgeSession:
             self._floors.clear()
             self._inflight.clear()
             self._known_tm = 0
+            self._sent_known.clear()
             self._release_plain.clear()
             self._idle_since.clear()
             self._unknown_pins.clear()
@@ -254,17 +260,28 @@ class BridgeSession:
             if session_id != self.session_id:
                 return {}
             args = {"known_tm": self._known_tm}
+            self._sent_known[self._known_tm] += 1
             if self._pins_out == 1:
                 args["renew_from"] = min(self._inflight) if self._inflight else top
             return args
 
-    def answered(self, session_id: str, lease_tm: int | None) -> None:
+    def answered(
+        self, session_id: str, lease_tm: int | None, *, sent_known_tm: int | None = None
+    ) -> None:
         """A pin `renewal` was asked for is over; `lease_tm`: the Tm its leases were applied
-        at (None when it failed)."""
+        at (None when it failed); `sent_known_tm`: the `known_tm` `renewal` gave it."""
         with self._lock:
             self._pins_out -= 1
-            if lease_tm is not None and session_id == self.session_id:
+            if not self._pins_out:
+                self._sent_known.clear()  # none is unanswered, whatever a caller left out
+            if session_id != self.session_id:
+                return
+            if lease_tm is not None:
                 self._known_tm = max(self._known_tm, lease_tm)
+            if sent_known_tm is not None and self._sent_known[sent_known_tm] > 0:
+                self._sent_known[sent_known_tm] -= 1
+                if not self._sent_known[sent_known_tm]:
+                    del self._sent_known[sent_known_tm]
 
     def hold(
         self,
@@ -458,8 +475,18 @@ class BridgeSession:
             self._releasing.update(due)
             # A pin of a batch that starts now may cross the release on the wire and be
             # applied first: with `known_tm` the server keeps the lease it touched, so that
-            # batch is never without it.
-            known_tm = None if self._release_plain & set(due) else self._known_tm
+            # batch is never without it. `known_tm` is the session's, not the table's: a pin
+            # of this table applied before the newest answered one (of another table) may
+            # still be unanswered, so the release claims no more than what the session knew
+            # when its oldest unanswered pin was sent (that pin's entry is later).
+            unanswered_known = min(self._sent_known) if self._sent_known else None
+            known_tm: int | None = self._known_tm
+            if unanswered_known is not None:
+                known_tm = min(self._known_tm, unanswered_known)
+            elif self._release_plain & set(due):
+                # Kept before for no batch (an entry of a failed pin touched it): released
+                # whatever touched it - only while no pin is unanswered, which may have.
+                known_tm = None
         if not due or session_id is None:
             with self._lock:
                 self._releasing.difference_update(due)
@@ -502,8 +529,7 @@ class BridgeSession:
                         plain_again.append(k)
                     else:
                         self._floors.pop(k, None)
-                        if known_tm is None:
-                            self._release_plain.discard(k)
+                        self._release_plain.discard(k)  # released: nothing left to take
                 self._release_plain.update(plain_again)
         if plain_again:
             self._idle_again(session_id, plain_again)
