@@ -850,6 +850,7 @@ class BatchContext:
             return self._call("pin", args)
         except BatchError as exc:
             cause = exc.cause
+            self._pin_outcome_unknown(args, exc)
             details = getattr(cause, "details", None) or {}
             too_big = getattr(cause, "code", None) == ErrorCode.LIMIT_EXCEEDED
             if len(tables) < 2 or not too_big or details.get("limit") != "PIN_BYTES_MAX":
@@ -872,6 +873,23 @@ class BatchContext:
             "waited_ms": float(first.get("waited_ms", 0.0)) + float(second.get("waited_ms", 0.0)),
             "safe_time": min(int(first["safe_time"]), int(second["safe_time"])),
         }
+
+    def _pin_outcome_unknown(self, args: dict[str, Any], exc: BatchError) -> None:
+        """A leasing pin under `args` failed with an unknown outcome (the client ran out of
+        nodes or time with it sent): it may hold leases no batch counts, which the session's
+        heartbeats would keep for its whole life. The session learns and releases them; the
+        batch fails with the error (retryable), and running it again pins afresh."""
+        from metastore.errors import RequestTimeoutError, UnavailableError
+
+        if not isinstance(exc.cause, UnavailableError | RequestTimeoutError):
+            return  # a definite answer: refused before any lease, or nothing done
+        session, session_id = self.bridge.session, args.get("session_id")
+        if session is None or not isinstance(session_id, str):
+            return
+        # The node's waits for this pin (safe time, then its proposal) are each bounded by
+        # its timeout: after both, the pin is in the log (before the release) or never.
+        settle_ms = 2 * int(args.get("timeout_ms") or PIN_TIMEOUT_MS)
+        session.unknown_pin(session_id, args["tables"], int(args["ts"]), settle_ms=settle_ms)
 
     def _let_go(self, args: dict[str, Any], pinned: dict[str, Any]) -> None:
         """The leases a part of a split pin took under `args`' session, for a batch that will
@@ -931,7 +949,7 @@ class BatchContext:
                 continue
             finally:
                 if session is not None and session_id is not None:
-                    session.answered(session_id, lease_tm)
+                    session.answered(session_id, lease_tm, sent_known_tm=args.get("known_tm"))
             return r
         raise BatchError("the metastore session expired twice while pinning", retryable=True)
 

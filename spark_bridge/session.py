@@ -12,13 +12,15 @@ When a count drops to zero the lease is released by the background thread after 
 (a streaming query's next micro-batch usually re-pins the same version first), never by the
 batch itself. If a release and a new pin of the same version cross on the wire (the server may
 see the release second), the release carries `known_tm` (below) and the server keeps a lease a
-later entry touched (`kept`), so the pin's batch is never without it; one kept though no batch
-holds it (touched by a pin that failed here) is released again without `known_tm`. Only when
-the pin's entry was applied before an entry this session already had the answer of (another
-pin, answered first) does the release still take it; then the thread re-acquires what is in
-use again right after its release, with the earliest read_ts of the batches holding it
-(`hold(read_floors=...)`, what their pins recorded on the lease), so the lease taken again
-still keeps GC below their reads.
+later entry touched (`kept`), so the pin's batch is never without it. `known_tm` is the
+session's, not a table's: a pin of this table applied before another pin answered first may
+still be unanswered, so a release claims no more than the session knew when its oldest
+unanswered pin was sent. One kept though no batch holds it (touched by a pin that failed here)
+is released again without `known_tm`, once no pin of the session is unanswered; should a pin
+sent after that release cross it, the thread re-acquires what is in use again right after
+its release, with the earliest read_ts of the batches holding it (`hold(read_floors=...)`,
+what their pins recorded on the lease), so the lease taken again still keeps GC below their
+reads.
 Leases move forward while held (metastore AcquireLeases `known_tm`/`renew_from`): a streaming
 query re-pins every micro-batch and never lets its lease go, and a lease kept its first read_ts
 and acquired Tm, so GC never passed them and the tables' dead files filled the disk. Each pin
@@ -29,7 +31,11 @@ answered one (`known_tm`): the server leaves alone a lease some entry it did not
 touched since (a pin still on the wire, a retried one applied late).
 A release refused with a retryable error (the cluster unavailable for the client's whole
 budget) is tried again after the grace: heartbeats keep a session's leases alive, so a lease
-given up on would block schema changes until the application ends.
+given up on would block schema changes until the application ends. For the same reason a
+leasing pin whose outcome is unknown (sent, then the connection broke or time ran out: it may
+have been applied) is handed to this thread (`unknown_pin`), which learns the leases it may
+hold - the same tables pinned at the same ts without leasing, once the server's waits for it
+are over - and releases those no batch holds; the batch fails with a retryable error.
 
 Nothing here is needed for safety: the commit rule (the version must be one of the two latest
 active at the commit ts) is checked by the state machine whatever the leases. A lost session
@@ -63,6 +69,11 @@ log = logging.getLogger(__name__)
 LEASE_RELEASE_GRACE_MS: Final = 200
 # Heartbeat interval when the server did not say (it does: `heartbeat_ms` in session_open).
 HEARTBEAT_MS_FALLBACK: Final = 5_000
+# Learning the leases a pin with an unknown outcome may have taken (`unknown_pin`) is tried at
+# most this many times, one heartbeat interval apart (5 min at the default interval): past
+# that the session's TTL has usually ended it, and its leases with it, if the cluster still
+# does not answer.
+UNKNOWN_PIN_ATTEMPTS_MAX: Final = 60
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +88,17 @@ class LeaseKey:
 
     def wire(self) -> dict[str, Any]:
         return {"table": self.table, "table_id": self.table_id, "version": self.version}
+
+
+@dataclass(slots=True, kw_only=True, eq=False)  # each one is itself, however alike
+class _UnknownPin:
+    """A leasing pin of `tables` at `ts` under `session_id` whose outcome is unknown."""
+
+    session_id: str
+    tables: list[str]
+    ts: int
+    due: float  # monotonic s: when to learn its leases next
+    attempts: int = 0
 
 
 class BridgeSession:
@@ -109,11 +131,17 @@ class BridgeSession:
         self._inflight: Counter[int] = Counter()
         self._pins_out = 0
         self._known_tm = 0
+        # The `known_tm` each unanswered leasing pin of this session was sent with: a release
+        # claims to know no entry past the lowest (see `_release_idle`).
+        self._sent_known: Counter[int] = Counter()
         # Leases a release with `known_tm` kept though no batch of this session holds them (an
         # entry it did not count on touched them: a pin that failed here but was applied):
         # released again without `known_tm`, or they would stay for the session's life.
         self._release_plain: set[LeaseKey] = set()
         self._idle_since: dict[LeaseKey, float] = {}  # refs hit zero at (monotonic s)
+        # Leasing pins whose outcome is unknown: the leases they may hold are learnt and
+        # released by the background thread (`unknown_pin`).
+        self._unknown_pins: list[_UnknownPin] = []
         self._releasing: set[LeaseKey] = set()
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -149,8 +177,17 @@ class BridgeSession:
                 return
             raise
         with self._lock:
-            self.session_id = session_id
-            self.heartbeat_ms = int(r.get("heartbeat_ms") or HEARTBEAT_MS_FALLBACK)
+            # `close()` ran while this open was on the wire: it found no session to close, and
+            # no thread would heartbeat or close this one (its leases and attempt directories
+            # would outlive the application until its TTL). Checked under the lock `close()`
+            # sets `_stop` under, so either it sees this session or this sees the stop.
+            closed_meanwhile = self._stop.is_set()
+            if not closed_meanwhile:
+                self.session_id = session_id
+                self.heartbeat_ms = int(r.get("heartbeat_ms") or HEARTBEAT_MS_FALLBACK)
+        if closed_meanwhile:
+            self._close_session(session_id)
+            return
         log.info("metastore session opened: %s (ttl %s ms)", session_id, r.get("ttl_ms"))
 
     def _ensure_open(self) -> None:
@@ -180,28 +217,36 @@ class BridgeSession:
             self._floors.clear()
             self._inflight.clear()
             self._known_tm = 0
+            self._sent_known.clear()
             self._release_plain.clear()
             self._idle_since.clear()
+            self._unknown_pins.clear()
         log.warning("metastore session %s expired; opening a new one", session_id)
         self.reopened += 1
         self._ensure_open()
 
     def close(self) -> None:
-        """Stop heartbeating and close the session (its leases are released). Idempotent."""
-        if self._stop.is_set():
-            return
-        self._stop.set()
+        """Stop heartbeating and close the session (its leases are released). Idempotent. An
+        open still on the wire (a batch reopening after an expiry) closes the session it gets
+        itself (`_open`): none is left open after this."""
+        with self._lock:  # an open under way checks `_stop` under this lock (`_open`)
+            if self._stop.is_set():
+                return
+            self._stop.set()
         self._wake.set()
         if self._thread.is_alive() and threading.current_thread() is not self._thread:
             self._thread.join(timeout=5)
         with self._lock:
             session_id, self.session_id = self.session_id, None
         if session_id is not None:
-            try:
-                self.client.session_close(session_id)
-            except MetastoreError as exc:
-                log.info("closing metastore session %s: %s", session_id, exc)
+            self._close_session(session_id)
         atexit.unregister(self.close)
+
+    def _close_session(self, session_id: str) -> None:
+        try:
+            self.client.session_close(session_id)
+        except MetastoreError as exc:
+            log.info("closing metastore session %s: %s", session_id, exc)
 
     # ------------------------------------------------------------------ leases
 
@@ -215,17 +260,28 @@ class BridgeSession:
             if session_id != self.session_id:
                 return {}
             args = {"known_tm": self._known_tm}
+            self._sent_known[self._known_tm] += 1
             if self._pins_out == 1:
                 args["renew_from"] = min(self._inflight) if self._inflight else top
             return args
 
-    def answered(self, session_id: str, lease_tm: int | None) -> None:
+    def answered(
+        self, session_id: str, lease_tm: int | None, *, sent_known_tm: int | None = None
+    ) -> None:
         """A pin `renewal` was asked for is over; `lease_tm`: the Tm its leases were applied
-        at (None when it failed)."""
+        at (None when it failed); `sent_known_tm`: the `known_tm` `renewal` gave it."""
         with self._lock:
             self._pins_out -= 1
-            if lease_tm is not None and session_id == self.session_id:
+            if not self._pins_out:
+                self._sent_known.clear()  # none is unanswered, whatever a caller left out
+            if session_id != self.session_id:
+                return
+            if lease_tm is not None:
                 self._known_tm = max(self._known_tm, lease_tm)
+            if sent_known_tm is not None and self._sent_known[sent_known_tm] > 0:
+                self._sent_known[sent_known_tm] -= 1
+                if not self._sent_known[sent_known_tm]:
+                    del self._sent_known[sent_known_tm]
 
     def hold(
         self,
@@ -289,6 +345,26 @@ class BridgeSession:
                     del self._inflight[floor]
         self._wake.set()
 
+    def unknown_pin(
+        self, session_id: str, tables: Iterable[str], ts: int, *, settle_ms: int
+    ) -> None:
+        """A leasing pin of `tables` at `ts` under `session_id` failed with an unknown outcome
+        (sent, then the connection broke or the call ran out of time): the server may have
+        leased them for this session, and no batch counts those leases, so heartbeats would
+        keep them (blocking schema changes, holding GC back) for the session's life. After
+        `settle_ms` (the server's waits for that pin are bounded by its timeout, so by then it
+        is in the log or never will be) the background thread pins the same tables at the
+        same ts without leasing - the versions in force at a ts never change - and counts
+        those leases in and out, so the ones no batch holds are released as idle ones are."""
+        with self._lock:
+            if session_id != self.session_id:
+                return  # that session is gone, and its leases with it
+            due = time.monotonic() + settle_ms / 1000
+            self._unknown_pins.append(
+                _UnknownPin(session_id=session_id, tables=list(tables), ts=ts, due=due)
+            )
+        self._wake.set()
+
     def held(self) -> dict[LeaseKey, int]:
         with self._lock:
             return dict(self._refs)
@@ -300,13 +376,14 @@ class BridgeSession:
         while not self._stop.is_set():
             now = time.monotonic()
             wait_s = next_beat - now
-            idle_due = self._idle_due(now)
-            if idle_due is not None:
-                wait_s = min(wait_s, idle_due - now)
+            for due in (self._idle_due(now), self._unknown_pin_due()):
+                if due is not None:
+                    wait_s = min(wait_s, due - now)
             self._wake.wait(timeout=max(0.0, wait_s))
             self._wake.clear()
             if self._stop.is_set():
                 return
+            self._upkeep(self._learn_unknown_pins)
             self._upkeep(self._release_idle)
             if time.monotonic() >= next_beat:
                 self._upkeep(self._heartbeat)
@@ -328,6 +405,52 @@ class BridgeSession:
             if not self._idle_since:
                 return None
             return min(self._idle_since.values()) + LEASE_RELEASE_GRACE_MS / 1000
+
+    def _unknown_pin_due(self) -> float | None:
+        with self._lock:
+            return min((p.due for p in self._unknown_pins), default=None)
+
+    def _learn_unknown_pins(self) -> None:
+        """Release what the pins of `unknown_pin` that are due may have leased (see there)."""
+        now = time.monotonic()
+        with self._lock:
+            session_id = self.session_id
+            self._unknown_pins = [p for p in self._unknown_pins if p.session_id == session_id]
+            due = [p for p in self._unknown_pins if p.due <= now]
+        for pin in due:
+            try:
+                r = self.client.pin(pin.tables, pin.ts)
+            except MetastoreError as exc:
+                with self._lock:
+                    pin.attempts += 1
+                    pin.due = time.monotonic() + self.heartbeat_ms / 1000
+                    give_up = not exc.retryable or pin.attempts >= UNKNOWN_PIN_ATTEMPTS_MAX
+                    if give_up and pin in self._unknown_pins:
+                        self._unknown_pins.remove(pin)
+                if give_up:
+                    log.warning(
+                        "cannot learn the leases a pin of %s with an unknown outcome may hold "
+                        "(%s); they are held until the session ends",
+                        ", ".join(pin.tables),
+                        exc,
+                    )
+                else:
+                    log.info("learning the leases of a pin with an unknown outcome: %s", exc)
+                continue
+            with self._lock:
+                if pin in self._unknown_pins:
+                    self._unknown_pins.remove(pin)
+            keys = [
+                LeaseKey(
+                    table=str(p["table"]), table_id=int(p["table_id"]), version=int(p["version"])
+                )
+                for p in r["pins"]
+            ]
+            # Counted in and out: released after the grace unless a batch holds them (its end
+            # releases them then). The release carries `known_tm`: if that pin was applied
+            # after it, the server keeps them (`kept`) and they are released again without.
+            self.hold(keys, session_id=pin.session_id)
+            self.drop(keys, session_id=pin.session_id)
 
     def _heartbeat(self) -> None:
         session_id = self.current()
@@ -352,8 +475,18 @@ class BridgeSession:
             self._releasing.update(due)
             # A pin of a batch that starts now may cross the release on the wire and be
             # applied first: with `known_tm` the server keeps the lease it touched, so that
-            # batch is never without it.
-            known_tm = None if self._release_plain & set(due) else self._known_tm
+            # batch is never without it. `known_tm` is the session's, not the table's: a pin
+            # of this table applied before the newest answered one (of another table) may
+            # still be unanswered, so the release claims no more than what the session knew
+            # when its oldest unanswered pin was sent (that pin's entry is later).
+            unanswered_known = min(self._sent_known) if self._sent_known else None
+            known_tm: int | None = self._known_tm
+            if unanswered_known is not None:
+                known_tm = min(self._known_tm, unanswered_known)
+            elif self._release_plain & set(due):
+                # Kept before for no batch (an entry of a failed pin touched it): released
+                # whatever touched it - only while no pin is unanswered, which may have.
+                known_tm = None
         if not due or session_id is None:
             with self._lock:
                 self._releasing.difference_update(due)
@@ -396,8 +529,7 @@ class BridgeSession:
                         plain_again.append(k)
                     else:
                         self._floors.pop(k, None)
-                        if known_tm is None:
-                            self._release_plain.discard(k)
+                        self._release_plain.discard(k)  # released: nothing left to take
                 self._release_plain.update(plain_again)
         if plain_again:
             self._idle_again(session_id, plain_again)

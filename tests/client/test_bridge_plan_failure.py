@@ -39,7 +39,7 @@ class _Session:
     def renewal(self, session_id: str, top: int) -> dict[str, int]:
         return {}
 
-    def answered(self, session_id: str, lease_tm: int | None) -> None:
+    def answered(self, session_id: str, lease_tm: int | None, **_kw: Any) -> None:
         pass
 
 

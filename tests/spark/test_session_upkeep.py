@@ -437,9 +437,9 @@ def test_each_pin_lets_the_sessions_leases_move_up_to_its_oldest_batch_in_flight
         at_answer: list[dict[int, int]] = []
         answered = session.answered
 
-        def answered_spy(session_id: str, lease_tm: int | None) -> None:
+        def answered_spy(session_id: str, lease_tm: int | None, **kw: Any) -> None:
             at_answer.append(dict(session._inflight))
-            answered(session_id, lease_tm)
+            answered(session_id, lease_tm, **kw)
 
         session.answered = answered_spy  # type: ignore[method-assign]
         a = batch(1)
