@@ -1735,19 +1735,41 @@ class ApiServer:
             )
         if not self.node.is_leader():
             raise NotLeaderError("not the leader", details={"leader": self.node.leader_id()})
-        if isinstance(cmd, SetApplyVersion) and cmd.version > APPLY_VERSION_SUPPORTED:
-            # A member of a newer release asked: this leader would stop on applying it.
-            raise InvalidArgumentError(
-                f"the leader (node {self.node.node_id}) supports apply versions up to "
-                f"{APPLY_VERSION_SUPPORTED}, not {cmd.version}: upgrade it first",
-                details={"version": cmd.version, "supported": APPLY_VERSION_SUPPORTED},
-            )
+        timeout_ms = _timeout(args)
+        if isinstance(cmd, SetApplyVersion):
+            deadline = time.monotonic() + timeout_ms / 1000
+            await self._check_apply_version_supported(session, cmd.version, timeout_ms)
+            timeout_ms = _ms_left(deadline)
         if isinstance(cmd, CommitTxn):
-            await self._check_removals(cmd, _timeout(args))
+            await self._check_removals(cmd, timeout_ms)
         fitted = _for_apply_version(cmd, self.sm.state)
         if fitted is not cmd:
             data = encode_command(fitted)
-        return await self._propose_local(data, _timeout(args))
+        return await self._propose_local(data, timeout_ms)
+
+    async def _check_apply_version_supported(
+        self, session: Session, version: int, timeout_ms: int
+    ) -> None:
+        """Refuse a SetApplyVersion(`version`) that a member's release could not apply (that
+        member would stop on applying it), asking every member as `cluster version
+        --finalize` does. `_propose` runs this on the leader for every SetApplyVersion, as
+        an admin may call it directly: a follower's `--finalize` checked already, and is
+        asked again here (one bounded status round; the leader's view of the members is the
+        one that counts)."""
+        if version > APPLY_VERSION_SUPPORTED:
+            # Known without asking anyone: this leader would stop on applying it.
+            raise InvalidArgumentError(
+                f"the leader (node {self.node.node_id}) supports apply versions up to "
+                f"{APPLY_VERSION_SUPPORTED}, not {version}: upgrade it first",
+                details={
+                    "version": version,
+                    "nodes": [self.node.node_id],
+                    "supported": APPLY_VERSION_SUPPORTED,
+                },
+            )
+        if version <= self.sm.state.apply_version:
+            return  # applies as a no-op (equal) or is refused by apply (back): every node can
+        _refuse_unless_supported(await self._members_apply_versions(session, timeout_ms), version)
 
     async def _propose_local(self, data: bytes, timeout_ms: int) -> dict[str, Any]:
         if self.sm.state.cluster is None:
@@ -2462,24 +2484,9 @@ class ApiServer:
         timeout_ms = _timeout(args)
         wanted = _opt_int(args, "version", 1, MAX_APPLY_VERSION)
         members = await self._members_apply_versions(session, timeout_ms)
-        silent = [m for m in members if m["supported"] is None]
-        if silent:
-            ids = ", ".join(str(m["node_id"]) for m in silent)
-            raise UnavailableError(
-                f"member(s) {ids} did not say which release they run, so the apply version "
-                f"cannot move: {'; '.join(str(m['error']) for m in silent)}",
-                details={"nodes": [m["node_id"] for m in silent]},
-            )
-        lowest = min(int(m["supported"]) for m in members)
-        target = lowest if wanted is None else wanted
+        _refuse_unless_supported(members, wanted)
+        target = min(int(m["supported"]) for m in members) if wanted is None else wanted
         current = self.sm.state.apply_version
-        if target > lowest:
-            older = [m["node_id"] for m in members if int(m["supported"]) < target]
-            raise InvalidArgumentError(
-                f"apply version {target} needs every member's release to support it; node(s) "
-                f"{', '.join(map(str, older))} support at most {lowest}: upgrade them first",
-                details={"version": target, "nodes": older, "supported": lowest},
-            )
         if target < current:
             raise InvalidArgumentError(
                 f"the cluster is at apply version {current}; it never moves back to {target}",
@@ -2669,6 +2676,28 @@ def _req_str_list(args: Args, key: str, max_items: int) -> list[str]:
             f"{key!r} must list strings of at most {L.TABLE_NAME_CHARS_MAX} chars"
         )
     return list(v)
+
+
+def _refuse_unless_supported(members: list[dict[str, Any]], version: int | None) -> None:
+    """Refuse moving the apply version to `version` (None: to the lowest every member
+    supports) unless every member (rows of `_members_apply_versions`) said which release it
+    runs, and each supports `version`."""
+    silent = [m for m in members if m["supported"] is None]
+    if silent:
+        ids = ", ".join(str(m["node_id"]) for m in silent)
+        raise UnavailableError(
+            f"member(s) {ids} did not say which release they run, so the apply version "
+            f"cannot move: {'; '.join(str(m['error']) for m in silent)}",
+            details={"nodes": [m["node_id"] for m in silent]},
+        )
+    lowest = min(int(m["supported"]) for m in members)
+    if version is not None and version > lowest:
+        older = [m["node_id"] for m in members if int(m["supported"]) < version]
+        raise InvalidArgumentError(
+            f"apply version {version} needs every member's release to support it; node(s) "
+            f"{', '.join(map(str, older))} support at most {lowest}: upgrade them first",
+            details={"version": version, "nodes": older, "supported": lowest},
+        )
 
 
 def _timeout(args: Args) -> int:
