@@ -7,6 +7,7 @@ import os
 import re
 import shutil
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final
 
@@ -27,6 +28,7 @@ from cli.output import (
 )
 from cli.waiting import parse_wait_ms
 from metastore.client import EndpointResult, SyncMetastoreClient
+from metastore.daemon.api_limits import REQUEST_TIMEOUT_MS_MAX
 from metastore.daemon.config import (
     CLUSTER_FILE_NAME,
     DEFAULT_BASE_PORT,
@@ -42,7 +44,7 @@ from metastore.daemon.config import (
     render_node_toml,
 )
 from metastore.daemon.secrets import Role, ensure_secrets, read_token_file
-from metastore.errors import MetastoreError
+from metastore.errors import ErrorCode, MetastoreError
 
 # `cluster up`: how long to wait for a ready leader and the started nodes, and how often to look.
 UP_WAIT_MS_DEFAULT: Final = 30_000
@@ -632,6 +634,42 @@ def _membership_result(a: App, result: dict[str, Any]) -> None:
     emit(a.output, result, lambda: [kv_table(result)])
 
 
+def _membership_change(change: str, node_id: int, call: Callable[[], dict[str, Any]]) -> Any:
+    """Run a membership `call`; a timeout (or a lost answer) says the change's outcome is
+    unknown and how to find it out, instead of reading like "nothing happened": the leader
+    may have appended the change, which then commits (or already did) on its own."""
+    try:
+        return call()
+    except MetastoreError as exc:
+        if not _outcome_unknown(exc):
+            raise
+        raise CliError(
+            exc.code.value,
+            f"{exc.message}. The {change} of node {node_id} may still take effect, or already "
+            "has: its outcome is unknown. Check with `metastore cluster status -o json` "
+            "(`voters` and `learners` of the leader) before running it again: a change the "
+            "leader appended counts at once and commits when a majority of the new voters "
+            "answer",
+            exit_code=EXIT_UNAVAILABLE,
+            details={**exc.details, "outcome_unknown": True, "node_id": node_id},
+        ) from None
+
+
+def _outcome_unknown(exc: MetastoreError) -> bool:
+    """The request may have been executed: a timeout (the client's or the leader's), or an
+    answer lost after the request was sent (UNAVAILABLE marked so by the client or the
+    forwarding node)."""
+    if exc.code is ErrorCode.TIMEOUT:
+        return True
+    return exc.code is ErrorCode.UNAVAILABLE and exc.details.get("outcome_unknown") is True
+
+
+def _membership_timeout_ms(a: App) -> int:
+    """--timeout-ms as the leader's wait for a membership change to commit (the protocol's
+    bound at most); the call itself waits a little longer, for the leader's answer."""
+    return min(a.timeout_ms, REQUEST_TIMEOUT_MS_MAX)
+
+
 @cluster.command("add-node")
 @click.argument("node_id", type=click.IntRange(1, NODE_ID_MAX))
 @click.argument("raft_addr", metavar="RAFT_ADDR")
@@ -645,7 +683,13 @@ def cluster_add_node(ctx: click.Context, node_id: int, raft_addr: str, voter: bo
     secret first.
     """
     a = app(ctx)
-    _membership_result(a, a.client().add_node(node_id, raft_addr, learner=not voter))
+    timeout_ms = _membership_timeout_ms(a)
+    result = _membership_change(
+        "addition",
+        node_id,
+        lambda: a.client().add_node(node_id, raft_addr, learner=not voter, timeout_ms=timeout_ms),
+    )
+    _membership_result(a, result)
 
 
 @cluster.command("promote-node")
@@ -674,7 +718,11 @@ def cluster_promote_node(ctx: click.Context, node_id: int, wait: str) -> None:
     try:
         while True:
             try:
-                result = client.promote_node(node_id)
+                result = _membership_change(
+                    "promotion",
+                    node_id,
+                    lambda: client.promote_node(node_id, timeout_ms=_membership_timeout_ms(a)),
+                )
                 break
             except MetastoreError as exc:
                 behind = exc.details.get("reason") == "learner_behind"
@@ -727,9 +775,18 @@ def cluster_remove_node(ctx: click.Context, node_id: int) -> None:
     them): to add the node id back later, give it a new certificate (`cluster certs --ca-dir
     CA_DIR --node NODE_ID`) and a fresh data directory. If no member saw its certificate (it
     was down since they started), the reply says so: revoke the file with `cluster
-    revoke-cert`."""
+    revoke-cert`.
+
+    --timeout-ms bounds the leader's wait for the change to commit (at most 60 s); the
+    certificate steps around it may add up to 20 s. If it times out (say, the remaining
+    voters' majority does not answer), the removal may still take effect: the error says its
+    outcome is unknown (exit 3); check `cluster status -o json` before running it again."""
     a = app(ctx)
-    _membership_result(a, a.client().remove_node(node_id))
+    timeout_ms = _membership_timeout_ms(a)
+    result = _membership_change(
+        "removal", node_id, lambda: a.client().remove_node(node_id, timeout_ms=timeout_ms)
+    )
+    _membership_result(a, result)
 
 
 @cluster.command("revoke-cert")

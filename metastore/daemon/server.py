@@ -413,10 +413,14 @@ class ApiServer:
             # Internal: a follower forwards a parsed, canonical command to the leader.
             "_propose": _Op(Role.WRITER, self._propose_op, frozenset({"command", "timeout_ms"})),
             "add_node": _Op(
-                Role.ADMIN, self._add_node, frozenset({"node_id", "raft_address", "learner"})
+                Role.ADMIN,
+                self._add_node,
+                frozenset({"node_id", "raft_address", "learner", "timeout_ms"}),
             ),
-            "promote_node": _Op(Role.ADMIN, self._promote_node, frozenset({"node_id"})),
-            "remove_node": _Op(Role.ADMIN, self._remove_node, frozenset({"node_id"})),
+            "promote_node": _Op(
+                Role.ADMIN, self._promote_node, frozenset({"node_id", "timeout_ms"})
+            ),
+            "remove_node": _Op(Role.ADMIN, self._remove_node, frozenset({"node_id", "timeout_ms"})),
             "cert_revoke": _Op(
                 Role.ADMIN,
                 self._cert_revoke,
@@ -1714,7 +1718,7 @@ class ApiServer:
             session.token,
             "_propose",
             {"command": data, "timeout_ms": timeout_ms},
-            timeout_ms=timeout_ms + 1000,
+            timeout_ms=timeout_ms + L.FORWARD_REPLY_MARGIN_MS,
         )
 
     async def _propose_op(self, session: Session, args: Args) -> dict[str, Any]:
@@ -2283,8 +2287,17 @@ class ApiServer:
     # ------------------------------------------------------------------ membership
 
     async def _leader_or_forward(
-        self, session: Session, op: str, args: Args, local: Callable[[], Awaitable[Any]]
+        self,
+        session: Session,
+        op: str,
+        args: Args,
+        local: Callable[[], Awaitable[Any]],
+        *,
+        forward_timeout_ms: int,
     ) -> dict[str, Any]:
+        """Run `local` here if this node leads, else forward `op` to the leader, waiting
+        `forward_timeout_ms` for its answer: at least what the leader may take (past it the
+        caller gets UNAVAILABLE, outcome unknown, while the leader goes on)."""
         if self.node.is_leader():
             try:
                 value = await local()
@@ -2307,7 +2320,9 @@ class ApiServer:
         leader = self.node.leader_id()
         if not leader:
             raise UnavailableError("no leader known right now; retry shortly")
-        return await self.forwarder.call(leader, session.token, op, dict(args), timeout_ms=15_000)
+        return await self.forwarder.call(
+            leader, session.token, op, dict(args), timeout_ms=forward_timeout_ms
+        )
 
     async def _add_node(self, session: Session, args: Args) -> dict[str, Any]:
         node_id = _req_int(args, "node_id", 1, L.NODE_ID_MAX)
@@ -2326,30 +2341,47 @@ class ApiServer:
         learner = args.get("learner", True)
         if not isinstance(learner, bool):
             raise BadRequestError("'learner' must be a boolean")
+        timeout_ms = _membership_timeout(args)
         return await self._leader_or_forward(
             session,
             "add_node",
             args,
-            lambda: self.node.add_node(node_id, (host, int(port)), learner=learner),
+            lambda: self.node.add_node(
+                node_id, (host, int(port)), learner=learner, timeout_ms=timeout_ms
+            ),
+            forward_timeout_ms=timeout_ms + L.FORWARD_REPLY_MARGIN_MS,
         )
 
     async def _promote_node(self, session: Session, args: Args) -> dict[str, Any]:
         node_id = _req_int(args, "node_id", 1, L.NODE_ID_MAX)
+        timeout_ms = _membership_timeout(args)
         return await self._leader_or_forward(
-            session, "promote_node", args, lambda: self.node.promote_node(node_id)
+            session,
+            "promote_node",
+            args,
+            lambda: self.node.promote_node(node_id, timeout_ms=timeout_ms),
+            forward_timeout_ms=timeout_ms + L.FORWARD_REPLY_MARGIN_MS,
         )
 
     async def _remove_node(self, session: Session, args: Args) -> dict[str, Any]:
         """Remove a member, then revoke the TLS certificate(s) it presented on peer links to
         this node (the leader) or to the other members, so it cannot come back with them."""
         node_id = _req_int(args, "node_id", 1, L.NODE_ID_MAX)
+        timeout_ms = _membership_timeout(args)
         seen: tuple[str, ...] = ()
         conf = self.node.status().core.conf
         member = node_id in conf.voters or node_id in conf.learners
         if member and self.node.is_leader() and self.node.config.tls is not None:
             seen = await self._gather_certificates(session, node_id)
         reply = await self._leader_or_forward(
-            session, "remove_node", args, lambda: self.node.remove_node(node_id)
+            session,
+            "remove_node",
+            args,
+            lambda: self.node.remove_node(node_id, timeout_ms=timeout_ms),
+            # The leader asks for certificates before the change and revokes them after it.
+            forward_timeout_ms=timeout_ms
+            + L.REMOVE_NODE_REVOCATION_MS_MAX
+            + L.FORWARD_REPLY_MARGIN_MS,
         )
         if "revoked" in reply:
             return reply  # forwarded: the leader revoked what it saw
@@ -2575,7 +2607,11 @@ class ApiServer:
     async def _transfer_leader(self, session: Session, args: Args) -> dict[str, Any]:
         target = _req_int(args, "target", 1, L.NODE_ID_MAX)
         await self._leader_or_forward(
-            session, "transfer_leader", args, lambda: self.node.transfer_leader(target)
+            session,
+            "transfer_leader",
+            args,
+            lambda: self.node.transfer_leader(target),
+            forward_timeout_ms=L.TRANSFER_LEADER_FORWARD_TIMEOUT_MS,
         )
         return {"leader": target}
 
@@ -2698,6 +2734,13 @@ def _refuse_unless_supported(members: list[dict[str, Any]], version: int | None)
             f"{', '.join(map(str, older))} support at most {lowest}: upgrade them first",
             details={"version": version, "nodes": older, "supported": lowest},
         )
+
+
+def _membership_timeout(args: Args) -> int:
+    """add_node / promote_node / remove_node: how long the leader waits for the change to
+    commit (the caller's `timeout_ms`, else MEMBERSHIP_TIMEOUT_MS_DEFAULT)."""
+    v = _opt_int(args, "timeout_ms", 1, L.REQUEST_TIMEOUT_MS_MAX)
+    return L.MEMBERSHIP_TIMEOUT_MS_DEFAULT if v is None else v
 
 
 def _timeout(args: Args) -> int:
