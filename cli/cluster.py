@@ -16,7 +16,14 @@ from rich.console import RenderableType
 
 from cli import processes
 from cli.context import LOCAL_CONFIG_DIR, App, app
-from cli.errors import EXIT_NOT_FOUND, EXIT_REFUSED, EXIT_UNAVAILABLE, EXIT_USAGE, CliError
+from cli.errors import (
+    EXIT_GENERIC,
+    EXIT_NOT_FOUND,
+    EXIT_REFUSED,
+    EXIT_UNAVAILABLE,
+    EXIT_USAGE,
+    CliError,
+)
 from cli.output import (
     emit,
     end_progress,
@@ -356,8 +363,24 @@ _config_dir_option = click.option(
     is_flag=True,
     help="Start only the nodes that are not running (e.g. one that crashed) instead of refusing.",
 )
+@click.option(
+    "--bootstrap",
+    "bootstrap_ids",
+    type=click.IntRange(min=1),
+    multiple=True,
+    metavar="NODE_ID",
+    help="Start NODE_ID as a first start (it creates its identity in its empty data directory) "
+    "although other nodes already have state: for a node whose first start was interrupted or "
+    "failed. Never for a node whose data was lost. Repeatable.",
+)
 @click.pass_context
-def cluster_up(ctx: click.Context, config_dir: Path, wait_ms: int, only_missing: bool) -> None:
+def cluster_up(
+    ctx: click.Context,
+    config_dir: Path,
+    wait_ms: int,
+    only_missing: bool,
+    bootstrap_ids: tuple[int, ...],
+) -> None:
     """Start every node of the cluster in CONFIG as background processes and wait until a
     leader is ready and every started node serves.
 
@@ -365,6 +388,11 @@ def cluster_up(ctx: click.Context, config_dir: Path, wait_ms: int, only_missing:
     session, logs to DATA_DIR/node-N/node.log and records its PID in DATA_DIR/node-N/node.pid.
     Refuses to start anything if a node is already running, unless --missing: then only the
     nodes that are not running are started (nothing, if all are). Stop them with `cluster down`.
+
+    A brand-new cluster (no node has state yet) is bootstrapped. If a node has no state while
+    others have (the first `cluster up` was interrupted before it started, or its first start
+    failed), nothing is started and the error names the command to run: the same with
+    `--bootstrap N`. Ctrl-C leaves the nodes already started running and says how to go on.
     """
     a = app(ctx)
     config = load_cluster_config(config_dir / CLUSTER_FILE_NAME)
@@ -384,40 +412,142 @@ def cluster_up(ctx: click.Context, config_dir: Path, wait_ms: int, only_missing:
             f"--missing --config {config_dir}",
             exit_code=EXIT_REFUSED,
         )
+    to_start = [n.id for n in config.nodes if n.id not in running]
+    bootstrap = _nodes_to_bootstrap(
+        config, config_dir, to_start, set(bootstrap_ids), only_missing=only_missing
+    )
     secrets = ensure_secrets(config.secrets_dir)
-    # A brand-new cluster (no node has any state yet) is bootstrapped: each member creates its
-    # identity. Otherwise a node whose data directory is empty refuses to start (its data was
-    # lost; see `metastore node start --help`).
-    new_cluster = not any((config.node_data_dir(n.id) / "wal").exists() for n in config.nodes)
-    started = [
-        processes.start_node(
-            n.id,
-            processes.node_command(config_dir, config, n.id, bootstrap=new_cluster),
-            data_dir=config.node_data_dir(n.id),
-            log_file=config.node_log_file(n.id),
-            pid_file=config.node_pid_file(n.id),
-        )
-        for n in config.nodes
-        if n.id not in running
-    ]
-    for s in started:
-        click.echo(f"started node {s.node_id} (pid {s.pid}), log: {s.log_file}", err=True)
-    if wait_ms == 0:
-        doc = {"started": {str(s.node_id): s.pid for s in started}}
-        emit(a.output, doc, lambda: [kv_table({f"node {s.node_id}": s.pid for s in started})])
-        return
-    token = a.resolve_token() if (a.token or a.token_file) else None
-    if token is None:
-        token = read_token_file(secrets.token_file(Role.ADMIN))
-    with SyncMetastoreClient(
-        config.client_endpoints(),
-        token,
-        timeout_ms=UP_PROBE_TIMEOUT_MS,
-        client_name="metastore-up",
-        tls=a.client_tls(config),
-    ) as client:
-        results = _wait_for_leader(client, started, config, wait_ms)
+    started: list[processes.StartedNode] = []
+    try:
+        for node_id in to_start:
+            started.append(
+                processes.start_node(
+                    node_id,
+                    processes.node_command(
+                        config_dir, config, node_id, bootstrap=node_id in bootstrap
+                    ),
+                    data_dir=config.node_data_dir(node_id),
+                    log_file=config.node_log_file(node_id),
+                    pid_file=config.node_pid_file(node_id),
+                )
+            )
+            s = started[-1]
+            click.echo(f"started node {s.node_id} (pid {s.pid}), log: {s.log_file}", err=True)
+        if wait_ms == 0:
+            doc = {"started": {str(s.node_id): s.pid for s in started}}
+            emit(a.output, doc, lambda: [kv_table({f"node {s.node_id}": s.pid for s in started})])
+            return
+        token = a.resolve_token() if (a.token or a.token_file) else None
+        if token is None:
+            token = read_token_file(secrets.token_file(Role.ADMIN))
+        with SyncMetastoreClient(
+            config.client_endpoints(),
+            token,
+            timeout_ms=UP_PROBE_TIMEOUT_MS,
+            client_name="metastore-up",
+            tls=a.client_tls(config),
+        ) as client:
+            results = _wait_for_leader(client, started, config, wait_ms)
+    except KeyboardInterrupt:
+        end_progress()
+        raise _interrupted(config_dir, started, to_start, bootstrap) from None
     emit(a.output, endpoint_results_doc(results), lambda: [_status_table(results)])
+
+
+def _up_command(config_dir: Path, *, missing: bool, bootstrap: list[int]) -> str:
+    return " ".join(
+        [
+            "metastore cluster up",
+            *(["--missing"] if missing else []),
+            *(f"--bootstrap {n}" for n in sorted(bootstrap)),
+            f"--config {config_dir}",
+        ]
+    )
+
+
+def _nodes_to_bootstrap(
+    config: ClusterConfig,
+    config_dir: Path,
+    to_start: list[int],
+    asked: set[int],
+    *,
+    only_missing: bool,
+) -> set[int]:
+    """Which of `to_start` start as a first start (`node start --bootstrap`).
+
+    Every node of a brand-new cluster (none has state). Otherwise only those named by
+    --bootstrap: a node without state among nodes with state either never ran (its first
+    start was interrupted or failed: bootstrapping it is its first start) or lost its data
+    (it may have voted in terms it no longer remembers: it must be removed and added back),
+    and only the user can tell. Refused, before anything starts: a node without state that
+    is not named (the error gives the command to run), a named one that has state or is not
+    being started."""
+    stateless = {
+        n.id for n in config.nodes if not processes.node_has_state(config.node_data_dir(n.id))
+    }
+    wrong = sorted(asked - set(to_start))
+    if wrong:
+        raise CliError(
+            "USAGE",
+            f"--bootstrap {wrong[0]}: node {wrong[0]} is "
+            + ("running" if wrong[0] in {n.id for n in config.nodes} else "not in the cluster")
+            + "; --bootstrap names nodes this command starts",
+            exit_code=EXIT_USAGE,
+        )
+    with_state = sorted(asked - stateless)
+    if with_state:
+        node_id = with_state[0]
+        raise CliError(
+            "USAGE",
+            f"--bootstrap {node_id}: node {node_id} already has state in "
+            f"{config.node_data_dir(node_id)} (it started before); start it without --bootstrap",
+            exit_code=EXIT_USAGE,
+        )
+    if len(stateless) == len(config.nodes):
+        return set(to_start)  # a brand-new cluster
+    unnamed = sorted((stateless & set(to_start)) - asked)
+    if unnamed:
+        others = sorted(n.id for n in config.nodes if n.id not in stateless)
+        nodes = ", ".join(map(str, unnamed))
+        dirs = ", ".join(str(config.node_data_dir(n)) for n in unnamed)
+        command = _up_command(config_dir, missing=only_missing, bootstrap=[*asked, *unnamed])
+        raise CliError(
+            "NOT_BOOTSTRAPPED",
+            f"node(s) {nodes} have no state ({dirs}: no identity, empty log) while node(s) "
+            f"{', '.join(map(str, others))} have: nothing was started. If their first start "
+            "did not complete (`cluster up` was interrupted, or they failed at their first "
+            f"start: see node.log there), start them as a first start: {command} . If their "
+            "data was lost, do not: they may have voted in terms they no longer remember; "
+            "remove them (`metastore cluster remove-node N`) and add them back "
+            "(`metastore cluster add-node N HOST:PORT`), then start them with --bootstrap",
+            exit_code=EXIT_REFUSED,
+            details={"nodes": unnamed, "command": command},
+        )
+    return asked & set(to_start)
+
+
+def _interrupted(
+    config_dir: Path,
+    started: list[processes.StartedNode],
+    to_start: list[int],
+    bootstrap: set[int],
+) -> CliError:
+    """Ctrl-C during `cluster up`: the nodes started keep running (their own sessions); say
+    which, and the commands that go on from here (the rest start as this run would have)."""
+    done = {s.node_id for s in started}
+    rest = [n for n in to_start if n not in done]
+    running = ", ".join(f"node {s.node_id} (pid {s.pid})" for s in started) or "no node"
+    text = f"interrupted: {running} started and keep(s) running in the background"
+    if rest:
+        command = _up_command(
+            config_dir, missing=True, bootstrap=[n for n in rest if n in bootstrap]
+        )
+        text += f"; node(s) {', '.join(map(str, rest))} not started: start them with {command}"
+    text += (
+        f". `metastore cluster status` shows the nodes; `metastore cluster down --config "
+        f"{config_dir}` stops them"
+    )
+    return CliError("INTERRUPTED", text, exit_code=EXIT_GENERIC)
 
 
 def _wait_for_leader(
