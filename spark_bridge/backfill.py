@@ -258,6 +258,14 @@ def job_end(job: dict[str, Any]) -> JobEnd:
             f"job {job_id} is being cancelled{by}: column {column} of {table} is rolled back "
             "once the leases in its way are released; nothing to backfill",
         )
+    if step == BACKFILL_STEP:
+        # Running at its backfill step after all (a view that raced the refusal): nothing
+        # ended, and a new run may succeed.
+        return JobEnd(
+            False,
+            f"job {job_id} is still at its backfill step but refused this run's work; run "
+            f"the backfill again (`metastore job show {job_id}` says what it waits for)",
+        )
     return JobEnd(
         False,
         f"job {job_id} is {status} at step {step}, not at its backfill step; `metastore job "

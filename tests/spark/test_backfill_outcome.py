@@ -133,6 +133,7 @@ def test_a_job_that_will_not_publish_is_refused_naming_what_happened(
         (CANCELLING, False, ["is being cancelled", "bob@cli"]),
         (ABORTED, False, ["was aborted", "its table was dropped"]),
         (_job("running", "write_only"), False, ["at step write_only"]),
+        (AT_BACKFILL, False, ["still at its backfill step", "run the backfill again"]),
     ],
 )
 def test_job_end_names_what_happened(view: dict[str, Any], done: bool, words: list[str]) -> None:
