@@ -7,6 +7,7 @@ import os
 import re
 import shutil
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final
 
@@ -15,7 +16,14 @@ from rich.console import RenderableType
 
 from cli import processes
 from cli.context import LOCAL_CONFIG_DIR, App, app
-from cli.errors import EXIT_NOT_FOUND, EXIT_REFUSED, EXIT_UNAVAILABLE, EXIT_USAGE, CliError
+from cli.errors import (
+    EXIT_GENERIC,
+    EXIT_NOT_FOUND,
+    EXIT_REFUSED,
+    EXIT_UNAVAILABLE,
+    EXIT_USAGE,
+    CliError,
+)
 from cli.output import (
     emit,
     end_progress,
@@ -27,6 +35,7 @@ from cli.output import (
 )
 from cli.waiting import parse_wait_ms
 from metastore.client import EndpointResult, SyncMetastoreClient
+from metastore.daemon.api_limits import REQUEST_TIMEOUT_MS_MAX
 from metastore.daemon.config import (
     CLUSTER_FILE_NAME,
     DEFAULT_BASE_PORT,
@@ -42,7 +51,7 @@ from metastore.daemon.config import (
     render_node_toml,
 )
 from metastore.daemon.secrets import Role, ensure_secrets, read_token_file
-from metastore.errors import MetastoreError
+from metastore.errors import ErrorCode, MetastoreError
 
 # `cluster up`: how long to wait for a ready leader and the started nodes, and how often to look.
 UP_WAIT_MS_DEFAULT: Final = 30_000
@@ -354,8 +363,24 @@ _config_dir_option = click.option(
     is_flag=True,
     help="Start only the nodes that are not running (e.g. one that crashed) instead of refusing.",
 )
+@click.option(
+    "--bootstrap",
+    "bootstrap_ids",
+    type=click.IntRange(min=1),
+    multiple=True,
+    metavar="NODE_ID",
+    help="Start NODE_ID as a first start (it creates its identity in its empty data directory) "
+    "although other nodes already have state: for a node whose first start was interrupted or "
+    "failed. Never for a node whose data was lost. Repeatable.",
+)
 @click.pass_context
-def cluster_up(ctx: click.Context, config_dir: Path, wait_ms: int, only_missing: bool) -> None:
+def cluster_up(
+    ctx: click.Context,
+    config_dir: Path,
+    wait_ms: int,
+    only_missing: bool,
+    bootstrap_ids: tuple[int, ...],
+) -> None:
     """Start every node of the cluster in CONFIG as background processes and wait until a
     leader is ready and every started node serves.
 
@@ -363,6 +388,11 @@ def cluster_up(ctx: click.Context, config_dir: Path, wait_ms: int, only_missing:
     session, logs to DATA_DIR/node-N/node.log and records its PID in DATA_DIR/node-N/node.pid.
     Refuses to start anything if a node is already running, unless --missing: then only the
     nodes that are not running are started (nothing, if all are). Stop them with `cluster down`.
+
+    A brand-new cluster (no node has state yet) is bootstrapped. If a node has no state while
+    others have (the first `cluster up` was interrupted before it started, or its first start
+    failed), nothing is started and the error names the command to run: the same with
+    `--bootstrap N`. Ctrl-C leaves the nodes already started running and says how to go on.
     """
     a = app(ctx)
     config = load_cluster_config(config_dir / CLUSTER_FILE_NAME)
@@ -382,40 +412,142 @@ def cluster_up(ctx: click.Context, config_dir: Path, wait_ms: int, only_missing:
             f"--missing --config {config_dir}",
             exit_code=EXIT_REFUSED,
         )
+    to_start = [n.id for n in config.nodes if n.id not in running]
+    bootstrap = _nodes_to_bootstrap(
+        config, config_dir, to_start, set(bootstrap_ids), only_missing=only_missing
+    )
     secrets = ensure_secrets(config.secrets_dir)
-    # A brand-new cluster (no node has any state yet) is bootstrapped: each member creates its
-    # identity. Otherwise a node whose data directory is empty refuses to start (its data was
-    # lost; see `metastore node start --help`).
-    new_cluster = not any((config.node_data_dir(n.id) / "wal").exists() for n in config.nodes)
-    started = [
-        processes.start_node(
-            n.id,
-            processes.node_command(config_dir, config, n.id, bootstrap=new_cluster),
-            data_dir=config.node_data_dir(n.id),
-            log_file=config.node_log_file(n.id),
-            pid_file=config.node_pid_file(n.id),
-        )
-        for n in config.nodes
-        if n.id not in running
-    ]
-    for s in started:
-        click.echo(f"started node {s.node_id} (pid {s.pid}), log: {s.log_file}", err=True)
-    if wait_ms == 0:
-        doc = {"started": {str(s.node_id): s.pid for s in started}}
-        emit(a.output, doc, lambda: [kv_table({f"node {s.node_id}": s.pid for s in started})])
-        return
-    token = a.resolve_token() if (a.token or a.token_file) else None
-    if token is None:
-        token = read_token_file(secrets.token_file(Role.ADMIN))
-    with SyncMetastoreClient(
-        config.client_endpoints(),
-        token,
-        timeout_ms=UP_PROBE_TIMEOUT_MS,
-        client_name="metastore-up",
-        tls=a.client_tls(config),
-    ) as client:
-        results = _wait_for_leader(client, started, config, wait_ms)
+    started: list[processes.StartedNode] = []
+    try:
+        for node_id in to_start:
+            started.append(
+                processes.start_node(
+                    node_id,
+                    processes.node_command(
+                        config_dir, config, node_id, bootstrap=node_id in bootstrap
+                    ),
+                    data_dir=config.node_data_dir(node_id),
+                    log_file=config.node_log_file(node_id),
+                    pid_file=config.node_pid_file(node_id),
+                )
+            )
+            s = started[-1]
+            click.echo(f"started node {s.node_id} (pid {s.pid}), log: {s.log_file}", err=True)
+        if wait_ms == 0:
+            doc = {"started": {str(s.node_id): s.pid for s in started}}
+            emit(a.output, doc, lambda: [kv_table({f"node {s.node_id}": s.pid for s in started})])
+            return
+        token = a.resolve_token() if (a.token or a.token_file) else None
+        if token is None:
+            token = read_token_file(secrets.token_file(Role.ADMIN))
+        with SyncMetastoreClient(
+            config.client_endpoints(),
+            token,
+            timeout_ms=UP_PROBE_TIMEOUT_MS,
+            client_name="metastore-up",
+            tls=a.client_tls(config),
+        ) as client:
+            results = _wait_for_leader(client, started, config, wait_ms)
+    except KeyboardInterrupt:
+        end_progress()
+        raise _interrupted(config_dir, started, to_start, bootstrap) from None
     emit(a.output, endpoint_results_doc(results), lambda: [_status_table(results)])
+
+
+def _up_command(config_dir: Path, *, missing: bool, bootstrap: list[int]) -> str:
+    return " ".join(
+        [
+            "metastore cluster up",
+            *(["--missing"] if missing else []),
+            *(f"--bootstrap {n}" for n in sorted(bootstrap)),
+            f"--config {config_dir}",
+        ]
+    )
+
+
+def _nodes_to_bootstrap(
+    config: ClusterConfig,
+    config_dir: Path,
+    to_start: list[int],
+    asked: set[int],
+    *,
+    only_missing: bool,
+) -> set[int]:
+    """Which of `to_start` start as a first start (`node start --bootstrap`).
+
+    Every node of a brand-new cluster (none has state). Otherwise only those named by
+    --bootstrap: a node without state among nodes with state either never ran (its first
+    start was interrupted or failed: bootstrapping it is its first start) or lost its data
+    (it may have voted in terms it no longer remembers: it must be removed and added back),
+    and only the user can tell. Refused, before anything starts: a node without state that
+    is not named (the error gives the command to run), a named one that has state or is not
+    being started."""
+    stateless = {
+        n.id for n in config.nodes if not processes.node_has_state(config.node_data_dir(n.id))
+    }
+    wrong = sorted(asked - set(to_start))
+    if wrong:
+        raise CliError(
+            "USAGE",
+            f"--bootstrap {wrong[0]}: node {wrong[0]} is "
+            + ("running" if wrong[0] in {n.id for n in config.nodes} else "not in the cluster")
+            + "; --bootstrap names nodes this command starts",
+            exit_code=EXIT_USAGE,
+        )
+    with_state = sorted(asked - stateless)
+    if with_state:
+        node_id = with_state[0]
+        raise CliError(
+            "USAGE",
+            f"--bootstrap {node_id}: node {node_id} already has state in "
+            f"{config.node_data_dir(node_id)} (it started before); start it without --bootstrap",
+            exit_code=EXIT_USAGE,
+        )
+    if len(stateless) == len(config.nodes):
+        return set(to_start)  # a brand-new cluster
+    unnamed = sorted((stateless & set(to_start)) - asked)
+    if unnamed:
+        others = sorted(n.id for n in config.nodes if n.id not in stateless)
+        nodes = ", ".join(map(str, unnamed))
+        dirs = ", ".join(str(config.node_data_dir(n)) for n in unnamed)
+        command = _up_command(config_dir, missing=only_missing, bootstrap=[*asked, *unnamed])
+        raise CliError(
+            "NOT_BOOTSTRAPPED",
+            f"node(s) {nodes} have no state ({dirs}: no identity, empty log) while node(s) "
+            f"{', '.join(map(str, others))} have: nothing was started. If their first start "
+            "did not complete (`cluster up` was interrupted, or they failed at their first "
+            f"start: see node.log there), start them as a first start: {command} . If their "
+            "data was lost, do not: they may have voted in terms they no longer remember; "
+            "remove them (`metastore cluster remove-node N`) and add them back "
+            "(`metastore cluster add-node N HOST:PORT`), then start them with --bootstrap",
+            exit_code=EXIT_REFUSED,
+            details={"nodes": unnamed, "command": command},
+        )
+    return asked & set(to_start)
+
+
+def _interrupted(
+    config_dir: Path,
+    started: list[processes.StartedNode],
+    to_start: list[int],
+    bootstrap: set[int],
+) -> CliError:
+    """Ctrl-C during `cluster up`: the nodes started keep running (their own sessions); say
+    which, and the commands that go on from here (the rest start as this run would have)."""
+    done = {s.node_id for s in started}
+    rest = [n for n in to_start if n not in done]
+    running = ", ".join(f"node {s.node_id} (pid {s.pid})" for s in started) or "no node"
+    text = f"interrupted: {running} started and keep(s) running in the background"
+    if rest:
+        command = _up_command(
+            config_dir, missing=True, bootstrap=[n for n in rest if n in bootstrap]
+        )
+        text += f"; node(s) {', '.join(map(str, rest))} not started: start them with {command}"
+    text += (
+        f". `metastore cluster status` shows the nodes; `metastore cluster down --config "
+        f"{config_dir}` stops them"
+    )
+    return CliError("INTERRUPTED", text, exit_code=EXIT_GENERIC)
 
 
 def _wait_for_leader(
@@ -632,6 +764,42 @@ def _membership_result(a: App, result: dict[str, Any]) -> None:
     emit(a.output, result, lambda: [kv_table(result)])
 
 
+def _membership_change(change: str, node_id: int, call: Callable[[], dict[str, Any]]) -> Any:
+    """Run a membership `call`; a timeout (or a lost answer) says the change's outcome is
+    unknown and how to find it out, instead of reading like "nothing happened": the leader
+    may have appended the change, which then commits (or already did) on its own."""
+    try:
+        return call()
+    except MetastoreError as exc:
+        if not _outcome_unknown(exc):
+            raise
+        raise CliError(
+            exc.code.value,
+            f"{exc.message}. The {change} of node {node_id} may still take effect, or already "
+            "has: its outcome is unknown. Check with `metastore cluster status -o json` "
+            "(`voters` and `learners` of the leader) before running it again: a change the "
+            "leader appended counts at once and commits when a majority of the new voters "
+            "answer",
+            exit_code=EXIT_UNAVAILABLE,
+            details={**exc.details, "outcome_unknown": True, "node_id": node_id},
+        ) from None
+
+
+def _outcome_unknown(exc: MetastoreError) -> bool:
+    """The request may have been executed: a timeout (the client's or the leader's), or an
+    answer lost after the request was sent (UNAVAILABLE marked so by the client or the
+    forwarding node)."""
+    if exc.code is ErrorCode.TIMEOUT:
+        return True
+    return exc.code is ErrorCode.UNAVAILABLE and exc.details.get("outcome_unknown") is True
+
+
+def _membership_timeout_ms(a: App) -> int:
+    """--timeout-ms as the leader's wait for a membership change to commit (the protocol's
+    bound at most); the call itself waits a little longer, for the leader's answer."""
+    return min(a.timeout_ms, REQUEST_TIMEOUT_MS_MAX)
+
+
 @cluster.command("add-node")
 @click.argument("node_id", type=click.IntRange(1, NODE_ID_MAX))
 @click.argument("raft_addr", metavar="RAFT_ADDR")
@@ -645,7 +813,13 @@ def cluster_add_node(ctx: click.Context, node_id: int, raft_addr: str, voter: bo
     secret first.
     """
     a = app(ctx)
-    _membership_result(a, a.client().add_node(node_id, raft_addr, learner=not voter))
+    timeout_ms = _membership_timeout_ms(a)
+    result = _membership_change(
+        "addition",
+        node_id,
+        lambda: a.client().add_node(node_id, raft_addr, learner=not voter, timeout_ms=timeout_ms),
+    )
+    _membership_result(a, result)
 
 
 @cluster.command("promote-node")
@@ -674,7 +848,11 @@ def cluster_promote_node(ctx: click.Context, node_id: int, wait: str) -> None:
     try:
         while True:
             try:
-                result = client.promote_node(node_id)
+                result = _membership_change(
+                    "promotion",
+                    node_id,
+                    lambda: client.promote_node(node_id, timeout_ms=_membership_timeout_ms(a)),
+                )
                 break
             except MetastoreError as exc:
                 behind = exc.details.get("reason") == "learner_behind"
@@ -727,9 +905,18 @@ def cluster_remove_node(ctx: click.Context, node_id: int) -> None:
     them): to add the node id back later, give it a new certificate (`cluster certs --ca-dir
     CA_DIR --node NODE_ID`) and a fresh data directory. If no member saw its certificate (it
     was down since they started), the reply says so: revoke the file with `cluster
-    revoke-cert`."""
+    revoke-cert`.
+
+    --timeout-ms bounds the leader's wait for the change to commit (at most 60 s); the
+    certificate steps around it may add up to 20 s. If it times out (say, the remaining
+    voters' majority does not answer), the removal may still take effect: the error says its
+    outcome is unknown (exit 3); check `cluster status -o json` before running it again."""
     a = app(ctx)
-    _membership_result(a, a.client().remove_node(node_id))
+    timeout_ms = _membership_timeout_ms(a)
+    result = _membership_change(
+        "removal", node_id, lambda: a.client().remove_node(node_id, timeout_ms=timeout_ms)
+    )
+    _membership_result(a, result)
 
 
 @cluster.command("revoke-cert")

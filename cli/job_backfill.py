@@ -37,6 +37,13 @@ def run_backfill(ctx: click.Context, job_id: int, master: str, timeout: str) -> 
     Waits (up to --timeout) for the job to reach its backfill step, then rewrites, in Spark,
     every live file without the column (adding its DEFAULT), commits the swap and reports it.
     Safe to run again: a refused report is retried, and a second run finds nothing to rewrite.
+
+    Exit 0 when the backfill is reported (`outcome: reported`), and also when the job has
+    succeeded without this run's report, before it or while it ran (another run's report was
+    accepted, or no backfill was needed): the column is public, `outcome: job_succeeded` and
+    `note` say so. Exit 5 (SCHEMA_JOB_STATE) when the job was cancelled, is being cancelled or
+    was aborted (its table dropped), or is not an ADD COLUMN job: the message says which.
+    Exit 3 (TIMEOUT) when it did not reach its backfill step within --timeout.
     """
     try:
         timeout_ms = parse_duration_ms(timeout, "--timeout")

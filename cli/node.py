@@ -44,7 +44,8 @@ def node_start(ctx: click.Context, config_path: Path, node_id: int | None, boots
     in the cluster's secrets_dir (0700, files 0600). A node whose data directory is empty
     refuses to start (exit 2) unless --bootstrap: a member that lost its data may have voted in
     terms it no longer remembers, so it must be removed from the cluster and added back rather
-    than restarted fresh. `metastore cluster up` passes --bootstrap only to a brand-new cluster.
+    than restarted fresh. `metastore cluster up` passes --bootstrap to a brand-new cluster's
+    nodes, and to those named by its own --bootstrap (a first start that did not complete).
     """
     # Validate first: a bad config is reported the same way whether or not the daemon exists.
     load_node_config(config_path, node_id)

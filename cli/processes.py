@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Final
 
 from metastore.daemon.config import ClusterConfig, node_file_name
+from raft.node import IDENTITY_FILE
 
 # How long `cluster down` waits after SIGTERM before SIGKILL, and after SIGKILL before giving up.
 STOP_GRACE_MS_DEFAULT: Final = 10_000
@@ -33,6 +34,8 @@ POLL_INTERVAL_MS: Final = 50
 PID_FILE_BYTES_MAX: Final = 32
 LOG_TAIL_LINES: Final = 20
 LOG_TAIL_BYTES_MAX: Final = 16 * 1024
+# The WAL's lock file (raft.wal), empty: not state.
+WAL_LOCK_FILE: Final = "LOCK"
 # The words that identify our node processes in /proc/<pid>/cmdline.
 _NODE_CMDLINE_MARKERS: Final = (b"cli.main", b"node", b"start")
 
@@ -81,6 +84,21 @@ def node_command(
         str(node_id),
         *extra,
     ]
+
+
+def node_has_state(data_dir: Path) -> bool:
+    """Whether a node's data directory holds anything of a member that ran: its identity
+    (written at its first start, before it takes part in any election), or a log with any
+    bytes in it (a log from before identities: the node adopts it). An interrupted or failed
+    first start leaves neither (at most an empty segment and the log file)."""
+    if (data_dir / IDENTITY_FILE).exists():
+        return True
+    wal = data_dir / "wal"
+    try:
+        files = list(wal.iterdir())
+    except FileNotFoundError:
+        return False
+    return any(f.name != WAL_LOCK_FILE and f.is_file() and f.stat().st_size > 0 for f in files)
 
 
 def read_pid(pid_file: Path) -> int | None:

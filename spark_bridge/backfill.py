@@ -12,8 +12,8 @@ every such file and reported it (`job_backfilled`).
 What `run_backfill` does:
 1. Polls `job_show` until the job is at step "backfill" (telling `progress` what it waits for:
    the versions to activate, leases on older versions); refuses a job that is not an ADD COLUMN
-   job or has ended (`JobNotBackfillableError`), and gives up after `timeout_s`
-   (`BackfillTimeoutError`).
+   job or that was cancelled, is being cancelled or was aborted (`JobNotBackfillableError`),
+   and gives up after `timeout_s` (`BackfillTimeoutError`).
 2. Waits for the backfill step's version to activate (`backfill_from_ts`): from then on no writer
    without the column can commit (the commit rule), so a listing at S >= it sees every file that
    will ever lack the column.
@@ -29,6 +29,12 @@ What `run_backfill` does:
    retryable) if S predates the backfill step or a writer at an older version committed after
    S; then everything is done again, at most `ATTEMPTS_MAX` times in all.
 
+A job that succeeded (before this run or while it ran: another run's report was accepted, or
+none was needed) is not an error: the column is public, which is what a backfill is for. The
+result then says `outcome="job_succeeded"` with a `note`, and nothing is reported. Whenever the
+job is found no longer at its backfill step, `job_end` (pure, on the job's `job_show` view)
+names what became of it.
+
 Many files are rewritten in chunks of at most `CHUNK_FILES_MAX` files / `CHUNK_BYTES_MAX` bytes,
 each its own batch and atomic commit, each listing the table again at a fresh Top. The report
 carries the S of the last listing: every file it found without the column was in its chunk, so
@@ -42,7 +48,7 @@ import time
 import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Final
 
 from hlc import to_iso
@@ -66,6 +72,12 @@ ACTIVATION_WAIT_MAX_S: Final = 60.0
 ADD_COLUMN: Final = "add_column"
 BACKFILL_STEP: Final = "backfill"
 RUNNING: Final = "running"
+SUCCEEDED: Final = "succeeded"
+CANCELLED: Final = "cancelled"
+ABORTED: Final = "aborted"
+# BackfillResult.outcome: this run's report was accepted / the job succeeded without it.
+REPORTED: Final = "reported"
+JOB_SUCCEEDED: Final = "job_succeeded"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -79,9 +91,22 @@ class BackfillResult:
     files_written: int = 0
     rows_rewritten: int = 0
     commits: int = 0
+    # REPORTED, or JOB_SUCCEEDED: the job had succeeded, or did while this run ran (another
+    # run's report, or no backfill needed); `snapshot_ts` is then the accepted report's (0 if
+    # none was needed), and `note` says what happened.
+    outcome: str = REPORTED
+    note: str = ""
 
     def line(self) -> str:
         commit = to_iso(self.commit_ts) if self.commit_ts else "-"
+        if self.outcome != REPORTED:
+            rewrote = (
+                f"; this run rewrote {self.files_rewritten} files in {self.commits} commit(s) "
+                "first (the same rows, with the column)"
+                if self.commits
+                else ""
+            )
+            return f"{self.note}{rewrote}"
         return (
             f"job {self.job_id}: backfill of {self.table} reported at {to_iso(self.snapshot_ts)}: "
             f"{self.files_rewritten} files ({self.rows_rewritten} rows) rewritten into "
@@ -105,8 +130,9 @@ class BackfillError(RuntimeError):
 
 
 class JobNotBackfillableError(BackfillError):
-    """The job is not an ADD COLUMN ... NOT NULL DEFAULT job, or it has ended (succeeded,
-    cancelled, aborted): there is nothing to backfill."""
+    """The job is not an ADD COLUMN ... NOT NULL DEFAULT job, or it will never publish its
+    column (cancelled, being cancelled, aborted: its table was dropped): there is nothing to
+    backfill. `details["status"]` and `details["step"]` say where the job is."""
 
     code = "SCHEMA_JOB_STATE"
 
@@ -137,6 +163,8 @@ def run_backfill(
     deadline = time.monotonic() + timeout_s
     job = _wait_for_step(bridge.client, job_id, deadline, say)
     run = _Run(bridge, job, say)
+    if job["status"] != RUNNING:
+        return run.moved_on(job, attempts=0)  # succeeded before this run
     attempt = 1
     while True:
         try:
@@ -149,12 +177,9 @@ def run_backfill(
                 job_id, snapshot_ts=snapshot_ts, files_rewritten=run.rewritten
             )
             return run.result(snapshot_ts, attempt)
-        except SchemaJobStateError:
-            # The job moved on under us: cancelled, or made public by another backfill's report.
-            job = bridge.client.job_show(job_id)
-            if job["status"] == "succeeded" and job.get("backfill_ts") is not None:
-                return run.result(int(job["backfill_ts"]), attempt)
-            raise _ended(job) from None
+        except (SchemaJobStateError, _PinnedPastBackfill) as exc:
+            # The job moved on under us: made public (another run's report), or cancelled.
+            return run.moved_on(_job_after(bridge.client, job_id, exc), attempts=attempt)
         except (BatchError, BackfillIncompleteError) as exc:
             retryable = exc.retryable
             if not retryable or attempt >= ATTEMPTS_MAX:
@@ -169,9 +194,83 @@ def run_backfill(
                 if not show_exc.retryable:
                     raise
                 continue
-            _check_backfillable(job)
-            if job["step"] != BACKFILL_STEP:
-                raise _ended(job) from None
+            if job["status"] != RUNNING or job["step"] != BACKFILL_STEP:
+                return run.moved_on(job, attempts=attempt)
+
+
+class _PinnedPastBackfill(Exception):
+    """A batch pinned a version without the job's column write-only: the job moved on (its
+    view says how)."""
+
+
+def _job_after(client: SyncMetastoreClient, job_id: int, cause: Exception) -> dict[str, Any]:
+    """The job's view once it moved on under a run; what `cause` said if it cannot be read."""
+    from metastore.errors import MetastoreError
+
+    try:
+        return client.job_show(job_id)
+    except MetastoreError as exc:
+        raise JobNotBackfillableError(
+            f"job {job_id} is no longer at its backfill step ({cause}), and its state cannot "
+            f"be read ({exc.code.value}: {exc.message}); `metastore job show {job_id}` says "
+            "what became of it",
+            job_id=job_id,
+        ) from None
+
+
+@dataclass(frozen=True, slots=True)
+class JobEnd:
+    """What became of a job that a backfill run finds no longer at its backfill step."""
+
+    done: bool  # its column is public (or being published): nothing left to do, not an error
+    message: str
+
+
+def job_end(job: dict[str, Any]) -> JobEnd:
+    """Name what became of `job` (its `job_show` view), for a backfill run that finds it no
+    longer at its backfill step (or, running there, being cancelled). Pure."""
+    job_id, column, table = int(job["job_id"]), job["column"], job["table"]
+    status, step = job["status"], job["step"]
+    by = f" by {job['ended_by']}" if job.get("ended_by") else ""
+    if status == SUCCEEDED:
+        if job.get("backfill_ts") is not None:
+            how = (
+                f"its backfill was reported at {to_iso(int(job['backfill_ts']))}, "
+                f"{job.get('files_rewritten', 0)} files rewritten in all"
+            )
+        else:
+            how = "it needed no backfill"
+        return JobEnd(True, f"job {job_id} succeeded: column {column} of {table} is public ({how})")
+    if status == CANCELLED:
+        return JobEnd(
+            False,
+            f"job {job_id} was cancelled{by} at step {step}: column {column} was not added to "
+            f"{table}; nothing to backfill",
+        )
+    if status == ABORTED:
+        reason = job.get("message") or "its table was dropped"
+        return JobEnd(
+            False, f"job {job_id} was aborted at step {step} ({reason}); nothing to backfill"
+        )
+    if job.get("cancel_requested"):
+        return JobEnd(
+            False,
+            f"job {job_id} is being cancelled{by}: column {column} of {table} is rolled back "
+            "once the leases in its way are released; nothing to backfill",
+        )
+    if step == BACKFILL_STEP:
+        # Running at its backfill step after all (a view that raced the refusal): nothing
+        # ended, and a new run may succeed.
+        return JobEnd(
+            False,
+            f"job {job_id} is still at its backfill step but refused this run's work; run "
+            f"the backfill again (`metastore job show {job_id}` says what it waits for)",
+        )
+    return JobEnd(
+        False,
+        f"job {job_id} is {status} at step {step}, not at its backfill step; `metastore job "
+        f"show {job_id}` says what it waits for",
+    )
 
 
 def _wait_for_step(
@@ -190,7 +289,7 @@ def _wait_for_step(
                 raise
         else:
             _check_backfillable(job)
-            if job["step"] == BACKFILL_STEP:
+            if job["step"] == BACKFILL_STEP or job["status"] == SUCCEEDED:
                 return job
             waiting = job.get("waiting_for") or {}
             line = (
@@ -212,6 +311,8 @@ def _wait_for_step(
 
 
 def _check_backfillable(job: dict[str, Any]) -> None:
+    """Refuse a job whose backfill can never be needed: not an ADD COLUMN job, or one that
+    will not publish its column (a succeeded one passes: the run then reports success)."""
     job_id = int(job["job_id"])
     if job["kind"] != ADD_COLUMN:
         raise JobNotBackfillableError(
@@ -220,19 +321,14 @@ def _check_backfillable(job: dict[str, Any]) -> None:
             job_id=job_id,
             details={"kind": job["kind"]},
         )
-    if job["status"] != RUNNING:
-        raise _ended(job)
+    if job["status"] not in (RUNNING, SUCCEEDED) or job.get("cancel_requested"):
+        raise _not_backfillable(job, job_end(job))
 
 
-def _ended(job: dict[str, Any]) -> JobNotBackfillableError:
-    job_id = int(job["job_id"])
-    if job["status"] == RUNNING:
-        what = f"is at step {job['step']}, past its backfill"
-    else:
-        what = f"has ended ({job['status']} at step {job['step']})"
+def _not_backfillable(job: dict[str, Any], end: JobEnd) -> JobNotBackfillableError:
     return JobNotBackfillableError(
-        f"job {job_id} {what}: nothing to backfill",
-        job_id=job_id,
+        end.message,
+        job_id=int(job["job_id"]),
         details={"status": job["status"], "step": job["step"]},
     )
 
@@ -266,6 +362,20 @@ class _Run:
             files_written=self.written,
             rows_rewritten=self.rows,
             commits=self.commits,
+        )
+
+    def moved_on(self, job: dict[str, Any], *, attempts: int) -> BackfillResult:
+        """The result for a job found no longer at its backfill step: success if it
+        succeeded (`job_end`), else the typed refusal naming what became of it."""
+        end = job_end(job)
+        if not end.done:
+            raise _not_backfillable(job, end)
+        self.say(end.message)
+        backfill_ts = job.get("backfill_ts")
+        return replace(
+            self.result(0 if backfill_ts is None else int(backfill_ts), attempts),
+            outcome=JOB_SUCCEEDED,
+            note=end.message,
         )
 
     def rewrite(self) -> int:
@@ -302,12 +412,10 @@ class _Run:
             pin = b.pinned[self.table]
             columns = pin.write_columns
             if not any(int(c["field_id"]) == self.field_id for c in pin.write_only):
-                raise JobNotBackfillableError(
-                    f"job {self.job_id}: {self.table} v{pin.version} (pinned at "
-                    f"{to_iso(top)}) does not hold column {self.column} write-only; the job "
-                    "was cancelled or has ended",
-                    job_id=self.job_id,
-                    details={"version": pin.version},
+                # What became of the job (public, cancelled...) is `job_end`'s to say.
+                raise _PinnedPastBackfill(
+                    f"{self.table} v{pin.version}, pinned at {to_iso(top)}, does not hold "
+                    f"column {self.column} write-only"
                 )
             location, files = b.files(self.table)
             lacking = self._lacking(location, files)

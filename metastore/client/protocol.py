@@ -71,6 +71,9 @@ from hlc.limits import MAX_TS
 from metastore.daemon.api_limits import (
     CLIENT_FRAME_BYTES_MAX,
     CLIENT_INFLIGHT_PER_CONNECTION_MAX,
+    FORWARD_REPLY_MARGIN_MS,
+    MEMBERSHIP_TIMEOUT_MS_DEFAULT,
+    REMOVE_NODE_REVOCATION_MS_MAX,
     REQUEST_TIMEOUT_MS_DEFAULT,
     REQUEST_TIMEOUT_MS_MAX,
 )
@@ -1097,17 +1100,49 @@ class MetastoreClient:
         return await self.ddl(sql)
 
     async def add_node(
-        self, node_id: int, raft_address: str, *, learner: bool = True
+        self,
+        node_id: int,
+        raft_address: str,
+        *,
+        learner: bool = True,
+        timeout_ms: int | None = None,
     ) -> dict[str, Any]:
-        return await self.call(
-            "add_node", {"node_id": node_id, "raft_address": raft_address, "learner": learner}
+        """`timeout_ms` (here and for promote_node / remove_node): how long the leader waits
+        for the membership change to commit (protocol default 10 s, at most 60 s). The call
+        itself waits longer than that, so the leader's answer arrives (TIMEOUT: outcome
+        unknown, the change may still commit) rather than a client-side timeout."""
+        args = {"node_id": node_id, "raft_address": raft_address, "learner": learner}
+        return await self._membership_call("add_node", args, timeout_ms)
+
+    async def promote_node(self, node_id: int, *, timeout_ms: int | None = None) -> dict[str, Any]:
+        return await self._membership_call("promote_node", {"node_id": node_id}, timeout_ms)
+
+    async def remove_node(self, node_id: int, *, timeout_ms: int | None = None) -> dict[str, Any]:
+        # Around the change the leader gathers and then revokes the node's TLS certificates.
+        return await self._membership_call(
+            "remove_node",
+            {"node_id": node_id},
+            timeout_ms,
+            around_change_ms=REMOVE_NODE_REVOCATION_MS_MAX,
         )
 
-    async def promote_node(self, node_id: int) -> dict[str, Any]:
-        return await self.call("promote_node", {"node_id": node_id})
-
-    async def remove_node(self, node_id: int) -> dict[str, Any]:
-        return await self.call("remove_node", {"node_id": node_id})
+    async def _membership_call(
+        self,
+        op: str,
+        args: dict[str, Any],
+        timeout_ms: int | None,
+        *,
+        around_change_ms: int = 0,
+    ) -> dict[str, Any]:
+        server_wait_ms = MEMBERSHIP_TIMEOUT_MS_DEFAULT
+        if timeout_ms is not None:
+            server_wait_ms = _check_timeout("timeout_ms", timeout_ms, REQUEST_TIMEOUT_MS_MAX)
+            args["timeout_ms"] = timeout_ms
+        call_timeout_ms = max(
+            self.timeout_ms,
+            server_wait_ms + around_change_ms + FORWARD_REPLY_MARGIN_MS + SERVER_WAIT_MARGIN_MS,
+        )
+        return await self.call(op, args, timeout_ms=call_timeout_ms)
 
     async def transfer_leader(self, target: int) -> dict[str, Any]:
         return await self.call("transfer_leader", {"target": target})
@@ -1217,7 +1252,7 @@ class MetastoreClient:
                             raise UnavailableError(
                                 f"{op}: connection to {target} failed after the request was "
                                 f"sent ({exc.reason}); its outcome is unknown",
-                                details={"endpoint": target, "op": op},
+                                details={"endpoint": target, "op": op, "outcome_unknown": True},
                             ) from None
                         continue
                     if reply.get("ok"):
@@ -1268,9 +1303,11 @@ class MetastoreClient:
             raise last_server_error
         where = "" if endpoint is not None else " on every endpoint"
         unknown = "; its outcome is unknown (a node timed out on it)" if outcome_unknown else ""
+        details = {"op": op, "endpoints": failures}
+        if outcome_unknown:
+            details["outcome_unknown"] = True
         raise UnavailableError(
-            f"{op} failed{where}: {_join_failures(failures)}{unknown}",
-            details={"op": op, "endpoints": failures},
+            f"{op} failed{where}: {_join_failures(failures)}{unknown}", details=details
         )
 
     async def _attempt(
@@ -1703,14 +1740,23 @@ class SyncMetastoreClient:
     ) -> dict[str, Any]:
         return self._sync(self._client.drop_namespace, name, if_exists=if_exists, cascade=cascade)
 
-    def add_node(self, node_id: int, raft_address: str, *, learner: bool = True) -> dict[str, Any]:
-        return self._sync(self._client.add_node, node_id, raft_address, learner=learner)
+    def add_node(
+        self,
+        node_id: int,
+        raft_address: str,
+        *,
+        learner: bool = True,
+        timeout_ms: int | None = None,
+    ) -> dict[str, Any]:
+        return self._sync(
+            self._client.add_node, node_id, raft_address, learner=learner, timeout_ms=timeout_ms
+        )
 
-    def promote_node(self, node_id: int) -> dict[str, Any]:
-        return self._sync(self._client.promote_node, node_id)
+    def promote_node(self, node_id: int, *, timeout_ms: int | None = None) -> dict[str, Any]:
+        return self._sync(self._client.promote_node, node_id, timeout_ms=timeout_ms)
 
-    def remove_node(self, node_id: int) -> dict[str, Any]:
-        return self._sync(self._client.remove_node, node_id)
+    def remove_node(self, node_id: int, *, timeout_ms: int | None = None) -> dict[str, Any]:
+        return self._sync(self._client.remove_node, node_id, timeout_ms=timeout_ms)
 
     def revoke_cert(
         self, fingerprint: str, *, node_id: int = 0, force: bool = False

@@ -115,6 +115,21 @@ REVOKE_ON_REMOVE_RETRY_S: Final = 0.5
 REVOKE_ON_REMOVE_TIMEOUT_MS: Final = 2_000
 # How long remove_node waits for each other member to say which certificates the node used.
 CERTS_ASK_TIMEOUT_MS: Final = 1_500
+# A follower forwarding a write waits for the leader's answer this much longer than the wait
+# the leader was given, so the leader's own answer (TIMEOUT included) is what the caller gets.
+FORWARD_REPLY_MARGIN_MS: Final = 1_000
+# add_node / promote_node / remove_node: how long the leader waits for the membership change
+# to commit, unless the caller gives `timeout_ms` (at most REQUEST_TIMEOUT_MS_MAX).
+MEMBERSHIP_TIMEOUT_MS_DEFAULT: Final = 10_000
+# remove_node's work on the leader besides the change itself, at most: asking the members which
+# certificates the node presented, then every revocation attempt (each may be forwarded, as the
+# leader may have removed itself) and the pauses between them. A forwarded remove_node (and the
+# client) waits this much longer than the change's own timeout.
+REMOVE_NODE_REVOCATION_MS_MAX: Final = CERTS_ASK_TIMEOUT_MS + REVOKE_ON_REMOVE_ATTEMPTS * (
+    REVOKE_ON_REMOVE_TIMEOUT_MS + FORWARD_REPLY_MARGIN_MS + int(REVOKE_ON_REMOVE_RETRY_S * 1000)
+)
+# transfer_leader forwarded to the leader: the leader waits at most 5 s for the move.
+TRANSFER_LEADER_FORWARD_TIMEOUT_MS: Final = 15_000
 # A client connection whose certificate was just revoked reads nothing more; the requests it
 # already had in flight get this long to reply before it is aborted. One of them may be the very
 # request that revoked the certificate (e.g. `cert_revoke --force` of a member's certificate,

@@ -126,7 +126,8 @@ class LeaderForwarder:
             reply = await link.request(op, args, timeout_ms)
         except TimeoutError:
             raise UnavailableError(
-                f"node {node_id} did not answer within {timeout_ms} ms; outcome unknown"
+                f"node {node_id} did not answer within {timeout_ms} ms; outcome unknown",
+                details={"node_id": node_id, "outcome_unknown": True},
             ) from None
         except (ConnectionError, OSError) as exc:
             raise UnavailableError(f"cannot reach node {node_id}: {exc}") from None

@@ -497,10 +497,14 @@ class ApiServer:
             # Internal: a follower forwards a parsed, canonical command to the leader.
             "_propose": _Op(Role.WRITER, self._propose_op, frozenset({"command", "timeout_ms"})),
             "add_node": _Op(
-                Role.ADMIN, self._add_node, frozenset({"node_id", "raft_address", "learner"})
+                Role.ADMIN,
+                self._add_node,
+                frozenset({"node_id", "raft_address", "learner", "timeout_ms"}),
             ),
-            "promote_node": _Op(Role.ADMIN, self._promote_node, frozenset({"node_id"})),
-            "remove_node": _Op(Role.ADMIN, self._remove_node, frozenset({"node_id"})),
+            "promote_node": _Op(
+                Role.ADMIN, self._promote_node, frozenset({"node_id", "timeout_ms"})
+            ),
+            "remove_node": _Op(Role.ADMIN, self._remove_node, frozenset({"node_id", "timeout_ms"})),
             "cert_revoke": _Op(
                 Role.ADMIN,
                 self._cert_revoke,
@@ -1820,7 +1824,7 @@ class ApiServer:
             session.token,
             "_propose",
             {"command": data, "timeout_ms": timeout_ms},
-            timeout_ms=timeout_ms + 1000,
+            timeout_ms=timeout_ms + L.FORWARD_REPLY_MARGIN_MS,
         )
 
     async def _propose_op(self, session: Session, args: Args) -> dict[str, Any]:
@@ -1841,19 +1845,41 @@ class ApiServer:
             )
         if not self.node.is_leader():
             raise NotLeaderError("not the leader", details={"leader": self.node.leader_id()})
-        if isinstance(cmd, SetApplyVersion) and cmd.version > APPLY_VERSION_SUPPORTED:
-            # A member of a newer release asked: this leader would stop on applying it.
-            raise InvalidArgumentError(
-                f"the leader (node {self.node.node_id}) supports apply versions up to "
-                f"{APPLY_VERSION_SUPPORTED}, not {cmd.version}: upgrade it first",
-                details={"version": cmd.version, "supported": APPLY_VERSION_SUPPORTED},
-            )
+        timeout_ms = _timeout(args)
+        if isinstance(cmd, SetApplyVersion):
+            deadline = time.monotonic() + timeout_ms / 1000
+            await self._check_apply_version_supported(session, cmd.version, timeout_ms)
+            timeout_ms = _ms_left(deadline)
         if isinstance(cmd, CommitTxn):
-            await self._check_removals(cmd, _timeout(args))
+            await self._check_removals(cmd, timeout_ms)
         fitted = _for_apply_version(cmd, self.sm.state)
         if fitted is not cmd:
             data = encode_command(fitted)
-        return await self._propose_local(data, _timeout(args))
+        return await self._propose_local(data, timeout_ms)
+
+    async def _check_apply_version_supported(
+        self, session: Session, version: int, timeout_ms: int
+    ) -> None:
+        """Refuse a SetApplyVersion(`version`) that a member's release could not apply (that
+        member would stop on applying it), asking every member as `cluster version
+        --finalize` does. `_propose` runs this on the leader for every SetApplyVersion, as
+        an admin may call it directly: a follower's `--finalize` checked already, and is
+        asked again here (one bounded status round; the leader's view of the members is the
+        one that counts)."""
+        if version > APPLY_VERSION_SUPPORTED:
+            # Known without asking anyone: this leader would stop on applying it.
+            raise InvalidArgumentError(
+                f"the leader (node {self.node.node_id}) supports apply versions up to "
+                f"{APPLY_VERSION_SUPPORTED}, not {version}: upgrade it first",
+                details={
+                    "version": version,
+                    "nodes": [self.node.node_id],
+                    "supported": APPLY_VERSION_SUPPORTED,
+                },
+            )
+        if version <= self.sm.state.apply_version:
+            return  # applies as a no-op (equal) or is refused by apply (back): every node can
+        _refuse_unless_supported(await self._members_apply_versions(session, timeout_ms), version)
 
     async def _propose_local(self, data: bytes, timeout_ms: int) -> dict[str, Any]:
         if self.sm.state.cluster is None:
@@ -2367,8 +2393,17 @@ class ApiServer:
     # ------------------------------------------------------------------ membership
 
     async def _leader_or_forward(
-        self, session: Session, op: str, args: Args, local: Callable[[], Awaitable[Any]]
+        self,
+        session: Session,
+        op: str,
+        args: Args,
+        local: Callable[[], Awaitable[Any]],
+        *,
+        forward_timeout_ms: int,
     ) -> dict[str, Any]:
+        """Run `local` here if this node leads, else forward `op` to the leader, waiting
+        `forward_timeout_ms` for its answer: at least what the leader may take (past it the
+        caller gets UNAVAILABLE, outcome unknown, while the leader goes on)."""
         if self.node.is_leader():
             try:
                 value = await local()
@@ -2391,7 +2426,9 @@ class ApiServer:
         leader = self.node.leader_id()
         if not leader:
             raise UnavailableError("no leader known right now; retry shortly")
-        return await self.forwarder.call(leader, session.token, op, dict(args), timeout_ms=15_000)
+        return await self.forwarder.call(
+            leader, session.token, op, dict(args), timeout_ms=forward_timeout_ms
+        )
 
     async def _add_node(self, session: Session, args: Args) -> dict[str, Any]:
         node_id = _req_int(args, "node_id", 1, L.NODE_ID_MAX)
@@ -2410,30 +2447,47 @@ class ApiServer:
         learner = args.get("learner", True)
         if not isinstance(learner, bool):
             raise BadRequestError("'learner' must be a boolean")
+        timeout_ms = _membership_timeout(args)
         return await self._leader_or_forward(
             session,
             "add_node",
             args,
-            lambda: self.node.add_node(node_id, (host, int(port)), learner=learner),
+            lambda: self.node.add_node(
+                node_id, (host, int(port)), learner=learner, timeout_ms=timeout_ms
+            ),
+            forward_timeout_ms=timeout_ms + L.FORWARD_REPLY_MARGIN_MS,
         )
 
     async def _promote_node(self, session: Session, args: Args) -> dict[str, Any]:
         node_id = _req_int(args, "node_id", 1, L.NODE_ID_MAX)
+        timeout_ms = _membership_timeout(args)
         return await self._leader_or_forward(
-            session, "promote_node", args, lambda: self.node.promote_node(node_id)
+            session,
+            "promote_node",
+            args,
+            lambda: self.node.promote_node(node_id, timeout_ms=timeout_ms),
+            forward_timeout_ms=timeout_ms + L.FORWARD_REPLY_MARGIN_MS,
         )
 
     async def _remove_node(self, session: Session, args: Args) -> dict[str, Any]:
         """Remove a member, then revoke the TLS certificate(s) it presented on peer links to
         this node (the leader) or to the other members, so it cannot come back with them."""
         node_id = _req_int(args, "node_id", 1, L.NODE_ID_MAX)
+        timeout_ms = _membership_timeout(args)
         seen: tuple[str, ...] = ()
         conf = self.node.status().core.conf
         member = node_id in conf.voters or node_id in conf.learners
         if member and self.node.is_leader() and self.node.config.tls is not None:
             seen = await self._gather_certificates(session, node_id)
         reply = await self._leader_or_forward(
-            session, "remove_node", args, lambda: self.node.remove_node(node_id)
+            session,
+            "remove_node",
+            args,
+            lambda: self.node.remove_node(node_id, timeout_ms=timeout_ms),
+            # The leader asks for certificates before the change and revokes them after it.
+            forward_timeout_ms=timeout_ms
+            + L.REMOVE_NODE_REVOCATION_MS_MAX
+            + L.FORWARD_REPLY_MARGIN_MS,
         )
         if "revoked" in reply:
             return reply  # forwarded: the leader revoked what it saw
@@ -2568,24 +2622,9 @@ class ApiServer:
         timeout_ms = _timeout(args)
         wanted = _opt_int(args, "version", 1, MAX_APPLY_VERSION)
         members = await self._members_apply_versions(session, timeout_ms)
-        silent = [m for m in members if m["supported"] is None]
-        if silent:
-            ids = ", ".join(str(m["node_id"]) for m in silent)
-            raise UnavailableError(
-                f"member(s) {ids} did not say which release they run, so the apply version "
-                f"cannot move: {'; '.join(str(m['error']) for m in silent)}",
-                details={"nodes": [m["node_id"] for m in silent]},
-            )
-        lowest = min(int(m["supported"]) for m in members)
-        target = lowest if wanted is None else wanted
+        _refuse_unless_supported(members, wanted)
+        target = min(int(m["supported"]) for m in members) if wanted is None else wanted
         current = self.sm.state.apply_version
-        if target > lowest:
-            older = [m["node_id"] for m in members if int(m["supported"]) < target]
-            raise InvalidArgumentError(
-                f"apply version {target} needs every member's release to support it; node(s) "
-                f"{', '.join(map(str, older))} support at most {lowest}: upgrade them first",
-                details={"version": target, "nodes": older, "supported": lowest},
-            )
         if target < current:
             raise InvalidArgumentError(
                 f"the cluster is at apply version {current}; it never moves back to {target}",
@@ -2674,7 +2713,11 @@ class ApiServer:
     async def _transfer_leader(self, session: Session, args: Args) -> dict[str, Any]:
         target = _req_int(args, "target", 1, L.NODE_ID_MAX)
         await self._leader_or_forward(
-            session, "transfer_leader", args, lambda: self.node.transfer_leader(target)
+            session,
+            "transfer_leader",
+            args,
+            lambda: self.node.transfer_leader(target),
+            forward_timeout_ms=L.TRANSFER_LEADER_FORWARD_TIMEOUT_MS,
         )
         return {"leader": target}
 
@@ -2775,6 +2818,35 @@ def _req_str_list(args: Args, key: str, max_items: int) -> list[str]:
             f"{key!r} must list strings of at most {L.TABLE_NAME_CHARS_MAX} chars"
         )
     return list(v)
+
+
+def _refuse_unless_supported(members: list[dict[str, Any]], version: int | None) -> None:
+    """Refuse moving the apply version to `version` (None: to the lowest every member
+    supports) unless every member (rows of `_members_apply_versions`) said which release it
+    runs, and each supports `version`."""
+    silent = [m for m in members if m["supported"] is None]
+    if silent:
+        ids = ", ".join(str(m["node_id"]) for m in silent)
+        raise UnavailableError(
+            f"member(s) {ids} did not say which release they run, so the apply version "
+            f"cannot move: {'; '.join(str(m['error']) for m in silent)}",
+            details={"nodes": [m["node_id"] for m in silent]},
+        )
+    lowest = min(int(m["supported"]) for m in members)
+    if version is not None and version > lowest:
+        older = [m["node_id"] for m in members if int(m["supported"]) < version]
+        raise InvalidArgumentError(
+            f"apply version {version} needs every member's release to support it; node(s) "
+            f"{', '.join(map(str, older))} support at most {lowest}: upgrade them first",
+            details={"version": version, "nodes": older, "supported": lowest},
+        )
+
+
+def _membership_timeout(args: Args) -> int:
+    """add_node / promote_node / remove_node: how long the leader waits for the change to
+    commit (the caller's `timeout_ms`, else MEMBERSHIP_TIMEOUT_MS_DEFAULT)."""
+    v = _opt_int(args, "timeout_ms", 1, L.REQUEST_TIMEOUT_MS_MAX)
+    return L.MEMBERSHIP_TIMEOUT_MS_DEFAULT if v is None else v
 
 
 def _timeout(args: Args) -> int:

@@ -319,14 +319,32 @@ def test_every_command_sends_its_op(fake: ThreadedFakeNode) -> None:
         ),
         (
             ["cluster", "add-node", "4", "10.0.0.4:24104"],
-            ("add_node", {"node_id": 4, "raft_address": "10.0.0.4:24104", "learner": True}),
+            (
+                "add_node",
+                {
+                    "node_id": 4,
+                    "raft_address": "10.0.0.4:24104",
+                    "learner": True,
+                    # --timeout-ms (default 10 s) is the leader's wait for the change.
+                    "timeout_ms": 10_000,
+                },
+            ),
         ),
         (
             ["cluster", "add-node", "5", "h:1", "--voter"],
-            ("add_node", {"node_id": 5, "raft_address": "h:1", "learner": False}),
+            (
+                "add_node",
+                {"node_id": 5, "raft_address": "h:1", "learner": False, "timeout_ms": 10_000},
+            ),
         ),
-        (["cluster", "promote-node", "4"], ("promote_node", {"node_id": 4})),
-        (["cluster", "remove-node", "4"], ("remove_node", {"node_id": 4})),
+        (
+            ["cluster", "promote-node", "4"],
+            ("promote_node", {"node_id": 4, "timeout_ms": 10_000}),
+        ),
+        (
+            ["cluster", "remove-node", "4"],
+            ("remove_node", {"node_id": 4, "timeout_ms": 10_000}),
+        ),
         (["cluster", "transfer-leader", "2"], ("transfer_leader", {"target": 2})),
         (["cluster", "version"], ("apply_version", {})),
         (["cluster", "version", "--finalize"], ("apply_version_finalize", {})),
@@ -784,7 +802,7 @@ def test_promote_node_wait_retries_while_the_learner_catches_up_and_shows_how_fa
         assert json.loads(waited.stdout) == {"index": 44}
         assert "receiving a snapshot, 2.0 of 8.0 MiB (25%)" in waited.stderr
         promotes = [a for op, a in sent(node) if op == "promote_node"]
-        assert promotes == [{"node_id": 4}] * 3
+        assert promotes == [{"node_id": 4, "timeout_ms": 10_000}] * 3
         # Caught up already: promoted at the first ask.
         ok = against(node, "cluster", "promote-node", "4", "--wait", "5s")
         assert ok.exit_code == 0
@@ -886,3 +904,41 @@ def test_add_node_refuses_an_id_no_node_could_start_with(fake: ThreadedFakeNode)
     result = against(fake, "cluster", "add-node", "1000001", "127.0.0.1:24104")
     assert result.exit_code == 2, result.output
     assert sent(fake) == []
+
+
+@pytest.mark.parametrize(
+    ("error", "unknown"),
+    [
+        # The forward to the leader got no answer in time: the leader may go on.
+        ("forward", True),
+        # The leader's own wait for the change to commit ran out.
+        ("timeout", True),
+        # No leader known: nothing was sent anywhere, so nothing to check.
+        ("no_leader", False),
+    ],
+)
+def test_membership_change_with_an_unknown_outcome_says_so_and_how_to_check(
+    error: str, unknown: bool
+) -> None:
+    from metastore.errors import RequestTimeoutError, UnavailableError
+
+    async def handler(op: str, args: dict[str, Any]) -> dict[str, Any]:
+        if op == "remove_node":
+            if error == "forward":
+                raise UnavailableError(
+                    "node 1 did not answer within 30000 ms; outcome unknown",
+                    details={"node_id": 1, "outcome_unknown": True},
+                )
+            if error == "timeout":
+                raise RequestTimeoutError(
+                    "membership change not applied within 10000 ms; outcome unknown"
+                )
+            raise UnavailableError("no leader known right now; retry shortly")
+        return await canned(op, args)
+
+    with ThreadedFakeNode(handler=handler) as node:
+        result = against(node, "cluster", "remove-node", "3")
+    assert result.exit_code == 3, result.output
+    said = "removal of node 3 may still take effect" in result.stderr
+    assert said == unknown, result.stderr
+    assert ("metastore cluster status" in result.stderr) == unknown, result.stderr

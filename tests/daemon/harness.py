@@ -147,11 +147,18 @@ class MetastoreCluster:
         return (self.dir / "secrets" / f"{role}.token").read_text().strip()
 
     def start(
-        self, node_id: int, *, bootstrap: bool | None = None, env: dict[str, str] | None = None
+        self,
+        node_id: int,
+        *,
+        bootstrap: bool | None = None,
+        env: dict[str, str] | None = None,
+        python_code: str | None = None,
     ) -> None:
         """Start node `node_id`; its first start by this harness bootstraps its identity (pass
         `bootstrap` to decide otherwise, e.g. to restart a node whose data was wiped). `env`
-        adds environment variables (fault injection, e.g. a shifted clock)."""
+        adds environment variables (fault injection, e.g. a shifted clock). `python_code`
+        runs instead of `-m metastore.daemon` (`python -c CODE ARGS`; e.g. a node of another
+        release: the code patches a module, then runs metastore.daemon as __main__)."""
         if bootstrap is None:
             bootstrap = node_id not in self._bootstrapped
         self._bootstrapped.add(node_id)
@@ -159,8 +166,7 @@ class MetastoreCluster:
         self.procs[node_id] = subprocess.Popen(
             [
                 sys.executable,
-                "-m",
-                "metastore.daemon",
+                *(["-m", "metastore.daemon"] if python_code is None else ["-c", python_code]),
                 "--config",
                 str(self.config),
                 "--node-id",

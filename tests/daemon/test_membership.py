@@ -14,7 +14,7 @@ import pytest
 from metastore.client import SyncMetastoreClient
 from metastore.errors import InvalidArgumentError
 from raft.node import PROMOTE_LAG_ENTRIES_MAX as PROMOTE_LAG
-from tests.daemon.harness import metastore_cluster
+from tests.daemon.harness import metastore_cluster, run_cli
 
 pytestmark = pytest.mark.slow
 
@@ -69,3 +69,49 @@ def test_removing_the_leader_twice_leaves_one_voter_that_serves(tmp_path: Path) 
             assert view["learner"] is True and view["behind"] > PROMOTE_LAG
         finally:
             client.close()
+
+
+def test_a_removal_that_cannot_commit_in_time_says_its_outcome_is_unknown(tmp_path: Path) -> None:
+    """remove-node sent to a follower (forwarded to the leader) whose change cannot commit
+    within --timeout-ms: the new voters' majority needs a member that is down. The leader's
+    own wait follows the caller's timeout, its TIMEOUT comes back through the forward, and the
+    CLI says the outcome is unknown and how to check; the change then commits on its own once
+    the member is back."""
+    with metastore_cluster(tmp_path, 3) as c:
+        c.start_all()
+        leader = c.wait_ready()
+        down, removed = (n for n in c.ids if n != leader)
+        c.kill(down)
+        started = time.monotonic()
+        done = run_cli(
+            "--endpoints",
+            f"127.0.0.1:{c.client_ports[removed]}",
+            "--token",
+            c.token("admin"),
+            "--timeout-ms",
+            "2000",
+            "cluster",
+            "remove-node",
+            str(removed),
+        )
+        took_s = time.monotonic() - started
+        assert done.returncode == 3, (done.stdout, done.stderr)
+        assert "outcome is unknown" in done.stderr, done.stderr
+        assert "metastore cluster status" in done.stderr, done.stderr
+        # The leader's answer (its 2 s wait), not the client giving up with nothing to say.
+        assert "TIMEOUT" in done.stderr and "membership change" in done.stderr, done.stderr
+        assert took_s < 2 + 10, took_s
+
+        c.start(down)
+        # The change committed once `down` is back: an entry after it commits on the new
+        # voters (leader and `down`) alone.
+        client = SyncMetastoreClient(
+            [f"127.0.0.1:{c.client_ports[leader]}"], c.token("admin"), timeout_ms=30_000
+        )
+        try:
+            client.ddl("CREATE NAMESPACE after_removal")
+        finally:
+            client.close()
+        status = c.try_status(leader)
+        assert status is not None
+        assert sorted(status["voters"]) == sorted({leader, down}), status

@@ -269,10 +269,15 @@ def test_the_cli_runs_the_backfill_again_when_the_report_is_refused(
     _wait_job(env.client, job_id, _succeeded, "succeeds")
     _wait_active(env, table, ["id", "tag"])
     assert rows_of(bridge.read_table(table)) == [(i, "old") for i in range(20)]
-    # A finished job, an unknown job: refused with the CLI's exit codes (5 refused, 4 not found).
-    again = _cli(env, "run-backfill", str(job_id), "--timeout", "5s")
-    assert again.exit_code == 5, again.output
-    assert "SCHEMA_JOB_STATE" in again.stderr and "succeeded" in again.stderr
+    # A job that succeeded already: nothing to do, and not an error (an orchestrator's retry of
+    # a run whose report was accepted must not fail); the result says what happened.
+    again = _cli(env, "-o", "json", "run-backfill", str(job_id), "--timeout", "5s")
+    assert again.exit_code == 0, again.output + again.stderr
+    again_doc = json.loads(again.stdout)
+    assert again_doc["outcome"] == "job_succeeded", again_doc
+    assert f"job {job_id} succeeded: column tag of {table} is public" in again_doc["note"]
+    assert again_doc["snapshot_ts"] == doc["snapshot_ts"] and again_doc["commits"] == 0
+    # An unknown job: the CLI's not-found exit code (4).
     missing = _cli(env, "run-backfill", "99999", "--timeout", "5s")
     assert missing.exit_code == 4 and "SCHEMA_JOB_NOT_FOUND" in missing.stderr
 
