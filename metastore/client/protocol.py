@@ -564,7 +564,11 @@ class MetastoreClient:
         server_wait_ms = REQUEST_TIMEOUT_MS_DEFAULT
         if timeout_ms is not None:
             server_wait_ms = _check_timeout("timeout_ms", timeout_ms, REQUEST_TIMEOUT_MS_MAX)
-            args["timeout_ms"] = timeout_ms
+            if timeout_ms != MEMBERSHIP_TIMEOUT_MS_DEFAULT:
+                # Sent only when it says something: a daemon of an older release refuses the
+                # argument (BAD_REQUEST), and the CLI passes its default 10 s every time, so
+                # membership changes with the defaults still work during a rolling upgrade.
+                args["timeout_ms"] = timeout_ms
         call_timeout_ms = max(self.timeout_ms, server_wait_ms + SERVER_WAIT_MARGIN_MS)
         return await self.call("schema_at", args, timeout_ms=call_timeout_ms)
 
@@ -1137,7 +1141,11 @@ class MetastoreClient:
         server_wait_ms = MEMBERSHIP_TIMEOUT_MS_DEFAULT
         if timeout_ms is not None:
             server_wait_ms = _check_timeout("timeout_ms", timeout_ms, REQUEST_TIMEOUT_MS_MAX)
-            args["timeout_ms"] = timeout_ms
+            if timeout_ms != MEMBERSHIP_TIMEOUT_MS_DEFAULT:
+                # Sent only when it says something: a daemon of an older release refuses the
+                # argument (BAD_REQUEST), and the CLI passes its default 10 s every time, so
+                # membership changes with the defaults still work during a rolling upgrade.
+                args["timeout_ms"] = timeout_ms
         call_timeout_ms = max(
             self.timeout_ms,
             server_wait_ms + around_change_ms + FORWARD_REPLY_MARGIN_MS + SERVER_WAIT_MARGIN_MS,

@@ -21,7 +21,10 @@ from metastore.client import (
     parse_endpoint,
     protocol,
 )
-from metastore.daemon.api_limits import CLIENT_INFLIGHT_PER_CONNECTION_MAX
+from metastore.daemon.api_limits import (
+    CLIENT_INFLIGHT_PER_CONNECTION_MAX,
+    MEMBERSHIP_TIMEOUT_MS_DEFAULT,
+)
 from metastore.errors import (
     ErrorCode,
     InvalidArgumentError,
@@ -756,3 +759,22 @@ async def test_a_watch_start_one_node_compacted_away_is_asked_of_the_others(node
     async with client(fresh.endpoint, gone.endpoint) as c:
         with pytest.raises(WatchStartCompactedError):
             await c.watch(10)  # no node has it: the caller re-reads the state
+
+
+async def test_membership_calls_send_timeout_ms_only_when_not_the_default(nodes: Any) -> None:
+    # A daemon of an older release refuses an unknown `timeout_ms` argument; the CLI passes its
+    # default (10 s) every time, so the default must not be sent (rolling upgrades).
+    node = await nodes()
+    async with client(node.endpoint) as c:
+        await c.remove_node(4, timeout_ms=MEMBERSHIP_TIMEOUT_MS_DEFAULT)
+        await c.promote_node(4)
+        await c.add_node(4, "127.0.0.1:1", timeout_ms=2_500)
+    sent = [(op, args) for _, op, args in node.requests]
+    assert sent == [
+        ("remove_node", {"node_id": 4}),
+        ("promote_node", {"node_id": 4}),
+        (
+            "add_node",
+            {"node_id": 4, "raft_address": "127.0.0.1:1", "learner": True, "timeout_ms": 2_500},
+        ),
+    ]
