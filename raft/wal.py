@@ -92,6 +92,7 @@ import re
 import struct
 import time
 import zlib
+from array import array
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
@@ -348,10 +349,9 @@ def _decode_batch(payload: bytes) -> list[_Record]:
     return records
 
 
-def _parse_record_at(
-    data: bytes, offset: int, *, magic: bytes = _RECORD_MAGIC
-) -> tuple[_RecordType, bytes, int] | str:
-    """The record starting at `offset` as (type, payload, end offset), or why there is none."""
+def _record_header_at(data: bytes, offset: int, magic: bytes) -> tuple[int, int, int, int] | str:
+    """The header starting at `offset` as (type, payload start, payload end, crc), checked for
+    everything but the checksum, or why it is no record's."""
     payload_start = offset + _RECORD_HEADER.size
     if payload_start > len(data):
         return "incomplete record header"
@@ -366,10 +366,173 @@ def _parse_record_at(
     end = payload_start + length
     if end > len(data):
         return "incomplete record payload"
+    return rtype, payload_start, end, crc
+
+
+def _parse_record_at(
+    data: bytes, offset: int, *, magic: bytes = _RECORD_MAGIC
+) -> tuple[_RecordType, bytes, int] | str:
+    """The record starting at `offset` as (type, payload, end offset), or why there is none."""
+    header = _record_header_at(data, offset, magic)
+    if isinstance(header, str):
+        return header
+    rtype, payload_start, end, crc = header
     payload = data[payload_start:end]
     if _record_crc(rtype, payload) != crc:
         return "record checksum mismatch"
     return _RecordType(rtype), payload, end
+
+
+# --------------------------------------------------------------------------------------------
+# The search for records after damage checks a record header at every offset holding the magic,
+# and garbage can hold one every few bytes, each with a length reaching to the end of the file
+# (random bytes rarely do; a crafted entry value can). Checksumming each candidate over its
+# length would be quadratic: a crafted 1 MiB took 18 s to open, a 64 MiB segment about a day.
+# So a long candidate's checksum comes from the checksums of two prefixes of the file instead,
+# by arithmetic on CRC-32 polynomials (zlib's crc32_combine, which Python does not expose):
+#   crc32(B, c) == crc32(B, 0) ^ c * x^(8 len(B))   and   crc32(A + B, 0) == crc32(B, crc32(A, 0)),
+# so with P(i) = crc32(data[base:i]):  crc32(data[s:e], seed) == P(e) ^ (P(s) ^ seed) * x^(8(e-s)),
+# all modulo the CRC-32 polynomial. Each candidate then costs at most a few hundred bytes
+# checksummed and at most 16 table lookups (4 per nonzero byte of its length field).
+# --------------------------------------------------------------------------------------------
+
+# zlib's CRC-32 polynomial in its reflected bit order: bit 31 is the coefficient of x^0.
+_CRC32_POLYNOMIAL: Final = 0xEDB88320
+_CRC32_ONE: Final = 1 << 31  # the polynomial 1
+_CRC32_X8: Final = 1 << 23  # x^8: what one byte multiplies a start value by
+# Candidates at most this long are checksummed directly (cheaper than the arithmetic). These two
+# are not Final: tests lower them so that short candidates take the arithmetic path too.
+_CRC_DIRECT_BYTES_MAX = 256
+# P(i) is kept for every i this far apart; P of any other offset is one short checksum away.
+_CRC_CHECKPOINT_BYTES = 128
+# The seed of a record's checksum: the CRC of its type byte (see `_record_crc`).
+_RECORD_CRC_SEEDS: Final = {int(t): zlib.crc32(bytes((t,))) for t in _RecordType}
+
+
+def _crc32_multiply(a: int, b: int) -> int:
+    """a * b modulo the CRC-32 polynomial (both in reflected bit order)."""
+    product = 0
+    for _ in range(32):  # one coefficient of `a` per turn, x^0 first
+        if a & _CRC32_ONE:
+            product ^= b
+        a = (a << 1) & 0xFFFFFFFF
+        b = (b >> 1) ^ _CRC32_POLYNOMIAL if b & 1 else b >> 1  # b * x
+    return product
+
+
+def _crc32_x_power(byte_count: int) -> int:
+    """x^(8 byte_count) modulo the CRC-32 polynomial: what `byte_count` bytes multiply by."""
+    result, square = _CRC32_ONE, _CRC32_X8
+    for _ in range(byte_count.bit_length()):
+        if byte_count & 1:
+            result = _crc32_multiply(result, square)
+        square = _crc32_multiply(square, square)
+        byte_count >>= 1
+    return result
+
+
+def _crc32_multiplication_table(factor: int) -> array[int]:
+    """c -> c * factor as four 256-entry tables, one per byte of c (it is linear in c)."""
+    # images[k] = factor * x^k; bit i of c is the coefficient of x^(31 - i).
+    images = []
+    image = factor
+    for _ in range(32):
+        images.append(image)
+        image = (image >> 1) ^ _CRC32_POLYNOMIAL if image & 1 else image >> 1
+    table = array("L", bytes(array("L").itemsize * 1024))
+    for byte_position in range(4):
+        base = 256 * byte_position
+        for value in range(1, 256):
+            lowest = value & -value
+            bit = 8 * byte_position + lowest.bit_length() - 1
+            table[base + value] = table[base + (value ^ lowest)] ^ images[31 - bit]
+    return table
+
+
+class _Crc32Shifter:
+    """c -> c * x^(8n) for any n below 2^32: how a CRC start value reaches the end of n bytes.
+    n is taken a byte at a time; each (byte position, digit) table is built when first needed,
+    so a search builds at most 1024 of them (4 KiB or 8 KiB each)."""
+
+    __slots__ = ("_tables",)
+
+    def __init__(self) -> None:
+        # Indexed by 256 * byte position + digit.
+        self._tables: list[array[int] | None] = [None] * 1024
+
+    def shift(self, value: int, byte_count: int) -> int:
+        if not 0 <= byte_count < 1 << 32:
+            raise ValueError(f"byte count {byte_count} out of range")
+        tables = self._tables
+        key = 0
+        while byte_count:  # at most 4 turns
+            digit = byte_count & 0xFF
+            if digit:
+                table = tables[key | digit] or self._build(key | digit)
+                value = (
+                    table[value & 0xFF]
+                    ^ table[256 | ((value >> 8) & 0xFF)]
+                    ^ table[512 | ((value >> 16) & 0xFF)]
+                    ^ table[768 | (value >> 24)]
+                )
+            byte_count >>= 8
+            key += 256
+        return value
+
+    def _build(self, key: int) -> array[int]:
+        byte_position, digit = divmod(key, 256)
+        table = _crc32_multiplication_table(_crc32_x_power(digit << (8 * byte_position)))
+        self._tables[key] = table
+        return table
+
+
+class _RangeCrc:
+    """crc32 of any range of `data` at or after `base`, at a cost independent of its length
+    (see above). The prefix checkpoints are computed on the first long range: one pass."""
+
+    __slots__ = ("_base", "_checkpoints", "_shifter", "_step", "_view")
+
+    def __init__(self, data: bytes, *, base: int) -> None:
+        self._view = memoryview(data)
+        self._base = base
+        self._step = _CRC_CHECKPOINT_BYTES
+        self._checkpoints: array[int] | None = None
+        self._shifter = _Crc32Shifter()
+
+    def crc32(self, start: int, end: int, seed: int) -> int:
+        """zlib.crc32(data[start:end], seed), for base <= start <= end <= len(data)."""
+        if end - start <= _CRC_DIRECT_BYTES_MAX:
+            return zlib.crc32(self._view[start:end], seed)
+        return self._prefix(end) ^ self._shifter.shift(self._prefix(start) ^ seed, end - start)
+
+    def _prefix(self, position: int) -> int:
+        """crc32(data[base:position])."""
+        checkpoints = self._checkpoints
+        if checkpoints is None:
+            checkpoints = self._checkpoints = array("L", [0])
+            crc = 0
+            for offset in range(self._base + self._step, len(self._view) + 1, self._step):
+                crc = zlib.crc32(self._view[offset - self._step : offset], crc)
+                checkpoints.append(crc)
+        index = (position - self._base) // self._step
+        checkpoint = self._base + index * self._step
+        return zlib.crc32(self._view[checkpoint:position], checkpoints[index])
+
+
+def _valid_records_from(data: bytes, start: int) -> Iterator[tuple[int, _RecordType, bytes]]:
+    """(offset, type, payload) of every top-level record with a valid checksum whose header
+    starts at or after `start`, by offset, whatever lies between them: every offset holding
+    the magic is tried, also inside records found. Linear in len(data) - start: each offset
+    costs at most a few hundred bytes checksummed, and only valid records are copied."""
+    checksums = _RangeCrc(data, base=start)
+    position = data.find(_RECORD_MAGIC, start)
+    while position != -1:  # at most len(data) turns: `position` only grows
+        header = _record_header_at(data, position, _RECORD_MAGIC)
+        if not isinstance(header, str):
+            rtype, payload_start, end, crc = header
+            if checksums.crc32(payload_start, end, _RECORD_CRC_SEEDS[rtype]) == crc:
+                yield position, _RecordType(rtype), data[payload_start:end]
+        position = data.find(_RECORD_MAGIC, position + 1)
 
 
 def _synced_record_after(
@@ -386,18 +549,15 @@ def _synced_record_after(
     there loses only commit indexes (volatile state). Term and vote only grow, so an equal
     term and vote after the damage also proves none changed inside it; a commit index beyond
     the last entry before the damage proves entries were lost there. Every position holding
-    the magic is tried (also inside records found), so no record can hide another.
+    the magic is tried (also inside records found), so no record can hide another; in time
+    linear in the bytes after `start` (`_valid_records_from`).
     """
     unsynced = 0
-    pos = data.find(_RECORD_MAGIC, start)
-    while pos != -1:
-        parsed = _parse_record_at(data, pos)
-        if not isinstance(parsed, str):
-            why = _why_synced(parsed[0], parsed[1], hard_state=hard_state, last_index=last_index)
-            if why is not None:
-                return f"{why} at offset {pos}", unsynced
-            unsynced += 1
-        pos = data.find(_RECORD_MAGIC, pos + 1)
+    for position, rtype, payload in _valid_records_from(data, start):
+        why = _why_synced(rtype, payload, hard_state=hard_state, last_index=last_index)
+        if why is not None:
+            return f"{why} at offset {position}", unsynced
+        unsynced += 1
     return None, unsynced
 
 
