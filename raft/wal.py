@@ -51,6 +51,21 @@ Jargon
   makes every earlier byte of the file durable. So is a damaged batch too long to be
   commit-only (its header intact) with a valid record right after it: that record proves the
   batch's append returned, which an append with entries does only once synced.
+* **the one power loss refused as corruption**: unsynced commit-only records, then an append
+  with entries whose fdatasync a power loss interrupted after the disk kept that batch's
+  sectors but not an earlier one holding a commit-only record. It stays corruption (an
+  operator's call, `CORRUPT_LOG_REMEDY`), because no byte on disk tells it apart from the
+  append having returned (acknowledged) and the storage later losing that earlier sector: a
+  lost write reads as the sector's older contents, which are the zeros written ahead either
+  way, at the same sector granularity. Cutting at the damage would then lose acknowledged
+  entries; keeping the later records and skipping the damage would need proof that the lost
+  bytes held only commit indexes, which the format does not record (they may have held synced
+  entries, even an overwrite of earlier ones, that the later batch does not supersede: the
+  replayed log would then break Log Matching). Telling the two apart needs the writer to
+  leave evidence, e.g. each synced batch naming the offset up to which the file had been
+  synced before it (damage wholly after that offset held only commit-only records and could
+  be skipped): a format change. Usually the lost sector also holds the start of the later
+  batch (records are contiguous), which is then damaged too, and the tail is cut as above.
 
 Replay rules
 ------------
@@ -139,17 +154,31 @@ class WalError(Exception):
 
 
 class CorruptLogError(WalError):
-    """The files on disk cannot be replayed: real corruption, not a torn tail. Needs a human
-    (or a fresh snapshot from the leader after wiping the node)."""
+    """The files on disk cannot be replayed: real corruption, not a torn tail. Needs a human:
+    the message says what to do (`CORRUPT_LOG_REMEDY`); `reason` alone says what is wrong."""
 
     code: ClassVar[str] = "wal_corrupt"
 
     def __init__(self, reason: str, *, path: Path, offset: int | None = None) -> None:
         where = f"{path}" if offset is None else f"{path} at offset {offset}"
-        super().__init__(f"corrupt write-ahead log: {where}: {reason}")
+        super().__init__(f"corrupt write-ahead log: {where}: {reason}. {CORRUPT_LOG_REMEDY}")
         self.reason = reason
         self.path = path
         self.offset = offset
+
+
+# Recovery raises CorruptLogError before it cuts, writes or deletes anything in the log.
+CORRUPT_LOG_REMEDY: Final = (
+    "The log and snapshot files were left as they are. Do not cut or edit them to make the "
+    "node start: the records after the damage may hold entries or a vote this node "
+    "acknowledged, and a node that forgets them can break the cluster's safety. Keep the "
+    "directory for inspection. If the other members still form a quorum, remove this node "
+    "from the cluster (`metastore cluster remove-node ID`), move its data directory aside and "
+    "add it back as a new member with an empty one (`metastore cluster add-node ID HOST:PORT`, "
+    "start it once with --bootstrap, then `metastore cluster promote-node ID --wait 10m`): it "
+    "catches up from the leader. If they do not, restore the cluster from a backup "
+    "(`metastore snapshot restore`)."
+)
 
 
 class LogGapError(WalError):
@@ -1267,12 +1296,25 @@ class WriteAheadLog:
                     hard_state=hard_state,
                     last_index=max(log_end, snapshot.meta.index),
                 )
-                if why is None:
-                    why = _damaged_batch_was_synced(data, scanned.valid_bytes)
+                if why is not None:
+                    # See "torn tail" in the module docstring for why neither cause can be
+                    # ruled out, and why neither cutting nor skipping the damage is safe.
+                    raise CorruptLogError(
+                        f"{scanned.torn_reason} (valid records follow it: {why}). Either the "
+                        "storage lost or damaged bytes that an fdatasync had covered, or a "
+                        "power loss during that later write kept it and lost earlier bytes "
+                        "holding only unsynced commit-index records; the files cannot tell "
+                        "which, and in the first case cutting the log here would lose records "
+                        "this node acknowledged",
+                        path=segment.path,
+                        offset=scanned.valid_bytes,
+                    )
+                why = _damaged_batch_was_synced(data, scanned.valid_bytes)
                 if why is not None:
                     raise CorruptLogError(
                         f"{scanned.torn_reason} (valid records follow it: {why}; so the "
-                        f"damage was synced: not a torn write)",
+                        "damage was synced: the storage lost or damaged bytes that an "
+                        "fdatasync had covered)",
                         path=segment.path,
                         offset=scanned.valid_bytes,
                     )

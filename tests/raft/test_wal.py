@@ -1433,6 +1433,89 @@ def test_logs_with_and_without_preallocation_open_each_other(tmp_path: Path) -> 
     assert recover(tmp_path).entries == tuple(ents(1, 6))
 
 
+# An append with entries that follows unsynced commit-only records, cut short by a power loss:
+# the disk may keep the later batch's sectors and lose an earlier one holding a commit-only
+# record. Recovery refuses that as corruption, and must: the same bytes are on disk when that
+# append returned (synced, acknowledged) and the storage later lost the earlier sector (a lost
+# write reads as the sector's older contents, here the zeros written ahead), so cutting there
+# could lose acknowledged entries; and keeping the batch while skipping the lost bytes would
+# need proof that they held only commit indexes, which the format does not record (they may
+# have held synced entries that the batch does not supersede). Only an operator can decide.
+
+SECTOR = 512
+
+
+def commit_records_across_a_sector_boundary(path: Path) -> tuple[int, int, int]:
+    """A log whose unsynced commit-only records cross a sector boundary, then an append with
+    entries (synced). Returns (start of the first commit-only record, the boundary, the start
+    of the entries batch)."""
+    wal, _ = open_wal(path, preallocate_bytes=PREALLOC)
+    with wal:
+        wal.append(ents(1, 3, term=2), HardState(term=2, vote=1, commit=0))
+        first = records_end(wal)
+        boundary = (first // SECTOR + 1) * SECTOR
+        commit = 0
+        while records_end(wal) <= boundary:
+            commit = min(commit + 1, 3)
+            wal.append([], HardState(term=2, vote=1, commit=commit))
+            assert wal.stats().unsynced_commit_records > 0
+            assert records_end(wal) < first + 2 * SECTOR
+        wal.append([], HardState(term=2, vote=1, commit=3))  # wholly after the boundary
+        batch = records_end(wal)
+        wal.append([ent(4, term=2)], HardState(term=2, vote=1, commit=3))
+    return first, boundary, batch
+
+
+def test_a_lost_sector_of_commit_records_before_an_intact_entries_batch_stays_corruption(
+    tmp_path: Path,
+) -> None:
+    first, boundary, batch = commit_records_across_a_sector_boundary(tmp_path)
+    assert first < boundary < batch
+    (segment,) = segments(tmp_path)
+    damage(segment, first, boundary, "zeros")  # the sector as it was before: zeros written ahead
+    untouched = segment.read_bytes()
+    with pytest.raises(CorruptLogError, match="valid records follow it") as caught:
+        recover(tmp_path, preallocate_bytes=PREALLOC)
+    assert caught.value.offset == first
+    message = str(caught.value)
+    assert f"a batch with entries or a reset at offset {batch}" in message
+    # What happened cannot be told from the files; what to do can.
+    assert "power loss" in message and "acknowledged" in message
+    assert "files were left as they are" in message
+    assert "remove-node" in message and "--bootstrap" in message
+    assert segment.read_bytes() == untouched
+
+
+def test_a_lost_sector_holding_the_start_of_the_interrupted_batch_is_a_torn_tail(
+    tmp_path: Path,
+) -> None:
+    """Counterpart: when the lost sector also holds the start of the later batch (the usual
+    case, the records being contiguous), that batch is damaged too and nothing valid follows:
+    the torn tail is cut, as before, and the log goes on."""
+    first, _, batch = commit_records_across_a_sector_boundary(tmp_path)
+    (segment,) = segments(tmp_path)
+    damage(segment, first, batch + 5, "zeros")
+    wal, state = open_wal(tmp_path, preallocate_bytes=PREALLOC)
+    with wal:
+        assert state.entries == tuple(ents(1, 3, term=2))
+        assert state.hard_state == HardState(term=2, vote=1, commit=0)
+        wal.append([ent(4, term=3)], HardState(term=3, vote=2, commit=3))
+    state = recover(tmp_path, preallocate_bytes=PREALLOC)
+    assert state.entries == (*ents(1, 3, term=2), ent(4, term=3))
+    assert state.hard_state == HardState(term=3, vote=2, commit=3)
+
+
+def test_every_corruption_error_says_what_to_do(tmp_path: Path) -> None:
+    build(tmp_path, *[([ent(i)], None) for i in range(1, 30)], segment_bytes_max=SMALL_SEGMENT)
+    segments(tmp_path)[1].unlink()
+    with pytest.raises(CorruptLogError, match="a segment is missing") as caught:
+        recover(tmp_path)
+    assert "files were left as they are" in str(caught.value)
+    assert "remove-node" in str(caught.value)
+    assert caught.value.reason == str(caught.value.reason)  # the reason alone, for logs
+    assert "remove-node" not in caught.value.reason
+
+
 # --------------------------------------------------------------------- model-based (hypothesis)
 
 
