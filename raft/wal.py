@@ -175,8 +175,9 @@ CORRUPT_LOG_REMEDY: Final = (
     "directory for inspection. If the other members still form a quorum, remove this node "
     "from the cluster (`metastore cluster remove-node ID`), move its data directory aside and "
     "add it back as a new member with an empty one (`metastore cluster add-node ID HOST:PORT`, "
-    "start it once with --bootstrap, then `metastore cluster promote-node ID --wait 10m`): it "
-    "catches up from the leader. If they do not, restore the cluster from a backup "
+    "start it once with --bootstrap, then `metastore cluster promote-node ID --wait 10m`; with "
+    "TLS it needs a new certificate, `metastore cluster certs`): it catches up from the "
+    "leader. If they do not, restore the cluster from a backup "
     "(`metastore snapshot restore`)."
 )
 
@@ -1297,8 +1298,8 @@ class WriteAheadLog:
                     last_index=max(log_end, snapshot.meta.index),
                 )
                 if why is not None:
-                    # See "torn tail" in the module docstring for why neither cause can be
-                    # ruled out, and why neither cutting nor skipping the damage is safe.
+                    # See "the one power loss refused as corruption" in the module docstring:
+                    # neither cause can be ruled out, and neither cutting nor skipping is safe.
                     raise CorruptLogError(
                         f"{scanned.torn_reason} (valid records follow it: {why}). Either the "
                         "storage lost or damaged bytes that an fdatasync had covered, or a "
