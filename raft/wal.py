@@ -51,6 +51,21 @@ Jargon
   makes every earlier byte of the file durable. So is a damaged batch too long to be
   commit-only (its header intact) with a valid record right after it: that record proves the
   batch's append returned, which an append with entries does only once synced.
+* **the one power loss refused as corruption**: unsynced commit-only records, then an append
+  with entries whose fdatasync a power loss interrupted after the disk kept that batch's
+  sectors but not an earlier one holding a commit-only record. It stays corruption (an
+  operator's call, `CORRUPT_LOG_REMEDY`), because no byte on disk tells it apart from the
+  append having returned (acknowledged) and the storage later losing that earlier sector: a
+  lost write reads as the sector's older contents, which are the zeros written ahead either
+  way, at the same sector granularity. Cutting at the damage would then lose acknowledged
+  entries; keeping the later records and skipping the damage would need proof that the lost
+  bytes held only commit indexes, which the format does not record (they may have held synced
+  entries, even an overwrite of earlier ones, that the later batch does not supersede: the
+  replayed log would then break Log Matching). Telling the two apart needs the writer to
+  leave evidence, e.g. each synced batch naming the offset up to which the file had been
+  synced before it (damage wholly after that offset held only commit-only records and could
+  be skipped): a format change. Usually the lost sector also holds the start of the later
+  batch (records are contiguous), which is then damaged too, and the tail is cut as above.
 
 Replay rules
 ------------
@@ -92,6 +107,7 @@ import re
 import struct
 import time
 import zlib
+from array import array
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
@@ -138,17 +154,32 @@ class WalError(Exception):
 
 
 class CorruptLogError(WalError):
-    """The files on disk cannot be replayed: real corruption, not a torn tail. Needs a human
-    (or a fresh snapshot from the leader after wiping the node)."""
+    """The files on disk cannot be replayed: real corruption, not a torn tail. Needs a human:
+    the message says what to do (`CORRUPT_LOG_REMEDY`); `reason` alone says what is wrong."""
 
     code: ClassVar[str] = "wal_corrupt"
 
     def __init__(self, reason: str, *, path: Path, offset: int | None = None) -> None:
         where = f"{path}" if offset is None else f"{path} at offset {offset}"
-        super().__init__(f"corrupt write-ahead log: {where}: {reason}")
+        super().__init__(f"corrupt write-ahead log: {where}: {reason}. {CORRUPT_LOG_REMEDY}")
         self.reason = reason
         self.path = path
         self.offset = offset
+
+
+# Recovery raises CorruptLogError before it cuts, writes or deletes anything in the log.
+CORRUPT_LOG_REMEDY: Final = (
+    "The log and snapshot files were left as they are. Do not cut or edit them to make the "
+    "node start: the records after the damage may hold entries or a vote this node "
+    "acknowledged, and a node that forgets them can break the cluster's safety. Keep the "
+    "directory for inspection. If the other members still form a quorum, remove this node "
+    "from the cluster (`metastore cluster remove-node ID`), move its data directory aside and "
+    "add it back as a new member with an empty one (`metastore cluster add-node ID HOST:PORT`, "
+    "start it once with --bootstrap, then `metastore cluster promote-node ID --wait 10m`; with "
+    "TLS it needs a new certificate, `metastore cluster certs`): it catches up from the "
+    "leader. If they do not, restore the cluster from a backup "
+    "(`metastore snapshot restore`)."
+)
 
 
 class LogGapError(WalError):
@@ -348,10 +379,9 @@ def _decode_batch(payload: bytes) -> list[_Record]:
     return records
 
 
-def _parse_record_at(
-    data: bytes, offset: int, *, magic: bytes = _RECORD_MAGIC
-) -> tuple[_RecordType, bytes, int] | str:
-    """The record starting at `offset` as (type, payload, end offset), or why there is none."""
+def _record_header_at(data: bytes, offset: int, magic: bytes) -> tuple[int, int, int, int] | str:
+    """The header starting at `offset` as (type, payload start, payload end, crc), checked for
+    everything but the checksum, or why it is no record's."""
     payload_start = offset + _RECORD_HEADER.size
     if payload_start > len(data):
         return "incomplete record header"
@@ -366,10 +396,173 @@ def _parse_record_at(
     end = payload_start + length
     if end > len(data):
         return "incomplete record payload"
+    return rtype, payload_start, end, crc
+
+
+def _parse_record_at(
+    data: bytes, offset: int, *, magic: bytes = _RECORD_MAGIC
+) -> tuple[_RecordType, bytes, int] | str:
+    """The record starting at `offset` as (type, payload, end offset), or why there is none."""
+    header = _record_header_at(data, offset, magic)
+    if isinstance(header, str):
+        return header
+    rtype, payload_start, end, crc = header
     payload = data[payload_start:end]
     if _record_crc(rtype, payload) != crc:
         return "record checksum mismatch"
     return _RecordType(rtype), payload, end
+
+
+# --------------------------------------------------------------------------------------------
+# The search for records after damage checks a record header at every offset holding the magic,
+# and garbage can hold one every few bytes, each with a length reaching to the end of the file
+# (random bytes rarely do; a crafted entry value can). Checksumming each candidate over its
+# length would be quadratic: a crafted 1 MiB took 18 s to open, a 64 MiB segment about a day.
+# So a long candidate's checksum comes from the checksums of two prefixes of the file instead,
+# by arithmetic on CRC-32 polynomials (zlib's crc32_combine, which Python does not expose):
+#   crc32(B, c) == crc32(B, 0) ^ c * x^(8 len(B))   and   crc32(A + B, 0) == crc32(B, crc32(A, 0)),
+# so with P(i) = crc32(data[base:i]):  crc32(data[s:e], seed) == P(e) ^ (P(s) ^ seed) * x^(8(e-s)),
+# all modulo the CRC-32 polynomial. Each candidate then costs at most a few hundred bytes
+# checksummed and at most 16 table lookups (4 per nonzero byte of its length field).
+# --------------------------------------------------------------------------------------------
+
+# zlib's CRC-32 polynomial in its reflected bit order: bit 31 is the coefficient of x^0.
+_CRC32_POLYNOMIAL: Final = 0xEDB88320
+_CRC32_ONE: Final = 1 << 31  # the polynomial 1
+_CRC32_X8: Final = 1 << 23  # x^8: what one byte multiplies a start value by
+# Candidates at most this long are checksummed directly (cheaper than the arithmetic). These two
+# are not Final: tests lower them so that short candidates take the arithmetic path too.
+_CRC_DIRECT_BYTES_MAX = 256
+# P(i) is kept for every i this far apart; P of any other offset is one short checksum away.
+_CRC_CHECKPOINT_BYTES = 128
+# The seed of a record's checksum: the CRC of its type byte (see `_record_crc`).
+_RECORD_CRC_SEEDS: Final = {int(t): zlib.crc32(bytes((t,))) for t in _RecordType}
+
+
+def _crc32_multiply(a: int, b: int) -> int:
+    """a * b modulo the CRC-32 polynomial (both in reflected bit order)."""
+    product = 0
+    for _ in range(32):  # one coefficient of `a` per turn, x^0 first
+        if a & _CRC32_ONE:
+            product ^= b
+        a = (a << 1) & 0xFFFFFFFF
+        b = (b >> 1) ^ _CRC32_POLYNOMIAL if b & 1 else b >> 1  # b * x
+    return product
+
+
+def _crc32_x_power(byte_count: int) -> int:
+    """x^(8 byte_count) modulo the CRC-32 polynomial: what `byte_count` bytes multiply by."""
+    result, square = _CRC32_ONE, _CRC32_X8
+    for _ in range(byte_count.bit_length()):
+        if byte_count & 1:
+            result = _crc32_multiply(result, square)
+        square = _crc32_multiply(square, square)
+        byte_count >>= 1
+    return result
+
+
+def _crc32_multiplication_table(factor: int) -> array[int]:
+    """c -> c * factor as four 256-entry tables, one per byte of c (it is linear in c)."""
+    # images[k] = factor * x^k; bit i of c is the coefficient of x^(31 - i).
+    images = []
+    image = factor
+    for _ in range(32):
+        images.append(image)
+        image = (image >> 1) ^ _CRC32_POLYNOMIAL if image & 1 else image >> 1
+    table = array("L", bytes(array("L").itemsize * 1024))
+    for byte_position in range(4):
+        base = 256 * byte_position
+        for value in range(1, 256):
+            lowest = value & -value
+            bit = 8 * byte_position + lowest.bit_length() - 1
+            table[base + value] = table[base + (value ^ lowest)] ^ images[31 - bit]
+    return table
+
+
+class _Crc32Shifter:
+    """c -> c * x^(8n) for any n below 2^32: how a CRC start value reaches the end of n bytes.
+    n is taken a byte at a time; each (byte position, digit) table is built when first needed,
+    so a search builds at most 1024 of them (4 KiB or 8 KiB each)."""
+
+    __slots__ = ("_tables",)
+
+    def __init__(self) -> None:
+        # Indexed by 256 * byte position + digit.
+        self._tables: list[array[int] | None] = [None] * 1024
+
+    def shift(self, value: int, byte_count: int) -> int:
+        if not 0 <= byte_count < 1 << 32:
+            raise ValueError(f"byte count {byte_count} out of range")
+        tables = self._tables
+        key = 0
+        while byte_count:  # at most 4 turns
+            digit = byte_count & 0xFF
+            if digit:
+                table = tables[key | digit] or self._build(key | digit)
+                value = (
+                    table[value & 0xFF]
+                    ^ table[256 | ((value >> 8) & 0xFF)]
+                    ^ table[512 | ((value >> 16) & 0xFF)]
+                    ^ table[768 | (value >> 24)]
+                )
+            byte_count >>= 8
+            key += 256
+        return value
+
+    def _build(self, key: int) -> array[int]:
+        byte_position, digit = divmod(key, 256)
+        table = _crc32_multiplication_table(_crc32_x_power(digit << (8 * byte_position)))
+        self._tables[key] = table
+        return table
+
+
+class _RangeCrc:
+    """crc32 of any range of `data` at or after `base`, at a cost independent of its length
+    (see above). The prefix checkpoints are computed on the first long range: one pass."""
+
+    __slots__ = ("_base", "_checkpoints", "_shifter", "_step", "_view")
+
+    def __init__(self, data: bytes, *, base: int) -> None:
+        self._view = memoryview(data)
+        self._base = base
+        self._step = _CRC_CHECKPOINT_BYTES
+        self._checkpoints: array[int] | None = None
+        self._shifter = _Crc32Shifter()
+
+    def crc32(self, start: int, end: int, seed: int) -> int:
+        """zlib.crc32(data[start:end], seed), for base <= start <= end <= len(data)."""
+        if end - start <= _CRC_DIRECT_BYTES_MAX:
+            return zlib.crc32(self._view[start:end], seed)
+        return self._prefix(end) ^ self._shifter.shift(self._prefix(start) ^ seed, end - start)
+
+    def _prefix(self, position: int) -> int:
+        """crc32(data[base:position])."""
+        checkpoints = self._checkpoints
+        if checkpoints is None:
+            checkpoints = self._checkpoints = array("L", [0])
+            crc = 0
+            for offset in range(self._base + self._step, len(self._view) + 1, self._step):
+                crc = zlib.crc32(self._view[offset - self._step : offset], crc)
+                checkpoints.append(crc)
+        index = (position - self._base) // self._step
+        checkpoint = self._base + index * self._step
+        return zlib.crc32(self._view[checkpoint:position], checkpoints[index])
+
+
+def _valid_records_from(data: bytes, start: int) -> Iterator[tuple[int, _RecordType, bytes]]:
+    """(offset, type, payload) of every top-level record with a valid checksum whose header
+    starts at or after `start`, by offset, whatever lies between them: every offset holding
+    the magic is tried, also inside records found. Linear in len(data) - start: each offset
+    costs at most a few hundred bytes checksummed, and only valid records are copied."""
+    checksums = _RangeCrc(data, base=start)
+    position = data.find(_RECORD_MAGIC, start)
+    while position != -1:  # at most len(data) turns: `position` only grows
+        header = _record_header_at(data, position, _RECORD_MAGIC)
+        if not isinstance(header, str):
+            rtype, payload_start, end, crc = header
+            if checksums.crc32(payload_start, end, _RECORD_CRC_SEEDS[rtype]) == crc:
+                yield position, _RecordType(rtype), data[payload_start:end]
+        position = data.find(_RECORD_MAGIC, position + 1)
 
 
 def _synced_record_after(
@@ -386,18 +579,15 @@ def _synced_record_after(
     there loses only commit indexes (volatile state). Term and vote only grow, so an equal
     term and vote after the damage also proves none changed inside it; a commit index beyond
     the last entry before the damage proves entries were lost there. Every position holding
-    the magic is tried (also inside records found), so no record can hide another.
+    the magic is tried (also inside records found), so no record can hide another; in time
+    linear in the bytes after `start` (`_valid_records_from`).
     """
     unsynced = 0
-    pos = data.find(_RECORD_MAGIC, start)
-    while pos != -1:
-        parsed = _parse_record_at(data, pos)
-        if not isinstance(parsed, str):
-            why = _why_synced(parsed[0], parsed[1], hard_state=hard_state, last_index=last_index)
-            if why is not None:
-                return f"{why} at offset {pos}", unsynced
-            unsynced += 1
-        pos = data.find(_RECORD_MAGIC, pos + 1)
+    for position, rtype, payload in _valid_records_from(data, start):
+        why = _why_synced(rtype, payload, hard_state=hard_state, last_index=last_index)
+        if why is not None:
+            return f"{why} at offset {position}", unsynced
+        unsynced += 1
     return None, unsynced
 
 
@@ -1107,12 +1297,25 @@ class WriteAheadLog:
                     hard_state=hard_state,
                     last_index=max(log_end, snapshot.meta.index),
                 )
-                if why is None:
-                    why = _damaged_batch_was_synced(data, scanned.valid_bytes)
+                if why is not None:
+                    # See "the one power loss refused as corruption" in the module docstring:
+                    # neither cause can be ruled out, and neither cutting nor skipping is safe.
+                    raise CorruptLogError(
+                        f"{scanned.torn_reason} (valid records follow it: {why}). Either the "
+                        "storage lost or damaged bytes that an fdatasync had covered, or a "
+                        "power loss during that later write kept it and lost earlier bytes "
+                        "holding only unsynced commit-index records; the files cannot tell "
+                        "which, and in the first case cutting the log here would lose records "
+                        "this node acknowledged",
+                        path=segment.path,
+                        offset=scanned.valid_bytes,
+                    )
+                why = _damaged_batch_was_synced(data, scanned.valid_bytes)
                 if why is not None:
                     raise CorruptLogError(
                         f"{scanned.torn_reason} (valid records follow it: {why}; so the "
-                        f"damage was synced: not a torn write)",
+                        "damage was synced: the storage lost or damaged bytes that an "
+                        "fdatasync had covered)",
                         path=segment.path,
                         offset=scanned.valid_bytes,
                     )
