@@ -46,7 +46,7 @@ from raft.core.errors import RaftCoreError
 from raft.errors import NodeIdentityError, RaftError, TlsConfigError
 from raft.node import NodeConfig, RaftNode
 from raft.tls import check_node_files, client_context, server_context
-from raft.wal import WalLockedError
+from raft.wal import WalError, WalLockedError
 
 log = logging.getLogger("metastore.node")
 
@@ -93,6 +93,12 @@ def run_node(config_path: Path, node_id: int | None = None, *, bootstrap: bool =
             f"Error: {exc.code}: {exc} (is this node already running on {settings.data_dir}?)",
             file=sys.stderr,
         )
+        return 2
+    except WalError as exc:
+        # Recovery refused the log (CorruptLogError: its message says what to do) before it
+        # cut, wrote or deleted anything: the operator's call, in one line, not a traceback.
+        log.critical("refusing to start: %s", exc)
+        print(f"Error: {exc.code}: {exc}", file=sys.stderr)
         return 2
 
 

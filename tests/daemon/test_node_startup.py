@@ -189,3 +189,25 @@ def test_a_node_of_an_older_release_stops_and_resumes_once_upgraded(tmp_path: Pa
             assert [ns["name"] for ns in names] == ["upgraded"], n
     finally:
         c.stop_all()
+
+
+def test_a_corrupt_write_ahead_log_is_one_error_line_and_exit_2(tmp_path: Path) -> None:
+    """Recovery refuses a log it cannot replay (CorruptLogError); the operator gets the one
+    line every other refused start gives, with what to do, not a traceback."""
+    config = write_cluster(tmp_path)
+    settings = load_node_config(config, 1)
+
+    async def first_start() -> None:
+        node = MetastoreNode(settings, bootstrap=True)
+        await node.start()
+        await node.stop()
+
+    asyncio.run(first_start())
+    wal_dir = settings.data_dir / "wal"
+    (segment,) = sorted(wal_dir.glob("wal-*.log"))
+    # A later segment whose predecessor is missing: the log has a hole.
+    seq, first_index = segment.stem.split("-")[1:]
+    (wal_dir / f"wal-{int(seq, 16) + 2:016x}-{first_index}.log").write_bytes(b"")
+    done = run_daemon(config)
+    assert_one_line_error(done, "wal_corrupt")
+    assert "remove-node" in done.stderr
