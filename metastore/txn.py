@@ -331,8 +331,12 @@ class TableTxnStats:
     last_commit_ts: int  # 0 = never written
     last_txn_id: str  # "" = never written
     # Manifests (metastore.manifests). live_* above include manifest entries as their files
-    # record them, less one file per pending delete entry (bytes/rows of those are only known
-    # once a compaction folds them): exact whenever delete_entries is 0.
+    # record them; live_files less one per pending delete entry that hides one (bytes/rows of
+    # those are only known once a compaction folds them): exact whenever delete_entries is 0.
+    # A path committed again counts once per live entry. Short only where the state no longer
+    # tells which delete entries an overwrite made moot (its summary trimmed and its truncation
+    # folded before them), or when GC deleted a removed loose file before a compaction folded
+    # its delete entry; both until the next compaction folds them.
     manifests: int = 0
     manifest_entries: int = 0
     delete_entries: int = 0
@@ -1501,18 +1505,44 @@ class TxnLog:
 
     def may_hold_live_files(self, table_id: int) -> bool:
         """Whether the table may have a live file: a loose one, or a live entry of a manifest
-        no overwrite truncated. Never False for a table with files, unlike `table_stats`'
-        live_files, which subtracts every pending delete entry, also those of truncated
-        manifests (they stay until a compaction folds them)."""
+        no overwrite truncated. Never False for a table with a live file, unlike the count
+        apply used below version 4 (`live_files_below_v4`), which subtracts every pending
+        delete entry, also those of truncated manifests (they stay until a compaction folds
+        them)."""
         tl = self._log(table_id)
         return bool(tl.live) or any(
             r.removed_all_ts is None and r.live_count > 0 for r in tl.manifests.values()
         )
 
+    def live_files_below_v4(self, table_id: int) -> int:
+        """`table_stats`' live file count as it was before apply version 4 (every pending delete
+        entry subtracted): apply below version 4 decides with it (AdvanceSchemaJob), so it
+        stays as it was. Nothing else uses it."""
+        tl = self._log(table_id)
+        untruncated = [r for r in tl.manifests.values() if r.removed_all_ts is None]
+        return len(tl.live) + max(0, sum(r.live_count for r in untruncated) - len(tl.deletes))
+
     def table_stats(self, table_id: int) -> TableTxnStats:
         tl = self._log(table_id)
         untruncated = [r for r in tl.manifests.values() if r.removed_all_ts is None]
-        manifest_live = max(0, sum(r.live_count for r in untruncated) - len(tl.deletes))
+        # The live entries of untruncated manifests, as their files record them, less those a
+        # pending delete entry hides. Not every delete entry hides one: an overwrite after it
+        # removed its entry anyway (a compaction may fold the truncation first, or move newer
+        # files into a manifest, before it folds every older delete entry), and one of a loose
+        # path's own removal (apply version 5) left the loose live count already.
+        truncated_at = max(
+            (
+                *(r.removed_all_ts for r in tl.manifests.values() if r.removed_all_ts is not None),
+                *(c.ts for c in tl.commits if c.overwrite),
+            ),
+            default=0,
+        )
+        hidden = sum(
+            1
+            for path, removed_ts in tl.deletes.items()
+            if removed_ts > truncated_at and path not in tl.files and path not in tl.gc_queue
+        )
+        manifest_live = max(0, sum(r.live_count for r in untruncated) - hidden)
         return TableTxnStats(
             table=tl.name,
             table_id=tl.table_id,
