@@ -56,7 +56,14 @@ from typing import Final
 #      file (`TxnLog.may_hold_live_files`); before, its live file count decided, which
 #      subtracts delete entries of manifests an overwrite truncated, and could be 0 with a file
 #      live in a manifest: the column went public over a file that lacks it.
-APPLY_VERSION_SUPPORTED: Final = 4
+#   5: A removal of a loose path in a table with manifests also records a delete entry for the
+#      path (counted against MAX_DELETE_ENTRIES_PER_TABLE). Before, it removed the loose entry
+#      only: a path a protocol client had committed again after its first entry moved into a
+#      manifest stayed listed by that manifest entry (and `table optimize` could copy its rows
+#      twice). The delete entry hides, and a compaction folds it into, every manifest entry of
+#      the path, as for a removal of a path that is in manifests only (metastore.txn `_plan`,
+#      `delete_manifest_copies`; the leader's removal check passes the same rule).
+APPLY_VERSION_SUPPORTED: Final = 5
 
 # A cluster that never applied SetApplyVersion (and every older snapshot) is at version 1.
 INITIAL_APPLY_VERSION: Final = 1

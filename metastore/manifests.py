@@ -15,6 +15,8 @@ Jargon
     reference       a ManifestRef in the state: which manifest, and what it summarises.
     delete entry    the removal of a path that sits in a manifest (DeleteEntry: path,
                     removed_ts). It stays loose until a compaction rewrites that manifest.
+                    From apply version 5 a removal of a loose path records one too when the
+                    table has manifests: the path may sit in one as well (committed again).
     truncation      an overwrite commit removes every live entry, manifests included: their
                     references get `removed_all_ts` (every entry still live then is removed then).
     compaction      the committer (the bridge or `metastore table compact`, never `apply`: apply
@@ -249,7 +251,9 @@ def expand(listing: Listing, contents: Mapping[str, Sequence[FileEntry]]) -> lis
         out.extend(live_in_manifest(ref, contents[ref.sha256], deletes, listing.ts))
     for entry in listing.files:
         if entry.path in deletes:
-            continue  # cannot happen (a loose path is never a delete entry); cheap to keep
+            # Cannot happen: a loose path has a delete entry only from its own removal (apply
+            # version 5), so it is not live where that entry applies. Cheap to keep.
+            continue
         out.append(entry if entry.removed_ts is None else replace(entry, removed_ts=None))
     out.sort(key=lambda e: e.added_ts)  # stable: keeps each commit's own order
     return first_of_each_path(out)

@@ -264,6 +264,7 @@ class MetastoreState:
                 catalog=self.catalog,
                 sessions=self.sessions,
                 refuse_gc_queued=self.rules_at_least(2),
+                delete_manifest_copies=self.rules_at_least(5),
             )
             if not deduplicated:
                 self._observe_commit(command, result)
@@ -391,7 +392,7 @@ class MetastoreState:
                     # truncated manifests too, and could say 0 with a file live.
                     live_files = int(self.txns.may_hold_live_files(table_id))
                 else:
-                    live_files = self.txns.table_stats(table_id).live_files
+                    live_files = self.txns.live_files_below_v4(table_id)
                 result, effects = self.jobs.advance(
                     command,
                     tm=tm,

@@ -142,7 +142,10 @@ Manifests (metastore.manifests) for tables with millions of files
     contents): a second removal is still a DataFileConflict while its delete entry is loose,
     and a removal of a path in no manifest would match nothing when expanded. So the node that
     takes a commit checks such paths against the manifest files before proposing it
-    (`trusted_removals`, metastore.daemon.removal_check).
+    (`trusted_removals`, metastore.daemon.removal_check). From apply version 5 a removal of a
+    loose path in a table with manifests records a delete entry as well (the loose entry is
+    removed at the same ts): a protocol client may have committed the path again after its
+    first entry moved into a manifest, and that entry must go too.
 
 Invariants (checked by `check_invariants`, which the state runs on load and in tests)
     * registered table ids are exactly the catalog's incarnations, with the same name and
@@ -328,8 +331,12 @@ class TableTxnStats:
     last_commit_ts: int  # 0 = never written
     last_txn_id: str  # "" = never written
     # Manifests (metastore.manifests). live_* above include manifest entries as their files
-    # record them, less one file per pending delete entry (bytes/rows of those are only known
-    # once a compaction folds them): exact whenever delete_entries is 0.
+    # record them; live_files less one per pending delete entry that hides one (bytes/rows of
+    # those are only known once a compaction folds them): exact whenever delete_entries is 0.
+    # A path committed again counts once per live entry. Short only where the state no longer
+    # tells which delete entries an overwrite made moot (its summary trimmed and its truncation
+    # folded before them), or when GC deleted a removed loose file before a compaction folded
+    # its delete entry; both until the next compaction folds them.
     manifests: int = 0
     manifest_entries: int = 0
     delete_entries: int = 0
@@ -588,6 +595,9 @@ class _PlannedWrite:
     removals: tuple[str, ...]  # explicit removals, or every live path for an overwrite
     # Removals of paths that sit in a manifest (they become delete entries).
     manifest_removals: tuple[str, ...] = ()
+    # Loose paths of `removals` that also become delete entries (apply version 5): the path
+    # may sit in a manifest too.
+    copy_deletes: tuple[str, ...] = ()
     truncate: bool = False  # an overwrite: every manifest's live entries are removed too
 
 
@@ -675,11 +685,15 @@ class TxnLog:
         catalog: Catalog,
         sessions: Sessions,
         refuse_gc_queued: bool = True,
+        delete_manifest_copies: bool = True,
     ) -> tuple[Result, bool]:
         """Apply a validated CommitTxn at entry stamp `tm`. Returns (result, deduplicated).
         Raises a MetastoreError, having changed nothing, when a rule refuses it.
         `refuse_gc_queued`: refuse adding a path another incarnation queued for GC (apply
-        version 2, metastore.apply_version; a table's own queue is refused always)."""
+        version 2, metastore.apply_version; a table's own queue is refused always).
+        `delete_manifest_copies`: a removal of a loose path in a table with manifests also
+        records a delete entry, so an entry of the path in a manifest goes too (apply version
+        5; see "Manifests" above)."""
         digest = fingerprint(msgpack.packb(writes_to_data(cmd.writes), use_bin_type=True))
         seen = self._txns.get(cmd.txn_id)
         if seen is not None and seen.fingerprint == digest:
@@ -692,7 +706,13 @@ class TxnLog:
                 details={"txn_id": cmd.txn_id, "committed_ts": seen.ts},
             )
         ts = self._commit_ts(cmd, tm=tm, dd=dd)
-        plans = self._checked_plans(cmd, ts=ts, catalog=catalog, refuse_gc_queued=refuse_gc_queued)
+        plans = self._checked_plans(
+            cmd,
+            ts=ts,
+            catalog=catalog,
+            refuse_gc_queued=refuse_gc_queued,
+            delete_manifest_copies=delete_manifest_copies,
+        )
         # Last, so a refusal `manifest_removal_refusal` predicts still comes first.
         for w in cmd.writes:
             sessions.check_attempt_owners(w.table, [f.path for f in w.add], tm=tm)
@@ -715,6 +735,7 @@ class TxnLog:
         catalog: Catalog,
         manifest_status: Mapping[int, Mapping[str, int]] | None = None,
         refuse_gc_queued: bool = True,
+        delete_manifest_copies: bool = True,
     ) -> list[_PlannedWrite]:
         """The checks of `commit` that follow the choice of ts, in its order; changes nothing."""
         if cmd.read_ts is not None:
@@ -726,6 +747,7 @@ class TxnLog:
                 catalog=catalog,
                 manifest_status=manifest_status,
                 refuse_gc_queued=refuse_gc_queued,
+                delete_manifest_copies=delete_manifest_copies,
             )
             for w in cmd.writes
         ]
@@ -747,6 +769,7 @@ class TxnLog:
         catalog: Catalog,
         manifest_status: Mapping[int, Mapping[str, int]],
         refuse_gc_queued: bool = True,
+        delete_manifest_copies: bool = True,
     ) -> MetastoreError | None:
         """The error `commit` would give `cmd` if it could see inside manifests, when that error
         is about a removal it takes on trust; None when it answers otherwise (a retry, a
@@ -776,6 +799,7 @@ class TxnLog:
                 catalog=catalog,
                 manifest_status=manifest_status,
                 refuse_gc_queued=refuse_gc_queued,
+                delete_manifest_copies=delete_manifest_copies,
             )
         except _ManifestRemovalRefused as refused:
             return refused.error
@@ -866,6 +890,7 @@ class TxnLog:
         catalog: Catalog,
         manifest_status: Mapping[int, Mapping[str, int]] | None = None,
         refuse_gc_queued: bool = True,
+        delete_manifest_copies: bool = True,
     ) -> _PlannedWrite:
         inc = catalog.live_table(w.table)  # TableNotFound when missing or dropped
         if w.table_id and w.table_id != inc.table_id:
@@ -944,18 +969,28 @@ class TxnLog:
                 len(tl.files) + len(w.add),
                 f"file entries of {w.table}",
             )
-        if len(tl.deletes) + len(manifest_removals) > limits.MAX_DELETE_ENTRIES_PER_TABLE:
+        loose = () if w.overwrite else tuple(p for p in w.remove if p in tl.files)
+        # Apply version 5: the path may also sit in a manifest (committed again after its first
+        # entry left the loose entries; apply cannot see inside manifests), so its removal is
+        # a delete entry too, which hides and is folded into every manifest entry of the path.
+        # An overwrite needs none: it truncates every manifest.
+        copies = loose if delete_manifest_copies and tl.manifests else ()
+        pending = len(tl.deletes) + len(manifest_removals) + len(copies)
+        if pending > limits.MAX_DELETE_ENTRIES_PER_TABLE:
             raise limit_exceeded(
                 "MAX_DELETE_ENTRIES_PER_TABLE",
                 limits.MAX_DELETE_ENTRIES_PER_TABLE,
-                len(tl.deletes) + len(manifest_removals),
+                pending,
                 f"delete entries of {w.table} (compact the table: `metastore table compact`)",
             )
         if w.overwrite:
             return _PlannedWrite(log=tl, write=w, removals=tuple(tl.live), truncate=True)
-        loose = tuple(p for p in w.remove if p in tl.files)
         return _PlannedWrite(
-            log=tl, write=w, removals=loose, manifest_removals=tuple(manifest_removals)
+            log=tl,
+            write=w,
+            removals=loose,
+            manifest_removals=tuple(manifest_removals),
+            copy_deletes=copies,
         )
 
     def _write(
@@ -970,6 +1005,8 @@ class TxnLog:
                 tl.live_bytes -= entry.size_bytes
                 tl.live_rows -= entry.row_count
             for path in p.manifest_removals:
+                tl.deletes[path] = ts
+            for path in p.copy_deletes:  # loose entries removed above: not counted again
                 tl.deletes[path] = ts
             truncated = 0
             if p.truncate:
@@ -1468,18 +1505,44 @@ class TxnLog:
 
     def may_hold_live_files(self, table_id: int) -> bool:
         """Whether the table may have a live file: a loose one, or a live entry of a manifest
-        no overwrite truncated. Never False for a table with files, unlike `table_stats`'
-        live_files, which subtracts every pending delete entry, also those of truncated
-        manifests (they stay until a compaction folds them)."""
+        no overwrite truncated. Never False for a table with a live file, unlike the count
+        apply used below version 4 (`live_files_below_v4`), which subtracts every pending
+        delete entry, also those of truncated manifests (they stay until a compaction folds
+        them)."""
         tl = self._log(table_id)
         return bool(tl.live) or any(
             r.removed_all_ts is None and r.live_count > 0 for r in tl.manifests.values()
         )
 
+    def live_files_below_v4(self, table_id: int) -> int:
+        """`table_stats`' live file count as it was before apply version 4 (every pending delete
+        entry subtracted): apply below version 4 decides with it (AdvanceSchemaJob), so it
+        stays as it was. Nothing else uses it."""
+        tl = self._log(table_id)
+        untruncated = [r for r in tl.manifests.values() if r.removed_all_ts is None]
+        return len(tl.live) + max(0, sum(r.live_count for r in untruncated) - len(tl.deletes))
+
     def table_stats(self, table_id: int) -> TableTxnStats:
         tl = self._log(table_id)
         untruncated = [r for r in tl.manifests.values() if r.removed_all_ts is None]
-        manifest_live = max(0, sum(r.live_count for r in untruncated) - len(tl.deletes))
+        # The live entries of untruncated manifests, as their files record them, less those a
+        # pending delete entry hides. Not every delete entry hides one: an overwrite after it
+        # removed its entry anyway (a compaction may fold the truncation first, or move newer
+        # files into a manifest, before it folds every older delete entry), and one of a loose
+        # path's own removal (apply version 5) left the loose live count already.
+        truncated_at = max(
+            (
+                *(r.removed_all_ts for r in tl.manifests.values() if r.removed_all_ts is not None),
+                *(c.ts for c in tl.commits if c.overwrite),
+            ),
+            default=0,
+        )
+        hidden = sum(
+            1
+            for path, removed_ts in tl.deletes.items()
+            if removed_ts > truncated_at and path not in tl.files and path not in tl.gc_queue
+        )
+        manifest_live = max(0, sum(r.live_count for r in untruncated) - hidden)
         return TableTxnStats(
             table=tl.name,
             table_id=tl.table_id,
@@ -1896,8 +1959,11 @@ def _check_manifests(tl: TableLog, fail: Callable[[str], CatalogInvariantError])
         raise fail("delete entries without manifests")
     previous = 0
     for path, removed_ts in tl.deletes.items():
-        if path in tl.files or path in tl.gc_queue:
-            raise fail(f"delete entry {path!r} is also a loose or queued file")
+        # A loose path has a delete entry only from its own removal (apply version 5), which
+        # GC may have queued since.
+        loose = tl.files.get(path)
+        if loose is not None and loose.removed_ts != removed_ts:
+            raise fail(f"delete entry {path!r} of a loose file removed at another ts")
         if removed_ts < previous or not tl.registered_ts < removed_ts <= tl.last_commit_ts:
             raise fail(f"delete entry {path!r} out of order or outside the table's commits")
         previous = removed_ts

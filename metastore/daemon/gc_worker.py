@@ -29,7 +29,16 @@ the state machine checks again when it applies it (metastore/gc.py):
    deleted and reported like any queued file; the manifest file goes last. A new leader
    reads the manifest again and queues its files again (those already deleted are missing:
    done). Below version 3 the leader deletes them straight from the list after the check, and
-   a commit adding one of them again in between can lose its file.
+   a commit adding one of them again in between can lose its file. A replaced manifest's file
+   (queued once the threshold passes the compaction that replaced it) is left on disk, though
+   reported, when it was written after the threshold: manifest names are content hashes, so a
+   compactor wrote the same bytes again and its compaction, refused only while the file is
+   queued, may apply right after the report. Deleting it made every read of the table fail
+   (MANIFEST_UNREADABLE) until that compactor wrote it again (`_restore_missing` in
+   metastore.client.manifest_files, still the fallback for a write between the check and the
+   deletion, or for a compaction applied more than the table's TTL after its write). If
+   nothing references it, the orphan scan deletes it after its grace (local locations; under
+   a URI location it stays).
 4. Orphans: files our writers made under a table's location - in an attempt directory
    (`<location>/_txn/<attempt>/...`) or a manifest file (`<location>/_manifests/<sha256>
    .parquet`) of a registered location, never anything else (a CREATE TABLE ... LOCATION may
@@ -335,6 +344,14 @@ class GcWorker:
             if keep is None:
                 return done, False  # stays queued: the next run tries again
             doomed = [p for p, _ in chunk if _path_key(location, p) not in keep]
+            # A replaced manifest's file predates its replacement, which is at or below the
+            # threshold: one written after it was written again by a compactor (content
+            # hashes repeat) whose compaction may apply once this chunk is reported.
+            threshold_ms = physical_ms(self.sm.state.gc.threshold(inc.table_id))
+            again = await asyncio.to_thread(
+                _manifests_written_after, location, doomed, threshold_ms
+            )
+            doomed = [p for p in doomed if p not in again]
             deleted_bytes = await asyncio.to_thread(
                 _delete_files, location, doomed, sizes=dict(chunk)
             )
@@ -563,6 +580,45 @@ def _delete_files(location: str, rel_paths: Iterable[str], *, sizes: dict[str, i
     local = _local_root(root)
     _delete_absolute([f"{local}/{rel}" for rel in rel_paths])
     return sum(sizes.get(rel, 0) for rel in rel_paths)
+
+
+def _manifests_written_after(location: str, rel_paths: Iterable[str], after_ms: int) -> set[str]:
+    """The manifest files (`_manifests/<sha256>.parquet`) among `rel_paths` last written after
+    `after_ms` (wall clock ms). GC leaves them on disk though the queue names them: see
+    `GcWorker._drain_queue`. Data files are not looked at (no stat per data file)."""
+    manifests = [
+        rel
+        for rel in rel_paths
+        if rel.startswith(MANIFEST_DIR + "/")
+        and _MANIFEST_NAME.fullmatch(rel[len(MANIFEST_DIR) + 1 :])
+    ]
+    if not manifests:
+        return set()
+    root = location.rstrip("/")
+    out: set[str] = set()
+    if "://" in root and not root.startswith("file://"):
+        import pyarrow.fs as pafs
+
+        from metastore.client.parquet import pyarrow_uri
+
+        fs, base = pafs.FileSystem.from_uri(pyarrow_uri(root))
+        for rel, info in zip(
+            manifests, fs.get_file_info([f"{base}/{rel}" for rel in manifests]), strict=True
+        ):
+            written_ns = info.mtime_ns
+            is_file = info.type == pafs.FileType.File and written_ns is not None
+            if is_file and written_ns // 1_000_000 > after_ms:
+                out.add(rel)
+        return out
+    local = _local_root(root)
+    for rel in manifests:
+        try:
+            written_ns = os.stat(f"{local}/{rel}").st_mtime_ns
+        except FileNotFoundError:
+            continue
+        if written_ns // 1_000_000 > after_ms:
+            out.add(rel)
+    return out
 
 
 def _delete_absolute(paths: Iterable[str]) -> None:

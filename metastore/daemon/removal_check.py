@@ -126,6 +126,7 @@ class RemovalCheck:
             catalog=state.catalog,
             manifest_status=manifest_status,
             refuse_gc_queued=state.rules_at_least(2),
+            delete_manifest_copies=state.rules_at_least(5),
         )
 
     async def _find(

@@ -5,6 +5,7 @@ applied state and the file system only)."""
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import os
 import time
 from pathlib import Path
@@ -574,3 +575,44 @@ def test_queued_files_with_long_paths_are_reported_in_commands_that_fit(tmp_path
     )
     asyncio.run(w._drain(incarnation(d.state.catalog, T, table_id), tl.location, report))
     assert not tl.gc_queue and report.files_deleted == len(queued)
+
+
+def test_a_replaced_manifest_written_again_after_the_threshold_stays_on_disk(
+    tmp_path: Path,
+) -> None:
+    # Manifest names are content hashes: a compactor may write, byte for byte, a manifest an
+    # earlier compaction replaced, while GC has that file queued. GC deleted it and reported
+    # it, then the compaction applied (apply refuses it only while queued): every read of the
+    # table failed with MANIFEST_UNREADABLE until the compactor noticed and wrote it again (or
+    # for good, had it died in between). A replaced manifest's file predates its replacement,
+    # which is at or below the threshold; one written after the threshold was written again:
+    # GC reports it but leaves it on disk (the orphan scan takes it if nothing references it).
+    from hlc import physical_ms
+
+    location = tmp_path / "t"
+    d = table_driver(location)
+    table_id = d.state.catalog.incarnations(T)[-1].table_id
+    tl = d.state.txns._tables[table_id]
+    threshold = d.tm - 10_000 * MS
+    d.state.gc._thresholds[table_id] = threshold  # as AdvanceGcThreshold leaves it
+    threshold_s = physical_ms(threshold) / 1000
+    replaced = {}
+    for name, mtime_s in (("old", threshold_s - 5), ("again", threshold_s + 1)):
+        rel = f"_manifests/{hashlib.sha256(name.encode()).hexdigest()}.parquet"
+        path = location / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b"manifest")
+        os.utime(path, (mtime_s, mtime_s))
+        tl.gc_queue[rel] = 8  # a replaced manifest GC queued, put in directly
+        replaced[name] = path
+    w = worker(d, now_tm=d.tm)
+    w.raft = _Raft(d)  # type: ignore[assignment]
+    w.clock = SimpleNamespace(now=lambda: d.tm, physical_now_ms=lambda: d.tm // MS)  # type: ignore[assignment]
+    report = TableReport(
+        table=str(T), table_id=table_id, threshold_before=0, threshold=0, held_by={}
+    )
+    asyncio.run(w._drain(incarnation(d.state.catalog, T, table_id), str(location), report))
+    assert not d.state.txns.gc_queue(table_id)  # both reported
+    assert not replaced["old"].exists()
+    assert replaced["again"].exists(), "GC deleted a manifest a compactor had written again"
+    assert report.files_deleted == 1

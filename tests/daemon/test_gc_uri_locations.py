@@ -61,3 +61,32 @@ def test_gc_deletes_under_an_s3a_location_through_the_s3_store(
     assert opened == ["s3://bucket/w/t"]
     assert store.deleted == ["bucket/w/t/_txn/a/part-0.parquet"]
     assert done == 15  # a file already gone counts as deleted
+
+
+def test_manifests_written_again_are_found_under_an_s3a_location_too(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """GC leaves on disk a queued manifest file written after the threshold (a compactor wrote
+    its content again: `GcWorker._drain_queue`); the same on an object store."""
+    from types import SimpleNamespace
+
+    again, old = (f"_manifests/{c * 64}.parquet" for c in "ab")
+    written_ms = {again: 2_000, old: 500}
+
+    class Store:
+        def get_file_info(self, paths: list[str]) -> list[SimpleNamespace]:
+            rels = [p.removeprefix("bucket/w/t/") for p in paths]
+            return [
+                SimpleNamespace(type=pafs.FileType.File, mtime_ns=written_ms[r] * 1_000_000)
+                if r in written_ms
+                else SimpleNamespace(type=pafs.FileType.NotFound, mtime_ns=None)
+                for r in rels
+            ]
+
+    def from_uri(uri: str) -> tuple[Any, str]:
+        return Store(), uri.removeprefix("s3://")
+
+    FileSystem = type("FileSystem", (), {"from_uri": staticmethod(from_uri)})
+    monkeypatch.setattr(pafs, "FileSystem", FileSystem)
+    rels = [again, old, f"_manifests/{'c' * 64}.parquet", "_txn/a/part-0.parquet"]
+    assert gc_worker._manifests_written_after("s3a://bucket/w/t", rels, 1_000) == {again}

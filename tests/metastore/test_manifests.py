@@ -14,10 +14,11 @@ from dataclasses import replace
 
 import msgpack
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from metastore import limits
+from metastore.apply_version import APPLY_VERSION_SUPPORTED
 from metastore.commands import (
     AdvanceGcThreshold,
     CommitTxn,
@@ -73,8 +74,8 @@ class Store:
         return self.files[ref.sha256]
 
 
-def ready() -> Driver:
-    d = Driver()
+def ready(apply_version: int = APPLY_VERSION_SUPPORTED) -> Driver:
+    d = Driver(apply_version=apply_version)
     d.ok("CREATE NAMESPACE ns")
     d.ok("CREATE TABLE ns.a (x INT)")
     tick(d, DD_MS + 1)  # the table is active
@@ -206,6 +207,41 @@ def test_an_overwrite_truncates_manifests_and_a_compaction_folds_the_truncation(
     assert [r.entry_count for r in d.state.listing_at(A, t2).manifests] == [1]
 
 
+def test_live_files_stay_exact_after_an_overwrite_with_delete_entries_pending() -> None:
+    """`table stats` subtracted every pending delete entry from the live entries of the
+    manifests no overwrite truncated. Delete entries older than an overwrite hide entries it
+    truncated anyway; once a compaction had moved newer files into a manifest without folding
+    them all (it folds as many as its rewrite budget allows), live_files was short by one per
+    such delete entry (here 0 instead of 1)."""
+    d, store = ready(), Store()
+    ok(d, add("t1", "a"))
+    ok(d, add("t2", "b"))
+    p = plan(d, store, entries_max=1)
+    assert p is not None
+    ok(d, command(d, store, p))  # [a] [b]
+    ok(d, add("t3", remove=("a", "b")))  # two delete entries
+    ok(d, add("t4", "c", overwrite=True))  # truncates [a] and [b]
+    p = plan(d, store, rewrites_max=1)  # folds one delete entry, moves c
+    assert p is not None and len(p.deletes) == 1 and p.loose
+    ok(d, command(d, store, p))
+    stats = d.state.table_stats(A)
+    assert stats.delete_entries == 1 and stats.file_entries == 0
+    assert [f[0] for f in full_files(d, store, d.state.table_upper() - 1)] == ["c"]
+    assert stats.live_files == 1
+
+
+def test_live_files_do_not_subtract_delete_entries_of_loose_removals() -> None:
+    """Apply version 5 records a delete entry for a loose removal too (the path may also sit
+    in a manifest); the loose entry's removal already left the live count."""
+    d, store = ready(), Store()
+    ok(d, add("t1", "a"))
+    compact(d, store)
+    ok(d, add("t2", "b", "c"))
+    ok(d, add("t3", remove=("b",)))
+    assert d.state.table_stats(A).delete_entries == 1
+    assert d.state.table_stats(A).live_files == 2  # a (in a manifest) and c
+
+
 def test_a_stale_compaction_is_refused_and_changes_nothing() -> None:
     d, store = ready(), Store()
     ok(d, add("t1", "a", "b"))
@@ -287,6 +323,50 @@ def test_delete_entries_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     compact(d, store)
     monkeypatch.setattr(limits, "MAX_DELETE_ENTRIES_PER_TABLE", 1)
     refused(d, add("t2", remove=("a", "b")), LimitExceededError)
+
+
+@pytest.mark.parametrize("apply_version", [4, 5])
+def test_loose_removals_count_as_delete_entries_from_apply_version_5(
+    monkeypatch: pytest.MonkeyPatch, apply_version: int
+) -> None:
+    d, store = ready(apply_version), Store()
+    ok(d, add("t1", "a"))
+    compact(d, store)
+    ok(d, add("t2", "b", "c"))  # loose
+    monkeypatch.setattr(limits, "MAX_DELETE_ENTRIES_PER_TABLE", 1)
+    cmd = add("t3", remove=("b", "c"))
+    if apply_version >= 5:
+        refused(d, cmd, LimitExceededError)
+        cmd = add("t3", remove=("b",))
+    ok(d, cmd)
+    assert d.state.table_stats(A).delete_entries == (1 if apply_version >= 5 else 0)
+
+
+def test_gc_takes_a_removed_loose_file_while_its_delete_entry_waits_for_a_compaction() -> None:
+    """Apply version 5: a loose file removed in a table with manifests leaves a delete entry;
+    GC may queue the loose entry (dead at its threshold) before a compaction folds the delete
+    entry. Both states are consistent and survive a snapshot."""
+    d, store = Driver(), Store()
+    d.ok("CREATE NAMESPACE ns")
+    d.ok("CREATE TABLE ns.a (x INT) TBLPROPERTIES ('gc.ttl' = '1s')")
+    tick(d, DD_MS + 1)
+    ok(d, add("t1", "a"))
+    compact(d, store)
+    ok(d, add("t2", "b"))
+    removed = ok(d, add("t3", "c", remove=("b",)))["ts"]
+    assert isinstance(removed, int)
+    tick(d, 1_100)  # past the 1 s TTL
+    tid = table_id(d)
+    ok(d, AdvanceGcThreshold(table=A, table_id=tid, up_to=d.tm))
+    assert "b" in d.state.txns.gc_queue(tid)
+    assert [e.path for e in d.state.txns.delete_entries(tid)] == ["b"]
+    assert MetastoreState.from_snapshot(d.state.to_snapshot()) == d.state
+    now = d.state.table_upper() - 1
+    assert [f[0] for f in full_files(d, store, now)] == ["a", "c"]
+    ok(d, GcFilesDeleted(table=A, table_id=tid, paths=("b",)))
+    compact(d, store)
+    assert d.state.table_stats(A).delete_entries == 0
+    assert [f[0] for f in full_files(d, store, now)] == ["a", "c"]
 
 
 def test_the_command_round_trips_and_bad_shapes_are_refused() -> None:
@@ -502,6 +582,8 @@ def _check_against_model(steps: list[tuple[str, int, list[int]]], gc_picks: list
     real.state.check_invariants()
     assert MetastoreState.from_snapshot(real.state.to_snapshot()) == real.state
     upper = model.state.table_upper() - 1
+    # `table stats`: exact where no path was committed twice nor removed on trust wrongly.
+    assert real.state.table_stats(A).live_files == len(model_files(model, upper))
     for ts in {*stamps, *(s - 1 for s in stamps), upper}:
         try:
             want = model_files(model, ts)
@@ -510,6 +592,126 @@ def _check_against_model(steps: list[tuple[str, int, list[int]]], gc_picks: list
                 full_files(real, store, ts)
             continue
         got = full_files(real, store, ts)
+        if ts > threshold_max:
+            assert got == want, ts
+        else:
+            assert sorted(got) == sorted(want), ts
+
+
+# Steps where a protocol client commits again a path whose entries all left the loose
+# entries ("readd"): the path then sits in a manifest and loose, or in two manifests.
+READD_STEP = st.one_of(
+    STEP,
+    st.tuples(st.just("readd"), st.integers(0, 2), st.lists(st.integers(0, 50), max_size=2)),
+)
+
+
+class PathModel:
+    """What a table lists, from the rules alone (apply version 5): every commit of a path is an
+    entry; a removal removes every live entry of the path, an overwrite every live entry; at
+    ts, each path is listed once, as its first live entry in commit order."""
+
+    def __init__(self) -> None:
+        self.entries: list[FileEntry] = []
+
+    def commit(self, ts: int, add: Sequence[str], remove: Sequence[str], overwrite: bool) -> None:
+        gone = set(remove)
+        self.entries = [
+            replace(e, removed_ts=ts)
+            if e.removed_ts is None and (overwrite or e.path in gone)
+            else e
+            for e in self.entries
+        ]
+        self.entries += [
+            FileEntry(path=p, size_bytes=10 + len(p), row_count=len(p), added_ts=ts) for p in add
+        ]
+
+    def files_at(self, ts: int) -> list[tuple[str, int, int, int]]:
+        out: dict[str, tuple[str, int, int, int]] = {}
+        for e in self.entries:  # commit order
+            if e.live_at(ts) and e.path not in out:
+                out[e.path] = (e.path, e.size_bytes, e.row_count, e.added_ts)
+        return list(out.values())
+
+
+@settings(DETERMINISTIC, max_examples=300)
+@given(
+    steps=st.lists(READD_STEP, min_size=6, max_size=25),
+    gc_picks=st.lists(st.integers(0, 30), min_size=4),
+)
+@example(  # `f1` compacted, committed again (loose), then removed
+    steps=[("add", 1, []), ("compact", 0, []), ("readd", 0, [0]), ("add", 1, [0])],
+    gc_picks=[0, 0, 0, 0],
+)
+def test_answers_follow_the_rules_when_paths_are_committed_again(
+    steps: list[tuple[str, int, list[int]]], gc_picks: list[int]
+) -> None:
+    """A path committed again once its entries left the loose entries (apply cannot see inside
+    manifests, so it accepts it): at every ts, before and after any compaction, the listing is
+    the model's, whichever entries (loose or in manifests) a removal finds. Before apply
+    version 5 a removal while one entry was loose left the path listed by its manifest
+    entry."""
+    _check_against_path_model(steps, gc_picks)
+
+
+def _check_against_path_model(
+    steps: list[tuple[str, int, list[int]]], gc_picks: list[int], apply_version: int = 5
+) -> None:
+    threshold_max = 0
+    real, store, model = ready(apply_version), Store(), PathModel()
+    tid = table_id(real)
+    stamps: list[int] = []
+    ever_added: list[str] = []
+    counter = 0
+    for kind, n, picks in steps:
+        if kind == "compact":
+            gc_threshold = 0
+            if gc_picks and stamps:
+                gc_threshold = stamps[gc_picks.pop() % len(stamps)]
+                threshold_max = max(threshold_max, gc_threshold)
+            p = plan(
+                real,
+                store,
+                keep=n,
+                entries_max=3,
+                rewrites_max=picks[0] if picks else 64,
+                gc_threshold=gc_threshold,
+            )
+            if p is not None:
+                ok(real, command(real, store, p))
+            continue
+        live = [f[0] for f in model.files_at(real.state.table_upper() - 1)]
+        removes = tuple(dict.fromkeys(live[i % len(live)] for i in picks)) if live else ()
+        paths: list[str] = []
+        if kind == "readd":
+            # Paths apply accepts again: in no loose entry, delete entry or GC queue.
+            again = [
+                p
+                for p in dict.fromkeys(ever_added)
+                if p not in real.state.txns.loose_paths(tid)
+                and p not in {d.path for d in real.state.txns.delete_entries(tid)}
+                and p not in real.state.txns.gc_queue(tid)
+            ]
+            paths = list(dict.fromkeys(again[i % len(again)] for i in picks)) if again else []
+            removes = tuple(r for r in removes[:n] if r not in paths)
+        for _ in range(n if kind != "readd" else 0):
+            counter += 1
+            paths.append(f"f{counter}")
+        counter += 1
+        overwrite = kind == "overwrite"
+        cmd = add(f"t{counter}", *paths, remove=() if overwrite else removes, overwrite=overwrite)
+        ts = ok(real, cmd)["ts"]
+        assert isinstance(ts, int)
+        model.commit(ts, paths, () if overwrite else removes, overwrite)
+        stamps.append(ts)
+        ever_added += paths
+    real.state.check_invariants()
+    assert MetastoreState.from_snapshot(real.state.to_snapshot()) == real.state
+    upper = real.state.table_upper() - 1
+    if len(set(ever_added)) == len(ever_added):  # `table stats` counts each entry of a path
+        assert real.state.table_stats(A).live_files == len(model.files_at(upper))
+    for ts in {*stamps, *(s - 1 for s in stamps[1:]), upper}:
+        got, want = full_files(real, store, ts), model.files_at(ts)
         if ts > threshold_max:
             assert got == want, ts
         else:
@@ -628,10 +830,42 @@ def test_a_path_added_again_is_listed_once_and_a_removal_never_brings_it_back() 
     compact(d, store)  # folded into both manifests
     assert listed(t2) == [("a", t1), ("b", t1)]
     assert listed(t3) == [("b", t1), ("c", t3)]
-    # Loose and in a manifest, the loose one removed: the manifest's entry stays live, once.
-    t4 = ok(d, add("t4", "b"))["ts"]
-    assert isinstance(t4, int)
-    assert listed(t4) == [("b", t1), ("c", t3)]
-    t5 = ok(d, add("t5", "d", remove=("b",)))["ts"]
-    assert isinstance(t5, int)
-    assert listed(t5) == [("b", t1), ("c", t3), ("d", t5)]
+
+
+def _loose_and_in_a_manifest(apply_version: int) -> tuple[Driver, Store, int, int]:
+    """`b` committed at t1, compacted into a manifest, committed again at t2 (loose), then
+    removed at t3 while that second entry is loose. Returns (driver, store, t1, t3)."""
+    d, store = ready(apply_version), Store()
+    t1 = ok(d, add("t1", "a", "b"))["ts"]
+    compact(d, store)  # [a b]
+    ok(d, add("t2", "b"))  # accepted: `b` is no longer loose
+    t3 = ok(d, add("t3", "c", remove=("b",)))["ts"]
+    assert isinstance(t1, int) and isinstance(t3, int)
+    return d, store, t1, t3
+
+
+def test_removing_a_path_that_is_loose_and_in_a_manifest_removes_it_entirely() -> None:
+    """Apply version 5: a removal of a loose path in a table with manifests also records a
+    delete entry, so the path's entry in a manifest (a protocol client committed it again
+    after its first entry was compacted) is removed too. Before, the path stayed listed by its
+    manifest entry, and `table optimize` (which rewrites what is listed) duplicated its rows."""
+    d, store, t1, t3 = _loose_and_in_a_manifest(apply_version=5)
+    listed = [(f[0], f[3]) for f in full_files(d, store, t3)]
+    assert listed == [("a", t1), ("c", t3)]
+    assert d.state.table_stats(A).delete_entries == 1
+    refused(d, add("t4", remove=("b",)), DataFileConflictError)  # removed, loose and all
+    for _ in range(2):  # folded into the manifest, then the loose entry moved too
+        compact(d, store)
+        assert [(f[0], f[3]) for f in full_files(d, store, t3)] == listed
+        assert [f[0] for f in full_files(d, store, t3 - 1)] == ["a", "b"]
+    assert d.state.table_stats(A).delete_entries == 0
+
+
+def test_below_apply_version_5_removing_a_loose_copy_leaves_the_manifest_entry_listed() -> None:
+    """The rule before apply version 5, kept for a cluster that has not finalized it: the
+    removal removes the loose entry only, and the path stays listed by its manifest entry
+    (another removal is refused as already removed)."""
+    d, store, t1, t3 = _loose_and_in_a_manifest(apply_version=4)
+    assert [(f[0], f[3]) for f in full_files(d, store, t3)] == [("a", t1), ("b", t1), ("c", t3)]
+    assert d.state.table_stats(A).delete_entries == 0
+    refused(d, add("t4", remove=("b",)), DataFileConflictError)

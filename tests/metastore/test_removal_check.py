@@ -267,17 +267,33 @@ def test_a_path_live_in_a_merged_manifest_beside_its_removed_second_entry_is_rem
     """A path committed again (its first entry already in a manifest) and removed while the
     second entry was loose stays listed by its first entry. Once a merge puts both entries in
     one manifest, the check kept the last one it read (removed) and refused the removal of a
-    file every reader lists as live (DATA_FILE_CONFLICT), which apply accepts."""
-    d, store = ready(), Store()
-    ok(d, add("t1", "a"))
-    compact(d, store)
-    ok(d, add("t2", "a", "b"))  # "a" again: its first entry is not loose
-    ok(d, add("t3", remove=("a",)))  # removes the loose (second) entry only
-    compact(d, store)
-    p = plan(d, store, merge_at=1)
-    assert p is not None and len(p.merges) == 1
-    ok(d, command(d, store, p))
+    file every reader lists as live (DATA_FILE_CONFLICT), which apply accepts. (Below apply
+    version 5: from it, that removal removes the first entry too.)"""
+    d, store = _removed_while_loose_then_merged(apply_version=4)
     assert len(d.state.txns.manifest_refs(table_id(d))) == 1
     assert "a" in [f[0] for f in full_files(d, store, d.state.safe_time)]
     check(checker(store), d, add("t4", remove=("a",)))
     ok(d, add("t4", remove=("a",)))  # apply's answer
+
+
+def test_a_path_removed_while_its_second_entry_was_loose_is_removed_for_the_check_too() -> None:
+    """Apply version 5: the removal while the second entry was loose removed the first (in a
+    manifest) too, so no reader lists the path, and the check refuses another removal as
+    already removed (what apply would answer if it could see the merged manifest)."""
+    d, store = _removed_while_loose_then_merged(apply_version=5)
+    assert "a" not in [f[0] for f in full_files(d, store, d.state.safe_time)]
+    with pytest.raises(DataFileConflictError):
+        check(checker(store), d, add("t4", remove=("a",)))
+
+
+def _removed_while_loose_then_merged(apply_version: int) -> tuple[Driver, Store]:
+    d, store = ready(apply_version), Store()
+    ok(d, add("t1", "a"))
+    compact(d, store)
+    ok(d, add("t2", "a", "b"))  # "a" again: its first entry is not loose
+    ok(d, add("t3", remove=("a",)))  # removes the loose (second) entry; from v5 the first too
+    compact(d, store)
+    p = plan(d, store, merge_at=1)  # below v5 both entries of "a" end in one manifest
+    if p is not None:
+        ok(d, command(d, store, p))
+    return d, store
