@@ -235,8 +235,45 @@ def _readable_reason(reason: str, sql: str) -> str:
     return _SQLGLOT_REPR.sub("...", reason)
 
 
+def _backslash_doubled_quotes(sql: str) -> str:
+    """`sql` with every doubled quote inside a string literal (`'it''s'`) written as a backslash
+    escape (`'it\\'s'`). Spark reads a doubled quote as one quote; sqlglot's Spark dialect reads
+    it as two adjacent literals, which Spark concatenates: `'it''s'` became CONCAT('it', 's'),
+    "its", in a stored DEFAULT, and a COMMENT or property the tree path refused. Found by the
+    lexer, so quotes in comments and backquoted names are left alone."""
+    if "''" not in sql and '""' not in sql:
+        return sql
+    out: list[str] = []
+    copied = 0
+    for tok in tokenize(sql):
+        if tok.kind is not TokenKind.STRING:
+            continue
+        quote = sql[tok.start]
+        body = sql[tok.start + 1 : tok.end - 1]
+        if quote * 2 not in body:
+            continue
+        escaped: list[str] = []
+        i = 0
+        while i < len(body):
+            if body[i] == "\\":
+                escaped.append(body[i : i + 2])  # the lexer: a backslash takes the next char
+                i += 2
+            elif body[i] == quote:  # the lexer guarantees it is doubled here
+                escaped.append("\\" + quote)
+                i += 2
+            else:
+                escaped.append(body[i])
+                i += 1
+        out.append(sql[copied : tok.start + 1])
+        out.append("".join(escaped))
+        copied = tok.end - 1
+    out.append(sql[copied:])
+    return "".join(out)
+
+
 def _sqlglot_parse(sql: str) -> list[exp.Expression]:
     """The statements sqlglot finds (empty ones dropped). Raises InvalidDdlError."""
+    sql = _backslash_doubled_quotes(sql)
     try:
         parsed = sqlglot.parse(sql, read="spark")
     except ParseError as e:
