@@ -637,7 +637,27 @@ def _default_sql(node: object) -> str:
                 "aggregates or parameters)",
                 details={"default": _expression_sql(node)[:200]},
             )
-    return _expression_sql(node)
+    text = _expression_sql(node.transform(_with_parentheses))
+    # The stored text is what Spark and every reader evaluate, and what the DEFAULT checks
+    # re-parse: a rendering that reads back as a column name would mean something else there.
+    reparsed = _sqlglot_parse("SELECT " + text)
+    if any(isinstance(sub, exp.Column) for stmt in reparsed for sub in stmt.walk()):
+        raise InvalidArgumentError(
+            f"DEFAULT {text[:200]} cannot be stored: it would read back as a column name",
+            details={"default": text[:200]},
+        )
+    return text
+
+
+# Functions sqlglot's Spark generator renders without parentheses, which Spark reads as a
+# column name (measured: LOCALTIMESTAMP and CURRENT_CATALOG are UNRESOLVED_COLUMN in pyspark 4).
+_BARE_FUNCTIONS: Final = (exp.Localtimestamp, exp.CurrentCatalog)
+
+
+def _with_parentheses(node: exp.Expression) -> exp.Expression:
+    if isinstance(node, _BARE_FUNCTIONS) and not any(_present(v) for v in node.args.values()):
+        return exp.Anonymous(this=node.sql_name(), expressions=[])
+    return node
 
 
 # sqlglot type names (spark dialect) -> our primitives.

@@ -71,3 +71,37 @@ def test_adjacent_literals_still_concatenate() -> None:
 def test_a_doubled_quote_default_on_an_int_column_is_refused() -> None:
     with pytest.raises(InvalidArgumentError, match="DEFAULT"):
         parse_ddl("ALTER TABLE ns.t ADD COLUMN n INT DEFAULT '1''2'")
+
+
+# --- functions sqlglot renders without parentheses ----------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "ALTER TABLE ns.t ADD COLUMN n TIMESTAMP_NTZ DEFAULT localtimestamp()",
+        "ALTER TABLE ns.t ADD COLUMN n STRING DEFAULT current_catalog()",
+        "ALTER TABLE ns.t ADD COLUMN n STRING DEFAULT upper(current_catalog()) FIRST",
+    ],
+)
+def test_an_added_read_time_default_sqlglot_renders_bare_is_refused(sql: str) -> None:
+    """sqlglot renders localtimestamp() as LOCALTIMESTAMP and current_catalog() as
+    CURRENT_CATALOG; the read-time check re-parses the stored text, saw a column name there and
+    let these through, so older rows would read another value at every read."""
+    with pytest.raises(InvalidArgumentError, match="changes with time or session"):
+        parse_ddl(sql)
+
+
+@pytest.mark.parametrize(
+    ("sql", "stored"),
+    [
+        ("CREATE TABLE ns.t (n TIMESTAMP_NTZ DEFAULT localtimestamp())", "LOCALTIMESTAMP()"),
+        ("CREATE TABLE ns.t (n STRING DEFAULT current_catalog())", "CURRENT_CATALOG()"),
+    ],
+)
+def test_a_default_is_stored_as_text_spark_reads_as_that_function(sql: str, stored: str) -> None:
+    """Spark reads a bare LOCALTIMESTAMP or CURRENT_CATALOG as a column name (measured: pyspark 4,
+    UNRESOLVED_COLUMN), so the stored DEFAULT failed every write that filled it."""
+    cmd = parse_ddl(sql)
+    assert isinstance(cmd, CreateTable)
+    assert cmd.schema.columns[0].default_sql == stored
