@@ -143,6 +143,7 @@ _STRING: Final = "string"
 _NUMBER: Final = "number"
 _BOOL: Final = "boolean"
 _DATE: Final = "date"
+_BINARY: Final = "binary"
 _TS: Final = "timestamp"
 _NTZ: Final = "timestamp_ntz"
 _OTHER: Final = "other"
@@ -281,6 +282,8 @@ def _literal_and_casts(
             return _Value(_NUMBER, number=number.copy_negate() if negative else number), casts
         case exp.Boolean() if not negative:
             return _Value(_BOOL), casts
+        case exp.HexString() if not negative:  # X'1F' (and 0x1F, which sqlglot reads alike)
+            return _Value(_BINARY), casts
     return None
 
 
@@ -301,10 +304,20 @@ def _check_assignable(value: _Value, column_type: DataType) -> None:
     textual = column_type == STRING or isinstance(column_type, VarcharType | CharType)
     if value.kind == _BOOL and column_type != BOOLEAN and not textual:
         raise _NoValue(f"a BOOLEAN is not assigned to a {column_type.to_sql()} column")
+    # Measured with pyspark 4: a BINARY goes only to BINARY and string columns, and a date or
+    # timestamp never to a BINARY column.
+    if value.kind == _BINARY and column_type != BINARY and not textual:
+        raise _NoValue(f"a BINARY is not assigned to a {column_type.to_sql()} column")
+    if column_type == BINARY and value.kind in (_DATE, _TS, _NTZ):
+        raise _NoValue(f"a {value.kind.upper()} is not assigned to a BINARY column")
 
 
 def _cast(value: _Value, target: DataType) -> _Value | None:
     """`value` cast to `target` as Spark casts, or None when not followed. Raises _NoValue."""
+    textual = target in (STRING, BINARY) or isinstance(target, VarcharType | CharType)
+    if value.kind == _BINARY and not textual:
+        # Spark casts a BINARY only to a string (CAST(X'41' AS INT) does not resolve).
+        raise _NoValue(f"a BINARY does not cast to {target.to_sql()}")
     if isinstance(target, PrimitiveType) and target in _INT_RANGES:
         return _to_integer(value, target)
     if target in (FLOAT, DOUBLE):
@@ -325,7 +338,9 @@ def _cast(value: _Value, target: DataType) -> _Value | None:
         sized = target if isinstance(target, VarcharType | CharType) else None
         if sized is not None and text is not None and len(text.rstrip(" ")) > sized.length:
             raise _NoValue(f"longer than {sized.length} characters")
-        return _Value(_STRING if target != BINARY else _OTHER, text=text)
+        if target == BINARY:
+            return _Value(_BINARY)
+        return _Value(_STRING, text=text)
     if target == DATE:
         if value.kind == _TS:
             raise _ZoneDependent("a TIMESTAMP cast to DATE")
