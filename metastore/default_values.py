@@ -138,6 +138,10 @@ _READ_TIME: Final = frozenset(
 # Decimal arithmetic on defaults: exact for any DECIMAL (38 digits), rounding as Spark does.
 _EXACT: Final = Context(prec=100, rounding=ROUND_HALF_UP, Emax=MAX_EMAX, Emin=MIN_EMIN)
 
+# What Spark's parser reads as a number (see `_number_spark_refuses`).
+_DOUBLE_MAX: Final = Decimal("1.7976931348623157e308")
+_MAX_DECIMAL_DIGITS: Final = 38
+
 # Kinds of value followed through the casts.
 _STRING: Final = "string"
 _NUMBER: Final = "number"
@@ -184,6 +188,13 @@ def check_default(
         return
     if not isinstance(node, exp.Expression):
         return
+    unreadable = _number_spark_refuses(node)
+    if unreadable is not None:
+        raise InvalidArgumentError(
+            f"DEFAULT {column.default_sql} of column {column.name} holds a number Spark's parser "
+            f"refuses ({unreadable}), so every read and write of the table would fail",
+            details={"column": column.name, "default": column.default_sql},
+        )
     functions = _function_names(node)
     if functions & _NON_DETERMINISTIC:
         raise InvalidArgumentError(
@@ -237,6 +248,32 @@ def check_default(
             "'2024-01-01 00:00:00+01:00'), or make the column TIMESTAMP_NTZ",
             details={"column": column.name, "default": column.default_sql, "reason": str(exc)},
         ) from None
+
+
+def _number_spark_refuses(node: exp.Expression) -> str | None:
+    """Why Spark's parser refuses a number literal in `node`, or None. Spark reads a literal
+    with an exponent as a DOUBLE and refuses one beyond Double.MAX_VALUE (ParseException), and
+    any other as an INT, BIGINT or DECIMAL, refusing more than 38 digits of precision, counted
+    as Java's BigDecimal does (DECIMAL_PRECISION_EXCEEDS_MAX_PRECISION); measured, pyspark 4."""
+    for literal in node.find_all(exp.Literal):
+        if literal.is_string:
+            continue
+        text = str(literal.this)
+        try:
+            number = Decimal(text)
+        except InvalidOperation:
+            continue
+        if not number.is_finite():
+            continue
+        if "e" in text.lower():
+            if number.copy_abs() > _DOUBLE_MAX:
+                return f"{text} is beyond DOUBLE's range"
+            continue
+        digits, exponent = len(number.as_tuple().digits), number.as_tuple().exponent
+        scale = -exponent if isinstance(exponent, int) and exponent < 0 else 0
+        if max(digits, scale) > _MAX_DECIMAL_DIGITS:
+            return f"{text} has more than {_MAX_DECIMAL_DIGITS} digits"
+    return None
 
 
 def _function_names(node: exp.Expression) -> set[str]:

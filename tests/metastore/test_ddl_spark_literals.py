@@ -146,3 +146,43 @@ def test_a_binary_default_spark_cannot_assign_is_refused(sql: str) -> None:
 )
 def test_binary_defaults_spark_assigns_parse(sql: str) -> None:
     parse_ddl(sql)
+
+
+# --- numbers Spark's parser refuses -------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "ALTER TABLE ns.t ADD COLUMN n DOUBLE NOT NULL DEFAULT 1e400",
+        "ALTER TABLE ns.t ADD COLUMN n DOUBLE DEFAULT -1.8e308",
+        "ALTER TABLE ns.t ADD COLUMN n DOUBLE DEFAULT 1.7976931348623159e308",
+        "ALTER TABLE ns.t ADD COLUMN n STRING DEFAULT 1e400",
+        "ALTER TABLE ns.t ADD COLUMN n DOUBLE DEFAULT 1e400D",
+        "ALTER TABLE ns.t ADD COLUMN n STRING DEFAULT concat('x', 1e400)",
+        "ALTER TABLE ns.t ADD COLUMN n STRING DEFAULT 1000000000000000000000000000000000000000",
+        "ALTER TABLE ns.t ADD COLUMN n DOUBLE DEFAULT 12345678901234567890123456789012345678.5",
+        "ALTER TABLE ns.t ADD COLUMN n DOUBLE DEFAULT 0.000000000000000000000000000000000000000001",
+        "CREATE TABLE ns.t (n DOUBLE DEFAULT 1e400)",
+    ],
+)
+def test_a_number_spark_cannot_parse_is_refused(sql: str) -> None:
+    """Spark's parser refuses a double literal beyond Double.MAX_VALUE (ParseException) and a
+    decimal one of more than 38 digits (DECIMAL_PRECISION_EXCEEDS_MAX_PRECISION), measured with
+    pyspark 4: such a DEFAULT failed every read and write of the table."""
+    with pytest.raises(InvalidArgumentError, match="DEFAULT"):
+        parse_ddl(sql)
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "ALTER TABLE ns.t ADD COLUMN n DOUBLE NOT NULL DEFAULT 1.7976931348623157e308",
+        "ALTER TABLE ns.t ADD COLUMN n DOUBLE DEFAULT 1e-400",
+        "ALTER TABLE ns.t ADD COLUMN n DOUBLE DEFAULT '1e400'",  # a string: Infinity
+        "ALTER TABLE ns.t ADD COLUMN n DECIMAL(38,0) DEFAULT " + "9" * 38,
+        "ALTER TABLE ns.t ADD COLUMN n FLOAT DEFAULT 1e39",
+    ],
+)
+def test_numbers_spark_parses_are_accepted(sql: str) -> None:
+    parse_ddl(sql)
