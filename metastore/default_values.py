@@ -25,7 +25,9 @@ field's EXISTS_DEFAULT) to the column for every file written before the column e
 the whole read (INVALID_DEFAULT_VALUE.DATA_TYPE) when it cannot - a string that is no value of the
 type ('abc' or '1.5' for an INT), a BOOLEAN for anything but a BOOLEAN or string column, anything
 but a BOOLEAN for a BOOLEAN column ('true' must be written TRUE). Spark's own ALTER TABLE refuses
-the same defaults (measured with pyspark 4).
+the same defaults (measured with pyspark 4). So does Spark's parser: a number literal beyond a
+DOUBLE or of more than 38 digits, and a TIMESTAMP (or TIMESTAMP_NTZ) beyond its 64-bit
+microseconds (years -290308 to +294247) are refused here too.
 
 On any column, a default whose value depends on the session time zone is refused: a TIMESTAMP
 from a string without zone or offset (TIMESTAMP '2024-01-01 00:00:00'), from a DATE,
@@ -95,7 +97,14 @@ _BOOLEAN_STRINGS: Final = frozenset({"t", "true", "y", "yes", "1", "f", "false",
 _DATE_RE: Final = re.compile(r"([+-]?\d{4,6})(?:-(\d{1,2})(?:-(\d{1,2}))?)?")
 _INTEGER_RE: Final = re.compile(r"[+-]?\d+")
 _OFFSET_RE: Final = re.compile(r"Z|(?:UTC|GMT|UT)?(?:[+-]\d{1,2}(?::?\d{2}(?::?\d{2})?)?)?")
-_TIME_RE: Final = re.compile(r"[ T](\d{1,2})(?::(\d{1,2})(?::(\d{1,2})(?:\.\d{0,9})?)?)?")
+_TIME_RE: Final = re.compile(r"[ T](\d{1,2})(?::(\d{1,2})(?::(\d{1,2})(?:\.(\d{0,9}))?)?)?")
+# Spark's TIMESTAMP and TIMESTAMP_NTZ are 64-bit microseconds since the epoch (years -290308
+# to +294247); a string beyond is malformed (CAST_INVALID_INPUT, measured with pyspark 4).
+_MICROS_MIN: Final = -(2**63)
+_MICROS_MAX: Final = 2**63 - 1
+# The largest zone offset (java.time): a zoned time this far beyond the range is beyond it
+# whatever its zone.
+_MAX_ZONE_OFFSET_MICROS: Final = 18 * 3600 * 1_000_000
 
 # Non-deterministic functions (sqlglot's names): Spark refuses them in a DEFAULT.
 _NON_DETERMINISTIC: Final = frozenset(
@@ -466,14 +475,32 @@ def _parse_date_time(text: str, *, date_only: bool) -> str:
             raise _NoValue(f"{text!r} is no {what}")
         return ""
     t = _TIME_RE.match(rest) if m.group(3) is not None else None
+    hour = minute = second = micros = 0
     if t is not None:
-        hour, minute, second = (int(g or 0) for g in t.groups())
+        hour, minute, second = (int(g or 0) for g in t.groups()[:3])
         if hour > 23 or minute > 59 or second > 59:
             raise _NoValue(f"{text!r} is no {what}")
+        micros = int((t.group(4) or "").ljust(6, "0")[:6])
         rest = rest[t.end() :]
     elif rest and m.group(3) is not None and rest in (" ", "T"):
         rest = ""
-    return rest.strip()
+    zone = rest.strip()
+    seconds = _days_from_civil(year, month, day) * 86400 + hour * 3600 + minute * 60 + second
+    local_micros = seconds * 1_000_000 + micros
+    margin = _MAX_ZONE_OFFSET_MICROS if zone else 0
+    if local_micros - margin > _MICROS_MAX or local_micros + margin < _MICROS_MIN:
+        raise _NoValue(f"{text!r} is beyond the range of Spark's timestamps")
+    return zone
+
+
+def _days_from_civil(year: int, month: int, day: int) -> int:
+    """Days since 1970-01-01 of a proleptic Gregorian date (Spark's calendar), any year."""
+    year -= month <= 2
+    era = year // 400
+    year_of_era = year - era * 400
+    day_of_year = (153 * (month + (-3 if month > 2 else 9)) + 2) // 5 + day - 1
+    day_of_era = year_of_era * 365 + year_of_era // 4 - year_of_era // 100 + day_of_year
+    return era * 146097 + day_of_era - 719468
 
 
 def _is_zone(zone: str) -> bool:

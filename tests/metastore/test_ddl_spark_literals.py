@@ -186,3 +186,41 @@ def test_a_number_spark_cannot_parse_is_refused(sql: str) -> None:
 )
 def test_numbers_spark_parses_are_accepted(sql: str) -> None:
     parse_ddl(sql)
+
+
+# --- timestamps beyond Spark's range ------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "ALTER TABLE ns.t ADD COLUMN n TIMESTAMP DEFAULT TIMESTAMP '+999999-01-01 00:00:00Z'",
+        "ALTER TABLE ns.t ADD COLUMN n TIMESTAMP DEFAULT '+294248-01-01 00:00:00Z'",
+        "ALTER TABLE ns.t ADD COLUMN n TIMESTAMP DEFAULT '-290309-01-01 00:00:00+01:00'",
+        "ALTER TABLE ns.t ADD COLUMN n TIMESTAMP_NTZ DEFAULT '+294247-01-10 04:00:55'",
+        "ALTER TABLE ns.t ADD COLUMN n TIMESTAMP_NTZ NOT NULL DEFAULT '+999999-12-31'",
+        "ALTER TABLE ns.t ADD COLUMN n TIMESTAMP_NTZ DEFAULT '-290308-12-21 19:59:05.224191'",
+        "ALTER TABLE ns.t ADD COLUMN n TIMESTAMP_NTZ DEFAULT '+294247-01-10 04:00:54.775808'",
+        "CREATE TABLE ns.t (n TIMESTAMP_NTZ DEFAULT CAST('+500000-01-01' AS TIMESTAMP_NTZ))",
+    ],
+)
+def test_a_timestamp_beyond_sparks_range_is_refused(sql: str) -> None:
+    """Spark's timestamps are 64-bit microseconds (years -290308 to +294247); a later or earlier
+    one is malformed (CAST_INVALID_INPUT, measured with pyspark 4), but the DDL took any year of
+    up to six digits, so every read and write of the table failed."""
+    with pytest.raises(InvalidArgumentError, match="DEFAULT"):
+        parse_ddl(sql)
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "ALTER TABLE ns.t ADD COLUMN n TIMESTAMP DEFAULT '+294247-01-10 04:00:54Z'",
+        "ALTER TABLE ns.t ADD COLUMN n TIMESTAMP DEFAULT '-290308-12-21 19:59:06Z'",
+        "ALTER TABLE ns.t ADD COLUMN n TIMESTAMP_NTZ DEFAULT '+294247-01-10 04:00:54.775807'",
+        "ALTER TABLE ns.t ADD COLUMN n TIMESTAMP_NTZ DEFAULT '-290308-12-21 19:59:05.224192'",
+        "ALTER TABLE ns.t ADD COLUMN n DATE DEFAULT '+999999-01-01'",  # a DATE reaches further
+    ],
+)
+def test_timestamps_at_the_edge_of_sparks_range_are_accepted(sql: str) -> None:
+    parse_ddl(sql)
