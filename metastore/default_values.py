@@ -24,7 +24,9 @@ The value checks hold for nullable columns too: Spark's Parquet reader assigns t
 field's EXISTS_DEFAULT) to the column for every file written before the column existed, and fails
 the whole read (INVALID_DEFAULT_VALUE.DATA_TYPE) when it cannot - a string that is no value of the
 type ('abc' or '1.5' for an INT), a BOOLEAN for anything but a BOOLEAN or string column, anything
-but a BOOLEAN for a BOOLEAN column ('true' must be written TRUE). Spark's own ALTER TABLE refuses
+but a BOOLEAN for a BOOLEAN column ('true' must be written TRUE), a BINARY (X'..') for anything
+but a BINARY or string column, a DATE or TIMESTAMP_NTZ for a number column (a TIMESTAMP, a
+number of seconds, is assigned). Spark's own ALTER TABLE refuses
 the same defaults (measured with pyspark 4). So does Spark's parser: a number literal beyond a
 DOUBLE or of more than 38 digits, and a TIMESTAMP (or TIMESTAMP_NTZ) beyond its 64-bit
 microseconds (years -290308 to +294247) are refused here too.
@@ -356,6 +358,10 @@ def _check_assignable(value: _Value, column_type: DataType) -> None:
         raise _NoValue(f"a BINARY is not assigned to a {column_type.to_sql()} column")
     if column_type == BINARY and value.kind in (_DATE, _TS, _NTZ):
         raise _NoValue(f"a {value.kind.upper()} is not assigned to a BINARY column")
+    # A TIMESTAMP is (a number of seconds) but a date or a local date-time is not.
+    numeric = column_type in _INT_RANGES or column_type in (FLOAT, DOUBLE)
+    if value.kind in (_DATE, _NTZ) and (numeric or isinstance(column_type, DecimalType)):
+        raise _NoValue(f"a {value.kind.upper()} is not assigned to a {column_type.to_sql()} column")
 
 
 def _cast(value: _Value, target: DataType) -> _Value | None:
