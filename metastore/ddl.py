@@ -46,6 +46,7 @@ from sqlglot.errors import ParseError
 
 from metastore import limits
 from metastore.commands import (
+    GC_TTL_PROPERTY,
     AddColumn,
     AlterColumnType,
     AlterTable,
@@ -416,12 +417,20 @@ def _comment(node: object) -> str | None:
 
 def _property_key(node: object) -> str:
     if isinstance(node, exp.Literal) and node.is_string:
-        return _string(node, "property key")
+        return _canonical_property_key(_string(node, "property key"))
     if isinstance(node, exp.Var) and isinstance(node.this, str):
-        return node.this
+        return _canonical_property_key(node.this)
     if isinstance(node, exp.Identifier | exp.Dot | exp.Column):
-        return ".".join(_path(node))
+        return _canonical_property_key(".".join(_path(node)))
     raise InvalidDdlError("property key must be a string or a dotted name")
+
+
+def _canonical_property_key(key: str) -> str:
+    """Property keys are case-sensitive, but GC takes the TTL from any spelling of `gc.ttl`
+    (`commands.gc_ttl_ms_of`): a table created with 'GC.TTL' and later set to 'gc.ttl' held
+    both, and GC used the first in sorted order ('GC.TTL'), not the one set last. Every
+    spelling is written as `gc.ttl`, so a SET replaces it and an UNSET removes it."""
+    return GC_TTL_PROPERTY if key.lower() == GC_TTL_PROPERTY else key
 
 
 def _property_value(node: object) -> str:
@@ -973,11 +982,11 @@ class _Fallback(TokenCursor):
 
     def _property_key(self) -> str:
         if self.peek().kind is TokenKind.STRING:
-            return self.next().value
+            return _canonical_property_key(self.next().value)
         parts = [self.expect_identifier("property key")]
         while self.accept_punct("."):
             parts.append(self.expect_identifier("property key"))
-        return ".".join(parts)
+        return _canonical_property_key(".".join(parts))
 
     def _property_value(self) -> str:
         tok = self.peek()
