@@ -56,7 +56,13 @@ from typing import Final
 #      file (`TxnLog.may_hold_live_files`); before, its live file count decided, which
 #      subtracts delete entries of manifests an overwrite truncated, and could be 0 with a file
 #      live in a manifest: the column went public over a file that lacks it.
-APPLY_VERSION_SUPPORTED: Final = 4
+#   5: ALTER TABLE matches the names it refers to (the column to drop, rename, alter or move,
+#      an AFTER sibling, the struct to add a field to) as Spark does, with Java's
+#      equalsIgnoreCase (`schema.spark_name_key`); before, by Python's casefold, which folds
+#      `ß` to `ss` and ligatures to their letters, so `DROP COLUMN strasse` dropped `straße`
+#      and `ALTER COLUMN file TYPE BIGINT` changed `ﬁle`, where Spark finds no such column.
+#      Uniqueness of names is still checked by casefold.
+APPLY_VERSION_SUPPORTED: Final = 5
 
 # A cluster that never applied SetApplyVersion (and every older snapshot) is at version 1.
 INITIAL_APPLY_VERSION: Final = 1
