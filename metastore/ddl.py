@@ -124,7 +124,7 @@ def parse_ddl(sql: str, *, request_id: str = "", warehouse: str = "") -> Command
     if size > limits.MAX_STATEMENT_BYTES:
         raise limit_exceeded("MAX_STATEMENT_BYTES", limits.MAX_STATEMENT_BYTES, size, "statement")
     _refuse_empty_list_items(sql)
-    statements = _sqlglot_parse(sql)
+    statements = _sqlglot_parse(_parenthesize_not_defaults(sql))
     if not statements:
         raise InvalidDdlError("empty statement", details={"reason": "empty"})
     if len(statements) > 1:
@@ -184,6 +184,62 @@ def _cast_target_type(node: exp.DataType) -> DataType | None:
 # --------------------------------------------------------------------------------------------
 # sqlglot wrappers
 # --------------------------------------------------------------------------------------------
+
+
+def _default_expression_end(tokens: list[Token], start: int) -> int:
+    """Index of the first token after the DEFAULT expression starting at `tokens[start]`: where
+    Spark ends it, at a `,` or `)` of its list, a COMMENT, FIRST or AFTER clause, or a NOT NULL
+    constraint (Spark has no postfix NOT NULL operator, only IS NOT NULL)."""
+    depth = 0
+    i = start
+    while True:
+        tok = tokens[i]
+        if tok.kind is TokenKind.EOF or tok.is_punct(";"):
+            return i
+        if depth == 0 and (
+            tok.is_punct(",")
+            or tok.is_punct(")")
+            or tok.is_word("COMMENT", "FIRST", "AFTER")
+            or (
+                tok.is_word("NOT")
+                and tokens[i + 1].is_word("NULL")
+                and not (i > 0 and tokens[i - 1].is_word("IS"))
+            )
+        ):
+            return i
+        if tok.is_punct("("):
+            depth += 1
+        elif tok.is_punct(")"):
+            depth -= 1
+        i += 1
+
+
+def _parenthesize_not_defaults(sql: str) -> str:
+    """`sql` with every DEFAULT expression holding a NOT outside parentheses put in parentheses.
+    sqlglot reads `DEFAULT NOT FALSE NOT NULL` as the one expression NOT (FALSE IS NOT NULL),
+    losing the column's NOT NULL and changing its default; Spark ends the expression before
+    NOT NULL (`_default_expression_end`). `_default_sql` drops the parentheses again."""
+    tokens = tokenize(sql)
+    spans: list[tuple[int, int]] = []
+    for i, tok in enumerate(tokens):
+        if not tok.is_word("DEFAULT"):
+            continue
+        end = _default_expression_end(tokens, i + 1)
+        depth = 0
+        for t in tokens[i + 1 : end]:
+            depth += t.is_punct("(") - t.is_punct(")")
+            if depth == 0 and t.is_word("NOT"):  # a NOT inside parentheses stays there
+                spans.append((tokens[i + 1].start, tokens[end - 1].end))
+                break
+    if not spans:
+        return sql
+    out: list[str] = []
+    copied = 0
+    for start, end in spans:
+        out += [sql[copied:start], "(", sql[start:end], ")"]
+        copied = end
+    out.append(sql[copied:])
+    return "".join(out)
 
 
 def _refuse_empty_list_items(sql: str) -> None:
@@ -639,6 +695,8 @@ def _default_sql(node: object) -> str:
     """Canonical SQL of a DEFAULT expression, which must be constant (Spark's rule)."""
     if not isinstance(node, exp.Expression):
         raise InvalidDdlError("DEFAULT needs an expression")
+    if isinstance(node, exp.Paren) and isinstance(node.this, exp.Not):
+        node = node.this  # see _parenthesize_not_defaults
     for sub in node.walk():
         if isinstance(sub, _FORBIDDEN_IN_DEFAULT):
             raise InvalidArgumentError(
@@ -1161,25 +1219,11 @@ class _Fallback(TokenCursor):
         """Slice the DEFAULT expression's text (up to the next clause or list end) and let
         sqlglot parse it, so both paths canonicalise defaults identically."""
         start = self.peek()
-        depth = 0
-        end = start
-        while True:
-            tok = self.peek()
-            if tok.kind is TokenKind.EOF or tok.is_punct(";"):
-                break
-            if depth == 0 and (
-                tok.is_punct(",")
-                or tok.is_punct(")")
-                or tok.is_word("COMMENT", "FIRST", "AFTER", "NOT")
-            ):
-                break
-            if tok.is_punct("("):
-                depth += 1
-            elif tok.is_punct(")"):
-                depth -= 1
-            end = self.next()
-        if end is start and self.peek() is start:
+        end_index = _default_expression_end(self.tokens, self.pos)
+        if end_index == self.pos:
             raise self.error("expected an expression after DEFAULT")
+        end = self.tokens[end_index - 1]
+        self.pos = end_index
         text = self.text[start.start : end.end]
         parsed = _sqlglot_parse("SELECT " + text)
         select = parsed[0] if len(parsed) == 1 else None

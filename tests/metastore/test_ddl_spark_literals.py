@@ -260,3 +260,39 @@ def test_a_date_default_on_a_number_column_is_refused(sql: str) -> None:
 )
 def test_date_and_time_defaults_spark_assigns_parse(sql: str) -> None:
     parse_ddl(sql)
+
+
+# --- a NOT NULL after a DEFAULT that starts with NOT --------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "CREATE TABLE ns.t (b BOOLEAN DEFAULT NOT FALSE NOT NULL)",
+        "CREATE TABLE ns.t (a INT, b BOOLEAN DEFAULT NOT FALSE NOT NULL COMMENT 'c', c INT)",
+        "ALTER TABLE ns.t ADD COLUMN b BOOLEAN DEFAULT NOT FALSE NOT NULL",
+        "ALTER TABLE ns.t ADD COLUMN b BOOLEAN DEFAULT NOT FALSE NOT NULL FIRST",  # hand parser
+        "ALTER TABLE ns.t ADD COLUMNS (b BOOLEAN DEFAULT NOT (FALSE) NOT NULL, c INT)",
+    ],
+)
+def test_not_null_after_a_not_default_is_the_constraint(sql: str) -> None:
+    """Spark has no postfix NOT NULL operator (only IS NOT NULL), so in `DEFAULT NOT FALSE NOT
+    NULL` the NOT NULL is the column's constraint. sqlglot read `NOT FALSE NOT NULL` as one
+    expression, NOT (FALSE IS NOT NULL): the column was stored nullable, with a DEFAULT that is
+    FALSE where Spark's is TRUE."""
+    cmd = parse_ddl(sql)
+    if isinstance(cmd, CreateTable):
+        column = next(c for c in cmd.schema.columns if c.name == "b")
+    else:
+        assert isinstance(cmd, AlterTable)
+        column = next(c.column for c in cmd.changes if isinstance(c, AddColumn))
+    assert not column.nullable
+    assert column.default_sql in ("NOT FALSE", "NOT (FALSE)")
+
+
+def test_a_not_default_before_a_position_parses_on_the_hand_parser() -> None:
+    """The hand parser ended a DEFAULT at any NOT, so `DEFAULT NOT TRUE FIRST` was refused."""
+    column = _added_column("ALTER TABLE ns.t ADD COLUMN b BOOLEAN DEFAULT NOT TRUE FIRST")
+    assert (column.default_sql, column.nullable) == ("NOT TRUE", True)
+    column = _added_column("ALTER TABLE ns.t ADD COLUMN b BOOLEAN DEFAULT NULL IS NOT NULL FIRST")
+    assert (column.default_sql, column.nullable) == ("NOT NULL IS NULL", True)
