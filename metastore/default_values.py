@@ -108,6 +108,12 @@ _MICROS_MAX: Final = 2**63 - 1
 # whatever its zone.
 _MAX_ZONE_OFFSET_MICROS: Final = 18 * 3600 * 1_000_000
 
+# Entries of the system's time zone files that are no zone to Spark (CAST_INVALID_INPUT,
+# measured with pyspark 4 on Java 17): the node's own `localtime`, tzdata's `posixrules` and
+# `Factory`, the `posix/` and `right/` copies, and `ROC`.
+_NOT_SPARK_ZONES: Final = frozenset({"localtime", "posixrules", "Factory", "ROC"})
+_NOT_SPARK_ZONE_PREFIXES: Final = ("posix/", "right/")
+
 # Non-deterministic functions (sqlglot's names): Spark refuses them in a DEFAULT.
 _NON_DETERMINISTIC: Final = frozenset(
     {
@@ -513,6 +519,8 @@ def _is_zone(zone: str) -> bool:
     """Is `zone` a zone Spark reads: Z, an offset (optionally after UTC/GMT/UT), or a region?"""
     if _OFFSET_RE.fullmatch(zone):
         return True
+    if zone in _NOT_SPARK_ZONES or zone.startswith(_NOT_SPARK_ZONE_PREFIXES):
+        return False
     try:
         zoneinfo.ZoneInfo(zone)
     except (ValueError, OSError, KeyError):  # ZoneInfoNotFoundError is a KeyError
