@@ -63,6 +63,12 @@ from typing import Final
 #      twice). The delete entry hides, and a compaction folds it into, every manifest entry of
 #      the path, as for a removal of a path that is in manifests only (metastore.txn `_plan`,
 #      `delete_manifest_copies`; the leader's removal check passes the same rule).
+#      ALTER TABLE matches the names it refers to (the column to drop, rename, alter or move,
+#      an AFTER sibling, the struct to add a field to) as Spark does, with Java's
+#      equalsIgnoreCase (`schema.spark_name_key`); before, by Python's casefold, which folds
+#      `ß` to `ss` and ligatures to their letters, so `DROP COLUMN strasse` dropped `straße`
+#      and `ALTER COLUMN file TYPE BIGINT` changed `ﬁle`, where Spark finds no such column.
+#      Uniqueness of names is still checked by casefold.
 APPLY_VERSION_SUPPORTED: Final = 5
 
 # A cluster that never applied SetApplyVersion (and every older snapshot) is at version 1.

@@ -590,11 +590,13 @@ class Catalog:
         before_publish: Callable[[TableState], None] | None = None,
         keep_free: Callable[[int], int] = lambda table_id: 0,
         max_version_bytes: int | None = None,
+        spark_case: bool = False,
     ) -> Applied:
         """`before_publish(inc)` runs only when a new version is about to be published, and may
         refuse it by raising (the leases' two-version gate); nothing has changed by then.
         `keep_free(table_id)`: the versions to keep free (see `publish_version`).
-        `max_version_bytes`: see `check_version_bytes`."""
+        `max_version_bytes`: see `check_version_bytes`. `spark_case`: the names a change
+        refers to are matched as Spark matches them (apply version 5, `metastore.schema`)."""
         name = cmd.table
         inc = self.live_table(name)
         current = inc.versions[-1]
@@ -602,7 +604,9 @@ class Catalog:
         properties = dict(current.properties)
         next_field_id = inc.next_field_id
         for change in cmd.changes:
-            schema, next_field_id = _apply_change(schema, properties, change, next_field_id)
+            schema, next_field_id = _apply_change(
+                schema, properties, change, next_field_id, spark_case=spark_case
+            )
             if isinstance(change, AddColumn) and change.parent:
                 _check_nested_name_unused(inc, schema, (*change.parent, change.column.name))
         validate_schema(schema, ids_assigned=True)
@@ -871,10 +875,16 @@ def _check_nested_name_unused(inc: TableState, schema: Schema, path: tuple[str, 
 
 
 def _apply_change(
-    schema: Schema, properties: dict[str, str], change: TableChange, next_field_id: int
+    schema: Schema,
+    properties: dict[str, str],
+    change: TableChange,
+    next_field_id: int,
+    *,
+    spark_case: bool,
 ) -> tuple[Schema, int]:
     """Apply one change to (schema, properties). `properties` is updated in place (it is a
     private copy); the schema is returned with the next free field id."""
+    sc = spark_case
     match change:
         case AddColumn(parent=parent, column=column, position=position):
             return add_column(
@@ -883,24 +893,28 @@ def _apply_change(
                 column=column,
                 position=position,
                 next_field_id=next_field_id,
+                spark_case=sc,
             )
         case RenameColumn(path=path, new_name=new_name):
-            return rename_column(schema, path=path, new_name=new_name), next_field_id
+            return rename_column(schema, path=path, new_name=new_name, spark_case=sc), next_field_id
         case DropColumn(path=path, if_exists=if_exists):
             if if_exists:
                 try:
-                    schema.lookup(path)
+                    schema.lookup(path, spark_case=sc)
                 except ColumnNotFoundError:
                     return schema, next_field_id
-            return drop_column(schema, path=path), next_field_id
+            return drop_column(schema, path=path, spark_case=sc), next_field_id
         case AlterColumnType(path=path, new_type=new_type):
-            return alter_column_type(schema, path=path, new_type=new_type), next_field_id
+            changed = alter_column_type(schema, path=path, new_type=new_type, spark_case=sc)
+            return changed, next_field_id
         case SetNullability(path=path, nullable=nullable):
-            return set_nullability(schema, path=path, nullable=nullable), next_field_id
+            changed = set_nullability(schema, path=path, nullable=nullable, spark_case=sc)
+            return changed, next_field_id
         case SetColumnComment(path=path, comment=comment):
-            return set_column_comment(schema, path=path, comment=comment), next_field_id
+            changed = set_column_comment(schema, path=path, comment=comment, spark_case=sc)
+            return changed, next_field_id
         case MoveColumn(path=path, position=position):
-            return move_column(schema, path=path, position=position), next_field_id
+            return move_column(schema, path=path, position=position, spark_case=sc), next_field_id
         case SetTableProperties(properties=props):
             properties.update(props)
             return schema, next_field_id

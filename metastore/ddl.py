@@ -46,6 +46,7 @@ from sqlglot.errors import ParseError
 
 from metastore import limits
 from metastore.commands import (
+    GC_TTL_PROPERTY,
     AddColumn,
     AlterColumnType,
     AlterTable,
@@ -123,7 +124,7 @@ def parse_ddl(sql: str, *, request_id: str = "", warehouse: str = "") -> Command
     if size > limits.MAX_STATEMENT_BYTES:
         raise limit_exceeded("MAX_STATEMENT_BYTES", limits.MAX_STATEMENT_BYTES, size, "statement")
     _refuse_empty_list_items(sql)
-    statements = _sqlglot_parse(sql)
+    statements = _sqlglot_parse(_parenthesize_not_defaults(sql))
     if not statements:
         raise InvalidDdlError("empty statement", details={"reason": "empty"})
     if len(statements) > 1:
@@ -185,6 +186,62 @@ def _cast_target_type(node: exp.DataType) -> DataType | None:
 # --------------------------------------------------------------------------------------------
 
 
+def _default_expression_end(tokens: list[Token], start: int) -> int:
+    """Index of the first token after the DEFAULT expression starting at `tokens[start]`: where
+    Spark ends it, at a `,` or `)` of its list, a COMMENT, FIRST or AFTER clause, or a NOT NULL
+    constraint (Spark has no postfix NOT NULL operator, only IS NOT NULL)."""
+    depth = 0
+    i = start
+    while True:
+        tok = tokens[i]
+        if tok.kind is TokenKind.EOF or tok.is_punct(";"):
+            return i
+        if depth == 0 and (
+            tok.is_punct(",")
+            or tok.is_punct(")")
+            or tok.is_word("COMMENT", "FIRST", "AFTER")
+            or (
+                tok.is_word("NOT")
+                and tokens[i + 1].is_word("NULL")
+                and not (i > 0 and tokens[i - 1].is_word("IS"))
+            )
+        ):
+            return i
+        if tok.is_punct("("):
+            depth += 1
+        elif tok.is_punct(")"):
+            depth -= 1
+        i += 1
+
+
+def _parenthesize_not_defaults(sql: str) -> str:
+    """`sql` with every DEFAULT expression holding a NOT outside parentheses put in parentheses.
+    sqlglot reads `DEFAULT NOT FALSE NOT NULL` as the one expression NOT (FALSE IS NOT NULL),
+    losing the column's NOT NULL and changing its default; Spark ends the expression before
+    NOT NULL (`_default_expression_end`). `_default_sql` drops the parentheses again."""
+    tokens = tokenize(sql)
+    spans: list[tuple[int, int]] = []
+    for i, tok in enumerate(tokens):
+        if not tok.is_word("DEFAULT"):
+            continue
+        end = _default_expression_end(tokens, i + 1)
+        depth = 0
+        for t in tokens[i + 1 : end]:
+            depth += t.is_punct("(") - t.is_punct(")")
+            if depth == 0 and t.is_word("NOT"):  # a NOT inside parentheses stays there
+                spans.append((tokens[i + 1].start, tokens[end - 1].end))
+                break
+    if not spans:
+        return sql
+    out: list[str] = []
+    copied = 0
+    for start, end in spans:
+        out += [sql[copied:start], "(", sql[start:end], ")"]
+        copied = end
+    out.append(sql[copied:])
+    return "".join(out)
+
+
 def _refuse_empty_list_items(sql: str) -> None:
     """Spark refuses an empty item in any comma list (`(a INT,)`, `(a INT,,)`, `STRUCT<x: INT,>`,
     `(, a INT)`); sqlglot skips it, so `(a INT,,)` would create a table Spark itself could not
@@ -235,8 +292,45 @@ def _readable_reason(reason: str, sql: str) -> str:
     return _SQLGLOT_REPR.sub("...", reason)
 
 
+def _backslash_doubled_quotes(sql: str) -> str:
+    """`sql` with every doubled quote inside a string literal (`'it''s'`) written as a backslash
+    escape (`'it\\'s'`). Spark reads a doubled quote as one quote; sqlglot's Spark dialect reads
+    it as two adjacent literals, which Spark concatenates: `'it''s'` became CONCAT('it', 's'),
+    "its", in a stored DEFAULT, and a COMMENT or property the tree path refused. Found by the
+    lexer, so quotes in comments and backquoted names are left alone."""
+    if "''" not in sql and '""' not in sql:
+        return sql
+    out: list[str] = []
+    copied = 0
+    for tok in tokenize(sql):
+        if tok.kind is not TokenKind.STRING:
+            continue
+        quote = sql[tok.start]
+        body = sql[tok.start + 1 : tok.end - 1]
+        if quote * 2 not in body:
+            continue
+        escaped: list[str] = []
+        i = 0
+        while i < len(body):
+            if body[i] == "\\":
+                escaped.append(body[i : i + 2])  # the lexer: a backslash takes the next char
+                i += 2
+            elif body[i] == quote:  # the lexer guarantees it is doubled here
+                escaped.append("\\" + quote)
+                i += 2
+            else:
+                escaped.append(body[i])
+                i += 1
+        out.append(sql[copied : tok.start + 1])
+        out.append("".join(escaped))
+        copied = tok.end - 1
+    out.append(sql[copied:])
+    return "".join(out)
+
+
 def _sqlglot_parse(sql: str) -> list[exp.Expression]:
     """The statements sqlglot finds (empty ones dropped). Raises InvalidDdlError."""
+    sql = _backslash_doubled_quotes(sql)
     try:
         parsed = sqlglot.parse(sql, read="spark")
     except ParseError as e:
@@ -379,12 +473,20 @@ def _comment(node: object) -> str | None:
 
 def _property_key(node: object) -> str:
     if isinstance(node, exp.Literal) and node.is_string:
-        return _string(node, "property key")
+        return _canonical_property_key(_string(node, "property key"))
     if isinstance(node, exp.Var) and isinstance(node.this, str):
-        return node.this
+        return _canonical_property_key(node.this)
     if isinstance(node, exp.Identifier | exp.Dot | exp.Column):
-        return ".".join(_path(node))
+        return _canonical_property_key(".".join(_path(node)))
     raise InvalidDdlError("property key must be a string or a dotted name")
+
+
+def _canonical_property_key(key: str) -> str:
+    """Property keys are case-sensitive, but GC takes the TTL from any spelling of `gc.ttl`
+    (`commands.gc_ttl_ms_of`): a table created with 'GC.TTL' and later set to 'gc.ttl' held
+    both, and GC used the first in sorted order ('GC.TTL'), not the one set last. Every
+    spelling is written as `gc.ttl`, so a SET replaces it and an UNSET removes it."""
+    return GC_TTL_PROPERTY if key.lower() == GC_TTL_PROPERTY else key
 
 
 def _property_value(node: object) -> str:
@@ -593,6 +695,8 @@ def _default_sql(node: object) -> str:
     """Canonical SQL of a DEFAULT expression, which must be constant (Spark's rule)."""
     if not isinstance(node, exp.Expression):
         raise InvalidDdlError("DEFAULT needs an expression")
+    if isinstance(node, exp.Paren) and isinstance(node.this, exp.Not):
+        node = node.this  # see _parenthesize_not_defaults
     for sub in node.walk():
         if isinstance(sub, _FORBIDDEN_IN_DEFAULT):
             raise InvalidArgumentError(
@@ -600,7 +704,27 @@ def _default_sql(node: object) -> str:
                 "aggregates or parameters)",
                 details={"default": _expression_sql(node)[:200]},
             )
-    return _expression_sql(node)
+    text = _expression_sql(node.transform(_with_parentheses))
+    # The stored text is what Spark and every reader evaluate, and what the DEFAULT checks
+    # re-parse: a rendering that reads back as a column name would mean something else there.
+    reparsed = _sqlglot_parse("SELECT " + text)
+    if any(isinstance(sub, exp.Column) for stmt in reparsed for sub in stmt.walk()):
+        raise InvalidArgumentError(
+            f"DEFAULT {text[:200]} cannot be stored: it would read back as a column name",
+            details={"default": text[:200]},
+        )
+    return text
+
+
+# Functions sqlglot's Spark generator renders without parentheses, which Spark reads as a
+# column name (measured: LOCALTIMESTAMP and CURRENT_CATALOG are UNRESOLVED_COLUMN in pyspark 4).
+_BARE_FUNCTIONS: Final = (exp.Localtimestamp, exp.CurrentCatalog)
+
+
+def _with_parentheses(node: exp.Expression) -> exp.Expression:
+    if isinstance(node, _BARE_FUNCTIONS) and not any(_present(v) for v in node.args.values()):
+        return exp.Anonymous(this=node.sql_name(), expressions=[])
+    return node
 
 
 # sqlglot type names (spark dialect) -> our primitives.
@@ -916,11 +1040,11 @@ class _Fallback(TokenCursor):
 
     def _property_key(self) -> str:
         if self.peek().kind is TokenKind.STRING:
-            return self.next().value
+            return _canonical_property_key(self.next().value)
         parts = [self.expect_identifier("property key")]
         while self.accept_punct("."):
             parts.append(self.expect_identifier("property key"))
-        return ".".join(parts)
+        return _canonical_property_key(".".join(parts))
 
     def _property_value(self) -> str:
         tok = self.peek()
@@ -1095,25 +1219,11 @@ class _Fallback(TokenCursor):
         """Slice the DEFAULT expression's text (up to the next clause or list end) and let
         sqlglot parse it, so both paths canonicalise defaults identically."""
         start = self.peek()
-        depth = 0
-        end = start
-        while True:
-            tok = self.peek()
-            if tok.kind is TokenKind.EOF or tok.is_punct(";"):
-                break
-            if depth == 0 and (
-                tok.is_punct(",")
-                or tok.is_punct(")")
-                or tok.is_word("COMMENT", "FIRST", "AFTER", "NOT")
-            ):
-                break
-            if tok.is_punct("("):
-                depth += 1
-            elif tok.is_punct(")"):
-                depth -= 1
-            end = self.next()
-        if end is start and self.peek() is start:
+        end_index = _default_expression_end(self.tokens, self.pos)
+        if end_index == self.pos:
             raise self.error("expected an expression after DEFAULT")
+        end = self.tokens[end_index - 1]
+        self.pos = end_index
         text = self.text[start.start : end.end]
         parsed = _sqlglot_parse("SELECT " + text)
         select = parsed[0] if len(parsed) == 1 else None

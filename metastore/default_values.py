@@ -24,8 +24,12 @@ The value checks hold for nullable columns too: Spark's Parquet reader assigns t
 field's EXISTS_DEFAULT) to the column for every file written before the column existed, and fails
 the whole read (INVALID_DEFAULT_VALUE.DATA_TYPE) when it cannot - a string that is no value of the
 type ('abc' or '1.5' for an INT), a BOOLEAN for anything but a BOOLEAN or string column, anything
-but a BOOLEAN for a BOOLEAN column ('true' must be written TRUE). Spark's own ALTER TABLE refuses
-the same defaults (measured with pyspark 4).
+but a BOOLEAN for a BOOLEAN column ('true' must be written TRUE), a BINARY (X'..') for anything
+but a BINARY or string column, a DATE or TIMESTAMP_NTZ for a number column (a TIMESTAMP, a
+number of seconds, is assigned). Spark's own ALTER TABLE refuses
+the same defaults (measured with pyspark 4). So does Spark's parser: a number literal beyond a
+DOUBLE or of more than 38 digits, and a TIMESTAMP (or TIMESTAMP_NTZ) beyond its 64-bit
+microseconds (years -290308 to +294247) are refused here too.
 
 On any column, a default whose value depends on the session time zone is refused: a TIMESTAMP
 from a string without zone or offset (TIMESTAMP '2024-01-01 00:00:00'), from a DATE,
@@ -95,7 +99,20 @@ _BOOLEAN_STRINGS: Final = frozenset({"t", "true", "y", "yes", "1", "f", "false",
 _DATE_RE: Final = re.compile(r"([+-]?\d{4,6})(?:-(\d{1,2})(?:-(\d{1,2}))?)?")
 _INTEGER_RE: Final = re.compile(r"[+-]?\d+")
 _OFFSET_RE: Final = re.compile(r"Z|(?:UTC|GMT|UT)?(?:[+-]\d{1,2}(?::?\d{2}(?::?\d{2})?)?)?")
-_TIME_RE: Final = re.compile(r"[ T](\d{1,2})(?::(\d{1,2})(?::(\d{1,2})(?:\.\d{0,9})?)?)?")
+_TIME_RE: Final = re.compile(r"[ T](\d{1,2})(?::(\d{1,2})(?::(\d{1,2})(?:\.(\d{0,9}))?)?)?")
+# Spark's TIMESTAMP and TIMESTAMP_NTZ are 64-bit microseconds since the epoch (years -290308
+# to +294247); a string beyond is malformed (CAST_INVALID_INPUT, measured with pyspark 4).
+_MICROS_MIN: Final = -(2**63)
+_MICROS_MAX: Final = 2**63 - 1
+# The largest zone offset (java.time): a zoned time this far beyond the range is beyond it
+# whatever its zone.
+_MAX_ZONE_OFFSET_MICROS: Final = 18 * 3600 * 1_000_000
+
+# Entries of the system's time zone files that are no zone to Spark (CAST_INVALID_INPUT,
+# measured with pyspark 4 on Java 17): the node's own `localtime`, tzdata's `posixrules` and
+# `Factory`, the `posix/` and `right/` copies, and `ROC`.
+_NOT_SPARK_ZONES: Final = frozenset({"localtime", "posixrules", "Factory", "ROC"})
+_NOT_SPARK_ZONE_PREFIXES: Final = ("posix/", "right/")
 
 # Non-deterministic functions (sqlglot's names): Spark refuses them in a DEFAULT.
 _NON_DETERMINISTIC: Final = frozenset(
@@ -138,11 +155,16 @@ _READ_TIME: Final = frozenset(
 # Decimal arithmetic on defaults: exact for any DECIMAL (38 digits), rounding as Spark does.
 _EXACT: Final = Context(prec=100, rounding=ROUND_HALF_UP, Emax=MAX_EMAX, Emin=MIN_EMIN)
 
+# What Spark's parser reads as a number (see `_number_spark_refuses`).
+_DOUBLE_MAX: Final = Decimal("1.7976931348623157e308")
+_MAX_DECIMAL_DIGITS: Final = 38
+
 # Kinds of value followed through the casts.
 _STRING: Final = "string"
 _NUMBER: Final = "number"
 _BOOL: Final = "boolean"
 _DATE: Final = "date"
+_BINARY: Final = "binary"
 _TS: Final = "timestamp"
 _NTZ: Final = "timestamp_ntz"
 _OTHER: Final = "other"
@@ -183,6 +205,13 @@ def check_default(
         return
     if not isinstance(node, exp.Expression):
         return
+    unreadable = _number_spark_refuses(node)
+    if unreadable is not None:
+        raise InvalidArgumentError(
+            f"DEFAULT {column.default_sql} of column {column.name} holds a number Spark's parser "
+            f"refuses ({unreadable}), so every read and write of the table would fail",
+            details={"column": column.name, "default": column.default_sql},
+        )
     functions = _function_names(node)
     if functions & _NON_DETERMINISTIC:
         raise InvalidArgumentError(
@@ -238,6 +267,32 @@ def check_default(
         ) from None
 
 
+def _number_spark_refuses(node: exp.Expression) -> str | None:
+    """Why Spark's parser refuses a number literal in `node`, or None. Spark reads a literal
+    with an exponent as a DOUBLE and refuses one beyond Double.MAX_VALUE (ParseException), and
+    any other as an INT, BIGINT or DECIMAL, refusing more than 38 digits of precision, counted
+    as Java's BigDecimal does (DECIMAL_PRECISION_EXCEEDS_MAX_PRECISION); measured, pyspark 4."""
+    for literal in node.find_all(exp.Literal):
+        if literal.is_string:
+            continue
+        text = str(literal.this)
+        try:
+            number = Decimal(text)
+        except InvalidOperation:
+            continue
+        if not number.is_finite():
+            continue
+        if "e" in text.lower():
+            if number.copy_abs() > _DOUBLE_MAX:
+                return f"{text} is beyond DOUBLE's range"
+            continue
+        digits, exponent = len(number.as_tuple().digits), number.as_tuple().exponent
+        scale = -exponent if isinstance(exponent, int) and exponent < 0 else 0
+        if max(digits, scale) > _MAX_DECIMAL_DIGITS:
+            return f"{text} has more than {_MAX_DECIMAL_DIGITS} digits"
+    return None
+
+
 def _function_names(node: exp.Expression) -> set[str]:
     """The names (upper case, sqlglot's canonical ones) of the functions `node` calls."""
     return {
@@ -281,6 +336,8 @@ def _literal_and_casts(
             return _Value(_NUMBER, number=number.copy_negate() if negative else number), casts
         case exp.Boolean() if not negative:
             return _Value(_BOOL), casts
+        case exp.HexString() if not negative:  # X'1F' (and 0x1F, which sqlglot reads alike)
+            return _Value(_BINARY), casts
     return None
 
 
@@ -301,10 +358,24 @@ def _check_assignable(value: _Value, column_type: DataType) -> None:
     textual = column_type == STRING or isinstance(column_type, VarcharType | CharType)
     if value.kind == _BOOL and column_type != BOOLEAN and not textual:
         raise _NoValue(f"a BOOLEAN is not assigned to a {column_type.to_sql()} column")
+    # Measured with pyspark 4: a BINARY goes only to BINARY and string columns, and a date or
+    # timestamp never to a BINARY column.
+    if value.kind == _BINARY and column_type != BINARY and not textual:
+        raise _NoValue(f"a BINARY is not assigned to a {column_type.to_sql()} column")
+    if column_type == BINARY and value.kind in (_DATE, _TS, _NTZ):
+        raise _NoValue(f"a {value.kind.upper()} is not assigned to a BINARY column")
+    # A TIMESTAMP is (a number of seconds) but a date or a local date-time is not.
+    numeric = column_type in _INT_RANGES or column_type in (FLOAT, DOUBLE)
+    if value.kind in (_DATE, _NTZ) and (numeric or isinstance(column_type, DecimalType)):
+        raise _NoValue(f"a {value.kind.upper()} is not assigned to a {column_type.to_sql()} column")
 
 
 def _cast(value: _Value, target: DataType) -> _Value | None:
     """`value` cast to `target` as Spark casts, or None when not followed. Raises _NoValue."""
+    textual = target in (STRING, BINARY) or isinstance(target, VarcharType | CharType)
+    if value.kind == _BINARY and not textual:
+        # Spark casts a BINARY only to a string (CAST(X'41' AS INT) does not resolve).
+        raise _NoValue(f"a BINARY does not cast to {target.to_sql()}")
     if isinstance(target, PrimitiveType) and target in _INT_RANGES:
         return _to_integer(value, target)
     if target in (FLOAT, DOUBLE):
@@ -325,7 +396,9 @@ def _cast(value: _Value, target: DataType) -> _Value | None:
         sized = target if isinstance(target, VarcharType | CharType) else None
         if sized is not None and text is not None and len(text.rstrip(" ")) > sized.length:
             raise _NoValue(f"longer than {sized.length} characters")
-        return _Value(_STRING if target != BINARY else _OTHER, text=text)
+        if target == BINARY:
+            return _Value(_BINARY)
+        return _Value(_STRING, text=text)
     if target == DATE:
         if value.kind == _TS:
             raise _ZoneDependent("a TIMESTAMP cast to DATE")
@@ -414,20 +487,40 @@ def _parse_date_time(text: str, *, date_only: bool) -> str:
             raise _NoValue(f"{text!r} is no {what}")
         return ""
     t = _TIME_RE.match(rest) if m.group(3) is not None else None
+    hour = minute = second = micros = 0
     if t is not None:
-        hour, minute, second = (int(g or 0) for g in t.groups())
+        hour, minute, second = (int(g or 0) for g in t.groups()[:3])
         if hour > 23 or minute > 59 or second > 59:
             raise _NoValue(f"{text!r} is no {what}")
+        micros = int((t.group(4) or "").ljust(6, "0")[:6])
         rest = rest[t.end() :]
     elif rest and m.group(3) is not None and rest in (" ", "T"):
         rest = ""
-    return rest.strip()
+    zone = rest.strip()
+    seconds = _days_from_civil(year, month, day) * 86400 + hour * 3600 + minute * 60 + second
+    local_micros = seconds * 1_000_000 + micros
+    margin = _MAX_ZONE_OFFSET_MICROS if zone else 0
+    if local_micros - margin > _MICROS_MAX or local_micros + margin < _MICROS_MIN:
+        raise _NoValue(f"{text!r} is beyond the range of Spark's timestamps")
+    return zone
+
+
+def _days_from_civil(year: int, month: int, day: int) -> int:
+    """Days since 1970-01-01 of a proleptic Gregorian date (Spark's calendar), any year."""
+    year -= month <= 2
+    era = year // 400
+    year_of_era = year - era * 400
+    day_of_year = (153 * (month + (-3 if month > 2 else 9)) + 2) // 5 + day - 1
+    day_of_era = year_of_era * 365 + year_of_era // 4 - year_of_era // 100 + day_of_year
+    return era * 146097 + day_of_era - 719468
 
 
 def _is_zone(zone: str) -> bool:
     """Is `zone` a zone Spark reads: Z, an offset (optionally after UTC/GMT/UT), or a region?"""
     if _OFFSET_RE.fullmatch(zone):
         return True
+    if zone in _NOT_SPARK_ZONES or zone.startswith(_NOT_SPARK_ZONE_PREFIXES):
+        return False
     try:
         zoneinfo.ZoneInfo(zone)
     except (ValueError, OSError, KeyError):  # ZoneInfoNotFoundError is a KeyError

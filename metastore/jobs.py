@@ -235,20 +235,23 @@ class SchemaJobs:
         catalog: Catalog,
         sessions: Sessions,
         max_version_bytes: int | None = None,
+        spark_case: bool = False,
     ) -> Applied:
         """Start a job for `change` and publish its first step (refused, like any ALTER, while
-        a lease on the version two behind is held, or past `max_version_bytes`)."""
+        a lease on the version two behind is held, or past `max_version_bytes`). `spark_case`:
+        names are matched as Spark matches them (apply version 5, `metastore.schema`)."""
         inc = catalog.live_table(cmd.table)
         current = inc.versions[-1]
         if isinstance(change, DropColumn):
             try:
-                column = current.schema.lookup(change.path)
+                column = current.schema.lookup(change.path, spark_case=spark_case)
             except ColumnNotFoundError:
                 if change.if_exists:
                     return _unchanged(inc), ()
                 raise
             assert isinstance(column, Column)
-            public = drop_column(current.schema, path=change.path)  # refuses the last column
+            # Refuses the last column.
+            public = drop_column(current.schema, path=change.path, spark_case=spark_case)
             # Writers of the write-only version fill it with its DEFAULT or NULL: while it is
             # being dropped it is nullable (CockroachDB drops NOT NULL first, too).
             pending_column = replace(column, nullable=True)
@@ -263,6 +266,7 @@ class SchemaJobs:
                 column=change.column,
                 position=change.position,
                 next_field_id=inc.next_field_id,
+                spark_case=spark_case,
             )
             added = widened.lookup((change.column.name,))
             assert isinstance(added, Column)
@@ -273,6 +277,9 @@ class SchemaJobs:
                     after = None
                 case First():
                     after = ""
+                case After(column=sibling) if spark_case:
+                    # The sibling's own name: the public step finds it by casefold.
+                    after = current.schema.lookup((sibling,), spark_case=True).name
                 case After(column=sibling):
                     after = sibling
             kind, state, action, position = ADD_COLUMN, DELETE_ONLY, ADDING, -1

@@ -130,7 +130,7 @@ def _string_literal(text: str, start: int, out: list[Token]) -> int:
             parts.append(_ESCAPES.get(e, e))
             i += 2
         elif c == quote and text.startswith(quote, i + 1):
-            parts.append(quote)  # a doubled quote stands for one (Spark 3.4+, sqlglot)
+            parts.append(quote)  # a doubled quote stands for one (Spark; see ddl._sqlglot_parse)
             i += 2
         elif c == quote:
             out.append(Token(kind=TokenKind.STRING, value="".join(parts), start=start, end=i + 1))

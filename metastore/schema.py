@@ -7,7 +7,11 @@ renamed column keeps its id. Readers resolve Parquet columns by id, which is wha
 drop safe for files written under an older version.
 
 Column names are unique case-insensitively among siblings (Spark's default resolution), and keep
-the case they were given.
+the case they were given. Uniqueness folds case fully (`str.casefold`: `ß` and `ss` are one
+name); a name in a change (the column to drop, rename, alter, move after, the struct to add to)
+is matched as Spark matches it, with `spark_case` (apply version 5): Java's equalsIgnoreCase,
+character by character, so `ss` does not name `ß` (`spark_name_key`). Before version 5 it was
+matched by casefold too, and `DROP COLUMN strasse` dropped `straße`.
 
 Evolution operations are pure functions `Schema -> Schema`. Each either returns the evolved schema
 or raises a typed error saying why not:
@@ -133,11 +137,12 @@ def position_sql(position: ColumnPosition | None) -> str:
 class Schema:
     columns: tuple[Column, ...]
 
-    def lookup(self, path: Path) -> Column | StructField:
-        """The column or nested field at `path`; ColumnNotFoundError if there is none."""
+    def lookup(self, path: Path, *, spark_case: bool = False) -> Column | StructField:
+        """The column or nested field at `path`; ColumnNotFoundError if there is none.
+        `spark_case`: match names as Spark does (module docstring), else by casefold."""
         members: list[Member] = list(self.columns)
         for depth, name in enumerate(path):
-            i = _find(members, name)
+            i = _find(members, name, spark_case=spark_case)
             if i < 0:
                 raise _not_found(path[: depth + 1])
             member = members[i]
@@ -291,8 +296,10 @@ def add_column(
     column: Column,
     position: ColumnPosition | None,
     next_field_id: int,
+    spark_case: bool = False,
 ) -> tuple[Schema, int]:
-    """Add `column` under `parent` (() for top level). Returns the schema and the next free id."""
+    """Add `column` under `parent` (() for top level). Returns the schema and the next free id.
+    `spark_case`: how `parent` and an AFTER sibling are matched (module docstring)."""
     nested = bool(parent)
     validate_column(column, nested=nested)
     path = (*parent, column.name)
@@ -328,13 +335,13 @@ def add_column(
                 f"column {path_sql(path)} already exists (names are case-insensitive)",
                 details={"column": list(path)},
             )
-        members.insert(_insert_index(members, parent, position), member)
+        members.insert(_insert_index(members, parent, position, spark_case), member)
         return members
 
-    return _edit(schema, parent, edit), after
+    return _edit(schema, parent, edit, spark_case), after
 
 
-def rename_column(schema: Schema, *, path: Path, new_name: str) -> Schema:
+def rename_column(schema: Schema, *, path: Path, new_name: str, spark_case: bool = False) -> Schema:
     validate_name(new_name, "column")
     if len(path) > 1:
         # Top-level columns are matched to file columns by field id; nested fields are not (the
@@ -349,7 +356,7 @@ def rename_column(schema: Schema, *, path: Path, new_name: str) -> Schema:
         )
 
     def edit(members: list[Member]) -> list[Member]:
-        i = _require(members, path)
+        i = _require(members, path, spark_case)
         clash = _find(members, new_name)
         if clash >= 0 and clash != i:
             raise ColumnAlreadyExistsError(
@@ -360,12 +367,12 @@ def rename_column(schema: Schema, *, path: Path, new_name: str) -> Schema:
         members[i] = replace(members[i], name=new_name)
         return members
 
-    return _edit(schema, path[:-1], edit)
+    return _edit(schema, path[:-1], edit, spark_case)
 
 
-def drop_column(schema: Schema, *, path: Path) -> Schema:
+def drop_column(schema: Schema, *, path: Path, spark_case: bool = False) -> Schema:
     def edit(members: list[Member]) -> list[Member]:
-        i = _require(members, path)
+        i = _require(members, path, spark_case)
         if len(members) == 1:
             where = "the table" if len(path) == 1 else f"struct {path_sql(path[:-1])}"
             raise UnsupportedSchemaChangeError(
@@ -375,14 +382,16 @@ def drop_column(schema: Schema, *, path: Path) -> Schema:
         del members[i]
         return members
 
-    return _edit(schema, path[:-1], edit)
+    return _edit(schema, path[:-1], edit, spark_case)
 
 
-def alter_column_type(schema: Schema, *, path: Path, new_type: DataType) -> Schema:
+def alter_column_type(
+    schema: Schema, *, path: Path, new_type: DataType, spark_case: bool = False
+) -> Schema:
     validate_type(new_type)
 
     def edit(members: list[Member]) -> list[Member]:
-        i = _require(members, path)
+        i = _require(members, path, spark_case)
         old = members[i].type
         if old == new_type:
             return members
@@ -419,14 +428,16 @@ def alter_column_type(schema: Schema, *, path: Path, new_type: DataType) -> Sche
         members[i] = replace(members[i], type=new_type)
         return members
 
-    return _edit(schema, path[:-1], edit)
+    return _edit(schema, path[:-1], edit, spark_case)
 
 
-def set_nullability(schema: Schema, *, path: Path, nullable: bool) -> Schema:
+def set_nullability(
+    schema: Schema, *, path: Path, nullable: bool, spark_case: bool = False
+) -> Schema:
     """DROP NOT NULL (nullable=True) is always allowed; SET NOT NULL only as a no-op."""
 
     def edit(members: list[Member]) -> list[Member]:
-        i = _require(members, path)
+        i = _require(members, path, spark_case)
         if members[i].nullable == nullable:
             return members
         if not nullable:
@@ -438,32 +449,39 @@ def set_nullability(schema: Schema, *, path: Path, nullable: bool) -> Schema:
         members[i] = replace(members[i], nullable=True)
         return members
 
-    return _edit(schema, path[:-1], edit)
+    return _edit(schema, path[:-1], edit, spark_case)
 
 
-def set_column_comment(schema: Schema, *, path: Path, comment: str | None) -> Schema:
+def set_column_comment(
+    schema: Schema, *, path: Path, comment: str | None, spark_case: bool = False
+) -> Schema:
     validate_comment(comment, f"column {path_sql(path)}")
 
     def edit(members: list[Member]) -> list[Member]:
-        i = _require(members, path)
+        i = _require(members, path, spark_case)
         members[i] = replace(members[i], comment=comment)
         return members
 
-    return _edit(schema, path[:-1], edit)
+    return _edit(schema, path[:-1], edit, spark_case)
 
 
-def move_column(schema: Schema, *, path: Path, position: ColumnPosition) -> Schema:
+def move_column(
+    schema: Schema, *, path: Path, position: ColumnPosition, spark_case: bool = False
+) -> Schema:
     def edit(members: list[Member]) -> list[Member]:
-        i = _require(members, path)
-        if isinstance(position, After) and _find(members, position.column) == i:
+        i = _require(members, path, spark_case)
+        if (
+            isinstance(position, After)
+            and _find(members, position.column, spark_case=spark_case) == i
+        ):
             raise InvalidArgumentError(
                 f"cannot move {path_sql(path)} after itself", details={"column": list(path)}
             )
         member = members.pop(i)
-        members.insert(_insert_index(members, path[:-1], position), member)
+        members.insert(_insert_index(members, path[:-1], position, spark_case), member)
         return members
 
-    return _edit(schema, path[:-1], edit)
+    return _edit(schema, path[:-1], edit, spark_case)
 
 
 # --------------------------------------------------------------------------------------------
@@ -471,16 +489,36 @@ def move_column(schema: Schema, *, path: Path, position: ColumnPosition) -> Sche
 # --------------------------------------------------------------------------------------------
 
 
-def _find(members: list[Member], name: str) -> int:
-    folded = name.casefold()
+def spark_name_key(name: str) -> str:
+    """`name` as Spark compares names case-insensitively: Java's String.equalsIgnoreCase takes
+    two characters for equal when their upper cases, or the lower cases of those, are equal,
+    with one-character (simple) case mappings. So `straße` does not name `strasse` (str.casefold
+    folds `ß` to `ss`), and `ﬁle` (a ligature) does not name `file` (measured: pyspark 4,
+    UNRESOLVED_COLUMN)."""
+    return "".join(_spark_fold(c) for c in name)
+
+
+def _spark_fold(char: str) -> str:
+    upper = char.upper()
+    if len(upper) != 1:  # a full mapping (ß -> SS): the simple one leaves the character alone
+        upper = char
+    lower = upper.lower()
+    return lower if len(lower) == 1 else upper
+
+
+def _find(members: list[Member], name: str, *, spark_case: bool = False) -> int:
+    """Index of the sibling named `name`, or -1. By casefold (how uniqueness is checked), or
+    with `spark_case` as Spark resolves a name (`spark_name_key`)."""
+    key = spark_name_key if spark_case else str.casefold
+    wanted = key(name)
     for i, m in enumerate(members):
-        if m.name.casefold() == folded:
+        if key(m.name) == wanted:
             return i
     return -1
 
 
-def _require(members: list[Member], path: Path) -> int:
-    i = _find(members, path[-1])
+def _require(members: list[Member], path: Path, spark_case: bool) -> int:
+    i = _find(members, path[-1], spark_case=spark_case)
     if i < 0:
         raise _not_found(path)
     return i
@@ -499,30 +537,42 @@ def _not_a_struct(path: Path) -> ColumnNotFoundError:
     )
 
 
-def _insert_index(members: list[Member], parent: Path, position: ColumnPosition | None) -> int:
+def _insert_index(
+    members: list[Member], parent: Path, position: ColumnPosition | None, spark_case: bool
+) -> int:
     match position:
         case None:
             return len(members)
         case First():
             return 0
         case After(column=name):
-            j = _find(members, name)
+            j = _find(members, name, spark_case=spark_case)
             if j < 0:
                 raise _not_found((*parent, name))
             return j + 1
 
 
-def _edit(schema: Schema, parent: Path, edit: Callable[[list[Member]], list[Member]]) -> Schema:
+def _edit(
+    schema: Schema,
+    parent: Path,
+    edit: Callable[[list[Member]], list[Member]],
+    spark_case: bool,
+) -> Schema:
     """Apply `edit` to the sibling list under `parent` and rebuild the tree above it."""
     if not parent:
         return Schema(columns=tuple(_as_columns(edit(list(schema.columns)))))
-    return Schema(columns=tuple(_as_columns(_edit_in(list(schema.columns), parent, 0, edit))))
+    edited = _edit_in(list(schema.columns), parent, 0, edit, spark_case)
+    return Schema(columns=tuple(_as_columns(edited)))
 
 
 def _edit_in(
-    members: list[Member], parent: Path, depth: int, edit: Callable[[list[Member]], list[Member]]
+    members: list[Member],
+    parent: Path,
+    depth: int,
+    edit: Callable[[list[Member]], list[Member]],
+    spark_case: bool,
 ) -> list[Member]:
-    i = _find(members, parent[depth])
+    i = _find(members, parent[depth], spark_case=spark_case)
     if i < 0:
         raise _not_found(parent[: depth + 1])
     member = members[i]
@@ -532,7 +582,7 @@ def _edit_in(
     if depth == len(parent) - 1:
         fields = edit(fields)
     else:
-        fields = _edit_in(fields, parent, depth + 1, edit)
+        fields = _edit_in(fields, parent, depth + 1, edit, spark_case)
     members[i] = replace(member, type=StructType(fields=tuple(_as_fields(fields))))
     return members
 

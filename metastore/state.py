@@ -372,6 +372,7 @@ class MetastoreState:
                         catalog=self.catalog,
                         sessions=self.sessions,
                         max_version_bytes=self._max_version_bytes(),
+                        spark_case=self.rules_at_least(5),
                     )
                 else:
                     # The two-version invariant: no third leased version (metastore.leases).
@@ -382,6 +383,7 @@ class MetastoreState:
                         before_publish=lambda inc: self.sessions.check_publish(inc, tm=tm),
                         keep_free=self.jobs.versions_needed,
                         max_version_bytes=self._max_version_bytes(),
+                        spark_case=self.rules_at_least(5),
                     )
             case AdvanceSchemaJob():
                 table_id = self.jobs.get(command.job_id).table_id
