@@ -20,10 +20,11 @@ from pathlib import Path
 from typing import Any, Final
 
 import click
+from click.exceptions import NoArgsIsHelpError
 
 from cli.cluster import cluster
 from cli.context import App, app
-from cli.errors import EXIT_CODES_HELP, EXIT_USAGE, CliError, exit_code_for, fail
+from cli.errors import EXIT_CODES_HELP, EXIT_USAGE, CliError, exit_code_for, fail, fail_usage
 from cli.gc import gc, pts
 from cli.job import job
 from cli.job_backfill import run_backfill
@@ -70,11 +71,30 @@ EPILOG = (
 
 
 class RootGroup(click.Group):
-    """Turns every typed error of a sub-command into one stderr line and its exit code."""
+    """Turns every typed error of a sub-command, and every usage error click finds (in the root
+    options, or in a sub-command's), into one stderr line and its exit code."""
+
+    def make_context(
+        self,
+        info_name: str | None,
+        args: list[str],
+        parent: click.Context | None = None,
+        **extra: Any,
+    ) -> click.Context:
+        try:
+            return super().make_context(info_name, args, parent, **extra)
+        except NoArgsIsHelpError:
+            raise  # `metastore` alone: the help, as click prints it
+        except click.UsageError as exc:
+            fail_usage(exc)
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
+        except NoArgsIsHelpError:
+            raise  # `metastore table` alone: that group's help
+        except click.UsageError as exc:
+            fail_usage(exc)
         except MetastoreError as exc:
             fail(exc.code.value, exc.message, exit_code_for(exc), exc.details)
         except ConfigError as exc:
