@@ -25,7 +25,7 @@ from cli.output import (
     rows_table,
     ts_cell,
 )
-from cli.waiting import parse_wait_ms
+from cli.waiting import WAIT_DURATION, parse_wait_ms
 from metastore.client import EndpointResult, SyncMetastoreClient
 from metastore.daemon.config import (
     CLUSTER_FILE_NAME,
@@ -653,9 +653,9 @@ def cluster_add_node(ctx: click.Context, node_id: int, raft_addr: str, voter: bo
 @click.option(
     "--wait",
     "wait",
+    type=WAIT_DURATION,
     default="0",
     show_default=True,
-    metavar="DURATION",
     help="While the learner has not caught up, retry for up to this long (30s, 10m, at most "
     "24h; a bare number is seconds), showing on stderr how far it is (a snapshot being "
     "received, entries behind). 0: ask once.",

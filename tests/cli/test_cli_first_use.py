@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.cli.test_cli import _isolated_cwd, against, fake, sent
+from tests.cli.test_cli import _isolated_cwd, against, fake, run, sent
 from tests.client.fake_node import ThreadedFakeNode
 
 __all__ = ["_isolated_cwd", "fake"]  # fixtures used by name
@@ -37,3 +37,38 @@ def test_a_usage_error_is_one_error_line_first(
     # The usage and the pointer to --help still follow.
     assert any(line.startswith("Try 'metastore") for line in rest), result.stderr
     assert sent(fake) == []
+
+
+@pytest.mark.parametrize(
+    ("args", "flag"),
+    [
+        (["sql", "ALTER TABLE a.b DROP COLUMN c", "--wait", "abc"], "--wait"),
+        (["sql", "ALTER TABLE a.b DROP COLUMN c", "--wait", "25h"], "--wait"),
+        (["job", "wait", "1", "--timeout", "5 min"], "--timeout"),
+        (["job", "cancel", "1", "--wait", "-5s"], "--wait"),
+        (["cluster", "promote-node", "4", "--wait", "abc"], "--wait"),
+    ],
+)
+def test_a_bad_wait_duration_names_its_flag(
+    fake: ThreadedFakeNode, args: list[str], flag: str
+) -> None:
+    result = against(fake, *args)
+    assert result.exit_code == 2, result.output
+    first = result.stderr.splitlines()[0]
+    assert first.startswith(f"Error: USAGE: Invalid value for '{flag}': "), result.stderr
+    assert sent(fake) == []
+
+
+@pytest.mark.parametrize(
+    ("command", "flag"),
+    [
+        (["sql"], "--wait"),
+        (["job", "wait"], "--timeout"),
+        (["job", "cancel"], "--wait"),
+        (["cluster", "promote-node"], "--wait"),
+    ],
+)
+def test_wait_durations_show_as_durations_in_help(command: list[str], flag: str) -> None:
+    result = run(*command, "--help")
+    assert result.exit_code == 0
+    assert f"{flag} DURATION" in result.stdout, result.stdout
