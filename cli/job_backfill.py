@@ -5,7 +5,9 @@ lack the column. This command waits for that step (printing what the job waits f
 rewrites those files with Spark through the bridge (one atomic commit per chunk) and reports the
 backfill, after which the leader makes the column public (`spark_bridge.backfill`).
 
-It runs Spark in this process (cli.spark_run). It needs pyspark and a writer token.
+It runs Spark in this process (cli.spark_run). It needs pyspark and a writer token. Starting
+Spark takes seconds, so a job id that does not exist, or a job with nothing to backfill, is
+refused before Spark starts.
 """
 
 from __future__ import annotations
@@ -15,8 +17,10 @@ import dataclasses
 import click
 
 from cli.context import app
+from cli.errors import EXIT_CODE_BY_ERROR, EXIT_GENERIC, fail
 from cli.output import emit, end_progress, kv_table, progress
 from cli.spark_run import master_option, require_token, run_with_bridge
+from metastore.client import SyncMetastoreClient
 from metastore.commands import parse_duration_ms
 from metastore.errors import InvalidArgumentError
 
@@ -44,6 +48,7 @@ def run_backfill(ctx: click.Context, job_id: int, master: str, timeout: str) -> 
         raise click.BadParameter(exc.message, param_hint="--timeout") from None
     a = app(ctx)
     token = require_token(a.resolve_token(), "a backfill")
+    _refuse_unless_backfillable(a.client(), job_id)
     try:
         result = run_with_bridge(
             endpoints=a.endpoints(),
@@ -59,3 +64,15 @@ def run_backfill(ctx: click.Context, job_id: int, master: str, timeout: str) -> 
         end_progress()
     document = dataclasses.asdict(result)
     emit(a.output, document, lambda: [kv_table(document, title=f"backfill of job {job_id}")])
+
+
+def _refuse_unless_backfillable(client: SyncMetastoreClient, job_id: int) -> None:
+    """Fail now, not after Spark has started, when JOB_ID does not exist (exit 4) or is not an
+    ADD COLUMN job still running (exit 5). The bridge checks the same again as it waits."""
+    # The bridge's own rule, so both say the same; importing it does not import pyspark.
+    from spark_bridge.backfill import BackfillError, _check_backfillable
+
+    try:
+        _check_backfillable(client.job_show(job_id))
+    except BackfillError as exc:
+        fail(exc.code, exc.message, EXIT_CODE_BY_ERROR.get(exc.code, EXIT_GENERIC), exc.details)

@@ -4,8 +4,12 @@ as README promises) with an exit code of the documented kind, and name the flag 
 
 from __future__ import annotations
 
+from typing import Any, NoReturn
+
 import pytest
 
+from cli import job_backfill
+from metastore.errors import SchemaJobNotFoundError
 from tests.cli.test_cli import _isolated_cwd, against, fake, run, sent
 from tests.client.fake_node import ThreadedFakeNode
 
@@ -72,3 +76,50 @@ def test_wait_durations_show_as_durations_in_help(command: list[str], flag: str)
     result = run(*command, "--help")
     assert result.exit_code == 0
     assert f"{flag} DURATION" in result.stdout, result.stdout
+
+
+def _job_view(kind: str, status: str, step: str) -> dict[str, Any]:
+    return {"job_id": 9, "table": "s.t", "kind": kind, "status": status, "step": step}
+
+
+@pytest.mark.parametrize(
+    ("reply", "exit_code", "line"),
+    [
+        (
+            SchemaJobNotFoundError("no schema change job 9"),
+            4,
+            "Error: SCHEMA_JOB_NOT_FOUND: no schema change job 9",
+        ),
+        (
+            _job_view("drop_column", "running", "write_only"),
+            5,
+            "Error: SCHEMA_JOB_STATE: job 9 is a drop_column job; only ADD COLUMN",
+        ),
+        (
+            _job_view("add_column", "succeeded", "public"),
+            5,
+            "Error: SCHEMA_JOB_STATE: job 9 has ended (succeeded at step public)",
+        ),
+    ],
+)
+def test_run_backfill_of_a_job_with_nothing_to_backfill_fails_before_spark_starts(
+    monkeypatch: pytest.MonkeyPatch, reply: object, exit_code: int, line: str
+) -> None:
+    # Starting Spark takes seconds (15 s on two cores) and floods stderr with its log: a typo
+    # in the job id must not cost that.
+    def no_spark(**_kwargs: object) -> NoReturn:
+        raise AssertionError("Spark was started")
+
+    monkeypatch.setattr(job_backfill, "run_with_bridge", no_spark)
+
+    async def handler(op: str, args: dict[str, Any]) -> dict[str, Any]:
+        assert (op, args) == ("job_show", {"job_id": 9})
+        if isinstance(reply, Exception):
+            raise reply
+        assert isinstance(reply, dict)
+        return reply
+
+    with ThreadedFakeNode(handler=handler) as node:
+        result = against(node, "job", "run-backfill", "9")
+    assert result.exit_code == exit_code, result.output
+    assert result.stderr.startswith(line), result.stderr
