@@ -4,12 +4,13 @@ as README promises) with an exit code of the documented kind, and name the flag 
 
 from __future__ import annotations
 
+import json
 from typing import Any, NoReturn
 
 import pytest
 
-from cli import job_backfill
-from metastore.errors import SchemaJobNotFoundError
+from cli import job_backfill, table_optimize
+from metastore.errors import SchemaJobNotFoundError, TableNotFoundError
 from tests.cli.test_cli import _isolated_cwd, against, fake, run, sent
 from tests.client.fake_node import ThreadedFakeNode
 
@@ -123,3 +124,50 @@ def test_run_backfill_of_a_job_with_nothing_to_backfill_fails_before_spark_start
         result = against(node, "job", "run-backfill", "9")
     assert result.exit_code == exit_code, result.output
     assert result.stderr.startswith(line), result.stderr
+
+
+def _listing(sizes: list[int]) -> dict[str, Any]:
+    return {
+        "table": "s.t",
+        "as_of": 1 << 16,
+        "location": "/nowhere",
+        "files": [
+            {"path": f"f{i}.parquet", "size_bytes": size, "row_count": 1, "added_ts": 1}
+            for i, size in enumerate(sizes)
+        ],
+    }
+
+
+@pytest.mark.parametrize(
+    ("reply", "exit_code", "out"),
+    [
+        (TableNotFoundError("table s.t does not exist"), 4, ""),
+        # One small file among large ones: fewer than --min-files (2), nothing to rewrite.
+        (_listing([100, 512 << 20]), 0, "s.t: nothing to optimize (1 small files of 2)"),
+        (_listing([]), 0, "s.t: nothing to optimize (0 small files of 0)"),
+    ],
+)
+def test_optimize_with_nothing_to_do_starts_no_spark(
+    monkeypatch: pytest.MonkeyPatch, reply: object, exit_code: int, out: str
+) -> None:
+    def no_spark(**_kwargs: object) -> NoReturn:
+        raise AssertionError("Spark was started")
+
+    monkeypatch.setattr(table_optimize, "run_with_bridge", no_spark)
+
+    async def handler(op: str, args: dict[str, Any]) -> dict[str, Any]:
+        assert op == "files" and args["table"] == "s.t"
+        if isinstance(reply, Exception):
+            raise reply
+        assert isinstance(reply, dict)
+        return reply
+
+    with ThreadedFakeNode(handler=handler) as node:
+        result = against(node, "-o", "json", "table", "optimize", "s.t")
+    assert result.exit_code == exit_code, result.output
+    if exit_code:
+        assert result.stderr.startswith("Error: TABLE_NOT_FOUND: table s.t"), result.stderr
+        return
+    doc = json.loads(result.stdout)
+    assert doc["summary"] == out
+    assert doc["dry_run"] is False and doc["commits"] == 0 and doc["files_rewritten"] == 0
