@@ -16,13 +16,11 @@ import dataclasses
 
 import click
 
-from cli.context import app
+from cli.context import DurationParam, app
 from cli.errors import EXIT_CODE_BY_ERROR, EXIT_GENERIC, fail
 from cli.output import emit, end_progress, kv_table, progress
 from cli.spark_run import master_option, require_token, run_with_bridge
 from metastore.client import SyncMetastoreClient
-from metastore.commands import parse_duration_ms
-from metastore.errors import InvalidArgumentError
 
 
 @click.command("run-backfill")
@@ -30,22 +28,20 @@ from metastore.errors import InvalidArgumentError
 @master_option
 @click.option(
     "--timeout",
+    "timeout_ms",
+    type=DurationParam(),
     default="5m",
     show_default=True,
     help="How long to wait for the job to reach its backfill step (e.g. 90s, 5m, 1h).",
 )
 @click.pass_context
-def run_backfill(ctx: click.Context, job_id: int, master: str, timeout: str) -> None:
+def run_backfill(ctx: click.Context, job_id: int, master: str, timeout_ms: int) -> None:
     """Rewrite the files of JOB_ID's table that lack its new column, so the job can publish it.
 
     Waits (up to --timeout) for the job to reach its backfill step, then rewrites, in Spark,
     every live file without the column (adding its DEFAULT), commits the swap and reports it.
     Safe to run again: a refused report is retried, and a second run finds nothing to rewrite.
     """
-    try:
-        timeout_ms = parse_duration_ms(timeout, "--timeout")
-    except InvalidArgumentError as exc:
-        raise click.BadParameter(exc.message, param_hint="--timeout") from None
     a = app(ctx)
     token = require_token(a.resolve_token(), "a backfill")
     _refuse_unless_backfillable(a.client(), job_id)

@@ -171,3 +171,44 @@ def test_optimize_with_nothing_to_do_starts_no_spark(
     doc = json.loads(result.stdout)
     assert doc["summary"] == out
     assert doc["dry_run"] is False and doc["commits"] == 0 and doc["files_rewritten"] == 0
+
+
+@pytest.mark.parametrize(
+    ("max_age", "says"),
+    [
+        ("99999d", "'99999d' is longer than 3650d"),
+        ("0", "'0' is shorter than 1ms"),
+        ("6 hours", "'6 hours' is not a duration"),
+    ],
+)
+def test_pts_max_age_out_of_range_is_a_usage_error_in_its_units(
+    fake: ThreadedFakeNode, max_age: str, says: str
+) -> None:
+    # Was INVALID_ARGUMENT (exit 5) from the leader, in milliseconds and under the wire name:
+    # "'max_age_ms' = 8639913600000 is out of range [1, 315360000000]".
+    result = against(fake, "pts", "protect", "--ts", "-1h", "--table", "a.b", "--max-age", max_age)
+    assert result.exit_code == 2, result.output
+    first = result.stderr.splitlines()[0]
+    assert first.startswith("Error: USAGE: Invalid value for '--max-age': "), result.stderr
+    assert says in first, first
+    assert sent(fake) == []
+
+
+def test_duration_options_say_duration_in_help() -> None:
+    for command, flag in (
+        (["pts", "protect"], "--max-age"),
+        (["watch"], "--for"),
+        (["job", "run-backfill"], "--timeout"),
+    ):
+        result = run(*command, "--help")
+        assert f"{flag} DURATION" in result.stdout, result.stdout
+
+
+def test_watch_for_names_the_flag_once(fake: ThreadedFakeNode) -> None:
+    result = against(fake, "watch", "--for", "abc")
+    assert result.exit_code == 2
+    first = result.stderr.splitlines()[0]
+    assert first == (
+        "Error: USAGE: Invalid value for '--for': 'abc' is not a duration (e.g. 30s, 5m, 1h, "
+        "7d, 500ms; a bare number is seconds)"
+    ), first
