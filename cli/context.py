@@ -25,7 +25,7 @@ from hlc.errors import TimestampParseError
 from metastore.client import ENDPOINTS_MAX, SyncMetastoreClient, parse_endpoint
 from metastore.commands import parse_duration_ms
 from metastore.daemon.config import CLUSTER_FILE_NAME, ClusterConfig, load_cluster_config
-from metastore.daemon.secrets import Role, read_token_file, token_file_name
+from metastore.daemon.secrets import Role, SecretsError, read_token_file, token_file_name
 from metastore.errors import InvalidArgumentError
 from raft.tls import ClientTls
 
@@ -98,9 +98,27 @@ class App:
         if self.token:
             return self.token
         if self.token_file is not None:
-            return read_token_file(self.token_file)
+            try:
+                return read_token_file(self.token_file)
+            except SecretsError as exc:
+                # Say which setting named the file: often an export from another session.
+                raise CliError(
+                    exc.code,
+                    f"{exc} (the token file named by --token-file / METASTORE_TOKEN_FILE)",
+                    exit_code=EXIT_USAGE,
+                ) from None
         if LOCAL_ADMIN_TOKEN_FILE.exists():
             return read_token_file(LOCAL_ADMIN_TOKEN_FILE)
+        return None
+
+    def token_source(self) -> str | None:
+        """Where the token `resolve_token` returns comes from, for messages (None: no token)."""
+        if self.token:
+            return "--token / METASTORE_TOKEN"
+        if self.token_file is not None:
+            return str(self.token_file)
+        if LOCAL_ADMIN_TOKEN_FILE.exists():
+            return f"{LOCAL_ADMIN_TOKEN_FILE} (the default)"
         return None
 
     def client(self) -> SyncMetastoreClient:

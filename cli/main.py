@@ -45,7 +45,7 @@ from hlc import HlcError
 from metastore.client import DEFAULT_TIMEOUT_MS, TIMEOUT_MS_MAX
 from metastore.daemon.config import ConfigError
 from metastore.daemon.secrets import SecretsError
-from metastore.errors import MetastoreError
+from metastore.errors import ErrorCode, MetastoreError
 
 CONTEXT_SETTINGS: dict[str, Any] = {
     "help_option_names": ["-h", "--help"],
@@ -96,7 +96,7 @@ class RootGroup(click.Group):
         except click.UsageError as exc:
             fail_usage(exc)
         except MetastoreError as exc:
-            fail(exc.code.value, exc.message, exit_code_for(exc), exc.details)
+            fail(exc.code.value, _with_hint(ctx, exc), exit_code_for(exc), exc.details)
         except ConfigError as exc:
             fail(exc.code, str(exc), EXIT_USAGE, None)
         except SecretsError as exc:  # a token file or secrets directory: configuration
@@ -112,6 +112,20 @@ class RootGroup(click.Group):
             # the code (a directory under a file, no space left, no permission).
             where = ", ".join(str(f) for f in (exc.filename, exc.filename2) if f is not None)
             fail("IO_ERROR", f"{where}: {exc.strerror or exc}" if where else str(exc), 1, None)
+
+
+def _with_hint(ctx: click.Context, error: MetastoreError) -> str:
+    """The error's message, with what the node cannot know and the CLI can: for a token the
+    cluster does not accept, which token was sent (a token of another cluster, from an old
+    export, is the usual cause)."""
+    a = ctx.find_object(App)
+    source = a.token_source() if a is not None else None
+    if error.code is ErrorCode.UNAUTHENTICATED and source is not None:
+        return (
+            f"{error.message} (is the token from {source} one of this cluster's? "
+            "`metastore cluster init DIR` wrote them to DIR/secrets/)"
+        )
+    return error.message
 
 
 @click.group(cls=RootGroup, context_settings=CONTEXT_SETTINGS, epilog=EPILOG)

@@ -5,6 +5,7 @@ as README promises) with an exit code of the documented kind, and name the flag 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any, NoReturn
 
 import pytest
@@ -212,3 +213,32 @@ def test_watch_for_names_the_flag_once(fake: ThreadedFakeNode) -> None:
         "Error: USAGE: Invalid value for '--for': 'abc' is not a duration (e.g. 30s, 5m, 1h, "
         "7d, 500ms; a bare number is seconds)"
     ), first
+
+
+def test_a_missing_token_file_says_it_is_the_token_file(
+    fake: ThreadedFakeNode, tmp_path: Path
+) -> None:
+    missing = tmp_path / "old-cluster" / "admin.token"
+    result = run(
+        "--endpoints", fake.endpoint, "ns", "list", env={"METASTORE_TOKEN_FILE": str(missing)}
+    )
+    assert result.exit_code == 2, result.output
+    first = result.stderr.splitlines()[0]
+    assert first.startswith(f"Error: SECRETS_INVALID: {missing} does not exist"), first
+    assert "METASTORE_TOKEN_FILE" in first, first
+
+
+def test_a_token_the_cluster_does_not_know_says_where_it_came_from(
+    fake: ThreadedFakeNode, tmp_path: Path
+) -> None:
+    other = tmp_path / "admin.token"
+    other.write_text("x" * 43 + "\n")
+    other.chmod(0o600)
+    from_file = run("--endpoints", fake.endpoint, "--token-file", str(other), "ns", "list")
+    assert from_file.exit_code == 6, from_file.output
+    first = from_file.stderr.splitlines()[0]
+    assert first.startswith("Error: UNAUTHENTICATED: missing or unknown token"), first
+    assert f"the token from {other}" in first, first
+    flag = run("--endpoints", fake.endpoint, "--token", "y" * 43, "ns", "list")
+    assert flag.exit_code == 6, flag.output
+    assert "the token from --token / METASTORE_TOKEN" in flag.stderr, flag.stderr
