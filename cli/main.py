@@ -43,7 +43,7 @@ from cli.txn import txn
 from cli.watch import watch
 from hlc import HlcError
 from metastore.client import DEFAULT_TIMEOUT_MS, TIMEOUT_MS_MAX
-from metastore.daemon.config import ConfigError
+from metastore.daemon.config import CLUSTER_FILE_NAME, ConfigError
 from metastore.daemon.secrets import SecretsError
 from metastore.errors import ErrorCode, MetastoreError
 
@@ -98,7 +98,7 @@ class RootGroup(click.Group):
         except MetastoreError as exc:
             fail(exc.code.value, _with_hint(ctx, exc), exit_code_for(exc), exc.details)
         except ConfigError as exc:
-            fail(exc.code, str(exc), EXIT_USAGE, None)
+            fail(exc.code, _config_hint(exc), EXIT_USAGE, None)
         except SecretsError as exc:  # a token file or secrets directory: configuration
             fail(exc.code, str(exc), EXIT_USAGE, None)
         except CliError as exc:
@@ -126,6 +126,19 @@ def _with_hint(ctx: click.Context, error: MetastoreError) -> str:
             "`metastore cluster init DIR` wrote them to DIR/secrets/)"
         )
     return error.message
+
+
+def _config_hint(error: ConfigError) -> str:
+    """The error, and for a config directory with no cluster.toml (a typo, or a cluster not
+    made yet: `snapshot restore` and `cluster up` need one), how to make one."""
+    missing = error.key is None and not error.path.exists()
+    if missing and error.path.name == CLUSTER_FILE_NAME:
+        directory = error.path.parent
+        return (
+            f"{error}: no cluster is configured in {directory}; create one with `metastore "
+            f"cluster init {directory}`, or pass --config with the directory of an existing one"
+        )
+    return str(error)
 
 
 @click.group(cls=RootGroup, context_settings=CONTEXT_SETTINGS, epilog=EPILOG)

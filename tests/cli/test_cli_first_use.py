@@ -242,3 +242,25 @@ def test_a_token_the_cluster_does_not_know_says_where_it_came_from(
     flag = run("--endpoints", fake.endpoint, "--token", "y" * 43, "ns", "list")
     assert flag.exit_code == 6, flag.output
     assert "the token from --token / METASTORE_TOKEN" in flag.stderr, flag.stderr
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["cluster", "up", "--config"],
+        ["cluster", "down", "--config"],
+        ["snapshot", "restore", "backup.snap", "--config"],
+    ],
+)
+def test_a_config_directory_without_a_cluster_says_how_to_make_one(
+    tmp_path: Path, command: list[str]
+) -> None:
+    (tmp_path / "backup.snap").write_bytes(b"not read: the config is checked first")
+    newcluster = tmp_path / "newcluster"
+    result = run(*command, str(newcluster))
+    assert result.exit_code == 2, result.output
+    first = result.stderr.splitlines()[0]
+    assert first.startswith(f"Error: CONFIG_INVALID: {newcluster}/cluster.toml: file not found"), (
+        first
+    )
+    assert f"metastore cluster init {newcluster}" in first, first
