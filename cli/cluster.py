@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import shutil
 import time
 from pathlib import Path
@@ -12,6 +13,7 @@ from typing import Any, Final
 
 import click
 from rich.console import RenderableType
+from rich.text import Text
 
 from cli import processes
 from cli.context import LOCAL_CONFIG_DIR, App, app
@@ -178,7 +180,6 @@ def cluster_init(
         nodes = rows_table(
             ["node", "raft", "client", "metrics"],
             [[n.id, n.raft_address, n.client_address, n.metrics_address] for n in layout],
-            title=f"cluster {cid!r} in {directory}",
         )
         info = kv_table(
             {
@@ -187,12 +188,28 @@ def cluster_init(
                 "admin token": token_files[Role.ADMIN.wire_name],
             }
         )
-        return [nodes, info]
+        # A line of its own, not the table's title: a title wraps at the narrow table's width.
+        title = Text(f"cluster {cid!r} in {directory}", no_wrap=True, overflow="ignore")
+        return [title, nodes, info, _init_next_steps(doc)]
 
     emit(a.output, doc, tables)
 
 
 INIT_TLS_DIR: Final = "tls"
+
+
+def _init_next_steps(doc: dict[str, Any]) -> Text:
+    """What to run next, with this cluster's directory and client ports, ready to paste (the
+    README's example ports are those of the default --base-port only)."""
+    lines = [
+        "next: start it, then point the CLI at it:",
+        f"  metastore cluster up --config {shlex.quote(doc['directory'])}",
+        f"  export METASTORE_ENDPOINTS={','.join(doc['endpoints'])}",
+        f"  export METASTORE_TOKEN_FILE={shlex.quote(doc['token_files'][Role.ADMIN.wire_name])}",
+    ]
+    if "ca_file" in doc:
+        lines.append(f"  export METASTORE_CACERT={shlex.quote(doc['ca_file'])}")
+    return Text("\n".join(lines), no_wrap=True, overflow="ignore")
 
 
 def _init_certs(tls_dir: Path, config: ClusterConfig, host: str) -> Path:

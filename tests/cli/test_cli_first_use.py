@@ -264,3 +264,17 @@ def test_a_config_directory_without_a_cluster_says_how_to_make_one(
         first
     )
     assert f"metastore cluster init {newcluster}" in first, first
+
+
+def test_cluster_init_says_how_to_start_and_reach_the_cluster(tmp_path: Path) -> None:
+    # The README's next steps, with this cluster's directory and ports, ready to paste (the
+    # ports follow --base-port, so the README's 24201.. are not this cluster's).
+    target = tmp_path / "my cluster"
+    result = run("cluster", "init", str(target), "--base-port", "28100")
+    assert result.exit_code == 0, result.output
+    lines = [line.strip() for line in result.stdout.splitlines()]
+    quoted = f"'{target}'"
+    assert f"metastore cluster up --config {quoted}" in lines, result.stdout
+    endpoints = "127.0.0.1:28201,127.0.0.1:28202,127.0.0.1:28203"
+    assert f"export METASTORE_ENDPOINTS={endpoints}" in lines, result.stdout
+    assert f"export METASTORE_TOKEN_FILE='{target}/secrets/admin.token'" in lines, result.stdout
