@@ -90,6 +90,12 @@ class App:
             exit_code=EXIT_USAGE,
         )
 
+    def endpoints_source(self) -> str:
+        """Where `endpoints()` takes the addresses from, for messages."""
+        if self.endpoints_option:
+            return "--endpoints / METASTORE_ENDPOINTS"
+        return str(LOCAL_CLUSTER_FILE)
+
     def _local_config(self) -> ClusterConfig | None:
         return load_cluster_config(LOCAL_CLUSTER_FILE) if LOCAL_CLUSTER_FILE.exists() else None
 

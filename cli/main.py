@@ -114,16 +114,34 @@ class RootGroup(click.Group):
             fail("IO_ERROR", f"{where}: {exc.strerror or exc}" if where else str(exc), 1, None)
 
 
+# The reason metastore.client gives for an endpoint that refused the connection.
+CONNECTION_REFUSED: Final = "connection refused"
+
+
 def _with_hint(ctx: click.Context, error: MetastoreError) -> str:
     """The error's message, with what the node cannot know and the CLI can: for a token the
     cluster does not accept, which token was sent (a token of another cluster, from an old
-    export, is the usual cause)."""
+    export, is the usual cause); when no endpoint accepted a connection, where the endpoints
+    came from (a cluster not started, or the ports of another one)."""
     a = ctx.find_object(App)
-    source = a.token_source() if a is not None else None
+    if a is None:
+        return error.message
+    source = a.token_source()
     if error.code is ErrorCode.UNAUTHENTICATED and source is not None:
         return (
             f"{error.message} (is the token from {source} one of this cluster's? "
             "`metastore cluster init DIR` wrote them to DIR/secrets/)"
+        )
+    refused = error.details.get("endpoints")
+    if (
+        error.code is ErrorCode.UNAVAILABLE
+        and isinstance(refused, dict)
+        and refused
+        and all(reason == CONNECTION_REFUSED for reason in refused.values())
+    ):
+        return (
+            f"{error.message} (nothing listens there: is the cluster up? `metastore cluster up "
+            f"--config DIR` starts it; the endpoints are from {a.endpoints_source()})"
         )
     return error.message
 

@@ -14,6 +14,7 @@ from cli import job_backfill, table_optimize
 from metastore.errors import SchemaJobNotFoundError, TableNotFoundError
 from tests.cli.test_cli import _isolated_cwd, against, fake, run, sent
 from tests.client.fake_node import ThreadedFakeNode
+from tests.client.test_client import dead_endpoint
 
 __all__ = ["_isolated_cwd", "fake"]  # fixtures used by name
 
@@ -278,3 +279,14 @@ def test_cluster_init_says_how_to_start_and_reach_the_cluster(tmp_path: Path) ->
     endpoints = "127.0.0.1:28201,127.0.0.1:28202,127.0.0.1:28203"
     assert f"export METASTORE_ENDPOINTS={endpoints}" in lines, result.stdout
     assert f"export METASTORE_TOKEN_FILE='{target}/secrets/admin.token'" in lines, result.stdout
+
+
+def test_no_node_listening_asks_whether_the_cluster_is_up() -> None:
+    dead = dead_endpoint()
+    result = run("--endpoints", dead, "--token", "t" * 43, "--timeout-ms", "1500", "ns", "list")
+    assert result.exit_code == 3, result.output
+    first = result.stderr.splitlines()[0]
+    assert first.startswith(
+        f"Error: UNAVAILABLE: list_namespaces failed on every endpoint: {dead}: connection refused"
+    ), first
+    assert "is the cluster up?" in first and "--endpoints / METASTORE_ENDPOINTS" in first, first
