@@ -11,6 +11,7 @@ from typing import Any, NoReturn
 import pytest
 
 from cli import job_backfill, table_optimize
+from hlc import make_ts, to_iso
 from metastore.errors import SchemaJobNotFoundError, TableNotFoundError
 from tests.cli.test_cli import _isolated_cwd, against, fake, run, sent
 from tests.client.fake_node import ThreadedFakeNode
@@ -290,3 +291,28 @@ def test_no_node_listening_asks_whether_the_cluster_is_up() -> None:
         f"Error: UNAVAILABLE: list_namespaces failed on every endpoint: {dead}: connection refused"
     ), first
     assert "is the cluster up?" in first and "--endpoints / METASTORE_ENDPOINTS" in first, first
+
+
+CREATED_TU = make_ts(1_790_000_000_000)
+
+
+@pytest.mark.parametrize("command", [["describe"], ["files"], ["read"]])
+def test_as_of_before_a_table_existed_says_when_it_was_created(command: list[str]) -> None:
+    # The README's `table describe sales.orders --as-of -5m`, run right after the CREATE TABLE
+    # above it, asks for a time before the table existed: say so, and from when to ask.
+    as_of = CREATED_TU - (300_000 << 16)
+
+    async def handler(op: str, args: dict[str, Any]) -> dict[str, Any]:
+        if "as_of" in args:
+            raise TableNotFoundError(f"table s.t does not exist at {to_iso(args['as_of'])}")
+        assert op == "describe", op
+        return {"table": "s.t", "version": 1, "created_tu": CREATED_TU}
+
+    with ThreadedFakeNode(handler=handler) as node:
+        result = against(node, "table", *command, "s.t", "--as-of", str(as_of))
+    assert result.exit_code == 4, result.output
+    first = result.stderr.splitlines()[0]
+    assert first.startswith(
+        f"Error: TABLE_NOT_FOUND: table s.t does not exist at {to_iso(as_of)}; it was created "
+        f"at {to_iso(CREATED_TU)}"
+    ), first
