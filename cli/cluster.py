@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import shutil
 import time
 from collections.abc import Callable
@@ -13,6 +14,7 @@ from typing import Any, Final
 
 import click
 from rich.console import RenderableType
+from rich.text import Text
 
 from cli import processes
 from cli.context import LOCAL_CONFIG_DIR, App, app
@@ -33,7 +35,7 @@ from cli.output import (
     rows_table,
     ts_cell,
 )
-from cli.waiting import parse_wait_ms
+from cli.waiting import WAIT_DURATION, parse_wait_ms
 from metastore.client import EndpointResult, SyncMetastoreClient
 from metastore.daemon.api_limits import REQUEST_TIMEOUT_MS_MAX
 from metastore.daemon.config import (
@@ -187,7 +189,6 @@ def cluster_init(
         nodes = rows_table(
             ["node", "raft", "client", "metrics"],
             [[n.id, n.raft_address, n.client_address, n.metrics_address] for n in layout],
-            title=f"cluster {cid!r} in {directory}",
         )
         info = kv_table(
             {
@@ -196,12 +197,28 @@ def cluster_init(
                 "admin token": token_files[Role.ADMIN.wire_name],
             }
         )
-        return [nodes, info]
+        # A line of its own, not the table's title: a title wraps at the narrow table's width.
+        title = Text(f"cluster {cid!r} in {directory}", no_wrap=True, overflow="ignore")
+        return [title, nodes, info, _init_next_steps(doc)]
 
     emit(a.output, doc, tables)
 
 
 INIT_TLS_DIR: Final = "tls"
+
+
+def _init_next_steps(doc: dict[str, Any]) -> Text:
+    """What to run next, with this cluster's directory and client ports, ready to paste (the
+    README's example ports are those of the default --base-port only)."""
+    lines = [
+        "next: start it, then point the CLI at it:",
+        f"  metastore cluster up --config {shlex.quote(doc['directory'])}",
+        f"  export METASTORE_ENDPOINTS={','.join(doc['endpoints'])}",
+        f"  export METASTORE_TOKEN_FILE={shlex.quote(doc['token_files'][Role.ADMIN.wire_name])}",
+    ]
+    if "ca_file" in doc:
+        lines.append(f"  export METASTORE_CACERT={shlex.quote(doc['ca_file'])}")
+    return Text("\n".join(lines), no_wrap=True, overflow="ignore")
 
 
 def _init_certs(tls_dir: Path, config: ClusterConfig, host: str) -> Path:
@@ -827,9 +844,9 @@ def cluster_add_node(ctx: click.Context, node_id: int, raft_addr: str, voter: bo
 @click.option(
     "--wait",
     "wait",
+    type=WAIT_DURATION,
     default="0",
     show_default=True,
-    metavar="DURATION",
     help="While the learner has not caught up, retry for up to this long (30s, 10m, at most "
     "24h; a bare number is seconds), showing on stderr how far it is (a snapshot being "
     "received, entries behind). 0: ask once.",

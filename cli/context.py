@@ -23,8 +23,9 @@ from cli.errors import EXIT_USAGE, CliError
 from hlc import SystemClock, parse_ts
 from hlc.errors import TimestampParseError
 from metastore.client import ENDPOINTS_MAX, SyncMetastoreClient, parse_endpoint
+from metastore.commands import parse_duration_ms
 from metastore.daemon.config import CLUSTER_FILE_NAME, ClusterConfig, load_cluster_config
-from metastore.daemon.secrets import Role, read_token_file, token_file_name
+from metastore.daemon.secrets import Role, SecretsError, read_token_file, token_file_name
 from metastore.errors import InvalidArgumentError
 from raft.tls import ClientTls
 
@@ -89,6 +90,12 @@ class App:
             exit_code=EXIT_USAGE,
         )
 
+    def endpoints_source(self) -> str:
+        """Where `endpoints()` takes the addresses from, for messages."""
+        if self.endpoints_option:
+            return "--endpoints / METASTORE_ENDPOINTS"
+        return str(LOCAL_CLUSTER_FILE)
+
     def _local_config(self) -> ClusterConfig | None:
         return load_cluster_config(LOCAL_CLUSTER_FILE) if LOCAL_CLUSTER_FILE.exists() else None
 
@@ -97,9 +104,27 @@ class App:
         if self.token:
             return self.token
         if self.token_file is not None:
-            return read_token_file(self.token_file)
+            try:
+                return read_token_file(self.token_file)
+            except SecretsError as exc:
+                # Say which setting named the file: often an export from another session.
+                raise CliError(
+                    exc.code,
+                    f"{exc} (the token file named by --token-file / METASTORE_TOKEN_FILE)",
+                    exit_code=EXIT_USAGE,
+                ) from None
         if LOCAL_ADMIN_TOKEN_FILE.exists():
             return read_token_file(LOCAL_ADMIN_TOKEN_FILE)
+        return None
+
+    def token_source(self) -> str | None:
+        """Where the token `resolve_token` returns comes from, for messages (None: no token)."""
+        if self.token:
+            return "--token / METASTORE_TOKEN"
+        if self.token_file is not None:
+            return str(self.token_file)
+        if LOCAL_ADMIN_TOKEN_FILE.exists():
+            return f"{LOCAL_ADMIN_TOKEN_FILE} (the default)"
         return None
 
     def client(self) -> SyncMetastoreClient:
@@ -143,6 +168,47 @@ class TimestampParam(click.ParamType[int]):
 
 
 TIMESTAMP: Final = TimestampParam()
+
+
+class DurationParam(click.ParamType[int]):
+    """A duration as `metastore.commands.parse_duration_ms` reads it (500ms, 90s, 5m, 6h, 7d; a
+    bare number is seconds) -> milliseconds, checked against [min_ms, max_ms] while click parses,
+    so a bad value is a usage error that names its flag, in the units it was given in."""
+
+    name = "DURATION"
+
+    def __init__(self, *, min_ms: int = 0, max_ms: int | None = None) -> None:
+        self.min_ms = min_ms
+        self.max_ms = max_ms
+
+    def convert(
+        self, value: object, param: click.Parameter | None, ctx: click.Context | None
+    ) -> int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value  # a default already in ms
+        text = str(value)
+        try:
+            ms = parse_duration_ms(text, "duration")
+        except InvalidArgumentError:
+            self.fail(
+                f"{text!r} is not a duration (e.g. 30s, 5m, 1h, 7d, 500ms; a bare number is "
+                "seconds)",
+                param,
+                ctx,
+            )
+        if ms < self.min_ms:
+            self.fail(f"{text!r} is shorter than {duration_text(self.min_ms)}", param, ctx)
+        if self.max_ms is not None and ms > self.max_ms:
+            self.fail(f"{text!r} is longer than {duration_text(self.max_ms)}", param, ctx)
+        return ms
+
+
+def duration_text(ms: int) -> str:
+    """Milliseconds in the largest unit `DurationParam` reads that divides them (3650d, 90s)."""
+    for unit, size in (("d", 86_400_000), ("h", 3_600_000), ("m", 60_000), ("s", 1_000)):
+        if ms >= size and ms % size == 0:
+            return f"{ms // size}{unit}"
+    return f"{ms}ms"
 
 
 def _usage(message: str) -> CliError:

@@ -126,6 +126,18 @@ def fail(code: str, message: str, exit_code: int, details: Mapping[str, object] 
     raise click.exceptions.Exit(exit_code)
 
 
+def fail_usage(error: click.UsageError) -> NoReturn:
+    """A usage error (a bad flag or argument, as click finds it) in the same form as every other
+    error: `Error: USAGE: <what click says>` first, so a script reads one shape of first line;
+    then the command's usage and the pointer to its --help, as click prints them."""
+    click.echo(f"Error: USAGE: {error.format_message()}", err=True)
+    ctx = error.ctx
+    if ctx is not None:
+        click.echo(ctx.get_usage(), err=True)
+        click.echo(f"Try '{ctx.command_path} --help' for help.", err=True)
+    raise click.exceptions.Exit(error.exit_code)
+
+
 def _already_said(message: str, value: object) -> bool:
     # Skip details the message already spells out (the table name, the per-endpoint failures).
     if isinstance(value, Mapping):

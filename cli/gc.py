@@ -16,10 +16,9 @@ import click
 from rich.console import RenderableType
 from rich.text import Text
 
-from cli.context import TIMESTAMP, app
+from cli.context import TIMESTAMP, DurationParam, app, duration_text
 from cli.output import emit, kv_table, rows_table, ts_cell
-from metastore.commands import parse_duration_ms
-from metastore.errors import InvalidArgumentError
+from metastore.limits import GC_TTL_MS_MAX
 
 
 def _size(n: object) -> str:
@@ -34,12 +33,7 @@ def _size(n: object) -> str:
 
 
 def _duration(ms: object) -> str:
-    if not isinstance(ms, int):
-        return "-"
-    for unit, size in (("d", 86_400_000), ("h", 3_600_000), ("m", 60_000), ("s", 1_000)):
-        if ms >= size and ms % size == 0:
-            return f"{ms // size}{unit}"
-    return f"{ms}ms"
+    return duration_text(ms) if isinstance(ms, int) else "-"
 
 
 def _targets(r: dict[str, Any]) -> str:
@@ -77,7 +71,14 @@ def pts() -> None:
     "--namespace", "namespaces", multiple=True, metavar="NS", help="Every table of NS (repeatable)."
 )
 @click.option("--cluster", "cluster", is_flag=True, help="Every table of the cluster.")
-@click.option("--max-age", default=None, help="Release automatically after this long (e.g. 6h).")
+@click.option(
+    "--max-age",
+    "max_age_ms",
+    type=DurationParam(min_ms=1, max_ms=GC_TTL_MS_MAX),
+    default=None,
+    help=f"Release automatically after this long (e.g. 6h, 7d; at most "
+    f"{duration_text(GC_TTL_MS_MAX)}). Default: never; `pts release` ends it.",
+)
 @click.option("--meta-type", default="cli", show_default=True, help="Who protects (a label).")
 @click.option("--meta", default="", help="Free text shown by `pts list` (job, ticket).")
 @click.option("--id", "record_id", default=None, help="Record id (default: a new UUID).")
@@ -88,7 +89,7 @@ def pts_protect(
     tables: tuple[str, ...],
     namespaces: tuple[str, ...],
     cluster: bool,
-    max_age: str | None,
+    max_age_ms: int | None,
     meta_type: str,
     meta: str,
     record_id: str | None,
@@ -97,10 +98,6 @@ def pts_protect(
     BEFORE_GC_THRESHOLD) if --ts is already at or below a target's GC threshold."""
     if not (tables or namespaces or cluster):
         raise click.UsageError("name a target: --table, --namespace or --cluster")
-    try:
-        max_age_ms = None if max_age is None else parse_duration_ms(max_age, "--max-age")
-    except InvalidArgumentError as exc:
-        raise click.BadParameter(exc.message, param_hint="--max-age") from None
     a = app(ctx)
     result = a.client().protect(
         ts,

@@ -43,6 +43,7 @@ from cli.output import (
 )
 from cli.waiting import (
     WAIT_DEFAULT,
+    WAIT_DURATION,
     format_wait,
     parse_wait_ms,
 )
@@ -389,6 +390,7 @@ def job_show(ctx: click.Context, job_id: int) -> None:
 @click.argument("job_id", type=JOB_ID)
 @click.option(
     "--timeout",
+    type=WAIT_DURATION,
     default=WAIT_TIMEOUT_DEFAULT,
     show_default=True,
     help="Give up (exit 3; the job goes on) after this long: 30s, 5m, 1500ms, at most 24h; "
@@ -415,6 +417,7 @@ def job_wait(ctx: click.Context, job_id: int, timeout: str) -> None:
 @click.option(
     "--wait",
     "wait",
+    type=WAIT_DURATION,
     default=WAIT_DEFAULT,
     show_default=True,
     help="How long to wait for running batches' leases in the way (the rollback publishes a "

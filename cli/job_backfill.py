@@ -5,7 +5,9 @@ lack the column. This command waits for that step (printing what the job waits f
 rewrites those files with Spark through the bridge (one atomic commit per chunk) and reports the
 backfill, after which the leader makes the column public (`spark_bridge.backfill`).
 
-It runs Spark in this process (cli.spark_run). It needs pyspark and a writer token.
+It runs Spark in this process (cli.spark_run). It needs pyspark and a writer token. Starting
+Spark takes seconds, so a job id that does not exist, or a job with nothing to backfill, is
+refused before Spark starts.
 """
 
 from __future__ import annotations
@@ -14,11 +16,11 @@ import dataclasses
 
 import click
 
-from cli.context import app
+from cli.context import DurationParam, app
+from cli.errors import EXIT_CODE_BY_ERROR, EXIT_GENERIC, fail
 from cli.output import emit, end_progress, kv_table, progress
 from cli.spark_run import master_option, require_token, run_with_bridge
-from metastore.commands import parse_duration_ms
-from metastore.errors import InvalidArgumentError
+from metastore.client import SyncMetastoreClient
 
 
 @click.command("run-backfill")
@@ -26,12 +28,14 @@ from metastore.errors import InvalidArgumentError
 @master_option
 @click.option(
     "--timeout",
+    "timeout_ms",
+    type=DurationParam(),
     default="5m",
     show_default=True,
     help="How long to wait for the job to reach its backfill step (e.g. 90s, 5m, 1h).",
 )
 @click.pass_context
-def run_backfill(ctx: click.Context, job_id: int, master: str, timeout: str) -> None:
+def run_backfill(ctx: click.Context, job_id: int, master: str, timeout_ms: int) -> None:
     """Rewrite the files of JOB_ID's table that lack its new column, so the job can publish it.
 
     Waits (up to --timeout) for the job to reach its backfill step, then rewrites, in Spark,
@@ -45,12 +49,9 @@ def run_backfill(ctx: click.Context, job_id: int, master: str, timeout: str) -> 
     was aborted (its table dropped), or is not an ADD COLUMN job: the message says which.
     Exit 3 (TIMEOUT) when it did not reach its backfill step within --timeout.
     """
-    try:
-        timeout_ms = parse_duration_ms(timeout, "--timeout")
-    except InvalidArgumentError as exc:
-        raise click.BadParameter(exc.message, param_hint="--timeout") from None
     a = app(ctx)
     token = require_token(a.resolve_token(), "a backfill")
+    _refuse_unless_backfillable(a.client(), job_id)
     try:
         result = run_with_bridge(
             endpoints=a.endpoints(),
@@ -66,3 +67,15 @@ def run_backfill(ctx: click.Context, job_id: int, master: str, timeout: str) -> 
         end_progress()
     document = dataclasses.asdict(result)
     emit(a.output, document, lambda: [kv_table(document, title=f"backfill of job {job_id}")])
+
+
+def _refuse_unless_backfillable(client: SyncMetastoreClient, job_id: int) -> None:
+    """Fail now, not after Spark has started, when JOB_ID does not exist (exit 4) or is not an
+    ADD COLUMN job still running (exit 5). The bridge checks the same again as it waits."""
+    # The bridge's own rule, so both say the same; importing it does not import pyspark.
+    from spark_bridge.backfill import BackfillError, _check_backfillable
+
+    try:
+        _check_backfillable(client.job_show(job_id))
+    except BackfillError as exc:
+        fail(exc.code, exc.message, EXIT_CODE_BY_ERROR.get(exc.code, EXIT_GENERIC), exc.details)

@@ -20,10 +20,11 @@ from pathlib import Path
 from typing import Any, Final
 
 import click
+from click.exceptions import NoArgsIsHelpError
 
 from cli.cluster import cluster
 from cli.context import App, app
-from cli.errors import EXIT_CODES_HELP, EXIT_USAGE, CliError, exit_code_for, fail
+from cli.errors import EXIT_CODES_HELP, EXIT_USAGE, CliError, exit_code_for, fail, fail_usage
 from cli.gc import gc, pts
 from cli.job import job
 from cli.job_backfill import run_backfill
@@ -42,9 +43,9 @@ from cli.txn import txn
 from cli.watch import watch
 from hlc import HlcError
 from metastore.client import DEFAULT_TIMEOUT_MS, TIMEOUT_MS_MAX
-from metastore.daemon.config import ConfigError
+from metastore.daemon.config import CLUSTER_FILE_NAME, ConfigError
 from metastore.daemon.secrets import SecretsError
-from metastore.errors import MetastoreError
+from metastore.errors import ErrorCode, MetastoreError
 
 CONTEXT_SETTINGS: dict[str, Any] = {
     "help_option_names": ["-h", "--help"],
@@ -70,15 +71,34 @@ EPILOG = (
 
 
 class RootGroup(click.Group):
-    """Turns every typed error of a sub-command into one stderr line and its exit code."""
+    """Turns every typed error of a sub-command, and every usage error click finds (in the root
+    options, or in a sub-command's), into one stderr line and its exit code."""
+
+    def make_context(
+        self,
+        info_name: str | None,
+        args: list[str],
+        parent: click.Context | None = None,
+        **extra: Any,
+    ) -> click.Context:
+        try:
+            return super().make_context(info_name, args, parent, **extra)
+        except NoArgsIsHelpError:
+            raise  # `metastore` alone: the help, as click prints it
+        except click.UsageError as exc:
+            fail_usage(exc)
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
+        except NoArgsIsHelpError:
+            raise  # `metastore table` alone: that group's help
+        except click.UsageError as exc:
+            fail_usage(exc)
         except MetastoreError as exc:
-            fail(exc.code.value, exc.message, exit_code_for(exc), exc.details)
+            fail(exc.code.value, _with_hint(ctx, exc), exit_code_for(exc), exc.details)
         except ConfigError as exc:
-            fail(exc.code, str(exc), EXIT_USAGE, None)
+            fail(exc.code, _config_hint(exc), EXIT_USAGE, None)
         except SecretsError as exc:  # a token file or secrets directory: configuration
             fail(exc.code, str(exc), EXIT_USAGE, None)
         except CliError as exc:
@@ -92,6 +112,51 @@ class RootGroup(click.Group):
             # the code (a directory under a file, no space left, no permission).
             where = ", ".join(str(f) for f in (exc.filename, exc.filename2) if f is not None)
             fail("IO_ERROR", f"{where}: {exc.strerror or exc}" if where else str(exc), 1, None)
+
+
+# The reason metastore.client gives for an endpoint that refused the connection.
+CONNECTION_REFUSED: Final = "connection refused"
+
+
+def _with_hint(ctx: click.Context, error: MetastoreError) -> str:
+    """The error's message, with what the node cannot know and the CLI can: for a token the
+    cluster does not accept, which token was sent (a token of another cluster, from an old
+    export, is the usual cause); when no endpoint accepted a connection, where the endpoints
+    came from (a cluster not started, or the ports of another one)."""
+    a = ctx.find_object(App)
+    if a is None:
+        return error.message
+    source = a.token_source()
+    if error.code is ErrorCode.UNAUTHENTICATED and source is not None:
+        return (
+            f"{error.message} (is the token from {source} one of this cluster's? "
+            "`metastore cluster init DIR` wrote them to DIR/secrets/)"
+        )
+    refused = error.details.get("endpoints")
+    if (
+        error.code is ErrorCode.UNAVAILABLE
+        and isinstance(refused, dict)
+        and refused
+        and all(reason == CONNECTION_REFUSED for reason in refused.values())
+    ):
+        return (
+            f"{error.message} (nothing listens there: is the cluster up? `metastore cluster up "
+            f"--config DIR` starts it; the endpoints are from {a.endpoints_source()})"
+        )
+    return error.message
+
+
+def _config_hint(error: ConfigError) -> str:
+    """The error, and for a config directory with no cluster.toml (a typo, or a cluster not
+    made yet: `snapshot restore` and `cluster up` need one), how to make one."""
+    missing = error.key is None and not error.path.exists()
+    if missing and error.path.name == CLUSTER_FILE_NAME:
+        directory = error.path.parent
+        return (
+            f"{error}: no cluster is configured in {directory}; create one with `metastore "
+            f"cluster init {directory}`, or pass --config with the directory of an existing one"
+        )
+    return str(error)
 
 
 @click.group(cls=RootGroup, context_settings=CONTEXT_SETTINGS, epilog=EPILOG)

@@ -23,7 +23,7 @@ from cli.job import (
     run_backfill_command,
 )
 from cli.output import emit, kv_table, status_line
-from cli.waiting import WAIT_DEFAULT, BlockedProgress, parse_wait_ms
+from cli.waiting import WAIT_DEFAULT, WAIT_DURATION, BlockedProgress, parse_wait_ms
 from metastore.client import SyncMetastoreClient
 from metastore.errors import MetastoreError
 
@@ -40,6 +40,7 @@ _JOB_REPLY_KEYS = ("job_id", "job_step", "job_status")
 @click.option(
     "--wait",
     "wait",
+    type=WAIT_DURATION,
     default=WAIT_DEFAULT,
     show_default=True,
     help="How long an ALTER may wait for running batches' schema leases to drain (a change "

@@ -5,6 +5,8 @@ to this group by cli.main."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import click
@@ -12,10 +14,35 @@ from rich.console import RenderableType
 
 from cli.context import TIMESTAMP, app
 from cli.output import emit, kv_table, rows_table, ts_cell
+from metastore.client import SyncMetastoreClient
+from metastore.errors import ErrorCode, MetastoreError, TableNotFoundError
 
 AS_OF_HELP = (
     "Read as of this time: HLC integer, ISO-8601 (2026-11-22T10:00:00Z), relative (-5m) or now."
 )
+
+
+@contextmanager
+def saying_when_created(
+    client: SyncMetastoreClient, name: str, as_of: int | None
+) -> Iterator[None]:
+    """A TABLE_NOT_FOUND for an --as-of before the table was created (`--as-of -5m` right after
+    a CREATE TABLE) also says when it was created, so the user knows from when to ask."""
+    try:
+        yield
+    except MetastoreError as exc:
+        if as_of is None or exc.code is not ErrorCode.TABLE_NOT_FOUND:
+            raise
+        try:
+            created_tu = client.describe(name).get("created_tu")
+        except MetastoreError:
+            raise exc from None  # not there now either: the original error says it all
+        if not isinstance(created_tu, int) or created_tu <= as_of:
+            raise
+        raise TableNotFoundError(
+            f"{exc.message}; it was created at {ts_cell(created_tu)} (ask for a later --as-of)",
+            details=exc.details,
+        ) from None
 
 
 @click.group("table")
@@ -44,7 +71,8 @@ def table_list(ctx: click.Context, namespace: str | None, as_of: int | None) -> 
 def table_describe(ctx: click.Context, name: str, as_of: int | None) -> None:
     """Show the schema of NS.TABLE in force now (or at --as-of) and its metadata."""
     a = app(ctx)
-    result = a.client().describe(name, as_of=as_of)
+    with saying_when_created(a.client(), name, as_of):
+        result = a.client().describe(name, as_of=as_of)
     emit(a.output, result, lambda: _describe_tables(result))
 
 

@@ -28,7 +28,7 @@ from rich.text import Text
 from cli.context import TIMESTAMP, app
 from cli.errors import EXIT_GENERIC, EXIT_NOT_FOUND, CliError
 from cli.output import emit, kv_table, ts_cell
-from cli.table import AS_OF_HELP
+from cli.table import AS_OF_HELP, saying_when_created
 
 if TYPE_CHECKING:
     from metastore.client.parquet import DataReadError
@@ -91,7 +91,8 @@ def table_files(ctx: click.Context, name: str, as_of: int | None, consistency: s
     a = app(ctx)
     client = a.client()
     _linearize(client, as_of, consistency)
-    result = client.files(name, as_of=as_of)
+    with saying_when_created(client, name, as_of):
+        result = client.files(name, as_of=as_of)
     emit(a.output, result, lambda: _files_tables(result))
 
 
@@ -146,7 +147,8 @@ def table_read(
     a = app(ctx)
     client = a.client()
     _linearize(client, as_of, consistency)
-    listing = client.files(name, as_of=as_of)
+    with saying_when_created(client, name, as_of):
+        listing = client.files(name, as_of=as_of)
     ts = int(listing["as_of"])
     pinned = client.schema_at(name, ts)
     columns = [PinnedColumn.from_wire(c) for c in pinned["schema"]["columns"]]

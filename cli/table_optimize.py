@@ -113,8 +113,11 @@ def table_optimize(
     commit was refused every time it was planned (another writer kept removing the files).
     """
     a = app(ctx)
-    if dry_run:
-        result = _dry_run(a, table, target_file_bytes, small_file_bytes, min_files)
+    # The plan needs no Spark: an unknown table, or one with too few small files, is answered
+    # without starting a SparkSession (seconds, and its log on stderr) for nothing.
+    planned = _dry_run(a, table, target_file_bytes, small_file_bytes, min_files)
+    if dry_run or not planned.files_rewritten:
+        result = dataclasses.replace(planned, dry_run=dry_run)  # else: "nothing to optimize"
     else:
         token = require_token(a.resolve_token(), "optimize")
         try:

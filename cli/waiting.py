@@ -47,6 +47,27 @@ def parse_wait_ms(text: str) -> int:
     return ms
 
 
+class WaitDuration(click.ParamType[str]):
+    """A `--wait`/`--timeout` option: checked by `parse_wait_ms` while click parses, so a bad
+    value names its flag (`Invalid value for '--wait': ...`) before anything is sent; the
+    command gets the text back and converts it with `parse_wait_ms`."""
+
+    name = "DURATION"
+
+    def convert(
+        self, value: object, param: click.Parameter | None, ctx: click.Context | None
+    ) -> str:
+        text = str(value)
+        try:
+            parse_wait_ms(text)
+        except click.BadParameter as exc:
+            self.fail(exc.message, param, ctx)
+        return text
+
+
+WAIT_DURATION: Final = WaitDuration()
+
+
 def format_wait(ms: int) -> str:
     """A duration as `parse_wait_ms` reads it, for messages."""
     return f"{ms} ms" if ms < 1000 else f"{ms / 1000:g} s"

@@ -17,10 +17,8 @@ from typing import Any
 
 import click
 
-from cli.context import TIMESTAMP, app
+from cli.context import TIMESTAMP, DurationParam, app
 from cli.output import ts_cell
-from metastore.commands import parse_duration_ms
-from metastore.errors import InvalidArgumentError
 
 # How long one call waits on the server for the next event.
 WATCH_WAIT_MS = 5_000
@@ -73,7 +71,11 @@ def _line(event: dict[str, Any]) -> str:
     help="Stop after N events (and the rest of the Nth's entry, which shares its tm).",
 )
 @click.option(
-    "--for", "duration", default=None, help="Stop after this long (e.g. 30s, 5m; default: never)."
+    "--for",
+    "stop_ms",
+    type=DurationParam(),
+    default=None,
+    help="Stop after this long (e.g. 30s, 5m; default: never).",
 )
 @click.pass_context
 def watch(
@@ -82,16 +84,12 @@ def watch(
     from_ts: int | None,
     oldest: bool,
     count: int | None,
-    duration: str | None,
+    stop_ms: int | None,
 ) -> None:
     """Print catalog events for TARGET (a namespace or NS.T; default: everything) as they
     happen, in log order, until Ctrl-C, --count or --for."""
     if oldest and from_ts is not None:
         raise click.UsageError("--from and --oldest exclude each other")
-    try:
-        stop_ms = None if duration is None else parse_duration_ms(duration, "--for")
-    except InvalidArgumentError as exc:
-        raise click.BadParameter(exc.message, param_hint="--for") from None
     table = target if target and "." in target else None
     namespace = target if target and "." not in target else None
     a = app(ctx)
