@@ -87,8 +87,12 @@ class Column:
     comment: str | None = None
     default_sql: str | None = None
 
-    def to_sql(self) -> str:
-        out = f"{quote_identifier(self.name)} {self.type.to_sql()}"
+    def to_sql(self, *, quote_all: bool = False) -> str:
+        """The column as DDL. Without `quote_all` only names that are no simple identifier are
+        backquoted: that text is stored (version summaries, job statements), so it stays as
+        it was; `quote_all` backquotes every name, keywords too (text that reads back)."""
+        name = quote_identifier(self.name, always=quote_all)
+        out = f"{name} {self.type.to_sql(quote_all=quote_all)}"
         if not self.nullable:
             out += " NOT NULL"
         if self.default_sql is not None:
@@ -154,7 +158,10 @@ class Schema:
         raise ColumnNotFoundError("empty column path")
 
     def to_sql(self) -> str:
-        return ", ".join(c.to_sql() for c in self.columns)
+        """The columns as DDL for people (`CREATE TABLE ns.t (<this>)` reads back as this
+        schema): every name backquoted, so keywords such as `select` read as names. Not stored
+        in the replicated state."""
+        return ", ".join(c.to_sql(quote_all=True) for c in self.columns)
 
     def to_spark_ddl(self) -> str:
         """The schema as Spark's DDL schema string: `spark.createDataFrame(rows, schema=...)`."""
