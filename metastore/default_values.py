@@ -548,8 +548,10 @@ def _kind(node: object, cast_type: Callable[[exp.DataType], DataType | None]) ->
         return _NTZ
     if name in _DATE_PRODUCERS:
         return _DATE
-    if name in _PASS_THROUGH:
-        return _kind(node.this, cast_type)
+    if name in _PASS_THROUGH:  # the kind of the first argument that is not NULL
+        arguments = [node.this, *node.expressions]
+        kinds = [_kind(a, cast_type) for a in arguments if not isinstance(a, exp.Null)]
+        return kinds[0] if kinds else _OTHER
     return _OTHER
 
 

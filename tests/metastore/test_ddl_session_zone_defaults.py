@@ -69,6 +69,7 @@ _ZONE_INDEPENDENT = [
     ("TIMESTAMP", "from_utc_timestamp(TIMESTAMP '2020-01-01 00:00:00Z', 'Europe/Paris')"),
     ("TIMESTAMP", "to_utc_timestamp(TIMESTAMP '2020-01-01 00:00:00Z', 'Europe/Paris')"),
     ("TIMESTAMP", "coalesce(TIMESTAMP '2020-01-01 00:00:00Z')"),
+    ("TIMESTAMP", "coalesce(NULL, TIMESTAMP '2020-01-01 00:00:00Z')"),
     ("BIGINT", "unix_seconds(TIMESTAMP '2020-01-01 00:00:00Z')"),
     ("BIGINT", "unix_micros(timestamp_seconds(0))"),
     ("INT", "year('2020-01-01 23:00:00-05:00')"),
