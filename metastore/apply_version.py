@@ -69,6 +69,14 @@ from typing import Final
 #      `ß` to `ss` and ligatures to their letters, so `DROP COLUMN strasse` dropped `straße`
 #      and `ALTER COLUMN file TYPE BIGINT` changed `ﬁle`, where Spark finds no such column.
 #      Uniqueness of names is still checked by casefold.
+#      ALTER COLUMN c TYPE (a widening) is refused (UNSUPPORTED_SCHEMA_CHANGE, reason
+#      `default changes`) when c's DEFAULT would give rows of files older than c another value
+#      than rows written since hold, or none (`schema.widened_default_problem`): FLOAT ->
+#      DOUBLE of a default that is no exact FLOAT (DEFAULT 1.1 read 1.100000023841858 in every
+#      row, then 1.1 in the older rows only), DATE -> TIMESTAMP_NTZ of a default with a time of
+#      day ('2020-01-01 12:00:00') or beyond TIMESTAMP_NTZ's years (DATE '+999999-01-01': every
+#      read of the older rows failed), or a default of a form the rule does not read (a
+#      function). Before, any widening was applied whatever the default.
 APPLY_VERSION_SUPPORTED: Final = 5
 
 # A cluster that never applied SetApplyVersion (and every older snapshot) is at version 1.

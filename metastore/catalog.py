@@ -595,8 +595,9 @@ class Catalog:
         """`before_publish(inc)` runs only when a new version is about to be published, and may
         refuse it by raising (the leases' two-version gate); nothing has changed by then.
         `keep_free(table_id)`: the versions to keep free (see `publish_version`).
-        `max_version_bytes`: see `check_version_bytes`. `spark_case`: the names a change
-        refers to are matched as Spark matches them (apply version 5, `metastore.schema`)."""
+        `max_version_bytes`: see `check_version_bytes`. `spark_case`: apply version 5's
+        rules: the names a change refers to are matched as Spark matches them, and a widening
+        must keep what the column's DEFAULT gives older rows (`metastore.schema`)."""
         name = cmd.table
         inc = self.live_table(name)
         current = inc.versions[-1]
@@ -905,7 +906,10 @@ def _apply_change(
                     return schema, next_field_id
             return drop_column(schema, path=path, spark_case=sc), next_field_id
         case AlterColumnType(path=path, new_type=new_type):
-            changed = alter_column_type(schema, path=path, new_type=new_type, spark_case=sc)
+            # The DEFAULT kept across a widening: apply version 5, like `spark_case`.
+            changed = alter_column_type(
+                schema, path=path, new_type=new_type, spark_case=sc, keep_default=sc
+            )
             return changed, next_field_id
         case SetNullability(path=path, nullable=nullable):
             changed = set_nullability(schema, path=path, nullable=nullable, spark_case=sc)

@@ -36,7 +36,18 @@ from a string without zone or offset (TIMESTAMP '2024-01-01 00:00:00'), from a D
 TIMESTAMP_NTZ or number, and a TIMESTAMP turned into a DATE, TIMESTAMP_NTZ or string. Spark
 evaluates those in its session time zone, the pyarrow readers and writers
 (`metastore.client.defaults`) in UTC, so two readers of the same rows at the same timestamp saw
-different instants. With an explicit zone every reader gets the same instant.
+different instants. With an explicit zone every reader gets the same instant. A default that is a
+function or an operator is refused likewise when Spark evaluates any part of it in its session
+time zone, so that two Spark sessions with different `spark.sql.session.timeZone` read different
+values in the same old rows (measured with pyspark 4): a function that parses or renders local
+times or reads the zone (from_unixtime, unix_timestamp of a string, to_timestamp, date_format,
+date_trunc, to_json, current_timezone(), make_timestamp without a zone, to_date with a zone
+pattern, ...), a field of an instant (hour, year, extract, ...), an instant passed to anything but
+a cast to TIMESTAMP or a number, unix_seconds/millis/micros, unix_timestamp, from_utc_timestamp,
+to_utc_timestamp or coalesce, an interval added to an instant (or hours to a DATE), a cast to
+TIMESTAMP of anything but an instant or a zoned string, and a TIMESTAMP column given a value that
+is not an instant (or another column given an instant). Zone-free forms stay: timestamp_seconds(0),
+make_timestamp(..., 'UTC'), DATE and TIMESTAMP_NTZ arithmetic, fields of a TIMESTAMP_NTZ.
 
 Checked on the receiving node, not in apply: entries already in a log keep applying as they did.
 """
@@ -56,7 +67,7 @@ from decimal import (
     DecimalException,
     InvalidOperation,
 )
-from typing import Final
+from typing import Final, NoReturn
 
 import sqlglot
 from sqlglot import exp
@@ -220,6 +231,11 @@ def check_default(
             "fails every read of a table that has it",
             details={"column": column.name, "default": column.default_sql},
         )
+    if _literal_and_casts(node, cast_type) is None:
+        # Not a literal under casts (followed exactly below): a function or an operator.
+        reason = _session_zone_reason(node, column.type, cast_type)
+        if reason is not None:
+            _refuse_zone_dependent(column, reason)
     if added and functions & _READ_TIME:
         raise InvalidArgumentError(
             f"DEFAULT {column.default_sql} of added column {column.name} changes with time or "
@@ -257,14 +273,328 @@ def check_default(
             details={"column": column.name, "default": column.default_sql},
         ) from None
     except _ZoneDependent as exc:
-        raise InvalidArgumentError(
-            f"DEFAULT {column.default_sql} of column {column.name} depends on the session time "
-            f"zone ({exc}): Spark fills it in its session time zone and the other readers and "
-            "writers in UTC, so the same rows would read differently; give the timestamp an "
-            "explicit zone or offset (e.g. TIMESTAMP '2024-01-01 00:00:00Z' or "
-            "'2024-01-01 00:00:00+01:00'), or make the column TIMESTAMP_NTZ",
-            details={"column": column.name, "default": column.default_sql, "reason": str(exc)},
-        ) from None
+        _refuse_zone_dependent(column, str(exc))
+
+
+def _refuse_zone_dependent(column: Column, reason: str) -> NoReturn:
+    raise InvalidArgumentError(
+        f"DEFAULT {column.default_sql} of column {column.name} depends on the session time "
+        f"zone ({reason}): Spark fills it in its session time zone (each session its own) and "
+        "the other readers and writers in UTC, so the same rows would read differently; give "
+        "a constant with an explicit zone or offset (e.g. TIMESTAMP '2024-01-01 00:00:00Z' or "
+        "'2024-01-01 00:00:00+01:00'), or make the column TIMESTAMP_NTZ",
+        details={"column": column.name, "default": column.default_sql, "reason": reason},
+    )
+
+
+# --- defaults that are functions or operators: the session time zone ---------------------------
+#
+# Spark evaluates a default in its session time zone (spark.sql.session.timeZone) wherever an
+# instant (a TIMESTAMP) meets a local form (a date, a local date-time, a string, a field such as
+# the hour): each session, and each reader outside Spark, would give old rows another value.
+# Which expressions do, measured with pyspark 4 in one session at America/Los_Angeles and at
+# Asia/Tokyo (tests/metastore/test_ddl_session_zone_defaults.py lists the cases):
+
+# Functions whose value depends on the session time zone whatever their arguments (sqlglot's
+# names and Spark's): they parse or render local times, or read the zone itself.
+_SESSION_ZONE_FUNCTIONS: Final = frozenset(
+    {
+        "CURRENT_TIMEZONE",
+        "UNIX_TO_STR",  # from_unixtime
+        "STR_TO_TIME",  # to_timestamp with a format
+        "TO_TIMESTAMP",
+        "TRY_TO_TIMESTAMP",
+        "TO_TIMESTAMP_LTZ",
+        "TIME_TO_STR",  # date_format (on a DATE or TIMESTAMP_NTZ too: read as an instant)
+        "DATE_FORMAT",
+        "TO_CHAR",
+        "TO_VARCHAR",
+        "TIMESTAMP_TRUNC",  # date_trunc
+        "JSON_FORMAT",  # to_json
+        "TO_JSON",
+        "FROM_JSON",
+        "TO_CSV",
+        "FROM_CSV",
+        "SCHEMA_OF_JSON",
+        "SCHEMA_OF_CSV",
+        "WINDOW",
+        "SESSION_WINDOW",
+        "WINDOW_TIME",
+        "MONTHS_BETWEEN",
+        "TIMESTAMP_ADD",  # timestampadd
+        "TIMESTAMP_DIFF",  # timestampdiff
+        "TIMESTAMPADD",
+        "TIMESTAMPDIFF",
+    }
+)
+# Fields of a date-time: of an instant they are taken in the session time zone, and a string
+# argument is read as an instant; only a TIMESTAMP_NTZ (or, for EXTRACT, a DATE) is zone-free.
+_TIME_FIELD_FUNCTIONS: Final = frozenset({"HOUR", "MINUTE", "SECOND"})
+_FIELD_FUNCTIONS: Final = _TIME_FIELD_FUNCTIONS | {"EXTRACT", "DATE_PART", "DATEPART"}
+# Functions taking an instant that give the same value in every session, provided their
+# argument is an instant (a string or date argument is read as one in the session time zone).
+# (unix_timestamp parses a string argument as a local time; of an instant it is unix_seconds.)
+_INSTANT_CONSUMERS: Final = frozenset(
+    {
+        "UNIX_SECONDS",
+        "UNIX_MILLIS",
+        "UNIX_MICROS",
+        "STR_TO_UNIX",  # unix_timestamp, to_unix_timestamp
+        "UNIX_TIMESTAMP",
+        "TO_UNIX_TIMESTAMP",
+    }
+)
+# Pattern letters of a zone or offset (java.time): to_date with such a format reads an instant
+# and takes its date in the session time zone.
+_ZONE_PATTERN_LETTERS: Final = frozenset("VzOXxZ")
+# Functions returning an instant; make_timestamp and make_timestamp_ltz only with a zone.
+_INSTANT_PRODUCERS: Final = frozenset(
+    {
+        "TIMESTAMP_SECONDS",
+        "TIMESTAMP_MILLIS",
+        "TIMESTAMP_MICROS",
+        "TIMESTAMP_FROM_PARTS",  # make_timestamp
+        "MAKE_TIMESTAMP_LTZ",
+        "TO_TIMESTAMP_LTZ",
+        "TRY_TO_TIMESTAMP",
+        "STR_TO_TIME",
+        "CURRENT_TIMESTAMP",
+        "NOW",
+    }
+)
+_PASS_THROUGH: Final = frozenset({"COALESCE", "NVL", "IFNULL", "GREATEST", "LEAST"})
+_DATE_PRODUCERS: Final = frozenset(
+    {
+        "TS_OR_DS_TO_DATE",
+        "TS_OR_DS_ADD",
+        "DATE_FROM_UNIX_DATE",
+        "MAKE_DATE",
+        "LAST_DAY",
+        "NEXT_DAY",
+        "ADD_MONTHS",
+        "DATE_TRUNC",
+        "CURRENT_DATE",
+    }
+)
+_NTZ_PRODUCERS: Final = frozenset({"TO_TIMESTAMP_NTZ", "LOCALTIMESTAMP", "CONVERT_TIMEZONE"})
+_SUB_DAY_UNITS: Final = ("HOUR", "MINUTE", "SECOND")
+
+
+def _session_zone_reason(
+    node: exp.Expression,
+    column_type: DataType,
+    cast_type: Callable[[exp.DataType], DataType | None],
+) -> str | None:
+    """Why the default `node` (a function or an operator, not a literal under casts) has a
+    value that depends on Spark's session time zone, or None when it does not."""
+    for sub in node.walk():
+        if not isinstance(sub, exp.Expression):
+            continue
+        reason = _sub_expression_reason(sub, cast_type)
+        if reason is not None:
+            return reason
+    kind = _kind(node, cast_type)
+    if column_type == TIMESTAMP and kind != _TS:
+        return f"a {kind} value assigned to a TIMESTAMP column is read as a local time"
+    numeric = column_type in _INT_RANGES or column_type in (FLOAT, DOUBLE)
+    numeric = numeric or isinstance(column_type, DecimalType)  # seconds, as Spark counts
+    if kind == _TS and column_type != TIMESTAMP and not numeric:
+        return f"a TIMESTAMP assigned to a {column_type.to_sql()} column"
+    return None
+
+
+def _sub_expression_reason(
+    sub: exp.Expression, cast_type: Callable[[exp.DataType], DataType | None]
+) -> str | None:
+    name = _name(sub)
+    shown = _shown(sub)
+    if name in _SESSION_ZONE_FUNCTIONS:
+        return f"{shown} is evaluated in the session time zone"
+    if name in _FIELD_FUNCTIONS:
+        argument = _datetime_argument(sub)
+        allowed = (_NTZ,) if name in _TIME_FIELD_FUNCTIONS else (_NTZ, _DATE)
+        if argument is None or _kind(argument, cast_type) not in allowed:
+            return f"{shown} takes the field of an instant in the session time zone"
+    if name == "TS_OR_DS_TO_DATE" and isinstance(sub.args.get("format"), exp.Expression):
+        pattern = _last_string_argument(_spark_sql(sub))
+        if pattern is None or _ZONE_PATTERN_LETTERS & set(pattern):
+            return f"{shown} reads an instant and takes its date in the session time zone"
+    if name == "TIMESTAMP_FROM_PARTS" and _argument_count(sub) < 7:
+        return f"{shown} without a zone makes a local time in the session time zone"
+    if name == "MAKE_TIMESTAMP_LTZ" and _argument_count(sub) < 7:
+        return f"{shown} without a zone makes a local time in the session time zone"
+    if isinstance(sub, exp.ConvertTimezone) and sub.args.get("source_tz") is None:
+        return f"{shown} without a source zone converts from the session time zone"
+    reads_an_instant = name in _INSTANT_CONSUMERS or isinstance(
+        sub, exp.AtTimeZone | exp.FromTimeZone
+    )
+    if reads_an_instant and _kind(sub.this, cast_type) != _TS:
+        return f"{shown} reads its argument as a local time in the session time zone"
+    if isinstance(sub, exp.Cast | exp.TryCast) and cast_type(sub.to) == TIMESTAMP:
+        reason = _cast_to_instant_reason(sub, cast_type)
+        if reason is not None:
+            return reason
+    if isinstance(sub, exp.Add | exp.Sub):
+        reason = _interval_arithmetic_reason(sub, cast_type)
+        if reason is not None:
+            return reason
+    if _kind(sub, cast_type) == _TS:
+        parent = sub.parent
+        while isinstance(parent, exp.Paren):
+            parent = parent.parent
+        if isinstance(parent, exp.Expression) and not _takes_an_instant_as_is(parent, cast_type):
+            return f"a TIMESTAMP passed to {_shown(parent)} is converted in the session time zone"
+    return None
+
+
+def _cast_to_instant_reason(
+    cast: exp.Cast, cast_type: Callable[[exp.DataType], DataType | None]
+) -> str | None:
+    if _kind(cast.this, cast_type) == _TS:
+        return None
+    found = _literal_and_casts(cast, cast_type)
+    if found is None:
+        return f"{_shown(cast)} reads a local time in the session time zone"
+    value, targets = found
+    if value is None:
+        return None
+    try:
+        for target in targets:
+            if target is None:
+                return None
+            next_value = _cast(value, target)
+            if next_value is None:
+                return None
+            value = next_value
+    except _ZoneDependent as exc:
+        return str(exc)
+    except _NoValue:
+        return None  # left to Spark, as for any function
+    return None
+
+
+def _interval_arithmetic_reason(
+    operation: exp.Add | exp.Sub, cast_type: Callable[[exp.DataType], DataType | None]
+) -> str | None:
+    """A local date-time plus an interval stays local; a DATE plus hours (or anything but a
+    DATE or TIMESTAMP_NTZ plus an interval) is an instant of the session time zone."""
+    left, right = operation.this, operation.expression
+    interval = right if isinstance(right, exp.Interval) else left
+    if not isinstance(interval, exp.Interval):
+        return None
+    other = left if interval is right else right
+    kind = _kind(other, cast_type)
+    unit = interval.args.get("unit")
+    unit_sql = unit.sql(dialect="spark").upper() if isinstance(unit, exp.Expression) else ""
+    if kind == _NTZ:
+        return None
+    if kind == _DATE and unit_sql and not any(u in unit_sql for u in _SUB_DAY_UNITS):
+        return None
+    return f"{_shown(operation)} is computed in the session time zone"
+
+
+def _takes_an_instant_as_is(
+    parent: exp.Expression, cast_type: Callable[[exp.DataType], DataType | None]
+) -> bool:
+    """Does `parent` use an instant argument without converting it to local time?"""
+    if isinstance(parent, exp.Cast | exp.TryCast):
+        target = cast_type(parent.to)
+        return target == TIMESTAMP or target in _INT_RANGES or target in (FLOAT, DOUBLE)
+    name = _name(parent)
+    return (
+        name in _INSTANT_CONSUMERS
+        or name in _PASS_THROUGH
+        or isinstance(parent, exp.AtTimeZone | exp.FromTimeZone)
+    )
+
+
+def _kind(node: object, cast_type: Callable[[exp.DataType], DataType | None]) -> str:
+    """What kind of value an expression gives, as far as the session time zone matters."""
+    while isinstance(node, exp.Paren):
+        node = node.this
+    if not isinstance(node, exp.Expression):
+        return _OTHER
+    match node:
+        case exp.Cast() | exp.TryCast():
+            target = cast_type(node.to)
+            if target == TIMESTAMP:
+                return _TS
+            if target == TIMESTAMP_NTZ:
+                return _NTZ
+            if target == DATE:
+                return _DATE
+            if target == STRING or isinstance(target, VarcharType | CharType):
+                return _STRING
+            return _NUMBER if target in _INT_RANGES or target in (FLOAT, DOUBLE) else _OTHER
+        case exp.Literal():
+            return _STRING if node.is_string else _NUMBER
+        case exp.AtTimeZone() | exp.FromTimeZone():
+            return _TS
+        case exp.Add() | exp.Sub():
+            for side in (node.this, node.expression):
+                if isinstance(side, exp.Interval):
+                    other = node.expression if side is node.this else node.this
+                    kind = _kind(other, cast_type)
+                    unit = side.args.get("unit")
+                    unit_sql = unit.sql(dialect="spark").upper() if unit is not None else ""
+                    if kind == _DATE and any(u in unit_sql for u in _SUB_DAY_UNITS):
+                        return _TS
+                    return kind
+            return _OTHER
+    name = _name(node)
+    if name in _INSTANT_PRODUCERS:
+        return _TS
+    if name in _NTZ_PRODUCERS:
+        return _NTZ
+    if name in _DATE_PRODUCERS:
+        return _DATE
+    if name in _PASS_THROUGH:  # the kind of the first argument that is not NULL
+        arguments = [node.this, *node.expressions]
+        kinds = [_kind(a, cast_type) for a in arguments if not isinstance(a, exp.Null)]
+        return kinds[0] if kinds else _OTHER
+    return _OTHER
+
+
+def _name(node: exp.Expression) -> str:
+    if isinstance(node, exp.Anonymous):
+        return str(node.name).upper()
+    return node.sql_name() if isinstance(node, exp.Func) else ""
+
+
+def _spark_sql(node: exp.Expression) -> str:
+    try:
+        return node.sql(dialect="spark")
+    except Exception:  # noqa: BLE001  (third-party generator; see ddl._sqlglot_parse)
+        return node.key.upper()
+
+
+def _shown(node: exp.Expression) -> str:
+    """`node` as Spark SQL, shortened for a message."""
+    text = _spark_sql(node)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _argument_count(node: exp.Expression) -> int:
+    if isinstance(node, exp.Anonymous):
+        return len(node.expressions)
+    return sum(1 for value in node.args.values() if value is not None)
+
+
+def _last_string_argument(call_sql: str) -> str | None:
+    """The text of the last string literal argument of a rendered call, or None."""
+    found = re.search(r"'((?:[^'\\]|\\.)*)'\)$", call_sql)
+    return found.group(1) if found else None
+
+
+def _datetime_argument(node: exp.Expression) -> exp.Expression | None:
+    """The date-time a field function reads: EXTRACT(f FROM x), DATE_PART('f', x), HOUR(x)."""
+    if isinstance(node, exp.Extract):
+        found = node.expression
+    elif isinstance(node, exp.Anonymous):
+        found = node.expressions[1] if len(node.expressions) > 1 else None
+    else:
+        found = node.this
+    return found if isinstance(found, exp.Expression) else None
 
 
 def _number_spark_refuses(node: exp.Expression) -> str | None:

@@ -21,7 +21,9 @@ or raises a typed error saying why not:
 * rename column (nested too), refusing a clash with a sibling;
 * drop column, refusing the last column of the table or of a struct;
 * change type only along a widening (`widenings_of` lists them); everything else is refused with
-  the list of what would be allowed;
+  the list of what would be allowed; from apply version 5 also a widening after which the
+  column's DEFAULT gives older rows another value than rows written since hold
+  (`widened_default_problem`: FLOAT -> DOUBLE of 1.1, DATE -> TIMESTAMP_NTZ of a time of day);
 * DROP NOT NULL is allowed; SET NOT NULL is refused (existing rows may hold NULL);
 * set or drop a comment; move a column FIRST or AFTER a sibling.
 
@@ -31,8 +33,11 @@ Paths go through STRUCT types only (not into ARRAY elements or MAP values).
 
 from __future__ import annotations
 
+import re
+import struct
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from decimal import Decimal
 
 from metastore import limits
 from metastore.errors import (
@@ -87,8 +92,12 @@ class Column:
     comment: str | None = None
     default_sql: str | None = None
 
-    def to_sql(self) -> str:
-        out = f"{quote_identifier(self.name)} {self.type.to_sql()}"
+    def to_sql(self, *, quote_all: bool = False) -> str:
+        """The column as DDL. Without `quote_all` only names that are no simple identifier are
+        backquoted: that text is stored (version summaries, job statements), so it stays as
+        it was; `quote_all` backquotes every name, keywords too (text that reads back)."""
+        name = quote_identifier(self.name, always=quote_all)
+        out = f"{name} {self.type.to_sql(quote_all=quote_all)}"
         if not self.nullable:
             out += " NOT NULL"
         if self.default_sql is not None:
@@ -154,7 +163,10 @@ class Schema:
         raise ColumnNotFoundError("empty column path")
 
     def to_sql(self) -> str:
-        return ", ".join(c.to_sql() for c in self.columns)
+        """The columns as DDL for people (`CREATE TABLE ns.t (<this>)` reads back as this
+        schema): every name backquoted, so keywords such as `select` read as names. Not stored
+        in the replicated state."""
+        return ", ".join(c.to_sql(quote_all=True) for c in self.columns)
 
     def to_spark_ddl(self) -> str:
         """The schema as Spark's DDL schema string: `spark.createDataFrame(rows, schema=...)`."""
@@ -386,8 +398,16 @@ def drop_column(schema: Schema, *, path: Path, spark_case: bool = False) -> Sche
 
 
 def alter_column_type(
-    schema: Schema, *, path: Path, new_type: DataType, spark_case: bool = False
+    schema: Schema,
+    *,
+    path: Path,
+    new_type: DataType,
+    spark_case: bool = False,
+    keep_default: bool = False,
 ) -> Schema:
+    """Widen the column at `path` to `new_type`. `keep_default` (apply version 5): refuse a
+    widening after which the column's DEFAULT gives older rows another value than the one
+    rows written since hold, or no value (`widened_default_problem`)."""
     validate_type(new_type)
 
     def edit(members: list[Member]) -> list[Member]:
@@ -425,10 +445,140 @@ def alter_column_type(
                     "reason": "not a widening",
                 },
             )
-        members[i] = replace(members[i], type=new_type)
+        member = members[i]
+        default_sql = member.default_sql if isinstance(member, Column) else None
+        problem = (
+            widened_default_problem(default_sql, old, new_type)
+            if keep_default and default_sql is not None
+            else None
+        )
+        if problem is not None:
+            raise UnsupportedSchemaChangeError(
+                f"cannot change the type of {path_sql(path)} from {old.to_sql()} to "
+                f"{new_type.to_sql()}: its DEFAULT {default_sql} {problem}; rows written "
+                "before the column existed read the DEFAULT as the new type, and rows written "
+                "since hold it as the old one, so they would no longer agree",
+                details={
+                    "column": list(path),
+                    "from": old.to_sql(),
+                    "to": new_type.to_sql(),
+                    "default": default_sql,
+                    "reason": "default changes",
+                },
+            )
+        members[i] = replace(member, type=new_type)
         return members
 
     return _edit(schema, path[:-1], edit, spark_case)
+
+
+# A number as `metastore.ddl` stores a DEFAULT literal: digits, a fraction, an exponent.
+_NUMBER_RE = re.compile(r"-?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
+# A date as Spark reads one ([+-]yyyy[-[m]m[-[d]d]]): midnight as a DATE and as a TIMESTAMP_NTZ.
+_DATE_ONLY_RE = re.compile(r"([+-]?\d{4,6})(?:-(\d{1,2})(?:-(\d{1,2}))?)?")
+# TIMESTAMP_NTZ is 64-bit microseconds since the epoch (years -290308 to +294247).
+_NTZ_MICROS_MIN, _NTZ_MICROS_MAX = -(2**63), 2**63 - 1
+
+
+def widened_default_problem(default_sql: str, old: DataType, new: DataType) -> str | None:
+    """Why `default_sql` (a stored DEFAULT) gives older rows a value after a widening from
+    `old` to `new` that differs from the old type's value widened, or no value; None if it
+    gives the same. Deterministic text rules, no SQL parser: a form not recognised here is
+    refused, not guessed. Integer and DECIMAL (same scale) widenings keep every value, and
+    the readers treat VARCHAR as STRING (no trimming), so only FLOAT -> DOUBLE and
+    DATE -> TIMESTAMP_NTZ are checked."""
+    text = default_sql.strip()
+    while text.startswith("(") and text.endswith(")") and _one_group(text):
+        text = text[1:-1].strip()
+    if text.upper() == "NULL":
+        return None
+    if old == FLOAT and new == DOUBLE:
+        cast_to_float = re.fullmatch(r"CAST\((-?[0-9.eE+-]+) AS FLOAT\)", text)
+        if cast_to_float and _NUMBER_RE.fullmatch(cast_to_float.group(1)):
+            return None  # a FLOAT in every row, widened alike
+        number = text[1:-1].strip() if _is_plain_string(text) else text
+        if not _NUMBER_RE.fullmatch(number):
+            return "is not a number literal, so its value as a DOUBLE cannot be checked here"
+        if not _exactly_a_float(number):
+            return "is no exact FLOAT value, so as a DOUBLE it reads another number"
+        return None
+    if old == DATE and new == TIMESTAMP_NTZ:
+        cast_to_date = re.fullmatch(r"CAST\(('[^'\\]*') AS DATE\)", text)
+        literal = cast_to_date.group(1) if cast_to_date else text
+        if not _is_plain_string(literal):
+            return "is not a date literal, so its value as a TIMESTAMP_NTZ cannot be checked here"
+        date = _DATE_ONLY_RE.fullmatch(literal[1:-1].strip())
+        if date is None:
+            return "is not a date alone: as a TIMESTAMP_NTZ it keeps the time of day"
+        year, month, day = int(date.group(1)), int(date.group(2) or 1), int(date.group(3) or 1)
+        if not 1 <= month <= 12 or not 1 <= day <= _days_in_month(year, month):
+            return "is no date"
+        micros = _days_from_civil(year, month, day) * 86_400_000_000
+        if not _NTZ_MICROS_MIN <= micros <= _NTZ_MICROS_MAX:
+            return "is beyond the years of a TIMESTAMP_NTZ (-290308 to +294247)"
+        return None
+    return None
+
+
+def _one_group(text: str) -> bool:
+    """Does the "(" that starts `text` close at its end (outside string literals)?"""
+    depth = 0
+    quote = ""
+    escaped = False
+    for i, c in enumerate(text):
+        if quote:
+            if escaped:
+                escaped = False
+            elif c == "\\":
+                escaped = True
+            elif c == quote:
+                quote = ""
+            continue
+        if c in "'\"":
+            quote = c
+        elif c == "(":
+            depth += 1
+        elif c == ")":
+            depth -= 1
+            if depth == 0:
+                return i == len(text) - 1
+    return False
+
+
+def _is_plain_string(text: str) -> bool:
+    """A single-quoted literal without escapes or inner quotes."""
+    return len(text) >= 2 and text[0] == text[-1] == "'" and not re.search(r"['\\]", text[1:-1])
+
+
+def _exactly_a_float(number: str) -> bool:
+    """Is the decimal `number` exactly a 32-bit float (so FLOAT and DOUBLE read it alike)?"""
+    value = Decimal(number)
+    if not value.is_finite():
+        return False
+    as_double = float(value)  # correctly rounded
+    if Decimal(as_double) != value:
+        return False
+    try:
+        as_float = struct.unpack("<f", struct.pack("<f", as_double))[0]
+    except OverflowError:
+        return False
+    return bool(as_float == as_double)
+
+
+def _days_in_month(year: int, month: int) -> int:
+    if month == 2:
+        return 29 if year % 4 == 0 and (year % 100 != 0 or year % 400 == 0) else 28
+    return 30 if month in (4, 6, 9, 11) else 31
+
+
+def _days_from_civil(year: int, month: int, day: int) -> int:
+    """Days since 1970-01-01 of a proleptic Gregorian date (Spark's calendar), any year."""
+    year -= month <= 2
+    era = year // 400
+    year_of_era = year - era * 400
+    day_of_year = (153 * (month + (-3 if month > 2 else 9)) + 2) // 5 + day - 1
+    day_of_era = year_of_era * 365 + year_of_era // 4 - year_of_era // 100 + day_of_year
+    return era * 146097 + day_of_era - 719468
 
 
 def set_nullability(

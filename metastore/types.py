@@ -61,7 +61,7 @@ class Primitive(StrEnum):
 class PrimitiveType:
     kind: Primitive
 
-    def to_sql(self) -> str:
+    def to_sql(self, *, quote_all: bool = False) -> str:
         return self.kind.value
 
     def to_spark_ddl(self) -> str:
@@ -73,7 +73,7 @@ class DecimalType:
     precision: int
     scale: int
 
-    def to_sql(self) -> str:
+    def to_sql(self, *, quote_all: bool = False) -> str:
         return f"DECIMAL({self.precision},{self.scale})"
 
     def to_spark_ddl(self) -> str:
@@ -84,7 +84,7 @@ class DecimalType:
 class VarcharType:
     length: int
 
-    def to_sql(self) -> str:
+    def to_sql(self, *, quote_all: bool = False) -> str:
         return f"VARCHAR({self.length})"
 
     def to_spark_ddl(self) -> str:
@@ -95,7 +95,7 @@ class VarcharType:
 class CharType:
     length: int
 
-    def to_sql(self) -> str:
+    def to_sql(self, *, quote_all: bool = False) -> str:
         return f"CHAR({self.length})"
 
     def to_spark_ddl(self) -> str:
@@ -106,8 +106,8 @@ class CharType:
 class ArrayType:
     element: DataType
 
-    def to_sql(self) -> str:
-        return f"ARRAY<{self.element.to_sql()}>"
+    def to_sql(self, *, quote_all: bool = False) -> str:
+        return f"ARRAY<{self.element.to_sql(quote_all=quote_all)}>"
 
     def to_spark_ddl(self) -> str:
         return f"ARRAY<{self.element.to_spark_ddl()}>"
@@ -118,8 +118,10 @@ class MapType:
     key: DataType
     value: DataType
 
-    def to_sql(self) -> str:
-        return f"MAP<{self.key.to_sql()}, {self.value.to_sql()}>"
+    def to_sql(self, *, quote_all: bool = False) -> str:
+        return (
+            f"MAP<{self.key.to_sql(quote_all=quote_all)}, {self.value.to_sql(quote_all=quote_all)}>"
+        )
 
     def to_spark_ddl(self) -> str:
         return f"MAP<{self.key.to_spark_ddl()}, {self.value.to_spark_ddl()}>"
@@ -133,8 +135,9 @@ class StructField:
     nullable: bool = True
     comment: str | None = None
 
-    def to_sql(self) -> str:
-        return _field_sql(self.name, self.type.to_sql(), self.nullable, self.comment, ": ", False)
+    def to_sql(self, *, quote_all: bool = False) -> str:
+        type_sql = self.type.to_sql(quote_all=quote_all)
+        return _field_sql(self.name, type_sql, self.nullable, self.comment, ": ", quote_all)
 
     def to_spark_ddl(self) -> str:
         ddl = self.type.to_spark_ddl()
@@ -145,8 +148,8 @@ class StructField:
 class StructType:
     fields: tuple[StructField, ...]
 
-    def to_sql(self) -> str:
-        return "STRUCT<" + ", ".join(f.to_sql() for f in self.fields) + ">"
+    def to_sql(self, *, quote_all: bool = False) -> str:
+        return "STRUCT<" + ", ".join(f.to_sql(quote_all=quote_all) for f in self.fields) + ">"
 
     def to_spark_ddl(self) -> str:
         return "STRUCT<" + ", ".join(f.to_spark_ddl() for f in self.fields) + ">"

@@ -379,4 +379,4 @@ def test_spark_ddl_of_schema() -> None:
         )
     )
     assert schema.to_spark_ddl() == "`id` BIGINT NOT NULL, `name` STRING COMMENT 'who'"
-    assert schema.to_sql() == "id BIGINT NOT NULL DEFAULT 0, name VARCHAR(10) COMMENT 'who'"
+    assert schema.to_sql() == "`id` BIGINT NOT NULL DEFAULT 0, `name` VARCHAR(10) COMMENT 'who'"
