@@ -41,8 +41,14 @@ Validation order (the first failing rule decides the error; a failure changes no
        then a txn id already committed with different writes -> TxnIdReusedError.
     3. the timestamp rule above; `read_ts` must be below the chosen ts.
     4. read set: a table of `read_tables` (any incarnation of the name) with a commit at
-       ts > read_ts -> ReadConflictError (details: table, read_ts, commit_ts, txn_id). Schema
-       changes and drops are not read conflicts (the schema rule and leases cover them).
+       ts > read_ts -> ReadConflictError (details: table, read_ts, commit_ts, txn_id). From
+       apply version 5 also an incarnation of the name dropped or created with its activation
+       (Tu) in (read_ts, ts] (details: table, read_ts, changed_ts, change = "dropped" |
+       "created", table_id; the earliest such change): a read of the name at ts no longer
+       gives what the batch read. Below version 5 drops were not read conflicts, so a batch
+       that read a table dropped (or dropped and created again, empty) since committed
+       output computed from it. Schema changes (ALTER) are not read conflicts (the schema
+       rule and leases cover them).
     5. per write, in command order: the name's incarnation must be live (a table whose DROP is
        applied takes no more commits, even below its drop Tu) and match `table_id` when given,
        else TableNotFound; it must exist at ts (created Tu <= ts, else NotFoundAtTimestamp with
@@ -686,6 +692,7 @@ class TxnLog:
         sessions: Sessions,
         refuse_gc_queued: bool = True,
         delete_manifest_copies: bool = True,
+        incarnation_conflicts: bool = True,
     ) -> tuple[Result, bool]:
         """Apply a validated CommitTxn at entry stamp `tm`. Returns (result, deduplicated).
         Raises a MetastoreError, having changed nothing, when a rule refuses it.
@@ -693,7 +700,8 @@ class TxnLog:
         version 2, metastore.apply_version; a table's own queue is refused always).
         `delete_manifest_copies`: a removal of a loose path in a table with manifests also
         records a delete entry, so an entry of the path in a manifest goes too (apply version
-        5; see "Manifests" above)."""
+        5; see "Manifests" above). `incarnation_conflicts`: a read table dropped or created
+        in (read_ts, ts] is a read conflict (apply version 5; "Validation order", 4)."""
         digest = fingerprint(msgpack.packb(writes_to_data(cmd.writes), use_bin_type=True))
         seen = self._txns.get(cmd.txn_id)
         if seen is not None and seen.fingerprint == digest:
@@ -712,6 +720,7 @@ class TxnLog:
             catalog=catalog,
             refuse_gc_queued=refuse_gc_queued,
             delete_manifest_copies=delete_manifest_copies,
+            incarnation_conflicts=incarnation_conflicts,
         )
         # Last, so a refusal `manifest_removal_refusal` predicts still comes first.
         for w in cmd.writes:
@@ -736,10 +745,17 @@ class TxnLog:
         manifest_status: Mapping[int, Mapping[str, int]] | None = None,
         refuse_gc_queued: bool = True,
         delete_manifest_copies: bool = True,
+        incarnation_conflicts: bool = True,
     ) -> list[_PlannedWrite]:
         """The checks of `commit` that follow the choice of ts, in its order; changes nothing."""
         if cmd.read_ts is not None:
-            self.check_reads(cmd.read_ts, cmd.read_tables, catalog=catalog)
+            self.check_reads(
+                cmd.read_ts,
+                cmd.read_tables,
+                catalog=catalog,
+                ts=ts,
+                incarnation_conflicts=incarnation_conflicts,
+            )
         plans = [
             self._plan(
                 w,
@@ -770,6 +786,7 @@ class TxnLog:
         manifest_status: Mapping[int, Mapping[str, int]],
         refuse_gc_queued: bool = True,
         delete_manifest_copies: bool = True,
+        incarnation_conflicts: bool = True,
     ) -> MetastoreError | None:
         """The error `commit` would give `cmd` if it could see inside manifests, when that error
         is about a removal it takes on trust; None when it answers otherwise (a retry, a
@@ -800,6 +817,7 @@ class TxnLog:
                 manifest_status=manifest_status,
                 refuse_gc_queued=refuse_gc_queued,
                 delete_manifest_copies=delete_manifest_copies,
+                incarnation_conflicts=incarnation_conflicts,
             )
         except _ManifestRemovalRefused as refused:
             return refused.error
@@ -859,9 +877,21 @@ class TxnLog:
             )
         return ts
 
-    def check_reads(self, read_ts: int, tables: Iterable[TableName], *, catalog: Catalog) -> None:
+    def check_reads(
+        self,
+        read_ts: int,
+        tables: Iterable[TableName],
+        *,
+        catalog: Catalog,
+        ts: int,
+        incarnation_conflicts: bool = True,
+    ) -> None:
         """ReadConflict (or TableNotFound) if a table of the read set got a commit after
-        `read_ts`. A conflict found now stays one: the log only grows."""
+        `read_ts`, or (`incarnation_conflicts`, apply version 5) one of the name's incarnations
+        was dropped or created with an activation in (read_ts, ts]: a read of the name at the
+        commit ts then answers differently (not found, or another incarnation) from the read
+        at read_ts, as surely as after a commit. A drop that activates after ts changes nothing
+        at ts. A conflict found now stays one at `ts`: the log only grows."""
         for name in tables:
             incarnations = catalog.incarnations(name)
             if not incarnations:
@@ -881,6 +911,8 @@ class TxnLog:
                         "txn_id": latest.last_txn_id,
                     },
                 )
+            if incarnation_conflicts:
+                _check_incarnation_changes(name, incarnations, read_ts=read_ts, ts=ts)
 
     def _plan(
         self,
@@ -1821,6 +1853,32 @@ def _check_manifest_removal(w: TableWrite, path: str, status: Mapping[str, int])
                 details={"table": str(w.table), "path": path, "removed_ts": where},
             )
         )
+
+
+def _check_incarnation_changes(
+    name: TableName, incarnations: Iterable[TableState], *, read_ts: int, ts: int
+) -> None:
+    """ReadConflict for the earliest drop or creation of `name` activating in (read_ts, ts]."""
+    changes = [
+        (tu, change, inc.table_id)
+        for inc in incarnations
+        for tu, change in ((inc.created_tu, "created"), (inc.dropped_tu, "dropped"))
+        if tu is not None and read_ts < tu <= ts
+    ]
+    if not changes:
+        return
+    tu, change, table_id = min(changes)
+    raise ReadConflictError(
+        f"table {name} (table id {table_id}) was {change} at {ts_text(tu)}, after read_ts "
+        f"{ts_text(read_ts)} and not after the commit timestamp {ts_text(ts)}",
+        details={
+            "table": str(name),
+            "read_ts": read_ts,
+            "changed_ts": tu,
+            "change": change,
+            "table_id": table_id,
+        },
+    )
 
 
 def _check_schema_version(inc: TableState, w: TableWrite, ts: int) -> None:
