@@ -165,7 +165,8 @@ Invariants (checked by `check_invariants`, which the state runs on load and in t
     * every remembered txn id maps to a real commit: its tables are registered, existed at its
       ts, and, where their summaries still reach back to it, list that commit under that id;
     * stream marks are at most MAX_STREAM_MARKS, in strictly increasing ts order (the eviction
-      order), none after the last commit, and agree with their txn's record when remembered;
+      order), none after the last commit, and a remembered record of a mark's txn id is that
+      commit or a later one (the id committed again once out of the window);
     * manifests (`_check_manifests`): references are well formed, ordered, within the table's
       commits and all older than every loose entry; truncations lie after their entries;
       delete entries exist only beside manifests, in commit order, never for a loose path;
@@ -1691,8 +1692,11 @@ class TxnLog:
             if mark.stream != stream or mark.seq < 0 or not mark.txn_id or mark.ts <= previous:
                 raise CatalogInvariantError(f"stream mark {stream!r} malformed or out of order")
             previous = mark.ts
+            # A remembered record of the mark's txn id is its commit, or a later one: the id
+            # left the window (long before the mark, which is kept per stream) and was
+            # committed again, which nothing forbids.
             marked = self._txns.get(mark.txn_id)
-            if marked is not None and marked.ts != mark.ts:
+            if marked is not None and marked.ts < mark.ts:
                 raise CatalogInvariantError(f"stream mark {stream!r} disagrees with its txn")
         if previous > self._last_commit_ts:
             raise CatalogInvariantError("a stream mark is after the last commit")

@@ -523,6 +523,32 @@ def test_a_stream_replay_older_than_the_window_is_refused(monkeypatch: pytest.Mo
     assert paths_at(d, A, d.state.table_upper() - 1) == ["f0"]
 
 
+def test_a_txn_id_of_a_stream_mark_used_again_after_the_window_keeps_the_state_loadable(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A txn id leaves the window long before its stream's mark goes (the marks are kept per
+    stream), and may then be committed again (without the stream, or by another one). The
+    mark still names that id, at its own ts, and the record of the id is the new commit: the
+    invariant demanded both ts be equal, so every node failed its invariant check and could
+    neither load its own snapshot nor install one (MalformedSnapshotError)."""
+    monkeypatch.setattr(limits, "MAX_REMEMBERED_TXNS", 3)
+    d = ready()
+    first = ok(d, commit("x", write(A, add=("f0",)), stream="s", seq=0))
+    for i in range(1, 4):
+        ok(d, commit(f"other:{i}", write(B, add=(f"b{i}",))))
+    assert d.state.committed_txn("x") is None
+    again = ok(d, commit("x", write(A, add=("f1",))))  # ok() checks every invariant
+    mark = d.state.stream_mark("s")
+    assert mark is not None and (mark.txn_id, mark.ts) == ("x", first["ts"])
+    record = d.state.committed_txn("x")
+    assert record is not None and record.ts == again["ts"] > mark.ts
+    restored = MetastoreState.from_snapshot(d.state.to_snapshot())
+    assert restored == d.state
+    assert restored.stream_mark("s") == mark
+    # The mark still refuses a replay of its position.
+    refused(d, commit("y", write(A, add=("f2",)), stream="s", seq=0), BatchAlreadyCommittedError)
+
+
 def test_stream_positions_only_move_forward() -> None:
     d = ready()
     r3 = ok(d, commit("s:3", write(A, add=("f3",)), stream="s", seq=3))
