@@ -70,11 +70,12 @@ from typing import Final
 #      and `ALTER COLUMN file TYPE BIGINT` changed `ﬁle`, where Spark finds no such column.
 #      Uniqueness of names is still checked by casefold.
 #      A commit's read-set check (`read_ts` + `read_tables`) also fails with READ_CONFLICT
-#      when an incarnation of a read table's name was dropped or created with its activation
-#      (Tu) in (read_ts, commit ts] (details `changed_ts`, `change`, `table_id`; metastore.txn
-#      `check_reads`). Before, only commits after read_ts conflicted, so a batch that read a
-#      table dropped since (or dropped and created again, still empty) committed output
-#      computed from data a read at its commit ts no longer gives.
+#      when an incarnation of a read table's name was dropped with its activation (Tu) in
+#      (read_ts, commit ts] (details `dropped_ts`, `table_id`; metastore.txn `check_reads`).
+#      Before, only commits after read_ts conflicted, so a batch that read a table dropped
+#      since (or dropped and created again, still empty) committed output computed from data
+#      a read at its commit ts no longer gives. A creation is no conflict (the name was
+#      absent at read_ts; the new incarnation is empty until a commit, which conflicts).
 APPLY_VERSION_SUPPORTED: Final = 5
 
 # A cluster that never applied SetApplyVersion (and every older snapshot) is at version 1.

@@ -42,13 +42,14 @@ Validation order (the first failing rule decides the error; a failure changes no
     3. the timestamp rule above; `read_ts` must be below the chosen ts.
     4. read set: a table of `read_tables` (any incarnation of the name) with a commit at
        ts > read_ts -> ReadConflictError (details: table, read_ts, commit_ts, txn_id). From
-       apply version 5 also an incarnation of the name dropped or created with its activation
-       (Tu) in (read_ts, ts] (details: table, read_ts, changed_ts, change = "dropped" |
-       "created", table_id; the earliest such change): a read of the name at ts no longer
-       gives what the batch read. Below version 5 drops were not read conflicts, so a batch
-       that read a table dropped (or dropped and created again, empty) since committed
-       output computed from it. Schema changes (ALTER) are not read conflicts (the schema
-       rule and leases cover them).
+       apply version 5 also an incarnation of the name dropped with its activation (Tu) in
+       (read_ts, ts] (details: table, read_ts, dropped_ts, table_id; the earliest such drop):
+       a read of the name at ts no longer gives what the batch read. Below version 5 drops
+       were not read conflicts, so a batch that read a table dropped since (or dropped and
+       created again, empty) committed output computed from it. A creation is none (the name
+       was absent at read_ts, and the new incarnation is empty until a commit, which
+       conflicts). Schema changes (ALTER) are not read conflicts (the schema rule and leases
+       cover them).
     5. per write, in command order: the name's incarnation must be live (a table whose DROP is
        applied takes no more commits, even below its drop Tu) and match `table_id` when given,
        else TableNotFound; it must exist at ts (created Tu <= ts, else NotFoundAtTimestamp with
@@ -693,7 +694,7 @@ class TxnLog:
         sessions: Sessions,
         refuse_gc_queued: bool = True,
         delete_manifest_copies: bool = True,
-        incarnation_conflicts: bool = True,
+        drop_conflicts: bool = True,
     ) -> tuple[Result, bool]:
         """Apply a validated CommitTxn at entry stamp `tm`. Returns (result, deduplicated).
         Raises a MetastoreError, having changed nothing, when a rule refuses it.
@@ -701,8 +702,8 @@ class TxnLog:
         version 2, metastore.apply_version; a table's own queue is refused always).
         `delete_manifest_copies`: a removal of a loose path in a table with manifests also
         records a delete entry, so an entry of the path in a manifest goes too (apply version
-        5; see "Manifests" above). `incarnation_conflicts`: a read table dropped or created
-        in (read_ts, ts] is a read conflict (apply version 5; "Validation order", 4)."""
+        5; see "Manifests" above). `drop_conflicts`: a read table dropped in (read_ts, ts]
+        is a read conflict (apply version 5; "Validation order", 4)."""
         digest = fingerprint(msgpack.packb(writes_to_data(cmd.writes), use_bin_type=True))
         seen = self._txns.get(cmd.txn_id)
         if seen is not None and seen.fingerprint == digest:
@@ -721,7 +722,7 @@ class TxnLog:
             catalog=catalog,
             refuse_gc_queued=refuse_gc_queued,
             delete_manifest_copies=delete_manifest_copies,
-            incarnation_conflicts=incarnation_conflicts,
+            drop_conflicts=drop_conflicts,
         )
         # Last, so a refusal `manifest_removal_refusal` predicts still comes first.
         for w in cmd.writes:
@@ -746,7 +747,7 @@ class TxnLog:
         manifest_status: Mapping[int, Mapping[str, int]] | None = None,
         refuse_gc_queued: bool = True,
         delete_manifest_copies: bool = True,
-        incarnation_conflicts: bool = True,
+        drop_conflicts: bool = True,
     ) -> list[_PlannedWrite]:
         """The checks of `commit` that follow the choice of ts, in its order; changes nothing."""
         if cmd.read_ts is not None:
@@ -755,7 +756,7 @@ class TxnLog:
                 cmd.read_tables,
                 catalog=catalog,
                 ts=ts,
-                incarnation_conflicts=incarnation_conflicts,
+                drop_conflicts=drop_conflicts,
             )
         plans = [
             self._plan(
@@ -787,7 +788,7 @@ class TxnLog:
         manifest_status: Mapping[int, Mapping[str, int]],
         refuse_gc_queued: bool = True,
         delete_manifest_copies: bool = True,
-        incarnation_conflicts: bool = True,
+        drop_conflicts: bool = True,
     ) -> MetastoreError | None:
         """The error `commit` would give `cmd` if it could see inside manifests, when that error
         is about a removal it takes on trust; None when it answers otherwise (a retry, a
@@ -818,7 +819,7 @@ class TxnLog:
                 manifest_status=manifest_status,
                 refuse_gc_queued=refuse_gc_queued,
                 delete_manifest_copies=delete_manifest_copies,
-                incarnation_conflicts=incarnation_conflicts,
+                drop_conflicts=drop_conflicts,
             )
         except _ManifestRemovalRefused as refused:
             return refused.error
@@ -885,14 +886,14 @@ class TxnLog:
         *,
         catalog: Catalog,
         ts: int,
-        incarnation_conflicts: bool = True,
+        drop_conflicts: bool = True,
     ) -> None:
         """ReadConflict (or TableNotFound) if a table of the read set got a commit after
-        `read_ts`, or (`incarnation_conflicts`, apply version 5) one of the name's incarnations
-        was dropped or created with an activation in (read_ts, ts]: a read of the name at the
-        commit ts then answers differently (not found, or another incarnation) from the read
-        at read_ts, as surely as after a commit. A drop that activates after ts changes nothing
-        at ts. A conflict found now stays one at `ts`: the log only grows."""
+        `read_ts`, or (`drop_conflicts`, apply version 5) an incarnation of the name was
+        dropped with an activation in (read_ts, ts]: a read of the name at the commit ts then
+        answers differently (not found, or another incarnation) from the read at read_ts, as
+        surely as after a commit. A drop that activates after ts changes nothing at ts. A
+        conflict found now stays one at `ts`: the log only grows."""
         for name in tables:
             incarnations = catalog.incarnations(name)
             if not incarnations:
@@ -912,8 +913,8 @@ class TxnLog:
                         "txn_id": latest.last_txn_id,
                     },
                 )
-            if incarnation_conflicts:
-                _check_incarnation_changes(name, incarnations, read_ts=read_ts, ts=ts)
+            if drop_conflicts:
+                _check_read_table_drops(name, incarnations, read_ts=read_ts, ts=ts)
 
     def _plan(
         self,
@@ -1859,27 +1860,28 @@ def _check_manifest_removal(w: TableWrite, path: str, status: Mapping[str, int])
         )
 
 
-def _check_incarnation_changes(
+def _check_read_table_drops(
     name: TableName, incarnations: Iterable[TableState], *, read_ts: int, ts: int
 ) -> None:
-    """ReadConflict for the earliest drop or creation of `name` activating in (read_ts, ts]."""
-    changes = [
-        (tu, change, inc.table_id)
+    """ReadConflict for the earliest drop of an incarnation of `name` activating in
+    (read_ts, ts]. A creation is none: the name read as absent at read_ts (the bridge reads
+    it as empty) and the new incarnation is empty at ts unless a commit, itself a conflict,
+    wrote it; a name dropped and created again conflicts through the drop."""
+    drops = [
+        (inc.dropped_tu, inc.table_id)
         for inc in incarnations
-        for tu, change in ((inc.created_tu, "created"), (inc.dropped_tu, "dropped"))
-        if tu is not None and read_ts < tu <= ts
+        if inc.dropped_tu is not None and read_ts < inc.dropped_tu <= ts
     ]
-    if not changes:
+    if not drops:
         return
-    tu, change, table_id = min(changes)
+    dropped_tu, table_id = min(drops)
     raise ReadConflictError(
-        f"table {name} (table id {table_id}) was {change} at {ts_text(tu)}, after read_ts "
-        f"{ts_text(read_ts)} and not after the commit timestamp {ts_text(ts)}",
+        f"table {name} (table id {table_id}) was dropped at {ts_text(dropped_tu)}, after "
+        f"read_ts {ts_text(read_ts)} and not after the commit timestamp {ts_text(ts)}",
         details={
             "table": str(name),
             "read_ts": read_ts,
-            "changed_ts": tu,
-            "change": change,
+            "dropped_ts": dropped_tu,
             "table_id": table_id,
         },
     )

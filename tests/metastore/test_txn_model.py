@@ -161,14 +161,13 @@ def predict(
                 return TableNotFoundError
             if model.last_write_to(name) > cmd.read_ts:
                 return ReadConflictError
-            # Apply version 5: a drop or creation of the name activating in (read_ts, ts].
-            changes = [
-                tu
+            # Apply version 5: a drop of an incarnation of the name activating in (read_ts, ts].
+            drops = [
+                inc.dropped_tu
                 for inc in model.incarnations[name]
-                for tu in (inc.created_tu, inc.dropped_tu)
-                if tu is not None and cmd.read_ts < tu <= ts
+                if inc.dropped_tu is not None and cmd.read_ts < inc.dropped_tu <= ts
             ]
-            if apply_version >= 5 and changes:
+            if apply_version >= 5 and drops:
                 return ReadConflictError
     for w in cmd.writes:
         inc = model.live(w.table)
@@ -453,7 +452,7 @@ TestTxnModel.settings = settings(DETERMINISTIC, max_examples=60, stateful_step_c
 
 
 class TxnMachineV5(TxnMachine):
-    """The same, at apply version 5: drops and creations of read tables conflict too."""
+    """The same, at apply version 5: drops of read tables conflict too."""
 
     APPLY_VERSION = 5
 
