@@ -62,7 +62,11 @@ Validation order (the first failing rule decides the error; a failure changes no
        `queued_for_gc`: the leader may be deleting it after its last "still referenced"
        check); a removed path
        must be a file of the table (InvalidArgument) and live (DataFileConflictError when an
-       earlier commit removed it); file-entry limits.
+       earlier commit removed it); file-entry limits; from apply version 5 the table's live
+       rows and bytes of loose files after the write must fit a 64-bit count
+       (MAX_TABLE_LIVE_ROWS / _BYTES), and then the commit's rows in all (MAX_COMMIT_ROWS):
+       below version 5 three files of 2^63-1 rows committed, and no node could write a
+       snapshot again (msgpack holds at most 2^64-1), nor encode the commit's reply.
     6. an added path in the attempt directory of a session (`_txn/<session id>--...`) needs
        that session live at the entry's Tm, else SessionNotFoundError (reason
        `attempt_session_not_live`): GC's orphan scan may have deleted it
@@ -695,6 +699,7 @@ class TxnLog:
         refuse_gc_queued: bool = True,
         delete_manifest_copies: bool = True,
         drop_conflicts: bool = True,
+        bound_counts: bool = True,
     ) -> tuple[Result, bool]:
         """Apply a validated CommitTxn at entry stamp `tm`. Returns (result, deduplicated).
         Raises a MetastoreError, having changed nothing, when a rule refuses it.
@@ -723,6 +728,7 @@ class TxnLog:
             refuse_gc_queued=refuse_gc_queued,
             delete_manifest_copies=delete_manifest_copies,
             drop_conflicts=drop_conflicts,
+            bound_counts=bound_counts,
         )
         # Last, so a refusal `manifest_removal_refusal` predicts still comes first.
         for w in cmd.writes:
@@ -748,6 +754,7 @@ class TxnLog:
         refuse_gc_queued: bool = True,
         delete_manifest_copies: bool = True,
         drop_conflicts: bool = True,
+        bound_counts: bool = True,
     ) -> list[_PlannedWrite]:
         """The checks of `commit` that follow the choice of ts, in its order; changes nothing."""
         if cmd.read_ts is not None:
@@ -766,9 +773,16 @@ class TxnLog:
                 manifest_status=manifest_status,
                 refuse_gc_queued=refuse_gc_queued,
                 delete_manifest_copies=delete_manifest_copies,
+                bound_counts=bound_counts,
             )
             for w in cmd.writes
         ]
+        if bound_counts:
+            rows = sum(f.row_count for w in cmd.writes for f in w.add)
+            if rows > limits.MAX_COMMIT_ROWS:
+                raise limit_exceeded(
+                    "MAX_COMMIT_ROWS", limits.MAX_COMMIT_ROWS, _capped(rows), "rows of the commit"
+                )
         added = sum(len(p.write.add) for p in plans)
         if self._file_entries + added > limits.MAX_FILE_ENTRIES_TOTAL:
             raise limit_exceeded(
@@ -789,6 +803,7 @@ class TxnLog:
         refuse_gc_queued: bool = True,
         delete_manifest_copies: bool = True,
         drop_conflicts: bool = True,
+        bound_counts: bool = True,
     ) -> MetastoreError | None:
         """The error `commit` would give `cmd` if it could see inside manifests, when that error
         is about a removal it takes on trust; None when it answers otherwise (a retry, a
@@ -820,6 +835,7 @@ class TxnLog:
                 refuse_gc_queued=refuse_gc_queued,
                 delete_manifest_copies=delete_manifest_copies,
                 drop_conflicts=drop_conflicts,
+                bound_counts=bound_counts,
             )
         except _ManifestRemovalRefused as refused:
             return refused.error
@@ -925,6 +941,7 @@ class TxnLog:
         manifest_status: Mapping[int, Mapping[str, int]] | None = None,
         refuse_gc_queued: bool = True,
         delete_manifest_copies: bool = True,
+        bound_counts: bool = True,
     ) -> _PlannedWrite:
         inc = catalog.live_table(w.table)  # TableNotFound when missing or dropped
         if w.table_id and w.table_id != inc.table_id:
@@ -1004,6 +1021,8 @@ class TxnLog:
                 f"file entries of {w.table}",
             )
         loose = () if w.overwrite else tuple(p for p in w.remove if p in tl.files)
+        if bound_counts:
+            _check_live_counts(tl, w, loose)
         # Apply version 5: the path may also sit in a manifest (committed again after its first
         # entry left the loose entries; apply cannot see inside manifests), so its removal is
         # a delete entry too, which hides and is folded into every manifest entry of the path.
@@ -1885,6 +1904,32 @@ def _check_read_table_drops(
             "table_id": table_id,
         },
     )
+
+
+def _check_live_counts(tl: TableLog, w: TableWrite, loose_removals: Iterable[str]) -> None:
+    """LimitExceeded when the table's live loose rows or bytes after `w` would not fit a
+    64-bit count (apply version 5; limits.MAX_TABLE_LIVE_ROWS / _BYTES)."""
+    if w.overwrite:
+        rows = bytes_ = 0
+    else:
+        removed = [tl.files[p] for p in loose_removals]
+        rows = tl.live_rows - sum(e.row_count for e in removed)
+        bytes_ = tl.live_bytes - sum(e.size_bytes for e in removed)
+    rows += sum(f.row_count for f in w.add)
+    bytes_ += sum(f.size_bytes for f in w.add)
+    for limit, maximum, value, what in (
+        ("MAX_TABLE_LIVE_ROWS", limits.MAX_TABLE_LIVE_ROWS, rows, "rows"),
+        ("MAX_TABLE_LIVE_BYTES", limits.MAX_TABLE_LIVE_BYTES, bytes_, "bytes"),
+    ):
+        if value > maximum:
+            raise limit_exceeded(
+                limit, maximum, _capped(value), f"live {what} of {w.table}'s loose files"
+            )
+
+
+def _capped(value: int) -> int:
+    """`value` as a count the wire can carry (msgpack: at most 2^64-1), for error details."""
+    return min(value, 2**64 - 1)
 
 
 def _check_schema_version(inc: TableState, w: TableWrite, ts: int) -> None:

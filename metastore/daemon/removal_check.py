@@ -128,6 +128,7 @@ class RemovalCheck:
             refuse_gc_queued=state.rules_at_least(2),
             delete_manifest_copies=state.rules_at_least(5),
             drop_conflicts=state.rules_at_least(5),
+            bound_counts=state.rules_at_least(5),
         )
 
     async def _find(
