@@ -77,6 +77,18 @@ from typing import Final
 #      day ('2020-01-01 12:00:00') or beyond TIMESTAMP_NTZ's years (DATE '+999999-01-01': every
 #      read of the older rows failed), or a default of a form the rule does not read (a
 #      function). Before, any widening was applied whatever the default.
+#      A commit's read-set check (`read_ts` + `read_tables`) also fails with READ_CONFLICT
+#      when an incarnation of a read table's name was dropped with its activation (Tu) in
+#      (read_ts, commit ts] (details `dropped_ts`, `table_id`; metastore.txn `check_reads`).
+#      Before, only commits after read_ts conflicted, so a batch that read a table dropped
+#      since (or dropped and created again, still empty) committed output computed from data
+#      a read at its commit ts no longer gives. A creation is no conflict (the name was
+#      absent at read_ts; the new incarnation is empty until a commit, which conflicts).
+#      A commit is refused (LimitExceeded) when a written table's live rows or bytes of loose
+#      files would exceed 2^63-1 (MAX_TABLE_LIVE_ROWS / _BYTES), or its rows in all would
+#      (MAX_COMMIT_ROWS). Before, three files of 2^63-1 rows committed, and then no node could
+#      write a snapshot (its commit record's row count outgrew msgpack's 64 bits), nor a
+#      `files` reply of the table.
 APPLY_VERSION_SUPPORTED: Final = 5
 
 # A cluster that never applied SetApplyVersion (and every older snapshot) is at version 1.

@@ -1541,6 +1541,13 @@ def commit_txn_from_request(args: Mapping[str, object]) -> CommitTxn:
     )
     fields.done()
     validate_command(cmd)
+    # Apply refuses it from apply version 5 (metastore.txn); refused here before it is proposed
+    # at any version: its rows, recorded as one count, would not fit a snapshot.
+    rows = sum(f.row_count for w in cmd.writes for f in w.add)
+    if rows > limits.MAX_COMMIT_ROWS:
+        raise limit_exceeded(
+            "MAX_COMMIT_ROWS", limits.MAX_COMMIT_ROWS, min(rows, 2**64 - 1), "rows of the commit"
+        )
     return cmd
 
 

@@ -271,7 +271,9 @@ class CommitTimestampUnavailableError(MetastoreError):
 
 class ReadConflictError(MetastoreError):
     """A table in the commit's read set got a commit after `read_ts`. Details: `table`,
-    `read_ts`, `commit_ts` and `txn_id` of the conflicting commit. Re-read and retry."""
+    `read_ts`, `commit_ts` and `txn_id` of the conflicting commit; or (apply version 5) its
+    name was dropped with an activation in (read_ts, commit ts]: `table`, `read_ts`,
+    `dropped_ts` and `table_id` of the dropped incarnation. Re-read and retry."""
 
     code = ErrorCode.READ_CONFLICT
     retryable = True

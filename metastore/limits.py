@@ -135,6 +135,15 @@ MAX_COMMITS_KEPT_PER_TABLE = 1_000
 MAX_FILE_ENTRIES_PER_TABLE = 1_000_000
 MAX_FILE_ENTRIES_TOTAL = 5_000_000
 
+# Row and byte counts summed over files are 64-bit integers: snapshots (msgpack) and replies hold
+# at most 2^64-1, and each file's size_bytes and row_count may be up to 2^63-1. From apply version
+# 5 a commit is refused (LimitExceeded) when the rows it adds in all (recorded in its commit
+# record and per-table summaries), or a written table's live rows or bytes of its loose files
+# (summed by `files` replies) would exceed these.
+MAX_COMMIT_ROWS = 2**63 - 1
+MAX_TABLE_LIVE_ROWS = 2**63 - 1
+MAX_TABLE_LIVE_BYTES = 2**63 - 1
+
 # --- manifests (metastore.manifests) -------------------------------------------------------------
 # A table's loose file entries past this many are moved into manifest files by the bridge after a
 # commit (and by `metastore table compact`). It is the committer's trigger, not a refusal: the

@@ -41,8 +41,15 @@ Validation order (the first failing rule decides the error; a failure changes no
        then a txn id already committed with different writes -> TxnIdReusedError.
     3. the timestamp rule above; `read_ts` must be below the chosen ts.
     4. read set: a table of `read_tables` (any incarnation of the name) with a commit at
-       ts > read_ts -> ReadConflictError (details: table, read_ts, commit_ts, txn_id). Schema
-       changes and drops are not read conflicts (the schema rule and leases cover them).
+       ts > read_ts -> ReadConflictError (details: table, read_ts, commit_ts, txn_id). From
+       apply version 5 also an incarnation of the name dropped with its activation (Tu) in
+       (read_ts, ts] (details: table, read_ts, dropped_ts, table_id; the earliest such drop):
+       a read of the name at ts no longer gives what the batch read. Below version 5 drops
+       were not read conflicts, so a batch that read a table dropped since (or dropped and
+       created again, empty) committed output computed from it. A creation is none (the name
+       was absent at read_ts, and the new incarnation is empty until a commit, which
+       conflicts). Schema changes (ALTER) are not read conflicts (the schema rule and leases
+       cover them).
     5. per write, in command order: the name's incarnation must be live (a table whose DROP is
        applied takes no more commits, even below its drop Tu) and match `table_id` when given,
        else TableNotFound; it must exist at ts (created Tu <= ts, else NotFoundAtTimestamp with
@@ -55,7 +62,11 @@ Validation order (the first failing rule decides the error; a failure changes no
        `queued_for_gc`: the leader may be deleting it after its last "still referenced"
        check); a removed path
        must be a file of the table (InvalidArgument) and live (DataFileConflictError when an
-       earlier commit removed it); file-entry limits.
+       earlier commit removed it); file-entry limits; from apply version 5 the table's live
+       rows and bytes of loose files after the write must fit a 64-bit count
+       (MAX_TABLE_LIVE_ROWS / _BYTES), and then the commit's rows in all (MAX_COMMIT_ROWS):
+       below version 5 three files of 2^63-1 rows committed, and no node could write a
+       snapshot again (msgpack holds at most 2^64-1), nor encode the commit's reply.
     6. an added path in the attempt directory of a session (`_txn/<session id>--...`) needs
        that session live at the entry's Tm, else SessionNotFoundError (reason
        `attempt_session_not_live`): GC's orphan scan may have deleted it
@@ -159,7 +170,8 @@ Invariants (checked by `check_invariants`, which the state runs on load and in t
     * every remembered txn id maps to a real commit: its tables are registered, existed at its
       ts, and, where their summaries still reach back to it, list that commit under that id;
     * stream marks are at most MAX_STREAM_MARKS, in strictly increasing ts order (the eviction
-      order), none after the last commit, and agree with their txn's record when remembered;
+      order), none after the last commit, and a remembered record of a mark's txn id is that
+      commit or a later one (the id committed again once out of the window);
     * manifests (`_check_manifests`): references are well formed, ordered, within the table's
       commits and all older than every loose entry; truncations lie after their entries;
       delete entries exist only beside manifests, in commit order, never for a loose path;
@@ -686,6 +698,8 @@ class TxnLog:
         sessions: Sessions,
         refuse_gc_queued: bool = True,
         delete_manifest_copies: bool = True,
+        drop_conflicts: bool = True,
+        bound_counts: bool = True,
     ) -> tuple[Result, bool]:
         """Apply a validated CommitTxn at entry stamp `tm`. Returns (result, deduplicated).
         Raises a MetastoreError, having changed nothing, when a rule refuses it.
@@ -693,7 +707,8 @@ class TxnLog:
         version 2, metastore.apply_version; a table's own queue is refused always).
         `delete_manifest_copies`: a removal of a loose path in a table with manifests also
         records a delete entry, so an entry of the path in a manifest goes too (apply version
-        5; see "Manifests" above)."""
+        5; see "Manifests" above). `drop_conflicts`: a read table dropped in (read_ts, ts]
+        is a read conflict (apply version 5; "Validation order", 4)."""
         digest = fingerprint(msgpack.packb(writes_to_data(cmd.writes), use_bin_type=True))
         seen = self._txns.get(cmd.txn_id)
         if seen is not None and seen.fingerprint == digest:
@@ -712,6 +727,8 @@ class TxnLog:
             catalog=catalog,
             refuse_gc_queued=refuse_gc_queued,
             delete_manifest_copies=delete_manifest_copies,
+            drop_conflicts=drop_conflicts,
+            bound_counts=bound_counts,
         )
         # Last, so a refusal `manifest_removal_refusal` predicts still comes first.
         for w in cmd.writes:
@@ -736,10 +753,18 @@ class TxnLog:
         manifest_status: Mapping[int, Mapping[str, int]] | None = None,
         refuse_gc_queued: bool = True,
         delete_manifest_copies: bool = True,
+        drop_conflicts: bool = True,
+        bound_counts: bool = True,
     ) -> list[_PlannedWrite]:
         """The checks of `commit` that follow the choice of ts, in its order; changes nothing."""
         if cmd.read_ts is not None:
-            self.check_reads(cmd.read_ts, cmd.read_tables, catalog=catalog)
+            self.check_reads(
+                cmd.read_ts,
+                cmd.read_tables,
+                catalog=catalog,
+                ts=ts,
+                drop_conflicts=drop_conflicts,
+            )
         plans = [
             self._plan(
                 w,
@@ -748,9 +773,16 @@ class TxnLog:
                 manifest_status=manifest_status,
                 refuse_gc_queued=refuse_gc_queued,
                 delete_manifest_copies=delete_manifest_copies,
+                bound_counts=bound_counts,
             )
             for w in cmd.writes
         ]
+        if bound_counts:
+            rows = sum(f.row_count for w in cmd.writes for f in w.add)
+            if rows > limits.MAX_COMMIT_ROWS:
+                raise limit_exceeded(
+                    "MAX_COMMIT_ROWS", limits.MAX_COMMIT_ROWS, _capped(rows), "rows of the commit"
+                )
         added = sum(len(p.write.add) for p in plans)
         if self._file_entries + added > limits.MAX_FILE_ENTRIES_TOTAL:
             raise limit_exceeded(
@@ -770,6 +802,8 @@ class TxnLog:
         manifest_status: Mapping[int, Mapping[str, int]],
         refuse_gc_queued: bool = True,
         delete_manifest_copies: bool = True,
+        drop_conflicts: bool = True,
+        bound_counts: bool = True,
     ) -> MetastoreError | None:
         """The error `commit` would give `cmd` if it could see inside manifests, when that error
         is about a removal it takes on trust; None when it answers otherwise (a retry, a
@@ -800,6 +834,8 @@ class TxnLog:
                 manifest_status=manifest_status,
                 refuse_gc_queued=refuse_gc_queued,
                 delete_manifest_copies=delete_manifest_copies,
+                drop_conflicts=drop_conflicts,
+                bound_counts=bound_counts,
             )
         except _ManifestRemovalRefused as refused:
             return refused.error
@@ -859,9 +895,21 @@ class TxnLog:
             )
         return ts
 
-    def check_reads(self, read_ts: int, tables: Iterable[TableName], *, catalog: Catalog) -> None:
+    def check_reads(
+        self,
+        read_ts: int,
+        tables: Iterable[TableName],
+        *,
+        catalog: Catalog,
+        ts: int,
+        drop_conflicts: bool = True,
+    ) -> None:
         """ReadConflict (or TableNotFound) if a table of the read set got a commit after
-        `read_ts`. A conflict found now stays one: the log only grows."""
+        `read_ts`, or (`drop_conflicts`, apply version 5) an incarnation of the name was
+        dropped with an activation in (read_ts, ts]: a read of the name at the commit ts then
+        answers differently (not found, or another incarnation) from the read at read_ts, as
+        surely as after a commit. A drop that activates after ts changes nothing at ts. A
+        conflict found now stays one at `ts`: the log only grows."""
         for name in tables:
             incarnations = catalog.incarnations(name)
             if not incarnations:
@@ -881,6 +929,8 @@ class TxnLog:
                         "txn_id": latest.last_txn_id,
                     },
                 )
+            if drop_conflicts:
+                _check_read_table_drops(name, incarnations, read_ts=read_ts, ts=ts)
 
     def _plan(
         self,
@@ -891,6 +941,7 @@ class TxnLog:
         manifest_status: Mapping[int, Mapping[str, int]] | None = None,
         refuse_gc_queued: bool = True,
         delete_manifest_copies: bool = True,
+        bound_counts: bool = True,
     ) -> _PlannedWrite:
         inc = catalog.live_table(w.table)  # TableNotFound when missing or dropped
         if w.table_id and w.table_id != inc.table_id:
@@ -970,6 +1021,8 @@ class TxnLog:
                 f"file entries of {w.table}",
             )
         loose = () if w.overwrite else tuple(p for p in w.remove if p in tl.files)
+        if bound_counts:
+            _check_live_counts(tl, w, loose)
         # Apply version 5: the path may also sit in a manifest (committed again after its first
         # entry left the loose entries; apply cannot see inside manifests), so its removal is
         # a delete entry too, which hides and is folded into every manifest entry of the path.
@@ -1659,8 +1712,11 @@ class TxnLog:
             if mark.stream != stream or mark.seq < 0 or not mark.txn_id or mark.ts <= previous:
                 raise CatalogInvariantError(f"stream mark {stream!r} malformed or out of order")
             previous = mark.ts
+            # A remembered record of the mark's txn id is its commit, or a later one: the id
+            # left the window (long before the mark, which is kept per stream) and was
+            # committed again, which nothing forbids.
             marked = self._txns.get(mark.txn_id)
-            if marked is not None and marked.ts != mark.ts:
+            if marked is not None and marked.ts < mark.ts:
                 raise CatalogInvariantError(f"stream mark {stream!r} disagrees with its txn")
         if previous > self._last_commit_ts:
             raise CatalogInvariantError("a stream mark is after the last commit")
@@ -1821,6 +1877,59 @@ def _check_manifest_removal(w: TableWrite, path: str, status: Mapping[str, int])
                 details={"table": str(w.table), "path": path, "removed_ts": where},
             )
         )
+
+
+def _check_read_table_drops(
+    name: TableName, incarnations: Iterable[TableState], *, read_ts: int, ts: int
+) -> None:
+    """ReadConflict for the earliest drop of an incarnation of `name` activating in
+    (read_ts, ts]. A creation is none: the name read as absent at read_ts (the bridge reads
+    it as empty) and the new incarnation is empty at ts unless a commit, itself a conflict,
+    wrote it; a name dropped and created again conflicts through the drop."""
+    drops = [
+        (inc.dropped_tu, inc.table_id)
+        for inc in incarnations
+        if inc.dropped_tu is not None and read_ts < inc.dropped_tu <= ts
+    ]
+    if not drops:
+        return
+    dropped_tu, table_id = min(drops)
+    raise ReadConflictError(
+        f"table {name} (table id {table_id}) was dropped at {ts_text(dropped_tu)}, after "
+        f"read_ts {ts_text(read_ts)} and not after the commit timestamp {ts_text(ts)}",
+        details={
+            "table": str(name),
+            "read_ts": read_ts,
+            "dropped_ts": dropped_tu,
+            "table_id": table_id,
+        },
+    )
+
+
+def _check_live_counts(tl: TableLog, w: TableWrite, loose_removals: Iterable[str]) -> None:
+    """LimitExceeded when the table's live loose rows or bytes after `w` would not fit a
+    64-bit count (apply version 5; limits.MAX_TABLE_LIVE_ROWS / _BYTES)."""
+    if w.overwrite:
+        rows = bytes_ = 0
+    else:
+        removed = [tl.files[p] for p in loose_removals]
+        rows = tl.live_rows - sum(e.row_count for e in removed)
+        bytes_ = tl.live_bytes - sum(e.size_bytes for e in removed)
+    rows += sum(f.row_count for f in w.add)
+    bytes_ += sum(f.size_bytes for f in w.add)
+    for limit, maximum, value, what in (
+        ("MAX_TABLE_LIVE_ROWS", limits.MAX_TABLE_LIVE_ROWS, rows, "rows"),
+        ("MAX_TABLE_LIVE_BYTES", limits.MAX_TABLE_LIVE_BYTES, bytes_, "bytes"),
+    ):
+        if value > maximum:
+            raise limit_exceeded(
+                limit, maximum, _capped(value), f"live {what} of {w.table}'s loose files"
+            )
+
+
+def _capped(value: int) -> int:
+    """`value` as a count the wire can carry (msgpack: at most 2^64-1), for error details."""
+    return min(value, 2**64 - 1)
 
 
 def _check_schema_version(inc: TableState, w: TableWrite, ts: int) -> None:

@@ -458,7 +458,8 @@ class MetastoreBridge:
         stream: tuple[str, int] | None = None,
     ) -> Iterator[BatchContext]:
         """Pin, run, commit. `check_reads=True` makes the commit fail with a read conflict if a
-        table the batch read got a commit after the batch's read timestamp. `top` plans the
+        table the batch read got a commit after the batch's read timestamp (or, from apply
+        version 5, was dropped with effect by the commit's timestamp). `top` plans the
         batch at a given timestamp instead of the HLC's now (reproducing a batch, tests).
         `stream` = (stream id, position): the commit carries that stream position, and the
         metastore refuses any position at or below the stream's newest committed one, however

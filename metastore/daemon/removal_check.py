@@ -127,6 +127,8 @@ class RemovalCheck:
             manifest_status=manifest_status,
             refuse_gc_queued=state.rules_at_least(2),
             delete_manifest_copies=state.rules_at_least(5),
+            drop_conflicts=state.rules_at_least(5),
+            bound_counts=state.rules_at_least(5),
         )
 
     async def _find(

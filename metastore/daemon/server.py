@@ -353,7 +353,9 @@ class ApiServer:
                     }
                 ),
             ),
-            "txn_log": _Op(Role.READER, self._txn_log, frozenset({"limit", "page_token"})),
+            "txn_log": _Op(
+                Role.READER, self._txn_log, frozenset({"limit", "page_token", "timeout_ms"})
+            ),
             "committed_txn": _Op(
                 Role.READER, self._committed_txn, frozenset({"txn_id", "stream", "timeout_ms"})
             ),
@@ -1415,7 +1417,13 @@ class ApiServer:
         """The `limit` most recent commits, newest first, in pages of about
         TXN_LOG_PAGE_BYTES_MAX (a commit names up to 100 tables: 10,000 of them outgrow a
         frame). A page cut short by its bytes has a `next_page_token` (the Tm of its last
-        commit); the next page is asked for with it and the `limit` still wanted."""
+        commit); the next page is asked for with it and the `limit` still wanted.
+
+        The next page may be asked of another node (the client fails over): one that has not
+        applied the entry of the token yet would list only the older commits it has, and the
+        ones in between would be skipped without a word. So a page with a token waits, as a
+        read at that position does, until this node's safe time reaches it (the token's node
+        had applied it: on a healthy node no wait)."""
         self._require_ready()
         limit = _opt_int(args, "limit", 1, mlimits.MAX_TXN_LOG_RECORDS) or 20
         token = _opt_str(args, "page_token", 32)
@@ -1424,6 +1432,8 @@ class ApiServer:
             if not _is_uint(token) or int(token) > MAX_TS:
                 raise BadRequestError(f"'page_token' {token!r} is not one this server handed out")
             before_tm = int(token)
+            self._check_not_future(before_tm)
+            await self._wait_safe(before_tm, _timeout(args))
         records = self.sm.state.txn_log(limit, before_tm=before_tm)
         commits, _ = _views_within(
             records, commit_view, count_max=len(records), bytes_max=L.TXN_LOG_PAGE_BYTES_MAX

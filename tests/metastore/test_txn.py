@@ -357,6 +357,56 @@ def test_read_set_rules() -> None:
     ok(d, commit("r:2", write(A), read_ts=t1, read_tables=(B,)))
 
 
+@pytest.mark.parametrize("apply_version", [4, 5])
+def test_a_read_table_dropped_after_read_ts_is_a_read_conflict_from_version_5(
+    apply_version: int,
+) -> None:
+    """A batch that read ns.b at read_ts asked that its commit fail if ns.b changed since. A
+    DROP whose activation lies in (read_ts, ts] changes what a read of ns.b gives at the
+    commit ts (not found, or a new incarnation, empty) as surely as a commit does: from apply
+    version 5 it is a ReadConflict too. Below version 5 the commit went through on what it had
+    read."""
+    d = ready(apply_version=apply_version)
+    read_ts = ts_of(ok(d, commit("w:1", write(B, add=("b1",)))))
+    tick(d)
+    dropped_tu = d.ok("DROP TABLE ns.b")["tu"]
+    assert isinstance(dropped_tu, int)
+    tick(d, DD_MS + 1)  # the drop is active before the commit's ts: ns.b is gone at ts
+    gone = commit("r:1", write(A, add=("a1",)), read_ts=read_ts, read_tables=(B,))
+    if apply_version < 5:
+        ok(d, gone)
+        return
+    e = refused(d, gone, ReadConflictError)
+    assert e.retryable
+    assert e.details == {
+        "table": "ns.b",
+        "read_ts": read_ts,
+        "dropped_ts": dropped_tu,
+        "table_id": 2,
+    }
+    d.ok("CREATE TABLE ns.b (y STRING)")
+    tick(d, DD_MS + 1)
+    # Created again, empty: still not what the batch read, which conflicts through the drop.
+    assert refused(d, gone, ReadConflictError).details["dropped_ts"] == dropped_tu
+    # A creation after read_ts is none: the name was absent at read_ts, the new incarnation is
+    # empty until a commit writes it (which conflicts as any commit does).
+    ok(d, replace(gone, read_ts=dropped_tu))
+    ok(d, commit("w:2", write(B, add=("b2",))))
+    refused(d, replace(gone, txn_id="r:2", read_ts=dropped_tu), ReadConflictError)
+
+
+def test_a_drop_that_activates_after_the_commit_ts_is_no_read_conflict() -> None:
+    """The table the batch read is unchanged at the commit's ts (the drop activates later), so
+    the commit is serializable at ts: not a conflict (writes to ns.b itself are refused)."""
+    d = ready()
+    read_ts = ts_of(ok(d, commit("w:1", write(B, add=("b1",)))))
+    tick(d)
+    dropped_tu = d.ok("DROP TABLE ns.b")["tu"]
+    result = ok(d, commit("r:1", write(A, add=("a1",)), read_ts=read_ts, read_tables=(B,)))
+    assert isinstance(dropped_tu, int) and ts_of(result) < dropped_tu
+    refused(d, commit("r:2", write(B, add=("b2",))), TableNotFoundError)
+
+
 # --------------------------------------------------------------------------------------------
 # Schema versions
 # --------------------------------------------------------------------------------------------
@@ -470,6 +520,32 @@ def test_a_stream_replay_older_than_the_window_is_refused(monkeypatch: pytest.Mo
         "committed_txn_id": "s:0",
     }
     assert paths_at(d, A, d.state.table_upper() - 1) == ["f0"]
+
+
+def test_a_txn_id_of_a_stream_mark_used_again_after_the_window_keeps_the_state_loadable(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A txn id leaves the window long before its stream's mark goes (the marks are kept per
+    stream), and may then be committed again (without the stream, or by another one). The
+    mark still names that id, at its own ts, and the record of the id is the new commit: the
+    invariant demanded both ts be equal, so every node failed its invariant check and could
+    neither load its own snapshot nor install one (MalformedSnapshotError)."""
+    monkeypatch.setattr(limits, "MAX_REMEMBERED_TXNS", 3)
+    d = ready()
+    first = ok(d, commit("x", write(A, add=("f0",)), stream="s", seq=0))
+    for i in range(1, 4):
+        ok(d, commit(f"other:{i}", write(B, add=(f"b{i}",))))
+    assert d.state.committed_txn("x") is None
+    again = ok(d, commit("x", write(A, add=("f1",))))  # ok() checks every invariant
+    mark = d.state.stream_mark("s")
+    assert mark is not None and (mark.txn_id, mark.ts) == ("x", first["ts"])
+    record = d.state.committed_txn("x")
+    assert record is not None and record.ts == again["ts"] > mark.ts
+    restored = MetastoreState.from_snapshot(d.state.to_snapshot())
+    assert restored == d.state
+    assert restored.stream_mark("s") == mark
+    # The mark still refuses a replay of its position.
+    refused(d, commit("y", write(A, add=("f2",)), stream="s", seq=0), BatchAlreadyCommittedError)
 
 
 def test_stream_positions_only_move_forward() -> None:
@@ -747,6 +823,50 @@ def test_file_entry_limits(monkeypatch: pytest.MonkeyPatch) -> None:
     ok(d, commit("q:3", write(B, add=("b1", "b2"))))
     e = refused(d, commit("q:4", write(B, add=("b3",))), LimitExceededError)
     assert e.details["limit"] == "MAX_FILE_ENTRIES_TOTAL"
+
+
+@pytest.mark.parametrize("apply_version", [4, 5])
+def test_counts_past_64_bits_are_refused_from_version_5(apply_version: int) -> None:
+    """Each file may have up to 2^63-1 rows and bytes, but their sums are stored and sent as
+    64-bit counts: below apply version 5 three such files committed, and then no node could
+    write a snapshot again (the commit record's rows outgrew msgpack), nor a `files` reply."""
+    big = 2**63 - 1
+
+    def adding(table: TableName, *items: tuple[str, int, int]) -> TableWrite:
+        add = tuple(DataFile(path=p, size_bytes=size, row_count=rows) for p, size, rows in items)
+        return TableWrite(table=table, schema_version=1, add=add)
+
+    d = ready(apply_version=apply_version)
+    three = commit("q:1", adding(A, *((f"f{i}", 1, big) for i in range(3))))
+    if apply_version < 5:
+        ok(d, three)  # the old rule, kept for the log it applies
+        return
+    assert refused(d, three, LimitExceededError).details == {
+        "limit": "MAX_TABLE_LIVE_ROWS",
+        "max": big,
+        "value": 2**64 - 1,  # capped: the details must fit the wire too
+    }
+    ok(d, commit("q:2", adding(A, ("g1", big, 1))))
+    e = refused(d, commit("q:3", adding(A, ("g2", 1, 1))), LimitExceededError)
+    assert (e.details["limit"], e.details["value"]) == ("MAX_TABLE_LIVE_BYTES", big + 1)
+    # A file replaced (or the table overwritten) leaves room for its successor.
+    ok(d, commit("q:4", replace(adding(A, ("g2", big, 1)), remove=("g1",))))
+    ok(d, commit("q:5", replace(adding(A, ("g3", big, 1)), overwrite=True)))
+    # Each table fits, the commit's rows in all do not.
+    e = refused(
+        d, commit("q:6", adding(A, ("h1", 0, big - 1)), adding(B, ("h2", 0, 2))), LimitExceededError
+    )
+    assert (e.details["limit"], e.details["value"]) == ("MAX_COMMIT_ROWS", big + 1)
+    assert MetastoreState.from_snapshot(d.state.to_snapshot()) == d.state
+
+
+def test_a_commit_request_whose_rows_outgrow_64_bits_is_refused_before_it_is_proposed() -> None:
+    big = 2**63 - 1
+    add = [{"path": f"f{i}", "size_bytes": 1, "row_count": big} for i in range(3)]
+    with pytest.raises(LimitExceededError, match="MAX_COMMIT_ROWS"):
+        commit_txn_from_request(
+            {"txn_id": "t", "writes": [{"table": "ns.a", "schema_version": 1, "add": add}]}
+        )
 
 
 def test_commit_before_init_cluster_is_refused() -> None:

@@ -128,8 +128,11 @@ def key_of(cmd: CommitTxn) -> object:
     )
 
 
-def predict(model: Model, cmd: CommitTxn, tm: int) -> int | type[MetastoreError]:
-    """The commit ts, or the error class, following metastore.txn's documented order."""
+def predict(
+    model: Model, cmd: CommitTxn, tm: int, *, apply_version: int = 1
+) -> int | type[MetastoreError]:
+    """The commit ts, or the error class, following metastore.txn's documented order at the
+    cluster's `apply_version`."""
     seen = next((c for c in model.commits if c.txn_id == cmd.txn_id), None)
     if seen is not None and seen.key == key_of(cmd):
         return seen.ts
@@ -158,6 +161,14 @@ def predict(model: Model, cmd: CommitTxn, tm: int) -> int | type[MetastoreError]
                 return TableNotFoundError
             if model.last_write_to(name) > cmd.read_ts:
                 return ReadConflictError
+            # Apply version 5: a drop of an incarnation of the name activating in (read_ts, ts].
+            drops = [
+                inc.dropped_tu
+                for inc in model.incarnations[name]
+                if inc.dropped_tu is not None and cmd.read_ts < inc.dropped_tu <= ts
+            ]
+            if apply_version >= 5 and drops:
+                return ReadConflictError
     for w in cmd.writes:
         inc = model.live(w.table)
         if inc is None or (w.table_id and w.table_id != inc.table_id):
@@ -179,13 +190,19 @@ def predict(model: Model, cmd: CommitTxn, tm: int) -> int | type[MetastoreError]
 
 
 class TxnMachine(RuleBasedStateMachine):
+    APPLY_VERSION = 1  # the rules of the cluster's apply version (metastore.apply_version)
+
     def __init__(self) -> None:
         super().__init__()
         self.state = MetastoreState()
         self.model = Model()
         self.tm = T0
         self.index = 1
-        self.state.apply(InitCluster(dd_ms=DD_MS, cs_max_ms=1), tm=self.tm, index=1)
+        self.state.apply(
+            InitCluster(dd_ms=DD_MS, cs_max_ms=1, apply_version=self.APPLY_VERSION),
+            tm=self.tm,
+            index=1,
+        )
         self.tm += MS
         self.index += 1
         self.state.apply(parse_ddl("CREATE NAMESPACE ns"), tm=self.tm, index=self.index)
@@ -360,7 +377,7 @@ class TxnMachine(RuleBasedStateMachine):
         )
 
     def _apply_commit(self, cmd: CommitTxn) -> None:
-        expected = predict(self.model, cmd, self.tm)
+        expected = predict(self.model, cmd, self.tm, apply_version=self.APPLY_VERSION)
         before = self.state.to_snapshot()
         outcome = self.state.apply(cmd, tm=self.tm, index=self.index)
         self.sent.append(cmd)
@@ -432,3 +449,13 @@ class TxnMachine(RuleBasedStateMachine):
 
 TestTxnModel = TxnMachine.TestCase
 TestTxnModel.settings = settings(DETERMINISTIC, max_examples=60, stateful_step_count=50)
+
+
+class TxnMachineV5(TxnMachine):
+    """The same, at apply version 5: drops of read tables conflict too."""
+
+    APPLY_VERSION = 5
+
+
+TestTxnModelV5 = TxnMachineV5.TestCase
+TestTxnModelV5.settings = settings(DETERMINISTIC, max_examples=60, stateful_step_count=50)
