@@ -69,6 +69,11 @@ from typing import Final
 #      `ß` to `ss` and ligatures to their letters, so `DROP COLUMN strasse` dropped `straße`
 #      and `ALTER COLUMN file TYPE BIGINT` changed `ﬁle`, where Spark finds no such column.
 #      Uniqueness of names is still checked by casefold.
+#      ALTER TABLE SET TBLPROPERTIES and UNSET TBLPROPERTIES of the GC TTL key replace and
+#      remove it in every spelling (`catalog._apply_change`, `one_ttl_key`). Before, a table
+#      created before the DDL wrote only `gc.ttl` kept its 'GC.TTL' = '1s' next to a later
+#      SET 'gc.ttl' = '30d', and GC went on using the first in sorted order ('1s'); UNSET
+#      'gc.ttl' refused (not set) or, with IF EXISTS, left the old TTL in force.
 APPLY_VERSION_SUPPORTED: Final = 5
 
 # A cluster that never applied SetApplyVersion (and every older snapshot) is at version 1.
