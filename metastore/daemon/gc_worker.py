@@ -903,13 +903,23 @@ def gc_status(state: MetastoreState, *, now_tm: int, table: TableName | None) ->
     held: dict[str, int] = {r.record_id: 0 for r in state.gc.records()}
     # For one table, only the records covering it: the others hold nothing counted here.
     shown: set[str] | None = None if table is None else set()
+    incarnations: list[tuple[int, TableState, int | None]] = []
     for table_id in state.txns.table_ids():
         name, _location, forgotten = state.txns.table_location(table_id)
-        if table is not None and name != table:
-            continue
-        inc = incarnation(state.catalog, name, table_id)
+        if table is None or name == table:
+            incarnations.append((table_id, incarnation(state.catalog, name, table_id), forgotten))
+    # Looked up per table, not asked of every record per table (see `covering_index`).
+    index = state.gc.covering_index(inc for _, inc, _ in incarnations)
+    for table_id, inc, forgotten in incarnations:
+        name = inc.name
+        covering = index[table_id]
         bound = state.gc.bound(
-            inc, tm=now_tm, dd=dd, catalog=state.catalog, sessions=state.sessions
+            inc,
+            tm=now_tm,
+            dd=dd,
+            catalog=state.catalog,
+            sessions=state.sessions,
+            covering=covering,
         )
         threshold = state.gc.threshold(table_id)
         target = max(threshold, bound.bound)
@@ -919,7 +929,6 @@ def gc_status(state: MetastoreState, *, now_tm: int, table: TableName | None) ->
         queue = state.txns.gc_queue(table_id)
         ttl_ms = ttl_ms_of(inc, state.catalog)
         ttl_bound = max(0, now_tm - (ttl_ms << LOGICAL_BITS))
-        covering = state.gc.covering(inc)
         if shown is not None:
             shown.update(r.record_id for r in covering)
         for record in covering:
