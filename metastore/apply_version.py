@@ -74,6 +74,10 @@ from typing import Final
 #      created before the DDL wrote only `gc.ttl` kept its 'GC.TTL' = '1s' next to a later
 #      SET 'gc.ttl' = '30d', and GC went on using the first in sorted order ('1s'); UNSET
 #      'gc.ttl' refused (not set) or, with IF EXISTS, left the old TTL in force.
+#      A commit adding more than MAX_COMMIT_TOTAL (2^63-1) rows or bytes over all its files is
+#      refused (LimitExceeded; metastore.txn `_check_commit_totals`). Before, each file was
+#      bounded but not their sum: three files of 2^63-1 rows made the commit summary's
+#      rows_added outgrow 64 bits, and no node could write a snapshot again.
 APPLY_VERSION_SUPPORTED: Final = 5
 
 # A cluster that never applied SetApplyVersion (and every older snapshot) is at version 1.

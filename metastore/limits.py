@@ -93,6 +93,11 @@ MAX_FILE_PATH_CHARS = 1024
 # A transaction id is client-chosen ("<query id>:<batch id>"): a UUID plus a counter needs ~60.
 MAX_TXN_ID_CHARS = 256
 
+# Rows, and bytes, that one commit adds over all its files: its summary keeps the totals, which
+# must fit the 64-bit integers of snapshots and replies (apply version 5; each file's own
+# size and row count is bounded the same way).
+MAX_COMMIT_TOTAL = 2**63 - 1
+
 # Tables written by one commit, and tables in its read set (each list separately). A Spark batch
 # rarely writes more than a handful; 100 keeps the work of one Raft entry bounded.
 MAX_TABLES_PER_COMMIT = 100

@@ -265,6 +265,7 @@ class MetastoreState:
                 sessions=self.sessions,
                 refuse_gc_queued=self.rules_at_least(2),
                 delete_manifest_copies=self.rules_at_least(5),
+                bound_totals=self.rules_at_least(5),
             )
             if not deduplicated:
                 self._observe_commit(command, result)

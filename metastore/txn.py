@@ -197,6 +197,7 @@ from metastore.errors import (
     CommitTimestampUnavailableError,
     DataFileConflictError,
     InvalidArgumentError,
+    LimitExceededError,
     MalformedSnapshotError,
     ManifestConflictError,
     MetastoreError,
@@ -686,6 +687,7 @@ class TxnLog:
         sessions: Sessions,
         refuse_gc_queued: bool = True,
         delete_manifest_copies: bool = True,
+        bound_totals: bool = True,
     ) -> tuple[Result, bool]:
         """Apply a validated CommitTxn at entry stamp `tm`. Returns (result, deduplicated).
         Raises a MetastoreError, having changed nothing, when a rule refuses it.
@@ -693,7 +695,8 @@ class TxnLog:
         version 2, metastore.apply_version; a table's own queue is refused always).
         `delete_manifest_copies`: a removal of a loose path in a table with manifests also
         records a delete entry, so an entry of the path in a manifest goes too (apply version
-        5; see "Manifests" above)."""
+        5; see "Manifests" above). `bound_totals`: refuse a commit adding more than
+        MAX_COMMIT_TOTAL rows or bytes in all (apply version 5)."""
         digest = fingerprint(msgpack.packb(writes_to_data(cmd.writes), use_bin_type=True))
         seen = self._txns.get(cmd.txn_id)
         if seen is not None and seen.fingerprint == digest:
@@ -705,6 +708,8 @@ class TxnLog:
                 f"txn {cmd.txn_id!r} already committed at {ts_text(seen.ts)} with other writes",
                 details={"txn_id": cmd.txn_id, "committed_ts": seen.ts},
             )
+        if bound_totals:
+            _check_commit_totals(cmd)
         ts = self._commit_ts(cmd, tm=tm, dd=dd)
         plans = self._checked_plans(
             cmd,
@@ -1771,6 +1776,26 @@ class TxnLog:
 # --------------------------------------------------------------------------------------------
 # Helpers
 # --------------------------------------------------------------------------------------------
+
+
+def _check_commit_totals(cmd: CommitTxn) -> None:
+    """Its summary keeps the rows it adds (per table and in all), and views sum its bytes:
+    past 64 bits no node could write a snapshot again (msgpack), nor send the table's stats."""
+    for what, total in (
+        ("rows", sum(f.row_count for w in cmd.writes for f in w.add)),
+        ("bytes", sum(f.size_bytes for w in cmd.writes for f in w.add)),
+    ):
+        if total > limits.MAX_COMMIT_TOTAL:
+            # The value as text: past 64 bits, the error itself could not be sent.
+            raise LimitExceededError(
+                f"{what} added by one commit: {total} exceeds "
+                f"MAX_COMMIT_TOTAL={limits.MAX_COMMIT_TOTAL}",
+                details={
+                    "limit": "MAX_COMMIT_TOTAL",
+                    "max": limits.MAX_COMMIT_TOTAL,
+                    "value": str(total),
+                },
+            )
 
 
 def file_key(location: str, path: str) -> str:
