@@ -17,6 +17,7 @@ import click
 from rich import box
 from rich.console import Console, RenderableType
 from rich.table import Table
+from rich.text import Text
 
 from hlc import HlcError, to_iso
 from metastore.client import EndpointResult
@@ -122,25 +123,32 @@ def is_ts_key(key: str) -> bool:
     return key in TS_KEYS or key.endswith(TS_KEY_SUFFIXES)
 
 
+def _plain(text: str | None) -> Text | None:
+    """`text` as it is: rich reads a str cell or title as markup, so a user's '[/x]' (in a
+    protection's meta, a comment, a name) made printing fail (MarkupError) and '[bold]' came
+    out as a style."""
+    return None if text is None else Text(text)
+
+
 def kv_table(doc: Mapping[str, Any], *, title: str | None = None) -> Table:
     """A two-column key/value table of a result map; timestamps shown as ISO-8601."""
-    table = Table(box=box.SIMPLE_HEAD, title=title, show_header=True, title_justify="left")
+    table = Table(box=box.SIMPLE_HEAD, title=_plain(title), show_header=True, title_justify="left")
     table.add_column("KEY", no_wrap=True)
     table.add_column("VALUE", overflow="fold")
     for key, value in doc.items():
         shown = ts_cell(value) if is_ts_key(key) else cell(value)
-        table.add_row(key, shown)
+        table.add_row(Text(key), Text(shown))
     return table
 
 
 def rows_table(
     columns: Sequence[str], rows: Iterable[Sequence[object]], *, title: str | None = None
 ) -> Table:
-    table = Table(box=box.SIMPLE_HEAD, title=title, title_justify="left")
+    table = Table(box=box.SIMPLE_HEAD, title=_plain(title), title_justify="left")
     for name in columns:
         table.add_column(name.upper(), overflow="fold")
     for row in rows:
-        table.add_row(*(cell(v) if not isinstance(v, str) else v for v in row))
+        table.add_row(*(Text(v if isinstance(v, str) else cell(v)) for v in row))
     return table
 
 

@@ -89,6 +89,11 @@ from typing import Final
 #      (MAX_COMMIT_ROWS). Before, three files of 2^63-1 rows committed, and then no node could
 #      write a snapshot (its commit record's row count outgrew msgpack's 64 bits), nor a
 #      `files` reply of the table.
+#      ALTER TABLE SET TBLPROPERTIES and UNSET TBLPROPERTIES of the GC TTL key replace and
+#      remove it in every spelling (`catalog._apply_change`, `one_ttl_key`). Before, a table
+#      created before the DDL wrote only `gc.ttl` kept its 'GC.TTL' = '1s' next to a later
+#      SET 'gc.ttl' = '30d', and GC went on using the first in sorted order ('1s'); UNSET
+#      'gc.ttl' refused (not set) or, with IF EXISTS, left the old TTL in force.
 APPLY_VERSION_SUPPORTED: Final = 5
 
 # A cluster that never applied SetApplyVersion (and every older snapshot) is at version 1.

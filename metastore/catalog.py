@@ -70,6 +70,7 @@ import msgpack
 from hlc import ts_text
 from metastore import limits
 from metastore.commands import (
+    GC_TTL_PROPERTY,
     AddColumn,
     AlterColumnType,
     AlterTable,
@@ -591,13 +592,16 @@ class Catalog:
         keep_free: Callable[[int], int] = lambda table_id: 0,
         max_version_bytes: int | None = None,
         spark_case: bool = False,
+        one_ttl_key: bool = False,
     ) -> Applied:
         """`before_publish(inc)` runs only when a new version is about to be published, and may
         refuse it by raising (the leases' two-version gate); nothing has changed by then.
         `keep_free(table_id)`: the versions to keep free (see `publish_version`).
         `max_version_bytes`: see `check_version_bytes`. `spark_case`: apply version 5's
         rules: the names a change refers to are matched as Spark matches them, and a widening
-        must keep what the column's DEFAULT gives older rows (`metastore.schema`)."""
+        must keep what the column's DEFAULT gives older rows (`metastore.schema`).
+        `one_ttl_key`: SET and UNSET of `gc.ttl` replace and remove every spelling of the key
+        (apply version 5, see `_apply_change`)."""
         name = cmd.table
         inc = self.live_table(name)
         current = inc.versions[-1]
@@ -606,7 +610,12 @@ class Catalog:
         next_field_id = inc.next_field_id
         for change in cmd.changes:
             schema, next_field_id = _apply_change(
-                schema, properties, change, next_field_id, spark_case=spark_case
+                schema,
+                properties,
+                change,
+                next_field_id,
+                spark_case=spark_case,
+                one_ttl_key=one_ttl_key,
             )
             if isinstance(change, AddColumn) and change.parent:
                 _check_nested_name_unused(inc, schema, (*change.parent, change.column.name))
@@ -882,9 +891,16 @@ def _apply_change(
     next_field_id: int,
     *,
     spark_case: bool,
+    one_ttl_key: bool = False,
 ) -> tuple[Schema, int]:
     """Apply one change to (schema, properties). `properties` is updated in place (it is a
-    private copy); the schema is returned with the next free field id."""
+    private copy); the schema is returned with the next free field id.
+
+    `one_ttl_key` (apply version 5): SET and UNSET of the GC TTL key (`gc.ttl`, which GC reads
+    case-insensitively) replace and remove it in every spelling. The DDL writes only `gc.ttl`
+    since it was normalised, but a table created before that may hold 'GC.TTL': SET 'gc.ttl'
+    then added a second key, and GC went on using the first in sorted order (the old one), and
+    UNSET 'gc.ttl' said the key was not set."""
     sc = spark_case
     match change:
         case AddColumn(parent=parent, column=column, position=position):
@@ -920,9 +936,16 @@ def _apply_change(
         case MoveColumn(path=path, position=position):
             return move_column(schema, path=path, position=position, spark_case=sc), next_field_id
         case SetTableProperties(properties=props):
+            if one_ttl_key and any(k.lower() == GC_TTL_PROPERTY for k, _ in props):
+                _drop_ttl_spellings(properties)
             properties.update(props)
             return schema, next_field_id
         case UnsetTableProperties(keys=keys, if_exists=if_exists):
+            if one_ttl_key and any(k.lower() == GC_TTL_PROPERTY for k in keys):
+                spellings = [k for k in properties if k.lower() == GC_TTL_PROPERTY]
+                keys = tuple(k for k in keys if k.lower() != GC_TTL_PROPERTY) + (
+                    tuple(spellings) or (GC_TTL_PROPERTY,)
+                )
             missing = [k for k in keys if k not in properties]
             if missing and not if_exists:
                 raise InvalidArgumentError(
@@ -932,6 +955,11 @@ def _apply_change(
             for key in keys:
                 properties.pop(key, None)
             return schema, next_field_id
+
+
+def _drop_ttl_spellings(properties: dict[str, str]) -> None:
+    for key in [k for k in properties if k.lower() == GC_TTL_PROPERTY]:
+        del properties[key]
 
 
 def check_pending_names(

@@ -150,6 +150,10 @@ class ProtectionRecord:
     def covers(self, inc: TableState) -> bool:
         if any(t.table_id == inc.table_id for t in (*self.tables, *self.earlier)):
             return True
+        return self.reaches(inc)
+
+    def reaches(self, inc: TableState) -> bool:
+        """Covers `inc` through a namespace or cluster target: readable at some T >= ts."""
         if not (self.cluster or inc.name.namespace in self.namespaces):
             return False
         return inc.dropped_tu is None or inc.dropped_tu > self.ts
@@ -474,15 +478,25 @@ class GcState:
             )
 
     def bound(
-        self, inc: TableState, *, tm: int, dd: int, catalog: Catalog, sessions: Sessions
+        self,
+        inc: TableState,
+        *,
+        tm: int,
+        dd: int,
+        catalog: Catalog,
+        sessions: Sessions,
+        covering: Iterable[ProtectionRecord] | None = None,
     ) -> ThresholdBound:
-        """The highest threshold the table may have at an entry with Tm `tm`."""
+        """The highest threshold the table may have at an entry with Tm `tm`. `covering`: the
+        records covering `inc` in creation order, when the caller has them (`covering_index`);
+        else every record is asked."""
         ttl_ms = ttl_ms_of(inc, catalog)
         best = ThresholdBound(
             bound=max(0, tm - (ttl_ms << LOGICAL_BITS)), held_by={"kind": "ttl", "ttl_ms": ttl_ms}
         )
-        for record in self._records.values():
-            if record.ts - 1 < best.bound and record.covers(inc):
+        known = covering is not None
+        for record in self._records.values() if covering is None else covering:
+            if record.ts - 1 < best.bound and (known or record.covers(inc)):
                 best = ThresholdBound(
                     bound=record.ts - 1,
                     held_by={"kind": "protection", "record_id": record.record_id},
@@ -503,6 +517,33 @@ class GcState:
 
     def covering(self, inc: TableState) -> list[ProtectionRecord]:
         return [r for r in self._records.values() if r.covers(inc)]
+
+    def covering_index(
+        self, incarnations: Iterable[TableState]
+    ) -> dict[int, list[ProtectionRecord]]:
+        """table id -> the records covering it, in creation order (as `covering`), for many
+        incarnations at once (status views): each looks up the records naming it, its
+        namespace or the cluster instead of asking every record, which walks up to 100
+        targets each (seconds on the event loop for 10k tables and a few hundred records)."""
+        order = {record_id: n for n, record_id in enumerate(self._records)}
+        by_table: dict[int, list[ProtectionRecord]] = {}
+        by_namespace: dict[str, list[ProtectionRecord]] = {}
+        everywhere: list[ProtectionRecord] = []
+        for record in self._records.values():
+            for target in {t.table_id for t in (*record.tables, *record.earlier)}:
+                by_table.setdefault(target, []).append(record)
+            for ns in record.namespaces:
+                by_namespace.setdefault(ns, []).append(record)
+            if record.cluster:
+                everywhere.append(record)
+        out: dict[int, list[ProtectionRecord]] = {}
+        for inc in incarnations:
+            found = {r.record_id: r for r in by_table.get(inc.table_id, ())}  # names it
+            for record in (*by_namespace.get(inc.name.namespace, ()), *everywhere):
+                if record.record_id not in found and record.reaches(inc):
+                    found[record.record_id] = record
+            out[inc.table_id] = sorted(found.values(), key=lambda r: order[r.record_id])
+        return out
 
     def due_releases(self, *, tm: int, sessions: Sessions) -> list[tuple[str, str]]:
         """(record id, reason) of records the leader should release at `tm`: past expires_tm

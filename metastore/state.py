@@ -386,6 +386,7 @@ class MetastoreState:
                         keep_free=self.jobs.versions_needed,
                         max_version_bytes=self._max_version_bytes(),
                         spark_case=self.rules_at_least(5),
+                        one_ttl_key=self.rules_at_least(5),
                     )
             case AdvanceSchemaJob():
                 table_id = self.jobs.get(command.job_id).table_id

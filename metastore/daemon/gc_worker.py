@@ -18,7 +18,10 @@ the state machine checks again when it applies it (metastore/gc.py):
    overlapping location, the table's own included - is dropped from the queue but left on disk:
    it is live data again. (A table dropped and re-created under its name shares its location
    and may commit the old files before GC queues them; a file removed, folded into a manifest
-   and committed again is both in a dead manifest and live.) The check runs before each
+   and committed again is both in a dead manifest and live.) A table without a location ("")
+   has no directory of ours: its queued paths are reported without touching the disk (they
+   are relative to nothing; they were deleted relative to the leader's working directory,
+   where a writer could name any file). The check runs before each
    chunk's deletion, which runs in a thread while entries keep applying: apply refuses a
    commit adding a path that any incarnation at an overlapping location has queued (or a dead
    manifest file), until this entry reports it (metastore.txn `_plan`, `queued_for_gc`), so
@@ -343,7 +346,7 @@ class GcWorker:
             keep = await self._still_referenced(inc.table_id)
             if keep is None:
                 return done, False  # stays queued: the next run tries again
-            doomed = [p for p, _ in chunk if _path_key(location, p) not in keep]
+            doomed = [p for p, _ in chunk if location and _path_key(location, p) not in keep]
             # A replaced manifest's file predates its replacement, which is at or below the
             # threshold: one written after it was written again by a compactor (content
             # hashes repeat) whose compaction may apply once this chunk is reported.
@@ -443,7 +446,7 @@ class GcWorker:
                 if keep is None:
                     trusted = False
                     break
-                doomed = [p for p in chunk if _path_key(location, p) not in keep]
+                doomed = [p for p in chunk if location and _path_key(location, p) not in keep]
                 report.bytes_deleted += await asyncio.to_thread(
                     _delete_files, location, doomed, sizes=sizes
                 )
@@ -451,7 +454,7 @@ class GcWorker:
             keep = await self._still_referenced(inc.table_id) if trusted else None
             if keep is None:
                 continue  # stays queued: the next run expands it again
-            if _path_key(location, path) not in keep:
+            if location and _path_key(location, path) not in keep:
                 await asyncio.to_thread(
                     _delete_files, location, [path], sizes={path: ref.size_bytes}
                 )
@@ -564,6 +567,10 @@ def _chunks(paths: list[str]) -> Iterator[list[str]]:
 
 
 def _delete_files(location: str, rel_paths: Iterable[str], *, sizes: dict[str, int]) -> int:
+    if not location:
+        # No location, no directory of ours: the paths are relative to nothing (never to the
+        # daemon's working directory).
+        return 0
     root = location.rstrip("/")
     if "://" in root and not root.startswith("file://"):
         import pyarrow.fs as pafs  # only for URI warehouses: keeps the daemon's start light
@@ -896,13 +903,23 @@ def gc_status(state: MetastoreState, *, now_tm: int, table: TableName | None) ->
     held: dict[str, int] = {r.record_id: 0 for r in state.gc.records()}
     # For one table, only the records covering it: the others hold nothing counted here.
     shown: set[str] | None = None if table is None else set()
+    incarnations: list[tuple[int, TableState, int | None]] = []
     for table_id in state.txns.table_ids():
         name, _location, forgotten = state.txns.table_location(table_id)
-        if table is not None and name != table:
-            continue
-        inc = incarnation(state.catalog, name, table_id)
+        if table is None or name == table:
+            incarnations.append((table_id, incarnation(state.catalog, name, table_id), forgotten))
+    # Looked up per table, not asked of every record per table (see `covering_index`).
+    index = state.gc.covering_index(inc for _, inc, _ in incarnations)
+    for table_id, inc, forgotten in incarnations:
+        name = inc.name
+        covering = index[table_id]
         bound = state.gc.bound(
-            inc, tm=now_tm, dd=dd, catalog=state.catalog, sessions=state.sessions
+            inc,
+            tm=now_tm,
+            dd=dd,
+            catalog=state.catalog,
+            sessions=state.sessions,
+            covering=covering,
         )
         threshold = state.gc.threshold(table_id)
         target = max(threshold, bound.bound)
@@ -912,7 +929,6 @@ def gc_status(state: MetastoreState, *, now_tm: int, table: TableName | None) ->
         queue = state.txns.gc_queue(table_id)
         ttl_ms = ttl_ms_of(inc, state.catalog)
         ttl_bound = max(0, now_tm - (ttl_ms << LOGICAL_BITS))
-        covering = state.gc.covering(inc)
         if shown is not None:
             shown.update(r.record_id for r in covering)
         for record in covering:

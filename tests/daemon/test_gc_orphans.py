@@ -8,6 +8,7 @@ import asyncio
 import hashlib
 import os
 import time
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -616,3 +617,39 @@ def test_a_replaced_manifest_written_again_after_the_threshold_stays_on_disk(
     assert not replaced["old"].exists()
     assert replaced["again"].exists(), "GC deleted a manifest a compactor had written again"
     assert report.files_deleted == 1
+
+
+def test_gc_of_a_table_without_a_location_deletes_nothing_on_disk(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A table may have no location ("": CREATE TABLE with no LOCATION and no warehouse, e.g.
+    # proposed through `_propose` by a writer). Its file paths are relative to nothing, but GC
+    # deleted them relative to the leader's working directory: a writer could commit
+    # 'keep/victim.parquet', overwrite it, and GC removed that file of the daemon's directory.
+    from metastore.commands import AdvanceGcThreshold
+    from metastore.ddl import parse_ddl
+
+    monkeypatch.chdir(tmp_path)
+    victim = old_file(tmp_path / "keep" / "victim.parquet")
+    d = Driver()
+    d.ok("CREATE NAMESPACE ns")
+    d.apply(parse_ddl("CREATE TABLE ns.t (id BIGINT) TBLPROPERTIES ('gc.ttl' = '1s')"))
+    assert d.state.current(T).location == ""
+    d.tm += 2 * DD_MS * MS
+    ok(d, commit(d, "t1", "keep/victim.parquet"))
+    overwrite = commit(d, "t2", "keep/other.parquet")
+    ok(d, replace(overwrite, writes=(replace(overwrite.writes[0], overwrite=True),)))
+    d.tm += 5_000 * MS
+    table_id = d.state.catalog.incarnations(T)[-1].table_id
+    ok(d, AdvanceGcThreshold(table=T, table_id=table_id, up_to=d.tm))
+    assert list(d.state.txns.gc_queue(table_id)) == ["keep/victim.parquet"]
+    w = worker(d, now_tm=d.tm)
+    w.raft = _Raft(d)  # type: ignore[assignment]
+    w.clock = SimpleNamespace(now=lambda: d.tm, physical_now_ms=lambda: d.tm // MS)  # type: ignore[assignment]
+    report = TableReport(
+        table=str(T), table_id=table_id, threshold_before=0, threshold=0, held_by={}
+    )
+    asyncio.run(w._drain(incarnation(d.state.catalog, T, table_id), "", report))
+    assert victim.exists(), "GC deleted a file relative to the leader's working directory"
+    assert not d.state.txns.gc_queue(table_id)  # reported: nothing of ours to delete
+    assert report.files_deleted == 0

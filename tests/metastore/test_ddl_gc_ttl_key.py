@@ -8,9 +8,14 @@ spelling of the key as `gc.ttl`, so a later SET replaces the earlier one.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
+from metastore import limits
+from metastore.apply_version import APPLY_VERSION_SUPPORTED
 from metastore.commands import (
+    AdvanceGcThreshold,
     AlterTable,
     CreateNamespace,
     CreateTable,
@@ -21,9 +26,10 @@ from metastore.commands import (
 )
 from metastore.ddl import parse_ddl
 from metastore.errors import InvalidArgumentError
-from tests.metastore._driver import Driver
+from tests.metastore._driver import MS, Driver
 
 DAY_MS = 86_400_000
+T = TableName.of("ns", "t")
 
 
 def test_setting_the_ttl_in_another_case_replaces_it() -> None:
@@ -66,3 +72,52 @@ def test_create_and_unset_write_the_canonical_key() -> None:
 def test_two_spellings_of_the_ttl_in_one_clause_are_refused() -> None:
     with pytest.raises(InvalidArgumentError, match="duplicate"):
         parse_ddl("CREATE TABLE ns.t (a INT) TBLPROPERTIES ('GC.TTL' = '1s', 'gc.ttl' = '30d')")
+
+
+# --- A key another spelling was stored under before the fix (found by the GC review) ----------
+# The parser only writes `gc.ttl` since the fix; a table created before it (its log entry, its
+# snapshot) still holds 'GC.TTL'. SET and UNSET of `gc.ttl` then left that key in place: the
+# user set 30 days and GC kept using the old second, and UNSET said the key was not set.
+
+
+def _table_with_an_old_spelling(apply_version: int) -> Driver:
+    d = Driver(apply_version=apply_version)
+    d.ok("CREATE NAMESPACE ns")
+    created = parse_ddl("CREATE TABLE ns.t (a INT)")
+    assert isinstance(created, CreateTable)
+    # As an older release's parser wrote it (and a protocol client may still send it).
+    d.apply(replace(created, properties=(("GC.TTL", "1s"),))).raise_for_error()
+    return d
+
+
+def _threshold_held_by(d: Driver) -> dict[str, object]:
+    table_id = d.state.catalog.incarnations(T)[-1].table_id
+    d.tm += 60_000 * MS
+    outcome = d.apply(AdvanceGcThreshold(table=T, table_id=table_id, up_to=1 << 62))
+    outcome.raise_for_error()
+    held_by = outcome.result["held_by"]
+    assert isinstance(held_by, dict)
+    return held_by
+
+
+def test_setting_the_ttl_replaces_a_spelling_stored_before_the_fix() -> None:
+    d = _table_with_an_old_spelling(APPLY_VERSION_SUPPORTED)
+    d.ok("ALTER TABLE ns.t SET TBLPROPERTIES ('gc.ttl' = '30d')")
+    assert d.state.catalog.current(T).properties == (("gc.ttl", "30d"),)
+    assert _threshold_held_by(d) == {"kind": "ttl", "ttl_ms": 30 * DAY_MS}
+
+
+def test_unsetting_the_ttl_removes_a_spelling_stored_before_the_fix() -> None:
+    d = _table_with_an_old_spelling(APPLY_VERSION_SUPPORTED)
+    d.ok("ALTER TABLE ns.t UNSET TBLPROPERTIES ('gc.ttl')")
+    assert d.state.catalog.current(T).properties == ()
+    assert _threshold_held_by(d) == {"kind": "ttl", "ttl_ms": limits.GC_TTL_MS_DEFAULT}
+
+
+def test_below_apply_version_5_set_and_unset_keep_the_old_rule() -> None:
+    d = _table_with_an_old_spelling(4)
+    d.ok("ALTER TABLE ns.t SET TBLPROPERTIES ('gc.ttl' = '30d')")
+    assert d.state.catalog.current(T).properties == (("GC.TTL", "1s"), ("gc.ttl", "30d"))
+    assert _threshold_held_by(d) == {"kind": "ttl", "ttl_ms": 1_000}
+    d.ok("ALTER TABLE ns.t UNSET TBLPROPERTIES ('gc.ttl')")
+    assert d.state.catalog.current(T).properties == (("GC.TTL", "1s"),)
