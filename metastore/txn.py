@@ -186,6 +186,7 @@ from collections.abc import Callable, Iterable, KeysView, Mapping
 from dataclasses import dataclass, replace
 from itertools import islice
 from posixpath import normpath
+from typing import Final
 
 import msgpack
 
@@ -1603,8 +1604,8 @@ class TxnLog:
             registered_ts=tl.registered_ts,
             forgotten_ts=tl.forgotten_ts,
             live_files=len(tl.live) + manifest_live,
-            live_bytes=tl.live_bytes + sum(r.live_bytes for r in untruncated),
-            live_rows=tl.live_rows + sum(r.live_rows for r in untruncated),
+            live_bytes=saturated(tl.live_bytes + sum(r.live_bytes for r in untruncated)),
+            live_rows=saturated(tl.live_rows + sum(r.live_rows for r in untruncated)),
             file_entries=len(tl.files),
             commits=tl.commit_count,
             last_commit_ts=tl.last_commit_ts,
@@ -1930,6 +1931,18 @@ def _check_live_counts(tl: TableLog, w: TableWrite, loose_removals: Iterable[str
 def _capped(value: int) -> int:
     """`value` as a count the wire can carry (msgpack: at most 2^64-1), for error details."""
     return min(value, 2**64 - 1)
+
+
+# What a view's sum of counts shows at most: every reply field is a signed 64-bit integer.
+VIEW_COUNT_MAX: Final = 2**63 - 1
+
+
+def saturated(count: int) -> int:
+    """A view's sum of bytes or rows, at most VIEW_COUNT_MAX. Sums over files can pass 64 bits
+    (a state from before apply version 5 bounded only each file; compaction clients claim the
+    bytes and rows of manifests, which apply cannot check), and then the reply that shows one
+    could not be sent at all: such a sum shows as the maximum instead."""
+    return min(count, VIEW_COUNT_MAX)
 
 
 def _check_schema_version(inc: TableState, w: TableWrite, ts: int) -> None:

@@ -101,7 +101,7 @@ from metastore.leases import TXN_DIR, attempt_owners
 from metastore.manifests import MANIFEST_DIR, ManifestRef
 from metastore.outcome import Outcome
 from metastore.state import MetastoreState
-from metastore.txn import file_key
+from metastore.txn import file_key, saturated
 from raft.core.errors import NotLeaderError as RaftNotLeaderError
 from raft.core.errors import RaftCoreError
 from raft.errors import RaftError
@@ -951,7 +951,7 @@ def gc_status(state: MetastoreState, *, now_tm: int, table: TableName | None) ->
                 "live_bytes": stats.live_bytes,
                 "file_entries": stats.file_entries,
                 "reclaimable_files": dead_files + len(queue),
-                "reclaimable_bytes": dead_bytes + sum(queue.values()),
+                "reclaimable_bytes": saturated(dead_bytes + sum(queue.values())),
                 "queued_files": len(queue),
             }
         )
@@ -959,7 +959,7 @@ def gc_status(state: MetastoreState, *, now_tm: int, table: TableName | None) ->
         "meta": state.gc.meta(),
         "tables": tables,
         "protections": [
-            {"record_id": r.record_id, "ts": r.ts, "held_bytes": held[r.record_id]}
+            {"record_id": r.record_id, "ts": r.ts, "held_bytes": saturated(held[r.record_id])}
             for r in state.gc.records()
             if shown is None or r.record_id in shown
         ],

@@ -62,4 +62,40 @@ def test_below_apply_version_5_such_a_commit_still_applies() -> None:
     d = _driver(4)
     writes = (_write(A, ("f1", 1, BIG), ("f2", 1, BIG)),)
     ok(d, CommitTxn(txn_id="big", writes=writes))
-    assert d.state.table_stats(A).live_rows == 2 * BIG
+    assert [f.path for f in d.state.files_at(A, d.tm + DD_MS * MS)] == ["f1", "f2"]
+    assert d.state.table_stats(A).live_rows == BIG  # the view saturates (below)
+
+
+def test_views_of_counts_past_64_bits_saturate_and_can_be_sent() -> None:
+    # A state from before version 5 may hold such totals (and compaction clients claim the
+    # bytes and rows of manifests, which the state cannot check): `table stats` and `gc status`
+    # sum them, and a sum past 64 bits made their replies unencodable (every table's row in
+    # `gc status` failed with it). They saturate at 2^63-1 instead.
+    from metastore.commands import Protect
+    from metastore.daemon.gc_worker import gc_status
+
+    d = _driver(4)
+    big = ("f1", BIG, BIG), ("f2", BIG, BIG), ("f3", BIG, BIG)
+    ts = ok(d, CommitTxn(txn_id="big", writes=(_write(A, *big),)))["ts"]
+    ok(d, Protect(record_id="keep", ts=ts, tables=(A,), created_by="test"))
+    ok(
+        d,
+        CommitTxn(
+            txn_id="over",
+            writes=(
+                TableWrite(
+                    table=A,
+                    schema_version=1,
+                    add=(DataFile(path="g", size_bytes=1, row_count=1),),
+                    overwrite=True,
+                ),
+            ),
+        ),
+    )
+    ok(d, CommitTxn(txn_id="again", writes=(_write(B, *big),)))
+    stats = d.state.table_stats(B)
+    assert (stats.live_bytes, stats.live_rows) == (BIG, BIG)
+    d.tm += 26 * 3600 * 1000 * MS  # past the default TTL: only the protection keeps them
+    view = gc_status(d.state, now_tm=d.tm, table=None)
+    msgpack.packb(view)  # every count fits
+    assert [p["held_bytes"] for p in view["protections"]] == [BIG]
