@@ -28,14 +28,16 @@ from metastore.client import SyncMetastoreClient
 @master_option
 @click.option(
     "--timeout",
-    "timeout_ms",
+    # Not `timeout_ms`: that is the global --timeout-ms's name, whose hidden copy on every
+    # command would read this option's value (click keys parsed values by name).
+    "wait_ms",
     type=DurationParam(),
     default="5m",
     show_default=True,
     help="How long to wait for the job to reach its backfill step (e.g. 90s, 5m, 1h).",
 )
 @click.pass_context
-def run_backfill(ctx: click.Context, job_id: int, master: str, timeout_ms: int) -> None:
+def run_backfill(ctx: click.Context, job_id: int, master: str, wait_ms: int) -> None:
     """Rewrite the files of JOB_ID's table that lack its new column, so the job can publish it.
 
     Waits (up to --timeout) for the job to reach its backfill step, then rewrites, in Spark,
@@ -60,7 +62,7 @@ def run_backfill(ctx: click.Context, job_id: int, master: str, timeout_ms: int) 
             master=master,
             app_name=f"metastore-backfill-{job_id}",
             body=lambda bridge: bridge.run_backfill(
-                job_id, timeout_s=timeout_ms / 1000, progress=lambda text: progress(text)
+                job_id, timeout_s=wait_ms / 1000, progress=lambda text: progress(text)
             ),
         )
     finally:

@@ -153,6 +153,15 @@ def test_every_command_accepts_every_global_option() -> None:
         assert root <= accepted, (path, root - accepted)
 
 
+def test_no_option_of_a_command_shares_a_name_with_another() -> None:
+    # Click keys parsed values by parameter name: `job run-backfill --timeout` (named
+    # timeout_ms) was read by the hidden copy of the global --timeout-ms too, and its value
+    # ('30s') refused as "not a valid integer range".
+    for path, command in _commands(cli, []):
+        names = [p.name for p in command.params]
+        assert len(names) == len(set(names)), (path, names)
+
+
 def test_a_malformed_snapshot_endpoint_is_a_usage_error(
     fake: ThreadedFakeNode, tmp_path: Any
 ) -> None:
