@@ -1197,7 +1197,7 @@ class ApiServer:
         self._require_ready()
         table = _req_str(args, "table", L.TABLE_NAME_CHARS_MAX)
         ts = _opt_int(args, "as_of", 0, MAX_TS)
-        token = _opt_str(args, "page_token", 64)
+        token = _opt_str(args, "page_token", 96)
         if token is not None:
             # A page token pins the listing's timestamp: every page comes from one moment.
             ts = _page_token(token)[0]
@@ -1210,6 +1210,7 @@ class ApiServer:
         # each item costs its path); the manifest references ride on the first page.
         items: list[Any] = [*files, *listing.deletes]
         if token is not None:
+            _check_token_table(token, table, version.table_id)
             _check_listing_unchanged(token, table, len(items))
         start, end = _files_page(items, args, ts)
         page = items[start:end]
@@ -1229,7 +1230,9 @@ class ApiServer:
             "total_deletes": len(listing.deletes),
             "rows": sum(f.row_count for f in files),
             "size_bytes": sum(f.size_bytes for f in files),
-            "next_page_token": _files_token(ts, end, len(items)) if end < len(items) else None,
+            "next_page_token": (
+                _files_token(ts, end, len(items), version.table_id) if end < len(items) else None
+            ),
             "waited_ms": waited,
         }
 
@@ -1346,7 +1349,7 @@ class ApiServer:
                     "rows": sum(f.row_count for f in files),
                     "size_bytes": sum(f.size_bytes for f in files),
                     "next_page_token": (
-                        _files_token(ts, end, len(items))
+                        _files_token(ts, end, len(items), version.table_id)
                         if end < len(items) or len(manifests) < len(listing.manifests)
                         else None
                     ),
@@ -2874,9 +2877,10 @@ def _ms_left(deadline: float) -> int:
 
 
 def _page_token(token: str) -> tuple[int, int]:
-    """`<as_of>:<offset>[:<items>]` as `files` hands it out (opaque to clients)."""
+    """`<as_of>:<offset>[:<items>[:<table id>]]` as `files` hands it out (opaque to clients;
+    the shorter forms are those of earlier releases, and `compaction_view`'s)."""
     parts = token.split(":")
-    if not 2 <= len(parts) <= 3 or not all(_is_uint(p) for p in parts) or int(parts[0]) > MAX_TS:
+    if not 2 <= len(parts) <= 4 or not all(_is_uint(p) for p in parts) or int(parts[0]) > MAX_TS:
         raise BadRequestError(f"'page_token' {token!r} is not a token this server handed out")
     return int(parts[0]), int(parts[1])
 
@@ -2910,10 +2914,25 @@ def _is_uint(text: str) -> bool:
     return text.isascii() and text.isdigit()
 
 
-def _files_token(ts: int, offset: int, items: int) -> str:
-    """A `files` page token: the listing's moment, where the next page starts, and how many
-    items (loose files + delete entries) the listing at `ts` had when the token was made."""
-    return f"{ts}:{offset}:{items}"
+def _files_token(ts: int, offset: int, items: int, table_id: int) -> str:
+    """A `files` page token: the listing's moment, where the next page starts, how many
+    items (loose files + delete entries) the listing at `ts` had when the token was made, and
+    the table id it lists (a token used for another table is refused, not read at its
+    offsets)."""
+    return f"{ts}:{offset}:{items}:{table_id}"
+
+
+def _check_token_table(token: str, table: str, table_id: int) -> None:
+    """Refuse a `files` page token of another table (BAD_REQUEST: the caller mixed up its
+    listings). At the token's fixed ts a name means one incarnation, so its id is stable.
+    A token of the previous release names no table and is not checked."""
+    parts = token.split(":")
+    if len(parts) == 4 and int(parts[3]) != table_id:
+        raise BadRequestError(
+            f"'page_token' is one of a listing of table id {parts[3]}, not of {table} (table "
+            f"id {table_id}): continue each listing with its own tokens",
+            details={"table": table, "table_id": table_id, "token_table_id": int(parts[3])},
+        )
 
 
 def _check_listing_unchanged(token: str, table: str, items: int) -> None:
@@ -2923,7 +2942,7 @@ def _check_listing_unchanged(token: str, table: str, items: int) -> None:
     first page only; continuing would silently skip files. The client lists again at the
     same as_of (MANIFEST_CONFLICT, as for a compactor's stale view)."""
     parts = token.split(":")
-    if len(parts) == 3 and int(parts[2]) != items:
+    if len(parts) >= 3 and int(parts[2]) != items:
         raise ManifestConflictError(
             f"{table}: the listing changed between pages (a compaction moved entries into a "
             "manifest); list again from the first page at the same as_of",
