@@ -2957,28 +2957,35 @@ def _page_token(token: str) -> tuple[int, int]:
     return int(parts[0]), int(parts[1])
 
 
-# A keyset page token names the position (a safe time) its page was answered at:
-# `p<position>~<where the page stopped>`. The next page may be asked of another node; it waits
+# A keyset page token names where its page stopped and the position (a safe time) it was
+# answered at: `<where>` US `<position>`. The next page may be asked of another node; it waits
 # until its safe time reaches the position first, so it answers from a state at least as new
-# (a node that had not applied that far skipped every row created in between). The prefix is
-# at most this long; a token without it is one of the previous release (no position).
-_POSITION_TOKEN_CHARS_MAX: Final = 2 + len(str(MAX_TS))
+# (a node that had not applied that far skipped every row created in between). The separator
+# is a control character, which no key holds (names and ids refuse them): a token without it
+# is one of the previous release (no position), and a node of the previous release given a
+# new token compares `key > token` as it did with `<where>` alone, since the separator sorts
+# below every character a key can continue with (or refuses it: BAD_REQUEST).
+_POSITION_SEPARATOR: Final = "\x1f"
+_POSITION_TOKEN_CHARS_MAX: Final = 1 + len(str(MAX_TS))
 
 
 def _position_token(position: int, where: str | None) -> str | None:
-    return None if where is None else f"p{position}~{where}"
+    return None if where is None else f"{where}{_POSITION_SEPARATOR}{position}"
 
 
 def _split_position_token(token: str) -> tuple[int | None, str]:
     """(position, where) of a keyset page token; position None for a token of the previous
-    release, which had no `p<digits>~` prefix (names, `<digits>...` forms, `a:`/`r:` ids; only
-    a bare session id could start with `p` and hold a `~`: read as a new token, or refused as
-    malformed, which is harmless for a short-lived token). A token that starts like a
-    positioned one but is not well formed is BAD_REQUEST."""
-    if not token.startswith("p") or "~" not in token:
+    release (no separator). A token with the separator that is not well formed is
+    BAD_REQUEST."""
+    if _POSITION_SEPARATOR not in token:
         return None, token
-    position_text, _, where = token[1:].partition("~")
-    if not _is_uint(position_text) or int(position_text) > MAX_TS or not where:
+    where, _, position_text = token.rpartition(_POSITION_SEPARATOR)
+    if (
+        not _is_uint(position_text)
+        or int(position_text) > MAX_TS
+        or not where
+        or _POSITION_SEPARATOR in where
+    ):
         raise BadRequestError(f"'page_token' {token!r} is not one this server handed out")
     return int(position_text), where
 
