@@ -127,6 +127,13 @@ def _lease(d: Driver, i: int) -> None:
     ok(d, AcquireLeases(session_id=f"s{i}", leases=(key,)))
 
 
+def _blocker(d: Driver, i: int) -> None:
+    """A lease on ns.a version 1; after the last, an ALTER: they block publishing version 3."""
+    _lease(d, i)
+    if i == 2:
+        d.ok("ALTER TABLE ns.a ADD COLUMN z INT")
+
+
 def _protection(d: Driver, i: int) -> None:
     ok(d, Protect(record_id=f"r{i}", ts=d.tm, tables=(TableName.parse("ns.a"),)))
 
@@ -143,6 +150,7 @@ LISTS = [
     ("list_namespaces", _namespace, {}, "namespaces", lambda n: n["name"]),
     ("session_list", _session, {}, "sessions", lambda s: s["session_id"]),
     ("lease_list", _lease, {}, "leases", lambda x: x["session_id"]),
+    ("lease_blockers", _blocker, {"table": "ns.a"}, "blockers", lambda b: b["session_id"]),
     ("pts_list", _protection, {}, "records", lambda r: r["record_id"]),
     ("job_list", _job, {}, "jobs", lambda j: j["job_id"]),
     ("gc_status", _table, {}, "tables", lambda t: t["table_id"]),
