@@ -23,7 +23,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 
 import msgpack
 
@@ -309,7 +309,11 @@ class ApiServer:
             "describe": _Op(
                 Role.READER, self._describe, frozenset({"table", "as_of", "timeout_ms"})
             ),
-            "history": _Op(Role.READER, self._history, frozenset({"table", "limit", "page_token"})),
+            "history": _Op(
+                Role.READER,
+                self._history,
+                frozenset({"table", "limit", "page_token", "timeout_ms"}),
+            ),
             "list_namespaces": _Op(
                 Role.READER,
                 self._list_namespaces,
@@ -422,7 +426,9 @@ class ApiServer:
                 Role.ADMIN, self._session_expire, frozenset({"session_ids", "timeout_ms"})
             ),
             "session_list": _Op(
-                Role.READER, self._session_list, frozenset({"all", "limit", "page_token"})
+                Role.READER,
+                self._session_list,
+                frozenset({"all", "limit", "page_token", "timeout_ms"}),
             ),
             "lease_acquire": _Op(
                 Role.WRITER,
@@ -435,10 +441,14 @@ class ApiServer:
                 frozenset({"session_id", "leases", "known_tm", "timeout_ms"}),
             ),
             "lease_list": _Op(
-                Role.READER, self._lease_list, frozenset({"table", "limit", "page_token"})
+                Role.READER,
+                self._lease_list,
+                frozenset({"table", "limit", "page_token", "timeout_ms"}),
             ),
             "lease_blockers": _Op(
-                Role.READER, self._lease_blockers, frozenset({"table", "limit", "page_token"})
+                Role.READER,
+                self._lease_blockers,
+                frozenset({"table", "limit", "page_token", "timeout_ms"}),
             ),
             "pts_protect": _Op(
                 Role.WRITER,
@@ -461,10 +471,14 @@ class ApiServer:
             "pts_release": _Op(
                 Role.WRITER, self._pts_release, frozenset({"record_id", "timeout_ms"})
             ),
-            "pts_list": _Op(Role.READER, self._pts_list, frozenset({"all", "limit", "page_token"})),
+            "pts_list": _Op(
+                Role.READER, self._pts_list, frozenset({"all", "limit", "page_token", "timeout_ms"})
+            ),
             "pts_show": _Op(Role.READER, self._pts_show, frozenset({"record_id"})),
             "gc_status": _Op(
-                Role.READER, self._gc_status, frozenset({"table", "limit", "page_token"})
+                Role.READER,
+                self._gc_status,
+                frozenset({"table", "limit", "page_token", "timeout_ms"}),
             ),
             "gc_run": _Op(Role.ADMIN, self._gc_run, frozenset({"table", "dry_run", "timeout_ms"})),
             "watch": _Op(
@@ -483,7 +497,9 @@ class ApiServer:
                 ),
             ),
             "job_list": _Op(
-                Role.READER, self._job_list, frozenset({"table", "all", "limit", "page_token"})
+                Role.READER,
+                self._job_list,
+                frozenset({"table", "all", "limit", "page_token", "timeout_ms"}),
             ),
             "job_show": _Op(Role.READER, self._job_show, frozenset({"job_id"})),
             "job_cancel": _Op(Role.WRITER, self._job_cancel, frozenset({"job_id", "timeout_ms"})),
@@ -1020,6 +1036,28 @@ class ApiServer:
                 },
             )
 
+    def _applied_position(self) -> int:
+        """The position this node's state is at (its safe time: every entry with Tm <= it is
+        applied). A page cut now (no await between this and reading the state) names it in
+        its token."""
+        return self.node.safe_time
+
+    async def _continue_at(self, args: Args, where_chars_max: int) -> tuple[Args, int | None]:
+        """For a paged list: wait until this node has applied up to the position the
+        `page_token` was cut at (another node may have answered the previous page: one behind
+        it would skip every row created in between), and return the arguments with the token
+        replaced by where the previous page stopped, and the token's position (None without
+        one, or for a token of the previous release). A token beyond CSmax of this node's
+        clock is refused at once (retryable), as a read at such a timestamp is."""
+        token = _opt_str(args, "page_token", where_chars_max + _POSITION_TOKEN_CHARS_MAX)
+        if token is None:
+            return args, None
+        position, where = _split_position_token(token)
+        if position is not None:
+            self._check_not_future(position)
+            await self._wait_safe(position, _timeout(args))
+        return {**args, "page_token": where}, position
+
     async def _at(self, args: Args, key: str) -> tuple[int, float]:
         """Resolve an optional timestamp argument and wait until it can be answered (safe time
         >= T - DD). Every schema-shaped read AS OF resolves everything only after this."""
@@ -1071,13 +1109,23 @@ class ApiServer:
 
     async def _history(self, _s: Session, args: Args) -> dict[str, Any]:
         """Every schema version of the live table, oldest first, keyset-paged by version
-        (`limit`, `page_token` = table id and the last version of the previous page): each
-        version carries its whole schema, so a wide table's history outgrows one frame. A
-        caller that asks for no page gets LIMIT_EXCEEDED when it does not fit one reply."""
+        (`limit`, `page_token`): each version carries its whole schema, so a wide table's
+        history outgrows one frame. A caller that asks for no page gets LIMIT_EXCEEDED when
+        it does not fit one reply.
+
+        The list is the one at the position (an applied safe time) of its first page: the
+        token carries it with the table id and the last version shown. The next page may be
+        asked of another node: one that has not applied that far waits until it has (it
+        would end the list early, without the newer versions), and one further ahead leaves
+        out the versions made after it, so every node gives the same list for one token."""
         self._require_ready()
         table = _req_str(args, "table", L.TABLE_NAME_CHARS_MAX)
         limit = _opt_int(args, "limit", 1, L.HISTORY_PAGE_VERSIONS_MAX)
-        token = _opt_str(args, "page_token", 64)
+        args, position = await self._continue_at(args, 64)
+        token = args.get("page_token")
+        if position is None:
+            # The first page (or a token of the previous release): this node's state now.
+            position = self._applied_position()
         versions = self.sm.state.history(table)
         table_id = versions[0].table_id
         after = 0
@@ -1093,7 +1141,7 @@ class ApiServer:
                     details={"table": table, "table_id": int(id_text), "current": table_id},
                 )
             after = int(version_text)
-        rest = [v for v in versions if v.version > after]
+        rest = [v for v in versions if after < v.version and v.tm <= position]
         count_max = limit or L.HISTORY_PAGE_VERSIONS_MAX
         page, size = _views_within(
             rest,
@@ -1109,8 +1157,8 @@ class ApiServer:
                 size,
                 f"versions of {table} in one reply (page with 'limit' and 'page_token')",
             )
-        next_token = f"{table_id}:{page[-1]['version']}" if more else None
-        return {"versions": page, "next_page_token": next_token}
+        where = f"{table_id}:{page[-1]['version']}" if more else None
+        return {"versions": page, "next_page_token": _position_token(position, where)}
 
     async def _list_namespaces(self, _s: Session, args: Args) -> dict[str, Any]:
         """Live namespaces now, or (with `as_of`, after the wait) those existing then, by
@@ -1120,7 +1168,8 @@ class ApiServer:
         asks for no page gets LIMIT_EXCEEDED when they do not fit one reply."""
         self._require_ready()
         limit = _opt_int(args, "limit", 1, L.NAMESPACES_PAGE_MAX)
-        token = _opt_str(args, "page_token", 32 + mlimits.MAX_IDENTIFIER_CHARS)
+        args, _ = await self._continue_at(args, 32 + mlimits.MAX_IDENTIFIER_CHARS)
+        token = args.get("page_token")
         after: tuple[str, int] | None = None
         if token is not None:
             tm_text, _, name = token.partition(":")
@@ -1131,6 +1180,7 @@ class ApiServer:
         waited = 0.0
         if args.get("as_of") is not None:
             top, waited = await self._at(args, "as_of")
+        position = self._applied_position()
         # By name, then incarnation (one name may have two that exist at `as_of`).
         rest = [
             n
@@ -1152,7 +1202,9 @@ class ApiServer:
         last = page[-1] if page else None
         result: dict[str, Any] = {
             "namespaces": page,
-            "next_page_token": f"{last['created_tm']}:{last['name']}" if more and last else None,
+            "next_page_token": _position_token(
+                position, f"{last['created_tm']}:{last['name']}" if more and last else None
+            ),
         }
         if top is not None:
             result.update(as_of=top, waited_ms=waited)
@@ -1164,10 +1216,12 @@ class ApiServer:
         namespace, the same way. Keyset-paged by full name (`limit`, `page_token`)."""
         self._require_ready()
         ns = _opt_str(args, "namespace", mlimits.MAX_IDENTIFIER_CHARS)
+        args, _ = await self._continue_at(args, L.TABLE_NAME_CHARS_MAX)
         top: int | None = None
         waited = 0.0
         if args.get("as_of") is not None:
             top, waited = await self._at(args, "as_of")
+        position = self._applied_position()
         state = self.sm.state
         if ns is not None:
             names = [str(t) for t in state.list_tables(ns, top=top)]
@@ -1185,7 +1239,10 @@ class ApiServer:
             what="tables",
             token_chars_max=L.TABLE_NAME_CHARS_MAX,
         )
-        result: dict[str, Any] = {"tables": page, "next_page_token": next_token}
+        result: dict[str, Any] = {
+            "tables": page,
+            "next_page_token": _position_token(position, next_token),
+        }
         if top is not None:
             result.update(as_of=top, waited_ms=waited)
         return result
@@ -1197,7 +1254,7 @@ class ApiServer:
         self._require_ready()
         table = _req_str(args, "table", L.TABLE_NAME_CHARS_MAX)
         ts = _opt_int(args, "as_of", 0, MAX_TS)
-        token = _opt_str(args, "page_token", 64)
+        token = _opt_str(args, "page_token", 96)
         if token is not None:
             # A page token pins the listing's timestamp: every page comes from one moment.
             ts = _page_token(token)[0]
@@ -1210,6 +1267,7 @@ class ApiServer:
         # each item costs its path); the manifest references ride on the first page.
         items: list[Any] = [*files, *listing.deletes]
         if token is not None:
+            _check_token_table(token, table, version.table_id)
             _check_listing_unchanged(token, table, len(items))
         start, end = _files_page(items, args, ts)
         page = items[start:end]
@@ -1229,7 +1287,9 @@ class ApiServer:
             "total_deletes": len(listing.deletes),
             "rows": sum(f.row_count for f in files),
             "size_bytes": sum(f.size_bytes for f in files),
-            "next_page_token": _files_token(ts, end, len(items)) if end < len(items) else None,
+            "next_page_token": (
+                _files_token(ts, end, len(items), version.table_id) if end < len(items) else None
+            ),
             "waited_ms": waited,
         }
 
@@ -1346,7 +1406,7 @@ class ApiServer:
                     "rows": sum(f.row_count for f in files),
                     "size_bytes": sum(f.size_bytes for f in files),
                     "next_page_token": (
-                        _files_token(ts, end, len(items))
+                        _files_token(ts, end, len(items), version.table_id)
                         if end < len(items) or len(manifests) < len(listing.manifests)
                         else None
                     ),
@@ -1718,7 +1778,8 @@ class ApiServer:
             raise BadRequestError("'all' must be a boolean")
         table = _opt_str(args, "table", L.TABLE_NAME_CHARS_MAX)
         limit = _opt_int(args, "limit", 1, L.JOBS_PAGE_MAX)
-        token = _opt_str(args, "page_token", 32)
+        args, _ = await self._continue_at(args, 32)
+        token = args.get("page_token")
         if token is not None and not _is_uint(token):
             raise BadRequestError(f"'page_token' {token!r} is not one this server handed out")
         after = 0 if token is None else int(token)
@@ -1727,6 +1788,7 @@ class ApiServer:
         # for it first, so its jobs are listed and its table is not "not found".
         await self._wait_safe(max(0, self.clock.now() - self._dd()), _timeout(args))
         self._check_ever_existed(table=name)
+        position = self._applied_position()
         jobs = [
             j
             for j in self.sm.state.jobs.jobs(table=name, running_only=not show_all)
@@ -1747,7 +1809,7 @@ class ApiServer:
         return {
             "jobs": page,
             "safe_time": self.node.safe_time,
-            "next_page_token": str(page[-1]["job_id"]) if more else None,
+            "next_page_token": _position_token(position, str(page[-1]["job_id"]) if more else None),
         }
 
     async def _job_show(self, _s: Session, args: Args) -> dict[str, Any]:
@@ -1977,8 +2039,9 @@ class ApiServer:
         """Sessions by id, keyset-paged (10k sessions outgrow a frame); with `all`, the last
         page also lists recently ended sessions."""
         self._require_ready()
+        args, _ = await self._continue_at(args, 4 * mlimits.MAX_SESSION_ID_CHARS)
         state = self.sm.state
-        now = self.node.safe_time
+        now = position = self._applied_position()
         lease_counts: dict[str, int] = {}
         for lease in state.sessions.leases():
             lease_counts[lease.session_id] = lease_counts.get(lease.session_id, 0) + 1
@@ -1997,7 +2060,7 @@ class ApiServer:
             view["leases"] = lease_counts.get(s.session_id, 0)
             sessions.append(view)
         out: dict[str, Any] = {"sessions": sessions, "safe_time": now}
-        out["next_page_token"] = next_token
+        out["next_page_token"] = _position_token(position, next_token)
         if args.get("all") and next_token is None:
             out["ended"] = [
                 {
@@ -2056,8 +2119,10 @@ class ApiServer:
     async def _lease_list(self, _s: Session, args: Args) -> dict[str, Any]:
         """Leases by (table id, version, session), keyset-paged."""
         self._require_ready()
+        args, _ = await self._continue_at(args, 4 * mlimits.MAX_SESSION_ID_CHARS)
         state = self.sm.state
         now = self.node.safe_time
+        position = self._applied_position()
         table = _opt_str(args, "table", L.TABLE_NAME_CHARS_MAX)
         table_id = (
             None if table is None else state.catalog.live_table(TableName.parse(table)).table_id
@@ -2071,14 +2136,20 @@ class ApiServer:
             what="leases",
         )
         leases = [state.sessions.lease_view(x, tm=now) for x in page]
-        return {"leases": leases, "safe_time": now, "next_page_token": next_token}
+        return {
+            "leases": leases,
+            "safe_time": now,
+            "next_page_token": _position_token(position, next_token),
+        }
 
     async def _lease_blockers(self, _s: Session, args: Args) -> dict[str, Any]:
         """Who would block publishing the table's next version right now (keyset-paged like
         `lease_list`; `blocker_count` counts them all)."""
         self._require_ready()
+        args, _ = await self._continue_at(args, 4 * mlimits.MAX_SESSION_ID_CHARS)
         state = self.sm.state
         now = self.node.safe_time
+        position = self._applied_position()
         inc = state.catalog.live_table(
             TableName.parse(_req_str(args, "table", L.TABLE_NAME_CHARS_MAX))
         )
@@ -2103,7 +2174,7 @@ class ApiServer:
             "blockers": page,
             "blocker_count": len(blockers),
             "safe_time": now,
-            "next_page_token": next_token,
+            "next_page_token": _position_token(position, next_token),
         }
 
     async def _pin(self, session: Session, args: Args) -> dict[str, Any]:
@@ -2278,7 +2349,9 @@ class ApiServer:
         if not isinstance(show_all, bool):
             raise BadRequestError("'all' must be a boolean")
         limit = _opt_int(args, "limit", 1, L.PTS_PAGE_RECORDS_MAX)
-        token = _opt_str(args, "page_token", 2 * mlimits.MAX_PROTECTION_ID_CHARS)
+        args, _ = await self._continue_at(args, 2 * mlimits.MAX_PROTECTION_ID_CHARS)
+        token = args.get("page_token")
+        position = self._applied_position()
         gc = self.sm.state.gc
         active = sorted(gc.records(), key=lambda r: r.record_id)
         released = sorted(gc.released(), key=lambda r: r.released_tm) if show_all else []
@@ -2313,7 +2386,7 @@ class ApiServer:
             "meta": gc.meta(),
             "records": [r.view() for r in page_active],
             "safe_time": self.node.safe_time,
-            "next_page_token": next_token,
+            "next_page_token": _position_token(position, next_token),
         }
         if show_all:
             result["released"] = [r.view() for r in page_released]
@@ -2334,6 +2407,8 @@ class ApiServer:
         self._require_ready()
         table = _opt_str(args, "table", L.TABLE_NAME_CHARS_MAX)
         name = None if table is None else TableName.parse(table)
+        args, _ = await self._continue_at(args, 4 * mlimits.MAX_SESSION_ID_CHARS)
+        position = self._applied_position()
         state = self.sm.state
         if name is not None and not state.catalog.incarnations(name):
             raise TableNotFoundError(f"table {name} does not exist", details={"table": table})
@@ -2352,7 +2427,7 @@ class ApiServer:
             row["protection_count"] = len(ids)
             row["protections"] = ids[: L.GC_STATUS_PROTECTION_IDS_MAX]
         status["tables"] = tables
-        status["next_page_token"] = next_token
+        status["next_page_token"] = _position_token(position, next_token)
         status["last_run"] = self.gc.last_run if self.gc is not None else {}
         status["safe_time"] = self.node.safe_time
         return status
@@ -2874,11 +2949,45 @@ def _ms_left(deadline: float) -> int:
 
 
 def _page_token(token: str) -> tuple[int, int]:
-    """`<as_of>:<offset>[:<items>]` as `files` hands it out (opaque to clients)."""
+    """`<as_of>:<offset>[:<items>[:<table id>]]` as `files` hands it out (opaque to clients;
+    the shorter forms are those of earlier releases, and `compaction_view`'s)."""
     parts = token.split(":")
-    if not 2 <= len(parts) <= 3 or not all(_is_uint(p) for p in parts) or int(parts[0]) > MAX_TS:
+    if not 2 <= len(parts) <= 4 or not all(_is_uint(p) for p in parts) or int(parts[0]) > MAX_TS:
         raise BadRequestError(f"'page_token' {token!r} is not a token this server handed out")
     return int(parts[0]), int(parts[1])
+
+
+# A keyset page token names where its page stopped and the position (a safe time) it was
+# answered at: `<where>` US `<position>`. The next page may be asked of another node; it waits
+# until its safe time reaches the position first, so it answers from a state at least as new
+# (a node that had not applied that far skipped every row created in between). The separator
+# is a control character, which no key holds (names and ids refuse them): a token without it
+# is one of the previous release (no position), and a node of the previous release given a
+# new token compares `key > token` as it did with `<where>` alone, since the separator sorts
+# below every character a key can continue with (or refuses it: BAD_REQUEST).
+_POSITION_SEPARATOR: Final = "\x1f"
+_POSITION_TOKEN_CHARS_MAX: Final = 1 + len(str(MAX_TS))
+
+
+def _position_token(position: int, where: str | None) -> str | None:
+    return None if where is None else f"{where}{_POSITION_SEPARATOR}{position}"
+
+
+def _split_position_token(token: str) -> tuple[int | None, str]:
+    """(position, where) of a keyset page token; position None for a token of the previous
+    release (no separator). A token with the separator that is not well formed is
+    BAD_REQUEST."""
+    if _POSITION_SEPARATOR not in token:
+        return None, token
+    where, _, position_text = token.rpartition(_POSITION_SEPARATOR)
+    if (
+        not _is_uint(position_text)
+        or int(position_text) > MAX_TS
+        or not where
+        or _POSITION_SEPARATOR in where
+    ):
+        raise BadRequestError(f"'page_token' {token!r} is not one this server handed out")
+    return int(position_text), where
 
 
 _Item = TypeVar("_Item")
@@ -2910,10 +3019,25 @@ def _is_uint(text: str) -> bool:
     return text.isascii() and text.isdigit()
 
 
-def _files_token(ts: int, offset: int, items: int) -> str:
-    """A `files` page token: the listing's moment, where the next page starts, and how many
-    items (loose files + delete entries) the listing at `ts` had when the token was made."""
-    return f"{ts}:{offset}:{items}"
+def _files_token(ts: int, offset: int, items: int, table_id: int) -> str:
+    """A `files` page token: the listing's moment, where the next page starts, how many
+    items (loose files + delete entries) the listing at `ts` had when the token was made, and
+    the table id it lists (a token used for another table is refused, not read at its
+    offsets)."""
+    return f"{ts}:{offset}:{items}:{table_id}"
+
+
+def _check_token_table(token: str, table: str, table_id: int) -> None:
+    """Refuse a `files` page token of another table (BAD_REQUEST: the caller mixed up its
+    listings). At the token's fixed ts a name means one incarnation, so its id is stable.
+    A token of the previous release names no table and is not checked."""
+    parts = token.split(":")
+    if len(parts) == 4 and int(parts[3]) != table_id:
+        raise BadRequestError(
+            f"'page_token' is one of a listing of table id {parts[3]}, not of {table} (table "
+            f"id {table_id}): continue each listing with its own tokens",
+            details={"table": table, "table_id": table_id, "token_table_id": int(parts[3])},
+        )
 
 
 def _check_listing_unchanged(token: str, table: str, items: int) -> None:
@@ -2923,7 +3047,7 @@ def _check_listing_unchanged(token: str, table: str, items: int) -> None:
     first page only; continuing would silently skip files. The client lists again at the
     same as_of (MANIFEST_CONFLICT, as for a compactor's stale view)."""
     parts = token.split(":")
-    if len(parts) == 3 and int(parts[2]) != items:
+    if len(parts) >= 3 and int(parts[2]) != items:
         raise ManifestConflictError(
             f"{table}: the listing changed between pages (a compaction moved entries into a "
             "manifest); list again from the first page at the same as_of",
