@@ -49,11 +49,25 @@ TIMESTAMP of anything but an instant or a zoned string, and a TIMESTAMP column g
 is not an instant (or another column given an instant). Zone-free forms stay: timestamp_seconds(0),
 make_timestamp(..., 'UTC'), DATE and TIMESTAMP_NTZ arithmetic, fields of a TIMESTAMP_NTZ.
 
+The stored text of a DEFAULT is sqlglot's Spark rendering of what the user wrote (canonical, so
+every reader and the checks here parse one form), not the user's own text: the stored defaults
+already in catalogs are such renderings, and the non-Spark readers (`metastore.client.defaults`)
+and widening checks (`metastore.schema`) read that form. sqlglot's round trip changes the meaning
+of some expressions, so `check_rendering` refuses a DEFAULT whose rendering is not what the user
+wrote, found by comparing the user's text with the rendering (measured with pyspark 4, both
+evaluated in one session; tests/metastore/test_ddl_default_rendering.py): a string literal of the
+user's that the rendering lacks (to_char's and to_date's dropped formats, trunc's 'Q' written
+'QUARTER'), a function whose rendering gives another value or type or one Spark refuses
+(`_UNFAITHFUL_FUNCTIONS`), and a 0x literal (a column name to Spark, a BINARY to sqlglot). Renamed
+functions with the same meaning (ucase -> UPPER, instr -> LOCATE, space -> REPEAT, ...), typed
+literals written as casts, and escapes written another way keep being stored as rendered.
+
 Checked on the receiving node, not in apply: entries already in a log keep applying as they did.
 """
 
 from __future__ import annotations
 
+import itertools
 import re
 import zoneinfo
 from collections.abc import Callable
@@ -274,6 +288,63 @@ def check_default(
         ) from None
     except _ZoneDependent as exc:
         _refuse_zone_dependent(column, str(exc))
+
+
+# Functions (as the user writes them, lower case) whose sqlglot rendering means something else in
+# Spark (measured with pyspark 4): to_char loses its format (or, without one, which
+# Spark refuses, become a CAST), log10/log2 become LOG(10|2, x) (a different last digit),
+# unix_date becomes DATEDIFF (BIGINT instead of INT), collate(s, c) becomes s COLLATE 'c' (refused
+# by Spark).
+_UNFAITHFUL_FUNCTIONS: Final = frozenset({"to_char", "log10", "log2", "unix_date", "collate"})
+_STRING_TOKENS: Final = frozenset({"STRING", "RAW_STRING", "NATIONAL_STRING", "UNICODE_STRING"})
+
+
+def check_rendering(column_name: str, written: str, rendered: str) -> None:
+    """Refuse (InvalidArgumentError) a DEFAULT whose rendering `rendered` (the text stored) means
+    something else in Spark than `written`, the user's text of it. See the module docstring."""
+
+    def refuse(why: str) -> NoReturn:
+        raise InvalidArgumentError(
+            f"DEFAULT {written[:200]} of column {column_name} cannot be stored as written: "
+            f"{why}; write it another way (e.g. a constant, or a cast of one)",
+            details={
+                "column": column_name,
+                "default": written[:200],
+                "stored": rendered[:200],
+                "reason": f"rendering: {why}",
+            },
+        )
+
+    try:
+        tokenizer = sqlglot.Dialect.get_or_raise("spark")
+        written_tokens = tokenizer.tokenize(written)
+        rendered_tokens = tokenizer.tokenize(rendered)
+    except Exception:  # noqa: BLE001  (third-party tokenizer; the parser already read both)
+        return
+    for token, following in itertools.pairwise(written_tokens):
+        name = token.text.lower()
+        if following.token_type.name == "L_PAREN" and name in _UNFAITHFUL_FUNCTIONS:
+            refuse(f"{name}() would be stored as something Spark evaluates differently")
+    for token in written_tokens:
+        if token.token_type.name == "HEX_STRING" and written[token.start : token.start + 2] in (
+            "0x",
+            "0X",
+        ):
+            refuse(f"Spark reads {written[token.start : token.end + 1]} as a column name")
+    remaining = [t.text for t in rendered_tokens if t.token_type.name in _STRING_TOKENS]
+    # named_struct('a', 1) is rendered STRUCT(1 AS a): a field name becomes an identifier.
+    names = [t.text for t in rendered_tokens if t.token_type.name in ("VAR", "IDENTIFIER")]
+    for token in written_tokens:
+        if token.token_type.name not in _STRING_TOKENS:
+            continue
+        if token.text in remaining:
+            remaining.remove(token.text)
+        elif token.text in names:
+            names.remove(token.text)
+        else:
+            refuse(
+                f"the string {token.text[:40]!r} would not be in the stored text {rendered[:120]}"
+            )
 
 
 def _refuse_zone_dependent(column: Column, reason: str) -> NoReturn:
