@@ -29,7 +29,10 @@ but a BINARY or string column, a DATE or TIMESTAMP_NTZ for a number column (a TI
 number of seconds, is assigned). Spark's own ALTER TABLE refuses
 the same defaults (measured with pyspark 4). So does Spark's parser: a number literal beyond a
 DOUBLE or of more than 38 digits, and a TIMESTAMP (or TIMESTAMP_NTZ) beyond its 64-bit
-microseconds (years -290308 to +294247) are refused here too.
+microseconds (years -290308 to +294247) are refused here too. A FLOAT or DOUBLE default beyond
+its type's range (FLOAT DEFAULT 1e40, DOUBLE DEFAULT '1e400') Spark accepts and turns into
+Infinity (measured with pyspark 4): never the value written, so it is refused (write
+CAST('Infinity' AS FLOAT) for that); integers and decimals beyond their types Spark refuses too.
 
 On any column, a default whose value depends on the session time zone is refused: a TIMESTAMP
 from a string without zone or offset (TIMESTAMP '2024-01-01 00:00:00'), from a DATE,
@@ -68,7 +71,9 @@ Checked on the receiving node, not in apply: entries already in a log keep apply
 from __future__ import annotations
 
 import itertools
+import math
 import re
+import struct
 import zoneinfo
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -780,8 +785,18 @@ def _cast(value: _Value, target: DataType) -> _Value | None:
     if isinstance(target, PrimitiveType) and target in _INT_RANGES:
         return _to_integer(value, target)
     if target in (FLOAT, DOUBLE):
+        number = value.number
         if value.kind == _STRING and value.text is not None:
-            _decimal(value.text)  # Decimal reads 'NaN', 'inf', 'Infinity' too, as Spark does
+            number = _decimal(value.text)  # Decimal reads 'NaN', 'inf', 'Infinity' too, as Spark
+        if number is not None and number.is_finite() and _beyond_float_range(number, target):
+            # Spark makes it Infinity (FLOAT DEFAULT 1e40 reads inf, measured with pyspark 4):
+            # never the value written. CAST('Infinity' AS FLOAT) says so.
+            raise _NoValue(
+                f"{number} is beyond {target.to_sql()}'s range (Spark makes it Infinity)"
+            )
+        if number is not None and number.is_finite() and value.kind in (_STRING, _NUMBER):
+            # Followed further as the float it became (CAST(1e39 AS DOUBLE) into a FLOAT).
+            return _Value(_NUMBER, number=_as_float(number, target))
         return _Value(_NUMBER) if value.kind in (_STRING, _NUMBER, _BOOL) else None
     if isinstance(target, DecimalType):
         return _to_decimal(value, target)
@@ -829,6 +844,29 @@ def _cast(value: _Value, target: DataType) -> _Value | None:
             raise _ZoneDependent("a TIMESTAMP cast to TIMESTAMP_NTZ")
         return _Value(kind) if value.kind in (_STRING, _NUMBER, _DATE, _TS, _NTZ) else None
     return None
+
+
+def _as_float(number: Decimal, target: DataType) -> Decimal:
+    """`number` rounded to a DOUBLE, or to a float32 for FLOAT (within their ranges)."""
+    as_double = float(number)
+    if target == FLOAT:
+        as_double = struct.unpack("<f", struct.pack("<f", as_double))[0]
+    return Decimal(as_double)
+
+
+def _beyond_float_range(number: Decimal, target: DataType) -> bool:
+    """Does the finite `number` round to an infinity as a DOUBLE, or (for FLOAT) as a float32?
+    Both round to nearest, as Java's conversions Spark uses do."""
+    as_double = float(number)  # inf when beyond DOUBLE (never raises)
+    if math.isinf(as_double):
+        return True
+    if target != FLOAT:
+        return False
+    try:
+        struct.pack("<f", as_double)  # OverflowError when it rounds beyond float32
+    except OverflowError:
+        return True
+    return False
 
 
 def _to_integer(value: _Value, target: PrimitiveType) -> _Value | None:
