@@ -263,6 +263,7 @@ def check_default(
             "every read; give a constant (e.g. TIMESTAMP '2024-01-01 00:00:00Z')",
             details={"column": column.name, "default": column.default_sql},
         )
+    _check_cast_under_sign(column, node, cast_type)
     found = _literal_and_casts(node, cast_type)
     if found is None:
         return
@@ -299,8 +300,10 @@ def check_default(
 # Spark (measured with pyspark 4): to_char loses its format (or, without one, which
 # Spark refuses, become a CAST), log10/log2 become LOG(10|2, x) (a different last digit),
 # unix_date becomes DATEDIFF (BIGINT instead of INT), collate(s, c) becomes s COLLATE 'c' (refused
-# by Spark).
-_UNFAITHFUL_FUNCTIONS: Final = frozenset({"to_char", "log10", "log2", "unix_date", "collate"})
+# by Spark), parse_json(s) (a VARIANT) becomes s (a STRING).
+_UNFAITHFUL_FUNCTIONS: Final = frozenset(
+    {"to_char", "log10", "log2", "unix_date", "collate", "parse_json"}
+)
 _STRING_TOKENS: Final = frozenset({"STRING", "RAW_STRING", "NATIONAL_STRING", "UNICODE_STRING"})
 
 
@@ -331,6 +334,8 @@ def check_rendering(column_name: str, written: str, rendered: str) -> None:
         if following.token_type.name == "L_PAREN" and name in _UNFAITHFUL_FUNCTIONS:
             refuse(f"{name}() would be stored as something Spark evaluates differently")
     for token in written_tokens:
+        if token.token_type.name == "NATIONAL_STRING":
+            refuse("Spark has no N'..' literal")
         if token.token_type.name == "HEX_STRING" and written[token.start : token.start + 2] in (
             "0x",
             "0X",
@@ -344,12 +349,51 @@ def check_rendering(column_name: str, written: str, rendered: str) -> None:
             continue
         if token.text in remaining:
             remaining.remove(token.text)
+        elif token.text.isalpha() and token.text.upper() in remaining:
+            # A unit upper-cased (trunc(d, 'week') -> 'WEEK'): Spark reads units in any case.
+            remaining.remove(token.text.upper())
         elif token.text in names:
             names.remove(token.text)
         else:
             refuse(
                 f"the string {token.text[:40]!r} would not be in the stored text {rendered[:120]}"
             )
+
+
+def _check_cast_under_sign(
+    column: Column, node: exp.Expression, cast_type: Callable[[exp.DataType], DataType | None]
+) -> None:
+    """Spark evaluates -CAST(x AS t) cast first: -CAST(128 AS TINYINT) overflows, although
+    -128 is a TINYINT. sqlglot stores -128Y, -32768S and -9223372036854775808L in that form, so
+    each would fail every write and read (CAST_OVERFLOW, measured with pyspark 4). The casts
+    under the sign are followed here without it; `_literal_and_casts` then checks the whole."""
+    while isinstance(node, exp.Paren):
+        node = node.this
+    if not isinstance(node, exp.Neg):
+        return
+    operand = node.this
+    while isinstance(operand, exp.Paren):
+        operand = operand.this
+    if not isinstance(operand, exp.Cast) or operand.args.get("safe"):
+        return  # (sqlglot reads Spark's CAST as a TryCast; TRY_CAST, `safe`, gives NULL)
+    found = _literal_and_casts(operand, cast_type)
+    if found is None or found[0] is None:
+        return
+    value: _Value | None = found[0]
+    try:
+        for target in found[1]:
+            if target is None or value is None:
+                return
+            value = _cast(value, target)
+    except _NoValue as exc:
+        raise InvalidArgumentError(
+            f"DEFAULT {column.default_sql} of column {column.name}: Spark casts before it "
+            f"applies the sign, and the cast fails ({exc}); write the sign inside the cast, "
+            "e.g. CAST(-128 AS TINYINT)",
+            details={"column": column.name, "default": column.default_sql},
+        ) from None
+    except _ZoneDependent:
+        return  # judged on the whole below
 
 
 def _refuse_zone_dependent(column: Column, reason: str) -> NoReturn:

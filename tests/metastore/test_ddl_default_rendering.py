@@ -50,6 +50,10 @@ def _stored_default(sql: str) -> str | None:
         "c STRING DEFAULT collate('a', 'UTF8_LCASE')",
         # Spark reads 0x1F as a column name; sqlglot as the binary X'1F'
         "c BINARY DEFAULT 0x1F",
+        # parse_json (a VARIANT) was stored as its argument, a STRING
+        "c STRING DEFAULT parse_json('{\"a\":1}')",
+        # Spark has no N'..' literal; it was stored as 'abc'
+        "c STRING DEFAULT N'abc'",
     ],
 )
 def test_a_default_whose_rendering_means_something_else_is_refused(column_sql: str) -> None:
@@ -70,6 +74,10 @@ def test_a_default_whose_rendering_means_something_else_is_refused(column_sql: s
         (
             "c DATE DEFAULT trunc(DATE '2020-05-05', 'MM')",
             "TRUNC(CAST('2020-05-05' AS DATE), 'MM')",
+        ),
+        (
+            "c DATE DEFAULT trunc(DATE '2020-05-05', 'week')",
+            "TRUNC(CAST('2020-05-05' AS DATE), 'WEEK')",
         ),
         ("c STRING DEFAULT ucase('abc')", "UPPER('abc')"),
         ("c STRING DEFAULT 'it''s'", "'it\\'s'"),

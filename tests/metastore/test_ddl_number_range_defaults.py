@@ -70,3 +70,35 @@ def test_a_number_default_beyond_its_type_is_refused(column_type: str, default: 
 def test_a_number_default_within_its_type_is_kept(column_type: str, default: str) -> None:
     for sql in _statements(column_type, default):
         parse_ddl(sql)
+
+
+@pytest.mark.parametrize(
+    ("column_type", "default"),
+    [
+        ("BIGINT", "-9223372036854775808L"),
+        ("TINYINT", "-128Y"),
+        ("SMALLINT", "-32768S"),
+        ("TINYINT", "-CAST(128 AS TINYINT)"),
+        ("INT", "-(CAST(2147483648 AS INT))"),
+    ],
+)
+def test_a_sign_outside_an_overflowing_cast_is_refused(column_type: str, default: str) -> None:
+    # -9223372036854775808L is stored as -CAST(9223372036854775808 AS BIGINT), which Spark
+    # evaluates cast first: CAST_OVERFLOW at every write and read (measured with pyspark 4).
+    for sql in _statements(column_type, default):
+        with pytest.raises(InvalidArgumentError, match="range"):
+            parse_ddl(sql)
+
+
+@pytest.mark.parametrize(
+    ("column_type", "default"),
+    [
+        ("BIGINT", "-1L"),
+        ("TINYINT", "-127Y"),
+        ("BIGINT", "-9223372036854775807L"),
+        ("TINYINT", "-TRY_CAST(128 AS TINYINT)"),  # NULL in Spark, not an error
+    ],
+)
+def test_a_sign_outside_a_cast_that_fits_is_kept(column_type: str, default: str) -> None:
+    for sql in _statements(column_type, default):
+        parse_ddl(sql)
