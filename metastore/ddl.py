@@ -152,13 +152,16 @@ def parse_ddl(sql: str, *, request_id: str = "", warehouse: str = "") -> Command
             f"{stmt.key.upper()} statements are not supported; supported: {SUPPORTED}",
             details={"statement": stmt.key.upper()},
         )
+    # Type names Spark lacks first (TIMESTAMP WITHOUT TIME ZONE is stored as a TIMESTAMP, which
+    # the checks of the stored text would judge instead), the rest of the rendering after them.
+    _check_default_renderings(sql, cmd, types_only=True)
     _check_defaults(cmd)
-    _check_default_renderings(sql, cmd)
+    _check_default_renderings(sql, cmd, types_only=False)
     validate_command(cmd)
     return cmd
 
 
-def _check_default_renderings(sql: str, cmd: Command) -> None:
+def _check_default_renderings(sql: str, cmd: Command, *, types_only: bool) -> None:
     """Refuse a DEFAULT whose stored text (sqlglot's rendering) means something else in Spark
     than the user's text (`default_values.check_rendering`). The user's texts are found on the
     tokens, as Spark ends each DEFAULT expression, so both parser paths are covered alike."""
@@ -189,7 +192,10 @@ def _check_default_renderings(sql: str, cmd: Command) -> None:
             continue  # not a DEFAULT expression (a column named default): the parse judged it
         if rendered in names_by_default:
             check_rendering(
-                names_by_default[rendered], _backslash_doubled_quotes(written), rendered
+                names_by_default[rendered],
+                _backslash_doubled_quotes(written),
+                rendered,
+                types_only=types_only,
             )
 
 

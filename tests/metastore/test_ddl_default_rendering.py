@@ -54,6 +54,16 @@ def _stored_default(sql: str) -> str | None:
         "c STRING DEFAULT parse_json('{\"a\":1}')",
         # Spark has no N'..' literal; it was stored as 'abc'
         "c STRING DEFAULT N'abc'",
+        # type names Spark does not have, stored as one it has: INT8 became TINYINT, TIMESTAMP
+        # WITHOUT TIME ZONE (Spark: TIMESTAMP_NTZ) TIMESTAMP; the others Spark refuses
+        "c TINYINT DEFAULT CAST('1' AS INT8)",
+        "c TIMESTAMP_NTZ DEFAULT CAST('2020-01-01 10:00:00' AS TIMESTAMP WITHOUT TIME ZONE)",
+        "c BOOLEAN DEFAULT CAST(1 AS BOOL)",
+        "c STRING DEFAULT CAST(1 AS TEXT)",
+        "c STRING DEFAULT CAST(1 AS VARCHAR)",
+        "c INT DEFAULT '1'::INT4",
+        "c DOUBLE DEFAULT CAST(1 AS DOUBLE PRECISION)",
+        "c BINARY DEFAULT CAST('a' AS BYTEA)",
     ],
 )
 def test_a_default_whose_rendering_means_something_else_is_refused(column_sql: str) -> None:
@@ -88,6 +98,13 @@ def test_a_default_whose_rendering_means_something_else_is_refused(column_sql: s
         ("c DOUBLE DEFAULT log(2, 8)", "LOG(2, 8)"),
         ("c INT DEFAULT instr('abc', 'b')", "LOCATE('b', 'abc')"),
         ("c BINARY DEFAULT X'1F'", "X'1F'"),
+        ("c TINYINT DEFAULT CAST(1 AS BYTE)", "CAST(1 AS TINYINT)"),
+        ("c BIGINT DEFAULT CAST(1 AS LONG)", "CAST(1 AS BIGINT)"),
+        ("c STRING DEFAULT CAST('a' AS VARCHAR(3))", "CAST('a' AS STRING)"),
+        ("c DECIMAL(5, 2) DEFAULT CAST('1' AS DEC(5,2))", "CAST('1' AS DECIMAL(5, 2))"),
+        ("c INT DEFAULT '1'::INT + 1", "CAST('1' AS INT) + 1"),
+        ("c ARRAY<INT> DEFAULT CAST(ARRAY('1') AS ARRAY<INT>)", None),
+        ("c TIMESTAMP_NTZ DEFAULT CAST('2020-01-01' AS TIMESTAMP_NTZ)", None),
         ("c STRING DEFAULT 'a\\_c'", "'a\\\\_c'"),
         ("c STRING DEFAULT r'a\\nb'", "'a\\\\nb'"),
     ],
