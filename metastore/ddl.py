@@ -70,7 +70,7 @@ from metastore.commands import (
     validate_command,
     validate_location,
 )
-from metastore.default_values import check_default
+from metastore.default_values import check_default, check_rendering
 from metastore.errors import (
     InvalidArgumentError,
     InvalidDdlError,
@@ -152,9 +152,51 @@ def parse_ddl(sql: str, *, request_id: str = "", warehouse: str = "") -> Command
             f"{stmt.key.upper()} statements are not supported; supported: {SUPPORTED}",
             details={"statement": stmt.key.upper()},
         )
+    # Type names Spark lacks first (TIMESTAMP WITHOUT TIME ZONE is stored as a TIMESTAMP, which
+    # the checks of the stored text would judge instead), the rest of the rendering after them.
+    _check_default_renderings(sql, cmd, types_only=True)
     _check_defaults(cmd)
+    _check_default_renderings(sql, cmd, types_only=False)
     validate_command(cmd)
     return cmd
+
+
+def _check_default_renderings(sql: str, cmd: Command, *, types_only: bool) -> None:
+    """Refuse a DEFAULT whose stored text (sqlglot's rendering) means something else in Spark
+    than the user's text (`default_values.check_rendering`). The user's texts are found on the
+    tokens, as Spark ends each DEFAULT expression, so both parser paths are covered alike."""
+    if isinstance(cmd, CreateTable):
+        columns = list(cmd.schema.columns)
+    elif isinstance(cmd, AlterTable):
+        columns = [c.column for c in cmd.changes if isinstance(c, AddColumn)]
+    else:
+        return
+    names_by_default = {c.default_sql: c.name for c in reversed(columns) if c.default_sql}
+    if not names_by_default:
+        return
+    tokens = tokenize(sql)
+    for i, tok in enumerate(tokens):
+        if not tok.is_word("DEFAULT"):
+            continue
+        end = _default_expression_end(tokens, i + 1)
+        if end == i + 1:
+            continue
+        written = sql[tokens[i + 1].start : tokens[end - 1].end]
+        try:
+            parsed = _sqlglot_parse("SELECT " + written)
+            select = parsed[0] if len(parsed) == 1 else None
+            if not isinstance(select, exp.Select) or len(select.expressions) != 1:
+                continue
+            rendered = _default_sql(select.expressions[0])
+        except MetastoreError:
+            continue  # not a DEFAULT expression (a column named default): the parse judged it
+        if rendered in names_by_default:
+            check_rendering(
+                names_by_default[rendered],
+                _backslash_doubled_quotes(written),
+                rendered,
+                types_only=types_only,
+            )
 
 
 def _check_defaults(cmd: Command) -> None:

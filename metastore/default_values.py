@@ -29,7 +29,10 @@ but a BINARY or string column, a DATE or TIMESTAMP_NTZ for a number column (a TI
 number of seconds, is assigned). Spark's own ALTER TABLE refuses
 the same defaults (measured with pyspark 4). So does Spark's parser: a number literal beyond a
 DOUBLE or of more than 38 digits, and a TIMESTAMP (or TIMESTAMP_NTZ) beyond its 64-bit
-microseconds (years -290308 to +294247) are refused here too.
+microseconds (years -290308 to +294247) are refused here too. A FLOAT or DOUBLE default beyond
+its type's range (FLOAT DEFAULT 1e40, DOUBLE DEFAULT '1e400') Spark accepts and turns into
+Infinity (measured with pyspark 4): never the value written, so it is refused (write
+CAST('Infinity' AS FLOAT) for that); integers and decimals beyond their types Spark refuses too.
 
 On any column, a default whose value depends on the session time zone is refused: a TIMESTAMP
 from a string without zone or offset (TIMESTAMP '2024-01-01 00:00:00'), from a DATE,
@@ -49,12 +52,30 @@ TIMESTAMP of anything but an instant or a zoned string, and a TIMESTAMP column g
 is not an instant (or another column given an instant). Zone-free forms stay: timestamp_seconds(0),
 make_timestamp(..., 'UTC'), DATE and TIMESTAMP_NTZ arithmetic, fields of a TIMESTAMP_NTZ.
 
+The stored text of a DEFAULT is sqlglot's Spark rendering of what the user wrote (canonical, so
+every reader and the checks here parse one form), not the user's own text: the stored defaults
+already in catalogs are such renderings, and the non-Spark readers (`metastore.client.defaults`)
+and widening checks (`metastore.schema`) read that form. sqlglot's round trip changes the meaning
+of some expressions, so `check_rendering` refuses a DEFAULT whose rendering is not what the user
+wrote, found by comparing the user's text with the rendering (measured with pyspark 4, both
+evaluated in one session; tests/metastore/test_ddl_default_rendering.py): a string literal of the
+user's that the rendering lacks (to_char's and to_date's dropped formats, trunc's 'Q' written
+'QUARTER'), a function whose rendering gives another value or type or one Spark refuses
+(`_UNFAITHFUL_FUNCTIONS`), a 0x literal (a column name to Spark, a BINARY to sqlglot), an N'..'
+literal, and a cast to a type name Spark does not read as written (`_SPARK_CAST_TYPES`: INT8
+became TINYINT, TIMESTAMP WITHOUT TIME ZONE a TIMESTAMP, BOOL and TEXT Spark refuses). Renamed
+functions with the same meaning (ucase -> UPPER, instr -> LOCATE, space -> REPEAT, ...), typed
+literals written as casts, and escapes written another way keep being stored as rendered.
+
 Checked on the receiving node, not in apply: entries already in a log keep applying as they did.
 """
 
 from __future__ import annotations
 
+import itertools
+import math
 import re
+import struct
 import zoneinfo
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -72,7 +93,8 @@ from typing import Final, NoReturn
 import sqlglot
 from sqlglot import exp
 
-from metastore.errors import InvalidArgumentError
+from metastore.errors import InvalidArgumentError, MetastoreError
+from metastore.lexer import TokenKind, tokenize
 from metastore.schema import Column
 from metastore.types import (
     BIGINT,
@@ -244,6 +266,7 @@ def check_default(
             "every read; give a constant (e.g. TIMESTAMP '2024-01-01 00:00:00Z')",
             details={"column": column.name, "default": column.default_sql},
         )
+    _check_cast_under_sign(column, node, cast_type)
     found = _literal_and_casts(node, cast_type)
     if found is None:
         return
@@ -274,6 +297,180 @@ def check_default(
         ) from None
     except _ZoneDependent as exc:
         _refuse_zone_dependent(column, str(exc))
+
+
+# Functions (as the user writes them, lower case) whose sqlglot rendering means something else in
+# Spark (measured with pyspark 4): to_char loses its format (or, without one, which
+# Spark refuses, become a CAST), log10/log2 become LOG(10|2, x) (a different last digit),
+# unix_date becomes DATEDIFF (BIGINT instead of INT), collate(s, c) becomes s COLLATE 'c' (refused
+# by Spark), parse_json(s) (a VARIANT) becomes s (a STRING).
+_UNFAITHFUL_FUNCTIONS: Final = frozenset(
+    {"to_char", "log10", "log2", "unix_date", "collate", "parse_json"}
+)
+_STRING_TOKENS: Final = frozenset({"STRING", "RAW_STRING", "NATIONAL_STRING", "UNICODE_STRING"})
+
+
+def check_rendering(column_name: str, written: str, rendered: str, *, types_only: bool) -> None:
+    """Refuse (InvalidArgumentError) a DEFAULT whose rendering `rendered` (the text stored) means
+    something else in Spark than `written`, the user's text of it. See the module docstring.
+    `types_only`: check only the types of its casts."""
+
+    def refuse(why: str) -> NoReturn:
+        raise InvalidArgumentError(
+            f"DEFAULT {written[:200]} of column {column_name} cannot be stored as written: "
+            f"{why}; write it another way (e.g. a constant, or a cast of one)",
+            details={
+                "column": column_name,
+                "default": written[:200],
+                "stored": rendered[:200],
+                "reason": f"rendering: {why}",
+            },
+        )
+
+    try:
+        tokenizer = sqlglot.Dialect.get_or_raise("spark")
+        written_tokens = tokenizer.tokenize(written)
+        rendered_tokens = tokenizer.tokenize(rendered)
+    except Exception:  # noqa: BLE001  (third-party tokenizer; the parser already read both)
+        return
+    for token, following in itertools.pairwise(written_tokens):
+        name = token.text.lower()
+        if following.token_type.name == "L_PAREN" and name in _UNFAITHFUL_FUNCTIONS:
+            refuse(f"{name}() would be stored as something Spark evaluates differently")
+    for token in written_tokens:
+        if token.token_type.name == "NATIONAL_STRING":
+            refuse("Spark has no N'..' literal")
+        if token.token_type.name == "HEX_STRING" and written[token.start : token.start + 2] in (
+            "0x",
+            "0X",
+        ):
+            refuse(f"Spark reads {written[token.start : token.end + 1]} as a column name")
+    for type_name in _cast_type_names_spark_lacks(written):
+        refuse(f"Spark has no type {type_name}")
+    if types_only:
+        return
+    remaining = [t.text for t in rendered_tokens if t.token_type.name in _STRING_TOKENS]
+    # named_struct('a', 1) is rendered STRUCT(1 AS a): a field name becomes an identifier.
+    names = [t.text for t in rendered_tokens if t.token_type.name in ("VAR", "IDENTIFIER")]
+    for token in written_tokens:
+        if token.token_type.name not in _STRING_TOKENS:
+            continue
+        if token.text in remaining:
+            remaining.remove(token.text)
+        elif token.text.isalpha() and token.text.upper() in remaining:
+            # A unit upper-cased (trunc(d, 'week') -> 'WEEK'): Spark reads units in any case.
+            remaining.remove(token.text.upper())
+        elif token.text in names:
+            names.remove(token.text)
+        else:
+            refuse(
+                f"the string {token.text[:40]!r} would not be in the stored text {rendered[:120]}"
+            )
+
+
+def _check_cast_under_sign(
+    column: Column, node: exp.Expression, cast_type: Callable[[exp.DataType], DataType | None]
+) -> None:
+    """Spark evaluates -CAST(x AS t) cast first: -CAST(128 AS TINYINT) overflows, although
+    -128 is a TINYINT. sqlglot stores -128Y, -32768S and -9223372036854775808L in that form, so
+    each would fail every write and read (CAST_OVERFLOW, measured with pyspark 4). The casts
+    under the sign are followed here without it; `_literal_and_casts` then checks the whole."""
+    while isinstance(node, exp.Paren):
+        node = node.this
+    if not isinstance(node, exp.Neg):
+        return
+    operand = node.this
+    while isinstance(operand, exp.Paren):
+        operand = operand.this
+    if not isinstance(operand, exp.Cast) or operand.args.get("safe"):
+        return  # (sqlglot reads Spark's CAST as a TryCast; TRY_CAST, `safe`, gives NULL)
+    found = _literal_and_casts(operand, cast_type)
+    if found is None or found[0] is None:
+        return
+    value: _Value | None = found[0]
+    try:
+        for target in found[1]:
+            if target is None or value is None:
+                return
+            value = _cast(value, target)
+    except _NoValue as exc:
+        raise InvalidArgumentError(
+            f"DEFAULT {column.default_sql} of column {column.name}: Spark casts before it "
+            f"applies the sign, and the cast fails ({exc}); write the sign inside the cast, "
+            "e.g. CAST(-128 AS TINYINT)",
+            details={"column": column.name, "default": column.default_sql},
+        ) from None
+    except _ZoneDependent:
+        return  # judged on the whole below
+
+
+# The type names Spark's parser reads in a CAST (a complex type's elements are not looked at).
+# sqlglot reads many more and stores one of Spark's instead, measured with pyspark 4: some Spark
+# refuses (BOOL, TEXT, INT4, VARCHAR without a length, DOUBLE PRECISION, BYTEA, ...), and some it
+# reads as something else (INT8 became TINYINT; Spark's TIMESTAMP WITHOUT TIME ZONE, a
+# TIMESTAMP_NTZ, became TIMESTAMP).
+_SPARK_CAST_TYPES: Final = frozenset(
+    {
+        "BOOLEAN",
+        "TINYINT",
+        "BYTE",
+        "SMALLINT",
+        "SHORT",
+        "INT",
+        "INTEGER",
+        "BIGINT",
+        "LONG",
+        "FLOAT",
+        "REAL",
+        "DOUBLE",
+        "DECIMAL",
+        "DEC",
+        "NUMERIC",
+        "STRING",
+        "CHAR",
+        "CHARACTER",
+        "VARCHAR",
+        "BINARY",
+        "DATE",
+        "TIMESTAMP",
+        "TIMESTAMP_NTZ",
+        "TIMESTAMP_LTZ",
+        "INTERVAL",
+        "ARRAY",
+        "MAP",
+        "STRUCT",
+        "VOID",
+        "VARIANT",
+    }
+)
+_SIZED_TYPES: Final = frozenset({"CHAR", "CHARACTER", "VARCHAR"})  # Spark needs the length
+
+
+def _cast_type_names_spark_lacks(written: str) -> list[str]:
+    """The target types of the CASTs (`AS t`, `::t`) in `written` that Spark does not read as
+    written (see `_SPARK_CAST_TYPES`)."""
+    try:
+        tokens = tokenize(written)
+    except MetastoreError:
+        return []
+    found: list[str] = []
+    for i, tok in enumerate(tokens):
+        double_colon = tok.is_punct(":") and i > 0 and tokens[i - 1].is_punct(":")
+        if not (tok.is_word("AS") or double_colon):
+            continue
+        name_token = tokens[i + 1]
+        name = name_token.value.upper()
+        if name_token.kind is not TokenKind.WORD:
+            continue
+        if name not in _SPARK_CAST_TYPES:
+            found.append(name)
+            continue
+        following = tokens[i + 2]
+        if name in _SIZED_TYPES and not following.is_punct("("):
+            found.append(f"{name} without a length")
+        elif name not in ("INTERVAL", "STRING") and following.kind is TokenKind.WORD:
+            found.append(f"{name} {following.value.upper()}")  # DOUBLE PRECISION, TIMESTAMP WITH..
+    return found
 
 
 def _refuse_zone_dependent(column: Column, reason: str) -> NoReturn:
@@ -709,8 +906,18 @@ def _cast(value: _Value, target: DataType) -> _Value | None:
     if isinstance(target, PrimitiveType) and target in _INT_RANGES:
         return _to_integer(value, target)
     if target in (FLOAT, DOUBLE):
+        number = value.number
         if value.kind == _STRING and value.text is not None:
-            _decimal(value.text)  # Decimal reads 'NaN', 'inf', 'Infinity' too, as Spark does
+            number = _decimal(value.text)  # Decimal reads 'NaN', 'inf', 'Infinity' too, as Spark
+        if number is not None and number.is_finite() and _beyond_float_range(number, target):
+            # Spark makes it Infinity (FLOAT DEFAULT 1e40 reads inf, measured with pyspark 4):
+            # never the value written. CAST('Infinity' AS FLOAT) says so.
+            raise _NoValue(
+                f"{number} is beyond {target.to_sql()}'s range (Spark makes it Infinity)"
+            )
+        if number is not None and number.is_finite() and value.kind in (_STRING, _NUMBER):
+            # Followed further as the float it became (CAST(1e39 AS DOUBLE) into a FLOAT).
+            return _Value(_NUMBER, number=_as_float(number, target))
         return _Value(_NUMBER) if value.kind in (_STRING, _NUMBER, _BOOL) else None
     if isinstance(target, DecimalType):
         return _to_decimal(value, target)
@@ -758,6 +965,29 @@ def _cast(value: _Value, target: DataType) -> _Value | None:
             raise _ZoneDependent("a TIMESTAMP cast to TIMESTAMP_NTZ")
         return _Value(kind) if value.kind in (_STRING, _NUMBER, _DATE, _TS, _NTZ) else None
     return None
+
+
+def _as_float(number: Decimal, target: DataType) -> Decimal:
+    """`number` rounded to a DOUBLE, or to a float32 for FLOAT (within their ranges)."""
+    as_double = float(number)
+    if target == FLOAT:
+        as_double = struct.unpack("<f", struct.pack("<f", as_double))[0]
+    return Decimal(as_double)
+
+
+def _beyond_float_range(number: Decimal, target: DataType) -> bool:
+    """Does the finite `number` round to an infinity as a DOUBLE, or (for FLOAT) as a float32?
+    Both round to nearest, as Java's conversions Spark uses do."""
+    as_double = float(number)  # inf when beyond DOUBLE (never raises)
+    if math.isinf(as_double):
+        return True
+    if target != FLOAT:
+        return False
+    try:
+        struct.pack("<f", as_double)  # OverflowError when it rounds beyond float32
+    except OverflowError:
+        return True
+    return False
 
 
 def _to_integer(value: _Value, target: PrimitiveType) -> _Value | None:

@@ -12,7 +12,8 @@ Rules (what a data engineer expects from Iceberg/Delta writers):
   a struct is cast field by field by position (Spark's rule), so its fields must be the pinned
   ones in the pinned order, else it is refused (never a cast that swaps fields' values);
 * a VARCHAR(n)/CHAR(n) column (STRING in the DataFrame) is checked row by row on the executors
-  for values longer than n characters, as Spark checks a table write;
+  for values longer than n characters, as Spark checks a table write (trailing spaces beyond n
+  are trimmed, as Spark does);
 * NOT NULL columns are checked row by row on the executors (`raise_error`), because Parquet
   writers do not enforce nullability;
 * the result has exactly the pinned column order and carries each column's field id in the
@@ -245,15 +246,17 @@ def _projection(schema: StructType, table: str, columns: list[dict[str, Any]]) -
             if src.dataType != f.dataType:
                 col = col.cast(f.dataType)
         # VARCHAR(n)/CHAR(n) are STRING here (`spark_type`): their length limit is checked per
-        # row, as Spark checks it on a table write, instead of committing a longer value.
+        # row, as Spark checks it on a table write, instead of committing a longer value. Spark
+        # trims trailing spaces beyond n ('ab   ' is stored 'ab ' in a VARCHAR(3), measured
+        # with pyspark 4) and refuses anything else beyond n; rtrim trims spaces only.
         length = char_length(str(c["type"]))
         if length is not None:
             col = F.when(
-                F.length(col) > length,
+                F.length(F.rtrim(col)) > length,
                 F.raise_error(
                     F.lit(f"a value longer than {length} characters in {table}.{f.name}")
                 ),
-            ).otherwise(col)
+            ).otherwise(F.substring(col, 1, length))
         # NOT NULL is checked per row, unless the output column cannot hold NULL anyway.
         if not f.nullable and (src is None or src.nullable):
             col = F.when(

@@ -165,23 +165,31 @@ def _fill(column: dict[str, Any], arrow_type: pa.DataType, rows: int) -> pa.Arra
     return pa.nulls(rows, type=arrow_type)
 
 
-def _check_lengths(table: pa.Table, columns: list[dict[str, Any]], name: str) -> None:
-    """Refuse (fail the task, so the job commits nothing) a value longer than its VARCHAR(n) or
-    CHAR(n) column allows: the DataFrame carries those columns as STRING."""
+def _check_lengths(table: pa.Table, columns: list[dict[str, Any]], name: str) -> pa.Table:
+    """`table` with its VARCHAR(n) and CHAR(n) values conformed as Spark conforms a table write
+    (the DataFrame carries those columns as STRING): trailing spaces beyond n are trimmed to n
+    ('ab   ' is stored 'ab ' in a VARCHAR(3)), anything else beyond n is refused (fail the task,
+    so the job commits nothing). Measured with pyspark 4."""
+    import pyarrow as pa
     import pyarrow.compute as pc
 
     from spark_bridge.conform import char_length
 
-    for column, c in zip(table.columns, columns, strict=True):
+    arrays = list(table.columns)
+    for i, c in enumerate(columns):
         length = char_length(str(c["type"]))
+        column = arrays[i]
         if length is None or not len(column):
             continue
-        longest = pc.max(pc.utf8_length(column)).as_py()
+        kept = pc.utf8_length(pc.utf8_rtrim(column, characters=" "))
+        longest = pc.max(kept).as_py()
         if longest is not None and longest > length:
             raise ValueError(
                 f"a value longer than {length} characters in {name}.{c['name']} "
-                f"({longest} characters)"
+                f"({longest} characters before its trailing spaces)"
             )
+        arrays[i] = pc.utf8_slice_codeunits(column, 0, length)
+    return pa.Table.from_arrays(arrays, schema=table.schema)
 
 
 @dataclass(frozen=True)
@@ -367,7 +375,7 @@ class MetastoreWriter(DataSourceWriter):
         for f, c in zip(list(schema)[self.given :], self.columns[self.given :], strict=True):
             arrays.append(_fill(c, f.type, given.num_rows))
         table = pa.Table.from_arrays(arrays, schema=schema)
-        _check_lengths(table, self.columns, self.table)
+        table = _check_lengths(table, self.columns, self.table)
         rel = f"{self.rel_dir}/part-{uuid.uuid4().hex}.parquet"
         path = f"{self.location.rstrip('/')}/{rel}"
         os.makedirs(os.path.dirname(path), exist_ok=True)

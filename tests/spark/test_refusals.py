@@ -375,6 +375,34 @@ def test_a_value_longer_than_its_varchar_is_refused(spark: SparkSession) -> None
         conform(wide, "ref.codes", columns).collect()
 
 
+def test_trailing_spaces_beyond_a_varchar_length_are_trimmed_as_spark_does(
+    spark: SparkSession,
+) -> None:
+    # Spark's table write trims trailing spaces beyond n for VARCHAR(n)/CHAR(n) ('ab   ' is
+    # stored 'ab ', measured with pyspark 4) and the DDL accepts VARCHAR(3) DEFAULT 'ab   ' as
+    # Spark does; conform compared the raw length, so every write filling that default failed.
+    columns = [
+        {"field_id": 1, "name": "id", "type": "BIGINT", "nullable": False},
+        {"field_id": 2, "name": "code", "type": "VARCHAR(3)", "nullable": True},
+        {
+            "field_id": 3,
+            "name": "filled",
+            "type": "VARCHAR(3)",
+            "nullable": False,
+            "default": "'ab   '",
+        },
+    ]
+    df = spark.createDataFrame([(1, "abc  "), (2, "a    "), (3, None)], "id BIGINT, code STRING")
+    assert sorted(tuple(r) for r in conform(df, "ref.codes", columns).collect()) == [
+        (1, "abc", "ab "),
+        (2, "a  ", "ab "),
+        (3, None, "ab "),
+    ]
+    tab = spark.createDataFrame([(1, "ab \t")], "id BIGINT, code STRING")
+    with pytest.raises(Exception, match=r"longer than 3 characters in ref\.codes\.code"):
+        conform(tab, "ref.codes", columns).collect()
+
+
 def test_columns_named_with_backquotes_or_dots_are_written(spark: SparkSession) -> None:
     # The metastore takes any column name (CREATE TABLE t (`a``b` BIGINT)); conform referred to
     # an output column as `name` without doubling an embedded backquote, so Spark refused to
