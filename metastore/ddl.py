@@ -152,6 +152,8 @@ def parse_ddl(sql: str, *, request_id: str = "", warehouse: str = "") -> Command
             f"{stmt.key.upper()} statements are not supported; supported: {SUPPORTED}",
             details={"statement": stmt.key.upper()},
         )
+    if isinstance(stmt, exp.Create | exp.Alter):
+        _check_type_names(sql, stmt)
     # Type names Spark lacks first (TIMESTAMP WITHOUT TIME ZONE is stored as a TIMESTAMP, which
     # the checks of the stored text would judge instead), the rest of the rendering after them.
     _check_default_renderings(sql, cmd, types_only=True)
@@ -159,6 +161,89 @@ def parse_ddl(sql: str, *, request_id: str = "", warehouse: str = "") -> Command
     _check_default_renderings(sql, cmd, types_only=False)
     validate_command(cmd)
     return cmd
+
+
+# Spark's names for each type sqlglot reads in a column definition (keyed by sqlglot's type).
+# sqlglot also reads other dialects' names as these types: INT8 (PostgreSQL's 8-byte integer)
+# as TINYINT, BOOL, TEXT, INT1/2/4, FLOAT8, DOUBLE PRECISION, ... which Spark refuses.
+_SPARK_TYPE_WORDS: Final[dict[str, frozenset[str]]] = {
+    "TINYINT": frozenset({"TINYINT", "BYTE"}),
+    "SMALLINT": frozenset({"SMALLINT", "SHORT"}),
+    "INT": frozenset({"INT", "INTEGER"}),
+    "BIGINT": frozenset({"BIGINT", "LONG"}),
+    "FLOAT": frozenset({"FLOAT", "REAL"}),
+    "DOUBLE": frozenset({"DOUBLE"}),
+    "BOOLEAN": frozenset({"BOOLEAN"}),
+    "TEXT": frozenset({"STRING"}),
+    "BINARY": frozenset({"BINARY"}),
+    "DATE": frozenset({"DATE"}),
+    "TIMESTAMP": frozenset({"TIMESTAMP"}),
+    "TIMESTAMPTZ": frozenset({"TIMESTAMP"}),
+    "TIMESTAMPLTZ": frozenset({"TIMESTAMP_LTZ"}),
+    "TIMESTAMPNTZ": frozenset({"TIMESTAMP_NTZ"}),
+    "DECIMAL": frozenset({"DECIMAL", "DEC", "NUMERIC"}),
+    "VARCHAR": frozenset({"VARCHAR"}),
+    "CHAR": frozenset({"CHAR", "CHARACTER"}),
+}
+# What a user of another dialect meant, for the error (the others keep their meaning).
+_TYPE_NAME_MEANT: Final = {"INT8": "BIGINT", "INT4": "INT", "INT2": "SMALLINT", "INT1": "TINYINT"}
+
+
+def _check_type_names(sql: str, stmt: exp.Expression) -> None:
+    """Refuse a column type written with a name Spark does not have. sqlglot keeps no
+    spelling, so the check counts: each type of a column definition (nested ones included)
+    must have a word of one of Spark's names for it in the statement, outside DEFAULT
+    expressions (their casts are checked with the default). A count cannot say which word
+    was the type, so a column named like a Spark type can hide one; it never refuses a
+    statement Spark accepts."""
+    seen: dict[int, str] = {}
+    for coldef in stmt.find_all(exp.ColumnDef):
+        kind = coldef.args.get("kind")
+        if isinstance(kind, exp.DataType):
+            for node in kind.find_all(exp.DataType):
+                seen[id(node)] = str(getattr(node.this, "value", node.this)).upper()
+    needed: dict[str, int] = {}
+    for name in seen.values():
+        needed[name] = needed.get(name, 0) + 1
+    tokens = tokenize(sql)
+    words: list[str] = []
+    i = 0
+    while i < len(tokens):
+        tok = tokens[i]
+        if tok.is_word("DEFAULT"):
+            i = max(_default_expression_end(tokens, i + 1), i + 1)
+            continue
+        if tok.kind is TokenKind.WORD:
+            words.append(tok.value.upper())
+        i += 1
+    for a, b in itertools.pairwise(words):
+        if (a, b) in (("DOUBLE", "PRECISION"), ("CHARACTER", "VARYING"), ("CHAR", "VARYING")):
+            raise InvalidDdlError(
+                f"{a} {b} is not a Spark type: write {'DOUBLE' if a == 'DOUBLE' else 'VARCHAR(n)'}",
+                details={"reason": "unsupported type", "type": f"{a} {b}"},
+            )
+    for a, b, c, d in zip(words, words[1:], words[2:], words[3:], strict=False):
+        if a == "TIMESTAMP" and b in ("WITH", "WITHOUT") and (c, d) == ("TIME", "ZONE"):
+            raise InvalidDdlError(
+                f"TIMESTAMP {b} TIME ZONE is not a Spark type: write TIMESTAMP_NTZ (no time "
+                "zone) or TIMESTAMP (an instant, TIMESTAMP_LTZ)",
+                details={"reason": "unsupported type", "type": f"TIMESTAMP {b} TIME ZONE"},
+            )
+    for name, count in needed.items():
+        spark_names = _SPARK_TYPE_WORDS.get(name)
+        if spark_names is None:
+            continue  # ARRAY, MAP, STRUCT; the rest are refused as unsupported types
+        if sum(w in spark_names for w in words) >= count:
+            continue
+        meant = [
+            f"{w} is {_TYPE_NAME_MEANT[w]}" for w in sorted(set(words) & _TYPE_NAME_MEANT.keys())
+        ]
+        raise InvalidDdlError(
+            f"a column type is written with a name Spark does not have: Spark's name for it is "
+            f"{' or '.join(sorted(spark_names))}"
+            + (f" ({'; '.join(meant)} in other dialects)" if meant else ""),
+            details={"reason": "unsupported type name", "type": name},
+        )
 
 
 def _check_default_renderings(sql: str, cmd: Command, *, types_only: bool) -> None:
