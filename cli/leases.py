@@ -17,6 +17,7 @@ from rich.text import Text
 
 from cli.context import app
 from cli.output import emit, rows_table, ts_cell
+from metastore.errors import SessionNotFoundError
 from metastore.limits import MAX_LEASES_PER_COMMAND
 
 
@@ -135,7 +136,9 @@ def _session_tables(result: dict[str, Any], show_all: bool) -> list[RenderableTy
 def session_expire(ctx: click.Context, session_ids: tuple[str, ...]) -> None:
     """End SESSION_IDS now (admin only): their leases stop blocking schema changes at once. The
     expiry is recorded in the log with your client name. A running batch of such a session
-    will have its commit refused if its schema version is overtaken."""
+    will have its commit refused if its schema version is overtaken. An id that names no open
+    session (unknown, or already ended) is SESSION_NOT_FOUND (exit 4); the others are still
+    expired, and the output lists both."""
     if len(session_ids) > MAX_LEASES_PER_COMMAND:
         raise click.UsageError(f"at most {MAX_LEASES_PER_COMMAND} sessions at a time")
     a = app(ctx)
@@ -148,6 +151,14 @@ def session_expire(ctx: click.Context, session_ids: tuple[str, ...]) -> None:
             Text(f"not found: {', '.join(result.get('skipped', [])) or '-'}"),
         ],
     )
+    not_found = [str(s) for s in result.get("skipped", [])]
+    if not_found:
+        # Like etcdctl's revoke of an unknown lease: a typo or a session already gone is an
+        # error a script can see, not a success.
+        raise SessionNotFoundError(
+            f"no open session {', '.join(not_found)} (unknown, or already ended; "
+            "`metastore session list --all` shows the ended ones)"
+        )
 
 
 # ---- lease -------------------------------------------------------------------------------------
