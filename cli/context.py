@@ -23,10 +23,10 @@ from cli.errors import EXIT_USAGE, CliError
 from hlc import SystemClock, parse_ts
 from hlc.errors import TimestampParseError
 from metastore.client import ENDPOINTS_MAX, SyncMetastoreClient, parse_endpoint
-from metastore.commands import parse_duration_ms
+from metastore.commands import TableName, normalize_object_name, parse_duration_ms
 from metastore.daemon.config import CLUSTER_FILE_NAME, ClusterConfig, load_cluster_config
 from metastore.daemon.secrets import Role, SecretsError, read_token_file, token_file_name
-from metastore.errors import InvalidArgumentError
+from metastore.errors import InvalidArgumentError, MetastoreError
 from raft.tls import ClientTls
 
 LOCAL_CONFIG_DIR: Final = Path("cluster_configs") / "local"
@@ -168,6 +168,44 @@ class TimestampParam(click.ParamType[int]):
 
 
 TIMESTAMP: Final = TimestampParam()
+
+
+class TableNameParam(click.ParamType[str]):
+    """A table name `NS.TABLE` (or, with `namespace_allowed`, a namespace `NS` too), checked
+    while click parses, as the nodes check it (metastore.commands.TableName): a name the server
+    would refuse as INVALID_ARGUMENT (exit 5, after a round trip) is a usage error (exit 2) that
+    names the argument, before any request. The value is passed on as typed (the nodes fold
+    case). Its metavar is what --help shows, the same in every command."""
+
+    def __init__(self, *, namespace_allowed: bool = False) -> None:
+        self.namespace_allowed = namespace_allowed
+        self.name = "NS[.TABLE]" if namespace_allowed else "NS.TABLE"
+
+    def get_metavar(self, param: click.Parameter, ctx: click.Context) -> str:
+        return self.name
+
+    def convert(
+        self, value: object, param: click.Parameter | None, ctx: click.Context | None
+    ) -> str:
+        text = str(value)
+        try:
+            if self.namespace_allowed and "." not in text:
+                normalize_object_name(text, "namespace")
+            else:
+                TableName.parse(text)
+        except MetastoreError as exc:
+            self.fail(f"{text!r}: {_without_repeat(exc.message, text)}", param, ctx)
+        return text
+
+
+def _without_repeat(message: str, text: str) -> str:
+    # TableName.parse says "table name 'x' must have the form namespace.table": the value is
+    # already at the start of the line.
+    return message.replace(f" {text!r}", "")
+
+
+TABLE_NAME: Final = TableNameParam()
+TABLE_OR_NAMESPACE: Final = TableNameParam(namespace_allowed=True)
 
 
 class DurationParam(click.ParamType[int]):

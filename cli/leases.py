@@ -15,7 +15,7 @@ import click
 from rich.console import RenderableType
 from rich.text import Text
 
-from cli.context import app
+from cli.context import TABLE_NAME, app
 from cli.output import emit, rows_table, ts_cell
 from metastore.errors import SessionNotFoundError
 from metastore.limits import MAX_LEASES_PER_COMMAND
@@ -170,10 +170,10 @@ def lease() -> None:
 
 
 @lease.command("list")
-@click.argument("table", required=False)
+@click.argument("table", type=TABLE_NAME, required=False)
 @click.pass_context
 def lease_list(ctx: click.Context, table: str | None) -> None:
-    """Leases held now, on every table or on TABLE (NS.T): which session holds which schema
+    """Leases held now, on every table or on NS.TABLE: which session holds which schema
     version, since when, and until when its session lives without a heartbeat."""
     a = app(ctx)
     result = a.client().lease_list(table)
@@ -192,10 +192,10 @@ def lease_list(ctx: click.Context, table: str | None) -> None:
 
 
 @lease.command("blockers")
-@click.argument("table")
+@click.argument("table", type=TABLE_NAME)
 @click.pass_context
 def lease_blockers(ctx: click.Context, table: str) -> None:
-    """Who would block publishing TABLE's next schema version right now: sessions holding a
+    """Who would block publishing NS.TABLE's next schema version right now: sessions holding a
     lease on a version older than the current one (the two-version invariant)."""
     a = app(ctx)
     result = a.client().lease_blockers(table)

@@ -12,7 +12,7 @@ from typing import Any
 import click
 from rich.console import RenderableType
 
-from cli.context import TIMESTAMP, app
+from cli.context import TABLE_NAME, TIMESTAMP, app
 from cli.output import emit, kv_table, rows_table, ts_cell
 from metastore.client import SyncMetastoreClient
 from metastore.errors import ErrorCode, MetastoreError, TableNotFoundError
@@ -65,7 +65,7 @@ def table_list(ctx: click.Context, namespace: str | None, as_of: int | None) -> 
 
 
 @table.command("describe")
-@click.argument("name", metavar="NS.TABLE")
+@click.argument("name", type=TABLE_NAME)
 @click.option("--as-of", type=TIMESTAMP, help=AS_OF_HELP)
 @click.pass_context
 def table_describe(ctx: click.Context, name: str, as_of: int | None) -> None:
@@ -101,7 +101,7 @@ def _columns_table(schema: object) -> RenderableType:
 
 
 @table.command("history")
-@click.argument("name", metavar="NS.TABLE")
+@click.argument("name", type=TABLE_NAME)
 @click.pass_context
 def table_history(ctx: click.Context, name: str) -> None:
     """Show every schema version of NS.TABLE: when it was made (Tm), when it activated (Tu),
