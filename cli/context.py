@@ -20,13 +20,14 @@ from typing import Final
 import click
 
 from cli.errors import EXIT_USAGE, CliError
-from hlc import SystemClock, parse_ts
+from hlc import SystemClock, parse_ts, physical_ms
 from hlc.errors import TimestampParseError
 from metastore.client import ENDPOINTS_MAX, SyncMetastoreClient, parse_endpoint
 from metastore.commands import TableName, normalize_object_name, parse_duration_ms
 from metastore.daemon.config import CLUSTER_FILE_NAME, ClusterConfig, load_cluster_config
 from metastore.daemon.secrets import Role, SecretsError, read_token_file, token_file_name
 from metastore.errors import InvalidArgumentError, MetastoreError
+from metastore.limits import MAX_CLOCK_SKEW_MS
 from raft.tls import ClientTls
 
 LOCAL_CONFIG_DIR: Final = Path("cluster_configs") / "local"
@@ -152,22 +153,62 @@ def app(ctx: click.Context) -> App:
 
 
 class TimestampParam(click.ParamType[int]):
-    """An HLC timestamp as `hlc.parse_ts` reads it: HLC integer, ISO-8601, `-5m`, `now`."""
+    """An HLC timestamp as `hlc.parse_ts` reads it: HLC integer, ISO-8601, `-5m`, `now`.
+
+    With `max_ahead_ms`, a time further than that ahead of this machine's clock is a usage
+    error: a read at a time no node's clock has reached cannot be answered (a node refuses a
+    timestamp more than the cluster's CSmax ahead of its clock), and one beyond any CSmax a
+    cluster may have (MAX_CLOCK_SKEW_MS) is a typo, not something to retry later."""
 
     name = "TS"
+
+    def __init__(self, *, max_ahead_ms: int | None = None) -> None:
+        self.max_ahead_ms = max_ahead_ms
 
     def convert(
         self, value: object, param: click.Parameter | None, ctx: click.Context | None
     ) -> int:
         if isinstance(value, int) and not isinstance(value, bool):
             return value
+        now_ms = SystemClock().now_ms()
         try:
-            return parse_ts(str(value), now_ms=SystemClock().now_ms())
+            ts = parse_ts(str(value), now_ms=now_ms)
         except TimestampParseError as exc:
             self.fail(str(exc), param, ctx)
+        ahead_ms = physical_ms(ts) - now_ms
+        if self.max_ahead_ms is not None and ahead_ms > self.max_ahead_ms:
+            self.fail(
+                f"{value!r} is in the future by {span_text(ahead_ms)}: no node can answer for a "
+                f"time its clock has not reached (a cluster tolerates at most "
+                f"{span_text(self.max_ahead_ms)} of clock skew)",
+                param,
+                ctx,
+            )
+        return ts
 
 
 TIMESTAMP: Final = TimestampParam()
+# Reads (--as-of, watch --from): at most the largest clock skew a cluster may be set up with.
+READ_TIMESTAMP: Final = TimestampParam(max_ahead_ms=MAX_CLOCK_SKEW_MS)
+
+
+def span_text(ms: int) -> str:
+    """A span of time for people, in its two largest units: `2.5 s`, `4 min 10 s`,
+    `1 day 1 h`, `1130 days 14 h`."""
+    if ms < 60_000:
+        return f"{ms / 1000:.1f} s"
+    units = (("day", 86_400_000), ("h", 3_600_000), ("min", 60_000), ("s", 1_000))
+    counts: list[tuple[int, str]] = []
+    rest = ms
+    for unit, size in units:
+        count, rest = divmod(rest, size)
+        if count or counts:  # from the largest unit that is not zero, two units
+            counts.append((count, unit))
+        if len(counts) == 2:
+            break
+    return " ".join(
+        f"{n} {unit}{'s' if unit == 'day' and n != 1 else ''}" for n, unit in counts if n
+    )
 
 
 class TableNameParam(click.ParamType[str]):

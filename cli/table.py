@@ -12,7 +12,7 @@ from typing import Any
 import click
 from rich.console import RenderableType
 
-from cli.context import TABLE_NAME, TIMESTAMP, app
+from cli.context import READ_TIMESTAMP, TABLE_NAME, app
 from cli.output import emit, kv_table, rows_table, ts_cell
 from metastore.client import SyncMetastoreClient
 from metastore.errors import ErrorCode, MetastoreError, TableNotFoundError
@@ -53,7 +53,7 @@ def table() -> None:
 
 @table.command("list")
 @click.argument("namespace", required=False)
-@click.option("--as-of", type=TIMESTAMP, help=AS_OF_HELP)
+@click.option("--as-of", type=READ_TIMESTAMP, help=AS_OF_HELP)
 @click.pass_context
 def table_list(ctx: click.Context, namespace: str | None, as_of: int | None) -> None:
     """List the tables of NAMESPACE, or of every namespace when it is left out (full names,
@@ -66,7 +66,7 @@ def table_list(ctx: click.Context, namespace: str | None, as_of: int | None) -> 
 
 @table.command("describe")
 @click.argument("name", type=TABLE_NAME)
-@click.option("--as-of", type=TIMESTAMP, help=AS_OF_HELP)
+@click.option("--as-of", type=READ_TIMESTAMP, help=AS_OF_HELP)
 @click.pass_context
 def table_describe(ctx: click.Context, name: str, as_of: int | None) -> None:
     """Show the schema of NS.TABLE in force now (or at --as-of) and its metadata."""

@@ -25,7 +25,7 @@ from rich.console import RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from cli.context import TABLE_NAME, TIMESTAMP, app
+from cli.context import READ_TIMESTAMP, TABLE_NAME, app
 from cli.errors import EXIT_GENERIC, EXIT_NOT_FOUND, CliError
 from cli.output import emit, kv_table, ts_cell
 from cli.table import AS_OF_HELP, saying_when_created
@@ -82,7 +82,7 @@ READ_ERROR_EXIT_CODES: Final = {"DATA_FILE_NOT_FOUND": EXIT_NOT_FOUND}
 
 @click.command("files")
 @click.argument("name", type=TABLE_NAME)
-@click.option("--as-of", type=TIMESTAMP, help=AS_OF_HELP + AS_OF_DEFAULT_HELP)
+@click.option("--as-of", type=READ_TIMESTAMP, help=AS_OF_HELP + AS_OF_DEFAULT_HELP)
 @consistency_option()
 @click.pass_context
 def table_files(ctx: click.Context, name: str, as_of: int | None, consistency: str) -> None:
@@ -124,7 +124,7 @@ def _files_tables(result: dict[str, Any]) -> list[RenderableType]:
 
 @click.command("read")
 @click.argument("name", type=TABLE_NAME)
-@click.option("--as-of", type=TIMESTAMP, help=AS_OF_HELP + AS_OF_DEFAULT_HELP)
+@click.option("--as-of", type=READ_TIMESTAMP, help=AS_OF_HELP + AS_OF_DEFAULT_HELP)
 @click.option(
     "--limit",
     type=click.IntRange(1, READ_ROWS_MAX),

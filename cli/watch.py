@@ -17,7 +17,7 @@ from typing import Any
 
 import click
 
-from cli.context import TABLE_OR_NAMESPACE, TIMESTAMP, DurationParam, app
+from cli.context import READ_TIMESTAMP, TABLE_OR_NAMESPACE, DurationParam, app
 from cli.output import ts_cell
 
 # How long one call waits on the server for the next event.
@@ -59,7 +59,7 @@ def _line(event: dict[str, Any]) -> str:
 @click.option(
     "--from",
     "from_ts",
-    type=TIMESTAMP,
+    type=READ_TIMESTAMP,
     default=None,
     help="Start after this timestamp (an event's tm, to resume; default: now).",
 )

@@ -6,12 +6,15 @@ cells do not wrap, `snapshot save` does not overwrite, `cluster status --config 
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 import pytest
 
+from hlc import make_ts, to_iso
+from metastore.errors import TimestampAheadError
 from tests.cli.test_cli import _isolated_cwd, against, fake, run, sent
-from tests.client.fake_node import ThreadedFakeNode
+from tests.client.fake_node import TOKEN, ThreadedFakeNode
 
 __all__ = ["_isolated_cwd", "fake"]  # fixtures used by name
 
@@ -121,3 +124,80 @@ def test_table_names_are_passed_as_given(fake: ThreadedFakeNode) -> None:
     assert sent(fake)[0][1]["table"] == "Sales.Orders"
     assert "[NS[.TABLE]]" in run("watch", "--help").stdout
     assert "--table NS.TABLE" in run("pts", "protect", "--help").stdout
+
+
+# ---- 3. timestamps in the future ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("args", "flag"),
+    [
+        (["table", "describe", "a.b", "--as-of", "2030-01-01T00:00:00Z"], "--as-of"),
+        (["table", "list", "--as-of", "2030-01-01T00:00:00Z"], "--as-of"),
+        (["ns", "list", "--as-of", "2030-01-01T00:00:00Z"], "--as-of"),
+        (["table", "read", "a.b", "--as-of", "2030-01-01T00:00:00Z"], "--as-of"),
+        (["table", "files", "a.b", "--as-of", "2030-01-01T00:00:00Z"], "--as-of"),
+        (["watch", "--from", "2030-01-01T00:00:00Z"], "--from"),
+    ],
+)
+def test_a_timestamp_beyond_any_clock_skew_is_a_usage_error(
+    fake: ThreadedFakeNode, args: list[str], flag: str
+) -> None:
+    result = against(fake, *args)
+    assert result.exit_code == 2, result.output
+    first = result.stderr.splitlines()[0]
+    assert first.startswith(f"Error: USAGE: Invalid value for '{flag}': "), result.stderr
+    assert "in the future by " in first and " days" in first, first
+    assert sent(fake) == []
+
+
+def test_a_timestamp_a_few_seconds_ahead_is_sent(fake: ThreadedFakeNode) -> None:
+    # Within the largest clock skew a cluster may tolerate: the nodes decide (they wait).
+    ts = make_ts(int(time.time() * 1000) + 5_000)
+    result = against(fake, "table", "describe", "a.b", "--as-of", str(ts))
+    assert result.exit_code == 0, result.output
+    assert sent(fake)[0][1]["as_of"] == ts
+
+
+def _ahead_nodes(ahead_ms: int) -> list[ThreadedFakeNode]:
+    def node(node_id: int) -> ThreadedFakeNode:
+        async def handler(op: str, args: dict[str, Any]) -> dict[str, Any]:
+            raise TimestampAheadError(
+                f"timestamp {to_iso(args['as_of'])} is {ahead_ms} ms ahead of node {node_id}'s "
+                "clock (more than CSmax = 500 ms): this node cannot answer for it yet",
+                details={
+                    "ts": args["as_of"],
+                    "ahead_ms": ahead_ms,
+                    "cs_max_ms": 500,
+                    "node_id": node_id,
+                },
+            )
+
+        return ThreadedFakeNode(handler=handler)
+
+    return [node(i) for i in (1, 2, 3)]
+
+
+@pytest.mark.parametrize(
+    ("ahead_ms", "exit_code", "said"),
+    [(2_500, 3, "in the future by 2.5 s"), (90_000_000, 5, "in the future by 1 day 1 h")],
+)
+def test_timestamp_ahead_of_every_node_says_by_how_much_in_one_short_error(
+    ahead_ms: int, exit_code: int, said: str
+) -> None:
+    # The nodes' clocks may be behind the CLI's: the nodes, not the CLI, found it ahead.
+    nodes = _ahead_nodes(ahead_ms)
+    with nodes[0], nodes[1], nodes[2]:
+        endpoints = ",".join(n.endpoint for n in nodes)
+        result = run(
+            "--endpoints", endpoints, "--token", TOKEN, "table", "describe", "a.b", "--as-of", "now"
+        )
+    assert result.exit_code == exit_code, result.output
+    first, *rest = result.stderr.splitlines()
+    assert first.startswith("Error: TIMESTAMP_AHEAD_OF_CLOCK: "), result.stderr
+    assert said in first, first
+    assert "CSmax" in first, first
+    # One summary, not each node's answer again.
+    assert len(rest) <= 1, result.stderr
+    assert all("node 1" not in line and "node 2" not in line for line in rest), rest
+    assert all(len(line) < 200 for line in rest), rest
