@@ -109,9 +109,11 @@ def _files_tables(result: dict[str, Any]) -> list[RenderableType]:
     files = result.get("files") or []
     table = Table(box=box.SIMPLE_HEAD, show_footer=True)
     table.add_column("PATH", footer=f"total: {len(files)} files", overflow="fold")
-    table.add_column("SIZE BYTES", footer=str(result.get("size_bytes", 0)), justify="right")
-    table.add_column("ROWS", footer=str(result.get("rows", 0)), justify="right")
-    table.add_column("ADDED TS")
+    # Numbers and times never wrap (a narrow terminal folds the path instead).
+    size_bytes, rows = str(result.get("size_bytes", 0)), str(result.get("rows", 0))
+    table.add_column("SIZE BYTES", footer=size_bytes, justify="right", no_wrap=True)
+    table.add_column("ROWS", footer=rows, justify="right", no_wrap=True)
+    table.add_column("ADDED TS", no_wrap=True)
     for f in files:
         table.add_row(
             Text(str(f.get("path"))),

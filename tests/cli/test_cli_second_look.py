@@ -5,16 +5,20 @@ cells do not wrap, `snapshot save` does not overwrite, `cluster status --config 
 
 from __future__ import annotations
 
+import io
 import json
 import time
 from typing import Any
 
 import pytest
+from rich.console import Console
 
+from cli.output import rows_table
 from hlc import make_ts, to_iso
 from metastore.errors import TimestampAheadError
-from tests.cli.test_cli import _isolated_cwd, against, fake, run, sent
+from tests.cli.test_cli import RESULTS, _isolated_cwd, against, fake, run, sent
 from tests.client.fake_node import TOKEN, ThreadedFakeNode
+from tests.client.test_client import dead_endpoint
 
 __all__ = ["_isolated_cwd", "fake"]  # fixtures used by name
 
@@ -201,3 +205,45 @@ def test_timestamp_ahead_of_every_node_says_by_how_much_in_one_short_error(
     assert len(rest) <= 1, result.stderr
     assert all("node 1" not in line and "node 2" not in line for line in rest), rest
     assert all(len(line) < 200 for line in rest), rest
+
+
+# ---- 4. table cells do not wrap ----------------------------------------------------------------
+
+
+def test_status_rows_stay_on_one_line_for_grep() -> None:
+    # A node with a clock alarm makes the ERROR column wide: the row of a dead endpoint was
+    # wrapped at 200 columns, "connection" on one line and "refused" on the next.
+    async def handler(op: str, args: dict[str, Any]) -> dict[str, Any]:
+        return {
+            **RESULTS["status"],
+            "clock_offsets_ms": {"1": 0},
+            "clock_alarm": {"peer": 2, "ahead_ms": 812},
+        }
+
+    dead = dead_endpoint()
+    with ThreadedFakeNode(handler=handler) as node:
+        result = run(
+            "--endpoints", f"{node.endpoint},{dead}", "--token", TOKEN, "cluster", "status"
+        )
+    assert result.exit_code == 3, result.output
+    lines = result.stdout.splitlines()
+    dead_rows = [line for line in lines if line.strip().startswith(dead)]
+    assert len(dead_rows) == 1, result.stdout
+    assert dead_rows[0].rstrip().endswith(f"status failed: {dead}: connection refused"), dead_rows
+    alarm = [line for line in lines if "clock: node 2" in line]
+    assert len(alarm) == 1 and alarm[0].rstrip().endswith("check chrony/ntpd)"), result.stdout
+    # Every line is a header, the rule, a row or blank: nothing continues a row.
+    rows = [line for line in lines if line.strip()]
+    assert len(rows) == 4, result.stdout
+
+
+def test_short_cells_do_not_wrap_on_a_narrow_terminal() -> None:
+    # A terminal narrower than the table: the long free text (a schema) folds, the short
+    # phrases (an endpoint, a time, an error) stay whole on their line.
+    row = ["127.0.0.1:24102", "2026-09-21T14:13:20.000Z", "UNAVAILABLE: connection refused"]
+    table = rows_table(["endpoint", "safe time", "error", "schema"], [[*row, "x INT, " * 30]])
+    out = io.StringIO()
+    Console(file=out, width=100, no_color=True).print(table)
+    text = out.getvalue()
+    for phrase in row:
+        assert phrase in text, text
