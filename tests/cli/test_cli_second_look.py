@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,7 +17,9 @@ from rich.console import Console
 
 from cli.output import rows_table
 from hlc import make_ts, to_iso
+from metastore.daemon import backup
 from metastore.errors import TimestampAheadError
+from metastore.state import MetastoreState
 from tests.cli.test_cli import RESULTS, _isolated_cwd, against, fake, run, sent
 from tests.client.fake_node import TOKEN, ThreadedFakeNode
 from tests.client.test_client import dead_endpoint
@@ -247,3 +251,54 @@ def test_short_cells_do_not_wrap_on_a_narrow_terminal() -> None:
     text = out.getvalue()
     for phrase in row:
         assert phrase in text, text
+
+
+# ---- 5. snapshot save --------------------------------------------------------------------------
+
+
+def _exporting_node() -> ThreadedFakeNode:
+    """A node that exports an empty catalog as a real node does (metastore.daemon.backup)."""
+    exports = backup.SnapshotExports()
+
+    async def handler(op: str, args: dict[str, Any]) -> dict[str, Any]:
+        if op == "snapshot_begin":
+            return exports.begin(MetastoreState(), cluster_id="c1", node_id=1)
+        assert op == "snapshot_chunk"
+        return exports.chunk(args["export_id"], args["offset"])
+
+    return ThreadedFakeNode(handler=handler)
+
+
+def test_snapshot_save_refuses_to_overwrite_a_file_without_force(tmp_path: Path) -> None:
+    file = tmp_path / "catalog.snap"
+    file.write_text("yesterday's backup")
+    with _exporting_node() as node:
+        result = against(node, "snapshot", "save", str(file))
+        assert sent(node) == []  # refused before asking the cluster for anything
+    assert result.exit_code == 5, result.output
+    first = result.stderr.splitlines()[0]
+    assert first.startswith("Error: ALREADY_EXISTS: "), result.stderr
+    assert "--force" in first
+    assert file.read_text() == "yesterday's backup"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["catalog.snap"]
+
+
+def test_snapshot_save_force_replaces_the_file(tmp_path: Path) -> None:
+    file = tmp_path / "catalog.snap"
+    file.write_text("yesterday's backup")
+    with _exporting_node() as node:
+        result = against(node, "snapshot", "save", str(file), "--force")
+    assert result.exit_code == 0, result.output
+    header, _ = backup.read_file(file)
+    assert header["cluster_id"] == "c1"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["catalog.snap"]
+
+
+def test_snapshot_save_shows_when_it_was_taken(tmp_path: Path) -> None:
+    with _exporting_node() as node:
+        table = against(node, "snapshot", "save", str(tmp_path / "a.snap"))
+        as_json = against(node, "-o", "json", "snapshot", "save", str(tmp_path / "b.snap"))
+    assert table.exit_code == 0, table.output
+    assert "taken_at_ms" not in table.stdout, table.stdout
+    assert re.search(r"taken at\s+\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d", table.stdout), table.stdout
+    assert isinstance(json.loads(as_json.stdout)["taken_at_ms"], int)  # JSON keeps the number
