@@ -50,6 +50,10 @@ class App:
     cert: Path | None = None
     key: Path | None = None
     tls_server_name: str | None = None
+    # --endpoints given as a flag (not METASTORE_ENDPOINTS): it and --config cannot both say.
+    endpoints_explicit: bool = False
+    # A read command's --config DIR: a cluster directory in place of the local default.
+    config_dir: Path | None = None
     _client: SyncMetastoreClient | None = field(default=None, repr=False)
 
     def client_tls(self, config: ClusterConfig | None = None) -> ClientTls | None:
@@ -69,8 +73,19 @@ class App:
             return ClientTls(ca_file=config.tls.ca_file)
         return None
 
+    def _endpoints_from_option(self) -> bool:
+        """--endpoints (or METASTORE_ENDPOINTS) rather than a cluster.toml. A --config DIR
+        given to the command beats the environment variable; with the --endpoints flag it is
+        a contradiction."""
+        if self.config_dir is not None:
+            if self.endpoints_explicit and self.endpoints_option:
+                raise _usage("--endpoints and --config both name the nodes: pass one")
+            return False
+        return bool(self.endpoints_option)
+
     def endpoints(self) -> list[str]:
-        if self.endpoints_option:
+        if self._endpoints_from_option():
+            assert self.endpoints_option is not None
             endpoints = [e.strip() for e in self.endpoints_option.split(",") if e.strip()]
             if not endpoints:
                 raise _usage("--endpoints is empty")
@@ -93,12 +108,27 @@ class App:
 
     def endpoints_source(self) -> str:
         """Where `endpoints()` takes the addresses from, for messages."""
-        if self.endpoints_option:
+        if self._endpoints_from_option():
             return "--endpoints / METASTORE_ENDPOINTS"
-        return str(LOCAL_CLUSTER_FILE)
+        return str(self._cluster_file())
+
+    def _cluster_file(self) -> Path:
+        return (
+            LOCAL_CLUSTER_FILE if self.config_dir is None else self.config_dir / CLUSTER_FILE_NAME
+        )
 
     def _local_config(self) -> ClusterConfig | None:
+        """The cluster.toml of --config DIR (which must exist), else the local default's (if
+        there is one)."""
+        if self.config_dir is not None:
+            return load_cluster_config(self._cluster_file())
         return load_cluster_config(LOCAL_CLUSTER_FILE) if LOCAL_CLUSTER_FILE.exists() else None
+
+    def _default_token_file(self) -> Path:
+        """The admin token of --config DIR's cluster (its secrets_dir), else the local one."""
+        if self.config_dir is not None and (config := self._local_config()) is not None:
+            return config.secrets_dir / token_file_name(Role.ADMIN)
+        return LOCAL_ADMIN_TOKEN_FILE
 
     def resolve_token(self) -> str | None:
         """--token, else the token file (--token-file, else the local admin token if present)."""
@@ -114,8 +144,8 @@ class App:
                     f"{exc} (the token file named by --token-file / METASTORE_TOKEN_FILE)",
                     exit_code=EXIT_USAGE,
                 ) from None
-        if LOCAL_ADMIN_TOKEN_FILE.exists():
-            return read_token_file(LOCAL_ADMIN_TOKEN_FILE)
+        if (default := self._default_token_file()).exists():
+            return read_token_file(default)
         return None
 
     def token_source(self) -> str | None:
@@ -124,8 +154,8 @@ class App:
             return "--token / METASTORE_TOKEN"
         if self.token_file is not None:
             return str(self.token_file)
-        if LOCAL_ADMIN_TOKEN_FILE.exists():
-            return f"{LOCAL_ADMIN_TOKEN_FILE} (the default)"
+        if (default := self._default_token_file()).exists():
+            return f"{default} (the default)" if self.config_dir is None else str(default)
         return None
 
     def client(self) -> SyncMetastoreClient:
@@ -135,7 +165,9 @@ class App:
                 self.resolve_token(),
                 timeout_ms=self.timeout_ms,
                 client_name=CLI_CLIENT_NAME,
-                tls=self.client_tls(None if self.endpoints_option else self._local_config()),
+                tls=self.client_tls(
+                    None if self._endpoints_from_option() else self._local_config()
+                ),
             )
         return self._client
 
@@ -143,6 +175,28 @@ class App:
         if self._client is not None:
             self._client.close()
             self._client = None
+
+
+def _set_config_dir(ctx: click.Context, _param: click.Parameter, value: Path | None) -> None:
+    if value is not None and not ctx.resilient_parsing:
+        app(ctx).config_dir = value
+
+
+# `--config DIR` for commands that only talk to a cluster (status, safe-time...): right after
+# `metastore cluster up --config DIR`, without exporting its endpoints and token.
+config_dir_option = click.option(
+    "--config",
+    "config_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    metavar="DIR",
+    default=None,
+    expose_value=False,
+    callback=_set_config_dir,
+    help="Talk to the cluster configured in DIR (`metastore cluster init DIR`): its client "
+    "endpoints and TLS settings from DIR/cluster.toml (beats METASTORE_ENDPOINTS; not with "
+    "--endpoints), and its admin token from DIR's secrets unless --token or --token-file "
+    f"gives one. Default: {LOCAL_CONFIG_DIR} if it exists here.",
+)
 
 
 def app(ctx: click.Context) -> App:

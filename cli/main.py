@@ -190,7 +190,8 @@ def _config_hint(error: ConfigError) -> str:
     show_envvar=True,
     metavar="HOST:PORT,...",
     help="Client addresses of the nodes. Default: the client ports in "
-    "cluster_configs/local/cluster.toml (if that file exists here).",
+    "cluster_configs/local/cluster.toml (if that file exists here), or in DIR/cluster.toml "
+    "for a command given --config DIR (cluster status, safe-time).",
 )
 @click.option(
     "--token",
@@ -281,6 +282,9 @@ def cli(
     """
     app = App(
         endpoints_option=endpoints,
+        endpoints_explicit=(
+            ctx.get_parameter_source("endpoints") is click.core.ParameterSource.COMMANDLINE
+        ),
         token=token,
         token_file=token_file,
         output=output,
@@ -312,6 +316,8 @@ def _set_global(field_name: str) -> Callable[[click.Context, click.Parameter, An
         if value is None or ctx.resilient_parsing:
             return  # not given here: the root's value (flag, environment or default) stands
         setattr(app(ctx), field_name, value)
+        if field_name == "endpoints_option":
+            app(ctx).endpoints_explicit = True
 
     return callback
 

@@ -9,6 +9,7 @@ import io
 import json
 import re
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,9 +19,10 @@ from rich.console import Console
 from cli.output import rows_table
 from hlc import make_ts, to_iso
 from metastore.daemon import backup
+from metastore.daemon.secrets import read_token_file
 from metastore.errors import TimestampAheadError
 from metastore.state import MetastoreState
-from tests.cli.test_cli import RESULTS, _isolated_cwd, against, fake, run, sent
+from tests.cli.test_cli import RESULTS, _isolated_cwd, against, canned, fake, run, sent
 from tests.client.fake_node import TOKEN, ThreadedFakeNode
 from tests.client.test_client import dead_endpoint
 
@@ -302,3 +304,75 @@ def test_snapshot_save_shows_when_it_was_taken(tmp_path: Path) -> None:
     assert "taken_at_ms" not in table.stdout, table.stdout
     assert re.search(r"taken at\s+\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d", table.stdout), table.stdout
     assert isinstance(json.loads(as_json.stdout)["taken_at_ms"], int)  # JSON keeps the number
+
+
+# ---- 6. cluster status --config DIR ------------------------------------------------------------
+
+
+@pytest.fixture
+def configured(tmp_path: Path) -> Iterator[tuple[Path, ThreadedFakeNode]]:
+    """`cluster init DIR` (one node), its client port pointed at a fake node that accepts
+    DIR's admin token only."""
+    directory = tmp_path / "clusters" / "c1"
+    assert run("cluster", "init", str(directory), "--nodes", "1").exit_code == 0
+    admin = read_token_file(directory / "secrets" / "admin.token")
+    with ThreadedFakeNode(handler=canned, tokens=frozenset({admin})) as node:
+        port = node.endpoint.rsplit(":", 1)[1]
+        toml = directory / "cluster.toml"
+        text = toml.read_text()
+        assert "client_port = 24201" in text
+        toml.write_text(text.replace("client_port = 24201", f"client_port = {port}"))
+        yield directory, node
+
+
+def test_status_takes_endpoints_and_token_from_config(
+    configured: tuple[Path, ThreadedFakeNode],
+) -> None:
+    directory, node = configured
+    result = run("cluster", "status", "--config", str(directory))
+    assert result.exit_code == 0, result.output
+    assert sent(node) == [("status", {})]
+    assert node.endpoint in result.stdout
+
+
+def test_config_beats_endpoints_from_the_environment(
+    configured: tuple[Path, ThreadedFakeNode],
+) -> None:
+    # An export left from another cluster: the flag given now wins, as flags beat variables.
+    directory, node = configured
+    env = {"METASTORE_ENDPOINTS": dead_endpoint()}
+    result = run("-o", "json", "safe-time", "--config", str(directory), env=env)
+    assert result.exit_code == 0, result.output
+    assert [op for op, _ in sent(node)] == ["safe_time"]
+
+
+def test_a_token_given_beats_the_config_admin_token(
+    configured: tuple[Path, ThreadedFakeNode],
+) -> None:
+    directory, _node = configured
+    result = run("cluster", "status", "--config", str(directory), "--token", "not-this-one")
+    assert result.exit_code == 3, result.output  # status: that endpoint did not answer
+    assert "UNAUTHENTICATED" in result.stdout
+
+
+def test_config_and_endpoints_flags_exclude_each_other(
+    configured: tuple[Path, ThreadedFakeNode],
+) -> None:
+    directory, node = configured
+    result = run("--endpoints", node.endpoint, "cluster", "status", "--config", str(directory))
+    assert result.exit_code == 2, result.output
+    assert result.stderr.startswith("Error: USAGE: "), result.stderr
+    assert "--config" in result.stderr.splitlines()[0]
+    assert sent(node) == []
+
+
+def test_a_config_dir_without_a_cluster_says_so(tmp_path: Path) -> None:
+    result = run("cluster", "status", "--config", str(tmp_path / "nosuch"))
+    assert result.exit_code == 2, result.output
+    assert "metastore cluster init" in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize("command", [["cluster", "status"], ["safe-time"]])
+def test_config_is_documented_on_read_commands(command: list[str]) -> None:
+    text = run(*command, "--help").stdout
+    assert "--config DIR" in text, text
