@@ -138,19 +138,22 @@ def session_expire(ctx: click.Context, session_ids: tuple[str, ...]) -> None:
     expiry is recorded in the log with your client name. A running batch of such a session
     will have its commit refused if its schema version is overtaken. An id that names no open
     session (unknown, or already ended) is SESSION_NOT_FOUND (exit 4); the others are still
-    expired, and the output lists both."""
+    expired, and then the output lists both."""
     if len(session_ids) > MAX_LEASES_PER_COMMAND:
         raise click.UsageError(f"at most {MAX_LEASES_PER_COMMAND} sessions at a time")
     a = app(ctx)
     result = a.client().session_expire(list(session_ids))
-    emit(
-        a.output,
-        result,
-        lambda: [
-            Text(f"expired: {', '.join(result.get('expired', [])) or '-'}"),
-            Text(f"not found: {', '.join(result.get('skipped', [])) or '-'}"),
-        ],
-    )
+    if result.get("expired"):
+        # Something was done: say what, even if the error below follows. When nothing was,
+        # stdout stays empty, as for every other error.
+        emit(
+            a.output,
+            result,
+            lambda: [
+                Text(f"expired: {', '.join(result.get('expired', [])) or '-'}"),
+                Text(f"not found: {', '.join(result.get('skipped', [])) or '-'}"),
+            ],
+        )
     not_found = [str(s) for s in result.get("skipped", [])]
     if not_found:
         # Like etcdctl's revoke of an unknown lease: a typo or a session already gone is an

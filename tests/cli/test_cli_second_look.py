@@ -52,6 +52,7 @@ def test_session_expire_of_an_unknown_id_is_not_found() -> None:
     first = result.stderr.splitlines()[0]
     assert first.startswith("Error: SESSION_NOT_FOUND: "), result.stderr
     assert "nosuch" in first
+    assert result.stdout == ""  # nothing done: nothing a script could take for a result
 
 
 def test_session_expire_of_some_unknown_ids_expires_the_others_and_says_which() -> None:
