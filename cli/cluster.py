@@ -17,7 +17,7 @@ from rich.console import RenderableType
 from rich.text import Text
 
 from cli import processes
-from cli.context import LOCAL_CONFIG_DIR, App, app
+from cli.context import LOCAL_CONFIG_DIR, App, app, config_dir_option
 from cli.errors import (
     EXIT_GENERIC,
     EXIT_NOT_FOUND,
@@ -218,6 +218,7 @@ def _init_next_steps(doc: dict[str, Any]) -> Text:
     ]
     if "ca_file" in doc:
         lines.append(f"  export METASTORE_CACERT={shlex.quote(doc['ca_file'])}")
+    lines.append(f"  (or: metastore cluster status --config {shlex.quote(doc['directory'])})")
     return Text("\n".join(lines), no_wrap=True, overflow="ignore")
 
 
@@ -664,6 +665,7 @@ def cluster_down(ctx: click.Context, config_dir: Path, grace_ms: int) -> None:
 
 
 @cluster.command("status")
+@config_dir_option
 @click.pass_context
 def cluster_status(ctx: click.Context) -> None:
     """Ask every endpoint for its status: Raft role, term, leader, commit/applied index, safe
@@ -1011,6 +1013,7 @@ def cluster_revoke_cert(
 
 
 @cluster.command("revoked")
+@config_dir_option
 @click.pass_context
 def cluster_revoked(ctx: click.Context) -> None:
     """List the revoked TLS certificates (fingerprint, node, why, by whom, when), this node's
@@ -1054,6 +1057,7 @@ def cluster_transfer_leader(ctx: click.Context, node_id: int) -> None:
 
 
 @cluster.command("version")
+@config_dir_option
 @click.option(
     "--finalize",
     is_flag=True,

@@ -20,13 +20,14 @@ from typing import Final
 import click
 
 from cli.errors import EXIT_USAGE, CliError
-from hlc import SystemClock, parse_ts
+from hlc import SystemClock, parse_ts, physical_ms
 from hlc.errors import TimestampParseError
 from metastore.client import ENDPOINTS_MAX, SyncMetastoreClient, parse_endpoint
-from metastore.commands import parse_duration_ms
+from metastore.commands import TableName, normalize_object_name, parse_duration_ms
 from metastore.daemon.config import CLUSTER_FILE_NAME, ClusterConfig, load_cluster_config
 from metastore.daemon.secrets import Role, SecretsError, read_token_file, token_file_name
-from metastore.errors import InvalidArgumentError
+from metastore.errors import InvalidArgumentError, MetastoreError
+from metastore.limits import MAX_CLOCK_SKEW_MS
 from raft.tls import ClientTls
 
 LOCAL_CONFIG_DIR: Final = Path("cluster_configs") / "local"
@@ -49,6 +50,10 @@ class App:
     cert: Path | None = None
     key: Path | None = None
     tls_server_name: str | None = None
+    # --endpoints given as a flag (not METASTORE_ENDPOINTS): it and --config cannot both say.
+    endpoints_explicit: bool = False
+    # A read command's --config DIR: a cluster directory in place of the local default.
+    config_dir: Path | None = None
     _client: SyncMetastoreClient | None = field(default=None, repr=False)
 
     def client_tls(self, config: ClusterConfig | None = None) -> ClientTls | None:
@@ -68,8 +73,19 @@ class App:
             return ClientTls(ca_file=config.tls.ca_file)
         return None
 
+    def _endpoints_from_option(self) -> bool:
+        """--endpoints (or METASTORE_ENDPOINTS) rather than a cluster.toml. A --config DIR
+        given to the command beats the environment variable; with the --endpoints flag it is
+        a contradiction."""
+        if self.config_dir is not None:
+            if self.endpoints_explicit and self.endpoints_option:
+                raise _usage("--endpoints and --config both name the nodes: pass one")
+            return False
+        return bool(self.endpoints_option)
+
     def endpoints(self) -> list[str]:
-        if self.endpoints_option:
+        if self._endpoints_from_option():
+            assert self.endpoints_option is not None
             endpoints = [e.strip() for e in self.endpoints_option.split(",") if e.strip()]
             if not endpoints:
                 raise _usage("--endpoints is empty")
@@ -92,12 +108,27 @@ class App:
 
     def endpoints_source(self) -> str:
         """Where `endpoints()` takes the addresses from, for messages."""
-        if self.endpoints_option:
+        if self._endpoints_from_option():
             return "--endpoints / METASTORE_ENDPOINTS"
-        return str(LOCAL_CLUSTER_FILE)
+        return str(self._cluster_file())
+
+    def _cluster_file(self) -> Path:
+        return (
+            LOCAL_CLUSTER_FILE if self.config_dir is None else self.config_dir / CLUSTER_FILE_NAME
+        )
 
     def _local_config(self) -> ClusterConfig | None:
+        """The cluster.toml of --config DIR (which must exist), else the local default's (if
+        there is one)."""
+        if self.config_dir is not None:
+            return load_cluster_config(self._cluster_file())
         return load_cluster_config(LOCAL_CLUSTER_FILE) if LOCAL_CLUSTER_FILE.exists() else None
+
+    def _default_token_file(self) -> Path:
+        """The admin token of --config DIR's cluster (its secrets_dir), else the local one."""
+        if self.config_dir is not None and (config := self._local_config()) is not None:
+            return config.secrets_dir / token_file_name(Role.ADMIN)
+        return LOCAL_ADMIN_TOKEN_FILE
 
     def resolve_token(self) -> str | None:
         """--token, else the token file (--token-file, else the local admin token if present)."""
@@ -113,8 +144,8 @@ class App:
                     f"{exc} (the token file named by --token-file / METASTORE_TOKEN_FILE)",
                     exit_code=EXIT_USAGE,
                 ) from None
-        if LOCAL_ADMIN_TOKEN_FILE.exists():
-            return read_token_file(LOCAL_ADMIN_TOKEN_FILE)
+        if (default := self._default_token_file()).exists():
+            return read_token_file(default)
         return None
 
     def token_source(self) -> str | None:
@@ -123,8 +154,8 @@ class App:
             return "--token / METASTORE_TOKEN"
         if self.token_file is not None:
             return str(self.token_file)
-        if LOCAL_ADMIN_TOKEN_FILE.exists():
-            return f"{LOCAL_ADMIN_TOKEN_FILE} (the default)"
+        if (default := self._default_token_file()).exists():
+            return f"{default} (the default)" if self.config_dir is None else str(default)
         return None
 
     def client(self) -> SyncMetastoreClient:
@@ -134,7 +165,9 @@ class App:
                 self.resolve_token(),
                 timeout_ms=self.timeout_ms,
                 client_name=CLI_CLIENT_NAME,
-                tls=self.client_tls(None if self.endpoints_option else self._local_config()),
+                tls=self.client_tls(
+                    None if self._endpoints_from_option() else self._local_config()
+                ),
             )
         return self._client
 
@@ -142,6 +175,28 @@ class App:
         if self._client is not None:
             self._client.close()
             self._client = None
+
+
+def _set_config_dir(ctx: click.Context, _param: click.Parameter, value: Path | None) -> None:
+    if value is not None and not ctx.resilient_parsing:
+        app(ctx).config_dir = value
+
+
+# `--config DIR` for commands that only talk to a cluster (status, safe-time...): right after
+# `metastore cluster up --config DIR`, without exporting its endpoints and token.
+config_dir_option = click.option(
+    "--config",
+    "config_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    metavar="DIR",
+    default=None,
+    expose_value=False,
+    callback=_set_config_dir,
+    help="Talk to the cluster configured in DIR (`metastore cluster init DIR`): its client "
+    "endpoints and TLS settings from DIR/cluster.toml (beats METASTORE_ENDPOINTS; not with "
+    "--endpoints), and its admin token from DIR's secrets unless --token or --token-file "
+    f"gives one. Default: {LOCAL_CONFIG_DIR} if it exists here.",
+)
 
 
 def app(ctx: click.Context) -> App:
@@ -152,22 +207,100 @@ def app(ctx: click.Context) -> App:
 
 
 class TimestampParam(click.ParamType[int]):
-    """An HLC timestamp as `hlc.parse_ts` reads it: HLC integer, ISO-8601, `-5m`, `now`."""
+    """An HLC timestamp as `hlc.parse_ts` reads it: HLC integer, ISO-8601, `-5m`, `now`.
+
+    With `max_ahead_ms`, a time further than that ahead of this machine's clock is a usage
+    error: a read at a time no node's clock has reached cannot be answered (a node refuses a
+    timestamp more than the cluster's CSmax ahead of its clock), and one beyond any CSmax a
+    cluster may have (MAX_CLOCK_SKEW_MS) is a typo, not something to retry later."""
 
     name = "TS"
+
+    def __init__(self, *, max_ahead_ms: int | None = None) -> None:
+        self.max_ahead_ms = max_ahead_ms
 
     def convert(
         self, value: object, param: click.Parameter | None, ctx: click.Context | None
     ) -> int:
         if isinstance(value, int) and not isinstance(value, bool):
             return value
+        now_ms = SystemClock().now_ms()
         try:
-            return parse_ts(str(value), now_ms=SystemClock().now_ms())
+            ts = parse_ts(str(value), now_ms=now_ms)
         except TimestampParseError as exc:
             self.fail(str(exc), param, ctx)
+        ahead_ms = physical_ms(ts) - now_ms
+        if self.max_ahead_ms is not None and ahead_ms > self.max_ahead_ms:
+            self.fail(
+                f"{value!r} is in the future by {span_text(ahead_ms)}: no node can answer for a "
+                f"time its clock has not reached (a cluster tolerates at most "
+                f"{span_text(self.max_ahead_ms)} of clock skew)",
+                param,
+                ctx,
+            )
+        return ts
 
 
 TIMESTAMP: Final = TimestampParam()
+# Reads (--as-of, watch --from): at most the largest clock skew a cluster may be set up with.
+READ_TIMESTAMP: Final = TimestampParam(max_ahead_ms=MAX_CLOCK_SKEW_MS)
+
+
+def span_text(ms: int) -> str:
+    """A span of time for people, in its two largest units: `2.5 s`, `4 min 10 s`,
+    `1 day 1 h`, `1130 days 14 h`."""
+    if ms < 60_000:
+        return f"{ms / 1000:.1f} s"
+    units = (("day", 86_400_000), ("h", 3_600_000), ("min", 60_000), ("s", 1_000))
+    counts: list[tuple[int, str]] = []
+    rest = ms
+    for unit, size in units:
+        count, rest = divmod(rest, size)
+        if count or counts:  # from the largest unit that is not zero, two units
+            counts.append((count, unit))
+        if len(counts) == 2:
+            break
+    return " ".join(
+        f"{n} {unit}{'s' if unit == 'day' and n != 1 else ''}" for n, unit in counts if n
+    )
+
+
+class TableNameParam(click.ParamType[str]):
+    """A table name `NS.TABLE` (or, with `namespace_allowed`, a namespace `NS` too), checked
+    while click parses, as the nodes check it (metastore.commands.TableName): a name the server
+    would refuse as INVALID_ARGUMENT (exit 5, after a round trip) is a usage error (exit 2) that
+    names the argument, before any request. The value is passed on as typed (the nodes fold
+    case). Its metavar is what --help shows, the same in every command."""
+
+    def __init__(self, *, namespace_allowed: bool = False) -> None:
+        self.namespace_allowed = namespace_allowed
+        self.name = "NS[.TABLE]" if namespace_allowed else "NS.TABLE"
+
+    def get_metavar(self, param: click.Parameter, ctx: click.Context) -> str:
+        return self.name
+
+    def convert(
+        self, value: object, param: click.Parameter | None, ctx: click.Context | None
+    ) -> str:
+        text = str(value)
+        try:
+            if self.namespace_allowed and "." not in text:
+                normalize_object_name(text, "namespace")
+            else:
+                TableName.parse(text)
+        except MetastoreError as exc:
+            self.fail(f"{text!r}: {_without_repeat(exc.message, text)}", param, ctx)
+        return text
+
+
+def _without_repeat(message: str, text: str) -> str:
+    # TableName.parse says "table name 'x' must have the form namespace.table": the value is
+    # already at the start of the line.
+    return message.replace(f" {text!r}", "")
+
+
+TABLE_NAME: Final = TableNameParam()
+TABLE_OR_NAMESPACE: Final = TableNameParam(namespace_allowed=True)
 
 
 class DurationParam(click.ParamType[int]):

@@ -19,6 +19,7 @@ from typing import Final, NoReturn
 import click
 
 from metastore.errors import ErrorCode, MetastoreError
+from metastore.limits import MAX_CLOCK_SKEW_MS
 
 EXIT_OK: Final = 0
 EXIT_GENERIC: Final = 1
@@ -87,6 +88,7 @@ EXIT_CODE_BY_ERROR: Final[Mapping[str, int]] = {
     "TIMEOUT": EXIT_UNAVAILABLE,
     "UNAVAILABLE": EXIT_UNAVAILABLE,
     "INTERNAL": EXIT_GENERIC,
+    # Retryable within a clock skew; further ahead than any cluster's CSmax: refused (5).
     "TIMESTAMP_AHEAD_OF_CLOCK": EXIT_UNAVAILABLE,
     # The client and the node do not agree on TLS (or on whom to trust): not authenticated.
     "TLS_REQUIRED": EXIT_AUTH,
@@ -114,6 +116,12 @@ class CliError(Exception):
 
 def exit_code_for(error: MetastoreError) -> int:
     code = error.details.get("original_code") if error.code is ErrorCode.UNKNOWN else None
+    if error.code is ErrorCode.TIMESTAMP_AHEAD_OF_CLOCK:
+        # Retry later only while the time is within a clock skew a cluster may have; a time
+        # further ahead (a typo, a year off) stays refused for that long.
+        ahead_ms = error.details.get("ahead_ms")
+        if isinstance(ahead_ms, int) and ahead_ms > MAX_CLOCK_SKEW_MS:
+            return EXIT_REFUSED
     return EXIT_CODE_BY_ERROR.get(str(code or error.code.value), EXIT_GENERIC)
 
 

@@ -3,9 +3,9 @@
 Each table has a GC threshold: reads AS OF a timestamp at or below it fail, and the files no
 read above it can see are deleted by the leader's GC (every `gc_interval_ms`, or now with
 `gc run`). The threshold follows now minus the table's `gc.ttl` property (25h unless the table or
-its namespace sets it), never past a protected timestamp: `pts protect --ts T --table NS.T` keeps
-every file a read at >= T needs until `pts release`. Once `protect` returns, the data is
-protected (metastore/gc.py). Times are the cluster's HLC, shown as ISO-8601.
+its namespace sets it), never past a protected timestamp: `pts protect --ts T --table
+NS.TABLE` keeps every file a read at >= T needs until `pts release`. Once `protect` returns, the
+data is protected (metastore/gc.py). Times are the cluster's HLC, shown as ISO-8601.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import click
 from rich.console import RenderableType
 from rich.text import Text
 
-from cli.context import TIMESTAMP, DurationParam, app, duration_text
+from cli.context import TABLE_NAME, TIMESTAMP, DurationParam, app, duration_text
 from cli.output import emit, kv_table, rows_table, ts_cell
 from metastore.limits import GC_TTL_MS_MAX
 
@@ -66,7 +66,7 @@ def pts() -> None:
 
 @pts.command("protect")
 @click.option("--ts", "ts", type=TIMESTAMP, required=True, help="Protect reads at >= TS.")
-@click.option("--table", "tables", multiple=True, metavar="NS.T", help="A table (repeatable).")
+@click.option("--table", "tables", type=TABLE_NAME, multiple=True, help="A table (repeatable).")
 @click.option(
     "--namespace", "namespaces", multiple=True, metavar="NS", help="Every table of NS (repeatable)."
 )
@@ -197,7 +197,7 @@ def gc() -> None:
 
 
 @gc.command("status")
-@click.argument("table", required=False, metavar="[NS.T]")
+@click.argument("table", type=TABLE_NAME, required=False)
 @click.pass_context
 def gc_status(ctx: click.Context, table: str | None) -> None:
     """Per table: TTL, threshold, the threshold a run now would reach and what holds it
@@ -256,7 +256,7 @@ def gc_status(ctx: click.Context, table: str | None) -> None:
 
 
 @gc.command("run")
-@click.argument("table", required=False, metavar="[NS.T]")
+@click.argument("table", type=TABLE_NAME, required=False)
 @click.option("--dry-run", is_flag=True, help="Show what would be deleted; change nothing.")
 @click.pass_context
 def gc_run(ctx: click.Context, table: str | None, dry_run: bool) -> None:

@@ -29,7 +29,7 @@ import click
 from rich.console import RenderableType
 from rich.text import Text
 
-from cli.context import app
+from cli.context import TABLE_NAME, app
 from cli.errors import EXIT_REFUSED, EXIT_UNAVAILABLE, CliError
 from cli.leases import BLOCKER_COLUMNS, blocker_rows, blocker_summary
 from cli.output import (
@@ -359,11 +359,11 @@ def job() -> None:
 
 
 @job.command("list")
-@click.argument("table", metavar="[NS.T]", required=False)
+@click.argument("table", type=TABLE_NAME, required=False)
 @click.option("--all", "show_all", is_flag=True, help="Also list finished jobs (the newest kept).")
 @click.pass_context
 def job_list(ctx: click.Context, table: str | None, show_all: bool) -> None:
-    """Running schema change jobs (of TABLE, if given), oldest first: id, table, kind, column,
+    """Running schema change jobs (of NS.TABLE, if given), oldest first: id, table, kind, column,
     status, step and what the next step waits for. With --all, also finished ones (succeeded,
     cancelled, aborted)."""
     a = app(ctx)

@@ -15,8 +15,9 @@ import click
 from rich.console import RenderableType
 from rich.text import Text
 
-from cli.context import app
+from cli.context import TABLE_NAME, app
 from cli.output import emit, rows_table, ts_cell
+from metastore.errors import SessionNotFoundError
 from metastore.limits import MAX_LEASES_PER_COMMAND
 
 
@@ -135,19 +136,32 @@ def _session_tables(result: dict[str, Any], show_all: bool) -> list[RenderableTy
 def session_expire(ctx: click.Context, session_ids: tuple[str, ...]) -> None:
     """End SESSION_IDS now (admin only): their leases stop blocking schema changes at once. The
     expiry is recorded in the log with your client name. A running batch of such a session
-    will have its commit refused if its schema version is overtaken."""
+    will have its commit refused if its schema version is overtaken. An id that names no open
+    session (unknown, or already ended) is SESSION_NOT_FOUND (exit 4); the others are still
+    expired, and then the output lists both."""
     if len(session_ids) > MAX_LEASES_PER_COMMAND:
         raise click.UsageError(f"at most {MAX_LEASES_PER_COMMAND} sessions at a time")
     a = app(ctx)
     result = a.client().session_expire(list(session_ids))
-    emit(
-        a.output,
-        result,
-        lambda: [
-            Text(f"expired: {', '.join(result.get('expired', [])) or '-'}"),
-            Text(f"not found: {', '.join(result.get('skipped', [])) or '-'}"),
-        ],
-    )
+    if result.get("expired"):
+        # Something was done: say what, even if the error below follows. When nothing was,
+        # stdout stays empty, as for every other error.
+        emit(
+            a.output,
+            result,
+            lambda: [
+                Text(f"expired: {', '.join(result.get('expired', [])) or '-'}"),
+                Text(f"not found: {', '.join(result.get('skipped', [])) or '-'}"),
+            ],
+        )
+    not_found = [str(s) for s in result.get("skipped", [])]
+    if not_found:
+        # Like etcdctl's revoke of an unknown lease: a typo or a session already gone is an
+        # error a script can see, not a success.
+        raise SessionNotFoundError(
+            f"no open session {', '.join(not_found)} (unknown, or already ended; "
+            "`metastore session list --all` shows the ended ones)"
+        )
 
 
 # ---- lease -------------------------------------------------------------------------------------
@@ -159,10 +173,10 @@ def lease() -> None:
 
 
 @lease.command("list")
-@click.argument("table", required=False)
+@click.argument("table", type=TABLE_NAME, required=False)
 @click.pass_context
 def lease_list(ctx: click.Context, table: str | None) -> None:
-    """Leases held now, on every table or on TABLE (NS.T): which session holds which schema
+    """Leases held now, on every table or on NS.TABLE: which session holds which schema
     version, since when, and until when its session lives without a heartbeat."""
     a = app(ctx)
     result = a.client().lease_list(table)
@@ -181,10 +195,10 @@ def lease_list(ctx: click.Context, table: str | None) -> None:
 
 
 @lease.command("blockers")
-@click.argument("table")
+@click.argument("table", type=TABLE_NAME)
 @click.pass_context
 def lease_blockers(ctx: click.Context, table: str) -> None:
-    """Who would block publishing TABLE's next schema version right now: sessions holding a
+    """Who would block publishing NS.TABLE's next schema version right now: sessions holding a
     lease on a version older than the current one (the two-version invariant)."""
     a = app(ctx)
     result = a.client().lease_blockers(table)

@@ -23,7 +23,7 @@ import click
 from click.exceptions import NoArgsIsHelpError
 
 from cli.cluster import cluster
-from cli.context import App, app
+from cli.context import App, app, span_text
 from cli.errors import EXIT_CODES_HELP, EXIT_USAGE, CliError, exit_code_for, fail, fail_usage
 from cli.gc import gc, pts
 from cli.job import job
@@ -31,7 +31,7 @@ from cli.job_backfill import run_backfill
 from cli.leases import lease, session
 from cli.node import node
 from cli.ns import ns
-from cli.output import OUTPUT_FORMATS
+from cli.output import OUTPUT_FORMATS, ts_cell
 from cli.safe_time import safe_time
 from cli.snapshot import snapshot
 from cli.sql import sql
@@ -46,6 +46,7 @@ from metastore.client import DEFAULT_TIMEOUT_MS, TIMEOUT_MS_MAX
 from metastore.daemon.config import CLUSTER_FILE_NAME, ConfigError
 from metastore.daemon.secrets import SecretsError
 from metastore.errors import ErrorCode, MetastoreError
+from metastore.limits import MAX_CLOCK_SKEW_MS
 
 CONTEXT_SETTINGS: dict[str, Any] = {
     "help_option_names": ["-h", "--help"],
@@ -96,6 +97,9 @@ class RootGroup(click.Group):
         except click.UsageError as exc:
             fail_usage(exc)
         except MetastoreError as exc:
+            if exc.code is ErrorCode.TIMESTAMP_AHEAD_OF_CLOCK:
+                message, details = _timestamp_ahead(exc)
+                fail(exc.code.value, message, exit_code_for(exc), details)
             fail(exc.code.value, _with_hint(ctx, exc), exit_code_for(exc), exc.details)
         except ConfigError as exc:
             fail(exc.code, _config_hint(exc), EXIT_USAGE, None)
@@ -146,6 +150,26 @@ def _with_hint(ctx: click.Context, error: MetastoreError) -> str:
     return error.message
 
 
+def _timestamp_ahead(error: MetastoreError) -> tuple[str, dict[str, object]]:
+    """Every node refused a timestamp ahead of its clock: say by how much it is in the future
+    and whether waiting helps, once, rather than each node's refusal again (the client tried
+    them all and keeps each answer in `tried`, which said the same thing three times)."""
+    ahead_ms, cs_max_ms, ts = (error.details.get(k) for k in ("ahead_ms", "cs_max_ms", "ts"))
+    if not isinstance(ahead_ms, int) or not isinstance(cs_max_ms, int):
+        return error.message, error.details  # an older node's shape: as it is
+    when = ts_cell(ts) if isinstance(ts, int) else "the timestamp"
+    if ahead_ms > MAX_CLOCK_SKEW_MS:
+        advice = "far beyond any clock skew; check the time you asked for"
+    else:
+        advice = f"ask again in {span_text(max(0, ahead_ms - cs_max_ms))}"
+    message = (
+        f"{when} is in the future by {span_text(ahead_ms)} of the nodes' clocks, more than the "
+        f"cluster's CSmax = {cs_max_ms} ms of tolerated clock skew: no node can answer for it "
+        f"yet ({advice})"
+    )
+    return message, {"ahead_ms": ahead_ms, "cs_max_ms": cs_max_ms}
+
+
 def _config_hint(error: ConfigError) -> str:
     """The error, and for a config directory with no cluster.toml (a typo, or a cluster not
     made yet: `snapshot restore` and `cluster up` need one), how to make one."""
@@ -166,7 +190,8 @@ def _config_hint(error: ConfigError) -> str:
     show_envvar=True,
     metavar="HOST:PORT,...",
     help="Client addresses of the nodes. Default: the client ports in "
-    "cluster_configs/local/cluster.toml (if that file exists here).",
+    "cluster_configs/local/cluster.toml (if that file exists here), or in DIR/cluster.toml "
+    "for a command given --config DIR (cluster status, safe-time).",
 )
 @click.option(
     "--token",
@@ -257,6 +282,9 @@ def cli(
     """
     app = App(
         endpoints_option=endpoints,
+        endpoints_explicit=(
+            ctx.get_parameter_source("endpoints") is click.core.ParameterSource.COMMANDLINE
+        ),
         token=token,
         token_file=token_file,
         output=output,
@@ -288,6 +316,8 @@ def _set_global(field_name: str) -> Callable[[click.Context, click.Parameter, An
         if value is None or ctx.resilient_parsing:
             return  # not given here: the root's value (flag, environment or default) stands
         setattr(app(ctx), field_name, value)
+        if field_name == "endpoints_option":
+            app(ctx).endpoints_explicit = True
 
     return callback
 

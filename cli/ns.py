@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from cli.context import TIMESTAMP, app
+from cli.context import READ_TIMESTAMP, app
 from cli.output import emit, kv_table, rows_table
 from cli.table import AS_OF_HELP
 
@@ -15,7 +15,7 @@ def ns() -> None:
 
 
 @ns.command("list")
-@click.option("--as-of", type=TIMESTAMP, help=AS_OF_HELP)
+@click.option("--as-of", type=READ_TIMESTAMP, help=AS_OF_HELP)
 @click.pass_context
 def ns_list(ctx: click.Context, as_of: int | None) -> None:
     """List every namespace (existing now, or at --as-of) with its comment and properties."""

@@ -23,9 +23,15 @@ from hlc import HlcError, to_iso
 from metastore.client import EndpointResult
 from metastore.errors import MetastoreError
 
-# Terminal width to assume when stdout is not a terminal (a pipe, a file, a test): wide enough
-# that tables are not wrapped mid-value, which would break `grep` and `awk`.
-NON_TTY_WIDTH: Final = 200
+# Terminal width to assume when stdout is not a terminal (a pipe, a file, a test): no row is
+# ever wrapped there (a status row with a clock note passed 200 columns and put "connection"
+# and "refused" on two lines), since that breaks `grep` and `awk`; a table is only as wide as
+# its cells, so this is a bound, not a padding.
+NON_TTY_WIDTH: Final = 100_000
+# On a terminal, a column whose cells are all at most this long (names, endpoints, times,
+# numbers, an error phrase) is never wrapped; only columns of longer free text (a schema, JSON
+# properties) fold when the terminal is too narrow.
+SHORT_PHRASE_CHARS: Final = 80
 
 OUTPUT_FORMATS: Final = ("table", "json")
 
@@ -145,10 +151,18 @@ def rows_table(
     columns: Sequence[str], rows: Iterable[Sequence[object]], *, title: str | None = None
 ) -> Table:
     table = Table(box=box.SIMPLE_HEAD, title=_plain(title), title_justify="left")
-    for name in columns:
-        table.add_column(name.upper(), overflow="fold")
-    for row in rows:
-        table.add_row(*(Text(v if isinstance(v, str) else cell(v)) for v in row))
+    texts = [[v if isinstance(v, str) else cell(v) for v in row] for row in rows]
+    for i, name in enumerate(columns):
+        short = all(
+            len(row[i]) <= SHORT_PHRASE_CHARS and "\n" not in row[i]
+            for row in texts
+            if i < len(row)
+        )
+        # A short phrase stays on its line (cut with an ellipsis only if the terminal cannot
+        # hold even the short columns); long text folds.
+        table.add_column(name.upper(), no_wrap=short, overflow="ellipsis" if short else "fold")
+    for row in texts:
+        table.add_row(*(Text(v) for v in row))
     return table
 
 

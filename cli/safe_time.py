@@ -5,12 +5,13 @@ from __future__ import annotations
 import click
 from rich.console import RenderableType
 
-from cli.context import app
+from cli.context import app, config_dir_option
 from cli.errors import EXIT_UNAVAILABLE
 from cli.output import emit, endpoint_results_doc, rows_table, ts_cell
 
 
 @click.command("safe-time")
+@config_dir_option
 @click.pass_context
 def safe_time(ctx: click.Context) -> None:
     """Show each node's safe time, its lag behind the node's clock and whether it is ready.

@@ -3,7 +3,7 @@
 `save FILE` asks one node (the first that answers, or --endpoint) for its catalog at its applied
 index, downloads it in chunks with progress on stderr, and writes FILE (header with the cluster
 id, applied index and SHA-256, then the state), owner-only (0600), verified before it is
-renamed into place.
+renamed into place; an existing FILE is never replaced unless --force.
 `restore FILE --config DIR` checks FILE and writes it as the starting state of every member of
 the NEW cluster in DIR (see metastore/daemon/backup.py); start it with `metastore cluster up
 --config DIR`. Table data (Parquet) is not part of the snapshot: back up the warehouse with
@@ -20,8 +20,9 @@ import click
 from rich.text import Text
 
 from cli.context import LOCAL_CONFIG_DIR, app
-from cli.errors import EXIT_USAGE, CliError
+from cli.errors import EXIT_REFUSED, EXIT_USAGE, CliError
 from cli.output import emit, kv_table
+from hlc import HlcError, make_ts, to_iso
 from metastore.client import parse_endpoint
 from metastore.daemon import backup
 from metastore.daemon.config import CLUSTER_FILE_NAME, load_cluster_config
@@ -36,10 +37,15 @@ def snapshot() -> None:
 @snapshot.command("save")
 @click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--endpoint", default=None, help="Take it from this node (HOST:PORT).")
+@click.option("--force", is_flag=True, help="Replace FILE if it exists.")
 @click.pass_context
-def snapshot_save(ctx: click.Context, file: Path, endpoint: str | None) -> None:
+def snapshot_save(ctx: click.Context, file: Path, endpoint: str | None, force: bool) -> None:
     """Write the catalog (every namespace, table, schema version, commit, file entry, session,
-    lease and protection) to FILE, consistent at one applied index of one node. Admin only."""
+    lease and protection) to FILE, consistent at one applied index of one node. Admin only.
+    An existing FILE (an earlier backup) is kept, and the command refused, unless --force;
+    FILE appears only once complete and verified."""
+    if file.exists() and not force:  # before any request: a typo must not cost a download
+        raise _file_exists(file)
     if endpoint is not None:
         try:
             parse_endpoint(endpoint)
@@ -88,12 +94,51 @@ def snapshot_save(ctx: click.Context, file: Path, endpoint: str | None) -> None:
             os.fsync(out.fileno())
         click.echo("", err=True)
         backup.read_file(partial)  # size, checksum and a full decode, before it counts as saved
-        partial.replace(file)
+        _put_in_place(partial, file, force=force)
     except BaseException:
         partial.unlink(missing_ok=True)  # a failed or interrupted save leaves nothing behind
         raise
     result = {"file": str(file), "from": used, **header}
-    emit(a.output, result, lambda: [kv_table(result, title="snapshot saved")])
+    emit(a.output, result, lambda: [kv_table(_shown(result), title="snapshot saved")])
+
+
+def _file_exists(file: Path) -> CliError:
+    return CliError(
+        "ALREADY_EXISTS",
+        f"{file} exists; pass --force to replace it (nothing was written)",
+        exit_code=EXIT_REFUSED,
+    )
+
+
+def _put_in_place(partial: Path, file: Path, *, force: bool) -> None:
+    """Rename the verified `partial` to `file` atomically. Without `force`, a `file` made
+    since the check at the start (another save) is kept: a hard link fails if the name is
+    taken, where a rename would replace it."""
+    if force:
+        partial.replace(file)
+        return
+    try:
+        os.link(partial, file)
+    except FileExistsError:
+        raise _file_exists(file) from None
+    except OSError:  # a filesystem without hard links: the check at the start stands
+        if file.exists():
+            raise _file_exists(file) from None
+        partial.replace(file)
+        return
+    partial.unlink()
+
+
+def _shown(result: dict[str, object]) -> dict[str, object]:
+    """The table form: when the node took it as a time rather than epoch milliseconds."""
+    shown = dict(result)
+    taken_at_ms = shown.pop("taken_at_ms", None)
+    if isinstance(taken_at_ms, int) and not isinstance(taken_at_ms, bool):
+        try:
+            shown["taken at"] = to_iso(make_ts(taken_at_ms))
+        except HlcError:
+            shown["taken_at_ms"] = taken_at_ms
+    return shown
 
 
 @snapshot.command("restore")

@@ -12,7 +12,7 @@ from typing import Any
 import click
 from rich.console import RenderableType
 
-from cli.context import TIMESTAMP, app
+from cli.context import READ_TIMESTAMP, TABLE_NAME, app
 from cli.output import emit, kv_table, rows_table, ts_cell
 from metastore.client import SyncMetastoreClient
 from metastore.errors import ErrorCode, MetastoreError, TableNotFoundError
@@ -53,7 +53,7 @@ def table() -> None:
 
 @table.command("list")
 @click.argument("namespace", required=False)
-@click.option("--as-of", type=TIMESTAMP, help=AS_OF_HELP)
+@click.option("--as-of", type=READ_TIMESTAMP, help=AS_OF_HELP)
 @click.pass_context
 def table_list(ctx: click.Context, namespace: str | None, as_of: int | None) -> None:
     """List the tables of NAMESPACE, or of every namespace when it is left out (full names,
@@ -65,8 +65,8 @@ def table_list(ctx: click.Context, namespace: str | None, as_of: int | None) -> 
 
 
 @table.command("describe")
-@click.argument("name", metavar="NS.TABLE")
-@click.option("--as-of", type=TIMESTAMP, help=AS_OF_HELP)
+@click.argument("name", type=TABLE_NAME)
+@click.option("--as-of", type=READ_TIMESTAMP, help=AS_OF_HELP)
 @click.pass_context
 def table_describe(ctx: click.Context, name: str, as_of: int | None) -> None:
     """Show the schema of NS.TABLE in force now (or at --as-of) and its metadata."""
@@ -101,7 +101,7 @@ def _columns_table(schema: object) -> RenderableType:
 
 
 @table.command("history")
-@click.argument("name", metavar="NS.TABLE")
+@click.argument("name", type=TABLE_NAME)
 @click.pass_context
 def table_history(ctx: click.Context, name: str) -> None:
     """Show every schema version of NS.TABLE: when it was made (Tm), when it activated (Tu),

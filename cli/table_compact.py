@@ -15,13 +15,13 @@ from typing import Any
 import click
 from rich.console import RenderableType
 
-from cli.context import app
+from cli.context import TABLE_NAME, app
 from cli.output import emit, end_progress, kv_table, progress
 from metastore import limits
 
 
 @click.command("compact")
-@click.argument("name", metavar="NS.TABLE")
+@click.argument("name", type=TABLE_NAME)
 @click.option(
     "--keep-loose",
     type=click.IntRange(0, limits.MAX_FILE_ENTRIES_PER_TABLE),

@@ -25,7 +25,7 @@ from rich.console import RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from cli.context import TIMESTAMP, app
+from cli.context import READ_TIMESTAMP, TABLE_NAME, app
 from cli.errors import EXIT_GENERIC, EXIT_NOT_FOUND, CliError
 from cli.output import emit, kv_table, ts_cell
 from cli.table import AS_OF_HELP, saying_when_created
@@ -81,8 +81,8 @@ READ_ERROR_EXIT_CODES: Final = {"DATA_FILE_NOT_FOUND": EXIT_NOT_FOUND}
 
 
 @click.command("files")
-@click.argument("name", metavar="NS.TABLE")
-@click.option("--as-of", type=TIMESTAMP, help=AS_OF_HELP + AS_OF_DEFAULT_HELP)
+@click.argument("name", type=TABLE_NAME)
+@click.option("--as-of", type=READ_TIMESTAMP, help=AS_OF_HELP + AS_OF_DEFAULT_HELP)
 @consistency_option()
 @click.pass_context
 def table_files(ctx: click.Context, name: str, as_of: int | None, consistency: str) -> None:
@@ -109,9 +109,11 @@ def _files_tables(result: dict[str, Any]) -> list[RenderableType]:
     files = result.get("files") or []
     table = Table(box=box.SIMPLE_HEAD, show_footer=True)
     table.add_column("PATH", footer=f"total: {len(files)} files", overflow="fold")
-    table.add_column("SIZE BYTES", footer=str(result.get("size_bytes", 0)), justify="right")
-    table.add_column("ROWS", footer=str(result.get("rows", 0)), justify="right")
-    table.add_column("ADDED TS")
+    # Numbers and times never wrap (a narrow terminal folds the path instead).
+    size_bytes, rows = str(result.get("size_bytes", 0)), str(result.get("rows", 0))
+    table.add_column("SIZE BYTES", footer=size_bytes, justify="right", no_wrap=True)
+    table.add_column("ROWS", footer=rows, justify="right", no_wrap=True)
+    table.add_column("ADDED TS", no_wrap=True)
     for f in files:
         table.add_row(
             Text(str(f.get("path"))),
@@ -123,8 +125,8 @@ def _files_tables(result: dict[str, Any]) -> list[RenderableType]:
 
 
 @click.command("read")
-@click.argument("name", metavar="NS.TABLE")
-@click.option("--as-of", type=TIMESTAMP, help=AS_OF_HELP + AS_OF_DEFAULT_HELP)
+@click.argument("name", type=TABLE_NAME)
+@click.option("--as-of", type=READ_TIMESTAMP, help=AS_OF_HELP + AS_OF_DEFAULT_HELP)
 @click.option(
     "--limit",
     type=click.IntRange(1, READ_ROWS_MAX),

@@ -1,4 +1,4 @@
-"""`metastore table optimize NS.T`: rewrite a table's small files into larger ones with Spark.
+"""`metastore table optimize NS.TABLE`: rewrite a table's small files into larger ones with Spark.
 
 Streaming writers commit a few small files per micro-batch; this command reads the small ones
 and writes them back as files of about `--target-file-size`, one atomic commit per chunk that
@@ -17,7 +17,7 @@ from typing import Any, Final
 
 import click
 
-from cli.context import app
+from cli.context import TABLE_NAME, app
 from cli.output import emit, end_progress, kv_table, progress
 from cli.spark_run import master_option, require_token, run_with_bridge
 from spark_bridge.optimize import TARGET_FILE_BYTES_MIN
@@ -68,7 +68,7 @@ class ByteSize(click.ParamType[int]):
 
 
 @click.command("optimize")
-@click.argument("table")
+@click.argument("table", type=TABLE_NAME)
 @click.option(
     "--target-file-size",
     "target_file_bytes",

@@ -17,7 +17,7 @@ from typing import Any
 
 import click
 
-from cli.context import TIMESTAMP, DurationParam, app
+from cli.context import READ_TIMESTAMP, TABLE_OR_NAMESPACE, DurationParam, app
 from cli.output import ts_cell
 
 # How long one call waits on the server for the next event.
@@ -55,11 +55,11 @@ def _line(event: dict[str, Any]) -> str:
 
 
 @click.command("watch")
-@click.argument("target", required=False, metavar="[NS[.T]]")
+@click.argument("target", type=TABLE_OR_NAMESPACE, required=False)
 @click.option(
     "--from",
     "from_ts",
-    type=TIMESTAMP,
+    type=READ_TIMESTAMP,
     default=None,
     help="Start after this timestamp (an event's tm, to resume; default: now).",
 )
@@ -86,7 +86,7 @@ def watch(
     count: int | None,
     stop_ms: int | None,
 ) -> None:
-    """Print catalog events for TARGET (a namespace or NS.T; default: everything) as they
+    """Print catalog events for NS[.TABLE] (a namespace or a table; default: everything) as they
     happen, in log order, until Ctrl-C, --count or --for."""
     if oldest and from_ts is not None:
         raise click.UsageError("--from and --oldest exclude each other")

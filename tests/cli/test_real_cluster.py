@@ -361,6 +361,17 @@ ERRORS: Final = {
         "UNSUPPORTED_SCHEMA_CHANGE",
     ),
     "wrong token": (["--token", "not-a-token-of-this-cluster", "ns", "list"], 6, "UNAUTHENTICATED"),
+    # An unknown id is not found, as etcdctl's revoke of an unknown lease.
+    "unknown session": (["session", "expire", "no-such-session"], 4, "SESSION_NOT_FOUND"),
+    "unknown protection": (["pts", "release", "no-such-record"], 4, "PROTECTION_NOT_FOUND"),
+    "unknown job": (["job", "cancel", "987654"], 4, "SCHEMA_JOB_NOT_FOUND"),
+    # Found by the CLI itself, before any request.
+    "table without namespace": (["table", "describe", "orders"], 2, "USAGE"),
+    "as-of years ahead": (
+        ["table", "describe", TABLE, "--as-of", "2030-01-01T00:00:00Z"],
+        2,
+        "USAGE",
+    ),
     "reader runs sql": (["--token-file", "{reader}", "sql", "CREATE NAMESPACE rd"], 6, "FORBIDDEN"),
     # A short budget: with the default (10 s) the client keeps retrying a refused endpoint.
     "no endpoint": (
