@@ -139,6 +139,10 @@ LIVENESS_PROBE_TIMEOUT_MS: Final = 500
 # half (so the total pause over the rounds has a floor, not just a ceiling).
 RETRY_BACKOFF_MS_MIN: Final = 50
 RETRY_BACKOFF_MS_MAX: Final = 1_000
+# A round is not started with less than this left of the call's budget after its pause: it
+# would most likely be cut by the deadline mid-attempt, and the caller would get a bare
+# TIMEOUT instead of what the nodes said (UNAVAILABLE naming each, or their last error).
+ROUND_MIN_MS: Final = 100
 # A server-side wait (schema_at's timeout_ms) gets this much extra time on the client, so the
 # server's own TIMEOUT reply arrives before the client gives up.
 SERVER_WAIT_MARGIN_MS: Final = 2_000
@@ -1244,7 +1248,7 @@ class MetastoreClient:
                         if attempt and attempt % len(order) == 0:
                             pause_s = self._backoff_ms(attempt // len(order)) / 1000
                             left_s = (deadline.when() or 0) - asyncio.get_running_loop().time()
-                            if pause_s >= left_s:
+                            if pause_s + ROUND_MIN_MS / 1000 >= left_s:
                                 # No time for another round: report what the nodes said rather
                                 # than a bare timeout.
                                 break

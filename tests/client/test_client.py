@@ -781,3 +781,21 @@ async def test_membership_calls_send_timeout_ms_only_when_not_the_default(nodes:
             {"node_id": 4, "raft_address": "127.0.0.1:1", "learner": True, "timeout_ms": 2_500},
         ),
     ]
+
+
+async def test_no_round_starts_that_the_deadline_would_cut(
+    nodes: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A node answers NOT_READY after 150 ms; rounds pause 300 ms. The third round would start
+    # ~100 ms before the 1 s deadline and be cut by it: the caller got a bare TIMEOUT instead
+    # of what the node said. A round needs ROUND_MIN_MS left after its pause to start.
+    async def slow_not_ready(op: str, args: dict[str, Any]) -> dict[str, Any]:
+        await asyncio.sleep(0.15)
+        raise NotReadyError("still starting")
+
+    node = await nodes(handler=slow_not_ready)
+    monkeypatch.setattr(MetastoreClient, "_backoff_ms", lambda self, round_number: 300.0)
+    async with client(node.endpoint, timeout_ms=1000) as c:
+        with pytest.raises(NotReadyError):
+            await c.status()
+    assert node.ops == ["status", "status"]
