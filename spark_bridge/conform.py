@@ -13,7 +13,8 @@ Rules (what a data engineer expects from Iceberg/Delta writers):
   ones in the pinned order, else it is refused (never a cast that swaps fields' values);
 * a VARCHAR(n)/CHAR(n) column (STRING in the DataFrame) is checked row by row on the executors
   for values longer than n characters, as Spark checks a table write (trailing spaces beyond n
-  are trimmed, as Spark does);
+  are trimmed, as Spark does), and a CHAR(n) value shorter than n is padded with spaces to n,
+  as Spark stores it;
 * NOT NULL columns are checked row by row on the executors (`raise_error`), because Parquet
   writers do not enforce nullability;
 * the result has exactly the pinned column order and carries each column's field id in the
@@ -249,14 +250,19 @@ def _projection(schema: StructType, table: str, columns: list[dict[str, Any]]) -
         # row, as Spark checks it on a table write, instead of committing a longer value. Spark
         # trims trailing spaces beyond n ('ab   ' is stored 'ab ' in a VARCHAR(3), measured
         # with pyspark 4) and refuses anything else beyond n; rtrim trims spaces only.
+        # CHAR(n) is then padded with spaces to n, as Spark stores it ('a' is 'a  ' in a
+        # CHAR(3), a filled DEFAULT too; NULL stays NULL); VARCHAR(n) is not padded.
         length = char_length(str(c["type"]))
         if length is not None:
+            kept = F.substring(col, 1, length)
+            if is_char(str(c["type"])):
+                kept = F.rpad(kept, length, " ")
             col = F.when(
                 F.length(F.rtrim(col)) > length,
                 F.raise_error(
                     F.lit(f"a value longer than {length} characters in {table}.{f.name}")
                 ),
-            ).otherwise(F.substring(col, 1, length))
+            ).otherwise(kept)
         # NOT NULL is checked per row, unless the output column cannot hold NULL anyway.
         if not f.nullable and (src is None or src.nullable):
             col = F.when(
@@ -274,3 +280,10 @@ def char_length(type_sql: str) -> int | None:
     if isinstance(t, M.VarcharType | M.CharType):
         return int(t.length)
     return None
+
+
+def is_char(type_sql: str) -> bool:
+    """Whether a column type is CHAR(n), whose values Spark pads with spaces to n."""
+    from metastore import types as M
+
+    return isinstance(M.parse_type(type_sql), M.CharType)

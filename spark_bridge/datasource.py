@@ -169,11 +169,12 @@ def _check_lengths(table: pa.Table, columns: list[dict[str, Any]], name: str) ->
     """`table` with its VARCHAR(n) and CHAR(n) values conformed as Spark conforms a table write
     (the DataFrame carries those columns as STRING): trailing spaces beyond n are trimmed to n
     ('ab   ' is stored 'ab ' in a VARCHAR(3)), anything else beyond n is refused (fail the task,
-    so the job commits nothing). Measured with pyspark 4."""
+    so the job commits nothing), and CHAR(n) values shorter than n are padded with spaces to n
+    ('a' is stored 'a  ' in a CHAR(3)). Measured with pyspark 4."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    from spark_bridge.conform import char_length
+    from spark_bridge.conform import char_length, is_char
 
     arrays = list(table.columns)
     for i, c in enumerate(columns):
@@ -188,7 +189,12 @@ def _check_lengths(table: pa.Table, columns: list[dict[str, Any]], name: str) ->
                 f"a value longer than {length} characters in {name}.{c['name']} "
                 f"({longest} characters before its trailing spaces)"
             )
-        arrays[i] = pc.utf8_slice_codeunits(column, 0, length)
+        kept_column = pc.utf8_slice_codeunits(column, 0, length)
+        if is_char(str(c["type"])):
+            # CHAR(n) is padded with spaces to n, as Spark stores it ('a' is 'a  ' in a
+            # CHAR(3), a filled DEFAULT too); NULL stays NULL. VARCHAR(n) is not padded.
+            kept_column = pc.utf8_rpad(kept_column, width=length, padding=" ")
+        arrays[i] = kept_column
     return pa.Table.from_arrays(arrays, schema=table.schema)
 
 

@@ -11,7 +11,10 @@ Key idea
     * only a file written without any field ids is matched by name (case-insensitively);
     * a pinned column the file does not have (added later) reads as its DEFAULT (Spark's
       existence default, `metastore.client.defaults`), or NULL when it has none;
-    * a column whose type was widened since (INT -> BIGINT, ...) is cast to the pinned type.
+    * a column whose type was widened since (INT -> BIGINT, ...) is cast to the pinned type;
+    * a CHAR(n) value shorter than n (a file value or a DEFAULT) reads padded with spaces to n,
+      as Spark reads it (`spark.sql.readSideCharPadding`, true by default): Spark's stored
+      EXISTS_DEFAULT of `CHAR(3) DEFAULT 'a'` is 'a', which old rows read as 'a  '.
     Nested fields are cast as a whole (the protocol's type strings carry no nested field ids).
 
 Invariants
@@ -27,11 +30,13 @@ Invariants
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Final
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
@@ -310,7 +315,20 @@ def _conform(
                 f"{field.name} {field.type}: {exc}",
                 path=path,
             ) from None
+    for i, column_def in enumerate(columns):
+        pad_length = _char_length(column_def.type_sql)
+        if pad_length is not None:
+            # Spark's read-side padding: shorter values padded to n, longer ones (a DEFAULT
+            # beyond n with trailing spaces) left as they are, as Spark leaves them.
+            arrays[i] = pc.utf8_rpad(arrays[i], width=pad_length, padding=" ")
     return pa.RecordBatch.from_arrays(arrays, schema=target)
+
+
+@functools.lru_cache(maxsize=256)
+def _char_length(type_sql: str) -> int | None:
+    """n of a CHAR(n) column type (padded on read, as Spark reads it), else None."""
+    dtype = M.parse_type(type_sql)
+    return int(dtype.length) if isinstance(dtype, M.CharType) else None
 
 
 def pyarrow_uri(uri: str) -> str:

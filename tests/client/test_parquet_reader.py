@@ -215,3 +215,34 @@ def test_the_data_source_writer_stores_instants_whatever_the_local_zone(
         {"id": 1, "at": dt.datetime(2026, 11, 22, 10, 0, 0, tzinfo=dt.UTC)},
         {"id": 2, "at": None},
     ]
+
+
+def test_char_values_read_padded_as_spark_reads_them(tmp_path: Path) -> None:
+    """Spark reads a CHAR(n) column padded to n (spark.sql.readSideCharPadding, true by default;
+    measured with pyspark 4.3): rows of a file older than `ALTER TABLE ... ADD COLUMN c CHAR(3)
+    DEFAULT 'a'` read 'a  ' (the stored EXISTS_DEFAULT is 'a'), and values an unpadded writer
+    stored read padded. Longer values are left as they are ('ab   ', a DEFAULT beyond n, reads
+    'ab   ' in Spark too); VARCHAR is never padded."""
+    path = write(
+        tmp_path / "old.parquet",
+        {
+            "id": (pa.int64(), 1, [1, 2, 3]),
+            "stored": (pa.string(), 2, ["a", None, "abc"]),
+            "v": (pa.string(), 3, ["a", None, ""]),
+        },
+    )
+    wire = [
+        {"field_id": 1, "name": "id", "type": "BIGINT", "nullable": False},
+        {"field_id": 2, "name": "stored", "type": "CHAR(3)", "nullable": True},
+        {"field_id": 3, "name": "v", "type": "VARCHAR(3)", "nullable": True},
+        {"field_id": 4, "name": "c", "type": "CHAR(3)", "nullable": True, "default": "'a'"},
+        {"field_id": 5, "name": "c2", "type": "CHAR(3)", "nullable": True, "default": "'ab   '"},
+        {"field_id": 6, "name": "none", "type": "CHAR(3)", "nullable": True},
+    ]
+    columns = [PinnedColumn.from_wire(c) for c in wire]
+    rows = [r for b in file_batches(path, columns) for r in b.to_pylist()]
+    assert rows == [
+        {"id": 1, "stored": "a  ", "v": "a", "c": "a  ", "c2": "ab   ", "none": None},
+        {"id": 2, "stored": None, "v": None, "c": "a  ", "c2": "ab   ", "none": None},
+        {"id": 3, "stored": "abc", "v": "", "c": "a  ", "c2": "ab   ", "none": None},
+    ]

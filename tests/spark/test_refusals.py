@@ -403,6 +403,29 @@ def test_trailing_spaces_beyond_a_varchar_length_are_trimmed_as_spark_does(
         conform(tab, "ref.codes", columns).collect()
 
 
+def test_char_values_are_padded_to_their_length_as_spark_stores_them(spark: SparkSession) -> None:
+    # Spark's table write pads CHAR(n) values shorter than n with spaces ('a' and '' are stored
+    # 'a  ' and '   ' in a CHAR(3), its DEFAULT 'a' too; measured with pyspark 4.3); NULL stays
+    # NULL and VARCHAR is not padded. conform stored 'a', so `WHERE c = 'a  '` and joins on
+    # rows written through the bridge disagreed with rows Spark wrote.
+    columns = [
+        {"field_id": 1, "name": "id", "type": "BIGINT", "nullable": False},
+        {"field_id": 2, "name": "c", "type": "CHAR(3)", "nullable": True},
+        {"field_id": 3, "name": "v", "type": "VARCHAR(3)", "nullable": True},
+        {"field_id": 4, "name": "filled", "type": "CHAR(3)", "nullable": False, "default": "'a'"},
+    ]
+    df = spark.createDataFrame(
+        [(1, "a", "a"), (2, "", ""), (3, None, None), (4, "ab     ", "ab     ")],
+        "id BIGINT, c STRING, v STRING",
+    )
+    assert sorted(tuple(r) for r in conform(df, "ref.chars", columns).collect()) == [
+        (1, "a  ", "a", "a  "),
+        (2, "   ", "", "a  "),
+        (3, None, None, "a  "),
+        (4, "ab ", "ab ", "a  "),
+    ]
+
+
 def test_columns_named_with_backquotes_or_dots_are_written(spark: SparkSession) -> None:
     # The metastore takes any column name (CREATE TABLE t (`a``b` BIGINT)); conform referred to
     # an output column as `name` without doubling an embedded backquote, so Spark refused to
