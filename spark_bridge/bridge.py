@@ -54,7 +54,7 @@ from hlc.limits import LOGICAL_BITS
 from metastore.client import FILES_PAGE_LIMIT, SyncMetastoreClient
 from metastore.client.protocol import LISTING_ATTEMPTS_MAX
 from raft.tls import ClientTls
-from spark_bridge.conform import conform, pinned_struct, write_columns
+from spark_bridge.conform import conform, pad_chars_on_read, pinned_struct, write_columns
 from spark_bridge.files import DataFile, absolute, collect_files, new_attempt_dir, spark_path
 from spark_bridge.session import BridgeSession, LeaseKey
 
@@ -1018,15 +1018,17 @@ class BatchContext:
     def read(self, table: str, *, as_of: int | None = None) -> DataFrame:
         """The table's rows committed at `as_of` (default: the batch's read_ts), with the schema
         pinned at Top (or, for an explicit as_of, the schema in force at as_of)."""
-        struct = self._pin(table).struct
+        pinned = self._pin(table)
+        struct, columns = pinned.struct, pinned.columns
         if as_of is not None:
             r = self._call("schema_at", {"table": table, "ts": as_of, "timeout_ms": PIN_TIMEOUT_MS})
-            struct = pinned_struct(r["schema"]["columns"])
+            columns = r["schema"]["columns"]
+            struct = pinned_struct(columns)
         location, files = self.files(table, as_of=as_of)
         paths = [spark_path(absolute(location, f["path"])) for f in files]
         if not paths:
             return self.spark.createDataFrame([], struct)
-        return self.spark.read.schema(struct).parquet(*paths)
+        return pad_chars_on_read(self.spark.read.schema(struct).parquet(*paths), columns)
 
     def files(self, table: str, *, as_of: int | None = None) -> tuple[str, list[dict[str, Any]]]:
         """(location, the file entries live at `as_of`, default the batch's read_ts): what

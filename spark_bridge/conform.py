@@ -287,3 +287,27 @@ def is_char(type_sql: str) -> bool:
     from metastore import types as M
 
     return isinstance(M.parse_type(type_sql), M.CharType)
+
+
+def pad_chars_on_read(df: DataFrame, columns: list[dict[str, Any]]) -> DataFrame:
+    """`df` (a read of `columns`) with Spark's read-side CHAR padding: a CHAR(n) value shorter
+    than n reads padded to n with spaces (spark.sql.readSideCharPadding, on by default); longer
+    ones and NULL as they are. The bridge reads CHAR as STRING (`spark_type`), so Spark does not
+    pad them itself; the CLI's and the data source's reader do (metastore.client.parquet): all
+    readers give the same value, also for rows older than a CHAR column (its DEFAULT) and for
+    values written unpadded before the writers padded. Top-level columns only."""
+    from pyspark.sql import functions as F
+
+    lengths = {
+        str(c["name"]): char_length(str(c["type"])) for c in columns if is_char(str(c["type"]))
+    }
+    if not lengths:
+        return df
+    exprs = []
+    for field in df.schema.fields:
+        col = F.col("`" + field.name.replace("`", "``") + "`")
+        length = lengths.get(field.name)
+        if length is not None:
+            col = F.when(F.length(col) < length, F.rpad(col, length, " ")).otherwise(col)
+        exprs.append(col.alias(field.name, metadata=field.metadata))
+    return df.select(*exprs)

@@ -19,7 +19,7 @@ from metastore.errors import (
     SchemaVersionNotActiveError,
 )
 from spark_bridge.bridge import BatchError
-from spark_bridge.conform import SchemaMismatchError, conform
+from spark_bridge.conform import SchemaMismatchError, conform, pad_chars_on_read
 from tests.spark.support import SparkEnv, committed_txns, rows_of, write_attempt
 
 if TYPE_CHECKING:
@@ -426,6 +426,31 @@ def test_char_values_are_padded_to_their_length_as_spark_stores_them(spark: Spar
     ]
 
 
+def test_the_bridge_reads_char_values_padded_as_spark_and_the_other_readers_do(
+    spark: SparkSession,
+) -> None:
+    # The bridge reads CHAR(n) as STRING, so Spark's read-side padding did not apply: values
+    # written unpadded (before the writers padded) and a CHAR column's DEFAULT in older rows
+    # read 'a' through the bridge and 'a  ' through the CLI and the data source.
+    columns = [
+        {"field_id": 1, "name": "id", "type": "BIGINT", "nullable": False},
+        {"field_id": 2, "name": "c", "type": "CHAR(3)", "nullable": True},
+        {"field_id": 3, "name": "v", "type": "VARCHAR(3)", "nullable": True},
+    ]
+    df = spark.createDataFrame(
+        [(1, "a", "a"), (2, "", ""), (3, None, None), (4, "abcde", "abcde")],
+        "id BIGINT, c STRING, v STRING",
+    )
+    read = pad_chars_on_read(df, columns)
+    assert sorted(tuple(r) for r in read.collect()) == [
+        (1, "a  ", "a"),
+        (2, "   ", ""),
+        (3, None, None),
+        (4, "abcde", "abcde"),  # longer values as they are, as Spark reads them
+    ]
+    assert read.columns == ["id", "c", "v"]
+
+
 def test_columns_named_with_backquotes_or_dots_are_written(spark: SparkSession) -> None:
     # The metastore takes any column name (CREATE TABLE t (`a``b` BIGINT)); conform referred to
     # an output column as `name` without doubling an embedded backquote, so Spark refused to
@@ -479,7 +504,7 @@ def test_a_table_whose_location_holds_glob_characters_is_read(
     batch._listings, batch._listed = {}, set()
     batch.pinned = {
         "ref.glob": SimpleNamespace(  # type: ignore[dict-item]
-            table_id=3, location=location, struct=pinned_struct(columns)
+            table_id=3, location=location, struct=pinned_struct(columns), columns=columns
         )
     }
     batch.report = BatchReport(txn_id="t-glob", top=10, read_ts=10, waited_ms=0.0)
