@@ -788,3 +788,48 @@ def test_a_manifest_written_again_while_its_chunk_is_deleted_stays_on_disk(
     assert (location / manifest).exists(), "GC deleted a manifest a compactor wrote again"
     assert not d.state.txns.gc_queue(table_id)  # both reported
     assert report.files_deleted == 1
+
+
+def test_an_orphan_manifest_written_again_after_the_scan_stays_on_disk(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The scan found an old manifest nothing references (a compaction that never committed);
+    # its deletion came later (rate-limited chunks). A compactor writing the same content again
+    # meanwhile (content hashes repeat) and committing it lost the file to the old verdict. The
+    # grace is judged again right before each manifest file's unlink.
+    from metastore.daemon import gc_worker
+
+    d = table_driver(tmp_path)
+    manifest = old_file(tmp_path / "_manifests" / f"{hashlib.sha256(b'm').hexdigest()}.parquet")
+    stray = old_file(tmp_path / "_txn" / "append-0123" / "part-0.parquet")
+    real_scan = gc_worker._scan_orphans
+
+    def scan_then_compactor_writes_again(*args: Any, **kwargs: Any) -> Any:
+        found = real_scan(*args, **kwargs)
+        manifest.write_bytes(b"parquet")  # written now: young again
+        return found
+
+    monkeypatch.setattr(gc_worker, "_scan_orphans", scan_then_compactor_writes_again)
+    assert scan(worker(d, now_tm=d.tm), d)["deleted"] == 1
+    assert not stray.exists()
+    assert manifest.exists(), "an orphan manifest written again after the scan was deleted"
+
+
+def test_a_deposed_leader_stops_deleting_orphans(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from metastore.errors import NotLeaderError
+
+    d = table_driver(tmp_path)
+    strays = [old_file(tmp_path / "_txn" / f"append-{i}" / "part-0.parquet") for i in range(3)]
+    w = worker(d, now_tm=d.tm)
+    raft = SimpleNamespace(term=1)
+    w.raft = SimpleNamespace(leader_term=lambda: raft.term, leader_id=lambda: 2)  # type: ignore[assignment]
+
+    def deposed() -> None:
+        raft.term = 0
+
+    _removing_then(monkeypatch, deposed)
+    with pytest.raises(NotLeaderError):
+        scan(w, d)
+    assert sum(p.exists() for p in strays) == 2
