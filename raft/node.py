@@ -559,6 +559,16 @@ class RaftNode:
     def leader_id(self) -> NodeId:
         return self.core.leader if self.core else 0
 
+    def leader_term(self) -> int:
+        """The term this node leads in; 0 when it does not lead. Cheap, and callable from a
+        worker thread (GC's deletions ask it between files): it reads two fields the event loop
+        writes, and a read between a step-down's writes gives 0 or a term other than the
+        caller's, which also stops the caller."""
+        core = self.core
+        if core is None or not core.is_leader():
+            return 0
+        return core.term
+
     async def propose(self, data: bytes, *, timeout_ms: int = 5_000) -> ProposalResult:
         """Replicate `data`; returns once it is applied on this node (the leader)."""
         self._check_running()

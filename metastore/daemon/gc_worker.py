@@ -55,6 +55,24 @@ the state machine checks again when it applies it (metastore/gc.py):
    judged an orphan there gets committed. Local warehouses only: a URI location is skipped
    and reported.
 
+5. A deposed leader stops deleting. Each chunk's check (point 3, or the orphan scan) reads this
+   node's state in the term it leads in (`RaftNode.leader_term`); the thread deleting the chunk
+   asks before every file whether the node still leads in that term, and stops at the first
+   file after it does not (the rest stay queued, unreported: NotLeaderError ends the run). A
+   manifest file's "written again" rule (point 3; for orphans, the grace) is judged by a stat
+   right before its unlink, not once per chunk. Before, a deposed leader's thread deleted its
+   whole chunk (up to DELETE_CHUNK_FILES, minutes on an object store) after a new leader may
+   have deleted and reported the same files, after which a commit may add such a path again
+   or a compactor write such a manifest again. What remains: `leader_term` is this node's own
+   view, and a leader cut off from its quorum keeps it until check-quorum steps it down (up to
+   two election timeouts of its event loop; longer if the loop or the process stalls - a
+   process pause stops the thread too, but on resume it may delete before the loop ticks).
+   In that time a new leader must be elected, run GC past its read fence and report the
+   chunk; then a data file is lost only if a writer puts a file at a path GC just deleted
+   and commits it (our writers' paths are unique per attempt; a protocol client's may not
+   be), and a manifest only if the compactor's write lands between the thread's stat and its
+   unlink - the window a sitting leader has too, whose fallback is `_restore_missing`.
+
 Deletions are rate-limited (`gc_delete_files_per_s`) and run in a worker thread. Records past
 their max age, or whose owner session has been gone for PROTECTION_OWNER_GRACE_MS, are released
 by `release_due` (called from the node's sweep loop), with the reason in the log.
@@ -69,7 +87,7 @@ import logging
 import os
 import re
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Any
@@ -346,25 +364,31 @@ class GcWorker:
             keep = await self._still_referenced(inc.table_id)
             if keep is None:
                 return done, False  # stays queued: the next run tries again
+            # The state just checked is this term's: the deletions stop once it is not.
+            leading = self._leading_as(self._leading_term())
             doomed = [p for p, _ in chunk if location and _path_key(location, p) not in keep]
             # A replaced manifest's file predates its replacement, which is at or below the
             # threshold: one written after it was written again by a compactor (content
-            # hashes repeat) whose compaction may apply once this chunk is reported.
+            # hashes repeat) whose compaction may apply once this chunk is reported. Checked
+            # right before each unlink: the compactor may write it while the chunk runs.
             threshold_ms = physical_ms(self.sm.state.gc.threshold(inc.table_id))
-            again = await asyncio.to_thread(
-                _manifests_written_after, location, doomed, threshold_ms
+            deleted = await asyncio.to_thread(
+                _delete_files,
+                location,
+                doomed,
+                leading=leading,
+                manifests_written_after_ms=threshold_ms,
             )
-            doomed = [p for p in doomed if p not in again]
-            deleted_bytes = await asyncio.to_thread(
-                _delete_files, location, doomed, sizes=dict(chunk)
-            )
+            sizes = dict(chunk)
+            report.files_deleted += len(deleted.removed)
+            report.bytes_deleted += sum(sizes.get(p, 0) for p in deleted.removed)
+            if deleted.deposed:
+                raise self._deposed()  # the chunk stays queued for the next leader
             await self._propose(
                 GcFilesDeleted(
                     table=inc.name, table_id=inc.table_id, paths=tuple(p for p, _ in chunk)
                 )
             )
-            report.files_deleted += len(doomed)
-            report.bytes_deleted += deleted_bytes
             done += len(chunk)
 
     async def _still_referenced(self, table_id: int) -> _Referenced | None:
@@ -388,6 +412,26 @@ class GcWorker:
                 return None
             self._listed.update(listed)
         return None  # manifests keep changing under us: try again in the next run
+
+    def _leading_term(self) -> int:
+        """The term this node leads in (NotLeaderError if none): taken with the state that a
+        deletion was checked against, so the deletion stops once the term is not current."""
+        term = self.raft.leader_term()
+        if not term:
+            raise self._deposed()
+        return term
+
+    def _leading_as(self, term: int) -> Callable[[], bool]:
+        """Whether this node still leads in `term`: asked by the deletion thread before each
+        file (two attribute reads)."""
+        raft = self.raft
+        return lambda: raft.leader_term() == term
+
+    def _deposed(self) -> NotLeaderError:
+        return NotLeaderError(
+            "GC stopped deleting: this node no longer leads in the term it checked them in",
+            details={"leader": self.raft.leader_id()},
+        )
 
     async def _await_read_fence(self, table_id: int) -> None:
         """Wait until read_fence_ms has passed since the entry that queued the table's files
@@ -446,18 +490,21 @@ class GcWorker:
                 if keep is None:
                     trusted = False
                     break
+                leading = self._leading_as(self._leading_term())
                 doomed = [p for p in chunk if location and _path_key(location, p) not in keep]
-                report.bytes_deleted += await asyncio.to_thread(
-                    _delete_files, location, doomed, sizes=sizes
-                )
-                report.files_deleted += len(doomed)
+                deleted = await asyncio.to_thread(_delete_files, location, doomed, leading=leading)
+                report.bytes_deleted += sum(sizes.get(p, 0) for p in deleted.removed)
+                report.files_deleted += len(deleted.removed)
+                if deleted.deposed:
+                    raise self._deposed()
             keep = await self._still_referenced(inc.table_id) if trusted else None
             if keep is None:
                 continue  # stays queued: the next run expands it again
             if location and _path_key(location, path) not in keep:
-                await asyncio.to_thread(
-                    _delete_files, location, [path], sizes={path: ref.size_bytes}
-                )
+                leading = self._leading_as(self._leading_term())
+                deleted = await asyncio.to_thread(_delete_files, location, [path], leading=leading)
+                if deleted.deposed:
+                    raise self._deposed()
                 report.files_deleted += 1
                 report.bytes_deleted += ref.size_bytes
             await self._propose(
@@ -476,6 +523,8 @@ class GcWorker:
         live_sessions = {
             s.session_id for s in state.sessions.sessions() if s.live_at(state.last_tm)
         }
+        # Judged on this term's state: the deletions stop once it is not the current term.
+        leading = self._leading_as(self._leading_term())
         referenced, manifests = await _references(state)
         cutoff_s = time.time() - self.orphan_grace_ms / 1000
         skipped: list[str] = []
@@ -516,9 +565,19 @@ class GcWorker:
             for start in range(0, len(found), DELETE_CHUNK_FILES):
                 chunk = found[start : start + DELETE_CHUNK_FILES]
                 await self._rate.take(len(chunk))
-                await asyncio.to_thread(_delete_absolute, [p for p, _ in chunk])
-                report.orphans_deleted += len(chunk)
-                report.orphan_bytes_deleted += sum(size for _, size in chunk)
+                # A manifest name repeats (content hashes): one a compactor wrote again since
+                # the scan is young again, and stays.
+                deleted = await asyncio.to_thread(
+                    _delete_absolute,
+                    [p for p, _ in chunk],
+                    leading=leading,
+                    manifests_written_after_ms=int(cutoff_s * 1000),
+                )
+                removed = set(deleted.removed)
+                report.orphans_deleted += len(removed)
+                report.orphan_bytes_deleted += sum(size for p, size in chunk if p in removed)
+                if deleted.deposed:
+                    raise self._deposed()
             if found and not dry_run:
                 log.info(
                     "orphan files deleted",
@@ -566,11 +625,33 @@ def _chunks(paths: list[str]) -> Iterator[list[str]]:
 # ---------------------------------------------------------------------- file system (threads)
 
 
-def _delete_files(location: str, rel_paths: Iterable[str], *, sizes: dict[str, int]) -> int:
+@dataclass(slots=True)
+class _Deleted:
+    """What a deletion thread did: the paths it removed (or found already gone; a manifest
+    written again is not among them), and whether it stopped early because the node no longer
+    leads in the term the deletion was checked in (the rest are left alone)."""
+
+    removed: list[str] = field(default_factory=list)
+    deposed: bool = False
+
+
+def _delete_files(
+    location: str,
+    rel_paths: Iterable[str],
+    *,
+    leading: Callable[[], bool],
+    manifests_written_after_ms: int | None = None,
+) -> _Deleted:
+    """Delete `rel_paths` under `location`, one at a time, asking `leading()` before each: a
+    deposed leader's deletion stops at once (a new leader may have reported these files, and
+    a commit referenced one again, or a compactor written a manifest again, since). With
+    `manifests_written_after_ms`, a manifest file (`_manifests/<sha256>.parquet`) last written
+    after it is left (`GcWorker._drain_queue`), judged right before its unlink."""
+    out = _Deleted()
     if not location:
         # No location, no directory of ours: the paths are relative to nothing (never to the
         # daemon's working directory).
-        return 0
+        return out
     root = location.rstrip("/")
     if "://" in root and not root.startswith("file://"):
         import pyarrow.fs as pafs  # only for URI warehouses: keeps the daemon's start light
@@ -578,67 +659,66 @@ def _delete_files(location: str, rel_paths: Iterable[str], *, sizes: dict[str, i
         from metastore.client.parquet import pyarrow_uri
 
         fs, base = pafs.FileSystem.from_uri(pyarrow_uri(root))
-        done = 0
         for rel in rel_paths:
+            if not leading():
+                out.deposed = True
+                return out
+            if manifests_written_after_ms is not None and _is_manifest(rel):
+                info = fs.get_file_info(f"{base}/{rel}")
+                written_ns = info.mtime_ns
+                is_file = info.type == pafs.FileType.File and written_ns is not None
+                if is_file and written_ns // 1_000_000 > manifests_written_after_ms:
+                    continue
             with contextlib.suppress(FileNotFoundError):
                 fs.delete_file(f"{base}/{rel}")
-            done += sizes.get(rel, 0)
-        return done
-    local = _local_root(root)
-    _delete_absolute([f"{local}/{rel}" for rel in rel_paths])
-    return sum(sizes.get(rel, 0) for rel in rel_paths)
-
-
-def _manifests_written_after(location: str, rel_paths: Iterable[str], after_ms: int) -> set[str]:
-    """The manifest files (`_manifests/<sha256>.parquet`) among `rel_paths` last written after
-    `after_ms` (wall clock ms). GC leaves them on disk though the queue names them: see
-    `GcWorker._drain_queue`. Data files are not looked at (no stat per data file)."""
-    manifests = [
-        rel
-        for rel in rel_paths
-        if rel.startswith(MANIFEST_DIR + "/")
-        and _MANIFEST_NAME.fullmatch(rel[len(MANIFEST_DIR) + 1 :])
-    ]
-    if not manifests:
-        return set()
-    root = location.rstrip("/")
-    out: set[str] = set()
-    if "://" in root and not root.startswith("file://"):
-        import pyarrow.fs as pafs
-
-        from metastore.client.parquet import pyarrow_uri
-
-        fs, base = pafs.FileSystem.from_uri(pyarrow_uri(root))
-        for rel, info in zip(
-            manifests, fs.get_file_info([f"{base}/{rel}" for rel in manifests]), strict=True
-        ):
-            written_ns = info.mtime_ns
-            is_file = info.type == pafs.FileType.File and written_ns is not None
-            if is_file and written_ns // 1_000_000 > after_ms:
-                out.add(rel)
+            out.removed.append(rel)
         return out
     local = _local_root(root)
-    for rel in manifests:
-        try:
-            written_ns = os.stat(f"{local}/{rel}").st_mtime_ns
-        except FileNotFoundError:
-            continue
-        if written_ns // 1_000_000 > after_ms:
-            out.add(rel)
-    return out
+    by_absolute = {f"{local}/{rel}": rel for rel in rel_paths}
+    deleted = _delete_absolute(
+        list(by_absolute), leading=leading, manifests_written_after_ms=manifests_written_after_ms
+    )
+    return _Deleted([by_absolute[p] for p in deleted.removed], deleted.deposed)
 
 
-def _delete_absolute(paths: Iterable[str]) -> None:
+def _is_manifest(path: str) -> bool:
+    """Whether `path` (relative to a location, or absolute) names a manifest file."""
+    parent, _, name = path.rpartition("/")
+    return (parent == MANIFEST_DIR or parent.endswith("/" + MANIFEST_DIR)) and bool(
+        _MANIFEST_NAME.fullmatch(name)
+    )
+
+
+def _delete_absolute(
+    paths: Iterable[str],
+    *,
+    leading: Callable[[], bool],
+    manifests_written_after_ms: int | None = None,
+) -> _Deleted:
+    """`_delete_files` for absolute local paths; then an attempt directory emptied goes too."""
+    out = _Deleted()
     parents: set[str] = set()
     for path in paths:
+        if not leading():
+            out.deposed = True
+            break
+        if manifests_written_after_ms is not None and _is_manifest(path):
+            try:
+                written_ns = os.stat(path).st_mtime_ns
+            except FileNotFoundError:
+                written_ns = None
+            if written_ns is not None and written_ns // 1_000_000 > manifests_written_after_ms:
+                continue
         with contextlib.suppress(FileNotFoundError):
             os.remove(path)
+        out.removed.append(path)
         parents.add(os.path.dirname(path))
     for parent in sorted(parents, reverse=True):
         # An attempt directory emptied by GC goes too (never the table's own directory).
         if f"/{TXN_DIR}/" in parent + "/" and not parent.endswith(f"/{TXN_DIR}"):
             with contextlib.suppress(OSError):
                 os.rmdir(parent)
+    return out
 
 
 def _scan_orphans(

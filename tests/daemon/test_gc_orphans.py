@@ -27,6 +27,7 @@ from metastore.commands import (
 from metastore.daemon.gc_worker import GcWorker, TableReport
 from metastore.gc import incarnation
 from metastore.txn import FileEntry
+from raft.core.errors import NotLeaderError as RaftNotLeaderError
 from tests.daemon.loops import assert_keeps_running
 from tests.metastore._driver import DD_MS, MS, Driver, ok
 
@@ -54,7 +55,8 @@ def table_driver(location: Path, *, apply_version: int | None = None) -> Driver:
 
 def worker(d: Driver, *, now_tm: int) -> GcWorker:
     return GcWorker(
-        raft=SimpleNamespace(),  # type: ignore[arg-type]  # the scan proposes nothing
+        # The scan proposes nothing; it only asks, between deletions, whether it still leads.
+        raft=SimpleNamespace(leader_term=lambda: 1, leader_id=lambda: 1),  # type: ignore[arg-type]
         sm=SimpleNamespace(state=d.state),  # type: ignore[arg-type]
         clock=_Clock(now_tm),  # type: ignore[arg-type]
         metrics=SimpleNamespace(),  # type: ignore[arg-type]
@@ -180,14 +182,25 @@ def test_files_of_a_table_inside_a_dropped_tables_directory_are_never_orphans(
 
 
 class _Raft:
-    """Proposals applied at once to the driver's state (what the leader's GC waits for)."""
+    """Proposals applied at once to the driver's state (what the leader's GC waits for), by a
+    leader of term `term` while `leading` (a test flips it to depose the node)."""
 
     safe_time = 0
 
     def __init__(self, d: Driver) -> None:
         self.d = d
+        self.term = 1
+        self.leading = True
+
+    def leader_term(self) -> int:
+        return self.term if self.leading else 0
+
+    def leader_id(self) -> int:
+        return 1 if self.leading else 2
 
     async def propose(self, data: bytes, *, timeout_ms: int) -> SimpleNamespace:
+        if not self.leading:
+            raise RaftNotLeaderError(2)
         return SimpleNamespace(result=self.d.apply(decode_command(data)))
 
 
@@ -500,11 +513,11 @@ def test_a_commit_adding_a_file_a_dead_manifest_lists_never_loses_it_to_gc(
     real_delete = gc_worker._delete_files
     again: list[Outcome] = []
 
-    def delete_files(root: str, rel_paths: Any, *, sizes: dict[str, int]) -> int:
+    def delete_files(root: str, rel_paths: Any, **kwargs: Any) -> Any:
         rel_paths = list(rel_paths)
         if rel in rel_paths and not again:  # an entry applied while the deletion runs
             again.append(d.apply(commit(d, "re-register", rel)))
-        return real_delete(root, rel_paths, sizes=sizes)
+        return real_delete(root, rel_paths, **kwargs)
 
     monkeypatch.setattr(gc_worker, "_delete_files", delete_files)
     _drain_dropped(d, location, _Raft(d))
@@ -653,3 +666,170 @@ def test_gc_of_a_table_without_a_location_deletes_nothing_on_disk(
     assert victim.exists(), "GC deleted a file relative to the leader's working directory"
     assert not d.state.txns.gc_queue(table_id)  # reported: nothing of ours to delete
     assert report.files_deleted == 0
+
+
+def _queued_table(location: Path, rels: list[str], *, mtime_s: float) -> tuple[Driver, int]:
+    """ns.t at `location` with `rels` queued for GC (put in directly) and on disk, written at
+    `mtime_s`, and a GC threshold 10 s before the driver's clock."""
+    d = table_driver(location)
+    table_id = d.state.catalog.incarnations(T)[-1].table_id
+    d.state.gc._thresholds[table_id] = d.tm - 10_000 * MS  # as AdvanceGcThreshold leaves it
+    for rel in rels:
+        path = location / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b"manifest" if rel.startswith("_manifests/") else b"parquet")
+        os.utime(path, (mtime_s, mtime_s))
+        d.state.txns._tables[table_id].gc_queue[rel] = 8
+    return d, table_id
+
+
+def _drain_as(d: Driver, table_id: int, location: Path, raft: _Raft) -> TableReport:
+    w = worker(d, now_tm=d.tm)
+    w.raft = raft  # type: ignore[assignment]
+    w.clock = SimpleNamespace(now=lambda: d.tm, physical_now_ms=lambda: d.tm // MS)  # type: ignore[assignment]
+    report = TableReport(
+        table=str(T), table_id=table_id, threshold_before=0, threshold=0, held_by={}
+    )
+    asyncio.run(w._drain(incarnation(d.state.catalog, T, table_id), str(location), report))
+    return report
+
+
+def _removing_then(monkeypatch: pytest.MonkeyPatch, event: Any) -> None:
+    """Run `event()` once, right after GC's deletion thread unlinks its first file."""
+    real_remove = os.remove
+    fired = False
+
+    def remove(path: Any, *args: Any, **kwargs: Any) -> None:
+        nonlocal fired
+        real_remove(path, *args, **kwargs)
+        if not fired:
+            fired = True
+            event()
+
+    monkeypatch.setattr(os, "remove", remove)
+
+
+def test_a_deposed_leader_stops_deleting_in_the_middle_of_a_chunk(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GC checked a chunk against the state (nothing references it again) on the event loop,
+    # then handed up to 1,000 deletions to a thread, which went on whatever happened to the
+    # node: deposed meanwhile (a partition, a long pause), it kept deleting while a new leader
+    # deleted and reported the same files, after which a commit may reference a path again or
+    # a compactor write a manifest again (content hashes repeat): the old thread deleted them.
+    # The thread now stops at the first file after the node stops leading in the term of the
+    # check, and the chunk stays queued (unreported) for the next leader.
+    from metastore.errors import NotLeaderError
+
+    location = tmp_path / "t"
+    rels = [f"_txn/old-0123456789ab/part-{i}.parquet" for i in range(3)]
+    d, table_id = _queued_table(location, rels, mtime_s=time.time() - 3_600)
+    raft = _Raft(d)
+
+    def deposed() -> None:
+        raft.leading = False
+        raft.term = 2
+
+    _removing_then(monkeypatch, deposed)
+    with pytest.raises(NotLeaderError):
+        _drain_as(d, table_id, location, raft)
+    left = [rel for rel in rels if (location / rel).exists()]
+    assert left == rels[1:], f"a deposed leader's GC went on deleting: {left} left of {rels}"
+    assert list(d.state.txns.gc_queue(table_id)) == rels  # nothing reported
+
+
+def test_a_new_term_stops_the_deletions_though_this_node_leads_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Deposed and elected again before the thread looked: its check was made in the old term,
+    # and another leader may have reported the chunk in between. It stops as well.
+    from metastore.errors import NotLeaderError
+
+    location = tmp_path / "t"
+    rels = [f"_txn/old-0123456789ab/part-{i}.parquet" for i in range(3)]
+    d, table_id = _queued_table(location, rels, mtime_s=time.time() - 3_600)
+    raft = _Raft(d)
+
+    def elected_again() -> None:
+        raft.term = 3
+
+    _removing_then(monkeypatch, elected_again)
+    with pytest.raises(NotLeaderError):
+        _drain_as(d, table_id, location, raft)
+    assert [rel for rel in rels if (location / rel).exists()] == rels[1:]
+
+
+def test_a_manifest_written_again_while_its_chunk_is_deleted_stays_on_disk(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GC judged a queued replaced manifest (written before the threshold: not written again),
+    # then its thread deleted the chunk's files one by one; a compactor wrote that manifest
+    # again meanwhile (after a new leader reported it, or just while the chunk ran): the thread
+    # deleted the new file, and every read of the table failed with MANIFEST_UNREADABLE once
+    # the compaction referencing it applied. The written-again rule is now checked again right
+    # before each manifest file is unlinked.
+    from hlc import physical_ms
+
+    location = tmp_path / "t"
+    manifest = f"_manifests/{hashlib.sha256(b'replaced').hexdigest()}.parquet"
+    rels = ["_txn/old-0123456789ab/part-0.parquet", manifest]
+    d, table_id = _queued_table(location, rels, mtime_s=0)
+    threshold_s = physical_ms(d.state.gc.threshold(table_id)) / 1000
+    for rel in rels:
+        os.utime(location / rel, (threshold_s - 5, threshold_s - 5))
+
+    def compactor_writes_it_again() -> None:
+        (location / manifest).write_bytes(b"manifest")
+        os.utime(location / manifest, (threshold_s + 1, threshold_s + 1))
+
+    _removing_then(monkeypatch, compactor_writes_it_again)
+    report = _drain_as(d, table_id, location, _Raft(d))
+    assert not (location / rels[0]).exists()
+    assert (location / manifest).exists(), "GC deleted a manifest a compactor wrote again"
+    assert not d.state.txns.gc_queue(table_id)  # both reported
+    assert report.files_deleted == 1
+
+
+def test_an_orphan_manifest_written_again_after_the_scan_stays_on_disk(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The scan found an old manifest nothing references (a compaction that never committed);
+    # its deletion came later (rate-limited chunks). A compactor writing the same content again
+    # meanwhile (content hashes repeat) and committing it lost the file to the old verdict. The
+    # grace is judged again right before each manifest file's unlink.
+    from metastore.daemon import gc_worker
+
+    d = table_driver(tmp_path)
+    manifest = old_file(tmp_path / "_manifests" / f"{hashlib.sha256(b'm').hexdigest()}.parquet")
+    stray = old_file(tmp_path / "_txn" / "append-0123" / "part-0.parquet")
+    real_scan = gc_worker._scan_orphans
+
+    def scan_then_compactor_writes_again(*args: Any, **kwargs: Any) -> Any:
+        found = real_scan(*args, **kwargs)
+        manifest.write_bytes(b"parquet")  # written now: young again
+        return found
+
+    monkeypatch.setattr(gc_worker, "_scan_orphans", scan_then_compactor_writes_again)
+    assert scan(worker(d, now_tm=d.tm), d)["deleted"] == 1
+    assert not stray.exists()
+    assert manifest.exists(), "an orphan manifest written again after the scan was deleted"
+
+
+def test_a_deposed_leader_stops_deleting_orphans(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from metastore.errors import NotLeaderError
+
+    d = table_driver(tmp_path)
+    strays = [old_file(tmp_path / "_txn" / f"append-{i}" / "part-0.parquet") for i in range(3)]
+    w = worker(d, now_tm=d.tm)
+    raft = SimpleNamespace(term=1)
+    w.raft = SimpleNamespace(leader_term=lambda: raft.term, leader_id=lambda: 2)  # type: ignore[assignment]
+
+    def deposed() -> None:
+        raft.term = 0
+
+    _removing_then(monkeypatch, deposed)
+    with pytest.raises(NotLeaderError):
+        scan(w, d)
+    assert sum(p.exists() for p in strays) == 2

@@ -56,37 +56,60 @@ def test_gc_deletes_under_an_s3a_location_through_the_s3_store(
     done = gc_worker._delete_files(
         "s3a://bucket/w/t/",
         ["_txn/a/part-0.parquet", "_txn/a/gone.parquet"],
-        sizes={"_txn/a/part-0.parquet": 10, "_txn/a/gone.parquet": 5},
+        leading=lambda: True,
     )
     assert opened == ["s3://bucket/w/t"]
     assert store.deleted == ["bucket/w/t/_txn/a/part-0.parquet"]
-    assert done == 15  # a file already gone counts as deleted
+    # A file already gone counts as deleted.
+    assert done.removed == ["_txn/a/part-0.parquet", "_txn/a/gone.parquet"]
 
 
-def test_manifests_written_again_are_found_under_an_s3a_location_too(
+def test_manifests_written_again_are_left_under_an_s3a_location_too(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """GC leaves on disk a queued manifest file written after the threshold (a compactor wrote
-    its content again: `GcWorker._drain_queue`); the same on an object store."""
+    its content again: `GcWorker._drain_queue`), judged right before its deletion; the same on
+    an object store."""
     from types import SimpleNamespace
 
     again, old = (f"_manifests/{c * 64}.parquet" for c in "ab")
     written_ms = {again: 2_000, old: 500}
 
-    class Store:
-        def get_file_info(self, paths: list[str]) -> list[SimpleNamespace]:
-            rels = [p.removeprefix("bucket/w/t/") for p in paths]
-            return [
-                SimpleNamespace(type=pafs.FileType.File, mtime_ns=written_ms[r] * 1_000_000)
-                if r in written_ms
-                else SimpleNamespace(type=pafs.FileType.NotFound, mtime_ns=None)
-                for r in rels
-            ]
+    class Store(_Store):
+        def get_file_info(self, path: str) -> SimpleNamespace:
+            rel = path.removeprefix("bucket/w/t/")
+            if rel in written_ms:
+                return SimpleNamespace(
+                    type=pafs.FileType.File, mtime_ns=written_ms[rel] * 1_000_000
+                )
+            return SimpleNamespace(type=pafs.FileType.NotFound, mtime_ns=None)
+
+    store = Store()
 
     def from_uri(uri: str) -> tuple[Any, str]:
-        return Store(), uri.removeprefix("s3://")
+        return store, uri.removeprefix("s3://")
 
     FileSystem = type("FileSystem", (), {"from_uri": staticmethod(from_uri)})
     monkeypatch.setattr(pafs, "FileSystem", FileSystem)
     rels = [again, old, f"_manifests/{'c' * 64}.parquet", "_txn/a/part-0.parquet"]
-    assert gc_worker._manifests_written_after("s3a://bucket/w/t", rels, 1_000) == {again}
+    done = gc_worker._delete_files(
+        "s3a://bucket/w/t", rels, leading=lambda: True, manifests_written_after_ms=1_000
+    )
+    assert done.removed == rels[1:]
+    assert store.deleted == [f"bucket/w/t/{rel}" for rel in rels[1:]]
+
+
+def test_a_deposed_leader_stops_deleting_under_an_s3a_location_too(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    store = _Store()
+
+    def from_uri(uri: str) -> tuple[Any, str]:
+        return store, uri.removeprefix("s3://")
+
+    FileSystem = type("FileSystem", (), {"from_uri": staticmethod(from_uri)})
+    monkeypatch.setattr(pafs, "FileSystem", FileSystem)
+    rels = [f"_txn/a/part-{i}.parquet" for i in range(3)]
+    done = gc_worker._delete_files("s3a://bucket/w/t", rels, leading=lambda: not store.deleted)
+    assert done.deposed and done.removed == rels[:1]
+    assert store.deleted == ["bucket/w/t/_txn/a/part-0.parquet"]
