@@ -62,6 +62,7 @@ from raft.core.types import (
     InstallSnapshot,
     Message,
     NodeId,
+    RequestVote,
     TimeoutNow,
 )
 from raft.errors import NodeIdentityError, RaftError, TransportConfigError
@@ -442,6 +443,8 @@ class RaftNode:
         self._lease_void_term = 0
         self._heartbeats_unacked: dict[NodeId, dict[int, float]] = {}
         self._heartbeat_acked_sent_at: dict[NodeId, float] = {}
+        # Vote requests (but a transfer's) are dropped until then (see start).
+        self._votes_refused_until_monotonic = -math.inf
         # Ticks that were due when the last message in the inbox arrived (see _step_inputs).
         self._ticks_due_at_last_message = 0
 
@@ -483,6 +486,12 @@ class RaftNode:
             bootstrap_conf=bootstrap,
             rng=self._rng,
         )
+        if cfg.check_quorum:
+            # A restarted voter does not know when it last heard from its leader (the core
+            # starts with no leader, so its check-quorum lease would let it vote at once): it
+            # refuses votes for one election timeout, which a leader's lease relies on (see
+            # leader_lease_until_monotonic).
+            self._votes_refused_until_monotonic = self._monotonic() + cfg.election_timeout_ms / 1000
         self.transport = PeerTransport(
             node_id=cfg.node_id,
             listen_host=cfg.listen_host,
@@ -608,8 +617,9 @@ class RaftNode:
         right after the heartbeat, and a ticker late after a blocked loop replays up to
         `replayed` (TICKS_REPLAYED_MAX, at most a third of election_ticks) missed ticks; and
         a follower drops, not counts, ticks that piled up before a message it steps (see
-        _step_inputs). Less LEASE_CLOCK_DRIFT_FRACTION for clock rates. 0 when check-quorum
-        is off (a voter then votes as soon as it sees a higher term)."""
+        _step_inputs), and a restarted one refuses votes for an election timeout (see start).
+        Less LEASE_CLOCK_DRIFT_FRACTION for clock rates. 0 when check-quorum is off (a voter
+        then votes as soon as it sees a higher term)."""
         cfg = self.config
         if not cfg.check_quorum:
             return 0.0
@@ -952,6 +962,12 @@ class RaftNode:
         self._last_heard = time.monotonic()
         if self._clock_fenced(m):
             return
+        if (
+            type(m) is RequestVote
+            and not m.force
+            and self._monotonic() < self._votes_refused_until_monotonic
+        ):
+            return  # just restarted: see start
         if isinstance(m, Heartbeat | HeartbeatResponse) and m.clock_ms:
             self._sample_clock(m)
             if type(m) is HeartbeatResponse and m.echo_ms:
