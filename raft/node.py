@@ -28,6 +28,7 @@ import heapq
 import itertools
 import json
 import logging
+import math
 import os
 import random
 import time
@@ -61,6 +62,8 @@ from raft.core.types import (
     InstallSnapshot,
     Message,
     NodeId,
+    RequestVote,
+    TimeoutNow,
 )
 from raft.errors import NodeIdentityError, RaftError, TransportConfigError
 from raft.framing import msgpack_bin_header
@@ -101,6 +104,19 @@ CLOCK_SAMPLE_FRESH_ELECTIONS = 5
 # that stopped still accepts its peers' connections, and dials again once it hears one (a
 # leader that added it back).
 REMOVED_QUIET_ELECTIONS = 5
+# Leader lease (see RaftNode.leader_lease_until_monotonic). The share of the election timeout
+# kept as margin for clocks: the followers measure their election timeout on their own
+# monotonic clocks (tick timers), the leader its lease on its own; a follower clock running up
+# to this much faster than the leader's cannot make it vote before the lease ends. (NTP slews
+# at most 0.05 %; quartz drifts ~0.01 %: 10 % covers a virtualised clock gone badly wrong.)
+LEASE_CLOCK_DRIFT_FRACTION = 0.1
+# Missed ticks the ticker replays after its event loop was blocked before it resynchronises
+# instead (see _ticker); at most a third of the election ticks, since that many ticks counted
+# after a heartbeat may have been due before it, which shortens the leader lease.
+TICKS_REPLAYED_MAX = 10
+# Heartbeats per follower remembered until acknowledged (by their clock_ms stamp, which the
+# response echoes); beyond this the oldest are forgotten (an answer to one then proves nothing).
+LEASE_HEARTBEATS_TRACKED_MAX = 64
 
 
 def _proves_ahead(sample: _ClockSample | None, limit_ms: int) -> bool:
@@ -350,8 +366,11 @@ class RaftNode:
         clock: HybridClock,
         rng: random.Random | None = None,
         on_fatal: Callable[[BaseException], None] | None = None,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.config = config
+        # The clock of the leader lease (injected by tests; other timers use time.monotonic).
+        self._monotonic = monotonic
         self.sm = state_machine
         self.clock = clock
         self._rng = rng or random.Random()
@@ -415,6 +434,19 @@ class RaftNode:
         self._last_peer_clock: dict[NodeId, int] = {}
         self.clock_fenced = ""
         self._fenced_by_quorum = False  # True: also no campaigns (see _check_own_clock)
+        # Leader lease (see leader_lease_until_monotonic), for the term `_lease_term` only:
+        # per follower, the monotonic send time of each heartbeat not yet acknowledged, by its
+        # clock_ms stamp (the response echoes it), and the send time of the newest heartbeat it
+        # acknowledged. `_lease_void_term`: a term in which this node sent TimeoutNow (the
+        # target's election skips the followers' lease check).
+        self._lease_term = 0
+        self._lease_void_term = 0
+        self._heartbeats_unacked: dict[NodeId, dict[int, float]] = {}
+        self._heartbeat_acked_sent_at: dict[NodeId, float] = {}
+        # Vote requests (but a transfer's) are dropped until then (see start).
+        self._votes_refused_until_monotonic = -math.inf
+        # Ticks that were due when the last message in the inbox arrived (see _step_inputs).
+        self._ticks_due_at_last_message = 0
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -454,6 +486,12 @@ class RaftNode:
             bootstrap_conf=bootstrap,
             rng=self._rng,
         )
+        if cfg.check_quorum:
+            # A restarted voter does not know when it last heard from its leader (the core
+            # starts with no leader, so its check-quorum lease would let it vote at once): it
+            # refuses votes for one election timeout, which a leader's lease relies on (see
+            # leader_lease_until_monotonic).
+            self._votes_refused_until_monotonic = self._monotonic() + cfg.election_timeout_ms / 1000
         self.transport = PeerTransport(
             node_id=cfg.node_id,
             listen_host=cfg.listen_host,
@@ -568,6 +606,87 @@ class RaftNode:
         if core is None or not core.is_leader():
             return 0
         return core.term
+
+    def lease_duration_s(self) -> float:
+        """How long after a voter received a heartbeat of this node's term it cannot vote for
+        (or become) another leader, on the leader's clock. A follower refuses votes (pre-votes
+        included) while fewer than `election_ticks` ticks passed since it heard from its leader
+        (check-quorum's lease in raft.core.raft `step`), and campaigns itself only after at
+        least as many (the randomized timeout is in [election_ticks, 2 * election_ticks)). Those
+        ticks span at least (election_ticks - 1 - replayed) tick intervals: the first may come
+        right after the heartbeat, and a ticker late after a blocked loop replays up to
+        `replayed` (TICKS_REPLAYED_MAX, at most a third of election_ticks) missed ticks; and
+        a follower drops, not counts, ticks that piled up before a message it steps (see
+        _step_inputs), and a restarted one refuses votes for an election timeout (see start).
+        Less LEASE_CLOCK_DRIFT_FRACTION for clock rates. 0 when check-quorum is off (a voter
+        then votes as soon as it sees a higher term)."""
+        cfg = self.config
+        if not cfg.check_quorum:
+            return 0.0
+        ticks = cfg.core_config().election_ticks - 1 - self._ticks_replayed_max()
+        return max(0, ticks) * cfg.tick_ms / 1000 * (1 - LEASE_CLOCK_DRIFT_FRACTION)
+
+    def _ticks_replayed_max(self) -> int:
+        return min(TICKS_REPLAYED_MAX, self.config.core_config().election_ticks // 3)
+
+    def leader_lease_until_monotonic(self) -> float:
+        """The monotonic time (`monotonic`, time.monotonic by default) until which no other
+        node can have been elected leader: -inf when this node does not lead, inf for a lone
+        voter. A quorum (this node included) acknowledged heartbeats of this term sent at or
+        after `base`; each of those voters received its heartbeat after `base`, so none votes
+        before `base + lease_duration_s()`, and any other leader needs one of their votes.
+        Send times, not receive times: the follower's timer starts when it receives, which is
+        after the send however long the round trip took. Renewed by every heartbeat round
+        (heartbeat_interval_ms), whatever the load. Callable from a worker thread (GC's
+        deletions ask it before each file): it reads fields the event loop writes and copies
+        one dict (atomic under the GIL)."""
+        core = self.core
+        if core is None or not core.is_leader():
+            return -math.inf
+        term = core.term
+        voters = core.conf.voters
+        if self.config.node_id not in voters:
+            return -math.inf  # a leader removed from the voters hands over (TimeoutNow)
+        others = [v for v in voters if v != self.config.node_id]
+        if not others:
+            return math.inf
+        if term != self._lease_term or term == self._lease_void_term or core.transferee:
+            return -math.inf
+        acked = self._heartbeat_acked_sent_at.copy()
+        # This node is one voter of the quorum (it leads: it votes for nobody else).
+        acks_needed = len(voters) // 2
+        sent_at = sorted((acked.get(v, -math.inf) for v in others), reverse=True)
+        base = sent_at[acks_needed - 1]
+        return base + self.lease_duration_s()
+
+    def _note_heartbeat_sent(self, m: Heartbeat, clock_ms: int) -> None:
+        if m.term != self._lease_term:
+            self._lease_term = m.term
+            self._heartbeats_unacked = {}
+            self._heartbeat_acked_sent_at = {}
+        sent = self._heartbeats_unacked.setdefault(m.dst, {})
+        # Two heartbeats with one stamp: keep the earlier send (an echo proves only that).
+        sent.setdefault(clock_ms, self._monotonic())
+        if len(sent) > LEASE_HEARTBEATS_TRACKED_MAX:
+            del sent[next(iter(sent))]
+
+    def _note_heartbeat_acked(self, m: HeartbeatResponse) -> None:
+        """A response of our lease term echoing a heartbeat we sent: the follower received
+        that heartbeat (at or after its send) and still followed us in this term."""
+        sent = self._heartbeats_unacked.get(m.src)
+        if sent is None or m.term != self._lease_term:
+            return
+        sent_at = sent.get(m.echo_ms)
+        if sent_at is None:
+            return
+        if sent_at > self._heartbeat_acked_sent_at.get(m.src, -math.inf):
+            self._heartbeat_acked_sent_at[m.src] = sent_at
+        # Forget the heartbeats sent until then (insertion order is send order).
+        while sent:
+            first = next(iter(sent))
+            if sent[first] > sent_at:
+                break
+            del sent[first]
 
     async def propose(self, data: bytes, *, timeout_ms: int = 5_000) -> ProposalResult:
         """Replicate `data`; returns once it is applied on this node (the leader)."""
@@ -843,9 +962,18 @@ class RaftNode:
         self._last_heard = time.monotonic()
         if self._clock_fenced(m):
             return
+        if (
+            type(m) is RequestVote
+            and not m.force
+            and self._monotonic() < self._votes_refused_until_monotonic
+        ):
+            return  # just restarted: see start
         if isinstance(m, Heartbeat | HeartbeatResponse) and m.clock_ms:
             self._sample_clock(m)
+            if type(m) is HeartbeatResponse and m.echo_ms:
+                self._note_heartbeat_acked(m)
         self._inbox.append(m)
+        self._ticks_due_at_last_message = self._ticks_due
         self._wake.set()
 
     def _sample_clock(self, m: Heartbeat | HeartbeatResponse) -> None:
@@ -871,11 +999,14 @@ class RaftNode:
 
     def _stamp(self, m: Message) -> Message:
         if isinstance(m, Heartbeat | HeartbeatResponse):
+            clock_ms = self.clock.physical_now_ms()
+            if type(m) is Heartbeat:
+                self._note_heartbeat_sent(m, clock_ms)
             return dataclasses.replace(
-                m,
-                clock_ms=self.clock.physical_now_ms(),
-                echo_ms=self._last_peer_clock.get(m.dst, 0),
+                m, clock_ms=clock_ms, echo_ms=self._last_peer_clock.get(m.dst, 0)
             )
+        if type(m) is TimeoutNow:
+            self._lease_void_term = m.term
         return m
 
     def _fresh_clock_samples(self) -> dict[NodeId, _ClockSample]:
@@ -1004,12 +1135,13 @@ class RaftNode:
 
     async def _ticker(self) -> None:
         interval = self.config.tick_ms / 1000
+        replayed_max = self._ticks_replayed_max()
         next_at = time.monotonic()
         while True:
             next_at += interval
             await asyncio.sleep(max(0.0, next_at - time.monotonic()))
             now = time.monotonic()
-            if now - next_at > 10 * interval:
+            if now - next_at > replayed_max * interval:
                 # The loop was blocked (GC pause, overloaded machine): do not replay a burst of
                 # ticks that would fire an election at once; resynchronise instead.
                 next_at = now
@@ -1096,6 +1228,14 @@ class RaftNode:
         for m in inbox:
             core.step(m)
         ticks, self._ticks_due = self._ticks_due, 0
+        if inbox and not core.is_leader():
+            # Ticks that were due before the last message arrived (while this loop awaited an
+            # fsync) are dropped, not counted after it: counted after a heartbeat they would
+            # shorten the election timeout that heartbeat started, which a leader's lease
+            # relies on (see leader_lease_until_monotonic). A leader keeps them: its
+            # heartbeats and check-quorum run on them.
+            ticks -= min(ticks, self._ticks_due_at_last_message)
+        self._ticks_due_at_last_message = 0
         if ticks:
             self._check_own_clock()
             self._drop_links_if_removed(core)

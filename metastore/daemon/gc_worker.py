@@ -63,15 +63,23 @@ the state machine checks again when it applies it (metastore/gc.py):
    right before its unlink, not once per chunk. Before, a deposed leader's thread deleted its
    whole chunk (up to DELETE_CHUNK_FILES, minutes on an object store) after a new leader may
    have deleted and reported the same files, after which a commit may add such a path again
-   or a compactor write such a manifest again. What remains: `leader_term` is this node's own
-   view, and a leader cut off from its quorum keeps it until check-quorum steps it down (up to
-   two election timeouts of its event loop; longer if the loop or the process stalls - a
-   process pause stops the thread too, but on resume it may delete before the loop ticks).
-   In that time a new leader must be elected, run GC past its read fence and report the
-   chunk; then a data file is lost only if a writer puts a file at a path GC just deleted
-   and commits it (our writers' paths are unique per attempt; a protocol client's may not
-   be), and a manifest only if the compactor's write lands between the thread's stat and its
-   unlink - the window a sitting leader has too, whose fallback is `_restore_missing`.
+   or a compactor write such a manifest again. `leader_term` is this node's own view, though:
+   a leader cut off from its quorum (or whose loop or process stalled) keeps it until
+   check-quorum steps it down, up to two election timeouts later (longer after a stall),
+   while a new leader may be elected, pass its read fence and report the chunk. So the thread
+   also stops once this node's leader lease has lapsed (`RaftNode.
+   leader_lease_until_monotonic`): the send time of the newest heartbeat of this term that a
+   quorum (this node included) answered, plus the time a follower that received it refuses
+   to vote for anyone else (its election timeout less ticks the ticker may replay), less 10 %
+   for clock rates. No other leader can be elected before then, and a healthy leader renews
+   it with every heartbeat round (heartbeat_interval_ms; the default lease is 171 ms against
+   50 ms heartbeats). A lone voter's lease never ends. What remains: a leader whose monotonic
+   clock runs more than 10 % slow relative to a follower's (or a follower's that jumps
+   ahead), and the gap between the thread's last check and its unlink (a pause there). Then
+   a data file is lost only if a writer puts a file at a path GC just deleted and commits it
+   (our writers' paths are unique per attempt; a protocol client's may not be), and a
+   manifest only if the compactor's write lands between the thread's stat and its unlink -
+   the window a sitting leader has too, whose fallback is `_restore_missing`.
 
 Deletions are rate-limited (`gc_delete_files_per_s`) and run in a worker thread. Records past
 their max age, or whose owner session has been gone for PROTECTION_OWNER_GRACE_MS, are released
@@ -422,14 +430,21 @@ class GcWorker:
         return term
 
     def _leading_as(self, term: int) -> Callable[[], bool]:
-        """Whether this node still leads in `term`: asked by the deletion thread before each
-        file (two attribute reads)."""
+        """Whether this node still leads in `term` and holds its leader lease (no other leader
+        can have been elected yet; see point 5): asked by the deletion thread before each
+        file (a few attribute reads and a copy of a dict of voters)."""
         raft = self.raft
-        return lambda: raft.leader_term() == term
+        monotonic = time.monotonic
+
+        def leading() -> bool:
+            return raft.leader_term() == term and monotonic() < raft.leader_lease_until_monotonic()
+
+        return leading
 
     def _deposed(self) -> NotLeaderError:
         return NotLeaderError(
-            "GC stopped deleting: this node no longer leads in the term it checked them in",
+            "GC stopped deleting: this node no longer leads in the term it checked them in, "
+            "or its leader lease lapsed (a quorum has not answered its heartbeats lately)",
             details={"leader": self.raft.leader_id()},
         )
 

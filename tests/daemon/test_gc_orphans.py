@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import math
 import os
 import time
 from dataclasses import replace
@@ -56,7 +57,11 @@ def table_driver(location: Path, *, apply_version: int | None = None) -> Driver:
 def worker(d: Driver, *, now_tm: int) -> GcWorker:
     return GcWorker(
         # The scan proposes nothing; it only asks, between deletions, whether it still leads.
-        raft=SimpleNamespace(leader_term=lambda: 1, leader_id=lambda: 1),  # type: ignore[arg-type]
+        raft=SimpleNamespace(  # type: ignore[arg-type]
+            leader_term=lambda: 1,
+            leader_id=lambda: 1,
+            leader_lease_until_monotonic=lambda: math.inf,
+        ),
         sm=SimpleNamespace(state=d.state),  # type: ignore[arg-type]
         clock=_Clock(now_tm),  # type: ignore[arg-type]
         metrics=SimpleNamespace(),  # type: ignore[arg-type]
@@ -183,7 +188,8 @@ def test_files_of_a_table_inside_a_dropped_tables_directory_are_never_orphans(
 
 class _Raft:
     """Proposals applied at once to the driver's state (what the leader's GC waits for), by a
-    leader of term `term` while `leading` (a test flips it to depose the node)."""
+    leader of term `term` while `leading` (a test flips it to depose the node), whose leader
+    lease lasts until `lease_until_s` (time.monotonic; a test ends it)."""
 
     safe_time = 0
 
@@ -191,9 +197,13 @@ class _Raft:
         self.d = d
         self.term = 1
         self.leading = True
+        self.lease_until_s = math.inf
 
     def leader_term(self) -> int:
         return self.term if self.leading else 0
+
+    def leader_lease_until_monotonic(self) -> float:
+        return self.lease_until_s if self.leading else -math.inf
 
     def leader_id(self) -> int:
         return 1 if self.leading else 2
@@ -738,6 +748,47 @@ def test_a_deposed_leader_stops_deleting_in_the_middle_of_a_chunk(
     assert list(d.state.txns.gc_queue(table_id)) == rels  # nothing reported
 
 
+def test_a_leader_whose_lease_lapsed_stops_deleting_though_it_still_believes_it_leads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Cut off from its quorum (or paused), a leader keeps its term and its leadership in its
+    # own view until check-quorum steps it down, up to two election timeouts later; meanwhile
+    # a new leader may be elected, delete and report the chunk, and a writer re-add a path.
+    # The thread also stops once the node's leader lease (a quorum's heartbeat answers plus
+    # the election timeout) has lapsed, though term and leadership look unchanged.
+    from metastore.errors import NotLeaderError
+
+    location = tmp_path / "t"
+    rels = [f"_txn/old-0123456789ab/part-{i}.parquet" for i in range(3)]
+    d, table_id = _queued_table(location, rels, mtime_s=time.time() - 3_600)
+    raft = _Raft(d)
+
+    def lease_lapsed() -> None:
+        raft.lease_until_s = time.monotonic()
+
+    _removing_then(monkeypatch, lease_lapsed)
+    with pytest.raises(NotLeaderError):
+        _drain_as(d, table_id, location, raft)
+    left = [rel for rel in rels if (location / rel).exists()]
+    assert left == rels[1:], f"GC deleted past its leader lease: {left} left of {rels}"
+    assert list(d.state.txns.gc_queue(table_id)) == rels  # nothing reported
+
+
+def test_a_leader_without_a_lease_deletes_nothing(tmp_path: Path) -> None:
+    # Just elected (no quorum has answered a heartbeat of its term yet), or its lease already
+    # lapsed when the chunk was checked: not one file goes.
+    from metastore.errors import NotLeaderError
+
+    location = tmp_path / "t"
+    rels = [f"_txn/old-0123456789ab/part-{i}.parquet" for i in range(3)]
+    d, table_id = _queued_table(location, rels, mtime_s=time.time() - 3_600)
+    raft = _Raft(d)
+    raft.lease_until_s = -math.inf
+    with pytest.raises(NotLeaderError):
+        _drain_as(d, table_id, location, raft)
+    assert all((location / rel).exists() for rel in rels)
+
+
 def test_a_new_term_stops_the_deletions_though_this_node_leads_again(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -824,7 +875,11 @@ def test_a_deposed_leader_stops_deleting_orphans(
     strays = [old_file(tmp_path / "_txn" / f"append-{i}" / "part-0.parquet") for i in range(3)]
     w = worker(d, now_tm=d.tm)
     raft = SimpleNamespace(term=1)
-    w.raft = SimpleNamespace(leader_term=lambda: raft.term, leader_id=lambda: 2)  # type: ignore[assignment]
+    w.raft = SimpleNamespace(  # type: ignore[assignment]
+        leader_term=lambda: raft.term,
+        leader_id=lambda: 2,
+        leader_lease_until_monotonic=lambda: math.inf,
+    )
 
     def deposed() -> None:
         raft.term = 0

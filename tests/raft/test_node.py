@@ -605,6 +605,9 @@ def test_messages_are_stepped_before_ticks_that_piled_up(tmp_path: Path) -> None
         def step(self, m: object) -> None:
             calls.append("step")
 
+        def is_leader(self) -> bool:
+            return False
+
     node.core = RecordingCore()  # type: ignore[assignment]
     node._ticks_due = 3
     node._inbox = [
