@@ -9,87 +9,32 @@ Stub nodes, nothing started (as test_txn_log_paging_lagging)."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
-from hlc import HybridClock, ManualClock
 from metastore.commands import AcquireLeases, LeaseKey, OpenSession, Protect, SessionInfo, TableName
 from metastore.daemon import server
-from metastore.daemon.server import ApiServer, Session
+from metastore.daemon.server import ApiServer
 from metastore.errors import BadRequestError, TimestampAheadError
 from metastore.state import MetastoreState
+from tests.daemon.lagging_node import call, stub_api
 from tests.metastore._driver import DD_MS, MS, Driver, ok
 from tests.metastore.test_txn import ready, tick
-
-
-class _Node:
-    """Serves `sm.state`; waiting for safe time applies the rest of the log (`caught_up`)."""
-
-    def __init__(self, sm: SimpleNamespace, caught_up: MetastoreState) -> None:
-        self.node_id = 2
-        self.sm, self.caught_up = sm, caught_up
-        self.ready_to_serve = True
-        self.waited_for: list[int] = []
-
-    @property
-    def safe_time(self) -> int:
-        state: MetastoreState = self.sm.state
-        return state.last_tm
-
-    def is_leader(self) -> bool:
-        return False
-
-    async def wait_for_safe_time(self, ts: int, *, timeout_ms: int) -> float:
-        self.waited_for.append(ts)
-        if self.safe_time < ts:
-            self.sm.state = self.caught_up
-        assert self.safe_time >= ts
-        return 1.0
-
-
-class _NoMetrics:
-    def __getattr__(self, _name: str) -> Any:
-        return lambda *_a, **_k: None
-
-
-def _api(state: MetastoreState, caught_up: MetastoreState) -> tuple[ApiServer, _Node]:
-    sm = SimpleNamespace(state=state, events=None)
-    node = _Node(sm, caught_up)
-    api = ApiServer(
-        node=node,
-        sm=sm,  # type: ignore[arg-type]
-        clock=HybridClock(ManualClock(caught_up.last_tm // MS)),  # one clock for all nodes
-        secrets=None,  # type: ignore[arg-type]
-        forwarder=None,  # type: ignore[arg-type]
-        metrics=_NoMetrics(),  # type: ignore[arg-type]
-        cluster_id="rp",
-        client_addresses={},
-    )
-    api.gc = None
-    return api, node
-
-
-def _call(api: ApiServer, op: str, args: dict[str, Any]) -> Any:
-    spec = api._ops[op]
-    server._check_args(args, spec.args)
-    return asyncio.run(spec.handler(Session(peer="t"), args))
 
 
 def _follow(
     first: ApiServer, later: ApiServer, op: str, args: dict[str, Any], rows: str
 ) -> list[Any]:
     """Every row of a listing: the first page (one row) of `first`, the rest of `later`."""
-    page = _call(first, op, {**args, "limit": 1})
+    page = call(first, op, {**args, "limit": 1})
     seen = list(page[rows])
     for _ in range(20):
         token = page["next_page_token"]
         if token is None:
             return seen
-        page = _call(later, op, {**args, "limit": 1, "page_token": token})
+        page = call(later, op, {**args, "limit": 1, "page_token": token})
         seen += page[rows]
     raise AssertionError("too many pages")
 
@@ -166,10 +111,10 @@ def test_a_later_page_from_a_lagging_node_skips_no_row(
     op: str, add: Callable[[Driver, int], None], args: dict[str, Any], rows: str, key: Any
 ) -> None:
     lagging, ahead = _lagging_and_ahead(add)
-    ahead_api, _ = _api(ahead, ahead)
-    everything = [key(r) for r in _call(ahead_api, op, args)[rows]]
+    ahead_api, _ = stub_api(ahead, ahead)
+    everything = [key(r) for r in call(ahead_api, op, args)[rows]]
     assert len(everything) >= 3
-    lagging_api, lagging_node = _api(lagging, ahead)
+    lagging_api, lagging_node = stub_api(lagging, ahead)
     seen = _follow(ahead_api, lagging_api, op, args, rows)
     assert [key(r) for r in seen] == everything
     assert ahead.last_tm in lagging_node.waited_for
@@ -190,8 +135,8 @@ def _history_states() -> tuple[MetastoreState, MetastoreState, MetastoreState]:
 
 def test_history_pages_from_a_lagging_node_do_not_end_early() -> None:
     lagging, middle, _ = _history_states()
-    middle_api, _ = _api(middle, middle)
-    lagging_api, lagging_node = _api(lagging, middle)
+    middle_api, _ = stub_api(middle, middle)
+    lagging_api, lagging_node = stub_api(lagging, middle)
     seen = _follow(middle_api, lagging_api, "history", {"table": "ns.a"}, "versions")
     assert [v["version"] for v in seen] == [1, 2, 3, 4]
     assert middle.last_tm in lagging_node.waited_for
@@ -200,20 +145,20 @@ def test_history_pages_from_a_lagging_node_do_not_end_early() -> None:
 def test_history_pages_from_a_node_further_ahead_add_no_version() -> None:
     """The list is the one at the first page's position, whichever node answers later."""
     _, middle, ahead = _history_states()
-    middle_api, _ = _api(middle, middle)
-    ahead_api, _ = _api(ahead, ahead)
+    middle_api, _ = stub_api(middle, middle)
+    ahead_api, _ = stub_api(ahead, ahead)
     seen = _follow(middle_api, ahead_api, "history", {"table": "ns.a"}, "versions")
     assert [v["version"] for v in seen] == [1, 2, 3, 4]
-    whole = _call(ahead_api, "history", {"table": "ns.a"})
+    whole = call(ahead_api, "history", {"table": "ns.a"})
     assert [v["version"] for v in whole["versions"]] == [1, 2, 3, 4, 5, 6]
 
 
 def test_a_history_token_of_the_previous_release_still_works() -> None:
     """`<table id>:<version>`: continued from this node's state, as before."""
     _, middle, _ = _history_states()
-    api, _ = _api(middle, middle)
+    api, _ = stub_api(middle, middle)
     table_id = middle.history("ns.a")[0].table_id
-    page = _call(api, "history", {"table": "ns.a", "limit": 10, "page_token": f"{table_id}:2"})
+    page = call(api, "history", {"table": "ns.a", "limit": 10, "page_token": f"{table_id}:2"})
     assert [v["version"] for v in page["versions"]] == [3, 4]
 
 
@@ -228,14 +173,14 @@ def test_a_history_token_of_the_previous_release_still_works() -> None:
 )
 def test_malformed_and_future_tokens_are_typed_errors(op: str, args: dict[str, Any]) -> None:
     _, middle, _ = _history_states()
-    api, node = _api(middle, middle)
+    api, node = stub_api(middle, middle)
     sep = "\x1f"
     for bad in (f"x{sep}", f"{sep}5", f"a{sep}z", f"a{sep}{2**64}", f"a{sep}-1", f"a{sep}²"):
         with pytest.raises(BadRequestError):
-            _call(api, op, {**args, "limit": 1, "page_token": bad})
+            call(api, op, {**args, "limit": 1, "page_token": bad})
     far = middle.last_tm + 60_000 * MS
     with pytest.raises(TimestampAheadError):
-        _call(api, op, {**args, "limit": 1, "page_token": f"1:1{sep}{far}"})
+        call(api, op, {**args, "limit": 1, "page_token": f"1:1{sep}{far}"})
     assert all(ts < far for ts in node.waited_for)
 
 
