@@ -9,6 +9,7 @@ import hashlib
 import math
 import os
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
@@ -719,6 +720,25 @@ def _removing_then(monkeypatch: pytest.MonkeyPatch, event: Any) -> None:
     monkeypatch.setattr(os, "remove", remove)
 
 
+def _deletions_stop_after_the_first_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, event: Callable[[_Raft], None]
+) -> None:
+    """Three queued files; `event` befalls the leader right after GC's thread removes the
+    first: the thread deletes no other, the run ends as NotLeader, and nothing is reported."""
+    from metastore.errors import NotLeaderError
+
+    location = tmp_path / "t"
+    rels = [f"_txn/old-0123456789ab/part-{i}.parquet" for i in range(3)]
+    d, table_id = _queued_table(location, rels, mtime_s=time.time() - 3_600)
+    raft = _Raft(d)
+    _removing_then(monkeypatch, lambda: event(raft))
+    with pytest.raises(NotLeaderError):
+        _drain_as(d, table_id, location, raft)
+    left = [rel for rel in rels if (location / rel).exists()]
+    assert left == rels[1:], f"GC went on deleting: {left} left of {rels}"
+    assert list(d.state.txns.gc_queue(table_id)) == rels  # nothing reported
+
+
 def test_a_deposed_leader_stops_deleting_in_the_middle_of_a_chunk(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -729,23 +749,11 @@ def test_a_deposed_leader_stops_deleting_in_the_middle_of_a_chunk(
     # a compactor write a manifest again (content hashes repeat): the old thread deleted them.
     # The thread now stops at the first file after the node stops leading in the term of the
     # check, and the chunk stays queued (unreported) for the next leader.
-    from metastore.errors import NotLeaderError
-
-    location = tmp_path / "t"
-    rels = [f"_txn/old-0123456789ab/part-{i}.parquet" for i in range(3)]
-    d, table_id = _queued_table(location, rels, mtime_s=time.time() - 3_600)
-    raft = _Raft(d)
-
-    def deposed() -> None:
+    def deposed(raft: _Raft) -> None:
         raft.leading = False
         raft.term = 2
 
-    _removing_then(monkeypatch, deposed)
-    with pytest.raises(NotLeaderError):
-        _drain_as(d, table_id, location, raft)
-    left = [rel for rel in rels if (location / rel).exists()]
-    assert left == rels[1:], f"a deposed leader's GC went on deleting: {left} left of {rels}"
-    assert list(d.state.txns.gc_queue(table_id)) == rels  # nothing reported
+    _deletions_stop_after_the_first_file(tmp_path, monkeypatch, deposed)
 
 
 def test_a_leader_whose_lease_lapsed_stops_deleting_though_it_still_believes_it_leads(
@@ -756,22 +764,10 @@ def test_a_leader_whose_lease_lapsed_stops_deleting_though_it_still_believes_it_
     # a new leader may be elected, delete and report the chunk, and a writer re-add a path.
     # The thread also stops once the node's leader lease (a quorum's heartbeat answers plus
     # the election timeout) has lapsed, though term and leadership look unchanged.
-    from metastore.errors import NotLeaderError
-
-    location = tmp_path / "t"
-    rels = [f"_txn/old-0123456789ab/part-{i}.parquet" for i in range(3)]
-    d, table_id = _queued_table(location, rels, mtime_s=time.time() - 3_600)
-    raft = _Raft(d)
-
-    def lease_lapsed() -> None:
+    def lease_lapsed(raft: _Raft) -> None:
         raft.lease_until_s = time.monotonic()
 
-    _removing_then(monkeypatch, lease_lapsed)
-    with pytest.raises(NotLeaderError):
-        _drain_as(d, table_id, location, raft)
-    left = [rel for rel in rels if (location / rel).exists()]
-    assert left == rels[1:], f"GC deleted past its leader lease: {left} left of {rels}"
-    assert list(d.state.txns.gc_queue(table_id)) == rels  # nothing reported
+    _deletions_stop_after_the_first_file(tmp_path, monkeypatch, lease_lapsed)
 
 
 def test_a_leader_without_a_lease_deletes_nothing(tmp_path: Path) -> None:
@@ -794,20 +790,10 @@ def test_a_new_term_stops_the_deletions_though_this_node_leads_again(
 ) -> None:
     # Deposed and elected again before the thread looked: its check was made in the old term,
     # and another leader may have reported the chunk in between. It stops as well.
-    from metastore.errors import NotLeaderError
-
-    location = tmp_path / "t"
-    rels = [f"_txn/old-0123456789ab/part-{i}.parquet" for i in range(3)]
-    d, table_id = _queued_table(location, rels, mtime_s=time.time() - 3_600)
-    raft = _Raft(d)
-
-    def elected_again() -> None:
+    def elected_again(raft: _Raft) -> None:
         raft.term = 3
 
-    _removing_then(monkeypatch, elected_again)
-    with pytest.raises(NotLeaderError):
-        _drain_as(d, table_id, location, raft)
-    assert [rel for rel in rels if (location / rel).exists()] == rels[1:]
+    _deletions_stop_after_the_first_file(tmp_path, monkeypatch, elected_again)
 
 
 def test_a_manifest_written_again_while_its_chunk_is_deleted_stays_on_disk(
