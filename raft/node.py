@@ -429,9 +429,10 @@ class RaftNode:
         # Peers' clock offsets from their heartbeats: peer -> (their clock - ours in ms,
         # monotonic time of the sample); and why this node fenced itself ("" = it did not).
         self._peer_clocks: dict[NodeId, _ClockSample] = {}
-        # The clock_ms of the last heartbeat (or response) heard from each peer, echoed in the
-        # next one we send it: a round trip for the peer's clock sample.
-        self._last_peer_clock: dict[NodeId, int] = {}
+        # The clock_ms of the last heartbeat (or response) heard from each peer and the
+        # monotonic time it arrived, echoed in the next one we send it: a round trip for the
+        # peer's clock sample (see _stamp for why a leader adds how long it held it).
+        self._last_peer_clock: dict[NodeId, tuple[int, float]] = {}
         self.clock_fenced = ""
         self._fenced_by_quorum = False  # True: also no campaigns (see _check_own_clock)
         # Leader lease (see leader_lease_until_monotonic), for the term `_lease_term` only:
@@ -987,9 +988,10 @@ class RaftNode:
         after it received ours, and it arrived at `now`, so θ lies in [clock_ms - now,
         clock_ms - echo], whatever the delays and however long the peer held it (NTP's bound,
         without the peer's receive time). Leaders get this from responses, followers from
-        the next heartbeat."""
+        the next heartbeat, whose echo the leader advanced by how long it held our response
+        (see _stamp): still a bound, and without the hold the middle is not biased."""
         now_ms = self.clock.physical_now_ms()
-        self._last_peer_clock[m.src] = m.clock_ms
+        self._last_peer_clock[m.src] = (m.clock_ms, time.monotonic())
         low = m.clock_ms - now_ms
         high = m.clock_ms - m.echo_ms if 0 < m.echo_ms <= now_ms else None
         offset = low if high is None else (low + high) // 2
@@ -1000,11 +1002,19 @@ class RaftNode:
     def _stamp(self, m: Message) -> Message:
         if isinstance(m, Heartbeat | HeartbeatResponse):
             clock_ms = self.clock.physical_now_ms()
+            echo_ms, heard_monotonic = self._last_peer_clock.get(m.dst, (0, 0.0))
             if type(m) is Heartbeat:
                 self._note_heartbeat_sent(m, clock_ms)
-            return dataclasses.replace(
-                m, clock_ms=clock_ms, echo_ms=self._last_peer_clock.get(m.dst, 0)
-            )
+                if echo_ms:
+                    # A leader holds a follower's last response until its next heartbeat (up
+                    # to a heartbeat interval): the follower would count that hold as round
+                    # trip, and the middle of its bounds would put our clock half a hold
+                    # ahead (+25 ms on one host with the defaults, in status and against the
+                    # fence). Adding the hold, measured here and rounded down, keeps the echo
+                    # an upper bound's base and centres the follower's estimate. Responses
+                    # echo the heartbeat's clock unchanged: the lease matches them by it.
+                    echo_ms += int((time.monotonic() - heard_monotonic) * 1000)
+            return dataclasses.replace(m, clock_ms=clock_ms, echo_ms=echo_ms)
         if type(m) is TimeoutNow:
             self._lease_void_term = m.term
         return m

@@ -219,3 +219,44 @@ async def test_a_follower_whose_clock_runs_ahead_fences_itself(tmp_path: Path) -
     finally:
         for n in nodes.values():
             await n.stop()
+
+
+async def test_a_leader_echoes_a_response_advanced_by_how_long_it_held_it(tmp_path: Path) -> None:
+    """A leader answers a follower's heartbeat response only with its next heartbeat, up to
+    a heartbeat interval later. Echoed as heard, that hold counted as round trip: on one host
+    every follower measured its leader's clock +25 ms ahead (status showed it, the fence
+    used it). The heartbeat's echo now includes the hold; a response's echo stays the
+    heartbeat's own clock, which the leader lease matches acknowledgements by."""
+    nodes, _ = _cluster(tmp_path)
+    for n in nodes.values():
+        await n.start()
+    try:
+        follower, leader = await _follower_and_leader(nodes)
+        term = leader.status().core.term
+        held_s = 0.040
+        leader._last_peer_clock[follower.node_id] = (1_000, time.monotonic() - held_s)
+        stamped = leader._stamp(
+            Heartbeat(src=leader.node_id, dst=follower.node_id, term=term, commit=0)
+        )
+        assert isinstance(stamped, Heartbeat)
+        assert 1_000 + 40 <= stamped.echo_ms < 1_000 + 40 + 1_000, stamped.echo_ms
+        follower._last_peer_clock[leader.node_id] = (2_000, time.monotonic() - held_s)
+        answer = follower._stamp(
+            HeartbeatResponse(src=follower.node_id, dst=leader.node_id, term=term)
+        )
+        assert isinstance(answer, HeartbeatResponse)
+        assert answer.echo_ms == 2_000
+        # And end to end: on one host a follower's estimate of its leader's clock is near 0,
+        # not half a heartbeat interval ahead (the median of many samples: one can be late).
+        seen: list[int] = []
+        deadline = time.monotonic() + WAIT_S
+        while len(seen) < 40 and time.monotonic() < deadline:
+            sample = follower._peer_clocks.get(leader.node_id)
+            if sample is not None and sample.high is not None:
+                seen.append(sample.offset)
+            await asyncio.sleep(0.02)
+        assert len(seen) >= 20, seen
+        assert abs(sorted(seen)[len(seen) // 2]) <= 10, seen
+    finally:
+        for n in nodes.values():
+            await n.stop()
