@@ -85,6 +85,7 @@ from metastore.daemon.views import (
 from metastore.ddl import parse_ddl
 from metastore.errors import (
     BadRequestError,
+    CatchUpTimeoutError,
     ClusterNotInitializedError,
     ForbiddenError,
     InternalError,
@@ -1001,13 +1002,22 @@ class ApiServer:
         return cluster.dd
 
     async def _wait_safe(self, ts: int, timeout_ms: int) -> float:
-        """Wait until safe time >= ts. Returns the milliseconds waited."""
+        """Wait until safe time >= ts. Returns the milliseconds waited.
+
+        The wait running out means this node lags: CatchUpTimeoutError (TIMEOUT on the wire,
+        with `details.reason` = "catch_up"), on which clients fail over to another node. That
+        is sound only because nothing has been done yet: never call this after proposing."""
         try:
             return await self.node.wait_for_safe_time(ts, timeout_ms=timeout_ms)
         except SafeTimeTimeoutError as exc:
-            raise RequestTimeoutError(
-                str(exc),
-                details={"wanted": exc.wanted_ts, "safe_time": exc.safe_time, "lag_ms": exc.lag_ms},
+            raise CatchUpTimeoutError(
+                f"node {self.node.node_id} is behind: {exc}",
+                details={
+                    "wanted": exc.wanted_ts,
+                    "safe_time": exc.safe_time,
+                    "lag_ms": exc.lag_ms,
+                    "node_id": self.node.node_id,
+                },
             ) from None
         except (NodeStoppedError, QueueFullError) as exc:
             # QueueFullError: SAFE_TIME_WAITERS_MAX reads already wait here; retryable.
