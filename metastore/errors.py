@@ -12,7 +12,10 @@ Two kinds of failure, kept apart on purpose (TigerBeetle's split):
   raises it must stop rather than keep serving from a state it cannot trust.
 
 Invariant: every concrete subclass has a distinct `code`, so `from_wire(e.to_wire())` rebuilds an
-exception of the same class with the same message and details.
+exception of the same class with the same message and details. The one kind of exception is a
+*refinement*: a subclass of a code's class that keeps that code on the wire (so clients of an
+earlier release, which know only the code, still understand it) and sets `details["reason"]`
+to its own `REASON`, by which `from_wire` tells it apart (`CatchUpTimeoutError`).
 """
 
 from __future__ import annotations
@@ -129,7 +132,8 @@ class MetastoreError(Exception):
         cls = _BY_CODE.get(code)
         if cls is None:
             return UnknownError(message, details={**details, "original_code": code})
-        return cls(message, details=details)
+        refined = _REFINEMENTS.get((code, details.get("reason")))
+        return (refined or cls)(message, details=details)
 
     def __eq__(self, other: object) -> bool:
         # Value semantics, so outcomes holding errors compare by content in tests and snapshots.
@@ -476,6 +480,22 @@ class RequestTimeoutError(MetastoreError):
     retryable = True
 
 
+class CatchUpTimeoutError(RequestTimeoutError):
+    """A read waited for this node's safe time to reach the position it needs (a page token's,
+    a timestamp's, `now - DD` for "not found") and the wait ran out: this node lags (cut off
+    from its leader, or slow to apply), and a node that is not behind may answer at once.
+    Raised only before the request did anything on the node (every wait for safe time comes
+    before a proposal), so clients fail over on it, for any op, within their own deadline.
+    A refinement of TIMEOUT: the same wire code (a client of an earlier release sees the
+    retryable TIMEOUT it knows) with `details.reason` = "catch_up". Details also: `wanted`,
+    `safe_time`, `lag_ms`, `node_id`."""
+
+    REASON: ClassVar[str] = "catch_up"
+
+    def __init__(self, message: str, *, details: Mapping[str, object] | None = None) -> None:
+        super().__init__(message, details={**(details or {}), "reason": self.REASON})
+
+
 class UnavailableError(MetastoreError):
     """No quorum, or the leader could not be reached."""
 
@@ -552,6 +572,12 @@ _BY_CODE: dict[str, type[MetastoreError]] = {
         InternalError,
         TimestampAheadError,
     )
+}
+
+
+# Refinements (see the module docstring): (wire code, details["reason"]) -> class.
+_REFINEMENTS: dict[tuple[str, object], type[MetastoreError]] = {
+    (CatchUpTimeoutError.code.value, CatchUpTimeoutError.REASON): CatchUpTimeoutError,
 }
 
 

@@ -7,8 +7,11 @@ Key idea
     A call goes to the node that answered last; if that node cannot be reached, or answers
     NOT_READY / UNAVAILABLE / NOT_LEADER (retryable: nothing was done), the call moves on to the
     next node, a bounded number of times with backoff between rounds, all within the call's
-    timeout. A write the node answered TIMEOUT for (its outcome unknown there) moves on too,
-    when repeating it is harmless (below).
+    timeout. So does a call the node answered with a catch-up timeout (`CatchUpTimeoutError`:
+    TIMEOUT with `details.reason` = "catch_up"; it lags behind the position the read needs, e.g.
+    a page token cut by a node further ahead, and did nothing). A write the node answered
+    TIMEOUT for (its outcome unknown there) moves on too, when repeating it is harmless
+    (below). Any other TIMEOUT of a read answers the read's own wait bound and is raised.
 
 Results
     Every method returns the protocol's `result` map unchanged (a plain dict of msgpack types:
@@ -78,6 +81,7 @@ from metastore.daemon.api_limits import (
     REQUEST_TIMEOUT_MS_MAX,
 )
 from metastore.errors import (
+    CatchUpTimeoutError,
     ErrorCode,
     InvalidArgumentError,
     LimitExceededError,
@@ -1282,10 +1286,15 @@ class MetastoreClient:
                     # A write the node timed out on (a leader that lost its quorum with the
                     # proposal pending) has an unknown outcome there, as after UNAVAILABLE: a
                     # repeatable one is retried elsewhere. A read's TIMEOUT answers its own
-                    # wait bound and is raised as is.
-                    unknown_write = code == ErrorCode.TIMEOUT.value and op not in _READ_OPS
-                    if (code not in _FAILOVER_CODES and not unknown_write) or (
-                        code not in _NOT_EXECUTED_CODES and not repeatable
+                    # wait bound and is raised as is, unless the node says it timed out
+                    # catching up (it lags; nothing done there): then another node is asked.
+                    unknown_write = (
+                        code == ErrorCode.TIMEOUT.value
+                        and op not in _READ_OPS
+                        and not _nothing_done(error)
+                    )
+                    if (not _fails_over(error) and not unknown_write) or (
+                        not _nothing_done(error) and not repeatable
                     ):
                         raise error
                     failures[target] = f"{code}: {error.message}"
@@ -1309,7 +1318,7 @@ class MetastoreClient:
         if (
             last_server_error is not None
             and not connection_failed
-            and not (outcome_unknown and last_server_error.code.value in _NOT_EXECUTED_CODES)
+            and not (outcome_unknown and _nothing_done(last_server_error))
         ):
             last_server_error.details.setdefault("tried", failures)
             raise last_server_error
@@ -1459,6 +1468,19 @@ class MetastoreClient:
     def _backoff_ms(self, round_number: int) -> float:
         cap = min(RETRY_BACKOFF_MS_MAX, RETRY_BACKOFF_MS_MIN * 2 ** max(0, round_number - 1))
         return self._rng.uniform(max(RETRY_BACKOFF_MS_MIN, cap / 2), max(RETRY_BACKOFF_MS_MIN, cap))
+
+
+def _fails_over(error: MetastoreError) -> bool:
+    """Whether another node may answer what this one refused: it was not the node to ask
+    (not ready, not the leader, its clock behind) or it lags (CatchUpTimeoutError)."""
+    return error.code.value in _FAILOVER_CODES or isinstance(error, CatchUpTimeoutError)
+
+
+def _nothing_done(error: MetastoreError) -> bool:
+    """Whether the error guarantees the node did nothing with the request (so even a write
+    that cannot be repeated blindly may go to another node). A catch-up timeout does: a node
+    waits for safe time only before it proposes anything."""
+    return error.code.value in _NOT_EXECUTED_CODES or isinstance(error, CatchUpTimeoutError)
 
 
 def _result_map(reply: Mapping[str, Any]) -> dict[str, Any]:

@@ -36,6 +36,7 @@ from metastore.apply_version import (
     INITIAL_APPLY_VERSION,
     MAX_APPLY_VERSION,
 )
+from metastore.catalog import SchemaVersion
 from metastore.commands import (
     AcquireLeases,
     AdvanceGcThreshold,
@@ -84,6 +85,7 @@ from metastore.daemon.views import (
 from metastore.ddl import parse_ddl
 from metastore.errors import (
     BadRequestError,
+    CatchUpTimeoutError,
     ClusterNotInitializedError,
     ForbiddenError,
     InternalError,
@@ -1000,13 +1002,22 @@ class ApiServer:
         return cluster.dd
 
     async def _wait_safe(self, ts: int, timeout_ms: int) -> float:
-        """Wait until safe time >= ts. Returns the milliseconds waited."""
+        """Wait until safe time >= ts. Returns the milliseconds waited.
+
+        The wait running out means this node lags: CatchUpTimeoutError (TIMEOUT on the wire,
+        with `details.reason` = "catch_up"), on which clients fail over to another node. That
+        is sound only because nothing has been done yet: never call this after proposing."""
         try:
             return await self.node.wait_for_safe_time(ts, timeout_ms=timeout_ms)
         except SafeTimeTimeoutError as exc:
-            raise RequestTimeoutError(
-                str(exc),
-                details={"wanted": exc.wanted_ts, "safe_time": exc.safe_time, "lag_ms": exc.lag_ms},
+            raise CatchUpTimeoutError(
+                f"node {self.node.node_id} is behind: {exc}",
+                details={
+                    "wanted": exc.wanted_ts,
+                    "safe_time": exc.safe_time,
+                    "lag_ms": exc.lag_ms,
+                    "node_id": self.node.node_id,
+                },
             ) from None
         except (NodeStoppedError, QueueFullError) as exc:
             # QueueFullError: SAFE_TIME_WAITERS_MAX reads already wait here; retryable.
@@ -1126,20 +1137,16 @@ class ApiServer:
         if position is None:
             # The first page (or a token of the previous release): this node's state now.
             position = self._applied_position()
-        versions = self.sm.state.history(table)
-        table_id = versions[0].table_id
-        after = 0
-        if token is not None:
+        if token is None:
+            versions = self.sm.state.history(table)
+            table_id = versions[0].table_id
+            after = 0
+        else:
             id_text, _, version_text = token.partition(":")
             if not (_is_uint(id_text) and _is_uint(version_text)):
                 raise BadRequestError(f"'page_token' {token!r} is not one this server handed out")
-            if int(id_text) != table_id:
-                # Dropped and created again between two pages: not the same history.
-                raise TableNotFoundError(
-                    f"table {table} with id {id_text} no longer exists (the name now refers to "
-                    f"table id {table_id}); read its history again",
-                    details={"table": table, "table_id": int(id_text), "current": table_id},
-                )
+            table_id = int(id_text)
+            versions = self._history_at(table, table_id, position)
             after = int(version_text)
         rest = [v for v in versions if after < v.version and v.tm <= position]
         count_max = limit or L.HISTORY_PAGE_VERSIONS_MAX
@@ -1159,6 +1166,24 @@ class ApiServer:
             )
         where = f"{table_id}:{page[-1]['version']}" if more else None
         return {"versions": page, "next_page_token": _position_token(position, where)}
+
+    def _history_at(self, table: str, table_id: int, position: int) -> tuple[SchemaVersion, ...]:
+        """The versions of incarnation `table_id` of `table` as its history was at `position`:
+        the first page found it live there, so a node that has applied its DROP since (and
+        maybe a new CREATE of the name) still answers the later pages from it. Dropped
+        incarnations stay in the catalog (for reads AS OF), so this needs no apply change."""
+        name = TableName.parse(table)
+        for incarnation in self.sm.state.catalog.incarnations(name):
+            if incarnation.table_id != table_id:
+                continue
+            if incarnation.dropped_tm is not None and incarnation.dropped_tm <= position:
+                break  # dropped before the position: not the history this token continues
+            return incarnation.versions
+        raise TableNotFoundError(
+            f"table {table} with id {table_id} did not exist at the page's position "
+            f"{ts_text(position)}; read its history again",
+            details={"table": table, "table_id": table_id, "position": position},
+        )
 
     async def _list_namespaces(self, _s: Session, args: Args) -> dict[str, Any]:
         """Live namespaces now, or (with `as_of`, after the wait) those existing then, by

@@ -1,6 +1,7 @@
 """A stub node for reads that must wait for the node to catch up (page tokens, positions):
 `ApiServer` over a state, and a node whose `wait_for_safe_time` applies the rest of the log
-(`caught_up`) when asked for a position it has not reached. Nothing is started."""
+(`caught_up`) when asked for a position it has not reached, or (`catches_up=False`, a node cut
+off from its leader) lets the wait run out as the Raft node does. Nothing is started."""
 
 from __future__ import annotations
 
@@ -12,15 +13,20 @@ from hlc import HybridClock, ManualClock
 from metastore.daemon import server
 from metastore.daemon.server import ApiServer, Session
 from metastore.state import MetastoreState
+from raft.node import SafeTimeTimeoutError
 from tests.metastore._driver import MS
 
 
 class LaggingNode:
-    """Serves `sm.state`; waiting for safe time applies the rest of the log (`caught_up`)."""
+    """Serves `sm.state`; waiting for safe time applies the rest of the log (`caught_up`), or
+    with `catches_up=False` runs out (SafeTimeTimeoutError) without applying anything."""
 
-    def __init__(self, sm: SimpleNamespace, caught_up: MetastoreState) -> None:
+    def __init__(
+        self, sm: SimpleNamespace, caught_up: MetastoreState, *, catches_up: bool = True
+    ) -> None:
         self.node_id = 2
         self.sm, self.caught_up = sm, caught_up
+        self.catches_up = catches_up
         self.ready_to_serve = True
         self.waited_for: list[int] = []
 
@@ -34,6 +40,8 @@ class LaggingNode:
 
     async def wait_for_safe_time(self, ts: int, *, timeout_ms: int) -> float:
         self.waited_for.append(ts)
+        if self.safe_time < ts and not self.catches_up:
+            raise SafeTimeTimeoutError(ts, self.safe_time, timeout_ms)
         if self.safe_time < ts:
             self.sm.state = self.caught_up
         assert self.safe_time >= ts
@@ -45,11 +53,14 @@ class _NoMetrics:
         return lambda *_a, **_k: None
 
 
-def stub_api(state: MetastoreState, caught_up: MetastoreState) -> tuple[ApiServer, LaggingNode]:
-    """An ApiServer serving `state`, on a node that catches up to `caught_up` when it waits.
-    Its clock is `caught_up`'s last Tm: one clock for every stub node of a test."""
+def stub_api(
+    state: MetastoreState, caught_up: MetastoreState, *, catches_up: bool = True
+) -> tuple[ApiServer, LaggingNode]:
+    """An ApiServer serving `state`, on a node that catches up to `caught_up` when it waits
+    (unless `catches_up` is False). Its clock is `caught_up`'s last Tm: one clock for every
+    stub node of a test."""
     sm = SimpleNamespace(state=state, events=None)
-    node = LaggingNode(sm, caught_up)
+    node = LaggingNode(sm, caught_up, catches_up=catches_up)
     api = ApiServer(
         node=node,
         sm=sm,  # type: ignore[arg-type]

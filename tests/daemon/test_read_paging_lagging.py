@@ -17,7 +17,7 @@ import pytest
 from metastore.commands import AcquireLeases, LeaseKey, OpenSession, Protect, SessionInfo, TableName
 from metastore.daemon import server
 from metastore.daemon.server import ApiServer
-from metastore.errors import BadRequestError, TimestampAheadError
+from metastore.errors import BadRequestError, TableNotFoundError, TimestampAheadError
 from metastore.state import MetastoreState
 from tests.daemon.lagging_node import call, stub_api
 from tests.metastore._driver import DD_MS, MS, Driver, ok
@@ -122,6 +122,12 @@ def test_a_later_page_from_a_lagging_node_skips_no_row(
 
 def _history_states() -> tuple[MetastoreState, MetastoreState, MetastoreState]:
     """ns.a at version 2 (lagging), at version 4 (the first page's node) and at 6 (ahead)."""
+    lagging, middle, d = _history_driven()
+    return lagging, middle, d.state
+
+
+def _history_driven() -> tuple[MetastoreState, MetastoreState, Driver]:
+    """As `_history_states`, with the driver of the state ahead (to apply more to it)."""
     d = ready()
     d.ok("ALTER TABLE ns.a ADD COLUMN c1 INT")
     lagging = MetastoreState.from_snapshot(d.state.to_snapshot())
@@ -130,7 +136,7 @@ def _history_states() -> tuple[MetastoreState, MetastoreState, MetastoreState]:
     middle = MetastoreState.from_snapshot(d.state.to_snapshot())
     d.ok("ALTER TABLE ns.a ADD COLUMN c4 INT")
     d.ok("ALTER TABLE ns.a ADD COLUMN c5 INT")
-    return lagging, middle, d.state
+    return lagging, middle, d
 
 
 def test_history_pages_from_a_lagging_node_do_not_end_early() -> None:
@@ -151,6 +157,32 @@ def test_history_pages_from_a_node_further_ahead_add_no_version() -> None:
     assert [v["version"] for v in seen] == [1, 2, 3, 4]
     whole = call(ahead_api, "history", {"table": "ns.a"})
     assert [v["version"] for v in whole["versions"]] == [1, 2, 3, 4, 5, 6]
+
+
+@pytest.mark.parametrize("recreate", [False, True], ids=["dropped", "dropped-and-recreated"])
+def test_history_pages_from_a_node_where_the_table_was_dropped_since(recreate: bool) -> None:
+    """Pages answer at the first page's position, where the table was live: a node that
+    applied a DROP (and maybe a new CREATE of the name) since still gives the same list."""
+    _, middle, d = _history_driven()
+    d.ok("DROP TABLE ns.a")
+    if recreate:
+        d.ok("CREATE TABLE ns.a (z INT)")
+    middle_api, _ = stub_api(middle, middle)
+    dropped_api, _ = stub_api(d.state, d.state)
+    seen = _follow(middle_api, dropped_api, "history", {"table": "ns.a"}, "versions")
+    assert [v["version"] for v in seen] == [1, 2, 3, 4]
+    assert {v["table_id"] for v in seen} == {middle.history("ns.a")[0].table_id}
+
+
+def test_a_history_token_of_an_incarnation_dropped_before_its_position_is_not_found() -> None:
+    """A token of the previous release (no position) continues from the node's state now,
+    where the incarnation it names is dropped."""
+    _, _, d = _history_driven()
+    table_id = d.state.history("ns.a")[0].table_id
+    d.ok("DROP TABLE ns.a")
+    api, _ = stub_api(d.state, d.state)
+    with pytest.raises(TableNotFoundError):
+        call(api, "history", {"table": "ns.a", "limit": 10, "page_token": f"{table_id}:2"})
 
 
 def test_a_history_token_of_the_previous_release_still_works() -> None:

@@ -30,13 +30,35 @@ def test_every_code_has_one_class_and_round_trips(code: ErrorCode) -> None:
     assert rebuilt.retryable == cls.retryable
 
 
-def test_codes_are_distinct_and_classes_exported() -> None:
-    classes = [
+def _error_classes() -> list[type[MetastoreError]]:
+    return [
         obj
         for obj in vars(errors).values()
         if isinstance(obj, type) and issubclass(obj, MetastoreError) and obj is not MetastoreError
     ]
+
+
+def test_codes_are_distinct_and_classes_exported() -> None:
+    """One class per code, besides refinements (a subclass that keeps its code on the wire and
+    is told apart by `details["reason"]`)."""
+    classes = [c for c in _error_classes() if "REASON" not in vars(c)]
     assert len({c.code for c in classes}) == len(classes) == len(ErrorCode)
+
+
+def test_refinements_keep_their_code_and_round_trip() -> None:
+    refinements = [c for c in _error_classes() if "REASON" in vars(c)]
+    assert refinements == [errors.CatchUpTimeoutError]
+    for cls in refinements:
+        assert issubclass(cls, error_class(cls.code))
+        original = cls("boom", details={"n": 1})
+        wire = msgpack.unpackb(msgpack.packb(original.to_wire()), raw=False)
+        assert wire["details"]["reason"] == vars(cls)["REASON"]
+        rebuilt = MetastoreError.from_wire(wire)
+        assert type(rebuilt) is cls and rebuilt == original
+        assert rebuilt.retryable is RETRYABLE[cls.code.value]
+        # Without the reason (a node of an earlier release) it is the code's own class.
+        del wire["details"]["reason"]
+        assert type(MetastoreError.from_wire(wire)) is error_class(cls.code)
 
 
 # Whether running the same request again (after a re-plan, a fresh stamp or a wait) may succeed.
