@@ -17,10 +17,13 @@ session's, not a table's: a pin of this table applied before another pin answere
 still be unanswered, so a release claims no more than the session knew when its oldest
 unanswered pin was sent. One kept though no batch holds it (touched by a pin that failed here)
 is released again without `known_tm`, once no pin of the session is unanswered; should a pin
-sent after that release cross it, the thread re-acquires what is in use again right after
-its release, with the earliest read_ts of the batches holding it (`hold(read_floors=...)`,
-what their pins recorded on the lease), so the lease taken again still keeps GC below their
-reads.
+sent after that release cross it, the thread re-acquires what is in use again, with the
+earliest read_ts of the batches holding it (`hold(read_floors=...)`, what their pins recorded
+on the lease), so the lease taken again still keeps GC below their reads: right after the
+release when the pin was answered first, else once the pin is answered, if its leases were
+applied before the release (its `lease_tm` below the release's `release_tm`; a daemon that
+does not reply with `release_tm` gets the lease taken again for any pin that was unanswered
+when the release's answer came).
 Leases move forward while held (metastore AcquireLeases `known_tm`/`renew_from`): a streaming
 query re-pins every micro-batch and never lets its lease go, and a lease kept its first read_ts
 and acquired Tm, so GC never passed them and the tables' dead files filled the disk. Each pin
@@ -166,6 +169,13 @@ class BridgeSession:
         # released again without `known_tm`, or they would stay for the session's life.
         self._release_plain: set[LeaseKey] = set()
         self._idle_since: dict[LeaseKey, float] = {}  # refs hit zero at (monotonic s)
+        # Leases a release without `known_tm` took while a pin of the session was unanswered,
+        # with the Tm it was applied at (None: unknown): that pin, applied before it, lost its
+        # lease, which is taken again once it is answered (`hold`). Kept until no pin is
+        # unanswered: a pin sent after the release's answer is applied after it.
+        self._plain_released: dict[LeaseKey, int | None] = {}
+        # Leases a batch holds that a release may have taken: the thread takes them again.
+        self._take_again: set[LeaseKey] = set()
         # Leasing pins whose outcome is unknown: the leases they may hold are learnt and
         # released by the background thread (`unknown_pin`).
         self._unknown_pins: list[_UnknownPin] = []
@@ -263,6 +273,8 @@ class BridgeSession:
             self._known_tm = 0
             self._sent_known.clear()
             self._release_plain.clear()
+            self._plain_released.clear()
+            self._take_again.clear()
             self._idle_since.clear()
             self._unknown_pins.clear()
         log.warning("metastore session %s expired; opening a new one", session_id)
@@ -320,6 +332,8 @@ class BridgeSession:
             self._pins_out -= 1
             if not self._pins_out:
                 self._sent_known.clear()  # none is unanswered, whatever a caller left out
+                # A pin sent from now on is applied after every release answered so far.
+                self._plain_released.clear()
             if session_id != self.session_id:
                 return
             if lease_tm is not None:
@@ -336,22 +350,33 @@ class BridgeSession:
         session_id: str | None = None,
         read_floors: Mapping[LeaseKey, int] | None = None,
         floor: int | None = None,
+        lease_tm: int | None = None,
     ) -> None:
         """A batch pinned (and the server leased) `keys` under `session_id` (default: the
         current session): count them in. Leases of a session already lost are not counted:
         they went with it, and the counts are the current session's. `read_floors`: the
         read_ts the pin recorded on the leases of the tables the batch reads; `floor`: the
-        lowest timestamp the batch reads at. `drop` must be given the same."""
+        lowest timestamp the batch reads at. `drop` must be given the same. `lease_tm`: the
+        (earliest) Tm the pin's leases were applied at, None if unknown: a lease a release
+        without `known_tm` applied after it took is taken again."""
+        take_again = False
         with self._lock:
             if session_id is not None and session_id != self.session_id:
                 return
             for key in keys:
                 self._refs[key] = self._refs.get(key, 0) + 1
                 self._idle_since.pop(key, None)
+                if key in self._plain_released:
+                    release_tm = self._plain_released[key]
+                    if release_tm is None or lease_tm is None or lease_tm < release_tm:
+                        self._take_again.add(key)
+                        take_again = True
             for key, read_floor in (read_floors or {}).items():
                 self._floors.setdefault(key, Counter())[read_floor] += 1
             if floor is not None:
                 self._inflight[floor] += 1
+        if take_again:
+            self._wake.set()
 
     def drop(
         self,
@@ -438,6 +463,7 @@ class BridgeSession:
                 return
             self._upkeep(self._close_unknown_opens)
             self._upkeep(self._learn_unknown_pins)
+            self._upkeep(self._acquire_again)
             self._upkeep(self._release_idle)
             if time.monotonic() >= next_beat:
                 self._upkeep(self._heartbeat)
@@ -628,13 +654,20 @@ class BridgeSession:
                 self._releasing.difference_update(due)
             return
         kept: set[tuple[int, int]] = set()
+        answered = False
+        # The Tm the release was applied at, None when unknown (it failed, or a daemon from
+        # before `release_tm` answered).
+        release_tm: int | None = None
         try:
             wires = [k.wire() for k in due]
             if known_tm is None:
-                self.client.lease_release(session_id, wires)
+                r = self.client.lease_release(session_id, wires)
             else:
                 r = self.client.lease_release(session_id, wires, known_tm=known_tm)
                 kept = {(int(i), int(v)) for i, v in r.get("kept") or []}
+            answered = True
+            if r.get("release_tm") is not None:
+                release_tm = int(r["release_tm"])
         except MetastoreError as exc:
             if exc.retryable:
                 # Not released (or not known to be): the session's heartbeats keep a lease
@@ -651,25 +684,46 @@ class BridgeSession:
             with self._lock:
                 self._releasing.difference_update(due)
                 # A batch pinned one of these again while the release was on the wire: the
-                # server may have applied the release second. Take it again, keeping the
-                # reads of the batches holding it.
-                again: dict[int | None, list[LeaseKey]] = {}
+                # server may have applied the release second (also if it failed: its outcome
+                # may be unknown). Take it again, keeping the reads of the batches holding it.
                 plain_again: list[LeaseKey] = []
                 for k in due:
                     if self._refs.get(k, 0) > 0:
-                        if (k.table_id, k.version) in kept:
-                            continue  # the crossing pin's lease stayed
-                        floors = self._floors.get(k)
-                        again.setdefault(min(floors) if floors else None, []).append(k)
-                    elif (k.table_id, k.version) in kept:
+                        if (k.table_id, k.version) not in kept:  # else the crossing pin's stayed
+                            self._take_again.add(k)
+                        continue
+                    if (k.table_id, k.version) in kept:
                         plain_again.append(k)
-                    else:
+                        continue
+                    if known_tm is None and self._pins_out:
+                        # A pin still unanswered may have crossed this release, which kept
+                        # nothing: once answered, that pin says whether it was applied before
+                        # (its lease taken) - see `hold`.
+                        self._plain_released[k] = release_tm
+                    if answered:
                         self._floors.pop(k, None)
                         self._release_plain.discard(k)  # released: nothing left to take
                 self._release_plain.update(plain_again)
+                if self._take_again:
+                    self._wake.set()  # taken again now, or by the next round if this raises
         if plain_again:
             self._idle_again(session_id, plain_again)
-        for floor, keys in again.items():
+        self._acquire_again()
+
+    def _acquire_again(self) -> None:
+        """Take the leases of `_take_again` that a batch still holds again (see
+        `_release_idle` and `hold`), keeping the earliest read of the batches holding each."""
+        with self._lock:
+            session_id = self.session_id
+            groups: dict[int | None, list[LeaseKey]] = {}
+            for k in self._take_again:
+                if self._refs.get(k, 0) > 0:
+                    floors = self._floors.get(k)
+                    groups.setdefault(min(floors) if floors else None, []).append(k)
+            self._take_again.clear()
+        if session_id is None:
+            return
+        for floor, keys in groups.items():
             try:
                 if floor is None:
                     self.client.lease_acquire(session_id, [k.wire() for k in keys])
