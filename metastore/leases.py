@@ -42,7 +42,9 @@ Commands (metastore.commands) and their results
     ReleaseLeases     {session_id, released}; releasing what is not held is a no-op. With
                       known_tm (a renewing holder's), a lease an entry after it touched stays
                       (`kept`: [[table_id, version], ...]): a pin that crossed the release on
-                      the wire holds it again.
+                      the wire holds it again. (The daemon's reply adds `release_tm`, the
+                      entry's Tm, outside this result: a release without known_tm keeps
+                      nothing, and a pin with an earlier Tm lost its lease to it.)
 
 Moving forward
     A lease held for weeks (a streaming query re-pins every micro-batch and never lets it go)

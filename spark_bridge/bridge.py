@@ -695,6 +695,18 @@ def check_rows_found(table: str, abs_dir: str, rows_written: int, files: list[Da
         )
 
 
+def _earliest_lease_tm(*replies: dict[str, Any]) -> int | None:
+    """The earliest Tm the leases of the pin `replies` were applied at; None when one does
+    not say (a daemon that did not, or no lease was taken)."""
+    tms: list[int] = []
+    for r in replies:
+        tm = r.get("earliest_lease_tm", r.get("lease_tm"))
+        if tm is None:
+            return None
+        tms.append(int(tm))
+    return min(tms)
+
+
 def _pin_part(args: dict[str, Any], tables: list[str]) -> dict[str, Any]:
     """`pin` arguments for a part of the tables: `reads` must name tables of the request, so
     it keeps those of this part (and `read_ts` goes with them)."""
@@ -873,6 +885,9 @@ class BatchContext:
             "pins": [*first["pins"], *second["pins"]],
             "waited_ms": float(first.get("waited_ms", 0.0)) + float(second.get("waited_ms", 0.0)),
             "safe_time": min(int(first["safe_time"]), int(second["safe_time"])),
+            # `lease_tm` stays the newest (what the session knows of); a release may have
+            # crossed the first part, applied earlier.
+            "earliest_lease_tm": _earliest_lease_tm(first, second),
         }
 
     def _pin_outcome_unknown(self, args: dict[str, Any], exc: BatchError) -> None:
@@ -974,8 +989,13 @@ class BatchContext:
             k: floor for k, p in zip(self._leases, r["pins"], strict=True) if p["table"] in reads
         }
         self._floor = floor
+        earliest = r.get("earliest_lease_tm", r.get("lease_tm"))
         session.hold(
-            self._leases, session_id=session_id, read_floors=self._read_floors, floor=floor
+            self._leases,
+            session_id=session_id,
+            read_floors=self._read_floors,
+            floor=floor,
+            lease_tm=None if earliest is None else int(earliest),
         )
 
     def end(self) -> None:

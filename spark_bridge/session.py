@@ -17,10 +17,13 @@ session's, not a table's: a pin of this table applied before another pin answere
 still be unanswered, so a release claims no more than the session knew when its oldest
 unanswered pin was sent. One kept though no batch holds it (touched by a pin that failed here)
 is released again without `known_tm`, once no pin of the session is unanswered; should a pin
-sent after that release cross it, the thread re-acquires what is in use again right after
-its release, with the earliest read_ts of the batches holding it (`hold(read_floors=...)`,
-what their pins recorded on the lease), so the lease taken again still keeps GC below their
-reads.
+sent after that release cross it, the thread re-acquires what is in use again, with the
+earliest read_ts of the batches holding it (`hold(read_floors=...)`, what their pins recorded
+on the lease), so the lease taken again still keeps GC below their reads: right after the
+release when the pin was answered first, else once the pin is answered, if its leases were
+applied before the release (its `lease_tm` below the release's `release_tm`; a daemon that
+does not reply with `release_tm` gets the lease taken again for any pin that was unanswered
+when the release's answer came).
 Leases move forward while held (metastore AcquireLeases `known_tm`/`renew_from`): a streaming
 query re-pins every micro-batch and never lets its lease go, and a lease kept its first read_ts
 and acquired Tm, so GC never passed them and the tables' dead files filled the disk. Each pin
@@ -36,6 +39,13 @@ leasing pin whose outcome is unknown (sent, then the connection broke or time ra
 have been applied) is handed to this thread (`unknown_pin`), which learns the leases it may
 hold - the same tables pinned at the same ts without leasing, once the server's waits for it
 are over - and releases those no batch holds; the batch fails with a retryable error.
+Likewise a `session_open` whose outcome is unknown may have opened a session nothing would
+heartbeat or close: listed, counted against MAX_SESSIONS and sparing its attempt directories
+from GC until its TTL. Its id is closed by this thread once the server's wait for that open is
+over (`UNKNOWN_OPEN_SETTLE_MS`: it is in the log by then or never will be; closing an id never
+opened is a no-op), retried while the cluster is unavailable (at most
+UNKNOWN_OPEN_ATTEMPTS_MAX times); also after `close()`, and when the open that failed was the
+first (the constructor raised: a thread of its own does it).
 
 Nothing here is needed for safety: the commit rule (the version must be one of the two latest
 active at the commit ts) is checked by the state machine whatever the leases. A lost session
@@ -61,7 +71,8 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from metastore.client import SyncMetastoreClient
-from metastore.errors import ErrorCode, MetastoreError
+from metastore.daemon.api_limits import REQUEST_TIMEOUT_MS_DEFAULT
+from metastore.errors import ErrorCode, MetastoreError, RequestTimeoutError, UnavailableError
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +85,16 @@ HEARTBEAT_MS_FALLBACK: Final = 5_000
 # that the session's TTL has usually ended it, and its leases with it, if the cluster still
 # does not answer.
 UNKNOWN_PIN_ATTEMPTS_MAX: Final = 60
+# A `session_open` with an unknown outcome is closed this long after it failed: the server's
+# wait for its proposal is bounded by the request's timeout (the client sends none, so the
+# server's default), after which the open is in the log (before the close) or never will be.
+# Twice that, as for a pin.
+UNKNOWN_OPEN_SETTLE_MS = 2 * REQUEST_TIMEOUT_MS_DEFAULT
+# Closing it is tried at most this many times, one heartbeat interval apart; past that its TTL
+# ends it anyway. At most UNKNOWN_OPENS_MAX ids wait to be closed (an older one is left to its
+# TTL): a cluster unavailable for long makes every reopen attempt one.
+UNKNOWN_OPEN_ATTEMPTS_MAX: Final = 60
+UNKNOWN_OPENS_MAX: Final = 100
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +119,15 @@ class _UnknownPin:
     tables: list[str]
     ts: int
     due: float  # monotonic s: when to learn its leases next
+    attempts: int = 0
+
+
+@dataclass(slots=True, kw_only=True, eq=False)
+class _UnknownOpen:
+    """A `session_open` of `session_id` whose outcome is unknown: closed once due."""
+
+    session_id: str
+    due: float  # monotonic s: when to close it next
     attempts: int = 0
 
 
@@ -139,15 +169,36 @@ class BridgeSession:
         # released again without `known_tm`, or they would stay for the session's life.
         self._release_plain: set[LeaseKey] = set()
         self._idle_since: dict[LeaseKey, float] = {}  # refs hit zero at (monotonic s)
+        # Leases a release without `known_tm` took while a pin of the session was unanswered,
+        # with the Tm it was applied at (None: unknown): that pin, applied before it, lost its
+        # lease, which is taken again once it is answered (`hold`). Kept until no pin is
+        # unanswered: a pin sent after the release's answer is applied after it.
+        self._plain_released: dict[LeaseKey, int | None] = {}
+        # Leases a batch holds that a release may have taken: the thread takes them again.
+        self._take_again: set[LeaseKey] = set()
         # Leasing pins whose outcome is unknown: the leases they may hold are learnt and
         # released by the background thread (`unknown_pin`).
         self._unknown_pins: list[_UnknownPin] = []
         self._releasing: set[LeaseKey] = set()
+        # Session ids whose `session_open` has an unknown outcome: closed by the background
+        # thread (or, once it stopped, by a thread of their own), see `_note_unknown_open`.
+        self._unknown_opens: list[_UnknownOpen] = []
+        # Some thread closes `_unknown_opens`: the upkeep thread while it runs, then a drainer.
+        self._draining = False
         self._wake = threading.Event()
         self._stop = threading.Event()
+        # Set once the upkeep thread left its loop (it may still close `_unknown_opens`).
+        self._upkeep_over = threading.Event()
         self.heartbeats = 0
         self.reopened = 0
-        self._open()
+        try:
+            self._open()
+        except BaseException:
+            # Never used: no heartbeats. An open with an unknown outcome is still closed.
+            self._stop.set()
+            self._drain_if_orphaned()
+            raise
+        self._draining = True  # the upkeep thread's job from now on
         self._thread = threading.Thread(target=self._run, name="metastore-session", daemon=True)
         self._thread.start()
         atexit.register(self.close)
@@ -175,6 +226,9 @@ class BridgeSession:
                 )
                 self.available = False
                 return
+            if isinstance(exc, UnavailableError | RequestTimeoutError):
+                # Sent, then the connection broke or time ran out: it may have been opened.
+                self._note_unknown_open(session_id)
             raise
         with self._lock:
             # `close()` ran while this open was on the wire: it found no session to close, and
@@ -219,6 +273,8 @@ class BridgeSession:
             self._known_tm = 0
             self._sent_known.clear()
             self._release_plain.clear()
+            self._plain_released.clear()
+            self._take_again.clear()
             self._idle_since.clear()
             self._unknown_pins.clear()
         log.warning("metastore session %s expired; opening a new one", session_id)
@@ -234,8 +290,10 @@ class BridgeSession:
                 return
             self._stop.set()
         self._wake.set()
-        if self._thread.is_alive() and threading.current_thread() is not self._thread:
-            self._thread.join(timeout=5)
+        if threading.current_thread() is not self._thread:
+            # Its upkeep is over (it may go on closing sessions with unknown opens, which need
+            # not hold this up).
+            self._upkeep_over.wait(timeout=5)
         with self._lock:
             session_id, self.session_id = self.session_id, None
         if session_id is not None:
@@ -274,6 +332,8 @@ class BridgeSession:
             self._pins_out -= 1
             if not self._pins_out:
                 self._sent_known.clear()  # none is unanswered, whatever a caller left out
+                # A pin sent from now on is applied after every release answered so far.
+                self._plain_released.clear()
             if session_id != self.session_id:
                 return
             if lease_tm is not None:
@@ -290,22 +350,33 @@ class BridgeSession:
         session_id: str | None = None,
         read_floors: Mapping[LeaseKey, int] | None = None,
         floor: int | None = None,
+        lease_tm: int | None = None,
     ) -> None:
         """A batch pinned (and the server leased) `keys` under `session_id` (default: the
         current session): count them in. Leases of a session already lost are not counted:
         they went with it, and the counts are the current session's. `read_floors`: the
         read_ts the pin recorded on the leases of the tables the batch reads; `floor`: the
-        lowest timestamp the batch reads at. `drop` must be given the same."""
+        lowest timestamp the batch reads at. `drop` must be given the same. `lease_tm`: the
+        (earliest) Tm the pin's leases were applied at, None if unknown: a lease a release
+        without `known_tm` applied after it took is taken again."""
+        take_again = False
         with self._lock:
             if session_id is not None and session_id != self.session_id:
                 return
             for key in keys:
                 self._refs[key] = self._refs.get(key, 0) + 1
                 self._idle_since.pop(key, None)
+                if key in self._plain_released:
+                    release_tm = self._plain_released[key]
+                    if release_tm is None or lease_tm is None or lease_tm < release_tm:
+                        self._take_again.add(key)
+                        take_again = True
             for key, read_floor in (read_floors or {}).items():
                 self._floors.setdefault(key, Counter())[read_floor] += 1
             if floor is not None:
                 self._inflight[floor] += 1
+        if take_again:
+            self._wake.set()
 
     def drop(
         self,
@@ -372,18 +443,27 @@ class BridgeSession:
     # ------------------------------------------------------------------ background
 
     def _run(self) -> None:
+        try:
+            self._run_upkeep()
+        finally:
+            self._upkeep_over.set()
+        self._drain_unknown_opens()
+
+    def _run_upkeep(self) -> None:
         next_beat = time.monotonic() + self.heartbeat_ms / 1000
         while not self._stop.is_set():
             now = time.monotonic()
             wait_s = next_beat - now
-            for due in (self._idle_due(now), self._unknown_pin_due()):
+            for due in (self._idle_due(now), self._unknown_pin_due(), self._unknown_open_due()):
                 if due is not None:
                     wait_s = min(wait_s, due - now)
             self._wake.wait(timeout=max(0.0, wait_s))
             self._wake.clear()
             if self._stop.is_set():
                 return
+            self._upkeep(self._close_unknown_opens)
             self._upkeep(self._learn_unknown_pins)
+            self._upkeep(self._acquire_again)
             self._upkeep(self._release_idle)
             if time.monotonic() >= next_beat:
                 self._upkeep(self._heartbeat)
@@ -409,6 +489,88 @@ class BridgeSession:
     def _unknown_pin_due(self) -> float | None:
         with self._lock:
             return min((p.due for p in self._unknown_pins), default=None)
+
+    def _unknown_open_due(self) -> float | None:
+        with self._lock:
+            return min((o.due for o in self._unknown_opens), default=None)
+
+    def _note_unknown_open(self, session_id: str) -> None:
+        """`session_open` of `session_id` failed with an unknown outcome: close that id once the
+        server's wait for the open is over (see UNKNOWN_OPEN_SETTLE_MS)."""
+        due = time.monotonic() + UNKNOWN_OPEN_SETTLE_MS / 1000
+        with self._lock:
+            self._unknown_opens.append(_UnknownOpen(session_id=session_id, due=due))
+            dropped = self._unknown_opens[:-UNKNOWN_OPENS_MAX]
+            del self._unknown_opens[:-UNKNOWN_OPENS_MAX]
+        for gone in dropped:
+            log.warning(
+                "too many session opens with an unknown outcome: session %s, if opened, stays "
+                "open until its TTL",
+                gone.session_id,
+            )
+        self._wake.set()
+        self._drain_if_orphaned()
+
+    def _drain_if_orphaned(self) -> None:
+        """Start a thread closing `_unknown_opens` when no thread does (the upkeep thread
+        stopped, or never started)."""
+        with self._lock:
+            start = self._stop.is_set() and bool(self._unknown_opens) and not self._draining
+            if start:
+                self._draining = True
+        if start:
+            threading.Thread(
+                target=self._drain_unknown_opens, name="metastore-session-close", daemon=True
+            ).start()
+
+    def _drain_unknown_opens(self) -> None:
+        """Close `_unknown_opens` (the upkeep is over): each is tried at most
+        UNKNOWN_OPEN_ATTEMPTS_MAX times, so this ends; the loop's bound says so too."""
+        for _ in range(UNKNOWN_OPENS_MAX * UNKNOWN_OPEN_ATTEMPTS_MAX + 1):
+            with self._lock:
+                if not self._unknown_opens:
+                    self._draining = False  # a later one starts another drainer
+                    return
+                due = min(o.due for o in self._unknown_opens)
+            # Waiting for a time, not an event: nothing else wakes this thread.
+            time.sleep(max(0.0, due - time.monotonic()))
+            self._upkeep(self._close_unknown_opens)
+        with self._lock:
+            self._draining = False
+
+    def _close_unknown_opens(self) -> None:
+        """Close the ids of `_unknown_opens` that are due (see `_note_unknown_open`)."""
+        now = time.monotonic()
+        with self._lock:
+            due = [o for o in self._unknown_opens if o.due <= now]
+        for pending in due:
+            try:
+                r = self.client.session_close(pending.session_id)
+            except MetastoreError as exc:
+                with self._lock:
+                    pending.attempts += 1
+                    pending.due = time.monotonic() + self.heartbeat_ms / 1000
+                    give_up = not exc.retryable or pending.attempts >= UNKNOWN_OPEN_ATTEMPTS_MAX
+                    if give_up and pending in self._unknown_opens:
+                        self._unknown_opens.remove(pending)
+                if give_up:
+                    log.warning(
+                        "cannot close session %s, whose open had an unknown outcome (%s); if "
+                        "it was opened, it stays open until its TTL",
+                        pending.session_id,
+                        exc,
+                    )
+                else:
+                    log.info("closing a session whose open had an unknown outcome: %s", exc)
+                continue
+            with self._lock:
+                if pending in self._unknown_opens:
+                    self._unknown_opens.remove(pending)
+            if r.get("closed"):
+                log.info(
+                    "closed session %s: its open had an unknown outcome and was applied",
+                    pending.session_id,
+                )
 
     def _learn_unknown_pins(self) -> None:
         """Release what the pins of `unknown_pin` that are due may have leased (see there)."""
@@ -492,13 +654,20 @@ class BridgeSession:
                 self._releasing.difference_update(due)
             return
         kept: set[tuple[int, int]] = set()
+        answered = False
+        # The Tm the release was applied at, None when unknown (it failed, or a daemon from
+        # before `release_tm` answered).
+        release_tm: int | None = None
         try:
             wires = [k.wire() for k in due]
             if known_tm is None:
-                self.client.lease_release(session_id, wires)
+                r = self.client.lease_release(session_id, wires)
             else:
                 r = self.client.lease_release(session_id, wires, known_tm=known_tm)
                 kept = {(int(i), int(v)) for i, v in r.get("kept") or []}
+            answered = True
+            if r.get("release_tm") is not None:
+                release_tm = int(r["release_tm"])
         except MetastoreError as exc:
             if exc.retryable:
                 # Not released (or not known to be): the session's heartbeats keep a lease
@@ -515,25 +684,46 @@ class BridgeSession:
             with self._lock:
                 self._releasing.difference_update(due)
                 # A batch pinned one of these again while the release was on the wire: the
-                # server may have applied the release second. Take it again, keeping the
-                # reads of the batches holding it.
-                again: dict[int | None, list[LeaseKey]] = {}
+                # server may have applied the release second (also if it failed: its outcome
+                # may be unknown). Take it again, keeping the reads of the batches holding it.
                 plain_again: list[LeaseKey] = []
                 for k in due:
                     if self._refs.get(k, 0) > 0:
-                        if (k.table_id, k.version) in kept:
-                            continue  # the crossing pin's lease stayed
-                        floors = self._floors.get(k)
-                        again.setdefault(min(floors) if floors else None, []).append(k)
-                    elif (k.table_id, k.version) in kept:
+                        if (k.table_id, k.version) not in kept:  # else the crossing pin's stayed
+                            self._take_again.add(k)
+                        continue
+                    if (k.table_id, k.version) in kept:
                         plain_again.append(k)
-                    else:
+                        continue
+                    if known_tm is None and self._pins_out:
+                        # A pin still unanswered may have crossed this release, which kept
+                        # nothing: once answered, that pin says whether it was applied before
+                        # (its lease taken) - see `hold`.
+                        self._plain_released[k] = release_tm
+                    if answered:
                         self._floors.pop(k, None)
                         self._release_plain.discard(k)  # released: nothing left to take
                 self._release_plain.update(plain_again)
+                if self._take_again:
+                    self._wake.set()  # taken again now, or by the next round if this raises
         if plain_again:
             self._idle_again(session_id, plain_again)
-        for floor, keys in again.items():
+        self._acquire_again()
+
+    def _acquire_again(self) -> None:
+        """Take the leases of `_take_again` that a batch still holds again (see
+        `_release_idle` and `hold`), keeping the earliest read of the batches holding each."""
+        with self._lock:
+            session_id = self.session_id
+            groups: dict[int | None, list[LeaseKey]] = {}
+            for k in self._take_again:
+                if self._refs.get(k, 0) > 0:
+                    floors = self._floors.get(k)
+                    groups.setdefault(min(floors) if floors else None, []).append(k)
+            self._take_again.clear()
+        if session_id is None:
+            return
+        for floor, keys in groups.items():
             try:
                 if floor is None:
                     self.client.lease_acquire(session_id, [k.wire() for k in keys])

@@ -2132,14 +2132,18 @@ class ApiServer:
 
     async def _lease_release(self, session: Session, args: Args) -> dict[str, Any]:
         """With `known_tm` (the `lease_tm` of the caller's newest answered pin), a lease a
-        later entry touched (a pin that crossed this release) is kept."""
+        later entry touched (a pin that crossed this release) is kept. `release_tm` in the
+        reply is the Tm the release was applied at: a caller whose pin was applied before it
+        (its `lease_tm` lower) lost that pin's lease to a release without `known_tm`. Added
+        here, not by apply: the entry's result (recorded state) is unchanged."""
         cmd = ReleaseLeases(
             session_id=_req_str(args, "session_id", mlimits.MAX_SESSION_ID_CHARS),
             leases=self._lease_keys(args),
             known_tm=_opt_int(args, "known_tm", 0, MAX_TS),
         )
         fitted = _for_apply_version(cmd, self.sm.state)
-        return dict((await self._propose_command(session, fitted, _timeout(args)))["result"])
+        applied = await self._propose_command(session, fitted, _timeout(args))
+        return {**applied["result"], "release_tm": applied["tm"]}
 
     async def _lease_list(self, _s: Session, args: Args) -> dict[str, Any]:
         """Leases by (table id, version, session), keyset-paged."""

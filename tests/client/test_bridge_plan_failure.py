@@ -21,6 +21,8 @@ class _Session:
         self.held: list[tuple[list[LeaseKey], str | None]] = []
         self.dropped: list[tuple[list[LeaseKey], str | None]] = []
         self.floors: dict[LeaseKey, int] = {}
+        self.lease_tms: list[int | None] = []
+        self.answered_tms: list[int | None] = []
 
     def hold(
         self,
@@ -29,8 +31,10 @@ class _Session:
         session_id: str | None = None,
         read_floors: dict[LeaseKey, int] | None = None,
         floor: int | None = None,
+        lease_tm: int | None = None,
     ) -> None:
         self.held.append((list(keys), session_id))
+        self.lease_tms.append(lease_tm)
         self.floors.update(read_floors or {})
 
     def drop(self, keys: list[LeaseKey], *, session_id: str | None = None, **_kw: Any) -> None:
@@ -40,7 +44,7 @@ class _Session:
         return {}
 
     def answered(self, session_id: str, lease_tm: int | None, **_kw: Any) -> None:
-        pass
+        self.answered_tms.append(lease_tm)
 
 
 def test_a_plan_that_fails_after_its_pin_took_leases_drops_them(
@@ -215,3 +219,43 @@ def test_a_split_pins_later_parts_lease_reads_at_the_batchs_read_floor() -> None
     assert ctx.read_ts == 902  # the first part's safe time, the lower
     assert "read_ts" not in calls[1]
     assert calls[2].get("read_ts") == 902, "the later part leased ns.b's reads above read_ts"
+
+
+def test_a_split_pin_holds_its_leases_as_applied_at_its_first_parts_tm() -> None:
+    """The session takes a lease again when a release without `known_tm` was applied after
+    the pin that leased it (spark_bridge.session `hold`): a split pin's first part is applied
+    before its later parts, so the Tm it holds its leases at is the earliest part's, while
+    what the session knows of (`answered`) is the newest."""
+    from metastore.errors import limit_exceeded
+
+    calls: list[dict[str, Any]] = []
+
+    class _Client:
+        def call(self, op: str, args: dict[str, Any]) -> dict[str, Any]:
+            assert op == "pin"
+            calls.append(dict(args))
+            if len(args["tables"]) > 1:
+                raise limit_exceeded("PIN_BYTES_MAX", 10, 20, "bytes of schemas in one pin")
+            pins = [
+                {
+                    "table": t,
+                    "table_id": len(calls),
+                    "version": 1,
+                    "tu": 1,
+                    "location": "/w",
+                    "schema": {"columns": [], "ddl": ""},
+                }
+                for t in args["tables"]
+            ]
+            reply = {"ts": args["ts"], "pins": pins, "waited_ms": 0.0, "safe_time": 900}
+            return {**reply, "lease": {}, "lease_tm": 500 + len(calls)}
+
+    session = _Session2()
+    bridge = bare_bridge(_Client(), session=session)
+    ctx = BatchContext(
+        bridge, reads=[], writes=["ns.a", "ns.b"], txn_id="t", read_ts=None, check_reads=False
+    )
+    ctx.plan(top=10_000)
+    assert len(calls) == 3
+    assert session.lease_tms == [502], "held as of the later part: a release between missed"
+    assert session.answered_tms == [503]

@@ -303,6 +303,8 @@ def test_a_pin_moves_its_sessions_held_lease_forward_when_it_says_so(
     assert (kept["released"], kept["kept"]) == (0, [[after["table_id"], 1]])
     gone = writer.lease_release(session_id, keys, known_tm=second["lease_tm"])
     assert (gone["released"], gone["kept"]) == (1, [])
+    # The Tm each release was applied at: after the pins, and in log order.
+    assert second["lease_tm"] < kept["release_tm"] < gone["release_tm"]
     assert admin.lease_list("lz.renewed")["leases"] == []
     assert writer.session_close(session_id)["closed"] is True
     for c in (admin, writer):
