@@ -24,6 +24,14 @@ Refused entries, request-id retries, deduplicated commits and commands that foun
 do (a retried open or a close of a session already ended, a release of leases not held, a
 Protect of a record that exists) are not events: nothing changed.
 
+Events are not replicated state, but every node must derive the same ones from one log (a
+watcher resumes on any node, at a position that counts events). So rules of the feed follow
+the apply version the entry is applied at, as apply's rules do: the ones above that leave
+out what found nothing to do, and the `aborted` jobs of a DROP, hold from apply version 3
+(FEED_RULES_VERSION, the release that brought them); below it every open, close, Protect
+and release is an event, as releases of version 2 derived them, so old and new nodes agree
+during a rolling upgrade.
+
 `EventLog` keeps the newest events in memory (EVENTS_KEPT). It is complete after `floor_tm`:
 every event of an entry with Tm > floor_tm is in it. The floor rises when old events are
 dropped, and jumps to the snapshot's Tm when the node loads a snapshot (the entries before it
@@ -43,6 +51,7 @@ from typing import Final, cast
 import msgpack
 
 from hlc import ts_text
+from metastore.apply_version import APPLY_VERSION_SUPPORTED
 from metastore.commands import (
     AcquireLeases,
     AdvanceSchemaJob,
@@ -69,13 +78,31 @@ Event = dict[str, object]
 EVENTS_KEPT: Final = 100_000
 
 
+# The apply version from which an entry's events leave out what found nothing to do (a retried
+# open, a close of an ended session, a retried Protect, a release of nothing held) and include
+# the jobs a DROP aborted. Releases of apply version 2 derived them without those rules, and
+# every node must derive the same events for one log, also during a rolling upgrade: the rules
+# came with the release that brought version 3, so they apply from it (see the module doc).
+FEED_RULES_VERSION: Final = 3
+
+
 def events_of(
-    command: Command, outcome: Outcome, *, tm: int, index: int, aborted_jobs: Sequence[int] = ()
+    command: Command,
+    outcome: Outcome,
+    *,
+    tm: int,
+    index: int,
+    aborted_jobs: Sequence[int] = (),
+    apply_version: int = APPLY_VERSION_SUPPORTED,
 ) -> list[Event]:
     """The events of one applied command (none if it was refused or a retry). `aborted_jobs`:
-    the schema jobs a DROP ended as a side effect (their table went), by job id."""
+    the schema jobs a DROP ended as a side effect (their table went), by job id.
+    `apply_version`: the cluster's apply version when the entry was applied (the rules of
+    FEED_RULES_VERSION hold from it on)."""
     if not outcome.ok or outcome.deduplicated:
         return []
+    if apply_version < FEED_RULES_VERSION:
+        return _events_before_feed_rules(command, outcome, tm=tm, index=index)
     head: Event = {"tm": tm, "index": index}
     result = outcome.result
     out: list[Event] = []
@@ -227,6 +254,37 @@ def events_of(
         for aborted in aborted_jobs
     )
     return out
+
+
+def _events_before_feed_rules(
+    command: Command, outcome: Outcome, *, tm: int, index: int
+) -> list[Event]:
+    """Below FEED_RULES_VERSION: the events releases of apply version 2 derived. An open, a
+    close, a Protect and a release are events whatever they changed (a release lists every
+    lease it named), and a DROP gives no event for the jobs it aborted; every other command's
+    events are derived alike at every version."""
+    head: Event = {"tm": tm, "index": index}
+    match command:
+        case OpenSession():
+            info = command.info
+            return [
+                {**head, "kind": "session_opened", "session_id": command.session_id}
+                | {"app_id": info.app_id, "host": info.host, "user": info.user}
+            ]
+        case CloseSession():
+            return [
+                {**head, "kind": "session_ended", "session_id": command.session_id}
+                | {"reason": "closed", "by": ""}
+            ]
+        case Protect():
+            return [{**head, "kind": "protected", "record_id": command.record_id, "ts": command.ts}]
+        case ReleaseLeases():
+            leases = [[str(k.table), k.version] for k in command.leases]
+            return [
+                {**head, "kind": "leases_released", "session_id": command.session_id}
+                | {"leases": leases}
+            ]
+    return events_of(command, outcome, tm=tm, index=index)
 
 
 def matches(event: Event, *, namespace: str | None, table: str | None) -> bool:
