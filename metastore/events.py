@@ -32,7 +32,8 @@ out what found nothing to do, and the `aborted` jobs of a DROP, hold from apply 
 and release is an event, as releases of version 2 derived them, so old and new nodes agree
 during a rolling upgrade.
 
-`EventLog` keeps the newest events in memory (EVENTS_KEPT). It is complete after `floor_tm`:
+`EventLog` keeps the newest events in memory (EVENTS_KEPT, and EVENTS_KEPT_BYTES of them as
+msgpack: wide commits fill bytes first). It is complete after `floor_tm`:
 every event of an entry with Tm > floor_tm is in it. The floor rises when old events are
 dropped, and jumps to the snapshot's Tm when the node loads a snapshot (the entries before it
 are gone), so a watcher whose position is below the floor gets WatchStartCompactedError and
@@ -76,6 +77,9 @@ from metastore.outcome import Outcome, SchemaVersionPublished, TableDropped
 Event = dict[str, object]
 
 EVENTS_KEPT: Final = 100_000
+# And at most this many bytes of them (as msgpack: what a page sends). 100,000 commits of 100
+# tables with long names are ~3 GB of Python objects; small events (~150 bytes) never reach it.
+EVENTS_KEPT_BYTES: Final = 64 * 1024 * 1024
 
 
 # The apply version from which an entry's events leave out what found nothing to do (a retried
@@ -310,14 +314,34 @@ def matches(event: Event, *, namespace: str | None, table: str | None) -> bool:
 class EventLog:
     """The newest events in log order, complete after `floor_tm` (see the module docstring)."""
 
-    __slots__ = ("_events", "_start", "_tms", "floor_tm", "kept_max")
+    __slots__ = (
+        "_bytes",
+        "_events",
+        "_sizes",
+        "_start",
+        "_tms",
+        "bytes_max",
+        "floor_tm",
+        "kept_max",
+    )
 
-    def __init__(self, *, kept_max: int = EVENTS_KEPT, floor_tm: int = 0) -> None:
+    def __init__(
+        self,
+        *,
+        kept_max: int = EVENTS_KEPT,
+        bytes_max: int = EVENTS_KEPT_BYTES,
+        floor_tm: int = 0,
+    ) -> None:
         self.kept_max = kept_max
+        self.bytes_max = bytes_max
         self.floor_tm = floor_tm
         # A list with a moving start (cheap appends and bisects; compacted now and then).
         self._events: list[Event] = []
         self._tms: list[int] = []
+        # Each event's msgpack size (what a page sends; measured once, here), and their sum
+        # from `_start` on.
+        self._sizes: list[int] = []
+        self._bytes = 0
         self._start = 0
 
     def __len__(self) -> int:
@@ -326,22 +350,28 @@ class EventLog:
     def append(self, events: list[Event], *, tm: int) -> None:
         """Add the events of the entry applied at `tm` (all of them, or none)."""
         for event in events:
+            size = len(msgpack.packb(event, use_bin_type=True))
             self._events.append(event)
             self._tms.append(tm)
+            self._sizes.append(size)
+            self._bytes += size
         # Never the entry just added: one over the window alone (a DROP NAMESPACE CASCADE of
         # MAX_TABLES tables) stays until the next entry, else no watcher could ever see it.
-        while len(self) > self.kept_max and self._tms[self._start] != tm:
+        while (len(self) > self.kept_max or self._bytes > self.bytes_max) and self._tms[
+            self._start
+        ] != tm:
             dropped_tm = self._tms[self._start]
             while self._start < len(self._tms) and self._tms[self._start] == dropped_tm:
+                self._bytes -= self._sizes[self._start]
                 self._start += 1
             self.floor_tm = max(self.floor_tm, dropped_tm)
         if self._start > 4096 and self._start * 2 > len(self._events):
-            del self._events[: self._start], self._tms[: self._start]
+            del self._events[: self._start], self._tms[: self._start], self._sizes[: self._start]
             self._start = 0
 
     def reset(self, *, floor_tm: int) -> None:
         """The state was replaced by a snapshot at `floor_tm`: what came before is gone."""
-        self._events, self._tms, self._start = [], [], 0
+        self._events, self._tms, self._sizes, self._start, self._bytes = [], [], [], 0, 0
         self.floor_tm = floor_tm
 
     def since(
@@ -385,17 +415,18 @@ class EventLog:
                 return out, self._tms[i - 1], 0
             j = i
             group: list[Event] = []
+            group_bytes = 0
             while j < len(self._events) and self._tms[j] == tm:
                 if keep(self._events[j]):
                     group.append(self._events[j])
+                    group_bytes += self._sizes[j]
                 j += 1
             if group and bytes_max is not None:
-                sizes = [len(msgpack.packb(e, use_bin_type=True)) for e in group]
-                if out and size + sum(sizes) > bytes_max:
+                if out and size + group_bytes > bytes_max:
                     return out, self._tms[i - 1], 0
-                if not out and sum(sizes) > bytes_max:
+                if not out and group_bytes > bytes_max:
                     return self._split(i, j, keep, bytes_max, entry_start)
-                size += sum(sizes)
+                size += group_bytes
             out.extend(group)
             i = j
         return out, None, 0
@@ -410,7 +441,7 @@ class EventLog:
         while i < end:
             event = self._events[i]
             if keep(event):
-                size += len(msgpack.packb(event, use_bin_type=True))
+                size += self._sizes[i]
                 if out and size > bytes_max:
                     break
                 out.append(event)

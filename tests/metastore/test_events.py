@@ -302,3 +302,22 @@ def test_below_apply_version_3_the_lease_events_are_as_before() -> None:
         assert acquired["leases"] == [["ns.t", 1]]
     outcome = d.apply(ReleaseLeases(session_id="s1", leases=(t,)))
     assert outcome.result == {"session_id": "s1", "released": 1}
+
+
+def test_the_window_is_bounded_in_bytes_too() -> None:
+    """The window was bounded by count only: 100,000 commit events of 100 tables with long
+    names each hold ~30 KB, so a busy pipeline writing wide batches made every node hold ~3 GB
+    of events. The window now also keeps at most 64 MiB (as msgpack, what a page sends) of
+    events, dropping whole entries (the floor rises: a watcher behind it is told)."""
+    name = "n" * 128 + "." + "t" * 128
+    wide = [f"{name[:-5]}{i:05d}" for i in range(100)]  # one commit's tables
+    log = EventLog()
+    tms = range(1, 3_001)
+    for tm in tms:
+        log.append([{"tm": tm, "kind": "commit", "tables": wide}], tm=tm)
+    kept, _, _ = log.since(log.floor_tm, limit=len(tms))
+    kept_bytes = sum(len(msgpack.packb(e, use_bin_type=True)) for e in kept)
+    assert 0.9 * 64 * 2**20 < kept_bytes <= 64 * 2**20
+    assert kept[0]["tm"] == log.floor_tm + 1 and kept[-1]["tm"] == tms[-1]
+    with pytest.raises(WatchStartCompactedError):
+        log.since(1, limit=10)
