@@ -4,7 +4,10 @@ Key idea: events are derived from (command, outcome) as each entry is applied, s
 derives the same events for the same entries, and an event's position is its entry's Tm, which
 strictly increases along the log. A watcher resumes from the Tm of the last event it saw.
 
-Which events (every one carries `kind`, `tm` and `index` of its entry):
+Which events (every one carries `kind`, `tm` and `index` of its entry, and, as the EventLog
+serves it, `event`: its place among its entry's events, from 0; a consumer that handled it
+resumes right after it with `from_ts` = its tm and `from_event` = event + 1, neither missing
+nor repeating one, filtered or not, on any node):
 * `namespace_created` / `namespace_dropped`: namespace, tu (when it takes effect);
 * `schema_published`: table, table_id, version, tu, change (version 1 is the CREATE);
 * `table_dropped`: table, table_id, tu (also one per table of DROP NAMESPACE CASCADE);
@@ -348,8 +351,10 @@ class EventLog:
         return len(self._events) - self._start
 
     def append(self, events: list[Event], *, tm: int) -> None:
-        """Add the events of the entry applied at `tm` (all of them, or none)."""
-        for event in events:
+        """Add the events of the entry applied at `tm` (all of them, or none), each numbered
+        by its place among them (`event`: where a resume right after it continues)."""
+        for number, derived in enumerate(events):
+            event = {**derived, "event": number}
             size = len(msgpack.packb(event, use_bin_type=True))
             self._events.append(event)
             self._tms.append(tm)

@@ -253,3 +253,37 @@ def test_the_feed_of_an_entry_follows_its_apply_version() -> None:
         ("schema_job", "started"),
         ("schema_job", "aborted"),
     ]
+
+
+def test_a_consumer_resumes_after_any_event_of_an_entry_neither_missing_nor_repeating() -> None:
+    """A consumer that checkpoints after each event it handled could only save the event's tm:
+    stopped after the first `table_dropped` of a DROP NAMESPACE CASCADE (one entry, three
+    events at one tm), a resume from that tm skipped the other two, and from just before it
+    handled the first again. Each event served now says where it is in its entry (`event`,
+    counting every event of the entry, filtered or not), and `from_ts` = its tm with
+    `from_event` = that + 1 continues right after it, with a filter too and on any node."""
+    commands = [
+        InitCluster(dd_ms=500, cs_max_ms=100, apply_version=APPLY_VERSION_SUPPORTED),
+        CreateNamespace(namespace="ns"),
+        parse_ddl("CREATE TABLE ns.t (a INT)"),
+        parse_ddl("CREATE TABLE ns.u (a INT)"),
+        parse_ddl("DROP NAMESPACE ns CASCADE"),
+    ]
+    entries = [
+        Entry(term=1, index=i + 1, tm=T0 + i * 1000 * MS, data=encode_command(c))
+        for i, c in enumerate(commands)
+    ]
+
+    async def main() -> None:
+        sm = CatalogStateMachine()
+        server = _api(sm, _CatchingUpNode(sm, entries, applied=5), (entries[-1].tm >> 16) + 600)
+        start = {"from_ts": entries[3].tm, "wait_ms": 0}
+        for where in ({}, {"table": "ns.u"}):
+            everything = (await server._watch(SESSION, {**start, **where}))["events"]
+            assert everything and all(e["tm"] == entries[4].tm for e in everything)
+            for k, handled in enumerate(everything):
+                args = {"from_ts": handled["tm"], "from_event": handled["event"] + 1}
+                rest = (await server._watch(SESSION, {**args, "wait_ms": 0, **where}))["events"]
+                assert rest == everything[k + 1 :], (where, k)
+
+    asyncio.run(main())
