@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import sys
 import time
-from typing import Any
+from typing import Any, cast
 
 import click
 
@@ -97,6 +97,10 @@ def watch(
     deadline = None if stop_ms is None else time.monotonic() + stop_ms / 1000
     position = 0 if oldest else from_ts
     from_event = 0  # > 0: the last page ended inside the entry at `position` (a huge entry)
+    # Where a new watch continues without printing an event again or skipping one: the tm of
+    # the last entry printed whole (its events share that tm), or where the last page ended;
+    # `inside`: that page ended inside the entry at `resume` (only its start is known).
+    resume, inside = position, False
     seen = 0
     last_tm: object = None
     try:
@@ -117,25 +121,48 @@ def watch(
                 wait_ms=wait_ms,
                 from_event=from_event,
             )
-            for event in page["events"]:
-                # Stop only between entries: the events of one entry share its tm, and a
-                # resume with `--from` that tm would skip the rest of the entry.
-                if count is not None and seen >= count and event.get("tm") != last_tm:
-                    return
-                if a.output == "json":
-                    click.echo(json.dumps(event, sort_keys=True))
-                else:
-                    click.echo(_line(event))
-                seen += 1
-                last_tm = event.get("tm")
-            position, from_event = page["next_from_ts"], page.get("next_from_event", 0)
+            events: list[dict[str, Any]] = page["events"]
+            next_position = page["next_from_ts"], page.get("next_from_event", 0)
+            shown = 0
+            try:
+                for event in events:
+                    # Stop only between entries: the events of one entry share its tm, and a
+                    # resume with `--from` that tm would skip the rest of the entry.
+                    if count is not None and seen >= count and event.get("tm") != last_tm:
+                        return
+                    _print(event, a.output)
+                    shown += 1
+                    seen += 1
+                    last_tm = event.get("tm")
+                    if shown < len(events) and events[shown].get("tm") != last_tm:
+                        resume, inside = cast(int, last_tm), False  # that entry is whole
+            except KeyboardInterrupt:
+                # Ctrl-C between two events of one entry: print the rest of it (in this page),
+                # as `--count` does, so the hint can name its tm.
+                while shown < len(events) and shown and events[shown].get("tm") == last_tm:
+                    _print(events[shown], a.output)
+                    shown += 1
+                if shown == len(events):
+                    resume, inside = next_position[0], next_position[1] > 0
+                elif shown:
+                    resume, inside = cast(int, last_tm), False
+                raise
+            position, from_event = next_position
+            resume, inside = position, from_event > 0
             if count is not None and seen >= count and not from_event:
                 return  # the page ended between entries: the last one printed is complete
             sys.stdout.flush()
     except KeyboardInterrupt:
-        if position is None:  # no page came back yet: no position to resume from is known
+        if resume is None:  # no page came back yet: no position to resume from is known
             click.echo("stopped", err=True)
-        elif from_event:  # inside an entry: from just before it (its start prints again)
-            click.echo(f"stopped; resume with --from {position - 1}", err=True)
+        elif inside:  # inside an entry: from just before it (its start prints again)
+            click.echo(f"stopped; resume with --from {resume - 1}", err=True)
         else:
-            click.echo(f"stopped; resume with --from {position}", err=True)
+            click.echo(f"stopped; resume with --from {resume}", err=True)
+
+
+def _print(event: dict[str, Any], output: str) -> None:
+    if output == "json":
+        click.echo(json.dumps(event, sort_keys=True))
+    else:
+        click.echo(_line(event))

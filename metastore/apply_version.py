@@ -45,6 +45,10 @@ from typing import Final
 #      AcquireLeases and ReleaseLeases results name the leases acquired (new to the session)
 #      and released (`acquired`, `released_leases`): results are recorded for request-id
 #      retries, so their shape is state. The change feed lists only those.
+#      The change feed's rules of the same release hold from version 3 too (events are derived
+#      per node, not state, but nodes must agree: metastore.events FEED_RULES_VERSION): no
+#      event for a retried open, a close of an ended session, a retried Protect or a release
+#      of nothing held, and an `aborted` job event for a job a DROP ends.
 #   4: Finished schema change jobs past MAX_FINISHED_SCHEMA_JOBS_KEPT are forgotten in the
 #      order they ended; before, lowest job id first, so a long-running job that ended after
 #      that many newer ones was forgotten by the entry that ended it (SCHEMA_JOB_NOT_FOUND for

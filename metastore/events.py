@@ -4,7 +4,10 @@ Key idea: events are derived from (command, outcome) as each entry is applied, s
 derives the same events for the same entries, and an event's position is its entry's Tm, which
 strictly increases along the log. A watcher resumes from the Tm of the last event it saw.
 
-Which events (every one carries `kind`, `tm` and `index` of its entry):
+Which events (every one carries `kind`, `tm` and `index` of its entry, and, as the EventLog
+serves it, `event`: its place among its entry's events, from 0; a consumer that handled it
+resumes right after it with `from_ts` = its tm and `from_event` = event + 1, neither missing
+nor repeating one, filtered or not, on any node):
 * `namespace_created` / `namespace_dropped`: namespace, tu (when it takes effect);
 * `schema_published`: table, table_id, version, tu, change (version 1 is the CREATE);
 * `table_dropped`: table, table_id, tu (also one per table of DROP NAMESPACE CASCADE);
@@ -24,7 +27,16 @@ Refused entries, request-id retries, deduplicated commits and commands that foun
 do (a retried open or a close of a session already ended, a release of leases not held, a
 Protect of a record that exists) are not events: nothing changed.
 
-`EventLog` keeps the newest events in memory (EVENTS_KEPT). It is complete after `floor_tm`:
+Events are not replicated state, but every node must derive the same ones from one log (a
+watcher resumes on any node, at a position that counts events). So rules of the feed follow
+the apply version the entry is applied at, as apply's rules do: the ones above that leave
+out what found nothing to do, and the `aborted` jobs of a DROP, hold from apply version 3
+(FEED_RULES_VERSION, the release that brought them); below it every open, close, Protect
+and release is an event, as releases of version 2 derived them, so old and new nodes agree
+during a rolling upgrade.
+
+`EventLog` keeps the newest events in memory (EVENTS_KEPT, and EVENTS_KEPT_BYTES of them as
+msgpack: wide commits fill bytes first). It is complete after `floor_tm`:
 every event of an entry with Tm > floor_tm is in it. The floor rises when old events are
 dropped, and jumps to the snapshot's Tm when the node loads a snapshot (the entries before it
 are gone), so a watcher whose position is below the floor gets WatchStartCompactedError and
@@ -43,6 +55,7 @@ from typing import Final, cast
 import msgpack
 
 from hlc import ts_text
+from metastore.apply_version import APPLY_VERSION_SUPPORTED
 from metastore.commands import (
     AcquireLeases,
     AdvanceSchemaJob,
@@ -67,15 +80,36 @@ from metastore.outcome import Outcome, SchemaVersionPublished, TableDropped
 Event = dict[str, object]
 
 EVENTS_KEPT: Final = 100_000
+# And at most this many bytes of them (as msgpack: what a page sends). 100,000 commits of 100
+# tables with long names are ~3 GB of Python objects; small events (~150 bytes) never reach it.
+EVENTS_KEPT_BYTES: Final = 64 * 1024 * 1024
+
+
+# The apply version from which an entry's events leave out what found nothing to do (a retried
+# open, a close of an ended session, a retried Protect, a release of nothing held) and include
+# the jobs a DROP aborted. Releases of apply version 2 derived them without those rules, and
+# every node must derive the same events for one log, also during a rolling upgrade: the rules
+# came with the release that brought version 3, so they apply from it (see the module doc).
+FEED_RULES_VERSION: Final = 3
 
 
 def events_of(
-    command: Command, outcome: Outcome, *, tm: int, index: int, aborted_jobs: Sequence[int] = ()
+    command: Command,
+    outcome: Outcome,
+    *,
+    tm: int,
+    index: int,
+    aborted_jobs: Sequence[int] = (),
+    apply_version: int = APPLY_VERSION_SUPPORTED,
 ) -> list[Event]:
     """The events of one applied command (none if it was refused or a retry). `aborted_jobs`:
-    the schema jobs a DROP ended as a side effect (their table went), by job id."""
+    the schema jobs a DROP ended as a side effect (their table went), by job id.
+    `apply_version`: the cluster's apply version when the entry was applied (the rules of
+    FEED_RULES_VERSION hold from it on)."""
     if not outcome.ok or outcome.deduplicated:
         return []
+    if apply_version < FEED_RULES_VERSION:
+        return _events_before_feed_rules(command, outcome, tm=tm, index=index)
     head: Event = {"tm": tm, "index": index}
     result = outcome.result
     out: list[Event] = []
@@ -229,6 +263,37 @@ def events_of(
     return out
 
 
+def _events_before_feed_rules(
+    command: Command, outcome: Outcome, *, tm: int, index: int
+) -> list[Event]:
+    """Below FEED_RULES_VERSION: the events releases of apply version 2 derived. An open, a
+    close, a Protect and a release are events whatever they changed (a release lists every
+    lease it named), and a DROP gives no event for the jobs it aborted; every other command's
+    events are derived alike at every version."""
+    head: Event = {"tm": tm, "index": index}
+    match command:
+        case OpenSession():
+            info = command.info
+            return [
+                {**head, "kind": "session_opened", "session_id": command.session_id}
+                | {"app_id": info.app_id, "host": info.host, "user": info.user}
+            ]
+        case CloseSession():
+            return [
+                {**head, "kind": "session_ended", "session_id": command.session_id}
+                | {"reason": "closed", "by": ""}
+            ]
+        case Protect():
+            return [{**head, "kind": "protected", "record_id": command.record_id, "ts": command.ts}]
+        case ReleaseLeases():
+            leases = [[str(k.table), k.version] for k in command.leases]
+            return [
+                {**head, "kind": "leases_released", "session_id": command.session_id}
+                | {"leases": leases}
+            ]
+    return events_of(command, outcome, tm=tm, index=index)
+
+
 def matches(event: Event, *, namespace: str | None, table: str | None) -> bool:
     """Does `event` concern `table` (ns.t) or `namespace`? Events about no table (sessions,
     protections, schema jobs without a table field) match only an unfiltered watch."""
@@ -252,38 +317,66 @@ def matches(event: Event, *, namespace: str | None, table: str | None) -> bool:
 class EventLog:
     """The newest events in log order, complete after `floor_tm` (see the module docstring)."""
 
-    __slots__ = ("_events", "_start", "_tms", "floor_tm", "kept_max")
+    __slots__ = (
+        "_bytes",
+        "_events",
+        "_sizes",
+        "_start",
+        "_tms",
+        "bytes_max",
+        "floor_tm",
+        "kept_max",
+    )
 
-    def __init__(self, *, kept_max: int = EVENTS_KEPT, floor_tm: int = 0) -> None:
+    def __init__(
+        self,
+        *,
+        kept_max: int = EVENTS_KEPT,
+        bytes_max: int = EVENTS_KEPT_BYTES,
+        floor_tm: int = 0,
+    ) -> None:
         self.kept_max = kept_max
+        self.bytes_max = bytes_max
         self.floor_tm = floor_tm
         # A list with a moving start (cheap appends and bisects; compacted now and then).
         self._events: list[Event] = []
         self._tms: list[int] = []
+        # Each event's msgpack size (what a page sends; measured once, here), and their sum
+        # from `_start` on.
+        self._sizes: list[int] = []
+        self._bytes = 0
         self._start = 0
 
     def __len__(self) -> int:
         return len(self._events) - self._start
 
     def append(self, events: list[Event], *, tm: int) -> None:
-        """Add the events of the entry applied at `tm` (all of them, or none)."""
-        for event in events:
+        """Add the events of the entry applied at `tm` (all of them, or none), each numbered
+        by its place among them (`event`: where a resume right after it continues)."""
+        for number, derived in enumerate(events):
+            event = {**derived, "event": number}
+            size = len(msgpack.packb(event, use_bin_type=True))
             self._events.append(event)
             self._tms.append(tm)
+            self._sizes.append(size)
+            self._bytes += size
         # Never the entry just added: one over the window alone (a DROP NAMESPACE CASCADE of
         # MAX_TABLES tables) stays until the next entry, else no watcher could ever see it.
-        while len(self) > self.kept_max and self._tms[self._start] != tm:
+        while (len(self) > self.kept_max or self._bytes > self.bytes_max) and self._tms[
+            self._start
+        ] != tm:
             dropped_tm = self._tms[self._start]
             while self._start < len(self._tms) and self._tms[self._start] == dropped_tm:
+                self._bytes -= self._sizes[self._start]
                 self._start += 1
             self.floor_tm = max(self.floor_tm, dropped_tm)
         if self._start > 4096 and self._start * 2 > len(self._events):
-            del self._events[: self._start], self._tms[: self._start]
+            del self._events[: self._start], self._tms[: self._start], self._sizes[: self._start]
             self._start = 0
 
     def reset(self, *, floor_tm: int) -> None:
         """The state was replaced by a snapshot at `floor_tm`: what came before is gone."""
-        self._events, self._tms, self._start = [], [], 0
+        self._events, self._tms, self._sizes, self._start, self._bytes = [], [], [], 0, 0
         self.floor_tm = floor_tm
 
     def since(
@@ -327,17 +420,18 @@ class EventLog:
                 return out, self._tms[i - 1], 0
             j = i
             group: list[Event] = []
+            group_bytes = 0
             while j < len(self._events) and self._tms[j] == tm:
                 if keep(self._events[j]):
                     group.append(self._events[j])
+                    group_bytes += self._sizes[j]
                 j += 1
             if group and bytes_max is not None:
-                sizes = [len(msgpack.packb(e, use_bin_type=True)) for e in group]
-                if out and size + sum(sizes) > bytes_max:
+                if out and size + group_bytes > bytes_max:
                     return out, self._tms[i - 1], 0
-                if not out and sum(sizes) > bytes_max:
+                if not out and group_bytes > bytes_max:
                     return self._split(i, j, keep, bytes_max, entry_start)
-                size += sum(sizes)
+                size += group_bytes
             out.extend(group)
             i = j
         return out, None, 0
@@ -352,7 +446,7 @@ class EventLog:
         while i < end:
             event = self._events[i]
             if keep(event):
-                size += len(msgpack.packb(event, use_bin_type=True))
+                size += self._sizes[i]
                 if out and size > bytes_max:
                     break
                 out.append(event)

@@ -899,10 +899,13 @@ class MetastoreClient:
         table: str | None = None,
         namespace: str | None = None,
         wait_ms: int = WATCH_WAIT_MS,
+        from_event: int = 0,
     ) -> AsyncIterator[dict[str, Any]]:
         """Every event after `from_ts`, as they happen (long polls; resumes on another node
-        after a failover from the last event seen). Ends only when the caller stops."""
-        position, from_event = from_ts, 0
+        after a failover from the last event seen). Ends only when the caller stops. To
+        continue later right after an event handled (one of several of its entry too):
+        `from_ts=event["tm"], from_event=event["event"] + 1`."""
+        position = from_ts
         while True:
             page = await self.watch(
                 position, table=table, namespace=namespace, wait_ms=wait_ms, from_event=from_event

@@ -66,10 +66,18 @@ class CatalogStateMachine:
                 # A drop ends its tables' running schema jobs (aborted): the feed says so.
                 dropping = isinstance(command, DropTable | DropNamespace)
                 running = self._running_jobs() if dropping else set()
+                # Events follow the rules of the apply version the entry is applied at (not
+                # replicated state, but every node must derive the same ones: metastore.events).
+                apply_version = self.state.apply_version
                 outcome = self.state.apply(command, tm=entry.tm, index=entry.index)
                 aborted = sorted(running - self._running_jobs()) if running else []
                 events = events_of(
-                    command, outcome, tm=entry.tm, index=entry.index, aborted_jobs=aborted
+                    command,
+                    outcome,
+                    tm=entry.tm,
+                    index=entry.index,
+                    aborted_jobs=aborted,
+                    apply_version=apply_version,
                 )
                 if events:
                     self.events.append(events, tm=entry.tm)

@@ -880,6 +880,49 @@ def test_watch_count_finishes_an_entry_split_across_pages() -> None:
     assert calls[1]["wait_ms"] == 0  # finishing the entry: no long poll for new events
 
 
+@pytest.mark.parametrize("interrupted_after", [1, 2, 3])
+def test_watch_ctrl_c_while_printing_a_page_resumes_without_repeating_or_skipping(
+    monkeypatch: pytest.MonkeyPatch, interrupted_after: int
+) -> None:
+    """Ctrl-C while a page (a backlog: `--oldest`, `--from` an hour ago) is being printed
+    named the position the page was asked from, so the resumed watch printed every event of
+    that page already shown again; between two events of one entry, naming the entry's tm
+    skipped its rest. Now the entry being printed is finished, and the hint names it."""
+    tms = [make_ts(1_790_000_000_000 + i * 1000) for i in range(4)]
+    feed = [
+        {"tm": tms[0], "index": 3, "kind": "namespace_created", "namespace": "a"},
+        {"tm": tms[1], "index": 4, "kind": "table_dropped", "table": "a.t0"},
+        {"tm": tms[1], "index": 4, "kind": "table_dropped", "table": "a.t1"},
+        {"tm": tms[2], "index": 5, "kind": "namespace_dropped", "namespace": "a"},
+    ]
+
+    async def handler(op: str, args: dict[str, Any]) -> dict[str, Any]:
+        assert op == "watch"
+        events = [e for e in feed if e["tm"] > args["from_ts"]]
+        return {"events": events, "next_from_ts": tms[3], "next_from_event": 0}
+
+    printed = 0
+    real_echo = click.echo
+
+    def echo(message: Any = None, *a: Any, **kw: Any) -> None:
+        nonlocal printed
+        if not kw.get("err") and printed == interrupted_after:
+            printed += 1
+            raise KeyboardInterrupt  # Ctrl-C before the next line
+        if not kw.get("err"):
+            printed += 1
+        real_echo(message, *a, **kw)
+
+    monkeypatch.setattr("cli.watch.click.echo", echo)
+    with ThreadedFakeNode(handler=handler) as node:
+        result = against(node, "-o", "json", "watch", "--from", str(tms[0] - 1))
+    shown = [json.loads(line) for line in result.stdout.splitlines()]
+    hint = result.stderr.strip().rsplit(" ", 1)[-1]
+    assert result.stderr.startswith("stopped; resume with --from"), result.stderr
+    resumed = [e for e in feed if e["tm"] > int(hint)]
+    assert shown + resumed == feed
+
+
 @pytest.mark.parametrize(
     "args",
     [

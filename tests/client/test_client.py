@@ -764,6 +764,26 @@ async def test_a_watch_start_one_node_compacted_away_is_asked_of_the_others(node
             await c.watch(10)  # no node has it: the caller re-reads the state
 
 
+async def test_watch_events_continues_right_after_an_event_inside_its_entry(nodes: Any) -> None:
+    """`watch_events` could start only after a whole entry (`from_ts`): a consumer that handled
+    one of several events of an entry could not continue right after it. It takes the
+    `from_event` of the event handled + 1 and passes it with the first call only."""
+    feed = [{"kind": "table_dropped", "tm": 12, "event": n} for n in range(3)]
+
+    async def feed_after(op: str, args: dict[str, Any]) -> dict[str, Any]:
+        if args["from_ts"] == 12 and args.get("from_event", 0) == 1:
+            return {"events": feed[1:], "next_from_ts": 12, "next_from_event": 0}
+        return {"events": [], "next_from_ts": args["from_ts"], "next_from_event": 0}
+
+    node = await nodes(handler=feed_after)
+    async with client(node.endpoint) as c:
+        handled = feed[0]
+        events = c.watch_events(handled["tm"], from_event=handled["event"] + 1, wait_ms=0)
+        assert [await anext(events), await anext(events)] == feed[1:]
+        await events.aclose()
+    assert [r[2].get("from_event", 0) for r in node.requests][:1] == [1]
+
+
 async def test_membership_calls_send_timeout_ms_only_when_not_the_default(nodes: Any) -> None:
     # A daemon of an older release refuses an unknown `timeout_ms` argument; the CLI passes its
     # default (10 s) every time, so the default must not be sent (rolling upgrades).

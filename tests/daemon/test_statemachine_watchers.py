@@ -11,7 +11,19 @@ import asyncio
 import pytest
 
 from hlc import HybridClock, ManualClock
-from metastore.commands import CreateNamespace, InitCluster, encode_command
+from metastore.apply_version import APPLY_VERSION_SUPPORTED
+from metastore.commands import (
+    CloseSession,
+    CreateNamespace,
+    InitCluster,
+    LeaseKey,
+    OpenSession,
+    Protect,
+    ReleaseLeases,
+    SessionInfo,
+    TableName,
+    encode_command,
+)
 from metastore.daemon.secrets import Role
 from metastore.daemon.server import ApiServer, Session
 from metastore.daemon.statemachine import CatalogStateMachine
@@ -140,7 +152,7 @@ def test_a_drop_that_aborts_a_running_schema_job_says_so_in_the_feed() -> None:
     `started` never learned that it ended."""
     sm = CatalogStateMachine()
     commands = [
-        InitCluster(dd_ms=500, cs_max_ms=100),
+        InitCluster(dd_ms=500, cs_max_ms=100, apply_version=APPLY_VERSION_SUPPORTED),
         CreateNamespace(namespace="ns"),
         parse_ddl("CREATE TABLE ns.t (a INT, b INT)"),
         parse_ddl("ALTER TABLE ns.t DROP COLUMN b"),
@@ -182,5 +194,96 @@ def test_a_job_the_callers_alter_just_started_is_found_on_a_node_behind_it() -> 
         assert shown["job_id"] == 1
         with pytest.raises(SchemaJobNotFoundError):
             await server._job_show(SESSION, {"job_id": 2})  # one that does not exist
+
+    asyncio.run(main())
+
+
+def _feed_of(apply_version: int) -> list[tuple[object, ...]]:
+    """The events a node derives for one log: retried opens, closes and Protects, a release of
+    leases not held, and a DROP that aborts a running schema job, at `apply_version`."""
+    sm = CatalogStateMachine()
+    info = SessionInfo(app_id="app")
+    key = LeaseKey(table=TableName.of("ns", "t"), table_id=1, version=1)
+    commands = [
+        InitCluster(dd_ms=500, cs_max_ms=100, apply_version=apply_version),
+        CreateNamespace(namespace="ns"),
+        parse_ddl("CREATE TABLE ns.t (a INT, b INT)"),
+        OpenSession(session_id="s1", info=info, ttl_ms=60_000),
+        OpenSession(session_id="s1", info=info, ttl_ms=60_000),  # a retried open
+        ReleaseLeases(session_id="s1", leases=(key,)),  # nothing held
+        CloseSession(session_id="s1"),
+        CloseSession(session_id="s1"),  # already ended
+        Protect(record_id="r1", ts=T0 + 3000 * MS, tables=(TableName.of("ns", "t"),)),
+        Protect(record_id="r1", ts=T0 + 3000 * MS, tables=(TableName.of("ns", "t"),)),
+        parse_ddl("ALTER TABLE ns.t DROP COLUMN b"),
+        parse_ddl("DROP TABLE ns.t"),
+    ]
+    for i, command in enumerate(commands):
+        entry = Entry(term=1, index=i + 1, tm=T0 + i * 1000 * MS, data=encode_command(command))
+        assert sm.apply(entry).ok, command
+    events, _, _ = sm.events.since(0, limit=100)
+    return [
+        (e["kind"], e.get("session_id") or e.get("record_id") or e.get("what"))
+        for e in events
+        if e["kind"] not in ("namespace_created", "schema_published", "table_dropped")
+    ]
+
+
+def test_the_feed_of_an_entry_follows_its_apply_version() -> None:
+    """Session 14's feed fixes (no event for a retried open, a close of an ended session, a
+    retried Protect or a release of nothing held; an `aborted` event for a job a DROP ends)
+    were not gated: during a rolling upgrade from a release of apply version 2, its nodes and
+    the new ones derived different events for one log (a watcher failing over between them
+    saw events appear or vanish, and positions inside an entry meant different events).
+    Below apply version 3 the events are the previous release's; from 3 on, the fixed ones."""
+    assert _feed_of(2) == [
+        ("session_opened", "s1"),
+        ("session_opened", "s1"),
+        ("leases_released", "s1"),
+        ("session_ended", "s1"),
+        ("session_ended", "s1"),
+        ("protected", "r1"),
+        ("protected", "r1"),
+        ("schema_job", "started"),
+    ]
+    assert _feed_of(3) == [
+        ("session_opened", "s1"),
+        ("session_ended", "s1"),
+        ("protected", "r1"),
+        ("schema_job", "started"),
+        ("schema_job", "aborted"),
+    ]
+
+
+def test_a_consumer_resumes_after_any_event_of_an_entry_neither_missing_nor_repeating() -> None:
+    """A consumer that checkpoints after each event it handled could only save the event's tm:
+    stopped after the first `table_dropped` of a DROP NAMESPACE CASCADE (one entry, three
+    events at one tm), a resume from that tm skipped the other two, and from just before it
+    handled the first again. Each event served now says where it is in its entry (`event`,
+    counting every event of the entry, filtered or not), and `from_ts` = its tm with
+    `from_event` = that + 1 continues right after it, with a filter too and on any node."""
+    commands = [
+        InitCluster(dd_ms=500, cs_max_ms=100, apply_version=APPLY_VERSION_SUPPORTED),
+        CreateNamespace(namespace="ns"),
+        parse_ddl("CREATE TABLE ns.t (a INT)"),
+        parse_ddl("CREATE TABLE ns.u (a INT)"),
+        parse_ddl("DROP NAMESPACE ns CASCADE"),
+    ]
+    entries = [
+        Entry(term=1, index=i + 1, tm=T0 + i * 1000 * MS, data=encode_command(c))
+        for i, c in enumerate(commands)
+    ]
+
+    async def main() -> None:
+        sm = CatalogStateMachine()
+        server = _api(sm, _CatchingUpNode(sm, entries, applied=5), (entries[-1].tm >> 16) + 600)
+        start = {"from_ts": entries[3].tm, "wait_ms": 0}
+        for where in ({}, {"table": "ns.u"}):
+            everything = (await server._watch(SESSION, {**start, **where}))["events"]
+            assert everything and all(e["tm"] == entries[4].tm for e in everything)
+            for k, handled in enumerate(everything):
+                args = {"from_ts": handled["tm"], "from_event": handled["event"] + 1}
+                rest = (await server._watch(SESSION, {**args, "wait_ms": 0, **where}))["events"]
+                assert rest == everything[k + 1 :], (where, k)
 
     asyncio.run(main())

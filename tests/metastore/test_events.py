@@ -118,13 +118,14 @@ def test_a_page_ends_between_entries_once_past_its_byte_budget() -> None:
     log = _log()
     events, stopped, skip = log.since(0, limit=1000, bytes_max=1)
     assert [e["tm"] for e in events] == [1] and (stopped, skip) == (1, 0)  # at least one
-    events, stopped, skip = log.since(4, limit=1000, bytes_max=60)
+    # An event of these is 27 bytes of msgpack: 81 fit three of them.
+    events, stopped, skip = log.since(4, limit=1000, bytes_max=81)
     assert [e["tm"] for e in events] == [5] * 3 and (stopped, skip) == (5, 3)  # over: split
-    events, stopped, skip = log.since(1, limit=1000, bytes_max=60)
+    events, stopped, skip = log.since(1, limit=1000, bytes_max=81)
     assert [e["tm"] for e in events] == [2, 2] and (stopped, skip) == (2, 0)  # between entries
     position, skip, tms = 0, 0, []
     for _ in range(100):
-        events, stopped, skip = log.since(position, limit=1000, bytes_max=60, skip=skip)
+        events, stopped, skip = log.since(position, limit=1000, bytes_max=81, skip=skip)
         tms += [e["tm"] for e in events]
         if stopped is None:
             break
@@ -183,7 +184,9 @@ def test_an_entry_larger_than_a_page_is_split_and_resumed_inside_it() -> None:
         if stopped is None:
             break
         position = stopped
-    assert got == [*big, {"tm": 12, "n": 0, "table": "ns.t0"}]  # all, in order, once
+    # Served numbered by their place in their entry (`event`).
+    served = [{**e, "event": i} for i, e in enumerate(big)]
+    assert got == [*served, {"tm": 12, "n": 0, "table": "ns.t0", "event": 0}]  # all, once
     # A filter does not change where a split entry resumes (positions count every event).
     events, stopped, skip = log.since(10, limit=1000, bytes_max=budget)
     assert (stopped, skip) == (11, len(events))
@@ -302,3 +305,22 @@ def test_below_apply_version_3_the_lease_events_are_as_before() -> None:
         assert acquired["leases"] == [["ns.t", 1]]
     outcome = d.apply(ReleaseLeases(session_id="s1", leases=(t,)))
     assert outcome.result == {"session_id": "s1", "released": 1}
+
+
+def test_the_window_is_bounded_in_bytes_too() -> None:
+    """The window was bounded by count only: 100,000 commit events of 100 tables with long
+    names each hold ~30 KB, so a busy pipeline writing wide batches made every node hold ~3 GB
+    of events. The window now also keeps at most 64 MiB (as msgpack, what a page sends) of
+    events, dropping whole entries (the floor rises: a watcher behind it is told)."""
+    name = "n" * 128 + "." + "t" * 128
+    wide = [f"{name[:-5]}{i:05d}" for i in range(100)]  # one commit's tables
+    log = EventLog()
+    tms = range(1, 3_001)
+    for tm in tms:
+        log.append([{"tm": tm, "kind": "commit", "tables": wide}], tm=tm)
+    kept, _, _ = log.since(log.floor_tm, limit=len(tms))
+    kept_bytes = sum(len(msgpack.packb(e, use_bin_type=True)) for e in kept)
+    assert 0.9 * 64 * 2**20 < kept_bytes <= 64 * 2**20
+    assert kept[0]["tm"] == log.floor_tm + 1 and kept[-1]["tm"] == tms[-1]
+    with pytest.raises(WatchStartCompactedError):
+        log.since(1, limit=10)
