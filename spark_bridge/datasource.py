@@ -14,9 +14,13 @@ matching columns by Parquet field id (so renamed columns keep their data) and ca
 types (`metastore.client.parquet`, the reader the CLI's
 `table read` uses too). Appends write one Parquet file per Spark task into a
 fresh directory and commit them in one metastore commit from the driver side; an aborted job
-commits nothing. Reads see the pinned version's public columns; appends also write the columns a
-schema change job holds write-only (its `write_schema`): the DataFrame may omit them (they are
-hidden from readers), and the writer fills their DEFAULT, or NULL.
+commits nothing. A commit whose outcome is unknown (no node answered in time) or refused as a
+reused txn id is looked up (linearizable) before the job fails or is done: found committed by
+this append's table, the job succeeded; by another table's write, TxnIdReused (a txn id names
+one write); not found, the error names the txn id to re-run under. Reads see the pinned
+version's public columns; appends also write the columns a schema change job holds write-only
+(its `write_schema`): the DataFrame may omit them (they are hidden from readers), and the writer
+fills their DEFAULT, or NULL.
 
 Each append runs under a metastore session of its own, opened (fresh id, TTL the
 `session_ttl_ms` option, default 10 min, at most 1 h) when the write is planned: its files go to
@@ -395,7 +399,12 @@ class MetastoreWriter(DataSourceWriter):
             self._close_session()
 
     def _commit(self, messages: list[WriterCommitMessage | None]) -> None:
-        from metastore.errors import SessionNotFoundError, TxnIdReusedError
+        from metastore.errors import (
+            RequestTimeoutError,
+            SessionNotFoundError,
+            TxnIdReusedError,
+            UnavailableError,
+        )
 
         files = [m for m in messages if isinstance(m, WrittenFile)]
         client = _client(self.endpoints, self.token, self.tls)
@@ -435,13 +444,65 @@ class MetastoreWriter(DataSourceWriter):
             except TxnIdReusedError:
                 # The same txn id committed other files: a retried job whose earlier attempt
                 # committed. Done only if the committed record of this id says so
-                # (linearizable).
-                if client.committed_txn(self.txn_id).get("txn") is None:
+                # (linearizable), and wrote this table.
+                if not self._committed_here(client):
                     raise
                 return
+            except (UnavailableError, RequestTimeoutError) as exc:
+                # The client ran out of nodes or time with the commit sent: it may have
+                # committed. Failing the job then invites a re-run under a fresh txn id, which
+                # appends the rows twice; so look it up first (linearizable).
+                try:
+                    found = self._committed_here(client)
+                except (UnavailableError, RequestTimeoutError):
+                    found = False
+                if not found:
+                    raise self._outcome_unknown(exc) from exc
             self._maybe_compact(client)
         finally:
             client.close()
+
+    def _committed_here(self, client: Any) -> bool:
+        """Whether this append's txn id is committed, by a commit of this table (a
+        linearizable lookup). Raises TxnIdReusedError if a commit of other tables took the
+        id: a txn id names one write, and reporting that commit as this one's would drop
+        this append's rows without a word."""
+        from metastore.commands import TableName
+        from metastore.errors import MetastoreError, TxnIdReusedError
+
+        record = client.committed_txn(self.txn_id).get("txn")
+        if not isinstance(record, dict):
+            return False
+        committed = record.get("tables")
+        if not isinstance(committed, list):
+            return True  # a reply without the tables: nothing to compare
+        try:
+            mine = str(TableName.parse(self.table))
+        except MetastoreError:
+            mine = self.table.lower()
+        if [str(t) for t in committed] == [mine]:
+            return True
+        raise TxnIdReusedError(
+            f"txn {self.txn_id!r} already committed at {record.get('ts')} writing "
+            f"{[str(t) for t in committed]}, not this append to {self.table}: a txn id names one "
+            "write; re-run it under a fresh txn id (nothing of it committed)",
+            details={
+                "txn_id": self.txn_id,
+                "committed_ts": record.get("ts"),
+                "committed_tables": [str(t) for t in committed],
+                "table": self.table,
+            },
+        )
+
+    def _outcome_unknown(self, exc: MetastoreError) -> MetastoreError:
+        """`exc` (a commit with an unknown outcome, not found committed) saying how to re-run
+        the job safely: it may still commit, and only the same txn id commits at most once."""
+        return type(exc)(
+            f"{exc.message}; the commit of this append (txn {self.txn_id!r}) has an unknown "
+            "outcome: it was not found committed but may still commit. Re-run the write with "
+            f".option('txn_id', {self.txn_id!r}): a txn id commits at most once",
+            details={**exc.details, "txn_id": self.txn_id},
+        )
 
     def _maybe_compact(self, client: Any) -> None:
         """Compact the table if it passed the bound (metastore.manifests). The append already
