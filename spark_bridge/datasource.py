@@ -603,8 +603,12 @@ class MetastoreDataSource(DataSource):
         columns = write_columns(pinned)
         want = pinned_struct(columns)
         public = len(pinned["schema"]["columns"])
-        got = [(f.name.casefold(), f.dataType) for f in schema.fields]
-        shape = [(f.name.casefold(), f.dataType) for f in want.fields]
+        # Nullability aside (NOT NULL is enforced where the rows are written, nested too):
+        # Spark marks the fields of `struct(...)`/`array(lit(...))` NOT NULL, which fit the
+        # pinned nullable ones. Nested names must match exactly: rows are handed to Arrow as
+        # dicts, which finds a struct's fields by name.
+        got = [(f.name.casefold(), _shape(f.dataType)) for f in schema.fields]
+        shape = [(f.name.casefold(), _shape(f.dataType)) for f in want.fields]
         if got not in (shape, shape[:public]):
             public_struct = pinned_struct(columns[:public])
             raise ValueError(
@@ -651,6 +655,20 @@ class MetastoreDataSource(DataSource):
             given=given,
             loose_files_max=int(loose_max) if loose_max not in (None, "") else None,
         )
+
+
+def _shape(dtype: Any) -> Any:
+    """`dtype` with what a write need not match left out: nullability flags (of struct fields,
+    array elements, map values) and field metadata. A comparable value."""
+    from pyspark.sql import types as T
+
+    if isinstance(dtype, T.StructType):
+        return ("struct", tuple((f.name, _shape(f.dataType)) for f in dtype.fields))
+    if isinstance(dtype, T.ArrayType):
+        return ("array", _shape(dtype.elementType))
+    if isinstance(dtype, T.MapType):
+        return ("map", _shape(dtype.keyType), _shape(dtype.valueType))
+    return dtype
 
 
 def open_write_session(client: Any, *, table: str, ttl_ms: int) -> tuple[str, int]:

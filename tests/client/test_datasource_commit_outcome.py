@@ -121,3 +121,125 @@ def test_a_retried_job_whose_first_run_committed_is_done(monkeypatch: pytest.Mon
     client = ScriptedClient(REUSED, ["ns.t"])
     _commit(monkeypatch, client, txn_id="nightly-load")
     assert client.ops[:2] == ["commit", "committed_txn"]
+
+
+NESTED_COLUMNS = [
+    {"field_id": 1, "name": "id", "type": "BIGINT", "nullable": False},
+    {"field_id": 2, "name": "s", "type": "STRUCT<a: BIGINT, b: STRING>", "nullable": True},
+    {"field_id": 5, "name": "tags", "type": "ARRAY<STRING>", "nullable": True},
+    {"field_id": 6, "name": "m", "type": "MAP<STRING, ARRAY<INT>>", "nullable": True},
+]
+
+
+def _planned_writer(monkeypatch: pytest.MonkeyPatch, schema: Any) -> Any:
+    """What `writer()` makes of a DataFrame `schema` for a table pinned with NESTED_COLUMNS."""
+    monkeypatch.setattr(datasource, "_client", lambda *a, **k: ScriptedClient(REUSED, None))
+    monkeypatch.setattr(datasource, "open_write_session", lambda *a, **k: (SID, 60_000))
+    source = datasource.MetastoreDataSource({"table": "ns.t"})
+    source._pinned = {  # type: ignore[attr-defined]
+        "ts": TS,
+        "now": TS,
+        "schema": {
+            "table_id": 1,
+            "version": 1,
+            "location": "/nowhere",
+            "schema": {"columns": NESTED_COLUMNS, "ddl": ""},
+        },
+    }
+    return source.writer(schema, False)
+
+
+def test_an_append_of_nested_values_spark_knows_are_not_null_is_accepted(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`F.struct(...)`, `F.array(F.lit(...))` and `F.create_map` of non-null values give
+    nested fields Spark marks NOT NULL (containsNull=false, ...). Their values fit the pinned
+    nullable fields; the writer refused them ("does not match") because it compared the
+    nested nullability flags too."""
+    from pyspark.sql import types as T
+
+    strict = T.StructType(
+        [
+            T.StructField("ID", T.LongType(), False),
+            T.StructField(
+                "s",
+                T.StructType(
+                    [
+                        T.StructField("a", T.LongType(), False),
+                        T.StructField("b", T.StringType(), False),
+                    ]
+                ),
+                False,
+            ),
+            T.StructField("tags", T.ArrayType(T.StringType(), False), False),
+            T.StructField(
+                "m",
+                T.MapType(T.StringType(), T.ArrayType(T.IntegerType(), False), False),
+                True,
+            ),
+        ]
+    )
+    writer = _planned_writer(monkeypatch, strict)
+    assert writer.given == len(NESTED_COLUMNS)
+
+
+@pytest.mark.parametrize(
+    "s_type",
+    [
+        "STRUCT<A: BIGINT, b: STRING>",  # nested names are matched by the Arrow writer as is
+        "STRUCT<b: STRING, a: BIGINT>",
+        "STRUCT<a: INT, b: STRING>",
+        "STRUCT<a: BIGINT>",
+    ],
+)
+def test_an_append_of_other_nested_fields_is_still_refused(
+    monkeypatch: pytest.MonkeyPatch, s_type: str
+) -> None:
+    from pyspark.sql import types as T
+
+    from spark_bridge.conform import spark_type
+
+    schema = T.StructType(
+        [
+            T.StructField("id", T.LongType(), False),
+            T.StructField("s", spark_type(s_type), True),
+            T.StructField("tags", T.ArrayType(T.StringType(), True), True),
+            T.StructField("m", spark_type("MAP<STRING, ARRAY<INT>>"), True),
+        ]
+    )
+    with pytest.raises(ValueError, match="does not match"):
+        _planned_writer(monkeypatch, schema)
+
+
+def test_nested_values_are_written_under_the_pinned_fields(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    from pyspark.sql import Row
+
+    from metastore.client.parquet import PinnedColumn, file_batches
+
+    monkeypatch.setattr(datasource, "_client", lambda *a, **k: ScriptedClient(REUSED, None))
+    writer = MetastoreWriter(
+        endpoints=["127.0.0.1:1"],
+        token="t",
+        table="ns.t",
+        table_id=1,
+        version=1,
+        location=str(tmp_path),
+        columns=NESTED_COLUMNS,
+        overwrite=False,
+        not_before=1,
+        session_id=SID,
+        session_ttl_ms=600_000,
+    )
+    rows = [
+        Row(ID=1, s=Row(a=7, b="x"), tags=["p", "q"], m={"k": [1, 2]}),
+        Row(ID=2, s=None, tags=None, m=None),
+    ]
+    message = writer.write(iter(rows))
+    columns = [PinnedColumn.from_wire(c) for c in NESTED_COLUMNS]
+    read = [r for b in file_batches(f"{tmp_path}/{message.path}", columns) for r in b.to_pylist()]
+    assert read == [
+        {"id": 1, "s": {"a": 7, "b": "x"}, "tags": ["p", "q"], "m": [("k", [1, 2])]},
+        {"id": 2, "s": None, "tags": None, "m": None},
+    ]
