@@ -626,6 +626,13 @@ class MetastoreDataSource(DataSource):
                     from metastore.client.defaults import existence_default
 
                     existence_default(str(c["default"]), f.type)
+        commit_floor = int(pin["now"])
+        if self.options.get("as_of") in (None, ""):
+            # Above the pin too: the default pin may be at the leader's read_ts, above this
+            # clock (a commit lands up to DD past its Tm), and the version found active there
+            # must be active at the commit's ts. (An explicit AS OF commits above now, as the
+            # commit's rules take the version then.)
+            commit_floor = max(commit_floor, int(pin["ts"]))
         txn_id = self.options.get("txn_id")
         loose_max = self.options.get("loose_files_max")
         ttl = self.options.get("session_ttl_ms")
@@ -650,7 +657,7 @@ class MetastoreDataSource(DataSource):
             location=str(pinned.get("location") or ""),
             columns=columns,
             overwrite=overwrite,
-            not_before=int(pin["now"]) + 1,
+            not_before=commit_floor + 1,
             txn_id=str(txn_id) if txn_id else None,
             given=given,
             loose_files_max=int(loose_max) if loose_max not in (None, "") else None,

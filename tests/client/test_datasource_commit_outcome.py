@@ -131,14 +131,17 @@ NESTED_COLUMNS = [
 ]
 
 
-def _planned_writer(monkeypatch: pytest.MonkeyPatch, schema: Any) -> Any:
-    """What `writer()` makes of a DataFrame `schema` for a table pinned with NESTED_COLUMNS."""
+def _planned_writer(
+    monkeypatch: pytest.MonkeyPatch, schema: Any, *, pinned_ts: int = TS, now: int = TS
+) -> Any:
+    """What `writer()` makes of a DataFrame `schema` for a table pinned with NESTED_COLUMNS at
+    `pinned_ts`, the driver's clock reading `now` after the pin."""
     monkeypatch.setattr(datasource, "_client", lambda *a, **k: ScriptedClient(REUSED, None))
     monkeypatch.setattr(datasource, "open_write_session", lambda *a, **k: (SID, 60_000))
     source = datasource.MetastoreDataSource({"table": "ns.t"})
     source._pinned = {  # type: ignore[attr-defined]
-        "ts": TS,
-        "now": TS,
+        "ts": pinned_ts,
+        "now": now,
         "schema": {
             "table_id": 1,
             "version": 1,
@@ -243,3 +246,17 @@ def test_nested_values_are_written_under_the_pinned_fields(
         {"id": 1, "s": {"a": 7, "b": "x"}, "tags": ["p", "q"], "m": [("k", [1, 2])]},
         {"id": 2, "s": None, "tags": None, "m": None},
     ]
+
+
+def test_the_commit_floor_is_above_the_pinned_timestamp(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The default pin is at the leader's `read_ts` when that is above the driver's clock (a
+    commit may land up to DD past its entry's Tm). The commit's floor was the clock + 1, so it
+    could land below the pin: a version the pin found there (Tu in between) is not active at
+    the commit's ts, which was refused (SCHEMA_VERSION_NOT_ACTIVE) after the whole job ran."""
+    from spark_bridge.conform import pinned_struct
+
+    schema = pinned_struct(NESTED_COLUMNS)
+    ahead = _planned_writer(monkeypatch, schema, pinned_ts=TS + 1000, now=TS)
+    assert ahead.not_before == TS + 1001
+    behind = _planned_writer(monkeypatch, schema, pinned_ts=TS - 1000, now=TS)
+    assert behind.not_before == TS + 1  # a pin below the clock: above now, as before
