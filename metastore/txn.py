@@ -83,8 +83,9 @@ Idempotency
     fresh attempt directory), so its writes differ: on TxnIdReused the bridge
     (spark_bridge/bridge.py) reads the committed record of its txn id (the daemon's
     linearizable `committed_txn` op) and reports the batch as deduplicated with that record's
-    ts; its new files stay unreferenced, for GC. Its streaming txn ids embed the query's id, so
-    another query (or a fresh checkpoint) never matches them.
+    ts if the record wrote the same tables (else the id was reused for another batch: a typed
+    TxnIdReused); its new files stay unreferenced, for GC. Its streaming txn ids embed the
+    query's id, so another query (or a fresh checkpoint) never matches them.
     Memory is bounded: the newest MAX_REMEMBERED_TXNS commits are remembered (oldest forgotten
     first, in log order, identically on every replica). Past that window a txn id alone no
     longer protects: a replay that rewrote its files would commit twice. Stream marks close it.

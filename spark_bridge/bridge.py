@@ -29,8 +29,9 @@ What one batch does (DESIGN.md §7):
    (filled with their DEFAULT, or NULL); readers see the public columns only.
 5. On leaving the `with` block without an exception, one commit lists every table's files; it is
    visible at one timestamp (> Top) for all tables, or not at all. The commit is keyed by the
-   batch's txn id, so a replayed batch commits once. An exception before that commits nothing;
-   written files stay unreferenced for GC and are never shown to readers.
+   batch's txn id, so a replayed batch commits once (a txn id found committed by a batch of
+   other tables is a non-retryable TxnIdReused, never this batch's commit). An exception before
+   that commits nothing; written files stay unreferenced for GC and are never shown to readers.
 
 Spark moves the data; the metastore only ever sees schemas and file lists.
 """
@@ -1284,10 +1285,50 @@ class BatchContext:
         if self.stream is None:
             record = self.client.committed_txn(self.txn_id).get("txn")
             if isinstance(record, dict) and isinstance(record.get("ts"), int):
+                self._check_same_tables(record)
                 return int(record["ts"])
             return None
         stream, seq = self.stream
         return self.bridge._committed_position(self.txn_id, stream, seq)
+
+    def _check_same_tables(self, record: dict[str, Any]) -> None:
+        """Raise unless the committed `record` of this txn id wrote the tables this batch
+        writes. A replay writes new files (so its writes differ: TxnIdReused), but the same
+        tables; other tables mean the id was reused for another batch, and reporting that
+        commit as this batch's ("deduplicated", or found after an unknown outcome) would drop
+        this batch's output without a word. Not retryable: the id is taken."""
+        from metastore.commands import TableName
+        from metastore.errors import MetastoreError, TxnIdReusedError
+
+        committed = record.get("tables")
+        if not isinstance(committed, list):
+            return  # a reply without the tables: nothing to compare
+
+        def canonical(name: str) -> str:
+            try:
+                return str(TableName.parse(name))
+            except MetastoreError:
+                return name.lower()
+
+        written = sorted({canonical(t) for t in [*self._written, *self._removed]})
+        if sorted({canonical(str(t)) for t in committed}) == written:
+            return
+        committed_ts = int(record["ts"])
+        raise BatchError(
+            f"txn {self.txn_id!r} already committed at {to_iso(committed_ts)} writing "
+            f"{sorted(str(t) for t in committed)}, but this batch writes {written}: a txn id "
+            "names one batch; run this batch under a fresh txn id (nothing of it committed)",
+            retryable=False,
+            cause=TxnIdReusedError(
+                f"txn {self.txn_id!r} was committed by a batch writing other tables",
+                details={
+                    "txn_id": self.txn_id,
+                    "committed_ts": committed_ts,
+                    "committed_tables": [str(t) for t in committed],
+                    "tables": written,
+                },
+            ),
+        )
 
     def _listing_at_read_ts(self, table: str) -> dict[str, Any]:
         """`table`'s listing at read_ts. The first call lists it and every other declared read

@@ -14,9 +14,13 @@ matching columns by Parquet field id (so renamed columns keep their data) and ca
 types (`metastore.client.parquet`, the reader the CLI's
 `table read` uses too). Appends write one Parquet file per Spark task into a
 fresh directory and commit them in one metastore commit from the driver side; an aborted job
-commits nothing. Reads see the pinned version's public columns; appends also write the columns a
-schema change job holds write-only (its `write_schema`): the DataFrame may omit them (they are
-hidden from readers), and the writer fills their DEFAULT, or NULL.
+commits nothing. A commit whose outcome is unknown (no node answered in time) or refused as a
+reused txn id is looked up (linearizable) before the job fails or is done: found committed by
+this append's table, the job succeeded; by another table's write, TxnIdReused (a txn id names
+one write); not found, the error names the txn id to re-run under. Reads see the pinned
+version's public columns; appends also write the columns a schema change job holds write-only
+(its `write_schema`): the DataFrame may omit them (they are hidden from readers), and the writer
+fills their DEFAULT, or NULL.
 
 Each append runs under a metastore session of its own, opened (fresh id, TTL the
 `session_ttl_ms` option, default 10 min, at most 1 h) when the write is planned: its files go to
@@ -395,7 +399,12 @@ class MetastoreWriter(DataSourceWriter):
             self._close_session()
 
     def _commit(self, messages: list[WriterCommitMessage | None]) -> None:
-        from metastore.errors import SessionNotFoundError, TxnIdReusedError
+        from metastore.errors import (
+            RequestTimeoutError,
+            SessionNotFoundError,
+            TxnIdReusedError,
+            UnavailableError,
+        )
 
         files = [m for m in messages if isinstance(m, WrittenFile)]
         client = _client(self.endpoints, self.token, self.tls)
@@ -435,13 +444,65 @@ class MetastoreWriter(DataSourceWriter):
             except TxnIdReusedError:
                 # The same txn id committed other files: a retried job whose earlier attempt
                 # committed. Done only if the committed record of this id says so
-                # (linearizable).
-                if client.committed_txn(self.txn_id).get("txn") is None:
+                # (linearizable), and wrote this table.
+                if not self._committed_here(client):
                     raise
                 return
+            except (UnavailableError, RequestTimeoutError) as exc:
+                # The client ran out of nodes or time with the commit sent: it may have
+                # committed. Failing the job then invites a re-run under a fresh txn id, which
+                # appends the rows twice; so look it up first (linearizable).
+                try:
+                    found = self._committed_here(client)
+                except (UnavailableError, RequestTimeoutError):
+                    found = False
+                if not found:
+                    raise self._outcome_unknown(exc) from exc
             self._maybe_compact(client)
         finally:
             client.close()
+
+    def _committed_here(self, client: Any) -> bool:
+        """Whether this append's txn id is committed, by a commit of this table (a
+        linearizable lookup). Raises TxnIdReusedError if a commit of other tables took the
+        id: a txn id names one write, and reporting that commit as this one's would drop
+        this append's rows without a word."""
+        from metastore.commands import TableName
+        from metastore.errors import MetastoreError, TxnIdReusedError
+
+        record = client.committed_txn(self.txn_id).get("txn")
+        if not isinstance(record, dict):
+            return False
+        committed = record.get("tables")
+        if not isinstance(committed, list):
+            return True  # a reply without the tables: nothing to compare
+        try:
+            mine = str(TableName.parse(self.table))
+        except MetastoreError:
+            mine = self.table.lower()
+        if [str(t) for t in committed] == [mine]:
+            return True
+        raise TxnIdReusedError(
+            f"txn {self.txn_id!r} already committed at {record.get('ts')} writing "
+            f"{[str(t) for t in committed]}, not this append to {self.table}: a txn id names one "
+            "write; re-run it under a fresh txn id (nothing of it committed)",
+            details={
+                "txn_id": self.txn_id,
+                "committed_ts": record.get("ts"),
+                "committed_tables": [str(t) for t in committed],
+                "table": self.table,
+            },
+        )
+
+    def _outcome_unknown(self, exc: MetastoreError) -> MetastoreError:
+        """`exc` (a commit with an unknown outcome, not found committed) saying how to re-run
+        the job safely: it may still commit, and only the same txn id commits at most once."""
+        return type(exc)(
+            f"{exc.message}; the commit of this append (txn {self.txn_id!r}) has an unknown "
+            "outcome: it was not found committed but may still commit. Re-run the write with "
+            f".option('txn_id', {self.txn_id!r}): a txn id commits at most once",
+            details={**exc.details, "txn_id": self.txn_id},
+        )
 
     def _maybe_compact(self, client: Any) -> None:
         """Compact the table if it passed the bound (metastore.manifests). The append already
@@ -542,8 +603,12 @@ class MetastoreDataSource(DataSource):
         columns = write_columns(pinned)
         want = pinned_struct(columns)
         public = len(pinned["schema"]["columns"])
-        got = [(f.name.casefold(), f.dataType) for f in schema.fields]
-        shape = [(f.name.casefold(), f.dataType) for f in want.fields]
+        # Nullability aside (NOT NULL is enforced where the rows are written, nested too):
+        # Spark marks the fields of `struct(...)`/`array(lit(...))` NOT NULL, which fit the
+        # pinned nullable ones. Nested names must match exactly: rows are handed to Arrow as
+        # dicts, which finds a struct's fields by name.
+        got = [(f.name.casefold(), _shape(f.dataType)) for f in schema.fields]
+        shape = [(f.name.casefold(), _shape(f.dataType)) for f in want.fields]
         if got not in (shape, shape[:public]):
             public_struct = pinned_struct(columns[:public])
             raise ValueError(
@@ -561,6 +626,13 @@ class MetastoreDataSource(DataSource):
                     from metastore.client.defaults import existence_default
 
                     existence_default(str(c["default"]), f.type)
+        commit_floor = int(pin["now"])
+        if self.options.get("as_of") in (None, ""):
+            # Above the pin too: the default pin may be at the leader's read_ts, above this
+            # clock (a commit lands up to DD past its Tm), and the version found active there
+            # must be active at the commit's ts. (An explicit AS OF commits above now, as the
+            # commit's rules take the version then.)
+            commit_floor = max(commit_floor, int(pin["ts"]))
         txn_id = self.options.get("txn_id")
         loose_max = self.options.get("loose_files_max")
         ttl = self.options.get("session_ttl_ms")
@@ -585,11 +657,25 @@ class MetastoreDataSource(DataSource):
             location=str(pinned.get("location") or ""),
             columns=columns,
             overwrite=overwrite,
-            not_before=int(pin["now"]) + 1,
+            not_before=commit_floor + 1,
             txn_id=str(txn_id) if txn_id else None,
             given=given,
             loose_files_max=int(loose_max) if loose_max not in (None, "") else None,
         )
+
+
+def _shape(dtype: Any) -> Any:
+    """`dtype` with what a write need not match left out: nullability flags (of struct fields,
+    array elements, map values) and field metadata. A comparable value."""
+    from pyspark.sql import types as T
+
+    if isinstance(dtype, T.StructType):
+        return ("struct", tuple((f.name, _shape(f.dataType)) for f in dtype.fields))
+    if isinstance(dtype, T.ArrayType):
+        return ("array", _shape(dtype.elementType))
+    if isinstance(dtype, T.MapType):
+        return ("map", _shape(dtype.keyType), _shape(dtype.valueType))
+    return dtype
 
 
 def open_write_session(client: Any, *, table: str, ttl_ms: int) -> tuple[str, int]:

@@ -88,7 +88,10 @@ def collect_files(location: str, rel_dir: str) -> list[DataFile]:
         name = info.base_name
         if info.type != pafs.FileType.File or not name.endswith(".parquet"):
             continue
-        if name.startswith((".", "_")):
+        # Hidden as Spark's readers hide them: a `_`/`.` file, or any file under such a
+        # directory (a commit protocol's `_temporary/` or `.spark-staging-*` left behind).
+        below = info.path[len(base.rstrip("/")) + 1 :].split("/")
+        if any(part.startswith((".", "_")) for part in below):
             continue
         with fs.open_input_file(info.path) as f:
             rows = pq.ParquetFile(f).metadata.num_rows

@@ -12,6 +12,8 @@ Key idea
     * a pinned column the file does not have (added later) reads as its DEFAULT (Spark's
       existence default, `metastore.client.defaults`), or NULL when it has none;
     * a column whose type was widened since (INT -> BIGINT, ...) is cast to the pinned type;
+    * INT96 timestamps (Spark's default encoding of TIMESTAMP) are decoded in microseconds,
+      Spark's unit, so its whole range (0001-01-01 to 9999-12-31) reads as Spark reads it;
     * a CHAR(n) value shorter than n (a file value or a DEFAULT) reads padded with spaces to n,
       as Spark reads it (`spark.sql.readSideCharPadding`, true by default): Spark's stored
       EXISTS_DEFAULT of `CHAR(3) DEFAULT 'a'` is 'a', which old rows read as 'a  '.
@@ -229,7 +231,10 @@ def file_batches(
     fs, fs_path = _filesystem(path)
     try:
         with fs.open_input_file(fs_path) as source:
-            parquet = pq.ParquetFile(source)
+            # INT96 (Spark's default TIMESTAMP encoding) decoded to microseconds, Spark's own
+            # unit: pyarrow's default, nanoseconds, overflows outside 1677-2262 (0001-01-01 and
+            # 9999-12-31 are common sentinels), failing or wrapping to another instant.
+            parquet = pq.ParquetFile(source, coerce_int96_timestamp_unit="us")
             sources = _match_columns(parquet.schema_arrow, columns, path)
             file_rows = int(parquet.metadata.num_rows)
             left = file_rows if rows_wanted is None else min(rows_wanted, file_rows)

@@ -176,3 +176,56 @@ def test_a_table_read_under_two_spellings_is_in_the_read_set_once() -> None:
     batch.commit()
     assert client.args["read_tables"] == ["ns.r", "ns.t"]
     assert client.args["read_ts"] == TS - 20
+
+
+class ReplayClient:
+    """`commit` fails with `error`; the committed record of the txn id wrote `tables`."""
+
+    def __init__(self, error: Exception, tables: list[str]) -> None:
+        self.error = error
+        self.tables = tables
+
+    def call(self, op: str, _args: dict[str, Any]) -> dict[str, Any]:
+        assert op == "commit"
+        raise self.error
+
+    def committed_txn(self, txn_id: str) -> dict[str, Any]:
+        return {"txn_id": txn_id, "txn": {"txn_id": txn_id, "ts": TS, "tables": self.tables}}
+
+
+REUSED = TxnIdReusedError(
+    "txn 'batch:made-up' already committed with other writes",
+    details={"txn_id": "batch:made-up", "committed_ts": TS},
+)
+
+
+@pytest.mark.parametrize("committed_tables", [["ns.t"], ["NS.T"]])
+def test_a_replay_of_the_same_tables_is_reported_deduplicated(
+    committed_tables: list[str],
+) -> None:
+    batch = _batch(ReplayClient(REUSED, committed_tables), txn_id_from_caller=True)  # type: ignore[arg-type]
+    batch.commit()
+    assert batch.report.commit_ts == TS
+    assert batch.report.deduplicated
+
+
+@pytest.mark.parametrize(
+    "error", [REUSED, UnavailableError("every node failed"), RequestTimeoutError("out of time")]
+)
+@pytest.mark.parametrize("committed_tables", [["ns.other"], ["ns.other", "ns.t"]])
+def test_a_txn_id_committed_by_a_batch_of_other_tables_is_a_typed_error(
+    error: Exception, committed_tables: list[str]
+) -> None:
+    """A txn id that committed writes to other tables than this batch's is not this batch's
+    commit (a caller reused the id for another batch): reporting it as done (deduplicated, or
+    "found committed after an unknown outcome") silently dropped this batch's output. It is a
+    non-retryable TxnIdReused naming both table sets; nothing of this batch committed."""
+    batch = _batch(ReplayClient(error, committed_tables), txn_id_from_caller=True)  # type: ignore[arg-type]
+    with pytest.raises(BatchError) as raised:
+        batch.commit()
+    assert not raised.value.retryable
+    assert isinstance(raised.value.cause, TxnIdReusedError)
+    assert raised.value.cause.details["committed_tables"] == committed_tables
+    assert raised.value.cause.details["tables"] == ["ns.t"]
+    assert "ns.other" in str(raised.value)
+    assert batch.report.commit_ts is None

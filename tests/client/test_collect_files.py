@@ -35,3 +35,23 @@ def test_an_attempt_directory_the_driver_cannot_see_is_an_error_not_an_empty_wri
     _, rel_dir = new_attempt_dir(location, "txn-2")
     with pytest.raises(FileNotFoundError, match="_txn"):
         collect_files(location, rel_dir)
+
+
+def test_files_under_hidden_directories_are_not_the_write_s(tmp_path: Path) -> None:
+    """A commit protocol keeps task attempts' files in `_temporary/` (or `.spark-staging-*`)
+    until it moves them into place; a cleanup that failed leaves them behind. Spark's readers
+    ignore paths under `_`/`.` directories; the driver listed them as written files, so the
+    rows it found exceeded the rows written and the batch failed after its job succeeded."""
+    location = str(tmp_path / "t")
+    abs_dir, rel_dir = new_attempt_dir(location, "txn-3")
+    for leftover in ("_temporary/0/_temporary/attempt_1", ".spark-staging-1/x"):
+        Path(abs_dir, leftover).mkdir(parents=True)
+        pq.write_table(pa.table({"a": [9]}), f"{abs_dir}/{leftover}/part-0.parquet")
+    Path(abs_dir, "day=1").mkdir()
+    pq.write_table(pa.table({"a": [1, 2]}), f"{abs_dir}/day=1/part-1.parquet")
+    pq.write_table(pa.table({"a": [1, 2, 3]}), f"{abs_dir}/part-0.parquet")
+    files = collect_files(location, rel_dir)
+    assert [(f.path, f.row_count) for f in files] == [
+        (f"{rel_dir}/day=1/part-1.parquet", 2),
+        (f"{rel_dir}/part-0.parquet", 3),
+    ]

@@ -246,3 +246,33 @@ def test_char_values_read_padded_as_spark_reads_them(tmp_path: Path) -> None:
         {"id": 2, "stored": None, "v": None, "c": "a  ", "c2": "ab   ", "none": None},
         {"id": 3, "stored": "abc", "v": "", "c": "a  ", "c2": "ab   ", "none": None},
     ]
+
+
+def test_int96_timestamps_as_spark_writes_them_read_across_spark_s_whole_range(
+    tmp_path: Path,
+) -> None:
+    """Spark writes TIMESTAMP columns as INT96 by default (spark.sql.parquet.outputTimestampType).
+    pyarrow decodes INT96 to nanoseconds unless told otherwise, which cannot hold Spark's range:
+    the sentinels 0001-01-01 and 9999-12-31 (and anything past 2262) overflowed, so a file
+    Spark reads fine was unreadable here (or, where the wrapped value happened to cast,
+    read as another instant)."""
+    import datetime as dt
+
+    instants = [
+        dt.datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=dt.UTC),
+        dt.datetime(1, 1, 1, tzinfo=dt.UTC),
+        dt.datetime(2300, 6, 1, 12, 0, 0, 7, tzinfo=dt.UTC),
+        dt.datetime(2026, 11, 27, 11, 0, 0, 123456, tzinfo=dt.UTC),
+        None,
+    ]
+    field = pa.field("at", pa.timestamp("us", tz="UTC"), metadata={FIELD_ID_KEY: b"1"})
+    table = pa.Table.from_arrays([pa.array(instants, type=field.type)], schema=pa.schema([field]))
+    path = tmp_path / "int96.parquet"
+    pq.write_table(table, path, use_deprecated_int96_timestamps=True)
+    assert pq.ParquetFile(path).schema.column(0).physical_type == "INT96"
+
+    columns = [PinnedColumn(field_id=1, name="at", type_sql="TIMESTAMP", nullable=True)]
+    read = [row["at"] for batch in file_batches(str(path), columns) for row in batch.to_pylist()]
+    assert read == instants
+    rows = read_rows(str(tmp_path), [{"path": "int96.parquet"}], columns, limit=10).rows
+    assert rows.column("at").to_pylist() == instants

@@ -157,3 +157,32 @@ def test_format_metastore_append_refuses_a_value_longer_than_its_varchar(
         df.write.format("metastore").option("table", "dsw.codes").mode("append").save()
     assert committed_txns(env.client) == before
     assert env.live_paths("dsw.codes", as_of=env.client.clock.now()) == set()
+
+
+def test_bridge_written_far_timestamps_and_struct_appends_read_back(spark_env: SparkEnv) -> None:
+    """Two Spark-side type mismatches of format("metastore"), end to end: (1) the bridge's Spark
+    writes TIMESTAMP as INT96, which the data source's reader decoded in nanoseconds, so
+    9999-12-31 (a common sentinel) made the table unreadable; (2) an append of `F.struct(...)`
+    (fields Spark marks NOT NULL) was refused as "does not match" the pinned nullable struct."""
+    from pyspark.sql import functions as F
+
+    env = spark_env
+    env.ddl("CREATE NAMESPACE IF NOT EXISTS dsw")
+    env.ddl("CREATE TABLE dsw.far (id BIGINT, at TIMESTAMP, s STRUCT<a: BIGINT, b: STRING>)")
+    bridge = env.bridge()
+    sentinel = dt.datetime(9999, 12, 31, 0, 0, 0)
+    df = env.spark.createDataFrame(
+        [(1, sentinel, (7, "x"))], "id BIGINT, at TIMESTAMP, s STRUCT<a: BIGINT, b: STRING>"
+    )
+    with bridge.batch(writes=["dsw.far"]) as b:
+        b.write("dsw.far", df)
+    appended = env.spark.range(2, 3).select(
+        F.col("id"),
+        F.lit(None).cast("timestamp").alias("at"),
+        F.struct(F.col("id").alias("a"), F.lit("y").alias("b")).alias("s"),
+    )
+    assert not appended.schema["s"].dataType["a"].nullable  # what Spark gives a struct(...)
+    appended.write.format("metastore").option("table", "dsw.far").mode("append").save()
+    back = env.spark.read.format("metastore").option("table", "dsw.far").load()
+    rows = sorted((r.id, r.at, tuple(r.s)) for r in back.collect())
+    assert rows == [(1, sentinel, (7, "x")), (2, None, (2, "y"))]

@@ -1,0 +1,262 @@
+"""A `df.write.format("metastore")` append whose commit's outcome is unknown, or whose txn id
+was committed before: the commit is looked up (linearizably) before the job is failed or
+reported done. Found committed with this append's table, the job succeeded (a re-run would
+write the rows twice); found committed with another table, the id was reused for another write
+(a typed TxnIdReused, not "done": that dropped this append's rows silently); not found, the
+error names the txn id to re-run under (a txn id commits at most once). Pure: a scripted client,
+no Spark, no processes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from metastore.errors import RequestTimeoutError, TxnIdReusedError, UnavailableError
+from spark_bridge import datasource
+from spark_bridge.datasource import MetastoreWriter, WrittenFile
+
+SID = "0123456789abcdef0123456789abcdef"
+COLUMNS = [{"name": "id", "type": "BIGINT", "nullable": True, "field_id": 1}]
+TS = 1 << 40
+
+
+class ScriptedClient:
+    """`commit` raises `commit_error`; `committed_txn` finds a record writing `tables` (None:
+    no record)."""
+
+    def __init__(self, commit_error: Exception, tables: list[str] | None) -> None:
+        self.commit_error = commit_error
+        self.tables = tables
+        self.ops: list[str] = []
+
+    def session_heartbeat(self, session_id: str) -> dict[str, Any]:
+        return {}
+
+    def session_close(self, session_id: str) -> dict[str, Any]:
+        return {}
+
+    def call(self, op: str, args: dict[str, Any]) -> dict[str, Any]:
+        self.ops.append(op)
+        if op == "commit":
+            raise self.commit_error
+        assert op == "compaction_view"
+        return {"loose_files_max": 0, "total_loose": 0, "total_deletes": 0}
+
+    def committed_txn(self, txn_id: str) -> dict[str, Any]:
+        self.ops.append("committed_txn")
+        if self.tables is None:
+            return {"txn_id": txn_id, "txn": None}
+        return {"txn_id": txn_id, "txn": {"txn_id": txn_id, "ts": TS, "tables": self.tables}}
+
+    def close(self) -> None:
+        pass
+
+
+def _commit(
+    monkeypatch: pytest.MonkeyPatch, client: ScriptedClient, *, txn_id: str | None = None
+) -> MetastoreWriter:
+    monkeypatch.setattr(datasource, "_client", lambda *a, **k: client)
+    writer = MetastoreWriter(
+        endpoints=["127.0.0.1:1"],
+        token="t",
+        table="ns.t",
+        table_id=1,
+        version=1,
+        location="/nowhere",
+        columns=COLUMNS,
+        overwrite=False,
+        not_before=1,
+        txn_id=txn_id,
+        session_id=SID,
+        session_ttl_ms=600_000,
+    )
+    writer.commit([WrittenFile(path=f"{writer.rel_dir}/p.parquet", size_bytes=1, row_count=1)])
+    return writer
+
+
+UNKNOWN = [UnavailableError("every node failed"), RequestTimeoutError("out of time")]
+
+
+@pytest.mark.parametrize("error", UNKNOWN)
+def test_a_commit_found_committed_after_an_unknown_outcome_succeeds(
+    monkeypatch: pytest.MonkeyPatch, error: Exception
+) -> None:
+    """The job used to fail although its rows were committed; re-running it (a fresh txn id)
+    then appended them twice."""
+    client = ScriptedClient(error, ["ns.t"])
+    _commit(monkeypatch, client)
+    assert client.ops[:2] == ["commit", "committed_txn"]
+
+
+@pytest.mark.parametrize("error", UNKNOWN)
+def test_not_found_after_an_unknown_outcome_names_the_txn_id_to_re_run_under(
+    monkeypatch: pytest.MonkeyPatch, error: Exception
+) -> None:
+    client = ScriptedClient(error, None)
+    with pytest.raises(type(error)) as raised:
+        _commit(monkeypatch, client)
+    txn_id = raised.value.details["txn_id"]
+    assert txn_id.startswith("append:ns.t:")
+    assert f".option('txn_id', {txn_id!r})" in raised.value.message
+    assert client.ops == ["commit", "committed_txn"]
+
+
+REUSED = TxnIdReusedError("already committed with other writes", details={"committed_ts": TS})
+
+
+@pytest.mark.parametrize("error", [REUSED, *UNKNOWN])
+def test_a_txn_id_committed_by_a_write_of_another_table_is_a_typed_error(
+    monkeypatch: pytest.MonkeyPatch, error: Exception
+) -> None:
+    client = ScriptedClient(error, ["ns.other"])
+    with pytest.raises(TxnIdReusedError) as raised:
+        _commit(monkeypatch, client, txn_id="nightly-load")
+    assert raised.value.details["committed_tables"] == ["ns.other"]
+    assert raised.value.details["table"] == "ns.t"
+    assert "ns.other" in raised.value.message
+
+
+def test_a_retried_job_whose_first_run_committed_is_done(monkeypatch: pytest.MonkeyPatch) -> None:
+    client = ScriptedClient(REUSED, ["ns.t"])
+    _commit(monkeypatch, client, txn_id="nightly-load")
+    assert client.ops[:2] == ["commit", "committed_txn"]
+
+
+NESTED_COLUMNS = [
+    {"field_id": 1, "name": "id", "type": "BIGINT", "nullable": False},
+    {"field_id": 2, "name": "s", "type": "STRUCT<a: BIGINT, b: STRING>", "nullable": True},
+    {"field_id": 5, "name": "tags", "type": "ARRAY<STRING>", "nullable": True},
+    {"field_id": 6, "name": "m", "type": "MAP<STRING, ARRAY<INT>>", "nullable": True},
+]
+
+
+def _planned_writer(
+    monkeypatch: pytest.MonkeyPatch, schema: Any, *, pinned_ts: int = TS, now: int = TS
+) -> Any:
+    """What `writer()` makes of a DataFrame `schema` for a table pinned with NESTED_COLUMNS at
+    `pinned_ts`, the driver's clock reading `now` after the pin."""
+    monkeypatch.setattr(datasource, "_client", lambda *a, **k: ScriptedClient(REUSED, None))
+    monkeypatch.setattr(datasource, "open_write_session", lambda *a, **k: (SID, 60_000))
+    source = datasource.MetastoreDataSource({"table": "ns.t"})
+    source._pinned = {  # type: ignore[attr-defined]
+        "ts": pinned_ts,
+        "now": now,
+        "schema": {
+            "table_id": 1,
+            "version": 1,
+            "location": "/nowhere",
+            "schema": {"columns": NESTED_COLUMNS, "ddl": ""},
+        },
+    }
+    return source.writer(schema, False)
+
+
+def test_an_append_of_nested_values_spark_knows_are_not_null_is_accepted(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`F.struct(...)`, `F.array(F.lit(...))` and `F.create_map` of non-null values give
+    nested fields Spark marks NOT NULL (containsNull=false, ...). Their values fit the pinned
+    nullable fields; the writer refused them ("does not match") because it compared the
+    nested nullability flags too."""
+    from pyspark.sql import types as T
+
+    strict = T.StructType(
+        [
+            T.StructField("ID", T.LongType(), False),
+            T.StructField(
+                "s",
+                T.StructType(
+                    [
+                        T.StructField("a", T.LongType(), False),
+                        T.StructField("b", T.StringType(), False),
+                    ]
+                ),
+                False,
+            ),
+            T.StructField("tags", T.ArrayType(T.StringType(), False), False),
+            T.StructField(
+                "m",
+                T.MapType(T.StringType(), T.ArrayType(T.IntegerType(), False), False),
+                True,
+            ),
+        ]
+    )
+    writer = _planned_writer(monkeypatch, strict)
+    assert writer.given == len(NESTED_COLUMNS)
+
+
+@pytest.mark.parametrize(
+    "s_type",
+    [
+        "STRUCT<A: BIGINT, b: STRING>",  # nested names are matched by the Arrow writer as is
+        "STRUCT<b: STRING, a: BIGINT>",
+        "STRUCT<a: INT, b: STRING>",
+        "STRUCT<a: BIGINT>",
+    ],
+)
+def test_an_append_of_other_nested_fields_is_still_refused(
+    monkeypatch: pytest.MonkeyPatch, s_type: str
+) -> None:
+    from pyspark.sql import types as T
+
+    from spark_bridge.conform import spark_type
+
+    schema = T.StructType(
+        [
+            T.StructField("id", T.LongType(), False),
+            T.StructField("s", spark_type(s_type), True),
+            T.StructField("tags", T.ArrayType(T.StringType(), True), True),
+            T.StructField("m", spark_type("MAP<STRING, ARRAY<INT>>"), True),
+        ]
+    )
+    with pytest.raises(ValueError, match="does not match"):
+        _planned_writer(monkeypatch, schema)
+
+
+def test_nested_values_are_written_under_the_pinned_fields(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    from pyspark.sql import Row
+
+    from metastore.client.parquet import PinnedColumn, file_batches
+
+    monkeypatch.setattr(datasource, "_client", lambda *a, **k: ScriptedClient(REUSED, None))
+    writer = MetastoreWriter(
+        endpoints=["127.0.0.1:1"],
+        token="t",
+        table="ns.t",
+        table_id=1,
+        version=1,
+        location=str(tmp_path),
+        columns=NESTED_COLUMNS,
+        overwrite=False,
+        not_before=1,
+        session_id=SID,
+        session_ttl_ms=600_000,
+    )
+    rows = [
+        Row(ID=1, s=Row(a=7, b="x"), tags=["p", "q"], m={"k": [1, 2]}),
+        Row(ID=2, s=None, tags=None, m=None),
+    ]
+    message = writer.write(iter(rows))
+    columns = [PinnedColumn.from_wire(c) for c in NESTED_COLUMNS]
+    read = [r for b in file_batches(f"{tmp_path}/{message.path}", columns) for r in b.to_pylist()]
+    assert read == [
+        {"id": 1, "s": {"a": 7, "b": "x"}, "tags": ["p", "q"], "m": [("k", [1, 2])]},
+        {"id": 2, "s": None, "tags": None, "m": None},
+    ]
+
+
+def test_the_commit_floor_is_above_the_pinned_timestamp(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The default pin is at the leader's `read_ts` when that is above the driver's clock (a
+    commit may land up to DD past its entry's Tm). The commit's floor was the clock + 1, so it
+    could land below the pin: a version the pin found there (Tu in between) is not active at
+    the commit's ts, which was refused (SCHEMA_VERSION_NOT_ACTIVE) after the whole job ran."""
+    from spark_bridge.conform import pinned_struct
+
+    schema = pinned_struct(NESTED_COLUMNS)
+    ahead = _planned_writer(monkeypatch, schema, pinned_ts=TS + 1000, now=TS)
+    assert ahead.not_before == TS + 1001
+    behind = _planned_writer(monkeypatch, schema, pinned_ts=TS - 1000, now=TS)
+    assert behind.not_before == TS + 1  # a pin below the clock: above now, as before
