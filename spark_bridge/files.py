@@ -89,9 +89,11 @@ def collect_files(location: str, rel_dir: str) -> list[DataFile]:
         if info.type != pafs.FileType.File or not name.endswith(".parquet"):
             continue
         # Hidden as Spark's readers hide them: a `_`/`.` file, or any file under such a
-        # directory (a commit protocol's `_temporary/` or `.spark-staging-*` left behind).
+        # directory (a commit protocol's `_temporary/` or `.spark-staging-*` left behind);
+        # a partition directory of a column named `_x` (`_x=1`) is not hidden (Spark's
+        # InMemoryFileIndex keeps `_` names holding `=`).
         below = info.path[len(base.rstrip("/")) + 1 :].split("/")
-        if any(part.startswith((".", "_")) for part in below):
+        if any(_hidden(part) for part in below):
             continue
         with fs.open_input_file(info.path) as f:
             rows = pq.ParquetFile(f).metadata.num_rows
@@ -137,3 +139,8 @@ def take_chunk(
             break
         chunk.append(f)
     return chunk
+
+
+def _hidden(name: str) -> bool:
+    """A path component Spark's file listing skips (`.x`, `_x`, but not `_x=1`)."""
+    return name.startswith(".") or (name.startswith("_") and "=" not in name)

@@ -49,9 +49,13 @@ def test_files_under_hidden_directories_are_not_the_write_s(tmp_path: Path) -> N
         pq.write_table(pa.table({"a": [9]}), f"{abs_dir}/{leftover}/part-0.parquet")
     Path(abs_dir, "day=1").mkdir()
     pq.write_table(pa.table({"a": [1, 2]}), f"{abs_dir}/day=1/part-1.parquet")
+    # A partition column whose name starts with `_`: Spark reads `_src=a/` (it holds a `=`).
+    Path(abs_dir, "_src=a").mkdir()
+    pq.write_table(pa.table({"a": [5]}), f"{abs_dir}/_src=a/part-2.parquet")
     pq.write_table(pa.table({"a": [1, 2, 3]}), f"{abs_dir}/part-0.parquet")
     files = collect_files(location, rel_dir)
     assert [(f.path, f.row_count) for f in files] == [
+        (f"{rel_dir}/_src=a/part-2.parquet", 1),
         (f"{rel_dir}/day=1/part-1.parquet", 2),
         (f"{rel_dir}/part-0.parquet", 3),
     ]
