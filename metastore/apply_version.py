@@ -103,6 +103,12 @@ from typing import Final
 #      refused (INVALID_ARGUMENT, reason `ambiguous_column`), as Spark refuses it; version 5
 #      took the first. ADD COLUMN into a struct named that way (`İNFO`.y) checks the struct's
 #      older fields under the struct's own name (below 6: COLUMN_NOT_FOUND).
+#      A plain commit whose `not_before` is past the ahead bound (min(COMMIT_TS_AHEAD_MAX_MS,
+#      DD) after the entry's Tm) by at most 2 CSmax is TIMESTAMP_AHEAD_OF_CLOCK (retryable:
+#      the leader's clock gets there, and the same commit then succeeds); before, and still
+#      further ahead than that, INVALID_ARGUMENT. A batch's not_before is its Top + 1, from a
+#      node's clock that may lead the leader's by more than DD (500 ms), and that batch
+#      failed for good (metastore.txn, "Commit timestamp rule").
 APPLY_VERSION_SUPPORTED: Final = 6
 
 # A cluster that never applied SetApplyVersion (and every older snapshot) is at version 1.

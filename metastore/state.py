@@ -268,6 +268,9 @@ class MetastoreState:
                 delete_manifest_copies=self.rules_at_least(5),
                 drop_conflicts=self.rules_at_least(5),
                 bound_counts=self.rules_at_least(5),
+                ahead_retry_within=2 * (self.cluster.cs_max_ms << LOGICAL_BITS)
+                if self.rules_at_least(6)
+                else None,
             )
             if not deduplicated:
                 self._observe_commit(command, result)
