@@ -100,9 +100,10 @@ from typing import Final
 #      them, under which `İ` names no `i` (Java: `Character.toLowerCase('İ') == 'i'`), so
 #      `DROP COLUMN İD` was COLUMN_NOT_FOUND where Spark drops `id`. A name that two siblings
 #      match (`id` and `id` with a dotless i: two names to casefold, so both may exist) is
-#      refused (INVALID_ARGUMENT, reason `ambiguous_column`), as Spark refuses it; version 5
-#      took the first. ADD COLUMN into a struct named that way (`İNFO`.y) checks the struct's
-#      older fields under the struct's own name (below 6: COLUMN_NOT_FOUND).
+#      refused (INVALID_ARGUMENT, reason `ambiguous_column`), as Spark refuses it, unless one
+#      is named exactly so (then that one); version 5 took the first, so `DROP COLUMN id`
+#      dropped the dotless one. ADD COLUMN into a struct named that way (`İNFO`.y) checks
+#      the struct's older fields under the struct's own name (below 6: COLUMN_NOT_FOUND).
 #      A plain commit whose `not_before` is past the ahead bound (min(COMMIT_TS_AHEAD_MAX_MS,
 #      DD) after the entry's Tm) by at most 2 CSmax is TIMESTAMP_AHEAD_OF_CLOCK (retryable:
 #      the leader's clock gets there, and the same commit then succeeds); before, and still

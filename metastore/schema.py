@@ -14,8 +14,8 @@ character by character, so `ss` does not name `ß`. Before apply version 5 it wa
 casefold too, and `DROP COLUMN strasse` dropped `straße`; version 5 approximated Java with
 Python's case tables (`spark_name_key`), which miss `İ` = `i`; version 6 uses Java's own
 table (`metastore.java_case`) and refuses a name two siblings match (`id` and `id` with a
-dotless i are two names to casefold, both `ID` to Java), as Spark does, where earlier versions
-took the first.
+dotless i are two names to casefold, both `ID` to Java), as Spark does, unless one of them is
+named exactly so; earlier versions took the first.
 
 Evolution operations are pure functions `Schema -> Schema`. Each either returns the evolved schema
 or raises a typed error saying why not:
@@ -686,7 +686,8 @@ def _spark_fold(char: str) -> str:
 
 def _find(members: list[Member], name: str, *, spark_case: NameMatch = NameMatch.CASEFOLD) -> int:
     """Index of the sibling named `name`, or -1, as `spark_case` says (`NameMatch`). With
-    `NameMatch.JAVA`, InvalidArgumentError (reason `ambiguous_column`) if two siblings match."""
+    `NameMatch.JAVA`, when several siblings match, the one named exactly `name`, else
+    InvalidArgumentError (reason `ambiguous_column`)."""
     key: Callable[[str], str]
     if spark_case >= NameMatch.JAVA:
         key = java_case_key
@@ -697,11 +698,16 @@ def _find(members: list[Member], name: str, *, spark_case: NameMatch = NameMatch
     wanted = key(name)
     matches = [i for i, m in enumerate(members) if key(m.name) == wanted]
     if len(matches) > 1 and spark_case >= NameMatch.JAVA:
+        # Spark (case-insensitive) refuses such a reference; the one sibling named exactly so
+        # is taken, as Spark with caseSensitive would, so every column stays reachable.
+        exact = [i for i in matches if members[i].name == name]
+        if len(exact) == 1:
+            return exact[0]
         names = [members[i].name for i in matches]
         raise InvalidArgumentError(
             f"column name {quote_identifier(name)} is ambiguous: it matches "
             f"{', '.join(quote_identifier(n) for n in names)} (Spark's case-insensitive "
-            "match); these names differ only in case: rename one, naming it exactly",
+            "match); name one exactly, in its own case",
             details={"column": name, "matches": names, "reason": "ambiguous_column"},
         )
     return matches[0] if matches else -1

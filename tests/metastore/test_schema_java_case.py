@@ -4,9 +4,9 @@ Apply version 5 matched names with Python's case tables (`schema.spark_name_key`
 the *full* case mappings: `'İ'.lower()` is `i` plus a combining dot, so `DROP COLUMN İD` found
 no column `id`, where Spark (Java's simple mappings: `Character.toLowerCase('İ') == 'i'`) drops
 it. Version 6 uses Java 17's own table (`metastore.java_case`), and refuses a name that matches
-two siblings (`ıd` and `id` both match `ID`), as Spark does (AMBIGUOUS_REFERENCE), instead of
-taking the first. Below version 6 the version 5 rule stays, so a log applies alike on every
-release during an upgrade.
+two siblings (`ıd` and `id` both match `ID`), as Spark does (AMBIGUOUS_REFERENCE), unless one
+of them is named exactly so, instead of taking the first. Below version 6 the version 5 rule
+stays, so a log applies alike on every release during an upgrade.
 """
 
 # The letters that look alike (dotless i, long s, Cherokee, Greek) are what this file tests.
@@ -141,7 +141,8 @@ AMBIGUOUS = [
 def test_version_6_refuses_a_name_that_matches_two_siblings(sql: str) -> None:
     """`ıd` and `id` are distinct names to the catalog (uniqueness folds by casefold, and
     Spark's own duplicate check lowercases with the root locale) but both are `ID` to Java's
-    equalsIgnoreCase: Spark refuses such a reference as ambiguous, and so does version 6."""
+    equalsIgnoreCase: Spark refuses such a reference as ambiguous, and so does version 6
+    unless one of them is named exactly so."""
     d = _table(
         6, "a INT, `ıd` INT, id INT, s STRUCT<`ı`: INT, i: INT>, `ıs` STRUCT<x: INT>, `is` INT"
     )
@@ -153,7 +154,16 @@ def test_version_6_refuses_a_name_that_matches_two_siblings(sql: str) -> None:
     assert d.state.to_snapshot() == before
 
 
+@pytest.mark.parametrize(("named", "left"), [("id", "ıd"), ("ıd", "id")])
+def test_version_6_takes_the_sibling_named_exactly(named: str, left: str) -> None:
+    """Spark with caseSensitive would, and it keeps each of the two reachable."""
+    d = _table(6, "a INT, `ıd` INT, id INT")
+    d.ok(f"ALTER TABLE ns.t DROP COLUMN `{named}`")
+    assert _names(d) == ["a", left]
+
+
 def test_below_version_6_an_ambiguous_name_takes_the_first_match() -> None:
+    """Even when another sibling is named exactly so: `DROP COLUMN id` dropped `ıd`."""
     d = _table(5, "a INT, `ıd` INT, id INT")
-    d.ok("ALTER TABLE ns.t DROP COLUMN ID")
+    d.ok("ALTER TABLE ns.t DROP COLUMN id")
     assert _names(d) == ["a", "id"]
