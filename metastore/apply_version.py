@@ -98,7 +98,23 @@ from typing import Final
 #      created before the DDL wrote only `gc.ttl` kept its 'GC.TTL' = '1s' next to a later
 #      SET 'gc.ttl' = '30d', and GC went on using the first in sorted order ('1s'); UNSET
 #      'gc.ttl' refused (not set) or, with IF EXISTS, left the old TTL in force.
-APPLY_VERSION_SUPPORTED: Final = 5
+#   6: ALTER TABLE matches the names it refers to with Java's own equalsIgnoreCase table
+#      (`metastore.java_case`, Java 17's simple case mappings, fixed in the code so no Python
+#      release changes it); version 5's `spark_name_key` stood Python's full mappings in for
+#      them, under which `İ` names no `i` (Java: `Character.toLowerCase('İ') == 'i'`), so
+#      `DROP COLUMN İD` was COLUMN_NOT_FOUND where Spark drops `id`. A name that two siblings
+#      match (`id` and `id` with a dotless i: two names to casefold, so both may exist) is
+#      refused (INVALID_ARGUMENT, reason `ambiguous_column`), as Spark refuses it, unless one
+#      is named exactly so (then that one); version 5 took the first, so `DROP COLUMN id`
+#      dropped the dotless one. ADD COLUMN into a struct named that way (`İNFO`.y) checks
+#      the struct's older fields under the struct's own name (below 6: COLUMN_NOT_FOUND).
+#      A plain commit whose `not_before` is past the ahead bound (min(COMMIT_TS_AHEAD_MAX_MS,
+#      DD) after the entry's Tm) by at most 2 CSmax is TIMESTAMP_AHEAD_OF_CLOCK (retryable:
+#      the leader's clock gets there, and the same commit then succeeds); before, and still
+#      further ahead than that, INVALID_ARGUMENT. A batch's not_before is its Top + 1, from a
+#      node's clock that may lead the leader's by more than DD (500 ms), and that batch
+#      failed for good (metastore.txn, "Commit timestamp rule").
+APPLY_VERSION_SUPPORTED: Final = 6
 
 # A cluster that never applied SetApplyVersion (and every older snapshot) is at version 1.
 INITIAL_APPLY_VERSION: Final = 1

@@ -114,6 +114,7 @@ from metastore.errors import (
 from metastore.outcome import Effect, SchemaVersionPublished, TableDropped
 from metastore.schema import (
     Column,
+    NameMatch,
     Schema,
     add_column,
     alter_column_type,
@@ -591,15 +592,15 @@ class Catalog:
         before_publish: Callable[[TableState], None] | None = None,
         keep_free: Callable[[int], int] = lambda table_id: 0,
         max_version_bytes: int | None = None,
-        spark_case: bool = False,
+        spark_case: NameMatch = NameMatch.CASEFOLD,
         one_ttl_key: bool = False,
     ) -> Applied:
         """`before_publish(inc)` runs only when a new version is about to be published, and may
         refuse it by raising (the leases' two-version gate); nothing has changed by then.
         `keep_free(table_id)`: the versions to keep free (see `publish_version`).
-        `max_version_bytes`: see `check_version_bytes`. `spark_case`: apply version 5's
-        rules: the names a change refers to are matched as Spark matches them, and a widening
-        must keep what the column's DEFAULT gives older rows (`metastore.schema`).
+        `max_version_bytes`: see `check_version_bytes`. `spark_case` (apply version 5 and up):
+        the names a change refers to are matched as Spark matches them (`NameMatch`), and a
+        widening must keep what the column's DEFAULT gives older rows (`metastore.schema`).
         `one_ttl_key`: SET and UNSET of `gc.ttl` replace and remove every spelling of the key
         (apply version 5, see `_apply_change`)."""
         name = cmd.table
@@ -618,7 +619,13 @@ class Catalog:
                 one_ttl_key=one_ttl_key,
             )
             if isinstance(change, AddColumn) and change.parent:
-                _check_nested_name_unused(inc, schema, (*change.parent, change.column.name))
+                parent = change.parent
+                if spark_case >= NameMatch.JAVA:
+                    # The struct's own names: the check below finds them by casefold, which
+                    # does not take `İNFO` for `info` (Java does). Before version 6 such an
+                    # add was refused as COLUMN_NOT_FOUND by this check.
+                    parent = _actual_path(schema, parent, spark_case)
+                _check_nested_name_unused(inc, schema, (*parent, change.column.name))
         validate_schema(schema, ids_assigned=True)
         new_properties = tuple(sorted(properties.items()))
         validate_properties(new_properties, f"properties of table {name}")
@@ -861,6 +868,13 @@ class Catalog:
 # --------------------------------------------------------------------------------------------
 
 
+def _actual_path(schema: Schema, path: tuple[str, ...], spark_case: NameMatch) -> tuple[str, ...]:
+    """The names the columns and fields along `path` have, each matched as `spark_case` says."""
+    return tuple(
+        schema.lookup(path[: depth + 1], spark_case=spark_case).name for depth in range(len(path))
+    )
+
+
 def _check_nested_name_unused(inc: TableState, schema: Schema, path: tuple[str, ...]) -> None:
     """Refuse a nested field at `path` whose name an older field of the same struct had (one
     dropped since). Readers match nested fields by name (only top-level columns carry field
@@ -890,7 +904,7 @@ def _apply_change(
     change: TableChange,
     next_field_id: int,
     *,
-    spark_case: bool,
+    spark_case: NameMatch,
     one_ttl_key: bool = False,
 ) -> tuple[Schema, int]:
     """Apply one change to (schema, properties). `properties` is updated in place (it is a
@@ -924,7 +938,7 @@ def _apply_change(
         case AlterColumnType(path=path, new_type=new_type):
             # The DEFAULT kept across a widening: apply version 5, like `spark_case`.
             changed = alter_column_type(
-                schema, path=path, new_type=new_type, spark_case=sc, keep_default=sc
+                schema, path=path, new_type=new_type, spark_case=sc, keep_default=bool(sc)
             )
             return changed, next_field_id
         case SetNullability(path=path, nullable=nullable):

@@ -506,7 +506,10 @@ class UnavailableError(MetastoreError):
 class TimestampAheadError(MetastoreError):
     """The requested timestamp is more than CSmax ahead of the answering node's clock: that
     node cannot answer for it yet (its own clock may be the one behind). Retryable; clients
-    try another node. Details: `ts`, `ahead_ms`, `cs_max_ms`, `node_id`."""
+    try another node. Details: `ts`, `ahead_ms`, `cs_max_ms`, `node_id`. Also (apply version 6)
+    a plain commit whose `not_before` is past what the leader's stamp allows (metastore.txn):
+    details `ts` = `not_before`, `max_ts`, `ahead_ms`; nothing changed, and the same commit
+    succeeds once the leader's clock has caught up."""
 
     code = ErrorCode.TIMESTAMP_AHEAD_OF_CLOCK
     retryable = True

@@ -92,7 +92,7 @@ from metastore.errors import (
     limit_exceeded,
 )
 from metastore.leases import Sessions
-from metastore.schema import After, Column, First, Schema, add_column, drop_column
+from metastore.schema import After, Column, First, NameMatch, Schema, add_column, drop_column
 
 Result = dict[str, object]
 
@@ -235,11 +235,11 @@ class SchemaJobs:
         catalog: Catalog,
         sessions: Sessions,
         max_version_bytes: int | None = None,
-        spark_case: bool = False,
+        spark_case: NameMatch = NameMatch.CASEFOLD,
     ) -> Applied:
         """Start a job for `change` and publish its first step (refused, like any ALTER, while
         a lease on the version two behind is held, or past `max_version_bytes`). `spark_case`:
-        names are matched as Spark matches them (apply version 5, `metastore.schema`)."""
+        names are matched as Spark matches them (apply version 5 and up, `NameMatch`)."""
         inc = catalog.live_table(cmd.table)
         current = inc.versions[-1]
         if isinstance(change, DropColumn):
@@ -279,7 +279,7 @@ class SchemaJobs:
                     after = ""
                 case After(column=sibling) if spark_case:
                     # The sibling's own name: the public step finds it by casefold.
-                    after = current.schema.lookup((sibling,), spark_case=True).name
+                    after = current.schema.lookup((sibling,), spark_case=spark_case).name
                 case After(column=sibling):
                     after = sibling
             kind, state, action, position = ADD_COLUMN, DELETE_ONLY, ADDING, -1

@@ -9,9 +9,13 @@ drop safe for files written under an older version.
 Column names are unique case-insensitively among siblings (Spark's default resolution), and keep
 the case they were given. Uniqueness folds case fully (`str.casefold`: `ß` and `ss` are one
 name); a name in a change (the column to drop, rename, alter, move after, the struct to add to)
-is matched as Spark matches it, with `spark_case` (apply version 5): Java's equalsIgnoreCase,
-character by character, so `ss` does not name `ß` (`spark_name_key`). Before version 5 it was
-matched by casefold too, and `DROP COLUMN strasse` dropped `straße`.
+is matched as Spark matches it, with `spark_case` (a `NameMatch`): Java's equalsIgnoreCase,
+character by character, so `ss` does not name `ß`. Before apply version 5 it was matched by
+casefold too, and `DROP COLUMN strasse` dropped `straße`; version 5 approximated Java with
+Python's case tables (`spark_name_key`), which miss `İ` = `i`; version 6 uses Java's own
+table (`metastore.java_case`) and refuses a name two siblings match (`id` and `id` with a
+dotless i are two names to casefold, both `ID` to Java), as Spark does, unless one of them is
+named exactly so; earlier versions took the first.
 
 Evolution operations are pure functions `Schema -> Schema`. Each either returns the evolved schema
 or raises a typed error saying why not:
@@ -38,6 +42,7 @@ import struct
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from decimal import Decimal
+from enum import IntEnum
 
 from metastore import limits
 from metastore.errors import (
@@ -48,6 +53,7 @@ from metastore.errors import (
     UnsupportedSchemaChangeError,
     limit_exceeded,
 )
+from metastore.java_case import java_case_key
 from metastore.lexer import quote_identifier, quote_string
 from metastore.types import (
     BIGINT,
@@ -142,11 +148,22 @@ def position_sql(position: ColumnPosition | None) -> str:
             return f" AFTER {quote_identifier(c)}"
 
 
+class NameMatch(IntEnum):
+    """How a name in a change finds its column (the apply version that introduced each rule).
+    Falsy only for CASEFOLD, so `if spark_case` asks "is this a Spark rule"."""
+
+    CASEFOLD = 0  # below apply version 5: str.casefold, as uniqueness is checked
+    SPARK_V5 = 5  # apply version 5: `spark_name_key` (Python's case tables)
+    JAVA = 6  # apply version 6: `java_case_key` (Java 17's); a name two siblings match refused
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Schema:
     columns: tuple[Column, ...]
 
-    def lookup(self, path: Path, *, spark_case: bool = False) -> Column | StructField:
+    def lookup(
+        self, path: Path, *, spark_case: NameMatch = NameMatch.CASEFOLD
+    ) -> Column | StructField:
         """The column or nested field at `path`; ColumnNotFoundError if there is none.
         `spark_case`: match names as Spark does (module docstring), else by casefold."""
         members: list[Member] = list(self.columns)
@@ -308,7 +325,7 @@ def add_column(
     column: Column,
     position: ColumnPosition | None,
     next_field_id: int,
-    spark_case: bool = False,
+    spark_case: NameMatch = NameMatch.CASEFOLD,
 ) -> tuple[Schema, int]:
     """Add `column` under `parent` (() for top level). Returns the schema and the next free id.
     `spark_case`: how `parent` and an AFTER sibling are matched (module docstring)."""
@@ -353,7 +370,9 @@ def add_column(
     return _edit(schema, parent, edit, spark_case), after
 
 
-def rename_column(schema: Schema, *, path: Path, new_name: str, spark_case: bool = False) -> Schema:
+def rename_column(
+    schema: Schema, *, path: Path, new_name: str, spark_case: NameMatch = NameMatch.CASEFOLD
+) -> Schema:
     validate_name(new_name, "column")
     if len(path) > 1:
         # Top-level columns are matched to file columns by field id; nested fields are not (the
@@ -382,7 +401,9 @@ def rename_column(schema: Schema, *, path: Path, new_name: str, spark_case: bool
     return _edit(schema, path[:-1], edit, spark_case)
 
 
-def drop_column(schema: Schema, *, path: Path, spark_case: bool = False) -> Schema:
+def drop_column(
+    schema: Schema, *, path: Path, spark_case: NameMatch = NameMatch.CASEFOLD
+) -> Schema:
     def edit(members: list[Member]) -> list[Member]:
         i = _require(members, path, spark_case)
         if len(members) == 1:
@@ -402,7 +423,7 @@ def alter_column_type(
     *,
     path: Path,
     new_type: DataType,
-    spark_case: bool = False,
+    spark_case: NameMatch = NameMatch.CASEFOLD,
     keep_default: bool = False,
 ) -> Schema:
     """Widen the column at `path` to `new_type`. `keep_default` (apply version 5): refuse a
@@ -582,7 +603,7 @@ def _days_from_civil(year: int, month: int, day: int) -> int:
 
 
 def set_nullability(
-    schema: Schema, *, path: Path, nullable: bool, spark_case: bool = False
+    schema: Schema, *, path: Path, nullable: bool, spark_case: NameMatch = NameMatch.CASEFOLD
 ) -> Schema:
     """DROP NOT NULL (nullable=True) is always allowed; SET NOT NULL only as a no-op."""
 
@@ -603,7 +624,7 @@ def set_nullability(
 
 
 def set_column_comment(
-    schema: Schema, *, path: Path, comment: str | None, spark_case: bool = False
+    schema: Schema, *, path: Path, comment: str | None, spark_case: NameMatch = NameMatch.CASEFOLD
 ) -> Schema:
     validate_comment(comment, f"column {path_sql(path)}")
 
@@ -616,7 +637,11 @@ def set_column_comment(
 
 
 def move_column(
-    schema: Schema, *, path: Path, position: ColumnPosition, spark_case: bool = False
+    schema: Schema,
+    *,
+    path: Path,
+    position: ColumnPosition,
+    spark_case: NameMatch = NameMatch.CASEFOLD,
 ) -> Schema:
     def edit(members: list[Member]) -> list[Member]:
         i = _require(members, path, spark_case)
@@ -640,11 +665,14 @@ def move_column(
 
 
 def spark_name_key(name: str) -> str:
-    """`name` as Spark compares names case-insensitively: Java's String.equalsIgnoreCase takes
-    two characters for equal when their upper cases, or the lower cases of those, are equal,
-    with one-character (simple) case mappings. So `straße` does not name `strasse` (str.casefold
-    folds `ß` to `ss`), and `ﬁle` (a ligature) does not name `file` (measured: pyspark 4,
-    UNRESOLVED_COLUMN)."""
+    """The key of apply version 5 (from version 6, `java_case_key`): Java's equalsIgnoreCase
+    takes two characters for equal when their upper cases, or the lower cases of those, are
+    equal, with one-character (simple) case mappings; this stands Python's full mappings in
+    for them, keeping a character whose mapping has more than one. So `straße` does not name
+    `strasse` (str.casefold folds `ß` to `ss`), and `ﬁle` (a ligature) does not name `file`
+    (measured: pyspark 4, UNRESOLVED_COLUMN). But `İ`, whose full lowercase is `i` plus a dot
+    and simple one `i`, names no `i` here, where Java finds it; and the key follows the Unicode
+    release of the Python that runs it."""
     return "".join(_spark_fold(c) for c in name)
 
 
@@ -656,18 +684,36 @@ def _spark_fold(char: str) -> str:
     return lower if len(lower) == 1 else upper
 
 
-def _find(members: list[Member], name: str, *, spark_case: bool = False) -> int:
-    """Index of the sibling named `name`, or -1. By casefold (how uniqueness is checked), or
-    with `spark_case` as Spark resolves a name (`spark_name_key`)."""
-    key = spark_name_key if spark_case else str.casefold
+def _find(members: list[Member], name: str, *, spark_case: NameMatch = NameMatch.CASEFOLD) -> int:
+    """Index of the sibling named `name`, or -1, as `spark_case` says (`NameMatch`). With
+    `NameMatch.JAVA`, when several siblings match, the one named exactly `name`, else
+    InvalidArgumentError (reason `ambiguous_column`)."""
+    key: Callable[[str], str]
+    if spark_case >= NameMatch.JAVA:
+        key = java_case_key
+    elif spark_case:
+        key = spark_name_key
+    else:
+        key = str.casefold
     wanted = key(name)
-    for i, m in enumerate(members):
-        if key(m.name) == wanted:
-            return i
-    return -1
+    matches = [i for i, m in enumerate(members) if key(m.name) == wanted]
+    if len(matches) > 1 and spark_case >= NameMatch.JAVA:
+        # Spark (case-insensitive) refuses such a reference; the one sibling named exactly so
+        # is taken, as Spark with caseSensitive would, so every column stays reachable.
+        exact = [i for i in matches if members[i].name == name]
+        if len(exact) == 1:
+            return exact[0]
+        names = [members[i].name for i in matches]
+        raise InvalidArgumentError(
+            f"column name {quote_identifier(name)} is ambiguous: it matches "
+            f"{', '.join(quote_identifier(n) for n in names)} (Spark's case-insensitive "
+            "match); name one exactly, in its own case",
+            details={"column": name, "matches": names, "reason": "ambiguous_column"},
+        )
+    return matches[0] if matches else -1
 
 
-def _require(members: list[Member], path: Path, spark_case: bool) -> int:
+def _require(members: list[Member], path: Path, spark_case: NameMatch) -> int:
     i = _find(members, path[-1], spark_case=spark_case)
     if i < 0:
         raise _not_found(path)
@@ -688,7 +734,7 @@ def _not_a_struct(path: Path) -> ColumnNotFoundError:
 
 
 def _insert_index(
-    members: list[Member], parent: Path, position: ColumnPosition | None, spark_case: bool
+    members: list[Member], parent: Path, position: ColumnPosition | None, spark_case: NameMatch
 ) -> int:
     match position:
         case None:
@@ -706,7 +752,7 @@ def _edit(
     schema: Schema,
     parent: Path,
     edit: Callable[[list[Member]], list[Member]],
-    spark_case: bool,
+    spark_case: NameMatch,
 ) -> Schema:
     """Apply `edit` to the sibling list under `parent` and rebuild the tree above it."""
     if not parent:
@@ -720,7 +766,7 @@ def _edit_in(
     parent: Path,
     depth: int,
     edit: Callable[[list[Member]], list[Member]],
-    spark_case: bool,
+    spark_case: NameMatch,
 ) -> list[Member]:
     i = _find(members, parent[depth], spark_case=spark_case)
     if i < 0:

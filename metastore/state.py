@@ -97,6 +97,7 @@ from metastore.leases import Sessions
 from metastore.manifests import Listing
 from metastore.outcome import Effect, Outcome, SchemaVersionPublished, TableDropped
 from metastore.revocation import RevokedCerts
+from metastore.schema import NameMatch
 from metastore.txn import (
     CommitRecord,
     CommitsSince,
@@ -267,6 +268,9 @@ class MetastoreState:
                 delete_manifest_copies=self.rules_at_least(5),
                 drop_conflicts=self.rules_at_least(5),
                 bound_counts=self.rules_at_least(5),
+                ahead_retry_within=2 * (self.cluster.cs_max_ms << LOGICAL_BITS)
+                if self.rules_at_least(6)
+                else None,
             )
             if not deduplicated:
                 self._observe_commit(command, result)
@@ -374,7 +378,7 @@ class MetastoreState:
                         catalog=self.catalog,
                         sessions=self.sessions,
                         max_version_bytes=self._max_version_bytes(),
-                        spark_case=self.rules_at_least(5),
+                        spark_case=self._name_match(),
                     )
                 else:
                     # The two-version invariant: no third leased version (metastore.leases).
@@ -385,7 +389,7 @@ class MetastoreState:
                         before_publish=lambda inc: self.sessions.check_publish(inc, tm=tm),
                         keep_free=self.jobs.versions_needed,
                         max_version_bytes=self._max_version_bytes(),
-                        spark_case=self.rules_at_least(5),
+                        spark_case=self._name_match(),
                         one_ttl_key=self.rules_at_least(5),
                     )
             case AdvanceSchemaJob():
@@ -454,6 +458,12 @@ class MetastoreState:
                     )
                 case SchemaVersionPublished():
                     pass
+
+    def _name_match(self) -> NameMatch:
+        """How ALTER TABLE finds the columns it names at this apply version (`NameMatch`)."""
+        if self.rules_at_least(6):
+            return NameMatch.JAVA
+        return NameMatch.SPARK_V5 if self.rules_at_least(5) else NameMatch.CASEFOLD
 
     def _max_version_bytes(self) -> int | None:
         # Apply version 2: the bound on a schema version's size (metastore.apply_version).

@@ -27,7 +27,12 @@ Commit timestamp rule (txn-wal's `commit_at`, adapted to entries stamped with Tm
     * `ts` given (commit_at): succeeds iff upper <= ts <= tm + ahead; ts < upper fails with the
       retryable CommitTimestampUnavailableError whose details carry `upper` (retry at or above
       it, and at or above the caller's HLC now); ts > tm + ahead is InvalidArgument.
-    * plain: ts = max(upper, not_before); not_before > tm + ahead is InvalidArgument.
+    * plain: ts = max(upper, not_before); not_before > tm + ahead is InvalidArgument, but from
+      apply version 6 the retryable TimestampAheadError while not_before <= tm + ahead + 2
+      CSmax: a batch's not_before is Top + 1, Top is at most CSmax past the pinning node's
+      clock (the pin refuses more), and that clock at most CSmax past the leader's (a node
+      further ahead fences itself), so the leader's clock soon gets there and the same
+      commit then succeeds. Further ahead, no clock in bounds produced it.
     * ahead = min(COMMIT_TS_AHEAD_MAX_MS, DD). Capping at DD keeps the schema rule sound: a
       version active at ts has Tu = tm_v + DD <= ts <= tm + DD, so it was applied before this
       commit, and a DROP or ALTER applied later activates after ts. Whatever the commit was
@@ -218,6 +223,7 @@ from metastore.errors import (
     ReadConflictError,
     SchemaVersionNotActiveError,
     TableNotFoundError,
+    TimestampAheadError,
     TxnIdReusedError,
     limit_exceeded,
 )
@@ -702,6 +708,7 @@ class TxnLog:
         delete_manifest_copies: bool = True,
         drop_conflicts: bool = True,
         bound_counts: bool = True,
+        ahead_retry_within: int | None = None,
     ) -> tuple[Result, bool]:
         """Apply a validated CommitTxn at entry stamp `tm`. Returns (result, deduplicated).
         Raises a MetastoreError, having changed nothing, when a rule refuses it.
@@ -710,7 +717,10 @@ class TxnLog:
         `delete_manifest_copies`: a removal of a loose path in a table with manifests also
         records a delete entry, so an entry of the path in a manifest goes too (apply version
         5; see "Manifests" above). `drop_conflicts`: a read table dropped in (read_ts, ts]
-        is a read conflict (apply version 5; "Validation order", 4)."""
+        is a read conflict (apply version 5; "Validation order", 4). `ahead_retry_within`
+        (HLC units; apply version 6): a plain commit's not_before past the ahead bound by at
+        most this much is the retryable TimestampAheadError, not InvalidArgument (see the
+        commit timestamp rule)."""
         digest = fingerprint(msgpack.packb(writes_to_data(cmd.writes), use_bin_type=True))
         seen = self._txns.get(cmd.txn_id)
         if seen is not None and seen.fingerprint == digest:
@@ -722,7 +732,7 @@ class TxnLog:
                 f"txn {cmd.txn_id!r} already committed at {ts_text(seen.ts)} with other writes",
                 details={"txn_id": cmd.txn_id, "committed_ts": seen.ts},
             )
-        ts = self._commit_ts(cmd, tm=tm, dd=dd)
+        ts = self._commit_ts(cmd, tm=tm, dd=dd, ahead_retry_within=ahead_retry_within)
         plans = self._checked_plans(
             cmd,
             ts=ts,
@@ -860,7 +870,9 @@ class TxnLog:
                 },
             )
 
-    def _commit_ts(self, cmd: CommitTxn, *, tm: int, dd: int) -> int:
+    def _commit_ts(
+        self, cmd: CommitTxn, *, tm: int, dd: int, ahead_retry_within: int | None = None
+    ) -> int:
         upper = max(self._last_commit_ts + 1, tm)
         latest = tm + ahead_max(dd)
         if cmd.ts is not None:
@@ -883,6 +895,24 @@ class TxnLog:
             ts = cmd.ts
         else:
             not_before = cmd.not_before or 0
+            if (
+                ahead_retry_within is not None
+                and latest < not_before <= latest + ahead_retry_within
+            ):
+                # Apply version 6: the leader's clock gets there soon (a batch's not_before is
+                # its Top + 1, from a node's clock that may lead the leader's), and then the
+                # same commit succeeds. Clients treat it as nothing done and try again.
+                ahead_ms = -((latest - not_before) >> LOGICAL_BITS)  # rounded up
+                raise TimestampAheadError(
+                    f"not_before {ts_text(not_before)} is {ahead_ms} ms past what the leader's "
+                    f"clock allows now (at most {ts_text(latest)}); retry once it catches up",
+                    details={
+                        "ts": not_before,
+                        "not_before": not_before,
+                        "max_ts": latest,
+                        "ahead_ms": ahead_ms,
+                    },
+                )
             if not_before > latest:
                 raise InvalidArgumentError(
                     f"not_before {ts_text(not_before)} is too far ahead "

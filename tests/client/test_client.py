@@ -34,6 +34,7 @@ from metastore.errors import (
     NotReadyError,
     RequestTimeoutError,
     TableNotFoundError,
+    TimestampAheadError,
     UnauthenticatedError,
     UnavailableError,
     UnknownError,
@@ -669,6 +670,29 @@ async def test_a_commit_the_node_timed_out_on_is_retried_on_another_node(nodes: 
     assert [op for op in a.ops if op != "safe_time"] == ["commit", "ddl"]
     assert b.ops == ["commit", "ddl"]
     assert b.requests[0][2]["txn_id"] == "t-1" and b.requests[1][2]["request_id"] == "r-1"
+
+
+async def test_a_commit_ahead_of_the_leaders_clock_is_tried_again(nodes: Any) -> None:
+    """Apply version 6 answers a plain commit whose not_before the leader's clock has not
+    reached yet with TIMESTAMP_AHEAD_OF_CLOCK (metastore.txn): nothing was done, so the call
+    tries again, after a backoff, and the same commit succeeds once the clock is there."""
+    answers = 0
+
+    async def ahead_once(op: str, args: dict[str, Any]) -> dict[str, Any]:
+        nonlocal answers
+        answers += 1
+        if answers == 1:
+            raise TimestampAheadError(
+                "not_before is 100 ms past what the leader's clock allows now",
+                details={"ts": 7, "not_before": 7, "max_ts": 6, "ahead_ms": 100},
+            )
+        return {"op": op, "ts": 7, "deduplicated": False}
+
+    node = await nodes(handler=ahead_once)
+    async with client(node.endpoint) as c:
+        result = await c.commit("t-1", [{"table": "ns.t", "schema_version": 1}], not_before=7)
+    assert result == {"op": "commit", "ts": 7, "deduplicated": False}
+    assert [op for op in node.ops if op != "safe_time"] == ["commit", "commit"]
 
 
 async def test_a_write_that_cannot_be_repeated_is_not_retried_after_a_timeout(

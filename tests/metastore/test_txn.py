@@ -44,12 +44,13 @@ from metastore.errors import (
     ReadConflictError,
     SchemaVersionNotActiveError,
     TableNotFoundError,
+    TimestampAheadError,
     TxnIdReusedError,
 )
 from metastore.outcome import Outcome
 from metastore.state import MetastoreState
 from metastore.txn import FileEntry, StreamMark
-from tests.metastore._driver import DD, DD_MS, MS, Driver
+from tests.metastore._driver import CS_MAX_MS, DD, DD_MS, MS, Driver
 from tests.metastore._support import DETERMINISTIC, msgpack_values
 
 A = TableName.of("ns", "a")
@@ -282,8 +283,44 @@ def test_commit_timestamps_cannot_run_ahead_more_than_the_bound() -> None:
     next_tm = d.tm + MS
     e = refused(d, commit("q:1", write(A), ts=next_tm + DD + 1), InvalidArgumentError)
     assert e.details["max_ts"] == next_tm + DD
-    refused(d, commit("q:1", write(A), not_before=d.tm + MS + DD + 1), InvalidArgumentError)
+    refused(d, commit("q:1", write(A), not_before=d.tm + MS + DD + 1), TimestampAheadError)
     assert ts_of(ok(d, commit("q:1", write(A), ts=d.tm + MS + DD))) == d.tm + DD
+
+
+def test_a_plain_commit_ahead_of_the_leaders_clock_is_retryable() -> None:
+    """Apply version 6: a `not_before` more than the ahead bound past the entry's Tm is
+    TIMESTAMP_AHEAD_OF_CLOCK (retryable), not INVALID_ARGUMENT. A batch's `not_before` is Top +
+    1, and Top comes from a node's clock, which may lead the leader's by more than DD (500 ms by
+    default): the same commit succeeds once the leader's clock has caught up, where before the
+    batch failed for good."""
+    d = ready()
+    next_tm = d.tm + MS
+    not_before = next_tm + DD + 1
+    e = refused(d, commit("q:1", write(A, add=("f1",)), not_before=not_before), TimestampAheadError)
+    assert e.retryable
+    assert e.details["not_before"] == not_before
+    assert e.details["max_ts"] == next_tm + DD
+    assert e.details["ahead_ms"] == 1  # rounded up: 1 logical tick past the bound
+    tick(d, 1)  # the leader's clock moves on; the client retries
+    assert ts_of(ok(d, commit("q:1", write(A, add=("f1",)), not_before=not_before))) == not_before
+
+
+def test_a_not_before_no_clock_in_bounds_gives_stays_invalid() -> None:
+    """Further ahead than two clock skews past the bound (Top is at most CSmax past its node's
+    clock, and a node further than CSmax ahead of the leader fences itself), no clock in bounds
+    produced it: retrying would not help soon, so it is still INVALID_ARGUMENT."""
+    d = ready()
+    skews = 2 * CS_MAX_MS * MS
+    refused(d, commit("q:1", write(A), not_before=d.tm + MS + DD + skews), TimestampAheadError)
+    e = refused(
+        d, commit("q:1", write(A), not_before=d.tm + MS + DD + skews + 1), InvalidArgumentError
+    )
+    assert e.details["max_ts"] == d.tm + DD  # the refused entry's own Tm + DD
+
+
+def test_below_version_6_a_not_before_too_far_ahead_is_invalid() -> None:
+    d = ready(apply_version=5)
+    refused(d, commit("q:1", write(A), not_before=d.tm + MS + DD + 1), InvalidArgumentError)
 
 
 def test_the_ahead_bound_is_the_named_limit_when_dd_is_larger() -> None:

@@ -30,6 +30,7 @@ from metastore.errors import (
     ReadConflictError,
     SchemaVersionNotActiveError,
     TableNotFoundError,
+    TimestampAheadError,
     TxnIdReusedError,
 )
 from metastore.state import MetastoreState
@@ -37,6 +38,7 @@ from tests.metastore._support import DETERMINISTIC
 
 MS = 1 << 16
 DD_MS = 5  # small, so activations and the ahead bound (= DD here) overlap the random steps
+CS_MAX_MS = 1
 DD = DD_MS * MS
 AHEAD = min(limits.COMMIT_TS_AHEAD_MAX_MS * MS, DD)
 T0 = 1_000_000 * MS
@@ -151,6 +153,9 @@ def predict(
         ts = cmd.ts
     else:
         if (cmd.not_before or 0) > tm + AHEAD:
+            # Apply version 6: within two clock skews the leader's clock gets there; retryable.
+            if apply_version >= 6 and (cmd.not_before or 0) <= tm + AHEAD + 2 * CS_MAX_MS * MS:
+                return TimestampAheadError
             return InvalidArgumentError
         ts = max(upper, cmd.not_before or 0)
     if cmd.read_ts is not None:
@@ -199,7 +204,7 @@ class TxnMachine(RuleBasedStateMachine):
         self.tm = T0
         self.index = 1
         self.state.apply(
-            InitCluster(dd_ms=DD_MS, cs_max_ms=1, apply_version=self.APPLY_VERSION),
+            InitCluster(dd_ms=DD_MS, cs_max_ms=CS_MAX_MS, apply_version=self.APPLY_VERSION),
             tm=self.tm,
             index=1,
         )
@@ -280,7 +285,10 @@ class TxnMachine(RuleBasedStateMachine):
             delta = data.draw(st.sampled_from([-MS, -1, 0, 0, 1, 3 * MS, MS, AHEAD, AHEAD + 1]))
             ts = upper + delta
         elif mode == "not_before":
-            not_before = max(0, upper + data.draw(st.sampled_from([-MS, 0, 2 * MS, AHEAD + 1])))
+            far = AHEAD + 2 * CS_MAX_MS * MS + 1  # past what version 6 retries
+            not_before = max(
+                0, upper + data.draw(st.sampled_from([-MS, 0, 2 * MS, AHEAD + 1, far]))
+            )
         read_ts = None
         read_tables: tuple[TableName, ...] = ()
         if data.draw(st.integers(0, 2)) == 0:
@@ -459,3 +467,13 @@ class TxnMachineV5(TxnMachine):
 
 TestTxnModelV5 = TxnMachineV5.TestCase
 TestTxnModelV5.settings = settings(DETERMINISTIC, max_examples=60, stateful_step_count=50)
+
+
+class TxnMachineV6(TxnMachine):
+    """The same, at apply version 6: a not_before a little past the ahead bound is retryable."""
+
+    APPLY_VERSION = 6
+
+
+TestTxnModelV6 = TxnMachineV6.TestCase
+TestTxnModelV6.settings = settings(DETERMINISTIC, max_examples=60, stateful_step_count=50)
