@@ -24,7 +24,9 @@ What `run_backfill` does:
    which fills c with its DEFAULT cast to c's type and writes every field id, and commits ONE
    commit that removes the old files and adds the new ones. Rows are the same before and after,
    apart from the new column; a file removed meanwhile by another commit makes the whole commit
-   fail (DATA_FILE_CONFLICT, retryable), never half of it.
+   fail (DATA_FILE_CONFLICT, retryable), never half of it. Unless the files written hold exactly
+   the rows the old files' entries record (a session that skips unreadable files reads fewer),
+   nothing is committed (BackfillError), as for optimize.
 4. Reports `job_backfilled(S, n)`. The daemon refuses the report (BACKFILL_INCOMPLETE,
    retryable) if S predates the backfill step or a writer at an older version committed after
    S; then everything is done again, at most `ATTEMPTS_MAX` times in all.
@@ -54,7 +56,13 @@ from typing import TYPE_CHECKING, Any, Final
 from hlc import to_iso
 from spark_bridge.bridge import BatchError
 from spark_bridge.conform import pinned_struct
-from spark_bridge.files import absolute, spark_path, take_chunk, top_level_field_ids
+from spark_bridge.files import (
+    absolute,
+    rows_not_kept,
+    spark_path,
+    take_chunk,
+    top_level_field_ids,
+)
 
 if TYPE_CHECKING:
     from metastore.client import SyncMetastoreClient
@@ -434,6 +442,18 @@ class _Run:
                     *[spark_path(absolute(location, f["path"])) for f in chunk]
                 )
                 new_files = b.write(self.table, df)
+                lost = rows_not_kept(chunk, new_files)
+                if lost:
+                    # Raised inside the batch: nothing is committed, the old files stay.
+                    raise BackfillError(
+                        f"job {self.job_id}: the {len(chunk)} files without column "
+                        f"{self.column} hold {lost['rows_expected']} rows but Spark read "
+                        f"{lost['rows_read']} of them (a file unreadable or missing, skipped by "
+                        "the session's spark.sql.files.ignoreCorruptFiles / "
+                        "ignoreMissingFiles?); nothing was committed",
+                        job_id=self.job_id,
+                        details={"table": self.table, **lost},
+                    )
                 b.remove(self.table, [str(f["path"]) for f in chunk])
         if chunk:
             self.known.update(f.path for f in new_files)

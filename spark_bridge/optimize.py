@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any, Final
 from hlc import to_iso
 from spark_bridge.bridge import BatchError
 from spark_bridge.conform import pinned_struct
-from spark_bridge.files import absolute, spark_path, take_chunk
+from spark_bridge.files import absolute, rows_not_kept, spark_path, take_chunk
 
 if TYPE_CHECKING:
     from metastore.client import SyncMetastoreClient
@@ -279,17 +279,15 @@ class OptimizeRun:
 
 def _check_rows_kept(table: str, chunk: list[dict[str, Any]], new_files: list[Any]) -> None:
     """Raise OptimizeError (so the batch commits nothing) unless the files written hold as
-    many rows as the files they replace: a session that skips unreadable files
-    (`spark.sql.files.ignoreCorruptFiles` / `ignoreMissingFiles`) reads a damaged one as no
-    rows, and removing it would lose them at every later timestamp."""
-    expected = sum(int(f.get("row_count") or 0) for f in chunk)
-    written = sum(int(f.row_count) for f in new_files)
-    if written != expected:
+    many rows as the files they replace (`files.rows_not_kept`)."""
+    lost = rows_not_kept(chunk, new_files)
+    if lost:
         raise OptimizeError(
-            f"{table}: the {len(chunk)} small files hold {expected} rows but Spark read "
-            f"{written} of them (a file unreadable or missing, skipped by the session's "
-            "spark.sql.files.ignoreCorruptFiles / ignoreMissingFiles?); nothing was committed",
-            details={"table": table, "rows_expected": expected, "rows_read": written},
+            f"{table}: the {len(chunk)} small files hold {lost['rows_expected']} rows but Spark "
+            f"read {lost['rows_read']} of them (a file unreadable or missing, skipped by the "
+            "session's spark.sql.files.ignoreCorruptFiles / ignoreMissingFiles?); nothing was "
+            "committed",
+            details={"table": table, **lost},
         )
 
 
