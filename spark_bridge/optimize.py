@@ -22,7 +22,10 @@ What it does, per chunk (at most `CHUNK_FILES_MAX` files / `CHUNK_BYTES_MAX` byt
    removed or overwrote one of them first makes this commit fail whole (DATA_FILE_CONFLICT,
    retryable), after which the chunk is planned again at a fresh Top, at most `ATTEMPTS_MAX`
    times in all.
-Files written by this run are never picked again (paths are never reused), so a run ends.
+A run rewrites only files that were small at its first listing: files written by this run are
+never picked again (paths are never reused), nor are those a writer added meanwhile (a stream
+adding small files as fast as chunks are rewritten kept a run going forever; the next run takes
+them), so a run ends.
 """
 
 from __future__ import annotations
@@ -163,6 +166,8 @@ class OptimizeRun:
         self.min_files = min_files
         self.say: Progress = progress or (lambda _text: None)
         self.written_paths: set[str] = set()  # never picked again
+        # Paths of the small files at the first listing: the only ones this run rewrites.
+        self.first_small: frozenset[str] | None = None
         self.files_before: int | None = None
         self.small_before = 0
         self.rewritten = 0
@@ -179,12 +184,14 @@ class OptimizeRun:
             for f in files
             if int(f.get("size_bytes") or 0) < self.small_bytes
             and f["path"] not in self.written_paths
+            and (self.first_small is None or f["path"] in self.first_small)
         ]
 
     def _note_first_listing(self, files: list[dict[str, Any]], small: list[dict[str, Any]]) -> None:
         if self.files_before is None:
             self.files_before = len(files)
             self.small_before = len(small)
+            self.first_small = frozenset(str(f["path"]) for f in small)
 
     def result(self, *, dry_run: bool = False) -> OptimizeResult:
         return OptimizeResult(
