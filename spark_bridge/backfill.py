@@ -29,7 +29,9 @@ What `run_backfill` does:
    nothing is committed (BackfillError), as for optimize.
 4. Reports `job_backfilled(S, n)`. The daemon refuses the report (BACKFILL_INCOMPLETE,
    retryable) if S predates the backfill step or a writer at an older version committed after
-   S; then everything is done again, at most `ATTEMPTS_MAX` times in all.
+   S; then everything is done again, at most `ATTEMPTS_MAX` times in all. A report whose reply
+   is lost (a leader change: UNAVAILABLE with the outcome unknown, or TIMEOUT) is looked up in
+   the job: accepted (its `backfill_ts` is this S), or sent again after a fresh listing.
 
 A job that succeeded (before this run or while it ran: another run's report was accepted, or
 none was needed) is not an error: the column is public, which is what a backfill is for. The
@@ -165,7 +167,7 @@ def run_backfill(
 ) -> BackfillResult:
     """Wait for `job_id`'s backfill step (at most `timeout_s`), rewrite every live file of its
     table that lacks the column, and report it. See the module docstring."""
-    from metastore.errors import BackfillIncompleteError, MetastoreError, SchemaJobStateError
+    from metastore.errors import MetastoreError, SchemaJobStateError
 
     say: Progress = progress or (lambda _text: None)
     deadline = time.monotonic() + timeout_s
@@ -175,12 +177,14 @@ def run_backfill(
         return run.moved_on(job, attempts=0)  # succeeded before this run
     attempt = 1
     while True:
+        reported_ts: int | None = None  # the snapshot of a report sent, whatever its answer
         try:
             snapshot_ts = run.rewrite()
             say(
                 f"job {job_id}: reporting the backfill at {to_iso(snapshot_ts)} "
                 f"({run.rewritten} files rewritten)"
             )
+            reported_ts = snapshot_ts
             bridge.client.job_backfilled(
                 job_id, snapshot_ts=snapshot_ts, files_rewritten=run.rewritten
             )
@@ -188,7 +192,10 @@ def run_backfill(
         except (SchemaJobStateError, _PinnedPastBackfill) as exc:
             # The job moved on under us: made public (another run's report), or cancelled.
             return run.moved_on(_job_after(bridge.client, job_id, exc), attempts=attempt)
-        except (BatchError, BackfillIncompleteError) as exc:
+        except (BatchError, MetastoreError) as exc:
+            # BACKFILL_INCOMPLETE, a refused commit, or a reply lost to a leader change
+            # (UNAVAILABLE "outcome unknown", TIMEOUT): what was committed stays, and the job
+            # says below whether a report whose reply was lost was accepted.
             retryable = exc.retryable
             if not retryable or attempt >= ATTEMPTS_MAX:
                 raise
@@ -204,6 +211,12 @@ def run_backfill(
                 continue
             if job["status"] != RUNNING or job["step"] != BACKFILL_STEP:
                 return run.moved_on(job, attempts=attempt)
+            if reported_ts is not None and job.get("backfill_ts") == reported_ts:
+                # The report was applied before its reply was lost (each run's snapshot is a
+                # fresh Top, so no other report has this one): done, and not sent again (its
+                # files would be counted twice).
+                say(f"job {job_id}: the report at {to_iso(reported_ts)} was accepted")
+                return run.result(reported_ts, attempt)
 
 
 class _PinnedPastBackfill(Exception):
