@@ -72,9 +72,10 @@ GC (metastore.gc's AdvanceGcThreshold drives it through `TxnLog.purge_dead`)
       table's threshold (`compaction_view`), splits those dead at it into a manifest of their
       own, which is then dead as above (`plan_compaction`). Entries move, never vanish, so the
       CompactManifest rules are unchanged.
-    * Not done: the orphan scan skips locations holding manifests (their data files are listed
-      only in manifest files the state does not hold), so files of failed write attempts under
-      such a table stay.
+    * Orphans: the orphan scan reads every manifest of the locations it walks (their data
+      files are listed only there), so files of failed write attempts under such a table go
+      after the orphan grace, as do manifest files nothing references (a compactor that died
+      or went stale before its CompactManifest applied); metastore.daemon.gc_worker point 4.
 """
 
 from __future__ import annotations
