@@ -29,7 +29,9 @@ What `run_backfill` does:
    nothing is committed (BackfillError), as for optimize.
 4. Reports `job_backfilled(S, n)`. The daemon refuses the report (BACKFILL_INCOMPLETE,
    retryable) if S predates the backfill step or a writer at an older version committed after
-   S; then everything is done again, at most `ATTEMPTS_MAX` times in all. A report whose reply
+   S; then everything is done again, at most `ATTEMPTS_MAX` times in all (a refused commit
+   after which fewer files lack the column than at the previous refusal does not count: another
+   run of the job took the chunk, which is progress). A report whose reply
    is lost (a leader change: UNAVAILABLE with the outcome unknown, or TIMEOUT) is looked up in
    the job: accepted (its `backfill_ts` is this S), or sent again after a fresh listing.
 
@@ -175,7 +177,9 @@ def run_backfill(
     run = _Run(bridge, job, say)
     if job["status"] != RUNNING:
         return run.moved_on(job, attempts=0)  # succeeded before this run
-    attempt = 1
+    attempt = 1  # runs in all
+    charged = 1  # runs counted against ATTEMPTS_MAX: all but refusals after progress
+    lacking_at_refusal: int | None = None  # files lacking the column at the last refusal
     while True:
         reported_ts: int | None = None  # the snapshot of a report sent, whatever its answer
         try:
@@ -196,13 +200,27 @@ def run_backfill(
             # BACKFILL_INCOMPLETE, a refused commit, or a reply lost to a leader change
             # (UNAVAILABLE "outcome unknown", TIMEOUT): what was committed stays, and the job
             # says below whether a report whose reply was lost was accepted.
-            retryable = exc.retryable
-            if not retryable or attempt >= ATTEMPTS_MAX:
+            # A refused commit after which fewer files lack the column than at the previous
+            # refusal is progress (another run of this job committing the chunk this one
+            # planned, typically): it costs no attempt. That count only falls (no writer
+            # without the column commits once the backfill step is active), so the free
+            # refusals are bounded by it.
+            lacking = run.lacking_last
+            progressed = (
+                isinstance(exc, BatchError)
+                and lacking is not None
+                and lacking_at_refusal is not None
+                and lacking < lacking_at_refusal
+            )
+            lacking_at_refusal = lacking
+            if not exc.retryable or (charged >= ATTEMPTS_MAX and not progressed):
                 raise
             reason: Exception = exc.cause if isinstance(exc, BatchError) and exc.cause else exc
             say(f"job {job_id}: attempt {attempt} refused ({reason}); running again")
-            time.sleep(RETRY_PAUSE_S * attempt)
+            time.sleep(RETRY_PAUSE_S * charged)
             attempt += 1
+            if not progressed:
+                charged += 1
             try:
                 job = bridge.client.job_show(job_id)
             except MetastoreError as show_exc:
@@ -366,6 +384,7 @@ class _Run:
         self.from_ts = int(job["backfill_from_ts"])
         self.say = say
         self.known: set[str] = set()  # paths known to carry the column (never reused)
+        self.lacking_last: int | None = None  # files lacking the column at the last listing
         self.rewritten = 0
         self.written = 0
         self.rows = 0
@@ -440,6 +459,7 @@ class _Run:
                 )
             location, files = b.files(self.table)
             lacking = self._lacking(location, files)
+            self.lacking_last = len(lacking)
             chunk = take_chunk(lacking, files_max=CHUNK_FILES_MAX, bytes_max=CHUNK_BYTES_MAX)
             self.say(
                 f"job {self.job_id}: {len(files)} live files of {self.table} at {to_iso(top)}, "
