@@ -21,7 +21,8 @@ What it does, per chunk (at most `CHUNK_FILES_MAX` files / `CHUNK_BYTES_MAX` byt
    writer is never lost: appends add other files and do not touch these, and a commit that
    removed or overwrote one of them first makes this commit fail whole (DATA_FILE_CONFLICT,
    retryable), after which the chunk is planned again at a fresh Top, at most `ATTEMPTS_MAX`
-   times in all.
+   times in a row (a refusal after which fewer of the run's small files are left than at the
+   previous one is progress by another writer, another optimize typically, and is not counted).
 A run rewrites only files that were small at its first listing: files written by this run are
 never picked again (paths are never reused), nor are those a writer added meanwhile (a stream
 adding small files as fast as chunks are rewritten kept a run going forever; the next run takes
@@ -168,6 +169,7 @@ class OptimizeRun:
         self.written_paths: set[str] = set()  # never picked again
         # Paths of the small files at the first listing: the only ones this run rewrites.
         self.first_small: frozenset[str] | None = None
+        self.small_left: int | None = None  # of those, still live at the last listing
         self.files_before: int | None = None
         self.small_before = 0
         self.rewritten = 0
@@ -223,12 +225,23 @@ class OptimizeRun:
 
     def run(self, bridge: MetastoreBridge) -> OptimizeResult:
         refused = 0
+        left_at_refusal: int | None = None  # this run's small files left at the last refusal
         while True:
             self.attempts += 1
             try:
                 more = self._chunk(bridge)
             except BatchError as exc:
-                refused += 1
+                # Fewer of this run's small files left than at the previous refusal: another
+                # writer (another optimize, typically, that took the same chunk) made progress,
+                # so the refusal costs no attempt. The run's files only shrink (it takes only
+                # those small at its first listing), so such refusals are bounded by them.
+                left = self.small_left
+                progressed = (
+                    left is not None and left_at_refusal is not None and left < left_at_refusal
+                )
+                left_at_refusal = left
+                if not progressed:
+                    refused += 1
                 if not exc.retryable or refused >= ATTEMPTS_MAX:
                     raise
                 reason = exc.cause or exc
@@ -249,6 +262,7 @@ class OptimizeRun:
             location, files = b.files(self.table)
             small = self._small(files)
             self._note_first_listing(files, small)
+            self.small_left = len(small)
             chunk = (
                 take_chunk(small, files_max=CHUNK_FILES_MAX, bytes_max=CHUNK_BYTES_MAX)
                 if len(small) >= self.min_files
