@@ -344,6 +344,28 @@ def job_outcome_error(followed: Followed, *, waited_ms: int, background_hint: bo
     )
 
 
+def _cancel_after_lost_reply(
+    client: SyncMetastoreClient, job_id: int, error: MetastoreError
+) -> dict[str, Any]:
+    """What a cancel whose reply was lost did, from the job itself. `job_cancel` is not
+    repeatable at the client, so a node that timed out on it (a leader that lost its quorum
+    with the proposal pending: TIMEOUT, or UNAVAILABLE with the outcome unknown) leaves it
+    unknown, and it may still apply. A job found cancelled, or with its cancel recorded, is
+    followed as if the reply had come (`reply_lost`); else `error` stands (retryable: nothing
+    was cancelled, run the command again)."""
+    if not error.retryable:
+        raise error
+    try:
+        view = client.job_show(job_id)
+    except MetastoreError:
+        raise error from None
+    if view.get("status") == "cancelled" or (
+        view.get("status") == RUNNING and view.get("cancel_requested")
+    ):
+        return {"job_id": job_id, "reply_lost": True}
+    raise error
+
+
 # ---- commands --------------------------------------------------------------------------------
 
 
@@ -436,10 +458,14 @@ def job_cancel(ctx: click.Context, job_id: int, wait: str) -> None:
     client = a.client()
     deadline = time.monotonic() + wait_ms / 1000
     timeout_ms = min(a.timeout_ms, REQUEST_TIMEOUT_MS_MAX)
-    result = client.job_cancel(job_id, timeout_ms=timeout_ms)
-    if result.get("cancel_requested"):
+    try:
+        result = client.job_cancel(job_id, timeout_ms=timeout_ms)
+    except MetastoreError as exc:
+        result = _cancel_after_lost_reply(client, job_id, exc)
+    if result.get("cancel_requested") or result.get("reply_lost"):
         # Leases are in the rollback's way: the cancel is recorded (the job moves no further)
-        # and the leader rolls it back once they are released or expire. Follow it.
+        # and the leader rolls it back once they are released or expire. Follow it. (Or the
+        # reply was lost and the job says it is cancelled: follow it until that is in force.)
         followed = follow_job(client, job_id, deadline=deadline, stop_at_backfill=False)
         if followed.outcome == TIMED_OUT and followed.job.get("status") == RUNNING:
             raise CliError(

@@ -72,9 +72,10 @@ GC (metastore.gc's AdvanceGcThreshold drives it through `TxnLog.purge_dead`)
       table's threshold (`compaction_view`), splits those dead at it into a manifest of their
       own, which is then dead as above (`plan_compaction`). Entries move, never vanish, so the
       CompactManifest rules are unchanged.
-    * Not done: the orphan scan skips locations holding manifests (their data files are listed
-      only in manifest files the state does not hold), so files of failed write attempts under
-      such a table stay.
+    * Orphans: the orphan scan reads every manifest of the locations it walks (their data
+      files are listed only there), so files of failed write attempts under such a table go
+      after the orphan grace, as do manifest files nothing references (a compactor that died
+      or went stale before its CompactManifest applied); metastore.daemon.gc_worker point 4.
 """
 
 from __future__ import annotations
@@ -468,8 +469,10 @@ def plan_compaction(
     too, as room allows. When the table would hold more than `merge_at` (default
     MANIFEST_MERGE_AT) manifests, runs of neighbouring manifests are merged into ones of at
     most `entries_max` entries (`_merges`). `read(ref)` returns a manifest's entries
-    (verified); it is called only for manifests that may need a rewrite or a merge. None:
-    nothing to do."""
+    (verified); it is called only for manifests that may need a rewrite or a merge: for the
+    delete entries, only those holding an entry added before a delete entry considered (a
+    path with a pending delete entry cannot be added again, so no newer manifest lists it).
+    None: nothing to do."""
     if not 1 <= entries_max <= limits.MANIFEST_ENTRIES_MAX:
         raise InvalidArgumentError(
             f"entries_max must be in 1..{limits.MANIFEST_ENTRIES_MAX}",
@@ -493,16 +496,32 @@ def plan_compaction(
         if gc_threshold and r.live_count > 0 and 0 < r.max_removed_ts <= gc_threshold
     ]
     if deletes or truncated or splittable:
-        # Only manifests that may need a rewrite are read (all of them when deletes wait).
-        contents = {r.sha256: read(r) for r in (refs if deletes else [*truncated, *splittable])}
+        # Only manifests that may need a rewrite are read.
+        contents = {r.sha256: read(r) for r in [*truncated, *splittable]}
         # Every manifest listing a path: readers apply a delete entry to each entry of its
         # path, so it is folded into all of them or none (a path can sit in two manifests when a
         # commit added it again after its first entry left the loose entries).
         owners: dict[str, list[str]] = {}
-        for sha, entries in contents.items():
+
+        def note_owner(sha: str, entries: Sequence[FileEntry]) -> None:
             for e in entries:
                 owners.setdefault(e.path, []).append(sha)
+
+        for sha, entries in contents.items():
+            note_owner(sha, entries)
+        # While a delete entry of a path waits, apply refuses any commit adding the path, so
+        # every entry of it was added before the removal: only manifests holding an entry
+        # older than the delete entry can list its path. Those are read as the deletes (oldest
+        # first) need them, so manifests newer than the folded deletes are not read at all.
+        by_age = sorted(refs, key=lambda r: r.min_added_ts)
+        unread = 0  # by_age[:unread] are read (or were in `contents` already)
         for d in deletes:  # the oldest first: the command folds a prefix of them
+            while unread < len(by_age) and by_age[unread].min_added_ts < d.removed_ts:
+                ref = by_age[unread]
+                unread += 1
+                if ref.sha256 not in contents:
+                    contents[ref.sha256] = read(ref)
+                    note_owner(ref.sha256, contents[ref.sha256])
             new = [sha for sha in dict.fromkeys(owners.get(d.path, ())) if sha not in chosen]
             if new and len(chosen) + len(new) > rewrites_max:
                 break

@@ -24,10 +24,16 @@ What `run_backfill` does:
    which fills c with its DEFAULT cast to c's type and writes every field id, and commits ONE
    commit that removes the old files and adds the new ones. Rows are the same before and after,
    apart from the new column; a file removed meanwhile by another commit makes the whole commit
-   fail (DATA_FILE_CONFLICT, retryable), never half of it.
+   fail (DATA_FILE_CONFLICT, retryable), never half of it. Unless the files written hold exactly
+   the rows the old files' entries record (a session that skips unreadable files reads fewer),
+   nothing is committed (BackfillError), as for optimize.
 4. Reports `job_backfilled(S, n)`. The daemon refuses the report (BACKFILL_INCOMPLETE,
    retryable) if S predates the backfill step or a writer at an older version committed after
-   S; then everything is done again, at most `ATTEMPTS_MAX` times in all.
+   S; then everything is done again, at most `ATTEMPTS_MAX` times in all (a refused commit
+   after which fewer files lack the column than at the previous refusal does not count: another
+   run of the job took the chunk, which is progress). A report whose reply
+   is lost (a leader change: UNAVAILABLE with the outcome unknown, or TIMEOUT) is looked up in
+   the job: accepted (its `backfill_ts` is this S), or sent again after a fresh listing.
 
 A job that succeeded (before this run or while it ran: another run's report was accepted, or
 none was needed) is not an error: the column is public, which is what a backfill is for. The
@@ -54,7 +60,13 @@ from typing import TYPE_CHECKING, Any, Final
 from hlc import to_iso
 from spark_bridge.bridge import BatchError
 from spark_bridge.conform import pinned_struct
-from spark_bridge.files import absolute, spark_path, take_chunk, top_level_field_ids
+from spark_bridge.files import (
+    absolute,
+    rows_not_kept,
+    spark_path,
+    take_chunk,
+    top_level_field_ids,
+)
 
 if TYPE_CHECKING:
     from metastore.client import SyncMetastoreClient
@@ -157,7 +169,7 @@ def run_backfill(
 ) -> BackfillResult:
     """Wait for `job_id`'s backfill step (at most `timeout_s`), rewrite every live file of its
     table that lacks the column, and report it. See the module docstring."""
-    from metastore.errors import BackfillIncompleteError, MetastoreError, SchemaJobStateError
+    from metastore.errors import MetastoreError, SchemaJobStateError
 
     say: Progress = progress or (lambda _text: None)
     deadline = time.monotonic() + timeout_s
@@ -165,14 +177,18 @@ def run_backfill(
     run = _Run(bridge, job, say)
     if job["status"] != RUNNING:
         return run.moved_on(job, attempts=0)  # succeeded before this run
-    attempt = 1
+    attempt = 1  # runs in all
+    charged = 1  # runs counted against ATTEMPTS_MAX: all but refusals after progress
+    lacking_at_refusal: int | None = None  # files lacking the column at the last refusal
     while True:
+        reported_ts: int | None = None  # the snapshot of a report sent, whatever its answer
         try:
             snapshot_ts = run.rewrite()
             say(
                 f"job {job_id}: reporting the backfill at {to_iso(snapshot_ts)} "
                 f"({run.rewritten} files rewritten)"
             )
+            reported_ts = snapshot_ts
             bridge.client.job_backfilled(
                 job_id, snapshot_ts=snapshot_ts, files_rewritten=run.rewritten
             )
@@ -180,14 +196,31 @@ def run_backfill(
         except (SchemaJobStateError, _PinnedPastBackfill) as exc:
             # The job moved on under us: made public (another run's report), or cancelled.
             return run.moved_on(_job_after(bridge.client, job_id, exc), attempts=attempt)
-        except (BatchError, BackfillIncompleteError) as exc:
-            retryable = exc.retryable
-            if not retryable or attempt >= ATTEMPTS_MAX:
+        except (BatchError, MetastoreError) as exc:
+            # BACKFILL_INCOMPLETE, a refused commit, or a reply lost to a leader change
+            # (UNAVAILABLE "outcome unknown", TIMEOUT): what was committed stays, and the job
+            # says below whether a report whose reply was lost was accepted.
+            # A refused commit after which fewer files lack the column than at the previous
+            # refusal is progress (another run of this job committing the chunk this one
+            # planned, typically): it costs no attempt. That count only falls (no writer
+            # without the column commits once the backfill step is active), so the free
+            # refusals are bounded by it.
+            lacking = run.lacking_last
+            progressed = (
+                isinstance(exc, BatchError)
+                and lacking is not None
+                and lacking_at_refusal is not None
+                and lacking < lacking_at_refusal
+            )
+            lacking_at_refusal = lacking
+            if not exc.retryable or (charged >= ATTEMPTS_MAX and not progressed):
                 raise
             reason: Exception = exc.cause if isinstance(exc, BatchError) and exc.cause else exc
             say(f"job {job_id}: attempt {attempt} refused ({reason}); running again")
-            time.sleep(RETRY_PAUSE_S * attempt)
+            time.sleep(RETRY_PAUSE_S * charged)
             attempt += 1
+            if not progressed:
+                charged += 1
             try:
                 job = bridge.client.job_show(job_id)
             except MetastoreError as show_exc:
@@ -196,6 +229,12 @@ def run_backfill(
                 continue
             if job["status"] != RUNNING or job["step"] != BACKFILL_STEP:
                 return run.moved_on(job, attempts=attempt)
+            if reported_ts is not None and job.get("backfill_ts") == reported_ts:
+                # The report was applied before its reply was lost (each run's snapshot is a
+                # fresh Top, so no other report has this one): done, and not sent again (its
+                # files would be counted twice).
+                say(f"job {job_id}: the report at {to_iso(reported_ts)} was accepted")
+                return run.result(reported_ts, attempt)
 
 
 class _PinnedPastBackfill(Exception):
@@ -345,6 +384,7 @@ class _Run:
         self.from_ts = int(job["backfill_from_ts"])
         self.say = say
         self.known: set[str] = set()  # paths known to carry the column (never reused)
+        self.lacking_last: int | None = None  # files lacking the column at the last listing
         self.rewritten = 0
         self.written = 0
         self.rows = 0
@@ -419,6 +459,7 @@ class _Run:
                 )
             location, files = b.files(self.table)
             lacking = self._lacking(location, files)
+            self.lacking_last = len(lacking)
             chunk = take_chunk(lacking, files_max=CHUNK_FILES_MAX, bytes_max=CHUNK_BYTES_MAX)
             self.say(
                 f"job {self.job_id}: {len(files)} live files of {self.table} at {to_iso(top)}, "
@@ -434,6 +475,18 @@ class _Run:
                     *[spark_path(absolute(location, f["path"])) for f in chunk]
                 )
                 new_files = b.write(self.table, df)
+                lost = rows_not_kept(chunk, new_files)
+                if lost:
+                    # Raised inside the batch: nothing is committed, the old files stay.
+                    raise BackfillError(
+                        f"job {self.job_id}: the {len(chunk)} files without column "
+                        f"{self.column} hold {lost['rows_expected']} rows but Spark read "
+                        f"{lost['rows_read']} of them (a file unreadable or missing, skipped by "
+                        "the session's spark.sql.files.ignoreCorruptFiles / "
+                        "ignoreMissingFiles?); nothing was committed",
+                        job_id=self.job_id,
+                        details={"table": self.table, **lost},
+                    )
                 b.remove(self.table, [str(f["path"]) for f in chunk])
         if chunk:
             self.known.update(f.path for f in new_files)

@@ -11,6 +11,7 @@ Paths in a commit are relative to the table location (portable if the warehouse 
 from __future__ import annotations
 
 import uuid
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -139,6 +140,19 @@ def take_chunk(
             break
         chunk.append(f)
     return chunk
+
+
+def rows_not_kept(
+    chunk: Sequence[Mapping[str, Any]], written: Sequence[DataFile]
+) -> dict[str, int]:
+    """{} when the files `written` hold as many rows as the entries of `chunk` (the files a
+    rewrite removes) record; else `rows_expected` and `rows_read`. A session that skips
+    unreadable files (`spark.sql.files.ignoreCorruptFiles` / `ignoreMissingFiles`) reads a
+    damaged one as no rows (or some), and a swap removing it would lose them at every later
+    timestamp: optimize and the backfill commit nothing then."""
+    expected = sum(int(f.get("row_count") or 0) for f in chunk)
+    read = sum(int(f.row_count) for f in written)
+    return {} if read == expected else {"rows_expected": expected, "rows_read": read}
 
 
 def _hidden(name: str) -> bool:

@@ -21,8 +21,12 @@ What it does, per chunk (at most `CHUNK_FILES_MAX` files / `CHUNK_BYTES_MAX` byt
    writer is never lost: appends add other files and do not touch these, and a commit that
    removed or overwrote one of them first makes this commit fail whole (DATA_FILE_CONFLICT,
    retryable), after which the chunk is planned again at a fresh Top, at most `ATTEMPTS_MAX`
-   times in all.
-Files written by this run are never picked again (paths are never reused), so a run ends.
+   times in a row (a refusal after which fewer of the run's small files are left than at the
+   previous one is progress by another writer, another optimize typically, and is not counted).
+A run rewrites only files that were small at its first listing: files written by this run are
+never picked again (paths are never reused), nor are those a writer added meanwhile (a stream
+adding small files as fast as chunks are rewritten kept a run going forever; the next run takes
+them), so a run ends.
 """
 
 from __future__ import annotations
@@ -37,7 +41,7 @@ from typing import TYPE_CHECKING, Any, Final
 from hlc import to_iso
 from spark_bridge.bridge import BatchError
 from spark_bridge.conform import pinned_struct
-from spark_bridge.files import absolute, spark_path, take_chunk
+from spark_bridge.files import absolute, rows_not_kept, spark_path, take_chunk
 
 if TYPE_CHECKING:
     from metastore.client import SyncMetastoreClient
@@ -163,6 +167,9 @@ class OptimizeRun:
         self.min_files = min_files
         self.say: Progress = progress or (lambda _text: None)
         self.written_paths: set[str] = set()  # never picked again
+        # Paths of the small files at the first listing: the only ones this run rewrites.
+        self.first_small: frozenset[str] | None = None
+        self.small_left: int | None = None  # of those, still live at the last listing
         self.files_before: int | None = None
         self.small_before = 0
         self.rewritten = 0
@@ -179,12 +186,14 @@ class OptimizeRun:
             for f in files
             if int(f.get("size_bytes") or 0) < self.small_bytes
             and f["path"] not in self.written_paths
+            and (self.first_small is None or f["path"] in self.first_small)
         ]
 
     def _note_first_listing(self, files: list[dict[str, Any]], small: list[dict[str, Any]]) -> None:
         if self.files_before is None:
             self.files_before = len(files)
             self.small_before = len(small)
+            self.first_small = frozenset(str(f["path"]) for f in small)
 
     def result(self, *, dry_run: bool = False) -> OptimizeResult:
         return OptimizeResult(
@@ -216,12 +225,23 @@ class OptimizeRun:
 
     def run(self, bridge: MetastoreBridge) -> OptimizeResult:
         refused = 0
+        left_at_refusal: int | None = None  # this run's small files left at the last refusal
         while True:
             self.attempts += 1
             try:
                 more = self._chunk(bridge)
             except BatchError as exc:
-                refused += 1
+                # Fewer of this run's small files left than at the previous refusal: another
+                # writer (another optimize, typically, that took the same chunk) made progress,
+                # so the refusal costs no attempt. The run's files only shrink (it takes only
+                # those small at its first listing), so such refusals are bounded by them.
+                left = self.small_left
+                progressed = (
+                    left is not None and left_at_refusal is not None and left < left_at_refusal
+                )
+                left_at_refusal = left
+                if not progressed:
+                    refused += 1
                 if not exc.retryable or refused >= ATTEMPTS_MAX:
                     raise
                 reason = exc.cause or exc
@@ -242,6 +262,7 @@ class OptimizeRun:
             location, files = b.files(self.table)
             small = self._small(files)
             self._note_first_listing(files, small)
+            self.small_left = len(small)
             chunk = (
                 take_chunk(small, files_max=CHUNK_FILES_MAX, bytes_max=CHUNK_BYTES_MAX)
                 if len(small) >= self.min_files
@@ -279,17 +300,15 @@ class OptimizeRun:
 
 def _check_rows_kept(table: str, chunk: list[dict[str, Any]], new_files: list[Any]) -> None:
     """Raise OptimizeError (so the batch commits nothing) unless the files written hold as
-    many rows as the files they replace: a session that skips unreadable files
-    (`spark.sql.files.ignoreCorruptFiles` / `ignoreMissingFiles`) reads a damaged one as no
-    rows, and removing it would lose them at every later timestamp."""
-    expected = sum(int(f.get("row_count") or 0) for f in chunk)
-    written = sum(int(f.row_count) for f in new_files)
-    if written != expected:
+    many rows as the files they replace (`files.rows_not_kept`)."""
+    lost = rows_not_kept(chunk, new_files)
+    if lost:
         raise OptimizeError(
-            f"{table}: the {len(chunk)} small files hold {expected} rows but Spark read "
-            f"{written} of them (a file unreadable or missing, skipped by the session's "
-            "spark.sql.files.ignoreCorruptFiles / ignoreMissingFiles?); nothing was committed",
-            details={"table": table, "rows_expected": expected, "rows_read": written},
+            f"{table}: the {len(chunk)} small files hold {lost['rows_expected']} rows but Spark "
+            f"read {lost['rows_read']} of them (a file unreadable or missing, skipped by the "
+            "session's spark.sql.files.ignoreCorruptFiles / ignoreMissingFiles?); nothing was "
+            "committed",
+            details={"table": table, **lost},
         )
 
 

@@ -120,6 +120,8 @@ def write_manifest(location: str, entries: Sequence[FileEntry]) -> ManifestRef:
     ref = ref_for(entries, sha256=sha, size_bytes=len(data))
     fs, root = _fs(location)
     final = f"{root}/{ref.path}"
+    # GC's orphan scan knows this shape (gc_worker `_MANIFEST_TMP_NAME`): a compactor killed
+    # before the rename leaves the file, and the scan deletes it once older than its grace.
     tmp = f"{final}.{uuid.uuid4().hex[:12]}.tmp"
     if isinstance(fs, pafs.LocalFileSystem):
         _write_local(final, tmp, data)
@@ -136,8 +138,7 @@ def write_manifest(location: str, entries: Sequence[FileEntry]) -> ManifestRef:
 
 
 def _discard(delete: Callable[[], None]) -> None:
-    """Delete a failed write's temporary file: the orphan scan deletes only `<sha256>.parquet`
-    names under `_manifests`, so a temporary file left there would stay forever."""
+    """Delete a failed write's temporary file now rather than after the orphan grace."""
     # Already gone, or the store is failing too: the original error is the news.
     with contextlib.suppress(OSError, pa.ArrowException):
         delete()

@@ -44,7 +44,8 @@ the state machine checks again when it applies it (metastore/gc.py):
    a URI location it stays).
 4. Orphans: files our writers made under a table's location - in an attempt directory
    (`<location>/_txn/<attempt>/...`) or a manifest file (`<location>/_manifests/<sha256>
-   .parquet`) of a registered location, never anything else (a CREATE TABLE ... LOCATION may
+   .parquet`, or the temporary file of one that a compactor killed mid-write left) of a
+   registered location, never anything else (a CREATE TABLE ... LOCATION may
    name a directory that holds the user's own files) - that no incarnation references or has
    queued, older than `gc_orphan_grace_ms` (by mtime) and not in the attempt directory of a
    session live at the last applied entry (`_txn/<session id>--...`, see
@@ -149,6 +150,10 @@ PROPOSE_TIMEOUT_MS = 10_000
 ORPHAN_SCAN_FILES_MAX = 1_000_000
 # A manifest file's name (metastore.manifests `manifest_path`).
 _MANIFEST_NAME = re.compile(r"[0-9a-f]{64}\.parquet")
+# The temporary name a manifest is written under before its rename
+# (metastore.client.manifest_files `write_manifest`): left behind only by a compactor that died
+# mid-write, so an old one is an orphan like any unreferenced manifest.
+_MANIFEST_TMP_NAME = re.compile(r"[0-9a-f]{64}\.parquet\.[0-9a-f]{12}\.tmp")
 
 
 @dataclass(slots=True)
@@ -745,7 +750,8 @@ def _scan_orphans(
 ) -> list[tuple[str, int]]:
     """Old unreferenced files our writers made under `root`: only in an attempt directory
     (`<location>/_txn/<attempt>/...`) or a manifest file (`<location>/_manifests/<sha256>
-    .parquet`) of a registered location (the roots of `referenced`). Anything else there was
+    .parquet`, or its temporary `<sha256>.parquet.<12 hex>.tmp`) of a registered location (the
+    roots of `referenced`). Anything else there was
     not written by us (a CREATE TABLE ... LOCATION over a directory that holds the user's own
     files), and only directories that lead to a registered location or are ours are walked."""
     found: list[tuple[str, int]] = []
@@ -769,7 +775,9 @@ def _scan_orphans(
         if kind not in ("attempt", "manifests"):
             continue
         for name in filenames:
-            if kind == "manifests" and not _MANIFEST_NAME.fullmatch(name):
+            if kind == "manifests" and not (
+                _MANIFEST_NAME.fullmatch(name) or _MANIFEST_TMP_NAME.fullmatch(name)
+            ):
                 continue
             seen += 1
             if seen > ORPHAN_SCAN_FILES_MAX:

@@ -528,3 +528,51 @@ def test_job_show_says_how_many_blockers_the_view_does_not_name() -> None:
         )
     assert result.exit_code == 0, result.stderr
     assert "and 249 more (`metastore lease blockers" in " ".join(result.stdout.split())
+
+
+@pytest.mark.parametrize(
+    ("after", "exit_code"),
+    [
+        # The cancel was applied before the leader lost its quorum: the command says so.
+        ([_view(1, "cancelled", versions=[2, 3, 4])], 0),
+        # Recorded (leases in the way), then rolled back.
+        (
+            [
+                _view(1, cancel_requested=True),
+                _view(1, "cancelled", versions=[2, 3, 4]),
+                _view(1, "cancelled", versions=[2, 3, 4]),
+            ],
+            0,
+        ),
+        # Not applied: the node's TIMEOUT stands (exit 3), and the user may run it again.
+        ([_view(1)], 3),
+    ],
+)
+def test_a_cancel_whose_reply_a_leader_change_lost_looks_at_the_job(
+    after: list[dict[str, Any]], exit_code: int
+) -> None:
+    """`job_cancel` is not repeatable by the client: a node that times out on it (its leader
+    lost its quorum with the proposal pending) answers TIMEOUT, and the cancel may still apply.
+    The command ended there with exit 3 although the job was (or was being) cancelled, and
+    running it again said SCHEMA_JOB_STATE ("only a running job can be cancelled"), exit 5.
+    It now looks at the job and goes on as if the reply had come."""
+    from metastore.errors import RequestTimeoutError
+
+    shows = iter(after)
+    last = after[-1]
+
+    async def handler(op: str, args: dict[str, Any]) -> dict[str, Any]:
+        if op == "job_cancel":
+            raise RequestTimeoutError("job_cancel: the proposal was not committed in time")
+        return next(shows, last)
+
+    with ThreadedFakeNode(handler=handler) as node:
+        result = CliRunner().invoke(
+            cli,
+            ["--endpoints", node.endpoint, "--token", TOKEN, "job", "cancel", "9", "--wait", "5s"],
+        )
+    assert result.exit_code == exit_code, result.output
+    if exit_code == 0:
+        assert "job 9 cancelled" in result.stdout and "v4" in result.stdout
+    else:
+        assert "TIMEOUT" in result.stderr

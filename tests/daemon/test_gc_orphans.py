@@ -874,3 +874,19 @@ def test_a_deposed_leader_stops_deleting_orphans(
     with pytest.raises(NotLeaderError):
         scan(w, d)
     assert sum(p.exists() for p in strays) == 2
+
+
+def test_a_manifest_temporary_file_of_a_compactor_that_died_is_an_orphan(tmp_path: Path) -> None:
+    """A compactor killed while writing a manifest (kill -9, OOM, a power failure) leaves its
+    temporary file, `<sha256>.parquet.<12 hex>.tmp`, under `_manifests`; nothing else writes
+    that name. The scan took only `<sha256>.parquet` names there, so it stayed forever. Other
+    names under `_manifests` are still never touched (they are not ours)."""
+    d = table_driver(tmp_path)
+    sha = hashlib.sha256(b"m").hexdigest()
+    died = old_file(tmp_path / "_manifests" / f"{sha}.parquet.0123456789ab.tmp")
+    writing = tmp_path / "_manifests" / f"{sha}.parquet.ba9876543210.tmp"
+    writing.write_bytes(b"half")  # young: a compactor may be writing it right now
+    foreign = old_file(tmp_path / "_manifests" / "notes.tmp")
+    assert scan(worker(d, now_tm=d.tm), d)["deleted"] == 1
+    assert not died.exists(), "a dead compactor's temporary manifest file stayed"
+    assert writing.exists() and foreign.exists()

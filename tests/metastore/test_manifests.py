@@ -869,3 +869,49 @@ def test_below_apply_version_5_removing_a_loose_copy_leaves_the_manifest_entry_l
     assert [(f[0], f[3]) for f in full_files(d, store, t3)] == [("a", t1), ("b", t1), ("c", t3)]
     assert d.state.table_stats(A).delete_entries == 0
     refused(d, add("t4", remove=("b",)), DataFileConflictError)
+
+
+class CountingStore(Store):
+    """A Store that records which manifests a planner read."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reads: list[str] = []
+
+    def read(self, ref: ManifestRef) -> tuple[FileEntry, ...]:
+        self.reads.append(ref.sha256)
+        return super().read(ref)
+
+
+def test_folding_deletes_reads_only_manifests_older_than_them() -> None:
+    """While a delete entry of a path waits, no commit can add that path (apply refuses it), so
+    every entry of the path was added before the removal: a manifest whose entries are all
+    newer cannot list it. Before, a single pending delete entry made every compaction read
+    every manifest of the table (slow on a table with thousands of them)."""
+    d, store = ready(), CountingStore()
+    ok(d, add("t0", "old"))
+    compact(d, store)  # M0 = [old]
+    removed = ok(d, add("rm", remove=("old",)))["ts"]
+    tid = table_id(d)
+    for i in range(4):  # newer manifests, compacted without folding the pending delete
+        ok(d, add(f"t{i + 1}", f"new{i}"))
+        p = plan_compaction(
+            loose=d.state.txns.loose_entries(tid),
+            deletes=(),
+            refs=d.state.txns.manifest_refs(tid),
+            read=store.read,
+        )
+        assert p is not None and not p.deletes
+        ok(d, command(d, store, p))
+    refs = d.state.txns.manifest_refs(tid)
+    assert len(refs) == 5 and d.state.table_stats(A).delete_entries == 1
+    before = full_files(d, store, d.tm)
+    store.reads.clear()
+    p = plan(d, store)
+    assert p is not None and len(p.deletes) == 1 and len(p.rewrites) == 1
+    oldest = min(refs, key=lambda r: r.min_added_ts)
+    assert isinstance(removed, int) and oldest.min_added_ts < removed
+    assert store.reads == [oldest.sha256]  # the four newer manifests are not read
+    ok(d, command(d, store, p))
+    assert d.state.table_stats(A).delete_entries == 0
+    assert full_files(d, store, d.tm) == before

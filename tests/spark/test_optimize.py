@@ -192,3 +192,45 @@ def test_cli_a_small_file_gone_is_a_typed_spark_failure_not_a_traceback(env: Spa
     assert "Error: SPARK_FAILED: Spark failed, nothing was committed" in run.output
     assert run.exception is None or isinstance(run.exception, SystemExit)
     assert sorted(env.live_paths(table)) == live
+
+
+def test_a_table_with_manifests_loose_files_and_pending_deletes_reads_the_same_rows(
+    env: SparkEnv,
+) -> None:
+    """Optimize of a table whose small files sit partly in manifests (one of them removed: a
+    delete entry pending) and partly loose: its commit removes files of both kinds (more delete
+    entries), and the compaction that follows folds them. Every timestamp reads the same rows
+    before the optimize, after it, and after that compaction."""
+    from metastore.client.manifest_files import compact_table
+
+    table = f"{NS}.mixed"
+    bridge, stamps = _small_table(env, table)
+    bridge.loose_files_max = 0  # the compactions here are the test's own
+    assert compact_table(env.client, table)["compacted"]  # the six files into a manifest
+    victim = sorted(env.live_paths(table))[0]
+    with bridge.batch(writes=[table]) as b:
+        b.remove(table, [victim])  # a delete entry, pending
+    assert b.report.commit_ts is not None
+    stamps.append(b.report.commit_ts)
+    stamps += [
+        _append(bridge, table, [(i, f"v{i}", i)], "id BIGINT, v STRING, d INT") for i in (6, 7)
+    ]
+    view = env.client.call("compaction_view", {"table": table})
+    assert view["manifests"] and view["total_loose"] and view["total_deletes"] == 1
+    before = {ts: _rows(bridge, table, ts) for ts in stamps}
+    now_before = _rows(bridge, table)
+    assert len(now_before) == 7
+
+    result = bridge.optimize(table, target_file_bytes=64 * 1024**2)
+
+    assert (result.files_rewritten, result.files_written, result.commits) == (7, 1, 1)
+    assert len(env.live_paths(table)) == 1
+    assert _rows(bridge, table) == now_before
+    for ts, rows in before.items():
+        assert _rows(bridge, table, ts) == rows, f"AS OF {ts} changed"
+    assert compact_table(env.client, table)["compacted"]
+    view = env.client.call("compaction_view", {"table": table})
+    assert view["total_deletes"] == 0
+    assert _rows(bridge, table) == now_before
+    for ts, rows in before.items():
+        assert _rows(bridge, table, ts) == rows, f"AS OF {ts} changed by the compaction"

@@ -1,0 +1,101 @@
+"""A backfill whose report's reply is lost (a leader change: UNAVAILABLE "outcome unknown", or
+TIMEOUT) looks at the job instead of failing the run after all its rewriting.
+
+No Spark: a fake bridge with nothing left to rewrite (the listing is empty) and a client whose
+first `job_backfilled` fails as a leader change makes it fail. Before, the run ended in that
+error (exit 1 with a traceback-free message, but the user had to run it again); now the report
+is found accepted (the job's `backfill_ts` is the run's snapshot) or is sent again."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from metastore.errors import UnavailableError
+from spark_bridge import backfill
+from spark_bridge.backfill import REPORTED, run_backfill
+
+JOB_ID = 7
+FIELD_ID = 3
+TS = 117_000_000_000_000_000
+_COLUMN_C = {"field_id": FIELD_ID, "name": "c", "type": "INT", "nullable": True}
+
+
+def _view(backfill_ts: int | None) -> dict[str, Any]:
+    return {
+        "job_id": JOB_ID,
+        "table": "ns.t",
+        "kind": "add_column",
+        "column": "c",
+        "field_id": FIELD_ID,
+        "status": "running",
+        "step": "backfill",
+        "backfill_from_ts": 1,
+        "backfill_ts": backfill_ts,
+        "cancel_requested": False,
+        "waiting_for": None,
+    }
+
+
+class _Client:
+    def __init__(self, *, first_report_applied: bool) -> None:
+        self.clock = SimpleNamespace(now=lambda: TS + 1, physical_now_ms=lambda: TS >> 16)
+        self.first_report_applied = first_report_applied
+        self.reports: list[dict[str, Any]] = []
+        self.accepted_ts: int | None = None
+
+    def job_show(self, job_id: int) -> dict[str, Any]:
+        return _view(self.accepted_ts)
+
+    def job_backfilled(self, job_id: int, **kw: Any) -> dict[str, Any]:
+        self.reports.append(kw)
+        if len(self.reports) == 1:
+            if self.first_report_applied:
+                self.accepted_ts = kw["snapshot_ts"]
+            raise UnavailableError(
+                "job_backfilled: connection to 127.0.0.1:7001 failed after the request was "
+                "sent (reset); its outcome is unknown",
+                details={"outcome_unknown": True},
+            )
+        self.accepted_ts = kw["snapshot_ts"]
+        return {"job_id": job_id, "backfill_ts": kw["snapshot_ts"], "accepted": True}
+
+
+class _Bridge:
+    def __init__(self, client: _Client) -> None:
+        self.client = client
+
+    @contextlib.contextmanager
+    def batch(self, **_kw: Any) -> Iterator[Any]:
+        yield SimpleNamespace(
+            pinned={
+                "ns.t": SimpleNamespace(
+                    version=4, write_columns=[_COLUMN_C], write_only=[_COLUMN_C]
+                )
+            },
+            files=lambda _table: ("/wh/t", []),  # nothing lacks the column
+            read_ts=TS,
+        )
+
+
+@pytest.fixture(autouse=True)
+def _no_pause(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(backfill, "RETRY_PAUSE_S", 0.0)
+
+
+def test_a_report_applied_before_its_reply_was_lost_is_success_reported_once() -> None:
+    client = _Client(first_report_applied=True)
+    result = run_backfill(_Bridge(client), JOB_ID, timeout_s=5)  # type: ignore[arg-type]
+    assert result.outcome == REPORTED and result.snapshot_ts == TS
+    assert len(client.reports) == 1, "an accepted report was sent again"
+
+
+def test_a_report_lost_before_it_was_applied_is_sent_again() -> None:
+    client = _Client(first_report_applied=False)
+    result = run_backfill(_Bridge(client), JOB_ID, timeout_s=5)  # type: ignore[arg-type]
+    assert result.outcome == REPORTED and result.snapshot_ts == TS
+    assert len(client.reports) == 2 and client.accepted_ts == TS
