@@ -154,7 +154,8 @@ def _shown(result: dict[str, object]) -> dict[str, object]:
 @click.pass_context
 def snapshot_restore(ctx: click.Context, file: Path, config_dir: Path) -> None:
     """Create a new cluster whose catalog is FILE's: every member of the cluster in --config
-    starts from it. Then run `metastore cluster up --config DIR`."""
+    starts from it. Then run `metastore cluster up --config DIR`. Its cluster id must differ
+    from the saved cluster's (nodes of the old cluster are then refused as peers)."""
     a = app(ctx)
     cluster = load_cluster_config(config_dir / CLUSTER_FILE_NAME)
     result = backup.restore(file, cluster)

@@ -10,7 +10,8 @@ client frame. The file is
     <the state, exactly `size_bytes` bytes>
 
 Restore (`metastore snapshot restore FILE --config DIR`) seeds a NEW cluster (its own cluster id,
-members and secrets, from `metastore cluster init`): every member's data directory gets a WAL
+members and secrets, from `metastore cluster init`; a cluster id equal to the saved one is
+refused, since peers of the old cluster would be let in): every member's data directory gets a WAL
 holding that state as a Raft snapshot with the new membership, and an IDENTITY; then `cluster up`
 starts it like any cluster with state. The old cluster's DD and CSmax travel with the state (they
 are fixed for a catalog's life); sessions of the old cluster expire, their leases and owned
@@ -142,6 +143,19 @@ def restore(path: Path, cluster: ClusterConfig) -> dict[str, Any]:
     path) leaves no half-restored cluster that a second attempt would refuse as not empty."""
     header, data = read_file(path)
     state = MetastoreState.from_snapshot(data)
+    saved_cluster_id = header.get("cluster_id")
+    if saved_cluster_id == cluster.cluster_id:
+        # Peers tell clusters apart by id (and secret): a member of the saved cluster, which
+        # may still hold its data, would be let into the restored one, and with its higher
+        # term and longer log take it over. Reusing the saved cluster's config directory
+        # (its secrets too) is the usual way to get here.
+        raise InvalidArgumentError(
+            f"{path} was saved from cluster {saved_cluster_id!r}, the cluster id of "
+            f"{cluster.path}: a restore creates a new cluster, whose id must differ so that "
+            "nodes of the old cluster are refused; set another cluster_id in that file, or "
+            "make the new cluster's config with `metastore cluster init DIR --cluster-id NEW`",
+            details={"cluster_id": cluster.cluster_id},
+        )
     for n in cluster.nodes:
         d = cluster.node_data_dir(n.id)
         if d.exists() and (not d.is_dir() or any(d.iterdir())):

@@ -18,11 +18,15 @@ from tests.daemon.harness import write_cluster
 from tests.metastore._driver import Driver
 
 
-def _snapshot_file(path: Path) -> Path:
+def _snapshot_file(path: Path, *, cluster_id: str = "the-saved-cluster") -> Path:
     d = Driver()
     d.ok("CREATE NAMESPACE kept")
     data = d.state.to_snapshot()
-    header = {"size_bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+    header = {
+        "cluster_id": cluster_id,
+        "size_bytes": len(data),
+        "sha256": hashlib.sha256(data).hexdigest(),
+    }
     with path.open("wb") as out:
         backup.write_file(out, header, data)
     return path
@@ -61,3 +65,18 @@ def test_a_failure_midway_leaves_no_member_restored(
     result = backup.restore(file, cluster)  # the same restore, again: nothing in its way
     assert result["members"] == [1, 2, 3]
     assert all((cluster.node_data_dir(i) / "wal").is_dir() for i in (1, 2, 3))
+
+
+def test_a_restore_into_the_backups_own_cluster_id_is_refused(tmp_path: Path) -> None:
+    """The restored cluster must not share the saved cluster's id: a node of the original
+    cluster (same id, and the same secret when the config directory is reused, as restoring
+    into the original config after wiping its data directories does) would pass the peer
+    handshake, and with its higher term and longer log take over the restored cluster."""
+    cluster = load_cluster_config(write_cluster(tmp_path / "cfg"))
+    file = _snapshot_file(tmp_path / "backup.snap", cluster_id=cluster.cluster_id)
+    with pytest.raises(InvalidArgumentError, match="cluster id") as refused:
+        backup.restore(file, cluster)
+    assert "--cluster-id" in refused.value.message
+    assert not cluster.data_dir.exists()
+    other = load_cluster_config(write_cluster(tmp_path / "other", cluster_id="restored"))
+    assert backup.restore(file, other)["cluster_id"] == "restored"
