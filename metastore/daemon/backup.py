@@ -28,6 +28,7 @@ import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
+from stat import S_ISREG
 from typing import Any, BinaryIO, Final
 
 from metastore.daemon.config import ClusterConfig
@@ -35,10 +36,12 @@ from metastore.errors import InvalidArgumentError, MalformedSnapshotError
 from metastore.state import MetastoreState
 from raft.core.types import ConfState, HardState, Snapshot, SnapshotMeta
 from raft.node import IDENTITY_FILE, wrap_snapshot_data
-from raft.wal import WriteAheadLog
+from raft.wal import SNAPSHOT_BYTES_MAX, WriteAheadLog
 
 FILE_MAGIC: Final = b"METASTORE-SNAPSHOT 1\n"
 HEADER_BYTES_MAX: Final = 4096
+# The largest state a file may hold: what a node's WAL takes as a snapshot (less its framing).
+STATE_BYTES_MAX: Final = SNAPSHOT_BYTES_MAX
 # Bytes per `snapshot_chunk` reply: well below the client frame (4 MiB) after msgpack framing.
 CHUNK_BYTES: Final = 1024 * 1024
 # Exports a node keeps at once, and for how long without a read (they are whole states).
@@ -111,25 +114,52 @@ def write_file(out: BinaryIO, header: dict[str, Any], data: bytes) -> None:
 
 
 def read_file(path: Path) -> tuple[dict[str, Any], bytes]:
-    """Header and state of a snapshot file, verified (size, checksum, decodable state)."""
-    raw = path.read_bytes()
-    if not raw.startswith(FILE_MAGIC):
-        raise MalformedSnapshotError(f"{path} is not a metastore snapshot file")
-    rest = raw[len(FILE_MAGIC) :]
-    line_end = rest.find(b"\n", 0, HEADER_BYTES_MAX)
-    if line_end < 0:
-        raise MalformedSnapshotError(f"{path}: header missing or too long")
-    try:
-        header = json.loads(rest[:line_end])
-    except ValueError:
-        raise MalformedSnapshotError(f"{path}: header is not JSON") from None
-    data = rest[line_end + 1 :]
-    if not isinstance(header, dict) or header.get("size_bytes") != len(data):
-        raise MalformedSnapshotError(f"{path}: truncated (size does not match the header)")
+    """Header and state of a snapshot file, verified (size, checksum, decodable state).
+
+    The magic, the header and the file's size are checked before the state is read, so a
+    file that is no snapshot, one cut short, or a header claiming more than a snapshot can
+    hold is refused without reading it into memory; the state is then read once, into one
+    buffer. A pipe (`restore <(curl ...)`) is read the same way, up to the size its header
+    gives."""
+    with path.open("rb") as f:
+        if f.read(len(FILE_MAGIC)) != FILE_MAGIC:
+            raise MalformedSnapshotError(f"{path} is not a metastore snapshot file")
+        line = f.readline(HEADER_BYTES_MAX)
+        if not line.endswith(b"\n"):
+            raise MalformedSnapshotError(f"{path}: header missing or too long")
+        try:
+            header = json.loads(line)
+        except ValueError:
+            raise MalformedSnapshotError(f"{path}: header is not JSON") from None
+        size = header.get("size_bytes") if isinstance(header, dict) else None
+        if type(size) is not int or not 0 <= size <= STATE_BYTES_MAX:
+            raise MalformedSnapshotError(
+                f"{path}: the header's size_bytes {size!r} is not a snapshot's size "
+                f"(0 to {STATE_BYTES_MAX} bytes)"
+            )
+        stat = os.fstat(f.fileno())
+        if S_ISREG(stat.st_mode) and stat.st_size - f.tell() != size:
+            raise _size_mismatch(path, size, stat.st_size - f.tell())
+        data = f.read(size)  # one buffer of the size the header gives (checked above)
+        if len(data) != size:
+            raise _size_mismatch(path, size, len(data))
+        if f.read(1):
+            raise _size_mismatch(path, size, None)
     if hashlib.sha256(data).hexdigest() != header.get("sha256"):
         raise MalformedSnapshotError(f"{path}: checksum mismatch")
     MetastoreState.from_snapshot(data)  # decodes and checks every invariant
     return header, data
+
+
+def _size_mismatch(path: Path, size: int, found: int | None) -> MalformedSnapshotError:
+    if found is not None and found < size:
+        return MalformedSnapshotError(
+            f"{path}: truncated (the header gives {size} bytes of state, the file holds {found})"
+        )
+    return MalformedSnapshotError(
+        f"{path}: the file holds more than the {size} bytes of state its header gives (size "
+        "does not match the header)"
+    )
 
 
 # ------------------------------------------------------------------------------ restore
