@@ -111,9 +111,19 @@ def _file_exists(file: Path) -> CliError:
 
 
 def _put_in_place(partial: Path, file: Path, *, force: bool) -> None:
-    """Rename the verified `partial` to `file` atomically. Without `force`, a `file` made
+    """Rename the verified `partial` to `file` atomically, and make the new name durable (a
+    power loss right after "saved" must not lose the backup). Without `force`, a `file` made
     since the check at the start (another save) is kept: a hard link fails if the name is
     taken, where a rename would replace it."""
+    _link_or_rename(partial, file, force=force)
+    fd = os.open(file.parent, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _link_or_rename(partial: Path, file: Path, *, force: bool) -> None:
     if force:
         partial.replace(file)
         return
