@@ -1076,6 +1076,27 @@ class PeerTransport:
         )
         link.wakeup.set()
 
+    def drop_snapshot_transfers(self) -> int:
+        """Give up every snapshot transfer to a peer (how many there were). The node calls
+        it when it stops leading: only a leader sends snapshots, so one under way is stale.
+        Its receiver drops the part it holds once no chunk came for SNAPSHOT_TRANSFER_IDLE_MS
+        (the protocol has no cancel frame)."""
+        dropped = 0
+        for link in self._links.values():
+            out, link.outgoing = link.outgoing, None
+            if out is None:
+                continue
+            dropped += 1
+            self._log.info(
+                "snapshot transfer %016x to peer %d (%d of %d bytes acknowledged) given up: "
+                "this node no longer leads",
+                out.transfer_id,
+                link.peer_id,
+                out.acked,
+                out.size,
+            )
+        return dropped
+
     # ---- membership -------------------------------------------------------------------------
 
     def set_peers(self, peers: Mapping[int, tuple[str, int]], *, dial: bool = True) -> None:
