@@ -20,6 +20,7 @@ protections with them.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import os
@@ -47,6 +48,9 @@ CHUNK_BYTES: Final = 1024 * 1024
 # Exports a node keeps at once, and for how long without a read (they are whole states).
 EXPORTS_MAX: Final = 2
 EXPORT_TTL_S: Final = 600.0
+# The expiry timer fires this much after an export's TTL ran out, so that one pass finds it
+# expired (`_expire` drops what is strictly older than the TTL).
+EXPIRY_SLACK_S: Final = 0.05
 
 
 @dataclass(slots=True)
@@ -57,10 +61,20 @@ class _Export:
 
 
 class SnapshotExports:
-    """The node side of `snapshot save`: states being downloaded, by export id."""
+    """The node side of `snapshot save`: states being downloaded, by export id.
 
-    def __init__(self) -> None:
+    An export not read for its TTL goes, whether or not another save starts: a timer on the
+    event loop looks again while any export is held (each is a whole copy of the catalog,
+    and a client that gave up never says so)."""
+
+    def __init__(self, *, ttl_s: float = EXPORT_TTL_S) -> None:
         self._exports: dict[str, _Export] = {}
+        self._ttl_s = ttl_s
+        self._timer: asyncio.TimerHandle | None = None
+
+    def held_bytes(self) -> int:
+        """Bytes of state the exports hold (each a whole copy of the catalog)."""
+        return sum(len(e.data) for e in self._exports.values())
 
     def begin(self, state: MetastoreState, *, cluster_id: str, node_id: int) -> dict[str, Any]:
         self._expire()
@@ -79,6 +93,7 @@ class SnapshotExports:
         }
         export_id = uuid.uuid4().hex
         self._exports[export_id] = _Export(data=data, header=header, touched=time.monotonic())
+        self._arm_timer()
         return {"export_id": export_id, **header}
 
     def chunk(self, export_id: str, offset: int) -> dict[str, Any]:
@@ -100,8 +115,25 @@ class SnapshotExports:
 
     def _expire(self) -> None:
         now = time.monotonic()
-        for key in [k for k, e in self._exports.items() if now - e.touched > EXPORT_TTL_S]:
+        for key in [k for k, e in self._exports.items() if now - e.touched > self._ttl_s]:
             del self._exports[key]
+
+    def _arm_timer(self) -> None:
+        """Expire at the oldest export's TTL (and again then, while any is left)."""
+        if self._timer is not None or not self._exports:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # no loop (a tool, a test): the next begin expires them
+            return
+        oldest = min(e.touched for e in self._exports.values())
+        delay_s = max(0.0, oldest + self._ttl_s - time.monotonic()) + EXPIRY_SLACK_S
+        self._timer = loop.call_later(delay_s, self._on_timer)
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        self._expire()
+        self._arm_timer()
 
 
 # ------------------------------------------------------------------------------ the file
