@@ -26,7 +26,8 @@ it, SNAPSHOT_CHUNKS_PER_ROUND per round after the frames queued meanwhile, await
 between rounds: other messages are not starved and the transfer gets back-pressure. A newer
 snapshot replaces the pending transfer; the same one (same message term, snapshot index and
 snapshot term: the core's retry) is ignored while its transfer is pending and starts a new
-transfer once it has completed. Frames of the transport itself (tags >= 64, see raft.wire):
+transfer once it has completed. A node that stops leading gives its transfers up
+(`drop_snapshot_transfers`): only a leader sends snapshots. Frames of the transport itself (tags >= 64, see raft.wire):
 
     chunk  [64, transfer_id, size, offset, epoch, digest, data]
     ack    [65, transfer_id, offset, status, epoch]     status: 0 progress, 1 rewind, 2 done,
