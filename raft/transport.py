@@ -27,7 +27,8 @@ between rounds: other messages are not starved and the transfer gets back-pressu
 snapshot replaces the pending transfer; the same one (same message term, snapshot index and
 snapshot term: the core's retry) is ignored while its transfer is pending and starts a new
 transfer once it has completed. A node that stops leading gives its transfers up
-(`drop_snapshot_transfers`): only a leader sends snapshots. Frames of the transport itself (tags >= 64, see raft.wire):
+(`drop_snapshot_transfers`): only a leader sends snapshots. Frames of the transport itself
+(tags >= 64, see raft.wire):
 
     chunk  [64, transfer_id, size, offset, epoch, digest, data]
     ack    [65, transfer_id, offset, status, epoch]     status: 0 progress, 1 rewind, 2 done,
