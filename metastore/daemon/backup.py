@@ -27,6 +27,7 @@ import os
 import shutil
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from stat import S_ISREG
@@ -200,9 +201,12 @@ def _size_mismatch(path: Path, size: int, found: int | None) -> MalformedSnapsho
 def restore(path: Path, cluster: ClusterConfig) -> dict[str, Any]:
     """Seed every member of `cluster` (a new cluster) with the state in `path`.
 
-    All or nothing: each member's directory is built beside it under a temporary name and
-    renamed into place only once every member's is written, so a failure (disk full, a bad
-    path) leaves no half-restored cluster that a second attempt would refuse as not empty."""
+    All or nothing: the members' directories are built under a temporary name and renamed
+    into place only once every member's is written, so a failure (disk full, a bad path)
+    leaves no half-restored cluster that a second attempt would refuse as not empty. When the
+    data directory does not exist yet, one rename puts all of them in place, so a restore
+    killed at any point does not either; into an existing (empty) data directory the members
+    are renamed one by one."""
     header, data = read_file(path)
     state = MetastoreState.from_snapshot(data)
     saved_cluster_id = header.get("cluster_id")
@@ -235,27 +239,64 @@ def restore(path: Path, cluster: ClusterConfig) -> dict[str, Any]:
         conf=ConfState(voters=voters, learners=()),
     )
     snapshot = Snapshot(meta=meta, data=wrap_snapshot_data(data, addresses))
+
+    def write_member(directory: Path, node_id: int) -> None:
+        shutil.rmtree(directory, ignore_errors=True)  # left by an attempt that was killed
+        directory.mkdir(parents=True)
+        wal, _ = WriteAheadLog.open(directory / "wal", fsync=True)
+        try:
+            wal.install_snapshot(snapshot)
+            wal.append([], HardState(term=1, vote=0, commit=meta.index))
+        finally:
+            wal.close()
+        identity = {"cluster_id": cluster.cluster_id, "node_id": node_id, "restored_from": header}
+        (directory / IDENTITY_FILE).write_text(json.dumps(identity) + "\n")
+        os.chmod(directory, 0o700)
+
+    data_dir = cluster.data_dir
+    if not data_dir.exists() and not data_dir.is_symlink():
+        # The usual case (a fresh `cluster init`): every member is built under one temporary
+        # directory that a single rename turns into the data directory, so even a restore
+        # killed at any point (kill -9, a power loss) leaves every member restored or none.
+        # Not over an existing one: it may be a mount point or a symlink to another disk.
+        staging = data_dir.with_name(f".{data_dir.name}.restoring")
+        shutil.rmtree(staging, ignore_errors=True)  # left by an attempt that was killed
+        try:
+            for n in cluster.nodes:
+                write_member(staging / cluster.node_data_dir(n.id).name, n.id)
+            _fsync_dir(staging)
+            staging.rename(data_dir)
+            _fsync_dir(data_dir.parent)
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+    else:
+        _restore_member_by_member(cluster, write_member)
+    return {
+        "restored_from": header,
+        "cluster_id": cluster.cluster_id,
+        "members": list(voters),
+        "applied_index": meta.index,
+    }
+
+
+def _restore_member_by_member(
+    cluster: ClusterConfig, write_member: Callable[[Path, int], None]
+) -> None:
+    """Each member's directory built beside it and renamed into place once all are written
+    (the data directory holds something else too, so it cannot be replaced whole): a failure
+    leaves no member restored; a kill between two renames can."""
     staged: list[tuple[Path, Path]] = []
     placed: list[Path] = []
     try:
         for n in cluster.nodes:
             d = cluster.node_data_dir(n.id)
             tmp = d.with_name(f".{d.name}.restoring")
-            shutil.rmtree(tmp, ignore_errors=True)  # left by an attempt that was killed
             staged.append((tmp, d))
-            tmp.mkdir(parents=True)
-            wal, _ = WriteAheadLog.open(tmp / "wal", fsync=True)
-            try:
-                wal.install_snapshot(snapshot)
-                wal.append([], HardState(term=1, vote=0, commit=meta.index))
-            finally:
-                wal.close()
-            identity = {"cluster_id": cluster.cluster_id, "node_id": n.id, "restored_from": header}
-            (tmp / IDENTITY_FILE).write_text(json.dumps(identity) + "\n")
-            os.chmod(tmp, 0o700)
+            write_member(tmp, n.id)
         for tmp, d in staged:
             if d.exists():
-                d.rmdir()  # checked empty above
+                d.rmdir()  # checked empty before
             tmp.rename(d)
             placed.append(d)
             _fsync_dir(d.parent)
@@ -265,12 +306,6 @@ def restore(path: Path, cluster: ClusterConfig) -> dict[str, Any]:
         for d in placed:  # they were absent or empty before
             shutil.rmtree(d, ignore_errors=True)
         raise
-    return {
-        "restored_from": header,
-        "cluster_id": cluster.cluster_id,
-        "members": list(voters),
-        "applied_index": meta.index,
-    }
 
 
 def _fsync_dir(directory: Path) -> None:

@@ -6,6 +6,9 @@ again. Real files, no processes."""
 from __future__ import annotations
 
 import hashlib
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -13,9 +16,12 @@ import pytest
 from metastore.daemon import backup
 from metastore.daemon.config import load_cluster_config
 from metastore.errors import InvalidArgumentError
+from raft.node import IDENTITY_FILE
 from raft.wal import WriteAheadLog
 from tests.daemon.harness import write_cluster
 from tests.metastore._driver import Driver
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _snapshot_file(path: Path, *, cluster_id: str = "the-saved-cluster") -> Path:
@@ -80,3 +86,53 @@ def test_a_restore_into_the_backups_own_cluster_id_is_refused(tmp_path: Path) ->
     assert not cluster.data_dir.exists()
     other = load_cluster_config(write_cluster(tmp_path / "other", cluster_id="restored"))
     assert backup.restore(file, other)["cluster_id"] == "restored"
+
+
+def test_a_restore_killed_while_it_puts_members_in_place_leaves_all_or_none(
+    tmp_path: Path,
+) -> None:
+    """The members were renamed into place one by one: a restore killed between two renames
+    (kill -9, a power loss) left some members restored and others empty, which `cluster up`
+    refuses and a second restore refuses as not empty. Killed here right after its first
+    rename, in a child process."""
+    config = write_cluster(tmp_path / "cfg", cluster_id="restored")
+    file = _snapshot_file(tmp_path / "backup.snap")
+    code = textwrap.dedent(
+        """
+        import os, sys
+        from pathlib import Path
+        from metastore.daemon import backup
+        from metastore.daemon.config import load_cluster_config
+        real_rename = Path.rename
+        def rename_then_die(self, target):
+            done = real_rename(self, target)
+            os._exit(3)  # killed right after the first rename
+        Path.rename = rename_then_die
+        backup.restore(Path(sys.argv[1]), load_cluster_config(Path(sys.argv[2])))
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(file), str(config)],
+        cwd=REPO,
+        env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 3, done.stderr
+    cluster = load_cluster_config(config)
+    restored = [i for i in (1, 2, 3) if (cluster.node_data_dir(i) / IDENTITY_FILE).exists()]
+    assert restored in ([], [1, 2, 3]), restored
+
+
+def test_an_existing_empty_data_dir_is_kept_not_replaced(tmp_path: Path) -> None:
+    """A data directory that exists (a mount point, a symlink to another disk) receives the
+    members; it is not replaced by a directory of the restore's making."""
+    cluster = load_cluster_config(write_cluster(tmp_path / "cfg"))
+    elsewhere = tmp_path / "other-disk"
+    elsewhere.mkdir()
+    cluster.data_dir.symlink_to(elsewhere)
+    backup.restore(_snapshot_file(tmp_path / "backup.snap"), cluster)
+    assert cluster.data_dir.is_symlink()
+    assert sorted(p.name for p in elsewhere.iterdir()) == ["node-1", "node-2", "node-3"]
