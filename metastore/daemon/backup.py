@@ -250,8 +250,12 @@ def restore(path: Path, cluster: ClusterConfig) -> dict[str, Any]:
         finally:
             wal.close()
         identity = {"cluster_id": cluster.cluster_id, "node_id": node_id, "restored_from": header}
-        (directory / IDENTITY_FILE).write_text(json.dumps(identity) + "\n")
+        with (directory / IDENTITY_FILE).open("w") as f:
+            f.write(json.dumps(identity) + "\n")
+            f.flush()
+            os.fsync(f.fileno())  # a member whose IDENTITY a power loss emptied cannot start
         os.chmod(directory, 0o700)
+        _fsync_dir(directory)
 
     data_dir = cluster.data_dir
     if not data_dir.exists() and not data_dir.is_symlink():
