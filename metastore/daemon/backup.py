@@ -2,8 +2,9 @@
 
 Save (`metastore snapshot save FILE`, any node): the node serialises its state machine at its
 applied index (one `to_snapshot()` on the event loop, so it is consistent at one index), keeps
-the bytes for a few minutes under an export id, and hands them out in chunks that fit the
-client frame. The file is
+the bytes under an export id until they were read or for EXPORT_TTL_S without a read (in a
+file under `<data-dir>/snapshot-exports/`, mapped and deleted at once, not on the heap), and
+hands them out in chunks that fit the client frame. The file is
 
     METASTORE-SNAPSHOT 1\\n
     {"cluster_id", "node_id", "applied_index", "last_tm", "size_bytes", "sha256", "taken_at_ms"}\\n
@@ -23,6 +24,8 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import logging
+import mmap
 import os
 import shutil
 import time
@@ -40,6 +43,8 @@ from raft.core.types import ConfState, HardState, Snapshot, SnapshotMeta
 from raft.node import IDENTITY_FILE, wrap_snapshot_data
 from raft.wal import SNAPSHOT_BYTES_MAX, WriteAheadLog
 
+log = logging.getLogger("metastore.backup")
+
 FILE_MAGIC: Final = b"METASTORE-SNAPSHOT 1\n"
 HEADER_BYTES_MAX: Final = 4096
 # The largest state a file may hold: what a node's WAL takes as a snapshot (less its framing).
@@ -49,6 +54,12 @@ CHUNK_BYTES: Final = 1024 * 1024
 # Exports a node keeps at once, and for how long without a read (they are whole states).
 EXPORTS_MAX: Final = 2
 EXPORT_TTL_S: Final = 600.0
+# Under a node's data directory: where its exports are spooled.
+EXPORT_SPOOL_DIR: Final = "snapshot-exports"
+# An export's file in the spool directory, deleted as soon as it is mapped.
+EXPORT_SPOOL_SUFFIX: Final = ".part"
+# Bytes per write while an export is spooled.
+SPOOL_WRITE_BYTES: Final = 4 * 1024 * 1024
 # The expiry timer fires this much after an export's TTL ran out, so that one pass finds it
 # expired (`_expire` drops what is strictly older than the TTL).
 EXPIRY_SLACK_S: Final = 0.05
@@ -56,9 +67,13 @@ EXPIRY_SLACK_S: Final = 0.05
 
 @dataclass(slots=True)
 class _Export:
-    data: bytes
+    data: bytes | mmap.mmap  # a map of a deleted spool file, or the bytes themselves
     header: dict[str, Any]
     touched: float
+
+    def release(self) -> None:
+        if isinstance(self.data, mmap.mmap):
+            self.data.close()  # its pages (and the deleted file's blocks) go now
 
 
 class SnapshotExports:
@@ -68,10 +83,14 @@ class SnapshotExports:
     event loop looks again while any export is held (each is a whole copy of the catalog,
     and a client that gave up never says so)."""
 
-    def __init__(self, *, ttl_s: float = EXPORT_TTL_S) -> None:
+    def __init__(self, *, ttl_s: float = EXPORT_TTL_S, spool_dir: Path | None = None) -> None:
         self._exports: dict[str, _Export] = {}
         self._ttl_s = ttl_s
         self._timer: asyncio.TimerHandle | None = None
+        self._spool_dir = spool_dir
+        if spool_dir is not None:
+            for leftover in spool_dir.glob(f"export-*{EXPORT_SPOOL_SUFFIX}"):
+                leftover.unlink(missing_ok=True)  # a crash between its write and its unlink
 
     def held_bytes(self) -> int:
         """Bytes of state the exports hold (each a whole copy of the catalog)."""
@@ -81,7 +100,7 @@ class SnapshotExports:
         self._expire()
         if len(self._exports) >= EXPORTS_MAX:
             oldest = min(self._exports, key=lambda k: self._exports[k].touched)
-            del self._exports[oldest]
+            self._exports.pop(oldest).release()
         data = state.to_snapshot()
         header = {
             "cluster_id": cluster_id,
@@ -93,9 +112,34 @@ class SnapshotExports:
             "taken_at_ms": int(time.time() * 1000),
         }
         export_id = uuid.uuid4().hex
-        self._exports[export_id] = _Export(data=data, header=header, touched=time.monotonic())
+        held = self._spool(export_id, data)
+        del data  # the encoding's only other reference: with a spool, the heap is free again
+        self._exports[export_id] = _Export(data=held, header=header, touched=time.monotonic())
         self._arm_timer()
         return {"export_id": export_id, **header}
+
+    def _spool(self, export_id: str, data: bytes) -> bytes | mmap.mmap:
+        """`data` written to a spool file that is mapped and deleted at once (so a crash
+        leaves nothing), or `data` itself without a spool directory, for an empty state, or
+        when the file cannot be written (disk full: the save still works, on the heap)."""
+        if self._spool_dir is None or not data:
+            return data
+        path = self._spool_dir / f"export-{export_id}{EXPORT_SPOOL_SUFFIX}"
+        try:
+            self._spool_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+            try:
+                with memoryview(data) as view:
+                    written = 0
+                    while written < len(view):
+                        written += os.write(fd, view[written : written + SPOOL_WRITE_BYTES])
+                return mmap.mmap(fd, len(data), access=mmap.ACCESS_READ)
+            finally:
+                os.close(fd)
+                path.unlink(missing_ok=True)
+        except OSError as exc:
+            log.warning("snapshot export kept in memory: cannot spool it to %s: %s", path, exc)
+            return data
 
     def chunk(self, export_id: str, offset: int) -> dict[str, Any]:
         export = self._exports.get(export_id)
@@ -111,13 +155,13 @@ class SnapshotExports:
         piece = export.data[offset : offset + CHUNK_BYTES]
         done = offset + len(piece) >= len(export.data)
         if done:
-            del self._exports[export_id]
+            self._exports.pop(export_id).release()
         return {"offset": offset, "data": piece, "done": done}
 
     def _expire(self) -> None:
         now = time.monotonic()
         for key in [k for k, e in self._exports.items() if now - e.touched > self._ttl_s]:
-            del self._exports[key]
+            self._exports.pop(key).release()
 
     def _arm_timer(self) -> None:
         """Expire at the oldest export's TTL (and again then, while any is left)."""
