@@ -26,7 +26,7 @@ from hlc import HlcError, make_ts, to_iso
 from metastore.client import parse_endpoint
 from metastore.daemon import backup
 from metastore.daemon.config import CLUSTER_FILE_NAME, load_cluster_config
-from metastore.errors import InvalidArgumentError, MetastoreError
+from metastore.errors import InvalidArgumentError, MalformedSnapshotError, MetastoreError
 
 
 @click.group("snapshot")
@@ -85,11 +85,21 @@ def snapshot_save(ctx: click.Context, file: Path, endpoint: str | None, force: b
                     "snapshot_chunk", {"export_id": export_id, "offset": offset}, used
                 )
                 data = piece["data"]
+                if not isinstance(data, bytes) or offset + len(data) > size:
+                    raise MalformedSnapshotError(
+                        f"{used} sent more than the {size} bytes of state its header gave "
+                        "(size does not match the header)"
+                    )
                 out.write(data)
                 offset += len(data)
                 click.echo(f"\rdownloaded {offset:,} of {size:,} bytes", err=True, nl=False)
                 if piece["done"]:
                     break
+                if offset >= size or not data:  # every piece moves on, up to the size
+                    raise MalformedSnapshotError(
+                        f"{used} did not end the download at the {size} bytes of state its "
+                        "header gave (size does not match the header)"
+                    )
             out.flush()
             os.fsync(out.fileno())
         click.echo("", err=True)
