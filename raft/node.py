@@ -405,7 +405,6 @@ class RaftNode:
         self._tasks: list[asyncio.Task[None]] = []
         # A snapshot file being written by its own thread (see _maybe_snapshot).
         self._snapshot_task: asyncio.Task[PreparedSnapshot] | None = None
-        self._led = False  # whether the core led at the end of the driver's last pass
         self._stopped = False  # no more work: stop() was called, or a fatal error happened
         self._closed = False  # stop() released the resources
         self.stopped_reason = ""
@@ -1179,12 +1178,11 @@ class RaftNode:
         while core.has_ready():
             await self._handle_ready(core.ready())
             self._step_inputs()  # inputs that arrived during the fsync join this batch
-        leads = core.is_leader()
-        if self._led and not leads and self.transport is not None:
+        if not core.is_leader() and self.transport is not None:
             # Only a leader sends snapshots: a transfer still under way is stale now, and
-            # would compete with the new leader's on the follower's link and disk.
+            # would compete with the new leader's on the follower's link and disk. (Asked at
+            # every pass, not at a step-down only: a leadership may begin and end in one.)
             self.transport.drop_snapshot_transfers()
-        self._led = leads
         if self._snapshot_task is not None and self._snapshot_task.done():
             await self._maybe_snapshot(core)  # written while idle: commit it now
 

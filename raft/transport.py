@@ -1085,9 +1085,10 @@ class PeerTransport:
         (the protocol has no cancel frame)."""
         dropped = 0
         for link in self._links.values():
-            out, link.outgoing = link.outgoing, None
+            out = link.outgoing
             if out is None:
                 continue
+            link.outgoing = None
             dropped += 1
             self._log.info(
                 "snapshot transfer %016x to peer %d (%d of %d bytes acknowledged) given up: "
