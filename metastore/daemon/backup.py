@@ -332,8 +332,8 @@ def _restore_member_by_member(
     cluster: ClusterConfig, write_member: Callable[[Path, int], None]
 ) -> None:
     """Each member's directory built beside it and renamed into place once all are written
-    (the data directory holds something else too, so it cannot be replaced whole): a failure
-    leaves no member restored; a kill between two renames can."""
+    (the data directory exists, maybe a mount point or a symlink, so it is not replaced
+    whole): a failure leaves no member restored; a kill between two renames can."""
     staged: list[tuple[Path, Path]] = []
     placed: list[Path] = []
     try:
