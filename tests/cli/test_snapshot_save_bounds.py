@@ -5,9 +5,12 @@ and leaves nothing behind. A fake node speaking the protocol; no cluster."""
 
 from __future__ import annotations
 
+import fcntl
+import os
 from pathlib import Path
 from typing import Any
 
+from metastore.errors import UnavailableError
 from tests.cli.test_cli import _isolated_cwd, against  # noqa: F401 - autouse fixture
 from tests.client.fake_node import ThreadedFakeNode
 
@@ -47,3 +50,30 @@ def test_a_download_that_runs_past_its_size_is_refused(tmp_path: Path) -> None:
     assert "MALFORMED_SNAPSHOT" in result.stderr and "size" in result.stderr, result.stderr
     assert chunks == [0, 4], chunks  # it stopped once it held the announced size
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_second_save_to_the_same_file_while_one_runs_is_refused(tmp_path: Path) -> None:
+    """Two saves to one FILE (a backup job that overlaps the next run) shared FILE.partial:
+    the second truncated the first's download under it, and whichever failed first deleted
+    the other's file. A save now holds a lock on its .partial; a second one is refused before
+    it asks any node for anything, and the first's bytes are untouched."""
+    ops: list[str] = []
+
+    async def handler(op: str, args: dict[str, Any]) -> dict[str, Any]:
+        ops.append(op)
+        raise UnavailableError("no request expected")
+
+    file = tmp_path / "catalog.snap"
+    partial = tmp_path / "catalog.snap.partial"
+    partial.write_bytes(b"the first save's bytes")
+    fd = os.open(partial, os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # the first save, still running
+        with ThreadedFakeNode(handler=handler) as node:
+            result = against(node, "snapshot", "save", str(file))
+    finally:
+        os.close(fd)
+    assert result.exit_code == 5, result.output
+    assert "another" in result.stderr and str(partial) in result.stderr, result.stderr
+    assert ops == []
+    assert partial.read_bytes() == b"the first save's bytes" and not file.exists()
