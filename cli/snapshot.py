@@ -3,7 +3,8 @@
 `save FILE` asks one node (the first that answers, or --endpoint) for its catalog at its applied
 index, downloads it in chunks with progress on stderr, and writes FILE (header with the cluster
 id, applied index and SHA-256, then the state), owner-only (0600), verified before it is
-renamed into place; an existing FILE is never replaced unless --force.
+renamed into place; an existing FILE is never replaced unless --force, and a second save to
+the same FILE while one runs is refused (FILE.partial is locked).
 `restore FILE --config DIR` checks FILE and writes it as the starting state of every member of
 the NEW cluster in DIR (see metastore/daemon/backup.py); start it with `metastore cluster up
 --config DIR`. Table data (Parquet) is not part of the snapshot: back up the warehouse with
@@ -12,6 +13,7 @@ your storage's tools, and take the catalog snapshot after it.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 from pathlib import Path
@@ -19,14 +21,14 @@ from pathlib import Path
 import click
 from rich.text import Text
 
-from cli.context import LOCAL_CONFIG_DIR, app
+from cli.context import LOCAL_CONFIG_DIR, App, app
 from cli.errors import EXIT_REFUSED, EXIT_USAGE, CliError
 from cli.output import emit, kv_table
 from hlc import HlcError, make_ts, to_iso
 from metastore.client import parse_endpoint
 from metastore.daemon import backup
 from metastore.daemon.config import CLUSTER_FILE_NAME, load_cluster_config
-from metastore.errors import InvalidArgumentError, MetastoreError
+from metastore.errors import InvalidArgumentError, MalformedSnapshotError, MetastoreError
 
 
 @click.group("snapshot")
@@ -52,6 +54,48 @@ def snapshot_save(ctx: click.Context, file: Path, endpoint: str | None, force: b
         except InvalidArgumentError as exc:  # a bad flag: usage (2), not a refusal (5)
             raise CliError("USAGE", f"--endpoint: {exc.message}", exit_code=EXIT_USAGE) from None
     a = app(ctx)
+    partial = file.with_name(file.name + ".partial")
+    fd = _lock_partial(partial, file)  # before any request: a refused save costs no export
+    try:
+        header = _download(a, fd, partial, file, endpoint=endpoint, force=force)
+    except BaseException:
+        partial.unlink(missing_ok=True)  # ours (locked): a failed save leaves nothing behind
+        raise
+    finally:
+        os.close(fd)
+    emit(a.output, header, lambda: [kv_table(_shown(header), title="snapshot saved")])
+
+
+def _lock_partial(partial: Path, file: Path) -> int:
+    """Open and lock FILE.partial (owner only: the whole catalog, which the cluster serves to
+    admins alone): one save per FILE at a time. A second one is refused instead of
+    truncating the first's download; a killed save's lock went with its process."""
+    fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        # The name may have moved on meanwhile (the previous save put it in place, or
+        # removed it): the lock must be on what the name holds now.
+        if os.fstat(fd).st_ino != os.stat(partial).st_ino:
+            raise BlockingIOError
+    except (BlockingIOError, FileNotFoundError):
+        os.close(fd)
+        raise CliError(
+            "ALREADY_EXISTS",
+            f"another `snapshot save` to {file} is running ({partial} is locked); nothing was "
+            "written",
+            exit_code=EXIT_REFUSED,
+        ) from None
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _download(
+    a: App, fd: int, partial: Path, file: Path, *, endpoint: str | None, force: bool
+) -> dict[str, object]:
+    """Take the snapshot from a node into the locked `partial` (fd), verify it, and put it in
+    place as `file`. The result to show."""
     client = a.client()
     header: dict[str, object] | None = None
     used = ""
@@ -69,37 +113,37 @@ def snapshot_save(ctx: click.Context, file: Path, endpoint: str | None, force: b
     export_id = str(header.pop("export_id"))
     header.pop("waited_ms", None)  # how this call went, not part of the file's header
     size = int(str(header["size_bytes"]))
-    partial = file.with_name(file.name + ".partial")
     offset = 0
-    try:
-        # Owner only: the whole catalog, which the cluster serves to admins alone (a node
-        # keeps it in a 0700 directory). fchmod too: a .partial left by a killed save keeps
-        # its mode through O_CREAT.
-        fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        os.fchmod(fd, 0o600)
-        with os.fdopen(fd, "wb") as out:
-            out.write(backup.FILE_MAGIC)
-            out.write(json.dumps(header, sort_keys=True).encode() + b"\n")
-            while True:
-                piece = client.call(
-                    "snapshot_chunk", {"export_id": export_id, "offset": offset}, used
+    # fchmod too: a .partial left by a killed save keeps its mode through O_CREAT.
+    os.ftruncate(fd, 0)
+    os.fchmod(fd, 0o600)
+    with os.fdopen(os.dup(fd), "wb") as out:
+        out.write(backup.FILE_MAGIC)
+        out.write(json.dumps(header, sort_keys=True).encode() + b"\n")
+        while True:
+            piece = client.call("snapshot_chunk", {"export_id": export_id, "offset": offset}, used)
+            data = piece["data"]
+            if not isinstance(data, bytes) or offset + len(data) > size:
+                raise MalformedSnapshotError(
+                    f"{used} sent more than the {size} bytes of state its header gave "
+                    "(size does not match the header)"
                 )
-                data = piece["data"]
-                out.write(data)
-                offset += len(data)
-                click.echo(f"\rdownloaded {offset:,} of {size:,} bytes", err=True, nl=False)
-                if piece["done"]:
-                    break
-            out.flush()
-            os.fsync(out.fileno())
-        click.echo("", err=True)
-        backup.read_file(partial)  # size, checksum and a full decode, before it counts as saved
-        _put_in_place(partial, file, force=force)
-    except BaseException:
-        partial.unlink(missing_ok=True)  # a failed or interrupted save leaves nothing behind
-        raise
-    result = {"file": str(file), "from": used, **header}
-    emit(a.output, result, lambda: [kv_table(_shown(result), title="snapshot saved")])
+            out.write(data)
+            offset += len(data)
+            click.echo(f"\rdownloaded {offset:,} of {size:,} bytes", err=True, nl=False)
+            if piece["done"]:
+                break
+            if offset >= size or not data:  # every piece moves on, up to the size
+                raise MalformedSnapshotError(
+                    f"{used} did not end the download at the {size} bytes of state its "
+                    "header gave (size does not match the header)"
+                )
+        out.flush()
+        os.fsync(out.fileno())
+    click.echo("", err=True)
+    backup.read_file(partial)  # size, checksum and a full decode, before it counts as saved
+    _put_in_place(partial, file, force=force)
+    return {"file": str(file), "from": used, **header}
 
 
 def _file_exists(file: Path) -> CliError:
@@ -111,9 +155,19 @@ def _file_exists(file: Path) -> CliError:
 
 
 def _put_in_place(partial: Path, file: Path, *, force: bool) -> None:
-    """Rename the verified `partial` to `file` atomically. Without `force`, a `file` made
+    """Rename the verified `partial` to `file` atomically, and make the new name durable (a
+    power loss right after "saved" must not lose the backup). Without `force`, a `file` made
     since the check at the start (another save) is kept: a hard link fails if the name is
     taken, where a rename would replace it."""
+    _link_or_rename(partial, file, force=force)
+    fd = os.open(file.parent, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _link_or_rename(partial: Path, file: Path, *, force: bool) -> None:
     if force:
         partial.replace(file)
         return
@@ -154,7 +208,8 @@ def _shown(result: dict[str, object]) -> dict[str, object]:
 @click.pass_context
 def snapshot_restore(ctx: click.Context, file: Path, config_dir: Path) -> None:
     """Create a new cluster whose catalog is FILE's: every member of the cluster in --config
-    starts from it. Then run `metastore cluster up --config DIR`."""
+    starts from it. Then run `metastore cluster up --config DIR`. Its cluster id must differ
+    from the saved cluster's (nodes of the old cluster are then refused as peers)."""
     a = app(ctx)
     cluster = load_cluster_config(config_dir / CLUSTER_FILE_NAME)
     result = backup.restore(file, cluster)

@@ -88,3 +88,10 @@ SNAPSHOT_TRANSFER_BYTES_MAX = 1024 * _MIB + 16 * _MIB
 # reconnect the sender continues from the last acknowledged offset, so at most this much (plus
 # what was in flight) is sent twice.
 SNAPSHOT_ACK_INTERVAL_BYTES = 8 * _MIB
+
+# A receiver deletes a transfer it holds part of (its spool file) once no chunk of it arrived
+# for this long: its sender restarted, or stopped sending it (deposed, or the follower caught
+# up from another leader), and nothing else would ever end it. A sender that goes on later
+# is asked for it from the start (rewind). Far above the reconnect backoff, so a dropped
+# connection resumes where it was.
+SNAPSHOT_TRANSFER_IDLE_MS = 60_000

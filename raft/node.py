@@ -63,6 +63,7 @@ from raft.core.types import (
     Message,
     NodeId,
     RequestVote,
+    Snapshot,
     TimeoutNow,
 )
 from raft.errors import NodeIdentityError, RaftError, TransportConfigError
@@ -1187,6 +1188,11 @@ class RaftNode:
         while core.has_ready():
             await self._handle_ready(core.ready())
             self._step_inputs()  # inputs that arrived during the fsync join this batch
+        if not core.is_leader() and self.transport is not None:
+            # Only a leader sends snapshots: a transfer still under way is stale now, and
+            # would compete with the new leader's on the follower's link and disk. (Asked at
+            # every pass, not at a step-down only: a leadership may begin and end in one.)
+            self.transport.drop_snapshot_transfers()
         if self._snapshot_task is not None and self._snapshot_task.done():
             await self._maybe_snapshot(core)  # written while idle: commit it now
 
@@ -1309,8 +1315,14 @@ class RaftNode:
                 self.fsync_seconds_total += time.perf_counter() - started
             else:
                 started = time.perf_counter()
-                await asyncio.get_running_loop().run_in_executor(self._io, self._persist, rd)
+                stored = await asyncio.get_running_loop().run_in_executor(
+                    self._io, self._persist, rd
+                )
                 self.fsync_seconds_total += time.perf_counter() - started
+                if stored is not None:
+                    # The log's copy (mapped from its own file), not the received one (a map
+                    # of the transport's deleted spool file, whose disk space it would keep).
+                    self._core().adopt_stored_snapshot(stored)
         if rd.messages:
             for m in rd.messages:
                 self._send(transport, m)
@@ -1356,12 +1368,15 @@ class RaftNode:
             and sum(len(e.data) for e in rd.entries) <= PERSIST_INLINE_BYTES_MAX
         )
 
-    def _persist(self, rd: Ready) -> None:
+    def _persist(self, rd: Ready) -> Snapshot | None:
+        """Write `rd` to the log; the snapshot it installs as stored, if any."""
         wal = self._wal()
+        stored = None
         if rd.snapshot is not None:
-            wal.install_snapshot(rd.snapshot)
+            stored = wal.install_snapshot(rd.snapshot)
         if rd.entries or rd.hard_state is not None:
             wal.append(rd.entries, rd.hard_state)
+        return stored
 
     def _apply(self, entries: tuple[Entry, ...]) -> None:
         if not entries:

@@ -26,7 +26,9 @@ it, SNAPSHOT_CHUNKS_PER_ROUND per round after the frames queued meanwhile, await
 between rounds: other messages are not starved and the transfer gets back-pressure. A newer
 snapshot replaces the pending transfer; the same one (same message term, snapshot index and
 snapshot term: the core's retry) is ignored while its transfer is pending and starts a new
-transfer once it has completed. Frames of the transport itself (tags >= 64, see raft.wire):
+transfer once it has completed. A node that stops leading gives its transfers up
+(`drop_snapshot_transfers`): only a leader sends snapshots. Frames of the transport itself
+(tags >= 64, see raft.wire):
 
     chunk  [64, transfer_id, size, offset, epoch, digest, data]
     ack    [65, transfer_id, offset, status, epoch]     status: 0 progress, 1 rewind, 2 done,
@@ -41,7 +43,10 @@ checks). It answers on its own outbound link to the sender: progress every
 SNAPSHOT_ACK_INTERVAL_BYTES, done at the end, failed when it drops the transfer (malformed
 chunk, over the limit, bad digest, undecodable message: counted and logged, nothing is closed),
 and rewind(the offset it holds) when a chunk leaves a gap or belongs to a transfer it does not
-hold (it restarted, or dropped it). A failed transfer is forgotten by the sender; the core's next
+hold (it restarted, or dropped it). A transfer no chunk of which added bytes for
+SNAPSHOT_TRANSFER_IDLE_MS is dropped, spool file and all, without a word to the sender: it
+restarted or gave the transfer up (nothing else would end it); if it goes on, a rewind asks
+for it from the start. A failed transfer is forgotten by the sender; the core's next
 retry starts a new one. After a reconnect the sender continues from the acknowledged offset, not
 from zero. `epoch` counts the sender's passes over a transfer (bumped at each reconnect, rewind
 and nudge): the receiver sends at most one rewind per (transfer, epoch) and the sender ignores a
@@ -167,6 +172,7 @@ from raft.limits import (
     SNAPSHOT_CHUNK_BYTES,
     SNAPSHOT_CHUNKS_PER_ROUND,
     SNAPSHOT_TRANSFER_BYTES_MAX,
+    SNAPSHOT_TRANSFER_IDLE_MS,
     STRANGERS_PER_HOST_MAX,
 )
 from raft.tls import (
@@ -256,7 +262,8 @@ class PeerStats(TypedDict):
     snapshot_transfer_acked_bytes: int  # of which the peer acknowledged this many
     # Snapshot transfers from this peer.
     snapshot_transfers_received: int  # whole and verified (then checked like any message)
-    snapshot_transfers_dropped: int  # malformed chunk, over the limit, bad digest or message
+    snapshot_transfers_dropped: int  # malformed chunk, over the limit, bad digest or message,
+    # or idle for SNAPSHOT_TRANSFER_IDLE_MS
 
 
 class TransportStats(TypedDict):
@@ -449,7 +456,18 @@ class _Incoming:
     transport has a spool directory (then the heap holds one chunk at a time, whatever the
     snapshot's size, and the complete transfer is mapped, not read), else in memory."""
 
-    __slots__ = ("acked", "buf", "fd", "hasher", "held", "path", "size", "transfer_id")
+    __slots__ = (
+        "acked",
+        "buf",
+        "expiry",
+        "fd",
+        "hasher",
+        "held",
+        "last_chunk_at",
+        "path",
+        "size",
+        "transfer_id",
+    )
 
     def __init__(
         self, transfer_id: int, size: int, *, peer_id: NodeId, spool_dir: Path | None
@@ -460,6 +478,10 @@ class _Incoming:
         self.buf = bytearray()
         self.hasher = hashlib.sha256()  # of bytes [0, held)
         self.acked = 0  # the offset in our last progress ack
+        # The loop time of the last chunk that added bytes, and the timer that drops the
+        # transfer once none came for the idle limit (see SNAPSHOT_TRANSFER_IDLE_MS).
+        self.last_chunk_at = 0.0
+        self.expiry: asyncio.TimerHandle | None = None
         self.fd = -1
         self.path: Path | None = None
         if spool_dir is not None:
@@ -490,6 +512,9 @@ class _Incoming:
 
     def discard(self) -> None:
         """Forget the bytes held (closing and deleting the spool file). Idempotent."""
+        if self.expiry is not None:
+            self.expiry.cancel()
+            self.expiry = None
         if self.fd >= 0:
             os.close(self.fd)
             self.fd = -1
@@ -732,6 +757,7 @@ class PeerTransport:
         snapshot_chunk_bytes: int | None = None,
         snapshot_transfer_bytes_max: int = SNAPSHOT_TRANSFER_BYTES_MAX,
         snapshot_ack_interval_bytes: int = SNAPSHOT_ACK_INTERVAL_BYTES,
+        snapshot_transfer_idle_ms: int = SNAPSHOT_TRANSFER_IDLE_MS,
         tls: TlsFiles | None = None,
         revoked: Callable[[str], bool] | None = None,
         snapshot_spool_dir: Path | None = None,
@@ -772,6 +798,7 @@ class PeerTransport:
             "snapshot_transfer_bytes_max", snapshot_transfer_bytes_max, 1, FRAME_LENGTH_CAPACITY
         )
         _check_limit("snapshot_ack_interval_bytes", snapshot_ack_interval_bytes, 1, 2**62)
+        _check_limit("snapshot_transfer_idle_ms", snapshot_transfer_idle_ms, 1, 10**9)
         check_peers(peers)
         # Built now, so a bad file stops the node before it listens, not at its first link.
         self._tls_server: ssl.SSLContext | None = None
@@ -798,6 +825,7 @@ class PeerTransport:
         self._snapshot_chunk_bytes = snapshot_chunk_bytes
         self._snapshot_transfer_bytes_max = snapshot_transfer_bytes_max
         self._snapshot_ack_interval_bytes = snapshot_ack_interval_bytes
+        self._snapshot_transfer_idle_s = snapshot_transfer_idle_ms / 1000
         self._snapshot_spool_dir = snapshot_spool_dir
         if snapshot_spool_dir is not None:
             _remove_spool_leftovers(snapshot_spool_dir, self._log)
@@ -1049,6 +1077,28 @@ class PeerTransport:
             out.size,
         )
         link.wakeup.set()
+
+    def drop_snapshot_transfers(self) -> int:
+        """Give up every snapshot transfer to a peer (how many there were). The node calls
+        it when it stops leading: only a leader sends snapshots, so one under way is stale.
+        Its receiver drops the part it holds once no chunk came for SNAPSHOT_TRANSFER_IDLE_MS
+        (the protocol has no cancel frame)."""
+        dropped = 0
+        for link in self._links.values():
+            out = link.outgoing
+            if out is None:
+                continue
+            link.outgoing = None
+            dropped += 1
+            self._log.info(
+                "snapshot transfer %016x to peer %d (%d of %d bytes acknowledged) given up: "
+                "this node no longer leads",
+                out.transfer_id,
+                link.peer_id,
+                out.acked,
+                out.size,
+            )
+        return dropped
 
     # ---- membership -------------------------------------------------------------------------
 
@@ -1729,6 +1779,11 @@ class PeerTransport:
                 self._drop_incoming(link, transfer_id, epoch, f"cannot create spool file: {exc}")
                 return
             link.incoming = inc
+            loop = asyncio.get_running_loop()
+            inc.last_chunk_at = loop.time()
+            inc.expiry = loop.call_later(
+                self._snapshot_transfer_idle_s, self._expire_incoming, link, inc
+            )
             self._log.info(
                 "snapshot transfer %016x from peer %d started (%d bytes)",
                 transfer_id,
@@ -1750,6 +1805,7 @@ class PeerTransport:
             self._drop_incoming(link, transfer_id, epoch, f"cannot write spool file: {exc}")
             return
         held = end
+        inc.last_chunk_at = asyncio.get_running_loop().time()
         if held < size:
             if held - inc.acked >= self._snapshot_ack_interval_bytes:
                 inc.acked = held
@@ -1797,6 +1853,32 @@ class PeerTransport:
             "dropping snapshot transfer %016x from peer %d: %s", transfer_id, link.peer_id, why
         )
         self._send_ack(link, transfer_id, 0, ACK_FAILED, epoch)
+
+    def _expire_incoming(self, link: _Link, inc: _Incoming) -> None:
+        """The idle timer of `inc`: drop it if no chunk added bytes for the idle limit (its
+        sender restarted or gave it up), else look again when the limit would be reached."""
+        inc.expiry = None
+        if link.incoming is not inc:
+            return  # completed, dropped or replaced meanwhile (their discard ends the timer)
+        loop = asyncio.get_running_loop()
+        idle_s = loop.time() - inc.last_chunk_at
+        if idle_s < self._snapshot_transfer_idle_s:
+            inc.expiry = loop.call_later(
+                self._snapshot_transfer_idle_s - idle_s, self._expire_incoming, link, inc
+            )
+            return
+        self._discard_incoming(link)
+        link.snapshot_transfers_dropped += 1
+        self._log.warning(
+            "dropping snapshot transfer %016x from peer %d: no chunk for %.0f s (%d of %d "
+            "bytes held); its sender restarted or gave it up, and is asked for it from the "
+            "start if it goes on",
+            inc.transfer_id,
+            link.peer_id,
+            idle_s,
+            inc.held,
+            inc.size,
+        )
 
     @staticmethod
     def _discard_incoming(link: _Link) -> None:

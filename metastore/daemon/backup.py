@@ -2,15 +2,17 @@
 
 Save (`metastore snapshot save FILE`, any node): the node serialises its state machine at its
 applied index (one `to_snapshot()` on the event loop, so it is consistent at one index), keeps
-the bytes for a few minutes under an export id, and hands them out in chunks that fit the
-client frame. The file is
+the bytes under an export id until they were read or for EXPORT_TTL_S without a read (in a
+file under `<data-dir>/snapshot-exports/`, mapped and deleted at once, not on the heap), and
+hands them out in chunks that fit the client frame. The file is
 
     METASTORE-SNAPSHOT 1\\n
     {"cluster_id", "node_id", "applied_index", "last_tm", "size_bytes", "sha256", "taken_at_ms"}\\n
     <the state, exactly `size_bytes` bytes>
 
 Restore (`metastore snapshot restore FILE --config DIR`) seeds a NEW cluster (its own cluster id,
-members and secrets, from `metastore cluster init`): every member's data directory gets a WAL
+members and secrets, from `metastore cluster init`; a cluster id equal to the saved one is
+refused, since peers of the old cluster would be let in): every member's data directory gets a WAL
 holding that state as a Raft snapshot with the new membership, and an IDENTITY; then `cluster up`
 starts it like any cluster with state. The old cluster's DD and CSmax travel with the state (they
 are fixed for a catalog's life); sessions of the old cluster expire, their leases and owned
@@ -19,14 +21,19 @@ protections with them.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
+import logging
+import mmap
 import os
 import shutil
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from stat import S_ISREG
 from typing import Any, BinaryIO, Final
 
 from metastore.daemon.config import ClusterConfig
@@ -34,35 +41,66 @@ from metastore.errors import InvalidArgumentError, MalformedSnapshotError
 from metastore.state import MetastoreState
 from raft.core.types import ConfState, HardState, Snapshot, SnapshotMeta
 from raft.node import IDENTITY_FILE, wrap_snapshot_data
-from raft.wal import WriteAheadLog
+from raft.wal import SNAPSHOT_BYTES_MAX, WriteAheadLog
+
+log = logging.getLogger("metastore.backup")
 
 FILE_MAGIC: Final = b"METASTORE-SNAPSHOT 1\n"
 HEADER_BYTES_MAX: Final = 4096
+# The largest state a file may hold: what a node's WAL takes as a snapshot (less its framing).
+STATE_BYTES_MAX: Final = SNAPSHOT_BYTES_MAX
 # Bytes per `snapshot_chunk` reply: well below the client frame (4 MiB) after msgpack framing.
 CHUNK_BYTES: Final = 1024 * 1024
 # Exports a node keeps at once, and for how long without a read (they are whole states).
 EXPORTS_MAX: Final = 2
 EXPORT_TTL_S: Final = 600.0
+# Under a node's data directory: where its exports are spooled.
+EXPORT_SPOOL_DIR: Final = "snapshot-exports"
+# An export's file in the spool directory, deleted as soon as it is mapped.
+EXPORT_SPOOL_SUFFIX: Final = ".part"
+# Bytes per write while an export is spooled.
+SPOOL_WRITE_BYTES: Final = 4 * 1024 * 1024
+# The expiry timer fires this much after an export's TTL ran out, so that one pass finds it
+# expired (`_expire` drops what is strictly older than the TTL).
+EXPIRY_SLACK_S: Final = 0.05
 
 
 @dataclass(slots=True)
 class _Export:
-    data: bytes
+    data: bytes | mmap.mmap  # a map of a deleted spool file, or the bytes themselves
     header: dict[str, Any]
     touched: float
 
+    def release(self) -> None:
+        if isinstance(self.data, mmap.mmap):
+            self.data.close()  # its pages (and the deleted file's blocks) go now
+
 
 class SnapshotExports:
-    """The node side of `snapshot save`: states being downloaded, by export id."""
+    """The node side of `snapshot save`: states being downloaded, by export id.
 
-    def __init__(self) -> None:
+    An export not read for its TTL goes, whether or not another save starts: a timer on the
+    event loop looks again while any export is held (each is a whole copy of the catalog,
+    and a client that gave up never says so)."""
+
+    def __init__(self, *, ttl_s: float = EXPORT_TTL_S, spool_dir: Path | None = None) -> None:
         self._exports: dict[str, _Export] = {}
+        self._ttl_s = ttl_s
+        self._timer: asyncio.TimerHandle | None = None
+        self._spool_dir = spool_dir
+        if spool_dir is not None:
+            for leftover in spool_dir.glob(f"export-*{EXPORT_SPOOL_SUFFIX}"):
+                leftover.unlink(missing_ok=True)  # a crash between its write and its unlink
+
+    def held_bytes(self) -> int:
+        """Bytes of state the exports hold (each a whole copy of the catalog)."""
+        return sum(len(e.data) for e in self._exports.values())
 
     def begin(self, state: MetastoreState, *, cluster_id: str, node_id: int) -> dict[str, Any]:
         self._expire()
         if len(self._exports) >= EXPORTS_MAX:
             oldest = min(self._exports, key=lambda k: self._exports[k].touched)
-            del self._exports[oldest]
+            self._exports.pop(oldest).release()
         data = state.to_snapshot()
         header = {
             "cluster_id": cluster_id,
@@ -74,8 +112,34 @@ class SnapshotExports:
             "taken_at_ms": int(time.time() * 1000),
         }
         export_id = uuid.uuid4().hex
-        self._exports[export_id] = _Export(data=data, header=header, touched=time.monotonic())
+        held = self._spool(export_id, data)
+        del data  # the encoding's only other reference: with a spool, the heap is free again
+        self._exports[export_id] = _Export(data=held, header=header, touched=time.monotonic())
+        self._arm_timer()
         return {"export_id": export_id, **header}
+
+    def _spool(self, export_id: str, data: bytes) -> bytes | mmap.mmap:
+        """`data` written to a spool file that is mapped and deleted at once (so a crash
+        leaves nothing), or `data` itself without a spool directory, for an empty state, or
+        when the file cannot be written (disk full: the save still works, on the heap)."""
+        if self._spool_dir is None or not data:
+            return data
+        path = self._spool_dir / f"export-{export_id}{EXPORT_SPOOL_SUFFIX}"
+        try:
+            self._spool_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+            try:
+                with memoryview(data) as view:
+                    written = 0
+                    while written < len(view):
+                        written += os.write(fd, view[written : written + SPOOL_WRITE_BYTES])
+                return mmap.mmap(fd, len(data), access=mmap.ACCESS_READ)
+            finally:
+                os.close(fd)
+                path.unlink(missing_ok=True)
+        except OSError as exc:
+            log.warning("snapshot export kept in memory: cannot spool it to %s: %s", path, exc)
+            return data
 
     def chunk(self, export_id: str, offset: int) -> dict[str, Any]:
         export = self._exports.get(export_id)
@@ -91,13 +155,30 @@ class SnapshotExports:
         piece = export.data[offset : offset + CHUNK_BYTES]
         done = offset + len(piece) >= len(export.data)
         if done:
-            del self._exports[export_id]
+            self._exports.pop(export_id).release()
         return {"offset": offset, "data": piece, "done": done}
 
     def _expire(self) -> None:
         now = time.monotonic()
-        for key in [k for k, e in self._exports.items() if now - e.touched > EXPORT_TTL_S]:
-            del self._exports[key]
+        for key in [k for k, e in self._exports.items() if now - e.touched > self._ttl_s]:
+            self._exports.pop(key).release()
+
+    def _arm_timer(self) -> None:
+        """Expire at the oldest export's TTL (and again then, while any is left)."""
+        if self._timer is not None or not self._exports:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # no loop (a tool, a test): the next begin expires them
+            return
+        oldest = min(e.touched for e in self._exports.values())
+        delay_s = max(0.0, oldest + self._ttl_s - time.monotonic()) + EXPIRY_SLACK_S
+        self._timer = loop.call_later(delay_s, self._on_timer)
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        self._expire()
+        self._arm_timer()
 
 
 # ------------------------------------------------------------------------------ the file
@@ -110,25 +191,52 @@ def write_file(out: BinaryIO, header: dict[str, Any], data: bytes) -> None:
 
 
 def read_file(path: Path) -> tuple[dict[str, Any], bytes]:
-    """Header and state of a snapshot file, verified (size, checksum, decodable state)."""
-    raw = path.read_bytes()
-    if not raw.startswith(FILE_MAGIC):
-        raise MalformedSnapshotError(f"{path} is not a metastore snapshot file")
-    rest = raw[len(FILE_MAGIC) :]
-    line_end = rest.find(b"\n", 0, HEADER_BYTES_MAX)
-    if line_end < 0:
-        raise MalformedSnapshotError(f"{path}: header missing or too long")
-    try:
-        header = json.loads(rest[:line_end])
-    except ValueError:
-        raise MalformedSnapshotError(f"{path}: header is not JSON") from None
-    data = rest[line_end + 1 :]
-    if not isinstance(header, dict) or header.get("size_bytes") != len(data):
-        raise MalformedSnapshotError(f"{path}: truncated (size does not match the header)")
+    """Header and state of a snapshot file, verified (size, checksum, decodable state).
+
+    The magic, the header and the file's size are checked before the state is read, so a
+    file that is no snapshot, one cut short, or a header claiming more than a snapshot can
+    hold is refused without reading it into memory; the state is then read once, into one
+    buffer. A pipe (`restore <(curl ...)`) is read the same way, up to the size its header
+    gives."""
+    with path.open("rb") as f:
+        if f.read(len(FILE_MAGIC)) != FILE_MAGIC:
+            raise MalformedSnapshotError(f"{path} is not a metastore snapshot file")
+        line = f.readline(HEADER_BYTES_MAX)
+        if not line.endswith(b"\n"):
+            raise MalformedSnapshotError(f"{path}: header missing or too long")
+        try:
+            header = json.loads(line)
+        except ValueError:
+            raise MalformedSnapshotError(f"{path}: header is not JSON") from None
+        size = header.get("size_bytes") if isinstance(header, dict) else None
+        if type(size) is not int or not 0 <= size <= STATE_BYTES_MAX:
+            raise MalformedSnapshotError(
+                f"{path}: the header's size_bytes {size!r} is not a snapshot's size "
+                f"(0 to {STATE_BYTES_MAX} bytes)"
+            )
+        stat = os.fstat(f.fileno())
+        if S_ISREG(stat.st_mode) and stat.st_size - f.tell() != size:
+            raise _size_mismatch(path, size, stat.st_size - f.tell())
+        data = f.read(size)  # one buffer of the size the header gives (checked above)
+        if len(data) != size:
+            raise _size_mismatch(path, size, len(data))
+        if f.read(1):
+            raise _size_mismatch(path, size, None)
     if hashlib.sha256(data).hexdigest() != header.get("sha256"):
         raise MalformedSnapshotError(f"{path}: checksum mismatch")
     MetastoreState.from_snapshot(data)  # decodes and checks every invariant
     return header, data
+
+
+def _size_mismatch(path: Path, size: int, found: int | None) -> MalformedSnapshotError:
+    if found is not None and found < size:
+        return MalformedSnapshotError(
+            f"{path}: truncated (the header gives {size} bytes of state, the file holds {found})"
+        )
+    return MalformedSnapshotError(
+        f"{path}: the file holds more than the {size} bytes of state its header gives (size "
+        "does not match the header)"
+    )
 
 
 # ------------------------------------------------------------------------------ restore
@@ -137,11 +245,27 @@ def read_file(path: Path) -> tuple[dict[str, Any], bytes]:
 def restore(path: Path, cluster: ClusterConfig) -> dict[str, Any]:
     """Seed every member of `cluster` (a new cluster) with the state in `path`.
 
-    All or nothing: each member's directory is built beside it under a temporary name and
-    renamed into place only once every member's is written, so a failure (disk full, a bad
-    path) leaves no half-restored cluster that a second attempt would refuse as not empty."""
+    All or nothing: the members' directories are built under a temporary name and renamed
+    into place only once every member's is written, so a failure (disk full, a bad path)
+    leaves no half-restored cluster that a second attempt would refuse as not empty. When the
+    data directory does not exist yet, one rename puts all of them in place, so a restore
+    killed at any point does not either; into an existing (empty) data directory the members
+    are renamed one by one."""
     header, data = read_file(path)
     state = MetastoreState.from_snapshot(data)
+    saved_cluster_id = header.get("cluster_id")
+    if saved_cluster_id == cluster.cluster_id:
+        # Peers tell clusters apart by id (and secret): a member of the saved cluster, which
+        # may still hold its data, would be let into the restored one, and with its higher
+        # term and longer log take it over. Reusing the saved cluster's config directory
+        # (its secrets too) is the usual way to get here.
+        raise InvalidArgumentError(
+            f"{path} was saved from cluster {saved_cluster_id!r}, the cluster id of "
+            f"{cluster.path}: a restore creates a new cluster, whose id must differ so that "
+            "nodes of the old cluster are refused; set another cluster_id in that file, or "
+            "make the new cluster's config with `metastore cluster init DIR --cluster-id NEW`",
+            details={"cluster_id": cluster.cluster_id},
+        )
     for n in cluster.nodes:
         d = cluster.node_data_dir(n.id)
         if d.exists() and (not d.is_dir() or any(d.iterdir())):
@@ -159,27 +283,68 @@ def restore(path: Path, cluster: ClusterConfig) -> dict[str, Any]:
         conf=ConfState(voters=voters, learners=()),
     )
     snapshot = Snapshot(meta=meta, data=wrap_snapshot_data(data, addresses))
+
+    def write_member(directory: Path, node_id: int) -> None:
+        shutil.rmtree(directory, ignore_errors=True)  # left by an attempt that was killed
+        directory.mkdir(parents=True)
+        wal, _ = WriteAheadLog.open(directory / "wal", fsync=True)
+        try:
+            wal.install_snapshot(snapshot)
+            wal.append([], HardState(term=1, vote=0, commit=meta.index))
+        finally:
+            wal.close()
+        identity = {"cluster_id": cluster.cluster_id, "node_id": node_id, "restored_from": header}
+        with (directory / IDENTITY_FILE).open("w") as f:
+            f.write(json.dumps(identity) + "\n")
+            f.flush()
+            os.fsync(f.fileno())  # a member whose IDENTITY a power loss emptied cannot start
+        os.chmod(directory, 0o700)
+        _fsync_dir(directory)
+
+    data_dir = cluster.data_dir
+    if not data_dir.exists() and not data_dir.is_symlink():
+        # The usual case (a fresh `cluster init`): every member is built under one temporary
+        # directory that a single rename turns into the data directory, so even a restore
+        # killed at any point (kill -9, a power loss) leaves every member restored or none.
+        # Not over an existing one: it may be a mount point or a symlink to another disk.
+        staging = data_dir.with_name(f".{data_dir.name}.restoring")
+        shutil.rmtree(staging, ignore_errors=True)  # left by an attempt that was killed
+        try:
+            for n in cluster.nodes:
+                write_member(staging / cluster.node_data_dir(n.id).name, n.id)
+            _fsync_dir(staging)
+            staging.rename(data_dir)
+            _fsync_dir(data_dir.parent)
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+    else:
+        _restore_member_by_member(cluster, write_member)
+    return {
+        "restored_from": header,
+        "cluster_id": cluster.cluster_id,
+        "members": list(voters),
+        "applied_index": meta.index,
+    }
+
+
+def _restore_member_by_member(
+    cluster: ClusterConfig, write_member: Callable[[Path, int], None]
+) -> None:
+    """Each member's directory built beside it and renamed into place once all are written
+    (the data directory exists, maybe a mount point or a symlink, so it is not replaced
+    whole): a failure leaves no member restored; a kill between two renames can."""
     staged: list[tuple[Path, Path]] = []
     placed: list[Path] = []
     try:
         for n in cluster.nodes:
             d = cluster.node_data_dir(n.id)
             tmp = d.with_name(f".{d.name}.restoring")
-            shutil.rmtree(tmp, ignore_errors=True)  # left by an attempt that was killed
             staged.append((tmp, d))
-            tmp.mkdir(parents=True)
-            wal, _ = WriteAheadLog.open(tmp / "wal", fsync=True)
-            try:
-                wal.install_snapshot(snapshot)
-                wal.append([], HardState(term=1, vote=0, commit=meta.index))
-            finally:
-                wal.close()
-            identity = {"cluster_id": cluster.cluster_id, "node_id": n.id, "restored_from": header}
-            (tmp / IDENTITY_FILE).write_text(json.dumps(identity) + "\n")
-            os.chmod(tmp, 0o700)
+            write_member(tmp, n.id)
         for tmp, d in staged:
             if d.exists():
-                d.rmdir()  # checked empty above
+                d.rmdir()  # checked empty before
             tmp.rename(d)
             placed.append(d)
             _fsync_dir(d.parent)
@@ -189,12 +354,6 @@ def restore(path: Path, cluster: ClusterConfig) -> dict[str, Any]:
         for d in placed:  # they were absent or empty before
             shutil.rmtree(d, ignore_errors=True)
         raise
-    return {
-        "restored_from": header,
-        "cluster_id": cluster.cluster_id,
-        "members": list(voters),
-        "applied_index": meta.index,
-    }
 
 
 def _fsync_dir(directory: Path) -> None:

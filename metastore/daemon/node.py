@@ -30,6 +30,7 @@ from metastore import limits as mlimits
 from metastore.apply_version import APPLY_VERSION_SUPPORTED
 from metastore.commands import ExpireSessions, InitCluster, encode_command
 from metastore.daemon.audit import AuditLog
+from metastore.daemon.backup import EXPORT_SPOOL_DIR
 from metastore.daemon.config import NodeSettings, load_node_config
 from metastore.daemon.forward import LeaderForwarder
 from metastore.daemon.gc_worker import GcWorker
@@ -210,6 +211,7 @@ class MetastoreNode:
             tls=api_tls,
             tls_client_cert_required=tls is not None and tls.client_cert_required,
             own_cert_fingerprint=self.own_cert_fingerprint,
+            export_spool_dir=settings.data_dir / EXPORT_SPOOL_DIR,
         )
         self.http = HttpEndpoint(self.metrics, self.status_map)
         # Set once the transport's owner and the API exist (a restore at start calls it).

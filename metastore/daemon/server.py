@@ -23,6 +23,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any, Final, TypeVar
 
 import msgpack
@@ -266,8 +267,11 @@ class ApiServer:
         loose_files_max: int = mlimits.LOOSE_FILES_MAX_DEFAULT,
         read_staleness_max_ms: int = L.READ_STALENESS_MAX_MS_DEFAULT,
         own_cert_fingerprint: str = "",
+        export_spool_dir: Path | None = None,
     ) -> None:
-        """`tls`: serve the client port over TLS with this server context (raft.tls);
+        """`export_spool_dir`: where `snapshot save` exports are spooled (mapped, their files
+        deleted at once) instead of held on the heap.
+        `tls`: serve the client port over TLS with this server context (raft.tls);
         `tls_client_cert_required`: refuse, at hello, a client that presented no certificate
         (the context verifies those presented). `read_staleness_max_ms`: see
         `_check_fresh_for_files`."""
@@ -283,7 +287,7 @@ class ApiServer:
         self.loose_files_max = loose_files_max
         self.read_staleness_max_ms = read_staleness_max_ms
         self.gc = gc
-        self.exports = SnapshotExports()
+        self.exports = SnapshotExports(spool_dir=export_spool_dir)
         self.sm = sm
         self.clock = clock
         self.secrets = secrets

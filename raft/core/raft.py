@@ -433,6 +433,15 @@ class RaftCore:
         self._base_conf = base_conf
         self._confs = [c for c in self._confs if c[0] > cut]
 
+    def adopt_stored_snapshot(self, stored: Snapshot) -> None:
+        """`stored` is the snapshot this core received from a leader, as the driver's log
+        stored it (its data mapped from the log's own file when large): hold that copy from
+        now on, not the received one, whose data may map the file the transport spooled it
+        to (deleted once the transfer completed, but its disk space stays taken while it is
+        mapped). Only the bytes' home changes; a snapshot of another position is ignored."""
+        if stored.meta == self.snapshot.meta:
+            self.snapshot = stored
+
     # ================================================================ ready / advance
 
     def has_ready(self) -> bool:

@@ -32,13 +32,21 @@ FRAME_MAX = 4 * 1024 * 1024
 
 
 def write_cluster(
-    directory: Path, n: int = 3, *, dd_ms: int = 300, cs_max_ms: int = 100, **extra: Any
+    directory: Path,
+    n: int = 3,
+    *,
+    dd_ms: int = 300,
+    cs_max_ms: int = 100,
+    cluster_id: str | None = None,
+    **extra: Any,
 ) -> Path:
     # DD 300 ms and CSmax 100 ms (the product defaults are 500/500): every DDL waits DD + CSmax,
     # and the suite runs a few hundred; one machine has no clock skew, and the chaos test (clock
     # jumps included) runs with these values too.
     ports = free_ports(3 * n)
-    lines = [f'cluster_id = "test-{os.getpid()}"', f"dd_ms = {dd_ms}", f"cs_max_ms = {cs_max_ms}"]
+    # A restore must go to another cluster id than the saved cluster's: tests pass one.
+    cluster_id = f"test-{os.getpid()}" if cluster_id is None else cluster_id
+    lines = [f'cluster_id = "{cluster_id}"', f"dd_ms = {dd_ms}", f"cs_max_ms = {cs_max_ms}"]
     lines += [f"{k} = {v}" for k, v in extra.items()]
     for i in range(n):
         lines += [

@@ -95,7 +95,7 @@ def test_a_saved_snapshot_restores_into_a_new_cluster_with_identical_answers(
     header = json.loads(saved.stdout)
     assert header["size_bytes"] > 0 and len(header["sha256"]) == 64
 
-    target_config = write_cluster(tmp_path / "target", 3)
+    target_config = write_cluster(tmp_path / "target", 3, cluster_id="restored")
     restored = CliRunner().invoke(
         cli, ["-o", "json", "snapshot", "restore", str(file), "--config", str(target_config.parent)]
     )

@@ -258,7 +258,7 @@ def test_a_backup_carries_the_list_and_a_node_restored_from_it_knows_it(
     assert {r.fingerprint for r in MetastoreState.from_snapshot(data).revoked.entries()} == revoked
 
     # A one-node TLS cluster restored from it (the restored node checks peers against it).
-    target = write_cluster(tmp_path / "restored", 1)
+    target = write_cluster(tmp_path / "restored", 1, cluster_id="restored")
     restored_certs = generate_dev_certs(tmp_path / "restored-tls", node_ids=[1])
     with target.open("a") as f:
         f.write(tls_table(restored_certs.ca_cert.parent))

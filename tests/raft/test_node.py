@@ -816,6 +816,89 @@ async def test_a_snapshot_from_the_leader_overtakes_one_being_written(
     assert not list(directory.glob("*.tmp"))
 
 
+def spool_maps() -> list[str]:
+    """This process's maps of snapshot-spool files (deleted once a transfer completes: a map
+    left keeps the file's disk space, invisible to `du`, until it goes)."""
+    maps = Path("/proc/self/maps").read_text().splitlines()
+    return [line for line in maps if "snapshot-spool" in line]
+
+
+async def test_an_installed_snapshot_does_not_keep_its_spool_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A snapshot larger than a chunk reaches a lagging follower through a spool file, which
+    the transport maps and deletes; once the log has written the snapshot to its own file,
+    the core must hold that copy. It held the received one, the spool's map, until the
+    follower's next snapshot: a second copy of the whole state on disk, for thousands of
+    entries."""
+    real_on_message = RaftNode._on_message
+    cut = {"id": 0}
+    # Three chunks' worth of state: the transfer is spooled (SNAPSHOT_CHUNK_BYTES is 1 MiB).
+    monkeypatch.setattr(ListStateMachine, "snapshot", lambda self: b"s" * (3 * 1024 * 1024))
+
+    def on_message(self: RaftNode, m: Message) -> None:
+        if self.node_id != cut["id"]:
+            real_on_message(self, m)
+
+    monkeypatch.setattr(RaftNode, "_on_message", on_message)
+    async with cluster(tmp_path, 3, snapshot_every_entries=50, snapshot_keep_entries=0) as nodes:
+        leader = await leader_of(nodes)
+        follower = next(n for n in nodes.values() if n is not leader)
+        cut["id"] = follower.node_id  # it hears nothing while the leader compacts past it
+        for i in range(60):
+            await leader.propose(b"x%d" % i)
+        assert await _eventually(lambda: leader.status().core.snapshot_index >= 50, 10)
+        leader_snapshot = leader.status().core.snapshot_index
+        cut["id"] = 0
+        assert await _eventually(
+            lambda: follower.status().core.snapshot_index >= leader_snapshot, 10
+        ), "the leader's snapshot was not installed"
+        assert follower.transport is not None
+        received = follower.transport.stats()["peers"][leader.node_id]
+        assert received["snapshot_transfers_received"] == 1  # it came in chunks, spooled
+        assert await _eventually(lambda: not spool_maps(), 3), spool_maps()
+        assert follower.stopped_reason == ""
+
+
+async def test_a_deposed_leader_stops_sending_its_snapshot(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Only a leader sends snapshots: once deposed, a transfer it had under way is stale (the
+    new leader sends its own, and the follower refuses the old term's). It went on to its
+    end, up to 1 GiB competing with the new leader's transfer on the follower's link and
+    disk; now the node gives it up when it stops leading."""
+    real_on_message = RaftNode._on_message
+    cut = {"id": 0}
+    monkeypatch.setattr(ListStateMachine, "snapshot", lambda self: b"s" * (3 * 1024 * 1024))
+
+    def on_message(self: RaftNode, m: Message) -> None:
+        if self.node_id != cut["id"]:
+            real_on_message(self, m)
+
+    monkeypatch.setattr(RaftNode, "_on_message", on_message)
+    async with cluster(tmp_path, 3, snapshot_every_entries=50, snapshot_keep_entries=0) as nodes:
+        leader = await leader_of(nodes)
+        follower, third = (n for n in nodes.values() if n is not leader)
+        assert follower.transport is not None and leader.transport is not None
+        # The follower's transport takes no chunk: the transfer stays under way.
+        monkeypatch.setattr(follower.transport, "_on_chunk", lambda link, obj: None)
+        cut["id"] = follower.node_id
+        for i in range(60):
+            await leader.propose(b"x%d" % i)
+        assert await _eventually(lambda: leader.status().core.snapshot_index >= 50, 10)
+        cut["id"] = 0
+
+        def pending() -> int:
+            assert leader.transport is not None
+            peers = leader.transport.stats()["peers"]
+            return int(peers[follower.node_id]["snapshot_transfer_bytes"])
+
+        assert await _eventually(lambda: pending() > 0, 10), "no transfer started"
+        await leader.transfer_leader(third.node_id)
+        assert await _eventually(lambda: third.is_leader(), 10)
+        assert await _eventually(lambda: pending() == 0, 3), "the deposed leader still sends"
+
+
 async def test_stop_waits_for_a_snapshot_file_being_written(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

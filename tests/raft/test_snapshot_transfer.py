@@ -311,6 +311,36 @@ async def test_spool_files_go_with_a_dropped_or_unfinished_transfer(tmp_path: Pa
     assert snapshots(b_inbox) == []
 
 
+async def test_a_transfer_its_sender_abandoned_does_not_keep_its_spool_file(
+    tmp_path: Path,
+) -> None:
+    """The sender crashes (or stops sending: deposed, its follower caught up from another
+    leader) halfway: the receiver's spool file held that half for as long as the receiver
+    ran, since only another transfer from the same peer ended it. Now it goes once no chunk
+    came for the idle limit, and a later resend of the transfer starts it over."""
+    spool = tmp_path / "spool"
+    idle_ms = 300
+    a_inbox, b_inbox = Inbox(), Inbox()
+    a = make(1, a_inbox, **LARGER)
+    b = make(2, b_inbox, **LARGER, snapshot_spool_dir=spool, snapshot_transfer_idle_ms=idle_ms)
+    async with running(b):
+        await a.start()
+        mesh({1: a, 2: b})
+        crashing: list[asyncio.Task[None]] = []
+        fired = on_receiver_progress(
+            b, 1, 1 / 4, lambda: crashing.append(asyncio.create_task(a.stop()))
+        )
+        a.send(snapshot_msg(BIG_BYTES))
+        await eventually(lambda: bool(crashing), "the receiver got part of the transfer")
+        await crashing[0]
+        assert fired and len(spool_files(spool)) == 1
+        await eventually(
+            lambda: spool_files(spool) == [], "the abandoned transfer's spool file deleted"
+        )
+        assert b._links[1].incoming is None
+        assert snapshots(b_inbox) == []
+
+
 async def test_data_that_arrives_after_stop_is_neither_delivered_nor_spooled(
     tmp_path: Path,
 ) -> None:
