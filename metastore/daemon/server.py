@@ -1000,17 +1000,59 @@ class ApiServer:
         return cluster.dd
 
     async def _wait_safe(self, ts: int, timeout_ms: int) -> float:
-        """Wait until safe time >= ts. Returns the milliseconds waited."""
-        try:
-            return await self.node.wait_for_safe_time(ts, timeout_ms=timeout_ms)
-        except SafeTimeTimeoutError as exc:
-            raise RequestTimeoutError(
-                str(exc),
-                details={"wanted": exc.wanted_ts, "safe_time": exc.safe_time, "lag_ms": exc.lag_ms},
-            ) from None
-        except (NodeStoppedError, QueueFullError) as exc:
-            # QueueFullError: SAFE_TIME_WAITERS_MAX reads already wait here; retryable.
-            raise UnavailableError(str(exc)) from None
+        """Wait until safe time >= ts. Returns the milliseconds waited.
+
+        A node that is not applying its leader's entries (its safe time trails its clock by
+        more than read_staleness_max_ms: cut off one way, it still hears its leader and stays
+        ready) would wait out the caller's whole timeout and answer TIMEOUT, which clients
+        raise as is: reads failed while other nodes could answer at once. So such a node does
+        not wait (NOT_READY, which clients fail over), and a wait is taken in slices of that
+        bound, each followed by the same check, so a node that stops applying while a read
+        waits gives up after one slice rather than the caller's timeout. A node that is
+        applying waits as long as the caller allows (a ts within CSmax ahead of the clocks)."""
+        if self.node.safe_time >= ts:
+            return 0.0
+        waited_ms = 0.0
+        left_ms = timeout_ms
+        # Bounded: each slice takes at least 1 ms of `left_ms`.
+        while True:
+            self._check_applying()
+            slice_ms = max(1, min(left_ms, self.read_staleness_max_ms))
+            try:
+                return waited_ms + await self.node.wait_for_safe_time(ts, timeout_ms=slice_ms)
+            except SafeTimeTimeoutError as exc:
+                waited_ms += slice_ms
+                left_ms -= slice_ms
+                if left_ms <= 0:
+                    raise RequestTimeoutError(
+                        f"safe time {ts_text(exc.safe_time)} did not reach {ts_text(ts)} "
+                        f"within {timeout_ms} ms (lagging {exc.lag_ms} ms)",
+                        details={
+                            "wanted": exc.wanted_ts,
+                            "safe_time": exc.safe_time,
+                            "lag_ms": exc.lag_ms,
+                        },
+                    ) from None
+            except (NodeStoppedError, QueueFullError) as exc:
+                # QueueFullError: SAFE_TIME_WAITERS_MAX reads already wait here; retryable.
+                raise UnavailableError(str(exc)) from None
+
+    def _check_applying(self) -> None:
+        """NOT_READY (retryable: the client asks another node) when this node's safe time
+        trails its clock by more than read_staleness_max_ms: it is not applying the leader's
+        entries, so a read waiting for its safe time would wait in vain."""
+        lag_ms = self.clock.physical_now_ms() - physical_ms(self.node.safe_time)
+        if lag_ms > self.read_staleness_max_ms:
+            raise NotReadyError(
+                f"this node's safe time trails its clock by {lag_ms} ms, more than "
+                f"read_staleness_max_ms={self.read_staleness_max_ms}: it is not applying the "
+                "leader's entries, so it cannot answer for this timestamp soon; ask another node",
+                details={
+                    "node_id": self.node.node_id,
+                    "safe_time_lag_ms": lag_ms,
+                    "read_staleness_max_ms": self.read_staleness_max_ms,
+                },
+            )
 
     def _cs_max_ms(self) -> int:
         """CSmax as fixed by InitCluster for the whole cluster, never this node's config file:
@@ -2461,7 +2503,8 @@ class ApiServer:
         Only once the node has applied every entry committed before the call: a commit
         acknowledged anywhere before now has a Tm at most CSmax ahead of this node's clock,
         so safe time past now + CSmax covers it. A node that is not applying (cut off from its
-        leader) answers TIMEOUT, retryable, instead of saving an old catalog."""
+        leader) answers TIMEOUT, or NOT_READY once its safe time trails its clock by more than
+        read_staleness_max_ms (`_wait_safe`), retryable, instead of saving an old catalog."""
         self._require_ready()
         top = self.clock.now() + (self._cs_max_ms() << LOGICAL_BITS)
         waited = await self._wait_safe(top, _timeout(args))
