@@ -1130,8 +1130,9 @@ class ApiServer:
     async def _schema_at(self, _s: Session, args: Args) -> dict[str, Any]:
         self._require_ready()
         table = _req_str(args, "table", L.TABLE_NAME_CHARS_MAX)
+        name = TableName.parse(table)  # bad input is refused before any wait
         top, waited = await self._at(args, "ts")
-        v = self.sm.state.schema_at(table, top)
+        v = self.sm.state.schema_at(name, top)
         out = version_view(table, v)
         out.update({"ts": top, "waited_ms": waited, "safe_time": self.node.safe_time})
         return out
@@ -1142,10 +1143,11 @@ class ApiServer:
         versions active), so every node gives the same answer."""
         self._require_ready()
         table = _req_str(args, "table", L.TABLE_NAME_CHARS_MAX)
+        name = TableName.parse(table)  # bad input is refused before any wait
         if args.get("as_of") is None:
-            return description_view(self.sm.state.describe(table))
+            return description_view(self.sm.state.describe(name))
         top, waited = await self._at(args, "as_of")
-        desc = description_view(self.sm.state.describe_at(table, top))
+        desc = description_view(self.sm.state.describe_at(name, top))
         desc.update({"as_of": top, "waited_ms": waited})
         return desc
 
@@ -1295,6 +1297,7 @@ class ApiServer:
         own timestamp, and only once safe time passes T can no later entry commit at <= T."""
         self._require_ready()
         table = _req_str(args, "table", L.TABLE_NAME_CHARS_MAX)
+        TableName.parse(table)  # bad input is refused before any wait
         ts = _opt_int(args, "as_of", 0, MAX_TS)
         token = _opt_str(args, "page_token", 96)
         if token is not None:
@@ -2233,6 +2236,8 @@ class ApiServer:
         applied at, what its next `known_tm` may say."""
         self._require_ready()
         tables = list(dict.fromkeys(_req_str_list(args, "tables", mlimits.MAX_LEASES_PER_COMMAND)))
+        for table in tables:
+            TableName.parse(table)  # bad input is refused before any wait
         reads = (
             None
             if args.get("reads") is None

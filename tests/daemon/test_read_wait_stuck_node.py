@@ -21,7 +21,7 @@ import pytest
 from hlc import HybridClock, ManualClock
 from metastore.daemon import server
 from metastore.daemon.server import ApiServer, Session
-from metastore.errors import NotReadyError, RequestTimeoutError
+from metastore.errors import InvalidArgumentError, NotReadyError, RequestTimeoutError
 from metastore.state import MetastoreState
 from raft.node import SafeTimeTimeoutError
 from tests.metastore._driver import DD_MS, MS, Driver
@@ -158,3 +158,25 @@ def test_a_read_that_cannot_be_answered_in_time_is_still_a_timeout() -> None:
             {"table": "ns.t", "ts": api.clock.now(), "timeout_ms": 3 * STALENESS_MS + 5},
         )
     assert sum(node.waits_ms) == 3 * STALENESS_MS + 5
+
+
+@pytest.mark.parametrize(
+    ("op", "args"),
+    [
+        ("schema_at", {"table": "no_namespace", "ts": "far"}),
+        ("schema_at", {"table": "ns.t.x", "ts": "near"}),
+        ("describe", {"table": "NS-1.t", "as_of": "far"}),
+        ("files", {"table": "ns.", "as_of": "near"}),
+        ("pin", {"tables": ["ns.t", "bad name"], "ts": "far"}),
+    ],
+)
+def test_a_malformed_table_name_is_refused_before_any_wait(op: str, args: dict[str, Any]) -> None:
+    """Bad input gets its typed error at once: not TIMESTAMP_AHEAD_OF_CLOCK (retryable, which
+    the client retries on every node) for a ts far ahead, nor a wait for safe time (then
+    TIMEOUT or NOT_READY on a node that is behind) for one the node has not reached."""
+    api, node, _ = _stuck_api(lag_ms=DD_MS + 10)
+    times = {"far": api.clock.now() + (3_600_000 * MS), "near": api.clock.now()}
+    args = {k: times.get(v, v) if isinstance(v, str) else v for k, v in args.items()}
+    with pytest.raises(InvalidArgumentError):
+        _call(api, op, {**args, "timeout_ms": TIMEOUT_MS})
+    assert node.waits_ms == []
