@@ -1104,8 +1104,14 @@ class ApiServer:
         """Resolve an optional timestamp argument and wait until it can be answered (safe time
         >= T - DD). Every schema-shaped read AS OF resolves everything only after this."""
         ts = _opt_int(args, key, 0, MAX_TS)
-        top = self.clock.now() if ts is None else ts
-        self._check_not_future(top)
+        if ts is None:
+            # This node's own now: never "ahead of its clock", though its HLC may lead the
+            # physical clock (it absorbs the Tm of entries it applies, which followers accept
+            # up to 2 x CSmax ahead). Its answer is final once safe time covers it, as any.
+            top = self.clock.now()
+        else:
+            top = ts
+            self._check_not_future(top)
         waited = await self._wait_safe(max(0, top - self._dd()), _timeout(args))
         self.metrics.read_wait(waited / 1000, leader=self.node.is_leader())
         return top, waited

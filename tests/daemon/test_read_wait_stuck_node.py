@@ -70,7 +70,8 @@ def _stuck_api(lag_ms: int) -> tuple[ApiServer, StuckNode, Driver]:
     """A node whose state is a cluster with table ns.t, its clock `lag_ms` past its safe time."""
     d = Driver()
     d.ok("CREATE NAMESPACE ns")
-    d.ok("CREATE TABLE ns.t (a INT)", step_ms=DD_MS + 1)
+    d.ok("CREATE TABLE ns.t (a INT)")
+    tick(d, DD_MS + 1)  # ns.t active
     clock = ManualClock(d.state.last_tm // MS + lag_ms)
     node = StuckNode(MetastoreState.from_snapshot(d.state.to_snapshot()), clock)
     api = ApiServer(
@@ -179,4 +180,20 @@ def test_a_malformed_table_name_is_refused_before_any_wait(op: str, args: dict[s
     args = {k: times.get(v, v) if isinstance(v, str) else v for k, v in args.items()}
     with pytest.raises(InvalidArgumentError):
         _call(api, op, {**args, "timeout_ms": TIMEOUT_MS})
+    assert node.waits_ms == []
+
+
+def test_a_read_at_the_node_s_own_now_is_never_ahead_of_its_clock() -> None:
+    """A follower's HLC absorbs the Tm of every entry it applies, and it applies entries up to
+    2 x CSmax ahead of its clock (a leader whose clock runs ahead, before a fence proves it).
+    A read without a timestamp is asked at the node's own now: it used to be refused as
+    TIMESTAMP_AHEAD_OF_CLOCK, "this node cannot answer for it yet", though the node chose it."""
+    api, node, d = _stuck_api(lag_ms=0)
+    cs_max_ms = d.state.cluster.cs_max_ms  # type: ignore[union-attr]
+    tick(d, 2 * cs_max_ms)  # a leader 2 x CSmax ahead stamped this tick
+    node.sm.state = d.state
+    api.clock.observe(d.state.last_tm)  # as raft.node's _apply does
+    for op, args in [("schema_at", {"table": "ns.t"}), ("pin", {"tables": ["ns.t"]})]:
+        reply = _call(api, op, {**args, "timeout_ms": TIMEOUT_MS})
+        assert reply["ts"] > d.state.last_tm
     assert node.waits_ms == []
