@@ -13,12 +13,15 @@ read fence, which must cover the cluster's CSmax, the larger).
 
 from __future__ import annotations
 
+import asyncio
 import time
 from pathlib import Path
 
 import pytest
 
-from metastore.daemon.node import FAULT_CLOCK_OFFSET_ENV
+from metastore.daemon.config import load_node_config
+from metastore.daemon.node import FAULT_CLOCK_OFFSET_ENV, MetastoreNode
+from metastore.state import ClusterConfig
 from tests.daemon.harness import MetastoreCluster, write_cluster
 
 pytestmark = pytest.mark.slow
@@ -60,3 +63,21 @@ def test_a_node_fences_by_the_clusters_csmax_when_its_file_says_more(tmp_path: P
         assert refused["error"]["code"] == "NOT_READY", refused
     finally:
         c.stop_all()
+
+
+@pytest.mark.parametrize(("file_cs_max_ms", "cluster_cs_max_ms"), [(2_000, 100), (100, 400)])
+def test_the_clock_guard_takes_the_smaller_csmax_and_the_gc_fence_the_larger(
+    tmp_path: Path, file_cs_max_ms: int, cluster_cs_max_ms: int
+) -> None:
+    """The GC deletes a freed file only read_staleness_max_ms + CSmax after the entry that
+    freed it, so that every node still listing files has applied that entry: the nodes fence
+    by up to the cluster's CSmax, so a file's smaller one must not shorten that wait."""
+    config = write_cluster(tmp_path, dd_ms=2_500, cs_max_ms=file_cs_max_ms)
+    settings = load_node_config(config, 1)
+    node = MetastoreNode(settings, bootstrap=True)  # not started: only its wiring is looked at
+    node.sm.state.cluster = ClusterConfig(dd_ms=300, cs_max_ms=cluster_cs_max_ms)
+    asyncio.run(node._initialize_cluster())
+    smaller, larger = sorted((file_cs_max_ms, cluster_cs_max_ms))
+    assert node.raft.config.max_clock_offset_ms == smaller
+    assert node.clock.max_offset_ms == smaller
+    assert node.gc.read_fence_ms == settings.cluster.read_staleness_max_ms + larger
