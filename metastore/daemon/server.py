@@ -1170,6 +1170,7 @@ class ApiServer:
         out the versions made after it, so every node gives the same list for one token."""
         self._require_ready()
         table = _req_str(args, "table", L.TABLE_NAME_CHARS_MAX)
+        TableName.parse(table)  # bad input is refused before any wait
         limit = _opt_int(args, "limit", 1, L.HISTORY_PAGE_VERSIONS_MAX)
         args, position = await self._continue_at(args, 64)
         token = args.get("page_token")

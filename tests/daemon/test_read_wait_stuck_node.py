@@ -169,6 +169,7 @@ def test_a_read_that_cannot_be_answered_in_time_is_still_a_timeout() -> None:
         ("describe", {"table": "NS-1.t", "as_of": "far"}),
         ("files", {"table": "ns.", "as_of": "near"}),
         ("pin", {"tables": ["ns.t", "bad name"], "ts": "far"}),
+        ("history", {"table": "no_namespace", "page_token": "far"}),
     ],
 )
 def test_a_malformed_table_name_is_refused_before_any_wait(op: str, args: dict[str, Any]) -> None:
@@ -178,6 +179,8 @@ def test_a_malformed_table_name_is_refused_before_any_wait(op: str, args: dict[s
     api, node, _ = _stuck_api(lag_ms=DD_MS + 10)
     times = {"far": api.clock.now() + (3_600_000 * MS), "near": api.clock.now()}
     args = {k: times.get(v, v) if isinstance(v, str) else v for k, v in args.items()}
+    if "page_token" in args:  # a position token (cut at a position this node has not reached)
+        args["page_token"] = f"1:1{server._POSITION_SEPARATOR}{api.clock.now()}"
     with pytest.raises(InvalidArgumentError):
         _call(api, op, {**args, "timeout_ms": TIMEOUT_MS})
     assert node.waits_ms == []
