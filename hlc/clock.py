@@ -70,6 +70,16 @@ class HybridClock:
         """The largest lead of a remote timestamp over our physical clock that update() accepts."""
         return self._max_offset_ms
 
+    def tighten_max_offset(self, max_offset_ms: int) -> None:
+        """Lower the accepted offset to `max_offset_ms`; a larger value changes nothing (a
+        node learns the cluster's CSmax after it started with its config file's, and must
+        refuse by the smaller of the two)."""
+        int_in_range(
+            "max_offset_ms", max_offset_ms, 0, MAX_OFFSET_MS_MAX, hint="limits.MAX_OFFSET_MS_MAX"
+        )
+        with self._lock:
+            self._max_offset_ms = min(self._max_offset_ms, max_offset_ms)
+
     @property
     def physical(self) -> PhysicalClock:
         return self._physical

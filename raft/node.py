@@ -609,6 +609,15 @@ class RaftNode:
             return 0
         return core.term
 
+    def tighten_max_clock_offset(self, max_offset_ms: int) -> None:
+        """Fence (and drop entries far ahead) by `max_offset_ms` from now on if it is below
+        the configured `max_clock_offset_ms`; a larger value changes nothing. The metastore
+        calls it with the cluster's CSmax once it knows it (the config file's may be larger,
+        and a fence looser than the CSmax the DDL replies wait for breaks read-your-writes)."""
+        if 0 <= max_offset_ms < self.config.max_clock_offset_ms:
+            self.config = dataclasses.replace(self.config, max_clock_offset_ms=max_offset_ms)
+            log.warning("clock offset bound lowered to %d ms (the cluster's CSmax)", max_offset_ms)
+
     def lease_duration_s(self) -> float:
         """How long after a voter received a heartbeat of this node's term it cannot vote for
         (or become) another leader, on the leader's clock. A follower refuses votes (pre-votes

@@ -30,6 +30,10 @@ Retries (what is safe to repeat)
       NOT_READY, NOT_LEADER).
     * Membership ops (`add_node`, ...) are retried only when the node certainly did nothing.
     * A non-retryable error (bad DDL, not found, forbidden, ...) is raised at once.
+    * A timestamp every node of a round refuses as ahead of its clock (TIMESTAMP_AHEAD_OF_CLOCK,
+      whose details say by how much and by what bound) is asked again once the soonest of them
+      can answer, when the call's budget allows; when it does not, the refusal is raised at
+      once rather than after rounds that cannot succeed.
     * Connection failures on every endpoint raise `UnavailableError` naming each endpoint's
       failure; running out of time raises `RequestTimeoutError` (for a `ddl`: retry it with the
       same request id, which is in the error's details).
@@ -1247,6 +1251,11 @@ class MetastoreClient:
         # A node answered TIMEOUT to this write: it may still apply it, whatever nodes asked
         # later say ("nothing done" there is not "nothing done" everywhere).
         outcome_unknown = False
+        # The soonest any node of this round said it could answer a timestamp now ahead of its
+        # clock (TIMESTAMP_AHEAD_OF_CLOCK: ahead_ms - cs_max_ms), and whether another answer
+        # (or no answer) came this round, which may come out otherwise next round.
+        soonest_ms: int | None = None
+        other_answer = False
         try:
             async with asyncio.timeout(budget_ms / 1000) as deadline:
                 next_endpoint: str | None = None
@@ -1254,6 +1263,11 @@ class MetastoreClient:
                     if next_endpoint is None:
                         if attempt and attempt % len(order) == 0:
                             pause_s = self._backoff_ms(attempt // len(order)) / 1000
+                            if soonest_ms is not None and not other_answer:
+                                # Every node refused the timestamp as ahead of its clock: no
+                                # round can succeed before the soonest of them catches up.
+                                pause_s = max(pause_s, soonest_ms / 1000)
+                            soonest_ms, other_answer = None, False
                             left_s = (deadline.when() or 0) - asyncio.get_running_loop().time()
                             if pause_s + ROUND_MIN_MS / 1000 >= left_s:
                                 # No time for another round: report what the nodes said rather
@@ -1267,6 +1281,7 @@ class MetastoreClient:
                     except _EndpointFailure as exc:
                         failures[target] = exc.reason
                         connection_failed = True
+                        other_answer = True
                         if exc.sent and not repeatable:
                             raise UnavailableError(
                                 f"{op}: connection to {target} failed after the request was "
@@ -1303,6 +1318,11 @@ class MetastoreClient:
                     failures[target] = f"{code}: {error.message}"
                     last_server_error = error
                     outcome_unknown = outcome_unknown or unknown_write
+                    wait_ms = _ahead_wait_ms(error)
+                    if wait_ms is None:
+                        other_answer = True
+                    else:
+                        soonest_ms = wait_ms if soonest_ms is None else min(soonest_ms, wait_ms)
                     next_endpoint = self._leader_hint(error, exclude=target)
         except TimeoutError:
             if endpoint is None:
@@ -1484,6 +1504,19 @@ def _nothing_done(error: MetastoreError) -> bool:
     that cannot be repeated blindly may go to another node). A catch-up timeout does: a node
     waits for safe time only before it proposes anything."""
     return error.code.value in _NOT_EXECUTED_CODES or isinstance(error, CatchUpTimeoutError)
+
+
+def _ahead_wait_ms(error: MetastoreError) -> int | None:
+    """For TIMESTAMP_AHEAD_OF_CLOCK: how long until that node's clock is within its CSmax of
+    the timestamp (when it will answer), from the refusal's details; None otherwise."""
+    if error.code is not ErrorCode.TIMESTAMP_AHEAD_OF_CLOCK:
+        return None
+    ahead, cs_max = error.details.get("ahead_ms"), error.details.get("cs_max_ms")
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in (ahead, cs_max)):
+        return None
+    assert isinstance(ahead, int)
+    assert isinstance(cs_max, int)
+    return max(0, ahead - cs_max)
 
 
 def _result_map(reply: Mapping[str, Any]) -> dict[str, Any]:

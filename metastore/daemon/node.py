@@ -6,8 +6,9 @@ clock and signals to them.
 
 The first leader of a fresh cluster proposes `InitCluster(dd_ms, cs_max_ms)` from its config, so
 DD and CSmax are fixed in the replicated state for the cluster's whole life (a later node with a
-different config cannot change them). The API server reads both from the replicated state; a
-node's config `cs_max_ms` also bounds its own HLC's accepted clock offset.
+different config cannot change them). The API server reads both from the replicated state. A
+node's clock guard (its HLC's accepted offset, the fence by heartbeat round trips) starts with
+its config's `cs_max_ms` and drops to the cluster's once known, if that is smaller.
 """
 
 from __future__ import annotations
@@ -372,11 +373,20 @@ class MetastoreNode:
             applied.dd_ms != cluster.dd_ms or applied.cs_max_ms != cluster.cs_max_ms
         ):
             # The API (activation, read waits, DDL reply waits, future-timestamp refusals) uses
-            # the cluster's values; only this node's HLC/peer clock-offset guard uses the file's.
+            # the cluster's values. The clock guard (HLC offset refusals, the fence by
+            # heartbeat round trips) uses the smaller CSmax: a node whose fence is looser than
+            # the CSmax a DDL reply waits for can serve reads at a now below a Tu that another
+            # node already reported as passed. The GC's read fence uses the larger.
             log.warning(
                 "config file DD/CSmax differ from the cluster's; the cluster's values apply "
-                "(this node's clock-offset check still uses the config file's cs_max_ms)",
+                "(this node's clock-offset guard uses the smaller CSmax)",
                 extra={"dd_ms": applied.dd_ms, "cs_max_ms": applied.cs_max_ms},
+            )
+            self.raft.tighten_max_clock_offset(applied.cs_max_ms)
+            self.clock.tighten_max_offset(applied.cs_max_ms)
+            self.gc.read_fence_ms = max(
+                self.gc.read_fence_ms,
+                cluster.read_staleness_max_ms + applied.cs_max_ms,
             )
 
 

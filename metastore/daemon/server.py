@@ -1008,24 +1008,64 @@ class ApiServer:
     async def _wait_safe(self, ts: int, timeout_ms: int) -> float:
         """Wait until safe time >= ts. Returns the milliseconds waited.
 
+        A node that is not applying its leader's entries (its safe time trails its clock by
+        more than read_staleness_max_ms: cut off one way, it still hears its leader and stays
+        ready) would wait out the caller's whole timeout and answer TIMEOUT, which clients
+        raise as is: reads failed while other nodes could answer at once. So such a node does
+        not wait (NOT_READY, which clients fail over), and a wait is taken in slices of that
+        bound, each followed by the same check, so a node that stops applying while a read
+        waits gives up after one slice rather than the caller's timeout. A node that is
+        applying waits as long as the caller allows (a ts within CSmax ahead of the clocks).
+
         The wait running out means this node lags: CatchUpTimeoutError (TIMEOUT on the wire,
-        with `details.reason` = "catch_up"), on which clients fail over to another node. That
-        is sound only because nothing has been done yet: never call this after proposing."""
-        try:
-            return await self.node.wait_for_safe_time(ts, timeout_ms=timeout_ms)
-        except SafeTimeTimeoutError as exc:
-            raise CatchUpTimeoutError(
-                f"node {self.node.node_id} is behind: {exc}",
+        with `details.reason` = "catch_up"), on which clients fail over to another node, as on
+        NOT_READY. Both are sound only because nothing has been done yet: never call this
+        after proposing."""
+        if self.node.safe_time >= ts:
+            return 0.0
+        waited_ms = 0.0
+        left_ms = timeout_ms
+        # Bounded: each slice takes at least 1 ms of `left_ms`.
+        while True:
+            self._check_applying()
+            slice_ms = max(1, min(left_ms, self.read_staleness_max_ms))
+            try:
+                return waited_ms + await self.node.wait_for_safe_time(ts, timeout_ms=slice_ms)
+            except SafeTimeTimeoutError as exc:
+                waited_ms += slice_ms
+                left_ms -= slice_ms
+                if left_ms <= 0:
+                    raise CatchUpTimeoutError(
+                        f"node {self.node.node_id} is behind: safe time "
+                        f"{ts_text(exc.safe_time)} did not reach {ts_text(ts)} within "
+                        f"{timeout_ms} ms (lagging {exc.lag_ms} ms)",
+                        details={
+                            "wanted": exc.wanted_ts,
+                            "safe_time": exc.safe_time,
+                            "lag_ms": exc.lag_ms,
+                            "node_id": self.node.node_id,
+                        },
+                    ) from None
+            except (NodeStoppedError, QueueFullError) as exc:
+                # QueueFullError: SAFE_TIME_WAITERS_MAX reads already wait here; retryable.
+                raise UnavailableError(str(exc)) from None
+
+    def _check_applying(self) -> None:
+        """NOT_READY (retryable: the client asks another node) when this node's safe time
+        trails its clock by more than read_staleness_max_ms: it is not applying the leader's
+        entries, so a read waiting for its safe time would wait in vain."""
+        lag_ms = self.clock.physical_now_ms() - physical_ms(self.node.safe_time)
+        if lag_ms > self.read_staleness_max_ms:
+            raise NotReadyError(
+                f"this node's safe time trails its clock by {lag_ms} ms, more than "
+                f"read_staleness_max_ms={self.read_staleness_max_ms}: it is not applying the "
+                "leader's entries, so it cannot answer for this timestamp soon; ask another node",
                 details={
-                    "wanted": exc.wanted_ts,
-                    "safe_time": exc.safe_time,
-                    "lag_ms": exc.lag_ms,
                     "node_id": self.node.node_id,
+                    "safe_time_lag_ms": lag_ms,
+                    "read_staleness_max_ms": self.read_staleness_max_ms,
                 },
-            ) from None
-        except (NodeStoppedError, QueueFullError) as exc:
-            # QueueFullError: SAFE_TIME_WAITERS_MAX reads already wait here; retryable.
-            raise UnavailableError(str(exc)) from None
+            )
 
     def _cs_max_ms(self) -> int:
         """CSmax as fixed by InitCluster for the whole cluster, never this node's config file:
@@ -1077,8 +1117,14 @@ class ApiServer:
         """Resolve an optional timestamp argument and wait until it can be answered (safe time
         >= T - DD). Every schema-shaped read AS OF resolves everything only after this."""
         ts = _opt_int(args, key, 0, MAX_TS)
-        top = self.clock.now() if ts is None else ts
-        self._check_not_future(top)
+        if ts is None:
+            # This node's own now: never "ahead of its clock", though its HLC may lead the
+            # physical clock (it absorbs the Tm of entries it applies, which followers accept
+            # up to 2 x CSmax ahead). Its answer is final once safe time covers it, as any.
+            top = self.clock.now()
+        else:
+            top = ts
+            self._check_not_future(top)
         waited = await self._wait_safe(max(0, top - self._dd()), _timeout(args))
         self.metrics.read_wait(waited / 1000, leader=self.node.is_leader())
         return top, waited
@@ -1103,8 +1149,9 @@ class ApiServer:
     async def _schema_at(self, _s: Session, args: Args) -> dict[str, Any]:
         self._require_ready()
         table = _req_str(args, "table", L.TABLE_NAME_CHARS_MAX)
+        name = TableName.parse(table)  # bad input is refused before any wait
         top, waited = await self._at(args, "ts")
-        v = self.sm.state.schema_at(table, top)
+        v = self.sm.state.schema_at(name, top)
         out = version_view(table, v)
         out.update({"ts": top, "waited_ms": waited, "safe_time": self.node.safe_time})
         return out
@@ -1115,10 +1162,11 @@ class ApiServer:
         versions active), so every node gives the same answer."""
         self._require_ready()
         table = _req_str(args, "table", L.TABLE_NAME_CHARS_MAX)
+        name = TableName.parse(table)  # bad input is refused before any wait
         if args.get("as_of") is None:
-            return description_view(self.sm.state.describe(table))
+            return description_view(self.sm.state.describe(name))
         top, waited = await self._at(args, "as_of")
-        desc = description_view(self.sm.state.describe_at(table, top))
+        desc = description_view(self.sm.state.describe_at(name, top))
         desc.update({"as_of": top, "waited_ms": waited})
         return desc
 
@@ -1135,6 +1183,7 @@ class ApiServer:
         out the versions made after it, so every node gives the same list for one token."""
         self._require_ready()
         table = _req_str(args, "table", L.TABLE_NAME_CHARS_MAX)
+        TableName.parse(table)  # bad input is refused before any wait
         limit = _opt_int(args, "limit", 1, L.HISTORY_PAGE_VERSIONS_MAX)
         args, position = await self._continue_at(args, 64)
         token = args.get("page_token")
@@ -1282,6 +1331,7 @@ class ApiServer:
         own timestamp, and only once safe time passes T can no later entry commit at <= T."""
         self._require_ready()
         table = _req_str(args, "table", L.TABLE_NAME_CHARS_MAX)
+        TableName.parse(table)  # bad input is refused before any wait
         ts = _opt_int(args, "as_of", 0, MAX_TS)
         token = _opt_str(args, "page_token", 96)
         if token is not None:
@@ -2224,6 +2274,8 @@ class ApiServer:
         applied at, what its next `known_tm` may say."""
         self._require_ready()
         tables = list(dict.fromkeys(_req_str_list(args, "tables", mlimits.MAX_LEASES_PER_COMMAND)))
+        for table in tables:
+            TableName.parse(table)  # bad input is refused before any wait
         reads = (
             None
             if args.get("reads") is None
@@ -2494,7 +2546,8 @@ class ApiServer:
         Only once the node has applied every entry committed before the call: a commit
         acknowledged anywhere before now has a Tm at most CSmax ahead of this node's clock,
         so safe time past now + CSmax covers it. A node that is not applying (cut off from its
-        leader) answers TIMEOUT, retryable, instead of saving an old catalog."""
+        leader) answers TIMEOUT, or NOT_READY once its safe time trails its clock by more than
+        read_staleness_max_ms (`_wait_safe`), retryable, instead of saving an old catalog."""
         self._require_ready()
         top = self.clock.now() + (self._cs_max_ms() << LOGICAL_BITS)
         waited = await self._wait_safe(top, _timeout(args))

@@ -4,7 +4,8 @@ A one-way partition (a follower hears its leader, its answers are lost) keeps th
 ready: it still has a leader, so it serves, but once the leader's in-flight window to it is
 full it applies nothing more (as in test_stale_reads). The next page of a listing whose first
 page the leader cut, and `job_show` of a job started since, need a position that follower
-never reaches: its wait runs out (a catch-up TIMEOUT) and the client, which lists that
+never reaches: its wait runs out (a catch-up TIMEOUT), or it answers NOT_READY at once when
+its safe time trails its clock by more than read_staleness_max_ms, and the client, which lists that
 follower first, asks the next node instead of failing the call while two nodes could answer.
 
 Real daemons on loopback; the follower's peer traffic goes through the chaos proxy.
@@ -19,6 +20,7 @@ import pytest
 
 from metastore.client import SyncMetastoreClient
 from metastore.daemon.api_limits import REQUEST_TIMEOUT_MS_DEFAULT
+from metastore.errors import CatchUpTimeoutError, NotReadyError
 from tests.chaos.netproxy import NetProxy
 from tests.chaos.test_chaos import ChaosCluster
 from tests.chaos.test_stale_reads import FILL_COMMITS, _commit
@@ -85,12 +87,21 @@ def test_reads_a_lagging_follower_cannot_answer_are_answered_by_another_node(
             # A job started since the cut: the follower does not know it, and waits in vain.
             (job,) = admin.job_list(TABLE, all=True)["jobs"]
             assert job["job_id"] == altered["job_id"], altered
+            # The follower itself cannot answer: a catch-up TIMEOUT after its default bound
+            # (job_show takes none), or NOT_READY at once when its safe time already trails
+            # its clock by more than read_staleness_max_ms. Clients fail over on both.
+            started = time.monotonic()
+            with pytest.raises((CatchUpTimeoutError, NotReadyError)) as refused:
+                reader.call(
+                    "job_show",
+                    {"job_id": int(job["job_id"])},
+                    endpoint=f"127.0.0.1:{c.client_ports[follower]}",
+                )
+            if isinstance(refused.value, CatchUpTimeoutError):
+                assert time.monotonic() - started >= REQUEST_TIMEOUT_MS_DEFAULT / 1000
             reader.close()
             reader = _client(c, follower, *others)  # the follower first again
-            started = time.monotonic()
             shown = reader.job_show(int(job["job_id"]))
-            # The follower was asked first and waited its default bound (job_show takes none).
-            assert time.monotonic() - started >= REQUEST_TIMEOUT_MS_DEFAULT / 1000
             assert shown["job_id"] == job["job_id"]
             reader.close()
             admin.close()

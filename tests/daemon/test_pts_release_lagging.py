@@ -32,6 +32,11 @@ class _Node:
         self.caught_up = 0
         self.proposed: list[Any] = []
 
+    @property
+    def safe_time(self) -> int:
+        state: MetastoreState = self.sm.state
+        return state.last_tm
+
     def is_leader(self) -> bool:
         return self.leader
 

@@ -184,6 +184,22 @@ def test_max_offset_out_of_range_is_refused(bad: int) -> None:
     assert "max_offset_ms" in str(info.value)
 
 
+def test_tighten_max_offset_only_lowers_it() -> None:
+    """A node learns the cluster's CSmax after it started with its config file's: it refuses
+    by the smaller one from then on, and a larger one never loosens the bound."""
+    clock = HybridClock(ManualClock(T0), max_offset_ms=2_000)
+    clock.tighten_max_offset(100)
+    assert clock.max_offset_ms == 100
+    with pytest.raises(ClockOffsetError):
+        clock.update(make_ts(T0 + 101))
+    assert clock.last() == 0
+    clock.tighten_max_offset(1_000)
+    assert clock.max_offset_ms == 100
+    with pytest.raises(InvalidArgumentError):
+        clock.tighten_max_offset(-1)
+    assert clock.update(make_ts(T0 + 100)) > make_ts(T0 + 100)
+
+
 def test_unrepresentable_physical_reading_is_a_physical_clock_error() -> None:
     clock = HybridClock(OffsetClock(ManualClock(100), -101))
     with pytest.raises(PhysicalClockError) as info:
