@@ -8,10 +8,12 @@ revoked client certificate) and for every request refused for its role. Reads ar
 audited (they change nothing and would drown the rest).
 
 Fields: `ts` (wall clock, ISO-8601 UTC), `node_id`, `peer` (address:port), `client` (the name
-the client gave), `role`, `op`, `outcome` (OK or the error code), `ms`, and the request's
-identifying arguments (`sql` truncated to AUDIT_TEXT_CHARS_MAX, table names, txn id, record
-id, job id, session ids, node ids, a revoked certificate's fingerprint). Tokens and data file
-lists are never written: a write's files are summarised as a count per table.
+the client gave: anything it likes), `role`, `token_name` (the name in tokens.json of the token
+it authenticated with, null before it did: who the node knows it to be), `op`, `outcome` (OK
+or the error code), `ms`, and the request's identifying arguments (`sql` truncated to
+AUDIT_TEXT_CHARS_MAX, table names, txn id, record id, job id, session ids, node ids, a revoked
+certificate's fingerprint). Tokens and data file lists are never written: a write's files are
+summarised as a count per table.
 
 Rotation keeps AUDIT_FILES_KEPT files of AUDIT_FILE_BYTES_MAX each. A request is forwarded to
 the leader with the caller's own token, so it is audited on the node that received it and again
@@ -83,6 +85,7 @@ class AuditLog:
         peer: str,
         client: str,
         role: str | None,
+        token_name: str | None,
         op: str,
         args: Mapping[str, Any],
         outcome: str,
@@ -96,6 +99,7 @@ class AuditLog:
             "peer": peer,
             "client": client,
             "role": role,
+            "token_name": token_name,
             "op": op,
             "outcome": outcome,
             "ms": round(ms, 3),

@@ -143,14 +143,21 @@ class Secrets:
 
     def role_for(self, token: object) -> Role | None:
         """The role of `token`, or None if it is not a valid token (or not a string at all)."""
+        record = self.record_for(token)
+        return None if record is None else record.role
+
+    def record_for(self, token: object) -> TokenRecord | None:
+        """The record (name, role) of `token`, or None if it is not a valid token (or not a
+        string at all). The name is who the node knows the caller to be (audit): the client
+        name a caller gives is only what it says."""
         if not isinstance(token, str) or not TOKEN_CHARS_MIN <= len(token) <= TOKEN_CHARS_MAX:
             return None
         digest = hash_token(token).encode("ascii")
-        found: Role | None = None
+        found: TokenRecord | None = None
         for record in self.tokens:
             # No early exit: every record is compared, whatever matches.
             if hmac.compare_digest(digest, record.sha256.encode("ascii")):
-                found = record.role
+                found = record
         return found
 
     def token_file(self, role: Role) -> Path:

@@ -22,7 +22,7 @@ import ssl
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Final, TypeVar
 
 import msgpack
@@ -142,7 +142,9 @@ Handler = Callable[["Session", Args], Awaitable[dict[str, Any]]]
 class Session:
     peer: str
     role: Role | None = None
-    token: str = ""
+    token: str = field(default="", repr=False)
+    # The token's name in tokens.json (audit: the client name is only what the client says).
+    token_name: str = ""
     client: str = ""
     # Whether the connection is TLS (a plaintext one on a TLS port is refused at its hello),
     # and whether the client presented a certificate (verified against the CA by TLS).
@@ -841,6 +843,7 @@ class ApiServer:
                 peer=session.peer,
                 client=client[: L.CLIENT_NAME_CHARS_MAX] if isinstance(client, str) else "",
                 role=None,
+                token_name=None,
                 op=op,
                 args=audited,
                 outcome=code,
@@ -941,6 +944,7 @@ class ApiServer:
                 peer=session.peer,
                 client=session.client,
                 role=None if session.role is None else session.role.name.lower(),
+                token_name=session.token_name or None,
                 op=op,
                 args=args,
                 outcome=code,
@@ -1083,11 +1087,13 @@ class ApiServer:
 
     async def _hello(self, session: Session, args: Args) -> dict[str, Any]:
         token = _opt_str(args, "token", L.TOKEN_CHARS_MAX) or ""
-        role = self.secrets.role_for(token) if token else None
-        if role is None:
+        record = self.secrets.record_for(token) if token else None
+        if record is None:
             raise UnauthenticatedError("missing or unknown token")
+        role = record.role
         session.role = role
         session.token = token
+        session.token_name = record.name
         session.client = _opt_str(args, "client", L.CLIENT_NAME_CHARS_MAX) or ""
         return {
             "node_id": self.node.node_id,
