@@ -32,7 +32,7 @@ from metastore.commands import ExpireSessions, InitCluster, encode_command
 from metastore.daemon.audit import AuditLog
 from metastore.daemon.config import NodeSettings, load_node_config
 from metastore.daemon.forward import LeaderForwarder
-from metastore.daemon.gc_worker import GcWorker
+from metastore.daemon.gc_worker import GcWorker, ProtectedPaths
 from metastore.daemon.job_worker import JobWorker
 from metastore.daemon.logs import setup_logging
 from metastore.daemon.metrics import HttpEndpoint, NodeMetrics
@@ -188,6 +188,21 @@ class MetastoreNode:
             orphan_grace_ms=cluster.gc_orphan_grace_ms,
             delete_files_per_s=cluster.gc_delete_files_per_s,
             read_fence_ms=cluster.read_staleness_max_ms + cluster.cs_max_ms,
+            # A table's LOCATION may name any directory (writer role): never these.
+            protected=ProtectedPaths.of(
+                dirs=[cluster.data_dir, settings.data_dir, cluster.secrets_dir],
+                files=[
+                    cluster.path,
+                    settings.config_path,
+                    settings.log_file,
+                    settings.pid_file,
+                    *(
+                        (tls_files.ca_file, tls_files.cert_file, tls_files.key_file)
+                        if tls_files is not None
+                        else ()
+                    ),
+                ],
+            ),
         )
         self.jobs = JobWorker(raft=self.raft, sm=self.sm, clock=self.clock)
         self.api = ApiServer(
