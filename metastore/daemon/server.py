@@ -45,6 +45,7 @@ from metastore.commands import (
     CloseSession,
     Command,
     CommitTxn,
+    CreateTable,
     ExpireSessions,
     GcFilesDeleted,
     HeartbeatSession,
@@ -82,7 +83,7 @@ from metastore.daemon.views import (
     namespace_view,
     version_view,
 )
-from metastore.ddl import parse_ddl
+from metastore.ddl import check_new_location, parse_ddl
 from metastore.errors import (
     BadRequestError,
     CatchUpTimeoutError,
@@ -1946,6 +1947,9 @@ class ApiServer:
                 f"{type(cmd).__name__} needs the admin role",
                 details={"op": "_propose", "needed": "admin"},
             )
+        if isinstance(cmd, CreateTable) and cmd.location:
+            # The parse-time rules (`parse_ddl`): a writer may send the command itself.
+            check_new_location(cmd.location, "LOCATION")
         if not self.node.is_leader():
             raise NotLeaderError("not the leader", details={"leader": self.node.leader_id()})
         timeout_ms = _timeout(args)
