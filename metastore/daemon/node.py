@@ -234,6 +234,18 @@ class MetastoreNode:
         self._gc_task: asyncio.Task[None] | None = None
         self._job_task: asyncio.Task[None] | None = None
 
+    def reload_tokens(self) -> None:
+        """SIGHUP: read tokens.json again (revoking or adding client tokens without a
+        restart). A file that cannot be used keeps the tokens in force."""
+        try:
+            secrets = self.secrets.with_tokens_reloaded()
+        except SecretsError as exc:
+            log.error("tokens.json not reloaded, kept the tokens in force: %s", exc)
+            return
+        self.secrets = secrets
+        self.api.reload_tokens(secrets)
+        log.warning("tokens reloaded from tokens.json: %d token(s)", len(secrets.tokens))
+
     def _is_revoked(self, fingerprint: str) -> bool:
         # Reads the state at each call: a snapshot install replaces `sm.state`.
         return self.sm.state.revoked.is_revoked(fingerprint)
@@ -465,6 +477,7 @@ async def serve(settings: NodeSettings, *, bootstrap: bool = False) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, node.stopped.set)
+    loop.add_signal_handler(signal.SIGHUP, node.reload_tokens)
     await node.stopped.wait()
     await node.stop()
     if node.fatal is not None:

@@ -15,7 +15,10 @@ and then hard-linked to its final name, which fails if another process got there
 loser then reads the winner's file. tokens.json is derived only from the (winning) token files,
 so every racer computes the same content. A final name therefore never holds a partial file.
 If tokens.json exists it is authoritative and the token files are neither read nor created
-(operators may delete them, or add more tokens to tokens.json by hand).
+(operators may delete them, or add more tokens to tokens.json by hand). A running node reads
+tokens.json again on SIGHUP (`Secrets.with_tokens_reloaded`): to revoke a token, remove its
+entry on every node and send each SIGHUP; requests on connections already open are checked
+against the new list too.
 
 Invariants
     * Nothing here ever loosens a mode: a file or directory that group/other may access is
@@ -34,7 +37,7 @@ import json
 import os
 import secrets as _random
 import stat
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import IntEnum
 from pathlib import Path
 from typing import ClassVar, Final
@@ -159,6 +162,12 @@ class Secrets:
             if hmac.compare_digest(digest, record.sha256.encode("ascii")):
                 found = record
         return found
+
+    def with_tokens_reloaded(self) -> Secrets:
+        """These secrets with tokens.json read again (the peer secret is not: changing it
+        means restarting every node). SecretsError (InsecureSecretsError) when the file
+        cannot be used; the caller keeps the tokens in force then."""
+        return replace(self, tokens=_read_tokens_json(self.secrets_dir / TOKENS_FILE))
 
     def token_file(self, role: Role) -> Path:
         """Where `ensure_secrets` put the plain token of `role` (it may have been removed)."""

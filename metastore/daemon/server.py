@@ -146,6 +146,10 @@ class Session:
     token: str = field(default="", repr=False)
     # The token's name in tokens.json (audit: the client name is only what the client says).
     token_name: str = ""
+    # The token list `role` was found in: another (tokens.json reloaded) means checking again.
+    checked_against: Secrets | None = field(default=None, repr=False)
+    # Closes the connection once the replies sent so far have left (a revoked token's).
+    close_soon: Callable[[], None] | None = field(default=None, repr=False)
     client: str = ""
     # Whether the connection is TLS (a plaintext one on a TLS port is refused at its hello),
     # and whether the client presented a certificate (verified against the CA by TLS).
@@ -639,6 +643,7 @@ class ApiServer:
         inflight: set[asyncio.Task[None]] = set()
         if session.cert_fingerprint:
             self._cert_writers[writer] = (session, inflight)
+        session.close_soon = lambda: self._close_soon(writer)
         try:
             await self._serve_session(session, decoder, reader, writer, hello_deadline, inflight)
         finally:
@@ -905,6 +910,8 @@ class ApiServer:
             spec = self._ops.get(op)
             if spec is None or op == "hello":
                 raise UnknownOpError(f"unknown op {op!r}", details={"op": op})
+            if session.role is not None and session.checked_against is not self.secrets:
+                self._check_token_again(session)
             if session.role is None or session.role < spec.role:
                 raise ForbiddenError(
                     f"op {op!r} needs role {spec.role.name.lower()}",
@@ -953,6 +960,35 @@ class ApiServer:
             )
         with contextlib.suppress(ConnectionError, OSError):
             await send(frame_out)
+        if session.role is None and session.close_soon is not None:
+            # Its token was revoked (`_check_token_again`): closed as a refused hello is,
+            # once this reply has left.
+            session.close_soon()
+            session.close_soon = None
+
+    def _close_soon(self, writer: asyncio.StreamWriter) -> None:
+        close = asyncio.create_task(self._abort_after(writer, set()))
+        self._revoked_closes.add(close)
+        close.add_done_callback(self._revoked_closes.discard)
+
+    def reload_tokens(self, secrets: Secrets) -> None:
+        """Use `secrets` (tokens.json read again) for every hello and request from now on,
+        on the connections already open too (`_check_token_again`)."""
+        self.secrets = secrets
+
+    def _check_token_again(self, session: Session) -> None:
+        """tokens.json was reloaded since this connection's token was checked: its role is
+        what the new list says. A token no longer in it is UNAUTHENTICATED, and the
+        connection closes once that reply has left (a request read meanwhile is refused as a
+        stranger's first request)."""
+        record = self.secrets.record_for(session.token)
+        if record is None:
+            session.role = None
+            session.checked_against = None
+            raise UnauthenticatedError("this connection's token was revoked")
+        session.role = record.role
+        session.token_name = record.name
+        session.checked_against = self.secrets
 
     def _op_label(self, op: str) -> str:
         """The `op` label of the request metric: a client may name any op, and each label
@@ -1095,6 +1131,7 @@ class ApiServer:
         session.role = role
         session.token = token
         session.token_name = record.name
+        session.checked_against = self.secrets
         session.client = _opt_str(args, "client", L.CLIENT_NAME_CHARS_MAX) or ""
         return {
             "node_id": self.node.node_id,
