@@ -20,9 +20,9 @@ Rotation keeps AUDIT_FILES_KEPT files of AUDIT_FILE_BYTES_MAX each. So that a fl
 refusals (a refused first request, FORBIDDEN) are recorded at most AUDIT_REFUSALS_BURST at once
 and AUDIT_REFUSALS_PER_S after that; those left out are counted in a `refusals_not_recorded`
 record (`count`, `since`) written before the next record, or at close. Every other record is
-written. A request is forwarded to
-the leader with the caller's own token, so it is audited on the node that received it and again
-(as `_propose`) on the leader.
+written. The server's warnings about refused first requests (node.log) share that budget.
+A request is forwarded to the leader with the caller's own token, so it is audited on the node
+that received it and again (as `_propose`) on the leader.
 """
 
 from __future__ import annotations
@@ -106,15 +106,17 @@ class AuditLog:
         args: Mapping[str, Any],
         outcome: str,
         ms: float,
-    ) -> None:
-        if self._logger is None:
-            return
+    ) -> bool:
+        """Write the record; False if it was a refusal left out (over the budget), which the
+        caller's own warning about it should be too."""
         now = _now_text()
         if (role is None or outcome == "FORBIDDEN") and not self._take_refusal_token():
             if not self._not_recorded:
                 self._not_recorded_since = now
             self._not_recorded += 1
-            return
+            return False
+        if self._logger is None:
+            return True
         self._write_not_recorded()
         entry: dict[str, Any] = {
             "ts": now,
@@ -129,6 +131,7 @@ class AuditLog:
         }
         entry.update(summarize_args(args))
         self._logger.info(json.dumps(entry, default=str, sort_keys=True))
+        return True
 
     def _take_refusal_token(self) -> bool:
         now = time.monotonic()

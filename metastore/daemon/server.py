@@ -308,6 +308,9 @@ class ApiServer:
         self._connections: set[asyncio.Task[None]] = set()
         # Connections that have not authenticated yet: id(session) -> (connected at, writer).
         self._strangers: dict[int, tuple[float, asyncio.StreamWriter]] = {}
+        # Warnings about refused first requests left out over the refusal budget (audit.py),
+        # counted in the next one logged.
+        self._refusal_warnings_left_out = 0
         # Every open connection's outgoing replies (for the reply backlog metrics).
         self._replies: set[_Replies] = set()
         self._ops: dict[str, _Op] = {
@@ -838,14 +841,17 @@ class ApiServer:
         rid, op = 0, "invalid"
         args: Args = {}
 
-        def refuse(err: MetastoreError, code: str, audited: Mapping[str, Any]) -> bytes:
+        def refuse(
+            err: MetastoreError, code: str, audited: Mapping[str, Any], warning: str = ""
+        ) -> bytes:
             # Every refused first request is audited (who tried, from where, why), not only
             # a wrong token: a malformed one, a plaintext client, a missing or revoked
-            # certificate too.
+            # certificate too. Within the audit log's budget for refusals, which `warning`
+            # (for the operational log) shares: a stranger needs no token to be refused.
             ms = (time.perf_counter() - started) * 1000
             self.metrics.request(self._op_label(op), code, ms / 1000)
             client = args.get("client")
-            self.audit.record(
+            recorded = self.audit.record(
                 peer=session.peer,
                 client=client[: L.CLIENT_NAME_CHARS_MAX] if isinstance(client, str) else "",
                 role=None,
@@ -855,6 +861,12 @@ class ApiServer:
                 outcome=code,
                 ms=ms,
             )
+            if warning and recorded:
+                left_out, self._refusal_warnings_left_out = self._refusal_warnings_left_out, 0
+                more = f" ({left_out} refusals before it not logged)" if left_out else ""
+                log.warning("refused client %s: %s%s", session.peer, warning, more)
+            elif warning:
+                self._refusal_warnings_left_out += 1
             return self._error_frame(rid, err)
 
         try:
@@ -866,27 +878,25 @@ class ApiServer:
                 "this node's client port requires TLS: connect with TLS and trust the cluster "
                 "CA (CLI: --cacert FILE or METASTORE_CACERT)"
             )
-            log.warning("refused client %s: plaintext connection to a TLS port", session.peer)
-            return refuse(err, err.code.value, {}), False
+            return refuse(err, err.code.value, {}, "plaintext connection to a TLS port"), False
         if self.tls_client_cert_required and not session.client_cert:
             err = TlsRequiredError(
                 "this node's client port requires a client certificate signed by the cluster "
                 "CA (CLI: --cert FILE --key FILE, or METASTORE_CERT / METASTORE_KEY)"
             )
-            log.warning("refused client %s: no client certificate", session.peer)
-            return refuse(err, err.code.value, {}), False
+            return refuse(err, err.code.value, {}, "no client certificate"), False
         if session.cert_fingerprint and self.sm.state.revoked.is_revoked(session.cert_fingerprint):
             err = TlsFailedError(
                 f"this client's TLS certificate (sha256 {session.cert_fingerprint}) is revoked; "
                 "use another certificate signed by the cluster CA",
                 details={"fingerprint": session.cert_fingerprint},
             )
-            log.warning(
-                "refused client %s: its TLS certificate (sha256 %s) is revoked",
-                session.peer,
-                session.cert_fingerprint,
-            )
-            return refuse(err, "CERT_REVOKED", {"fingerprint": session.cert_fingerprint}), False
+            return refuse(
+                err,
+                "CERT_REVOKED",
+                {"fingerprint": session.cert_fingerprint},
+                f"its TLS certificate (sha256 {session.cert_fingerprint}) is revoked",
+            ), False
         if op != "hello":
             err = UnauthenticatedError("the first request must be 'hello'")
             return refuse(err, err.code.value, {}), False
@@ -894,8 +904,7 @@ class ApiServer:
             _check_args(args, self._ops["hello"].args)
             result = await self._hello(session, args)
         except MetastoreError as exc:
-            log.warning("refused client %s: %s", session.peer, exc)
-            return refuse(exc, exc.code.value, {}), False
+            return refuse(exc, exc.code.value, {}, str(exc)), False
         self.metrics.request(self._op_label(op), "OK", time.perf_counter() - started)
         return self._reply_frame(rid, result), True
 
