@@ -37,7 +37,7 @@ import json
 import os
 import secrets as _random
 import stat
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from enum import IntEnum
 from pathlib import Path
 from typing import ClassVar, Final
@@ -141,7 +141,7 @@ class Secrets:
     """What a node needs: the peer secret and the token hashes."""
 
     secrets_dir: Path
-    cluster_secret: bytes
+    cluster_secret: bytes = field(repr=False)  # never in a traceback or test report
     tokens: tuple[TokenRecord, ...]
 
     def role_for(self, token: object) -> Role | None:
