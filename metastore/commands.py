@@ -525,7 +525,7 @@ class OpenSession:
     session_id: str
     info: SessionInfo
     ttl_ms: int
-    opened_by: str = ""  # the caller's token name, filled by the daemon
+    opened_by: str = ""  # the client name the caller gave (a label, not an identity)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -636,7 +636,7 @@ class Protect:
     cluster: bool = False
     max_age_ms: int | None = None  # released by the leader once this old (reason "expired")
     owner: str = ""  # a session id; released a grace period after it ends ("owner_gone")
-    created_by: str = ""  # the caller's token name, filled by the daemon
+    created_by: str = ""  # the client name the caller gave (a label, not an identity)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -714,7 +714,7 @@ class CancelSchemaJob:
 
     request_id: str = ""
     job_id: int
-    by: str = ""  # the caller's token name, filled by the daemon
+    by: str = ""  # the client name the caller gave (a label, not an identity)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

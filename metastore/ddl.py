@@ -9,7 +9,9 @@ silently dropped.
 Table locations: `CREATE TABLE ... LOCATION 'path'` stores that path (trailing "/" removed);
 without it the table gets `<warehouse>/<ns>.db/<table>`, the layout of Spark's own warehouse.
 `warehouse` is the receiving node's setting; the result is part of the replicated command, so
-every replica stores the same location. Empty warehouse and no LOCATION: no location.
+every replica stores the same location. Empty warehouse and no LOCATION: no location. A URI
+location holds no query or fragment, and a file URI no host (`check_new_location`: the daemon
+opens locations with its own credentials, and pyarrow reads options from a URI's query).
 
 sqlglot gives up on some valid Spark forms and returns an opaque `Command` node (CREATE NAMESPACE
 ... WITH DBPROPERTIES, ALTER COLUMN ... FIRST/AFTER, nested ALTER COLUMN s.x, UNSET TBLPROPERTIES).
@@ -648,16 +650,32 @@ def _canonical_location(location: str, what: str) -> str:
             f"{what} {location!r} is a root, not a directory", details={"location": location}
         )
     validate_location(canonical, what)
-    if canonical.startswith("file://") and not canonical.startswith("file:///"):
-        # At parse time only (apply still accepts what older entries hold): readers, writers
-        # and GC all take a file URI's path after "file://", so a host there would become a
-        # relative directory, resolved against each process's own working directory.
+    check_new_location(canonical, what)
+    return canonical
+
+
+def check_new_location(location: str, what: str) -> None:
+    """The rules a new table's location meets beyond what apply accepts (apply still accepts
+    what older entries hold). Checked where a CreateTable enters the cluster: here at parse
+    time, and by the leader for one sent through `_propose`. InvalidArgumentError."""
+    if location.startswith("file://") and not location.startswith("file:///"):
+        # Readers, writers and GC all take a file URI's path after "file://", so a host there
+        # would become a relative directory, resolved against each process's own working
+        # directory.
         raise InvalidArgumentError(
             f"{what} {location!r}: a file URI names a local path and has no host; write "
             "file:///absolute/path (or the path itself)",
             details={"location": location[:200]},
         )
-    return canonical
+    if "://" in location and ("?" in location or "#" in location):
+        # The daemon opens a location itself (the leader's GC, the removal check), with its
+        # own credentials, and pyarrow takes options from a URI's query: endpoint_override
+        # would send its signed requests to any host a writer names.
+        raise InvalidArgumentError(
+            f"{what} {location[:200]!r}: a URI location may hold no query ('?') or fragment "
+            "('#'); set store options in the environment of the processes that read it",
+            details={"location": location[:200]},
+        )
 
 
 def _create(stmt: exp.Create, request_id: str, warehouse: str) -> Command:

@@ -105,7 +105,7 @@ class RevokedCert:
     node_id: int  # the node it spoke for (0: not known, e.g. an operator's fingerprint)
     reason: str  # one of REVOKE_REASONS
     tm: int  # Tm of the entry that revoked it
-    by: str  # the caller's token name, or "leader:<id>"
+    by: str  # the client name the caller gave (a label), or "leader:<id>"
 
     def to_data(self) -> list[object]:
         return [self.fingerprint, self.node_id, self.reason, self.tm, self.by]

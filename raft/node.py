@@ -216,7 +216,7 @@ class NodeConfig:
     # Every initial member's Raft address, this node included (ignored for a joining node's
     # membership, which it learns from the leader).
     peers: Mapping[NodeId, Address]
-    secret: bytes
+    secret: bytes = field(repr=False)  # never in a traceback or test report
     tick_ms: int = 10
     # Election timeouts are drawn from [election_timeout_ms, 2 * election_timeout_ms).
     election_timeout_ms: int = 300

@@ -21,6 +21,8 @@ Invariants:
   `TlsConfigError` whose message is one line naming the file and what is wrong with it (missing,
   unreadable, not PEM, key does not match, not signed by the CA, expired), so a daemon refuses
   to start with that line instead of failing at its first connection.
+* A node key that group or others may read is logged as a warning naming the `chmod` that
+  fixes it (not refused: see `_warn_if_others_may_read`).
 * Contexts never fall back to an unverified mode: every context that verifies a peer has
   CERT_REQUIRED, client contexts check host names, and the minimum version is TLS 1.2.
 """
@@ -34,6 +36,7 @@ import errno
 import logging
 import socket
 import ssl
+import stat
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -124,6 +127,22 @@ def _ssl_reason(exc: ssl.SSLError) -> str:
     return str(text).replace("_", " ").lower()
 
 
+def _warn_if_others_may_read(key_file: Path) -> None:
+    """A private key group or others may read is as exposed as a cluster secret would be (those
+    are refused, metastore.daemon.secrets). Warned about, not refused: keys are often handed
+    over by tooling with its own modes, and refusing would stop a node mid-rotation."""
+    with contextlib.suppress(OSError):  # just read by _read_pem; a race is not worth a stop
+        mode = stat.S_IMODE(key_file.stat().st_mode)
+        if mode & 0o077:
+            logging.getLogger("raft.tls").warning(
+                "TLS key file %s has mode %04o: group or others may read this node's private "
+                "key (chmod 600 %s)",
+                key_file,
+                mode,
+                key_file,
+            )
+
+
 def check_node_files(files: TlsFiles, *, now: datetime.datetime | None = None) -> None:
     """Check a node's CA, certificate and key before anything listens: each file is readable
     PEM, the key belongs to the certificate, the certificate is valid now and signed by the CA.
@@ -134,6 +153,7 @@ def check_node_files(files: TlsFiles, *, now: datetime.datetime | None = None) -
     ca_pem = _read_pem(files.ca_file, "CA file")
     cert_pem = _read_pem(files.cert_file, "certificate file")
     _read_pem(files.key_file, "key file")
+    _warn_if_others_may_read(files.key_file)
     try:
         cas = x509.load_pem_x509_certificates(ca_pem)
     except ValueError as exc:

@@ -8,14 +8,21 @@ revoked client certificate) and for every request refused for its role. Reads ar
 audited (they change nothing and would drown the rest).
 
 Fields: `ts` (wall clock, ISO-8601 UTC), `node_id`, `peer` (address:port), `client` (the name
-the client gave), `role`, `op`, `outcome` (OK or the error code), `ms`, and the request's
-identifying arguments (`sql` truncated to AUDIT_TEXT_CHARS_MAX, table names, txn id, record
-id, job id, session ids, node ids, a revoked certificate's fingerprint). Tokens and data file
-lists are never written: a write's files are summarised as a count per table.
+the client gave: anything it likes), `role`, `token_name` (the name in tokens.json of the token
+it authenticated with, null before it did: who the node knows it to be), `op`, `outcome` (OK
+or the error code), `ms`, and the request's identifying arguments (`sql` truncated to
+AUDIT_TEXT_CHARS_MAX, table names, txn id, record id, job id, session ids, node ids, a revoked
+certificate's fingerprint). Tokens and data file lists are never written: a write's files are
+summarised as a count per table.
 
-Rotation keeps AUDIT_FILES_KEPT files of AUDIT_FILE_BYTES_MAX each. A request is forwarded to
-the leader with the caller's own token, so it is audited on the node that received it and again
-(as `_propose`) on the leader.
+Rotation keeps AUDIT_FILES_KEPT files of AUDIT_FILE_BYTES_MAX each. So that a flood of refusals
+(strangers need no token to be refused) cannot rotate the records of real changes away,
+refusals (a refused first request, FORBIDDEN) are recorded at most AUDIT_REFUSALS_BURST at once
+and AUDIT_REFUSALS_PER_S after that; those left out are counted in a `refusals_not_recorded`
+record (`count`, `since`) written before the next record, or at close. Every other record is
+written. The server's warnings about refused first requests (node.log) share that budget.
+A request is forwarded to the leader with the caller's own token, so it is audited on the node
+that received it and again (as `_propose`) on the leader.
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ from __future__ import annotations
 import json
 import logging
 import logging.handlers
+import time
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
@@ -32,6 +40,10 @@ AUDIT_FILE_NAME: Final = "audit.log"
 AUDIT_FILE_BYTES_MAX: Final = 64 * 1024 * 1024
 AUDIT_FILES_KEPT: Final = 5
 AUDIT_TEXT_CHARS_MAX: Final = 1024
+# Refusals (a refused first request, FORBIDDEN) recorded at once, then per second: a flood of
+# them must not rotate the records of real changes out of the AUDIT_FILES_KEPT files.
+AUDIT_REFUSALS_BURST: Final = 100
+AUDIT_REFUSALS_PER_S: Final = 10
 # Arguments copied as they are (short identifiers); everything else is left out.
 _KEPT_ARGS: Final = (
     "table",
@@ -61,6 +73,12 @@ class AuditLog:
     def __init__(self, data_dir: Path | None, *, node_id: int) -> None:
         self.node_id = node_id
         self._logger: logging.Logger | None = None
+        # Token bucket of refusal records (see AUDIT_REFUSALS_BURST), and the refusals left out
+        # since the last record: counted in a `refusals_not_recorded` record before the next.
+        self._refusal_tokens = float(AUDIT_REFUSALS_BURST)
+        self._refusals_refilled_at = time.monotonic()
+        self._not_recorded = 0
+        self._not_recorded_since = ""
         if data_dir is None:
             return
         data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -83,31 +101,74 @@ class AuditLog:
         peer: str,
         client: str,
         role: str | None,
+        token_name: str | None,
         op: str,
         args: Mapping[str, Any],
         outcome: str,
         ms: float,
-    ) -> None:
+    ) -> bool:
+        """Write the record; False if it was a refusal left out (over the budget), which the
+        caller's own warning about it should be too."""
+        now = _now_text()
+        if (role is None or outcome == "FORBIDDEN") and not self._take_refusal_token():
+            if not self._not_recorded:
+                self._not_recorded_since = now
+            self._not_recorded += 1
+            return False
         if self._logger is None:
-            return
+            return True
+        self._write_not_recorded()
         entry: dict[str, Any] = {
-            "ts": datetime.now(UTC).isoformat(timespec="milliseconds"),
+            "ts": now,
             "node_id": self.node_id,
             "peer": peer,
             "client": client,
             "role": role,
+            "token_name": token_name,
             "op": op,
             "outcome": outcome,
             "ms": round(ms, 3),
         }
         entry.update(summarize_args(args))
         self._logger.info(json.dumps(entry, default=str, sort_keys=True))
+        return True
+
+    def _take_refusal_token(self) -> bool:
+        now = time.monotonic()
+        elapsed_s = max(0.0, now - self._refusals_refilled_at)
+        self._refusals_refilled_at = now
+        self._refusal_tokens = min(
+            float(AUDIT_REFUSALS_BURST), self._refusal_tokens + elapsed_s * AUDIT_REFUSALS_PER_S
+        )
+        if self._refusal_tokens < 1:
+            return False
+        self._refusal_tokens -= 1
+        return True
+
+    def _write_not_recorded(self) -> None:
+        if not self._not_recorded or self._logger is None:
+            return
+        entry = {
+            "ts": _now_text(),
+            "node_id": self.node_id,
+            "op": "refusals_not_recorded",
+            "outcome": "RATE_LIMITED",
+            "count": self._not_recorded,
+            "since": self._not_recorded_since,
+        }
+        self._not_recorded = 0
+        self._logger.info(json.dumps(entry, sort_keys=True))
 
     def close(self) -> None:
+        self._write_not_recorded()
         if self._logger is not None:
             for handler in self._logger.handlers:
                 handler.close()
             self._logger.handlers[:] = []
+
+
+def _now_text() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds")
 
 
 def summarize_args(args: Mapping[str, Any]) -> dict[str, Any]:

@@ -82,6 +82,12 @@ the state machine checks again when it applies it (metastore/gc.py):
    manifest only if the compactor's write lands between the thread's stat and its unlink -
    the window a sitting leader has too, whose fallback is `_restore_missing`.
 
+6. Never the node's own files. A table's LOCATION may name any directory (the writer role
+   suffices) and deletions run with the daemon's rights, so a path inside this node's data or
+   secrets directory, or one of its config, log, pid or TLS files (`ProtectedPaths`, symbolic
+   links in its directories resolved), is left on disk and logged; its entry is reported like
+   a deleted one's, so the queue drains.
+
 Deletions are rate-limited (`gc_delete_files_per_s`) and run in a worker thread. Records past
 their max age, or whose owner session has been gone for PROTECTION_OWNER_GRACE_MS, are released
 by `release_due` (called from the node's sweep loop), with the reason in the log.
@@ -99,6 +105,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from hlc import HybridClock, physical_ms
@@ -210,8 +217,11 @@ class GcWorker:
         orphan_grace_ms: int,
         delete_files_per_s: int,
         read_fence_ms: int = 0,
+        protected: ProtectedPaths | None = None,
     ) -> None:
+        """`protected`: this node's own directories and files, never deleted (ProtectedPaths)."""
         self.raft = raft
+        self.protected = protected if protected is not None else ProtectedPaths()
         self.read_fence_ms = read_fence_ms
         # table id -> a safe time at or after the Tm of the last entry that queued its files,
         # noted in this run; files queued before the run wait from the current safe time.
@@ -391,6 +401,7 @@ class GcWorker:
                 doomed,
                 leading=leading,
                 manifests_written_after_ms=threshold_ms,
+                protected=self.protected,
             )
             sizes = dict(chunk)
             report.files_deleted += len(deleted.removed)
@@ -512,7 +523,9 @@ class GcWorker:
                     break
                 leading = self._leading_as(self._leading_term())
                 doomed = [p for p in chunk if location and _path_key(location, p) not in keep]
-                deleted = await asyncio.to_thread(_delete_files, location, doomed, leading=leading)
+                deleted = await asyncio.to_thread(
+                    _delete_files, location, doomed, leading=leading, protected=self.protected
+                )
                 report.bytes_deleted += sum(sizes.get(p, 0) for p in deleted.removed)
                 report.files_deleted += len(deleted.removed)
                 if deleted.deposed:
@@ -522,7 +535,9 @@ class GcWorker:
                 continue  # stays queued: the next run expands it again
             if location and _path_key(location, path) not in keep:
                 leading = self._leading_as(self._leading_term())
-                deleted = await asyncio.to_thread(_delete_files, location, [path], leading=leading)
+                deleted = await asyncio.to_thread(
+                    _delete_files, location, [path], leading=leading, protected=self.protected
+                )
                 if deleted.deposed:
                     raise self._deposed()
                 report.files_deleted += 1
@@ -592,6 +607,7 @@ class GcWorker:
                     [p for p, _ in chunk],
                     leading=leading,
                     manifests_written_after_ms=int(cutoff_s * 1000),
+                    protected=self.protected,
                 )
                 removed = set(deleted.removed)
                 report.orphans_deleted += len(removed)
@@ -645,6 +661,41 @@ def _chunks(paths: list[str]) -> Iterator[list[str]]:
 # ---------------------------------------------------------------------- file system (threads)
 
 
+@dataclass(frozen=True, slots=True)
+class ProtectedPaths:
+    """What the GC never deletes, whatever a table's location says: this node's own
+    directories (data, secrets) and files (TLS), as real paths. `CREATE TABLE ... LOCATION`
+    takes any directory and needs only the writer role, while the GC deletes with the daemon's
+    rights; without this, a writer could have the leader delete its own peer secret or
+    IDENTITY. Symbolic links in a doomed path's directories are resolved before comparing."""
+
+    dirs: tuple[str, ...] = ()
+    files: frozenset[str] = frozenset()
+
+    @classmethod
+    def of(cls, *, dirs: Iterable[Path | str], files: Iterable[Path | str]) -> ProtectedPaths:
+        return cls(
+            dirs=tuple(sorted({os.path.realpath(d) for d in dirs})),
+            files=frozenset(
+                {os.path.realpath(f) for f in files} | {_real_parent(str(f)) for f in files}
+            ),
+        )
+
+    def holds(self, path: str) -> str:
+        """The protected directory or file `path` is (or is inside); "" if none."""
+        real = _real_parent(path)
+        for directory in self.dirs:
+            if real == directory or real.startswith(directory.rstrip("/") + "/"):
+                return directory
+        return real if real in self.files else ""
+
+
+def _real_parent(path: str) -> str:
+    """`path` with its directories' symbolic links resolved, not its last component's: an
+    unlink removes a link, not what it points at."""
+    return os.path.join(os.path.realpath(os.path.dirname(path)), os.path.basename(path))
+
+
 @dataclass(slots=True)
 class _Deleted:
     """What a deletion thread did: the paths it removed (or found already gone; a manifest
@@ -661,6 +712,7 @@ def _delete_files(
     *,
     leading: Callable[[], bool],
     manifests_written_after_ms: int | None = None,
+    protected: ProtectedPaths = ProtectedPaths(),
 ) -> _Deleted:
     """Delete `rel_paths` under `location`, one at a time, asking `leading()` before each: a
     deposed leader's deletion stops at once (a new leader may have reported these files, and
@@ -696,7 +748,10 @@ def _delete_files(
     local = _local_root(root)
     by_absolute = {f"{local}/{rel}": rel for rel in rel_paths}
     deleted = _delete_absolute(
-        list(by_absolute), leading=leading, manifests_written_after_ms=manifests_written_after_ms
+        list(by_absolute),
+        leading=leading,
+        manifests_written_after_ms=manifests_written_after_ms,
+        protected=protected,
     )
     return _Deleted([by_absolute[p] for p in deleted.removed], deleted.deposed)
 
@@ -714,14 +769,25 @@ def _delete_absolute(
     *,
     leading: Callable[[], bool],
     manifests_written_after_ms: int | None = None,
+    protected: ProtectedPaths = ProtectedPaths(),
 ) -> _Deleted:
-    """`_delete_files` for absolute local paths; then an attempt directory emptied goes too."""
+    """`_delete_files` for absolute local paths; then an attempt directory emptied goes too.
+    A path in `protected` is left on disk and not counted (its entry is still reported: it
+    is no table data of ours, like the paths of a table without a location)."""
     out = _Deleted()
     parents: set[str] = set()
     for path in paths:
         if not leading():
             out.deposed = True
             break
+        if held := protected.holds(path):
+            log.warning(
+                "GC left %s on disk: it is inside this node's own %s (a table's LOCATION "
+                "names it); only its catalog entry is dropped",
+                path,
+                held,
+            )
+            continue
         if manifests_written_after_ms is not None and _is_manifest(path):
             try:
                 written_ns = os.stat(path).st_mtime_ns

@@ -2,7 +2,9 @@
 
 The HTTP side is a deliberately tiny asyncio responder (GET only, one request per connection,
 bounded header size): it runs on the node's own event loop, needs no thread, and a slow scraper
-cannot hold anything. Gauges that mirror node state are refreshed at scrape time.
+cannot hold anything. The port takes no token, so what a stranger can make it hold is bounded:
+HTTP_CONNECTIONS_MAX connections (the oldest closed to admit a newcomer), each for at most
+HTTP_TIMEOUT_S. Gauges that mirror node state are refreshed at scrape time.
 """
 
 from __future__ import annotations
@@ -17,6 +19,10 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 
 HTTP_REQUEST_BYTES_MAX = 8192
 HTTP_TIMEOUT_S = 5.0
+# Connections held at once. The port has no token: without a bound, anyone who reaches it could
+# hold descriptors (shared with the client and peer ports, the WAL and snapshots) until the node
+# can open none. Past it the oldest is closed to admit the newcomer (see HttpEndpoint).
+HTTP_CONNECTIONS_MAX = 64
 
 _READ_WAIT_BUCKETS = (0.0, 0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 _DDL_BUCKETS = (0.1, 0.25, 0.5, 0.75, 1.0, 1.05, 1.1, 1.25, 1.5, 2.0, 5.0, 10.0)
@@ -183,9 +189,21 @@ class HttpEndpoint:
         self.metrics = metrics
         self.status = status
         self._server: asyncio.Server | None = None
+        # Open connections, oldest first (dicts keep insertion order).
+        self._open: dict[asyncio.StreamWriter, None] = {}
 
     async def start(self, host: str, port: int) -> None:
         self._server = await asyncio.start_server(self._handle, host, port)
+
+    @property
+    def bound_port(self) -> int:
+        if self._server is None or not self._server.sockets:
+            return 0
+        return int(self._server.sockets[0].getsockname()[1])
+
+    @property
+    def open_connections(self) -> int:
+        return len(self._open)
 
     async def stop(self) -> None:
         if self._server is not None:
@@ -194,6 +212,19 @@ class HttpEndpoint:
                 await asyncio.wait_for(self._server.wait_closed(), 2)
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while len(self._open) >= HTTP_CONNECTIONS_MAX:
+            # Evict rather than refuse: silent connections holding every slot must not lock
+            # the scraper out; a flood can only make scrapes race.
+            oldest = next(iter(self._open))
+            del self._open[oldest]
+            oldest.transport.abort()
+        self._open[writer] = None
+        try:
+            await self._respond(reader, writer)
+        finally:
+            self._open.pop(writer, None)
+
+    async def _respond(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), HTTP_TIMEOUT_S)
         except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError, OSError):

@@ -34,7 +34,7 @@ from metastore.daemon.audit import AuditLog
 from metastore.daemon.backup import EXPORT_SPOOL_DIR
 from metastore.daemon.config import NodeSettings, load_node_config
 from metastore.daemon.forward import LeaderForwarder
-from metastore.daemon.gc_worker import GcWorker
+from metastore.daemon.gc_worker import GcWorker, ProtectedPaths
 from metastore.daemon.job_worker import JobWorker
 from metastore.daemon.logs import setup_logging
 from metastore.daemon.metrics import HttpEndpoint, NodeMetrics
@@ -190,6 +190,21 @@ class MetastoreNode:
             orphan_grace_ms=cluster.gc_orphan_grace_ms,
             delete_files_per_s=cluster.gc_delete_files_per_s,
             read_fence_ms=cluster.read_staleness_max_ms + cluster.cs_max_ms,
+            # A table's LOCATION may name any directory (writer role): never these.
+            protected=ProtectedPaths.of(
+                dirs=[cluster.data_dir, settings.data_dir, cluster.secrets_dir],
+                files=[
+                    cluster.path,
+                    settings.config_path,
+                    settings.log_file,
+                    settings.pid_file,
+                    *(
+                        (tls_files.ca_file, tls_files.cert_file, tls_files.key_file)
+                        if tls_files is not None
+                        else ()
+                    ),
+                ],
+            ),
         )
         self.jobs = JobWorker(raft=self.raft, sm=self.sm, clock=self.clock)
         self.api = ApiServer(
@@ -221,6 +236,18 @@ class MetastoreNode:
         self._sweep_task: asyncio.Task[None] | None = None
         self._gc_task: asyncio.Task[None] | None = None
         self._job_task: asyncio.Task[None] | None = None
+
+    def reload_tokens(self) -> None:
+        """SIGHUP: read tokens.json again (revoking or adding client tokens without a
+        restart). A file that cannot be used keeps the tokens in force."""
+        try:
+            secrets = self.secrets.with_tokens_reloaded()
+        except SecretsError as exc:
+            log.error("tokens.json not reloaded, kept the tokens in force: %s", exc)
+            return
+        self.secrets = secrets
+        self.api.reload_tokens(secrets)
+        log.warning("tokens reloaded from tokens.json: %d token(s)", len(secrets.tokens))
 
     def _is_revoked(self, fingerprint: str) -> bool:
         # Reads the state at each call: a snapshot install replaces `sm.state`.
@@ -462,6 +489,7 @@ async def serve(settings: NodeSettings, *, bootstrap: bool = False) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, node.stopped.set)
+    loop.add_signal_handler(signal.SIGHUP, node.reload_tokens)
     await node.stopped.wait()
     await node.stop()
     if node.fatal is not None:

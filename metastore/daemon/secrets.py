@@ -15,7 +15,10 @@ and then hard-linked to its final name, which fails if another process got there
 loser then reads the winner's file. tokens.json is derived only from the (winning) token files,
 so every racer computes the same content. A final name therefore never holds a partial file.
 If tokens.json exists it is authoritative and the token files are neither read nor created
-(operators may delete them, or add more tokens to tokens.json by hand).
+(operators may delete them, or add more tokens to tokens.json by hand). A running node reads
+tokens.json again on SIGHUP (`Secrets.with_tokens_reloaded`): to revoke a token, remove its
+entry on every node and send each SIGHUP; requests on connections already open are checked
+against the new list too.
 
 Invariants
     * Nothing here ever loosens a mode: a file or directory that group/other may access is
@@ -34,7 +37,7 @@ import json
 import os
 import secrets as _random
 import stat
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from enum import IntEnum
 from pathlib import Path
 from typing import ClassVar, Final
@@ -138,20 +141,33 @@ class Secrets:
     """What a node needs: the peer secret and the token hashes."""
 
     secrets_dir: Path
-    cluster_secret: bytes
+    cluster_secret: bytes = field(repr=False)  # never in a traceback or test report
     tokens: tuple[TokenRecord, ...]
 
     def role_for(self, token: object) -> Role | None:
         """The role of `token`, or None if it is not a valid token (or not a string at all)."""
+        record = self.record_for(token)
+        return None if record is None else record.role
+
+    def record_for(self, token: object) -> TokenRecord | None:
+        """The record (name, role) of `token`, or None if it is not a valid token (or not a
+        string at all). The name is who the node knows the caller to be (audit): the client
+        name a caller gives is only what it says."""
         if not isinstance(token, str) or not TOKEN_CHARS_MIN <= len(token) <= TOKEN_CHARS_MAX:
             return None
         digest = hash_token(token).encode("ascii")
-        found: Role | None = None
+        found: TokenRecord | None = None
         for record in self.tokens:
             # No early exit: every record is compared, whatever matches.
             if hmac.compare_digest(digest, record.sha256.encode("ascii")):
-                found = record.role
+                found = record
         return found
+
+    def with_tokens_reloaded(self) -> Secrets:
+        """These secrets with tokens.json read again (the peer secret is not: changing it
+        means restarting every node). SecretsError (InsecureSecretsError) when the file
+        cannot be used; the caller keeps the tokens in force then."""
+        return replace(self, tokens=_read_tokens_json(self.secrets_dir / TOKENS_FILE))
 
     def token_file(self, role: Role) -> Path:
         """Where `ensure_secrets` put the plain token of `role` (it may have been removed)."""

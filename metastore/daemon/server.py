@@ -22,7 +22,7 @@ import ssl
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Final, TypeVar
 
@@ -46,6 +46,7 @@ from metastore.commands import (
     CloseSession,
     Command,
     CommitTxn,
+    CreateTable,
     ExpireSessions,
     GcFilesDeleted,
     HeartbeatSession,
@@ -83,7 +84,7 @@ from metastore.daemon.views import (
     namespace_view,
     version_view,
 )
-from metastore.ddl import parse_ddl
+from metastore.ddl import check_new_location, parse_ddl
 from metastore.errors import (
     BadRequestError,
     CatchUpTimeoutError,
@@ -143,7 +144,13 @@ Handler = Callable[["Session", Args], Awaitable[dict[str, Any]]]
 class Session:
     peer: str
     role: Role | None = None
-    token: str = ""
+    token: str = field(default="", repr=False)
+    # The token's name in tokens.json (audit: the client name is only what the client says).
+    token_name: str = ""
+    # The token list `role` was found in: another (tokens.json reloaded) means checking again.
+    checked_against: Secrets | None = field(default=None, repr=False)
+    # Closes the connection once the replies sent so far have left (a revoked token's).
+    close_soon: Callable[[], None] | None = field(default=None, repr=False)
     client: str = ""
     # Whether the connection is TLS (a plaintext one on a TLS port is refused at its hello),
     # and whether the client presented a certificate (verified against the CA by TLS).
@@ -305,6 +312,9 @@ class ApiServer:
         self._connections: set[asyncio.Task[None]] = set()
         # Connections that have not authenticated yet: id(session) -> (connected at, writer).
         self._strangers: dict[int, tuple[float, asyncio.StreamWriter]] = {}
+        # Warnings about refused first requests left out over the refusal budget (audit.py),
+        # counted in the next one logged.
+        self._refusal_warnings_left_out = 0
         # Every open connection's outgoing replies (for the reply backlog metrics).
         self._replies: set[_Replies] = set()
         self._ops: dict[str, _Op] = {
@@ -640,6 +650,7 @@ class ApiServer:
         inflight: set[asyncio.Task[None]] = set()
         if session.cert_fingerprint:
             self._cert_writers[writer] = (session, inflight)
+        session.close_soon = lambda: self._close_soon(writer)
         try:
             await self._serve_session(session, decoder, reader, writer, hello_deadline, inflight)
         finally:
@@ -834,22 +845,32 @@ class ApiServer:
         rid, op = 0, "invalid"
         args: Args = {}
 
-        def refuse(err: MetastoreError, code: str, audited: Mapping[str, Any]) -> bytes:
+        def refuse(
+            err: MetastoreError, code: str, audited: Mapping[str, Any], warning: str = ""
+        ) -> bytes:
             # Every refused first request is audited (who tried, from where, why), not only
             # a wrong token: a malformed one, a plaintext client, a missing or revoked
-            # certificate too.
+            # certificate too. Within the audit log's budget for refusals, which `warning`
+            # (for the operational log) shares: a stranger needs no token to be refused.
             ms = (time.perf_counter() - started) * 1000
             self.metrics.request(self._op_label(op), code, ms / 1000)
             client = args.get("client")
-            self.audit.record(
+            recorded = self.audit.record(
                 peer=session.peer,
                 client=client[: L.CLIENT_NAME_CHARS_MAX] if isinstance(client, str) else "",
                 role=None,
+                token_name=None,
                 op=op,
                 args=audited,
                 outcome=code,
                 ms=ms,
             )
+            if warning and recorded:
+                left_out, self._refusal_warnings_left_out = self._refusal_warnings_left_out, 0
+                more = f" ({left_out} refusals before it not logged)" if left_out else ""
+                log.warning("refused client %s: %s%s", session.peer, warning, more)
+            elif warning:
+                self._refusal_warnings_left_out += 1
             return self._error_frame(rid, err)
 
         try:
@@ -861,27 +882,25 @@ class ApiServer:
                 "this node's client port requires TLS: connect with TLS and trust the cluster "
                 "CA (CLI: --cacert FILE or METASTORE_CACERT)"
             )
-            log.warning("refused client %s: plaintext connection to a TLS port", session.peer)
-            return refuse(err, err.code.value, {}), False
+            return refuse(err, err.code.value, {}, "plaintext connection to a TLS port"), False
         if self.tls_client_cert_required and not session.client_cert:
             err = TlsRequiredError(
                 "this node's client port requires a client certificate signed by the cluster "
                 "CA (CLI: --cert FILE --key FILE, or METASTORE_CERT / METASTORE_KEY)"
             )
-            log.warning("refused client %s: no client certificate", session.peer)
-            return refuse(err, err.code.value, {}), False
+            return refuse(err, err.code.value, {}, "no client certificate"), False
         if session.cert_fingerprint and self.sm.state.revoked.is_revoked(session.cert_fingerprint):
             err = TlsFailedError(
                 f"this client's TLS certificate (sha256 {session.cert_fingerprint}) is revoked; "
                 "use another certificate signed by the cluster CA",
                 details={"fingerprint": session.cert_fingerprint},
             )
-            log.warning(
-                "refused client %s: its TLS certificate (sha256 %s) is revoked",
-                session.peer,
-                session.cert_fingerprint,
-            )
-            return refuse(err, "CERT_REVOKED", {"fingerprint": session.cert_fingerprint}), False
+            return refuse(
+                err,
+                "CERT_REVOKED",
+                {"fingerprint": session.cert_fingerprint},
+                f"its TLS certificate (sha256 {session.cert_fingerprint}) is revoked",
+            ), False
         if op != "hello":
             err = UnauthenticatedError("the first request must be 'hello'")
             return refuse(err, err.code.value, {}), False
@@ -889,8 +908,7 @@ class ApiServer:
             _check_args(args, self._ops["hello"].args)
             result = await self._hello(session, args)
         except MetastoreError as exc:
-            log.warning("refused client %s: %s", session.peer, exc)
-            return refuse(exc, exc.code.value, {}), False
+            return refuse(exc, exc.code.value, {}, str(exc)), False
         self.metrics.request(self._op_label(op), "OK", time.perf_counter() - started)
         return self._reply_frame(rid, result), True
 
@@ -905,6 +923,8 @@ class ApiServer:
             spec = self._ops.get(op)
             if spec is None or op == "hello":
                 raise UnknownOpError(f"unknown op {op!r}", details={"op": op})
+            if session.role is not None and session.checked_against is not self.secrets:
+                self._check_token_again(session)
             if session.role is None or session.role < spec.role:
                 raise ForbiddenError(
                     f"op {op!r} needs role {spec.role.name.lower()}",
@@ -945,6 +965,7 @@ class ApiServer:
                 peer=session.peer,
                 client=session.client,
                 role=None if session.role is None else session.role.name.lower(),
+                token_name=session.token_name or None,
                 op=op,
                 args=args,
                 outcome=code,
@@ -952,6 +973,35 @@ class ApiServer:
             )
         with contextlib.suppress(ConnectionError, OSError):
             await send(frame_out)
+        if session.role is None and session.close_soon is not None:
+            # Its token was revoked (`_check_token_again`): closed as a refused hello is,
+            # once this reply has left.
+            session.close_soon()
+            session.close_soon = None
+
+    def _close_soon(self, writer: asyncio.StreamWriter) -> None:
+        close = asyncio.create_task(self._abort_after(writer, set()))
+        self._revoked_closes.add(close)
+        close.add_done_callback(self._revoked_closes.discard)
+
+    def reload_tokens(self, secrets: Secrets) -> None:
+        """Use `secrets` (tokens.json read again) for every hello and request from now on,
+        on the connections already open too (`_check_token_again`)."""
+        self.secrets = secrets
+
+    def _check_token_again(self, session: Session) -> None:
+        """tokens.json was reloaded since this connection's token was checked: its role is
+        what the new list says. A token no longer in it is UNAUTHENTICATED, and the
+        connection closes once that reply has left (a request read meanwhile is refused as a
+        stranger's first request)."""
+        record = self.secrets.record_for(session.token)
+        if record is None:
+            session.role = None
+            session.checked_against = None
+            raise UnauthenticatedError("this connection's token was revoked")
+        session.role = record.role
+        session.token_name = record.name
+        session.checked_against = self.secrets
 
     def _op_label(self, op: str) -> str:
         """The `op` label of the request metric: a client may name any op, and each label
@@ -1133,11 +1183,14 @@ class ApiServer:
 
     async def _hello(self, session: Session, args: Args) -> dict[str, Any]:
         token = _opt_str(args, "token", L.TOKEN_CHARS_MAX) or ""
-        role = self.secrets.role_for(token) if token else None
-        if role is None:
+        record = self.secrets.record_for(token) if token else None
+        if record is None:
             raise UnauthenticatedError("missing or unknown token")
+        role = record.role
         session.role = role
         session.token = token
+        session.token_name = record.name
+        session.checked_against = self.secrets
         session.client = _opt_str(args, "client", L.CLIENT_NAME_CHARS_MAX) or ""
         return {
             "node_id": self.node.node_id,
@@ -1994,6 +2047,9 @@ class ApiServer:
                 f"{type(cmd).__name__} needs the admin role",
                 details={"op": "_propose", "needed": "admin"},
             )
+        if isinstance(cmd, CreateTable) and cmd.location:
+            # The parse-time rules (`parse_ddl`): a writer may send the command itself.
+            check_new_location(cmd.location, "LOCATION")
         if not self.node.is_leader():
             raise NotLeaderError("not the leader", details={"leader": self.node.leader_id()})
         timeout_ms = _timeout(args)

@@ -270,3 +270,22 @@ def test_processes_racing_on_first_use_agree(tmp_path: Path) -> None:
                 "tokens.json",
                 "writer.token",
             ]
+
+
+def test_no_secret_in_a_repr(tmp_path: Path) -> None:
+    """A repr ends up in tracebacks, debuggers and test reports: the peer secret must not be
+    in the one of Secrets, nor of raft's NodeConfig."""
+    from raft.node import NodeConfig
+
+    secrets = ensure_secrets(tmp_path / "s")
+    assert secrets.cluster_secret.decode() not in repr(secrets)
+    config = NodeConfig(
+        node_id=1,
+        cluster_id="c",
+        data_dir=tmp_path / "d",
+        listen_host="127.0.0.1",
+        listen_port=1,
+        peers={1: ("127.0.0.1", 1)},
+        secret=secrets.cluster_secret,
+    )
+    assert secrets.cluster_secret.decode() not in repr(config)

@@ -80,3 +80,27 @@ def test_writes_refusals_and_bad_hellos_are_audited_reads_are_not(node: Metastor
     for role in ("admin", "writer", "reader"):
         assert node.token(role) not in text
     assert "x.parquet" not in text
+
+
+def test_each_record_names_the_token_used_not_only_the_name_the_client_gave(
+    node: MetastoreCluster,
+) -> None:
+    """The client name is whatever the client says: a writer may call itself "admin". Who
+    changed what must rest on what the node checked, the token: each record names it (its
+    name in tokens.json, never its value), and a refused hello names none."""
+    with _client(node, "writer", "admin") as w:
+        w.ddl("CREATE NAMESPACE au_named")
+    with _client(node, "reader", "etl-job") as r, pytest.raises(ForbiddenError):
+        r.ddl("DROP NAMESPACE au_named", wait_ms=0)
+    stranger = RawClient(node.client_ports[1])
+    try:
+        assert not stranger.call("hello", token="not-a-token-either", client="writer")["ok"]
+    finally:
+        stranger.close()
+    records = _records(node)
+    [created] = [r for r in records if r.get("sql") == "CREATE NAMESPACE au_named"]
+    assert (created["outcome"], created["token_name"]) == ("OK", "writer")
+    [refused] = [r for r in records if r.get("sql") == "DROP NAMESPACE au_named"]
+    assert (refused["outcome"], refused["token_name"]) == ("FORBIDDEN", "reader")
+    bad_hello = [r for r in records if r["op"] == "hello" and r["client"] == "writer"]
+    assert [r["token_name"] for r in bad_hello] == [None]

@@ -3,6 +3,7 @@ start on bad TLS files with one line naming the file."""
 
 from __future__ import annotations
 
+import logging
 import subprocess
 import sys
 from pathlib import Path
@@ -261,3 +262,26 @@ def test_cluster_init_with_tls_makes_a_ca_and_enables_tls_once(tmp_path: Path) -
     again = runner.invoke(cli, [*args, "--force"])
     assert again.exit_code == 0, again.output
     assert cfg.tls.ca_file.read_bytes() == ca_bytes
+
+
+@pytest.mark.parametrize("mode", [0o640, 0o644, 0o604])
+def test_a_node_key_others_may_read_is_warned_about_naming_the_chmod(
+    tmp_path: Path, mode: int, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Secrets files group/other may read are refused (metastore.daemon.secrets); a TLS private
+    key is one too. It is warned about rather than refused: keys are often handed over by
+    tooling with its own modes, and the node stays usable while the operator fixes it."""
+    certs = generate_dev_certs(tmp_path / "tls", node_ids=[1])
+    cert, key = certs.node_certs[1]
+    files = TlsFiles(ca_file=certs.ca_cert, cert_file=cert, key_file=key)
+    with caplog.at_level(logging.WARNING, logger="raft.tls"):
+        check_node_files(files)
+    assert not [r for r in caplog.records if r.name == "raft.tls"], "0600 is fine"
+    key.chmod(mode)
+    with caplog.at_level(logging.WARNING, logger="raft.tls"):
+        check_node_files(files)
+    warned = [r.getMessage() for r in caplog.records if r.name == "raft.tls"]
+    assert len(warned) == 1, warned
+    assert str(key) in warned[0]
+    assert f"{mode:04o}" in warned[0]
+    assert f"chmod 600 {key}" in warned[0]

@@ -1,0 +1,49 @@
+"""`ProtectedPaths`: what the GC never deletes, whatever a table's location says (the real-node
+case is tests/daemon/test_gc_protected_dirs.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from metastore.daemon.gc_worker import ProtectedPaths, _delete_absolute
+
+
+def _always() -> bool:
+    return True
+
+
+def test_inside_a_protected_directory_through_a_link_or_a_protected_file(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    (data / "node-1").mkdir(parents=True)
+    key = tmp_path / "tls" / "node-1.key"
+    key.parent.mkdir()
+    key.write_text("k")
+    (tmp_path / "warehouse").mkdir()
+    (tmp_path / "warehouse" / "into-data").symlink_to(data)
+    protected = ProtectedPaths.of(dirs=[data], files=[key])
+    assert protected.holds(str(data / "node-1" / "IDENTITY")) == str(data.resolve())
+    assert protected.holds(str(data)) == str(data.resolve())
+    via_link = tmp_path / "warehouse" / "into-data" / "node-1" / "IDENTITY"
+    assert protected.holds(str(via_link)) == str(data.resolve())
+    assert protected.holds(str(key)) == str(key.resolve())
+    # A sibling whose name starts like a protected directory is not inside it.
+    assert protected.holds(str(tmp_path / "data2" / "x.parquet")) == ""
+    assert protected.holds(str(tmp_path / "warehouse" / "t" / "x.parquet")) == ""
+    assert protected.holds(str(tmp_path / "tls" / "node-2.key")) == ""
+
+
+def test_a_protected_path_is_left_on_disk_and_not_counted(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    data.mkdir()
+    kept = data / "IDENTITY"
+    kept.write_text("id")
+    table_file = tmp_path / "warehouse" / "a.parquet"
+    table_file.parent.mkdir()
+    table_file.write_text("x")
+    deleted = _delete_absolute(
+        [str(kept), str(table_file)],
+        leading=_always,
+        protected=ProtectedPaths.of(dirs=[data], files=[]),
+    )
+    assert deleted.removed == [str(table_file)]
+    assert kept.exists() and not table_file.exists()
