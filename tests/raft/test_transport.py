@@ -303,7 +303,6 @@ async def _kill_peer_mid_write_repeatedly(rounds: int) -> None:
     round the link must reconnect and deliver again: a link task must survive any error of its
     connection (uvloop raises RuntimeError from writelines on a transport aborted under it)."""
     payload = os.urandom(64 * 1024)
-    entry = Entry(term=1, index=1, tm=7, kind=EntryKind.NORMAL, data=payload)
     a_inbox = Inbox()
     a = make(1, a_inbox)
     port = free_port()
@@ -315,6 +314,7 @@ async def _kill_peer_mid_write_repeatedly(rounds: int) -> None:
             n = 0
             while not stop.is_set():
                 n += 1
+                entry = Entry(term=1, index=n + 1, tm=n, kind=EntryKind.NORMAL, data=payload)
                 a.send(
                     AppendEntries(
                         src=1, dst=2, term=1, prev_index=n, prev_term=1, entries=(entry,), commit=0
