@@ -48,7 +48,8 @@ CLUSTER_ID_CHARS_MAX = 128
 PEER_CONNECT_TIMEOUT_MS = 3_000
 
 # Reconnect delay bounds: the delay doubles per failed attempt from MIN up to MAX, with random
-# jitter inside [MIN, current cap] so restarted nodes do not reconnect in lockstep.
+# jitter inside [MIN, current cap] so restarted nodes do not reconnect in lockstep. A link counts
+# as a failed attempt unless it stayed up for MAX: only then does the delay start over at MIN.
 RECONNECT_BACKOFF_MS_MIN = 50
 RECONNECT_BACKOFF_MS_MAX = 2_000
 

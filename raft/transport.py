@@ -16,7 +16,9 @@ exerts back-pressure on its own queue only. `flush()` (the node calls it after e
 sends; otherwise a callback scheduled at the first send does) writes the queue of a link whose
 writer task is parked with nothing in flight directly to its socket, without waking the task: a
 lone message leaves at once instead of one loop iteration later. If the connection fails, the
-task reconnects with exponential backoff and jitter between RECONNECT_BACKOFF_MS_MIN and _MAX.
+task reconnects with exponential backoff and jitter between RECONNECT_BACKOFF_MS_MIN and _MAX;
+the backoff starts over only after a link stayed up for the maximum delay (a peer that closes
+every link right after the handshake is redialled ever more slowly, not at the minimum).
 
 Snapshot transfers. An InstallSnapshot whose encoding is larger than the chunk size
 (SNAPSHOT_CHUNK_BYTES) is not queued as one frame: the link keeps it as its one pending transfer
@@ -1134,6 +1136,7 @@ class PeerTransport:
         return self._rng.uniform(self._backoff_ms_min, cap)
 
     async def _run_link(self, link: _Link) -> None:
+        loop = asyncio.get_running_loop()
         attempt = 0
         ever_connected = False
         while True:
@@ -1199,7 +1202,7 @@ class PeerTransport:
                 if ever_connected:
                     link.reconnects += 1
                 ever_connected = True
-                attempt = 0
+                connected_at = loop.time()
                 self._log.info("connected to peer %d at %s:%d", link.peer_id, host, port)
                 try:
                     await self._pump(link, reader, writer)
@@ -1211,6 +1214,11 @@ class PeerTransport:
                     self._log.exception("connection to peer %d failed", link.peer_id)
                 finally:
                     link.connected = False
+                # Only a link that stayed up resets the backoff. One the peer ends right after
+                # the handshake (two nodes with one id, a peer closing on our frames) counts
+                # as a failed attempt, or it would be redialled at the minimum delay for ever.
+                if loop.time() - connected_at >= self._backoff_ms_max / 1000:
+                    attempt = 0
             finally:
                 if writer is not None:
                     self._fingerprints.pop(writer, None)

@@ -777,3 +777,49 @@ def test_reconnect_backoff_grows_with_jitter_inside_the_bounds() -> None:
     assert max(delays[3]) <= 80  # then the cap doubles per attempt...
     assert max(delays[39]) > 500  # ...up to the maximum, with the delay spread by jitter
     assert len({round(d) for d in delays[39]}) > 50
+
+
+async def test_a_peer_that_drops_each_link_right_after_the_handshake_gets_backed_off() -> None:
+    """A peer that authenticates every connection and closes it at once (two nodes configured
+    with the same id, each new link making the peer close the other's; a peer that closes on
+    every frame) must not be redialled at the minimum delay for ever: only a connection that
+    stayed up resets the backoff. Before, every completed handshake reset it, a reconnect storm
+    of one TCP connection and two HMACs per RECONNECT_BACKOFF_MS_MIN."""
+    handshakes = 0
+
+    async def welcome_then_close(
+        reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        nonlocal handshakes
+        with contextlib.suppress(ConnectionError, asyncio.IncompleteReadError):
+            _, _, _, client, server, cn = await read_frame(reader)
+            sn = os.urandom(32)
+            writer.write(frame(["raft-peer-challenge", sn]))
+            await read_frame(reader)  # the client's proof (checked by the real listener)
+            writer.write(
+                frame(["raft-peer-welcome", proof_mac(SECRET, "server", client, server, cn, sn)])
+            )
+            await writer.drain()
+            handshakes += 1
+        writer.close()
+
+    server = await asyncio.start_server(welcome_then_close, HOST, 0)
+    port = server.sockets[0].getsockname()[1]
+    a = make(1, Inbox(), reconnect_backoff_ms_min=1, reconnect_backoff_ms_max=1000)
+    attempts: list[int] = []
+    backoff_ms = a._backoff_ms
+
+    def recorded(attempt: int) -> float:
+        attempts.append(attempt)
+        return min(backoff_ms(attempt), 20)  # the test need not wait out the real delays
+
+    a._backoff_ms = recorded  # type: ignore[method-assign]
+    try:
+        async with running(a):
+            a.set_peers({2: (HOST, port)})
+            await eventually(lambda: handshakes >= 6 and len(attempts) >= 6, "six links")
+    finally:
+        server.close()
+    assert a.stats()["peers"][2]["reconnects"] >= 5
+    # Each short-lived link counts as a failed attempt: the delay's cap keeps doubling.
+    assert attempts[:6] == [0, 1, 2, 3, 4, 5], attempts
