@@ -53,6 +53,19 @@ PEER_CONNECT_TIMEOUT_MS = 3_000
 RECONNECT_BACKOFF_MS_MIN = 50
 RECONNECT_BACKOFF_MS_MAX = 2_000
 
+# A peer link whose sent data stays unacknowledged this long is closed and redialled (Linux
+# TCP_USER_TIMEOUT). Without it a peer that vanished without a reset (power loss, a partition)
+# or stopped reading keeps the link "up" for TCP's retransmission timeout, about 15 minutes,
+# and a rebooted peer hears nothing from us until a retransmission, up to 2 minutes apart,
+# meets its reset. Many election timeouts long, so a busy but live peer is not cut off.
+PEER_TCP_USER_TIMEOUT_MS = 10_000
+# Keepalive probes on idle peer links (both directions), so an idle link to a vanished peer
+# (two followers talk only during elections) is found dead before an election needs it:
+# the first probe after this much silence, then one per interval, up to the user timeout.
+PEER_KEEPALIVE_IDLE_MS = 5_000
+PEER_KEEPALIVE_INTERVAL_MS = 1_000
+PEER_KEEPALIVE_PROBES = 5
+
 # Simultaneous inbound peer connections (authenticated or not). A cluster needs one per peer;
 # the slack absorbs reconnect overlap. Connections beyond it are closed at once.
 PEER_INBOUND_CONNECTIONS_MAX = 64

@@ -19,6 +19,9 @@ lone message leaves at once instead of one loop iteration later. If the connecti
 task reconnects with exponential backoff and jitter between RECONNECT_BACKOFF_MS_MIN and _MAX;
 the backoff starts over only after a link stayed up for the maximum delay (a peer that closes
 every link right after the handshake is redialled ever more slowly, not at the minimum).
+Every peer connection (both directions) has TCP keepalive and a TCP user timeout: a peer that
+vanished without a reset or stopped reading ends the link within PEER_TCP_USER_TIMEOUT_MS
+instead of TCP's quarter of an hour (see raft.limits), and the link redials.
 
 Snapshot transfers. An InstallSnapshot whose encoding is larger than the chunk size
 (SNAPSHOT_CHUNK_BYTES) is not queued as one frame: the link keeps it as its one pending transfer
@@ -121,6 +124,7 @@ import mmap
 import os
 import random
 import secrets
+import socket
 import ssl
 import stat
 from collections.abc import Callable, Mapping
@@ -157,10 +161,14 @@ from raft.limits import (
     PEER_CONNECT_TIMEOUT_MS,
     PEER_FRAME_BYTES_MAX,
     PEER_INBOUND_CONNECTIONS_MAX,
+    PEER_KEEPALIVE_IDLE_MS,
+    PEER_KEEPALIVE_INTERVAL_MS,
+    PEER_KEEPALIVE_PROBES,
     PEER_READ_CHUNK_BYTES,
     PEER_SEND_QUEUE_BYTES_MAX,
     PEER_SEND_QUEUE_MAX,
     PEER_STOP_TIMEOUT_MS,
+    PEER_TCP_USER_TIMEOUT_MS,
     RECONNECT_BACKOFF_MS_MAX,
     RECONNECT_BACKOFF_MS_MIN,
     SECRET_BYTES_MIN,
@@ -737,6 +745,7 @@ class PeerTransport:
         tls: TlsFiles | None = None,
         revoked: Callable[[str], bool] | None = None,
         snapshot_spool_dir: Path | None = None,
+        peer_tcp_user_timeout_ms: int = PEER_TCP_USER_TIMEOUT_MS,
     ) -> None:
         """`snapshot_chunk_bytes` defaults to SNAPSHOT_CHUNK_BYTES, or half of a smaller
         `max_frame_bytes` (a chunk frame must fit a frame with room to spare).
@@ -774,6 +783,7 @@ class PeerTransport:
             "snapshot_transfer_bytes_max", snapshot_transfer_bytes_max, 1, FRAME_LENGTH_CAPACITY
         )
         _check_limit("snapshot_ack_interval_bytes", snapshot_ack_interval_bytes, 1, 2**62)
+        _check_limit("peer_tcp_user_timeout_ms", peer_tcp_user_timeout_ms, 1, 2**31 - 1)
         check_peers(peers)
         # Built now, so a bad file stops the node before it listens, not at its first link.
         self._tls_server: ssl.SSLContext | None = None
@@ -801,6 +811,7 @@ class PeerTransport:
         self._snapshot_transfer_bytes_max = snapshot_transfer_bytes_max
         self._snapshot_ack_interval_bytes = snapshot_ack_interval_bytes
         self._snapshot_spool_dir = snapshot_spool_dir
+        self._tcp_user_timeout_ms = peer_tcp_user_timeout_ms
         if snapshot_spool_dir is not None:
             _remove_spool_leftovers(snapshot_spool_dir, self._log)
 
@@ -1153,6 +1164,7 @@ class PeerTransport:
                         ssl=self._tls_client,
                         server_hostname=host if self._tls_client is not None else None,
                     )
+                self._watch_liveness(writer)
                 self._check_peer_certificate(link.peer_id, writer)
                 async with asyncio.timeout(self._handshake_timeout_s):
                     await self._client_handshake(link.peer_id, reader, writer)
@@ -1225,6 +1237,31 @@ class PeerTransport:
                     writer.transport.abort()
             await asyncio.sleep(self._backoff_ms(attempt) / 1000)
             attempt += 1
+
+    def _watch_liveness(self, writer: asyncio.StreamWriter) -> None:
+        """Let the kernel find a dead peer: keepalive probes on an idle link, and a link whose
+        data stays unacknowledged for the user timeout is reset (see PEER_TCP_USER_TIMEOUT_MS;
+        our writer or watcher then sees the error and the link redials). Best effort: where an
+        option does not exist (not Linux) the link works as before."""
+        sock = writer.get_extra_info("socket")
+        if sock is None:
+            return
+        options = [
+            (socket.SOL_SOCKET, "SO_KEEPALIVE", 1),
+            (socket.IPPROTO_TCP, "TCP_KEEPIDLE", max(1, PEER_KEEPALIVE_IDLE_MS // 1000)),
+            (socket.IPPROTO_TCP, "TCP_KEEPINTVL", max(1, PEER_KEEPALIVE_INTERVAL_MS // 1000)),
+            (socket.IPPROTO_TCP, "TCP_KEEPCNT", PEER_KEEPALIVE_PROBES),
+            (socket.IPPROTO_TCP, "TCP_USER_TIMEOUT", self._tcp_user_timeout_ms),
+        ]
+        for level, name, value in options:
+            option = getattr(socket, name, None)
+            if option is None:
+                continue
+            try:
+                sock.setsockopt(level, option, value)
+            except OSError as exc:  # e.g. the connection is already gone
+                self._log.debug("cannot set %s on a peer connection: %s", name, exc)
+                return
 
     def _check_peer_certificate(self, peer_id: NodeId, writer: asyncio.StreamWriter) -> None:
         """With TLS: the verified certificate must name `peer_id` (per-node identity)."""
@@ -1424,6 +1461,7 @@ class PeerTransport:
             return
         conn = _Inbound(writer, asyncio.current_task(), host)
         self._inbound[conn] = None
+        self._watch_liveness(writer)
         try:
             try:
                 async with asyncio.timeout(self._handshake_timeout_s):
