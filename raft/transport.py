@@ -1101,6 +1101,9 @@ class PeerTransport:
     def _retire(self, link: _Link) -> None:
         task, link.task = link.task, None
         link.connected = False
+        # The task winds down at its next await; until then `flush` must not write to its
+        # connection (an address that is no longer the peer's): frames wait for the next one.
+        link.idle_writer = None
         if task is not None and not task.done():
             task.cancel()
             self._retiring.add(task)
@@ -1422,7 +1425,8 @@ class PeerTransport:
                     # Back-pressure: wait while the socket buffer is above its high-water mark.
                     await writer.drain()
         finally:
-            link.idle_writer = None
+            if link.idle_writer is writer:  # not a newer task's connection (see _retire)
+                link.idle_writer = None
             watcher.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await watcher

@@ -895,3 +895,25 @@ async def test_peer_links_keep_alive_both_ways() -> None:
             assert sock.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE) == 1
             user_timeout_ms = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT)
             assert user_timeout_ms == PEER_TCP_USER_TIMEOUT_MS
+
+
+async def test_after_an_address_change_nothing_more_goes_to_the_old_address() -> None:
+    """Messages sent after `set_peers` moved a peer go to its new address. Before, the retired
+    link's idle connection stayed the fast path's target until its task had wound down, so a
+    batch sent and flushed right after the change went to the old address (lost, or delivered
+    to whatever still listened there)."""
+    a_inbox, old_inbox, new_inbox = Inbox(), Inbox(), Inbox()
+    a = make(1, a_inbox)
+    old = make(2, old_inbox)
+    new = make(2, new_inbox)
+    async with running(a, old, new):
+        a.set_peers({2: (HOST, old.bound_port)})
+        old.set_peers({1: (HOST, a.bound_port)})
+        new.set_peers({1: (HOST, a.bound_port)})
+        await keep_sending(lambda: a.send(hb(1, 2, 1)), lambda: bool(old_inbox.messages), "old")
+        await eventually(lambda: a._links[2].idle_writer is not None, "link idle")
+        a.set_peers({2: (HOST, new.bound_port)})
+        a.send(hb(1, 2, 2))
+        a.flush()
+        await eventually(lambda: hb(1, 2, 2) in new_inbox.messages, "at the new address")
+        assert hb(1, 2, 2) not in old_inbox.messages
