@@ -606,24 +606,40 @@ def _check_entries(msg: AppendEntries) -> None:
     terms non-decreasing within [prev_term, term], Tm strictly increasing, membership entries
     decodable. The core's log relies on all of it (it raises on a gap or a Tm that does not
     increase, which stops the node)."""
+    # Hot path (every replicated proposal): plain comparisons per entry; an entry that fails
+    # one, or a CONF entry, takes _check_entry, which names the field.
     expected_index = msg.prev_index + 1
     term_floor = msg.prev_term
+    term_top = msg.term
     tm_floor = -1
-    for i, e in enumerate(msg.entries):
-        where = f"AppendEntries.entries[{i}]"
-        if e.index != expected_index + i:
-            raise _bad(f"{where}.index", f"{expected_index + i} (prev_index + {i + 1})", e.index)
-        if not term_floor <= e.term <= msg.term:
-            raise _bad(f"{where}.term", f"a term in [{term_floor}, {msg.term}]", e.term)
-        if e.tm <= tm_floor:
-            raise _bad(f"{where}.tm", f"a Tm above the previous entry's {tm_floor}", e.tm)
-        if e.kind is EntryKind.CONF:
-            try:
-                decode_conf_state(e.data)
-            except MalformedConfStateError as exc:
-                raise MalformedMessageError(f"{where}.data: {exc}") from exc
+    conf = EntryKind.CONF
+    for e in msg.entries:
+        if (
+            e.index != expected_index
+            or not term_floor <= e.term <= term_top
+            or e.tm <= tm_floor
+            or e.kind is conf
+        ):
+            _check_entry(e, expected_index - msg.prev_index - 1, msg, term_floor, tm_floor)
+        expected_index += 1
         term_floor = e.term
         tm_floor = e.tm
+
+
+def _check_entry(e: Entry, i: int, msg: AppendEntries, term_floor: int, tm_floor: int) -> None:
+    where = f"AppendEntries.entries[{i}]"
+    expected_index = msg.prev_index + 1 + i
+    if e.index != expected_index:
+        raise _bad(f"{where}.index", f"{expected_index} (prev_index + {i + 1})", e.index)
+    if not term_floor <= e.term <= msg.term:
+        raise _bad(f"{where}.term", f"a term in [{term_floor}, {msg.term}]", e.term)
+    if e.tm <= tm_floor:
+        raise _bad(f"{where}.tm", f"a Tm above the previous entry's {tm_floor}", e.tm)
+    if e.kind is EntryKind.CONF:
+        try:
+            decode_conf_state(e.data)
+        except MalformedConfStateError as exc:
+            raise MalformedMessageError(f"{where}.data: {exc}") from exc
 
 
 def decode_conf_state(data: bytes) -> ConfState:
