@@ -31,8 +31,7 @@ stops the node, on an append with a gap or a Tm that does not increase):
   prev_index + 1, + 2, ...; terms non-decreasing within [prev_term, term]; Tm strictly
   increasing; a CONF entry's data decodes as a ConfState (`decode_conf_state`);
 * RequestVote: last_term <= term;
-* InstallSnapshot: the snapshot is of a real position (index >= 1, term in [1, message term])
-  with at least one voter.
+* InstallSnapshot: the snapshot is of a real position (index >= 1, term in [1, message term]).
 What it cannot know (how a message relates to the receiver's log) stays the core's job.
 
 Invariant: for every valid message m, `decode_message(encode_message(m)) == m`, also after a
@@ -586,8 +585,8 @@ def _check_consistent(msg: Message, name: str) -> None:
                 raise _bad(f"{where}.index", "an index >= 1 (a leader holds a snapshot)", 0)
             if not 1 <= meta.term <= msg.term:
                 raise _bad(f"{where}.term", f"a term in [1, {msg.term}]", meta.term)
-            if not meta.conf.voters:
-                raise MalformedMessageError(f"{where}.conf.voters: a membership without voters")
+            # (Its membership may list no voter: a node that joined with an empty one and
+            # snapshots before it applies the change that added it writes such a snapshot.)
         case RequestVote():
             _check_leader_term(msg.term, name)  # a candidate's term, >= 1 too
             if msg.last_term > msg.term:
