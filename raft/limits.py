@@ -57,7 +57,8 @@ RECONNECT_BACKOFF_MS_MAX = 2_000
 # TCP_USER_TIMEOUT). Without it a peer that vanished without a reset (power loss, a partition)
 # or stopped reading keeps the link "up" for TCP's retransmission timeout, about 15 minutes,
 # and a rebooted peer hears nothing from us until a retransmission, up to 2 minutes apart,
-# meets its reset. Many election timeouts long, so a busy but live peer is not cut off.
+# meets its reset. Many election timeouts long: a live peer whose loop reads nothing for this
+# long (a stall far beyond an election timeout) loses the link too, and is redialled.
 PEER_TCP_USER_TIMEOUT_MS = 10_000
 # Keepalive probes on idle peer links (both directions), so an idle link to a vanished peer
 # (two followers talk only during elections) is found dead before an election needs it:
