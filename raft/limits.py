@@ -48,9 +48,24 @@ CLUSTER_ID_CHARS_MAX = 128
 PEER_CONNECT_TIMEOUT_MS = 3_000
 
 # Reconnect delay bounds: the delay doubles per failed attempt from MIN up to MAX, with random
-# jitter inside [MIN, current cap] so restarted nodes do not reconnect in lockstep.
+# jitter inside [MIN, current cap] so restarted nodes do not reconnect in lockstep. A link counts
+# as a failed attempt unless it stayed up for MAX: only then does the delay start over at MIN.
 RECONNECT_BACKOFF_MS_MIN = 50
 RECONNECT_BACKOFF_MS_MAX = 2_000
+
+# A peer link whose sent data stays unacknowledged this long is closed and redialled (Linux
+# TCP_USER_TIMEOUT). Without it a peer that vanished without a reset (power loss, a partition)
+# or stopped reading keeps the link "up" for TCP's retransmission timeout, about 15 minutes,
+# and a rebooted peer hears nothing from us until a retransmission, up to 2 minutes apart,
+# meets its reset. Many election timeouts long: a live peer whose loop reads nothing for this
+# long (a stall far beyond an election timeout) loses the link too, and is redialled.
+PEER_TCP_USER_TIMEOUT_MS = 10_000
+# Keepalive probes on idle peer links (both directions), so an idle link to a vanished peer
+# (two followers talk only during elections) is found dead before an election needs it:
+# the first probe after this much silence, then one per interval, up to the user timeout.
+PEER_KEEPALIVE_IDLE_MS = 5_000
+PEER_KEEPALIVE_INTERVAL_MS = 1_000
+PEER_KEEPALIVE_PROBES = 5
 
 # Simultaneous inbound peer connections (authenticated or not). A cluster needs one per peer;
 # the slack absorbs reconnect overlap. Connections beyond it are closed at once.

@@ -16,7 +16,12 @@ exerts back-pressure on its own queue only. `flush()` (the node calls it after e
 sends; otherwise a callback scheduled at the first send does) writes the queue of a link whose
 writer task is parked with nothing in flight directly to its socket, without waking the task: a
 lone message leaves at once instead of one loop iteration later. If the connection fails, the
-task reconnects with exponential backoff and jitter between RECONNECT_BACKOFF_MS_MIN and _MAX.
+task reconnects with exponential backoff and jitter between RECONNECT_BACKOFF_MS_MIN and _MAX;
+the backoff starts over only after a link stayed up for the maximum delay (a peer that closes
+every link right after the handshake is redialled ever more slowly, not at the minimum).
+Every peer connection (both directions) has TCP keepalive and a TCP user timeout: a peer that
+vanished without a reset or stopped reading ends the link within PEER_TCP_USER_TIMEOUT_MS
+instead of TCP's quarter of an hour (see raft.limits), and the link redials.
 
 Snapshot transfers. An InstallSnapshot whose encoding is larger than the chunk size
 (SNAPSHOT_CHUNK_BYTES) is not queued as one frame: the link keeps it as its one pending transfer
@@ -124,6 +129,7 @@ import mmap
 import os
 import random
 import secrets
+import socket
 import ssl
 import stat
 from collections.abc import Callable, Mapping
@@ -160,10 +166,14 @@ from raft.limits import (
     PEER_CONNECT_TIMEOUT_MS,
     PEER_FRAME_BYTES_MAX,
     PEER_INBOUND_CONNECTIONS_MAX,
+    PEER_KEEPALIVE_IDLE_MS,
+    PEER_KEEPALIVE_INTERVAL_MS,
+    PEER_KEEPALIVE_PROBES,
     PEER_READ_CHUNK_BYTES,
     PEER_SEND_QUEUE_BYTES_MAX,
     PEER_SEND_QUEUE_MAX,
     PEER_STOP_TIMEOUT_MS,
+    PEER_TCP_USER_TIMEOUT_MS,
     RECONNECT_BACKOFF_MS_MAX,
     RECONNECT_BACKOFF_MS_MIN,
     SECRET_BYTES_MIN,
@@ -761,6 +771,7 @@ class PeerTransport:
         tls: TlsFiles | None = None,
         revoked: Callable[[str], bool] | None = None,
         snapshot_spool_dir: Path | None = None,
+        peer_tcp_user_timeout_ms: int = PEER_TCP_USER_TIMEOUT_MS,
     ) -> None:
         """`snapshot_chunk_bytes` defaults to SNAPSHOT_CHUNK_BYTES, or half of a smaller
         `max_frame_bytes` (a chunk frame must fit a frame with room to spare).
@@ -799,6 +810,7 @@ class PeerTransport:
         )
         _check_limit("snapshot_ack_interval_bytes", snapshot_ack_interval_bytes, 1, 2**62)
         _check_limit("snapshot_transfer_idle_ms", snapshot_transfer_idle_ms, 1, 10**9)
+        _check_limit("peer_tcp_user_timeout_ms", peer_tcp_user_timeout_ms, 1, 2**31 - 1)
         check_peers(peers)
         # Built now, so a bad file stops the node before it listens, not at its first link.
         self._tls_server: ssl.SSLContext | None = None
@@ -827,6 +839,7 @@ class PeerTransport:
         self._snapshot_ack_interval_bytes = snapshot_ack_interval_bytes
         self._snapshot_transfer_idle_s = snapshot_transfer_idle_ms / 1000
         self._snapshot_spool_dir = snapshot_spool_dir
+        self._tcp_user_timeout_ms = peer_tcp_user_timeout_ms
         if snapshot_spool_dir is not None:
             _remove_spool_leftovers(snapshot_spool_dir, self._log)
 
@@ -1138,6 +1151,9 @@ class PeerTransport:
     def _retire(self, link: _Link) -> None:
         task, link.task = link.task, None
         link.connected = False
+        # The task winds down at its next await; until then `flush` must not write to its
+        # connection (an address that is no longer the peer's): frames wait for the next one.
+        link.idle_writer = None
         if task is not None and not task.done():
             task.cancel()
             self._retiring.add(task)
@@ -1184,6 +1200,7 @@ class PeerTransport:
         return self._rng.uniform(self._backoff_ms_min, cap)
 
     async def _run_link(self, link: _Link) -> None:
+        loop = asyncio.get_running_loop()
         attempt = 0
         ever_connected = False
         while True:
@@ -1200,6 +1217,7 @@ class PeerTransport:
                         ssl=self._tls_client,
                         server_hostname=host if self._tls_client is not None else None,
                     )
+                self._watch_liveness(writer)
                 self._check_peer_certificate(link.peer_id, writer)
                 async with asyncio.timeout(self._handshake_timeout_s):
                     await self._client_handshake(link.peer_id, reader, writer)
@@ -1249,7 +1267,7 @@ class PeerTransport:
                 if ever_connected:
                     link.reconnects += 1
                 ever_connected = True
-                attempt = 0
+                connected_at = loop.time()
                 self._log.info("connected to peer %d at %s:%d", link.peer_id, host, port)
                 try:
                     await self._pump(link, reader, writer)
@@ -1261,12 +1279,42 @@ class PeerTransport:
                     self._log.exception("connection to peer %d failed", link.peer_id)
                 finally:
                     link.connected = False
+                # Only a link that stayed up resets the backoff. One the peer ends right after
+                # the handshake (two nodes with one id, a peer closing on our frames) counts
+                # as a failed attempt, or it would be redialled at the minimum delay for ever.
+                if loop.time() - connected_at >= self._backoff_ms_max / 1000:
+                    attempt = 0
             finally:
                 if writer is not None:
                     self._fingerprints.pop(writer, None)
                     writer.transport.abort()
             await asyncio.sleep(self._backoff_ms(attempt) / 1000)
             attempt += 1
+
+    def _watch_liveness(self, writer: asyncio.StreamWriter) -> None:
+        """Let the kernel find a dead peer: keepalive probes on an idle link, and a link whose
+        data stays unacknowledged for the user timeout is reset (see PEER_TCP_USER_TIMEOUT_MS;
+        our writer or watcher then sees the error and the link redials). Best effort: where an
+        option does not exist (not Linux) the link works as before."""
+        sock = writer.get_extra_info("socket")
+        if sock is None:
+            return
+        options = [
+            (socket.SOL_SOCKET, "SO_KEEPALIVE", 1),
+            (socket.IPPROTO_TCP, "TCP_KEEPIDLE", max(1, PEER_KEEPALIVE_IDLE_MS // 1000)),
+            (socket.IPPROTO_TCP, "TCP_KEEPINTVL", max(1, PEER_KEEPALIVE_INTERVAL_MS // 1000)),
+            (socket.IPPROTO_TCP, "TCP_KEEPCNT", PEER_KEEPALIVE_PROBES),
+            (socket.IPPROTO_TCP, "TCP_USER_TIMEOUT", self._tcp_user_timeout_ms),
+        ]
+        for level, name, value in options:
+            option = getattr(socket, name, None)
+            if option is None:
+                continue
+            try:
+                sock.setsockopt(level, option, value)
+            except OSError as exc:  # e.g. the connection is already gone
+                self._log.debug("cannot set %s on a peer connection: %s", name, exc)
+                return
 
     def _check_peer_certificate(self, peer_id: NodeId, writer: asyncio.StreamWriter) -> None:
         """With TLS: the verified certificate must name `peer_id` (per-node identity)."""
@@ -1427,7 +1475,8 @@ class PeerTransport:
                     # Back-pressure: wait while the socket buffer is above its high-water mark.
                     await writer.drain()
         finally:
-            link.idle_writer = None
+            if link.idle_writer is writer:  # not a newer task's connection (see _retire)
+                link.idle_writer = None
             watcher.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await watcher
@@ -1466,6 +1515,7 @@ class PeerTransport:
             return
         conn = _Inbound(writer, asyncio.current_task(), host)
         self._inbound[conn] = None
+        self._watch_liveness(writer)
         try:
             try:
                 async with asyncio.timeout(self._handshake_timeout_s):

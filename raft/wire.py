@@ -20,8 +20,19 @@ and the protocol version exchanged in the transport handshake guards changes to 
 `decode_message` trusts nothing: it checks the shape and every field's type and range (integers
 are real ints, not bools, in [0, 2**64); node ids are > 0; flags are real bools; payloads are
 real bytes; kinds are valid EntryKind values; a ConfState lists no node twice) and raises
-`MalformedMessageError` naming the field otherwise. It does not check Raft semantics (e.g. that
-entry indexes are consecutive): that is the core's job.
+`MalformedMessageError` naming the field otherwise. It then refuses a well-typed message that no
+correct node sends, because the core trusts a message's own consistency (its log raises, which
+stops the node, on an append with a gap or a Tm that does not increase):
+* src != dst;
+* a leader's or candidate's message (AppendEntries, Heartbeat, InstallSnapshot, TimeoutNow,
+  RequestVote) has term >= 1 (a term-0 AppendEntries would make a fresh node commit entries no
+  leader wrote); responses may carry term 0 (a node that never saw a term answers with it);
+* AppendEntries: prev_term <= term; its entries continue a log at prev_index: indexes
+  prev_index + 1, + 2, ...; terms non-decreasing within [prev_term, term]; Tm strictly
+  increasing; a CONF entry's data decodes as a ConfState (`decode_conf_state`);
+* RequestVote: last_term <= term;
+* InstallSnapshot: the snapshot is of a real position (index >= 1, term in [1, message term]).
+What it cannot know (how a message relates to the receiver's log) stays the core's job.
 
 Invariant: for every valid message m, `decode_message(encode_message(m)) == m`, also after a
 msgpack round trip.
@@ -549,7 +560,85 @@ def decode_message(obj: object) -> Message:
         raise _bad("message type tag", f"one of {sorted(_DECODERS)}", tag)
     name, count, decode = _DECODERS[tag]
     _fields(obj, count, name)
-    return decode(obj)
+    msg = decode(obj)
+    _check_consistent(msg, name)
+    return msg
+
+
+def _check_consistent(msg: Message, name: str) -> None:
+    """Refuse a well-typed message that no correct node sends (see the module docstring)."""
+    if msg.src == msg.dst:
+        raise MalformedMessageError(f"{name}: src and dst are both node {msg.src}")
+    match msg:
+        case AppendEntries():
+            _check_leader_term(msg.term, name)
+            if msg.prev_term > msg.term:
+                raise _bad(f"{name}.prev_term", f"at most the term {msg.term}", msg.prev_term)
+            _check_entries(msg)
+        case Heartbeat() | TimeoutNow():
+            _check_leader_term(msg.term, name)
+        case InstallSnapshot():
+            _check_leader_term(msg.term, name)
+            meta = msg.snapshot.meta
+            where = f"{name}.snapshot.meta"
+            if meta.index < 1:
+                raise _bad(f"{where}.index", "an index >= 1 (a leader holds a snapshot)", 0)
+            if not 1 <= meta.term <= msg.term:
+                raise _bad(f"{where}.term", f"a term in [1, {msg.term}]", meta.term)
+            # (Its membership may list no voter: a node that joined with an empty one and
+            # snapshots before it applies the change that added it writes such a snapshot.)
+        case RequestVote():
+            _check_leader_term(msg.term, name)  # a candidate's term, >= 1 too
+            if msg.last_term > msg.term:
+                raise _bad(f"{name}.last_term", f"at most the term {msg.term}", msg.last_term)
+        case _:
+            pass  # responses: a node still at term 0 answers with term 0
+
+
+def _check_leader_term(term: int, name: str) -> None:
+    if term < 1:
+        raise _bad(f"{name}.term", "a term >= 1 (elections start at term 1)", term)
+
+
+def _check_entries(msg: AppendEntries) -> None:
+    """The entries continue the log at prev_index, as a leader's log does: indexes consecutive,
+    terms non-decreasing within [prev_term, term], Tm strictly increasing, membership entries
+    decodable. The core's log relies on all of it (it raises on a gap or a Tm that does not
+    increase, which stops the node)."""
+    # Hot path (every replicated proposal): plain comparisons per entry; an entry that fails
+    # one, or a CONF entry, takes _check_entry, which names the field.
+    expected_index = msg.prev_index + 1
+    term_floor = msg.prev_term
+    term_top = msg.term
+    tm_floor = -1
+    conf = EntryKind.CONF
+    for e in msg.entries:
+        if (
+            e.index != expected_index
+            or not term_floor <= e.term <= term_top
+            or e.tm <= tm_floor
+            or e.kind is conf
+        ):
+            _check_entry(e, expected_index - msg.prev_index - 1, msg, term_floor, tm_floor)
+        expected_index += 1
+        term_floor = e.term
+        tm_floor = e.tm
+
+
+def _check_entry(e: Entry, i: int, msg: AppendEntries, term_floor: int, tm_floor: int) -> None:
+    where = f"AppendEntries.entries[{i}]"
+    expected_index = msg.prev_index + 1 + i
+    if e.index != expected_index:
+        raise _bad(f"{where}.index", f"{expected_index} (prev_index + {i + 1})", e.index)
+    if not term_floor <= e.term <= msg.term:
+        raise _bad(f"{where}.term", f"a term in [{term_floor}, {msg.term}]", e.term)
+    if e.tm <= tm_floor:
+        raise _bad(f"{where}.tm", f"a Tm above the previous entry's {tm_floor}", e.tm)
+    if e.kind is EntryKind.CONF:
+        try:
+            decode_conf_state(e.data)
+        except MalformedConfStateError as exc:
+            raise MalformedMessageError(f"{where}.data: {exc}") from exc
 
 
 def decode_conf_state(data: bytes) -> ConfState:

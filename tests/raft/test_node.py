@@ -1032,3 +1032,48 @@ async def test_a_removed_node_that_dropped_its_links_is_added_back_without_a_res
         await other.stop()
         result = await leader.propose(b"a voter again", timeout_ms=3_000)
         assert result.index > 0
+
+
+async def test_an_append_no_leader_sends_is_dropped_and_the_node_keeps_running(
+    tmp_path: Path,
+) -> None:
+    """An authenticated peer's AppendEntries whose entries do not continue the log at its
+    prev_index (here a gap) used to reach the core, whose log raised RaftInvariantError: the
+    node stopped for good. It is refused by the wire decoder (counted as malformed, the
+    connection stays) and nothing of it is appended or applied."""
+    from tests.raft.test_transport import frame, raw_connect  # the handshake, written out
+
+    port_1, port_2 = free_ports(2)
+    node = RaftNode(
+        NodeConfig(
+            node_id=1,
+            cluster_id="test-cluster",  # raw_connect's
+            data_dir=tmp_path / "n1",
+            listen_host="127.0.0.1",
+            listen_port=port_1,
+            peers={1: ("127.0.0.1", port_1), 2: ("127.0.0.1", port_2)},
+            secret=b"0123456789abcdef0123456789abcdef",  # raw_connect's
+        ),
+        ListStateMachine(),
+        clock=HybridClock(SystemClock()),
+        rng=random.Random(1),
+    )
+    await node.start()
+    try:
+        _reader, writer = await raw_connect(port_1, as_id=2)
+
+        def append(*indexes: int) -> bytes:
+            entries = [[5, i, 1000 + i, int(EntryKind.NORMAL), b"e%d" % i] for i in indexes]
+            prev = indexes[0] - 1
+            return frame([1, 2, 1, 5, prev, 5 if prev else 0, entries, max(indexes)])
+
+        writer.write(frame([1, 2, 1, 5, 0, 0, [[5, 2, 1002, 0, b"gap"]], 2]))
+        writer.write(append(1, 2))  # a correct one after it, on the same connection
+        async with asyncio.timeout(ELECTION_WAIT_S):
+            while sm(node).applied != [b"e1", b"e2"]:  # noqa: ASYNC110 - no event to await
+                await asyncio.sleep(0.01)
+        assert node.stopped_reason == "", node.stopped_reason
+        assert node.status().transport["peers"][2]["malformed"] == 1
+        writer.close()
+    finally:
+        await node.stop()

@@ -495,7 +495,9 @@ async def test_bad_chunks_from_a_raw_peer_drop_only_their_transfer() -> None:
         reader, writer = await raw_connect(a.bound_port, as_id=3)
         good = snapshot_msg(100 * KIB, src=3, dst=1)
         body = msgpack.packb(encode_message(good), use_bin_type=True)
-        spoofed = msgpack.packb(encode_message(snapshot_msg(50 * KIB, src=2)), use_bin_type=True)
+        spoofed = msgpack.packb(
+            encode_message(snapshot_msg(50 * KIB, src=2, dst=1)), use_bin_type=True
+        )
         not_a_snapshot = msgpack.packb(encode_message(hb(3, 1, 1)), use_bin_type=True)
         cases = [
             ("beyond its size", chunk(1, 10, 5, b"x" * 6)),

@@ -42,7 +42,11 @@ from raft.errors import (
     SecretFileError,
     TransportConfigError,
 )
-from raft.limits import PEER_INBOUND_CONNECTIONS_MAX, STRANGERS_PER_HOST_MAX
+from raft.limits import (
+    PEER_INBOUND_CONNECTIONS_MAX,
+    PEER_TCP_USER_TIMEOUT_MS,
+    STRANGERS_PER_HOST_MAX,
+)
 from raft.transport import PROTOCOL_VERSION, PeerTransport, load_or_create_secret
 from raft.wire import encode_message
 
@@ -303,7 +307,6 @@ async def _kill_peer_mid_write_repeatedly(rounds: int) -> None:
     round the link must reconnect and deliver again: a link task must survive any error of its
     connection (uvloop raises RuntimeError from writelines on a transport aborted under it)."""
     payload = os.urandom(64 * 1024)
-    entry = Entry(term=1, index=1, tm=7, kind=EntryKind.NORMAL, data=payload)
     a_inbox = Inbox()
     a = make(1, a_inbox)
     port = free_port()
@@ -315,6 +318,7 @@ async def _kill_peer_mid_write_repeatedly(rounds: int) -> None:
             n = 0
             while not stop.is_set():
                 n += 1
+                entry = Entry(term=1, index=n + 1, tm=n, kind=EntryKind.NORMAL, data=payload)
                 a.send(
                     AppendEntries(
                         src=1, dst=2, term=1, prev_index=n, prev_term=1, entries=(entry,), commit=0
@@ -777,3 +781,139 @@ def test_reconnect_backoff_grows_with_jitter_inside_the_bounds() -> None:
     assert max(delays[3]) <= 80  # then the cap doubles per attempt...
     assert max(delays[39]) > 500  # ...up to the maximum, with the delay spread by jitter
     assert len({round(d) for d in delays[39]}) > 50
+
+
+async def test_a_peer_that_drops_each_link_right_after_the_handshake_gets_backed_off() -> None:
+    """A peer that authenticates every connection and closes it at once (two nodes configured
+    with the same id, each new link making the peer close the other's; a peer that closes on
+    every frame) must not be redialled at the minimum delay for ever: only a connection that
+    stayed up resets the backoff. Before, every completed handshake reset it, a reconnect storm
+    of one TCP connection and two HMACs per RECONNECT_BACKOFF_MS_MIN."""
+    handshakes = 0
+
+    async def welcome_then_close(
+        reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        nonlocal handshakes
+        with contextlib.suppress(ConnectionError, asyncio.IncompleteReadError):
+            _, _, _, client, server, cn = await read_frame(reader)
+            sn = os.urandom(32)
+            writer.write(frame(["raft-peer-challenge", sn]))
+            await read_frame(reader)  # the client's proof (checked by the real listener)
+            writer.write(
+                frame(["raft-peer-welcome", proof_mac(SECRET, "server", client, server, cn, sn)])
+            )
+            await writer.drain()
+            handshakes += 1
+        writer.close()
+
+    server = await asyncio.start_server(welcome_then_close, HOST, 0)
+    port = server.sockets[0].getsockname()[1]
+    a = make(1, Inbox(), reconnect_backoff_ms_min=1, reconnect_backoff_ms_max=1000)
+    attempts: list[int] = []
+    backoff_ms = a._backoff_ms
+
+    def recorded(attempt: int) -> float:
+        attempts.append(attempt)
+        return min(backoff_ms(attempt), 20)  # the test need not wait out the real delays
+
+    a._backoff_ms = recorded  # type: ignore[method-assign]
+    try:
+        async with running(a):
+            a.set_peers({2: (HOST, port)})
+            await eventually(lambda: handshakes >= 6 and len(attempts) >= 6, "six links")
+    finally:
+        server.close()
+    assert a.stats()["peers"][2]["reconnects"] >= 5
+    # Each short-lived link counts as a failed attempt: the delay's cap keeps doubling.
+    assert attempts[:6] == [0, 1, 2, 3, 4, 5], attempts
+
+
+async def test_a_link_whose_peer_stopped_reading_or_vanished_is_dropped_and_redialled() -> None:
+    """A peer that acknowledges nothing any more (its host vanished or was cut off without a
+    reset; its process hangs and its receive buffer is full) must not keep our link "connected"
+    for TCP's own retransmission timeout (about 15 minutes; and up to 2 minutes after it came
+    back, until the next retransmission meets a reset): while the link looks up, nothing we send
+    reaches it, and a rebooted peer hears nothing from this node. Unacknowledged data older than
+    the user timeout ends the link, which then redials."""
+    handshakes = 0
+    stop_reading = asyncio.Event()
+
+    async def welcome_then_stop_reading(
+        reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        nonlocal handshakes
+        with contextlib.suppress(ConnectionError, asyncio.IncompleteReadError):
+            _, _, _, client, server, cn = await read_frame(reader)
+            sn = os.urandom(32)
+            writer.write(frame(["raft-peer-challenge", sn]))
+            await read_frame(reader)
+            writer.write(
+                frame(["raft-peer-welcome", proof_mac(SECRET, "server", client, server, cn, sn)])
+            )
+            handshakes += 1
+            # Never read again (the socket's receive window fills up); hold it open.
+            async with asyncio.timeout(WAIT_S * 2):
+                await stop_reading.wait()
+        writer.close()
+
+    server = await asyncio.start_server(welcome_then_stop_reading, HOST, 0)
+    port = server.sockets[0].getsockname()[1]
+    a = make(1, Inbox(), peer_tcp_user_timeout_ms=300)
+    payload = os.urandom(1 << 20)
+    try:
+        async with running(a):
+            a.set_peers({2: (HOST, port)})
+            await eventually(lambda: a.stats()["peers"][2]["connected"], "first link")
+            for n in range(64):  # far more than the socket buffers hold
+                entry = Entry(term=1, index=n + 1, tm=n + 1, kind=EntryKind.NORMAL, data=payload)
+                a.send(
+                    AppendEntries(
+                        src=1, dst=2, term=1, prev_index=n, prev_term=1, entries=(entry,), commit=0
+                    )
+                )
+                await asyncio.sleep(0)
+            await eventually(lambda: handshakes >= 2, "the stuck link dropped and redialled")
+    finally:
+        stop_reading.set()
+        server.close()
+
+
+async def test_peer_links_keep_alive_both_ways() -> None:
+    """An idle link (between two followers) to a vanished peer is found dead by keepalive
+    probes instead of when the next vote request finally times out."""
+    inboxes = {1: Inbox(), 2: Inbox()}
+    nodes = {i: make(i, inboxes[i]) for i in (1, 2)}
+    async with running(*nodes.values()):
+        mesh(nodes)
+        await keep_sending(lambda: nodes[2].send(hb(2, 1)), lambda: bool(inboxes[1].messages), "up")
+        outbound = nodes[2]._links[1].idle_writer
+        (inbound,) = [c.writer for c in nodes[1]._inbound if c.peer_id == 2]
+        assert outbound is not None
+        for writer in (outbound, inbound):
+            sock = writer.get_extra_info("socket")
+            assert sock.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE) == 1
+            user_timeout_ms = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT)
+            assert user_timeout_ms == PEER_TCP_USER_TIMEOUT_MS
+
+
+async def test_after_an_address_change_nothing_more_goes_to_the_old_address() -> None:
+    """Messages sent after `set_peers` moved a peer go to its new address. Before, the retired
+    link's idle connection stayed the fast path's target until its task had wound down, so a
+    batch sent and flushed right after the change went to the old address (lost, or delivered
+    to whatever still listened there)."""
+    a_inbox, old_inbox, new_inbox = Inbox(), Inbox(), Inbox()
+    a = make(1, a_inbox)
+    old = make(2, old_inbox)
+    new = make(2, new_inbox)
+    async with running(a, old, new):
+        a.set_peers({2: (HOST, old.bound_port)})
+        old.set_peers({1: (HOST, a.bound_port)})
+        new.set_peers({1: (HOST, a.bound_port)})
+        await keep_sending(lambda: a.send(hb(1, 2, 1)), lambda: bool(old_inbox.messages), "old")
+        await eventually(lambda: a._links[2].idle_writer is not None, "link idle")
+        a.set_peers({2: (HOST, new.bound_port)})
+        a.send(hb(1, 2, 2))
+        a.flush()
+        await eventually(lambda: hb(1, 2, 2) in new_inbox.messages, "at the new address")
+        assert hb(1, 2, 2) not in old_inbox.messages

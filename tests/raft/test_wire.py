@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import msgpack
 import pytest
 from hypothesis import given
@@ -40,14 +42,13 @@ node_ids = st.integers(min_value=1, max_value=U64_MAX)
 # Small ids as well, since real clusters use them and they pack differently from huge ones.
 ids = st.one_of(st.integers(min_value=1, max_value=7), node_ids)
 
-entries = st.builds(
-    Entry,
-    term=u64,
-    index=u64,
-    tm=u64,
-    kind=st.sampled_from(EntryKind),
-    data=st.binary(max_size=64),
-)
+terms = st.integers(min_value=1, max_value=U64_MAX)  # a leader's or candidate's term
+
+
+@st.composite
+def src_dst(draw: st.DrawFn) -> tuple[int, int]:
+    src = draw(ids)
+    return src, draw(ids.filter(lambda dst: dst != src))
 
 
 @st.composite
@@ -57,54 +58,124 @@ def conf_states(draw: st.DrawFn) -> ConfState:
     return ConfState(voters=tuple(members[:split]), learners=tuple(members[split:]))
 
 
-snapshots = st.builds(
-    Snapshot,
-    meta=st.builds(SnapshotMeta, index=u64, term=u64, tm=u64, conf=conf_states()),
-    data=st.binary(max_size=256),
-)
+@st.composite
+def snapshots(draw: st.DrawFn, *, term: int = U64_MAX) -> Snapshot:
+    """A snapshot a leader of `term` can send: of a real position."""
+    meta = SnapshotMeta(
+        index=draw(st.integers(min_value=1, max_value=U64_MAX)),
+        term=draw(st.integers(min_value=1, max_value=term)),
+        tm=draw(u64),
+        conf=draw(conf_states()),
+    )
+    return Snapshot(meta=meta, data=draw(st.binary(max_size=256)))
+
+
+@st.composite
+def append_entries(draw: st.DrawFn) -> AppendEntries:
+    """An AppendEntries a leader can send: its entries continue its log at prev_index."""
+    src, dst = draw(src_dst())
+    term = draw(terms)
+    prev_term = draw(st.integers(min_value=0, max_value=term))
+    count = draw(st.integers(min_value=0, max_value=5))
+    prev_index = draw(st.integers(min_value=0, max_value=U64_MAX - count))
+    entry_terms = sorted(
+        draw(st.lists(st.integers(prev_term, term), min_size=count, max_size=count))
+    )
+    tms = sorted(draw(st.lists(u64, min_size=count, max_size=count, unique=True)))
+    kinds = draw(st.lists(st.sampled_from(EntryKind), min_size=count, max_size=count))
+    items = []
+    for i, (entry_term, tm, kind) in enumerate(zip(entry_terms, tms, kinds, strict=True)):
+        if kind is EntryKind.CONF:
+            data = encode_conf_state(draw(conf_states()), context=draw(st.binary(max_size=16)))
+        else:
+            data = draw(st.binary(max_size=64))
+        items.append(Entry(term=entry_term, index=prev_index + 1 + i, tm=tm, kind=kind, data=data))
+    return AppendEntries(
+        src=src,
+        dst=dst,
+        term=term,
+        prev_index=prev_index,
+        prev_term=prev_term,
+        entries=tuple(items),
+        commit=draw(u64),
+    )
+
+
+@st.composite
+def request_votes(draw: st.DrawFn) -> RequestVote:
+    src, dst = draw(src_dst())
+    term = draw(terms)
+    return RequestVote(
+        src=src,
+        dst=dst,
+        term=term,
+        last_index=draw(u64),
+        last_term=draw(st.integers(min_value=0, max_value=term)),
+        pre_vote=draw(st.booleans()),
+        force=draw(st.booleans()),
+    )
+
+
+@st.composite
+def install_snapshots(draw: st.DrawFn) -> InstallSnapshot:
+    src, dst = draw(src_dst())
+    term = draw(terms)
+    return InstallSnapshot(
+        src=src, dst=dst, term=term, snapshot=draw(snapshots(term=term)), commit=draw(u64)
+    )
+
+
+def _with_ends(build: st.SearchStrategy[Message]) -> st.SearchStrategy[Message]:
+    """`build` with src and dst replaced by two different node ids."""
+    return st.tuples(build, src_dst()).map(
+        lambda pair: dataclasses.replace(pair[0], src=pair[1][0], dst=pair[1][1])
+    )
+
 
 messages: st.SearchStrategy[Message] = st.one_of(
-    st.builds(
-        AppendEntries,
-        src=ids,
-        dst=ids,
-        term=u64,
-        prev_index=u64,
-        prev_term=u64,
-        entries=st.lists(entries, max_size=5).map(tuple),
-        commit=u64,
+    append_entries(),
+    _with_ends(
+        st.builds(
+            AppendResponse,
+            src=ids,
+            dst=ids,
+            term=u64,
+            index=u64,
+            reject=st.booleans(),
+            reject_hint=u64,
+            reject_term=u64,
+        )
     ),
-    st.builds(
-        AppendResponse,
-        src=ids,
-        dst=ids,
-        term=u64,
-        index=u64,
-        reject=st.booleans(),
-        reject_hint=u64,
-        reject_term=u64,
+    request_votes(),
+    _with_ends(
+        st.builds(
+            VoteResponse,
+            src=ids,
+            dst=ids,
+            term=u64,
+            granted=st.booleans(),
+            pre_vote=st.booleans(),
+        )
     ),
-    st.builds(
-        RequestVote,
-        src=ids,
-        dst=ids,
-        term=u64,
-        last_index=u64,
-        last_term=u64,
-        pre_vote=st.booleans(),
-        force=st.booleans(),
+    _with_ends(
+        st.builds(
+            Heartbeat,
+            src=ids,
+            dst=ids,
+            term=terms,
+            commit=u64,
+            read_ctx=u64,
+            clock_ms=u64,
+            echo_ms=u64,
+        )
     ),
-    st.builds(
-        VoteResponse, src=ids, dst=ids, term=u64, granted=st.booleans(), pre_vote=st.booleans()
+    _with_ends(
+        st.builds(
+            HeartbeatResponse, src=ids, dst=ids, term=u64, read_ctx=u64, clock_ms=u64, echo_ms=u64
+        )
     ),
-    st.builds(
-        Heartbeat, src=ids, dst=ids, term=u64, commit=u64, read_ctx=u64, clock_ms=u64, echo_ms=u64
-    ),
-    st.builds(
-        HeartbeatResponse, src=ids, dst=ids, term=u64, read_ctx=u64, clock_ms=u64, echo_ms=u64
-    ),
-    st.builds(InstallSnapshot, src=ids, dst=ids, term=u64, snapshot=snapshots),
-    st.builds(TimeoutNow, src=ids, dst=ids, term=u64),
+    install_snapshots(),
+    _with_ends(st.builds(TimeoutNow, src=ids, dst=ids, term=terms)),
 )
 
 
@@ -125,18 +196,15 @@ def test_every_message_round_trips_exactly(msg: Message) -> None:
 
 
 @given(
-    snapshots,
-    ids,
-    ids,
-    u64,
+    install_snapshots(),
     st.sampled_from([0, 1, 255, 256, 65535, 65536, 70_000]),
 )
 def test_install_snapshot_head_plus_data_is_the_whole_encoding(
-    snap: Snapshot, src: int, dst: int, term: int, data_bytes: int
+    sample: InstallSnapshot, data_bytes: int
 ) -> None:
     # Sizes around the msgpack bin 8/16/32 boundaries: the head ends with the data's bin header.
-    snap = Snapshot(meta=snap.meta, data=b"s" * data_bytes)
-    msg = InstallSnapshot(src=src, dst=dst, term=term, snapshot=snap, commit=term)
+    snap = Snapshot(meta=sample.snapshot.meta, data=b"s" * data_bytes)
+    msg = dataclasses.replace(sample, snapshot=snap)
     whole = encode_install_snapshot_head(msg) + snap.data
     assert whole == msgpack.packb(encode_message(msg), use_bin_type=True)
     assert decode_message(msgpack.unpackb(whole)) == msg
@@ -172,11 +240,8 @@ def test_the_zero_copy_install_snapshot_decoder_refuses_what_decode_message_refu
         pytest.fail(f"accepted: {what}")
 
 
-@given(st.lists(entries, min_size=1, max_size=5))
-def test_entry_kind_decodes_to_the_enum(items: list[Entry]) -> None:
-    msg = AppendEntries(
-        src=1, dst=2, term=1, prev_index=0, prev_term=0, entries=tuple(items), commit=0
-    )
+@given(append_entries().filter(lambda m: bool(m.entries)))
+def test_entry_kind_decodes_to_the_enum(msg: AppendEntries) -> None:
     decoded = decode_message(through_a_frame(encode_message(msg)))
     assert isinstance(decoded, AppendEntries)
     assert all(type(e.kind) is EntryKind for e in decoded.entries)
@@ -213,7 +278,7 @@ def test_tags_and_field_order_are_fixed() -> None:
 
 # ---- malformed fields -----------------------------------------------------------------------
 
-ENTRY = Entry(term=1, index=2, tm=3, kind=EntryKind.NORMAL, data=b"x")
+ENTRY = Entry(term=1, index=5, tm=3, kind=EntryKind.NORMAL, data=b"x")
 SNAP = Snapshot(
     meta=SnapshotMeta(index=5, term=1, tm=9, conf=ConfState(voters=(1, 2), learners=(3,))),
     data=b"state",
@@ -395,3 +460,78 @@ def test_malformed_conf_state_is_typed(data: object, reason: str) -> None:
         decode_conf_state(data)  # type: ignore[arg-type]  # deliberately wrong types
     assert str(info.value).startswith(reason), str(info.value)
     assert info.value.code == "malformed_conf_state"
+
+
+# ---- messages that are well-typed but could not have been sent by a correct peer ------------
+# The core trusts a message's own consistency (its log raises RaftInvariantError, which stops the
+# node, on an append with a gap or a Tm that does not increase; a term-0 AppendEntries makes a
+# fresh node commit entries no leader wrote). The decoder refuses such a message like a
+# malformed field, so a buggy or hostile peer costs one dropped message, never the node.
+
+
+def _entry(index: int, *, term: int = 2, tm: int | None = None, kind: int = 0) -> list[object]:
+    data = encode_conf_state(ConfState(voters=(1, 2))) if kind == int(EntryKind.CONF) else b""
+    return [term, index, index * 10 if tm is None else tm, kind, data]
+
+
+def _append_of(
+    entries: list[list[object]], *, term: int = 3, prev_index: int = 4, prev_term: int = 2
+) -> list[object]:
+    return [1, 1, 2, term, prev_index, prev_term, entries, 9]
+
+
+INCONSISTENT_CASES: list[tuple[object, str]] = [
+    # entries must be prev_index + 1, + 2, ... (a gap or an overlap breaks the log)
+    (_append_of([_entry(6)]), "AppendEntries.entries[0].index: expected 5"),
+    (_append_of([_entry(5), _entry(7)]), "AppendEntries.entries[1].index: expected 6"),
+    (_append_of([_entry(5), _entry(5)]), "AppendEntries.entries[1].index: expected 6"),
+    (_append_of([_entry(4)]), "AppendEntries.entries[0].index: expected 5"),
+    # terms never decrease along a log, start at or above prev_term, end at or below the
+    # leader's term
+    (_append_of([_entry(5, term=3), _entry(6, term=2)]), "AppendEntries.entries[1].term"),
+    (_append_of([_entry(5, term=1)]), "AppendEntries.entries[0].term"),
+    (_append_of([_entry(5, term=4)]), "AppendEntries.entries[0].term"),
+    (_append_of([], prev_term=4), "AppendEntries.prev_term"),
+    # Tm strictly increases along the log (the state machine's clock)
+    (_append_of([_entry(5, tm=50), _entry(6, tm=50)]), "AppendEntries.entries[1].tm"),
+    (_append_of([_entry(5, tm=50), _entry(6, tm=49)]), "AppendEntries.entries[1].tm"),
+    # a membership entry every node can decode (the core would raise on it when appending)
+    (
+        _append_of([[2, 5, 50, int(EntryKind.CONF), b"\xc1"]]),
+        "AppendEntries.entries[0].data: ConfState",
+    ),
+    # only a leader sends these, and no leader has term 0
+    (_append_of([], term=0, prev_term=0), "AppendEntries.term"),
+    ([5, 1, 2, 0, 0, 0, 0, 0], "Heartbeat.term"),
+    ([8, 1, 2, 0], "TimeoutNow.term"),
+    ([7, 1, 2, 0, 0, [[5, 0, 9, [[1], []]], b""]], "InstallSnapshot.term"),
+    ([3, 1, 2, 0, 0, 0, True, False], "RequestVote.term"),
+    # a candidate's last log term is at most its term
+    ([3, 1, 2, 3, 7, 4, False, False], "RequestVote.last_term"),
+    # a snapshot: of a real position (index and term >= 1) no newer than the leader's term
+    ([7, 1, 2, 3, 4, [[0, 1, 9, [[1], []]], b""]], "InstallSnapshot.snapshot.meta.index"),
+    ([7, 1, 2, 3, 4, [[5, 0, 9, [[1], []]], b""]], "InstallSnapshot.snapshot.meta.term"),
+    ([7, 1, 2, 3, 4, [[5, 4, 9, [[1], []]], b""]], "InstallSnapshot.snapshot.meta.term"),
+    # a message to oneself
+    ([8, 2, 2, 1], "TimeoutNow: src and dst"),
+    ([2, 2, 2, 1, 0, False, 0, 0], "AppendResponse: src and dst"),
+]
+
+
+@pytest.mark.parametrize(("obj", "reason"), INCONSISTENT_CASES)
+def test_a_message_no_correct_peer_sends_is_refused(obj: object, reason: str) -> None:
+    with pytest.raises(MalformedMessageError) as info:
+        decode_message(obj)
+    assert str(info.value).startswith(reason), str(info.value)
+
+
+def test_consistent_appends_and_responses_of_term_zero_are_accepted() -> None:
+    # The boundaries of the rules above: all of these are sent by correct nodes.
+    ok = decode_message(_append_of([_entry(5, term=2), _entry(6, term=3, kind=2)]))
+    assert isinstance(ok, AppendEntries) and [e.index for e in ok.entries] == [5, 6]
+    assert decode_message(_append_of([], term=1, prev_index=0, prev_term=0))
+    # A node still at term 0 refuses a pre-vote with its own term.
+    assert decode_message([4, 1, 2, 0, False, True]) == VoteResponse(
+        src=1, dst=2, term=0, granted=False, pre_vote=True
+    )
+    assert decode_message([2, 1, 2, 0, 0, False, 0, 0])
