@@ -28,7 +28,7 @@ from tests.metastore._determinism import Program, generate, small_limits
 
 ROOT = Path(__file__).resolve().parents[2]
 # More for a deeper search: METASTORE_DETERMINISM_PROGRAMS=500 pytest this file.
-PROGRAMS = int(os.environ.get("METASTORE_DETERMINISM_PROGRAMS", "16"))
+PROGRAMS = int(os.environ.get("METASTORE_DETERMINISM_PROGRAMS", "12"))
 STEPS = int(os.environ.get("METASTORE_DETERMINISM_STEPS", "400"))
 REPLAY_TIMEOUT_S = 120 + PROGRAMS * STEPS // 1000
 CLOCK_AHEAD_S = 10 * 365 * 86_400.0
