@@ -498,12 +498,12 @@ class Generator:
             # hold 'GC.TTL'), and other keys.
             key = rng.choice(("gc.ttl", "GC.TTL", "Gc.Ttl", "k", "z"))
             value = rng.choice(("1s", "2s", "30d")) if key.lower() == "gc.ttl" else "v"
-            change = SetTableProperties(properties=((key, value),))
-            self.propose(AlterTable(table=name, changes=(change,)))
+            setting = SetTableProperties(properties=((key, value),))
+            self.propose(AlterTable(table=name, changes=(setting,)))
         elif roll == 11:
             key = rng.choice(("gc.ttl", "GC.TTL", "k", "z"))
-            change = UnsetTableProperties(keys=(key,), if_exists=rng.random() < 0.5)
-            self.propose(AlterTable(table=name, changes=(change,)))
+            unsetting = UnsetTableProperties(keys=(key,), if_exists=rng.random() < 0.5)
+            self.propose(AlterTable(table=name, changes=(unsetting,)))
         elif roll == 12:
             self.ddl(f"ALTER TABLE {name} ADD COLUMN {new} INT, {col} TYPE BIGINT")
         else:
@@ -845,8 +845,8 @@ def generate(seed: int, steps: int, snapshot_at: Sequence[int] = ()) -> Program:
 def _skew_wall_clock(offset_s: float) -> None:
     """This process's wall clock reads `offset_s` later: apply must not notice."""
     real_time, real_time_ns = time.time, time.time_ns
-    time.time = lambda: real_time() + offset_s  # type: ignore[assignment]
-    time.time_ns = lambda: real_time_ns() + int(offset_s * 1e9)  # type: ignore[assignment]
+    time.time = lambda: real_time() + offset_s
+    time.time_ns = lambda: real_time_ns() + int(offset_s * 1e9)
 
 
 def main(argv: Sequence[str]) -> int:
