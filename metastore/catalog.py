@@ -311,8 +311,14 @@ class Catalog:
         return self._tables.get(table, ())
 
     def all_incarnations(self) -> list[TableState]:
-        """Every incarnation of every name, dropped ones included (for the txn log's checks)."""
-        return [inc for incs in self._tables.values() for inc in incs]
+        """Every incarnation of every name, dropped ones included, in table id (creation)
+        order. Not in `_tables`' order: a snapshot load rebuilds that dict in name order, so a
+        node that installed a snapshot would meet the incarnations in another order than one
+        that applied every entry, and name another table in a refusal (a Protect below two
+        tables' thresholds)."""
+        return sorted(
+            (inc for incs in self._tables.values() for inc in incs), key=lambda i: i.table_id
+        )
 
     def describe(self, table: TableName) -> TableDescription:
         """The live table now: its latest version (possibly not active yet)."""

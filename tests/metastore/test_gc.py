@@ -368,6 +368,27 @@ def test_protect_at_or_below_the_threshold_is_refused_so_a_returned_protect_alwa
     ok(d, protect("p", threshold + 1))
 
 
+def test_a_refused_protect_names_the_same_table_on_a_node_restored_from_a_snapshot() -> None:
+    # ns.z is created before ns.a: a node that applied every entry meets the names in creation
+    # order, one that loaded a snapshot in name order. The refusal (an outcome every node
+    # must give alike) names the covered table of the lowest id below whose threshold it is.
+    d = Driver()
+    d.ok("CREATE NAMESPACE ns")
+    d.ok("CREATE TABLE ns.z (id BIGINT) TBLPROPERTIES ('gc.ttl' = '1s')")
+    d.ok("CREATE TABLE ns.a (id BIGINT) TBLPROPERTIES ('gc.ttl' = '1s')")
+    d.tm += 5 * TTL_MS * MS
+    z = advance(d, 1 << 62, table=TableName.of("ns", "z"))["threshold"]
+    advance(d, 1 << 62, table=TableName.of("ns", "a"))
+    assert isinstance(z, int)
+    restored = Driver()
+    restored.state = MetastoreState.from_snapshot(d.state.to_snapshot())
+    restored.tm, restored.index = d.tm, d.index
+    below_both = protect("p", z - 1, tables=(), cluster=True)
+    answers = [refused(node, below_both, BeforeGcThresholdError) for node in (d, restored)]
+    assert [e.to_wire() for e in answers] == [answers[0].to_wire()] * 2
+    assert answers[0].details["table"] == "ns.z"
+
+
 def test_namespace_and_cluster_protections_cover_tables_created_later() -> None:
     d = table_driver()
     ok(d, protect("ns", d.tm, tables=(), namespaces=("ns",)))
