@@ -49,7 +49,12 @@ def snapshot() -> None:
 
 @snapshot.command("save")
 @click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--endpoint", default=None, help="Take it from this node (HOST:PORT).")
+@click.option(
+    "--endpoint",
+    default=None,
+    metavar="HOST:PORT",
+    help="Take it from this node only (no other is tried).",
+)
 @click.option("--force", is_flag=True, help="Replace FILE if it exists.")
 @click.pass_context
 def snapshot_save(ctx: click.Context, file: Path, endpoint: str | None, force: bool) -> None:
@@ -240,6 +245,7 @@ def _shown(result: dict[str, object]) -> dict[str, object]:
     "config_dir",
     type=click.Path(file_okay=False, path_type=Path),
     default=LOCAL_CONFIG_DIR,
+    metavar="DIR",
     help="The NEW cluster's config directory (metastore cluster init); its data directories "
     "must be empty.",
 )
