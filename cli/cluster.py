@@ -92,6 +92,7 @@ def cluster() -> None:
     type=click.IntRange(INIT_BASE_PORT_MIN, 65_535),
     default=DEFAULT_BASE_PORT,
     show_default=True,
+    metavar="BASE",
     help="Node N listens on BASE+N (Raft), BASE+100+N (clients), BASE+200+N (metrics), "
     "so BASE+200+N must stay at most 65535.",
 )
@@ -250,6 +251,7 @@ CERTS_VALID_DAYS_MAX: Final = 3650
     "out_dir",
     type=click.Path(file_okay=False, path_type=Path),
     required=True,
+    metavar="OUT",
     help="Directory for the files (created; existing files are never overwritten).",
 )
 @click.option(
@@ -272,6 +274,7 @@ CERTS_VALID_DAYS_MAX: Final = 3650
     "--ca-dir",
     type=click.Path(file_okay=False, exists=True, path_type=Path),
     default=None,
+    metavar="CA_DIR",
     help="Issue new node certificates with the existing dev CA in this directory (its ca.crt "
     "and ca.key) instead of making a new CA: certificate rotation. Needs --node.",
 )
@@ -363,6 +366,7 @@ _config_dir_option = click.option(
     "config_dir",
     type=click.Path(file_okay=False, path_type=Path),
     default=LOCAL_CONFIG_DIR,
+    metavar="DIR",
     help=CONFIG_DIR_OPTION_HELP,
 )
 
@@ -399,10 +403,10 @@ def cluster_up(
     only_missing: bool,
     bootstrap_ids: tuple[int, ...],
 ) -> None:
-    """Start every node of the cluster in CONFIG as background processes and wait until a
-    leader is ready and every started node serves.
+    """Start every node of the cluster in DIR (--config) as background processes and wait
+    until a leader is ready and every started node serves.
 
-    Each node runs `python -m cli.main node start --config CONFIG/nodeN.toml` in its own
+    Each node runs `python -m cli.main node start --config DIR/nodeN.toml` in its own
     session, logs to DATA_DIR/node-N/node.log and records its PID in DATA_DIR/node-N/node.pid.
     Refuses to start anything if a node is already running, unless --missing: then only the
     nodes that are not running are started (nothing, if all are). Stop them with `cluster down`.

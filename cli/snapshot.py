@@ -1,9 +1,11 @@
 """`metastore snapshot save|restore`: back the catalog up to a file, or seed a new cluster from one.
 
-`save FILE` asks one node (the first that answers, or --endpoint) for its catalog at its applied
-index, downloads it in chunks with progress on stderr, and writes FILE (header with the cluster
-id, applied index and SHA-256, then the state), owner-only (0600), verified before it is
-renamed into place; an existing FILE is never replaced unless --force, and a second save to
+`save FILE` asks one node (the first that can serve it: one that is starting or lags, answering
+NOT_READY or TIMEOUT, is passed over; or exactly --endpoint) for its catalog at its applied
+index, downloads it in chunks from that node (a chunk that fails with a retryable error is
+asked again, CHUNK_TRIES_MAX tries) with progress on stderr, and writes FILE (header with the
+cluster id, applied index and SHA-256, then the state), owner-only (0600), verified before it
+is renamed into place; an existing FILE is never replaced unless --force, and a second save to
 the same FILE while one runs is refused (FILE.partial is locked).
 `restore FILE --config DIR` checks FILE and writes it as the starting state of every member of
 the NEW cluster in DIR (see metastore/daemon/backup.py); start it with `metastore cluster up
@@ -16,7 +18,9 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import time
 from pathlib import Path
+from typing import Any, Final
 
 import click
 from rich.text import Text
@@ -25,10 +29,17 @@ from cli.context import LOCAL_CONFIG_DIR, App, app
 from cli.errors import EXIT_REFUSED, EXIT_USAGE, CliError
 from cli.output import emit, kv_table
 from hlc import HlcError, make_ts, to_iso
-from metastore.client import parse_endpoint
+from metastore.client import SyncMetastoreClient, parse_endpoint
 from metastore.daemon import backup
 from metastore.daemon.config import CLUSTER_FILE_NAME, load_cluster_config
 from metastore.errors import InvalidArgumentError, MalformedSnapshotError, MetastoreError
+
+# Tries of one `snapshot_chunk` request (first included) on a retryable error (a dropped
+# connection, a timeout) before the save gives up. Only the node that began the export holds
+# it, so every try goes to that node; reading a range again changes nothing there.
+CHUNK_TRIES_MAX: Final = 3
+# Pause before the second try of a chunk; doubled before each further one.
+CHUNK_RETRY_PAUSE_MS: Final = 250
 
 
 @click.group("snapshot")
@@ -38,7 +49,12 @@ def snapshot() -> None:
 
 @snapshot.command("save")
 @click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--endpoint", default=None, help="Take it from this node (HOST:PORT).")
+@click.option(
+    "--endpoint",
+    default=None,
+    metavar="HOST:PORT",
+    help="Take it from this node only (no other is tried).",
+)
 @click.option("--force", is_flag=True, help="Replace FILE if it exists.")
 @click.pass_context
 def snapshot_save(ctx: click.Context, file: Path, endpoint: str | None, force: bool) -> None:
@@ -121,7 +137,7 @@ def _download(
         out.write(backup.FILE_MAGIC)
         out.write(json.dumps(header, sort_keys=True).encode() + b"\n")
         while True:
-            piece = client.call("snapshot_chunk", {"export_id": export_id, "offset": offset}, used)
+            piece = _chunk(client, used, export_id, offset)
             data = piece["data"]
             if not isinstance(data, bytes) or offset + len(data) > size:
                 raise MalformedSnapshotError(
@@ -144,6 +160,33 @@ def _download(
     backup.read_file(partial)  # size, checksum and a full decode, before it counts as saved
     _put_in_place(partial, file, force=force)
     return {"file": str(file), "from": used, **header}
+
+
+def _chunk(
+    client: SyncMetastoreClient, endpoint: str, export_id: str, offset: int
+) -> dict[str, Any]:
+    """The piece of export `export_id` at `offset`, from `endpoint` (the node that began it),
+    asked again on a retryable error, up to CHUNK_TRIES_MAX tries: one dropped connection in a
+    long download no longer throws away what was downloaded. A chunk request is a read of a
+    range; the one exception is the last piece, which frees the export on the node, so asking
+    again for it after a lost reply is answered INVALID_ARGUMENT (no such export), which ends
+    the save as before."""
+    args = {"export_id": export_id, "offset": offset}
+    pause_ms = CHUNK_RETRY_PAUSE_MS
+    for tries in range(1, CHUNK_TRIES_MAX + 1):
+        try:
+            return client.call("snapshot_chunk", args, endpoint)
+        except MetastoreError as exc:
+            if not exc.retryable or tries == CHUNK_TRIES_MAX:
+                raise
+            click.echo(
+                f"\nchunk at offset {offset:,} failed ({exc.code.value}: {exc.message}); "
+                f"asking {endpoint} again",
+                err=True,
+            )
+        time.sleep(pause_ms / 1000)  # a backoff for a node that just dropped us, not a wait
+        pause_ms *= 2
+    raise AssertionError("unreachable: the last try returns or raises")
 
 
 def _file_exists(file: Path) -> CliError:
@@ -202,6 +245,7 @@ def _shown(result: dict[str, object]) -> dict[str, object]:
     "config_dir",
     type=click.Path(file_okay=False, path_type=Path),
     default=LOCAL_CONFIG_DIR,
+    metavar="DIR",
     help="The NEW cluster's config directory (metastore cluster init); its data directories "
     "must be empty.",
 )

@@ -105,7 +105,7 @@ def table_optimize(
     dry_run: bool,
     master: str,
 ) -> None:
-    """Rewrite TABLE's small files into files of about --target-file-size.
+    """Rewrite NS.TABLE's small files into files of about --target-file-size.
 
     Each chunk (at most 1,000 files) is one atomic commit that removes the small files and adds
     the rewritten ones; readers see the same rows before and after, at every timestamp.

@@ -4,7 +4,8 @@ Prints one line per event (JSON lines with -o json): schema versions published w
 tables and namespaces created or dropped, commits with their tables and ts, schema change job
 steps, sessions, leases and protections (metastore/events.py lists them). Events come in log
 order; each carries the Tm of its entry, and `--from TS` resumes after that Tm, so a watcher
-that stopped can continue from the last event it printed. A start the node no longer keeps
+that stopped can continue from the last event it printed (Ctrl-C says from where, and exits 1
+like any interrupted command; --count and --for end with 0). A start the node no longer keeps
 events for (before its last snapshot) exits with WATCH_START_COMPACTED and the oldest kept.
 """
 
@@ -18,6 +19,7 @@ from typing import Any, cast
 import click
 
 from cli.context import READ_TIMESTAMP, TABLE_OR_NAMESPACE, DurationParam, app
+from cli.errors import EXIT_GENERIC
 from cli.output import ts_cell
 
 # How long one call waits on the server for the next event.
@@ -87,7 +89,8 @@ def watch(
     stop_ms: int | None,
 ) -> None:
     """Print catalog events for NS[.TABLE] (a namespace or a table; default: everything) as they
-    happen, in log order, until Ctrl-C, --count or --for."""
+    happen, in log order, until --count or --for (exit 0) or Ctrl-C (exit 1, after the line
+    saying where to resume)."""
     if oldest and from_ts is not None:
         raise click.UsageError("--from and --oldest exclude each other")
     table = target if target and "." in target else None
@@ -159,6 +162,10 @@ def watch(
             click.echo(f"stopped; resume with --from {resume - 1}", err=True)
         else:
             click.echo(f"stopped; resume with --from {resume}", err=True)
+        # Interrupted, as every other command interrupted is (EXIT_GENERIC): a script that
+        # runs a watch must tell Ctrl-C (or a SIGINT from its supervisor) from the ends it
+        # asked for (--count, --for: 0). `etcdctl watch` ends non-zero on it too.
+        ctx.exit(EXIT_GENERIC)
 
 
 def _print(event: dict[str, Any], output: str) -> None:

@@ -33,7 +33,8 @@ What `run_backfill` does:
    after which fewer files lack the column than at the previous refusal does not count: another
    run of the job took the chunk, which is progress). A report whose reply
    is lost (a leader change: UNAVAILABLE with the outcome unknown, or TIMEOUT) is looked up in
-   the job: accepted (its `backfill_ts` is this S), or sent again after a fresh listing.
+   the job: accepted (its `backfill_ts` is this S), or sent again after a fresh listing; never
+   sent again before the job was read (the job adds up every report's `files_rewritten`).
 
 A job that succeeded (before this run or while it ran: another run's report was accepted, or
 none was needed) is not an error: the column is public, which is what a backfill is for. The
@@ -180,9 +181,30 @@ def run_backfill(
     attempt = 1  # runs in all
     charged = 1  # runs counted against ATTEMPTS_MAX: all but refusals after progress
     lacking_at_refusal: int | None = None  # files lacking the column at the last refusal
+    # The snapshot of the last report sent that the job's view has not yet shown refused or
+    # lost: it may have been accepted, so nothing is reported again before the job is read
+    # (each report adds its files to the job's `files_rewritten`: this run's would count twice).
+    reported_ts: int | None = None
+
+    def settled(job: dict[str, Any]) -> BackfillResult | None:
+        """The run's result if `job` (read after a failed attempt) says it is over: the job
+        moved on, or the report at `reported_ts` was applied before its reply was lost (each
+        run's snapshot is a fresh Top, so no other report has this one)."""
+        if job["status"] != RUNNING or job["step"] != BACKFILL_STEP:
+            return run.moved_on(job, attempts=attempt)
+        if reported_ts is not None and job.get("backfill_ts") == reported_ts:
+            say(f"job {job_id}: the report at {to_iso(reported_ts)} was accepted")
+            return run.result(reported_ts, attempt)
+        return None
+
     while True:
-        reported_ts: int | None = None  # the snapshot of a report sent, whatever its answer
         try:
+            if reported_ts is not None:
+                # The job could not be read after that report failed: read it first.
+                done = settled(bridge.client.job_show(job_id))
+                if done is not None:
+                    return done
+                reported_ts = None  # refused, or lost before it was applied: sent again
             snapshot_ts = run.rewrite()
             say(
                 f"job {job_id}: reporting the backfill at {to_iso(snapshot_ts)} "
@@ -226,15 +248,11 @@ def run_backfill(
             except MetastoreError as show_exc:
                 if not show_exc.retryable:
                     raise
-                continue
-            if job["status"] != RUNNING or job["step"] != BACKFILL_STEP:
-                return run.moved_on(job, attempts=attempt)
-            if reported_ts is not None and job.get("backfill_ts") == reported_ts:
-                # The report was applied before its reply was lost (each run's snapshot is a
-                # fresh Top, so no other report has this one): done, and not sent again (its
-                # files would be counted twice).
-                say(f"job {job_id}: the report at {to_iso(reported_ts)} was accepted")
-                return run.result(reported_ts, attempt)
+                continue  # `reported_ts` kept: the next attempt reads the job first
+            done = settled(job)
+            if done is not None:
+                return done  # an accepted report is not sent again: its files count once
+            reported_ts = None  # refused, or lost before it was applied: sent again
 
 
 class _PinnedPastBackfill(Exception):

@@ -681,7 +681,9 @@ def _shape(dtype: Any) -> Any:
 def open_write_session(client: Any, *, table: str, ttl_ms: int) -> tuple[str, int]:
     """Open a fresh metastore session for one append (on the driver side, when it is planned):
     (its id, its TTL in ms). A session id is never reused, so a session that ended (and whose
-    directory GC may have cleared) never becomes live again."""
+    directory GC may have cleared) never becomes live again. An open whose outcome is unknown
+    is closed before its error is raised, once it settled (spark_bridge.session
+    `close_unknown_open`: the failure takes UNKNOWN_OPEN_SETTLE_MS longer)."""
     import getpass
     import os
     import socket
@@ -691,17 +693,28 @@ def open_write_session(client: Any, *, table: str, ttl_ms: int) -> tuple[str, in
         user = getpass.getuser()
     except (KeyError, OSError):
         user = str(os.getuid())
+    from metastore.errors import MetastoreError
+    from spark_bridge.session import close_unknown_open, open_outcome_unknown
+
     session_id = uuid.uuid4().hex
-    r = client.session_open(
-        session_id,
-        app_id="spark-datasource",
-        app_name=f"format('metastore') append to {table}"[:256],
-        host=socket.gethostname()[:256],
-        user=user[:256],
-        pid=os.getpid(),
-        started_at_ms=int(time.time() * 1000),
-        ttl_ms=ttl_ms,
-    )
+    try:
+        r = client.session_open(
+            session_id,
+            app_id="spark-datasource",
+            app_name=f"format('metastore') append to {table}"[:256],
+            host=socket.gethostname()[:256],
+            user=user[:256],
+            pid=os.getpid(),
+            started_at_ms=int(time.time() * 1000),
+            ttl_ms=ttl_ms,
+        )
+    except MetastoreError as exc:
+        if open_outcome_unknown(exc):
+            # It may have been opened: nothing would heartbeat or close it, so it would stay
+            # listed, counted against MAX_SESSIONS and sparing its directory until its TTL.
+            # Closed before the error is raised (no thread here outlives the planning).
+            close_unknown_open(client, session_id)
+        raise
     return session_id, int(r.get("ttl_ms") or ttl_ms)
 
 

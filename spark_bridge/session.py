@@ -45,7 +45,9 @@ from GC until its TTL. Its id is closed by this thread once the server's wait fo
 over (`UNKNOWN_OPEN_SETTLE_MS`: it is in the log by then or never will be; closing an id never
 opened is a no-op), retried while the cluster is unavailable (at most
 UNKNOWN_OPEN_ATTEMPTS_MAX times); also after `close()`, and when the open that failed was the
-first (the constructor raised: a thread of its own does it).
+first (the constructor raised: a thread of its own does it). The data source's append session
+(spark_bridge.datasource `open_write_session`) uses `close_unknown_open`, the same wait and a
+close done before its error is raised: no thread of its planning outlives it.
 
 Nothing here is needed for safety: the commit rule (the version must be one of the two latest
 active at the commit ts) is checked by the state machine whatever the leases. A lost session
@@ -129,6 +131,43 @@ class _UnknownOpen:
     session_id: str
     due: float  # monotonic s: when to close it next
     attempts: int = 0
+
+
+def open_outcome_unknown(exc: MetastoreError) -> bool:
+    """Whether a failed `session_open` may still have opened the session: it was sent, then
+    the connection broke or the time ran out (the client retries the idempotent open within
+    its budget, so this is what is left once that is spent)."""
+    return isinstance(exc, UnavailableError | RequestTimeoutError)
+
+
+def close_unknown_open(client: Any, session_id: str) -> None:
+    """Blocking: close `session_id`, whose `session_open` had an unknown outcome, once that
+    open settled (UNKNOWN_OPEN_SETTLE_MS from now); one close, the client's failover included.
+    For callers with no thread that outlives them (the data source's append planning, in a
+    Python worker Spark may end once it failed); `BridgeSession` does this in the
+    background instead. A close that fails is logged: the session, if opened, ends at its
+    TTL."""
+    time.sleep(UNKNOWN_OPEN_SETTLE_MS / 1000)  # a time bound on the server: no event to await
+    try:
+        r = client.session_close(session_id)
+    except MetastoreError as exc:
+        _log_unknown_open_not_closed(session_id, exc)
+        return
+    _log_unknown_open_closed(session_id, r)
+
+
+def _log_unknown_open_not_closed(session_id: str, exc: MetastoreError) -> None:
+    log.warning(
+        "cannot close session %s, whose open had an unknown outcome (%s); if it was opened, "
+        "it stays open until its TTL",
+        session_id,
+        exc,
+    )
+
+
+def _log_unknown_open_closed(session_id: str, reply: Mapping[str, Any]) -> None:
+    if reply.get("closed"):
+        log.info("closed session %s: its open had an unknown outcome and was applied", session_id)
 
 
 class BridgeSession:
@@ -226,8 +265,7 @@ class BridgeSession:
                 )
                 self.available = False
                 return
-            if isinstance(exc, UnavailableError | RequestTimeoutError):
-                # Sent, then the connection broke or time ran out: it may have been opened.
+            if open_outcome_unknown(exc):
                 self._note_unknown_open(session_id)
             raise
         with self._lock:
@@ -554,23 +592,14 @@ class BridgeSession:
                     if give_up and pending in self._unknown_opens:
                         self._unknown_opens.remove(pending)
                 if give_up:
-                    log.warning(
-                        "cannot close session %s, whose open had an unknown outcome (%s); if "
-                        "it was opened, it stays open until its TTL",
-                        pending.session_id,
-                        exc,
-                    )
+                    _log_unknown_open_not_closed(pending.session_id, exc)
                 else:
                     log.info("closing a session whose open had an unknown outcome: %s", exc)
                 continue
             with self._lock:
                 if pending in self._unknown_opens:
                     self._unknown_opens.remove(pending)
-            if r.get("closed"):
-                log.info(
-                    "closed session %s: its open had an unknown outcome and was applied",
-                    pending.session_id,
-                )
+            _log_unknown_open_closed(pending.session_id, r)
 
     def _learn_unknown_pins(self) -> None:
         """Release what the pins of `unknown_pin` that are due may have leased (see there)."""

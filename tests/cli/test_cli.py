@@ -919,6 +919,7 @@ def test_watch_ctrl_c_while_printing_a_page_resumes_without_repeating_or_skippin
     shown = [json.loads(line) for line in result.stdout.splitlines()]
     hint = result.stderr.strip().rsplit(" ", 1)[-1]
     assert result.stderr.startswith("stopped; resume with --from"), result.stderr
+    assert result.exit_code == 1, result.output  # interrupted: not "ended as asked"
     resumed = [e for e in feed if e["tm"] > int(hint)]
     assert shown + resumed == feed
 

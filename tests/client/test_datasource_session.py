@@ -10,7 +10,12 @@ from typing import Any
 import pytest
 from pyspark.sql import Row
 
-from metastore.errors import SessionNotFoundError, UnavailableError
+from metastore.errors import (
+    InvalidArgumentError,
+    RequestTimeoutError,
+    SessionNotFoundError,
+    UnavailableError,
+)
 from metastore.leases import attempt_owners
 from spark_bridge import datasource
 from spark_bridge.datasource import MetastoreWriter, WrittenFile, open_write_session
@@ -145,3 +150,57 @@ def test_open_write_session_opens_a_fresh_session_with_the_ttl(calls: Any) -> No
     assert [op for op, _ in log] == ["session_open", "session_open"]
     assert log[0][1]["session_id"] == a[0] and log[0][1]["ttl_ms"] == 123_000
     assert "--" not in a[0]
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        UnavailableError("session_open: connection failed after the request was sent"),
+        RequestTimeoutError("session_open did not complete within 10000 ms"),
+    ],
+    ids=["unavailable", "timeout"],
+)
+def test_an_open_with_an_unknown_outcome_is_closed_before_the_error_is_raised(
+    calls: Any, monkeypatch: pytest.MonkeyPatch, error: Exception
+) -> None:
+    """The open may have been applied (sent, then the connection broke or time ran out): left
+    alone, that session stayed open until its TTL, listed, counted against MAX_SESSIONS and
+    its attempt directory spared by GC. Its id is closed once the open settled, then the
+    append fails with the open's error."""
+    from spark_bridge import session as session_module
+
+    monkeypatch.setattr(session_module, "UNKNOWN_OPEN_SETTLE_MS", 1)
+    log, fail = calls
+    fail["session_open"] = error
+    client = datasource._client([], "")
+    with pytest.raises(type(error)) as info:
+        open_write_session(client, table="ns.t", ttl_ms=60_000)
+    assert info.value is error
+    assert _ops(log) == ["session_open", "session_close"]
+    assert log[1][1] == log[0][1]["session_id"]
+
+
+def test_a_failed_close_of_an_unknown_open_still_raises_the_open_error(
+    calls: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from spark_bridge import session as session_module
+
+    monkeypatch.setattr(session_module, "UNKNOWN_OPEN_SETTLE_MS", 1)
+    log, fail = calls
+    error = UnavailableError("session_open: connection failed after the request was sent")
+    fail["session_open"] = error
+    fail["session_close"] = UnavailableError("session_close failed on every endpoint")
+    client = datasource._client([], "")
+    with pytest.raises(UnavailableError) as info:
+        open_write_session(client, table="ns.t", ttl_ms=60_000)
+    assert info.value is error
+    assert _ops(log) == ["session_open", "session_close"]
+
+
+def test_an_open_refused_outright_is_not_closed(calls: Any) -> None:
+    log, fail = calls
+    fail["session_open"] = InvalidArgumentError("ttl_ms too large: nothing done")
+    client = datasource._client([], "")
+    with pytest.raises(InvalidArgumentError):
+        open_write_session(client, table="ns.t", ttl_ms=60_000)
+    assert _ops(log) == ["session_open"]

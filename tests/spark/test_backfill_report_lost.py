@@ -42,13 +42,20 @@ def _view(backfill_ts: int | None) -> dict[str, Any]:
 
 
 class _Client:
-    def __init__(self, *, first_report_applied: bool) -> None:
+    def __init__(self, *, first_report_applied: bool, show_failures: int = 0) -> None:
         self.clock = SimpleNamespace(now=lambda: TS + 1, physical_now_ms=lambda: TS >> 16)
         self.first_report_applied = first_report_applied
         self.reports: list[dict[str, Any]] = []
         self.accepted_ts: int | None = None
+        # `job_show` fails (retryably) this many times once a report was sent.
+        self.show_failures = show_failures
+        self.shows = 0
 
     def job_show(self, job_id: int) -> dict[str, Any]:
+        self.shows += 1
+        if self.reports and self.show_failures > 0:
+            self.show_failures -= 1
+            raise UnavailableError("job_show failed on every endpoint: no leader")
         return _view(self.accepted_ts)
 
     def job_backfilled(self, job_id: int, **kw: Any) -> dict[str, Any]:
@@ -96,6 +103,25 @@ def test_a_report_applied_before_its_reply_was_lost_is_success_reported_once() -
 
 def test_a_report_lost_before_it_was_applied_is_sent_again() -> None:
     client = _Client(first_report_applied=False)
+    result = run_backfill(_Bridge(client), JOB_ID, timeout_s=5)  # type: ignore[arg-type]
+    assert result.outcome == REPORTED and result.snapshot_ts == TS
+    assert len(client.reports) == 2 and client.accepted_ts == TS
+
+
+def test_an_accepted_report_is_not_sent_again_when_the_job_cannot_be_read_at_once() -> None:
+    """The report was applied, its reply lost, and the `job_show` that would have said so
+    failed too (the same leader change): the run rewrote nothing more and reported again, and
+    the job counted this run's files twice (`files_rewritten` adds up every report). The job
+    is now read before any report is sent again."""
+    client = _Client(first_report_applied=True, show_failures=1)
+    result = run_backfill(_Bridge(client), JOB_ID, timeout_s=5)  # type: ignore[arg-type]
+    assert result.outcome == REPORTED and result.snapshot_ts == TS
+    assert len(client.reports) == 1, "an accepted report was sent again"
+    assert client.show_failures == 0
+
+
+def test_a_lost_report_is_sent_again_once_the_job_can_be_read() -> None:
+    client = _Client(first_report_applied=False, show_failures=2)
     result = run_backfill(_Bridge(client), JOB_ID, timeout_s=5)  # type: ignore[arg-type]
     assert result.outcome == REPORTED and result.snapshot_ts == TS
     assert len(client.reports) == 2 and client.accepted_ts == TS
