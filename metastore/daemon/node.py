@@ -58,11 +58,23 @@ SESSION_SWEEP_INTERVAL_S = 0.5
 
 class NodeStartError(Exception):
     """A listener of this node cannot be opened: its port is in use (another process, or this
-    node already running), or its host does not resolve or is not an address of this machine."""
+    node already running), or its host does not resolve or is not an address of this machine;
+    or a file of its data directory cannot be created or opened (`DATA_DIR_UNUSABLE`)."""
 
     def __init__(self, code: str, message: str) -> None:
         super().__init__(message)
         self.code = code
+
+
+# The node's data directory (or a file in it: node.log, audit.log) cannot be made or opened: a
+# file where a directory goes, no permission, a read-only or full file system.
+DATA_DIR_UNUSABLE = "data_dir_unusable"
+
+
+def _unusable(exc: OSError) -> str:
+    where = ", ".join(str(f) for f in (exc.filename, exc.filename2) if f is not None)
+    what = exc.strerror or str(exc)
+    return f"cannot use {where}: {what}" if where else f"cannot use the data directory: {what}"
 
 
 def run_node(config_path: Path, node_id: int | None = None, *, bootstrap: bool = False) -> int:
@@ -72,9 +84,13 @@ def run_node(config_path: Path, node_id: int | None = None, *, bootstrap: bool =
     gets the member's identity. Without it, a node whose data directory is empty refuses to
     start (exit 2): its data was lost, and it must be removed and added back."""
     settings = load_node_config(config_path, node_id)
-    setup_logging(
-        node_id=settings.node_id, log_file=settings.log_file, level=settings.cluster.log_level
-    )
+    try:
+        setup_logging(
+            node_id=settings.node_id, log_file=settings.log_file, level=settings.cluster.log_level
+        )
+    except OSError as exc:  # nowhere to log to: stderr is all there is
+        print(f"Error: {DATA_DIR_UNUSABLE}: {_unusable(exc)}", file=sys.stderr)
+        return 2
     try:
         import uvloop
 
@@ -445,7 +461,10 @@ def _fault_addresses(env: str, what: str) -> dict[int, tuple[str, int]]:
 
 
 async def serve(settings: NodeSettings, *, bootstrap: bool = False) -> int:
-    node = MetastoreNode(settings, bootstrap=bootstrap)
+    try:
+        node = MetastoreNode(settings, bootstrap=bootstrap)
+    except OSError as exc:  # its files (the audit log): nothing listens or runs yet
+        raise NodeStartError(DATA_DIR_UNUSABLE, _unusable(exc)) from exc
     await node.start()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
