@@ -406,6 +406,8 @@ def cluster_up(
     session, logs to DATA_DIR/node-N/node.log and records its PID in DATA_DIR/node-N/node.pid.
     Refuses to start anything if a node is already running, unless --missing: then only the
     nodes that are not running are started (nothing, if all are). Stop them with `cluster down`.
+    Refuses to start anything (PORT_IN_USE) if another process holds a port of a node it would
+    start.
 
     A brand-new cluster (no node has state yet) is bootstrapped. If a node has no state while
     others have (the first `cluster up` was interrupted before it started, or its first start
@@ -434,6 +436,15 @@ def cluster_up(
     bootstrap = _nodes_to_bootstrap(
         config, config_dir, to_start, set(bootstrap_ids), only_missing=only_missing
     )
+    taken = processes.taken_ports([config.node(n) for n in to_start])
+    if taken:
+        listed = "; ".join(f"node {t.node_id}'s {t.what} port {t.address}" for t in taken)
+        raise CliError(
+            "PORT_IN_USE",
+            f"{listed}: in use by another process; nothing was started. Stop that process, "
+            f"or give the node other ports in {config.path}",
+            exit_code=EXIT_REFUSED,
+        )
     secrets = ensure_secrets(config.secrets_dir)
     started: list[processes.StartedNode] = []
     try:

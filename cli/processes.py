@@ -13,8 +13,10 @@ otherwise the pid file is stale and is removed without signalling anyone.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -22,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from metastore.daemon.config import ClusterConfig, node_file_name
+from metastore.daemon.config import ClusterConfig, NodeAddress, node_file_name
 from raft.node import IDENTITY_FILE
 
 # How long `cluster down` waits after SIGTERM before SIGKILL, and after SIGKILL before giving up.
@@ -166,6 +168,47 @@ def running_node_pid(pid_file: Path, config_dir: Path) -> int | None:
     if pid is None or not is_alive(pid) or not looks_like_node(pid, config_dir):
         return None
     return pid
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TakenPort:
+    node_id: int
+    what: str  # "Raft" | "client" | "metrics"
+    address: str
+
+
+def taken_ports(nodes: list[NodeAddress]) -> list[TakenPort]:
+    """The listeners of `nodes` another process already holds, tried as the node will bind them
+    (every address the host resolves to, SO_REUSEADDR as asyncio sets it, so ports a stopped
+    node left in TIME_WAIT count as free). A bind that fails otherwise (a host that does not
+    resolve, or is not this machine's) is left to the node, which says so itself. A check, not
+    a reservation: a port taken after it still stops that node (address_in_use)."""
+    taken: list[TakenPort] = []
+    for node in nodes:
+        for what, port, address in (
+            ("Raft", node.raft_port, node.raft_address),
+            ("client", node.client_port, node.client_address),
+            ("metrics", node.metrics_port, node.metrics_address),
+        ):
+            if _port_taken(node.host, port):
+                taken.append(TakenPort(node_id=node.id, what=what, address=address))
+    return taken
+
+
+def _port_taken(host: str, port: int) -> bool:
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except (socket.gaierror, UnicodeError):
+        return False
+    for family, kind, proto, _, sockaddr in infos:
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                probe.bind(sockaddr)
+            except OSError as exc:
+                if exc.errno == errno.EADDRINUSE:
+                    return True
+    return False
 
 
 def start_node(

@@ -1,0 +1,65 @@
+"""`metastore cluster up` with a port of the cluster taken by another process starts nothing.
+
+Before, `cluster up` started every node; the one whose port was taken exited (address_in_use)
+and `cluster up` failed with NODE_EXITED while the other nodes kept running in the background
+(a half-started cluster to stop by hand). Now the ports of the nodes it would start are tried
+first, and a taken one is refused by name before any node starts.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from cli import processes
+from metastore.daemon.config import load_cluster_config
+from tests.cli.real_cluster import free_base_port
+from tests.daemon.harness import run_cli
+
+
+def _kill_leftovers(config_dir: Path) -> None:
+    """SIGKILL each node PID of this cluster's pid files still running (by PID only, and only
+    if its command line names this cluster's directory): the old behaviour leaves some."""
+    config = load_cluster_config(config_dir / "cluster.toml")
+    for node in config.nodes:
+        pid = processes.running_node_pid(config.node_pid_file(node.id), config_dir)
+        if pid is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+
+@pytest.fixture
+def config_dir(tmp_path: Path) -> Iterator[Path]:
+    directory = tmp_path / "cluster"
+    done = run_cli(
+        "cluster", "init", str(directory), "--cluster-id", "ports",
+        "--base-port", str(free_base_port()),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    try:
+        yield directory
+    finally:
+        run_cli("cluster", "down", "--config", str(directory), "--grace-ms", "3000")
+        _kill_leftovers(directory)
+
+
+@pytest.mark.parametrize("which", ["raft_port", "client_port", "metrics_port"])
+def test_a_taken_port_is_named_and_nothing_starts(config_dir: Path, which: str) -> None:
+    config = load_cluster_config(config_dir / "cluster.toml")
+    port = getattr(config.node(2), which)
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as squatter:
+        squatter.bind(("127.0.0.1", port))
+        squatter.listen()
+        done = run_cli("cluster", "up", "--config", str(config_dir), "--wait-ms", "20000")
+    assert done.returncode == 5, done.stderr
+    errors = [line for line in done.stderr.splitlines() if line.startswith("Error: ")]
+    assert len(errors) == 1 and errors[0].startswith("Error: PORT_IN_USE: "), done.stderr
+    assert f"127.0.0.1:{port}" in errors[0] and "node 2" in errors[0], errors[0]
+    assert "started node" not in done.stderr, done.stderr
+    assert not any(config.node_pid_file(n).exists() for n in config.node_ids)
