@@ -274,6 +274,11 @@ class MetastoreNode:
             "applied_index": st.core.applied_index,
             "lag_ms": st.safe_time_lag_ms,
             "ready": st.ready_to_serve and self.sm.state.cluster is not None,
+            # For /health's reason, and its staleness rule (the API's file-listing fence).
+            "initialized": self.sm.state.cluster is not None,
+            "clock_fenced": st.clock_fenced,
+            "stopped_reason": st.stopped_reason,
+            "read_staleness_max_ms": self.settings.cluster.read_staleness_max_ms,
             "fsync_seconds_total": self.raft.fsync_seconds_total,
             "revoked_certs": len(self.sm.state.revoked),
             "peer_tls_revoked_refused": st.transport.get("tls_revoked_refused", 0),
