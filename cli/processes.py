@@ -6,8 +6,10 @@ log file, and its PID written to a pid file in its data directory. Stopping sign
 PID: SIGTERM, a bounded wait, then SIGKILL. Nothing is ever killed by name.
 
 A pid file can outlive its process, and the PID can then be reused by an unrelated program. Before
-treating a PID as our node we check (where /proc exists) that its command line is a `node start`;
-otherwise the pid file is stale and is removed without signalling anyone.
+treating a PID as our node we check (where /proc exists) that its command line is a `node start`
+of this cluster's config directory; otherwise (also when its /proc entry cannot be read: ours
+always can) the pid file is stale and is removed without signalling anyone. A PID we may not
+signal (another user's process) is reported and skipped; the other nodes are still stopped.
 """
 
 from __future__ import annotations
@@ -54,7 +56,15 @@ class StartedNode:
 class StopResult:
     node_id: int
     pid: int | None
-    outcome: str  # stopped | killed | not running | stale pid file | still running
+    # stopped | killed | not running | stale pid file | still running | NOT_OURS
+    outcome: str
+
+
+# The outcome for a PID the kernel does not let us signal: another user's process, so not a
+# node `cluster up` started as us.
+NOT_OURS: Final = "not ours (no permission to signal)"
+# Where the command lines and working directories of processes are read (Linux).
+PROC_DIR: Final = Path("/proc")
 
 
 def node_command(
@@ -137,11 +147,13 @@ def is_alive(pid: int) -> bool:
 def looks_like_node(pid: int, config_dir: Path) -> bool:
     """Whether `pid` runs `... cli.main node start --config FILE ...` with FILE in `config_dir`
     (as `cluster up` starts the nodes of the cluster configured there), and not a node of
-    another cluster that got the PID of a stale pid file. True where that cannot be checked."""
+    another cluster that got the PID of a stale pid file. True where that cannot be checked
+    (no /proc: macOS); False where /proc exists but the PID's entry cannot be read (it is
+    gone, or another user's process hidden from us: never one of our nodes)."""
     try:
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        cmdline = (PROC_DIR / str(pid) / "cmdline").read_bytes()
     except OSError:
-        return True
+        return not PROC_DIR.joinpath("self").exists()
     args = cmdline.split(b"\0")
     if not all(marker in args for marker in _NODE_CMDLINE_MARKERS):
         return False
@@ -155,9 +167,9 @@ def looks_like_node(pid: int, config_dir: Path) -> bool:
         return False
     try:
         # A relative --config is relative to the node's working directory, not ours.
-        path = os.path.join(os.readlink(f"/proc/{pid}/cwd"), os.fsdecode(config))
+        path = os.path.join(os.readlink(PROC_DIR / str(pid) / "cwd"), os.fsdecode(config))
     except OSError:
-        return True
+        return False  # its cmdline was readable, its cwd not: gone meanwhile, or not ours
     return os.path.realpath(os.path.dirname(path)) == os.path.realpath(config_dir)
 
 
@@ -255,6 +267,8 @@ def stop_nodes(pid_files: dict[int, Path], *, config_dir: Path, grace_ms: int) -
                 os.kill(pid, signal.SIGTERM)
             except ProcessLookupError:
                 outcome = "not running"
+            except PermissionError:
+                outcome = NOT_OURS
             else:
                 signalled[node_id] = pid
                 continue
@@ -264,7 +278,7 @@ def stop_nodes(pid_files: dict[int, Path], *, config_dir: Path, grace_ms: int) -
         if node_id not in remaining:
             results[node_id] = StopResult(node_id=node_id, pid=pid, outcome="stopped")
     for pid in remaining.values():
-        with contextlib.suppress(ProcessLookupError):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pid, signal.SIGKILL)
     still = _wait_gone(remaining, KILL_WAIT_MS)
     for node_id, pid in remaining.items():

@@ -4,6 +4,7 @@ environment variables, and the local process lifecycle (pid files, SIGTERM, SIGK
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import signal
@@ -717,6 +718,52 @@ def test_down_never_signals_a_node_of_another_cluster(cluster_dir: Path, tmp_pat
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_down_goes_on_past_a_pid_it_may_not_signal(
+    cluster_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A pid file whose PID now belongs to another user's process (kill: EPERM) that the checks
+    # could not tell from a node (its /proc entry hidden): `cluster down` stopped there with
+    # IO_ERROR, and the nodes after it were never signalled.
+    cfg = load_cluster_config(cluster_dir / "cluster.toml")
+    code = "import time; print('ready', flush=True); time.sleep(60)"
+    foreign = spawn_fake_node(code, config=cluster_dir / "node1.toml")
+    ours = spawn_fake_node(code, config=cluster_dir / "node2.toml")
+    real_kill = os.kill
+
+    def kill(pid: int, sig: int) -> None:
+        if pid == foreign.pid and sig != 0:
+            raise PermissionError(errno.EPERM, "Operation not permitted")
+        real_kill(pid, sig)
+
+    try:
+        for node_id, proc in ((1, foreign), (2, ours)):
+            cfg.node_pid_file(node_id).parent.mkdir(parents=True)
+            cfg.node_pid_file(node_id).write_text(f"{proc.pid}\n")
+        monkeypatch.setattr(os, "kill", kill)
+        down = run("-o", "json", "cluster", "down", "--config", str(cluster_dir))
+        monkeypatch.undo()
+        assert down.exit_code == 0, down.output
+        assert json.loads(down.stdout)[:2] == [
+            {"node_id": 1, "pid": foreign.pid, "outcome": "not ours (no permission to signal)"},
+            {"node_id": 2, "pid": ours.pid, "outcome": "stopped"},
+        ]
+        assert ours.wait(timeout=5) == -signal.SIGTERM
+        assert foreign.poll() is None
+    finally:
+        for proc in (foreign, ours):
+            proc.kill()
+            proc.wait()
+
+
+def test_a_pid_whose_command_line_cannot_be_read_is_not_a_node(cluster_dir: Path) -> None:
+    # Where /proc exists, our own processes' entries are always readable: an entry that is not
+    # (gone, or hidden as another user's with hidepid) is not a node of ours. It was taken for
+    # one ("True where that cannot be checked"), so `cluster down` signalled that PID.
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    assert not processes.looks_like_node(gone.pid, cluster_dir)
 
 
 def test_up_and_down_need_a_cluster_config(tmp_path: Path) -> None:
