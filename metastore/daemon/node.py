@@ -472,8 +472,15 @@ async def serve(settings: NodeSettings, *, bootstrap: bool = False) -> int:
         raise NodeStartError(DATA_DIR_UNUSABLE, _unusable(exc)) from exc
     await node.start()
     loop = asyncio.get_running_loop()
+
+    def stop_on(sig: signal.Signals) -> None:
+        # Said once, first: the log then tells an asked-for stop from a fatal one.
+        if not node.stopped.is_set():
+            log.info("stopping on %s", sig.name, extra={"signal": sig.name})
+        node.stopped.set()
+
     for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, node.stopped.set)
+        loop.add_signal_handler(sig, stop_on, sig)
     await node.stopped.wait()
     await node.stop()
     if node.fatal is not None:

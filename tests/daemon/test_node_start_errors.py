@@ -1,5 +1,6 @@
 """A node whose data directory cannot hold its files, or whose config is missing, says so in one
-`Error: CODE: message` line and exits 2, also when started as `python -m metastore.daemon`.
+`Error: CODE: message` line and exits 2, also when started as `python -m metastore.daemon`; a
+node stopped by SIGTERM or SIGINT exits 0 and its log says which signal stopped it.
 
 Before: a data directory path taken by a file, or a log/audit file that could not be opened,
 escaped as an OSError traceback (exit 1), and `python -m metastore.daemon` printed a config
@@ -8,6 +9,10 @@ error without its code.
 
 from __future__ import annotations
 
+import json
+import signal
+import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -15,7 +20,14 @@ import pytest
 from metastore.daemon.__main__ import main as daemon_main
 from metastore.daemon.config import load_node_config
 from tests.daemon.harness import write_cluster
-from tests.daemon.test_node_startup import assert_one_line_error, run_daemon
+from tests.daemon.test_node_startup import (
+    POLL_S,
+    REPO,
+    START_TIMEOUT_S,
+    assert_one_line_error,
+    daemon_argv,
+    run_daemon,
+)
 
 
 def test_a_data_directory_path_taken_by_a_file_is_one_error_line(tmp_path: Path) -> None:
@@ -45,3 +57,40 @@ def test_python_m_daemon_names_the_config_error_code(
     assert daemon_main(["--config", str(missing), "--node-id", "1"]) == 2
     err = capsys.readouterr().err
     assert err.splitlines() == [f"Error: CONFIG_INVALID: {missing}: file not found"]
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_signal_stops_the_node_gracefully_and_the_log_says_which(
+    tmp_path: Path, sig: signal.Signals
+) -> None:
+    # The log said only "metastore node stopped": an operator could not tell a stop asked for
+    # (and by which signal) from one on a fatal error without the exit code.
+    config = write_cluster(tmp_path, n=1)
+    settings = load_node_config(config, 1)
+    node = subprocess.Popen(
+        daemon_argv(config, "--bootstrap"),
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while "metastore node started" not in _log_text(settings.log_file):
+            assert node.poll() is None, "the node exited"
+            assert time.monotonic() < deadline, "the node did not start"
+            time.sleep(POLL_S)
+        node.send_signal(sig)
+        assert node.wait(timeout=START_TIMEOUT_S) == 0
+    finally:
+        node.kill()
+        node.wait(timeout=START_TIMEOUT_S)
+    messages = [json.loads(line)["msg"] for line in settings.log_file.read_text().splitlines()]
+    stopping = messages.index(f"stopping on {sig.name}")
+    assert messages[stopping + 1 :].count("metastore node stopped") == 1, messages
+
+
+def _log_text(path: Path) -> str:
+    try:
+        return path.read_text()
+    except FileNotFoundError:
+        return ""
