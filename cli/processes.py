@@ -6,10 +6,10 @@ log file, and its PID written to a pid file in its data directory. Stopping sign
 PID: SIGTERM, a bounded wait, then SIGKILL. Nothing is ever killed by name.
 
 A pid file can outlive its process, and the PID can then be reused by an unrelated program. Before
-treating a PID as our node we check (where /proc exists) that its command line is a `node start`
-of this cluster's config directory; otherwise (also when its /proc entry cannot be read: ours
-always can) the pid file is stale and is removed without signalling anyone. A PID we may not
-signal (another user's process) is reported and skipped; the other nodes are still stopped.
+treating a PID as our node we check that its command line (from /proc, or from `ps` where there
+is none) is a `node start` of this cluster's config directory; otherwise (also when it cannot be
+read: ours always can) the pid file is stale and is removed without signalling anyone. A PID we
+may not signal (another user's process) is reported and skipped; the other nodes still stop.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -63,15 +64,19 @@ class StopResult:
 # The outcome for a PID the kernel does not let us signal: another user's process, so not a
 # node `cluster up` started as us.
 NOT_OURS: Final = "not ours (no permission to signal)"
-# Where the command lines and working directories of processes are read (Linux).
+# Where the command lines and working directories of processes are read (Linux); without it,
+# `ps` is asked, for at most PS_TIMEOUT_S.
 PROC_DIR: Final = Path("/proc")
+PS_TIMEOUT_S: Final = 5.0
 
 
 def node_command(
     config_dir: Path, cluster: ClusterConfig, node_id: int, *, bootstrap: bool = False
 ) -> list[str]:
-    """The argv that runs node `node_id` in the foreground (`--bootstrap`: its first start)."""
-    node_file = config_dir / node_file_name(node_id)
+    """The argv that runs node `node_id` in the foreground (`--bootstrap`: its first start).
+    The config path is absolute, so the command line names the cluster on its own (see
+    `looks_like_node`)."""
+    node_file = config_dir.absolute() / node_file_name(node_id)
     extra = ["--bootstrap"] if bootstrap else []
     if node_file.exists():
         return [
@@ -147,13 +152,15 @@ def is_alive(pid: int) -> bool:
 def looks_like_node(pid: int, config_dir: Path) -> bool:
     """Whether `pid` runs `... cli.main node start --config FILE ...` with FILE in `config_dir`
     (as `cluster up` starts the nodes of the cluster configured there), and not a node of
-    another cluster that got the PID of a stale pid file. True where that cannot be checked
-    (no /proc: macOS); False where /proc exists but the PID's entry cannot be read (it is
-    gone, or another user's process hidden from us: never one of our nodes)."""
+    another cluster that got the PID of a stale pid file. From /proc, or without it (macOS)
+    from `ps`; False whenever it cannot be told (a /proc entry that cannot be read is gone,
+    or another user's process hidden from us: never one of our nodes)."""
+    if not PROC_DIR.joinpath("self").exists():
+        return _ps_shows_node(pid, config_dir)
     try:
         cmdline = (PROC_DIR / str(pid) / "cmdline").read_bytes()
     except OSError:
-        return not PROC_DIR.joinpath("self").exists()
+        return False
     args = cmdline.split(b"\0")
     if not all(marker in args for marker in _NODE_CMDLINE_MARKERS):
         return False
@@ -171,6 +178,31 @@ def looks_like_node(pid: int, config_dir: Path) -> bool:
     except OSError:
         return False  # its cmdline was readable, its cwd not: gone meanwhile, or not ours
     return os.path.realpath(os.path.dirname(path)) == os.path.realpath(config_dir)
+
+
+def _ps_shows_node(pid: int, config_dir: Path) -> bool:
+    """`looks_like_node` without /proc: `ps` shows the arguments joined by spaces, so the
+    markers are words of it and the config file runs from `--config ` to the next option
+    `cluster up` passes (or the end). It must be absolute (as `node_command` passes it): a
+    relative one cannot be placed without the process's working directory."""
+    try:
+        shown = subprocess.run(
+            ["ps", "-ww", "-o", "args=", "-p", str(pid)],
+            capture_output=True,
+            timeout=PS_TIMEOUT_S,
+            check=False,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return False
+    text = os.fsdecode(shown.stdout).strip()
+    words = text.split()
+    if shown.returncode != 0 or not all(os.fsdecode(m) in words for m in _NODE_CMDLINE_MARKERS):
+        return False
+    _, found, rest = text.partition(" --config ")
+    config = re.split(r" --(?:node-id|bootstrap)\b", rest, maxsplit=1)[0]
+    if not found or not os.path.isabs(config):
+        return False
+    return os.path.realpath(os.path.dirname(config)) == os.path.realpath(config_dir)
 
 
 def running_node_pid(pid_file: Path, config_dir: Path) -> int | None:

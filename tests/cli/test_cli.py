@@ -766,6 +766,37 @@ def test_a_pid_whose_command_line_cannot_be_read_is_not_a_node(cluster_dir: Path
     assert not processes.looks_like_node(gone.pid, cluster_dir)
 
 
+def test_without_proc_a_node_is_told_by_its_command_line_from_ps(
+    cluster_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Without /proc (macOS) every live PID was taken for a node of this cluster: `cluster down`
+    # with a stale pid file signalled whatever program had got the PID since.
+    monkeypatch.setattr(processes, "PROC_DIR", tmp_path / "no-proc")
+    code = "import time; print('ready', flush=True); time.sleep(60)"
+    node = spawn_fake_node(code, config=cluster_dir / "node1.toml")
+    stranger = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE)
+    try:
+        assert stranger.stdout is not None and stranger.stdout.readline() == b"ready\n"
+        assert processes.looks_like_node(node.pid, cluster_dir)
+        assert not processes.looks_like_node(node.pid, tmp_path / "another-cluster")
+        assert not processes.looks_like_node(stranger.pid, cluster_dir)
+    finally:
+        for proc in (node, stranger):
+            proc.kill()
+            proc.wait()
+
+
+def test_up_starts_nodes_with_an_absolute_config_path(
+    cluster_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # So a node's command line names its cluster wherever `cluster down` runs from, also
+    # where the node's working directory cannot be read (no /proc).
+    monkeypatch.chdir(cluster_dir.parent)
+    cfg = load_cluster_config(cluster_dir / "cluster.toml")
+    argv = processes.node_command(Path(cluster_dir.name), cfg, 1)
+    assert argv[argv.index("--config") + 1] == str(cluster_dir / "node1.toml")
+
+
 def test_up_and_down_need_a_cluster_config(tmp_path: Path) -> None:
     result = run("cluster", "up", "--config", str(tmp_path / "none"))
     assert result.exit_code == 2
