@@ -407,7 +407,7 @@ def cluster_up(
     Refuses to start anything if a node is already running, unless --missing: then only the
     nodes that are not running are started (nothing, if all are). Stop them with `cluster down`.
     Refuses to start anything (PORT_IN_USE) if another process holds a port of a node it would
-    start.
+    start, or (DATA_DIR_UNUSABLE) if a node's data directory or log file cannot be made.
 
     A brand-new cluster (no node has state yet) is bootstrapped. If a node has no state while
     others have (the first `cluster up` was interrupted before it started, or its first start
@@ -445,6 +445,16 @@ def cluster_up(
             f"or give the node other ports in {config.path}",
             exit_code=EXIT_REFUSED,
         )
+    for node_id in to_start:
+        try:
+            processes.prepare_node_files(
+                config.node_data_dir(node_id), config.node_log_file(node_id)
+            )
+        except OSError as exc:
+            raise CliError(
+                "DATA_DIR_UNUSABLE",
+                f"node {node_id}: {exc.filename}: {exc.strerror or exc}; nothing was started",
+            ) from None
     secrets = ensure_secrets(config.secrets_dir)
     started: list[processes.StartedNode] = []
     try:

@@ -255,6 +255,15 @@ def _port_taken(host: str, port: int) -> bool:
     return False
 
 
+def prepare_node_files(data_dir: Path, log_file: Path) -> None:
+    """Make a node's data directory (0700) and open its log file for appending, as
+    `start_node` does: run for every node before any starts, so a path that cannot be made or
+    opened (OSError, naming it) stops `cluster up` before it started anything."""
+    data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    with log_file.open("ab"):
+        pass
+
+
 def start_node(
     node_id: int, command: list[str], *, data_dir: Path, log_file: Path, pid_file: Path
 ) -> StartedNode:

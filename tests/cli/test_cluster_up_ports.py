@@ -1,9 +1,11 @@
-"""`metastore cluster up` with a port of the cluster taken by another process starts nothing.
+"""`metastore cluster up` with a port of the cluster taken by another process, or a node's log
+file that cannot be opened, starts nothing.
 
 Before, `cluster up` started every node; the one whose port was taken exited (address_in_use)
 and `cluster up` failed with NODE_EXITED while the other nodes kept running in the background
-(a half-started cluster to stop by hand). Now the ports of the nodes it would start are tried
-first, and a taken one is refused by name before any node starts.
+(a half-started cluster to stop by hand); likewise for a log file it could not open. Now the
+ports of the nodes it would start are tried, and their data directories and log files made
+and opened, first: a failure is refused by name before any node starts.
 """
 
 from __future__ import annotations
@@ -61,5 +63,20 @@ def test_a_taken_port_is_named_and_nothing_starts(config_dir: Path, which: str) 
     errors = [line for line in done.stderr.splitlines() if line.startswith("Error: ")]
     assert len(errors) == 1 and errors[0].startswith("Error: PORT_IN_USE: "), done.stderr
     assert f"127.0.0.1:{port}" in errors[0] and "node 2" in errors[0], errors[0]
+    assert "started node" not in done.stderr, done.stderr
+    assert not any(config.node_pid_file(n).exists() for n in config.node_ids)
+
+
+def test_a_node_log_that_cannot_be_opened_is_named_and_nothing_starts(config_dir: Path) -> None:
+    # Before: nodes 1 and 2 started, then IO_ERROR for node 3's log, with nodes 1 and 2 left
+    # running in the background and not a word about them.
+    config = load_cluster_config(config_dir / "cluster.toml")
+    config.node_log_file(3).mkdir(parents=True)  # a directory where node 3's log file goes
+    done = run_cli("cluster", "up", "--config", str(config_dir), "--wait-ms", "20000")
+    assert done.returncode == 1, done.stderr
+    errors = [line for line in done.stderr.splitlines() if line.startswith("Error: ")]
+    assert len(errors) == 1 and errors[0].startswith("Error: DATA_DIR_UNUSABLE: "), done.stderr
+    assert "node 3" in errors[0] and str(config.node_log_file(3)) in errors[0], errors[0]
+    assert "nothing was started" in errors[0], errors[0]
     assert "started node" not in done.stderr, done.stderr
     assert not any(config.node_pid_file(n).exists() for n in config.node_ids)
