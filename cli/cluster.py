@@ -667,7 +667,9 @@ def _short_status(results: list[EndpointResult]) -> str:
 @click.pass_context
 def cluster_down(ctx: click.Context, config_dir: Path, grace_ms: int) -> None:
     """Stop the nodes started by `cluster up`: SIGTERM to the PID in each pid file, then
-    SIGKILL after --grace-ms. Pid files are removed. Processes are never looked up by name."""
+    SIGKILL after --grace-ms. Pid files are removed. Processes are never looked up by name, and
+    a PID whose command line is not a node of this cluster is never signalled. Exits 1 if a
+    node is still running or its pid file cannot be read (after stopping the others)."""
     a = app(ctx)
     config = load_cluster_config(config_dir / CLUSTER_FILE_NAME)
     results = processes.stop_nodes(
@@ -678,7 +680,10 @@ def cluster_down(ctx: click.Context, config_dir: Path, grace_ms: int) -> None:
     doc = [{"node_id": r.node_id, "pid": r.pid, "outcome": r.outcome} for r in results]
     rows = [[r.node_id, r.pid, r.outcome] for r in results]
     emit(a.output, doc, lambda: [rows_table(["node", "pid", "outcome"], rows)])
-    if any(r.outcome == "still running" for r in results):
+    if any(
+        r.outcome == "still running" or r.outcome.startswith(processes.PID_FILE_UNREADABLE)
+        for r in results
+    ):
         ctx.exit(1)
 
 

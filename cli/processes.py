@@ -57,10 +57,14 @@ class StartedNode:
 class StopResult:
     node_id: int
     pid: int | None
-    # stopped | killed | not running | stale pid file | still running | NOT_OURS
+    # stopped | killed | not running | stale pid file | still running | NOT_OURS |
+    # PID_FILE_UNREADABLE: ...
     outcome: str
 
 
+# The outcome (then ": why") for a pid file that exists but cannot be read: whether its node
+# runs is unknown, so `cluster down` fails (exit 1) after stopping the others.
+PID_FILE_UNREADABLE: Final = "pid file unreadable"
 # The outcome for a PID the kernel does not let us signal: another user's process, so not a
 # node `cluster up` started as us.
 NOT_OURS: Final = "not ours (no permission to signal)"
@@ -298,7 +302,12 @@ def stop_nodes(pid_files: dict[int, Path], *, config_dir: Path, grace_ms: int) -
     results: dict[int, StopResult] = {}
     signalled: dict[int, int] = {}
     for node_id, pid_file in pid_files.items():
-        pid = read_pid(pid_file)
+        try:
+            pid = read_pid(pid_file)
+        except OSError as exc:  # not "not running": we cannot tell; the other nodes still stop
+            outcome = f"{PID_FILE_UNREADABLE}: {exc.strerror or exc}"
+            results[node_id] = StopResult(node_id=node_id, pid=None, outcome=outcome)
+            continue
         if pid is None or not is_alive(pid):
             outcome = "not running"
         elif not looks_like_node(pid, config_dir):
@@ -326,7 +335,8 @@ def stop_nodes(pid_files: dict[int, Path], *, config_dir: Path, grace_ms: int) -
         outcome = "still running" if node_id in still else "killed"
         results[node_id] = StopResult(node_id=node_id, pid=pid, outcome=outcome)
     for node_id, pid_file in pid_files.items():
-        if results[node_id].outcome != "still running":
+        outcome = results[node_id].outcome
+        if outcome != "still running" and not outcome.startswith(PID_FILE_UNREADABLE):
             with contextlib.suppress(FileNotFoundError):
                 pid_file.unlink()
     return [results[n] for n in sorted(results)]

@@ -797,6 +797,30 @@ def test_up_starts_nodes_with_an_absolute_config_path(
     assert argv[argv.index("--config") + 1] == str(cluster_dir / "node1.toml")
 
 
+def test_down_stops_the_other_nodes_past_a_pid_file_it_cannot_read(cluster_dir: Path) -> None:
+    # Node 3's pid file cannot be read (here: its data directory path is a file): `cluster down`
+    # stopped at it with IO_ERROR and stopped no node at all.
+    cfg = load_cluster_config(cluster_dir / "cluster.toml")
+    proc = spawn_fake_node(
+        "import time; print('ready', flush=True); time.sleep(60)",
+        config=cluster_dir / "node1.toml",
+    )
+    try:
+        cfg.node_pid_file(1).parent.mkdir(parents=True)
+        cfg.node_pid_file(1).write_text(f"{proc.pid}\n")
+        cfg.node_data_dir(3).write_text("not a directory\n")
+        down = run("-o", "json", "cluster", "down", "--config", str(cluster_dir))
+        assert down.exit_code == 1, down.output
+        outcomes = json.loads(down.stdout)
+        assert outcomes[0] == {"node_id": 1, "pid": proc.pid, "outcome": "stopped"}
+        assert outcomes[2]["pid"] is None
+        assert outcomes[2]["outcome"].startswith("pid file unreadable: "), outcomes[2]
+        assert proc.wait(timeout=5) == -signal.SIGTERM
+    finally:
+        proc.kill()
+        proc.wait()
+
+
 def test_up_and_down_need_a_cluster_config(tmp_path: Path) -> None:
     result = run("cluster", "up", "--config", str(tmp_path / "none"))
     assert result.exit_code == 2
