@@ -414,7 +414,11 @@ async def _listen(what: str, address: str, opening: Awaitable[None]) -> None:
                 "address_in_use",
                 f"cannot listen on {address} (the {what} port): it is in use by another process",
             ) from exc
-        if exc.errno == errno.EADDRNOTAVAIL:  # (both errnos come only from a bind)
+        # An address not of this machine (only a bind raises it), or a port it may not use
+        # (below 1024 without the privilege to bind one; a file's error names the file).
+        if exc.errno == errno.EADDRNOTAVAIL or (
+            exc.errno in (errno.EACCES, errno.EPERM) and exc.filename is None
+        ):
             raise NodeStartError(
                 "listen_failed", f"cannot listen on {address} (the {what} port): {exc.strerror}"
             ) from exc

@@ -9,6 +9,7 @@ error without its code.
 
 from __future__ import annotations
 
+import errno
 import json
 import signal
 import subprocess
@@ -19,6 +20,7 @@ import pytest
 
 from metastore.daemon.__main__ import main as daemon_main
 from metastore.daemon.config import load_node_config
+from metastore.daemon.node import NodeStartError, _listen
 from tests.daemon.harness import write_cluster
 from tests.daemon.test_node_startup import (
     POLL_S,
@@ -94,3 +96,16 @@ def _log_text(path: Path) -> str:
         return path.read_text()
     except FileNotFoundError:
         return ""
+
+
+async def test_a_port_the_node_may_not_bind_is_a_start_error() -> None:
+    # A port below 1024 without the privilege to bind it (metrics_port = 80 as a plain user):
+    # the bind's PermissionError escaped as a traceback instead of one line naming the port.
+    async def bind_refused() -> None:
+        raise PermissionError(errno.EACCES, "Permission denied")
+
+    with pytest.raises(NodeStartError) as info:
+        await _listen("metrics", "10.0.0.5:80", bind_refused())
+    assert info.value.code == "listen_failed"
+    assert "10.0.0.5:80 (the metrics port)" in str(info.value)
+    assert "Permission denied" in str(info.value)
