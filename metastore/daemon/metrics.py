@@ -19,6 +19,11 @@ from prometheus_client.registry import Collector
 
 HTTP_REQUEST_BYTES_MAX = 8192
 HTTP_TIMEOUT_S = 5.0
+# Connections served at once; one past it is closed at once. Each may wait HTTP_TIMEOUT_S for
+# its request, and the port needs no token: unbounded, a flood could take every file
+# descriptor of the process, which its peers, clients and WAL need too. A scraper and a
+# health checker or two need a handful.
+HTTP_CONNECTIONS_MAX = 64
 
 _READ_WAIT_BUCKETS = (0.0, 0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 _DDL_BUCKETS = (0.1, 0.25, 0.5, 0.75, 1.0, 1.05, 1.1, 1.25, 1.5, 2.0, 5.0, 10.0)
@@ -231,6 +236,7 @@ class HttpEndpoint:
         self.metrics = metrics
         self.status = status
         self._server: asyncio.Server | None = None
+        self._connections = 0
 
     async def start(self, host: str, port: int) -> None:
         self._server = await asyncio.start_server(self._handle, host, port)
@@ -242,6 +248,16 @@ class HttpEndpoint:
                 await asyncio.wait_for(self._server.wait_closed(), 2)
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if self._connections >= HTTP_CONNECTIONS_MAX:
+            writer.close()
+            return
+        self._connections += 1
+        try:
+            await self._serve(reader, writer)
+        finally:
+            self._connections -= 1
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), HTTP_TIMEOUT_S)
         except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError, OSError):

@@ -12,6 +12,9 @@ import asyncio
 import json
 from typing import Any
 
+import pytest
+
+from metastore.daemon import metrics
 from metastore.daemon.metrics import HttpEndpoint, NodeMetrics
 
 HEALTHY: dict[str, Any] = {
@@ -98,3 +101,48 @@ def test_every_total_in_the_exposition_is_a_counter() -> None:
     assert values["metastore_wal_fsync_seconds_total"] == 1.5
     assert values["metastore_peer_tls_revoked_refused_total"] == 3
     assert values["metastore_peer_tls_revoked_closed_total"] == 1
+
+
+async def test_connections_past_the_bound_are_closed_at_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The metrics port had no bound on open connections: each may idle HTTP_TIMEOUT_S before
+    # sending a request, so a flood of them (no token needed) could take every file descriptor
+    # the node has, which its peers, clients and WAL need too.
+    monkeypatch.setattr(metrics, "HTTP_CONNECTIONS_MAX", 4, raising=False)
+    endpoint = HttpEndpoint(NodeMetrics(2), lambda: HEALTHY)
+    await endpoint.start("127.0.0.1", 0)
+    assert endpoint._server is not None
+    port = endpoint._server.sockets[0].getsockname()[1]
+    idle = [await asyncio.open_connection("127.0.0.1", port) for _ in range(4)]
+    try:
+        for _ in range(200):  # until the server has taken them all (at most 2 s)
+            if endpoint._connections == 4:
+                break
+            await asyncio.sleep(0.01)
+        assert endpoint._connections == 4
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        try:
+            got = await asyncio.wait_for(reader.read(), 1.0)
+        except ConnectionResetError:
+            got = b""
+        assert got == b""  # closed (or reset), not left waiting
+        writer.close()
+    finally:
+        for _, w in idle:
+            w.close()
+    # The slots come back once those close.
+    deadline = asyncio.get_running_loop().time() + 5
+    while True:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"GET /health HTTP/1.1\r\n\r\n")
+        try:
+            reply = await asyncio.wait_for(reader.read(), 5)
+        except ConnectionResetError:  # refused: the server has not seen those close yet
+            reply = b""
+        writer.close()
+        if reply or asyncio.get_running_loop().time() > deadline:
+            break
+        await asyncio.sleep(0.05)
+    await endpoint.stop()
+    assert reply.startswith(b"HTTP/1.1 200 "), reply
