@@ -308,13 +308,7 @@ class HttpEndpoint:
 
     @staticmethod
     async def _send(writer: asyncio.StreamWriter, code: int, ctype: str, body: bytes) -> None:
-        reason = {
-            200: "OK",
-            404: "Not Found",
-            405: "Method Not Allowed",
-            503: "Service Unavailable",
-            431: "Request Header Fields Too Large",
-        }.get(code, "")
+        reason = _REASONS.get(code, "")
         writer.write(
             f"HTTP/1.1 {code} {reason}\r\nContent-Type: {ctype}\r\n"
             f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode()
