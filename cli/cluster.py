@@ -419,7 +419,8 @@ def cluster_up(
     running = {
         n.id: pid
         for n in config.nodes
-        if (pid := processes.running_node_pid(config.node_pid_file(n.id), config_dir)) is not None
+        if (pid := processes.running_node_pid(config.node_pid_file(n.id), config_dir, n.id))
+        is not None
     }
     # Refusing by default keeps a half-running cluster visible: the user decides whether to
     # restart the missing nodes (--missing) or start over (`cluster down`).

@@ -153,38 +153,60 @@ def is_alive(pid: int) -> bool:
     return state != ["Z"]
 
 
-def looks_like_node(pid: int, config_dir: Path) -> bool:
+def looks_like_node(pid: int, config_dir: Path, node_id: int | None = None) -> bool:
     """Whether `pid` runs `... cli.main node start --config FILE ...` with FILE in `config_dir`
     (as `cluster up` starts the nodes of the cluster configured there), and not a node of
-    another cluster that got the PID of a stale pid file. From /proc, or without it (macOS)
-    from `ps`; False whenever it cannot be told (a /proc entry that cannot be read is gone,
-    or another user's process hidden from us: never one of our nodes)."""
+    another cluster that got the PID of a stale pid file; with `node_id`, node `node_id`
+    (FILE is its nodeN.toml, or `--node-id N` follows), not another node of this cluster that
+    got the PID of that node's stale pid file. From /proc, or without it (macOS) from `ps`;
+    False whenever it cannot be told (a /proc entry that cannot be read is gone, or another
+    user's process hidden from us: never one of our nodes)."""
     if not PROC_DIR.joinpath("self").exists():
-        return _ps_shows_node(pid, config_dir)
+        return _ps_shows_node(pid, config_dir, node_id)
     try:
         cmdline = (PROC_DIR / str(pid) / "cmdline").read_bytes()
     except OSError:
         return False
-    args = cmdline.split(b"\0")
-    if not all(marker in args for marker in _NODE_CMDLINE_MARKERS):
+    args = [os.fsdecode(a) for a in cmdline.split(b"\0")]
+    if not all(os.fsdecode(marker) in args for marker in _NODE_CMDLINE_MARKERS):
         return False
-    config: bytes | None = None
-    for i, arg in enumerate(args):
-        if arg == b"--config" and i + 1 < len(args):
-            config = args[i + 1]
-        elif arg.startswith(b"--config="):
-            config = arg.removeprefix(b"--config=")
+    config = _option(args, "--config")
     if config is None:
         return False
     try:
         # A relative --config is relative to the node's working directory, not ours.
-        path = os.path.join(os.readlink(PROC_DIR / str(pid) / "cwd"), os.fsdecode(config))
+        path = os.path.join(os.readlink(PROC_DIR / str(pid) / "cwd"), config)
     except OSError:
         return False  # its cmdline was readable, its cwd not: gone meanwhile, or not ours
-    return os.path.realpath(os.path.dirname(path)) == os.path.realpath(config_dir)
+    return _names_node(path, _option(args, "--node-id"), config_dir, node_id)
 
 
-def _ps_shows_node(pid: int, config_dir: Path) -> bool:
+def _option(args: list[str], name: str) -> str | None:
+    """The value of the last `name VALUE` or `name=VALUE` in `args`."""
+    value: str | None = None
+    for i, arg in enumerate(args):
+        if arg == name and i + 1 < len(args):
+            value = args[i + 1]
+        elif arg.startswith(f"{name}="):
+            value = arg.removeprefix(f"{name}=")
+    return value
+
+
+def _names_node(
+    config: str, node_id_arg: str | None, config_dir: Path, node_id: int | None
+) -> bool:
+    """Whether a node's absolute --config and its --node-id (if any) are of `config_dir`'s
+    cluster and, with `node_id`, of that node."""
+    if os.path.realpath(os.path.dirname(config)) != os.path.realpath(config_dir):
+        return False
+    if node_id is None:
+        return True
+    if node_id_arg is not None:
+        return node_id_arg == str(node_id)
+    return os.path.basename(config) == node_file_name(node_id)
+
+
+def _ps_shows_node(pid: int, config_dir: Path, node_id: int | None) -> bool:
     """`looks_like_node` without /proc: `ps` shows the arguments joined by spaces, so the
     markers are words of it and the config file runs from `--config ` to the next option
     `cluster up` passes (or the end). It must be absolute (as `node_command` passes it): a
@@ -206,14 +228,15 @@ def _ps_shows_node(pid: int, config_dir: Path) -> bool:
     config = re.split(r" --(?:node-id|bootstrap)\b", rest, maxsplit=1)[0]
     if not found or not os.path.isabs(config):
         return False
-    return os.path.realpath(os.path.dirname(config)) == os.path.realpath(config_dir)
+    node_id_arg = re.search(r" --node-id[ =](\d+)", text)
+    return _names_node(config, node_id_arg and node_id_arg.group(1), config_dir, node_id)
 
 
-def running_node_pid(pid_file: Path, config_dir: Path) -> int | None:
+def running_node_pid(pid_file: Path, config_dir: Path, node_id: int | None = None) -> int | None:
     """The PID recorded in `pid_file` if that process is alive and is a node of the cluster
-    configured in `config_dir`."""
+    configured in `config_dir` (with `node_id`: that node, see `looks_like_node`)."""
     pid = read_pid(pid_file)
-    if pid is None or not is_alive(pid) or not looks_like_node(pid, config_dir):
+    if pid is None or not is_alive(pid) or not looks_like_node(pid, config_dir, node_id):
         return None
     return pid
 
@@ -310,7 +333,7 @@ def stop_nodes(pid_files: dict[int, Path], *, config_dir: Path, grace_ms: int) -
             continue
         if pid is None or not is_alive(pid):
             outcome = "not running"
-        elif not looks_like_node(pid, config_dir):
+        elif not looks_like_node(pid, config_dir, node_id):
             outcome = "stale pid file"
         else:
             try:

@@ -778,6 +778,8 @@ def test_without_proc_a_node_is_told_by_its_command_line_from_ps(
     try:
         assert stranger.stdout is not None and stranger.stdout.readline() == b"ready\n"
         assert processes.looks_like_node(node.pid, cluster_dir)
+        assert processes.looks_like_node(node.pid, cluster_dir, 1)
+        assert not processes.looks_like_node(node.pid, cluster_dir, 2)
         assert not processes.looks_like_node(node.pid, tmp_path / "another-cluster")
         assert not processes.looks_like_node(stranger.pid, cluster_dir)
     finally:
@@ -816,6 +818,35 @@ def test_down_stops_the_other_nodes_past_a_pid_file_it_cannot_read(cluster_dir: 
         assert outcomes[2]["pid"] is None
         assert outcomes[2]["outcome"].startswith("pid file unreadable: "), outcomes[2]
         assert proc.wait(timeout=5) == -signal.SIGTERM
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_a_pid_file_holding_another_node_of_the_cluster_is_stale(cluster_dir: Path) -> None:
+    # Node 1's stale pid file whose PID is now node 2's process (restarted since): it was taken
+    # for node 1 running, so `cluster up --missing` would not start node 1, and `cluster down`
+    # reported node 1 stopped when it had signalled node 2.
+    cfg = load_cluster_config(cluster_dir / "cluster.toml")
+    proc = spawn_fake_node(
+        "import time; print('ready', flush=True); time.sleep(60)",
+        config=cluster_dir / "node2.toml",
+    )
+    try:
+        cfg.node_pid_file(1).parent.mkdir(parents=True)
+        cfg.node_pid_file(1).write_text(f"{proc.pid}\n")
+        down = run("-o", "json", "cluster", "down", "--config", str(cluster_dir))
+        assert down.exit_code == 0, down.output
+        assert json.loads(down.stdout)[0] == {
+            "node_id": 1,
+            "pid": proc.pid,
+            "outcome": "stale pid file",
+        }
+        assert proc.poll() is None, "node 2 was signalled through node 1's pid file"
+        cfg.node_pid_file(2).parent.mkdir(parents=True)
+        cfg.node_pid_file(2).write_text(f"{proc.pid}\n")
+        assert processes.running_node_pid(cfg.node_pid_file(2), cluster_dir, 2) == proc.pid
+        assert processes.running_node_pid(cfg.node_pid_file(2), cluster_dir, 1) is None
     finally:
         proc.kill()
         proc.wait()
