@@ -47,6 +47,7 @@ from metastore.daemon.config import (
     ClusterConfig,
     ConfigError,
     load_cluster_config,
+    load_node_config,
     node_file_name,
     node_layout,
     render_cluster_toml,
@@ -407,7 +408,8 @@ def cluster_up(
     Refuses to start anything if a node is already running, unless --missing: then only the
     nodes that are not running are started (nothing, if all are). Stop them with `cluster down`.
     Refuses to start anything (PORT_IN_USE) if another process holds a port of a node it would
-    start, or (DATA_DIR_UNUSABLE) if a node's data directory or log file cannot be made.
+    start, (DATA_DIR_UNUSABLE) if a node's data directory or log file cannot be made, or
+    (CONFIG_INVALID) if a nodeN.toml does not load or names another node or cluster file.
 
     A brand-new cluster (no node has state yet) is bootstrapped. If a node has no state while
     others have (the first `cluster up` was interrupted before it started, or its first start
@@ -434,6 +436,8 @@ def cluster_up(
             exit_code=EXIT_REFUSED,
         )
     to_start = [n.id for n in config.nodes if n.id not in running]
+    for node_id in to_start:
+        _check_node_file(config_dir, config, node_id)
     bootstrap = _nodes_to_bootstrap(
         config, config_dir, to_start, set(bootstrap_ids), only_missing=only_missing
     )
@@ -492,6 +496,24 @@ def cluster_up(
         end_progress()
         raise _interrupted(config_dir, started, to_start, bootstrap) from None
     emit(a.output, endpoint_results_doc(results), lambda: [_status_table(results)])
+
+
+def _check_node_file(config_dir: Path, config: ClusterConfig, node_id: int) -> None:
+    """The nodeN.toml `cluster up` would start node `node_id` with (`processes.node_command`),
+    loaded as the node will load it, before any node starts: it must be valid and name that
+    node of this cluster file (ConfigError naming the file and key otherwise), or a typo there
+    stops the node after the others started, and a wrong id or cluster starts another node."""
+    node_file = config_dir / node_file_name(node_id)
+    if not node_file.exists():
+        return  # the node gets the cluster file and --node-id
+    settings = load_node_config(node_file, node_id)
+    if settings.cluster.path.resolve() != config.path.resolve():
+        raise ConfigError(
+            path=settings.config_path,
+            key="cluster",
+            problem=f"names another cluster file ({settings.cluster.path}) than the one "
+            f"`cluster up` starts ({config.path})",
+        )
 
 
 def _up_command(config_dir: Path, *, missing: bool, bootstrap: list[int]) -> str:

@@ -80,3 +80,32 @@ def test_a_node_log_that_cannot_be_opened_is_named_and_nothing_starts(config_dir
     assert "nothing was started" in errors[0], errors[0]
     assert "started node" not in done.stderr, done.stderr
     assert not any(config.node_pid_file(n).exists() for n in config.node_ids)
+
+
+@pytest.mark.parametrize(
+    ("node_file_text", "words"),
+    [
+        ('cluster = "cluster.toml"\nnode_id = 3\nnodeid = 3\n', "nodeid: unknown key"),
+        ('cluster = "cluster.toml"\nnode_id = 2\n', "the file says node 2 but node 3"),
+        ('cluster = "other/cluster.toml"\nnode_id = 3\n', "another cluster file"),
+    ],
+    ids=["typo", "another node", "another cluster"],
+)
+def test_a_node_file_that_would_not_start_that_node_is_named_and_nothing_starts(
+    config_dir: Path, node_file_text: str, words: str
+) -> None:
+    # Only cluster.toml was loaded; node3.toml was left to node 3 itself, which refused it
+    # (or ran another node, or a node of another cluster) after nodes 1 and 2 had started.
+    config = load_cluster_config(config_dir / "cluster.toml")
+    other = config_dir / "other"
+    other.mkdir()
+    (other / "cluster.toml").write_text((config_dir / "cluster.toml").read_text())
+    node_file = config_dir / "node3.toml"
+    node_file.write_text(node_file_text)
+    done = run_cli("cluster", "up", "--config", str(config_dir), "--wait-ms", "20000")
+    assert done.returncode == 2, done.stderr
+    errors = [line for line in done.stderr.splitlines() if line.startswith("Error: ")]
+    assert len(errors) == 1 and errors[0].startswith("Error: CONFIG_INVALID: "), done.stderr
+    assert str(node_file) in errors[0] and words in errors[0], errors[0]
+    assert "started node" not in done.stderr, done.stderr
+    assert not any(config.node_pid_file(n).exists() for n in config.node_ids)
