@@ -409,7 +409,8 @@ def cluster_up(
     nodes that are not running are started (nothing, if all are). Stop them with `cluster down`.
     Refuses to start anything (PORT_IN_USE) if another process holds a port of a node it would
     start, (DATA_DIR_UNUSABLE) if a node's data directory or log file cannot be made, or
-    (CONFIG_INVALID) if a nodeN.toml does not load or names another node or cluster file.
+    (CONFIG_INVALID) if a nodeN.toml does not load or names another node or cluster file, or
+    (TLS_CONFIG_INVALID) if a node's [tls] files would not let it start.
 
     A brand-new cluster (no node has state yet) is bootstrapped. If a node has no state while
     others have (the first `cluster up` was interrupted before it started, or its first start
@@ -438,6 +439,7 @@ def cluster_up(
     to_start = [n.id for n in config.nodes if n.id not in running]
     for node_id in to_start:
         _check_node_file(config_dir, config, node_id)
+        _check_tls_files(config, node_id)
     bootstrap = _nodes_to_bootstrap(
         config, config_dir, to_start, set(bootstrap_ids), only_missing=only_missing
     )
@@ -514,6 +516,25 @@ def _check_node_file(config_dir: Path, config: ClusterConfig, node_id: int) -> N
             problem=f"names another cluster file ({settings.cluster.path}) than the one "
             f"`cluster up` starts ({config.path})",
         )
+
+
+def _check_tls_files(config: ClusterConfig, node_id: int) -> None:
+    """Node `node_id`'s [tls] files, checked as the node checks them at its start (readable,
+    PEM, the key matches, signed by the CA, valid now), before any node starts: the nodes of
+    `cluster up` run here, so their files are here too."""
+    if config.tls is None:
+        return
+    from raft.errors import TlsConfigError
+    from raft.tls import check_node_files
+
+    try:
+        check_node_files(config.tls.node_files(node_id))
+    except TlsConfigError as exc:
+        raise CliError(
+            "TLS_CONFIG_INVALID",
+            f"node {node_id}: {exc}; nothing was started",
+            exit_code=EXIT_USAGE,
+        ) from None
 
 
 def _up_command(config_dir: Path, *, missing: bool, bootstrap: list[int]) -> str:

@@ -109,3 +109,30 @@ def test_a_node_file_that_would_not_start_that_node_is_named_and_nothing_starts(
     assert str(node_file) in errors[0] and words in errors[0], errors[0]
     assert "started node" not in done.stderr, done.stderr
     assert not any(config.node_pid_file(n).exists() for n in config.node_ids)
+
+
+def test_a_node_whose_tls_files_are_unusable_is_named_and_nothing_starts(tmp_path: Path) -> None:
+    # The [tls] files were checked by each node at its start: node 3 without its key exited
+    # after nodes 1 and 2 had started.
+    directory = tmp_path / "tls-cluster"
+    init = run_cli(
+        "cluster", "init", str(directory), "--cluster-id", "tlsports", "--tls",
+        "--base-port", str(free_base_port()),
+    )  # fmt: skip
+    assert init.returncode == 0, init.stderr
+    try:
+        config = load_cluster_config(directory / "cluster.toml")
+        assert config.tls is not None
+        key = config.tls.node_files(3).key_file
+        key.unlink()
+        done = run_cli("cluster", "up", "--config", str(directory), "--wait-ms", "20000")
+        assert done.returncode == 2, done.stderr
+        errors = [line for line in done.stderr.splitlines() if line.startswith("Error: ")]
+        assert len(errors) == 1, done.stderr
+        assert errors[0].startswith("Error: TLS_CONFIG_INVALID: node 3: "), errors[0]
+        assert str(key) in errors[0], errors[0]
+        assert "started node" not in done.stderr, done.stderr
+        assert not any(config.node_pid_file(n).exists() for n in config.node_ids)
+    finally:
+        run_cli("cluster", "down", "--config", str(directory), "--grace-ms", "3000")
+        _kill_leftovers(directory)
