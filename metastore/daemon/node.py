@@ -20,6 +20,7 @@ import os
 import signal
 import socket
 import ssl
+import stat
 import sys
 from collections.abc import Awaitable
 from pathlib import Path
@@ -71,6 +72,27 @@ class NodeStartError(Exception):
 DATA_DIR_UNUSABLE = "data_dir_unusable"
 
 
+def _warn_if_others_may_write(data_dir: Path) -> None:
+    """Say so when users other than the node's may write its data directory (or the one above
+    it, which can replace it): they could rewrite its WAL (the replicated catalog), identity
+    and audit log. A warning, not a refusal: the directory is the operator's (a service
+    manager may make it), and the node does not change its mode."""
+    for directory in (data_dir, data_dir.parent):
+        try:
+            mode = directory.stat().st_mode
+        except OSError:
+            continue
+        # A sticky parent (/tmp) lets others add entries, not replace ours.
+        sticky_parent = directory != data_dir and mode & stat.S_ISVTX
+        if mode & 0o022 and not sticky_parent:
+            log.warning(
+                "%s is writable by other users (mode %s): they could rewrite this node's log "
+                "and state; chmod go-w it",
+                directory,
+                oct(mode & 0o777),
+            )
+
+
 def _unusable(exc: OSError) -> str:
     where = ", ".join(str(f) for f in (exc.filename, exc.filename2) if f is not None)
     what = exc.strerror or str(exc)
@@ -91,6 +113,7 @@ def run_node(config_path: Path, node_id: int | None = None, *, bootstrap: bool =
     except OSError as exc:  # nowhere to log to: stderr is all there is
         print(f"Error: {DATA_DIR_UNUSABLE}: {_unusable(exc)}", file=sys.stderr)
         return 2
+    _warn_if_others_may_write(settings.data_dir)
     try:
         import uvloop
 

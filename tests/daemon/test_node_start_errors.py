@@ -109,3 +109,34 @@ async def test_a_port_the_node_may_not_bind_is_a_start_error() -> None:
     assert info.value.code == "listen_failed"
     assert "10.0.0.5:80 (the metrics port)" in str(info.value)
     assert "Permission denied" in str(info.value)
+
+
+def test_a_data_directory_others_may_write_is_warned_about(tmp_path: Path) -> None:
+    # The data directory holds the node's WAL (the replicated catalog), its identity and its
+    # audit log; one that other users may write (a shared mount, a directory made 0777 by
+    # hand) let them rewrite all of it, and nothing said so.
+    config = write_cluster(tmp_path, n=1)
+    settings = load_node_config(config, 1)
+    settings.data_dir.mkdir(parents=True)
+    settings.data_dir.chmod(0o777)
+    node = subprocess.Popen(
+        daemon_argv(config, "--bootstrap"),
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while "metastore node started" not in _log_text(settings.log_file):
+            assert node.poll() is None, "the node exited"
+            assert time.monotonic() < deadline, "the node did not start"
+            time.sleep(POLL_S)
+        node.send_signal(signal.SIGTERM)
+        assert node.wait(timeout=START_TIMEOUT_S) == 0
+    finally:
+        node.kill()
+        node.wait(timeout=START_TIMEOUT_S)
+    records = [json.loads(line) for line in settings.log_file.read_text().splitlines()]
+    warnings = [r["msg"] for r in records if r["level"] == "warning"]
+    assert any(str(settings.data_dir) in w and "0o777" in w for w in warnings), warnings
+    assert settings.data_dir.stat().st_mode & 0o777 == 0o777  # said, not changed
