@@ -419,6 +419,20 @@ def cluster_up(
     """
     a = app(ctx)
     config = load_cluster_config(config_dir / CLUSTER_FILE_NAME)
+    # One `cluster up`/`down` of a cluster at a time: two would both find no node running and
+    # both start every node, and the second set's PIDs would replace the first's.
+    with processes.lifecycle_lock(config.data_dir, "cluster up"):
+        _cluster_up(a, config, config_dir, wait_ms, only_missing, bootstrap_ids)
+
+
+def _cluster_up(
+    a: App,
+    config: ClusterConfig,
+    config_dir: Path,
+    wait_ms: int,
+    only_missing: bool,
+    bootstrap_ids: tuple[int, ...],
+) -> None:
     running = {
         n.id: pid
         for n in config.nodes
@@ -716,11 +730,12 @@ def cluster_down(ctx: click.Context, config_dir: Path, grace_ms: int) -> None:
     node is still running or its pid file cannot be read (after stopping the others)."""
     a = app(ctx)
     config = load_cluster_config(config_dir / CLUSTER_FILE_NAME)
-    results = processes.stop_nodes(
-        {n.id: config.node_pid_file(n.id) for n in config.nodes},
-        config_dir=config_dir,
-        grace_ms=grace_ms,
-    )
+    with processes.lifecycle_lock(config.data_dir, "cluster down"):
+        results = processes.stop_nodes(
+            {n.id: config.node_pid_file(n.id) for n in config.nodes},
+            config_dir=config_dir,
+            grace_ms=grace_ms,
+        )
     doc = [{"node_id": r.node_id, "pid": r.pid, "outcome": r.outcome} for r in results]
     rows = [[r.node_id, r.pid, r.outcome] for r in results]
     emit(a.output, doc, lambda: [rows_table(["node", "pid", "outcome"], rows)])

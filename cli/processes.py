@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import os
 import re
 import signal
@@ -23,10 +24,12 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
+from cli.errors import EXIT_REFUSED, CliError
 from metastore.daemon.config import ClusterConfig, NodeAddress, node_file_name
 from raft.node import IDENTITY_FILE
 
@@ -41,6 +44,10 @@ LOG_TAIL_LINES: Final = 20
 LOG_TAIL_BYTES_MAX: Final = 16 * 1024
 # The WAL's lock file (raft.wal), empty: not state.
 WAL_LOCK_FILE: Final = "LOCK"
+# In the cluster's data_dir: held (flock) by the one `cluster up`/`down` running; it holds
+# what runs, for the error of another.
+LIFECYCLE_LOCK_FILE: Final = ".lifecycle.lock"
+LIFECYCLE_LOCK_BYTES_MAX: Final = 256
 # The words that identify our node processes in /proc/<pid>/cmdline.
 _NODE_CMDLINE_MARKERS: Final = (b"cli.main", b"node", b"start")
 
@@ -289,6 +296,32 @@ def prepare_node_files(data_dir: Path, log_file: Path) -> None:
     data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     with log_file.open("ab"):
         pass
+
+
+@contextlib.contextmanager
+def lifecycle_lock(data_dir: Path, what: str) -> Iterator[None]:
+    """Hold the cluster's lifecycle lock (`data_dir/LIFECYCLE_LOCK_FILE`, an flock the kernel
+    drops when its process exits, however it exits) while `what` ("cluster up"/"cluster down")
+    runs; CliError BUSY naming the holder if another process holds it (nothing is done)."""
+    data_dir.mkdir(parents=True, exist_ok=True)
+    path = data_dir / LIFECYCLE_LOCK_FILE
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, LIFECYCLE_LOCK_BYTES_MAX, 0).decode(errors="replace").strip()
+            raise CliError(
+                "BUSY",
+                f"{holder or 'another cluster up/down'} is running for this cluster (it holds "
+                f"{path}): nothing was done; let it finish, or stop it, and run {what} again",
+                exit_code=EXIT_REFUSED,
+            ) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{what} (pid {os.getpid()})\n".encode(), 0)
+        yield
+    finally:
+        os.close(fd)
 
 
 def start_node(

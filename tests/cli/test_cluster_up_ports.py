@@ -11,6 +11,7 @@ and opened, first: a failure is refused by name before any node starts.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import signal
 import socket
@@ -136,3 +137,25 @@ def test_a_node_whose_tls_files_are_unusable_is_named_and_nothing_starts(tmp_pat
     finally:
         run_cli("cluster", "down", "--config", str(directory), "--grace-ms", "3000")
         _kill_leftovers(directory)
+
+
+def test_up_and_down_while_another_up_or_down_runs_are_refused(config_dir: Path) -> None:
+    # Two `cluster up` at once (a script run twice, two terminals) both found no node running
+    # and both started every node: the second set failed, but their PIDs replaced the first
+    # set's in the pid files, so `cluster down` no longer found the nodes that ran.
+    config = load_cluster_config(config_dir / "cluster.toml")
+    config.data_dir.mkdir(parents=True, exist_ok=True)
+    lock = config.data_dir / ".lifecycle.lock"  # processes.LIFECYCLE_LOCK_FILE
+    with lock.open("a+") as held:  # what the other `cluster up` holds while it runs
+        fcntl.flock(held.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        up = run_cli("cluster", "up", "--config", str(config_dir), "--wait-ms", "20000")
+        down = run_cli("cluster", "down", "--config", str(config_dir))
+    for done in (up, down):
+        assert done.returncode == 5, done.stderr
+        errors = [line for line in done.stderr.splitlines() if line.startswith("Error: ")]
+        assert len(errors) == 1 and errors[0].startswith("Error: BUSY: "), done.stderr
+    assert "started node" not in up.stderr, up.stderr
+    assert not any(config.node_pid_file(n).exists() for n in config.node_ids)
+    # Once it is released, they run.
+    down = run_cli("cluster", "down", "--config", str(config_dir))
+    assert down.returncode == 0, down.stderr
