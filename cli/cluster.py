@@ -47,6 +47,7 @@ from metastore.daemon.config import (
     ClusterConfig,
     ConfigError,
     load_cluster_config,
+    load_node_config,
     node_file_name,
     node_layout,
     render_cluster_toml,
@@ -410,6 +411,10 @@ def cluster_up(
     session, logs to DATA_DIR/node-N/node.log and records its PID in DATA_DIR/node-N/node.pid.
     Refuses to start anything if a node is already running, unless --missing: then only the
     nodes that are not running are started (nothing, if all are). Stop them with `cluster down`.
+    Refuses to start anything (PORT_IN_USE) if another process holds a port of a node it would
+    start, (DATA_DIR_UNUSABLE) if a node's data directory or log file cannot be made, or
+    (CONFIG_INVALID) if a nodeN.toml does not load or names another node or cluster file, or
+    (TLS_CONFIG_INVALID) if a node's [tls] files would not let it start.
 
     A brand-new cluster (no node has state yet) is bootstrapped. If a node has no state while
     others have (the first `cluster up` was interrupted before it started, or its first start
@@ -418,10 +423,25 @@ def cluster_up(
     """
     a = app(ctx)
     config = load_cluster_config(config_dir / CLUSTER_FILE_NAME)
+    # One `cluster up`/`down` of a cluster at a time: two would both find no node running and
+    # both start every node, and the second set's PIDs would replace the first's.
+    with processes.lifecycle_lock(config.data_dir, "cluster up"):
+        _cluster_up(a, config, config_dir, wait_ms, only_missing, bootstrap_ids)
+
+
+def _cluster_up(
+    a: App,
+    config: ClusterConfig,
+    config_dir: Path,
+    wait_ms: int,
+    only_missing: bool,
+    bootstrap_ids: tuple[int, ...],
+) -> None:
     running = {
         n.id: pid
         for n in config.nodes
-        if (pid := processes.running_node_pid(config.node_pid_file(n.id), config_dir)) is not None
+        if (pid := processes.running_node_pid(config.node_pid_file(n.id), config_dir, n.id))
+        is not None
     }
     # Refusing by default keeps a half-running cluster visible: the user decides whether to
     # restart the missing nodes (--missing) or start over (`cluster down`).
@@ -435,9 +455,31 @@ def cluster_up(
             exit_code=EXIT_REFUSED,
         )
     to_start = [n.id for n in config.nodes if n.id not in running]
+    for node_id in to_start:
+        _check_node_file(config_dir, config, node_id)
+        _check_tls_files(config, node_id)
     bootstrap = _nodes_to_bootstrap(
         config, config_dir, to_start, set(bootstrap_ids), only_missing=only_missing
     )
+    taken = processes.taken_ports([config.node(n) for n in to_start])
+    if taken:
+        listed = "; ".join(f"node {t.node_id}'s {t.what} port {t.address}" for t in taken)
+        raise CliError(
+            "PORT_IN_USE",
+            f"{listed}: in use by another process; nothing was started. Stop that process, "
+            f"or give the node other ports in {config.path}",
+            exit_code=EXIT_REFUSED,
+        )
+    for node_id in to_start:
+        try:
+            processes.prepare_node_files(
+                config.node_data_dir(node_id), config.node_log_file(node_id)
+            )
+        except OSError as exc:
+            raise CliError(
+                "DATA_DIR_UNUSABLE",
+                f"node {node_id}: {exc.filename}: {exc.strerror or exc}; nothing was started",
+            ) from None
     secrets = ensure_secrets(config.secrets_dir)
     started: list[processes.StartedNode] = []
     try:
@@ -474,6 +516,43 @@ def cluster_up(
         end_progress()
         raise _interrupted(config_dir, started, to_start, bootstrap) from None
     emit(a.output, endpoint_results_doc(results), lambda: [_status_table(results)])
+
+
+def _check_node_file(config_dir: Path, config: ClusterConfig, node_id: int) -> None:
+    """The nodeN.toml `cluster up` would start node `node_id` with (`processes.node_command`),
+    loaded as the node will load it, before any node starts: it must be valid and name that
+    node of this cluster file (ConfigError naming the file and key otherwise), or a typo there
+    stops the node after the others started, and a wrong id or cluster starts another node."""
+    node_file = config_dir / node_file_name(node_id)
+    if not node_file.exists():
+        return  # the node gets the cluster file and --node-id
+    settings = load_node_config(node_file, node_id)
+    if settings.cluster.path.resolve() != config.path.resolve():
+        raise ConfigError(
+            path=settings.config_path,
+            key="cluster",
+            problem=f"names another cluster file ({settings.cluster.path}) than the one "
+            f"`cluster up` starts ({config.path})",
+        )
+
+
+def _check_tls_files(config: ClusterConfig, node_id: int) -> None:
+    """Node `node_id`'s [tls] files, checked as the node checks them at its start (readable,
+    PEM, the key matches, signed by the CA, valid now), before any node starts: the nodes of
+    `cluster up` run here, so their files are here too."""
+    if config.tls is None:
+        return
+    from raft.errors import TlsConfigError
+    from raft.tls import check_node_files
+
+    try:
+        check_node_files(config.tls.node_files(node_id))
+    except TlsConfigError as exc:
+        raise CliError(
+            "TLS_CONFIG_INVALID",
+            f"node {node_id}: {exc}; nothing was started",
+            exit_code=EXIT_USAGE,
+        ) from None
 
 
 def _up_command(config_dir: Path, *, missing: bool, bootstrap: list[int]) -> str:
@@ -650,18 +729,24 @@ def _short_status(results: list[EndpointResult]) -> str:
 @click.pass_context
 def cluster_down(ctx: click.Context, config_dir: Path, grace_ms: int) -> None:
     """Stop the nodes started by `cluster up`: SIGTERM to the PID in each pid file, then
-    SIGKILL after --grace-ms. Pid files are removed. Processes are never looked up by name."""
+    SIGKILL after --grace-ms. Pid files are removed. Processes are never looked up by name, and
+    a PID whose command line is not a node of this cluster is never signalled. Exits 1 if a
+    node is still running or its pid file cannot be read (after stopping the others)."""
     a = app(ctx)
     config = load_cluster_config(config_dir / CLUSTER_FILE_NAME)
-    results = processes.stop_nodes(
-        {n.id: config.node_pid_file(n.id) for n in config.nodes},
-        config_dir=config_dir,
-        grace_ms=grace_ms,
-    )
+    with processes.lifecycle_lock(config.data_dir, "cluster down"):
+        results = processes.stop_nodes(
+            {n.id: config.node_pid_file(n.id) for n in config.nodes},
+            config_dir=config_dir,
+            grace_ms=grace_ms,
+        )
     doc = [{"node_id": r.node_id, "pid": r.pid, "outcome": r.outcome} for r in results]
     rows = [[r.node_id, r.pid, r.outcome] for r in results]
     emit(a.output, doc, lambda: [rows_table(["node", "pid", "outcome"], rows)])
-    if any(r.outcome == "still running" for r in results):
+    if any(
+        r.outcome == "still running" or r.outcome.startswith(processes.PID_FILE_UNREADABLE)
+        for r in results
+    ):
         ctx.exit(1)
 
 

@@ -6,23 +6,31 @@ log file, and its PID written to a pid file in its data directory. Stopping sign
 PID: SIGTERM, a bounded wait, then SIGKILL. Nothing is ever killed by name.
 
 A pid file can outlive its process, and the PID can then be reused by an unrelated program. Before
-treating a PID as our node we check (where /proc exists) that its command line is a `node start`;
-otherwise the pid file is stale and is removed without signalling anyone.
+treating a PID as our node we check that its command line (from /proc, or from `ps` where there
+is none) is a `node start` of this cluster's config directory; otherwise (also when it cannot be
+read: ours always can) the pid file is stale and is removed without signalling anyone. A PID we
+may not signal (another user's process) is reported and skipped; the other nodes still stop.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
+import fcntl
 import os
+import re
 import signal
+import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from metastore.daemon.config import ClusterConfig, node_file_name
+from cli.errors import EXIT_REFUSED, CliError
+from metastore.daemon.config import ClusterConfig, NodeAddress, node_file_name
 from raft.node import IDENTITY_FILE
 
 # How long `cluster down` waits after SIGTERM before SIGKILL, and after SIGKILL before giving up.
@@ -36,6 +44,10 @@ LOG_TAIL_LINES: Final = 20
 LOG_TAIL_BYTES_MAX: Final = 16 * 1024
 # The WAL's lock file (raft.wal), empty: not state.
 WAL_LOCK_FILE: Final = "LOCK"
+# In the cluster's data_dir: held (flock) by the one `cluster up`/`down` running; it holds
+# what runs, for the error of another.
+LIFECYCLE_LOCK_FILE: Final = ".lifecycle.lock"
+LIFECYCLE_LOCK_BYTES_MAX: Final = 256
 # The words that identify our node processes in /proc/<pid>/cmdline.
 _NODE_CMDLINE_MARKERS: Final = (b"cli.main", b"node", b"start")
 
@@ -52,14 +64,30 @@ class StartedNode:
 class StopResult:
     node_id: int
     pid: int | None
-    outcome: str  # stopped | killed | not running | stale pid file | still running
+    # stopped | killed | not running | stale pid file | still running | NOT_OURS |
+    # PID_FILE_UNREADABLE: ...
+    outcome: str
+
+
+# The outcome (then ": why") for a pid file that exists but cannot be read: whether its node
+# runs is unknown, so `cluster down` fails (exit 1) after stopping the others.
+PID_FILE_UNREADABLE: Final = "pid file unreadable"
+# The outcome for a PID the kernel does not let us signal: another user's process, so not a
+# node `cluster up` started as us.
+NOT_OURS: Final = "not ours (no permission to signal)"
+# Where the command lines and working directories of processes are read (Linux); without it,
+# `ps` is asked, for at most PS_TIMEOUT_S.
+PROC_DIR: Final = Path("/proc")
+PS_TIMEOUT_S: Final = 5.0
 
 
 def node_command(
     config_dir: Path, cluster: ClusterConfig, node_id: int, *, bootstrap: bool = False
 ) -> list[str]:
-    """The argv that runs node `node_id` in the foreground (`--bootstrap`: its first start)."""
-    node_file = config_dir / node_file_name(node_id)
+    """The argv that runs node `node_id` in the foreground (`--bootstrap`: its first start).
+    The config path is absolute, so the command line names the cluster on its own (see
+    `looks_like_node`)."""
+    node_file = config_dir.absolute() / node_file_name(node_id)
     extra = ["--bootstrap"] if bootstrap else []
     if node_file.exists():
         return [
@@ -132,40 +160,168 @@ def is_alive(pid: int) -> bool:
     return state != ["Z"]
 
 
-def looks_like_node(pid: int, config_dir: Path) -> bool:
+def looks_like_node(pid: int, config_dir: Path, node_id: int | None = None) -> bool:
     """Whether `pid` runs `... cli.main node start --config FILE ...` with FILE in `config_dir`
     (as `cluster up` starts the nodes of the cluster configured there), and not a node of
-    another cluster that got the PID of a stale pid file. True where that cannot be checked."""
+    another cluster that got the PID of a stale pid file; with `node_id`, node `node_id`
+    (FILE is its nodeN.toml, or `--node-id N` follows), not another node of this cluster that
+    got the PID of that node's stale pid file. From /proc, or without it (macOS) from `ps`;
+    False whenever it cannot be told (a /proc entry that cannot be read is gone, or another
+    user's process hidden from us: never one of our nodes)."""
+    if not PROC_DIR.joinpath("self").exists():
+        return _ps_shows_node(pid, config_dir, node_id)
     try:
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        cmdline = (PROC_DIR / str(pid) / "cmdline").read_bytes()
     except OSError:
-        return True
-    args = cmdline.split(b"\0")
-    if not all(marker in args for marker in _NODE_CMDLINE_MARKERS):
         return False
-    config: bytes | None = None
-    for i, arg in enumerate(args):
-        if arg == b"--config" and i + 1 < len(args):
-            config = args[i + 1]
-        elif arg.startswith(b"--config="):
-            config = arg.removeprefix(b"--config=")
+    args = [os.fsdecode(a) for a in cmdline.split(b"\0")]
+    if not all(os.fsdecode(marker) in args for marker in _NODE_CMDLINE_MARKERS):
+        return False
+    config = _option(args, "--config")
     if config is None:
         return False
     try:
         # A relative --config is relative to the node's working directory, not ours.
-        path = os.path.join(os.readlink(f"/proc/{pid}/cwd"), os.fsdecode(config))
+        path = os.path.join(os.readlink(PROC_DIR / str(pid) / "cwd"), config)
     except OSError:
+        return False  # its cmdline was readable, its cwd not: gone meanwhile, or not ours
+    return _names_node(path, _option(args, "--node-id"), config_dir, node_id)
+
+
+def _option(args: list[str], name: str) -> str | None:
+    """The value of the last `name VALUE` or `name=VALUE` in `args`."""
+    value: str | None = None
+    for i, arg in enumerate(args):
+        if arg == name and i + 1 < len(args):
+            value = args[i + 1]
+        elif arg.startswith(f"{name}="):
+            value = arg.removeprefix(f"{name}=")
+    return value
+
+
+def _names_node(
+    config: str, node_id_arg: str | None, config_dir: Path, node_id: int | None
+) -> bool:
+    """Whether a node's absolute --config and its --node-id (if any) are of `config_dir`'s
+    cluster and, with `node_id`, of that node."""
+    if os.path.realpath(os.path.dirname(config)) != os.path.realpath(config_dir):
+        return False
+    if node_id is None:
         return True
-    return os.path.realpath(os.path.dirname(path)) == os.path.realpath(config_dir)
+    if node_id_arg is not None:
+        return node_id_arg == str(node_id)
+    return os.path.basename(config) == node_file_name(node_id)
 
 
-def running_node_pid(pid_file: Path, config_dir: Path) -> int | None:
+def _ps_shows_node(pid: int, config_dir: Path, node_id: int | None) -> bool:
+    """`looks_like_node` without /proc: `ps` shows the arguments joined by spaces, so the
+    markers are words of it and the config file runs from `--config ` to the next option
+    `cluster up` passes (or the end). It must be absolute (as `node_command` passes it): a
+    relative one cannot be placed without the process's working directory."""
+    try:
+        shown = subprocess.run(
+            ["ps", "-ww", "-o", "args=", "-p", str(pid)],
+            capture_output=True,
+            timeout=PS_TIMEOUT_S,
+            check=False,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return False
+    text = os.fsdecode(shown.stdout).strip()
+    words = text.split()
+    if shown.returncode != 0 or not all(os.fsdecode(m) in words for m in _NODE_CMDLINE_MARKERS):
+        return False
+    _, found, rest = text.partition(" --config ")
+    config = re.split(r" --(?:node-id|bootstrap)\b", rest, maxsplit=1)[0]
+    if not found or not os.path.isabs(config):
+        return False
+    node_id_arg = re.search(r" --node-id[ =](\d+)", text)
+    return _names_node(config, node_id_arg and node_id_arg.group(1), config_dir, node_id)
+
+
+def running_node_pid(pid_file: Path, config_dir: Path, node_id: int | None = None) -> int | None:
     """The PID recorded in `pid_file` if that process is alive and is a node of the cluster
-    configured in `config_dir`."""
+    configured in `config_dir` (with `node_id`: that node, see `looks_like_node`)."""
     pid = read_pid(pid_file)
-    if pid is None or not is_alive(pid) or not looks_like_node(pid, config_dir):
+    if pid is None or not is_alive(pid) or not looks_like_node(pid, config_dir, node_id):
         return None
     return pid
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TakenPort:
+    node_id: int
+    what: str  # "Raft" | "client" | "metrics"
+    address: str
+
+
+def taken_ports(nodes: list[NodeAddress]) -> list[TakenPort]:
+    """The listeners of `nodes` another process already holds, tried as the node will bind them
+    (every address the host resolves to, SO_REUSEADDR as asyncio sets it, so ports a stopped
+    node left in TIME_WAIT count as free). A bind that fails otherwise (a host that does not
+    resolve, or is not this machine's) is left to the node, which says so itself. A check, not
+    a reservation: a port taken after it still stops that node (address_in_use)."""
+    taken: list[TakenPort] = []
+    for node in nodes:
+        for what, port, address in (
+            ("Raft", node.raft_port, node.raft_address),
+            ("client", node.client_port, node.client_address),
+            ("metrics", node.metrics_port, node.metrics_address),
+        ):
+            if _port_taken(node.host, port):
+                taken.append(TakenPort(node_id=node.id, what=what, address=address))
+    return taken
+
+
+def _port_taken(host: str, port: int) -> bool:
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except (socket.gaierror, UnicodeError):
+        return False
+    for family, kind, proto, _, sockaddr in infos:
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                probe.bind(sockaddr)
+            except OSError as exc:
+                if exc.errno == errno.EADDRINUSE:
+                    return True
+    return False
+
+
+def prepare_node_files(data_dir: Path, log_file: Path) -> None:
+    """Make a node's data directory (0700) and open its log file for appending, as
+    `start_node` does: run for every node before any starts, so a path that cannot be made or
+    opened (OSError, naming it) stops `cluster up` before it started anything."""
+    data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    with log_file.open("ab"):
+        pass
+
+
+@contextlib.contextmanager
+def lifecycle_lock(data_dir: Path, what: str) -> Iterator[None]:
+    """Hold the cluster's lifecycle lock (`data_dir/LIFECYCLE_LOCK_FILE`, an flock the kernel
+    drops when its process exits, however it exits) while `what` ("cluster up"/"cluster down")
+    runs; CliError BUSY naming the holder if another process holds it (nothing is done)."""
+    data_dir.mkdir(parents=True, exist_ok=True)
+    path = data_dir / LIFECYCLE_LOCK_FILE
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, LIFECYCLE_LOCK_BYTES_MAX, 0).decode(errors="replace").strip()
+            raise CliError(
+                "BUSY",
+                f"{holder or 'another cluster up/down'} is running for this cluster (it holds "
+                f"{path}): nothing was done; let it finish, or stop it, and run {what} again",
+                exit_code=EXIT_REFUSED,
+            ) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{what} (pid {os.getpid()})\n".encode(), 0)
+        yield
+    finally:
+        os.close(fd)
 
 
 def start_node(
@@ -202,16 +358,23 @@ def stop_nodes(pid_files: dict[int, Path], *, config_dir: Path, grace_ms: int) -
     results: dict[int, StopResult] = {}
     signalled: dict[int, int] = {}
     for node_id, pid_file in pid_files.items():
-        pid = read_pid(pid_file)
+        try:
+            pid = read_pid(pid_file)
+        except OSError as exc:  # not "not running": we cannot tell; the other nodes still stop
+            outcome = f"{PID_FILE_UNREADABLE}: {exc.strerror or exc}"
+            results[node_id] = StopResult(node_id=node_id, pid=None, outcome=outcome)
+            continue
         if pid is None or not is_alive(pid):
             outcome = "not running"
-        elif not looks_like_node(pid, config_dir):
+        elif not looks_like_node(pid, config_dir, node_id):
             outcome = "stale pid file"
         else:
             try:
                 os.kill(pid, signal.SIGTERM)
             except ProcessLookupError:
                 outcome = "not running"
+            except PermissionError:
+                outcome = NOT_OURS
             else:
                 signalled[node_id] = pid
                 continue
@@ -221,14 +384,15 @@ def stop_nodes(pid_files: dict[int, Path], *, config_dir: Path, grace_ms: int) -
         if node_id not in remaining:
             results[node_id] = StopResult(node_id=node_id, pid=pid, outcome="stopped")
     for pid in remaining.values():
-        with contextlib.suppress(ProcessLookupError):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pid, signal.SIGKILL)
     still = _wait_gone(remaining, KILL_WAIT_MS)
     for node_id, pid in remaining.items():
         outcome = "still running" if node_id in still else "killed"
         results[node_id] = StopResult(node_id=node_id, pid=pid, outcome=outcome)
     for node_id, pid_file in pid_files.items():
-        if results[node_id].outcome != "still running":
+        outcome = results[node_id].outcome
+        if outcome != "still running" and not outcome.startswith(PID_FILE_UNREADABLE):
             with contextlib.suppress(FileNotFoundError):
                 pid_file.unlink()
     return [results[n] for n in sorted(results)]

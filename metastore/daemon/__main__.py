@@ -25,7 +25,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return run_node(args.config, args.node_id, bootstrap=args.bootstrap)
     except ConfigError as exc:
-        print(f"Error: {exc}", file=sys.stderr)
+        print(f"Error: {exc.code}: {exc}", file=sys.stderr)
         return 2
 
 

@@ -386,7 +386,7 @@ def load_node_config(path: Path, node_id: int | None = None) -> NodeSettings:
     data = _read_toml(path)
     if "cluster" in data or "node_id" in data:
         reader = _Reader(path, data, prefix="")
-        cluster_ref = reader.string("cluster", max_chars=PATH_CHARS_MAX)
+        cluster_ref = reader.path("cluster")
         file_node_id = reader.integer("node_id", 1, NODE_ID_MAX)
         reader.finish()
         if node_id is not None and node_id != file_node_id:
@@ -552,11 +552,9 @@ def _parse_cluster(path: Path, data: Mapping[str, object]) -> ClusterConfig:
         low_reason="at least 2 x idle_safe_time_interval_ms: a healthy node's safe time trails "
         "its clock by up to that interval",
     )
-    secrets_dir = reader.string(
-        "secrets_dir", max_chars=PATH_CHARS_MAX, default=DEFAULT_SECRETS_DIR
-    )
-    data_dir = reader.string("data_dir", max_chars=PATH_CHARS_MAX, default=DEFAULT_DATA_DIR)
-    warehouse = reader.string("warehouse", max_chars=PATH_CHARS_MAX, default=DEFAULT_WAREHOUSE)
+    secrets_dir = reader.path("secrets_dir", default=DEFAULT_SECRETS_DIR)
+    data_dir = reader.path("data_dir", default=DEFAULT_DATA_DIR)
+    warehouse = reader.path("warehouse", default=DEFAULT_WAREHOUSE, uri_ok=True)
     log_level = reader.string("log_level", max_chars=16, default=DEFAULT_LOG_LEVEL).upper()
     if log_level not in LOG_LEVELS:
         raise reader.error("log_level", f"{log_level!r} is not one of {', '.join(LOG_LEVELS)}")
@@ -601,10 +599,10 @@ def _parse_tls(path: Path, table: Mapping[str, object]) -> TlsSettings:
     # checked by the node that uses them (raft.tls.check_node_files), since the CLI host that
     # reads this file does not hold the nodes' keys.
     reader = _Reader(path, table, prefix="tls.")
-    ca_file = _relative_to(path, reader.string("ca_file", max_chars=PATH_CHARS_MAX))
+    ca_file = _relative_to(path, reader.path("ca_file"))
     patterns: dict[str, str] = {}
     for key in ("cert_file", "key_file"):
-        value = reader.string(key, max_chars=PATH_CHARS_MAX)
+        value = reader.path(key)
         rest = value.replace(TLS_NODE_ID_PLACEHOLDER, "")
         if "{" in rest or "}" in rest:
             raise reader.error(
@@ -733,6 +731,27 @@ class _Reader:
             raise self.error(key, "must not be empty")
         if len(value) > max_chars:
             raise self.error(key, f"is longer than {max_chars} characters")
+        return value
+
+    def path(self, key: str, *, default: str | None = None, uri_ok: bool = False) -> str:
+        """A string naming a file or directory (relative ones are relative to the config file:
+        `_relative_to`). Refused here, not when a node first opens it: a NUL or another control
+        character (no file name holds one by intent; the OS refuses a NUL with a ValueError) and
+        a `~name` of a user this host does not know (expanduser raises RuntimeError)."""
+        value = self.string(key, max_chars=PATH_CHARS_MAX, default=default)
+        bad = next((c for c in value if ord(c) < 0x20 or c == "\x7f"), None)
+        if bad is not None:
+            what = "a NUL" if bad == "\0" else f"the control character {bad!r}"
+            raise self.error(key, f"{value!r} holds {what}: not a usable path")
+        if uri_ok and "://" in value:
+            return value
+        try:
+            Path(value).expanduser()
+        except RuntimeError:
+            user = value.split("/", 1)[0]
+            raise self.error(
+                key, f"{value!r}: cannot expand {user} (no such user's home directory here)"
+            ) from None
         return value
 
     def boolean(self, key: str, *, default: bool) -> bool:

@@ -3,6 +3,11 @@
 Fields: `ts` (ISO-8601 UTC), `level`, `logger`, `node_id`, `msg`, plus whatever the call passed in
 `extra=` (for example `term`, `index`). Exceptions are rendered under `exc`. Rotation keeps
 `LOG_FILES_KEPT` files of `LOG_FILE_BYTES_MAX` each, so logs cannot fill the disk.
+
+Each record also goes to stderr (a service manager's journal reads it), except when stderr is
+the log file itself: `cluster up` appends a node's stdout and stderr to its node.log, which
+would hold every line twice, and that copy would bypass rotation (after a rotation it grows
+the renamed file, kept open after its deletion): the logs would no longer be bounded.
 """
 
 from __future__ import annotations
@@ -10,6 +15,7 @@ from __future__ import annotations
 import json
 import logging
 import logging.handlers
+import os
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
@@ -51,10 +57,24 @@ def setup_logging(*, node_id: int, log_file: Path, level: str) -> None:
         log_file, maxBytes=LOG_FILE_BYTES_MAX, backupCount=LOG_FILES_KEPT, encoding="utf-8"
     )
     file_handler.setFormatter(formatter)
-    stderr_handler = logging.StreamHandler(sys.stderr)
-    stderr_handler.setFormatter(formatter)
+    handlers: list[logging.Handler] = [file_handler]
+    if not _is_same_file(sys.stderr, log_file):
+        stderr_handler = logging.StreamHandler(sys.stderr)
+        stderr_handler.setFormatter(formatter)
+        handlers.append(stderr_handler)
     root = logging.getLogger()
-    root.handlers[:] = [file_handler, stderr_handler]
+    root.handlers[:] = handlers
     root.setLevel(level.upper())
     # sqlglot warns each time our hand parser takes over a statement it cannot tree: noise.
     logging.getLogger("sqlglot").setLevel(logging.ERROR)
+
+
+def _is_same_file(stream: object, path: Path) -> bool:
+    """Whether `stream` writes to the file at `path` (the same inode), e.g. a stderr that
+    `cluster up` appends to the node's log file. False when either cannot be told."""
+    try:
+        fd = stream.fileno()  # type: ignore[attr-defined]
+        opened, named = os.fstat(fd), os.stat(path)
+    except (AttributeError, OSError, ValueError):  # io.UnsupportedOperation is an OSError
+        return False
+    return (opened.st_dev, opened.st_ino) == (named.st_dev, named.st_ino)

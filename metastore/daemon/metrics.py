@@ -16,6 +16,8 @@ from collections.abc import Callable
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily
+from prometheus_client.registry import Collector
 
 HTTP_REQUEST_BYTES_MAX = 8192
 HTTP_TIMEOUT_S = 5.0
@@ -37,6 +39,23 @@ _REASONS = {
 }
 
 
+class _MirroredCounters(Collector):
+    """Running totals the node keeps itself (fsync time, the transport's refusals), exposed as
+    counters: Prometheus reserves `_total` for them, and rate() assumes it. Their values are
+    set from the status at scrape time (`NodeMetrics.refresh`)."""
+
+    def __init__(self, docs: dict[str, str]) -> None:
+        self._docs = docs
+        self.values: dict[str, float] = dict.fromkeys(docs, 0.0)
+
+    def collect(self) -> list[CounterMetricFamily]:
+        # The family name without `_total`: the sample gets it (as for a Counter).
+        return [
+            CounterMetricFamily(name.removesuffix("_total"), self._docs[name], value=value)
+            for name, value in self.values.items()
+        ]
+
+
 class NodeMetrics:
     def __init__(self, node_id: int) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
@@ -55,9 +74,16 @@ class NodeMetrics:
             registry=r,
         )
         self.ready = Gauge("metastore_ready", "1 when serving reads", registry=r)
-        self.fsync_seconds = Gauge(
-            "metastore_wal_fsync_seconds_total", "time spent persisting Raft state", registry=r
+        self.totals = _MirroredCounters(
+            {
+                "metastore_wal_fsync_seconds_total": "time spent persisting Raft state",
+                "metastore_peer_tls_revoked_refused_total": "peer handshakes refused (either "
+                "side) for a revoked certificate",
+                "metastore_peer_tls_revoked_closed_total": "open peer links closed when their "
+                "certificate was revoked",
+            }
         )
+        r.register(self.totals)
         self.read_wait_hist = Histogram(
             "metastore_schema_read_wait_seconds",
             "time schema reads waited for safe time",
@@ -124,16 +150,6 @@ class NodeMetrics:
         self.revoked_certs = Gauge(
             "metastore_revoked_certificates", "certificates the cluster revoked", registry=r
         )
-        self.peer_revoked_refused = Gauge(
-            "metastore_peer_tls_revoked_refused_total",
-            "peer handshakes refused (either side) for a revoked certificate",
-            registry=r,
-        )
-        self.peer_revoked_closed = Gauge(
-            "metastore_peer_tls_revoked_closed_total",
-            "open peer links closed when their certificate was revoked",
-            registry=r,
-        )
 
     def gc_run(self, summary: dict[str, Any]) -> None:
         self.gc_runs.inc()
@@ -170,10 +186,16 @@ class NodeMetrics:
         self.applied_index.set(status["applied_index"])
         self.safe_time_lag.set(status["lag_ms"] / 1000)
         self.ready.set(1 if status["ready"] else 0)
-        self.fsync_seconds.set(status.get("fsync_seconds_total", 0.0))
         self.revoked_certs.set(status.get("revoked_certs", 0))
-        self.peer_revoked_refused.set(status.get("peer_tls_revoked_refused", 0))
-        self.peer_revoked_closed.set(status.get("peer_tls_revoked_closed", 0))
+        self.totals.values.update(
+            {
+                "metastore_wal_fsync_seconds_total": status.get("fsync_seconds_total", 0.0),
+                "metastore_peer_tls_revoked_refused_total": status.get(
+                    "peer_tls_revoked_refused", 0
+                ),
+                "metastore_peer_tls_revoked_closed_total": status.get("peer_tls_revoked_closed", 0),
+            }
+        )
         self.client_connections_paused.set(status.get("client_connections_paused", 0))
         self.client_reply_bytes_queued.set(status.get("client_reply_bytes_queued", 0))
         self.client_reply_bytes_queued_max.set(status.get("client_reply_bytes_queued_max", 0))
@@ -182,8 +204,34 @@ class NodeMetrics:
         return generate_latest(self.registry)
 
 
+def health_problem(status: dict[str, Any]) -> str:
+    """Why this node does not serve, in words; "" when it does. Not ready (fenced by its clock,
+    no leader known, not caught up, cluster not initialized), or ready but with a safe time
+    further behind its clock than read_staleness_max_ms: it then refuses every file listing
+    (NOT_READY, `ApiServer._check_fresh_for_files`), as a node that stopped applying its
+    leader's entries (a one-way partition, a stalled disk) must, yet still counts as ready."""
+    if not status.get("ready"):
+        if status.get("stopped_reason"):
+            return f"stopped: {status['stopped_reason']}"
+        if status.get("clock_fenced"):
+            return f"clock fenced: {status['clock_fenced']}"
+        if not status.get("leader"):
+            return "no leader known (an election, or this node is cut off from a quorum)"
+        if status.get("initialized") is False:
+            return "cluster not initialized yet (its first leader proposes it)"
+        return "not caught up with the current leader yet"
+    lag_ms, staleness_max_ms = status.get("lag_ms"), status.get("read_staleness_max_ms")
+    if isinstance(lag_ms, int) and isinstance(staleness_max_ms, int) and lag_ms > staleness_max_ms:
+        return (
+            f"safe time trails the clock by {lag_ms} ms, more than read_staleness_max_ms="
+            f"{staleness_max_ms}: not applying the leader's entries (file listings refused)"
+        )
+    return ""
+
+
 class HttpEndpoint:
-    """GET /metrics (Prometheus text) and GET /health (JSON; 200 when ready, else 503)."""
+    """GET /metrics (Prometheus text) and GET /health (JSON; 200 when the node serves, else 503
+    with `reason`: `health_problem`)."""
 
     def __init__(self, metrics: NodeMetrics, status: Callable[[], dict[str, Any]]) -> None:
         self.metrics = metrics
@@ -248,9 +296,11 @@ class HttpEndpoint:
                 )
             elif path == "/health":
                 st = self.status()
-                healthy = bool(st["ready"])
+                reason = health_problem(st)
+                healthy = not reason
                 body = {
                     "status": "ok" if healthy else "unavailable",
+                    "reason": reason,
                     "node_id": st["node_id"],
                     "role": st["role"],
                     "leader": st["leader"],
@@ -273,13 +323,7 @@ class HttpEndpoint:
 
     @staticmethod
     async def _send(writer: asyncio.StreamWriter, code: int, ctype: str, body: bytes) -> None:
-        reason = {
-            200: "OK",
-            404: "Not Found",
-            405: "Method Not Allowed",
-            503: "Service Unavailable",
-            431: "Request Header Fields Too Large",
-        }.get(code, "")
+        reason = _REASONS.get(code, "")
         writer.write(
             f"HTTP/1.1 {code} {reason}\r\nContent-Type: {ctype}\r\n"
             f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode()

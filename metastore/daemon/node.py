@@ -21,6 +21,7 @@ import os
 import signal
 import socket
 import ssl
+import stat
 import sys
 from collections.abc import Awaitable
 from pathlib import Path
@@ -60,11 +61,44 @@ SESSION_SWEEP_INTERVAL_S = 0.5
 
 class NodeStartError(Exception):
     """A listener of this node cannot be opened: its port is in use (another process, or this
-    node already running), or its host does not resolve or is not an address of this machine."""
+    node already running), or its host does not resolve or is not an address of this machine;
+    or a file of its data directory cannot be created or opened (`DATA_DIR_UNUSABLE`)."""
 
     def __init__(self, code: str, message: str) -> None:
         super().__init__(message)
         self.code = code
+
+
+# The node's data directory (or a file in it: node.log, audit.log) cannot be made or opened: a
+# file where a directory goes, no permission, a read-only or full file system.
+DATA_DIR_UNUSABLE = "data_dir_unusable"
+
+
+def _warn_if_others_may_write(data_dir: Path) -> None:
+    """Say so when users other than the node's may write its data directory (or the one above
+    it, which can replace it): they could rewrite its WAL (the replicated catalog), identity
+    and audit log. A warning, not a refusal: the directory is the operator's (a service
+    manager may make it), and the node does not change its mode."""
+    for directory in (data_dir, data_dir.parent):
+        try:
+            mode = directory.stat().st_mode
+        except OSError:
+            continue
+        # A sticky parent (/tmp) lets others add entries, not replace ours.
+        sticky_parent = directory != data_dir and mode & stat.S_ISVTX
+        if mode & 0o022 and not sticky_parent:
+            log.warning(
+                "%s is writable by other users (mode %s): they could rewrite this node's log "
+                "and state; chmod go-w it",
+                directory,
+                oct(mode & 0o777),
+            )
+
+
+def _unusable(exc: OSError) -> str:
+    where = ", ".join(str(f) for f in (exc.filename, exc.filename2) if f is not None)
+    what = exc.strerror or str(exc)
+    return f"cannot use {where}: {what}" if where else f"cannot use the data directory: {what}"
 
 
 def run_node(config_path: Path, node_id: int | None = None, *, bootstrap: bool = False) -> int:
@@ -74,9 +108,14 @@ def run_node(config_path: Path, node_id: int | None = None, *, bootstrap: bool =
     gets the member's identity. Without it, a node whose data directory is empty refuses to
     start (exit 2): its data was lost, and it must be removed and added back."""
     settings = load_node_config(config_path, node_id)
-    setup_logging(
-        node_id=settings.node_id, log_file=settings.log_file, level=settings.cluster.log_level
-    )
+    try:
+        setup_logging(
+            node_id=settings.node_id, log_file=settings.log_file, level=settings.cluster.log_level
+        )
+    except OSError as exc:  # nowhere to log to: stderr is all there is
+        print(f"Error: {DATA_DIR_UNUSABLE}: {_unusable(exc)}", file=sys.stderr)
+        return 2
+    _warn_if_others_may_write(settings.data_dir)
     try:
         import uvloop
 
@@ -288,6 +327,11 @@ class MetastoreNode:
             "applied_index": st.core.applied_index,
             "lag_ms": st.safe_time_lag_ms,
             "ready": st.ready_to_serve and self.sm.state.cluster is not None,
+            # For /health's reason, and its staleness rule (the API's file-listing fence).
+            "initialized": self.sm.state.cluster is not None,
+            "clock_fenced": st.clock_fenced,
+            "stopped_reason": st.stopped_reason,
+            "read_staleness_max_ms": self.settings.cluster.read_staleness_max_ms,
             "fsync_seconds_total": self.raft.fsync_seconds_total,
             "revoked_certs": len(self.sm.state.revoked),
             "peer_tls_revoked_refused": st.transport.get("tls_revoked_refused", 0),
@@ -432,7 +476,11 @@ async def _listen(what: str, address: str, opening: Awaitable[None]) -> None:
                 "address_in_use",
                 f"cannot listen on {address} (the {what} port): it is in use by another process",
             ) from exc
-        if exc.errno == errno.EADDRNOTAVAIL:  # (both errnos come only from a bind)
+        # An address not of this machine (only a bind raises it), or a port it may not use
+        # (below 1024 without the privilege to bind one; a file's error names the file).
+        if exc.errno == errno.EADDRNOTAVAIL or (
+            exc.errno in (errno.EACCES, errno.EPERM) and exc.filename is None
+        ):
             raise NodeStartError(
                 "listen_failed", f"cannot listen on {address} (the {what} port): {exc.strerror}"
             ) from exc
@@ -484,11 +532,21 @@ def _fault_addresses(env: str, what: str) -> dict[int, tuple[str, int]]:
 
 
 async def serve(settings: NodeSettings, *, bootstrap: bool = False) -> int:
-    node = MetastoreNode(settings, bootstrap=bootstrap)
+    try:
+        node = MetastoreNode(settings, bootstrap=bootstrap)
+    except OSError as exc:  # its files (the audit log): nothing listens or runs yet
+        raise NodeStartError(DATA_DIR_UNUSABLE, _unusable(exc)) from exc
     await node.start()
     loop = asyncio.get_running_loop()
+
+    def stop_on(sig: signal.Signals) -> None:
+        # Said once, first: the log then tells an asked-for stop from a fatal one.
+        if not node.stopped.is_set():
+            log.info("stopping on %s", sig.name, extra={"signal": sig.name})
+        node.stopped.set()
+
     for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, node.stopped.set)
+        loop.add_signal_handler(sig, stop_on, sig)
     loop.add_signal_handler(signal.SIGHUP, node.reload_tokens)
     await node.stopped.wait()
     await node.stop()

@@ -4,6 +4,7 @@ environment variables, and the local process lifecycle (pid files, SIGTERM, SIGK
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import signal
@@ -714,6 +715,138 @@ def test_down_never_signals_a_node_of_another_cluster(cluster_dir: Path, tmp_pat
         assert proc.poll() is None, "a node of another cluster was signalled"
         # The same process is this cluster's node when its --config is this cluster's.
         assert processes.looks_like_node(proc.pid, other)
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_down_goes_on_past_a_pid_it_may_not_signal(
+    cluster_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A pid file whose PID now belongs to another user's process (kill: EPERM) that the checks
+    # could not tell from a node (its /proc entry hidden): `cluster down` stopped there with
+    # IO_ERROR, and the nodes after it were never signalled.
+    cfg = load_cluster_config(cluster_dir / "cluster.toml")
+    code = "import time; print('ready', flush=True); time.sleep(60)"
+    foreign = spawn_fake_node(code, config=cluster_dir / "node1.toml")
+    ours = spawn_fake_node(code, config=cluster_dir / "node2.toml")
+    real_kill = os.kill
+
+    def kill(pid: int, sig: int) -> None:
+        if pid == foreign.pid and sig != 0:
+            raise PermissionError(errno.EPERM, "Operation not permitted")
+        real_kill(pid, sig)
+
+    try:
+        for node_id, proc in ((1, foreign), (2, ours)):
+            cfg.node_pid_file(node_id).parent.mkdir(parents=True)
+            cfg.node_pid_file(node_id).write_text(f"{proc.pid}\n")
+        monkeypatch.setattr(os, "kill", kill)
+        down = run("-o", "json", "cluster", "down", "--config", str(cluster_dir))
+        monkeypatch.undo()
+        assert down.exit_code == 0, down.output
+        assert json.loads(down.stdout)[:2] == [
+            {"node_id": 1, "pid": foreign.pid, "outcome": "not ours (no permission to signal)"},
+            {"node_id": 2, "pid": ours.pid, "outcome": "stopped"},
+        ]
+        assert ours.wait(timeout=5) == -signal.SIGTERM
+        assert foreign.poll() is None
+    finally:
+        for proc in (foreign, ours):
+            proc.kill()
+            proc.wait()
+
+
+def test_a_pid_whose_command_line_cannot_be_read_is_not_a_node(cluster_dir: Path) -> None:
+    # Where /proc exists, our own processes' entries are always readable: an entry that is not
+    # (gone, or hidden as another user's with hidepid) is not a node of ours. It was taken for
+    # one ("True where that cannot be checked"), so `cluster down` signalled that PID.
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    assert not processes.looks_like_node(gone.pid, cluster_dir)
+
+
+def test_without_proc_a_node_is_told_by_its_command_line_from_ps(
+    cluster_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Without /proc (macOS) every live PID was taken for a node of this cluster: `cluster down`
+    # with a stale pid file signalled whatever program had got the PID since.
+    monkeypatch.setattr(processes, "PROC_DIR", tmp_path / "no-proc")
+    code = "import time; print('ready', flush=True); time.sleep(60)"
+    node = spawn_fake_node(code, config=cluster_dir / "node1.toml")
+    stranger = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE)
+    try:
+        assert stranger.stdout is not None and stranger.stdout.readline() == b"ready\n"
+        assert processes.looks_like_node(node.pid, cluster_dir)
+        assert processes.looks_like_node(node.pid, cluster_dir, 1)
+        assert not processes.looks_like_node(node.pid, cluster_dir, 2)
+        assert not processes.looks_like_node(node.pid, tmp_path / "another-cluster")
+        assert not processes.looks_like_node(stranger.pid, cluster_dir)
+    finally:
+        for proc in (node, stranger):
+            proc.kill()
+            proc.wait()
+
+
+def test_up_starts_nodes_with_an_absolute_config_path(
+    cluster_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # So a node's command line names its cluster wherever `cluster down` runs from, also
+    # where the node's working directory cannot be read (no /proc).
+    monkeypatch.chdir(cluster_dir.parent)
+    cfg = load_cluster_config(cluster_dir / "cluster.toml")
+    argv = processes.node_command(Path(cluster_dir.name), cfg, 1)
+    assert argv[argv.index("--config") + 1] == str(cluster_dir / "node1.toml")
+
+
+def test_down_stops_the_other_nodes_past_a_pid_file_it_cannot_read(cluster_dir: Path) -> None:
+    # Node 3's pid file cannot be read (here: its data directory path is a file): `cluster down`
+    # stopped at it with IO_ERROR and stopped no node at all.
+    cfg = load_cluster_config(cluster_dir / "cluster.toml")
+    proc = spawn_fake_node(
+        "import time; print('ready', flush=True); time.sleep(60)",
+        config=cluster_dir / "node1.toml",
+    )
+    try:
+        cfg.node_pid_file(1).parent.mkdir(parents=True)
+        cfg.node_pid_file(1).write_text(f"{proc.pid}\n")
+        cfg.node_data_dir(3).write_text("not a directory\n")
+        down = run("-o", "json", "cluster", "down", "--config", str(cluster_dir))
+        assert down.exit_code == 1, down.output
+        outcomes = json.loads(down.stdout)
+        assert outcomes[0] == {"node_id": 1, "pid": proc.pid, "outcome": "stopped"}
+        assert outcomes[2]["pid"] is None
+        assert outcomes[2]["outcome"].startswith("pid file unreadable: "), outcomes[2]
+        assert proc.wait(timeout=5) == -signal.SIGTERM
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_a_pid_file_holding_another_node_of_the_cluster_is_stale(cluster_dir: Path) -> None:
+    # Node 1's stale pid file whose PID is now node 2's process (restarted since): it was taken
+    # for node 1 running, so `cluster up --missing` would not start node 1, and `cluster down`
+    # reported node 1 stopped when it had signalled node 2.
+    cfg = load_cluster_config(cluster_dir / "cluster.toml")
+    proc = spawn_fake_node(
+        "import time; print('ready', flush=True); time.sleep(60)",
+        config=cluster_dir / "node2.toml",
+    )
+    try:
+        cfg.node_pid_file(1).parent.mkdir(parents=True)
+        cfg.node_pid_file(1).write_text(f"{proc.pid}\n")
+        down = run("-o", "json", "cluster", "down", "--config", str(cluster_dir))
+        assert down.exit_code == 0, down.output
+        assert json.loads(down.stdout)[0] == {
+            "node_id": 1,
+            "pid": proc.pid,
+            "outcome": "stale pid file",
+        }
+        assert proc.poll() is None, "node 2 was signalled through node 1's pid file"
+        cfg.node_pid_file(2).parent.mkdir(parents=True)
+        cfg.node_pid_file(2).write_text(f"{proc.pid}\n")
+        assert processes.running_node_pid(cfg.node_pid_file(2), cluster_dir, 2) == proc.pid
+        assert processes.running_node_pid(cfg.node_pid_file(2), cluster_dir, 1) is None
     finally:
         proc.kill()
         proc.wait()

@@ -429,3 +429,59 @@ def test_errors_in_the_referenced_cluster_file_name_that_file(tmp_path: Path) ->
         load_node_config(path)
     assert info.value.path == tmp_path / "cluster.toml"
     assert info.value.key == "tick_ms"
+
+
+# ---- path values that cannot name a file -----------------------------------------------------
+
+# A NUL (TOML's "\u0000") cannot be in a path, and `~name` for a user this host does not know
+# cannot be expanded: both used to escape the loader as a ValueError or RuntimeError traceback
+# (at load, or later when a node opened the path) instead of a ConfigError naming the key.
+BAD_PATH_LINES: list[tuple[str, str, str, str]] = [
+    ("nul data_dir", 'data_dir = "data\\u0000x"', "data_dir", "NUL"),
+    ("nul secrets_dir", 'secrets_dir = "s\\u0000"', "secrets_dir", "NUL"),
+    ("nul warehouse", 'warehouse = "w\\u0000"', "warehouse", "NUL"),
+    ("unknown user data_dir", 'data_dir = "~no-such-user-x9/data"', "data_dir", "~no-such-user-x9"),
+    ("unknown user warehouse", 'warehouse = "~no-such-user-x9/w"', "warehouse", "~no-such-user-x9"),
+    ("control char data_dir", 'data_dir = "a\\nb"', "data_dir", "control character"),
+]
+
+
+@pytest.mark.parametrize(
+    ("line", "key", "words"), [b[1:] for b in BAD_PATH_LINES], ids=[b[0] for b in BAD_PATH_LINES]
+)
+def test_paths_that_cannot_name_a_file_are_refused(
+    tmp_path: Path, line: str, key: str, words: str
+) -> None:
+    path = write_text(tmp_path / "cluster.toml", line + "\n" + to_toml(base_doc()))
+    with pytest.raises(ConfigError) as info:
+        load_cluster_config(path)
+    assert info.value.key == key
+    assert words in info.value.problem
+
+
+@pytest.mark.parametrize(
+    ("table", "key"),
+    [
+        ('ca_file = "ca\\u0000"\ncert_file = "c"\nkey_file = "k"', "tls.ca_file"),
+        ('ca_file = "~no-such-user-x9/ca"\ncert_file = "c"\nkey_file = "k"', "tls.ca_file"),
+        ('ca_file = "ca"\ncert_file = "c\\u0000"\nkey_file = "k"', "tls.cert_file"),
+        ('ca_file = "ca"\ncert_file = "c"\nkey_file = "~no-such-user-x9/k"', "tls.key_file"),
+    ],
+)
+def test_tls_paths_that_cannot_name_a_file_are_refused(
+    tmp_path: Path, table: str, key: str
+) -> None:
+    path = write_text(tmp_path / "cluster.toml", to_toml(base_doc()) + "\n[tls]\n" + table + "\n")
+    with pytest.raises(ConfigError) as info:
+        load_cluster_config(path)
+    assert info.value.key == key
+
+
+@pytest.mark.parametrize(
+    "ref", ["cluster\\u0000.toml", "~no-such-user-x9/cluster.toml"], ids=["nul", "unknown user"]
+)
+def test_a_node_file_naming_an_impossible_cluster_path_is_refused(tmp_path: Path, ref: str) -> None:
+    path = node_file(tmp_path, f'cluster = "{ref}"\nnode_id = 1\n')
+    with pytest.raises(ConfigError) as info:
+        load_node_config(path)
+    assert info.value.key == "cluster"

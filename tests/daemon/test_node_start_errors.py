@@ -1,0 +1,142 @@
+"""A node whose data directory cannot hold its files, or whose config is missing, says so in one
+`Error: CODE: message` line and exits 2, also when started as `python -m metastore.daemon`; a
+node stopped by SIGTERM or SIGINT exits 0 and its log says which signal stopped it.
+
+Before: a data directory path taken by a file, or a log/audit file that could not be opened,
+escaped as an OSError traceback (exit 1), and `python -m metastore.daemon` printed a config
+error without its code.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from metastore.daemon.__main__ import main as daemon_main
+from metastore.daemon.config import load_node_config
+from metastore.daemon.node import NodeStartError, _listen
+from tests.daemon.harness import write_cluster
+from tests.daemon.test_node_startup import (
+    POLL_S,
+    REPO,
+    START_TIMEOUT_S,
+    assert_one_line_error,
+    daemon_argv,
+    run_daemon,
+)
+
+
+def test_a_data_directory_path_taken_by_a_file_is_one_error_line(tmp_path: Path) -> None:
+    config = write_cluster(tmp_path, n=1)
+    data_dir = load_node_config(config, 1).data_dir
+    data_dir.parent.mkdir(parents=True)
+    data_dir.write_text("not a directory\n")
+    done = run_daemon(config, "--bootstrap")
+    assert_one_line_error(done, "data_dir_unusable")
+    assert str(data_dir) in done.stderr
+    assert data_dir.read_text() == "not a directory\n"  # changed nothing
+
+
+def test_an_audit_log_that_cannot_be_opened_is_one_error_line(tmp_path: Path) -> None:
+    config = write_cluster(tmp_path, n=1)
+    audit = load_node_config(config, 1).data_dir / "audit.log"
+    audit.mkdir(parents=True)  # a directory where the node's audit file goes
+    done = run_daemon(config, "--bootstrap")
+    assert_one_line_error(done, "data_dir_unusable")
+    assert str(audit) in done.stderr
+
+
+def test_python_m_daemon_names_the_config_error_code(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    missing = tmp_path / "nowhere" / "cluster.toml"
+    assert daemon_main(["--config", str(missing), "--node-id", "1"]) == 2
+    err = capsys.readouterr().err
+    assert err.splitlines() == [f"Error: CONFIG_INVALID: {missing}: file not found"]
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_signal_stops_the_node_gracefully_and_the_log_says_which(
+    tmp_path: Path, sig: signal.Signals
+) -> None:
+    # The log said only "metastore node stopped": an operator could not tell a stop asked for
+    # (and by which signal) from one on a fatal error without the exit code.
+    config = write_cluster(tmp_path, n=1)
+    settings = load_node_config(config, 1)
+    node = subprocess.Popen(
+        daemon_argv(config, "--bootstrap"),
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while "metastore node started" not in _log_text(settings.log_file):
+            assert node.poll() is None, "the node exited"
+            assert time.monotonic() < deadline, "the node did not start"
+            time.sleep(POLL_S)
+        node.send_signal(sig)
+        assert node.wait(timeout=START_TIMEOUT_S) == 0
+    finally:
+        node.kill()
+        node.wait(timeout=START_TIMEOUT_S)
+    messages = [json.loads(line)["msg"] for line in settings.log_file.read_text().splitlines()]
+    stopping = messages.index(f"stopping on {sig.name}")
+    assert messages[stopping + 1 :].count("metastore node stopped") == 1, messages
+
+
+def _log_text(path: Path) -> str:
+    try:
+        return path.read_text()
+    except FileNotFoundError:
+        return ""
+
+
+async def test_a_port_the_node_may_not_bind_is_a_start_error() -> None:
+    # A port below 1024 without the privilege to bind it (metrics_port = 80 as a plain user):
+    # the bind's PermissionError escaped as a traceback instead of one line naming the port.
+    async def bind_refused() -> None:
+        raise PermissionError(errno.EACCES, "Permission denied")
+
+    with pytest.raises(NodeStartError) as info:
+        await _listen("metrics", "10.0.0.5:80", bind_refused())
+    assert info.value.code == "listen_failed"
+    assert "10.0.0.5:80 (the metrics port)" in str(info.value)
+    assert "Permission denied" in str(info.value)
+
+
+def test_a_data_directory_others_may_write_is_warned_about(tmp_path: Path) -> None:
+    # The data directory holds the node's WAL (the replicated catalog), its identity and its
+    # audit log; one that other users may write (a shared mount, a directory made 0777 by
+    # hand) let them rewrite all of it, and nothing said so.
+    config = write_cluster(tmp_path, n=1)
+    settings = load_node_config(config, 1)
+    settings.data_dir.mkdir(parents=True)
+    settings.data_dir.chmod(0o777)
+    node = subprocess.Popen(
+        daemon_argv(config, "--bootstrap"),
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while "metastore node started" not in _log_text(settings.log_file):
+            assert node.poll() is None, "the node exited"
+            assert time.monotonic() < deadline, "the node did not start"
+            time.sleep(POLL_S)
+        node.send_signal(signal.SIGTERM)
+        assert node.wait(timeout=START_TIMEOUT_S) == 0
+    finally:
+        node.kill()
+        node.wait(timeout=START_TIMEOUT_S)
+    records = [json.loads(line) for line in settings.log_file.read_text().splitlines()]
+    warnings = [r["msg"] for r in records if r["level"] == "warning"]
+    assert any(str(settings.data_dir) in w and "0o777" in w for w in warnings), warnings
+    assert settings.data_dir.stat().st_mode & 0o777 == 0o777  # said, not changed
