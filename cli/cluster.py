@@ -828,8 +828,14 @@ def cluster_add_node(ctx: click.Context, node_id: int, raft_addr: str, voter: bo
     """Add node NODE_ID, whose Raft peer address is RAFT_ADDR (host:port).
 
     By default it joins as a learner (receives the log, does not vote); promote it with
-    `cluster promote-node` once it has caught up. Start the new node with the same cluster
-    secret first.
+    `cluster promote-node` once it has caught up.
+
+    The new node needs its [[nodes]] entry in cluster.toml, a nodeN.toml, the cluster's
+    secrets_dir, and one first start with `metastore node start --config nodeN.toml
+    --bootstrap` (its data directory is empty). Put the entry in every member's cluster.toml
+    too and restart them one at a time: members read each other's client ports from it at
+    start, and while a member they do not know leads, requests sent to them fail (the reply's
+    `warning` says so).
     """
     a = app(ctx)
     timeout_ms = _membership_timeout_ms(a)

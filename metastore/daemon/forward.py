@@ -17,7 +17,7 @@ import logging
 import ssl
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Final
 
 from hlc import HybridClock
 from hlc.errors import HlcError
@@ -28,6 +28,13 @@ from raft.errors import RaftError
 from raft.framing import NEED_DATA, FrameDecoder, encode_frame
 
 log = logging.getLogger("metastore.forward")
+
+# What to do about a member that cluster.toml does not list (added with `cluster add-node`):
+# members learn each other's client ports only from that file, read when they start.
+MISSING_MEMBER_FIX: Final = (
+    "Add its [[nodes]] entry (host, raft_port, client_port, metrics_port) to cluster.toml on "
+    "every member and restart them one at a time (the file is read at start)."
+)
 
 
 class _Link:
@@ -163,7 +170,10 @@ class LeaderForwarder:
     async def _connect(self, key: tuple[int, str], node_id: int, token: str) -> _Link:
         addr = self.addresses.get(node_id)
         if addr is None:
-            raise UnavailableError(f"no client address configured for node {node_id}")
+            raise UnavailableError(
+                f"no client address configured for node {node_id}: it is not in this node's "
+                f"cluster.toml. {MISSING_MEMBER_FIX}"
+            )
         host, port = addr
         reader, writer = await asyncio.wait_for(
             asyncio.open_connection(

@@ -69,7 +69,7 @@ from metastore.daemon import api_limits as L
 from metastore.daemon.audit import AuditLog
 from metastore.daemon.backup import SnapshotExports
 from metastore.daemon.config import NODE_ID_MAX as CONFIG_NODE_ID_MAX
-from metastore.daemon.forward import LeaderForwarder
+from metastore.daemon.forward import MISSING_MEMBER_FIX, LeaderForwarder
 from metastore.daemon.gc_worker import GcWorker, gc_status
 from metastore.daemon.metrics import NodeMetrics
 from metastore.daemon.removal_check import RemovalCheck
@@ -2562,7 +2562,7 @@ class ApiServer:
         if not isinstance(learner, bool):
             raise BadRequestError("'learner' must be a boolean")
         timeout_ms = _membership_timeout(args)
-        return await self._leader_or_forward(
+        reply = await self._leader_or_forward(
             session,
             "add_node",
             args,
@@ -2571,6 +2571,20 @@ class ApiServer:
             ),
             forward_timeout_ms=timeout_ms + L.FORWARD_REPLY_MARGIN_MS,
         )
+        if "index" not in reply:
+            return reply  # forwarded: the leader's answer, judged on the leader's config
+        # Members know each other's client ports only from cluster.toml: Raft works with the
+        # address given here, but while a member missing there leads, every request sent to
+        # another member fails (none can forward to it), and `cluster version` cannot ask it.
+        known = node_id in self.client_addresses
+        reply["client_address_known"] = known
+        if not known:
+            reply["warning"] = (
+                f"node {node_id} is not in this cluster's cluster.toml: it joins, but the other "
+                f"members cannot forward requests to it should it lead, nor ask its release "
+                f"(cluster version). {MISSING_MEMBER_FIX}"
+            )
+        return reply
 
     async def _promote_node(self, session: Session, args: Args) -> dict[str, Any]:
         node_id = _req_int(args, "node_id", 1, L.NODE_ID_MAX)
@@ -2773,7 +2787,10 @@ class ApiServer:
                 row["supported"] = APPLY_VERSION_SUPPORTED
                 return row
             if node_id not in self.client_addresses:
-                row["error"] = f"node {node_id}: its client address is unknown here"
+                row["error"] = (
+                    f"node {node_id}: its client address is unknown here (not in this node's "
+                    f"cluster.toml). {MISSING_MEMBER_FIX}"
+                )
                 return row
             try:
                 status = await self.forwarder.call(

@@ -11,8 +11,11 @@ from typing import Any
 
 import pytest
 
+from hlc import HybridClock, SystemClock
 from metastore.daemon import api_limits as L
+from metastore.daemon.forward import LeaderForwarder
 from metastore.daemon.server import ApiServer, Session
+from metastore.errors import UnavailableError
 
 
 class _Follower:
@@ -88,3 +91,76 @@ async def test_add_and_promote_forward_waits_past_the_callers_timeout(
     ((_, forwarded_op, _, forward_ms),) = forwarder.calls
     assert forwarded_op == op
     assert forward_ms > 40_000
+
+
+class _Leader:
+    node_id = 1
+    config = SimpleNamespace(tls=None)
+
+    def __init__(self) -> None:
+        self.added: list[tuple[int, tuple[str, int], bool]] = []
+
+    def is_leader(self) -> bool:
+        return True
+
+    async def add_node(
+        self, node_id: int, address: tuple[str, int], *, learner: bool, timeout_ms: int
+    ) -> int:
+        self.added.append((node_id, address, learner))
+        return 42
+
+
+def _leader_server(configured: list[int]) -> tuple[ApiServer, _Leader]:
+    server = object.__new__(ApiServer)
+    leader = _Leader()
+    server.node = leader  # type: ignore[assignment]
+    server.forwarder = _RecordingForwarder()  # type: ignore[assignment]
+    server.client_addresses = {n: f"127.0.0.1:{24200 + n}" for n in configured}
+    return server, leader
+
+
+async def test_adding_a_node_missing_from_the_config_says_how_the_members_learn_its_address() -> (
+    None
+):
+    """A member not in cluster.toml joins and may lead, but no member knows its client port:
+    followers cannot forward to it (every write through them fails while it leads) and
+    `cluster version --finalize` cannot ask it. The reply says so, and what to do."""
+    server, leader = _leader_server([1, 2, 3])
+    reply = await server._add_node(
+        SESSION, {"node_id": 4, "raft_address": "127.0.0.1:24104", "learner": True}
+    )
+    assert leader.added == [(4, ("127.0.0.1", 24104), True)]
+    assert reply["index"] == 42
+    assert reply["client_address_known"] is False
+    warning = reply["warning"]
+    assert "node 4" in warning
+    assert "[[nodes]]" in warning and "cluster.toml" in warning
+    assert "restart" in warning
+
+
+async def test_adding_back_a_configured_node_does_not_warn() -> None:
+    server, _ = _leader_server([1, 2, 3])
+    reply = await server._add_node(SESSION, {"node_id": 3, "raft_address": "127.0.0.1:24103"})
+    assert reply["index"] == 42
+    assert reply["client_address_known"] is True
+    assert "warning" not in reply
+
+
+async def test_a_forwarded_add_node_keeps_the_leaders_answer() -> None:
+    server, forwarder = _follower_server()
+    server.client_addresses = {1: "127.0.0.1:24201"}  # this follower's config: no node 4
+    reply = await server._add_node(
+        SESSION, {"node_id": 4, "raft_address": "127.0.0.1:24104", "learner": True}
+    )
+    assert forwarder.calls and reply == {"ok": True, "revoked": []}
+
+
+async def test_forwarding_to_a_leader_missing_from_the_config_says_what_to_do() -> None:
+    """The error every write through a follower gets while an added node leads: it names the
+    missing [[nodes]] entry, not only the symptom."""
+    forwarder = LeaderForwarder(addresses={1: ("127.0.0.1", 1)}, clock=HybridClock(SystemClock()))
+    with pytest.raises(UnavailableError) as raised:
+        await forwarder.call(4, "t", "status", {}, timeout_ms=1_000)
+    message = raised.value.message
+    assert "node 4" in message
+    assert "[[nodes]]" in message and "cluster.toml" in message
