@@ -780,6 +780,14 @@ def _status_table(results: list[EndpointResult]) -> RenderableType:
 
 
 def _membership_result(a: App, result: dict[str, Any]) -> None:
+    """The reply: whole with -o json; as a table, its `warning` (a long sentence) goes to
+    stderr as its own line instead of widening every row of the table."""
+    warning = result.get("warning")
+    if a.output != "json" and isinstance(warning, str):
+        shown = {k: v for k, v in result.items() if k != "warning"}
+        emit(a.output, result, lambda: [kv_table(shown)])
+        click.echo(f"warning: {warning}", err=True)
+        return
     emit(a.output, result, lambda: [kv_table(result)])
 
 
@@ -830,12 +838,13 @@ def cluster_add_node(ctx: click.Context, node_id: int, raft_addr: str, voter: bo
     By default it joins as a learner (receives the log, does not vote); promote it with
     `cluster promote-node` once it has caught up.
 
-    The new node needs its [[nodes]] entry in cluster.toml, a nodeN.toml, the cluster's
-    secrets_dir, and one first start with `metastore node start --config nodeN.toml
-    --bootstrap` (its data directory is empty). Put the entry in every member's cluster.toml
-    too and restart them one at a time: members read each other's client ports from it at
-    start, and while a member they do not know leads, requests sent to them fail (the reply's
-    `warning` says so).
+    The new node needs its [[nodes]] entry in cluster.toml, a nodeN.toml and the cluster's
+    secrets_dir. After add-node, start it once as a first start (its data directory is
+    empty): `metastore cluster up --missing --bootstrap N --config DIR` on one host, or
+    `metastore node start --config nodeN.toml --bootstrap`. Then put the entry in every
+    member's cluster.toml and restart them one at a time: members read each other's client
+    ports from it at start, and while a member they do not know leads, requests sent to them
+    fail (the reply's `warning` says so).
     """
     a = app(ctx)
     timeout_ms = _membership_timeout_ms(a)
