@@ -1224,7 +1224,8 @@ class MetastoreClient:
             raise UnavailableError("the client is closed")
         if self.token is None:
             raise UnauthenticatedError(
-                "no token: give one (--token / METASTORE_TOKEN, or a token file)"
+                "no token: give one (CLI: --token / METASTORE_TOKEN, or --token-file / "
+                "METASTORE_TOKEN_FILE; `metastore cluster init DIR` wrote them to DIR/secrets/)"
             )
         args = dict(args or {})
         budget_ms = self.timeout_ms if timeout_ms is None else _check_timeout("timeout", timeout_ms)
