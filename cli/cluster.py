@@ -33,6 +33,7 @@ from cli.output import (
     kv_table,
     progress,
     rows_table,
+    safe_time_lag_cell,
     ts_cell,
 )
 from cli.waiting import WAIT_DURATION, parse_wait_ms
@@ -751,7 +752,7 @@ def _status_table(results: list[EndpointResult]) -> RenderableType:
                     s.get("leader"),
                     f"{s.get('commit_index')}/{s.get('applied_index')}",
                     ts_cell(s.get("safe_time")),
-                    s.get("lag_ms"),
+                    safe_time_lag_cell(s),
                     _leader_offset(s),
                     s.get("ready"),
                     s.get("clock_fenced") or _clock_note(s.get("clock_alarm")),

@@ -1012,3 +1012,21 @@ def test_add_node_shows_the_leaders_warning_on_its_own_line_on_stderr() -> None:
     assert "[[nodes]]" not in result.stdout  # the table keeps its width
     assert "client_address_known" in result.stdout
     assert json.loads(as_json.stdout)["warning"] == ADD_NODE_WARNING
+
+
+async def _node_without_safe_time(op: str, args: dict[str, Any]) -> dict[str, Any]:
+    # A node that just started (or joined) and has applied nothing: safe time 0, and a lag
+    # measured from the epoch.
+    base = RESULTS["status" if op == "status" else "safe_time"]
+    return {**base, "role": "pre_candidate", "safe_time": 0, "lag_ms": 1_795_780_365_586}
+
+
+@pytest.mark.parametrize("command", [["cluster", "status"], ["safe-time"]])
+def test_a_node_without_safe_time_shows_no_lag_rather_than_56_years(command: list[str]) -> None:
+    with ThreadedFakeNode(handler=_node_without_safe_time) as node:
+        result = against(node, *command)
+        as_json = against(node, "-o", "json", *command)
+    assert result.exit_code == 0, result.output
+    assert "1795780365586" not in result.stdout, result.stdout
+    # The document keeps what the node said: scripts see the raw reply.
+    assert json.loads(as_json.stdout)[0]["result"]["lag_ms"] == 1_795_780_365_586
