@@ -585,12 +585,22 @@ class RaftNode:
 
     @property
     def ready_to_serve(self) -> bool:
+        """Whether reads may be answered from this node's state. Not once it has applied its
+        own removal: it applies nothing after it, so its state only ages (clients that still
+        list it go to another endpoint on NOT_READY)."""
         return (
             self.core is not None
             and not self._stopped
             and not self.clock_fenced
+            and not self._removed_at
             and self.core.caught_up()
         )
+
+    @property
+    def removed_at_index(self) -> int:
+        """The index of the applied membership that removed this node (0: a member, or never
+        one)."""
+        return self._removed_at
 
     def is_leader(self) -> bool:
         return self.core is not None and self.core.is_leader()

@@ -982,7 +982,13 @@ class ApiServer:
     def _require_ready(self) -> None:
         if not self.node.ready_to_serve:
             st = self.node.status()
-            reason = st.clock_fenced or "node is not caught up with the current leader yet"
+            removed_at = self.node.removed_at_index
+            reason = st.clock_fenced or (
+                f"node {self.node.node_id} was removed from the cluster (at index {removed_at}) "
+                "and applies nothing more: ask another node, and stop this one"
+                if removed_at
+                else "node is not caught up with the current leader yet"
+            )
             raise NotReadyError(
                 reason,
                 details={
