@@ -2547,7 +2547,12 @@ class ApiServer:
         if not leader:
             raise UnavailableError("no leader known right now; retry shortly")
         return await self.forwarder.call(
-            leader, session.token, op, dict(args), timeout_ms=forward_timeout_ms
+            leader,
+            session.token,
+            op,
+            dict(args),
+            timeout_ms=forward_timeout_ms,
+            client=session.client,
         )
 
     async def _add_node(self, session: Session, args: Args) -> dict[str, Any]:

@@ -16,6 +16,7 @@ from metastore.daemon import api_limits as L
 from metastore.daemon.forward import LeaderForwarder
 from metastore.daemon.server import ApiServer, Session
 from metastore.errors import UnavailableError
+from tests.client.fake_node import TOKEN, ThreadedFakeNode
 
 
 class _Follower:
@@ -37,11 +38,20 @@ class _Follower:
 class _RecordingForwarder:
     def __init__(self) -> None:
         self.calls: list[tuple[int, str, dict[str, Any], int]] = []
+        self.clients: list[str] = []
 
     async def call(
-        self, node_id: int, token: str, op: str, args: dict[str, Any], *, timeout_ms: int
+        self,
+        node_id: int,
+        token: str,
+        op: str,
+        args: dict[str, Any],
+        *,
+        timeout_ms: int,
+        client: str = "",
     ) -> dict[str, Any]:
         self.calls.append((node_id, op, dict(args), timeout_ms))
+        self.clients.append(client)
         return {"ok": True, "revoked": []}
 
 
@@ -54,6 +64,10 @@ def _follower_server() -> tuple[ApiServer, _RecordingForwarder]:
 
 
 SESSION = Session(peer="test", token="t")
+
+
+async def _ok(op: str, args: dict[str, Any]) -> dict[str, Any]:
+    return {}
 
 
 @pytest.mark.parametrize("timeout_ms", [2_000, 30_000, L.REQUEST_TIMEOUT_MS_MAX])
@@ -164,3 +178,25 @@ async def test_forwarding_to_a_leader_missing_from_the_config_says_what_to_do() 
     message = raised.value.message
     assert "node 4" in message
     assert "[[nodes]]" in message and "cluster.toml" in message
+
+
+async def test_a_forwarded_membership_op_carries_the_callers_client_name() -> None:
+    """The leader records who removed a node (the revocation's `by`, `cluster revoked`) or
+    finalized a version from the session the op runs in: a forwarded op ran in the
+    forwarder's own session, and the record said "forward"."""
+    server, forwarder = _follower_server()
+    caller = Session(peer="test", token="t", client="metastore-cli pid=7")
+    await server._remove_node(caller, {"node_id": 3})
+    assert forwarder.clients == ["metastore-cli pid=7"]
+
+
+async def test_the_forwarder_says_on_whose_behalf_in_its_hello() -> None:
+    with ThreadedFakeNode(handler=_ok) as leader:
+        host, port = leader.endpoint.rsplit(":", 1)
+        forwarder = LeaderForwarder(
+            addresses={1: (host, int(port))}, clock=HybridClock(SystemClock())
+        )
+        await forwarder.call(1, TOKEN, "status", {}, timeout_ms=5_000, client="cli pid=7")
+        await forwarder.call(1, TOKEN, "status", {}, timeout_ms=5_000)
+        hellos = [h["client"] for h in leader.node.hellos if h["op"] == "hello"]
+    assert hellos == ["cli pid=7 (forwarded)", "forward"]
