@@ -936,8 +936,8 @@ def cluster_remove_node(ctx: click.Context, node_id: int) -> None:
     """Remove NODE_ID from the cluster (one member at a time).
 
     The removed node's process keeps running until you stop it (`cluster down --config DIR`
-    stops those DIR/cluster.toml lists); once it has applied its removal it answers
-    NOT_READY, so clients that still list it go to another endpoint.
+    does, if `cluster up` started it); once it has applied its removal it answers NOT_READY,
+    so clients that still list it go to another endpoint.
 
     With TLS, the certificate(s) NODE_ID presented to the leader or the other members on peer
     links are then revoked cluster-wide (`revoked` in the reply; `cluster revoked` lists
