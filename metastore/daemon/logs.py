@@ -1,4 +1,5 @@
-"""Structured logs: one JSON object per line in the node's data directory (and stderr).
+"""Structured logs: one JSON object per line in the node's data directory (and on stderr,
+unless stderr is that very file, as `cluster up` starts a node).
 
 Fields: `ts` (ISO-8601 UTC), `level`, `logger`, `node_id`, `msg`, plus whatever the call passed in
 `extra=` (for example `term`, `index`). Exceptions are rendered under `exc`. Rotation keeps
@@ -10,9 +11,11 @@ from __future__ import annotations
 import json
 import logging
 import logging.handlers
+import os
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TextIO
 
 LOG_FILE_BYTES_MAX = 64 * 1024 * 1024
 LOG_FILES_KEPT = 5
@@ -51,10 +54,27 @@ def setup_logging(*, node_id: int, log_file: Path, level: str) -> None:
         log_file, maxBytes=LOG_FILE_BYTES_MAX, backupCount=LOG_FILES_KEPT, encoding="utf-8"
     )
     file_handler.setFormatter(formatter)
-    stderr_handler = logging.StreamHandler(sys.stderr)
-    stderr_handler.setFormatter(formatter)
+    handlers: list[logging.Handler] = [file_handler]
+    # `cluster up` appends a node's stderr to this very file (to keep what is written before
+    # logging starts): logging there too wrote every line twice, and the redirected stream
+    # follows the file through a rotation, past the size bound. Then the file handler alone.
+    if not _same_file(sys.stderr, log_file):
+        stderr_handler = logging.StreamHandler(sys.stderr)
+        stderr_handler.setFormatter(formatter)
+        handlers.append(stderr_handler)
     root = logging.getLogger()
-    root.handlers[:] = [file_handler, stderr_handler]
+    root.handlers[:] = handlers
     root.setLevel(level.upper())
     # sqlglot warns each time our hand parser takes over a statement it cannot tree: noise.
     logging.getLogger("sqlglot").setLevel(logging.ERROR)
+
+
+def _same_file(stream: TextIO | None, path: Path) -> bool:
+    """Whether `stream` writes to the file at `path`."""
+    if stream is None:  # no stderr at all
+        return False
+    try:
+        opened, named = os.fstat(stream.fileno()), os.stat(path)
+    except (AttributeError, OSError, ValueError):
+        return False  # no descriptor (a test's capture), closed, or no such file
+    return (opened.st_dev, opened.st_ino) == (named.st_dev, named.st_ino)
