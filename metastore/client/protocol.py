@@ -81,6 +81,7 @@ from metastore.daemon.api_limits import (
     REQUEST_TIMEOUT_MS_MAX,
 )
 from metastore.errors import (
+    BadRequestError,
     CatchUpTimeoutError,
     ErrorCode,
     InvalidArgumentError,
@@ -984,8 +985,21 @@ class MetastoreClient:
 
     async def txn_log(self, limit: int = 20) -> dict[str, Any]:
         """The `limit` most recent commits, newest first (following the server's pages: wide
-        commits fill a page before `limit` does)."""
-        first = await self.call("txn_log", {"limit": limit})
+        commits fill a page before `limit` does). Read-your-writes as `files` is: a node
+        that has not applied up to `own_writes_ts` (this client's newest write, or `read_ts`)
+        waits first."""
+        args: dict[str, Any] = {"limit": limit}
+        if self.own_writes_ts:
+            args["min_ts"] = self.own_writes_ts
+        try:
+            first = await self.call("txn_log", args)
+        except BadRequestError as exc:
+            if "min_ts" not in args or "min_ts" not in exc.message:
+                raise
+            # A node of an older release (rolling upgrade) knows no `min_ts`: the list it can
+            # give is the one it has applied.
+            del args["min_ts"]
+            first = await self.call("txn_log", args)
         commits = list(first.get("commits", []))
         token = first.get("next_page_token")
         for _ in range(limit):  # each page holds at least one commit

@@ -360,7 +360,9 @@ class ApiServer:
                 ),
             ),
             "txn_log": _Op(
-                Role.READER, self._txn_log, frozenset({"limit", "page_token", "timeout_ms"})
+                Role.READER,
+                self._txn_log,
+                frozenset({"limit", "page_token", "min_ts", "timeout_ms"}),
             ),
             "committed_txn": _Op(
                 Role.READER, self._committed_txn, frozenset({"txn_id", "stream", "timeout_ms"})
@@ -1514,10 +1516,19 @@ class ApiServer:
         applied the entry of the token yet would list only the older commits it has, and the
         ones in between would be skipped without a word. So a page with a token waits, as a
         read at that position does, until this node's safe time reaches it (the token's node
-        had applied it: on a healthy node no wait)."""
+        had applied it: on a healthy node no wait).
+
+        `min_ts` (a first page: `read_ts`, or the caller's own newest write) makes the list
+        linearizable as a `files` listing is: safe time is waited for up to it first, so every
+        commit acknowledged before it is listed."""
         self._require_ready()
         limit = _opt_int(args, "limit", 1, mlimits.MAX_TXN_LOG_RECORDS) or 20
         token = _opt_str(args, "page_token", 32)
+        at_least = _opt_int(args, "min_ts", 0, MAX_TS)
+        if token is None and at_least is not None and at_least > self.node.safe_time:
+            # A commit may land up to DD above the clock: as for `files`, slack of DD.
+            self._check_not_future(at_least, slack_ms=self._dd() >> LOGICAL_BITS)
+            await self._wait_safe(at_least, _timeout(args))
         before_tm = None
         if token is not None:
             if not _is_uint(token) or int(token) > MAX_TS:
