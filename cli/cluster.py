@@ -33,6 +33,7 @@ from cli.output import (
     kv_table,
     progress,
     rows_table,
+    safe_time_lag_cell,
     ts_cell,
 )
 from cli.waiting import WAIT_DURATION, parse_wait_ms
@@ -840,7 +841,7 @@ def _status_table(results: list[EndpointResult]) -> RenderableType:
                     s.get("leader"),
                     f"{s.get('commit_index')}/{s.get('applied_index')}",
                     ts_cell(s.get("safe_time")),
-                    s.get("lag_ms"),
+                    safe_time_lag_cell(s),
                     _leader_offset(s),
                     s.get("ready"),
                     s.get("clock_fenced") or _clock_note(s.get("clock_alarm")),
@@ -869,6 +870,14 @@ def _status_table(results: list[EndpointResult]) -> RenderableType:
 
 
 def _membership_result(a: App, result: dict[str, Any]) -> None:
+    """The reply: whole with -o json; as a table, its `warning` (a long sentence) goes to
+    stderr as its own line instead of widening every row of the table."""
+    warning = result.get("warning")
+    if a.output != "json" and isinstance(warning, str):
+        shown = {k: v for k, v in result.items() if k != "warning"}
+        emit(a.output, result, lambda: [kv_table(shown)])
+        click.echo(f"warning: {warning}", err=True)
+        return
     emit(a.output, result, lambda: [kv_table(result)])
 
 
@@ -917,8 +926,15 @@ def cluster_add_node(ctx: click.Context, node_id: int, raft_addr: str, voter: bo
     """Add node NODE_ID, whose Raft peer address is RAFT_ADDR (host:port).
 
     By default it joins as a learner (receives the log, does not vote); promote it with
-    `cluster promote-node` once it has caught up. Start the new node with the same cluster
-    secret first.
+    `cluster promote-node` once it has caught up.
+
+    The new node needs its [[nodes]] entry in cluster.toml, a nodeN.toml and the cluster's
+    secrets_dir. After add-node, start it once as a first start (its data directory is
+    empty): `metastore cluster up --missing --bootstrap N --config DIR` on one host, or
+    `metastore node start --config nodeN.toml --bootstrap`. Then put the entry in every
+    member's cluster.toml and restart them one at a time: members read each other's client
+    ports from it at start, and while a member they do not know leads, requests sent to them
+    fail (the reply's `warning` says so).
     """
     a = app(ctx)
     timeout_ms = _membership_timeout_ms(a)
@@ -1007,6 +1023,10 @@ def _catch_up_text(client: SyncMetastoreClient, node_id: int, refusal: Metastore
 @click.pass_context
 def cluster_remove_node(ctx: click.Context, node_id: int) -> None:
     """Remove NODE_ID from the cluster (one member at a time).
+
+    The removed node's process keeps running until you stop it (`cluster down --config DIR`
+    does, if `cluster up` started it); once it has applied its removal it answers NOT_READY,
+    so clients that still list it go to another endpoint.
 
     With TLS, the certificate(s) NODE_ID presented to the leader or the other members on peer
     links are then revoked cluster-wide (`revoked` in the reply; `cluster revoked` lists

@@ -202,7 +202,12 @@ def gc() -> None:
 def gc_status(ctx: click.Context, table: str | None) -> None:
     """Per table: TTL, threshold, the threshold a run now would reach and what holds it
     (ttl, a protection, a lease), reclaimable files and bytes; per protection the bytes it
-    holds; the last run."""
+    holds; the last run.
+
+    A file removed after its entry moved into a manifest file (`table compact`) counts as
+    reclaimable only once a compaction run after the threshold passed its removal has split
+    it off: run `metastore table compact NS.TABLE` (writers compact only past
+    loose_files_max), then `gc run`."""
     a = app(ctx)
     result = a.client().gc_status(table)
 

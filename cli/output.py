@@ -108,6 +108,14 @@ def ts_cell(ts: object) -> str:
         return str(ts)
 
 
+def safe_time_lag_cell(reply: Mapping[str, Any]) -> object:
+    """A node's safe-time lag, or `-` while it has no safe time (a node that just started or
+    joined reports its lag behind the epoch: decades of milliseconds)."""
+    if reply.get("safe_time") in (None, 0):
+        return "-"
+    return reply.get("lag_ms")
+
+
 def cell(value: object) -> str:
     if value is None:
         return "-"

@@ -7,7 +7,7 @@ from rich.console import RenderableType
 
 from cli.context import app, config_dir_option
 from cli.errors import EXIT_UNAVAILABLE
-from cli.output import emit, endpoint_results_doc, rows_table, ts_cell
+from cli.output import emit, endpoint_results_doc, rows_table, safe_time_lag_cell, ts_cell
 
 
 @click.command("safe-time")
@@ -32,7 +32,7 @@ def safe_time(ctx: click.Context) -> None:
                         r.endpoint,
                         res.get("node_id"),
                         ts_cell(res.get("safe_time")),
-                        res.get("lag_ms"),
+                        safe_time_lag_cell(res),
                         res.get("ready"),
                         "",
                     ]

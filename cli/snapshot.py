@@ -253,7 +253,11 @@ def _shown(result: dict[str, object]) -> dict[str, object]:
 def snapshot_restore(ctx: click.Context, file: Path, config_dir: Path) -> None:
     """Create a new cluster whose catalog is FILE's: every member of the cluster in --config
     starts from it. Then run `metastore cluster up --config DIR`. Its cluster id must differ
-    from the saved cluster's (nodes of the old cluster are then refused as peers)."""
+    from the saved cluster's (nodes of the old cluster are then refused as peers).
+
+    The restored tables keep their locations: the new cluster uses the source cluster's table
+    files. Run only one of the two on them (restore after losing the source, or stop it for
+    good first): the GC of each deletes files only the other references."""
     a = app(ctx)
     cluster = load_cluster_config(config_dir / CLUSTER_FILE_NAME)
     result = backup.restore(file, cluster)
@@ -268,3 +272,6 @@ def snapshot_restore(ctx: click.Context, file: Path, config_dir: Path) -> None:
             )
         ],
     )
+    warning = result.get("warning")
+    if a.output != "json" and isinstance(warning, str):
+        click.echo(f"warning: {warning}", err=True)

@@ -41,7 +41,11 @@ def table_compact(
     """Move the file entries of NS.TABLE from the replicated state into manifest files under
     the table's location, and fold pending removals into the manifests they hit. Needs write
     access to the warehouse and the writer role. Safe to run at any time and to repeat: a
-    concurrent commit makes it re-read the table (MANIFEST_CONFLICT after 5 attempts)."""
+    concurrent commit makes it re-read the table (MANIFEST_CONFLICT after 5 attempts).
+
+    It is also what hands GC the files removed from inside manifests: entries removed at or
+    below the table's GC threshold are split into a manifest of their own, which the next
+    `gc run` deletes with its files."""
     from metastore.client.manifest_files import compact_table
 
     a = app(ctx)

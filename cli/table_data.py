@@ -50,17 +50,17 @@ CONSISTENCY_HELP = (
 )
 
 
-def consistency_option() -> Callable[[FC], FC]:
+def consistency_option(help_text: str = CONSISTENCY_HELP) -> Callable[[FC], FC]:
     return click.option(
         "--consistency",
         type=click.Choice(["l", "s"]),
         default="l",
         show_default=True,
-        help=CONSISTENCY_HELP,
+        help=help_text,
     )
 
 
-def _linearize(client: Any, as_of: int | None, consistency: str) -> None:
+def linearize(client: Any, as_of: int | None, consistency: str) -> None:
     """Make the client's next listing without `as_of` see every acknowledged commit."""
     from metastore.errors import UnknownOpError
 
@@ -90,7 +90,7 @@ def table_files(ctx: click.Context, name: str, as_of: int | None, consistency: s
     timestamp that added each, with totals."""
     a = app(ctx)
     client = a.client()
-    _linearize(client, as_of, consistency)
+    linearize(client, as_of, consistency)
     with saying_when_created(client, name, as_of):
         result = client.files(name, as_of=as_of)
     emit(a.output, result, lambda: _files_tables(result))
@@ -148,7 +148,7 @@ def table_read(
 
     a = app(ctx)
     client = a.client()
-    _linearize(client, as_of, consistency)
+    linearize(client, as_of, consistency)
     with saying_when_created(client, name, as_of):
         listing = client.files(name, as_of=as_of)
     ts = int(listing["as_of"])

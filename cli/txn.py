@@ -4,7 +4,9 @@
 Each commit lists data files for one or more tables and is visible at exactly one timestamp
 (`ts`) for all of them (metastore.txn). The node keeps the newest commits for idempotency and
 returns at most MAX_TXN_LOG_RECORDS of them, newest first; `upper` is the smallest timestamp a
-commit could still use, so every read below it is final. `txn show` is a linearizable lookup
+commit could still use, so every read below it is final. `txn log` is linearizable by default
+(`--consistency l`: the leader's read_ts, then the list from a node whose safe time reached it,
+as `table files`); `txn show` is a linearizable lookup
 (the leader answers), so a commit that was acknowledged is never reported missing; with
 `--stream` it also shows the stream's high-water mark (its newest committed position), which
 outlives the txn-id window.
@@ -21,6 +23,7 @@ from rich.text import Text
 from cli.context import app
 from cli.errors import EXIT_NOT_FOUND
 from cli.output import emit, kv_table, rows_table, ts_cell
+from cli.table_data import consistency_option, linearize
 from metastore.limits import MAX_TXN_LOG_RECORDS
 
 # What `txn log` shows without --limit: a screenful.
@@ -32,6 +35,15 @@ def txn() -> None:
     """Inspect the transaction log (atomic multi-table commits of data files)."""
 
 
+TXN_LOG_CONSISTENCY_HELP: Final = (
+    "l (linearizable, the default) lists every commit acknowledged before the command "
+    "started, from any process: it asks the leader for the newest acknowledged timestamp (one "
+    "more round trip) and the node answering waits until its safe time reaches it. s "
+    "(serializable) lists what the answering node has applied, and may miss a commit "
+    "acknowledged a moment ago (up to about DD)."
+)
+
+
 @txn.command("log")
 @click.option(
     "--limit",
@@ -39,12 +51,15 @@ def txn() -> None:
     default=TXN_LOG_LIMIT_DEFAULT,
     help=f"Show at most this many commits (newest first; at most {MAX_TXN_LOG_RECORDS}).",
 )
+@consistency_option(TXN_LOG_CONSISTENCY_HELP)
 @click.pass_context
-def txn_log(ctx: click.Context, limit: int) -> None:
+def txn_log(ctx: click.Context, limit: int, consistency: str) -> None:
     """Show the most recent commits, newest first: when each became visible (its commit
     timestamp), its txn id, the tables it wrote, files added/removed and rows added."""
     a = app(ctx)
-    result = a.client().txn_log(limit)
+    client = a.client()
+    linearize(client, None, consistency)
+    result = client.txn_log(limit)
     emit(a.output, result, lambda: _log_tables(result))
 
 

@@ -586,12 +586,22 @@ class RaftNode:
 
     @property
     def ready_to_serve(self) -> bool:
+        """Whether reads may be answered from this node's state. Not once it has applied its
+        own removal: it applies nothing after it, so its state only ages (clients that still
+        list it go to another endpoint on NOT_READY)."""
         return (
             self.core is not None
             and not self._stopped
             and not self.clock_fenced
+            and not self._removed_at
             and self.core.caught_up()
         )
+
+    @property
+    def removed_at_index(self) -> int:
+        """The index of the applied membership that removed this node (0: a member, or never
+        one)."""
+        return self._removed_at
 
     def is_leader(self) -> bool:
         return self.core is not None and self.core.is_leader()
@@ -835,14 +845,24 @@ class RaftNode:
         return await self._change_conf(change, {}, timeout_ms)
 
     async def transfer_leader(self, target: NodeId, *, timeout_ms: int = 5_000) -> None:
+        """Hand leadership to voter `target`; returns once it leads. Asking the leader to hand
+        it to itself is done at once (the core ignores it: there is nothing to move)."""
         await self._run_op(lambda: self._core().transfer_leader(target))
+        if target == self.config.node_id and self._core().is_leader():
+            return
         deadline = time.monotonic() + timeout_ms / 1000
         while time.monotonic() < deadline:
             core = self._core()
             if core.leader == target and not core.is_leader():
                 return
             if core.is_leader() and core.transferee == 0:
-                break  # abandoned
+                # The core gave up after an election timeout (the target did not answer)
+                # before the deadline: say so, not that the whole wait passed.
+                raise RaftCoreError(
+                    f"leadership did not move to node {target}: the transfer was abandoned "
+                    "after an election timeout (is the node up and caught up? `metastore "
+                    "cluster status` shows it)"
+                )
             await asyncio.sleep(self.config.tick_ms / 1000)
         raise RaftCoreError(f"leadership did not move to node {target} within {timeout_ms} ms")
 

@@ -90,7 +90,7 @@ class OptimizeResult:
             return (
                 f"{self.table}: {self.small_files} of {self.files_before} live files are small; "
                 f"a run would rewrite {self.files_rewritten} of them ({self.bytes_rewritten} "
-                f"bytes) into about {self.files_written}"
+                f"bytes) into about {self.files_written} file(s)"
             )
         if not self.commits:
             return (
@@ -99,7 +99,7 @@ class OptimizeResult:
             )
         return (
             f"{self.table}: {self.files_rewritten} small files ({self.rows_rewritten} rows, "
-            f"{self.bytes_rewritten} bytes) rewritten into {self.files_written} in "
+            f"{self.bytes_rewritten} bytes) rewritten into {self.files_written} file(s) in "
             f"{self.commits} commit(s), last at {to_iso(self.commit_ts or 0)}"
         )
 

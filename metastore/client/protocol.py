@@ -85,6 +85,7 @@ from metastore.daemon.api_limits import (
     REQUEST_TIMEOUT_MS_MAX,
 )
 from metastore.errors import (
+    BadRequestError,
     CatchUpTimeoutError,
     ErrorCode,
     InvalidArgumentError,
@@ -988,8 +989,21 @@ class MetastoreClient:
 
     async def txn_log(self, limit: int = 20) -> dict[str, Any]:
         """The `limit` most recent commits, newest first (following the server's pages: wide
-        commits fill a page before `limit` does)."""
-        first = await self.call("txn_log", {"limit": limit})
+        commits fill a page before `limit` does). Read-your-writes as `files` is: a node
+        that has not applied up to `own_writes_ts` (this client's newest write, or `read_ts`)
+        waits first."""
+        args: dict[str, Any] = {"limit": limit}
+        if self.own_writes_ts:
+            args["min_ts"] = self.own_writes_ts
+        try:
+            first = await self.call("txn_log", args)
+        except BadRequestError as exc:
+            if "min_ts" not in args or "min_ts" not in exc.message:
+                raise
+            # A node of an older release (rolling upgrade) knows no `min_ts`: the list it can
+            # give is the one it has applied.
+            del args["min_ts"]
+            first = await self.call("txn_log", args)
         commits = list(first.get("commits", []))
         token = first.get("next_page_token")
         for _ in range(limit):  # each page holds at least one commit
@@ -1228,7 +1242,8 @@ class MetastoreClient:
             raise UnavailableError("the client is closed")
         if self.token is None:
             raise UnauthenticatedError(
-                "no token: give one (--token / METASTORE_TOKEN, or a token file)"
+                "no token: give one (CLI: --token / METASTORE_TOKEN, or --token-file / "
+                "METASTORE_TOKEN_FILE; `metastore cluster init DIR` wrote them to DIR/secrets/)"
             )
         args = dict(args or {})
         budget_ms = self.timeout_ms if timeout_ms is None else _check_timeout("timeout", timeout_ms)

@@ -63,6 +63,10 @@ SPOOL_WRITE_BYTES: Final = 4 * 1024 * 1024
 # The expiry timer fires this much after an export's TTL ran out, so that one pass finds it
 # expired (`_expire` drops what is strictly older than the TTL).
 EXPIRY_SLACK_S: Final = 0.05
+# Table locations a restore's reply lists, and names in its warning (a catalog may hold
+# thousands of tables; the count is always given).
+LOCATIONS_LISTED_MAX: Final = 1000
+LOCATIONS_IN_WARNING_MAX: Final = 3
 
 
 @dataclass(slots=True)
@@ -320,12 +324,13 @@ def restore(path: Path, cluster: ClusterConfig) -> dict[str, Any]:
             raise
     else:
         _restore_member_by_member(cluster, write_member)
-    return {
+    result: dict[str, Any] = {
         "restored_from": header,
         "cluster_id": cluster.cluster_id,
         "members": list(voters),
         "applied_index": meta.index,
     }
+    return {**result, **_shared_locations(state)}
 
 
 def _restore_member_by_member(
@@ -354,6 +359,30 @@ def _restore_member_by_member(
         for d in placed:  # they were absent or empty before
             shutil.rmtree(d, ignore_errors=True)
         raise
+
+
+def _shared_locations(state: MetastoreState) -> dict[str, Any]:
+    """The table locations the restored catalog keeps from the source cluster, and a warning
+    when there are any: both clusters now list the same files, and the GC of each deletes
+    what it freed and what no commit of its own references (the other's newer files)."""
+    tables = [state.txns.table_location(table_id) for table_id in state.txns.table_ids()]
+    locations = sorted({location for _, location, _ in tables if location})
+    out: dict[str, Any] = {
+        "table_locations": locations[:LOCATIONS_LISTED_MAX],
+        "table_location_count": len(locations),
+    }
+    if locations:
+        shown = ", ".join(locations[:LOCATIONS_IN_WARNING_MAX])
+        more = len(locations) - LOCATIONS_IN_WARNING_MAX
+        out["warning"] = (
+            f"{len(tables)} table(s) of the restored catalog keep the locations of the cluster "
+            f"the snapshot came from ({shown}{f' and {more} more' if more > 0 else ''}). "
+            "Run only one of the two clusters on those files: the GC of each deletes files "
+            "the other still references (what it freed itself, and files only the other "
+            "committed, which are orphans to it). Restore after losing the source cluster, "
+            "or stop it for good before starting this one."
+        )
+    return out
 
 
 def _fsync_dir(directory: Path) -> None:

@@ -17,7 +17,7 @@ import logging
 import ssl
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Final
 
 from hlc import HybridClock
 from hlc.errors import HlcError
@@ -28,6 +28,13 @@ from raft.errors import RaftError
 from raft.framing import NEED_DATA, FrameDecoder, encode_frame
 
 log = logging.getLogger("metastore.forward")
+
+# What to do about a member that cluster.toml does not list (added with `cluster add-node`):
+# members learn each other's client ports only from that file, read when they start.
+MISSING_MEMBER_FIX: Final = (
+    "Add its [[nodes]] entry (host, raft_port, client_port, metrics_port) to cluster.toml on "
+    "every member and restart them one at a time (the file is read at start)."
+)
 
 
 class _Link:
@@ -93,6 +100,13 @@ class _Link:
                 self.pending.pop(rid, None)
 
 
+# A link: (leader, SHA-256 of the token, the caller's client name or "").
+_LinkKey = tuple[int, str, str]
+# The client name a forwarding link gives in its hello; with a caller's name, its suffix.
+FORWARD_CLIENT: Final = "forward"
+FORWARDED_SUFFIX: Final = " (forwarded)"
+
+
 class LeaderForwarder:
     def __init__(
         self,
@@ -109,20 +123,32 @@ class LeaderForwarder:
         self.clock = clock
         self.tls = tls
         self.revoked = revoked
-        self._links: OrderedDict[tuple[int, str], _Link] = OrderedDict()
+        self._links: OrderedDict[_LinkKey, _Link] = OrderedDict()
         # Connects under way, per (leader, token): concurrent forwards await the same one, so
         # a leader that cannot be reached costs them one attempt together, not one each in
         # turn (the n-th failed after n attempts, long after its client gave up).
-        self._connecting: dict[tuple[int, str], asyncio.Task[_Link]] = {}
+        self._connecting: dict[_LinkKey, asyncio.Task[_Link]] = {}
         # Links to a revoked certificate, closing once their replies are in (kept referenced).
         self._closing: set[asyncio.Task[None]] = set()
 
     async def call(
-        self, node_id: int, token: str, op: str, args: Mapping[str, Any], *, timeout_ms: int
+        self,
+        node_id: int,
+        token: str,
+        op: str,
+        args: Mapping[str, Any],
+        *,
+        timeout_ms: int,
+        client: str = "",
     ) -> dict[str, Any]:
-        """Run `op` on node `node_id`; returns its result or raises its typed error."""
+        """Run `op` on node `node_id`; returns its result or raises its typed error.
+
+        `client`: the caller's client name, for an op the leader runs whole and records who
+        asked for (remove_node's revocation, apply_version_finalize): the link says on whose
+        behalf in its hello, so the record names the caller, not "forward". Such links are
+        kept per name; the rest share one link per token."""
         try:
-            link = await self._link(node_id, token)
+            link = await self._link(node_id, token, client)
             reply = await link.request(op, args, timeout_ms)
         except TimeoutError:
             raise UnavailableError(
@@ -140,30 +166,33 @@ class LeaderForwarder:
             return result if isinstance(result, dict) else {}
         raise MetastoreError.from_wire(reply.get("error"))
 
-    async def _link(self, node_id: int, token: str) -> _Link:
-        key = (node_id, hashlib.sha256(token.encode()).hexdigest())
+    async def _link(self, node_id: int, token: str, client: str = "") -> _Link:
+        key = (node_id, hashlib.sha256(token.encode()).hexdigest(), client)
         link = self._links.get(key)
         if link is not None and not link.closed:
             self._links.move_to_end(key)
             return link
         connecting = self._connecting.get(key)
         if connecting is None:
-            connecting = asyncio.create_task(self._connect(key, node_id, token))
+            connecting = asyncio.create_task(self._connect(key, node_id, token, client))
             self._connecting[key] = connecting
             connecting.add_done_callback(lambda task: self._connected(key, task))
         # Shielded: a waiter that gives up does not cancel the others' connect.
         return await asyncio.shield(connecting)
 
-    def _connected(self, key: tuple[int, str], task: asyncio.Task[_Link]) -> None:
+    def _connected(self, key: _LinkKey, task: asyncio.Task[_Link]) -> None:
         if self._connecting.get(key) is task:
             del self._connecting[key]
         if not task.cancelled():
             task.exception()  # retrieved here too: every waiter may have given up
 
-    async def _connect(self, key: tuple[int, str], node_id: int, token: str) -> _Link:
+    async def _connect(self, key: _LinkKey, node_id: int, token: str, client: str) -> _Link:
         addr = self.addresses.get(node_id)
         if addr is None:
-            raise UnavailableError(f"no client address configured for node {node_id}")
+            raise UnavailableError(
+                f"no client address configured for node {node_id}: it is not in this node's "
+                f"cluster.toml. {MISSING_MEMBER_FIX}"
+            )
         host, port = addr
         reader, writer = await asyncio.wait_for(
             asyncio.open_connection(
@@ -187,7 +216,10 @@ class LeaderForwarder:
             )
         link.task = asyncio.create_task(link.read_loop())
         try:
-            hello = await link.request("hello", {"token": token, "client": "forward"}, 3000)
+            label = FORWARD_CLIENT
+            if client:
+                label = client[: L.CLIENT_NAME_CHARS_MAX - len(FORWARDED_SUFFIX)] + FORWARDED_SUFFIX
+            hello = await link.request("hello", {"token": token, "client": label}, 3000)
         except BaseException:
             link.close()  # no answer: do not leave its socket and reader task behind
             raise

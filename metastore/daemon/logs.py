@@ -1,4 +1,5 @@
-"""Structured logs: one JSON object per line in the node's data directory (and stderr).
+"""Structured logs: one JSON object per line in the node's data directory (and on stderr,
+unless stderr is that very file, as `cluster up` starts a node).
 
 Fields: `ts` (ISO-8601 UTC), `level`, `logger`, `node_id`, `msg`, plus whatever the call passed in
 `extra=` (for example `term`, `index`). Exceptions are rendered under `exc`. Rotation keeps

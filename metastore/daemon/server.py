@@ -71,7 +71,7 @@ from metastore.daemon import api_limits as L
 from metastore.daemon.audit import AuditLog
 from metastore.daemon.backup import SnapshotExports
 from metastore.daemon.config import NODE_ID_MAX as CONFIG_NODE_ID_MAX
-from metastore.daemon.forward import LeaderForwarder
+from metastore.daemon.forward import MISSING_MEMBER_FIX, LeaderForwarder
 from metastore.daemon.gc_worker import GcWorker, gc_status
 from metastore.daemon.metrics import NodeMetrics
 from metastore.daemon.removal_check import RemovalCheck
@@ -374,7 +374,9 @@ class ApiServer:
                 ),
             ),
             "txn_log": _Op(
-                Role.READER, self._txn_log, frozenset({"limit", "page_token", "timeout_ms"})
+                Role.READER,
+                self._txn_log,
+                frozenset({"limit", "page_token", "min_ts", "timeout_ms"}),
             ),
             "committed_txn": _Op(
                 Role.READER, self._committed_txn, frozenset({"txn_id", "stream", "timeout_ms"})
@@ -1036,7 +1038,13 @@ class ApiServer:
     def _require_ready(self) -> None:
         if not self.node.ready_to_serve:
             st = self.node.status()
-            reason = st.clock_fenced or "node is not caught up with the current leader yet"
+            removed_at = self.node.removed_at_index
+            reason = st.clock_fenced or (
+                f"node {self.node.node_id} was removed from the cluster (at index {removed_at}) "
+                "and applies nothing more: ask another node, and stop this one"
+                if removed_at
+                else "node is not caught up with the current leader yet"
+            )
             raise NotReadyError(
                 reason,
                 details={
@@ -1615,10 +1623,19 @@ class ApiServer:
         applied the entry of the token yet would list only the older commits it has, and the
         ones in between would be skipped without a word. So a page with a token waits, as a
         read at that position does, until this node's safe time reaches it (the token's node
-        had applied it: on a healthy node no wait)."""
+        had applied it: on a healthy node no wait).
+
+        `min_ts` (a first page: `read_ts`, or the caller's own newest write) makes the list
+        linearizable as a `files` listing is: safe time is waited for up to it first, so every
+        commit acknowledged before it is listed."""
         self._require_ready()
         limit = _opt_int(args, "limit", 1, mlimits.MAX_TXN_LOG_RECORDS) or 20
         token = _opt_str(args, "page_token", 32)
+        at_least = _opt_int(args, "min_ts", 0, MAX_TS)
+        if token is None and at_least is not None and at_least > self.node.safe_time:
+            # A commit may land up to DD above the clock: as for `files`, slack of DD.
+            self._check_not_future(at_least, slack_ms=self._dd() >> LOGICAL_BITS)
+            await self._wait_safe(at_least, _timeout(args))
         before_tm = None
         if token is not None:
             if not _is_uint(token) or int(token) > MAX_TS:
@@ -2654,7 +2671,12 @@ class ApiServer:
         if not leader:
             raise UnavailableError("no leader known right now; retry shortly")
         return await self.forwarder.call(
-            leader, session.token, op, dict(args), timeout_ms=forward_timeout_ms
+            leader,
+            session.token,
+            op,
+            dict(args),
+            timeout_ms=forward_timeout_ms,
+            client=session.client,
         )
 
     async def _add_node(self, session: Session, args: Args) -> dict[str, Any]:
@@ -2675,7 +2697,7 @@ class ApiServer:
         if not isinstance(learner, bool):
             raise BadRequestError("'learner' must be a boolean")
         timeout_ms = _membership_timeout(args)
-        return await self._leader_or_forward(
+        reply = await self._leader_or_forward(
             session,
             "add_node",
             args,
@@ -2684,6 +2706,20 @@ class ApiServer:
             ),
             forward_timeout_ms=timeout_ms + L.FORWARD_REPLY_MARGIN_MS,
         )
+        if "index" not in reply:
+            return reply  # forwarded: the leader's answer, judged on the leader's config
+        # Members know each other's client ports only from cluster.toml: Raft works with the
+        # address given here, but while a member missing there leads, every request sent to
+        # another member fails (none can forward to it), and `cluster version` cannot ask it.
+        known = node_id in self.client_addresses
+        reply["client_address_known"] = known
+        if not known:
+            reply["warning"] = (
+                f"node {node_id} is not in this cluster's cluster.toml: it joins, but the other "
+                f"members cannot forward requests to it should it lead, nor ask its release "
+                f"(cluster version). {MISSING_MEMBER_FIX}"
+            )
+        return reply
 
     async def _promote_node(self, session: Session, args: Args) -> dict[str, Any]:
         node_id = _req_int(args, "node_id", 1, L.NODE_ID_MAX)
@@ -2886,7 +2922,10 @@ class ApiServer:
                 row["supported"] = APPLY_VERSION_SUPPORTED
                 return row
             if node_id not in self.client_addresses:
-                row["error"] = f"node {node_id}: its client address is unknown here"
+                row["error"] = (
+                    f"node {node_id}: its client address is unknown here (not in this node's "
+                    f"cluster.toml). {MISSING_MEMBER_FIX}"
+                )
                 return row
             try:
                 status = await self.forwarder.call(

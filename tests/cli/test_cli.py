@@ -14,7 +14,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import click
 import pytest
@@ -1123,3 +1123,44 @@ def test_membership_change_with_an_unknown_outcome_says_so_and_how_to_check(
     said = "removal of node 3 may still take effect" in result.stderr
     assert said == unknown, result.stderr
     assert ("metastore cluster status" in result.stderr) == unknown, result.stderr
+
+
+ADD_NODE_WARNING: Final = (
+    "node 4 is not in this cluster's cluster.toml: it joins, but the other members cannot "
+    "forward requests to it should it lead. Add its [[nodes]] entry to cluster.toml on every "
+    "member and restart them one at a time."
+)
+
+
+async def _add_node_unknown_to_the_config(op: str, args: dict[str, Any]) -> dict[str, Any]:
+    assert op == "add_node"
+    return {"index": 12, "client_address_known": False, "warning": ADD_NODE_WARNING}
+
+
+def test_add_node_shows_the_leaders_warning_on_its_own_line_on_stderr() -> None:
+    with ThreadedFakeNode(handler=_add_node_unknown_to_the_config) as node:
+        result = against(node, "cluster", "add-node", "4", "127.0.0.1:24104")
+        as_json = against(node, "-o", "json", "cluster", "add-node", "4", "127.0.0.1:24104")
+    assert result.exit_code == 0, result.output
+    assert f"warning: {ADD_NODE_WARNING}\n" in result.stderr
+    assert "[[nodes]]" not in result.stdout  # the table keeps its width
+    assert "client_address_known" in result.stdout
+    assert json.loads(as_json.stdout)["warning"] == ADD_NODE_WARNING
+
+
+async def _node_without_safe_time(op: str, args: dict[str, Any]) -> dict[str, Any]:
+    # A node that just started (or joined) and has applied nothing: safe time 0, and a lag
+    # measured from the epoch.
+    base = RESULTS["status" if op == "status" else "safe_time"]
+    return {**base, "role": "pre_candidate", "safe_time": 0, "lag_ms": 1_795_780_365_586}
+
+
+@pytest.mark.parametrize("command", [["cluster", "status"], ["safe-time"]])
+def test_a_node_without_safe_time_shows_no_lag_rather_than_56_years(command: list[str]) -> None:
+    with ThreadedFakeNode(handler=_node_without_safe_time) as node:
+        result = against(node, *command)
+        as_json = against(node, "-o", "json", *command)
+    assert result.exit_code == 0, result.output
+    assert "1795780365586" not in result.stdout, result.stdout
+    # The document keeps what the node said: scripts see the raw reply.
+    assert json.loads(as_json.stdout)[0]["result"]["lag_ms"] == 1_795_780_365_586

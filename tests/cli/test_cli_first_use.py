@@ -324,3 +324,16 @@ def test_as_of_before_a_table_existed_says_when_it_was_created(command: list[str
         f"Error: TABLE_NOT_FOUND: table s.t does not exist at {to_iso(as_of)}; it was created "
         f"at {to_iso(CREATED_TU)}"
     ), first
+
+
+def test_no_token_at_all_names_both_ways_to_give_one(fake: ThreadedFakeNode) -> None:
+    """Run away from cluster_configs/local with endpoints but no token: the error names the
+    token-file option the README's `export METASTORE_TOKEN_FILE=...` step uses, and where
+    `cluster init` put the tokens; nothing is sent."""
+    result = run("--endpoints", fake.endpoint, "table", "list")
+    assert result.exit_code == 6, result.output
+    first = result.stderr.splitlines()[0]
+    assert first.startswith("Error: UNAUTHENTICATED: no token"), first
+    assert "--token-file / METASTORE_TOKEN_FILE" in first, first
+    assert "DIR/secrets/" in first, first
+    assert sent(fake) == []

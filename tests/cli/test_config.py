@@ -104,6 +104,22 @@ def test_production_example_loads() -> None:
     assert settings.node.host == "metastore-2.example.internal"
 
 
+def test_production_example_puts_table_data_on_storage_every_host_shares() -> None:
+    """Without a `warehouse` key, tables land in `warehouse` next to cluster.toml: on each
+    host's own disk under /etc/metastore, where no Spark executor and no other leader sees
+    them. The example names shared storage, and says what the key is."""
+    example = REPO / "cluster_configs/production-example/cluster.toml"
+    cfg = load_cluster_config(example)
+    assert not cfg.warehouse.startswith(str(example.parent))
+    assert "\nwarehouse = " in example.read_text()
+
+
+def test_production_example_names_the_bridges_real_tls_argument() -> None:
+    text = (REPO / "cluster_configs/production-example/cluster.toml").read_text()
+    assert "tls_ca_file" not in text  # MetastoreBridge has no such argument
+    assert "ClientTls(ca_file=" in text
+
+
 def test_defaults(tmp_path: Path) -> None:
     cfg = load_cluster_config(write(tmp_path / "cluster.toml", base_doc()))
     assert (cfg.dd_ms, cfg.cs_max_ms, cfg.idle_safe_time_interval_ms) == (500, 500, 250)

@@ -24,3 +24,24 @@ def test_sizes_out_of_range_are_usage_errors(options: list[str]) -> None:
     out = CliRunner().invoke(cli, [*BASE, "table", "optimize", "ns.t", "--dry-run", *options])
     assert out.exit_code == 2, out.output
     assert "at least" in out.output
+
+
+def test_the_summary_line_says_what_the_counts_count() -> None:
+    """`table optimize --dry-run` ended its summary "... (6489 bytes) into about 1", and a run
+    "... rewritten into 1 in 1 commit(s)": the written count named no unit."""
+    from spark_bridge.optimize import OptimizeResult
+
+    counts = {
+        "table": "sales.orders",
+        "files_before": 5,
+        "small_files": 5,
+        "files_rewritten": 5,
+        "files_written": 1,
+        "bytes_rewritten": 6489,
+        "rows_rewritten": 15,
+        "attempts": 1,
+    }
+    dry = OptimizeResult(**counts, commits=0, commit_ts=None, dry_run=True).line()
+    assert dry.endswith("(6489 bytes) into about 1 file(s)"), dry
+    done = OptimizeResult(**counts, commits=1, commit_ts=1 << 16).line()
+    assert "rewritten into 1 file(s) in 1 commit(s)" in done, done

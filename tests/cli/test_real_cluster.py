@@ -442,6 +442,15 @@ def test_transfer_leader_moves_leadership(cluster: RealCluster) -> None:
         time.sleep(0.1)
 
 
+def test_transfer_leader_to_the_leader_is_done_at_once(cluster: RealCluster) -> None:
+    """Leadership already where it was asked to go: exit 0 at once, not INVALID_ARGUMENT
+    "did not move within 5000 ms" after no wait at all (as `cluster transfer-leader N`
+    answered when N had just won an election)."""
+    leader = leader_of(status_by_node(cluster))
+    assert cluster.ok_json("cluster", "transfer-leader", str(leader)) == {"leader": leader}
+    assert leader_of(status_by_node(cluster)) == leader
+
+
 def test_a_killed_follower_is_reported_and_restarted_alone(
     cluster: RealCluster, schema: Schema
 ) -> None:

@@ -31,7 +31,7 @@ from hlc import SystemClock, make_ts, to_iso
 from metastore.client import FILES_PAGE_LIMIT
 from metastore.client.defaults import DefaultNotEvaluableError, default_array
 from metastore.client.parquet import PinnedColumn, UnsupportedSchemaError, arrow_schema, read_rows
-from metastore.errors import MetastoreError, TableNotFoundError
+from metastore.errors import BadRequestError, MetastoreError, TableNotFoundError
 from tests.client.fake_node import TOKEN, ThreadedFakeNode
 
 FIELD_ID: Final = b"PARQUET:field_id"
@@ -196,11 +196,22 @@ def assert_error(result: Result, exit_code: int, code: str) -> None:
 
 
 def test_txn_log_json_is_the_result_and_limit_defaults_to_20(node: ThreadedFakeNode) -> None:
-    result = run(node, "-o", "json", "txn", "log")
+    result = run(node, "-o", "json", "txn", "log", "--consistency", "s")
     assert result.exit_code == 0, result.stderr
     assert json.loads(result.stdout) == TXN_LOG
-    assert run(node, "-o", "json", "txn", "log", "--limit", "5").exit_code == 0
+    assert (
+        run(node, "-o", "json", "txn", "log", "--limit", "5", "--consistency", "s").exit_code == 0
+    )
     assert sent(node) == [("txn_log", {"limit": 20}), ("txn_log", {"limit": 5})]
+
+
+def test_txn_log_is_linearizable_by_default(node: ThreadedFakeNode) -> None:
+    """As `table files`: the leader's read_ts first, then the list from a node whose safe
+    time reached it (`min_ts`), so a commit acknowledged a moment ago through another node
+    is listed. The README said so; the command listed what the node asked had applied."""
+    result = run(node, "-o", "json", "txn", "log")
+    assert result.exit_code == 0, result.stderr
+    assert sent(node) == [("read_ts", {}), ("txn_log", {"limit": 20, "min_ts": READ_TS})]
 
 
 def test_txn_log_table_shows_iso_times_tables_and_file_counts(node: ThreadedFakeNode) -> None:
@@ -573,6 +584,8 @@ def test_txn_log_follows_pages_cut_short_by_wide_commits() -> None:
     commits = [dict(TXN_LOG["commits"][0], tm=100 - i, txn_id=f"t{i}") for i in range(5)]
 
     async def handle(op: str, args: dict[str, Any]) -> dict[str, Any]:
+        if op == "read_ts":
+            return {"ts": READ_TS, "leader_id": 1}
         assert op == "txn_log"
         before = int(args.get("page_token", 1_000))
         rest = [c for c in commits if c["tm"] < before][: min(2, args["limit"])]
@@ -588,4 +601,22 @@ def test_txn_log_follows_pages_cut_short_by_wide_commits() -> None:
             "t2",
             "t3",
         ]
-        assert [a.get("page_token") for _, a in sent(fake)] == [None, "99"]
+        assert [a.get("page_token") for op, a in sent(fake) if op == "txn_log"] == [None, "99"]
+
+
+def test_txn_log_from_a_node_of_an_older_release_lists_what_it_has() -> None:
+    """During a rolling upgrade a node may not know `min_ts`: it refuses the argument, and
+    the client asks again without it (that node's list, as before) instead of failing."""
+
+    async def handle(op: str, args: dict[str, Any]) -> dict[str, Any]:
+        if op == "read_ts":
+            return {"ts": READ_TS, "leader_id": 1}
+        if "min_ts" in args:
+            raise BadRequestError("unknown arguments ['min_ts']; allowed: ['limit']")
+        return TXN_LOG
+
+    with ThreadedFakeNode(handler=handle) as fake:
+        result = run(fake, "-o", "json", "txn", "log")
+        assert result.exit_code == 0, result.stderr
+        assert json.loads(result.stdout) == TXN_LOG
+        assert [op for op, _ in sent(fake)] == ["read_ts", "txn_log", "txn_log"]

@@ -115,3 +115,38 @@ def test_a_removal_that_cannot_commit_in_time_says_its_outcome_is_unknown(tmp_pa
         status = c.try_status(leader)
         assert status is not None
         assert sorted(status["voters"]) == sorted({leader, down}), status
+
+
+def test_a_removed_member_left_running_answers_not_ready_instead_of_an_old_catalog(
+    tmp_path: Path,
+) -> None:
+    """A follower removed with `cluster remove-node` whose process is left running applies
+    nothing more: it answered every "now" read (describe, table list, txn log) from the
+    catalog as of its removal, ready and exit 0, so a client listing it among its endpoints
+    missed every later change (a table made after it: TABLE_NOT_FOUND). Once it has applied
+    its own removal it is not ready, and says why (clients go to another endpoint)."""
+    with metastore_cluster(tmp_path, 3) as c:
+        c.start_all()
+        leader = c.wait_ready()
+        removed = next(n for n in c.ids if n != leader)
+        admin = c.client(leader)
+        try:
+            assert admin.call("remove_node", node_id=removed)["ok"]
+            assert admin.call("ddl", sql="CREATE NAMESPACE later")["ok"]
+        finally:
+            admin.close()
+        deadline = time.monotonic() + 15
+        status = c.try_status(removed)
+        while status is not None and status["ready"] and time.monotonic() < deadline:
+            time.sleep(0.1)
+            status = c.try_status(removed)
+        assert status is not None and status["ready"] is False, status
+        stale = c.client(removed)
+        try:
+            reply = stale.call("list_namespaces")
+        finally:
+            stale.close()
+        assert not reply["ok"], reply
+        assert reply["error"]["code"] == "NOT_READY", reply
+        assert "removed" in reply["error"]["message"], reply
+        c.terminate(removed)

@@ -11,8 +11,12 @@ from typing import Any
 
 import pytest
 
+from hlc import HybridClock, SystemClock
 from metastore.daemon import api_limits as L
+from metastore.daemon.forward import LeaderForwarder
 from metastore.daemon.server import ApiServer, Session
+from metastore.errors import UnavailableError
+from tests.client.fake_node import TOKEN, ThreadedFakeNode
 
 
 class _Follower:
@@ -34,11 +38,20 @@ class _Follower:
 class _RecordingForwarder:
     def __init__(self) -> None:
         self.calls: list[tuple[int, str, dict[str, Any], int]] = []
+        self.clients: list[str] = []
 
     async def call(
-        self, node_id: int, token: str, op: str, args: dict[str, Any], *, timeout_ms: int
+        self,
+        node_id: int,
+        token: str,
+        op: str,
+        args: dict[str, Any],
+        *,
+        timeout_ms: int,
+        client: str = "",
     ) -> dict[str, Any]:
         self.calls.append((node_id, op, dict(args), timeout_ms))
+        self.clients.append(client)
         return {"ok": True, "revoked": []}
 
 
@@ -51,6 +64,10 @@ def _follower_server() -> tuple[ApiServer, _RecordingForwarder]:
 
 
 SESSION = Session(peer="test", token="t")
+
+
+async def _ok(op: str, args: dict[str, Any]) -> dict[str, Any]:
+    return {}
 
 
 @pytest.mark.parametrize("timeout_ms", [2_000, 30_000, L.REQUEST_TIMEOUT_MS_MAX])
@@ -88,3 +105,98 @@ async def test_add_and_promote_forward_waits_past_the_callers_timeout(
     ((_, forwarded_op, _, forward_ms),) = forwarder.calls
     assert forwarded_op == op
     assert forward_ms > 40_000
+
+
+class _Leader:
+    node_id = 1
+    config = SimpleNamespace(tls=None)
+
+    def __init__(self) -> None:
+        self.added: list[tuple[int, tuple[str, int], bool]] = []
+
+    def is_leader(self) -> bool:
+        return True
+
+    async def add_node(
+        self, node_id: int, address: tuple[str, int], *, learner: bool, timeout_ms: int
+    ) -> int:
+        self.added.append((node_id, address, learner))
+        return 42
+
+
+def _leader_server(configured: list[int]) -> tuple[ApiServer, _Leader]:
+    server = object.__new__(ApiServer)
+    leader = _Leader()
+    server.node = leader  # type: ignore[assignment]
+    server.forwarder = _RecordingForwarder()  # type: ignore[assignment]
+    server.client_addresses = {n: f"127.0.0.1:{24200 + n}" for n in configured}
+    return server, leader
+
+
+async def test_adding_a_node_missing_from_the_config_says_how_the_members_learn_its_address() -> (
+    None
+):
+    """A member not in cluster.toml joins and may lead, but no member knows its client port:
+    followers cannot forward to it (every write through them fails while it leads) and
+    `cluster version --finalize` cannot ask it. The reply says so, and what to do."""
+    server, leader = _leader_server([1, 2, 3])
+    reply = await server._add_node(
+        SESSION, {"node_id": 4, "raft_address": "127.0.0.1:24104", "learner": True}
+    )
+    assert leader.added == [(4, ("127.0.0.1", 24104), True)]
+    assert reply["index"] == 42
+    assert reply["client_address_known"] is False
+    warning = reply["warning"]
+    assert "node 4" in warning
+    assert "[[nodes]]" in warning and "cluster.toml" in warning
+    assert "restart" in warning
+
+
+async def test_adding_back_a_configured_node_does_not_warn() -> None:
+    server, _ = _leader_server([1, 2, 3])
+    reply = await server._add_node(SESSION, {"node_id": 3, "raft_address": "127.0.0.1:24103"})
+    assert reply["index"] == 42
+    assert reply["client_address_known"] is True
+    assert "warning" not in reply
+
+
+async def test_a_forwarded_add_node_keeps_the_leaders_answer() -> None:
+    server, forwarder = _follower_server()
+    server.client_addresses = {1: "127.0.0.1:24201"}  # this follower's config: no node 4
+    reply = await server._add_node(
+        SESSION, {"node_id": 4, "raft_address": "127.0.0.1:24104", "learner": True}
+    )
+    assert forwarder.calls and reply == {"ok": True, "revoked": []}
+
+
+async def test_forwarding_to_a_leader_missing_from_the_config_says_what_to_do() -> None:
+    """The error every write through a follower gets while an added node leads: it names the
+    missing [[nodes]] entry, not only the symptom."""
+    forwarder = LeaderForwarder(addresses={1: ("127.0.0.1", 1)}, clock=HybridClock(SystemClock()))
+    with pytest.raises(UnavailableError) as raised:
+        await forwarder.call(4, "t", "status", {}, timeout_ms=1_000)
+    message = raised.value.message
+    assert "node 4" in message
+    assert "[[nodes]]" in message and "cluster.toml" in message
+
+
+async def test_a_forwarded_membership_op_carries_the_callers_client_name() -> None:
+    """The leader records who removed a node (the revocation's `by`, `cluster revoked`) or
+    finalized a version from the session the op runs in: a forwarded op ran in the
+    forwarder's own session, and the record said "forward"."""
+    server, forwarder = _follower_server()
+    caller = Session(peer="test", token="t", client="metastore-cli pid=7")
+    await server._remove_node(caller, {"node_id": 3})
+    assert forwarder.clients == ["metastore-cli pid=7"]
+
+
+async def test_the_forwarder_says_on_whose_behalf_in_its_hello() -> None:
+    with ThreadedFakeNode(handler=_ok) as leader:
+        host, port = leader.endpoint.rsplit(":", 1)
+        forwarder = LeaderForwarder(
+            addresses={1: (host, int(port))}, clock=HybridClock(SystemClock())
+        )
+        await forwarder.call(1, TOKEN, "status", {}, timeout_ms=5_000, client="cli pid=7")
+        await forwarder.call(1, TOKEN, "status", {}, timeout_ms=5_000)
+        hellos = [h["client"] for h in leader.node.hellos if h["op"] == "hello"]
+    assert hellos == ["cli pid=7 (forwarded)", "forward"]
