@@ -66,12 +66,19 @@ from raft.core.types import (
     Snapshot,
     TimeoutNow,
 )
-from raft.errors import NodeIdentityError, RaftError, TransportConfigError
-from raft.framing import msgpack_bin_header
+from raft.errors import (
+    MalformedConfStateError,
+    MalformedFrameError,
+    NodeIdentityError,
+    RaftError,
+    TransportConfigError,
+)
+from raft.framing import msgpack_bin_header, unpack_msgpack
 from raft.limits import PEER_FRAME_BYTES_MAX
 from raft.tls import TlsFiles
 from raft.transport import PeerTransport, check_peers
 from raft.wal import WAL_RECORD_BYTES_MAX, PreparedSnapshot, RecoveredState, WriteAheadLog
+from raft.wire import decode_address_book, encode_address_book
 
 log = logging.getLogger("raft.node")
 
@@ -302,10 +309,6 @@ class _Op:
 SNAPSHOT_SPOOL_DIR: Final = "snapshot-spool"
 
 
-def _encode_addresses(peers: Mapping[NodeId, Address]) -> bytes:
-    return msgpack.packb({str(k): [h, p] for k, (h, p) in sorted(peers.items())})
-
-
 def wrap_snapshot_data(app_data: bytes, addresses: Mapping[NodeId, Address]) -> bytes:
     """A node's snapshot payload: msgpack [1, app_data, addresses] (the application state and
     every member's Raft address). Used by snapshots and by a restore that seeds a new cluster."""
@@ -318,16 +321,32 @@ def wrap_snapshot_parts(
     """`wrap_snapshot_data` as three parts to write one after the other: framed around app_data
     (the whole application state) instead of packed or joined, which would copy it."""
     head = b"\x93\x01" + msgpack_bin_header(len(app_data))
-    return head, app_data, msgpack.packb(_encode_addresses(addresses))
+    return head, app_data, msgpack.packb(encode_address_book(addresses))
 
 
 def unwrap_snapshot_data(
     data: bytes | memoryview,
 ) -> tuple[bytes | memoryview, dict[NodeId, Address]]:
     """(app_data, addresses) of a `wrap_snapshot_data` payload. app_data is a view into `data`,
-    not a copy (unpacking would copy the whole state): the layout is the one written above."""
+    not a copy (unpacking would copy the whole state): the layout is the one written above.
+    Raises RaftError for a payload of another layout, SnapshotAddressBookError for an address
+    book that is not one (`raft.wire.decode_address_book`)."""
+    app_data, packed_book = _split_snapshot_data(data)
+    return app_data, _decode_snapshot_address_book(packed_book)
+
+
+class SnapshotAddressBookError(RaftError):
+    """A snapshot's address book is unusable (its application state may still be fine)."""
+
+    code = "snapshot_address_book_malformed"
+
+
+def _split_snapshot_data(
+    data: bytes | memoryview,
+) -> tuple[bytes | memoryview, bytes | memoryview]:
+    """(app_data, the address book's msgpack) of a `wrap_snapshot_data` payload."""
     if not data:
-        return b"", {}
+        return b"", b""
     view = memoryview(data)
     if bytes(view[:2]) != b"\x93\x01":
         raise RaftError(f"unknown snapshot format (starts with {bytes(view[:2]).hex()})")
@@ -338,24 +357,24 @@ def unwrap_snapshot_data(
     start = 3 + width
     if start + size > len(view):
         raise RaftError("snapshot payload: application data runs past its end")
-    try:
-        addresses = msgpack.unpackb(view[start + size :], raw=False)
-    except Exception as exc:
-        raise RaftError(f"snapshot payload: undecodable address book: {exc!r}") from exc
-    if not isinstance(addresses, bytes):
-        raise RaftError("snapshot payload: the address book is not msgpack bytes")
-    try:
-        book = _decode_addresses(addresses)
-    except Exception as exc:  # msgpack and the conversions raise outside RaftError
-        raise RaftError(f"snapshot payload: malformed address book: {exc!r}") from exc
-    return view[start : start + size], book
+    return view[start : start + size], view[start + size :]
 
 
-def _decode_addresses(data: bytes) -> dict[NodeId, Address]:
-    if not data:
+def _decode_snapshot_address_book(packed: bytes | memoryview) -> dict[NodeId, Address]:
+    if not packed:
         return {}
-    obj = msgpack.unpackb(data, raw=False)
-    return {int(k): (str(v[0]), int(v[1])) for k, v in obj.items()}
+    try:
+        book = unpack_msgpack(packed, max_bytes=len(packed))
+    except MalformedFrameError as exc:
+        raise SnapshotAddressBookError(
+            f"snapshot payload: undecodable address book: {exc}"
+        ) from exc
+    if type(book) is not bytes:
+        raise SnapshotAddressBookError("snapshot payload: the address book is not msgpack bytes")
+    try:
+        return decode_address_book(book)
+    except MalformedConfStateError as exc:
+        raise SnapshotAddressBookError(f"snapshot payload: malformed {exc}") from exc
 
 
 class RaftNode:
@@ -449,6 +468,9 @@ class RaftNode:
         self._votes_refused_until_monotonic = -math.inf
         # Ticks that were due when the last message in the inbox arrived (see _step_inputs).
         self._ticks_due_at_last_message = 0
+        # CONF entries and snapshots met whose address book was unusable (see
+        # _conf_entry_addresses); logged each time.
+        self.unusable_address_books = 0
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -948,7 +970,7 @@ class RaftNode:
             addresses = {n: a for n, a in self.addresses.items() if n in new.members()}
             addresses.update(new_addresses)
             term, index = core.propose_conf(
-                new, self.clock.now(), context=_encode_addresses(addresses)
+                new, self.clock.now(), context=encode_address_book(addresses)
             )
             # Registered here, in the driver task, not after the op's future resolves: the
             # driver may persist, commit and apply the entry before this coroutine resumes
@@ -1399,10 +1421,15 @@ class RaftNode:
         for e in entries:
             result = apply(e)
             if e.kind is EntryKind.CONF:
-                self._note_membership(decode_conf(e.data), e.index)
-                self._set_addresses(
-                    _decode_addresses(decode_conf_context(e.data)), applied_index=e.index
-                )
+                conf = decode_conf(e.data)
+                self._note_membership(conf, e.index)
+                book = self._conf_entry_addresses(e)
+                if book is None:
+                    # Unusable (see _conf_entry_addresses): the members keep the addresses
+                    # this node knew; those it did not know stay without one.
+                    members = conf.members()
+                    book = {n: a for n, a in self._applied_addresses.items() if n in members}
+                self._set_addresses(book, applied_index=e.index)
             for listener in listeners:
                 listener(e)
             waiting = waiting_by_index.pop(e.index, None)
@@ -1486,12 +1513,39 @@ class RaftNode:
         found = False
         for e in entries:
             if e.kind is EntryKind.CONF:
-                self._appended_conf_addresses[e.index] = _decode_addresses(
-                    decode_conf_context(e.data)
-                )
-                found = True
+                book = self._conf_entry_addresses(e)
+                if book is not None:
+                    self._appended_conf_addresses[e.index] = book
+                    found = True
         if found:
             self._refresh_addresses()
+
+    def _conf_entry_addresses(self, e: Entry) -> dict[NodeId, Address] | None:
+        """The address book a CONF entry carries, or None when this node cannot use it.
+
+        The wire decoder refuses such an entry from a peer, and a node checks its own
+        proposals, so one can only be in a log written before either check (or by a node that
+        skipped them). The membership it holds is the core's and counts as on every node:
+        only where to reach its members is lost, and an address is not replicated state (no
+        node's answers depend on it), so using the addresses known before cannot make this
+        node diverge. Stopping instead would stop every node that applies the entry, at every
+        restart, for good. So it is logged (every time the entry is met) and counted, and a
+        member it would have given an address stays unreachable from here until a later
+        membership entry gives it one (remove the member and add it again)."""
+        try:
+            return decode_address_book(decode_conf_context(e.data))
+        except (MalformedConfStateError, ValueError) as exc:
+            self.unusable_address_books += 1
+            log.error(
+                "membership entry %d (term %d) carries an address book this node cannot use "
+                "(%s): its membership counts as on every node, but a member it adds keeps no "
+                "address here and cannot be reached from this node. Remove that member and "
+                "add it again with a usable address",
+                e.index,
+                e.term,
+                exc,
+            )
+            return None
 
     def _refresh_addresses(self) -> None:
         """Applied addresses plus those of appended changes (a member removed by a pending
@@ -1551,11 +1605,23 @@ class RaftNode:
         over = self.config.dial_overrides
         return {n: over.get(n, a) for n, a in addresses.items() if n != self.node_id}
 
-    @staticmethod
     def _unwrap_snapshot(
-        data: bytes | memoryview,
+        self, data: bytes | memoryview
     ) -> tuple[bytes | memoryview, dict[NodeId, Address]]:
-        return unwrap_snapshot_data(data)
+        """A snapshot's state and address book. An unusable book is handled as a CONF entry's
+        (see _conf_entry_addresses): logged, counted, and the addresses known stay."""
+        app_data, packed_book = _split_snapshot_data(data)
+        try:
+            return app_data, _decode_snapshot_address_book(packed_book)
+        except SnapshotAddressBookError as exc:
+            self.unusable_address_books += 1
+            log.error(
+                "a snapshot carries an address book this node cannot use (%s): its members "
+                "keep the addresses this node knew; one it did not know cannot be reached "
+                "from here until a membership entry gives it an address",
+                exc,
+            )
+            return app_data, {}
 
 
 def applicable_before_persist(rd: Ready, stable_index: int) -> int:

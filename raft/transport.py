@@ -195,10 +195,12 @@ from raft.tls import (
     source_host,
 )
 from raft.wire import (
+    address_problem,
     decode_install_snapshot,
     decode_message,
     encode_install_snapshot_head,
     encode_message,
+    show_value,
 )
 
 # 2: AppendResponse carries reject_term; heartbeats carry the sender's clock (raft.wire).
@@ -241,8 +243,6 @@ _CHUNK_FRAME_OVERHEAD_BYTES: Final = 128
 
 _U64_END: Final = 1 << 64
 _PORT_MAX: Final = 65535
-# A DNS name is at most 253 characters; IPv6 literals are far shorter.
-_HOST_CHARS_MAX: Final = 253
 
 Address = tuple[str, int]
 
@@ -721,23 +721,16 @@ def _check_limit(name: str, value: int, low: int, high: int) -> None:
 
 
 def check_peers(peers: Mapping[int, Address]) -> None:
-    """Raise TransportConfigError unless every (peer id, (host, port)) is usable."""
+    """Raise TransportConfigError unless every (peer id, (host, port)) is usable (the rule a
+    membership entry's address book is held to when it is decoded: `raft.wire`)."""
     for peer_id, address in peers.items():
         if type(peer_id) is not int or not 0 < peer_id < _U64_END:
-            raise TransportConfigError(f"peer id must be a positive integer, got {peer_id!r}")
-        if (
-            not isinstance(address, tuple)
-            or len(address) != 2
-            or not isinstance(address[0], str)
-            or not address[0]
-            or len(address[0]) > _HOST_CHARS_MAX
-            or any(c.isspace() or not c.isprintable() for c in address[0])
-            or type(address[1]) is not int
-            or not 0 < address[1] <= _PORT_MAX
-        ):
             raise TransportConfigError(
-                f"address of peer {peer_id} must be (host, port), got {address!r}"
+                f"peer id must be a positive integer, got {show_value(peer_id)}"
             )
+        problem = address_problem(address) if isinstance(address, tuple) else "not a tuple"
+        if problem is not None:
+            raise TransportConfigError(f"address of peer {peer_id}: {problem}")
 
 
 # ---- the transport --------------------------------------------------------------------------

@@ -9,6 +9,8 @@ tests live in test_processes.py.
 from __future__ import annotations
 
 import asyncio
+import json
+import logging
 import random
 import socket
 import threading
@@ -673,6 +675,67 @@ async def test_a_slow_snapshot_write_does_not_stall_the_driver(
             await asyncio.sleep(0.05)
         assert all(n.status().core.snapshot_index > 0 for n in nodes.values())
         assert leader.status().core.term == term
+
+
+@pytest.mark.parametrize(
+    "newcomer",
+    [
+        ["127.0.0.1", 0],  # port 0: not dialable
+        "127.0.0.1:7009",  # not (host, port)
+        None,  # the whole book is not a map
+    ],
+    ids=["bad-port", "bad-shape", "not-a-map"],
+)
+async def test_a_committed_membership_entry_with_an_unusable_address_book_does_not_stop_the_node(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, newcomer: object
+) -> None:
+    """Such an entry is in a log written before the wire decoder refused it. It used to stop
+    the node on append and apply, and at every restart (a crash loop). Now its membership
+    counts as on every node, the member it adds stays without an address here, and the node
+    says so loudly and goes on."""
+    (port,) = free_ports(1)
+    me = ("127.0.0.1", port)
+    book = b"\x01" if newcomer is None else msgpack.packb({"1": list(me), "9": newcomer})
+    conf = encode_conf(ConfState(voters=(1,), learners=(9,)), context=book)
+    entries = [
+        Entry(term=1, index=1, tm=1, data=b"before"),
+        Entry(term=1, index=2, tm=2, kind=EntryKind.CONF, data=conf),
+    ]
+    wal, _ = WriteAheadLog.open(tmp_path / "wal", fsync=False)
+    wal.append(entries, HardState(term=1, vote=1, commit=2))
+    wal.close()
+    (tmp_path / raft.node.IDENTITY_FILE).write_text(
+        json.dumps({"cluster_id": "test", "node_id": 1})
+    )
+    node = RaftNode(
+        NodeConfig(
+            node_id=1,
+            cluster_id="test",
+            data_dir=tmp_path,
+            listen_host="127.0.0.1",
+            listen_port=port,
+            peers={1: me},
+            secret=SECRET,
+            fsync=False,
+            new_member=False,
+            election_timeout_ms=150,
+        ),
+        ListStateMachine(),
+        clock=HybridClock(SystemClock()),
+    )
+    with caplog.at_level(logging.ERROR, logger="raft.node"):
+        await node.start()
+        try:
+            await leader_of({1: node})
+            result = await node.propose(b"after")
+            assert result.index > 2
+            assert node.status().core.conf.learners == (9,)
+            assert 9 not in node.addresses
+            assert node.unusable_address_books >= 1
+            assert not node.stopped_reason
+        finally:
+            await node.stop()
+    assert any("membership entry 2" in r.getMessage() for r in caplog.records)
 
 
 async def test_a_snapshot_carries_the_address_book_of_its_own_index(tmp_path: Path) -> None:
