@@ -74,7 +74,7 @@ from raft.errors import (
     TransportConfigError,
 )
 from raft.framing import msgpack_bin_header, unpack_msgpack
-from raft.limits import PEER_FRAME_BYTES_MAX
+from raft.limits import PEER_FRAME_BYTES_MAX, PEER_FRAME_ITEMS_MAX
 from raft.tls import TlsFiles
 from raft.transport import PeerTransport, check_peers
 from raft.wal import WAL_RECORD_BYTES_MAX, PreparedSnapshot, RecoveredState, WriteAheadLog
@@ -364,7 +364,7 @@ def _decode_snapshot_address_book(packed: bytes | memoryview) -> dict[NodeId, Ad
     if not packed:
         return {}
     try:
-        book = unpack_msgpack(packed, max_bytes=len(packed))
+        book = unpack_msgpack(packed, max_bytes=len(packed), max_items=PEER_FRAME_ITEMS_MAX)
     except MalformedFrameError as exc:
         raise SnapshotAddressBookError(
             f"snapshot payload: undecodable address book: {exc}"

@@ -165,6 +165,7 @@ from raft.limits import (
     HANDSHAKE_TIMEOUT_MS,
     PEER_CONNECT_TIMEOUT_MS,
     PEER_FRAME_BYTES_MAX,
+    PEER_FRAME_ITEMS_MAX,
     PEER_INBOUND_CONNECTIONS_MAX,
     PEER_KEEPALIVE_IDLE_MS,
     PEER_KEEPALIVE_INTERVAL_MS,
@@ -667,7 +668,7 @@ class _Receiver(asyncio.Protocol):
         self._owner = owner
         self._peer_id = peer_id
         self._transport = transport
-        self._decoder = FrameDecoder(owner._max_frame_bytes)
+        self._decoder = FrameDecoder(owner._max_frame_bytes, max_items=PEER_FRAME_ITEMS_MAX)
         self.done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
     def data_received(self, data: bytes) -> None:
@@ -1732,7 +1733,7 @@ class PeerTransport:
         offset = _uint(offset, "snapshot ack offset")
         epoch = _uint(epoch, "snapshot ack epoch")
         if type(status) is not int or status not in _ACK_STATUSES:
-            raise MalformedMessageError(f"snapshot ack status: {status!r}")
+            raise MalformedMessageError(f"snapshot ack status: {show_value(status)}")
         out = link.outgoing
         if out is None or out.transfer_id != transfer_id:
             return  # about a transfer we already finished, replaced or gave up
@@ -1964,5 +1965,7 @@ def _fields(obj: list[object], count: int, what: str) -> list[object]:
 
 def _uint(value: object, what: str) -> int:
     if type(value) is not int or not 0 <= value < _U64_END:
-        raise MalformedMessageError(f"{what}: expected an integer in [0, 2**64), got {value!r}")
+        raise MalformedMessageError(
+            f"{what}: expected an integer in [0, 2**64), got {show_value(value)}"
+        )
     return value

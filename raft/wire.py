@@ -89,6 +89,7 @@ from raft.errors import (
     MalformedMessageError,
 )
 from raft.framing import msgpack_bin_header, unpack_msgpack
+from raft.limits import PEER_FRAME_ITEMS_MAX
 
 TAG_APPEND_ENTRIES: Final = 1
 TAG_APPEND_RESPONSE: Final = 2
@@ -308,7 +309,7 @@ def decode_address_book(data: bytes) -> dict[int, Address]:
     if not data:
         return {}
     try:
-        obj = unpack_msgpack(data, max_bytes=len(data))
+        obj = unpack_msgpack(data, max_bytes=len(data), max_items=PEER_FRAME_ITEMS_MAX)
     except MalformedFrameError as exc:
         raise MalformedConfStateError(f"address book: {exc}") from exc
     if type(obj) is not dict:
@@ -761,7 +762,7 @@ def decode_conf_state(data: bytes) -> ConfState:
     if type(data) is not bytes:
         raise MalformedConfStateError(f"ConfState: expected bytes, got {_show(data)}")
     try:
-        obj = unpack_msgpack(data, max_bytes=max(len(data), 1))
+        obj = unpack_msgpack(data, max_bytes=max(len(data), 1), max_items=PEER_FRAME_ITEMS_MAX)
     except MalformedFrameError as exc:
         raise MalformedConfStateError(f"ConfState: {exc}") from exc
     try:
