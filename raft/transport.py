@@ -89,6 +89,10 @@ Invariants:
   (a newcomer past it is closed), so a flood from one host cannot hold every slot.
 * A bad frame closes only the connection it arrived on; a bad chunk drops only its transfer;
   nothing a peer sends can raise out of this module into the node.
+* What a peer or a stranger sends costs the log a few lines a second at most: warnings about
+  one peer's frames, and about refused handshakes, are rate-limited (PEER_WARNINGS_BURST,
+  PEER_WARNINGS_PER_S; the next line logged says how many were left out), while the counters
+  (`malformed`, `rejected`, `auth_failures`, `handshake_failures`) count every one.
 * A link holds at most one outgoing and one incoming snapshot transfer; only whole, verified
   InstallSnapshot messages reach the node.
 
@@ -175,6 +179,8 @@ from raft.limits import (
     PEER_SEND_QUEUE_MAX,
     PEER_STOP_TIMEOUT_MS,
     PEER_TCP_USER_TIMEOUT_MS,
+    PEER_WARNINGS_BURST,
+    PEER_WARNINGS_PER_S,
     RECONNECT_BACKOFF_MS_MAX,
     RECONNECT_BACKOFF_MS_MIN,
     SECRET_BYTES_MIN,
@@ -186,6 +192,7 @@ from raft.limits import (
     SNAPSHOT_TRANSFER_IDLE_MS,
     STRANGERS_PER_HOST_MAX,
 )
+from raft.ratelimit import LogBudget
 from raft.tls import (
     TlsFiles,
     TlsListener,
@@ -572,6 +579,7 @@ class _Link:
         "snapshot_transfers_started",
         "task",
         "wakeup",
+        "warnings",
     )
 
     def __init__(self, peer_id: NodeId, address: Address) -> None:
@@ -611,6 +619,8 @@ class _Link:
         self.snapshot_chunk_bytes_sent = 0
         self.snapshot_transfers_received = 0
         self.snapshot_transfers_dropped = 0
+        # Warnings about what this peer sent (see PeerTransport._warn_peer).
+        self.warnings = LogBudget(burst=PEER_WARNINGS_BURST, per_s=PEER_WARNINGS_PER_S)
 
     def has_chunks(self) -> bool:
         out = self.outgoing
@@ -821,6 +831,8 @@ class PeerTransport:
         self._cluster_id = cluster_id
         self._max_frame_bytes = max_frame_bytes
         self._log = logger if logger is not None else logging.getLogger("raft.transport")
+        # Warnings about refused handshakes, all sources together (see _warn_stranger).
+        self._stranger_warnings = LogBudget(burst=PEER_WARNINGS_BURST, per_s=PEER_WARNINGS_PER_S)
         self._send_queue_max = send_queue_max
         self._send_queue_bytes_max = send_queue_bytes_max
         self._handshake_timeout_s = handshake_timeout_ms / 1000
@@ -1516,7 +1528,7 @@ class PeerTransport:
                     peer_id = await self._server_handshake(conn, reader, writer)
             except PeerAuthError as exc:
                 self._count_auth_failure(conn.claimed_id)
-                self._log.warning("refused peer connection from %s: %s", peername, exc)
+                self._warn_stranger("refused peer connection from %s: %s", peername, exc)
                 return
             except (
                 OSError,
@@ -1527,7 +1539,7 @@ class PeerTransport:
             ) as exc:
                 if not self._stopped and not conn.evicted:
                     self._handshake_failures += 1
-                    self._log.warning("peer handshake from %s failed: %s", peername, _why(exc))
+                    self._warn_stranger("peer handshake from %s failed: %s", peername, _why(exc))
                 return
             conn.peer_id = peer_id
             # A peer has one outbound link to us; an older inbound connection from it is a
@@ -1667,7 +1679,7 @@ class PeerTransport:
         except (FrameTooLargeError, MalformedFrameError) as exc:
             # The stream is out of sync: nothing after this point can be trusted.
             link.malformed += 1
-            self._log.warning("closing connection from peer %d: %s", peer_id, exc)
+            self._warn_peer(link, "closing connection from peer %d: %s", peer_id, exc)
             return False
         return True
 
@@ -1685,8 +1697,8 @@ class PeerTransport:
                     self._on_ack(link, obj)
             except MalformedMessageError as exc:
                 link.malformed += 1
-                self._log.warning(
-                    "dropping malformed transport frame from peer %d: %s", link.peer_id, exc
+                self._warn_peer(
+                    link, "dropping malformed transport frame from peer %d: %s", link.peer_id, exc
                 )
             return
         try:
@@ -1694,14 +1706,38 @@ class PeerTransport:
         except MalformedMessageError as exc:
             # The frame boundary was fine, so the stream is still in sync: drop just this one.
             link.malformed += 1
-            self._log.warning("dropping malformed message from peer %d: %s", link.peer_id, exc)
+            self._warn_peer(link, "dropping malformed message from peer %d: %s", link.peer_id, exc)
             return
         self._deliver_message(link, msg)
+
+    def _warn_stranger(self, fmt: str, *args: object) -> None:
+        """A warning about a connection refused before it authenticated, within one budget for
+        all of them (as `_warn_peer`'s per peer): strangers need no secret to be refused."""
+        left_out = self._stranger_warnings.take()
+        if left_out is None:
+            return
+        if left_out:
+            fmt += " (%d more refusals before it not logged)"
+            args = (*args, left_out)
+        self._log.warning(fmt, *args)
+
+    def _warn_peer(self, link: _Link, fmt: str, *args: object) -> None:
+        """A warning about what the peer sent, within the peer's log budget (see
+        PEER_WARNINGS_BURST): a peer sending bad frames in a loop costs a few lines a second,
+        and the next line logged says how many were left out. Counters count every event."""
+        left_out = link.warnings.take()
+        if left_out is None:
+            return
+        if left_out:
+            fmt += " (%d more warnings about this peer not logged)"
+            args = (*args, left_out)
+        self._log.warning(fmt, *args)
 
     def _deliver_message(self, link: _Link, msg: Message) -> None:
         if msg.dst != self._node_id or msg.src != link.peer_id:
             link.rejected += 1
-            self._log.warning(
+            self._warn_peer(
+                link,
                 "dropping %s from peer %d with src=%d dst=%d (we are %d)",
                 type(msg).__name__,
                 link.peer_id,
@@ -1893,8 +1929,12 @@ class PeerTransport:
             self._discard_incoming(link)
         link.incoming_failed_id = transfer_id
         link.snapshot_transfers_dropped += 1
-        self._log.warning(
-            "dropping snapshot transfer %016x from peer %d: %s", transfer_id, link.peer_id, why
+        self._warn_peer(
+            link,
+            "dropping snapshot transfer %016x from peer %d: %s",
+            transfer_id,
+            link.peer_id,
+            why,
         )
         self._send_ack(link, transfer_id, 0, ACK_FAILED, epoch)
 
