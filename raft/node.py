@@ -65,6 +65,7 @@ from raft.core.types import (
     RequestVote,
     Snapshot,
     TimeoutNow,
+    VoteResponse,
 )
 from raft.errors import (
     MalformedConfStateError,
@@ -75,6 +76,7 @@ from raft.errors import (
 )
 from raft.framing import msgpack_bin_header, unpack_msgpack
 from raft.limits import PEER_FRAME_BYTES_MAX, PEER_FRAME_ITEMS_MAX
+from raft.ratelimit import LogBudget
 from raft.tls import TlsFiles
 from raft.transport import PeerTransport, check_peers
 from raft.wal import WAL_RECORD_BYTES_MAX, PreparedSnapshot, RecoveredState, WriteAheadLog
@@ -84,6 +86,21 @@ log = logging.getLogger("raft.node")
 
 Address = tuple[str, int]
 
+# Peer messages waiting for the driver (its inbox). The driver takes them all every loop
+# pass, so they pile up only while it awaits an fsync or is blocked (encoding a large
+# snapshot) and peers keep sending. Past the bound the replication stream (AppendEntries and
+# heartbeats with their responses) is dropped as a network may drop it: the leader sends
+# again what a follower lacks (a gap makes the follower reject, and the leader probes), and
+# the older heartbeats still queued reset the election timer as a newer one would. A message
+# that is costly to lose or rare is kept within INBOX_RESERVED_MESSAGES more: votes (an
+# election under load would drag on), TimeoutNow (a transfer), and a whole InstallSnapshot
+# (at most one per peer at a time, perhaps minutes of transfer: lost, it starts again).
+INBOX_MESSAGES_MAX = 10_000
+INBOX_RESERVED_MESSAGES = 1_000
+# Entry bytes (Entry.size_bytes) of the AppendEntries in the inbox. The first message is
+# always taken, however large (one entry may fill a frame), so a node can always make progress.
+INBOX_ENTRY_BYTES_MAX = 2 * PEER_FRAME_BYTES_MAX
+_ENTRY_OVERHEAD_BYTES = 32  # per entry, as Entry.size_bytes counts it
 # Proposals taken from the queue per loop iteration: bounds one WAL write and one Ready.
 PROPOSALS_PER_BATCH_MAX = 4096
 # Proposals waiting for the loop; beyond this propose() fails fast instead of queueing forever.
@@ -289,6 +306,10 @@ class NodeStatus:
     # for running ahead ("" = not fenced).
     clock_offsets_ms: dict[NodeId, int] = field(default_factory=dict)
     clock_fenced: str = ""
+    # Peer messages dropped because the driver's inbox was full (see INBOX_MESSAGES_MAX).
+    inbox_dropped: int = 0
+    # Membership entries and snapshots met whose address book this node could not use.
+    unusable_address_books: int = 0
 
 
 @dataclass(slots=True)
@@ -304,6 +325,12 @@ class _Op:
     fn: Callable[[], Any]
     future: asyncio.Future[Any]
 
+
+# Messages the inbox keeps in its reserve (see INBOX_MESSAGES_MAX).
+_INBOX_KEPT_TYPES: Final = frozenset({RequestVote, VoteResponse, TimeoutNow, InstallSnapshot})
+# Warnings about inbox drops: at most this many at once, then per second (the rest counted).
+INBOX_WARNINGS_BURST = 10
+INBOX_WARNINGS_PER_S = 1.0
 
 # Under the data directory: incoming snapshot transfers (deleted when complete or dropped).
 SNAPSHOT_SPOOL_DIR: Final = "snapshot-spool"
@@ -405,6 +432,11 @@ class RaftNode:
         self._appended_conf_addresses: dict[int, dict[NodeId, Address]] = {}
         self._applied_addresses: dict[NodeId, Address] = dict(config.peers)
         self._inbox: list[Message] = []
+        # Entry bytes of the AppendEntries in the inbox (see _admit_to_inbox),
+        # messages dropped for a full inbox, and the budget of warnings about them.
+        self._inbox_entry_bytes = 0
+        self.inbox_dropped = 0
+        self._inbox_warnings = LogBudget(burst=INBOX_WARNINGS_BURST, per_s=INBOX_WARNINGS_PER_S)
         # A leader's AppendEntries without entries, per follower, held back for one loop pass
         # (see _send).
         self._deferred: dict[NodeId, AppendEntries] = {}
@@ -883,6 +915,8 @@ class RaftNode:
             clock_alarm=dict(self.clock_alarm),
             clock_offsets_ms=self.clock_offsets_ms(),
             clock_fenced=self.clock_fenced,
+            inbox_dropped=self.inbox_dropped,
+            unusable_address_books=self.unusable_address_books,
         )
 
     # ------------------------------------------------------------------ internals
@@ -993,6 +1027,8 @@ class RaftNode:
 
     def _on_message(self, m: Message) -> None:
         self._last_heard = time.monotonic()
+        if not self._admit_to_inbox(m):
+            return
         if self._clock_fenced(m):
             return
         if (
@@ -1008,6 +1044,35 @@ class RaftNode:
         self._inbox.append(m)
         self._ticks_due_at_last_message = self._ticks_due
         self._wake.set()
+
+    def _admit_to_inbox(self, m: Message) -> bool:
+        """Whether `m` fits the inbox (see INBOX_MESSAGES_MAX); a message refused is dropped
+        before anything else looks at it, exactly as if the network had lost it."""
+        count = len(self._inbox)
+        if type(m) in _INBOX_KEPT_TYPES:
+            if count < INBOX_MESSAGES_MAX + INBOX_RESERVED_MESSAGES:
+                return True
+        elif count < INBOX_MESSAGES_MAX:
+            if type(m) is not AppendEntries or not m.entries:
+                return True
+            size = sum([len(e.data) for e in m.entries]) + _ENTRY_OVERHEAD_BYTES * len(m.entries)
+            if count == 0 or self._inbox_entry_bytes + size <= INBOX_ENTRY_BYTES_MAX:
+                self._inbox_entry_bytes += size
+                return True
+        self.inbox_dropped += 1
+        left_out = self._inbox_warnings.take()
+        if left_out is not None:
+            log.warning(
+                "node %d dropped a %s from peer %d: %d messages (%d entry bytes) already wait "
+                "for the driver%s",
+                self.node_id,
+                type(m).__name__,
+                m.src,
+                count,
+                self._inbox_entry_bytes,
+                f" ({left_out} more drops not logged)" if left_out else "",
+            )
+        return False
 
     def _sample_clock(self, m: Heartbeat | HeartbeatResponse) -> None:
         """Record what `m` tells about the peer's clock minus ours (θ, in ms).
@@ -1264,6 +1329,7 @@ class RaftNode:
         # leader could fail its check-quorum (or a follower start an election) with the very
         # acks and heartbeats that prove otherwise already in its inbox.
         inbox, self._inbox = self._inbox, []
+        self._inbox_entry_bytes = 0
         if inbox and self._links_dropped:
             # A peer that still has this removed node in its membership (a leader that added
             # it back) reached it: its answers need the links. If nobody follows up, they are

@@ -134,6 +134,18 @@ class NodeMetrics:
             "open peer links closed when their certificate was revoked",
             registry=r,
         )
+        self.raft_inbox_dropped = Gauge(
+            "metastore_raft_inbox_dropped_total",
+            "peer messages dropped because the Raft driver's inbox was full (raft.node "
+            "INBOX_MESSAGES_MAX: the driver falls behind its peers)",
+            registry=r,
+        )
+        self.raft_unusable_address_books = Gauge(
+            "metastore_raft_unusable_address_books_total",
+            "membership entries and snapshots met whose peer addresses this node cannot use "
+            "(a member without an address here; see the node's error log)",
+            registry=r,
+        )
 
     def gc_run(self, summary: dict[str, Any]) -> None:
         self.gc_runs.inc()
@@ -174,6 +186,8 @@ class NodeMetrics:
         self.revoked_certs.set(status.get("revoked_certs", 0))
         self.peer_revoked_refused.set(status.get("peer_tls_revoked_refused", 0))
         self.peer_revoked_closed.set(status.get("peer_tls_revoked_closed", 0))
+        self.raft_inbox_dropped.set(status.get("raft_inbox_dropped", 0))
+        self.raft_unusable_address_books.set(status.get("raft_unusable_address_books", 0))
         self.client_connections_paused.set(status.get("client_connections_paused", 0))
         self.client_reply_bytes_queued.set(status.get("client_reply_bytes_queued", 0))
         self.client_reply_bytes_queued_max.set(status.get("client_reply_bytes_queued_max", 0))

@@ -35,13 +35,16 @@ from raft.core.errors import (
 from raft.core.raft import RaftCore
 from raft.core.ready import CoreConfig, Ready
 from raft.core.types import (
+    AppendEntries,
     AppendResponse,
     ConfState,
     Entry,
     EntryKind,
     HardState,
     Heartbeat,
+    InstallSnapshot,
     Message,
+    RequestVote,
     Snapshot,
     SnapshotMeta,
 )
@@ -794,6 +797,59 @@ async def test_a_snapshot_carries_the_address_book_of_its_own_index(tmp_path: Pa
         assert snapshot_book == {1: me}
     finally:
         wal.close()
+        node._io.shutdown(wait=True)
+
+
+async def test_the_inbox_is_bounded_and_drops_replication_traffic_first(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Peer messages used to pile up in the inbox without a bound while the driver awaited an
+    fsync or was blocked. Past INBOX_MESSAGES_MAX the replication stream is dropped (as lost
+    on the network) and counted; votes, TimeoutNow and snapshots keep a reserve; entry bytes
+    are bounded too, but a first message is always taken."""
+    node = RaftNode(
+        NodeConfig(
+            node_id=1,
+            cluster_id="test",
+            data_dir=tmp_path,
+            listen_host="127.0.0.1",
+            listen_port=7001,
+            peers={1: ("127.0.0.1", 7001), 2: ("127.0.0.1", 7002)},
+            secret=SECRET,
+        ),
+        ListStateMachine(),
+        clock=HybridClock(SystemClock()),
+    )
+    try:
+        big = Entry(term=1, index=1, tm=1, data=b"x" * (raft.node.INBOX_ENTRY_BYTES_MAX // 2 - 64))
+        for _ in range(3):  # the first always, the second within the bytes, the third not
+            node._on_message(
+                AppendEntries(
+                    src=2, dst=1, term=1, prev_index=0, prev_term=0, entries=(big,), commit=0
+                )
+            )
+        assert (len(node._inbox), node.inbox_dropped) == (2, 1)
+        with caplog.at_level(logging.WARNING, logger="raft.node"):
+            for _ in range(raft.node.INBOX_MESSAGES_MAX + 5):
+                node._on_message(Heartbeat(src=2, dst=1, term=1, commit=0))
+        assert len(node._inbox) == raft.node.INBOX_MESSAGES_MAX
+        assert node.inbox_dropped == 1 + 7
+        drops = [r for r in caplog.records if "dropped a Heartbeat" in r.getMessage()]
+        assert 1 <= len(drops) <= raft.node.INBOX_WARNINGS_BURST
+        # Still taken: a vote (the node may refuse votes just after its start: a forced one)
+        # and a snapshot.
+        vote = RequestVote(src=2, dst=1, term=2, last_index=0, last_term=0, force=True)
+        snap = InstallSnapshot(
+            src=2,
+            dst=1,
+            term=2,
+            snapshot=Snapshot(meta=SnapshotMeta(index=1, term=1, tm=1, conf=ConfState())),
+        )
+        node._on_message(vote)
+        node._on_message(snap)
+        assert node._inbox[-2:] == [vote, snap]
+        assert node.inbox_dropped == 8
+    finally:
         node._io.shutdown(wait=True)
 
 
