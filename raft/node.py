@@ -97,8 +97,9 @@ Address = tuple[str, int]
 # (at most one per peer at a time, perhaps minutes of transfer: lost, it starts again).
 INBOX_MESSAGES_MAX = 10_000
 INBOX_RESERVED_MESSAGES = 1_000
-# Entry bytes (Entry.size_bytes) of the AppendEntries in the inbox. The first message is
-# always taken, however large (one entry may fill a frame), so a node can always make progress.
+# Entry bytes (Entry.size_bytes) of the AppendEntries in the inbox, and the data bytes of its
+# one-frame InstallSnapshots. The first message is always taken, however large (one entry may
+# fill a frame), so a node can always make progress.
 INBOX_ENTRY_BYTES_MAX = 2 * PEER_FRAME_BYTES_MAX
 _ENTRY_OVERHEAD_BYTES = 32  # per entry, as Entry.size_bytes counts it
 # Proposals taken from the queue per loop iteration: bounds one WAL write and one Ready.
@@ -1003,9 +1004,14 @@ class RaftNode:
             new = change(core.conf)
             addresses = {n: a for n, a in self.addresses.items() if n in new.members()}
             addresses.update(new_addresses)
-            term, index = core.propose_conf(
-                new, self.clock.now(), context=encode_address_book(addresses)
-            )
+            book = encode_address_book(addresses)
+            try:
+                # The whole book, as every follower's wire decoder will check it: one it
+                # refuses would hold back every append from this entry on.
+                decode_address_book(book)
+            except MalformedConfStateError as exc:
+                raise ConfChangeError(f"membership change refused: {exc}") from None
+            term, index = core.propose_conf(new, self.clock.now(), context=book)
             # Registered here, in the driver task, not after the op's future resolves: the
             # driver may persist, commit and apply the entry before this coroutine resumes
             # (a single voter that persists on the loop thread does so without yielding).
@@ -1051,7 +1057,14 @@ class RaftNode:
         count = len(self._inbox)
         if type(m) in _INBOX_KEPT_TYPES:
             if count < INBOX_MESSAGES_MAX + INBOX_RESERVED_MESSAGES:
-                return True
+                # A snapshot small enough for one frame is on the heap (a chunked one is a
+                # mapped spool file): its bytes count as entries do.
+                data = m.snapshot.data if type(m) is InstallSnapshot else b""
+                if type(data) is not bytes or not data:
+                    return True
+                if count == 0 or self._inbox_entry_bytes + len(data) <= INBOX_ENTRY_BYTES_MAX:
+                    self._inbox_entry_bytes += len(data)
+                    return True
         elif count < INBOX_MESSAGES_MAX:
             if type(m) is not AppendEntries or not m.entries:
                 return True

@@ -9,6 +9,7 @@ tests live in test_processes.py.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
 import random
@@ -800,6 +801,38 @@ async def test_a_snapshot_carries_the_address_book_of_its_own_index(tmp_path: Pa
         node._io.shutdown(wait=True)
 
 
+async def test_a_membership_change_whose_address_book_peers_would_refuse_is_not_proposed(
+    tmp_path: Path,
+) -> None:
+    """A leader checked only the address of the node it adds; the others come from its own
+    book (its config for itself). An entry whose book the followers' wire decoder refuses
+    would hold back every append from it on, so the whole book is checked first."""
+    (port, other) = free_ports(2)
+    node = RaftNode(
+        NodeConfig(
+            node_id=1,
+            cluster_id="test",
+            data_dir=tmp_path,
+            listen_host="127.0.0.1",
+            listen_port=port,
+            peers={1: ("not a host", port)},  # never dialled: it is this node's own
+            secret=SECRET,
+            fsync=False,
+            election_timeout_ms=150,
+        ),
+        ListStateMachine(),
+        clock=HybridClock(SystemClock()),
+    )
+    await node.start()
+    try:
+        await leader_of({1: node})
+        with pytest.raises(ConfChangeError, match="node 1: expected a host"):
+            await node.add_node(2, ("127.0.0.1", other))
+        assert node.status().core.conf.learners == ()
+    finally:
+        await node.stop()
+
+
 async def test_the_inbox_is_bounded_and_drops_replication_traffic_first(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -849,6 +882,11 @@ async def test_the_inbox_is_bounded_and_drops_replication_traffic_first(
         node._on_message(snap)
         assert node._inbox[-2:] == [vote, snap]
         assert node.inbox_dropped == 8
+        # ... but a snapshot's bytes on the heap count against the bytes bound.
+        node._on_message(
+            dataclasses.replace(snap, snapshot=Snapshot(meta=snap.snapshot.meta, data=b"x" * 1024))
+        )
+        assert node.inbox_dropped == 9
     finally:
         node._io.shutdown(wait=True)
 
