@@ -15,6 +15,11 @@ Invariants:
 * Decoding is data-only: msgpack's own size limits are set from `max_frame_bytes`, strings must
   be UTF-8, map keys must be str or bytes, and every ext type (timestamps included) is refused
   (the message then mentions `ext`).
+* With `max_items`, a frame holds at most that many array items and map pairs in all (and so
+  per array or map): msgpack builds a Python object per item, at 8 to 64 times its encoded
+  size (an empty list is 1 byte on the wire, 64 on the heap), so without it a 64 MiB frame
+  of tiny nested arrays takes seconds and gigabytes to decode. The count stops the decoding
+  once passed, after at most one more array or map of `max_items` items was built.
   Nothing is ever unpickled or turned into a custom object.
 * After any error the decoder is dead and raises that error again on every call. A length
   prefix is the only thing that marks where the next frame starts; once one frame is wrong we
@@ -25,7 +30,7 @@ Invariants:
 from __future__ import annotations
 
 import enum
-from typing import Final, NoReturn
+from typing import Any, Final, NoReturn, TypeVar
 
 import msgpack
 
@@ -49,6 +54,8 @@ class NeedData(enum.Enum):
 
 
 NEED_DATA: Final = NeedData.NEED_DATA
+
+_Container = TypeVar("_Container", list[Any], dict[Any, Any])
 
 
 def _check_limit(max_frame_bytes: int) -> None:
@@ -101,12 +108,36 @@ def _refuse_ext(code: int, _data: bytes) -> NoReturn:
     raise _ExtRefused(f"msgpack ext type {code} is not allowed")
 
 
-def unpack_msgpack(data: bytes | memoryview, *, max_bytes: int) -> object:
+class _TooManyItems(Exception):
+    """Raised from inside msgpack once a frame passed its item budget."""
+
+
+class _ItemBudget:
+    """msgpack's list_hook and object_hook: counts the items of every array and map built."""
+
+    __slots__ = ("left",)
+
+    def __init__(self, items: int) -> None:
+        self.left = items
+
+    def __call__(self, container: _Container) -> _Container:
+        self.left -= len(container)
+        if self.left < 0:
+            raise _TooManyItems
+        return container
+
+
+def unpack_msgpack(
+    data: bytes | memoryview, *, max_bytes: int, max_items: int | None = None
+) -> object:
     """Decode exactly one msgpack object from `data` under the rules of this module.
 
     Shared with other decoders of untrusted msgpack (e.g. `raft.wire.decode_conf_state`).
+    `max_items`: at most this many array items and map pairs in all (see the module docstring).
     Raises MalformedFrameError for anything but exactly one well-formed, ext-free object.
     """
+    container_len_max = max_bytes if max_items is None else min(max_bytes, max_items)
+    budget = None if max_items is None else _ItemBudget(max_items)
     try:
         return msgpack.unpackb(
             data,
@@ -117,15 +148,21 @@ def unpack_msgpack(data: bytes | memoryview, *, max_bytes: int) -> object:
             ext_hook=_refuse_ext,
             max_str_len=max_bytes,
             max_bin_len=max_bytes,
-            max_array_len=max_bytes,
-            max_map_len=max_bytes,
+            max_array_len=container_len_max,
+            max_map_len=container_len_max,
             # Every ext type is refused. A zero limit stops any ext with a payload, and is the
             # only way to stop msgpack from building Timestamp objects (type -1) by itself,
             # which bypasses ext_hook; the hook catches the remaining zero-length ext values.
             max_ext_len=0,
+            list_hook=budget,
+            object_hook=budget,
         )
     except _ExtRefused as exc:
         raise MalformedFrameError(str(exc)) from exc
+    except _TooManyItems:
+        raise MalformedFrameError(
+            f"a {len(data)}-byte frame holds more than {max_items} array items and map pairs"
+        ) from None
     except msgpack.ExtraData as exc:
         raise MalformedFrameError(
             f"trailing bytes after the msgpack object in a {len(data)}-byte frame"
@@ -141,11 +178,16 @@ def unpack_msgpack(data: bytes | memoryview, *, max_bytes: int) -> object:
 class FrameDecoder:
     """Incremental decoder of a stream of frames. Not thread-safe; one per connection."""
 
-    __slots__ = ("_buf", "_complete_end", "_dead", "_max_frame_bytes", "_pending")
+    __slots__ = ("_buf", "_complete_end", "_dead", "_max_frame_bytes", "_max_items", "_pending")
 
-    def __init__(self, max_frame_bytes: int) -> None:
+    def __init__(self, max_frame_bytes: int, *, max_items: int | None = None) -> None:
+        """`max_items`: array items and map pairs per frame at most (see the module docstring;
+        None: as many as its bytes can hold)."""
         _check_limit(max_frame_bytes)
+        if max_items is not None and max_items < 1:
+            raise InvalidLimitError(f"max_items must be at least 1, got {max_items}")
         self._max_frame_bytes = max_frame_bytes
+        self._max_items = max_items
         self._buf = bytearray()
         # Invariant: _buf[:_complete_end] holds only whole frames whose headers were checked.
         self._complete_end = 0
@@ -220,7 +262,7 @@ class FrameDecoder:
         view = memoryview(self._buf)
         body = view[start:end]
         try:
-            return unpack_msgpack(body, max_bytes=self._max_frame_bytes)
+            return unpack_msgpack(body, max_bytes=self._max_frame_bytes, max_items=self._max_items)
         finally:
             # Release the exports before the caller resizes the bytearray.
             body.release()

@@ -15,6 +15,20 @@ _MIB = 1024 * 1024
 # larger than SNAPSHOT_CHUNK_BYTES, which travels in chunk frames (see below).
 PEER_FRAME_BYTES_MAX = 64 * _MIB
 
+# Array items and map pairs in one peer frame, all levels together (raft.framing): decoding
+# builds a Python object per item, so this, not the frame's bytes, bounds the time and memory
+# a frame of tiny items costs (a 64 MiB one took seconds and gigabytes). A leader's
+# AppendEntries holds at most max_msg_bytes (1 MiB) / 32 (Entry.size_bytes per empty entry)
+# + 1 = 32,769 entries of 6 items each, about 200k; other messages hold a few dozen.
+PEER_FRAME_ITEMS_MAX = 1_000_000
+
+# Warnings about what one authenticated peer sent (a malformed frame or message, a message
+# for another node): at most this many at once, then this many per second; the rest are counted
+# (the peer's `malformed`/`rejected` counters count every one) and the next warning logged says
+# how many were left out. A peer sending bad frames in a loop must not fill the log.
+PEER_WARNINGS_BURST = 10
+PEER_WARNINGS_PER_S = 1.0
+
 # Messages waiting for one peer's connection. When full the oldest is dropped (and counted):
 # Raft resends what matters, and the newest messages carry the most current state.
 PEER_SEND_QUEUE_MAX = 4096

@@ -65,18 +65,43 @@ from raft.core.types import (
     RequestVote,
     Snapshot,
     TimeoutNow,
+    VoteResponse,
 )
-from raft.errors import NodeIdentityError, RaftError, TransportConfigError
-from raft.framing import msgpack_bin_header
-from raft.limits import PEER_FRAME_BYTES_MAX
+from raft.errors import (
+    MalformedConfStateError,
+    MalformedFrameError,
+    NodeIdentityError,
+    RaftError,
+    TransportConfigError,
+)
+from raft.framing import msgpack_bin_header, unpack_msgpack
+from raft.limits import PEER_FRAME_BYTES_MAX, PEER_FRAME_ITEMS_MAX
+from raft.ratelimit import LogBudget
 from raft.tls import TlsFiles
 from raft.transport import PeerTransport, check_peers
 from raft.wal import WAL_RECORD_BYTES_MAX, PreparedSnapshot, RecoveredState, WriteAheadLog
+from raft.wire import decode_address_book, encode_address_book
 
 log = logging.getLogger("raft.node")
 
 Address = tuple[str, int]
 
+# Peer messages waiting for the driver (its inbox). The driver takes them all every loop
+# pass, so they pile up only while it awaits an fsync or is blocked (encoding a large
+# snapshot) and peers keep sending. Past the bound the replication stream (AppendEntries and
+# heartbeats with their responses) is dropped as a network may drop it: the leader sends
+# again what a follower lacks (a gap makes the follower reject, and the leader probes), and
+# the older heartbeats still queued reset the election timer as a newer one would. A message
+# that is costly to lose or rare is kept within INBOX_RESERVED_MESSAGES more: votes (an
+# election under load would drag on), TimeoutNow (a transfer), and a whole InstallSnapshot
+# (at most one per peer at a time, perhaps minutes of transfer: lost, it starts again).
+INBOX_MESSAGES_MAX = 10_000
+INBOX_RESERVED_MESSAGES = 1_000
+# Entry bytes (Entry.size_bytes) of the AppendEntries in the inbox, and the data bytes of its
+# one-frame InstallSnapshots. The first message is always taken, however large (one entry may
+# fill a frame), so a node can always make progress.
+INBOX_ENTRY_BYTES_MAX = 2 * PEER_FRAME_BYTES_MAX
+_ENTRY_OVERHEAD_BYTES = 32  # per entry, as Entry.size_bytes counts it
 # Proposals taken from the queue per loop iteration: bounds one WAL write and one Ready.
 PROPOSALS_PER_BATCH_MAX = 4096
 # Proposals waiting for the loop; beyond this propose() fails fast instead of queueing forever.
@@ -282,6 +307,10 @@ class NodeStatus:
     # for running ahead ("" = not fenced).
     clock_offsets_ms: dict[NodeId, int] = field(default_factory=dict)
     clock_fenced: str = ""
+    # Peer messages dropped because the driver's inbox was full (see INBOX_MESSAGES_MAX).
+    inbox_dropped: int = 0
+    # Membership entries and snapshots met whose address book this node could not use.
+    unusable_address_books: int = 0
 
 
 @dataclass(slots=True)
@@ -298,12 +327,14 @@ class _Op:
     future: asyncio.Future[Any]
 
 
+# Messages the inbox keeps in its reserve (see INBOX_MESSAGES_MAX).
+_INBOX_KEPT_TYPES: Final = frozenset({RequestVote, VoteResponse, TimeoutNow, InstallSnapshot})
+# Warnings about inbox drops: at most this many at once, then per second (the rest counted).
+INBOX_WARNINGS_BURST = 10
+INBOX_WARNINGS_PER_S = 1.0
+
 # Under the data directory: incoming snapshot transfers (deleted when complete or dropped).
 SNAPSHOT_SPOOL_DIR: Final = "snapshot-spool"
-
-
-def _encode_addresses(peers: Mapping[NodeId, Address]) -> bytes:
-    return msgpack.packb({str(k): [h, p] for k, (h, p) in sorted(peers.items())})
 
 
 def wrap_snapshot_data(app_data: bytes, addresses: Mapping[NodeId, Address]) -> bytes:
@@ -318,16 +349,32 @@ def wrap_snapshot_parts(
     """`wrap_snapshot_data` as three parts to write one after the other: framed around app_data
     (the whole application state) instead of packed or joined, which would copy it."""
     head = b"\x93\x01" + msgpack_bin_header(len(app_data))
-    return head, app_data, msgpack.packb(_encode_addresses(addresses))
+    return head, app_data, msgpack.packb(encode_address_book(addresses))
 
 
 def unwrap_snapshot_data(
     data: bytes | memoryview,
 ) -> tuple[bytes | memoryview, dict[NodeId, Address]]:
     """(app_data, addresses) of a `wrap_snapshot_data` payload. app_data is a view into `data`,
-    not a copy (unpacking would copy the whole state): the layout is the one written above."""
+    not a copy (unpacking would copy the whole state): the layout is the one written above.
+    Raises RaftError for a payload of another layout, SnapshotAddressBookError for an address
+    book that is not one (`raft.wire.decode_address_book`)."""
+    app_data, packed_book = _split_snapshot_data(data)
+    return app_data, _decode_snapshot_address_book(packed_book)
+
+
+class SnapshotAddressBookError(RaftError):
+    """A snapshot's address book is unusable (its application state may still be fine)."""
+
+    code = "snapshot_address_book_malformed"
+
+
+def _split_snapshot_data(
+    data: bytes | memoryview,
+) -> tuple[bytes | memoryview, bytes | memoryview]:
+    """(app_data, the address book's msgpack) of a `wrap_snapshot_data` payload."""
     if not data:
-        return b"", {}
+        return b"", b""
     view = memoryview(data)
     if bytes(view[:2]) != b"\x93\x01":
         raise RaftError(f"unknown snapshot format (starts with {bytes(view[:2]).hex()})")
@@ -338,24 +385,24 @@ def unwrap_snapshot_data(
     start = 3 + width
     if start + size > len(view):
         raise RaftError("snapshot payload: application data runs past its end")
-    try:
-        addresses = msgpack.unpackb(view[start + size :], raw=False)
-    except Exception as exc:
-        raise RaftError(f"snapshot payload: undecodable address book: {exc!r}") from exc
-    if not isinstance(addresses, bytes):
-        raise RaftError("snapshot payload: the address book is not msgpack bytes")
-    try:
-        book = _decode_addresses(addresses)
-    except Exception as exc:  # msgpack and the conversions raise outside RaftError
-        raise RaftError(f"snapshot payload: malformed address book: {exc!r}") from exc
-    return view[start : start + size], book
+    return view[start : start + size], view[start + size :]
 
 
-def _decode_addresses(data: bytes) -> dict[NodeId, Address]:
-    if not data:
+def _decode_snapshot_address_book(packed: bytes | memoryview) -> dict[NodeId, Address]:
+    if not packed:
         return {}
-    obj = msgpack.unpackb(data, raw=False)
-    return {int(k): (str(v[0]), int(v[1])) for k, v in obj.items()}
+    try:
+        book = unpack_msgpack(packed, max_bytes=len(packed), max_items=PEER_FRAME_ITEMS_MAX)
+    except MalformedFrameError as exc:
+        raise SnapshotAddressBookError(
+            f"snapshot payload: undecodable address book: {exc}"
+        ) from exc
+    if type(book) is not bytes:
+        raise SnapshotAddressBookError("snapshot payload: the address book is not msgpack bytes")
+    try:
+        return decode_address_book(book)
+    except MalformedConfStateError as exc:
+        raise SnapshotAddressBookError(f"snapshot payload: malformed {exc}") from exc
 
 
 class RaftNode:
@@ -386,6 +433,11 @@ class RaftNode:
         self._appended_conf_addresses: dict[int, dict[NodeId, Address]] = {}
         self._applied_addresses: dict[NodeId, Address] = dict(config.peers)
         self._inbox: list[Message] = []
+        # Entry bytes of the AppendEntries in the inbox (see _admit_to_inbox),
+        # messages dropped for a full inbox, and the budget of warnings about them.
+        self._inbox_entry_bytes = 0
+        self.inbox_dropped = 0
+        self._inbox_warnings = LogBudget(burst=INBOX_WARNINGS_BURST, per_s=INBOX_WARNINGS_PER_S)
         # A leader's AppendEntries without entries, per follower, held back for one loop pass
         # (see _send).
         self._deferred: dict[NodeId, AppendEntries] = {}
@@ -449,6 +501,9 @@ class RaftNode:
         self._votes_refused_until_monotonic = -math.inf
         # Ticks that were due when the last message in the inbox arrived (see _step_inputs).
         self._ticks_due_at_last_message = 0
+        # CONF entries and snapshots met whose address book was unusable (see
+        # _conf_entry_addresses); logged each time.
+        self.unusable_address_books = 0
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -881,6 +936,8 @@ class RaftNode:
             clock_alarm=dict(self.clock_alarm),
             clock_offsets_ms=self.clock_offsets_ms(),
             clock_fenced=self.clock_fenced,
+            inbox_dropped=self.inbox_dropped,
+            unusable_address_books=self.unusable_address_books,
         )
 
     # ------------------------------------------------------------------ internals
@@ -967,9 +1024,14 @@ class RaftNode:
             new = change(core.conf)
             addresses = {n: a for n, a in self.addresses.items() if n in new.members()}
             addresses.update(new_addresses)
-            term, index = core.propose_conf(
-                new, self.clock.now(), context=_encode_addresses(addresses)
-            )
+            book = encode_address_book(addresses)
+            try:
+                # The whole book, as every follower's wire decoder will check it: one it
+                # refuses would hold back every append from this entry on.
+                decode_address_book(book)
+            except MalformedConfStateError as exc:
+                raise ConfChangeError(f"membership change refused: {exc}") from None
+            term, index = core.propose_conf(new, self.clock.now(), context=book)
             # Registered here, in the driver task, not after the op's future resolves: the
             # driver may persist, commit and apply the entry before this coroutine resumes
             # (a single voter that persists on the loop thread does so without yielding).
@@ -991,6 +1053,8 @@ class RaftNode:
 
     def _on_message(self, m: Message) -> None:
         self._last_heard = time.monotonic()
+        if not self._admit_to_inbox(m):
+            return
         if self._clock_fenced(m):
             return
         if (
@@ -1006,6 +1070,42 @@ class RaftNode:
         self._inbox.append(m)
         self._ticks_due_at_last_message = self._ticks_due
         self._wake.set()
+
+    def _admit_to_inbox(self, m: Message) -> bool:
+        """Whether `m` fits the inbox (see INBOX_MESSAGES_MAX); a message refused is dropped
+        before anything else looks at it, exactly as if the network had lost it."""
+        count = len(self._inbox)
+        if type(m) in _INBOX_KEPT_TYPES:
+            if count < INBOX_MESSAGES_MAX + INBOX_RESERVED_MESSAGES:
+                # A snapshot small enough for one frame is on the heap (a chunked one is a
+                # mapped spool file): its bytes count as entries do.
+                data = m.snapshot.data if type(m) is InstallSnapshot else b""
+                if type(data) is not bytes or not data:
+                    return True
+                if count == 0 or self._inbox_entry_bytes + len(data) <= INBOX_ENTRY_BYTES_MAX:
+                    self._inbox_entry_bytes += len(data)
+                    return True
+        elif count < INBOX_MESSAGES_MAX:
+            if type(m) is not AppendEntries or not m.entries:
+                return True
+            size = sum([len(e.data) for e in m.entries]) + _ENTRY_OVERHEAD_BYTES * len(m.entries)
+            if count == 0 or self._inbox_entry_bytes + size <= INBOX_ENTRY_BYTES_MAX:
+                self._inbox_entry_bytes += size
+                return True
+        self.inbox_dropped += 1
+        left_out = self._inbox_warnings.take()
+        if left_out is not None:
+            log.warning(
+                "node %d dropped a %s from peer %d: %d messages (%d entry bytes) already wait "
+                "for the driver%s",
+                self.node_id,
+                type(m).__name__,
+                m.src,
+                count,
+                self._inbox_entry_bytes,
+                f" ({left_out} more drops not logged)" if left_out else "",
+            )
+        return False
 
     def _sample_clock(self, m: Heartbeat | HeartbeatResponse) -> None:
         """Record what `m` tells about the peer's clock minus ours (θ, in ms).
@@ -1262,6 +1362,7 @@ class RaftNode:
         # leader could fail its check-quorum (or a follower start an election) with the very
         # acks and heartbeats that prove otherwise already in its inbox.
         inbox, self._inbox = self._inbox, []
+        self._inbox_entry_bytes = 0
         if inbox and self._links_dropped:
             # A peer that still has this removed node in its membership (a leader that added
             # it back) reached it: its answers need the links. If nobody follows up, they are
@@ -1419,10 +1520,15 @@ class RaftNode:
         for e in entries:
             result = apply(e)
             if e.kind is EntryKind.CONF:
-                self._note_membership(decode_conf(e.data), e.index)
-                self._set_addresses(
-                    _decode_addresses(decode_conf_context(e.data)), applied_index=e.index
-                )
+                conf = decode_conf(e.data)
+                self._note_membership(conf, e.index)
+                book = self._conf_entry_addresses(e)
+                if book is None:
+                    # Unusable (see _conf_entry_addresses): the members keep the addresses
+                    # this node knew; those it did not know stay without one.
+                    members = conf.members()
+                    book = {n: a for n, a in self._applied_addresses.items() if n in members}
+                self._set_addresses(book, applied_index=e.index)
             for listener in listeners:
                 listener(e)
             waiting = waiting_by_index.pop(e.index, None)
@@ -1506,12 +1612,39 @@ class RaftNode:
         found = False
         for e in entries:
             if e.kind is EntryKind.CONF:
-                self._appended_conf_addresses[e.index] = _decode_addresses(
-                    decode_conf_context(e.data)
-                )
-                found = True
+                book = self._conf_entry_addresses(e)
+                if book is not None:
+                    self._appended_conf_addresses[e.index] = book
+                    found = True
         if found:
             self._refresh_addresses()
+
+    def _conf_entry_addresses(self, e: Entry) -> dict[NodeId, Address] | None:
+        """The address book a CONF entry carries, or None when this node cannot use it.
+
+        The wire decoder refuses such an entry from a peer, and a node checks its own
+        proposals, so one can only be in a log written before either check (or by a node that
+        skipped them). The membership it holds is the core's and counts as on every node:
+        only where to reach its members is lost, and an address is not replicated state (no
+        node's answers depend on it), so using the addresses known before cannot make this
+        node diverge. Stopping instead would stop every node that applies the entry, at every
+        restart, for good. So it is logged (every time the entry is met) and counted, and a
+        member it would have given an address stays unreachable from here until a later
+        membership entry gives it one (remove the member and add it again)."""
+        try:
+            return decode_address_book(decode_conf_context(e.data))
+        except (MalformedConfStateError, ValueError) as exc:
+            self.unusable_address_books += 1
+            log.error(
+                "membership entry %d (term %d) carries an address book this node cannot use "
+                "(%s): its membership counts as on every node, but a member it adds keeps no "
+                "address here and cannot be reached from this node. Remove that member and "
+                "add it again with a usable address",
+                e.index,
+                e.term,
+                exc,
+            )
+            return None
 
     def _refresh_addresses(self) -> None:
         """Applied addresses plus those of appended changes (a member removed by a pending
@@ -1571,11 +1704,23 @@ class RaftNode:
         over = self.config.dial_overrides
         return {n: over.get(n, a) for n, a in addresses.items() if n != self.node_id}
 
-    @staticmethod
     def _unwrap_snapshot(
-        data: bytes | memoryview,
+        self, data: bytes | memoryview
     ) -> tuple[bytes | memoryview, dict[NodeId, Address]]:
-        return unwrap_snapshot_data(data)
+        """A snapshot's state and address book. An unusable book is handled as a CONF entry's
+        (see _conf_entry_addresses): logged, counted, and the addresses known stay."""
+        app_data, packed_book = _split_snapshot_data(data)
+        try:
+            return app_data, _decode_snapshot_address_book(packed_book)
+        except SnapshotAddressBookError as exc:
+            self.unusable_address_books += 1
+            log.error(
+                "a snapshot carries an address book this node cannot use (%s): its members "
+                "keep the addresses this node knew; one it did not know cannot be reached "
+                "from here until a membership entry gives it an address",
+                exc,
+            )
+            return app_data, {}
 
 
 def applicable_before_persist(rd: Ready, stable_index: int) -> int:

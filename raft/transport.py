@@ -89,6 +89,10 @@ Invariants:
   (a newcomer past it is closed), so a flood from one host cannot hold every slot.
 * A bad frame closes only the connection it arrived on; a bad chunk drops only its transfer;
   nothing a peer sends can raise out of this module into the node.
+* What a peer or a stranger sends costs the log a few lines a second at most: warnings about
+  one peer's frames, and about refused handshakes, are rate-limited (PEER_WARNINGS_BURST,
+  PEER_WARNINGS_PER_S; the next line logged says how many were left out), while the counters
+  (`malformed`, `rejected`, `auth_failures`, `handshake_failures`) count every one.
 * A link holds at most one outgoing and one incoming snapshot transfer; only whole, verified
   InstallSnapshot messages reach the node.
 
@@ -165,6 +169,7 @@ from raft.limits import (
     HANDSHAKE_TIMEOUT_MS,
     PEER_CONNECT_TIMEOUT_MS,
     PEER_FRAME_BYTES_MAX,
+    PEER_FRAME_ITEMS_MAX,
     PEER_INBOUND_CONNECTIONS_MAX,
     PEER_KEEPALIVE_IDLE_MS,
     PEER_KEEPALIVE_INTERVAL_MS,
@@ -174,6 +179,8 @@ from raft.limits import (
     PEER_SEND_QUEUE_MAX,
     PEER_STOP_TIMEOUT_MS,
     PEER_TCP_USER_TIMEOUT_MS,
+    PEER_WARNINGS_BURST,
+    PEER_WARNINGS_PER_S,
     RECONNECT_BACKOFF_MS_MAX,
     RECONNECT_BACKOFF_MS_MIN,
     SECRET_BYTES_MIN,
@@ -185,6 +192,7 @@ from raft.limits import (
     SNAPSHOT_TRANSFER_IDLE_MS,
     STRANGERS_PER_HOST_MAX,
 )
+from raft.ratelimit import LogBudget
 from raft.tls import (
     TlsFiles,
     TlsListener,
@@ -195,10 +203,12 @@ from raft.tls import (
     source_host,
 )
 from raft.wire import (
+    address_problem,
     decode_install_snapshot,
     decode_message,
     encode_install_snapshot_head,
     encode_message,
+    show_value,
 )
 
 # 2: AppendResponse carries reject_term; heartbeats carry the sender's clock (raft.wire).
@@ -241,8 +251,6 @@ _CHUNK_FRAME_OVERHEAD_BYTES: Final = 128
 
 _U64_END: Final = 1 << 64
 _PORT_MAX: Final = 65535
-# A DNS name is at most 253 characters; IPv6 literals are far shorter.
-_HOST_CHARS_MAX: Final = 253
 
 Address = tuple[str, int]
 
@@ -571,6 +579,7 @@ class _Link:
         "snapshot_transfers_started",
         "task",
         "wakeup",
+        "warnings",
     )
 
     def __init__(self, peer_id: NodeId, address: Address) -> None:
@@ -610,6 +619,8 @@ class _Link:
         self.snapshot_chunk_bytes_sent = 0
         self.snapshot_transfers_received = 0
         self.snapshot_transfers_dropped = 0
+        # Warnings about what this peer sent (see PeerTransport._warn_peer).
+        self.warnings = LogBudget(burst=PEER_WARNINGS_BURST, per_s=PEER_WARNINGS_PER_S)
 
     def has_chunks(self) -> bool:
         out = self.outgoing
@@ -667,7 +678,7 @@ class _Receiver(asyncio.Protocol):
         self._owner = owner
         self._peer_id = peer_id
         self._transport = transport
-        self._decoder = FrameDecoder(owner._max_frame_bytes)
+        self._decoder = FrameDecoder(owner._max_frame_bytes, max_items=PEER_FRAME_ITEMS_MAX)
         self.done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
     def data_received(self, data: bytes) -> None:
@@ -721,23 +732,16 @@ def _check_limit(name: str, value: int, low: int, high: int) -> None:
 
 
 def check_peers(peers: Mapping[int, Address]) -> None:
-    """Raise TransportConfigError unless every (peer id, (host, port)) is usable."""
+    """Raise TransportConfigError unless every (peer id, (host, port)) is usable (the rule a
+    membership entry's address book is held to when it is decoded: `raft.wire`)."""
     for peer_id, address in peers.items():
         if type(peer_id) is not int or not 0 < peer_id < _U64_END:
-            raise TransportConfigError(f"peer id must be a positive integer, got {peer_id!r}")
-        if (
-            not isinstance(address, tuple)
-            or len(address) != 2
-            or not isinstance(address[0], str)
-            or not address[0]
-            or len(address[0]) > _HOST_CHARS_MAX
-            or any(c.isspace() or not c.isprintable() for c in address[0])
-            or type(address[1]) is not int
-            or not 0 < address[1] <= _PORT_MAX
-        ):
             raise TransportConfigError(
-                f"address of peer {peer_id} must be (host, port), got {address!r}"
+                f"peer id must be a positive integer, got {show_value(peer_id)}"
             )
+        problem = address_problem(address) if isinstance(address, tuple) else "not a tuple"
+        if problem is not None:
+            raise TransportConfigError(f"address of peer {peer_id}: {problem}")
 
 
 # ---- the transport --------------------------------------------------------------------------
@@ -827,6 +831,8 @@ class PeerTransport:
         self._cluster_id = cluster_id
         self._max_frame_bytes = max_frame_bytes
         self._log = logger if logger is not None else logging.getLogger("raft.transport")
+        # Warnings about refused handshakes, all sources together (see _warn_stranger).
+        self._stranger_warnings = LogBudget(burst=PEER_WARNINGS_BURST, per_s=PEER_WARNINGS_PER_S)
         self._send_queue_max = send_queue_max
         self._send_queue_bytes_max = send_queue_bytes_max
         self._handshake_timeout_s = handshake_timeout_ms / 1000
@@ -1522,7 +1528,7 @@ class PeerTransport:
                     peer_id = await self._server_handshake(conn, reader, writer)
             except PeerAuthError as exc:
                 self._count_auth_failure(conn.claimed_id)
-                self._log.warning("refused peer connection from %s: %s", peername, exc)
+                self._warn_stranger("refused peer connection from %s: %s", peername, exc)
                 return
             except (
                 OSError,
@@ -1533,7 +1539,7 @@ class PeerTransport:
             ) as exc:
                 if not self._stopped and not conn.evicted:
                     self._handshake_failures += 1
-                    self._log.warning("peer handshake from %s failed: %s", peername, _why(exc))
+                    self._warn_stranger("peer handshake from %s failed: %s", peername, _why(exc))
                 return
             conn.peer_id = peer_id
             # A peer has one outbound link to us; an older inbound connection from it is a
@@ -1673,7 +1679,7 @@ class PeerTransport:
         except (FrameTooLargeError, MalformedFrameError) as exc:
             # The stream is out of sync: nothing after this point can be trusted.
             link.malformed += 1
-            self._log.warning("closing connection from peer %d: %s", peer_id, exc)
+            self._warn_peer(link, "closing connection from peer %d: %s", peer_id, exc)
             return False
         return True
 
@@ -1691,8 +1697,8 @@ class PeerTransport:
                     self._on_ack(link, obj)
             except MalformedMessageError as exc:
                 link.malformed += 1
-                self._log.warning(
-                    "dropping malformed transport frame from peer %d: %s", link.peer_id, exc
+                self._warn_peer(
+                    link, "dropping malformed transport frame from peer %d: %s", link.peer_id, exc
                 )
             return
         try:
@@ -1700,14 +1706,38 @@ class PeerTransport:
         except MalformedMessageError as exc:
             # The frame boundary was fine, so the stream is still in sync: drop just this one.
             link.malformed += 1
-            self._log.warning("dropping malformed message from peer %d: %s", link.peer_id, exc)
+            self._warn_peer(link, "dropping malformed message from peer %d: %s", link.peer_id, exc)
             return
         self._deliver_message(link, msg)
+
+    def _warn_stranger(self, fmt: str, *args: object) -> None:
+        """A warning about a connection refused before it authenticated, within one budget for
+        all of them (as `_warn_peer`'s per peer): strangers need no secret to be refused."""
+        left_out = self._stranger_warnings.take()
+        if left_out is None:
+            return
+        if left_out:
+            fmt += " (%d more refusals before it not logged)"
+            args = (*args, left_out)
+        self._log.warning(fmt, *args)
+
+    def _warn_peer(self, link: _Link, fmt: str, *args: object) -> None:
+        """A warning about what the peer sent, within the peer's log budget (see
+        PEER_WARNINGS_BURST): a peer sending bad frames in a loop costs a few lines a second,
+        and the next line logged says how many were left out. Counters count every event."""
+        left_out = link.warnings.take()
+        if left_out is None:
+            return
+        if left_out:
+            fmt += " (%d more warnings about this peer not logged)"
+            args = (*args, left_out)
+        self._log.warning(fmt, *args)
 
     def _deliver_message(self, link: _Link, msg: Message) -> None:
         if msg.dst != self._node_id or msg.src != link.peer_id:
             link.rejected += 1
-            self._log.warning(
+            self._warn_peer(
+                link,
                 "dropping %s from peer %d with src=%d dst=%d (we are %d)",
                 type(msg).__name__,
                 link.peer_id,
@@ -1739,7 +1769,7 @@ class PeerTransport:
         offset = _uint(offset, "snapshot ack offset")
         epoch = _uint(epoch, "snapshot ack epoch")
         if type(status) is not int or status not in _ACK_STATUSES:
-            raise MalformedMessageError(f"snapshot ack status: {status!r}")
+            raise MalformedMessageError(f"snapshot ack status: {show_value(status)}")
         out = link.outgoing
         if out is None or out.transfer_id != transfer_id:
             return  # about a transfer we already finished, replaced or gave up
@@ -1899,8 +1929,12 @@ class PeerTransport:
             self._discard_incoming(link)
         link.incoming_failed_id = transfer_id
         link.snapshot_transfers_dropped += 1
-        self._log.warning(
-            "dropping snapshot transfer %016x from peer %d: %s", transfer_id, link.peer_id, why
+        self._warn_peer(
+            link,
+            "dropping snapshot transfer %016x from peer %d: %s",
+            transfer_id,
+            link.peer_id,
+            why,
         )
         self._send_ack(link, transfer_id, 0, ACK_FAILED, epoch)
 
@@ -1971,5 +2005,7 @@ def _fields(obj: list[object], count: int, what: str) -> list[object]:
 
 def _uint(value: object, what: str) -> int:
     if type(value) is not int or not 0 <= value < _U64_END:
-        raise MalformedMessageError(f"{what}: expected an integer in [0, 2**64), got {value!r}")
+        raise MalformedMessageError(
+            f"{what}: expected an integer in [0, 2**64), got {show_value(value)}"
+        )
     return value

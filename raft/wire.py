@@ -48,12 +48,20 @@ copying its data into one msgpack buffer.
 those carry a format version first because they outlive any one connection:
 
     conf entry data    msgpack [1, [voter...], [learner...], context bytes]
+    context            b"" or the new membership's address book (written by raft.node):
+                       msgpack {"<node id>": [host, port], ...}
+
+The address book is checked here, where a peer's message is decoded (node ids in decimal,
+each a usable address: `address_problem`, the transport's own rule), so an AppendEntries
+carrying a membership whose addresses a node could not dial is refused like any malformed
+message instead of reaching the log, where every node applying it would have to cope with it.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
+import reprlib
+from collections.abc import Callable, Mapping, Sequence
 from typing import Final
 
 import msgpack
@@ -81,6 +89,7 @@ from raft.errors import (
     MalformedMessageError,
 )
 from raft.framing import msgpack_bin_header, unpack_msgpack
+from raft.limits import PEER_FRAME_ITEMS_MAX
 
 TAG_APPEND_ENTRIES: Final = 1
 TAG_APPEND_RESPONSE: Final = 2
@@ -96,6 +105,14 @@ CONF_STATE_FORMAT_VERSION: Final = 1
 _U64_END: Final = 1 << 64
 _ENTRY_KINDS: Final = {int(kind): kind for kind in EntryKind}
 _REPR_CHARS_MAX: Final = 60  # how much of an offending value an error message quotes
+_IDS_SHOWN_MAX: Final = 8  # node ids an error message lists at most
+_PORT_MAX: Final = 65535
+# A DNS name is at most 253 characters; IPv6 literals are far shorter.
+HOST_CHARS_MAX: Final = 253
+# The longest decimal node id (2**64 - 1 has 20 digits).
+_NODE_ID_DIGITS_MAX: Final = 20
+
+Address = tuple[str, int]
 _EMPTY_BIN: Final = b"\xc4\x00"  # msgpack of b"" (bin 8, length 0)
 
 
@@ -256,14 +273,109 @@ def encode_conf_state(conf: ConfState, *, context: bytes = b"") -> bytes:
     )
 
 
+def encode_address_book(book: Mapping[int, Address]) -> bytes:
+    """A CONF entry's context: msgpack {"<node id>": [host, port]} (node ids in order)."""
+    return msgpack.packb({str(k): [h, p] for k, (h, p) in sorted(book.items())})
+
+
+def address_problem(address: object) -> str | None:
+    """Why `address` is not a (host, port) a peer link can dial, or None if it is."""
+    if not isinstance(address, tuple | list) or len(address) != 2:
+        return f"expected (host, port), got {show_value(address)}"
+    host, port = address
+    if (
+        type(host) is not str
+        or not host
+        or len(host) > HOST_CHARS_MAX
+        or any(c.isspace() or not c.isprintable() for c in host)
+    ):
+        return (
+            f"expected a host of 1 to {HOST_CHARS_MAX} printable characters without spaces, "
+            f"got {show_value(host)}"
+        )
+    if type(port) is not int or not 0 < port <= _PORT_MAX:
+        return f"expected a port in [1, {_PORT_MAX}], got {show_value(port)}"
+    return None
+
+
+def decode_address_book(data: bytes) -> dict[int, Address]:
+    """Inverse of `encode_address_book` (b"" is an empty book).
+
+    Raises MalformedConfStateError unless every key is a node id in decimal (as written: no
+    sign, no leading zero) and every value a usable address (`address_problem`).
+    """
+    if type(data) is not bytes:
+        raise MalformedConfStateError(f"address book: expected bytes, got {show_value(data)}")
+    if not data:
+        return {}
+    try:
+        obj = unpack_msgpack(data, max_bytes=len(data), max_items=PEER_FRAME_ITEMS_MAX)
+    except MalformedFrameError as exc:
+        raise MalformedConfStateError(f"address book: {exc}") from exc
+    if type(obj) is not dict:
+        raise MalformedConfStateError(f"address book: expected a map, got {show_value(obj)}")
+    book: dict[int, Address] = {}
+    for key, address in obj.items():
+        if (
+            type(key) is not str
+            or not 0 < len(key) <= _NODE_ID_DIGITS_MAX
+            or not key.isascii()
+            or not key.isdigit()
+            or key[0] == "0"
+            or int(key) >= _U64_END
+        ):
+            raise MalformedConfStateError(
+                f"address book: expected node ids in decimal as keys, got {show_value(key)}"
+            )
+        problem = address_problem(address)
+        if problem is not None:
+            raise MalformedConfStateError(f"address book: node {key}: {problem}")
+        host, port = address
+        book[int(key)] = (host, port)
+    return book
+
+
 # ---- validation helpers ---------------------------------------------------------------------
 
 
-def _show(value: object) -> str:
-    text = repr(value)
+class _BoundedRepr(reprlib.Repr):
+    """reprlib's bounded repr (a few items per container, a few levels), plus bytes, which
+    reprlib would repr whole before cutting: an offending value can be a 64 MiB frame."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.maxlevel = 3
+        self.maxlist = self.maxtuple = self.maxdict = self.maxset = 4
+        self.maxstring = self.maxother = self.maxlong = _REPR_CHARS_MAX
+
+    def repr_bytes(self, value: bytes, level: int) -> str:
+        cut = value[: self.maxstring // 4]
+        return repr(cut) + ("..." if len(value) > len(cut) else "")
+
+    def repr_bytearray(self, value: bytearray, level: int) -> str:
+        return self.repr_bytes(bytes(value[: self.maxstring]), level)
+
+
+_bounded_repr: Final = _BoundedRepr()
+
+
+def show_value(value: object) -> str:
+    """The type and a short repr of `value`, whatever its size: error messages and logs
+    quote values a peer sent, which must never cost more than a few dozen characters (the
+    repr is bounded while it is built, not cut afterwards)."""
+    text = _bounded_repr.repr(value)
     if len(text) > _REPR_CHARS_MAX:
         text = text[: _REPR_CHARS_MAX - 3] + "..."
     return f"{type(value).__name__} {text}"
+
+
+def _show(value: object) -> str:
+    return show_value(value)
+
+
+def _show_ids(ids: Sequence[int]) -> str:
+    shown = ", ".join(str(i) for i in ids[:_IDS_SHOWN_MAX])
+    return f"[{shown}{', ...' if len(ids) > _IDS_SHOWN_MAX else ''}] ({len(ids)} ids)"
 
 
 def _bad(where: str, expected: str, value: object) -> MalformedMessageError:
@@ -348,7 +460,7 @@ def _decode_entry_checked(value: object, where: str) -> Entry:
 def _decode_node_ids(value: object, where: str) -> tuple[int, ...]:
     ids = tuple(_node_id(v, f"{where}[{i}]") for i, v in enumerate(_array(value, where)))
     if len(set(ids)) != len(ids):
-        raise MalformedMessageError(f"{where}: lists a node id more than once: {list(ids)}")
+        raise MalformedMessageError(f"{where}: lists a node id more than once: {_show_ids(ids)}")
     return ids
 
 
@@ -361,7 +473,7 @@ def _decode_conf(value: object, where: str) -> ConfState:
     both = set(conf.voters) & set(conf.learners)
     if both:
         raise MalformedMessageError(
-            f"{where}: node ids {sorted(both)} are both voters and learners"
+            f"{where}: node ids {_show_ids(sorted(both))} are both voters and learners"
         )
     return conf
 
@@ -642,23 +754,29 @@ def _check_entry(e: Entry, i: int, msg: AppendEntries, term_floor: int, tm_floor
 
 
 def decode_conf_state(data: bytes) -> ConfState:
-    """Inverse of `encode_conf_state` (the context is checked, not returned).
+    """Inverse of `encode_conf_state` (the context is checked as an address book,
+    `decode_address_book`, not returned).
 
     Raises MalformedConfStateError if `data` is not an encoded ConfState.
     """
     if type(data) is not bytes:
         raise MalformedConfStateError(f"ConfState: expected bytes, got {_show(data)}")
     try:
-        obj = unpack_msgpack(data, max_bytes=max(len(data), 1))
+        obj = unpack_msgpack(data, max_bytes=max(len(data), 1), max_items=PEER_FRAME_ITEMS_MAX)
     except MalformedFrameError as exc:
         raise MalformedConfStateError(f"ConfState: {exc}") from exc
     try:
-        version, voters, learners, context = _fields(obj, 4, "ConfState")
+        version, voters, learners, raw_context = _fields(obj, 4, "ConfState")
         if type(version) is not int or version != CONF_STATE_FORMAT_VERSION:
             raise _bad("ConfState.version", f"{CONF_STATE_FORMAT_VERSION}", version)
-        _payload(context, "ConfState.context")
-        return _decode_conf([voters, learners], "ConfState")
+        context = _payload(raw_context, "ConfState.context")
+        conf = _decode_conf([voters, learners], "ConfState")
     except MalformedConfStateError:
         raise
     except MalformedMessageError as exc:
         raise MalformedConfStateError(str(exc)) from exc
+    try:
+        decode_address_book(context)
+    except MalformedConfStateError as exc:
+        raise MalformedConfStateError(f"ConfState.context: {exc}") from exc
+    return conf

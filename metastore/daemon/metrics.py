@@ -81,6 +81,12 @@ class NodeMetrics:
                 "side) for a revoked certificate",
                 "metastore_peer_tls_revoked_closed_total": "open peer links closed when their "
                 "certificate was revoked",
+                "metastore_raft_inbox_dropped_total": "peer messages dropped because the Raft "
+                "driver's inbox was full (raft.node INBOX_MESSAGES_MAX: the driver falls behind "
+                "its peers)",
+                "metastore_raft_unusable_address_books_total": "membership entries and snapshots "
+                "met whose peer addresses this node cannot use (a member without an address "
+                "here; see the node's error log)",
             }
         )
         r.register(self.totals)
@@ -194,6 +200,10 @@ class NodeMetrics:
                     "peer_tls_revoked_refused", 0
                 ),
                 "metastore_peer_tls_revoked_closed_total": status.get("peer_tls_revoked_closed", 0),
+                "metastore_raft_inbox_dropped_total": status.get("raft_inbox_dropped", 0),
+                "metastore_raft_unusable_address_books_total": status.get(
+                    "raft_unusable_address_books", 0
+                ),
             }
         )
         self.client_connections_paused.set(status.get("client_connections_paused", 0))

@@ -336,6 +336,8 @@ class MetastoreNode:
             "revoked_certs": len(self.sm.state.revoked),
             "peer_tls_revoked_refused": st.transport.get("tls_revoked_refused", 0),
             "peer_tls_revoked_closed": st.transport.get("tls_revoked_closed", 0),
+            "raft_inbox_dropped": st.inbox_dropped,
+            "raft_unusable_address_books": st.unusable_address_books,
             **self.api.reply_backlog(),
         }
 

@@ -22,7 +22,7 @@ def encode_conf(conf: ConfState, context: bytes = b"") -> bytes:
 def _decode(data: bytes) -> tuple[ConfState, bytes]:
     obj = msgpack.unpackb(data, raw=False)
     if not isinstance(obj, list) or len(obj) != 4 or obj[0] != 1:
-        raise ValueError(f"malformed membership entry: {obj!r}")
+        raise ValueError(f"malformed membership entry (a {type(obj).__name__})")
     _, voters, learners, context = obj
     if (
         not isinstance(voters, list)
@@ -30,7 +30,7 @@ def _decode(data: bytes) -> tuple[ConfState, bytes]:
         or not isinstance(context, bytes)
         or not all(isinstance(x, int) and x > 0 for x in [*voters, *learners])
     ):
-        raise ValueError(f"malformed membership entry: {obj!r}")
+        raise ValueError(f"malformed membership entry (a {type(obj).__name__})")
     return ConfState(voters=tuple(sorted(voters)), learners=tuple(sorted(learners))), context
 
 

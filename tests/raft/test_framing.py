@@ -188,6 +188,29 @@ def test_size_limits_inside_the_frame_come_from_max_frame_bytes() -> None:
     assert decoder.next_frame() == {"k": "s" * 300, "b": b"x" * 290}
 
 
+@pytest.mark.parametrize(
+    "body",
+    [
+        msgpack.packb([[None] * 3] * 30),  # 30 + 90 items over the levels
+        msgpack.packb({"a": [1] * 100}),  # a map pair and a long array
+        msgpack.packb([1] * 101),  # one array alone over the budget
+    ],
+    ids=["nested", "map", "flat"],
+)
+def test_a_frame_with_more_items_than_its_budget_is_refused(body: bytes) -> None:
+    decoder = FrameDecoder(8192, max_items=100)
+    decoder.feed(frame_of(body))
+    with pytest.raises(MalformedFrameError, match=r"more than 100|exceeds max_"):
+        decoder.next_frame()
+
+
+def test_a_frame_within_its_item_budget_decodes() -> None:
+    decoder = FrameDecoder(8192, max_items=100)
+    obj = [[None] * 3] * 24 + [{"a": 1}]  # 25 + 72 + 1 items
+    decoder.feed(frame_of(msgpack.packb(obj)))
+    assert decoder.next_frame() == obj
+
+
 def _is_plain(obj: object) -> bool:
     """Only the kinds msgpack's core types map to: no ExtType, Timestamp or anything custom."""
     if obj is None or type(obj) in (bool, int, float, str, bytes):

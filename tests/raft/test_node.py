@@ -9,6 +9,9 @@ tests live in test_processes.py.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import json
+import logging
 import random
 import socket
 import threading
@@ -33,13 +36,16 @@ from raft.core.errors import (
 from raft.core.raft import RaftCore
 from raft.core.ready import CoreConfig, Ready
 from raft.core.types import (
+    AppendEntries,
     AppendResponse,
     ConfState,
     Entry,
     EntryKind,
     HardState,
     Heartbeat,
+    InstallSnapshot,
     Message,
+    RequestVote,
     Snapshot,
     SnapshotMeta,
 )
@@ -675,6 +681,67 @@ async def test_a_slow_snapshot_write_does_not_stall_the_driver(
         assert leader.status().core.term == term
 
 
+@pytest.mark.parametrize(
+    "newcomer",
+    [
+        ["127.0.0.1", 0],  # port 0: not dialable
+        "127.0.0.1:7009",  # not (host, port)
+        None,  # the whole book is not a map
+    ],
+    ids=["bad-port", "bad-shape", "not-a-map"],
+)
+async def test_a_committed_membership_entry_with_an_unusable_address_book_does_not_stop_the_node(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, newcomer: object
+) -> None:
+    """Such an entry is in a log written before the wire decoder refused it. It used to stop
+    the node on append and apply, and at every restart (a crash loop). Now its membership
+    counts as on every node, the member it adds stays without an address here, and the node
+    says so loudly and goes on."""
+    (port,) = free_ports(1)
+    me = ("127.0.0.1", port)
+    book = b"\x01" if newcomer is None else msgpack.packb({"1": list(me), "9": newcomer})
+    conf = encode_conf(ConfState(voters=(1,), learners=(9,)), context=book)
+    entries = [
+        Entry(term=1, index=1, tm=1, data=b"before"),
+        Entry(term=1, index=2, tm=2, kind=EntryKind.CONF, data=conf),
+    ]
+    wal, _ = WriteAheadLog.open(tmp_path / "wal", fsync=False)
+    wal.append(entries, HardState(term=1, vote=1, commit=2))
+    wal.close()
+    (tmp_path / raft.node.IDENTITY_FILE).write_text(
+        json.dumps({"cluster_id": "test", "node_id": 1})
+    )
+    node = RaftNode(
+        NodeConfig(
+            node_id=1,
+            cluster_id="test",
+            data_dir=tmp_path,
+            listen_host="127.0.0.1",
+            listen_port=port,
+            peers={1: me},
+            secret=SECRET,
+            fsync=False,
+            new_member=False,
+            election_timeout_ms=150,
+        ),
+        ListStateMachine(),
+        clock=HybridClock(SystemClock()),
+    )
+    with caplog.at_level(logging.ERROR, logger="raft.node"):
+        await node.start()
+        try:
+            await leader_of({1: node})
+            result = await node.propose(b"after")
+            assert result.index > 2
+            assert node.status().core.conf.learners == (9,)
+            assert 9 not in node.addresses
+            assert node.unusable_address_books >= 1
+            assert not node.stopped_reason
+        finally:
+            await node.stop()
+    assert any("membership entry 2" in r.getMessage() for r in caplog.records)
+
+
 async def test_a_snapshot_carries_the_address_book_of_its_own_index(tmp_path: Path) -> None:
     """A CONF entry appended after the snapshot's index (not applied, maybe never committed)
     brings its new member's address into the node's book at once, but not into a snapshot
@@ -731,6 +798,96 @@ async def test_a_snapshot_carries_the_address_book_of_its_own_index(tmp_path: Pa
         assert snapshot_book == {1: me}
     finally:
         wal.close()
+        node._io.shutdown(wait=True)
+
+
+async def test_a_membership_change_whose_address_book_peers_would_refuse_is_not_proposed(
+    tmp_path: Path,
+) -> None:
+    """A leader checked only the address of the node it adds; the others come from its own
+    book (its config for itself). An entry whose book the followers' wire decoder refuses
+    would hold back every append from it on, so the whole book is checked first."""
+    (port, other) = free_ports(2)
+    node = RaftNode(
+        NodeConfig(
+            node_id=1,
+            cluster_id="test",
+            data_dir=tmp_path,
+            listen_host="127.0.0.1",
+            listen_port=port,
+            peers={1: ("not a host", port)},  # never dialled: it is this node's own
+            secret=SECRET,
+            fsync=False,
+            election_timeout_ms=150,
+        ),
+        ListStateMachine(),
+        clock=HybridClock(SystemClock()),
+    )
+    await node.start()
+    try:
+        await leader_of({1: node})
+        with pytest.raises(ConfChangeError, match="node 1: expected a host"):
+            await node.add_node(2, ("127.0.0.1", other))
+        assert node.status().core.conf.learners == ()
+    finally:
+        await node.stop()
+
+
+async def test_the_inbox_is_bounded_and_drops_replication_traffic_first(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Peer messages used to pile up in the inbox without a bound while the driver awaited an
+    fsync or was blocked. Past INBOX_MESSAGES_MAX the replication stream is dropped (as lost
+    on the network) and counted; votes, TimeoutNow and snapshots keep a reserve; entry bytes
+    are bounded too, but a first message is always taken."""
+    node = RaftNode(
+        NodeConfig(
+            node_id=1,
+            cluster_id="test",
+            data_dir=tmp_path,
+            listen_host="127.0.0.1",
+            listen_port=7001,
+            peers={1: ("127.0.0.1", 7001), 2: ("127.0.0.1", 7002)},
+            secret=SECRET,
+        ),
+        ListStateMachine(),
+        clock=HybridClock(SystemClock()),
+    )
+    try:
+        big = Entry(term=1, index=1, tm=1, data=b"x" * (raft.node.INBOX_ENTRY_BYTES_MAX // 2 - 64))
+        for _ in range(3):  # the first always, the second within the bytes, the third not
+            node._on_message(
+                AppendEntries(
+                    src=2, dst=1, term=1, prev_index=0, prev_term=0, entries=(big,), commit=0
+                )
+            )
+        assert (len(node._inbox), node.inbox_dropped) == (2, 1)
+        with caplog.at_level(logging.WARNING, logger="raft.node"):
+            for _ in range(raft.node.INBOX_MESSAGES_MAX + 5):
+                node._on_message(Heartbeat(src=2, dst=1, term=1, commit=0))
+        assert len(node._inbox) == raft.node.INBOX_MESSAGES_MAX
+        assert node.inbox_dropped == 1 + 7
+        drops = [r for r in caplog.records if "dropped a Heartbeat" in r.getMessage()]
+        assert 1 <= len(drops) <= raft.node.INBOX_WARNINGS_BURST
+        # Still taken: a vote (the node may refuse votes just after its start: a forced one)
+        # and a snapshot.
+        vote = RequestVote(src=2, dst=1, term=2, last_index=0, last_term=0, force=True)
+        snap = InstallSnapshot(
+            src=2,
+            dst=1,
+            term=2,
+            snapshot=Snapshot(meta=SnapshotMeta(index=1, term=1, tm=1, conf=ConfState())),
+        )
+        node._on_message(vote)
+        node._on_message(snap)
+        assert node._inbox[-2:] == [vote, snap]
+        assert node.inbox_dropped == 8
+        # ... but a snapshot's bytes on the heap count against the bytes bound.
+        node._on_message(
+            dataclasses.replace(snap, snapshot=Snapshot(meta=snap.snapshot.meta, data=b"x" * 1024))
+        )
+        assert node.inbox_dropped == 9
+    finally:
         node._io.shutdown(wait=True)
 
 

@@ -43,8 +43,10 @@ from raft.errors import (
     TransportConfigError,
 )
 from raft.limits import (
+    PEER_FRAME_ITEMS_MAX,
     PEER_INBOUND_CONNECTIONS_MAX,
     PEER_TCP_USER_TIMEOUT_MS,
+    PEER_WARNINGS_BURST,
     STRANGERS_PER_HOST_MAX,
 )
 from raft.transport import PROTOCOL_VERSION, PeerTransport, load_or_create_secret
@@ -563,6 +565,81 @@ async def test_invalid_message_in_valid_frame_is_dropped_and_counted() -> None:
         await eventually(lambda: hb(3, 1, 5) in a_inbox.messages, "stream still in sync")
         assert a.stats()["peers"][3]["malformed"] == 1
         writer.close()
+
+
+async def test_a_frame_of_too_many_tiny_items_closes_the_connection_before_it_is_built() -> None:
+    """A frame's decode cost is bounded by its items (PEER_FRAME_ITEMS_MAX), not its bytes: a
+    frame of 16-nil arrays costs 176 heap bytes per 16 bytes on the wire, and a 64 MiB one
+    took seconds and gigabytes to decode before it was refused as a malformed message."""
+    nested = [[None] * 15] * (PEER_FRAME_ITEMS_MAX // 16 + 1)  # over the budget, ~1 MiB
+    async with node_with_raw_peer() as (a, a_inbox, _, _):
+        reader, writer = await raw_connect(a.bound_port, as_id=3)
+        writer.write(frame([5, 3, 1, nested, 0, 0, 0, 0]) + frame(encode_message(hb(3, 1, 5))))
+        assert await closed_by_remote(reader)
+        writer.close()
+        assert hb(3, 1, 5) not in a_inbox.messages
+        assert a.stats()["peers"][3]["malformed"] == 1
+
+
+async def test_a_refused_value_is_quoted_in_a_few_characters(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A peer's value in an error or a log line is cut while its repr is built: a frame can
+    hold a million items, and a refusal used to print them all."""
+    huge = list(range(100_000))
+    async with node_with_raw_peer() as (a, a_inbox, _, _):
+        with caplog.at_level(logging.WARNING, logger="raft.transport"):
+            _reader, writer = await raw_connect(a.bound_port, as_id=3)
+            writer.write(
+                frame([64, huge, 1, 0, 0, b"", b"x"])  # a snapshot chunk's transfer id
+                + frame([65, 1, 0, huge, 0])  # a snapshot ack's status
+                + frame([5, 3, 1, huge, 0, 0, 0, 0])  # a heartbeat's term
+                + frame([3, 3, 1, 1, 0, 0, {"k": huge}, False])  # a vote's pre_vote flag
+                + frame(encode_message(hb(3, 1, 5)))
+            )
+            await eventually(lambda: hb(3, 1, 5) in a_inbox.messages, "stream still in sync")
+            writer.close()
+        assert a.stats()["peers"][3]["malformed"] == 4
+    lines = [r.getMessage() for r in caplog.records if "peer 3" in r.getMessage()]
+    assert len(lines) >= 4
+    assert max(len(line) for line in lines) < 300, max(lines, key=len)
+
+
+async def test_a_peer_flooding_bad_messages_gets_a_few_warnings_and_every_one_counted(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """One warning per bad frame let a peer fill the node's log: within PEER_WARNINGS_BURST
+    at once, every bad message still counted."""
+    bad_count = 10 * PEER_WARNINGS_BURST
+    async with node_with_raw_peer() as (a, a_inbox, _, _):
+        with caplog.at_level(logging.WARNING, logger="raft.transport"):
+            _reader, writer = await raw_connect(a.bound_port, as_id=3)
+            bad = frame([5, 3, 1, -1, 0, 0])  # a heartbeat of 6 fields, one negative
+            foreign = frame(encode_message(hb(3, 2, 1)))  # for another node
+            writer.write((bad + foreign) * (bad_count // 2) + frame(encode_message(hb(3, 1, 5))))
+            await eventually(lambda: hb(3, 1, 5) in a_inbox.messages, "stream still in sync")
+            writer.close()
+        stats = a.stats()["peers"][3]
+        assert (stats["malformed"], stats["rejected"]) == (bad_count // 2, bad_count // 2)
+    warnings = [r for r in caplog.records if "from peer 3" in r.getMessage()]
+    # The burst, and maybe one more if a token came back while the frames arrived.
+    assert PEER_WARNINGS_BURST <= len(warnings) <= PEER_WARNINGS_BURST + 2, len(warnings)
+
+
+async def test_refused_handshakes_get_a_few_warnings_and_every_one_counted(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A stranger needs no secret to be refused, so refusals share one log budget."""
+    attempts = 3 * PEER_WARNINGS_BURST
+    async with node_with_raw_peer() as (a, _, _, _):
+        with caplog.at_level(logging.WARNING, logger="raft.transport"):
+            for _ in range(attempts):
+                reader, writer = await raw_connect(a.bound_port, as_id=3, secret=WRONG_SECRET)
+                assert await closed_by_remote(reader)
+                writer.close()
+        assert a.stats()["peers"][3]["auth_failures"] == attempts
+    refusals = [r for r in caplog.records if "refused peer connection" in r.getMessage()]
+    assert PEER_WARNINGS_BURST <= len(refusals) <= PEER_WARNINGS_BURST + 3, len(refusals)
 
 
 async def test_spoofed_src_or_foreign_dst_is_dropped_and_counted() -> None:

@@ -28,9 +28,11 @@ from raft.core.types import (
 from raft.errors import MalformedConfStateError, MalformedMessageError
 from raft.framing import NEED_DATA, FrameDecoder, encode_frame
 from raft.wire import (
+    decode_address_book,
     decode_conf_state,
     decode_install_snapshot,
     decode_message,
+    encode_address_book,
     encode_conf_state,
     encode_install_snapshot_head,
     encode_message,
@@ -56,6 +58,17 @@ def conf_states(draw: st.DrawFn) -> ConfState:
     members = draw(st.lists(ids, unique=True, max_size=7))
     split = draw(st.integers(min_value=0, max_value=len(members)))
     return ConfState(voters=tuple(members[:split]), learners=tuple(members[split:]))
+
+
+hosts = st.text(alphabet=st.characters(blacklist_categories=("Z", "C")), min_size=1, max_size=40)
+addresses = st.tuples(hosts, st.integers(min_value=1, max_value=65535))
+
+
+@st.composite
+def address_books(draw: st.DrawFn) -> bytes:
+    """A CONF entry's context as a node writes it: b"" or an address book."""
+    book = draw(st.dictionaries(ids, addresses, max_size=5))
+    return encode_address_book(book) if book or draw(st.booleans()) else b""
 
 
 @st.composite
@@ -86,7 +99,7 @@ def append_entries(draw: st.DrawFn) -> AppendEntries:
     items = []
     for i, (entry_term, tm, kind) in enumerate(zip(entry_terms, tms, kinds, strict=True)):
         if kind is EntryKind.CONF:
-            data = encode_conf_state(draw(conf_states()), context=draw(st.binary(max_size=16)))
+            data = encode_conf_state(draw(conf_states()), context=draw(address_books()))
         else:
             data = draw(st.binary(max_size=64))
         items.append(Entry(term=entry_term, index=prev_index + 1 + i, tm=tm, kind=kind, data=data))
@@ -247,9 +260,14 @@ def test_entry_kind_decodes_to_the_enum(msg: AppendEntries) -> None:
     assert all(type(e.kind) is EntryKind for e in decoded.entries)
 
 
-@given(conf_states(), st.binary(max_size=32))
+@given(conf_states(), address_books())
 def test_conf_state_round_trips_exactly(conf: ConfState, context: bytes) -> None:
     assert decode_conf_state(encode_conf_state(conf, context=context)) == conf
+
+
+@given(st.dictionaries(ids, addresses, max_size=5))
+def test_address_book_round_trips_exactly(book: dict[int, tuple[str, int]]) -> None:
+    assert decode_address_book(encode_address_book(book)) == book
 
 
 def test_tags_and_field_order_are_fixed() -> None:
@@ -451,6 +469,53 @@ CONF_CASES: list[tuple[object, str]] = [
     (msgpack.packb([1, [1, 1], [], b""]), "ConfState.voters: lists"),
     (msgpack.packb([1, [1], [1], b""]), "ConfState: node ids [1]"),
     (msgpack.packb([1, [1], [], "ctx"]), "ConfState.context"),
+    # The context is the new membership's address book (raft.node dials what it says).
+    (msgpack.packb([1, [1], [], b"\xc1"]), "ConfState.context: address book: undecodable"),
+    (msgpack.packb([1, [1], [], b"\x01"]), "ConfState.context: address book: expected a map"),
+    (
+        msgpack.packb([1, [1], [], msgpack.packb({"x": ["h", 1]})]),
+        "ConfState.context: address book: expected node ids",
+    ),
+    (
+        msgpack.packb([1, [1], [], msgpack.packb({"01": ["h", 1]})]),
+        "ConfState.context: address book: expected node ids",
+    ),
+    (
+        msgpack.packb([1, [1], [], msgpack.packb({"0": ["h", 1]})]),
+        "ConfState.context: address book: expected node ids",
+    ),
+    (
+        msgpack.packb([1, [1], [], msgpack.packb({str(2**64): ["h", 1]})]),
+        "ConfState.context: address book: expected node ids",
+    ),
+    (
+        msgpack.packb([1, [1], [], msgpack.packb({"1": ["h", 0]})]),
+        "ConfState.context: address book: node 1: expected a port",
+    ),
+    (
+        msgpack.packb([1, [1], [], msgpack.packb({"1": ["h", True]})]),
+        "ConfState.context: address book: node 1: expected a port",
+    ),
+    (
+        msgpack.packb([1, [1], [], msgpack.packb({"1": ["", 7001]})]),
+        "ConfState.context: address book: node 1: expected a host",
+    ),
+    (
+        msgpack.packb([1, [1], [], msgpack.packb({"1": ["a b", 7001]})]),
+        "ConfState.context: address book: node 1: expected a host",
+    ),
+    (
+        msgpack.packb([1, [1], [], msgpack.packb({"1": ["h" * 254, 7001]})]),
+        "ConfState.context: address book: node 1: expected a host",
+    ),
+    (
+        msgpack.packb([1, [1], [], msgpack.packb({"1": "h:7001"})]),
+        "ConfState.context: address book: node 1: expected (host, port)",
+    ),
+    (
+        msgpack.packb([1, [1], [], msgpack.packb({"1": ["h", 7001, 3]})]),
+        "ConfState.context: address book: node 1: expected (host, port)",
+    ),
 ]
 
 
@@ -499,6 +564,23 @@ INCONSISTENT_CASES: list[tuple[object, str]] = [
     (
         _append_of([[2, 5, 50, int(EntryKind.CONF), b"\xc1"]]),
         "AppendEntries.entries[0].data: ConfState",
+    ),
+    # ... whose address book every node can use (the node dials what it says)
+    (
+        _append_of(
+            [
+                [
+                    2,
+                    5,
+                    50,
+                    int(EntryKind.CONF),
+                    encode_conf_state(
+                        ConfState(voters=(1, 2)), context=msgpack.packb({"2": ["h", 0]})
+                    ),
+                ]
+            ]
+        ),
+        "AppendEntries.entries[0].data: ConfState.context: address book: node 2",
     ),
     # only a leader sends these, and no leader has term 0
     (_append_of([], term=0, prev_term=0), "AppendEntries.term"),
