@@ -81,6 +81,8 @@ class NodeMetrics:
                 "side) for a revoked certificate",
                 "metastore_peer_tls_revoked_closed_total": "open peer links closed when their "
                 "certificate was revoked",
+                "metastore_log_write_failures_total": "log records a log handler could not "
+                "write (a full or read-only disk, a closed stderr)",
             }
         )
         r.register(self.totals)
@@ -194,6 +196,7 @@ class NodeMetrics:
                     "peer_tls_revoked_refused", 0
                 ),
                 "metastore_peer_tls_revoked_closed_total": status.get("peer_tls_revoked_closed", 0),
+                "metastore_log_write_failures_total": status.get("log_write_failures", 0),
             }
         )
         self.client_connections_paused.set(status.get("client_connections_paused", 0))

@@ -37,7 +37,7 @@ from metastore.daemon.config import NodeSettings, load_node_config
 from metastore.daemon.forward import LeaderForwarder
 from metastore.daemon.gc_worker import GcWorker, ProtectedPaths
 from metastore.daemon.job_worker import JobWorker
-from metastore.daemon.logs import setup_logging
+from metastore.daemon.logs import log_write_failures, setup_logging
 from metastore.daemon.metrics import HttpEndpoint, NodeMetrics
 from metastore.daemon.secrets import SecretsError, ensure_secrets
 from metastore.daemon.server import ApiServer
@@ -336,6 +336,7 @@ class MetastoreNode:
             "revoked_certs": len(self.sm.state.revoked),
             "peer_tls_revoked_refused": st.transport.get("tls_revoked_refused", 0),
             "peer_tls_revoked_closed": st.transport.get("tls_revoked_closed", 0),
+            "log_write_failures": log_write_failures(),
             **self.api.reply_backlog(),
         }
 
