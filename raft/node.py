@@ -921,6 +921,28 @@ class RaftNode:
             await asyncio.sleep(self.config.tick_ms / 1000)
         raise RaftCoreError(f"leadership did not move to node {target} within {timeout_ms} ms")
 
+    async def hand_over_leadership(self, *, timeout_ms: int) -> NodeId:
+        """Before a planned stop: as the leader of a cluster with other voters, move leadership
+        to the voter most caught up (one that answered lately first), so the others need not
+        wait out an election timeout without a leader. Returns the new leader, or 0 when this
+        node does not lead, there is no other voter, or leadership did not move within
+        `timeout_ms` (the core abandons a transfer after one election timeout anyway)."""
+        core = self.core
+        if core is None or self._stopped or not core.is_leader():
+            return 0
+        voters = [n for n in core.conf.voters if n != core.id and n in core.progress]
+        if not voters:
+            return 0
+        target = max(
+            voters, key=lambda n: (core.progress[n].recent_active, core.progress[n].match, -n)
+        )
+        try:
+            await self.transfer_leader(target, timeout_ms=timeout_ms)
+        except (RaftCoreError, RaftError) as exc:
+            log.info("leadership not handed over before stopping: %s", exc)
+            return 0
+        return target
+
     def status(self) -> NodeStatus:
         core = self._core()
         now_ms = self.clock.physical_now_ms()

@@ -17,8 +17,10 @@ node id (what `metastore node start --config cluster.toml --node-id 2` passes).
 
 Invariants
     * A loaded config is valid as a whole: every value is type- and range-checked, the ids are
-      distinct, no two listeners share a (host, port), and the durations fit together (a
-      heartbeat is shorter than an election timeout, safe time ticks within DD, CSmax <= DD).
+      distinct, no two listeners share a (host, port) (localhost is 127.0.0.1 and ::1), and the
+      durations fit together (a heartbeat is shorter than an election timeout, safe time ticks
+      within DD, CSmax <= DD, CSmax >= CS_MAX_MS_SEPARATE_HOSTS_MIN across hosts, a session
+      outlives a leader change: SESSION_TTL_ELECTION_TIMEOUTS_MIN).
     * Unknown keys are errors. A typo ("heartbeat_interval" without `_ms`) must not silently
       fall back to a default on one node.
     * Every failure is a `ConfigError` naming the file, the key and what is wrong; nothing is
@@ -114,6 +116,20 @@ METRICS_PORT_OFFSET: Final = 200
 
 # Clients heartbeat at least this far apart (each heartbeat is a Raft entry).
 SESSION_HEARTBEAT_MS_MIN: Final = 100
+# A session must outlive a leader change, or each election expires the sessions (and the leases
+# of every running job) whose heartbeat fell into it. A follower calls an election after a
+# randomized 1 to 2 election timeouts without its leader (raft.core: `randomized_election_ticks`);
+# the third covers the vote round and the client finding the new leader. On top comes the
+# client's own interval: its heartbeat just before the leader went is the last one that counted.
+SESSION_TTL_ELECTION_TIMEOUTS_MIN: Final = 3
+# Nodes on separate hosts read separate clocks: a follower whose clock trails the leader's by
+# more than CSmax drops its entries (the HLC's accepted offset). NTP keeps hosts on one network
+# within about a millisecond, and hosts synced over the internet within tens of ms, so a CSmax
+# below this is a setting no real deployment keeps. Nodes that share one host (one clock) may
+# use any CSmax, 0 included.
+CS_MAX_MS_SEPARATE_HOSTS_MIN: Final = 10
+# Names of this machine's loopback interface: the same listener as 127.0.0.1 / ::1.
+_LOOPBACK_NAMES: Final = frozenset({"localhost", "localhost.localdomain", "ip6-localhost"})
 # GC schedule: every 10 minutes by default (CockroachDB's protected-timestamp poll interval is
 # of that order); as often as every 100 ms for tests and demos.
 DEFAULT_SNAPSHOT_KEEP_ENTRIES: Final = 1_000
@@ -485,6 +501,16 @@ def _parse_cluster(path: Path, data: Mapping[str, object]) -> ClusterConfig:
         low_reason="at least tick_ms: idle entries are appended on ticks",
         high_reason="at most dd_ms: safe time must advance within DD, or reads at now wait",
     )
+    nodes = _parse_nodes(path, reader.table_list("nodes"))
+    machines = {_machine(n.host) for n in nodes}
+    if len(machines) > 1 and cs_max_ms < CS_MAX_MS_SEPARATE_HOSTS_MIN:
+        raise reader.error(
+            "cs_max_ms",
+            f"{cs_max_ms} is below {CS_MAX_MS_SEPARATE_HOSTS_MIN} for nodes on separate hosts "
+            f"({', '.join(sorted({n.host for n in nodes}))}): each reads its own clock, and a "
+            "follower whose clock trails the leader's by more than CSmax drops every entry; "
+            "set the clock skew NTP keeps between them (CS_MAX_MS_SEPARATE_HOSTS_MIN)",
+        )
     if cs_max_ms > dd_ms:
         raise reader.error(
             "cs_max_ms",
@@ -552,13 +578,24 @@ def _parse_cluster(path: Path, data: Mapping[str, object]) -> ClusterConfig:
         low_reason="at least 2 x idle_safe_time_interval_ms: a healthy node's safe time trails "
         "its clock by up to that interval",
     )
+    leader_change_ms = SESSION_TTL_ELECTION_TIMEOUTS_MIN * election_ms
+    if session_ttl_ms < session_heartbeat_ms + leader_change_ms:
+        raise reader.error(
+            "session_ttl_ms",
+            f"{session_ttl_ms} is below session_heartbeat_ms + "
+            f"{SESSION_TTL_ELECTION_TIMEOUTS_MIN} x election_timeout_ms = {session_heartbeat_ms}"
+            f" + {leader_change_ms} = {session_heartbeat_ms + leader_change_ms}: a leader change "
+            "takes up to two election timeouts before a follower campaigns, plus the vote and "
+            "the client finding the new leader, and the client's last heartbeat before it may "
+            "be a full interval old; a shorter TTL expires sessions (and their jobs' leases) at "
+            "a leader change",
+        )
     secrets_dir = reader.path("secrets_dir", default=DEFAULT_SECRETS_DIR)
     data_dir = reader.path("data_dir", default=DEFAULT_DATA_DIR)
     warehouse = reader.path("warehouse", default=DEFAULT_WAREHOUSE, uri_ok=True)
     log_level = reader.string("log_level", max_chars=16, default=DEFAULT_LOG_LEVEL).upper()
     if log_level not in LOG_LEVELS:
         raise reader.error("log_level", f"{log_level!r} is not one of {', '.join(LOG_LEVELS)}")
-    nodes = _parse_nodes(path, reader.table_list("nodes"))
     tls_table = reader.optional_table("tls")
     tls = _parse_tls(path, tls_table) if tls_table is not None else None
     reader.finish()
@@ -637,7 +674,7 @@ def _parse_nodes(path: Path, tables: list[Mapping[str, object]]) -> tuple[NodeAd
         )
     nodes: list[NodeAddress] = []
     id_keys: dict[int, str] = {}
-    listener_keys: dict[tuple[str, int], str] = {}
+    listener_keys: dict[tuple[str, int], str] = {}  # (address as bound, port) -> its key
     for index, table in enumerate(tables):
         prefix = f"nodes[{index}]."
         reader = _Reader(path, table, prefix=prefix)
@@ -661,13 +698,13 @@ def _parse_nodes(path: Path, tables: list[Mapping[str, object]]) -> tuple[NodeAd
             raise reader.error("id", f"node id {node_id} is already used by {id_keys[node_id]}")
         id_keys[node_id] = f"{prefix}id"
         for name, port in ports.items():
-            # Ports must differ per host; two hosts may use the same port numbers.
-            listener = (host.lower(), port)
-            if listener in listener_keys:
-                raise reader.error(
-                    name, f"{host}:{port} is already used by {listener_keys[listener]}"
-                )
-            listener_keys[listener] = f"{prefix}{name}"
+            # Ports must differ per host; two hosts may use the same port numbers. A host may
+            # be spelled several ways (localhost, 127.0.0.1): compare the addresses it binds.
+            listeners = [(address, port) for address in _bound_addresses(host)]
+            clash = next((listener for listener in listeners if listener in listener_keys), None)
+            if clash is not None:
+                raise reader.error(name, f"{host}:{port} is already used by {listener_keys[clash]}")
+            listener_keys.update(dict.fromkeys(listeners, f"{prefix}{name}"))
         nodes.append(
             NodeAddress(
                 id=node_id,
@@ -812,6 +849,35 @@ def _is_ipv6(host: str) -> bool:
     except ValueError:
         return False
     return True
+
+
+def _bound_addresses(host: str) -> tuple[str, ...]:
+    """What a listener on `host` occupies, in one spelling per address: an IP address in its
+    canonical form (::ffff:127.0.0.1 is 127.0.0.1), a loopback name both loopback addresses it
+    may resolve to, another name itself (lower case, without a trailing dot). Names are not
+    looked up: the config is read on hosts (the CLI's) whose resolver may differ from the
+    nodes'."""
+    name = host.lower().rstrip(".")
+    if name in _LOOPBACK_NAMES:
+        return ("127.0.0.1", "::1")
+    try:
+        address = ipaddress.ip_address(name)
+    except ValueError:
+        return (name,)
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    return (str(address),)
+
+
+def _machine(host: str) -> str:
+    """Which machine (which clock) `host` names, as far as can be told without a lookup: every
+    loopback address and name is this one; other names and addresses stand for themselves."""
+    (address,) = _bound_addresses(host)[:1]
+    try:
+        loopback = ipaddress.ip_address(address).is_loopback
+    except ValueError:
+        return address
+    return "loopback" if loopback else address
 
 
 def _join_host_port(host: str, port: int) -> str:

@@ -87,6 +87,8 @@ class NodeMetrics:
                 "metastore_raft_unusable_address_books_total": "membership entries and snapshots "
                 "met whose peer addresses this node cannot use (a member without an address "
                 "here; see the node's error log)",
+                "metastore_log_write_failures_total": "log records a log handler could not "
+                "write (a full or read-only disk, a closed stderr)",
             }
         )
         r.register(self.totals)
@@ -204,6 +206,7 @@ class NodeMetrics:
                 "metastore_raft_unusable_address_books_total": status.get(
                     "raft_unusable_address_books", 0
                 ),
+                "metastore_log_write_failures_total": status.get("log_write_failures", 0),
             }
         )
         self.client_connections_paused.set(status.get("client_connections_paused", 0))
@@ -282,17 +285,36 @@ class HttpEndpoint:
         finally:
             self._open.pop(writer, None)
 
+    @staticmethod
+    async def _read_head(reader: asyncio.StreamReader) -> bytes | None:
+        """The request line and headers, up to the blank line that ends them, or None if the
+        peer closed first. Lines may end in CRLF or a bare LF (`printf '...\\n\\n' | nc`, as
+        RFC 9112 section 2.2 lets a server accept). Stops reading once past
+        HTTP_REQUEST_BYTES_MAX: the caller answers 431 to a head that long."""
+        head = b""
+        while len(head) <= HTTP_REQUEST_BYTES_MAX:
+            line = await reader.readline()
+            if not line.endswith(b"\n"):
+                return None  # EOF before the blank line
+            head += line
+            if line in (b"\n", b"\r\n") and head != line:
+                return head
+        return head
+
     async def _respond(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
-            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), HTTP_TIMEOUT_S)
-        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError, OSError):
+            head = await asyncio.wait_for(self._read_head(reader), HTTP_TIMEOUT_S)
+        except (ValueError, asyncio.LimitOverrunError, TimeoutError, OSError):
+            # ValueError: a single line past the reader's limit (readline's overrun).
+            head = None
+        if head is None:
             writer.close()
             return
         try:
             if len(head) > HTTP_REQUEST_BYTES_MAX:
                 await self._send(writer, 431, "text/plain", b"request header too large\n")
                 return
-            line = head.split(b"\r\n", 1)[0].decode("latin-1")
+            line = head.lstrip(b"\r\n").split(b"\n", 1)[0].rstrip(b"\r").decode("latin-1")
             parts = line.split(" ")
             if len(parts) != 3 or parts[0] != "GET":
                 await self._send(writer, 405, "text/plain", b"only GET is served\n")

@@ -9,6 +9,11 @@ DD and CSmax are fixed in the replicated state for the cluster's whole life (a l
 different config cannot change them). The API server reads both from the replicated state. A
 node's clock guard (its HLC's accepted offset, the fence by heartbeat round trips) starts with
 its config's `cs_max_ms` and drops to the cluster's once known, if that is smaller.
+
+A planned stop (SIGTERM, SIGINT) of the leader first moves leadership to the most caught-up
+voter (Raft's TimeoutNow, waiting up to one election timeout): otherwise each rolling restart
+leaves the cluster without a leader until its followers' election timeouts run out. A stop on
+a fatal error does not try.
 """
 
 from __future__ import annotations
@@ -37,7 +42,7 @@ from metastore.daemon.config import NodeSettings, load_node_config
 from metastore.daemon.forward import LeaderForwarder
 from metastore.daemon.gc_worker import GcWorker, ProtectedPaths
 from metastore.daemon.job_worker import JobWorker
-from metastore.daemon.logs import setup_logging
+from metastore.daemon.logs import log_write_failures, setup_logging
 from metastore.daemon.metrics import HttpEndpoint, NodeMetrics
 from metastore.daemon.secrets import SecretsError, ensure_secrets
 from metastore.daemon.server import ApiServer
@@ -338,6 +343,7 @@ class MetastoreNode:
             "peer_tls_revoked_closed": st.transport.get("tls_revoked_closed", 0),
             "raft_inbox_dropped": st.inbox_dropped,
             "raft_unusable_address_books": st.unusable_address_books,
+            "log_write_failures": log_write_failures(),
             **self.api.reply_backlog(),
         }
 
@@ -370,12 +376,23 @@ class MetastoreNode:
             },
         )
 
-    async def stop(self) -> None:
+    async def stop(self, *, hand_over: bool = False) -> None:
+        """Stop serving and release everything. `hand_over` (a planned stop: SIGTERM): as the
+        leader, first move leadership to another voter, waiting up to one election timeout, so
+        a rolling restart does not leave the cluster without a leader for an election timeout
+        (the followers would only notice the silence then). Clients keep being served (their
+        writes forwarded) while it moves."""
         for task in (self._init_task, self._sweep_task, self._gc_task, self._job_task):
             if task is not None:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await task
+        if hand_over and self.raft.is_leader():
+            timeout_ms = self.settings.cluster.election_timeout_ms
+            log.info("handing leadership over before stopping (up to %d ms)", timeout_ms)
+            new_leader = await self.raft.hand_over_leadership(timeout_ms=timeout_ms)
+            if new_leader:
+                log.info("leadership handed to node %d", new_leader, extra={"leader": new_leader})
         await self.api.stop()
         await self.http.stop()
         await self.forwarder.close()
@@ -551,7 +568,8 @@ async def serve(settings: NodeSettings, *, bootstrap: bool = False) -> int:
         loop.add_signal_handler(sig, stop_on, sig)
     loop.add_signal_handler(signal.SIGHUP, node.reload_tokens)
     await node.stopped.wait()
-    await node.stop()
+    # A fatal error stops at once: this node may not be able to lead a transfer (its WAL).
+    await node.stop(hand_over=node.fatal is None)
     if node.fatal is not None:
         log.critical("stopped on a fatal error: %s", node.fatal)
         return 1

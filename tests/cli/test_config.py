@@ -325,6 +325,71 @@ BAD: list[tuple[str, Mutation, str, str]] = [
         "nodes[1].raft_port",
         "already used by nodes[0].client_port",
     ),
+    # `localhost` is the loopback address: the same listener as 127.0.0.1 (or ::1).
+    (
+        "localhost clashes with 127.0.0.1",
+        both(set_node(1, "host", "localhost"), set_node(1, "raft_port", 101)),
+        "nodes[1].raft_port",
+        "already used by nodes[0].raft_port",
+    ),
+    (
+        "LOCALHOST. clashes with 127.0.0.1",
+        both(set_node(1, "host", "LOCALHOST."), set_node(1, "client_port", 201)),
+        "nodes[1].client_port",
+        "already used by nodes[0].client_port",
+    ),
+    (
+        "localhost clashes with ::1",
+        both(
+            set_node(0, "host", "::1"),
+            set_node(1, "host", "localhost"),
+            set_node(1, "metrics_port", 301),
+        ),
+        "nodes[1].metrics_port",
+        "already used by nodes[0].metrics_port",
+    ),
+    (
+        "an IPv6 spelling of the same address clashes",
+        both(
+            set_node(0, "host", "::1"),
+            set_node(1, "host", "0:0:0:0:0:0:0:1"),
+            set_node(1, "raft_port", 101),
+        ),
+        "nodes[1].raft_port",
+        "already used by nodes[0].raft_port",
+    ),
+    # Separate hosts have separate clocks: CSmax 0 makes a follower whose clock is 1 ms behind
+    # the leader's drop every entry.
+    (
+        "cs_max 0 on separate hosts",
+        both(*(set_node(i, "host", f"db{i}") for i in range(3)), set_key("cs_max_ms", 0)),
+        "cs_max_ms",
+        "separate hosts",
+    ),
+    (
+        "cs_max below NTP accuracy on separate hosts",
+        both(*(set_node(i, "host", f"db{i}") for i in range(3)), set_key("cs_max_ms", 9)),
+        "cs_max_ms",
+        "separate hosts",
+    ),
+    # A session must outlive a leader change, or every election expires the sessions (and
+    # with them the leases of running jobs).
+    (
+        "session ttl shorter than a leader change",
+        both(set_key("election_timeout_ms", 2_000), set_key("session_ttl_ms", 5_000)),
+        "session_ttl_ms",
+        "election_timeout_ms",
+    ),
+    (
+        "session ttl shorter than a leader change plus a session heartbeat",
+        both(
+            set_key("election_timeout_ms", 1_000),
+            set_key("session_ttl_ms", 3_600),
+            set_key("session_heartbeat_ms", 1_000),
+        ),
+        "session_ttl_ms",
+        "session_heartbeat_ms",
+    ),
 ]
 
 
@@ -343,6 +408,27 @@ def test_invalid_cluster_files_are_refused(
     assert words in err.problem
     assert str(err).startswith(f"{path}: {key}: ")
     assert err.code == "CONFIG_INVALID"
+
+
+def test_cs_max_zero_is_accepted_when_every_node_shares_one_clock(tmp_path: Path) -> None:
+    doc = base_doc()
+    doc["cs_max_ms"] = 0
+    doc["nodes"][1]["host"] = "localhost"  # the same machine as 127.0.0.1
+    assert load_cluster_config(write(tmp_path / "cluster.toml", doc)).cs_max_ms == 0
+
+
+def test_cs_max_at_the_separate_host_minimum_is_accepted(tmp_path: Path) -> None:
+    doc = base_doc()
+    for i, node in enumerate(doc["nodes"]):
+        node["host"] = f"db{i}"
+    doc["cs_max_ms"] = 10
+    assert load_cluster_config(write(tmp_path / "cluster.toml", doc)).cs_max_ms == 10
+
+
+def test_session_ttl_at_the_leader_change_bound_is_accepted(tmp_path: Path) -> None:
+    doc = base_doc()
+    doc.update(election_timeout_ms=1_000, session_ttl_ms=4_000, session_heartbeat_ms=1_000)
+    assert load_cluster_config(write(tmp_path / "cluster.toml", doc)).session_ttl_ms == 4_000
 
 
 def test_config_error_survives_pickling(tmp_path: Path) -> None:

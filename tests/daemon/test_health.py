@@ -98,3 +98,16 @@ def test_every_total_in_the_exposition_is_a_counter() -> None:
     assert values["metastore_wal_fsync_seconds_total"] == 1.5
     assert values["metastore_peer_tls_revoked_refused_total"] == 3
     assert values["metastore_peer_tls_revoked_closed_total"] == 1
+
+
+def test_log_write_failures_are_a_counter() -> None:
+    # A node on a full disk drops its log records quietly (metastore.daemon.logs): the count
+    # is how an operator sees it from the scraper.
+    from prometheus_client.parser import text_string_to_metric_families
+
+    metrics = NodeMetrics(2)
+    metrics.refresh(HEALTHY | {"log_write_failures": 4})
+    families = {f.name: f for f in text_string_to_metric_families(metrics.exposition().decode())}
+    family = families["metastore_log_write_failures"]
+    assert family.type == "counter"
+    assert [s.value for s in family.samples if s.name.endswith("_total")] == [4]

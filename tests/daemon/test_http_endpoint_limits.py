@@ -74,3 +74,35 @@ async def test_silent_connections_past_the_limit_evict_the_oldest_and_scrapes_st
             with contextlib.suppress(ConnectionError, OSError):
                 await writer.wait_closed()
         await endpoint.stop()
+
+
+async def _get_raw(port: int, request: bytes) -> bytes:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        writer.write(request)
+        await writer.drain()
+        return await asyncio.wait_for(reader.read(), EVICTION_WAIT_S)
+    finally:
+        writer.close()
+
+
+async def test_bare_lf_line_endings_are_served_at_once() -> None:
+    # `printf 'GET /health HTTP/1.0\n\n' | nc host port`: tools and humans type bare LF; the
+    # reply must come well before HTTP_TIMEOUT_S, not after it as an empty close.
+    endpoint = HttpEndpoint(NodeMetrics(1), _status)
+    await endpoint.start("127.0.0.1", 0)
+    try:
+        port = endpoint.bound_port
+        reply = await _get_raw(port, b"GET /health HTTP/1.0\n\n")
+        assert reply.startswith(b"HTTP/1.1 200 "), reply
+        reply = await _get_raw(port, b"GET /metrics HTTP/1.0\nHost: x\n\n")
+        assert reply.startswith(b"HTTP/1.1 200 ") and b"metastore_raft_term" in reply, reply
+        # Mixed endings (a CRLF request line, a bare-LF blank line) are one request too.
+        reply = await _get_raw(port, b"GET /health HTTP/1.1\r\nHost: x\r\n\n")
+        assert reply.startswith(b"HTTP/1.1 200 "), reply
+        # The header bound still holds with bare LF.
+        big = b"GET /health HTTP/1.0\n" + b"X-Pad: " + b"a" * 9000 + b"\n\n"
+        reply = await _get_raw(port, big)
+        assert reply.startswith(b"HTTP/1.1 431 "), reply
+    finally:
+        await endpoint.stop()

@@ -67,3 +67,41 @@ def test_a_stderr_of_its_own_still_gets_every_line(
         handler.flush()
     assert _messages(log_file.read_text()) == ["metastore node started"]
     assert _messages(console.getvalue()) == ["metastore node started"]
+
+
+def test_a_full_disk_costs_one_line_then_a_count_not_a_traceback_per_record(
+    monkeypatch: pytest.MonkeyPatch, root_logging: None
+) -> None:
+    # /dev/full fails every write with ENOSPC, as a full file system does. Python's logging
+    # printed "--- Logging error ---" and a traceback to stderr for each record, so a node on
+    # a full disk flooded its journal while it kept running.
+    from metastore.daemon import logs
+
+    console = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", console)
+    now_s = [1000.0]
+    monkeypatch.setattr(logs, "_monotonic_s", lambda: now_s[0])
+    setup_logging(node_id=1, log_file=Path("/dev/full"), level="INFO")
+    before = logs.log_write_failures()
+    log = logging.getLogger("metastore.node")
+    records = 100
+    for i in range(records):
+        log.info("record %d", i)
+
+    def reports() -> list[str]:
+        return [line for line in console.getvalue().splitlines() if not line.startswith("{")]
+
+    assert "Traceback" not in console.getvalue()
+    # Every record still reached the stderr handler, which can write.
+    assert len(_messages(console.getvalue())) == records
+    first = reports()
+    assert len(first) == 1, first
+    assert "/dev/full" in first[0] and "No space left" in first[0], first
+    assert logs.log_write_failures() - before == records
+
+    # Past the report interval, the next failure reports how many records were lost since.
+    now_s[0] += logs.LOG_FAILURE_REPORT_INTERVAL_S
+    log.info("one more")
+    later = reports()[1:]
+    assert len(later) == 1 and f"{records} log records" in later[0], later
+    assert logs.log_write_failures() - before == records + 1
