@@ -82,11 +82,12 @@ the state machine checks again when it applies it (metastore/gc.py):
    manifest only if the compactor's write lands between the thread's stat and its unlink -
    the window a sitting leader has too, whose fallback is `_restore_missing`.
 
-6. Never the node's own files. A table's LOCATION may name any directory (the writer role
-   suffices) and deletions run with the daemon's rights, so a path inside this node's data or
-   secrets directory, or one of its config, log, pid or TLS files (`ProtectedPaths`, symbolic
-   links in its directories resolved), is left on disk and logged; its entry is reported like
-   a deleted one's, so the queue drains.
+6. Never the node's own files. A table's LOCATION may name any directory inside the
+   allowed roots (point 7; anywhere with `["*"]`; the writer role suffices) and deletions
+   run with the daemon's rights, so a path inside this node's data or secrets directory, or
+   one of its config, log, pid or TLS files (`ProtectedPaths`, symbolic links in its
+   directories resolved), is left on disk and logged; its entry is reported like a deleted
+   one's, so the queue drains.
 
 7. Never outside the roots the operator allows table locations in (cluster.toml
    `allowed_locations` and the warehouse: metastore/daemon/allowed_locations.py). The leader
@@ -710,9 +711,11 @@ def _chunks(paths: list[str]) -> Iterator[list[str]]:
 class ProtectedPaths:
     """What the GC never deletes, whatever a table's location says: this node's own
     directories (data, secrets) and files (TLS), as real paths. `CREATE TABLE ... LOCATION`
-    takes any directory and needs only the writer role, while the GC deletes with the daemon's
-    rights; without this, a writer could have the leader delete its own peer secret or
-    IDENTITY. Symbolic links in a doomed path's directories are resolved before comparing."""
+    needs only the writer role and may name any directory inside the allowed roots (anywhere
+    with `allowed_locations = ["*"]`, or an operator's root that holds a node's directory),
+    while the GC deletes with the daemon's rights; without this, a writer could have the
+    leader delete its own peer secret or IDENTITY. Symbolic links in a doomed path's
+    directories are resolved before comparing."""
 
     dirs: tuple[str, ...] = ()
     files: frozenset[str] = frozenset()

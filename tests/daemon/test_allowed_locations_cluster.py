@@ -23,7 +23,7 @@ from metastore.daemon.config import NODE_LOG_FILE_NAME
 from metastore.daemon.gc_worker import SKIPPED_NOT_ALLOWED
 from metastore.ddl import parse_ddl
 from metastore.errors import MetastoreError
-from tests.daemon.harness import MetastoreCluster, metastore_cluster
+from tests.daemon.harness import MetastoreCluster, metastore_cluster, run_cli
 
 pytestmark = pytest.mark.slow
 
@@ -135,6 +135,12 @@ def test_the_gc_leaves_a_table_created_outside_before_an_upgrade_alone(
             assert report["skipped"] == SKIPPED_NOT_ALLOWED, run
             assert report["files_deleted"] == 0 and report["threshold"] == 0, run
             assert str(outside) in run["orphan_locations_skipped"], run
+        shown = run_cli(
+            "--endpoints", f"127.0.0.1:{c.client_ports[1]}", "--token", c.token("admin"),
+            "gc", "run", table,
+        )  # fmt: skip
+        assert shown.returncode == 0, shown.stderr
+        assert f"{table} left alone: {SKIPPED_NOT_ALLOWED}" in shown.stdout, shown.stdout
         assert victim.read_bytes() == b"user data", "the GC deleted outside the allowed roots"
         log = (c.dir / "data" / "node-1" / NODE_LOG_FILE_NAME).read_text()
         assert "outside allowed_locations" in log, "the skip is logged"
