@@ -144,3 +144,22 @@ def test_the_gc_leaves_a_table_created_outside_before_an_upgrade_alone(
         assert victim.read_bytes() == b"user data", "the GC deleted outside the allowed roots"
         log = (c.dir / "data" / "node-1" / NODE_LOG_FILE_NAME).read_text()
         assert "outside allowed_locations" in log, "the skip is logged"
+
+
+def test_a_ddl_sent_to_a_follower_is_refused_by_the_leader(tmp_path: Path) -> None:
+    """A follower forwards the parsed CreateTable (`_propose`); the leader checks it with its
+    own config, and the refusal reaches the client whole (code, reason, roots)."""
+    with metastore_cluster(tmp_path, 3, dd_ms=300, cs_max_ms=100) as c:
+        c.start_all()
+        leader = c.wait_ready()
+        follower = next(i for i in c.ids if i != leader)
+        with SyncMetastoreClient(
+            [f"127.0.0.1:{c.client_ports[follower]}"], c.token("writer"), client_name="via"
+        ) as writer:
+            writer.ddl("CREATE NAMESPACE fwd")
+            with pytest.raises(MetastoreError) as caught:
+                writer.ddl(f"CREATE TABLE fwd.t (id BIGINT) LOCATION '{tmp_path}/elsewhere'")
+            assert caught.value.code == "INVALID_ARGUMENT", caught.value
+            assert caught.value.details["reason"] == "location_not_allowed"
+            assert caught.value.details["allowed_locations"] == [str(tmp_path / "warehouse")]
+            writer.ddl(f"CREATE TABLE fwd.t (id BIGINT) LOCATION '{tmp_path}/warehouse/x/t'")
