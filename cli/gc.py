@@ -297,9 +297,19 @@ def gc_run(ctx: click.Context, table: str | None, dry_run: bool) -> None:
                 f"in {result.get('seconds')} s"
             ),
         ]
+        out.extend(
+            Text(f"{t.get('table')} left alone: {t.get('skipped')}")
+            for t in result.get("tables", [])
+            if t.get("skipped")
+        )
         skipped = result.get("orphan_locations_skipped") or []
         if skipped:
-            out.append(Text(f"orphan scan skipped (not a local path): {', '.join(skipped)}"))
+            out.append(
+                Text(
+                    "orphan scan skipped (not a local path, a manifest unreadable, or outside "
+                    f"allowed_locations): {', '.join(skipped)}"
+                )
+            )
         return out
 
     emit(a.output, result, tables)

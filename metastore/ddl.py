@@ -12,6 +12,8 @@ without it the table gets `<warehouse>/<ns>.db/<table>`, the layout of Spark's o
 every replica stores the same location. Empty warehouse and no LOCATION: no location. A URI
 location holds no query or fragment, and a file URI no host (`check_new_location`: the daemon
 opens locations with its own credentials, and pyarrow reads options from a URI's query).
+Whether a location lies in a root the cluster allows is node configuration, checked by the
+leader before it proposes (metastore/daemon/allowed_locations.py), not here.
 
 sqlglot gives up on some valid Spark forms and returns an opaque `Command` node (CREATE NAMESPACE
 ... WITH DBPROPERTIES, ALTER COLUMN ... FIRST/AFTER, nested ALTER COLUMN s.x, UNSET TBLPROPERTIES).

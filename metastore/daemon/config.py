@@ -42,6 +42,7 @@ from typing import ClassVar, Final
 
 from metastore import limits as mlimits
 from metastore.daemon import api_limits
+from metastore.daemon.allowed_locations import ANY_LOCATION, AllowedLocations
 from metastore.limits import MAX_CLOCK_SKEW_MS, MAX_DELAY_DURATION_MS
 from raft.tls import TlsFiles
 
@@ -106,6 +107,13 @@ DEFAULT_SECRETS_DIR: Final = "secrets"
 DEFAULT_DATA_DIR: Final = "data"
 # Root of table locations: CREATE TABLE without LOCATION puts a table at <warehouse>/<ns>.db/<t>.
 DEFAULT_WAREHOUSE: Final = "warehouse"
+# Roots of table locations besides the warehouse (metastore/daemon/allowed_locations.py): none
+# by default, so CREATE TABLE ... LOCATION must name a directory inside the warehouse; ["*"]
+# allows any location (the behaviour before the setting existed).
+DEFAULT_ALLOWED_LOCATIONS: Final[tuple[str, ...]] = ()
+# An operator lists a few external roots; hundreds would be a mistake (each is compared with
+# every new location and every file the GC deletes).
+ALLOWED_LOCATIONS_MAX: Final = 64
 DEFAULT_LOG_LEVEL: Final = "INFO"
 
 # Port layout of `node_layout`: node N listens on base+N (Raft), base+100+N (clients) and
@@ -179,6 +187,7 @@ _CLUSTER_KEYS: Final = frozenset(
         "secrets_dir",
         "data_dir",
         "warehouse",
+        "allowed_locations",
         "log_level",
         "nodes",
         "tls",
@@ -308,6 +317,9 @@ class ClusterConfig:
     loose_files_max: int = mlimits.LOOSE_FILES_MAX_DEFAULT
     # See READ_STALENESS_MAX_MS_DEFAULT.
     read_staleness_max_ms: int = READ_STALENESS_MAX_MS_DEFAULT
+    # Where table locations may lie besides the warehouse: absolute paths or URIs, no
+    # trailing '/'; ("*",) allows any location. See `location_roots`.
+    allowed_locations: tuple[str, ...] = DEFAULT_ALLOWED_LOCATIONS
 
     @property
     def node_ids(self) -> tuple[int, ...]:
@@ -323,6 +335,11 @@ class ClusterConfig:
             key="nodes",
             problem=f"no node with id {node_id} (known ids: {list(self.node_ids)})",
         )
+
+    def location_roots(self) -> AllowedLocations:
+        """The roots table locations may lie in: the warehouse and `allowed_locations`,
+        enforced by the leader on CREATE TABLE and by the GC before deleting."""
+        return AllowedLocations.of(warehouse=self.warehouse, extra=self.allowed_locations)
 
     def node_data_dir(self, node_id: int) -> Path:
         """`data_dir/node-<id>`: the node's WAL, snapshots, log file and pid file."""
@@ -593,6 +610,7 @@ def _parse_cluster(path: Path, data: Mapping[str, object]) -> ClusterConfig:
     secrets_dir = reader.path("secrets_dir", default=DEFAULT_SECRETS_DIR)
     data_dir = reader.path("data_dir", default=DEFAULT_DATA_DIR)
     warehouse = reader.path("warehouse", default=DEFAULT_WAREHOUSE, uri_ok=True)
+    allowed_locations = _allowed_locations(path, reader)
     log_level = reader.string("log_level", max_chars=16, default=DEFAULT_LOG_LEVEL).upper()
     if log_level not in LOG_LEVELS:
         raise reader.error("log_level", f"{log_level!r} is not one of {', '.join(LOG_LEVELS)}")
@@ -626,9 +644,45 @@ def _parse_cluster(path: Path, data: Mapping[str, object]) -> ClusterConfig:
         data_dir=resolved_data,
         log_level=log_level,
         warehouse=warehouse if "://" in warehouse else str(_relative_to(path, warehouse).resolve()),
+        allowed_locations=allowed_locations,
         nodes=nodes,
         tls=tls,
     )
+
+
+def _allowed_locations(path: Path, reader: _Reader) -> tuple[str, ...]:
+    """`allowed_locations`: a list of absolute paths (relative ones are relative to this
+    file), URIs, or the single entry "*". Each names a directory a location check can judge
+    (no '.'/'..' segments, a file URI without a host, a URI without query or fragment)."""
+    from metastore.commands import validate_location  # the catalog's rules for locations
+    from metastore.ddl import check_new_location
+    from metastore.errors import MetastoreError
+
+    key = "allowed_locations"
+    entries = reader.string_list(key, default=list(DEFAULT_ALLOWED_LOCATIONS))
+    if len(entries) > ALLOWED_LOCATIONS_MAX:
+        raise reader.error(
+            key, f"{len(entries)} entries; at most {ALLOWED_LOCATIONS_MAX} (ALLOWED_LOCATIONS_MAX)"
+        )
+    if ANY_LOCATION in entries:
+        if len(entries) > 1:
+            raise reader.error(key, '"*" allows every location: list nothing else with it')
+        return (ANY_LOCATION,)
+    roots: list[str] = []
+    for index, entry in enumerate(entries):
+        where = f"{key}[{index}]"
+        value = reader.checked_path(where, entry, uri_ok=True)
+        root = value if "://" in value else str(_relative_to(path, value).resolve())
+        root = root.rstrip("/")
+        if root.lower() in ("", "file:"):
+            raise reader.error(where, f'{entry!r} is the whole file system: write "*" instead')
+        try:
+            validate_location(root, "the root")
+            check_new_location(root, "the root")
+        except MetastoreError as exc:
+            raise reader.error(where, str(exc)) from None
+        roots.append(root)
+    return tuple(dict.fromkeys(roots))
 
 
 def _parse_tls(path: Path, table: Mapping[str, object]) -> TlsSettings:
@@ -776,6 +830,20 @@ class _Reader:
         character (no file name holds one by intent; the OS refuses a NUL with a ValueError) and
         a `~name` of a user this host does not know (expanduser raises RuntimeError)."""
         value = self.string(key, max_chars=PATH_CHARS_MAX, default=default)
+        return self.checked_path(key, value, uri_ok=uri_ok)
+
+    def string_list(self, key: str, *, default: list[str]) -> list[str]:
+        value = self._get(key, default)
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise self.error(key, f"must be an array of strings, got {_describe(value)}")
+        return list(value)
+
+    def checked_path(self, key: str, value: str, *, uri_ok: bool = False) -> str:
+        """`value` (read from `key`) as `path` checks it."""
+        if not value.strip():
+            raise self.error(key, "must not be empty")
+        if len(value) > PATH_CHARS_MAX:
+            raise self.error(key, f"is longer than {PATH_CHARS_MAX} characters")
         bad = next((c for c in value if ord(c) < 0x20 or c == "\x7f"), None)
         if bad is not None:
             what = "a NUL" if bad == "\0" else f"the control character {bad!r}"
@@ -983,6 +1051,10 @@ def render_cluster_toml(
         "# Where table data (Parquet) lives: a path relative to this file, an absolute path,",
         "# or a URI Spark and pyarrow can write (e.g. s3a://bucket/warehouse).",
         f"warehouse = {_toml_str(warehouse)}",
+        "# CREATE TABLE ... LOCATION may name a directory inside the warehouse or inside one of",
+        '# these (absolute paths, paths relative to this file, or URIs); ["*"] allows any',
+        "# location. The leader's GC deletes nothing outside them.",
+        "allowed_locations = []",
         f"log_level = {_toml_str(log_level)}",
     ]
     for n in nodes:

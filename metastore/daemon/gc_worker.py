@@ -82,11 +82,22 @@ the state machine checks again when it applies it (metastore/gc.py):
    manifest only if the compactor's write lands between the thread's stat and its unlink -
    the window a sitting leader has too, whose fallback is `_restore_missing`.
 
-6. Never the node's own files. A table's LOCATION may name any directory (the writer role
-   suffices) and deletions run with the daemon's rights, so a path inside this node's data or
-   secrets directory, or one of its config, log, pid or TLS files (`ProtectedPaths`, symbolic
-   links in its directories resolved), is left on disk and logged; its entry is reported like
-   a deleted one's, so the queue drains.
+6. Never the node's own files. A table's LOCATION may name any directory inside the
+   allowed roots (point 7; anywhere with `["*"]`; the writer role suffices) and deletions
+   run with the daemon's rights, so a path inside this node's data or secrets directory, or
+   one of its config, log, pid or TLS files (`ProtectedPaths`, symbolic links in its
+   directories resolved), is left on disk and logged; its entry is reported like a deleted
+   one's, so the queue drains.
+
+7. Never outside the roots the operator allows table locations in (cluster.toml
+   `allowed_locations` and the warehouse: metastore/daemon/allowed_locations.py). The leader
+   refuses a CREATE TABLE outside them, but a table created before (or before its root was
+   removed from the list) may still be: GC leaves such a table alone, its threshold, queue
+   and files (reported as `skipped`, logged; time travel on it is not bounded by its TTL
+   meanwhile), and resumes once its directory is allowed again; its orphans are not scanned.
+   And a file whose real path (its directories' symbolic links resolved) is outside the
+   roots - a link made inside an allowed table directory after its CREATE TABLE - is left on
+   disk and logged, its entry reported like a deleted one's (as in point 6).
 
 Deletions are rate-limited (`gc_delete_files_per_s`) and run in a worker thread. Records past
 their max age, or whose owner session has been gone for PROTECTION_OWNER_GRACE_MS, are released
@@ -122,6 +133,7 @@ from metastore.commands import (
     encode_command,
     location_contains,
 )
+from metastore.daemon.allowed_locations import ANYWHERE, AllowedLocations
 from metastore.daemon.metrics import NodeMetrics
 from metastore.daemon.statemachine import CatalogStateMachine
 from metastore.errors import (
@@ -149,6 +161,8 @@ DELETE_CHUNK_FILES = 1_000
 # and size): half of MAX_COMMAND_BYTES, leaving room for the rest of the command.
 CHUNK_PATH_BYTES = limits.MAX_COMMAND_BYTES // 2
 _PATH_OVERHEAD_BYTES = 16
+# `TableReport.skipped` of a table whose location is outside allowed_locations (point 7).
+SKIPPED_NOT_ALLOWED = "location outside allowed_locations"
 # AdvanceGcThreshold steps per table per run: GC_PURGE_FILES_MAX files each, so a run frees up to
 # this many times 10k files of one table; the next run continues.
 MAX_STEPS_PER_TABLE = 100
@@ -218,10 +232,14 @@ class GcWorker:
         delete_files_per_s: int,
         read_fence_ms: int = 0,
         protected: ProtectedPaths | None = None,
+        allowed: AllowedLocations | None = None,
     ) -> None:
-        """`protected`: this node's own directories and files, never deleted (ProtectedPaths)."""
+        """`protected`: this node's own directories and files, never deleted (ProtectedPaths).
+        `allowed`: the roots table locations may lie in (cluster.toml `allowed_locations`);
+        nothing outside them is deleted (point 7). None: anywhere (unit tests)."""
         self.raft = raft
         self.protected = protected if protected is not None else ProtectedPaths()
+        self.allowed = allowed if allowed is not None else ANYWHERE
         self.read_fence_ms = read_fence_ms
         # table id -> a safe time at or after the Tm of the last entry that queued its files,
         # noted in this run; files queued before the run wait from the current safe time.
@@ -317,6 +335,19 @@ class GcWorker:
             threshold=max(before, bound.bound),
             held_by=bound.held_by,
         )
+        if location and not await asyncio.to_thread(self.allowed.allows, location):
+            # Point 7: left alone - threshold, queue and files - until an operator allows its
+            # directory again; nothing it named is lost track of meanwhile.
+            log.warning(
+                "GC skipped table %s: its location %s is outside allowed_locations (%s); "
+                "add its directory there for the GC to collect it",
+                name,
+                location,
+                ", ".join(self.allowed.describe()),
+            )
+            report.threshold = before
+            report.skipped = SKIPPED_NOT_ALLOWED
+            return report
         if dry_run:
             count, size = state.txns.dead_files(table_id, report.threshold)
             queued = state.txns.gc_queue(table_id)
@@ -402,6 +433,7 @@ class GcWorker:
                 leading=leading,
                 manifests_written_after_ms=threshold_ms,
                 protected=self.protected,
+                allowed=self.allowed,
             )
             sizes = dict(chunk)
             report.files_deleted += len(deleted.removed)
@@ -524,7 +556,12 @@ class GcWorker:
                 leading = self._leading_as(self._leading_term())
                 doomed = [p for p in chunk if location and _path_key(location, p) not in keep]
                 deleted = await asyncio.to_thread(
-                    _delete_files, location, doomed, leading=leading, protected=self.protected
+                    _delete_files,
+                    location,
+                    doomed,
+                    leading=leading,
+                    protected=self.protected,
+                    allowed=self.allowed,
                 )
                 report.bytes_deleted += sum(sizes.get(p, 0) for p in deleted.removed)
                 report.files_deleted += len(deleted.removed)
@@ -536,7 +573,12 @@ class GcWorker:
             if location and _path_key(location, path) not in keep:
                 leading = self._leading_as(self._leading_term())
                 deleted = await asyncio.to_thread(
-                    _delete_files, location, [path], leading=leading, protected=self.protected
+                    _delete_files,
+                    location,
+                    [path],
+                    leading=leading,
+                    protected=self.protected,
+                    allowed=self.allowed,
                 )
                 if deleted.deposed:
                     raise self._deposed()
@@ -570,6 +612,9 @@ class GcWorker:
         for location, report in by_location.items():
             if "://" in location and not location.startswith("file://"):
                 skipped.append(location)
+                continue
+            if location and not await asyncio.to_thread(self.allowed.allows, location):
+                skipped.append(location)  # point 7 (logged by `_table`)
                 continue
             in_manifests: set[str] = set()
             # Files listed only in manifest files (metastore.manifests) are referenced although
@@ -608,6 +653,7 @@ class GcWorker:
                     leading=leading,
                     manifests_written_after_ms=int(cutoff_s * 1000),
                     protected=self.protected,
+                    allowed=self.allowed,
                 )
                 removed = set(deleted.removed)
                 report.orphans_deleted += len(removed)
@@ -665,9 +711,11 @@ def _chunks(paths: list[str]) -> Iterator[list[str]]:
 class ProtectedPaths:
     """What the GC never deletes, whatever a table's location says: this node's own
     directories (data, secrets) and files (TLS), as real paths. `CREATE TABLE ... LOCATION`
-    takes any directory and needs only the writer role, while the GC deletes with the daemon's
-    rights; without this, a writer could have the leader delete its own peer secret or
-    IDENTITY. Symbolic links in a doomed path's directories are resolved before comparing."""
+    needs only the writer role and may name any directory inside the allowed roots (anywhere
+    with `allowed_locations = ["*"]`, or an operator's root that holds a node's directory),
+    while the GC deletes with the daemon's rights; without this, a writer could have the
+    leader delete its own peer secret or IDENTITY. Symbolic links in a doomed path's
+    directories are resolved before comparing."""
 
     dirs: tuple[str, ...] = ()
     files: frozenset[str] = frozenset()
@@ -713,6 +761,7 @@ def _delete_files(
     leading: Callable[[], bool],
     manifests_written_after_ms: int | None = None,
     protected: ProtectedPaths = ProtectedPaths(),
+    allowed: AllowedLocations = ANYWHERE,
 ) -> _Deleted:
     """Delete `rel_paths` under `location`, one at a time, asking `leading()` before each: a
     deposed leader's deletion stops at once (a new leader may have reported these files, and
@@ -735,6 +784,9 @@ def _delete_files(
             if not leading():
                 out.deposed = True
                 return out
+            if not allowed.allows(f"{root}/{rel}", file=True):
+                _log_not_allowed(f"{root}/{rel}", allowed)
+                continue
             if manifests_written_after_ms is not None and _is_manifest(rel):
                 info = fs.get_file_info(f"{base}/{rel}")
                 written_ns = info.mtime_ns
@@ -752,8 +804,18 @@ def _delete_files(
         leading=leading,
         manifests_written_after_ms=manifests_written_after_ms,
         protected=protected,
+        allowed=allowed,
     )
     return _Deleted([by_absolute[p] for p in deleted.removed], deleted.deposed)
+
+
+def _log_not_allowed(path: str, allowed: AllowedLocations) -> None:
+    log.warning(
+        "GC left %s on disk: its real path is outside allowed_locations (%s), through a "
+        "symbolic link in its table's directory; only its catalog entry is dropped",
+        path,
+        ", ".join(allowed.describe()),
+    )
 
 
 def _is_manifest(path: str) -> bool:
@@ -770,10 +832,12 @@ def _delete_absolute(
     leading: Callable[[], bool],
     manifests_written_after_ms: int | None = None,
     protected: ProtectedPaths = ProtectedPaths(),
+    allowed: AllowedLocations = ANYWHERE,
 ) -> _Deleted:
     """`_delete_files` for absolute local paths; then an attempt directory emptied goes too.
-    A path in `protected` is left on disk and not counted (its entry is still reported: it
-    is no table data of ours, like the paths of a table without a location)."""
+    A path in `protected`, or whose real directory is outside `allowed` (point 7), is left on
+    disk and not counted (its entry is still reported: it is no table data of ours, like the
+    paths of a table without a location)."""
     out = _Deleted()
     parents: set[str] = set()
     for path in paths:
@@ -787,6 +851,9 @@ def _delete_absolute(
                 path,
                 held,
             )
+            continue
+        if not allowed.allows(path, file=True):
+            _log_not_allowed(path, allowed)
             continue
         if manifests_written_after_ms is not None and _is_manifest(path):
             try:

@@ -234,6 +234,8 @@ class MetastoreNode:
             orphan_grace_ms=cluster.gc_orphan_grace_ms,
             delete_files_per_s=cluster.gc_delete_files_per_s,
             read_fence_ms=cluster.read_staleness_max_ms + cluster.cs_max_ms,
+            # Nor anything outside the roots table locations may lie in (allowed_locations).
+            allowed=cluster.location_roots(),
             # A table's LOCATION may name any directory (writer role): never these.
             protected=ProtectedPaths.of(
                 dirs=[cluster.data_dir, settings.data_dir, cluster.secrets_dir],
@@ -261,6 +263,7 @@ class MetastoreNode:
             cluster_id=cluster.cluster_id,
             client_addresses={n.id: n.client_address for n in cluster.nodes},
             warehouse=cluster.warehouse,
+            allowed_locations=cluster.location_roots(),
             session_ttl_ms=cluster.session_ttl_ms,
             session_heartbeat_ms=cluster.session_heartbeat_ms,
             connections_max=cluster.client_connections_max,

@@ -68,6 +68,7 @@ from metastore.commands import (
     encode_command,
 )
 from metastore.daemon import api_limits as L
+from metastore.daemon.allowed_locations import ANYWHERE, AllowedLocations
 from metastore.daemon.audit import AuditLog
 from metastore.daemon.backup import SnapshotExports
 from metastore.daemon.config import NODE_ID_MAX as CONFIG_NODE_ID_MAX
@@ -264,6 +265,7 @@ class ApiServer:
         cluster_id: str,
         client_addresses: Mapping[int, str],
         warehouse: str = "",
+        allowed_locations: AllowedLocations = ANYWHERE,
         session_ttl_ms: int = mlimits.SESSION_TTL_MS_DEFAULT,
         session_heartbeat_ms: int = mlimits.SESSION_HEARTBEAT_MS_DEFAULT,
         gc: GcWorker | None = None,
@@ -281,7 +283,9 @@ class ApiServer:
         `tls`: serve the client port over TLS with this server context (raft.tls);
         `tls_client_cert_required`: refuse, at hello, a client that presented no certificate
         (the context verifies those presented). `read_staleness_max_ms`: see
-        `_check_fresh_for_files`."""
+        `_check_fresh_for_files`. `allowed_locations`: where new tables may live, checked
+        before this node proposes a CreateTable as the leader (`_check_location_allowed`); a
+        node's config always passes it (the default allows any location)."""
         self.node = node
         self.tls = tls
         self.tls_client_cert_required = tls_client_cert_required
@@ -304,6 +308,7 @@ class ApiServer:
         self.cluster_id = cluster_id
         self.client_addresses = dict(client_addresses)
         self.warehouse = warehouse
+        self.allowed_locations = allowed_locations
         self.session_ttl_ms = session_ttl_ms
         self.session_heartbeat_ms = session_heartbeat_ms
         self.connections_max = connections_max
@@ -2036,6 +2041,7 @@ class ApiServer:
     ) -> dict[str, Any]:
         data = encode_command(cmd)
         if self.node.is_leader():
+            await self._check_location_allowed(cmd)
             return await self._propose_local(data, timeout_ms)
         leader = self.node.leader_id()
         if not leader:
@@ -2069,6 +2075,7 @@ class ApiServer:
             check_new_location(cmd.location, "LOCATION")
         if not self.node.is_leader():
             raise NotLeaderError("not the leader", details={"leader": self.node.leader_id()})
+        await self._check_location_allowed(cmd)
         timeout_ms = _timeout(args)
         if isinstance(cmd, SetApplyVersion):
             deadline = time.monotonic() + timeout_ms / 1000
@@ -2080,6 +2087,17 @@ class ApiServer:
         if fitted is not cmd:
             data = encode_command(fitted)
         return await self._propose_local(data, timeout_ms)
+
+    async def _check_location_allowed(self, cmd: Command) -> None:
+        """A new table's location must lie inside the roots the operator allows
+        (metastore/daemon/allowed_locations.py): checked by the leader, right before it
+        proposes, for a DDL it parsed itself and for a command a follower (or any writer)
+        sent through `_propose`, with this node's own config. Not in apply: it is node
+        configuration, and tables created before a root was removed stay usable.
+        INVALID_ARGUMENT, reason `location_not_allowed`, naming the allowed roots. Symbolic
+        links are resolved in a thread: a hung mount must not stall the event loop."""
+        if isinstance(cmd, CreateTable) and cmd.location:
+            await asyncio.to_thread(self.allowed_locations.check_new_location, cmd.location)
 
     async def _check_apply_version_supported(
         self, session: Session, version: int, timeout_ms: int

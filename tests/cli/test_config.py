@@ -587,3 +587,61 @@ def test_a_node_file_naming_an_impossible_cluster_path_is_refused(tmp_path: Path
     with pytest.raises(ConfigError) as info:
         load_node_config(path)
     assert info.value.key == "cluster"
+
+
+# ---- allowed_locations (metastore/daemon/allowed_locations.py) -------------------------------
+
+
+def test_allowed_locations_default_to_the_warehouse_only(tmp_path: Path) -> None:
+    cfg = load_cluster_config(write(tmp_path / "cluster.toml", base_doc()))
+    assert cfg.allowed_locations == ()
+    roots = cfg.location_roots()
+    assert roots.describe() == [str((tmp_path / "warehouse").resolve())]
+    assert not roots.allows("/home/someone/important")
+
+
+def test_allowed_locations_resolve_like_the_warehouse(tmp_path: Path) -> None:
+    doc = base_doc() | {"allowed_locations": ["external/", "/abs/ext", "s3a://Bucket/ext/"]}
+    cfg = load_cluster_config(write(tmp_path / "cluster.toml", doc))
+    external = str((tmp_path / "external").resolve())
+    assert cfg.allowed_locations == (external, "/abs/ext", "s3a://Bucket/ext")
+    assert cfg.location_roots().allows("s3://bucket/ext/t")
+    star = load_cluster_config(
+        write(tmp_path / "star.toml", base_doc() | {"allowed_locations": ["*"]})
+    )
+    assert star.location_roots().anywhere
+
+
+@pytest.mark.parametrize(
+    ("value", "key", "words"),
+    [
+        ('"/data"', "allowed_locations", "array of strings"),
+        ('["*", "/data"]', "allowed_locations", "nothing else"),
+        ('["/"]', "allowed_locations[0]", '"*"'),
+        ('["file:///"]', "allowed_locations[0]", '"*"'),
+        ('["/ok", ""]', "allowed_locations[1]", "empty"),
+        ('["s3a://b/x?endpoint_override=evil"]', "allowed_locations[0]", "query"),
+        ('["file://host/x"]', "allowed_locations[0]", "no host"),
+        ('["/a\\u0000"]', "allowed_locations[0]", "NUL"),
+        ("[" + ", ".join(f'"/r{i}"' for i in range(65)) + "]", "allowed_locations", "at most 64"),
+    ],
+)
+def test_bad_allowed_locations_are_refused(
+    tmp_path: Path, value: str, key: str, words: str
+) -> None:
+    path = write_text(
+        tmp_path / "cluster.toml", f"allowed_locations = {value}\n" + to_toml(base_doc())
+    )
+    with pytest.raises(ConfigError) as info:
+        load_cluster_config(path)
+    assert info.value.key == key
+    assert words in info.value.problem
+
+
+def test_committed_configs_say_where_tables_may_live() -> None:
+    local = load_cluster_config(REPO / "cluster_configs/local/cluster.toml")
+    assert local.allowed_locations == ()
+    assert local.location_roots().describe() == [str(REPO / "cluster_configs/local/warehouse")]
+    prod = load_cluster_config(REPO / "cluster_configs/production-example/cluster.toml")
+    assert prod.warehouse == "/mnt/warehouse"  # a shared mount (see its comment)
+    assert prod.allowed_locations and "*" not in prod.allowed_locations

@@ -28,7 +28,7 @@ def test_a_compaction_failing_after_the_commit_does_not_fail_the_batch(
         )
         try:
             client.ddl("CREATE NAMESPACE hk")
-            client.ddl(f"CREATE TABLE hk.t (a INT) LOCATION '{tmp_path / 'hk_t'}'")
+            client.ddl(f"CREATE TABLE hk.t (a INT) LOCATION '{tmp_path / 'warehouse' / 'hk_t'}'")
             bridge = bare_bridge(client, loose_files_max=None)
             real_call = client.call
 

@@ -33,6 +33,10 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MetastoreCluster]
         dd_ms=300,
         cs_max_ms=100,
         gc_interval_ms=3_600_000,  # runs only when asked
+        # Any location (the default, the warehouse only, refuses these CREATE TABLEs outright:
+        # tests/daemon/test_allowed_locations_cluster.py): the GC protects the node's own
+        # files even where the operator allows tables.
+        allowed_locations='["*"]',
     ) as c:
         c.start_all()
         c.wait_ready()
