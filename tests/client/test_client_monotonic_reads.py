@@ -177,3 +177,16 @@ async def test_a_floor_no_node_can_reach_fails_one_read_not_every_read(nodes: An
             await c.schema_at("ns.t")
         again = await c.schema_at("ns.t")
     assert again["version"] == 1  # node 2's view: the floor could not be kept
+
+
+async def test_a_position_far_ahead_of_the_clients_clock_is_not_kept(nodes: Any) -> None:
+    """A node whose clock runs further ahead than the client's HLC accepts (it ignores that
+    reply's `ts` too): its positions would be floors that no other node reaches for as long
+    as it is ahead, so they are not kept."""
+    change_ts = _hlc(int(time.time() * 1000) + CHANGE_IN_MS)
+    far = await nodes(node_id=1, clock_offset_ms=60_000, hello_extra=FLOOR)
+    far.handler = _catalog(change_ts)(far)
+    async with MetastoreClient([far.endpoint], TOKEN) as c:
+        assert (await c.schema_at("ns.t"))["version"] == 2
+        await c.list_tables("ns")
+        assert (c.schema_floor_ts, c.read_floor_ts) == (0, 0)

@@ -85,3 +85,29 @@ async def _scenario(c: MetastoreCluster) -> None:
             assert described["safe_time"] >= tables["safe_time"]
             assert reader.read_floor_ts >= described["safe_time"]
         await alter
+    _far_floors_are_refused_at_once(c)
+
+
+def _far_floors_are_refused_at_once(c: MetastoreCluster) -> None:
+    """A floor no clock of the cluster is near (set by a node whose clock ran far ahead) is
+    refused at once, typed and retryable, instead of waiting out the call; with `as_of` the
+    floor does not matter (the read is of that moment on every node)."""
+    raw = c.client(BEHIND, role="reader")
+    try:
+        far = (int(time.time() * 1000) + 3_600_000) << 16
+        for op, args in (
+            ("schema_at", {"table": "ns.t"}),
+            ("describe", {"table": "ns.t"}),
+            ("list_tables", {"namespace": "ns"}),
+            ("txn_log", {}),
+        ):
+            reply = raw.call(op, min_ts=far, **args)
+            assert not reply["ok"], (op, reply)
+            assert reply["error"]["code"] == "TIMESTAMP_AHEAD_OF_CLOCK", (op, reply)
+            assert reply["error"]["retryable"] and reply["error"]["details"]["ts"] == far
+        as_of = raw.call("list_namespaces", min_ts=far, as_of=1 << 16)
+        assert as_of["ok"] and as_of["result"]["namespaces"] == [], as_of
+        schema = raw.call("schema_at", table="ns.t", min_ts=far, ts=1 << 16)
+        assert schema["error"]["code"] == "TABLE_NOT_FOUND", schema
+    finally:
+        raw.close()
