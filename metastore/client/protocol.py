@@ -1747,6 +1747,14 @@ class SyncMetastoreClient:
         return self._client.own_writes_ts
 
     @property
+    def read_floor_ts(self) -> int:
+        return self._client.read_floor_ts
+
+    @property
+    def schema_floor_ts(self) -> int:
+        return self._client.schema_floor_ts
+
+    @property
     def timeout_ms(self) -> int:
         return self._client.timeout_ms
 
