@@ -44,6 +44,16 @@ Time
     ahead of the local clock raises `ClockOffsetError` in `update`; it is logged and ignored (the
     clock is not moved, the reply is still used).
 
+Monotonic reads
+    A read without a timestamp is answered at the answering node's now (schemas) or safe time
+    (state, files), and those differ between nodes. The client keeps the newest positions its
+    answers were read at (`schema_floor_ts`, `read_floor_ts`) and sends them as `min_ts` on its
+    later reads without a timestamp (`_with_floor`), so asking another node never shows an
+    older state than one already seen (docs/protocol.md, "Monotonic reads"). Only nodes whose
+    hello says `read_floor` get it on schema and state reads (an older daemon refuses unknown
+    arguments); `files` always took it. A position too far ahead of this client's clock is not
+    kept, and a floor no node can reach within a call fails that call and is lowered.
+
 Threads
     `MetastoreClient` belongs to one event loop. `SyncMetastoreClient` offers the same methods,
     blocking, backed by a private event loop in a daemon thread; it may be shared by several
@@ -73,8 +83,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mappi
 from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
-from hlc import ClockOffsetError, HlcError, HybridClock, SystemClock
-from hlc.limits import MAX_TS
+from hlc import ClockOffsetError, HlcError, HybridClock, SystemClock, physical_ms
+from hlc.limits import LOGICAL_BITS, MAX_TS
 from metastore.daemon.api_limits import (
     CLIENT_FRAME_BYTES_MAX,
     CLIENT_INFLIGHT_PER_CONNECTION_MAX,
@@ -197,6 +207,29 @@ _NOT_EXECUTED_CODES: Final = frozenset(
         ErrorCode.TIMESTAMP_AHEAD_OF_CLOCK.value,
     }
 )
+# Reads without a timestamp that answer from the node's applied state (its safe time): the
+# client sends its read floor (`read_floor_ts`) as `min_ts` to nodes that advertise `read_floor`
+# in their hello result, unless the call reads AS OF a timestamp (`as_of`). `files` and
+# `files_multi` take `min_ts` from every release and get it whatever the hello says.
+_STATE_FLOOR_OPS: Final = frozenset(
+    {
+        "describe",
+        "history",
+        "list_namespaces",
+        "list_tables",
+        "txn_log",
+        "session_list",
+        "lease_list",
+        "lease_blockers",
+        "pts_list",
+        "pts_show",
+        "gc_status",
+        "job_list",
+        "job_show",
+        "watch",
+    }
+)
+_FILES_OPS: Final = frozenset({"files", "files_multi"})
 _READ_OPS: Final = frozenset(
     {
         "committed_txn",
@@ -540,6 +573,15 @@ class MetastoreClient:
         # ts, a DDL's Tu): `files` without `as_of` asks the node to read at least there, so a
         # listing never misses this client's own commit or a table it just created.
         self.own_writes_ts = 0
+        # Monotonic reads (a session guarantee): the newest positions this client's answers
+        # were read at, sent as floors (`min_ts`) on its later reads without a timestamp, so
+        # failing over to a node whose clock or state is behind the last one never shows an
+        # older state. `read_floor_ts`: the newest safe time a read of the applied state (a
+        # listing, `describe`, `files` without `as_of`) answered at; `schema_floor_ts`: the
+        # newest "now" a `schema_at`/`pin` without a timestamp answered at (it decides which
+        # schema version is in force). See `_with_floor` and `_note_read_position`.
+        self.read_floor_ts = 0
+        self.schema_floor_ts = 0
         self.tls = tls
         try:
             self._ssl = tls.context() if tls is not None else None
@@ -598,8 +640,8 @@ class MetastoreClient:
         args: dict[str, Any] = {"table": table, "limit": FILES_PAGE_LIMIT}
         if as_of is not None:
             args["as_of"] = as_of
-        elif self.own_writes_ts:
-            args["min_ts"] = self.own_writes_ts
+        # Without `as_of`, `call` sends the newest of `own_writes_ts` and `read_floor_ts` as
+        # `min_ts` (`_with_floor`).
         out = await self._files_pages(await self.call("files", args))
         if expand and out.get("manifests"):
             from metastore.client.manifest_files import expand_reply
@@ -666,8 +708,6 @@ class MetastoreClient:
         args: dict[str, Any] = {"tables": list(tables), "limit": FILES_PAGE_LIMIT}
         if as_of is not None:
             args["as_of"] = as_of
-        elif self.own_writes_ts:
-            args["min_ts"] = self.own_writes_ts
         first = await self.call("files_multi", args)
         listings = []
         for listing in first.get("listings", []):
@@ -973,10 +1013,11 @@ class MetastoreClient:
         and - with `session_id` - a lease on each pinned version, in one round trip. The
         leases of `reads` (default: every table) keep GC below the caller's reads: at `read_ts`,
         default the node's safe time (capped at `ts`), as the reply's `safe_time` says."""
-        args: dict[str, Any] = {
-            "tables": list(tables),
-            "ts": self.clock.now() if ts is None else ts,
-        }
+        # Without `ts`: this client's now, and never below the newest now a schema read of
+        # this client answered at (its HLC follows every reply's `ts` anyway, but ignores one
+        # too far ahead of its own clock).
+        top = max(self.clock.now(), self.schema_floor_ts) if ts is None else ts
+        args: dict[str, Any] = {"tables": list(tables), "ts": top}
         if session_id is not None:
             args["session_id"] = session_id
         if reads is not None:
@@ -985,7 +1026,11 @@ class MetastoreClient:
             args["read_ts"] = read_ts
         if timeout_ms is not None:
             args["timeout_ms"] = timeout_ms
-        return await self.call("pin", args)
+        result = await self.call("pin", args)
+        if ts is None:
+            self._note_read_position("schema", result.get("ts"))
+            self._note_read_position("state", result.get("safe_time"))
+        return result
 
     async def txn_log(self, limit: int = 20) -> dict[str, Any]:
         """The `limit` most recent commits, newest first (following the server's pages: wide
@@ -1308,6 +1353,7 @@ class MetastoreClient:
                         if endpoint is None and target in self.endpoints:
                             self._preferred = self.endpoints.index(target)
                         result = _result_map(reply)
+                        self._note_read_positions(op, args, result)
                         if op == "commit":
                             self._observe_commit(result)
                             self._note_own_write(result.get("ts"))
@@ -1351,6 +1397,8 @@ class MetastoreClient:
                 + (f" ({_join_failures(failures)})" if failures else ""),
                 details=details,
             ) from None
+        if last_server_error is not None:
+            self._lower_unreachable_floor(last_server_error)
         # The last answer raised as is, unless it says "nothing done" of a write another node
         # timed out on: that one may still commit, so its outcome is unknown (UNAVAILABLE).
         if (
@@ -1379,6 +1427,7 @@ class MetastoreClient:
         once instead of spending its whole budget on a path that will never answer. A slow
         op (a DDL waiting for leases) on a live node keeps waiting."""
         conn = await self._connection(endpoint)
+        args = self._with_floor(op, args, conn)
         if not probe:
             return await conn.request(op, args)
         request = asyncio.ensure_future(conn.request(op, args))
@@ -1496,6 +1545,83 @@ class MetastoreClient:
         if isinstance(ts, int) and not isinstance(ts, bool) and 0 < ts <= MAX_TS:
             self.own_writes_ts = max(self.own_writes_ts, ts)
 
+    # ---- monotonic reads ---------------------------------------------------------------------
+
+    def _with_floor(self, op: str, args: Mapping[str, Any], conn: _Connection) -> Mapping[str, Any]:
+        """`args` with this client's read floor as `min_ts`, for a read without a timestamp
+        that the node at `conn` can take it on. A daemon of an earlier release refuses an
+        argument it does not know (BAD_REQUEST), so schema and state reads get one only from a
+        node whose hello result says `read_floor`; `files`/`files_multi` always took `min_ts`
+        (the caller's own writes). A caller's own `min_ts` is left as it is."""
+        if "min_ts" in args:
+            return args
+        floor = 0
+        if op in _FILES_OPS:
+            if "as_of" not in args and "page_token" not in args:
+                floor = max(self.own_writes_ts, self.read_floor_ts)
+        elif conn.hello.get("read_floor") is not True:
+            return args
+        elif op == "schema_at" and args.get("ts") is None:
+            floor = self.schema_floor_ts
+        elif op in _STATE_FLOOR_OPS and args.get("as_of") is None:
+            floor = self.read_floor_ts
+        return {**args, "min_ts": floor} if floor else args
+
+    def _note_read_positions(
+        self, op: str, args: Mapping[str, Any], result: Mapping[str, Any]
+    ) -> None:
+        """Raise the read floors to the position `result` was read at, for a read without a
+        timestamp (a read AS OF T is of T, a fixed moment, and moves no floor)."""
+        if op == "schema_at" and args.get("ts") is None:
+            self._note_read_position("schema", result.get("ts"))
+            self._note_read_position("state", result.get("safe_time"))
+        elif op in _FILES_OPS and args.get("as_of") is None and "page_token" not in args:
+            self._note_read_position("state", result.get("as_of"))
+        elif op in _STATE_FLOOR_OPS and args.get("as_of") is None:
+            self._note_read_position("state", result.get("safe_time"))
+
+    def _note_read_position(self, kind: str, ts: object) -> None:
+        """A position ahead of this client's own clock by more than its HLC accepts (a node
+        whose clock ran far ahead) is not taken as a floor: every node would refuse reads at
+        it until real time caught up."""
+        if not isinstance(ts, int) or isinstance(ts, bool) or not 0 < ts <= MAX_TS:
+            return
+        if physical_ms(ts) - self.clock.physical_now_ms() > self.clock.max_offset_ms:
+            log.warning("not keeping read position %s: too far ahead of this clock", ts)
+            return
+        if kind == "schema":
+            self.schema_floor_ts = max(self.schema_floor_ts, ts)
+        else:
+            self.read_floor_ts = max(self.read_floor_ts, ts)
+
+    def _lower_unreachable_floor(self, error: MetastoreError) -> None:
+        """A floor no node of the call could answer for within its budget
+        (TIMESTAMP_AHEAD_OF_CLOCK for the floor itself: it came from a node whose clock ran
+        ahead, past CSmax of the others) fails this call with that typed error and is lowered
+        to what the refusing node answers now (its clock + CSmax), so the next read succeeds
+        instead of every read failing until real time catches up with it."""
+        if error.code is not ErrorCode.TIMESTAMP_AHEAD_OF_CLOCK:
+            return
+        ts, ahead_ms, cs_max_ms = (error.details.get(k) for k in ("ts", "ahead_ms", "cs_max_ms"))
+        if not (_is_uint(ts) and _is_uint(ahead_ms) and _is_uint(cs_max_ms)):
+            return
+        assert isinstance(ts, int)
+        assert isinstance(ahead_ms, int)
+        assert isinstance(cs_max_ms, int)
+        if ts not in (self.schema_floor_ts, self.read_floor_ts):
+            return  # the caller's own timestamp, not a floor
+        reachable = max(0, physical_ms(ts) - ahead_ms + cs_max_ms) << LOGICAL_BITS
+        log.warning(
+            "lowering this client's read floor %s to %s: no node could read at it (%s)",
+            ts,
+            reachable,
+            error.message,
+        )
+        if self.schema_floor_ts == ts:
+            self.schema_floor_ts = min(ts, reachable)
+        if self.read_floor_ts == ts:
+            self.read_floor_ts = min(ts, reachable)
+
     def _leader_hint(self, error: MetastoreError, *, exclude: str) -> str | None:
         if error.code is not ErrorCode.NOT_LEADER:
             return None
@@ -1506,6 +1632,10 @@ class MetastoreClient:
     def _backoff_ms(self, round_number: int) -> float:
         cap = min(RETRY_BACKOFF_MS_MAX, RETRY_BACKOFF_MS_MIN * 2 ** max(0, round_number - 1))
         return self._rng.uniform(max(RETRY_BACKOFF_MS_MIN, cap / 2), max(RETRY_BACKOFF_MS_MIN, cap))
+
+
+def _is_uint(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 def _fails_over(error: MetastoreError) -> bool:
@@ -1630,6 +1760,14 @@ class SyncMetastoreClient:
     @property
     def own_writes_ts(self) -> int:
         return self._client.own_writes_ts
+
+    @property
+    def read_floor_ts(self) -> int:
+        return self._client.read_floor_ts
+
+    @property
+    def schema_floor_ts(self) -> int:
+        return self._client.schema_floor_ts
 
     @property
     def timeout_ms(self) -> int:

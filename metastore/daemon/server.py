@@ -245,6 +245,34 @@ class _Replies:
             self.paused = False
 
 
+# Reads of the applied state that take a client's read floor (`min_ts`) when asked without
+# `as_of`: the node waits until its safe time reaches the floor before it reads, and the reply
+# says the position it read at (`safe_time`), so a client's reads never go back in time when it
+# asks another node (monotonic reads; docs/protocol.md). `schema_at` takes one too (`_at`).
+_STATE_FLOOR_OPS: Final = frozenset(
+    {
+        "describe",
+        "history",
+        "list_namespaces",
+        "list_tables",
+        "txn_log",
+        "session_list",
+        "lease_list",
+        "lease_blockers",
+        "pts_list",
+        "pts_show",
+        "gc_status",
+        "job_list",
+        "job_show",
+        "watch",
+    }
+)
+# Of those, the ones whose reply gets `safe_time` (the position read at) when it has none:
+# not `job_show` and `pts_show`, whose reply is the record itself, as listed by `job_list` and
+# `pts_list` (a client learns no floor from them, and still sends its floor).
+_POSITION_REPLY_OPS: Final = _STATE_FLOOR_OPS - {"job_show", "pts_show"}
+
+
 @dataclass(frozen=True, slots=True)
 class _Op:
     role: Role
@@ -322,7 +350,7 @@ class ApiServer:
         self._refusal_warnings_left_out = 0
         # Every open connection's outgoing replies (for the reply backlog metrics).
         self._replies: set[_Replies] = set()
-        self._ops: dict[str, _Op] = {
+        ops: dict[str, _Op] = {
             "hello": _Op(Role.READER, self._hello, frozenset({"token", "client"})),
             "schema_at": _Op(
                 Role.READER, self._schema_at, frozenset({"table", "ts", "timeout_ms"})
@@ -559,6 +587,15 @@ class ApiServer:
                 self._apply_version_finalize,
                 frozenset({"version", "request_id", "timeout_ms"}),
             ),
+        }
+        # Reads that take the client's read floor (`min_ts`; `files` and `files_multi` list it
+        # above): `schema_at` raises its now to it (`_at`), the others first wait for safe time
+        # to reach it (`_reach_read_floor`).
+        self._ops = {
+            op: replace(spec, args=spec.args | {"min_ts"})
+            if op in _STATE_FLOOR_OPS or op == "schema_at"
+            else spec
+            for op, spec in ops.items()
         }
 
     # ------------------------------------------------------------------ lifecycle
@@ -938,7 +975,14 @@ class ApiServer:
                     details={"op": op, "needed": spec.role.name.lower()},
                 )
             _check_args(args, spec.args)
+            if op in _STATE_FLOOR_OPS:
+                await self._reach_read_floor(args)
             result = await spec.handler(session, args)
+            if op in _POSITION_REPLY_OPS and isinstance(result, dict):
+                # The position the answer was read at, for the client's next floor. Taken
+                # after the handler: at or above the state it read (a later read at or above
+                # it shows nothing older).
+                result.setdefault("safe_time", self.node.safe_time)
             try:
                 frame_out = self._reply_frame(rid, result)
             except FrameTooLargeError as exc:
@@ -1154,6 +1198,23 @@ class ApiServer:
                 },
             )
 
+    async def _reach_read_floor(self, args: Args) -> None:
+        """Before a read of the applied state without `as_of` (_STATE_FLOOR_OPS): wait until
+        this node's safe time reaches the client's read floor (`min_ts`: the newest position
+        one of its reads answered at, maybe on a node further ahead), so the answer is never
+        of an older state than one the client saw. Bounded like every wait for safe time
+        (`timeout_ms`; a catch-up TIMEOUT or NOT_READY, on which clients ask another node). A
+        floor is a safe time (the Tm of an applied entry, which a commit's ts may pass by DD),
+        so one more than DD + CSmax ahead of this clock is refused (TIMESTAMP_AHEAD_OF_CLOCK,
+        retryable). Without `min_ts`: nothing (the behaviour of earlier releases)."""
+        floor = _opt_int(args, "min_ts", 0, MAX_TS)
+        if floor is None or args.get("as_of") is not None or floor <= self.node.safe_time:
+            return
+        self._require_ready()
+        self._check_not_future(floor, slack_ms=self._dd() >> LOGICAL_BITS)
+        waited = await self._wait_safe(floor, _timeout(args))
+        self.metrics.read_wait(waited / 1000, leader=self.node.is_leader())
+
     def _applied_position(self) -> int:
         """The position this node's state is at (its safe time: every entry with Tm <= it is
         applied). A page cut now (no await between this and reading the state) names it in
@@ -1176,15 +1237,24 @@ class ApiServer:
             await self._wait_safe(position, _timeout(args))
         return {**args, "page_token": where}, position
 
-    async def _at(self, args: Args, key: str) -> tuple[int, float]:
+    async def _at(self, args: Args, key: str, *, floor: int | None = None) -> tuple[int, float]:
         """Resolve an optional timestamp argument and wait until it can be answered (safe time
-        >= T - DD). Every schema-shaped read AS OF resolves everything only after this."""
+        >= T - DD). Every schema-shaped read AS OF resolves everything only after this.
+
+        Without the timestamp, `floor` (the client's read floor, `min_ts`: the newest now a read
+        of this client answered at, maybe on a node whose clock is ahead of ours) raises the
+        answer's now to it, so the client's reads never go back in time. A floor more than
+        CSmax ahead of this clock is refused like such a timestamp (retryable: another node,
+        or this one a little later, can answer)."""
         ts = _opt_int(args, key, 0, MAX_TS)
         if ts is None:
             # This node's own now: never "ahead of its clock", though its HLC may lead the
             # physical clock (it absorbs the Tm of entries it applies, which followers accept
             # up to 2 x CSmax ahead). Its answer is final once safe time covers it, as any.
             top = self.clock.now()
+            if floor is not None and floor > top:
+                self._check_not_future(floor)
+                top = floor
         else:
             top = ts
             self._check_not_future(top)
@@ -1210,13 +1280,17 @@ class ApiServer:
             "cluster_id": self.cluster_id,
             "role": role.name.lower(),
             "server_version": SERVER_VERSION,
+            # This node takes a read floor (`min_ts`) on `schema_at` and on every read of
+            # _STATE_FLOOR_OPS: a client sends one only to nodes that say so, since a node
+            # of an earlier release refuses an argument it does not know.
+            "read_floor": True,
         }
 
     async def _schema_at(self, _s: Session, args: Args) -> dict[str, Any]:
         self._require_ready()
         table = _req_str(args, "table", L.TABLE_NAME_CHARS_MAX)
         name = TableName.parse(table)  # bad input is refused before any wait
-        top, waited = await self._at(args, "ts")
+        top, waited = await self._at(args, "ts", floor=_opt_int(args, "min_ts", 0, MAX_TS))
         v = self.sm.state.schema_at(name, top)
         out = version_view(table, v)
         out.update({"ts": top, "waited_ms": waited, "safe_time": self.node.safe_time})

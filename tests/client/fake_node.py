@@ -51,6 +51,8 @@ class FakeNode:
     tokens: frozenset[str] = frozenset({TOKEN})
     # Shifts the node's clock: its reply `ts` runs ahead of (or behind) the test's clock.
     clock_offset_ms: int = 0
+    # Extra fields of the hello result (e.g. a capability a newer daemon advertises).
+    hello_extra: dict[str, Any] = field(default_factory=dict)
     # Every request after hello, in arrival order, as (connection number, op, args).
     requests: list[tuple[int, str, dict[str, Any]]] = field(default_factory=list)
     hellos: list[dict[str, Any]] = field(default_factory=list)
@@ -119,6 +121,7 @@ class FakeNode:
                             "cluster_id": "test",
                             "role": "admin",
                             "server_version": "fake",
+                            **self.hello_extra,
                         }
                         writer.write(self._reply(rid, hello))
                         continue

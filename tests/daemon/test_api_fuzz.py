@@ -128,7 +128,8 @@ TYPED: dict[str, st.SearchStrategy[Any]] = {
     "cluster": st.booleans(),
     "dry_run": st.booleans(),
 }
-for _key in ("ts", "as_of", "from_ts", "snapshot_ts", "not_before", "read_ts", "started_at_ms"):
+TIMESTAMP_ARGS = ("ts", "as_of", "min_ts", "from_ts", "snapshot_ts", "not_before", "read_ts")
+for _key in (*TIMESTAMP_ARGS, "started_at_ms"):
     TYPED[_key] = timestamps
 
 
