@@ -1348,6 +1348,9 @@ class MetastoreClient:
                                 f"sent ({exc.reason}); its outcome is unknown",
                                 details={"endpoint": target, "op": op, "outcome_unknown": True},
                             ) from None
+                        # A repeatable write sent before the connection broke may have been
+                        # done there: unknown, unless a later answer says what became of it.
+                        outcome_unknown = outcome_unknown or (exc.sent and op not in _READ_OPS)
                         continue
                     if reply.get("ok"):
                         if endpoint is None and target in self.endpoints:
@@ -1363,12 +1366,16 @@ class MetastoreClient:
                     error = _rebuild_error(reply)
                     code = error.code.value
                     # A write the node timed out on (a leader that lost its quorum with the
-                    # proposal pending) has an unknown outcome there, as after UNAVAILABLE: a
-                    # repeatable one is retried elsewhere. A read's TIMEOUT answers its own
-                    # wait bound and is raised as is, unless the node says it timed out
-                    # catching up (it lags; nothing done there): then another node is asked.
+                    # proposal pending) or answered UNAVAILABLE for (a follower whose forward
+                    # to the leader broke after sending it) has an unknown outcome there: a
+                    # repeatable one is retried elsewhere, and if no node then says what became
+                    # of it the call says "outcome unknown", never a later node's "nothing
+                    # done here" (NOT_LEADER during an election), which reads as "not
+                    # committed". A read's TIMEOUT answers its own wait bound and is raised as
+                    # is, unless the node says it timed out catching up (it lags; nothing done
+                    # there): then another node is asked.
                     unknown_write = (
-                        code == ErrorCode.TIMEOUT.value
+                        code in (ErrorCode.TIMEOUT.value, ErrorCode.UNAVAILABLE.value)
                         and op not in _READ_OPS
                         and not _nothing_done(error)
                     )
@@ -1409,7 +1416,9 @@ class MetastoreClient:
             last_server_error.details.setdefault("tried", failures)
             raise last_server_error
         where = "" if endpoint is not None else " on every endpoint"
-        unknown = "; its outcome is unknown (a node timed out on it)" if outcome_unknown else ""
+        unknown = (
+            "; its outcome is unknown (a node could not confirm it)" if outcome_unknown else ""
+        )
         details = {"op": op, "endpoints": failures}
         if outcome_unknown:
             details["outcome_unknown"] = True

@@ -34,6 +34,8 @@ NOT_PLACEHOLDERS = frozenset(
         # node config keys named in the text (nodeN.toml), not values of this command
         "DATA_DIR",
         *(code.value for code in ErrorCode),
+        # the CLI's own codes for what it checks before it starts nodes (cluster up)
+        *("CONFIG_INVALID", "DATA_DIR_UNUSABLE", "PORT_IN_USE", "TLS_CONFIG_INVALID", "BUSY"),
     }
 )
 PLACEHOLDER = re.compile(r"(?<![\w.:-])[A-Z][A-Z_]*[A-Z](?:[.:][A-Z]+)?(?![\w-])")

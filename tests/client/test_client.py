@@ -742,6 +742,33 @@ async def test_a_commit_timed_out_then_refused_as_not_leader_keeps_its_unknown_o
     assert "commit" in a.ops and "commit" in b.ops
 
 
+async def test_a_commit_a_forward_lost_then_refused_as_not_leader_keeps_its_unknown_outcome(
+    nodes: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same after UNAVAILABLE: a follower whose forward to the leader broke after sending
+    ("connection to the leader closed") cannot know whether the leader committed it. Followed
+    by NOT_LEADERs everywhere (an election), the call raised the last NOT_LEADER, which reads
+    as 'not committed': chaos saw such a 'refused' commit visible afterwards."""
+
+    async def forward_lost(op: str, args: dict[str, Any]) -> dict[str, Any]:
+        raise UnavailableError("cannot reach node 3: connection to the leader closed")
+
+    async def not_leader(op: str, args: dict[str, Any]) -> dict[str, Any]:
+        raise NotLeaderError("no leader yet")
+
+    monkeypatch.setattr(protocol, "RETRY_BACKOFF_MS_MAX", protocol.RETRY_BACKOFF_MS_MIN)
+    a = await nodes(handler=forward_lost)
+    b = await nodes(handler=not_leader)
+    async with client(a.endpoint, b.endpoint, timeout_ms=8000) as c:
+        with pytest.raises(UnavailableError, match="outcome") as raised:
+            await c.commit("t-1", [{"table": "ns.t", "schema_version": 1}])
+        assert raised.value.retryable
+        assert raised.value.details.get("outcome_unknown") is True
+        with pytest.raises(UnavailableError, match="outcome"):
+            await c.ddl("CREATE NAMESPACE x", request_id="r-1", wait_ms=0)
+    assert "commit" in a.ops and "commit" in b.ops
+
+
 async def test_a_connection_whose_every_slot_is_busy_is_not_taken_for_dead(nodes: Any) -> None:
     """A liveness probe must not wait for one of the connection's request slots: with every
     slot held by slow requests (64 DDLs waiting for their activation on a healthy node) the
