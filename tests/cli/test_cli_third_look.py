@@ -7,9 +7,12 @@ unknown and suggests the closest name."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from hlc import SystemClock, make_ts, to_iso
+from metastore.errors import NamespaceNotEmptyError
 from tests.cli.test_cli import _isolated_cwd, against, fake, sent
 from tests.client.fake_node import ThreadedFakeNode
 
@@ -46,3 +49,30 @@ def test_a_small_hlc_integer_is_still_an_hlc(fake: ThreadedFakeNode) -> None:
     hlc_now = make_ts(SystemClock().now_ms() - 60_000)
     assert against(fake, "table", "list", "a", "--as-of", str(hlc_now)).exit_code == 0
     assert [args["as_of"] for _, args in sent(fake)] == [12345, 0, hlc_now]
+
+
+# ---- 2. ns drop of a namespace that holds tables -----------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("tables", "count_text"), [(["s.t"], "1 table"), (["s.a", "s.b"], "2 tables")]
+)
+def test_ns_drop_of_a_non_empty_namespace_names_the_cascade_flag(
+    tables: list[str], count_text: str
+) -> None:
+    async def handler(op: str, args: dict[str, Any]) -> dict[str, Any]:
+        assert op == "ddl" and args["sql"] == "DROP NAMESPACE `s`", (op, args)
+        # What a node says (SQL-flavoured, as for DROP NAMESPACE through `metastore sql`).
+        raise NamespaceNotEmptyError(
+            f"namespace s has {len(tables)} tables; drop them or use CASCADE",
+            details={"namespace": "s", "table_count": len(tables), "tables": tables},
+        )
+
+    with ThreadedFakeNode(handler=handler) as node:
+        result = against(node, "ns", "drop", "s")
+    assert result.exit_code == 5, result.output
+    first = result.stderr.splitlines()[0]
+    assert first.startswith(f"Error: NAMESPACE_NOT_EMPTY: namespace s has {count_text} ("), first
+    assert "--cascade" in first and "CASCADE" not in first.replace("--cascade", ""), first
+    for table in tables:
+        assert table in first
