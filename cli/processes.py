@@ -260,7 +260,7 @@ def taken_ports(nodes: list[NodeAddress]) -> list[TakenPort]:
     (every address the host resolves to, SO_REUSEADDR as asyncio sets it, so ports a stopped
     node left in TIME_WAIT count as free). A bind that fails otherwise (a host that does not
     resolve, or is not this machine's) is left to the node, which says so itself. A check, not
-    a reservation: a port taken after it still stops that node (address_in_use)."""
+    a reservation: a port taken after it still stops that node (ADDRESS_IN_USE)."""
     taken: list[TakenPort] = []
     for node in nodes:
         for what, port, address in (

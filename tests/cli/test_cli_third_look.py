@@ -7,14 +7,23 @@ unknown and suggests the closest name."""
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from hlc import SystemClock, make_ts, to_iso
+from metastore.daemon import node as daemon_node
+from metastore.daemon.config import load_node_config
+from metastore.daemon.node import NodeStartError
+from metastore.daemon.secrets import SecretsError
 from metastore.errors import NamespaceNotEmptyError
-from tests.cli.test_cli import _isolated_cwd, against, fake, sent
+from raft.errors import NodeIdentityError, TlsConfigError
+from raft.wal import CorruptLogError, WalLockedError
+from tests.cli.test_cli import _isolated_cwd, against, fake, run, sent
 from tests.client.fake_node import ThreadedFakeNode
+from tests.daemon.harness import write_cluster
 
 __all__ = ["_isolated_cwd", "fake"]  # fixtures used by name
 
@@ -76,3 +85,47 @@ def test_ns_drop_of_a_non_empty_namespace_names_the_cascade_flag(
     assert "--cascade" in first and "CASCADE" not in first.replace("--cascade", ""), first
     for table in tables:
         assert table in first
+
+
+# ---- 3. node-start errors: `Error: CODE: message` with the code in upper case --------------------
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        NodeStartError("ADDRESS_IN_USE", "cannot listen on 127.0.0.1:1 (the raft port): in use"),
+        NodeStartError("LISTEN_FAILED", "cannot listen on nowhere:1 (the raft port): no host"),
+        TlsConfigError("key file /x.key: file not found"),
+        NodeIdentityError("the data directory belongs to node 2"),
+        WalLockedError("/d/wal is locked"),
+        CorruptLogError("bad checksum", path=Path("/d/wal/3.seg")),
+        SecretsError("token file is malformed", path=Path("/s/admin.token")),
+    ],
+    ids=lambda e: type(e).__name__,
+)
+def test_node_start_errors_have_upper_case_codes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, error: Exception
+) -> None:
+    config = write_cluster(tmp_path, n=1)
+
+    async def refusing(_settings: object, *, bootstrap: bool) -> int:
+        raise error
+
+    monkeypatch.setattr(daemon_node, "setup_logging", lambda **_: None)  # no global handlers
+    monkeypatch.setattr(daemon_node, "serve", refusing)
+    result = run("node", "start", "--config", str(config), "--node-id", "1")
+    assert result.exit_code == 2, result.output
+    code = str(getattr(error, "code", "")).upper()
+    assert re.fullmatch(r"[A-Z_]+", code), code
+    lines = [line for line in result.stderr.splitlines() if line.startswith("Error: ")]
+    assert len(lines) == 1 and lines[0].startswith(f"Error: {code}: {error}"), result.stderr
+
+
+def test_an_unusable_data_directory_has_an_upper_case_code(tmp_path: Path) -> None:
+    config = write_cluster(tmp_path, n=1)
+    data_dir = load_node_config(config, 1).data_dir
+    data_dir.parent.mkdir(parents=True)
+    data_dir.write_text("not a directory\n")
+    result = run("node", "start", "--config", str(config), "--node-id", "1", "--bootstrap")
+    assert result.exit_code == 2, result.output
+    assert result.stderr.startswith("Error: DATA_DIR_UNUSABLE: "), result.stderr
