@@ -282,6 +282,10 @@ class MetastoreNode:
         self._sweep_task: asyncio.Task[None] | None = None
         self._gc_task: asyncio.Task[None] | None = None
         self._job_task: asyncio.Task[None] | None = None
+        # Set once start() has opened everything: only a node that ran logs "stopped". A start
+        # refused because this node already runs elsewhere (its WAL locked, its ports taken)
+        # writes to that node's log file, where "stopped" would read as the running node's.
+        self._started = False
 
     def reload_tokens(self) -> None:
         """SIGHUP: read tokens.json again (revoking or adding client tokens without a
@@ -365,6 +369,7 @@ class MetastoreNode:
         self._sweep_task = asyncio.create_task(self._sweep_sessions())
         self._gc_task = asyncio.create_task(self.gc.run_forever())
         self._job_task = asyncio.create_task(self.jobs.run_forever())
+        self._started = True
         log.info(
             "metastore node started",
             extra={
@@ -387,7 +392,8 @@ class MetastoreNode:
         await self.http.stop()
         await self.forwarder.close()
         await self.raft.stop()
-        log.info("metastore node stopped")
+        if self._started:
+            log.info("metastore node stopped")
 
     async def _sweep_sessions(self) -> None:
         """As leader, propose the expiry of sessions past their deadline at the clock's now.

@@ -7,7 +7,11 @@ unknown and suggests the closest name."""
 
 from __future__ import annotations
 
+import json
 import re
+import socket
+import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +27,8 @@ from raft.errors import NodeIdentityError, TlsConfigError
 from raft.wal import CorruptLogError, WalLockedError
 from tests.cli.test_cli import _isolated_cwd, against, fake, run, sent
 from tests.client.fake_node import ThreadedFakeNode
-from tests.daemon.harness import write_cluster
+from tests.daemon.harness import REPO, write_cluster
+from tests.daemon.test_node_startup import POLL_S, START_TIMEOUT_S, daemon_argv, run_daemon
 
 __all__ = ["_isolated_cwd", "fake"]  # fixtures used by name
 
@@ -129,3 +134,45 @@ def test_an_unusable_data_directory_has_an_upper_case_code(tmp_path: Path) -> No
     result = run("node", "start", "--config", str(config), "--node-id", "1", "--bootstrap")
     assert result.exit_code == 2, result.output
     assert result.stderr.startswith("Error: DATA_DIR_UNUSABLE: "), result.stderr
+
+
+# ---- 4. a second start of a running node ---------------------------------------------------------
+
+
+def _log_messages(log_file: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in log_file.read_text().splitlines() if line.strip()]
+
+
+def test_a_second_start_of_a_running_node_does_not_log_stopped_into_its_log(
+    tmp_path: Path,
+) -> None:
+    config = write_cluster(tmp_path)
+    settings = load_node_config(config, 1)
+    first = subprocess.Popen(
+        daemon_argv(config, "--bootstrap"),
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while True:  # bounded: the deadline
+            assert first.poll() is None, "the first node exited"
+            try:
+                socket.create_connection(("127.0.0.1", settings.node.client_port), 1).close()
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "the first node did not start listening"
+                time.sleep(POLL_S)  # polling a port: no event to await across processes
+        before = len(_log_messages(settings.log_file))
+        done = run_daemon(config)
+        assert done.returncode == 2, done.stderr
+        assert first.poll() is None, "the running node stopped"
+        added = _log_messages(settings.log_file)[before:]
+        texts = [m["msg"] for m in added]
+        assert not any("stopped" in t for t in texts), texts
+        # What the second process did write says it came from another process than the node.
+        assert added and all(m.get("pid") not in (None, first.pid) for m in added), added
+    finally:
+        first.kill()
+        first.wait(timeout=START_TIMEOUT_S)
