@@ -22,7 +22,7 @@ from metastore.daemon import node as daemon_node
 from metastore.daemon.config import load_node_config
 from metastore.daemon.node import NodeStartError
 from metastore.daemon.secrets import SecretsError
-from metastore.errors import NamespaceNotEmptyError
+from metastore.errors import NamespaceNotEmptyError, NamespaceNotFoundError, TableNotFoundError
 from raft.errors import NodeIdentityError, TlsConfigError
 from raft.wal import CorruptLogError, WalLockedError
 from tests.cli.test_cli import _isolated_cwd, against, fake, run, sent
@@ -176,3 +176,83 @@ def test_a_second_start_of_a_running_node_does_not_log_stopped_into_its_log(
     finally:
         first.kill()
         first.wait(timeout=START_TIMEOUT_S)
+
+
+# ---- 5. a typo in NS.TABLE ---------------------------------------------------------------------
+
+
+def _catalog(namespaces: dict[str, list[str]]) -> ThreadedFakeNode:
+    """A node that knows `namespaces` (name -> table names) and answers only what naming needs:
+    every read of a table it does not have is TABLE_NOT_FOUND, as the nodes answer it."""
+
+    async def handler(op: str, args: dict[str, Any]) -> dict[str, Any]:
+        if op == "list_namespaces":
+            return {
+                "namespaces": [{"name": n, "comment": None, "properties": {}} for n in namespaces]
+            }
+        if op == "list_tables":
+            ns = args.get("namespace")
+            if ns not in namespaces:
+                raise NamespaceNotFoundError(
+                    f"namespace {ns} does not exist", details={"namespace": ns}
+                )
+            return {"tables": [f"{ns}.{t}" for t in namespaces[ns]]}
+        if op == "read_ts":
+            return {"ts": make_ts(SystemClock().now_ms())}
+        table = args.get("table")
+        raise TableNotFoundError(f"table {table} does not exist", details={"table": table})
+
+    return ThreadedFakeNode(handler=handler)
+
+
+CATALOG = {"sales": ["orders", "refunds"], "marketing": ["campaigns"]}
+
+
+@pytest.mark.parametrize("command", [["describe"], ["history"], ["files"], ["read"], ["compact"]])
+def test_a_typo_in_the_table_name_suggests_the_closest_table(command: list[str]) -> None:
+    with _catalog(CATALOG) as node:
+        result = against(node, "table", *command, "sales.ordres")
+        ops = [op for op, _ in sent(node)]
+    assert result.exit_code == 4, result.output
+    first = result.stderr.splitlines()[0]
+    assert first.startswith("Error: TABLE_NOT_FOUND: table sales.ordres does not exist"), first
+    assert "did you mean sales.orders?" in first, first
+    assert ops.count("list_tables") == 1 and "list_namespaces" not in ops, ops  # bounded
+
+
+@pytest.mark.parametrize("command", [["describe"], ["history"], ["files"], ["read"], ["compact"]])
+def test_a_typo_in_the_namespace_says_the_namespace_is_unknown(command: list[str]) -> None:
+    with _catalog(CATALOG) as node:
+        result = against(node, "table", *command, "slaes.orders")
+        ops = [op for op, _ in sent(node)]
+    assert result.exit_code == 4, result.output
+    first = result.stderr.splitlines()[0]
+    assert first.startswith("Error: NAMESPACE_NOT_FOUND: namespace slaes does not exist"), first
+    assert "did you mean sales?" in first, first
+    assert ops.count("list_namespaces") == 1 and ops.count("list_tables") <= 1, ops
+
+
+def test_table_list_of_an_unknown_namespace_suggests_the_closest() -> None:
+    with _catalog(CATALOG) as node:
+        result = against(node, "table", "list", "marketin")
+    assert result.exit_code == 4, result.output
+    first = result.stderr.splitlines()[0]
+    assert first.startswith("Error: NAMESPACE_NOT_FOUND: namespace marketin does not exist")
+    assert "did you mean marketing?" in first, first
+
+
+def test_nothing_close_suggests_nothing() -> None:
+    with _catalog(CATALOG) as node:
+        result = against(node, "table", "describe", "sales.zzzzzz")
+    assert result.exit_code == 4, result.output
+    first = result.stderr.splitlines()[0]
+    assert first == "Error: TABLE_NOT_FOUND: table sales.zzzzzz does not exist", first
+
+
+def test_a_malformed_name_is_a_usage_error_before_any_request() -> None:
+    with _catalog(CATALOG) as node:
+        result = against(node, "table", "describe", "sales")
+        assert sent(node) == []
+    assert result.exit_code == 2, result.output
+    assert result.stderr.startswith("Error: USAGE: "), result.stderr
+    assert "namespace.table" in result.stderr
