@@ -11,6 +11,7 @@ import json
 import re
 import socket
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -19,15 +20,16 @@ import pytest
 
 from hlc import SystemClock, make_ts, to_iso
 from metastore.daemon import node as daemon_node
-from metastore.daemon.config import load_node_config
+from metastore.daemon.config import load_cluster_config, load_node_config
 from metastore.daemon.node import NodeStartError
 from metastore.daemon.secrets import SecretsError
 from metastore.errors import NamespaceNotEmptyError, NamespaceNotFoundError, TableNotFoundError
 from raft.errors import NodeIdentityError, TlsConfigError
 from raft.wal import CorruptLogError, WalLockedError
+from tests.cli.real_cluster import free_base_port
 from tests.cli.test_cli import _isolated_cwd, against, fake, run, sent
 from tests.client.fake_node import ThreadedFakeNode
-from tests.daemon.harness import REPO, write_cluster
+from tests.daemon.harness import REPO, run_cli, write_cluster
 from tests.daemon.test_node_startup import POLL_S, START_TIMEOUT_S, daemon_argv, run_daemon
 
 __all__ = ["_isolated_cwd", "fake"]  # fixtures used by name
@@ -256,3 +258,45 @@ def test_a_malformed_name_is_a_usage_error_before_any_request() -> None:
     assert result.exit_code == 2, result.output
     assert result.stderr.startswith("Error: USAGE: "), result.stderr
     assert "namespace.table" in result.stderr
+
+
+def test_cluster_up_missing_leaves_a_node_started_by_hand_running_and_its_pid_file_alone(
+    tmp_path: Path,
+) -> None:
+    directory = tmp_path / "cluster"
+    done = run_cli(
+        "cluster", "init", str(directory), "--cluster-id", "byhand",
+        "--base-port", str(free_base_port()),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    config = load_cluster_config(directory / "cluster.toml")
+    hand = subprocess.Popen(
+        [sys.executable, "-m", "cli.main", "node", "start", "--bootstrap",
+         "--config", str(directory / "node2.toml")],
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while True:  # bounded: the deadline
+            assert hand.poll() is None, "the node started by hand exited"
+            try:
+                socket.create_connection(("127.0.0.1", config.node(2).client_port), 1).close()
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "the node started by hand did not listen"
+                time.sleep(POLL_S)  # polling a port: no event to await across processes
+        up = run_cli(
+            "cluster", "up", "--missing", "--bootstrap", "1", "--bootstrap", "3",
+            "--wait-ms", "0", "--config", str(directory),
+        )  # fmt: skip
+        assert up.returncode == 0, up.stderr
+        assert "node 2" in up.stderr and "not started by cluster up" in up.stderr, up.stderr
+        assert not config.node_pid_file(2).exists()  # cluster up did not claim it
+        assert config.node_pid_file(1).exists() and config.node_pid_file(3).exists()
+        assert hand.poll() is None
+    finally:
+        run_cli("cluster", "down", "--config", str(directory), "--grace-ms", "3000")
+        hand.kill()
+        hand.wait(timeout=START_TIMEOUT_S)
