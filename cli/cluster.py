@@ -412,6 +412,8 @@ def cluster_up(
     session, logs to DATA_DIR/node-N/node.log and records its PID in DATA_DIR/node-N/node.pid.
     Refuses to start anything if a node is already running, unless --missing: then only the
     nodes that are not running are started (nothing, if all are). Stop them with `cluster down`.
+    A node started by hand (`metastore node start`: no pid file, but it holds its log) counts as
+    running: it is left alone, and `cluster down` does not stop it.
     Refuses to start anything (PORT_IN_USE) if another process holds a port of a node it would
     start, (DATA_DIR_UNUSABLE) if a node's data directory or log file cannot be made, or
     (CONFIG_INVALID) if a nodeN.toml does not load or names another node or cluster file, or
@@ -438,16 +440,29 @@ def _cluster_up(
     only_missing: bool,
     bootstrap_ids: tuple[int, ...],
 ) -> None:
-    running = {
+    running: dict[int, int | None] = {
         n.id: pid
         for n in config.nodes
         if (pid := processes.running_node_pid(config.node_pid_file(n.id), config_dir, n.id))
         is not None
     }
+    # A node started by hand (`metastore node start`, a service manager) has no pid file of
+    # ours but holds its log: it runs, and is neither started again (its ports and log are
+    # taken: PORT_IN_USE would refuse the whole command) nor given a pid file (`cluster down`
+    # must not stop what it did not start).
+    by_hand = sorted(
+        n.id
+        for n in config.nodes
+        if n.id not in running and processes.log_held_by_a_process(config.node_data_dir(n.id))
+    )
+    running.update(dict.fromkeys(by_hand))
     # Refusing by default keeps a half-running cluster visible: the user decides whether to
     # restart the missing nodes (--missing) or start over (`cluster down`).
     if running and not only_missing:
-        listed = ", ".join(f"node {n} (pid {p})" for n, p in sorted(running.items()))
+        listed = ", ".join(
+            f"node {n} (pid {p})" if p is not None else f"node {n} (started by hand)"
+            for n, p in sorted(running.items())
+        )
         raise CliError(
             "ALREADY_RUNNING",
             f"{listed} already running; stop the cluster first: metastore cluster down --config "
@@ -456,6 +471,12 @@ def _cluster_up(
             exit_code=EXIT_REFUSED,
         )
     to_start = [n.id for n in config.nodes if n.id not in running]
+    for node_id in by_hand:
+        click.echo(
+            f"node {node_id} is running, not started by cluster up (no pid file in "
+            f"{config.node_data_dir(node_id)}): left alone; `cluster down` does not stop it",
+            err=True,
+        )
     for node_id in to_start:
         _check_node_file(config_dir, config, node_id)
         _check_tls_files(config, node_id)

@@ -20,8 +20,9 @@ from typing import Final
 import click
 
 from cli.errors import EXIT_USAGE, CliError
-from hlc import SystemClock, parse_ts, physical_ms
+from hlc import SystemClock, make_ts, parse_ts, physical_ms, to_iso
 from hlc.errors import TimestampParseError
+from hlc.limits import LOGICAL_BITS
 from metastore.client import ENDPOINTS_MAX, SyncMetastoreClient, parse_endpoint
 from metastore.commands import TableName, normalize_object_name, parse_duration_ms
 from metastore.daemon.config import CLUSTER_FILE_NAME, ClusterConfig, load_cluster_config
@@ -229,8 +230,15 @@ class TimestampParam(click.ParamType[int]):
             ts = parse_ts(str(value), now_ms=now_ms)
         except TimestampParseError as exc:
             self.fail(str(exc), param, ctx)
+        # Only digits make an HLC integer (parse_ts); those are what an epoch time looks like.
+        pasted_epoch = str(value).strip().isdigit()
+        meant = epoch_time_meant(ts, now_ms=now_ms) if pasted_epoch else None
+        if meant is not None and physical_ms(ts) < PLAUSIBLE_CLUSTER_TIME_FROM_MS:
+            self.fail(_epoch_hint(value, ts, meant, param), param, ctx)
         ahead_ms = physical_ms(ts) - now_ms
         if self.max_ahead_ms is not None and ahead_ms > self.max_ahead_ms:
+            if meant is not None:  # epoch nanoseconds read as an HLC land centuries ahead
+                self.fail(_epoch_hint(value, ts, meant, param), param, ctx)
             self.fail(
                 f"{value!r} is in the future by {span_text(ahead_ms)}: no node can answer for a "
                 f"time its clock has not reached (a cluster tolerates at most "
@@ -239,6 +247,56 @@ class TimestampParam(click.ParamType[int]):
                 ctx,
             )
         return ts
+
+
+# An HLC integer whose time is before this (2000-01-01) belongs to no cluster: this metastore
+# did not exist, and a node's clock is not set decades back. Pasting epoch seconds,
+# milliseconds or microseconds (what `date +%s%3N`, Kafka and Spark print) as --as-of gives
+# such an integer: an HLC is epoch ms << LOGICAL_BITS, so epoch ms read as one is ~1970.
+PLAUSIBLE_CLUSTER_TIME_FROM_MS: Final = 946_684_800_000
+# Each unit an epoch integer is commonly written in, and how to turn it into milliseconds.
+_EPOCH_UNITS: Final = (
+    ("seconds", 1000, 1),
+    ("milliseconds", 1, 1),
+    ("microseconds", 1, 1000),
+    ("nanoseconds", 1, 1_000_000),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class EpochTimeMeant:
+    """The epoch time an integer most likely was: its unit and the millisecond it names."""
+
+    unit: str
+    epoch_ms: int
+
+
+def epoch_time_meant(value: int, *, now_ms: int) -> EpochTimeMeant | None:
+    """The unit in which `value`, read as an epoch time, lands between 2000 and a day past
+    `now_ms`, if one does (at most one can: the units are 1000x apart); else None."""
+    for unit, times, divided_by in _EPOCH_UNITS:
+        epoch_ms = value * times // divided_by
+        if PLAUSIBLE_CLUSTER_TIME_FROM_MS <= epoch_ms <= now_ms + 86_400_000:
+            return EpochTimeMeant(unit=unit, epoch_ms=epoch_ms)
+    return None
+
+
+def _epoch_hint(
+    value: object, ts: int, meant: EpochTimeMeant, param: click.Parameter | None
+) -> str:
+    """Refuse rather than reinterpret: the integer is a valid HLC, and a script that relies on
+    one reading must not get the other silently."""
+    flag = param.opts[0] if param is not None and param.opts else "--as-of"
+    hlc_meant = make_ts(meant.epoch_ms)
+    try:
+        as_hlc = f"{to_iso(ts)}, decades before any cluster"
+    except ValueError:  # past the year 9999: no date form
+        as_hlc = "centuries ahead"
+    return (
+        f"{value!r} read as an HLC timestamp is {as_hlc}; it looks like epoch {meant.unit}. "
+        f"For that time pass {flag} {to_iso(hlc_meant)} or its HLC integer {flag} {hlc_meant} "
+        f"(an HLC is epoch milliseconds << {LOGICAL_BITS})"
+    )
 
 
 TIMESTAMP: Final = TimestampParam()

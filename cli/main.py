@@ -276,7 +276,8 @@ def cli(
     """Manage and query a Raft-replicated schema metastore.
 
     Every node answers "what is table T's schema at timestamp T" the same way. Timestamps
-    (--as-of) may be HLC integers, ISO-8601 times (2026-11-22T10:00:00Z), relative times
+    (--as-of) may be HLC integers (epoch ms << 16; a plain epoch time in s, ms, µs or ns is
+    refused with the ISO form meant), ISO-8601 times (2026-11-22T10:00:00Z), relative times
     (-5m, -2h) or now. The options below may also follow the sub-command, as in etcdctl
     (metastore table list -o json).
     """

@@ -7,6 +7,7 @@ import click
 from cli.context import READ_TIMESTAMP, app
 from cli.output import emit, kv_table, rows_table
 from cli.table import AS_OF_HELP
+from metastore.errors import NamespaceNotEmptyError
 
 
 @click.group("ns")
@@ -46,5 +47,28 @@ def ns_create(ctx: click.Context, name: str, comment: str | None, if_not_exists:
 def ns_drop(ctx: click.Context, name: str, if_exists: bool, cascade: bool) -> None:
     """Drop namespace NAME (DROP NAMESPACE). Refused if it holds tables, unless --cascade."""
     a = app(ctx)
-    result = a.client().drop_namespace(name, if_exists=if_exists, cascade=cascade)
+    try:
+        result = a.client().drop_namespace(name, if_exists=if_exists, cascade=cascade)
+    except NamespaceNotEmptyError as exc:
+        raise _in_cli_terms(exc) from None
     emit(a.output, result, lambda: [kv_table(result)])
+
+
+def _in_cli_terms(exc: NamespaceNotEmptyError) -> NamespaceNotEmptyError:
+    """The node's refusal speaks SQL ("use CASCADE", as `metastore sql` users type it); here the
+    way out is the --cascade flag. Built from the details (the count and up to 10 names), so
+    the node's wording can change freely; the node's message is kept if the details lack them."""
+    count = exc.details.get("table_count")
+    tables = exc.details.get("tables")
+    namespace = exc.details.get("namespace")
+    if not isinstance(count, int) or not isinstance(tables, list) or not namespace:
+        return exc
+    named = ", ".join(str(t) for t in tables)
+    if count > len(tables):
+        named += f" and {count - len(tables)} more"
+    noun, pronoun = ("table", "it") if count == 1 else ("tables", "them")
+    return NamespaceNotEmptyError(
+        f"namespace {namespace} has {count} {noun} ({named}); drop {pronoun} first, or pass "
+        f"--cascade to drop {pronoun} with the namespace",
+        details=exc.details,
+    )

@@ -129,6 +129,27 @@ def node_has_state(data_dir: Path) -> bool:
     return any(f.name != WAL_LOCK_FILE and f.is_file() and f.stat().st_size > 0 for f in files)
 
 
+def log_held_by_a_process(data_dir: Path) -> bool:
+    """Whether some process holds the node's write-ahead log (its flock on wal/LOCK): a node of
+    this data directory runs, whether or not a pid file says so (`metastore node start` in a
+    terminal or under a service manager writes none). The probe takes a shared lock and drops
+    it at once; a node starting in that instant is refused (WAL_LOCKED), which only `cluster
+    up` itself could be doing, and it holds the cluster's lifecycle lock."""
+    try:
+        fd = os.open(data_dir / "wal" / WAL_LOCK_FILE, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return False  # no log yet (or none we may read): nothing can hold it
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)  # closing releases a lock we got
+    return False
+
+
 def read_pid(pid_file: Path) -> int | None:
     """The PID in `pid_file`, or None if there is no (readable, well-formed) pid file."""
     try:
@@ -260,7 +281,7 @@ def taken_ports(nodes: list[NodeAddress]) -> list[TakenPort]:
     (every address the host resolves to, SO_REUSEADDR as asyncio sets it, so ports a stopped
     node left in TIME_WAIT count as free). A bind that fails otherwise (a host that does not
     resolve, or is not this machine's) is left to the node, which says so itself. A check, not
-    a reservation: a port taken after it still stops that node (address_in_use)."""
+    a reservation: a port taken after it still stops that node (ADDRESS_IN_USE)."""
     taken: list[TakenPort] = []
     for node in nodes:
         for what, port, address in (

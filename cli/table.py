@@ -5,9 +5,10 @@ to this group by cli.main."""
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, Final
 
 import click
 from rich.console import RenderableType
@@ -15,34 +16,123 @@ from rich.console import RenderableType
 from cli.context import READ_TIMESTAMP, TABLE_NAME, app
 from cli.output import emit, kv_table, rows_table, ts_cell
 from metastore.client import SyncMetastoreClient
-from metastore.errors import ErrorCode, MetastoreError, TableNotFoundError
+from metastore.commands import TableName
+from metastore.errors import (
+    ErrorCode,
+    MetastoreError,
+    NamespaceNotFoundError,
+    TableNotFoundError,
+)
 
 AS_OF_HELP = (
     "Read as of this time: HLC integer, ISO-8601 (2026-11-22T10:00:00Z), relative (-5m) or now."
 )
 
 
+# Names a "did you mean" looks among: one page of one list call, so a typo costs one cheap
+# round trip however large the catalog (a name past the page is simply not suggested).
+SUGGESTION_CANDIDATES_MAX: Final = 1000
+# difflib's ratio a name must reach to be suggested: one or two letters off or swapped in a
+# short name, not any name that shares a few letters.
+SUGGESTION_CUTOFF: Final = 0.75
+
+
 @contextmanager
-def saying_when_created(
-    client: SyncMetastoreClient, name: str, as_of: int | None
+def explaining_not_found(
+    client: SyncMetastoreClient, name: str, as_of: int | None = None
 ) -> Iterator[None]:
-    """A TABLE_NOT_FOUND for an --as-of before the table was created (`--as-of -5m` right after
-    a CREATE TABLE) also says when it was created, so the user knows from when to ask."""
+    """Make a not-found about NS.TABLE `name` say what is unknown, like git's "did you mean":
+
+    * TABLE_NOT_FOUND at an --as-of before the table was created (`--as-of -5m` right after a
+      CREATE TABLE): when it was created, so the user knows from when to ask;
+    * an unknown namespace (the nodes say only that the table does not exist):
+      NAMESPACE_NOT_FOUND, with the closest namespace;
+    * an unknown table of a namespace that exists: the closest table of that namespace.
+
+    Only on the error path, and bounded: at most one list call (one page) besides the one that
+    tells an unknown namespace from an unknown table. Any failure of those calls leaves the
+    original error as it was. Names are the ones that exist now."""
     try:
         yield
     except MetastoreError as exc:
-        if as_of is None or exc.code is not ErrorCode.TABLE_NOT_FOUND:
+        if exc.code is not ErrorCode.TABLE_NOT_FOUND:
             raise
-        try:
-            created_tu = client.describe(name).get("created_tu")
-        except MetastoreError:
-            raise exc from None  # not there now either: the original error says it all
-        if not isinstance(created_tu, int) or created_tu <= as_of:
+        if as_of is not None:
+            try:
+                created_tu = client.describe(name).get("created_tu")
+            except MetastoreError:
+                created_tu = None  # not there now either: say what is unknown, below
+            if isinstance(created_tu, int):
+                if created_tu <= as_of:
+                    raise
+                raise TableNotFoundError(
+                    f"{exc.message}; it was created at {ts_cell(created_tu)} (ask for a later "
+                    "--as-of)",
+                    details=exc.details,
+                ) from None
+        raise _unknown_name(client, name, exc) from None
+
+
+@contextmanager
+def explaining_unknown_namespace(client: SyncMetastoreClient, namespace: str) -> Iterator[None]:
+    """A NAMESPACE_NOT_FOUND about `namespace` with the closest existing namespace (one list
+    call, one page), if one is close."""
+    try:
+        yield
+    except MetastoreError as exc:
+        if exc.code is not ErrorCode.NAMESPACE_NOT_FOUND:
             raise
-        raise TableNotFoundError(
-            f"{exc.message}; it was created at {ts_cell(created_tu)} (ask for a later --as-of)",
-            details=exc.details,
+        meant = _closest(namespace, _namespace_names(client))
+        if meant is None:
+            raise
+        raise NamespaceNotFoundError(
+            f"{exc.message}; did you mean {meant}?", details=exc.details
         ) from None
+
+
+def _unknown_name(client: SyncMetastoreClient, name: str, exc: MetastoreError) -> MetastoreError:
+    try:
+        table = TableName.parse(name)
+    except MetastoreError:
+        return exc
+    try:
+        listed = client.call(
+            "list_tables",
+            {"namespace": table.namespace, "limit": SUGGESTION_CANDIDATES_MAX},
+        )
+    except MetastoreError as listing:
+        if listing.code is not ErrorCode.NAMESPACE_NOT_FOUND:
+            return exc  # cannot tell (forbidden, unavailable): the node's own words
+        meant = _closest(table.namespace, _namespace_names(client))
+        hint = f"; did you mean {meant}?" if meant is not None else ""
+        return NamespaceNotFoundError(
+            f"namespace {table.namespace} does not exist (so neither does table {table}){hint}",
+            details={"namespace": table.namespace, "table": str(table)},
+        )
+    names = [str(t) for t in listed.get("tables") or [] if isinstance(t, str)]
+    meant = _closest(str(table), names)
+    if meant is None:
+        return exc
+    return TableNotFoundError(f"{exc.message}; did you mean {meant}?", details=exc.details)
+
+
+def _namespace_names(client: SyncMetastoreClient) -> list[str]:
+    try:
+        listed = client.call("list_namespaces", {"limit": SUGGESTION_CANDIDATES_MAX})
+    except MetastoreError:
+        return []
+    return [
+        str(n["name"])
+        for n in listed.get("namespaces") or []
+        if isinstance(n, dict) and isinstance(n.get("name"), str)
+    ]
+
+
+def _closest(typed: str, names: list[str]) -> str | None:
+    """The existing name closest to `typed` (case folded, as the nodes fold it), or None."""
+    folded = {n.lower(): n for n in names}
+    found = difflib.get_close_matches(typed.lower(), list(folded), n=1, cutoff=SUGGESTION_CUTOFF)
+    return folded[found[0]] if found else None
 
 
 @click.group("table")
@@ -59,7 +149,11 @@ def table_list(ctx: click.Context, namespace: str | None, as_of: int | None) -> 
     """List the tables of NAMESPACE, or of every namespace when it is left out (full names,
     sorted)."""
     a = app(ctx)
-    result = a.client().list_tables(namespace, as_of=as_of)
+    if namespace is None:
+        result = a.client().list_tables(namespace, as_of=as_of)
+    else:
+        with explaining_unknown_namespace(a.client(), namespace):
+            result = a.client().list_tables(namespace, as_of=as_of)
     rows = [[name] for name in result.get("tables", [])]
     emit(a.output, result, lambda: [rows_table(["table"], rows)])
 
@@ -71,7 +165,7 @@ def table_list(ctx: click.Context, namespace: str | None, as_of: int | None) -> 
 def table_describe(ctx: click.Context, name: str, as_of: int | None) -> None:
     """Show the schema of NS.TABLE in force now (or at --as-of) and its metadata."""
     a = app(ctx)
-    with saying_when_created(a.client(), name, as_of):
+    with explaining_not_found(a.client(), name, as_of):
         result = a.client().describe(name, as_of=as_of)
     emit(a.output, result, lambda: _describe_tables(result))
 
@@ -107,7 +201,8 @@ def table_history(ctx: click.Context, name: str) -> None:
     """Show every schema version of NS.TABLE: when it was made (Tm), when it activated (Tu),
     what changed, and the schema."""
     a = app(ctx)
-    result = a.client().history(name)
+    with explaining_not_found(a.client(), name):
+        result = a.client().history(name)
     rows = [
         [
             v.get("version"),

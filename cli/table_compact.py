@@ -17,6 +17,7 @@ from rich.console import RenderableType
 
 from cli.context import TABLE_NAME, app
 from cli.output import emit, end_progress, kv_table, progress
+from cli.table import explaining_not_found
 from metastore import limits
 
 
@@ -50,13 +51,14 @@ def table_compact(
 
     a = app(ctx)
     try:
-        result = compact_table(
-            a.client(),
-            name,
-            keep_loose=keep_loose,
-            entries_max=entries_per_manifest,
-            progress=lambda text: progress(text),
-        )
+        with explaining_not_found(a.client(), name):
+            result = compact_table(
+                a.client(),
+                name,
+                keep_loose=keep_loose,
+                entries_max=entries_per_manifest,
+                progress=lambda text: progress(text),
+            )
     finally:
         end_progress()
     emit(a.output, result, lambda: _summary(result))

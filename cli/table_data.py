@@ -28,7 +28,7 @@ from rich.text import Text
 from cli.context import READ_TIMESTAMP, TABLE_NAME, app
 from cli.errors import EXIT_GENERIC, EXIT_NOT_FOUND, CliError
 from cli.output import emit, kv_table, ts_cell
-from cli.table import AS_OF_HELP, saying_when_created
+from cli.table import AS_OF_HELP, explaining_not_found
 
 if TYPE_CHECKING:
     from metastore.client.parquet import DataReadError
@@ -91,7 +91,7 @@ def table_files(ctx: click.Context, name: str, as_of: int | None, consistency: s
     a = app(ctx)
     client = a.client()
     linearize(client, as_of, consistency)
-    with saying_when_created(client, name, as_of):
+    with explaining_not_found(client, name, as_of):
         result = client.files(name, as_of=as_of)
     emit(a.output, result, lambda: _files_tables(result))
 
@@ -149,7 +149,7 @@ def table_read(
     a = app(ctx)
     client = a.client()
     linearize(client, as_of, consistency)
-    with saying_when_created(client, name, as_of):
+    with explaining_not_found(client, name, as_of):
         listing = client.files(name, as_of=as_of)
     ts = int(listing["as_of"])
     pinned = client.schema_at(name, ts)

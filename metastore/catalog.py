@@ -448,7 +448,8 @@ class Catalog:
         live = sorted(self._live.get(cmd.namespace, ()), key=str)
         if live and not cmd.cascade:
             raise NamespaceNotEmptyError(
-                f"namespace {cmd.namespace} has {len(live)} tables; drop them or use CASCADE",
+                f"namespace {cmd.namespace} has {_count(len(live), 'table')}; drop "
+                f"{'it' if len(live) == 1 else 'them'} or use CASCADE",
                 details={
                     "namespace": cmd.namespace,
                     "table_count": len(live),
@@ -1340,3 +1341,8 @@ def _snap_properties(value: object) -> Properties:
         return properties_from_data(_snap_list(value))
     except MetastoreError as e:
         raise MalformedSnapshotError(f"bad properties: {e.message}") from None
+
+
+def _count(n: int, noun: str) -> str:
+    """`1 table`, `2 tables`: a count for a message."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"

@@ -1,7 +1,8 @@
 """Structured logs: one JSON object per line in the node's data directory (and on stderr,
 unless stderr is that very file, as `cluster up` starts a node).
 
-Fields: `ts` (ISO-8601 UTC), `level`, `logger`, `node_id`, `msg`, plus whatever the call passed in
+Fields: `ts` (ISO-8601 UTC), `level`, `logger`, `node_id`, `pid` (the writing process: a refused
+second start of a running node appends to its file), `msg`, plus whatever the call passed in
 `extra=` (for example `term`, `index`). Exceptions are rendered under `exc`. Rotation keeps
 `LOG_FILES_KEPT` files of `LOG_FILE_BYTES_MAX` each, so logs cannot fill the disk.
 
@@ -115,6 +116,9 @@ class JsonFormatter(logging.Formatter):
             "level": record.levelname.lower(),
             "logger": record.name,
             "node_id": self.node_id,
+            # Which process wrote the line: a second start of a running node (refused) appends
+            # to the same file, and incident review must tell its lines from the node's.
+            "pid": record.process,
             "msg": record.getMessage(),
         }
         for key, value in vars(record).items():

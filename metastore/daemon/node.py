@@ -67,7 +67,8 @@ SESSION_SWEEP_INTERVAL_S = 0.5
 class NodeStartError(Exception):
     """A listener of this node cannot be opened: its port is in use (another process, or this
     node already running), or its host does not resolve or is not an address of this machine;
-    or a file of its data directory cannot be created or opened (`DATA_DIR_UNUSABLE`)."""
+    or a file of its data directory cannot be created or opened (`DATA_DIR_UNUSABLE`). Codes are
+    upper case, as every error line shows them."""
 
     def __init__(self, code: str, message: str) -> None:
         super().__init__(message)
@@ -76,7 +77,7 @@ class NodeStartError(Exception):
 
 # The node's data directory (or a file in it: node.log, audit.log) cannot be made or opened: a
 # file where a directory goes, no permission, a read-only or full file system.
-DATA_DIR_UNUSABLE = "data_dir_unusable"
+DATA_DIR_UNUSABLE = "DATA_DIR_UNUSABLE"
 
 
 def _warn_if_others_may_write(data_dir: Path) -> None:
@@ -118,7 +119,7 @@ def run_node(config_path: Path, node_id: int | None = None, *, bootstrap: bool =
             node_id=settings.node_id, log_file=settings.log_file, level=settings.cluster.log_level
         )
     except OSError as exc:  # nowhere to log to: stderr is all there is
-        print(f"Error: {DATA_DIR_UNUSABLE}: {_unusable(exc)}", file=sys.stderr)
+        _print_start_error(DATA_DIR_UNUSABLE, _unusable(exc))
         return 2
     _warn_if_others_may_write(settings.data_dir)
     try:
@@ -131,21 +132,27 @@ def run_node(config_path: Path, node_id: int | None = None, *, bootstrap: bool =
         return asyncio.run(serve(settings, bootstrap=bootstrap))
     except (NodeIdentityError, TlsConfigError, NodeStartError, SecretsError) as exc:
         log.critical("refusing to start: %s", exc)
-        print(f"Error: {exc.code}: {exc}", file=sys.stderr)
+        _print_start_error(exc.code, str(exc))
         return 2
     except WalLockedError as exc:
         log.critical("refusing to start: %s", exc)
-        print(
-            f"Error: {exc.code}: {exc} (is this node already running on {settings.data_dir}?)",
-            file=sys.stderr,
+        _print_start_error(
+            exc.code, f"{exc} (is this node already running on {settings.data_dir}?)"
         )
         return 2
     except WalError as exc:
         # Recovery refused the log (CorruptLogError: its message says what to do) before it
         # cut, wrote or deleted anything: the operator's call, in one line, not a traceback.
         log.critical("refusing to start: %s", exc)
-        print(f"Error: {exc.code}: {exc}", file=sys.stderr)
+        _print_start_error(exc.code, str(exc))
         return 2
+
+
+def _print_start_error(code: str, message: str) -> None:
+    """`Error: CODE: message` on stderr, as every CLI error reads (cli.errors.fail). Raft and
+    WAL errors carry snake_case codes (for logs and metrics); a person and a script reading the
+    first line of a failed start see the same upper-case form as anywhere else."""
+    print(f"Error: {code.upper()}: {message}", file=sys.stderr)
 
 
 class MetastoreNode:
@@ -283,6 +290,10 @@ class MetastoreNode:
         self._sweep_task: asyncio.Task[None] | None = None
         self._gc_task: asyncio.Task[None] | None = None
         self._job_task: asyncio.Task[None] | None = None
+        # Set once start() has opened everything: only a node that ran logs "stopped". A start
+        # refused because this node already runs elsewhere (its WAL locked, its ports taken)
+        # writes to that node's log file, where "stopped" would read as the running node's.
+        self._started = False
 
     def reload_tokens(self) -> None:
         """SIGHUP: read tokens.json again (revoking or adding client tokens without a
@@ -367,6 +378,7 @@ class MetastoreNode:
         self._sweep_task = asyncio.create_task(self._sweep_sessions())
         self._gc_task = asyncio.create_task(self.gc.run_forever())
         self._job_task = asyncio.create_task(self.jobs.run_forever())
+        self._started = True
         log.info(
             "metastore node started",
             extra={
@@ -400,7 +412,8 @@ class MetastoreNode:
         await self.http.stop()
         await self.forwarder.close()
         await self.raft.stop()
-        log.info("metastore node stopped")
+        if self._started:
+            log.info("metastore node stopped")
 
     async def _sweep_sessions(self) -> None:
         """As leader, propose the expiry of sessions past their deadline at the clock's now.
@@ -490,12 +503,12 @@ async def _listen(what: str, address: str, opening: Awaitable[None]) -> None:
         await opening
     except socket.gaierror as exc:  # the host does not resolve (a typo, no DNS entry yet)
         raise NodeStartError(
-            "listen_failed", f"cannot listen on {address} (the {what} port): {exc.strerror}"
+            "LISTEN_FAILED", f"cannot listen on {address} (the {what} port): {exc.strerror}"
         ) from exc
     except OSError as exc:
         if exc.errno == errno.EADDRINUSE:
             raise NodeStartError(
-                "address_in_use",
+                "ADDRESS_IN_USE",
                 f"cannot listen on {address} (the {what} port): it is in use by another process",
             ) from exc
         # An address not of this machine (only a bind raises it), or a port it may not use
@@ -504,7 +517,7 @@ async def _listen(what: str, address: str, opening: Awaitable[None]) -> None:
             exc.errno in (errno.EACCES, errno.EPERM) and exc.filename is None
         ):
             raise NodeStartError(
-                "listen_failed", f"cannot listen on {address} (the {what} port): {exc.strerror}"
+                "LISTEN_FAILED", f"cannot listen on {address} (the {what} port): {exc.strerror}"
             ) from exc
         raise
 

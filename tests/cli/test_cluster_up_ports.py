@@ -1,7 +1,7 @@
 """`metastore cluster up` with a port of the cluster taken by another process, or a node's log
 file that cannot be opened, starts nothing.
 
-Before, `cluster up` started every node; the one whose port was taken exited (address_in_use)
+Before, `cluster up` started every node; the one whose port was taken exited (ADDRESS_IN_USE)
 and `cluster up` failed with NODE_EXITED while the other nodes kept running in the background
 (a half-started cluster to stop by hand); likewise for a log file it could not open. Now the
 ports of the nodes it would start are tried, and their data directories and log files made

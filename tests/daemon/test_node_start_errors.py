@@ -38,7 +38,7 @@ def test_a_data_directory_path_taken_by_a_file_is_one_error_line(tmp_path: Path)
     data_dir.parent.mkdir(parents=True)
     data_dir.write_text("not a directory\n")
     done = run_daemon(config, "--bootstrap")
-    assert_one_line_error(done, "data_dir_unusable")
+    assert_one_line_error(done, "DATA_DIR_UNUSABLE")
     assert str(data_dir) in done.stderr
     assert data_dir.read_text() == "not a directory\n"  # changed nothing
 
@@ -48,7 +48,7 @@ def test_an_audit_log_that_cannot_be_opened_is_one_error_line(tmp_path: Path) ->
     audit = load_node_config(config, 1).data_dir / "audit.log"
     audit.mkdir(parents=True)  # a directory where the node's audit file goes
     done = run_daemon(config, "--bootstrap")
-    assert_one_line_error(done, "data_dir_unusable")
+    assert_one_line_error(done, "DATA_DIR_UNUSABLE")
     assert str(audit) in done.stderr
 
 
@@ -106,7 +106,7 @@ async def test_a_port_the_node_may_not_bind_is_a_start_error() -> None:
 
     with pytest.raises(NodeStartError) as info:
         await _listen("metrics", "10.0.0.5:80", bind_refused())
-    assert info.value.code == "listen_failed"
+    assert info.value.code == "LISTEN_FAILED"
     assert "10.0.0.5:80 (the metrics port)" in str(info.value)
     assert "Permission denied" in str(info.value)
 

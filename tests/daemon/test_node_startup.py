@@ -61,7 +61,7 @@ def assert_one_line_error(done: subprocess.CompletedProcess[str], code: str) -> 
     assert done.returncode == 2, (done.returncode, done.stderr[-2000:])
     assert "Traceback" not in done.stderr, done.stderr[-2000:]
     errors = [line for line in done.stderr.splitlines() if line.startswith("Error: ")]
-    assert len(errors) == 1 and code in errors[0], done.stderr[-2000:]
+    assert len(errors) == 1 and errors[0].startswith(f"Error: {code}: "), done.stderr[-2000:]
 
 
 @pytest.mark.parametrize("which", ["raft_port", "client_port", "metrics_port"])
@@ -71,7 +71,7 @@ def test_a_port_in_use_is_one_error_line_and_exit_2(tmp_path: Path, which: str) 
     port = getattr(settings.node, which)
     with occupied(port):
         done = run_daemon(config, "--bootstrap")
-    assert_one_line_error(done, "address_in_use")
+    assert_one_line_error(done, "ADDRESS_IN_USE")
     assert str(port) in done.stderr
 
 
@@ -95,7 +95,7 @@ def test_a_data_directory_in_use_is_one_error_line_and_exit_2(tmp_path: Path) ->
                 assert time.monotonic() < deadline, "the first node did not start listening"
                 time.sleep(POLL_S)
         done = run_daemon(config)
-        assert_one_line_error(done, "wal_locked")
+        assert_one_line_error(done, "WAL_LOCKED")
     finally:
         first.kill()
         first.wait(timeout=START_TIMEOUT_S)
@@ -134,7 +134,7 @@ def test_a_host_that_does_not_resolve_is_one_error_line_and_exit_2(tmp_path: Pat
     text = config.read_text()
     config.write_text(text.replace('host = "127.0.0.1"', 'host = "no-such-host.invalid"', 1))
     done = run_daemon(config, "--bootstrap")
-    assert_one_line_error(done, "listen_failed")
+    assert_one_line_error(done, "LISTEN_FAILED")
     assert "no-such-host.invalid" in done.stderr
 
 
@@ -209,5 +209,5 @@ def test_a_corrupt_write_ahead_log_is_one_error_line_and_exit_2(tmp_path: Path) 
     seq, first_index = segment.stem.split("-")[1:]
     (wal_dir / f"wal-{int(seq, 16) + 2:016x}-{first_index}.log").write_bytes(b"")
     done = run_daemon(config)
-    assert_one_line_error(done, "wal_corrupt")
+    assert_one_line_error(done, "WAL_CORRUPT")
     assert "remove-node" in done.stderr

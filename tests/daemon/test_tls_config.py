@@ -197,7 +197,7 @@ def test_bad_tls_files_stop_the_daemon_with_one_line(tmp_path: Path, problem: st
     )
     assert done.returncode == 2, done.stderr
     line = done.stderr.strip().splitlines()[-1]
-    assert line.startswith("Error: tls_config_invalid: "), done.stderr
+    assert line.startswith("Error: TLS_CONFIG_INVALID: "), done.stderr
     expected = {
         "missing key": "node-1.key: file not found",
         "other CA": "is not signed by the CA in",

@@ -509,3 +509,12 @@ def test_check_invariants_catches_a_reused_field_id() -> None:
     d.state.catalog._tables[T] = (tampered,)
     with pytest.raises(CatalogInvariantError, match="retired"):
         d.state.check_invariants()
+
+
+def test_drop_namespace_refusal_counts_its_tables_in_english(d: Driver) -> None:
+    d.ok("CREATE TABLE ns.a (x INT)")
+    one = d.sql("DROP NAMESPACE ns").exception()
+    assert one is not None and "has 1 table; drop it or use CASCADE" in one.message, one
+    d.ok("CREATE TABLE ns.b (x INT)")
+    two = d.sql("DROP NAMESPACE ns").exception()
+    assert two is not None and "has 2 tables; drop them or use CASCADE" in two.message, two
