@@ -1743,7 +1743,9 @@ class ApiServer:
             "initialized": self.sm.state.cluster is not None,
             "voters": list(st.core.conf.voters),
             "learners": list(st.core.conf.learners),
-            "peers": {str(k): v for k, v in self.client_addresses.items()},
+            # Client addresses this node would forward to: its cluster.toml's, and the
+            # cluster's records for the members that file lacks.
+            "peers": self._peer_client_addresses(st.core.conf.members()),
             "stopped_reason": st.stopped_reason,
             # A peer sent a Tm beyond this node's clock + CSmax (either clock is wrong); while
             # it lasts this node ignores that peer (see raft.node._clock_fenced).
@@ -2811,6 +2813,11 @@ class ApiServer:
             "client_address": format_address(*address),
             "recorded_index": applied["index"],
         }
+
+    def _peer_client_addresses(self, members: Sequence[int]) -> dict[str, str]:
+        known = {node_id: self._client_address_of(node_id) for node_id in members}
+        known.update(self.client_addresses)
+        return {str(k): v for k, v in sorted(known.items()) if v is not None}
 
     def _client_address_of(self, node_id: int) -> str | None:
         """Where node `node_id`'s client port is: this node's cluster.toml entry, else the
