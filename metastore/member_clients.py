@@ -14,7 +14,9 @@ its own cluster.toml entry for the node, so the two agree where both exist.
 
 Records are keyed by node id; recording an id again replaces its address (a node re-added
 elsewhere). They are not removed with the member: an id's record is harmless while it is no
-member (only a leader's address is used) and is replaced when the id is added again.
+member (only a leader's address is used), is replaced when the id is added again with an
+address, and is kept (the reply warns) when it is added again without one. A restore into a new
+cluster (metastore.daemon.backup) drops them: they name the saved cluster's hosts.
 
 This module is pure: no clock, file or socket.
 """

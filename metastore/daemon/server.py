@@ -2774,6 +2774,19 @@ class ApiServer:
                 },
             )
         address = given or configured
+        earlier = None if address is not None else self.sm.state.member_clients.address_of(node_id)
+        if earlier is not None:
+            # Added before with an address (then removed): members still use that one.
+            return {
+                "client_address_known": True,
+                "client_address": format_address(*earlier),
+                "warning": (
+                    f"node {node_id}'s client address is the one recorded when it was added "
+                    f"before, {format_address(*earlier)}: if it changed, run `metastore "
+                    f"cluster add-node {node_id} RAFT_ADDR --client-address HOST:PORT` (it "
+                    f"records the address of a member already in)"
+                ),
+            }
         if address is None:
             # Nothing to record: only members whose cluster.toml names it can reach it.
             return {

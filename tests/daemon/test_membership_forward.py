@@ -148,7 +148,7 @@ async def test_adding_a_node_missing_from_the_config_says_how_the_members_learn_
     """A member not in cluster.toml joins and may lead, but no member knows its client port:
     followers cannot forward to it (every write through them fails while it leads) and
     `cluster version --finalize` cannot ask it. The reply says so, and what to do."""
-    server, leader = _leader_server([1, 2, 3])
+    server, leader, _ = _recording_leader([1, 2, 3])
     reply = await server._add_node(
         SESSION, {"node_id": 4, "raft_address": "127.0.0.1:24104", "learner": True}
     )
@@ -358,3 +358,13 @@ async def test_add_node_of_a_member_with_a_client_address_records_it_only() -> N
             {"node_id": 3, "raft_address": "127.0.0.1:24103", "client_address": "h:1"},
         )
     assert leader.added == []
+
+
+async def test_a_node_added_again_without_an_address_keeps_its_recorded_one_and_says_so() -> None:
+    server, _, rec = _recording_leader([1, 2, 3])
+    rec.state.member_clients.record(4, "old-host", 24204)
+    reply = await server._add_node(SESSION, {"node_id": 4, "raft_address": "127.0.0.1:24104"})
+    assert rec.events == [("add_node", 4)]
+    assert reply["client_address_known"] is True
+    assert reply["client_address"] == "old-host:24204"
+    assert "--client-address" in reply["warning"] and "old-host:24204" in reply["warning"]
