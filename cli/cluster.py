@@ -37,7 +37,7 @@ from cli.output import (
     ts_cell,
 )
 from cli.waiting import WAIT_DURATION, parse_wait_ms
-from metastore.client import EndpointResult, SyncMetastoreClient
+from metastore.client import EndpointResult, SyncMetastoreClient, parse_endpoint
 from metastore.daemon.api_limits import REQUEST_TIMEOUT_MS_MAX
 from metastore.daemon.config import (
     CLUSTER_FILE_NAME,
@@ -55,7 +55,7 @@ from metastore.daemon.config import (
     render_node_toml,
 )
 from metastore.daemon.secrets import Role, ensure_secrets, read_token_file
-from metastore.errors import ErrorCode, MetastoreError
+from metastore.errors import ErrorCode, InvalidArgumentError, MetastoreError
 
 # `cluster up`: how long to wait for a ready leader and the started nodes, and how often to look.
 UP_WAIT_MS_DEFAULT: Final = 30_000
@@ -942,29 +942,78 @@ def _membership_timeout_ms(a: App) -> int:
 @click.argument("node_id", type=click.IntRange(1, NODE_ID_MAX))
 @click.argument("raft_addr", metavar="RAFT_ADDR")
 @click.option("--voter", is_flag=True, help="Add as a voter at once instead of as a learner.")
+@click.option(
+    "--client-address",
+    metavar="HOST:PORT",
+    default=None,
+    help="The new node's client port (its client_port in its config). Recorded through the "
+    "log, so every member can forward requests to it once it leads. Default: its [[nodes]] "
+    "entry in the cluster.toml this command talks through (--config DIR, or the local one), "
+    "else the leader's cluster.toml entry.",
+)
+@config_dir_option
 @click.pass_context
-def cluster_add_node(ctx: click.Context, node_id: int, raft_addr: str, voter: bool) -> None:
+def cluster_add_node(
+    ctx: click.Context, node_id: int, raft_addr: str, voter: bool, client_address: str | None
+) -> None:
     """Add node NODE_ID, whose Raft peer address is RAFT_ADDR (host:port).
 
     By default it joins as a learner (receives the log, does not vote); promote it with
     `cluster promote-node` once it has caught up.
 
-    The new node needs its [[nodes]] entry in cluster.toml, a nodeN.toml and the cluster's
-    secrets_dir. After add-node, start it once as a first start (its data directory is
-    empty): `metastore cluster up --missing --bootstrap N --config DIR` on one host, or
-    `metastore node start --config nodeN.toml --bootstrap`. Then put the entry in every
-    member's cluster.toml and restart them one at a time: members read each other's client
-    ports from it at start, and while a member they do not know leads, requests sent to them
-    fail (the reply's `warning` says so).
+    Members forward writes and DDL to the leader's client port, and Raft knows only peer
+    ports: the new node's client address (--client-address, or its cluster.toml entry) is
+    recorded through the log, so the members reach it once it leads without editing their
+    cluster.toml or restarting. Where a cluster.toml names the node, --client-address must
+    agree with it. Without any address (or before `cluster version --finalize` reached apply
+    version 6) it joins unrecorded and the reply's `warning` says what to do. Run add-node
+    again with --client-address for a member already in: it records the address only.
+
+    The new node needs its own config naming it (its [[nodes]] entry in its cluster.toml, a
+    nodeN.toml) and the cluster's secrets_dir. After add-node, start it once as a first start
+    (its data directory is empty): `metastore cluster up --missing --bootstrap N --config DIR`
+    on one host, or `metastore node start --config nodeN.toml --bootstrap`.
     """
     a = app(ctx)
+    client_address = _new_member_client_address(a, node_id, client_address)
     timeout_ms = _membership_timeout_ms(a)
     result = _membership_change(
         "addition",
         node_id,
-        lambda: a.client().add_node(node_id, raft_addr, learner=not voter, timeout_ms=timeout_ms),
+        lambda: a.client().add_node(
+            node_id,
+            raft_addr,
+            learner=not voter,
+            timeout_ms=timeout_ms,
+            client_address=client_address,
+        ),
     )
     _membership_result(a, result)
+
+
+def _new_member_client_address(a: App, node_id: int, given: str | None) -> str | None:
+    """--client-address (checked), else the node's entry in the cluster.toml this command
+    talks through; an entry there wins: a --client-address that disagrees is refused."""
+    parsed = None
+    if given is not None:
+        try:
+            parsed = parse_endpoint(given)
+        except InvalidArgumentError as exc:
+            raise CliError(
+                "USAGE", f"--client-address: {exc.message}", exit_code=EXIT_USAGE
+            ) from None
+    config = a.talking_through_config()
+    entry = next((n for n in config.nodes if n.id == node_id), None) if config else None
+    if entry is None:
+        return given
+    if parsed is not None and parsed != (entry.host, entry.client_port):
+        raise CliError(
+            "USAGE",
+            f"--client-address {given} disagrees with node {node_id}'s entry in "
+            f"{a.endpoints_source()} ({entry.client_address}): give that address, or none",
+            exit_code=EXIT_USAGE,
+        )
+    return entry.client_address
 
 
 @cluster.command("promote-node")

@@ -113,6 +113,13 @@ class App:
             return "--endpoints / METASTORE_ENDPOINTS"
         return str(self._cluster_file())
 
+    def talking_through_config(self) -> ClusterConfig | None:
+        """The cluster.toml this CLI takes its endpoints from (--config DIR, else the local
+        default's), or None when they come from --endpoints / METASTORE_ENDPOINTS."""
+        if self._endpoints_from_option():
+            return None
+        return self._local_config()
+
     def _cluster_file(self) -> Path:
         return (
             LOCAL_CLUSTER_FILE if self.config_dir is None else self.config_dir / CLUSTER_FILE_NAME

@@ -114,6 +114,13 @@ from typing import Final
 #      further ahead than that, INVALID_ARGUMENT. A batch's not_before is its Top + 1, from a
 #      node's clock that may lead the leader's by more than DD (500 ms), and that batch
 #      failed for good (metastore.txn, "Commit timestamp rule").
+#      SetMemberClientAddress, a new command (metastore.member_clients): `cluster add-node
+#      --client-address` (or the leader's cluster.toml entry for the node) records a member's
+#      client address in the state, so every member can forward requests to it once it leads;
+#      before, only members whose own cluster.toml named it could. Below version 6 the leader
+#      does not propose it (the node joins unrecorded, with a warning) and apply refuses it
+#      (InvalidArgument, changing nothing). A state with a record is snapshotted as format 9
+#      (metastore.state); one without keeps format 8, which the previous release reads.
 APPLY_VERSION_SUPPORTED: Final = 6
 
 # A cluster that never applied SetApplyVersion (and every older snapshot) is at version 1.

@@ -68,6 +68,7 @@ from metastore.errors import (
 )
 from metastore.lexer import quote_identifier, quote_string
 from metastore.manifests import ManifestRef, ReplacedManifest, ref_from_data, validate_ref
+from metastore.member_clients import address_problem as member_address_problem
 from metastore.revocation import REVOKE_REASONS, is_fingerprint
 from metastore.schema import (
     After,
@@ -783,6 +784,22 @@ class SetApplyVersion:
     by: str = ""
 
 
+# --- Members' client addresses (metastore.member_clients) ---------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SetMemberClientAddress:
+    """Record member `node_id`'s client address (host, port), so every member can forward
+    requests to it once it leads (`cluster add-node --client-address`). A command type new in
+    apply version 6: proposed only at 6, refused by apply below."""
+
+    request_id: str = ""
+    node_id: int
+    host: str
+    port: int
+    by: str = ""
+
+
 Command = (
     InitCluster
     | CreateNamespace
@@ -808,6 +825,7 @@ Command = (
     | CompactManifest
     | RevokeCerts
     | SetApplyVersion
+    | SetMemberClientAddress
 )
 
 
@@ -947,6 +965,11 @@ def validate_command(cmd: Command) -> None:
             _validate_compaction(cmd)
         case RevokeCerts():
             _validate_revoke(cmd)
+        case SetMemberClientAddress():
+            problem = member_address_problem(cmd.node_id, cmd.host, cmd.port)
+            if problem is not None:
+                raise InvalidArgumentError(f"member client address: {problem}")
+            _validate_label(cmd.by, "by")
         case SetApplyVersion():
             if not 1 <= cmd.version <= MAX_APPLY_VERSION:
                 raise InvalidArgumentError(
@@ -1877,6 +1900,14 @@ def command_to_data(cmd: Command) -> dict[str, object]:
             }
         case SetApplyVersion():
             body = {"type": "set_apply_version", "version": cmd.version, "by": cmd.by}
+        case SetMemberClientAddress():
+            body = {
+                "type": "set_member_client_address",
+                "node_id": cmd.node_id,
+                "host": cmd.host,
+                "port": cmd.port,
+                "by": cmd.by,
+            }
         case RevokeCerts():
             body = {
                 "type": "revoke_certs",
@@ -2259,6 +2290,14 @@ def _command_from_data(obj: object) -> Command:
         )
     elif kind == "set_apply_version":
         cmd = SetApplyVersion(request_id=request_id, version=f.integer("version"), by=f.text("by"))
+    elif kind == "set_member_client_address":
+        cmd = SetMemberClientAddress(
+            request_id=request_id,
+            node_id=f.integer("node_id"),
+            host=f.text("host"),
+            port=f.integer("port"),
+            by=f.text("by"),
+        )
     else:
         raise CommandFromNewerReleaseError(
             f"unknown command type {kind!r} (written by a newer release?)",

@@ -249,3 +249,16 @@ MAX_FINGERPRINTS_PER_REVOKE = 16
 
 # The node id a revocation names (0: unknown); the daemon's node ids are 31-bit.
 MAX_REVOKE_NODE_ID = 2**31 - 1
+
+# --- members' client addresses (metastore.member_clients) ---------------------------------------
+
+# Client addresses the catalog records for members (`cluster add-node --client-address`). One per
+# node id ever added with one (a re-added id replaces its own); a cluster that adds a node a week
+# for twenty years stays below it. Past it, recording a new id refuses.
+MAX_MEMBER_CLIENT_ADDRESSES = 1024
+
+# The node id a record names: a daemon's node ids are 31-bit (its config accepts fewer).
+MAX_MEMBER_NODE_ID = 2**31 - 1
+
+# A recorded host: what a DNS name may be at most (as the daemon's config and raft.wire accept).
+MAX_MEMBER_HOST_CHARS = 253

@@ -73,6 +73,7 @@ from metastore.commands import (
     RevokeCerts,
     SchemaJobBackfilled,
     SetApplyVersion,
+    SetMemberClientAddress,
     TableName,
     decode_command,
     encode_command,
@@ -95,6 +96,7 @@ from metastore.gc import GcState
 from metastore.jobs import SchemaJobs, multi_step_change
 from metastore.leases import Sessions
 from metastore.manifests import Listing
+from metastore.member_clients import MemberClients
 from metastore.outcome import Effect, Outcome, SchemaVersionPublished, TableDropped
 from metastore.revocation import RevokedCerts
 from metastore.schema import NameMatch
@@ -118,7 +120,12 @@ from metastore.txn import (
 #    (metastore.manifests): each txn log table row gains four fields; older rows load with none.
 # 7: revoked certificate fingerprints (metastore.revocation); older snapshots load with none.
 # 8: the cluster's apply version (metastore.apply_version); older snapshots load at version 1.
-SNAPSHOT_FORMAT_VERSION: Final = 8
+# 9: members' client addresses (metastore.member_clients); older snapshots load with none. A
+#    state without any is still written as format 8: records exist only from apply version 6,
+#    which every member's release must support first, so until then a snapshot sent to a node
+#    of the previous release (a rolling upgrade) stays one it reads.
+SNAPSHOT_FORMAT_VERSION: Final = 9
+_SNAPSHOT_FORMAT_WITHOUT_MEMBER_CLIENTS: Final = 8
 _SNAPSHOT_KEYS_V1: Final = frozenset(
     {"v", "applied_index", "last_tm", "cluster", "catalog", "requests"}
 )
@@ -148,6 +155,7 @@ class MetastoreState:
         "gc",
         "jobs",
         "last_tm",
+        "member_clients",
         "requests",
         "revoked",
         "sessions",
@@ -167,6 +175,8 @@ class MetastoreState:
         self.jobs = SchemaJobs()
         self.requests = RequestLog()
         self.revoked = RevokedCerts()
+        # Members' client addresses, recorded from apply version 6 (metastore.member_clients).
+        self.member_clients = MemberClients()
 
     def rules_at_least(self, version: int) -> bool:
         """Whether the apply rules of `version` are in force: gate every rule new in it."""
@@ -342,6 +352,16 @@ class MetastoreState:
                 return Outcome.success(self.txns.compact(command, tm=tm, catalog=self.catalog))
             case SetApplyVersion():
                 return Outcome.success(self._set_apply_version(command))
+            case SetMemberClientAddress():
+                if not self.rules_at_least(6):  # a command type new in apply version 6
+                    raise InvalidArgumentError(
+                        "SetMemberClientAddress needs apply version 6; the cluster is at "
+                        f"{self.apply_version}",
+                        details={"apply_version": self.apply_version, "needed": 6},
+                    )
+                return Outcome.success(
+                    self.member_clients.record(command.node_id, command.host, command.port)
+                )
             case RevokeCerts():
                 return Outcome.success(
                     self.revoked.revoke(
@@ -637,8 +657,10 @@ class MetastoreState:
 
     def to_snapshot(self) -> bytes:
         cluster = None if self.cluster is None else [self.cluster.dd_ms, self.cluster.cs_max_ms]
-        data = {
-            "v": SNAPSHOT_FORMAT_VERSION,
+        data: dict[str, object] = {
+            "v": SNAPSHOT_FORMAT_VERSION
+            if self.member_clients
+            else _SNAPSHOT_FORMAT_WITHOUT_MEMBER_CLIENTS,
             "applied_index": self.applied_index,
             "last_tm": self.last_tm,
             "cluster": cluster,
@@ -651,6 +673,8 @@ class MetastoreState:
             "revoked": self.revoked.to_data(),
             "apply_version": self.apply_version,
         }
+        if self.member_clients:
+            data["member_clients"] = self.member_clients.to_data()
         packed: bytes = msgpack.packb(data, use_bin_type=True)
         return packed
 
@@ -670,6 +694,7 @@ class MetastoreState:
             5,
             6,
             7,
+            8,
             SNAPSHOT_FORMAT_VERSION,
         ):
             newer = isinstance(obj, dict) and _is_int(obj.get("v"))
@@ -688,6 +713,8 @@ class MetastoreState:
             6: _SNAPSHOT_KEYS_V1 | {"txns", "sessions", "gc", "jobs"},
             7: _SNAPSHOT_KEYS_V1 | {"txns", "sessions", "gc", "jobs", "revoked"},
             8: _SNAPSHOT_KEYS_V1 | {"txns", "sessions", "gc", "jobs", "revoked", "apply_version"},
+            9: _SNAPSHOT_KEYS_V1
+            | {"txns", "sessions", "gc", "jobs", "revoked", "apply_version", "member_clients"},
         }[obj["v"]]
         if set(obj) != keys:
             raise MalformedSnapshotError("snapshot must be a map with the state's keys")
@@ -730,6 +757,8 @@ class MetastoreState:
                     f"supports ({APPLY_VERSION_SUPPORTED}): load it with a newer release"
                 )
             state.apply_version = version
+        if obj["v"] >= 9:
+            state.member_clients = MemberClients.from_data(obj["member_clients"])
         state.requests = RequestLog.from_data(obj["requests"])
         try:
             state.check_invariants()
@@ -750,6 +779,7 @@ class MetastoreState:
             self.requests,
             self.revoked,
             self.apply_version,
+            self.member_clients,
         ) == (
             other.applied_index,
             other.last_tm,
@@ -762,6 +792,7 @@ class MetastoreState:
             other.requests,
             other.revoked,
             other.apply_version,
+            other.member_clients,
         )
 
 

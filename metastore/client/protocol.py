@@ -1184,12 +1184,22 @@ class MetastoreClient:
         *,
         learner: bool = True,
         timeout_ms: int | None = None,
+        client_address: str | None = None,
     ) -> dict[str, Any]:
         """`timeout_ms` (here and for promote_node / remove_node): how long the leader waits
         for the membership change to commit (protocol default 10 s, at most 60 s). The call
         itself waits longer than that, so the leader's answer arrives (TIMEOUT: outcome
-        unknown, the change may still commit) rather than a client-side timeout."""
-        args = {"node_id": node_id, "raft_address": raft_address, "learner": learner}
+        unknown, the change may still commit) rather than a client-side timeout.
+        `client_address` (HOST:PORT): the node's client port, recorded through the log so
+        every member can forward to it once it leads (apply version 6; None: the leader's
+        cluster.toml entry, if any). Not sent when None (older daemons refuse it)."""
+        args: dict[str, Any] = {
+            "node_id": node_id,
+            "raft_address": raft_address,
+            "learner": learner,
+        }
+        if client_address is not None:
+            args["client_address"] = client_address
         return await self._membership_call("add_node", args, timeout_ms)
 
     async def promote_node(self, node_id: int, *, timeout_ms: int | None = None) -> dict[str, Any]:
@@ -1979,9 +1989,15 @@ class SyncMetastoreClient:
         *,
         learner: bool = True,
         timeout_ms: int | None = None,
+        client_address: str | None = None,
     ) -> dict[str, Any]:
         return self._sync(
-            self._client.add_node, node_id, raft_address, learner=learner, timeout_ms=timeout_ms
+            self._client.add_node,
+            node_id,
+            raft_address,
+            learner=learner,
+            timeout_ms=timeout_ms,
+            client_address=client_address,
         )
 
     def promote_node(self, node_id: int, *, timeout_ms: int | None = None) -> dict[str, Any]:

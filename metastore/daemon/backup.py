@@ -38,6 +38,7 @@ from typing import Any, BinaryIO, Final
 
 from metastore.daemon.config import ClusterConfig
 from metastore.errors import InvalidArgumentError, MalformedSnapshotError
+from metastore.member_clients import MemberClients
 from metastore.state import MetastoreState
 from raft.core.types import ConfState, HardState, Snapshot, SnapshotMeta
 from raft.node import IDENTITY_FILE, wrap_snapshot_data
@@ -257,6 +258,11 @@ def restore(path: Path, cluster: ClusterConfig) -> dict[str, Any]:
     are renamed one by one."""
     header, data = read_file(path)
     state = MetastoreState.from_snapshot(data)
+    if state.member_clients:
+        # The saved cluster's members' client addresses (`add-node --client-address`) name its
+        # hosts: a node id this cluster adds without an address would be forwarded to them.
+        state.member_clients = MemberClients()
+        data = state.to_snapshot()
     saved_cluster_id = header.get("cluster_id")
     if saved_cluster_id == cluster.cluster_id:
         # Peers tell clusters apart by id (and secret): a member of the saved cluster, which

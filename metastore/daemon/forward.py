@@ -29,8 +29,8 @@ from raft.framing import NEED_DATA, FrameDecoder, encode_frame
 
 log = logging.getLogger("metastore.forward")
 
-# What to do about a member that cluster.toml does not list (added with `cluster add-node`):
-# members learn each other's client ports only from that file, read when they start.
+# What to do about a member that cluster.toml does not list and whose client address the
+# cluster did not record (added without `--client-address`, or before apply version 6).
 MISSING_MEMBER_FIX: Final = (
     "Add its [[nodes]] entry (host, raft_port, client_port, metrics_port) to cluster.toml on "
     "every member and restart them one at a time (the file is read at start)."
@@ -115,11 +115,16 @@ class LeaderForwarder:
         clock: HybridClock,
         tls: ssl.SSLContext | None = None,
         revoked: Callable[[str], bool] | None = None,
+        recorded: Callable[[int], tuple[str, int] | None] | None = None,
     ) -> None:
-        """`tls`: the client context for TLS client ports (the node's own certificate is
+        """`addresses`: client addresses from this node's cluster.toml (they win).
+        `recorded`: a member's client address as the cluster recorded it (`cluster add-node
+        --client-address`; the replicated state), for members the file does not name.
+        `tls`: the client context for TLS client ports (the node's own certificate is
         presented, so a port that requires client certificates admits its peers). `revoked`:
         whether a certificate fingerprint is revoked (the cluster's list)."""
         self.addresses = dict(addresses)
+        self.recorded = recorded
         self.clock = clock
         self.tls = tls
         self.revoked = revoked
@@ -166,6 +171,14 @@ class LeaderForwarder:
             return result if isinstance(result, dict) else {}
         raise MetastoreError.from_wire(reply.get("error"))
 
+    def address_of(self, node_id: int) -> tuple[str, int] | None:
+        """Node `node_id`'s client address: this node's cluster.toml entry, else the
+        cluster's record, else None."""
+        addr = self.addresses.get(node_id)
+        if addr is None and self.recorded is not None:
+            addr = self.recorded(node_id)
+        return addr
+
     async def _link(self, node_id: int, token: str, client: str = "") -> _Link:
         key = (node_id, hashlib.sha256(token.encode()).hexdigest(), client)
         link = self._links.get(key)
@@ -187,11 +200,13 @@ class LeaderForwarder:
             task.exception()  # retrieved here too: every waiter may have given up
 
     async def _connect(self, key: _LinkKey, node_id: int, token: str, client: str) -> _Link:
-        addr = self.addresses.get(node_id)
+        addr = self.address_of(node_id)
         if addr is None:
             raise UnavailableError(
                 f"no client address configured for node {node_id}: it is not in this node's "
-                f"cluster.toml. {MISSING_MEMBER_FIX}"
+                f"cluster.toml, and none was recorded (`metastore cluster add-node "
+                f"{node_id} RAFT_ADDR --client-address HOST:PORT` records it). "
+                f"{MISSING_MEMBER_FIX}"
             )
         host, port = addr
         reader, writer = await asyncio.wait_for(

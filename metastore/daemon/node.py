@@ -230,6 +230,8 @@ class MetastoreNode:
             clock=self.clock,
             tls=forward_tls,
             revoked=self._is_revoked if forward_tls is not None else None,
+            # Read at each connect: the state object is replaced when a snapshot is installed.
+            recorded=lambda node_id: self.sm.state.member_clients.address_of(node_id),
         )
         self.gc = GcWorker(
             raft=self.raft,

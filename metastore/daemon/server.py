@@ -61,6 +61,7 @@ from metastore.commands import (
     SchemaJobBackfilled,
     SessionInfo,
     SetApplyVersion,
+    SetMemberClientAddress,
     TableName,
     commit_txn_from_request,
     compact_manifest_from_request,
@@ -114,6 +115,8 @@ from metastore.errors import (
 from metastore.events import matches as event_matches
 from metastore.jobs import SchemaJob, next_step_wait
 from metastore.leases import Lease
+from metastore.member_clients import address_problem as member_address_problem
+from metastore.member_clients import format_address
 from metastore.outcome import Outcome
 from metastore.revocation import fingerprint_of_der, is_fingerprint, normalize_fingerprint
 from metastore.state import MetastoreState
@@ -568,7 +571,7 @@ class ApiServer:
             "add_node": _Op(
                 Role.ADMIN,
                 self._add_node,
-                frozenset({"node_id", "raft_address", "learner", "timeout_ms"}),
+                frozenset({"node_id", "raft_address", "client_address", "learner", "timeout_ms"}),
             ),
             "promote_node": _Op(
                 Role.ADMIN, self._promote_node, frozenset({"node_id", "timeout_ms"})
@@ -1819,7 +1822,9 @@ class ApiServer:
             "initialized": self.sm.state.cluster is not None,
             "voters": list(st.core.conf.voters),
             "learners": list(st.core.conf.learners),
-            "peers": {str(k): v for k, v in self.client_addresses.items()},
+            # Client addresses this node would forward to: its cluster.toml's, and the
+            # cluster's records for the members that file lacks.
+            "peers": self._peer_client_addresses(st.core.conf.members()),
             "stopped_reason": st.stopped_reason,
             # A peer sent a Tm beyond this node's clock + CSmax (either clock is wrong); while
             # it lasts this node ignores that peer (see raft.node._clock_fenced).
@@ -2772,6 +2777,14 @@ class ApiServer:
         )
 
     async def _add_node(self, session: Session, args: Args) -> dict[str, Any]:
+        """Add a member (or, for a member already in, record its `client_address` only).
+
+        Members forward requests to the leader's client port and ask each other's in `cluster
+        version`; Raft carries only peer addresses. So the new node's client address is
+        recorded through the log first (`SetMemberClientAddress`, apply version 6), and every
+        member can reach it once it leads. Which address: `client_address` if given, else the
+        leader's cluster.toml entry for the node; a given one that disagrees with that entry is
+        refused (the file wins where it names the node, and the two must agree)."""
         node_id = _req_int(args, "node_id", 1, L.NODE_ID_MAX)
         if node_id > CONFIG_NODE_ID_MAX:
             # No node could start with that id (its config refuses it): as a voter it would
@@ -2785,33 +2798,140 @@ class ApiServer:
         host, _, port = addr.rpartition(":")
         if not host or not _is_uint(port) or not 0 < int(port) < 65536:
             raise InvalidArgumentError(f"raft_address must be HOST:PORT, got {addr!r}")
+        given_client = _opt_str(args, "client_address", 300)
+        client = None if given_client is None else _host_port(given_client, "client_address")
         learner = args.get("learner", True)
         if not isinstance(learner, bool):
             raise BadRequestError("'learner' must be a boolean")
         timeout_ms = _membership_timeout(args)
+        # What the leader found, for its reply (set by `local`, which runs on the leader only).
+        outcome: dict[str, Any] = {}
+
+        async def local() -> int:
+            deadline = time.monotonic() + timeout_ms / 1000
+            recorded = await self._record_member_client(session, node_id, client, timeout_ms)
+            outcome.update(recorded)
+            conf = self.node.status().core.conf
+            if given_client is not None and node_id in conf.members():
+                # Already in (added before apply version 6, or without an address): only the
+                # record was asked for. Without an address this stays "already a member".
+                outcome["already_member"] = True
+                if "recorded_index" not in recorded:
+                    raise InvalidArgumentError(
+                        f"node {node_id} is already a member, and its client address cannot "
+                        f"be recorded: {recorded['warning']}",
+                        details={"node_id": node_id},
+                    )
+                index: int = recorded["recorded_index"]
+                return index
+            return await self.node.add_node(
+                node_id, (host, int(port)), learner=learner, timeout_ms=_ms_left(deadline)
+            )
+
         reply = await self._leader_or_forward(
             session,
             "add_node",
             args,
-            lambda: self.node.add_node(
-                node_id, (host, int(port)), learner=learner, timeout_ms=timeout_ms
-            ),
+            local,
+            # The leader records the client address, then waits for the change: both within
+            # timeout_ms.
             forward_timeout_ms=timeout_ms + L.FORWARD_REPLY_MARGIN_MS,
         )
         if "index" not in reply:
             return reply  # forwarded: the leader's answer, judged on the leader's config
-        # Members know each other's client ports only from cluster.toml: Raft works with the
-        # address given here, but while a member missing there leads, every request sent to
-        # another member fails (none can forward to it), and `cluster version` cannot ask it.
-        known = node_id in self.client_addresses
-        reply["client_address_known"] = known
-        if not known:
-            reply["warning"] = (
-                f"node {node_id} is not in this cluster's cluster.toml: it joins, but the other "
-                f"members cannot forward requests to it should it lead, nor ask its release "
-                f"(cluster version). {MISSING_MEMBER_FIX}"
-            )
+        reply.update(outcome)
+        reply.pop("recorded_index", None)
         return reply
+
+    async def _record_member_client(
+        self,
+        session: Session,
+        node_id: int,
+        given: tuple[str, int] | None,
+        timeout_ms: int,
+    ) -> dict[str, Any]:
+        """On the leader: record `node_id`'s client address through the log (`given`, else
+        this node's cluster.toml entry), and say in the reply's words what members know."""
+        configured_text = self.client_addresses.get(node_id)
+        configured = None if configured_text is None else _host_port(configured_text, "config")
+        if given is not None and configured is not None and given != configured:
+            raise InvalidArgumentError(
+                f"client_address {format_address(*given)} disagrees with node {node_id}'s "
+                f"entry in the leader's cluster.toml ({configured_text}): the file wins where "
+                "it names the node; give its address or none",
+                details={
+                    "node_id": node_id,
+                    "client_address": format_address(*given),
+                    "configured": configured_text,
+                },
+            )
+        address = given or configured
+        earlier = None if address is not None else self.sm.state.member_clients.address_of(node_id)
+        if earlier is not None:
+            # Added before with an address (then removed): members still use that one.
+            return {
+                "client_address_known": True,
+                "client_address": format_address(*earlier),
+                "warning": (
+                    f"node {node_id}'s client address is the one recorded when it was added "
+                    f"before, {format_address(*earlier)}: if it changed, run `metastore "
+                    f"cluster add-node {node_id} RAFT_ADDR --client-address HOST:PORT` (it "
+                    f"records the address of a member already in)"
+                ),
+            }
+        if address is None:
+            # Nothing to record: only members whose cluster.toml names it can reach it.
+            return {
+                "client_address_known": False,
+                "warning": (
+                    f"node {node_id}'s client address is unknown (no --client-address, and it "
+                    f"is not in the leader's cluster.toml): it joins, but the other members "
+                    f"cannot forward requests to it should it lead, nor ask its release "
+                    f"(cluster version). Run `metastore cluster add-node {node_id} RAFT_ADDR "
+                    f"--client-address HOST:PORT` to record it, or: {MISSING_MEMBER_FIX}"
+                ),
+            }
+        if not self.sm.state.rules_at_least(6):
+            # Nodes of the previous release cannot apply the record (a rolling upgrade that is
+            # not finalized): join as before; members know the address from cluster.toml only.
+            return {
+                "client_address_known": False,
+                "warning": (
+                    f"the cluster's apply version is {self.sm.state.apply_version}: members "
+                    f"can record node {node_id}'s client address from apply version 6, so only "
+                    f"members whose cluster.toml names it can reach it should it lead. Once "
+                    f"every member runs this release, run `metastore cluster version "
+                    f"--finalize`, then `metastore cluster add-node {node_id} RAFT_ADDR "
+                    f"--client-address {format_address(*address)}` (it records the address of "
+                    f"a member already in)."
+                ),
+            }
+        cmd = SetMemberClientAddress(
+            node_id=node_id,
+            host=address[0],
+            port=address[1],
+            by=session.client[: mlimits.MAX_SESSION_LABEL_CHARS],
+        )
+        applied = await self._propose_command(session, cmd, timeout_ms)
+        return {
+            "client_address_known": True,
+            "client_address": format_address(*address),
+            "recorded_index": applied["index"],
+        }
+
+    def _peer_client_addresses(self, members: Sequence[int]) -> dict[str, str]:
+        known = {node_id: self._client_address_of(node_id) for node_id in members}
+        known.update(self.client_addresses)
+        return {str(k): v for k, v in sorted(known.items()) if v is not None}
+
+    def _client_address_of(self, node_id: int) -> str | None:
+        """Where node `node_id`'s client port is: this node's cluster.toml entry, else the
+        address the cluster recorded (`add-node --client-address`), else None."""
+        configured = self.client_addresses.get(node_id)
+        if configured is not None:
+            return configured
+        recorded = self.sm.state.member_clients.address_of(node_id)
+        return None if recorded is None else format_address(*recorded)
 
     async def _promote_node(self, session: Session, args: Args) -> dict[str, Any]:
         node_id = _req_int(args, "node_id", 1, L.NODE_ID_MAX)
@@ -3013,10 +3133,11 @@ class ApiServer:
             if node_id == self.node.node_id:
                 row["supported"] = APPLY_VERSION_SUPPORTED
                 return row
-            if node_id not in self.client_addresses:
+            if self._client_address_of(node_id) is None:
                 row["error"] = (
                     f"node {node_id}: its client address is unknown here (not in this node's "
-                    f"cluster.toml). {MISSING_MEMBER_FIX}"
+                    f"cluster.toml, none recorded by `cluster add-node --client-address`). "
+                    f"{MISSING_MEMBER_FIX}"
                 )
                 return row
             try:
@@ -3287,6 +3408,19 @@ def _views_within(
     return page, size
 
 
+def _host_port(text: str, what: str) -> tuple[str, int]:
+    """HOST:PORT (an IPv6 host in brackets) -> (host, port); InvalidArgumentError otherwise."""
+    host, _, port = text.rpartition(":")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    if not _is_uint(port) or member_address_problem(1, host, int(port)) is not None:
+        raise InvalidArgumentError(
+            f"{what} must be HOST:PORT (port 1..65535), got {text[:80]!r}",
+            details={"argument": what},
+        )
+    return host, int(port)
+
+
 def _is_uint(text: str) -> bool:
     """Digits int() takes (str.isdigit() alone also accepts "²", which int() refuses)."""
     return text.isascii() and text.isdigit()
@@ -3454,7 +3588,8 @@ def _admin_only(cmd: Command) -> bool:
         | QueueManifestFiles
         | AdvanceSchemaJob
         | RevokeCerts
-        | SetApplyVersion,
+        | SetApplyVersion
+        | SetMemberClientAddress,
     )
 
 

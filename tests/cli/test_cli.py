@@ -332,6 +332,18 @@ def test_every_command_sends_its_op(fake: ThreadedFakeNode) -> None:
             ),
         ),
         (
+            ["cluster", "add-node", "4", "10.0.0.4:24104", "--client-address", "10.0.0.4:24204"],
+            (
+                "add_node",
+                {
+                    "node_id": 4,
+                    "raft_address": "10.0.0.4:24104",
+                    "client_address": "10.0.0.4:24204",
+                    "learner": True,
+                },
+            ),
+        ),
+        (
             ["cluster", "add-node", "5", "h:1", "--voter"],
             (
                 "add_node",
@@ -1135,6 +1147,73 @@ ADD_NODE_WARNING: Final = (
 async def _add_node_unknown_to_the_config(op: str, args: dict[str, Any]) -> dict[str, Any]:
     assert op == "add_node"
     return {"index": 12, "client_address_known": False, "warning": ADD_NODE_WARNING}
+
+
+def _config_naming_node_4(directory: Path, fake: ThreadedFakeNode) -> Path:
+    """A cluster.toml whose node 1 is the fake node and which names node 4 (not started)."""
+    client_port = int(fake.endpoint.rsplit(":", 1)[1])
+    nodes = [(1, 24101, client_port, 24301), (4, 24104, 24204, 24304)]
+    lines = ['cluster_id = "t"']
+    for node_id, raft, client, metrics in nodes:
+        lines += [
+            "[[nodes]]",
+            f"id = {node_id}",
+            'host = "127.0.0.1"',
+            f"raft_port = {raft}",
+            f"client_port = {client}",
+            f"metrics_port = {metrics}",
+        ]
+    directory.mkdir()
+    (directory / "cluster.toml").write_text("\n".join(lines) + "\n")
+    return directory
+
+
+def test_add_node_takes_the_client_address_from_the_config_it_talks_through(
+    fake: ThreadedFakeNode, tmp_path: Path
+) -> None:
+    """The README's way: node 4's entry is in the cluster.toml the CLI uses (--config DIR), so
+    its client port need not be typed again; the leader records it for every member."""
+    config = _config_naming_node_4(tmp_path / "c", fake)
+    result = run(
+        "--token", TOKEN, "cluster", "add-node", "4", "127.0.0.1:24104", "--config", str(config)
+    )
+    assert result.exit_code == 0, result.output
+    ((op, args),) = sent(fake)
+    assert (op, args["client_address"]) == ("add_node", "127.0.0.1:24204")
+
+
+def test_add_node_refuses_a_client_address_its_config_contradicts(
+    fake: ThreadedFakeNode, tmp_path: Path
+) -> None:
+    config = _config_naming_node_4(tmp_path / "c", fake)
+    result = run(
+        "--token",
+        TOKEN,
+        "cluster",
+        "add-node",
+        "4",
+        "127.0.0.1:24104",
+        "--client-address",
+        "127.0.0.1:9",
+        "--config",
+        str(config),
+    )
+    assert result.exit_code == 2, result.output
+    assert "127.0.0.1:24204" in result.stderr
+    assert sent(fake) == []
+
+
+@pytest.mark.parametrize("bad", ["nohost", "h:0", "h:x", ":1"])
+def test_add_node_refuses_a_malformed_client_address(fake: ThreadedFakeNode, bad: str) -> None:
+    result = against(fake, "cluster", "add-node", "4", "h:1", "--client-address", bad)
+    assert result.exit_code == 2, result.output
+    assert sent(fake) == []
+
+
+def test_add_node_help_says_how_members_learn_the_client_address() -> None:
+    result = run("cluster", "add-node", "--help")
+    assert result.exit_code == 0
+    assert "--client-address" in result.stdout and "cluster.toml" in result.stdout
 
 
 def test_add_node_shows_the_leaders_warning_on_its_own_line_on_stderr() -> None:

@@ -162,3 +162,34 @@ def test_a_restored_members_identity_is_durable(
         # Synced where it was written (the staging directory), then renamed with it.
         assert any(s.endswith(f"/node-{i}/{IDENTITY_FILE}") for s in synced), synced
         assert json.loads(identity.read_text())["node_id"] == i
+
+
+def test_a_restored_cluster_does_not_inherit_the_saved_clusters_member_client_addresses(
+    tmp_path: Path,
+) -> None:
+    """Recorded client addresses (`add-node --client-address`) are the saved cluster's hosts:
+    a node id the new cluster adds later without an address would be forwarded to them."""
+    from metastore.commands import SetMemberClientAddress
+    from metastore.state import MetastoreState
+    from raft.node import unwrap_snapshot_data
+
+    cluster = load_cluster_config(write_cluster(tmp_path / "cfg"))
+    d = Driver()
+    d.ok("CREATE NAMESPACE kept")
+    d.apply(SetMemberClientAddress(node_id=4, host="old-host", port=24204)).raise_for_error()
+    data = d.state.to_snapshot()
+    header = {
+        "cluster_id": "saved",
+        "size_bytes": len(data),
+        "sha256": hashlib.sha256(data).hexdigest(),
+    }
+    file = tmp_path / "backup.snap"
+    with file.open("wb") as out:
+        backup.write_file(out, header, data)
+    backup.restore(file, cluster)
+    wal, recovered = WriteAheadLog.open(cluster.node_data_dir(1) / "wal")
+    wal.close()
+    app_data, _ = unwrap_snapshot_data(recovered.snapshot.data)
+    restored = MetastoreState.from_snapshot(app_data)
+    assert restored.member_clients.address_of(4) is None
+    assert "kept" in {ns.name for ns in restored.list_namespaces()}

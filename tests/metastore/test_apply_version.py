@@ -121,7 +121,7 @@ def test_a_snapshot_with_a_bad_version_is_refused(bad: object) -> None:
 
 def test_a_snapshot_format_of_a_newer_release_says_so() -> None:
     obj = msgpack.unpackb(Driver().state.to_snapshot(), raw=False)
-    obj["v"] = 9
+    obj["v"] = state_module.SNAPSHOT_FORMAT_VERSION + 1
     with pytest.raises(MalformedSnapshotError, match="newer release"):
         MetastoreState.from_snapshot(msgpack.packb(obj, use_bin_type=True))
 
