@@ -93,6 +93,7 @@ from metastore.daemon.api_limits import (
     REMOVE_NODE_REVOCATION_MS_MAX,
     REQUEST_TIMEOUT_MS_DEFAULT,
     REQUEST_TIMEOUT_MS_MAX,
+    STATE_FLOOR_OPS,
 )
 from metastore.errors import (
     BadRequestError,
@@ -207,28 +208,9 @@ _NOT_EXECUTED_CODES: Final = frozenset(
         ErrorCode.TIMESTAMP_AHEAD_OF_CLOCK.value,
     }
 )
-# Reads without a timestamp that answer from the node's applied state (its safe time): the
-# client sends its read floor (`read_floor_ts`) as `min_ts` to nodes that advertise `read_floor`
-# in their hello result, unless the call reads AS OF a timestamp (`as_of`). `files` and
-# `files_multi` take `min_ts` from every release and get it whatever the hello says.
-_STATE_FLOOR_OPS: Final = frozenset(
-    {
-        "describe",
-        "history",
-        "list_namespaces",
-        "list_tables",
-        "txn_log",
-        "session_list",
-        "lease_list",
-        "lease_blockers",
-        "pts_list",
-        "pts_show",
-        "gc_status",
-        "job_list",
-        "job_show",
-        "watch",
-    }
-)
+# Reads without a timestamp that answer from the node's applied state (STATE_FLOOR_OPS) get the
+# client's read floor (`read_floor_ts`) as `min_ts` on nodes that advertise `read_floor` in their
+# hello, unless they read AS OF a timestamp; these two take `min_ts` from every release.
 _FILES_OPS: Final = frozenset({"files", "files_multi"})
 _READ_OPS: Final = frozenset(
     {
@@ -1582,7 +1564,7 @@ class MetastoreClient:
             return args
         elif op == "schema_at" and args.get("ts") is None:
             floor = self.schema_floor_ts
-        elif op in _STATE_FLOOR_OPS and args.get("as_of") is None:
+        elif op in STATE_FLOOR_OPS and args.get("as_of") is None:
             floor = self.read_floor_ts
         return {**args, "min_ts": floor} if floor else args
 
@@ -1596,7 +1578,7 @@ class MetastoreClient:
             self._note_read_position("state", result.get("safe_time"))
         elif op in _FILES_OPS and args.get("as_of") is None and "page_token" not in args:
             self._note_read_position("state", result.get("as_of"))
-        elif op in _STATE_FLOOR_OPS and args.get("as_of") is None:
+        elif op in STATE_FLOOR_OPS and args.get("as_of") is None:
             self._note_read_position("state", result.get("safe_time"))
 
     def _note_read_position(self, kind: str, ts: object) -> None:

@@ -141,3 +141,27 @@ REVOKED_CLIENT_REPLY_GRACE_MS: Final = 2_000
 # `apply_version` and `apply_version_finalize` ask each member for its release's supported apply
 # version; each ask waits at most this long (a member that is down must not hold the answer).
 APPLY_VERSION_PROBE_TIMEOUT_MS: Final = 2_000
+
+# Reads of the applied state that take a client's read floor (`min_ts`) when asked without
+# `as_of`: the node waits until its safe time reaches the floor before it reads, and the reply
+# says the position it read at (`safe_time`), so a client's reads never go back in time when it
+# asks another node (monotonic reads; docs/protocol.md). `schema_at` takes one too (`_at`).
+# The protocol client sends its floor to nodes that advertise `read_floor` in their hello.
+STATE_FLOOR_OPS: Final = frozenset(
+    {
+        "describe",
+        "history",
+        "list_namespaces",
+        "list_tables",
+        "txn_log",
+        "session_list",
+        "lease_list",
+        "lease_blockers",
+        "pts_list",
+        "pts_show",
+        "gc_status",
+        "job_list",
+        "job_show",
+        "watch",
+    }
+)

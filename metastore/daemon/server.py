@@ -248,32 +248,11 @@ class _Replies:
             self.paused = False
 
 
-# Reads of the applied state that take a client's read floor (`min_ts`) when asked without
-# `as_of`: the node waits until its safe time reaches the floor before it reads, and the reply
-# says the position it read at (`safe_time`), so a client's reads never go back in time when it
-# asks another node (monotonic reads; docs/protocol.md). `schema_at` takes one too (`_at`).
-_STATE_FLOOR_OPS: Final = frozenset(
-    {
-        "describe",
-        "history",
-        "list_namespaces",
-        "list_tables",
-        "txn_log",
-        "session_list",
-        "lease_list",
-        "lease_blockers",
-        "pts_list",
-        "pts_show",
-        "gc_status",
-        "job_list",
-        "job_show",
-        "watch",
-    }
-)
-# Of those, the ones whose reply gets `safe_time` (the position read at) when it has none:
-# not `job_show` and `pts_show`, whose reply is the record itself, as listed by `job_list` and
-# `pts_list` (a client learns no floor from them, and still sends its floor).
-_POSITION_REPLY_OPS: Final = _STATE_FLOOR_OPS - {"job_show", "pts_show"}
+# Of the reads that take a read floor (api_limits.STATE_FLOOR_OPS), the ones whose reply gets
+# `safe_time` (the position read at) when it has none: not `job_show` and `pts_show`, whose
+# reply is the record itself, as listed by `job_list` and `pts_list` (a client learns no floor
+# from them, and still sends its floor).
+_POSITION_REPLY_OPS: Final = L.STATE_FLOOR_OPS - {"job_show", "pts_show"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -596,7 +575,7 @@ class ApiServer:
         # to reach it (`_reach_read_floor`).
         self._ops = {
             op: replace(spec, args=spec.args | {"min_ts"})
-            if op in _STATE_FLOOR_OPS or op == "schema_at"
+            if op in L.STATE_FLOOR_OPS or op == "schema_at"
             else spec
             for op, spec in ops.items()
         }
@@ -978,7 +957,7 @@ class ApiServer:
                     details={"op": op, "needed": spec.role.name.lower()},
                 )
             _check_args(args, spec.args)
-            if op in _STATE_FLOOR_OPS:
+            if op in L.STATE_FLOOR_OPS:
                 await self._reach_read_floor(args)
             result = await spec.handler(session, args)
             if op in _POSITION_REPLY_OPS and isinstance(result, dict):
@@ -1202,7 +1181,7 @@ class ApiServer:
             )
 
     async def _reach_read_floor(self, args: Args) -> None:
-        """Before a read of the applied state without `as_of` (_STATE_FLOOR_OPS): wait until
+        """Before a read of the applied state without `as_of` (L.STATE_FLOOR_OPS): wait until
         this node's safe time reaches the client's read floor (`min_ts`: the newest position
         one of its reads answered at, maybe on a node further ahead), so the answer is never
         of an older state than one the client saw. Bounded like every wait for safe time
@@ -1284,7 +1263,7 @@ class ApiServer:
             "role": role.name.lower(),
             "server_version": SERVER_VERSION,
             # This node takes a read floor (`min_ts`) on `schema_at` and on every read of
-            # _STATE_FLOOR_OPS: a client sends one only to nodes that say so, since a node
+            # L.STATE_FLOOR_OPS: a client sends one only to nodes that say so, since a node
             # of an earlier release refuses an argument it does not know.
             "read_floor": True,
         }
