@@ -6,6 +6,29 @@ from typing import Final
 
 CLIENT_FRAME_BYTES_MAX: Final = 4 * 1024 * 1024
 CLIENT_READ_CHUNK_BYTES: Final = 256 * 1024
+# Array items and map pairs in one request frame, all levels together (`raft.framing`: the
+# decoder stops once passed). Decoding builds a Python object per item, at 8 to 64 times its
+# encoded size, so this, not CLIENT_FRAME_BYTES_MAX, bounds what one frame costs: a 4 MiB frame
+# of empty arrays took 1.4 s of the node's one event loop (Raft's too) and 290 MiB, and a
+# request that then waits holds it. The largest legitimate request is a commit of
+# MAX_FILES_PER_COMMIT (10,000) files, each a map of 3 pairs and an item of its list, with 100
+# written and 100 read tables: about 41,000 items (DDL travels as one string; a pin names at
+# most 100 tables; a forwarded command is one bytes value). About 2.4 times that, so the files
+# of a commit may gain a few fields. A frame of tiny items is refused after about 30 ms and
+# 6 MiB (that commit decodes in 9 ms).
+CLIENT_REQUEST_ITEMS_MAX: Final = 100_000
+# ... and in a stranger's first request (its `hello`: an id, an op and two arguments), decoded
+# before anything is known of who sent it. Bytes bound it too (CLIENT_HELLO_BYTES_MAX).
+CLIENT_HELLO_ITEMS_MAX: Final = 64
+# ... and in one reply, as the protocol client (and a follower forwarding to its leader) decodes
+# it: a compromised or buggy node must not make a client decode unboundedly. Replies are
+# larger than requests: the densest legitimate ones carry schemas (a `pin` of up to
+# PIN_BYTES_MAX of them, `history`, `describe`), whose columns are maps of 6 short fields, about
+# 9 bytes an item, so a full frame of them holds about 470,000 items (a `files` page of 10,000
+# files, 5 each, 50,000). About twice that: a hostile reply costs a client at most about 0.5 s
+# and 120 MiB (a map of 840,000 short keys, within it; nested empty arrays are refused after
+# 0.47 s and 65 MiB, where they took 1.1 s and 284 MiB).
+CLIENT_REPLY_ITEMS_MAX: Final = 1_000_000
 CLIENT_CONNECTIONS_MAX: Final = 1024
 CLIENT_INFLIGHT_PER_CONNECTION_MAX: Final = 64
 # Reply bytes one connection may have queued (handed to its transport, not yet taken by the

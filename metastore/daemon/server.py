@@ -1,6 +1,7 @@
 """The client API server: docs/protocol.md on asyncio streams.
 
-Per connection: frames are decoded with the sans-I/O `raft.framing.FrameDecoder`; the first
+Per connection: frames are decoded with the sans-I/O `raft.framing.FrameDecoder`, under an item
+budget (CLIENT_HELLO_ITEMS_MAX for the first, CLIENT_REQUEST_ITEMS_MAX after it); the first
 request must be `hello` with a valid token; later requests run concurrently (bounded per
 connection) and replies are matched by id. Every failure becomes a typed error reply and changes
 nothing; a malformed frame closes the connection because the stream is out of sync.
@@ -645,7 +646,11 @@ class ApiServer:
             client_cert=bool(writer.get_extra_info("peercert")),
             cert_fingerprint=fingerprint_of_der(der) if der else "",
         )
-        decoder = FrameDecoder(max_frame_bytes=L.CLIENT_FRAME_BYTES_MAX)
+        # A stranger's first frame gets the hello's item budget; `_serve_session` widens it
+        # once the hello succeeded (a frame of tiny items costs far more than its bytes).
+        decoder = FrameDecoder(
+            max_frame_bytes=L.CLIENT_FRAME_BYTES_MAX, max_items=L.CLIENT_HELLO_ITEMS_MAX
+        )
         key = id(session)
         hello_deadline = time.monotonic() + L.CLIENT_HELLO_TIMEOUT_MS / 1000
         self._strangers[key] = (time.monotonic(), writer)
@@ -804,6 +809,7 @@ class ApiServer:
                         if not ok:
                             return
                         self._strangers.pop(id(session), None)
+                        decoder.max_items = L.CLIENT_REQUEST_ITEMS_MAX
                         continue
                     if len(inflight) >= L.CLIENT_INFLIGHT_PER_CONNECTION_MAX:
                         rid = frame.get("id", 0) if isinstance(frame, dict) else 0
