@@ -91,6 +91,7 @@ from metastore.types import (
     validate_text,
     validate_type,
 )
+from raft.wire import brief_repr, show_names
 
 COMMAND_FORMAT_VERSION: Final = 1
 
@@ -105,6 +106,8 @@ class CommandFromNewerReleaseError(MalformedCommandError):
 TABLE_FORMATS: Final = ("parquet",)
 
 _SHA256_HEX = re.compile(r"[0-9a-f]{64}")
+# Unknown keys a request error names at most (it counts them all).
+_KEYS_SHOWN_MAX: Final = 8
 _NAME_CHARS = frozenset(string.ascii_lowercase + string.digits + "_")
 
 # Keys Spark itself reserves in TBLPROPERTIES/DBPROPERTIES; they are set through dedicated
@@ -1691,9 +1694,12 @@ class _RequestFields:
     def done(self) -> None:
         extra = set(self._data) - self._seen
         if extra:
-            names = sorted(repr(k) for k in extra)
+            # A client may send keys by the hundred thousand: name the first few, briefly.
+            names = sorted(extra, key=str)
+            shown = [brief_repr(k) for k in names[:_KEYS_SHOWN_MAX]]
             raise InvalidArgumentError(
-                f"{self._what} has unknown keys {names}", details={"keys": names}
+                f"{self._what} has unknown keys {show_names(names, _KEYS_SHOWN_MAX)}",
+                details={"keys": shown, "key_count": len(names)},
             )
 
 

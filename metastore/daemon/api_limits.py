@@ -59,6 +59,12 @@ CLIENT_FRAME_TIMEOUT_MS: Final = 10_000
 CLIENT_HELLO_TIMEOUT_MS: Final = 5_000
 CLIENT_CONNECTIONS_SLACK: Final = 64
 CLIENT_HELLO_BYTES_MAX: Final = 16 * 1024
+# An error reply's message is cut past this many characters, and each of its details whose
+# msgpack encoding passes ERROR_DETAIL_BYTES_MAX is replaced by a brief repr of it. Errors quote
+# what a client sent briefly where they are raised; this is the last guard (a request holds
+# up to CLIENT_FRAME_BYTES_MAX, and an error reply past it could not be sent at all).
+ERROR_MESSAGE_CHARS_MAX: Final = 4_096
+ERROR_DETAIL_BYTES_MAX: Final = 1_024
 OP_NAME_CHARS_MAX: Final = 64
 TOKEN_CHARS_MAX: Final = 256
 CLIENT_NAME_CHARS_MAX: Final = 256

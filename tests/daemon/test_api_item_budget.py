@@ -138,3 +138,20 @@ def test_the_largest_legitimate_commit_is_decoded(node: MetastoreCluster) -> Non
     assert reply["error"]["code"] in {"NAMESPACE_NOT_FOUND", "TABLE_NOT_FOUND"}, reply
     assert client.call("status")["ok"]
     client.close()
+
+
+def test_an_error_about_a_huge_value_is_answered_briefly(node: MetastoreCluster) -> None:
+    # The catalog's error quotes the table name (message and details): 3 MB twice did not fit
+    # one reply frame, and the request was never answered.
+    client = node.client(1, role="writer")
+    client.sock.settimeout(5)
+    rid = client.next_id + 1
+    reply = client.call(
+        "commit", txn_id="t", writes=[{"table": "x" * 3_000_000, "schema_version": 1}]
+    )
+    assert reply["id"] == rid
+    assert reply["error"]["code"] == "INVALID_ARGUMENT"
+    assert len(reply["error"]["message"]) < 5_000
+    assert len(msgpack.packb(reply["error"]["details"])) < 20_000
+    assert client.call("status")["ok"]
+    client.close()
