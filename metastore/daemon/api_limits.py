@@ -13,9 +13,10 @@ CLIENT_READ_CHUNK_BYTES: Final = 256 * 1024
 # request that then waits holds it. The largest legitimate request is a commit of
 # MAX_FILES_PER_COMMIT (10,000) files, each a map of 3 pairs and an item of its list, with 100
 # written and 100 read tables: about 41,000 items (DDL travels as one string; a pin names at
-# most 100 tables; a forwarded command is one bytes value). About 2.4 times that, so the files
-# of a commit may gain a few fields. A frame of tiny items is refused after about 30 ms and
-# 6 MiB (that commit decodes in 9 ms).
+# most 100 tables). A forwarded command (`_propose`: one bytes value in its request) is
+# decoded under this budget too: the encoded commit holds about as many. About 2.4 times
+# that, so the files of a commit may gain a few fields. A frame of tiny items is refused after
+# about 30 ms and 6 MiB (that commit decodes in 9 ms).
 CLIENT_REQUEST_ITEMS_MAX: Final = 100_000
 # ... and in a stranger's first request (its `hello`: an id, an op and two arguments), decoded
 # before anything is known of who sent it. Bytes bound it too (CLIENT_HELLO_BYTES_MAX).

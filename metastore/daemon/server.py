@@ -2063,7 +2063,9 @@ class ApiServer:
             mlimits.MAX_COMMAND_BYTES, mlimits.MAX_COMMIT_COMMAND_BYTES
         ):
             raise BadRequestError("'command' must be bytes of a canonical command")
-        cmd = decode_command(data)  # validates: the leader trusts no forwarded bytes
+        # Validates: the leader trusts no forwarded bytes. Under a request's item budget: the
+        # bytes are a client's, up to MAX_COMMIT_COMMAND_BYTES of them.
+        cmd = decode_command(data, max_items=L.CLIENT_REQUEST_ITEMS_MAX)
         if _admin_only(cmd) and (session.role is None or session.role < Role.ADMIN):
             # Followers forward with the caller's own token: a writer must not get, through
             # this op, what the admin-only ops (or only the leader itself) may propose.

@@ -155,3 +155,18 @@ def test_an_error_about_a_huge_value_is_answered_briefly(node: MetastoreCluster)
     assert len(msgpack.packb(reply["error"]["details"])) < 20_000
     assert client.call("status")["ok"]
     client.close()
+
+
+def test_a_forwarded_command_past_the_item_budget_is_not_decoded(node: MetastoreCluster) -> None:
+    # `_propose` carries a command's bytes (up to MAX_COMMIT_COMMAND_BYTES), decoded on the
+    # leader: under the same budget as a request, not whatever its bytes hold.
+    inner = b"\xdc" + struct.pack(">H", 1_000) + b"\x90" * 1_000
+    count = 3 * 1024 * 1024 // len(inner)
+    command = b"\xdd" + struct.pack(">I", count) + inner * count
+    client = node.client(1, role="writer")
+    reply = client.call("_propose", command=command, timeout_ms=5_000)
+    assert not reply["ok"]
+    assert reply["error"]["code"] == "MALFORMED_COMMAND", reply["error"]
+    assert f"more than {L.CLIENT_REQUEST_ITEMS_MAX} array items" in reply["error"]["message"]
+    assert client.call("status")["ok"]
+    client.close()
