@@ -24,9 +24,10 @@ CLIENT_HELLO_ITEMS_MAX: Final = 64
 # ... and in one reply, as the protocol client (and a follower forwarding to its leader) decodes
 # it: a compromised or buggy node must not make a client decode unboundedly. Replies are
 # larger than requests: the densest legitimate ones carry schemas (a `pin` of up to
-# PIN_BYTES_MAX of them, `history`, `describe`), whose columns are maps of 6 short fields, about
-# 9 bytes an item, so a full frame of them holds about 470,000 items (a `files` page of 10,000
-# files, 5 each, 50,000). About twice that: a hostile reply costs a client at most about 0.5 s
+# PIN_BYTES_MAX of them, `history`, `describe`), whose columns are maps of 6 short fields: a
+# 1,000-column schema of short names is 71 KiB and 7,000 items, about 10 bytes an item, so a
+# full frame of them holds about 410,000 items (a `files` page of 10,000 files, 5 each,
+# 50,000). About 2.4 times that: a hostile reply costs a client at most about 0.5 s
 # and 120 MiB (a map of 840,000 short keys, within it; nested empty arrays are refused after
 # 0.47 s and 65 MiB, where they took 1.1 s and 284 MiB).
 CLIENT_REPLY_ITEMS_MAX: Final = 1_000_000
