@@ -92,6 +92,9 @@ from metastore.types import (
     validate_text,
     validate_type,
 )
+from raft.errors import MalformedFrameError
+from raft.framing import unpack_msgpack
+from raft.wire import brief_repr, show_names
 
 COMMAND_FORMAT_VERSION: Final = 1
 
@@ -106,6 +109,8 @@ class CommandFromNewerReleaseError(MalformedCommandError):
 TABLE_FORMATS: Final = ("parquet",)
 
 _SHA256_HEX = re.compile(r"[0-9a-f]{64}")
+# Unknown keys a request error names at most (it counts them all).
+_KEYS_SHOWN_MAX: Final = 8
 _NAME_CHARS = frozenset(string.ascii_lowercase + string.digits + "_")
 
 # Keys Spark itself reserves in TBLPROPERTIES/DBPROPERTIES; they are set through dedicated
@@ -1714,9 +1719,12 @@ class _RequestFields:
     def done(self) -> None:
         extra = set(self._data) - self._seen
         if extra:
-            names = sorted(repr(k) for k in extra)
+            # A client may send keys by the hundred thousand: name the first few, briefly.
+            names = sorted(extra, key=str)
+            shown = [brief_repr(k) for k in names[:_KEYS_SHOWN_MAX]]
             raise InvalidArgumentError(
-                f"{self._what} has unknown keys {names}", details={"keys": names}
+                f"{self._what} has unknown keys {show_names(names, _KEYS_SHOWN_MAX)}",
+                details={"keys": shown, "key_count": len(names)},
             )
 
 
@@ -1973,8 +1981,13 @@ def encode_command(cmd: Command) -> bytes:
     return data
 
 
-def decode_command(data: bytes) -> Command:
-    """Bytes -> a validated command. Any problem raises MalformedCommandError, nothing else."""
+def decode_command(data: bytes, *, max_items: int | None = None) -> Command:
+    """Bytes -> a validated command. Any problem raises MalformedCommandError, nothing else.
+
+    `max_items`: for bytes from a client (a forwarded command), at most this many array items
+    and map pairs (`raft.framing.unpack_msgpack`, which also refuses ext types): decoding
+    builds an object per item, so bytes alone do not bound its cost. Apply passes none, so
+    what it decides from the log does not change."""
     if not isinstance(data, bytes | bytearray | memoryview):
         raise MalformedCommandError("command must be bytes")
     # Commits list files and may be larger than DDL; the per-type bound is checked after decoding.
@@ -1983,12 +1996,22 @@ def decode_command(data: bytes) -> Command:
             f"command of {len(data)} bytes exceeds MAX_COMMIT_COMMAND_BYTES="
             f"{limits.MAX_COMMIT_COMMAND_BYTES}"
         )
+    if max_items is not None:
+        try:
+            obj = unpack_msgpack(bytes(data), max_bytes=max(len(data), 1), max_items=max_items)
+        except MalformedFrameError as e:
+            raise MalformedCommandError(f"not a msgpack value: {e}") from None
+        return _command_from_decoded(obj, data)
     try:
         obj = msgpack.unpackb(bytes(data), raw=False, strict_map_key=True, use_list=True)
     # msgpack documents that unpacking may raise exceptions outside its own hierarchy and advises
     # catching Exception; whatever it raises, the answer is the same.
     except Exception as e:  # noqa: BLE001
         raise MalformedCommandError(f"not a msgpack value: {type(e).__name__}") from None
+    return _command_from_decoded(obj, data)
+
+
+def _command_from_decoded(obj: object, data: bytes) -> Command:
     cmd = command_from_data(obj)
     if not isinstance(cmd, CommitTxn) and len(data) > limits.MAX_COMMAND_BYTES:
         raise MalformedCommandError(

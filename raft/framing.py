@@ -65,6 +65,11 @@ def _check_limit(max_frame_bytes: int) -> None:
         )
 
 
+def _check_items(max_items: int | None) -> None:
+    if max_items is not None and max_items < 1:
+        raise InvalidLimitError(f"max_items must be at least 1, got {max_items}")
+
+
 def encode_frame(obj: object, *, max_frame_bytes: int) -> bytes:
     """Return the frame (header + msgpack body) for `obj`.
 
@@ -184,8 +189,7 @@ class FrameDecoder:
         """`max_items`: array items and map pairs per frame at most (see the module docstring;
         None: as many as its bytes can hold)."""
         _check_limit(max_frame_bytes)
-        if max_items is not None and max_items < 1:
-            raise InvalidLimitError(f"max_items must be at least 1, got {max_items}")
+        _check_items(max_items)
         self._max_frame_bytes = max_frame_bytes
         self._max_items = max_items
         self._buf = bytearray()
@@ -200,6 +204,17 @@ class FrameDecoder:
     @property
     def max_frame_bytes(self) -> int:
         return self._max_frame_bytes
+
+    @property
+    def max_items(self) -> int | None:
+        """The item budget of each frame decoded from now on. Settable: a server may decode a
+        stranger's first frame under a small budget and the frames after it under another."""
+        return self._max_items
+
+    @max_items.setter
+    def max_items(self, max_items: int | None) -> None:
+        _check_items(max_items)
+        self._max_items = max_items
 
     @property
     def buffered_bytes(self) -> int:

@@ -359,14 +359,29 @@ class _BoundedRepr(reprlib.Repr):
 _bounded_repr: Final = _BoundedRepr()
 
 
-def show_value(value: object) -> str:
-    """The type and a short repr of `value`, whatever its size: error messages and logs
-    quote values a peer sent, which must never cost more than a few dozen characters (the
+def brief_repr(value: object) -> str:
+    """A short repr of `value`, whatever its size (at most _REPR_CHARS_MAX characters; the
     repr is bounded while it is built, not cut afterwards)."""
     text = _bounded_repr.repr(value)
     if len(text) > _REPR_CHARS_MAX:
         text = text[: _REPR_CHARS_MAX - 3] + "..."
-    return f"{type(value).__name__} {text}"
+    return text
+
+
+def show_value(value: object) -> str:
+    """The type and a short repr of `value`, whatever its size: error messages and logs
+    quote values a peer sent, which must never cost more than a few dozen characters."""
+    return f"{type(value).__name__} {brief_repr(value)}"
+
+
+def show_names(names: Sequence[object], shown_max: int = _IDS_SHOWN_MAX) -> str:
+    """The first `shown_max` of `names` as brief reprs, and how many there are when that is
+    not all: for messages naming what a sender got wrong (unknown keys), which it may have
+    sent by the hundred thousand."""
+    shown = ", ".join(brief_repr(n) for n in names[:shown_max])
+    if len(names) <= shown_max:
+        return f"[{shown}]"
+    return f"[{shown}, ...] ({len(names)} in all)"
 
 
 def _show(value: object) -> str:

@@ -88,6 +88,7 @@ from hlc.limits import LOGICAL_BITS, MAX_TS
 from metastore.daemon.api_limits import (
     CLIENT_FRAME_BYTES_MAX,
     CLIENT_INFLIGHT_PER_CONNECTION_MAX,
+    CLIENT_REPLY_ITEMS_MAX,
     FORWARD_REPLY_MARGIN_MS,
     MEMBERSHIP_TIMEOUT_MS_DEFAULT,
     REMOVE_NODE_REVOCATION_MS_MAX,
@@ -325,7 +326,9 @@ class _Connection:
         self._reader = reader
         self._writer = writer
         self._on_reply = on_reply
-        self._decoder = FrameDecoder(CLIENT_FRAME_BYTES_MAX)
+        # A compromised or buggy node must not make us decode a frame of tiny items whatever
+        # it costs: past the budget the reply is a protocol error (the connection closes).
+        self._decoder = FrameDecoder(CLIENT_FRAME_BYTES_MAX, max_items=CLIENT_REPLY_ITEMS_MAX)
         # Invariant: every id in _pending has a caller awaiting its future.
         self._pending: dict[int, asyncio.Future[dict[str, Any]]] = {}
         self._next_id = 1

@@ -6,6 +6,31 @@ from typing import Final
 
 CLIENT_FRAME_BYTES_MAX: Final = 4 * 1024 * 1024
 CLIENT_READ_CHUNK_BYTES: Final = 256 * 1024
+# Array items and map pairs in one request frame, all levels together (`raft.framing`: the
+# decoder stops once passed). Decoding builds a Python object per item, at 8 to 64 times its
+# encoded size, so this, not CLIENT_FRAME_BYTES_MAX, bounds what one frame costs: a 4 MiB frame
+# of empty arrays took 1.4 s of the node's one event loop (Raft's too) and 290 MiB, and a
+# request that then waits holds it. The largest legitimate request is a commit of
+# MAX_FILES_PER_COMMIT (10,000) files, each a map of 3 pairs and an item of its list, with 100
+# written and 100 read tables: about 41,000 items (DDL travels as one string; a pin names at
+# most 100 tables). A forwarded command (`_propose`: one bytes value in its request) is
+# decoded under this budget too: the encoded commit holds about as many. About 2.4 times
+# that, so the files of a commit may gain a few fields. A frame of tiny items is refused after
+# about 30 ms and 6 MiB (that commit decodes in 9 ms).
+CLIENT_REQUEST_ITEMS_MAX: Final = 100_000
+# ... and in a stranger's first request (its `hello`: an id, an op and two arguments), decoded
+# before anything is known of who sent it. Bytes bound it too (CLIENT_HELLO_BYTES_MAX).
+CLIENT_HELLO_ITEMS_MAX: Final = 64
+# ... and in one reply, as the protocol client (and a follower forwarding to its leader) decodes
+# it: a compromised or buggy node must not make a client decode unboundedly. Replies are
+# larger than requests: the densest legitimate ones carry schemas (a `pin` of up to
+# PIN_BYTES_MAX of them, `history`, `describe`), whose columns are maps of 6 short fields: a
+# 1,000-column schema of short names is 71 KiB and 7,000 items, about 10 bytes an item, so a
+# full frame of them holds about 410,000 items (a `files` page of 10,000 files, 5 each,
+# 50,000). About 2.4 times that: a hostile reply costs a client at most about 0.5 s
+# and 120 MiB (a map of 840,000 short keys, within it; nested empty arrays are refused after
+# 0.47 s and 65 MiB, where they took 1.1 s and 284 MiB).
+CLIENT_REPLY_ITEMS_MAX: Final = 1_000_000
 CLIENT_CONNECTIONS_MAX: Final = 1024
 CLIENT_INFLIGHT_PER_CONNECTION_MAX: Final = 64
 # Reply bytes one connection may have queued (handed to its transport, not yet taken by the
@@ -36,6 +61,12 @@ CLIENT_FRAME_TIMEOUT_MS: Final = 10_000
 CLIENT_HELLO_TIMEOUT_MS: Final = 5_000
 CLIENT_CONNECTIONS_SLACK: Final = 64
 CLIENT_HELLO_BYTES_MAX: Final = 16 * 1024
+# An error reply's message is cut past this many characters, and each of its details whose
+# msgpack encoding passes ERROR_DETAIL_BYTES_MAX is replaced by a brief repr of it. Errors quote
+# what a client sent briefly where they are raised; this is the last guard (a request holds
+# up to CLIENT_FRAME_BYTES_MAX, and an error reply past it could not be sent at all).
+ERROR_MESSAGE_CHARS_MAX: Final = 4_096
+ERROR_DETAIL_BYTES_MAX: Final = 1_024
 OP_NAME_CHARS_MAX: Final = 64
 TOKEN_CHARS_MAX: Final = 256
 CLIENT_NAME_CHARS_MAX: Final = 256

@@ -52,7 +52,11 @@ class _Link:
         self.slots = asyncio.Semaphore(L.CLIENT_INFLIGHT_PER_CONNECTION_MAX)
 
     async def read_loop(self) -> None:
-        decoder = FrameDecoder(max_frame_bytes=L.CLIENT_FRAME_BYTES_MAX)
+        # The leader's replies are decoded under the client's reply budget: a compromised or
+        # buggy leader cannot make this node decode a frame of tiny items whatever it costs.
+        decoder = FrameDecoder(
+            max_frame_bytes=L.CLIENT_FRAME_BYTES_MAX, max_items=L.CLIENT_REPLY_ITEMS_MAX
+        )
         try:
             while True:
                 data = await self.reader.read(L.CLIENT_READ_CHUNK_BYTES)

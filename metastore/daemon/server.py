@@ -1,6 +1,7 @@
 """The client API server: docs/protocol.md on asyncio streams.
 
-Per connection: frames are decoded with the sans-I/O `raft.framing.FrameDecoder`; the first
+Per connection: frames are decoded with the sans-I/O `raft.framing.FrameDecoder`, under an item
+budget (CLIENT_HELLO_ITEMS_MAX for the first, CLIENT_REQUEST_ITEMS_MAX after it); the first
 request must be `hello` with a valid token; later requests run concurrently (bounded per
 connection) and replies are matched by id. Every failure becomes a typed error reply and changes
 nothing; a malformed frame closes the connection because the stream is out of sync.
@@ -135,6 +136,7 @@ from raft.node import (
     SafeTimeTimeoutError,
 )
 from raft.tls import TlsListener
+from raft.wire import brief_repr, show_names
 
 log = logging.getLogger("metastore.api")
 
@@ -669,7 +671,11 @@ class ApiServer:
             client_cert=bool(writer.get_extra_info("peercert")),
             cert_fingerprint=fingerprint_of_der(der) if der else "",
         )
-        decoder = FrameDecoder(max_frame_bytes=L.CLIENT_FRAME_BYTES_MAX)
+        # A stranger's first frame gets the hello's item budget; `_serve_session` widens it
+        # once the hello succeeded (a frame of tiny items costs far more than its bytes).
+        decoder = FrameDecoder(
+            max_frame_bytes=L.CLIENT_FRAME_BYTES_MAX, max_items=L.CLIENT_HELLO_ITEMS_MAX
+        )
         key = id(session)
         hello_deadline = time.monotonic() + L.CLIENT_HELLO_TIMEOUT_MS / 1000
         self._strangers[key] = (time.monotonic(), writer)
@@ -828,6 +834,7 @@ class ApiServer:
                         if not ok:
                             return
                         self._strangers.pop(id(session), None)
+                        decoder.max_items = L.CLIENT_REQUEST_ITEMS_MAX
                         continue
                     if len(inflight) >= L.CLIENT_INFLIGHT_PER_CONNECTION_MAX:
                         rid = frame.get("id", 0) if isinstance(frame, dict) else 0
@@ -1058,7 +1065,7 @@ class ApiServer:
             "id": rid,
             "ok": False,
             "result": None,
-            "error": exc.to_wire(),
+            "error": _brief_wire_error(exc),
             "ts": self.clock.now(),
             "node_id": self.node.node_id,
         }
@@ -1319,7 +1326,7 @@ class ApiServer:
         else:
             id_text, _, version_text = token.partition(":")
             if not (_is_uint(id_text) and _is_uint(version_text)):
-                raise BadRequestError(f"'page_token' {token!r} is not one this server handed out")
+                raise _not_our_token(token)
             table_id = int(id_text)
             versions = self._history_at(table, table_id, position)
             after = int(version_text)
@@ -1374,7 +1381,7 @@ class ApiServer:
         if token is not None:
             tm_text, _, name = token.partition(":")
             if not _is_uint(tm_text) or not name:
-                raise BadRequestError(f"'page_token' {token!r} is not one this server handed out")
+                raise _not_our_token(token)
             after = (name, int(tm_text))
         top: int | None = None
         waited = 0.0
@@ -1628,7 +1635,7 @@ class ApiServer:
         deletes = state.txns.delete_entries(table_id)
         items: list[Any] = [*loose, *deletes]
         token = args.get("page_token")
-        if token is not None and _page_token(str(token))[1] > len(items):
+        if token is not None and _page_token(token)[1] > len(items):
             # Fewer entries than the page offset: a compaction moved them since the previous
             # page. The view changed, the request is not a bad one: read it again.
             raise ManifestConflictError(
@@ -1700,7 +1707,7 @@ class ApiServer:
         before_tm = None
         if token is not None:
             if not _is_uint(token) or int(token) > MAX_TS:
-                raise BadRequestError(f"'page_token' {token!r} is not one this server handed out")
+                raise _not_our_token(token)
             before_tm = int(token)
             self._check_not_future(before_tm)
             await self._wait_safe(before_tm, _timeout(args))
@@ -1993,7 +2000,7 @@ class ApiServer:
         args, _ = await self._continue_at(args, 32)
         token = args.get("page_token")
         if token is not None and not _is_uint(token):
-            raise BadRequestError(f"'page_token' {token!r} is not one this server handed out")
+            raise _not_our_token(token)
         after = 0 if token is None else int(token)
         name = None if table is None else TableName.parse(table)
         # Like a read at now: a node behind the caller's own DDL (returned after its Tu) waits
@@ -2120,7 +2127,9 @@ class ApiServer:
             mlimits.MAX_COMMAND_BYTES, mlimits.MAX_COMMIT_COMMAND_BYTES
         ):
             raise BadRequestError("'command' must be bytes of a canonical command")
-        cmd = decode_command(data)  # validates: the leader trusts no forwarded bytes
+        # Validates: the leader trusts no forwarded bytes. Under a request's item budget: the
+        # bytes are a client's, up to MAX_COMMIT_COMMAND_BYTES of them.
+        cmd = decode_command(data, max_items=L.CLIENT_REQUEST_ITEMS_MAX)
         if _admin_only(cmd) and (session.role is None or session.role < Role.ADMIN):
             # Followers forward with the caller's own token: a writer must not get, through
             # this op, what the admin-only ops (or only the leader itself) may propose.
@@ -2597,7 +2606,7 @@ class ApiServer:
                 active = []
                 released = [r for r in released if r.released_tm > int(key)]
             else:
-                raise BadRequestError(f"'page_token' {token!r} is not one this server handed out")
+                raise _not_our_token(token)
         count = limit or L.PTS_PAGE_RECORDS_MAX
         page_active = active[:count]
         page_released = released[: count - len(page_active)]
@@ -3198,12 +3207,37 @@ def _reply_result(result: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _brief_wire_error(exc: MetastoreError) -> dict[str, object]:
+    """`exc.to_wire()`, its message cut at ERROR_MESSAGE_CHARS_MAX and each detail whose
+    encoding passes ERROR_DETAIL_BYTES_MAX replaced by a brief repr of it. The last guard for
+    errors that quote what a client sent (a table name, a forwarded command's fields) whole:
+    a request holds up to CLIENT_FRAME_BYTES_MAX, and an error reply past the frame limit
+    could not be sent at all (the request got no reply)."""
+    wire = exc.to_wire()
+    message = exc.message
+    if len(message) > L.ERROR_MESSAGE_CHARS_MAX:
+        wire["message"] = (
+            f"{message[: L.ERROR_MESSAGE_CHARS_MAX]}... (cut: {len(message)} characters in all)"
+        )
+    details = exc.details
+    if details:
+        brief: dict[str, object] = {}
+        for key, value in details.items():
+            try:
+                size = len(msgpack.packb(value, use_bin_type=True))
+            except (TypeError, ValueError, OverflowError):
+                size = L.ERROR_DETAIL_BYTES_MAX + 1
+            brief[key] = brief_repr(value) if size > L.ERROR_DETAIL_BYTES_MAX else value
+        wire["details"] = brief
+    return wire
+
+
 def _parse_request(frame: object) -> tuple[int, str, Args]:
     if not isinstance(frame, dict):
         raise BadRequestError("a request must be a map {id, op, args}")
     extra = set(frame) - {"id", "op", "args"}
     if extra:
-        raise BadRequestError(f"unknown request fields: {sorted(map(str, extra))}")
+        raise BadRequestError(f"unknown request fields: {show_names(sorted(map(str, extra)))}")
     rid = frame.get("id")
     if not isinstance(rid, int) or isinstance(rid, bool) or not 0 < rid < 2**63:
         raise BadRequestError("'id' must be a positive integer")
@@ -3222,7 +3256,7 @@ def _check_args(args: Args, allowed: frozenset[str]) -> None:
     unknown = set(args) - allowed
     if unknown:
         raise BadRequestError(
-            f"unknown arguments {sorted(map(str, unknown))}; allowed: {sorted(allowed)}"
+            f"unknown arguments {show_names(sorted(map(str, unknown)))}; allowed: {sorted(allowed)}"
         )
 
 
@@ -3321,12 +3355,16 @@ def _ms_left(deadline: float) -> int:
     return left
 
 
-def _page_token(token: str) -> tuple[int, int]:
+def _not_our_token(token: object) -> BadRequestError:
+    return BadRequestError(f"'page_token' {brief_repr(token)} is not one this server handed out")
+
+
+def _page_token(token: object) -> tuple[int, int]:
     """`<as_of>:<offset>[:<items>[:<table id>]]` as `files` hands it out (opaque to clients;
     the shorter forms are those of earlier releases, and `compaction_view`'s)."""
-    parts = token.split(":")
+    parts = token.split(":", 4) if isinstance(token, str) else []
     if not 2 <= len(parts) <= 4 or not all(_is_uint(p) for p in parts) or int(parts[0]) > MAX_TS:
-        raise BadRequestError(f"'page_token' {token!r} is not a token this server handed out")
+        raise _not_our_token(token)
     return int(parts[0]), int(parts[1])
 
 
@@ -3359,7 +3397,7 @@ def _split_position_token(token: str) -> tuple[int | None, str]:
         or not where
         or _POSITION_SEPARATOR in where
     ):
-        raise BadRequestError(f"'page_token' {token!r} is not one this server handed out")
+        raise _not_our_token(token)
     return int(position_text), where
 
 
@@ -3452,7 +3490,7 @@ def _files_page(files: Sequence[Any], args: Args, ts: int) -> tuple[int, int]:
     client that does not page gets the whole listing, or - if it cannot fit one reply - a
     typed LIMIT_EXCEEDED telling it to page (never a silently truncated list)."""
     token = args.get("page_token")
-    start = 0 if token is None else _page_token(str(token))[1]
+    start = 0 if token is None else _page_token(token)[1]
     if start > len(files):
         raise BadRequestError("'page_token' points past the end of the listing")
     limit = _opt_int(args, "limit", 1, L.FILES_PAGE_FILES_MAX)

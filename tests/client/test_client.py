@@ -23,6 +23,7 @@ from metastore.client import (
 )
 from metastore.daemon.api_limits import (
     CLIENT_INFLIGHT_PER_CONNECTION_MAX,
+    CLIENT_REPLY_ITEMS_MAX,
     MEMBERSHIP_TIMEOUT_MS_DEFAULT,
 )
 from metastore.errors import (
@@ -220,6 +221,23 @@ async def test_a_timestamp_too_far_ahead_is_logged_and_ignored(
 
 
 # ---- failover --------------------------------------------------------------------------------
+
+
+async def test_a_reply_past_the_item_budget_is_not_decoded(nodes: Any) -> None:
+    # A compromised or buggy node: a reply of more array items and map pairs than any
+    # legitimate one holds (CLIENT_REPLY_ITEMS_MAX) is a protocol error that closes the
+    # connection, like any malformed frame, instead of being decoded whatever it costs.
+    inner = [[]] * 1_000
+
+    async def handler(op: str, args: dict[str, Any]) -> dict[str, Any]:
+        return {"x": [inner] * (CLIENT_REPLY_ITEMS_MAX // len(inner))}
+
+    node = await nodes(handler=handler)
+    async with client(node.endpoint, timeout_ms=2_000) as c:
+        # Tried again until its time is up (UNAVAILABLE or TIMEOUT), each try refused alike.
+        with pytest.raises((UnavailableError, RequestTimeoutError)) as info:
+            await c.status()
+    assert f"more than {CLIENT_REPLY_ITEMS_MAX} array items and map pairs" in info.value.message
 
 
 async def test_failover_on_connection_refused(nodes: Any) -> None:

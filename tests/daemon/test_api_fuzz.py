@@ -15,8 +15,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from metastore.daemon import api_limits as L
 from metastore.daemon.config import NODE_ID_MAX
 from metastore.daemon.server import ApiServer
+from raft.framing import encode_frame
 from tests.daemon.harness import MetastoreCluster, RawClient, metastore_cluster
 
 pytestmark = pytest.mark.slow
@@ -214,3 +216,45 @@ def test_add_node_refuses_an_id_no_node_could_be_configured_with(
         assert str(NODE_ID_MAX) in reply["error"]["message"]
     after = conn.call("status")["result"]
     assert (after["voters"], after["learners"]) == (before["voters"], before["learners"])
+
+
+@settings(max_examples=30, deadline=None, derandomize=True, database=None)
+@given(
+    margin=st.integers(-20, 20),
+    width=st.sampled_from([0, 1, 7, 1_000, 60_000]),
+    hello=st.booleans(),
+)
+def test_frames_around_the_item_budget(
+    node: MetastoreCluster, margin: int, width: int, hello: bool
+) -> None:
+    # A request of exactly `total` array items and map pairs: {id, op, args: {x: [...]}} is
+    # 4 pairs, and x holds `k` lists of `width` empty lists plus `rest` empty lists. Within
+    # the budget it is decoded (and refused for its unknown argument, with its id); past it,
+    # refused as a malformed frame (id 0) and the connection closes. The node keeps serving.
+    budget = L.CLIENT_HELLO_ITEMS_MAX if hello else L.CLIENT_REQUEST_ITEMS_MAX
+    total = max(4, budget + margin)
+    k = (total - 4) // (width + 1)
+    rest = total - 4 - k * (width + 1)
+    x = [[[]] * width] * k + [[]] * rest
+    client = RawClient(node.client_ports[1])
+    if not hello:
+        assert client.call("hello", token=node.token("reader"), client="fuzz")["ok"]
+    op = "hello" if hello else "status"
+    client.send_raw(
+        encode_frame(
+            {"id": 5, "op": op, "args": {"x": x}}, max_frame_bytes=L.CLIENT_FRAME_BYTES_MAX
+        )
+    )
+    reply = client.recv()
+    assert reply is not None and reply["error"]["code"] == "BAD_REQUEST", reply
+    if total <= budget:
+        assert reply["id"] == 5, reply["error"]
+        assert "unknown arguments" in reply["error"]["message"]
+    else:
+        assert reply["id"] == 0, reply["error"]
+        assert client.is_closed()
+    client.close()
+    probe = RawClient(node.client_ports[1])
+    assert probe.call("hello", token=node.token("reader"), client="fuzz")["ok"]
+    assert probe.call("status")["ok"]
+    probe.close()

@@ -271,3 +271,26 @@ async def test_a_leader_presenting_a_revoked_certificate_gets_no_token(tmp_path:
         server.close()
         await node.stop()
         await server.wait_closed()
+
+
+async def test_a_leader_reply_past_the_item_budget_closes_the_link() -> None:
+    # A compromised or buggy leader: a reply of more array items and map pairs than any
+    # legitimate one holds (CLIENT_REPLY_ITEMS_MAX) is not decoded; the link closes and the
+    # forward fails UNAVAILABLE, as for any malformed frame.
+    inner = [[]] * 1_000
+
+    async def handler(op: str, args: dict[str, Any]) -> dict[str, Any]:
+        return {"x": [inner] * (L.CLIENT_REPLY_ITEMS_MAX // len(inner))}
+
+    node = FakeNode(node_id=2, handler=handler)
+    await node.start()
+    port = int(node.endpoint.rsplit(":", 1)[1])
+    forwarder = LeaderForwarder(
+        addresses={2: ("127.0.0.1", port)}, clock=HybridClock(SystemClock())
+    )
+    try:
+        with pytest.raises(UnavailableError, match="connection to the leader closed"):
+            await forwarder.call(2, TOKEN, "status", {}, timeout_ms=5000)
+    finally:
+        await forwarder.close()
+        await node.stop()

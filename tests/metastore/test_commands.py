@@ -189,3 +189,31 @@ def test_table_name_constructor_requires_normalized() -> None:
         TableName(namespace="NS", name="t")
     with pytest.raises(LimitExceededError):
         TableName.of("n" * (limits.MAX_IDENTIFIER_CHARS + 1), "t")
+
+
+def test_the_largest_commit_decodes_under_a_requests_item_budget() -> None:
+    # A follower forwards a commit as its encoded command (`_propose`); the leader decodes it
+    # under the client request budget, which must hold the largest legitimate commit.
+    from metastore.commands import commit_txn_from_request, decode_command, encode_command
+    from metastore.daemon.api_limits import CLIENT_REQUEST_ITEMS_MAX
+
+    per_table = limits.MAX_FILES_PER_COMMIT // limits.MAX_TABLES_PER_COMMIT
+    writes = [
+        {
+            "table": f"ns.t{i}",
+            "schema_version": 1,
+            "add": [
+                {"path": f"p{i}-{j}.parquet", "size_bytes": 1, "row_count": 1}
+                for j in range(per_table)
+            ],
+        }
+        for i in range(limits.MAX_TABLES_PER_COMMIT)
+    ]
+    read_tables = [f"ns.r{i}" for i in range(limits.MAX_TABLES_PER_COMMIT)]
+    cmd = commit_txn_from_request(
+        {"txn_id": "t", "writes": writes, "read_tables": read_tables, "read_ts": 1}
+    )
+    data = encode_command(cmd)
+    assert decode_command(data, max_items=CLIENT_REQUEST_ITEMS_MAX) == cmd
+    with pytest.raises(MalformedCommandError, match="array items and map pairs"):
+        decode_command(data, max_items=CLIENT_REQUEST_ITEMS_MAX // 10)

@@ -211,6 +211,23 @@ def test_a_frame_within_its_item_budget_decodes() -> None:
     assert decoder.next_frame() == obj
 
 
+def test_the_item_budget_can_change_between_frames() -> None:
+    # A server decodes a stranger's first frame (its hello) under a small budget and the
+    # frames after it under the authenticated one, on the same stream.
+    decoder = FrameDecoder(8192, max_items=10)
+    assert decoder.max_items == 10
+    hello = {"a": 1}
+    decoder.feed(frame_of(msgpack.packb(hello)) + frame_of(msgpack.packb([0] * 50)))
+    assert decoder.next_frame() == hello
+    decoder.max_items = 100
+    assert decoder.next_frame() == [0] * 50
+    decoder.max_items = None  # as many as its bytes can hold
+    decoder.feed(frame_of(msgpack.packb([0] * 500)))
+    assert decoder.next_frame() == [0] * 500
+    with pytest.raises(InvalidLimitError):
+        decoder.max_items = 0
+
+
 def _is_plain(obj: object) -> bool:
     """Only the kinds msgpack's core types map to: no ExtType, Timestamp or anything custom."""
     if obj is None or type(obj) in (bool, int, float, str, bytes):
