@@ -1073,6 +1073,7 @@ def gc_status(state: MetastoreState, *, now_tm: int, table: TableName | None) ->
     # For one table, only the records covering it: the others hold nothing counted here.
     shown: set[str] | None = None if table is None else set()
     incarnations: list[tuple[int, TableState, int | None]] = []
+    awaiting_files = awaiting_tables = 0
     for table_id in state.txns.table_ids():
         name, _location, forgotten = state.txns.table_location(table_id)
         if table is None or name == table:
@@ -1106,6 +1107,12 @@ def gc_status(state: MetastoreState, *, now_tm: int, table: TableName | None) ->
                 _, by_record = dead.at(max(threshold, record.ts - 1))
                 held[record.record_id] += by_ttl - by_record
         stats = state.txns.table_stats(table_id)
+        # Reclaimable at the next threshold only once a compaction folds or splits them (the
+        # leader's GC runs one for up to COMPACTION_TABLES_PER_RUN tables per run).
+        awaiting = state.txns.awaiting_compaction(table_id, target)
+        if awaiting.files:
+            awaiting_files += awaiting.files
+            awaiting_tables += 1
         tables.append(
             {
                 "table": str(name),
@@ -1122,11 +1129,13 @@ def gc_status(state: MetastoreState, *, now_tm: int, table: TableName | None) ->
                 "reclaimable_files": dead_files + len(queue),
                 "reclaimable_bytes": saturated(dead_bytes + sum(queue.values())),
                 "queued_files": len(queue),
+                "awaiting_compaction_files": awaiting.files,
             }
         )
     return {
         "meta": state.gc.meta(),
         "tables": tables,
+        "awaiting_compaction": {"files": awaiting_files, "tables": awaiting_tables},
         "protections": [
             {"record_id": r.record_id, "ts": r.ts, "held_bytes": saturated(held[r.record_id])}
             for r in state.gc.records()
