@@ -102,11 +102,12 @@ import logging
 import os
 import re
 import time
+import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hlc import HybridClock, physical_ms
 from hlc.limits import LOGICAL_BITS
@@ -125,6 +126,7 @@ from metastore.commands import (
 from metastore.daemon.metrics import NodeMetrics
 from metastore.daemon.statemachine import CatalogStateMachine
 from metastore.errors import (
+    ManifestConflictError,
     ManifestUnreadableError,
     MetastoreError,
     NotLeaderError,
@@ -132,7 +134,7 @@ from metastore.errors import (
 )
 from metastore.gc import ThresholdBound, incarnation, ttl_ms_of
 from metastore.leases import TXN_DIR, attempt_owners
-from metastore.manifests import MANIFEST_DIR, ManifestRef
+from metastore.manifests import MANIFEST_DIR, DeleteEntry, ManifestRef, deletes_dead_at
 from metastore.outcome import Outcome
 from metastore.state import MetastoreState
 from metastore.txn import file_key, saturated
@@ -140,6 +142,9 @@ from raft.core.errors import NotLeaderError as RaftNotLeaderError
 from raft.core.errors import RaftCoreError
 from raft.errors import RaftError
 from raft.node import RaftNode
+
+if TYPE_CHECKING:
+    from metastore.client.manifest_files import WrittenCompaction
 
 log = logging.getLogger("metastore.gc")
 
@@ -155,6 +160,14 @@ MAX_STEPS_PER_TABLE = 100
 PROPOSE_TIMEOUT_MS = 10_000
 # Files one orphan scan looks at per location, so a huge directory cannot stall a run.
 ORPHAN_SCAN_FILES_MAX = 1_000_000
+# Compactions the leader's GC runs itself (point 7), per run: at most this many tables, whose
+# compactions rewrite at most this many manifests in all (each at most MANIFEST_REWRITES_MAX).
+# The rest waits for the next run (and shows as awaiting compaction in `gc status`).
+COMPACTION_TABLES_PER_RUN = 8
+COMPACTION_REWRITES_PER_RUN = 64
+# GC's compactions fold and split, never merge (writers' compactions merge): no merge is due
+# below this many manifests, far above MAX_MANIFESTS_PER_TABLE.
+_NO_MERGES = 1 << 62
 # A manifest file's name (metastore.manifests `manifest_path`).
 _MANIFEST_NAME = re.compile(r"[0-9a-f]{64}\.parquet")
 # The temporary name a manifest is written under before its rename
@@ -175,6 +188,10 @@ class TableReport:
     orphans_deleted: int = 0
     orphan_bytes_deleted: int = 0
     skipped: str = ""
+    # Manifests this run's compaction rewrote (point 7), and files still waiting for one
+    # (a dry run: what the run would compact).
+    compacted_manifests: int = 0
+    awaiting_compaction_files: int = 0
 
     def view(self) -> dict[str, Any]:
         return {
@@ -188,7 +205,17 @@ class TableReport:
             "orphans_deleted": self.orphans_deleted,
             "orphan_bytes_deleted": self.orphan_bytes_deleted,
             "skipped": self.skipped,
+            "compacted_manifests": self.compacted_manifests,
+            "awaiting_compaction_files": self.awaiting_compaction_files,
         }
+
+
+@dataclass(slots=True)
+class _CompactionBudget:
+    """What one run may still compact (COMPACTION_TABLES_PER_RUN, _REWRITES_PER_RUN)."""
+
+    tables: int = COMPACTION_TABLES_PER_RUN
+    rewrites: int = COMPACTION_REWRITES_PER_RUN
 
 
 @dataclass(slots=True)
@@ -283,7 +310,10 @@ class GcWorker:
                 for i in state.txns.table_ids()
                 if table is None or state.txns.table_location(i)[0] == table
             ]
-            reports = [await self._table(table_id, dry_run=dry_run) for table_id in ids]
+            budget = _CompactionBudget()
+            reports = [
+                await self._table(table_id, dry_run=dry_run, budget=budget) for table_id in ids
+            ]
             orphans = await self._orphans(reports, dry_run=dry_run)
             summary = {
                 "dry_run": dry_run,
@@ -293,6 +323,11 @@ class GcWorker:
                 "bytes_deleted": sum(r.bytes_deleted for r in reports),
                 "orphans_deleted": sum(r.orphans_deleted for r in reports),
                 "orphan_bytes_deleted": sum(r.orphan_bytes_deleted for r in reports),
+                "compacted_manifests": sum(r.compacted_manifests for r in reports),
+                "awaiting_compaction_files": sum(r.awaiting_compaction_files for r in reports),
+                "awaiting_compaction_tables": sum(
+                    1 for r in reports if r.awaiting_compaction_files
+                ),
                 "seconds": round(time.monotonic() - started, 3),
             }
             if not dry_run:
@@ -304,7 +339,9 @@ class GcWorker:
                 )
             return summary
 
-    async def _table(self, table_id: int, *, dry_run: bool) -> TableReport:
+    async def _table(
+        self, table_id: int, *, dry_run: bool, budget: _CompactionBudget
+    ) -> TableReport:
         state = self.sm.state
         name, location, _ = state.txns.table_location(table_id)
         inc = incarnation(state.catalog, name, table_id)
@@ -322,8 +359,25 @@ class GcWorker:
             queued = state.txns.gc_queue(table_id)
             report.files_deleted = count + len(queued)
             report.bytes_deleted = size + sum(queued.values())
+            awaiting = state.txns.awaiting_compaction(table_id, report.threshold)
+            report.awaiting_compaction_files = awaiting.files
             return report
         await self._drain(inc, location, report)  # what a crashed run left queued
+        await self._advance(inc, location, report)
+        if await self._compact(inc, location, report, budget):
+            # The entries it split off are dead manifests now: queue and delete them.
+            await self._advance(inc, location, report)
+        report.threshold = state.gc.threshold(table_id)
+        report.awaiting_compaction_files = state.txns.awaiting_compaction(
+            table_id, report.threshold
+        ).files
+        return report
+
+    async def _advance(self, inc: TableState, location: str, report: TableReport) -> None:
+        """Move the threshold (AdvanceGcThreshold) and delete what each step frees, until
+        nothing more is dead at it or MAX_STEPS_PER_TABLE steps."""
+        state = self.sm.state
+        table_id = inc.table_id
         for _ in range(MAX_STEPS_PER_TABLE):
             threshold = state.gc.threshold(table_id)
             if (
@@ -332,7 +386,7 @@ class GcWorker:
             ):
                 break
             result = await self._propose(
-                AdvanceGcThreshold(table=name, table_id=table_id, up_to=self.clock.now())
+                AdvanceGcThreshold(table=inc.name, table_id=table_id, up_to=self.clock.now())
             )
             self._queued_by_tm[table_id] = self.raft.safe_time  # applied: its Tm is <= this
             held_by = result.get("held_by")
@@ -341,8 +395,77 @@ class GcWorker:
             purged = await self._drain(inc, location, report)
             if not purged:
                 break
-        report.threshold = state.gc.threshold(table_id)
-        return report
+
+    async def _compact(
+        self, inc: TableState, location: str, report: TableReport, budget: _CompactionBudget
+    ) -> bool:
+        """Point 7: when files of the table are dead at its threshold but sit in manifests
+        with live entries (pending delete entries, or removed entries inside a manifest),
+        run the client's compaction for them: fold those delete entries and split the dead
+        entries off into manifests of their own (dead, so the next AdvanceGcThreshold queues
+        them). Bounded by `budget`. Returns whether a compaction applied."""
+        from metastore.client.manifest_files import restore_missing
+
+        state = self.sm.state
+        table_id = inc.table_id
+        threshold = state.gc.threshold(table_id)
+        if not state.txns.awaiting_compaction(table_id, threshold).files:
+            return False
+        if budget.tables <= 0 or budget.rewrites <= 0 or not location:
+            return False  # the next run (a table without a location has no manifests)
+        if _is_local(location) and (
+            held := self.protected.holds(f"{_local_root(location)}/{MANIFEST_DIR}/x")
+        ):
+            log.warning(
+                "GC does not compact %s: its manifests would be written inside this node's "
+                "own %s (the table's LOCATION names it)",
+                inc.name,
+                held,
+            )
+            return False
+        budget.tables -= 1
+        deletes = deletes_dead_at(state.txns.delete_entries(table_id), threshold)
+        refs = state.txns.manifest_refs(table_id)
+        rewrites_max = min(limits.MANIFEST_REWRITES_MAX, budget.rewrites)
+        self._leading_term()  # a deposed leader writes nothing (NotLeaderError ends the run)
+        try:
+            written = await asyncio.to_thread(
+                _write_compaction, location, deletes, refs, threshold, rewrites_max
+            )
+        except (MetastoreError, OSError) as exc:
+            log.warning("GC could not compact %s; the next run tries again: %s", inc.name, exc)
+            return False
+        if written is None:
+            return False
+        cmd = written.command(
+            table=inc.name, table_id=table_id, request_id=f"gc-compact-{uuid.uuid4().hex}"
+        )
+        try:
+            await self._propose(cmd)
+        except ManifestConflictError as exc:
+            # A writer or compactor changed the table since it was read: nothing changed, the
+            # files just written are unreferenced (orphans, or reused by a later compaction).
+            log.info(
+                "GC's compaction of %s went stale; the next run tries again: %s", inc.name, exc
+            )
+            return False
+        except NotLeaderError:
+            raise
+        except MetastoreError as exc:
+            log.warning("GC's compaction of %s was refused: %s", inc.name, exc)
+            return False
+        budget.rewrites -= len(written.plan.rewrites)
+        report.compacted_manifests += len(written.plan.rewrites)
+        log.info(
+            "GC compacted a table to reclaim files removed inside manifests",
+            extra={
+                "table": str(inc.name),
+                "folded_deletes": len(written.plan.deletes),
+                "rewritten": len(written.plan.rewrites),
+            },
+        )
+        await asyncio.to_thread(restore_missing, location, written.files, lambda _msg: None)
+        return True
 
     def _bound(self, inc: TableState) -> ThresholdBound:
         state = self.sm.state
@@ -639,6 +762,33 @@ class GcWorker:
         if err is not None:
             raise err
         return dict(outcome.result)
+
+
+def _write_compaction(
+    location: str,
+    deletes: tuple[DeleteEntry, ...],
+    refs: tuple[ManifestRef, ...],
+    threshold: int,
+    rewrites_max: int,
+) -> WrittenCompaction | None:
+    """Plan and write GC's compaction (point 7) in a thread: the client's planner and writer,
+    moving no loose entry and merging nothing. An error of the store is OSError."""
+    import pyarrow as pa  # only here: keeps the daemon's start light
+
+    from metastore.client.manifest_files import plan_and_write
+
+    try:
+        return plan_and_write(
+            location,
+            loose=(),
+            deletes=deletes,
+            refs=refs,
+            rewrites_max=rewrites_max,
+            gc_threshold=threshold,
+            merge_at=_NO_MERGES,
+        )
+    except pa.ArrowException as exc:
+        raise OSError(f"manifest store: {exc}") from None
 
 
 def _chunks(paths: list[str]) -> Iterator[list[str]]:
