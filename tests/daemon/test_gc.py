@@ -406,9 +406,7 @@ def test_a_file_removed_inside_a_manifest_is_deleted_by_gc_without_a_manual_comp
         for path in files.values():
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_bytes(b"z" * 100)
-        add = [
-            {"path": f"_txn/{tag}/{name}", "size_bytes": 100, "row_count": 1} for name in files
-        ]
+        add = [{"path": f"_txn/{tag}/{name}", "size_bytes": 100, "row_count": 1} for name in files]
         writer.commit(f"q-{tag}", [{"table": table, "schema_version": 1, "add": add}])
         assert compact_table(writer, table)["compacted"]  # both entries now sit in a manifest
         removed = writer.commit(
