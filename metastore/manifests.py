@@ -71,7 +71,10 @@ GC (metastore.gc's AdvanceGcThreshold drives it through `TxnLog.purge_dead`)
     * Removed entries inside a manifest that still has live entries: the compactor, given the
       table's threshold (`compaction_view`), splits those dead at it into a manifest of their
       own, which is then dead as above (`plan_compaction`). Entries move, never vanish, so the
-      CompactManifest rules are unchanged.
+      CompactManifest rules are unchanged. What waits for such a compaction (delete entries
+      and removed entries dead at the threshold, `awaiting_compaction`) the leader's GC
+      compacts itself, a bounded number of tables per run, through the same command
+      (metastore.daemon.gc_worker point 7); `gc status` shows it.
     * Orphans: the orphan scan reads every manifest of the locations it walks (their data
       files are listed only there), so files of failed write attempts under such a table go
       after the orphan grace, as do manifest files nothing references (a compactor that died

@@ -1,4 +1,5 @@
-"""The leader's GC: move thresholds, delete the files they free, release stale protections.
+"""The leader's GC: move thresholds, delete the files they free, release stale protections,
+and compact tables whose removed files only a compaction frees (point 7).
 
 Only the leader runs it, and it decides nothing on its own: every decision is a log entry that
 the state machine checks again when it applies it (metastore/gc.py):
@@ -87,6 +88,30 @@ the state machine checks again when it applies it (metastore/gc.py):
    secrets directory, or one of its config, log, pid or TLS files (`ProtectedPaths`, symbolic
    links in its directories resolved), is left on disk and logged; its entry is reported like
    a deleted one's, so the queue drains.
+
+7. Files removed inside manifests. GC drops a manifest only when every entry is dead
+   (`metastore.manifests.dead_at`); a file removed while its entry sits in a manifest beside
+   live ones is a pending delete entry (or, once folded, a removed entry inside it), which only
+   a compaction past the threshold splits off into a dead manifest. Writers compact only past
+   `loose_files_max`, so on a quiet table such files stayed on disk indefinitely. After moving a
+   table's threshold, the run checks `TxnLog.awaiting_compaction` at it and, when files wait,
+   runs the client's compaction itself (`metastore.client.manifest_files.plan_and_write`, in a
+   thread): fold the delete entries removed at or below the threshold, split the entries dead
+   at it off the manifests it rewrites, move no loose entry, merge nothing. The manifests are
+   written like any compactor's (content-addressed, fsynced), then one CompactManifest is
+   proposed: the same compare-and-swap a client's is, checked again by apply (the GC worker
+   is not apply and apply writes no manifest). A conflict (a writer or compactor changed the
+   table since it was read) changes nothing: the run moves on and the next one reads the
+   table again; the files written stay unreferenced (orphans after their grace, or reused).
+   A node that does not lead writes nothing (checked before writing); one deposed while it
+   writes leaves unreferenced files, and its proposal fails.
+   The compaction changes no answer at any ts, so protections and leases are untouched; it
+   splits off only what is dead at the threshold apply already clamped below them. Then the
+   run advances again, so the split-off entries are queued and deleted in the same run (after
+   the read fence, as any). Bounded per run: COMPACTION_TABLES_PER_RUN tables and
+   COMPACTION_REWRITES_PER_RUN manifests rewritten; the rest waits for the next run and shows
+   in `gc status` as awaiting compaction. Never for a location inside this node's own
+   directories (point 6), nor for a table without a location.
 
 Deletions are rate-limited (`gc_delete_files_per_s`) and run in a worker thread. Records past
 their max age, or whose owner session has been gone for PROTECTION_OWNER_GRACE_MS, are released
