@@ -101,8 +101,9 @@ the state machine checks again when it applies it (metastore/gc.py):
    written like any compactor's (content-addressed, fsynced), then one CompactManifest is
    proposed: the same compare-and-swap a client's is, checked again by apply (the GC worker
    is not apply and apply writes no manifest). A conflict (a writer or compactor changed the
-   table since it was read) changes nothing: the run moves on and the next one reads the
-   table again; the files written stay unreferenced (orphans after their grace, or reused).
+   table since it was read) changes nothing: the run moves on, and a run
+   COMPACTION_RETRY_AFTER_S later reads the table again (as after any failure: each attempt
+   writes files); the files written stay unreferenced (orphans after their grace, or reused).
    A node that does not lead writes nothing (checked before writing); one deposed while it
    writes leaves unreferenced files, and its proposal fails.
    The compaction changes no answer at any ts, so protections and leases are untouched; it
@@ -190,6 +191,10 @@ ORPHAN_SCAN_FILES_MAX = 1_000_000
 # The rest waits for the next run (and shows as awaiting compaction in `gc status`).
 COMPACTION_TABLES_PER_RUN = 8
 COMPACTION_REWRITES_PER_RUN = 64
+# After a compaction of a table failed (a conflict, a refusal, a store error), the runs of the
+# next this many seconds leave the table alone: runs come every gc_interval_ms (a second by
+# default), and each attempt reads manifests and writes new ones.
+COMPACTION_RETRY_AFTER_S = 60.0
 # GC's compactions fold and split, never merge (writers' compactions merge): no merge is due
 # below this many manifests, far above MAX_MANIFESTS_PER_TABLE.
 _NO_MERGES = 1 << 62
@@ -288,6 +293,8 @@ class GcWorker:
         # (location, sha256) -> path keys a manifest lists, for one run (manifests never change).
         self._listed: dict[tuple[str, str], frozenset[str]] = {}
         self._lock = asyncio.Lock()  # one run at a time (schedule and `gc run` share it)
+        # table id -> time.monotonic() of its last failed compaction (COMPACTION_RETRY_AFTER_S)
+        self._compaction_failed_at: dict[int, float] = {}
         self.last_run: dict[str, Any] = {}
 
     # ------------------------------------------------------------------ schedule
@@ -438,6 +445,9 @@ class GcWorker:
             return False
         if budget.tables <= 0 or budget.rewrites <= 0 or not location:
             return False  # the next run (a table without a location has no manifests)
+        failed_at = self._compaction_failed_at.get(table_id)
+        if failed_at is not None and time.monotonic() - failed_at < COMPACTION_RETRY_AFTER_S:
+            return False
         if _is_local(location) and (
             held := self.protected.holds(f"{_local_root(location)}/{MANIFEST_DIR}/x")
         ):
@@ -458,7 +468,8 @@ class GcWorker:
                 _write_compaction, location, deletes, refs, threshold, rewrites_max
             )
         except (MetastoreError, OSError) as exc:
-            log.warning("GC could not compact %s; the next run tries again: %s", inc.name, exc)
+            log.warning("GC could not compact %s; a later run tries again: %s", inc.name, exc)
+            self._compaction_failed_at[table_id] = time.monotonic()
             return False
         if written is None:
             return False
@@ -470,15 +481,16 @@ class GcWorker:
         except ManifestConflictError as exc:
             # A writer or compactor changed the table since it was read: nothing changed, the
             # files just written are unreferenced (orphans, or reused by a later compaction).
-            log.info(
-                "GC's compaction of %s went stale; the next run tries again: %s", inc.name, exc
-            )
+            log.info("GC's compaction of %s went stale (a later run retries): %s", inc.name, exc)
+            self._compaction_failed_at[table_id] = time.monotonic()
             return False
         except NotLeaderError:
             raise
         except MetastoreError as exc:
             log.warning("GC's compaction of %s was refused: %s", inc.name, exc)
+            self._compaction_failed_at[table_id] = time.monotonic()
             return False
+        self._compaction_failed_at.pop(table_id, None)
         budget.rewrites -= len(written.plan.rewrites)
         report.compacted_manifests += len(written.plan.rewrites)
         log.info(

@@ -16,6 +16,7 @@ import pytest
 from metastore.client.manifest_files import read_manifest, write_manifest
 from metastore.commands import Command, CommitTxn, CompactManifest, DataFile, TableWrite
 from metastore.daemon.gc_worker import (
+    COMPACTION_RETRY_AFTER_S,
     COMPACTION_REWRITES_PER_RUN,
     COMPACTION_TABLES_PER_RUN,
     GcWorker,
@@ -127,14 +128,20 @@ def test_a_conflict_with_a_concurrent_compactor_is_a_no_op_for_this_run(tmp_path
 
     raft.propose = compactor_first  # type: ignore[method-assign]
     budget = _CompactionBudget()
-    assert not compact(gc_worker(d, raft), d, location, budget)
+    w = gc_worker(d, raft)
+    assert not compact(w, d, location, budget)
     refs_after_client = list(d.state.txns.manifest_refs(tid))
     assert not d.state.txns.delete_entries(tid)  # the client's folded it; GC's changed nothing
     assert budget.rewrites == COMPACTION_REWRITES_PER_RUN  # nothing rewritten by GC
     # The next run finds the client's manifest with a dead entry beside a live one and
     # splits it off.
     assert d.state.txns.awaiting_compaction(tid, removed).manifests == 1
-    assert compact(gc_worker(d, _Raft(d)), d, location, _CompactionBudget())
+    # Not at once: every attempt writes manifests, and runs come every second.
+    written = manifests_on_disk(location)
+    assert not compact(w, d, location, _CompactionBudget())
+    assert manifests_on_disk(location) == written
+    w._compaction_failed_at[tid] -= COMPACTION_RETRY_AFTER_S
+    assert compact(w, d, location, _CompactionBudget())
     assert list(d.state.txns.manifest_refs(tid)) != refs_after_client
     assert d.state.txns.awaiting_compaction(tid, removed).files == 0
 
