@@ -206,8 +206,9 @@ def gc_status(ctx: click.Context, table: str | None) -> None:
 
     A file removed after its entry moved into a manifest file (`table compact`) counts as
     reclaimable only once a compaction run after the threshold passed its removal has split
-    it off: run `metastore table compact NS.TABLE` (writers compact only past
-    loose_files_max), then `gc run`."""
+    it off; until then it is shown as awaiting compaction. The leader's GC runs that
+    compaction itself (a few tables per run), so the files go at its next run; or run
+    `metastore table compact NS.TABLE`, then `gc run`."""
     a = app(ctx)
     result = a.client().gc_status(table)
 
@@ -246,6 +247,9 @@ def gc_status(ctx: click.Context, table: str | None) -> None:
         ]
         if held:
             out.append(rows_table(["protection", "protects from", "holds"], held))
+        awaiting = result.get("awaiting_compaction") or {}
+        if awaiting.get("files"):
+            out.append(Text(_awaiting_text(awaiting.get("files"), awaiting.get("tables"))))
         last = result.get("last_run") or {}
         if last:
             out.append(
@@ -258,6 +262,14 @@ def gc_status(ctx: click.Context, table: str | None) -> None:
         return out
 
     emit(a.output, result, tables)
+
+
+def _awaiting_text(files: object, tables: object) -> str:
+    return (
+        f"awaiting compaction: {files} files, {tables} tables (removed inside manifests; the "
+        "leader's GC compacts them at its next runs, or run `metastore table compact "
+        "NS.TABLE`)"
+    )
 
 
 @gc.command("run")
@@ -302,6 +314,17 @@ def gc_run(ctx: click.Context, table: str | None, dry_run: bool) -> None:
             for t in result.get("tables", [])
             if t.get("skipped")
         )
+        if result.get("compacted_manifests"):
+            out.append(
+                Text(
+                    f"compacted: {result.get('compacted_manifests')} manifests rewritten to "
+                    "free the files removed inside them"
+                )
+            )
+        if result.get("awaiting_compaction_files"):
+            files = result.get("awaiting_compaction_files")
+            tables = result.get("awaiting_compaction_tables")
+            out.append(Text(_awaiting_text(files, tables)))
         skipped = result.get("orphan_locations_skipped") or []
         if skipped:
             out.append(

@@ -71,7 +71,10 @@ GC (metastore.gc's AdvanceGcThreshold drives it through `TxnLog.purge_dead`)
     * Removed entries inside a manifest that still has live entries: the compactor, given the
       table's threshold (`compaction_view`), splits those dead at it into a manifest of their
       own, which is then dead as above (`plan_compaction`). Entries move, never vanish, so the
-      CompactManifest rules are unchanged.
+      CompactManifest rules are unchanged. What waits for such a compaction (delete entries
+      and removed entries dead at the threshold, `awaiting_compaction`) the leader's GC
+      compacts itself, a bounded number of tables per run, through the same command
+      (metastore.daemon.gc_worker point 7); `gc status` shows it.
     * Orphans: the orphan scan reads every manifest of the locations it walks (their data
       files are listed only there), so files of failed write attempts under such a table go
       after the orphan grace, as do manifest files nothing references (a compactor that died
@@ -220,6 +223,55 @@ def dead_at(ref: ManifestRef, threshold: int) -> bool:
     if ref.removed_all_ts is not None and ref.removed_all_ts <= threshold:
         return True
     return ref.live_count == 0 and ref.max_removed_ts <= threshold
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AwaitingCompaction:
+    """What a table holds that GC would reclaim at a threshold, but only after a compaction:
+    GC drops whole manifests (`dead_at`) and queues loose entries, never a single entry
+    inside a manifest with live ones. `files` counts the data files (an upper bound: a delete
+    entry of a loose path's own removal, apply version 5, may match no manifest entry)."""
+
+    files: int
+    deletes: int  # pending delete entries removed at or below the threshold
+    manifests: int  # manifests with live entries whose removed ones are all dead at it
+
+
+NOTHING_AWAITS: Final = AwaitingCompaction(files=0, deletes=0, manifests=0)
+
+
+def awaiting_compaction(
+    delete_removed_ts: Iterable[int], refs: Iterable[ManifestRef], threshold: int
+) -> AwaitingCompaction:
+    """What waits for a compaction to be reclaimed at `threshold` (the leader's GC compacts
+    such a table itself; `gc status` shows it). A pending delete entry removed at or below
+    it, and a manifest whose removed entries are all dead at it beside live ones (what
+    `plan_compaction` splits off with that `gc_threshold`). Nothing when every manifest is
+    dead at it: GC drops them whole, and the delete entries with them (`purge_dead`).
+    `delete_removed_ts`: the removed_ts of each pending delete entry. One pass, no entry
+    built: `gc status` runs it for every table on the event loop."""
+    if threshold <= 0:
+        return NOTHING_AWAITS
+    live_refs = [r for r in refs if not dead_at(r, threshold)]
+    if not live_refs:
+        return NOTHING_AWAITS
+    splittable = [r for r in live_refs if r.live_count > 0 and 0 < r.max_removed_ts <= threshold]
+    deletes = sum(1 for ts in delete_removed_ts if ts <= threshold)
+    removed_inside = sum(r.entry_count - r.live_count for r in splittable)
+    return AwaitingCompaction(
+        files=deletes + removed_inside, deletes=deletes, manifests=len(splittable)
+    )
+
+
+def deletes_dead_at(deletes: Sequence[DeleteEntry], threshold: int) -> tuple[DeleteEntry, ...]:
+    """The oldest delete entries, up to the first removed above `threshold`: what a
+    compaction run for GC folds (a compaction folds a prefix of them, in commit order)."""
+    out: list[DeleteEntry] = []
+    for d in deletes:
+        if d.removed_ts > threshold:
+            break
+        out.append(d)
+    return tuple(out)
 
 
 def effective_removed_ts(

@@ -230,9 +230,12 @@ from metastore.errors import (
 from metastore.leases import Sessions
 from metastore.manifests import (
     MANIFEST_DIR,
+    NOTHING_AWAITS,
+    AwaitingCompaction,
     DeleteEntry,
     Listing,
     ManifestRef,
+    awaiting_compaction,
     deletes_digest,
     entries_digest,
     manifest_path,
@@ -1356,6 +1359,16 @@ class TxnLog:
             len(dead) + sum(r.entry_count + 1 for r in refs) + len(retired),
             sum(e.size_bytes for e in dead) + sum(r.size_bytes for r in refs) + sum(retired),
         )
+
+    def awaiting_compaction(self, table_id: int, threshold: int) -> AwaitingCompaction:
+        """What GC would reclaim at `threshold` once a compaction folds the table's delete
+        entries or splits dead entries off its manifests (metastore.manifests
+        `awaiting_compaction`). Nothing for a dropped incarnation: a compaction needs the
+        live table, and its files all go once the threshold passes the drop."""
+        tl = self._log(table_id)
+        if tl.forgotten_ts is not None:
+            return NOTHING_AWAITS
+        return awaiting_compaction(tl.deletes.values(), tl.manifests.values(), threshold)
 
     def dead_profile(self, table_id: int) -> DeadProfile:
         """`dead_files` for every threshold at once, from one pass over the table: what a

@@ -20,6 +20,7 @@ import os
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any, Final
 
 import pyarrow as pa
@@ -29,13 +30,14 @@ import pyarrow.parquet as pq
 
 from metastore import limits
 from metastore.client.parquet import pyarrow_uri
-from metastore.commands import TableName, compact_manifest_to_request
+from metastore.commands import CompactManifest, TableName, compact_manifest_to_request
 from metastore.errors import (
     InvalidArgumentError,
     ManifestConflictError,
     ManifestUnreadableError,
 )
 from metastore.manifests import (
+    CompactionPlan,
     DeleteEntry,
     Listing,
     ManifestRef,
@@ -476,13 +478,13 @@ def _write_noted(
     written: list[tuple[ManifestRef, Sequence[FileEntry]]],
     entries: Sequence[FileEntry],
 ) -> ManifestRef:
-    """`write_manifest`, noting what was written (for `_restore_missing`)."""
+    """`write_manifest`, noting what was written (for `restore_missing`)."""
     ref = write_manifest(location, entries)
     written.append((ref, entries))
     return ref
 
 
-def _restore_missing(
+def restore_missing(
     location: str,
     written: Sequence[tuple[ManifestRef, Sequence[FileEntry]]],
     say: Callable[[str], None],
@@ -505,6 +507,79 @@ def _restore_missing(
         )
         say(f"{location}: manifest {ref.path} was deleted meanwhile; wrote it again")
         write_manifest(location, entries)
+
+
+@dataclass(frozen=True, slots=True)
+class WrittenCompaction:
+    """A planned compaction whose manifests are written: what remains is to propose its
+    CompactManifest (`command`) and, once applied, `restore_missing(location, files)`."""
+
+    plan: CompactionPlan
+    rewritten: tuple[ManifestRef, ...]
+    added: tuple[ManifestRef, ...]
+    merged: tuple[ManifestRef, ...]
+    files: tuple[tuple[ManifestRef, Sequence[FileEntry]], ...]  # every manifest written
+
+    def command(self, *, table: TableName, table_id: int, request_id: str) -> CompactManifest:
+        return compaction_command(
+            self.plan,
+            table=table,
+            table_id=table_id,
+            rewritten=self.rewritten,
+            added=self.added,
+            merged=self.merged,
+            request_id=request_id,
+        )
+
+
+def plan_and_write(
+    location: str,
+    *,
+    loose: Sequence[FileEntry],
+    deletes: Sequence[DeleteEntry],
+    refs: Sequence[ManifestRef],
+    keep_loose: int = 0,
+    entries_max: int = limits.MANIFEST_ENTRIES_MAX,
+    rewrites_max: int = limits.MANIFEST_REWRITES_MAX,
+    gc_threshold: int = 0,
+    merge_at: int | None = None,
+    say: Callable[[str], None] = lambda _msg: None,
+) -> WrittenCompaction | None:
+    """Plan a compaction of a table's view (`plan_compaction`, reading the manifests it needs
+    under `location`) and write its manifests. None: nothing to do. Used by `compact_table`
+    (clients) and by the leader's GC (metastore.daemon.gc_worker), which propose the command
+    their own way; both through the same compare-and-swap."""
+    plan = plan_compaction(
+        loose=loose,
+        deletes=deletes,
+        refs=refs,
+        read=functools.partial(read_manifest, location),
+        keep_loose=keep_loose,
+        entries_max=entries_max,
+        rewrites_max=rewrites_max,
+        gc_threshold=gc_threshold,
+        merge_at=merge_at,
+    )
+    if plan is None:
+        return None
+    written: list[tuple[ManifestRef, Sequence[FileEntry]]] = []
+    write = functools.partial(_write_noted, location, written)
+    rewritten = [write(entries) for _, entries in plan.rewrites]
+    added = []
+    for i, batch in enumerate(plan.batches, 1):
+        added.append(write(batch))
+        say(f"wrote manifest {i}/{len(plan.batches)} ({len(batch)} entries)")
+    merged = []
+    for group, entries in plan.merges:
+        merged.append(write(entries))
+        say(f"merged {len(group)} manifests into one ({len(entries)} entries)")
+    return WrittenCompaction(
+        plan=plan,
+        rewritten=tuple(rewritten),
+        added=tuple(added),
+        merged=tuple(merged),
+        files=tuple(written),
+    )
 
 
 def compact_table(
@@ -540,16 +615,17 @@ def compact_table(
             f"{table}: {len(loose)} loose entries, {len(deletes)} delete entries, "
             f"{len(refs)} manifests"
         )
-        plan = plan_compaction(
+        written = plan_and_write(
+            location,
             loose=loose,
             deletes=deletes,
             refs=refs,
-            read=functools.partial(read_manifest, location),
             keep_loose=keep_loose,
             entries_max=entries_max,
             gc_threshold=int(view.get("gc_threshold") or 0),
+            say=lambda msg: say(f"{table}: {msg}"),
         )
-        if plan is None:
+        if written is None:
             return {
                 "table": table,
                 "compacted": False,
@@ -557,24 +633,9 @@ def compact_table(
                 "manifests": len(refs),
                 "deduplicated": False,
             }
-        written: list[tuple[ManifestRef, Sequence[FileEntry]]] = []
-        write = functools.partial(_write_noted, location, written)
-        rewritten = [write(entries) for _, entries in plan.rewrites]
-        added = []
-        for i, batch in enumerate(plan.batches, 1):
-            added.append(write(batch))
-            say(f"{table}: wrote manifest {i}/{len(plan.batches)} ({len(batch)} entries)")
-        merged = []
-        for group, entries in plan.merges:
-            merged.append(write(entries))
-            say(f"{table}: merged {len(group)} manifests into one ({len(entries)} entries)")
-        cmd = compaction_command(
-            plan,
+        cmd = written.command(
             table=TableName.parse(table),
             table_id=int(view["table_id"]),
-            rewritten=rewritten,
-            added=added,
-            merged=merged,
             request_id=f"compact-{uuid.uuid4().hex}",
         )
         try:
@@ -585,7 +646,7 @@ def compact_table(
             log.info("compaction of %s went stale (attempt %d): %s", table, attempt, exc)
             say(f"{table}: the table changed meanwhile; reading it again")
             continue
-        _restore_missing(location, written, say)
+        restore_missing(location, written.files, say)
         say(
             f"{table}: moved {result['moved_entries']} entries, folded "
             f"{result['folded_deletes']} deletes; {result['manifests']} manifests"

@@ -1,4 +1,5 @@
-"""The leader's GC: move thresholds, delete the files they free, release stale protections.
+"""The leader's GC: move thresholds, delete the files they free, release stale protections,
+and compact tables whose removed files only a compaction frees (point 7).
 
 Only the leader runs it, and it decides nothing on its own: every decision is a log entry that
 the state machine checks again when it applies it (metastore/gc.py):
@@ -99,6 +100,31 @@ the state machine checks again when it applies it (metastore/gc.py):
    roots - a link made inside an allowed table directory after its CREATE TABLE - is left on
    disk and logged, its entry reported like a deleted one's (as in point 6).
 
+7. Files removed inside manifests. GC drops a manifest only when every entry is dead
+   (`metastore.manifests.dead_at`); a file removed while its entry sits in a manifest beside
+   live ones is a pending delete entry (or, once folded, a removed entry inside it), which only
+   a compaction past the threshold splits off into a dead manifest. Writers compact only past
+   `loose_files_max`, so on a quiet table such files stayed on disk indefinitely. After moving a
+   table's threshold, the run checks `TxnLog.awaiting_compaction` at it and, when files wait,
+   runs the client's compaction itself (`metastore.client.manifest_files.plan_and_write`, in a
+   thread): fold the delete entries removed at or below the threshold, split the entries dead
+   at it off the manifests it rewrites, move no loose entry, merge nothing. The manifests are
+   written like any compactor's (content-addressed, fsynced), then one CompactManifest is
+   proposed: the same compare-and-swap a client's is, checked again by apply (the GC worker
+   is not apply and apply writes no manifest). A conflict (a writer or compactor changed the
+   table since it was read) changes nothing: the run moves on, and a run
+   COMPACTION_RETRY_AFTER_S later reads the table again (as after any failure: each attempt
+   writes files); the files written stay unreferenced (orphans after their grace, or reused).
+   A node that does not lead writes nothing (checked before writing); one deposed while it
+   writes leaves unreferenced files, and its proposal fails.
+   The compaction changes no answer at any ts, so protections and leases are untouched; it
+   splits off only what is dead at the threshold apply already clamped below them. Then the
+   run advances again, so the split-off entries are queued and deleted in the same run (after
+   the read fence, as any). Bounded per run: COMPACTION_TABLES_PER_RUN tables and
+   COMPACTION_REWRITES_PER_RUN manifests rewritten; the rest waits for the next run and shows
+   in `gc status` as awaiting compaction. Never for a location inside this node's own
+   directories (point 6), nor for a table without a location.
+
 Deletions are rate-limited (`gc_delete_files_per_s`) and run in a worker thread. Records past
 their max age, or whose owner session has been gone for PROTECTION_OWNER_GRACE_MS, are released
 by `release_due` (called from the node's sweep loop), with the reason in the log.
@@ -113,11 +139,12 @@ import logging
 import os
 import re
 import time
+import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hlc import HybridClock, physical_ms
 from hlc.limits import LOGICAL_BITS
@@ -137,6 +164,7 @@ from metastore.daemon.allowed_locations import ANYWHERE, AllowedLocations
 from metastore.daemon.metrics import NodeMetrics
 from metastore.daemon.statemachine import CatalogStateMachine
 from metastore.errors import (
+    ManifestConflictError,
     ManifestUnreadableError,
     MetastoreError,
     NotLeaderError,
@@ -144,7 +172,7 @@ from metastore.errors import (
 )
 from metastore.gc import ThresholdBound, incarnation, ttl_ms_of
 from metastore.leases import TXN_DIR, attempt_owners
-from metastore.manifests import MANIFEST_DIR, ManifestRef
+from metastore.manifests import MANIFEST_DIR, DeleteEntry, ManifestRef, deletes_dead_at
 from metastore.outcome import Outcome
 from metastore.state import MetastoreState
 from metastore.txn import file_key, saturated
@@ -152,6 +180,9 @@ from raft.core.errors import NotLeaderError as RaftNotLeaderError
 from raft.core.errors import RaftCoreError
 from raft.errors import RaftError
 from raft.node import RaftNode
+
+if TYPE_CHECKING:
+    from metastore.client.manifest_files import WrittenCompaction
 
 log = logging.getLogger("metastore.gc")
 
@@ -169,6 +200,18 @@ MAX_STEPS_PER_TABLE = 100
 PROPOSE_TIMEOUT_MS = 10_000
 # Files one orphan scan looks at per location, so a huge directory cannot stall a run.
 ORPHAN_SCAN_FILES_MAX = 1_000_000
+# Compactions the leader's GC runs itself (point 7), per run: at most this many tables, whose
+# compactions rewrite at most this many manifests in all (each at most MANIFEST_REWRITES_MAX).
+# The rest waits for the next run (and shows as awaiting compaction in `gc status`).
+COMPACTION_TABLES_PER_RUN = 8
+COMPACTION_REWRITES_PER_RUN = 64
+# After a compaction of a table failed (a conflict, a refusal, a store error), the runs of the
+# next this many seconds leave the table alone: runs come every gc_interval_ms (a second by
+# default), and each attempt reads manifests and writes new ones.
+COMPACTION_RETRY_AFTER_S = 60.0
+# GC's compactions fold and split, never merge (writers' compactions merge): no merge is due
+# below this many manifests, far above MAX_MANIFESTS_PER_TABLE.
+_NO_MERGES = 1 << 62
 # A manifest file's name (metastore.manifests `manifest_path`).
 _MANIFEST_NAME = re.compile(r"[0-9a-f]{64}\.parquet")
 # The temporary name a manifest is written under before its rename
@@ -189,6 +232,10 @@ class TableReport:
     orphans_deleted: int = 0
     orphan_bytes_deleted: int = 0
     skipped: str = ""
+    # Manifests this run's compaction rewrote (point 7), and files still waiting for one
+    # (a dry run: what the run would compact).
+    compacted_manifests: int = 0
+    awaiting_compaction_files: int = 0
 
     def view(self) -> dict[str, Any]:
         return {
@@ -202,7 +249,17 @@ class TableReport:
             "orphans_deleted": self.orphans_deleted,
             "orphan_bytes_deleted": self.orphan_bytes_deleted,
             "skipped": self.skipped,
+            "compacted_manifests": self.compacted_manifests,
+            "awaiting_compaction_files": self.awaiting_compaction_files,
         }
+
+
+@dataclass(slots=True)
+class _CompactionBudget:
+    """What one run may still compact (COMPACTION_TABLES_PER_RUN, _REWRITES_PER_RUN)."""
+
+    tables: int = COMPACTION_TABLES_PER_RUN
+    rewrites: int = COMPACTION_REWRITES_PER_RUN
 
 
 @dataclass(slots=True)
@@ -254,6 +311,8 @@ class GcWorker:
         # (location, sha256) -> path keys a manifest lists, for one run (manifests never change).
         self._listed: dict[tuple[str, str], frozenset[str]] = {}
         self._lock = asyncio.Lock()  # one run at a time (schedule and `gc run` share it)
+        # table id -> time.monotonic() of its last failed compaction (COMPACTION_RETRY_AFTER_S)
+        self._compaction_failed_at: dict[int, float] = {}
         self.last_run: dict[str, Any] = {}
 
     # ------------------------------------------------------------------ schedule
@@ -301,7 +360,10 @@ class GcWorker:
                 for i in state.txns.table_ids()
                 if table is None or state.txns.table_location(i)[0] == table
             ]
-            reports = [await self._table(table_id, dry_run=dry_run) for table_id in ids]
+            budget = _CompactionBudget()
+            reports = [
+                await self._table(table_id, dry_run=dry_run, budget=budget) for table_id in ids
+            ]
             orphans = await self._orphans(reports, dry_run=dry_run)
             summary = {
                 "dry_run": dry_run,
@@ -311,6 +373,11 @@ class GcWorker:
                 "bytes_deleted": sum(r.bytes_deleted for r in reports),
                 "orphans_deleted": sum(r.orphans_deleted for r in reports),
                 "orphan_bytes_deleted": sum(r.orphan_bytes_deleted for r in reports),
+                "compacted_manifests": sum(r.compacted_manifests for r in reports),
+                "awaiting_compaction_files": sum(r.awaiting_compaction_files for r in reports),
+                "awaiting_compaction_tables": sum(
+                    1 for r in reports if r.awaiting_compaction_files
+                ),
                 "seconds": round(time.monotonic() - started, 3),
             }
             if not dry_run:
@@ -322,7 +389,9 @@ class GcWorker:
                 )
             return summary
 
-    async def _table(self, table_id: int, *, dry_run: bool) -> TableReport:
+    async def _table(
+        self, table_id: int, *, dry_run: bool, budget: _CompactionBudget
+    ) -> TableReport:
         state = self.sm.state
         name, location, _ = state.txns.table_location(table_id)
         inc = incarnation(state.catalog, name, table_id)
@@ -353,8 +422,25 @@ class GcWorker:
             queued = state.txns.gc_queue(table_id)
             report.files_deleted = count + len(queued)
             report.bytes_deleted = size + sum(queued.values())
+            awaiting = state.txns.awaiting_compaction(table_id, report.threshold)
+            report.awaiting_compaction_files = awaiting.files
             return report
         await self._drain(inc, location, report)  # what a crashed run left queued
+        await self._advance(inc, location, report)
+        if await self._compact(inc, location, report, budget):
+            # The entries it split off are dead manifests now: queue and delete them.
+            await self._advance(inc, location, report)
+        report.threshold = state.gc.threshold(table_id)
+        report.awaiting_compaction_files = state.txns.awaiting_compaction(
+            table_id, report.threshold
+        ).files
+        return report
+
+    async def _advance(self, inc: TableState, location: str, report: TableReport) -> None:
+        """Move the threshold (AdvanceGcThreshold) and delete what each step frees, until
+        nothing more is dead at it or MAX_STEPS_PER_TABLE steps."""
+        state = self.sm.state
+        table_id = inc.table_id
         for _ in range(MAX_STEPS_PER_TABLE):
             threshold = state.gc.threshold(table_id)
             if (
@@ -363,7 +449,7 @@ class GcWorker:
             ):
                 break
             result = await self._propose(
-                AdvanceGcThreshold(table=name, table_id=table_id, up_to=self.clock.now())
+                AdvanceGcThreshold(table=inc.name, table_id=table_id, up_to=self.clock.now())
             )
             self._queued_by_tm[table_id] = self.raft.safe_time  # applied: its Tm is <= this
             held_by = result.get("held_by")
@@ -372,8 +458,82 @@ class GcWorker:
             purged = await self._drain(inc, location, report)
             if not purged:
                 break
-        report.threshold = state.gc.threshold(table_id)
-        return report
+
+    async def _compact(
+        self, inc: TableState, location: str, report: TableReport, budget: _CompactionBudget
+    ) -> bool:
+        """Point 7: when files of the table are dead at its threshold but sit in manifests
+        with live entries (pending delete entries, or removed entries inside a manifest),
+        run the client's compaction for them: fold those delete entries and split the dead
+        entries off into manifests of their own (dead, so the next AdvanceGcThreshold queues
+        them). Bounded by `budget`. Returns whether a compaction applied."""
+        from metastore.client.manifest_files import restore_missing
+
+        state = self.sm.state
+        table_id = inc.table_id
+        threshold = state.gc.threshold(table_id)
+        if not state.txns.awaiting_compaction(table_id, threshold).files:
+            return False
+        if budget.tables <= 0 or budget.rewrites <= 0 or not location:
+            return False  # the next run (a table without a location has no manifests)
+        failed_at = self._compaction_failed_at.get(table_id)
+        if failed_at is not None and time.monotonic() - failed_at < COMPACTION_RETRY_AFTER_S:
+            return False
+        if _is_local(location) and (
+            held := self.protected.holds(f"{_local_root(location)}/{MANIFEST_DIR}/x")
+        ):
+            log.warning(
+                "GC does not compact %s: its manifests would be written inside this node's "
+                "own %s (the table's LOCATION names it)",
+                inc.name,
+                held,
+            )
+            return False
+        budget.tables -= 1
+        deletes = deletes_dead_at(state.txns.delete_entries(table_id), threshold)
+        refs = state.txns.manifest_refs(table_id)
+        rewrites_max = min(limits.MANIFEST_REWRITES_MAX, budget.rewrites)
+        self._leading_term()  # a deposed leader writes nothing (NotLeaderError ends the run)
+        try:
+            written = await asyncio.to_thread(
+                _write_compaction, location, deletes, refs, threshold, rewrites_max
+            )
+        except (MetastoreError, OSError) as exc:
+            log.warning("GC could not compact %s; a later run tries again: %s", inc.name, exc)
+            self._compaction_failed_at[table_id] = time.monotonic()
+            return False
+        if written is None:
+            return False
+        cmd = written.command(
+            table=inc.name, table_id=table_id, request_id=f"gc-compact-{uuid.uuid4().hex}"
+        )
+        try:
+            await self._propose(cmd)
+        except ManifestConflictError as exc:
+            # A writer or compactor changed the table since it was read: nothing changed, the
+            # files just written are unreferenced (orphans, or reused by a later compaction).
+            log.info("GC's compaction of %s went stale (a later run retries): %s", inc.name, exc)
+            self._compaction_failed_at[table_id] = time.monotonic()
+            return False
+        except NotLeaderError:
+            raise
+        except MetastoreError as exc:
+            log.warning("GC's compaction of %s was refused: %s", inc.name, exc)
+            self._compaction_failed_at[table_id] = time.monotonic()
+            return False
+        self._compaction_failed_at.pop(table_id, None)
+        budget.rewrites -= len(written.plan.rewrites)
+        report.compacted_manifests += len(written.plan.rewrites)
+        log.info(
+            "GC compacted a table to reclaim files removed inside manifests",
+            extra={
+                "table": str(inc.name),
+                "folded_deletes": len(written.plan.deletes),
+                "rewritten": len(written.plan.rewrites),
+            },
+        )
+        await asyncio.to_thread(restore_missing, location, written.files, lambda _msg: None)
+        return True
 
     def _bound(self, inc: TableState) -> ThresholdBound:
         state = self.sm.state
@@ -685,6 +845,33 @@ class GcWorker:
         if err is not None:
             raise err
         return dict(outcome.result)
+
+
+def _write_compaction(
+    location: str,
+    deletes: tuple[DeleteEntry, ...],
+    refs: tuple[ManifestRef, ...],
+    threshold: int,
+    rewrites_max: int,
+) -> WrittenCompaction | None:
+    """Plan and write GC's compaction (point 7) in a thread: the client's planner and writer,
+    moving no loose entry and merging nothing. An error of the store is OSError."""
+    import pyarrow as pa  # only here: keeps the daemon's start light
+
+    from metastore.client.manifest_files import plan_and_write
+
+    try:
+        return plan_and_write(
+            location,
+            loose=(),
+            deletes=deletes,
+            refs=refs,
+            rewrites_max=rewrites_max,
+            gc_threshold=threshold,
+            merge_at=_NO_MERGES,
+        )
+    except pa.ArrowException as exc:
+        raise OSError(f"manifest store: {exc}") from None
 
 
 def _chunks(paths: list[str]) -> Iterator[list[str]]:
@@ -1140,6 +1327,7 @@ def gc_status(state: MetastoreState, *, now_tm: int, table: TableName | None) ->
     # For one table, only the records covering it: the others hold nothing counted here.
     shown: set[str] | None = None if table is None else set()
     incarnations: list[tuple[int, TableState, int | None]] = []
+    awaiting_files = awaiting_tables = 0
     for table_id in state.txns.table_ids():
         name, _location, forgotten = state.txns.table_location(table_id)
         if table is None or name == table:
@@ -1173,6 +1361,12 @@ def gc_status(state: MetastoreState, *, now_tm: int, table: TableName | None) ->
                 _, by_record = dead.at(max(threshold, record.ts - 1))
                 held[record.record_id] += by_ttl - by_record
         stats = state.txns.table_stats(table_id)
+        # Reclaimable at the next threshold only once a compaction folds or splits them (the
+        # leader's GC runs one for up to COMPACTION_TABLES_PER_RUN tables per run).
+        awaiting = state.txns.awaiting_compaction(table_id, target)
+        if awaiting.files:
+            awaiting_files += awaiting.files
+            awaiting_tables += 1
         tables.append(
             {
                 "table": str(name),
@@ -1189,11 +1383,13 @@ def gc_status(state: MetastoreState, *, now_tm: int, table: TableName | None) ->
                 "reclaimable_files": dead_files + len(queue),
                 "reclaimable_bytes": saturated(dead_bytes + sum(queue.values())),
                 "queued_files": len(queue),
+                "awaiting_compaction_files": awaiting.files,
             }
         )
     return {
         "meta": state.gc.meta(),
         "tables": tables,
+        "awaiting_compaction": {"files": awaiting_files, "tables": awaiting_tables},
         "protections": [
             {"record_id": r.record_id, "ts": r.ts, "held_bytes": saturated(held[r.record_id])}
             for r in state.gc.records()

@@ -384,3 +384,54 @@ def test_gc_of_a_dropped_table_keeps_files_its_re_created_successor_references(
     finally:
         for cl in (admin, writer):
             cl.close()
+
+
+def test_a_file_removed_inside_a_manifest_is_deleted_by_gc_without_a_manual_compaction(
+    cluster: MetastoreCluster,
+) -> None:
+    # A file removed while its entry sits in a manifest is a delete entry; GC drops only whole
+    # dead manifests, so the file stayed on disk (and `gc status` showed nothing reclaimable)
+    # until someone compacted the table - on a quiet table, forever. The leader's GC now
+    # compacts such a table itself once its threshold passes the removal.
+    from metastore.client.manifest_files import compact_table
+
+    table = "gcns.quiet"
+    admin = _client(cluster, role="admin")
+    writer = _client(cluster)
+    try:
+        admin.ddl(f"CREATE TABLE {table} (id BIGINT) TBLPROPERTIES ('gc.ttl' = '1s')")
+        location = _location(writer, table)
+        tag = uuid.uuid4().hex[:8]
+        files = {name: location / "_txn" / tag / name for name in ("gone.parquet", "kept.parquet")}
+        for path in files.values():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(b"z" * 100)
+        add = [{"path": f"_txn/{tag}/{name}", "size_bytes": 100, "row_count": 1} for name in files]
+        writer.commit(f"q-{tag}", [{"table": table, "schema_version": 1, "add": add}])
+        assert compact_table(writer, table)["compacted"]  # both entries now sit in a manifest
+        removed = writer.commit(
+            f"q-rm-{tag}",
+            [{"table": table, "schema_version": 1, "remove": [f"_txn/{tag}/gone.parquet"]}],
+        )
+        assert writer.call("files", {"table": table, "limit": 10})["deletes"]  # pending
+        time.sleep(1.5)  # past the table's 1 s gc.ttl
+
+        status = admin.gc_status(table)
+        (row,) = status["tables"]
+        assert row["awaiting_compaction_files"] == 1
+        assert status["awaiting_compaction"]["files"] >= 1
+        dry = admin.gc_run(table, dry_run=True)
+        assert dry["tables"][0]["awaiting_compaction_files"] == 1
+        assert files["gone.parquet"].exists()  # a dry run changes nothing
+
+        run = admin.gc_run(table)  # no `table compact`: GC compacts and deletes
+        assert run["tables"][0]["compacted_manifests"] >= 1
+        assert run["files_deleted"] >= 1
+        assert not files["gone.parquet"].exists() and files["kept.parquet"].exists()
+        assert run["tables"][0]["threshold"] >= int(removed["ts"])
+        now = writer.files(table)
+        assert [Path(f["path"]).name for f in now["files"]] == ["kept.parquet"]
+        assert admin.gc_status(table)["tables"][0]["awaiting_compaction_files"] == 0
+    finally:
+        admin.close()
+        writer.close()

@@ -267,31 +267,34 @@ def test_gc_deletes_replaced_manifests_and_the_files_of_dead_ones(
         commit("g4", add="e")
         compact_table(client, table)  # rewrites both ([a- b], [c-]); [e]
         time.sleep(1.5)  # past the table's 1 s TTL
+        # a (removed below the threshold) sits in [a- b] beside the live b: the run compacts
+        # the table itself, splitting a off into a dead manifest, and deletes it with the
+        # rest (the leader's GC, gc_worker point 7; no `table compact` needed).
         run = client.gc_run(table)
-        assert run["files_deleted"] >= 4, run  # 2 replaced manifests, c, c's dead manifest
+        # 2 replaced manifests, c and [c-], a and its split-off manifest
+        assert run["files_deleted"] >= 6, run
+        assert run["compacted_manifests"] == 1, run
     finally:
         client.close()
     left = set(os.listdir(f"{location}/_manifests"))
     assert not first & left  # replaced manifests are gone
-    assert len(left) == 2  # [a- b] (b is live) and [e]; [c-] was dead
-    assert not os.path.exists(f"{location}/{paths['c']}")
-    for name in "abe":  # a sits in a manifest that still lives: kept until it is rewritten
+    # [b] and [e]; and [a- b], replaced by GC's compaction, until the threshold passes that
+    # compaction (with a 1 s TTL that may happen within the run: its read fences take time)
+    assert 2 <= len(left) <= 3
+    for name in "ac":
+        assert not os.path.exists(f"{location}/{paths[name]}")
+    for name in "be":
         assert os.path.exists(f"{location}/{paths[name]}")
 
-    # The next compaction splits a (removed below the GC threshold) off into a dead manifest;
-    # the next GC run deletes a's file with it, and the replaced [a- b].
+    # A run once the threshold passes GC's compaction has deleted the replaced [a- b].
     client = _client(cluster)
     try:
-        result = compact_table(client, table)
-        assert result["compacted"] and result["replaced"] == 1, result
+        assert not compact_table(client, table)["compacted"]  # nothing left to fold
         time.sleep(1.5)
         client.gc_run(table)
     finally:
         client.close()
-    assert not os.path.exists(f"{location}/{paths['a']}")
-    for name in "be":
-        assert os.path.exists(f"{location}/{paths[name]}")
-    assert len(set(os.listdir(f"{location}/_manifests")) - left) == 1  # [b]; [e] stays
+    assert len(set(os.listdir(f"{location}/_manifests"))) == 2  # [b] and [e]
     for node_id in cluster.ids:
         reader = _client(cluster, node_id)
         try:
