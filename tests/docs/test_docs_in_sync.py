@@ -86,3 +86,16 @@ def test_the_local_cluster_toml_is_what_cluster_init_writes() -> None:
     )
     local = (ROOT / "cluster_configs" / "local" / "cluster.toml").read_text(encoding="utf-8")
     assert local == expected, "regenerate it: metastore cluster init cluster_configs/local --force"
+
+
+def test_the_reads_that_take_a_read_floor_are_the_servers() -> None:
+    """docs/protocol.md lists the reads of the applied state that take `min_ts` (monotonic
+    reads); the server's list is api_limits.STATE_FLOOR_OPS."""
+    from metastore.daemon.api_limits import STATE_FLOOR_OPS
+
+    protocol = (ROOT / "docs" / "protocol.md").read_text(encoding="utf-8")
+    match = re.search(
+        r"reads of the applied state without `as_of` \((.*?)\) first wait", protocol, re.S
+    )
+    assert match, "docs/protocol.md no longer lists the reads that take a read floor"
+    assert set(re.findall(r"`(\w+)`", match.group(1))) == set(STATE_FLOOR_OPS)
