@@ -99,3 +99,42 @@ def test_the_reads_that_take_a_read_floor_are_the_servers() -> None:
     )
     assert match, "docs/protocol.md no longer lists the reads that take a read floor"
     assert set(re.findall(r"`(\w+)`", match.group(1))) == set(STATE_FLOOR_OPS)
+
+
+def _readme_commands() -> list[list[str]]:
+    """The `metastore ...` commands of README.md's code blocks, as words (comments cut)."""
+    import shlex
+
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    parts = [
+        part.strip()
+        for block in re.findall(r"```\n(.*?)```", text, re.S)
+        for line in block.splitlines()
+        for part in re.split(r"\s#", line, maxsplit=1)[0].split(";")
+    ]
+    return [shlex.split(part)[1:] for part in parts if part.startswith("metastore ")]
+
+
+def test_the_readme_commands_exist_with_their_options() -> None:
+    """Every `metastore ...` line of the README names a command (not a group) and only options
+    it or the root group takes (a value such as `-5m` is not an option)."""
+    import click
+
+    from cli.main import cli as root
+
+    commands = _readme_commands()
+    assert len(commands) > 20
+    root_options = {opt for param in root.params for opt in param.opts + param.secondary_opts}
+    wrong = []
+    for words in commands:
+        command: click.Command = root
+        options = []
+        for word in words:
+            if re.fullmatch(r"--?[A-Za-z][\w-]*(=.*)?", word):
+                options.append(word.split("=")[0])
+            elif isinstance(command, click.Group) and word in command.commands:
+                command = command.commands[word]
+        known = root_options | {o for p in command.params for o in p.opts + p.secondary_opts}
+        if isinstance(command, click.Group) or set(options) - known:
+            wrong.append(" ".join(words))
+    assert not wrong, f"README commands the CLI does not take: {wrong}"
