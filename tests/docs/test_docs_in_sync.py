@@ -138,3 +138,15 @@ def test_the_readme_commands_exist_with_their_options() -> None:
         if isinstance(command, click.Group) or set(options) - known:
             wrong.append(" ".join(words))
     assert not wrong, f"README commands the CLI does not take: {wrong}"
+
+
+def test_every_client_op_has_a_row_in_the_protocol_doc() -> None:
+    """Each op the server serves (tests/daemon/test_op_roles.py pins the set to the code) has a
+    row in docs/protocol.md's Ops table; `_`-ops are internal (node to node)."""
+    from tests.daemon.test_op_roles import ADMIN_OPS, READER_OPS, WRITER_OPS
+
+    protocol = (ROOT / "docs" / "protocol.md").read_text(encoding="utf-8")
+    rows = set(re.findall(r"^\| `(\w+)` \|", protocol.split("## Ops", 1)[1], re.M))
+    ops = READER_OPS | WRITER_OPS | ADMIN_OPS
+    missing = sorted(op for op in ops if op not in rows and not op.startswith("_"))
+    assert not missing, f"ops docs/protocol.md's Ops table lacks: {missing}"
