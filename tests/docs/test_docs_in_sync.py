@@ -150,3 +150,39 @@ def test_every_client_op_has_a_row_in_the_protocol_doc() -> None:
     ops = READER_OPS | WRITER_OPS | ADMIN_OPS
     missing = sorted(op for op in ops if op not in rows and not op.startswith("_"))
     assert not missing, f"ops docs/protocol.md's Ops table lacks: {missing}"
+
+
+_CODE_NAME = re.compile(
+    r"[A-Z][A-Z0-9]*(_[A-Z0-9]+)+"  # CONSTANT_NAME
+    r"|_?[a-z][a-z0-9]*(_[a-z0-9]+)+"  # function_or_field_name
+    r"|[A-Z][a-z0-9]+([A-Z][a-z0-9]*)+"  # ClassName
+)
+
+
+def test_the_code_names_the_docs_quote_exist() -> None:
+    """A constant, function, field or class name quoted in `backticks` (or a code block) by the
+    main docs is somewhere in the code (or the shipped configs, the Makefile): a rename leaves
+    no stale name behind."""
+    sources = [
+        ROOT / d for d in ("hlc", "raft", "metastore", "spark_bridge", "cli", "bench", "tests")
+    ]
+    code = "\n".join(p.read_text(encoding="utf-8") for d in sources for p in d.rglob("*.py"))
+    code += "\n".join(
+        p.read_text(encoding="utf-8")
+        for p in [*(ROOT / "cluster_configs").rglob("*.toml"), ROOT / "Makefile"]
+    )
+    stale = {}
+    for doc in ("README.md", "ARCHITECTURE.md", "docs/protocol.md", "docs/chaos.md"):
+        text = (ROOT / doc).read_text(encoding="utf-8")
+        names = {
+            word.split(".")[-1]
+            for quoted in [
+                *re.findall(r"```(.*?)```", text, re.S),  # code blocks, then inline code
+                *re.findall(r"`([^`]+)`", re.sub(r"```.*?```", "", text, flags=re.S)),
+            ]
+            for word in re.findall(r"[A-Za-z_][A-Za-z0-9_.]*", quoted)
+        }
+        missing = sorted(n for n in names if _CODE_NAME.fullmatch(n) and n not in code)
+        if missing:
+            stale[doc] = missing
+    assert not stale, f"names the docs quote that no code has: {stale}"
