@@ -206,8 +206,9 @@ ORPHAN_SCAN_FILES_MAX = 1_000_000
 COMPACTION_TABLES_PER_RUN = 8
 COMPACTION_REWRITES_PER_RUN = 64
 # After a compaction of a table failed (a conflict, a refusal, a store error), the runs of the
-# next this many seconds leave the table alone: runs come every gc_interval_ms (a second by
-# default), and each attempt reads manifests and writes new ones.
+# next this many seconds leave the table alone: runs come every gc_interval_ms (10 minutes by
+# default, but as often as every 100 ms where configured so) and on `gc run`, and each attempt
+# reads manifests and writes new ones.
 COMPACTION_RETRY_AFTER_S = 60.0
 # GC's compactions fold and split, never merge (writers' compactions merge): no merge is due
 # below this many manifests, far above MAX_MANIFESTS_PER_TABLE.
