@@ -1232,7 +1232,7 @@ def cluster_revoked(ctx: click.Context) -> None:
 def cluster_transfer_leader(ctx: click.Context, node_id: int) -> None:
     """Hand leadership to voter NODE_ID (e.g. to move it off a host).
 
-    A leader stopped with SIGTERM (`cluster down`, a service manager) hands leadership to the
+    A leader stopped on its own with SIGTERM (a service manager's stop) hands leadership to the
     most caught-up voter by itself first, so a rolling restart needs no transfer."""
     a = app(ctx)
     _membership_result(a, a.client().transfer_leader(node_id))
