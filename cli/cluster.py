@@ -1106,7 +1106,7 @@ def cluster_remove_node(ctx: click.Context, node_id: int) -> None:
     revoke-cert`.
 
     --timeout-ms bounds the leader's wait for the change to commit (at most 60 s); the
-    certificate steps around it may add up to 20 s. If it times out (say, the remaining
+    certificate steps around it may add up to 19 s. If it times out (say, the remaining
     voters' majority does not answer), the removal may still take effect: the error says its
     outcome is unknown (exit 3); check `cluster status -o json` before running it again."""
     a = app(ctx)
@@ -1230,7 +1230,10 @@ def cluster_revoked(ctx: click.Context) -> None:
 @click.argument("node_id", type=click.IntRange(min=1))
 @click.pass_context
 def cluster_transfer_leader(ctx: click.Context, node_id: int) -> None:
-    """Hand leadership to voter NODE_ID (e.g. before restarting the current leader)."""
+    """Hand leadership to voter NODE_ID (e.g. to move it off a host).
+
+    A leader stopped on its own with SIGTERM (a service manager's stop) hands leadership to the
+    most caught-up voter by itself first, so a rolling restart needs no transfer."""
     a = app(ctx)
     _membership_result(a, a.client().transfer_leader(node_id))
 

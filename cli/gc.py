@@ -279,7 +279,11 @@ def _awaiting_text(files: object, tables: object) -> str:
 def gc_run(ctx: click.Context, table: str | None, dry_run: bool) -> None:
     """Run the GC now on the leader (admin): move thresholds, delete the files they free and
     unreferenced files older than the orphan grace period. Resumable: a crash midway is
-    finished by the next run."""
+    finished by the next run.
+
+    A table whose files removed inside manifests are dead at its threshold is compacted first
+    (a few tables a run), so those files go in the same run. A table whose location is outside
+    cluster.toml's `allowed_locations` is left alone (shown as such): its files are kept."""
     a = app(ctx)
     result = a.client().gc_run(table, dry_run=dry_run)
 

@@ -59,9 +59,14 @@ def snapshot() -> None:
 @click.pass_context
 def snapshot_save(ctx: click.Context, file: Path, endpoint: str | None, force: bool) -> None:
     """Write the catalog (every namespace, table, schema version, commit, file entry, session,
-    lease and protection) to FILE, consistent at one applied index of one node. Admin only.
-    An existing FILE (an earlier backup) is kept, and the command refused, unless --force;
-    FILE appears only once complete and verified."""
+    lease, protection, job and revoked certificate) to FILE, consistent at one applied index of
+    one node. Admin only. An existing FILE (an earlier backup) is kept, and the command
+    refused, unless --force; FILE appears only once complete and verified.
+
+    A node that is starting or lags (NOT_READY, a catch-up TIMEOUT) is passed over, unless
+    --endpoint names it; a chunk that fails with a retryable error is asked again of the same
+    node (3 tries). Table data (Parquet) is not in FILE: back the warehouse up with your
+    storage's tools, and save the catalog after it."""
     if file.exists() and not force:  # before any request: a typo must not cost a download
         raise _file_exists(file)
     if endpoint is not None:

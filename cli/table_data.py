@@ -140,8 +140,9 @@ def table_read(
 ) -> None:
     """Print rows of NS.TABLE as committed now (or at --as-of), read from its Parquet files with
     the schema in force at that time. Columns are matched by Parquet field id, so renamed
-    columns keep their data and columns added later read as NULL. `-o json` prints the rows as
-    JSON objects (decimals and times as strings, binary as base64)."""
+    columns keep their data and a column added later reads, in rows of older files, as its
+    DEFAULT (NULL without one). `-o json` prints the rows as JSON objects (decimals and times
+    as strings, binary as base64)."""
     # pyarrow is imported only here: the other commands start faster without it.
     from cli.values import json_value
     from metastore.client.parquet import DataReadError, PinnedColumn, read_rows

@@ -51,6 +51,15 @@ Codemap
     outcome     Outcome and the effects the shell acts on.
     state       MetastoreState: apply / observe_tick / reads / snapshot / check_invariants.
     snapshot_data  typed reads of a decoded snapshot's plain data (MalformedSnapshotError).
+    default_values DDL-time checks of a column's DEFAULT.
+    java_case   Java's equalsIgnoreCase as a key: how Spark (and ALTER TABLE) match names.
+    manifests   manifest references, delete entries, CompactManifest rules, `expand`.
+    gc          GC thresholds (clamped at apply) and protected-timestamp records.
+    jobs        multi-step schema change jobs (DROP COLUMN, ADD COLUMN NOT NULL DEFAULT).
+    events      the change feed: events derived from each applied entry (`watch`).
+    revocation  revoked TLS certificates (SHA-256 fingerprints).
+    member_clients  members' client addresses (`add-node --client-address`).
+    apply_version   the cluster's apply version: rules new in a release are gated on it.
     daemon/     the network shell around the state (separate sub-package).
     client/     the protocol client of that shell (separate sub-package; no PySpark).
 

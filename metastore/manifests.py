@@ -74,7 +74,7 @@ GC (metastore.gc's AdvanceGcThreshold drives it through `TxnLog.purge_dead`)
       CompactManifest rules are unchanged. What waits for such a compaction (delete entries
       and removed entries dead at the threshold, `awaiting_compaction`) the leader's GC
       compacts itself, a bounded number of tables per run, through the same command
-      (metastore.daemon.gc_worker point 7); `gc status` shows it.
+      (metastore.daemon.gc_worker point 8); `gc status` shows it.
     * Orphans: the orphan scan reads every manifest of the locations it walks (their data
       files are listed only there), so files of failed write attempts under such a table go
       after the orphan grace, as do manifest files nothing references (a compactor that died

@@ -6,7 +6,7 @@ to learn client ports from their own cluster.toml alone, so after `cluster add-n
 missing there, every request sent to another member failed while the new node led. Now
 `add-node --client-address HOST:PORT` (or the leader's cluster.toml entry for the node) is
 recorded through the log (`SetMemberClientAddress`), so every member, including one added
-later or restored from a snapshot, knows it.
+later or brought up to date by the leader's Raft snapshot, knows it.
 
 Lookup rule (the daemon's): a node's own cluster.toml entry wins; the record is used for
 nodes that file does not name. The leader refuses to record an address that disagrees with

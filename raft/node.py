@@ -8,6 +8,11 @@ peers, proposals, membership calls, reads — is queued and the task is woken. E
     batch while no other input waits, else in a worker thread) -> send messages -> apply the
     other committed entries -> advance()
 
+The queue of peer messages is bounded (INBOX_MESSAGES_MAX and INBOX_ENTRY_BYTES_MAX): past it
+AppendEntries and heartbeats are dropped as a network drops them (counted), while votes,
+TimeoutNow and InstallSnapshot keep a reserve. `hand_over_leadership` (a leader's planned stop)
+transfers leadership to the most caught-up voter before the node goes.
+
 While the fsync runs, new inputs keep queueing; the next iteration takes them all at once, so
 concurrent proposals share one fsync (group commit) without any timer. Applying what was already
 durable before the write means a proposal is answered as soon as its commit is known, not one

@@ -3,6 +3,12 @@
 Codemap
     client      deprecated: re-exports `metastore.client`, where the protocol client lives now
                 (`MetastoreClient`, `SyncMetastoreClient`). The bridge stands on that package.
+    bridge      MetastoreBridge: batch(), foreach_batch(), read_table(), protect(), optimize().
+    session     the bridge's session: heartbeats, ref-counted leases, read floors.
+    conform files   output -> pinned schema; per-attempt Parquet dirs and their file lists.
+    datasource  format("metastore") reads (AS OF) and appends.
+    backfill optimize   a job's backfill rewrite; small files into target-size ones.
+    demo        `make demo`.
 
 Invariants
     * The bridge talks to the cluster only through the client protocol, never to Raft.

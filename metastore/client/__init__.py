@@ -15,6 +15,8 @@ Codemap
                 Imported on its own (`metastore.client.parquet`): pyarrow is not loaded by
                 `import metastore.client`.
     defaults    a column's DEFAULT (Spark's existence default) for rows of older files.
+    manifest_files  manifest files on disk: write, read (checked), expand, `compact_table`
+                (its `plan_and_write` also serves the leader's GC).
 
 Invariants (absences included)
     * Nothing on this package's import path imports pyspark (tests/client checks it in a fresh

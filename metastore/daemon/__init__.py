@@ -13,7 +13,20 @@ Codemap
                 `Secrets.role_for(token)`.
     server      the client API server (protocol codec, auth, dispatch).
     node        `run_node(config_path, node_id)`: wire everything together and run until
-                SIGTERM; the entry point behind `metastore node start`.
+                SIGTERM (a leader hands over first); the entry point behind `metastore node
+                start` (and `python -m metastore.daemon`, __main__).
+    api_limits  the client API's limits; the reads that take a read floor.
+    views       catalog values as protocol maps (pure).
+    statemachine  MetastoreState as a raft.node StateMachine.
+    forward     follower -> leader forwarding with the caller's token.
+    removal_check  the leader's check of removals against manifest files before proposing.
+    allowed_locations  where table locations may lie (the leader before proposing, the GC).
+    gc_worker   the leader's GC (thresholds, deletions, orphans, compaction).
+    job_worker  the leader proposes each schema change job's next step.
+    backup      snapshot save (chunked export) and restore (seed a new cluster).
+    audit       audit.log of writer/admin requests and refusals.
+    certs       `metastore cluster certs`: a dev CA, node and client certificates.
+    metrics logs  /metrics and /health; JSON-lines logs, rotated.
 
 Invariants
     * Configuration is validated completely before anything starts; an unknown key is an

@@ -16,7 +16,8 @@ refused, since peers of the old cluster would be let in): every member's data di
 holding that state as a Raft snapshot with the new membership, and an IDENTITY; then `cluster up`
 starts it like any cluster with state. The old cluster's DD and CSmax travel with the state (they
 are fixed for a catalog's life); sessions of the old cluster expire, their leases and owned
-protections with them.
+protections with them. Its members' recorded client addresses (metastore.member_clients) are
+dropped: they name the saved cluster's hosts.
 """
 
 from __future__ import annotations

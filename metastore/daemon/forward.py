@@ -5,6 +5,10 @@ as if the client had come to it directly. Connections are pooled per (leader, to
 pipelined; replies are matched by request id. With TLS, a leader whose certificate the cluster
 revoked gets no token: it is refused before hello, and links to it close once its revocation
 applies (`close_revoked`), as peer links do.
+
+The leader's client address: its entry in this node's cluster.toml, else the cluster's record
+(metastore.member_clients, made by `add-node`); neither is UNAVAILABLE ("no client address
+configured").
 """
 
 from __future__ import annotations

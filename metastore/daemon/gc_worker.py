@@ -1,5 +1,5 @@
 """The leader's GC: move thresholds, delete the files they free, release stale protections,
-and compact tables whose removed files only a compaction frees (point 7).
+and compact tables whose removed files only a compaction frees (point 8).
 
 Only the leader runs it, and it decides nothing on its own: every decision is a log entry that
 the state machine checks again when it applies it (metastore/gc.py):
@@ -100,7 +100,7 @@ the state machine checks again when it applies it (metastore/gc.py):
    roots - a link made inside an allowed table directory after its CREATE TABLE - is left on
    disk and logged, its entry reported like a deleted one's (as in point 6).
 
-7. Files removed inside manifests. GC drops a manifest only when every entry is dead
+8. Files removed inside manifests. GC drops a manifest only when every entry is dead
    (`metastore.manifests.dead_at`); a file removed while its entry sits in a manifest beside
    live ones is a pending delete entry (or, once folded, a removed entry inside it), which only
    a compaction past the threshold splits off into a dead manifest. Writers compact only past
@@ -200,14 +200,15 @@ MAX_STEPS_PER_TABLE = 100
 PROPOSE_TIMEOUT_MS = 10_000
 # Files one orphan scan looks at per location, so a huge directory cannot stall a run.
 ORPHAN_SCAN_FILES_MAX = 1_000_000
-# Compactions the leader's GC runs itself (point 7), per run: at most this many tables, whose
+# Compactions the leader's GC runs itself (point 8), per run: at most this many tables, whose
 # compactions rewrite at most this many manifests in all (each at most MANIFEST_REWRITES_MAX).
 # The rest waits for the next run (and shows as awaiting compaction in `gc status`).
 COMPACTION_TABLES_PER_RUN = 8
 COMPACTION_REWRITES_PER_RUN = 64
 # After a compaction of a table failed (a conflict, a refusal, a store error), the runs of the
-# next this many seconds leave the table alone: runs come every gc_interval_ms (a second by
-# default), and each attempt reads manifests and writes new ones.
+# next this many seconds leave the table alone: runs come every gc_interval_ms (10 minutes by
+# default, but as often as every 100 ms where configured so) and on `gc run`, and each attempt
+# reads manifests and writes new ones.
 COMPACTION_RETRY_AFTER_S = 60.0
 # GC's compactions fold and split, never merge (writers' compactions merge): no merge is due
 # below this many manifests, far above MAX_MANIFESTS_PER_TABLE.
@@ -232,7 +233,7 @@ class TableReport:
     orphans_deleted: int = 0
     orphan_bytes_deleted: int = 0
     skipped: str = ""
-    # Manifests this run's compaction rewrote (point 7), and files still waiting for one
+    # Manifests this run's compaction rewrote (point 8), and files still waiting for one
     # (a dry run: what the run would compact).
     compacted_manifests: int = 0
     awaiting_compaction_files: int = 0
@@ -462,7 +463,7 @@ class GcWorker:
     async def _compact(
         self, inc: TableState, location: str, report: TableReport, budget: _CompactionBudget
     ) -> bool:
-        """Point 7: when files of the table are dead at its threshold but sit in manifests
+        """Point 8: when files of the table are dead at its threshold but sit in manifests
         with live entries (pending delete entries, or removed entries inside a manifest),
         run the client's compaction for them: fold those delete entries and split the dead
         entries off into manifests of their own (dead, so the next AdvanceGcThreshold queues
@@ -854,7 +855,7 @@ def _write_compaction(
     threshold: int,
     rewrites_max: int,
 ) -> WrittenCompaction | None:
-    """Plan and write GC's compaction (point 7) in a thread: the client's planner and writer,
+    """Plan and write GC's compaction (point 8) in a thread: the client's planner and writer,
     moving no loose entry and merging nothing. An error of the store is OSError."""
     import pyarrow as pa  # only here: keeps the daemon's start light
 

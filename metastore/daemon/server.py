@@ -10,6 +10,9 @@ Reads are served from this node's applied state once it is caught up with the cu
 A read AS OF T waits until the node's safe time covers T (schemas: T - DD; files: T) and only then
 resolves anything, so every node gives the same answer. DD and CSmax always come from the
 replicated cluster settings (InitCluster), never from this node's config file.
+A read without a timestamp takes the client's read floor (`min_ts`, api_limits.STATE_FLOOR_OPS:
+monotonic reads across nodes); a node that lags behind the position a read needs answers a
+catch-up TIMEOUT or NOT_READY, on which clients ask another node.
 Writes (DDL, membership) are parsed/validated here and proposed on the leader: a follower forwards
 the canonical command, never the SQL text.
 """

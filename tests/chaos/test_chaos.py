@@ -1319,8 +1319,9 @@ def _membership(c: ChaosCluster, rng: random.Random, h: History) -> str:
     try:
 
         def remove() -> object:
-            # Never remove the leader (a known core gap, see ARCHITECTURE.md): should the
-            # companion fault have moved leadership to the victim, move it away first.
+            # Never remove the leader (this fault is about a follower's way back; a leader's
+            # removal is the simulation's): should the companion fault have moved leadership
+            # to the victim, move it away first.
             if _leader(c, h, wait_s=2.0) == victim:
                 return admin.transfer_leader(other)
             return admin.remove_node(victim)

@@ -1,5 +1,5 @@
 """The leader's GC compacts a table whose files removed inside manifests are dead at its
-threshold (gc_worker point 7), through the same CompactManifest compare-and-swap a client
+threshold (gc_worker point 8), through the same CompactManifest compare-and-swap a client
 proposes: a conflict with a concurrent compactor changes nothing and is left for the next run,
 a deposed leader writes nothing, the work per run is bounded, and a location inside the node's
 own directories is never written."""

@@ -269,7 +269,7 @@ def test_gc_deletes_replaced_manifests_and_the_files_of_dead_ones(
         time.sleep(1.5)  # past the table's 1 s TTL
         # a (removed below the threshold) sits in [a- b] beside the live b: the run compacts
         # the table itself, splitting a off into a dead manifest, and deletes it with the
-        # rest (the leader's GC, gc_worker point 7; no `table compact` needed).
+        # rest (the leader's GC, gc_worker point 8; no `table compact` needed).
         run = client.gc_run(table)
         # 2 replaced manifests, c and [c-], a and its split-off manifest
         assert run["files_deleted"] >= 6, run
