@@ -219,15 +219,21 @@ class NodeMetrics:
 
 def health_problem(status: dict[str, Any]) -> str:
     """Why this node does not serve, in words; "" when it does. Not ready (fenced by its clock,
-    no leader known, not caught up, cluster not initialized), or ready but with a safe time
-    further behind its clock than read_staleness_max_ms: it then refuses every file listing
-    (NOT_READY, `ApiServer._check_fresh_for_files`), as a node that stopped applying its
-    leader's entries (a one-way partition, a stalled disk) must, yet still counts as ready."""
+    removed from the cluster, no leader known, not caught up, cluster not initialized), or
+    ready but with a safe time further behind its clock than read_staleness_max_ms: it then
+    refuses every file listing (NOT_READY, `ApiServer._check_fresh_for_files`), as a node that
+    stopped applying its leader's entries (a one-way partition, a stalled disk) must, yet still
+    counts as ready."""
     if not status.get("ready"):
         if status.get("stopped_reason"):
             return f"stopped: {status['stopped_reason']}"
         if status.get("clock_fenced"):
             return f"clock fenced: {status['clock_fenced']}"
+        if status.get("removed_at_index"):
+            return (
+                f"removed from the cluster (at index {status['removed_at_index']}): it applies "
+                "nothing more; stop it"
+            )
         if not status.get("leader"):
             return "no leader known (an election, or this node is cut off from a quorum)"
         if status.get("initialized") is False:

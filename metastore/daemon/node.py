@@ -352,6 +352,7 @@ class MetastoreNode:
             "initialized": self.sm.state.cluster is not None,
             "clock_fenced": st.clock_fenced,
             "stopped_reason": st.stopped_reason,
+            "removed_at_index": self.raft.removed_at_index,
             "read_staleness_max_ms": self.settings.cluster.read_staleness_max_ms,
             "fsync_seconds_total": self.raft.fsync_seconds_total,
             "revoked_certs": len(self.sm.state.revoked),

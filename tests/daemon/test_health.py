@@ -68,6 +68,13 @@ async def test_a_fenced_node_says_why() -> None:
     assert code == 503 and fence in body["reason"], body
 
 
+async def test_a_removed_node_says_it_was_removed() -> None:
+    # A member removed but left running: the API answers NOT_READY "removed from the cluster",
+    # /health said "no leader known" or "not caught up" (a wrong lead for an operator).
+    code, body = await _health(HEALTHY | {"ready": False, "leader": 0, "removed_at_index": 42})
+    assert code == 503 and "removed from the cluster (at index 42)" in body["reason"], body
+
+
 async def test_a_node_without_a_leader_or_cluster_says_why() -> None:
     code, body = await _health(HEALTHY | {"ready": False, "leader": 0, "role": "pre_candidate"})
     assert code == 503 and "leader" in body["reason"], body
