@@ -178,7 +178,10 @@ def test_the_catch_up_and_the_release_share_one_timeout() -> None:
     given.clear()
 
     async def whole_barrier(*, timeout_ms: int) -> int:
-        await asyncio.sleep(timeout_ms / 1000)
+        # Past the deadline: a sleep of exactly what was left can end a little before it (the
+        # loop's timers have a millisecond's grain; the milliseconds given were rounded down),
+        # leaving a millisecond for the rest - which then ran, and the release went through.
+        await asyncio.sleep(timeout_ms / 1000 + 0.01)
         raise TimeoutError
 
     node.read_barrier = whole_barrier  # type: ignore[method-assign]
