@@ -726,7 +726,12 @@ class RaftNode:
         others = [v for v in voters if v != self.config.node_id]
         if not others:
             return math.inf
-        if term != self._lease_term or term == self._lease_void_term or core.transferee:
+        if (
+            term != self._lease_term
+            or term == self._lease_void_term
+            or term == core.timeout_now_term  # queued, maybe not yet sent (and stamped)
+            or core.transferee
+        ):
             return -math.inf
         acked = self._heartbeat_acked_sent_at.copy()
         # This node is one voter of the quorum (it leads: it votes for nobody else).

@@ -144,6 +144,11 @@ class RaftCore:
         self.applied_tm = snapshot.meta.tm
         self.pending_conf_index = 0
         self.transferee: NodeId = NONE
+        # The last term in which this node, as leader, queued a TimeoutNow: leadership may move
+        # from then on without the followers' check-quorum lease (the target campaigns with
+        # `force`), even after the transfer lapses. Set when the message is queued, before the
+        # driver sends it: the driver's leader lease is void in that term.
+        self.timeout_now_term = 0
         self.uncommitted_bytes = 0
         self._reads: list[_PendingRead] = []
         self._reads_waiting_commit: list[int] = []
@@ -318,7 +323,7 @@ class RaftCore:
         self.election_elapsed = 0  # the transfer is abandoned after one election timeout
         pr = self.progress[target]
         if pr.match == self.log.last_index():
-            self._send(TimeoutNow(src=self.id, dst=target, term=self.term))
+            self._send_timeout_now(target)
         else:
             self._send_append(target, send_if_empty=True)
 
@@ -990,7 +995,7 @@ class RaftCore:
         while self._send_append(m.src, send_if_empty=False):
             pass
         if m.src == self.transferee and pr.match == self.log.last_index():
-            self._send(TimeoutNow(src=self.id, dst=m.src, term=self.term))
+            self._send_timeout_now(m.src)
 
     def _maybe_commit(self) -> bool:
         voters = self.conf.voters
@@ -1063,9 +1068,13 @@ class RaftCore:
         target = max(candidates, key=lambda n: (self.progress[n].match, -n))
         self.transferee = target
         if self.progress[target].match == self.log.last_index():
-            self._send(TimeoutNow(src=self.id, dst=target, term=self.term))
+            self._send_timeout_now(target)
         else:
             self._send_append(target, send_if_empty=True)
+
+    def _send_timeout_now(self, target: NodeId) -> None:
+        self.timeout_now_term = self.term
+        self._send(TimeoutNow(src=self.id, dst=target, term=self.term))
 
     # ================================================================ reads
 
