@@ -1412,8 +1412,10 @@ class RaftNode:
         if ticks:
             self._check_own_clock()
             self._drop_links_if_removed(core)
-        if self._fenced_by_quorum:
-            ticks = 0  # no campaigns (and no stamps) from a node whose clock is off a quorum
+        # No campaigns from a node whose clock is off a quorum (it stepped down if it led: no
+        # stamps either). Its election timer still runs: frozen, it kept the check-quorum lease
+        # of a leader that went silent and refused every vote until the fence lapsed.
+        core.campaigns_paused = self._fenced_by_quorum
         for _ in range(min(ticks, 100)):
             core.tick(self.clock.now())
         ops, self._ops = self._ops, []

@@ -149,6 +149,10 @@ class RaftCore:
         # `force`), even after the transfer lapses. Set when the message is queued, before the
         # driver sends it: the driver's leader lease is void in that term.
         self.timeout_now_term = 0
+        # Set by the driver while this node must not lead (its clock is off a quorum): its
+        # election timer keeps running, so its check-quorum lease lapses and it votes for
+        # others, but it starts no election (a transfer's included).
+        self.campaigns_paused = False
         self.uncommitted_bytes = 0
         self._reads: list[_PendingRead] = []
         self._reads_waiting_commit: list[int] = []
@@ -623,12 +627,16 @@ class RaftCore:
 
     def _tick_election(self) -> None:
         self.election_elapsed += 1
-        if self.promotable() and self.election_elapsed >= self.randomized_election_ticks:
+        if (
+            self.promotable()
+            and not self.campaigns_paused
+            and self.election_elapsed >= self.randomized_election_ticks
+        ):
             self.election_elapsed = 0
             self._hup(transfer=False)
 
     def _hup(self, *, transfer: bool) -> None:
-        if self.role is Role.LEADER or not self.promotable():
+        if self.role is Role.LEADER or self.campaigns_paused or not self.promotable():
             return
         if self.cfg.pre_vote and not transfer:
             self._become_pre_candidate()
