@@ -349,12 +349,7 @@ class RaftCore:
             return
         if m.term > self.term:
             if isinstance(m, RequestVote):
-                in_lease = (
-                    self.cfg.check_quorum
-                    and self.leader != NONE
-                    and self.election_elapsed < self.cfg.election_ticks
-                )
-                if in_lease and not m.force:
+                if self._in_lease() and not m.force:
                     # We heard from a live leader recently: a disruptive candidate is ignored.
                     return
                 if not m.pre_vote:
@@ -363,6 +358,13 @@ class RaftCore:
                 pass  # a granted pre-vote carries the term we would campaign in
             elif isinstance(m, AppendEntries | Heartbeat | InstallSnapshot):
                 self._become_follower(m.term, m.src)
+            elif self.role is Role.FOLLOWER and self._in_lease():
+                # An answer to what we sent as candidate or leader earlier (a pre-vote's
+                # rejection, an append's ack), stale now that we follow a live leader. Taking
+                # its term would drop that leader and with it our lease, and we would grant the
+                # next vote while the leader still counts on our lease (driver's leader lease).
+                # If the cluster did move on, our lease lapses within an election timeout.
+                return
             else:
                 self._become_follower(m.term, NONE)
         elif m.term < self.term:
@@ -392,6 +394,15 @@ class RaftCore:
                 self._step_candidate(m)
             case Role.FOLLOWER:
                 self._step_follower(m)
+
+    def _in_lease(self) -> bool:
+        """Check-quorum's lease: we heard from a leader (or lead) within an election timeout,
+        so we vote for nobody else."""
+        return (
+            self.cfg.check_quorum
+            and self.leader != NONE
+            and self.election_elapsed < self.cfg.election_ticks
+        )
 
     def step_down(self) -> None:
         """Stop leading now (the driver's clock fence: this node's clock runs ahead of a quorum
