@@ -69,8 +69,13 @@ from raft.core.types import (
 # Events per seed. 500 seeds take about 8 s on one core (measured); longer schedules mostly
 # repeat what more seeds find anyway.
 SIM_STEPS_PER_SEED = 600
-# Rounds (tick every node, then deliver until quiet) allowed for the final convergence.
+# Rounds (tick every node, then deliver until quiet) allowed for the final convergence. The
+# plain protocol needs many more than pre-vote: a voter whose log is behind keeps raising the
+# term and resetting the others' timers (seed 8982 took 97 rounds); with pre-vote, seeds 0-8999
+# took at most 25 rounds (measured), so a pre-vote seed over the tighter bound is a liveness
+# regression, not bad luck.
 SIM_CONVERGE_ROUNDS_MAX = 120
+SIM_CONVERGE_ROUNDS_MAX_PRE_VOTE = 60
 # Ready-and-deliver rounds within one quiet-down of the final phase before we call it a livelock.
 SIM_SETTLE_ROUNDS_MAX = 1_000
 # Most messages delivered by one delivery event.
@@ -1003,7 +1008,10 @@ class Simulation:
         self.groups = {}
         for nid in sorted(self.down - self.retired):
             self.down.discard(nid)
-        for rnd in range(1, SIM_CONVERGE_ROUNDS_MAX + 1):
+        rounds_max = (
+            SIM_CONVERGE_ROUNDS_MAX_PRE_VOTE if self.p.pre_vote else SIM_CONVERGE_ROUNDS_MAX
+        )
+        for rnd in range(1, rounds_max + 1):
             self.step_no += 1
             self.phys_ms += 5
             for node in self.live():
@@ -1021,8 +1029,7 @@ class Simulation:
         )
         raise InvariantViolation(
             "liveness",
-            f"no convergence within {SIM_CONVERGE_ROUNDS_MAX} rounds after healing; "
-            f"leaders {leaders}; {state}",
+            f"no convergence within {rounds_max} rounds after healing; leaders {leaders}; {state}",
         )
 
     def _converged(self) -> bool:
