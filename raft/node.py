@@ -731,7 +731,12 @@ class RaftNode:
         others = [v for v in voters if v != self.config.node_id]
         if not others:
             return math.inf
-        if term != self._lease_term or term == self._lease_void_term or core.transferee:
+        if (
+            term != self._lease_term
+            or term == self._lease_void_term
+            or term == core.timeout_now_term  # queued, maybe not yet sent (and stamped)
+            or core.transferee
+        ):
             return -math.inf
         acked = self._heartbeat_acked_sent_at.copy()
         # This node is one voter of the quorum (it leads: it votes for nobody else).
@@ -1412,8 +1417,10 @@ class RaftNode:
         if ticks:
             self._check_own_clock()
             self._drop_links_if_removed(core)
-        if self._fenced_by_quorum:
-            ticks = 0  # no campaigns (and no stamps) from a node whose clock is off a quorum
+        # No campaigns from a node whose clock is off a quorum (it stepped down if it led: no
+        # stamps either). Its election timer still runs: frozen, it kept the check-quorum lease
+        # of a leader that went silent and refused every vote until the fence lapsed.
+        core.campaigns_paused = self._fenced_by_quorum
         for _ in range(min(ticks, 100)):
             core.tick(self.clock.now())
         ops, self._ops = self._ops, []

@@ -144,6 +144,15 @@ class RaftCore:
         self.applied_tm = snapshot.meta.tm
         self.pending_conf_index = 0
         self.transferee: NodeId = NONE
+        # The last term in which this node, as leader, queued a TimeoutNow: leadership may move
+        # from then on without the followers' check-quorum lease (the target campaigns with
+        # `force`), even after the transfer lapses. Set when the message is queued, before the
+        # driver sends it: the driver's leader lease is void in that term.
+        self.timeout_now_term = 0
+        # Set by the driver while this node must not lead (its clock is off a quorum): its
+        # election timer keeps running, so its check-quorum lease lapses and it votes for
+        # others, but it starts no election (a transfer's included).
+        self.campaigns_paused = False
         self.uncommitted_bytes = 0
         self._reads: list[_PendingRead] = []
         self._reads_waiting_commit: list[int] = []
@@ -318,7 +327,7 @@ class RaftCore:
         self.election_elapsed = 0  # the transfer is abandoned after one election timeout
         pr = self.progress[target]
         if pr.match == self.log.last_index():
-            self._send(TimeoutNow(src=self.id, dst=target, term=self.term))
+            self._send_timeout_now(target)
         else:
             self._send_append(target, send_if_empty=True)
 
@@ -340,12 +349,7 @@ class RaftCore:
             return
         if m.term > self.term:
             if isinstance(m, RequestVote):
-                in_lease = (
-                    self.cfg.check_quorum
-                    and self.leader != NONE
-                    and self.election_elapsed < self.cfg.election_ticks
-                )
-                if in_lease and not m.force:
+                if self._in_lease() and not m.force:
                     # We heard from a live leader recently: a disruptive candidate is ignored.
                     return
                 if not m.pre_vote:
@@ -354,6 +358,13 @@ class RaftCore:
                 pass  # a granted pre-vote carries the term we would campaign in
             elif isinstance(m, AppendEntries | Heartbeat | InstallSnapshot):
                 self._become_follower(m.term, m.src)
+            elif self.role is Role.FOLLOWER and self._in_lease():
+                # An answer to what we sent as candidate or leader earlier (a pre-vote's
+                # rejection, an append's ack), stale now that we follow a live leader. Taking
+                # its term would drop that leader and with it our lease, and we would grant the
+                # next vote while the leader still counts on our lease (driver's leader lease).
+                # If the cluster did move on, our lease lapses within an election timeout.
+                return
             else:
                 self._become_follower(m.term, NONE)
         elif m.term < self.term:
@@ -383,6 +394,15 @@ class RaftCore:
                 self._step_candidate(m)
             case Role.FOLLOWER:
                 self._step_follower(m)
+
+    def _in_lease(self) -> bool:
+        """Check-quorum's lease: we heard from a leader (or lead) within an election timeout,
+        so we vote for nobody else."""
+        return (
+            self.cfg.check_quorum
+            and self.leader != NONE
+            and self.election_elapsed < self.cfg.election_ticks
+        )
 
     def step_down(self) -> None:
         """Stop leading now (the driver's clock fence: this node's clock runs ahead of a quorum
@@ -618,12 +638,16 @@ class RaftCore:
 
     def _tick_election(self) -> None:
         self.election_elapsed += 1
-        if self.promotable() and self.election_elapsed >= self.randomized_election_ticks:
+        if (
+            self.promotable()
+            and not self.campaigns_paused
+            and self.election_elapsed >= self.randomized_election_ticks
+        ):
             self.election_elapsed = 0
             self._hup(transfer=False)
 
     def _hup(self, *, transfer: bool) -> None:
-        if self.role is Role.LEADER or not self.promotable():
+        if self.role is Role.LEADER or self.campaigns_paused or not self.promotable():
             return
         if self.cfg.pre_vote and not transfer:
             self._become_pre_candidate()
@@ -990,7 +1014,7 @@ class RaftCore:
         while self._send_append(m.src, send_if_empty=False):
             pass
         if m.src == self.transferee and pr.match == self.log.last_index():
-            self._send(TimeoutNow(src=self.id, dst=m.src, term=self.term))
+            self._send_timeout_now(m.src)
 
     def _maybe_commit(self) -> bool:
         voters = self.conf.voters
@@ -1063,9 +1087,13 @@ class RaftCore:
         target = max(candidates, key=lambda n: (self.progress[n].match, -n))
         self.transferee = target
         if self.progress[target].match == self.log.last_index():
-            self._send(TimeoutNow(src=self.id, dst=target, term=self.term))
+            self._send_timeout_now(target)
         else:
             self._send_append(target, send_if_empty=True)
+
+    def _send_timeout_now(self, target: NodeId) -> None:
+        self.timeout_now_term = self.term
+        self._send(TimeoutNow(src=self.id, dst=target, term=self.term))
 
     # ================================================================ reads
 

@@ -12,9 +12,11 @@ import time
 from pathlib import Path
 
 from hlc import HybridClock, OffsetClock, SystemClock, physical_ms
-from raft.core.types import Heartbeat, HeartbeatResponse
-from raft.node import NodeConfig, RaftNode
+from raft.core.ready import Role
+from raft.core.types import Heartbeat, HeartbeatResponse, RequestVote, VoteResponse
+from raft.node import NodeConfig, RaftNode, _ClockSample
 from tests.raft.test_node import SECRET, ListStateMachine, free_ports
+from tests.raft.test_node_lease import FakeTime, leading_node
 
 OFFSET_MS = 200
 JUMP_MS = 3_600_000
@@ -260,3 +262,41 @@ async def test_a_leader_echoes_a_response_advanced_by_how_long_it_held_it(tmp_pa
     finally:
         for n in nodes.values():
             await n.stop()
+
+
+def test_a_node_fenced_by_a_quorum_still_votes_once_its_leader_went_silent(
+    tmp_path: Path,
+) -> None:
+    """A node whose clock is off a quorum must not campaign; it did not tick at all, so its
+    election timer froze with a leader known and its check-quorum lease never lapsed: it
+    refused every (pre-)vote until the fence's evidence went stale (five election timeouts
+    of both timeouts). With the leader gone, a three-node cluster with one fenced node then
+    had no leader for seconds: the healthy node needs the fenced node's vote."""
+    t = FakeTime()
+    node = leading_node(tmp_path, 3, t)
+    core = node.core
+    assert core is not None
+    term = core.term
+    core.step(Heartbeat(src=2, dst=1, term=term + 1, commit=0))  # now follows node 2
+    now_s = time.monotonic()
+    node._peer_clocks = {
+        peer: _ClockSample(offset=-10_000, low=-10_010, high=-9_990, at=now_s) for peer in (2, 3)
+    }
+    for _ in range(4 * core.cfg.election_ticks):  # node 2 fell silent
+        node._ticks_due = 1
+        node._step_inputs()
+        assert node._fenced_by_quorum
+        assert core.role is Role.FOLLOWER  # fenced: it does not campaign
+    node._on_message(
+        RequestVote(
+            src=3,
+            dst=1,
+            term=term + 2,
+            last_index=core.log.last_index(),
+            last_term=core.log.last_term(),
+            pre_vote=True,
+        )
+    )
+    node._step_inputs()
+    granted = [m for m in core.ready().messages if isinstance(m, VoteResponse) and m.granted]
+    assert [m.dst for m in granted] == [3]

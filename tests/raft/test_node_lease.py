@@ -17,6 +17,7 @@ from pathlib import Path
 from hlc import HybridClock, SystemClock
 from raft.core.raft import RaftCore
 from raft.core.types import (
+    AppendResponse,
     ConfState,
     HardState,
     Heartbeat,
@@ -263,3 +264,25 @@ async def test_a_restarted_voter_refuses_votes_for_an_election_timeout(tmp_path:
         assert node._inbox[-1] is vote
     finally:
         await node.stop()
+
+
+def test_the_lease_is_void_once_timeout_now_is_queued_even_if_the_transfer_then_lapses(
+    tmp_path: Path,
+) -> None:
+    """The core queues TimeoutNow when the target catches up; ticks stepped in the same pass
+    may then end the transfer (an election timeout) before the driver sends (and stamps) it.
+    In that gap the lease looked valid (no transferee, no TimeoutNow stamped yet), to GC's
+    deletion thread too, while the target was about to campaign with `force`."""
+    t = FakeTime()
+    node = leading_node(tmp_path, 3, t)
+    core = node.core
+    assert core is not None
+    answer(node, 2, send_heartbeat(node, 2))
+    assert node.leader_lease_until_monotonic() > t.now_s
+    core.step(AppendResponse(src=2, dst=1, term=core.term, index=core.log.last_index()))
+    core.transfer_leader(2)  # node 2 holds the whole log: TimeoutNow is queued at once
+    for _ in range(core.cfg.election_ticks):
+        core.tick(t.now_ms())
+    assert core.is_leader() and core.transferee == 0  # the transfer lapsed, not yet sent
+    assert node.leader_lease_until_monotonic() == -math.inf
+    assert any(type(m) is TimeoutNow for m in core.ready().early_messages)  # still to be sent

@@ -175,3 +175,21 @@ def test_checker_catches_lost_acknowledged_proposal() -> None:
     node.applied = []  # a state machine that forgot it
     with pytest.raises(InvariantViolation, match="acknowledged proposal lost"):
         checker._check_acks_on(node)
+
+
+def test_seed_621_a_stale_answer_of_a_higher_term_ended_a_followers_lease() -> None:
+    """A follower in its leader's lease took the term of a stale rejection of its own earlier
+    pre-vote, dropped its leader, and granted the next pre-vote at once (the check-quorum lease
+    check; tests/raft/test_core_lease.py has the unit case)."""
+    run_seed(621)
+
+
+def test_the_lease_check_catches_a_core_that_votes_within_its_lease(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from raft.core.raft import RaftCore
+
+    monkeypatch.setattr(RaftCore, "_in_lease", lambda self: False)
+    assert SimParams.for_seed(5).check_quorum
+    with pytest.raises(SimulationFailure, match="check-quorum lease"):
+        run_seed(5)
