@@ -18,27 +18,7 @@ import pytest
 from metastore.errors import UnavailableError
 from spark_bridge import backfill
 from spark_bridge.backfill import REPORTED, run_backfill
-
-JOB_ID = 7
-FIELD_ID = 3
-TS = 117_000_000_000_000_000
-_COLUMN_C = {"field_id": FIELD_ID, "name": "c", "type": "INT", "nullable": True}
-
-
-def _view(backfill_ts: int | None) -> dict[str, Any]:
-    return {
-        "job_id": JOB_ID,
-        "table": "ns.t",
-        "kind": "add_column",
-        "column": "c",
-        "field_id": FIELD_ID,
-        "status": "running",
-        "step": "backfill",
-        "backfill_from_ts": 1,
-        "backfill_ts": backfill_ts,
-        "cancel_requested": False,
-        "waiting_for": None,
-    }
+from tests.spark.backfill_job import COLUMN_C, JOB_ID, TS, job_at_backfill
 
 
 class _Client:
@@ -56,7 +36,7 @@ class _Client:
         if self.reports and self.show_failures > 0:
             self.show_failures -= 1
             raise UnavailableError("job_show failed on every endpoint: no leader")
-        return _view(self.accepted_ts)
+        return job_at_backfill(self.accepted_ts)
 
     def job_backfilled(self, job_id: int, **kw: Any) -> dict[str, Any]:
         self.reports.append(kw)
@@ -80,9 +60,7 @@ class _Bridge:
     def batch(self, **_kw: Any) -> Iterator[Any]:
         yield SimpleNamespace(
             pinned={
-                "ns.t": SimpleNamespace(
-                    version=4, write_columns=[_COLUMN_C], write_only=[_COLUMN_C]
-                )
+                "ns.t": SimpleNamespace(version=4, write_columns=[COLUMN_C], write_only=[COLUMN_C])
             },
             files=lambda _table: ("/wh/t", []),  # nothing lacks the column
             read_ts=TS,

@@ -18,24 +18,7 @@ import pytest
 from spark_bridge import backfill
 from spark_bridge.backfill import BackfillError, run_backfill
 from spark_bridge.files import DataFile
-
-JOB_ID = 7
-FIELD_ID = 3
-TS = 117_000_000_000_000_000
-_COLUMN_C = {"field_id": FIELD_ID, "name": "c", "type": "INT", "nullable": True}
-AT_BACKFILL = {
-    "job_id": JOB_ID,
-    "table": "ns.t",
-    "kind": "add_column",
-    "column": "c",
-    "field_id": FIELD_ID,
-    "status": "running",
-    "step": "backfill",
-    "backfill_from_ts": 1,
-    "backfill_ts": None,
-    "cancel_requested": False,
-    "waiting_for": None,
-}
+from tests.spark.backfill_job import COLUMN_C, FIELD_ID, JOB_ID, TS, job_at_backfill
 
 
 class _Client:
@@ -44,7 +27,7 @@ class _Client:
         self.reported: list[dict[str, Any]] = []
 
     def job_show(self, job_id: int) -> dict[str, Any]:
-        return dict(AT_BACKFILL)
+        return job_at_backfill()
 
     def job_backfilled(self, job_id: int, **kw: Any) -> dict[str, Any]:
         self.reported.append(kw)
@@ -66,9 +49,9 @@ class _Batch:
                 version=4,
                 write_columns=[
                     {"field_id": 1, "name": "x", "type": "INT", "nullable": True},
-                    _COLUMN_C,
+                    COLUMN_C,
                 ],
-                write_only=[_COLUMN_C],
+                write_only=[COLUMN_C],
             )
         }
         self.spark = SimpleNamespace(read=_Reader())

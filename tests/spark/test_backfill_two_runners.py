@@ -22,28 +22,9 @@ from spark_bridge import backfill
 from spark_bridge.backfill import REPORTED, run_backfill
 from spark_bridge.bridge import BatchError
 from spark_bridge.files import DataFile
+from tests.spark.backfill_job import COLUMN_C, FIELD_ID, JOB_ID, TS, job_at_backfill
 
-JOB_ID = 7
-FIELD_ID = 3
-TS = 117_000_000_000_000_000
-_COLUMN_C = {"field_id": FIELD_ID, "name": "c", "type": "INT", "nullable": True}
 OLD_FILES = backfill.ATTEMPTS_MAX + 3
-
-
-def _view() -> dict[str, Any]:
-    return {
-        "job_id": JOB_ID,
-        "table": "ns.t",
-        "kind": "add_column",
-        "column": "c",
-        "field_id": FIELD_ID,
-        "status": "running",
-        "step": "backfill",
-        "backfill_from_ts": 1,
-        "backfill_ts": None,
-        "cancel_requested": False,
-        "waiting_for": None,
-    }
 
 
 class _Client:
@@ -52,7 +33,7 @@ class _Client:
         self.reports: list[dict[str, Any]] = []
 
     def job_show(self, job_id: int) -> dict[str, Any]:
-        return _view()
+        return job_at_backfill()
 
     def job_backfilled(self, job_id: int, **kw: Any) -> dict[str, Any]:
         self.reports.append(kw)
@@ -80,9 +61,7 @@ class _Bridge:
         planned: list[str] = []
         b = SimpleNamespace(
             pinned={
-                "ns.t": SimpleNamespace(
-                    version=4, write_columns=[_COLUMN_C], write_only=[_COLUMN_C]
-                )
+                "ns.t": SimpleNamespace(version=4, write_columns=[COLUMN_C], write_only=[COLUMN_C])
             },
             files=lambda _t: (
                 "/wh/t",
