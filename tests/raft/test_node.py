@@ -980,6 +980,22 @@ def spool_maps() -> list[str]:
     return [line for line in maps if "snapshot-spool" in line]
 
 
+def _spooled_snapshots_and_a_deaf_node(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
+    """Snapshots of three chunks' worth of state (a transfer is spooled: SNAPSHOT_CHUNK_BYTES
+    is 1 MiB), and a switch: the node whose id is put in `cut["id"]` hears nothing (0: all
+    hear)."""
+    real_on_message = RaftNode._on_message
+    cut = {"id": 0}
+    monkeypatch.setattr(ListStateMachine, "snapshot", lambda self: b"s" * (3 * 1024 * 1024))
+
+    def on_message(self: RaftNode, m: Message) -> None:
+        if self.node_id != cut["id"]:
+            real_on_message(self, m)
+
+    monkeypatch.setattr(RaftNode, "_on_message", on_message)
+    return cut
+
+
 async def test_an_installed_snapshot_does_not_keep_its_spool_file(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -988,16 +1004,7 @@ async def test_an_installed_snapshot_does_not_keep_its_spool_file(
     the core must hold that copy. It held the received one, the spool's map, until the
     follower's next snapshot: a second copy of the whole state on disk, for thousands of
     entries."""
-    real_on_message = RaftNode._on_message
-    cut = {"id": 0}
-    # Three chunks' worth of state: the transfer is spooled (SNAPSHOT_CHUNK_BYTES is 1 MiB).
-    monkeypatch.setattr(ListStateMachine, "snapshot", lambda self: b"s" * (3 * 1024 * 1024))
-
-    def on_message(self: RaftNode, m: Message) -> None:
-        if self.node_id != cut["id"]:
-            real_on_message(self, m)
-
-    monkeypatch.setattr(RaftNode, "_on_message", on_message)
+    cut = _spooled_snapshots_and_a_deaf_node(monkeypatch)
     async with cluster(tmp_path, 3, snapshot_every_entries=50, snapshot_keep_entries=0) as nodes:
         leader = await leader_of(nodes)
         follower = next(n for n in nodes.values() if n is not leader)
@@ -1024,15 +1031,7 @@ async def test_a_deposed_leader_stops_sending_its_snapshot(
     new leader sends its own, and the follower refuses the old term's). It went on to its
     end, up to 1 GiB competing with the new leader's transfer on the follower's link and
     disk; now the node gives it up when it stops leading."""
-    real_on_message = RaftNode._on_message
-    cut = {"id": 0}
-    monkeypatch.setattr(ListStateMachine, "snapshot", lambda self: b"s" * (3 * 1024 * 1024))
-
-    def on_message(self: RaftNode, m: Message) -> None:
-        if self.node_id != cut["id"]:
-            real_on_message(self, m)
-
-    monkeypatch.setattr(RaftNode, "_on_message", on_message)
+    cut = _spooled_snapshots_and_a_deaf_node(monkeypatch)
     async with cluster(tmp_path, 3, snapshot_every_entries=50, snapshot_keep_entries=0) as nodes:
         leader = await leader_of(nodes)
         follower, third = (n for n in nodes.values() if n is not leader)
