@@ -980,8 +980,10 @@ class Cluster:
                 )
 
     def stop_all(self) -> None:
-        """SIGTERM every node by PID; SIGKILL whatever has not exited in time."""
-        stop_processes(self._processes.values())
+        """SIGINT every node by PID; SIGKILL whatever has not exited in time. SIGINT, as
+        `metastore cluster down` sends: on SIGTERM the leader would first try to hand its
+        leadership to a follower that is stopping too, waiting out an election timeout."""
+        stop_processes(self._processes.values(), stop_signal=signal.SIGINT)
 
     def log_tail(self, node_id: int) -> str:
         return log_tail(self.log_path(node_id))

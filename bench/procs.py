@@ -11,18 +11,21 @@ import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-# How long a node gets to exit after SIGTERM before it is SIGKILLed.
+# How long a node gets to exit after its stop signal before it is SIGKILLed.
 PROCESS_EXIT_WAIT_S = 5.0
 # How much of a node's log an error message quotes.
 LOG_TAIL_BYTES = 3000
 
 
-def stop_processes(processes: Iterable[subprocess.Popen[bytes]]) -> None:
-    """SIGTERM every live process by PID; SIGKILL whatever has not exited in time."""
+def stop_processes(
+    processes: Iterable[subprocess.Popen[bytes]], *, stop_signal: int = signal.SIGTERM
+) -> None:
+    """Send `stop_signal` to every live process by PID; SIGKILL whatever has not exited in
+    time."""
     live = [p for p in processes if p.poll() is None]
     for process in live:
         with contextlib.suppress(ProcessLookupError):
-            process.terminate()
+            process.send_signal(stop_signal)
     deadline = time.monotonic() + PROCESS_EXIT_WAIT_S
     for process in live:
         try:

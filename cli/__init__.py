@@ -9,7 +9,7 @@ Codemap
     output      `-o json` (one document) and `-o table` (rich tables, no colour off a TTY).
     cluster     cluster init / up / down / status / add-node / promote-node / remove-node /
                 transfer-leader / certs / revoke-cert / revoked / version.
-    processes   local node processes for up/down: pid files, SIGTERM then SIGKILL, never by name.
+    processes   local node processes for up/down: pid files, SIGINT then SIGKILL, never by name.
     node        node start (imports the daemon lazily).
     sql, table, ns, safe_time   the catalog commands.
     table_data  table files / table read: a table's committed data files, and their rows.

@@ -746,14 +746,18 @@ def _short_status(results: list[EndpointResult]) -> str:
     "--grace-ms",
     type=click.IntRange(0, processes.STOP_GRACE_MS_MAX),
     default=processes.STOP_GRACE_MS_DEFAULT,
-    help="Time between SIGTERM and SIGKILL.",
+    help="Time between SIGINT and SIGKILL.",
 )
 @click.pass_context
 def cluster_down(ctx: click.Context, config_dir: Path, grace_ms: int) -> None:
-    """Stop the nodes started by `cluster up`: SIGTERM to the PID in each pid file, then
+    """Stop the nodes started by `cluster up`: SIGINT to the PID in each pid file, then
     SIGKILL after --grace-ms. Pid files are removed. Processes are never looked up by name, and
     a PID whose command line is not a node of this cluster is never signalled. Exits 1 if a
-    node is still running or its pid file cannot be read (after stopping the others)."""
+    node is still running or its pid file cannot be read (after stopping the others).
+
+    SIGINT stops a node at once. SIGTERM (`kill PID`, a service manager) is the stop of one
+    node (a rolling restart): a leader first hands leadership to another voter, waiting up to
+    one election timeout, which cannot succeed while all nodes stop."""
     a = app(ctx)
     config = load_cluster_config(config_dir / CLUSTER_FILE_NAME)
     with processes.lifecycle_lock(config.data_dir, "cluster down"):
@@ -1233,7 +1237,8 @@ def cluster_transfer_leader(ctx: click.Context, node_id: int) -> None:
     """Hand leadership to voter NODE_ID (e.g. to move it off a host).
 
     A leader stopped on its own with SIGTERM (a service manager's stop) hands leadership to the
-    most caught-up voter by itself first, so a rolling restart needs no transfer."""
+    most caught-up voter by itself first, so a rolling restart needs no transfer (SIGINT, as
+    `cluster down` sends, stops it without)."""
     a = app(ctx)
     _membership_result(a, a.client().transfer_leader(node_id))
 

@@ -38,7 +38,11 @@ def node() -> None:
 )
 @click.pass_context
 def node_start(ctx: click.Context, config_path: Path, node_id: int | None, bootstrap: bool) -> None:
-    """Run one node in the foreground until SIGTERM/SIGINT.
+    """Run one node in the foreground until SIGTERM or SIGINT (Ctrl-C).
+
+    On SIGTERM (a rolling restart, a service manager's stop) a leader first hands leadership to
+    the most caught-up voter, waiting up to one election timeout; SIGINT stops at once (as
+    `cluster down` does for a whole cluster) and cuts a hand-over in progress short.
 
     The configuration is validated before anything starts. Secrets are created on first start
     in the cluster's secrets_dir (0700, files 0600). A node whose data directory is empty

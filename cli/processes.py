@@ -3,7 +3,10 @@
 A node is started as `python -m cli.main node start --config <nodeN.toml>` in a new session
 (so a Ctrl-C in the starting terminal does not reach it), with stdout and stderr appended to its
 log file, and its PID written to a pid file in its data directory. Stopping signals exactly that
-PID: SIGTERM, a bounded wait, then SIGKILL. Nothing is ever killed by name.
+PID: SIGINT, a bounded wait, then SIGKILL. Nothing is ever killed by name. SIGINT, not SIGTERM:
+on SIGTERM a leader first hands leadership to another voter (a rolling restart), which cannot
+succeed while every node stops and would wait out a whole election timeout
+(metastore.daemon.node); on SIGINT it stops at once.
 
 A pid file can outlive its process, and the PID can then be reused by an unrelated program. Before
 treating a PID as our node we check that its command line (from /proc, or from `ps` where there
@@ -33,7 +36,7 @@ from cli.errors import EXIT_REFUSED, CliError
 from metastore.daemon.config import ClusterConfig, NodeAddress, node_file_name
 from raft.node import IDENTITY_FILE
 
-# How long `cluster down` waits after SIGTERM before SIGKILL, and after SIGKILL before giving up.
+# How long `cluster down` waits after SIGINT before SIGKILL, and after SIGKILL before giving up.
 STOP_GRACE_MS_DEFAULT: Final = 10_000
 STOP_GRACE_MS_MAX: Final = 5 * 60 * 1000
 KILL_WAIT_MS: Final = 3_000
@@ -373,9 +376,14 @@ def write_pid_file(pid_file: Path, pid: int) -> None:
     os.replace(tmp, pid_file)
 
 
+# The whole cluster stops: a node's stop without a leadership hand-over (see the module
+# docstring).
+STOP_SIGNAL: Final = signal.SIGINT
+
+
 def stop_nodes(pid_files: dict[int, Path], *, config_dir: Path, grace_ms: int) -> list[StopResult]:
-    """SIGTERM every live node of the cluster configured in `config_dir`, wait up to
-    `grace_ms`, SIGKILL the rest; remove pid files."""
+    """Send STOP_SIGNAL to every live node of the cluster configured in `config_dir`, wait up
+    to `grace_ms`, SIGKILL the rest; remove pid files."""
     results: dict[int, StopResult] = {}
     signalled: dict[int, int] = {}
     for node_id, pid_file in pid_files.items():
@@ -391,7 +399,7 @@ def stop_nodes(pid_files: dict[int, Path], *, config_dir: Path, grace_ms: int) -
             outcome = "stale pid file"
         else:
             try:
-                os.kill(pid, signal.SIGTERM)
+                os.kill(pid, STOP_SIGNAL)
             except ProcessLookupError:
                 outcome = "not running"
             except PermissionError:

@@ -13,8 +13,9 @@ Codemap
                 `Secrets.role_for(token)`.
     server      the client API server (protocol codec, auth, dispatch).
     node        `run_node(config_path, node_id)`: wire everything together and run until
-                SIGTERM (a leader hands over first); the entry point behind `metastore node
-                start` (and `python -m metastore.daemon`, __main__).
+                SIGTERM (a leader hands over first) or SIGINT (stops at once: `cluster
+                down`); the entry point behind `metastore node start` (and `python -m
+                metastore.daemon`, __main__).
     api_limits  the client API's limits; the reads that take a read floor.
     views       catalog values as protocol maps (pure).
     statemachine  MetastoreState as a raft.node StateMachine.

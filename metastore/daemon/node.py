@@ -10,10 +10,13 @@ different config cannot change them). The API server reads both from the replica
 node's clock guard (its HLC's accepted offset, the fence by heartbeat round trips) starts with
 its config's `cs_max_ms` and drops to the cluster's once known, if that is smaller.
 
-A planned stop (SIGTERM, SIGINT) of the leader first moves leadership to the most caught-up
-voter (Raft's TimeoutNow, waiting up to one election timeout): otherwise each rolling restart
-leaves the cluster without a leader until its followers' election timeouts run out. A stop on
-a fatal error does not try.
+Signals: SIGTERM is a planned stop of this node alone (a rolling restart, a service manager's
+stop): as the leader it first moves leadership to the most caught-up voter (Raft's TimeoutNow,
+waiting up to one election timeout), since otherwise the cluster would be without a leader until
+its followers' election timeouts run out. SIGINT (Ctrl-C, `metastore cluster down`) stops at
+once without a hand-over: when the whole cluster stops, the followers are stopping too and the
+hand-over could only wait out its timeout. A SIGINT during a SIGTERM's hand-over cuts it short.
+A stop on a fatal error does not try either. SIGHUP reads the tokens again.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ import stat
 import sys
 from collections.abc import Awaitable
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from hlc import HybridClock, OffsetClock, SystemClock, physical_ms
 from metastore import limits as mlimits
@@ -62,6 +65,12 @@ INIT_RETRY_S = 0.2
 # How often the leader looks for sessions past their deadline (a dead driver's leases stop
 # blocking at the deadline itself; the sweep only tidies the state and logs the expiry).
 SESSION_SWEEP_INTERVAL_S = 0.5
+# The signals that stop a node, and whether the leader first hands leadership over (see the
+# module docstring). `metastore cluster down` sends SIGINT to every node of the cluster.
+STOP_SIGNALS_HAND_OVER: Final[dict[signal.Signals, bool]] = {
+    signal.SIGTERM: True,
+    signal.SIGINT: False,
+}
 
 
 class NodeStartError(Exception):
@@ -108,7 +117,8 @@ def _unusable(exc: OSError) -> str:
 
 
 def run_node(config_path: Path, node_id: int | None = None, *, bootstrap: bool = False) -> int:
-    """Run a node in the foreground until SIGTERM/SIGINT. Returns the process exit code.
+    """Run a node in the foreground until SIGTERM (a leader hands over first) or SIGINT (no
+    hand-over). Returns the process exit code.
 
     `bootstrap`: this is the member's first start, so an empty data directory is expected and
     gets the member's identity. Without it, a node whose data directory is empty refuses to
@@ -195,6 +205,8 @@ class MetastoreNode:
             check_invariants=os.environ.get("METASTORE_CHECK_INVARIANTS") == "1"
         )
         self.stopped = asyncio.Event()
+        # Set by SIGINT: stop without (or cut short) a leader's hand-over.
+        self.stop_now = asyncio.Event()
         self.fatal: BaseException | None = None
         me = settings.node
         self.raft = RaftNode(
@@ -399,24 +411,46 @@ class MetastoreNode:
         leader, first move leadership to another voter, waiting up to one election timeout, so
         a rolling restart does not leave the cluster without a leader for an election timeout
         (the followers would only notice the silence then). Clients keep being served (their
-        writes forwarded) while it moves."""
+        writes forwarded) while it moves. `stop_now` (SIGINT) set before or during the move
+        skips or ends it."""
         for task in (self._init_task, self._sweep_task, self._gc_task, self._job_task):
             if task is not None:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await task
         if hand_over and self.raft.is_leader():
-            timeout_ms = self.settings.cluster.election_timeout_ms
-            log.info("handing leadership over before stopping (up to %d ms)", timeout_ms)
-            new_leader = await self.raft.hand_over_leadership(timeout_ms=timeout_ms)
-            if new_leader:
-                log.info("leadership handed to node %d", new_leader, extra={"leader": new_leader})
+            if self.stop_now.is_set():
+                log.info("stopping without handing leadership over")
+            else:
+                await self._hand_over_unless_stopped_now()
         await self.api.stop()
         await self.http.stop()
         await self.forwarder.close()
         await self.raft.stop()
         if self._started:
             log.info("metastore node stopped")
+
+    async def _hand_over_unless_stopped_now(self) -> None:
+        """Move leadership to another voter, waiting up to one election timeout, or until
+        `stop_now` is set (an operator who will not wait, or a whole-cluster stop that began
+        after this node's own)."""
+        timeout_ms = self.settings.cluster.election_timeout_ms
+        log.info("handing leadership over before stopping (up to %d ms)", timeout_ms)
+        handing = asyncio.ensure_future(self.raft.hand_over_leadership(timeout_ms=timeout_ms))
+        stop_now = asyncio.ensure_future(self.stop_now.wait())
+        try:
+            await asyncio.wait({handing, stop_now}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in (handing, stop_now):
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        if not handing.cancelled():
+            new_leader = handing.result()
+            if new_leader:
+                log.info("leadership handed to node %d", new_leader, extra={"leader": new_leader})
+        else:
+            log.info("leadership hand-over cut short: stopping now")
 
     async def _sweep_sessions(self) -> None:
         """As leader, propose the expiry of sessions past their deadline at the clock's now.
@@ -581,9 +615,11 @@ async def serve(settings: NodeSettings, *, bootstrap: bool = False) -> int:
         # Said once, first: the log then tells an asked-for stop from a fatal one.
         if not node.stopped.is_set():
             log.info("stopping on %s", sig.name, extra={"signal": sig.name})
+        if not STOP_SIGNALS_HAND_OVER[sig]:
+            node.stop_now.set()
         node.stopped.set()
 
-    for sig in (signal.SIGTERM, signal.SIGINT):
+    for sig in STOP_SIGNALS_HAND_OVER:
         loop.add_signal_handler(sig, stop_on, sig)
     loop.add_signal_handler(signal.SIGHUP, node.reload_tokens)
     await node.stopped.wait()

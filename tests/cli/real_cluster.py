@@ -35,7 +35,7 @@ from tests.daemon.harness import run_cli
 REPO: Final = Path(__file__).resolve().parents[2]
 # One CLI call: a read or a DDL (DD + CSmax ~ 1 s) with room for a slow, loaded machine.
 CALL_TIMEOUT_S: Final = 30.0
-# `cluster up` waits for a ready leader; `cluster down` may wait its SIGTERM grace.
+# `cluster up` waits for a ready leader; `cluster down` may wait its grace before SIGKILL.
 LIFECYCLE_TIMEOUT_S: Final = 45.0
 NODES: Final = 3
 # Base ports are drawn below Linux's ephemeral range (32768+), where the kernel puts outgoing

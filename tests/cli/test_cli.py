@@ -1,6 +1,6 @@
 """The `metastore` CLI through click's CliRunner: cluster init, output formats, the requests each
 command sends (to a fake node on a real socket), error lines and exit codes, defaults and
-environment variables, and the local process lifecycle (pid files, SIGTERM, SIGKILL)."""
+environment variables, and the local process lifecycle (pid files, SIGINT, SIGKILL)."""
 
 from __future__ import annotations
 
@@ -618,9 +618,12 @@ FAKE_NODE_ARGV_TAIL = ["cli.main", "node", "start"]
 
 
 def spawn_fake_node(code: str, *, config: Path) -> subprocess.Popen[bytes]:
-    """A process whose command line is a node's (`cli.main node start --config CONFIG`)."""
+    """A process whose command line is a node's (`cli.main node start --config CONFIG`). It
+    stops on `cluster down`'s signal (SIGINT) as a node does, even when the test runs in the
+    background of a shell (which starts it with SIGINT ignored), unless `code` says otherwise."""
+    stoppable = f"import signal; signal.signal({int(processes.STOP_SIGNAL)}, signal.SIG_DFL); "
     proc = subprocess.Popen(
-        [sys.executable, "-c", code, *FAKE_NODE_ARGV_TAIL, "--config", str(config)],
+        [sys.executable, "-c", stoppable + code, *FAKE_NODE_ARGV_TAIL, "--config", str(config)],
         stdout=subprocess.PIPE,
         start_new_session=True,
     )
@@ -657,17 +660,17 @@ def test_up_refuses_when_a_node_is_running_and_down_stops_it(cluster_dir: Path) 
             {"node_id": 2, "pid": None, "outcome": "not running"},
             {"node_id": 3, "pid": None, "outcome": "not running"},
         ]
-        assert proc.wait(timeout=5) == -signal.SIGTERM
+        assert proc.wait(timeout=5) == -processes.STOP_SIGNAL
         assert not pid_file.exists()
     finally:
         proc.kill()
         proc.wait()
 
 
-def test_down_kills_a_node_that_ignores_sigterm(cluster_dir: Path) -> None:
+def test_down_kills_a_node_that_ignores_its_stop_signal(cluster_dir: Path) -> None:
     cfg = load_cluster_config(cluster_dir / "cluster.toml")
     proc = spawn_fake_node(
-        "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+        "import signal, time; signal.signal(signal.SIGINT, signal.SIG_IGN); "
         "print('ready', flush=True); time.sleep(60)",
         config=cluster_dir / "node2.toml",
     )
@@ -761,7 +764,7 @@ def test_down_goes_on_past_a_pid_it_may_not_signal(
             {"node_id": 1, "pid": foreign.pid, "outcome": "not ours (no permission to signal)"},
             {"node_id": 2, "pid": ours.pid, "outcome": "stopped"},
         ]
-        assert ours.wait(timeout=5) == -signal.SIGTERM
+        assert ours.wait(timeout=5) == -processes.STOP_SIGNAL
         assert foreign.poll() is None
     finally:
         for proc in (foreign, ours):
@@ -829,7 +832,7 @@ def test_down_stops_the_other_nodes_past_a_pid_file_it_cannot_read(cluster_dir: 
         assert outcomes[0] == {"node_id": 1, "pid": proc.pid, "outcome": "stopped"}
         assert outcomes[2]["pid"] is None
         assert outcomes[2]["outcome"].startswith("pid file unreadable: "), outcomes[2]
-        assert proc.wait(timeout=5) == -signal.SIGTERM
+        assert proc.wait(timeout=5) == -processes.STOP_SIGNAL
     finally:
         proc.kill()
         proc.wait()
