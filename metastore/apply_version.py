@@ -121,7 +121,32 @@ from typing import Final
 #      does not propose it (the node joins unrecorded, with a warning) and apply refuses it
 #      (InvalidArgument, changing nothing). A state with a record is snapshotted as format 9
 #      (metastore.state); one without keeps format 8, which the previous release reads.
-APPLY_VERSION_SUPPORTED: Final = 6
+#   7: No apply decision follows the Unicode data of the Python release that runs it (3.11
+#      ships Unicode 14, 3.12 15.0, 3.13 15.1), so nodes of two releases decide alike.
+#      Sibling names a command makes new (CREATE TABLE's columns and struct fields, ADD
+#      COLUMN's column and fields, RENAME's new name, a schema job's pending column against
+#      the public ones and the other jobs', a nested field against the struct's dropped ones)
+#      must differ under Java's equalsIgnoreCase (`metastore.java_case`, the table ALTER
+#      matches references with since 6; `schema.new_name_key`); before, under `str.casefold`,
+#      whose folds change with Unicode releases and differ from Java's: `straße` and `STRASSE`,
+#      or `ﬁle` and `FILE`, were one name (Spark: two), and `id` with a dotless i beside `id`
+#      was allowed (a reference to either ambiguous, version 6). Names already siblings are
+#      kept: from 7 the checks of a whole schema (an ALTER's result, each version published, a
+#      snapshot) refuse identical names only (`schema.unique_names_key`). The decoder and the
+#      DDL parser, which do not know the version, refuse only names equal under both rules (`a`
+#      and `A`), so a name pair only casefold calls equal is refused by apply below 7
+#      (COLUMN_ALREADY_EXISTS) instead of by the decoder (MALFORMED_COMMAND): nothing changes
+#      either way.
+#      An ADD COLUMN job's public step places the column after the sibling of that exact name
+#      (recorded since 6), else the first Java takes for it; before, the first casefold match.
+#      ALTER COLUMN TYPE's check of a DEFAULT (version 5, `schema.widened_default_problem`)
+#      reads ASCII digits and strips ASCII whitespace only; before, `\d`, int() and strip()
+#      took any Unicode digit and space, a set Unicode releases grow (15.0 added the Kawi and
+#      Nag Mundari digits: a DATE default in them was no date to 3.11, a date to 3.12).
+#      SetMemberClientAddress takes a host of printable ASCII characters but space; before,
+#      any characters Python's `isprintable()` accepts (a character assigned in Unicode 15 is
+#      unprintable to 3.11, printable to 3.12).
+APPLY_VERSION_SUPPORTED: Final = 7
 
 # A cluster that never applied SetApplyVersion (and every older snapshot) is at version 1.
 INITIAL_APPLY_VERSION: Final = 1

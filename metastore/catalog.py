@@ -60,7 +60,7 @@ namespaces alike, are kept forever for reads at old timestamps (GC will bound th
 from __future__ import annotations
 
 from bisect import bisect_right
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from itertools import pairwise
 from typing import Final
@@ -111,6 +111,7 @@ from metastore.errors import (
     UnsupportedSchemaChangeError,
     limit_exceeded,
 )
+from metastore.java_case import java_case_key
 from metastore.outcome import Effect, SchemaVersionPublished, TableDropped
 from metastore.schema import (
     Column,
@@ -121,12 +122,15 @@ from metastore.schema import (
     assign_schema_ids,
     drop_column,
     move_column,
+    new_name_key,
     path_sql,
     rename_column,
     set_column_comment,
     set_nullability,
+    unique_names_key,
     validate_schema,
 )
+from metastore.types import NameKey, StructField, StructType, exact_name
 
 # The catalog's own snapshot form of namespaces (`to_data`): 2 keeps every incarnation.
 NAMESPACE_FORM: Final = 2
@@ -628,12 +632,13 @@ class Catalog:
             if isinstance(change, AddColumn) and change.parent:
                 parent = change.parent
                 if spark_case >= NameMatch.JAVA:
-                    # The struct's own names: the check below finds them by casefold, which
-                    # does not take `İNFO` for `info` (Java does). Before version 6 such an
-                    # add was refused as COLUMN_NOT_FOUND by this check.
+                    # The struct's own names: the check below finds them by casefold (from
+                    # version 7 by these names themselves), which does not take `İNFO` for
+                    # `info` (Java does). Before version 6 such an add was refused as
+                    # COLUMN_NOT_FOUND by this check.
                     parent = _actual_path(schema, parent, spark_case)
-                _check_nested_name_unused(inc, schema, (*parent, change.column.name))
-        validate_schema(schema, ids_assigned=True)
+                _check_nested_name_unused(inc, schema, (*parent, change.column.name), spark_case)
+        validate_schema(schema, ids_assigned=True, name_key=unique_names_key(spark_case))
         new_properties = tuple(sorted(properties.items()))
         validate_properties(new_properties, f"properties of table {name}")
         if schema == current.schema and new_properties == current.properties:
@@ -646,7 +651,7 @@ class Catalog:
                 "version": current.version,
                 "tu": current.tu,
             }, ()
-        check_pending_names(name, schema, current.pending)
+        check_pending_names(name, schema, current.pending, name_key=new_name_key(spark_case))
         return self.publish_version(
             inc,
             schema=schema,
@@ -659,6 +664,7 @@ class Catalog:
             before_publish=before_publish,
             keep_free=keep_free(inc.table_id),
             max_version_bytes=max_version_bytes,
+            name_key=unique_names_key(spark_case),
         )
 
     def publish_version(
@@ -675,11 +681,13 @@ class Catalog:
         before_publish: Callable[[TableState], None] | None = None,
         keep_free: int = 0,
         max_version_bytes: int | None = None,
+        name_key: NameKey = str.casefold,
     ) -> Applied:
         """Publish the next version of live incarnation `inc` (ALTER TABLE and the steps of
         schema change jobs). Validates first; writes nothing if anything raises. `keep_free`
         versions must remain below MAX_SCHEMA_VERSIONS_PER_TABLE after this one (those the
-        table's running schema change jobs still need to finish or be cancelled)."""
+        table's running schema change jobs still need to finish or be cancelled).
+        `name_key`: sibling names must differ under it (`schema.unique_names_key`)."""
         name = inc.name
         current = inc.versions[-1]
         if len(inc.versions) + keep_free >= limits.MAX_SCHEMA_VERSIONS_PER_TABLE:
@@ -690,7 +698,7 @@ class Catalog:
                 len(inc.versions) + 1 + keep_free,
                 f"schema versions of {name}{kept}",
             )
-        validate_schema(schema, ids_assigned=True)
+        validate_schema(schema, ids_assigned=True, name_key=name_key)
         if pending:
             # Pending columns count too: writers write them, and a job's last step (or a
             # cancelled drop) makes them public without adding any, so a step can never be
@@ -748,8 +756,11 @@ class Catalog:
     # Invariants
     # ----------------------------------------------------------------------------------------
 
-    def check_invariants(self, *, dd: int | None, last_tm: int) -> None:
-        """Raise CatalogInvariantError if any invariant from the module docstring fails."""
+    def check_invariants(
+        self, *, dd: int | None, last_tm: int, name_key: NameKey = str.casefold
+    ) -> None:
+        """Raise CatalogInvariantError if any invariant from the module docstring fails.
+        `name_key`: sibling names differ under it (`schema.unique_names_key`)."""
         if dd is None:
             if not self.is_empty():
                 raise CatalogInvariantError("catalog has content but the cluster has no DD")
@@ -761,7 +772,7 @@ class Catalog:
             if not incs:
                 raise CatalogInvariantError(f"{name}: empty incarnation list")
             for k, inc in enumerate(incs):
-                _check_incarnation(name, inc, dd=dd, last_tm=last_tm)
+                _check_incarnation(name, inc, dd=dd, last_tm=last_tm, name_key=name_key)
                 if inc.table_id in table_ids or inc.table_id >= self._next_table_id:
                     raise CatalogInvariantError(f"{name}: table id {inc.table_id} reused or ahead")
                 table_ids.add(inc.table_id)
@@ -882,11 +893,17 @@ def _actual_path(schema: Schema, path: tuple[str, ...], spark_case: NameMatch) -
     )
 
 
-def _check_nested_name_unused(inc: TableState, schema: Schema, path: tuple[str, ...]) -> None:
+def _check_nested_name_unused(
+    inc: TableState, schema: Schema, path: tuple[str, ...], spark_case: NameMatch
+) -> None:
     """Refuse a nested field at `path` whose name an older field of the same struct had (one
     dropped since). Readers match nested fields by name (only top-level columns carry field
     ids to them), so rows written before the drop would show the old field's values under the
-    new one."""
+    new one. From apply version 7 (`path` holds the fields' own names) "that name" is Java's
+    equalsIgnoreCase, as a new name's uniqueness; before, the first casefold match."""
+    if spark_case >= NameMatch.JAVA_UNIQUE:
+        _check_nested_name_unused_v7(inc, schema, path)
+        return
     added = schema.lookup(path)
     struct_id = schema.lookup(path[:1]).field_id
     for version in inc.versions:
@@ -903,6 +920,39 @@ def _check_nested_name_unused(inc: TableState, schema: Schema, path: tuple[str, 
                 "(nested fields are matched by name). Choose another name",
                 details={"column": list(path), "reason": "nested_name_reused"},
             )
+
+
+def _check_nested_name_unused_v7(inc: TableState, schema: Schema, path: tuple[str, ...]) -> None:
+    added_id = next(_members_named(schema.columns, path, exact_name)).field_id
+    struct_id = next(_members_named(schema.columns, path[:1], exact_name)).field_id
+    for version in inc.versions:
+        # The same column, by the field id that keeps its files apart from any other's.
+        same = [c.type for c in version.schema.columns if c.field_id == struct_id]
+        if not same or not isinstance(same[0], StructType):
+            continue
+        for old in _members_named(same[0].fields, path[1:], java_case_key):
+            if old.field_id != added_id:
+                raise UnsupportedSchemaChangeError(
+                    f"cannot add the nested field {path_sql(path)}: version {version.version} "
+                    f"had a field of that name ({old.name}), and older rows would show its "
+                    "values under the new one (nested fields are matched by name). Choose "
+                    "another name",
+                    details={"column": list(path), "reason": "nested_name_reused"},
+                )
+
+
+def _members_named(
+    members: Sequence[Column | StructField], names: tuple[str, ...], key: NameKey
+) -> Iterator[Column | StructField]:
+    """The members at the end of `names`, each step matched under `key`, in schema order."""
+    wanted = key(names[0])
+    for member in members:
+        if key(member.name) != wanted:
+            continue
+        if len(names) == 1:
+            yield member
+        elif isinstance(member.type, StructType):
+            yield from _members_named(member.type.fields, names[1:], key)
 
 
 def _apply_change(
@@ -984,18 +1034,24 @@ def _drop_ttl_spellings(properties: dict[str, str]) -> None:
 
 
 def check_pending_names(
-    name: TableName, schema: Schema, pending: tuple[PendingColumn, ...]
+    name: TableName,
+    schema: Schema,
+    pending: tuple[PendingColumn, ...],
+    *,
+    name_key: NameKey = str.casefold,
 ) -> None:
     """No public column may take the name of a column a job is adding or dropping, and no two
-    pending columns share a name: writers pinned to the version fill the pending one under
-    that name. The older job (first in `pending`'s order of arrival) is the one named."""
+    pending columns share a name (equal under `name_key`: `schema.new_name_key` of the apply
+    version where a name is new, `unique_names_key` for a state's check): writers pinned to
+    the version fill the pending one under that name. The older job (first in `pending`'s
+    order of arrival) is the one named."""
     taken: dict[str, PendingColumn] = {}
     clash: PendingColumn | None = None
     for p in pending:
-        clash = clash or taken.get(p.column.name.casefold())
-        taken.setdefault(p.column.name.casefold(), p)
+        clash = clash or taken.get(name_key(p.column.name))
+        taken.setdefault(name_key(p.column.name), p)
     for c in schema.columns:
-        clash = clash or taken.get(c.name.casefold())
+        clash = clash or taken.get(name_key(c.name))
     if clash is not None:
         action = "added" if clash.action == ADDING else "dropped"
         raise SchemaJobConflictError(
@@ -1068,7 +1124,9 @@ def _namespace_not_found(namespace: str) -> NamespaceNotFoundError:
     )
 
 
-def _check_incarnation(name: TableName, inc: TableState, *, dd: int, last_tm: int) -> None:
+def _check_incarnation(
+    name: TableName, inc: TableState, *, dd: int, last_tm: int, name_key: NameKey
+) -> None:
     def fail(what: str) -> CatalogInvariantError:
         return CatalogInvariantError(f"{name} (table id {inc.table_id}): {what}")
 
@@ -1096,7 +1154,7 @@ def _check_incarnation(name: TableName, inc: TableState, *, dd: int, last_tm: in
         if previous is not None and v.tm <= previous.tm:
             raise fail(f"version {v.version}: tm not increasing")
         try:
-            validate_schema(v.schema, ids_assigned=True)
+            validate_schema(v.schema, ids_assigned=True, name_key=name_key)
             validate_properties(v.properties, "properties")
         except MetastoreError as e:
             raise fail(f"version {v.version}: {e.message}") from e
@@ -1105,7 +1163,7 @@ def _check_incarnation(name: TableName, inc: TableState, *, dd: int, last_tm: in
         if pending_ids != sorted(set(pending_ids)) or ids & set(pending_ids):
             raise fail(f"version {v.version}: pending field ids repeat or are public")
         try:
-            check_pending_names(name, v.schema, v.pending)
+            check_pending_names(name, v.schema, v.pending, name_key=name_key)
         except MetastoreError as e:
             raise fail(f"version {v.version}: {e.message}") from e
         if any(p.state not in PENDING_STATES or p.action not in PENDING_ACTIONS for p in v.pending):

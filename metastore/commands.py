@@ -84,6 +84,8 @@ from metastore.schema import (
 )
 from metastore.types import (
     DataType,
+    NameKey,
+    any_version_name_key,
     struct_fields,
     type_from_data,
     type_to_data,
@@ -839,8 +841,14 @@ Command = (
 # --------------------------------------------------------------------------------------------
 
 
-def validate_command(cmd: Command) -> None:
-    """Check everything that does not depend on catalog state. Raises typed MetastoreErrors."""
+def validate_command(cmd: Command, *, name_key: NameKey = any_version_name_key) -> None:
+    """Check everything that does not depend on catalog state. Raises typed MetastoreErrors.
+
+    `name_key`: new sibling names (CREATE TABLE's, an added column's with its fields, a STRUCT
+    of ALTER COLUMN TYPE) must differ under it. Apply passes its apply version's rule
+    (`schema.new_name_key`: casefold below 7, Java's equalsIgnoreCase from 7); the decoder and
+    the DDL parser, which do not know the version, refuse only names equal under every rule
+    (`a` and `A`), and apply decides the rest."""
     validate_text(cmd.request_id, "request id")
     if len(cmd.request_id) > limits.MAX_REQUEST_ID_CHARS:
         raise limit_exceeded(
@@ -875,7 +883,7 @@ def validate_command(cmd: Command) -> None:
                     f"table format {cmd.format!r} is not supported; use one of {TABLE_FORMATS}",
                     details={"format": cmd.format, "allowed": list(TABLE_FORMATS)},
                 )
-            validate_schema(schema, ids_assigned=False)
+            validate_schema(schema, ids_assigned=False, name_key=name_key)
             validate_comment(comment, f"table {table}")
             validate_properties(props, f"properties of table {table}")
             validate_location(cmd.location, f"location of table {table}")
@@ -892,7 +900,7 @@ def validate_command(cmd: Command) -> None:
                     "changes in one ALTER TABLE",
                 )
             for change in changes:
-                _validate_change(change)
+                _validate_change(change, name_key)
         case CommitTxn():
             _validate_commit(cmd)
         case OpenSession(info=info):
@@ -1246,12 +1254,12 @@ def _validate_position(position: ColumnPosition | None) -> None:
         validate_name(position.column, "column")
 
 
-def _validate_change(change: TableChange) -> None:
+def _validate_change(change: TableChange, name_key: NameKey) -> None:
     match change:
         case AddColumn(parent=parent, column=column, position=position):
             if parent:
                 _validate_path(parent)
-            validate_column(column, nested=bool(parent))
+            validate_column(column, nested=bool(parent), name_key=name_key)
             if column.field_id != 0 or any(f.field_id != 0 for f in struct_fields(column.type)):
                 raise InvalidArgumentError("field ids are assigned by the catalog; send them as 0")
             _validate_position(position)
@@ -1262,7 +1270,7 @@ def _validate_change(change: TableChange) -> None:
             _validate_path(path)
         case AlterColumnType(path=path, new_type=new_type):
             _validate_path(path)
-            validate_type(new_type)
+            validate_type(new_type, name_key=name_key)
         case SetColumnComment(path=path, comment=comment):
             _validate_path(path)
             validate_comment(comment, f"column {path_sql(path)}")

@@ -91,8 +91,20 @@ from metastore.errors import (
     UnsupportedSchemaChangeError,
     limit_exceeded,
 )
+from metastore.java_case import java_case_key
 from metastore.leases import Sessions
-from metastore.schema import After, Column, First, NameMatch, Schema, add_column, drop_column
+from metastore.schema import (
+    After,
+    Column,
+    First,
+    NameMatch,
+    Schema,
+    add_column,
+    drop_column,
+    new_name_key,
+    unique_names_key,
+)
+from metastore.types import StructField
 
 Result = dict[str, object]
 
@@ -268,7 +280,12 @@ class SchemaJobs:
                 next_field_id=inc.next_field_id,
                 spark_case=spark_case,
             )
-            added = widened.lookup((change.column.name,))
+            added: Column | StructField
+            if spark_case >= NameMatch.JAVA_UNIQUE:
+                # Its own name: from apply version 7 a sibling may be one with it to casefold.
+                added = next(c for c in widened.columns if c.name == change.column.name)
+            else:
+                added = widened.lookup((change.column.name,))
             assert isinstance(added, Column)
             column = pending_column = added
             public = current.schema
@@ -278,7 +295,8 @@ class SchemaJobs:
                 case First():
                     after = ""
                 case After(column=sibling) if spark_case:
-                    # The sibling's own name: the public step finds it by casefold.
+                    # The sibling's own name: the public step finds it by casefold (from
+                    # apply version 7 by that name itself, `_insert`).
                     after = current.schema.lookup((sibling,), spark_case=spark_case).name
                 case After(column=sibling):
                     after = sibling
@@ -289,7 +307,7 @@ class SchemaJobs:
             *current.pending,
             PendingColumn(column=pending_column, state=state, job_id=job_id, action=action),
         )
-        check_pending_names(inc.name, public, pending)
+        check_pending_names(inc.name, public, pending, name_key=new_name_key(spark_case))
         result, effects = catalog.publish_version(
             inc,
             schema=public,
@@ -302,6 +320,7 @@ class SchemaJobs:
             # Its own later steps, and those of the table's other running jobs.
             keep_free=self.versions_needed(inc.table_id) + len(STEPS[kind]) - 1,
             max_version_bytes=max_version_bytes,
+            name_key=unique_names_key(spark_case),
         )
         version = result["version"]
         assert isinstance(version, int)
@@ -338,11 +357,13 @@ class SchemaJobs:
         sessions: Sessions,
         live_files: int,
         end_order: bool,
+        spark_case: NameMatch = NameMatch.CASEFOLD,
     ) -> Applied:
         """Take the job from step `cmd.step` to the next. `live_files` is the table's number of
         live files now, or from apply version 4 1 if it may have any, else 0 (an ADD job's
         write-only step records whether a backfill is needed).
-        `end_order`: see `_trim`."""
+        `end_order`: see `_trim`. `spark_case`: the apply version's name rules (`NameMatch`:
+        how names must differ, and from version 7 how the public step finds AFTER's sibling)."""
         job = self._get(cmd.job_id)
         if not job.running or job.step != cmd.step:
             raise self._state_error(job, f"expected step {cmd.step}")
@@ -355,6 +376,7 @@ class SchemaJobs:
                 sessions=sessions,
                 by=job.ended_by,
                 end_order=end_order,
+                spark_case=spark_case,
             )
         inc = _live_incarnation(catalog, job)
         if inc is None:
@@ -374,6 +396,7 @@ class SchemaJobs:
                 tm=tm,
                 dd=dd,
                 before_publish=gate,
+                name_key=unique_names_key(spark_case),
             )
             self._write_step(job, nxt, applied, tm=tm, status=SUCCEEDED, end_order=end_order)
             return self._reply(job.job_id, applied)
@@ -391,6 +414,7 @@ class SchemaJobs:
                 tm=tm,
                 dd=dd,
                 before_publish=gate,
+                name_key=unique_names_key(spark_case),
             )
             self._write_step(
                 job, nxt, applied, tm=tm, backfill_needed=live_files > 0, end_order=end_order
@@ -411,6 +435,7 @@ class SchemaJobs:
                 tm=tm,
                 dd=dd,
                 before_publish=gate,
+                name_key=unique_names_key(spark_case),
             )
             self._write_step(job, nxt, applied, tm=tm, end_order=end_order)
             self._jobs[job.job_id] = replace(self._jobs[job.job_id], backfill_from_ts=tm + dd)
@@ -423,7 +448,7 @@ class SchemaJobs:
                 details=_backfill_details(job),
             )
         pending = tuple(p for p in current.pending if p.job_id != job.job_id)
-        public = _insert(current.schema, job.column, job.after)
+        public = _insert(current.schema, job.column, job.after, spark_case)
         applied = catalog.publish_version(
             inc,
             schema=public,
@@ -433,6 +458,7 @@ class SchemaJobs:
             tm=tm,
             dd=dd,
             before_publish=gate,
+            name_key=unique_names_key(spark_case),
         )
         self._write_step(job, nxt, applied, tm=tm, status=SUCCEEDED, end_order=end_order)
         return self._reply(job.job_id, applied)
@@ -446,6 +472,7 @@ class SchemaJobs:
         catalog: Catalog,
         sessions: Sessions,
         end_order: bool,
+        spark_case: NameMatch = NameMatch.CASEFOLD,
     ) -> Applied:
         """Roll a running job back: publish the table's public shape from before the job. If
         leases are in the way, the request is recorded instead (`cancel_requested`): from then
@@ -466,6 +493,7 @@ class SchemaJobs:
                 sessions=sessions,
                 by=cmd.by,
                 end_order=end_order,
+                spark_case=spark_case,
             )
         except SchemaChangeBlockedError as exc:
             self._jobs[job.job_id] = replace(
@@ -488,6 +516,7 @@ class SchemaJobs:
         sessions: Sessions,
         by: str,
         end_order: bool,
+        spark_case: NameMatch,
     ) -> Applied:
         inc = _live_incarnation(catalog, job)
         if inc is None:
@@ -514,6 +543,7 @@ class SchemaJobs:
             tm=tm,
             dd=dd,
             before_publish=lambda i: sessions.check_publish(i, tm=tm),
+            name_key=unique_names_key(spark_case),
         )
         self._write_step(
             job, job.step, applied, tm=tm, status=CANCELLED, ended_by=by, end_order=end_order
@@ -853,12 +883,23 @@ def _unchanged(inc: TableState) -> Result:
     }
 
 
-def _insert(schema: Schema, column: Column, after: str | None) -> Schema:
+def _insert(
+    schema: Schema, column: Column, after: str | None, spark_case: NameMatch = NameMatch.CASEFOLD
+) -> Schema:
     """`column` placed FIRST (after == ""), after sibling `after`, or last (None, or when that
-    sibling is gone by now)."""
+    sibling is gone by now). The sibling: from apply version 7 the one named `after` (its own
+    name since version 6), else the first Java's equalsIgnoreCase takes for it (a job started
+    earlier holds the name as the user wrote it); before, the first casefold match, which
+    depends on the Python release and, once `ß` and `ss` may be siblings, could be the other."""
     columns = list(schema.columns)
     if after == "":
         columns.insert(0, column)
+    elif after is not None and spark_case >= NameMatch.JAVA_UNIQUE:
+        names = [c.name for c in columns]
+        if after not in names:
+            names = [java_case_key(n) for n in names]
+            after = java_case_key(after)
+        columns.insert(names.index(after) + 1 if after in names else len(columns), column)
     else:
         names = [c.name.casefold() for c in columns]
         if after is not None and after.casefold() in names:

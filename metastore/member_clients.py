@@ -29,8 +29,16 @@ from metastore.errors import InvalidArgumentError, MalformedSnapshotError, limit
 _PORT_MAX = 65535
 
 
-def address_problem(node_id: object, host: object, port: object) -> str | None:
-    """Why (node_id, host, port) is not a recordable member client address, or None."""
+def address_problem(
+    node_id: object, host: object, port: object, *, ascii_host: bool = False
+) -> str | None:
+    """Why (node_id, host, port) is not a recordable member client address, or None.
+
+    `ascii_host` (apply version 7): the host is ASCII's printable characters but space (a
+    host name or IP literal is); else any characters but spaces that the running Python calls
+    printable, a set each Unicode release grows (a character assigned in Unicode 15, as the
+    Kawi digits, is unprintable to Python 3.11 and printable to 3.12), so two releases could
+    disagree whether to record an address."""
     if type(node_id) is not int or not 0 < node_id <= limits.MAX_MEMBER_NODE_ID:
         return f"node_id must be in 1..{limits.MAX_MEMBER_NODE_ID}"
     if (
@@ -38,10 +46,10 @@ def address_problem(node_id: object, host: object, port: object) -> str | None:
         or not host
         or len(host) > limits.MAX_MEMBER_HOST_CHARS
         or any(c.isspace() or not c.isprintable() for c in host)
+        or (ascii_host and not all("!" <= c <= "~" for c in host))
     ):
-        return (
-            f"host must be 1 to {limits.MAX_MEMBER_HOST_CHARS} printable characters without spaces"
-        )
+        what = "printable ASCII characters" if ascii_host else "printable characters"
+        return f"host must be 1 to {limits.MAX_MEMBER_HOST_CHARS} {what} without spaces"
     if type(port) is not int or not 0 < port <= _PORT_MAX:
         return f"port must be in 1..{_PORT_MAX}"
     return None
@@ -74,9 +82,10 @@ class MemberClients:
     def items(self) -> list[tuple[int, tuple[str, int]]]:
         return sorted(self._by_node.items())
 
-    def check_record(self, node_id: int, host: str, port: int) -> None:
-        """Raise what `record` would raise, changing nothing."""
-        problem = address_problem(node_id, host, port)
+    def check_record(self, node_id: int, host: str, port: int, *, ascii_host: bool = False) -> None:
+        """Raise what `record` would raise, changing nothing. `ascii_host`: see
+        `address_problem`."""
+        problem = address_problem(node_id, host, port, ascii_host=ascii_host)
         if problem is not None:
             raise InvalidArgumentError(f"member client address: {problem}")
         if (
@@ -90,8 +99,10 @@ class MemberClients:
                 "member client addresses recorded",
             )
 
-    def record(self, node_id: int, host: str, port: int) -> dict[str, object]:
-        self.check_record(node_id, host, port)
+    def record(
+        self, node_id: int, host: str, port: int, *, ascii_host: bool = False
+    ) -> dict[str, object]:
+        self.check_record(node_id, host, port, ascii_host=ascii_host)
         previous = self._by_node.get(node_id)
         self._by_node[node_id] = (host, port)
         return {

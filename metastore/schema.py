@@ -7,8 +7,18 @@ renamed column keeps its id. Readers resolve Parquet columns by id, which is wha
 drop safe for files written under an older version.
 
 Column names are unique case-insensitively among siblings (Spark's default resolution), and keep
-the case they were given. Uniqueness folds case fully (`str.casefold`: `ß` and `ss` are one
-name); a name in a change (the column to drop, rename, alter, move after, the struct to add to)
+the case they were given. Uniqueness: from apply version 7, a new name (of CREATE TABLE, ADD
+COLUMN with the fields of its type, RENAME's new name, a job's pending column) must differ from
+its siblings' under Java's equalsIgnoreCase (`java_case_key`, the table references are matched
+with), so `straße` and `STRASSE`, or `ﬁle` and `FILE`, are two names, as to Spark, and no new
+pair can make a reference ambiguous. Before, it folded case fully with `str.casefold` (`ß` and
+`ss` one name), whose result follows the Unicode release of the Python that runs it: nodes on
+two releases could disagree whether a CREATE or ADD COLUMN is valid. Siblings already in a table
+keep their names at version 7 even when Java takes them for one (`id` and `id` with a dotless
+i, two names to casefold): checks of a whole schema (`validate_schema` of an ALTER's result, a
+published version, a snapshot) refuse only identical names from then on (`unique_names_key`).
+
+A name in a change (the column to drop, rename, alter, move after, the struct to add to)
 is matched as Spark matches it, with `spark_case` (a `NameMatch`): Java's equalsIgnoreCase,
 character by character, so `ss` does not name `ß`. Before apply version 5 it was matched by
 casefold too, and `DROP COLUMN strasse` dropped `straße`; version 5 approximated Java with
@@ -70,10 +80,12 @@ from metastore.types import (
     DataType,
     DecimalType,
     MapType,
+    NameKey,
     StructField,
     StructType,
     VarcharType,
     assign_field_ids,
+    exact_name,
     struct_fields,
     validate_comment,
     validate_name,
@@ -155,6 +167,19 @@ class NameMatch(IntEnum):
     CASEFOLD = 0  # below apply version 5: str.casefold, as uniqueness is checked
     SPARK_V5 = 5  # apply version 5: `spark_name_key` (Python's case tables)
     JAVA = 6  # apply version 6: `java_case_key` (Java 17's); a name two siblings match refused
+    JAVA_UNIQUE = 7  # apply version 7: as 6, and a new name is unique by `java_case_key` too
+
+
+def new_name_key(spark_case: NameMatch) -> NameKey:
+    """The key under which a new name must differ from its siblings' (module docstring)."""
+    return java_case_key if spark_case >= NameMatch.JAVA_UNIQUE else str.casefold
+
+
+def unique_names_key(spark_case: NameMatch) -> NameKey:
+    """The key under which the names of a whole schema must differ, old ones included: from
+    apply version 7 only identical names are refused (a table may keep two names casefold
+    told apart and Java does not); before, casefold."""
+    return exact_name if spark_case >= NameMatch.JAVA_UNIQUE else str.casefold
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -210,8 +235,11 @@ Member = Column | StructField
 # --------------------------------------------------------------------------------------------
 
 
-def validate_schema(schema: Schema, *, ids_assigned: bool) -> None:
-    """Names, types, limits; ids all assigned and unique, or (for commands) all unassigned."""
+def validate_schema(
+    schema: Schema, *, ids_assigned: bool, name_key: NameKey = str.casefold
+) -> None:
+    """Names, types, limits; ids all assigned and unique, or (for commands) all unassigned.
+    Sibling names must differ under `name_key` (`new_name_key`, `unique_names_key`)."""
     if not schema.columns:
         raise InvalidArgumentError("a table needs at least one column")
     count = schema.field_count()
@@ -221,8 +249,8 @@ def validate_schema(schema: Schema, *, ids_assigned: bool) -> None:
         )
     seen: set[str] = set()
     for c in schema.columns:
-        validate_column(c, nested=False)
-        folded = c.name.casefold()
+        validate_column(c, nested=False, name_key=name_key)
+        folded = name_key(c.name)
         if folded in seen:
             raise ColumnAlreadyExistsError(
                 f"duplicate column name {c.name!r} (names are case-insensitive)",
@@ -237,10 +265,10 @@ def validate_schema(schema: Schema, *, ids_assigned: bool) -> None:
         raise InvalidArgumentError("field ids are assigned by the catalog; send them as 0")
 
 
-def validate_column(column: Column, *, nested: bool) -> None:
+def validate_column(column: Column, *, nested: bool, name_key: NameKey = str.casefold) -> None:
     validate_name(column.name, "column")
     validate_comment(column.comment, f"column {column.name}")
-    validate_type(column.type)
+    validate_type(column.type, name_key=name_key)
     if column.default_sql is not None:
         if nested:
             raise UnsupportedSchemaChangeError(
@@ -330,7 +358,7 @@ def add_column(
     """Add `column` under `parent` (() for top level). Returns the schema and the next free id.
     `spark_case`: how `parent` and an AFTER sibling are matched (module docstring)."""
     nested = bool(parent)
-    validate_column(column, nested=nested)
+    validate_column(column, nested=nested, name_key=new_name_key(spark_case))
     path = (*parent, column.name)
     if not column.nullable:
         if nested:
@@ -359,7 +387,7 @@ def add_column(
         member = replace(column, field_id=next_field_id, type=dtype)
 
     def edit(members: list[Member]) -> list[Member]:
-        if _find(members, column.name) >= 0:
+        if _name_taken(members, column.name, spark_case, but=-1):
             raise ColumnAlreadyExistsError(
                 f"column {path_sql(path)} already exists (names are case-insensitive)",
                 details={"column": list(path)},
@@ -388,8 +416,7 @@ def rename_column(
 
     def edit(members: list[Member]) -> list[Member]:
         i = _require(members, path, spark_case)
-        clash = _find(members, new_name)
-        if clash >= 0 and clash != i:
+        if _name_taken(members, new_name, spark_case, but=i):
             raise ColumnAlreadyExistsError(
                 f"cannot rename {path_sql(path)} to {new_name!r}: a sibling has that name "
                 "(names are case-insensitive)",
@@ -429,7 +456,7 @@ def alter_column_type(
     """Widen the column at `path` to `new_type`. `keep_default` (apply version 5): refuse a
     widening after which the column's DEFAULT gives older rows another value than the one
     rows written since hold, or no value (`widened_default_problem`)."""
-    validate_type(new_type)
+    validate_type(new_type, name_key=new_name_key(spark_case))
 
     def edit(members: list[Member]) -> list[Member]:
         i = _require(members, path, spark_case)
@@ -469,7 +496,9 @@ def alter_column_type(
         member = members[i]
         default_sql = member.default_sql if isinstance(member, Column) else None
         problem = (
-            widened_default_problem(default_sql, old, new_type)
+            widened_default_problem(
+                default_sql, old, new_type, ascii_only=spark_case >= NameMatch.JAVA_UNIQUE
+            )
             if keep_default and default_sql is not None
             else None
         )
@@ -499,26 +528,44 @@ _NUMBER_RE = re.compile(r"-?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
 _DATE_ONLY_RE = re.compile(r"([+-]?\d{4,6})(?:-(\d{1,2})(?:-(\d{1,2}))?)?")
 # TIMESTAMP_NTZ is 64-bit microseconds since the epoch (years -290308 to +294247).
 _NTZ_MICROS_MIN, _NTZ_MICROS_MAX = -(2**63), 2**63 - 1
+# The same in ASCII alone (apply version 7): `\d` of a str pattern is any Unicode decimal digit,
+# a set each Unicode release may grow (15.0 added the Kawi and Nag Mundari digits), and int()
+# and Decimal() read them all; Spark reads a number or a date in ASCII digits only.
+_NUMBER_ASCII_RE = re.compile(_NUMBER_RE.pattern, re.ASCII)
+_DATE_ONLY_ASCII_RE = re.compile(_DATE_ONLY_RE.pattern, re.ASCII)
+# What apply version 7 strips: str.strip() without arguments strips what the running Python's
+# Unicode data calls whitespace.
+_ASCII_WHITESPACE = " \t\n\r\x0b\x0c"
 
 
-def widened_default_problem(default_sql: str, old: DataType, new: DataType) -> str | None:
+def widened_default_problem(
+    default_sql: str, old: DataType, new: DataType, *, ascii_only: bool = False
+) -> str | None:
     """Why `default_sql` (a stored DEFAULT) gives older rows a value after a widening from
     `old` to `new` that differs from the old type's value widened, or no value; None if it
     gives the same. Deterministic text rules, no SQL parser: a form not recognised here is
     refused, not guessed. Integer and DECIMAL (same scale) widenings keep every value, and
     the readers treat VARCHAR as STRING (no trimming), so only FLOAT -> DOUBLE and
-    DATE -> TIMESTAMP_NTZ are checked."""
-    text = default_sql.strip()
+    DATE -> TIMESTAMP_NTZ are checked. `ascii_only` (apply version 7): digits and whitespace
+    are ASCII's, so the verdict does not follow the Unicode release of the running Python;
+    before, `\\d` and `strip()` took any Unicode digit and space (2020-01-01 written in
+    fullwidth digits was that date, and Kawi digits are digits from Python 3.12 on)."""
+    strip: Callable[[str], str] = str.strip
+    number_re, date_re = _NUMBER_RE, _DATE_ONLY_RE
+    if ascii_only:
+        strip = lambda text: text.strip(_ASCII_WHITESPACE)  # noqa: E731
+        number_re, date_re = _NUMBER_ASCII_RE, _DATE_ONLY_ASCII_RE
+    text = strip(default_sql)
     while text.startswith("(") and text.endswith(")") and _one_group(text):
-        text = text[1:-1].strip()
-    if text.upper() == "NULL":
+        text = strip(text[1:-1])
+    if text.upper() == "NULL" and (text.isascii() or not ascii_only):
         return None
     if old == FLOAT and new == DOUBLE:
         cast_to_float = re.fullmatch(r"CAST\((-?[0-9.eE+-]+) AS FLOAT\)", text)
-        if cast_to_float and _NUMBER_RE.fullmatch(cast_to_float.group(1)):
+        if cast_to_float and number_re.fullmatch(cast_to_float.group(1)):
             return None  # a FLOAT in every row, widened alike
-        number = text[1:-1].strip() if _is_plain_string(text) else text
-        if not _NUMBER_RE.fullmatch(number):
+        number = strip(text[1:-1]) if _is_plain_string(text) else text
+        if not number_re.fullmatch(number):
             return "is not a number literal, so its value as a DOUBLE cannot be checked here"
         if not _exactly_a_float(number):
             return "is no exact FLOAT value, so as a DOUBLE it reads another number"
@@ -528,7 +575,7 @@ def widened_default_problem(default_sql: str, old: DataType, new: DataType) -> s
         literal = cast_to_date.group(1) if cast_to_date else text
         if not _is_plain_string(literal):
             return "is not a date literal, so its value as a TIMESTAMP_NTZ cannot be checked here"
-        date = _DATE_ONLY_RE.fullmatch(literal[1:-1].strip())
+        date = date_re.fullmatch(strip(literal[1:-1]))
         if date is None:
             return "is not a date alone: as a TIMESTAMP_NTZ it keeps the time of day"
         year, month, day = int(date.group(1)), int(date.group(2) or 1), int(date.group(3) or 1)
@@ -711,6 +758,16 @@ def _find(members: list[Member], name: str, *, spark_case: NameMatch = NameMatch
             details={"column": name, "matches": names, "reason": "ambiguous_column"},
         )
     return matches[0] if matches else -1
+
+
+def _name_taken(members: list[Member], name: str, spark_case: NameMatch, *, but: int) -> bool:
+    """Whether a sibling other than `members[but]` has `name` as a new name must not
+    (`new_name_key`). Below apply version 7 the first casefold match decides, as it did."""
+    if spark_case < NameMatch.JAVA_UNIQUE:
+        clash = _find(members, name)
+        return clash >= 0 and clash != but
+    key = java_case_key(name)
+    return any(java_case_key(m.name) == key for i, m in enumerate(members) if i != but)
 
 
 def _require(members: list[Member], path: Path, spark_case: NameMatch) -> int:

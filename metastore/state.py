@@ -99,7 +99,7 @@ from metastore.manifests import Listing
 from metastore.member_clients import MemberClients
 from metastore.outcome import Effect, Outcome, SchemaVersionPublished, TableDropped
 from metastore.revocation import RevokedCerts
-from metastore.schema import NameMatch
+from metastore.schema import NameMatch, new_name_key, unique_names_key
 from metastore.txn import (
     CommitRecord,
     CommitsSince,
@@ -195,7 +195,8 @@ class MetastoreState:
         """Apply one committed command. Expected failures come back as a failed Outcome."""
         try:
             self._check_position(tm, index)
-            validate_command(command)
+            # New names differ under this version's rule (casefold below 7, Java's from 7).
+            validate_command(command, name_key=new_name_key(self._name_match()))
             digest = b""
             if command.request_id:
                 digest = fingerprint(encode_command(command))
@@ -360,7 +361,12 @@ class MetastoreState:
                         details={"apply_version": self.apply_version, "needed": 6},
                     )
                 return Outcome.success(
-                    self.member_clients.record(command.node_id, command.host, command.port)
+                    self.member_clients.record(
+                        command.node_id,
+                        command.host,
+                        command.port,
+                        ascii_host=self.rules_at_least(7),
+                    )
                 )
             case RevokeCerts():
                 return Outcome.success(
@@ -430,6 +436,7 @@ class MetastoreState:
                     sessions=self.sessions,
                     live_files=live_files,
                     end_order=self.rules_at_least(4),
+                    spark_case=self._name_match(),
                 )
             case CancelSchemaJob():
                 result, effects = self.jobs.cancel(
@@ -439,6 +446,7 @@ class MetastoreState:
                     catalog=self.catalog,
                     sessions=self.sessions,
                     end_order=self.rules_at_least(4),
+                    spark_case=self._name_match(),
                 )
             case _:
                 assert_never(command)
@@ -480,7 +488,10 @@ class MetastoreState:
                     pass
 
     def _name_match(self) -> NameMatch:
-        """How ALTER TABLE finds the columns it names at this apply version (`NameMatch`)."""
+        """How ALTER TABLE finds the columns it names, and how names must differ, at this
+        apply version (`NameMatch`)."""
+        if self.rules_at_least(7):
+            return NameMatch.JAVA_UNIQUE
         if self.rules_at_least(6):
             return NameMatch.JAVA
         return NameMatch.SPARK_V5 if self.rules_at_least(5) else NameMatch.CASEFOLD
@@ -639,7 +650,9 @@ class MetastoreState:
             except MetastoreError as e:
                 raise CatalogInvariantError(f"cluster settings invalid: {e.message}") from e
         dd = None if self.cluster is None else self.cluster.dd
-        self.catalog.check_invariants(dd=dd, last_tm=self.last_tm)
+        self.catalog.check_invariants(
+            dd=dd, last_tm=self.last_tm, name_key=unique_names_key(self._name_match())
+        )
         self.txns.check_invariants(catalog=self.catalog, dd=dd, last_tm=self.last_tm)
         self.sessions.check_invariants(catalog=self.catalog, last_tm=self.last_tm)
         self.gc.check_invariants(

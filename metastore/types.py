@@ -18,13 +18,14 @@ Three spellings:
 
 Invariants (checked by `validate_type`, not by the constructors, so building values stays cheap):
 decimal 1 <= p <= 38 and 0 <= s <= p; CHAR/VARCHAR length >= 1; a struct has at least one field and
-its field names are unique case-insensitively (Spark's default); names are 1..128 characters
+its field names are unique case-insensitively (Spark's default; under which rule: `name_key`,
+per apply version, see `metastore.schema`); names are 1..128 characters
 without control characters; comments are non-empty when present; nesting depth <= 16.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from enum import StrEnum
 
@@ -35,6 +36,7 @@ from metastore.errors import (
     MalformedCommandError,
     limit_exceeded,
 )
+from metastore.java_case import java_case_key
 from metastore.lexer import TokenCursor, TokenKind, quote_identifier, quote_string
 
 UNASSIGNED_FIELD_ID = 0
@@ -223,7 +225,10 @@ def parse_type(text: str) -> DataType:
     dtype = parse_type_tokens(cur)
     if cur.peek().kind is not TokenKind.EOF:
         raise cur.error("unexpected text after the type")
-    validate_type(dtype)
+    # Clients read back types the catalog accepted by the rule of its apply version (from 7,
+    # `ß` and `ss` may be two fields; before, `id` and `id` with a
+    # dotless i): refuse what every rule refuses.
+    validate_type(dtype, name_key=any_version_name_key)
     return dtype
 
 
@@ -342,15 +347,34 @@ def validate_comment(comment: str | None, what: str) -> None:
         )
 
 
-def validate_type(dtype: DataType) -> None:
-    """Check the invariants listed in the module docstring (not field-id rules)."""
+# The key under which the field names of one STRUCT must differ (`metastore.schema`,
+# "Uniqueness"): `str.casefold` below apply version 7, `java_case_key` from 7, and the name
+# itself where only a type already accepted is read back (it holds under every rule).
+NameKey = Callable[[str], str]
+
+
+def exact_name(name: str) -> str:
+    """The key that tells only identical names apart."""
+    return name
+
+
+def any_version_name_key(name: str) -> str:
+    """Equal for two names exactly when they are equal under casefold and under Java's
+    equalsIgnoreCase: two fields no apply version lets a struct hold (`a` and `A`). NUL joins
+    the keys: no name holds a control character."""
+    return f"{name.casefold()}\0{java_case_key(name)}"
+
+
+def validate_type(dtype: DataType, *, name_key: NameKey = str.casefold) -> None:
+    """Check the invariants listed in the module docstring (not field-id rules); the fields
+    of a STRUCT must have names that differ under `name_key`."""
     depth = nesting_depth(dtype)
     if depth > limits.MAX_NESTING_DEPTH:
         raise limit_exceeded("MAX_NESTING_DEPTH", limits.MAX_NESTING_DEPTH, depth, "nesting")
-    _validate(dtype)
+    _validate(dtype, name_key)
 
 
-def _validate(dtype: DataType) -> None:
+def _validate(dtype: DataType, name_key: NameKey) -> None:
     match dtype:
         case PrimitiveType():
             pass
@@ -368,10 +392,10 @@ def _validate(dtype: DataType) -> None:
                     details={"length": n},
                 )
         case ArrayType(element=e):
-            _validate(e)
+            _validate(e, name_key)
         case MapType(key=k, value=v):
-            _validate(k)
-            _validate(v)
+            _validate(k, name_key)
+            _validate(v, name_key)
         case StructType(fields=fields):
             if not fields:
                 raise InvalidArgumentError("STRUCT needs at least one field")
@@ -379,14 +403,14 @@ def _validate(dtype: DataType) -> None:
             for f in fields:
                 validate_name(f.name, "field")
                 validate_comment(f.comment, f"field {f.name}")
-                folded = f.name.casefold()
+                folded = name_key(f.name)
                 if folded in seen:
                     raise ColumnAlreadyExistsError(
                         f"duplicate field name {f.name!r} in STRUCT (names are case-insensitive)",
                         details={"name": f.name},
                     )
                 seen.add(folded)
-                _validate(f.type)
+                _validate(f.type, name_key)
 
 
 def nesting_depth(dtype: DataType) -> int:
