@@ -8,7 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from metastore.daemon.allowed_locations import REASON_NOT_ALLOWED, AllowedLocations
+from metastore.daemon.allowed_locations import (
+    REASON_NOT_ALLOWED,
+    REASON_SHARES_DIRECTORY,
+    AllowedLocations,
+    check_no_shared_directory,
+)
 from metastore.daemon.gc_worker import _delete_files
 from metastore.errors import InvalidArgumentError
 
@@ -153,3 +158,28 @@ def test_the_gc_deletes_no_file_whose_real_path_is_outside(tmp_path: Path) -> No
         assert not own.exists()
         own.parent.mkdir(parents=True, exist_ok=True)
         own.write_bytes(b"ours")
+
+
+def test_a_location_reaching_a_live_tables_directory_through_a_link_is_refused(
+    tmp_path: Path,
+) -> None:
+    """The catalog refuses overlapping LOCATION texts; a symbolic link makes two texts one
+    directory, so the leader resolves them before it proposes a CreateTable."""
+    real = tmp_path / "w" / "t"
+    real.mkdir(parents=True)
+    (tmp_path / "w" / "alias").symlink_to(real)
+    (tmp_path / "w" / "up").symlink_to(tmp_path / "w")
+    live = [("ns.t", str(real)), ("ns.u", "s3://bucket/u")]
+    for location in (
+        f"{tmp_path}/w/alias",
+        f"file://{tmp_path}/w/alias/inner",
+        f"{tmp_path}/w/up",  # holds ns.t's directory
+    ):
+        with pytest.raises(InvalidArgumentError) as err:
+            check_no_shared_directory(location, live)
+        assert err.value.details["reason"] == REASON_SHARES_DIRECTORY
+        assert err.value.details["table"] == "ns.t"
+    # Texts that overlap are the catalog's to refuse (the same error on every node); other
+    # directories and URIs pass.
+    for location in (str(real), f"{real}/inner", f"{tmp_path}/w/other", "s3://bucket/u"):
+        check_no_shared_directory(location, live)
