@@ -789,7 +789,10 @@ class GcWorker:
             if not await asyncio.to_thread(self.allowed.allows, location):
                 skipped.append(location)  # point 7 (logged by `_table`)
                 continue
-            root = real[_local_root(location)]
+            root = real.get(_local_root(location))
+            if root is None:
+                skipped.append(location)  # no absolute path (a `file://host/...` of old)
+                continue
             if root in scanned:
                 continue  # another location names the same directory: walked already
             scanned.add(root)
@@ -804,8 +807,10 @@ class GcWorker:
             for inner, refs in manifests.items():
                 if not _is_local(inner):
                     continue
-                inner_root = real[_local_root(inner)]
-                if not (location_contains(root, inner_root) or location_contains(inner_root, root)):
+                inner_root = real.get(_local_root(inner))
+                if inner_root is None or not (
+                    location_contains(root, inner_root) or location_contains(inner_root, root)
+                ):
                     continue
                 listed = await asyncio.to_thread(_manifest_paths, inner, refs, inner_root)
                 if listed is None:
