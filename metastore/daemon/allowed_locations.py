@@ -47,6 +47,7 @@ __all__ = [
     "REASON_NOT_ALLOWED",
     "REASON_SHARES_DIRECTORY",
     "AllowedLocations",
+    "RealPaths",
     "check_no_shared_directory",
 ]
 
@@ -187,6 +188,28 @@ class AllowedLocations:
 ANYWHERE: Final = AllowedLocations(anywhere=True)
 
 
+class RealPaths:
+    """`os.path.realpath` of many normalised absolute paths that share directories (a
+    catalog's table locations), each directory resolved once: one `lstat` per new path
+    component instead of one per component of every path (100k locations under one warehouse:
+    a fraction of a second, not seconds). I/O: call it from a thread."""
+
+    def __init__(self) -> None:
+        self._real: dict[str, str] = {"": ""}
+
+    def __call__(self, path: str) -> str:
+        real = self._real.get(path)
+        if real is not None:
+            return real
+        parent, _, name = path.rpartition("/")
+        candidate = f"{self(parent)}/{name}"
+        # A link resolves in full (its target may hold links and `..`); any other component,
+        # existing or not, stays as it is below its resolved parent, as realpath does.
+        real = os.path.realpath(candidate) if os.path.islink(candidate) else candidate
+        self._real[path] = real
+        return real
+
+
 def check_no_shared_directory(location: str, live: Iterable[tuple[str, str]]) -> None:
     """Refuse a new table's local `location` whose real directory (symbolic links resolved)
     is, lies inside or holds that of a live table ((name, location) pairs of `live`) though
@@ -202,6 +225,7 @@ def check_no_shared_directory(location: str, live: Iterable[tuple[str, str]]) ->
         return
     new_text = os.path.normpath(new.path)
     new_real = os.path.realpath(new.path)
+    resolve = RealPaths()
     for name, held in live:
         other = _parse(held)
         if not isinstance(other, _Local):
@@ -209,7 +233,7 @@ def check_no_shared_directory(location: str, live: Iterable[tuple[str, str]]) ->
         held_text = os.path.normpath(other.path)
         if _inside(new_text, held_text) or _inside(held_text, new_text):
             continue  # the catalog refuses it, with its own error
-        held_real = os.path.realpath(other.path)
+        held_real = resolve(held_text)
         if _inside(new_real, held_real) or _inside(held_real, new_real):
             raise InvalidArgumentError(
                 f"location {location[:200]!r} overlaps the location {held[:200]!r} of table "

@@ -163,7 +163,7 @@ from metastore.commands import (
     encode_command,
     location_contains,
 )
-from metastore.daemon.allowed_locations import ANYWHERE, AllowedLocations
+from metastore.daemon.allowed_locations import ANYWHERE, AllowedLocations, RealPaths
 from metastore.daemon.metrics import NodeMetrics
 from metastore.daemon.statemachine import CatalogStateMachine
 from metastore.errors import (
@@ -1333,7 +1333,8 @@ def _real_roots(roots: Iterable[str]) -> dict[str, str]:
     LOCATION reaches another's directory through a link (`/w/alias` -> `/w/t`) has texts that
     do not overlap, so the catalog lets both exist, yet the files under one are the other's;
     keyed by text, the scan of either deleted the files the other committed."""
-    return {root: os.path.realpath(root) for root in roots if root.startswith("/")}
+    resolve = RealPaths()
+    return {root: resolve(root) for root in roots if root.startswith("/")}
 
 
 def _by_real_root(
