@@ -55,7 +55,10 @@ the state machine checks again when it applies it (metastore/gc.py):
    session's attempt directory only while that session lives (metastore.leases
    `check_attempt_owners`), and a session not live never lives again, so no file the scan
    judged an orphan there gets committed. Local warehouses only: a URI location is skipped
-   and reported.
+   and reported. Locations are matched by the directories they really are (symbolic links
+   resolved at each run, `_real_roots`): the catalog compares LOCATION texts, so a table at
+   `/w/alias` -> `/w/t` lives beside the one at `/w/t`, and the files under that one
+   directory are referenced by either table's entries.
 
 5. A deposed leader stops deleting. Each chunk's check (point 3, or the orphan scan) reads this
    node's state in the term it leads in (`RaftNode.leader_term`); the thread deleting the chunk
@@ -160,7 +163,7 @@ from metastore.commands import (
     encode_command,
     location_contains,
 )
-from metastore.daemon.allowed_locations import ANYWHERE, AllowedLocations
+from metastore.daemon.allowed_locations import ANYWHERE, AllowedLocations, RealPaths
 from metastore.daemon.metrics import NodeMetrics
 from metastore.daemon.statemachine import CatalogStateMachine
 from metastore.errors import (
@@ -764,30 +767,52 @@ class GcWorker:
         # Judged on this term's state: the deletions stop once it is not the current term.
         leading = self._leading_as(self._leading_term())
         referenced, manifests = await _references(state)
+        # Every local location by the directory it really is (point 4): two texts can name one
+        # directory through a symbolic link, which the catalog's overlap rule cannot see.
+        real = await asyncio.to_thread(
+            _real_roots, [*referenced, *(_local_root(loc) for loc in manifests if _is_local(loc))]
+        )
+        referenced = _by_real_root(referenced, real)
         cutoff_s = time.time() - self.orphan_grace_ms / 1000
         skipped: list[str] = []
         by_location: dict[str, TableReport] = {}
         for r in reports:
             location = state.txns.table_location(r.table_id)[1]
             by_location.setdefault(location, r)
+        scanned: set[str] = set()
         for location, report in by_location.items():
             if "://" in location and not location.startswith("file://"):
                 skipped.append(location)
                 continue
-            if location and not await asyncio.to_thread(self.allowed.allows, location):
+            if not location:
+                continue  # no directory of ours (point 3): nothing to walk
+            if not await asyncio.to_thread(self.allowed.allows, location):
                 skipped.append(location)  # point 7 (logged by `_table`)
                 continue
+            root = real.get(_local_root(location))
+            if root is None:
+                skipped.append(location)  # no absolute path (a `file://host/...` of old)
+                continue
+            if root in scanned:
+                continue  # another location names the same directory: walked already
+            scanned.add(root)
             in_manifests: set[str] = set()
             # Files listed only in manifest files (metastore.manifests) are referenced although
             # the state does not list them: read every manifest of every location whose files
             # the scan may walk (this one, any inside it and any around it: a table may live
-            # inside a dropped table's directory; `/w/t` and `file:///w/t` are one directory)
-            # first, and skip the location if one cannot be read (its list cannot be trusted).
+            # inside a dropped table's directory; `/w/t`, `file:///w/t` and a symbolic link to
+            # it are one directory) first, and skip the location if one cannot be read (its
+            # list cannot be trusted).
             trusted = True
             for inner, refs in manifests.items():
-                if not _overlap(location, inner):
+                if not _is_local(inner):
                     continue
-                listed = await asyncio.to_thread(_manifest_paths, inner, refs)
+                inner_root = real.get(_local_root(inner))
+                if inner_root is None or not (
+                    location_contains(root, inner_root) or location_contains(inner_root, root)
+                ):
+                    continue
+                listed = await asyncio.to_thread(_manifest_paths, inner, refs, inner_root)
                 if listed is None:
                     trusted = False
                     break
@@ -795,7 +820,6 @@ class GcWorker:
             if not trusted:
                 skipped.append(location)
                 continue
-            root = _local_root(location)
             found = await asyncio.to_thread(
                 _scan_orphans, root, referenced, cutoff_s, live_sessions, in_manifests
             )
@@ -1278,13 +1302,15 @@ def _listed_paths(
     return out
 
 
-def _manifest_paths(location: str, refs: list[tuple[ManifestRef, bool]]) -> set[str] | None:
-    """Absolute local paths of every entry of `refs` ((reference, dead) pairs); None if a
-    manifest cannot be read (or fails its sha256 check), except a dead one that is gone: GC
-    deletes a dead manifest's files before the manifest itself."""
+def _manifest_paths(
+    location: str, refs: list[tuple[ManifestRef, bool]], root: str
+) -> set[str] | None:
+    """Absolute local paths, under `root` (the location's real directory, `_real_roots`), of
+    every entry of `refs` ((reference, dead) pairs); None if a manifest cannot be read (or
+    fails its sha256 check), except a dead one that is gone: GC deletes a dead manifest's
+    files before the manifest itself."""
     from metastore.client.manifest_files import read_manifest
 
-    root = _local_root(location)
     paths: set[str] = set()
     for ref, dead in refs:
         try:
@@ -1299,6 +1325,28 @@ def _manifest_paths(location: str, refs: list[tuple[ManifestRef, bool]]) -> set[
             return None
         paths.update(os.path.normpath(f"{root}/{e.path}") for e in entries)
     return paths
+
+
+def _real_roots(roots: Iterable[str]) -> dict[str, str]:
+    """Local roots (`_local_root`, absolute) -> the directory each really is, symbolic links
+    resolved (I/O: run in a thread). The orphan scan judges files by these: a table whose
+    LOCATION reaches another's directory through a link (`/w/alias` -> `/w/t`) has texts that
+    do not overlap, so the catalog lets both exist, yet the files under one are the other's;
+    keyed by text, the scan of either deleted the files the other committed."""
+    resolve = RealPaths()
+    return {root: resolve(root) for root in roots if root.startswith("/")}
+
+
+def _by_real_root(
+    referenced: Mapping[str, list[AbstractSet[str]]], real: Mapping[str, str]
+) -> dict[str, list[AbstractSet[str]]]:
+    """`referenced` (`_references`) keyed by real directories (`_real_roots`): the sets of
+    locations that name one directory are merged. Keys that are no absolute path (URI
+    locations: never scanned) stay as they are."""
+    out: dict[str, list[AbstractSet[str]]] = {}
+    for root, sets in referenced.items():
+        out.setdefault(real.get(root, root), []).extend(sets)
+    return out
 
 
 def _live_attempt(parts: list[str], live_sessions: set[str]) -> bool:

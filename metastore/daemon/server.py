@@ -73,7 +73,7 @@ from metastore.commands import (
     encode_command,
 )
 from metastore.daemon import api_limits as L
-from metastore.daemon.allowed_locations import ANYWHERE, AllowedLocations
+from metastore.daemon.allowed_locations import ANYWHERE, AllowedLocations, check_no_shared_directory
 from metastore.daemon.audit import AuditLog
 from metastore.daemon.backup import SnapshotExports
 from metastore.daemon.config import NODE_ID_MAX as CONFIG_NODE_ID_MAX
@@ -2164,10 +2164,18 @@ class ApiServer:
         proposes, for a DDL it parsed itself and for a command a follower (or any writer)
         sent through `_propose`, with this node's own config. Not in apply: it is node
         configuration, and tables created before a root was removed stay usable.
-        INVALID_ARGUMENT, reason `location_not_allowed`, naming the allowed roots. Symbolic
-        links are resolved in a thread: a hung mount must not stall the event loop."""
+        INVALID_ARGUMENT, reason `location_not_allowed`, naming the allowed roots. Nor may it
+        reach a live table's directory through a symbolic link (reason
+        `location_shares_directory`; the catalog compares texts). Symbolic links are resolved
+        in a thread: a hung mount must not stall the event loop."""
         if isinstance(cmd, CreateTable) and cmd.location:
             await asyncio.to_thread(self.allowed_locations.check_new_location, cmd.location)
+            live = [
+                (str(inc.name), inc.location)
+                for inc in self.sm.state.catalog.all_incarnations()
+                if inc.dropped_tm is None and inc.location
+            ]
+            await asyncio.to_thread(check_no_shared_directory, cmd.location, live)
 
     async def _check_apply_version_supported(
         self, session: Session, version: int, timeout_ms: int

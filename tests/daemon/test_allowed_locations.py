@@ -4,11 +4,18 @@ path outside gets in (prefixes, symbolic links, `file://`, scheme case, percent-
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
-from metastore.daemon.allowed_locations import REASON_NOT_ALLOWED, AllowedLocations
+from metastore.daemon.allowed_locations import (
+    REASON_NOT_ALLOWED,
+    REASON_SHARES_DIRECTORY,
+    AllowedLocations,
+    RealPaths,
+    check_no_shared_directory,
+)
 from metastore.daemon.gc_worker import _delete_files
 from metastore.errors import InvalidArgumentError
 
@@ -153,3 +160,55 @@ def test_the_gc_deletes_no_file_whose_real_path_is_outside(tmp_path: Path) -> No
         assert not own.exists()
         own.parent.mkdir(parents=True, exist_ok=True)
         own.write_bytes(b"ours")
+
+
+def test_a_location_reaching_a_live_tables_directory_through_a_link_is_refused(
+    tmp_path: Path,
+) -> None:
+    """The catalog refuses overlapping LOCATION texts; a symbolic link makes two texts one
+    directory, so the leader resolves them before it proposes a CreateTable."""
+    real = tmp_path / "w" / "t"
+    real.mkdir(parents=True)
+    (tmp_path / "w" / "alias").symlink_to(real)
+    (tmp_path / "w" / "up").symlink_to(tmp_path / "w")
+    live = [("ns.t", str(real)), ("ns.u", "s3://bucket/u")]
+    for location in (
+        f"{tmp_path}/w/alias",
+        f"file://{tmp_path}/w/alias/inner",
+        f"{tmp_path}/w/up",  # holds ns.t's directory
+    ):
+        with pytest.raises(InvalidArgumentError) as err:
+            check_no_shared_directory(location, live)
+        assert err.value.details["reason"] == REASON_SHARES_DIRECTORY
+        assert err.value.details["table"] == "ns.t"
+    # Texts that overlap are the catalog's to refuse (the same error on every node); other
+    # directories and URIs pass.
+    for location in (str(real), f"{real}/inner", f"{tmp_path}/w/other", "s3://bucket/u"):
+        check_no_shared_directory(location, live)
+
+
+def test_real_paths_of_many_locations_agree_with_realpath(tmp_path: Path) -> None:
+    """`RealPaths` resolves each shared directory once (a CREATE TABLE checks every live
+    table's location): the answers must be realpath's, through links to links, relative
+    targets with `..`, and components that do not exist."""
+    (tmp_path / "w" / "ns").mkdir(parents=True)
+    (tmp_path / "w" / "ns" / "t").mkdir()
+    (tmp_path / "w" / "link").symlink_to(tmp_path / "w" / "ns")
+    (tmp_path / "w" / "rel").symlink_to("ns/../ns/t")
+    (tmp_path / "w" / "chain").symlink_to(tmp_path / "w" / "link")
+    (tmp_path / "top").symlink_to(tmp_path / "w")
+    resolve = RealPaths()
+    for rel in (
+        "w/ns/t",
+        "w/link/t",
+        "w/rel",
+        "w/rel/x",
+        "w/chain/t/missing/deeper",
+        "top/chain/t",
+        "top/link",
+        "nowhere/at/all",
+        "w",
+    ):
+        path = f"{tmp_path}/{rel}"
+        assert resolve(path) == os.path.realpath(path), rel
+        assert resolve(path) == os.path.realpath(path), rel  # cached

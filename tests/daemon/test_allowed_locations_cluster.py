@@ -89,6 +89,26 @@ def test_create_table_inside_the_allowed_roots_works(node: MetastoreCluster) -> 
             assert writer.schema_at(f"inside.{name}")["location"] == location.rstrip("/")
 
 
+def test_a_table_may_not_reach_a_live_tables_directory_through_a_symbolic_link(
+    node: MetastoreCluster,
+) -> None:
+    # Both texts lie in the warehouse and do not overlap, so the catalog let the second table
+    # share the first one's directory; the GC of either then took the other's files.
+    real = node.dir / "warehouse" / "linked" / "real"
+    real.mkdir(parents=True)
+    (node.dir / "warehouse" / "linked" / "alias").symlink_to(real)
+    with _client(node, "writer") as writer:
+        writer.ddl("CREATE NAMESPACE linked")
+        writer.ddl(f"CREATE TABLE linked.t (id BIGINT) LOCATION '{real}'")
+        with pytest.raises(MetastoreError) as err:
+            writer.ddl(f"CREATE TABLE linked.u (id BIGINT) LOCATION '{real.parent / 'alias'}'")
+        assert err.value.code == "INVALID_ARGUMENT"
+        assert err.value.details["reason"] == "location_shares_directory"
+        assert err.value.details["table"] == "linked.t"
+        writer.ddl("DROP TABLE linked.t")  # a dropped table's directory may be used again
+        writer.ddl(f"CREATE TABLE linked.u (id BIGINT) LOCATION '{real.parent / 'alias'}'")
+
+
 def test_the_gc_leaves_a_table_created_outside_before_an_upgrade_alone(
     tmp_path: Path,
 ) -> None:

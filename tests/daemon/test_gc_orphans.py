@@ -331,6 +331,50 @@ def test_manifest_entries_of_a_table_whose_location_names_the_same_directory_are
     assert not stray.exists()
 
 
+@pytest.mark.parametrize("listed_in", ["loose", "manifest"])
+def test_a_table_reaching_anothers_directory_through_a_symbolic_link_never_orphans_its_files(
+    tmp_path: Path, listed_in: str
+) -> None:
+    # `/w/alias` -> `/w/real`: the catalog compares locations by text, so a table at each may
+    # live side by side. The scan keyed what is referenced by text too: walking either
+    # location it found the other table's committed files under a root that did not list
+    # them, and deleted them as orphans (every read of that table then failed).
+    real = tmp_path / "real"
+    real.mkdir()
+    (tmp_path / "alias").symlink_to(real)
+    d = table_driver(real)
+    u = TableName.of("ns", "u")
+    d.ok(f"CREATE TABLE ns.u (id BIGINT) LOCATION '{tmp_path / 'alias'}'")
+    d.tm += 2 * DD_MS * MS
+    t_rel = "_txn/append-0123/part-0.parquet"
+    u_rel = "_txn/append-4567/part-0.parquet"
+    if listed_in == "manifest":
+        _commit_and_compact(d, T, t_rel)
+        _commit_and_compact(d, u, u_rel)
+    else:
+        ok(d, commit(d, "t1", t_rel))
+        ok(
+            d,
+            CommitTxn(
+                txn_id="u1",
+                writes=(
+                    TableWrite(
+                        table=u,
+                        schema_version=d.state.current(u).version,
+                        add=(DataFile(path=u_rel, size_bytes=7, row_count=1),),
+                    ),
+                ),
+            ),
+        )
+    t_file = old_file(real / t_rel)
+    u_file = old_file(real / u_rel)
+    stray = old_file(real / "_txn" / "append-0123" / "part-1.parquet")
+    _scan_all(d)
+    assert t_file.exists(), "ns.t's committed file was deleted as an orphan"
+    assert u_file.exists(), "ns.u's committed file was deleted as an orphan"
+    assert not stray.exists()
+
+
 def test_manifest_entries_of_a_dropped_table_around_a_scanned_location_are_kept(
     tmp_path: Path,
 ) -> None:
