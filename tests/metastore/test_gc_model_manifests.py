@@ -238,5 +238,5 @@ class GcManifestsMachine(RuleBasedStateMachine):
 
 TestGcWithManifestsModel = GcManifestsMachine.TestCase
 TestGcWithManifestsModel.settings = settings(
-    DETERMINISTIC, max_examples=100, stateful_step_count=30, deadline=None
+    DETERMINISTIC, max_examples=50, stateful_step_count=30, deadline=None
 )
