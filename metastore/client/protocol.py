@@ -29,7 +29,9 @@ Retries (what is safe to repeat)
       request id is retried only when the node certainly did nothing (connect failure,
       NOT_READY, NOT_LEADER).
     * Membership ops (`add_node`, ...) are retried only when the node certainly did nothing.
-    * A non-retryable error (bad DDL, not found, forbidden, ...) is raised at once.
+    * A non-retryable error (bad DDL, not found, forbidden, ...) is raised at once. A node
+      that refuses the connection itself (hello, TLS) after another node left a write's
+      outcome unknown gives UNAVAILABLE with `outcome_unknown` instead: it never saw the write.
     * A timestamp every node of a round refuses as ahead of its clock (TIMESTAMP_AHEAD_OF_CLOCK,
       whose details say by how much and by what bound) is asked again once the soonest of them
       can answer, when the call's budget allows; when it does not, the refusal is raised at
@@ -1347,6 +1349,19 @@ class MetastoreClient:
                         # done there: unknown, unless a later answer says what became of it.
                         outcome_unknown = outcome_unknown or (exc.sent and op not in _READ_OPS)
                         continue
+                    except MetastoreError as exc:
+                        # The node refused the connection itself (its hello: a token it does
+                        # not take, a connection limit; a TLS handshake): it never saw the
+                        # request, so its refusal says nothing of the write an earlier node
+                        # may still apply. Raised as is, it read as "not committed".
+                        if not outcome_unknown:
+                            raise
+                        failures[target] = f"{exc.code.value}: {exc.message}"
+                        raise UnavailableError(
+                            f"{op} failed: {_join_failures(failures)}; its outcome is unknown "
+                            "(a node could not confirm it)",
+                            details={"op": op, "endpoints": failures, "outcome_unknown": True},
+                        ) from exc
                     if reply.get("ok"):
                         if endpoint is None and target in self.endpoints:
                             self._preferred = self.endpoints.index(target)
