@@ -399,7 +399,10 @@ class MetastoreWriter(DataSourceWriter):
             self._close_session()
 
     def _commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        import logging
+
         from metastore.errors import (
+            MetastoreError,
             RequestTimeoutError,
             SessionNotFoundError,
             TxnIdReusedError,
@@ -454,7 +457,14 @@ class MetastoreWriter(DataSourceWriter):
                 # appends the rows twice; so look it up first (linearizable).
                 try:
                     found = self._committed_here(client)
-                except (UnavailableError, RequestTimeoutError):
+                except TxnIdReusedError:
+                    raise  # found committed by a write of another table: nothing of this one
+                except MetastoreError as lookup:
+                    # Whatever failed the lookup, the outcome is still unknown: the job must
+                    # fail naming the txn id to re-run under, not with the lookup's error.
+                    logging.getLogger("spark_bridge").warning(
+                        "cannot look up txn %s after an unknown outcome: %s", self.txn_id, lookup
+                    )
                     found = False
                 if not found:
                     raise self._outcome_unknown(exc) from exc

@@ -12,7 +12,13 @@ from typing import Any
 
 import pytest
 
-from metastore.errors import RequestTimeoutError, TxnIdReusedError, UnavailableError
+from metastore.errors import (
+    InternalError,
+    RequestTimeoutError,
+    TxnIdReusedError,
+    UnauthenticatedError,
+    UnavailableError,
+)
 from spark_bridge import datasource
 from spark_bridge.datasource import MetastoreWriter, WrittenFile
 
@@ -260,3 +266,39 @@ def test_the_commit_floor_is_above_the_pinned_timestamp(monkeypatch: pytest.Monk
     assert ahead.not_before == TS + 1001
     behind = _planned_writer(monkeypatch, schema, pinned_ts=TS - 1000, now=TS)
     assert behind.not_before == TS + 1  # a pin below the clock: above now, as before
+
+
+class LookupFailsClient(ScriptedClient):
+    """The commit's outcome is unknown and its lookup fails too."""
+
+    def __init__(self, commit_error: Exception, lookup_error: Exception) -> None:
+        super().__init__(commit_error, None)
+        self.lookup_error = lookup_error
+
+    def committed_txn(self, txn_id: str) -> dict[str, Any]:
+        self.ops.append("committed_txn")
+        raise self.lookup_error
+
+
+@pytest.mark.parametrize("error", UNKNOWN)
+@pytest.mark.parametrize(
+    "lookup_error",
+    [
+        UnavailableError("no leader"),
+        InternalError("KeyError: 'x'"),
+        UnauthenticatedError("the token is not valid here (rotated?)"),
+    ],
+)
+def test_a_failed_lookup_after_an_unknown_outcome_still_names_the_txn_id(
+    monkeypatch: pytest.MonkeyPatch, error: Exception, lookup_error: Exception
+) -> None:
+    """Whatever made the lookup fail, the commit's outcome is still unknown: the job must fail
+    with the error that names the txn id to re-run under. A lookup failing otherwise than
+    UNAVAILABLE or TIMEOUT (a bug on the node, a token rotated meanwhile) was raised as is,
+    and the job re-run without the id appended its rows twice if the commit had landed."""
+    client = LookupFailsClient(error, lookup_error)
+    with pytest.raises(type(error)) as raised:
+        _commit(monkeypatch, client)
+    txn_id = raised.value.details["txn_id"]
+    assert f".option('txn_id', {txn_id!r})" in raised.value.message
+    assert client.ops == ["commit", "committed_txn"]
