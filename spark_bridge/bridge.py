@@ -124,6 +124,9 @@ class BatchReport:
     waited_ms: float
     pinned: dict[str, int] = field(default_factory=dict)
     commit_ts: int | None = None
+    # The batch was found already committed (a replay): its output is an earlier run's, and
+    # this run's files stay unreferenced. Never this attempt's own commit, however it was
+    # acknowledged (late, on the client's retry, or found after an unknown outcome).
     deduplicated: bool = False
     retries: int = 0  # earlier attempts of this micro-batch that were refused and re-planned
     files: int = 0
@@ -1181,7 +1184,12 @@ class BatchContext:
         try:
             r = self._call("commit", args)
             self.report.commit_ts = int(r["ts"])
-            self.report.deduplicated = bool(r.get("deduplicated", False))
+            # A reply marked deduplicated matched this attempt's exact files, which no other
+            # attempt has (a fresh directory): the client sent this commit again after a lost
+            # reply. It is this attempt's own commit, not a replay's.
+            self.report.deduplicated = False
+            if r.get("deduplicated"):
+                log.info("commit of txn %s was acknowledged on a retry", self.txn_id)
         except BatchError as exc:
             if isinstance(exc.cause, UnavailableError | RequestTimeoutError):
                 # The client ran out of nodes or time with the commit sent: its outcome is

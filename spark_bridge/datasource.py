@@ -17,7 +17,12 @@ fresh directory and commit them in one metastore commit from the driver side; an
 commits nothing. A commit whose outcome is unknown (no node answered in time) or refused as a
 reused txn id is looked up (linearizable) before the job fails or is done: found committed by
 this append's table, the job succeeded; by another table's write, TxnIdReused (a txn id names
-one write); not found, the error names the txn id to re-run under. Reads see the pinned
+one write). Not found after an unknown outcome, the commit may still be on its way, so the
+append's session is closed first (its files lie in the session's directory, and a commit of
+them is refused once the session ended) and the commit looked up again: now found, the job
+succeeded; not found, it failed with nothing committed (`details.committed` false), and a
+re-run as it is commits once. When that close or lookup fails too, the error names the txn id
+to re-run under. Reads see the pinned
 version's public columns; appends also write the columns a schema change job holds write-only
 (its `write_schema`): the DataFrame may omit them (they are hidden from readers), and the writer
 fills their DEFAULT, or NULL.
@@ -451,16 +456,72 @@ class MetastoreWriter(DataSourceWriter):
             except (UnavailableError, RequestTimeoutError) as exc:
                 # The client ran out of nodes or time with the commit sent: it may have
                 # committed. Failing the job then invites a re-run under a fresh txn id, which
-                # appends the rows twice; so look it up first (linearizable).
-                try:
-                    found = self._committed_here(client)
-                except (UnavailableError, RequestTimeoutError):
-                    found = False
-                if not found:
-                    raise self._outcome_unknown(exc) from exc
+                # appends the rows twice; so look it up first (linearizable), and settle it
+                # when not found. Only a commit adding files can be settled (by its files'
+                # session); one without (an empty overwrite) stays unknown.
+                if not self._look_up(client):
+                    if not files:
+                        raise self._outcome_unknown(exc) from exc
+                    self._settle(client, exc)
             self._maybe_compact(client)
         finally:
             client.close()
+
+    def _look_up(self, client: Any) -> bool | None:
+        """`_committed_here`, with None when the lookup itself failed (logged)."""
+        import logging
+
+        from metastore.errors import MetastoreError, TxnIdReusedError
+
+        try:
+            return self._committed_here(client)
+        except TxnIdReusedError:
+            raise  # found committed by a write of another table: nothing of this one
+        except MetastoreError as lookup:
+            logging.getLogger("spark_bridge").warning(
+                "cannot look up txn %s after an unknown outcome: %s", self.txn_id, lookup
+            )
+            return None
+
+    def _settle(self, client: Any, exc: MetastoreError) -> None:
+        """Settle a commit with an unknown outcome that was not found committed (it may still
+        be on its way to a leader): close the write's session first. Every added file lies in
+        the session's attempt directory, and apply refuses a commit of such a file once the
+        session is not live (metastore.leases `check_attempt_owners`), so once the close is
+        acknowledged the commit either was applied before it or never will be, and a second
+        lookup is the answer. Returns if it was applied; raises `exc` saying it was not (a
+        re-run is then safe under any txn id), or, when the close or the lookup fails,
+        `_outcome_unknown`."""
+        import logging
+
+        from metastore.errors import MetastoreError
+
+        try:
+            client.session_close(self.session_id)
+        except MetastoreError as close_error:
+            logging.getLogger("spark_bridge").warning(
+                "closing session %s to settle txn %s failed: %s",
+                self.session_id,
+                self.txn_id,
+                close_error,
+            )
+            raise self._outcome_unknown(exc) from exc
+        found = self._look_up(client)
+        if found:
+            return
+        if found is None:
+            raise self._outcome_unknown(exc) from exc
+        raise type(exc)(
+            f"{exc.message}; the commit of this append (txn {self.txn_id!r}) was not "
+            "committed: its session is closed now, so it can never commit. Re-running the "
+            "write is safe",
+            details={
+                **exc.details,
+                "txn_id": self.txn_id,
+                "committed": False,
+                "outcome_unknown": False,
+            },
+        ) from exc
 
     def _committed_here(self, client: Any) -> bool:
         """Whether this append's txn id is committed, by a commit of this table (a

@@ -29,7 +29,11 @@ Retries (what is safe to repeat)
       request id is retried only when the node certainly did nothing (connect failure,
       NOT_READY, NOT_LEADER).
     * Membership ops (`add_node`, ...) are retried only when the node certainly did nothing.
-    * A non-retryable error (bad DDL, not found, forbidden, ...) is raised at once.
+    * A non-retryable error (bad DDL, not found, forbidden, ...) is raised at once. A node
+      that refuses the connection or the request as a node (hello, TLS, token, role, an
+      argument an older release does not know, INTERNAL) after another node left a write's
+      outcome unknown gives UNAVAILABLE with `outcome_unknown` instead: that says nothing of
+      the write. (A verdict of apply on the repeated write is raised as is.)
     * A timestamp every node of a round refuses as ahead of its clock (TIMESTAMP_AHEAD_OF_CLOCK,
       whose details say by how much and by what bound) is asked again once the soonest of them
       can answer, when the call's budget allows; when it does not, the refusal is raised at
@@ -207,6 +211,21 @@ _NOT_EXECUTED_CODES: Final = frozenset(
         ErrorCode.NOT_READY.value,
         ErrorCode.NOT_LEADER.value,
         ErrorCode.TIMESTAMP_AHEAD_OF_CLOCK.value,
+    }
+)
+# Refusals by the node itself, never a verdict of apply on the request: the caller's token or
+# role there, a request that node cannot take (an older release), a bug there. After another
+# node left a write's outcome unknown they say nothing of it (`call`).
+_NODE_REFUSAL_CODES: Final = frozenset(
+    {
+        ErrorCode.UNAUTHENTICATED.value,
+        ErrorCode.FORBIDDEN.value,
+        ErrorCode.BAD_REQUEST.value,
+        ErrorCode.UNKNOWN_OP.value,
+        ErrorCode.INTERNAL.value,
+        ErrorCode.UNKNOWN.value,
+        ErrorCode.TLS_REQUIRED.value,
+        ErrorCode.TLS_FAILED.value,
     }
 )
 # Reads without a timestamp that answer from the node's applied state (STATE_FLOOR_OPS) get the
@@ -1347,6 +1366,15 @@ class MetastoreClient:
                         # done there: unknown, unless a later answer says what became of it.
                         outcome_unknown = outcome_unknown or (exc.sent and op not in _READ_OPS)
                         continue
+                    except MetastoreError as exc:
+                        # The node refused the connection itself (its hello: a token it does
+                        # not take, a connection limit; a TLS handshake): it never saw the
+                        # request, so its refusal says nothing of the write an earlier node
+                        # may still apply. Raised as is, it read as "not committed".
+                        if not outcome_unknown:
+                            raise
+                        failures[target] = f"{exc.code.value}: {exc.message}"
+                        raise _unknown_outcome(op, failures) from exc
                     if reply.get("ok"):
                         if endpoint is None and target in self.endpoints:
                             self._preferred = self.endpoints.index(target)
@@ -1374,6 +1402,12 @@ class MetastoreClient:
                         and op not in _READ_OPS
                         and not _nothing_done(error)
                     )
+                    if outcome_unknown and code in _NODE_REFUSAL_CODES:
+                        # This node refused the request as a node; the write an earlier node
+                        # may still apply stays unknown (raised as is, it read as "not
+                        # committed", and a re-run under a fresh txn id committed twice).
+                        failures[target] = f"{code}: {error.message}"
+                        raise _unknown_outcome(op, failures) from error
                     if (not _fails_over(error) and not unknown_write) or (
                         not _nothing_done(error) and not repeatable
                     ):
@@ -1640,6 +1674,16 @@ class MetastoreClient:
 
 def _is_uint(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _unknown_outcome(op: str, failures: Mapping[str, str]) -> UnavailableError:
+    """The error of a write that a node left with an unknown outcome and that no later node
+    settled (retryable: repeated, it is applied at most once)."""
+    return UnavailableError(
+        f"{op} failed: {_join_failures(failures)}; its outcome is unknown (a node could not "
+        "confirm it)",
+        details={"op": op, "endpoints": dict(failures), "outcome_unknown": True},
+    )
 
 
 def _fails_over(error: MetastoreError) -> bool:

@@ -229,3 +229,32 @@ def test_a_txn_id_committed_by_a_batch_of_other_tables_is_a_typed_error(
     assert raised.value.cause.details["tables"] == ["ns.t"]
     assert "ns.other" in str(raised.value)
     assert batch.report.commit_ts is None
+
+
+class LateReplyClient(LostReplyClient):
+    """The client's own retry of the commit (its first send's reply lost, the commit applied)
+    comes back deduplicated: the metastore found these very files committed under the id."""
+
+    def __init__(self) -> None:
+        super().__init__(committed_ts=TS, error=UnavailableError("unused"))
+
+    def call(self, op: str, _args: dict[str, Any]) -> dict[str, Any]:
+        assert op == "commit"
+        return {"txn_id": "batch:made-up", "ts": TS, "tables": ["ns.t"], "deduplicated": True}
+
+
+def test_a_deduplicated_reply_to_this_attempts_own_files_is_its_own_commit() -> None:
+    """A reply marked deduplicated matched this attempt's exact file list, and an attempt's
+    files are its own (a fresh directory): the client re-sent this commit after a lost reply.
+    The batch reported itself a replay ('already committed', its output someone else's), so
+    an `on_batch` counting written rows skipped them, and its automatic compaction was not
+    run."""
+    client = LateReplyClient()
+    batch = _batch(client, txn_id_from_caller=False)
+    compacted: list[tuple[str, int]] = []
+    batch.bridge.maybe_compact = lambda table, n: compacted.append((table, n))  # type: ignore[attr-defined]
+    batch.commit()
+    assert batch.report.commit_ts == TS
+    assert not batch.report.deduplicated
+    assert compacted == [("ns.t", 1)]
+    assert client.lookups == 0

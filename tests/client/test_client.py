@@ -787,6 +787,72 @@ async def test_a_commit_a_forward_lost_then_refused_as_not_leader_keeps_its_unkn
     assert "commit" in a.ops and "commit" in b.ops
 
 
+async def test_a_commit_timed_out_then_refused_at_hello_by_another_node_keeps_its_unknown_outcome(
+    nodes: Any,
+) -> None:
+    """A commit one node timed out on may still commit. When the next node then refuses the
+    connection itself (its hello: a token it does not take, a connection limit, a TLS
+    handshake), that refusal says nothing of the commit: the call raised it as is (e.g.
+    UNAUTHENTICATED, not retryable), which reads as 'not committed', and a caller re-running
+    the batch under a fresh txn id committed it twice. It must say 'outcome unknown'."""
+
+    async def timed_out(op: str, args: dict[str, Any]) -> dict[str, Any]:
+        raise RequestTimeoutError("proposal not applied within 5000 ms; its outcome is unknown")
+
+    a = await nodes(handler=timed_out)
+    b = await nodes(tokens=frozenset())  # refuses every hello
+    async with client(a.endpoint, b.endpoint, timeout_ms=8000) as c:
+        with pytest.raises(UnavailableError, match="outcome") as raised:
+            await c.commit("t-1", [{"table": "ns.t", "schema_version": 1}])
+        assert raised.value.retryable
+        assert raised.value.details.get("outcome_unknown") is True
+        assert "UNAUTHENTICATED" in str(raised.value)
+        with pytest.raises(UnavailableError, match="outcome"):
+            await c.ddl("CREATE NAMESPACE x", request_id="r-1", wait_ms=0)
+    assert "commit" in a.ops and b.ops == []
+    # Without an earlier unknown outcome the refusal is raised as it is.
+    async with client(b.endpoint) as c:
+        with pytest.raises(UnauthenticatedError):
+            await c.commit("t-2", [{"table": "ns.t", "schema_version": 1}])
+
+
+@pytest.mark.parametrize(
+    "refusal",
+    [
+        UnauthenticatedError("the token is not valid here (rotated?)"),
+        error_class(ErrorCode.FORBIDDEN)("op 'commit' needs role writer"),
+        error_class(ErrorCode.BAD_REQUEST)("unknown arguments ['seq']"),
+        error_class(ErrorCode.INTERNAL)("KeyError: 'x'"),
+    ],
+)
+async def test_a_commit_timed_out_then_refused_by_a_node_itself_keeps_its_unknown_outcome(
+    nodes: Any, refusal: MetastoreError
+) -> None:
+    """The same when the next node refuses the request as a node (a token it no longer takes
+    after a rotation, a role, an argument an older release does not know, a bug there): not
+    a verdict on the commit, which an earlier node may still apply."""
+
+    async def timed_out(op: str, args: dict[str, Any]) -> dict[str, Any]:
+        raise RequestTimeoutError("proposal not applied within 5000 ms; its outcome is unknown")
+
+    async def refuse(op: str, args: dict[str, Any]) -> dict[str, Any]:
+        raise refusal
+
+    a = await nodes(handler=timed_out)
+    b = await nodes(handler=refuse)
+    async with client(a.endpoint, b.endpoint, timeout_ms=8000) as c:
+        with pytest.raises(UnavailableError, match="outcome") as raised:
+            await c.commit("t-1", [{"table": "ns.t", "schema_version": 1}])
+        assert raised.value.retryable
+        assert raised.value.details.get("outcome_unknown") is True
+        assert refusal.code.value in str(raised.value)
+    assert "commit" in a.ops and "commit" in b.ops
+    # Without an earlier unknown outcome the refusal is raised as it is.
+    async with client(b.endpoint) as c:
+        with pytest.raises(type(refusal)):
+            await c.commit("t-2", [{"table": "ns.t", "schema_version": 1}])
+
+
 async def test_a_connection_whose_every_slot_is_busy_is_not_taken_for_dead(nodes: Any) -> None:
     """A liveness probe must not wait for one of the connection's request slots: with every
     slot held by slow requests (64 DDLs waiting for their activation on a healthy node) the

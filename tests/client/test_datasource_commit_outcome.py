@@ -3,8 +3,9 @@ was committed before: the commit is looked up (linearizably) before the job is f
 reported done. Found committed with this append's table, the job succeeded (a re-run would
 write the rows twice); found committed with another table, the id was reused for another write
 (a typed TxnIdReused, not "done": that dropped this append's rows silently); not found, the
-error names the txn id to re-run under (a txn id commits at most once). Pure: a scripted client,
-no Spark, no processes."""
+append's session is closed (so the commit can no longer land) and the commit looked up again,
+which settles it; unsettled, the error names the txn id to re-run under (a txn id commits at
+most once). Pure: a scripted client, no Spark, no processes."""
 
 from __future__ import annotations
 
@@ -12,7 +13,13 @@ from typing import Any
 
 import pytest
 
-from metastore.errors import RequestTimeoutError, TxnIdReusedError, UnavailableError
+from metastore.errors import (
+    InternalError,
+    RequestTimeoutError,
+    TxnIdReusedError,
+    UnauthenticatedError,
+    UnavailableError,
+)
 from spark_bridge import datasource
 from spark_bridge.datasource import MetastoreWriter, WrittenFile
 
@@ -34,7 +41,8 @@ class ScriptedClient:
         return {}
 
     def session_close(self, session_id: str) -> dict[str, Any]:
-        return {}
+        self.ops.append("session_close")
+        return {"session_id": session_id, "closed": True}
 
     def call(self, op: str, args: dict[str, Any]) -> dict[str, Any]:
         self.ops.append(op)
@@ -90,16 +98,92 @@ def test_a_commit_found_committed_after_an_unknown_outcome_succeeds(
 
 
 @pytest.mark.parametrize("error", UNKNOWN)
-def test_not_found_after_an_unknown_outcome_names_the_txn_id_to_re_run_under(
+def test_not_found_after_an_unknown_outcome_is_settled_by_closing_the_session(
     monkeypatch: pytest.MonkeyPatch, error: Exception
 ) -> None:
+    """Not found is not "not committed": the commit may still be on its way to a leader. The
+    job used to fail saying so, and an orchestrator re-running the failed job as it is (a
+    fresh txn id) appended the rows twice once the first commit landed. The append's files
+    lie in its session's attempt directory, and a commit applied after that session ended is
+    refused (SESSION_NOT_FOUND): once the close is acknowledged the commit can no longer
+    land, and a second lookup is the answer. Not found then, the job fails saying nothing was
+    committed, and re-running it is safe."""
     client = ScriptedClient(error, None)
+    with pytest.raises(type(error)) as raised:
+        _commit(monkeypatch, client)
+    assert client.ops[:4] == ["commit", "committed_txn", "session_close", "committed_txn"]
+    assert raised.value.details["committed"] is False
+    assert raised.value.details["outcome_unknown"] is False
+    assert raised.value.details["txn_id"].startswith("append:ns.t:")
+    assert "was not committed" in raised.value.message
+    assert raised.value.retryable
+
+
+class LandsBeforeTheCloseClient(ScriptedClient):
+    """The commit was still on its way at the first lookup and landed before the close."""
+
+    def committed_txn(self, txn_id: str) -> dict[str, Any]:
+        self.tables = ["ns.t"] if "session_close" in self.ops else None
+        return super().committed_txn(txn_id)
+
+
+@pytest.mark.parametrize("error", UNKNOWN)
+def test_a_commit_that_lands_before_the_settling_close_succeeds(
+    monkeypatch: pytest.MonkeyPatch, error: Exception
+) -> None:
+    client = LandsBeforeTheCloseClient(error, None)
+    _commit(monkeypatch, client)
+    assert client.ops[:4] == ["commit", "committed_txn", "session_close", "committed_txn"]
+
+
+@pytest.mark.parametrize("error", UNKNOWN)
+def test_a_commit_adding_no_file_is_not_settled_by_the_close(
+    monkeypatch: pytest.MonkeyPatch, error: Exception
+) -> None:
+    """No file of it lies in the session's directory (an overwrite of an empty DataFrame
+    empties the table), so the close cannot stop it landing: it stays unknown."""
+    client = ScriptedClient(error, None)
+    monkeypatch.setattr(datasource, "_client", lambda *a, **k: client)
+    writer = MetastoreWriter(
+        endpoints=["127.0.0.1:1"],
+        token="t",
+        table="ns.t",
+        table_id=1,
+        version=1,
+        location="/nowhere",
+        columns=COLUMNS,
+        overwrite=True,
+        not_before=1,
+        session_id=SID,
+        session_ttl_ms=600_000,
+    )
+    with pytest.raises(type(error)) as raised:
+        writer.commit([])
+    txn_id = raised.value.details["txn_id"]
+    assert f".option('txn_id', {txn_id!r})" in raised.value.message
+    assert client.ops[:2] == ["commit", "committed_txn"]
+    assert client.ops[2:] == ["session_close"]  # only the commit's own, afterwards
+
+
+class CloseFailsClient(ScriptedClient):
+    def session_close(self, session_id: str) -> dict[str, Any]:
+        self.ops.append("session_close")
+        raise UnavailableError("no leader; its outcome is unknown")
+
+
+@pytest.mark.parametrize("error", UNKNOWN)
+def test_not_found_and_not_settled_names_the_txn_id_to_re_run_under(
+    monkeypatch: pytest.MonkeyPatch, error: Exception
+) -> None:
+    """When the close cannot be confirmed either, the outcome stays unknown: the error names
+    the txn id to re-run under (a txn id commits at most once)."""
+    client = CloseFailsClient(error, None)
     with pytest.raises(type(error)) as raised:
         _commit(monkeypatch, client)
     txn_id = raised.value.details["txn_id"]
     assert txn_id.startswith("append:ns.t:")
     assert f".option('txn_id', {txn_id!r})" in raised.value.message
-    assert client.ops == ["commit", "committed_txn"]
+    assert client.ops[:3] == ["commit", "committed_txn", "session_close"]
 
 
 REUSED = TxnIdReusedError("already committed with other writes", details={"committed_ts": TS})
@@ -260,3 +344,39 @@ def test_the_commit_floor_is_above_the_pinned_timestamp(monkeypatch: pytest.Monk
     assert ahead.not_before == TS + 1001
     behind = _planned_writer(monkeypatch, schema, pinned_ts=TS - 1000, now=TS)
     assert behind.not_before == TS + 1  # a pin below the clock: above now, as before
+
+
+class LookupFailsClient(ScriptedClient):
+    """The commit's outcome is unknown and its lookup fails too."""
+
+    def __init__(self, commit_error: Exception, lookup_error: Exception) -> None:
+        super().__init__(commit_error, None)
+        self.lookup_error = lookup_error
+
+    def committed_txn(self, txn_id: str) -> dict[str, Any]:
+        self.ops.append("committed_txn")
+        raise self.lookup_error
+
+
+@pytest.mark.parametrize("error", UNKNOWN)
+@pytest.mark.parametrize(
+    "lookup_error",
+    [
+        UnavailableError("no leader"),
+        InternalError("KeyError: 'x'"),
+        UnauthenticatedError("the token is not valid here (rotated?)"),
+    ],
+)
+def test_a_failed_lookup_after_an_unknown_outcome_still_names_the_txn_id(
+    monkeypatch: pytest.MonkeyPatch, error: Exception, lookup_error: Exception
+) -> None:
+    """Whatever made the lookup fail, the commit's outcome is still unknown: the job must fail
+    with the error that names the txn id to re-run under. A lookup failing otherwise than
+    UNAVAILABLE or TIMEOUT (a bug on the node, a token rotated meanwhile) was raised as is,
+    and the job re-run without the id appended its rows twice if the commit had landed."""
+    client = LookupFailsClient(error, lookup_error)
+    with pytest.raises(type(error)) as raised:
+        _commit(monkeypatch, client)
+    txn_id = raised.value.details["txn_id"]
+    assert f".option('txn_id', {txn_id!r})" in raised.value.message
+    assert client.ops[:4] == ["commit", "committed_txn", "session_close", "committed_txn"]
