@@ -38,8 +38,10 @@ unreachable from it; or a planner on another host than the registering process, 
 Connect, where only the tasks keep it, with a warning): the job then fails at its next task, or
 its commit is refused, with SessionNotFoundError (reason `attempt_session_not_live`, and the
 keeper's reason when it gave up; nothing committed, since GC may have deleted files of an
-ended session): re-run it. Reads open no session and hold no lease: a read longer than the
-table's GC TTL should protect its timestamp (`MetastoreBridge.protect`).
+ended session): re-run it. Reads open no session and take no lease or protection, so nothing
+needs keeping while they run: the files a read lists stay until the table's GC threshold passes
+its timestamp (`gc.ttl` after it), and a read at an old `as_of`, or one running that long,
+should protect its timestamp first (`MetastoreBridge.protect`).
 
 Facts of the API this relies on (PySpark 4.x): `schema()`, `reader()`, `partitions()`,
 `writer()` and `commit()` run in Python worker processes on the driver host, `read()`/`write()`
