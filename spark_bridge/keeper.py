@@ -205,7 +205,18 @@ class SessionKeeper:
         try:
             names = os.listdir(self.directory)
         except OSError as exc:
-            log.warning("cannot list the append sessions to keep in %s: %s", self.directory, exc)
+            if self._stop.is_set():
+                return set()
+            # Removed under us (a temporary-files cleaner): made again, so later appends are
+            # kept; the ones whose files went with it are kept by their tasks only. Logged once
+            # per removal, not at every poll.
+            try:
+                self.directory.mkdir(mode=0o700)
+            except OSError:
+                return set()
+            log.warning(
+                "the session keeper's directory %s was gone (%s): made again", self.directory, exc
+            )
             return set()
         return {n[: -len(KEEP_SUFFIX)] for n in names if n.endswith(KEEP_SUFFIX)}
 

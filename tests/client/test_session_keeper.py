@@ -124,6 +124,15 @@ def test_a_session_unkept_while_its_heartbeat_failed_leaves_no_note(kept: Any) -
     assert not list(keeper.directory.iterdir())
 
 
+def test_a_directory_removed_under_the_keeper_is_made_again(kept: Any) -> None:
+    keeper, log = kept
+    keeper.directory.rmdir()
+    _wait(keeper.directory.is_dir, "the directory to be made again")
+    assert oct(keeper.directory.stat().st_mode & 0o777) == oct(0o700)
+    keep(keeper.directory, SID, ttl_ms=60_000, table="ns.t")
+    log.wait_for(lambda: log.beats == [SID], "the first heartbeat")
+
+
 def test_stop_ends_the_thread_and_removes_the_directory() -> None:
     log = _Log()
     keeper = SessionKeeper(lambda: _Client(log), poll_ms=20)
