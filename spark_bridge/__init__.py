@@ -7,6 +7,7 @@ Codemap
     session     the bridge's session: heartbeats, ref-counted leases, read floors.
     conform files   output -> pinned schema; per-attempt Parquet dirs and their file lists.
     datasource  format("metastore") reads (AS OF) and appends.
+    keeper      the driver's thread heartbeating appends' sessions from planning to commit.
     backfill optimize   a job's backfill rewrite; small files into target-size ones.
     demo        `make demo`.
 

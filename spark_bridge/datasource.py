@@ -30,13 +30,23 @@ fills their DEFAULT, or NULL.
 Each append runs under a metastore session of its own, opened (fresh id, TTL the
 `session_ttl_ms` option, default 10 min, at most 1 h) when the write is planned: its files go to
 that session's attempt directory `_txn/<session id>--append-<random>/`, which GC's orphan scan
-leaves alone while the session lives, however long the job runs. Each task heartbeats the
-session when it starts and every third of the TTL while it runs (so executors must reach the
-metastore; a failed heartbeat is only logged), `commit()` heartbeats it before committing, and
-the commit or abort closes it. A job that lets it expire (no task started or running for a whole
-TTL: a long stage before the write, an executor lost for long) fails at its next task, or its
-commit is refused with SessionNotFoundError (reason `attempt_session_not_live`; nothing
-committed, since GC may have deleted files of an ended session): re-run it, with a larger TTL.
+leaves alone while the session lives, however long the job runs. The driver keeps it alive from
+the planning to the commit or abort, through the stages before the write too (a shuffle, a slow
+join: no task of the write runs then): `register()` starts a session keeper in the
+application's process (spark_bridge.keeper: a daemon thread heartbeating every third of the
+TTL, told of each append by a file in its private directory, which the commit and the abort
+remove). Each task also heartbeats the session when it starts and every third of the TTL while
+it runs (a failed heartbeat is only logged), `commit()` heartbeats it before committing, and the
+commit or abort closes it. A session can still end before the commit when neither the driver
+nor a task got a heartbeat through for a whole TTL (the driver's process stalled, the metastore
+unreachable from it; or a planner on another host than the registering process, as with Spark
+Connect, where only the tasks keep it, with a warning): the job then fails at its next task, or
+its commit is refused, with SessionNotFoundError (reason `attempt_session_not_live`, and the
+keeper's reason when it gave up; nothing committed, since GC may have deleted files of an
+ended session): re-run it. Reads open no session and take no lease or protection, so nothing
+needs keeping while they run: the files a read lists stay until the table's GC threshold passes
+its timestamp (`gc.ttl` after it), and a read at an old `as_of`, or one running that long,
+should protect its timestamp first (`MetastoreBridge.protect`).
 
 Facts of the API this relies on (PySpark 4.x): `schema()`, `reader()`, `partitions()`,
 `writer()` and `commit()` run in Python worker processes on the driver host, `read()`/`write()`
@@ -48,9 +58,11 @@ paths, read where the client runs, i.e. on the driver host) included.
 
 from __future__ import annotations
 
+import threading
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.datasource import (
@@ -68,11 +80,12 @@ if TYPE_CHECKING:
 
     from metastore.errors import MetastoreError, SessionNotFoundError
     from raft.tls import ClientTls
+    from spark_bridge.keeper import SessionKeeper
 
-# The TTL of an append's session (option "session_ttl_ms"): how long the job may go without a
-# task starting or running (and between the last task and the commit) before the session ends
-# and its commit is refused. Longer than a lease-holding session's: it blocks no schema change,
-# it only keeps a killed job's files from GC that much longer.
+# The TTL of an append's session (option "session_ttl_ms"): how long it survives without any
+# heartbeat (from the driver's keeper, a task or the commit) before it ends and its commit is
+# refused. Longer than a lease-holding session's: it blocks no schema change, it only keeps a
+# killed job's files from GC that much longer.
 WRITE_SESSION_TTL_MS_DEFAULT = 600_000
 
 
@@ -237,6 +250,7 @@ class MetastoreWriter(DataSourceWriter):
         session_ttl_ms: int,
         tls: ClientTls | None = None,
         loose_files_max: int | None = None,
+        keeper_dir: str = "",
     ) -> None:
         """`columns` are the write columns of the pinned version; the rows carry the first
         `given` of them (default all) and the writer fills the rest (write-only columns) with
@@ -244,8 +258,11 @@ class MetastoreWriter(DataSourceWriter):
         (default: the cluster's setting, 0: never) loose file entries is compacted.
         `session_id` is the write's own metastore session (`open_write_session`, TTL
         `session_ttl_ms`): the files go to its attempt directory, the tasks and the commit
-        heartbeat it, and the commit or abort closes it."""
+        heartbeat it, and the commit or abort closes it. `keeper_dir` ("" for none) is the
+        directory of the driver's session keeper that heartbeats it meanwhile (`keep` was
+        called); the commit or abort stops that first."""
         self.session_id = session_id
+        self.keeper_dir = keeper_dir
         self.session_ttl_ms = session_ttl_ms
         self.loose_files_max = loose_files_max
         self.endpoints = endpoints
@@ -273,15 +290,26 @@ class MetastoreWriter(DataSourceWriter):
     def _expired(self, cause: MetastoreError) -> SessionNotFoundError:
         from metastore.errors import SessionNotFoundError
         from metastore.limits import SESSION_TTL_MS_MAX
+        from spark_bridge.keeper import ended_note
 
+        details = {**cause.details, "session_id": self.session_id}
+        keeper = ""
+        if not self.keeper_dir:
+            keeper = (
+                "; no session keeper of the driver kept it: format('metastore') was registered "
+                "in another process or host than the planner's (spark_bridge.keeper)"
+            )
+        elif (note := ended_note(Path(self.keeper_dir), self.session_id)) is not None:
+            keeper = f"; the driver's session keeper stopped keeping it: {note}"
+            details["keeper"] = note
         return SessionNotFoundError(
             f"the metastore session {self.session_id} of this format('metastore') append to "
             f"{self.table} ended (expired: nothing heartbeat it for {self.session_ttl_ms} ms, or "
             "closed) before its commit, so GC may have deleted its files as orphans; nothing "
-            "was committed. Re-run the write; if the job has long pauses without running "
-            "write tasks (or its executors cannot reach the metastore to heartbeat), raise the "
-            f"TTL with .option('session_ttl_ms', ...) (at most {SESSION_TTL_MS_MAX}). ({cause})",
-            details={**cause.details, "session_id": self.session_id},
+            f"was committed{keeper}. Re-run the write; if the driver or the executors "
+            "cannot reach the metastore for long, raise the TTL with "
+            f".option('session_ttl_ms', ...) (at most {SESSION_TTL_MS_MAX}). ({cause})",
+            details=details,
         )
 
     def _heartbeat(self, client: Any, *, strict: bool) -> None:
@@ -304,6 +332,15 @@ class MetastoreWriter(DataSourceWriter):
             logging.getLogger("spark_bridge").warning(
                 "heartbeat of metastore session %s failed: %s", self.session_id, exc
             )
+
+    def _end_session(self) -> None:
+        """The commit or abort is done: stop the driver's keeper, then close the session (in
+        that order, so the keeper never finds its session closed while it still keeps it)."""
+        if self.keeper_dir:
+            from spark_bridge.keeper import unkeep
+
+            unkeep(Path(self.keeper_dir), self.session_id)
+        self._close_session()
 
     def _close_session(self) -> None:
         import logging
@@ -401,7 +438,7 @@ class MetastoreWriter(DataSourceWriter):
         try:
             self._commit(messages)
         finally:
-            self._close_session()
+            self._end_session()
 
     def _commit(self, messages: list[WriterCommitMessage | None]) -> None:
         from metastore.errors import (
@@ -592,7 +629,7 @@ class MetastoreWriter(DataSourceWriter):
         # Nothing was committed: the files written so far (and any a straggler task still
         # writes) are referenced by no commit, so readers never see them; GC removes them
         # once the session is closed (and the grace has passed).
-        self._close_session()
+        self._end_session()
 
 
 class MetastoreDataSource(DataSource):
@@ -601,6 +638,8 @@ class MetastoreDataSource(DataSource):
     ENDPOINTS: list[str] = []
     TOKEN: str = ""
     TLS: ClientTls | None = None
+    # The directory of the registering process's session keeper ("": none).
+    KEEPER_DIR: str = ""
 
     @classmethod
     def name(cls) -> str:
@@ -706,7 +745,9 @@ class MetastoreDataSource(DataSource):
             )
         finally:
             client.close()
+        keeper_dir = self._keep(session_id, ttl_ms)
         return MetastoreWriter(
+            keeper_dir=keeper_dir,
             session_id=session_id,
             session_ttl_ms=ttl_ms,
             endpoints=self.ENDPOINTS,
@@ -723,6 +764,31 @@ class MetastoreDataSource(DataSource):
             given=given,
             loose_files_max=int(loose_max) if loose_max not in (None, "") else None,
         )
+
+    def _keep(self, session_id: str, ttl_ms: int) -> str:
+        """Have the driver's session keeper heartbeat the append's session until its commit or
+        abort: its directory, or "" when it cannot be reached from here (the append is then
+        kept by its tasks and commit only, as the warning says)."""
+        if not self.KEEPER_DIR:
+            return ""
+        import logging
+
+        from spark_bridge.keeper import keep
+
+        try:
+            keep(Path(self.KEEPER_DIR), session_id, ttl_ms=ttl_ms, table=self._table())
+        except OSError as exc:
+            logging.getLogger("spark_bridge").warning(
+                "the session keeper of the process that registered format('metastore') is not "
+                "reachable from this planner (%s): the session of this append to %s is kept "
+                "alive by its tasks only, so a stage before the write longer than its TTL "
+                "(%d ms) fails the job",
+                exc,
+                self._table(),
+                ttl_ms,
+            )
+            return ""
+        return self.KEEPER_DIR
 
 
 def _shape(dtype: Any) -> Any:
@@ -779,14 +845,51 @@ def open_write_session(client: Any, *, table: str, ttl_ms: int) -> tuple[str, in
     return session_id, int(r.get("ttl_ms") or ttl_ms)
 
 
+# The session keepers of this process, one per (endpoints, token, TLS options) registered.
+_KEEPERS: dict[tuple[tuple[str, ...], str, str], SessionKeeper] = {}
+_KEEPERS_LOCK = threading.Lock()
+
+
+def _session_keeper(endpoints: list[str], token: str, tls: ClientTls | None) -> SessionKeeper:
+    """This process's session keeper for these settings, started at the first call."""
+    from spark_bridge.keeper import SessionKeeper
+
+    key = (tuple(endpoints), token, repr(tls))
+    with _KEEPERS_LOCK:
+        keeper = _KEEPERS.get(key)
+        if keeper is None or not keeper.alive():
+            keeper = SessionKeeper(lambda: _client(list(endpoints), token, tls))
+            _KEEPERS[key] = keeper
+        return keeper
+
+
+def stop_session_keepers() -> None:
+    """Stop the session keepers `register()` started in this process (they are daemon threads,
+    also stopped at exit): appends still running are then kept by their tasks only."""
+    with _KEEPERS_LOCK:
+        keepers = list(_KEEPERS.values())
+        _KEEPERS.clear()
+    for keeper in keepers:
+        keeper.stop()
+
+
 def register(
     spark: SparkSession, *, endpoints: list[str], token: str, tls: ClientTls | None = None
 ) -> None:
     """Register format("metastore") on `spark`, talking to this cluster with this token (and
-    these TLS options, for clusters whose client ports speak TLS)."""
+    these TLS options, for clusters whose client ports speak TLS). Starts this process's
+    session keeper for these settings (spark_bridge.keeper), which heartbeats the sessions of
+    appends from their planning to their commit: call it in the application's driver
+    process."""
+    keeper = _session_keeper(list(endpoints), token, tls)
     source = type(
         "ConfiguredMetastoreDataSource",
         (MetastoreDataSource,),
-        {"ENDPOINTS": list(endpoints), "TOKEN": token, "TLS": tls},
+        {
+            "ENDPOINTS": list(endpoints),
+            "TOKEN": token,
+            "TLS": tls,
+            "KEEPER_DIR": str(keeper.directory),
+        },
     )
     spark.dataSource.register(source)

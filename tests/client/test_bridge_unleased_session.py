@@ -6,12 +6,24 @@ Spark session and the client are stand-ins."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from types import SimpleNamespace
 from typing import Any
+
+import pytest
 
 from metastore.leases import attempt_owners
 from spark_bridge.bridge import MetastoreBridge
 from spark_bridge.files import new_attempt_dir
+
+
+@pytest.fixture(autouse=True)
+def _stop_keepers() -> Iterator[None]:
+    """A bridge registers format("metastore"), which starts a session keeper thread."""
+    yield
+    from spark_bridge.datasource import stop_session_keepers
+
+    stop_session_keepers()
 
 
 class _Client:

@@ -135,6 +135,10 @@ class SparkEnv:
     def close(self) -> None:
         for item in reversed(self._opened):
             item.close()
+        # The session keepers `register()` started for this cluster (its bridges did).
+        from spark_bridge.datasource import stop_session_keepers
+
+        stop_session_keepers()
 
 
 def write_parquet(

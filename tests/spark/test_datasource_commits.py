@@ -5,6 +5,7 @@ txn id is made once per write, so a repeated commit of the same write commits on
 from __future__ import annotations
 
 import datetime as dt
+import time
 from decimal import Decimal
 from typing import Any
 
@@ -13,7 +14,7 @@ import pytest
 from metastore.errors import SessionNotFoundError, TableNotFoundError
 from metastore.leases import attempt_owners
 from spark_bridge.datasource import MetastoreWriter, WrittenFile, open_write_session
-from tests.spark.support import SparkEnv, committed_txns, write_parquet
+from tests.spark.support import SparkEnv, committed_txns, wait_until, write_parquet
 
 pytestmark = pytest.mark.slow
 
@@ -88,6 +89,48 @@ def test_format_metastore_appends_under_a_session_refused_once_it_ended(
     assert info.value.details["reason"] == "attempt_session_not_live"
     assert committed_txns(env.client) == before
     assert env.live_paths("dsw.owned", as_of=env.client.clock.now()) == paths
+
+
+def test_format_metastore_append_outlasting_its_ttl_before_the_write_commits(
+    spark_env: SparkEnv,
+) -> None:
+    """A stage before the write (here a Python UDF ahead of a shuffle) longer than the append
+    session's TTL: no write task runs meanwhile, and the session opened at planning expired, so
+    the write stage failed (SessionNotFoundError). The session keeper `register()` started in
+    this driver process heartbeats it, though Spark plans and commits in worker processes."""
+    from pyspark.sql import functions as F
+
+    env = spark_env
+    env.ddl("CREATE NAMESPACE IF NOT EXISTS dsw")
+    env.ddl("CREATE TABLE dsw.slow (id BIGINT)")
+    env.bridge()  # registers format("metastore") for this cluster
+    ttl_ms = 1_500
+    stage_s = 3 * ttl_ms / 1000
+
+    def sleep_then(value: int) -> int:
+        time.sleep(stage_s)  # the long stage being simulated
+        return value
+
+    slowly = F.udf(sleep_then, "bigint", useArrow=False)  # a plain Python UDF (no pandas here)
+
+    df = env.spark.range(1, numPartitions=1).select(slowly("id").alias("id")).repartition(2)
+    started = time.monotonic()
+    (
+        df.write.format("metastore")
+        .option("table", "dsw.slow")
+        .option("session_ttl_ms", str(ttl_ms))
+        .mode("append")
+        .save()
+    )
+    assert time.monotonic() - started >= stage_s
+    back = env.spark.read.format("metastore").option("table", "dsw.slow").load()
+    assert [r.id for r in back.collect()] == [0]
+    # The commit (in another worker process) told the keeper to stop: it keeps nothing.
+    from spark_bridge import datasource
+
+    (keeper,) = datasource._KEEPERS.values()
+    assert not list(keeper.directory.iterdir())
+    wait_until(lambda: keeper.kept() == [], what="the keeper to forget the committed append")
 
 
 TYPED = "dsw.typed"

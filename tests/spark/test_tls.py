@@ -34,6 +34,9 @@ def tls_cluster(
         cluster.wait_ready(timeout_s=60)
         yield cluster, ClientTls(ca_file=certs.ca_cert)
     finally:
+        from spark_bridge.datasource import stop_session_keepers
+
+        stop_session_keepers()  # started by the bridges' register()
         cluster.stop_all()
 
 

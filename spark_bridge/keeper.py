@@ -1,0 +1,287 @@
+"""The driver's keeper of `format("metastore")` append sessions: heartbeats from the planning of
+an append to its commit or abort, stages without any of its tasks included.
+
+Why a process of its own is needed: an append's session is opened when the write is planned
+(spark_bridge.datasource `writer()`) and its files go to that session's attempt directory. Its
+tasks heartbeat it while they run, but the stages before the write (a shuffle, a slow join) run
+none of them, so a stage longer than the session's TTL let it expire: the first write task then
+failed (SessionNotFoundError) and the job's work was lost. Spark calls the data source's
+driver-side steps in short-lived Python worker processes (PySpark 4: `writer()` in a planner
+worker that is killed about a minute after it goes idle, `commit()`/`abort()` in another), so no
+thread started there outlives the planning for long, and none can be stopped by the commit. The
+application's Python process, where `register()` runs, lives as long as its jobs: `register()`
+starts one `SessionKeeper` there (per cluster and token; a daemon thread) and hands its
+directory to the workers as a class attribute of the registered data source.
+
+The handshake is a file per append in that directory (private: 0700, made by `mkdtemp`):
+`writer()` writes `<session id>.keep` (`keep`) right after opening the session; the keeper
+notices it within KEEP_POLL_MS and heartbeats the session then and every third of its TTL (as
+the tasks do); `commit()` and `abort()` remove the file (`unkeep`) before closing the session,
+and the keeper forgets it. A killed driver takes its keeper with it: nothing heartbeats its
+appends' sessions, which expire after their TTL, as before. An append Spark never commits nor
+aborts (planned, then its query failed before running) is kept until the application ends.
+
+When keeping fails for good, the keeper stops heartbeating that session and renames its file to
+`<session id>.ended`, holding the reason: the metastore said the session ended
+(SESSION_NOT_FOUND: it expired, e.g. the driver's process stalled or the cluster answered none
+of its heartbeats for a whole TTL), or no heartbeat got through for a whole TTL (the session
+expired then unless the tasks' own heartbeats kept it). The job's next task then fails at its
+start, or its commit is refused, with SessionNotFoundError; the commit's error quotes the
+reason (`unkeep`). Other failures are logged and retried every interval.
+
+Where the keeper's directory is not reachable from the planner (Spark Connect: the planner runs
+on the server's host), `writer()` logs a warning and the append runs as before: kept by its
+tasks and its commit only.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import logging
+import os
+import shutil
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+from metastore.errors import ErrorCode, MetastoreError
+
+log = logging.getLogger(__name__)
+
+# How often the keeper looks for appends planned since (a listing of a small local directory):
+# the first heartbeat of a new append's session comes within this, well inside the smallest TTL
+# the metastore accepts (metastore.limits SESSION_TTL_MS_MIN, 500 ms).
+KEEP_POLL_MS: Final = 200
+# How long `stop()` waits for the thread: a heartbeat on the wire may take the client's whole
+# budget (a cluster that does not answer), and an exiting interpreter should not wait that
+# long for a daemon thread whose sessions then expire on their own.
+KEEPER_STOP_WAIT_S: Final = 5.0
+KEEP_SUFFIX: Final = ".keep"
+ENDED_SUFFIX: Final = ".ended"
+# A note in an `.ended` file longer than this is cut (it is quoted in an error message).
+ENDED_NOTE_CHARS_MAX: Final = 2_000
+
+
+def keep(directory: Path, session_id: str, *, ttl_ms: int, table: str) -> None:
+    """Ask the keeper of `directory` to heartbeat `session_id` (TTL `ttl_ms`) until `unkeep`.
+    Raises OSError when the directory cannot be written (not on this host, or gone)."""
+    data = json.dumps({"session_id": session_id, "ttl_ms": int(ttl_ms), "table": table})
+    path = directory / f"{session_id}{KEEP_SUFFIX}"
+    # Written whole, then renamed into place: the keeper never reads half a file.
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{session_id}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def ended_note(directory: Path, session_id: str) -> str | None:
+    """Why the keeper of `directory` stopped keeping `session_id`, if it did."""
+    try:
+        return (directory / f"{session_id}{ENDED_SUFFIX}").read_text()[:ENDED_NOTE_CHARS_MAX]
+    except OSError:
+        return None
+
+
+def unkeep(directory: Path, session_id: str) -> None:
+    """Stop keeping `session_id` (its append committed or aborted). Never raises: a file left
+    behind only keeps the session alive until the application ends."""
+    for suffix in (KEEP_SUFFIX, ENDED_SUFFIX):
+        try:
+            (directory / f"{session_id}{suffix}").unlink(missing_ok=True)
+        except OSError as exc:
+            log.warning("cannot stop keeping metastore session %s: %s", session_id, exc)
+
+
+@dataclass(slots=True, kw_only=True)
+class _Kept:
+    session_id: str
+    ttl_ms: int
+    interval_s: float
+    due: float  # monotonic s: the next heartbeat
+    last_ok: float  # monotonic s: the last heartbeat that got through (or when first seen)
+
+
+class SessionKeeper:
+    """One daemon thread heartbeating the sessions named by `.keep` files in `directory` (see
+    the module docstring). `client_factory` makes the metastore client it heartbeats with: made
+    when there is a session to keep, closed when there is none."""
+
+    def __init__(
+        self,
+        client_factory: Callable[[], Any],
+        *,
+        poll_ms: int = KEEP_POLL_MS,
+        name: str = "metastore-append-sessions",
+    ) -> None:
+        self.directory = Path(tempfile.mkdtemp(prefix="metastore-keep-"))  # 0700
+        self._client_factory = client_factory
+        self._client: Any = None
+        self._poll_s = poll_ms / 1000
+        self._kept: dict[str, _Kept] = {}
+        self._lock = threading.Lock()  # `_kept`, read by `kept()` from other threads
+        self._stop = threading.Event()
+        self.heartbeats = 0
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+        atexit.register(self.stop)
+
+    def kept(self) -> list[str]:
+        """The ids of the sessions being kept."""
+        with self._lock:
+            return sorted(self._kept)
+
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
+    def stop(self) -> None:
+        """Stop the thread (idempotent) and remove the directory: appends still running are kept
+        by their tasks and commit only from now on."""
+        self._stop.set()
+        if self._thread is not threading.current_thread():
+            self._thread.join(timeout=KEEPER_STOP_WAIT_S)
+        shutil.rmtree(self.directory, ignore_errors=True)
+        atexit.unregister(self.stop)
+
+    # ------------------------------------------------------------------ the thread
+
+    def _run(self) -> None:
+        try:
+            while not self._stop.wait(self._wait_s()):
+                try:
+                    self._round()
+                except Exception:  # a daemon thread must not die on a surprise
+                    log.exception("keeping format('metastore') append sessions failed")
+        finally:
+            self._drop_client()
+
+    def _wait_s(self) -> float:
+        with self._lock:
+            due = min((k.due for k in self._kept.values()), default=None)
+        if due is None:
+            return self._poll_s
+        return max(0.0, min(self._poll_s, due - time.monotonic()))
+
+    def _round(self) -> None:
+        listed = self._listed()
+        now = time.monotonic()
+        with self._lock:
+            for session_id in [s for s in self._kept if s not in listed]:
+                del self._kept[session_id]  # committed or aborted: `unkeep` removed its file
+            new = [s for s in listed if s not in self._kept]
+        for session_id in new:
+            ttl_ms = self._ttl_ms(session_id)
+            if ttl_ms is None:
+                continue
+            kept = _Kept(
+                session_id=session_id,
+                ttl_ms=ttl_ms,
+                interval_s=max(1, ttl_ms // 3) / 1000,  # as the tasks beat (datasource)
+                due=now,  # at once: the session was opened a poll ago at most
+                last_ok=now,
+            )
+            with self._lock:
+                self._kept[session_id] = kept
+        with self._lock:
+            due = [k for k in self._kept.values() if k.due <= now]
+        for kept in due:
+            if self._stop.is_set():
+                return
+            self._beat(kept)
+        with self._lock:
+            idle = not self._kept
+        if idle:
+            self._drop_client()
+
+    def _listed(self) -> set[str]:
+        try:
+            names = os.listdir(self.directory)
+        except OSError as exc:
+            if self._stop.is_set():
+                return set()
+            # Removed under us (a temporary-files cleaner): made again, so later appends are
+            # kept; the ones whose files went with it are kept by their tasks only. Logged once
+            # per removal, not at every poll.
+            try:
+                self.directory.mkdir(mode=0o700)
+            except OSError:
+                return set()
+            log.warning(
+                "the session keeper's directory %s was gone (%s): made again", self.directory, exc
+            )
+            return set()
+        return {n[: -len(KEEP_SUFFIX)] for n in names if n.endswith(KEEP_SUFFIX)}
+
+    def _ttl_ms(self, session_id: str) -> int | None:
+        try:
+            data = json.loads((self.directory / f"{session_id}{KEEP_SUFFIX}").read_text())
+            return int(data["ttl_ms"])
+        except FileNotFoundError:
+            return None  # unkept meanwhile
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            self._give_up(session_id, f"the keeper cannot read what to keep: {exc}")
+            return None
+
+    def _beat(self, kept: _Kept) -> None:
+        now = time.monotonic()
+        try:
+            if self._client is None:
+                self._client = self._client_factory()
+            self._client.session_heartbeat(kept.session_id)
+        except MetastoreError as exc:
+            if exc.code == ErrorCode.SESSION_NOT_FOUND:
+                self._give_up(kept.session_id, f"the metastore says the session ended: {exc}")
+                return
+            self._failed(kept, now, exc)
+            return
+        except (OSError, ValueError) as exc:  # e.g. TLS files unreadable
+            self._failed(kept, now, exc)
+            return
+        self.heartbeats += 1
+        kept.last_ok = now
+        kept.due = now + kept.interval_s
+
+    def _failed(self, kept: _Kept, now: float, exc: Exception) -> None:
+        kept.due = now + kept.interval_s
+        if now - kept.last_ok >= kept.ttl_ms / 1000:
+            self._give_up(
+                kept.session_id,
+                f"no heartbeat of the driver's keeper got through for {kept.ttl_ms} ms (the "
+                f"session's TTL; the last error: {exc})",
+            )
+            return
+        log.warning("heartbeat of metastore session %s failed (retried): %s", kept.session_id, exc)
+
+    def _give_up(self, session_id: str, reason: str) -> None:
+        """Stop keeping `session_id`, leaving `reason` for its commit's error (`ended_note`)."""
+        with self._lock:
+            self._kept.pop(session_id, None)
+        keep_path = self.directory / f"{session_id}{KEEP_SUFFIX}"
+        ended_path = self.directory / f"{session_id}{ENDED_SUFFIX}"
+        try:
+            ended_path.write_text(reason[:ENDED_NOTE_CHARS_MAX])
+            # The `.keep` file goes last: it may be gone (the append committed or aborted
+            # meanwhile, which is why the session ended), and then the note must go too.
+            keep_path.unlink()
+        except FileNotFoundError:
+            ended_path.unlink(missing_ok=True)
+            return
+        except OSError as exc:
+            log.warning("cannot record why session %s is no longer kept: %s", session_id, exc)
+        log.warning("stopped keeping metastore session %s: %s", session_id, reason)
+
+    def _drop_client(self) -> None:
+        client, self._client = self._client, None
+        if client is not None:
+            try:
+                client.close()
+            except Exception:  # closing only frees sockets
+                log.exception("closing the session keeper's client failed")
