@@ -597,6 +597,24 @@ class MetastoreClient:
         process answered at (it decides which schema version is in force)."""
         return self._floors_of(self._cluster_id).schema_floor_ts
 
+    async def _learn_cluster(self) -> None:
+        """Connect (`hello`) to a node, unless one answered already, so that the process's
+        floors of its cluster are known before a request that needs them is built (`pin`'s
+        Top). Nodes that cannot be reached are left to the call itself to report, within this
+        client's timeout."""
+        if self._cluster_id is not None or self._closed:
+            return
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(self.timeout_ms / 1000):
+                for endpoint in (
+                    self.endpoints[self._preferred :] + self.endpoints[: self._preferred]
+                ):
+                    try:
+                        await self._connection(endpoint)
+                        return
+                    except _EndpointFailure:
+                        continue
+
     def _floors_of(self, cluster_id: object) -> ReadFloors:
         """The floors of the cluster `cluster_id` (a node's hello says it), shared by the
         process; this client's own for a node that names no cluster."""
@@ -1029,13 +1047,15 @@ class MetastoreClient:
         and - with `session_id` - a lease on each pinned version, in one round trip. The
         leases of `reads` (default: every table) keep GC below the caller's reads: at `read_ts`,
         default the node's safe time (capped at `ts`), as the reply's `safe_time` says."""
-        # Without `ts`, `_with_floor` sends this client's now, and never below the newest now
-        # a schema read of the process answered at on the asked node's cluster (this client's
-        # HLC follows every reply's `ts`, but ignores one too far ahead of its own clock, and
-        # sees no other client's replies).
-        args: dict[str, Any] = {"tables": list(tables)}
-        if ts is not None:
-            args["ts"] = ts
+        # Without `ts`: this client's now, and never below the newest now a schema read of
+        # the process answered at (this client's HLC follows every reply's `ts`, but ignores
+        # one too far ahead of its own clock, and sees no other client's replies). One Top for
+        # every attempt: a repeated leasing pin must ask for what the first one did.
+        if ts is None:
+            await self._learn_cluster()
+        floors = self._floors_of(self._cluster_id)
+        top = max(self.clock.now(), floors.schema_floor_ts) if ts is None else ts
+        args: dict[str, Any] = {"tables": list(tables), "ts": top}
         if session_id is not None:
             args["session_id"] = session_id
         if reads is not None:
@@ -1044,8 +1064,12 @@ class MetastoreClient:
             args["read_ts"] = read_ts
         if timeout_ms is not None:
             args["timeout_ms"] = timeout_ms
-        # Without `ts`, `call` raises the floors to the reply's `ts` and `safe_time`.
-        return await self.call("pin", args)
+        result = await self.call("pin", args)
+        if ts is None:
+            floors = self._floors_of(self._cluster_id)
+            self._note_read_position(floors, "schema", result.get("ts"))
+            self._note_read_position(floors, "state", result.get("safe_time"))
+        return result
 
     async def txn_log(self, limit: int = 20) -> dict[str, Any]:
         """The `limit` most recent commits, newest first (following the server's pages: wide
@@ -1597,10 +1621,7 @@ class MetastoreClient:
         daemon of an earlier release refuses an argument it does not know (BAD_REQUEST), so
         schema and state reads get one only from a node whose hello result says `read_floor`;
         `files`/`files_multi` always took `min_ts` (the caller's own writes). A caller's own
-        `min_ts` is left as it is. A `pin` without `ts` gets this client's now, never below
-        the schema floor (any release takes it: `ts` is Top)."""
-        if op == "pin" and args.get("ts") is None:
-            return {**args, "ts": max(self.clock.now(), floors.schema_floor_ts)}
+        `min_ts` is left as it is."""
         if "min_ts" in args:
             return args
         floor = 0
@@ -1620,7 +1641,7 @@ class MetastoreClient:
     ) -> None:
         """Raise the read floors to the position `result` was read at, for a read without a
         timestamp (a read AS OF T is of T, a fixed moment, and moves no floor)."""
-        if op in ("schema_at", "pin") and args.get("ts") is None:
+        if op == "schema_at" and args.get("ts") is None:
             self._note_read_position(floors, "schema", result.get("ts"))
             self._note_read_position(floors, "state", result.get("safe_time"))
         elif op in _FILES_OPS and args.get("as_of") is None and "page_token" not in args:
