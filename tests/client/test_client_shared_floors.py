@@ -184,3 +184,18 @@ async def test_an_unreachable_floor_is_lowered_for_every_client_of_the_process(
             await first.schema_at("ns.t")
         assert 0 < shared_floors("c1").schema_floor_ts < far_ts
         await second.schema_at("ns.t")
+
+
+async def test_a_fresh_clients_first_pin_is_at_or_above_another_clients_schema_read(
+    nodes: Any,
+) -> None:
+    """`pin` picks its Top before it sends anything: a client that has not met the cluster
+    yet says hello first, so the process's schema floor of that cluster applies."""
+    ahead = await nodes(node_id=1, clock_offset_ms=AHEAD_MS)
+    behind = await nodes(node_id=2)
+    async with MetastoreClient([ahead.endpoint], TOKEN) as first:
+        seen = await first.schema_at("ns.t")
+    async with MetastoreClient([behind.endpoint], TOKEN) as fresh:
+        pinned = await fresh.pin(["ns.t"])
+    assert pinned["ts"] >= seen["ts"]
+    assert _sent(behind, "pin")[0]["ts"] >= seen["ts"]
