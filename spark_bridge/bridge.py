@@ -14,10 +14,17 @@ What one batch does (DESIGN.md §7):
    request (which also leases a writing batch's versions); the node first waits until its safe
    time >= Top - DD (zero on a healthy node), so every node would answer the same.
 3. Inputs are read at read_ts = the node's safe time at planning (<= Top, needs no wait) unless the
-   caller asks for another timestamp - but never below the newest commit this bridge made (a
-   driver reads its own writes even from a node that has not applied them yet; the files request
-   then waits for them; the client's HLC is fed with every commit timestamp, so Top is above
-   them). The first read lists the files live at read_ts of every table the batch reads, in
+   caller asks for another timestamp - but never below the newest commit this bridge made, nor
+   below any commit, DDL or `read_ts()` of another client object of this driver process on the
+   same cluster (another bridge, the caller's own `SyncMetastoreClient`: the client library
+   shares that position per process, metastore.client.floors; `writes_floor_ts`). A driver reads
+   its own writes even from a node that has not applied them yet; the files request then waits
+   for them; Top is above them (the client's HLC is fed with every commit timestamp, and a
+   batch waits, at most CLOCK_CATCH_UP_MS_MAX, for a clock below one), and never below the
+   newest schema position a client of the process read at now. Not covered: a
+   `format("metastore")` append, which commits in a Python worker process, not in the driver's
+   (spark_bridge.datasource); call `bridge.client.read_ts()` after one and the next batch reads
+   at or above it. The first read lists the files live at read_ts of every table the batch reads, in
    one `files_multi` request. They are read with the pinned schema, by Parquet field id, so
    renamed columns still read correctly. If the name was dropped and re-created between read_ts
    and Top, the files belong to another incarnation (field ids restart at 1): the read fails
@@ -329,6 +336,14 @@ class MetastoreBridge:
     def last_commit_ts(self) -> int:
         with self._commit_lock:
             return self._last_commit_ts
+
+    def writes_floor_ts(self) -> int:
+        """The floor of a batch's read_ts (and below its Top): this bridge's newest commit,
+        and every write a client of this process made to this cluster (its client's
+        `own_writes_ts`, shared by the process: another bridge's commit, a DDL or commit of the
+        caller's own client, a `read_ts()`). A data source append commits in a Python worker
+        process, not in this one: see spark_bridge.datasource."""
+        return max(self.last_commit_ts, _client_position(self.client, "own_writes_ts"))
 
     def _observe_commit(self, ts: int) -> None:
         with self._commit_lock:
@@ -711,6 +726,13 @@ def _earliest_lease_tm(*replies: dict[str, Any]) -> int | None:
     return min(tms)
 
 
+def _client_position(client: Any, name: str) -> int:
+    """A read floor of `client` (`own_writes_ts`, `schema_floor_ts`: the process's, see
+    metastore.client.floors); 0 for a stand-in client that keeps none."""
+    value = getattr(client, name, 0)
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
 def _pin_part(args: dict[str, Any], tables: list[str]) -> dict[str, Any]:
     """`pin` arguments for a part of the tables: `reads` must name tables of the request, so
     it keeps those of this part (and `read_ts` goes with them)."""
@@ -798,10 +820,17 @@ class BatchContext:
     def plan(self, top: int | None = None) -> None:
         started = time.perf_counter()
         clock_wait_ms = 0.0
+        writes_floor = self.bridge.writes_floor_ts()
         if top is None:
+            if self.client.clock.now() <= writes_floor:
+                # Another client's commit (this one's clock saw only its own replies).
+                self.bridge._feed_clock(writes_floor)
             top = self.client.clock.now()
-            if top <= self.bridge.last_commit_ts:
-                top, clock_wait_ms = self._clock_past(self.bridge.last_commit_ts)
+            if top <= writes_floor:
+                top, clock_wait_ms = self._clock_past(writes_floor)
+            # Never below a schema read of the process at now (monotonic schema reads: another
+            # client may have read a newer version from a node whose clock is ahead).
+            top = max(top, _client_position(self.client, "schema_floor_ts"))
         r = self._pin_all(top)
         waited = float(r.get("waited_ms", 0.0)) + clock_wait_ms
         safe_times = [int(r["safe_time"])]
@@ -820,12 +849,13 @@ class BatchContext:
                 write_columns=write_columns(pinned),
             )
         # Inputs: a timestamp every node can already answer for without waiting (<= Top) - but
-        # not below this bridge's own last commit: the node asked may lag the leader by a
-        # heartbeat, and a batch that misses the previous batch's output reads stale data (or,
-        # with check_reads, fails with a read conflict against its own commit).
+        # not below this bridge's own last commit, nor another client's of this process
+        # (`writes_floor_ts`): the node asked may lag the leader by a heartbeat, and a batch
+        # that misses the previous batch's output reads stale data (or, with check_reads,
+        # fails with a read conflict against its own commit).
         read_ts = self._requested_read_ts
         if read_ts is None:
-            read_ts = max(min([top, *safe_times]), min(self.bridge.last_commit_ts, top))
+            read_ts = max(min([top, *safe_times]), min(writes_floor, top))
         self.report.top = top
         self.report.read_ts = read_ts
         self.report.waited_ms = waited
@@ -834,12 +864,13 @@ class BatchContext:
         log.info("batch planned: %s", self.report.line())
 
     def _clock_past(self, ts: int) -> tuple[int, float]:
-        """(a clock reading above `ts`, ms waited for it). A commit of this bridge may land
+        """(a clock reading above `ts`, ms waited for it). A commit of this process may land
         more than the HLC's max offset ahead of the driver's clock (up to DD past its entry's
         Tm, above another writer's commit that did); the clock ignores such a timestamp. A Top
         below it capped the read floor below the driver's own commit (the batch missed its own
-        writes), and a node refuses to pin a Top ahead of its clock, so wait (at most
-        CLOCK_CATCH_UP_MS_MAX) until the clock passes it."""
+        writes; another client's commit, which this clock never saw, may be as far ahead), and
+        a node refuses to pin a Top ahead of its clock, so wait (at most CLOCK_CATCH_UP_MS_MAX)
+        until the clock passes it."""
         started = time.monotonic()
         deadline = started + CLOCK_CATCH_UP_MS_MAX / 1000
         while True:
@@ -848,8 +879,8 @@ class BatchContext:
             if now > ts or left_s <= 0:
                 if now <= ts:
                     log.warning(
-                        "this driver's clock stays behind its own last commit %s; the batch "
-                        "may read below it",
+                        "this driver's clock stays behind the newest commit it must read, "
+                        "%s; the batch may read below it",
                         to_iso(ts),
                     )
                 return now, (time.monotonic() - started) * 1000

@@ -48,6 +48,16 @@ needs keeping while they run: the files a read lists stay until the table's GC t
 its timestamp (`gc.ttl` after it), and a read at an old `as_of`, or one running that long,
 should protect its timestamp first (`MetastoreBridge.protect`).
 
+Read-your-writes in one driver. A read's default timestamp is the leader's `read_ts` (when later
+than now), so it sees every acknowledged commit, a bridge's included. An append's `commit()`
+runs in a Python worker process (below), not in the driver's Python process: the read floors the
+client library shares among the client objects of a process (metastore.client.floors: a
+driver's bridges and its own clients) do not learn its commit timestamp, nor does any other
+process. A bridge batch right after such an append may read below it: call
+`bridge.client.read_ts()` first (linearizable, one leader round trip; it raises the driver's
+floor for every client of the process), and the batch reads at or above the append. Executors
+(write tasks) only heartbeat the append's session and commit nothing.
+
 Facts of the API this relies on (PySpark 4.x): `schema()`, `reader()`, `partitions()`,
 `writer()` and `commit()` run in Python worker processes on the driver host, `read()`/`write()`
 on executors; the DataSource instance is pickled between those steps, so what `schema()` pins is

@@ -39,3 +39,16 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 # ---- (other packages add their shared options and fixtures below) --------------------------
+
+
+# ---- Shared read floors (metastore.client.floors; tests/client, tests/daemon, tests/spark) ----
+# The client library shares read-your-writes and monotonic-read positions among the clients of
+# a process, per cluster id; fake nodes all say "test" and the harness names every cluster of a
+# test process alike, so one test's positions would be floors of the next test's clients.
+
+
+@pytest.fixture(autouse=True)
+def _fresh_shared_floors() -> None:
+    from metastore.client.floors import forget_shared_floors
+
+    forget_shared_floors()

@@ -10,6 +10,9 @@ Codemap
     protocol    `MetastoreClient` (asyncio) and `SyncMetastoreClient` (blocking, thread-safe):
                 pipelining, failover across nodes, retries that are safe to repeat, and every
                 reply's timestamp fed to the caller's hybrid logical clock.
+    floors      read-your-writes and monotonic-read positions (`min_ts`), one set per cluster
+                id, shared by every client object of the process (a driver's bridges, its
+                own client, a streaming query's reader); thread-safe.
     parquet     the one reader of a table's committed Parquet files without Spark (pyarrow):
                 the CLI's `table read` and the data source's tasks both read through it.
                 Imported on its own (`metastore.client.parquet`): pyarrow is not loaded by

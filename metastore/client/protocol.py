@@ -56,7 +56,12 @@ Monotonic reads
     older state than one already seen (docs/protocol.md, "Monotonic reads"). Only nodes whose
     hello says `read_floor` get it on schema and state reads (an older daemon refuses unknown
     arguments); `files` always took it. A position too far ahead of this client's clock is not
-    kept, and a floor no node can reach within a call fails that call and is lowered.
+    kept, and a floor no node can reach within a call fails that call and is lowered. The
+    floors and `own_writes_ts` (read-your-writes) are the process's, per cluster id
+    (metastore.client.floors): every client object of the process talking to the cluster whose
+    nodes answered it reads and raises the same ones, so a second client never misses the
+    first one's commit nor reads below what it saw. Other processes (Spark executors, a data
+    source's Python workers, each CLI call) keep their own: `read_ts()` is linearizable.
 
 Threads
     `MetastoreClient` belongs to one event loop. `SyncMetastoreClient` offers the same methods,
@@ -89,6 +94,7 @@ from typing import Any, Final, TypeVar
 
 from hlc import ClockOffsetError, HlcError, HybridClock, SystemClock, physical_ms
 from hlc.limits import LOGICAL_BITS, MAX_TS
+from metastore.client.floors import ReadFloors, shared_floors
 from metastore.daemon.api_limits import (
     CLIENT_FRAME_BYTES_MAX,
     CLIENT_INFLIGHT_PER_CONNECTION_MAX,
@@ -573,24 +579,67 @@ class MetastoreClient:
         self._preferred = 0
         self._rng = random.Random()  # backoff jitter only
         self._closed = False
-        # The newest timestamp at which one of this client's own writes is visible (a commit's
-        # ts, a DDL's Tu): `files` without `as_of` asks the node to read at least there, so a
-        # listing never misses this client's own commit or a table it just created.
-        self.own_writes_ts = 0
-        # Monotonic reads (a session guarantee): the newest positions this client's answers
-        # were read at, sent as floors (`min_ts`) on its later reads without a timestamp, so
-        # failing over to a node whose clock or state is behind the last one never shows an
-        # older state. `read_floor_ts`: the newest safe time a read of the applied state (a
-        # listing, `describe`, `files` without `as_of`) answered at; `schema_floor_ts`: the
-        # newest "now" a `schema_at`/`pin` without a timestamp answered at (it decides which
-        # schema version is in force). See `_with_floor` and `_note_read_position`.
-        self.read_floor_ts = 0
-        self.schema_floor_ts = 0
+        # Read-your-writes and monotonic reads (session guarantees), for the whole process:
+        # the positions live in metastore.client.floors, one set per cluster id, shared with
+        # every other client of this process talking to that cluster (see `own_writes_ts`,
+        # `read_floor_ts`, `schema_floor_ts`, `_with_floor` and `_note_read_position`). These
+        # private ones serve only nodes whose hello names no cluster.
+        self._private_floors = ReadFloors()
+        # The cluster id of the newest hello: whose floors this client's own properties and
+        # `pin`'s Top mean (a client's endpoints are one cluster's nodes).
+        self._cluster_id: str | None = None
         self.tls = tls
         try:
             self._ssl = tls.context() if tls is not None else None
         except TlsConfigError as exc:
             raise TlsFailedError(f"TLS options: {exc}") from None
+
+    # ---- read floors (shared by the process's clients of one cluster) -----------------------
+
+    @property
+    def own_writes_ts(self) -> int:
+        """The newest timestamp at which a write of this process to this cluster is visible (a
+        commit's ts, a DDL's Tu, a `read_ts`), by this client or another of the process:
+        `files` without `as_of` asks the node to read at least there, so a listing never
+        misses such a commit or a table just created."""
+        return self._floors_of(self._cluster_id).own_writes_ts
+
+    @property
+    def read_floor_ts(self) -> int:
+        """The newest safe time a read of the applied state without a timestamp (a listing,
+        `describe`, `files` without `as_of`) of a client of this process answered at."""
+        return self._floors_of(self._cluster_id).read_floor_ts
+
+    @property
+    def schema_floor_ts(self) -> int:
+        """The newest "now" a `schema_at`/`pin` without a timestamp of a client of this
+        process answered at (it decides which schema version is in force)."""
+        return self._floors_of(self._cluster_id).schema_floor_ts
+
+    async def _learn_cluster(self) -> None:
+        """Connect (`hello`) to a node, unless one answered already, so that the process's
+        floors of its cluster are known before a request that needs them is built (`pin`'s
+        Top). Nodes that cannot be reached are left to the call itself to report, within this
+        client's timeout."""
+        if self._cluster_id is not None or self._closed:
+            return
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(self.timeout_ms / 1000):
+                for endpoint in (
+                    self.endpoints[self._preferred :] + self.endpoints[: self._preferred]
+                ):
+                    try:
+                        await self._connection(endpoint)
+                        return
+                    except _EndpointFailure:
+                        continue
+
+    def _floors_of(self, cluster_id: object) -> ReadFloors:
+        """The floors of the cluster `cluster_id` (a node's hello says it), shared by the
+        process; this client's own for a node that names no cluster."""
+        if isinstance(cluster_id, str) and cluster_id:
+            return shared_floors(cluster_id)
+        return self._private_floors
 
     # ---- lifecycle ---------------------------------------------------------------------------
 
@@ -644,8 +693,8 @@ class MetastoreClient:
         args: dict[str, Any] = {"table": table, "limit": FILES_PAGE_LIMIT}
         if as_of is not None:
             args["as_of"] = as_of
-        # Without `as_of`, `call` sends the newest of `own_writes_ts` and `read_floor_ts` as
-        # `min_ts` (`_with_floor`).
+        # Without `as_of`, `call` sends the newest of `own_writes_ts` and `read_floor_ts` (the
+        # process's, for the answering node's cluster) as `min_ts` (`_with_floor`).
         out = await self._files_pages(await self.call("files", args))
         if expand and out.get("manifests"):
             from metastore.client.manifest_files import expand_reply
@@ -729,13 +778,13 @@ class MetastoreClient:
     async def read_ts(self) -> int:
         """A timestamp at or above everything the cluster acknowledged before this call (every
         commit, from any process), asked of the leader after a ReadIndex. It also becomes this
-        client's `own_writes_ts`, so its next `files` without `as_of` sees all of it, on any
-        node: a linearizable listing for the price of one more round trip."""
+        process's `own_writes_ts` (`call` raises it), so the next `files` without `as_of` of any
+        of its clients sees all of it, on any node: a linearizable listing for the price of one
+        more round trip."""
         reply = await self.call("read_ts", {})
         ts = reply.get("ts")
         if not isinstance(ts, int) or isinstance(ts, bool) or not 0 <= ts <= MAX_TS:
             raise UnavailableError(f"malformed reply: read_ts gave ts {ts!r}")
-        self._note_own_write(ts)
         return ts
 
     async def committed_txn(self, txn_id: str, *, stream: str | None = None) -> dict[str, Any]:
@@ -1018,9 +1067,13 @@ class MetastoreClient:
         leases of `reads` (default: every table) keep GC below the caller's reads: at `read_ts`,
         default the node's safe time (capped at `ts`), as the reply's `safe_time` says."""
         # Without `ts`: this client's now, and never below the newest now a schema read of
-        # this client answered at (its HLC follows every reply's `ts` anyway, but ignores one
-        # too far ahead of its own clock).
-        top = max(self.clock.now(), self.schema_floor_ts) if ts is None else ts
+        # the process answered at (this client's HLC follows every reply's `ts`, but ignores
+        # one too far ahead of its own clock, and sees no other client's replies). One Top for
+        # every attempt: a repeated leasing pin must ask for what the first one did.
+        if ts is None:
+            await self._learn_cluster()
+        floors = self._floors_of(self._cluster_id)
+        top = max(self.clock.now(), floors.schema_floor_ts) if ts is None else ts
         args: dict[str, Any] = {"tables": list(tables), "ts": top}
         if session_id is not None:
             args["session_id"] = session_id
@@ -1032,15 +1085,16 @@ class MetastoreClient:
             args["timeout_ms"] = timeout_ms
         result = await self.call("pin", args)
         if ts is None:
-            self._note_read_position("schema", result.get("ts"))
-            self._note_read_position("state", result.get("safe_time"))
+            floors = self._floors_of(self._cluster_id)
+            self._note_read_position(floors, "schema", result.get("ts"))
+            self._note_read_position(floors, "state", result.get("safe_time"))
         return result
 
     async def txn_log(self, limit: int = 20) -> dict[str, Any]:
         """The `limit` most recent commits, newest first (following the server's pages: wide
         commits fill a page before `limit` does). Read-your-writes as `files` is: a node
-        that has not applied up to `own_writes_ts` (this client's newest write, or `read_ts`)
-        waits first."""
+        that has not applied up to `own_writes_ts` (the newest write, or `read_ts`, of a client
+        of this process) waits first."""
         args: dict[str, Any] = {"limit": limit}
         if self.own_writes_ts:
             args["min_ts"] = self.own_writes_ts
@@ -1351,7 +1405,7 @@ class MetastoreClient:
                         next_endpoint = order[attempt % len(order)]
                     target, next_endpoint = next_endpoint, None
                     try:
-                        reply = await self._attempt(target, op, args, probe=repeatable)
+                        reply, floors = await self._attempt(target, op, args, probe=repeatable)
                     except _EndpointFailure as exc:
                         failures[target] = exc.reason
                         connection_failed = True
@@ -1379,12 +1433,14 @@ class MetastoreClient:
                         if endpoint is None and target in self.endpoints:
                             self._preferred = self.endpoints.index(target)
                         result = _result_map(reply)
-                        self._note_read_positions(op, args, result)
+                        self._note_read_positions(floors, op, args, result)
                         if op == "commit":
                             self._observe_commit(result)
-                            self._note_own_write(result.get("ts"))
+                            self._note_own_write(floors, result.get("ts"))
                         elif op == "ddl":
-                            self._note_own_write(result.get("tu"))
+                            self._note_own_write(floors, result.get("tu"))
+                        elif op == "read_ts":
+                            self._note_own_write(floors, result.get("ts"))
                         return result
                     error = _rebuild_error(reply)
                     code = error.code.value
@@ -1457,28 +1513,30 @@ class MetastoreClient:
 
     async def _attempt(
         self, endpoint: str, op: str, args: Mapping[str, Any], *, probe: bool
-    ) -> dict[str, Any]:
-        """One request to one endpoint. With `probe` (a repeatable op), a request still
+    ) -> tuple[dict[str, Any], ReadFloors]:
+        """One request to one endpoint: the reply, and the read floors of the node's cluster
+        (which its answer moves). With `probe` (a repeatable op), a request still
         unanswered after LIVENESS_PROBE_AFTER_MS is checked on: a `safe_time` on the same
         connection must answer within LIVENESS_PROBE_TIMEOUT_MS, or the connection is taken
         for dead (a partition, a hung node) and closed, so the caller retries elsewhere at
         once instead of spending its whole budget on a path that will never answer. A slow
         op (a DDL waiting for leases) on a live node keeps waiting."""
         conn = await self._connection(endpoint)
-        args = self._with_floor(op, args, conn)
+        floors = self._floors_of(conn.hello.get("cluster_id"))
+        args = self._with_floor(op, args, conn, floors)
         if not probe:
-            return await conn.request(op, args)
+            return await conn.request(op, args), floors
         request = asyncio.ensure_future(conn.request(op, args))
         try:
             while True:
                 done, _ = await asyncio.wait({request}, timeout=LIVENESS_PROBE_AFTER_MS / 1000)
                 if done:
-                    return request.result()
+                    return request.result(), floors
                 if not await self._answers(conn):
                     conn.close(
                         f"no answer to a liveness probe within {LIVENESS_PROBE_TIMEOUT_MS} ms"
                     )
-                    return await request  # fails with _EndpointFailure(sent=True)
+                    return await request, floors  # fails with _EndpointFailure(sent=True)
         finally:
             if not request.done():
                 request.cancel()
@@ -1557,6 +1615,9 @@ class MetastoreClient:
                 raise _EndpointFailure(f"{error.code.value}: {error.message}", sent=False)
             raise error
         conn.hello = _result_map(reply)
+        cluster_id = conn.hello.get("cluster_id")
+        if isinstance(cluster_id, str) and cluster_id:
+            self._cluster_id = cluster_id
         node_id = conn.hello.get("node_id")
         if isinstance(node_id, int):
             self._endpoint_by_node[node_id] = endpoint
@@ -1579,46 +1640,50 @@ class MetastoreClient:
         exceed it: a batch planned at that Top reads its own driver's writes."""
         self._observe_reply({"ts": result.get("ts")})
 
-    def _note_own_write(self, ts: object) -> None:
+    @staticmethod
+    def _note_own_write(floors: ReadFloors, ts: object) -> None:
         if isinstance(ts, int) and not isinstance(ts, bool) and 0 < ts <= MAX_TS:
-            self.own_writes_ts = max(self.own_writes_ts, ts)
+            floors.raise_to("own_writes", ts)
 
     # ---- monotonic reads ---------------------------------------------------------------------
 
-    def _with_floor(self, op: str, args: Mapping[str, Any], conn: _Connection) -> Mapping[str, Any]:
-        """`args` with this client's read floor as `min_ts`, for a read without a timestamp
-        that the node at `conn` can take it on. A daemon of an earlier release refuses an
-        argument it does not know (BAD_REQUEST), so schema and state reads get one only from a
-        node whose hello result says `read_floor`; `files`/`files_multi` always took `min_ts`
-        (the caller's own writes). A caller's own `min_ts` is left as it is."""
+    def _with_floor(
+        self, op: str, args: Mapping[str, Any], conn: _Connection, floors: ReadFloors
+    ) -> Mapping[str, Any]:
+        """`args` with the read floor of `floors` (the process's, for the cluster of the node
+        at `conn`) as `min_ts`, for a read without a timestamp that the node can take it on. A
+        daemon of an earlier release refuses an argument it does not know (BAD_REQUEST), so
+        schema and state reads get one only from a node whose hello result says `read_floor`;
+        `files`/`files_multi` always took `min_ts` (the caller's own writes). A caller's own
+        `min_ts` is left as it is."""
         if "min_ts" in args:
             return args
         floor = 0
         if op in _FILES_OPS:
             if "as_of" not in args and "page_token" not in args:
-                floor = max(self.own_writes_ts, self.read_floor_ts)
+                floor = floors.files_floor_ts()
         elif conn.hello.get("read_floor") is not True:
             return args
         elif op == "schema_at" and args.get("ts") is None:
-            floor = self.schema_floor_ts
+            floor = floors.schema_floor_ts
         elif op in STATE_FLOOR_OPS and args.get("as_of") is None:
-            floor = self.read_floor_ts
+            floor = floors.read_floor_ts
         return {**args, "min_ts": floor} if floor else args
 
     def _note_read_positions(
-        self, op: str, args: Mapping[str, Any], result: Mapping[str, Any]
+        self, floors: ReadFloors, op: str, args: Mapping[str, Any], result: Mapping[str, Any]
     ) -> None:
         """Raise the read floors to the position `result` was read at, for a read without a
         timestamp (a read AS OF T is of T, a fixed moment, and moves no floor)."""
         if op == "schema_at" and args.get("ts") is None:
-            self._note_read_position("schema", result.get("ts"))
-            self._note_read_position("state", result.get("safe_time"))
+            self._note_read_position(floors, "schema", result.get("ts"))
+            self._note_read_position(floors, "state", result.get("safe_time"))
         elif op in _FILES_OPS and args.get("as_of") is None and "page_token" not in args:
-            self._note_read_position("state", result.get("as_of"))
+            self._note_read_position(floors, "state", result.get("as_of"))
         elif op in STATE_FLOOR_OPS and args.get("as_of") is None:
-            self._note_read_position("state", result.get("safe_time"))
+            self._note_read_position(floors, "state", result.get("safe_time"))
 
-    def _note_read_position(self, kind: str, ts: object) -> None:
+    def _note_read_position(self, floors: ReadFloors, kind: str, ts: object) -> None:
         """A position ahead of this client's own clock by more than its HLC accepts (a node
         whose clock ran far ahead) is not taken as a floor: every node would refuse reads at
         it until real time caught up."""
@@ -1627,17 +1692,16 @@ class MetastoreClient:
         if physical_ms(ts) - self.clock.physical_now_ms() > self.clock.max_offset_ms:
             log.warning("not keeping read position %s: too far ahead of this clock", ts)
             return
-        if kind == "schema":
-            self.schema_floor_ts = max(self.schema_floor_ts, ts)
-        else:
-            self.read_floor_ts = max(self.read_floor_ts, ts)
+        floors.raise_to("schema" if kind == "schema" else "read", ts)
 
     def _lower_unreachable_floor(self, error: MetastoreError) -> None:
         """A floor no node of the call could answer for within its budget
         (TIMESTAMP_AHEAD_OF_CLOCK for the floor itself: it came from a node whose clock ran
         ahead, past CSmax of the others) fails this call with that typed error and is lowered
         to what the refusing node answers now (its clock + CSmax), so the next read succeeds
-        instead of every read failing until real time catches up with it."""
+        instead of every read failing until real time catches up with it. The floor is the
+        process's (metastore.client.floors, "Lowering"): lowered for every client of the
+        process, and only while it still is the refused position."""
         if error.code is not ErrorCode.TIMESTAMP_AHEAD_OF_CLOCK:
             return
         ts, ahead_ms, cs_max_ms = (error.details.get(k) for k in ("ts", "ahead_ms", "cs_max_ms"))
@@ -1646,19 +1710,18 @@ class MetastoreClient:
         assert isinstance(ts, int)
         assert isinstance(ahead_ms, int)
         assert isinstance(cs_max_ms, int)
-        if ts not in (self.schema_floor_ts, self.read_floor_ts):
-            return  # the caller's own timestamp, not a floor
+        floors = self._floors_of(self._cluster_id)
         reachable = max(0, physical_ms(ts) - ahead_ms + cs_max_ms) << LOGICAL_BITS
-        log.warning(
-            "lowering this client's read floor %s to %s: no node could read at it (%s)",
-            ts,
-            reachable,
-            error.message,
-        )
-        if self.schema_floor_ts == ts:
-            self.schema_floor_ts = min(ts, reachable)
-        if self.read_floor_ts == ts:
-            self.read_floor_ts = min(ts, reachable)
+        lowered_schema = floors.lower_if("schema", ts, min(ts, reachable))
+        lowered_read = floors.lower_if("read", ts, min(ts, reachable))
+        # Neither: the caller's own timestamp, not a floor (or another client lowered it).
+        if lowered_schema or lowered_read:
+            log.warning(
+                "lowering this process's read floor %s to %s: no node could read at it (%s)",
+                ts,
+                reachable,
+                error.message,
+            )
 
     def _leader_hint(self, error: MetastoreError, *, exclude: str) -> str | None:
         if error.code is not ErrorCode.NOT_LEADER:

@@ -30,6 +30,7 @@ from cli.values import json_value, text_value
 from hlc import SystemClock, make_ts, to_iso
 from metastore.client import FILES_PAGE_LIMIT
 from metastore.client.defaults import DefaultNotEvaluableError, default_array
+from metastore.client.floors import forget_shared_floors
 from metastore.client.parquet import PinnedColumn, UnsupportedSchemaError, arrow_schema, read_rows
 from metastore.errors import BadRequestError, MetastoreError, TableNotFoundError
 from tests.client.fake_node import TOKEN, ThreadedFakeNode
@@ -174,6 +175,9 @@ def node(warehouse: Warehouse) -> Iterator[ThreadedFakeNode]:
 
 
 def run(node: ThreadedFakeNode, *args: str) -> Result:
+    # Each `metastore` invocation is a process of its own: no read floor of an earlier one
+    # carries over (the client library shares them within a process).
+    forget_shared_floors()
     result = CliRunner().invoke(
         cli, ["--endpoints", node.endpoint, "--token", TOKEN, *args], prog_name="metastore"
     )

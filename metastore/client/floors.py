@@ -1,0 +1,118 @@
+"""Read-your-writes and monotonic-read positions, shared by every client of one process.
+
+Key idea
+    A read without a timestamp is answered at the answering node's now or safe time, which
+    trail each other between nodes (docs/protocol.md, "Monotonic reads"). A client sends the
+    newest position it must not read below as `min_ts`: its own newest write (`own_writes_ts`:
+    a commit's ts, a DDL's Tu, a `read_ts`) and the newest positions its answers were read at
+    (`read_floor_ts` for reads of the applied state, `schema_floor_ts` for schema reads at
+    now). A Spark driver holds several client objects of one cluster (each bridge's, the
+    caller's own, a streaming query's next to a separate reader): kept per object, a second
+    client missed the first one's commit, or read an older state than the first had seen.
+    So the positions live here, one `ReadFloors` per cluster id (the `cluster_id` of the
+    nodes' `hello`), shared by every `MetastoreClient` of the process: a position any of them
+    raised is a floor for all of them. The guarantees are the process's: one session.
+
+Scope
+    * Different clusters never share floors: the key is the cluster id, which every node of a
+      cluster reports alike and a restored copy changes. Two clusters configured with the same
+      id (`metastore cluster init` names one after its directory) would share them: that costs
+      waits, never a wrong answer (a floor is only a lower bound of a read position; a node
+      waits until its safe time passes it, bounded like every read, and one too far ahead of
+      its clock is refused and lowered, below). Give clusters distinct ids.
+    * Other processes are not covered: Spark executors, and the Python worker processes that
+      run a data source's `writer()`/`commit()` (spark_bridge.datasource), have floors of
+      their own, and the driver does not learn their commits' timestamps. `read_ts()` gives a
+      linearizable position instead (the leader's; it raises this process's `own_writes_ts`).
+    * A client whose nodes answered `hello` without a cluster id keeps private floors.
+
+Lowering
+    A floor no node can read at (it came from a node whose clock ran past CSmax of the others;
+    TIMESTAMP_AHEAD_OF_CLOCK for the floor itself) is lowered to what the refusing node can
+    answer (`lower_if`), as one client did for itself: one read fails, not every read until
+    real time catches up. The shared floor is lowered for the whole process, and only while it
+    still is the refused position (a client that meanwhile raised it to a newer, reachable one
+    keeps it). That gives up monotonic reads above the lowered position for every client of
+    the process alike, which is the price one client paid alone before; lowering it for one
+    client only would leave the others failing the same way. `own_writes_ts` is never lowered
+    (a commit lands at most DD above its entry's Tm, which every node can wait for).
+
+Threads
+    Every read and update holds the instance's lock (clients run on their own event loops, in
+    several threads: py4j callbacks, streaming queries, a data source's planning).
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Final, Literal
+
+__all__ = ["FloorKind", "ReadFloors", "forget_shared_floors", "shared_floors"]
+
+FloorKind = Literal["own_writes", "read", "schema"]
+_KINDS: Final = ("own_writes", "read", "schema")
+
+
+class ReadFloors:
+    """Three monotonic maxima (`own_writes_ts`, `read_floor_ts`, `schema_floor_ts`); only
+    `lower_if` moves one down. Thread-safe."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._ts: dict[str, int] = dict.fromkeys(_KINDS, 0)
+
+    @property
+    def own_writes_ts(self) -> int:
+        with self._lock:
+            return self._ts["own_writes"]
+
+    @property
+    def read_floor_ts(self) -> int:
+        with self._lock:
+            return self._ts["read"]
+
+    @property
+    def schema_floor_ts(self) -> int:
+        with self._lock:
+            return self._ts["schema"]
+
+    def files_floor_ts(self) -> int:
+        """The newer of `own_writes_ts` and `read_floor_ts`, read together."""
+        with self._lock:
+            return max(self._ts["own_writes"], self._ts["read"])
+
+    def raise_to(self, kind: FloorKind, ts: int) -> None:
+        """Raise `kind` to `ts` (no change if it already is at or above it)."""
+        with self._lock:
+            if ts > self._ts[kind]:
+                self._ts[kind] = ts
+
+    def lower_if(self, kind: Literal["read", "schema"], expected: int, lowered: int) -> bool:
+        """Lower `kind` to `lowered` if it still is `expected` (compare and set); whether it
+        was."""
+        with self._lock:
+            if self._ts[kind] != expected or lowered >= expected:
+                return False
+            self._ts[kind] = lowered
+            return True
+
+
+_registry_lock = threading.Lock()
+_registry: dict[str, ReadFloors] = {}
+
+
+def shared_floors(cluster_id: str) -> ReadFloors:
+    """The floors every client of this process shares for the cluster `cluster_id`."""
+    with _registry_lock:
+        floors = _registry.get(cluster_id)
+        if floors is None:
+            floors = _registry[cluster_id] = ReadFloors()
+        return floors
+
+
+def forget_shared_floors() -> None:
+    """Drop every cluster's shared floors (tests: clusters and fake nodes of one test process
+    reuse cluster ids). Clients created afterwards, and existing ones at their next call,
+    start from zero."""
+    with _registry_lock:
+        _registry.clear()
