@@ -1152,6 +1152,14 @@ class BatchContext:
         location, files = self.files(table, as_of=as_of)
         return pad_chars_on_read(self.bridge.read_files(location, files, struct), columns)
 
+    def read_files(
+        self, location: str, files: list[dict[str, Any]], struct: StructType
+    ) -> DataFrame:
+        """Some of a table's file entries (as `files` lists them) read as `struct`, as every
+        reader reads them (`MetastoreBridge.read_files`): what a rewrite (optimize, a backfill)
+        reads its chunk with."""
+        return self.bridge.read_files(location, files, struct)
+
     def files(self, table: str, *, as_of: int | None = None) -> tuple[str, list[dict[str, Any]]]:
         """(location, the file entries live at `as_of`, default the batch's read_ts): what
         `read` reads. Paths are relative to the location (`files.absolute`)."""

@@ -3,6 +3,7 @@ file registered with the `commit` op) reads through the bridge exactly as the CL
 (metastore.client.parquet) reads it: by name, case-insensitively, while the bridge's own files
 are still read by field id across a RENAME COLUMN, and a file with field ids on only some
 columns is read by field id alone (its columns without one read as absent), as the CLI reads it.
+Optimize rewrites such files as every reader reads them.
 """
 
 from __future__ import annotations
@@ -88,6 +89,14 @@ def test_bridge_reads_files_without_field_ids_as_the_cli_does(
         # One footer per write directory or file, read once per bridge: the bridge's write,
         # the plain write's directory, the two external files.
         assert reader.footers_checked == 4
+    # Optimize rewrites them (read as every reader reads them) into files with field ids:
+    # every reader still shows the same rows, now and at the timestamps before.
+    shown = _cli_rows(env, None)
+    optimized = env.bridge().optimize(TABLE, min_files=2)
+    assert optimized.files_rewritten == optimized.files_before, optimized
+    assert _cli_rows(env, None) == shown
+    df = env.bridge().read_table(TABLE)
+    assert (df.columns, rows_of(df)) == shown
     # By name, renamed-by-id, and by field id alone in the partial file (its label unmatched).
     assert _cli_rows(env, before_add)[1] == [
         (1, "a"),
