@@ -20,7 +20,8 @@ What `run_backfill` does:
 3. Runs one bridge batch pinned at the current Top S (pinned to the backfill version, whose write
    columns include c, leased like any writing batch) that reads the table's file list at S,
    finds the files whose Parquet footer lacks c's field id, reads them with Spark (the pinned
-   write columns other than c, by field id), writes them again through `BatchContext.write`,
+   write columns other than c, by field id; a file without any field ids by name, as every
+   reader reads it), writes them again through `BatchContext.write`,
    which fills c with its DEFAULT cast to c's type and writes every field id, and commits ONE
    commit that removes the old files and adds the new ones. Rows are the same before and after,
    apart from the new column; a file removed meanwhile by another commit makes the whole commit
@@ -62,9 +63,7 @@ from hlc import to_iso
 from spark_bridge.bridge import BatchError
 from spark_bridge.conform import pinned_struct
 from spark_bridge.files import (
-    absolute,
     rows_not_kept,
-    spark_path,
     take_chunk,
     top_level_field_ids,
 )
@@ -489,9 +488,8 @@ class _Run:
                 # defaulted columns read as any reader of this version reads them); `write`
                 # then conforms to the write columns: the new column gets its DEFAULT.
                 source = [c for c in columns if int(c["field_id"]) != self.field_id]
-                df = b.spark.read.schema(pinned_struct(source)).parquet(
-                    *[spark_path(absolute(location, f["path"])) for f in chunk]
-                )
+                # (A file without any field ids by name, as every reader reads it.)
+                df = b.read_files(location, chunk, pinned_struct(source))
                 new_files = b.write(self.table, df)
                 lost = rows_not_kept(chunk, new_files)
                 if lost:

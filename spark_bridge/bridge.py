@@ -26,9 +26,12 @@ What one batch does (DESIGN.md §7):
    (spark_bridge.datasource); call `bridge.client.read_ts()` after one and the next batch reads
    at or above it. The first read lists the files live at read_ts of every table the batch reads, in
    one `files_multi` request. They are read with the pinned schema, by Parquet field id, so
-   renamed columns still read correctly. If the name was dropped and re-created between read_ts
-   and Top, the files belong to another incarnation (field ids restart at 1): the read fails
-   with a retryable BatchError rather than mis-map columns. A table created between read_ts and
+   renamed columns still read correctly; a file written without any field ids (a plain
+   `df.write.parquet` committed with the `commit` op, another tool's file) is read by name, as
+   the CLI reads it (`read_files`: one footer per write directory tells them apart). If the
+   name was dropped and re-created between read_ts and Top, the files belong to another
+   incarnation (field ids restart at 1): the read fails with a retryable BatchError rather
+   than mis-map columns. A table created between read_ts and
    Top reads empty (no commit lands below a table's creation).
 4. Outputs are conformed to the pinned schemas and written by Spark's own Parquet writer into a
    fresh per-attempt directory under each table's location. A writer conforms to the pinned
@@ -62,8 +65,22 @@ from hlc.limits import LOGICAL_BITS
 from metastore.client import FILES_PAGE_LIMIT, SyncMetastoreClient
 from metastore.client.protocol import LISTING_ATTEMPTS_MAX
 from raft.tls import ClientTls
-from spark_bridge.conform import conform, pad_chars_on_read, pinned_struct, write_columns
-from spark_bridge.files import DataFile, absolute, collect_files, new_attempt_dir, spark_path
+from spark_bridge.conform import (
+    by_name_struct,
+    conform,
+    pad_chars_on_read,
+    pinned_struct,
+    write_columns,
+)
+from spark_bridge.files import (
+    DataFile,
+    absolute,
+    collect_files,
+    field_id_group,
+    footer_verdicts,
+    new_attempt_dir,
+    spark_path,
+)
 from spark_bridge.session import BridgeSession, LeaseKey
 
 if TYPE_CHECKING:
@@ -87,6 +104,17 @@ FOREACH_BATCH_ATTEMPTS_MAX = 4
 # Structured Streaming sets this SparkContext local property to query.id around foreachBatch.
 STREAMING_QUERY_ID_PROPERTY = "sql.streaming.queryId"
 FOREACH_BATCH_RETRY_PAUSE_MS = 200
+
+
+# Whether committed files carry field ids (`read_files`): fewer footers than this a read checks
+# on the driver (FOOTER_CHECK_THREADS at a time: 2,000 local footers took about 0.2 s); more
+# are checked by Spark tasks, where an object store's latency is spread over the executors
+# (a Spark job costs about 0.5 s more on local[2]).
+EXECUTOR_FOOTER_CHECKS_MIN = 512
+FOOTER_CHECK_THREADS = 16
+# Verdicts a bridge keeps (per write directory or file; committed files never change), so the
+# micro-batches of a stream and repeated reads check each footer once. Oldest dropped first.
+FIELD_ID_VERDICTS_MAX = 200_000
 
 
 class BatchError(RuntimeError):
@@ -259,6 +287,10 @@ class MetastoreBridge:
         self._commit_lock = threading.Lock()
         self.batch_retries = 0  # micro-batches re-planned after a retryable refusal (metric)
         self._queries_seen: set[str] = set()  # streaming query ids this bridge ran a batch of
+        # field_id_group (absolute) -> read by name (its files have no field ids); see read_files.
+        self._by_name_verdicts: dict[str, bool] = {}
+        self._verdicts_lock = threading.Lock()
+        self.footers_checked = 0  # footers read to tell files without field ids (metric)
 
     def _close_with(self, sc: Any) -> None:
         """Close the metastore session when the Spark application stops (spark.stop() calls
@@ -450,6 +482,78 @@ class MetastoreBridge:
                 )
             per[sha] = live
         return merge_expanded(listing, per)
+
+    def read_files(
+        self, location: str, files: list[dict[str, Any]], struct: StructType
+    ) -> DataFrame:
+        """The rows of committed `files` (paths relative to `location`) as `struct`, read as the
+        CLI's reader reads them (`metastore.client.parquet.matched_by_name`): by field id, and
+        a file written without any field ids (a plain `df.write.parquet`, another tool's file)
+        by name, case-insensitively. Spark reads the two kinds as two scans, unioned."""
+        by_name = self.files_read_by_name(location, files)
+        by_id_paths: list[str] = []
+        by_name_paths: list[str] = []
+        for f in files:
+            path = spark_path(absolute(location, str(f["path"])))
+            (by_name_paths if str(f["path"]) in by_name else by_id_paths).append(path)
+        reader = self.spark.read
+        scans = []
+        if by_id_paths:
+            scans.append(reader.schema(struct).parquet(*by_id_paths))
+        if by_name_paths:
+            scans.append(reader.schema(by_name_struct(struct)).parquet(*by_name_paths))
+        if not scans:
+            return self.spark.createDataFrame([], struct)
+        if not by_name_paths:
+            return scans[0]
+        from pyspark.sql import functions as F
+
+        df = scans[0] if len(scans) == 1 else scans[0].union(scans[1])
+        # The pinned struct's metadata (field ids, defaults), whichever scan came first.
+        return df.select(
+            *[
+                F.col("`" + f.name.replace("`", "``") + "`").alias(f.name, metadata=f.metadata)
+                for f in struct.fields
+            ]
+        )
+
+    def files_read_by_name(self, location: str, files: list[dict[str, Any]]) -> set[str]:
+        """The paths (as listed) of `files` written without any field ids. One footer per
+        `field_id_group` (a write directory, else the file), of those this bridge has not seen:
+        on the driver when few, else by Spark tasks. A footer that cannot be read counts as
+        field ids (the read reports that file, as it did before)."""
+        groups: dict[str, list[str]] = {}
+        for f in files:
+            rel = str(f["path"])
+            groups.setdefault(absolute(location, field_id_group(rel)), []).append(rel)
+        with self._verdicts_lock:
+            known = {key: self._by_name_verdicts.get(key) for key in groups}
+        probes = [
+            (key, absolute(location, min(paths)))
+            for key, paths in groups.items()
+            if known[key] is None
+        ]
+        if probes:
+            found = self._footer_verdicts(probes)
+            with self._verdicts_lock:
+                self.footers_checked += len(probes)
+                for key, verdict in found:
+                    if verdict is None:
+                        continue  # unreadable now: not remembered
+                    known[key] = verdict
+                    self._by_name_verdicts.pop(key, None)
+                    self._by_name_verdicts[key] = verdict
+                while len(self._by_name_verdicts) > FIELD_ID_VERDICTS_MAX:
+                    self._by_name_verdicts.pop(next(iter(self._by_name_verdicts)))
+        return {rel for key, paths in groups.items() if known[key] for rel in paths}
+
+    def _footer_verdicts(self, probes: list[tuple[str, str]]) -> list[tuple[str, bool | None]]:
+        if len(probes) < EXECUTOR_FOOTER_CHECKS_MIN:
+            return footer_verdicts(probes, FOOTER_CHECK_THREADS)
+        sc = self.spark.sparkContext
+        threads = FOOTER_CHECK_THREADS
+        parts = sc.parallelize(probes, min(len(probes), max(1, sc.defaultParallelism)))
+        return parts.mapPartitions(lambda items: footer_verdicts(items, threads)).collect()
 
     def _first_batch_of(self, query_id: str) -> bool:
         with self._commit_lock:
@@ -1080,10 +1184,15 @@ class BatchContext:
             columns = r["schema"]["columns"]
             struct = pinned_struct(columns)
         location, files = self.files(table, as_of=as_of)
-        paths = [spark_path(absolute(location, f["path"])) for f in files]
-        if not paths:
-            return self.spark.createDataFrame([], struct)
-        return pad_chars_on_read(self.spark.read.schema(struct).parquet(*paths), columns)
+        return pad_chars_on_read(self.bridge.read_files(location, files, struct), columns)
+
+    def read_files(
+        self, location: str, files: list[dict[str, Any]], struct: StructType
+    ) -> DataFrame:
+        """Some of a table's file entries (as `files` lists them) read as `struct`, as every
+        reader reads them (`MetastoreBridge.read_files`): what a rewrite (optimize, a backfill)
+        reads its chunk with."""
+        return self.bridge.read_files(location, files, struct)
 
     def files(self, table: str, *, as_of: int | None = None) -> tuple[str, list[dict[str, Any]]]:
         """(location, the file entries live at `as_of`, default the batch's read_ts): what

@@ -128,6 +128,39 @@ def pinned_struct(columns: list[dict[str, Any]]) -> StructType:
     return StructType(fields)
 
 
+def by_name_struct(struct: StructType) -> StructType:
+    """`struct` without field ids, at every level: what Spark reads a file written without field
+    ids with. With `spark.sql.parquet.fieldId.read.enabled`, Spark refuses such a file for a
+    struct that has field ids (or, with `...fieldId.read.ignoreMissing`, reads every column of it
+    as NULL); without them it matches columns by name (case-insensitively, unless
+    `spark.sql.caseSensitive`), as the CLI's reader does for such a file
+    (`metastore.client.parquet.matched_by_name`). Existence defaults and comments are kept."""
+    from pyspark.sql import types as T
+
+    def strip(t: DataType) -> DataType:
+        if isinstance(t, T.StructType):
+            return T.StructType(
+                [
+                    T.StructField(
+                        f.name,
+                        strip(f.dataType),
+                        f.nullable,
+                        {k: v for k, v in (f.metadata or {}).items() if k != FIELD_ID_KEY},
+                    )
+                    for f in t.fields
+                ]
+            )
+        if isinstance(t, T.ArrayType):
+            return T.ArrayType(strip(t.elementType), t.containsNull)
+        if isinstance(t, T.MapType):
+            return T.MapType(strip(t.keyType), strip(t.valueType), t.valueContainsNull)
+        return t
+
+    stripped = strip(struct)
+    assert isinstance(stripped, T.StructType)
+    return stripped
+
+
 def _widening_ok(src: DataType, dst: DataType) -> bool:
     from pyspark.sql import types as T
 

@@ -11,7 +11,8 @@ Paths in a commit are relative to the table location (portable if the warehouse 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -124,6 +125,44 @@ def top_level_field_ids(location: str, rel_path: str) -> frozenset[int]:
         if value is not None:
             ids.add(int(value))
     return frozenset(ids)
+
+
+def field_id_group(rel_path: str) -> str:
+    """The files one footer speaks for, as to whether they carry Parquet field ids: a file in
+    an attempt directory (`_txn/<attempt>/...`) is judged with its whole directory, which one
+    Spark write of one DataFrame filled (a conformed write: field ids; a plain
+    `df.write.parquet`: none); any other file (registered by another tool) on its own. A read of
+    a table of a million files reads a footer per write, not per file."""
+    parts = rel_path.split("/")
+    if len(parts) >= 3 and parts[0] == TXN_DIR and "://" not in rel_path:
+        return f"{parts[0]}/{parts[1]}/"
+    return rel_path
+
+
+def footer_verdict(path: str) -> bool | None:
+    """Whether the file at `path` (absolute) is read by name (it has no field ids: the CLI's
+    rule, `metastore.client.parquet.matched_by_name`); None when its footer cannot be read, so
+    the read itself reports the file (or skips it, as the session's
+    `spark.sql.files.ignoreMissingFiles` / `ignoreCorruptFiles` say). Runs on executors too."""
+    from metastore.client.parquet import DataReadError, file_matched_by_name
+
+    try:
+        return file_matched_by_name(path)
+    except DataReadError:
+        return None
+
+
+def footer_verdicts(
+    probes: Iterable[tuple[str, str]], threads: int
+) -> list[tuple[str, bool | None]]:
+    """(key, `footer_verdict(path)`) of each (key, path), `threads` footers at a time: footer
+    reads wait on storage (an object store's latency), not on the CPU."""
+    items = list(probes)
+    if len(items) <= 1:
+        return [(key, footer_verdict(path)) for key, path in items]
+    with ThreadPoolExecutor(max_workers=min(threads, len(items))) as pool:
+        verdicts = list(pool.map(lambda item: footer_verdict(item[1]), items))
+    return [(key, v) for (key, _), v in zip(items, verdicts, strict=True)]
 
 
 def take_chunk(

@@ -10,12 +10,12 @@ What it does, per chunk (at most `CHUNK_FILES_MAX` files / `CHUNK_BYTES_MAX` byt
 1. One bridge batch pinned at the current Top S (leased like any writing batch) lists the
    table's live files at S and picks the small ones (below `small_file_bytes`, default 3/4 of
    the target); fewer than `min_files` small files is nothing to do.
-2. Spark reads them with the pinned write columns, by field id, exactly as every reader of the
-   table does (a column added later with a DEFAULT reads its existence default; write-only
-   columns of a running schema change job are read and written too), and `BatchContext.write`
-   writes them back as ceil(bytes / target) files. Unless they hold exactly the rows the small
-   files' entries record (a session that skips unreadable files reads fewer), nothing is
-   committed (OptimizeError).
+2. Spark reads them with the pinned write columns, by field id (a file without any field ids
+   by name), exactly as every reader of the table does (a column added later with a DEFAULT
+   reads its existence default; write-only columns of a running schema change job are read
+   and written too), and `BatchContext.write` writes them back as ceil(bytes / target) files.
+   Unless they hold exactly the rows the small files' entries record (a session that skips
+   unreadable files reads fewer), nothing is committed (OptimizeError).
 3. ONE commit removes the small files and adds the new ones. Readers see the same rows at every
    timestamp: before the commit's ts the old files, from it on the new ones. A concurrent
    writer is never lost: appends add other files and do not touch these, and a commit that
@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any, Final
 from hlc import to_iso
 from spark_bridge.bridge import BatchError
 from spark_bridge.conform import pinned_struct
-from spark_bridge.files import absolute, rows_not_kept, spark_path, take_chunk
+from spark_bridge.files import rows_not_kept, take_chunk
 
 if TYPE_CHECKING:
     from metastore.client import SyncMetastoreClient
@@ -276,9 +276,8 @@ class OptimizeRun:
             )
             if chunk:
                 size = sum(int(f.get("size_bytes") or 0) for f in chunk)
-                df = b.spark.read.schema(pinned_struct(pin.write_columns)).parquet(
-                    *[spark_path(absolute(location, str(f["path"]))) for f in chunk]
-                )
+                # As every reader reads them: by field id, a file without any by name.
+                df = b.read_files(location, chunk, pinned_struct(pin.write_columns))
                 new_files = b.write(self.table, df.coalesce(_output_files(size, self.target_bytes)))
                 _check_rows_kept(self.table, chunk, new_files)
                 b.remove(self.table, [str(f["path"]) for f in chunk])

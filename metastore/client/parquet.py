@@ -8,7 +8,9 @@ Key idea
     way for every reader that does not run Spark SQL:
     * a column is found in a file by its Parquet field id (`PARQUET:field_id`), so a column
       renamed after the file was written still yields its data;
-    * only a file written without any field ids is matched by name (case-insensitively);
+    * only a file written without any field ids is matched by name (case-insensitively); a
+      file with field ids on some columns only is matched by field id alone
+      (`matched_by_name`, the rule the Spark bridge follows too);
     * a pinned column the file does not have (added later) reads as its DEFAULT (Spark's
       existence default, `metastore.client.defaults`), or NULL when it has none;
     * a column whose type was widened since (INT -> BIGINT, ...) is cast to the pinned type;
@@ -263,6 +265,29 @@ def file_batches(
         raise DataFileUnreadableError(f"cannot read {path}: {exc}", path=path) from None
 
 
+def matched_by_name(file_schema: pa.Schema) -> bool:
+    """Whether a file's columns are matched to the pinned ones by name (case-insensitively):
+    only when none of its top-level columns carries a field id. A file with field ids on some
+    columns only is matched by field id alone (its columns without one hold no pinned column).
+    The one rule of every reader: this module's, and the Spark bridge's (`spark_bridge.bridge`
+    reads such files with a struct without field ids)."""
+    return not any(FIELD_ID_KEY in (f.metadata or {}) for f in file_schema)
+
+
+def file_matched_by_name(path: str) -> bool:
+    """`matched_by_name` of one file (an absolute path or URI), from its footer alone."""
+    fs, fs_path = _filesystem(path)
+    try:
+        with fs.open_input_file(fs_path) as source:
+            return matched_by_name(pq.read_schema(source))
+    except FileNotFoundError:
+        raise DataFileNotFoundError(
+            f"committed data file {path} does not exist", path=path
+        ) from None
+    except (pa.ArrowException, OSError) as exc:
+        raise DataFileUnreadableError(f"cannot read {path}: {exc}", path=path) from None
+
+
 def _match_columns(
     file_schema: pa.Schema, columns: Sequence[PinnedColumn], path: str
 ) -> list[str | None]:
@@ -280,10 +305,11 @@ def _match_columns(
                     f"column {f.name!r} of {path} has a malformed field id {fid!r}", path=path
                 ) from None
         by_name.setdefault(f.name.casefold(), f.name)
+    by_name_only = matched_by_name(file_schema)
     sources: list[str | None] = []
     for c in columns:
         found = by_id.get(c.field_id)
-        if found is None and not by_id:
+        if found is None and by_name_only:
             found = by_name.get(c.name.casefold())  # a file written without field ids
         sources.append(found)
     return sources

@@ -59,3 +59,25 @@ def test_files_under_hidden_directories_are_not_the_write_s(tmp_path: Path) -> N
         (f"{rel_dir}/day=1/part-1.parquet", 2),
         (f"{rel_dir}/part-0.parquet", 3),
     ]
+
+
+def test_whether_a_file_is_read_by_name_is_one_footer_per_write_directory(tmp_path: Path) -> None:
+    """The bridge's rule for files without field ids is the CLI reader's (`matched_by_name`):
+    by name only when no top-level column has a field id; a write directory is judged by one
+    footer, any other file by its own; a footer that cannot be read is left to the read."""
+    from metastore.client.parquet import FIELD_ID_KEY
+    from spark_bridge.files import field_id_group, footer_verdict, footer_verdicts
+
+    assert field_id_group("_txn/s--b-1a2b/part-0.parquet") == "_txn/s--b-1a2b/"
+    assert field_id_group("_txn/s--b-1a2b/x=1/part-0.parquet") == "_txn/s--b-1a2b/"
+    assert field_id_group("_txn/loose.parquet") == "_txn/loose.parquet"
+    assert field_id_group("external/part-0.parquet") == "external/part-0.parquet"
+    with_id = pa.field("a", pa.int64(), metadata={FIELD_ID_KEY: b"1"})
+    pq.write_table(pa.table({"a": [1]}), tmp_path / "none.parquet")
+    pq.write_table(
+        pa.table([[1], [2]], schema=pa.schema([with_id, ("b", pa.int64())])),
+        tmp_path / "some.parquet",
+    )
+    probes = [(name, str(tmp_path / f"{name}.parquet")) for name in ("none", "some", "gone")]
+    assert footer_verdicts(probes, 2) == [("none", True), ("some", False), ("gone", None)]
+    assert footer_verdict(str(tmp_path / "gone.parquet")) is None

@@ -34,14 +34,6 @@ class _Client:
         return {"accepted": True}
 
 
-class _Reader:
-    def schema(self, _struct: Any) -> _Reader:
-        return self
-
-    def parquet(self, *_paths: str) -> str:
-        return "df"
-
-
 class _Batch:
     def __init__(self, written_rows: int) -> None:
         self.pinned = {
@@ -54,7 +46,6 @@ class _Batch:
                 write_only=[COLUMN_C],
             )
         }
-        self.spark = SimpleNamespace(read=_Reader())
         self.written_rows = written_rows
         self.removed: list[str] = []
         self.read_ts = TS
@@ -62,6 +53,9 @@ class _Batch:
 
     def files(self, _table: str) -> tuple[str, list[dict[str, Any]]]:
         return "/wh/t", [{"path": "old.parquet", "size_bytes": 100, "row_count": 10}]
+
+    def read_files(self, _location: str, _files: list[dict[str, Any]], _struct: Any) -> str:
+        return "df"
 
     def write(self, _table: str, _df: Any) -> list[DataFile]:
         return [DataFile(path="new.parquet", size_bytes=90, row_count=self.written_rows)]

@@ -40,14 +40,6 @@ class _Client:
         return {"job_id": job_id, "backfill_ts": kw["snapshot_ts"], "accepted": True}
 
 
-class _Reader:
-    def schema(self, _struct: Any) -> _Reader:
-        return self
-
-    def parquet(self, *_paths: str) -> str:
-        return "df"
-
-
 class _Bridge:
     def __init__(self) -> None:
         self.client = _Client()
@@ -67,7 +59,7 @@ class _Bridge:
                 "/wh/t",
                 [{"path": p, "size_bytes": 10, "row_count": 1} for p in self.live],
             ),
-            spark=SimpleNamespace(read=_Reader()),
+            read_files=lambda _location, _files, _struct: "df",
             write=lambda _t, _df: [
                 DataFile(path=f"mine-{self.batches}.parquet", size_bytes=10, row_count=1)
             ],

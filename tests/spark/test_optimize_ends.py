@@ -31,14 +31,6 @@ class _Df:
         return self
 
 
-class _Reader:
-    def schema(self, _struct: Any) -> _Reader:
-        return self
-
-    def parquet(self, *_paths: str) -> _Df:
-        return _Df()
-
-
 class _StreamedTable:
     """Live files; every listing first sees two more small files of a streaming writer."""
 
@@ -59,7 +51,6 @@ class _Batch:
         self.table = table
         self.number = number
         self.pinned = {TABLE: SimpleNamespace(write_columns=[])}
-        self.spark = SimpleNamespace(read=_Reader())
         self.report = SimpleNamespace(commit_ts=TS + number)
         self.removed: list[str] = []
         self.added: list[dict[str, Any]] = []
@@ -67,6 +58,9 @@ class _Batch:
     def files(self, _table: str) -> tuple[str, list[dict[str, Any]]]:
         self.listed = self.table.listing()
         return "/wh/t", self.listed
+
+    def read_files(self, _location: str, _files: list[dict[str, Any]], _struct: Any) -> _Df:
+        return _Df()
 
     def write(self, _table: str, _df: Any) -> list[DataFile]:
         self.written = DataFile(

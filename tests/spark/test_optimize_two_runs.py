@@ -31,14 +31,6 @@ class _Df:
         return self
 
 
-class _Reader:
-    def schema(self, _struct: Any) -> _Reader:
-        return self
-
-    def parquet(self, *_paths: str) -> _Df:
-        return _Df()
-
-
 class _Bridge:
     def __init__(self, *, progress: bool = True) -> None:
         self.client = SimpleNamespace(clock=SimpleNamespace(now=lambda: TS))
@@ -57,7 +49,7 @@ class _Bridge:
         b = SimpleNamespace(
             pinned={TABLE: SimpleNamespace(write_columns=[])},
             files=lambda _t: ("/wh/t", list(self.live)),
-            spark=SimpleNamespace(read=_Reader()),
+            read_files=lambda _location, _files, _struct: _Df(),
             write=lambda _t, _df: [DataFile(path="mine.parquet", size_bytes=150, row_count=2)],
             remove=lambda _t, paths: planned.extend(paths),
             report=SimpleNamespace(commit_ts=TS + self.batches),

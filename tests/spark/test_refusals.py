@@ -5,6 +5,7 @@ NULL column without default, NULL in a NOT NULL column)."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -473,7 +474,7 @@ def test_a_table_whose_location_holds_glob_characters_is_read(
     # read of them failed with PATH_NOT_FOUND.
     from types import SimpleNamespace
 
-    from spark_bridge.bridge import BatchContext, BatchReport
+    from spark_bridge.bridge import BatchContext, BatchReport, MetastoreBridge
     from spark_bridge.conform import pinned_struct
 
     location = str(tmp_path / "t[1]")
@@ -493,8 +494,13 @@ def test_a_table_whose_location_holds_glob_characters_is_read(
         "deletes": [],
         "next_page_token": None,
     }
+    bridge = object.__new__(MetastoreBridge)  # what `read_files` needs of a bridge
+    bridge.spark = spark
+    bridge._by_name_verdicts, bridge._verdicts_lock = {}, threading.Lock()
+    bridge.footers_checked = 0
     batch = object.__new__(BatchContext)
     batch.spark = spark
+    batch.bridge = bridge
     batch.client = SimpleNamespace(  # type: ignore[assignment]
         call=lambda op, args: {"as_of": 10, "listings": [listing], "waited_ms": 0.0}
     )
