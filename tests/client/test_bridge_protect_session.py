@@ -202,6 +202,19 @@ def test_a_protection_moves_to_the_session_that_replaces_a_lost_one(job: _Job) -
     assert _records_at(job.admin, job.ts1) == [], "the block's end releases the new record"
 
 
+def test_a_protect_entered_after_the_session_ended_unnoticed_takes_a_new_one(job: _Job) -> None:
+    """The session ended while the driver was paused and no heartbeat told the bridge yet:
+    entering the block replaces it and protects under the new one, instead of failing with
+    the lost session's SESSION_NOT_FOUND."""
+    lost = job.lose_session()
+    with job.bridge.protect(job.ts1, tables=[job.table], meta="long read") as record:
+        new = job.session_id()
+        assert new not in (None, lost)
+        (held,) = _records_at(job.admin, job.ts1)
+        assert held["record_id"] == record["record_id"] and held["owner"] == new
+    assert _records_at(job.admin, job.ts1) == []
+
+
 def test_a_protection_gc_passed_before_the_new_session_fails_the_block(job: _Job) -> None:
     """The session stayed lost long enough for the cluster to release its record and for GC to
     pass ts1 (a.parquet deleted) before the driver resumed: the protection cannot be taken
