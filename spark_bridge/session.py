@@ -52,12 +52,12 @@ close done before its error is raised: no thread of its planning outlives it.
 Nothing here is needed for safety: the commit rule (the version must be one of the two latest
 active at the commit ts) is checked by the state machine whatever the leases. A lost session
 (expired during a long GC pause, say) is reopened under a new id; batches that were running lose
-their protection and may be refused at commit, which `foreach_batch` retries. Protection records
-the lost session owned are released by the cluster a grace period after it ended: `on_reopen`
-tells the bridge, which takes its open `protect()` blocks' protections again under the new
-session (or fails the block if it cannot: spark_bridge.bridge `_OpenProtection`). A batch that wrote
+their protection and may be refused at commit, which `foreach_batch` retries. A batch that wrote
 files under the lost session is always refused at commit (GC may have deleted them as orphans:
 metastore.leases `check_attempt_owners`), with a retryable error: it writes them again.
+Protection records the lost session owned are released by the cluster a grace period after it
+ended: `on_reopen` tells the bridge, which takes its open `protect()` blocks' protections again
+under the new session (or fails the block if it cannot: spark_bridge.bridge `_OpenProtection`).
 """
 
 from __future__ import annotations
