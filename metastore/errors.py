@@ -360,6 +360,22 @@ class ProtectionNotFoundError(MetastoreError):
     code = ErrorCode.PROTECTION_NOT_FOUND
 
 
+class ProtectionLapsedError(ProtectionNotFoundError):
+    """A protection a running job held (the Spark bridge's `protect()` block) stopped holding
+    while the job ran: its record was released by someone else (its owner session expired and
+    the cluster reconciled the orphaned record, its max age ran out, an operator released it)
+    and could not be taken again at the same timestamp, so GC may have deleted data the job
+    read. Raised by the client side at the end of the block (never sent by a node). A
+    refinement of PROTECTION_NOT_FOUND with `details.reason` = "lapsed". Details also:
+    `record_id`, `as_of`, and `cause` (the error that kept it from being taken again, if
+    any). Not retryable as such: run the job again, at a timestamp above the GC threshold."""
+
+    REASON: ClassVar[str] = "lapsed"
+
+    def __init__(self, message: str, *, details: Mapping[str, object] | None = None) -> None:
+        super().__init__(message, details={**(details or {}), "reason": self.REASON})
+
+
 class SchemaJobNotFoundError(MetastoreError):
     """No schema change job with this id. Details: `job_id`."""
 
@@ -581,6 +597,7 @@ _BY_CODE: dict[str, type[MetastoreError]] = {
 # Refinements (see the module docstring): (wire code, details["reason"]) -> class.
 _REFINEMENTS: dict[tuple[str, object], type[MetastoreError]] = {
     (CatchUpTimeoutError.code.value, CatchUpTimeoutError.REASON): CatchUpTimeoutError,
+    (ProtectionLapsedError.code.value, ProtectionLapsedError.REASON): ProtectionLapsedError,
 }
 
 

@@ -64,6 +64,12 @@ from hlc import HlcError, to_iso
 from hlc.limits import LOGICAL_BITS
 from metastore.client import FILES_PAGE_LIMIT, SyncMetastoreClient
 from metastore.client.protocol import LISTING_ATTEMPTS_MAX
+from metastore.errors import (
+    MetastoreError,
+    ProtectionLapsedError,
+    ProtectionNotFoundError,
+    SessionNotFoundError,
+)
 from raft.tls import ClientTls
 from spark_bridge.conform import (
     by_name_struct,
@@ -217,6 +223,142 @@ def ensure_python_workers() -> None:
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 
 
+class _OpenProtection:
+    """One `MetastoreBridge.protect()` block's protection: the record that holds it now, owned
+    by the bridge's session, and what to do when that session is replaced.
+
+    A session is replaced when it was lost (expired: the driver paused longer than its TTL, a
+    partition, a long leader change). The cluster then releases the records it owned a grace
+    period (PROTECTION_OWNER_GRACE_MS) after it ended, as orphans, so the block's record is
+    doomed. `move_to` takes a record of the same timestamp and targets under the new session,
+    then releases the old one. That is sound even if the old one was already released and GC
+    ran in between: `protect` is refused at or below a covered GC threshold, and thresholds
+    only move forward, so a new record taken means no threshold ever passed `as_of` and GC
+    deleted nothing a read at `as_of` sees. A refused one (BEFORE_GC_THRESHOLD, a target since
+    dropped, the max age run out) means the protection lapses: `lapse` says so (reads of the
+    bridge raise it from then on) and the block raises ProtectionLapsedError at its end,
+    unless the old record turns out to have outlived the block (`end`). A retryable failure
+    leaves the record as it is: the end of the block finds out whether it held."""
+
+    def __init__(self, client: SyncMetastoreClient, as_of: int, args: dict[str, Any]) -> None:
+        self.client = client
+        self.as_of = as_of
+        self.args = args  # protect() keyword arguments but session_id and max_age_ms
+        self.max_age_ms: int | None = None
+        self.record: dict[str, Any] = {}  # the view yielded to the block, updated on a move
+        self.record_id = ""
+        self.owner: str | None = None
+        self.lapse: ProtectionLapsedError | None = None
+        self.closed = False
+        self._lock = threading.Lock()  # a move and the end of the block, one at a time
+
+    def create(self, owner: str | None, *, max_age_ms: int | None) -> None:
+        self.max_age_ms = max_age_ms
+        record = self.client.protect(
+            self.as_of, **self.args, max_age_ms=max_age_ms, session_id=owner
+        )
+        with self._lock:
+            self.record.update(record)
+            self.record_id = str(record["record_id"])
+            self.owner = owner
+
+    def move_to(self, owner: str) -> None:
+        """Protect `as_of` again under session `owner` (the one that replaced this record's
+        owner) and release the old record; see the class docstring."""
+        with self._lock:
+            if self.closed or self.lapse is not None or not self.record_id:
+                return
+            if self.owner is None or self.owner == owner:
+                return  # unowned records outlive any session; or already under this one
+            max_age_ms = self.max_age_ms
+            expires_tm = self.record.get("expires_tm")
+            if expires_tm is not None:
+                # The new record ends when the old one would have: a move never extends it.
+                max_age_ms = (int(expires_tm) - self.client.clock.now()) >> LOGICAL_BITS
+                if max_age_ms <= 0:
+                    self._lapsed("its max age ran out", None)
+                    return
+            try:
+                record = self.client.protect(
+                    self.as_of, **self.args, max_age_ms=max_age_ms, session_id=owner
+                )
+            except SessionNotFoundError:
+                return  # that session is gone too: the next replacement moves the record
+            except MetastoreError as exc:
+                if exc.retryable:
+                    log.warning(
+                        "could not protect %s again under session %s (%s); the end of the "
+                        "block finds out whether record %s held",
+                        self.as_of,
+                        owner,
+                        exc,
+                        self.record_id,
+                    )
+                    return
+                self._lapsed("it could not be taken again under the new session", exc)
+                return
+            old_id = self.record_id
+            self.record.clear()
+            self.record.update(record)
+            self.record_id, self.owner = str(record["record_id"]), owner
+        log.warning(
+            "protection of %s moved from record %s to %s under session %s (the old session "
+            "was lost)",
+            self.as_of,
+            old_id,
+            self.record_id,
+            owner,
+        )
+        try:
+            self.client.release_protection(old_id)
+        except ProtectionNotFoundError:
+            pass  # already released as an orphan: the new record shows nothing was lost
+        except MetastoreError as exc:
+            log.info("releasing the replaced protection %s: %s (the cluster does)", old_id, exc)
+
+    def _lapsed(self, why: str, cause: MetastoreError | None) -> None:
+        """Under `_lock`: the protection no longer holds and cannot be taken again."""
+        self.lapse = ProtectionLapsedError(
+            f"the protection of {self.as_of} (record {self.record_id}) lapsed while the block "
+            f"ran: its owner session was lost and {why}"
+            + (f" ({cause})" if cause is not None else "")
+            + "; GC may have deleted data read at that timestamp",
+            details={
+                "record_id": self.record_id,
+                "as_of": self.as_of,
+                "cause": cause.to_wire() if cause is not None else None,
+            },
+        )
+        log.error("%s", self.lapse)
+
+    def end(self) -> ProtectionLapsedError | None:
+        """Release the record at the block's end; the lapse, if the protection did not hold
+        for the whole block. A record is never created again once gone, and each move took
+        its new record before letting the old one go (or proved nothing was deleted), so the
+        protection held throughout exactly when this release finds the record: a move that
+        failed (`lapse` set) is no lapse if its old record outlived the block after all."""
+        with self._lock:
+            self.closed = True
+            lapse, record_id = self.lapse, self.record_id
+        try:
+            self.client.release_protection(record_id)
+            if lapse is not None:
+                log.info("protection %s held to the block's end after all", record_id)
+            return None
+        except ProtectionNotFoundError:
+            if lapse is None:
+                lapse = ProtectionLapsedError(
+                    f"the protection of {self.as_of} (record {record_id}) lapsed while the "
+                    "block ran: it was released by someone else (its owner session expired and "
+                    "the cluster released it as an orphan, its max age ran out, or an operator "
+                    "released it); GC may have deleted data read at that timestamp",
+                    details={"record_id": record_id, "as_of": self.as_of, "cause": None},
+                )
+        except MetastoreError as exc:
+            log.warning("could not release protection %s: %s", record_id, exc)
+        return lapse
+
+
 class MetastoreBridge:
     def __init__(
         self,
@@ -269,6 +411,9 @@ class MetastoreBridge:
         # it then commits (metastore.leases `check_attempt_owners`).
         self.session: BridgeSession | None = None
         self.unleased_session: BridgeSession | None = None
+        # The open `protect()` blocks: moved to a new session when this one's is replaced.
+        self._protections: list[_OpenProtection] = []
+        self._protections_lock = threading.Lock()
         sc = spark.sparkContext
         opened = BridgeSession(
             self.client,
@@ -280,6 +425,7 @@ class MetastoreBridge:
             self.session = opened
         else:
             self.unleased_session = opened
+        opened.on_reopen(self._move_protections)
         self._close_with(sc)
         # The newest commit timestamp of this bridge's batches (0 = none yet): later batches read
         # at or above it. Batches may run on several threads (streaming queries), hence the lock.
@@ -709,6 +855,7 @@ class MetastoreBridge:
         the work so the files it lists stay on disk."""
         from metastore.errors import ErrorCode, MetastoreError
 
+        self.check_protections()  # a lapsed protect() block must not read on as if covered
         # AS OF T: plan at T itself, so the schema is the one in force at T.
         try:
             with self.batch(
@@ -736,31 +883,87 @@ class MetastoreBridge:
         backfills. Once the block is entered the data is protected; a timestamp already at or
         below a GC threshold raises BeforeGcThresholdError. The record is owned by this
         application's session, so a killed driver's protection is released a grace period
-        after its session expires; it is released at the end of the block otherwise."""
-        from metastore.errors import ErrorCode, MetastoreError
+        after its session expires; it is released at the end of the block otherwise.
 
-        # The session batches write under, leasing or not: its end releases the record.
+        A protection is never lost silently. When the session is lost while the block runs
+        (the driver paused longer than its TTL, a partition) and the bridge opens a new one,
+        the protection is taken again at `as_of` under the new session (the yielded record
+        view changes to the new record) and the old record released: that succeeds only while
+        no GC threshold has passed `as_of`, so nothing the block reads was deleted. If it
+        cannot be taken again (GC passed `as_of` after the cluster released the orphaned
+        record; a target was dropped; the max age ran out), `read_table` of this bridge raises
+        ProtectionLapsedError from then on while the block runs (`check_protections` says so
+        to other code). The block's end releases the record: found released by anyone else
+        (the cluster's reconciliation, an operator's `pts release`, its max age), the block
+        raises ProtectionLapsedError (an exception the block raised gets a note saying so
+        instead): GC may have deleted data read at `as_of`. A record found there held
+        throughout, and the block ends normally."""
         session = self.attempt_session
-        session_id = session.current() if session is not None else None
-        record = self.client.protect(
+        handle = _OpenProtection(
+            self.client,
             as_of,
-            tables=list(tables or []),
-            namespaces=list(namespaces or []),
-            cluster=not tables and not namespaces,
-            meta_type="spark.bridge",
-            meta=meta
-            or f"{self.spark.sparkContext.appName} ({self.spark.sparkContext.applicationId})",
-            max_age_ms=max_age_ms,
-            session_id=session_id,
+            {
+                "tables": list(tables or []),
+                "namespaces": list(namespaces or []),
+                "cluster": not tables and not namespaces,
+                "meta_type": "spark.bridge",
+                "meta": meta
+                or f"{self.spark.sparkContext.appName} ({self.spark.sparkContext.applicationId})",
+            },
         )
+        # Owned by the session batches write under, leasing or not: its end releases the
+        # record. Taken under the current one; a replacement opened meanwhile moves it below.
+        owner = session.current() if session is not None else None
         try:
-            yield record
-        finally:
-            try:
-                self.client.release_protection(str(record["record_id"]))
-            except MetastoreError as exc:
-                if exc.code != ErrorCode.PROTECTION_NOT_FOUND:  # already released: fine
-                    log.warning("could not release protection %s: %s", record["record_id"], exc)
+            handle.create(owner, max_age_ms=max_age_ms)
+        except SessionNotFoundError as exc:
+            # The session ended before the bridge noticed (no refused heartbeat yet): replace
+            # it now and protect under the new one.
+            if session is None or owner is None or exc.details.get("session_id") != owner:
+                raise
+            session.lost(owner)
+            owner = session.current()
+            if owner is None:
+                raise
+            handle.create(owner, max_age_ms=max_age_ms)
+        with self._protections_lock:
+            self._protections.append(handle)
+        try:
+            if session is not None and owner is not None:
+                now_owner = session.current()
+                if now_owner is not None and now_owner != owner:
+                    handle.move_to(now_owner)
+            yield handle.record
+        except BaseException as exc:
+            lapse = self._end_protection(handle)
+            if lapse is not None:
+                exc.add_note(f"(also: {lapse})")
+            raise
+        lapse = self._end_protection(handle)
+        if lapse is not None:
+            raise lapse
+
+    def _end_protection(self, handle: _OpenProtection) -> ProtectionLapsedError | None:
+        with self._protections_lock:
+            self._protections.remove(handle)
+        return handle.end()
+
+    def _move_protections(self, session_id: str) -> None:
+        """The bridge's session was replaced by `session_id` (BridgeSession.on_reopen): move
+        the open protections the lost one owned (see `protect`)."""
+        with self._protections_lock:
+            handles = list(self._protections)
+        for handle in handles:
+            handle.move_to(session_id)
+
+    def check_protections(self) -> None:
+        """Raise the ProtectionLapsedError of an open `protect()` block whose protection
+        lapsed: reads must not go on as if the data were still there."""
+        with self._protections_lock:
+            handles = list(self._protections)
+        for handle in handles:
+            if handle.lapse is not None:
+                raise handle.lapse
 
     # ---------------------------------------------------------------- schema change jobs
 

@@ -55,6 +55,9 @@ active at the commit ts) is checked by the state machine whatever the leases. A 
 their protection and may be refused at commit, which `foreach_batch` retries. A batch that wrote
 files under the lost session is always refused at commit (GC may have deleted them as orphans:
 metastore.leases `check_attempt_owners`), with a retryable error: it writes them again.
+Protection records the lost session owned are released by the cluster a grace period after it
+ended: `on_reopen` tells the bridge, which takes its open `protect()` blocks' protections again
+under the new session (or fails the block if it cannot: spark_bridge.bridge `_OpenProtection`).
 """
 
 from __future__ import annotations
@@ -230,6 +233,9 @@ class BridgeSession:
         self._upkeep_over = threading.Event()
         self.heartbeats = 0
         self.reopened = 0
+        # Called with the new session id each time a session replaces one (see `on_reopen`).
+        self._reopen_listeners: list[Callable[[str], None]] = []
+        self._opened_once = False  # set by the first successful open
         try:
             self._open()
         except BaseException:
@@ -244,7 +250,8 @@ class BridgeSession:
 
     # ------------------------------------------------------------------ session
 
-    def _open(self) -> None:
+    def _open(self) -> str | None:
+        """Open a session; returns its id when it replaces an earlier one of this object."""
         session_id = uuid.uuid4().hex
         try:
             r = self.client.session_open(
@@ -264,7 +271,7 @@ class BridgeSession:
                     "are refused (FORBIDDEN) before anything is written"
                 )
                 self.available = False
-                return
+                return None
             if open_outcome_unknown(exc):
                 self._note_unknown_open(session_id)
             raise
@@ -274,20 +281,44 @@ class BridgeSession:
             # would outlive the application until its TTL). Checked under the lock `close()`
             # sets `_stop` under, so either it sees this session or this sees the stop.
             closed_meanwhile = self._stop.is_set()
+            replaces = self._opened_once
             if not closed_meanwhile:
+                self._opened_once = True
                 self.session_id = session_id
                 self.heartbeat_ms = int(r.get("heartbeat_ms") or HEARTBEAT_MS_FALLBACK)
         if closed_meanwhile:
             self._close_session(session_id)
-            return
+            return None
         log.info("metastore session opened: %s (ttl %s ms)", session_id, r.get("ttl_ms"))
+        return session_id if replaces else None
 
     def _ensure_open(self) -> None:
         """Open a session unless one is open (or leasing is not possible), or this one was
         closed: no thread would heartbeat or close a session opened after that."""
         with self._open_lock:
             if self.current() is None and self.available and not self._stop.is_set():
-                self._open()
+                replacement = self._open()
+                if replacement is not None:
+                    # Under the open lock: a later replacement's listeners run after these.
+                    self._tell_reopened(replacement)
+
+    def on_reopen(self, listener: Callable[[str], None]) -> None:
+        """Call `listener(new_session_id)` each time a session replaces a lost one (not for
+        the first), in the thread that opened it (the upkeep thread after a refused heartbeat,
+        or a batch thread), before any other replacement opens. What the lost session owned
+        is released by the cluster (leases at once, protection records a grace period after
+        it ended): the bridge moves its open protections to the new one (`protect`)."""
+        with self._lock:
+            self._reopen_listeners.append(listener)
+
+    def _tell_reopened(self, session_id: str) -> None:
+        with self._lock:
+            listeners = list(self._reopen_listeners)
+        for listener in listeners:
+            try:
+                listener(session_id)
+            except Exception:  # one listener's surprise must not keep the others from running
+                log.exception("a listener of the session's reopen failed")
 
     def ensure_open(self) -> None:
         """Open a session now unless one is open or the token may not (`available` False);

@@ -25,4 +25,6 @@ def bare_bridge(
     bridge._commit_lock = threading.Lock()
     bridge._last_commit_ts = 0
     bridge.compactions = 0
+    bridge._protections = []
+    bridge._protections_lock = threading.Lock()
     return bridge
