@@ -15,24 +15,24 @@ What one batch does (DESIGN.md §7):
    time >= Top - DD (zero on a healthy node), so every node would answer the same.
 3. Inputs are read at read_ts = the node's safe time at planning (<= Top, needs no wait) unless the
    caller asks for another timestamp - but never below the newest commit this bridge made, nor
-   below any commit, DDL or `read_ts()` of another client object of this driver process on the
-   same cluster (another bridge, the caller's own `SyncMetastoreClient`: the client library
-   shares that position per process, metastore.client.floors; `writes_floor_ts`). A driver reads
-   its own writes even from a node that has not applied them yet; the files request then waits
-   for them; Top is above them (the client's HLC is fed with every commit timestamp, and a
-   batch waits, at most CLOCK_CATCH_UP_MS_MAX, for a clock below one), and never below the
-   newest schema position a client of the process read at now. Not covered: a
-   `format("metastore")` append, which commits in a Python worker process, not in the driver's
-   (spark_bridge.datasource); call `bridge.client.read_ts()` after one and the next batch reads
-   at or above it. The first read lists the files live at read_ts of every table the batch reads, in
-   one `files_multi` request. They are read with the pinned schema, by Parquet field id, so
-   renamed columns still read correctly; a file written without any field ids (a plain
-   `df.write.parquet` committed with the `commit` op, another tool's file) is read by name, as
-   the CLI reads it (`read_files`: one footer per write directory tells them apart). If the
-   name was dropped and re-created between read_ts and Top, the files belong to another
-   incarnation (field ids restart at 1): the read fails with a retryable BatchError rather
-   than mis-map columns. A table created between read_ts and
-   Top reads empty (no commit lands below a table's creation).
+   below any commit, DDL or `read_ts()` of another client object of this driver process on the same
+   cluster (another bridge, the caller's own `SyncMetastoreClient`: the client library shares that
+   position per process, metastore.client.floors; `writes_floor_ts`). A driver reads its own writes
+   even from a node that has not applied them yet; the files request then waits for them; Top is
+   above them (the client's HLC is fed with every commit timestamp, and a batch waits, at most
+   CLOCK_CATCH_UP_MS_MAX, for a clock below one), and never below the newest schema position a
+   client of the process read at now. A `format("metastore")` append commits in a Python worker
+   process, not in the driver's: it hands its commit's position to the driver's session keeper
+   (spark_bridge.datasource, spark_bridge.keeper), so the next batch reads at or above it too
+   (without a keeper, as with Spark Connect, call `bridge.client.read_ts()` after one). The first
+   read lists the files live at read_ts of every table the batch reads, in one `files_multi`
+   request. They are read with the pinned schema, by Parquet field id, so renamed columns still
+   read correctly; a file written without any field ids (a plain `df.write.parquet` committed with
+   the `commit` op, another tool's file) is read by name, as the CLI reads it (`read_files`: one
+   footer per write directory tells them apart). If the name was dropped and re-created between
+   read_ts and Top, the files belong to another incarnation (field ids restart at 1): the read
+   fails with a retryable BatchError rather than mis-map columns. A table created between read_ts
+   and Top reads empty (no commit lands below a table's creation).
 4. Outputs are conformed to the pinned schemas and written by Spark's own Parquet writer into a
    fresh per-attempt directory under each table's location. A writer conforms to the pinned
    version's write columns: the public ones plus any a schema change job holds write-only
@@ -519,7 +519,8 @@ class MetastoreBridge:
         """The floor of a batch's read_ts (and below its Top): this bridge's newest commit,
         and every write a client of this process made to this cluster (its client's
         `own_writes_ts`, shared by the process: another bridge's commit, a DDL or commit of the
-        caller's own client, a `read_ts()`). A data source append commits in a Python worker
+        caller's own client, a `read_ts()`, a data source append's commit handed over by the
+        driver's session keeper). A data source append commits in a Python worker
         process, not in this one: see spark_bridge.datasource."""
         return max(self.last_commit_ts, _client_position(self.client, "own_writes_ts"))
 

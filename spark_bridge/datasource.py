@@ -50,13 +50,14 @@ should protect its timestamp first (`MetastoreBridge.protect`).
 
 Read-your-writes in one driver. A read's default timestamp is the leader's `read_ts` (when later
 than now), so it sees every acknowledged commit, a bridge's included. An append's `commit()`
-runs in a Python worker process (below), not in the driver's Python process: the read floors the
-client library shares among the client objects of a process (metastore.client.floors: a
-driver's bridges and its own clients) do not learn its commit timestamp, nor does any other
-process. A bridge batch right after such an append may read below it: call
-`bridge.client.read_ts()` first (linearizable, one leader round trip; it raises the driver's
-floor for every client of the process), and the batch reads at or above the append. Executors
-(write tasks) only heartbeat the append's session and commit nothing.
+runs in a Python worker process (below), not in the driver's Python process, so it leaves its
+commit's position in the directory of the driver's session keeper (spark_bridge.keeper
+`note_commit`), and the read floors the client library shares among the client objects of the
+driver's process (metastore.client.floors: its bridges and its own clients) take it in at their
+next lookup: a bridge batch right after the append reads at or above it. Where the keeper's
+directory is out of reach (Spark Connect) or for other processes, call `read_ts()` first
+(linearizable, one leader round trip). Executors (write tasks) only heartbeat the append's
+session and commit nothing.
 
 Facts of the API this relies on (PySpark 4.x): `schema()`, `reader()`, `partitions()`,
 `writer()` and `commit()` run in Python worker processes on the driver host, `read()`/`write()`
@@ -273,6 +274,8 @@ class MetastoreWriter(DataSourceWriter):
         called); the commit or abort stops that first."""
         self.session_id = session_id
         self.keeper_dir = keeper_dir
+        # The commit ts a lookup found (`_committed_here`), for `_note_commit`.
+        self._committed_ts = 0
         self.session_ttl_ms = session_ttl_ms
         self.loose_files_max = loose_files_max
         self.endpoints = endpoints
@@ -499,6 +502,7 @@ class MetastoreWriter(DataSourceWriter):
                 # (linearizable), and wrote this table.
                 if not self._committed_here(client):
                     raise
+                self._note_commit(client)
                 return
             except (UnavailableError, RequestTimeoutError) as exc:
                 # The client ran out of nodes or time with the commit sent: it may have
@@ -510,9 +514,30 @@ class MetastoreWriter(DataSourceWriter):
                     if not files:
                         raise self._outcome_unknown(exc) from exc
                     self._settle(client, exc)
+            self._note_commit(client)
             self._maybe_compact(client)
         finally:
             client.close()
+
+    def _note_commit(self, client: Any) -> None:
+        """Tell the driver's clients where this commit landed (spark_bridge.keeper
+        `note_commit`): this runs in a worker process, and a bridge batch of the driver right
+        after the append must not read below it (metastore.client.floors). Best effort: a
+        driver without a keeper directory here (Spark Connect) is not covered, as before."""
+        import logging
+
+        cluster_id = client.cluster_id
+        ts = max(client.own_writes_ts, self._committed_ts)
+        if not self.keeper_dir or not cluster_id or ts <= 0:
+            return
+        from spark_bridge.keeper import note_commit
+
+        try:
+            note_commit(Path(self.keeper_dir), self.session_id, cluster_id=cluster_id, ts=ts)
+        except OSError as exc:
+            logging.getLogger("spark_bridge").warning(
+                "cannot tell the driver where append %s committed: %s", self.txn_id, exc
+            )
 
     def _look_up(self, client: Any) -> bool | None:
         """`_committed_here`, with None when the lookup itself failed (logged)."""
@@ -589,6 +614,8 @@ class MetastoreWriter(DataSourceWriter):
         except MetastoreError:
             mine = self.table.lower()
         if [str(t) for t in committed] == [mine]:
+            if type(record.get("ts")) is int:
+                self._committed_ts = max(self._committed_ts, record["ts"])
             return True
         raise TxnIdReusedError(
             f"txn {self.txn_id!r} already committed at {record.get('ts')} writing "

@@ -29,6 +29,14 @@ expired then unless the tasks' own heartbeats kept it). The job's next task then
 start, or its commit is refused, with SessionNotFoundError; the commit's error quotes the
 reason (`unkeep`). Other failures are logged and retried every interval.
 
+The directory also carries commit positions back: `commit()` runs in a worker process, so the
+driver's clients would not know the append's commit timestamp and a bridge batch right after it
+could read below it (metastore.client.floors). After a commit, `commit()` writes
+`<session id>.floor` (`note_commit`: the cluster id and the client's own-writes position) before
+it returns to Spark; the keeper is a floor source of its process (`floor_notes`), so the next
+lookup of that cluster's floors by any client of the driver takes it in (and the keeper's own
+polls tidy what no client asked for).
+
 Where the keeper's directory is not reachable from the planner (Spark Connect: the planner runs
 on the server's host), `writer()` logs a warning and the append runs as before: kept by its
 tasks and its commit only.
@@ -49,6 +57,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
+from metastore.client.floors import (
+    FloorNote,
+    add_floor_source,
+    remove_floor_source,
+    shared_floors,
+)
 from metastore.errors import ErrorCode, MetastoreError
 
 log = logging.getLogger(__name__)
@@ -63,6 +77,7 @@ KEEP_POLL_MS: Final = 200
 KEEPER_STOP_WAIT_S: Final = 5.0
 KEEP_SUFFIX: Final = ".keep"
 ENDED_SUFFIX: Final = ".ended"
+FLOOR_SUFFIX: Final = ".floor"
 # A note in an `.ended` file longer than this is cut (it is quoted in an error message).
 ENDED_NOTE_CHARS_MAX: Final = 2_000
 
@@ -78,6 +93,20 @@ def keep(directory: Path, session_id: str, *, ttl_ms: int, table: str) -> None:
         with os.fdopen(fd, "w") as f:
             f.write(data)
         os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def note_commit(directory: Path, session_id: str, *, cluster_id: str, ts: int) -> None:
+    """Leave the position `ts` a commit of `session_id`'s append reached in `cluster_id` for the
+    driver's clients (module docstring). Raises OSError when the directory cannot be written."""
+    data = json.dumps({"cluster_id": cluster_id, "own_writes_ts": int(ts)})
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{session_id}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(data)
+        os.replace(tmp, directory / f"{session_id}{FLOOR_SUFFIX}")
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
@@ -132,6 +161,7 @@ class SessionKeeper:
         self.heartbeats = 0
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
+        add_floor_source(self.floor_notes)
         atexit.register(self.stop)
 
     def kept(self) -> list[str]:
@@ -148,8 +178,33 @@ class SessionKeeper:
         self._stop.set()
         if self._thread is not threading.current_thread():
             self._thread.join(timeout=KEEPER_STOP_WAIT_S)
+        remove_floor_source(self.floor_notes)
         shutil.rmtree(self.directory, ignore_errors=True)
         atexit.unregister(self.stop)
+
+    def floor_notes(self) -> list[FloorNote]:
+        """The commit positions appends' `commit()` left here (`note_commit`), each handed over
+        once (its file removed); a floor source of metastore.client.floors. Never raises."""
+        try:
+            names = [n for n in os.listdir(self.directory) if n.endswith(FLOOR_SUFFIX)]
+        except OSError:
+            return []
+        notes: list[FloorNote] = []
+        for name in names:
+            path = self.directory / name
+            try:
+                data = json.loads(path.read_text())
+                path.unlink()
+            except FileNotFoundError:
+                continue  # handed over by another thread meanwhile
+            except (OSError, ValueError) as exc:
+                log.warning("cannot read the commit position %s: %s", path, exc)
+                path.unlink(missing_ok=True)
+                continue
+            cluster_id, ts = data.get("cluster_id"), data.get("own_writes_ts")
+            if isinstance(cluster_id, str) and cluster_id and type(ts) is int and ts > 0:
+                notes.append((cluster_id, "own_writes", ts))
+        return notes
 
     # ------------------------------------------------------------------ the thread
 
@@ -171,6 +226,8 @@ class SessionKeeper:
         return max(0.0, min(self._poll_s, due - time.monotonic()))
 
     def _round(self) -> None:
+        for cluster_id, kind, ts in self.floor_notes():  # those no client asked for yet
+            shared_floors(cluster_id).raise_to(kind, ts)
         listed = self._listed()
         now = time.monotonic()
         with self._lock:

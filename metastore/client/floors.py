@@ -20,10 +20,14 @@ Scope
       waits, never a wrong answer (a floor is only a lower bound of a read position; a node
       waits until its safe time passes it, bounded like every read, and one too far ahead of
       its clock is refused and lowered, below). Give clusters distinct ids.
-    * Other processes are not covered: Spark executors, and the Python worker processes that
-      run a data source's `writer()`/`commit()` (spark_bridge.datasource), have floors of
-      their own, and the driver does not learn their commits' timestamps. `read_ts()` gives a
-      linearizable position instead (the leader's; it raises this process's `own_writes_ts`).
+    * Other processes report through floor sources (`add_floor_source`): a data source's
+      `commit()` runs in a Python worker process of the driver's host (spark_bridge.datasource)
+      and leaves its commit's position in the directory of the driver's session keeper
+      (spark_bridge.keeper), which this process's keeper registers as a source; every lookup
+      of a cluster's floors takes in what the sources hold first, so a bridge batch right
+      after such an append reads at or above it. Spark executors (they only heartbeat) and
+      processes on other hosts are not covered: `read_ts()` gives a linearizable position
+      instead (the leader's; it raises this process's `own_writes_ts`).
     * A client whose nodes answered `hello` without a cluster id keeps private floors.
 
 Lowering
@@ -45,9 +49,18 @@ Threads
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable, Iterable
 from typing import Final, Literal
 
-__all__ = ["FloorKind", "ReadFloors", "forget_shared_floors", "shared_floors"]
+__all__ = [
+    "FloorKind",
+    "FloorNote",
+    "ReadFloors",
+    "add_floor_source",
+    "forget_shared_floors",
+    "remove_floor_source",
+    "shared_floors",
+]
 
 FloorKind = Literal["own_writes", "read", "schema"]
 _KINDS: Final = ("own_writes", "read", "schema")
@@ -101,13 +114,50 @@ _registry_lock = threading.Lock()
 _registry: dict[str, ReadFloors] = {}
 
 
-def shared_floors(cluster_id: str) -> ReadFloors:
-    """The floors every client of this process shares for the cluster `cluster_id`."""
+# A position another process reached in a cluster: (cluster id, kind, ts).
+FloorNote = tuple[str, FloorKind, int]
+# Callables that hand over (and forget) the positions other processes left for this one
+# (module docstring, "Scope"). Called without any lock held, possibly from several threads at
+# once: a note must be handed over at least once, and raising a floor twice is harmless.
+_sources_lock = threading.Lock()
+_sources: list[Callable[[], Iterable[FloorNote]]] = []
+
+
+def add_floor_source(source: Callable[[], Iterable[FloorNote]]) -> None:
+    """Take in what `source` returns at every lookup of a cluster's floors from now on."""
+    with _sources_lock:
+        if source not in _sources:
+            _sources.append(source)
+
+
+def remove_floor_source(source: Callable[[], Iterable[FloorNote]]) -> None:
+    with _sources_lock:
+        if source in _sources:
+            _sources.remove(source)
+
+
+def _floors(cluster_id: str) -> ReadFloors:
     with _registry_lock:
         floors = _registry.get(cluster_id)
         if floors is None:
             floors = _registry[cluster_id] = ReadFloors()
         return floors
+
+
+def _take_in_sources() -> None:
+    with _sources_lock:
+        sources = list(_sources)
+    for source in sources:
+        for cluster_id, kind, ts in source():
+            _floors(cluster_id).raise_to(kind, ts)
+
+
+def shared_floors(cluster_id: str) -> ReadFloors:
+    """The floors every client of this process shares for the cluster `cluster_id`, with what
+    the floor sources hold taken in first."""
+    if _sources:
+        _take_in_sources()
+    return _floors(cluster_id)
 
 
 def forget_shared_floors() -> None:

@@ -60,8 +60,9 @@ Monotonic reads
     floors and `own_writes_ts` (read-your-writes) are the process's, per cluster id
     (metastore.client.floors): every client object of the process talking to the cluster whose
     nodes answered it reads and raises the same ones, so a second client never misses the
-    first one's commit nor reads below what it saw. Other processes (Spark executors, a data
-    source's Python workers, each CLI call) keep their own: `read_ts()` is linearizable.
+    first one's commit nor reads below what it saw. A data source's commit worker hands its
+    position to the driver (spark_bridge.keeper, a floor source); other processes (Spark
+    executors, each CLI call) keep their own: `read_ts()` is linearizable.
 
 Threads
     `MetastoreClient` belongs to one event loop. `SyncMetastoreClient` offers the same methods,
@@ -595,6 +596,11 @@ class MetastoreClient:
             raise TlsFailedError(f"TLS options: {exc}") from None
 
     # ---- read floors (shared by the process's clients of one cluster) -----------------------
+
+    @property
+    def cluster_id(self) -> str | None:
+        """The cluster id the nodes' hello named (None before a node answered, or if none)."""
+        return self._cluster_id
 
     @property
     def own_writes_ts(self) -> int:
@@ -1867,6 +1873,10 @@ class SyncMetastoreClient:
     @property
     def clock(self) -> HybridClock:
         return self._client.clock
+
+    @property
+    def cluster_id(self) -> str | None:
+        return self._client.cluster_id
 
     @property
     def own_writes_ts(self) -> int:

@@ -14,10 +14,11 @@ from typing import Any
 
 import pytest
 
+from metastore.client.floors import forget_shared_floors, shared_floors
 from metastore.errors import SessionNotFoundError, UnavailableError
 from spark_bridge import datasource
 from spark_bridge.datasource import MetastoreDataSource, MetastoreWriter, WrittenFile
-from spark_bridge.keeper import SessionKeeper, ended_note, keep, unkeep
+from spark_bridge.keeper import SessionKeeper, ended_note, keep, note_commit, unkeep
 
 SID = "0123456789abcdef0123456789abcdef"
 WAIT_S = 10.0
@@ -243,3 +244,26 @@ def test_a_planner_that_cannot_reach_the_keeper_plans_without_it(
     assert "kept alive by its tasks only" in caplog.text
     unregistered = MetastoreDataSource(options={"table": "ns.t"})
     assert unregistered._keep(SID, 60_000) == ""
+
+
+def test_a_commit_position_is_handed_to_the_process_floors_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`note_commit` (a data source's commit worker) leaves a position that the first lookup
+    of that cluster's floors in the keeper's process takes in, once; a malformed note is
+    dropped. The keeper's thread is idle here, so only the lookups hand notes over."""
+    monkeypatch.setattr(SessionKeeper, "_round", lambda self: None)
+    forget_shared_floors()
+    keeper = SessionKeeper(lambda: _Client(_Log()), poll_ms=20)
+    try:
+        note_commit(keeper.directory, "s1", cluster_id="c-1", ts=1_000)
+        (keeper.directory / "s2.floor").write_text("{not json")
+        assert shared_floors("c-2").own_writes_ts == 0  # another cluster: not raised
+        assert shared_floors("c-1").own_writes_ts == 1_000
+        assert list(keeper.directory.iterdir()) == []
+        assert keeper.floor_notes() == []
+    finally:
+        keeper.stop()
+        forget_shared_floors()
+    # A stopped keeper is no source any more.
+    assert shared_floors("c-1").own_writes_ts == 0

@@ -15,14 +15,25 @@ below the commit's ts for that long. The reads below come within milliseconds.
 
 from __future__ import annotations
 
+import os
+import pickle
+import subprocess
+import sys
 from collections.abc import Iterator
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
+from pyspark.sql import Row
+from pyspark.sql.types import LongType, StructField, StructType
 
 from hlc.limits import LOGICAL_BITS
 from metastore.client import SyncMetastoreClient
+from spark_bridge import datasource
+from spark_bridge.keeper import SessionKeeper
 from tests.client.bridge_stub import bare_bridge
-from tests.daemon.harness import MetastoreCluster, metastore_cluster
+from tests.daemon.harness import REPO, MetastoreCluster, metastore_cluster
 
 pytestmark = pytest.mark.slow
 
@@ -157,3 +168,63 @@ def test_after_another_process_s_commit_read_ts_brings_the_bridge_s_batch_above_
     finally:
         raw.close()
         mine.close()
+
+
+def test_a_data_source_append_committed_in_a_worker_is_read_by_the_next_bridge_batch(
+    cluster: MetastoreCluster, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A `format("metastore")` append commits in a Python worker process of the driver host,
+    whose clients share nothing with the driver's. The commit hands its position to the
+    driver's session keeper (a file in its directory), and the next bridge batch of the driver
+    reads at or above it; before, it read below and missed the rows just appended.
+
+    The data source's steps run as Spark runs them (the writer pickled between them), the
+    commit in a process of its own. The keeper's thread is idle, so only the bridge's own
+    lookup can take the position in."""
+    c = cluster
+    endpoints = [_endpoint(c, i) for i in c.ids]
+    token = c.token("writer")
+    monkeypatch.setattr(SessionKeeper, "_round", lambda self: None)
+    setup = SyncMetastoreClient(endpoints, token, client_name="setup")
+    registered: list[Any] = []
+    spark = SimpleNamespace(dataSource=SimpleNamespace(register=registered.append))
+    datasource.register(spark, endpoints=endpoints, token=token)  # type: ignore[arg-type]
+    (source,) = registered
+    mine = SyncMetastoreClient(list(reversed(endpoints)), token, client_name="mine")
+    try:
+        setup.ddl("CREATE NAMESPACE appended")
+        location = c.dir / "warehouse" / "appended_t"
+        setup.ddl(f"CREATE TABLE appended.t (id BIGINT) LOCATION '{location}'")
+        mine.status()  # connected: it knows which cluster it talks to
+        planned = source(options={"table": "appended.t"})
+        writer = pickle.loads(
+            pickle.dumps(planned.writer(StructType([StructField("id", LongType())]), False))
+        )
+        writer.not_before = setup.clock.now() + (AHEAD_MS << LOGICAL_BITS)
+        message = writer.write(iter([Row(id=1)]))
+        step = tmp_path / "commit.pickle"
+        step.write_bytes(pickle.dumps((writer, message)))
+        subprocess.run(
+            [sys.executable, "-c", _COMMIT_IN_A_WORKER, str(step)],
+            check=True,
+            timeout=60,
+            env={**os.environ, "PYTHONPATH": str(REPO)},
+        )
+        with bare_bridge(mine).batch(reads=["appended.t"]) as b:
+            read_ts = b.read_ts
+            _, files = b.files("appended.t")
+        committed_ts = int(setup.committed_txn(writer.txn_id)["txn"]["ts"])
+        assert read_ts >= committed_ts, "the batch read below the append's commit"
+        assert [f["path"] for f in files] == [message.path]
+    finally:
+        mine.close()
+        datasource.stop_session_keepers()
+        setup.close()
+
+
+# The commit step of a data source write, run the way Spark runs it: in another Python process.
+_COMMIT_IN_A_WORKER = """
+import pickle, sys
+writer, message = pickle.loads(open(sys.argv[1], "rb").read())
+writer.commit([message])
+"""
