@@ -48,9 +48,9 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, cast
 
-from hlc import HlcError, to_iso
+from hlc import HlcError, parse_ts, to_iso
 from hlc.limits import LOGICAL_BITS
 from metastore.client import FILES_PAGE_LIMIT, SyncMetastoreClient
 from metastore.client.protocol import LISTING_ATTEMPTS_MAX
@@ -578,8 +578,19 @@ class MetastoreBridge:
 
     # ---------------------------------------------------------------- reads outside batches
 
-    def read_table(self, table: str, *, as_of: int | None = None) -> DataFrame:
-        """A table as a DataFrame, now or AS OF a timestamp (pinned schema at that timestamp).
+    def timestamp(self, as_of: int | str) -> int:
+        """`as_of` as an HLC timestamp: an HLC integer as is, or text as format("metastore")'s
+        `as_of` option and the CLI's `--as-of` read it (HLC digits, ISO-8601, `-5m`, `now`;
+        relative to this driver's clock). Anything else raises hlc.TimestampParseError (a
+        ValueError naming the accepted forms) before any request is sent."""
+        if isinstance(as_of, int) and not isinstance(as_of, bool):
+            return as_of
+        # parse_ts refuses a non-string (a bool, a float, a datetime) with the same error.
+        return parse_ts(cast(str, as_of), now_ms=self.client.clock.physical_now_ms())
+
+    def read_table(self, table: str, *, as_of: int | str | None = None) -> DataFrame:
+        """A table as a DataFrame, now or AS OF a timestamp (pinned schema at that timestamp;
+        an HLC integer or text, see `timestamp`).
 
         AS OF a timestamp at or below the table's GC threshold raises the metastore's typed
         BeforeGcThresholdError before Spark plans anything. The DataFrame is lazy: if GC may
@@ -587,11 +598,10 @@ class MetastoreBridge:
         the work so the files it lists stay on disk."""
         from metastore.errors import ErrorCode, MetastoreError
 
+        ts = None if as_of is None else self.timestamp(as_of)
         # AS OF T: plan at T itself, so the schema is the one in force at T.
         try:
-            with self.batch(
-                reads=[table], txn_id=f"read:{uuid.uuid4()}", read_ts=as_of, top=as_of
-            ) as b:
+            with self.batch(reads=[table], txn_id=f"read:{uuid.uuid4()}", read_ts=ts, top=ts) as b:
                 return b.read(table)
         except BatchError as exc:
             cause = exc.cause
@@ -602,7 +612,7 @@ class MetastoreBridge:
     @contextmanager
     def protect(
         self,
-        as_of: int,
+        as_of: int | str,
         *,
         tables: list[str] | None = None,
         namespaces: list[str] | None = None,
@@ -621,7 +631,7 @@ class MetastoreBridge:
         session = self.attempt_session
         session_id = session.current() if session is not None else None
         record = self.client.protect(
-            as_of,
+            self.timestamp(as_of),
             tables=list(tables or []),
             namespaces=list(namespaces or []),
             cluster=not tables and not namespaces,
@@ -1036,9 +1046,12 @@ class BatchContext:
 
     # ------------------------------------------------------------ reads
 
-    def read(self, table: str, *, as_of: int | None = None) -> DataFrame:
+    def read(self, table: str, *, as_of: int | str | None = None) -> DataFrame:
         """The table's rows committed at `as_of` (default: the batch's read_ts), with the schema
-        pinned at Top (or, for an explicit as_of, the schema in force at as_of)."""
+        pinned at Top (or, for an explicit as_of, the schema in force at as_of; an HLC integer
+        or text, see `MetastoreBridge.timestamp`)."""
+        if as_of is not None:
+            as_of = self.bridge.timestamp(as_of)
         pinned = self._pin(table)
         struct, columns = pinned.struct, pinned.columns
         if as_of is not None:
@@ -1051,9 +1064,13 @@ class BatchContext:
             return self.spark.createDataFrame([], struct)
         return pad_chars_on_read(self.spark.read.schema(struct).parquet(*paths), columns)
 
-    def files(self, table: str, *, as_of: int | None = None) -> tuple[str, list[dict[str, Any]]]:
+    def files(
+        self, table: str, *, as_of: int | str | None = None
+    ) -> tuple[str, list[dict[str, Any]]]:
         """(location, the file entries live at `as_of`, default the batch's read_ts): what
         `read` reads. Paths are relative to the location (`files.absolute`)."""
+        if as_of is not None:
+            as_of = self.bridge.timestamp(as_of)
         pin = self._pin(table)
         ts = self.read_ts if as_of is None else as_of
         files = self._listing_at_read_ts(table) if as_of is None else self._files(table, ts)
