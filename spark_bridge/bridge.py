@@ -184,7 +184,7 @@ class MetastoreBridge:
         self,
         spark: SparkSession,
         *,
-        endpoints: list[str],
+        endpoints: list[str] | str,
         token: str,
         app_name: str = "spark-bridge",
         client: SyncMetastoreClient | None = None,
@@ -193,9 +193,11 @@ class MetastoreBridge:
         tls: ClientTls | None = None,
         loose_files_max: int | None = None,
     ) -> None:
-        """`tls`: TLS options for a cluster whose client ports speak TLS (the CA that signed
-        the nodes' certificates, optionally a client certificate; `tls_from_env()` reads the
-        CLI's variables); used by this bridge's client and by format("metastore").
+        """`endpoints`: the nodes' client addresses (host:port), a list or one comma-separated
+        string as METASTORE_ENDPOINTS spells them. `tls`: TLS options for a cluster whose client
+        ports speak TLS (the CA that signed the nodes' certificates, optionally a client
+        certificate; `tls_from_env()` reads the CLI's variables); used by this bridge's client
+        and by format("metastore").
 
         `leases=True` (the default) opens a metastore session for this Spark application and
         leases the schema versions each writing batch pins, so no schema change can overtake a
@@ -215,6 +217,8 @@ class MetastoreBridge:
         self._loose_estimate: dict[str, int] = {}
         self.compactions = 0  # automatic compactions that moved entries (metric)
         self.spark = spark
+        if isinstance(endpoints, str):
+            endpoints = [e.strip() for e in endpoints.split(",") if e.strip()]
         self.endpoints = list(endpoints)
         self.token = token
         self.tls = tls

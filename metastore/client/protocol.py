@@ -531,6 +531,12 @@ class MetastoreClient:
         tls: ClientTls | None = None,
     ) -> None:
         """`tls`: connect to client ports over TLS (None: plaintext)."""
+        if isinstance(endpoints, str):
+            # METASTORE_ENDPOINTS as is: say so, rather than "none given" or one per character.
+            raise InvalidArgumentError(
+                f"endpoints: a list of host:port strings, not one str ({endpoints[:80]!r}); "
+                "split a comma-separated list such as METASTORE_ENDPOINTS first"
+            )
         if not isinstance(endpoints, list | tuple) or not endpoints:
             raise InvalidArgumentError("at least one endpoint (host:port) is needed")
         if len(endpoints) > ENDPOINTS_MAX:

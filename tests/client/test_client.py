@@ -602,6 +602,13 @@ def test_constructor_validates() -> None:
         MetastoreClient([f"a:{i}" for i in range(1, 30)], TOKEN)
 
 
+def test_constructor_names_a_comma_separated_string_for_what_it_is() -> None:
+    """METASTORE_ENDPOINTS passed as is (one comma-separated string) was refused as "at least
+    one endpoint (host:port) is needed", which it plainly had."""
+    with pytest.raises(InvalidArgumentError, match="a list of host:port strings, not one str"):
+        MetastoreClient("127.0.0.1:24201,127.0.0.1:24202", TOKEN)  # type: ignore[arg-type]
+
+
 async def test_closed_client_refuses_calls(nodes: Any) -> None:
     node = await nodes()
     c = client(node.endpoint)
