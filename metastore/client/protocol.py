@@ -548,7 +548,9 @@ class MetastoreClient:
         if len(set(endpoints)) != len(endpoints):
             raise InvalidArgumentError(f"endpoints are listed twice: {list(endpoints)}")
         self.endpoints: list[str] = list(endpoints)
-        self.token = token
+        # A token is one word (secrets.read_token_file); `open(token_file).read()` keeps the
+        # file's newline, which the node would refuse as an unknown token.
+        self.token = token.strip() if isinstance(token, str) else token
         self.timeout_ms = _check_timeout("timeout_ms", timeout_ms)
         self.clock = clock if clock is not None else HybridClock(SystemClock())
         self.client_name = f"{client_name} pid={os.getpid()}"

@@ -86,6 +86,17 @@ async def test_hello_comes_first_and_carries_token_and_client_name(nodes: Any) -
     assert node.ops == ["status"]
 
 
+async def test_a_token_read_from_its_file_with_the_newline_is_sent_without_it(
+    nodes: Any,
+) -> None:
+    """`token=open(token_file).read()` keeps the file's newline; it was sent as is and refused
+    as "missing or unknown token". A token is one word (secrets.read_token_file strips it)."""
+    node = await nodes()
+    async with client(node.endpoint, token=f"{TOKEN}\n") as c:
+        await c.status()
+    assert node.hellos[0]["token"] == TOKEN
+
+
 async def test_methods_send_the_protocol_args(nodes: Any) -> None:
     node = await nodes()
     async with client(node.endpoint) as c:
