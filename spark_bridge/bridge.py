@@ -133,6 +133,10 @@ class BatchReport:
     commit_ms: float = 0.0
 
     def line(self) -> str:
+        if self.deduplicated and not self.top:
+            # A micro-batch found committed at restart: skipped before planning (no Top).
+            commit = to_iso(self.commit_ts) if self.commit_ts else "-"
+            return f"txn {self.txn_id}: skipped (replay): already committed at {commit}"
         versions = ", ".join(f"{t}@v{v}" for t, v in sorted(self.pinned.items()))
         commit = to_iso(self.commit_ts) if self.commit_ts else "-"
         dedup = " (replay: already committed)" if self.deduplicated else ""
@@ -545,7 +549,7 @@ class MetastoreBridge:
                         txn_id=txn_id, top=0, read_ts=0, waited_ms=0.0, deduplicated=True
                     )
                     report.commit_ts = committed_ts
-                    log.info("micro-batch already committed, skipped: %s", report.line())
+                    log.info("micro-batch %s", report.line())
                     if on_batch is not None:
                         on_batch(report)
                     return
