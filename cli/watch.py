@@ -46,12 +46,22 @@ _DETAIL_KEYS = (
 )
 
 
+def _item(value: Any) -> str:
+    """One element of a list detail: a lease ([table, version]) as `ns.t@vN`, as the bridge's
+    batch reports name a pinned version; anything else as its text."""
+    if isinstance(value, list) and len(value) == 2 and isinstance(value[1], int):
+        return f"{value[0]}@v{value[1]}"
+    return str(value)
+
+
 def _line(event: dict[str, Any]) -> str:
     parts = [ts_cell(event.get("tm")), f"{event.get('kind', '?'):<20}"]
     for key in _DETAIL_KEYS:
         if key in event and event[key] not in (None, "", []):
             value = event[key]
-            parts.append(f"{key}={','.join(map(str, value)) if isinstance(value, list) else value}")
+            parts.append(
+                f"{key}={','.join(map(_item, value)) if isinstance(value, list) else value}"
+            )
     parts.extend(f"{k}={ts_cell(event[k])}" for k in ("tu", "ts") if isinstance(event.get(k), int))
     return "  ".join(parts)
 

@@ -113,6 +113,24 @@ from metastore.types import (
 _T = TypeVar("_T")
 
 SUPPORTED = "CREATE/DROP NAMESPACE, CREATE/DROP TABLE and ALTER TABLE"
+# Where what an unsupported statement would look at or write is found instead: a data engineer
+# types DESCRIBE, SHOW TABLES or SELECT into `metastore sql` before reading its --help.
+_ELSEWHERE = {
+    "DESCRIBE": "see a table's schema with `metastore table describe NS.T` (`table history`)",
+    "DESC": "see a table's schema with `metastore table describe NS.T` (`table history`)",
+    "SHOW": "list with `metastore table list [NS]` or `metastore ns list`",
+    "SELECT": "read rows with `metastore table read NS.T`, or in Spark (spark_bridge)",
+    "INSERT": "write rows from Spark through spark_bridge (MetastoreBridge.batch)",
+}
+
+
+def _unsupported_message(subject: str) -> str:
+    """`subject` ("DESCRIBE statements are", "SHOW TABLES is": the statement's first words and
+    a verb) not supported, with where to go instead."""
+    elsewhere = _ELSEWHERE.get(subject.split(" ", 1)[0].upper())
+    return f"{subject} not supported; supported: {SUPPORTED}" + (
+        f"; {elsewhere}" if elsewhere else ""
+    )
 
 
 def parse_ddl(sql: str, *, request_id: str = "", warehouse: str = "") -> Command:
@@ -153,7 +171,7 @@ def parse_ddl(sql: str, *, request_id: str = "", warehouse: str = "") -> Command
         cmd = _alter(stmt, request_id)
     else:
         raise UnsupportedStatementError(
-            f"{stmt.key.upper()} statements are not supported; supported: {SUPPORTED}",
+            _unsupported_message(f"{stmt.key.upper()} statements are"),
             details={"statement": stmt.key.upper()},
         )
     if isinstance(stmt, exp.Create | exp.Alter):
@@ -1121,7 +1139,7 @@ class _Fallback(TokenCursor):
         words = [t.value.upper() for t in self.tokens[:3] if t.kind is TokenKind.WORD]
         shown = " ".join(words[:2]) or first.value
         raise UnsupportedStatementError(
-            f"{shown} is not supported; supported: {SUPPORTED}", details={"statement": shown}
+            _unsupported_message(f"{shown} is"), details={"statement": shown}
         )
 
     # --- names ---

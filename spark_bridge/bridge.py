@@ -58,9 +58,9 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, cast
 
-from hlc import HlcError, to_iso
+from hlc import HlcError, parse_ts, to_iso
 from hlc.limits import LOGICAL_BITS
 from metastore.client import FILES_PAGE_LIMIT, SyncMetastoreClient
 from metastore.client.protocol import LISTING_ATTEMPTS_MAX
@@ -177,6 +177,10 @@ class BatchReport:
     commit_ms: float = 0.0
 
     def line(self) -> str:
+        if self.deduplicated and not self.top:
+            # A micro-batch found committed at restart: skipped before planning (no Top).
+            commit = to_iso(self.commit_ts) if self.commit_ts else "-"
+            return f"txn {self.txn_id}: skipped (replay): already committed at {commit}"
         versions = ", ".join(f"{t}@v{v}" for t, v in sorted(self.pinned.items()))
         commit = to_iso(self.commit_ts) if self.commit_ts else "-"
         dedup = " (replay: already committed)" if self.deduplicated else ""
@@ -364,7 +368,7 @@ class MetastoreBridge:
         self,
         spark: SparkSession,
         *,
-        endpoints: list[str],
+        endpoints: list[str] | str,
         token: str,
         app_name: str = "spark-bridge",
         client: SyncMetastoreClient | None = None,
@@ -373,9 +377,11 @@ class MetastoreBridge:
         tls: ClientTls | None = None,
         loose_files_max: int | None = None,
     ) -> None:
-        """`tls`: TLS options for a cluster whose client ports speak TLS (the CA that signed
-        the nodes' certificates, optionally a client certificate; `tls_from_env()` reads the
-        CLI's variables); used by this bridge's client and by format("metastore").
+        """`endpoints`: the nodes' client addresses (host:port), a list or one comma-separated
+        string as METASTORE_ENDPOINTS spells them. `tls`: TLS options for a cluster whose client
+        ports speak TLS (the CA that signed the nodes' certificates, optionally a client
+        certificate; `tls_from_env()` reads the CLI's variables); used by this bridge's client
+        and by format("metastore").
 
         `leases=True` (the default) opens a metastore session for this Spark application and
         leases the schema versions each writing batch pins, so no schema change can overtake a
@@ -395,6 +401,8 @@ class MetastoreBridge:
         self._loose_estimate: dict[str, int] = {}
         self.compactions = 0  # automatic compactions that moved entries (metric)
         self.spark = spark
+        if isinstance(endpoints, str):
+            endpoints = [e.strip() for e in endpoints.split(",") if e.strip()]
         self.endpoints = list(endpoints)
         self.token = token
         self.tls = tls
@@ -810,7 +818,7 @@ class MetastoreBridge:
                         txn_id=txn_id, top=0, read_ts=0, waited_ms=0.0, deduplicated=True
                     )
                     report.commit_ts = committed_ts
-                    log.info("micro-batch already committed, skipped: %s", report.line())
+                    log.info("micro-batch %s", report.line())
                     if on_batch is not None:
                         on_batch(report)
                     return
@@ -847,8 +855,19 @@ class MetastoreBridge:
 
     # ---------------------------------------------------------------- reads outside batches
 
-    def read_table(self, table: str, *, as_of: int | None = None) -> DataFrame:
-        """A table as a DataFrame, now or AS OF a timestamp (pinned schema at that timestamp).
+    def timestamp(self, as_of: int | str) -> int:
+        """`as_of` as an HLC timestamp: an HLC integer as is, or text as format("metastore")'s
+        `as_of` option and the CLI's `--as-of` read it (HLC digits, ISO-8601, `-5m`, `now`;
+        relative to this driver's clock). Anything else raises hlc.TimestampParseError (a
+        ValueError naming the accepted forms) before any request is sent."""
+        if isinstance(as_of, int) and not isinstance(as_of, bool):
+            return as_of
+        # parse_ts refuses a non-string (a bool, a float, a datetime) with the same error.
+        return parse_ts(cast(str, as_of), now_ms=self.client.clock.physical_now_ms())
+
+    def read_table(self, table: str, *, as_of: int | str | None = None) -> DataFrame:
+        """A table as a DataFrame, now or AS OF a timestamp (pinned schema at that timestamp;
+        an HLC integer or text, see `timestamp`).
 
         AS OF a timestamp at or below the table's GC threshold raises the metastore's typed
         BeforeGcThresholdError before Spark plans anything. The DataFrame is lazy: if GC may
@@ -857,11 +876,10 @@ class MetastoreBridge:
         from metastore.errors import ErrorCode, MetastoreError
 
         self.check_protections()  # a lapsed protect() block must not read on as if covered
+        ts = None if as_of is None else self.timestamp(as_of)
         # AS OF T: plan at T itself, so the schema is the one in force at T.
         try:
-            with self.batch(
-                reads=[table], txn_id=f"read:{uuid.uuid4()}", read_ts=as_of, top=as_of
-            ) as b:
+            with self.batch(reads=[table], txn_id=f"read:{uuid.uuid4()}", read_ts=ts, top=ts) as b:
                 return b.read(table)
         except BatchError as exc:
             cause = exc.cause
@@ -872,7 +890,7 @@ class MetastoreBridge:
     @contextmanager
     def protect(
         self,
-        as_of: int,
+        as_of: int | str,
         *,
         tables: list[str] | None = None,
         namespaces: list[str] | None = None,
@@ -902,7 +920,7 @@ class MetastoreBridge:
         session = self.attempt_session
         handle = _OpenProtection(
             self.client,
-            as_of,
+            self.timestamp(as_of),
             {
                 "tables": list(tables or []),
                 "namespaces": list(namespaces or []),
@@ -1378,9 +1396,12 @@ class BatchContext:
 
     # ------------------------------------------------------------ reads
 
-    def read(self, table: str, *, as_of: int | None = None) -> DataFrame:
+    def read(self, table: str, *, as_of: int | str | None = None) -> DataFrame:
         """The table's rows committed at `as_of` (default: the batch's read_ts), with the schema
-        pinned at Top (or, for an explicit as_of, the schema in force at as_of)."""
+        pinned at Top (or, for an explicit as_of, the schema in force at as_of; an HLC integer
+        or text, see `MetastoreBridge.timestamp`)."""
+        if as_of is not None:
+            as_of = self.bridge.timestamp(as_of)
         pinned = self._pin(table)
         struct, columns = pinned.struct, pinned.columns
         if as_of is not None:
@@ -1398,9 +1419,13 @@ class BatchContext:
         reads its chunk with."""
         return self.bridge.read_files(location, files, struct)
 
-    def files(self, table: str, *, as_of: int | None = None) -> tuple[str, list[dict[str, Any]]]:
+    def files(
+        self, table: str, *, as_of: int | str | None = None
+    ) -> tuple[str, list[dict[str, Any]]]:
         """(location, the file entries live at `as_of`, default the batch's read_ts): what
         `read` reads. Paths are relative to the location (`files.absolute`)."""
+        if as_of is not None:
+            as_of = self.bridge.timestamp(as_of)
         pin = self._pin(table)
         ts = self.read_ts if as_of is None else as_of
         files = self._listing_at_read_ts(table) if as_of is None else self._files(table, ts)

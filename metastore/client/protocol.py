@@ -557,6 +557,12 @@ class MetastoreClient:
         tls: ClientTls | None = None,
     ) -> None:
         """`tls`: connect to client ports over TLS (None: plaintext)."""
+        if isinstance(endpoints, str):
+            # METASTORE_ENDPOINTS as is: say so, rather than "none given" or one per character.
+            raise InvalidArgumentError(
+                f"endpoints: a list of host:port strings, not one str ({endpoints[:80]!r}); "
+                "split a comma-separated list such as METASTORE_ENDPOINTS first"
+            )
         if not isinstance(endpoints, list | tuple) or not endpoints:
             raise InvalidArgumentError("at least one endpoint (host:port) is needed")
         if len(endpoints) > ENDPOINTS_MAX:
@@ -568,7 +574,9 @@ class MetastoreClient:
         if len(set(endpoints)) != len(endpoints):
             raise InvalidArgumentError(f"endpoints are listed twice: {list(endpoints)}")
         self.endpoints: list[str] = list(endpoints)
-        self.token = token
+        # A token is one word (secrets.read_token_file); `open(token_file).read()` keeps the
+        # file's newline, which the node would refuse as an unknown token.
+        self.token = token.strip() if isinstance(token, str) else token
         self.timeout_ms = _check_timeout("timeout_ms", timeout_ms)
         self.clock = clock if clock is not None else HybridClock(SystemClock())
         self.client_name = f"{client_name} pid={os.getpid()}"

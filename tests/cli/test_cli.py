@@ -1028,6 +1028,28 @@ def test_watch_count_finishes_an_entry_split_across_pages() -> None:
     assert calls[1]["wait_ms"] == 0  # finishing the entry: no long poll for new events
 
 
+def test_watch_text_names_leases_as_table_at_version() -> None:
+    """A lease event's `leases` are [table, version] pairs; the text line names each as
+    `ns.t@vN` (as the bridge's batch reports name pinned versions), not as a Python list."""
+    tm = make_ts(1_790_000_000_000)
+    event = {
+        "tm": tm,
+        "index": 3,
+        "kind": "leases_acquired",
+        "session_id": "s1",
+        "leases": [["sales.clicks", 1], ["sales.orders", 12]],
+    }
+
+    async def handler(op: str, args: dict[str, Any]) -> dict[str, Any]:
+        assert op == "watch"
+        return {"events": [event], "next_from_ts": tm, "next_from_event": 0}
+
+    with ThreadedFakeNode(handler=handler) as node:
+        result = against(node, "watch", "--from", str(tm - 1), "--count", "1")
+    assert result.exit_code == 0, result.output
+    assert "leases=sales.clicks@v1,sales.orders@v12" in result.output, result.output
+
+
 @pytest.mark.parametrize("interrupted_after", [1, 2, 3])
 def test_watch_ctrl_c_while_printing_a_page_resumes_without_repeating_or_skipping(
     monkeypatch: pytest.MonkeyPatch, interrupted_after: int

@@ -97,3 +97,15 @@ def test_a_bridge_without_leases_owns_its_protections_by_its_session() -> None:
         assert ("protect", opened) in client.calls
     finally:
         bridge.close()
+
+
+def test_a_bridge_takes_its_endpoints_as_metastore_endpoints_spells_them() -> None:
+    """`endpoints=os.environ["METASTORE_ENDPOINTS"]` (comma-separated, as the README exports it)
+    was turned into a list of its characters and refused as "47 endpoints; at most 16"."""
+    bridge = MetastoreBridge(
+        _spark(), endpoints="127.0.0.1:1, 127.0.0.1:2", token="t", client=_Client()
+    )  # type: ignore[arg-type]
+    try:
+        assert bridge.endpoints == ["127.0.0.1:1", "127.0.0.1:2"]
+    finally:
+        bridge.close()

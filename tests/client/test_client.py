@@ -86,6 +86,17 @@ async def test_hello_comes_first_and_carries_token_and_client_name(nodes: Any) -
     assert node.ops == ["status"]
 
 
+async def test_a_token_read_from_its_file_with_the_newline_is_sent_without_it(
+    nodes: Any,
+) -> None:
+    """`token=open(token_file).read()` keeps the file's newline; it was sent as is and refused
+    as "missing or unknown token". A token is one word (secrets.read_token_file strips it)."""
+    node = await nodes()
+    async with client(node.endpoint, token=f"{TOKEN}\n") as c:
+        await c.status()
+    assert node.hellos[0]["token"] == TOKEN
+
+
 async def test_methods_send_the_protocol_args(nodes: Any) -> None:
     node = await nodes()
     async with client(node.endpoint) as c:
@@ -601,6 +612,13 @@ def test_constructor_validates() -> None:
         MetastoreClient(["a:1"], TOKEN, timeout_ms=0)
     with pytest.raises(InvalidArgumentError):
         MetastoreClient([f"a:{i}" for i in range(1, 30)], TOKEN)
+
+
+def test_constructor_names_a_comma_separated_string_for_what_it_is() -> None:
+    """METASTORE_ENDPOINTS passed as is (one comma-separated string) was refused as "at least
+    one endpoint (host:port) is needed", which it plainly had."""
+    with pytest.raises(InvalidArgumentError, match="a list of host:port strings, not one str"):
+        MetastoreClient("127.0.0.1:24201,127.0.0.1:24202", TOKEN)  # type: ignore[arg-type]
 
 
 async def test_closed_client_refuses_calls(nodes: Any) -> None:

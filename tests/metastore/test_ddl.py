@@ -364,6 +364,25 @@ def test_refusals(sql: str, error: type[MetastoreError]) -> None:
         parse_ddl(sql)
 
 
+@pytest.mark.parametrize(
+    ("sql", "hint"),
+    [
+        ("DESCRIBE TABLE ns.t", "metastore table describe"),
+        ("DESC ns.t", "metastore table describe"),
+        ("SHOW TABLES IN ns", "metastore table list"),
+        ("SHOW DATABASES", "metastore ns list"),
+        ("SELECT * FROM ns.t", "metastore table read"),
+        ("INSERT INTO ns.t VALUES (1)", "spark_bridge"),
+    ],
+)
+def test_a_statement_that_looks_or_writes_data_says_where_to_do_it(sql: str, hint: str) -> None:
+    """A data engineer types DESCRIBE, SHOW TABLES or SELECT into `metastore sql` first: the
+    refusal names the command that shows it (or, for rows, where they are written)."""
+    with pytest.raises(UnsupportedStatementError) as refused:
+        parse_ddl(sql)
+    assert hint in str(refused.value), str(refused.value)
+
+
 def test_parse_errors_carry_position() -> None:
     with pytest.raises(InvalidDdlError) as info:
         parse_ddl("CREATE TABLE ns.t (\n  a INT,\n  b FOO BAR)")

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from hlc import TimestampParseError, make_ts, to_iso
 from spark_bridge.bridge import MetastoreBridge
 from tests.spark.support import HLC_MS, SparkEnv, physical_ms, rows_of
 
@@ -95,6 +96,27 @@ def test_read_inside_a_batch_as_of_uses_the_schema_at_t(env: SparkEnv, history: 
         assert b.schema(TABLE).fieldNames() == ["id", "label"]
         assert _table(b.read(TABLE, as_of=history.c1)) == (["id", "name"], FIRST)
         assert _table(b.read(TABLE)) == (["id", "label"], THIRD)
+
+
+def test_bridge_as_of_takes_the_text_forms_format_metastore_takes(
+    env: SparkEnv, history: History
+) -> None:
+    """`read_table`, a batch's `read` and `protect` take a timestamp as format("metastore")'s
+    `as_of` option and the CLI do: an HLC integer, or text (HLC digits, ISO-8601, `-5m`, `now`).
+    Text used to reach the node as is and come back as BAD_REQUEST "'ts' must be an integer"."""
+    bridge = env.bridge()
+    h = history
+    just_after_c2 = to_iso(make_ts(physical_ms(h.c2) + 1))  # ms precision, before c3 (2 s gap)
+    assert _table(bridge.read_table(TABLE, as_of=just_after_c2)) == (
+        ["id", "label"],
+        sorted(FIRST + SECOND),
+    )
+    with bridge.batch(reads=[TABLE]) as b:
+        assert _table(b.read(TABLE, as_of=str(h.c1))) == (["id", "name"], FIRST)
+    with bridge.protect(str(h.c3), tables=[TABLE]) as record:
+        assert record["ts"] == h.c3
+    with pytest.raises(TimestampParseError, match="yesterday"):
+        bridge.read_table(TABLE, as_of="yesterday")
 
 
 def test_overwrite_keeps_old_files_for_earlier_reads(env: SparkEnv, history: History) -> None:
