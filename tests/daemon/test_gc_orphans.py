@@ -488,10 +488,15 @@ def test_a_leadership_change_mid_run_is_a_typed_error_and_the_schedule_keeps_run
     from raft.core.errors import NotLeaderError as RaftNotLeaderError
     from raft.core.errors import ProposalDroppedError
 
-    raised = [RaftNotLeaderError(3), ProposalDroppedError("entry 17 was replaced")]
+    # Dropped while this node still leads (a deposed one answers NOT_LEADER: see
+    # test_gc_leader_change.py).
+    raised = [RaftNotLeaderError(3), ProposalDroppedError("leadership is moving to node 3")]
     calls = 0
 
     class _Failing:
+        def leader_term(self) -> int:
+            return 1
+
         async def propose(self, data: bytes, *, timeout_ms: int) -> Any:
             nonlocal calls
             calls += 1
