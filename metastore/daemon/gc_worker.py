@@ -137,10 +137,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib
 import itertools
 import logging
 import os
 import re
+import sys
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -180,7 +182,7 @@ from metastore.outcome import Outcome
 from metastore.state import MetastoreState
 from metastore.txn import file_key, saturated
 from raft.core.errors import NotLeaderError as RaftNotLeaderError
-from raft.core.errors import RaftCoreError
+from raft.core.errors import ProposalDroppedError, RaftCoreError
 from raft.errors import RaftError
 from raft.node import RaftNode
 
@@ -213,6 +215,8 @@ COMPACTION_REWRITES_PER_RUN = 64
 # default, but as often as every 100 ms where configured so) and on `gc run`, and each attempt
 # reads manifests and writes new ones.
 COMPACTION_RETRY_AFTER_S = 60.0
+# Imported by the first run, in a thread (`_import_manifest_files`): pyarrow is slow to load.
+_MANIFEST_FILES = "metastore.client.manifest_files"
 # GC's compactions fold and split, never merge (writers' compactions merge): no merge is due
 # below this many manifests, far above MAX_MANIFESTS_PER_TABLE.
 _NO_MERGES = 1 << 62
@@ -354,6 +358,7 @@ class GcWorker:
         if not self._serving():
             raise NotLeaderError("GC runs on the leader", details={"leader": self.raft.leader_id()})
         async with self._lock:
+            await _import_manifest_files()
             started = time.monotonic()
             # Queues another leader filled since our last run may be newer than what we noted.
             self._queued_by_tm.clear()
@@ -861,6 +866,17 @@ class GcWorker:
             raise NotLeaderError(
                 f"GC proposal failed: {exc}", details={"leader": exc.leader_hint}
             ) from None
+        except ProposalDroppedError as exc:
+            if not self.raft.leader_term():
+                # A newer leader replaced the entry (this node follows it now): none of it
+                # applies, as when a proposal meets NotLeader. NOT_LEADER lets the client ask
+                # the new leader, whose run resumes this one; UNAVAILABLE (outcome unknown)
+                # failed `gc run` for the user. A node that still leads dropped it for
+                # back-pressure or a leadership transfer: unavailable for now.
+                raise NotLeaderError(
+                    f"GC proposal failed: {exc}", details={"leader": self.raft.leader_id()}
+                ) from None
+            raise UnavailableError(f"GC proposal failed: {exc}") from None
         except (RaftError, RaftCoreError) as exc:
             raise UnavailableError(f"GC proposal failed: {exc}") from None
         outcome = res.result
@@ -870,6 +886,16 @@ class GcWorker:
         if err is not None:
             raise err
         return dict(outcome.result)
+
+
+async def _import_manifest_files() -> None:
+    """Import metastore.client.manifest_files (pyarrow) in a worker thread, once: a run needs
+    it (dead manifests, compactions) and imported it on the event loop, 0.2 to 1 s on a busy
+    machine, past the election timeout, so the leader's first run cost it the leadership and
+    failed its own proposals. In a thread the loop keeps running (it waits only while the
+    import holds the GIL in C, loading a library: tens of ms)."""
+    if _MANIFEST_FILES not in sys.modules:
+        await asyncio.to_thread(importlib.import_module, _MANIFEST_FILES)
 
 
 def _write_compaction(

@@ -425,8 +425,11 @@ def test_a_file_removed_inside_a_manifest_is_deleted_by_gc_without_a_manual_comp
         assert files["gone.parquet"].exists()  # a dry run changes nothing
 
         run = admin.gc_run(table)  # no `table compact`: GC compacts and deletes
-        assert run["tables"][0]["compacted_manifests"] >= 1
-        assert run["files_deleted"] >= 1
+        # What the run did, from the state and the disk, not from the reply's counters: those
+        # are of the last attempt only. A loaded leader whose lease lapses mid-run stops with
+        # NOT_LEADER (gc_worker point 5) and the client asks again; that second run found the
+        # compaction done (compacted_manifests 0; seen at load 11 on 2 cores).
+        assert not writer.call("files", {"table": table, "limit": 10})["deletes"]  # folded
         assert not files["gone.parquet"].exists() and files["kept.parquet"].exists()
         assert run["tables"][0]["threshold"] >= int(removed["ts"])
         now = writer.files(table)
