@@ -278,6 +278,11 @@ _IDEMPOTENT_OPS: Final = frozenset(
         "lease_release",
         "compact_manifest",  # a repeat finds its manifests referenced: deduplicated
         "apply_version_finalize",  # a repeat finds the version already moved: no change
+        # A GC run decides afresh from the state each time (thresholds only move forward,
+        # deletions only of files queued and unreferenced, compactions by compare-and-swap): a
+        # repeat after an unknown outcome (its proposal dropped in a leader change) is one
+        # more run.
+        "gc_run",
     }
 )
 # A DDL refused because leases block it (SCHEMA_CHANGE_BLOCKED) is retried this often, for at

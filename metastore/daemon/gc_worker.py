@@ -182,7 +182,7 @@ from metastore.outcome import Outcome
 from metastore.state import MetastoreState
 from metastore.txn import file_key, saturated
 from raft.core.errors import NotLeaderError as RaftNotLeaderError
-from raft.core.errors import ProposalDroppedError, RaftCoreError
+from raft.core.errors import RaftCoreError
 from raft.errors import RaftError
 from raft.node import RaftNode
 
@@ -866,18 +866,10 @@ class GcWorker:
             raise NotLeaderError(
                 f"GC proposal failed: {exc}", details={"leader": exc.leader_hint}
             ) from None
-        except ProposalDroppedError as exc:
-            if not self.raft.leader_term():
-                # A newer leader replaced the entry (this node follows it now): none of it
-                # applies, as when a proposal meets NotLeader. NOT_LEADER lets the client ask
-                # the new leader, whose run resumes this one; UNAVAILABLE (outcome unknown)
-                # failed `gc run` for the user. A node that still leads dropped it for
-                # back-pressure or a leadership transfer: unavailable for now.
-                raise NotLeaderError(
-                    f"GC proposal failed: {exc}", details={"leader": self.raft.leader_id()}
-                ) from None
-            raise UnavailableError(f"GC proposal failed: {exc}") from None
         except (RaftError, RaftCoreError) as exc:
+            # A dropped proposal stays UNAVAILABLE (outcome unknown) even once a newer leader
+            # replaced its entry here: with five voters another node may hold the entry and
+            # still commit it as the next leader, so "nothing applied" would be a lie.
             raise UnavailableError(f"GC proposal failed: {exc}") from None
         outcome = res.result
         if not isinstance(outcome, Outcome):

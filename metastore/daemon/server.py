@@ -2220,15 +2220,7 @@ class ApiServer:
             raise LimitExceededError(
                 str(exc), details={"limit": "PROPOSAL_BYTES_MAX", "value": len(data)}
             ) from None
-        except ProposalDroppedError as exc:
-            if not self.node.leader_term():
-                # A newer leader replaced the entry (this node follows it now): none of it
-                # applies. NOT_LEADER lets the client ask the new leader even for a write it
-                # cannot repeat blindly; UNAVAILABLE (outcome unknown) failed those for the
-                # user on every leader change. Still leading: back-pressure or a transfer.
-                raise NotLeaderError(str(exc), details={"leader": self.node.leader_id()}) from None
-            raise UnavailableError(str(exc)) from None
-        except (NodeStoppedError, RaftError) as exc:
+        except (ProposalDroppedError, NodeStoppedError, RaftError) as exc:
             raise UnavailableError(str(exc)) from None
         outcome = res.result
         if not isinstance(outcome, Outcome):

@@ -973,3 +973,19 @@ async def test_no_round_starts_that_the_deadline_would_cut(
         with pytest.raises(NotReadyError):
             await c.status()
     assert node.ops == ["status", "status"]
+
+
+async def test_a_gc_run_whose_outcome_is_unknown_is_repeated_on_the_next_node(
+    nodes: Any,
+) -> None:
+    # A leader change dropped the run's proposal: the old leader answers UNAVAILABLE (it cannot
+    # say whether the entry still commits elsewhere); a run is safe to repeat, so the client
+    # asks the next node instead of failing `metastore gc run`.
+    async def dropped(op: str, args: dict[str, Any]) -> dict[str, Any]:
+        raise UnavailableError("GC proposal failed: entry 22 was replaced by a newer leader")
+
+    a = await nodes(handler=dropped)
+    b = await nodes()
+    async with client(a.endpoint, b.endpoint) as c:
+        assert await c.call("gc_run", {}) == {"op": "gc_run", "args": {}}
+    assert a.ops == ["gc_run"] and b.ops == ["gc_run"]
