@@ -526,9 +526,11 @@ class MetastoreWriter(DataSourceWriter):
         driver without a keeper directory here (Spark Connect) is not covered, as before."""
         import logging
 
+        if not self.keeper_dir:
+            return
         cluster_id = client.cluster_id
         ts = max(client.own_writes_ts, self._committed_ts)
-        if not self.keeper_dir or not cluster_id or ts <= 0:
+        if not cluster_id or ts <= 0:
             return
         from spark_bridge.keeper import note_commit
 
