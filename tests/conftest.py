@@ -43,12 +43,17 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 # ---- Shared read floors (metastore.client.floors; tests/client, tests/daemon, tests/spark) ----
 # The client library shares read-your-writes and monotonic-read positions among the clients of
-# a process, per cluster id; fake nodes all say "test" and the harness names every cluster of a
-# test process alike, so one test's positions would be floors of the next test's clients.
+# a process, per cluster id. Fake nodes all say "test" (or an id a test picks), and in-process
+# CLI clusters are named after their directories, so one test's positions would be floors of
+# the next test's clients: forgotten before each test. Clusters of tests/daemon/harness.py have
+# ids of their own (HARNESS_CLUSTER_ID_PREFIX) and keep theirs, as a driver process does: a
+# module's cluster set up by DDL in its fixture must read that DDL's tables in every test (a
+# read without a timestamp right after the DDL answered from a lagging node's applied state).
 
 
 @pytest.fixture(autouse=True)
 def _fresh_shared_floors() -> None:
     from metastore.client.floors import forget_shared_floors
+    from tests.daemon.harness import HARNESS_CLUSTER_ID_PREFIX
 
-    forget_shared_floors()
+    forget_shared_floors(keep_prefix=HARNESS_CLUSTER_ID_PREFIX)

@@ -160,9 +160,11 @@ def shared_floors(cluster_id: str) -> ReadFloors:
     return _floors(cluster_id)
 
 
-def forget_shared_floors() -> None:
-    """Drop every cluster's shared floors (tests: clusters and fake nodes of one test process
-    reuse cluster ids). Clients created afterwards, and existing ones at their next call,
-    start from zero."""
+def forget_shared_floors(*, keep_prefix: str | None = None) -> None:
+    """Drop the shared floors of every cluster, or of those whose id does not start with
+    `keep_prefix` (tests: fake nodes and clusters of one test process reuse cluster ids).
+    Clients created afterwards, and existing ones at their next call, start from zero."""
     with _registry_lock:
-        _registry.clear()
+        for cluster_id in list(_registry):
+            if keep_prefix is None or not cluster_id.startswith(keep_prefix):
+                del _registry[cluster_id]

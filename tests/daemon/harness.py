@@ -7,6 +7,7 @@ exactly the bytes they mean to.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import signal
 import socket
@@ -28,6 +29,12 @@ from raft.tls import client_context
 from tests.raft.proc_cluster import free_ports
 
 REPO = Path(__file__).resolve().parents[2]
+# Every cluster the harness writes gets an id of its own (this prefix, the test process, a
+# count): the client library keys the read positions a process shares by cluster id
+# (metastore.client.floors), and a module's cluster keeps them from test to test
+# (tests/conftest.py `_fresh_shared_floors`), as a driver process keeps them.
+HARNESS_CLUSTER_ID_PREFIX = "test-"
+_cluster_numbers = itertools.count(1)
 FRAME_MAX = 4 * 1024 * 1024
 
 
@@ -45,7 +52,8 @@ def write_cluster(
     # jumps included) runs with these values too.
     ports = free_ports(3 * n)
     # A restore must go to another cluster id than the saved cluster's: tests pass one.
-    cluster_id = f"test-{os.getpid()}" if cluster_id is None else cluster_id
+    if cluster_id is None:
+        cluster_id = f"{HARNESS_CLUSTER_ID_PREFIX}{os.getpid()}-{next(_cluster_numbers)}"
     lines = [f'cluster_id = "{cluster_id}"', f"dd_ms = {dd_ms}", f"cs_max_ms = {cs_max_ms}"]
     lines += [f"{k} = {v}" for k, v in extra.items()]
     for i in range(n):
