@@ -378,7 +378,10 @@ class MetastoreBridge:
         loose_files_max: int | None = None,
     ) -> None:
         """`endpoints`: the nodes' client addresses (host:port), a list or one comma-separated
-        string as METASTORE_ENDPOINTS spells them. `tls`: TLS options for a cluster whose client
+        string as METASTORE_ENDPOINTS spells them. Settings of `spark` it changes: Parquet field
+        ids read and written (`spark.sql.parquet.fieldId.*.enabled`), and, unless the session
+        set it, Spark's parallel-listing threshold raised to DRIVER_LISTING_PATHS_MAX (the
+        bridge names every file it reads). `tls`: TLS options for a cluster whose client
         ports speak TLS (the CA that signed the nodes' certificates, optionally a client
         certificate; `tls_from_env()` reads the CLI's variables); used by this bridge's client
         and by format("metastore").
@@ -412,6 +415,7 @@ class MetastoreBridge:
         # Read Parquet by field id so renamed columns keep their data; write field ids too.
         spark.conf.set("spark.sql.parquet.fieldId.read.enabled", "true")
         spark.conf.set("spark.sql.parquet.fieldId.write.enabled", "true")
+        _list_explicit_files_on_the_driver(spark)
         self._register_data_source()
         # The session batches lease under (None: `leases=False`), and one that only owns the
         # batches' attempt directories when they do not lease: GC's orphan scan deletes old
@@ -1050,6 +1054,27 @@ def _earliest_lease_tm(*replies: dict[str, Any]) -> int | None:
             return None
         tms.append(int(tm))
     return min(tms)
+
+
+# Spark lists the paths it is given before planning a read: past
+# `spark.sql.sources.parallelPartitionDiscovery.threshold` paths (default 32) it runs a Spark job
+# with a task per path (at most 10,000), to list directories in parallel. The bridge gives it
+# every committed file by name, so a table of a few thousand files paid that job on every read:
+# 2,000 local files took 15.6 s to plan, 10,000 took 40 s, against 1.2 s and 1.6 s when the
+# driver looks at them itself (one local[2] session; docs/benchmarks.md). Up to this many paths
+# the driver does; a session that set the threshold keeps its own (object stores, where one
+# look is a round trip, may want it lower).
+DRIVER_LISTING_PATHS_MAX: Final = 100_000
+_SPARK_LISTING_THRESHOLD: Final = "spark.sql.sources.parallelPartitionDiscovery.threshold"
+_SPARK_LISTING_THRESHOLD_DEFAULT: Final = "32"
+
+
+def _list_explicit_files_on_the_driver(spark: SparkSession) -> None:
+    """Raise Spark's parallel-listing threshold to DRIVER_LISTING_PATHS_MAX unless the session
+    set it (see there)."""
+    current = spark.conf.get(_SPARK_LISTING_THRESHOLD, _SPARK_LISTING_THRESHOLD_DEFAULT)
+    if current == _SPARK_LISTING_THRESHOLD_DEFAULT:
+        spark.conf.set(_SPARK_LISTING_THRESHOLD, str(DRIVER_LISTING_PATHS_MAX))
 
 
 def _client_position(client: Any, name: str) -> int:

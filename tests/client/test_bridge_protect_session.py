@@ -85,7 +85,7 @@ class _Job:
         self.client = _client(c, "writer")
         self.heartbeats = _HeldHeartbeats(self.client)
         spark = SimpleNamespace(
-            conf=SimpleNamespace(set=lambda key, value: None),
+            conf=SimpleNamespace(set=lambda k, v: None, get=lambda k, default=None: default),
             sparkContext=SimpleNamespace(
                 applicationId=f"app-{uuid.uuid4().hex[:8]}", appName="protect-test", stop=None
             ),

@@ -57,7 +57,7 @@ class _Client:
 def _spark() -> Any:
     sc = SimpleNamespace(applicationId="app-1", appName="app", stop=lambda: None)
     return SimpleNamespace(
-        conf=SimpleNamespace(set=lambda *a: None),
+        conf=SimpleNamespace(set=lambda *a: None, get=lambda key, default=None: default),
         dataSource=SimpleNamespace(register=lambda source: None),
         sparkContext=sc,
     )
