@@ -1801,6 +1801,9 @@ class ApiServer:
             "leader": st.core.leader,
             "commit_index": st.core.commit_index,
             "applied_index": st.core.applied_index,
+            # The last entry in this node's log, committed or not (a leader's bounds what any
+            # follower can hold).
+            "last_index": st.core.last_index,
             # The newest snapshot this node holds, and the index its log starts after (lower
             # by the entries kept behind the snapshot for followers a little behind).
             "snapshot_index": st.core.snapshot_index,
