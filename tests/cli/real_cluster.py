@@ -235,3 +235,17 @@ class RealCluster:
         for pid in killed:
             wait_pid_gone(pid, 5.0)
         return killed
+
+
+def kill_leftover_nodes(config_dir: Path) -> None:
+    """SIGKILL each node PID of the cluster in `config_dir` whose pid file names a running node
+    of that cluster (by PID only, and only if its command line names `config_dir`: see
+    cli.processes `running_node_pid`). For teardowns of tests that start nodes with the CLI."""
+    from cli import processes
+
+    config = load_cluster_config(config_dir / "cluster.toml")
+    for node in config.nodes:
+        pid = processes.running_node_pid(config.node_pid_file(node.id), config_dir)
+        if pid is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)

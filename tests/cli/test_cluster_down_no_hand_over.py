@@ -16,9 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import re
-import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,25 +24,14 @@ from typing import Final
 
 import pytest
 
-from cli import processes
-from metastore.daemon.config import ClusterConfig, load_cluster_config
-from tests.cli.real_cluster import free_base_port
+from metastore.daemon.config import load_cluster_config
+from tests.cli.real_cluster import free_base_port, kill_leftover_nodes
 from tests.daemon.harness import run_cli
 
 ELECTION_TIMEOUT_MS: Final = 5_000
 # Well under ELECTION_TIMEOUT_MS (what a hand-over that cannot succeed waits), and far above
 # what stopping three idle nodes takes on a loaded machine.
 DOWN_MAX_S: Final = ELECTION_TIMEOUT_MS / 1000 / 2
-
-
-def _kill_leftovers(config: ClusterConfig, config_dir: Path) -> None:
-    """SIGKILL each node PID of this cluster's pid files still running (by PID only, and only
-    if its command line names this cluster's directory)."""
-    for node in config.nodes:
-        pid = processes.running_node_pid(config.node_pid_file(node.id), config_dir)
-        if pid is not None:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
 
 
 @pytest.fixture
@@ -67,7 +54,7 @@ def config_dir(tmp_path: Path) -> Iterator[Path]:
         yield directory
     finally:
         run_cli("cluster", "down", "--config", str(directory), "--grace-ms", "3000")
-        _kill_leftovers(load_cluster_config(cluster_file), directory)
+        kill_leftover_nodes(directory)
 
 
 def _log_messages(log_file: Path) -> list[str]:

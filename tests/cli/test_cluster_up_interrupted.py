@@ -11,10 +11,7 @@ command, and that command (`--bootstrap N`) starts it.
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,7 +24,7 @@ from cli.cluster import _nodes_to_bootstrap
 from cli.errors import CliError
 from metastore.daemon.config import load_cluster_config
 from raft.node import IDENTITY_FILE
-from tests.cli.real_cluster import free_base_port
+from tests.cli.real_cluster import free_base_port, kill_leftover_nodes
 from tests.daemon.harness import run_cli
 
 IDENTITY_WAIT_S = 30.0
@@ -41,17 +38,6 @@ def _init(directory: Path, base_port: int = 24_000) -> Path:
     return directory
 
 
-def _kill_leftovers(config_dir: Path) -> None:
-    """SIGKILL each node PID of this cluster's pid files still running (by PID only, and only
-    if its command line names this cluster's directory)."""
-    config = load_cluster_config(config_dir / "cluster.toml")
-    for node in config.nodes:
-        pid = processes.running_node_pid(config.node_pid_file(node.id), config_dir)
-        if pid is not None:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-
-
 @pytest.fixture
 def config_dir(tmp_path: Path) -> Iterator[Path]:
     directory = _init(tmp_path / "cluster", free_base_port())
@@ -59,7 +45,7 @@ def config_dir(tmp_path: Path) -> Iterator[Path]:
         yield directory
     finally:
         run_cli("cluster", "down", "--config", str(directory), "--grace-ms", "3000")
-        _kill_leftovers(directory)
+        kill_leftover_nodes(directory)
 
 
 @pytest.mark.slow

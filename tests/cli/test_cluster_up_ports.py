@@ -10,31 +10,16 @@ and opened, first: a failure is refused by name before any node starts.
 
 from __future__ import annotations
 
-import contextlib
 import fcntl
-import os
-import signal
 import socket
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from cli import processes
 from metastore.daemon.config import load_cluster_config
-from tests.cli.real_cluster import free_base_port
+from tests.cli.real_cluster import free_base_port, kill_leftover_nodes
 from tests.daemon.harness import run_cli
-
-
-def _kill_leftovers(config_dir: Path) -> None:
-    """SIGKILL each node PID of this cluster's pid files still running (by PID only, and only
-    if its command line names this cluster's directory): the old behaviour leaves some."""
-    config = load_cluster_config(config_dir / "cluster.toml")
-    for node in config.nodes:
-        pid = processes.running_node_pid(config.node_pid_file(node.id), config_dir)
-        if pid is not None:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
 
 
 @pytest.fixture
@@ -49,7 +34,7 @@ def config_dir(tmp_path: Path) -> Iterator[Path]:
         yield directory
     finally:
         run_cli("cluster", "down", "--config", str(directory), "--grace-ms", "3000")
-        _kill_leftovers(directory)
+        kill_leftover_nodes(directory)
 
 
 @pytest.mark.parametrize("which", ["raft_port", "client_port", "metrics_port"])
@@ -136,7 +121,7 @@ def test_a_node_whose_tls_files_are_unusable_is_named_and_nothing_starts(tmp_pat
         assert not any(config.node_pid_file(n).exists() for n in config.node_ids)
     finally:
         run_cli("cluster", "down", "--config", str(directory), "--grace-ms", "3000")
-        _kill_leftovers(directory)
+        kill_leftover_nodes(directory)
 
 
 def test_up_and_down_while_another_up_or_down_runs_are_refused(config_dir: Path) -> None:
