@@ -832,7 +832,9 @@ class MetastoreBridge:
         batch at a given timestamp instead of the HLC's now (reproducing a batch, tests).
         `stream` = (stream id, position): the commit carries that stream position, and the
         metastore refuses any position at or below the stream's newest committed one, however
-        long ago it committed (a batch found already committed is reported deduplicated).
+        long ago it committed (a batch found already committed is reported deduplicated;
+        `foreach_batch`, whose source replays only its newest position, refuses one below the
+        mark instead: CheckpointRewoundError).
         `txn_id` (default: a fresh uuid): a txn id commits at most once, so pass your own to
         make running a batch again safe after a commit whose outcome was unknown (the bridge
         first looks it up; if not found, a made-up id is named in the non-retryable error)."""
