@@ -69,7 +69,7 @@ def txn_log(ctx: click.Context, limit: int, consistency: str) -> None:
     "--stream",
     default=None,
     help="Also show this stream's newest committed position (Structured Streaming through the "
-    "bridge: '<query name>:<query id>').",
+    "bridge: 'spark-query:<query id>'; '<query name>:<query id>' for marks of older bridges).",
 )
 @click.pass_context
 def txn_show(ctx: click.Context, txn_id: str, stream: str | None) -> None:

@@ -502,7 +502,7 @@ class CommitTxn:
     read_ts: int | None = None
     read_tables: tuple[TableName, ...] = ()
     # Optional stream position: a stream's commits carry increasing `seq` (Structured
-    # Streaming: stream = "<query name>:<query id>", seq = batch id). A commit at or below the
+    # Streaming: stream = "spark-query:<query id>", seq = batch id). A commit at or below the
     # stream's high-water mark is refused (BatchAlreadyCommitted), however old (metastore.txn).
     stream: str | None = None
     seq: int | None = None

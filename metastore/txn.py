@@ -97,8 +97,9 @@ Idempotency
 
 Stream marks (per-query high-water marks, so the window does not matter for streams)
     A commit may carry a stream position (`stream`, `seq`): Structured Streaming's bridge sends
-    stream = "<query name>:<query id>" and seq = the batch id, which only grows over a query's
-    life (its id survives restarts from the same checkpoint). The log keeps, per stream, the
+    stream = "spark-query:<query id>" (bridges before it: "<query name>:<query id>", which it
+    still looks up) and seq = the batch id, which only grows over a query's life (its id
+    survives restarts from the same checkpoint, and renames). The log keeps, per stream, the
     newest committed position (StreamMark: seq, ts, txn id). A commit whose seq is at or below
     its stream's mark is refused with the non-retryable BatchAlreadyCommittedError (details:
     committed_seq, committed_ts, committed_txn_id) - unless it is an exact retry of a

@@ -110,6 +110,17 @@ FOREACH_BATCH_ATTEMPTS_MAX = 4
 # Structured Streaming sets this SparkContext local property to query.id around foreachBatch.
 STREAMING_QUERY_ID_PROPERTY = "sql.streaming.queryId"
 FOREACH_BATCH_RETRY_PAUSE_MS = 200
+# What foreach_batch does with a micro-batch whose id is below the one its query already
+# committed (a rewound checkpoint): fail the query (the default), or skip it.
+ON_REWIND_CHOICES: Final = ("error", "skip")
+# foreach_batch's stream key is this prefix and the query id: the id alone identifies a query
+# for its whole life (restarts, renames), so the name is no part of it.
+FOREACH_BATCH_STREAM_PREFIX: Final = "spark-query:"
+
+
+def foreach_batch_stream(query_id: str) -> str:
+    """The stream key of foreach_batch's commits for the Structured Streaming query `query_id`."""
+    return f"{FOREACH_BATCH_STREAM_PREFIX}{query_id}"
 
 
 # Whether committed files carry field ids (`read_files`): fewer footers than this a read checks
@@ -131,6 +142,57 @@ class BatchError(RuntimeError):
         super().__init__(message)
         self.retryable = retryable
         self.cause = cause
+
+
+class CheckpointRewoundError(BatchError):
+    """A Structured Streaming micro-batch's id is below the batch id the metastore already
+    committed for its query: the query's checkpoint went backwards (reset with its `metadata`
+    file kept, so the same query id, or restored from an older copy). Spark only ever replays
+    the batch right after the last one in its commit log, so this is no replay: Spark is
+    numbering data with ids that already committed. Not retryable; nothing of the micro-batch
+    committed (see `MetastoreBridge.foreach_batch`, `on_rewind`)."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        stream: str,
+        batch_id: int,
+        committed_seq: int,
+        committed_ts: int | None,
+        committed_txn_id: str | None,
+    ) -> None:
+        super().__init__(message, retryable=False)
+        self.stream = stream
+        self.batch_id = batch_id
+        self.committed_seq = committed_seq
+        self.committed_ts = committed_ts
+        self.committed_txn_id = committed_txn_id
+
+
+@dataclass(frozen=True, slots=True)
+class StreamPosition:
+    """What a linearizable lookup found for one position of a stream: the commit of the
+    position's txn id (if remembered) and the stream's newest committed position (its mark,
+    the newest among the keys the stream's marks may be stored under)."""
+
+    txn_ts: int | None = None
+    mark_seq: int | None = None
+    mark_ts: int | None = None
+    mark_txn_id: str | None = None
+
+    def committed_ts(self, seq: int) -> int | None:
+        """The commit ts of position `seq` if it committed (its txn id's record, or a mark at
+        or past it: the metastore refuses any position at or below a mark), else None."""
+        if self.txn_ts is not None:
+            return self.txn_ts
+        if self.mark_seq is not None and self.mark_seq >= seq:
+            return self.mark_ts
+        return None
+
+    def rewound_at(self, seq: int) -> bool:
+        """Whether the stream already committed a position past `seq`."""
+        return self.mark_seq is not None and self.mark_seq > seq
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -170,6 +232,9 @@ class BatchReport:
     # acknowledged (late, on the client's retry, or found after an unknown outcome).
     deduplicated: bool = False
     retries: int = 0  # earlier attempts of this micro-batch that were refused and re-planned
+    # foreach_batch(on_rewind="skip"): the micro-batch was skipped because its query had
+    # already committed this later batch id (a rewound checkpoint); its rows were not committed.
+    skipped_rewind_mark: int | None = None
     files: int = 0
     rows: int = 0
     removed: int = 0  # files the commit removed (explicit `remove`, not overwrite)
@@ -177,6 +242,11 @@ class BatchReport:
     commit_ms: float = 0.0
 
     def line(self) -> str:
+        if self.skipped_rewind_mark is not None:
+            return (
+                f"txn {self.txn_id}: skipped (rewound checkpoint, on_rewind='skip'): the query "
+                f"already committed batch {self.skipped_rewind_mark}; nothing committed"
+            )
         if self.deduplicated and not self.top:
             # A micro-batch found committed at restart: skipped before planning (no Top).
             commit = to_iso(self.commit_ts) if self.commit_ts else "-"
@@ -545,20 +615,37 @@ class MetastoreBridge:
         that is at or past `seq` (a linearizable lookup); None if this position has not
         committed. Feeds the clock and the read floor with the stream's last commit either
         way."""
-        r = self.client.committed_txn(txn_id, stream=stream)
-        record, mark = r.get("txn"), r.get("stream_mark")
-        found: int | None = None
-        if isinstance(mark, dict) and isinstance(mark.get("ts"), int):
-            mark_ts = int(mark["ts"])
-            self._observe_commit(mark_ts)
-            self._feed_clock(mark_ts)
-            if isinstance(mark.get("seq"), int) and int(mark["seq"]) >= seq:
-                found = mark_ts
-        if isinstance(record, dict) and isinstance(record.get("ts"), int):
-            found = int(record["ts"])
-            self._observe_commit(found)
-            self._feed_clock(found)
-        return found
+        return self._stream_position(txn_id, (stream,)).committed_ts(seq)
+
+    def _stream_position(self, txn_id: str, streams: Iterable[str]) -> StreamPosition:
+        """The record of `txn_id` and the newest mark among the stream keys `streams` (one
+        stream whose marks may be stored under several keys: foreach_batch's current key and
+        the one bridges before it used), by linearizable lookups, one per key. Feeds the clock
+        and the read floor with every commit found."""
+        txn_ts: int | None = None
+        newest: dict[str, Any] | None = None
+        for index, stream in enumerate(dict.fromkeys(streams)):
+            r = self.client.committed_txn(txn_id, stream=stream)
+            record, mark = r.get("txn"), r.get("stream_mark")
+            if isinstance(mark, dict) and isinstance(mark.get("ts"), int):
+                self._observe_commit(int(mark["ts"]))
+                self._feed_clock(int(mark["ts"]))
+                if isinstance(mark.get("seq"), int) and (
+                    newest is None or int(mark["seq"]) > int(newest["seq"])
+                ):
+                    newest = mark
+            if index == 0 and isinstance(record, dict) and isinstance(record.get("ts"), int):
+                txn_ts = int(record["ts"])
+                self._observe_commit(txn_ts)
+                self._feed_clock(txn_ts)
+        if newest is None:
+            return StreamPosition(txn_ts=txn_ts)
+        return StreamPosition(
+            txn_ts=txn_ts,
+            mark_seq=int(newest["seq"]),
+            mark_ts=int(newest["ts"]),
+            mark_txn_id=str(newest.get("txn_id") or "") or None,
+        )
 
     def _feed_clock(self, ts: int) -> None:
         """Absorb a commit ts into the HLC; one too far ahead of this driver's clock is logged
@@ -745,7 +832,9 @@ class MetastoreBridge:
         batch at a given timestamp instead of the HLC's now (reproducing a batch, tests).
         `stream` = (stream id, position): the commit carries that stream position, and the
         metastore refuses any position at or below the stream's newest committed one, however
-        long ago it committed (a batch found already committed is reported deduplicated).
+        long ago it committed (a batch found already committed is reported deduplicated;
+        `foreach_batch`, whose source replays only its newest position, refuses one below the
+        mark instead: CheckpointRewoundError).
         `txn_id` (default: a fresh uuid): a txn id commits at most once, so pass your own to
         make running a batch again safe after a commit whose outcome was unknown (the bridge
         first looks it up; if not found, a made-up id is named in the non-retryable error)."""
@@ -759,6 +848,11 @@ class MetastoreBridge:
             stream=stream,
             txn_id_from_caller=txn_id is not None,
         )
+        with self._run(ctx, top):
+            yield ctx
+
+    @contextmanager
+    def _run(self, ctx: BatchContext, top: int | None = None) -> Iterator[BatchContext]:
         try:
             # Inside the try: a failure after the pin took leases (an interrupt, a schema this
             # Spark cannot take) must still count them out, or they block DDL until exit.
@@ -776,15 +870,75 @@ class MetastoreBridge:
         reads: Iterable[str] = (),
         writes: Iterable[str] = (),
         on_batch: Callable[[BatchReport], None] | None = None,
+        on_rewind: str = "error",
     ) -> Callable[[DataFrame, int], None]:
         """A `foreachBatch` function: each micro-batch is planned at its own Top (so a schema
         change takes effect at the first micro-batch with Top >= Tu, no restart), and commits
-        with txn id `<query_name>:<query.id>:<batch_id>` (so a micro-batch replayed after a
-        restart from the checkpoint commits once, while a query with a fresh checkpoint or
-        another query of the same name never collides with it)."""
+        with txn id `<query_name>:<query.id>:<batch_id>` and stream position
+        (`spark-query:<query.id>`, batch_id). The query id alone names the stream, so a
+        micro-batch replayed after a restart from the checkpoint commits once, under the same
+        or a new `query_name`, while a query with a fresh checkpoint (a new query id) never
+        collides with it; `query_name` only labels txn ids and logs. A position at or below
+        the stream's committed one never commits. The batch id equal to it is a replay
+        (Spark re-runs the batch after the last one in its commit log at restart) and is
+        reported deduplicated; one below it means the checkpoint went backwards (reset with
+        its `metadata` kept, or restored from an older copy), and with `on_rewind="error"`
+        (the default) the query fails with a non-retryable CheckpointRewoundError instead of
+        skipping its new data. `on_rewind="skip"` (a checkpoint restored from an older copy
+        of this query whose batches should not commit again) skips every batch id up to the
+        committed one, reporting `skipped_rewind_mark`, and commits from the next one on.
+
+        Upgrade: bridges before this one keyed the stream `<query_name>:<query.id>`; marks
+        stored under that key (with the current `query_name`) still count: restart a query
+        upgraded from such a bridge under its old name at least once before renaming it."""
         from metastore.errors import MetastoreError
 
+        if on_rewind not in ON_REWIND_CHOICES:
+            raise BatchError(
+                f"on_rewind={on_rewind!r}; it is one of {', '.join(ON_REWIND_CHOICES)}",
+                retryable=False,
+            )
         reads, writes = list(reads), list(writes)
+        # on_rewind="skip": per query id, the committed batch id found above a rewound batch;
+        # batch ids up to it are skipped without running the body.
+        skip_through: dict[str, int] = {}
+        skip_lock = threading.Lock()
+
+        def forget(query_id: str) -> None:
+            # The next batch of the query (its restart) is looked up again.
+            with self._commit_lock:
+                self._queries_seen.discard(query_id)
+
+        def rewound(
+            query_id: str, stream: str, batch_id: int, position: StreamPosition
+        ) -> CheckpointRewoundError:
+            assert position.mark_seq is not None
+            committed = to_iso(position.mark_ts) if position.mark_ts else "-"
+            return CheckpointRewoundError(
+                f"micro-batch {batch_id} of streaming query {query_name} (id {query_id}) is "
+                f"below batch {position.mark_seq}, which the metastore already committed for "
+                f"this query (txn {position.mark_txn_id}, at {committed}): the query's "
+                "checkpoint went backwards (reset with its metadata file kept, or restored "
+                "from an older copy), and Spark numbers new data with batch ids that already "
+                "committed. Nothing of this micro-batch was committed. Start the query with a "
+                "fresh checkpoint directory (a new query id); or, if the checkpoint was "
+                "restored from an older copy of this query and its batches up to "
+                f"{position.mark_seq} should be skipped, pass "
+                "foreach_batch(..., on_rewind='skip')",
+                stream=stream,
+                batch_id=batch_id,
+                committed_seq=position.mark_seq,
+                committed_ts=position.mark_ts,
+                committed_txn_id=position.mark_txn_id,
+            )
+
+        def skipped(txn_id: str, mark_seq: int) -> None:
+            report = BatchReport(
+                txn_id=txn_id, top=0, read_ts=0, waited_ms=0.0, skipped_rewind_mark=mark_seq
+            )
+            log.warning("micro-batch %s", report.line())
+            if on_batch is not None:
+                on_batch(report)
 
         def run(df: DataFrame, batch_id: int) -> None:
             query_id = df.sparkSession.sparkContext.getLocalProperty(STREAMING_QUERY_ID_PROPERTY)
@@ -795,11 +949,12 @@ class MetastoreBridge:
                     retryable=False,
                 )
             # Unique per query for its whole life: query.id survives restarts from the same
-            # checkpoint, and a new checkpoint (batch ids from 0 again) is a new query. The
-            # stream position (query, batch id) makes the metastore refuse a replay however
-            # old, not only within its txn-id window.
-            stream = f"{query_name}:{query_id}"
-            txn_id = f"{stream}:{batch_id}"
+            # checkpoint (and renames), and a new checkpoint (batch ids from 0 again) is a new
+            # query. The stream position (query, batch id) makes the metastore refuse a replay
+            # however old, not only within its txn-id window.
+            stream = foreach_batch_stream(query_id)
+            legacy_stream = f"{query_name}:{query_id}"  # the key of bridges before this one
+            txn_id = f"{query_name}:{query_id}:{batch_id}"
             if self._first_batch_of(query_id):
                 # Only the first micro-batch a driver runs for a query can be a replay (Spark
                 # replays the batch after the last one in its commit log, at restart). Skip it
@@ -807,37 +962,70 @@ class MetastoreBridge:
                 # becomes this driver's read floor (read your own writes across a restart).
                 # A lookup that failed is made again by the next run of the query.
                 try:
-                    committed_ts = self._committed_position(txn_id, stream, batch_id)
+                    position = self._stream_position(txn_id, (stream, legacy_stream))
                 except MetastoreError as exc:
-                    with self._commit_lock:
-                        self._queries_seen.discard(query_id)
+                    forget(query_id)
                     raise BatchError(
                         f"looking up whether micro-batch {batch_id} of {query_name} already "
                         f"committed failed: {exc}",
                         retryable=exc.retryable,
                         cause=exc,
                     ) from exc
-                if committed_ts is not None:
-                    report = BatchReport(
-                        txn_id=txn_id, top=0, read_ts=0, waited_ms=0.0, deduplicated=True
-                    )
-                    report.commit_ts = committed_ts
-                    log.info("micro-batch %s", report.line())
-                    if on_batch is not None:
-                        on_batch(report)
-                    return
+                if position.rewound_at(batch_id):
+                    assert position.mark_seq is not None
+                    if on_rewind == "error":
+                        forget(query_id)
+                        raise rewound(query_id, stream, batch_id, position)
+                    with skip_lock:
+                        skip_through[query_id] = position.mark_seq
+                else:
+                    committed_ts = position.committed_ts(batch_id)
+                    if committed_ts is not None:
+                        report = BatchReport(
+                            txn_id=txn_id, top=0, read_ts=0, waited_ms=0.0, deduplicated=True
+                        )
+                        report.commit_ts = committed_ts
+                        log.info("micro-batch %s", report.line())
+                        if on_batch is not None:
+                            on_batch(report)
+                        return
+            with skip_lock:
+                mark_seq = skip_through.get(query_id)
+            if mark_seq is not None and batch_id <= mark_seq:
+                skipped(txn_id, mark_seq)
+                return
             # A batch that saw two DDLs (SCHEMA_VERSION_NOT_ACTIVE) or a table re-created under
             # it is re-planned at a fresh Top and run again, a bounded number of times, instead
             # of failing the query. Nothing of a refused attempt is visible (its files stay
             # unreferenced), so running the body again cannot duplicate data.
             for attempt in range(FOREACH_BATCH_ATTEMPTS_MAX):
+                ctx = BatchContext(
+                    self,
+                    reads=reads,
+                    writes=writes,
+                    txn_id=txn_id,
+                    read_ts=None,
+                    check_reads=False,
+                    stream=(stream, batch_id),
+                    # A driver that ran the query before (stopped and started again in this
+                    # process) does not look its first batch up: the mark refuses its commit,
+                    # and the refusal is looked up here, under both keys.
+                    stream_aliases=(legacy_stream,),
+                    on_stream_rewind=lambda p: rewound(query_id, stream, batch_id, p),
+                )
                 try:
-                    with self.batch(
-                        reads=reads, writes=writes, txn_id=txn_id, stream=(stream, batch_id)
-                    ) as b:
+                    with self._run(ctx) as b:
                         b.report.retries = attempt
                         body(b, df)
                     break
+                except CheckpointRewoundError as exc:
+                    if on_rewind == "error":
+                        forget(query_id)
+                        raise
+                    with skip_lock:
+                        skip_through[query_id] = exc.committed_seq
+                    skipped(txn_id, exc.committed_seq)
+                    return
                 except BatchError as exc:
                     if not exc.retryable or attempt + 1 == FOREACH_BATCH_ATTEMPTS_MAX:
                         raise
@@ -1128,6 +1316,8 @@ class BatchContext:
         check_reads: bool,
         stream: tuple[str, int] | None = None,
         txn_id_from_caller: bool = True,
+        stream_aliases: tuple[str, ...] = (),
+        on_stream_rewind: Callable[[StreamPosition], BatchError] | None = None,
     ) -> None:
         tables = list(dict.fromkeys([*reads, *writes]))
         if not tables:
@@ -1147,6 +1337,12 @@ class BatchContext:
         # False when the bridge made the txn id up (see _outcome_of_unknown).
         self.txn_id_from_caller = txn_id_from_caller
         self.stream = stream
+        # Other keys the stream's marks may be stored under (looked up with `stream`'s own).
+        self.stream_aliases = stream_aliases
+        # Set by a source that replays only its newest position (Structured Streaming): a
+        # position below the stream's mark is then no replay, and a refused commit of one
+        # raises what this returns instead of being reported deduplicated.
+        self.on_stream_rewind = on_stream_rewind
         self._requested_read_ts = read_ts
         self.check_reads = check_reads
         self.pinned: dict[str, PinnedTable] = {}
@@ -1691,7 +1887,10 @@ class BatchContext:
                 return int(record["ts"])
             return None
         stream, seq = self.stream
-        return self.bridge._committed_position(self.txn_id, stream, seq)
+        position = self.bridge._stream_position(self.txn_id, (stream, *self.stream_aliases))
+        if self.on_stream_rewind is not None and position.rewound_at(seq):
+            raise self.on_stream_rewind(position)
+        return position.committed_ts(seq)
 
     def _check_same_tables(self, record: dict[str, Any]) -> None:
         """Raise unless the committed `record` of this txn id wrote the tables this batch

@@ -10,6 +10,7 @@ Spark's own commit log write, and run 2 restarts from the same checkpoint."""
 
 from __future__ import annotations
 
+import shutil
 import threading
 import time
 from dataclasses import dataclass, field
@@ -18,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from spark_bridge.bridge import BatchContext, BatchReport, MetastoreBridge
+from spark_bridge.bridge import BatchContext, BatchError, BatchReport, MetastoreBridge
 from tests.spark.support import SparkEnv, committed_txns, only, rows_of, wait_until
 
 if TYPE_CHECKING:
@@ -130,6 +131,27 @@ def _batch_ids(directory: Path) -> list[int]:
     return sorted(int(p.name) for p in directory.iterdir() if p.name.isdigit())
 
 
+def _committed_by_batch(env: SparkEnv, txn_prefix: str) -> dict[int, dict[str, Any]]:
+    """The remembered commits whose txn id starts with `txn_prefix`, by batch id."""
+    return {int(c["txn_id"].rsplit(":", 1)[1]): c for c in committed_txns(env.client, txn_prefix)}
+
+
+def _replay_last_committed(checkpoint: Path, committed: dict[int, dict[str, Any]]) -> int:
+    """Make Spark replay the last batch that committed in the metastore, as if the driver died
+    right after that commit and before Spark recorded the batch: drop it (and anything after
+    it, e.g. a batch the stop interrupted) from the checkpoint's offset and commit logs' tails.
+    Returns the batch id Spark replays at its next start."""
+    offsets = _batch_ids(checkpoint / "offsets")
+    while offsets and offsets[-1] not in committed:
+        _forget_batch(checkpoint, "offsets", offsets.pop())
+    assert offsets, "the first run committed no micro-batch"
+    replayed = offsets[-1]
+    for batch in _batch_ids(checkpoint / "commits"):
+        if batch >= replayed:
+            _forget_batch(checkpoint, "commits", batch)
+    return replayed
+
+
 @pytest.fixture(scope="module")
 def runs(spark_env: SparkEnv, tmp_path_factory: pytest.TempPathFactory) -> Runs:
     env = spark_env
@@ -159,20 +181,8 @@ def runs(spark_env: SparkEnv, tmp_path_factory: pytest.TempPathFactory) -> Runs:
     finally:
         _stop(stream)
 
-    # Make Spark replay the last batch that committed in the metastore, as if the driver died
-    # right after that commit and before Spark recorded the batch: drop it (and anything after
-    # it, e.g. a batch the stop interrupted) from the checkpoint's offset and commit logs' tails.
-    record = {
-        int(c["txn_id"].rsplit(":", 1)[1]): c for c in committed_txns(env.client, f"{QUERY}:")
-    }
-    offsets = _batch_ids(checkpoint / "offsets")
-    while offsets and offsets[-1] not in record:
-        _forget_batch(checkpoint, "offsets", offsets.pop())
-    assert offsets, "the first run committed no micro-batch"
-    replayed = offsets[-1]
-    for batch in _batch_ids(checkpoint / "commits"):
-        if batch >= replayed:
-            _forget_batch(checkpoint, "commits", batch)
+    record = _committed_by_batch(env, f"{QUERY}:")
+    replayed = _replay_last_committed(checkpoint, record)
     first_run_committed = record[replayed]
 
     second = Run()
@@ -285,6 +295,7 @@ def test_foreach_batch_called_twice_with_the_same_batch_commits_once(spark_env: 
     from pyspark.sql import functions as F
 
     env = spark_env
+    env.ddl("CREATE NAMESPACE IF NOT EXISTS st")  # also when run without the `runs` fixture
     env.ddl(f"CREATE TABLE {REPLAY} (id BIGINT)")
     reports: list[BatchReport] = []
 
@@ -347,8 +358,10 @@ def test_a_replay_past_the_txn_id_window_is_caught_by_the_stream_mark(spark_env:
     assert rows_of(env.bridge().read_table(table)) == [(0,), (1,), (2,)]
     assert not [c for c in committed_txns(env.client) if c["txn_id"].startswith("forgotten:")]
 
-    # A restarted driver (a new bridge) asked to run an older batch of the query skips it
-    # before any work, by the stream's mark, and starts reading at or above its last commit.
+    # A restarted driver (a new bridge) asked to replay the query's last committed batch skips
+    # it before any work, by the stream's mark, and starts reading at or above its last commit.
+    # The mark was stored under "<query_name>:<query.id>", as bridges before the stream key was
+    # the query id alone stored it: it still counts (same query name as then).
     restarted = env.bridge(app_name="marks-restarted")
     reports: list[BatchReport] = []
     bodies: list[int] = []
@@ -361,7 +374,7 @@ def test_a_replay_past_the_txn_id_window_is_caught_by_the_stream_mark(spark_env:
     sc = env.spark.sparkContext
     sc.setLocalProperty("sql.streaming.queryId", "marks-query")  # as a streaming query does
     try:
-        fn(df, 5)  # below the mark (7): already committed, skipped without running the body
+        fn(df, 7)  # the mark: already committed, skipped without running the body
         assert restarted.last_commit_ts == committed
         fn(df, 8)  # the next batch commits
     finally:
@@ -372,6 +385,105 @@ def test_a_replay_past_the_txn_id_window_is_caught_by_the_stream_mark(spark_env:
     assert not ran.deduplicated and ran.commit_ts is not None and ran.commit_ts > committed
     assert ran.read_ts >= committed  # read its own (previous driver's) writes
     assert len(rows_of(env.bridge().read_table(table))) == 6
+
+    # Renamed and restarted again: the query id alone names the stream, so the replay of 8 is
+    # found committed (by the mark 8 left) under the new name too, and 7 is still refused.
+    renamed: list[BatchReport] = []
+    fn = env.bridge(app_name="marks-renamed").foreach_batch(
+        write, query_name="marks-renamed", writes=[table], on_batch=renamed.append
+    )
+    sc.setLocalProperty("sql.streaming.queryId", "marks-query")
+    try:
+        fn(df, 8)
+    finally:
+        sc.setLocalProperty("sql.streaming.queryId", None)  # type: ignore[arg-type]
+    assert [(r.deduplicated, r.commit_ts) for r in renamed] == [(True, ran.commit_ts)]
+    assert bodies == [8]
+    assert len(rows_of(env.bridge().read_table(table))) == 6
+
+
+def test_a_batch_id_below_the_committed_one_fails_as_a_rewound_checkpoint(
+    spark_env: SparkEnv,
+) -> None:
+    """Spark replays only the batch after the last one in its commit log, so a batch id below
+    the stream's committed one means the checkpoint went backwards (reset with its `metadata`
+    kept, or restored from an older copy): Spark numbers new data with ids that already
+    committed. Such a batch used to be reported "deduplicated" and skipped, its rows dropped
+    without an error; now it fails, non-retryable, both as a restarted driver's first batch
+    and mid-run (a batch whose commit the mark refuses). `on_rewind="skip"` skips through the
+    committed batch id instead."""
+    from pyspark.sql import functions as F
+
+    env = spark_env
+    table = "st.rewound"
+    env.ddl("CREATE NAMESPACE IF NOT EXISTS st")
+    env.ddl(f"CREATE TABLE {table} (id BIGINT)")
+    reports: list[BatchReport] = []
+    bodies: list[int] = []
+
+    def write(b: BatchContext, df: DataFrame) -> None:
+        bodies.append(_batch_id(b))
+        b.write(table, df.select((F.col("id") + 10 * _batch_id(b)).alias("id")))
+
+    df = env.spark.range(3)
+    sc = env.spark.sparkContext
+    sc.setLocalProperty("sql.streaming.queryId", "rewound-query")  # as a streaming query does
+    try:
+        fn = env.bridge(app_name="rewound").foreach_batch(
+            write, query_name="rewound", writes=[table], on_batch=reports.append
+        )
+        fn(df, 4)  # commits position 4
+        with pytest.raises(BatchError) as mid_run:
+            fn(df, 2)  # mid-run: the mark refuses the commit, and 2 is no replay of 4
+        restarted = env.bridge(app_name="rewound-restarted")
+        fn = restarted.foreach_batch(
+            write, query_name="rewound", writes=[table], on_batch=reports.append
+        )
+        with pytest.raises(BatchError) as at_restart:
+            fn(df, 0)  # a restarted driver's first batch: refused before any work
+        assert bodies == [4, 2]
+        # The user restores an older copy of the checkpoint and wants its batches skipped.
+        fn = restarted.foreach_batch(
+            write,
+            query_name="rewound",
+            writes=[table],
+            on_batch=reports.append,
+            on_rewind="skip",
+        )
+        for batch in (1, 3, 4, 5):
+            fn(df, batch)
+        # Mid-run with the opt-in (this driver ran the query, so no lookup first): the body
+        # runs, the mark refuses the commit, and the batch is skipped.
+        fn = restarted.foreach_batch(
+            write,
+            query_name="rewound",
+            writes=[table],
+            on_batch=reports.append,
+            on_rewind="skip",
+        )
+        fn(df, 2)
+        with pytest.raises(BatchError, match="on_rewind"):
+            restarted.foreach_batch(write, query_name="rewound", writes=[table], on_rewind="ok")
+    finally:
+        sc.setLocalProperty("sql.streaming.queryId", None)  # type: ignore[arg-type]
+    from spark_bridge.bridge import CheckpointRewoundError
+
+    for raised, batch in ((mid_run.value, 2), (at_restart.value, 0)):
+        assert isinstance(raised, CheckpointRewoundError), raised
+        assert not raised.retryable
+        assert (raised.batch_id, raised.committed_seq) == (batch, 4)
+        text = str(raised)
+        assert "checkpoint" in text and "on_rewind" in text and "fresh checkpoint" in text
+    assert bodies == [4, 2, 5, 2]  # batches skipped at the lookup run no body
+    committed, skipped_1, skipped_3, skipped_4, ran, skipped_mid_run = reports
+    assert not committed.deduplicated and committed.commit_ts is not None
+    for skipped in (skipped_1, skipped_3, skipped_4):
+        assert skipped.skipped_rewind_mark == 4 and not skipped.deduplicated, skipped.line()
+        assert skipped.commit_ts is None
+    assert not ran.deduplicated and ran.commit_ts is not None and ran.skipped_rewind_mark is None
+    assert skipped_mid_run.skipped_rewind_mark == 5 and skipped_mid_run.commit_ts is None
+    ids = rows_of(env.bridge().read_table(table))
+    assert ids == [(i,) for i in (40, 41, 42, 50, 51, 52)]  # batches 4 and 5 only
 
 
 def test_a_fresh_checkpoint_under_the_same_query_name_commits_its_batches(
@@ -419,3 +531,155 @@ def test_a_fresh_checkpoint_under_the_same_query_name_commits_its_batches(
     last = max(r.commit_ts or 0 for r in [*first, *second])
     written = sum(r.rows for r in [*first, *second])
     assert len(rows_of(bridge.read_table(table, as_of=last), "id")) == written
+
+
+def _start_query(
+    bridge: MetastoreBridge, fn: Any, checkpoint: Path, *, name: str | None = None
+) -> StreamingQuery:
+    writer = (
+        bridge.spark.readStream.format("rate")
+        .option("rowsPerSecond", ROWS_PER_SECOND)
+        .load()
+        .writeStream.foreachBatch(fn)
+        .trigger(processingTime=TRIGGER)
+        .option("checkpointLocation", str(checkpoint))
+    )
+    return (writer.queryName(name) if name else writer).start()
+
+
+def test_a_reset_checkpoint_that_kept_its_metadata_fails_the_query_loudly(
+    spark_env: SparkEnv, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """A checkpoint reset by deleting its offsets and commits but keeping `metadata` restarts
+    the same query (same query.id) from batch 0. Its new rows used to be skipped as
+    "deduplicated" (the batch ids had committed before), lost without an error; now the
+    query fails with a non-retryable CheckpointRewoundError, and `on_rewind="skip"` skips
+    through the committed batch id and commits from the next one on."""
+    from pyspark.sql import functions as F
+
+    env = spark_env
+    table = "st.reset"
+    env.ddl("CREATE NAMESPACE IF NOT EXISTS st")
+    env.ddl(f"CREATE TABLE {table} (id BIGINT)")
+    bridge = env.bridge(app_name="reset")
+    checkpoint = tmp_path_factory.mktemp("reset-checkpoint")
+    errors: list[BatchError] = []
+    bodies: list[int] = []
+
+    def write(b: BatchContext, df: DataFrame) -> None:
+        bodies.append(_batch_id(b))
+        b.write(table, df.select(F.col("value").alias("id")))
+
+    def start(run: Run, **options: Any) -> StreamingQuery:
+        fn = bridge.foreach_batch(
+            write, query_name="reset", writes=[table], on_batch=run.on_batch, **options
+        )
+
+        def recording(df: DataFrame, batch_id: int) -> None:
+            try:
+                fn(df, batch_id)
+            except BatchError as exc:
+                errors.append(exc)
+                raise
+
+        return _start_query(bridge, recording, checkpoint)
+
+    first = Run()
+    stream = start(first)
+    query_id = stream.id
+    try:
+        _wait_reports(stream, first, lambda r: len(r) >= 3, "three micro-batches")
+    finally:
+        _stop(stream)
+    committed_seq = max(_committed_by_batch(env, "reset:"))
+    for entry in checkpoint.iterdir():  # the reset: all but `metadata` (the query id)
+        if entry.name != "metadata":
+            shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
+
+    second = Run()
+    stream = start(second)
+    try:
+        wait_until(
+            lambda: errors or len(second.reports) >= 2 or not stream.isActive,
+            what="the restarted query's first batches",
+        )
+    finally:
+        stream.stop()  # not _stop: awaitTermination raises the query's failure
+    assert not stream.isActive
+    assert stream.id == query_id
+    assert [r.line() for r in second.reports] == [], "a rewound batch was skipped silently"
+    from spark_bridge.bridge import CheckpointRewoundError
+
+    rewound = only(errors)
+    assert isinstance(rewound, CheckpointRewoundError) and not rewound.retryable, rewound
+    assert (rewound.batch_id, rewound.committed_seq) == (0, committed_seq)
+    assert stream.exception() is not None and "CheckpointRewoundError" in str(stream.exception())
+    bodies_before = len(bodies)
+
+    third = Run()
+    stream = start(third, on_rewind="skip")
+    try:
+        _wait_reports(
+            stream,
+            third,
+            lambda r: any(x.commit_ts is not None for x in r),
+            "the first batch past the committed one",
+        )
+    finally:
+        _stop(stream)
+    skipped = [r for r in third.reports if r.commit_ts is None]
+    ran = [r for r in third.reports if r.commit_ts is not None]
+    assert [_batch_id(r) for r in skipped] == list(range(committed_seq + 1))
+    assert all(r.skipped_rewind_mark == committed_seq for r in skipped)
+    assert _batch_id(ran[0]) == committed_seq + 1 and not ran[0].deduplicated
+    assert min(bodies[bodies_before:]) == committed_seq + 1  # skipped batches ran no body
+    by_batch = _committed_by_batch(env, "reset:")
+    assert sorted(by_batch) == list(range(len(by_batch)))  # each batch id committed once
+
+
+def test_a_query_restarted_under_a_new_name_commits_its_replayed_batch_once(
+    spark_env: SparkEnv, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """The stream position is keyed by the query id alone: when it was
+    "<query_name>:<query.id>", a query restarted under a new name (same checkpoint) replayed
+    the batch that committed in the metastore but not in Spark's commit log under a new stream
+    key and a new txn id, so it committed a second time (its rows twice)."""
+    from pyspark.sql import functions as F
+
+    env = spark_env
+    table = "st.renamed"
+    env.ddl("CREATE NAMESPACE IF NOT EXISTS st")
+    env.ddl(f"CREATE TABLE {table} (id BIGINT)")
+    bridge = env.bridge(app_name="rename")
+    checkpoint = tmp_path_factory.mktemp("rename-checkpoint")
+
+    def write(b: BatchContext, df: DataFrame) -> None:
+        b.write(table, df.select(F.col("value").alias("id")))
+
+    def start(run: Run, name: str) -> StreamingQuery:
+        fn = bridge.foreach_batch(write, query_name=name, writes=[table], on_batch=run.on_batch)
+        return _start_query(bridge, fn, checkpoint, name=name)
+
+    first = Run()
+    stream = start(first, "before-rename")
+    try:
+        _wait_reports(stream, first, lambda r: len(r) >= 2, "two micro-batches")
+    finally:
+        _stop(stream)
+    committed = _committed_by_batch(env, "before-rename:")
+    replayed = _replay_last_committed(checkpoint, committed)
+
+    second = Run()
+    stream = start(second, "after-rename")
+    try:
+        _wait_reports(stream, second, lambda r: len(r) >= 2, "batches after the rename")
+    finally:
+        _stop(stream)
+    replay = second.reports[0]
+    assert _batch_id(replay) == replayed
+    assert replay.deduplicated and replay.commit_ts == committed[replayed]["ts"], replay.line()
+    renamed = _committed_by_batch(env, "after-rename:")
+    assert replayed not in renamed and min(renamed) == replayed + 1
+    last = max(c["ts"] for c in renamed.values())
+    ids = [i for (i,) in rows_of(bridge.read_table(table, as_of=last), "id")]
+    assert ids == list(range(len(ids))), "a replayed micro-batch committed twice"

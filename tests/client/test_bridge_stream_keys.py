@@ -1,0 +1,82 @@
+"""`foreach_batch`'s first-batch lookup across the keys a query's stream marks may be stored
+under: `spark-query:<query.id>` (now) and `<query_name>:<query.id>` (bridges before the query id
+alone named the stream). The newest mark of either decides, so an upgraded query's replay is
+still found committed and a rewound checkpoint is refused whichever key holds the newer mark.
+Pure: the client is a stand-in answering `committed_txn` (no cluster, no Spark); the real
+end-to-end tests are in tests/spark/test_streaming.py."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from hlc import HybridClock, ManualClock
+from spark_bridge.bridge import (
+    BatchReport,
+    CheckpointRewoundError,
+    MetastoreBridge,
+    foreach_batch_stream,
+)
+from tests.client.bridge_stub import bare_bridge
+
+QUERY_ID = "0b7e-query"
+TS = 1_000_000 << 16
+
+
+class _MarksClient:
+    """`committed_txn` answering from `marks` (stream key -> seq); every mark at `TS + seq`."""
+
+    def __init__(self, marks: dict[str, int]) -> None:
+        self.marks = marks
+        self.asked: list[str | None] = []
+        self.clock = HybridClock(ManualClock(1_000_000))
+
+    def committed_txn(self, txn_id: str, *, stream: str | None = None) -> dict[str, Any]:
+        self.asked.append(stream)
+        seq = self.marks.get(stream or "")
+        mark = (
+            None if seq is None else {"stream": stream, "seq": seq, "ts": TS + seq, "txn_id": "t"}
+        )
+        return {"txn_id": txn_id, "txn": None, "stream_mark": mark}
+
+
+def _run(bridge: MetastoreBridge, batch_id: int, **options: Any) -> list[BatchReport]:
+    reports: list[BatchReport] = []
+    bridge._queries_seen = set()
+    bridge.batch_retries = 0
+    run = bridge.foreach_batch(
+        lambda b, df: pytest.fail("a skipped batch ran its body"),
+        query_name="orders",
+        writes=["ns.t"],
+        on_batch=reports.append,
+        **options,
+    )
+    context = SimpleNamespace(getLocalProperty=lambda key: QUERY_ID)
+    run(SimpleNamespace(sparkSession=SimpleNamespace(sparkContext=context)), batch_id)  # type: ignore[arg-type]
+    return reports
+
+
+@pytest.mark.parametrize(
+    ("legacy_seq", "new_seq"), [(7, None), (3, 7), (7, 3)], ids=["legacy", "new", "both"]
+)
+def test_the_newest_mark_of_either_key_decides(legacy_seq: int, new_seq: int | None) -> None:
+    marks = {f"orders:{QUERY_ID}": legacy_seq}
+    if new_seq is not None:
+        marks[foreach_batch_stream(QUERY_ID)] = new_seq
+    client = _MarksClient(marks)
+    bridge = bare_bridge(client)
+    # The replay of the newest committed batch: skipped as committed, at that mark's ts.
+    [replay] = _run(bridge, 7)
+    assert replay.deduplicated and replay.commit_ts == TS + 7, replay.line()
+    assert client.asked == [foreach_batch_stream(QUERY_ID), f"orders:{QUERY_ID}"]
+    assert bridge.last_commit_ts == TS + 7  # the read floor: the query's last commit
+    # A batch below it: the checkpoint went backwards.
+    with pytest.raises(CheckpointRewoundError) as raised:
+        _run(bridge, 5)
+    assert (raised.value.batch_id, raised.value.committed_seq) == (5, 7)
+    assert raised.value.committed_ts == TS + 7 and not raised.value.retryable
+    # ... skipped with the opt-in.
+    [skipped] = _run(bridge, 5, on_rewind="skip")
+    assert skipped.skipped_rewind_mark == 7 and skipped.commit_ts is None, skipped.line()
