@@ -257,6 +257,11 @@ def gc_status(ctx: click.Context, table: str | None) -> None:
                     f"last run on this node: {last.get('files_deleted')} files "
                     f"({_size(last.get('bytes_deleted'))}) and {last.get('orphans_deleted')} "
                     f"orphans deleted in {last.get('seconds')} s"
+                    + (
+                        f" (stopped midway: {last.get('error')}; the next run resumes it)"
+                        if last.get("partial")
+                        else ""
+                    )
                 )
             )
         return out
