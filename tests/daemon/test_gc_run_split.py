@@ -66,3 +66,35 @@ def test_a_run_split_by_a_lease_lapse_counts_every_file_it_deleted(
     assert (again["files_deleted"], again["bytes_deleted"]) == (1, 8)
     assert not any((location / r).exists() for r in RELS)
     assert not d.state.txns.gc_queue(table_id)
+
+
+async def test_the_client_adds_up_the_parts_of_a_split_run() -> None:
+    # Node 1 led when the run started, deleted 3 files and lost its lease: NOT_LEADER with
+    # what it deleted. The client repeats `gc run` (safe to repeat) on node 2, whose run
+    # deletes 1 more. The reply must count all 4 and say the run came in two parts; before,
+    # it was node 2's reply alone.
+    from metastore.client import MetastoreClient
+    from tests.client.fake_node import TOKEN, FakeNode
+
+    part = {"files_deleted": 3, "bytes_deleted": 24, "orphans_deleted": 1}
+    part |= {"orphan_bytes_deleted": 5, "compacted_manifests": 0}
+
+    async def deposed(op: str, args: dict[str, Any]) -> dict[str, Any]:
+        raise NotLeaderError("GC stopped deleting", details={"leader": 2, "partial": part})
+
+    async def leads(op: str, args: dict[str, Any]) -> dict[str, Any]:
+        totals = {"files_deleted": 1, "bytes_deleted": 8, "orphans_deleted": 0}
+        totals |= {"orphan_bytes_deleted": 0, "compacted_manifests": 0}
+        return {"dry_run": False, "tables": [], **totals, "seconds": 0.5}
+
+    nodes = [FakeNode(node_id=1, handler=deposed), FakeNode(node_id=2, handler=leads)]
+    endpoints = [await n.start() for n in nodes]
+    try:
+        async with MetastoreClient(endpoints, TOKEN, timeout_ms=10_000) as c:
+            run = await c.gc_run()
+    finally:
+        for n in nodes:
+            await n.stop()
+    assert (run["files_deleted"], run["bytes_deleted"]) == (4, 32)
+    assert (run["orphans_deleted"], run["orphan_bytes_deleted"]) == (1, 5)
+    assert run["parts"] == 2 and run["earlier_parts"] == [part]
