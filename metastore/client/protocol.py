@@ -1072,7 +1072,8 @@ class MetastoreClient:
         # A run that stopped midway (its leader lost its lease or its leadership) answers with
         # what it deleted (`details.partial`) and is repeated elsewhere: the reply adds the
         # parts up (`earlier_parts`, `parts`), or says it cannot (`unanswered_parts`: an
-        # attempt whose answer never came may have deleted files too).
+        # attempt whose answer never came, or whose forward to the leader gave up waiting,
+        # may have deleted files too).
         noted: list[tuple[MetastoreError, dict[str, int]]] = []
         unanswered = 0
 
@@ -1082,6 +1083,8 @@ class MetastoreClient:
                 unanswered += 1
             elif (part := _gc_part(error.details.get("partial"))) is not None:
                 noted.append((error, part))
+            elif error.code is ErrorCode.TIMEOUT or error.details.get("outcome_unknown"):
+                unanswered += 1  # a forward that gave up: that run may go on deleting
 
         try:
             result = await self.call("gc_run", args, timeout_ms=timeout_ms + 5_000, on_retry=note)

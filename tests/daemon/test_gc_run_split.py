@@ -98,3 +98,29 @@ async def test_the_client_adds_up_the_parts_of_a_split_run() -> None:
     assert (run["files_deleted"], run["bytes_deleted"]) == (4, 32)
     assert (run["orphans_deleted"], run["orphan_bytes_deleted"]) == (1, 5)
     assert run["parts"] == 2 and run["earlier_parts"] == [part]
+
+
+async def test_an_attempt_whose_forward_got_no_answer_is_said_to_be_uncounted() -> None:
+    # A follower forwarded the run to the leader and gave up waiting (UNAVAILABLE, outcome
+    # unknown): that run may go on deleting on the leader. The repeat's reply cannot count
+    # it and must say so rather than pass for the whole run.
+    from metastore.client import MetastoreClient
+    from metastore.errors import UnavailableError
+    from tests.client.fake_node import TOKEN, FakeNode
+
+    async def gave_up(op: str, args: dict[str, Any]) -> dict[str, Any]:
+        details = {"node_id": 2, "outcome_unknown": True}
+        raise UnavailableError("node 2 did not answer; outcome unknown", details=details)
+
+    async def leads(op: str, args: dict[str, Any]) -> dict[str, Any]:
+        return {"dry_run": False, "tables": [], "files_deleted": 0, "seconds": 0.1}
+
+    nodes = [FakeNode(node_id=1, handler=gave_up), FakeNode(node_id=2, handler=leads)]
+    endpoints = [await n.start() for n in nodes]
+    try:
+        async with MetastoreClient(endpoints, TOKEN, timeout_ms=10_000) as c:
+            run = await c.gc_run()
+    finally:
+        for n in nodes:
+            await n.stop()
+    assert run["unanswered_parts"] == 1 and "parts" not in run
