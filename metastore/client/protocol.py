@@ -29,6 +29,8 @@ Retries (what is safe to repeat)
       request id is retried only when the node certainly did nothing (connect failure,
       NOT_READY, NOT_LEADER).
     * Membership ops (`add_node`, ...) are retried only when the node certainly did nothing.
+    * `gc_run` is repeated like an idempotent write; a run that stopped midway says what it
+      deleted (`details.partial`), and `gc_run` adds those parts to the reply (`parts`).
     * A non-retryable error (bad DDL, not found, forbidden, ...) is raised at once. A node
       that refuses the connection or the request as a node (hello, TLS, token, role, an
       argument an older release does not know, INTERNAL) after another node left a write's
