@@ -257,6 +257,11 @@ def gc_status(ctx: click.Context, table: str | None) -> None:
                     f"last run on this node: {last.get('files_deleted')} files "
                     f"({_size(last.get('bytes_deleted'))}) and {last.get('orphans_deleted')} "
                     f"orphans deleted in {last.get('seconds')} s"
+                    + (
+                        f" (stopped midway: {last.get('error')}; the next run resumes it)"
+                        if last.get("partial")
+                        else ""
+                    )
                 )
             )
         return out
@@ -318,6 +323,28 @@ def gc_run(ctx: click.Context, table: str | None, dry_run: bool) -> None:
             for t in result.get("tables", [])
             if t.get("skipped")
         )
+        if result.get("parts"):
+            # The run stopped midway (its leader lost its lease or leadership) and was
+            # repeated: the totals above add up the parts; the table rows are the last part's.
+            out.append(
+                Text(
+                    f"the run came in {result.get('parts')} parts (its leader stopped midway); "
+                    "the totals count every part, the rows the last one"
+                    + (
+                        f"; {result.get('unanswered_parts')} attempt(s) got no answer and may "
+                        "have deleted files not counted here"
+                        if result.get("unanswered_parts")
+                        else ""
+                    )
+                )
+            )
+        elif result.get("unanswered_parts"):
+            out.append(
+                Text(
+                    f"{result.get('unanswered_parts')} earlier attempt(s) got no answer and may "
+                    "have deleted files not counted here"
+                )
+            )
         if result.get("compacted_manifests"):
             out.append(
                 Text(

@@ -146,7 +146,15 @@ from typing import Final
 #      SetMemberClientAddress takes a host of printable ASCII characters but space; before,
 #      any characters Python's `isprintable()` accepts (a character assigned in Unicode 15 is
 #      unprintable to 3.11, printable to 3.12).
-APPLY_VERSION_SUPPORTED: Final = 7
+#   8: Protect of a table name that has no live incarnation protects the newest incarnation of
+#      the name dropped after the record's ts (reads of the name AS OF T >= ts still reach it;
+#      metastore.gc `_table_targets`), with any older one dropped after ts; TableNotFound only
+#      when nothing of the name is readable at or after ts. Before, every named table had to
+#      be live (TABLE_NOT_FOUND), although a name dropped and created again already covered
+#      its dropped incarnations: after a DROP by mistake the data to restore could not be
+#      protected by name, and a bridge's protect() block whose session was replaced (it
+#      protects again by name) lapsed, letting GC delete what the block read.
+APPLY_VERSION_SUPPORTED: Final = 8
 
 # A cluster that never applied SetApplyVersion (and every older snapshot) is at version 1.
 INITIAL_APPLY_VERSION: Final = 1

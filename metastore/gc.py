@@ -43,9 +43,11 @@ The threshold rule (apply of AdvanceGcThreshold(table_id, up_to))
     deletes them again (deleting a missing file is success).
 
 Coverage
-    A record covers: the incarnations it names (resolved when it is created: the live one of each
-    table name and any earlier one of that name dropped at a Tu after ts, which reads of the name
-    at T >= ts still reach), and, for namespace
+    A record covers: the incarnations it names, by table id (resolved when it is created: the
+    live one of each table name and any earlier one of that name dropped at a Tu after ts,
+    which reads of the name at T >= ts still reach; from apply version 8 a name without a live
+    incarnation is resolved to those alone, see `_table_targets`). A table dropped and created
+    again after the record is a new incarnation, empty at ts, not covered. And, for namespace
     and cluster targets, every incarnation in those namespaces (any incarnation for "cluster")
     that is readable at some T >= ts: live, or dropped at a Tu after ts. Tables created later
     are covered too.
@@ -306,7 +308,18 @@ class GcState:
     # Commands
     # ----------------------------------------------------------------------------------------
 
-    def protect(self, cmd: Protect, *, tm: int, catalog: Catalog, sessions: Sessions) -> Result:
+    def protect(
+        self,
+        cmd: Protect,
+        *,
+        tm: int,
+        catalog: Catalog,
+        sessions: Sessions,
+        dropped_names: bool = False,
+    ) -> Result:
+        """`dropped_names` (apply version 8): a named table without a live incarnation is
+        protected when an incarnation of the name dropped after ts is still readable at some
+        T >= ts (`_table_targets`); before, that was TableNotFound."""
         existing = self._records.get(cmd.record_id)
         if existing is not None:
             if existing.same_request(cmd):
@@ -320,18 +333,7 @@ class GcState:
                 f"owner session {cmd.owner!r} does not exist or has expired",
                 details={"session_id": cmd.owner},
             )
-        tables = tuple(
-            TableTarget(table=name, table_id=catalog.live_table(name).table_id)
-            for name in cmd.tables
-        )
-        # Reads of a name AS OF T >= ts reach any incarnation dropped after ts (the name since
-        # re-created), not only the live one: those are protected too.
-        earlier = tuple(
-            TableTarget(table=name, table_id=inc.table_id)
-            for name in cmd.tables
-            for inc in catalog.incarnations(name)
-            if inc.dropped_tu is not None and inc.dropped_tu > cmd.ts
-        )
+        tables, earlier = _table_targets(cmd, catalog, dropped_names=dropped_names)
         for ns in cmd.namespaces:
             catalog.namespace(ns)  # NamespaceNotFound
         if len(self._records) + 1 > limits.MAX_PROTECTION_RECORDS:
@@ -703,6 +705,40 @@ def incarnation(catalog: Catalog, table: TableName, table_id: int) -> TableState
         f"table {table} has no incarnation {table_id}",
         details={"table": str(table), "table_id": table_id},
     )
+
+
+def _table_targets(
+    cmd: Protect, catalog: Catalog, *, dropped_names: bool
+) -> tuple[tuple[TableTarget, ...], tuple[TableTarget, ...]]:
+    """The incarnations a record naming `cmd.tables` covers, by table id (as CockroachDB's
+    records name descriptor ids): (one per name, the others its reads reach). Reads of a name
+    AS OF T >= ts reach its live incarnation and any dropped after ts (the name since created
+    again, or not): all of those. An incarnation created after the record is another table,
+    empty at ts, and not covered. The first of a name is its live incarnation; with
+    `dropped_names` (apply version 8), for a name without one, the newest incarnation dropped
+    after ts (TableNotFound if none: nothing of the name is readable at or after ts).
+    Without it a name must be live (its dropped incarnations join only a live one)."""
+    tables: list[TableTarget] = []
+    earlier: list[TableTarget] = []
+    for name in cmd.tables:
+        reached = [
+            inc
+            for inc in catalog.incarnations(name)
+            if inc.dropped_tu is not None and inc.dropped_tu > cmd.ts
+        ]
+        try:
+            first = catalog.live_table(name)
+        except TableNotFoundError:
+            if not (dropped_names and reached):
+                raise
+            first = reached[-1]
+        tables.append(TableTarget(table=name, table_id=first.table_id))
+        earlier.extend(
+            TableTarget(table=name, table_id=inc.table_id)
+            for inc in reached
+            if inc.table_id != first.table_id
+        )
+    return tuple(tables), tuple(earlier)
 
 
 def ttl_ms_of(inc: TableState, catalog: Catalog) -> int:

@@ -316,7 +316,13 @@ class MetastoreState:
                 )
             case Protect():
                 return Outcome.success(
-                    self.gc.protect(command, tm=tm, catalog=self.catalog, sessions=self.sessions)
+                    self.gc.protect(
+                        command,
+                        tm=tm,
+                        catalog=self.catalog,
+                        sessions=self.sessions,
+                        dropped_names=self.rules_at_least(8),
+                    )
                 )
             case ReleaseProtection():
                 return Outcome.success(self.gc.release(command, tm=tm, sessions=self.sessions))

@@ -309,7 +309,8 @@ class _OpenProtection:
     ran in between: `protect` is refused at or below a covered GC threshold, and thresholds
     only move forward, so a new record taken means no threshold ever passed `as_of` and GC
     deleted nothing a read at `as_of` sees. A refused one (BEFORE_GC_THRESHOLD, a target since
-    dropped, the max age run out) means the protection lapses: `lapse` says so (reads of the
+    dropped below apply version 8 - from 8 a name dropped after `as_of` is protected again -
+    the max age run out) means the protection lapses: `lapse` says so (reads of the
     bridge raise it from then on) and the block raises ProtectionLapsedError at its end,
     unless the old record turns out to have outlived the block (`end`). A retryable failure
     leaves the record as it is: the end of the block finds out whether it held."""

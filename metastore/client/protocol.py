@@ -29,6 +29,8 @@ Retries (what is safe to repeat)
       request id is retried only when the node certainly did nothing (connect failure,
       NOT_READY, NOT_LEADER).
     * Membership ops (`add_node`, ...) are retried only when the node certainly did nothing.
+    * `gc_run` is repeated like an idempotent write; a run that stopped midway says what it
+      deleted (`details.partial`), and `gc_run` adds those parts to the reply (`parts`).
     * A non-retryable error (bad DDL, not found, forbidden, ...) is raised at once. A node
       that refuses the connection or the request as a node (hello, TLS, token, role, an
       argument an older release does not know, INTERNAL) after another node left a write's
@@ -1069,7 +1071,43 @@ class MetastoreClient:
         args: dict[str, Any] = {"dry_run": dry_run, "timeout_ms": timeout_ms}
         if table is not None:
             args["table"] = table
-        return await self.call("gc_run", args, timeout_ms=timeout_ms + 5_000)
+        # A run that stopped midway (its leader lost its lease or its leadership) answers with
+        # what it deleted (`details.partial`) and is repeated elsewhere: the reply adds the
+        # parts up (`earlier_parts`, `parts`), or says it cannot (`unanswered_parts`: an
+        # attempt whose answer never came, or whose forward to the leader gave up waiting,
+        # may have deleted files too).
+        noted: list[tuple[MetastoreError, dict[str, int]]] = []
+        unanswered = 0
+
+        def note(error: MetastoreError | None) -> None:
+            nonlocal unanswered
+            if error is None:
+                unanswered += 1
+            elif (part := _gc_part(error.details.get("partial"))) is not None:
+                noted.append((error, part))
+            elif error.code is ErrorCode.TIMEOUT or error.details.get("outcome_unknown"):
+                unanswered += 1  # a forward that gave up: that run may go on deleting
+
+        try:
+            result = await self.call("gc_run", args, timeout_ms=timeout_ms + 5_000, on_retry=note)
+        except MetastoreError as exc:
+            # The error raised tells its own part (`partial`); the earlier ones join it.
+            others = [part for error, part in noted if error is not exc]
+            if others:
+                exc.details["earlier_parts"] = others
+            raise
+        earlier = [part for _, part in noted]
+        if not earlier and not unanswered:
+            return result
+        out = dict(result)
+        if earlier:
+            for key in _GC_TOTALS:
+                out[key] = int(out.get(key, 0)) + sum(part[key] for part in earlier)
+            out["parts"] = 1 + len(earlier)
+            out["earlier_parts"] = earlier
+        if unanswered:
+            out["unanswered_parts"] = unanswered
+        return out
 
     async def pin(
         self,
@@ -1367,9 +1405,12 @@ class MetastoreClient:
         endpoint: str | None = None,
         *,
         timeout_ms: int | None = None,
+        on_retry: Callable[[MetastoreError | None], None] | None = None,
     ) -> dict[str, Any]:
         """Run `op` and return its result map. With `endpoint`, ask exactly that node (no
-        failover, no retry); otherwise fail over as the module docstring describes."""
+        failover, no retry); otherwise fail over as the module docstring describes.
+        `on_retry` is told of each attempt the call moves on from: the node's error, or None
+        when the request was sent and no answer came (its outcome unknown)."""
         if self._closed:
             raise UnavailableError("the client is closed")
         if self.token is None:
@@ -1438,6 +1479,8 @@ class MetastoreClient:
                         # A repeatable write sent before the connection broke may have been
                         # done there: unknown, unless a later answer says what became of it.
                         outcome_unknown = outcome_unknown or (exc.sent and op not in _READ_OPS)
+                        if exc.sent and on_retry is not None:
+                            on_retry(None)
                         continue
                     except MetastoreError as exc:
                         # The node refused the connection itself (its hello: a token it does
@@ -1490,6 +1533,8 @@ class MetastoreClient:
                     failures[target] = f"{code}: {error.message}"
                     last_server_error = error
                     outcome_unknown = outcome_unknown or unknown_write
+                    if on_retry is not None:
+                        on_retry(error)
                     wait_ms = _ahead_wait_ms(error)
                     if wait_ms is None:
                         other_answer = True
@@ -1752,6 +1797,29 @@ class MetastoreClient:
     def _backoff_ms(self, round_number: int) -> float:
         cap = min(RETRY_BACKOFF_MS_MAX, RETRY_BACKOFF_MS_MIN * 2 ** max(0, round_number - 1))
         return self._rng.uniform(max(RETRY_BACKOFF_MS_MIN, cap / 2), max(RETRY_BACKOFF_MS_MIN, cap))
+
+
+# The totals of a `gc_run` reply that a run split in parts adds up (`gc_run`).
+_GC_TOTALS: Final = (
+    "files_deleted",
+    "bytes_deleted",
+    "orphans_deleted",
+    "orphan_bytes_deleted",
+    "compacted_manifests",
+)
+
+
+def _gc_part(partial: object) -> dict[str, int] | None:
+    """What a stopped GC run deleted (an error's `details.partial`), or None if malformed."""
+    if not isinstance(partial, Mapping):
+        return None
+    part: dict[str, int] = {}
+    for key in _GC_TOTALS:
+        value = partial.get(key, 0)
+        if not _is_uint(value):
+            return None
+        part[key] = int(value)
+    return part
 
 
 def _is_uint(value: object) -> bool:

@@ -128,6 +128,12 @@ the state machine checks again when it applies it (metastore/gc.py):
    in `gc status` as awaiting compaction. Never for a location inside this node's own
    directories (point 6), nor for a table without a location.
 
+A run that stops midway (point 5's deposed or lease-lapsed leader, a dropped proposal) ends
+with its error, whose `details.partial` holds the totals of what it deleted before it stopped
+(and whose message says so); the client's `gc_run` repeats the run elsewhere and adds the
+parts up. A run counts the files it unlinked, not those found already gone, so a chunk an
+interrupted run (or a crashed leader) half deleted is counted once across the two runs.
+
 Deletions are rate-limited (`gc_delete_files_per_s`) and run in a worker thread. Records past
 their max age, or whose owner session has been gone for PROTECTION_OWNER_GRACE_MS, are released
 by `release_due` (called from the node's sweep loop), with the reason in the log.
@@ -370,19 +376,22 @@ class GcWorker:
                 if table is None or state.txns.table_location(i)[0] == table
             ]
             budget = _CompactionBudget()
-            reports = [
-                await self._table(table_id, dry_run=dry_run, budget=budget) for table_id in ids
-            ]
-            orphans = await self._orphans(reports, dry_run=dry_run)
+            # Each table's report joins the list before its work starts, so a run that stops
+            # midway (a lapsed lease, a new leader) still knows what it deleted.
+            reports: list[TableReport] = []
+            try:
+                for table_id in ids:
+                    await self._table(table_id, dry_run=dry_run, budget=budget, into=reports)
+                orphans = await self._orphans(reports, dry_run=dry_run)
+            except MetastoreError as exc:
+                if not dry_run:
+                    self._split(exc, _totals(reports), started)
+                raise
             summary = {
                 "dry_run": dry_run,
                 "tables": [r.view() for r in reports],
                 "orphan_locations_skipped": orphans,
-                "files_deleted": sum(r.files_deleted for r in reports),
-                "bytes_deleted": sum(r.bytes_deleted for r in reports),
-                "orphans_deleted": sum(r.orphans_deleted for r in reports),
-                "orphan_bytes_deleted": sum(r.orphan_bytes_deleted for r in reports),
-                "compacted_manifests": sum(r.compacted_manifests for r in reports),
+                **_totals(reports),
                 "awaiting_compaction_files": sum(r.awaiting_compaction_files for r in reports),
                 "awaiting_compaction_tables": sum(
                     1 for r in reports if r.awaiting_compaction_files
@@ -398,8 +407,32 @@ class GcWorker:
                 )
             return summary
 
+    def _split(self, exc: MetastoreError, done: dict[str, int], started: float) -> None:
+        """A run ended early by `exc` (a lapsed lease, a new leader, a dropped proposal): the
+        error says what the run deleted before it stopped (`details.partial`: the totals of
+        `_totals`), so the client that repeats `gc run` elsewhere can add the parts up
+        (metastore.client.protocol `gc_run`); the metrics and `last_run` count that part too.
+        Deletions count files this run unlinked, not files found already gone, so a repeat
+        that deletes the same chunk again adds nothing twice."""
+        if not any(done.values()):
+            return
+        exc.details["partial"] = done
+        exc.message += (
+            f" (this run deleted {done['files_deleted']} files and {done['orphans_deleted']} "
+            "orphans before it stopped; the next run resumes the rest)"
+        )
+        exc.args = (exc.message,)
+        summary = {
+            "dry_run": False,
+            "partial": True,
+            **done,
+            "seconds": round(time.monotonic() - started, 3),
+        }
+        self.last_run = {**summary, "error": exc.code.value, "finished_ms": _wall_ms()}
+        self.metrics.gc_run(summary)
+
     async def _table(
-        self, table_id: int, *, dry_run: bool, budget: _CompactionBudget
+        self, table_id: int, *, dry_run: bool, budget: _CompactionBudget, into: list[TableReport]
     ) -> TableReport:
         state = self.sm.state
         name, location, _ = state.txns.table_location(table_id)
@@ -413,6 +446,7 @@ class GcWorker:
             threshold=max(before, bound.bound),
             held_by=bound.held_by,
         )
+        into.append(report)
         if location and not await asyncio.to_thread(self.allowed.allows, location):
             # Point 7: left alone - threshold, queue and files - until an operator allows its
             # directory again; nothing it named is lost track of meanwhile.
@@ -605,8 +639,9 @@ class GcWorker:
                 allowed=self.allowed,
             )
             sizes = dict(chunk)
-            report.files_deleted += len(deleted.removed)
-            report.bytes_deleted += sum(sizes.get(p, 0) for p in deleted.removed)
+            unlinked = deleted.unlinked()
+            report.files_deleted += len(unlinked)
+            report.bytes_deleted += sum(sizes.get(p, 0) for p in unlinked)
             if deleted.deposed:
                 raise self._deposed()  # the chunk stays queued for the next leader
             await self._propose(
@@ -732,8 +767,9 @@ class GcWorker:
                     protected=self.protected,
                     allowed=self.allowed,
                 )
-                report.bytes_deleted += sum(sizes.get(p, 0) for p in deleted.removed)
-                report.files_deleted += len(deleted.removed)
+                unlinked = deleted.unlinked()
+                report.bytes_deleted += sum(sizes.get(p, 0) for p in unlinked)
+                report.files_deleted += len(unlinked)
                 if deleted.deposed:
                     raise self._deposed()
             keep = await self._still_referenced(inc.table_id) if trusted else None
@@ -751,8 +787,9 @@ class GcWorker:
                 )
                 if deleted.deposed:
                     raise self._deposed()
-                report.files_deleted += 1
-                report.bytes_deleted += ref.size_bytes
+                if deleted.unlinked():
+                    report.files_deleted += 1
+                    report.bytes_deleted += ref.size_bytes
             await self._propose(
                 GcFilesDeleted(table=inc.name, table_id=inc.table_id, paths=(path,))
             )
@@ -845,7 +882,7 @@ class GcWorker:
                     protected=self.protected,
                     allowed=self.allowed,
                 )
-                removed = set(deleted.removed)
+                removed = set(deleted.unlinked())
                 report.orphans_deleted += len(removed)
                 report.orphan_bytes_deleted += sum(size for p, size in chunk if p in removed)
                 if deleted.deposed:
@@ -982,6 +1019,13 @@ class _Deleted:
 
     removed: list[str] = field(default_factory=list)
     deposed: bool = False
+    # Of `removed`, those already gone (an earlier run, or a deposed leader's thread, unlinked
+    # them): done, but not deleted by this run, so not counted in its reply.
+    missing: set[str] = field(default_factory=set)
+
+    def unlinked(self) -> list[str]:
+        """The paths of `removed` this deletion really unlinked: what a run's reply counts."""
+        return [p for p in self.removed if p not in self.missing]
 
 
 def _delete_files(
@@ -1023,8 +1067,10 @@ def _delete_files(
                 is_file = info.type == pafs.FileType.File and written_ns is not None
                 if is_file and written_ns // 1_000_000 > manifests_written_after_ms:
                     continue
-            with contextlib.suppress(FileNotFoundError):
+            try:
                 fs.delete_file(f"{base}/{rel}")
+            except FileNotFoundError:
+                out.missing.add(rel)
             out.removed.append(rel)
         return out
     local = _local_root(root)
@@ -1036,7 +1082,11 @@ def _delete_files(
         protected=protected,
         allowed=allowed,
     )
-    return _Deleted([by_absolute[p] for p in deleted.removed], deleted.deposed)
+    return _Deleted(
+        [by_absolute[p] for p in deleted.removed],
+        deleted.deposed,
+        {by_absolute[p] for p in deleted.missing},
+    )
 
 
 def _log_not_allowed(path: str, allowed: AllowedLocations) -> None:
@@ -1092,8 +1142,10 @@ def _delete_absolute(
                 written_ns = None
             if written_ns is not None and written_ns // 1_000_000 > manifests_written_after_ms:
                 continue
-        with contextlib.suppress(FileNotFoundError):
+        try:
             os.remove(path)
+        except FileNotFoundError:
+            out.missing.add(path)
         out.removed.append(path)
         parents.add(os.path.dirname(path))
     for parent in sorted(parents, reverse=True):
@@ -1374,6 +1426,18 @@ def _live_attempt(parts: list[str], live_sessions: set[str]) -> bool:
 
 def _local_root(location: str) -> str:
     return os.path.normpath(location.removeprefix("file://"))
+
+
+def _totals(reports: Iterable[TableReport]) -> dict[str, int]:
+    """What a run's table reports add up to: the totals of its reply."""
+    reports = list(reports)
+    return {
+        "files_deleted": sum(r.files_deleted for r in reports),
+        "bytes_deleted": sum(r.bytes_deleted for r in reports),
+        "orphans_deleted": sum(r.orphans_deleted for r in reports),
+        "orphan_bytes_deleted": sum(r.orphan_bytes_deleted for r in reports),
+        "compacted_manifests": sum(r.compacted_manifests for r in reports),
+    }
 
 
 def _wall_ms() -> int:

@@ -160,7 +160,9 @@ class NodeMetrics:
         )
 
     def gc_run(self, summary: dict[str, Any]) -> None:
-        self.gc_runs.inc()
+        """A run's deletions; a run that stopped midway (`partial`) counts no completed run."""
+        if not summary.get("partial"):
+            self.gc_runs.inc()
         self.gc_files_deleted.inc(summary["files_deleted"])
         self.gc_bytes_deleted.inc(summary["bytes_deleted"])
         self.gc_orphans_deleted.inc(summary["orphans_deleted"])

@@ -5,7 +5,9 @@ need stay on disk, answers are identical on every node); once released, `gc run`
 the leader) moves the threshold, deletes exactly the files no read above it can see, and every
 node then refuses reads at or below it with BEFORE_GC_THRESHOLD. Orphans: old unreferenced files
 go, young ones and a live session's attempt directory stay. Protect and GC proposed concurrently
-from different nodes never break a returned protection. Roles, expiry and the CLI."""
+from different nodes never break a returned protection. A table dropped under a batch that
+leased it for reading keeps its files until the batch lets go, and the batch's commits fail
+whole. Roles, expiry and the CLI."""
 
 from __future__ import annotations
 
@@ -29,6 +31,8 @@ from metastore.errors import (
     ForbiddenError,
     MetastoreError,
     ProtectionNotFoundError,
+    ReadConflictError,
+    TableNotFoundError,
 )
 from tests.daemon.harness import MetastoreCluster, metastore_cluster
 
@@ -438,3 +442,103 @@ def test_a_file_removed_inside_a_manifest_is_deleted_by_gc_without_a_manual_comp
     finally:
         admin.close()
         writer.close()
+
+
+def test_a_table_dropped_under_a_leased_batch_keeps_its_files_and_refuses_its_commits(
+    cluster: MetastoreCluster,
+) -> None:
+    # DROP TABLE does not wait for leases (other DDL does). A batch that pinned (leased) the
+    # table for reading before the drop goes on reading it at its read_ts: GC past the drop's
+    # TTL must keep the files its lease reads, and its commit must fail whole - a read-set
+    # check is READ_CONFLICT (apply version 5), a write to the dropped table is refused, and
+    # the other table of that commit gets nothing. Once the batch lets go, GC collects them.
+    table, out = "gcns.dropped_under_batch", "gcns.batch_out"
+    admin = _client(cluster, role="admin")
+    writer = _client(cluster)
+    session_id = uuid.uuid4().hex
+    try:
+        for name in (table, out):
+            admin.ddl(f"CREATE TABLE {name} (id BIGINT) TBLPROPERTIES ('gc.ttl' = '1s')")
+        location = _location(writer, table)
+        (location / "data").mkdir(parents=True, exist_ok=True)
+        (location / "data" / "f1.parquet").write_bytes(b"x" * 100)
+        f1 = {"path": "data/f1.parquet", "size_bytes": 100, "row_count": 1}
+        read_ts = int(
+            writer.commit(
+                f"gc-{uuid.uuid4().hex[:8]}", [{"table": table, "schema_version": 1, "add": [f1]}]
+            )["ts"]
+        )
+        writer.session_open(session_id, ttl_ms=60_000)
+        writer.pin([table, out], session_id=session_id, reads=[table], read_ts=read_ts)
+        admin.ddl(f"DROP TABLE {table}")
+        time.sleep(1.5)  # past the TTL after the drop's activation
+        run = admin.gc_run(table)
+        (report,) = run["tables"]
+        assert report["held_by"] == {"kind": "lease", "session_id": session_id}, run
+        assert report["threshold"] < read_ts and report["files_deleted"] == 0, run
+        assert (location / "data" / "f1.parquet").exists(), "GC deleted a leased batch's file"
+        listed = writer.files(table, as_of=read_ts)["files"]
+        assert [f["path"] for f in listed] == ["data/f1.parquet"]
+        # The batch's commits: nothing of either applies.
+        g1 = {"path": "g1.parquet", "size_bytes": 1, "row_count": 1}
+        out_write = {"table": out, "schema_version": 1, "add": [g1]}
+        with pytest.raises(ReadConflictError):
+            writer.commit(
+                f"gc-{uuid.uuid4().hex[:8]}", [out_write], read_ts=read_ts, read_tables=[table]
+            )
+        both = [out_write, {"table": table, "schema_version": 1, "add": [f1]}]
+        with pytest.raises(TableNotFoundError):
+            writer.commit(f"gc-{uuid.uuid4().hex[:8]}", both)
+        assert writer.files(out)["files"] == []
+        writer.session_close(session_id)
+        run = admin.gc_run(table)
+        assert run["files_deleted"] == 1, run
+        assert not (location / "data" / "f1.parquet").exists()
+    finally:
+        for cl in (admin, writer):
+            cl.close()
+
+
+def test_a_protected_name_dropped_and_re_created_keeps_the_old_incarnations_files(
+    cluster: MetastoreCluster,
+) -> None:
+    # A protection covers the incarnations its name reads at >= ts, by table id: GC keeps the
+    # dropped one's files (at the same location as the new one) and collects the new one's
+    # by its TTL. A name dropped, not yet created again, can be protected too (apply 8).
+    table = "gcns.protected_reborn"
+    admin = _client(cluster, role="admin")
+    writer = _client(cluster)
+    create = f"CREATE TABLE {table} (id BIGINT) TBLPROPERTIES ('gc.ttl' = '1s')"
+
+    def commit(name: str, *, overwrite: bool = False) -> int:
+        (location / "data" / name).write_bytes(b"x" * 100)
+        add = [{"path": f"data/{name}", "size_bytes": 100, "row_count": 1}]
+        write = {"table": table, "schema_version": 1, "add": add, "overwrite": overwrite}
+        return int(writer.commit(f"gc-{uuid.uuid4().hex[:8]}", [write])["ts"])
+
+    try:
+        admin.ddl(create)
+        location = _location(writer, table)
+        (location / "data").mkdir(parents=True, exist_ok=True)
+        ts = commit("f1.parquet")
+        old_id = writer.protect(ts, tables=[table], record_id="by-name-live")["table_ids"][0]
+        admin.ddl(f"DROP TABLE {table}")
+        dropped = writer.protect(ts, tables=[table], record_id="by-name-dropped")
+        assert dropped["table_ids"] == [old_id]
+        admin.ddl(create)
+        commit("f2.parquet")
+        commit("f3.parquet", overwrite=True)  # f2 is dead once the TTL passes
+        time.sleep(1.5)
+        run = admin.gc_run(table)
+        by_id = {t["table_id"]: t for t in run["tables"]}
+        assert by_id[old_id]["held_by"]["kind"] == "protection", run
+        assert by_id[old_id]["files_deleted"] == 0 and run["files_deleted"] == 1, run
+        assert sorted(p.name for p in (location / "data").iterdir()) == ["f1.parquet", "f3.parquet"]
+        assert [f["path"] for f in writer.files(table, as_of=ts)["files"]] == ["data/f1.parquet"]
+        for record_id in ("by-name-live", "by-name-dropped"):
+            writer.release_protection(record_id)
+        assert admin.gc_run(table)["files_deleted"] == 1
+        assert sorted(p.name for p in (location / "data").iterdir()) == ["f3.parquet"]
+    finally:
+        for cl in (admin, writer):
+            cl.close()

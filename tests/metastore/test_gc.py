@@ -1135,3 +1135,63 @@ def test_queueing_a_dead_manifests_files_is_bounded_and_needs_apply_version_3(
     for files in [[["f1"]], [["f1", True]], [[1, 1]], "f1"]:
         with pytest.raises(MalformedCommandError):
             decode_command(msgpack.packb({**body, "files": files}, use_bin_type=True))
+
+
+# --------------------------------------------------------------------------------------------
+# A protection of a table name and DROP TABLE (by incarnation, as CockroachDB by descriptor id)
+# --------------------------------------------------------------------------------------------
+
+
+def test_a_name_protected_before_a_drop_and_re_create_keeps_the_old_incarnation_only() -> None:
+    # A protection names the incarnations its name reads at T >= ts when it is created (here
+    # the live one), by table id. A drop and CREATE of the name after it make a new table,
+    # empty at ts, that the record does not cover (covering it would hold all of that table's
+    # GC for the record's life); the old incarnation's files stay readable at ts.
+    d = table_driver()
+    commit(d, "a", add=("f1",))
+    d.tm += 10 * MS
+    ts = d.tm
+    old_id = d.state.catalog.live_table(T).table_id
+    assert ok(d, protect("p", ts))["table_ids"] == [old_id]
+    d.ok("DROP TABLE ns.t")
+    d.ok("CREATE TABLE ns.t (id BIGINT) TBLPROPERTIES ('gc.ttl' = '1s')")
+    d.tm += (DD_MS + 1) * MS
+    commit(d, "b", add=("f2",))
+    commit(d, "c", add=("f3",), overwrite=True)
+    d.tm += 5 * TTL_MS * MS
+    held = ok(d, AdvanceGcThreshold(table=T, table_id=old_id, up_to=d.tm))
+    assert held["held_by"] == {"kind": "protection", "record_id": "p"}
+    assert held["threshold"] < ts and held["purged"] == 0 and paths_at(d, ts) == ["f1"]
+    new = advance(d, d.tm)
+    assert new["held_by"] == {"kind": "ttl", "ttl_ms": TTL_MS} and new["purged"] == 1  # f2
+
+
+@pytest.mark.parametrize("apply_version", [7, 8])
+def test_a_dropped_name_can_be_protected_at_a_ts_its_reads_still_reach(apply_version: int) -> None:
+    # After a DROP (by mistake), protecting the name at a ts before the drop keeps the data to
+    # restore, as it already did when the name had been created again. Before apply version 8
+    # it was TABLE_NOT_FOUND, and so was a bridge's protect() moving its record to a new
+    # session (it protects again by name): the protection lapsed and GC deleted the files.
+    d = table_driver(apply_version=apply_version)
+    commit(d, "a", add=("f1",))
+    d.tm += 10 * MS
+    ts = d.tm
+    old_id = d.state.catalog.live_table(T).table_id
+    d.ok("DROP TABLE ns.t")
+    if apply_version < 8:
+        refused(d, protect("p", ts), TableNotFoundError)
+        return
+    assert ok(d, protect("p", ts))["table_ids"] == [old_id]
+    d.tm += 5 * TTL_MS * MS
+    held = ok(d, AdvanceGcThreshold(table=T, table_id=old_id, up_to=d.tm))
+    assert held["held_by"] == {"kind": "protection", "record_id": "p"}
+    assert held["purged"] == 0 and paths_at(d, ts) == ["f1"]
+    restored = MetastoreState.from_snapshot(d.state.to_snapshot())
+    assert restored == d.state
+    # Nothing of the name is readable at or after its drop: that is still TABLE_NOT_FOUND.
+    dropped_tu = d.state.catalog.incarnations(T)[-1].dropped_tu
+    assert dropped_tu is not None
+    refused(d, protect("q", dropped_tu), TableNotFoundError)
+    # Released, the threshold passes the drop and every file of it is dead.
+    ok(d, ReleaseProtection(record_id="p"))
+    assert ok(d, AdvanceGcThreshold(table=T, table_id=old_id, up_to=d.tm))["purged"] == 1
