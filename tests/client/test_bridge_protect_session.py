@@ -187,13 +187,15 @@ def test_a_protection_moves_to_the_session_that_replaces_a_lost_one(job: _Job) -
         first_id = record["record_id"]
         lost = job.lose_session()
         new = job.resume(lost)
-        moved = _wait(
-            lambda: [r for r in _records_at(job.admin, job.ts1) if r["owner"] == new],
-            "the protection to be owned by the new session",
-        )
-        assert [r["record_id"] for r in _records_at(job.admin, job.ts1)] == [
-            moved[0]["record_id"]
-        ], "the lost session's record is released once the new one holds"
+
+        # The move takes the new record, then releases the lost session's and updates the
+        # block's record: wait for all three (asserting in between raced the release).
+        def moved_alone() -> list[dict[str, Any]]:
+            held = _records_at(job.admin, job.ts1)
+            alone = len(held) == 1 and held[0]["owner"] == new
+            return held if alone and held[0]["record_id"] == record["record_id"] else []
+
+        moved = _wait(moved_alone, "the protection to be owned by the new session alone")
         assert record["record_id"] == moved[0]["record_id"] != first_id
         threshold = job.gc_past(job.ts2)
         assert threshold < job.ts1, "GC passed a timestamp the running block protects"
