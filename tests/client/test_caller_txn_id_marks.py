@@ -14,15 +14,17 @@ library talks to it; no Spark, no processes."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
 from metastore import limits
 from metastore.client import SyncMetastoreClient
+from metastore.client.txn_marks import is_reserved_stream, txn_mark_stream
 from metastore.commands import commit_txn_from_request
 from metastore.daemon.views import commit_view
-from metastore.errors import TxnIdReusedError
+from metastore.errors import InvalidArgumentError, TxnIdReusedError
 from spark_bridge import datasource
 from spark_bridge.bridge import BatchContext, BatchError
 from spark_bridge.datasource import MetastoreWriter, WrittenFile
@@ -114,6 +116,18 @@ def client(node: StateNode) -> Iterator[SyncMetastoreClient]:
 # --------------------------------------------------------------------------------------------
 
 
+def _plan_without_spark(monkeypatch: pytest.MonkeyPatch, node: StateNode) -> None:
+    """A batch's plan pins its tables as the state has them (no Spark, no pin request)."""
+
+    def plan(self: BatchContext, top: int | None = None) -> None:
+        self.pinned = {
+            t: SimpleNamespace(version=1, table_id=node.table_id(t))  # type: ignore[misc]
+            for t in self.tables
+        }
+
+    monkeypatch.setattr(BatchContext, "plan", plan)
+
+
 def _run_batch(
     monkeypatch: pytest.MonkeyPatch,
     node: StateNode,
@@ -126,14 +140,7 @@ def _run_batch(
     """One `bridge.batch(writes=[table], txn_id=txn_id)` writing `path`, without Spark: the
     plan pins `table` as the state has it, and the body records the file it "wrote"."""
 
-    def plan(self: BatchContext, top: int | None = None) -> None:
-        from types import SimpleNamespace
-
-        self.pinned = {
-            t: SimpleNamespace(version=1, table_id=node.table_id(t)) for t in self.tables
-        }  # type: ignore[misc]
-
-    monkeypatch.setattr(BatchContext, "plan", plan)
+    _plan_without_spark(monkeypatch, node)
     bridge = bare_bridge(client)
     with bridge.batch(writes=[table], txn_id=txn_id) as b:
         b._written[table] = ([DataFile(path=path, size_bytes=100, row_count=10)], False)
@@ -246,3 +253,117 @@ def test_an_append_txn_id_reused_for_another_table_past_the_window_is_a_typed_er
         _append(monkeypatch, node, client, table="ns.b", path="_txn/other/part-0.parquet")
     assert raised.value.details["txn_id"] == ETL_TXN_ID
     assert node.paths("ns.b") == before
+
+
+# --------------------------------------------------------------------------------------------
+# The client: client.commit(..., mark_txn_id=True)
+# --------------------------------------------------------------------------------------------
+
+
+def _writes(table: str, path: str) -> list[dict[str, Any]]:
+    return [{"table": table, "schema_version": 1, "add": [_file(path)]}]
+
+
+def test_a_client_commit_with_mark_txn_id_run_again_past_the_window_commits_once(
+    node: StateNode, client: SyncMetastoreClient
+) -> None:
+    first = client.commit(ETL_TXN_ID, _writes("ns.a", "_txn/run1/f"), mark_txn_id=True)
+    assert not first["deduplicated"]
+    node.push_out_of_the_window()
+    again = client.commit(ETL_TXN_ID, _writes("NS.A", "_txn/run2/f"), mark_txn_id=True)
+    assert again["deduplicated"] and again["ts"] == first["ts"]
+    assert again["tables"] == ["ns.a"]
+    assert node.paths("ns.a") == ["_txn/run1/f"]
+    with pytest.raises(TxnIdReusedError) as raised:
+        client.commit(ETL_TXN_ID, _writes("ns.b", "_txn/other/f"), mark_txn_id=True)
+    assert raised.value.details["reason"] == "other_tables"
+    assert node.paths("ns.b") == [f"o{i}" for i in range(1, WINDOW + 2)]
+
+
+def test_a_client_commit_with_mark_txn_id_refused_by_the_mark_is_deduplicated(
+    node: StateNode, client: SyncMetastoreClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run of the same id that committed between this run's lookup and its commit: the
+    mark refuses the commit, and the refusal itself says it is this id and table set."""
+    first = client.commit(ETL_TXN_ID, _writes("ns.a", "_txn/run1/f"), mark_txn_id=True)
+    node.push_out_of_the_window()
+    real = node.handle
+
+    async def lookup_misses(op: str, args: dict[str, Any]) -> dict[str, Any]:
+        if op == "committed_txn":
+            return {"txn_id": args["txn_id"], "txn": None, "stream_mark": None}
+        return await real(op, args)
+
+    monkeypatch.setattr(node, "handle", lookup_misses)
+    again = client.commit(ETL_TXN_ID, _writes("ns.a", "_txn/run2/f"), mark_txn_id=True)
+    assert again["deduplicated"] and again["ts"] == first["ts"]
+    assert node.paths("ns.a") == ["_txn/run1/f"]
+
+
+def test_a_client_commit_without_mark_txn_id_carries_no_mark(
+    node: StateNode, client: SyncMetastoreClient
+) -> None:
+    client.commit("plain", _writes("ns.a", "f"))
+    assert "stream" not in node.commit_requests[-1]
+    assert node.d.state.txn_stats().stream_marks == 0
+
+
+def test_the_txn_mark_prefix_is_refused_as_a_caller_s_stream(
+    monkeypatch: pytest.MonkeyPatch, node: StateNode, client: SyncMetastoreClient
+) -> None:
+    with pytest.raises(InvalidArgumentError):
+        client.commit("q:0", _writes("ns.a", "f"), stream=txn_mark_stream("x"), seq=0)
+    with pytest.raises(BatchError) as raised:
+        bare_bridge(client).batch(writes=["ns.a"], stream=("@txn-id:etl", 0)).__enter__()
+    assert not raised.value.retryable
+    assert node.commit_requests == []
+
+
+# --------------------------------------------------------------------------------------------
+# The key: its length, its space, who gets one
+# --------------------------------------------------------------------------------------------
+
+
+def test_a_txn_id_of_the_longest_length_gets_a_mark_the_stream_field_holds(
+    monkeypatch: pytest.MonkeyPatch, node: StateNode, client: SyncMetastoreClient
+) -> None:
+    longest = "j" * limits.MAX_TXN_ID_CHARS
+    stream = txn_mark_stream(longest)
+    assert len(stream) <= limits.MAX_TXN_ID_CHARS and is_reserved_stream(stream)
+    assert txn_mark_stream("j" * (limits.MAX_TXN_ID_CHARS - 1)) != stream
+    short = txn_mark_stream(ETL_TXN_ID)
+    assert short == "@txn-id:" + ETL_TXN_ID  # readable while it fits
+    first = _run_batch(monkeypatch, node, client, table="ns.a", path="r1", txn_id=longest)
+    node.push_out_of_the_window()
+    again = _run_batch(monkeypatch, node, client, table="ns.a", path="r2", txn_id=longest)
+    assert again.report.deduplicated and again.report.commit_ts == first.report.commit_ts
+    assert node.paths("ns.a") == ["r1"]
+
+
+def test_the_pre_work_lookup_finds_a_caller_txn_id_past_the_window(
+    monkeypatch: pytest.MonkeyPatch, node: StateNode, client: SyncMetastoreClient
+) -> None:
+    first = _run_batch(monkeypatch, node, client, table="ns.a", path="r1")
+    node.push_out_of_the_window()
+    reply = client.committed_txn(ETL_TXN_ID, stream=txn_mark_stream(ETL_TXN_ID))
+    assert reply["txn"] is None
+    assert reply["stream_mark"]["txn_id"] == ETL_TXN_ID
+    assert reply["stream_mark"]["ts"] == first.report.commit_ts
+
+
+def test_bridge_made_txn_ids_carry_no_mark(
+    monkeypatch: pytest.MonkeyPatch, node: StateNode, client: SyncMetastoreClient
+) -> None:
+    _run_batch(monkeypatch, node, client, table="ns.a", path="r1", txn_id=None)
+    _append(monkeypatch, node, client, table="ns.a", path="r2", txn_id=None)
+    assert all("stream" not in r for r in node.commit_requests)
+    assert node.d.state.txn_stats().stream_marks == 0
+
+
+def test_a_streaming_batch_keeps_its_own_stream_position(
+    monkeypatch: pytest.MonkeyPatch, node: StateNode, client: SyncMetastoreClient
+) -> None:
+    _plan_without_spark(monkeypatch, node)
+    with bare_bridge(client).batch(writes=["ns.a"], txn_id="q:id:3", stream=("q:id", 3)) as b:
+        b._written["ns.a"] = ([DataFile(path="s3", size_bytes=1, row_count=1)], False)
+    assert (node.commit_requests[-1]["stream"], node.commit_requests[-1]["seq"]) == ("q:id", 3)
