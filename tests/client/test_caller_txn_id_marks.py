@@ -13,6 +13,7 @@ library talks to it; no Spark, no processes."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from types import SimpleNamespace
 from typing import Any
@@ -367,3 +368,35 @@ def test_a_streaming_batch_keeps_its_own_stream_position(
     with bare_bridge(client).batch(writes=["ns.a"], txn_id="q:id:3", stream=("q:id", 3)) as b:
         b._written["ns.a"] = ([DataFile(path="s3", size_bytes=1, row_count=1)], False)
     assert (node.commit_requests[-1]["stream"], node.commit_requests[-1]["seq"]) == ("q:id", 3)
+
+
+# --------------------------------------------------------------------------------------------
+# The CLI: metastore txn show
+# --------------------------------------------------------------------------------------------
+
+
+def test_txn_show_finds_a_caller_txn_id_past_the_window_by_its_mark(
+    monkeypatch: pytest.MonkeyPatch, node: StateNode
+) -> None:
+    from click.testing import CliRunner
+
+    from cli.main import cli
+
+    with ThreadedFakeNode(handler=node.handle) as fake:
+        c = SyncMetastoreClient([fake.endpoint], TOKEN)
+        try:
+            first = _run_batch(monkeypatch, node, c, table="ns.a", path="r1")
+        finally:
+            c.close()
+        node.push_out_of_the_window()
+        base = ["--endpoints", fake.endpoint, "--token", TOKEN, "txn", "show", ETL_TXN_ID]
+        shown = CliRunner().invoke(cli, base)
+        assert shown.exit_code == 0, shown.output
+        assert "txn-id mark" in shown.output
+        assert "not remembered" not in shown.output
+        as_json = CliRunner().invoke(cli, [*base, "-o", "json"])
+        assert as_json.exit_code == 0, as_json.output
+        mark = json.loads(as_json.output)["stream_mark"]
+        assert (mark["txn_id"], mark["ts"]) == (ETL_TXN_ID, first.report.commit_ts)
+        never = CliRunner().invoke(cli, [*base[:-1], "never-ran"])
+        assert never.exit_code == 4
