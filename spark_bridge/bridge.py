@@ -40,7 +40,9 @@ What one batch does (DESIGN.md §7):
 5. On leaving the `with` block without an exception, one commit lists every table's files; it is
    visible at one timestamp (> Top) for all tables, or not at all. The commit is keyed by the
    batch's txn id, so a replayed batch commits once (a txn id found committed by a batch of
-   other tables is a non-retryable TxnIdReused, never this batch's commit). An exception before
+   other tables is a non-retryable TxnIdReused, never this batch's commit); a txn id the caller
+   passed is looked up first and carries a mark of its own, so a job re-run under it is
+   deduplicated past the txn-id window too (metastore.client.txn_marks). An exception before
    that commits nothing; written files stay unreferenced for GC and are never shown to readers.
 
 Spark moves the data; the metastore only ever sees schemas and file lists.

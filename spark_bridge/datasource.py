@@ -2,7 +2,8 @@
 
     spark.read.format("metastore").option("table", "sales.orders").option("as_of", "-5m").load()
     df.write.format("metastore").option("table", "sales.orders").mode("append").save()
-    # optional: .option("txn_id", "<stable id>") makes a retried job commit once
+    # optional: .option("txn_id", "<stable id>") makes a retried job commit once, however
+    #           much later (the id's mark: metastore.client.txn_marks)
     # optional: .option("loose_files_max", "10000") compacts the table into manifests past it
     #           (default: the cluster's loose_files_max setting)
     # optional: .option("session_ttl_ms", "1800000") the TTL of the append's session (below)

@@ -20,7 +20,8 @@ silent "done" (which would drop this write's data). The mark keeps no table name
 hash of them, hence the seq. Since a re-run of other tables whose hash is above the mark's
 would not be refused, callers look the mark up first (`committed_txn(txn_id, stream=...)`) and
 commit only when none is found; the mark check at commit then only has to cover a concurrent
-run of the same id.
+run of the same id (one of other tables that commits between the lookup and the commit is
+still in the txn-id window then: TxnIdReused by the record).
 
 No apply change: commits with stream positions and their marks exist since before apply
 versions (every release that can join a cluster keeps and checks them). Bridge-made ids (a
@@ -30,7 +31,9 @@ refuse a caller's stream of that prefix, so no streaming query's mark is taken f
 
 What it costs and bounds: one mark per caller txn id, remembered until MAX_STREAM_MARKS other
 streams or ids committed since (least recently committed forgotten first), not
-MAX_REMEMBERED_TXNS commits. A txn id first committed by a client without marks (an earlier
+MAX_REMEMBERED_TXNS commits. Streaming queries' marks share that bound: a query idle while
+MAX_STREAM_MARKS other streams and ids commit loses its mark (a job with a fresh id per run
+adds one per run). One more linearizable lookup per commit under a caller's id. A txn id first committed by a client without marks (an earlier
 release) is protected by the window only, as before; so is a re-run by such a client.
 """
 
@@ -40,7 +43,6 @@ import hashlib
 from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
-from metastore.commands import TableName
 from metastore.errors import BatchAlreadyCommittedError, MetastoreError, TxnIdReusedError
 from metastore.limits import MAX_TXN_ID_CHARS
 
@@ -67,6 +69,9 @@ def txn_mark_stream(txn_id: str) -> str:
 
 def canonical_table(name: str) -> str:
     """`name` as the metastore records it (case-folded as the catalog folds names)."""
+    # Here, not at import: the client's import path holds only the shared limits and errors.
+    from metastore.commands import TableName
+
     try:
         return str(TableName.parse(name))
     except MetastoreError:
