@@ -33,8 +33,9 @@ What it costs and bounds: one mark per caller txn id, remembered until MAX_STREA
 streams or ids committed since (least recently committed forgotten first), not
 MAX_REMEMBERED_TXNS commits. Streaming queries' marks share that bound: a query idle while
 MAX_STREAM_MARKS other streams and ids commit loses its mark (a job with a fresh id per run
-adds one per run). One more linearizable lookup per commit under a caller's id. A txn id first committed by a client without marks (an earlier
-release) is protected by the window only, as before; so is a re-run by such a client.
+adds one per run). One more linearizable lookup per commit under a caller's id. A txn id
+first committed by a client without marks (an earlier release) is protected by the window
+only, as before; so is a re-run by such a client.
 """
 
 from __future__ import annotations
