@@ -9,7 +9,9 @@ commit could still use, so every read below it is final. `txn log` is linearizab
 as `table files`); `txn show` is a linearizable lookup
 (the leader answers), so a commit that was acknowledged is never reported missing; with
 `--stream` it also shows the stream's high-water mark (its newest committed position), which
-outlives the txn-id window.
+outlives the txn-id window. Without `--stream` it asks for the txn id's own mark (the one a txn
+id a caller chose carries, metastore.client.txn_marks), so such a txn is found committed past
+the window too (its ts; its tables, files and rows are no longer known).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from cli.context import app
 from cli.errors import EXIT_NOT_FOUND
 from cli.output import emit, kv_table, rows_table, ts_cell
 from cli.table_data import consistency_option, linearize
+from metastore.client.txn_marks import txn_mark_stream
 from metastore.limits import MAX_TXN_LOG_RECORDS
 
 # What `txn log` shows without --limit: a screenful.
@@ -74,10 +77,15 @@ def txn_log(ctx: click.Context, limit: int, consistency: str) -> None:
 @click.pass_context
 def txn_show(ctx: click.Context, txn_id: str, stream: str | None) -> None:
     """Whether TXN_ID committed, and when (a linearizable lookup). Exits 4 when the txn is not
-    remembered and, with --stream, the stream has no committed position: it never committed,
-    or it is older than the newest 100,000 commits (the reply says how far back that is)."""
+    remembered and the stream (--stream, else the txn id's own mark, which txn ids chosen for
+    bridge.batch(txn_id=...) or the data source's txn_id option carry) has no committed
+    position: it never committed, or it is older than the newest 100,000 commits (the reply
+    says how far back that is) and carried no mark, or its mark was forgotten."""
     a = app(ctx)
-    result = a.client().committed_txn(txn_id, stream=stream)
+    # Without --stream, the txn id's own mark: a txn id a caller chose (bridge.batch(txn_id=),
+    # the data source's txn_id option) has one, which outlives the txn-id window.
+    asked = txn_mark_stream(txn_id) if stream is None else stream
+    result = a.client().committed_txn(txn_id, stream=asked)
     emit(a.output, result, lambda: _show_tables(result, stream))
     if result.get("txn") is None and result.get("stream_mark") is None:
         ctx.exit(EXIT_NOT_FOUND)
@@ -86,6 +94,22 @@ def txn_show(ctx: click.Context, txn_id: str, stream: str | None) -> None:
 def _show_tables(result: dict[str, Any], stream: str | None) -> list[RenderableType]:
     out: list[RenderableType] = []
     record = result.get("txn")
+    mark = result.get("stream_mark")
+    if stream is None and not isinstance(record, dict) and isinstance(mark, dict):
+        out.append(
+            kv_table(
+                {"txn id": mark.get("txn_id"), "ts": mark.get("ts"), "mark": mark.get("stream")},
+                title="committed (by its txn-id mark)",
+            )
+        )
+        out.append(
+            Text(
+                "its commit record (tables, files, rows) is older than the remembered window; "
+                "the txn-id mark a caller's txn id carries still refuses it (a re-run is "
+                "deduplicated)"
+            )
+        )
+        return out
     if isinstance(record, dict):
         out.append(
             kv_table(

@@ -118,8 +118,9 @@ COMMIT_TS_AHEAD_MAX_MS = 5_000
 MAX_REMEMBERED_TXNS = 100_000
 
 # Stream high-water marks kept (one per streaming query that ever committed with a stream
-# position); the least recently committed stream is forgotten first. A mark is lost only after
-# this many *other* streams committed since the stream's last commit.
+# position, and one per txn id a caller chose: metastore.client.txn_marks); the least recently
+# committed stream is forgotten first. A mark is lost only after this many *other* streams and
+# ids committed since the stream's last commit.
 MAX_STREAM_MARKS = 100_000
 
 # Most commit records one `txn_log` read returns (newest first).

@@ -93,7 +93,8 @@ Idempotency
     query's id, so another query (or a fresh checkpoint) never matches them.
     Memory is bounded: the newest MAX_REMEMBERED_TXNS commits are remembered (oldest forgotten
     first, in log order, identically on every replica). Past that window a txn id alone no
-    longer protects: a replay that rewrote its files would commit twice. Stream marks close it.
+    longer protects: a replay that rewrote its files would commit twice. Stream marks close it,
+    for streams and for txn ids a caller chose (below).
 
 Stream marks (per-query high-water marks, so the window does not matter for streams)
     A commit may carry a stream position (`stream`, `seq`): Structured Streaming's bridge sends
@@ -107,10 +108,17 @@ Stream marks (per-query high-water marks, so the window does not matter for stre
     later is refused, not committed twice. Validation order: exact retry -> stream mark ->
     TxnIdReused. Marks are bounded by MAX_STREAM_MARKS, the least recently committed stream
     forgotten first (deterministic, in log order); a stream loses its mark only after that many
-    other streams committed since its last commit. Commits without a stream (the data source's
-    `txn_id` option, the CLI) rely on the txn-id window only. `stream_mark(stream)` and the
-    daemon's `committed_txn` op (with `stream`) let a restarted driver skip a batch before it
-    does any work and learn its last commit ts.
+    other streams committed since its last commit. A txn id a caller chose (the bridge's
+    `batch(txn_id=...)`, the data source's `txn_id` option, the client's `mark_txn_id`) is
+    committed with a stream of its own, `@txn-id:<id>` (metastore.client.txn_marks; seq = a hash
+    of the table set, so the mark tells a re-run from a reuse for other tables), so a job re-run
+    under its id after more than MAX_REMEMBERED_TXNS commits is refused too, for as long as its
+    mark lasts: until MAX_STREAM_MARKS other streams and such ids committed since (they share
+    the bound). That is a client convention; this module sees ordinary stream positions. Other
+    commits without a stream (bridge-made uuid ids, protocol clients without marks) rely on the
+    txn-id window only. `stream_mark(stream)` and the daemon's `committed_txn` op (with
+    `stream`) let a restarted driver skip a batch before it does any work and learn its last
+    commit ts.
 
 Reads (pure; the daemon first waits for safe time >= ts, as for schemas)
     files_at(table, ts)     live files of the incarnation existing at ts, in commit order.

@@ -465,7 +465,9 @@ class _Run:
         (True, S) when nothing lacking at S was left out of the chunk."""
         top = self.bridge.client.clock.now()
         txn_id = f"backfill:{self.job_id}:{uuid.uuid4()}"
-        with self.bridge.batch(writes=[self.table], top=top, read_ts=top, txn_id=txn_id) as b:
+        with self.bridge.batch(
+            writes=[self.table], top=top, read_ts=top, txn_id=txn_id, mark_txn_id=False
+        ) as b:
             pin = b.pinned[self.table]
             columns = pin.write_columns
             if not any(int(c["field_id"]) == self.field_id for c in pin.write_only):

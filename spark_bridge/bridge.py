@@ -40,7 +40,9 @@ What one batch does (DESIGN.md §7):
 5. On leaving the `with` block without an exception, one commit lists every table's files; it is
    visible at one timestamp (> Top) for all tables, or not at all. The commit is keyed by the
    batch's txn id, so a replayed batch commits once (a txn id found committed by a batch of
-   other tables is a non-retryable TxnIdReused, never this batch's commit). An exception before
+   other tables is a non-retryable TxnIdReused, never this batch's commit); a txn id the caller
+   passed is looked up first and carries a mark of its own, so a job re-run under it is
+   deduplicated past the txn-id window too (metastore.client.txn_marks). An exception before
    that commits nothing; written files stay unreferenced for GC and are never shown to readers.
 
 Spark moves the data; the metastore only ever sees schemas and file lists.
@@ -826,6 +828,7 @@ class MetastoreBridge:
         check_reads: bool = False,
         top: int | None = None,
         stream: tuple[str, int] | None = None,
+        mark_txn_id: bool = True,
     ) -> Iterator[BatchContext]:
         """Pin, run, commit. `check_reads=True` makes the commit fail with a read conflict if a
         table the batch read got a commit after the batch's read timestamp (or, from apply
@@ -838,7 +841,23 @@ class MetastoreBridge:
         mark instead: CheckpointRewoundError).
         `txn_id` (default: a fresh uuid): a txn id commits at most once, so pass your own to
         make running a batch again safe after a commit whose outcome was unknown (the bridge
-        first looks it up; if not found, a made-up id is named in the non-retryable error)."""
+        first looks it up; if not found, a made-up id is named in the non-retryable error),
+        or the whole job again, however much later: a txn id you pass (without `stream`) is
+        committed with a mark of its own (metastore.client.txn_marks), so a re-run is
+        reported deduplicated even once the id is older than the MAX_REMEMBERED_TXNS newest
+        commits, as long as fewer than MAX_STREAM_MARKS other streams and ids committed since;
+        the id used for a batch of other tables is a non-retryable TxnIdReused. Before its
+        commit such a batch looks the id up (one more round trip). `mark_txn_id=False`: no
+        mark, for an id unique to this run (a uuid: it is never run again)."""
+        if stream is not None:
+            from metastore.client.txn_marks import RESERVED_STREAM_PREFIX, is_reserved_stream
+
+            if is_reserved_stream(stream[0]):
+                raise BatchError(
+                    f"stream {stream[0]!r}: stream ids starting with {RESERVED_STREAM_PREFIX!r} "
+                    "are the marks of txn ids (metastore.client.txn_marks); name it otherwise",
+                    retryable=False,
+                )
         ctx = BatchContext(
             self,
             reads=list(reads),
@@ -848,6 +867,7 @@ class MetastoreBridge:
             check_reads=check_reads,
             stream=stream,
             txn_id_from_caller=txn_id is not None,
+            mark_txn_id=mark_txn_id and txn_id is not None and stream is None,
         )
         with self._run(ctx, top):
             yield ctx
@@ -1306,6 +1326,10 @@ def _expand_one(
 
 
 class BatchContext:
+    # Whether the commit carries the txn id's own mark (`_txn_mark`); a class default so that
+    # a context made without __init__ (tests) has none.
+    mark_txn_id: bool = False
+
     def __init__(
         self,
         bridge: MetastoreBridge,
@@ -1319,6 +1343,7 @@ class BatchContext:
         txn_id_from_caller: bool = True,
         stream_aliases: tuple[str, ...] = (),
         on_stream_rewind: Callable[[StreamPosition], BatchError] | None = None,
+        mark_txn_id: bool = False,
     ) -> None:
         tables = list(dict.fromkeys([*reads, *writes]))
         if not tables:
@@ -1337,6 +1362,7 @@ class BatchContext:
         self.txn_id = txn_id
         # False when the bridge made the txn id up (see _outcome_of_unknown).
         self.txn_id_from_caller = txn_id_from_caller
+        self.mark_txn_id = mark_txn_id
         self.stream = stream
         # Other keys the stream's marks may be stored under (looked up with `stream`'s own).
         self.stream_aliases = stream_aliases
@@ -1760,8 +1786,39 @@ class BatchContext:
             for t in self.reads:
                 read_tables.setdefault(t.lower(), t)
             args["read_tables"] = list(read_tables.values())
+        mark = self._txn_mark()
         if self.stream is not None:
             args["stream"], args["seq"] = self.stream
+        elif mark is not None:
+            args["stream"], args["seq"] = mark
+        found_ts = None if mark is None else self._found_before_commit()
+        if found_ts is not None:
+            # This txn id already committed these tables (a job run again, maybe long past
+            # the txn-id window): the first commit stands, nothing is sent.
+            self.report.commit_ts = found_ts
+            self.report.deduplicated = True
+        else:
+            self._send_commit(args)
+        if self.report.commit_ts is not None:
+            self.bridge._observe_commit(self.report.commit_ts)
+            if not self.report.deduplicated:
+                for table in dict.fromkeys([*self._written, *self._removed]):
+                    added = len(self._written.get(table, ([], False))[0])
+                    try:
+                        self.bridge.maybe_compact(table, added + len(self._removed.get(table, [])))
+                    # The commit stands: nothing after it may fail the batch, or a caller that
+                    # re-runs it under a fresh txn id writes the data twice.
+                    except Exception:
+                        log.exception("automatic compaction of %s after its commit failed", table)
+        self.report.files = sum(len(f) for f, _ in self._written.values())
+        self.report.rows = sum(d.row_count for f, _ in self._written.values() for d in f)
+        self.report.removed = sum(len(p) for p in self._removed.values())
+        self.report.commit_ms = (time.perf_counter() - started) * 1000
+        log.info("batch committed: %s", self.report.line())
+
+    def _send_commit(self, args: dict[str, Any]) -> None:
+        """Send the commit and settle what its refusal or unknown outcome means (the
+        report's commit_ts and deduplicated), or raise a BatchError."""
         from metastore.errors import (
             BatchAlreadyCommittedError,
             MetastoreError,
@@ -1793,8 +1850,9 @@ class BatchContext:
                 # committed record (linearizable lookup), never from the error alone: the
                 # record of this very txn id, or the stream's mark at or past this batch's
                 # position. Txn ids and streams embed the streaming query's id, so either is
-                # this query's. The first commit stands; this attempt's files stay
-                # unreferenced (for GC).
+                # this query's; a caller's txn id is checked against the tables (the record's,
+                # or the hash of them its mark holds). The first commit stands; this attempt's
+                # files stay unreferenced (for GC).
                 try:
                     committed_ts = self._committed_ts()
                 except MetastoreError as lookup:
@@ -1836,22 +1894,6 @@ class BatchContext:
                 raise BatchError(str(exc), retryable=True, cause=exc.cause) from exc
             else:
                 raise
-        if self.report.commit_ts is not None:
-            self.bridge._observe_commit(self.report.commit_ts)
-            if not self.report.deduplicated:
-                for table in dict.fromkeys([*self._written, *self._removed]):
-                    added = len(self._written.get(table, ([], False))[0])
-                    try:
-                        self.bridge.maybe_compact(table, added + len(self._removed.get(table, [])))
-                    # The commit stands: nothing after it may fail the batch, or a caller that
-                    # re-runs it under a fresh txn id writes the data twice.
-                    except Exception:
-                        log.exception("automatic compaction of %s after its commit failed", table)
-        self.report.files = sum(len(f) for f, _ in self._written.values())
-        self.report.rows = sum(d.row_count for f, _ in self._written.values() for d in f)
-        self.report.removed = sum(len(p) for p in self._removed.values())
-        self.report.commit_ms = (time.perf_counter() - started) * 1000
-        log.info("batch committed: %s", self.report.line())
 
     def _outcome_of_unknown(self, exc: BatchError) -> int:
         """The commit ts of this batch's commit whose outcome the client could not learn, if
@@ -1880,18 +1922,63 @@ class BatchContext:
             cause=exc.cause,
         ) from exc
 
-    def _committed_ts(self) -> int | None:
-        if self.stream is None:
-            record = self.client.committed_txn(self.txn_id).get("txn")
-            if isinstance(record, dict) and isinstance(record.get("ts"), int):
-                self._check_same_tables(record)
-                return int(record["ts"])
+    def _txn_mark(self) -> tuple[str, int] | None:
+        """The txn-id mark (stream, seq) this batch's commit carries: for a txn id the caller
+        chose (it may be run again, maybe long past the txn-id window) and no stream of its
+        own (metastore.client.txn_marks); None otherwise."""
+        if not self.mark_txn_id or self.stream is not None:
             return None
-        stream, seq = self.stream
-        position = self.bridge._stream_position(self.txn_id, (stream, *self.stream_aliases))
-        if self.on_stream_rewind is not None and position.rewound_at(seq):
-            raise self.on_stream_rewind(position)
-        return position.committed_ts(seq)
+        from metastore.client.txn_marks import txn_mark
+
+        return txn_mark(self.txn_id, [*self._written, *self._removed])
+
+    def _found_before_commit(self) -> int | None:
+        """The commit ts of this txn id's commit of these tables, looked up (linearizable)
+        before committing, or None. A mark of this id is refused by only at or below its
+        seq (a hash of the table set), so a re-run writing other tables must be caught here,
+        not by the commit (metastore.client.txn_marks)."""
+        from metastore.errors import MetastoreError
+
+        try:
+            return self._committed_ts()
+        except MetastoreError as lookup:
+            raise BatchError(
+                f"looking up whether txn {self.txn_id!r} already committed failed (nothing "
+                f"was committed): {lookup}",
+                retryable=lookup.retryable,
+                cause=lookup,
+            ) from lookup
+
+    def _committed_ts(self) -> int | None:
+        if self.stream is not None:
+            stream, seq = self.stream
+            position = self.bridge._stream_position(self.txn_id, (stream, *self.stream_aliases))
+            if self.on_stream_rewind is not None and position.rewound_at(seq):
+                raise self.on_stream_rewind(position)
+            return position.committed_ts(seq)
+        mark = self._txn_mark()
+        if mark is None:
+            reply = self.client.committed_txn(self.txn_id)
+        else:
+            reply = self.client.committed_txn(self.txn_id, stream=mark[0])
+        record = reply.get("txn")
+        if isinstance(record, dict) and isinstance(record.get("ts"), int):
+            self._check_same_tables(record)
+            return int(record["ts"])
+        if mark is None:
+            return None
+        # Older than the txn-id window: the id's mark still tells (its table set's hash).
+        from metastore.client.txn_marks import mark_verdict
+        from metastore.errors import TxnIdReusedError
+
+        try:
+            found = mark_verdict(reply.get("stream_mark"), txn_id=self.txn_id, seq=mark[1])
+        except TxnIdReusedError as reused:
+            raise BatchError(str(reused), retryable=False, cause=reused) from reused
+        if found is not None:
+            self.bridge._observe_commit(found)
+            self.bridge._feed_clock(found)
+        return found
 
     def _check_same_tables(self, record: dict[str, Any]) -> None:
         """Raise unless the committed `record` of this txn id wrote the tables this batch

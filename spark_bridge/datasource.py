@@ -2,7 +2,8 @@
 
     spark.read.format("metastore").option("table", "sales.orders").option("as_of", "-5m").load()
     df.write.format("metastore").option("table", "sales.orders").mode("append").save()
-    # optional: .option("txn_id", "<stable id>") makes a retried job commit once
+    # optional: .option("txn_id", "<stable id>") makes a retried job commit once, however
+    #           much later (the id's mark: metastore.client.txn_marks)
     # optional: .option("loose_files_max", "10000") compacts the table into manifests past it
     #           (default: the cluster's loose_files_max setting)
     # optional: .option("session_ttl_ms", "1800000") the TTL of the append's session (below)
@@ -243,6 +244,9 @@ def _file_wire(f: WrittenFile) -> dict[str, Any]:
 
 
 class MetastoreWriter(DataSourceWriter):
+    # The (stream, seq) of the commit's txn-id mark: set for a caller's `txn_id` option.
+    txn_mark: tuple[str, int] | None = None
+
     def __init__(
         self,
         *,
@@ -296,6 +300,13 @@ class MetastoreWriter(DataSourceWriter):
         # commit, so a retried commit call dedupes. A caller that retries whole jobs passes its
         # own stable id with the "txn_id" write option.
         self.txn_id = txn_id or f"append:{table}:{uuid.uuid4()}"
+        if txn_id:
+            # The caller's own id may be run again long after (a job re-run the next day):
+            # its commit carries the id's mark, which outlives the txn-id window
+            # (metastore.client.txn_marks). A made-up id is never run again: no mark.
+            from metastore.client.txn_marks import txn_mark
+
+            self.txn_mark = txn_mark(txn_id, [table])
         # The session's attempt directory: GC's orphan scan leaves it alone while the session
         # lives, and the metastore refuses a commit of its files once it does not.
         self.rel_dir = f"_txn/{session_id}--append-{uuid.uuid4().hex[:12]}"
@@ -455,6 +466,7 @@ class MetastoreWriter(DataSourceWriter):
 
     def _commit(self, messages: list[WriterCommitMessage | None]) -> None:
         from metastore.errors import (
+            BatchAlreadyCommittedError,
             RequestTimeoutError,
             SessionNotFoundError,
             TxnIdReusedError,
@@ -467,38 +479,41 @@ class MetastoreWriter(DataSourceWriter):
             # Not strict: a retried commit of a write already committed (its session since
             # closed) is deduplicated by the metastore; one that is not is refused there.
             self._heartbeat(client, strict=False)
-            try:
-                client.call(
-                    "commit",
+            if self.txn_mark is not None and self._committed_here(client):
+                # The caller's txn id already committed this append (a job run again, maybe
+                # long past the txn-id window): done, nothing is sent. Looked up first since
+                # the id's mark refuses a commit of another table only at or below its seq.
+                self._note_commit(client)
+                return
+            args: dict[str, Any] = {
+                "txn_id": self.txn_id,
+                "not_before": self.not_before,
+                "writes": [
                     {
-                        "txn_id": self.txn_id,
-                        "not_before": self.not_before,
-                        "writes": [
-                            {
-                                "table": self.table,
-                                "table_id": self.table_id,
-                                "schema_version": self.version,
-                                "add": [
-                                    {
-                                        "path": f.path,
-                                        "size_bytes": f.size_bytes,
-                                        "row_count": f.row_count,
-                                    }
-                                    for f in files
-                                ],
-                                "remove": [],
-                                "overwrite": self.overwrite,
-                            }
+                        "table": self.table,
+                        "table_id": self.table_id,
+                        "schema_version": self.version,
+                        "add": [
+                            {"path": f.path, "size_bytes": f.size_bytes, "row_count": f.row_count}
+                            for f in files
                         ],
-                    },
-                )
+                        "remove": [],
+                        "overwrite": self.overwrite,
+                    }
+                ],
+            }
+            if self.txn_mark is not None:
+                args["stream"], args["seq"] = self.txn_mark
+            try:
+                client.call("commit", args)
             except SessionNotFoundError as exc:
                 if exc.details.get("reason") == "attempt_session_not_live":
                     raise self._expired(exc) from exc
                 raise
-            except TxnIdReusedError:
-                # The same txn id committed other files: a retried job whose earlier attempt
-                # committed. Done only if the committed record of this id says so
+            except (TxnIdReusedError, BatchAlreadyCommittedError):
+                # The same txn id committed other files (or its mark refused this commit): a
+                # retried job whose earlier attempt committed. Done only if the committed
+                # record of this id (or, past the txn-id window, its mark) says so
                 # (linearizable), and wrote this table.
                 if not self._committed_here(client):
                     raise
@@ -605,9 +620,23 @@ class MetastoreWriter(DataSourceWriter):
         from metastore.commands import TableName
         from metastore.errors import MetastoreError, TxnIdReusedError
 
-        record = client.committed_txn(self.txn_id).get("txn")
+        if self.txn_mark is None:
+            reply = client.committed_txn(self.txn_id)
+        else:
+            reply = client.committed_txn(self.txn_id, stream=self.txn_mark[0])
+        record = reply.get("txn")
         if not isinstance(record, dict):
-            return False
+            if self.txn_mark is None:
+                return False
+            from metastore.client.txn_marks import mark_verdict
+
+            # Older than the txn-id window: the id's mark tells (its seq hashes the table
+            # set), or raises TxnIdReusedError for a mark of another table's write.
+            found = mark_verdict(reply.get("stream_mark"), txn_id=self.txn_id, seq=self.txn_mark[1])
+            if found is None:
+                return False
+            self._committed_ts = max(self._committed_ts, found)
+            return True
         committed = record.get("tables")
         if not isinstance(committed, list):
             return True  # a reply without the tables: nothing to compare

@@ -257,7 +257,9 @@ class OptimizeRun:
         True while small files are left for another chunk."""
         top = bridge.client.clock.now()
         txn_id = f"optimize:{self.table}:{uuid.uuid4()}"
-        with bridge.batch(writes=[self.table], top=top, read_ts=top, txn_id=txn_id) as b:
+        with bridge.batch(
+            writes=[self.table], top=top, read_ts=top, txn_id=txn_id, mark_txn_id=False
+        ) as b:
             pin = b.pinned[self.table]
             location, files = b.files(self.table)
             small = self._small(files)

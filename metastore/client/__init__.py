@@ -20,6 +20,9 @@ Codemap
     defaults    a column's DEFAULT (Spark's existence default) for rows of older files.
     manifest_files  manifest files on disk: write, read (checked), expand, `compact_table`
                 (its `plan_and_write` also serves the leader's GC).
+    txn_marks   a txn id the caller chose gets a stream position of its own (`@txn-id:<id>`,
+                seq = a hash of its table set), so a job re-run under it past the txn-id window
+                commits once; the verdict of such a mark (done, or TxnIdReused).
 
 Invariants (absences included)
     * Nothing on this package's import path imports pyspark (tests/client checks it in a fresh

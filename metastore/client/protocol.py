@@ -93,11 +93,19 @@ import threading
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass
-from typing import Any, Final, TypeVar
+from typing import Any, Final, TypeVar, cast
 
 from hlc import ClockOffsetError, HlcError, HybridClock, SystemClock, physical_ms
 from hlc.limits import LOGICAL_BITS, MAX_TS
 from metastore.client.floors import ReadFloors, shared_floors
+from metastore.client.txn_marks import (
+    RESERVED_STREAM_PREFIX,
+    canonical_table,
+    is_reserved_stream,
+    mark_verdict,
+    refused_mark,
+    txn_mark,
+)
 from metastore.daemon.api_limits import (
     CLIENT_FRAME_BYTES_MAX,
     CLIENT_INFLIGHT_PER_CONNECTION_MAX,
@@ -111,6 +119,7 @@ from metastore.daemon.api_limits import (
 )
 from metastore.errors import (
     BadRequestError,
+    BatchAlreadyCommittedError,
     CatchUpTimeoutError,
     ErrorCode,
     InvalidArgumentError,
@@ -1189,11 +1198,47 @@ class MetastoreClient:
         read_tables: list[str] | None = None,
         stream: str | None = None,
         seq: int | None = None,
+        mark_txn_id: bool = False,
     ) -> dict[str, Any]:
         """Commit `writes` (one per table) atomically; see docs/protocol.md. Retried safely:
         the server de-duplicates by `txn_id`. `stream` + `seq` (both or neither) make it a
         stream position: the server refuses any position at or below the stream's newest
-        (BATCH_ALREADY_COMMITTED), however long ago that committed."""
+        (BATCH_ALREADY_COMMITTED), however long ago that committed; streams starting with
+        `@txn-id` are reserved (InvalidArgumentError).
+
+        `mark_txn_id=True` (no `stream`): `txn_id` is the caller's own and may be committed
+        again much later (a job run again): the commit also carries the id's mark
+        (metastore.client.txn_marks), so it commits once even past the MAX_REMEMBERED_TXNS
+        newest commits (until MAX_STREAM_MARKS other streams and ids committed since). The id
+        is looked up first; found committed for the same tables (by the record, or past the
+        window by the mark), or refused by the mark as such, the result is `{"txn_id", "ts"
+        (the first commit's), "tables" (canonical, sorted), "deduplicated": true}`; found
+        committed for other tables, TxnIdReusedError."""
+        if stream is not None and is_reserved_stream(stream):
+            raise InvalidArgumentError(
+                f"stream {stream!r}: streams starting with {RESERVED_STREAM_PREFIX!r} are the "
+                "marks of txn ids (metastore.client.txn_marks); name it otherwise",
+                details={"stream": stream},
+            )
+        if mark_txn_id:
+            if stream is not None or seq is not None:
+                raise InvalidArgumentError("mark_txn_id and stream/seq exclude each other")
+            tables = [str(w.get("table", "")) for w in writes]
+            stream, seq = txn_mark(txn_id, tables)
+            deduplicated = {
+                "txn_id": txn_id,
+                "tables": sorted({canonical_table(t) for t in tables}),
+                "deduplicated": True,
+            }
+            # Looked up first: the mark refuses a commit of other tables only at or below
+            # its seq (a hash of the table set), so that case is caught here.
+            found = mark_verdict(
+                (await self.committed_txn(txn_id, stream=stream)).get("stream_mark"),
+                txn_id=txn_id,
+                seq=seq,
+            )
+            if found is not None:
+                return {**deduplicated, "ts": found}
         optional = {
             "ts": ts,
             "not_before": not_before,
@@ -1205,7 +1250,16 @@ class MetastoreClient:
         args.update({k: v for k, v in optional.items() if v is not None})
         if read_tables:
             args["read_tables"] = list(read_tables)
-        return await self.call("commit", args)
+        if not mark_txn_id:
+            return await self.call("commit", args)
+        try:
+            return await self.call("commit", args)
+        except BatchAlreadyCommittedError as exc:
+            # A run of this id committed since the lookup: the mark names it and its tables.
+            found = mark_verdict(refused_mark(exc), txn_id=txn_id, seq=cast(int, seq))
+            if found is None:
+                raise
+            return {**deduplicated, "ts": found}
 
     async def describe(self, table: str, as_of: int | None = None) -> dict[str, Any]:
         args: dict[str, Any] = {"table": table}

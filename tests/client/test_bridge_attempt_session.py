@@ -33,6 +33,10 @@ class _Client:
     def __init__(self) -> None:
         self.commits = 0
 
+    def committed_txn(self, txn_id: str, stream: str | None = None) -> dict[str, Any]:
+        # The caller's txn id is looked up before its commit: never committed.
+        return {"txn_id": txn_id, "txn": None, "stream_mark": None}
+
     def call(self, op: str, args: dict[str, Any]) -> dict[str, Any]:
         assert op == "commit", op
         self.commits += 1

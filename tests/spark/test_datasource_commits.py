@@ -229,3 +229,33 @@ def test_bridge_written_far_timestamps_and_struct_appends_read_back(spark_env: S
     back = env.spark.read.format("metastore").option("table", "dsw.far").load()
     rows = sorted((r.id, r.at, tuple(r.s)) for r in back.collect())
     assert rows == [(1, sentinel, (7, "x")), (2, None, (2, "y"))]
+
+
+def test_a_job_re_run_under_its_txn_id_commits_once_by_its_mark(spark_env: SparkEnv) -> None:
+    """`.option("txn_id", ...)` and `bridge.batch(txn_id=...)` run twice each (a job re-run the
+    next day: new files): the second run commits nothing and is done, and the id's mark
+    (metastore.client.txn_marks), which outlives the txn-id window, names the first commit."""
+    from metastore.client.txn_marks import txn_mark_stream
+
+    env = spark_env
+    env.ddl("CREATE NAMESPACE IF NOT EXISTS dsw")
+    env.ddl("CREATE TABLE dsw.rerun (id BIGINT)")
+    bridge = env.bridge()
+    for _ in range(2):
+        df = env.spark.range(3)
+        df.write.format("metastore").option("table", "dsw.rerun").option(
+            "txn_id", "append-2026-11-27"
+        ).mode("append").save()
+    reports = []
+    for _ in range(2):
+        with bridge.batch(writes=["dsw.rerun"], txn_id="batch-2026-11-27") as b:
+            b.write("dsw.rerun", env.spark.range(10, 12))
+        reports.append(b.report)
+    assert not reports[0].deduplicated and reports[1].deduplicated
+    assert reports[1].commit_ts == reports[0].commit_ts
+    rows = sorted(r.id for r in bridge.read_table("dsw.rerun").collect())
+    assert rows == [0, 1, 2, 10, 11]
+    for txn_id in ("append-2026-11-27", "batch-2026-11-27"):
+        found = env.client.committed_txn(txn_id, stream=txn_mark_stream(txn_id))
+        assert found["stream_mark"]["txn_id"] == txn_id
+        assert found["stream_mark"]["ts"] == found["txn"]["ts"]
