@@ -1842,7 +1842,13 @@ class ApiServer:
         sql = _req_str(args, "sql", mlimits.MAX_STATEMENT_BYTES * 4)
         request_id = _opt_str(args, "request_id", mlimits.MAX_REQUEST_ID_CHARS) or ""
         timeout_ms = _timeout(args)
-        cmd = parse_ddl(sql, request_id=request_id, warehouse=self.warehouse)
+        # In a thread: the longest statement takes about half a second to parse (sqlglot, pure
+        # Python), which on this loop stalled the node's Raft heartbeats past the election
+        # timeout, so a leader lost its term (NOT_LEADER) to every largest DDL sent to it. The
+        # thread gives up the GIL every few milliseconds; the loop keeps Raft going meanwhile.
+        cmd = await asyncio.to_thread(
+            parse_ddl, sql, request_id=request_id, warehouse=self.warehouse
+        )
         applied = await self._propose_command(session, cmd, timeout_ms)
         result = dict(applied["result"])
         waited_ms = await self._wait_activation(result, timeout_ms)
