@@ -71,6 +71,7 @@ from metastore.commands import (
     compact_manifest_from_request,
     decode_command,
     encode_command,
+    validate_command,
 )
 from metastore.daemon import api_limits as L
 from metastore.daemon.allowed_locations import ANYWHERE, AllowedLocations, check_no_shared_directory
@@ -2116,6 +2117,12 @@ class ApiServer:
     async def _propose_command(
         self, session: Session, cmd: Command, timeout_ms: int
     ) -> dict[str, Any]:
+        if not isinstance(cmd, CommitTxn):  # commit_txn_from_request validated it already
+            # A command an op built from its arguments is refused here with its own typed
+            # error (LIMIT_EXCEEDED naming the limit), on whichever node received it. Left to
+            # the decoder, a limit it checks first (a protection's targets) was
+            # MALFORMED_COMMAND without details, from the leader's apply or its `_propose`.
+            validate_command(cmd)
         data = encode_command(cmd)
         if self.node.is_leader():
             await self._check_location_allowed(cmd)
