@@ -2126,6 +2126,16 @@ class ApiServer:
             # MALFORMED_COMMAND without details, from the leader's apply or its `_propose`.
             validate_command(cmd)
         data = encode_command(cmd)
+        if not isinstance(cmd, CommitTxn) and len(data) > mlimits.MAX_COMMAND_BYTES:
+            # The decoder's bound, which apply enforces on every node: past it the command
+            # would be logged and then refused as MALFORMED_COMMAND. A statement within
+            # MAX_STATEMENT_BYTES can pass it, as its canonical form spells out DEFAULTs.
+            raise limit_exceeded(
+                "MAX_COMMAND_BYTES",
+                mlimits.MAX_COMMAND_BYTES,
+                len(data),
+                f"encoded {type(cmd).__name__} command (a DDL's DEFAULTs spelled out)",
+            )
         if self.node.is_leader():
             await self._check_location_allowed(cmd)
             return await self._propose_local(data, timeout_ms)

@@ -138,3 +138,51 @@ def test_apply_checks_a_decoded_commit_once_and_a_ddl_by_its_versions_rule(
         outcome = sm.apply(Entry(index=index, term=1, kind=EntryKind.NORMAL, data=data, tm=tm))
         assert outcome.ok, outcome
     assert calls == ["CreateNamespace", "CreateTable"]
+
+
+class _Leader:
+    """A leader that records what it was asked to propose."""
+
+    node_id = 1
+
+    def __init__(self) -> None:
+        self.proposed: list[bytes] = []
+
+    def is_leader(self) -> bool:
+        return True
+
+    async def propose(self, data: bytes, *, timeout_ms: int) -> object:
+        self.proposed.append(data)
+        raise AssertionError("proposed")
+
+
+def test_a_command_past_its_byte_bound_is_refused_before_it_is_proposed() -> None:
+    """A DDL's canonical command spells out its DEFAULTs (`1Y` is `CAST(1 AS TINYINT)`), so a
+    statement within MAX_STATEMENT_BYTES can encode past MAX_COMMAND_BYTES (350 columns of
+    50-element array DEFAULTs; that statement takes minutes to parse, so this builds such a
+    command directly). It was proposed, and refused as MALFORMED_COMMAND without details by
+    apply on every node (through a follower: by the leader's `_propose`). Now the limit's own
+    error, and nothing in the log."""
+    from metastore.commands import CreateTable, TableName
+    from metastore.errors import LimitExceededError
+    from metastore.schema import Column, Schema
+    from metastore.types import Primitive, PrimitiveType
+
+    columns = tuple(
+        Column(
+            name=f"c{i:03d}",
+            type=PrimitiveType(kind=Primitive.STRING),
+            nullable=True,
+            comment="x" * limits.MAX_COMMENT_CHARS,
+        )
+        for i in range(300)
+    )
+    cmd = CreateTable(table=TableName(namespace="ns", name="t"), schema=Schema(columns=columns))
+    assert len(encode_command(cmd)) > limits.MAX_COMMAND_BYTES
+    node = _Leader()
+    api = _api()
+    api.node = node  # type: ignore[assignment]
+    with pytest.raises(LimitExceededError) as refused:
+        asyncio.run(api._propose_command(SESSION, cmd, 1000))  # type: ignore[arg-type]
+    assert refused.value.details["limit"] == "MAX_COMMAND_BYTES"
+    assert node.proposed == []
