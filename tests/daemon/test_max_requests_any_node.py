@@ -520,6 +520,13 @@ def test_membership_gc_and_snapshot_requests_at_their_limits_answer_alike(
         lambda via: {"node_id": ids[via], "raft_address": "1:1", "client_address": f"h{host}:1"},
     )
     _assert_refused_alike(longer, "INVALID_ARGUMENT")
+    # The learners can never catch up (no such host): the leader's own refusal, either way.
+    promoted = _on_both(cluster, "promote_node", lambda via: {"node_id": ids[via]})
+    error = _assert_refused_alike(promoted, "INVALID_ARGUMENT")
+    assert error["details"]["reason"] == "learner_behind"
+    moved = _on_both(cluster, "transfer_leader", lambda via: {"target": ids[via]})
+    codes = {via: r["ok"] or r["error"]["code"] for via, r in moved.items()}
+    assert codes["leader"] == codes["follower"] and codes["leader"] is not True, moved
     removed = _on_both(
         cluster, "remove_node", lambda via: {"node_id": ids[VIAS[1 - VIAS.index(via)]]}
     )
