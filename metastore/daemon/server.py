@@ -71,6 +71,7 @@ from metastore.commands import (
     compact_manifest_from_request,
     decode_command,
     encode_command,
+    validate_command,
 )
 from metastore.daemon import api_limits as L
 from metastore.daemon.allowed_locations import ANYWHERE, AllowedLocations, check_no_shared_directory
@@ -1842,7 +1843,13 @@ class ApiServer:
         sql = _req_str(args, "sql", mlimits.MAX_STATEMENT_BYTES * 4)
         request_id = _opt_str(args, "request_id", mlimits.MAX_REQUEST_ID_CHARS) or ""
         timeout_ms = _timeout(args)
-        cmd = parse_ddl(sql, request_id=request_id, warehouse=self.warehouse)
+        # In a thread: the longest statement takes about half a second to parse (sqlglot, pure
+        # Python), which on this loop stalled the node's Raft heartbeats past the election
+        # timeout, so a leader lost its term (NOT_LEADER) to every largest DDL sent to it. The
+        # thread gives up the GIL every few milliseconds; the loop keeps Raft going meanwhile.
+        cmd = await asyncio.to_thread(
+            parse_ddl, sql, request_id=request_id, warehouse=self.warehouse
+        )
         applied = await self._propose_command(session, cmd, timeout_ms)
         result = dict(applied["result"])
         waited_ms = await self._wait_activation(result, timeout_ms)
@@ -2079,7 +2086,9 @@ class ApiServer:
         started = time.perf_counter()
         timeout_ms = _timeout(args)
         request = {k: v for k, v in args.items() if k != "timeout_ms"}
-        cmd = commit_txn_from_request(request)
+        # In a thread, as a DDL's parse: checking the largest commit (10,000 files) takes a
+        # fifth of a second, which this loop's Raft heartbeats must not wait for.
+        cmd = await asyncio.to_thread(commit_txn_from_request, request)
         if self.node.is_leader():
             # A follower forwards the commit, and the leader checks it (`_propose_op`).
             await self._check_removals(cmd, timeout_ms)
@@ -2110,7 +2119,23 @@ class ApiServer:
     async def _propose_command(
         self, session: Session, cmd: Command, timeout_ms: int
     ) -> dict[str, Any]:
+        if not isinstance(cmd, CommitTxn):  # commit_txn_from_request validated it already
+            # A command an op built from its arguments is refused here with its own typed
+            # error (LIMIT_EXCEEDED naming the limit), on whichever node received it. Left to
+            # the decoder, a limit it checks first (a protection's targets) was
+            # MALFORMED_COMMAND without details, from the leader's apply or its `_propose`.
+            validate_command(cmd)
         data = encode_command(cmd)
+        if not isinstance(cmd, CommitTxn) and len(data) > mlimits.MAX_COMMAND_BYTES:
+            # The decoder's bound, which apply enforces on every node: past it the command
+            # would be logged and then refused as MALFORMED_COMMAND. A statement within
+            # MAX_STATEMENT_BYTES can pass it, as its canonical form spells out DEFAULTs.
+            raise limit_exceeded(
+                "MAX_COMMAND_BYTES",
+                mlimits.MAX_COMMAND_BYTES,
+                len(data),
+                f"encoded {type(cmd).__name__} command (a DDL's DEFAULTs spelled out)",
+            )
         if self.node.is_leader():
             await self._check_location_allowed(cmd)
             return await self._propose_local(data, timeout_ms)
@@ -2135,7 +2160,9 @@ class ApiServer:
             raise BadRequestError("'command' must be bytes of a canonical command")
         # Validates: the leader trusts no forwarded bytes. Under a request's item budget: the
         # bytes are a client's, up to MAX_COMMIT_COMMAND_BYTES of them.
-        cmd = decode_command(data, max_items=L.CLIENT_REQUEST_ITEMS_MAX)
+        # In a thread: the largest command (a commit of 10,000 files) takes a fifth of a
+        # second to decode and check, and this is the leader's loop.
+        cmd = await asyncio.to_thread(decode_command, data, max_items=L.CLIENT_REQUEST_ITEMS_MAX)
         if _admin_only(cmd) and (session.role is None or session.role < Role.ADMIN):
             # Followers forward with the caller's own token: a writer must not get, through
             # this op, what the admin-only ops (or only the leader itself) may propose.

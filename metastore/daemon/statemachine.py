@@ -69,7 +69,7 @@ class CatalogStateMachine:
                 # Events follow the rules of the apply version the entry is applied at (not
                 # replicated state, but every node must derive the same ones: metastore.events).
                 apply_version = self.state.apply_version
-                outcome = self.state.apply(command, tm=entry.tm, index=entry.index)
+                outcome = self.state.apply(command, tm=entry.tm, index=entry.index, decoded=True)
                 aborted = sorted(running - self._running_jobs()) if running else []
                 events = events_of(
                     command,

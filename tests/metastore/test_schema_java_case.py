@@ -17,8 +17,8 @@ from __future__ import annotations
 import pytest
 
 from metastore.commands import TableName
-from metastore.errors import ColumnNotFoundError, InvalidArgumentError
-from metastore.java_case import java_case_key
+from metastore.errors import ColumnAlreadyExistsError, ColumnNotFoundError, InvalidArgumentError
+from metastore.java_case import _KEY_OF, java_case_key
 from tests.metastore._driver import Driver
 
 T = TableName.of("ns", "t")
@@ -72,6 +72,31 @@ def test_keys_never_cross_between_planes() -> None:
             continue
         key = ord(java_case_key(chr(code_point)))
         assert (key > 0xFFFF) == (code_point > 0xFFFF), hex(code_point)
+
+
+def test_the_ascii_shortcut_gives_the_tables_key() -> None:
+    """An ASCII name's key is `str.lower` (a shortcut for speed): the same as the table's,
+    character by character, and equal to the key of the non-ASCII letters Java pairs with
+    ASCII ones (dotted and dotless I, long s, Kelvin sign)."""
+    for code_point in range(128):
+        c = chr(code_point)
+        assert java_case_key(c) == chr(_KEY_OF.get(code_point, code_point))
+    assert java_case_key("Name_9$") == "name_9$"
+    for ascii_name, other in (("ID", "İd"), ("ID", "ıd"), ("S", "ſ"), ("K", "\u212a")):
+        assert java_case_key(ascii_name) == java_case_key(other)
+
+
+def test_the_widest_alter_finds_a_clash_with_any_sibling() -> None:
+    """ADD COLUMNS compares each new name with every sibling (in C among ASCII names, with
+    the table otherwise)."""
+    added = ", ".join(f"c{i} INT" for i in range(997))
+    for existing, clash in (("a", "A"), ("`İ`", "i"), ("i", "`İ`")):
+        d = _table(7, f"{existing} INT")
+        refused = d.sql(f"ALTER TABLE ns.t ADD COLUMNS ({added}, {clash} INT)").exception()
+        assert isinstance(refused, ColumnAlreadyExistsError), refused
+    d = _table(7, "a INT")
+    d.ok(f"ALTER TABLE ns.t ADD COLUMNS ({added}, `ß` INT, SS INT)")
+    assert len(_names(d)) == 1000
 
 
 def _table(apply_version: int, columns: str) -> Driver:

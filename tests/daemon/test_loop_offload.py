@@ -1,0 +1,188 @@
+"""The slow pure work of the largest requests runs off the node's event loop, which also runs its
+Raft: parsing a DDL, checking a commit's request, decoding a forwarded command. Each took a
+fifth of a second to most of a second for the largest valid request (a 64 KiB ALTER of 999
+columns, a commit of 10,000 files), and a leader whose loop stalls past the election timeout
+loses its term: the largest ALTER sent to the leader failed NOT_LEADER every time
+(tests/daemon/test_max_requests_any_node.py sends them to real nodes). And apply, which must run
+on the loop, does not check a commit a second time after the decoder did.
+
+Stub node and state machine, nothing started: which thread ran each step is what is checked."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+import metastore.daemon.server as server_module
+import metastore.state as state_module
+from metastore import limits
+from metastore.commands import commit_txn_from_request, encode_command
+from metastore.daemon.secrets import Role
+from metastore.daemon.server import ApiServer
+from metastore.daemon.statemachine import CatalogStateMachine
+from metastore.errors import NotLeaderError, UnavailableError
+from raft.core.types import Entry, EntryKind
+from tests.metastore._driver import MS, T0, Driver
+
+
+class _Follower:
+    """A node that knows no leader: every proposal stops right after the work checked."""
+
+    node_id = 2
+
+    def is_leader(self) -> bool:
+        return False
+
+    def leader_id(self) -> int:
+        return 0
+
+
+def _api() -> ApiServer:
+    return ApiServer(
+        node=_Follower(),  # type: ignore[arg-type]
+        sm=SimpleNamespace(state=Driver().state),  # type: ignore[arg-type]
+        clock=None,  # type: ignore[arg-type]
+        secrets=None,  # type: ignore[arg-type]
+        forwarder=None,  # type: ignore[arg-type]
+        metrics=None,  # type: ignore[arg-type]
+        cluster_id="offload",
+        client_addresses={},
+    )
+
+
+def _recording(
+    monkeypatch: pytest.MonkeyPatch, name: str, threads: list[bool]
+) -> Callable[..., Any]:
+    """Replace server_module.`name` by a wrapper noting whether it ran on the loop's thread."""
+    real = getattr(server_module, name)
+
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        threads.append(threading.current_thread() is threading.main_thread())
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(server_module, name, wrapper)
+    return wrapper
+
+
+SESSION = SimpleNamespace(role=Role.WRITER, token="t", client="c")
+
+
+def _commit_args(files: int) -> dict[str, Any]:
+    adds = [
+        {"path": f"_txn/a/part-{i:05d}.parquet", "size_bytes": 1, "row_count": 1}
+        for i in range(files)
+    ]
+    return {"txn_id": "t1", "writes": [{"table": "ns.t", "schema_version": 1, "add": adds}]}
+
+
+def test_a_ddl_is_parsed_off_the_loop(monkeypatch: pytest.MonkeyPatch) -> None:
+    on_loop: list[bool] = []
+    _recording(monkeypatch, "parse_ddl", on_loop)
+    with pytest.raises(UnavailableError):
+        asyncio.run(_api()._ddl(SESSION, {"sql": "CREATE NAMESPACE ns"}))  # type: ignore[arg-type]
+    assert on_loop == [False]
+
+
+def test_a_commit_request_is_checked_off_the_loop(monkeypatch: pytest.MonkeyPatch) -> None:
+    on_loop: list[bool] = []
+    _recording(monkeypatch, "commit_txn_from_request", on_loop)
+    with pytest.raises(UnavailableError):
+        asyncio.run(
+            _api()._commit(SESSION, _commit_args(limits.MAX_FILES_PER_COMMIT))  # type: ignore[arg-type]
+        )
+    assert on_loop == [False]
+
+
+def test_a_forwarded_command_is_decoded_off_the_loop(monkeypatch: pytest.MonkeyPatch) -> None:
+    on_loop: list[bool] = []
+    _recording(monkeypatch, "decode_command", on_loop)
+    data = encode_command(commit_txn_from_request(_commit_args(limits.MAX_FILES_PER_COMMIT)))
+    with pytest.raises(NotLeaderError):
+        asyncio.run(_api()._propose_op(SESSION, {"command": data}))  # type: ignore[arg-type]
+    assert on_loop == [False]
+
+
+def test_apply_checks_a_decoded_commit_once_and_a_ddl_by_its_versions_rule(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The decoder validates every command; apply validates again only what depends on the
+    apply version (new names: DDL), not a commit (10,000 files: 0.2 s of every node's loop)."""
+    sm = CatalogStateMachine()
+    driver = Driver()
+    sm.state = driver.state
+    calls: list[str] = []
+    real = state_module.validate_command
+
+    def counting(cmd: Any, **kwargs: Any) -> None:
+        calls.append(type(cmd).__name__)
+        real(cmd, **kwargs)
+
+    monkeypatch.setattr(state_module, "validate_command", counting)
+    from metastore.ddl import parse_ddl
+
+    tm = T0 + 10_000 * MS
+    for index, data in enumerate(
+        [
+            encode_command(parse_ddl("CREATE NAMESPACE ns")),
+            encode_command(parse_ddl("CREATE TABLE ns.t (a INT)")),
+            encode_command(commit_txn_from_request(_commit_args(10))),
+        ],
+        start=driver.index + 1,
+    ):
+        tm += 1_000 * MS
+        outcome = sm.apply(Entry(index=index, term=1, kind=EntryKind.NORMAL, data=data, tm=tm))
+        assert outcome.ok, outcome
+    assert calls == ["CreateNamespace", "CreateTable"]
+
+
+class _Leader:
+    """A leader that records what it was asked to propose."""
+
+    node_id = 1
+
+    def __init__(self) -> None:
+        self.proposed: list[bytes] = []
+
+    def is_leader(self) -> bool:
+        return True
+
+    async def propose(self, data: bytes, *, timeout_ms: int) -> object:
+        self.proposed.append(data)
+        raise AssertionError("proposed")
+
+
+def test_a_command_past_its_byte_bound_is_refused_before_it_is_proposed() -> None:
+    """A DDL's canonical command spells out its DEFAULTs (`1Y` is `CAST(1 AS TINYINT)`), so a
+    statement within MAX_STATEMENT_BYTES can encode past MAX_COMMAND_BYTES (350 columns of
+    50-element array DEFAULTs; that statement takes minutes to parse, so this builds such a
+    command directly). It was proposed, and refused as MALFORMED_COMMAND without details by
+    apply on every node (through a follower: by the leader's `_propose`). Now the limit's own
+    error, and nothing in the log."""
+    from metastore.commands import CreateTable, TableName
+    from metastore.errors import LimitExceededError
+    from metastore.schema import Column, Schema
+    from metastore.types import Primitive, PrimitiveType
+
+    columns = tuple(
+        Column(
+            name=f"c{i:03d}",
+            type=PrimitiveType(kind=Primitive.STRING),
+            nullable=True,
+            comment="x" * limits.MAX_COMMENT_CHARS,
+        )
+        for i in range(300)
+    )
+    cmd = CreateTable(table=TableName(namespace="ns", name="t"), schema=Schema(columns=columns))
+    assert len(encode_command(cmd)) > limits.MAX_COMMAND_BYTES
+    node = _Leader()
+    api = _api()
+    api.node = node  # type: ignore[assignment]
+    with pytest.raises(LimitExceededError) as refused:
+        asyncio.run(api._propose_command(SESSION, cmd, 1000))  # type: ignore[arg-type]
+    assert refused.value.details["limit"] == "MAX_COMMAND_BYTES"
+    assert node.proposed == []
