@@ -648,7 +648,9 @@ class MetastoreBridge:
         """The rows of committed `files` (paths relative to `location`) as `struct`, read as the
         CLI's reader reads them (`metastore.client.parquet.matched_by_name`): by field id, and
         a file written without any field ids (a plain `df.write.parquet`, another tool's file)
-        by name, case-insensitively. Spark reads the two kinds as two scans, unioned."""
+        by name, case-insensitively (Spark's rule, `metastore.client.parquet.match_names`: a
+        column two of a file's columns match fails the read). Spark reads the two kinds as two
+        scans, unioned."""
         by_name = self.files_read_by_name(location, files)
         by_id_paths: list[str] = []
         by_name_paths: list[str] = []

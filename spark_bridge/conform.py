@@ -134,7 +134,8 @@ def by_name_struct(struct: StructType) -> StructType:
     struct that has field ids (or, with `...fieldId.read.ignoreMissing`, reads every column of it
     as NULL); without them it matches columns by name (case-insensitively, unless
     `spark.sql.caseSensitive`), as the CLI's reader does for such a file
-    (`metastore.client.parquet.matched_by_name`). Existence defaults and comments are kept."""
+    (`metastore.client.parquet.matched_by_name`, `match_names`: Spark's own rule). Existence
+    defaults and comments are kept."""
     from pyspark.sql import types as T
 
     def strip(t: DataType) -> DataType:

@@ -8,9 +8,10 @@ Key idea
     way for every reader that does not run Spark SQL:
     * a column is found in a file by its Parquet field id (`PARQUET:field_id`), so a column
       renamed after the file was written still yields its data;
-    * only a file written without any field ids is matched by name (case-insensitively); a
-      file with field ids on some columns only is matched by field id alone
-      (`matched_by_name`, the rule the Spark bridge follows too);
+    * only a file written without any field ids is matched by name, case-insensitively as
+      Spark's Parquet reader matches (`match_names`: Java's `toLowerCase(Locale.ROOT)`, a
+      name two file columns match refused); a file with field ids on some columns only is
+      matched by field id alone (`matched_by_name`, the rule the Spark bridge follows too);
     * a pinned column the file does not have (added later) reads as its DEFAULT (Spark's
       existence default, `metastore.client.defaults`), or NULL when it has none;
     * a column whose type was widened since (INT -> BIGINT, ...) is cast to the pinned type;
@@ -46,6 +47,7 @@ import pyarrow.parquet as pq
 
 from metastore import types as M
 from metastore.client.defaults import DefaultNotEvaluableError, default_array
+from metastore.client.java_lower import java_lower_root
 from metastore.errors import InvalidArgumentError, MetastoreError
 
 # The key under which pyarrow exposes a Parquet column's field id (as Spark writes it).
@@ -80,6 +82,14 @@ class DataFileUnreadableError(DataReadError):
     type."""
 
     code = "DATA_FILE_UNREADABLE"
+
+
+class AmbiguousColumnError(DataReadError):
+    """A pinned column matches more than one column of a file without field ids by name
+    (case-insensitively, as Spark's Parquet reader matches them: `match_names`). Spark
+    refuses such a read, and so does this reader, rather than pick one of them."""
+
+    code = "AMBIGUOUS_COLUMN"
 
 
 class UnsupportedSchemaError(DataReadError):
@@ -293,8 +303,9 @@ def _match_columns(
 ) -> list[str | None]:
     """For each pinned column, the name of the file's column holding it, or None (added after
     the file was written). By field id; by name only in a file without any field ids."""
+    if matched_by_name(file_schema):
+        return match_names(file_schema.names, [c.name for c in columns], path=path)
     by_id: dict[int, str] = {}
-    by_name: dict[str, str] = {}
     for f in file_schema:
         fid = (f.metadata or {}).get(FIELD_ID_KEY)
         if fid is not None:
@@ -304,14 +315,33 @@ def _match_columns(
                 raise DataFileUnreadableError(
                     f"column {f.name!r} of {path} has a malformed field id {fid!r}", path=path
                 ) from None
-        by_name.setdefault(f.name.casefold(), f.name)
-    by_name_only = matched_by_name(file_schema)
+    return [by_id.get(c.field_id) for c in columns]
+
+
+def match_names(file_names: Sequence[str], wanted: Sequence[str], *, path: str) -> list[str | None]:
+    """For each wanted (pinned) column name, the one file column it names, or None: Spark's
+    Parquet reader's rule with `spark.sql.caseSensitive` false (ParquetReadSupport), the one
+    every by-name match of this project follows. Names match when their Java
+    `toLowerCase(Locale.ROOT)` are equal (`metastore.client.java_lower`): not `str.casefold`
+    (`straße` and `STRASSE` are two columns, as a table may hold them since apply version 7),
+    and not Java's equalsIgnoreCase, which Spark's analyzer uses (the long s, U+017F, does not
+    name `s` here).
+    A wanted name matching two file columns is refused (AmbiguousColumnError), even when one
+    matches exactly, as Spark refuses it; file columns no wanted name matches are ignored."""
+    by_key: dict[str, list[str]] = {}
+    for name in file_names:
+        by_key.setdefault(java_lower_root(name), []).append(name)
     sources: list[str | None] = []
-    for c in columns:
-        found = by_id.get(c.field_id)
-        if found is None and by_name_only:
-            found = by_name.get(c.name.casefold())  # a file written without field ids
-        sources.append(found)
+    for name in wanted:
+        found = by_key.get(java_lower_root(name), [])
+        if len(found) > 1:
+            raise AmbiguousColumnError(
+                f"column {name!r} matches {len(found)} columns of {path}, which has no field "
+                f"ids, by name (case-insensitively, as Spark matches them): {found}; Spark "
+                "refuses to read it as well (rewrite the file with one of them renamed)",
+                path=path,
+            )
+        sources.append(found[0] if found else None)
     return sources
 
 
