@@ -299,6 +299,9 @@ class MetastoreWriter(DataSourceWriter):
         # The session's attempt directory: GC's orphan scan leaves it alone while the session
         # lives, and the metastore refuses a commit of its files once it does not.
         self.rel_dir = f"_txn/{session_id}--append-{uuid.uuid4().hex[:12]}"
+        # Named in every file of this append, all written with field ids: a reader reads one
+        # of their footers for all (spark_bridge.files.field_id_group).
+        self.write_job = str(uuid.uuid4())
 
     def _expired(self, cause: MetastoreError) -> SessionNotFoundError:
         from metastore.errors import SessionNotFoundError
@@ -415,6 +418,8 @@ class MetastoreWriter(DataSourceWriter):
         import pyarrow as pa
         import pyarrow.parquet as pq
 
+        from spark_bridge.files import job_file_name
+
         schema = _arrow_schema(self.columns)
         # By position, under the pinned names: `writer()` checked the DataFrame's columns are
         # the pinned ones in order, matching names case-insensitively, so a column may be
@@ -441,7 +446,7 @@ class MetastoreWriter(DataSourceWriter):
             arrays.append(_fill(c, f.type, given.num_rows))
         table = pa.Table.from_arrays(arrays, schema=schema)
         table = _check_lengths(table, self.columns, self.table)
-        rel = f"{self.rel_dir}/part-{uuid.uuid4().hex}.parquet"
+        rel = f"{self.rel_dir}/{job_file_name(self.write_job)}"
         path = f"{self.location.rstrip('/')}/{rel}"
         os.makedirs(os.path.dirname(path), exist_ok=True)
         pq.write_table(table, path)

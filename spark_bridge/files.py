@@ -138,6 +138,13 @@ _SPARK_JOB_FILE = re.compile(
 )
 
 
+def job_file_name(job: str) -> str:
+    """A unique name for a file of write job `job` (a UUID) written by other code than Spark's
+    writer (the data source's tasks), in Spark's shape, so `field_id_group` takes the job's
+    files as one: the caller writes all of them alike (with field ids)."""
+    return f"part-00000-{job}-{uuid.uuid4().hex}.parquet"
+
+
 def field_id_group(rel_path: str) -> str:
     """The files one footer speaks for, as to whether they carry Parquet field ids: those one
     Spark write job wrote into one directory (a `_txn/<attempt>/` directory with its partition

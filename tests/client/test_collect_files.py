@@ -71,7 +71,7 @@ def test_whether_a_file_is_read_by_name_is_one_footer_per_spark_write_job(tmp_pa
     into one write directory (partitions included) are judged by one footer, any other file by
     its own; a footer that cannot be read is left to the read."""
     from metastore.client.parquet import FIELD_ID_KEY
-    from spark_bridge.files import field_id_group, footer_verdict, footer_verdicts
+    from spark_bridge.files import field_id_group, footer_verdict, footer_verdicts, job_file_name
 
     job_a = f"_txn/s--b-1a2b/./{JOB_A}"
     assert field_id_group(f"_txn/s--b-1a2b/part-00000-{JOB_A}-c000.snappy.parquet") == job_a
@@ -81,6 +81,9 @@ def test_whether_a_file_is_read_by_name_is_one_footer_per_spark_write_job(tmp_pa
     assert field_id_group(f"ext/d/part-00000-{JOB_A}-c000.parquet") == f"ext/d/./{JOB_A}"
     for own in ("_txn/s--b-1a2b/part-0.parquet", "_txn/loose.parquet", "external/part-0.parquet"):
         assert field_id_group(own) == own
+    # The data source's appends name their files so, all with field ids: one group per append.
+    appended = {field_id_group(f"_txn/s--append-1/{job_file_name(JOB_B)}") for _ in range(3)}
+    assert appended == {f"_txn/s--append-1/./{JOB_B}"}
     with_id = pa.field("a", pa.int64(), metadata={FIELD_ID_KEY: b"1"})
     pq.write_table(pa.table({"a": [1]}), tmp_path / "none.parquet")
     pq.write_table(
