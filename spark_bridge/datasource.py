@@ -738,6 +738,7 @@ class MetastoreDataSource(DataSource):
         return MetastoreReader(files=[], columns=columns, groups=groups)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        from metastore.java_case import java_case_key
         from spark_bridge.conform import pinned_struct, write_columns
 
         pin = self._pin()
@@ -751,8 +752,8 @@ class MetastoreDataSource(DataSource):
         # Spark marks the fields of `struct(...)`/`array(lit(...))` NOT NULL, which fit the
         # pinned nullable ones. Nested names must match exactly: rows are handed to Arrow as
         # dicts, which finds a struct's fields by name.
-        got = [(f.name.casefold(), _shape(f.dataType)) for f in schema.fields]
-        shape = [(f.name.casefold(), _shape(f.dataType)) for f in want.fields]
+        got = [(java_case_key(f.name), _shape(f.dataType)) for f in schema.fields]
+        shape = [(java_case_key(f.name), _shape(f.dataType)) for f in want.fields]
         if got not in (shape, shape[:public]):
             public_struct = pinned_struct(columns[:public])
             raise ValueError(
