@@ -20,7 +20,8 @@ Key idea
     * a CHAR(n) value shorter than n (a file value or a DEFAULT) reads padded with spaces to n,
       as Spark reads it (`spark.sql.readSideCharPadding`, true by default): Spark's stored
       EXISTS_DEFAULT of `CHAR(3) DEFAULT 'a'` is 'a', which old rows read as 'a  '.
-    Nested fields are cast as a whole (the protocol's type strings carry no nested field ids).
+    Nested fields (the protocol's type strings carry no nested field ids) are matched by name in
+    every file, by `match_names` as Spark matches them, then cast as a whole.
 
 Invariants
     * Only listed files are opened; directories are never listed, so files no commit references
@@ -369,7 +370,11 @@ def _conform(
             continue
         column = batch.column(source)
         try:
-            arrays.append(column if column.type == field.type else column.cast(field.type))
+            if column.type != field.type:
+                # Nested fields by name, as Spark matches them: the cast then finds each.
+                named = _nested_names_as_pinned(column.type, field.type, path)
+                column = (column if named == column.type else column.view(named)).cast(field.type)
+            arrays.append(column)
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
             raise DataFileUnreadableError(
                 f"column {source!r} of {path} ({column.type}) cannot be read as "
@@ -383,6 +388,48 @@ def _conform(
             # beyond n with trailing spaces) left as they are, as Spark leaves them.
             arrays[i] = pc.utf8_rpad(arrays[i], width=pad_length, padding=" ")
     return pa.RecordBatch.from_arrays(arrays, schema=target)
+
+
+def _nested_names_as_pinned(file_type: pa.DataType, pinned: pa.DataType, path: str) -> pa.DataType:
+    """`file_type` with each nested struct field that a pinned field names (`match_names`, as
+    Spark matches nested fields: they carry no field ids) renamed to the pinned name, in structs
+    inside lists and maps too; the same layout, so the column is viewed as it, then cast (pyarrow
+    casts a struct's fields by exact name: a file's `A` read as NULL for a pinned `a`)."""
+    if pa.types.is_struct(file_type) and pa.types.is_struct(pinned):
+        pinned_fields = list(pinned)
+        sources = match_names(
+            [f.name for f in file_type], [f.name for f in pinned_fields], path=path
+        )
+        renamed = {source: f for source, f in zip(sources, pinned_fields, strict=True) if source}
+        fields = []
+        for f in file_type:
+            target = renamed.get(f.name)
+            if target is None:
+                fields.append(f)
+                continue
+            inner = _nested_names_as_pinned(f.type, target.type, path)
+            fields.append(pa.field(target.name, inner, f.nullable, f.metadata))
+        return pa.struct(fields)
+    if pa.types.is_map(file_type) and pa.types.is_map(pinned):
+        key = _nested_names_as_pinned(file_type.key_type, pinned.key_type, path)
+        item = _nested_names_as_pinned(file_type.item_type, pinned.item_type, path)
+        return pa.map_(
+            file_type.key_field.with_type(key),
+            file_type.item_field.with_type(item),
+            keys_sorted=file_type.keys_sorted,
+        )
+    list_kinds = (pa.types.is_list, pa.types.is_large_list, pa.types.is_fixed_size_list)
+    if any(kind(file_type) for kind in list_kinds) and any(kind(pinned) for kind in list_kinds):
+        value = _nested_names_as_pinned(file_type.value_type, pinned.value_type, path)
+        if value == file_type.value_type:
+            return file_type
+        value_field = file_type.value_field.with_type(value)
+        if pa.types.is_large_list(file_type):
+            return pa.large_list(value_field)
+        if pa.types.is_fixed_size_list(file_type):
+            return pa.list_(value_field, file_type.list_size)
+        return pa.list_(value_field)
+    return file_type
 
 
 @functools.lru_cache(maxsize=256)

@@ -343,3 +343,45 @@ def test_a_column_two_file_columns_match_is_refused_not_guessed(
 )
 def test_names_lowercase_as_java_lowercases_them(name: str, java_lower: str) -> None:
     assert java_lower_root(name) == java_lower
+
+
+def test_nested_fields_match_by_name_as_spark_matches_them(tmp_path: Path) -> None:
+    """Nested fields carry no field ids: Spark matches them by name with its case-insensitive
+    rule in every file (a struct's `A` is the pinned `a`, in a list and a map's values too), and
+    refuses a nested name two fields match; so does this reader (an exact-name cast read NULL)."""
+    inner = pa.struct([("A", pa.int64()), ("b", pa.string())])
+    write(
+        tmp_path / "nested.parquet",
+        {
+            "s": (inner, 1, [{"A": 1, "b": "x"}, None]),
+            "l": (pa.list_(inner), 2, [[{"A": 2, "b": "y"}], None]),
+            "m": (pa.map_(pa.string(), inner), 3, [[("k", {"A": 3, "b": "z"})], None]),
+        },
+    )
+    columns = [
+        PinnedColumn.from_wire(c)
+        for c in [
+            {"field_id": 1, "name": "s", "type": "STRUCT<b: STRING, a: BIGINT>"},
+            {"field_id": 2, "name": "l", "type": "ARRAY<STRUCT<a: BIGINT, B: STRING>>"},
+            {"field_id": 3, "name": "m", "type": "MAP<STRING, STRUCT<a: BIGINT>>"},
+        ]
+    ]
+    rows = read_rows(str(tmp_path), [{"path": "nested.parquet"}], columns, limit=10).rows
+    assert rows.to_pylist() == [
+        {"s": {"b": "x", "a": 1}, "l": [{"a": 2, "B": "y"}], "m": [("k", {"a": 3})]},
+        {"s": None, "l": None, "m": None},
+    ]
+    twice = write(
+        tmp_path / "twice.parquet",
+        {"s": (pa.struct([("a", pa.int64()), ("A", pa.int64())]), 1, [{"a": 1, "A": 2}])},
+    )
+    with pytest.raises(AmbiguousColumnError):
+        list(
+            file_batches(
+                twice,
+                [
+                    PinnedColumn.from_wire(c)
+                    for c in [{"field_id": 1, "name": "s", "type": "STRUCT<a: BIGINT>"}]
+                ],
+            )
+        )

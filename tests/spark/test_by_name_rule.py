@@ -86,3 +86,35 @@ def test_an_output_with_sibling_columns_spark_tells_apart_is_conformed(
         {"straße": "sharp", "STRASSE": "upper"},
         ["straße", "STRASSE"],
     )
+
+
+def test_spark_matches_nested_fields_as_the_readers_without_spark_do(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """Nested fields (no field ids) by Spark's case-insensitive rule: a struct's `A` is `a`."""
+    from pyspark.sql import types as T
+
+    from metastore.client.parquet import PinnedColumn, read_rows
+
+    inner = pa.struct([("A", pa.int64()), ("b", pa.string())])
+    table = pa.table({"s": pa.array([{"A": 1, "b": "x"}], inner)})
+    pq.write_table(table, tmp_path / "nested.parquet")
+    pinned = T.StructType(
+        [
+            T.StructField(
+                "s",
+                T.StructType(
+                    [T.StructField("b", T.StringType()), T.StructField("a", T.LongType())]
+                ),
+            )
+        ]
+    )
+    spark_rows = [
+        r.asDict(recursive=True)
+        for r in spark.read.schema(pinned).parquet(str(tmp_path / "nested.parquet")).collect()
+    ]
+    columns = [
+        PinnedColumn.from_wire({"field_id": 1, "name": "s", "type": "STRUCT<b: STRING, a: BIGINT>"})
+    ]
+    ours = read_rows(str(tmp_path), [{"path": "nested.parquet"}], columns, limit=5).rows.to_pylist()
+    assert spark_rows == ours == [{"s": {"b": "x", "a": 1}}]
