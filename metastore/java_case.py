@@ -235,15 +235,18 @@ _KEY_RUNS: Final = (
 )
 
 
-def _key_table() -> dict[int, int]:
+def code_point_table(runs: tuple[tuple[int, int, int, int], ...]) -> dict[int, int]:
+    """{code point: its image} of runs (first, count, delta, stride): the code points first,
+    first + stride, ... (count of them) map to the code point + delta. Also unfolds
+    `metastore.client.java_lower`'s table."""
     table: dict[int, int] = {}
-    for first, count, delta, stride in _KEY_RUNS:
+    for first, count, delta, stride in runs:
         for code_point in range(first, first + count * stride, stride):
             table[code_point] = code_point + delta
     return table
 
 
-_KEY_OF: Final = _key_table()
+_KEY_OF: Final = code_point_table(_KEY_RUNS)
 
 
 def java_case_key(name: str) -> str:

@@ -29,10 +29,10 @@ What one batch does (DESIGN.md §7):
    request. They are read with the pinned schema, by Parquet field id, so renamed columns still
    read correctly; a file written without any field ids (a plain `df.write.parquet` committed with
    the `commit` op, another tool's file) is read by name, as the CLI reads it (`read_files`: one
-   footer per write directory tells them apart). If the name was dropped and re-created between
-   read_ts and Top, the files belong to another incarnation (field ids restart at 1): the read
-   fails with a retryable BatchError rather than mis-map columns. A table created between read_ts
-   and Top reads empty (no commit lands below a table's creation).
+   footer per Spark write job, else per file, tells them apart). If the name was dropped and
+   re-created between read_ts and Top, the files belong to another incarnation (field ids
+   restart at 1): the read fails with a retryable BatchError rather than mis-map columns. A
+   table created between read_ts and Top reads empty (no commit lands below a table's creation).
 4. Outputs are conformed to the pinned schemas and written by Spark's own Parquet writer into a
    fresh per-attempt directory under each table's location. A writer conforms to the pinned
    version's write columns: the public ones plus any a schema change job holds write-only
@@ -131,7 +131,7 @@ def foreach_batch_stream(query_id: str) -> str:
 # (a Spark job costs about 0.5 s more on local[2]).
 EXECUTOR_FOOTER_CHECKS_MIN = 512
 FOOTER_CHECK_THREADS = 16
-# Verdicts a bridge keeps (per write directory or file; committed files never change), so the
+# Verdicts a bridge keeps (per write job or file; committed files never change), so the
 # micro-batches of a stream and repeated reads check each footer once. Oldest dropped first.
 FIELD_ID_VERDICTS_MAX = 200_000
 
@@ -738,7 +738,9 @@ class MetastoreBridge:
         """The rows of committed `files` (paths relative to `location`) as `struct`, read as the
         CLI's reader reads them (`metastore.client.parquet.matched_by_name`): by field id, and
         a file written without any field ids (a plain `df.write.parquet`, another tool's file)
-        by name, case-insensitively. Spark reads the two kinds as two scans, unioned."""
+        by name, case-insensitively (Spark's rule, `metastore.client.parquet.match_names`: a
+        column two of a file's columns match fails the read). Spark reads the two kinds as two
+        scans, unioned."""
         by_name = self.files_read_by_name(location, files)
         by_id_paths: list[str] = []
         by_name_paths: list[str] = []
@@ -768,9 +770,10 @@ class MetastoreBridge:
 
     def files_read_by_name(self, location: str, files: list[dict[str, Any]]) -> set[str]:
         """The paths (as listed) of `files` written without any field ids. One footer per
-        `field_id_group` (a write directory, else the file), of those this bridge has not seen:
-        on the driver when few, else by Spark tasks. A footer that cannot be read counts as
-        field ids (the read reports that file, as it did before)."""
+        `field_id_group` (the files of one Spark write job in one directory, else the file:
+        a directory may hold both kinds), of those this bridge has not seen: on the driver when
+        few, else by Spark tasks. A footer that cannot be read counts as field ids (the read
+        reports that file, as it did before)."""
         groups: dict[str, list[str]] = {}
         for f in files:
             rel = str(f["path"])

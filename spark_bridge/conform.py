@@ -1,7 +1,8 @@
 """Make a batch's output DataFrame match the schema pinned for its table, or refuse clearly.
 
 Rules (what a data engineer expects from Iceberg/Delta writers):
-* columns are matched by name, case-insensitively (Spark's default);
+* columns are matched by name, case-insensitively as Spark's analyzer matches them (Java's
+  equalsIgnoreCase, `metastore.java_case`: `straße` and `STRASSE` are two columns);
 * a pinned column missing from the output is filled with NULL if nullable, with its DEFAULT if it
   has one, otherwise the write is refused;
 * an output column the pinned schema does not have is refused (a schema change is a DDL, not a
@@ -34,6 +35,8 @@ from __future__ import annotations
 import threading
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
+
+from metastore.java_case import java_case_key
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -134,7 +137,8 @@ def by_name_struct(struct: StructType) -> StructType:
     struct that has field ids (or, with `...fieldId.read.ignoreMissing`, reads every column of it
     as NULL); without them it matches columns by name (case-insensitively, unless
     `spark.sql.caseSensitive`), as the CLI's reader does for such a file
-    (`metastore.client.parquet.matched_by_name`). Existence defaults and comments are kept."""
+    (`metastore.client.parquet.matched_by_name`, `match_names`: Spark's own rule). Existence
+    defaults and comments are kept."""
     from pyspark.sql import types as T
 
     def strip(t: DataType) -> DataType:
@@ -195,7 +199,7 @@ def _widening_ok(src: DataType, dst: DataType) -> bool:
         if len(src.fields) != len(dst.fields):
             return False
         return all(
-            s.name.casefold() == f.name.casefold()
+            java_case_key(s.name) == java_case_key(f.name)
             and (f.nullable or not s.nullable)
             and _widening_ok(s.dataType, f.dataType)
             for s, f in zip(src.fields, dst.fields, strict=True)
@@ -234,28 +238,30 @@ def _projection(schema: StructType, table: str, columns: list[dict[str, Any]]) -
     from pyspark.sql import functions as F
 
     target = pinned_struct(columns)
-    present = {f.name.casefold(): f for f in schema.fields}
+    # Names as Spark's analyzer matches them (Java's equalsIgnoreCase), not casefold: `straße`
+    # and `STRASSE` are two columns (siblings since apply version 7).
+    present = {java_case_key(f.name): f for f in schema.fields}
     if len(present) < len(schema.fields):
         # Two output columns for one pinned column (`v` and `V`): which to write is ambiguous.
-        names = [f.name.casefold() for f in schema.fields]
-        twice = sorted({f.name for f in schema.fields if names.count(f.name.casefold()) > 1})
+        names = [java_case_key(f.name) for f in schema.fields]
+        twice = sorted({f.name for f in schema.fields if names.count(java_case_key(f.name)) > 1})
         raise SchemaMismatchError(
             f"output for {table} has a column more than once (names are matched "
             f"case-insensitively): {twice}"
         )
-    wanted = {f.name.casefold() for f in target.fields}
-    extra = [f.name for f in schema.fields if f.name.casefold() not in wanted]
+    wanted = {java_case_key(f.name) for f in target.fields}
+    extra = [f.name for f in schema.fields if java_case_key(f.name) not in wanted]
     if extra:
         raise SchemaMismatchError(
             f"output for {table} has columns the pinned schema does not: {extra}; "
             f"pinned columns: {[f.name for f in target.fields]} (change the schema with DDL first)"
         )
-    defaults = {c["name"].casefold(): c.get("default") for c in columns}
+    defaults = {java_case_key(c["name"]): c.get("default") for c in columns}
     exprs = []
     for f, c in zip(target.fields, columns, strict=True):
-        src = present.get(f.name.casefold())
+        src = present.get(java_case_key(f.name))
         if src is None:
-            default = defaults.get(f.name.casefold())
+            default = defaults.get(java_case_key(f.name))
             if default:
                 col = F.expr(default).cast(f.dataType)
             elif f.nullable:

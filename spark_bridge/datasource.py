@@ -310,6 +310,9 @@ class MetastoreWriter(DataSourceWriter):
         # The session's attempt directory: GC's orphan scan leaves it alone while the session
         # lives, and the metastore refuses a commit of its files once it does not.
         self.rel_dir = f"_txn/{session_id}--append-{uuid.uuid4().hex[:12]}"
+        # Named in every file of this append, all written with field ids: a reader reads one
+        # of their footers for all (spark_bridge.files.field_id_group).
+        self.write_job = str(uuid.uuid4())
 
     def _expired(self, cause: MetastoreError) -> SessionNotFoundError:
         from metastore.errors import SessionNotFoundError
@@ -426,6 +429,8 @@ class MetastoreWriter(DataSourceWriter):
         import pyarrow as pa
         import pyarrow.parquet as pq
 
+        from spark_bridge.files import job_file_name
+
         schema = _arrow_schema(self.columns)
         # By position, under the pinned names: `writer()` checked the DataFrame's columns are
         # the pinned ones in order, matching names case-insensitively, so a column may be
@@ -452,7 +457,7 @@ class MetastoreWriter(DataSourceWriter):
             arrays.append(_fill(c, f.type, given.num_rows))
         table = pa.Table.from_arrays(arrays, schema=schema)
         table = _check_lengths(table, self.columns, self.table)
-        rel = f"{self.rel_dir}/part-{uuid.uuid4().hex}.parquet"
+        rel = f"{self.rel_dir}/{job_file_name(self.write_job)}"
         path = f"{self.location.rstrip('/')}/{rel}"
         os.makedirs(os.path.dirname(path), exist_ok=True)
         pq.write_table(table, path)
@@ -762,6 +767,7 @@ class MetastoreDataSource(DataSource):
         return MetastoreReader(files=[], columns=columns, groups=groups)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        from metastore.java_case import java_case_key
         from spark_bridge.conform import pinned_struct, write_columns
 
         pin = self._pin()
@@ -775,8 +781,8 @@ class MetastoreDataSource(DataSource):
         # Spark marks the fields of `struct(...)`/`array(lit(...))` NOT NULL, which fit the
         # pinned nullable ones. Nested names must match exactly: rows are handed to Arrow as
         # dicts, which finds a struct's fields by name.
-        got = [(f.name.casefold(), _shape(f.dataType)) for f in schema.fields]
-        shape = [(f.name.casefold(), _shape(f.dataType)) for f in want.fields]
+        got = [(java_case_key(f.name), _shape(f.dataType)) for f in schema.fields]
+        shape = [(java_case_key(f.name), _shape(f.dataType)) for f in want.fields]
         if got not in (shape, shape[:public]):
             public_struct = pinned_struct(columns[:public])
             raise ValueError(

@@ -6,10 +6,14 @@ part of the table only when a commit lists them; a directory no commit reference
 GC and never shown to readers (readers read exactly the committed file list).
 
 Paths in a commit are relative to the table location (portable if the warehouse moves).
+
+Whether a committed file carries Parquet field ids (else readers match it by name) is read from
+one footer per Spark write job (`field_id_group`), not per directory: a directory may mix both.
 """
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -127,16 +131,38 @@ def top_level_field_ids(location: str, rel_path: str) -> frozenset[int]:
     return frozenset(ids)
 
 
+# The name Spark gives each file of one write job: `part-<split>-<the job's UUID>` and a suffix
+# (`-c000.snappy.parquet`, a bucket's `_00001.c000...`). A streaming file sink: a UUID per file.
+_SPARK_JOB_FILE = re.compile(
+    r"part-\d+-([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})(?![0-9a-f])"
+)
+
+
+def job_file_name(job: str) -> str:
+    """A unique name for a file of write job `job` (a UUID) written by other code than Spark's
+    writer (the data source's tasks), in Spark's shape, so `field_id_group` takes the job's
+    files as one: the caller writes all of them alike (with field ids)."""
+    return f"part-00000-{job}-{uuid.uuid4().hex}.parquet"
+
+
 def field_id_group(rel_path: str) -> str:
-    """The files one footer speaks for, as to whether they carry Parquet field ids: a file in
-    an attempt directory (`_txn/<attempt>/...`) is judged with its whole directory, which one
-    Spark write of one DataFrame filled (a conformed write: field ids; a plain
-    `df.write.parquet`: none); any other file (registered by another tool) on its own. A read of
-    a table of a million files reads a footer per write, not per file."""
+    """The files one footer speaks for, as to whether they carry Parquet field ids: those one
+    Spark write job wrote into one directory (a `_txn/<attempt>/` directory with its partition
+    directories, else the file's own directory), known by the job's UUID in their names. One
+    job writes one DataFrame under one `spark.sql.parquet.fieldId.write.enabled`: all its files
+    carry field ids (a conformed write) or none (a plain `df.write.parquet`). Any other file is
+    judged on its own: a directory may hold files of several writes of both kinds (a plain
+    `df.write.mode("append").parquet` into it, another tool's file), so a directory is not one
+    kind. A read of a table of a million files Spark wrote reads a footer per write job. The
+    group of a job is named with a `./` segment, which no committed file's path has."""
+    directory, _, name = rel_path.rpartition("/")
+    job = _SPARK_JOB_FILE.match(name)
+    if job is None:
+        return rel_path
     parts = rel_path.split("/")
     if len(parts) >= 3 and parts[0] == TXN_DIR and "://" not in rel_path:
-        return f"{parts[0]}/{parts[1]}/"
-    return rel_path
+        directory = f"{parts[0]}/{parts[1]}"
+    return f"{directory}/./{job.group(1)}" if directory else f"./{job.group(1)}"
 
 
 def footer_verdict(path: str) -> bool | None:

@@ -17,6 +17,9 @@ Codemap
                 the CLI's `table read` and the data source's tasks both read through it.
                 Imported on its own (`metastore.client.parquet`): pyarrow is not loaded by
                 `import metastore.client`.
+    java_lower  Java's `toLowerCase(Locale.ROOT)`, Java 17's table fixed in the code: how Spark's
+                Parquet reader, and so `parquet.match_names`, matches a file's column names
+                when the file has no field ids.
     defaults    a column's DEFAULT (Spark's existence default) for rows of older files.
     manifest_files  manifest files on disk: write, read (checked), expand, `compact_table`
                 (its `plan_and_write` also serves the leader's GC).

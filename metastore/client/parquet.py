@@ -8,9 +8,10 @@ Key idea
     way for every reader that does not run Spark SQL:
     * a column is found in a file by its Parquet field id (`PARQUET:field_id`), so a column
       renamed after the file was written still yields its data;
-    * only a file written without any field ids is matched by name (case-insensitively); a
-      file with field ids on some columns only is matched by field id alone
-      (`matched_by_name`, the rule the Spark bridge follows too);
+    * only a file written without any field ids is matched by name, case-insensitively as
+      Spark's Parquet reader matches (`match_names`: Java's `toLowerCase(Locale.ROOT)`, a
+      name two file columns match refused); a file with field ids on some columns only is
+      matched by field id alone (`matched_by_name`, the rule the Spark bridge follows too);
     * a pinned column the file does not have (added later) reads as its DEFAULT (Spark's
       existence default, `metastore.client.defaults`), or NULL when it has none;
     * a column whose type was widened since (INT -> BIGINT, ...) is cast to the pinned type;
@@ -19,7 +20,8 @@ Key idea
     * a CHAR(n) value shorter than n (a file value or a DEFAULT) reads padded with spaces to n,
       as Spark reads it (`spark.sql.readSideCharPadding`, true by default): Spark's stored
       EXISTS_DEFAULT of `CHAR(3) DEFAULT 'a'` is 'a', which old rows read as 'a  '.
-    Nested fields are cast as a whole (the protocol's type strings carry no nested field ids).
+    Nested fields (the protocol's type strings carry no nested field ids) are matched by name in
+    every file, by `match_names` as Spark matches them, then cast as a whole.
 
 Invariants
     * Only listed files are opened; directories are never listed, so files no commit references
@@ -46,6 +48,7 @@ import pyarrow.parquet as pq
 
 from metastore import types as M
 from metastore.client.defaults import DefaultNotEvaluableError, default_array
+from metastore.client.java_lower import java_lower_root
 from metastore.errors import InvalidArgumentError, MetastoreError
 
 # The key under which pyarrow exposes a Parquet column's field id (as Spark writes it).
@@ -80,6 +83,14 @@ class DataFileUnreadableError(DataReadError):
     type."""
 
     code = "DATA_FILE_UNREADABLE"
+
+
+class AmbiguousColumnError(DataReadError):
+    """A pinned column matches more than one column of a file without field ids by name
+    (case-insensitively, as Spark's Parquet reader matches them: `match_names`). Spark
+    refuses such a read, and so does this reader, rather than pick one of them."""
+
+    code = "AMBIGUOUS_COLUMN"
 
 
 class UnsupportedSchemaError(DataReadError):
@@ -293,8 +304,9 @@ def _match_columns(
 ) -> list[str | None]:
     """For each pinned column, the name of the file's column holding it, or None (added after
     the file was written). By field id; by name only in a file without any field ids."""
+    if matched_by_name(file_schema):
+        return match_names(file_schema.names, [c.name for c in columns], path=path)
     by_id: dict[int, str] = {}
-    by_name: dict[str, str] = {}
     for f in file_schema:
         fid = (f.metadata or {}).get(FIELD_ID_KEY)
         if fid is not None:
@@ -304,14 +316,33 @@ def _match_columns(
                 raise DataFileUnreadableError(
                     f"column {f.name!r} of {path} has a malformed field id {fid!r}", path=path
                 ) from None
-        by_name.setdefault(f.name.casefold(), f.name)
-    by_name_only = matched_by_name(file_schema)
+    return [by_id.get(c.field_id) for c in columns]
+
+
+def match_names(file_names: Sequence[str], wanted: Sequence[str], *, path: str) -> list[str | None]:
+    """For each wanted (pinned) column name, the one file column it names, or None: Spark's
+    Parquet reader's rule with `spark.sql.caseSensitive` false (ParquetReadSupport), the one
+    every by-name match of this project follows. Names match when their Java
+    `toLowerCase(Locale.ROOT)` are equal (`metastore.client.java_lower`): not `str.casefold`
+    (`straße` and `STRASSE` are two columns, as a table may hold them since apply version 7),
+    and not Java's equalsIgnoreCase, which Spark's analyzer uses (the long s, U+017F, does not
+    name `s` here).
+    A wanted name matching two file columns is refused (AmbiguousColumnError), even when one
+    matches exactly, as Spark refuses it; file columns no wanted name matches are ignored."""
+    by_key: dict[str, list[str]] = {}
+    for name in file_names:
+        by_key.setdefault(java_lower_root(name), []).append(name)
     sources: list[str | None] = []
-    for c in columns:
-        found = by_id.get(c.field_id)
-        if found is None and by_name_only:
-            found = by_name.get(c.name.casefold())  # a file written without field ids
-        sources.append(found)
+    for name in wanted:
+        found = by_key.get(java_lower_root(name), [])
+        if len(found) > 1:
+            raise AmbiguousColumnError(
+                f"column {name!r} matches {len(found)} columns of {path}, which has no field "
+                f"ids, by name (case-insensitively, as Spark matches them): {found}; Spark "
+                "refuses to read it as well (rewrite the file with one of them renamed)",
+                path=path,
+            )
+        sources.append(found[0] if found else None)
     return sources
 
 
@@ -339,7 +370,11 @@ def _conform(
             continue
         column = batch.column(source)
         try:
-            arrays.append(column if column.type == field.type else column.cast(field.type))
+            if column.type != field.type:
+                # Nested fields by name, as Spark matches them: the cast then finds each.
+                named = _nested_names_as_pinned(column.type, field.type, path)
+                column = (column if named == column.type else column.view(named)).cast(field.type)
+            arrays.append(column)
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
             raise DataFileUnreadableError(
                 f"column {source!r} of {path} ({column.type}) cannot be read as "
@@ -353,6 +388,48 @@ def _conform(
             # beyond n with trailing spaces) left as they are, as Spark leaves them.
             arrays[i] = pc.utf8_rpad(arrays[i], width=pad_length, padding=" ")
     return pa.RecordBatch.from_arrays(arrays, schema=target)
+
+
+def _nested_names_as_pinned(file_type: pa.DataType, pinned: pa.DataType, path: str) -> pa.DataType:
+    """`file_type` with each nested struct field that a pinned field names (`match_names`, as
+    Spark matches nested fields: they carry no field ids) renamed to the pinned name, in structs
+    inside lists and maps too; the same layout, so the column is viewed as it, then cast (pyarrow
+    casts a struct's fields by exact name: a file's `A` read as NULL for a pinned `a`)."""
+    if pa.types.is_struct(file_type) and pa.types.is_struct(pinned):
+        pinned_fields = list(pinned)
+        sources = match_names(
+            [f.name for f in file_type], [f.name for f in pinned_fields], path=path
+        )
+        renamed = {source: f for source, f in zip(sources, pinned_fields, strict=True) if source}
+        fields = []
+        for f in file_type:
+            target = renamed.get(f.name)
+            if target is None:
+                fields.append(f)
+                continue
+            inner = _nested_names_as_pinned(f.type, target.type, path)
+            fields.append(pa.field(target.name, inner, f.nullable, f.metadata))
+        return pa.struct(fields)
+    if pa.types.is_map(file_type) and pa.types.is_map(pinned):
+        key = _nested_names_as_pinned(file_type.key_type, pinned.key_type, path)
+        item = _nested_names_as_pinned(file_type.item_type, pinned.item_type, path)
+        return pa.map_(
+            file_type.key_field.with_type(key),
+            file_type.item_field.with_type(item),
+            keys_sorted=file_type.keys_sorted,
+        )
+    list_kinds = (pa.types.is_list, pa.types.is_large_list, pa.types.is_fixed_size_list)
+    if any(kind(file_type) for kind in list_kinds) and any(kind(pinned) for kind in list_kinds):
+        value = _nested_names_as_pinned(file_type.value_type, pinned.value_type, path)
+        if value == file_type.value_type:
+            return file_type
+        value_field = file_type.value_field.with_type(value)
+        if pa.types.is_large_list(file_type):
+            return pa.large_list(value_field)
+        if pa.types.is_fixed_size_list(file_type):
+            return pa.list_(value_field, file_type.list_size)
+        return pa.list_(value_field)
+    return file_type
 
 
 @functools.lru_cache(maxsize=256)

@@ -384,3 +384,37 @@ def test_a_failed_lookup_after_an_unknown_outcome_still_names_the_txn_id(
     txn_id = raised.value.details["txn_id"]
     assert f".option('txn_id', {txn_id!r})" in raised.value.message
     assert client.ops[:4] == ["commit", "committed_txn", "session_close", "committed_txn"]
+
+
+def test_an_append_s_columns_are_matched_to_the_pinned_as_spark_matches_names(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The writer takes a DataFrame column for a pinned one as Spark's analyzer would (Java's
+    equalsIgnoreCase): `Straße` is the pinned `straße`, while `strasse` is not (it is the
+    sibling `STRASSE`); casefold took `strasse` for `straße` and wrote it there."""
+    from pyspark.sql import types as T
+
+    siblings = [
+        {"field_id": 1, "name": "straße", "type": "STRING", "nullable": True},
+        {"field_id": 2, "name": "STRASSE", "type": "STRING", "nullable": True},
+    ]
+    monkeypatch.setattr(datasource, "_client", lambda *a, **k: ScriptedClient(REUSED, None))
+    monkeypatch.setattr(datasource, "open_write_session", lambda *a, **k: (SID, 60_000))
+    source = datasource.MetastoreDataSource({"table": "ns.t"})
+    source._pinned = {  # type: ignore[attr-defined]
+        "ts": TS,
+        "now": TS,
+        "schema": {
+            "table_id": 1,
+            "version": 1,
+            "location": "/nowhere",
+            "schema": {"columns": siblings, "ddl": ""},
+        },
+    }
+
+    def schema(*names: str) -> Any:
+        return T.StructType([T.StructField(n, T.StringType()) for n in names])
+
+    assert source.writer(schema("Straße", "strasse"), False) is not None
+    with pytest.raises(ValueError, match="does not match"):
+        source.writer(schema("strasse", "STRASSE"), False)

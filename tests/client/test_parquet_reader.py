@@ -12,9 +12,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from metastore.client.java_lower import java_lower_root
 from metastore.client.parquet import (
     FIELD_ID_KEY,
     READ_BATCH_ROWS_MAX,
+    AmbiguousColumnError,
     DataFileNotFoundError,
     DataFileUnreadableError,
     DataReadError,
@@ -276,3 +278,110 @@ def test_int96_timestamps_as_spark_writes_them_read_across_spark_s_whole_range(
     assert read == instants
     rows = read_rows(str(tmp_path), [{"path": "int96.parquet"}], columns, limit=10).rows
     assert rows.column("at").to_pylist() == instants
+
+
+# Two sibling columns Spark tells apart (apply version 7 allows them: Java's equalsIgnoreCase
+# differs), though `str.casefold` does not.
+SIBLINGS: Final = [
+    {"field_id": 1, "name": "straße", "type": "STRING", "nullable": True},
+    {"field_id": 2, "name": "STRASSE", "type": "STRING", "nullable": True},
+]
+
+
+def test_a_file_without_field_ids_matches_columns_by_name_as_spark_does(tmp_path: Path) -> None:
+    """Spark's Parquet reader matches a file without field ids by Java's
+    `toLowerCase(Locale.ROOT)`: `straße` and `STRASSE` are two columns, each read from its own
+    file column (casefold read one file column for both)."""
+    write(
+        tmp_path / "plain.parquet",
+        {"STRASSE": (pa.string(), None, ["upper"]), "Straße": (pa.string(), None, ["sharp"])},
+    )
+    columns = [PinnedColumn.from_wire(c) for c in SIBLINGS]
+    rows = read_rows(str(tmp_path), [{"path": "plain.parquet"}], columns, limit=10).rows
+    assert rows.to_pylist() == [{"straße": "sharp", "STRASSE": "upper"}]
+
+
+@pytest.mark.parametrize(
+    "file_names",
+    [("id", "ID"), ("Id", "iD", "x"), ("ID", "id")],
+)
+def test_a_column_two_file_columns_match_is_refused_not_guessed(
+    tmp_path: Path, file_names: tuple[str, ...]
+) -> None:
+    """Spark refuses a read where a wanted column matches two of a file's columns by name
+    (case-insensitively), even when one of them matches exactly; so does the CLI's reader,
+    instead of reading whichever came first."""
+    path = write(
+        tmp_path / "plain.parquet",
+        {name: (pa.int64(), None, [i]) for i, name in enumerate(file_names)},
+    )
+    columns = [PinnedColumn.from_wire({"field_id": 1, "name": "id", "type": "BIGINT"})]
+    with pytest.raises(AmbiguousColumnError) as raised:
+        list(file_batches(path, columns))
+    assert raised.value.path == path
+    assert "id" in raised.value.message and all(n in raised.value.message for n in file_names[:2])
+
+
+@pytest.mark.parametrize(
+    ("name", "java_lower"),
+    [
+        # What OpenJDK 17's "name".toLowerCase(Locale.ROOT) returned.
+        ("STRASSE", "strasse"),
+        ("Straße", "straße"),
+        ("\u0130D", "i\u0307d"),  # İD: a dotted i, not `id`
+        ("\u017f", "\u017f"),  # the long s stays itself (equalsIgnoreCase pairs it with s)
+        ("\u00b5", "\u00b5"),  # the micro sign is not Greek mu
+        ("\u2c2f", "\u2c2f"),  # Glagolitic, Unicode 14: no pair in Java 17 (Python 3.11 has one)
+        ("\u0391\u03a3", "\u03b1\u03c2"),  # a final sigma at a word's end
+        ("\u0391\u03a3_\u0392", "\u03b1\u03c3_\u03b2"),  # `_` ends no word
+        ("\u0391\u03a3 \u0392", "\u03b1\u03c2 \u03b2"),  # a space does
+        ("\u0391\u03a3$", "\u03b1\u03c2$"),
+        ("\u03a3", "\u03c3"),  # no cased letter before it
+        ("_\u0391\u03a3", "_\u03b1\u03c2"),
+        ("\u0391\u0301\u03a3", "\u03b1\u0301\u03c2"),
+    ],
+)
+def test_names_lowercase_as_java_lowercases_them(name: str, java_lower: str) -> None:
+    assert java_lower_root(name) == java_lower
+
+
+def test_nested_fields_match_by_name_as_spark_matches_them(tmp_path: Path) -> None:
+    """Nested fields carry no field ids: Spark matches them by name with its case-insensitive
+    rule in every file (a struct's `A` is the pinned `a`, in a list and a map's values too), and
+    refuses a nested name two fields match; so does this reader (an exact-name cast read NULL)."""
+    inner = pa.struct([("A", pa.int64()), ("b", pa.string())])
+    write(
+        tmp_path / "nested.parquet",
+        {
+            "s": (inner, 1, [{"A": 1, "b": "x"}, None]),
+            "l": (pa.list_(inner), 2, [[{"A": 2, "b": "y"}], None]),
+            "m": (pa.map_(pa.string(), inner), 3, [[("k", {"A": 3, "b": "z"})], None]),
+        },
+    )
+    columns = [
+        PinnedColumn.from_wire(c)
+        for c in [
+            {"field_id": 1, "name": "s", "type": "STRUCT<b: STRING, a: BIGINT>"},
+            {"field_id": 2, "name": "l", "type": "ARRAY<STRUCT<a: BIGINT, B: STRING>>"},
+            {"field_id": 3, "name": "m", "type": "MAP<STRING, STRUCT<a: BIGINT>>"},
+        ]
+    ]
+    rows = read_rows(str(tmp_path), [{"path": "nested.parquet"}], columns, limit=10).rows
+    assert rows.to_pylist() == [
+        {"s": {"b": "x", "a": 1}, "l": [{"a": 2, "B": "y"}], "m": [("k", {"a": 3})]},
+        {"s": None, "l": None, "m": None},
+    ]
+    twice = write(
+        tmp_path / "twice.parquet",
+        {"s": (pa.struct([("a", pa.int64()), ("A", pa.int64())]), 1, [{"a": 1, "A": 2}])},
+    )
+    with pytest.raises(AmbiguousColumnError):
+        list(
+            file_batches(
+                twice,
+                [
+                    PinnedColumn.from_wire(c)
+                    for c in [{"field_id": 1, "name": "s", "type": "STRUCT<a: BIGINT>"}]
+                ],
+            )
+        )

@@ -62,8 +62,24 @@ def test_bridge_reads_files_without_field_ids_as_the_cli_does(
             [pa.field("id", pa.int64(), metadata={FIELD_ID_KEY: ids["id"]}), ("label", pa.string())]
         ),
     )
+    with_ids = pa.schema(
+        [
+            pa.field("id", pa.int64(), metadata={FIELD_ID_KEY: ids["id"]}),
+            pa.field("name", pa.string(), metadata={FIELD_ID_KEY: ids["label"]}),  # before RENAME
+        ]
+    )
     plain_dir = f"_txn/plain-{uuid.uuid4().hex[:8]}"
+    # Write directories holding both kinds (a plain append into one, another tool's file):
+    # each file is read as its own footer says, whichever kind sorts first.
+    ids_first = f"_txn/mixed-{uuid.uuid4().hex[:8]}"
+    none_first = f"_txn/mixed-{uuid.uuid4().hex[:8]}"
     files = [
+        _plain_file(location, f"{ids_first}/part-0.parquet", pa.table([[7], ["g"]], with_ids)),
+        _plain_file(location, f"{ids_first}/part-1.parquet", pa.table({"ID": [8], "Label": ["h"]})),
+        _plain_file(
+            location, f"{none_first}/part-0.parquet", pa.table({"id": [9], "label": ["i"]})
+        ),
+        _plain_file(location, f"{none_first}/part-1.parquet", pa.table([[10], ["j"]], with_ids)),
         _plain_file(location, f"{plain_dir}/part-0.parquet", no_ids),  # a plain Spark write
         _plain_file(location, f"{plain_dir}/part-1.parquet", no_ids.slice(0, 1)),
         _plain_file(location, "external/other-tool.parquet", pa.table({"label": ["e"], "id": [5]})),
@@ -86,9 +102,9 @@ def test_bridge_reads_files_without_field_ids_as_the_cli_does(
             df = reader.read_table(TABLE, as_of=as_of)
             names, expected = _cli_rows(env, as_of)
             assert (df.columns, rows_of(df)) == (names, expected), (executor_checks_min, as_of)
-        # One footer per write directory or file, read once per bridge: the bridge's write,
-        # the plain write's directory, the two external files.
-        assert reader.footers_checked == 4
+        # Footers read once per bridge: one for the bridge's write (one Spark write job, whatever
+        # its file count), one for each of the 8 files written here (no job in their names).
+        assert reader.footers_checked == 9
     # Optimize rewrites them (read as every reader reads them) into files with field ids:
     # every reader still shows the same rows, now and at the timestamps before.
     shown = _cli_rows(env, None)
@@ -106,4 +122,8 @@ def test_bridge_reads_files_without_field_ids_as_the_cli_does(
         (4, None),
         (5, "e"),
         (6, None),
+        (7, "g"),
+        (8, "h"),
+        (9, "i"),
+        (10, "j"),
     ]
