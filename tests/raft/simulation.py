@@ -41,6 +41,10 @@ before):
   driver writes a Ready that only moves the commit index without syncing (`raft/wal.py`
   `append_syncs`), so the restarted node's commit index goes back to the one of its last synced
   write (entries, term and vote are always synced before anything depends on them);
+* crash after an early apply — the driver applies committed entries that were already durable
+  before a Ready's write (`raft.node.applicable_before_persist`), and its readers see that safe
+  time during the write; a crash before the write then restarts the node below it (its commit
+  index was in the lost write);
 * stale replays — a message delivered long ago (any term, any sender, from before restarts) is
   delivered once more, as a network that duplicates and delays without bound would.
 
@@ -77,6 +81,7 @@ from raft.core.types import (
     TimeoutNow,
     VoteResponse,
 )
+from raft.node import applicable_before_persist
 
 # ---- limits and knobs (named here so a reader sees the whole budget at once) ----------------
 
@@ -194,10 +199,11 @@ class SimParams:
     # Extended faults (see the module docstring); off for the classic schedules.
     power_loss: bool = False
     stale_replays: bool = False
+    early_apply: bool = False
 
     @property
     def extended(self) -> bool:
-        return self.power_loss or self.stale_replays
+        return self.power_loss or self.stale_replays or self.early_apply
 
     @staticmethod
     def for_seed(
@@ -218,6 +224,7 @@ class SimParams:
             steps=steps,
             power_loss=extended,
             stale_replays=extended,
+            early_apply=extended,
         )
 
     def describe(self) -> str:
@@ -226,7 +233,10 @@ class SimParams:
             f"check_quorum={self.check_quorum}, membership_changes={self.membership_changes}"
         )
         if self.extended:
-            text += f", power_loss={self.power_loss}, stale_replays={self.stale_replays}"
+            text += (
+                f", power_loss={self.power_loss}, stale_replays={self.stale_replays}, "
+                f"early_apply={self.early_apply}"
+            )
         return text
 
 
@@ -299,6 +309,10 @@ class Checker:
         """The node restarted from disk: its commit index may be lower now."""
         nid = node.id
         self._commit_checked[nid] = min(self._commit_checked.get(nid, 0), node.core.log.committed)
+
+    def note_served(self, nid: NodeId, tm: int) -> None:
+        """The node served reads at safe time `tm` (seen outside the core's own state)."""
+        self.served_tm[nid] = max(self.served_tm.get(nid, 0), tm)
 
     def forget_safe_time(self, node: MemNode) -> None:
         """A power loss took the node's unsynced commit index: it replays less than it had
@@ -701,17 +715,24 @@ class Simulation:
     def handle_ready(self, node: MemNode, *, persist: bool = True) -> None:
         power_loss = not persist and node.core.has_ready() and self._power_loss(node)
         before = node.disk.hard_state
+        stable_index = node.core.log.stable_index
+        was_serving = node.core.caught_up()
         msgs, rd = node.handle_ready(persist=persist)
         self._enqueue(msgs)
         if rd is None:
             return
         if not persist:
+            early = applicable_before_persist(rd, stable_index) if self.p.early_apply else 0
+            if early and was_serving:
+                # The driver applied these before the write and served reads meanwhile.
+                self.checker.note_served(node.id, rd.committed[early - 1].tm)
+                self._count("early_apply_crashes")
             self._count("crash_before_persist")
             self._after_restart(
                 node,
                 f"crashed after ready{' (power loss)' if power_loss else ''}, "
                 f"{len(msgs)} early msgs escaped",
-                power_loss=power_loss,
+                power_loss=power_loss or early > 0,
             )
             return
         after = node.disk.hard_state

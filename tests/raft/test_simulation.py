@@ -8,6 +8,8 @@ carries the seed, the replay command and the trace.
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from raft.core.memnet import Applied, MemDisk, MemNode
@@ -207,6 +209,32 @@ def test_extended_seeds_50_and_57_a_capped_heartbeat_made_a_node_ready_after_a_p
         assert run_seed(seed, extended=True).stats.get("power_losses", 0) > 0
 
 
+def test_seed_79_a_crash_after_an_early_apply_made_a_node_ready_below_what_it_served() -> None:
+    """No power loss needed: the driver applies committed entries already durable before a
+    Ready's write and serves at that safe time during it; a kill -9 before the write restarts
+    the node with the commit index before it, and a capped heartbeat made it ready there."""
+    params = dataclasses.replace(
+        SimParams.for_seed(79, extended=True), power_loss=False, stale_replays=False
+    )
+    assert Simulation(params).run().stats.get("early_apply_crashes", 0) > 0
+
+
+def test_the_served_safe_time_check_catches_a_core_that_forgets_its_log_at_start(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from raft.core.raft import RaftCore
+
+    built = RaftCore.__init__
+
+    def forgetful(self: RaftCore, *args: object, **kwargs: object) -> None:
+        built(self, *args, **kwargs)  # type: ignore[arg-type]
+        self._start_last_index = 0
+
+    monkeypatch.setattr(RaftCore, "__init__", forgetful)
+    with pytest.raises(SimulationFailure, match="served safe time monotonic"):
+        run_seed(50, extended=True)
+
+
 def test_extended_faults_happen_and_classic_seeds_keep_their_schedule() -> None:
     totals: dict[str, int] = {}
     for seed in range(20):
@@ -214,6 +242,7 @@ def test_extended_faults_happen_and_classic_seeds_keep_their_schedule() -> None:
             totals[key] = totals.get(key, 0) + value
     assert totals.get("power_losses", 0) > 0
     assert totals.get("stale_replays", 0) > 0
+    assert totals.get("early_apply_crashes", 0) > 0
     assert not SimParams.for_seed(3).extended
     assert "power_losses" not in run_seed(3).stats
 
