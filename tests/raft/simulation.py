@@ -46,7 +46,9 @@ before):
   time during the write; a crash before the write then restarts the node below it (its commit
   index was in the lost write);
 * stale replays — a message delivered long ago (any term, any sender, from before restarts) is
-  delivered once more, as a network that duplicates and delays without bound would.
+  delivered once more, as a network that duplicates and delays without bound would;
+* one-way cuts — a partition event may also cut one direction of a node's links (it hears the
+  others but they do not hear it, or the reverse), until the next heal.
 
 At the end the network heals, every member restarts, and the cluster must converge (a leader,
 every member applied everything committed, every acknowledged proposal applied everywhere)
@@ -110,6 +112,8 @@ SIM_FRESH_NODE_ID_MIN = 10
 SIM_REPLAY_HISTORY = 512
 SIM_REPLAY_CHANCE = 0.03
 SIM_POWER_LOSS_CHANCE = 0.5
+# Extended faults: the chance that a partition event also cuts one direction of a node's links.
+SIM_ONE_WAY_CUT_CHANCE = 0.4
 
 # Relative frequency of each event. Deliveries and Readies dominate, as on a real network; time
 # passes often enough for elections; faults are rare enough that the cluster makes progress
@@ -200,10 +204,11 @@ class SimParams:
     power_loss: bool = False
     stale_replays: bool = False
     early_apply: bool = False
+    one_way_cuts: bool = False
 
     @property
     def extended(self) -> bool:
-        return self.power_loss or self.stale_replays or self.early_apply
+        return self.power_loss or self.stale_replays or self.early_apply or self.one_way_cuts
 
     @staticmethod
     def for_seed(
@@ -225,6 +230,7 @@ class SimParams:
             power_loss=extended,
             stale_replays=extended,
             early_apply=extended,
+            one_way_cuts=extended,
         )
 
     def describe(self) -> str:
@@ -235,7 +241,7 @@ class SimParams:
         if self.extended:
             text += (
                 f", power_loss={self.power_loss}, stale_replays={self.stale_replays}, "
-                f"early_apply={self.early_apply}"
+                f"early_apply={self.early_apply}, one_way_cuts={self.one_way_cuts}"
             )
         return text
 
@@ -575,6 +581,9 @@ class Simulation:
         self.rng = random.Random(params.seed)
         # Extended faults draw from their own stream: the classic draws stay where they were.
         self.fault_rng = random.Random(params.seed ^ 0xFA17ED)
+        # Faults added later draw from streams of their own, so the seeds found (and pinned)
+        # with the earlier ones keep their schedules when a seed runs with only those.
+        self.cut_rng = random.Random(params.seed ^ 0xC07)
         self.checker = Checker()
         self.step_no = 0
         self.trace: deque[str] = deque(maxlen=SIM_TRACE_EVENTS)
@@ -589,6 +598,7 @@ class Simulation:
         # Per node: the commit index of its last synced WAL write (what a power loss keeps).
         self.synced_commit: dict[NodeId, int] = {}
         self.groups: dict[NodeId, int] = {}  # partition group per node; absent = group 0
+        self.one_way_cuts: set[tuple[NodeId, NodeId]] = set()  # (src, dst) links that drop
         self.down: set[NodeId] = set()
         self.retired: set[NodeId] = set()  # removed from the cluster and shut down for good
         self.pending: dict[NodeId, dict[int, tuple[int, bytes]]] = {}
@@ -663,6 +673,7 @@ class Simulation:
             a not in self.down
             and b not in self.down
             and self.groups.get(a, 0) == self.groups.get(b, 0)
+            and (a, b) not in self.one_way_cuts
         )
 
     def _enqueue(self, msgs: list[Message]) -> None:
@@ -962,9 +973,18 @@ class Simulation:
             self.groups = {n: rng.randrange(2) for n in ids}
         side = sorted(n for n in ids if self.groups.get(n, 0) == 1)
         self._event(f"partition {side} | {sorted(set(ids) - set(side))}")
+        if self.p.one_way_cuts and self.cut_rng.random() < SIM_ONE_WAY_CUT_CHANCE:
+            # One direction of links fails (a firewall rule, a stuck send queue): a node whose
+            # messages no longer reach the others while it still hears them, or the reverse.
+            who = self.cut_rng.choice(ids)
+            outbound = self.cut_rng.random() < 0.5
+            self.one_way_cuts = {(who, n) if outbound else (n, who) for n in ids if n != who}
+            self._count("one_way_cuts")
+            self._event(f"one-way cut: n{who} {'sends' if outbound else 'hears'} nothing")
         return set()
 
     def _ev_heal(self) -> set[NodeId]:
+        self.one_way_cuts = set()
         self.groups = {}
         self._event("heal")
         return set()
@@ -1139,6 +1159,7 @@ class Simulation:
 
     def converge(self) -> None:
         self.groups = {}
+        self.one_way_cuts = set()
         for nid in sorted(self.down - self.retired):
             self.down.discard(nid)
         rounds_max = (

@@ -206,7 +206,10 @@ def test_extended_seeds_50_and_57_a_capped_heartbeat_made_a_node_ready_after_a_p
     stale match for it: it reported caught up at an older safe time than it had served
     (tests/raft/test_restart_readiness.py has the unit case)."""
     for seed in (50, 57):
-        assert run_seed(seed, extended=True).stats.get("power_losses", 0) > 0
+        params = dataclasses.replace(
+            SimParams.for_seed(seed, extended=True), early_apply=False, one_way_cuts=False
+        )
+        assert Simulation(params).run().stats.get("power_losses", 0) > 0
 
 
 def test_seed_79_a_crash_after_an_early_apply_made_a_node_ready_below_what_it_served() -> None:
@@ -214,7 +217,10 @@ def test_seed_79_a_crash_after_an_early_apply_made_a_node_ready_below_what_it_se
     Ready's write and serves at that safe time during it; a kill -9 before the write restarts
     the node with the commit index before it, and a capped heartbeat made it ready there."""
     params = dataclasses.replace(
-        SimParams.for_seed(79, extended=True), power_loss=False, stale_replays=False
+        SimParams.for_seed(79, extended=True),
+        power_loss=False,
+        stale_replays=False,
+        one_way_cuts=False,
     )
     assert Simulation(params).run().stats.get("early_apply_crashes", 0) > 0
 
@@ -231,8 +237,11 @@ def test_the_served_safe_time_check_catches_a_core_that_forgets_its_log_at_start
         self._start_last_index = 0
 
     monkeypatch.setattr(RaftCore, "__init__", forgetful)
+    params = dataclasses.replace(
+        SimParams.for_seed(50, extended=True), early_apply=False, one_way_cuts=False
+    )
     with pytest.raises(SimulationFailure, match="served safe time monotonic"):
-        run_seed(50, extended=True)
+        Simulation(params).run()
 
 
 def test_extended_faults_happen_and_classic_seeds_keep_their_schedule() -> None:
@@ -243,6 +252,7 @@ def test_extended_faults_happen_and_classic_seeds_keep_their_schedule() -> None:
     assert totals.get("power_losses", 0) > 0
     assert totals.get("stale_replays", 0) > 0
     assert totals.get("early_apply_crashes", 0) > 0
+    assert totals.get("one_way_cuts", 0) > 0
     assert not SimParams.for_seed(3).extended
     assert "power_losses" not in run_seed(3).stats
 
