@@ -51,8 +51,8 @@ before):
   others but they do not hear it, or the reverse), until the next heal.
 
 At the end the network heals, every member restarts, and the cluster must converge (a leader,
-every member applied everything committed, every acknowledged proposal applied everywhere)
-within a bounded number of rounds.
+every member applied everything committed and reports caught up, so it serves again, every
+acknowledged proposal applied everywhere) within a bounded number of rounds.
 """
 
 from __future__ import annotations
@@ -1199,6 +1199,9 @@ class Simulation:
             return False
         commit = core.log.committed
         if any(m.core.log.applied < commit or m.id in self.down for m in members):
+            return False
+        if not all(m.core.caught_up() for m in members):
+            # Every member serves again (readiness after restarts and power losses is live).
             return False
         for m in members:
             self.checker.check_all_acks_applied(m)

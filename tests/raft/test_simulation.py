@@ -244,6 +244,23 @@ def test_the_served_safe_time_check_catches_a_core_that_forgets_its_log_at_start
         Simulation(params).run()
 
 
+def test_convergence_needs_every_member_ready_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A restarted node that never reports caught up again is a liveness failure, even when
+    its log converged (a readiness rule that waits for what never comes)."""
+    from raft.core.raft import RaftCore
+
+    built = RaftCore.__init__
+
+    def never_ready_after_restart(self: RaftCore, *args: object, **kwargs: object) -> None:
+        built(self, *args, **kwargs)  # type: ignore[arg-type]
+        if self.log.last_index() > 0:
+            self._start_last_index = 1 << 40
+
+    monkeypatch.setattr(RaftCore, "__init__", never_ready_after_restart)
+    with pytest.raises(SimulationFailure, match="liveness"):
+        run_seed(2)
+
+
 def test_extended_faults_happen_and_classic_seeds_keep_their_schedule() -> None:
     totals: dict[str, int] = {}
     for seed in range(20):
