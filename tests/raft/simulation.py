@@ -25,6 +25,8 @@ Properties checked after every step (incrementally: a step only touches one or t
 * safe time (`core.applied_tm`) never decreases on a node, also across crashes (a restarted
   node replays up to its persisted commit before anything else happens), and it equals the Tm
   of the last applied entry;
+* snapshot coverage — the snapshot a node holds (what it sends a laggard) is at or above the
+  base of its log, and does not go back while the node runs;
 * ReadIndex — a read's index covers everything known committed when the read started;
 * check-quorum lease (with check_quorum) — a voter that heard from its leader fewer than
   `election_ticks` of its own ticks ago grants no vote or pre-vote to another node, unless the
@@ -48,7 +50,11 @@ before):
 * stale replays — a message delivered long ago (any term, any sender, from before restarts) is
   delivered once more, as a network that duplicates and delays without bound would;
 * one-way cuts — a partition event may also cut one direction of a node's links (it hears the
-  others but they do not hear it, or the reverse), until the next heal.
+  others but they do not hear it, or the reverse), until the next heal;
+* background snapshots — a node's own snapshot is taken at its applied index and only later
+  made durable and its log dropped (`raft.node` writes it in a thread and renames it into
+  place from the loop): meanwhile the node applies more, changes membership, installs a
+  leader's snapshot or crashes (the unfinished one is then lost).
 
 At the end the network heals, every member restarts, and the cluster must converge (a leader,
 every member applied everything committed and reports caught up, so it serves again, every
@@ -63,6 +69,8 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+
+import msgpack
 
 from raft.core.conf import decode_conf
 from raft.core.errors import RaftCoreError
@@ -79,6 +87,7 @@ from raft.core.types import (
     Message,
     NodeId,
     RequestVote,
+    Snapshot,
     SnapshotMeta,
     TimeoutNow,
     VoteResponse,
@@ -114,6 +123,8 @@ SIM_REPLAY_CHANCE = 0.03
 SIM_POWER_LOSS_CHANCE = 0.5
 # Extended faults: the chance that a partition event also cuts one direction of a node's links.
 SIM_ONE_WAY_CUT_CHANCE = 0.4
+# Extended faults: the chance per step that a background snapshot in progress is finished.
+SIM_SNAPSHOT_FINISH_CHANCE = 0.1
 
 # Relative frequency of each event. Deliveries and Readies dominate, as on a real network; time
 # passes often enough for elections; faults are rare enough that the cluster makes progress
@@ -205,10 +216,17 @@ class SimParams:
     stale_replays: bool = False
     early_apply: bool = False
     one_way_cuts: bool = False
+    background_snapshots: bool = False
 
     @property
     def extended(self) -> bool:
-        return self.power_loss or self.stale_replays or self.early_apply or self.one_way_cuts
+        return (
+            self.power_loss
+            or self.stale_replays
+            or self.early_apply
+            or self.one_way_cuts
+            or self.background_snapshots
+        )
 
     @staticmethod
     def for_seed(
@@ -231,6 +249,7 @@ class SimParams:
             stale_replays=extended,
             early_apply=extended,
             one_way_cuts=extended,
+            background_snapshots=extended,
         )
 
     def describe(self) -> str:
@@ -241,7 +260,8 @@ class SimParams:
         if self.extended:
             text += (
                 f", power_loss={self.power_loss}, stale_replays={self.stale_replays}, "
-                f"early_apply={self.early_apply}, one_way_cuts={self.one_way_cuts}"
+                f"early_apply={self.early_apply}, one_way_cuts={self.one_way_cuts}, "
+                f"background_snapshots={self.background_snapshots}"
             )
         return text
 
@@ -291,6 +311,8 @@ class Checker:
         self.safe_tm: dict[NodeId, int] = {}
         # The highest safe time each node had while it reported caught_up (served reads at).
         self.served_tm: dict[NodeId, int] = {}
+        # The index of the snapshot each node holds, which only moves forward while it runs.
+        self.snapshot_held: dict[NodeId, int] = {}
         self.acks: list[Ack] = []  # sorted by index
         self._ack_indexes: list[int] = []
         self.sm_applied: dict[NodeId, int] = {}
@@ -306,6 +328,20 @@ class Checker:
             nid, "mem", log.snapshot, log.slice(log.first_index(), log.last_index() + 1)
         )
         self._check_log(nid, "disk", node.disk.snapshot.meta, list(node.disk.entries))
+        held = core.snapshot.meta.index
+        if held < log.snapshot.index:
+            # The snapshot is what it sends a follower that needs compacted entries: one older
+            # than the log's base leaves a gap the follower can never fill.
+            raise InvariantViolation(
+                "snapshot coverage",
+                f"node {nid} holds snapshot {held}, but its log starts after {log.snapshot.index}",
+            )
+        if held < self.snapshot_held.get(nid, 0):
+            raise InvariantViolation(
+                "snapshot coverage",
+                f"node {nid} went back from snapshot {self.snapshot_held[nid]} to {held}",
+            )
+        self.snapshot_held[nid] = held
         self._check_commit(node)
         self._check_applied(node)
         self._check_safe_time(node)
@@ -315,6 +351,8 @@ class Checker:
         """The node restarted from disk: its commit index may be lower now."""
         nid = node.id
         self._commit_checked[nid] = min(self._commit_checked.get(nid, 0), node.core.log.committed)
+        # A received snapshot not yet persisted is lost with the crash.
+        self.snapshot_held.pop(nid, None)
 
     def note_served(self, nid: NodeId, tm: int) -> None:
         """The node served reads at safe time `tm` (seen outside the core's own state)."""
@@ -584,6 +622,9 @@ class Simulation:
         # Faults added later draw from streams of their own, so the seeds found (and pinned)
         # with the earlier ones keep their schedules when a seed runs with only those.
         self.cut_rng = random.Random(params.seed ^ 0xC07)
+        self.snap_rng = random.Random(params.seed ^ 0x5A4)
+        # Background snapshots taken but not yet made durable: node -> (snapshot, keep).
+        self.snapshots_in_progress: dict[NodeId, tuple[Snapshot, int]] = {}
         self.checker = Checker()
         self.step_no = 0
         self.trace: deque[str] = deque(maxlen=SIM_TRACE_EVENTS)
@@ -803,6 +844,8 @@ class Simulation:
         """A node came back from its disk: replay what it persisted before anything else."""
         if power_loss:
             self.checker.forget_safe_time(node)
+        if self.snapshots_in_progress.pop(node.id, None) is not None:
+            self._event(f"  n{node.id} lost its unfinished background snapshot")
         self.pending[node.id].clear()
         self.ticks_since_leader[node.id] = None
         for key in [k for k in self.reads if k[0] == node.id]:
@@ -845,6 +888,27 @@ class Simulation:
 
     def step(self) -> set[NodeId]:
         """One random event. Returns the ids of the nodes it touched."""
+        finished = self._finish_background_snapshots() if self.snapshots_in_progress else set()
+        return finished | self._random_event()
+
+    def _finish_background_snapshots(self) -> set[NodeId]:
+        touched = set()
+        for nid in sorted(self.snapshots_in_progress):
+            if self.snap_rng.random() >= SIM_SNAPSHOT_FINISH_CHANCE:
+                continue
+            snap, keep = self.snapshots_in_progress.pop(nid)
+            node = self.nodes[nid]
+            node.disk.compact(snap)
+            node.core.compact_log(snap, keep_entries=keep)
+            self._count("background_snapshots")
+            self._event(
+                f"background snapshot of n{nid} at {snap.meta.index}/{snap.meta.term} done "
+                f"(applied {node.core.log.applied}, snapshot {node.core.snapshot.meta.index})"
+            )
+            touched.add(nid)
+        return touched
+
+    def _random_event(self) -> set[NodeId]:
         rng = self.rng
         self.phys_ms += rng.randint(0, 3)
         r = rng.random() * _EVENT_WEIGHT_TOTAL
@@ -1029,6 +1093,13 @@ class Simulation:
             return set()
         # Sometimes keep a tail of entries behind the snapshot (raft.node does by default).
         keep = self.rng.choice((0, 0, 3, 20))
+        if self.p.background_snapshots and self.snap_rng.random() < 0.5:
+            if node.id not in self.snapshots_in_progress:  # one at a time, as raft.node
+                data = msgpack.packb([[a.index, a.term, a.tm, a.data] for a in node.applied])
+                snap = node.core.create_snapshot(data)
+                self.snapshots_in_progress[node.id] = (snap, keep)
+                self._event(f"background snapshot of n{node.id} at {snap.meta.index} begins")
+            return set()
         snap = node.take_snapshot(keep_entries=keep)
         self._count("compactions")
         self._event(f"compact n{node.id} to {snap.meta.index}/{snap.meta.term} keep {keep}")

@@ -261,6 +261,27 @@ def test_convergence_needs_every_member_ready_again(monkeypatch: pytest.MonkeyPa
         run_seed(2)
 
 
+def test_the_snapshot_check_catches_a_core_that_adopts_an_older_snapshot(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A background snapshot finished after a newer one (a leader's, or a later own one) must
+    not replace it. Only the background-snapshot fault reaches this: classic compactions are
+    atomic (seeds 0-199 pass with this broken core)."""
+    from raft.core.raft import RaftCore
+    from raft.core.types import Snapshot
+
+    compact = RaftCore.compact_log
+
+    def adopts_any(self: RaftCore, snapshot: Snapshot, *, keep_entries: int = 0) -> None:
+        self.snapshot = snapshot  # the guard against an older snapshot is gone
+        if snapshot.meta.index - keep_entries > self.log.snapshot.index:
+            compact(self, snapshot, keep_entries=keep_entries)
+
+    monkeypatch.setattr(RaftCore, "compact_log", adopts_any)
+    with pytest.raises(SimulationFailure, match="snapshot coverage"):
+        run_seed(14, extended=True)
+
+
 def test_extended_faults_happen_and_classic_seeds_keep_their_schedule() -> None:
     totals: dict[str, int] = {}
     for seed in range(20):
@@ -270,6 +291,7 @@ def test_extended_faults_happen_and_classic_seeds_keep_their_schedule() -> None:
     assert totals.get("stale_replays", 0) > 0
     assert totals.get("early_apply_crashes", 0) > 0
     assert totals.get("one_way_cuts", 0) > 0
+    assert totals.get("background_snapshots", 0) > 0
     assert not SimParams.for_seed(3).extended
     assert "power_losses" not in run_seed(3).stats
 
