@@ -214,10 +214,13 @@ class RaftCore:
 
         The commit index a leader sends is not always a bound of what this node applied: a
         heartbeat carries min(leader commit, this node's match as the leader knows it), which
-        lags when an acknowledgement was lost. So the node also waits until it has applied its
-        whole log as it found it at start (what it applied before was in that log, synced
-        before it was applied), or up to where a leader's entries or snapshot replaced it
-        (replaced entries were never committed, so never applied)."""
+        lags when an acknowledgement was lost (and the commit index can be lost without a power
+        loss too: the driver applies committed entries already durable before it writes the
+        Ready that commits them, and serves them meanwhile; a kill -9 during that write loses
+        the commit index). So the node also waits until it has applied its whole log as it
+        found it at start (what it applied before was in that log, synced before it was
+        applied), or up to where a leader's entries or snapshot replaced it (replaced entries
+        were never committed, so never applied)."""
         start_bound = self._start_last_index
         replaced_from = self.log.replaced_from
         if replaced_from is not None:
