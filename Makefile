@@ -37,10 +37,12 @@ fmt: install
 test: check
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
-## sim: the seeded Raft simulation with more seeds than make test runs
+## sim: the seeded Raft simulation with more seeds than make test runs (EXTENDED_SEEDS: also
+## with power losses and stale replays; tests/raft/simulation.py)
 SEEDS ?= 5000
+EXTENDED_SEEDS ?= $(SEEDS)
 sim: install
-	$(BIN)/python -m pytest tests/raft/test_simulation.py --sim-seeds=$(SEEDS) -q
+	$(BIN)/python -m pytest tests/raft/test_simulation.py --sim-seeds=$(SEEDS) --sim-extended-seeds=$(EXTENDED_SEEDS) -q
 
 ## chaos: seeded fault schedules against real daemons (docs/chaos.md); make chaos SEEDS=1,2 DURATION=120
 ## (FAULTS=process|network|overlap|client|member|all picks the family of faults; all by default;

@@ -11,9 +11,12 @@ import pytest
 # ---- Raft scenario files and seeded simulation (tests/raft) --------------------------------
 # --rewrite         regenerate the expected output of tests/raft/testdata/*.txt in place
 # --sim-seeds N     how many simulation seeds tests/raft/test_simulation.py runs (`make sim`)
+# --sim-extended-seeds N   how many seeds it runs with the extended faults too (power loss,
+#                   stale replays: tests/raft/simulation.py)
 # --sim-seed-start  the first seed (a failing seed prints the command that replays it)
 
 SIM_SEEDS_DEFAULT = 500
+SIM_EXTENDED_SEEDS_DEFAULT = 100
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -29,6 +32,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         type=int,
         default=SIM_SEEDS_DEFAULT,
         help=f"number of Raft simulation seeds to run (default {SIM_SEEDS_DEFAULT})",
+    )
+    group.addoption(
+        "--sim-extended-seeds",
+        type=int,
+        default=SIM_EXTENDED_SEEDS_DEFAULT,
+        help="number of Raft simulation seeds also run with the extended faults "
+        f"(default {SIM_EXTENDED_SEEDS_DEFAULT})",
     )
     group.addoption(
         "--sim-seed-start",

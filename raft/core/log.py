@@ -16,7 +16,7 @@ from raft.core.types import Entry, SnapshotMeta
 
 
 class RaftLog:
-    __slots__ = ("_entries", "applied", "committed", "snapshot", "stable_index")
+    __slots__ = ("_entries", "applied", "committed", "replaced_from", "snapshot", "stable_index")
 
     def __init__(self, snapshot: SnapshotMeta, entries: tuple[Entry, ...] | list[Entry]) -> None:
         self.snapshot = snapshot
@@ -25,6 +25,11 @@ class RaftLog:
         self.applied = snapshot.index
         # Everything we were constructed with came from durable storage.
         self.stable_index = self.last_index()
+        # The lowest index whose entry was replaced since this log was built (a term conflict
+        # truncated it, or a received snapshot replaced a log that lacked the snapshot's own
+        # entry); None while nothing was. Entries replaced were never committed, so never
+        # applied: what this node applied before it started lies below.
+        self.replaced_from: int | None = None
         self.validate()
 
     # ---- positions ---------------------------------------------------------------------------
@@ -126,6 +131,8 @@ class RaftLog:
                     f"Tm not increasing at index {e.index}: {e.tm} <= {prev_tm}"
                 )
             prev_tm = e.tm
+        if first <= self.last_index():
+            self._note_replaced(first)
         del self._entries[first - self.snapshot.index - 1 :]
         self._entries.extend(entries)
         # Entries we replaced may have been durable; the new ones are not yet.
@@ -182,8 +189,15 @@ class RaftLog:
         del self._entries[: meta.index - self.snapshot.index]
         self.snapshot = meta
 
+    def _note_replaced(self, index: int) -> None:
+        if self.replaced_from is None or index < self.replaced_from:
+            self.replaced_from = index
+
     def restore(self, meta: SnapshotMeta) -> None:
-        """Replace the whole log with a snapshot received from the leader."""
+        """Replace the whole log with a snapshot received from the leader (which the caller
+        does only when the log lacks the snapshot's entry: it ends before it or holds another
+        term's entry there, never committed)."""
+        self._note_replaced(min(meta.index, self.last_index() + 1))
         self.snapshot = meta
         self._entries = []
         self.committed = meta.index

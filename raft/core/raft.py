@@ -166,6 +166,10 @@ class RaftCore:
         self._commit_broadcast = False
         # Commit index first heard from a leader since this core was built (see caught_up).
         self._catch_up_floor: int | None = None
+        # The last index of the log this core was built with: everything this node applied
+        # before it (re)started lies at or below it, or below `log.replaced_from` (see
+        # caught_up).
+        self._start_last_index = self.log.last_index()
         # While a received snapshot is out in a Ready and the driver has not restored its state
         # machine from it (advance): the applied index that state machine still reflects. The
         # log already counts the snapshot as applied, so without this a node would look caught
@@ -206,12 +210,27 @@ class RaftCore:
         started, has applied at least the commit index it first heard from a leader. The second
         part matters after a power loss: the commit index is written without fsync (it is
         volatile in Raft), so a restarted node may replay less than it had applied before, and
-        it must not serve from that older state. Restarted nodes serve nothing before this."""
+        it must not serve from that older state. Restarted nodes serve nothing before this.
+
+        The commit index a leader sends is not always a bound of what this node applied: a
+        heartbeat carries min(leader commit, this node's match as the leader knows it), which
+        lags when an acknowledgement was lost (and the commit index can be lost without a power
+        loss too: the driver applies committed entries already durable before it writes the
+        Ready that commits them, and serves them meanwhile; a kill -9 during that write loses
+        the commit index). So the node also waits until it has applied its whole log as it
+        found it at start (what it applied before was in that log, synced before it was
+        applied), or up to where a leader's entries or snapshot replaced it (replaced entries
+        were never committed, so never applied)."""
+        start_bound = self._start_last_index
+        replaced_from = self.log.replaced_from
+        if replaced_from is not None:
+            start_bound = min(start_bound, replaced_from - 1)
         return (
             self.leader != NONE
             and self._restore_pending_applied is None
             and self._catch_up_floor is not None
             and self.log.applied >= self._catch_up_floor
+            and self.log.applied >= start_bound
             and self.log.term(self.log.applied) == self.term
         )
 

@@ -25,15 +25,40 @@ Properties checked after every step (incrementally: a step only touches one or t
 * safe time (`core.applied_tm`) never decreases on a node, also across crashes (a restarted
   node replays up to its persisted commit before anything else happens), and it equals the Tm
   of the last applied entry;
+* snapshot coverage — the snapshot a node holds (what it sends a laggard) is at or above the
+  base of its log, and does not go back while the node runs;
 * ReadIndex — a read's index covers everything known committed when the read started;
 * check-quorum lease (with check_quorum) — a voter that heard from its leader fewer than
   `election_ticks` of its own ticks ago grants no vote or pre-vote to another node, unless the
   request is a leadership transfer's (`force`); the driver's leader lease rests on this (a
-  restart forgets it: the driver refuses votes for an election timeout after one).
+  restart forgets it: the driver refuses votes for an election timeout after one);
+* served safe time — while a node reports `caught_up()` (it serves reads), its safe time is
+  at or above any safe time it served before, across restarts and power losses.
+
+Extended faults (`SimParams.extended`, pytest `--sim-extended-seeds`; what a real deployment adds to
+the classic schedule, drawn from a second random stream so that classic seeds replay exactly as
+before):
+
+* power loss — a crash also loses the WAL's records written since its last fdatasync: the
+  driver writes a Ready that only moves the commit index without syncing (`raft/wal.py`
+  `append_syncs`), so the restarted node's commit index goes back to the one of its last synced
+  write (entries, term and vote are always synced before anything depends on them);
+* crash after an early apply — the driver applies committed entries that were already durable
+  before a Ready's write (`raft.node.applicable_before_persist`), and its readers see that safe
+  time during the write; a crash before the write then restarts the node below it (its commit
+  index was in the lost write);
+* stale replays — a message delivered long ago (any term, any sender, from before restarts) is
+  delivered once more, as a network that duplicates and delays without bound would;
+* one-way cuts — a partition event may also cut one direction of a node's links (it hears the
+  others but they do not hear it, or the reverse), until the next heal;
+* background snapshots — a node's own snapshot is taken at its applied index and only later
+  made durable and its log dropped (`raft.node` writes it in a thread and renames it into
+  place from the loop): meanwhile the node applies more, changes membership, installs a
+  leader's snapshot or crashes (the unfinished one is then lost).
 
 At the end the network heals, every member restarts, and the cluster must converge (a leader,
-every member applied everything committed, every acknowledged proposal applied everywhere)
-within a bounded number of rounds.
+every member applied everything committed and reports caught up, so it serves again, every
+acknowledged proposal applied everywhere) within a bounded number of rounds.
 """
 
 from __future__ import annotations
@@ -45,6 +70,8 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import msgpack
+
 from raft.core.conf import decode_conf
 from raft.core.errors import RaftCoreError
 from raft.core.memnet import Applied, MemNode
@@ -54,15 +81,18 @@ from raft.core.types import (
     ConfState,
     Entry,
     EntryKind,
+    HardState,
     Heartbeat,
     InstallSnapshot,
     Message,
     NodeId,
     RequestVote,
+    Snapshot,
     SnapshotMeta,
     TimeoutNow,
     VoteResponse,
 )
+from raft.node import applicable_before_persist
 
 # ---- limits and knobs (named here so a reader sees the whole budget at once) ----------------
 
@@ -86,6 +116,15 @@ SIM_IN_FLIGHT_MAX = 256
 SIM_TRACE_EVENTS = 40
 # Node ids handed to fresh nodes joining through a membership change start here.
 SIM_FRESH_NODE_ID_MIN = 10
+# Extended faults: messages remembered for stale replays, the chance that one delivery is a
+# replay, and the chance that a crash is a power loss (loses the unsynced commit index).
+SIM_REPLAY_HISTORY = 512
+SIM_REPLAY_CHANCE = 0.03
+SIM_POWER_LOSS_CHANCE = 0.5
+# Extended faults: the chance that a partition event also cuts one direction of a node's links.
+SIM_ONE_WAY_CUT_CHANCE = 0.4
+# Extended faults: the chance per step that a background snapshot in progress is finished.
+SIM_SNAPSHOT_FINISH_CHANCE = 0.1
 
 # Relative frequency of each event. Deliveries and Readies dominate, as on a real network; time
 # passes often enough for elections; faults are rare enough that the cluster makes progress
@@ -121,10 +160,9 @@ _VOTERS_MIN_AFTER_REMOVAL = 1
 _TM_LOGICAL_BITS = 16
 
 
-def replay_command(seed: int) -> str:
-    return (
-        f".venv/bin/pytest tests/raft/test_simulation.py --sim-seeds=1 --sim-seed-start={seed} -x"
-    )
+def replay_command(seed: int, *, extended: bool = False) -> str:
+    counts = "--sim-seeds=0 --sim-extended-seeds=1" if extended else "--sim-seeds=1"
+    return f".venv/bin/pytest tests/raft/test_simulation.py {counts} --sim-seed-start={seed} -x"
 
 
 class InvariantViolation(Exception):
@@ -142,11 +180,19 @@ class SimulationFailure(AssertionError):
 
     code = "sim_seed_failed"
 
-    def __init__(self, seed: int, summary: str, cause: BaseException, trace: list[str]) -> None:
+    def __init__(
+        self,
+        seed: int,
+        summary: str,
+        cause: BaseException,
+        trace: list[str],
+        *,
+        extended: bool = False,
+    ) -> None:
         lines = [
             f"simulation seed {seed} failed ({summary})",
             f"  {type(cause).__name__}: {cause}",
-            f"  replay: {replay_command(seed)}",
+            f"  replay: {replay_command(seed, extended=extended)}",
             f"  last {len(trace)} events (step: event):",
             *(f"    {t}" for t in trace),
         ]
@@ -165,9 +211,27 @@ class SimParams:
     check_quorum: bool
     membership_changes: bool
     steps: int
+    # Extended faults (see the module docstring); off for the classic schedules.
+    power_loss: bool = False
+    stale_replays: bool = False
+    early_apply: bool = False
+    one_way_cuts: bool = False
+    background_snapshots: bool = False
+
+    @property
+    def extended(self) -> bool:
+        return (
+            self.power_loss
+            or self.stale_replays
+            or self.early_apply
+            or self.one_way_cuts
+            or self.background_snapshots
+        )
 
     @staticmethod
-    def for_seed(seed: int, steps: int = SIM_STEPS_PER_SEED) -> SimParams:
+    def for_seed(
+        seed: int, steps: int = SIM_STEPS_PER_SEED, *, extended: bool = False
+    ) -> SimParams:
         rng = random.Random(seed ^ 0x5EED)
         flavour = rng.random()
         nodes = 3 if seed % 2 == 0 else 5
@@ -181,13 +245,25 @@ class SimParams:
             check_quorum=flavour < 0.83,
             membership_changes=(seed // 2) % 3 == 0,
             steps=steps,
+            power_loss=extended,
+            stale_replays=extended,
+            early_apply=extended,
+            one_way_cuts=extended,
+            background_snapshots=extended,
         )
 
     def describe(self) -> str:
-        return (
+        text = (
             f"{self.nodes} nodes, {self.voters} voters, pre_vote={self.pre_vote}, "
             f"check_quorum={self.check_quorum}, membership_changes={self.membership_changes}"
         )
+        if self.extended:
+            text += (
+                f", power_loss={self.power_loss}, stale_replays={self.stale_replays}, "
+                f"early_apply={self.early_apply}, one_way_cuts={self.one_way_cuts}, "
+                f"background_snapshots={self.background_snapshots}"
+            )
+        return text
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -233,6 +309,10 @@ class Checker:
         self._applied_list: dict[NodeId, list[Applied]] = {}
         self._applied_checked: dict[NodeId, int] = {}
         self.safe_tm: dict[NodeId, int] = {}
+        # The highest safe time each node had while it reported caught_up (served reads at).
+        self.served_tm: dict[NodeId, int] = {}
+        # The index of the snapshot each node holds, which only moves forward while it runs.
+        self.snapshot_held: dict[NodeId, int] = {}
         self.acks: list[Ack] = []  # sorted by index
         self._ack_indexes: list[int] = []
         self.sm_applied: dict[NodeId, int] = {}
@@ -248,6 +328,20 @@ class Checker:
             nid, "mem", log.snapshot, log.slice(log.first_index(), log.last_index() + 1)
         )
         self._check_log(nid, "disk", node.disk.snapshot.meta, list(node.disk.entries))
+        held = core.snapshot.meta.index
+        if held < log.snapshot.index:
+            # The snapshot is what it sends a follower that needs compacted entries: one older
+            # than the log's base leaves a gap the follower can never fill.
+            raise InvariantViolation(
+                "snapshot coverage",
+                f"node {nid} holds snapshot {held}, but its log starts after {log.snapshot.index}",
+            )
+        if held < self.snapshot_held.get(nid, 0):
+            raise InvariantViolation(
+                "snapshot coverage",
+                f"node {nid} went back from snapshot {self.snapshot_held[nid]} to {held}",
+            )
+        self.snapshot_held[nid] = held
         self._check_commit(node)
         self._check_applied(node)
         self._check_safe_time(node)
@@ -257,6 +351,17 @@ class Checker:
         """The node restarted from disk: its commit index may be lower now."""
         nid = node.id
         self._commit_checked[nid] = min(self._commit_checked.get(nid, 0), node.core.log.committed)
+        # A received snapshot not yet persisted is lost with the crash.
+        self.snapshot_held.pop(nid, None)
+
+    def note_served(self, nid: NodeId, tm: int) -> None:
+        """The node served reads at safe time `tm` (seen outside the core's own state)."""
+        self.served_tm[nid] = max(self.served_tm.get(nid, 0), tm)
+
+    def forget_safe_time(self, node: MemNode) -> None:
+        """A power loss took the node's unsynced commit index: it replays less than it had
+        applied, so its raw safe time may go back. What it serves must not (`served_tm`)."""
+        self.safe_tm.pop(node.id, None)
 
     def _check_log(self, nid: NodeId, where: str, snap: SnapshotMeta, entries: list[Entry]) -> None:
         key = (nid, where)
@@ -395,6 +500,15 @@ class Checker:
                 "safe time monotonic", f"node {nid} safe time went back from {before} to {tm}"
             )
         self.safe_tm[nid] = tm
+        if core.caught_up():
+            served = self.served_tm.get(nid, 0)
+            if tm < served:
+                raise InvariantViolation(
+                    "served safe time monotonic",
+                    f"node {nid} reports caught up at safe time {tm} (applied "
+                    f"{core.log.applied}), but it served safe time {served} before",
+                )
+            self.served_tm[nid] = tm
         # Between installing a received snapshot (a step) and handling the Ready that applies
         # it, the log says "applied" while safe time still lags: a lower safe time is merely
         # conservative. Right after a Ready they must agree (`check_safe_time_exact`).
@@ -503,6 +617,14 @@ class Simulation:
     def __init__(self, params: SimParams) -> None:
         self.p = params
         self.rng = random.Random(params.seed)
+        # Extended faults draw from their own stream: the classic draws stay where they were.
+        self.fault_rng = random.Random(params.seed ^ 0xFA17ED)
+        # Faults added later draw from streams of their own, so the seeds found (and pinned)
+        # with the earlier ones keep their schedules when a seed runs with only those.
+        self.cut_rng = random.Random(params.seed ^ 0xC07)
+        self.snap_rng = random.Random(params.seed ^ 0x5A4)
+        # Background snapshots taken but not yet made durable: node -> (snapshot, keep).
+        self.snapshots_in_progress: dict[NodeId, tuple[Snapshot, int]] = {}
         self.checker = Checker()
         self.step_no = 0
         self.trace: deque[str] = deque(maxlen=SIM_TRACE_EVENTS)
@@ -512,7 +634,12 @@ class Simulation:
         self.last_tm: dict[NodeId, int] = {}
         self.nodes: dict[NodeId, MemNode] = {}
         self.pool: list[Message] = []
+        # Every message sent recently (stale replays draw from it).
+        self.history: deque[Message] = deque(maxlen=SIM_REPLAY_HISTORY)
+        # Per node: the commit index of its last synced WAL write (what a power loss keeps).
+        self.synced_commit: dict[NodeId, int] = {}
         self.groups: dict[NodeId, int] = {}  # partition group per node; absent = group 0
+        self.one_way_cuts: set[tuple[NodeId, NodeId]] = set()  # (src, dst) links that drop
         self.down: set[NodeId] = set()
         self.retired: set[NodeId] = set()  # removed from the cluster and shut down for good
         self.pending: dict[NodeId, dict[int, tuple[int, bytes]]] = {}
@@ -587,9 +714,12 @@ class Simulation:
             a not in self.down
             and b not in self.down
             and self.groups.get(a, 0) == self.groups.get(b, 0)
+            and (a, b) not in self.one_way_cuts
         )
 
     def _enqueue(self, msgs: list[Message]) -> None:
+        if self.p.stale_replays:
+            self.history.extend(msgs)
         self.pool.extend(msgs)
         overflow = len(self.pool) - SIM_IN_FLIGHT_MAX
         if overflow > 0:
@@ -635,14 +765,33 @@ class Simulation:
             self.lease_term[node.id] = core.term
 
     def handle_ready(self, node: MemNode, *, persist: bool = True) -> None:
+        power_loss = not persist and node.core.has_ready() and self._power_loss(node)
+        before = node.disk.hard_state
+        stable_index = node.core.log.stable_index
+        was_serving = node.core.caught_up()
         msgs, rd = node.handle_ready(persist=persist)
         self._enqueue(msgs)
         if rd is None:
             return
         if not persist:
+            early = applicable_before_persist(rd, stable_index) if self.p.early_apply else 0
+            if early and was_serving:
+                # The driver applied these before the write and served reads meanwhile.
+                self.checker.note_served(node.id, rd.committed[early - 1].tm)
+                self._count("early_apply_crashes")
             self._count("crash_before_persist")
-            self._after_restart(node, f"crashed after ready, {len(msgs)} early msgs escaped")
+            self._after_restart(
+                node,
+                f"crashed after ready{' (power loss)' if power_loss else ''}, "
+                f"{len(msgs)} early msgs escaped",
+                power_loss=power_loss or early > 0,
+            )
             return
+        after = node.disk.hard_state
+        if rd.entries or (after.term, after.vote) != (before.term, before.vote):
+            # The driver syncs this write (raft/wal.py `_must_sync`), and with it every record
+            # before it. A Ready that only moves the commit index is written without a sync.
+            self.synced_commit[node.id] = after.commit
         self._observe_ready(node, rd)
         self.checker.check_safe_time_exact(node)
 
@@ -677,8 +826,26 @@ class Simulation:
         for ctx in rd.dropped_reads:
             self.reads.pop((node.id, ctx), None)
 
-    def _after_restart(self, node: MemNode, why: str) -> None:
+    def _power_loss(self, node: MemNode) -> bool:
+        """Maybe make the coming crash a power loss: the disk keeps the commit index of the
+        node's last synced write only. Returns whether it did."""
+        if not self.p.power_loss or self.fault_rng.random() >= SIM_POWER_LOSS_CHANCE:
+            return False
+        hs = node.disk.hard_state
+        synced = min(hs.commit, self.synced_commit.get(node.id, 0))
+        self.synced_commit[node.id] = synced
+        if synced == hs.commit:
+            return False
+        node.disk.hard_state = HardState(term=hs.term, vote=hs.vote, commit=synced)
+        self._count("power_losses")
+        return True
+
+    def _after_restart(self, node: MemNode, why: str, *, power_loss: bool = False) -> None:
         """A node came back from its disk: replay what it persisted before anything else."""
+        if power_loss:
+            self.checker.forget_safe_time(node)
+        if self.snapshots_in_progress.pop(node.id, None) is not None:
+            self._event(f"  n{node.id} lost its unfinished background snapshot")
         self.pending[node.id].clear()
         self.ticks_since_leader[node.id] = None
         for key in [k for k in self.reads if k[0] == node.id]:
@@ -721,6 +888,27 @@ class Simulation:
 
     def step(self) -> set[NodeId]:
         """One random event. Returns the ids of the nodes it touched."""
+        finished = self._finish_background_snapshots() if self.snapshots_in_progress else set()
+        return finished | self._random_event()
+
+    def _finish_background_snapshots(self) -> set[NodeId]:
+        touched = set()
+        for nid in sorted(self.snapshots_in_progress):
+            if self.snap_rng.random() >= SIM_SNAPSHOT_FINISH_CHANCE:
+                continue
+            snap, keep = self.snapshots_in_progress.pop(nid)
+            node = self.nodes[nid]
+            node.disk.compact(snap)
+            node.core.compact_log(snap, keep_entries=keep)
+            self._count("background_snapshots")
+            self._event(
+                f"background snapshot of n{nid} at {snap.meta.index}/{snap.meta.term} done "
+                f"(applied {node.core.log.applied}, snapshot {node.core.snapshot.meta.index})"
+            )
+            touched.add(nid)
+        return touched
+
+    def _random_event(self) -> set[NodeId]:
         rng = self.rng
         self.phys_ms += rng.randint(0, 3)
         r = rng.random() * _EVENT_WEIGHT_TOTAL
@@ -742,6 +930,8 @@ class Simulation:
         return touched
 
     def _deliver_one(self) -> set[NodeId]:
+        if self.p.stale_replays and self.history and self.fault_rng.random() < SIM_REPLAY_CHANCE:
+            return self._replay_stale()
         rng = self.rng
         # Mostly near-FIFO; sometimes any message in flight (a long delay, a reorder).
         if rng.random() < 0.75:
@@ -764,6 +954,17 @@ class Simulation:
             return set()
         self.deliver(m)
         self._count("delivered")
+        return {m.dst}
+
+    def _replay_stale(self) -> set[NodeId]:
+        """Deliver again a message sent long ago (maybe in an older term, before restarts)."""
+        m = self.history[self.fault_rng.randrange(len(self.history))]
+        self._event(f"replay stale {_fmt(m)}")
+        self._count("stale_replays")
+        if not self.connected(m.src, m.dst) or m.dst not in self.nodes:
+            self._event("  (lost: partitioned or down)")
+            return set()
+        self.deliver(m)
         return {m.dst}
 
     def _ev_ready(self) -> set[NodeId]:
@@ -836,9 +1037,18 @@ class Simulation:
             self.groups = {n: rng.randrange(2) for n in ids}
         side = sorted(n for n in ids if self.groups.get(n, 0) == 1)
         self._event(f"partition {side} | {sorted(set(ids) - set(side))}")
+        if self.p.one_way_cuts and self.cut_rng.random() < SIM_ONE_WAY_CUT_CHANCE:
+            # One direction of links fails (a firewall rule, a stuck send queue): a node whose
+            # messages no longer reach the others while it still hears them, or the reverse.
+            who = self.cut_rng.choice(ids)
+            outbound = self.cut_rng.random() < 0.5
+            self.one_way_cuts = {(who, n) if outbound else (n, who) for n in ids if n != who}
+            self._count("one_way_cuts")
+            self._event(f"one-way cut: n{who} {'sends' if outbound else 'hears'} nothing")
         return set()
 
     def _ev_heal(self) -> set[NodeId]:
+        self.one_way_cuts = set()
         self.groups = {}
         self._event("heal")
         return set()
@@ -850,9 +1060,14 @@ class Simulation:
         node = self.rng.choice(candidates)
         stay_down = self.rng.random() < 0.3
         self._count("crashes")
-        self._event(f"crash n{node.id}" + (" (stays down)" if stay_down else " and restart"))
+        power_loss = self._power_loss(node)
+        self._event(
+            f"crash n{node.id}"
+            + (" (power loss)" if power_loss else "")
+            + (" (stays down)" if stay_down else " and restart")
+        )
         node.crash()
-        self._after_restart(node, "restarted from disk")
+        self._after_restart(node, "restarted from disk", power_loss=power_loss)
         if stay_down:
             self.down.add(node.id)
         return {node.id}
@@ -878,6 +1093,13 @@ class Simulation:
             return set()
         # Sometimes keep a tail of entries behind the snapshot (raft.node does by default).
         keep = self.rng.choice((0, 0, 3, 20))
+        if self.p.background_snapshots and self.snap_rng.random() < 0.5:
+            if node.id not in self.snapshots_in_progress:  # one at a time, as raft.node
+                data = msgpack.packb([[a.index, a.term, a.tm, a.data] for a in node.applied])
+                snap = node.core.create_snapshot(data)
+                self.snapshots_in_progress[node.id] = (snap, keep)
+                self._event(f"background snapshot of n{node.id} at {snap.meta.index} begins")
+            return set()
         snap = node.take_snapshot(keep_entries=keep)
         self._count("compactions")
         self._event(f"compact n{node.id} to {snap.meta.index}/{snap.meta.term} keep {keep}")
@@ -972,7 +1194,9 @@ class Simulation:
             if isinstance(cause, KeyboardInterrupt):
                 raise
             summary = f"{self.p.describe()}, step {self.step_no}"
-            raise SimulationFailure(self.p.seed, summary, cause, list(self.trace)) from cause
+            raise SimulationFailure(
+                self.p.seed, summary, cause, list(self.trace), extended=self.p.extended
+            ) from cause
         return SimResult(
             seed=self.p.seed,
             steps=self.step_no,
@@ -1006,6 +1230,7 @@ class Simulation:
 
     def converge(self) -> None:
         self.groups = {}
+        self.one_way_cuts = set()
         for nid in sorted(self.down - self.retired):
             self.down.discard(nid)
         rounds_max = (
@@ -1046,6 +1271,9 @@ class Simulation:
         commit = core.log.committed
         if any(m.core.log.applied < commit or m.id in self.down for m in members):
             return False
+        if not all(m.core.caught_up() for m in members):
+            # Every member serves again (readiness after restarts and power losses is live).
+            return False
         for m in members:
             self.checker.check_all_acks_applied(m)
         return True
@@ -1072,9 +1300,9 @@ def _fmt(m: Message) -> str:
     return f"{name} " + " ".join(fields)
 
 
-def run_seed(seed: int, steps: int = SIM_STEPS_PER_SEED) -> SimResult:
+def run_seed(seed: int, steps: int = SIM_STEPS_PER_SEED, *, extended: bool = False) -> SimResult:
     """Run one seed; raises `SimulationFailure` (an AssertionError) when it breaks Raft."""
-    return Simulation(SimParams.for_seed(seed, steps)).run()
+    return Simulation(SimParams.for_seed(seed, steps, extended=extended)).run()
 
 
 def main() -> None:  # pragma: no cover - a manual driver: python -m tests.raft.simulation
@@ -1084,13 +1312,19 @@ def main() -> None:  # pragma: no cover - a manual driver: python -m tests.raft.
     parser.add_argument("--seeds", type=int, default=500)
     parser.add_argument("--start", type=int, default=0)
     parser.add_argument("--steps", type=int, default=SIM_STEPS_PER_SEED)
+    parser.add_argument("--extended", action="store_true", help="add the extended faults")
+    parser.add_argument("--max-seconds", type=float, default=0, help="stop after (0: never)")
     args = parser.parse_args()
     began = time.perf_counter()
     failures = 0
     totals: dict[str, int] = {}
+    ran = 0
     for seed in range(args.start, args.start + args.seeds):
+        if args.max_seconds and time.perf_counter() - began > args.max_seconds:
+            break
+        ran += 1
         try:
-            res = run_seed(seed, args.steps)
+            res = run_seed(seed, args.steps, extended=args.extended)
         except SimulationFailure as e:
             failures += 1
             print(e)
@@ -1098,7 +1332,7 @@ def main() -> None:  # pragma: no cover - a manual driver: python -m tests.raft.
         for k, v in res.stats.items():
             totals[k] = totals.get(k, 0) + v
     elapsed = time.perf_counter() - began
-    print(f"{args.seeds} seeds, {failures} failed, {elapsed:.1f} s; totals {totals}")
+    print(f"{ran} seeds from {args.start}, {failures} failed, {elapsed:.1f} s; totals {totals}")
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -16,6 +16,7 @@ from raft.core.types import (
     Entry,
     EntryKind,
     HardState,
+    Heartbeat,
     InstallSnapshot,
     Snapshot,
     SnapshotMeta,
@@ -120,3 +121,60 @@ def test_a_node_whose_first_message_is_a_snapshot_waits_for_the_leaders_commit()
     core.advance(core.ready())
     assert core.log.applied == 20
     assert core.caught_up()
+
+
+def test_power_loss_then_a_heartbeat_capped_at_a_stale_match_does_not_make_the_node_ready() -> None:
+    """A heartbeat carries min(leader commit, the follower's match as the leader knows it). The
+    follower's last acknowledgement was lost, so the leader's match for it lagged what it had
+    applied (it learnt the commit index from an empty append). After a power loss took its
+    unsynced commit index, that capped heartbeat was the first message it heard: ready at an
+    older safe time than it had served (simulation, extended faults, seeds 50 and 57)."""
+    net = MemNetwork(3, seed=7)
+    net.nodes[1].core.campaign()
+    net.deliver_all()
+    leader, follower = net.nodes[1], net.nodes[2]
+    for i in range(3):
+        leader.core.propose(b"old%d" % i, net.tick_tm())
+    net.deliver_all()
+    match_known = leader.core.progress[2].match
+
+    # New entries reach the follower, which syncs them and acknowledges; the ack is lost.
+    for i in range(3):
+        leader.core.propose(b"new%d" % i, net.tick_tm())
+    out, _ = leader.handle_ready()
+    for m in out:
+        net.nodes[m.dst].core.step(m)
+    for node in (follower, net.nodes[3]):
+        answers, _ = node.handle_ready()
+        for m in answers:
+            if m.src == 3:
+                leader.core.step(m)  # only node 3's ack arrives: the leader commits
+    commit_only_disk = follower.disk.hard_state  # the follower's last synced write
+    out, _ = leader.handle_ready()  # the commit broadcast (empty appends, full commit index)
+    for m in out:
+        if m.dst == 2:
+            follower.core.step(m)
+    follower.handle_ready()  # commits and applies everything; a commit-only write
+    assert leader.core.progress[2].match == match_known < follower.core.log.applied
+    assert follower.core.caught_up()
+    applied_before, safe_before = follower.core.log.applied, follower.core.applied_tm
+
+    follower.disk.hard_state = commit_only_disk  # power loss: the unsynced commit is gone
+    follower.crash()
+    follower.handle_ready()
+    heartbeat = None
+    for _ in range(50):
+        leader.core.tick(net.tick_tm())
+        out, _ = leader.handle_ready()
+        heartbeat = next((m for m in out if m.dst == 2 and isinstance(m, Heartbeat)), None)
+        if heartbeat is not None:
+            break
+    assert heartbeat is not None and heartbeat.commit == match_known
+    follower.core.step(heartbeat)
+    follower.handle_ready()
+    assert follower.core.log.applied < applied_before
+    assert not follower.core.caught_up(), "ready behind what it had applied before"
+
+    _settle(net)
+    assert follower.core.caught_up()
+    assert follower.core.applied_tm >= safe_before

@@ -8,6 +8,8 @@ carries the seed, the replay command and the trace.
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from raft.core.memnet import Applied, MemDisk, MemNode
@@ -25,14 +27,24 @@ from tests.raft.simulation import (
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    start = int(metafunc.config.getoption("--sim-seed-start"))
     if "sim_seed" in metafunc.fixturenames:
-        start = int(metafunc.config.getoption("--sim-seed-start"))
         count = int(metafunc.config.getoption("--sim-seeds"))
         metafunc.parametrize("sim_seed", range(start, start + count), ids=lambda s: f"seed{s}")
+    if "sim_extended_seed" in metafunc.fixturenames:
+        count = int(metafunc.config.getoption("--sim-extended-seeds"))
+        metafunc.parametrize(
+            "sim_extended_seed", range(start, start + count), ids=lambda s: f"seed{s}"
+        )
 
 
 def test_seed(sim_seed: int) -> None:
     run_seed(sim_seed)
+
+
+def test_extended_seed(sim_extended_seed: int) -> None:
+    """The same seed with the extended faults: power losses and stale replays."""
+    run_seed(sim_extended_seed, extended=True)
 
 
 # ---- the simulation itself ----------------------------------------------------------------
@@ -84,6 +96,9 @@ def test_failure_report_names_seed_replay_command_and_trace() -> None:
     assert "election safety" in text
     assert replay_command(5) in text
     assert "--sim-seeds=1 --sim-seed-start=5 -x" in text
+    assert "--sim-seeds=0 --sim-extended-seeds=1 --sim-seed-start=5 -x" in replay_command(
+        5, extended=True
+    )
     assert text.count("\n    ") >= 20  # the trace of the last events
     assert info.value.seed == 5
 
@@ -182,6 +197,127 @@ def test_seed_621_a_stale_answer_of_a_higher_term_ended_a_followers_lease() -> N
     pre-vote, dropped its leader, and granted the next pre-vote at once (the check-quorum lease
     check; tests/raft/test_core_lease.py has the unit case)."""
     run_seed(621)
+
+
+def test_extended_seeds_50_and_57_a_capped_heartbeat_made_a_node_ready_after_a_power_loss() -> None:
+    """A follower whose last acknowledgement was lost learnt the commit index from an empty
+    append and applied it; a power loss took that commit index (written without fsync), and the
+    first message after its restart was a heartbeat, whose commit is capped at the leader's
+    stale match for it: it reported caught up at an older safe time than it had served
+    (tests/raft/test_restart_readiness.py has the unit case)."""
+    for seed in (50, 57):
+        params = dataclasses.replace(
+            SimParams.for_seed(seed, extended=True), early_apply=False, one_way_cuts=False
+        )
+        assert Simulation(params).run().stats.get("power_losses", 0) > 0
+
+
+def test_seed_79_a_crash_after_an_early_apply_made_a_node_ready_below_what_it_served() -> None:
+    """No power loss needed: the driver applies committed entries already durable before a
+    Ready's write and serves at that safe time during it; a kill -9 before the write restarts
+    the node with the commit index before it, and a capped heartbeat made it ready there."""
+    params = dataclasses.replace(
+        SimParams.for_seed(79, extended=True),
+        power_loss=False,
+        stale_replays=False,
+        one_way_cuts=False,
+    )
+    assert Simulation(params).run().stats.get("early_apply_crashes", 0) > 0
+
+
+def test_the_served_safe_time_check_catches_a_core_that_forgets_its_log_at_start(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from raft.core.raft import RaftCore
+
+    built = RaftCore.__init__
+
+    def forgetful(self: RaftCore, *args: object, **kwargs: object) -> None:
+        built(self, *args, **kwargs)  # type: ignore[arg-type]
+        self._start_last_index = 0
+
+    monkeypatch.setattr(RaftCore, "__init__", forgetful)
+    params = dataclasses.replace(
+        SimParams.for_seed(50, extended=True), early_apply=False, one_way_cuts=False
+    )
+    with pytest.raises(SimulationFailure, match="served safe time monotonic"):
+        Simulation(params).run()
+
+
+def test_convergence_needs_every_member_ready_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A restarted node that never reports caught up again is a liveness failure, even when
+    its log converged (a readiness rule that waits for what never comes)."""
+    from raft.core.raft import RaftCore
+
+    built = RaftCore.__init__
+
+    def never_ready_after_restart(self: RaftCore, *args: object, **kwargs: object) -> None:
+        built(self, *args, **kwargs)  # type: ignore[arg-type]
+        if self.log.last_index() > 0:
+            self._start_last_index = 1 << 40
+
+    monkeypatch.setattr(RaftCore, "__init__", never_ready_after_restart)
+    with pytest.raises(SimulationFailure, match="liveness"):
+        run_seed(2)
+
+
+def test_the_snapshot_check_catches_a_core_that_adopts_an_older_snapshot(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A background snapshot finished after a newer one (a leader's, or a later own one) must
+    not replace it. Only the background-snapshot fault reaches this: classic compactions are
+    atomic (seeds 0-199 pass with this broken core)."""
+    from raft.core.raft import RaftCore
+    from raft.core.types import Snapshot
+
+    compact = RaftCore.compact_log
+
+    def adopts_any(self: RaftCore, snapshot: Snapshot, *, keep_entries: int = 0) -> None:
+        self.snapshot = snapshot  # the guard against an older snapshot is gone
+        if snapshot.meta.index - keep_entries > self.log.snapshot.index:
+            compact(self, snapshot, keep_entries=keep_entries)
+
+    monkeypatch.setattr(RaftCore, "compact_log", adopts_any)
+    with pytest.raises(SimulationFailure, match="snapshot coverage"):
+        run_seed(14, extended=True)
+
+
+def test_extended_faults_happen_and_classic_seeds_keep_their_schedule() -> None:
+    totals: dict[str, int] = {}
+    for seed in range(20):
+        for key, value in run_seed(seed, extended=True).stats.items():
+            totals[key] = totals.get(key, 0) + value
+    assert totals.get("power_losses", 0) > 0
+    assert totals.get("stale_replays", 0) > 0
+    assert totals.get("early_apply_crashes", 0) > 0
+    assert totals.get("one_way_cuts", 0) > 0
+    assert totals.get("background_snapshots", 0) > 0
+    assert not SimParams.for_seed(3).extended
+    assert "power_losses" not in run_seed(3).stats
+
+
+def test_checker_catches_served_safe_time_going_back() -> None:
+    """A node that reported caught up at safe time S must not report caught up below S later
+    (after a power loss its raw safe time may go back; what it serves may not)."""
+    checker = Checker()
+    node = _node(1, _disk((1, 1, 10, b"a"), (2, 1, 20, b"b"), commit=2))
+    node.handle_ready()
+    node.core.leader = 2
+    node.core.term = 1
+    node.core._catch_up_floor = 0
+    assert node.core.caught_up()
+    checker.check_node(node)
+    node.disk.hard_state = HardState(term=1, commit=1)  # the power loss
+    node.crash()
+    node.handle_ready()
+    checker.forget_safe_time(node)
+    checker.check_node(node)  # not caught up: nothing served, nothing to check
+    node.core.leader = 2
+    node.core._catch_up_floor = 0
+    node.core._start_last_index = 0  # a core that forgets what it had before its restart
+    assert node.core.caught_up() and node.core.applied_tm == 10
+    with pytest.raises(InvariantViolation, match="served safe time monotonic"):
+        checker.check_node(node)
 
 
 def test_the_lease_check_catches_a_core_that_votes_within_its_lease(
