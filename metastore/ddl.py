@@ -410,21 +410,35 @@ def _default_expression_end(tokens: list[Token], start: int) -> int:
 
 def _check_default_token_count(sql: str) -> None:
     """Refuse (LIMIT_EXCEEDED) a statement whose DEFAULT expressions hold more than
-    MAX_DEFAULT_TOKENS_PER_STATEMENT tokens, before sqlglot spends its time on them. Counted
-    where Spark ends each expression; a column named `default` counts its type too (harmless:
-    a few tokens more)."""
+    MAX_DEFAULT_TOKENS_PER_STATEMENT tokens, or whose distinct DEFAULT texts hold more than
+    MAX_DISTINCT_DEFAULT_TOKENS_PER_STATEMENT, before sqlglot spends its time on them (each
+    distinct text is checked once). Counted where Spark ends each expression; a column named
+    `default` counts its type too (harmless: a few tokens more)."""
     tokens = tokenize(sql)
     count = 0
+    by_text: dict[str, int] = {}
     for i, tok in enumerate(tokens):
-        if tok.is_word("DEFAULT"):
-            count += _default_expression_end(tokens, i + 1) - (i + 1)
-    if count > limits.MAX_DEFAULT_TOKENS_PER_STATEMENT:
-        raise limit_exceeded(
-            "MAX_DEFAULT_TOKENS_PER_STATEMENT",
-            limits.MAX_DEFAULT_TOKENS_PER_STATEMENT,
-            count,
-            "tokens of the statement's DEFAULT expressions",
-        )
+        if not tok.is_word("DEFAULT"):
+            continue
+        end = _default_expression_end(tokens, i + 1)
+        if end == i + 1:
+            continue
+        count += end - (i + 1)
+        by_text[sql[tokens[i + 1].start : tokens[end - 1].end]] = end - (i + 1)
+    distinct = sum(by_text.values())
+    for limit, maximum, value, what in (
+        ("MAX_DEFAULT_TOKENS_PER_STATEMENT", limits.MAX_DEFAULT_TOKENS_PER_STATEMENT, count, ""),
+        (
+            "MAX_DISTINCT_DEFAULT_TOKENS_PER_STATEMENT",
+            limits.MAX_DISTINCT_DEFAULT_TOKENS_PER_STATEMENT,
+            distinct,
+            "distinct ",
+        ),
+    ):
+        if value > maximum:
+            raise limit_exceeded(
+                limit, maximum, value, f"tokens of the statement's {what}DEFAULT expressions"
+            )
 
 
 def _parenthesize_not_defaults(sql: str) -> str:
