@@ -323,6 +323,14 @@ def gc_run(ctx: click.Context, table: str | None, dry_run: bool) -> None:
             for t in result.get("tables", [])
             if t.get("skipped")
         )
+        if result.get("tables_omitted"):
+            out.append(
+                Text(
+                    f"{result.get('tables_omitted')} of {result.get('tables_total')} tables not "
+                    "listed (the reply lists at most 1,000, those where something happened "
+                    "first); the totals count them all"
+                )
+            )
         if result.get("parts"):
             # The run stopped midway (its leader lost its lease or leadership) and was
             # repeated: the totals above add up the parts; the table rows are the last part's.
@@ -358,10 +366,12 @@ def gc_run(ctx: click.Context, table: str | None, dry_run: bool) -> None:
             out.append(Text(_awaiting_text(files, tables)))
         skipped = result.get("orphan_locations_skipped") or []
         if skipped:
+            more = result.get("orphan_locations_skipped_omitted")
             out.append(
                 Text(
                     "orphan scan skipped (not a local path, a manifest unreadable, or outside "
                     f"allowed_locations): {', '.join(skipped)}"
+                    + (f" and {more} more" if more else "")
                 )
             )
         return out

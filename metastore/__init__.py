@@ -52,6 +52,7 @@ Codemap
     state       MetastoreState: apply / observe_tick / reads / snapshot / check_invariants.
     snapshot_data  typed reads of a decoded snapshot's plain data (MalformedSnapshotError).
     default_values DDL-time checks of a column's DEFAULT.
+    sqlglot_types  sqlglot's parse of type names memoized (installed by ddl; output unchanged).
     java_case   Java's equalsIgnoreCase as a key: how Spark (and ALTER TABLE) match names.
     manifests   manifest references, delete entries, CompactManifest rules, `expand`.
     gc          GC thresholds (clamped at apply) and protected-timestamp records.

@@ -39,10 +39,11 @@ LimitExceededError, ...). sqlglot is a large third-party parser, so every call i
 
 from __future__ import annotations
 
+import functools
 import itertools
 import re
 from collections.abc import Callable
-from typing import Final, NoReturn, TypeVar
+from typing import Final, NamedTuple, NoReturn, TypeVar
 
 import sqlglot
 from sqlglot import exp
@@ -84,6 +85,7 @@ from metastore.errors import (
 )
 from metastore.lexer import Token, TokenCursor, TokenKind, syntax_error, tokenize
 from metastore.schema import After, Column, ColumnPosition, First, Path, Schema
+from metastore.sqlglot_types import install as _install_sqlglot_type_memo
 from metastore.types import (
     BIGINT,
     BINARY,
@@ -111,6 +113,8 @@ from metastore.types import (
 )
 
 _T = TypeVar("_T")
+
+_install_sqlglot_type_memo()  # see metastore/sqlglot_types.py
 
 SUPPORTED = "CREATE/DROP NAMESPACE, CREATE/DROP TABLE and ALTER TABLE"
 # Where what an unsupported statement would look at or write is found instead: a data engineer
@@ -146,6 +150,7 @@ def parse_ddl(sql: str, *, request_id: str = "", warehouse: str = "") -> Command
     if size > limits.MAX_STATEMENT_BYTES:
         raise limit_exceeded("MAX_STATEMENT_BYTES", limits.MAX_STATEMENT_BYTES, size, "statement")
     _refuse_empty_list_items(sql)
+    _check_default_token_count(sql)
     statements = _sqlglot_parse(_parenthesize_not_defaults(sql))
     if not statements:
         raise InvalidDdlError("empty statement", details={"reason": "empty"})
@@ -178,9 +183,10 @@ def parse_ddl(sql: str, *, request_id: str = "", warehouse: str = "") -> Command
         _check_type_names(sql, stmt)
     # Type names Spark lacks first (TIMESTAMP WITHOUT TIME ZONE is stored as a TIMESTAMP, which
     # the checks of the stored text would judge instead), the rest of the rendering after them.
-    _check_default_renderings(sql, cmd, types_only=True)
+    written_defaults = _written_defaults(sql, cmd)
+    _check_default_renderings(written_defaults, types_only=True)
     _check_defaults(cmd)
-    _check_default_renderings(sql, cmd, types_only=False)
+    _check_default_renderings(written_defaults, types_only=False)
     validate_command(cmd)
     return cmd
 
@@ -268,19 +274,30 @@ def _check_type_names(sql: str, stmt: exp.Expression) -> None:
         )
 
 
-def _check_default_renderings(sql: str, cmd: Command, *, types_only: bool) -> None:
-    """Refuse a DEFAULT whose stored text (sqlglot's rendering) means something else in Spark
-    than the user's text (`default_values.check_rendering`). The user's texts are found on the
-    tokens, as Spark ends each DEFAULT expression, so both parser paths are covered alike."""
+class _WrittenDefault(NamedTuple):
+    column_name: str
+    written: str  # the user's text of the DEFAULT expression, quotes as check_rendering reads
+    rendered: str  # its stored text
+
+
+def _written_defaults(sql: str, cmd: Command) -> list[_WrittenDefault]:
+    """Each DEFAULT of `cmd`'s new columns with the user's text of it, for
+    `_check_default_renderings`. The user's texts are found on the tokens, as Spark ends each
+    DEFAULT expression, so both parser paths are covered alike. Computed once per statement,
+    each distinct text parsed and rendered once: sqlglot's parse and render of a literal cost
+    about 0.1 ms each, so a statement of many or repeated DEFAULTs would otherwise cost seconds
+    of a node's CPU."""
     if isinstance(cmd, CreateTable):
         columns = list(cmd.schema.columns)
     elif isinstance(cmd, AlterTable):
         columns = [c.column for c in cmd.changes if isinstance(c, AddColumn)]
     else:
-        return
+        return []
     names_by_default = {c.default_sql: c.name for c in reversed(columns) if c.default_sql}
     if not names_by_default:
-        return
+        return []
+    rendered_by_written: dict[str, str | None] = {}
+    found: list[_WrittenDefault] = []
     tokens = tokenize(sql)
     for i, tok in enumerate(tokens):
         if not tok.is_word("DEFAULT"):
@@ -289,21 +306,42 @@ def _check_default_renderings(sql: str, cmd: Command, *, types_only: bool) -> No
         if end == i + 1:
             continue
         written = sql[tokens[i + 1].start : tokens[end - 1].end]
-        try:
-            parsed = _sqlglot_parse("SELECT " + written)
-            select = parsed[0] if len(parsed) == 1 else None
-            if not isinstance(select, exp.Select) or len(select.expressions) != 1:
-                continue
-            rendered = _default_sql(select.expressions[0])
-        except MetastoreError:
-            continue  # not a DEFAULT expression (a column named default): the parse judged it
-        if rendered in names_by_default:
-            check_rendering(
-                names_by_default[rendered],
-                _backslash_doubled_quotes(written),
-                rendered,
-                types_only=types_only,
+        if written not in rendered_by_written:
+            rendered_by_written[written] = _rendered_default_or_none(written)
+        rendered = rendered_by_written[written]
+        if rendered is not None and rendered in names_by_default:
+            found.append(
+                _WrittenDefault(
+                    names_by_default[rendered], _backslash_doubled_quotes(written), rendered
+                )
             )
+    return found
+
+
+def _rendered_default_or_none(written: str) -> str | None:
+    """The stored text `written` renders as, or None if it is no DEFAULT expression (a column
+    named default: the parse of the statement judged it). Only a rendering that some column of
+    the statement stores is used, and that one `_default_sql` already read back, so it is not
+    read back again here."""
+    try:
+        parsed = _sqlglot_parse("SELECT " + written)
+        select = parsed[0] if len(parsed) == 1 else None
+        if not isinstance(select, exp.Select) or len(select.expressions) != 1:
+            return None
+        return _rendered_default(select.expressions[0])
+    except MetastoreError:
+        return None
+
+
+def _check_default_renderings(written_defaults: list[_WrittenDefault], *, types_only: bool) -> None:
+    """Refuse a DEFAULT whose stored text (sqlglot's rendering) means something else in Spark
+    than the user's text (`default_values.check_rendering`)."""
+    passed: set[tuple[str, str]] = set()
+    for column_name, written, rendered in written_defaults:
+        if (written, rendered) in passed:
+            continue  # the same text again (a wide table's DEFAULT 0): judged alike
+        check_rendering(column_name, written, rendered, types_only=types_only)
+        passed.add((written, rendered))
 
 
 def _check_defaults(cmd: Command) -> None:
@@ -318,8 +356,15 @@ def _check_defaults(cmd: Command) -> None:
         added = True
     else:
         return
+    # What check_default decides depends on these alone (the column's name is only quoted):
+    # a wide table repeating one DEFAULT is checked once.
+    passed: set[tuple[str | None, DataType, bool]] = set()
     for column in columns:
+        key = (column.default_sql, column.type, column.nullable)
+        if key in passed:
+            continue
         check_default(column, cast_type=_cast_target_type, added=added)
+        passed.add(key)
 
 
 def _cast_target_type(node: exp.DataType) -> DataType | None:
@@ -361,6 +406,39 @@ def _default_expression_end(tokens: list[Token], start: int) -> int:
         elif tok.is_punct(")"):
             depth -= 1
         i += 1
+
+
+def _check_default_token_count(sql: str) -> None:
+    """Refuse (LIMIT_EXCEEDED) a statement whose DEFAULT expressions hold more than
+    MAX_DEFAULT_TOKENS_PER_STATEMENT tokens, or whose distinct DEFAULT texts hold more than
+    MAX_DISTINCT_DEFAULT_TOKENS_PER_STATEMENT, before sqlglot spends its time on them (each
+    distinct text is checked once). Counted where Spark ends each expression; a column named
+    `default` counts its type too (harmless: a few tokens more)."""
+    tokens = tokenize(sql)
+    count = 0
+    by_text: dict[str, int] = {}
+    for i, tok in enumerate(tokens):
+        if not tok.is_word("DEFAULT"):
+            continue
+        end = _default_expression_end(tokens, i + 1)
+        if end == i + 1:
+            continue
+        count += end - (i + 1)
+        by_text[sql[tokens[i + 1].start : tokens[end - 1].end]] = end - (i + 1)
+    distinct = sum(by_text.values())
+    for limit, maximum, value, what in (
+        ("MAX_DEFAULT_TOKENS_PER_STATEMENT", limits.MAX_DEFAULT_TOKENS_PER_STATEMENT, count, ""),
+        (
+            "MAX_DISTINCT_DEFAULT_TOKENS_PER_STATEMENT",
+            limits.MAX_DISTINCT_DEFAULT_TOKENS_PER_STATEMENT,
+            distinct,
+            "distinct ",
+        ),
+    ):
+        if value > maximum:
+            raise limit_exceeded(
+                limit, maximum, value, f"tokens of the statement's {what}DEFAULT expressions"
+            )
 
 
 def _parenthesize_not_defaults(sql: str) -> str:
@@ -858,6 +936,27 @@ _FORBIDDEN_IN_DEFAULT = (
 
 def _default_sql(node: object) -> str:
     """Canonical SQL of a DEFAULT expression, which must be constant (Spark's rule)."""
+    text = _rendered_default(node)
+    # The stored text is what Spark and every reader evaluate, and what the DEFAULT checks
+    # re-parse: a rendering that reads back as a column name would mean something else there.
+    if _reads_back_as_a_column(text):
+        raise InvalidArgumentError(
+            f"DEFAULT {text[:200]} cannot be stored: it would read back as a column name",
+            details={"default": text[:200]},
+        )
+    return text
+
+
+@functools.lru_cache(maxsize=1024)
+def _reads_back_as_a_column(text: str) -> bool:
+    """Does the stored text `text` of a DEFAULT read back with a column name in it? Cached: a
+    wide table repeating one DEFAULT reads it back once (sqlglot's parse is deterministic)."""
+    reparsed = _sqlglot_parse("SELECT " + text)
+    return any(isinstance(sub, exp.Column) for stmt in reparsed for sub in stmt.walk())
+
+
+def _rendered_default(node: object) -> str:
+    """`_default_sql` without reading the text back."""
     if not isinstance(node, exp.Expression):
         raise InvalidDdlError("DEFAULT needs an expression")
     if isinstance(node, exp.Paren) and isinstance(node.this, exp.Not):
@@ -869,16 +968,9 @@ def _default_sql(node: object) -> str:
                 "aggregates or parameters)",
                 details={"default": _expression_sql(node)[:200]},
             )
-    text = _expression_sql(node.transform(_with_parentheses))
-    # The stored text is what Spark and every reader evaluate, and what the DEFAULT checks
-    # re-parse: a rendering that reads back as a column name would mean something else there.
-    reparsed = _sqlglot_parse("SELECT " + text)
-    if any(isinstance(sub, exp.Column) for stmt in reparsed for sub in stmt.walk()):
-        raise InvalidArgumentError(
-            f"DEFAULT {text[:200]} cannot be stored: it would read back as a column name",
-            details={"default": text[:200]},
-        )
-    return text
+    if any(isinstance(sub, _BARE_FUNCTIONS) for sub in node.walk()):
+        node = node.transform(_with_parentheses)  # a copy of the whole tree: only when needed
+    return _expression_sql(node)
 
 
 # Functions sqlglot's Spark generator renders without parentheses, which Spark reads as a

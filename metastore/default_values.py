@@ -604,7 +604,9 @@ def _sub_expression_reason(
     sub: exp.Expression, cast_type: Callable[[exp.DataType], DataType | None]
 ) -> str | None:
     name = _name(sub)
-    shown = _shown(sub)
+    # Rendered only for the reason returned: every sub-expression of a DEFAULT is checked, and
+    # rendering each one would cost time quadratic in the DEFAULT's size.
+    shown = _LazyShown(sub)
     if name in _SESSION_ZONE_FUNCTIONS:
         return f"{shown} is evaluated in the session time zone"
     if name in _FIELD_FUNCTIONS:
@@ -763,6 +765,21 @@ def _spark_sql(node: exp.Expression) -> str:
         return node.sql(dialect="spark")
     except Exception:  # noqa: BLE001  (third-party generator; see ddl._sqlglot_parse)
         return node.key.upper()
+
+
+class _LazyShown:
+    """`_shown(node)`, rendered when formatted into a message."""
+
+    __slots__ = ("node",)
+
+    def __init__(self, node: exp.Expression) -> None:
+        self.node = node
+
+    def __format__(self, spec: str) -> str:
+        return format(_shown(self.node), spec)
+
+    def __str__(self) -> str:
+        return _shown(self.node)
 
 
 def _shown(node: exp.Expression) -> str:

@@ -63,6 +63,16 @@ MAX_DEFAULT_SQL_CHARS = 1024  # the canonical SQL of a column DEFAULT expression
 # UTF-8 bytes of one DDL statement. Parsing is the slowest thing a node does for a client; this
 # keeps it bounded (a 1000-column CREATE TABLE is well under it).
 MAX_STATEMENT_BYTES = 64 * 1024
+# Tokens of the DEFAULT expressions of one statement (counted by metastore.lexer before the
+# statement is parsed): all of them, and those of its distinct DEFAULT texts. sqlglot reads,
+# renders and reads back each distinct DEFAULT (about 0.2 ms of CPU per token for typed literals,
+# `1Y + 2Y + ...`) and reads and renders every one (about 0.06 ms per token), so 64 KiB of them
+# took seconds of a node's CPU (~100 s before the checks were made linear). These keep the
+# costliest statement near a second. A 1000-column table whose defaults are one text repeated
+# (`CAST(0 AS DECIMAL(10,2))` is 11 tokens) or distinct texts averaging 4 tokens (`-1` is 2,
+# `current_timestamp()` 3, `TIMESTAMP '2024-01-01 00:00:00Z'` 2) is within them.
+MAX_DEFAULT_TOKENS_PER_STATEMENT = 16_384
+MAX_DISTINCT_DEFAULT_TOKENS_PER_STATEMENT = 4096
 
 # Encoded size of one replicated command; a bit above the statement limit because the canonical
 # form spells out defaults.

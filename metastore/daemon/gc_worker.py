@@ -211,6 +211,14 @@ MAX_STEPS_PER_TABLE = 100
 PROPOSE_TIMEOUT_MS = 10_000
 # Files one orphan scan looks at per location, so a huge directory cannot stall a run.
 ORPHAN_SCAN_FILES_MAX = 1_000_000
+# What one `gc_run` reply lists (`run_reply`): its totals count every table, but its per-table
+# list and its skipped locations stop here, so the reply fits a client frame however many
+# tables the cluster holds (a report is at most ~600 bytes with the longest names, a location
+# ~1 KiB: under 2 MiB together, against CLIENT_FRAME_BYTES_MAX's 4 MiB). Before, a run over
+# ~10,000 tables answered LIMIT_EXCEEDED after it had deleted their files.
+GC_RUN_REPLY_TABLES_MAX = 1_000
+GC_RUN_REPLY_LOCATIONS_MAX = 1_000
+
 # Compactions the leader's GC runs itself (point 8), per run: at most this many tables, whose
 # compactions rewrite at most this many manifests in all (each at most MANIFEST_REWRITES_MAX).
 # The rest waits for the next run (and shows as awaiting compaction in `gc status`).
@@ -387,17 +395,12 @@ class GcWorker:
                 if not dry_run:
                     self._split(exc, _totals(reports), started)
                 raise
-            summary = {
-                "dry_run": dry_run,
-                "tables": [r.view() for r in reports],
-                "orphan_locations_skipped": orphans,
-                **_totals(reports),
-                "awaiting_compaction_files": sum(r.awaiting_compaction_files for r in reports),
-                "awaiting_compaction_tables": sum(
-                    1 for r in reports if r.awaiting_compaction_files
-                ),
-                "seconds": round(time.monotonic() - started, 3),
-            }
+            summary = run_reply(
+                reports,
+                orphans,
+                dry_run=dry_run,
+                seconds=round(time.monotonic() - started, 3),
+            )
             if not dry_run:
                 self.last_run = {**summary, "tables": len(reports), "finished_ms": _wall_ms()}
                 self.metrics.gc_run(summary)
@@ -1426,6 +1429,54 @@ def _live_attempt(parts: list[str], live_sessions: set[str]) -> bool:
 
 def _local_root(location: str) -> str:
     return os.path.normpath(location.removeprefix("file://"))
+
+
+def run_reply(
+    reports: list[TableReport],
+    orphan_locations_skipped: list[str],
+    *,
+    dry_run: bool,
+    seconds: float,
+) -> dict[str, Any]:
+    """The reply of a run (docs/protocol.md `gc_run`), bounded whatever the number of tables:
+    the totals count every table, `tables` lists at most GC_RUN_REPLY_TABLES_MAX of them and
+    `orphan_locations_skipped` at most GC_RUN_REPLY_LOCATIONS_MAX locations, each with a count
+    of what it left out. Tables where something happened (or would, in a dry run) are listed
+    before idle ones; the list keeps the run's order."""
+    listed = reports
+    if len(reports) > GC_RUN_REPLY_TABLES_MAX:
+        busy = [i for i, r in enumerate(reports) if _eventful(r)][:GC_RUN_REPLY_TABLES_MAX]
+        room = GC_RUN_REPLY_TABLES_MAX - len(busy)
+        idle = [i for i, r in enumerate(reports) if not _eventful(r)][:room]
+        listed = [reports[i] for i in sorted([*busy, *idle])]
+    return {
+        "dry_run": dry_run,
+        "tables": [r.view() for r in listed],
+        "tables_total": len(reports),
+        "tables_omitted": len(reports) - len(listed),
+        "orphan_locations_skipped": orphan_locations_skipped[:GC_RUN_REPLY_LOCATIONS_MAX],
+        "orphan_locations_skipped_omitted": max(
+            0, len(orphan_locations_skipped) - GC_RUN_REPLY_LOCATIONS_MAX
+        ),
+        **_totals(reports),
+        "awaiting_compaction_files": sum(r.awaiting_compaction_files for r in reports),
+        "awaiting_compaction_tables": sum(1 for r in reports if r.awaiting_compaction_files),
+        "seconds": seconds,
+    }
+
+
+def _eventful(report: TableReport) -> bool:
+    """Did the run do (or, dry, find) anything in this table, or leave it alone?"""
+    return bool(
+        report.files_deleted
+        or report.bytes_deleted
+        or report.orphans_deleted
+        or report.orphan_bytes_deleted
+        or report.compacted_manifests
+        or report.awaiting_compaction_files
+        or report.skipped
+        or report.threshold != report.threshold_before
+    )
 
 
 def _totals(reports: Iterable[TableReport]) -> dict[str, int]:
