@@ -9,7 +9,6 @@ tokens of the DEFAULTs of one statement are bounded (MAX_DEFAULT_TOKENS_PER_STAT
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import pytest
@@ -75,11 +74,12 @@ def test_a_default_repeated_on_every_column_is_checked_once(
     assert len(checked) == 1
 
 
-def test_the_costliest_statement_of_defaults_allowed_parses_in_seconds() -> None:
+def test_the_costliest_statement_of_defaults_allowed_is_accepted() -> None:
     # Distinct DEFAULTs of typed literals, as many tokens as one statement may hold, then one of
     # them repeated up to the limit of all DEFAULT tokens: the most sqlglot work a statement can
-    # ask for (about 100 s of CPU for a statement of such DEFAULTs before). The bound is
-    # generous for a shared test machine; measured about 1.3 s.
+    # ask for is within the limits (about 1.3 s of CPU here, 100 s for such DEFAULTs before;
+    # a speed target belongs in a benchmark, so this test checks only that it is accepted:
+    # the bounded work is pinned by the render-count tests above).
     defaults: list[str] = []
     tokens = 0
     while True:
@@ -94,11 +94,8 @@ def test_the_costliest_statement_of_defaults_allowed_parses_in_seconds() -> None
         tokens += cost
     sql = _create(defaults)
     assert len(sql.encode()) <= limits.MAX_STATEMENT_BYTES
-    started = time.process_time()
     cmd = parse_ddl(sql)
-    cpu_s = time.process_time() - started
     assert isinstance(cmd, CreateTable) and len(cmd.schema.columns) == len(defaults)
-    assert cpu_s < 5.0, f"{cpu_s:.1f} s of CPU for one statement"
 
 
 @pytest.mark.parametrize(
@@ -142,11 +139,8 @@ def test_a_wide_table_of_realistic_defaults_stays_valid() -> None:
         "c{} {} DEFAULT {}".format(i, *typed_defaults[i % len(typed_defaults)])
         for i in range(limits.MAX_COLUMNS_PER_TABLE)
     ]
-    started = time.process_time()
     cmd = parse_ddl(f"CREATE TABLE ns.t ({', '.join(columns)})")
-    cpu_s = time.process_time() - started
     assert isinstance(cmd, CreateTable) and len(cmd.schema.columns) == 1000
-    assert cpu_s < 4.0, f"{cpu_s:.1f} s of CPU for one statement"
 
 
 def test_a_wide_table_repeating_one_long_default_stays_valid() -> None:
