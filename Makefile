@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 TEST_WORKERS ?= 2
 PYTEST_ARGS ?= -n $(TEST_WORKERS) --dist loadfile
 
-.PHONY: install install-bench test check fmt unit demo chaos bench bench-raft bench-catalog bench-gc bench-scale bench-spark bench-tls bench-snapmem bench-wal bench-raft-latency sim clean
+.PHONY: install install-bench test check fmt unit demo chaos bench bench-raft bench-catalog bench-gc bench-scale bench-spark bench-tls bench-snapmem bench-wal bench-raft-latency bench-ddl sim clean
 
 install: $(STAMP)
 
@@ -89,6 +89,10 @@ bench-raft-latency: install-bench
 ## bench-wal: one synced WAL append in 3 processes at once, zeros written ahead or not (BENCH_ARGS)
 bench-wal: install
 	$(BIN)/python -m bench.bench_wal_sync $(BENCH_ARGS)
+
+## bench-ddl: CPU one DDL statement costs the node that parses it, up to the costliest the limits allow (BENCH_ARGS)
+bench-ddl: install
+	$(BIN)/python -m bench.bench_ddl_parse $(BENCH_ARGS)
 
 ## bench-spark: the bridge's per-micro-batch overhead vs plain foreachBatch; commits/s
 bench-spark: install
