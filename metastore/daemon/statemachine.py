@@ -8,6 +8,7 @@ import time
 from collections.abc import Callable
 
 from metastore.commands import (
+    Command,
     CommandFromNewerReleaseError,
     DropNamespace,
     DropTable,
@@ -22,6 +23,9 @@ from raft.core.types import Entry, EntryKind
 
 # Applies skipped per second the last invariant check took (tests only; see __init__).
 CHECK_SKIP_PER_SECOND = 5_000
+# Commands a leader decoded before proposing them, kept for their entries' apply: a proposal
+# that never commits (leadership lost, timeout) leaves one behind, so only the newest are kept.
+DECODED_AHEAD_MAX = 4
 
 log = logging.getLogger("metastore.statemachine")
 
@@ -47,11 +51,36 @@ class CatalogStateMachine:
         # Called after a revocation was applied, or a snapshot holding some was restored: the
         # node closes links and client connections that use a certificate revoked now.
         self.on_revoked: Callable[[], None] | None = None
+        # Entry bytes -> the command they decode to, decoded off the loop before proposing
+        # (`expect_entry`).
+        self._decoded_ahead: dict[bytes, Command] = {}
+
+    def expect_entry(self, data: bytes, command: Command) -> None:
+        """`command` is what `decode_command(data)` returns: an entry of exactly these bytes
+        is applied as `command`, once, without being decoded again. Apply runs on the event loop
+        that also runs Raft, and decoding the largest commit (10,000 files) holds it for a
+        tenth of a second or more (several on a loaded machine: a leader that holds it past the
+        election timeout loses its term); the leader has decoded such a command already, off
+        the loop. Keyed by value, so any entry of these bytes decodes alike: the outcome is
+        the one every other node reaches by decoding them. Never given a command that was not
+        decoded from `data` (a command re-encoded differently would apply other than it
+        decodes on the followers)."""
+        self._decoded_ahead.pop(data, None)
+        while len(self._decoded_ahead) >= DECODED_AHEAD_MAX:
+            del self._decoded_ahead[next(iter(self._decoded_ahead))]
+        self._decoded_ahead[data] = command
+
+    def _decode(self, data: bytes) -> Command:
+        if self._decoded_ahead:
+            command = self._decoded_ahead.pop(data, None)
+            if command is not None:
+                return command
+        return decode_command(data)
 
     def apply(self, entry: Entry) -> Outcome:
         if entry.kind is EntryKind.NORMAL:
             try:
-                command = decode_command(entry.data)
+                command = self._decode(entry.data)
             except CommandFromNewerReleaseError as e:
                 # Only a leader of a newer release proposes what this one cannot decode (every
                 # proposal is decoded by its leader first): applying it as a failure would
