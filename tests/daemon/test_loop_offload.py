@@ -292,3 +292,45 @@ def test_a_command_decoded_ahead_is_applied_as_its_bytes_decode(
         sm.apply(Entry(index=index, term=1, tm=tm, data=data)).raise_for_error()
     # The second `first` is a repeat (deduplicated by its txn id), decoded from its bytes.
     assert decoded == [second, first]
+
+
+def test_a_large_appended_entry_is_decoded_off_the_loop_before_it_is_applied(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A follower's apply of the largest commit decoded it on the loop; told of the entry when
+    it is appended (before it commits), the state machine decodes it in a thread, and apply
+    takes that decode. A small entry is decoded by apply as before."""
+    import metastore.daemon.statemachine as statemachine_module
+
+    api, sm = _leader_api()
+    del api
+    on_loop: list[tuple[int, bool]] = []
+    real_decode = statemachine_module.decode_command
+
+    def recording(data: bytes, **kwargs: Any) -> Any:
+        on_loop.append((len(data), threading.current_thread() is threading.main_thread()))
+        return real_decode(data, **kwargs)
+
+    monkeypatch.setattr(statemachine_module, "decode_command", recording)
+    big = encode_command(commit_txn_from_request(_commit_args(limits.MAX_FILES_PER_COMMIT)))
+    small_args = {
+        "txn_id": "t2",
+        "writes": [
+            {
+                "table": "ns.t",
+                "schema_version": 1,
+                "add": [{"path": "_txn/b/p.parquet", "size_bytes": 1, "row_count": 1}],
+            }
+        ],
+    }
+    small = encode_command(commit_txn_from_request(small_args))
+    tm = sm.state.last_tm
+    entries = []
+    for index, data in enumerate([big, small], start=sm.state.applied_index + 1):
+        tm += 1_000 * MS
+        entries.append(Entry(index=index, term=1, tm=tm, data=data))
+    sm.prepare_appended(entries)
+    for entry in entries:
+        sm.apply(entry).raise_for_error()
+    assert on_loop == [(len(big), False), (len(small), True)]
+    assert len(sm.state.files_at("ns.t", tm)) == limits.MAX_FILES_PER_COMMIT + 1
