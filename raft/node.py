@@ -235,6 +235,12 @@ class StateMachine(Protocol):
         """Replace the whole state (b"" means empty). A large state comes as a read-only view
         of a mapped file: decode it, do not keep a reference to it."""
 
+    # Optional: `prepare_appended(entries: Sequence[Entry]) -> None`, told of entries as they
+    # are appended to this node's log, before they commit (some never do: a new leader may
+    # overwrite them). It may prepare their apply off the loop (decode a large payload in a
+    # thread); what `apply` then decides must not depend on it. Looked up by name, so a state
+    # machine without it needs nothing.
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class NodeConfig:
@@ -1448,6 +1454,11 @@ class RaftNode:
         transport = self._transport()
         if rd.entries:
             self._note_appended_confs(rd.entries)
+            prepare = getattr(self.sm, "prepare_appended", None)
+            if prepare is not None:
+                # Before they commit (a round trip away at least): the state machine may start
+                # on their apply off the loop (StateMachine.prepare_appended).
+                prepare(rd.entries)
         # Committed entries that were already durable here before this Ready are applied before
         # its write (see `applicable_before_persist`): their proposers need not wait for one
         # more fsync, which would only be making the *next* batch durable. Applied before the

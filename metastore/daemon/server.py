@@ -275,6 +275,17 @@ OFFLOAD_COMMIT_FILES_MIN: Final = 256
 OFFLOAD_DECODE_BYTES_MIN: Final = 64 * 1024
 
 
+def _commit_files(cmd: CommitTxn) -> int:
+    """How many file entries a checked commit names (as `_commit_request_files` counts)."""
+    return sum(len(w.add) + len(w.remove) for w in cmd.writes)
+
+
+def _encoded_and_decoded(cmd: Command) -> tuple[bytes, Command]:
+    """`cmd`'s canonical bytes, and what they decode to: the command apply will see."""
+    data = encode_command(cmd)
+    return data, decode_command(data)
+
+
 def _commit_request_files(request: Mapping[str, object]) -> int:
     """How many file entries a commit request names (0 for a malformed one: its check, on the
     loop, refuses it at once)."""
@@ -2152,7 +2163,18 @@ class ApiServer:
             # the decoder, a limit it checks first (a protection's targets) was
             # MALFORMED_COMMAND without details, from the leader's apply or its `_propose`.
             validate_command(cmd)
-        data = encode_command(cmd)
+        decoded: Command | None = None
+        if isinstance(cmd, CommitTxn) and _commit_files(cmd) > OFFLOAD_COMMIT_FILES_MIN:
+            # Encoded in a thread, and decoded there too on the leader, whose apply (on this
+            # loop, which runs its Raft) then need not decode the entry's bytes
+            # (`CatalogStateMachine.expect_entry`): the largest commit's decode held the
+            # leader's loop past the election timeout on a loaded machine.
+            if self.node.is_leader():
+                data, decoded = await asyncio.to_thread(_encoded_and_decoded, cmd)
+            else:
+                data = await asyncio.to_thread(encode_command, cmd)
+        else:
+            data = encode_command(cmd)
         if not isinstance(cmd, CommitTxn) and len(data) > mlimits.MAX_COMMAND_BYTES:
             # The decoder's bound, which apply enforces on every node: past it the command
             # would be logged and then refused as MALFORMED_COMMAND. A statement within
@@ -2165,6 +2187,8 @@ class ApiServer:
             )
         if self.node.is_leader():
             await self._check_location_allowed(cmd)
+            if decoded is not None:
+                self.sm.expect_entry(data, decoded)
             return await self._propose_local(data, timeout_ms)
         leader = self.node.leader_id()
         if not leader:
@@ -2219,6 +2243,10 @@ class ApiServer:
         fitted = _for_apply_version(cmd, self.sm.state)
         if fitted is not cmd:
             data = encode_command(fitted)
+        elif len(data) > OFFLOAD_DECODE_BYTES_MIN:
+            # `cmd` is what these very bytes decode to (decoded in a thread above): apply takes
+            # it rather than decoding them again on this loop.
+            self.sm.expect_entry(data, cmd)
         return await self._propose_local(data, timeout_ms)
 
     async def _check_location_allowed(self, cmd: Command) -> None:

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from metastore.commands import (
+    Command,
     CommandFromNewerReleaseError,
     DropNamespace,
     DropTable,
@@ -22,6 +24,12 @@ from raft.core.types import Entry, EntryKind
 
 # Applies skipped per second the last invariant check took (tests only; see __init__).
 CHECK_SKIP_PER_SECOND = 5_000
+# Commands a leader decoded before proposing them, kept for their entries' apply: a proposal
+# that never commits (leadership lost, timeout) leaves one behind, so only the newest are kept.
+DECODED_AHEAD_MAX = 4
+# An appended entry's payload at least this large is decoded in a thread before it commits
+# (`prepare_appended`): below it the hand-over costs more than the decode.
+DECODE_AHEAD_BYTES_MIN = 64 * 1024
 
 log = logging.getLogger("metastore.statemachine")
 
@@ -47,11 +55,70 @@ class CatalogStateMachine:
         # Called after a revocation was applied, or a snapshot holding some was restored: the
         # node closes links and client connections that use a certificate revoked now.
         self.on_revoked: Callable[[], None] | None = None
+        # Entry bytes -> the command they decode to, decoded off the loop before proposing
+        # (`expect_entry`).
+        self._decoded_ahead: dict[bytes, Command] = {}
+        # Entry bytes -> their decode, running in `_decoder` (`prepare_appended`).
+        self._decoding: dict[bytes, concurrent.futures.Future[Command]] = {}
+        self._decoder: concurrent.futures.ThreadPoolExecutor | None = None
+
+    def prepare_appended(self, entries: Sequence[Entry]) -> None:
+        """Raft appended `entries` to this node's log (raft.node `prepare_appended`): a large
+        command's bytes start decoding in a thread now, so that apply, on the loop, takes the
+        decode (or waits for its rest) instead of doing all of it there. On a follower
+        decoding the largest commit held the loop a tenth of a second or more (a second on a
+        loaded machine), on both followers at once: their leader, hearing from neither, stepped
+        down (check_quorum). The decode is `decode_command` of exactly those bytes, so apply
+        decides what it would have decided; an entry that never commits leaves its decode
+        behind, of which only the newest DECODED_AHEAD_MAX are kept."""
+        for entry in entries:
+            data = entry.data
+            if (
+                entry.kind is not EntryKind.NORMAL
+                or len(data) < DECODE_AHEAD_BYTES_MIN
+                or data in self._decoded_ahead
+                or data in self._decoding
+            ):
+                continue
+            if self._decoder is None:
+                self._decoder = concurrent.futures.ThreadPoolExecutor(
+                    max_workers=1, thread_name_prefix="decode-ahead"
+                )
+            while len(self._decoding) >= DECODED_AHEAD_MAX:
+                del self._decoding[next(iter(self._decoding))]
+            self._decoding[data] = self._decoder.submit(decode_command, data)
+
+    def expect_entry(self, data: bytes, command: Command) -> None:
+        """`command` is what `decode_command(data)` returns: an entry of exactly these bytes
+        is applied as `command`, once, without being decoded again. Apply runs on the event loop
+        that also runs Raft, and decoding the largest commit (10,000 files) holds it for a
+        tenth of a second or more (several on a loaded machine: a leader that holds it past the
+        election timeout loses its term); the leader has decoded such a command already, off
+        the loop. Keyed by value, so any entry of these bytes decodes alike: the outcome is
+        the one every other node reaches by decoding them. Never given a command that was not
+        decoded from `data` (a command re-encoded differently would apply other than it
+        decodes on the followers)."""
+        self._decoded_ahead.pop(data, None)
+        while len(self._decoded_ahead) >= DECODED_AHEAD_MAX:
+            del self._decoded_ahead[next(iter(self._decoded_ahead))]
+        self._decoded_ahead[data] = command
+
+    def _decode(self, data: bytes) -> Command:
+        if self._decoded_ahead:
+            command = self._decoded_ahead.pop(data, None)
+            if command is not None:
+                return command
+        if self._decoding:
+            decoding = self._decoding.pop(data, None)
+            if decoding is not None:
+                # Raises what decode_command raised, as a decode here would.
+                return decoding.result()
+        return decode_command(data)
 
     def apply(self, entry: Entry) -> Outcome:
         if entry.kind is EntryKind.NORMAL:
             try:
-                command = decode_command(entry.data)
+                command = self._decode(entry.data)
             except CommandFromNewerReleaseError as e:
                 # Only a leader of a newer release proposes what this one cannot decode (every
                 # proposal is decoded by its leader first): applying it as a failure would

@@ -75,10 +75,19 @@ SLOW_SNAPSHOT_WRITE_S = 3.0
 class ListStateMachine:
     def __init__(self) -> None:
         self.applied: list[bytes] = []
+        # Payloads the node told of as appended (`prepare_appended`), and those it applied
+        # without having told of them first.
+        self.told: set[bytes] = set()
+        self.applied_untold: list[bytes] = []
+
+    def prepare_appended(self, entries: Sequence[Entry]) -> None:
+        self.told.update(e.data for e in entries if e.kind is EntryKind.NORMAL)
 
     def apply(self, entry: Entry) -> Any:
         if entry.kind is EntryKind.NORMAL:
             self.applied.append(entry.data)
+            if entry.data not in self.told:
+                self.applied_untold.append(entry.data)
         return len(self.applied)
 
     def snapshot(self) -> bytes:
@@ -190,6 +199,24 @@ async def test_concurrent_proposals_apply_once_in_order_with_their_results(
         while any(sm(n).applied != sm(leader).applied for n in nodes.values()):
             assert time.monotonic() < deadline, "followers did not catch up"
             await asyncio.sleep(0.01)
+
+
+async def test_every_node_tells_its_state_machine_of_entries_before_applying_them(
+    tmp_path: Path,
+) -> None:
+    """`prepare_appended` hears of each entry as it is appended, on the leader and on the
+    followers, before it is applied: time in which a state machine can decode a large payload
+    off the loop (metastore.daemon.statemachine), which apply on the loop then need not do."""
+    async with cluster(tmp_path, 3) as nodes:
+        leader = await leader_of(nodes)
+        payloads = [b"q%d" % i for i in range(20)]
+        await asyncio.gather(*(leader.propose(p) for p in payloads))
+        deadline = time.monotonic() + ELECTION_WAIT_S
+        while any(sm(n).applied != sm(leader).applied for n in nodes.values()):
+            assert time.monotonic() < deadline, "followers did not catch up"
+            await asyncio.sleep(0.01)
+        for n in nodes.values():
+            assert sm(n).applied_untold == [], n.node_id
 
 
 async def test_a_proposal_too_large_for_the_wal_is_refused_before_the_log(
