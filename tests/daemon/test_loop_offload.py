@@ -160,9 +160,9 @@ def test_a_command_past_its_byte_bound_is_refused_before_it_is_proposed() -> Non
     """A DDL's canonical command spells out its DEFAULTs (`1Y` is `CAST(1 AS TINYINT)`), so a
     statement within MAX_STATEMENT_BYTES can encode past MAX_COMMAND_BYTES (350 columns of
     50-element array DEFAULTs, which the DEFAULT token limits now refuse before parsing; a
-    command past the bound is built directly here). It was proposed, and refused as MALFORMED_COMMAND without details by
-    apply on every node (through a follower: by the leader's `_propose`). Now the limit's own
-    error, and nothing in the log."""
+    command past the bound is built directly here). It was proposed, and refused as
+    MALFORMED_COMMAND without details by apply on every node (through a follower: by the
+    leader's `_propose`). Now the limit's own error, and nothing in the log."""
     from metastore.commands import CreateTable, TableName
     from metastore.errors import LimitExceededError
     from metastore.schema import Column, Schema
