@@ -3648,9 +3648,11 @@ def _lease_key(lease: Lease) -> str:
 
 def _replication(st: NodeStatus) -> dict[str, dict[str, Any]]:
     """The leader's view of every other member (empty on a follower): the index it holds
-    (`match`), how many committed entries it lacks, the replication state (probe, replicate,
-    snapshot), whether it answered lately, and the bytes of a snapshot transfer to it in
-    progress (the long part of adding a node to a large catalog)."""
+    (`match`), the last index sent to it (`sent`: what it may hold once the messages in flight
+    arrive, e.g. appends queued while its link was down), how many committed entries it lacks,
+    the replication state (probe, replicate, snapshot), whether it answered lately, and the
+    bytes of a snapshot transfer to it in progress (the long part of adding a node to a large
+    catalog)."""
     if st.core.role.value != "leader":
         return {}
     peers = st.transport.get("peers", {})
@@ -3661,6 +3663,7 @@ def _replication(st: NodeStatus) -> dict[str, dict[str, Any]]:
         link = peers.get(node_id, {})
         out[str(node_id)] = {
             "match": pr.match,
+            "sent": pr.sent,
             "behind": max(0, st.core.commit_index - pr.match),
             "state": pr.state,
             "learner": pr.is_learner,

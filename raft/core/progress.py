@@ -66,6 +66,7 @@ class Progress:
         "pending_snapshot",
         "probe_sent",
         "recent_active",
+        "sent",
         "state",
     )
 
@@ -74,6 +75,11 @@ class Progress:
     ) -> None:
         self.match = 0
         self.next = next_index
+        # The highest log index sent to it (in entries or a snapshot) by this leader: what it
+        # may hold once the messages in flight arrive. Neither `match` (what it acknowledged)
+        # nor `next - 1` (a probe carries entries from `next` without advancing it) bound
+        # that; a follower cut off while its appends wait in a transport queue gets them late.
+        self.sent = 0
         self.state = ProgressState.PROBE
         self.probe_sent = False
         self.pending_snapshot = 0

@@ -65,6 +65,7 @@ _SNAPSHOT_RETRY_ELECTIONS = 2
 class PeerStatus:
     match: int
     next: int
+    sent: int  # the highest index sent to it (entries or a snapshot): see Progress.sent
     state: str
     is_learner: bool
     recent_active: bool
@@ -251,6 +252,7 @@ class RaftCore:
                 n: PeerStatus(
                     match=p.match,
                     next=p.next,
+                    sent=p.sent,
                     state=p.state.value,
                     is_learner=p.is_learner,
                     recent_active=p.recent_active,
@@ -955,6 +957,7 @@ class RaftCore:
             )
         )
         if entries:
+            pr.sent = max(pr.sent, entries[-1].index)
             if pr.state is ProgressState.REPLICATE:
                 last = entries[-1].index
                 pr.next = last + 1
@@ -969,6 +972,7 @@ class RaftCore:
         if self.snapshot.is_empty():
             raise RaftInvariantError("follower needs compacted entries but we hold no snapshot")
         pr.become_snapshot(self.snapshot.meta.index)
+        pr.sent = max(pr.sent, self.snapshot.meta.index)
         self._snapshot_sent_elapsed[to] = 0
         self._send(
             InstallSnapshot(

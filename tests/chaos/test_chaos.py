@@ -121,8 +121,6 @@ PAD_FILES = 6_000
 # snapshot.
 SNAPSHOT_EVERY = 200
 SNAPSHOT_KEEP = 20
-# Entries the leader may have appended beyond its commit index when a follower is cut off.
-IN_FLIGHT_MARGIN = 100
 SESSION_TTL_MS = 2_000
 SESSION_HEARTBEAT_MS = 300
 # An error that does not say whether the operation happened.
@@ -1107,63 +1105,58 @@ def _snapshot_install(c: ChaosCluster, rng: random.Random, h: History, n: int) -
     if victim == leader:
         return ""
     mode = rng.choice(["reset", "kill"])
-    started = f"from peer {leader} started"
-    complete = f"from peer {leader} complete"
     # Cut by reject (every connection reset), not by blackhole: a blackhole holds the appends
     # sent meanwhile and delivers them at the heal, so the follower would catch up from them.
-    pairs = c.pairs([victim], [i for i in c.ids if i != victim]) + c.pairs(
-        [i for i in c.ids if i != victim], [victim]
-    )
+    others = [i for i in c.ids if i != victim]
+    pairs = c.pairs([victim], others) + c.pairs(others, [victim])
     with _isolated(c, h, victim, f"iso{n}", partial(net.reject, pairs)) as iso:
-        # What the victim's log may hold: at most what the leader had appended when the cut
-        # began (its commit index then, plus the entries in flight; IN_FLIGHT_MARGIN bounds
-        # them). The leader keeps SNAPSHOT_KEEP entries behind its snapshot.
-        at_cut: dict[str, Any] = {}
-
-        def leader_status() -> bool:
-            at_cut.update(c.try_status(leader) or {})
-            return bool(at_cut)
-
-        _wait_for(leader_status, 5.0)
-        held = max(int(at_cut.get("commit_index", 0)), int(at_cut.get("applied_index", 0)))
-        # Under load the leader may have appended more than IN_FLIGHT_MARGIN entries it had
-        # not committed yet (seen: 173; and 100+ more when the other follower was itself
-        # catching up, seed 171): the victim may hold every entry the leader had appended
-        # before the cut, whose acknowledgements the cut lost. The leader's last index is an
-        # upper bound (a release without it in `status`: its commit index a little later).
-        time.sleep(1.5)
-        later = c.try_status(leader) or {}
-        held = max(
-            held + IN_FLIGHT_MARGIN,
-            int(later.get("commit_index", 0)),
-            int(at_cut.get("last_index", 0)),
-        )
+        # What the victim may hold once healed: what the leader sent it (`sent` in the
+        # leader's replication view). Not the leader's commit or last index at the cut: while
+        # the victim's links are down the leader goes on streaming appends to it (up to its
+        # inflight window, 256 messages), which wait in the leader's transport queue and
+        # arrive at the heal (seed 202: the follower caught up from them, no snapshot was
+        # sent). `sent` stops growing once the window is full; once the leader's log starts
+        # past it, only a snapshot can catch the victim up. The leader of the moment (seed
+        # 209: an election during the cut, term 5 to 7): what an earlier leader sent the
+        # victim either agrees with its log, and then lies at or below its last index when it
+        # was elected, past which its first message to the victim (its first entry) already
+        # counts, or disagrees and is cut back to below that.
+        held = 0
         at_behind: dict[str, Any] = {}
 
         def behind() -> bool:
-            st = c.try_status(leader)
-            at_behind.update(st or {})
-            return bool(
-                held
-                and st
-                and st["role"] == "leader"
-                and st["log_start_index"] > held + SNAPSHOT_KEEP
-            )
+            nonlocal held, leader
+            statuses = {i: c.try_status(i) for i in others if i in c.procs}
+            leaders = [
+                (int(st["term"]), i) for i, st in statuses.items() if st and st["role"] == "leader"
+            ]
+            if not leaders:
+                return False
+            leader = max(leaders)[1]
+            st = statuses[leader] or {}
+            at_behind.clear()
+            at_behind.update(st)
+            held = int(st.get("replication", {}).get(str(victim), {}).get("sent", 0))
+            return bool(held and st["log_start_index"] > held + SNAPSHOT_KEEP)
 
-        needs_snapshot = _wait_for(behind, 20.0)
+        # The window fills in a few seconds of this workload, then up to SNAPSHOT_EVERY more
+        # entries bring the snapshot past it.
+        needs_snapshot = _wait_for(behind, 30.0)
     cut_s = iso.healed_at - iso.cut_at
     assert needs_snapshot, (
-        f"snapshot_install: the leader {leader} took no snapshot past follower {victim} "
-        f"in {cut_s:.1f} s"
+        f"snapshot_install: no leader took a snapshot past what it sent follower {victim} "
+        f"({held}) in {cut_s:.1f} s; leader {leader}'s status {at_behind}"
     )
+    started = f"from peer {leader} started"
+    complete = f"from peer {leader} complete"
     starts, completes = _log_count(c, victim, started), _log_count(c, victim, complete)
     net.heal()
     link = [f"raft {leader}->{victim}"]
     net.delay(link, 400.0)
     began = _wait_for(lambda: _log_count(c, victim, started) > starts, 15.0)
     assert began, (
-        f"snapshot_install: no snapshot transfer from {leader} reached {victim} (the cut began "
-        f"at the leader's index {held}, its log was compacted to "
+        f"snapshot_install: no snapshot transfer from {leader} reached {victim} (the leader had "
+        f"sent it up to index {held}, its log was compacted to "
         f"{at_behind.get('snapshot_index')} before the heal; now leader "
         f"{_leader(c, h, wait_s=1.0)}, follower status {c.try_status(victim)})"
     )
