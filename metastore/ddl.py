@@ -42,7 +42,7 @@ from __future__ import annotations
 import functools
 import itertools
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Final, NamedTuple, NoReturn, TypeVar
 
 import sqlglot
@@ -298,14 +298,7 @@ def _written_defaults(sql: str, cmd: Command) -> list[_WrittenDefault]:
         return []
     rendered_by_written: dict[str, str | None] = {}
     found: list[_WrittenDefault] = []
-    tokens = tokenize(sql)
-    for i, tok in enumerate(tokens):
-        if not tok.is_word("DEFAULT"):
-            continue
-        end = _default_expression_end(tokens, i + 1)
-        if end == i + 1:
-            continue
-        written = sql[tokens[i + 1].start : tokens[end - 1].end]
+    for written, _ in _default_texts(sql):
         if written not in rendered_by_written:
             rendered_by_written[written] = _rendered_default_or_none(written)
         rendered = rendered_by_written[written]
@@ -380,6 +373,18 @@ def _cast_target_type(node: exp.DataType) -> DataType | None:
 # --------------------------------------------------------------------------------------------
 
 
+def _default_texts(sql: str) -> Iterator[tuple[str, int]]:
+    """Each DEFAULT expression of `sql` as the user wrote it, with its token count, in order:
+    found on the tokens where Spark ends each expression (`_default_expression_end`)."""
+    tokens = tokenize(sql)
+    for i, tok in enumerate(tokens):
+        if not tok.is_word("DEFAULT"):
+            continue
+        end = _default_expression_end(tokens, i + 1)
+        if end > i + 1:
+            yield sql[tokens[i + 1].start : tokens[end - 1].end], end - (i + 1)
+
+
 def _default_expression_end(tokens: list[Token], start: int) -> int:
     """Index of the first token after the DEFAULT expression starting at `tokens[start]`: where
     Spark ends it, at a `,` or `)` of its list, a COMMENT, FIRST or AFTER clause, or a NOT NULL
@@ -414,17 +419,11 @@ def _check_default_token_count(sql: str) -> None:
     MAX_DISTINCT_DEFAULT_TOKENS_PER_STATEMENT, before sqlglot spends its time on them (each
     distinct text is checked once). Counted where Spark ends each expression; a column named
     `default` counts its type too (harmless: a few tokens more)."""
-    tokens = tokenize(sql)
     count = 0
     by_text: dict[str, int] = {}
-    for i, tok in enumerate(tokens):
-        if not tok.is_word("DEFAULT"):
-            continue
-        end = _default_expression_end(tokens, i + 1)
-        if end == i + 1:
-            continue
-        count += end - (i + 1)
-        by_text[sql[tokens[i + 1].start : tokens[end - 1].end]] = end - (i + 1)
+    for written, token_count in _default_texts(sql):
+        count += token_count
+        by_text[written] = token_count
     distinct = sum(by_text.values())
     for limit, maximum, value, what in (
         ("MAX_DEFAULT_TOKENS_PER_STATEMENT", limits.MAX_DEFAULT_TOKENS_PER_STATEMENT, count, ""),
