@@ -13,8 +13,9 @@ for a cluster that lost its quorum for good, and writes it through the same writ
 (`_write_verified`), so the file is the one `restore` takes.
 `restore FILE --config DIR` checks FILE and writes it as the starting state of every member of
 the NEW cluster in DIR (see metastore/daemon/backup.py); start it with `metastore cluster up
---config DIR`. Table data (Parquet) is not part of the snapshot: back up the warehouse with
-your storage's tools, and take the catalog snapshot after it.
+--config DIR`. Table data (Parquet) is not part of the snapshot: save the catalog first, then
+copy the warehouse with your storage's tools (a catalog saved after the copy lists files
+committed in between that the copy lacks; docs/operations.md keeps the GC off them meanwhile).
 """
 
 from __future__ import annotations
@@ -94,10 +95,12 @@ def snapshot_save(
     --endpoint names it; a chunk that fails with a retryable error is asked again of the same
     node (3 tries). A node that cannot show it is caught up (no leader: the cluster lost its
     quorum) refuses, rather than hand out an old catalog as current. Table data (Parquet) is
-    not in FILE: back the warehouse up with your storage's tools, and save the catalog after it.
+    not in FILE: save the catalog first, then copy the warehouse with your storage's tools
+    (docs/operations.md: a protection keeps the GC off the catalog's files meanwhile).
 
-    With --data-dir DIR no node is asked: the catalog is rebuilt from the write-ahead log and
-    snapshots of the stopped node whose data directory is DIR (nothing there is changed), up to
+    With --data-dir DIR no node is asked (and no token is needed: it takes the rights to read
+    DIR's files): the catalog is rebuilt from the write-ahead log and snapshots of the stopped
+    node whose data directory is DIR (nothing there is changed), up to
     the commit index it recorded; entries past it (which may have committed on a majority
     without it, or never) are left out and counted in the header, unless
     --include-uncommitted. The way out of a lost quorum: save from the surviving member, then
