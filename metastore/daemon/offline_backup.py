@@ -35,7 +35,7 @@ from metastore.daemon import backup
 from metastore.daemon.statemachine import CatalogStateMachine
 from metastore.errors import InvalidArgumentError, MalformedSnapshotError, ReleaseTooOldError
 from raft.errors import RaftError
-from raft.node import IDENTITY_FILE, unwrap_snapshot_data
+from raft.node import IDENTITY_FILE, snapshot_app_data
 from raft.wal import (
     CorruptLogError,
     RecoveredState,
@@ -94,8 +94,8 @@ def read_data_dir(data_dir: Path, *, include_uncommitted: bool = False) -> DataD
     if not snapshot.is_empty():
         snapshot_path = wal_dir / snapshot_file_name(snapshot.meta.index)
         try:
-            app_data, _addresses = unwrap_snapshot_data(snapshot.data)
-            machine.restore(app_data)
+            # The state only: an address book the node could not use does not stop it either.
+            machine.restore(snapshot_app_data(snapshot.data))
         except (RaftError, MalformedSnapshotError) as exc:
             raise DataDirCorruptError(
                 f"{snapshot_path}: the snapshot's catalog does not decode ({exc}); nothing "

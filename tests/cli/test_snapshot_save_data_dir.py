@@ -12,6 +12,7 @@ import hashlib
 import json
 from pathlib import Path
 
+import msgpack
 import pytest
 
 from hlc import make_ts
@@ -19,7 +20,7 @@ from metastore.commands import CreateNamespace, InitCluster, encode_command
 from metastore.daemon import backup, offline_backup
 from metastore.state import MetastoreState
 from raft.core.types import ConfState, Entry, EntryKind, HardState, Snapshot, SnapshotMeta
-from raft.node import IDENTITY_FILE, wrap_snapshot_data
+from raft.node import IDENTITY_FILE, wrap_snapshot_data, wrap_snapshot_parts
 from raft.wal import WriteAheadLog
 from tests.cli.test_cli import _isolated_cwd, run  # noqa: F401 - autouse fixture
 from tests.daemon.harness import write_cluster
@@ -45,10 +46,13 @@ def _entries() -> list[Entry]:
     ]
 
 
-def _node_dir(root: Path, *, commit: int, snapshot_at: int | None = None) -> Path:
+def _node_dir(
+    root: Path, *, commit: int, snapshot_at: int | None = None, unusable_book: bool = False
+) -> Path:
     """A stopped node's data directory whose log holds COMMANDS (entries 1..5), with `commit`
     as the commit index it recorded and, with `snapshot_at`, a snapshot of the state at that
-    index (the entries up to it compacted away, as a node's own snapshot does)."""
+    index (the entries up to it compacted away, as a node's own snapshot does), whose address
+    book is one the node cannot use with `unusable_book` (written by an older release)."""
     directory = root / "node-3"
     directory.mkdir(parents=True)
     (directory / IDENTITY_FILE).write_text(json.dumps({"cluster_id": "lost", "node_id": 3}))
@@ -68,9 +72,11 @@ def _node_dir(root: Path, *, commit: int, snapshot_at: int | None = None) -> Pat
                 conf=ConfState(voters=(1, 2, 3), learners=()),
             )
             addresses = {n: ("127.0.0.1", 9000 + n) for n in (1, 2, 3)}
-            wal.compact(
-                Snapshot(meta=meta, data=wrap_snapshot_data(state.to_snapshot(), addresses))
-            )
+            data = wrap_snapshot_data(state.to_snapshot(), addresses)
+            if unusable_book:
+                head, app_data, _book = wrap_snapshot_parts(state.to_snapshot(), addresses)
+                data = head + app_data + msgpack.packb("not an address book")
+            wal.compact(Snapshot(meta=meta, data=data))
     finally:
         wal.close()
     return directory
@@ -143,6 +149,18 @@ def test_a_snapshot_and_the_entries_after_it(tmp_path: Path) -> None:
     assert code == 0, output
     assert _namespaces(file) == list(NAMESPACES)
     assert backup.read_file(file)[0]["applied_index"] == 5
+
+
+def test_a_snapshot_whose_address_book_the_node_cannot_use_still_gives_its_catalog(
+    tmp_path: Path,
+) -> None:
+    """The node itself starts from such a snapshot (the addresses it knew stay, raft.node
+    `_unwrap_snapshot`); the catalog is all a backup needs of it."""
+    data_dir = _node_dir(tmp_path, commit=5, snapshot_at=3, unusable_book=True)
+    file = tmp_path / "catalog.snap"
+    code, output, _ = _save(file, data_dir)
+    assert code == 0, output
+    assert _namespaces(file) == list(NAMESPACES)
 
 
 def test_the_file_restores_into_a_new_cluster(tmp_path: Path) -> None:
