@@ -244,6 +244,19 @@ def test_a_corrupt_log_is_refused_naming_the_file(tmp_path: Path) -> None:
     assert raised.value.details["file"] == str(first)
 
 
+def test_a_log_of_a_newer_release_is_refused(tmp_path: Path) -> None:
+    data_dir = _node_dir(tmp_path, commit=5)
+    with WriteAheadLog.open(data_dir / "wal", fsync=False)[0] as wal:
+        future = msgpack.packb({"v": 2, "type": "create_namespace"})
+        entry = Entry(
+            term=1, index=6, tm=make_ts(BASE_MS + 100), kind=EntryKind.NORMAL, data=future
+        )
+        wal.append([entry], HardState(term=1, vote=1, commit=6))
+    _refused(tmp_path, data_dir, 5, "newer release", "newer_release")
+    with pytest.raises(offline_backup.DataDirFromNewerReleaseError):
+        offline_backup.read_data_dir(data_dir)
+
+
 def test_an_existing_file_is_kept_unless_force(tmp_path: Path) -> None:
     data_dir = _node_dir(tmp_path, commit=5)
     file = tmp_path / "catalog.snap"
