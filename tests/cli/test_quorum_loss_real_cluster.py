@@ -223,6 +223,12 @@ def test_two_lost_disks_the_survivors_data_dir_restores_a_cluster_with_the_same_
                 shutil.rmtree(config.node_data_dir(node_id))
         survivor_dir = config.node_data_dir(survivor)
         assert list((survivor_dir / "wal").glob("snap-*.snap")), "no snapshot to read"
+        # `cluster up` starts nothing, and names the way out rather than remove-node alone.
+        refused = old.run("cluster", "up", "--missing", "--config", str(old.config_dir))
+        assert refused.returncode == 5, refused.describe()
+        assert "NOT_BOOTSTRAPPED" in refused.stderr, refused.describe()
+        assert f"--data-dir {survivor_dir}" in refused.stderr, refused.describe()
+        assert all(old.pid(n) is None for n in range(1, NODES + 1))
         file = tmp_path / "survivor.snap"
 
         # The survivor alone: no leader, so it serves no backup, and its files are locked.
