@@ -634,6 +634,18 @@ def _nodes_to_bootstrap(
         nodes = ", ".join(map(str, unnamed))
         dirs = ", ".join(str(config.node_data_dir(n)) for n in unnamed)
         command = _up_command(config_dir, missing=only_missing, bootstrap=[*asked, *unnamed])
+        lost_quorum = ""
+        if len(others) <= len(config.nodes) // 2:
+            # Removing and adding members back commits through the log: the nodes with state
+            # cannot, being no majority. What they hold can still be saved and restored.
+            survivor = config.node_data_dir(others[0])
+            lost_quorum = (
+                f". With only {len(others)} of {len(config.nodes)} nodes holding state the "
+                "cluster has no quorum to remove them: if their data is lost for good, stop "
+                f"the survivor(s), save the catalog with `metastore snapshot save FILE "
+                f"--data-dir {survivor}` and restore it into a new cluster (`metastore "
+                'snapshot restore FILE --config NEW_DIR`; docs/operations.md, "Losing quorum")'
+            )
         raise CliError(
             "NOT_BOOTSTRAPPED",
             f"node(s) {nodes} have no state ({dirs}: no identity, empty log) while node(s) "
@@ -642,7 +654,8 @@ def _nodes_to_bootstrap(
             f"start: see node.log there), start them as a first start: {command} . If their "
             "data was lost, do not: they may have voted in terms they no longer remember; "
             "remove them (`metastore cluster remove-node N`) and add them back "
-            "(`metastore cluster add-node N HOST:PORT`), then start them with --bootstrap",
+            "(`metastore cluster add-node N HOST:PORT`), then start them with --bootstrap"
+            + lost_quorum,
             exit_code=EXIT_REFUSED,
             details={"nodes": unnamed, "command": command},
         )

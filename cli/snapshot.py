@@ -7,20 +7,25 @@ asked again, CHUNK_TRIES_MAX tries) with progress on stderr, and writes FILE (he
 cluster id, applied index and SHA-256, then the state), owner-only (0600), verified before it
 is renamed into place; an existing FILE is never replaced unless --force, and a second save to
 the same FILE while one runs is refused (FILE.partial is locked).
+`save FILE --data-dir DIR` asks no node: it rebuilds the catalog from the write-ahead log and
+snapshots of the STOPPED node whose data directory is DIR (metastore/daemon/offline_backup.py),
+for a cluster that lost its quorum for good, and writes it through the same writer
+(`_write_verified`), so the file is the one `restore` takes.
 `restore FILE --config DIR` checks FILE and writes it as the starting state of every member of
 the NEW cluster in DIR (see metastore/daemon/backup.py); start it with `metastore cluster up
---config DIR`. Table data (Parquet) is not part of the snapshot: back up the warehouse with
-your storage's tools, and take the catalog snapshot after it.
+--config DIR`. Table data (Parquet) is not part of the snapshot: save the catalog first, then
+copy the warehouse with your storage's tools (a catalog saved after the copy lists files
+committed in between that the copy lacks; docs/operations.md keeps the GC off them meanwhile).
 """
 
 from __future__ import annotations
 
 import fcntl
-import json
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, BinaryIO, Final
 
 import click
 from rich.text import Text
@@ -30,7 +35,7 @@ from cli.errors import EXIT_REFUSED, EXIT_USAGE, CliError
 from cli.output import emit, kv_table
 from hlc import HlcError, make_ts, to_iso
 from metastore.client import SyncMetastoreClient, parse_endpoint
-from metastore.daemon import backup
+from metastore.daemon import backup, offline_backup
 from metastore.daemon.config import CLUSTER_FILE_NAME, load_cluster_config
 from metastore.errors import InvalidArgumentError, MalformedSnapshotError, MetastoreError
 
@@ -55,9 +60,32 @@ def snapshot() -> None:
     metavar="HOST:PORT",
     help="Take it from this node only (no other is tried).",
 )
+@click.option(
+    "--data-dir",
+    "data_dir",
+    type=click.Path(path_type=Path),
+    default=None,
+    metavar="DIR",
+    help="Read the catalog from this stopped node's data directory (DATA_DIR/node-N) instead "
+    "of asking a running node: for a cluster that lost its quorum for good. Refused while a "
+    "node runs on it.",
+)
+@click.option(
+    "--include-uncommitted",
+    is_flag=True,
+    help="With --data-dir: also apply the entries the node held past the commit index it "
+    "recorded (they may or may not have committed).",
+)
 @click.option("--force", is_flag=True, help="Replace FILE if it exists.")
 @click.pass_context
-def snapshot_save(ctx: click.Context, file: Path, endpoint: str | None, force: bool) -> None:
+def snapshot_save(
+    ctx: click.Context,
+    file: Path,
+    endpoint: str | None,
+    data_dir: Path | None,
+    include_uncommitted: bool,
+    force: bool,
+) -> None:
     """Write the catalog (every namespace, table, schema version, commit, file entry, session,
     lease, protection, job and revoked certificate) to FILE, consistent at one applied index of
     one node. Admin only. An existing FILE (an earlier backup) is kept, and the command
@@ -65,26 +93,90 @@ def snapshot_save(ctx: click.Context, file: Path, endpoint: str | None, force: b
 
     A node that is starting or lags (NOT_READY, a catch-up TIMEOUT) is passed over, unless
     --endpoint names it; a chunk that fails with a retryable error is asked again of the same
-    node (3 tries). Table data (Parquet) is not in FILE: back the warehouse up with your
-    storage's tools, and save the catalog after it."""
+    node (3 tries). A node that cannot show it is caught up (no leader: the cluster lost its
+    quorum) refuses, rather than hand out an old catalog as current. Table data (Parquet) is
+    not in FILE: save the catalog first, then copy the warehouse with your storage's tools
+    (docs/operations.md: a protection keeps the GC off the catalog's files meanwhile).
+
+    With --data-dir DIR no node is asked (and no token is needed: it takes the rights to read
+    DIR's files): the catalog is rebuilt from the write-ahead log and snapshots of the stopped
+    node whose data directory is DIR (nothing there is changed), up to
+    the commit index it recorded; entries past it (which may have committed on a majority
+    without it, or never) are left out and counted in the header, unless
+    --include-uncommitted. The way out of a lost quorum: save from the surviving member, then
+    `snapshot restore` into a new cluster (docs/operations.md). Refused while a node runs on
+    DIR (its log is locked), for a directory that is no node's, and for a log that does not
+    replay (the damaged file is named)."""
     if file.exists() and not force:  # before any request: a typo must not cost a download
         raise _file_exists(file)
+    if data_dir is not None and endpoint is not None:
+        raise CliError(
+            "USAGE",
+            "--data-dir reads a stopped node's files and asks no node: drop --endpoint",
+            exit_code=EXIT_USAGE,
+        )
+    if include_uncommitted and data_dir is None:
+        raise CliError(
+            "USAGE",
+            "--include-uncommitted applies to --data-dir only (a running node saves what it "
+            "applied)",
+            exit_code=EXIT_USAGE,
+        )
     if endpoint is not None:
         try:
             parse_endpoint(endpoint)
         except InvalidArgumentError as exc:  # a bad flag: usage (2), not a refusal (5)
             raise CliError("USAGE", f"--endpoint: {exc.message}", exit_code=EXIT_USAGE) from None
     a = app(ctx)
+    if data_dir is None:
+        header = _write_verified(file, force, lambda out: _download(a, out, endpoint=endpoint))
+    else:
+        offline_dir = data_dir
+
+        def from_data_dir(out: BinaryIO) -> dict[str, object]:
+            saved = offline_backup.read_data_dir(
+                offline_dir, include_uncommitted=include_uncommitted
+            )
+            backup.write_file(out, saved.header, saved.data)
+            return {"from": str(offline_dir), **saved.header}
+
+        header = _write_verified(file, force, from_data_dir)
+    emit(a.output, header, lambda: [kv_table(_shown(header), title="snapshot saved")])
+    after = header.get("entries_after_commit")
+    if data_dir is not None and a.output != "json" and isinstance(after, int) and after:
+        verb = "were applied too" if header.get("uncommitted_included") else "were left out"
+        click.echo(
+            f"note: {after} entries past the commit index {header.get('commit_index')} "
+            f"{verb} (--include-uncommitted)",
+            err=True,
+        )
+
+
+def _write_verified(
+    file: Path, force: bool, write_state: Callable[[BinaryIO], dict[str, object]]
+) -> dict[str, object]:
+    """The one writer of snapshot files, online or offline: `write_state` writes the file's
+    contents (backup.write_head / write_file) into FILE.partial, locked for this save, and
+    returns what to show; the file is then synced, verified (backup.read_file: size, checksum,
+    a full decode) and put in place as FILE. A failed save leaves nothing behind."""
     partial = file.with_name(file.name + ".partial")
     fd = _lock_partial(partial, file)  # before any request: a refused save costs no export
     try:
-        header = _download(a, fd, partial, file, endpoint=endpoint, force=force)
+        # fchmod too: a .partial left by a killed save keeps its mode through O_CREAT.
+        os.ftruncate(fd, 0)
+        os.fchmod(fd, 0o600)
+        with os.fdopen(os.dup(fd), "wb") as out:
+            shown = write_state(out)
+            out.flush()
+            os.fsync(out.fileno())
+        backup.read_file(partial)  # size, checksum and a full decode, before it counts as saved
+        _put_in_place(partial, file, force=force)
     except BaseException:
         partial.unlink(missing_ok=True)  # ours (locked): a failed save leaves nothing behind
         raise
     finally:
         os.close(fd)
-    emit(a.output, header, lambda: [kv_table(_shown(header), title="snapshot saved")])
+    return {"file": str(file), **shown}
 
 
 def _lock_partial(partial: Path, file: Path) -> int:
@@ -112,11 +204,8 @@ def _lock_partial(partial: Path, file: Path) -> int:
     return fd
 
 
-def _download(
-    a: App, fd: int, partial: Path, file: Path, *, endpoint: str | None, force: bool
-) -> dict[str, object]:
-    """Take the snapshot from a node into the locked `partial` (fd), verify it, and put it in
-    place as `file`. The result to show."""
+def _download(a: App, out: BinaryIO, *, endpoint: str | None) -> dict[str, object]:
+    """Take the snapshot from a node into `out` (the locked FILE.partial). What to show."""
     client = a.client()
     header: dict[str, object] | None = None
     used = ""
@@ -135,36 +224,27 @@ def _download(
     header.pop("waited_ms", None)  # how this call went, not part of the file's header
     size = int(str(header["size_bytes"]))
     offset = 0
-    # fchmod too: a .partial left by a killed save keeps its mode through O_CREAT.
-    os.ftruncate(fd, 0)
-    os.fchmod(fd, 0o600)
-    with os.fdopen(os.dup(fd), "wb") as out:
-        out.write(backup.FILE_MAGIC)
-        out.write(json.dumps(header, sort_keys=True).encode() + b"\n")
-        while True:
-            piece = _chunk(client, used, export_id, offset)
-            data = piece["data"]
-            if not isinstance(data, bytes) or offset + len(data) > size:
-                raise MalformedSnapshotError(
-                    f"{used} sent more than the {size} bytes of state its header gave "
-                    "(size does not match the header)"
-                )
-            out.write(data)
-            offset += len(data)
-            click.echo(f"\rdownloaded {offset:,} of {size:,} bytes", err=True, nl=False)
-            if piece["done"]:
-                break
-            if offset >= size or not data:  # every piece moves on, up to the size
-                raise MalformedSnapshotError(
-                    f"{used} did not end the download at the {size} bytes of state its "
-                    "header gave (size does not match the header)"
-                )
-        out.flush()
-        os.fsync(out.fileno())
+    backup.write_head(out, header)
+    while True:
+        piece = _chunk(client, used, export_id, offset)
+        data = piece["data"]
+        if not isinstance(data, bytes) or offset + len(data) > size:
+            raise MalformedSnapshotError(
+                f"{used} sent more than the {size} bytes of state its header gave "
+                "(size does not match the header)"
+            )
+        out.write(data)
+        offset += len(data)
+        click.echo(f"\rdownloaded {offset:,} of {size:,} bytes", err=True, nl=False)
+        if piece["done"]:
+            break
+        if offset >= size or not data:  # every piece moves on, up to the size
+            raise MalformedSnapshotError(
+                f"{used} did not end the download at the {size} bytes of state its "
+                "header gave (size does not match the header)"
+            )
     click.echo("", err=True)
-    backup.read_file(partial)  # size, checksum and a full decode, before it counts as saved
-    _put_in_place(partial, file, force=force)
-    return {"file": str(file), "from": used, **header}
+    return {"from": used, **header}
 
 
 def _chunk(

@@ -374,6 +374,14 @@ def unwrap_snapshot_data(
     return app_data, _decode_snapshot_address_book(packed_book)
 
 
+def snapshot_app_data(data: bytes | memoryview) -> bytes | memoryview:
+    """The application state of a `wrap_snapshot_data` payload (a view, not a copy), whatever
+    its address book holds: for a tool that needs only the state (an offline backup), as the
+    node itself keeps the state of a snapshot whose book it cannot use (`_unwrap_snapshot`).
+    Raises RaftError for a payload of another layout."""
+    return _split_snapshot_data(data)[0]
+
+
 class SnapshotAddressBookError(RaftError):
     """A snapshot's address book is unusable (its application state may still be fine)."""
 

@@ -221,6 +221,13 @@ class WalClosedError(WalError):
     code: ClassVar[str] = "wal_closed"
 
 
+class WalMissingError(WalError):
+    """`WriteAheadLog.read` found no log: the directory, or its LOCK file (which every log
+    opened once has), does not exist."""
+
+    code: ClassVar[str] = "wal_missing"
+
+
 class WalIOError(WalError):
     """The operating system refused a read, write, fsync, rename or delete."""
 
@@ -878,6 +885,12 @@ def _snapshot_name(index: int) -> str:
     return f"snap-{index:016x}.snap"
 
 
+def snapshot_file_name(index: int) -> str:
+    """The name of the snapshot file at `index` in a log directory (for messages that name
+    the file a tool could not use)."""
+    return _snapshot_name(index)
+
+
 _PAGE_BYTES: Final = 4096
 _ZEROS: Final = memoryview(bytes(1024 * 1024))  # written ahead of the live segment's records
 
@@ -977,6 +990,8 @@ class WriteAheadLog:
         self._bytes_written = 0
         self._fsyncs = 0
         self._fsync_seconds_total = 0.0
+        # Set by `read`: recovery decides the state and repairs nothing (no file written).
+        self._read_only = False
 
     # ---------------------------------------------------------------------------- open / close
 
@@ -1020,6 +1035,51 @@ class WriteAheadLog:
             if recovered is None:
                 wal.close()
         return wal, recovered
+
+    @classmethod
+    def read(cls, directory: Path) -> RecoveredState:
+        """What `open` would recover from `directory`, without writing, cutting, creating or
+        deleting anything there: for tools that read a stopped node's log (`metastore snapshot
+        save --data-dir`). The same replay rules decide the state (a torn tail is left on disk
+        but not replayed, as `open` replays it before cutting it; an install_snapshot a crash
+        interrupted after its commit point recovers the same state `open` finishes it to), and
+        it raises `CorruptLogError` where `open` would.
+
+        A shared lock on LOCK is held while reading: a log `open` holds (a running node) is
+        refused with `WalLockedError`, and so is an `open` while this reads. Raises
+        `WalMissingError` when `directory` or its LOCK file does not exist (no log was ever
+        opened there), `WalIOError` when the files cannot be read."""
+        directory = Path(directory)
+        try:
+            lock_fd = os.open(directory / _LOCK_NAME, os.O_RDONLY | os.O_CLOEXEC)
+        except (FileNotFoundError, NotADirectoryError):
+            raise WalMissingError(
+                f"{directory} holds no write-ahead log (no {_LOCK_NAME} file)"
+            ) from None
+        except OSError as exc:
+            raise WalIOError(f"cannot open log directory {directory}: {exc}") from exc
+        try:
+            fcntl.flock(lock_fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(lock_fd)
+            raise WalLockedError(f"{directory} is in use by another log instance") from None
+        except BaseException:
+            os.close(lock_fd)
+            raise
+        wal = cls(
+            directory=directory,
+            fsync=False,
+            segment_bytes_max=WAL_SEGMENT_BYTES_MAX,
+            preallocate_bytes=0,
+            lock_fd=lock_fd,
+        )
+        wal._read_only = True
+        try:
+            return wal._recover()
+        except OSError as exc:
+            raise WalIOError(f"cannot read log in {directory}: {exc}") from exc
+        finally:
+            wal.close()
 
     @staticmethod
     def _create_and_lock(directory: Path, *, fsync: bool) -> int:
@@ -1259,7 +1319,8 @@ class WriteAheadLog:
     # ---------------------------------------------------------------------------- recovery
 
     def _recover(self) -> RecoveredState:
-        self._remove_temp_files()
+        if not self._read_only:
+            self._remove_temp_files()
         snapshot, floor_seq = self._load_newest_snapshot()
         segments = self._list_segments()
 
@@ -1339,6 +1400,8 @@ class WriteAheadLog:
             )
 
         # Everything below only repairs or completes; the recovered state is already decided.
+        if self._read_only:
+            return RecoveredState(hard_state=hard_state, snapshot=snapshot, entries=entries)
         self._segments = segments
         self._snapshot_index = snapshot_index
         self._floor_seq = floor_seq

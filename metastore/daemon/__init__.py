@@ -25,6 +25,7 @@ Codemap
     gc_worker   the leader's GC (thresholds, deletions, orphans, compaction).
     job_worker  the leader proposes each schema change job's next step.
     backup      snapshot save (chunked export) and restore (seed a new cluster).
+    offline_backup  snapshot save --data-dir: a stopped node's catalog from its WAL.
     audit       audit.log of writer/admin requests and refusals.
     certs       `metastore cluster certs`: a dev CA, node and client certificates.
     metrics logs  /metrics and /health; JSON-lines logs, rotated.

@@ -108,15 +108,7 @@ class SnapshotExports:
             oldest = min(self._exports, key=lambda k: self._exports[k].touched)
             self._exports.pop(oldest).release()
         data = state.to_snapshot()
-        header = {
-            "cluster_id": cluster_id,
-            "node_id": node_id,
-            "applied_index": state.applied_index,
-            "last_tm": state.last_tm,
-            "size_bytes": len(data),
-            "sha256": hashlib.sha256(data).hexdigest(),
-            "taken_at_ms": int(time.time() * 1000),
-        }
+        header = snapshot_header(state, data, cluster_id=cluster_id, node_id=node_id)
         export_id = uuid.uuid4().hex
         held = self._spool(export_id, data)
         del data  # the encoding's only other reference: with a spool, the heap is free again
@@ -190,9 +182,31 @@ class SnapshotExports:
 # ------------------------------------------------------------------------------ the file
 
 
-def write_file(out: BinaryIO, header: dict[str, Any], data: bytes) -> None:
+def snapshot_header(
+    state: MetastoreState, data: bytes, *, cluster_id: str, node_id: int
+) -> dict[str, Any]:
+    """The header of a snapshot file holding `data` (`state` encoded): the one a node's export
+    sends, and the one an offline save of a data directory writes (offline_backup)."""
+    return {
+        "cluster_id": cluster_id,
+        "node_id": node_id,
+        "applied_index": state.applied_index,
+        "last_tm": state.last_tm,
+        "size_bytes": len(data),
+        "sha256": hashlib.sha256(data).hexdigest(),
+        "taken_at_ms": int(time.time() * 1000),
+    }
+
+
+def write_head(out: BinaryIO, header: dict[str, Any]) -> None:
+    """The magic and the header line: the state's `size_bytes` bytes follow (written whole by
+    `write_file`, or chunk by chunk as `snapshot save` downloads them)."""
     out.write(FILE_MAGIC)
     out.write(json.dumps(header, sort_keys=True).encode() + b"\n")
+
+
+def write_file(out: BinaryIO, header: dict[str, Any], data: bytes) -> None:
+    write_head(out, header)
     out.write(data)
 
 

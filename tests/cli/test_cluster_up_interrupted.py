@@ -132,6 +132,28 @@ def test_a_node_without_state_among_others_is_refused_with_the_command(tmp_path:
     assert _plan(config_dir, set()) == set()
 
 
+def test_a_majority_without_state_points_to_the_way_out_of_a_lost_quorum(
+    tmp_path: Path,
+) -> None:
+    """Two of three data directories lost: removing and adding them back needs a quorum that
+    the one node with state cannot form, so the error also names the way that works (an
+    offline save of the survivor, restored into a new cluster), not only remove-node."""
+    config_dir = _init(tmp_path / "c")
+    _give_state(config_dir, 3)
+    with pytest.raises(CliError) as refused:
+        _plan(config_dir, set())
+    assert refused.value.code == "NOT_BOOTSTRAPPED"
+    message = refused.value.message
+    assert "no quorum" in message
+    assert f"snapshot save FILE --data-dir {config_dir / 'data' / 'node-3'}" in message
+    assert "docs/operations.md" in message
+    # With a majority holding state the hint stays the one that works there.
+    _give_state(config_dir, 2)
+    with pytest.raises(CliError) as one_lost:
+        _plan(config_dir, set())
+    assert "--data-dir" not in one_lost.value.message
+
+
 def test_bootstrap_refuses_a_node_with_state_or_not_started(tmp_path: Path) -> None:
     config_dir = _init(tmp_path / "c")
     _give_state(config_dir, 1, 2)

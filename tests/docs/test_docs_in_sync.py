@@ -113,29 +113,31 @@ def test_the_reads_that_take_a_read_floor_are_the_servers() -> None:
     assert set(re.findall(r"`(\w+)`", match.group(1))) == set(STATE_FLOOR_OPS)
 
 
-def _readme_commands() -> list[list[str]]:
-    """The `metastore ...` commands of README.md's code blocks, as words (comments cut)."""
+def _readme_commands(doc: str = "README.md") -> list[list[str]]:
+    """The `metastore ...` commands of `doc`'s code blocks, as words (comments cut)."""
     import shlex
 
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    text = (ROOT / doc).read_text(encoding="utf-8")
     parts = [
         part.strip()
         for block in re.findall(r"```\n(.*?)```", text, re.S)
         for line in block.splitlines()
-        for part in re.split(r"\s#", line, maxsplit=1)[0].split(";")
+        for part in re.split(r"\s#", line.strip(), maxsplit=1)[0].split(";")
     ]
     return [shlex.split(part)[1:] for part in parts if part.startswith("metastore ")]
 
 
-def test_the_readme_commands_exist_with_their_options() -> None:
-    """Every `metastore ...` line of the README names a command (not a group) and only options
-    it or the root group takes (a value such as `-5m` is not an option)."""
+@pytest.mark.parametrize(("doc", "commands_min"), [("README.md", 20), ("docs/operations.md", 10)])
+def test_the_readme_commands_exist_with_their_options(doc: str, commands_min: int) -> None:
+    """Every `metastore ...` line of the README (and of the runbook) names a command (not a
+    group) and only options it or the root group takes (a value such as `-5m` is not an
+    option)."""
     import click
 
     from cli.main import cli as root
 
-    commands = _readme_commands()
-    assert len(commands) > 20
+    commands = _readme_commands(doc)
+    assert len(commands) > commands_min
     root_options = {opt for param in root.params for opt in param.opts + param.secondary_opts}
     wrong = []
     for words in commands:
@@ -149,7 +151,7 @@ def test_the_readme_commands_exist_with_their_options() -> None:
         known = root_options | {o for p in command.params for o in p.opts + p.secondary_opts}
         if isinstance(command, click.Group) or set(options) - known:
             wrong.append(" ".join(words))
-    assert not wrong, f"README commands the CLI does not take: {wrong}"
+    assert not wrong, f"{doc} commands the CLI does not take: {wrong}"
 
 
 def test_every_client_op_has_a_row_in_the_protocol_doc() -> None:
@@ -184,7 +186,14 @@ def test_the_code_names_the_docs_quote_exist() -> None:
         for p in [*(ROOT / "cluster_configs").rglob("*.toml"), ROOT / "Makefile"]
     )
     stale = {}
-    for doc in ("README.md", "ARCHITECTURE.md", "docs/protocol.md", "docs/chaos.md"):
+    docs = (
+        "README.md",
+        "ARCHITECTURE.md",
+        "docs/protocol.md",
+        "docs/chaos.md",
+        "docs/operations.md",
+    )
+    for doc in docs:
         text = (ROOT / doc).read_text(encoding="utf-8")
         names = {
             word.split(".")[-1]
