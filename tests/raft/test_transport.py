@@ -994,3 +994,85 @@ async def test_after_an_address_change_nothing_more_goes_to_the_old_address() ->
         a.flush()
         await eventually(lambda: hb(1, 2, 2) in new_inbox.messages, "at the new address")
         assert hb(1, 2, 2) not in old_inbox.messages
+
+
+# ---- protocol versions (a rolling upgrade) ----------------------------------------------------
+
+
+def incarnated(src: int, dst: int) -> Heartbeat:
+    """A heartbeat as a node of version 6 stamps it (raft.node)."""
+    return Heartbeat(
+        src=src,
+        dst=dst,
+        term=1,
+        commit=0,
+        clock_ms=5,
+        echo_ms=4,
+        incarnation=77,
+        echo_incarnation=66,
+    )
+
+
+async def test_a_mixed_pair_speaks_version_5_both_ways_and_the_newest_once_upgraded() -> None:
+    """A node of the previous release (protocol version 5 only) refuses a hello of version 6
+    by closing the connection; the new node dials again offering 5, and both links carry
+    heartbeats in the short form the old release decodes. Once the old node is upgraded (it
+    restarts), the new node's next dial speaks 6 again and the incarnations go through."""
+    new_inbox, old_inbox, upgraded_inbox = Inbox(), Inbox(), Inbox()
+    new = make(1, new_inbox)
+    old_port = free_port()
+    old = make(2, old_inbox, port=old_port, protocol_version=5)
+    upgraded = make(2, upgraded_inbox, port=old_port)
+
+    def incarnations(inbox: Inbox) -> set[tuple[int, int]]:
+        beats = [m for m in inbox.messages if isinstance(m, Heartbeat)]
+        assert len(beats) == len(inbox.messages)
+        return {(m.incarnation, m.echo_incarnation) for m in beats}
+
+    async with running(new):
+        async with running(old):
+            mesh({1: new, 2: old})
+            await keep_sending(
+                lambda: new.send(incarnated(1, 2)), lambda: bool(old_inbox.messages), "to old"
+            )
+            await keep_sending(
+                lambda: old.send(incarnated(2, 1)), lambda: bool(new_inbox.messages), "from old"
+            )
+            to_old = new.stats()["peers"][2]
+            assert to_old["protocol_version"] == 5 and to_old["version_refusals"] >= 1
+            assert old.stats()["peers"][1]["protocol_version"] == 5
+            assert old.stats()["handshake_failures"] >= 1  # our hello of version 6
+            assert incarnations(old_inbox) == incarnations(new_inbox) == {(0, 0)}
+            assert old.stats()["peers"][1]["malformed"] == to_old["malformed"] == 0
+        async with running(upgraded):
+            mesh({1: new, 2: upgraded})
+            await keep_sending(
+                lambda: new.send(incarnated(1, 2)), lambda: bool(upgraded_inbox.messages), "up"
+            )
+            assert incarnations(upgraded_inbox) == {(77, 66)}
+            assert new.stats()["peers"][2]["protocol_version"] == 6
+
+
+async def test_a_raw_peer_of_protocol_version_5_is_answered_and_its_mac_binds_the_version() -> None:
+    """A hello of version 5 (the previous release) is challenged, and that connection's MACs
+    are over version 5: a proof computed over version 6 for it is refused."""
+    a = make(1, Inbox(), peers={3: (HOST, free_port())})
+    async with running(a):
+        for proof_version, welcomed in ((5, True), (6, False)):
+            reader, writer = await asyncio.open_connection(HOST, a.bound_port)
+            cn = os.urandom(32)
+            writer.write(frame(["raft-peer-hello", 5, CLUSTER, 3, 1, cn]))
+            kind, sn = await read_frame(reader)
+            assert kind == "raft-peer-challenge"
+            material = msgpack.packb(
+                ["client", proof_version, CLUSTER, 3, 1, cn, sn], use_bin_type=True
+            )
+            writer.write(
+                frame(["raft-peer-proof", hmac.new(SECRET, material, hashlib.sha256).digest()])
+            )
+            if welcomed:
+                kind, _ = await read_frame(reader)
+                assert kind == "raft-peer-welcome"
+            else:
+                assert await closed_by_remote(reader)
+            writer.close()
