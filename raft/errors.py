@@ -75,14 +75,6 @@ class PeerHandshakeError(RaftError):
     code = "peer_handshake_failed"
 
 
-class PeerClosedAtHelloError(PeerHandshakeError):
-    """The peer we dialled closed the connection after our hello, without a challenge: how a
-    node of an older release refuses a protocol version it does not speak (it says nothing),
-    and how any node refuses a hello it will not answer."""
-
-    code = "peer_closed_at_hello"
-
-
 class PeerAuthError(PeerHandshakeError):
     """A peer failed authentication: wrong secret, wrong cluster id or an unknown node id."""
 

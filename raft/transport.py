@@ -82,17 +82,19 @@ listener never computes a MAC for a stranger. MACs are compared with `hmac.compa
 Protocol versions (a rolling upgrade). A node speaks every version from PROTOCOL_VERSION_MIN
 to PROTOCOL_VERSION; a connection speaks the version of the dialler's hello, which the
 listener accepts if it speaks it (else it closes the connection, as releases before version
-6, which speak one version, do for any other). The dialler offers its newest version first;
-when the peer closes the connection after the hello without a challenge
-(`PeerClosedAtHelloError`, counted per peer as `version_refusals`), its next dial offers the
-next older one (after the oldest, the newest again: the close had another cause), and every
-dial after a connection ended starts from the newest again (the peer restarts to be
-upgraded). So during an upgrade from the previous release each reconnect to an old node costs
-one refused dial, and once every node runs the new release every link speaks the newest
-version. What differs between the versions spoken is only the encoding of the messages a link
-sends (`raft.wire`; version 5: heartbeats without incarnations), so frames queued for one
-version are dropped (counted) when the next connection speaks another; the receiving side
-decodes every version it speaks.
+6, which speak one version, do for any other). Every node's links dial all its peers, and a
+dialler offers the newer of the versions both speak as far as it knows: its newest, or, once
+the peer has dialled it (authenticated), the older of its newest and the version of the
+peer's last hello (`peer_hello_version`: a node offers its newest, so that is the newest the
+peer's release speaks). So a new node's dial to a node of the previous release is refused
+until that node dials it, from then on it offers 5; when the old node restarts upgraded, its
+hello of version 6 makes the new node end its outbound connection to it if that speaks an
+older version, and redial. A close after the hello is only a failed dial (a proxy in front of
+a node that is down closes so too): it never lowers the version offered, so two nodes of one
+release always speak its newest. What differs between the versions is only the encoding of
+the messages a link sends (`raft.wire`; version 5: heartbeats without incarnations), so
+frames queued for one version are dropped (counted) when the next connection speaks another;
+the receiving side decodes every version it speaks.
 
 Invariants:
 * No message from a connection is delivered before that connection has authenticated, and the
@@ -166,7 +168,6 @@ from raft.errors import (
     MalformedFrameError,
     MalformedMessageError,
     PeerAuthError,
-    PeerClosedAtHelloError,
     PeerHandshakeError,
     PeerRefusedError,
     SecretFileError,
@@ -305,10 +306,10 @@ class PeerStats(TypedDict):
     snapshot_transfers_received: int  # whole and verified (then checked like any message)
     snapshot_transfers_dropped: int  # malformed chunk, over the limit, bad digest or message,
     # or idle for SNAPSHOT_TRANSFER_IDLE_MS
-    # The peer protocol version of the outbound link (its last connection's), and the dials
-    # the peer closed right after our hello, each followed by a dial at an older version.
+    # The peer protocol version of the outbound link (its last connection's), and that of the
+    # peer's last authenticated hello on an inbound connection (0: none yet).
     protocol_version: int
-    version_refusals: int
+    peer_hello_version: int
 
 
 class TransportStats(TypedDict):
@@ -583,7 +584,6 @@ class _Link:
         "connected",
         "dirty",
         "dropped",
-        "hello_version",
         "idle_writer",
         "incoming",
         "incoming_done_id",
@@ -591,11 +591,13 @@ class _Link:
         "malformed",
         "outgoing",
         "peer_closed",
+        "peer_hello_version",
         "peer_id",
         "queue",
         "queued_bytes",
         "received",
         "reconnects",
+        "redial",
         "rejected",
         "rewind_sent",
         "sent",
@@ -609,7 +611,6 @@ class _Link:
         "snapshot_transfers_started",
         "task",
         "version",
-        "version_refusals",
         "wakeup",
         "warnings",
     )
@@ -618,11 +619,11 @@ class _Link:
         self.peer_id = peer_id
         self.address = address
         # The protocol version the queued frames are encoded for: that of the last connection
-        # (before the first one, the newest this node speaks), and the one the next dial
-        # offers in its hello (see "Protocol versions" in the module docstring).
+        # (before the first one, the newest this node speaks); and the version of the peer's
+        # last authenticated hello, 0 before one (see "Protocol versions" in the docstring).
         self.version = version
-        self.hello_version = version
-        self.version_refusals = 0  # dials at a version the peer closed on after our hello
+        self.peer_hello_version = 0
+        self.redial = False  # end the connection: the next dial offers another version
         # Invariant: queued_bytes == sum(len(f) for f in queue).
         self.queue: collections.deque[bytes] = collections.deque()
         self.queued_bytes = 0
@@ -689,7 +690,7 @@ class _Link:
             snapshot_transfers_received=self.snapshot_transfers_received,
             snapshot_transfers_dropped=self.snapshot_transfers_dropped,
             protocol_version=self.version,
-            version_refusals=self.version_refusals,
+            peer_hello_version=self.peer_hello_version,
         )
 
 
@@ -1271,7 +1272,7 @@ class PeerTransport:
                     )
                 self._watch_liveness(writer)
                 self._check_peer_certificate(link.peer_id, writer)
-                version = link.hello_version
+                version = self._version_to_offer(link)
                 async with asyncio.timeout(self._handshake_timeout_s):
                     await self._client_handshake(link.peer_id, reader, writer, version)
             except ssl.SSLCertVerificationError as exc:
@@ -1293,23 +1294,6 @@ class PeerTransport:
                 link.auth_failures += 1
                 link.connect_failures += 1
                 self._log.warning("refusing peer %d at %s:%d: %s", link.peer_id, host, port, exc)
-            except PeerClosedAtHelloError:
-                # How a node of an older release refuses our version (it says nothing). Other
-                # refusals look the same; offering an older version then costs one dial.
-                link.connect_failures += 1
-                link.version_refusals += 1
-                link.hello_version = self._next_hello_version(version)
-                level = logging.INFO if attempt == 0 else logging.DEBUG
-                self._log.log(
-                    level,
-                    "peer %d at %s:%d closed the connection after our hello of protocol "
-                    "version %d (a node of an older release does); the next dial offers %d",
-                    link.peer_id,
-                    host,
-                    port,
-                    version,
-                    link.hello_version,
-                )
             except (
                 OSError,
                 TimeoutError,
@@ -1356,9 +1340,6 @@ class PeerTransport:
                     self._log.exception("connection to peer %d failed", link.peer_id)
                 finally:
                     link.connected = False
-                    # The peer may have been upgraded meanwhile (it restarts to be): the next
-                    # connection starts from the newest version again.
-                    link.hello_version = self._protocol_version
                 # Only a link that stayed up resets the backoff. One the peer ends right after
                 # the handshake (two nodes with one id, a peer closing on our frames) counts
                 # as a failed attempt, or it would be redialled at the minimum delay for ever.
@@ -1466,10 +1447,26 @@ class PeerTransport:
         self._tls_refused += 1
         self._log.warning("refused peer connection from %s: %s", peer, reason)
 
-    def _next_hello_version(self, refused: int) -> int:
-        """The version to offer after a peer closed on our hello of version `refused`: the
-        next older one, and after the oldest the newest again (the close had another cause)."""
-        return refused - 1 if refused > PROTOCOL_VERSION_MIN else self._protocol_version
+    def _version_to_offer(self, link: _Link) -> int:
+        """The newest version this node and the peer both speak, as far as we know: ours, or
+        the older of ours and the version of the peer's last hello."""
+        heard = link.peer_hello_version
+        return min(heard, self._protocol_version) if heard else self._protocol_version
+
+    def _note_peer_hello(self, link: _Link, version: int) -> None:
+        """The peer dialled us (authenticated) offering `version`: our outbound link to it
+        that speaks another version than we would offer now (the peer restarted upgraded, or
+        downgraded) ends, and its next dial offers that."""
+        link.peer_hello_version = version
+        if link.connected and link.version != self._version_to_offer(link):
+            self._log.info(
+                "peer %d now speaks protocol version %d: reconnecting our link to it (version %d)",
+                link.peer_id,
+                version,
+                link.version,
+            )
+            link.redial = True  # the writer task ends the connection and dials again
+            link.wakeup.set()
 
     def _use_version(self, link: _Link, version: int) -> None:
         """The link's new connection speaks `version`: frames queued for another one are
@@ -1493,13 +1490,7 @@ class PeerTransport:
         client_nonce = secrets.token_bytes(NONCE_BYTES)
         hello = [HELLO, version, self._cluster_id, self._node_id, peer_id, client_nonce]
         writer.write(encode_frame(hello, max_frame_bytes=HANDSHAKE_FRAME_BYTES_MAX))
-        try:
-            first = await _read_handshake_frame(reader, decoder)
-        except (PeerHandshakeError, OSError) as exc:  # EOF, a reset, a TLS close
-            raise PeerClosedAtHelloError(
-                f"the peer closed the connection after our hello of version {version}: {exc}"
-            ) from exc
-        challenge = _expect(first, CHALLENGE, 2)
+        challenge = _expect(await _read_handshake_frame(reader, decoder), CHALLENGE, 2)
         server_nonce = _exact_bytes(challenge[1], NONCE_BYTES, "the server nonce")
 
         def mac_of(role: str) -> bytes:
@@ -1530,6 +1521,7 @@ class PeerTransport:
         self, link: _Link, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> None:
         link.peer_closed = False
+        link.redial = False
         link.connected = True
         out = link.outgoing
         if out is not None:
@@ -1558,6 +1550,8 @@ class PeerTransport:
                 link.wakeup.clear()
                 if link.peer_closed:
                     raise ConnectionResetError("peer closed the connection")
+                if link.redial:
+                    raise ConnectionResetError("the peer speaks another protocol version now")
                 while link.queue or link.has_chunks():
                     if writer.transport.is_closing():
                         # Aborted by the watcher (peer gone): keep the frames for the next
@@ -1626,7 +1620,7 @@ class PeerTransport:
         try:
             try:
                 async with asyncio.timeout(self._handshake_timeout_s):
-                    peer_id = await self._server_handshake(conn, reader, writer)
+                    peer_id, version = await self._server_handshake(conn, reader, writer)
             except PeerAuthError as exc:
                 self._count_auth_failure(conn.claimed_id)
                 self._warn_stranger("refused peer connection from %s: %s", peername, exc)
@@ -1648,7 +1642,12 @@ class PeerTransport:
             for other in self._inbound:
                 if other is not conn and other.peer_id == peer_id:
                     other.writer.transport.abort()
-            self._log.info("peer %d connected from %s", peer_id, peername)
+            self._log.info(
+                "peer %d connected from %s (peer protocol version %d)", peer_id, peername, version
+            )
+            link = self._links.get(peer_id)
+            if link is not None:
+                self._note_peer_hello(link, version)
             await self._receive(peer_id, reader, writer)
         finally:
             self._inbound.pop(conn, None)
@@ -1690,7 +1689,8 @@ class PeerTransport:
 
     async def _server_handshake(
         self, conn: _Inbound, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
-    ) -> NodeId:
+    ) -> tuple[NodeId, int]:
+        """Authenticate a peer's inbound connection: its node id and the version it speaks."""
         decoder = FrameDecoder(HANDSHAKE_FRAME_BYTES_MAX)
         hello = _expect(await _read_handshake_frame(reader, decoder), HELLO, 6)
         _, version, cluster_id, client_id, server_id, client_nonce = hello
@@ -1745,7 +1745,7 @@ class PeerTransport:
         writer.write(
             encode_frame([WELCOME, mac_of("server")], max_frame_bytes=HANDSHAKE_FRAME_BYTES_MAX)
         )
-        return client_id
+        return client_id, version
 
     async def _receive(
         self, peer_id: NodeId, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
