@@ -36,6 +36,7 @@ import logging
 import math
 import os
 import random
+import secrets
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -501,10 +502,16 @@ class RaftNode:
         # Peers' clock offsets from their heartbeats: peer -> (their clock - ours in ms,
         # monotonic time of the sample); and why this node fenced itself ("" = it did not).
         self._peer_clocks: dict[NodeId, _ClockSample] = {}
-        # The clock_ms of the last heartbeat (or response) heard from each peer and the
-        # monotonic time it arrived, echoed in the next one we send it: a round trip for the
-        # peer's clock sample (see _stamp for why a leader adds how long it held it).
-        self._last_peer_clock: dict[NodeId, tuple[int, float]] = {}
+        # The clock_ms of the last heartbeat (or response) heard from each peer, the peer's
+        # incarnation that came with it and the monotonic time it arrived, echoed in the next
+        # one we send it: a round trip for the peer's clock sample (see _stamp for why a leader
+        # adds how long it held it).
+        self._last_peer_clock: dict[NodeId, tuple[int, int, float]] = {}
+        # This process's incarnation, stamped on its heartbeats and responses: an echo that
+        # does not carry it echoes a clock another process sent (this node's before a restart,
+        # whose clock may have been wrong), which proves nothing about ours (_echoes_own_clock).
+        # Drawn from the OS, not `rng`: a test's seeded rng repeats across restarts.
+        self.incarnation = secrets.randbits(64) or 1
         self.clock_fenced = ""
         self._fenced_by_quorum = False  # True: also no campaigns (see _check_own_clock)
         # Leader lease (see leader_lease_until_monotonic), for the term `_lease_term` only:
@@ -774,7 +781,7 @@ class RaftNode:
         """A response of our lease term echoing a heartbeat we sent: the follower received
         that heartbeat (at or after its send) and still followed us in this term."""
         sent = self._heartbeats_unacked.get(m.src)
-        if sent is None or m.term != self._lease_term:
+        if sent is None or m.term != self._lease_term or not self._echoes_own_clock(m):
             return
         sent_at = sent.get(m.echo_ms)
         if sent_at is None:
@@ -1165,20 +1172,37 @@ class RaftNode:
         clock_ms - echo], whatever the delays and however long the peer held it (NTP's bound,
         without the peer's receive time). Leaders get this from responses, followers from
         the next heartbeat, whose echo the leader advanced by how long it held our response
-        (see _stamp): still a bound, and without the hold the middle is not biased."""
+        (see _stamp): still a bound, and without the hold the middle is not biased. Only an
+        echo of a clock this process sent closes a round trip (`_echoes_own_clock`)."""
         now_ms = self.clock.physical_now_ms()
-        self._last_peer_clock[m.src] = (m.clock_ms, time.monotonic())
+        self._last_peer_clock[m.src] = (m.clock_ms, m.incarnation, time.monotonic())
         low = m.clock_ms - now_ms
-        high = m.clock_ms - m.echo_ms if 0 < m.echo_ms <= now_ms else None
+        own_echo = 0 < m.echo_ms <= now_ms and self._echoes_own_clock(m)
+        high = m.clock_ms - m.echo_ms if own_echo else None
         offset = low if high is None else (low + high) // 2
         self._peer_clocks[m.src] = _ClockSample(
             offset=offset, low=low, high=high, at=time.monotonic()
         )
 
+    def _echoes_own_clock(self, m: Heartbeat | HeartbeatResponse) -> bool:
+        """Whether m.echo_ms, if set, is a clock this process sent: the echo carries this
+        process's incarnation. Without incarnations a node restarted after its clock was fixed
+        took the echo of its previous process's clock (in a heartbeat its leader had queued
+        while it was down) for its own and fenced itself as ahead of its leader until a real
+        round trip (chaos seed 210, docs/chaos.md); an echo's value cannot tell the two apart.
+
+        An echo without an incarnation is judged as protocol version 5 did (taken as ours):
+        either m comes from a version-5 peer (m.incarnation 0), or the peer heard our clock in
+        a message without one (our link to it speaks version 5). So a pair with a version-5
+        side keeps the old rule, flaw included, and still measures round trips both ways."""
+        return not (m.incarnation and m.echo_incarnation) or m.echo_incarnation == self.incarnation
+
     def _stamp(self, m: Message) -> Message:
         if isinstance(m, Heartbeat | HeartbeatResponse):
             clock_ms = self.clock.physical_now_ms()
-            echo_ms, heard_monotonic = self._last_peer_clock.get(m.dst, (0, 0.0))
+            echo_ms, echo_incarnation, heard_monotonic = self._last_peer_clock.get(
+                m.dst, (0, 0, 0.0)
+            )
             if type(m) is Heartbeat:
                 self._note_heartbeat_sent(m, clock_ms)
                 if echo_ms:
@@ -1190,7 +1214,13 @@ class RaftNode:
                     # an upper bound's base and centres the follower's estimate. Responses
                     # echo the heartbeat's clock unchanged: the lease matches them by it.
                     echo_ms += int((time.monotonic() - heard_monotonic) * 1000)
-            return dataclasses.replace(m, clock_ms=clock_ms, echo_ms=echo_ms)
+            return dataclasses.replace(
+                m,
+                clock_ms=clock_ms,
+                echo_ms=echo_ms,
+                incarnation=self.incarnation,
+                echo_incarnation=echo_incarnation,
+            )
         if type(m) is TimeoutNow:
             self._lease_void_term = m.term
         return m

@@ -75,9 +75,26 @@ Handshake (inside HANDSHAKE_TIMEOUT_MS, frames capped at HANDSHAKE_FRAME_BYTES_M
                                              nonce_c, nonce_s]))
 
 Both sides prove knowledge of the shared secret without sending it; fresh 32-byte nonces from
-both sides stop replay; the role label stops a MAC from being reflected back; the cluster id
-and both node ids are bound in. The connecting side proves first, so the exposed listener
-never computes a MAC for a stranger. MACs are compared with `hmac.compare_digest`.
+both sides stop replay; the role label stops a MAC from being reflected back; the cluster id,
+the version and both node ids are bound in. The connecting side proves first, so the exposed
+listener never computes a MAC for a stranger. MACs are compared with `hmac.compare_digest`.
+
+Protocol versions (a rolling upgrade). A node speaks every version from PROTOCOL_VERSION_MIN
+to PROTOCOL_VERSION; a connection speaks the version of the dialler's hello, which the
+listener accepts if it speaks it (else it closes the connection, as releases before version
+6, which speak one version, do for any other). Every node's links dial all its peers, and a
+dialler offers the newer of the versions both speak as far as it knows: its newest, or, once
+the peer has dialled it (authenticated), the older of its newest and the version of the
+peer's last hello (`peer_hello_version`: a node offers its newest, so that is the newest the
+peer's release speaks). So a new node's dial to a node of the previous release is refused
+until that node dials it, from then on it offers 5; when the old node restarts upgraded, its
+hello of version 6 makes the new node end its outbound connection to it if that speaks an
+older version, and redial. A close after the hello is only a failed dial (a proxy in front of
+a node that is down closes so too): it never lowers the version offered, so two nodes of one
+release always speak its newest. What differs between the versions is only the encoding of
+the messages a link sends (`raft.wire`; version 5: heartbeats without incarnations), so
+frames queued for one version are dropped (counted) when the next connection speaks another;
+the receiving side decodes every version it speaks.
 
 Invariants:
 * No message from a connection is delivered before that connection has authenticated, and the
@@ -217,8 +234,15 @@ from raft.wire import (
 # 4: heartbeats and their responses echo the clock of the last one heard from the peer
 #    (round-trip clock offsets, raft.node).
 # 5: InstallSnapshot carries the leader's commit index (the receiver's catch-up floor).
-# A node of another version is refused at the handshake (no rolling upgrade across it).
-PROTOCOL_VERSION: Final = 5
+# 6: heartbeats and their responses carry the sender's incarnation and the incarnation of the
+#    clock they echo (raft.node: a node closes a round trip only with its own process's clock).
+# A node speaks every version from PROTOCOL_VERSION_MIN to PROTOCOL_VERSION ("Protocol
+# versions" in the module docstring): a rolling upgrade from the previous release works.
+# Older versions are refused at the handshake.
+PROTOCOL_VERSION: Final = 6
+PROTOCOL_VERSION_MIN: Final = 5
+# The first version whose heartbeats carry incarnations (raft.wire's long form).
+INCARNATIONS_VERSION: Final = 6
 NONCE_BYTES: Final = 32
 MAC_BYTES: Final = 32  # HMAC-SHA256 digest size
 
@@ -282,6 +306,10 @@ class PeerStats(TypedDict):
     snapshot_transfers_received: int  # whole and verified (then checked like any message)
     snapshot_transfers_dropped: int  # malformed chunk, over the limit, bad digest or message,
     # or idle for SNAPSHOT_TRANSFER_IDLE_MS
+    # The peer protocol version of the outbound link (its last connection's), and that of the
+    # peer's last authenticated hello on an inbound connection (0: none yet).
+    protocol_version: int
+    peer_hello_version: int
 
 
 class TransportStats(TypedDict):
@@ -318,10 +346,12 @@ def mac(
     server_id: int,
     client_nonce: bytes,
     server_nonce: bytes,
+    version: int = PROTOCOL_VERSION,
 ) -> bytes:
-    """The handshake MAC (see the module docstring). msgpack makes the input unambiguous."""
+    """The handshake MAC (see the module docstring). msgpack makes the input unambiguous.
+    `version`: the one the connection speaks (the client's hello), bound in like the ids."""
     material = msgpack.packb(
-        [role, PROTOCOL_VERSION, cluster_id, client_id, server_id, client_nonce, server_nonce],
+        [role, version, cluster_id, client_id, server_id, client_nonce, server_nonce],
         use_bin_type=True,
     )
     return hmac.new(secret, material, hashlib.sha256).digest()
@@ -561,11 +591,13 @@ class _Link:
         "malformed",
         "outgoing",
         "peer_closed",
+        "peer_hello_version",
         "peer_id",
         "queue",
         "queued_bytes",
         "received",
         "reconnects",
+        "redial",
         "rejected",
         "rewind_sent",
         "sent",
@@ -578,13 +610,20 @@ class _Link:
         "snapshot_transfers_resumed",
         "snapshot_transfers_started",
         "task",
+        "version",
         "wakeup",
         "warnings",
     )
 
-    def __init__(self, peer_id: NodeId, address: Address) -> None:
+    def __init__(self, peer_id: NodeId, address: Address, version: int) -> None:
         self.peer_id = peer_id
         self.address = address
+        # The protocol version the queued frames are encoded for: that of the last connection
+        # (before the first one, the newest this node speaks); and the version of the peer's
+        # last authenticated hello, 0 before one (see "Protocol versions" in the docstring).
+        self.version = version
+        self.peer_hello_version = 0
+        self.redial = False  # end the connection: the next dial offers another version
         # Invariant: queued_bytes == sum(len(f) for f in queue).
         self.queue: collections.deque[bytes] = collections.deque()
         self.queued_bytes = 0
@@ -650,6 +689,8 @@ class _Link:
             snapshot_transfer_acked_bytes=out.acked if out is not None else 0,
             snapshot_transfers_received=self.snapshot_transfers_received,
             snapshot_transfers_dropped=self.snapshot_transfers_dropped,
+            protocol_version=self.version,
+            peer_hello_version=self.peer_hello_version,
         )
 
 
@@ -776,13 +817,16 @@ class PeerTransport:
         revoked: Callable[[str], bool] | None = None,
         snapshot_spool_dir: Path | None = None,
         peer_tcp_user_timeout_ms: int = PEER_TCP_USER_TIMEOUT_MS,
+        protocol_version: int = PROTOCOL_VERSION,
     ) -> None:
         """`snapshot_chunk_bytes` defaults to SNAPSHOT_CHUNK_BYTES, or half of a smaller
         `max_frame_bytes` (a chunk frame must fit a frame with room to spare).
         `snapshot_spool_dir`: where incoming snapshot transfers are spooled (created if missing;
         leftovers of an earlier process are deleted); None keeps them in memory. `tls`: mutual
         TLS on every link (TlsConfigError here if a file cannot be used). `revoked`: with TLS,
-        whether a certificate fingerprint (SHA-256 of the DER, lowercase hex) is revoked."""
+        whether a certificate fingerprint (SHA-256 of the DER, lowercase hex) is revoked.
+        `protocol_version`: the newest peer protocol version this node speaks (tests set an
+        older one to act as a node of an earlier release)."""
         if type(node_id) is not int or not 0 < node_id < _U64_END:
             raise TransportConfigError(f"node_id must be a positive integer, got {node_id!r}")
         if not isinstance(secret, bytes) or len(secret) < SECRET_BYTES_MIN:
@@ -815,6 +859,7 @@ class PeerTransport:
         _check_limit("snapshot_ack_interval_bytes", snapshot_ack_interval_bytes, 1, 2**62)
         _check_limit("snapshot_transfer_idle_ms", snapshot_transfer_idle_ms, 1, 10**9)
         _check_limit("peer_tcp_user_timeout_ms", peer_tcp_user_timeout_ms, 1, 2**31 - 1)
+        _check_limit("protocol_version", protocol_version, PROTOCOL_VERSION_MIN, PROTOCOL_VERSION)
         check_peers(peers)
         # Built now, so a bad file stops the node before it listens, not at its first link.
         self._tls_server: ssl.SSLContext | None = None
@@ -846,11 +891,12 @@ class PeerTransport:
         self._snapshot_transfer_idle_s = snapshot_transfer_idle_ms / 1000
         self._snapshot_spool_dir = snapshot_spool_dir
         self._tcp_user_timeout_ms = peer_tcp_user_timeout_ms
+        self._protocol_version = protocol_version
         if snapshot_spool_dir is not None:
             _remove_spool_leftovers(snapshot_spool_dir, self._log)
 
         self._links: dict[NodeId, _Link] = {
-            pid: _Link(pid, addr) for pid, addr in peers.items() if pid != node_id
+            pid: _Link(pid, addr, protocol_version) for pid, addr in peers.items() if pid != node_id
         }
         # Used as an ordered set (oldest first) so eviction can pick the oldest.
         self._inbound: dict[_Inbound, None] = {}
@@ -973,7 +1019,8 @@ class PeerTransport:
                 self._send_snapshot(link, msg, head)
                 return
         try:
-            frame = encode_frame(encode_message(msg), max_frame_bytes=self._max_frame_bytes)
+            obj = encode_message(msg, with_incarnations=link.version >= INCARNATIONS_VERSION)
+            frame = encode_frame(obj, max_frame_bytes=self._max_frame_bytes)
         except FrameTooLargeError as exc:
             link.dropped += 1
             self._log.error("dropping %s to peer %d: %s", type(msg).__name__, msg.dst, exc)
@@ -1144,7 +1191,7 @@ class PeerTransport:
         for pid, addr in wanted.items():
             link = self._links.get(pid)
             if link is None:
-                link = _Link(pid, addr)
+                link = _Link(pid, addr, self._protocol_version)
                 self._links[pid] = link
             elif link.address != addr:
                 link.address = addr
@@ -1225,8 +1272,9 @@ class PeerTransport:
                     )
                 self._watch_liveness(writer)
                 self._check_peer_certificate(link.peer_id, writer)
+                version = self._version_to_offer(link)
                 async with asyncio.timeout(self._handshake_timeout_s):
-                    await self._client_handshake(link.peer_id, reader, writer)
+                    await self._client_handshake(link.peer_id, reader, writer, version)
             except ssl.SSLCertVerificationError as exc:
                 link.auth_failures += 1
                 link.connect_failures += 1
@@ -1274,7 +1322,14 @@ class PeerTransport:
                     link.reconnects += 1
                 ever_connected = True
                 connected_at = loop.time()
-                self._log.info("connected to peer %d at %s:%d", link.peer_id, host, port)
+                self._use_version(link, version)
+                self._log.info(
+                    "connected to peer %d at %s:%d (peer protocol version %d)",
+                    link.peer_id,
+                    host,
+                    port,
+                    version,
+                )
                 try:
                     await self._pump(link, reader, writer)
                 except (OSError, RuntimeError) as exc:
@@ -1392,12 +1447,48 @@ class PeerTransport:
         self._tls_refused += 1
         self._log.warning("refused peer connection from %s: %s", peer, reason)
 
+    def _version_to_offer(self, link: _Link) -> int:
+        """The newest version this node and the peer both speak, as far as we know: ours, or
+        the older of ours and the version of the peer's last hello."""
+        heard = link.peer_hello_version
+        return min(heard, self._protocol_version) if heard else self._protocol_version
+
+    def _note_peer_hello(self, link: _Link, version: int) -> None:
+        """The peer dialled us (authenticated) offering `version`: our outbound link to it
+        that speaks another version than we would offer now (the peer restarted upgraded, or
+        downgraded) ends, and its next dial offers that."""
+        link.peer_hello_version = version
+        if link.connected and link.version != self._version_to_offer(link):
+            self._log.info(
+                "peer %d now speaks protocol version %d: reconnecting our link to it (version %d)",
+                link.peer_id,
+                version,
+                link.version,
+            )
+            link.redial = True  # the writer task ends the connection and dials again
+            link.wakeup.set()
+
+    def _use_version(self, link: _Link, version: int) -> None:
+        """The link's new connection speaks `version`: frames queued for another one are
+        dropped (counted) rather than sent in a form the peer may not decode; Raft resends
+        what it needs, as after any reconnect."""
+        if version == link.version:
+            return
+        link.dropped += len(link.queue)
+        link.queue.clear()
+        link.queued_bytes = 0
+        link.version = version
+
     async def _client_handshake(
-        self, peer_id: NodeId, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+        self,
+        peer_id: NodeId,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        version: int = PROTOCOL_VERSION,
     ) -> None:
         decoder = FrameDecoder(HANDSHAKE_FRAME_BYTES_MAX)
         client_nonce = secrets.token_bytes(NONCE_BYTES)
-        hello = [HELLO, PROTOCOL_VERSION, self._cluster_id, self._node_id, peer_id, client_nonce]
+        hello = [HELLO, version, self._cluster_id, self._node_id, peer_id, client_nonce]
         writer.write(encode_frame(hello, max_frame_bytes=HANDSHAKE_FRAME_BYTES_MAX))
         challenge = _expect(await _read_handshake_frame(reader, decoder), CHALLENGE, 2)
         server_nonce = _exact_bytes(challenge[1], NONCE_BYTES, "the server nonce")
@@ -1411,6 +1502,7 @@ class PeerTransport:
                 server_id=peer_id,
                 client_nonce=client_nonce,
                 server_nonce=server_nonce,
+                version=version,
             )
 
         proof = [PROOF, mac_of("client")]
@@ -1429,6 +1521,7 @@ class PeerTransport:
         self, link: _Link, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> None:
         link.peer_closed = False
+        link.redial = False
         link.connected = True
         out = link.outgoing
         if out is not None:
@@ -1457,6 +1550,8 @@ class PeerTransport:
                 link.wakeup.clear()
                 if link.peer_closed:
                     raise ConnectionResetError("peer closed the connection")
+                if link.redial:
+                    raise ConnectionResetError("the peer speaks another protocol version now")
                 while link.queue or link.has_chunks():
                     if writer.transport.is_closing():
                         # Aborted by the watcher (peer gone): keep the frames for the next
@@ -1525,7 +1620,7 @@ class PeerTransport:
         try:
             try:
                 async with asyncio.timeout(self._handshake_timeout_s):
-                    peer_id = await self._server_handshake(conn, reader, writer)
+                    peer_id, version = await self._server_handshake(conn, reader, writer)
             except PeerAuthError as exc:
                 self._count_auth_failure(conn.claimed_id)
                 self._warn_stranger("refused peer connection from %s: %s", peername, exc)
@@ -1547,7 +1642,12 @@ class PeerTransport:
             for other in self._inbound:
                 if other is not conn and other.peer_id == peer_id:
                     other.writer.transport.abort()
-            self._log.info("peer %d connected from %s", peer_id, peername)
+            self._log.info(
+                "peer %d connected from %s (peer protocol version %d)", peer_id, peername, version
+            )
+            link = self._links.get(peer_id)
+            if link is not None:
+                self._note_peer_hello(link, version)
             await self._receive(peer_id, reader, writer)
         finally:
             self._inbound.pop(conn, None)
@@ -1589,14 +1689,20 @@ class PeerTransport:
 
     async def _server_handshake(
         self, conn: _Inbound, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
-    ) -> NodeId:
+    ) -> tuple[NodeId, int]:
+        """Authenticate a peer's inbound connection: its node id and the version it speaks."""
         decoder = FrameDecoder(HANDSHAKE_FRAME_BYTES_MAX)
         hello = _expect(await _read_handshake_frame(reader, decoder), HELLO, 6)
         _, version, cluster_id, client_id, server_id, client_nonce = hello
         if type(client_id) is int:
             conn.claimed_id = client_id
-        if version != PROTOCOL_VERSION:
-            raise PeerHandshakeError(f"unsupported peer protocol version {version!r}")
+        spoken = range(PROTOCOL_VERSION_MIN, self._protocol_version + 1)
+        if type(version) is not int or version not in spoken:
+            raise PeerHandshakeError(
+                f"unsupported peer protocol version "
+                f"{version if type(version) is int else show_value(version)} (this node speaks "
+                f"{PROTOCOL_VERSION_MIN} to {self._protocol_version})"
+            )
         if cluster_id != self._cluster_id:
             raise PeerAuthError(
                 f"node {client_id!r} belongs to cluster {cluster_id!r}, not {self._cluster_id!r}"
@@ -1625,6 +1731,7 @@ class PeerTransport:
                 server_id=self._node_id,
                 client_nonce=client_nonce,
                 server_nonce=server_nonce,
+                version=version,
             )
 
         proof = _expect(await _read_handshake_frame(reader, decoder), PROOF, 2)
@@ -1638,7 +1745,7 @@ class PeerTransport:
         writer.write(
             encode_frame([WELCOME, mac_of("server")], max_frame_bytes=HANDSHAKE_FRAME_BYTES_MAX)
         )
-        return client_id
+        return client_id, version
 
     async def _receive(
         self, peer_id: NodeId, reader: asyncio.StreamReader, writer: asyncio.StreamWriter

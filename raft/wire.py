@@ -9,13 +9,22 @@ and the protocol version exchanged in the transport handshake guards changes to 
     AppendResponse     [2, src, dst, term, index, reject, reject_hint, reject_term]
     RequestVote        [3, src, dst, term, last_index, last_term, pre_vote, force]
     VoteResponse       [4, src, dst, term, granted, pre_vote]
-    Heartbeat          [5, src, dst, term, commit, read_ctx, clock_ms, echo_ms]
-    HeartbeatResponse  [6, src, dst, term, read_ctx, clock_ms, echo_ms]
+    Heartbeat          [5, src, dst, term, commit, read_ctx, clock_ms, echo_ms,
+                        incarnation, echo_incarnation]
+    HeartbeatResponse  [6, src, dst, term, read_ctx, clock_ms, echo_ms,
+                        incarnation, echo_incarnation]
     InstallSnapshot    [7, src, dst, term, commit, snapshot]   (the data stays last)
     TimeoutNow         [8, src, dst, term]
     entry              [term, index, tm, kind, data]
     snapshot           [[index, term, tm, conf], data]
     conf               [[voter...], [learner...]]
+
+The two heartbeats' last two fields are new in peer protocol version 6 (`raft.transport`): a
+heartbeat of a version-5 peer ends at echo_ms, and one of a message whose incarnation is 0
+(not stamped) is encoded so too; `encode_message(m, with_incarnations=False)` writes that
+short form for a link to a version-5 peer. Both forms decode, the short one with both
+incarnations 0; in the long one incarnation is >= 1 and echo_incarnation is 0 unless echo_ms
+is set (a node echoes an incarnation only with the clock that came with it).
 
 `decode_message` trusts nothing: it checks the shape and every field's type and range (integers
 are real ints, not bools, in [0, 2**64); node ids are > 0; flags are real bools; payloads are
@@ -132,8 +141,11 @@ def _encode_snapshot(snap: Snapshot) -> list[object]:
     return [[meta.index, meta.term, meta.tm, _encode_conf(meta.conf)], snap.data]
 
 
-def encode_message(msg: Message) -> list[object]:
-    """Return `msg` as a list msgpack can pack. Does not validate (the receiver does)."""
+def encode_message(msg: Message, *, with_incarnations: bool = True) -> list[object]:
+    """Return `msg` as a list msgpack can pack. Does not validate (the receiver does).
+
+    `with_incarnations=False`: heartbeats in the short form a peer of protocol version 5
+    decodes (without their incarnations; see the module docstring)."""
     match msg:
         case AppendEntries():
             return [
@@ -171,7 +183,7 @@ def encode_message(msg: Message) -> list[object]:
         case VoteResponse():
             return [TAG_VOTE_RESPONSE, msg.src, msg.dst, msg.term, msg.granted, msg.pre_vote]
         case Heartbeat():
-            return [
+            heartbeat: list[object] = [
                 TAG_HEARTBEAT,
                 msg.src,
                 msg.dst,
@@ -181,8 +193,11 @@ def encode_message(msg: Message) -> list[object]:
                 msg.clock_ms,
                 msg.echo_ms,
             ]
+            if with_incarnations and msg.incarnation:
+                heartbeat += (msg.incarnation, msg.echo_incarnation)
+            return heartbeat
         case HeartbeatResponse():
-            return [
+            response: list[object] = [
                 TAG_HEARTBEAT_RESPONSE,
                 msg.src,
                 msg.dst,
@@ -191,6 +206,9 @@ def encode_message(msg: Message) -> list[object]:
                 msg.clock_ms,
                 msg.echo_ms,
             ]
+            if with_incarnations and msg.incarnation:
+                response += (msg.incarnation, msg.echo_incarnation)
+            return response
         case InstallSnapshot():
             snapshot = _encode_snapshot(msg.snapshot)
             return [TAG_INSTALL_SNAPSHOT, msg.src, msg.dst, msg.term, msg.commit, snapshot]
@@ -614,9 +632,26 @@ def _vote_response(f: Sequence[object]) -> VoteResponse:
     )
 
 
+def _incarnations(f: Sequence[object], short: int, echo_ms: int, w: str) -> tuple[int, int]:
+    """The (incarnation, echo_incarnation) of a heartbeat or its response of `short` fields
+    in the form without them (a peer of protocol version 5): (0, 0) for that form."""
+    if len(f) == short:
+        return 0, 0
+    incarnation, echo_incarnation = f[short:]
+    if type(incarnation) is not int or not 0 < incarnation < _U64_END:
+        raise _bad(f"{w}.incarnation", "an incarnation (an integer in [1, 2**64))", incarnation)
+    echo_incarnation = _uint(echo_incarnation, f"{w}.echo_incarnation")
+    if echo_incarnation and not echo_ms:
+        # The incarnation echoed is the one that came with the clock echoed.
+        raise _bad(f"{w}.echo_incarnation", "0 (no echo_ms to go with it)", echo_incarnation)
+    return incarnation, echo_incarnation
+
+
 def _heartbeat(f: Sequence[object]) -> Heartbeat:
-    _, src, dst, term, commit, read_ctx, clock_ms, echo_ms = f
+    _, src, dst, term, commit, read_ctx, clock_ms, echo_ms = f[:8]
     w = "Heartbeat"
+    echo_ms = _uint(echo_ms, f"{w}.echo_ms")
+    incarnation, echo_incarnation = _incarnations(f, 8, echo_ms, w)
     return Heartbeat(
         src=_node_id(src, f"{w}.src"),
         dst=_node_id(dst, f"{w}.dst"),
@@ -624,20 +659,26 @@ def _heartbeat(f: Sequence[object]) -> Heartbeat:
         commit=_uint(commit, f"{w}.commit"),
         read_ctx=_uint(read_ctx, f"{w}.read_ctx"),
         clock_ms=_uint(clock_ms, f"{w}.clock_ms"),
-        echo_ms=_uint(echo_ms, f"{w}.echo_ms"),
+        echo_ms=echo_ms,
+        incarnation=incarnation,
+        echo_incarnation=echo_incarnation,
     )
 
 
 def _heartbeat_response(f: Sequence[object]) -> HeartbeatResponse:
-    _, src, dst, term, read_ctx, clock_ms, echo_ms = f
+    _, src, dst, term, read_ctx, clock_ms, echo_ms = f[:7]
     w = "HeartbeatResponse"
+    echo_ms = _uint(echo_ms, f"{w}.echo_ms")
+    incarnation, echo_incarnation = _incarnations(f, 7, echo_ms, w)
     return HeartbeatResponse(
         src=_node_id(src, f"{w}.src"),
         dst=_node_id(dst, f"{w}.dst"),
         term=_uint(term, f"{w}.term"),
         read_ctx=_uint(read_ctx, f"{w}.read_ctx"),
         clock_ms=_uint(clock_ms, f"{w}.clock_ms"),
-        echo_ms=_uint(echo_ms, f"{w}.echo_ms"),
+        echo_ms=echo_ms,
+        incarnation=incarnation,
+        echo_incarnation=echo_incarnation,
     )
 
 
@@ -663,16 +704,17 @@ def _timeout_now(f: Sequence[object]) -> TimeoutNow:
     )
 
 
-# tag -> (name, number of array items including the tag, decoder of the checked array)
-_DECODERS: Final[dict[int, tuple[str, int, Callable[[Sequence[object]], Message]]]] = {
-    TAG_APPEND_ENTRIES: ("AppendEntries", 8, _append_entries),
-    TAG_APPEND_RESPONSE: ("AppendResponse", 8, _append_response),
-    TAG_REQUEST_VOTE: ("RequestVote", 8, _request_vote),
-    TAG_VOTE_RESPONSE: ("VoteResponse", 6, _vote_response),
-    TAG_HEARTBEAT: ("Heartbeat", 8, _heartbeat),
-    TAG_HEARTBEAT_RESPONSE: ("HeartbeatResponse", 7, _heartbeat_response),
-    TAG_INSTALL_SNAPSHOT: ("InstallSnapshot", 6, _install_snapshot),
-    TAG_TIMEOUT_NOW: ("TimeoutNow", 4, _timeout_now),
+# tag -> (name, numbers of array items including the tag, decoder of the checked array);
+# a heartbeat and its response have a short form (a peer of protocol version 5) and a long one.
+_DECODERS: Final[dict[int, tuple[str, tuple[int, ...], Callable[[Sequence[object]], Message]]]] = {
+    TAG_APPEND_ENTRIES: ("AppendEntries", (8,), _append_entries),
+    TAG_APPEND_RESPONSE: ("AppendResponse", (8,), _append_response),
+    TAG_REQUEST_VOTE: ("RequestVote", (8,), _request_vote),
+    TAG_VOTE_RESPONSE: ("VoteResponse", (6,), _vote_response),
+    TAG_HEARTBEAT: ("Heartbeat", (8, 10), _heartbeat),
+    TAG_HEARTBEAT_RESPONSE: ("HeartbeatResponse", (7, 9), _heartbeat_response),
+    TAG_INSTALL_SNAPSHOT: ("InstallSnapshot", (6,), _install_snapshot),
+    TAG_TIMEOUT_NOW: ("TimeoutNow", (4,), _timeout_now),
 }
 
 
@@ -685,8 +727,10 @@ def decode_message(obj: object) -> Message:
     tag = obj[0]
     if type(tag) is not int or tag not in _DECODERS:
         raise _bad("message type tag", f"one of {sorted(_DECODERS)}", tag)
-    name, count, decode = _DECODERS[tag]
-    _fields(obj, count, name)
+    name, counts, decode = _DECODERS[tag]
+    if len(obj) not in counts:
+        expected = " or ".join(str(count) for count in counts)
+        raise MalformedMessageError(f"{name}: expected {expected} fields, got {len(obj)}")
     msg = decode(obj)
     _check_consistent(msg, name)
     return msg

@@ -150,6 +150,12 @@ class Heartbeat:
     # The clock_ms of the last heartbeat response heard from dst (0 = none): a round trip for
     # dst, so a follower measures its offset too, not only the leader (raft.node).
     echo_ms: int = 0
+    # The sending process's incarnation (a random id drawn at its start; 0 = not stamped, or a
+    # peer of protocol version 5, which sends none), and the incarnation that came with the
+    # clock echoed in echo_ms (0 = none): dst closes a round trip only with an echo of a clock
+    # that its own process sent, not one its previous process sent before a restart.
+    incarnation: int = 0
+    echo_incarnation: int = 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -162,6 +168,8 @@ class HeartbeatResponse:
     # The clock_ms of the last heartbeat heard from dst (0 = none): with it the leader
     # measures the round trip, so network delay is not mistaken for clock offset (raft.node).
     echo_ms: int = 0
+    incarnation: int = 0  # as in Heartbeat
+    echo_incarnation: int = 0  # as in Heartbeat
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

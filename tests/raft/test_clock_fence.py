@@ -7,13 +7,24 @@ won an election moved every later Tm, snapshot and HLC of the cluster there for 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import random
 import time
 from pathlib import Path
 
 from hlc import HybridClock, OffsetClock, SystemClock, physical_ms
+from raft.core.raft import RaftCore
 from raft.core.ready import Role
-from raft.core.types import Heartbeat, HeartbeatResponse, RequestVote, VoteResponse
+from raft.core.types import (
+    ConfState,
+    HardState,
+    Heartbeat,
+    HeartbeatResponse,
+    Message,
+    RequestVote,
+    Snapshot,
+    VoteResponse,
+)
 from raft.node import NodeConfig, RaftNode, _ClockSample
 from tests.raft.test_node import SECRET, ListStateMachine, free_ports
 from tests.raft.test_node_lease import FakeTime, leading_node
@@ -236,18 +247,21 @@ async def test_a_leader_echoes_a_response_advanced_by_how_long_it_held_it(tmp_pa
         follower, leader = await _follower_and_leader(nodes)
         term = leader.status().core.term
         held_s = 0.040
-        leader._last_peer_clock[follower.node_id] = (1_000, time.monotonic() - held_s)
+        leader._last_peer_clock[follower.node_id] = (1_000, 7, time.monotonic() - held_s)
         stamped = leader._stamp(
             Heartbeat(src=leader.node_id, dst=follower.node_id, term=term, commit=0)
         )
         assert isinstance(stamped, Heartbeat)
         assert 1_000 + 40 <= stamped.echo_ms < 1_000 + 40 + 1_000, stamped.echo_ms
-        follower._last_peer_clock[leader.node_id] = (2_000, time.monotonic() - held_s)
+        # The incarnation that came with the echoed clock goes back with it.
+        assert (stamped.incarnation, stamped.echo_incarnation) == (leader.incarnation, 7)
+        follower._last_peer_clock[leader.node_id] = (2_000, 9, time.monotonic() - held_s)
         answer = follower._stamp(
             HeartbeatResponse(src=follower.node_id, dst=leader.node_id, term=term)
         )
         assert isinstance(answer, HeartbeatResponse)
         assert answer.echo_ms == 2_000
+        assert (answer.incarnation, answer.echo_incarnation) == (follower.incarnation, 9)
         # And end to end: on one host a follower's estimate of its leader's clock is near 0,
         # not half a heartbeat interval ahead (the median of many samples: one can be late).
         seen: list[int] = []
@@ -300,3 +314,143 @@ def test_a_node_fenced_by_a_quorum_still_votes_once_its_leader_went_silent(
     node._step_inputs()
     granted = [m for m in core.ready().messages if isinstance(m, VoteResponse) and m.granted]
     assert [m.dst for m in granted] == [3]
+
+
+def _following_node(data_dir: Path, t: FakeTime, *, offset_ms: int, leader: int = 1) -> RaftNode:
+    """Node 2 of three, not started, its core following `leader`; its clock is `t` shifted by
+    `offset_ms`. Messages go through the driver's stamping and `_on_message`, as on the wire."""
+    ids = (1, 2, 3)
+    node = RaftNode(
+        NodeConfig(
+            node_id=2,
+            cluster_id="test",
+            data_dir=data_dir,
+            listen_host="127.0.0.1",
+            listen_port=7002,
+            peers={i: ("127.0.0.1", 7000 + i) for i in ids},
+            secret=SECRET,
+            tick_ms=10,
+            election_timeout_ms=300,
+            max_clock_offset_ms=OFFSET_MS,
+        ),
+        ListStateMachine(),
+        clock=HybridClock(OffsetClock(t, offset_ms), max_offset_ms=2 * offset_ms + OFFSET_MS),
+        monotonic=t.monotonic,
+    )
+    core = RaftCore(
+        node.config.core_config(),
+        hard_state=HardState(),
+        snapshot=Snapshot(),
+        entries=(),
+        bootstrap_conf=ConfState(voters=ids),
+        rng=random.Random(2),
+    )
+    core.step(Heartbeat(src=leader, dst=2, term=1, commit=0))
+    assert core.leader == leader
+    node.core = core
+    return node
+
+
+def test_a_follower_restarted_with_its_clock_fixed_ignores_its_old_incarnations_echo(
+    tmp_path: Path,
+) -> None:
+    """chaos seed 210 (docs/chaos.md): a follower 2 s ahead answered its leader, was killed and
+    restarted with its clock fixed; heartbeats the leader had queued meanwhile arrived later,
+    echoing the previous process's response clock (2 s ahead) plus the leader's hold, and the
+    new process took that for a round trip of its own: "this node's clock is 2703 ms ahead of
+    its leader 1's", fenced (NOT_READY) until a real round trip. A node may only close a
+    round trip with an echo of a clock this very process sent."""
+    t = FakeTime()
+    leader = leading_node(tmp_path / "leader", 3, t, max_clock_offset_ms=OFFSET_MS)
+    assert leader.core is not None
+    term = leader.core.term
+    old = _following_node(tmp_path / "old", t, offset_ms=2_000)
+    old._on_message(leader._stamp(Heartbeat(src=1, dst=2, term=term, commit=0)))
+    leader._on_message(old._stamp(HeartbeatResponse(src=2, dst=1, term=term)))
+    # Killed. The leader goes on stamping heartbeats to it; they wait in its transport queue.
+    t.now_s += 0.1
+    queued = leader._stamp(Heartbeat(src=1, dst=2, term=term, commit=0))
+    # The node restarts with its clock fixed; the queued heartbeat reaches it 2.6 s later.
+    t.now_s += 2.6
+    new = _following_node(tmp_path / "new", t, offset_ms=0)
+    new._on_message(queued)
+    new._check_own_clock()
+    assert not new.clock_fenced, new.clock_fenced
+    sample = new._peer_clocks[1]
+    assert sample.high is None, sample  # one way: it proves the leader is not far ahead, only
+    # The same echo is a real round trip for the process that sent the response: had the old
+    # one lived, it would rightly fence itself.
+    old._on_message(queued)
+    old._check_own_clock()
+    assert "ahead of its leader 1" in old.clock_fenced, old.clock_fenced
+    # The new process's own round trip still proves what it proves.
+    new._on_message(leader._stamp(Heartbeat(src=1, dst=2, term=term, commit=0)))
+    leader._on_message(new._stamp(HeartbeatResponse(src=2, dst=1, term=term)))
+    t.now_s += 0.05
+    new._on_message(leader._stamp(Heartbeat(src=1, dst=2, term=term, commit=0)))
+    sample = new._peer_clocks[1]
+    assert sample.high is not None and sample.low <= 0 <= sample.high, sample
+    new._check_own_clock()
+    assert not new.clock_fenced, new.clock_fenced
+
+
+def test_a_leader_restarted_with_its_clock_fixed_ignores_its_old_incarnations_echo(
+    tmp_path: Path,
+) -> None:
+    """The same the other way: responses a follower queued for a leader that was killed echo
+    the old leader process's heartbeat clock; the restarted process takes them one way only."""
+    t = FakeTime()
+    old_leader = leading_node(tmp_path / "old", 3, t, max_clock_offset_ms=OFFSET_MS)
+    old_leader.clock = HybridClock(OffsetClock(t, 2_000), max_offset_ms=5_000)
+    assert old_leader.core is not None
+    term = old_leader.core.term
+    follower = _following_node(tmp_path / "f", t, offset_ms=0)
+    follower._on_message(old_leader._stamp(Heartbeat(src=1, dst=2, term=term, commit=0)))
+    t.now_s += 0.1
+    queued = follower._stamp(HeartbeatResponse(src=2, dst=1, term=term))
+    t.now_s += 2.6
+    new_leader = leading_node(tmp_path / "new", 3, t, max_clock_offset_ms=OFFSET_MS)
+    new_leader._on_message(queued)
+    assert new_leader._peer_clocks[2].high is None, new_leader._peer_clocks[2]
+    old_leader._on_message(queued)
+    high = old_leader._peer_clocks[2].high
+    assert high is not None and high < -OFFSET_MS, old_leader._peer_clocks[2]
+
+
+def test_an_echo_without_incarnations_is_judged_as_protocol_version_5_did(
+    tmp_path: Path,
+) -> None:
+    """A mixed pair during a rolling upgrade: a leader of peer protocol version 5 sends no
+    incarnations (its link to us strips them too, so its echo has none). Its echo is taken as
+    this process's, as version 5 did: a follower truly ahead still fences itself (and one
+    restarted after its clock was fixed can still trip on its previous process's echo until
+    its leader is upgraded: the old rule, flaw included)."""
+    t = FakeTime()
+    follower = _following_node(tmp_path / "f", t, offset_ms=2_000)
+    leader = leading_node(tmp_path / "leader", 3, t, max_clock_offset_ms=OFFSET_MS)
+    assert leader.core is not None
+    term = leader.core.term
+
+    def as_version_5(m: Message) -> Message:
+        assert isinstance(m, Heartbeat | HeartbeatResponse)
+        return dataclasses.replace(m, incarnation=0, echo_incarnation=0)
+
+    follower._on_message(as_version_5(leader._stamp(Heartbeat(src=1, dst=2, term=term, commit=0))))
+    # Our response reaches the old leader without our incarnation (the link strips it).
+    leader._on_message(as_version_5(follower._stamp(HeartbeatResponse(src=2, dst=1, term=term))))
+    t.now_s += 0.05
+    echo = as_version_5(leader._stamp(Heartbeat(src=1, dst=2, term=term, commit=0)))
+    t.now_s += 0.01
+    fresh = _following_node(tmp_path / "fresh", t, offset_ms=2_000)
+    fresh._on_message(echo)  # another process: the old rule cannot tell
+    assert fresh._peer_clocks[1].high is not None
+    follower._on_message(echo)
+    follower._check_own_clock()
+    assert "ahead of its leader 1" in follower.clock_fenced, follower.clock_fenced
+    # A new leader that heard our clock without an incarnation (its link from us speaks
+    # version 5) echoes it without one: judged by the old rule as well.
+    new_leader_echo = leader._stamp(Heartbeat(src=1, dst=2, term=term, commit=0))
+    assert isinstance(new_leader_echo, Heartbeat)
+    assert new_leader_echo.incarnation and not new_leader_echo.echo_incarnation
+    fresh._on_message(new_leader_echo)
+    assert fresh._peer_clocks[1].high is not None

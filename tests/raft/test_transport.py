@@ -994,3 +994,115 @@ async def test_after_an_address_change_nothing_more_goes_to_the_old_address() ->
         a.flush()
         await eventually(lambda: hb(1, 2, 2) in new_inbox.messages, "at the new address")
         assert hb(1, 2, 2) not in old_inbox.messages
+
+
+# ---- protocol versions (a rolling upgrade) ----------------------------------------------------
+
+
+def incarnated(src: int, dst: int) -> Heartbeat:
+    """A heartbeat as a node of version 6 stamps it (raft.node)."""
+    return Heartbeat(
+        src=src,
+        dst=dst,
+        term=1,
+        commit=0,
+        clock_ms=5,
+        echo_ms=4,
+        incarnation=77,
+        echo_incarnation=66,
+    )
+
+
+async def test_a_mixed_pair_speaks_version_5_both_ways_and_the_newest_once_upgraded() -> None:
+    """A node of the previous release (protocol version 5 only) refuses a hello of version 6
+    by closing the connection; once it has dialled the new node (offering 5), the new node
+    offers 5 too, and both links carry heartbeats in the short form the old release decodes.
+    When the old node restarts upgraded, its hello of version 6 makes the new node redial it,
+    and the incarnations go through."""
+    new_inbox, old_inbox, upgraded_inbox = Inbox(), Inbox(), Inbox()
+    new = make(1, new_inbox)
+    old_port = free_port()
+    old = make(2, old_inbox, port=old_port, protocol_version=5)
+    upgraded = make(2, upgraded_inbox, port=old_port)
+
+    def incarnations(inbox: Inbox) -> set[tuple[int, int]]:
+        beats = [m for m in inbox.messages if isinstance(m, Heartbeat)]
+        assert len(beats) == len(inbox.messages)
+        return {(m.incarnation, m.echo_incarnation) for m in beats}
+
+    async with running(new):
+        async with running(old):
+            mesh({1: new, 2: old})
+            await keep_sending(
+                lambda: new.send(incarnated(1, 2)), lambda: bool(old_inbox.messages), "to old"
+            )
+            await keep_sending(
+                lambda: old.send(incarnated(2, 1)), lambda: bool(new_inbox.messages), "from old"
+            )
+            to_old = new.stats()["peers"][2]
+            assert to_old["protocol_version"] == to_old["peer_hello_version"] == 5
+            assert old.stats()["peers"][1]["protocol_version"] == 5
+            assert incarnations(old_inbox) == incarnations(new_inbox) == {(0, 0)}
+            assert old.stats()["peers"][1]["malformed"] == to_old["malformed"] == 0
+        async with running(upgraded):
+            mesh({1: new, 2: upgraded})
+            await keep_sending(
+                lambda: new.send(incarnated(1, 2)),
+                lambda: (77, 66) in incarnations(upgraded_inbox),
+                "incarnations to the upgraded node",
+            )
+            to_upgraded = new.stats()["peers"][2]
+            assert to_upgraded["protocol_version"] == to_upgraded["peer_hello_version"] == 6
+            assert upgraded.stats()["peers"][1]["malformed"] == 0
+
+
+async def test_a_close_after_the_hello_does_not_lower_the_version_offered() -> None:
+    """A proxy in front of a node that is down accepts and closes, just as a node of an older
+    release refuses a newer hello: that alone must not make two new nodes speak version 5
+    (the chaos test's proxies did, and such links kept the old clock echo rule)."""
+    port = free_port()
+    hellos: list[bytes] = []
+
+    async def accept_and_close(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        hellos.append(await reader.read(4096))
+        writer.close()
+
+    a = make(1, Inbox(), peers={2: (HOST, port)})
+    b_inbox = Inbox()
+    b = make(2, b_inbox, port=port, peers={1: (HOST, free_port())})
+    async with running(a):
+        proxy = await asyncio.start_server(accept_and_close, HOST, port)
+        try:
+            await eventually(lambda: len(hellos) >= 3, "dials to the closing proxy")
+        finally:
+            proxy.close()
+            await proxy.wait_closed()
+        async with running(b):
+            await keep_sending(lambda: a.send(incarnated(1, 2)), lambda: bool(b_inbox.messages), "")
+            assert a.stats()["peers"][2]["protocol_version"] == 6
+            assert b_inbox.messages[-1] == incarnated(1, 2)
+
+
+async def test_a_raw_peer_of_protocol_version_5_is_answered_and_its_mac_binds_the_version() -> None:
+    """A hello of version 5 (the previous release) is challenged, and that connection's MACs
+    are over version 5: a proof computed over version 6 for it is refused."""
+    a = make(1, Inbox(), peers={3: (HOST, free_port())})
+    async with running(a):
+        for proof_version, welcomed in ((5, True), (6, False)):
+            reader, writer = await asyncio.open_connection(HOST, a.bound_port)
+            cn = os.urandom(32)
+            writer.write(frame(["raft-peer-hello", 5, CLUSTER, 3, 1, cn]))
+            kind, sn = await read_frame(reader)
+            assert kind == "raft-peer-challenge"
+            material = msgpack.packb(
+                ["client", proof_version, CLUSTER, 3, 1, cn, sn], use_bin_type=True
+            )
+            writer.write(
+                frame(["raft-peer-proof", hmac.new(SECRET, material, hashlib.sha256).digest()])
+            )
+            if welcomed:
+                kind, _ = await read_frame(reader)
+                assert kind == "raft-peer-welcome"
+            else:
+                assert await closed_by_remote(reader)
+            writer.close()

@@ -138,6 +138,21 @@ def install_snapshots(draw: st.DrawFn) -> InstallSnapshot:
     )
 
 
+def _with_incarnations(
+    build: st.SearchStrategy[Heartbeat | HeartbeatResponse],
+) -> st.SearchStrategy[Message]:
+    """`build` with the incarnations a node sends: none (a version-5 peer, or not stamped),
+    or its own (>= 1) and the one of the clock it echoes (0 without an echo)."""
+
+    def stamp(m: Heartbeat | HeartbeatResponse, incarnation: int, echo_incarnation: int) -> Message:
+        if not incarnation:
+            return m
+        echoed = echo_incarnation if m.echo_ms else 0
+        return dataclasses.replace(m, incarnation=incarnation, echo_incarnation=echoed)
+
+    return st.builds(stamp, build, u64, u64)
+
+
 def _with_ends(build: st.SearchStrategy[Message]) -> st.SearchStrategy[Message]:
     """`build` with src and dst replaced by two different node ids."""
     return st.tuples(build, src_dst()).map(
@@ -171,20 +186,30 @@ messages: st.SearchStrategy[Message] = st.one_of(
         )
     ),
     _with_ends(
-        st.builds(
-            Heartbeat,
-            src=ids,
-            dst=ids,
-            term=terms,
-            commit=u64,
-            read_ctx=u64,
-            clock_ms=u64,
-            echo_ms=u64,
+        _with_incarnations(
+            st.builds(
+                Heartbeat,
+                src=ids,
+                dst=ids,
+                term=terms,
+                commit=u64,
+                read_ctx=u64,
+                clock_ms=u64,
+                echo_ms=st.one_of(st.just(0), u64),
+            )
         )
     ),
     _with_ends(
-        st.builds(
-            HeartbeatResponse, src=ids, dst=ids, term=u64, read_ctx=u64, clock_ms=u64, echo_ms=u64
+        _with_incarnations(
+            st.builds(
+                HeartbeatResponse,
+                src=ids,
+                dst=ids,
+                term=u64,
+                read_ctx=u64,
+                clock_ms=u64,
+                echo_ms=st.one_of(st.just(0), u64),
+            )
         )
     ),
     install_snapshots(),
@@ -294,6 +319,43 @@ def test_tags_and_field_order_are_fixed() -> None:
     assert msgpack.unpackb(encode_conf_state(ConfState(voters=(1,)))) == [1, [1], [], b""]
 
 
+def test_heartbeats_carry_incarnations_in_a_long_form_and_version_5_peers_get_the_short_one() -> (
+    None
+):
+    """Peer protocol version 6 appends the sender's incarnation and the echoed clock's to both
+    heartbeats; a link to a version-5 peer sends the short form, which that release decodes
+    (its decoder wants exactly 8 and 7 items), and which decodes here with no incarnations."""
+    beat = Heartbeat(
+        src=1,
+        dst=2,
+        term=3,
+        commit=4,
+        read_ctx=5,
+        clock_ms=6,
+        echo_ms=7,
+        incarnation=8,
+        echo_incarnation=9,
+    )
+    answer = HeartbeatResponse(
+        src=2, dst=1, term=3, read_ctx=5, clock_ms=6, echo_ms=7, incarnation=8, echo_incarnation=9
+    )
+    assert encode_message(beat) == [5, 1, 2, 3, 4, 5, 6, 7, 8, 9]
+    assert encode_message(answer) == [6, 2, 1, 3, 5, 6, 7, 8, 9]
+    short_beat = encode_message(beat, with_incarnations=False)
+    short_answer = encode_message(answer, with_incarnations=False)
+    assert short_beat == [5, 1, 2, 3, 4, 5, 6, 7]
+    assert short_answer == [6, 2, 1, 3, 5, 6, 7]
+    unstamped = dataclasses.replace(beat, incarnation=0, echo_incarnation=0)
+    assert decode_message(through_a_frame(short_beat)) == unstamped
+    assert decode_message(short_answer) == dataclasses.replace(
+        answer, incarnation=0, echo_incarnation=0
+    )
+    assert encode_message(unstamped) == short_beat  # nothing stamped: the short form
+    # Only heartbeats change: the other messages encode alike for either version.
+    vote = RequestVote(src=1, dst=2, term=3, last_index=4, last_term=1)
+    assert encode_message(vote, with_incarnations=False) == encode_message(vote)
+
+
 # ---- malformed fields -----------------------------------------------------------------------
 
 ENTRY = Entry(term=1, index=5, tm=3, kind=EntryKind.NORMAL, data=b"x")
@@ -352,6 +414,53 @@ SCHEMAS: list[tuple[Message, list[tuple[str, str]]]] = [
         HeartbeatResponse(src=1, dst=2, term=3, read_ctx=5),
         [("src", "id"), ("dst", "id"), ("term", "u64"), ("read_ctx", "u64")],
     ),
+    # The long forms (peer protocol version 6): every field, the incarnations too.
+    (
+        Heartbeat(
+            src=1,
+            dst=2,
+            term=3,
+            commit=4,
+            read_ctx=5,
+            clock_ms=6,
+            echo_ms=7,
+            incarnation=8,
+            echo_incarnation=9,
+        ),
+        [
+            ("src", "id"),
+            ("dst", "id"),
+            ("term", "u64"),
+            ("commit", "u64"),
+            ("read_ctx", "u64"),
+            ("clock_ms", "u64"),
+            ("echo_ms", "u64"),
+            ("incarnation", "incarnation"),
+            ("echo_incarnation", "u64"),
+        ],
+    ),
+    (
+        HeartbeatResponse(
+            src=1,
+            dst=2,
+            term=3,
+            read_ctx=5,
+            clock_ms=6,
+            echo_ms=7,
+            incarnation=8,
+            echo_incarnation=9,
+        ),
+        [
+            ("src", "id"),
+            ("dst", "id"),
+            ("term", "u64"),
+            ("read_ctx", "u64"),
+            ("clock_ms", "u64"),
+            ("echo_ms", "u64"),
+            ("incarnation", "incarnation"),
+            ("echo_incarnation", "u64"),
+        ],
+    ),
     (
         InstallSnapshot(src=1, dst=2, term=3, snapshot=SNAP, commit=4),
         [("src", "id"), ("dst", "id"), ("term", "u64"), ("commit", "u64"), ("snapshot", "array")],
@@ -362,6 +471,7 @@ SCHEMAS: list[tuple[Message, list[tuple[str, str]]]] = [
 BAD_VALUES: dict[str, list[object]] = {
     "u64": [-1, 2**64, True, False, 1.0, "1", b"1", None, [1]],
     "id": [0, -1, 2**64, True, 1.0, "1", None],
+    "incarnation": [0, -1, 2**64, True, 1.0, "1", None],
     "bool": [0, 1, "true", None, b"\x01"],
     "bytes": [None, "text", 1, [1], bytearray(b"x")],
     "array": [None, 1, "x", b"x", {"a": 1}],
@@ -596,6 +706,16 @@ INCONSISTENT_CASES: list[tuple[object, str]] = [
     ([7, 1, 2, 3, 4, [[5, 4, 9, [[1], []]], b""]], "InstallSnapshot.snapshot.meta.term"),
     # a message to oneself
     ([8, 2, 2, 1], "TimeoutNow: src and dst"),
+    # heartbeats: the short form or the long one, nothing between or beyond
+    ([5, 1, 2, 3, 0, 0, 6, 7, 8], "Heartbeat: expected 8 or 10 fields, got 9"),
+    ([5, 1, 2, 3, 0, 0, 6, 7, 8, 9, 10], "Heartbeat: expected 8 or 10 fields, got 11"),
+    ([6, 1, 2, 3, 0, 6, 7, 8, 9, 10], "HeartbeatResponse: expected 7 or 9 fields, got 10"),
+    # the long form is stamped: it names its sender's incarnation
+    ([5, 1, 2, 3, 0, 0, 6, 7, 0, 0], "Heartbeat.incarnation"),
+    ([6, 1, 2, 3, 0, 6, 7, 0, 0], "HeartbeatResponse.incarnation"),
+    # an incarnation is echoed with the clock that came with it, never alone
+    ([5, 1, 2, 3, 0, 0, 6, 0, 8, 9], "Heartbeat.echo_incarnation"),
+    ([6, 1, 2, 3, 0, 6, 0, 8, 9], "HeartbeatResponse.echo_incarnation"),
     ([2, 2, 2, 1, 0, False, 0, 0], "AppendResponse: src and dst"),
 ]
 
