@@ -400,12 +400,16 @@ class TxnLogStats:
     file_entries: int
 
 
-# A FileEntry made field by field, without its dataclass __init__ (which sets each field of a
-# frozen instance through object.__setattr__ anyway, behind a Python call): `_write` makes one
-# per file a commit adds or removes, up to a million in one overwrite. Only for FileEntry: it has
-# no __post_init__ nor defaults to compute, and `_write` sets every field.
+# A FileEntry made field by field, without its dataclass __init__ (a Python call that sets each
+# field of the frozen instance through object.__setattr__): `_write` makes one per file a commit
+# adds or removes, up to a million in one overwrite. The setters are those of FileEntry's slots
+# (member descriptors), the cheapest way to set a field from Python. Only for FileEntry: it has no
+# __post_init__, and `_write` sets every field (tests/metastore/test_apply_cost.py checks both).
 _new_entry: Final = object.__new__
-_set_field: Final = object.__setattr__
+_set_path, _set_size_bytes, _set_row_count, _set_added_ts, _set_removed_ts = (
+    FileEntry.__dict__[name].__set__
+    for name in ("path", "size_bytes", "row_count", "added_ts", "removed_ts")
+)
 # Sums over a commit's files (DataFile and FileEntry alike) without a Python call per file.
 _ROW_COUNT: Final = attrgetter("row_count")
 _SIZE_BYTES: Final = attrgetter("size_bytes")
@@ -1107,7 +1111,7 @@ class TxnLog:
     ) -> CommitRecord:
         # Runs on every node's event loop once per file the commit adds or removes: a million
         # times for an overwrite of a full table. So each file costs no Python call: entries
-        # are made without their dataclass __init__ (`_new_entry`, `_set_field`), sums are
+        # are made without their dataclass __init__ (`_new_entry`, `_set_path`...), sums are
         # kept in the loops (`make bench-apply`; tests/metastore/test_apply_cost.py). What it
         # writes is what `replace(entry, removed_ts=ts)` and `FileEntry(...)` per file, with
         # the sums updated file by file, wrote (tests/metastore/test_apply_equivalence.py).
@@ -1118,15 +1122,16 @@ class TxnLog:
             removed_bytes = removed_rows = 0
             for path in p.removals:
                 entry = files[path]
+                size_bytes, row_count = entry.size_bytes, entry.row_count
                 gone = _new_entry(FileEntry)
-                _set_field(gone, "path", entry.path)
-                _set_field(gone, "size_bytes", entry.size_bytes)
-                _set_field(gone, "row_count", entry.row_count)
-                _set_field(gone, "added_ts", entry.added_ts)
-                _set_field(gone, "removed_ts", ts)
+                _set_path(gone, entry.path)
+                _set_size_bytes(gone, size_bytes)
+                _set_row_count(gone, row_count)
+                _set_added_ts(gone, entry.added_ts)
+                _set_removed_ts(gone, ts)
                 files[path] = gone  # keeps the dict order
-                removed_bytes += entry.size_bytes
-                removed_rows += entry.row_count
+                removed_bytes += size_bytes
+                removed_rows += row_count
             if p.truncate:
                 live.clear()  # an overwrite's removals are every live path (`_plan`)
             else:
@@ -1146,16 +1151,17 @@ class TxnLog:
                         truncated += ref.live_count
             added_bytes = added_rows = 0
             for f in w.add:
+                path, size_bytes, row_count = f.path, f.size_bytes, f.row_count
                 entry = _new_entry(FileEntry)
-                _set_field(entry, "path", f.path)
-                _set_field(entry, "size_bytes", f.size_bytes)
-                _set_field(entry, "row_count", f.row_count)
-                _set_field(entry, "added_ts", ts)
-                _set_field(entry, "removed_ts", None)
-                files[f.path] = entry
-                live[f.path] = None
-                added_bytes += f.size_bytes
-                added_rows += f.row_count
+                _set_path(entry, path)
+                _set_size_bytes(entry, size_bytes)
+                _set_row_count(entry, row_count)
+                _set_added_ts(entry, ts)
+                _set_removed_ts(entry, None)
+                files[path] = entry
+                live[path] = None
+                added_bytes += size_bytes
+                added_rows += row_count
             tl.live_bytes += added_bytes
             tl.live_rows += added_rows
             self._file_entries += len(w.add)
