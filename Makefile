@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 TEST_WORKERS ?= 2
 PYTEST_ARGS ?= -n $(TEST_WORKERS) --dist loadfile
 
-.PHONY: install install-bench test check fmt unit demo chaos bench bench-raft bench-catalog bench-gc bench-scale bench-spark bench-tls bench-snapmem bench-wal bench-raft-latency bench-ddl sim clean
+.PHONY: install install-bench test check fmt unit demo chaos bench bench-raft bench-catalog bench-gc bench-scale bench-spark bench-tls bench-snapmem bench-wal bench-raft-latency bench-ddl bench-apply sim clean
 
 install: $(STAMP)
 
@@ -93,6 +93,11 @@ bench-wal: install
 ## bench-ddl: CPU one DDL statement costs the node that parses it, up to the costliest the limits allow (BENCH_ARGS)
 bench-ddl: install
 	$(BIN)/python -m bench.bench_ddl_parse $(BENCH_ARGS)
+
+## bench-apply: time one node's event loop spends applying the largest commit, into tables of
+## 0, 100k and 1M files (adds and overwrites; in-process, no cluster) (BENCH_ARGS=--profile)
+bench-apply: install
+	$(BIN)/python -m bench.bench_apply $(BENCH_ARGS)
 
 ## bench-spark: the bridge's per-micro-batch overhead vs plain foreachBatch; commits/s
 bench-spark: install

@@ -401,8 +401,16 @@ class Sessions:
         its session is not live; an expired session never comes back (see Time), so a commit
         applied later, with a later Tm, listing those files is refused here instead of
         acknowledging files that may be gone. The writer writes them again under a live
-        session."""
+        session.
+
+        A commit's files share a few directories (a Spark write job writes one), so each
+        directory is judged once: the owners of a path depend on its directory only, and every
+        path is judged at the one `tm`. The error names the first path refused, in order."""
+        cleared: set[str] = set()  # directories whose owners are all live (membership only)
         for path in paths:
+            directory = path.rpartition("/")[0]
+            if directory in cleared:
+                continue
             for owner in attempt_owners(path.split("/")[:-1]):
                 session = self._sessions.get(owner)
                 if session is not None and session.live_at(tm):
@@ -418,6 +426,7 @@ class Sessions:
                         "reason": "attempt_session_not_live",
                     },
                 )
+            cleared.add(directory)
 
     def forget_table(self, table_id: int) -> None:
         """A dropped incarnation takes no more commits: its leases are moot as leases (cannot

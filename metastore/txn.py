@@ -200,6 +200,7 @@ from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, KeysView, Mapping
 from dataclasses import dataclass, replace
 from itertools import islice
+from operator import attrgetter
 from posixpath import normpath
 from typing import Final
 
@@ -397,6 +398,21 @@ class TxnLogStats:
     stream_marks: int
     registered_tables: int
     file_entries: int
+
+
+# A FileEntry made field by field, without its dataclass __init__ (a Python call that sets each
+# field of the frozen instance through object.__setattr__): `_write` makes one per file a commit
+# adds or removes, up to a million in one overwrite. The setters are those of FileEntry's slots
+# (member descriptors), the cheapest way to set a field from Python. Only for FileEntry: it has no
+# __post_init__, and `_write` sets every field (tests/metastore/test_apply_cost.py checks both).
+_new_entry: Final = object.__new__
+_set_path, _set_size_bytes, _set_row_count, _set_added_ts, _set_removed_ts = (
+    FileEntry.__dict__[name].__set__
+    for name in ("path", "size_bytes", "row_count", "added_ts", "removed_ts")
+)
+# Sums over a commit's files (DataFile and FileEntry alike) without a Python call per file.
+_ROW_COUNT: Final = attrgetter("row_count")
+_SIZE_BYTES: Final = attrgetter("size_bytes")
 
 
 # --------------------------------------------------------------------------------------------
@@ -802,7 +818,7 @@ class TxnLog:
             for w in cmd.writes
         ]
         if bound_counts:
-            rows = sum(f.row_count for w in cmd.writes for f in w.add)
+            rows = sum(sum(map(_ROW_COUNT, w.add)) for w in cmd.writes)
             if rows > limits.MAX_COMMIT_ROWS:
                 raise limit_exceeded(
                     "MAX_COMMIT_ROWS", limits.MAX_COMMIT_ROWS, _capped(rows), "rows of the commit"
@@ -1093,14 +1109,36 @@ class TxnLog:
     def _write(
         self, txn_id: str, plans: list[_PlannedWrite], *, ts: int, tm: int, digest: bytes
     ) -> CommitRecord:
+        # Runs on every node's event loop once per file the commit adds or removes: a million
+        # times for an overwrite of a full table. So each file costs no Python call: entries
+        # are made without their dataclass __init__ (`_new_entry`, `_set_path`...), sums are
+        # kept in the loops (`make bench-apply`; tests/metastore/test_apply_cost.py). What it
+        # writes is what `replace(entry, removed_ts=ts)` and `FileEntry(...)` per file, with
+        # the sums updated file by file, wrote (tests/metastore/test_apply_equivalence.py).
+        files_added = files_removed = rows_added = 0
         for p in plans:
             tl, w = p.log, p.write
+            files, live = tl.files, tl.live
+            removed_bytes = removed_rows = 0
             for path in p.removals:
-                entry = tl.files[path]
-                tl.files[path] = replace(entry, removed_ts=ts)  # keeps the dict order
-                del tl.live[path]
-                tl.live_bytes -= entry.size_bytes
-                tl.live_rows -= entry.row_count
+                entry = files[path]
+                size_bytes, row_count = entry.size_bytes, entry.row_count
+                gone = _new_entry(FileEntry)
+                _set_path(gone, entry.path)
+                _set_size_bytes(gone, size_bytes)
+                _set_row_count(gone, row_count)
+                _set_added_ts(gone, entry.added_ts)
+                _set_removed_ts(gone, ts)
+                files[path] = gone  # keeps the dict order
+                removed_bytes += size_bytes
+                removed_rows += row_count
+            if p.truncate:
+                live.clear()  # an overwrite's removals are every live path (`_plan`)
+            else:
+                for path in p.removals:
+                    del live[path]
+            tl.live_bytes -= removed_bytes
+            tl.live_rows -= removed_rows
             for path in p.manifest_removals:
                 tl.deletes[path] = ts
             for path in p.copy_deletes:  # loose entries removed above: not counted again
@@ -1111,13 +1149,21 @@ class TxnLog:
                     if ref.removed_all_ts is None and ref.live_count > 0:
                         tl.manifests[sha] = replace(ref, removed_all_ts=ts)  # keeps the order
                         truncated += ref.live_count
+            added_bytes = added_rows = 0
             for f in w.add:
-                tl.files[f.path] = FileEntry(
-                    path=f.path, size_bytes=f.size_bytes, row_count=f.row_count, added_ts=ts
-                )
-                tl.live[f.path] = None
-                tl.live_bytes += f.size_bytes
-                tl.live_rows += f.row_count
+                path, size_bytes, row_count = f.path, f.size_bytes, f.row_count
+                entry = _new_entry(FileEntry)
+                _set_path(entry, path)
+                _set_size_bytes(entry, size_bytes)
+                _set_row_count(entry, row_count)
+                _set_added_ts(entry, ts)
+                _set_removed_ts(entry, None)
+                files[path] = entry
+                live[path] = None
+                added_bytes += size_bytes
+                added_rows += row_count
+            tl.live_bytes += added_bytes
+            tl.live_rows += added_rows
             self._file_entries += len(w.add)
             tl.commit_count += 1
             tl.last_commit_ts = ts
@@ -1129,12 +1175,15 @@ class TxnLog:
                     table_id=tl.table_id,
                     files_added=len(w.add),
                     files_removed=len(p.removals) + len(p.manifest_removals) + truncated,
-                    rows_added=sum(f.row_count for f in w.add),
+                    rows_added=added_rows,
                     overwrite=w.overwrite,
                 )
             )
             while len(tl.commits) > limits.MAX_COMMITS_KEPT_PER_TABLE:
                 tl.trimmed_through_ts = tl.commits.popleft().ts
+            files_added += len(w.add)
+            files_removed += len(p.removals) + len(p.manifest_removals)
+            rows_added += added_rows
         ordered = sorted(plans, key=lambda p: (p.log.name.namespace, p.log.name.name))
         record = CommitRecord(
             ts=ts,
@@ -1142,9 +1191,9 @@ class TxnLog:
             txn_id=txn_id,
             tables=tuple(p.log.name for p in ordered),
             table_ids=tuple(p.log.table_id for p in ordered),
-            files_added=sum(len(p.write.add) for p in plans),
-            files_removed=sum(len(p.removals) + len(p.manifest_removals) for p in plans),
-            rows_added=sum(f.row_count for p in plans for f in p.write.add),
+            files_added=files_added,
+            files_removed=files_removed,
+            rows_added=rows_added,
             fingerprint=digest,
         )
         self._txns[txn_id] = record
@@ -1967,10 +2016,10 @@ def _check_live_counts(tl: TableLog, w: TableWrite, loose_removals: Iterable[str
         rows = bytes_ = 0
     else:
         removed = [tl.files[p] for p in loose_removals]
-        rows = tl.live_rows - sum(e.row_count for e in removed)
-        bytes_ = tl.live_bytes - sum(e.size_bytes for e in removed)
-    rows += sum(f.row_count for f in w.add)
-    bytes_ += sum(f.size_bytes for f in w.add)
+        rows = tl.live_rows - sum(map(_ROW_COUNT, removed))
+        bytes_ = tl.live_bytes - sum(map(_SIZE_BYTES, removed))
+    rows += sum(map(_ROW_COUNT, w.add))
+    bytes_ += sum(map(_SIZE_BYTES, w.add))
     for limit, maximum, value, what in (
         ("MAX_TABLE_LIVE_ROWS", limits.MAX_TABLE_LIVE_ROWS, rows, "rows"),
         ("MAX_TABLE_LIVE_BYTES", limits.MAX_TABLE_LIVE_BYTES, bytes_, "bytes"),
