@@ -50,8 +50,10 @@ from pathlib import Path
 from typing import Any
 
 from metastore.apply_version import APPLY_VERSION_SUPPORTED
+from metastore.client.manifest_files import compact_table
 from metastore.client.protocol import SyncMetastoreClient
 from metastore.errors import MetastoreError, WatchStartCompactedError
+from raft.tls import ClientTls
 from tests.ports import free_ports
 
 NEW_TREE = Path(__file__).resolve().parents[2]
@@ -72,9 +74,21 @@ POLL_S = 0.1
 # How many of the recorded timestamps each check reads at (the newest few always).
 SAMPLED_TS_MAX = 14
 NEWEST_TS_ALWAYS = 4
-# Result fields that say where or how a node answered, not what: left out of comparisons.
+# Result fields that say where, when or how a node answered, not what its state holds: left
+# out of comparisons (`last_run`: the leader's own last GC run; `next_threshold`: from the
+# answering node's clock).
 NODE_LOCAL_FIELDS = frozenset(
-    {"safe_time", "waited_ms", "node_id", "leader_id", "now", "upper", "last_commit_ts"}
+    {
+        "safe_time",
+        "waited_ms",
+        "node_id",
+        "leader_id",
+        "now",
+        "upper",
+        "last_commit_ts",
+        "last_run",
+        "next_threshold",
+    }
 )
 WATCH_PAGES_MAX = 100
 BEHIND_SNAPSHOT_WAIT_S = 90.0
@@ -171,10 +185,44 @@ class Difference:
                 f"{sorted(self.fields_not_everywhere)}"
             )
         lines = [f"  {self.read}:"]
-        for node_id, answer in sorted(self.answers.items()):
-            text = json.dumps(answer, sort_keys=True, default=str)
-            lines.append(f"    node {node_id}: {text[:width]}{'...' if len(text) > width else ''}")
+        (first, reference), *others = sorted(self.answers.items())
+        for node_id, answer in others:
+            where = first_difference(reference, answer)
+            if where is not None:
+                path, mine, theirs = where
+                lines.append(
+                    f"    at {path or '(top)'}: node {first}: {_brief(mine, width)}; "
+                    f"node {node_id}: {_brief(theirs, width)}"
+                )
         return "\n".join(lines)
+
+
+def _brief(value: Any, width: int) -> str:
+    text = json.dumps(value, sort_keys=True, default=str)
+    return text if len(text) <= width else text[:width] + "..."
+
+
+_ABSENT = "<absent>"
+
+
+def first_difference(a: Any, b: Any, path: str = "") -> tuple[str, Any, Any] | None:
+    """Where `a` and `b` first differ (a path such as `versions[2].schema`) and the two
+    values there; None when they are equal."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        for key in sorted(set(a) | set(b)):
+            found = first_difference(a.get(key, _ABSENT), b.get(key, _ABSENT), f"{path}.{key}")
+            if found is not None:
+                return found
+        return None
+    if isinstance(a, list) and isinstance(b, list):
+        for i, (x, y) in enumerate(zip(a, b, strict=False)):
+            found = first_difference(x, y, f"{path}[{i}]")
+            if found is not None:
+                return found
+        if len(a) != len(b):
+            return f"{path} (length)", len(a), len(b)
+        return None
+    return None if a == b else (path.lstrip("."), a, b)
 
 
 def _all_equal(values: list[Any]) -> bool:
@@ -252,8 +300,9 @@ def render_table(steps: list[StepOutcome]) -> str:
 class Cluster:
     """Three node processes, each running the old or the new tree on its own data dir."""
 
-    def __init__(self, work: Path, old_tree: Path) -> None:
+    def __init__(self, work: Path, old_tree: Path, *, tls: bool = False) -> None:
         self.work = work
+        self.tls = tls
         self.old_tree = old_tree
         self.config_dir = work / "cluster"
         self.procs: dict[int, subprocess.Popen[bytes]] = {}
@@ -261,13 +310,17 @@ class Cluster:
         self.endpoints: dict[int, str] = {}
         self._clients: dict[int | None, SyncMetastoreClient] = {}
         self.cluster_id = f"upgrade-{os.getpid()}"
+        # Which release each node process ran (log records name their pid).
+        self.release_of_pid: dict[int, str] = {}
+        self._log_offsets: dict[Path, int] = {}
 
     # -- files --
     def init(self) -> None:
         """The old release's `cluster init` writes the config; ports are made free ones, and
         DD/CSmax the test harness's (each DDL waits DD + CSmax)."""
         run = subprocess.run(
-            [*_CLI, "cluster", "init", str(self.config_dir), "--cluster-id", self.cluster_id],
+            [*_CLI, "cluster", "init", str(self.config_dir), "--cluster-id", self.cluster_id]
+            + (["--tls"] if self.tls else []),
             cwd=self.old_tree,
             env=self._env(self.old_tree),
             capture_output=True,
@@ -325,6 +378,7 @@ class Cluster:
         )
         log.close()
         self.release[node_id] = release
+        self.release_of_pid[self.procs[node_id].pid] = release
 
     def stop(self, node_id: int, sig: int = signal.SIGTERM) -> int | None:
         """Stop the node by its PID (`sig`, then SIGKILL after STOP_WAIT_S); its exit code."""
@@ -349,6 +403,37 @@ class Cluster:
             client.close()
         self._clients.clear()
 
+    def new_log_problems(self) -> dict[str, list[str]]:
+        """Error-level (and worse) records the nodes logged since the last call, by the
+        release whose process wrote them (a record without a pid: a release from before pids
+        were logged), and anything else a node printed that is not a log record (a traceback
+        before its logging was set up)."""
+        found: dict[str, list[str]] = {}
+        files = sorted(self.config_dir.glob("data/*/node.log")) + sorted(
+            self.work.glob("node*.out")
+        )
+        for path in files:
+            with path.open("rb") as f:
+                f.seek(self._log_offsets.get(path, 0))
+                data = f.read()
+            complete = data[: data.rfind(b"\n") + 1]
+            self._log_offsets[path] = self._log_offsets.get(path, 0) + len(complete)
+            for line in complete.decode(errors="replace").splitlines():
+                if line.startswith("{"):
+                    if path.suffix == ".out":
+                        continue  # the node's stderr copy of its node.log records
+                    record = json.loads(line)
+                    if record.get("level") not in ("error", "critical"):
+                        continue
+                    release = self.release_of_pid.get(record.get("pid", -1), "old")
+                    message = re.sub(
+                        r" at 0x[0-9a-f]+", "", str(record.get("msg", "")).split("\n")[0]
+                    )[:160]
+                    found.setdefault(release, []).append(f"{path.parent.name}: {message}")
+                elif line.strip() and not line.startswith("---- starting"):
+                    found.setdefault("unknown", []).append(f"{path.name}: {line[:160]}")
+        return found
+
     def log_tail(self, node_id: int, lines: int = 12) -> str:
         path = self.work / f"node{node_id}.out"
         text = path.read_text(errors="replace") if path.exists() else ""
@@ -361,8 +446,13 @@ class Cluster:
             endpoints = (
                 list(self.endpoints.values()) if node_id is None else [self.endpoints[node_id]]
             )
+            tls = ClientTls(ca_file=self.config_dir / "tls" / "ca.crt") if self.tls else None
             self._clients[node_id] = SyncMetastoreClient(
-                endpoints, self.token(), timeout_ms=CALL_TIMEOUT_MS, client_name="upgrade-check"
+                endpoints,
+                self.token(),
+                timeout_ms=CALL_TIMEOUT_MS,
+                client_name="upgrade-check",
+                tls=tls,
             )
         return self._clients[node_id]
 
@@ -553,6 +643,10 @@ def write_round(cluster: Cluster, work: Workload, step: str) -> tuple[str, list[
         actions.append(
             ("session", lambda c=client, sid=f"s-{step}-{node_id}": _session(c, work, sid))
         )
+        # Older entries into manifests (the next removals then record delete entries), and a
+        # GC run (threshold entries; the leader runs it, a follower forwards).
+        actions.append(("compact", lambda c=client: compact_table(c, "sales.events", keep_loose=1)))
+        actions.append(("gc run", lambda c=client: c.gc_run()))
         for what, action in actions:
             try:
                 action()
@@ -613,6 +707,7 @@ def _reads_of(
     got["lease_list"] = _read(lambda: c.lease_list())
     got["protections"] = _read(lambda: c.protections(include_released=True))
     got["job_list --all"] = _read(lambda: c.job_list(all=True))
+    got["gc_status"] = _read(lambda: c.gc_status())
     got[f"watch (every event after {watch_from})"] = _read(lambda: _watch_all(c, watch_from))
     return got
 
@@ -740,13 +835,29 @@ def step_checks(
     outcome.nodes = cluster.describe_nodes(leader)
     outcome.apply_version = apply_versions(cluster)
     check(cluster, work, rng, outcome)
+    note_log_problems(cluster, outcome)
 
 
-def run(old_commit: str, work_dir: Path, seed: int) -> list[StepOutcome]:
+def note_log_problems(cluster: Cluster, outcome: StepOutcome) -> None:
+    """The nodes' error records since the previous step: problems when this tree's nodes
+    wrote them (or a node printed something that is no log record), notes when an old
+    release's did (its own bugs, fixed or not since)."""
+    for release, lines in sorted(cluster.new_log_problems().items()):
+        counted: dict[str, int] = {}
+        for line in lines:
+            counted[line] = counted.get(line, 0) + 1
+        text = "; ".join(f"{n} x {line}" for line, n in sorted(counted.items()))
+        if release == "old":
+            outcome.notes.append(f" the old release logged errors: {text}")
+        else:
+            outcome.problems.append(f"{release} release logged errors: {text}")
+
+
+def run(old_commit: str, work_dir: Path, seed: int, *, tls: bool = False) -> list[StepOutcome]:
     rng = random.Random(seed)
     old_tree = work_dir / "old-tree"
     export_tree(old_commit, old_tree)
-    cluster = Cluster(work_dir, old_tree)
+    cluster = Cluster(work_dir, old_tree, tls=tls)
     work = Workload()
     steps: list[StepOutcome] = []
     try:
@@ -795,6 +906,8 @@ def run(old_commit: str, work_dir: Path, seed: int) -> list[StepOutcome]:
         pass
     finally:
         cluster.stop_all()
+    if steps and cluster.config_dir.exists():
+        note_log_problems(cluster, steps[-1])  # what the last stop logged
     return steps
 
 
@@ -803,6 +916,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--from", dest="rev", required=True, help="the old release's git revision")
     parser.add_argument("--seed", type=int, default=1, help="picks the sampled timestamps")
     parser.add_argument("--keep", action="store_true", help="keep the work directory")
+    parser.add_argument(
+        "--tls", action="store_true", help="the cluster with TLS (cluster init --tls)"
+    )
     args = parser.parse_args(argv)
     try:
         commit = resolve_revision(args.rev)
@@ -811,7 +927,7 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_NO_REVISION
     work_dir = Path(tempfile.mkdtemp(prefix="upgrade-check-"))
     print(f"upgrade-check: {args.rev} ({commit[:10]}) -> this tree; work dir {work_dir}")
-    steps = run(commit, work_dir, args.seed)
+    steps = run(commit, work_dir, args.seed, tls=args.tls)
     print(render_table(steps))
     failed = any(not s.ok for s in steps) or not steps or steps[-1].step != "restart all (new)"
     if failed or args.keep:
