@@ -14,6 +14,8 @@ more: tests/daemon/test_apply_version_members.py). This check runs two real rele
    code on the same data directory and config; after each step a DDL and a commit go through
    every node (so through old and new, leader and followers), and leadership is moved once to
    a new node while old ones follow;
+   the first node upgraded goes back to the old release once and is upgraded again (a
+   rollback before finalizing: the old release reads what the new one wrote);
 5. `cluster version --finalize` (the client's `finalize_apply_version`), then the same checks;
 6. every node stopped and started again on the new code, then the same checks.
 
@@ -900,6 +902,14 @@ def run(old_commit: str, work_dir: Path, seed: int, *, tls: bool = False) -> lis
                 cluster.start(node_id, "new")
                 upgraded.append(node_id)
                 step_checks(cluster, work, rng, o, f"up{len(upgraded)}")
+            if len(upgraded) == 1:
+                # Before finalizing, an operator may go back: the first new node returns to
+                # the old release (reading what the new one wrote) and is upgraded again.
+                for release in ("old", "new"):
+                    with recorded(steps, f"node {node_id} -> {release} again") as o:
+                        cluster.stop(node_id)
+                        cluster.start(node_id, release)
+                        step_checks(cluster, work, rng, o, f"again{release}")
             leader = cluster.wait_ready()
             if len(upgraded) == 2 and cluster.release[leader] == "old":
                 with recorded(steps, f"lead -> node {upgraded[0]} (new)") as o:
