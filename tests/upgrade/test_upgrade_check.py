@@ -4,6 +4,7 @@ releases and is not part of `make test`."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 from pathlib import Path
 
@@ -11,6 +12,7 @@ import pytest
 
 from tests.upgrade.upgrade_check import (
     EXIT_NO_REVISION,
+    Cluster,
     RevisionMissing,
     StepOutcome,
     differences,
@@ -131,3 +133,39 @@ def test_the_report_lists_steps_and_the_problems_of_failed_ones() -> None:
     assert lines[0].split()[:2] == ["step", "nodes"]
     assert "ok" in lines[2] and "FAILED" in lines[3]
     assert "[node 1 -> new] answers differ" in table
+
+
+def _cluster_with_log(tmp_path: Path, lines: list[dict[str, object]]) -> Cluster:
+    cluster = Cluster(tmp_path, tmp_path / "old-tree")
+    log = cluster.config_dir / "data" / "node-1" / "node.log"
+    log.parent.mkdir(parents=True)
+    log.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    return cluster
+
+
+def test_error_records_are_told_apart_by_the_release_whose_process_wrote_them(
+    tmp_path: Path,
+) -> None:
+    cluster = _cluster_with_log(
+        tmp_path,
+        [
+            {"level": "info", "pid": 7, "msg": "node started"},
+            {"level": "error", "pid": 7, "msg": "Exception in callback <f at 0x7f01>\nTraceback"},
+            {"level": "critical", "msg": "stopped on a fatal error"},  # a release without pids
+        ],
+    )
+    cluster.release_of_pid[7] = "new"
+    assert cluster.new_log_problems() == {
+        "new": ["node-1: Exception in callback <f>"],
+        "old": ["node-1: stopped on a fatal error"],
+    }
+    assert cluster.new_log_problems() == {}  # each record once
+
+
+def test_the_snapshots_a_node_holds_are_read_from_its_wal(tmp_path: Path) -> None:
+    cluster = Cluster(tmp_path, tmp_path / "old-tree")
+    wal = cluster.config_dir / "data" / "node-2" / "wal"
+    wal.mkdir(parents=True)
+    for name in ("snap-000000000000012c.snap", "snap-x.snap", "wal-0000000000000002.log"):
+        (wal / name).write_bytes(b"")
+    assert cluster.snapshot_indexes(2) == {300}
