@@ -94,6 +94,7 @@ NODE_LOCAL_FIELDS = frozenset(
 )
 WATCH_PAGES_MAX = 100
 BEHIND_SNAPSHOT_WAIT_S = 90.0
+CLI_TIMEOUT_S = 60.0
 # How many differences the report quotes in full.
 DIFFS_QUOTED_MAX = 12
 
@@ -269,6 +270,7 @@ class StepOutcome:
     nodes: str = ""  # e.g. "1:new* 2:old 3:old" (* leads)
     apply_version: str = ""
     writes: str = ""
+    cli: str = ""
     reads: str = ""
     problems: list[str] = field(default_factory=list)
     # Not failures: e.g. answers that differ only in fields a newer release added.
@@ -281,9 +283,9 @@ class StepOutcome:
 
 def render_table(steps: list[StepOutcome]) -> str:
     """The steps as a plain-text table, then each step's problems."""
-    header = ("step", "nodes (* leads)", "apply v", "writes", "reads compared", "outcome")
+    header = ("step", "nodes (* leads)", "apply v", "writes", "CLIs", "reads compared", "outcome")
     rows = [
-        (s.step, s.nodes, s.apply_version, s.writes, s.reads, "ok" if s.ok else "FAILED")
+        (s.step, s.nodes, s.apply_version, s.writes, s.cli, s.reads, "ok" if s.ok else "FAILED")
         for s in steps
     ]
     widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
@@ -667,6 +669,47 @@ def write_round(cluster: Cluster, work: Workload, step: str) -> tuple[str, list[
     return f"{done}/{len(actions) * len(cluster.procs)} ok", failures
 
 
+def cli_round(cluster: Cluster) -> tuple[str, list[str], list[str]]:
+    """Each release's CLI (an operator's, during the upgrade) against each node: `table
+    describe` (a read every node answers); and this tree's `cluster version` (asks every
+    member). The summary, the failures and the expected refusals."""
+    calls: list[tuple[str, Path, list[str], str]] = []
+    for release, tree in (("old", cluster.old_tree), ("new", NEW_TREE)):
+        for node_id in sorted(cluster.procs):
+            label = f"{release} CLI via node {node_id} ({cluster.release[node_id]})"
+            words = ["table", "describe", "sales.orders"]
+            calls.append((label, tree, words, cluster.endpoints[node_id]))
+    everyone = ",".join(cluster.endpoints[n] for n in sorted(cluster.procs))
+    calls.append(("new CLI cluster version", NEW_TREE, ["cluster", "version"], everyone))
+    failures: list[str] = []
+    notes: list[str] = []
+    for label, tree, words, endpoints in calls:
+        env = {
+            **Cluster._env(tree),
+            "METASTORE_ENDPOINTS": endpoints,
+            "METASTORE_TOKEN_FILE": str(cluster.config_dir / "secrets" / "admin.token"),
+        }
+        if cluster.tls:
+            env["METASTORE_CACERT"] = str(cluster.config_dir / "tls" / "ca.crt")
+        run = subprocess.run(
+            [*_CLI, "-o", "json", *words],
+            cwd=tree,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=CLI_TIMEOUT_S,
+            check=False,
+        )
+        if run.returncode != 0:
+            said = (run.stderr.strip() or run.stdout.strip()).splitlines()[-1:] or [""]
+            failure = f"{label}: `{' '.join(words)}` exit {run.returncode}: {said[0]}"
+            # Expected while every node runs a release from before apply versions (it knows
+            # no such op); the CLI must say so.
+            expected = "release from before apply versions" in said[0]
+            (notes if expected else failures).append(failure)
+    return f"{len(calls) - len(failures) - len(notes)}/{len(calls)} ok", failures, notes
+
+
 def _read(fn: Callable[[], dict[str, Any]]) -> Any:
     try:
         return fn()
@@ -852,6 +895,9 @@ def step_checks(
     leader = cluster.wait_ready()
     outcome.writes, failures = write_round(cluster, work, step)
     outcome.problems.extend(failures)
+    outcome.cli, failures, notes = cli_round(cluster)
+    outcome.problems.extend(failures)
+    outcome.notes.extend(f" {note}" for note in notes)
     leader = cluster.wait_ready()
     outcome.nodes = cluster.describe_nodes(leader)
     outcome.apply_version = apply_versions(cluster)
