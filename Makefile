@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 TEST_WORKERS ?= 2
 PYTEST_ARGS ?= -n $(TEST_WORKERS) --dist loadfile
 
-.PHONY: install install-bench test check fmt unit demo chaos bench bench-raft bench-catalog bench-gc bench-scale bench-spark bench-tls bench-snapmem bench-wal bench-raft-latency bench-ddl bench-apply sim clean
+.PHONY: install install-bench test check fmt unit demo chaos bench bench-raft bench-catalog bench-gc bench-scale bench-spark bench-tls bench-snapmem bench-wal bench-raft-latency bench-ddl bench-apply sim upgrade-check clean
 
 install: $(STAMP)
 
@@ -53,6 +53,13 @@ TLS ?= 0
 CHAOS_SEED_LIST = $(if $(filter command line environment,$(origin SEEDS)),$(SEEDS),1,2,3)
 chaos: install
 	CHAOS_SEEDS=$(CHAOS_SEED_LIST) CHAOS_DURATION_S=$(DURATION) CHAOS_FAULTS=$(FAULTS) CHAOS_TLS=$(TLS) $(BIN)/python -m pytest tests/chaos -q -s
+
+## upgrade-check: a rolling upgrade from the release FROM (a git revision, e.g. FROM=10532c2) to
+## this tree on real daemons: answers compared on every node after each step (README, "Rolling
+## upgrades"; tests/upgrade/upgrade_check.py). Not part of make test: a shallow clone lacks FROM
+upgrade-check: install
+	@test -n "$(FROM)" || { echo "usage: make upgrade-check FROM=<git revision>, e.g. FROM=10532c2" >&2; exit 2; }
+	$(BIN)/python -m tests.upgrade.upgrade_check --from "$(FROM)" $(UPGRADE_ARGS)
 
 ## bench: every benchmark; each prints a table and writes JSON under bench/results/
 bench: bench-raft bench-catalog bench-spark

@@ -124,8 +124,12 @@ from metastore.txn import (
 #    state without any is still written as format 8: records exist only from apply version 6,
 #    which every member's release must support first, so until then a snapshot sent to a node
 #    of the previous release (a rolling upgrade) stays one it reads.
+# Likewise a state at apply version 1 (the version format 7 loads as) is written as format 7:
+# a cluster upgraded from a release before apply versions stays at 1 until it is finalized,
+# and that release's nodes read format 7 at most (a snapshot a new leader sent one stopped it).
 SNAPSHOT_FORMAT_VERSION: Final = 9
 _SNAPSHOT_FORMAT_WITHOUT_MEMBER_CLIENTS: Final = 8
+_SNAPSHOT_FORMAT_AT_INITIAL_APPLY_VERSION: Final = 7
 _SNAPSHOT_KEYS_V1: Final = frozenset(
     {"v", "applied_index", "last_tm", "cluster", "catalog", "requests"}
 )
@@ -682,10 +686,14 @@ class MetastoreState:
 
     def to_snapshot(self) -> bytes:
         cluster = None if self.cluster is None else [self.cluster.dd_ms, self.cluster.cs_max_ms]
+        if self.member_clients:
+            version = SNAPSHOT_FORMAT_VERSION
+        elif self.apply_version > INITIAL_APPLY_VERSION:
+            version = _SNAPSHOT_FORMAT_WITHOUT_MEMBER_CLIENTS
+        else:
+            version = _SNAPSHOT_FORMAT_AT_INITIAL_APPLY_VERSION
         data: dict[str, object] = {
-            "v": SNAPSHOT_FORMAT_VERSION
-            if self.member_clients
-            else _SNAPSHOT_FORMAT_WITHOUT_MEMBER_CLIENTS,
+            "v": version,
             "applied_index": self.applied_index,
             "last_tm": self.last_tm,
             "cluster": cluster,
@@ -696,8 +704,9 @@ class MetastoreState:
             "jobs": self.jobs.to_data(),
             "requests": self.requests.to_data(),
             "revoked": self.revoked.to_data(),
-            "apply_version": self.apply_version,
         }
+        if version >= _SNAPSHOT_FORMAT_WITHOUT_MEMBER_CLIENTS:
+            data["apply_version"] = self.apply_version
         if self.member_clients:
             data["member_clients"] = self.member_clients.to_data()
         packed: bytes = msgpack.packb(data, use_bin_type=True)

@@ -130,6 +130,7 @@ from metastore.errors import (
     TlsFailedError,
     UnauthenticatedError,
     UnavailableError,
+    UnknownOpError,
     WatchStartCompactedError,
 )
 from raft.errors import FrameEncodeError, FrameTooLargeError, RaftError, TlsConfigError
@@ -1426,13 +1427,40 @@ class MetastoreClient:
 
     async def apply_version(self) -> dict[str, Any]:
         """The cluster's apply version and the newest each member's release supports."""
-        return await self.call("apply_version", {})
+        return await self._on_a_release_with_apply_versions("apply_version", {})
 
     async def finalize_apply_version(self, version: int | None = None) -> dict[str, Any]:
         """Move the apply version to `version` or, without it, to the newest every member
         supports (admin; idempotent; never moves back)."""
         args: dict[str, Any] = {} if version is None else {"version": version}
-        return await self.call("apply_version_finalize", args)
+        return await self._on_a_release_with_apply_versions("apply_version_finalize", args)
+
+    async def _on_a_release_with_apply_versions(
+        self, op: str, args: dict[str, Any]
+    ) -> dict[str, Any]:
+        """`op` as `call` runs it; a node of a release from before apply versions knows no
+        such op (UNKNOWN_OP, nothing done), which `call` does not fail over on: during a
+        rolling upgrade from that release each endpoint is then asked in turn, and when none
+        knows the op the error says why."""
+        try:
+            return await self.call(op, args)
+        except UnknownOpError:
+            pass
+        unreachable: dict[str, str] = {}
+        for endpoint in self.endpoints:
+            try:
+                return await self.call(op, args, endpoint)
+            except UnknownOpError:
+                continue
+            except UnavailableError as exc:
+                unreachable[endpoint] = exc.message
+        not_asked = f" (not reached: {_join_failures(unreachable)})" if unreachable else ""
+        raise UnknownOpError(
+            f"{op}: every node asked runs a release from before apply versions{not_asked}; "
+            "such a cluster applies version 1. Upgrade the nodes, then `metastore cluster "
+            "version --finalize`",
+            details={"op": op},
+        )
 
     async def status_all(self) -> list[EndpointResult]:
         """`status` of every endpoint, asked in parallel, each without failover."""

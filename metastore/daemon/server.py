@@ -694,6 +694,12 @@ class ApiServer:
             self._connections.add(task)
         try:
             await self._serve(reader, writer)
+        except asyncio.CancelledError:
+            # `stop` cancels every connection, and the connection ends here: not re-raised,
+            # since this task is asyncio's stream callback task, whose done callback calls
+            # `task.exception()`, which raises for a cancelled task (an error record with a
+            # traceback per connected client at every node stop).
+            return
         finally:
             if task is not None:
                 self._connections.discard(task)
