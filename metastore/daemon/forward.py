@@ -96,13 +96,20 @@ class _Link:
             fut: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
             self.pending[rid] = fut
             try:
-                self.writer.write(
-                    encode_frame(
-                        {"id": rid, "op": op, "args": dict(args)},
-                        max_frame_bytes=L.CLIENT_FRAME_BYTES_MAX,
-                    )
+                frame = encode_frame(
+                    {"id": rid, "op": op, "args": dict(args)},
+                    max_frame_bytes=L.CLIENT_FRAME_BYTES_MAX,
                 )
-                await self.writer.drain()
+                try:
+                    self.writer.write(frame)
+                    await self.writer.drain()
+                except RuntimeError as exc:
+                    # uvloop refuses a write on a transport the leader already closed, before
+                    # read_loop has seen the end of the stream: a lost connection (UNAVAILABLE
+                    # in `call`), not an internal error.
+                    self.pending.pop(rid, None)
+                    self.close()
+                    raise ConnectionResetError(f"connection to the leader closed: {exc}") from None
                 return await fut
             finally:
                 self.pending.pop(rid, None)

@@ -12,14 +12,18 @@ through a userspace TCP proxy between every ordered pair of nodes (tests/chaos/n
 the leader partitioned away, a follower partitioned away, a one-way partition of the leader,
 50-200 ms of delay on every link, and connections reset at random. Workload: atomic two-table
 commits of unique files, DDL (ADD COLUMN), file reads AS OF acknowledged commit timestamps on
-every node, each node's status, and - while a node is cut off - commits and linearizable reads
-sent to that node alone.
+every node, linearizable reads of the tables' current files on every node, each node's status,
+and - while a node is cut off - commits and linearizable reads sent to that node alone.
 
 Checkers:
 * no acknowledged commit lost: the final log has it, at the acknowledged ts, with its files;
 * no file of a refused commit is visible; a commit with an unknown outcome is all or nothing
   (both tables, or neither) - the tables of one commit appear together;
-* real-time order: a commit acknowledged before another was sent has the smaller ts;
+* linearizability (tests/chaos/linearizability.py): commits in ts order respect real time
+  (unknown ones that applied too); every linearizable read of a table's current files (per
+  node: `read_ts`, then `files` without `as_of`) returned a gap-free prefix of that order at a
+  point inside its real-time window, later reads saw no less, and every AS OF read returned
+  exactly the commits at or below its ts;
 * every node gave the same answer for the same timestamp, equal to the final state's;
 * no acknowledged DDL lost;
 * safe time never decreased on any node while it reported ready, across its restarts;
@@ -75,6 +79,7 @@ from metastore.daemon.node import (
 )
 from metastore.errors import ErrorCode, MetastoreError
 from raft.tls import ClientTls, client_context
+from tests.chaos.linearizability import CommitOp, ReadOp, check_history, format_violations
 from tests.chaos.netproxy import NetProxy, PairStats
 from tests.daemon.harness import MetastoreCluster, write_cluster
 
@@ -166,7 +171,13 @@ class Isolation:
 class History:
     commits: dict[str, dict[str, Any]] = field(default_factory=dict)  # txn id -> op
     ddls: list[dict[str, Any]] = field(default_factory=list)
-    reads: list[tuple[int, str, int, frozenset[str]]] = field(default_factory=list)
+    # Reads AS OF an acknowledged commit's ts: (node, table, ts, paths, t0, t1)
+    reads: list[tuple[int, str, int, frozenset[str], float, float]] = field(default_factory=list)
+    # Linearizable reads of a table's current files (`read_ts`, then `files` without `as_of`):
+    # (node, table, as_of the answer names, paths, t0, t1)
+    lin_reads: list[tuple[int, str, int, frozenset[str], float, float]] = field(
+        default_factory=list
+    )
     # Safe time samples per (node, member incarnation): a member removed, wiped and added
     # back is a new member (a fresh identity) under the same node id; see docs/chaos.md.
     safe_times: dict[tuple[int, int], list[int]] = field(default_factory=dict)
@@ -405,14 +416,51 @@ def _reader(c: MetastoreCluster, h: History, stop: threading.Event, seed: int) -
                     continue
                 ts = rng.choice(acked)
                 table = rng.choice(TABLES)
+                t0 = time.monotonic()
                 try:
                     files = client.files(table, as_of=ts)["files"]
                 except Exception as exc:  # noqa: BLE001 - judged by the checker
                     _read_error(h, node, "files", exc)
                     continue
+                paths = frozenset(f["path"] for f in files)
                 with h.lock:
-                    h.reads.append((node, table, ts, frozenset(f["path"] for f in files)))
+                    h.reads.append((node, table, ts, paths, t0, time.monotonic()))
             time.sleep(0.05)
+    finally:
+        for client in clients.values():
+            client.close()
+
+
+def _linearizable_reader(c: MetastoreCluster, h: History, stop: threading.Event) -> None:
+    """Linearizable reads of a table's current files on every node in turn (through the proxy
+    pairs "reader->i"), as `metastore table files` does by default (`--consistency l`): the
+    leader's `read_ts` (after a ReadIndex; a follower asks the leader), then `files` without
+    `as_of` on the node, which reads at its safe time once that reached the `read_ts` (sent as
+    `min_ts`). Each answer is recorded with the position it names (`as_of`) and its times for
+    the linearizability checker (tests/chaos/linearizability.py). (The client's floors are
+    the process's, so a commit acknowledged to the committers also raises `min_ts`: the
+    `read_ts` matters for what was acknowledged elsewhere, such as commits whose outcome the
+    committers never learnt.)"""
+    clients = {i: _reader_client(c, i, 1_500) for i in c.ids}
+    n = 0
+    try:
+        while not stop.is_set():
+            for node, client in clients.items():
+                n += 1
+                table = TABLES[n % len(TABLES)]
+                t0 = time.monotonic()
+                try:
+                    client.read_ts()
+                    reply = client.files(table)
+                except Exception as exc:  # noqa: BLE001 - judged by the checker
+                    _read_error(h, node, "linearizable files", exc)
+                    continue
+                paths = frozenset(f["path"] for f in reply["files"])
+                with h.lock:
+                    h.lin_reads.append(
+                        (node, table, int(reply["as_of"]), paths, t0, time.monotonic())
+                    )
+            stop.wait(0.2)  # modest: the machine has 2 cores and the other readers run too
     finally:
         for client in clients.values():
             client.close()
@@ -1474,6 +1522,7 @@ def test_chaos_history_is_consistent(tmp_path: Path, seed: int) -> None:
             (_committer, (c, h, stop, "w1")),
             (_ddl, (c, h, stop)),
             (_reader, (c, h, stop, seed)),
+            (_linearizable_reader, (c, h, stop)),
             (_gc_writer, (c, h, stop, location)),
             (_protector, (c, h, stop, seed, location)),
             (_leaser, (c, h, stop, seed)),
@@ -1548,10 +1597,10 @@ def _check(c: MetastoreCluster, h: History, seed: int, schedule: list[str], loca
                 assert not any(present), (
                     f"refused commit {op['txn_id']} visible ({op['code']}, {op['details']}) {where}"
                 )
-        _check_real_time_order(acked, where)
+        lin = _check_linearizable(final, h, now_ts, where)
         # The same answer on every node for the same timestamp, equal to the final one.
         finals: dict[tuple[str, int], frozenset[str]] = {}
-        for node, table, ts, paths in h.reads:
+        for node, table, ts, paths, _t0, _t1 in h.reads:
             key = (table, ts)
             if key not in finals:
                 finals[key] = frozenset(f["path"] for f in final.files(table, as_of=ts)["files"])
@@ -1586,7 +1635,7 @@ def _check(c: MetastoreCluster, h: History, seed: int, schedule: list[str], loca
             f"chaos seed {seed} ({FAULTS}{', TLS' if TLS else ''}): commits ok/fail/unknown "
             f"{outcomes.count('ok')}/{outcomes.count('fail')}/{outcomes.count('unknown')}, "
             f"DDL ok {sum(o['outcome'] == 'ok' for o in h.ddls)}/{len(h.ddls)}, "
-            f"reads {len(h.reads)} ({failed_reads}), {pts}, {leases}, "
+            f"reads {len(h.reads)} ({failed_reads}), {lin}, {pts}, {leases}, "
             f"re-added members' safe time behind their old one by (ms) {h.safe_time_back_ms}, "
             f"ops sent to cut-off nodes {probed} (none acknowledged), "
             f"terms {sorted(h.terms)}, faults {h.faults}"
@@ -1707,22 +1756,78 @@ def _check_leases(final: SyncMetastoreClient, h: History, where: str) -> str:
     return f"leases {len(h.leases)} held ({windows} windows), DDL blocked {h.ddl_blocked} times"
 
 
-def _check_real_time_order(acked: list[dict[str, Any]], where: str) -> None:
-    """A commit acknowledged before another commit was sent has the smaller ts (commit ts
-    strictly increase in log order, and the later one is appended after the earlier one
-    committed)."""
-    by_end = sorted(acked, key=lambda o: o["t1"])
-    i = 0
-    latest: dict[str, Any] | None = None  # the largest ts among commits acked so far
-    for op in sorted(acked, key=lambda o: o["t0"]):
-        while i < len(by_end) and by_end[i]["t1"] < op["t0"]:
-            if latest is None or by_end[i]["ts"] > latest["ts"]:
-                latest = by_end[i]
-            i += 1
-        assert latest is None or op["ts"] > latest["ts"], (
-            f"{op['txn_id']} (ts {op['ts']}) was sent after {latest['txn_id']} was acknowledged "
-            f"(ts {latest['ts']}) but is ordered before it {where}"
+def _txn_of(path: str) -> str:
+    """The txn id of a commit's file (`_txn/<txn id>/<table>.parquet`, see `_commit`)."""
+    parts = path.split("/")
+    return parts[1] if len(parts) == 3 and parts[0] == "_txn" else f"<not a commit's file: {path}>"
+
+
+def _check_linearizable(final: SyncMetastoreClient, h: History, now_ts: int, where: str) -> str:
+    """The whole history against the final state with the linearizability checker
+    (tests/chaos/linearizability.py): commits in ts order respect real time (unknown ones that
+    applied too), every linearizable read of current files returned a gap-free prefix of that
+    order at a point inside its real-time window, later reads never saw less, and every AS OF
+    read returned exactly the commits at or below its ts. The final state (files at `now_ts`,
+    with the ts that added each) says which commits happened and at which ts."""
+    applied: dict[str, int] = {}
+    for table in TABLES:
+        for f in final.files(table, as_of=now_ts)["files"]:
+            txn_id, ts = _txn_of(f["path"]), int(f["added_ts"])
+            assert applied.setdefault(txn_id, ts) == ts, (
+                f"{txn_id}'s files carry two commit ts: {applied[txn_id]} and {ts} {where}"
+            )
+    with h.lock:
+        ops = list(h.commits.values())
+        as_of_reads = list(h.reads)
+        lin_reads = list(h.lin_reads)
+    commits = [
+        CommitOp(
+            op["txn_id"],
+            frozenset(TABLES),
+            op["t0"],
+            op.get("t1", float("inf")),  # a worker stuck past the join: no answer
+            op["outcome"],
+            op.get("ts"),
         )
+        for op in ops
+    ]
+    reads = [
+        ReadOp(
+            f"lin{n}",
+            "linearizable-reader",
+            table,
+            t0,
+            t1,
+            frozenset(_txn_of(p) for p in paths),
+            "linearizable",
+            as_of,
+            node,
+        )
+        for n, (node, table, as_of, paths, t0, t1) in enumerate(lin_reads)
+    ] + [
+        ReadOp(
+            f"asof{n}",
+            "as-of-reader",
+            table,
+            t0,
+            t1,
+            frozenset(_txn_of(p) for p in paths),
+            "as_of",
+            ts,
+            node,
+        )
+        for n, (node, table, ts, paths, t0, t1) in enumerate(as_of_reads)
+    ]
+    violations = check_history(commits, reads, applied)
+    assert not violations, (
+        f"the history is not linearizable ({len(violations)} violations):\n"
+        f"{format_violations(violations)}\n{where}"
+    )
+    assert lin_reads, f"no linearizable read was answered {where}"
+    return (
+        f"linearizable: {len(lin_reads)} current-files reads and {len(as_of_reads)} AS OF "
+        f"reads against {len(applied)} applied commits in ts order"
+    )
 
 
 def _check_isolated(h: History, where: str) -> int:

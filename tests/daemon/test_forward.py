@@ -294,3 +294,41 @@ async def test_a_leader_reply_past_the_item_budget_closes_the_link() -> None:
     finally:
         await forwarder.close()
         await node.stop()
+
+
+async def test_a_send_on_a_link_the_leader_already_closed_is_unavailable(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The leader closed the connection right after accepting it (a reset, a crash), before the
+    # link's reader task saw the end of the stream: the hello's write meets a closed transport.
+    # uvloop (the daemon's loop) raises RuntimeError there, which the forward let through as
+    # INTERNAL - a non-retryable answer to a read a client should simply retry elsewhere (seen
+    # by the chaos suite's linearizable reader, seed 4: `read_ts` on a follower -> INTERNAL).
+    class ClosedWriter:
+        def write(self, data: bytes) -> None:
+            raise RuntimeError(
+                "unable to perform operation on <TCPTransport closed=True reading=False>; "
+                "the handler is closed"
+            )
+
+        async def drain(self) -> None:
+            return None
+
+        def close(self) -> None:
+            return None
+
+        def get_extra_info(self, name: str, default: Any = None) -> Any:
+            return default
+
+    async def open_connection(*_args: Any, **_kwargs: Any) -> tuple[Any, Any]:
+        reader = asyncio.StreamReader()
+        reader.feed_eof()  # the leader has gone; the reader task has not run yet
+        return reader, ClosedWriter()
+
+    monkeypatch.setattr(asyncio, "open_connection", open_connection)
+    forwarder = LeaderForwarder(addresses={2: ("127.0.0.1", 1)}, clock=HybridClock(SystemClock()))
+    try:
+        with pytest.raises(UnavailableError, match="cannot reach node 2"):
+            await forwarder.call(2, TOKEN, "read_ts", {}, timeout_ms=5000)
+    finally:
+        await forwarder.close()
