@@ -129,3 +129,27 @@ def _null_paths(array: pa.Array, dtype: M.DataType, path: str) -> list[str]:
             found.extend(_null_paths(array.keys.slice(start, length), key, f"{path}.key"))
             found.extend(_null_paths(array.items.slice(start, length), value, f"{path}.value"))
     return found
+
+
+def with_nested_nullability(array: pa.Array, target: pa.DataType) -> pa.Array:
+    """`array` (of `target`'s layout and types, nested fields maybe nullable where `target`'s
+    are not) as an array of `target`, rebuilt around the same children, validity and offsets.
+    For a file that holds a NOT NULL nested field as nullable (the bridge's Spark writes the
+    output's nullability; writers check the values): under a NULL struct or list element its
+    slots are NULL, which pyarrow's cast and view refuse for a NOT NULL field, though no row
+    holds a NULL there."""
+    if array.type == target:
+        return array
+    if pa.types.is_struct(target):
+        children = [with_nested_nullability(array.field(i), f.type) for i, f in enumerate(target)]
+        return pa.StructArray.from_arrays(children, fields=list(target), mask=array.is_null())
+    if pa.types.is_map(target):
+        offsets, start, length = _list_parts(array)
+        keys = with_nested_nullability(array.keys.slice(start, length), target.key_type)
+        items = with_nested_nullability(array.items.slice(start, length), target.item_type)
+        return pa.MapArray.from_arrays(offsets, keys, items, type=target, mask=array.is_null())
+    if pa.types.is_list(target):
+        offsets, start, length = _list_parts(array)
+        values = with_nested_nullability(array.values.slice(start, length), target.value_type)
+        return pa.ListArray.from_arrays(offsets, values, type=target, mask=array.is_null())
+    return array

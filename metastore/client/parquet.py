@@ -51,7 +51,7 @@ import pyarrow.parquet as pq
 from metastore import types as M
 from metastore.client.defaults import DefaultNotEvaluableError, default_array
 from metastore.client.java_lower import java_lower_root
-from metastore.client.nested_values import map_strings
+from metastore.client.nested_values import map_strings, with_nested_nullability
 from metastore.errors import InvalidArgumentError, MetastoreError
 
 # The key under which pyarrow exposes a Parquet column's field id (as Spark writes it).
@@ -376,7 +376,13 @@ def _conform(
             if column.type != field.type:
                 # Nested fields by name, as Spark matches them: the cast then finds each.
                 named = _nested_names_as_pinned(column.type, field.type, path)
-                column = (column if named == column.type else column.view(named)).cast(field.type)
+                column = column if named == column.type else column.view(named)
+                # Cast with every nested field nullable, then rebuilt as pinned: a file may hold
+                # a NOT NULL field as nullable (the bridge's Spark writes the output's
+                # nullability; writers check the values), whose slots under a NULL struct or
+                # element are NULL, which pyarrow's cast and view refuse for a NOT NULL field.
+                relaxed = _nullable_everywhere(field.type)
+                column = with_nested_nullability(column.cast(relaxed), field.type)
             arrays.append(column)
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
             raise DataFileUnreadableError(
@@ -399,6 +405,26 @@ def _padded_on_read(values: pa.Array, dtype: M.VarcharType | M.CharType, path: s
     if not isinstance(dtype, M.CharType):
         return values
     return pc.utf8_rpad(values, width=int(dtype.length), padding=" ")
+
+
+def _nullable_everywhere(dtype: pa.DataType) -> pa.DataType:
+    """`dtype` with every nested field (struct fields, list elements, map items) nullable: the
+    same layout, which `with_nested_nullability` rebuilds as `dtype`."""
+    if pa.types.is_struct(dtype):
+        return pa.struct(
+            [pa.field(f.name, _nullable_everywhere(f.type), True, f.metadata) for f in dtype]
+        )
+    if pa.types.is_map(dtype):
+        return pa.map_(
+            dtype.key_field.with_type(_nullable_everywhere(dtype.key_type)),
+            dtype.item_field.with_type(_nullable_everywhere(dtype.item_type)).with_nullable(True),
+            keys_sorted=dtype.keys_sorted,
+        )
+    if pa.types.is_list(dtype):
+        return pa.list_(
+            dtype.value_field.with_type(_nullable_everywhere(dtype.value_type)).with_nullable(True)
+        )
+    return dtype
 
 
 def _nested_names_as_pinned(file_type: pa.DataType, pinned: pa.DataType, path: str) -> pa.DataType:

@@ -511,3 +511,37 @@ def test_a_null_in_a_nested_not_null_field_fails_the_append_naming_its_path(
         ) as info:
             writer._write_file(iter([row]))
         assert info.value.field_path == path
+
+
+def test_a_not_null_nested_field_stored_nullable_reads_under_null_structs(tmp_path: Path) -> None:
+    """The bridge's Spark writes a NOT NULL nested field as nullable when the output declared it
+    so (its values are checked as they are written), and Parquet stores the field's slot under
+    a NULL struct or list element as NULL: pyarrow's cast to the pinned NOT NULL field refused
+    the whole file ("field 'x' ... has nulls"), so format("metastore") and `table read` could
+    not read what the bridge wrote."""
+    element = pa.StructArray.from_arrays(
+        [pa.array([5, None], pa.int32())], names=["x"], mask=pa.array([False, True])
+    )
+    listed = pa.ListArray.from_arrays(pa.array([0, 2, 2], pa.int32()), element)
+    struct = pa.StructArray.from_arrays(
+        [pa.array([1, None], pa.int32())], names=["a"], mask=pa.array([False, True])
+    )
+    schema = pa.schema(
+        [
+            pa.field("l", listed.type, metadata={FIELD_ID_KEY: b"1"}),
+            pa.field("s", struct.type, metadata={FIELD_ID_KEY: b"2"}),
+        ]
+    )
+    path = tmp_path / "bridge.parquet"
+    pq.write_table(pa.Table.from_arrays([listed, struct], schema=schema), path)
+    wire = [
+        {"field_id": 1, "name": "l", "type": "ARRAY<STRUCT<x: INT NOT NULL>>", "nullable": True},
+        {"field_id": 2, "name": "s", "type": "STRUCT<a: INT NOT NULL>", "nullable": True},
+    ]
+    columns = [PinnedColumn.from_wire(c) for c in wire]
+    batches = list(file_batches(str(path), columns))
+    assert [r for b in batches for r in b.to_pylist()] == [
+        {"l": [{"x": 5}, None], "s": {"a": 1}},
+        {"l": [], "s": None},
+    ]
+    assert batches[0].schema.field("l").type.value_type.field("x").nullable is False

@@ -544,19 +544,32 @@ def test_nullable_input_for_nested_not_null_fields_is_checked_per_row(env: Spark
     with bridge.batch(writes=[NESTED_STRICT]) as b:
         b.write(NESTED_STRICT, env.spark.createDataFrame(rows, NESTED_STRICT_INPUT))
     assert b.report.commit_ts is not None
-    back = bridge.read_table(NESTED_STRICT, as_of=b.report.commit_ts)
-    assert sorted(
-        (
-            r.id,
-            r.s and tuple(r.s),
-            r.l and [e and tuple(e) for e in r.l],
-            r.m and {k: v and tuple(v) for k, v in r.m.items()},
-        )
-        for r in back.collect()
-    ) == [
+    expected = [
         (1, (1, None), [(5,), None], {"k": (7,), "n": None}),
         (2, None, None, None),
     ]
+    # Read back by the bridge and by the pyarrow reader (format("metastore"), the CLI's): the
+    # files hold these fields as nullable (Spark wrote the output's nullability).
+    bridge_read = bridge.read_table(NESTED_STRICT, as_of=b.report.commit_ts)
+    arrow_read = (
+        env.spark.read.format("metastore")
+        .option("table", NESTED_STRICT)
+        .option("as_of", str(b.report.commit_ts))
+        .load()
+    )
+    for back in (bridge_read, arrow_read):
+        assert (
+            sorted(
+                (
+                    r.id,
+                    r.s and tuple(r.s),
+                    r.l and [e and tuple(e) for e in r.l],
+                    r.m and {k: v and tuple(v) for k, v in r.m.items()},
+                )
+                for r in back.collect()
+            )
+            == expected
+        )
 
     # A NULL in a NOT NULL nested field fails the batch with a typed error naming the field.
     from spark_bridge.conform import NotNullViolationError
