@@ -76,6 +76,7 @@ from raft.tls import ClientTls
 from spark_bridge.conform import (
     by_name_struct,
     conform,
+    not_null_violation,
     pad_chars_on_read,
     pinned_struct,
     write_columns,
@@ -1727,9 +1728,17 @@ class BatchContext:
         # Count the rows Spark writes, as the write runs (Spark completes the observation
         # before `parquet()` returns), to check the files the driver then finds against it.
         written = Observation()
-        shaped.observe(written, F.count(F.lit(1)).alias("rows")).write.mode(
-            "errorifexists"
-        ).parquet(abs_dir)
+        try:
+            shaped.observe(written, F.count(F.lit(1)).alias("rows")).write.mode(
+                "errorifexists"
+            ).parquet(abs_dir)
+        except Exception as exc:
+            # A NULL reached a NOT NULL column or nested field (conform's per-row check failed
+            # the job): the typed error naming it, instead of Spark's USER_RAISED_EXCEPTION.
+            violation = not_null_violation(exc, table, pin.write_columns)
+            if violation is None:
+                raise
+            raise violation from exc
         try:
             files = collect_files(pin.location, rel_dir)
         except (FileNotFoundError, ValueError) as exc:

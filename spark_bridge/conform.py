@@ -12,12 +12,17 @@ Rules (what a data engineer expects from Iceberg/Delta writers):
   varchar/char→string, NullType from a bare `lit(None)` to anything); anything else is refused;
   a struct is cast field by field by position (Spark's rule), so its fields must be the pinned
   ones in the pinned order, else it is refused (never a cast that swaps fields' values);
-* a VARCHAR(n)/CHAR(n) column (STRING in the DataFrame) is checked row by row on the executors
-  for values longer than n characters, as Spark checks a table write (trailing spaces beyond n
-  are trimmed, as Spark does), and a CHAR(n) value shorter than n is padded with spaces to n,
-  as Spark stores it;
-* NOT NULL columns are checked row by row on the executors (`raise_error`), because Parquet
-  writers do not enforce nullability;
+* a VARCHAR(n)/CHAR(n) value (STRING in the DataFrame), at the top level or inside a struct,
+  array or map (keys too), is checked row by row on the executors for values longer than n
+  characters, as Spark checks a table write (trailing spaces beyond n are trimmed, as Spark
+  does), and a CHAR(n) value shorter than n is padded with spaces to n, as Spark stores it;
+* NOT NULL columns and NOT NULL struct fields (inside arrays and maps too) are checked row by
+  row on the executors (`raise_error`), because Parquet writers do not enforce nullability. As
+  Spark's own table writes, output merely declared nullable is accepted for them (a column or
+  field of a join, a file read, `createDataFrame`); a NULL actually reaching one fails the job,
+  which the bridge reports as NotNullViolationError naming the field's path (`s.a`,
+  `l.element.x`, `m.value.y`). A NULL struct (array, map) holds no NULL field: only the fields
+  of a struct that is there are checked, as Spark checks them;
 * the result has exactly the pinned column order and carries each column's field id in the
   StructField metadata (`parquet.field.id`), so Spark writes Parquet field ids and a later read
   by field id survives renames.
@@ -39,7 +44,9 @@ from typing import TYPE_CHECKING, Any
 from metastore.java_case import java_case_key
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
+    from collections.abc import Callable
+
+    from pyspark.sql import Column, DataFrame
     from pyspark.sql.types import DataType, StructType
 
 FIELD_ID_KEY = "parquet.field.id"
@@ -51,6 +58,81 @@ class SchemaMismatchError(ValueError):
     """The output cannot be made to match the pinned schema. Nothing was written."""
 
     code = "SCHEMA_MISMATCH"
+
+
+class NotNullViolationError(SchemaMismatchError):
+    """A row carried NULL into a NOT NULL column or NOT NULL nested field of `table`:
+    `field_path` names it (`id`, `s.a`, `l.element.x`, `m.value.y`, as Spark names nested
+    fields). Found by the write's Spark job (or a data source task), which then failed: nothing
+    of the batch (append) commits."""
+
+    code = "NOT_NULL_VIOLATION"
+
+    def __init__(self, message: str, *, table: str, field_path: str) -> None:
+        super().__init__(message)
+        self.table = table
+        self.field_path = field_path
+
+
+def null_message(table: str, path: str, *, top_level: bool) -> str:
+    """What the executors raise for a NULL in the NOT NULL column or field `path` of `table`
+    (`not_null_violation` finds the path in it again)."""
+    if top_level:
+        return f"NULL in NOT NULL column {table}.{path}"
+    return f"NULL in NOT NULL field {table}.{path}"
+
+
+def not_null_paths(columns: list[dict[str, Any]]) -> list[str]:
+    """The paths of the NOT NULL columns and NOT NULL nested fields of `columns`, as
+    `null_message` names them: the column's name, then `.field`, `.element`, `.key`, `.value`
+    down to the field."""
+    from metastore import types as M
+
+    found: list[str] = []
+
+    def walk(t: M.DataType, path: str) -> None:
+        match t:
+            case M.StructType(fields=fs):
+                for f in fs:
+                    if not f.nullable:
+                        found.append(f"{path}.{f.name}")
+                    walk(f.type, f"{path}.{f.name}")
+            case M.ArrayType(element=e):
+                walk(e, f"{path}.element")
+            case M.MapType(key=k, value=v):
+                walk(k, f"{path}.key")
+                walk(v, f"{path}.value")
+
+    for c in columns:
+        if not c["nullable"]:
+            found.append(str(c["name"]))
+        walk(M.parse_type(str(c["type"])), str(c["name"]))
+    return found
+
+
+def not_null_violation(
+    error: BaseException, table: str, columns: list[dict[str, Any]]
+) -> NotNullViolationError | None:
+    """The NotNullViolationError a failed write of `table` (conformed to `columns`) reports,
+    when its Spark job failed at a NOT NULL check of `conform`; else None. The path is the
+    longest of the table's NOT NULL paths the message names (a name may hold dots)."""
+    text = str(error)
+    named = [
+        (path, top_level)
+        for path in not_null_paths(columns)
+        for top_level in (True, False)
+        if null_message(table, path, top_level=top_level) in text
+    ]
+    if not named:
+        return None
+    path, top_level = max(named, key=lambda found: len(found[0]))
+    return NotNullViolationError(
+        f"{null_message(table, path, top_level=top_level)}: a row of the output carries NULL "
+        "there; nothing was committed (Spark's table writes fail the same way: NULL value "
+        "appeared in non-nullable field)",
+        table=table,
+        field_path=path,
+    )
 
 
 def spark_type(type_sql: str) -> DataType:
@@ -195,13 +277,12 @@ def _widening_ok(src: DataType, dst: DataType) -> bool:
         # Spark casts a struct to a struct by position, not by name: the output's fields must
         # be the pinned ones in the pinned order (names case-insensitively), else the cast would
         # move values into other fields (struct<b, a> into struct<a, b>) or fail in Spark's
-        # analyzer (a field missing; a nullable field into a NOT NULL one).
+        # analyzer (a field missing). A nullable field fits a NOT NULL one: its values are
+        # checked per row (`_null_checks`), as Spark's table writes check them.
         if len(src.fields) != len(dst.fields):
             return False
         return all(
-            java_case_key(s.name) == java_case_key(f.name)
-            and (f.nullable or not s.nullable)
-            and _widening_ok(s.dataType, f.dataType)
+            java_case_key(s.name) == java_case_key(f.name) and _widening_ok(s.dataType, f.dataType)
             for s, f in zip(src.fields, dst.fields, strict=True)
         )
     return False
@@ -237,6 +318,8 @@ def conform(df: DataFrame, table: str, columns: list[dict[str, Any]]) -> DataFra
 def _projection(schema: StructType, table: str, columns: list[dict[str, Any]]) -> list[Any]:
     from pyspark.sql import functions as F
 
+    from metastore import types as M
+
     target = pinned_struct(columns)
     # Names as Spark's analyzer matches them (Java's equalsIgnoreCase), not casefold: `straße`
     # and `STRASSE` are two columns (siblings since apply version 7).
@@ -263,7 +346,7 @@ def _projection(schema: StructType, table: str, columns: list[dict[str, Any]]) -
         if src is None:
             default = defaults.get(java_case_key(f.name))
             if default:
-                col = F.expr(default).cast(f.dataType)
+                col = F.expr(default).cast(_nullable_as(None, f.dataType))
             elif f.nullable:
                 col = F.lit(None).cast(f.dataType)
             else:
@@ -282,33 +365,232 @@ def _projection(schema: StructType, table: str, columns: list[dict[str, Any]]) -
                     )
                 )
             # Quoted whole, embedded backquotes doubled: a name may hold dots and backquotes.
-            col = F.col("`" + src.name.replace("`", "``") + "`")
+            col = F.col(_quoted(src.name))
             if src.dataType != f.dataType:
-                col = col.cast(f.dataType)
+                # Nested fields keep the output's nullability where it is wider: Spark's cast
+                # refuses a nullable field into a NOT NULL one, whose values are checked below.
+                col = col.cast(_nullable_as(src.dataType, f.dataType))
+        pinned_type = M.parse_type(str(c["type"]))
         # VARCHAR(n)/CHAR(n) are STRING here (`spark_type`): their length limit is checked per
         # row, as Spark checks it on a table write, instead of committing a longer value. Spark
         # trims trailing spaces beyond n ('ab   ' is stored 'ab ' in a VARCHAR(3), measured
         # with pyspark 4) and refuses anything else beyond n; rtrim trims spaces only.
         # CHAR(n) is then padded with spaces to n, as Spark stores it ('a' is 'a  ' in a
-        # CHAR(3), a filled DEFAULT too; NULL stays NULL); VARCHAR(n) is not padded.
-        length = char_length(str(c["type"]))
-        if length is not None:
-            kept = F.substring(col, 1, length)
-            if is_char(str(c["type"])):
-                kept = F.rpad(kept, length, " ")
-            col = F.when(
-                F.length(F.rtrim(col)) > length,
-                F.raise_error(
-                    F.lit(f"a value longer than {length} characters in {table}.{f.name}")
-                ),
-            ).otherwise(kept)
+        # CHAR(3), a filled DEFAULT too; NULL stays NULL); VARCHAR(n) is not padded. The same
+        # inside structs, arrays and maps (keys too), as Spark's writes do (pyspark 4.3).
+        col = _map_strings(col, pinned_type, _write_side(table), f.name)
+        # NOT NULL nested fields, where the output's field can hold NULL (a filled DEFAULT is
+        # checked whole; a filled NULL holds no field).
+        checks = _null_checks(None if src is None else src.dataType, pinned_type, f.name)
+        if src is None and not defaults.get(java_case_key(f.name)):
+            checks = []
+        if checks:
+            col = _fail_when(
+                col, [(p, null_message(table, path, top_level=False)) for p, path in checks]
+            )
         # NOT NULL is checked per row, unless the output column cannot hold NULL anyway.
         if not f.nullable and (src is None or src.nullable):
             col = F.when(
-                col.isNull(), F.raise_error(F.lit(f"NULL in NOT NULL column {table}.{f.name}"))
+                col.isNull(),
+                F.raise_error(F.lit(null_message(table, f.name, top_level=True))),
             ).otherwise(col)
         exprs.append(col.alias(f.name, metadata=f.metadata))
     return exprs
+
+
+def _quoted(name: str) -> str:
+    """`name` as a Spark column reference (or `withField` name): quoted whole, embedded
+    backquotes doubled, so dots and backquotes in it stay part of the name."""
+    return "`" + name.replace("`", "``") + "`"
+
+
+def _nullable_as(src: DataType | None, dst: DataType) -> DataType:
+    """`dst` with each nested struct field nullable where the output's field (`src`, matched
+    by position as Spark's cast matches it; None: unknown, so every one) is: the type conform
+    casts the output to. Spark refuses to cast a nullable field into a NOT NULL one; conform
+    checks those values per row instead (`_null_checks`), as Spark's table writes do. Where the
+    output's field is NOT NULL too, the pinned nullability is kept."""
+    from pyspark.sql import types as T
+
+    if isinstance(dst, T.StructType):
+        fields = src.fields if isinstance(src, T.StructType) else [None] * len(dst.fields)
+        return T.StructType(
+            [
+                T.StructField(
+                    f.name,
+                    _nullable_as(None if s is None else s.dataType, f.dataType),
+                    f.nullable or s is None or s.nullable,
+                    f.metadata,
+                )
+                for s, f in zip(fields, dst.fields, strict=True)
+            ]
+        )
+    if isinstance(dst, T.ArrayType):
+        element = src.elementType if isinstance(src, T.ArrayType) else None
+        return T.ArrayType(_nullable_as(element, dst.elementType), True)
+    if isinstance(dst, T.MapType):
+        key = src.keyType if isinstance(src, T.MapType) else None
+        value = src.valueType if isinstance(src, T.MapType) else None
+        return T.MapType(_nullable_as(key, dst.keyType), _nullable_as(value, dst.valueType), True)
+    return dst
+
+
+def _has_strings_to_map(t: Any) -> bool:
+    """Whether the metastore type `t` holds a VARCHAR(n) or CHAR(n) anywhere."""
+    from metastore import types as M
+
+    match t:
+        case M.VarcharType() | M.CharType():
+            return True
+        case M.StructType(fields=fs):
+            return any(_has_strings_to_map(f.type) for f in fs)
+        case M.ArrayType(element=e):
+            return _has_strings_to_map(e)
+        case M.MapType(key=k, value=v):
+            return _has_strings_to_map(k) or _has_strings_to_map(v)
+    return False
+
+
+def _map_strings(
+    col: Column, t: Any, leaf: Callable[[Column, Any, str], Column], path: str
+) -> Column:
+    """`col` (of the metastore type `t`, its pinned field names) with `leaf(value, type, path)`
+    applied to each VARCHAR(n)/CHAR(n) value in it, at the top level or inside structs
+    (`withField`: a NULL struct stays NULL), arrays (`transform`) and maps (`transform_keys`,
+    `transform_values`): Spark expressions, no Python on the row path. `col` itself when `t`
+    holds none. Paths as `not_null_paths` names them."""
+    from pyspark.sql import functions as F
+
+    from metastore import types as M
+
+    if not _has_strings_to_map(t):
+        return col
+    match t:
+        case M.VarcharType() | M.CharType():
+            return leaf(col, t, path)
+        case M.StructType(fields=fs):
+            out = col
+            for f in fs:
+                if _has_strings_to_map(f.type):
+                    inner = _map_strings(col.getField(f.name), f.type, leaf, f"{path}.{f.name}")
+                    out = out.withField(_quoted(f.name), inner)
+            return out
+        case M.ArrayType(element=e):
+            return F.transform(col, lambda x: _map_strings(x, e, leaf, f"{path}.element"))
+        case M.MapType(key=k, value=v):
+            out = col
+            if _has_strings_to_map(k):
+                out = F.transform_keys(
+                    out, lambda key, _: _map_strings(key, k, leaf, f"{path}.key")
+                )
+            if _has_strings_to_map(v):
+                out = F.transform_values(
+                    out, lambda _, value: _map_strings(value, v, leaf, f"{path}.value")
+                )
+            return out
+    return col
+
+
+def _write_side(table: str) -> Callable[[Column, Any, str], Column]:
+    """The write-side rule for one VARCHAR(n)/CHAR(n) value (Spark's): beyond n after trimming
+    trailing spaces, the job fails naming `table` and the path; else trimmed to n, and a CHAR(n)
+    padded to n with spaces."""
+    from pyspark.sql import functions as F
+
+    from metastore import types as M
+
+    def leaf(value: Column, t: Any, path: str) -> Column:
+        length = int(t.length)
+        kept = F.substring(value, 1, length)
+        if isinstance(t, M.CharType):
+            kept = F.rpad(kept, length, " ")
+        return F.when(
+            F.length(F.rtrim(value)) > length,
+            F.raise_error(F.lit(f"a value longer than {length} characters in {table}.{path}")),
+        ).otherwise(kept)
+
+    return leaf
+
+
+def _read_side(value: Column, t: Any, path: str) -> Column:
+    """Spark's read-side padding of one value: a CHAR(n) value shorter than n padded to n with
+    spaces, longer ones as they are; VARCHAR as it is."""
+    from pyspark.sql import functions as F
+
+    from metastore import types as M
+
+    if not isinstance(t, M.CharType):
+        return value
+    length = int(t.length)
+    return F.when(F.length(value) < length, F.rpad(value, length, " ")).otherwise(value)
+
+
+def _null_checks(
+    src: DataType | None, t: Any, path: str
+) -> list[tuple[Callable[[Column], Column], str]]:
+    """The NOT NULL nested fields of the metastore type `t` (a column's, at `path`) the output
+    (`src`, its Spark type; None: unknown) may carry NULL into: (a predicate on the column,
+    true for a row carrying NULL there; the field's path). Only a field of a struct that is
+    there counts (a NULL struct, array element or map value holds no field, as Spark checks);
+    fields within arrays and maps are looked for with `exists`."""
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
+    from metastore import types as M
+
+    found: list[tuple[Callable[[Column], Column], str]] = []
+    match t:
+        case M.StructType(fields=fs):
+            sources = src.fields if isinstance(src, T.StructType) else [None] * len(fs)
+            for f, s in zip(fs, sources, strict=True):
+                if not f.nullable and (s is None or s.nullable):
+                    found.append((_field_is_null(f.name), f"{path}.{f.name}"))
+                inner_src = None if s is None else s.dataType
+                for inner, inner_path in _null_checks(inner_src, f.type, f"{path}.{f.name}"):
+                    found.append((_in_field(f.name, inner), inner_path))
+        case M.ArrayType(element=e):
+            element = src.elementType if isinstance(src, T.ArrayType) else None
+            for inner, inner_path in _null_checks(element, e, f"{path}.element"):
+                found.append((_in_any(lambda c: c, inner), inner_path))
+        case M.MapType(key=k, value=v):
+            key = src.keyType if isinstance(src, T.MapType) else None
+            value = src.valueType if isinstance(src, T.MapType) else None
+            for inner, inner_path in _null_checks(key, k, f"{path}.key"):
+                found.append((_in_any(F.map_keys, inner), inner_path))
+            for inner, inner_path in _null_checks(value, v, f"{path}.value"):
+                found.append((_in_any(F.map_values, inner), inner_path))
+    return found
+
+
+def _field_is_null(name: str) -> Callable[[Column], Column]:
+    """A predicate: the struct is there and its field `name` is NULL."""
+    return lambda c: c.isNotNull() & c.getField(name).isNull()
+
+
+def _in_field(name: str, inner: Callable[[Column], Column]) -> Callable[[Column], Column]:
+    """`inner` applied to the struct's field `name` (NULL, hence false, for a NULL struct)."""
+    return lambda c: inner(c.getField(name))
+
+
+def _in_any(
+    items: Callable[[Column], Column], inner: Callable[[Column], Column]
+) -> Callable[[Column], Column]:
+    """A predicate: `inner` is true for some item of the array `items(c)` (a map's keys or
+    values, an array's elements)."""
+    from pyspark.sql import functions as F
+
+    return lambda c: F.exists(items(c), inner)
+
+
+def _fail_when(col: Column, failures: list[tuple[Callable[[Column], Column], str]]) -> Column:
+    """`col`, failing the job with the message of the first predicate true for a row."""
+    from pyspark.sql import functions as F
+
+    (first, message), *rest = failures
+    checked = F.when(first(col), F.raise_error(F.lit(message)))
+    for predicate, later in rest:
+        checked = checked.when(predicate(col), F.raise_error(F.lit(later)))
+    return checked.otherwise(col)
 
 
 def char_length(type_sql: str) -> int | None:
@@ -334,19 +616,20 @@ def pad_chars_on_read(df: DataFrame, columns: list[dict[str, Any]]) -> DataFrame
     ones and NULL as they are. The bridge reads CHAR as STRING (`spark_type`), so Spark does not
     pad them itself; the CLI's and the data source's reader do (metastore.client.parquet): all
     readers give the same value, also for rows older than a CHAR column (its DEFAULT) and for
-    values written unpadded before the writers padded. Top-level columns only."""
+    values written unpadded before the writers padded. Inside structs, arrays and maps (keys
+    too) as at the top level, as Spark reads them (pyspark 4.3)."""
     from pyspark.sql import functions as F
 
-    lengths = {
-        str(c["name"]): char_length(str(c["type"])) for c in columns if is_char(str(c["type"]))
-    }
-    if not lengths:
+    from metastore import types as M
+
+    types = {str(c["name"]): M.parse_type(str(c["type"])) for c in columns}
+    if not any(_has_strings_to_map(t) for t in types.values()):
         return df
     exprs = []
     for field in df.schema.fields:
-        col = F.col("`" + field.name.replace("`", "``") + "`")
-        length = lengths.get(field.name)
-        if length is not None:
-            col = F.when(F.length(col) < length, F.rpad(col, length, " ")).otherwise(col)
+        col = F.col(_quoted(field.name))
+        t = types.get(field.name)
+        if t is not None:
+            col = _map_strings(col, t, _read_side, field.name)
         exprs.append(col.alias(field.name, metadata=field.metadata))
     return df.select(*exprs)

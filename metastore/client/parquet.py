@@ -19,7 +19,9 @@ Key idea
       Spark's unit, so its whole range (0001-01-01 to 9999-12-31) reads as Spark reads it;
     * a CHAR(n) value shorter than n (a file value or a DEFAULT) reads padded with spaces to n,
       as Spark reads it (`spark.sql.readSideCharPadding`, true by default): Spark's stored
-      EXISTS_DEFAULT of `CHAR(3) DEFAULT 'a'` is 'a', which old rows read as 'a  '.
+      EXISTS_DEFAULT of `CHAR(3) DEFAULT 'a'` is 'a', which old rows read as 'a  '. Inside
+      structs, lists and maps (keys too) as well, as Spark 4.3 reads them
+      (`metastore.client.nested_values`).
     Nested fields (the protocol's type strings carry no nested field ids) are matched by name in
     every file, by `match_names` as Spark matches them, then cast as a whole.
 
@@ -49,6 +51,7 @@ import pyarrow.parquet as pq
 from metastore import types as M
 from metastore.client.defaults import DefaultNotEvaluableError, default_array
 from metastore.client.java_lower import java_lower_root
+from metastore.client.nested_values import map_strings, with_nested_nullability
 from metastore.errors import InvalidArgumentError, MetastoreError
 
 # The key under which pyarrow exposes a Parquet column's field id (as Spark writes it).
@@ -373,7 +376,13 @@ def _conform(
             if column.type != field.type:
                 # Nested fields by name, as Spark matches them: the cast then finds each.
                 named = _nested_names_as_pinned(column.type, field.type, path)
-                column = (column if named == column.type else column.view(named)).cast(field.type)
+                column = column if named == column.type else column.view(named)
+                # Cast with every nested field nullable, then rebuilt as pinned: a file may hold
+                # a NOT NULL field as nullable (the bridge's Spark writes the output's
+                # nullability; writers check the values), whose slots under a NULL struct or
+                # element are NULL, which pyarrow's cast and view refuse for a NOT NULL field.
+                relaxed = _nullable_everywhere(field.type)
+                column = with_nested_nullability(column.cast(relaxed), field.type)
             arrays.append(column)
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
             raise DataFileUnreadableError(
@@ -382,12 +391,40 @@ def _conform(
                 path=path,
             ) from None
     for i, column_def in enumerate(columns):
-        pad_length = _char_length(column_def.type_sql)
-        if pad_length is not None:
-            # Spark's read-side padding: shorter values padded to n, longer ones (a DEFAULT
-            # beyond n with trailing spaces) left as they are, as Spark leaves them.
-            arrays[i] = pc.utf8_rpad(arrays[i], width=pad_length, padding=" ")
+        dtype = _char_holding_type(column_def.type_sql)
+        if dtype is not None:
+            # Spark's read-side padding, nested CHAR too (inside structs, lists, maps).
+            arrays[i] = map_strings(arrays[i], dtype, _padded_on_read, column_def.name)
     return pa.RecordBatch.from_arrays(arrays, schema=target)
+
+
+def _padded_on_read(values: pa.Array, dtype: M.VarcharType | M.CharType, path: str) -> pa.Array:
+    """Spark's read-side padding of CHAR(n) values: shorter values padded to n, longer ones (a
+    DEFAULT beyond n with trailing spaces) left as they are, as Spark leaves them; VARCHAR as it
+    is."""
+    if not isinstance(dtype, M.CharType):
+        return values
+    return pc.utf8_rpad(values, width=int(dtype.length), padding=" ")
+
+
+def _nullable_everywhere(dtype: pa.DataType) -> pa.DataType:
+    """`dtype` with every nested field (struct fields, list elements, map items) nullable: the
+    same layout, which `with_nested_nullability` rebuilds as `dtype`."""
+    if pa.types.is_struct(dtype):
+        return pa.struct(
+            [pa.field(f.name, _nullable_everywhere(f.type), True, f.metadata) for f in dtype]
+        )
+    if pa.types.is_map(dtype):
+        return pa.map_(
+            dtype.key_field.with_type(_nullable_everywhere(dtype.key_type)),
+            dtype.item_field.with_type(_nullable_everywhere(dtype.item_type)).with_nullable(True),
+            keys_sorted=dtype.keys_sorted,
+        )
+    if pa.types.is_list(dtype):
+        return pa.list_(
+            dtype.value_field.with_type(_nullable_everywhere(dtype.value_type)).with_nullable(True)
+        )
+    return dtype
 
 
 def _nested_names_as_pinned(file_type: pa.DataType, pinned: pa.DataType, path: str) -> pa.DataType:
@@ -433,10 +470,24 @@ def _nested_names_as_pinned(file_type: pa.DataType, pinned: pa.DataType, path: s
 
 
 @functools.lru_cache(maxsize=256)
-def _char_length(type_sql: str) -> int | None:
-    """n of a CHAR(n) column type (padded on read, as Spark reads it), else None."""
+def _char_holding_type(type_sql: str) -> M.DataType | None:
+    """The column type, when it holds a CHAR(n) (at the top or nested: padded on read, as Spark
+    reads it), else None."""
     dtype = M.parse_type(type_sql)
-    return int(dtype.length) if isinstance(dtype, M.CharType) else None
+    return dtype if _holds_char(dtype) else None
+
+
+def _holds_char(dtype: M.DataType) -> bool:
+    match dtype:
+        case M.CharType():
+            return True
+        case M.StructType(fields=fields):
+            return any(_holds_char(f.type) for f in fields)
+        case M.ArrayType(element=element):
+            return _holds_char(element)
+        case M.MapType(key=key, value=value):
+            return _holds_char(key) or _holds_char(value)
+    return False
 
 
 def pyarrow_uri(uri: str) -> str:

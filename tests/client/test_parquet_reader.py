@@ -385,3 +385,163 @@ def test_nested_fields_match_by_name_as_spark_matches_them(tmp_path: Path) -> No
                 ],
             )
         )
+
+
+NESTED_CHAR_WIRE: Final = [
+    {"field_id": 1, "name": "id", "type": "BIGINT", "nullable": False},
+    {"field_id": 2, "name": "s", "type": "STRUCT<c: CHAR(3), v: VARCHAR(3)>", "nullable": True},
+    {"field_id": 3, "name": "a", "type": "ARRAY<CHAR(3)>", "nullable": True},
+    {"field_id": 4, "name": "m", "type": "MAP<CHAR(2), STRUCT<c: CHAR(2)>>", "nullable": True},
+]
+
+
+def _nested_char_writer(tmp_path: Path, columns: list[dict[str, Any]]) -> Any:
+    from spark_bridge.datasource import MetastoreWriter
+
+    return MetastoreWriter(
+        endpoints=["127.0.0.1:1"],
+        token="t",
+        table="ns.t",
+        table_id=1,
+        version=1,
+        location=str(tmp_path),
+        columns=columns,
+        overwrite=False,
+        not_before=1,
+        session_id="s1",
+        session_ttl_ms=60_000,
+    )
+
+
+def test_nested_char_values_are_padded_on_write_and_read_as_spark_does(tmp_path: Path) -> None:
+    """Spark pads CHAR(n) values inside structs, arrays and maps (keys too) on a table write and
+    on read, and refuses a nested VARCHAR(n)/CHAR(n) value longer than n (measured with pyspark
+    4.3, spark_bridge.conform). The data source's writer and the shared reader did so for
+    top-level columns only."""
+    from pyspark.sql import Row
+
+    writer = _nested_char_writer(tmp_path, NESTED_CHAR_WIRE)
+    rows = [
+        Row(id=1, s=Row(c="a", v="b"), a=["c", None], m={"k": Row(c="d"), "n": None}),
+        Row(id=2, s=None, a=None, m=None),
+    ]
+    written = writer._write_file(iter(rows))
+    stored = pq.read_table(tmp_path / written.path).to_pylist()
+    assert stored[0]["s"] == {"c": "a  ", "v": "b"}
+    assert stored[0]["a"] == ["c  ", None]
+    assert sorted(stored[0]["m"]) == [("k ", {"c": "d "}), ("n ", None)]
+    assert stored[1] == {"id": 2, "s": None, "a": None, "m": None}
+    for row, where in [
+        (Row(id=1, s=Row(c="a", v="abcd"), a=[], m={}), "s.v"),
+        (Row(id=1, s=None, a=["abcd"], m={}), "a.element"),
+        (Row(id=1, s=None, a=[], m={"abc": None}), "m.key"),
+        (Row(id=1, s=None, a=[], m={"k": Row(c="abc")}), "m.value.c"),
+    ]:
+        with pytest.raises(ValueError, match=rf"longer than \d characters in ns\.t\.{where}\b"):
+            writer._write_file(iter([row]))
+
+    # Read: values an unpadded writer stored read padded, inside structs, lists and maps too.
+    path = tmp_path / "unpadded.parquet"
+    table = pa.Table.from_pylist(
+        [{"id": 1, "s": {"c": "a", "v": "b"}, "a": ["c", None], "m": [("k", {"c": "d"})]}],
+        schema=pa.schema(
+            [
+                pa.field(f.name, f.type, f.nullable, {FIELD_ID_KEY: str(i + 1).encode()})
+                for i, f in enumerate(
+                    pa.schema(
+                        [
+                            ("id", pa.int64()),
+                            ("s", pa.struct([("c", pa.string()), ("v", pa.string())])),
+                            ("a", pa.list_(pa.string())),
+                            ("m", pa.map_(pa.string(), pa.struct([("c", pa.string())]))),
+                        ]
+                    )
+                )
+            ]
+        ),
+    )
+    pq.write_table(table, path)
+    columns = [PinnedColumn.from_wire(c) for c in NESTED_CHAR_WIRE]
+    (row,) = [r for b in file_batches(str(path), columns) for r in b.to_pylist()]
+    assert row == {
+        "id": 1,
+        "s": {"c": "a  ", "v": "b"},
+        "a": ["c  ", None],
+        "m": [("k ", {"c": "d "})],
+    }
+
+
+def test_a_null_in_a_nested_not_null_field_fails_the_append_naming_its_path(
+    tmp_path: Path,
+) -> None:
+    """The data source takes nullable input for NOT NULL nested fields (as Spark's table writes
+    do) and its task fails when a NULL arrives, with the typed error naming the field's path,
+    as the bridge's; pyarrow's own refusal named only the leaf ("Column 'a' is declared
+    non-nullable")."""
+    from pyspark.sql import Row
+
+    from spark_bridge.conform import NotNullViolationError
+
+    columns = [
+        {"field_id": 1, "name": "id", "type": "BIGINT", "nullable": False},
+        {"field_id": 2, "name": "s", "type": "STRUCT<a: INT NOT NULL, b: INT>", "nullable": True},
+        {"field_id": 3, "name": "l", "type": "ARRAY<STRUCT<x: INT NOT NULL>>", "nullable": True},
+        {
+            "field_id": 4,
+            "name": "m",
+            "type": "MAP<STRING, STRUCT<y: INT NOT NULL>>",
+            "nullable": True,
+        },
+    ]
+    writer = _nested_char_writer(tmp_path, columns)
+    fine = [
+        Row(id=1, s=Row(a=1, b=None), l=[Row(x=5), None], m={"k": Row(y=7), "n": None}),
+        Row(id=2, s=None, l=None, m=None),
+    ]
+    written = writer._write_file(iter(fine))
+    assert pq.read_table(tmp_path / written.path).num_rows == 2
+    for row, path in [
+        (Row(id=3, s=Row(a=None, b=1), l=[], m={}), "s.a"),
+        (Row(id=4, s=None, l=[Row(x=1), Row(x=None)], m={}), "l.element.x"),
+        (Row(id=5, s=None, l=[], m={"k": Row(y=None)}), "m.value.y"),
+        (Row(id=None, s=None, l=[], m={}), "id"),
+    ]:
+        with pytest.raises(
+            NotNullViolationError, match=rf"NULL in NOT NULL \w+ ns\.t\.{path}"
+        ) as info:
+            writer._write_file(iter([row]))
+        assert info.value.field_path == path
+
+
+def test_a_not_null_nested_field_stored_nullable_reads_under_null_structs(tmp_path: Path) -> None:
+    """The bridge's Spark writes a NOT NULL nested field as nullable when the output declared it
+    so (its values are checked as they are written), and Parquet stores the field's slot under
+    a NULL struct or list element as NULL: pyarrow's cast to the pinned NOT NULL field refused
+    the whole file ("field 'x' ... has nulls"), so format("metastore") and `table read` could
+    not read what the bridge wrote."""
+    element = pa.StructArray.from_arrays(
+        [pa.array([5, None], pa.int32())], names=["x"], mask=pa.array([False, True])
+    )
+    listed = pa.ListArray.from_arrays(pa.array([0, 2, 2], pa.int32()), element)
+    struct = pa.StructArray.from_arrays(
+        [pa.array([1, None], pa.int32())], names=["a"], mask=pa.array([False, True])
+    )
+    schema = pa.schema(
+        [
+            pa.field("l", listed.type, metadata={FIELD_ID_KEY: b"1"}),
+            pa.field("s", struct.type, metadata={FIELD_ID_KEY: b"2"}),
+        ]
+    )
+    path = tmp_path / "bridge.parquet"
+    pq.write_table(pa.Table.from_arrays([listed, struct], schema=schema), path)
+    wire = [
+        {"field_id": 1, "name": "l", "type": "ARRAY<STRUCT<x: INT NOT NULL>>", "nullable": True},
+        {"field_id": 2, "name": "s", "type": "STRUCT<a: INT NOT NULL>", "nullable": True},
+    ]
+    columns = [PinnedColumn.from_wire(c) for c in wire]
+    batches = list(file_batches(str(path), columns))
+    assert [r for b in batches for r in b.to_pylist()] == [
+        {"l": [{"x": 5}, None], "s": {"a": 1}},
+        {"l": [], "s": None},
+    ]
+    assert batches[0].schema.field("l").type.value_type.field("x").nullable is False

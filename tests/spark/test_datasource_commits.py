@@ -259,3 +259,34 @@ def test_a_job_re_run_under_its_txn_id_commits_once_by_its_mark(spark_env: Spark
         found = env.client.committed_txn(txn_id, stream=txn_mark_stream(txn_id))
         assert found["stream_mark"]["txn_id"] == txn_id
         assert found["stream_mark"]["ts"] == found["txn"]["ts"]
+
+
+def test_format_metastore_appends_nested_not_null_and_char_fields_as_spark_does(
+    spark_env: SparkEnv,
+) -> None:
+    """An append of nullable data into NOT NULL nested fields is written when no NULL arrives
+    there and fails naming the field when one does (nothing committed), as Spark's table writes
+    do; a CHAR(n) inside a struct or array is stored padded to n and every reader (the data
+    source, the bridge) reads it padded, as Spark stores and reads it (pyspark 4.3)."""
+    env = spark_env
+    table = "dsw.nested_rules"
+    env.ddl("CREATE NAMESPACE IF NOT EXISTS dsw")
+    env.ddl(
+        f"CREATE TABLE {table} (id BIGINT NOT NULL, s STRUCT<a: INT NOT NULL, c: CHAR(3)>, "
+        "l ARRAY<CHAR(2)>)"
+    )
+    bridge = env.bridge()  # registers format("metastore") for this cluster
+    shape = "id BIGINT, s STRUCT<a: INT, c: STRING>, l ARRAY<STRING>"
+    df = env.spark.createDataFrame([(1, (1, "x"), ["y", None]), (2, None, None)], shape)
+    df.write.format("metastore").option("table", table).mode("append").save()
+    expected = [(1, (1, "x  "), ["y ", None]), (2, None, None)]
+    back = env.spark.read.format("metastore").option("table", table).load()
+    assert sorted((r.id, r.s and tuple(r.s), r.l) for r in back.collect()) == expected
+    read = bridge.read_table(table)
+    assert sorted((r.id, r.s and tuple(r.s), r.l) for r in read.collect()) == expected
+
+    before = committed_txns(env.client)
+    bad = env.spark.createDataFrame([(3, (None, "z"), [])], shape)
+    with pytest.raises(Exception, match=rf"NULL in NOT NULL field {table}\.s\.a"):
+        bad.write.format("metastore").option("table", table).mode("append").save()
+    assert committed_txns(env.client) == before

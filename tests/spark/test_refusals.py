@@ -515,3 +515,138 @@ def test_a_table_whose_location_holds_glob_characters_is_read(
     }
     batch.report = BatchReport(txn_id="t-glob", top=10, read_ts=10, waited_ms=0.0)
     assert sorted(r.id for r in batch.read("ref.glob").collect()) == [1, 2]
+
+
+# ---- nested NOT NULL fields and nested CHAR/VARCHAR ----------------------------------------------
+
+NESTED_STRICT = "ref.nested_strict"
+NESTED_STRICT_DDL = (
+    f"CREATE TABLE {NESTED_STRICT} (id BIGINT NOT NULL, s STRUCT<a: INT NOT NULL, b: INT>, "
+    "l ARRAY<STRUCT<x: INT NOT NULL>>, m MAP<STRING, STRUCT<y: INT NOT NULL>>)"
+)
+# What a DataFrame read from files, a join or createDataFrame gives: every nested field nullable.
+NESTED_STRICT_INPUT = (
+    "id BIGINT, s STRUCT<a: INT, b: INT>, l ARRAY<STRUCT<x: INT>>, m MAP<STRING, STRUCT<y: INT>>"
+)
+
+
+def test_nullable_input_for_nested_not_null_fields_is_checked_per_row(env: SparkEnv) -> None:
+    # As Spark's own table writes: a nested NOT NULL field takes input merely declared nullable
+    # and fails the write only when a NULL actually reaches it. conform refused the output as
+    # "cannot be widened" however clean its values, so such tables could not be written from
+    # files or joins at all.
+    env.ddl(NESTED_STRICT_DDL)
+    bridge = env.bridge(app_name="nested-not-null")
+    rows = [
+        (1, (1, None), [(5,), None], {"k": (7,), "n": None}),
+        (2, None, None, None),  # a NULL struct, array or map holds no NULL field
+    ]
+    with bridge.batch(writes=[NESTED_STRICT]) as b:
+        b.write(NESTED_STRICT, env.spark.createDataFrame(rows, NESTED_STRICT_INPUT))
+    assert b.report.commit_ts is not None
+    expected = [
+        (1, (1, None), [(5,), None], {"k": (7,), "n": None}),
+        (2, None, None, None),
+    ]
+    # Read back by the bridge and by the pyarrow reader (format("metastore"), the CLI's): the
+    # files hold these fields as nullable (Spark wrote the output's nullability).
+    bridge_read = bridge.read_table(NESTED_STRICT, as_of=b.report.commit_ts)
+    arrow_read = (
+        env.spark.read.format("metastore")
+        .option("table", NESTED_STRICT)
+        .option("as_of", str(b.report.commit_ts))
+        .load()
+    )
+    for back in (bridge_read, arrow_read):
+        assert (
+            sorted(
+                (
+                    r.id,
+                    r.s and tuple(r.s),
+                    r.l and [e and tuple(e) for e in r.l],
+                    r.m and {k: v and tuple(v) for k, v in r.m.items()},
+                )
+                for r in back.collect()
+            )
+            == expected
+        )
+
+    # A NULL in a NOT NULL nested field fails the batch with a typed error naming the field.
+    from spark_bridge.conform import NotNullViolationError
+
+    bad = [(3, (None, 1), [], {})]
+    with (
+        nothing_committed(env, NESTED_STRICT),
+        pytest.raises(NotNullViolationError) as info,
+        bridge.batch(writes=[NESTED_STRICT]) as b,
+    ):
+        b.write(NESTED_STRICT, env.spark.createDataFrame(bad, NESTED_STRICT_INPUT))
+    assert info.value.table == NESTED_STRICT
+    assert info.value.field_path == "s.a"
+    assert f"NULL in NOT NULL field {NESTED_STRICT}.s.a" in str(info.value)
+    # Inside an array's elements and a map's values too, each named by its path.
+    columns = env.client.schema_at(NESTED_STRICT)["schema"]["columns"]
+    for row, path in [
+        ((4, (1, 1), [(1,), (None,)], {}), "l.element.x"),
+        ((5, (1, 1), [], {"k": (None,)}), "m.value.y"),
+    ]:
+        df = env.spark.createDataFrame([row], NESTED_STRICT_INPUT)
+        with pytest.raises(Exception, match=rf"NULL in NOT NULL field {NESTED_STRICT}\.{path}"):
+            conform(df, NESTED_STRICT, columns).collect()
+    # Top-level NOT NULL is typed the same way at the bridge.
+    with (
+        nothing_committed(env, STRICT),
+        pytest.raises(NotNullViolationError) as top,
+        bridge.batch(writes=[STRICT]) as b,
+    ):
+        b.write(STRICT, env.spark.createDataFrame([(None, 1, "a")], "id BIGINT, v INT, d STRING"))
+    assert (top.value.table, top.value.field_path) == (STRICT, "id")
+
+
+NESTED_CHARS = [
+    {"field_id": 1, "name": "id", "type": "BIGINT", "nullable": False},
+    {"field_id": 2, "name": "s", "type": "STRUCT<c: CHAR(3), v: VARCHAR(3)>", "nullable": True},
+    {"field_id": 3, "name": "a", "type": "ARRAY<CHAR(3)>", "nullable": True},
+    {
+        "field_id": 4,
+        "name": "m",
+        "type": "MAP<CHAR(2), ARRAY<STRUCT<c: CHAR(2)>>>",
+        "nullable": True,
+    },
+]
+NESTED_CHARS_INPUT = (
+    "id BIGINT, s STRUCT<c: STRING, v: STRING>, a ARRAY<STRING>, "
+    "m MAP<STRING, ARRAY<STRUCT<c: STRING>>>"
+)
+
+
+def test_nested_char_values_are_padded_and_checked_as_spark_does(spark: SparkSession) -> None:
+    # Spark's table writes pad a CHAR(n) value shorter than n inside structs, arrays and maps
+    # (keys too) and refuse a nested VARCHAR(n)/CHAR(n) value longer than n, as at the top
+    # level; its reads pad nested CHAR too (spark.sql.readSideCharPadding). Measured with
+    # pyspark 4.3 on a Parquet catalog table (`INSERT` of named_struct('x', 'b') into
+    # STRUCT<x: CHAR(3)> stores and reads 'b  '). conform and the bridge's read padded the
+    # top level only.
+    df = spark.createDataFrame(
+        [(1, ("a", "b  "), ["c", None], {"k": [("d",), None]}), (2, None, None, None)],
+        NESTED_CHARS_INPUT,
+    )
+    out = sorted(conform(df, "ref.nested_chars", NESTED_CHARS).collect(), key=lambda r: r.id)
+    assert (tuple(out[0].s), out[0].a) == (("a  ", "b  "), ["c  ", None])
+    assert {k: [e and tuple(e) for e in v] for k, v in out[0].m.items()} == {"k ": [("d ",), None]}
+    assert (out[1].s, out[1].a, out[1].m) == (None, None, None)
+    for row, where in [
+        ((1, ("a", "abcd"), [], {}), "s.v"),
+        ((1, ("a", "a"), ["abcd"], {}), "a.element"),
+        ((1, ("a", "a"), [], {"abc": []}), "m.key"),
+        ((1, ("a", "a"), [], {"k": [("abc",)]}), "m.value.element.c"),
+    ]:
+        long = spark.createDataFrame([row], NESTED_CHARS_INPUT)
+        with pytest.raises(Exception, match=rf"longer than \d characters in ref\.x\.{where}\b"):
+            conform(long, "ref.x", NESTED_CHARS).collect()
+    # The bridge's read pads nested CHAR as Spark reads it (values stored unpadded earlier).
+    read = pad_chars_on_read(df, NESTED_CHARS)
+    first = sorted(read.collect(), key=lambda r: r.id)[0]
+    assert (tuple(first.s), first.a) == (("a  ", "b  "), ["c  ", None])
+    assert {k: [e and tuple(e) for e in v] for k, v in first.m.items()} == {"k ": [("d ",), None]}
+    assert read.schema.names == ["id", "s", "a", "m"]
