@@ -61,7 +61,7 @@ upgrade-check: install
 	@test -n "$(FROM)" || { echo "usage: make upgrade-check FROM=<git revision>, e.g. FROM=10532c2" >&2; exit 2; }
 	$(BIN)/python -m tests.upgrade.upgrade_check --from "$(FROM)" $(UPGRADE_ARGS)
 
-## bench: every benchmark; each prints a table and writes JSON under bench/results/
+## bench: bench-raft, bench-catalog and bench-spark; each prints a table and writes JSON under bench/results/
 bench: bench-raft bench-catalog bench-spark
 
 ## bench-raft: our engine against pysyncobj, same workload, same run

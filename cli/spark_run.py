@@ -92,7 +92,8 @@ def run_with_bridge(
         fail(exc.code.value, exc.message, exit_code_for(exc), exc.details)
     except SchemaMismatchError as exc:
         end_progress()
-        fail(SchemaMismatchError.code, str(exc), EXIT_GENERIC, None)
+        # The error's own code: a subclass names what went wrong (NOT_NULL_VIOLATION).
+        fail(exc.code, str(exc), EXIT_GENERIC, None)
     except PySparkException as exc:
         # Spark's own failure (a data file missing or unreadable, a path it cannot list):
         # its message, not a traceback. Nothing was committed: commits come after Spark.

@@ -21,6 +21,9 @@ Codemap
                 Parquet reader, and so `parquet.match_names`, matches a file's column names
                 when the file has no field ids.
     defaults    a column's DEFAULT (Spark's existence default) for rows of older files.
+    nested_values  CHAR/VARCHAR values and NOT NULL fields inside structs, lists and maps of
+                Arrow columns (pyarrow kernels): the data source's writer checks and pads
+                them, `parquet` pads CHAR on read.
     manifest_files  manifest files on disk: write, read (checked), expand, `compact_table`
                 (its `plan_and_write` also serves the leader's GC).
     txn_marks   a txn id the caller chose gets a stream position of its own (`@txn-id:<id>`,

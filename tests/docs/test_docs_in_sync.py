@@ -207,3 +207,32 @@ def test_the_code_names_the_docs_quote_exist() -> None:
         if missing:
             stale[doc] = missing
     assert not stale, f"names the docs quote that no code has: {stale}"
+
+
+def _makefile_targets() -> tuple[set[str], set[str]]:
+    """(every target of the Makefile, those it documents with a `## name:` comment)."""
+    makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
+    targets = set(re.findall(r"^([a-z][\w-]*):", makefile, re.M))
+    documented = set(re.findall(r"^## ([a-z][\w-]*):", makefile, re.M))
+    return targets, documented
+
+
+def test_the_make_targets_the_docs_name_exist_and_the_readme_names_each() -> None:
+    """Every `make X` of the main docs is a Makefile target, and the README names every target
+    the Makefile documents (a new one is not left for readers to find in the Makefile)."""
+    targets, documented = _makefile_targets()
+    docs = ("README.md", "ARCHITECTURE.md", "docs/chaos.md", "docs/operations.md")
+    named: dict[str, set[str]] = {}
+    for doc in docs:
+        text = (ROOT / doc).read_text(encoding="utf-8")
+        # `make X` in prose (`make` and X may be split over two lines; `make bench-*` names a
+        # family, not a target), or a code block's line `make X ...`.
+        target = r"make\s+([a-z][\w-]*\w)(?![\w*-])"
+        blocks = "\n".join(re.findall(r"^```\w*\n(.*?)^```", text, re.M | re.S))
+        named[doc] = set(re.findall("`" + target, text)) | set(
+            re.findall("^" + target, blocks, re.M)
+        )
+    unknown = {doc: sorted(names - targets) for doc, names in named.items() if names - targets}
+    assert not unknown, f"make targets the docs name that the Makefile lacks: {unknown}"
+    missing = sorted(documented - named["README.md"])
+    assert not missing, f"Makefile targets the README does not name: {missing}"
