@@ -33,9 +33,9 @@ Checkers:
 * vacuity: enough acknowledged operations, at least one leader change, every fault fired and
   had its effect (the proxy held, delayed or reset traffic; the skewed node fenced itself).
 
-A known product bug can wedge the cluster (every node fenced for its clock, no leader; see
-docs/chaos.md): a run that meets it restarts the nodes, goes on, checks everything, and ends as
-XFAIL naming it.
+A clock-fence wedge (every node fenced for its clock, no leader; a product bug fixed in
+raft/node.py, see docs/chaos.md) must not come back: a run that meets it restarts the nodes,
+goes on, checks everything else, and then fails naming it.
 
 Also (issue 10): protected timestamps and GC (reads at a protected ts on every node, its files
 on disk, the threshold below it, no acknowledged protection lost), schema leases (no version
@@ -141,11 +141,11 @@ READY_WAIT_S = 60.0
 # How long a partition of the leader may last, at most, waiting for the majority to elect
 # another leader and for the old one to step down (election timeout here: 300-600 ms).
 PARTITION_MAX_S = 10.0
-# A known product bug (docs/chaos.md, "Known product bugs"): nodes that fenced themselves for
-# their clock by quorum neither campaign nor lift the fence without hearing a leader, so when
-# every node has done so the cluster never elects one again. Seen that long, the run records
-# it, restarts every node (which clears the fences), goes on, and ends as XFAIL after its
-# checks; any other failure still fails.
+# A fixed product bug that must not come back (docs/chaos.md): nodes that fenced themselves
+# for their clock by quorum neither campaigned nor lifted the fence without hearing a leader, so
+# once every node had done so the cluster never elected one again. Seen that long, the run
+# records it, restarts every node (which clears the fences) so the rest can still be checked,
+# and fails at the end naming it.
 WEDGE_S = 8.0
 # The "delay" fault's one-way delay per link, and its jitter.
 DELAY_MS = (50, 200)
