@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 TEST_WORKERS ?= 2
 PYTEST_ARGS ?= -n $(TEST_WORKERS) --dist loadfile
 
-.PHONY: install install-bench test check fmt demo chaos bench bench-raft bench-catalog bench-gc bench-scale bench-spark bench-tls bench-snapmem bench-wal bench-raft-latency bench-ddl bench-apply sim upgrade-check clean
+.PHONY: install install-bench test check fmt demo chaos bench bench-raft bench-catalog bench-gc bench-scale bench-spark bench-tls bench-snapmem bench-wal bench-raft-latency bench-ddl bench-apply bench-gc-pause sim upgrade-check clean
 
 install: $(STAMP)
 
@@ -105,6 +105,11 @@ bench-ddl: install
 ## 0, 100k and 1M files (adds and overwrites; in-process, no cluster) (BENCH_ARGS=--profile)
 bench-apply: install
 	$(BIN)/python -m bench.bench_apply $(BENCH_ARGS)
+
+## bench-gc-pause: the garbage collector's pauses while one table grows to 1M files (in-process),
+## its default settings against the node process's frozen heap (BENCH_ARGS=--quick)
+bench-gc-pause: install
+	$(BIN)/python -m bench.bench_gc_pause $(BENCH_ARGS)
 
 ## bench-spark: the bridge's per-micro-batch overhead vs plain foreachBatch; commits/s
 bench-spark: install

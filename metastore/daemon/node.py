@@ -41,6 +41,7 @@ from metastore.apply_version import APPLY_VERSION_SUPPORTED
 from metastore.commands import ExpireSessions, InitCluster, encode_command
 from metastore.daemon.audit import AuditLog
 from metastore.daemon.backup import EXPORT_SPOOL_DIR
+from metastore.daemon.collector import refreeze
 from metastore.daemon.config import NodeSettings, load_node_config
 from metastore.daemon.forward import LeaderForwarder
 from metastore.daemon.gc_worker import GcWorker, ProtectedPaths
@@ -139,7 +140,7 @@ def run_node(config_path: Path, node_id: int | None = None, *, bootstrap: bool =
     except ImportError:  # optional: the default loop works, somewhat slower
         log.info("uvloop not available; using the default asyncio loop")
     try:
-        return asyncio.run(serve(settings, bootstrap=bootstrap))
+        return asyncio.run(serve(settings, bootstrap=bootstrap, freeze_heap=True))
     except (NodeIdentityError, TlsConfigError, NodeStartError, SecretsError) as exc:
         log.critical("refusing to start: %s", exc)
         _print_start_error(exc.code, str(exc))
@@ -603,12 +604,22 @@ def _fault_addresses(env: str, what: str) -> dict[int, tuple[str, int]]:
     return out
 
 
-async def serve(settings: NodeSettings, *, bootstrap: bool = False) -> int:
+async def serve(
+    settings: NodeSettings, *, bootstrap: bool = False, freeze_heap: bool = False
+) -> int:
+    """Run a node until it is stopped. `freeze_heap` (the node process, `run_node`): the
+    catalog's objects are frozen out of the garbage collector's scans (after the state is
+    restored or snapshotted, and once started), see metastore.daemon.collector; a process that
+    runs several nodes (tests) leaves its collector alone."""
     try:
         node = MetastoreNode(settings, bootstrap=bootstrap)
     except OSError as exc:  # its files (the audit log): nothing listens or runs yet
         raise NodeStartError(DATA_DIR_UNUSABLE, _unusable(exc)) from exc
+    if freeze_heap:
+        node.sm.on_state_settled = refreeze
     await node.start()
+    if freeze_heap:
+        refreeze()  # the state as restored and the log replayed on top of it
     loop = asyncio.get_running_loop()
 
     def stop_on(sig: signal.Signals) -> None:

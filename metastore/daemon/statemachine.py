@@ -55,6 +55,9 @@ class CatalogStateMachine:
         # Called after a revocation was applied, or a snapshot holding some was restored: the
         # node closes links and client connections that use a certificate revoked now.
         self.on_revoked: Callable[[], None] | None = None
+        # Called after a snapshot was taken or restored: the state's objects are the heap's
+        # long-lived part then (the node process freezes them: metastore.daemon.collector).
+        self.on_state_settled: Callable[[], None] | None = None
         # Entry bytes -> the command they decode to, decoded off the loop before proposing
         # (`expect_entry`).
         self._decoded_ahead: dict[bytes, Command] = {}
@@ -167,7 +170,9 @@ class CatalogStateMachine:
         return {job.job_id for job in self.state.jobs.jobs(running_only=True)}
 
     def snapshot(self) -> bytes:
-        return self.state.to_snapshot()
+        data = self.state.to_snapshot()
+        self._settled()
+        return data
 
     def restore(self, data: bytes | memoryview) -> None:
         self.state = MetastoreState.from_snapshot(data) if data else MetastoreState()
@@ -176,6 +181,11 @@ class CatalogStateMachine:
         self._wake_watchers()
         if len(self.state.revoked):
             self._revoked()
+        self._settled()
+
+    def _settled(self) -> None:
+        if self.on_state_settled is not None:
+            self.on_state_settled()
 
     def _revoked(self) -> None:
         if self.on_revoked is None:

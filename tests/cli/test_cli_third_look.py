@@ -115,7 +115,7 @@ def test_node_start_errors_have_upper_case_codes(
 ) -> None:
     config = write_cluster(tmp_path, n=1)
 
-    async def refusing(_settings: object, *, bootstrap: bool) -> int:
+    async def refusing(_settings: object, **_: object) -> int:
         raise error
 
     monkeypatch.setattr(daemon_node, "setup_logging", lambda **_: None)  # no global handlers
