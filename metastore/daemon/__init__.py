@@ -26,6 +26,8 @@ Codemap
     job_worker  the leader proposes each schema change job's next step.
     backup      snapshot save (chunked export) and restore (seed a new cluster).
     offline_backup  snapshot save --data-dir: a stopped node's catalog from its WAL.
+    collector   the node process's garbage-collector policy: its catalog frozen out of the
+                collector's scans after start, snapshots and restores (`refreeze`).
     audit       audit.log of writer/admin requests and refusals.
     certs       `metastore cluster certs`: a dev CA, node and client certificates.
     metrics logs  /metrics and /health; JSON-lines logs, rotated.
