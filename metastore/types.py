@@ -426,6 +426,20 @@ def nesting_depth(dtype: DataType) -> int:
             return 0
 
 
+def contains_type(dtype: DataType, kinds: type | tuple[type, ...]) -> bool:
+    """Whether `dtype` is, or holds at any depth (struct fields, array elements, map keys and
+    values), a type of `kinds` (e.g. `(VarcharType, CharType)`)."""
+    match dtype:
+        case ArrayType(element=e):
+            return isinstance(dtype, kinds) or contains_type(e, kinds)
+        case MapType(key=k, value=v):
+            return isinstance(dtype, kinds) or contains_type(k, kinds) or contains_type(v, kinds)
+        case StructType(fields=fields):
+            return isinstance(dtype, kinds) or any(contains_type(f.type, kinds) for f in fields)
+        case _:
+            return isinstance(dtype, kinds)
+
+
 def struct_fields(dtype: DataType) -> Iterator[StructField]:
     """Every struct field nested anywhere inside `dtype`, depth-first."""
     match dtype:

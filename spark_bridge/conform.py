@@ -439,16 +439,7 @@ def _has_strings_to_map(t: Any) -> bool:
     """Whether the metastore type `t` holds a VARCHAR(n) or CHAR(n) anywhere."""
     from metastore import types as M
 
-    match t:
-        case M.VarcharType() | M.CharType():
-            return True
-        case M.StructType(fields=fs):
-            return any(_has_strings_to_map(f.type) for f in fs)
-        case M.ArrayType(element=e):
-            return _has_strings_to_map(e)
-        case M.MapType(key=k, value=v):
-            return _has_strings_to_map(k) or _has_strings_to_map(v)
-    return False
+    return M.contains_type(t, (M.VarcharType, M.CharType))
 
 
 def _map_strings(

@@ -32,16 +32,7 @@ Leaf: TypeAlias = Callable[[pa.Array, M.VarcharType | M.CharType, str], pa.Array
 
 def has_strings(dtype: M.DataType) -> bool:
     """Whether `dtype` holds a VARCHAR(n) or CHAR(n), at the top or nested."""
-    match dtype:
-        case M.VarcharType() | M.CharType():
-            return True
-        case M.StructType(fields=fields):
-            return any(has_strings(f.type) for f in fields)
-        case M.ArrayType(element=element):
-            return has_strings(element)
-        case M.MapType(key=key, value=value):
-            return has_strings(key) or has_strings(value)
-    return False
+    return M.contains_type(dtype, (M.VarcharType, M.CharType))
 
 
 def map_strings(

@@ -474,20 +474,7 @@ def _char_holding_type(type_sql: str) -> M.DataType | None:
     """The column type, when it holds a CHAR(n) (at the top or nested: padded on read, as Spark
     reads it), else None."""
     dtype = M.parse_type(type_sql)
-    return dtype if _holds_char(dtype) else None
-
-
-def _holds_char(dtype: M.DataType) -> bool:
-    match dtype:
-        case M.CharType():
-            return True
-        case M.StructType(fields=fields):
-            return any(_holds_char(f.type) for f in fields)
-        case M.ArrayType(element=element):
-            return _holds_char(element)
-        case M.MapType(key=key, value=value):
-            return _holds_char(key) or _holds_char(value)
-    return False
+    return dtype if M.contains_type(dtype, M.CharType) else None
 
 
 def pyarrow_uri(uri: str) -> str:

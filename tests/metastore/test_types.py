@@ -7,6 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from metastore import limits
+from metastore import types as M
 from metastore.errors import (
     ColumnAlreadyExistsError,
     InvalidArgumentError,
@@ -226,3 +227,15 @@ def test_type_from_data_bounds_depth() -> None:
         data = ["array", data]
     with pytest.raises(MalformedCommandError):
         type_from_data(data)
+
+
+def test_contains_type_looks_into_struct_fields_array_elements_and_map_keys_and_values() -> None:
+    kinds = (M.VarcharType, M.CharType)
+    assert not M.contains_type(M.parse_type("STRUCT<a: INT, b: ARRAY<MAP<INT, STRING>>>"), kinds)
+    assert M.contains_type(M.parse_type("CHAR(3)"), M.CharType)
+    assert M.contains_type(M.parse_type("STRUCT<a: INT, b: STRUCT<c: VARCHAR(2)>>"), kinds)
+    assert M.contains_type(M.parse_type("ARRAY<CHAR(2)>"), M.CharType)
+    assert M.contains_type(M.parse_type("MAP<CHAR(2), INT>"), M.CharType)
+    assert M.contains_type(M.parse_type("MAP<INT, ARRAY<VARCHAR(4)>>"), kinds)
+    assert not M.contains_type(M.parse_type("MAP<INT, ARRAY<VARCHAR(4)>>"), M.CharType)
+    assert M.contains_type(M.parse_type("ARRAY<INT>"), M.ArrayType)
