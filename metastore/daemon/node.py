@@ -617,9 +617,6 @@ async def serve(
         raise NodeStartError(DATA_DIR_UNUSABLE, _unusable(exc)) from exc
     if freeze_heap:
         node.sm.on_state_settled = refreeze
-    await node.start()
-    if freeze_heap:
-        refreeze()  # the state as restored and the log replayed on top of it
     loop = asyncio.get_running_loop()
 
     def stop_on(sig: signal.Signals) -> None:
@@ -630,9 +627,17 @@ async def serve(
             node.stop_now.set()
         node.stopped.set()
 
+    # Installed before the start, which logs "metastore node started": a supervisor (or a test)
+    # that signals the moment it reads that line must get the orderly stop, not the default
+    # action of SIGTERM/SIGINT (the process killed mid-write, exit -15). A signal during the
+    # start lets it finish (it opens the log and binds the ports: nothing waits on peers) and
+    # then stops.
     for sig in STOP_SIGNALS_HAND_OVER:
         loop.add_signal_handler(sig, stop_on, sig)
     loop.add_signal_handler(signal.SIGHUP, node.reload_tokens)
+    await node.start()
+    if freeze_heap:
+        refreeze()  # the state as restored and the log replayed on top of it
     await node.stopped.wait()
     # A fatal error stops at once: this node may not be able to lead a transfer (its WAL).
     await node.stop(hand_over=node.fatal is None)

@@ -9,6 +9,7 @@ error without its code.
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import json
 import signal
@@ -20,7 +21,7 @@ import pytest
 
 from metastore.daemon.__main__ import main as daemon_main
 from metastore.daemon.config import load_node_config
-from metastore.daemon.node import NodeStartError, _listen
+from metastore.daemon.node import MetastoreNode, NodeStartError, _listen, serve
 from tests.daemon.harness import write_cluster
 from tests.daemon.test_node_startup import (
     POLL_S,
@@ -140,3 +141,30 @@ def test_a_data_directory_others_may_write_is_warned_about(tmp_path: Path) -> No
     warnings = [r["msg"] for r in records if r["level"] == "warning"]
     assert any(str(settings.data_dir) in w and "0o777" in w for w in warnings), warnings
     assert settings.data_dir.stat().st_mode & 0o777 == 0o777  # said, not changed
+
+
+def test_stop_signals_are_handled_before_the_node_says_it_started(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Supervisors, `cluster up` and the tests above signal a node as soon as its log says
+    # "metastore node started" (written by MetastoreNode.start). The handlers used to be
+    # installed only after the start returned, and after the heap freeze that follows it: a
+    # SIGTERM in that window took the default action (the process killed, exit -15, no
+    # hand-over). Seen once in CI on the data-directory test above.
+    config = write_cluster(tmp_path, n=1)
+    settings = load_node_config(config, 1)
+    before = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+    during_start: dict[signal.Signals, object] = {}
+
+    async def start(node: MetastoreNode) -> None:
+        during_start.update({sig: signal.getsignal(sig) for sig in before})
+        node.stopped.set()  # serve() then stops at once
+
+    async def stop(node: MetastoreNode, *, hand_over: bool = False) -> None:
+        return None
+
+    monkeypatch.setattr(MetastoreNode, "start", start)
+    monkeypatch.setattr(MetastoreNode, "stop", stop)
+    assert asyncio.run(serve(settings, bootstrap=True)) == 0
+    for sig, handler in before.items():
+        assert during_start[sig] != handler, f"{sig.name} had its default action during start"
