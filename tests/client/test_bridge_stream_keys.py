@@ -80,3 +80,27 @@ def test_the_newest_mark_of_either_key_decides(legacy_seq: int, new_seq: int | N
     # ... skipped with the opt-in.
     [skipped] = _run(bridge, 5, on_rewind="skip")
     assert skipped.skipped_rewind_mark == 7 and skipped.commit_ts is None, skipped.line()
+
+
+def test_each_run_of_a_query_looks_its_first_batch_up() -> None:
+    """A query stopped and started again in the same driver keeps its query id but gets a new
+    run id (Spark's job group around foreachBatch). Only a query id's first batch was looked
+    up, so the restarted run's replay ran the body (and wrote files) before the mark refused
+    its commit. Each run's first batch is looked up now: the replay is skipped, no body."""
+    client = _MarksClient({foreach_batch_stream(QUERY_ID): 7})
+    bridge = bare_bridge(client)
+    bridge._queries_seen = set()
+    bridge.batch_retries = 0
+    reports: list[BatchReport] = []
+    run = bridge.foreach_batch(
+        lambda b, df: pytest.fail("a replay ran its body"),
+        query_name="orders",
+        writes=["ns.t"],
+        on_batch=reports.append,
+    )
+    for run_id in ("run-1", "run-2"):
+        properties = {"sql.streaming.queryId": QUERY_ID, "spark.jobGroup.id": run_id}
+        context = SimpleNamespace(getLocalProperty=properties.get)
+        run(SimpleNamespace(sparkSession=SimpleNamespace(sparkContext=context)), 7)  # type: ignore[arg-type]
+    assert [(r.deduplicated, r.commit_ts) for r in reports] == [(True, TS + 7)] * 2
+    assert client.asked.count(foreach_batch_stream(QUERY_ID)) == 2
