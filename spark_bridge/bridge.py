@@ -126,6 +126,10 @@ ON_REWIND_CHOICES: Final = ("error", "skip")
 # foreach_batch's stream key is this prefix and the query id: the id alone identifies a query
 # for its whole life (restarts, renames), so the name is no part of it.
 FOREACH_BATCH_STREAM_PREFIX: Final = "spark-query:"
+# A query's first batch of a run that finds no mark at all (and is no batch 0) looks for the
+# names an older bridge committed it under among this many newest commits (one `txn_log`
+# request, MAX_TXN_LOG_RECORDS: a few MiB at most, once per such start).
+LEGACY_NAME_SCAN_COMMITS: Final = 10_000
 
 
 def foreach_batch_stream(query_id: str) -> str:
@@ -664,6 +668,32 @@ class MetastoreBridge:
             mark_txn_id=str(newest.get("txn_id") or "") or None,
         )
 
+    def _legacy_stream_keys(self, query_id: str, query_name: str) -> tuple[str, ...]:
+        """The stream keys `<name>:<query_id>` under which bridges before the query id alone
+        named the stream may have stored this query's marks with another name than
+        `query_name`: the names the newest LEGACY_NAME_SCAN_COMMITS commits' txn ids
+        (`<name>:<query_id>:<batch_id>`) give the query. The metastore has no lookup of marks
+        by query id, only by exact key, so a query whose old commits are all older than that
+        is not found (restart it under its old name once, as before). Listed after a
+        `read_ts` (linearizable: a commit acknowledged to the old driver is listed)."""
+        self.client.read_ts()
+        commits = self.client.txn_log(LEGACY_NAME_SCAN_COMMITS).get("commits") or []
+        names: dict[str, None] = {}
+        for commit in commits:
+            parts = str(commit.get("txn_id") or "").rsplit(":", 2)
+            name_is_another = len(parts) == 3 and parts[0] != query_name
+            if name_is_another and parts[1] == query_id and parts[2].isdigit():
+                names[parts[0]] = None
+        if names:
+            log.warning(
+                "streaming query %s (id %s): no mark under its current name; commits under "
+                "%s found, their marks are looked up too",
+                query_name,
+                query_id,
+                ", ".join(sorted(names)),
+            )
+        return tuple(f"{name}:{query_id}" for name in names)
+
     def _feed_clock(self, ts: int) -> None:
         """Absorb a commit ts into the HLC; one too far ahead of this driver's clock is logged
         and ignored, as the client does with every reply's (the read floor still holds it)."""
@@ -937,8 +967,11 @@ class MetastoreBridge:
         batch look like a new run: one more lookup each, no harm.
 
         Upgrade: bridges before this one keyed the stream `<query_name>:<query.id>`; marks
-        stored under that key (with the current `query_name`) still count: restart a query
-        upgraded from such a bridge under its old name at least once before renaming it."""
+        stored under that key (with the current `query_name`) still count. A query upgraded
+        and renamed in one restart finds its old name by the txn ids of its commits among the
+        newest LEGACY_NAME_SCAN_COMMITS commits (when a run's first batch, not batch 0, finds
+        no mark at all); one whose commits are all older is not found: restart a query
+        upgraded from such a bridge under its old name once before renaming it."""
         from metastore.errors import MetastoreError
 
         if on_rewind not in ON_REWIND_CHOICES:
@@ -950,6 +983,9 @@ class MetastoreBridge:
         # on_rewind="skip": per query id, the committed batch id found above a rewound batch;
         # batch ids up to it are skipped without running the body.
         skip_through: dict[str, int] = {}
+        # Per query id, the keys an older bridge stored its marks under with another
+        # query_name, found at a run's first batch (`_legacy_stream_keys`).
+        renamed_keys: dict[str, tuple[str, ...]] = {}
         skip_lock = threading.Lock()
 
         def forget(run: tuple[str, str | None]) -> None:
@@ -1016,6 +1052,17 @@ class MetastoreBridge:
                 # writes across a restart). A lookup that failed is made again next time.
                 try:
                     position = self._stream_position(txn_id, (stream, legacy_stream))
+                    if position.mark_seq is None and position.txn_ts is None and batch_id > 0:
+                        # No mark at all, yet Spark's commit log holds batches: an older
+                        # bridge may have stored them under another `query_name` (upgraded
+                        # and renamed in one restart). Its txn ids name it.
+                        renamed = self._legacy_stream_keys(query_id, query_name)
+                        if renamed:
+                            with skip_lock:
+                                renamed_keys[query_id] = renamed
+                            position = self._stream_position(
+                                txn_id, (stream, legacy_stream, *renamed)
+                            )
                 except MetastoreError as exc:
                     forget(run_key)
                     raise BatchError(
@@ -1044,6 +1091,7 @@ class MetastoreBridge:
                         return
             with skip_lock:
                 mark_seq = skip_through.get(query_id)
+                aliases = (legacy_stream, *renamed_keys.get(query_id, ()))
             if mark_seq is not None and batch_id <= mark_seq:
                 skipped(txn_id, mark_seq)
                 return
@@ -1064,7 +1112,7 @@ class MetastoreBridge:
                     # driver running the same checkpoint; a Spark without run ids) runs its
                     # body, the mark refuses its commit, the refusal is looked up here under
                     # both keys, and the files it wrote are deleted.
-                    stream_aliases=(legacy_stream,),
+                    stream_aliases=aliases,
                     on_stream_rewind=lambda p: rewound(query_id, stream, batch_id, p),
                 )
                 try:

@@ -787,3 +787,57 @@ def test_a_query_restarted_in_the_same_driver_skips_its_replay_before_running_th
     assert (rewound.batch_id, rewound.committed_seq) == (0, mark)
     assert third.reports == [] and bodies[bodies_before:] == [], "the rewound batch ran the body"
     assert _batch_files(location, name, query_id, 0) == first_batch_files
+
+
+def test_a_query_upgraded_and_renamed_in_one_restart_finds_its_old_marks(
+    spark_env: SparkEnv,
+) -> None:
+    """Bridges before the stream key was the query id alone stored a query's marks under
+    "<query_name>:<query.id>", and only the current name's such key was looked up: a query
+    restarted with this bridge under a new name at once found no mark, so its replay committed
+    a second time and a rewound batch committed instead of failing. The old name is found
+    among the newest commits (their txn ids "<query_name>:<query.id>:<batch>" name it)."""
+    from pyspark.sql import functions as F
+
+    env = spark_env
+    table = "st.upgraded"
+    env.ddl("CREATE NAMESPACE IF NOT EXISTS st")
+    env.ddl(f"CREATE TABLE {table} (id BIGINT)")
+    df = env.spark.range(3)
+    old_stream = "old-name:upgraded-query"  # an older bridge's key for query "old-name"
+    old = env.bridge(app_name="upgraded-old")
+    for seq in (4, 5):
+        with old.batch(writes=[table], txn_id=f"{old_stream}:{seq}", stream=(old_stream, seq)) as b:
+            b.write(table, df)
+    committed = b.report.commit_ts
+    assert committed is not None
+    reports: list[BatchReport] = []
+    bodies: list[int] = []
+
+    def write(b: BatchContext, df: DataFrame) -> None:
+        bodies.append(_batch_id(b))
+        b.write(table, df.select(F.col("id")))
+
+    sc = env.spark.sparkContext
+    sc.setLocalProperty("sql.streaming.queryId", "upgraded-query")  # as a streaming query does
+    try:
+        rewound = env.bridge(app_name="upgraded-rewound").foreach_batch(
+            write, query_name="new-name", writes=[table], on_batch=reports.append
+        )
+        from spark_bridge.bridge import CheckpointRewoundError
+
+        with pytest.raises(CheckpointRewoundError) as raised:
+            rewound(df, 3)  # below the old bridge's mark: a rewound checkpoint
+        assert (raised.value.batch_id, raised.value.committed_seq) == (3, 5)
+        fn = env.bridge(app_name="upgraded-new").foreach_batch(
+            write, query_name="new-name", writes=[table], on_batch=reports.append
+        )
+        fn(df, 5)  # the replay of the old bridge's last batch: skipped, no body
+        fn(df, 6)  # the next batch commits
+    finally:
+        sc.setLocalProperty("sql.streaming.queryId", None)  # type: ignore[arg-type]
+    assert bodies == [6]
+    replay, ran = reports
+    assert replay.deduplicated and replay.commit_ts == committed, replay.line()
+    assert not ran.deduplicated and ran.commit_ts is not None and ran.commit_ts > committed
+    assert len(rows_of(env.bridge().read_table(table))) == 9  # batches 4, 5 and 6, once each
