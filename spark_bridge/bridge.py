@@ -42,8 +42,10 @@ What one batch does (DESIGN.md §7):
    batch's txn id, so a replayed batch commits once (a txn id found committed by a batch of
    other tables is a non-retryable TxnIdReused, never this batch's commit); a txn id the caller
    passed is looked up first and carries a mark of its own, so a job re-run under it is
-   deduplicated past the txn-id window too (metastore.client.txn_marks). An exception before
-   that commits nothing; written files stay unreferenced for GC and are never shown to readers.
+   deduplicated past the txn-id window too (metastore.client.txn_marks); a batch found already
+   committed (before its commit, or by its refusal) deletes the attempt directories it wrote.
+   An exception before that commits nothing; written files stay unreferenced for GC and are
+   never shown to readers.
 
 Spark moves the data; the metastore only ever sees schemas and file lists.
 """
@@ -85,6 +87,7 @@ from spark_bridge.files import (
     DataFile,
     absolute,
     collect_files,
+    delete_attempt_dir,
     field_id_group,
     footer_verdicts,
     new_attempt_dir,
@@ -112,6 +115,10 @@ CLOCK_CATCH_UP_MS_MAX = 6_000
 FOREACH_BATCH_ATTEMPTS_MAX = 4
 # Structured Streaming sets this SparkContext local property to query.id around foreachBatch.
 STREAMING_QUERY_ID_PROPERTY = "sql.streaming.queryId"
+# ... and the job group (this property) to query.runId, new at every start of the query
+# (StreamExecution.runStream): a query stopped and started again in the same driver is a new
+# run, whose first micro-batch may be a replay.
+STREAMING_RUN_ID_PROPERTY = "spark.jobGroup.id"
 FOREACH_BATCH_RETRY_PAUSE_MS = 200
 # What foreach_batch does with a micro-batch whose id is below the one its query already
 # committed (a rewound checkpoint): fail the query (the default), or skip it.
@@ -119,6 +126,10 @@ ON_REWIND_CHOICES: Final = ("error", "skip")
 # foreach_batch's stream key is this prefix and the query id: the id alone identifies a query
 # for its whole life (restarts, renames), so the name is no part of it.
 FOREACH_BATCH_STREAM_PREFIX: Final = "spark-query:"
+# A query's first batch of a run that finds no mark at all (and is no batch 0) looks for the
+# names an older bridge committed it under among this many newest commits (one `txn_log`
+# request, MAX_TXN_LOG_RECORDS: a few MiB at most, once per such start).
+LEGACY_NAME_SCAN_COMMITS: Final = 10_000
 
 
 def foreach_batch_stream(query_id: str) -> str:
@@ -171,6 +182,8 @@ class CheckpointRewoundError(BatchError):
         self.committed_seq = committed_seq
         self.committed_ts = committed_ts
         self.committed_txn_id = committed_txn_id
+        # Attempt directories of the refused micro-batch that could not be deleted (absolute).
+        self.unreferenced_dirs: list[str] = []
 
 
 @dataclass(frozen=True, slots=True)
@@ -231,13 +244,16 @@ class BatchReport:
     pinned: dict[str, int] = field(default_factory=dict)
     commit_ts: int | None = None
     # The batch was found already committed (a replay): its output is an earlier run's, and
-    # this run's files stay unreferenced. Never this attempt's own commit, however it was
+    # this run's files are deleted. Never this attempt's own commit, however it was
     # acknowledged (late, on the client's retry, or found after an unknown outcome).
     deduplicated: bool = False
     retries: int = 0  # earlier attempts of this micro-batch that were refused and re-planned
     # foreach_batch(on_rewind="skip"): the micro-batch was skipped because its query had
     # already committed this later batch id (a rewound checkpoint); its rows were not committed.
     skipped_rewind_mark: int | None = None
+    # Attempt directories (absolute) of a batch found already committed that no commit
+    # references and that could not be deleted (they are deleted when it is found so).
+    unreferenced_dirs: list[str] = field(default_factory=list)
     files: int = 0
     rows: int = 0
     removed: int = 0  # files the commit removed (explicit `remove`, not overwrite)
@@ -518,7 +534,8 @@ class MetastoreBridge:
         self._last_commit_ts = 0
         self._commit_lock = threading.Lock()
         self.batch_retries = 0  # micro-batches re-planned after a retryable refusal (metric)
-        self._queries_seen: set[str] = set()  # streaming query ids this bridge ran a batch of
+        # (query id, run id) of every streaming query run this bridge ran a batch of.
+        self._queries_seen: set[tuple[str, str | None]] = set()
         # field_id_group (absolute) -> read by name (its files have no field ids); see read_files.
         self._by_name_verdicts: dict[str, bool] = {}
         self._verdicts_lock = threading.Lock()
@@ -650,6 +667,32 @@ class MetastoreBridge:
             mark_ts=int(newest["ts"]),
             mark_txn_id=str(newest.get("txn_id") or "") or None,
         )
+
+    def _legacy_stream_keys(self, query_id: str, query_name: str) -> tuple[str, ...]:
+        """The stream keys `<name>:<query_id>` under which bridges before the query id alone
+        named the stream may have stored this query's marks with another name than
+        `query_name`: the names the newest LEGACY_NAME_SCAN_COMMITS commits' txn ids
+        (`<name>:<query_id>:<batch_id>`) give the query. The metastore has no lookup of marks
+        by query id, only by exact key, so a query whose old commits are all older than that
+        is not found (restart it under its old name once, as before). Listed after a
+        `read_ts` (linearizable: a commit acknowledged to the old driver is listed)."""
+        self.client.read_ts()
+        commits = self.client.txn_log(LEGACY_NAME_SCAN_COMMITS).get("commits") or []
+        names: dict[str, None] = {}
+        for commit in commits:
+            parts = str(commit.get("txn_id") or "").rsplit(":", 2)
+            name_is_another = len(parts) == 3 and parts[0] != query_name
+            if name_is_another and parts[1] == query_id and parts[2].isdigit():
+                names[parts[0]] = None
+        if names:
+            log.warning(
+                "streaming query %s (id %s): no mark under its current name; commits under "
+                "%s found, their marks are looked up too",
+                query_name,
+                query_id,
+                ", ".join(sorted(names)),
+            )
+        return tuple(f"{name}:{query_id}" for name in names)
 
     def _feed_clock(self, ts: int) -> None:
         """Absorb a commit ts into the HLC; one too far ahead of this driver's clock is logged
@@ -808,10 +851,11 @@ class MetastoreBridge:
         parts = sc.parallelize(probes, min(len(probes), max(1, sc.defaultParallelism)))
         return parts.mapPartitions(lambda items: footer_verdicts(items, threads)).collect()
 
-    def _first_batch_of(self, query_id: str) -> bool:
+    def _first_batch_of(self, run: tuple[str, str | None]) -> bool:
+        """Whether this is the bridge's first micro-batch of `run` (query id, run id)."""
         with self._commit_lock:
-            first = query_id not in self._queries_seen
-            self._queries_seen.add(query_id)
+            first = run not in self._queries_seen
+            self._queries_seen.add(run)
             return first
 
     def _register_data_source(self) -> None:
@@ -913,9 +957,21 @@ class MetastoreBridge:
         of this query whose batches should not commit again) skips every batch id up to the
         committed one, reporting `skipped_rewind_mark`, and commits from the next one on.
 
+        Replays and rewound batches are found before `body` runs (so it writes nothing) at the
+        first micro-batch of each run of the query: a query stopped and started again in this
+        driver is a new run (Spark's run id, the job group it sets around foreachBatch). A
+        batch that the stream's mark refuses only at its commit (another driver ran the same
+        checkpoint meanwhile) has run `body`: the attempt directories it wrote are deleted;
+        any that cannot be are named in `BatchReport.unreferenced_dirs` (or the
+        CheckpointRewoundError's). A `body` that sets its own job group makes each following
+        batch look like a new run: one more lookup each, no harm.
+
         Upgrade: bridges before this one keyed the stream `<query_name>:<query.id>`; marks
-        stored under that key (with the current `query_name`) still count: restart a query
-        upgraded from such a bridge under its old name at least once before renaming it."""
+        stored under that key (with the current `query_name`) still count. A query upgraded
+        and renamed in one restart finds its old name by the txn ids of its commits among the
+        newest LEGACY_NAME_SCAN_COMMITS commits (when a run's first batch, not batch 0, finds
+        no mark at all); one whose commits are all older is not found: restart a query
+        upgraded from such a bridge under its old name once before renaming it."""
         from metastore.errors import MetastoreError
 
         if on_rewind not in ON_REWIND_CHOICES:
@@ -927,12 +983,15 @@ class MetastoreBridge:
         # on_rewind="skip": per query id, the committed batch id found above a rewound batch;
         # batch ids up to it are skipped without running the body.
         skip_through: dict[str, int] = {}
+        # Per query id, the keys an older bridge stored its marks under with another
+        # query_name, found at a run's first batch (`_legacy_stream_keys`).
+        renamed_keys: dict[str, tuple[str, ...]] = {}
         skip_lock = threading.Lock()
 
-        def forget(query_id: str) -> None:
-            # The next batch of the query (its restart) is looked up again.
+        def forget(run: tuple[str, str | None]) -> None:
+            # The next batch of the query run is looked up again.
             with self._commit_lock:
-                self._queries_seen.discard(query_id)
+                self._queries_seen.discard(run)
 
         def rewound(
             query_id: str, stream: str, batch_id: int, position: StreamPosition
@@ -966,7 +1025,8 @@ class MetastoreBridge:
                 on_batch(report)
 
         def run(df: DataFrame, batch_id: int) -> None:
-            query_id = df.sparkSession.sparkContext.getLocalProperty(STREAMING_QUERY_ID_PROPERTY)
+            sc = df.sparkSession.sparkContext
+            query_id = sc.getLocalProperty(STREAMING_QUERY_ID_PROPERTY)
             if not query_id:
                 raise BatchError(
                     "foreach_batch functions run inside a Structured Streaming query "
@@ -980,16 +1040,31 @@ class MetastoreBridge:
             stream = foreach_batch_stream(query_id)
             legacy_stream = f"{query_name}:{query_id}"  # the key of bridges before this one
             txn_id = f"{query_name}:{query_id}:{batch_id}"
-            if self._first_batch_of(query_id):
-                # Only the first micro-batch a driver runs for a query can be a replay (Spark
-                # replays the batch after the last one in its commit log, at restart). Skip it
-                # before doing any work if it committed; either way the stream's last commit
-                # becomes this driver's read floor (read your own writes across a restart).
-                # A lookup that failed is made again by the next run of the query.
+            # A query stopped and started again in this driver is a new run (a new run id):
+            # its first micro-batch is looked up as a new driver's is. Without a run id (a
+            # Spark that sets none, a call by hand) a query id's first batch is.
+            run_key = (query_id, sc.getLocalProperty(STREAMING_RUN_ID_PROPERTY))
+            if self._first_batch_of(run_key):
+                # Only the first micro-batch of a query's run can be a replay or rewound
+                # (Spark replays the batch after the last one in its commit log, at each
+                # start). Skip or refuse it before the body runs (nothing is written); either
+                # way the stream's last commit becomes this driver's read floor (read your own
+                # writes across a restart). A lookup that failed is made again next time.
                 try:
                     position = self._stream_position(txn_id, (stream, legacy_stream))
+                    if position.mark_seq is None and position.txn_ts is None and batch_id > 0:
+                        # No mark at all, yet Spark's commit log holds batches: an older
+                        # bridge may have stored them under another `query_name` (upgraded
+                        # and renamed in one restart). Its txn ids name it.
+                        renamed = self._legacy_stream_keys(query_id, query_name)
+                        if renamed:
+                            with skip_lock:
+                                renamed_keys[query_id] = renamed
+                            position = self._stream_position(
+                                txn_id, (stream, legacy_stream, *renamed)
+                            )
                 except MetastoreError as exc:
-                    forget(query_id)
+                    forget(run_key)
                     raise BatchError(
                         f"looking up whether micro-batch {batch_id} of {query_name} already "
                         f"committed failed: {exc}",
@@ -999,7 +1074,7 @@ class MetastoreBridge:
                 if position.rewound_at(batch_id):
                     assert position.mark_seq is not None
                     if on_rewind == "error":
-                        forget(query_id)
+                        forget(run_key)
                         raise rewound(query_id, stream, batch_id, position)
                     with skip_lock:
                         skip_through[query_id] = position.mark_seq
@@ -1016,6 +1091,7 @@ class MetastoreBridge:
                         return
             with skip_lock:
                 mark_seq = skip_through.get(query_id)
+                aliases = (legacy_stream, *renamed_keys.get(query_id, ()))
             if mark_seq is not None and batch_id <= mark_seq:
                 skipped(txn_id, mark_seq)
                 return
@@ -1032,10 +1108,11 @@ class MetastoreBridge:
                     read_ts=None,
                     check_reads=False,
                     stream=(stream, batch_id),
-                    # A driver that ran the query before (stopped and started again in this
-                    # process) does not look its first batch up: the mark refuses its commit,
-                    # and the refusal is looked up here, under both keys.
-                    stream_aliases=(legacy_stream,),
+                    # A batch the lookup above did not stop (committed meanwhile by another
+                    # driver running the same checkpoint; a Spark without run ids) runs its
+                    # body, the mark refuses its commit, the refusal is looked up here under
+                    # both keys, and the files it wrote are deleted.
+                    stream_aliases=aliases,
                     on_stream_rewind=lambda p: rewound(query_id, stream, batch_id, p),
                 )
                 try:
@@ -1045,7 +1122,7 @@ class MetastoreBridge:
                     break
                 except CheckpointRewoundError as exc:
                     if on_rewind == "error":
-                        forget(query_id)
+                        forget(run_key)
                         raise
                     with skip_lock:
                         skip_through[query_id] = exc.committed_seq
@@ -1333,6 +1410,10 @@ class BatchContext:
     # Whether the commit carries the txn id's own mark (`_txn_mark`); a class default so that
     # a context made without __init__ (tests) has none.
     mark_txn_id: bool = False
+    # (location, dir relative to it) of every write's attempt directory, for deleting them
+    # when the commit is refused as already committed (`_discard_written`); a class default
+    # for the same reason.
+    _attempt_dirs: tuple[tuple[str, str], ...] = ()
 
     def __init__(
         self,
@@ -1725,6 +1806,8 @@ class BatchContext:
 
         shaped = conform(df, table, pin.write_columns)
         abs_dir, rel_dir = new_attempt_dir(pin.location, self.txn_id, owner=owner)
+        with self._outputs_lock:
+            self._attempt_dirs = (*self._attempt_dirs, (pin.location, rel_dir))
         # Count the rows Spark writes, as the write runs (Spark completes the observation
         # before `parquet()` returns), to check the files the driver then finds against it.
         written = Observation()
@@ -1809,6 +1892,7 @@ class BatchContext:
             # the txn-id window): the first commit stands, nothing is sent.
             self.report.commit_ts = found_ts
             self.report.deduplicated = True
+            self._discard_written()
         else:
             self._send_commit(args)
         if self.report.commit_ts is not None:
@@ -1864,7 +1948,7 @@ class BatchContext:
                 # position. Txn ids and streams embed the streaming query's id, so either is
                 # this query's; a caller's txn id is checked against the tables (the record's,
                 # or the hash of them its mark holds). The first commit stands; this attempt's
-                # files stay unreferenced (for GC).
+                # files are deleted (no commit ever lists them).
                 try:
                     committed_ts = self._committed_ts()
                 except MetastoreError as lookup:
@@ -1874,10 +1958,16 @@ class BatchContext:
                         retryable=lookup.retryable,
                         cause=lookup,
                     ) from lookup
+                except CheckpointRewoundError as rewound:
+                    # Refused, and below the stream's mark: no later delivery of this
+                    # commit can apply either, so its files are nobody's.
+                    rewound.unreferenced_dirs = self._discard_written()
+                    raise
                 if committed_ts is None:
                     raise
                 self.report.commit_ts = committed_ts
                 self.report.deduplicated = True
+                self._discard_written()
             elif (
                 isinstance(exc.cause, SessionNotFoundError)
                 and exc.cause.details.get("reason") == "attempt_session_not_live"
@@ -1906,6 +1996,33 @@ class BatchContext:
                 raise BatchError(str(exc), retryable=True, cause=exc.cause) from exc
             else:
                 raise
+
+    def _discard_written(self) -> list[str]:
+        """Delete the attempt directories this batch wrote, once its commit was refused as
+        already committed (or found so before it was sent): no commit lists their files, and
+        none ever will (a txn id, a stream position, commits once; the directories are this
+        attempt's own). Returns the ones that could not be deleted, also kept in the report
+        (`unreferenced_dirs`) and logged: GC's orphan scan removes them once the writer's
+        session ended, or the user can. Never called after an unknown outcome, where the
+        commit may be this attempt's own."""
+        # After the batch's writes returned (commit runs after the body): no lock needed.
+        dirs, self._attempt_dirs = self._attempt_dirs, ()
+        left: list[str] = []
+        for location, rel_dir in dirs:
+            try:
+                delete_attempt_dir(location, rel_dir)
+            except (OSError, ValueError) as exc:
+                log.warning("could not delete %s of txn %s: %s", rel_dir, self.txn_id, exc)
+                left.append(absolute(location, rel_dir))
+        if dirs:
+            log.info(
+                "txn %s already committed: deleted %d of its %d attempt directories",
+                self.txn_id,
+                len(dirs) - len(left),
+                len(dirs),
+            )
+        self.report.unreferenced_dirs = left
+        return left
 
     def _outcome_of_unknown(self, exc: BatchError) -> int:
         """The commit ts of this batch's commit whose outcome the client could not learn, if

@@ -13,6 +13,7 @@ one footer per Spark write job (`field_id_group`), not per directory: a director
 
 from __future__ import annotations
 
+import contextlib
 import re
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
@@ -54,6 +55,19 @@ def new_attempt_dir(location: str, txn_id: str, *, owner: str = "") -> tuple[str
     if owner and all(ch.isalnum() or ch in "-_" for ch in owner) and "--" not in owner:
         rel = f"{TXN_DIR}/{owner}--{safe}-{uuid.uuid4().hex[:12]}"
     return f"{location.rstrip('/')}/{rel}", rel
+
+
+def delete_attempt_dir(location: str, rel_dir: str) -> None:
+    """Delete the attempt directory `rel_dir` (as `new_attempt_dir` made it) under `location`
+    and everything in it; one already gone counts as deleted. Only for a directory no commit
+    references or ever will (the caller knows its commit was refused). ValueError for
+    anything but one `_txn/<attempt>` directory."""
+    parts = rel_dir.split("/")
+    if len(parts) != 2 or parts[0] != TXN_DIR or parts[1] in ("", ".", ".."):
+        raise ValueError(f"{rel_dir!r} is no attempt directory ({TXN_DIR}/<attempt>)")
+    fs, root = _fs(location)
+    with contextlib.suppress(FileNotFoundError):
+        fs.delete_dir(f"{root.rstrip('/')}/{rel_dir}")
 
 
 # Characters Spark's file readers take as a glob in a path (Hadoop's GlobPattern).

@@ -141,3 +141,24 @@ def test_a_write_directory_mixing_files_with_and_without_field_ids_reads_each_by
     checked = bridge.footers_checked
     assert bridge.files_read_by_name(str(tmp_path), files) == expected
     assert bridge.footers_checked == checked
+
+
+def test_delete_attempt_dir_deletes_one_attempt_directory_and_nothing_else(tmp_path: Path) -> None:
+    """What the bridge deletes after a commit refused as already committed: exactly the
+    attempt directory it names (partition directories included); one already gone is done,
+    and anything but `_txn/<attempt>` is refused untouched."""
+    from spark_bridge.files import delete_attempt_dir
+
+    attempt = tmp_path / "_txn" / "s--q_1-abc" / "p=1"
+    attempt.mkdir(parents=True)
+    (attempt / "part-0.parquet").write_bytes(b"x")
+    other = tmp_path / "_txn" / "s--q_2-def"
+    other.mkdir()
+    (tmp_path / "user.parquet").write_bytes(b"y")
+    delete_attempt_dir(str(tmp_path), "_txn/s--q_1-abc")
+    delete_attempt_dir(str(tmp_path), "_txn/s--q_1-abc")  # gone: done
+    assert sorted(p.name for p in (tmp_path / "_txn").iterdir()) == ["s--q_2-def"]
+    for rel in ("_txn", "_txn/..", "_txn/s--q_2-def/x", "s--q_2-def", "", "../_txn/a"):
+        with pytest.raises(ValueError):
+            delete_attempt_dir(str(tmp_path), rel)
+    assert other.is_dir() and (tmp_path / "user.parquet").exists()

@@ -7,6 +7,7 @@ from __future__ import annotations
 import datetime as dt
 import time
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -253,6 +254,16 @@ def test_a_job_re_run_under_its_txn_id_commits_once_by_its_mark(spark_env: Spark
         reports.append(b.report)
     assert not reports[0].deduplicated and reports[1].deduplicated
     assert reports[1].commit_ts == reports[0].commit_ts
+    # The re-run's files were deleted once its txn id was found committed: only the first
+    # run's attempt directory is left (none referenced by no commit).
+    location = Path(env.location("dsw.rerun"))
+    written = {
+        str(p.relative_to(location)) for p in location.glob("_txn/*batch-2026-11-27-*/**/*.parquet")
+    }
+    assert (
+        written == {p for p in env.live_paths("dsw.rerun") if "batch-2026-11-27" in p} and written
+    ), written
+    assert reports[1].unreferenced_dirs == []
     rows = sorted(r.id for r in bridge.read_table("dsw.rerun").collect())
     assert rows == [0, 1, 2, 10, 11]
     for txn_id in ("append-2026-11-27", "batch-2026-11-27"):

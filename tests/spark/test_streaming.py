@@ -322,14 +322,11 @@ def test_foreach_batch_called_twice_with_the_same_batch_commits_once(spark_env: 
     assert rows_of(env.bridge().read_table(REPLAY, as_of=first.commit_ts)) == [
         (i,) for i in range(5)
     ]
-    # The replay wrote its own files; no commit references them (they are left for GC).
+    # The replay wrote its own files (this driver ran the query: no lookup before the body);
+    # once the mark refused them they were deleted, not left beside the committed ones.
     live = env.live_paths(REPLAY, as_of=first.commit_ts)
-    location = Path(env.location(REPLAY))
-    written = {
-        str(p.relative_to(location))
-        for p in location.glob("_txn/*by-hand_by-hand-query_7-*/*.parquet")
-    }
-    assert live < written
+    written = _batch_files(Path(env.location(REPLAY)), "by-hand", "by-hand-query", 7)
+    assert live == written
 
 
 def test_a_replay_past_the_txn_id_window_is_caught_by_the_stream_mark(spark_env: SparkEnv) -> None:
@@ -418,6 +415,7 @@ def test_a_batch_id_below_the_committed_one_fails_as_a_rewound_checkpoint(
     table = "st.rewound"
     env.ddl("CREATE NAMESPACE IF NOT EXISTS st")
     env.ddl(f"CREATE TABLE {table} (id BIGINT)")
+    location = Path(env.location(table))
     reports: list[BatchReport] = []
     bodies: list[int] = []
 
@@ -435,6 +433,8 @@ def test_a_batch_id_below_the_committed_one_fails_as_a_rewound_checkpoint(
         fn(df, 4)  # commits position 4
         with pytest.raises(BatchError) as mid_run:
             fn(df, 2)  # mid-run: the mark refuses the commit, and 2 is no replay of 4
+        # The body ran (this driver ran the query: no lookup first); its files were deleted.
+        assert _batch_files(location, "rewound", "rewound-query", 2) == set()
         restarted = env.bridge(app_name="rewound-restarted")
         fn = restarted.foreach_batch(
             write, query_name="rewound", writes=[table], on_batch=reports.append
@@ -484,6 +484,7 @@ def test_a_batch_id_below_the_committed_one_fails_as_a_rewound_checkpoint(
     assert skipped_mid_run.skipped_rewind_mark == 5 and skipped_mid_run.commit_ts is None
     ids = rows_of(env.bridge().read_table(table))
     assert ids == [(i,) for i in (40, 41, 42, 50, 51, 52)]  # batches 4 and 5 only
+    assert _batch_files(location, "rewound", "rewound-query", 2) == set()  # skipped mid-run
 
 
 def test_a_fresh_checkpoint_under_the_same_query_name_commits_its_batches(
@@ -683,3 +684,160 @@ def test_a_query_restarted_under_a_new_name_commits_its_replayed_batch_once(
     last = max(c["ts"] for c in renamed.values())
     ids = [i for (i,) in rows_of(bridge.read_table(table, as_of=last), "id")]
     assert ids == list(range(len(ids))), "a replayed micro-batch committed twice"
+
+
+def _batch_files(location: Path, query_name: str, query_id: str, batch: int) -> set[str]:
+    """The Parquet files under `location` written for micro-batch `batch` of the query, by any
+    attempt (an attempt directory is `_txn/[<session>--]<query_name>_<query.id>_<batch>-<rand>`),
+    relative to the location as commits list them."""
+    return {
+        str(p.relative_to(location))
+        for p in location.glob(f"_txn/*{query_name}_{query_id}_{batch}-*/**/*.parquet")
+    }
+
+
+def test_a_query_restarted_in_the_same_driver_skips_its_replay_before_running_the_body(
+    spark_env: SparkEnv, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """A query stopped and started again in the same driver (same bridge, same checkpoint) is a
+    new run of the same query id. Only a driver's first batch of a query id was looked up, so
+    the restarted run's first batch ran the body and wrote its Parquet files before the mark
+    refused the commit: a replay wrote files no commit references, and a rewound batch did
+    too before CheckpointRewoundError. Each run's first batch is now looked up (the run id
+    tells runs apart): a replay is skipped and a rewound batch refused without running the
+    body."""
+    from pyspark.sql import functions as F
+
+    env = spark_env
+    table = "st.restarted"
+    name = "restarted"
+    env.ddl("CREATE NAMESPACE IF NOT EXISTS st")
+    env.ddl(f"CREATE TABLE {table} (id BIGINT)")
+    bridge = env.bridge(app_name="restarted")
+    checkpoint = tmp_path_factory.mktemp("restarted-checkpoint")
+    location = Path(env.location(table))
+    bodies: list[int] = []
+    errors: list[BatchError] = []
+
+    def write(b: BatchContext, df: DataFrame) -> None:
+        bodies.append(_batch_id(b))
+        b.write(table, df.select(F.col("value").alias("id")))
+
+    def start(run: Run) -> StreamingQuery:
+        fn = bridge.foreach_batch(write, query_name=name, writes=[table], on_batch=run.on_batch)
+
+        def recording(df: DataFrame, batch_id: int) -> None:
+            try:
+                fn(df, batch_id)
+            except BatchError as exc:
+                errors.append(exc)
+                raise
+
+        return _start_query(bridge, recording, checkpoint)
+
+    first = Run()
+    stream = start(first)
+    query_id = str(stream.id)
+    try:
+        _wait_reports(stream, first, lambda r: len(r) >= 2, "two micro-batches")
+    finally:
+        _stop(stream)
+    committed = _committed_by_batch(env, f"{name}:")
+    replayed = _replay_last_committed(checkpoint, committed)
+    replayed_files = _batch_files(location, name, query_id, replayed)
+    assert replayed_files, "the first run wrote no files for the batch it committed"
+
+    # The same driver starts the query again: Spark replays the batch that committed.
+    second = Run()
+    bodies_before = len(bodies)
+    stream = start(second)
+    try:
+        _wait_reports(stream, second, lambda r: len(r) >= 2, "the replay and the next batch")
+    finally:
+        _stop(stream)
+    assert stream.id == query_id
+    replay = second.reports[0]
+    assert _batch_id(replay) == replayed
+    assert replay.deduplicated and replay.commit_ts == committed[replayed]["ts"], replay.line()
+    assert replayed not in bodies[bodies_before:], "the replay ran the body"
+    # No attempt of the replay left files beside the ones its first run committed.
+    assert _batch_files(location, name, query_id, replayed) == replayed_files
+    assert replayed_files <= env.live_paths(table)
+
+    # Reset with `metadata` kept, started again in the same driver: batch 0 is below the mark.
+    mark = max(_committed_by_batch(env, f"{name}:"))
+    first_batch_files = _batch_files(location, name, query_id, 0)
+    for entry in checkpoint.iterdir():
+        if entry.name != "metadata":
+            shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
+    third = Run()
+    bodies_before = len(bodies)
+    stream = start(third)
+    try:
+        wait_until(
+            lambda: errors or third.reports or not stream.isActive,
+            what="the reset query's first batch",
+        )
+    finally:
+        stream.stop()  # not _stop: awaitTermination raises the query's failure
+    from spark_bridge.bridge import CheckpointRewoundError
+
+    rewound = only(errors)
+    assert isinstance(rewound, CheckpointRewoundError), rewound
+    assert (rewound.batch_id, rewound.committed_seq) == (0, mark)
+    assert third.reports == [] and bodies[bodies_before:] == [], "the rewound batch ran the body"
+    assert _batch_files(location, name, query_id, 0) == first_batch_files
+
+
+def test_a_query_upgraded_and_renamed_in_one_restart_finds_its_old_marks(
+    spark_env: SparkEnv,
+) -> None:
+    """Bridges before the stream key was the query id alone stored a query's marks under
+    "<query_name>:<query.id>", and only the current name's such key was looked up: a query
+    restarted with this bridge under a new name at once found no mark, so its replay committed
+    a second time and a rewound batch committed instead of failing. The old name is found
+    among the newest commits (their txn ids "<query_name>:<query.id>:<batch>" name it)."""
+    from pyspark.sql import functions as F
+
+    env = spark_env
+    table = "st.upgraded"
+    env.ddl("CREATE NAMESPACE IF NOT EXISTS st")
+    env.ddl(f"CREATE TABLE {table} (id BIGINT)")
+    df = env.spark.range(3)
+    old_stream = "old-name:upgraded-query"  # an older bridge's key for query "old-name"
+    old = env.bridge(app_name="upgraded-old")
+    for seq in (4, 5):
+        with old.batch(writes=[table], txn_id=f"{old_stream}:{seq}", stream=(old_stream, seq)) as b:
+            b.write(table, df)
+    committed = b.report.commit_ts
+    assert committed is not None
+    reports: list[BatchReport] = []
+    bodies: list[int] = []
+
+    def write(b: BatchContext, df: DataFrame) -> None:
+        bodies.append(_batch_id(b))
+        b.write(table, df.select(F.col("id")))
+
+    sc = env.spark.sparkContext
+    sc.setLocalProperty("sql.streaming.queryId", "upgraded-query")  # as a streaming query does
+    try:
+        rewound = env.bridge(app_name="upgraded-rewound").foreach_batch(
+            write, query_name="new-name", writes=[table], on_batch=reports.append
+        )
+        from spark_bridge.bridge import CheckpointRewoundError
+
+        with pytest.raises(CheckpointRewoundError) as raised:
+            rewound(df, 3)  # below the old bridge's mark: a rewound checkpoint
+        assert (raised.value.batch_id, raised.value.committed_seq) == (3, 5)
+        fn = env.bridge(app_name="upgraded-new").foreach_batch(
+            write, query_name="new-name", writes=[table], on_batch=reports.append
+        )
+        fn(df, 5)  # the replay of the old bridge's last batch: skipped, no body
+        fn(df, 6)  # the next batch commits
+    finally:
+        sc.setLocalProperty("sql.streaming.queryId", None)  # type: ignore[arg-type]
+    assert bodies == [6]
+    replay, ran = reports
+    assert replay.deduplicated and replay.commit_ts == committed, replay.line()
+    assert not ran.deduplicated and ran.commit_ts is not None and ran.commit_ts > committed
+    assert len(rows_of(env.bridge().read_table(table))) == 9  # batches 4, 5 and 6, once each
