@@ -78,6 +78,10 @@ Both sides prove knowledge of the shared secret without sending it; fresh 32-byt
 both sides stop replay; the role label stops a MAC from being reflected back; the cluster id,
 the version and both node ids are bound in. The connecting side proves first, so the exposed
 listener never computes a MAC for a stranger. MACs are compared with `hmac.compare_digest`.
+A connection that ends during the handshake (EOF, a reset, or a write that finds it closed under
+us, which uvloop refuses with RuntimeError: `PeerConnectionClosedError`) ends that attempt only:
+counted (the listener's `handshake_failures`, the dialler's `connect_failures`) and logged at
+info at most, never with a traceback.
 
 Protocol versions (a rolling upgrade). A node speaks every version from PROTOCOL_VERSION_MIN to
 PROTOCOL_VERSION; a connection speaks the version of the dialler's hello, which the listener
@@ -178,6 +182,7 @@ from raft.errors import (
     MalformedFrameError,
     MalformedMessageError,
     PeerAuthError,
+    PeerConnectionClosedError,
     PeerHandshakeError,
     PeerHelloRefusedError,
     PeerRefusedError,
@@ -771,11 +776,30 @@ class _Receiver(asyncio.Protocol):
 
 async def _read_handshake_frame(reader: asyncio.StreamReader, decoder: FrameDecoder) -> object:
     while (obj := decoder.next_frame()) is NEED_DATA:
-        data = await reader.read(HANDSHAKE_FRAME_BYTES_MAX)
+        try:
+            data = await reader.read(HANDSHAKE_FRAME_BYTES_MAX)
+        except ConnectionError as exc:
+            raise PeerConnectionClosedError(
+                f"connection closed during the handshake ({_why(exc)})"
+            ) from exc
         if not data:
-            raise PeerHandshakeError("connection closed during the handshake")
+            raise PeerConnectionClosedError("connection closed during the handshake")
         decoder.feed(data)
     return obj
+
+
+def _write_handshake_frame(writer: asyncio.StreamWriter, obj: list[object]) -> None:
+    """Hand a handshake frame to the connection. One closed under us (the peer reset it, or
+    we closed it to make room) ends the handshake as an EOF does: uvloop refuses such a write
+    with RuntimeError, asyncio would drop it silently."""
+    if writer.transport.is_closing():
+        raise PeerConnectionClosedError("connection closed during the handshake")
+    try:
+        writer.write(encode_frame(obj, max_frame_bytes=HANDSHAKE_FRAME_BYTES_MAX))
+    except RuntimeError as exc:
+        raise PeerConnectionClosedError(
+            f"connection closed during the handshake ({_why(exc)})"
+        ) from exc
 
 
 def _expect(obj: object, kind: str, count: int) -> list[object]:
@@ -1607,10 +1631,10 @@ class PeerTransport:
         decoder = FrameDecoder(HANDSHAKE_FRAME_BYTES_MAX)
         client_nonce = secrets.token_bytes(NONCE_BYTES)
         hello = [HELLO, version, self._cluster_id, self._node_id, peer_id, client_nonce]
-        writer.write(encode_frame(hello, max_frame_bytes=HANDSHAKE_FRAME_BYTES_MAX))
+        _write_handshake_frame(writer, hello)
         try:
             first = await _read_handshake_frame(reader, decoder)
-        except (PeerHandshakeError, ConnectionError) as exc:
+        except PeerConnectionClosedError as exc:
             # EOF or a reset before any answer: how a release that does not speak `version`
             # refuses it (and how a proxy in front of a node that is down answers any hello).
             raise PeerHelloRefusedError(
@@ -1634,8 +1658,7 @@ class PeerTransport:
                 version=version,
             )
 
-        proof = [PROOF, mac_of("client")]
-        writer.write(encode_frame(proof, max_frame_bytes=HANDSHAKE_FRAME_BYTES_MAX))
+        _write_handshake_frame(writer, [PROOF, mac_of("client")])
         welcome = _expect(await _read_handshake_frame(reader, decoder), WELCOME, 2)
         server_mac = _exact_bytes(welcome[1], MAC_BYTES, "the server MAC")
         if not hmac.compare_digest(server_mac, mac_of("server")):
@@ -1754,6 +1777,15 @@ class PeerTransport:
                 self._count_auth_failure(conn.claimed_id)
                 self._warn_stranger("refused peer connection from %s: %s", peername, exc)
                 return
+            except PeerConnectionClosedError as exc:
+                # The connection ended (the dialler gave up, died, or checked which version we
+                # speak): counted, and not worth a warning.
+                if not self._stopped and not conn.evicted:
+                    self._handshake_failures += 1
+                    self._warn_stranger(
+                        "peer handshake from %s ended: %s", peername, exc, level=logging.INFO
+                    )
+                return
             except (
                 OSError,
                 TimeoutError,
@@ -1847,9 +1879,7 @@ class PeerTransport:
             raise
         client_nonce = _exact_bytes(client_nonce, NONCE_BYTES, "the client nonce")
         server_nonce = secrets.token_bytes(NONCE_BYTES)
-        writer.write(
-            encode_frame([CHALLENGE, server_nonce], max_frame_bytes=HANDSHAKE_FRAME_BYTES_MAX)
-        )
+        _write_handshake_frame(writer, [CHALLENGE, server_nonce])
 
         def mac_of(role: str) -> bytes:
             return mac(
@@ -1871,9 +1901,7 @@ class PeerTransport:
             )
         if decoder.buffered_bytes:
             raise PeerHandshakeError(f"node {client_id} sent data before our welcome")
-        writer.write(
-            encode_frame([WELCOME, mac_of("server")], max_frame_bytes=HANDSHAKE_FRAME_BYTES_MAX)
-        )
+        _write_handshake_frame(writer, [WELCOME, mac_of("server")])
         return client_id, version
 
     async def _receive(
@@ -1946,16 +1974,17 @@ class PeerTransport:
             return
         self._deliver_message(link, msg)
 
-    def _warn_stranger(self, fmt: str, *args: object) -> None:
-        """A warning about a connection refused before it authenticated, within one budget for
-        all of them (as `_warn_peer`'s per peer): strangers need no secret to be refused."""
+    def _warn_stranger(self, fmt: str, *args: object, level: int = logging.WARNING) -> None:
+        """A warning (or a line of `level`) about a connection refused or ended before it
+        authenticated, within one budget for all of them (as `_warn_peer`'s per peer):
+        strangers need no secret to be refused."""
         left_out = self._stranger_warnings.take()
         if left_out is None:
             return
         if left_out:
             fmt += " (%d more refusals before it not logged)"
             args = (*args, left_out)
-        self._log.warning(fmt, *args)
+        self._log.log(level, fmt, *args)
 
     def _warn_peer(self, link: _Link, fmt: str, *args: object) -> None:
         """A warning about what the peer sent, within the peer's log budget (see

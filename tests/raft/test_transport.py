@@ -385,6 +385,46 @@ async def test_a_write_refused_by_a_closed_transport_reconnects(
     assert task is not None
 
 
+@pytest.mark.parametrize(
+    "kind", ["raft-peer-hello", "raft-peer-proof", "raft-peer-challenge", "raft-peer-welcome"]
+)
+async def test_a_handshake_write_on_a_closed_connection_ends_it_quietly(
+    kind: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """uvloop refuses a write on a transport closed under us (the peer reset the connection
+    mid-handshake) with RuntimeError: the dialler (hello, proof) or the listener (challenge,
+    welcome) counts a failed handshake and the link redials, with no traceback logged and
+    nothing left for the loop's handler of unhandled exceptions."""
+    real = asyncio.StreamWriter.write
+    refused: list[str] = []
+
+    def closed_once(self: asyncio.StreamWriter, data: Any) -> None:
+        if not refused and msgpack.unpackb(bytes(data)[4:])[0] == kind:
+            refused.append(kind)
+            raise RuntimeError("unable to perform operation on <TCPTransport closed=True>")
+        real(self, data)
+
+    unhandled: list[dict[str, Any]] = []
+    asyncio.get_running_loop().set_exception_handler(lambda _loop, ctx: unhandled.append(ctx))
+    monkeypatch.setattr(asyncio.StreamWriter, "write", closed_once)
+    a_inbox, b_inbox = Inbox(), Inbox()
+    a, b = make(1, a_inbox), make(2, b_inbox)
+    with caplog.at_level(logging.DEBUG, logger="raft"):
+        async with running(a, b):
+            mesh({1: a, 2: b})
+            await keep_sending(lambda: a.send(hb(1, 2)), lambda: bool(b_inbox.messages), "sent")
+            await keep_sending(lambda: b.send(hb(2, 1)), lambda: bool(a_inbox.messages), "back")
+            assert refused == [kind]
+            failures = sum(
+                t.stats()["handshake_failures"] + t.stats()["peers"][peer]["connect_failures"]
+                for t, peer in ((a, 2), (b, 1))
+            )
+            assert failures >= 1
+    assert unhandled == []
+    noisy = [r for r in caplog.records if r.exc_info or r.levelno >= logging.ERROR]
+    assert not noisy, [r.getMessage() for r in noisy]
+
+
 async def test_full_queue_drops_the_oldest_and_counts_it() -> None:
     b_inbox = Inbox()
     b = make(2, b_inbox)
