@@ -75,6 +75,22 @@ class PeerHandshakeError(RaftError):
     code = "peer_handshake_failed"
 
 
+class PeerConnectionClosedError(PeerHandshakeError):
+    """A peer connection ended during the handshake: EOF, a reset, or a write that found the
+    connection closed under us (the link ends; nothing was refused)."""
+
+    code = "peer_connection_closed"
+
+
+class PeerHelloRefusedError(PeerConnectionClosedError):
+    """The peer we dialled closed the connection right after our hello, without a word: a
+    node of an older release that does not speak the protocol version we offered does so,
+    and so does a proxy in front of a node that is down (raft.transport, "Protocol
+    versions")."""
+
+    code = "peer_hello_refused"
+
+
 class PeerAuthError(PeerHandshakeError):
     """A peer failed authentication: wrong secret, wrong cluster id or an unknown node id."""
 

@@ -78,23 +78,37 @@ Both sides prove knowledge of the shared secret without sending it; fresh 32-byt
 both sides stop replay; the role label stops a MAC from being reflected back; the cluster id,
 the version and both node ids are bound in. The connecting side proves first, so the exposed
 listener never computes a MAC for a stranger. MACs are compared with `hmac.compare_digest`.
+A connection that ends during the handshake (EOF, a reset, or a write that finds it closed under
+us, which uvloop refuses with RuntimeError: `PeerConnectionClosedError`) ends that attempt only:
+counted (the listener's `handshake_failures`, the dialler's `connect_failures`) and logged at
+info at most, never with a traceback.
 
-Protocol versions (a rolling upgrade). A node speaks every version from PROTOCOL_VERSION_MIN
-to PROTOCOL_VERSION; a connection speaks the version of the dialler's hello, which the
-listener accepts if it speaks it (else it closes the connection, as releases before version
-6, which speak one version, do for any other). Every node's links dial all its peers, and a
-dialler offers the newer of the versions both speak as far as it knows: its newest, or, once
-the peer has dialled it (authenticated), the older of its newest and the version of the
+Protocol versions (a rolling upgrade). A node speaks every version from PROTOCOL_VERSION_MIN to
+PROTOCOL_VERSION; a connection speaks the version of the dialler's hello, which the listener
+accepts if it speaks it (else it closes the connection without a word, as releases before
+version 6, which speak one version, do for any other). Every node's links dial all its peers,
+and a dialler offers the newer of the versions both speak as far as it knows: its newest, or,
+once the peer has dialled it (authenticated), the older of its newest and the version of the
 peer's last hello (`peer_hello_version`: a node offers its newest, so that is the newest the
-peer's release speaks). So a new node's dial to a node of the previous release is refused
-until that node dials it, from then on it offers 5; when the old node restarts upgraded, its
-hello of version 6 makes the new node end its outbound connection to it if that speaks an
-older version, and redial. A close after the hello is only a failed dial (a proxy in front of
-a node that is down closes so too): it never lowers the version offered, so two nodes of one
-release always speak its newest. What differs between the versions is only the encoding of
-the messages a link sends (`raft.wire`; version 5: heartbeats without incarnations), so
-frames queued for one version are dropped (counted) when the next connection speaks another;
-the receiving side decodes every version it speaks.
+peer's release speaks). When the old node restarts upgraded, its hello of version 6 makes the
+new node end its outbound connection to it if that speaks an older version, and redial. A node
+that never hears from its peer (the peer cannot dial it: one-way reachability) learns from
+refused dials instead. A dial whose hello the peer closes without a word
+(`PeerHelloRefusedError`) is followed by a probe: a dial offering the next older version we
+speak that ends once the peer has challenged it (the peer counts and logs a failed handshake).
+If the peer challenges it, the next dial offers the refused version once more, and only if the
+peer refuses that again does the link fall back to the older version (`fallback_version`) for
+its later dials. So a close after the hello alone never lowers the version: a proxy in front of
+a node that is down closes every hello, and the link then alternates between the versions, one
+per dial (the usual redials, with their backoff; after the oldest version, the newest); the
+node that comes up behind it is offered the newest, or the probe and then the newest, so two
+nodes of one release speak its newest. The fallback ends when the peer's hello is of a newer
+version, or when the peer closes a hello of the fallback version (it no longer speaks it).
+Known limit: a peer that restarts upgraded and still never dials us keeps being offered the
+fallback version until it does or this node restarts. What differs between the versions is only
+the encoding of the messages a link sends (`raft.wire`; version 5: heartbeats without
+incarnations), so frames queued for one version are dropped (counted) when the next connection
+speaks another; the receiving side decodes every version it speaks.
 
 Invariants:
 * No message from a connection is delivered before that connection has authenticated, and the
@@ -168,7 +182,9 @@ from raft.errors import (
     MalformedFrameError,
     MalformedMessageError,
     PeerAuthError,
+    PeerConnectionClosedError,
     PeerHandshakeError,
+    PeerHelloRefusedError,
     PeerRefusedError,
     SecretFileError,
     TransportConfigError,
@@ -310,6 +326,9 @@ class PeerStats(TypedDict):
     # peer's last authenticated hello on an inbound connection (0: none yet).
     protocol_version: int
     peer_hello_version: int
+    # The version the link offers at most because the peer refused a newer one right after it
+    # accepted this one (a node of an older release that never dialled us; 0: none).
+    fallback_version: int
 
 
 class TransportStats(TypedDict):
@@ -580,10 +599,13 @@ class _Link:
     __slots__ = (
         "address",
         "auth_failures",
+        "checking_version",
         "connect_failures",
         "connected",
         "dirty",
         "dropped",
+        "fallback_version",
+        "hellos_heard",
         "idle_writer",
         "incoming",
         "incoming_done_id",
@@ -598,6 +620,7 @@ class _Link:
         "received",
         "reconnects",
         "redial",
+        "refused_version",
         "rejected",
         "rewind_sent",
         "sent",
@@ -623,6 +646,17 @@ class _Link:
         # last authenticated hello, 0 before one (see "Protocol versions" in the docstring).
         self.version = version
         self.peer_hello_version = 0
+        self.hellos_heard = 0  # authenticated hellos from the peer: a dial's result is stale
+        # when one arrived meanwhile (the hello is the fresher evidence)
+        # Versions learnt from refused dials (see "Protocol versions" in the docstring): the
+        # last dial's hello of this version was closed without a word (0: it was not); the
+        # last dial, one version older, was challenged, so the next dial offers this version
+        # once more (0: no such check pending); the peer refused a newer version right after
+        # accepting this one (a node of an older release), so no dial offers a newer one until
+        # the peer's hello says it speaks one (0: none).
+        self.refused_version = 0
+        self.checking_version = 0
+        self.fallback_version = 0
         self.redial = False  # end the connection: the next dial offers another version
         # Invariant: queued_bytes == sum(len(f) for f in queue).
         self.queue: collections.deque[bytes] = collections.deque()
@@ -691,6 +725,7 @@ class _Link:
             snapshot_transfers_dropped=self.snapshot_transfers_dropped,
             protocol_version=self.version,
             peer_hello_version=self.peer_hello_version,
+            fallback_version=self.fallback_version,
         )
 
 
@@ -741,11 +776,30 @@ class _Receiver(asyncio.Protocol):
 
 async def _read_handshake_frame(reader: asyncio.StreamReader, decoder: FrameDecoder) -> object:
     while (obj := decoder.next_frame()) is NEED_DATA:
-        data = await reader.read(HANDSHAKE_FRAME_BYTES_MAX)
+        try:
+            data = await reader.read(HANDSHAKE_FRAME_BYTES_MAX)
+        except ConnectionError as exc:
+            raise PeerConnectionClosedError(
+                f"connection closed during the handshake ({_why(exc)})"
+            ) from exc
         if not data:
-            raise PeerHandshakeError("connection closed during the handshake")
+            raise PeerConnectionClosedError("connection closed during the handshake")
         decoder.feed(data)
     return obj
+
+
+def _write_handshake_frame(writer: asyncio.StreamWriter, obj: list[object]) -> None:
+    """Hand a handshake frame to the connection. One closed under us (the peer reset it, or
+    we closed it to make room) ends the handshake as an EOF does: uvloop refuses such a write
+    with RuntimeError, asyncio would drop it silently."""
+    if writer.transport.is_closing():
+        raise PeerConnectionClosedError("connection closed during the handshake")
+    try:
+        writer.write(encode_frame(obj, max_frame_bytes=HANDSHAKE_FRAME_BYTES_MAX))
+    except RuntimeError as exc:
+        raise PeerConnectionClosedError(
+            f"connection closed during the handshake ({_why(exc)})"
+        ) from exc
 
 
 def _expect(obj: object, kind: str, count: int) -> list[object]:
@@ -1259,6 +1313,9 @@ class PeerTransport:
         while True:
             host, port = link.address
             writer: asyncio.StreamWriter | None = None
+            hellos_before = link.hellos_heard
+            version, probe = PROTOCOL_VERSION, False
+            learnt = False  # the dial's result told the link something about versions
             try:
                 async with asyncio.timeout(self._connect_timeout_s):
                     # With TLS the timeout covers the TLS handshake too; the peer's
@@ -1272,9 +1329,11 @@ class PeerTransport:
                     )
                 self._watch_liveness(writer)
                 self._check_peer_certificate(link.peer_id, writer)
-                version = self._version_to_offer(link)
+                version, probe = self._dial_plan(link)
                 async with asyncio.timeout(self._handshake_timeout_s):
-                    await self._client_handshake(link.peer_id, reader, writer, version)
+                    await self._client_handshake(
+                        link.peer_id, reader, writer, version, challenge_only=probe
+                    )
             except ssl.SSLCertVerificationError as exc:
                 link.auth_failures += 1
                 link.connect_failures += 1
@@ -1294,6 +1353,19 @@ class PeerTransport:
                 link.auth_failures += 1
                 link.connect_failures += 1
                 self._log.warning("refusing peer %d at %s:%d: %s", link.peer_id, host, port, exc)
+            except PeerHelloRefusedError as exc:
+                link.connect_failures += 1
+                self._log.log(
+                    logging.INFO if attempt == 0 else logging.DEBUG,
+                    "cannot reach peer %d at %s:%d: %s",
+                    link.peer_id,
+                    host,
+                    port,
+                    exc,
+                )
+                learnt = True
+                if link.hellos_heard == hellos_before:
+                    self._note_hello_refused(link, version)
             except (
                 OSError,
                 TimeoutError,
@@ -1318,37 +1390,61 @@ class PeerTransport:
                     "connecting to peer %d at %s:%d failed", link.peer_id, host, port
                 )
             else:
-                if ever_connected:
-                    link.reconnects += 1
-                ever_connected = True
-                connected_at = loop.time()
-                self._use_version(link, version)
-                self._log.info(
-                    "connected to peer %d at %s:%d (peer protocol version %d)",
-                    link.peer_id,
-                    host,
-                    port,
-                    version,
-                )
-                try:
-                    await self._pump(link, reader, writer)
-                except (OSError, RuntimeError) as exc:
-                    # RuntimeError: uvloop refuses a write on a transport that was closed under
-                    # us (the peer died mid-write and the watcher aborted the connection).
-                    self._log.info("lost connection to peer %d: %s", link.peer_id, _why(exc))
-                except Exception:  # noqa: BLE001 - the link must outlive any connection's error
-                    self._log.exception("connection to peer %d failed", link.peer_id)
-                finally:
-                    link.connected = False
-                # Only a link that stayed up resets the backoff. One the peer ends right after
-                # the handshake (two nodes with one id, a peer closing on our frames) counts
-                # as a failed attempt, or it would be redialled at the minimum delay for ever.
-                if loop.time() - connected_at >= self._backoff_ms_max / 1000:
-                    attempt = 0
+                learnt = True
+                if probe:
+                    # The peer accepts the older version: whether it refuses the newer one
+                    # for good (an older release) or was down (a proxy closed our hello), the
+                    # next dial offers the newer one once more to tell.
+                    if link.hellos_heard == hellos_before:
+                        link.refused_version = 0
+                        link.checking_version = version + 1
+                    self._log.info(
+                        "peer %d at %s:%d accepts peer protocol version %d: offering %d again "
+                        "to learn whether it refuses that for good",
+                        link.peer_id,
+                        host,
+                        port,
+                        version,
+                        version + 1,
+                    )
+                    # (`finally` closes the probe's connection; it resets no backoff)
+                else:
+                    link.refused_version = link.checking_version = 0
+                    if ever_connected:
+                        link.reconnects += 1
+                    ever_connected = True
+                    connected_at = loop.time()
+                    self._use_version(link, version)
+                    self._log.info(
+                        "connected to peer %d at %s:%d (peer protocol version %d)",
+                        link.peer_id,
+                        host,
+                        port,
+                        version,
+                    )
+                    try:
+                        await self._pump(link, reader, writer)
+                    except (OSError, RuntimeError) as exc:
+                        # RuntimeError: uvloop refuses a write on a transport that was closed under
+                        # us (the peer died mid-write and the watcher aborted the connection).
+                        self._log.info("lost connection to peer %d: %s", link.peer_id, _why(exc))
+                    except Exception:  # noqa: BLE001 - the link must outlive any connection's error
+                        self._log.exception("connection to peer %d failed", link.peer_id)
+                    finally:
+                        link.connected = False
+                    # Only a link that stayed up resets the backoff. One the peer ends right after
+                    # the handshake (two nodes with one id, a peer closing on our frames) counts
+                    # as a failed attempt, or it would be redialled at the minimum delay for ever.
+                    if loop.time() - connected_at >= self._backoff_ms_max / 1000:
+                        attempt = 0
             finally:
                 if writer is not None:
                     self._fingerprints.pop(writer, None)
                     writer.transport.abort()
+                if not learnt and link.hellos_heard == hellos_before:
+                    # Not a refusal of our hello (the peer is down, slow, or refused us for
+                    # another reason): start over from the version the rules offer.
+                    link.refused_version = link.checking_version = 0
             await asyncio.sleep(self._backoff_ms(attempt) / 1000)
             attempt += 1
 
@@ -1449,15 +1545,57 @@ class PeerTransport:
 
     def _version_to_offer(self, link: _Link) -> int:
         """The newest version this node and the peer both speak, as far as we know: ours, or
-        the older of ours and the version of the peer's last hello."""
+        the older of ours and the version of the peer's last hello; at most the version the
+        peer fell back to (it refused a newer one)."""
         heard = link.peer_hello_version
-        return min(heard, self._protocol_version) if heard else self._protocol_version
+        offer = min(heard, self._protocol_version) if heard else self._protocol_version
+        return min(offer, link.fallback_version) if link.fallback_version else offer
+
+    def _dial_plan(self, link: _Link) -> tuple[int, bool]:
+        """The version the next dial offers, and whether that dial is a probe (it only learns
+        whether the peer challenges that version, then closes). After a dial whose hello was
+        closed without a word: the next older version we speak, as a probe; after the oldest,
+        our newest. After a probe the peer challenged: the refused version once more."""
+        if link.checking_version:
+            return link.checking_version, False
+        refused = link.refused_version
+        if refused > PROTOCOL_VERSION_MIN:
+            return refused - 1, True
+        if refused:
+            return self._protocol_version, False
+        return self._version_to_offer(link), False
+
+    def _note_hello_refused(self, link: _Link, version: int) -> None:
+        """The peer closed our dial's hello of `version` without a word."""
+        if link.checking_version == version:
+            # It accepted the older version a dial ago and refuses this one again: a node of an
+            # older release (a proxy in front of a node that is down refuses every version).
+            link.checking_version = link.refused_version = 0
+            link.fallback_version = version - 1
+            self._log.info(
+                "peer %d does not speak peer protocol version %d: offering %d until its own "
+                "hello says otherwise",
+                link.peer_id,
+                version,
+                version - 1,
+            )
+            return
+        link.checking_version = 0
+        if link.fallback_version == version:
+            link.fallback_version = 0  # the peer no longer speaks it (upgraded since)
+        link.refused_version = version
 
     def _note_peer_hello(self, link: _Link, version: int) -> None:
         """The peer dialled us (authenticated) offering `version`: our outbound link to it
         that speaks another version than we would offer now (the peer restarted upgraded, or
-        downgraded) ends, and its next dial offers that."""
+        downgraded) ends, and its next dial offers that. The hello is fresher evidence than
+        any refused dial: what those taught the link is forgotten, except a fallback to a
+        version at least as new as the hello's."""
         link.peer_hello_version = version
+        link.hellos_heard += 1
+        link.refused_version = link.checking_version = 0
+        if link.fallback_version < version:
+            link.fallback_version = 0
         if link.connected and link.version != self._version_to_offer(link):
             self._log.info(
                 "peer %d now speaks protocol version %d: reconnecting our link to it (version %d)",
@@ -1485,13 +1623,28 @@ class PeerTransport:
         reader: asyncio.StreamReader,
         writer: asyncio.StreamWriter,
         version: int = PROTOCOL_VERSION,
+        *,
+        challenge_only: bool = False,
     ) -> None:
+        """Authenticate our dial to `peer_id` speaking `version`. `challenge_only`: return
+        once the peer has challenged the hello (it speaks the version), proving nothing."""
         decoder = FrameDecoder(HANDSHAKE_FRAME_BYTES_MAX)
         client_nonce = secrets.token_bytes(NONCE_BYTES)
         hello = [HELLO, version, self._cluster_id, self._node_id, peer_id, client_nonce]
-        writer.write(encode_frame(hello, max_frame_bytes=HANDSHAKE_FRAME_BYTES_MAX))
-        challenge = _expect(await _read_handshake_frame(reader, decoder), CHALLENGE, 2)
+        _write_handshake_frame(writer, hello)
+        try:
+            first = await _read_handshake_frame(reader, decoder)
+        except PeerConnectionClosedError as exc:
+            # EOF or a reset before any answer: how a release that does not speak `version`
+            # refuses it (and how a proxy in front of a node that is down answers any hello).
+            raise PeerHelloRefusedError(
+                f"it closed the connection after our hello of peer protocol version {version}"
+                f" ({_why(exc)})"
+            ) from exc
+        challenge = _expect(first, CHALLENGE, 2)
         server_nonce = _exact_bytes(challenge[1], NONCE_BYTES, "the server nonce")
+        if challenge_only:
+            return
 
         def mac_of(role: str) -> bytes:
             return mac(
@@ -1505,8 +1658,7 @@ class PeerTransport:
                 version=version,
             )
 
-        proof = [PROOF, mac_of("client")]
-        writer.write(encode_frame(proof, max_frame_bytes=HANDSHAKE_FRAME_BYTES_MAX))
+        _write_handshake_frame(writer, [PROOF, mac_of("client")])
         welcome = _expect(await _read_handshake_frame(reader, decoder), WELCOME, 2)
         server_mac = _exact_bytes(welcome[1], MAC_BYTES, "the server MAC")
         if not hmac.compare_digest(server_mac, mac_of("server")):
@@ -1625,6 +1777,15 @@ class PeerTransport:
                 self._count_auth_failure(conn.claimed_id)
                 self._warn_stranger("refused peer connection from %s: %s", peername, exc)
                 return
+            except PeerConnectionClosedError as exc:
+                # The connection ended (the dialler gave up, died, or checked which version we
+                # speak): counted, and not worth a warning.
+                if not self._stopped and not conn.evicted:
+                    self._handshake_failures += 1
+                    self._warn_stranger(
+                        "peer handshake from %s ended: %s", peername, exc, level=logging.INFO
+                    )
+                return
             except (
                 OSError,
                 TimeoutError,
@@ -1718,9 +1879,7 @@ class PeerTransport:
             raise
         client_nonce = _exact_bytes(client_nonce, NONCE_BYTES, "the client nonce")
         server_nonce = secrets.token_bytes(NONCE_BYTES)
-        writer.write(
-            encode_frame([CHALLENGE, server_nonce], max_frame_bytes=HANDSHAKE_FRAME_BYTES_MAX)
-        )
+        _write_handshake_frame(writer, [CHALLENGE, server_nonce])
 
         def mac_of(role: str) -> bytes:
             return mac(
@@ -1742,9 +1901,7 @@ class PeerTransport:
             )
         if decoder.buffered_bytes:
             raise PeerHandshakeError(f"node {client_id} sent data before our welcome")
-        writer.write(
-            encode_frame([WELCOME, mac_of("server")], max_frame_bytes=HANDSHAKE_FRAME_BYTES_MAX)
-        )
+        _write_handshake_frame(writer, [WELCOME, mac_of("server")])
         return client_id, version
 
     async def _receive(
@@ -1817,16 +1974,17 @@ class PeerTransport:
             return
         self._deliver_message(link, msg)
 
-    def _warn_stranger(self, fmt: str, *args: object) -> None:
-        """A warning about a connection refused before it authenticated, within one budget for
-        all of them (as `_warn_peer`'s per peer): strangers need no secret to be refused."""
+    def _warn_stranger(self, fmt: str, *args: object, level: int = logging.WARNING) -> None:
+        """A warning (or a line of `level`) about a connection refused or ended before it
+        authenticated, within one budget for all of them (as `_warn_peer`'s per peer):
+        strangers need no secret to be refused."""
         left_out = self._stranger_warnings.take()
         if left_out is None:
             return
         if left_out:
             fmt += " (%d more refusals before it not logged)"
             args = (*args, left_out)
-        self._log.warning(fmt, *args)
+        self._log.log(level, fmt, *args)
 
     def _warn_peer(self, link: _Link, fmt: str, *args: object) -> None:
         """A warning about what the peer sent, within the peer's log budget (see

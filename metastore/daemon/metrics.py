@@ -364,9 +364,15 @@ class HttpEndpoint:
     @staticmethod
     async def _send(writer: asyncio.StreamWriter, code: int, ctype: str, body: bytes) -> None:
         reason = _REASONS.get(code, "")
-        writer.write(
+        reply = (
             f"HTTP/1.1 {code} {reason}\r\nContent-Type: {ctype}\r\n"
             f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode()
             + body
         )
+        try:
+            writer.write(reply)
+        except RuntimeError as exc:
+            # uvloop refuses a write on a connection closed under us (the client reset it, or a
+            # newcomer evicted it): the connection ended, as a ConnectionError says.
+            raise ConnectionResetError(f"connection closed before the reply: {exc}") from exc
         await writer.drain()

@@ -684,9 +684,15 @@ class ApiServer:
             stranger.transport.abort()
         elif full:
             self.metrics.request("connect", "LIMIT_EXCEEDED", 0.0)
-            writer.write(self._error_frame(0, _too_many_connections(self.connections_max)))
-            with contextlib.suppress(Exception):
-                await writer.drain()
+            try:
+                writer.write(self._error_frame(0, _too_many_connections(self.connections_max)))
+            except RuntimeError as exc:
+                # uvloop refuses a write on a connection the client already closed: it ended
+                # (counted above), which is no error of ours.
+                log.debug("client connection closed before its refusal could be sent: %s", exc)
+            else:
+                with contextlib.suppress(Exception):
+                    await writer.drain()
             writer.close()
             return
         task = asyncio.current_task()

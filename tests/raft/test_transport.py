@@ -385,6 +385,46 @@ async def test_a_write_refused_by_a_closed_transport_reconnects(
     assert task is not None
 
 
+@pytest.mark.parametrize(
+    "kind", ["raft-peer-hello", "raft-peer-proof", "raft-peer-challenge", "raft-peer-welcome"]
+)
+async def test_a_handshake_write_on_a_closed_connection_ends_it_quietly(
+    kind: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """uvloop refuses a write on a transport closed under us (the peer reset the connection
+    mid-handshake) with RuntimeError: the dialler (hello, proof) or the listener (challenge,
+    welcome) counts a failed handshake and the link redials, with no traceback logged and
+    nothing left for the loop's handler of unhandled exceptions."""
+    real = asyncio.StreamWriter.write
+    refused: list[str] = []
+
+    def closed_once(self: asyncio.StreamWriter, data: Any) -> None:
+        if not refused and msgpack.unpackb(bytes(data)[4:])[0] == kind:
+            refused.append(kind)
+            raise RuntimeError("unable to perform operation on <TCPTransport closed=True>")
+        real(self, data)
+
+    unhandled: list[dict[str, Any]] = []
+    asyncio.get_running_loop().set_exception_handler(lambda _loop, ctx: unhandled.append(ctx))
+    monkeypatch.setattr(asyncio.StreamWriter, "write", closed_once)
+    a_inbox, b_inbox = Inbox(), Inbox()
+    a, b = make(1, a_inbox), make(2, b_inbox)
+    with caplog.at_level(logging.DEBUG, logger="raft"):
+        async with running(a, b):
+            mesh({1: a, 2: b})
+            await keep_sending(lambda: a.send(hb(1, 2)), lambda: bool(b_inbox.messages), "sent")
+            await keep_sending(lambda: b.send(hb(2, 1)), lambda: bool(a_inbox.messages), "back")
+            assert refused == [kind]
+            failures = sum(
+                t.stats()["handshake_failures"] + t.stats()["peers"][peer]["connect_failures"]
+                for t, peer in ((a, 2), (b, 1))
+            )
+            assert failures >= 1
+    assert unhandled == []
+    noisy = [r for r in caplog.records if r.exc_info or r.levelno >= logging.ERROR]
+    assert not noisy, [r.getMessage() for r in noisy]
+
+
 async def test_full_queue_drops_the_oldest_and_counts_it() -> None:
     b_inbox = Inbox()
     b = make(2, b_inbox)
@@ -1056,15 +1096,105 @@ async def test_a_mixed_pair_speaks_version_5_both_ways_and_the_newest_once_upgra
             assert upgraded.stats()["peers"][1]["malformed"] == 0
 
 
+async def reach_an_old_node_that_never_dials(
+    new_overrides: dict[str, Any] | None = None, old_overrides: dict[str, Any] | None = None
+) -> None:
+    """One-way reachability in a rolling upgrade: the old node (version 5 only) never dials
+    the new one, so the new node never hears a hello of version 5. The old node closes the
+    connection on our hello of version 6; the new node tries 5, which the old node accepts,
+    checks once that 6 is still refused (a node that was down behind a proxy refuses every
+    version, see the test below), and speaks 5 from then on: also after a reconnect, with no
+    refused dial on the way."""
+    new_inbox = Inbox()
+    new = make(1, new_inbox, **(new_overrides or {}))
+    old_port = free_port()
+    async with running(new):
+        for restart in range(2):
+            old_inbox = Inbox()
+            old = make(2, old_inbox, port=old_port, protocol_version=5, **(old_overrides or {}))
+            async with running(old):
+                old.set_peers({1: (HOST, new.bound_port)}, dial=False)
+                new.set_peers({2: (HOST, old_port)})
+                await keep_sending(
+                    lambda: new.send(incarnated(1, 2)),
+                    lambda old_inbox=old_inbox: bool(old_inbox.messages),
+                    f"to the old node that never dials (run {restart})",
+                )
+                to_old = new.stats()["peers"][2]
+                assert to_old["protocol_version"] == to_old["fallback_version"] == 5
+                assert to_old["peer_hello_version"] == 0  # it never dialled us
+                # The short form the old release decodes: no incarnations.
+                assert old_inbox.messages[0] == Heartbeat(
+                    src=1, dst=2, term=1, commit=0, clock_ms=5, echo_ms=4
+                )
+                assert old.stats()["peers"][1]["malformed"] == 0
+                # Refused: the hello of 6, the check after 5 was challenged (the check's
+                # connection itself ends after the challenge), 6 again. After the restart
+                # the link offers 5 at once.
+                expected_refusals = 3 if restart == 0 else 0
+                assert old.stats()["handshake_failures"] == expected_refusals
+
+
+@pytest.mark.parametrize(
+    "loop_factory", [asyncio.new_event_loop, uvloop.new_event_loop], ids=["asyncio", "uvloop"]
+)
+def test_a_new_node_reaches_an_old_node_that_never_dials_it(
+    loop_factory: Callable[[], asyncio.AbstractEventLoop],
+) -> None:
+    with asyncio.Runner(loop_factory=loop_factory) as runner:
+        runner.run(asyncio.wait_for(reach_an_old_node_that_never_dials(), 30))
+
+
+async def test_a_node_down_behind_a_proxy_then_up_is_spoken_to_at_the_newest() -> None:
+    """The link tried version 5 after the proxy closed its hello of 6; the node that came up
+    behind the proxy (this release, never dialling us) accepts 5 too, so the link checks 6
+    before it settles, and speaks 6."""
+    port = free_port()
+    hellos: list[int] = []
+
+    async def accept_and_close(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        hellos.append((await read_frame(reader))[1])
+        writer.close()
+
+    # A slow redial: the node is up behind the port before the next dial (which offers 5).
+    a = make(
+        1,
+        Inbox(),
+        peers={2: (HOST, port)},
+        reconnect_backoff_ms_min=300,
+        reconnect_backoff_ms_max=400,
+    )
+    b_inbox = Inbox()
+    b = make(2, b_inbox, port=port)
+    async with running(a):
+        proxy = await asyncio.start_server(accept_and_close, HOST, port)
+        try:
+            await eventually(lambda: len(hellos) >= 1, "a dial to the closing proxy")
+        finally:
+            proxy.close()
+            await proxy.wait_closed()
+        async with running(b):
+            b.set_peers({1: (HOST, a.bound_port)}, dial=False)
+            await keep_sending(lambda: a.send(incarnated(1, 2)), lambda: bool(b_inbox.messages), "")
+            assert hellos == [6]
+            assert a.stats()["peers"][2]["protocol_version"] == 6
+            assert a.stats()["peers"][2]["fallback_version"] == 0
+            assert b_inbox.messages[0] == incarnated(1, 2)
+            assert b.stats()["handshake_failures"] == 1  # the check of version 5
+
+
 async def test_a_close_after_the_hello_does_not_lower_the_version_offered() -> None:
     """A proxy in front of a node that is down accepts and closes, just as a node of an older
     release refuses a newer hello: that alone must not make two new nodes speak version 5
-    (the chaos test's proxies did, and such links kept the old clock echo rule)."""
+    (the chaos test's proxies did, and such links kept the old clock echo rule). The link
+    tries 5 after 6 is closed, and 6 again after 5 is closed too: it alternates, one version
+    per dial, and settles on 5 only when the peer accepts 5 and then still refuses 6."""
     port = free_port()
-    hellos: list[bytes] = []
+    hellos: list[int] = []
 
     async def accept_and_close(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        hellos.append(await reader.read(4096))
+        with contextlib.suppress(ConnectionError, asyncio.IncompleteReadError):
+            hellos.append((await read_frame(reader))[1])
         writer.close()
 
     a = make(1, Inbox(), peers={2: (HOST, port)})
@@ -1073,13 +1203,15 @@ async def test_a_close_after_the_hello_does_not_lower_the_version_offered() -> N
     async with running(a):
         proxy = await asyncio.start_server(accept_and_close, HOST, port)
         try:
-            await eventually(lambda: len(hellos) >= 3, "dials to the closing proxy")
+            await eventually(lambda: len(hellos) >= 4, "dials to the closing proxy")
         finally:
             proxy.close()
             await proxy.wait_closed()
+        assert hellos[:4] == [6, 5, 6, 5]
         async with running(b):
             await keep_sending(lambda: a.send(incarnated(1, 2)), lambda: bool(b_inbox.messages), "")
             assert a.stats()["peers"][2]["protocol_version"] == 6
+            assert a.stats()["peers"][2]["fallback_version"] == 0
             assert b_inbox.messages[-1] == incarnated(1, 2)
 
 

@@ -19,7 +19,16 @@ from metastore.daemon.certs import GeneratedCerts, generate_dev_certs
 from raft.errors import TlsConfigError
 from raft.limits import STRANGERS_PER_HOST_MAX
 from raft.tls import TlsFiles
-from tests.raft.test_transport import HOST, Inbox, eventually, hb, keep_sending, make, running
+from tests.raft.test_transport import (
+    HOST,
+    Inbox,
+    eventually,
+    hb,
+    keep_sending,
+    make,
+    reach_an_old_node_that_never_dials,
+    running,
+)
 
 
 @pytest.fixture(scope="module")
@@ -272,3 +281,22 @@ async def test_revoking_closes_open_links_and_a_new_certificate_is_accepted(
         n2.set_peers({1: (HOST, n1.bound_port)})
         await keep_sending(lambda: n2.send(hb(2, 1)), lambda: bool(inbox1.messages), "rejoined")
         assert n1.stats()["tls_revoked_refused"] == 0
+
+
+@pytest.mark.parametrize(
+    "loop_factory", [asyncio.new_event_loop, uvloop.new_event_loop], ids=["asyncio", "uvloop"]
+)
+def test_a_new_node_reaches_an_old_node_that_never_dials_it_over_tls(
+    certs: GeneratedCerts, loop_factory: Callable[[], asyncio.AbstractEventLoop]
+) -> None:
+    """The old node's refusal of a hello of version 6 inside TLS (a close without TLS's own
+    close) reads as a refusal too: the link falls back to 5 (see the plaintext test)."""
+    with asyncio.Runner(loop_factory=loop_factory) as runner:
+        runner.run(
+            asyncio.wait_for(
+                reach_an_old_node_that_never_dials(
+                    {"tls": files(certs, 1)}, {"tls": files(certs, 2)}
+                ),
+                30,
+            )
+        )
