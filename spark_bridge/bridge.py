@@ -76,6 +76,7 @@ from raft.tls import ClientTls
 from spark_bridge.conform import (
     by_name_struct,
     conform,
+    duplicate_map_key,
     not_null_violation,
     pad_chars_on_read,
     pinned_struct,
@@ -1733,9 +1734,12 @@ class BatchContext:
                 "errorifexists"
             ).parquet(abs_dir)
         except Exception as exc:
-            # A NULL reached a NOT NULL column or nested field (conform's per-row check failed
-            # the job): the typed error naming it, instead of Spark's USER_RAISED_EXCEPTION.
-            violation = not_null_violation(exc, table, pin.write_columns)
+            # A NULL reached a NOT NULL column or nested field, or a map's keys collided once
+            # padded to their CHAR(n) (conform's per-row checks failed the job): the typed
+            # error naming it, instead of Spark's USER_RAISED_EXCEPTION.
+            violation: Exception | None = not_null_violation(exc, table, pin.write_columns)
+            if violation is None:
+                violation = duplicate_map_key(exc, table, pin.write_columns)
             if violation is None:
                 raise
             raise violation from exc

@@ -230,10 +230,36 @@ def _check_lengths(table: pa.Table, columns: list[dict[str, Any]], name: str) ->
             kept_values = pc.utf8_rpad(kept_values, width=length, padding=" ")
         return kept_values
 
+    def equal_keys(path: str, key_type: M.DataType, key: object) -> None:
+        from spark_bridge.conform import equal_map_keys_error
+
+        raise equal_map_keys_error(name, path, key_type.to_sql(), None if key is None else str(key))
+
+    # Map keys equal once conformed ('a' and 'a ' in a MAP<CHAR(3), ...>): refused, as Spark's
+    # table write refuses them (DUPLICATED_MAP_KEY), or the last one kept under LAST_WIN.
+    last_key_wins = _map_key_dedup_policy() == "LAST_WIN"
     arrays = list(table.columns)
     for i, c in enumerate(columns):
-        arrays[i] = map_strings(arrays[i], M.parse_type(str(c["type"])), conformed, str(c["name"]))
+        arrays[i] = map_strings(
+            arrays[i],
+            M.parse_type(str(c["type"])),
+            conformed,
+            str(c["name"]),
+            equal_keys=None if last_key_wins else equal_keys,
+            last_key_wins=last_key_wins,
+        )
     return pa.Table.from_arrays(arrays, schema=table.schema)
+
+
+def _map_key_dedup_policy() -> str:
+    """The `spark.sql.mapKeyDedupPolicy` of the query this task runs for (Spark hands the
+    session's SQL settings set by the user to its tasks as local properties), else Spark's
+    default, EXCEPTION."""
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    value = context.getLocalProperty("spark.sql.mapKeyDedupPolicy") if context else None
+    return str(value or "EXCEPTION").upper()
 
 
 def _check_nulls(table: pa.Table, columns: list[dict[str, Any]], name: str) -> None:
