@@ -65,6 +65,7 @@ from typing import TYPE_CHECKING, Any, Final, cast
 from hlc import HlcError, parse_ts, to_iso
 from hlc.limits import LOGICAL_BITS
 from metastore.client import FILES_PAGE_LIMIT, SyncMetastoreClient
+from metastore.client.parquet import AmbiguousColumnError, match_names
 from metastore.client.protocol import LISTING_ATTEMPTS_MAX
 from metastore.errors import (
     MetastoreError,
@@ -84,6 +85,7 @@ from spark_bridge.conform import (
 )
 from spark_bridge.files import (
     DataFile,
+    FooterVerdict,
     absolute,
     collect_files,
     field_id_group,
@@ -521,7 +523,7 @@ class MetastoreBridge:
         self.batch_retries = 0  # micro-batches re-planned after a retryable refusal (metric)
         self._queries_seen: set[str] = set()  # streaming query ids this bridge ran a batch of
         # field_id_group (absolute) -> read by name (its files have no field ids); see read_files.
-        self._by_name_verdicts: dict[str, bool] = {}
+        self._by_name_verdicts: dict[str, FooterVerdict] = {}
         self._verdicts_lock = threading.Lock()
         self.footers_checked = 0  # footers read to tell files without field ids (metric)
 
@@ -741,9 +743,20 @@ class MetastoreBridge:
         CLI's reader reads them (`metastore.client.parquet.matched_by_name`): by field id, and
         a file written without any field ids (a plain `df.write.parquet`, another tool's file)
         by name, case-insensitively (Spark's rule, `metastore.client.parquet.match_names`: a
-        column two of a file's columns match fails the read). Spark reads the two kinds as two
-        scans, unioned."""
-        by_name = self.files_read_by_name(location, files)
+        column two of a file's columns match fails the read, here: AmbiguousFileColumnError
+        naming the file and its columns, where Spark's scan would fail with its own error once
+        the DataFrame runs). Spark reads the two kinds as two scans, unioned."""
+        groups, known = self._group_verdicts(location, files)
+        by_name = {rel for key, paths in groups.items() if known[key] for rel in paths}
+        for key, verdict in known.items():
+            if isinstance(verdict, tuple):
+                # The names Spark's by-name scan would find twice for a pinned column.
+                clashing = [name for names in verdict for name in names]
+                where = absolute(location, min(groups[key]))
+                try:
+                    match_names(clashing, [f.name for f in struct.fields], path=where)
+                except AmbiguousColumnError as exc:
+                    raise exc.typed() from None
         by_id_paths: list[str] = []
         by_name_paths: list[str] = []
         for f in files:
@@ -776,6 +789,14 @@ class MetastoreBridge:
         a directory may hold both kinds), of those this bridge has not seen: on the driver when
         few, else by Spark tasks. A footer that cannot be read counts as field ids (the read
         reports that file, as it did before)."""
+        groups, known = self._group_verdicts(location, files)
+        return {rel for key, paths in groups.items() if known[key] for rel in paths}
+
+    def _group_verdicts(
+        self, location: str, files: list[dict[str, Any]]
+    ) -> tuple[dict[str, list[str]], dict[str, FooterVerdict]]:
+        """`files_read_by_name`'s groups (key: their paths as listed) and their footers'
+        verdicts (`spark_bridge.files.footer_verdict`)."""
         groups: dict[str, list[str]] = {}
         for f in files:
             rel = str(f["path"])
@@ -799,9 +820,9 @@ class MetastoreBridge:
                     self._by_name_verdicts[key] = verdict
                 while len(self._by_name_verdicts) > FIELD_ID_VERDICTS_MAX:
                     self._by_name_verdicts.pop(next(iter(self._by_name_verdicts)))
-        return {rel for key, paths in groups.items() if known[key] for rel in paths}
+        return groups, known
 
-    def _footer_verdicts(self, probes: list[tuple[str, str]]) -> list[tuple[str, bool | None]]:
+    def _footer_verdicts(self, probes: list[tuple[str, str]]) -> list[tuple[str, FooterVerdict]]:
         if len(probes) < EXECUTOR_FOOTER_CHECKS_MIN:
             return footer_verdicts(probes, FOOTER_CHECK_THREADS)
         sc = self.spark.sparkContext

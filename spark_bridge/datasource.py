@@ -176,16 +176,23 @@ class MetastoreReader(DataSourceReader):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         # The reader `metastore table read` uses too: columns by field id, widened types
         # cast, DEFAULTs for rows of older files, a batch of the file in memory at a time.
-        from metastore.client.parquet import PinnedColumn, file_batches
+        from metastore.client.parquet import AmbiguousColumnError, PinnedColumn, file_batches
 
         columns = [PinnedColumn.from_wire(c) for c in self.columns]
         if isinstance(partition, FilesPartition):
-            for path in partition.paths:
-                yield from file_batches(path, columns)
-            return
-        if not isinstance(partition, FilePartition):
+            paths = list(partition.paths)
+        elif isinstance(partition, FilePartition):
+            paths = [partition.path]
+        else:
             raise TypeError(f"unexpected partition {partition!r}")
-        yield from file_batches(partition.path, columns)
+        for path in paths:
+            try:
+                yield from file_batches(path, columns)
+            except AmbiguousColumnError as exc:
+                # A file without field ids two of whose columns one pinned column matches by
+                # name: the typed error naming the file and the columns (Spark reports the
+                # task's exception), as the bridge raises it.
+                raise exc.typed() from exc
 
 
 def _fill(column: dict[str, Any], arrow_type: pa.DataType, rows: int) -> pa.Array:
