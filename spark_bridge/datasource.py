@@ -7,6 +7,7 @@
     # optional: .option("loose_files_max", "10000") compacts the table into manifests past it
     #           (default: the cluster's loose_files_max setting)
     # optional: .option("session_ttl_ms", "1800000") the TTL of the append's session (below)
+    # optional: .option("keep_max_ms", "86400000") how long the driver keeps it at most (below)
 
 Reads pin one timestamp (the `as_of` option — an HLC integer, ISO-8601 time, `-5m`-style relative
 time or `now` — default now, or the newest acknowledged commit's ts if that is later), take the
@@ -33,21 +34,24 @@ Each append runs under a metastore session of its own, opened (fresh id, TTL the
 that session's attempt directory `_txn/<session id>--append-<random>/`, which GC's orphan scan
 leaves alone while the session lives, however long the job runs. The driver keeps it alive from
 the planning to the commit or abort, through the stages before the write too (a shuffle, a slow
-join: no task of the write runs then): `register()` starts a session keeper in the
-application's process (spark_bridge.keeper: a daemon thread heartbeating every third of the
-TTL, told of each append by a file in its private directory, which the commit and the abort
-remove). Each task also heartbeats the session when it starts and every third of the TTL while
-it runs (a failed heartbeat is only logged), `commit()` heartbeats it before committing, and the
-commit or abort closes it. A session can still end before the commit when neither the driver
-nor a task got a heartbeat through for a whole TTL (the driver's process stalled, the metastore
+join: no task of the write runs then): `register()` starts a session keeper in the application's
+process (spark_bridge.keeper: a daemon thread heartbeating every third of the TTL, told of each
+append by a file in its private directory, which the commit and the abort remove; an append that
+neither commits nor aborts within the `keep_max_ms` option, default 24 h, is let go then and its
+session closed: Spark never ended it, and a driver running for weeks must not hold its session
+all that time; a planning that fails after the session opened closes it before the error reaches
+Spark). Each task also heartbeats the session when it starts and every third of the TTL while it
+runs (a failed heartbeat is only logged), `commit()` heartbeats it before committing, and the
+commit or abort closes it. A session can still end before the commit when neither the driver nor
+a task got a heartbeat through for a whole TTL (the driver's process stalled, the metastore
 unreachable from it; or a planner on another host than the registering process, as with Spark
 Connect, where only the tasks keep it, with a warning): the job then fails at its next task, or
 its commit is refused, with SessionNotFoundError (reason `attempt_session_not_live`, and the
-keeper's reason when it gave up; nothing committed, since GC may have deleted files of an
-ended session): re-run it. Reads open no session and take no lease or protection, so nothing
-needs keeping while they run: the files a read lists stay until the table's GC threshold passes
-its timestamp (`gc.ttl` after it), and a read at an old `as_of`, or one running that long,
-should protect its timestamp first (`MetastoreBridge.protect`).
+keeper's reason when it gave up; nothing committed, since GC may have deleted files of an ended
+session): re-run it. Reads open no session and take no lease or protection, so nothing needs
+keeping while they run: the files a read lists stay until the table's GC threshold passes its
+timestamp (`gc.ttl` after it), and a read at an old `as_of`, or one running that long, should
+protect its timestamp first (`MetastoreBridge.protect`).
 
 Read-your-writes in one driver. A read's default timestamp is the leader's `read_ts` (when later
 than now), so it sees every acknowledged commit, a bridge's included. An append's `commit()`
@@ -99,6 +103,14 @@ if TYPE_CHECKING:
 # refused. Longer than a lease-holding session's: it blocks no schema change, it only keeps a
 # killed job's files from GC that much longer.
 WRITE_SESSION_TTL_MS_DEFAULT = 600_000
+# How long the driver's session keeper heartbeats an append's session at most (option
+# "keep_max_ms"): an append Spark planned but never committed nor aborted (its commit or abort
+# worker killed, its query failed between the planning and the write) is let go then and its
+# session closed, so a driver running for weeks does not keep such sessions (each counted
+# against the cluster's MAX_SESSIONS, its files spared by GC) until it ends. Longer than any
+# stage before a write is expected to run: such a stage is kept only by the keeper (the write's
+# tasks heartbeat the session themselves while they run).
+APPEND_KEEP_MS_DEFAULT = 24 * 3_600_000
 
 
 def _client(endpoints: list[str], token: str, tls: ClientTls | None = None) -> Any:
@@ -868,41 +880,57 @@ class MetastoreDataSource(DataSource):
             # commit's rules take the version then.)
             commit_floor = max(commit_floor, int(pin["ts"]))
         txn_id = self.options.get("txn_id")
-        loose_max = self.options.get("loose_files_max")
-        ttl = self.options.get("session_ttl_ms")
+        # Every option is read before the session opens: a bad one fails the planning with
+        # nothing to release (Spark calls neither commit nor abort for a writer it never got).
+        loose_max = _int_option(self.options, "loose_files_max")
+        ttl = _int_option(self.options, "session_ttl_ms")
+        keep_max_ms = _int_option(self.options, "keep_max_ms")
+        if keep_max_ms is not None and keep_max_ms <= 0:
+            raise ValueError(f"option 'keep_max_ms' must be a positive number, not {keep_max_ms}")
         client = _client(self.ENDPOINTS, self.TOKEN, self.TLS)
         try:
             session_id, ttl_ms = open_write_session(
                 client,
                 table=self._table(),
-                ttl_ms=int(ttl) if ttl not in (None, "") else WRITE_SESSION_TTL_MS_DEFAULT,
+                ttl_ms=WRITE_SESSION_TTL_MS_DEFAULT if ttl is None else ttl,
             )
         finally:
             client.close()
-        keeper_dir = self._keep(session_id, ttl_ms)
-        return MetastoreWriter(
-            keeper_dir=keeper_dir,
-            session_id=session_id,
-            session_ttl_ms=ttl_ms,
-            endpoints=self.ENDPOINTS,
-            token=self.TOKEN,
-            tls=self.TLS,
-            table=self._table(),
-            table_id=int(pinned["table_id"]),
-            version=int(pinned["version"]),
-            location=str(pinned.get("location") or ""),
-            columns=columns,
-            overwrite=overwrite,
-            not_before=commit_floor + 1,
-            txn_id=str(txn_id) if txn_id else None,
-            given=given,
-            loose_files_max=int(loose_max) if loose_max not in (None, "") else None,
-        )
+        keeper_dir = ""
+        try:
+            keeper_dir = self._keep(
+                session_id, ttl_ms, keep_max_ms=keep_max_ms or APPEND_KEEP_MS_DEFAULT
+            )
+            return MetastoreWriter(
+                keeper_dir=keeper_dir,
+                session_id=session_id,
+                session_ttl_ms=ttl_ms,
+                endpoints=self.ENDPOINTS,
+                token=self.TOKEN,
+                tls=self.TLS,
+                table=self._table(),
+                table_id=int(pinned["table_id"]),
+                version=int(pinned["version"]),
+                location=str(pinned.get("location") or ""),
+                columns=columns,
+                overwrite=overwrite,
+                not_before=commit_floor + 1,
+                txn_id=str(txn_id) if txn_id else None,
+                given=given,
+                loose_files_max=loose_max,
+            )
+        except BaseException:
+            # Spark never gets this writer, so it calls neither commit nor abort: released
+            # here, else the driver's keeper would heartbeat the session for its keep_max_ms.
+            _release_write_session(self, session_id, keeper_dir)
+            raise
 
-    def _keep(self, session_id: str, ttl_ms: int) -> str:
+    def _keep(
+        self, session_id: str, ttl_ms: int, *, keep_max_ms: int = APPEND_KEEP_MS_DEFAULT
+    ) -> str:
         """Have the driver's session keeper heartbeat the append's session until its commit or
-        abort: its directory, or "" when it cannot be reached from here (the append is then
-        kept by its tasks and commit only, as the warning says)."""
+        abort (for at most `keep_max_ms`): its directory, or "" when it cannot be reached from
+        here (the append is then kept by its tasks and commit only, as the warning says)."""
         if not self.KEEPER_DIR:
             return ""
         import logging
@@ -910,7 +938,13 @@ class MetastoreDataSource(DataSource):
         from spark_bridge.keeper import keep
 
         try:
-            keep(Path(self.KEEPER_DIR), session_id, ttl_ms=ttl_ms, table=self._table())
+            keep(
+                Path(self.KEEPER_DIR),
+                session_id,
+                ttl_ms=ttl_ms,
+                table=self._table(),
+                keep_max_ms=keep_max_ms,
+            )
         except OSError as exc:
             logging.getLogger("spark_bridge").warning(
                 "the session keeper of the process that registered format('metastore') is not "
@@ -923,6 +957,38 @@ class MetastoreDataSource(DataSource):
             )
             return ""
         return self.KEEPER_DIR
+
+
+def _int_option(options: Any, name: str) -> int | None:
+    """The integer write option `name`, None when not given; ValueError naming it if not one."""
+    value = options.get(name)
+    if value in (None, ""):
+        return None
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"option {name!r} must be an integer, not {value!r}") from None
+
+
+def _release_write_session(source: MetastoreDataSource, session_id: str, keeper_dir: str) -> None:
+    """Stop keeping and close the session of an append whose planning failed after it opened.
+    Never raises: the session would expire after its TTL anyway."""
+    import logging
+
+    from metastore.errors import MetastoreError
+
+    if keeper_dir:
+        from spark_bridge.keeper import unkeep
+
+        unkeep(Path(keeper_dir), session_id)
+    try:
+        client = _client(source.ENDPOINTS, source.TOKEN, source.TLS)
+        try:
+            client.session_close(session_id)
+        finally:
+            client.close()
+    except (MetastoreError, OSError, ValueError) as exc:
+        logging.getLogger("spark_bridge").info("closing metastore session %s: %s", session_id, exc)
 
 
 def _shape(dtype: Any) -> Any:
