@@ -68,9 +68,14 @@ from metastore.client import FILES_PAGE_LIMIT, SyncMetastoreClient
 from metastore.client.parquet import AmbiguousColumnError, match_names
 from metastore.client.protocol import LISTING_ATTEMPTS_MAX
 from metastore.errors import (
+    CommitTimestampUnavailableError,
+    DataFileConflictError,
+    LeaseVersionNotLatestError,
     MetastoreError,
     ProtectionLapsedError,
     ProtectionNotFoundError,
+    ReadConflictError,
+    SchemaVersionNotActiveError,
     SessionNotFoundError,
 )
 from raft.tls import ClientTls
@@ -91,6 +96,7 @@ from spark_bridge.files import (
     field_id_group,
     footer_verdicts,
     new_attempt_dir,
+    remove_attempt_dir,
     spark_path,
 )
 from spark_bridge.session import BridgeSession, LeaseKey
@@ -138,6 +144,17 @@ FOOTER_CHECK_THREADS = 16
 # Verdicts a bridge keeps (per write job or file; committed files never change), so the
 # micro-batches of a stream and repeated reads check each footer once. Oldest dropped first.
 FIELD_ID_VERDICTS_MAX = 200_000
+# Commit refusals that mean this batch's files were not committed, by this send or an earlier
+# one of the same commit (the state machine answers a txn id that already committed with the
+# same writes as deduplicated, before any of these checks): the batch removes its attempt
+# directories on them (`BatchContext.abandon`).
+DEFINITE_REFUSALS: tuple[type[MetastoreError], ...] = (
+    CommitTimestampUnavailableError,
+    ReadConflictError,
+    SchemaVersionNotActiveError,
+    LeaseVersionNotLatestError,
+    DataFileConflictError,
+)
 
 
 class BatchError(RuntimeError):
@@ -906,6 +923,9 @@ class MetastoreBridge:
             ctx.plan(top)
             yield ctx
             ctx.commit()
+        except BaseException as exc:
+            ctx.abandon(exc)
+            raise
         finally:
             ctx.end()
 
@@ -1404,6 +1424,11 @@ class BatchContext:
         # A driver may run a batch's writes on several threads at once: updates of the two
         # maps above must not overwrite each other's (a lost update drops written rows).
         self._outputs_lock = threading.Lock()
+        # (location, directory relative to it) of every write attempt of this batch, and
+        # whether its commit was sent: the directories go when the batch ends without
+        # committing them (`abandon`).
+        self._attempt_dirs: list[tuple[str, str]] = []
+        self._commit_sent = False
         self._leases: list[LeaseKey] = []  # held for this batch's life (see spark_bridge.session)
         self._lease_session: str | None = None  # the session `_leases` were taken under
         # What `hold` was given with `_leases` (the batch's read floors), for `drop`.
@@ -1633,6 +1658,37 @@ class BatchContext:
             lease_tm=None if earliest is None else int(earliest),
         )
 
+    def abandon(self, failure: BaseException) -> None:
+        """The batch failed with `failure` (its body, a write or its commit raised): remove its
+        attempt directories when nothing can have committed their files, as Spark's commit
+        protocol removes a failed job's output. Left to GC otherwise, which deletes them only
+        once the bridge's session ends: in a driver running for weeks, every abandoned attempt
+        (a micro-batch re-planned after a retryable refusal) kept its files that long. Their
+        files can have been committed only by this batch's commit, so they go when it was
+        never sent, or was refused by the state machine for a reason that commits nothing
+        (`DEFINITE_REFUSALS`: applied after the txn-id check, so an earlier send that landed
+        would have been answered as deduplicated instead). After an unknown outcome, or any
+        other failure of the commit, they stay. Never raises."""
+        if self.report.commit_ts is not None:
+            return  # committed (or found committed): the files are the table's
+        if self._commit_sent:
+            cause = failure.cause if isinstance(failure, BatchError) else None
+            if not isinstance(cause, DEFINITE_REFUSALS):
+                return
+        with self._outputs_lock:
+            dirs, self._attempt_dirs = self._attempt_dirs, []
+        for location, rel_dir in dirs:
+            try:
+                remove_attempt_dir(location, rel_dir)
+            except OSError as exc:
+                log.warning(
+                    "could not remove the abandoned attempt directory %s of %s (GC removes it "
+                    "once the bridge's session ends): %s",
+                    rel_dir,
+                    location,
+                    exc,
+                )
+
     def end(self) -> None:
         """The batch is over (committed, refused or abandoned): let go of its leases."""
         if self._leases and self.bridge.session is not None:
@@ -1747,6 +1803,8 @@ class BatchContext:
 
         shaped = conform(df, table, pin.write_columns)
         abs_dir, rel_dir = new_attempt_dir(pin.location, self.txn_id, owner=owner)
+        with self._outputs_lock:
+            self._attempt_dirs.append((pin.location, rel_dir))
         # Count the rows Spark writes, as the write runs (Spark completes the observation
         # before `parquet()` returns), to check the files the driver then finds against it.
         written = Observation()
@@ -1867,6 +1925,7 @@ class BatchContext:
         )
 
         try:
+            self._commit_sent = True
             r = self._call("commit", args)
             self.report.commit_ts = int(r["ts"])
             # A reply marked deduplicated matched this attempt's exact files, which no other

@@ -141,3 +141,19 @@ def test_a_write_directory_mixing_files_with_and_without_field_ids_reads_each_by
     checked = bridge.footers_checked
     assert bridge.files_read_by_name(str(tmp_path), files) == expected
     assert bridge.footers_checked == checked
+
+
+def test_remove_attempt_dir_removes_only_an_attempt_directory(tmp_path: Path) -> None:
+    from spark_bridge.files import remove_attempt_dir
+
+    attempt = tmp_path / "_txn" / "s--batch-1" / "p=1"
+    attempt.mkdir(parents=True)
+    (attempt / "part-0.parquet").write_bytes(b"x")
+    (tmp_path / "kept.parquet").write_bytes(b"x")
+    remove_attempt_dir(str(tmp_path), "_txn/s--batch-1")
+    assert not (tmp_path / "_txn" / "s--batch-1").exists()
+    remove_attempt_dir(str(tmp_path), "_txn/s--batch-1")  # gone already: nothing to do
+    for outside in ("data", "_txn/../data", "../_txn/x"):
+        with pytest.raises(OSError, match="not an attempt directory"):
+            remove_attempt_dir(str(tmp_path), outside)
+    assert (tmp_path / "kept.parquet").exists()
