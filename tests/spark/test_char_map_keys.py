@@ -111,3 +111,30 @@ def test_under_last_win_the_last_key_is_kept_as_spark_keeps_it(
         b.write("cmk.last", df)
     df.write.format("metastore").option("table", "cmk.last").mode("append").save()
     assert [r.m for r in bridge.read_table("cmk.last").collect()] == [{"x  ": 2}] * 2
+
+
+def test_keys_equal_once_trimmed_or_padded_inside_a_struct_key_are_refused_too(
+    spark: SparkSession,
+) -> None:
+    """Spark 4.3 refuses these too (DUPLICATED_MAP_KEY, measured): 'abc' and 'abc ' in a
+    MAP<VARCHAR(3), INT> (spaces beyond n are trimmed), and {k: 'a'} and {k: 'a '} in a
+    MAP<STRUCT<k: CHAR(2)>, INT>. conform's per-row check names the map; the bridge turns it
+    into DuplicateMapKeyError (`duplicate_map_key`)."""
+    from spark_bridge.conform import conform, duplicate_map_key
+
+    cases = [
+        ("MAP<VARCHAR(3), INT>", "map('abc', 1, 'abc ', 2)", "abc"),
+        (
+            "MAP<STRUCT<k: CHAR(2)>, INT>",
+            "map(named_struct('k', 'a'), 1, named_struct('k', 'a '), 2)",
+            "{a }",
+        ),
+    ]
+    for key_type, value, key in cases:
+        columns = [{"field_id": 1, "name": "m", "type": key_type, "nullable": True}]
+        df = spark.sql(f"SELECT {value} AS m")
+        with pytest.raises(Exception, match="DUPLICATED_MAP_KEY") as failed:
+            conform(df, "cmk.x", columns).collect()
+        typed = duplicate_map_key(failed.value, "cmk.x", columns)
+        assert typed is not None, failed.value
+        assert (typed.details["field_path"], typed.details["key"]) == ("m", key)
