@@ -213,6 +213,37 @@ class InvalidArgumentError(MetastoreError):
     code = ErrorCode.INVALID_ARGUMENT
 
 
+class DuplicateMapKeyError(InvalidArgumentError):
+    """A write would store a map with two equal keys: distinct keys of a MAP whose key holds a
+    CHAR(n) become equal once padded to n ('a' and 'a ' in a MAP<CHAR(3), INT> are both
+    'a  '), which Spark 4.3's own table writes refuse (DUPLICATED_MAP_KEY, with its default
+    `spark.sql.mapKeyDedupPolicy` EXCEPTION; LAST_WIN keeps the last, and so do the bridge and
+    the data source then). Raised by the writers (the bridge's batch, the data source's
+    append), never by a node; nothing is committed. A refinement of INVALID_ARGUMENT with
+    `details.reason` = "duplicate_map_key". Details also: `table`, `field_path` (the map's
+    path, as Spark names nested fields: `m`, `s.m`, `l.element`) and `key` (the padded key,
+    when known)."""
+
+    REASON: ClassVar[str] = "duplicate_map_key"
+
+    def __init__(self, message: str, *, details: Mapping[str, object] | None = None) -> None:
+        super().__init__(message, details={**(details or {}), "reason": self.REASON})
+
+
+class AmbiguousFileColumnError(InvalidArgumentError):
+    """A read of a committed file written without field ids (matched by name,
+    case-insensitively, as Spark's Parquet reader matches it) finds two of its columns for one
+    pinned column (`id` and `ID`), which Spark refuses too: raised by the readers (the bridge,
+    the data source, the CLI's reader) instead of Spark's own error, never by a node. A
+    refinement of INVALID_ARGUMENT with `details.reason` = "ambiguous_column". Details also:
+    `path` (the file), `column` (the pinned column) and `matches` (the file's columns)."""
+
+    REASON: ClassVar[str] = "ambiguous_column"
+
+    def __init__(self, message: str, *, details: Mapping[str, object] | None = None) -> None:
+        super().__init__(message, details={**(details or {}), "reason": self.REASON})
+
+
 class StaleTimestampError(MetastoreError):
     """The command's Tm is not greater than the last applied Tm. The proposer retries with a
     fresh stamp, hence retryable. Details: `tm`, `last_tm`."""
@@ -598,6 +629,11 @@ _BY_CODE: dict[str, type[MetastoreError]] = {
 _REFINEMENTS: dict[tuple[str, object], type[MetastoreError]] = {
     (CatchUpTimeoutError.code.value, CatchUpTimeoutError.REASON): CatchUpTimeoutError,
     (ProtectionLapsedError.code.value, ProtectionLapsedError.REASON): ProtectionLapsedError,
+    (DuplicateMapKeyError.code.value, DuplicateMapKeyError.REASON): DuplicateMapKeyError,
+    (
+        AmbiguousFileColumnError.code.value,
+        AmbiguousFileColumnError.REASON,
+    ): AmbiguousFileColumnError,
 }
 
 

@@ -67,17 +67,24 @@ from typing import TYPE_CHECKING, Any, Final, cast
 from hlc import HlcError, parse_ts, to_iso
 from hlc.limits import LOGICAL_BITS
 from metastore.client import FILES_PAGE_LIMIT, SyncMetastoreClient
+from metastore.client.parquet import AmbiguousColumnError, match_names
 from metastore.client.protocol import LISTING_ATTEMPTS_MAX
 from metastore.errors import (
+    CommitTimestampUnavailableError,
+    DataFileConflictError,
+    LeaseVersionNotLatestError,
     MetastoreError,
     ProtectionLapsedError,
     ProtectionNotFoundError,
+    ReadConflictError,
+    SchemaVersionNotActiveError,
     SessionNotFoundError,
 )
 from raft.tls import ClientTls
 from spark_bridge.conform import (
     by_name_struct,
     conform,
+    duplicate_map_key,
     not_null_violation,
     pad_chars_on_read,
     pinned_struct,
@@ -85,6 +92,7 @@ from spark_bridge.conform import (
 )
 from spark_bridge.files import (
     DataFile,
+    FooterVerdict,
     absolute,
     collect_files,
     delete_attempt_dir,
@@ -146,6 +154,17 @@ FOOTER_CHECK_THREADS = 16
 # Verdicts a bridge keeps (per write job or file; committed files never change), so the
 # micro-batches of a stream and repeated reads check each footer once. Oldest dropped first.
 FIELD_ID_VERDICTS_MAX = 200_000
+# Commit refusals that mean this batch's files were not committed, by this send or an earlier
+# one of the same commit (the state machine answers a txn id that already committed with the
+# same writes as deduplicated, before any of these checks): the batch removes its attempt
+# directories on them (`BatchContext.abandon`).
+DEFINITE_REFUSALS: tuple[type[MetastoreError], ...] = (
+    CommitTimestampUnavailableError,
+    ReadConflictError,
+    SchemaVersionNotActiveError,
+    LeaseVersionNotLatestError,
+    DataFileConflictError,
+)
 
 
 class BatchError(RuntimeError):
@@ -537,7 +556,7 @@ class MetastoreBridge:
         # (query id, run id) of every streaming query run this bridge ran a batch of.
         self._queries_seen: set[tuple[str, str | None]] = set()
         # field_id_group (absolute) -> read by name (its files have no field ids); see read_files.
-        self._by_name_verdicts: dict[str, bool] = {}
+        self._by_name_verdicts: dict[str, FooterVerdict] = {}
         self._verdicts_lock = threading.Lock()
         self.footers_checked = 0  # footers read to tell files without field ids (metric)
 
@@ -783,9 +802,20 @@ class MetastoreBridge:
         CLI's reader reads them (`metastore.client.parquet.matched_by_name`): by field id, and
         a file written without any field ids (a plain `df.write.parquet`, another tool's file)
         by name, case-insensitively (Spark's rule, `metastore.client.parquet.match_names`: a
-        column two of a file's columns match fails the read). Spark reads the two kinds as two
-        scans, unioned."""
-        by_name = self.files_read_by_name(location, files)
+        column two of a file's columns match fails the read, here: AmbiguousFileColumnError
+        naming the file and its columns, where Spark's scan would fail with its own error once
+        the DataFrame runs). Spark reads the two kinds as two scans, unioned."""
+        groups, known = self._group_verdicts(location, files)
+        by_name = {rel for key, paths in groups.items() if known[key] for rel in paths}
+        for key, verdict in known.items():
+            if isinstance(verdict, tuple):
+                # The names Spark's by-name scan would find twice for a pinned column.
+                clashing = [name for names in verdict for name in names]
+                where = absolute(location, min(groups[key]))
+                try:
+                    match_names(clashing, [f.name for f in struct.fields], path=where)
+                except AmbiguousColumnError as exc:
+                    raise exc.typed() from None
         by_id_paths: list[str] = []
         by_name_paths: list[str] = []
         for f in files:
@@ -818,6 +848,14 @@ class MetastoreBridge:
         a directory may hold both kinds), of those this bridge has not seen: on the driver when
         few, else by Spark tasks. A footer that cannot be read counts as field ids (the read
         reports that file, as it did before)."""
+        groups, known = self._group_verdicts(location, files)
+        return {rel for key, paths in groups.items() if known[key] for rel in paths}
+
+    def _group_verdicts(
+        self, location: str, files: list[dict[str, Any]]
+    ) -> tuple[dict[str, list[str]], dict[str, FooterVerdict]]:
+        """`files_read_by_name`'s groups (key: their paths as listed) and their footers'
+        verdicts (`spark_bridge.files.footer_verdict`)."""
         groups: dict[str, list[str]] = {}
         for f in files:
             rel = str(f["path"])
@@ -841,9 +879,9 @@ class MetastoreBridge:
                     self._by_name_verdicts[key] = verdict
                 while len(self._by_name_verdicts) > FIELD_ID_VERDICTS_MAX:
                     self._by_name_verdicts.pop(next(iter(self._by_name_verdicts)))
-        return {rel for key, paths in groups.items() if known[key] for rel in paths}
+        return groups, known
 
-    def _footer_verdicts(self, probes: list[tuple[str, str]]) -> list[tuple[str, bool | None]]:
+    def _footer_verdicts(self, probes: list[tuple[str, str]]) -> list[tuple[str, FooterVerdict]]:
         if len(probes) < EXECUTOR_FOOTER_CHECKS_MIN:
             return footer_verdicts(probes, FOOTER_CHECK_THREADS)
         sc = self.spark.sparkContext
@@ -928,6 +966,9 @@ class MetastoreBridge:
             ctx.plan(top)
             yield ctx
             ctx.commit()
+        except BaseException as exc:
+            ctx.abandon(exc)
+            raise
         finally:
             ctx.end()
 
@@ -1414,6 +1455,7 @@ class BatchContext:
     # when the commit is refused as already committed (`_discard_written`); a class default
     # for the same reason.
     _attempt_dirs: tuple[tuple[str, str], ...] = ()
+    _commit_resent: bool = False
 
     def __init__(
         self,
@@ -1463,6 +1505,14 @@ class BatchContext:
         # A driver may run a batch's writes on several threads at once: updates of the two
         # maps above must not overwrite each other's (a lost update drops written rows).
         self._outputs_lock = threading.Lock()
+        # (location, directory relative to it) of every write attempt of this batch, and
+        # whether its commit was sent: the directories go when the batch ends without
+        # committing them (`abandon`).
+        self._attempt_dirs = ()
+        self._commit_sent = False
+        # The commit call moved on from a node after sending (or trying to send) it: it may
+        # have been sent twice, so no refusal proves the files uncommitted (`_delete_attempt_dirs`).
+        self._commit_resent = False
         self._leases: list[LeaseKey] = []  # held for this batch's life (see spark_bridge.session)
         self._lease_session: str | None = None  # the session `_leases` were taken under
         # What `hold` was given with `_leases` (the batch's read floors), for `drop`.
@@ -1692,6 +1742,25 @@ class BatchContext:
             lease_tm=None if earliest is None else int(earliest),
         )
 
+    def abandon(self, failure: BaseException) -> None:
+        """The batch failed with `failure` (its body, a write or its commit raised): remove its
+        attempt directories when nothing can have committed their files, as Spark's commit
+        protocol removes a failed job's output. Left to GC otherwise, which deletes them only
+        once the bridge's session ends: in a driver running for weeks, every abandoned attempt
+        (a micro-batch re-planned after a retryable refusal) kept its files that long. Their
+        files can have been committed only by this batch's commit, so they go when it was
+        never sent, or was refused by the state machine for a reason that commits nothing
+        (`DEFINITE_REFUSALS`: applied after the txn-id check, so an earlier send that landed
+        would have been answered as deduplicated instead). After an unknown outcome, or any
+        other failure of the commit, they stay. Never raises."""
+        if self.report.commit_ts is not None:
+            return  # committed (or found committed): the files are the table's
+        if self._commit_sent:
+            cause = failure.cause if isinstance(failure, BatchError) else None
+            if not isinstance(cause, DEFINITE_REFUSALS) or self._commit_resent:
+                return
+        self._delete_attempt_dirs("abandoned")
+
     def end(self) -> None:
         """The batch is over (committed, refused or abandoned): let go of its leases."""
         if self._leases and self.bridge.session is not None:
@@ -1816,9 +1885,12 @@ class BatchContext:
                 "errorifexists"
             ).parquet(abs_dir)
         except Exception as exc:
-            # A NULL reached a NOT NULL column or nested field (conform's per-row check failed
-            # the job): the typed error naming it, instead of Spark's USER_RAISED_EXCEPTION.
-            violation = not_null_violation(exc, table, pin.write_columns)
+            # A NULL reached a NOT NULL column or nested field, or a map's keys collided once
+            # padded to their CHAR(n) (conform's per-row checks failed the job): the typed
+            # error naming it, instead of Spark's USER_RAISED_EXCEPTION.
+            violation: Exception | None = not_null_violation(exc, table, pin.write_columns)
+            if violation is None:
+                violation = duplicate_map_key(exc, table, pin.write_columns)
             if violation is None:
                 raise
             raise violation from exc
@@ -1926,7 +1998,8 @@ class BatchContext:
         )
 
         try:
-            r = self._call("commit", args)
+            self._commit_sent = True
+            r = self._call("commit", args, on_retry=self._note_commit_resent)
             self.report.commit_ts = int(r["ts"])
             # A reply marked deduplicated matched this attempt's exact files, which no other
             # attempt has (a fresh directory): the client sent this commit again after a lost
@@ -2005,8 +2078,28 @@ class BatchContext:
         (`unreferenced_dirs`) and logged: GC's orphan scan removes them once the writer's
         session ended, or the user can. Never called after an unknown outcome, where the
         commit may be this attempt's own."""
-        # After the batch's writes returned (commit runs after the body): no lock needed.
+        left = self._delete_attempt_dirs("already committed")
+        self.report.unreferenced_dirs = left
+        return left
+
+    def _delete_attempt_dirs(self, why: str) -> list[str]:
+        """Delete this batch's attempt directories, unless the commit call sent the commit
+        more than once: then an earlier send may have applied (this attempt's own commit,
+        with its files) and a later one been refused, past the windows in which the state
+        machine answers such a resend as deduplicated (MAX_REMEMBERED_TXNS commits), so
+        they stay for GC. Returns the directories left (absolute). Never raises."""
+        # The batch's writes have returned (or failed): no lock needed, and a context made
+        # without __init__ (tests) has none.
         dirs, self._attempt_dirs = self._attempt_dirs, ()
+        if self._commit_resent:
+            log.info(
+                "txn %s %s, but its commit was sent more than once: its %d attempt "
+                "directories are left to GC",
+                self.txn_id,
+                why,
+                len(dirs),
+            )
+            return [absolute(location, rel_dir) for location, rel_dir in dirs]
         left: list[str] = []
         for location, rel_dir in dirs:
             try:
@@ -2016,12 +2109,12 @@ class BatchContext:
                 left.append(absolute(location, rel_dir))
         if dirs:
             log.info(
-                "txn %s already committed: deleted %d of its %d attempt directories",
+                "txn %s %s: deleted %d of its %d attempt directories",
                 self.txn_id,
+                why,
                 len(dirs) - len(left),
                 len(dirs),
             )
-        self.report.unreferenced_dirs = left
         return left
 
     def _outcome_of_unknown(self, exc: BatchError) -> int:
@@ -2266,11 +2359,22 @@ class BatchContext:
             out["manifests"] = manifests
         return out
 
-    def _call(self, op: str, args: dict[str, Any]) -> dict[str, Any]:
+    def _note_commit_resent(self, _error: object) -> None:
+        self._commit_resent = True
+
+    def _call(
+        self,
+        op: str,
+        args: dict[str, Any],
+        *,
+        on_retry: Callable[[MetastoreError | None], None] | None = None,
+    ) -> dict[str, Any]:
         from metastore.errors import MetastoreError
 
         try:
-            return self.client.call(op, args)
+            if on_retry is None:
+                return self.client.call(op, args)
+            return self.client.call(op, args, on_retry=on_retry)
         except MetastoreError as exc:
             raise BatchError(
                 f"{op} failed for txn {self.txn_id}: {exc.code.value}: {exc}",

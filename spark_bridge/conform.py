@@ -16,6 +16,9 @@ Rules (what a data engineer expects from Iceberg/Delta writers):
   array or map (keys too), is checked row by row on the executors for values longer than n
   characters, as Spark checks a table write (trailing spaces beyond n are trimmed, as Spark
   does), and a CHAR(n) value shorter than n is padded with spaces to n, as Spark stores it;
+  two keys of one map made equal so ('a' and 'a ' in a MAP<CHAR(3), INT>) fail the job, which
+  the bridge reports as DuplicateMapKeyError naming the map's path (Spark's table write fails
+  with DUPLICATED_MAP_KEY), unless the session's mapKeyDedupPolicy is LAST_WIN (the last kept);
 * NOT NULL columns and NOT NULL struct fields (inside arrays and maps too) are checked row by
   row on the executors (`raise_error`), because Parquet writers do not enforce nullability. As
   Spark's own table writes, output merely declared nullable is accepted for them (a column or
@@ -48,6 +51,8 @@ if TYPE_CHECKING:
 
     from pyspark.sql import Column, DataFrame
     from pyspark.sql.types import DataType, StructType
+
+    from metastore.errors import DuplicateMapKeyError
 
 FIELD_ID_KEY = "parquet.field.id"
 # StructField metadata Spark reads as the value of a column for rows that predate it.
@@ -292,7 +297,7 @@ def _widening_ok(src: DataType, dst: DataType) -> bool:
 # round trips (one per Column call); a streaming query repeats the same shapes every micro-batch,
 # and unresolved Column expressions are reusable across DataFrames of the same session.
 PROJECTION_CACHE_MAX = 64
-_projections: dict[tuple[str, str, str], list[Any]] = {}
+_projections: dict[tuple[str, str, str, bool], list[Any]] = {}
 _projections_lock = threading.Lock()
 
 
@@ -301,11 +306,20 @@ def conform(df: DataFrame, table: str, columns: list[dict[str, Any]]) -> DataFra
     import json
 
     schema = df.schema
-    key = (schema.json(), table, json.dumps(columns, sort_keys=True, default=str))
+    # Distinct map keys equal once padded ('a' and 'a ' in a MAP<CHAR(3), ...>) are refused
+    # as Spark's table write refuses them (DUPLICATED_MAP_KEY), unless the session keeps the
+    # last of them (mapKeyDedupPolicy LAST_WIN), as Spark then does.
+    refuse_equal_keys = _map_key_dedup_policy(df) != "LAST_WIN"
+    key = (
+        schema.json(),
+        table,
+        json.dumps(columns, sort_keys=True, default=str),
+        refuse_equal_keys,
+    )
     with _projections_lock:
         exprs = _projections.get(key)
     if exprs is None:
-        exprs = _projection(schema, table, columns)
+        exprs = _projection(schema, table, columns, refuse_equal_keys=refuse_equal_keys)
         # Concurrent batches share the cache: two evicting at once must not drop one entry
         # twice (KeyError).
         with _projections_lock:
@@ -315,7 +329,9 @@ def conform(df: DataFrame, table: str, columns: list[dict[str, Any]]) -> DataFra
     return df.select(*exprs)
 
 
-def _projection(schema: StructType, table: str, columns: list[dict[str, Any]]) -> list[Any]:
+def _projection(
+    schema: StructType, table: str, columns: list[dict[str, Any]], *, refuse_equal_keys: bool
+) -> list[Any]:
     from pyspark.sql import functions as F
 
     from metastore import types as M
@@ -378,7 +394,13 @@ def _projection(schema: StructType, table: str, columns: list[dict[str, Any]]) -
         # CHAR(n) is then padded with spaces to n, as Spark stores it ('a' is 'a  ' in a
         # CHAR(3), a filled DEFAULT too; NULL stays NULL); VARCHAR(n) is not padded. The same
         # inside structs, arrays and maps (keys too), as Spark's writes do (pyspark 4.3).
-        col = _map_strings(col, pinned_type, _write_side(table), f.name)
+        col = _map_strings(
+            col,
+            pinned_type,
+            _write_side(table),
+            f.name,
+            equal_keys_of=table if refuse_equal_keys else None,
+        )
         # NOT NULL nested fields, where the output's field can hold NULL (a filled DEFAULT is
         # checked whole; a filled NULL holds no field).
         checks = _null_checks(None if src is None else src.dataType, pinned_type, f.name)
@@ -443,13 +465,21 @@ def _has_strings_to_map(t: Any) -> bool:
 
 
 def _map_strings(
-    col: Column, t: Any, leaf: Callable[[Column, Any, str], Column], path: str
+    col: Column,
+    t: Any,
+    leaf: Callable[[Column, Any, str], Column],
+    path: str,
+    *,
+    equal_keys_of: str | None = None,
 ) -> Column:
     """`col` (of the metastore type `t`, its pinned field names) with `leaf(value, type, path)`
     applied to each VARCHAR(n)/CHAR(n) value in it, at the top level or inside structs
-    (`withField`: a NULL struct stays NULL), arrays (`transform`) and maps (`transform_keys`,
-    `transform_values`): Spark expressions, no Python on the row path. `col` itself when `t`
-    holds none. Paths as `not_null_paths` names them."""
+    (`withField`: a NULL struct stays NULL), arrays (`transform`) and maps (their keys and
+    values `transform`ed, then `map_from_arrays`, Spark's own write-side rebuild of a map):
+    Spark expressions, no Python on the row path. `col` itself when `t` holds none. Paths as
+    `not_null_paths` names them. With `equal_keys_of` (the table's name), a map two of whose
+    keys are equal after `leaf` fails the job (`equal_keys_message`); without it, the session's
+    mapKeyDedupPolicy decides (`map_from_arrays`: the last one kept under LAST_WIN)."""
     from pyspark.sql import functions as F
 
     from metastore import types as M
@@ -463,23 +493,134 @@ def _map_strings(
             out = col
             for f in fs:
                 if _has_strings_to_map(f.type):
-                    inner = _map_strings(col.getField(f.name), f.type, leaf, f"{path}.{f.name}")
+                    inner = _map_strings(
+                        col.getField(f.name),
+                        f.type,
+                        leaf,
+                        f"{path}.{f.name}",
+                        equal_keys_of=equal_keys_of,
+                    )
                     out = out.withField(_quoted(f.name), inner)
             return out
         case M.ArrayType(element=e):
-            return F.transform(col, lambda x: _map_strings(x, e, leaf, f"{path}.element"))
+            return F.transform(
+                col,
+                lambda x: _map_strings(x, e, leaf, f"{path}.element", equal_keys_of=equal_keys_of),
+            )
         case M.MapType(key=k, value=v):
-            out = col
-            if _has_strings_to_map(k):
-                out = F.transform_keys(
-                    out, lambda key, _: _map_strings(key, k, leaf, f"{path}.key")
+            if not _has_strings_to_map(k):
+                return F.transform_values(
+                    col,
+                    lambda _, value: _map_strings(
+                        value, v, leaf, f"{path}.value", equal_keys_of=equal_keys_of
+                    ),
                 )
+            keys = F.transform(
+                F.map_keys(col),
+                lambda key: _map_strings(key, k, leaf, f"{path}.key", equal_keys_of=equal_keys_of),
+            )
+            values = F.map_values(col)
             if _has_strings_to_map(v):
-                out = F.transform_values(
-                    out, lambda _, value: _map_strings(value, v, leaf, f"{path}.value")
+                values = F.transform(
+                    values,
+                    lambda value: _map_strings(
+                        value, v, leaf, f"{path}.value", equal_keys_of=equal_keys_of
+                    ),
                 )
-            return out
+            # Spark's own write rebuilds a CHAR-keyed map the same way (MapFromArrays), so a
+            # row whose keys collide once padded meets the session's mapKeyDedupPolicy here.
+            rebuilt = F.map_from_arrays(keys, values)
+            if equal_keys_of is None:
+                return rebuilt
+            # The first key equal to an earlier one (array_position finds the earliest).
+            repeated = F.filter(keys, lambda key, i: F.array_position(keys, key) != i + 1)
+            message = F.concat(
+                F.lit(equal_keys_message(equal_keys_of, path, k.to_sql()) + " '"),
+                F.element_at(repeated, 1).cast("string"),
+                F.lit("'"),
+            )
+            return F.when(
+                F.size(F.array_distinct(keys)) < F.size(keys), F.raise_error(message)
+            ).otherwise(rebuilt)
     return col
+
+
+def _map_key_dedup_policy(df: DataFrame) -> str:
+    """The session's `spark.sql.mapKeyDedupPolicy` (EXCEPTION by default, or LAST_WIN)."""
+    return str(df.sparkSession.conf.get("spark.sql.mapKeyDedupPolicy", "EXCEPTION")).upper()
+
+
+def equal_keys_message(table: str, path: str, key_type: str) -> str:
+    """What a write raises for a map at `path` of `table` two of whose keys are equal once
+    conformed to their key type (CHAR(n) padded to n, spaces beyond a VARCHAR(n) trimmed:
+    `duplicate_map_key` finds the path in it again); the key follows, quoted."""
+    return (
+        f"two keys of the map {table}.{path} are equal once padded or trimmed to their "
+        f"{key_type} (Spark refuses such a map: DUPLICATED_MAP_KEY):"
+    )
+
+
+def string_keyed_map_paths(columns: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    """(path, key type) of each map in `columns` whose key holds a CHAR(n) or VARCHAR(n), at
+    any depth, as `equal_keys_message` names them."""
+    from metastore import types as M
+
+    found: list[tuple[str, str]] = []
+
+    def walk(t: M.DataType, path: str) -> None:
+        match t:
+            case M.StructType(fields=fs):
+                for f in fs:
+                    walk(f.type, f"{path}.{f.name}")
+            case M.ArrayType(element=e):
+                walk(e, f"{path}.element")
+            case M.MapType(key=k, value=v):
+                if _has_strings_to_map(k):
+                    found.append((path, k.to_sql()))
+                walk(k, f"{path}.key")
+                walk(v, f"{path}.value")
+
+    for c in columns:
+        walk(M.parse_type(str(c["type"])), str(c["name"]))
+    return found
+
+
+def duplicate_map_key(
+    error: BaseException, table: str, columns: list[dict[str, Any]]
+) -> DuplicateMapKeyError | None:
+    """The DuplicateMapKeyError a failed write of `table` (conformed to `columns`) reports, when
+    its Spark job failed at conform's equal-keys check; else None. The path is the longest of
+    the table's CHAR/VARCHAR-keyed map paths the message names."""
+    text = str(error)
+    named = [
+        (path, key_type, text.index(marker) + len(marker))
+        for path, key_type in string_keyed_map_paths(columns)
+        if (marker := equal_keys_message(table, path, key_type)) in text
+    ]
+    if not named:
+        return None
+    path, key_type, end = max(named, key=lambda found: len(found[0]))
+    rest = text[end:]
+    key: str | None = None
+    if rest.startswith(" '") and "'" in rest[2:]:
+        key = rest[2:].split("'", 1)[0]
+    return equal_map_keys_error(table, path, key_type, key)
+
+
+def equal_map_keys_error(
+    table: str, path: str, key_type: str, key: str | None
+) -> DuplicateMapKeyError:
+    """The typed error of a write (the bridge's, the data source's) refusing a map at `path`
+    of `table` two of whose keys are equal once conformed to `key_type` (`key`: as stored)."""
+    from metastore.errors import DuplicateMapKeyError
+
+    shown = "" if key is None else f" ({key!r})"
+    return DuplicateMapKeyError(
+        f"two keys of the map {table}.{path} are equal once padded or trimmed to their "
+        f"{key_type}{shown}: nothing was committed (Spark's own table write refuses it as well: "
+        "DUPLICATED_MAP_KEY; with spark.sql.mapKeyDedupPolicy=LAST_WIN the last one is kept)",
+        details={"table": table, "field_path": path, "key": key},
+    )
 
 
 def _write_side(table: str) -> Callable[[Column, Any, str], Column]:

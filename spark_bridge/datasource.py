@@ -7,6 +7,7 @@
     # optional: .option("loose_files_max", "10000") compacts the table into manifests past it
     #           (default: the cluster's loose_files_max setting)
     # optional: .option("session_ttl_ms", "1800000") the TTL of the append's session (below)
+    # optional: .option("keep_max_ms", "86400000") how long the driver keeps it at most (below)
 
 Reads pin one timestamp (the `as_of` option — an HLC integer, ISO-8601 time, `-5m`-style relative
 time or `now` — default now, or the newest acknowledged commit's ts if that is later), take the
@@ -33,21 +34,24 @@ Each append runs under a metastore session of its own, opened (fresh id, TTL the
 that session's attempt directory `_txn/<session id>--append-<random>/`, which GC's orphan scan
 leaves alone while the session lives, however long the job runs. The driver keeps it alive from
 the planning to the commit or abort, through the stages before the write too (a shuffle, a slow
-join: no task of the write runs then): `register()` starts a session keeper in the
-application's process (spark_bridge.keeper: a daemon thread heartbeating every third of the
-TTL, told of each append by a file in its private directory, which the commit and the abort
-remove). Each task also heartbeats the session when it starts and every third of the TTL while
-it runs (a failed heartbeat is only logged), `commit()` heartbeats it before committing, and the
-commit or abort closes it. A session can still end before the commit when neither the driver
-nor a task got a heartbeat through for a whole TTL (the driver's process stalled, the metastore
+join: no task of the write runs then): `register()` starts a session keeper in the application's
+process (spark_bridge.keeper: a daemon thread heartbeating every third of the TTL, told of each
+append by a file in its private directory, which the commit and the abort remove; an append that
+neither commits nor aborts within the `keep_max_ms` option, default 24 h, is let go then and its
+session closed: Spark never ended it, and a driver running for weeks must not hold its session
+all that time; a planning that fails after the session opened closes it before the error reaches
+Spark). Each task also heartbeats the session when it starts and every third of the TTL while it
+runs (a failed heartbeat is only logged), `commit()` heartbeats it before committing, and the
+commit or abort closes it. A session can still end before the commit when neither the driver nor
+a task got a heartbeat through for a whole TTL (the driver's process stalled, the metastore
 unreachable from it; or a planner on another host than the registering process, as with Spark
 Connect, where only the tasks keep it, with a warning): the job then fails at its next task, or
 its commit is refused, with SessionNotFoundError (reason `attempt_session_not_live`, and the
-keeper's reason when it gave up; nothing committed, since GC may have deleted files of an
-ended session): re-run it. Reads open no session and take no lease or protection, so nothing
-needs keeping while they run: the files a read lists stay until the table's GC threshold passes
-its timestamp (`gc.ttl` after it), and a read at an old `as_of`, or one running that long,
-should protect its timestamp first (`MetastoreBridge.protect`).
+keeper's reason when it gave up; nothing committed, since GC may have deleted files of an ended
+session): re-run it. Reads open no session and take no lease or protection, so nothing needs
+keeping while they run: the files a read lists stay until the table's GC threshold passes its
+timestamp (`gc.ttl` after it), and a read at an old `as_of`, or one running that long, should
+protect its timestamp first (`MetastoreBridge.protect`).
 
 Read-your-writes in one driver. A read's default timestamp is the leader's `read_ts` (when later
 than now), so it sees every acknowledged commit, a bridge's included. An append's `commit()`
@@ -99,6 +103,14 @@ if TYPE_CHECKING:
 # refused. Longer than a lease-holding session's: it blocks no schema change, it only keeps a
 # killed job's files from GC that much longer.
 WRITE_SESSION_TTL_MS_DEFAULT = 600_000
+# How long the driver's session keeper heartbeats an append's session at most (option
+# "keep_max_ms"): an append Spark planned but never committed nor aborted (its commit or abort
+# worker killed, its query failed between the planning and the write) is let go then and its
+# session closed, so a driver running for weeks does not keep such sessions (each counted
+# against the cluster's MAX_SESSIONS, its files spared by GC) until it ends. Longer than any
+# stage before a write is expected to run: such a stage is kept only by the keeper (the write's
+# tasks heartbeat the session themselves while they run).
+APPEND_KEEP_MS_DEFAULT = 24 * 3_600_000
 
 
 def _client(endpoints: list[str], token: str, tls: ClientTls | None = None) -> Any:
@@ -176,16 +188,23 @@ class MetastoreReader(DataSourceReader):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         # The reader `metastore table read` uses too: columns by field id, widened types
         # cast, DEFAULTs for rows of older files, a batch of the file in memory at a time.
-        from metastore.client.parquet import PinnedColumn, file_batches
+        from metastore.client.parquet import AmbiguousColumnError, PinnedColumn, file_batches
 
         columns = [PinnedColumn.from_wire(c) for c in self.columns]
         if isinstance(partition, FilesPartition):
-            for path in partition.paths:
-                yield from file_batches(path, columns)
-            return
-        if not isinstance(partition, FilePartition):
+            paths = list(partition.paths)
+        elif isinstance(partition, FilePartition):
+            paths = [partition.path]
+        else:
             raise TypeError(f"unexpected partition {partition!r}")
-        yield from file_batches(partition.path, columns)
+        for path in paths:
+            try:
+                yield from file_batches(path, columns)
+            except AmbiguousColumnError as exc:
+                # A file without field ids two of whose columns one pinned column matches by
+                # name: the typed error naming the file and the columns (Spark reports the
+                # task's exception), as the bridge raises it.
+                raise exc.typed() from exc
 
 
 def _fill(column: dict[str, Any], arrow_type: pa.DataType, rows: int) -> pa.Array:
@@ -230,10 +249,36 @@ def _check_lengths(table: pa.Table, columns: list[dict[str, Any]], name: str) ->
             kept_values = pc.utf8_rpad(kept_values, width=length, padding=" ")
         return kept_values
 
+    def equal_keys(path: str, key_type: M.DataType, key: object) -> None:
+        from spark_bridge.conform import equal_map_keys_error
+
+        raise equal_map_keys_error(name, path, key_type.to_sql(), None if key is None else str(key))
+
+    # Map keys equal once conformed ('a' and 'a ' in a MAP<CHAR(3), ...>): refused, as Spark's
+    # table write refuses them (DUPLICATED_MAP_KEY), or the last one kept under LAST_WIN.
+    last_key_wins = _map_key_dedup_policy() == "LAST_WIN"
     arrays = list(table.columns)
     for i, c in enumerate(columns):
-        arrays[i] = map_strings(arrays[i], M.parse_type(str(c["type"])), conformed, str(c["name"]))
+        arrays[i] = map_strings(
+            arrays[i],
+            M.parse_type(str(c["type"])),
+            conformed,
+            str(c["name"]),
+            equal_keys=None if last_key_wins else equal_keys,
+            last_key_wins=last_key_wins,
+        )
     return pa.Table.from_arrays(arrays, schema=table.schema)
+
+
+def _map_key_dedup_policy() -> str:
+    """The `spark.sql.mapKeyDedupPolicy` of the query this task runs for (Spark hands the
+    session's SQL settings set by the user to its tasks as local properties), else Spark's
+    default, EXCEPTION."""
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    value = context.getLocalProperty("spark.sql.mapKeyDedupPolicy") if context else None
+    return str(value or "EXCEPTION").upper()
 
 
 def _check_nulls(table: pa.Table, columns: list[dict[str, Any]], name: str) -> None:
@@ -835,41 +880,57 @@ class MetastoreDataSource(DataSource):
             # commit's rules take the version then.)
             commit_floor = max(commit_floor, int(pin["ts"]))
         txn_id = self.options.get("txn_id")
-        loose_max = self.options.get("loose_files_max")
-        ttl = self.options.get("session_ttl_ms")
+        # Every option is read before the session opens: a bad one fails the planning with
+        # nothing to release (Spark calls neither commit nor abort for a writer it never got).
+        loose_max = _int_option(self.options, "loose_files_max")
+        ttl = _int_option(self.options, "session_ttl_ms")
+        keep_max_ms = _int_option(self.options, "keep_max_ms")
+        if keep_max_ms is not None and keep_max_ms <= 0:
+            raise ValueError(f"option 'keep_max_ms' must be a positive number, not {keep_max_ms}")
         client = _client(self.ENDPOINTS, self.TOKEN, self.TLS)
         try:
             session_id, ttl_ms = open_write_session(
                 client,
                 table=self._table(),
-                ttl_ms=int(ttl) if ttl not in (None, "") else WRITE_SESSION_TTL_MS_DEFAULT,
+                ttl_ms=WRITE_SESSION_TTL_MS_DEFAULT if ttl is None else ttl,
             )
         finally:
             client.close()
-        keeper_dir = self._keep(session_id, ttl_ms)
-        return MetastoreWriter(
-            keeper_dir=keeper_dir,
-            session_id=session_id,
-            session_ttl_ms=ttl_ms,
-            endpoints=self.ENDPOINTS,
-            token=self.TOKEN,
-            tls=self.TLS,
-            table=self._table(),
-            table_id=int(pinned["table_id"]),
-            version=int(pinned["version"]),
-            location=str(pinned.get("location") or ""),
-            columns=columns,
-            overwrite=overwrite,
-            not_before=commit_floor + 1,
-            txn_id=str(txn_id) if txn_id else None,
-            given=given,
-            loose_files_max=int(loose_max) if loose_max not in (None, "") else None,
-        )
+        keeper_dir = ""
+        try:
+            keeper_dir = self._keep(
+                session_id, ttl_ms, keep_max_ms=keep_max_ms or APPEND_KEEP_MS_DEFAULT
+            )
+            return MetastoreWriter(
+                keeper_dir=keeper_dir,
+                session_id=session_id,
+                session_ttl_ms=ttl_ms,
+                endpoints=self.ENDPOINTS,
+                token=self.TOKEN,
+                tls=self.TLS,
+                table=self._table(),
+                table_id=int(pinned["table_id"]),
+                version=int(pinned["version"]),
+                location=str(pinned.get("location") or ""),
+                columns=columns,
+                overwrite=overwrite,
+                not_before=commit_floor + 1,
+                txn_id=str(txn_id) if txn_id else None,
+                given=given,
+                loose_files_max=loose_max,
+            )
+        except BaseException:
+            # Spark never gets this writer, so it calls neither commit nor abort: released
+            # here, else the driver's keeper would heartbeat the session for its keep_max_ms.
+            _release_write_session(self, session_id, keeper_dir)
+            raise
 
-    def _keep(self, session_id: str, ttl_ms: int) -> str:
+    def _keep(
+        self, session_id: str, ttl_ms: int, *, keep_max_ms: int = APPEND_KEEP_MS_DEFAULT
+    ) -> str:
         """Have the driver's session keeper heartbeat the append's session until its commit or
-        abort: its directory, or "" when it cannot be reached from here (the append is then
-        kept by its tasks and commit only, as the warning says)."""
+        abort (for at most `keep_max_ms`): its directory, or "" when it cannot be reached from
+        here (the append is then kept by its tasks and commit only, as the warning says)."""
         if not self.KEEPER_DIR:
             return ""
         import logging
@@ -877,7 +938,13 @@ class MetastoreDataSource(DataSource):
         from spark_bridge.keeper import keep
 
         try:
-            keep(Path(self.KEEPER_DIR), session_id, ttl_ms=ttl_ms, table=self._table())
+            keep(
+                Path(self.KEEPER_DIR),
+                session_id,
+                ttl_ms=ttl_ms,
+                table=self._table(),
+                keep_max_ms=keep_max_ms,
+            )
         except OSError as exc:
             logging.getLogger("spark_bridge").warning(
                 "the session keeper of the process that registered format('metastore') is not "
@@ -890,6 +957,38 @@ class MetastoreDataSource(DataSource):
             )
             return ""
         return self.KEEPER_DIR
+
+
+def _int_option(options: Any, name: str) -> int | None:
+    """The integer write option `name`, None when not given; ValueError naming it if not one."""
+    value = options.get(name)
+    if value in (None, ""):
+        return None
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"option {name!r} must be an integer, not {value!r}") from None
+
+
+def _release_write_session(source: MetastoreDataSource, session_id: str, keeper_dir: str) -> None:
+    """Stop keeping and close the session of an append whose planning failed after it opened.
+    Never raises: the session would expire after its TTL anyway."""
+    import logging
+
+    from metastore.errors import MetastoreError
+
+    if keeper_dir:
+        from spark_bridge.keeper import unkeep
+
+        unkeep(Path(keeper_dir), session_id)
+    try:
+        client = _client(source.ENDPOINTS, source.TOKEN, source.TLS)
+        try:
+            client.session_close(session_id)
+        finally:
+            client.close()
+    except (MetastoreError, OSError, ValueError) as exc:
+        logging.getLogger("spark_bridge").info("closing metastore session %s: %s", session_id, exc)
 
 
 def _shape(dtype: Any) -> Any:

@@ -19,7 +19,7 @@ import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeAlias
 
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
@@ -85,6 +85,20 @@ def _fs(location: str) -> tuple[pafs.FileSystem, str]:
         fs, path = pafs.FileSystem.from_uri(location)
         return fs, path
     return pafs.LocalFileSystem(), location
+
+
+def remove_attempt_dir(location: str, rel_dir: str) -> None:
+    """Remove a write attempt's directory (location/rel_dir) and what is in it, if it is there:
+    a batch that never committed its files (spark_bridge.bridge `BatchContext.abandon`).
+    Raises OSError when it cannot be removed."""
+    if not rel_dir.startswith(f"{TXN_DIR}/") or ".." in rel_dir.split("/"):
+        raise OSError(f"not an attempt directory: {rel_dir!r}")
+    fs, root = _fs(location)
+    base = f"{root.rstrip('/')}/{rel_dir}"
+    try:
+        fs.delete_dir(base)
+    except FileNotFoundError:
+        return  # never made (the write failed before Spark created it)
 
 
 def collect_files(location: str, rel_dir: str) -> list[DataFile]:
@@ -179,22 +193,32 @@ def field_id_group(rel_path: str) -> str:
     return f"{directory}/./{job.group(1)}" if directory else f"./{job.group(1)}"
 
 
-def footer_verdict(path: str) -> bool | None:
+# A footer's verdict: None (unreadable), False (field ids), True (read by name), or, read by
+# name, the groups of its column names one name matches case-insensitively (`id` and `ID`).
+FooterVerdict: TypeAlias = bool | tuple[tuple[str, ...], ...] | None
+
+
+def footer_verdict(path: str) -> FooterVerdict:
     """Whether the file at `path` (absolute) is read by name (it has no field ids: the CLI's
-    rule, `metastore.client.parquet.matched_by_name`); None when its footer cannot be read, so
-    the read itself reports the file (or skips it, as the session's
+    rule, `metastore.client.parquet.matched_by_name`), and if so the groups of its column names
+    that differ only in case (`metastore.client.parquet.name_clashes`: a pinned column matching
+    one of them cannot be read), in place of True; None when its footer cannot be read, so the
+    read itself reports the file (or skips it, as the session's
     `spark.sql.files.ignoreMissingFiles` / `ignoreCorruptFiles` say). Runs on executors too."""
-    from metastore.client.parquet import DataReadError, file_matched_by_name
+    from metastore.client.parquet import DataReadError, file_schema, matched_by_name, name_clashes
 
     try:
-        return file_matched_by_name(path)
+        schema = file_schema(path)
     except DataReadError:
         return None
+    if not matched_by_name(schema):
+        return False
+    return name_clashes(schema.names) or True
 
 
 def footer_verdicts(
     probes: Iterable[tuple[str, str]], threads: int
-) -> list[tuple[str, bool | None]]:
+) -> list[tuple[str, FooterVerdict]]:
     """(key, `footer_verdict(path)`) of each (key, path), `threads` footers at a time: footer
     reads wait on storage (an object store's latency), not on the CPU."""
     items = list(probes)

@@ -18,8 +18,20 @@ The handshake is a file per append in that directory (private: 0700, made by `mk
 notices it within KEEP_POLL_MS and heartbeats the session then and every third of its TTL (as
 the tasks do); `commit()` and `abort()` remove the file (`unkeep`) before closing the session,
 and the keeper forgets it. A killed driver takes its keeper with it: nothing heartbeats its
-appends' sessions, which expire after their TTL, as before. An append Spark never commits nor
-aborts (planned, then its query failed before running) is kept until the application ends.
+appends' sessions, which expire after their TTL, as before.
+
+An append Spark never commits nor aborts is kept for its `keep_max_ms` at most (the append's
+option; default 24 h, spark_bridge.datasource APPEND_KEEP_MS_DEFAULT), then let go: the keeper
+gives it up (an `.ended` note saying why, as below) and closes its session, so GC may clear its
+attempt directory. Without that bound it was kept until the application ended: in a driver that
+runs for weeks (a streaming application), every such append held a session (counted against
+the cluster's MAX_SESSIONS) and kept its files from GC all that time. Such appends are those
+whose commit or abort worker died before it removed the file (killed, out of memory), or whose
+query failed between the planning and the write (a planning that fails in `writer()` itself
+releases its session there). Nothing is committed for them either way. A stage before the
+write longer than `keep_max_ms` loses the keeper's heartbeats: the job then fails at its write
+with SessionNotFoundError quoting the reason (raise the option for such jobs). `.ended` notes
+nobody removed (their append never ended) are tidied after ENDED_NOTE_KEEP_S.
 
 When keeping fails for good, the keeper stops heartbeating that session and renames its file to
 `<session id>.ended`, holding the reason: the metastore said the session ended
@@ -80,12 +92,33 @@ ENDED_SUFFIX: Final = ".ended"
 FLOOR_SUFFIX: Final = ".floor"
 # A note in an `.ended` file longer than this is cut (it is quoted in an error message).
 ENDED_NOTE_CHARS_MAX: Final = 2_000
+# How long an `.ended` note stays for the commit or abort that removes it: one that came to
+# neither (an append Spark never ended) is removed then, so notes do not pile up in a driver
+# that runs for weeks.
+ENDED_NOTE_KEEP_S: Final = 24 * 3_600.0
+# How long a session is kept when its `.keep` file does not say (one of an earlier release).
+KEEP_MAX_MS_DEFAULT: Final = 24 * 3_600_000
 
 
-def keep(directory: Path, session_id: str, *, ttl_ms: int, table: str) -> None:
-    """Ask the keeper of `directory` to heartbeat `session_id` (TTL `ttl_ms`) until `unkeep`.
-    Raises OSError when the directory cannot be written (not on this host, or gone)."""
-    data = json.dumps({"session_id": session_id, "ttl_ms": int(ttl_ms), "table": table})
+def keep(
+    directory: Path,
+    session_id: str,
+    *,
+    ttl_ms: int,
+    table: str,
+    keep_max_ms: int = KEEP_MAX_MS_DEFAULT,
+) -> None:
+    """Ask the keeper of `directory` to heartbeat `session_id` (TTL `ttl_ms`) until `unkeep`,
+    for `keep_max_ms` at most (then it closes the session). Raises OSError when the directory
+    cannot be written (not on this host, or gone)."""
+    data = json.dumps(
+        {
+            "session_id": session_id,
+            "ttl_ms": int(ttl_ms),
+            "table": table,
+            "keep_max_ms": int(keep_max_ms),
+        }
+    )
     path = directory / f"{session_id}{KEEP_SUFFIX}"
     # Written whole, then renamed into place: the keeper never reads half a file.
     fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{session_id}.", suffix=".tmp")
@@ -137,6 +170,8 @@ class _Kept:
     interval_s: float
     due: float  # monotonic s: the next heartbeat
     last_ok: float  # monotonic s: the last heartbeat that got through (or when first seen)
+    until: float  # monotonic s: let go then, if its append has not ended (`keep_max_ms`)
+    keep_max_ms: int
 
 
 class SessionKeeper:
@@ -235,24 +270,32 @@ class SessionKeeper:
                 del self._kept[session_id]  # committed or aborted: `unkeep` removed its file
             new = [s for s in listed if s not in self._kept]
         for session_id in new:
-            ttl_ms = self._ttl_ms(session_id)
-            if ttl_ms is None:
+            wanted = self._wanted(session_id)
+            if wanted is None:
                 continue
+            ttl_ms, keep_max_ms = wanted
             kept = _Kept(
                 session_id=session_id,
                 ttl_ms=ttl_ms,
                 interval_s=max(1, ttl_ms // 3) / 1000,  # as the tasks beat (datasource)
                 due=now,  # at once: the session was opened a poll ago at most
                 last_ok=now,
+                until=now + keep_max_ms / 1000,
+                keep_max_ms=keep_max_ms,
             )
             with self._lock:
                 self._kept[session_id] = kept
+        with self._lock:
+            overdue = [k for k in self._kept.values() if k.until <= now]
+        for kept in overdue:
+            self._let_go(kept)
         with self._lock:
             due = [k for k in self._kept.values() if k.due <= now]
         for kept in due:
             if self._stop.is_set():
                 return
             self._beat(kept)
+        self._tidy_notes()
         with self._lock:
             idle = not self._kept
         if idle:
@@ -277,10 +320,11 @@ class SessionKeeper:
             return set()
         return {n[: -len(KEEP_SUFFIX)] for n in names if n.endswith(KEEP_SUFFIX)}
 
-    def _ttl_ms(self, session_id: str) -> int | None:
+    def _wanted(self, session_id: str) -> tuple[int, int] | None:
+        """(TTL, keep_max_ms) of a newly kept session; None when not to be kept."""
         try:
             data = json.loads((self.directory / f"{session_id}{KEEP_SUFFIX}").read_text())
-            return int(data["ttl_ms"])
+            return int(data["ttl_ms"]), int(data.get("keep_max_ms") or KEEP_MAX_MS_DEFAULT)
         except FileNotFoundError:
             return None  # unkept meanwhile
         except (OSError, ValueError, KeyError, TypeError) as exc:
@@ -316,6 +360,38 @@ class SessionKeeper:
             )
             return
         log.warning("heartbeat of metastore session %s failed (retried): %s", kept.session_id, exc)
+
+    def _let_go(self, kept: _Kept) -> None:
+        """Stop keeping an append that neither committed nor aborted within its keep_max_ms,
+        and close its session (module docstring). Closing is best effort: a session not closed
+        expires after its TTL without heartbeats."""
+        self._give_up(
+            kept.session_id,
+            f"its append neither committed nor aborted within {kept.keep_max_ms} ms of its "
+            "planning (keep_max_ms: Spark never ended it, or a stage before its write ran "
+            "longer), so the driver's keeper let it go and closed its session",
+        )
+        try:
+            if self._client is None:
+                self._client = self._client_factory()
+            self._client.session_close(kept.session_id)
+        except (MetastoreError, OSError, ValueError) as exc:
+            log.warning("closing session %s failed (it expires): %s", kept.session_id, exc)
+
+    def _tidy_notes(self) -> None:
+        """Remove `.ended` notes older than ENDED_NOTE_KEEP_S (their append never ended)."""
+        cutoff = time.time() - ENDED_NOTE_KEEP_S
+        try:
+            names = [n for n in os.listdir(self.directory) if n.endswith(ENDED_SUFFIX)]
+        except OSError:
+            return
+        for name in names:
+            path = self.directory / name
+            try:
+                if path.stat().st_mtime < cutoff:
+                    path.unlink()
+            except OSError:
+                continue  # removed meanwhile by its commit or abort
 
     def _give_up(self, session_id: str, reason: str) -> None:
         """Stop keeping `session_id`, leaving `reason` for its commit's error (`ended_note`)."""

@@ -28,6 +28,9 @@ import pyarrow.compute as pc
 from metastore import types as M
 
 Leaf: TypeAlias = Callable[[pa.Array, M.VarcharType | M.CharType, str], pa.Array]
+# Called with (path, key type, key) for a map two of whose keys are equal once `leaf` changed
+# them ('a' and 'a ' padded to a CHAR(3)): raises (Spark's DUPLICATED_MAP_KEY).
+EqualKeys: TypeAlias = Callable[[str, M.DataType, object], None]
 
 
 def has_strings(dtype: M.DataType) -> bool:
@@ -36,18 +39,97 @@ def has_strings(dtype: M.DataType) -> bool:
 
 
 def map_strings(
-    column: pa.Array | pa.ChunkedArray, dtype: M.DataType, leaf: Leaf, path: str
+    column: pa.Array | pa.ChunkedArray,
+    dtype: M.DataType,
+    leaf: Leaf,
+    path: str,
+    *,
+    equal_keys: EqualKeys | None = None,
+    last_key_wins: bool = False,
 ) -> pa.Array | pa.ChunkedArray:
     """`column` (of the metastore type `dtype`, at `path`) with `leaf(values, type, path)`
     applied to the values of each VARCHAR(n)/CHAR(n) in it; `column` itself when it holds
-    none. `leaf` gets a string array and must return one of the same length."""
+    none. `leaf` gets a string array and must return one of the same length.
+
+    A map whose keys `leaf` changed may then hold two equal keys ('a' and 'a ' padded to a
+    CHAR(3)), which Spark's table writes treat by `spark.sql.mapKeyDedupPolicy`: a writer passes
+    `equal_keys` (called for the first such map, to raise: EXCEPTION, the default) or
+    `last_key_wins` (LAST_WIN: one entry per key, where it first stood, with the last one's
+    value, as Spark's map builder keeps it). Neither: kept as they are (the readers)."""
     if not has_strings(dtype):
         return column
+    dedup = _Dedup(equal_keys, last_key_wins)
     if isinstance(column, pa.ChunkedArray):
         return pa.chunked_array(
-            [_map_array(chunk, dtype, leaf, path) for chunk in column.chunks], type=column.type
+            [_map_array(chunk, dtype, leaf, path, dedup) for chunk in column.chunks],
+            type=column.type,
         )
-    return _map_array(column, dtype, leaf, path)
+    return _map_array(column, dtype, leaf, path, dedup)
+
+
+class _Dedup:
+    """What `map_strings` does about map keys made equal (see there)."""
+
+    __slots__ = ("equal_keys", "last_key_wins")
+
+    def __init__(self, equal_keys: EqualKeys | None, last_key_wins: bool) -> None:
+        self.equal_keys = equal_keys
+        self.last_key_wins = last_key_wins
+
+    @property
+    def active(self) -> bool:
+        return self.equal_keys is not None or self.last_key_wins
+
+
+def _hashable(value: object) -> object:
+    """A map key's Python value (a string, a struct's dict, a list) as a dict key."""
+    if isinstance(value, dict):
+        return tuple((k, _hashable(v)) for k, v in value.items())
+    if isinstance(value, list):
+        return tuple(_hashable(v) for v in value)
+    return value
+
+
+def _without_equal_keys(
+    array: pa.MapArray,
+    offsets: pa.Array,
+    keys: pa.Array,
+    items: pa.Array,
+    key_type: M.DataType,
+    path: str,
+    dedup: _Dedup,
+) -> tuple[pa.Array, pa.Array, pa.Array]:
+    """(offsets, keys, items) of the map column `array` rebuilt from its mapped `keys` (and
+    `items`), each map's equal keys refused or made one (`dedup`). Row by row in Python, but
+    only for maps whose keys hold a CHAR/VARCHAR (where a key may have changed)."""
+    starts = offsets.to_pylist()
+    key_values = keys.to_pylist()
+    valid = array.is_valid().to_pylist()
+    key_at: list[int] = []
+    item_at: list[int] = []
+    new_offsets = [0]
+    for row in range(len(array)):
+        if valid[row]:
+            where: dict[object, int] = {}
+            for i in range(starts[row], starts[row + 1]):
+                seen = _hashable(key_values[i])
+                first = where.get(seen)
+                if first is None:
+                    where[seen] = len(key_at)
+                    key_at.append(i)
+                    item_at.append(i)
+                    continue
+                if dedup.equal_keys is not None:
+                    dedup.equal_keys(path, key_type, key_values[i])
+                item_at[first] = i  # LAST_WIN: the first one's place, the last one's value
+        new_offsets.append(len(key_at))
+    if len(key_at) == len(key_values):
+        return offsets, keys, items
+    return (
+        pa.array(new_offsets, offsets.type),
+        keys.take(pa.array(key_at, pa.int64())),
+        items.take(pa.array(item_at, pa.int64())),
+    )
 
 
 def _list_parts(array: pa.ListArray | pa.MapArray) -> tuple[pa.Array, int, int]:
@@ -59,7 +141,9 @@ def _list_parts(array: pa.ListArray | pa.MapArray) -> tuple[pa.Array, int, int]:
     return pc.subtract(offsets, pa.scalar(start, offsets.type)), start, end - start
 
 
-def _map_array(array: pa.Array, dtype: M.DataType, leaf: Leaf, path: str) -> pa.Array:
+def _map_array(
+    array: pa.Array, dtype: M.DataType, leaf: Leaf, path: str, dedup: _Dedup
+) -> pa.Array:
     if not has_strings(dtype):
         return array
     match dtype:
@@ -67,7 +151,7 @@ def _map_array(array: pa.Array, dtype: M.DataType, leaf: Leaf, path: str) -> pa.
             return leaf(array, dtype, path)
         case M.StructType(fields=fields):
             children = [
-                _map_array(array.field(i), f.type, leaf, f"{path}.{f.name}")
+                _map_array(array.field(i), f.type, leaf, f"{path}.{f.name}", dedup)
                 for i, f in enumerate(fields)
             ]
             return pa.StructArray.from_arrays(
@@ -75,12 +159,20 @@ def _map_array(array: pa.Array, dtype: M.DataType, leaf: Leaf, path: str) -> pa.
             )
         case M.ArrayType(element=element):
             offsets, start, length = _list_parts(array)
-            values = _map_array(array.values.slice(start, length), element, leaf, f"{path}.element")
+            values = _map_array(
+                array.values.slice(start, length), element, leaf, f"{path}.element", dedup
+            )
             return pa.ListArray.from_arrays(offsets, values, type=array.type, mask=array.is_null())
         case M.MapType(key=key, value=value):
             offsets, start, length = _list_parts(array)
-            keys = _map_array(array.keys.slice(start, length), key, leaf, f"{path}.key")
-            items = _map_array(array.items.slice(start, length), value, leaf, f"{path}.value")
+            keys = _map_array(array.keys.slice(start, length), key, leaf, f"{path}.key", dedup)
+            items = _map_array(
+                array.items.slice(start, length), value, leaf, f"{path}.value", dedup
+            )
+            if dedup.active and has_strings(key):
+                offsets, keys, items = _without_equal_keys(
+                    array, offsets, keys, items, key, path, dedup
+                )
             return pa.MapArray.from_arrays(
                 offsets, keys, items, type=array.type, mask=array.is_null()
             )

@@ -52,7 +52,7 @@ from metastore import types as M
 from metastore.client.defaults import DefaultNotEvaluableError, default_array
 from metastore.client.java_lower import java_lower_root
 from metastore.client.nested_values import map_strings, with_nested_nullability
-from metastore.errors import InvalidArgumentError, MetastoreError
+from metastore.errors import AmbiguousFileColumnError, InvalidArgumentError, MetastoreError
 
 # The key under which pyarrow exposes a Parquet column's field id (as Spark writes it).
 FIELD_ID_KEY: Final = b"PARQUET:field_id"
@@ -91,9 +91,30 @@ class DataFileUnreadableError(DataReadError):
 class AmbiguousColumnError(DataReadError):
     """A pinned column matches more than one column of a file without field ids by name
     (case-insensitively, as Spark's Parquet reader matches them: `match_names`). Spark
-    refuses such a read, and so does this reader, rather than pick one of them."""
+    refuses such a read, and so does this reader, rather than pick one of them. `column` is
+    the pinned column, `matches` the file's columns it matches; `typed()` is the same failure
+    as metastore.errors' AmbiguousFileColumnError (what the bridge and the data source raise).
+    """
 
     code = "AMBIGUOUS_COLUMN"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        path: str | None = None,
+        column: str = "",
+        matches: Sequence[str] = (),
+    ) -> None:
+        super().__init__(message, path=path)
+        self.column = column
+        self.matches = list(matches)
+
+    def typed(self) -> AmbiguousFileColumnError:
+        return AmbiguousFileColumnError(
+            self.message,
+            details={"path": self.path, "column": self.column, "matches": self.matches},
+        )
 
 
 class UnsupportedSchemaError(DataReadError):
@@ -290,10 +311,24 @@ def matched_by_name(file_schema: pa.Schema) -> bool:
 
 def file_matched_by_name(path: str) -> bool:
     """`matched_by_name` of one file (an absolute path or URI), from its footer alone."""
+    return matched_by_name(file_schema(path))
+
+
+def name_clashes(file_names: Sequence[str]) -> tuple[tuple[str, ...], ...]:
+    """The groups of `file_names` that one name matches by `match_names`' rule (equal
+    `toLowerCase(Locale.ROOT)`, e.g. `id` and `ID`), in file order; usually none."""
+    by_key: dict[str, list[str]] = {}
+    for name in file_names:
+        by_key.setdefault(java_lower_root(name), []).append(name)
+    return tuple(tuple(names) for names in by_key.values() if len(names) > 1)
+
+
+def file_schema(path: str) -> pa.Schema:
+    """The schema in the footer of one file (an absolute path or URI)."""
     fs, fs_path = _filesystem(path)
     try:
         with fs.open_input_file(fs_path) as source:
-            return matched_by_name(pq.read_schema(source))
+            return pq.read_schema(source)
     except FileNotFoundError:
         raise DataFileNotFoundError(
             f"committed data file {path} does not exist", path=path
@@ -344,6 +379,8 @@ def match_names(file_names: Sequence[str], wanted: Sequence[str], *, path: str) 
                 f"ids, by name (case-insensitively, as Spark matches them): {found}; Spark "
                 "refuses to read it as well (rewrite the file with one of them renamed)",
                 path=path,
+                column=name,
+                matches=found,
             )
         sources.append(found[0] if found else None)
     return sources

@@ -2301,5 +2301,9 @@ class SyncMetastoreClient:
         endpoint: str | None = None,
         *,
         timeout_ms: int | None = None,
+        on_retry: Callable[[MetastoreError | None], None] | None = None,
     ) -> dict[str, Any]:
-        return self._sync(self._client.call, op, args, endpoint, timeout_ms=timeout_ms)
+        """As AsyncClient.call; `on_retry` runs on the client's event-loop thread."""
+        return self._sync(
+            self._client.call, op, args, endpoint, timeout_ms=timeout_ms, on_retry=on_retry
+        )

@@ -37,7 +37,7 @@ class _Client:
         # The caller's txn id is looked up before its commit: never committed.
         return {"txn_id": txn_id, "txn": None, "stream_mark": None}
 
-    def call(self, op: str, args: dict[str, Any]) -> dict[str, Any]:
+    def call(self, op: str, args: dict[str, Any], **_kw: Any) -> dict[str, Any]:
         assert op == "commit", op
         self.commits += 1
         path = args["writes"][0]["add"][0]["path"]

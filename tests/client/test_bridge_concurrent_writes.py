@@ -122,11 +122,13 @@ def test_two_threads_conforming_new_shapes_into_a_full_cache_both_succeed(
 
     full = {("old", str(i), ""): [] for i in range(conform_mod.PROJECTION_CACHE_MAX)}
     monkeypatch.setattr(conform_mod, "_projections", _Cache(full))
-    monkeypatch.setattr(conform_mod, "_projection", lambda schema, table, columns: [])
+    monkeypatch.setattr(conform_mod, "_projection", lambda schema, table, columns, **_: [])
 
     def frame(shape: str) -> Any:
         return SimpleNamespace(
-            schema=SimpleNamespace(json=lambda: shape), select=lambda *exprs: shape
+            schema=SimpleNamespace(json=lambda: shape),
+            select=lambda *exprs: shape,
+            sparkSession=SimpleNamespace(conf=SimpleNamespace(get=lambda key, default: default)),
         )
 
     errors: list[BaseException] = []

@@ -22,7 +22,7 @@ class ScriptedClient:
     def __init__(self) -> None:
         self.calls: list[tuple[str, dict[str, Any]]] = []
 
-    def call(self, op: str, args: dict[str, Any]) -> dict[str, Any]:
+    def call(self, op: str, args: dict[str, Any], **_kw: Any) -> dict[str, Any]:
         self.calls.append((op, dict(args)))
         token = args.get("page_token")
         if token == "stale":  # the page after a compaction
@@ -63,7 +63,7 @@ class DeferredClient:
     def __init__(self) -> None:
         self.calls: list[tuple[str, dict[str, Any]]] = []
 
-    def call(self, op: str, args: dict[str, Any]) -> dict[str, Any]:
+    def call(self, op: str, args: dict[str, Any], **_kw: Any) -> dict[str, Any]:
         self.calls.append((op, dict(args)))
         if args["page_token"] == f"{TS}:0:2":
             return _page(["a.parquet"], ["m1", "m2"], f"{TS}:1:2")
@@ -103,7 +103,7 @@ class NotYetClient:
     def __init__(self, error: Exception) -> None:
         self.error = error
 
-    def call(self, op: str, args: dict[str, Any]) -> dict[str, Any]:
+    def call(self, op: str, args: dict[str, Any], **_kw: Any) -> dict[str, Any]:
         assert op == "files_multi" and args["as_of"] == TS - 5
         listing = {"table": "ns.new", "error": self.error.to_wire()}  # type: ignore[attr-defined]
         return {"as_of": TS - 5, "listings": [listing], "waited_ms": 0.0}

@@ -72,7 +72,7 @@ class LeasingServer:
                 self.changed.wait(timeout=left)
 
     # -- the bridge's batch path
-    def call(self, op: str, args: dict[str, Any]) -> dict[str, Any]:
+    def call(self, op: str, args: dict[str, Any], **_kw: Any) -> dict[str, Any]:
         assert op == "pin"
         reply: dict[str, Any] = {
             "ts": args["ts"],
@@ -221,7 +221,7 @@ class _LosingClient:
         self.clock = real.clock
         self.lose = 0
 
-    def call(self, op: str, args: dict[str, Any]) -> dict[str, Any]:
+    def call(self, op: str, args: dict[str, Any], **_kw: Any) -> dict[str, Any]:
         r = self.real.call(op, args)
         if op == "pin" and "session_id" in args and self.lose > 0:
             self.lose -= 1

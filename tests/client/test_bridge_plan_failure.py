@@ -76,7 +76,7 @@ def test_a_pin_too_large_for_one_reply_is_split_at_the_same_ts() -> None:
     calls: list[list[str]] = []
 
     class _Client:
-        def call(self, op: str, args: dict[str, Any]) -> dict[str, Any]:
+        def call(self, op: str, args: dict[str, Any], **_kw: Any) -> dict[str, Any]:
             assert op == "pin" and args["ts"] == 77
             # As a node checks it: `reads` names tables of this request only.
             assert set(args["reads"]) <= set(args["tables"])
@@ -108,7 +108,7 @@ class _PinClient:
     def __init__(self) -> None:
         self.pins: list[dict[str, Any]] = []
 
-    def call(self, op: str, args: dict[str, Any]) -> dict[str, Any]:
+    def call(self, op: str, args: dict[str, Any], **_kw: Any) -> dict[str, Any]:
         assert op == "pin"
         self.pins.append(args)
         pins = [
@@ -158,7 +158,7 @@ def test_a_split_pin_whose_second_half_fails_lets_the_first_halfs_leases_go() ->
     from metastore.errors import TableNotFoundError, limit_exceeded
 
     class _Client:
-        def call(self, op: str, args: dict[str, Any]) -> dict[str, Any]:
+        def call(self, op: str, args: dict[str, Any], **_kw: Any) -> dict[str, Any]:
             assert op == "pin"
             if len(args["tables"]) > 1:
                 raise limit_exceeded("PIN_BYTES_MAX", 10, 20, "bytes of schemas in one pin")
@@ -190,7 +190,7 @@ def test_a_split_pins_later_parts_lease_reads_at_the_batchs_read_floor() -> None
     calls: list[dict[str, Any]] = []
 
     class _Client:
-        def call(self, op: str, args: dict[str, Any]) -> dict[str, Any]:
+        def call(self, op: str, args: dict[str, Any], **_kw: Any) -> dict[str, Any]:
             assert op == "pin"
             calls.append(dict(args))
             if len(args["tables"]) > 1:
@@ -231,7 +231,7 @@ def test_a_split_pin_holds_its_leases_as_applied_at_its_first_parts_tm() -> None
     calls: list[dict[str, Any]] = []
 
     class _Client:
-        def call(self, op: str, args: dict[str, Any]) -> dict[str, Any]:
+        def call(self, op: str, args: dict[str, Any], **_kw: Any) -> dict[str, Any]:
             assert op == "pin"
             calls.append(dict(args))
             if len(args["tables"]) > 1:

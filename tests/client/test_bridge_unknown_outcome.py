@@ -8,6 +8,7 @@ scripted client, no Spark, no processes."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -33,7 +34,7 @@ class LostReplyClient:
         self.error = error
         self.lookups = 0
 
-    def call(self, op: str, _args: dict[str, Any]) -> dict[str, Any]:
+    def call(self, op: str, _args: dict[str, Any], **_kw: Any) -> dict[str, Any]:
         assert op == "commit"
         raise self.error
 
@@ -94,7 +95,7 @@ def test_not_found_with_the_caller_s_txn_id_stays_retryable() -> None:
 class RefusedReplayClient:
     """`commit` is refused as a replay (already committed); the lookup meets an outage."""
 
-    def call(self, op: str, _args: dict[str, Any]) -> dict[str, Any]:
+    def call(self, op: str, _args: dict[str, Any], **_kw: Any) -> dict[str, Any]:
         assert op == "commit"
         raise TxnIdReusedError("txn id already committed with other writes")
 
@@ -118,7 +119,7 @@ def test_a_replay_whose_lookup_fails_is_a_retryable_batch_error() -> None:
 class RecreatedTableClient:
     """`commit` is refused: the written table was dropped and re-created since the pin."""
 
-    def call(self, op: str, _args: dict[str, Any]) -> dict[str, Any]:
+    def call(self, op: str, _args: dict[str, Any], **_kw: Any) -> dict[str, Any]:
         assert op == "commit"
         raise TableNotFoundError(
             "table ns.t with id 7 no longer exists (the name now refers to table id 9); "
@@ -145,7 +146,7 @@ def test_a_commit_to_a_table_re_created_since_the_pin_is_retryable() -> None:
 
 
 class DroppedTableClient:
-    def call(self, op: str, _args: dict[str, Any]) -> dict[str, Any]:
+    def call(self, op: str, _args: dict[str, Any], **_kw: Any) -> dict[str, Any]:
         raise TableNotFoundError("table ns.t does not exist", details={"table": "ns.t"})
 
 
@@ -160,7 +161,7 @@ class CapturingClient:
     def __init__(self) -> None:
         self.args: dict[str, Any] = {}
 
-    def call(self, op: str, args: dict[str, Any]) -> dict[str, Any]:
+    def call(self, op: str, args: dict[str, Any], **_kw: Any) -> dict[str, Any]:
         self.args = args
         return {"ts": TS, "deduplicated": False}
 
@@ -185,7 +186,7 @@ class ReplayClient:
         self.error = error
         self.tables = tables
 
-    def call(self, op: str, _args: dict[str, Any]) -> dict[str, Any]:
+    def call(self, op: str, _args: dict[str, Any], **_kw: Any) -> dict[str, Any]:
         assert op == "commit"
         raise self.error
 
@@ -238,7 +239,7 @@ class LateReplyClient(LostReplyClient):
     def __init__(self) -> None:
         super().__init__(committed_ts=TS, error=UnavailableError("unused"))
 
-    def call(self, op: str, _args: dict[str, Any]) -> dict[str, Any]:
+    def call(self, op: str, _args: dict[str, Any], **_kw: Any) -> dict[str, Any]:
         assert op == "commit"
         return {"txn_id": "batch:made-up", "ts": TS, "tables": ["ns.t"], "deduplicated": True}
 
@@ -258,3 +259,39 @@ def test_a_deduplicated_reply_to_this_attempts_own_files_is_its_own_commit() -> 
     assert not batch.report.deduplicated
     assert compacted == [("ns.t", 1)]
     assert client.lookups == 0
+
+
+class ResentRefusedClient(ReplayClient):
+    """The commit call moved on from a node after sending (`on_retry(None)`: no answer came)
+    and the next node refused the commit; the txn record says it committed these tables."""
+
+    def __init__(self, error: Exception, *, resent: bool) -> None:
+        super().__init__(error, ["ns.t"])
+        self.resent = resent
+
+    def call(self, op: str, _args: dict[str, Any], **kw: Any) -> dict[str, Any]:
+        assert op == "commit"
+        if self.resent:
+            kw["on_retry"](None)
+        raise self.error
+
+
+@pytest.mark.parametrize("resent", [False, True])
+def test_files_of_a_commit_sent_more_than_once_are_never_deleted(
+    tmp_path: Any, resent: bool
+) -> None:
+    """A refused commit deletes this attempt's directories only when it was sent once: sent
+    twice, the first send may have applied (this attempt's own commit, its files the
+    table's) and the second been refused past the window in which the state machine answers
+    it as deduplicated. Then the files stay for GC, named in the report."""
+    from spark_bridge.files import new_attempt_dir
+
+    abs_dir, rel_dir = new_attempt_dir(str(tmp_path), "batch:made-up", owner="s")
+    (Path(abs_dir) / "part-0.parquet").parent.mkdir(parents=True, exist_ok=True)
+    (Path(abs_dir) / "part-0.parquet").write_bytes(b"x")
+    batch = _batch(ResentRefusedClient(REUSED, resent=resent), txn_id_from_caller=True)  # type: ignore[arg-type]
+    batch._attempt_dirs = ((str(tmp_path), rel_dir),)
+    batch.commit()
+    assert batch.report.deduplicated
+    assert Path(abs_dir).exists() == resent
+    assert batch.report.unreferenced_dirs == ([abs_dir] if resent else [])

@@ -31,7 +31,7 @@ class _Client:
     def __init__(self) -> None:
         self.commits: list[dict[str, Any]] = []
 
-    def call(self, op: str, args: dict[str, Any]) -> dict[str, Any]:
+    def call(self, op: str, args: dict[str, Any], **_kw: Any) -> dict[str, Any]:
         assert op == "commit"
         self.commits.append(args)
         return {"ts": 100, "deduplicated": False}

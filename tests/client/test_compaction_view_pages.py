@@ -41,7 +41,7 @@ class ViewClient:
             sm=SimpleNamespace(state=None), loose_files_max=10_000, _require_ready=lambda: None
         )
 
-    def call(self, op: str, args: dict[str, Any]) -> dict[str, Any]:
+    def call(self, op: str, args: dict[str, Any], **_kw: Any) -> dict[str, Any]:
         if op == "compaction_view":
             if args.get("page_token") and self.between_pages is not None:
                 hook, self.between_pages = self.between_pages, None
@@ -209,7 +209,7 @@ def test_a_manifest_gc_deleted_before_its_compaction_applied_is_written_again(
     commit(d, "t1", "a", "b")
 
     class GcMeanwhile(ViewClient):
-        def call(self, op: str, args: dict[str, Any]) -> dict[str, Any]:
+        def call(self, op: str, args: dict[str, Any], **_kw: Any) -> dict[str, Any]:
             if op == "compact_manifest":
                 for path in (tmp_path / "_manifests").glob("*.parquet"):
                     path.unlink()  # GC deleted the same-named file of a replaced manifest

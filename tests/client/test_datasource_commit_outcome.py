@@ -44,7 +44,7 @@ class ScriptedClient:
         self.ops.append("session_close")
         return {"session_id": session_id, "closed": True}
 
-    def call(self, op: str, args: dict[str, Any]) -> dict[str, Any]:
+    def call(self, op: str, args: dict[str, Any], **_kw: Any) -> dict[str, Any]:
         self.ops.append(op)
         if op == "commit":
             raise self.commit_error

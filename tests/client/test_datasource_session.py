@@ -46,7 +46,7 @@ class _Client:
     def session_close(self, session_id: str) -> dict[str, Any]:
         return self._do("session_close", session_id)
 
-    def call(self, op: str, args: dict[str, Any]) -> dict[str, Any]:
+    def call(self, op: str, args: dict[str, Any], **_kw: Any) -> dict[str, Any]:
         return self._do(op, args)
 
     def close(self) -> None:

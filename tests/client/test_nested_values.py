@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pytest
 
 from metastore import types as M
 from metastore.client.nested_values import has_strings, map_strings, null_paths
@@ -65,3 +66,42 @@ def test_null_paths_finds_nulls_only_in_structs_that_are_there() -> None:
         ]
     )
     assert null_paths(column, mapped, "m") == ["m.value.y"]
+
+
+def _pad3(values: pa.Array, t: M.VarcharType | M.CharType, path: str) -> pa.Array:
+    return pc.utf8_rpad(values, width=3, padding=" ")
+
+
+def test_map_keys_made_equal_are_refused_or_the_last_one_kept_as_spark_does() -> None:
+    """Spark's map builder under LAST_WIN keeps one entry per key where it first stood, with the
+    last one's value; under EXCEPTION (the writers' `equal_keys`) the first collision raises.
+    Sliced arrays (a reader's batches) and NULL maps keep their rows."""
+    dtype = M.parse_type("ARRAY<MAP<CHAR(3), INT>>")
+    rows = [
+        [[("z", 0)]],
+        [[("x", 1), ("y", 5), ("x ", 2)], None],
+        None,
+        [[("q", 1), ("q  ", 9), ("r", 3)]],
+    ]
+    column = pa.array(rows, type=arrow_type(dtype)).slice(1)
+    kept = map_strings(column, dtype, _pad3, "l", last_key_wins=True)
+    assert kept.to_pylist() == [
+        [[("x  ", 2), ("y  ", 5)], None],
+        None,
+        [[("q  ", 9), ("r  ", 3)]],
+    ]
+    seen: list[tuple[str, str, object]] = []
+
+    def refuse(path: str, key_type: M.DataType, key: object) -> None:
+        seen.append((path, key_type.to_sql(), key))
+        raise ValueError(path)
+
+    with pytest.raises(ValueError, match=r"^l\.element$"):
+        map_strings(column, dtype, _pad3, "l", equal_keys=refuse)
+    assert seen == [("l.element", "CHAR(3)", "x  ")]
+    # Readers pass neither: the keys as they are.
+    assert map_strings(column, dtype, _pad3, "l").to_pylist()[0][0] == [
+        ("x  ", 1),
+        ("y  ", 5),
+        ("x  ", 2),
+    ]

@@ -17,6 +17,7 @@ import pytest
 from metastore.client.floors import forget_shared_floors, shared_floors
 from metastore.errors import SessionNotFoundError, UnavailableError
 from spark_bridge import datasource
+from spark_bridge import keeper as keeper_module
 from spark_bridge.datasource import MetastoreDataSource, MetastoreWriter, WrittenFile
 from spark_bridge.keeper import SessionKeeper, ended_note, keep, note_commit, unkeep
 
@@ -38,6 +39,12 @@ class _Client:
                 raise self.log.error
         return {}
 
+    def session_close(self, session_id: str) -> dict[str, Any]:
+        with self.log.cond:
+            self.log.sessions_closed.append(session_id)
+            self.log.cond.notify_all()
+        return {}
+
     def close(self) -> None:
         with self.log.cond:
             self.log.closed += 1
@@ -48,6 +55,7 @@ class _Log:
     def __init__(self) -> None:
         self.cond = threading.Condition()
         self.beats: list[str] = []
+        self.sessions_closed: list[str] = []
         self.closed = 0
         self.error: Exception | None = None
 
@@ -154,7 +162,7 @@ class _CommitClient:
         self.calls.append("session_heartbeat")
         raise SessionNotFoundError("gone", details={"session_id": session_id})
 
-    def call(self, op: str, args: dict[str, Any]) -> dict[str, Any]:
+    def call(self, op: str, args: dict[str, Any], **_kw: Any) -> dict[str, Any]:
         self.calls.append(op)
         details = {"session_id": SID, "reason": "attempt_session_not_live", "path": "x"}
         raise SessionNotFoundError("refused", details=details)
@@ -267,3 +275,84 @@ def test_a_commit_position_is_handed_to_the_process_floors_once(
         forget_shared_floors()
     # A stopped keeper is no source any more.
     assert shared_floors("c-1").own_writes_ts == 0
+
+
+def test_an_append_never_ended_is_let_go_after_its_keep_max_and_its_session_closed(
+    kept: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An append Spark never commits nor aborts (its commit worker killed) was heartbeat until
+    the application ended: in a driver running for weeks, a session held (counted against
+    MAX_SESSIONS, its files spared by GC) all that time. Let go after its keep_max_ms: the
+    session closed, a note saying why for a late commit's error, tidied in its turn."""
+    keeper, log = kept
+    keep(keeper.directory, SID, ttl_ms=60_000, table="ns.t", keep_max_ms=300)
+    log.wait_for(lambda: log.sessions_closed == [SID], "the session to be closed")
+    assert keeper.kept() == []
+    assert not (keeper.directory / f"{SID}.keep").exists()
+    note = ended_note(keeper.directory, SID)
+    assert note is not None and "within 300 ms" in note and "keep_max_ms" in note
+    beats = len(log.beats)
+    assert beats >= 1
+    # A note nobody removes (its append never ends) goes after ENDED_NOTE_KEEP_S.
+    monkeypatch.setattr(keeper_module, "ENDED_NOTE_KEEP_S", -1.0)
+    _wait(lambda: not list(keeper.directory.iterdir()), "the note to be tidied")
+    assert len(log.beats) == beats  # no longer heartbeat
+
+
+class _PlanningClient:
+    def __init__(self, calls: list[str]) -> None:
+        self.calls = calls
+
+    def session_open(self, session_id: str, **labels: Any) -> dict[str, Any]:
+        self.calls.append("session_open")
+        return {"ttl_ms": labels["ttl_ms"]}
+
+    def session_close(self, session_id: str) -> dict[str, Any]:
+        self.calls.append("session_close")
+        return {}
+
+    def close(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize(
+    "options",
+    [{"loose_files_max": "many"}, {"keep_max_ms": "0"}, {"txn_id": "x" * 100_000}],
+    ids=["bad-loose-files-max", "bad-keep-max", "txn-mark-fails"],
+)
+def test_a_planning_that_fails_leaves_no_session_open_or_kept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, options: dict[str, str]
+) -> None:
+    """`writer()` failing after it opened the append's session (a bad option read after the
+    open): Spark never gets the writer, so it calls neither commit nor abort, and the session
+    stayed open and kept by the driver's keeper until the application ended."""
+    from pyspark.sql.types import LongType, StructField, StructType
+
+    calls: list[str] = []
+    monkeypatch.setattr(datasource, "_client", lambda *a, **k: _PlanningClient(calls))
+    if "txn_id" in options:
+
+        def no_mark(*args: Any) -> Any:
+            raise ValueError("cannot mark this txn id")
+
+        monkeypatch.setattr("metastore.client.txn_marks.txn_mark", no_mark)
+    keeper_dir = tmp_path / "keeper"
+    keeper_dir.mkdir()
+    source = type("Planned", (MetastoreDataSource,), {"KEEPER_DIR": str(keeper_dir)})(
+        options={"table": "ns.t", **options}
+    )
+    column = {"name": "id", "type": "BIGINT", "nullable": True, "field_id": 1}
+    source._pinned = {
+        "ts": 10,
+        "now": 10,
+        "schema": {
+            "table_id": 1,
+            "version": 1,
+            "location": str(tmp_path),
+            "schema": {"columns": [column]},
+        },
+    }
+    with pytest.raises(ValueError):
+        source.writer(StructType([StructField("id", LongType())]), False)
+    assert not list(keeper_dir.iterdir())
+    assert calls in ([], ["session_open", "session_close"])

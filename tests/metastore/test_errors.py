@@ -47,7 +47,12 @@ def test_codes_are_distinct_and_classes_exported() -> None:
 
 def test_refinements_keep_their_code_and_round_trip() -> None:
     refinements = [c for c in _error_classes() if "REASON" in vars(c)]
-    assert refinements == [errors.ProtectionLapsedError, errors.CatchUpTimeoutError]
+    assert refinements == [
+        errors.DuplicateMapKeyError,
+        errors.AmbiguousFileColumnError,
+        errors.ProtectionLapsedError,
+        errors.CatchUpTimeoutError,
+    ]
     for cls in refinements:
         assert issubclass(cls, error_class(cls.code))
         original = cls("boom", details={"n": 1})

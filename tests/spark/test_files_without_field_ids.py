@@ -127,3 +127,38 @@ def test_bridge_reads_files_without_field_ids_as_the_cli_does(
         (9, "i"),
         (10, "j"),
     ]
+
+
+def test_an_ambiguous_by_name_file_fails_the_read_with_a_typed_error(spark_env: SparkEnv) -> None:
+    """A file without field ids whose columns differ only in case (`id` and `ID`: both match the
+    pinned `id` by Spark's case-insensitive rule) cannot be read: Spark refuses it with its own
+    error (duplicate fields in case-insensitive mode) when the DataFrame runs. The bridge's read
+    and the data source's refuse it with AmbiguousFileColumnError naming the file and the
+    columns; the bridge at `read_table`, before any job runs."""
+    from metastore.errors import AmbiguousFileColumnError
+
+    env = spark_env
+    table = "fid.ambiguous"
+    env.ddl("CREATE NAMESPACE IF NOT EXISTS fid")
+    env.ddl(f"CREATE TABLE {table} (id BIGINT, v STRING)")
+    pinned = env.client.schema_at(table)
+    location = str(pinned["location"])
+    rel = f"external/amb-{uuid.uuid4().hex[:8]}.parquet"
+    clashing = pa.table({"id": [1], "ID": [2], "v": ["x"]})
+    write = {
+        "table": table,
+        "schema_version": int(pinned["version"]),
+        "table_id": int(pinned["table_id"]),
+        "add": [_plain_file(location, rel, clashing).to_wire()],
+    }
+    env.client.commit(f"amb-{uuid.uuid4()}", [write])
+
+    with pytest.raises(AmbiguousFileColumnError) as info:
+        env.bridge().read_table(table)
+    assert info.value.details["column"] == "id"
+    assert info.value.details["matches"] == ["id", "ID"]
+    assert str(info.value.details["path"]).endswith(rel)
+    assert rel in str(info.value) and "'ID'" in str(info.value)
+
+    with pytest.raises(Exception, match=rf"AmbiguousFileColumnError.*{rel}"):
+        env.spark.read.format("metastore").option("table", table).load().collect()

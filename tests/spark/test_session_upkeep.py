@@ -211,7 +211,7 @@ class ExpiredSessionClient(FlakyClient):
             raise UnavailableError("commit failed on every endpoint: no quorum")
         return {"heartbeat_ms": 60_000, "ttl_ms": 120_000}
 
-    def call(self, op: str, args: dict[str, Any]) -> dict[str, Any]:
+    def call(self, op: str, args: dict[str, Any], **_kw: Any) -> dict[str, Any]:
         assert op == "pin"
         from metastore.errors import SessionNotFoundError
 
@@ -388,7 +388,7 @@ class PinRecordingClient(FlakyClient):
         self.pins: list[dict[str, Any]] = []
         self.fail_next = False
 
-    def call(self, op: str, args: dict[str, Any]) -> dict[str, Any]:
+    def call(self, op: str, args: dict[str, Any], **_kw: Any) -> dict[str, Any]:
         assert op == "pin"
         self.pins.append(dict(args))
         if self.fail_next:
