@@ -87,20 +87,6 @@ def _fs(location: str) -> tuple[pafs.FileSystem, str]:
     return pafs.LocalFileSystem(), location
 
 
-def remove_attempt_dir(location: str, rel_dir: str) -> None:
-    """Remove a write attempt's directory (location/rel_dir) and what is in it, if it is there:
-    a batch that never committed its files (spark_bridge.bridge `BatchContext.abandon`).
-    Raises OSError when it cannot be removed."""
-    if not rel_dir.startswith(f"{TXN_DIR}/") or ".." in rel_dir.split("/"):
-        raise OSError(f"not an attempt directory: {rel_dir!r}")
-    fs, root = _fs(location)
-    base = f"{root.rstrip('/')}/{rel_dir}"
-    try:
-        fs.delete_dir(base)
-    except FileNotFoundError:
-        return  # never made (the write failed before Spark created it)
-
-
 def collect_files(location: str, rel_dir: str) -> list[DataFile]:
     """The Parquet files Spark wrote under location/rel_dir, with sizes and row counts read from
     their footers (not from Spark's metrics: the footer is what a reader will see).
