@@ -49,7 +49,10 @@ Rules (each violation names the operations involved)
       earlier ones covered.
 
 AS OF reads are judged by the prefix and exactness rules only (their point is chosen, not
-linearized). Everything here is a pure function; `tests/chaos/test_chaos.py` records the
+linearized). Protected timestamps are judged apart (`check_protections`), by real time alone:
+a protection acknowledged is listed by every linearizable list of records sent after that and
+answered before its release was sent, on any node, and none after its release was
+acknowledged. Everything here is a pure function; `tests/chaos/test_chaos.py` records the
 history and calls `check_history` at the end of a run.
 """
 
@@ -62,9 +65,12 @@ from typing import Literal
 
 __all__ = [
     "CommitOp",
+    "ProtectionOp",
+    "ProtectionRead",
     "ReadOp",
     "Violation",
     "check_history",
+    "check_protections",
     "ddl_activations",
     "ddl_commit",
     "format_violations",
@@ -620,4 +626,104 @@ def _check_monotonic_clients(
             p = _point(read, order, n)
             if p is not None and (latest is None or p > latest[0]):
                 latest = (p, read)
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class ProtectionOp:
+    """A protected timestamp as its client saw it: `protect` sent at `t_sent` and answered
+    at `t_answered` with `outcome` (after resends with the same record id: the last answer),
+    and, if it was released, the release sent at `t_release_sent` and answered at
+    `t_release_answered` with `release_outcome` (ok: the record is gone, whether this attempt
+    or an earlier one with an unknown outcome removed it)."""
+
+    record_id: str
+    t_sent: float
+    t_answered: float
+    outcome: Outcome
+    t_release_sent: float | None = None
+    t_release_answered: float | None = None
+    release_outcome: Outcome | None = None
+
+    def describe(self) -> str:
+        out = (
+            f"protection {self.record_id} ({self.outcome}, sent {self.t_sent:.3f}, answered "
+            f"{self.t_answered:.3f}"
+        )
+        if self.t_release_sent is not None:
+            out += f"; release sent {self.t_release_sent:.3f}"
+            if self.t_release_answered is not None:
+                out += f", answered {self.t_release_answered:.3f} ({self.release_outcome})"
+        return out + ")"
+
+
+@dataclass(frozen=True, slots=True)
+class ProtectionRead:
+    """One linearizable list of the protection records (`read_ts`, then `pts_list` without a
+    position) on `node`: the ids it listed, of the records the history knows."""
+
+    name: str
+    node: int | None
+    t_sent: float
+    t_answered: float
+    listed: frozenset[str]
+
+    def describe(self) -> str:
+        on = f" on node {self.node}" if self.node is not None else ""
+        return (
+            f"protection list {self.name}{on} (sent {self.t_sent:.3f}, answered "
+            f"{self.t_answered:.3f}, {len(self.listed)} records)"
+        )
+
+
+def check_protections(
+    protections: Iterable[ProtectionOp], reads: Iterable[ProtectionRead]
+) -> list[Violation]:
+    """Protections against linearizable lists of them, by real time (a protection is a
+    record that exists from a point inside its protect's window to a point inside its
+    release's): a list sent after a protect was acknowledged and answered before its release
+    was sent names it (protection-missing: the guarantee "once protect returns, the data is
+    protected" seen from every node); a list sent after a release was acknowledged does not
+    (released-listed); nothing refused, or never sent, is ever listed (phantom-protection).
+    Unknown outcomes bound nothing but what they may have done. O(protections x reads)."""
+    by_id = {p.record_id: p for p in protections}
+    out: list[Violation] = []
+    for read in reads:
+        for rid in sorted(read.listed):
+            p = by_id.get(rid)
+            if p is None or p.outcome == "fail":
+                what = "never sent" if p is None else f"refused: {p.describe()}"
+                out.append(
+                    Violation(
+                        "phantom-protection",
+                        f"{read.describe()} listed protection {rid}, {what}",
+                        (read.name, rid),
+                    )
+                )
+            elif (
+                p.release_outcome == "ok"
+                and p.t_release_answered is not None
+                and p.t_release_answered < read.t_sent
+            ):
+                out.append(
+                    Violation(
+                        "released-listed",
+                        f"{read.describe()} listed {p.describe()}, released before the list "
+                        "was sent",
+                        (read.name, rid),
+                    )
+                )
+        for p in by_id.values():
+            if p.outcome != "ok" or p.record_id in read.listed or p.t_answered >= read.t_sent:
+                continue
+            if p.t_release_sent is not None and p.t_release_sent <= read.t_answered:
+                continue  # the release may have taken effect before the read's point
+            out.append(
+                Violation(
+                    "protection-missing",
+                    f"{read.describe()} did not list {p.describe()}, acknowledged before the "
+                    "list was sent and not released before it was answered",
+                    (read.name, p.record_id),
+                )
+            )
     return out

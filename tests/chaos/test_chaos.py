@@ -12,7 +12,9 @@ through a userspace TCP proxy between every ordered pair of nodes (tests/chaos/n
 the leader partitioned away, a follower partitioned away, a one-way partition of the leader,
 50-200 ms of delay on every link, and connections reset at random. Workload: atomic two-table
 commits of unique files, DDL (ADD COLUMN), file reads AS OF acknowledged commit timestamps on
-every node, linearizable reads of the tables' current files on every node, each node's status,
+every node, linearizable reads of the tables' current files on every node, schema reads (now,
+AS OF a DDL's Tu, ahead of the clock) and linearizable protection lists on every node, each
+node's status,
 and - while a node is cut off - commits and linearizable reads sent to that node alone.
 
 Checkers:
@@ -23,7 +25,13 @@ Checkers:
   (unknown ones that applied too); every linearizable read of a table's current files (per
   node: `read_ts`, then `files` without `as_of`) returned a gap-free prefix of that order at a
   point inside its real-time window, later reads saw no less, and every AS OF read returned
-  exactly the commits at or below its ts;
+  exactly the commits at or below its ts; the overwrites of ch.gc are in the same history
+  (a read lists the state at its position: no file an overwrite up to it removed);
+* schemas: every schema read of ch.ddl (at now, AS OF a DDL's Tu, ahead of the clock) on any
+  node lists exactly the columns of the DDL whose Tu is at or below the ts it names, DDL in
+  real time have increasing Tu, a read at now sees every DDL acknowledged before it;
+* protections: a linearizable list of records on any node names every protection
+  acknowledged before it was sent and not yet being released, and none released before;
 * every node gave the same answer for the same timestamp, equal to the final state's;
 * no acknowledged DDL lost;
 * safe time never decreased on any node while it reported ready, across its restarts;
@@ -81,8 +89,11 @@ from metastore.errors import ErrorCode, MetastoreError
 from raft.tls import ClientTls, client_context
 from tests.chaos.linearizability import (
     CommitOp,
+    ProtectionOp,
+    ProtectionRead,
     ReadOp,
     check_history,
+    check_protections,
     ddl_activations,
     ddl_commit,
     format_violations,
@@ -222,6 +233,9 @@ class History:
     gc_commits: dict[str, dict[str, Any]] = field(default_factory=dict)
     # Protections: record id -> {ts, outcome, t_ack, t_release, release, path}
     protections: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # Linearizable lists of the protection records (`read_ts`, then `pts_list`) on every
+    # node: (node, the chaos records listed, t0, t1)
+    pts_lists: list[tuple[int, frozenset[str], float, float]] = field(default_factory=list)
     # Reads at a protected ts while the protection was held: (record id, node, paths, t)
     protected_reads: list[tuple[str, int, frozenset[str], float]] = field(default_factory=list)
     missing_files: list[str] = field(default_factory=list)  # protected files not on disk
@@ -541,6 +555,35 @@ def _schema_reader(c: MetastoreCluster, h: History, stop: threading.Event, seed:
             client.close()
 
 
+def _protection_lister(c: MetastoreCluster, h: History, stop: threading.Event) -> None:
+    """Linearizable lists of the protection records on every node in turn (through
+    "reader->i"), as `metastore pts list` would read them after a `read_ts`: each records the
+    protector's records it listed, for the checker (`check_protections`: a protection
+    acknowledged is listed by every node from then until its release was sent)."""
+    clients = {i: _reader_client(c, i, 1_500) for i in c.ids}
+    try:
+        while not stop.is_set():
+            for node, client in clients.items():
+                t0 = time.monotonic()
+                try:
+                    client.read_ts()
+                    records = client.protections()["records"]
+                except Exception as exc:  # noqa: BLE001 - judged by the checker
+                    _read_error(h, node, "linearizable pts_list", exc)
+                    continue
+                listed = frozenset(
+                    str(r["record_id"])
+                    for r in records
+                    if str(r["record_id"]).startswith("chaos-pts-")
+                )
+                with h.lock:
+                    h.pts_lists.append((node, listed, t0, time.monotonic()))
+            stop.wait(0.3)
+    finally:
+        for client in clients.values():
+            client.close()
+
+
 def _guarded(h: History, target: Callable[..., None]) -> Callable[..., None]:
     """A workload thread that crashes is recorded (the checker fails on it), not lost."""
 
@@ -624,7 +667,11 @@ def _protector(
             target = max(acked, key=lambda o: o["ts"])
             n += 1
             rid = f"chaos-pts-{n}"
-            rec: dict[str, Any] = {"ts": target["ts"], "path": target["path"]}
+            rec: dict[str, Any] = {
+                "ts": target["ts"],
+                "path": target["path"],
+                "t_sent": time.monotonic(),
+            }
             with h.lock:
                 h.protections[rid] = rec
             outcome, result, _ = _retry(
@@ -681,7 +728,11 @@ def _protector(
             outcome, result, unknown_before = _retry(
                 lambda rid=rid: client.release_protection(rid), 5.0
             )
-            rec.update(release=outcome, release_unknown_before=unknown_before)
+            rec.update(
+                release=outcome,
+                release_unknown_before=unknown_before,
+                t_release_answered=time.monotonic(),
+            )
             if outcome == "ok":
                 rec["released"] = bool(result.get("released"))
     finally:
@@ -1602,6 +1653,7 @@ def test_chaos_history_is_consistent(tmp_path: Path, seed: int) -> None:
             (_reader, (c, h, stop, seed)),
             (_linearizable_reader, (c, h, stop)),
             (_schema_reader, (c, h, stop, seed)),
+            (_protection_lister, (c, h, stop)),
             (_gc_writer, (c, h, stop, location)),
             (_protector, (c, h, stop, seed, location)),
             (_leaser, (c, h, stop, seed)),
@@ -1760,6 +1812,7 @@ def _check_protections(
     for rid, ts, threshold in h.thresholds:
         assert threshold < ts, f"GC threshold {threshold} reached protected ts {ts} ({rid}) {where}"
     acked = {rid: r for rid, r in by_id.items() if r.get("outcome") == "ok"}
+    listed = _check_protection_lists(h, where)
     for rid, rec in acked.items():
         if rec.get("release") == "ok" and not rec.get("release_unknown_before"):
             assert rec.get("released"), f"acknowledged protection {rid} was gone at release {where}"
@@ -1808,11 +1861,43 @@ def _check_protections(
         f"{r.get('outcome')}: {r.get('error')}" for r in by_id.values() if r.get("outcome") != "ok"
     )
     return (
+        f"{listed}, "
         f"protections {len(acked)}/{len(by_id)} acknowledged ({kept} held to the end; "
         f"not acknowledged: {refused}), "
         f"{len(h.protected_reads)} "
         f"protected reads, GC deleted {deleted} files (runs: {len(h.gc_runs)})"
     )
+
+
+def _check_protection_lists(h: History, where: str) -> str:
+    """The linearizable lists of protection records, on every node, against the protector's
+    protects and releases (tests/chaos/linearizability.py, `check_protections`)."""
+    with h.lock:
+        records = dict(h.protections)
+        lists = list(h.pts_lists)
+    protections = [
+        ProtectionOp(
+            rid,
+            rec["t_sent"],
+            rec.get("t_ack", float("inf")),
+            rec.get("outcome", "unknown"),
+            rec.get("t_release"),
+            rec.get("t_release_answered"),
+            rec.get("release"),
+        )
+        for rid, rec in records.items()
+    ]
+    reads = [
+        ProtectionRead(f"pts{n}", node, t0, t1, listed)
+        for n, (node, listed, t0, t1) in enumerate(lists)
+    ]
+    violations = check_protections(protections, reads)
+    assert not violations, (
+        f"the protection lists do not follow the protects and releases ({len(violations)} "
+        f"violations):\n{format_violations(violations)}\n{where}"
+    )
+    assert lists, f"no linearizable list of protections was answered {where}"
+    return f"{len(lists)} linearizable protection lists"
 
 
 def _check_leases(final: SyncMetastoreClient, h: History, where: str) -> str:

@@ -15,9 +15,12 @@ from hypothesis import strategies as st
 
 from tests.chaos.linearizability import (
     CommitOp,
+    ProtectionOp,
+    ProtectionRead,
     ReadOp,
     Violation,
     check_history,
+    check_protections,
     ddl_activations,
     ddl_commit,
     schema_key,
@@ -527,7 +530,7 @@ def test_a_read_whose_point_passed_a_later_removal_is_from_the_future() -> None:
     assert v.ops == ("R", "X")
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(linearizable_histories(), st.data())
 def test_a_removed_file_still_listed_is_flagged(h: _History, data: st.DataObject) -> None:
     by_name = {c.name: c for c in h.commits}
@@ -664,14 +667,14 @@ def schema_histories() -> st.SearchStrategy[_History]:
     return linearizable_histories(keys=("a",), removals=False).map(_as_schema_history)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(schema_histories())
 def test_generated_schema_histories_pass(h: _History) -> None:
     violations = check_history(h.commits, h.reads, h.applied)
     assert violations == [], [str(v) for v in violations]
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(schema_histories(), st.data())
 def test_a_schema_read_missing_an_acknowledged_ddl_is_flagged(
     h: _History, data: st.DataObject
@@ -702,7 +705,7 @@ def test_a_schema_read_missing_an_acknowledged_ddl_is_flagged(
     assert any(f"DDL {missed}" in v.message and f"read {read.name}" in v.message for v in flagged)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(schema_histories(), st.data())
 def test_a_schema_read_seeing_a_ddl_below_its_tu_is_flagged(
     h: _History, data: st.DataObject
@@ -729,3 +732,146 @@ def test_a_schema_read_seeing_a_ddl_below_its_tu_is_flagged(
         seen = "X"
     v = _only(check_history(h.commits, h.reads, h.applied), "as-of")
     assert v.ops[0] == read.name and seen in v.ops and f"saw DDL {seen}" in v.message
+
+
+# ---- protected timestamps ------------------------------------------------------------------
+
+
+def _pts(rid, t_sent, t_answered, outcome="ok", release=None) -> ProtectionOp:
+    rs, ra, ro = release if release is not None else (None, None, None)
+    return ProtectionOp(rid, t_sent, t_answered, outcome, rs, ra, ro)
+
+
+def _list(name, t_sent, t_answered, listed) -> ProtectionRead:
+    return ProtectionRead(name, 1, t_sent, t_answered, frozenset(listed))
+
+
+def test_protections_listed_while_held_pass() -> None:
+    p = [_pts("P", 0, 1, release=(5, 6, "ok")), _pts("U", 0, 9, "unknown")]
+    reads = [
+        _list("L0", 0.5, 0.8, set()),  # concurrent with the protect: either way
+        _list("L1", 2, 3, {"P"}),
+        _list("L2", 4, 5.5, set()),  # concurrent with the release
+        _list("L3", 7, 8, {"U"}),
+    ]
+    assert check_protections(p, reads) == []
+
+
+def test_a_list_missing_a_held_protection_is_flagged() -> None:
+    v = check_protections([_pts("P", 0, 1, release=(5, 6, "ok"))], [_list("L", 2, 3, set())])
+    assert [x.rule for x in v] == ["protection-missing"] and v[0].ops == ("L", "P")
+    assert "protection list L" in v[0].message and "protection P" in v[0].message
+
+
+def test_a_released_or_refused_protection_listed_is_flagged() -> None:
+    p = [_pts("P", 0, 1, release=(2, 3, "ok")), _pts("F", 0, 1, "fail")]
+    v = check_protections(p, [_list("L", 4, 5, {"P", "F", "Z"})])
+    assert {(x.rule, x.ops) for x in v} == {
+        ("released-listed", ("L", "P")),
+        ("phantom-protection", ("L", "F")),
+        ("phantom-protection", ("L", "Z")),
+    }
+
+
+@dataclass
+class _PtsHistory:
+    protections: list[ProtectionOp] = field(default_factory=list)
+    reads: list[ProtectionRead] = field(default_factory=list)
+
+
+@st.composite
+def protection_histories(draw: st.DrawFn) -> _PtsHistory:
+    """Protections that exist from a point inside the protect's window (an unknown one:
+    any point after it was sent, or never) to a point inside the release's, and lists that
+    name those existing at a point inside their own window."""
+    h = _PtsHistory()
+    spans: dict[str, tuple[float, float]] = {}
+    for i in range(draw(st.integers(0, 8))):
+        rid = f"P{i}"
+        t0 = float(draw(st.integers(0, 300)))
+        t1 = t0 + draw(st.integers(1, 40))
+        outcome = draw(st.sampled_from(["ok", "ok", "ok", "fail", "unknown"]))
+        begin = float("inf")
+        if outcome == "ok":
+            begin = t0 + (t1 - t0) * draw(st.integers(1, 99)) / 100
+        elif outcome == "unknown" and draw(st.booleans()):
+            begin = t0 + draw(st.integers(1, 200))
+        release = None
+        end = float("inf")
+        if outcome == "ok" and draw(st.booleans()):
+            rs = t1 + draw(st.integers(0, 50))
+            ra = rs + draw(st.integers(1, 40))
+            ro = draw(st.sampled_from(["ok", "ok", "unknown"]))
+            end = rs + (ra - rs) * draw(st.integers(1, 99)) / 100 if ro == "ok" else float("inf")
+            if ro == "unknown" and draw(st.booleans()):
+                end = rs + draw(st.integers(1, 200))
+            release = (rs, ra, ro)
+        h.protections.append(_pts(rid, t0, t1, outcome, release))
+        spans[rid] = (begin, end)
+    for j in range(draw(st.integers(1, 15))):
+        t0 = float(draw(st.integers(0, 400)))
+        t1 = t0 + draw(st.integers(1, 40))
+        point = t0 + (t1 - t0) * draw(st.integers(1, 99)) / 100
+        listed = {rid for rid, (b, e) in spans.items() if b < point < e}
+        h.reads.append(_list(f"L{j}", t0, t1, listed))
+    return h
+
+
+@settings(max_examples=100, deadline=None)
+@given(protection_histories())
+def test_generated_protection_histories_pass(h: _PtsHistory) -> None:
+    violations = check_protections(h.protections, h.reads)
+    assert violations == [], [str(v) for v in violations]
+
+
+@settings(max_examples=60, deadline=None)
+@given(protection_histories(), st.data())
+def test_a_held_protection_left_out_of_a_list_is_flagged(
+    h: _PtsHistory, data: st.DataObject
+) -> None:
+    must = [
+        (r, p)
+        for r in h.reads
+        for p in h.protections
+        if p.outcome == "ok"
+        and p.t_answered < r.t_sent
+        and (p.t_release_sent is None or p.t_release_sent > r.t_answered)
+    ]
+    if must:
+        read, p = data.draw(st.sampled_from(must))
+        h.reads[h.reads.index(read)] = dataclasses.replace(read, listed=read.listed - {p.record_id})
+    else:
+        p = _pts("PX", 1000, 1001)
+        held = {
+            q.record_id for q in h.protections if q.outcome == "ok" and q.t_release_sent is None
+        }
+        read = _list("LX", 1002, 1003, held)
+        h.protections.append(p)
+        h.reads.append(read)
+    v = [x for x in check_protections(h.protections, h.reads) if x.rule == "protection-missing"]
+    assert [x.ops for x in v] == [(read.name, p.record_id)]
+    assert f"protection list {read.name}" in v[0].message
+    assert f"protection {p.record_id}" in v[0].message
+
+
+@settings(max_examples=60, deadline=None)
+@given(protection_histories(), st.data())
+def test_a_released_protection_still_listed_is_flagged(h: _PtsHistory, data: st.DataObject) -> None:
+    gone = [
+        (r, p)
+        for r in h.reads
+        for p in h.protections
+        if p.release_outcome == "ok"
+        and p.t_release_answered is not None
+        and p.t_release_answered < r.t_sent
+    ]
+    if gone:
+        read, p = data.draw(st.sampled_from(gone))
+        h.reads[h.reads.index(read)] = dataclasses.replace(read, listed=read.listed | {p.record_id})
+    else:
+        p = _pts("PX", 1000, 1001, release=(1002, 1003, "ok"))
+        read = _list("LX", 1004, 1005, {"PX"})
+        h.protections.append(p)
+        h.reads.append(read)
+    v = [x for x in check_protections(h.protections, h.reads) if x.rule == "released-listed"]
+    assert [x.ops for x in v] == [(read.name, p.record_id)]
