@@ -304,7 +304,7 @@ def linearizable_histories(
             removes: set[tuple[str, str]] = set()
             if point != float("inf"):
                 ts += 10
-                for key in op["keys"]:
+                for key in op["keys"] if op["removals"] else ():
                     live = sorted(h.prefix(key))
                     for _ in range(op["removals"] if live else 0):
                         removes.add((key, draw(st.sampled_from(live))))
