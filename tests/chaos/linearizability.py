@@ -13,19 +13,31 @@ Model
     recording process) with outcome ok (and its ts), fail (a typed refusal: it did not happen)
     or unknown (no answer: it may have happened, at any time after it was sent, even after the
     client gave up). The final state says which commits happened and at which ts (`applied`:
-    name -> ts). A commit writes to some keys (tables). A read of one key returns the names of
-    the commits whose effect it saw; a linearizable read (the daemon's `read_ts` then `files`
-    without `as_of`) also names the position it read at (`as_of`: the answering node's safe
-    time), an AS OF read the position it asked for.
+    name -> ts). A commit writes to some keys (tables): it adds its own files to each, and may
+    remove earlier commits' files (an overwrite removes all of the key's; `removes` names
+    some). A read of one key returns the names of the commits whose files it listed; a
+    linearizable read (the daemon's `read_ts` then `files` without `as_of`) also names the
+    position it read at (`as_of`: the answering node's safe time), an AS OF read the position
+    it asked for. The state at a position is the commits up to it whose files none of them
+    removed; a commit is live at its own position, so a read's position is its newest
+    commit's.
+
+    Schemas are checked the same way, under a key of their own (`schema_key`): a DDL that
+    adds a column is a commit at its activation time Tu (`ddl_commit`), and `schema_at` at ts
+    is a read of the columns added by DDL (`schema_read`); `ddl_activations` gives the final
+    state from the table's history. Tu is not a commit ts, so a schema history is checked in
+    its own `check_history` call.
 
 Rules (each violation names the operations involved)
     * Final state: an acknowledged commit is applied at its acknowledged ts; a refused one is
       not applied; no two applied commits share a ts; nothing applied that nobody sent.
     * Real-time order of commits: if A was answered ok before B was sent and B was applied (ok,
       or unknown and applied), then ts(A) < ts(B).
-    * Every read returns only applied commits that write its key (no phantom), and a prefix of
-      the key's commits in ts order (no gap: seeing B but not an earlier A is a violation).
-      With `as_of`, exactly the key's applied commits with ts <= as_of.
+    * Every read returns only applied commits that write its key (no phantom), and the state
+      at some position of the key's ts order: with the newest commit it saw, every earlier one
+      still live there (no gap: seeing B but not an earlier A is a violation) and none that a
+      commit up to it removed (removed-listed: a removed file still listed). With `as_of`,
+      exactly the state at as_of.
     * A linearizable read's point lies in its real-time window: it saw every commit answered ok
       before it was sent (no stale read), none sent after it was answered (no read from the
       future), and its `as_of` is below the ts of every commit sent after it was answered.
@@ -37,7 +49,10 @@ Rules (each violation names the operations involved)
       earlier ones covered.
 
 AS OF reads are judged by the prefix and exactness rules only (their point is chosen, not
-linearized). Everything here is a pure function; `tests/chaos/test_chaos.py` records the
+linearized). Protected timestamps are judged apart (`check_protections`), by real time alone:
+a protection acknowledged is listed by every linearizable list of records sent after that and
+answered before its release was sent, on any node, and none after its release was
+acknowledged. Everything here is a pure function; `tests/chaos/test_chaos.py` records the
 history and calls `check_history` at the end of a run.
 """
 
@@ -50,10 +65,17 @@ from typing import Literal
 
 __all__ = [
     "CommitOp",
+    "ProtectionOp",
+    "ProtectionRead",
     "ReadOp",
     "Violation",
     "check_history",
+    "check_protections",
+    "ddl_activations",
+    "ddl_commit",
     "format_violations",
+    "schema_key",
+    "schema_read",
 ]
 
 Outcome = Literal["ok", "fail", "unknown"]
@@ -62,7 +84,13 @@ ReadKind = Literal["linearizable", "as_of"]
 
 @dataclass(frozen=True, slots=True)
 class CommitOp:
-    """One commit as the client saw it. `ts` is the acknowledged ts (outcome ok only)."""
+    """One commit as the client saw it. `ts` is the acknowledged ts (outcome ok only).
+
+    A commit adds its own files to every key it writes (that is what a read names it by).
+    `overwrites`: keys it overwrites (every file of the key's earlier commits goes, as an
+    `overwrite` write does); `removes`: (key, commit name) pairs whose files on that key it
+    removes (a write with removals: a compaction, a DELETE that rewrites files). `label` names
+    the kind of operation in messages ("commit", "DDL")."""
 
     name: str
     keys: frozenset[str]
@@ -70,12 +98,15 @@ class CommitOp:
     t_answered: float
     outcome: Outcome
     ts: int | None = None
+    overwrites: frozenset[str] = frozenset()
+    removes: frozenset[tuple[str, str]] = frozenset()
+    label: str = "commit"
 
     def describe(self, applied: Mapping[str, int]) -> str:
         ts = applied.get(self.name, self.ts)
         at = f"ts {ts}" if ts is not None else "not applied"
         return (
-            f"commit {self.name} ({self.outcome}, {at}, sent {self.t_sent:.3f}, "
+            f"{self.label} {self.name} ({self.outcome}, {at}, sent {self.t_sent:.3f}, "
             f"answered {self.t_answered:.3f})"
         )
 
@@ -106,6 +137,69 @@ class ReadOp:
         )
 
 
+def schema_key(table: str) -> str:
+    """The key a table's schema is checked under (DDL commits, schema reads)."""
+    return f"schema of {table}"
+
+
+def ddl_commit(
+    column: str,
+    table: str,
+    t_sent: float,
+    t_answered: float,
+    outcome: Outcome,
+    tu: int | None = None,
+) -> CommitOp:
+    """An ALTER TABLE ADD COLUMN `column` as the checker sees it: a commit of the table's
+    schema key at its activation time Tu (IEP-98: the version it publishes is in force at
+    every ts >= Tu, none below), named by its column. Tu strictly increases in log order
+    (Tm does, and DD is the cluster's constant), so the Tu order is the only candidate
+    linearization, as the ts order is for data commits. `tu`: the acknowledged Tu."""
+    return CommitOp(
+        column, frozenset({schema_key(table)}), t_sent, t_answered, outcome, tu, label="DDL"
+    )
+
+
+def schema_read(
+    name: str,
+    client: str,
+    table: str,
+    t_sent: float,
+    t_answered: float,
+    columns: Iterable[str],
+    ts: int,
+    *,
+    now: bool,
+    node: int | None = None,
+) -> ReadOp:
+    """A `schema_at` answer: the columns added by DDL it listed (the CREATE's own columns left
+    out), at the ts it names (`ts` of the reply). `now`: asked without a ts, at the node's
+    now (raised to the client's floor): judged as a linearizable read, since a DDL replies only
+    once now >= Tu + CSmax, so every node's now is past its Tu then; else an AS OF read,
+    judged by exactness only."""
+    kind: ReadKind = "linearizable" if now else "as_of"
+    return ReadOp(
+        name, client, schema_key(table), t_sent, t_answered, frozenset(columns), kind, ts, node
+    )
+
+
+def ddl_activations(
+    versions: Iterable[tuple[int, Iterable[str]]],
+) -> dict[str, int]:
+    """The final state of a table's DDL: column -> the Tu of the version that added it, from
+    its history ((tu, column names) per version, oldest first). The first version's columns
+    (the CREATE's) are no DDL commit."""
+    out: dict[str, int] = {}
+    before: set[str] | None = None
+    for tu, columns in versions:
+        now = set(columns)
+        if before is not None:
+            for column in sorted(now - before):
+                out[column] = tu
+        before = now
+    return out
+
+
 @dataclass(frozen=True, slots=True)
 class Violation:
     rule: str
@@ -126,14 +220,25 @@ def format_violations(violations: Sequence[Violation], limit: int = 20) -> str:
 
 @dataclass(slots=True)
 class _KeyOrder:
-    """The applied commits writing one key, in ts order."""
+    """The applied commits writing one key, in ts order, and what removes their files: the
+    key's state after its first n commits (position n) is the commits among them whose files
+    no commit among them removed. Each commit is live at its own position (it adds its own
+    files), so a read's position is that of the newest commit it saw."""
 
     ts: list[int]
     names: list[str]
+    index: dict[str, int] = field(default_factory=dict)  # name -> its position (1-based)
+    removed_at: dict[str, int] = field(default_factory=dict)  # name -> position removing it
+    remover: dict[str, str] = field(default_factory=dict)  # name -> the commit removing it
+    live_count: list[int] = field(default_factory=lambda: [0])  # position -> live commits
 
     def count_upto(self, ts: int) -> int:
-        """How many of the key's commits have ts <= `ts`."""
+        """How many of the key's commits have ts <= `ts` (the position at `ts`)."""
         return bisect.bisect_right(self.ts, ts)
+
+    def live_at(self, n: int) -> list[str]:
+        """The commits live at position n, in ts order."""
+        return [m for m in self.names[:n] if self.removed_at.get(m, n + 1) > n]
 
 
 def check_history(
@@ -157,7 +262,7 @@ def check_history(
     out.extend(_check_read_windows(lin, commit_list, by_name, applied, orders, prefix_len))
     out.extend(_check_read_order(lin, by_name, orders, prefix_len))
     current = [r for r in read_list if r.kind != "as_of" and r.name in prefix_len]
-    out.extend(_check_monotonic_clients(current, orders, prefix_len))
+    out.extend(_check_monotonic_clients(current, by_name, orders, prefix_len))
     return out
 
 
@@ -245,7 +350,11 @@ def _check_commit_real_time(commits: list[CommitOp], applied: Mapping[str, int])
 
 
 def _key_orders(commits: list[CommitOp], applied: Mapping[str, int]) -> dict[str, _KeyOrder]:
+    """Per key, its applied commits in ts order, with the removals replayed in that order (a
+    removal of a commit not live at that point, not yet applied or already removed, removes
+    nothing)."""
     per_key: dict[str, list[tuple[int, str]]] = {}
+    by_name = {c.name: c for c in commits}
     for c in commits:
         if c.name in applied:
             for key in c.keys:
@@ -253,7 +362,20 @@ def _key_orders(commits: list[CommitOp], applied: Mapping[str, int]) -> dict[str
     orders = {}
     for key, items in per_key.items():
         items.sort()
-        orders[key] = _KeyOrder([ts for ts, _ in items], [name for _, name in items])
+        order = _KeyOrder([ts for ts, _ in items], [name for _, name in items])
+        live: dict[str, None] = {}  # insertion-ordered set
+        for position, (_ts, name) in enumerate(items, start=1):
+            c = by_name[name]
+            gone = list(live) if key in c.overwrites else []
+            gone += [m for k, m in c.removes if k == key and m in live and m not in gone]
+            for m in gone:
+                del live[m]
+                order.removed_at[m] = position
+                order.remover[m] = name
+            live[name] = None
+            order.index[name] = position
+            order.live_count.append(len(live))
+        orders[key] = order
     return orders
 
 
@@ -291,11 +413,30 @@ def _check_read_prefix(
             )
         )
         return None
-    newest = max((applied[n] for n in read.observed), default=None)
-    n = 0 if newest is None else order.count_upto(newest)
-    if n != len(read.observed):
-        missing = [m for m in order.names[:n] if m not in read.observed]
-        later = max(read.observed, key=lambda m: applied[m])
+    n = max((order.index[m] for m in read.observed), default=0)
+    removed = sorted(
+        (m for m in read.observed if order.removed_at.get(m, n + 1) <= n),
+        key=lambda m: order.index[m],
+    )
+    if removed:
+        later = order.names[n - 1]
+        shown = [
+            f"{by_name[m].describe(applied)}, removed by "
+            f"{by_name[order.remover[m]].describe(applied)}"
+            for m in removed[:5]
+        ]
+        out.append(
+            Violation(
+                "removed-listed",
+                f"{read.describe()} saw {by_name[later].describe(applied)} and still listed "
+                "the files of " + "; ".join(shown),
+                (read.name, *(x for m in removed[:5] for x in (m, order.remover[m]))),
+            )
+        )
+        return None
+    if order.live_count[n] != len(read.observed):
+        missing = [m for m in order.live_at(n) if m not in read.observed]
+        later = order.names[n - 1]
         out.append(
             Violation(
                 "gap",
@@ -315,10 +456,8 @@ def _check_read_prefix(
                 )
                 ops = order.names[n : min(want, n + 5)]
             else:
-                what = "saw " + "; ".join(
-                    by_name[m].describe(applied) for m in order.names[want : min(n, want + 5)]
-                )
-                ops = order.names[want : min(n, want + 5)]
+                ops = [m for m in order.names[want:n] if m in read.observed][:5]
+                what = "saw " + "; ".join(by_name[m].describe(applied) for m in ops)
             out.append(
                 Violation(
                     "as-of",
@@ -393,9 +532,13 @@ def _check_read_windows(
                 )
             )
             continue
-        if read.as_of is not None:
+        # The read's point: the position it names, else at least the newest commit it saw
+        # (which also covers commits whose files it did not list because a commit it saw
+        # removed them).
+        point = read.as_of if read.as_of is not None else _point(read, order, n)
+        if point is not None:
             first_after = suffix_min[bisect.bisect_right(send_times, read.t_answered)]
-            if first_after is not None and applied[first_after.name] <= read.as_of:
+            if first_after is not None and applied[first_after.name] <= point:
                 out.append(
                     Violation(
                         "future-read",
@@ -443,7 +586,7 @@ def _check_read_order(
             out.append(
                 Violation(
                     "read-order",
-                    f"{read.describe()} did not see commit {missed.name} (ts "
+                    f"{read.describe()} did not see {missed.label} {missed.name} (ts "
                     f"{order.ts[n]}), which {latest[1].describe()}, answered before this read "
                     f"was sent, already covered (its point {latest[0]})",
                     (latest[1].name, read.name, missed.name),
@@ -453,7 +596,10 @@ def _check_read_order(
 
 
 def _check_monotonic_clients(
-    reads: list[ReadOp], orders: Mapping[str, _KeyOrder], prefix_len: Mapping[str, int]
+    reads: list[ReadOp],
+    by_name: Mapping[str, CommitOp],
+    orders: Mapping[str, _KeyOrder],
+    prefix_len: Mapping[str, int],
 ) -> list[Violation]:
     """A client's current reads, in the order it sent them, never cover less of a key than
     its earlier reads of any key covered (by data: the commits at or below the newest point)."""
@@ -470,8 +616,9 @@ def _check_monotonic_clients(
                 out.append(
                     Violation(
                         "monotonic-read",
-                        f"client {client}'s {read.describe()} did not see commit "
-                        f"{order.names[n]} (ts {order.ts[n]}), covered by its earlier "
+                        f"client {client}'s {read.describe()} did not see "
+                        f"{by_name[order.names[n]].label} {order.names[n]} (ts {order.ts[n]}), "
+                        "covered by its earlier "
                         f"{latest[1].describe()} (point {latest[0]})",
                         (latest[1].name, read.name, order.names[n]),
                     )
@@ -479,4 +626,104 @@ def _check_monotonic_clients(
             p = _point(read, order, n)
             if p is not None and (latest is None or p > latest[0]):
                 latest = (p, read)
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class ProtectionOp:
+    """A protected timestamp as its client saw it: `protect` sent at `t_sent` and answered
+    at `t_answered` with `outcome` (after resends with the same record id: the last answer),
+    and, if it was released, the release sent at `t_release_sent` and answered at
+    `t_release_answered` with `release_outcome` (ok: the record is gone, whether this attempt
+    or an earlier one with an unknown outcome removed it)."""
+
+    record_id: str
+    t_sent: float
+    t_answered: float
+    outcome: Outcome
+    t_release_sent: float | None = None
+    t_release_answered: float | None = None
+    release_outcome: Outcome | None = None
+
+    def describe(self) -> str:
+        out = (
+            f"protection {self.record_id} ({self.outcome}, sent {self.t_sent:.3f}, answered "
+            f"{self.t_answered:.3f}"
+        )
+        if self.t_release_sent is not None:
+            out += f"; release sent {self.t_release_sent:.3f}"
+            if self.t_release_answered is not None:
+                out += f", answered {self.t_release_answered:.3f} ({self.release_outcome})"
+        return out + ")"
+
+
+@dataclass(frozen=True, slots=True)
+class ProtectionRead:
+    """One linearizable list of the protection records (`read_ts`, then `pts_list` without a
+    position) on `node`: the ids it listed, of the records the history knows."""
+
+    name: str
+    node: int | None
+    t_sent: float
+    t_answered: float
+    listed: frozenset[str]
+
+    def describe(self) -> str:
+        on = f" on node {self.node}" if self.node is not None else ""
+        return (
+            f"protection list {self.name}{on} (sent {self.t_sent:.3f}, answered "
+            f"{self.t_answered:.3f}, {len(self.listed)} records)"
+        )
+
+
+def check_protections(
+    protections: Iterable[ProtectionOp], reads: Iterable[ProtectionRead]
+) -> list[Violation]:
+    """Protections against linearizable lists of them, by real time (a protection is a
+    record that exists from a point inside its protect's window to a point inside its
+    release's): a list sent after a protect was acknowledged and answered before its release
+    was sent names it (protection-missing: the guarantee "once protect returns, the data is
+    protected" seen from every node); a list sent after a release was acknowledged does not
+    (released-listed); nothing refused, or never sent, is ever listed (phantom-protection).
+    Unknown outcomes bound nothing but what they may have done. O(protections x reads)."""
+    by_id = {p.record_id: p for p in protections}
+    out: list[Violation] = []
+    for read in reads:
+        for rid in sorted(read.listed):
+            p = by_id.get(rid)
+            if p is None or p.outcome == "fail":
+                what = "never sent" if p is None else f"refused: {p.describe()}"
+                out.append(
+                    Violation(
+                        "phantom-protection",
+                        f"{read.describe()} listed protection {rid}, {what}",
+                        (read.name, rid),
+                    )
+                )
+            elif (
+                p.release_outcome == "ok"
+                and p.t_release_answered is not None
+                and p.t_release_answered < read.t_sent
+            ):
+                out.append(
+                    Violation(
+                        "released-listed",
+                        f"{read.describe()} listed {p.describe()}, released before the list "
+                        "was sent",
+                        (read.name, rid),
+                    )
+                )
+        for p in by_id.values():
+            if p.outcome != "ok" or p.record_id in read.listed or p.t_answered >= read.t_sent:
+                continue
+            if p.t_release_sent is not None and p.t_release_sent <= read.t_answered:
+                continue  # the release may have taken effect before the read's point
+            out.append(
+                Violation(
+                    "protection-missing",
+                    f"{read.describe()} did not list {p.describe()}, acknowledged before the "
+                    "list was sent and not released before it was answered",
+                    (read.name, p.record_id),
+                )
+            )
     return out

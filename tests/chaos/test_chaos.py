@@ -12,7 +12,9 @@ through a userspace TCP proxy between every ordered pair of nodes (tests/chaos/n
 the leader partitioned away, a follower partitioned away, a one-way partition of the leader,
 50-200 ms of delay on every link, and connections reset at random. Workload: atomic two-table
 commits of unique files, DDL (ADD COLUMN), file reads AS OF acknowledged commit timestamps on
-every node, linearizable reads of the tables' current files on every node, each node's status,
+every node, linearizable reads of the tables' current files on every node, schema reads (now,
+AS OF a DDL's Tu, ahead of the clock) and linearizable protection lists on every node, each
+node's status,
 and - while a node is cut off - commits and linearizable reads sent to that node alone.
 
 Checkers:
@@ -23,7 +25,13 @@ Checkers:
   (unknown ones that applied too); every linearizable read of a table's current files (per
   node: `read_ts`, then `files` without `as_of`) returned a gap-free prefix of that order at a
   point inside its real-time window, later reads saw no less, and every AS OF read returned
-  exactly the commits at or below its ts;
+  exactly the commits at or below its ts; the overwrites of ch.gc are in the same history
+  (a read lists the state at its position: no file an overwrite up to it removed);
+* schemas: every schema read of ch.ddl (at now, AS OF a DDL's Tu, ahead of the clock) on any
+  node lists exactly the columns of the DDL whose Tu is at or below the ts it names, DDL in
+  real time have increasing Tu, a read at now sees every DDL acknowledged before it;
+* protections: a linearizable list of records on any node names every protection
+  acknowledged before it was sent and not yet being released, and none released before;
 * every node gave the same answer for the same timestamp, equal to the final state's;
 * no acknowledged DDL lost;
 * safe time never decreased on any node while it reported ready, across its restarts;
@@ -79,7 +87,18 @@ from metastore.daemon.node import (
 )
 from metastore.errors import ErrorCode, MetastoreError
 from raft.tls import ClientTls, client_context
-from tests.chaos.linearizability import CommitOp, ReadOp, check_history, format_violations
+from tests.chaos.linearizability import (
+    CommitOp,
+    ProtectionOp,
+    ProtectionRead,
+    ReadOp,
+    check_history,
+    check_protections,
+    ddl_activations,
+    ddl_commit,
+    format_violations,
+    schema_read,
+)
 from tests.chaos.netproxy import NetProxy, PairStats
 from tests.daemon.harness import MetastoreCluster, write_cluster
 
@@ -116,6 +135,11 @@ DDL_TABLE = "ch.ddl"
 # older commits die at once and GC deletes them unless a protection holds them.
 GC_TABLE = "ch.gc"
 GC_TTL = "1s"
+# The tables the linearizable reader reads: the two-table commits' and the overwritten one.
+LIN_TABLES = (*TABLES, GC_TABLE)
+# How far ahead of the schema reader's clock its "ahead" reads ask (ms): up to CSmax (100 ms)
+# a node answers once its safe time allows; beyond, it refuses (TIMESTAMP_AHEAD_OF_CLOCK).
+SCHEMA_AHEAD_MS = (0, 3_000)
 # Commits of many files with long paths, made before the faults when the schedule has a
 # snapshot_install: the snapshot is then larger than SNAPSHOT_CHUNK_BYTES (1 MiB) and travels
 # in chunks, so the fault can cut a transfer in the middle.
@@ -178,6 +202,17 @@ class History:
     lin_reads: list[tuple[int, str, int, frozenset[str], float, float]] = field(
         default_factory=list
     )
+    # Reads of GC_TABLE AS OF a ts (the reader's, at a recent acknowledged overwrite, and the
+    # protector's at a protected ts): (node, table, ts, paths, t0, t1). Not compared with the
+    # final state (GC may have passed the ts by then), only judged by the checker.
+    gc_reads: list[tuple[int, str, int, frozenset[str], float, float]] = field(default_factory=list)
+    gc_refused: int = 0  # reads of GC_TABLE refused as below its GC threshold
+    # Schema reads of DDL_TABLE on every node: (node, mode, ts read at, columns, t0, t1);
+    # mode "now" (no ts), "as_of" (near an acknowledged DDL's Tu) or "ahead" (a ts up to 3 s
+    # ahead of the reader's clock: answered right, or refused typed and retryable).
+    schema_reads: list[tuple[int, str, int, frozenset[str], float, float]] = field(
+        default_factory=list
+    )
     # Safe time samples per (node, member incarnation): a member removed, wiped and added
     # back is a new member (a fresh identity) under the same node id; see docs/chaos.md.
     safe_times: dict[tuple[int, int], list[int]] = field(default_factory=dict)
@@ -198,6 +233,9 @@ class History:
     gc_commits: dict[str, dict[str, Any]] = field(default_factory=dict)
     # Protections: record id -> {ts, outcome, t_ack, t_release, release, path}
     protections: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # Linearizable lists of the protection records (`read_ts`, then `pts_list`) on every
+    # node: (node, the chaos records listed, t0, t1)
+    pts_lists: list[tuple[int, frozenset[str], float, float]] = field(default_factory=list)
     # Reads at a protected ts while the protection was held: (record id, node, paths, t)
     protected_reads: list[tuple[str, int, frozenset[str], float]] = field(default_factory=list)
     missing_files: list[str] = field(default_factory=list)  # protected files not on disk
@@ -371,19 +409,20 @@ def _ddl(c: MetastoreCluster, h: History, stop: threading.Event) -> None:
         while not stop.is_set():
             n += 1
             column = f"c{n}"
-            op: dict[str, Any] = {"column": column, "outcome": "unknown"}
+            op: dict[str, Any] = {"column": column, "outcome": "unknown", "t0": time.monotonic()}
             with h.lock:
                 h.ddls.append(op)
             try:
-                client.ddl(
+                result = client.ddl(
                     f"ALTER TABLE {DDL_TABLE} ADD COLUMN {column} INT",
                     request_id=f"ddl-{n}",
                     wait_ms=10_000,  # for the leaser's leases (held 2 s at most, TTL 2 s)
                     on_blocked=lambda _exc: _count_blocked(h),
                 )
-                op["outcome"] = "ok"
+                op.update(outcome="ok", tu=int(result["tu"]), version=int(result["version"]))
             except MetastoreError as exc:
                 op.update(outcome=_outcome(exc), code=exc.code.value)
+            op["t1"] = time.monotonic()
             time.sleep(0.3)
     finally:
         client.close()
@@ -412,19 +451,31 @@ def _reader(c: MetastoreCluster, h: History, stop: threading.Event, seed: int) -
                         key = (node, h.incarnations.get(node, 0))
                         h.safe_times.setdefault(key, []).append(int(st["safe_time"]))
                     acked = [o["ts"] for o in h.commits.values() if o["outcome"] == "ok"]
+                    gc_acked = [o["ts"] for o in h.gc_commits.values() if o["outcome"] == "ok"]
                 if not acked:
                     continue
                 ts = rng.choice(acked)
                 table = rng.choice(TABLES)
+                if gc_acked and rng.random() < 0.25:
+                    # An overwritten table, at one of its newest commits (GC keeps 1 s).
+                    table, ts = GC_TABLE, rng.choice(gc_acked[-5:])
                 t0 = time.monotonic()
                 try:
                     files = client.files(table, as_of=ts)["files"]
+                except MetastoreError as exc:
+                    if table == GC_TABLE and exc.code == ErrorCode.BEFORE_GC_THRESHOLD:
+                        with h.lock:
+                            h.gc_refused += 1  # GC passed the ts meanwhile: a right answer
+                        continue
+                    _read_error(h, node, "files", exc)
+                    continue
                 except Exception as exc:  # noqa: BLE001 - judged by the checker
                     _read_error(h, node, "files", exc)
                     continue
                 paths = frozenset(f["path"] for f in files)
                 with h.lock:
-                    h.reads.append((node, table, ts, paths, t0, time.monotonic()))
+                    into = h.gc_reads if table == GC_TABLE else h.reads
+                    into.append((node, table, ts, paths, t0, time.monotonic()))
             time.sleep(0.05)
     finally:
         for client in clients.values():
@@ -447,7 +498,7 @@ def _linearizable_reader(c: MetastoreCluster, h: History, stop: threading.Event)
         while not stop.is_set():
             for node, client in clients.items():
                 n += 1
-                table = TABLES[n % len(TABLES)]
+                table = LIN_TABLES[n % len(LIN_TABLES)]
                 t0 = time.monotonic()
                 try:
                     client.read_ts()
@@ -461,6 +512,73 @@ def _linearizable_reader(c: MetastoreCluster, h: History, stop: threading.Event)
                         (node, table, int(reply["as_of"]), paths, t0, time.monotonic())
                     )
             stop.wait(0.2)  # modest: the machine has 2 cores and the other readers run too
+    finally:
+        for client in clients.values():
+            client.close()
+
+
+def _schema_reader(c: MetastoreCluster, h: History, stop: threading.Event, seed: int) -> None:
+    """Schema reads of DDL_TABLE on every node in turn (through "reader->i"): at the node's
+    now (no ts), AS OF the Tu of an acknowledged DDL (or one tick either side of it), or at a
+    ts ahead of this reader's clock (SCHEMA_AHEAD_MS). Each answer is recorded with the ts it
+    names and the columns added by DDL it lists, for the checker: the schema of a table at a
+    ts must be the one the log of DDL implies (IEP-98), on every node; a read a node cannot
+    answer yet must fail typed and retryable (recorded as a read error), never with an older
+    schema."""
+    rng = random.Random(seed * 7 + 3)
+    clients = {i: _reader_client(c, i, 1_500) for i in c.ids}
+    try:
+        while not stop.is_set():
+            for node, client in clients.items():
+                with h.lock:
+                    tus = [int(o["tu"]) for o in h.ddls if o["outcome"] == "ok"]
+                mode = rng.choice(["now", "as_of", "as_of", "ahead"] if tus else ["now", "ahead"])
+                ts: int | None = None
+                if mode == "as_of":
+                    ts = rng.choice(tus) + rng.choice([-1, 0, 0, 1])
+                elif mode == "ahead":
+                    ts = client.clock.now() + (rng.randint(*SCHEMA_AHEAD_MS) << 16)
+                t0 = time.monotonic()
+                try:
+                    reply = client.schema_at(DDL_TABLE, ts, timeout_ms=1_000)
+                except Exception as exc:  # noqa: BLE001 - judged by the checker
+                    _read_error(h, node, f"schema_at ({mode})", exc)
+                    continue
+                columns = frozenset(col["name"] for col in reply["schema"]["columns"])
+                with h.lock:
+                    h.schema_reads.append(
+                        (node, mode, int(reply["ts"]), columns, t0, time.monotonic())
+                    )
+            stop.wait(0.2)
+    finally:
+        for client in clients.values():
+            client.close()
+
+
+def _protection_lister(c: MetastoreCluster, h: History, stop: threading.Event) -> None:
+    """Linearizable lists of the protection records on every node in turn (through
+    "reader->i"), as `metastore pts list` would read them after a `read_ts`: each records the
+    protector's records it listed, for the checker (`check_protections`: a protection
+    acknowledged is listed by every node from then until its release was sent)."""
+    clients = {i: _reader_client(c, i, 1_500) for i in c.ids}
+    try:
+        while not stop.is_set():
+            for node, client in clients.items():
+                t0 = time.monotonic()
+                try:
+                    client.read_ts()
+                    records = client.protections()["records"]
+                except Exception as exc:  # noqa: BLE001 - judged by the checker
+                    _read_error(h, node, "linearizable pts_list", exc)
+                    continue
+                listed = frozenset(
+                    str(r["record_id"])
+                    for r in records
+                    if str(r["record_id"]).startswith("chaos-pts-")
+                )
+                with h.lock:
+                    h.pts_lists.append((node, listed, t0, time.monotonic()))
+            stop.wait(0.3)
     finally:
         for client in clients.values():
             client.close()
@@ -492,7 +610,7 @@ def _gc_writer(c: MetastoreCluster, h: History, stop: threading.Event, location:
             path = f"_gc/{n}.parquet"
             (location / path).parent.mkdir(parents=True, exist_ok=True)
             (location / path).write_bytes(b"x" * 10)
-            op: dict[str, Any] = {"path": path, "outcome": "unknown"}
+            op: dict[str, Any] = {"path": path, "outcome": "unknown", "t0": time.monotonic()}
             with h.lock:
                 h.gc_commits[txn_id] = op
             write = {
@@ -505,6 +623,7 @@ def _gc_writer(c: MetastoreCluster, h: History, stop: threading.Event, location:
                 op.update(outcome="ok", ts=int(client.commit(txn_id, [write])["ts"]))
             except MetastoreError as exc:
                 op.update(outcome=_outcome(exc), code=exc.code.value)
+            op["t1"] = time.monotonic()
             time.sleep(0.1)
     finally:
         client.close()
@@ -548,7 +667,11 @@ def _protector(
             target = max(acked, key=lambda o: o["ts"])
             n += 1
             rid = f"chaos-pts-{n}"
-            rec: dict[str, Any] = {"ts": target["ts"], "path": target["path"]}
+            rec: dict[str, Any] = {
+                "ts": target["ts"],
+                "path": target["path"],
+                "t_sent": time.monotonic(),
+            }
             with h.lock:
                 h.protections[rid] = rec
             outcome, result, _ = _retry(
@@ -565,6 +688,7 @@ def _protector(
             ran_gc = False
             while time.monotonic() < hold_until and not stop.is_set():
                 for node, reader in readers.items():
+                    t0 = time.monotonic()
                     try:
                         paths = frozenset(
                             f["path"] for f in reader.files(GC_TABLE, as_of=rec["ts"])["files"]
@@ -576,6 +700,7 @@ def _protector(
                     missing = sorted(p for p in paths if not (location / p).exists())
                     with h.lock:
                         h.protected_reads.append((rid, node, paths, time.monotonic()))
+                        h.gc_reads.append((node, GC_TABLE, rec["ts"], paths, t0, time.monotonic()))
                         h.missing_files.extend(f"{rid}@{node}: {p}" for p in missing)
                     try:
                         view = reader.gc_status(GC_TABLE)["tables"][0]
@@ -603,7 +728,11 @@ def _protector(
             outcome, result, unknown_before = _retry(
                 lambda rid=rid: client.release_protection(rid), 5.0
             )
-            rec.update(release=outcome, release_unknown_before=unknown_before)
+            rec.update(
+                release=outcome,
+                release_unknown_before=unknown_before,
+                t_release_answered=time.monotonic(),
+            )
             if outcome == "ok":
                 rec["released"] = bool(result.get("released"))
     finally:
@@ -1523,6 +1652,8 @@ def test_chaos_history_is_consistent(tmp_path: Path, seed: int) -> None:
             (_ddl, (c, h, stop)),
             (_reader, (c, h, stop, seed)),
             (_linearizable_reader, (c, h, stop)),
+            (_schema_reader, (c, h, stop, seed)),
+            (_protection_lister, (c, h, stop)),
             (_gc_writer, (c, h, stop, location)),
             (_protector, (c, h, stop, seed, location)),
             (_leaser, (c, h, stop, seed)),
@@ -1598,6 +1729,7 @@ def _check(c: MetastoreCluster, h: History, seed: int, schedule: list[str], loca
                     f"refused commit {op['txn_id']} visible ({op['code']}, {op['details']}) {where}"
                 )
         lin = _check_linearizable(final, h, now_ts, where)
+        schemas = _check_schemas(final, h, where)
         # The same answer on every node for the same timestamp, equal to the final one.
         finals: dict[tuple[str, int], frozenset[str]] = {}
         for node, table, ts, paths, _t0, _t1 in h.reads:
@@ -1635,7 +1767,7 @@ def _check(c: MetastoreCluster, h: History, seed: int, schedule: list[str], loca
             f"chaos seed {seed} ({FAULTS}{', TLS' if TLS else ''}): commits ok/fail/unknown "
             f"{outcomes.count('ok')}/{outcomes.count('fail')}/{outcomes.count('unknown')}, "
             f"DDL ok {sum(o['outcome'] == 'ok' for o in h.ddls)}/{len(h.ddls)}, "
-            f"reads {len(h.reads)} ({failed_reads}), {lin}, {pts}, {leases}, "
+            f"reads {len(h.reads)} ({failed_reads}), {lin}, {schemas}, {pts}, {leases}, "
             f"re-added members' safe time behind their old one by (ms) {h.safe_time_back_ms}, "
             f"ops sent to cut-off nodes {probed} (none acknowledged), "
             f"terms {sorted(h.terms)}, faults {h.faults}"
@@ -1680,6 +1812,7 @@ def _check_protections(
     for rid, ts, threshold in h.thresholds:
         assert threshold < ts, f"GC threshold {threshold} reached protected ts {ts} ({rid}) {where}"
     acked = {rid: r for rid, r in by_id.items() if r.get("outcome") == "ok"}
+    listed = _check_protection_lists(h, where)
     for rid, rec in acked.items():
         if rec.get("release") == "ok" and not rec.get("release_unknown_before"):
             assert rec.get("released"), f"acknowledged protection {rid} was gone at release {where}"
@@ -1728,11 +1861,43 @@ def _check_protections(
         f"{r.get('outcome')}: {r.get('error')}" for r in by_id.values() if r.get("outcome") != "ok"
     )
     return (
+        f"{listed}, "
         f"protections {len(acked)}/{len(by_id)} acknowledged ({kept} held to the end; "
         f"not acknowledged: {refused}), "
         f"{len(h.protected_reads)} "
         f"protected reads, GC deleted {deleted} files (runs: {len(h.gc_runs)})"
     )
+
+
+def _check_protection_lists(h: History, where: str) -> str:
+    """The linearizable lists of protection records, on every node, against the protector's
+    protects and releases (tests/chaos/linearizability.py, `check_protections`)."""
+    with h.lock:
+        records = dict(h.protections)
+        lists = list(h.pts_lists)
+    protections = [
+        ProtectionOp(
+            rid,
+            rec["t_sent"],
+            rec.get("t_ack", float("inf")),
+            rec.get("outcome", "unknown"),
+            rec.get("t_release"),
+            rec.get("t_release_answered"),
+            rec.get("release"),
+        )
+        for rid, rec in records.items()
+    ]
+    reads = [
+        ProtectionRead(f"pts{n}", node, t0, t1, listed)
+        for n, (node, listed, t0, t1) in enumerate(lists)
+    ]
+    violations = check_protections(protections, reads)
+    assert not violations, (
+        f"the protection lists do not follow the protects and releases ({len(violations)} "
+        f"violations):\n{format_violations(violations)}\n{where}"
+    )
+    assert lists, f"no linearizable list of protections was answered {where}"
+    return f"{len(lists)} linearizable protection lists"
 
 
 def _check_leases(final: SyncMetastoreClient, h: History, where: str) -> str:
@@ -1757,9 +1922,14 @@ def _check_leases(final: SyncMetastoreClient, h: History, where: str) -> str:
 
 
 def _txn_of(path: str) -> str:
-    """The txn id of a commit's file (`_txn/<txn id>/<table>.parquet`, see `_commit`)."""
+    """The txn id of a commit's file (`_txn/<txn id>/<table>.parquet`, see `_commit`; an
+    overwrite of GC_TABLE's `_gc/<n>.parquet` is txn `gc-<n>`, see `_gc_writer`)."""
     parts = path.split("/")
-    return parts[1] if len(parts) == 3 and parts[0] == "_txn" else f"<not a commit's file: {path}>"
+    if len(parts) == 3 and parts[0] == "_txn":
+        return parts[1]
+    if len(parts) == 2 and parts[0] == "_gc" and parts[1].endswith(".parquet"):
+        return f"gc-{parts[1].removesuffix('.parquet')}"
+    return f"<not a commit's file: {path}>"
 
 
 def _check_linearizable(final: SyncMetastoreClient, h: History, now_ts: int, where: str) -> str:
@@ -1778,8 +1948,16 @@ def _check_linearizable(final: SyncMetastoreClient, h: History, now_ts: int, whe
             )
     with h.lock:
         ops = list(h.commits.values())
-        as_of_reads = list(h.reads)
+        gc_ops = dict(h.gc_commits)
+        gc_as_of = len(h.gc_reads)
+        as_of_reads = list(h.reads) + list(h.gc_reads)
         lin_reads = list(h.lin_reads)
+    # GC_TABLE's commits overwrite it, so its files at the end name only the last: which
+    # happened, and at which ts, is the linearizable committed_txn record of each.
+    for txn_id in gc_ops:
+        record = final.committed_txn(txn_id)
+        if record.get("txn") is not None:
+            applied[txn_id] = int(record["txn"]["ts"])
     commits = [
         CommitOp(
             op["txn_id"],
@@ -1790,6 +1968,17 @@ def _check_linearizable(final: SyncMetastoreClient, h: History, now_ts: int, whe
             op.get("ts"),
         )
         for op in ops
+    ] + [
+        CommitOp(
+            txn_id,
+            frozenset({GC_TABLE}),
+            op["t0"],
+            op.get("t1", float("inf")),
+            op["outcome"],
+            op.get("ts"),
+            overwrites=frozenset({GC_TABLE}),
+        )
+        for txn_id, op in gc_ops.items()
     ]
     reads = [
         ReadOp(
@@ -1824,9 +2013,70 @@ def _check_linearizable(final: SyncMetastoreClient, h: History, now_ts: int, whe
         f"{format_violations(violations)}\n{where}"
     )
     assert lin_reads, f"no linearizable read was answered {where}"
+    gc_lin = sum(table == GC_TABLE for _n, table, *_ in lin_reads)
     return (
-        f"linearizable: {len(lin_reads)} current-files reads and {len(as_of_reads)} AS OF "
-        f"reads against {len(applied)} applied commits in ts order"
+        f"linearizable: {len(lin_reads)} current-files reads ({gc_lin} of overwritten "
+        f"{GC_TABLE}) and {len(as_of_reads)} AS OF reads ({gc_as_of} of "
+        f"{GC_TABLE}, {h.gc_refused} more refused below its GC threshold) against "
+        f"{len(applied)} applied commits ({sum(n in applied for n in gc_ops)} overwrites) "
+        "in ts order"
+    )
+
+
+def _check_schemas(final: SyncMetastoreClient, h: History, where: str) -> str:
+    """The schema reads of DDL_TABLE, on every node, against the log of its DDL (the
+    table's history: the Tu of the version that added each column), with the checker's
+    rules (tests/chaos/linearizability.py, `ddl_commit`): an acknowledged DDL is in the log
+    at its acknowledged Tu, DDL in real-time order have increasing Tu, a read at ts lists
+    exactly the columns of the DDL with Tu <= ts (never an older schema, never a later one),
+    and a read at now sees every DDL acknowledged before it was sent."""
+    versions = final.history(DDL_TABLE)["versions"]
+    activations = ddl_activations(
+        (int(v["tu"]), [col["name"] for col in v["schema"]["columns"]]) for v in versions
+    )
+    base = {col["name"] for col in versions[0]["schema"]["columns"]}
+    with h.lock:
+        ddls = list(h.ddls)
+        schema_reads = list(h.schema_reads)
+    commits = [
+        ddl_commit(
+            op["column"],
+            DDL_TABLE,
+            op["t0"],
+            op.get("t1", float("inf")),
+            op["outcome"],
+            op.get("tu"),
+        )
+        for op in ddls
+    ]
+    reads = [
+        schema_read(
+            f"schema{n}-{mode}",
+            "schema-reader",
+            DDL_TABLE,
+            t0,
+            t1,
+            columns - base,
+            ts,
+            now=mode == "now",
+            node=node,
+        )
+        for n, (node, mode, ts, columns, t0, t1) in enumerate(schema_reads)
+    ]
+    violations = check_history(commits, reads, activations)
+    assert not violations, (
+        f"the schema reads of {DDL_TABLE} do not follow its DDL log ({len(violations)} "
+        f"violations):\n{format_violations(violations)}\n{where}"
+    )
+    modes = [mode for _n, mode, *_ in schema_reads]
+    assert modes.count("now") and modes.count("as_of"), (
+        f"no schema read at now or AS OF a DDL's Tu was answered {where}"
+    )
+    refused = sum(e[1] == "schema_at (ahead)" for e in h.read_errors)
+    return (
+        f"schema reads {len(schema_reads)} (now {modes.count('now')}, AS OF a Tu "
+        f"{modes.count('as_of')}, ahead {modes.count('ahead')} answered and {refused} refused) "
+        f"against {len(activations)} DDL in Tu order"
     )
 
 

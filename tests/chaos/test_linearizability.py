@@ -1,7 +1,9 @@
 """The chaos suite's linearizability checker (tests/chaos/linearizability.py), on histories
-made here: hand-written ones for each rule, generated linearizable ones that must pass, and
-mutations of them (a dropped prefix element, a stale read, a reversed real-time pair, a read
-from the future) that must be flagged naming the operations involved."""
+made here: hand-written ones for each rule, generated linearizable ones (with overwrites and
+removals, and schema histories of DDL and schema reads) that must pass, and mutations of them
+(a dropped prefix element, a stale read, a reversed real-time pair, a read from the future, a
+removed file still listed, a schema read that misses an acknowledged DDL or sees one below its
+Tu) that must be flagged naming the operations involved."""
 
 from __future__ import annotations
 
@@ -11,7 +13,19 @@ from dataclasses import dataclass, field
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.chaos.linearizability import CommitOp, ReadOp, Violation, check_history
+from tests.chaos.linearizability import (
+    CommitOp,
+    ProtectionOp,
+    ProtectionRead,
+    ReadOp,
+    Violation,
+    check_history,
+    check_protections,
+    ddl_activations,
+    ddl_commit,
+    schema_key,
+    schema_read,
+)
 
 
 def _commit(
@@ -209,19 +223,28 @@ class _History:
         return max(self.applied.values(), default=0)
 
     def prefix(self, key: str, upto: int | None = None) -> set[str]:
+        """The commits live in `key` at `upto` (default: at the end): those applied up to
+        it, less the ones a commit up to it removed."""
         by_name = {c.name: c for c in self.commits}
-        return {
-            n
-            for n, ts in self.applied.items()
-            if key in by_name[n].keys and (upto is None or ts <= upto)
-        }
+        live: set[str] = set()
+        for n, ts in sorted(self.applied.items(), key=lambda kv: kv[1]):
+            c = by_name[n]
+            if key not in c.keys or (upto is not None and ts > upto):
+                continue
+            if key in c.overwrites:
+                live.clear()
+            live -= {m for k, m in c.removes if k == key}
+            live.add(n)
+        return live
 
 
 KEYS = ("a", "b")
 
 
 @st.composite
-def linearizable_histories(draw: st.DrawFn) -> _History:
+def linearizable_histories(
+    draw: st.DrawFn, keys: tuple[str, ...] = KEYS, removals: bool = True
+) -> _History:
     """A history of a linearizable store whose commits get increasing ts in linearization
     order: every operation takes effect at a point inside its window (an unknown commit at any
     point after it was sent, or never); a linearizable read returns its key's commits before
@@ -237,8 +260,16 @@ def linearizable_histories(draw: st.DrawFn) -> _History:
         tie = i * 1e-6  # distinct points
         if kind == "commit":
             outcome = draw(st.sampled_from(["ok", "ok", "ok", "fail", "unknown"]))
-            keys = draw(st.sampled_from([("a",), ("b",), ("a", "b")]))
-            op = {"kind": "commit", "name": f"C{i}", "keys": keys, "outcome": outcome}
+            written = draw(st.sampled_from([(k,) for k in keys] + [keys]))
+            op = {"kind": "commit", "name": f"C{i}", "keys": written, "outcome": outcome}
+            # Writes that remove files: an overwrite of some of its keys, or removals of
+            # commits live in them when it takes effect (drawn then).
+            op["overwrites"] = frozenset(
+                k for k in written if removals and draw(st.integers(0, 5)) == 0
+            )
+            op["removals"] = (
+                draw(st.integers(0, 2)) if removals and draw(st.integers(0, 3)) == 0 else 0
+            )
             op.update(t_sent=t_sent, t_answered=t_sent + duration)
             if outcome == "ok":
                 events.append((t_sent + duration * frac + tie, i, op))
@@ -255,13 +286,13 @@ def linearizable_histories(draw: st.DrawFn) -> _History:
                 "kind": "read",
                 "name": f"R{i}",
                 "client": client,
-                "key": draw(st.sampled_from(KEYS)),
+                "key": draw(st.sampled_from(keys)),
             }
             op.update(t_sent=t_sent, t_answered=t_sent + duration, with_as_of=draw(st.booleans()))
             op["slack"] = draw(st.integers(0, 9))
             events.append((t_sent + duration * frac + tie, i, op))
         else:
-            op = {"kind": "as_of", "name": f"S{i}", "key": draw(st.sampled_from(KEYS))}
+            op = {"kind": "as_of", "name": f"S{i}", "key": draw(st.sampled_from(keys))}
             op.update(t_sent=t_sent, t_answered=t_sent + duration, pick=draw(st.integers(0, 10**6)))
             events.append((float("inf"), i, op))
     h = _History()
@@ -270,8 +301,13 @@ def linearizable_histories(draw: st.DrawFn) -> _History:
     for point, _, op in sorted(events, key=lambda e: (e[0], e[1])):
         if op["kind"] == "commit":
             acked = op["outcome"] == "ok"
+            removes: set[tuple[str, str]] = set()
             if point != float("inf"):
                 ts += 10
+                for key in op["keys"] if op["removals"] else ():
+                    live = sorted(h.prefix(key))
+                    for _ in range(op["removals"] if live else 0):
+                        removes.add((key, draw(st.sampled_from(live))))
                 h.applied[op["name"]] = ts
             h.commits.append(
                 CommitOp(
@@ -281,6 +317,8 @@ def linearizable_histories(draw: st.DrawFn) -> _History:
                     op["t_answered"],
                     op["outcome"],
                     ts if acked else None,
+                    overwrites=op["overwrites"],
+                    removes=frozenset(removes),
                 )
             )
         elif op["kind"] == "read":
@@ -366,8 +404,7 @@ def test_a_stale_read_is_flagged(h: _History, data: st.DataObject) -> None:
         read, acked = data.draw(st.sampled_from(candidates))
         cut = h.applied[acked.name]
         # The read returns the prefix just before the acknowledged commit (and says so).
-        stale = {n for n in read.observed if h.applied[n] < cut}
-        stale |= {n for n in h.prefix(read.key) if h.applied[n] < cut}
+        stale = h.prefix(read.key, cut - 1)
         h.reads[h.reads.index(read)] = dataclasses.replace(
             read, observed=frozenset(stale), as_of=cut - 1
         )
@@ -423,3 +460,418 @@ def test_a_read_from_the_future_is_flagged(h: _History, say_position: bool) -> N
     _add_ok_commit(h, "X", t + 2, t + 3, top + 10)
     v = _only(check_history(h.commits, h.reads, h.applied), "future-read")
     assert v.ops == ("XR", "X") and "read XR" in v.message and "commit X" in v.message
+
+
+# ---- writes that remove files -------------------------------------------------------------
+
+
+def _overwrite(name: str, t_sent: float, t_answered: float, ts: int) -> CommitOp:
+    return CommitOp(name, frozenset({"a"}), t_sent, t_answered, "ok", ts, frozenset({"a"}))
+
+
+def test_an_overwrite_leaves_only_its_own_files() -> None:
+    commits = [_commit("A", 0, 1, 10), _commit("B", 2, 3, 20), _overwrite("O", 4, 5, 30)]
+    commits.append(_commit("C", 6, 7, 40))
+    applied = {"A": 10, "B": 20, "O": 30, "C": 40}
+    reads = [
+        _read("R1", 3.5, 3.8, {"A", "B"}, as_of=25),
+        _read("R2", 5.5, 5.8, {"O"}, as_of=35),
+        _read("R3", 7.5, 7.8, {"O", "C"}),
+        _read("S1", 8, 9, {"A", "B"}, kind="as_of", as_of=29),
+        _read("S2", 8, 9, {"O"}, kind="as_of", as_of=30),
+    ]
+    assert check_history(commits, reads, applied) == []
+
+
+def test_a_file_still_listed_after_its_overwrite_is_flagged() -> None:
+    commits = [_commit("A", 0, 1, 10), _overwrite("O", 2, 3, 20)]
+    applied = {"A": 10, "O": 20}
+    v = _only(check_history(commits, [_read("R", 4, 5, {"A", "O"})], applied), "removed-listed")
+    assert v.ops == ("R", "A", "O")
+    assert "read R" in v.message and "commit A" in v.message and "removed by commit O" in v.message
+    # AS OF the overwrite's ts: the same.
+    as_of = _read("S", 4, 5, {"A", "O"}, kind="as_of", as_of=20)
+    assert _only(check_history(commits, [as_of], applied), "removed-listed").ops == ("S", "A", "O")
+
+
+def test_a_removal_of_some_files_is_modelled() -> None:
+    remove_a = CommitOp(
+        "D", frozenset({"a"}), 4, 5, "ok", 30, removes=frozenset({("a", "A")})
+    )  # a compaction: A's files go, B's stay, D adds its own
+    commits = [_commit("A", 0, 1, 10), _commit("B", 2, 3, 20), remove_a]
+    applied = {"A": 10, "B": 20, "D": 30}
+    assert check_history(commits, [_read("R", 6, 7, {"B", "D"})], applied) == []
+    v = _only(
+        check_history(commits, [_read("R", 6, 7, {"A", "B", "D"})], applied), "removed-listed"
+    )
+    assert v.ops == ("R", "A", "D")
+    # B is still live at D's position: not listing it is a gap.
+    v = _only(check_history(commits, [_read("R", 6, 7, {"D"})], applied), "gap")
+    assert v.ops == ("R", "D", "B")
+
+
+def test_a_read_that_missed_an_overwrite_it_should_see_is_stale() -> None:
+    commits = [_commit("A", 0, 1, 10), _overwrite("O", 2, 3, 20)]
+    applied = {"A": 10, "O": 20}
+    v = _only(check_history(commits, [_read("R", 4, 5, {"A"})], applied), "stale-read")
+    assert v.ops == ("R", "O")
+
+
+def test_a_read_whose_point_passed_a_later_removal_is_from_the_future() -> None:
+    # X (sent after R was answered) removed A, and R saw the state after X and C: it did not
+    # list X's own files only because C overwrote them, yet its point is past X.
+    commits = [
+        _commit("A", 0, 1, 10),
+        CommitOp("X", frozenset({"a"}), 6, 7, "ok", 20, removes=frozenset({("a", "A")})),
+        _overwrite("C", 0, 9, 30),
+    ]
+    applied = {"A": 10, "X": 20, "C": 30}
+    v = _only(check_history(commits, [_read("R", 4, 5, {"C"})], applied), "future-read")
+    assert v.ops == ("R", "X")
+
+
+@settings(max_examples=60, deadline=None)
+@given(linearizable_histories(), st.data())
+def test_a_removed_file_still_listed_is_flagged(h: _History, data: st.DataObject) -> None:
+    by_name = {c.name: c for c in h.commits}
+    candidates = []
+    for read in h.reads:
+        at = read.as_of
+        if read.kind == "linearizable" and at is None:
+            at = max((h.applied[n] for n in read.observed), default=None)
+        if at is None:
+            continue
+        ever = {n for n, ts in h.applied.items() if ts <= at and read.key in by_name[n].keys}
+        removed = sorted(ever - h.prefix(read.key, at))
+        candidates.extend((read, n) for n in removed)
+    if candidates:
+        read, removed_one = data.draw(st.sampled_from(candidates))
+        h.reads[h.reads.index(read)] = dataclasses.replace(
+            read, observed=read.observed | {removed_one}
+        )
+    else:
+        t, top = h.end(), h.top_ts()
+        _add_ok_commit(h, "X1", t, t + 1, top + 10)
+        h.commits.append(
+            CommitOp("X2", frozenset({"a"}), t + 2, t + 3, "ok", top + 20, frozenset({"a"}))
+        )
+        h.applied["X2"] = top + 20
+        read = _read("XR", t + 4, t + 5, {"X1", "X2"})
+        h.reads.append(read)
+        removed_one = "X1"
+    v = _only(check_history(h.commits, h.reads, h.applied), "removed-listed")
+    assert v.ops[0] == read.name and removed_one in v.ops
+    remover = v.ops[v.ops.index(removed_one) + 1]
+    assert key_of_removal(by_name_of(h), remover, read.key, removed_one)
+    assert f"read {read.name}" in v.message and f"commit {removed_one}" in v.message
+    assert f"removed by commit {remover}" in v.message
+
+
+def by_name_of(h: _History) -> dict[str, CommitOp]:
+    return {c.name: c for c in h.commits}
+
+
+def key_of_removal(by_name: dict[str, CommitOp], remover: str, key: str, removed: str) -> bool:
+    """Whether `remover` removes `removed` from `key` (by overwrite or by name)."""
+    c = by_name[remover]
+    return key in c.overwrites or (key, removed) in c.removes
+
+
+# ---- schemas: DDL at its activation time Tu, schema reads at a ts --------------------------
+
+T = "ch.ddl"
+
+
+def _ddl(column: str, t_sent: float, t_answered: float, tu: int | None, outcome: str = "ok"):
+    return ddl_commit(column, T, t_sent, t_answered, outcome, tu if outcome == "ok" else None)  # type: ignore[arg-type]
+
+
+def _schema(name: str, t_sent: float, t_answered: float, columns: set[str], ts: int, *, now: bool):
+    return schema_read(name, "s", T, t_sent, t_answered, columns, ts, now=now, node=1)
+
+
+def test_ddl_activations_come_from_the_history() -> None:
+    versions = [(100, ["id"]), (200, ["id", "c1"]), (300, ["id", "c1", "c2"])]
+    assert ddl_activations(versions) == {"c1": 200, "c2": 300}
+
+
+def test_a_schema_history_that_follows_the_activations_passes() -> None:
+    ddls = [_ddl("c1", 0, 1, 100), _ddl("c2", 2, 3, 200), _ddl("c3", 4, 9, None, "unknown")]
+    applied = {"c1": 100, "c2": 200, "c3": 300}
+    reads = [
+        _schema("N1", 1.5, 1.6, {"c1"}, 150, now=True),
+        _schema("A1", 5, 6, {"c1"}, 199, now=False),  # just below c2's Tu
+        _schema("A2", 5, 6, {"c1", "c2"}, 200, now=False),  # at it
+        _schema("A3", 10, 11, {"c1", "c2", "c3"}, 300, now=False),
+    ]
+    assert check_history(ddls, reads, applied) == []
+
+
+def test_a_schema_read_that_misses_an_acknowledged_ddl_is_flagged() -> None:
+    ddls = [_ddl("c1", 0, 1, 100), _ddl("c2", 2, 3, 200)]
+    applied = {"c1": 100, "c2": 200}
+    # AS OF c2's Tu, on any node, whenever asked: c2 must be there.
+    v = _only(check_history(ddls, [_schema("A", 1, 2, {"c1"}, 200, now=False)], applied), "as-of")
+    assert v.ops == ("A", "c2") and "DDL c2" in v.message and schema_key(T) in v.message
+    # At now, asked after c2 was acknowledged: stale, whatever ts the node says it read at.
+    stale = _schema("N", 4, 5, {"c1"}, 150, now=True)
+    v = _only(check_history(ddls, [stale], applied), "stale-read")
+    assert v.ops == ("N", "c2") and "DDL c2" in v.message
+
+
+def test_a_schema_read_below_a_tu_that_sees_the_ddl_is_flagged() -> None:
+    ddls = [_ddl("c1", 0, 1, 100), _ddl("c2", 2, 3, 200)]
+    applied = {"c1": 100, "c2": 200}
+    v = _only(
+        check_history(ddls, [_schema("A", 4, 5, {"c1", "c2"}, 199, now=False)], applied), "as-of"
+    )
+    assert v.ops == ("A", "c2") and "saw DDL c2" in v.message
+
+
+def test_a_lost_or_moved_ddl_is_flagged() -> None:
+    ddls = [_ddl("c1", 0, 1, 100), _ddl("c2", 2, 3, 200), _ddl("c3", 4, 5, None, "fail")]
+    violations = check_history(ddls, [], {"c1": 100, "c2": 250, "c3": 300})
+    assert any(v.rule == "lost" and v.ops == ("c2",) and "DDL c2" in str(v) for v in violations)
+    assert any(v.rule == "refused-applied" and v.ops == ("c3",) for v in violations)
+
+
+def _as_schema_history(h: _History) -> _History:
+    """A generated history of one key as a schema history: its commits as DDL (add-only),
+    its reads as schema reads at the position each names (a current read without one reads
+    at its newest DDL's Tu: a node's now is at least that)."""
+    out = _History(applied=dict(h.applied))
+    out.commits = [
+        ddl_commit(c.name, T, c.t_sent, c.t_answered, c.outcome, c.ts) for c in h.commits
+    ]
+    for r in h.reads:
+        ts = r.as_of
+        if ts is None:
+            ts = max((h.applied[n] for n in r.observed), default=0)
+        out.reads.append(
+            schema_read(
+                r.name,
+                r.client,
+                T,
+                r.t_sent,
+                r.t_answered,
+                r.observed,
+                ts,
+                now=r.kind == "linearizable",
+            )
+        )
+    return out
+
+
+def schema_histories() -> st.SearchStrategy[_History]:
+    """Generated schema histories: one table whose DDL only adds columns."""
+    return linearizable_histories(keys=("a",), removals=False).map(_as_schema_history)
+
+
+@settings(max_examples=100, deadline=None)
+@given(schema_histories())
+def test_generated_schema_histories_pass(h: _History) -> None:
+    violations = check_history(h.commits, h.reads, h.applied)
+    assert violations == [], [str(v) for v in violations]
+
+
+@settings(max_examples=60, deadline=None)
+@given(schema_histories(), st.data())
+def test_a_schema_read_missing_an_acknowledged_ddl_is_flagged(
+    h: _History, data: st.DataObject
+) -> None:
+    by_name = {c.name: c for c in h.commits}
+    candidates = [
+        (r, n)
+        for r in h.reads
+        for n in r.observed
+        if by_name[n].outcome == "ok" and r.as_of is not None and h.applied[n] <= r.as_of
+    ]
+    if candidates:
+        read, missed = data.draw(st.sampled_from(candidates))
+        h.reads[h.reads.index(read)] = dataclasses.replace(read, observed=read.observed - {missed})
+    else:
+        t, top = h.end(), h.top_ts()
+        h.commits.append(ddl_commit("X", T, t, t + 1, "ok", top + 10))
+        h.applied["X"] = top + 10
+        read = schema_read(
+            "XR", "s", T, t + 2, t + 3, h.prefix(schema_key(T)) - {"X"}, top + 10, now=False
+        )
+        h.reads.append(read)
+        missed = "X"
+    violations = check_history(h.commits, h.reads, h.applied)
+    flagged = [v for v in violations if read.name in v.ops and missed in v.ops]
+    assert flagged, [str(v) for v in violations]
+    assert all(v.rule in {"gap", "as-of", "stale-read"} for v in flagged)
+    assert any(f"DDL {missed}" in v.message and f"read {read.name}" in v.message for v in flagged)
+
+
+@settings(max_examples=60, deadline=None)
+@given(schema_histories(), st.data())
+def test_a_schema_read_seeing_a_ddl_below_its_tu_is_flagged(
+    h: _History, data: st.DataObject
+) -> None:
+    def next_after(ts: int) -> str | None:
+        later = sorted((t, n) for n, t in h.applied.items() if t > ts)
+        return later[0][1] if later else None
+
+    candidates = [
+        (r, nxt)
+        for r in h.reads
+        if r.kind == "as_of" and r.as_of is not None and (nxt := next_after(r.as_of)) is not None
+    ]
+    if candidates:
+        read, seen = data.draw(st.sampled_from(candidates))
+        # The read at a ts below the next DDL's Tu answered with that DDL's version.
+        h.reads[h.reads.index(read)] = dataclasses.replace(read, observed=read.observed | {seen})
+    else:
+        t, top = h.end(), h.top_ts()
+        h.commits.append(ddl_commit("X", T, t, t + 1, "ok", top + 10))
+        h.applied["X"] = top + 10
+        read = schema_read("XR", "s", T, t + 2, t + 3, h.prefix(schema_key(T)), top + 9, now=False)
+        h.reads.append(read)
+        seen = "X"
+    v = _only(check_history(h.commits, h.reads, h.applied), "as-of")
+    assert v.ops[0] == read.name and seen in v.ops and f"saw DDL {seen}" in v.message
+
+
+# ---- protected timestamps ------------------------------------------------------------------
+
+
+def _pts(rid, t_sent, t_answered, outcome="ok", release=None) -> ProtectionOp:
+    rs, ra, ro = release if release is not None else (None, None, None)
+    return ProtectionOp(rid, t_sent, t_answered, outcome, rs, ra, ro)
+
+
+def _list(name, t_sent, t_answered, listed) -> ProtectionRead:
+    return ProtectionRead(name, 1, t_sent, t_answered, frozenset(listed))
+
+
+def test_protections_listed_while_held_pass() -> None:
+    p = [_pts("P", 0, 1, release=(5, 6, "ok")), _pts("U", 0, 9, "unknown")]
+    reads = [
+        _list("L0", 0.5, 0.8, set()),  # concurrent with the protect: either way
+        _list("L1", 2, 3, {"P"}),
+        _list("L2", 4, 5.5, set()),  # concurrent with the release
+        _list("L3", 7, 8, {"U"}),
+    ]
+    assert check_protections(p, reads) == []
+
+
+def test_a_list_missing_a_held_protection_is_flagged() -> None:
+    v = check_protections([_pts("P", 0, 1, release=(5, 6, "ok"))], [_list("L", 2, 3, set())])
+    assert [x.rule for x in v] == ["protection-missing"] and v[0].ops == ("L", "P")
+    assert "protection list L" in v[0].message and "protection P" in v[0].message
+
+
+def test_a_released_or_refused_protection_listed_is_flagged() -> None:
+    p = [_pts("P", 0, 1, release=(2, 3, "ok")), _pts("F", 0, 1, "fail")]
+    v = check_protections(p, [_list("L", 4, 5, {"P", "F", "Z"})])
+    assert {(x.rule, x.ops) for x in v} == {
+        ("released-listed", ("L", "P")),
+        ("phantom-protection", ("L", "F")),
+        ("phantom-protection", ("L", "Z")),
+    }
+
+
+@dataclass
+class _PtsHistory:
+    protections: list[ProtectionOp] = field(default_factory=list)
+    reads: list[ProtectionRead] = field(default_factory=list)
+
+
+@st.composite
+def protection_histories(draw: st.DrawFn) -> _PtsHistory:
+    """Protections that exist from a point inside the protect's window (an unknown one:
+    any point after it was sent, or never) to a point inside the release's, and lists that
+    name those existing at a point inside their own window."""
+    h = _PtsHistory()
+    spans: dict[str, tuple[float, float]] = {}
+    for i in range(draw(st.integers(0, 8))):
+        rid = f"P{i}"
+        t0 = float(draw(st.integers(0, 300)))
+        t1 = t0 + draw(st.integers(1, 40))
+        outcome = draw(st.sampled_from(["ok", "ok", "ok", "fail", "unknown"]))
+        begin = float("inf")
+        if outcome == "ok":
+            begin = t0 + (t1 - t0) * draw(st.integers(1, 99)) / 100
+        elif outcome == "unknown" and draw(st.booleans()):
+            begin = t0 + draw(st.integers(1, 200))
+        release = None
+        end = float("inf")
+        if outcome == "ok" and draw(st.booleans()):
+            rs = t1 + draw(st.integers(0, 50))
+            ra = rs + draw(st.integers(1, 40))
+            ro = draw(st.sampled_from(["ok", "ok", "unknown"]))
+            end = rs + (ra - rs) * draw(st.integers(1, 99)) / 100 if ro == "ok" else float("inf")
+            if ro == "unknown" and draw(st.booleans()):
+                end = rs + draw(st.integers(1, 200))
+            release = (rs, ra, ro)
+        h.protections.append(_pts(rid, t0, t1, outcome, release))
+        spans[rid] = (begin, end)
+    for j in range(draw(st.integers(1, 15))):
+        t0 = float(draw(st.integers(0, 400)))
+        t1 = t0 + draw(st.integers(1, 40))
+        point = t0 + (t1 - t0) * draw(st.integers(1, 99)) / 100
+        listed = {rid for rid, (b, e) in spans.items() if b < point < e}
+        h.reads.append(_list(f"L{j}", t0, t1, listed))
+    return h
+
+
+@settings(max_examples=100, deadline=None)
+@given(protection_histories())
+def test_generated_protection_histories_pass(h: _PtsHistory) -> None:
+    violations = check_protections(h.protections, h.reads)
+    assert violations == [], [str(v) for v in violations]
+
+
+@settings(max_examples=60, deadline=None)
+@given(protection_histories(), st.data())
+def test_a_held_protection_left_out_of_a_list_is_flagged(
+    h: _PtsHistory, data: st.DataObject
+) -> None:
+    must = [
+        (r, p)
+        for r in h.reads
+        for p in h.protections
+        if p.outcome == "ok"
+        and p.t_answered < r.t_sent
+        and (p.t_release_sent is None or p.t_release_sent > r.t_answered)
+    ]
+    if must:
+        read, p = data.draw(st.sampled_from(must))
+        h.reads[h.reads.index(read)] = dataclasses.replace(read, listed=read.listed - {p.record_id})
+    else:
+        p = _pts("PX", 1000, 1001)
+        held = {
+            q.record_id for q in h.protections if q.outcome == "ok" and q.t_release_sent is None
+        }
+        read = _list("LX", 1002, 1003, held)
+        h.protections.append(p)
+        h.reads.append(read)
+    v = [x for x in check_protections(h.protections, h.reads) if x.rule == "protection-missing"]
+    assert [x.ops for x in v] == [(read.name, p.record_id)]
+    assert f"protection list {read.name}" in v[0].message
+    assert f"protection {p.record_id}" in v[0].message
+
+
+@settings(max_examples=60, deadline=None)
+@given(protection_histories(), st.data())
+def test_a_released_protection_still_listed_is_flagged(h: _PtsHistory, data: st.DataObject) -> None:
+    gone = [
+        (r, p)
+        for r in h.reads
+        for p in h.protections
+        if p.release_outcome == "ok"
+        and p.t_release_answered is not None
+        and p.t_release_answered < r.t_sent
+    ]
+    if gone:
+        read, p = data.draw(st.sampled_from(gone))
+        h.reads[h.reads.index(read)] = dataclasses.replace(read, listed=read.listed | {p.record_id})
+    else:
+        p = _pts("PX", 1000, 1001, release=(1002, 1003, "ok"))
+        read = _list("LX", 1004, 1005, {"PX"})
+        h.protections.append(p)
+        h.reads.append(read)
+    v = [x for x in check_protections(h.protections, h.reads) if x.rule == "released-listed"]
+    assert [x.ops for x in v] == [(read.name, p.record_id)]
