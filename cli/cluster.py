@@ -410,6 +410,8 @@ def cluster_up(
 
     Each node runs `python -m cli.main node start --config DIR/nodeN.toml` in its own
     session, logs to DATA_DIR/node-N/node.log and records its PID in DATA_DIR/node-N/node.pid.
+    It asks the nodes with DIR's admin token, unless the --token or --token-file flag gives
+    one (METASTORE_TOKEN and METASTORE_TOKEN_FILE may be another cluster's).
     Refuses to start anything if a node is already running, unless --missing: then only the
     nodes that are not running are started (nothing, if all are). Stop them with `cluster down`.
     A node started by hand (`metastore node start`: no pid file, but it holds its log) counts as
@@ -523,7 +525,9 @@ def _cluster_up(
             doc = {"started": {str(s.node_id): s.pid for s in started}}
             emit(a.output, doc, lambda: [kv_table({f"node {s.node_id}": s.pid for s in started})])
             return
-        token = a.resolve_token() if (a.token or a.token_file) else None
+        # This cluster's admin token unless a flag names another: a METASTORE_TOKEN_FILE
+        # exported for another cluster (the README's restore) would wait out --wait-ms.
+        token = a.token_for_cluster(config)
         if token is None:
             token = read_token_file(secrets.token_file(Role.ADMIN))
         with SyncMetastoreClient(

@@ -287,7 +287,11 @@ def cli(
             ctx.get_parameter_source("endpoints") is click.core.ParameterSource.COMMANDLINE
         ),
         token=token,
+        token_explicit=ctx.get_parameter_source("token") is click.core.ParameterSource.COMMANDLINE,
         token_file=token_file,
+        token_file_explicit=(
+            ctx.get_parameter_source("token_file") is click.core.ParameterSource.COMMANDLINE
+        ),
         output=output,
         timeout_ms=timeout_ms,
         tls=tls,
@@ -312,13 +316,22 @@ GLOBAL_OPTION_FIELDS: Final = {
 }
 
 
+# App fields that record a global option was given as a flag (here, after the sub-command), not
+# by its environment variable: the flag beats what a --config DIR supplies, the variable not.
+EXPLICIT_FLAG_FIELDS: Final = {
+    "endpoints_option": "endpoints_explicit",
+    "token": "token_explicit",
+    "token_file": "token_file_explicit",
+}
+
+
 def _set_global(field_name: str) -> Callable[[click.Context, click.Parameter, Any], None]:
     def callback(ctx: click.Context, _param: click.Parameter, value: Any) -> None:
         if value is None or ctx.resilient_parsing:
             return  # not given here: the root's value (flag, environment or default) stands
         setattr(app(ctx), field_name, value)
-        if field_name == "endpoints_option":
-            app(ctx).endpoints_explicit = True
+        if field_name in EXPLICIT_FLAG_FIELDS:
+            setattr(app(ctx), EXPLICIT_FLAG_FIELDS[field_name], True)
 
     return callback
 

@@ -1,0 +1,163 @@
+"""Defects an experienced data engineer hit walking the README and docs/operations.md on a fresh
+local cluster, each pinned by a test: a METASTORE_TOKEN_FILE exported for the first cluster
+does not stop `cluster up` / `cluster status --config DIR` of the cluster a restore seeds."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cli import processes
+from metastore.daemon.config import load_cluster_config
+from metastore.daemon.secrets import read_token_file
+from tests.cli.test_cli import _isolated_cwd, run, sent
+from tests.cli.test_cli_second_look import configured
+from tests.client.fake_node import ThreadedFakeNode
+
+__all__ = ["_isolated_cwd", "configured"]  # fixtures used by name
+
+
+# ---- 1. --config DIR's admin token beats METASTORE_TOKEN(_FILE) of another cluster ------------
+
+
+@pytest.fixture
+def other_clusters_token_file(tmp_path: Path) -> Path:
+    """The admin token file of another cluster, as the README's first `export` leaves it."""
+    other = tmp_path / "clusters" / "first"
+    assert run("cluster", "init", str(other), "--nodes", "1").exit_code == 0
+    return other / "secrets" / "admin.token"
+
+
+@pytest.mark.parametrize("command", [["cluster", "status"], ["safe-time"], ["cluster", "version"]])
+def test_config_beats_a_token_file_exported_for_another_cluster(
+    configured: tuple[Path, ThreadedFakeNode], other_clusters_token_file: Path, command: list[str]
+) -> None:
+    directory, node = configured
+    env = {"METASTORE_TOKEN_FILE": str(other_clusters_token_file)}
+    result = run(*command, "--config", str(directory), env=env)
+    assert result.exit_code == 0, result.output
+    assert "UNAUTHENTICATED" not in result.output
+    assert len(sent(node)) >= 1
+
+
+def test_config_beats_a_token_exported_for_another_cluster(
+    configured: tuple[Path, ThreadedFakeNode], other_clusters_token_file: Path
+) -> None:
+    directory, node = configured
+    env = {"METASTORE_TOKEN": read_token_file(other_clusters_token_file)}
+    result = run("cluster", "status", "--config", str(directory), env=env)
+    assert result.exit_code == 0, result.output
+    assert sent(node) == [("status", {})]
+
+
+def test_a_token_file_flag_still_beats_the_config_admin_token(
+    configured: tuple[Path, ThreadedFakeNode], other_clusters_token_file: Path
+) -> None:
+    directory, _node = configured
+    for flag_at_end in (False, True):
+        flag = ["--token-file", str(other_clusters_token_file)]
+        args = ["cluster", "status", "--config", str(directory)]
+        result = run(*(args + flag if flag_at_end else flag + args))
+        assert result.exit_code == 3, result.output  # status: that endpoint refused the token
+        assert "UNAUTHENTICATED" in result.stdout
+
+
+def test_without_a_token_in_the_config_dir_the_environment_still_counts(
+    configured: tuple[Path, ThreadedFakeNode],
+) -> None:
+    # A client host's copy of cluster.toml, without the cluster's secrets: the exported token
+    # is the only one there is.
+    directory, node = configured
+    admin = directory / "secrets" / "admin.token"
+    kept = directory.parent / "admin.token.kept"
+    admin.rename(kept)
+    result = run(
+        "cluster", "status", "--config", str(directory), env={"METASTORE_TOKEN_FILE": str(kept)}
+    )
+    assert result.exit_code == 0, result.output
+    assert sent(node) == [("status", {})]
+
+
+def _ready_leader(node_id: int) -> Any:
+    async def handler(op: str, args: dict[str, Any]) -> dict[str, Any]:
+        assert op == "status", op
+        return {
+            "node_id": node_id,
+            "role": "leader",
+            "term": 1,
+            "leader": node_id,
+            "commit_index": 1,
+            "applied_index": 1,
+            "ready": True,
+            "initialized": True,
+        }
+
+    return handler
+
+
+@pytest.fixture
+def up_with_stand_in_nodes(
+    configured: tuple[Path, ThreadedFakeNode], monkeypatch: pytest.MonkeyPatch
+) -> Iterator[tuple[Path, ThreadedFakeNode]]:
+    """`cluster up --config DIR` whose node is a sleeping stand-in process (killed by its PID at
+    the end) and whose client port is a fake node that answers `status` as a ready leader to
+    DIR's admin token only."""
+    directory, _ = configured
+    admin = read_token_file(directory / "secrets" / "admin.token")
+    stand_ins: list[int] = []
+    real_start_node = processes.start_node
+
+    def start_stand_in(node_id: int, command: list[str], **kwargs: Any) -> Any:
+        started = real_start_node(
+            node_id, [sys.executable, "-c", "import time; time.sleep(60)"], **kwargs
+        )
+        stand_ins.append(started.pid)
+        return started
+
+    monkeypatch.setattr(processes, "start_node", start_stand_in)
+    # The fake node holds the client port `cluster up` would find taken.
+    monkeypatch.setattr(processes, "taken_ports", lambda _nodes: [])
+    with ThreadedFakeNode(handler=_ready_leader(1), tokens=frozenset({admin})) as node:
+        toml = directory / "cluster.toml"
+        config = load_cluster_config(toml)
+        text = toml.read_text()
+        old_port = f"client_port = {config.node(1).client_port}"
+        toml.write_text(text.replace(old_port, f"client_port = {node.endpoint.rsplit(':', 1)[1]}"))
+        try:
+            yield directory, node
+        finally:
+            for pid in stand_ins:
+                os.kill(pid, signal.SIGKILL)
+            for pid in stand_ins:
+                with contextlib.suppress(ChildProcessError):  # reaped already
+                    os.waitpid(pid, 0)
+
+
+def test_cluster_up_waits_with_the_clusters_own_admin_token(
+    up_with_stand_in_nodes: tuple[Path, ThreadedFakeNode], other_clusters_token_file: Path
+) -> None:
+    directory, node = up_with_stand_in_nodes
+    env = {"METASTORE_TOKEN_FILE": str(other_clusters_token_file)}
+    result = run("cluster", "up", "--config", str(directory), "--wait-ms", "5000", env=env)
+    assert result.exit_code == 0, result.output
+    assert [op for op, _ in sent(node)][:1] == ["status"]
+
+
+def test_cluster_up_with_a_token_flag_uses_that_token(
+    up_with_stand_in_nodes: tuple[Path, ThreadedFakeNode], other_clusters_token_file: Path
+) -> None:
+    directory, node = up_with_stand_in_nodes
+    result = run(
+        "--token-file", str(other_clusters_token_file),
+        "cluster", "up", "--config", str(directory), "--wait-ms", "300",
+    )  # fmt: skip
+    assert result.exit_code != 0, result.output
+    assert "UNAUTHENTICATED" in result.stderr
+    assert sent(node) == []
