@@ -19,6 +19,7 @@ from rich.text import Text
 from cli import processes
 from cli.context import LOCAL_CONFIG_DIR, App, app, config_dir_option
 from cli.errors import (
+    EXIT_AUTH,
     EXIT_GENERIC,
     EXIT_NOT_FOUND,
     EXIT_REFUSED,
@@ -54,7 +55,7 @@ from metastore.daemon.config import (
     render_cluster_toml,
     render_node_toml,
 )
-from metastore.daemon.secrets import Role, ensure_secrets, read_token_file
+from metastore.daemon.secrets import Role, ensure_secrets, read_token_file, token_file_name
 from metastore.errors import ErrorCode, InvalidArgumentError, MetastoreError
 
 # `cluster up`: how long to wait for a ready leader and the started nodes, and how often to look.
@@ -528,6 +529,13 @@ def _cluster_up(
         # This cluster's admin token unless a flag names another: a METASTORE_TOKEN_FILE
         # exported for another cluster (the README's restore) would wait out --wait-ms.
         token = a.token_for_cluster(config)
+        token_source = (
+            "--token"
+            if a.token_explicit
+            else str(a.token_file)
+            if a.token_file_explicit
+            else str(secrets.token_file(Role.ADMIN))
+        )
         if token is None:
             token = read_token_file(secrets.token_file(Role.ADMIN))
         with SyncMetastoreClient(
@@ -537,7 +545,7 @@ def _cluster_up(
             client_name="metastore-up",
             tls=a.client_tls(config),
         ) as client:
-            results = _wait_for_leader(client, started, config, wait_ms)
+            results = _wait_for_leader(client, started, config, wait_ms, token_source)
     except KeyboardInterrupt:
         end_progress()
         raise _interrupted(config_dir, started, to_start, bootstrap) from None
@@ -695,12 +703,14 @@ def _wait_for_leader(
     started: list[processes.StartedNode],
     config: ClusterConfig,
     wait_ms: int,
+    token_source: str,
 ) -> list[EndpointResult]:
     begin = time.monotonic()
     deadline = begin + wait_ms / 1000
     shown = ""
     while True:
         results = client.status_all()
+        _refuse_a_refused_token(results, config, token_source)
         # Ready and initialized: a new cluster's first leader proposes InitCluster a moment
         # after it is elected, and a DDL applied before it is refused (CLUSTER_NOT_INITIALIZED),
         # so `cluster up && metastore sql ...` must not return before it.
@@ -739,6 +749,30 @@ def _wait_for_leader(
         progress(f"waiting for a ready leader ({elapsed_s:.1f} s): {short}", changed=short != shown)
         shown = short
         time.sleep(UP_POLL_INTERVAL_MS / 1000)
+
+
+def _refuse_a_refused_token(
+    results: list[EndpointResult], config: ClusterConfig, token_source: str
+) -> None:
+    """A node reads its tokens when it starts, so one that refuses the token now refuses it
+    for good: say so at once rather than wait out --wait-ms and answer NOT_READY."""
+    refused = [
+        r.endpoint
+        for r in results
+        if r.error is not None and r.error.code is ErrorCode.UNAUTHENTICATED
+    ]
+    if not refused:
+        return
+    end_progress()
+    raise CliError(
+        ErrorCode.UNAUTHENTICATED.value,
+        f"{', '.join(refused)} refused the token of {token_source}: it is not one of cluster "
+        f"{config.cluster_id!r}'s (its admin token: "
+        f"{config.secrets_dir / token_file_name(Role.ADMIN)}). The nodes keep running; "
+        f"`metastore cluster status --config {config.path.parent}` asks them with that token, "
+        f"`metastore cluster down --config {config.path.parent}` stops them",
+        exit_code=EXIT_AUTH,
+    )
 
 
 def _short_status(results: list[EndpointResult]) -> str:

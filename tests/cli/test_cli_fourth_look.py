@@ -1,6 +1,7 @@
 """Defects an experienced data engineer hit walking the README and docs/operations.md on a fresh
 local cluster, each pinned by a test: a METASTORE_TOKEN_FILE exported for the first cluster
-does not stop `cluster up` / `cluster status --config DIR` of the cluster a restore seeds."""
+does not stop `cluster up` / `cluster status --config DIR` of the cluster a restore seeds, and
+`cluster up` whose token the nodes refuse says so at once (exit 6) instead of waiting it out."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import contextlib
 import os
 import signal
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -116,7 +118,7 @@ def up_with_stand_in_nodes(
 
     def start_stand_in(node_id: int, command: list[str], **kwargs: Any) -> Any:
         started = real_start_node(
-            node_id, [sys.executable, "-c", "import time; time.sleep(60)"], **kwargs
+            node_id, [sys.executable, "-c", "import time; time.sleep(600)"], **kwargs
         )
         stand_ins.append(started.pid)
         return started
@@ -134,7 +136,8 @@ def up_with_stand_in_nodes(
             yield directory, node
         finally:
             for pid in stand_ins:
-                os.kill(pid, signal.SIGKILL)
+                with contextlib.suppress(ProcessLookupError):  # it stopped (a failed test)
+                    os.kill(pid, signal.SIGKILL)
             for pid in stand_ins:
                 with contextlib.suppress(ChildProcessError):  # reaped already
                     os.waitpid(pid, 0)
@@ -161,3 +164,21 @@ def test_cluster_up_with_a_token_flag_uses_that_token(
     assert result.exit_code != 0, result.output
     assert "UNAUTHENTICATED" in result.stderr
     assert sent(node) == []
+
+
+def test_cluster_up_stops_waiting_at_once_when_the_nodes_refuse_its_token(
+    up_with_stand_in_nodes: tuple[Path, ThreadedFakeNode], other_clusters_token_file: Path
+) -> None:
+    # A node reads its tokens at start: an UNAUTHENTICATED answer will not change by waiting.
+    directory, _node = up_with_stand_in_nodes
+    began = time.monotonic()
+    result = run(
+        "--token-file", str(other_clusters_token_file),
+        "cluster", "up", "--config", str(directory), "--wait-ms", "60000",
+    )  # fmt: skip
+    assert time.monotonic() - began < 30, result.output
+    assert result.exit_code == 6, result.output
+    first = result.stderr.splitlines()[-1]
+    assert first.startswith("Error: UNAUTHENTICATED: "), result.stderr
+    assert str(other_clusters_token_file) in first  # which token was refused
+    assert "cluster down --config" in first  # the stand-in runs: how to stop it
