@@ -109,6 +109,7 @@ def snapshot_save(
     replay (the damaged file is named)."""
     if file.exists() and not force:  # before any request: a typo must not cost a download
         raise _file_exists(file)
+    _check_directory(file)
     if data_dir is not None and endpoint is not None:
         raise CliError(
             "USAGE",
@@ -149,6 +150,20 @@ def snapshot_save(
             f"note: {after} entries past the commit index {header.get('commit_index')} "
             f"{verb} (--include-uncommitted)",
             err=True,
+        )
+
+
+def _check_directory(file: Path) -> None:
+    """FILE's directory must exist (a save does not create it: a typo in a path would make a
+    tree nobody looks at), before any request: otherwise the error came after the export began,
+    and named FILE.partial, a file the user never mentioned."""
+    directory = file.parent
+    if not directory.is_dir():
+        what = "is not a directory" if directory.exists() else "does not exist"
+        raise CliError(
+            "USAGE",
+            f"FILE {file}: its directory {directory} {what} (create it first); nothing was written",
+            exit_code=EXIT_USAGE,
         )
 
 

@@ -19,7 +19,7 @@ import pytest
 from cli import processes
 from metastore.daemon.config import load_cluster_config
 from metastore.daemon.secrets import read_token_file
-from tests.cli.test_cli import _isolated_cwd, run, sent
+from tests.cli.test_cli import _isolated_cwd, against, run, sent
 from tests.cli.test_cli_second_look import configured
 from tests.client.fake_node import ThreadedFakeNode
 
@@ -182,3 +182,33 @@ def test_cluster_up_stops_waiting_at_once_when_the_nodes_refuse_its_token(
     assert first.startswith("Error: UNAUTHENTICATED: "), result.stderr
     assert str(other_clusters_token_file) in first  # which token was refused
     assert "cluster down --config" in first  # the stand-in runs: how to stop it
+
+
+# ---- 2. snapshot save into a directory that does not exist ------------------------------------
+
+
+def test_snapshot_save_into_a_missing_directory_names_it_before_any_request(
+    tmp_path: Path,
+) -> None:
+    # docs/operations.md saves to /backups/...: on a host without that directory yet.
+    with ThreadedFakeNode() as node:
+        target = tmp_path / "backups" / "catalog.snap"
+        result = against(node, "snapshot", "save", str(target))
+    assert result.exit_code == 2, result.output
+    [line] = [ln for ln in result.stderr.splitlines() if ln.startswith("Error: ")]
+    assert line.startswith("Error: USAGE: "), result.stderr
+    assert f"{target.parent} does not exist" in line
+    assert ".partial" not in line  # the file the user named, not an internal one
+    assert sent(node) == []
+    assert result.stdout == ""
+    assert not (tmp_path / "backups").exists()  # nothing made
+
+
+def test_snapshot_save_from_a_data_dir_into_a_missing_directory_too(tmp_path: Path) -> None:
+    target = tmp_path / "backups" / "survivor.snap"
+    data_dir = tmp_path / "data" / "node-1"
+    data_dir.mkdir(parents=True)
+    result = run("snapshot", "save", str(target), "--data-dir", str(data_dir))
+    assert result.exit_code == 2, result.output
+    assert result.stderr.startswith("Error: USAGE: "), result.stderr
+    assert f"{target.parent} does not exist" in result.stderr.splitlines()[0]
