@@ -20,6 +20,7 @@ committed in between that the copy lacks; docs/operations.md keeps the GC off th
 
 from __future__ import annotations
 
+import copy
 import fcntl
 import os
 import time
@@ -37,7 +38,12 @@ from hlc import HlcError, make_ts, to_iso
 from metastore.client import SyncMetastoreClient, parse_endpoint
 from metastore.daemon import backup, offline_backup
 from metastore.daemon.config import CLUSTER_FILE_NAME, load_cluster_config
-from metastore.errors import InvalidArgumentError, MalformedSnapshotError, MetastoreError
+from metastore.errors import (
+    ErrorCode,
+    InvalidArgumentError,
+    MalformedSnapshotError,
+    MetastoreError,
+)
 
 # Tries of one `snapshot_chunk` request (first included) on a retryable error (a dropped
 # connection, a timeout) before the save gives up. Only the node that began the export holds
@@ -224,17 +230,16 @@ def _download(a: App, out: BinaryIO, *, endpoint: str | None) -> dict[str, objec
     client = a.client()
     header: dict[str, object] | None = None
     used = ""
-    last: MetastoreError | None = None
+    failures: dict[str, MetastoreError] = {}
     for ep in [endpoint] if endpoint else client.endpoints:
         try:
             header = client.call("snapshot_begin", {}, ep)
             used = ep
             break
         except MetastoreError as exc:
-            last = exc
+            failures[ep] = exc
     if header is None:
-        assert last is not None
-        raise last
+        raise _no_node_began(failures)
     export_id = str(header.pop("export_id"))
     header.pop("waited_ms", None)  # how this call went, not part of the file's header
     size = int(str(header["size_bytes"]))
@@ -260,6 +265,35 @@ def _download(a: App, out: BinaryIO, *, endpoint: str | None) -> dict[str, objec
             )
     click.echo("", err=True)
     return {"from": used, **header}
+
+
+def _no_node_began(failures: dict[str, MetastoreError]) -> MetastoreError:
+    """The error of a save no endpoint began: with one endpoint, its own; with several, the
+    answer of a node that answered rather than the last endpoint's (a survivor without a
+    quorum says NOT_READY, which the nodes that are gone, refusing the connection, would
+    hide), in a message that lists what every endpoint said."""
+    errors = list(failures.values())
+    if len(errors) == 1:
+        return errors[0]
+    answered = [e for e in errors if e.code is not ErrorCode.UNAVAILABLE]
+    error = copy.copy(answered[0] if answered else errors[-1])
+    tried = {ep: _endpoint_failure(ep, e) for ep, e in failures.items()}
+    error.message = "snapshot_begin failed on every endpoint: " + "; ".join(
+        f"{ep}: {said}" for ep, said in tried.items()
+    )
+    error.args = (error.message,)
+    error.details = {**error.details, "tried": tried}
+    return error
+
+
+def _endpoint_failure(endpoint: str, error: MetastoreError) -> str:
+    """What `endpoint` said: its answer, or why it could not be asked ("connection refused")."""
+    by_endpoint = error.details.get("endpoints")
+    if error.code is ErrorCode.UNAVAILABLE and isinstance(by_endpoint, dict):
+        said = by_endpoint.get(endpoint)
+        if isinstance(said, str):
+            return said
+    return f"{error.code.value}: {error.message}"
 
 
 def _chunk(

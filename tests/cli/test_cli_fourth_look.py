@@ -19,9 +19,11 @@ import pytest
 from cli import processes
 from metastore.daemon.config import load_cluster_config
 from metastore.daemon.secrets import read_token_file
+from metastore.errors import NotReadyError
 from tests.cli.test_cli import _isolated_cwd, against, run, sent
 from tests.cli.test_cli_second_look import configured
-from tests.client.fake_node import ThreadedFakeNode
+from tests.client.fake_node import TOKEN, ThreadedFakeNode
+from tests.client.test_client import dead_endpoint
 
 __all__ = ["_isolated_cwd", "configured"]  # fixtures used by name
 
@@ -212,3 +214,27 @@ def test_snapshot_save_from_a_data_dir_into_a_missing_directory_too(tmp_path: Pa
     assert result.exit_code == 2, result.output
     assert result.stderr.startswith("Error: USAGE: "), result.stderr
     assert f"{target.parent} does not exist" in result.stderr.splitlines()[0]
+
+
+# ---- 3. snapshot save with the quorum lost: the survivor's NOT_READY, not the last refusal -----
+
+
+def test_snapshot_save_without_a_quorum_reports_the_survivors_answer() -> None:
+    # docs/operations.md: with two of three nodes gone "`snapshot save` answers NOT_READY". The
+    # survivor is asked first; the last endpoint's "connection refused" hid its answer.
+    async def not_ready(op: str, args: dict[str, Any]) -> dict[str, Any]:
+        raise NotReadyError("node is not caught up with the current leader yet")
+
+    dead = [dead_endpoint(), dead_endpoint()]
+    with ThreadedFakeNode(handler=not_ready) as survivor:
+        endpoints = ",".join([survivor.endpoint, *dead])
+        result = run(
+            "--endpoints", endpoints, "--token", TOKEN, "--timeout-ms", "2000",
+            "snapshot", "save", "catalog.snap",
+        )  # fmt: skip
+    assert result.exit_code == 3, result.output
+    line = result.stderr.splitlines()[0]
+    assert line.startswith("Error: NOT_READY: "), result.stderr
+    assert f"{survivor.endpoint}: NOT_READY: node is not caught up" in line
+    assert all(endpoint in line for endpoint in dead)  # and what the others said
+    assert not Path("catalog.snap").exists()
