@@ -19,7 +19,8 @@ import pytest
 from cli import processes
 from metastore.daemon.config import load_cluster_config
 from metastore.daemon.secrets import read_token_file
-from metastore.errors import NotReadyError
+from metastore.ddl import parse_ddl
+from metastore.errors import InvalidDdlError, NotReadyError
 from tests.cli.test_cli import _isolated_cwd, against, run, sent
 from tests.cli.test_cli_second_look import configured
 from tests.client.fake_node import TOKEN, ThreadedFakeNode
@@ -238,3 +239,39 @@ def test_snapshot_save_without_a_quorum_reports_the_survivors_answer() -> None:
     assert f"{survivor.endpoint}: NOT_READY: node is not caught up" in line
     assert all(endpoint in line for endpoint in dead)  # and what the others said
     assert not Path("catalog.snap").exists()
+
+
+# ---- 4. a column type Spark does not have, in CREATE TABLE: named, not "Expecting )" ---------
+
+
+@pytest.mark.parametrize(
+    ("statement", "written"),
+    [
+        ("CREATE TABLE s.t (id FOO)", "FOO"),
+        ("CREATE TABLE s.t (id BIGINTT NOT NULL, amount DECIMAL(10,2))", "BIGINTT"),
+        ("CREATE TABLE IF NOT EXISTS s.t (id INT, name STRNG COMMENT 'x')", "STRNG"),
+        ("CREATE TABLE s.t (id INT, s STRUCT<a INT, b FOO>)", "FOO"),
+        ("CREATE TABLE s.t (a ARRAY<FOO>)", "FOO"),
+        ("CREATE TABLE s.t (m MAP<STRING, FOO>)", "FOO"),
+        ("ALTER TABLE s.t ADD COLUMN c STRUCT<a FOO>", "FOO"),
+        # sqlglot reads these as types Spark has, so the message named those: "unsupported data
+        # type TIMESTAMP" for a DATETIME, "... STRING" for a UUID.
+        ("CREATE TABLE s.t (id DATETIME)", "DATETIME"),
+        ("CREATE TABLE s.t (id UUID NOT NULL)", "UUID"),
+        ("ALTER TABLE s.t ADD COLUMN c DATETIME", "DATETIME"),
+    ],
+)
+def test_an_unknown_column_type_is_named_as_written(statement: str, written: str) -> None:
+    with pytest.raises(InvalidDdlError) as raised:
+        parse_ddl(statement)
+    message = raised.value.message
+    assert "unsupported data type" in message, message
+    assert f"found '{written}'" in message, message
+    assert "expected one of" in message and "BIGINT" in message, message
+    assert "Expecting" not in message, message
+
+
+def test_a_statement_that_does_not_parse_for_another_reason_says_so_as_before() -> None:
+    with pytest.raises(InvalidDdlError) as raised:
+        parse_ddl("CREATE TABLE s.t (id BIGINT")
+    assert raised.value.message.startswith("cannot parse statement: "), raised.value.message
