@@ -247,6 +247,9 @@ def app(ctx: click.Context) -> App:
     return obj
 
 
+_READ_AHEAD_MEANS: Final = "no node can answer for a time its clock has not reached"
+
+
 class TimestampParam(click.ParamType[int]):
     """An HLC timestamp as `hlc.parse_ts` reads it: HLC integer, ISO-8601, `-5m`, `now`.
 
@@ -257,8 +260,12 @@ class TimestampParam(click.ParamType[int]):
 
     name = "TS"
 
-    def __init__(self, *, max_ahead_ms: int | None = None) -> None:
+    def __init__(
+        self, *, max_ahead_ms: int | None = None, ahead_means: str = _READ_AHEAD_MEANS
+    ) -> None:
         self.max_ahead_ms = max_ahead_ms
+        # Why a time that far ahead is refused, for the error.
+        self.ahead_means = ahead_means
 
     def convert(
         self, value: object, param: click.Parameter | None, ctx: click.Context | None
@@ -280,9 +287,8 @@ class TimestampParam(click.ParamType[int]):
             if meant is not None:  # epoch nanoseconds read as an HLC land centuries ahead
                 self.fail(_epoch_hint(value, ts, meant, param), param, ctx)
             self.fail(
-                f"{value!r} is in the future by {span_text(ahead_ms)}: no node can answer for a "
-                f"time its clock has not reached (a cluster tolerates at most "
-                f"{span_text(self.max_ahead_ms)} of clock skew)",
+                f"{value!r} is in the future by {span_text(ahead_ms)}: {self.ahead_means} (a "
+                f"cluster tolerates at most {span_text(self.max_ahead_ms)} of clock skew)",
                 param,
                 ctx,
             )
@@ -339,9 +345,15 @@ def _epoch_hint(
     )
 
 
-TIMESTAMP: Final = TimestampParam()
 # Reads (--as-of, watch --from): at most the largest clock skew a cluster may be set up with.
 READ_TIMESTAMP: Final = TimestampParam(max_ahead_ms=MAX_CLOCK_SKEW_MS)
+# `pts protect --ts`: likewise. A protection of reads at or after a time still to come holds
+# nothing the GC could delete now (a year typed wrong), yet the command said "protected".
+PROTECT_TIMESTAMP: Final = TimestampParam(
+    max_ahead_ms=MAX_CLOCK_SKEW_MS,
+    ahead_means="a protection of reads from a time still to come protects nothing the GC "
+    "may delete now (protect from now or an earlier time)",
+)
 
 
 def span_text(ms: int) -> str:

@@ -16,7 +16,7 @@ import click
 from rich.console import RenderableType
 from rich.text import Text
 
-from cli.context import TABLE_NAME, TIMESTAMP, DurationParam, app, duration_text
+from cli.context import PROTECT_TIMESTAMP, TABLE_NAME, DurationParam, app, duration_text
 from cli.output import emit, kv_table, rows_table, ts_cell
 from metastore.limits import GC_TTL_MS_MAX
 
@@ -65,7 +65,14 @@ def pts() -> None:
 
 
 @pts.command("protect")
-@click.option("--ts", "ts", type=TIMESTAMP, required=True, help="Protect reads at >= TS.")
+@click.option(
+    "--ts",
+    "ts",
+    type=PROTECT_TIMESTAMP,
+    required=True,
+    help="Protect reads at >= TS: HLC integer, ISO-8601, relative (-1h) or now; not later "
+    "than now.",
+)
 @click.option("--table", "tables", type=TABLE_NAME, multiple=True, help="A table (repeatable).")
 @click.option(
     "--namespace", "namespaces", multiple=True, metavar="NS", help="Every table of NS (repeatable)."

@@ -21,12 +21,13 @@ from metastore.daemon.config import load_cluster_config
 from metastore.daemon.secrets import read_token_file
 from metastore.ddl import parse_ddl
 from metastore.errors import InvalidDdlError, NotReadyError
-from tests.cli.test_cli import _isolated_cwd, against, run, sent
+from tests.cli.test_cli import _isolated_cwd, against, fake, run, sent
 from tests.cli.test_cli_second_look import configured
+from tests.cli.test_pts_cli_text import _handler as protect_handler
 from tests.client.fake_node import TOKEN, ThreadedFakeNode
 from tests.client.test_client import dead_endpoint
 
-__all__ = ["_isolated_cwd", "configured"]  # fixtures used by name
+__all__ = ["_isolated_cwd", "configured", "fake"]  # fixtures used by name
 
 
 # ---- 1. --config DIR's admin token beats METASTORE_TOKEN(_FILE) of another cluster ------------
@@ -275,3 +276,27 @@ def test_a_statement_that_does_not_parse_for_another_reason_says_so_as_before() 
     with pytest.raises(InvalidDdlError) as raised:
         parse_ddl("CREATE TABLE s.t (id BIGINT")
     assert raised.value.message.startswith("cannot parse statement: "), raised.value.message
+
+
+# ---- 5. pts protect --ts far in the future: refused, not a protection of nothing --------------
+
+
+@pytest.mark.parametrize("ts", ["2099-01-01T00:00:00Z", "2062-11-27T10:00:00Z"])
+def test_a_protection_from_a_time_still_to_come_is_refused(fake: ThreadedFakeNode, ts: str) -> None:
+    # A year typed wrong (2062 for 2026) protected nothing the GC could delete now, and the
+    # command said "protected".
+    result = against(fake, "pts", "protect", "--ts", ts, "--cluster", "--max-age", "1h")
+    assert result.exit_code == 2, result.output
+    line = result.stderr.splitlines()[0]
+    assert line.startswith("Error: USAGE: Invalid value for '--ts': "), result.stderr
+    assert "in the future by" in line
+    assert "protects nothing" in line
+    assert sent(fake) == []
+
+
+def test_a_protection_from_now_or_the_past_is_sent() -> None:
+    with ThreadedFakeNode(handler=protect_handler) as node:
+        for ts in ("now", "-1h", "2026-01-01T00:00:00Z"):
+            result = against(node, "pts", "protect", "--ts", ts, "--cluster")
+            assert result.exit_code == 0, result.output
+        assert [op for op, _ in sent(node)] == ["pts_protect"] * 3
