@@ -426,6 +426,11 @@ def cluster_up(
     others have (the first `cluster up` was interrupted before it started, or its first start
     failed), nothing is started and the error names the command to run: the same with
     `--bootstrap N`. Ctrl-C leaves the nodes already started running and says how to go on.
+
+    \b
+    Examples:
+      metastore cluster up --config cluster_configs/mycluster
+      metastore cluster up --missing --config cluster_configs/mycluster
     """
     a = app(ctx)
     config = load_cluster_config(config_dir / CLUSTER_FILE_NAME)
@@ -1028,6 +1033,10 @@ def cluster_add_node(
     nodeN.toml) and the cluster's secrets_dir. After add-node, start it once as a first start
     (its data directory is empty): `metastore cluster up --missing --bootstrap N --config DIR`
     on one host, or `metastore node start --config nodeN.toml --bootstrap`.
+
+    \b
+    Example:
+      metastore cluster add-node 4 host4:24104 --client-address host4:24204
     """
     a = app(ctx)
     client_address = _new_member_client_address(a, node_id, client_address)

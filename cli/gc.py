@@ -102,7 +102,13 @@ def pts_protect(
     record_id: str | None,
 ) -> None:
     """Protect every read at >= --ts of the targets from GC until released. Refused (exit 4,
-    BEFORE_GC_THRESHOLD) if --ts is already at or below a target's GC threshold."""
+    BEFORE_GC_THRESHOLD) if --ts is already at or below a target's GC threshold.
+
+    \b
+    Examples:
+      metastore pts protect --cluster --ts now --max-age 12h --id backup-2026-11-27
+      metastore pts protect --ts -1h --table sales.orders --max-age 6h
+    """
     if not (tables or namespaces or cluster):
         raise click.UsageError("name a target: --table, --namespace or --cluster")
     a = app(ctx)

@@ -112,7 +112,13 @@ def snapshot_save(
     --include-uncommitted. The way out of a lost quorum: save from the surviving member, then
     `snapshot restore` into a new cluster (docs/operations.md). Refused while a node runs on
     DIR (its log is locked), for a directory that is no node's, and for a log that does not
-    replay (the damaged file is named)."""
+    replay (the damaged file is named).
+
+    \b
+    Examples:
+      metastore snapshot save /backups/catalog-2026-11-27.snap
+      metastore snapshot save survivor.snap --data-dir cluster_configs/local/data/node-3
+    """
     if file.exists() and not force:  # before any request: a typo must not cost a download
         raise _file_exists(file)
     _check_directory(file)
@@ -391,7 +397,12 @@ def snapshot_restore(ctx: click.Context, file: Path, config_dir: Path) -> None:
 
     The restored tables keep their locations: the new cluster uses the source cluster's table
     files. Run only one of the two on them (restore after losing the source, or stop it for
-    good first): the GC of each deletes files only the other references."""
+    good first): the GC of each deletes files only the other references.
+
+    \b
+    Example:
+      metastore snapshot restore /backups/catalog-2026-11-27.snap --config cluster_configs/restored
+    """
     a = app(ctx)
     cluster = load_cluster_config(config_dir / CLUSTER_FILE_NAME)
     result = backup.restore(file, cluster)

@@ -163,7 +163,13 @@ def table_list(ctx: click.Context, namespace: str | None, as_of: int | None) -> 
 @click.option("--as-of", type=READ_TIMESTAMP, help=AS_OF_HELP)
 @click.pass_context
 def table_describe(ctx: click.Context, name: str, as_of: int | None) -> None:
-    """Show the schema of NS.TABLE in force now (or at --as-of) and its metadata."""
+    """Show the schema of NS.TABLE in force now (or at --as-of) and its metadata.
+
+    \b
+    Examples:
+      metastore table describe sales.orders
+      metastore table describe sales.orders --as-of -5m
+    """
     a = app(ctx)
     with explaining_not_found(a.client(), name, as_of):
         result = a.client().describe(name, as_of=as_of)

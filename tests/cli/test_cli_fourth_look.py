@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shlex
 import signal
 import sys
 import time
@@ -14,9 +15,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import click
 import pytest
 
 from cli import processes
+from cli.main import cli
 from metastore.daemon.config import load_cluster_config
 from metastore.daemon.secrets import read_token_file
 from metastore.ddl import parse_ddl
@@ -300,3 +303,58 @@ def test_a_protection_from_now_or_the_past_is_sent() -> None:
             result = against(node, "pts", "protect", "--ts", ts, "--cluster")
             assert result.exit_code == 0, result.output
         assert [op for op, _ in sent(node)] == ["pts_protect"] * 3
+
+
+# ---- 6. the runbook's commands show an example in --help, and every example parses -------------
+
+# What docs/operations.md and the README have a user run with options worth copying.
+COMMANDS_WITH_EXAMPLES = [
+    ["pts", "protect"],
+    ["snapshot", "save"],
+    ["snapshot", "restore"],
+    ["table", "describe"],
+    ["table", "read"],
+    ["table", "files"],
+    ["watch"],
+    ["cluster", "add-node"],
+    ["cluster", "up"],
+]
+
+
+def _examples(help_text: str) -> list[list[str]]:
+    lines = help_text.splitlines()
+    starts = [i for i, line in enumerate(lines) if line.strip() in ("Example:", "Examples:")]
+    examples: list[list[str]] = []
+    for start in starts:
+        for line in lines[start + 1 :]:
+            if not line.strip().startswith("metastore "):
+                break
+            examples.append(shlex.split(line.strip())[1:])
+    return examples
+
+
+@pytest.mark.parametrize("command", COMMANDS_WITH_EXAMPLES, ids=" ".join)
+def test_the_runbooks_commands_have_an_example(command: list[str]) -> None:
+    examples = _examples(run(*command, "--help").stdout)
+    assert examples, f"no example in `metastore {' '.join(command)} --help`"
+    assert all(example[: len(command)] == command for example in examples), examples
+
+
+def _all_commands(group: click.Group, prefix: list[str]) -> Iterator[list[str]]:
+    for name, command in group.commands.items():
+        if isinstance(command, click.Group):
+            yield from _all_commands(command, [*prefix, name])
+        else:
+            yield [*prefix, name]
+
+
+def test_every_example_in_help_parses() -> None:
+    # An example is copied as is: its options must exist and its values be accepted. Each runs
+    # with --help last, which click answers only once the line before it has parsed.
+    checked = 0
+    for command in [[], *_all_commands(cli, [])]:
+        for example in _examples(run(*command, "--help").stdout):
+            result = run(*example, "--help")
+            assert result.exit_code == 0, (example, result.output)
+            checked += 1
+    assert checked >= 10
