@@ -20,7 +20,7 @@ import pytest
 
 from cli import processes
 from cli.main import cli
-from metastore.daemon.config import load_cluster_config
+from metastore.daemon.config import load_cluster_config, load_node_config
 from metastore.daemon.secrets import read_token_file
 from metastore.ddl import parse_ddl
 from metastore.errors import InvalidDdlError, NotReadyError
@@ -29,6 +29,8 @@ from tests.cli.test_cli_second_look import configured
 from tests.cli.test_pts_cli_text import _handler as protect_handler
 from tests.client.fake_node import TOKEN, ThreadedFakeNode
 from tests.client.test_client import dead_endpoint
+from tests.daemon.harness import write_cluster
+from tests.daemon.test_node_startup import assert_one_line_error, occupied, run_daemon
 
 __all__ = ["_isolated_cwd", "configured", "fake"]  # fixtures used by name
 
@@ -358,3 +360,21 @@ def test_every_example_in_help_parses() -> None:
             assert result.exit_code == 0, (example, result.output)
             checked += 1
     assert checked >= 10
+
+
+# ---- 7. a first start refused for a port in use leaves the data directory as it was ----------
+
+
+@pytest.mark.parametrize("which", ["raft_port", "client_port", "metrics_port"])
+def test_a_first_start_on_a_port_in_use_leaves_no_state_behind(tmp_path: Path, which: str) -> None:
+    # It wrote the node's IDENTITY before it found the port taken: the next `cluster up` then
+    # saw one node with state among nodes without and refused (NOT_BOOTSTRAPPED) until each of
+    # the others was named with --bootstrap.
+    config = write_cluster(tmp_path)
+    settings = load_node_config(config, 1)
+    with occupied(getattr(settings.node, which)):
+        done = run_daemon(config, "--bootstrap")
+    assert_one_line_error(done, "ADDRESS_IN_USE")
+    assert not processes.node_has_state(settings.data_dir), sorted(
+        p.name for p in settings.data_dir.rglob("*")
+    )
