@@ -18,6 +18,7 @@ from rich.text import Text
 
 from cli.context import PROTECT_TIMESTAMP, TABLE_NAME, DurationParam, app, duration_text
 from cli.output import emit, kv_table, rows_table, ts_cell
+from cli.table import explaining_not_found
 from metastore.limits import GC_TTL_MS_MAX
 
 
@@ -223,7 +224,8 @@ def gc_status(ctx: click.Context, table: str | None) -> None:
     compaction itself (a few tables per run), so the files go at its next run; or run
     `metastore table compact NS.TABLE`, then `gc run`."""
     a = app(ctx)
-    result = a.client().gc_status(table)
+    with explaining_not_found(a.client(), table):
+        result = a.client().gc_status(table)
 
     def tables() -> list[RenderableType]:
         rows = [
@@ -303,7 +305,8 @@ def gc_run(ctx: click.Context, table: str | None, dry_run: bool) -> None:
     (a few tables a run), so those files go in the same run. A table whose location is outside
     cluster.toml's `allowed_locations` is left alone (shown as such): its files are kept."""
     a = app(ctx)
-    result = a.client().gc_run(table, dry_run=dry_run)
+    with explaining_not_found(a.client(), table):
+        result = a.client().gc_run(table, dry_run=dry_run)
 
     def tables() -> list[RenderableType]:
         verb = "would delete" if dry_run else "deleted"

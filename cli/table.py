@@ -39,7 +39,7 @@ SUGGESTION_CUTOFF: Final = 0.75
 
 @contextmanager
 def explaining_not_found(
-    client: SyncMetastoreClient, name: str, as_of: int | None = None
+    client: SyncMetastoreClient, name: str | None, as_of: int | None = None
 ) -> Iterator[None]:
     """Make a not-found about NS.TABLE `name` say what is unknown, like git's "did you mean":
 
@@ -55,7 +55,7 @@ def explaining_not_found(
     try:
         yield
     except MetastoreError as exc:
-        if exc.code is not ErrorCode.TABLE_NOT_FOUND:
+        if exc.code is not ErrorCode.TABLE_NOT_FOUND or name is None:  # None: every table
             raise
         if as_of is not None:
             try:

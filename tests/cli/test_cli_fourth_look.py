@@ -26,6 +26,7 @@ from metastore.ddl import parse_ddl
 from metastore.errors import InvalidDdlError, NotReadyError
 from tests.cli.test_cli import _isolated_cwd, against, fake, run, sent
 from tests.cli.test_cli_second_look import configured
+from tests.cli.test_cli_third_look import CATALOG, _catalog
 from tests.cli.test_pts_cli_text import _handler as protect_handler
 from tests.client.fake_node import TOKEN, ThreadedFakeNode
 from tests.client.test_client import dead_endpoint
@@ -378,3 +379,33 @@ def test_a_first_start_on_a_port_in_use_leaves_no_state_behind(tmp_path: Path, w
     assert not processes.node_has_state(settings.data_dir), sorted(
         p.name for p in settings.data_dir.rglob("*")
     )
+
+
+# ---- 8. a typo in NS.TABLE outside `table`: said as `table describe` says it -------------------
+
+OTHER_TABLE_COMMANDS = [
+    ["lease", "list"],
+    ["lease", "blockers"],
+    ["gc", "status"],
+    ["gc", "run", "--dry-run"],
+    ["job", "list"],
+]
+
+
+@pytest.mark.parametrize("command", OTHER_TABLE_COMMANDS, ids=" ".join)
+def test_a_typo_in_the_namespace_is_named_by_every_table_command(command: list[str]) -> None:
+    with _catalog(CATALOG) as node:
+        result = against(node, *command, "slaes.orders")
+    assert result.exit_code == 4, result.output
+    first = result.stderr.splitlines()[0]
+    assert first.startswith("Error: NAMESPACE_NOT_FOUND: namespace slaes does not exist"), first
+    assert "did you mean sales?" in first, first
+
+
+@pytest.mark.parametrize("command", OTHER_TABLE_COMMANDS, ids=" ".join)
+def test_a_typo_in_the_table_is_named_by_every_table_command(command: list[str]) -> None:
+    with _catalog(CATALOG) as node:
+        result = against(node, *command, "sales.ordres")
+    assert result.exit_code == 4, result.output
+    first = result.stderr.splitlines()[0]
+    assert "did you mean sales.orders?" in first, first
