@@ -85,6 +85,11 @@ def explaining_unknown_namespace(client: SyncMetastoreClient, namespace: str) ->
         meant = _closest(namespace, _namespace_names(client))
         if meant is None:
             raise
+        if meant.lower() == namespace.lower():  # asked --as-of a time before it was created
+            raise NamespaceNotFoundError(
+                f"{exc.message}; it exists now, so it was created since (ask for a later --as-of)",
+                details=exc.details,
+            ) from None
         raise NamespaceNotFoundError(
             f"{exc.message}; did you mean {meant}?", details=exc.details
         ) from None

@@ -23,7 +23,7 @@ from cli.main import cli
 from metastore.daemon.config import load_cluster_config, load_node_config
 from metastore.daemon.secrets import read_token_file
 from metastore.ddl import parse_ddl
-from metastore.errors import InvalidDdlError, NotReadyError
+from metastore.errors import InvalidDdlError, NamespaceNotFoundError, NotReadyError
 from tests.cli.test_cli import _isolated_cwd, against, fake, run, sent
 from tests.cli.test_cli_second_look import configured
 from tests.cli.test_cli_third_look import CATALOG, _catalog
@@ -409,3 +409,26 @@ def test_a_typo_in_the_table_is_named_by_every_table_command(command: list[str])
     assert result.exit_code == 4, result.output
     first = result.stderr.splitlines()[0]
     assert "did you mean sales.orders?" in first, first
+
+
+# ---- 9. table list NS --as-of before NS was created: not "did you mean NS?" -------------------
+
+
+def test_table_list_before_the_namespace_existed_does_not_suggest_the_same_name() -> None:
+    async def handler(op: str, args: dict[str, Any]) -> dict[str, Any]:
+        if op == "list_namespaces":
+            return {"namespaces": [{"name": "sales", "comment": None, "properties": {}}]}
+        if op == "list_tables" and args.get("as_of") is not None:
+            raise NamespaceNotFoundError(
+                "namespace sales does not exist at 2026-11-26T22:00:00.000Z",
+                details={"namespace": "sales"},
+            )
+        raise AssertionError(f"unexpected {op} {args}")
+
+    with ThreadedFakeNode(handler=handler) as node:
+        result = against(node, "table", "list", "SALES", "--as-of", "-1d")
+    assert result.exit_code == 4, result.output
+    first = result.stderr.splitlines()[0]
+    assert first.startswith("Error: NAMESPACE_NOT_FOUND: namespace sales does not exist at "), first
+    assert "did you mean" not in first, first
+    assert "exists now" in first and "later --as-of" in first, first
