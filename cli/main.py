@@ -2,7 +2,8 @@
 
 Nouns and verbs (`metastore cluster status`, `metastore table describe sales.orders`), global
 flags that each also come from a `METASTORE_*` environment variable, `-o table|json`, one
-`Error: <CODE>: <message>` line on stderr and an exit code by kind of failure (cli.errors).
+`Error: <CODE>: <message>` line on stderr (with `-o json`, followed by the error as a JSON
+document) and an exit code by kind of failure (cli.errors).
 
 Global flags may come before or after the sub-command (`metastore -o json table list` and
 `metastore table list -o json` are the same), as etcdctl's persistent flags do: every command

@@ -6,6 +6,7 @@ does not stop `cluster up` / `cluster status --config DIR` of the cluster a rest
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shlex
 import signal
@@ -23,7 +24,12 @@ from cli.main import cli
 from metastore.daemon.config import load_cluster_config, load_node_config
 from metastore.daemon.secrets import read_token_file
 from metastore.ddl import parse_ddl
-from metastore.errors import InvalidDdlError, NamespaceNotFoundError, NotReadyError
+from metastore.errors import (
+    InvalidDdlError,
+    NamespaceNotFoundError,
+    NotReadyError,
+    TableNotFoundError,
+)
 from tests.cli.test_cli import _isolated_cwd, against, fake, run, sent
 from tests.cli.test_cli_second_look import configured
 from tests.cli.test_cli_third_look import CATALOG, _catalog
@@ -432,3 +438,56 @@ def test_table_list_before_the_namespace_existed_does_not_suggest_the_same_name(
     assert first.startswith("Error: NAMESPACE_NOT_FOUND: namespace sales does not exist at "), first
     assert "did you mean" not in first, first
     assert "exists now" in first and "later --as-of" in first, first
+
+
+# ---- 10. -o json: an error is parsable too --------------------------------------------------
+
+
+def _json_error(result: Any) -> dict[str, Any]:
+    """The error document of a failed `-o json` command: stderr's first line is still the
+    `Error: CODE: message` line; the next is one JSON document; stdout stays empty."""
+    assert result.stdout == "", result.stdout
+    lines = result.stderr.splitlines()
+    assert lines[0].startswith("Error: "), result.stderr
+    doc = json.loads(lines[1])
+    assert set(doc) == {"error"}, doc
+    error: dict[str, Any] = doc["error"]
+    assert lines[0] == f"Error: {error['code']}: {error['message']}", (lines[0], error)
+    assert error["exit_code"] == result.exit_code
+    return error
+
+
+@pytest.mark.parametrize("where", ["before", "after"])
+def test_a_json_command_that_fails_prints_its_error_as_json(where: str) -> None:
+    async def handler(op: str, args: dict[str, Any]) -> dict[str, Any]:
+        raise TableNotFoundError("table a.b does not exist", details={"table": "a.b"})
+
+    with ThreadedFakeNode(handler=handler) as node:
+        args = ["table", "history", "a.b"]
+        json_flag = ["-o", "json"]
+        result = against(node, *(json_flag + args if where == "before" else args + json_flag))
+    assert result.exit_code == 4
+    error = _json_error(result)
+    assert error["code"] == "TABLE_NOT_FOUND"
+    assert error["details"]["table"] == "a.b"
+    assert "Details:" not in result.stderr  # said once, in the document
+
+
+def test_a_json_usage_error_and_a_cli_error_are_json_too(tmp_path: Path) -> None:
+    with ThreadedFakeNode() as node:
+        usage = against(node, "-o", "json", "table", "read", "a.b", "--limit", "-1")
+        missing_dir = against(node, "-o", "json", "snapshot", "save", str(tmp_path / "x" / "f"))
+    assert usage.exit_code == 2
+    assert _json_error(usage)["code"] == "USAGE"
+    assert missing_dir.exit_code == 2
+    assert _json_error(missing_dir)["code"] == "USAGE"
+
+
+def test_without_json_an_error_stays_text_only() -> None:
+    async def handler(op: str, args: dict[str, Any]) -> dict[str, Any]:
+        raise TableNotFoundError("table a.b does not exist", details={"table": "a.b"})
+
+    with ThreadedFakeNode(handler=handler) as node:
+        result = against(node, "table", "history", "a.b")
+    assert result.exit_code == 4
+    assert "{" not in result.stderr
