@@ -17,7 +17,7 @@ from rich.console import RenderableType
 from rich.text import Text
 
 from cli import processes
-from cli.context import LOCAL_CONFIG_DIR, App, app, config_dir_option
+from cli.context import LOCAL_CONFIG_DIR, App, DurationParam, app, config_dir_option
 from cli.errors import (
     EXIT_AUTH,
     EXIT_GENERIC,
@@ -377,10 +377,18 @@ _config_dir_option = click.option(
 @cluster.command("up")
 @_config_dir_option
 @click.option(
+    "--wait",
+    "wait_duration_ms",
+    type=DurationParam(max_ms=UP_WAIT_MS_MAX),
+    default=None,
+    help="How long to wait for a ready leader and the started nodes (30s, 2m, at most 10m; a "
+    "bare number is seconds; 0: do not wait). Default: 30s.",
+)
+@click.option(
     "--wait-ms",
     type=click.IntRange(0, UP_WAIT_MS_MAX),
-    default=UP_WAIT_MS_DEFAULT,
-    help="How long to wait for a ready leader and the started nodes (0: do not wait).",
+    default=None,
+    help="--wait in milliseconds (as earlier releases took it).",
 )
 @click.option(
     "--missing",
@@ -402,7 +410,8 @@ _config_dir_option = click.option(
 def cluster_up(
     ctx: click.Context,
     config_dir: Path,
-    wait_ms: int,
+    wait_duration_ms: int | None,
+    wait_ms: int | None,
     only_missing: bool,
     bootstrap_ids: tuple[int, ...],
 ) -> None:
@@ -432,6 +441,10 @@ def cluster_up(
       metastore cluster up --config cluster_configs/mycluster
       metastore cluster up --missing --config cluster_configs/mycluster
     """
+    if wait_duration_ms is not None and wait_ms is not None:
+        raise click.UsageError("--wait and --wait-ms both say how long to wait: pass one")
+    if wait_ms is None:
+        wait_ms = UP_WAIT_MS_DEFAULT if wait_duration_ms is None else wait_duration_ms
     a = app(ctx)
     config = load_cluster_config(config_dir / CLUSTER_FILE_NAME)
     # One `cluster up`/`down` of a cluster at a time: two would both find no node running and
@@ -532,7 +545,7 @@ def _cluster_up(
             emit(a.output, doc, lambda: [kv_table({f"node {s.node_id}": s.pid for s in started})])
             return
         # This cluster's admin token unless a flag names another: a METASTORE_TOKEN_FILE
-        # exported for another cluster (the README's restore) would wait out --wait-ms.
+        # exported for another cluster (the README's restore) would wait out its --wait.
         token = a.token_for_cluster(config)
         token_source = (
             "--token"
@@ -760,7 +773,7 @@ def _refuse_a_refused_token(
     results: list[EndpointResult], config: ClusterConfig, token_source: str
 ) -> None:
     """A node reads its tokens when it starts, so one that refuses the token now refuses it
-    for good: say so at once rather than wait out --wait-ms and answer NOT_READY."""
+    for good: say so at once rather than wait out --wait and answer NOT_READY."""
     refused = [
         r.endpoint
         for r in results

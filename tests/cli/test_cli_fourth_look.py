@@ -491,3 +491,36 @@ def test_without_json_an_error_stays_text_only() -> None:
         result = against(node, "table", "history", "a.b")
     assert result.exit_code == 4
     assert "{" not in result.stderr
+
+
+# ---- 11. cluster up --wait DURATION, like every other --wait ---------------------------------
+
+
+def test_cluster_up_takes_wait_as_a_duration_like_the_other_waits(
+    up_with_stand_in_nodes: tuple[Path, ThreadedFakeNode],
+) -> None:
+    # `promote-node --wait 10m`, `sql --wait 5m`, `job cancel --wait 1m`: `cluster up --wait
+    # 60s` was "No such option '--wait'".
+    directory, node = up_with_stand_in_nodes
+    result = run("cluster", "up", "--config", str(directory), "--wait", "20s")
+    assert result.exit_code == 0, result.output
+    assert [op for op, _ in sent(node)][:1] == ["status"]
+    assert "--wait DURATION" in run("cluster", "up", "--help").stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["--wait", "5s", "--wait-ms", "5000"], "pass one"),
+        (["--wait", "11m"], "longer than"),
+        (["--wait", "soon"], "not a duration"),
+    ],
+)
+def test_cluster_up_wait_is_checked(tmp_path: Path, args: list[str], says: str) -> None:
+    directory = tmp_path / "c"
+    assert run("cluster", "init", str(directory), "--nodes", "1").exit_code == 0
+    result = run("cluster", "up", "--config", str(directory), *args)
+    assert result.exit_code == 2, result.output
+    assert result.stderr.startswith("Error: USAGE: "), result.stderr
+    assert says in result.stderr.splitlines()[0]
+    assert not (directory / "data").exists() or not any((directory / "data").rglob("node.pid"))
