@@ -59,6 +59,8 @@ class App:
     token_file_explicit: bool = False
     # A read command's --config DIR: a cluster directory in place of the local default.
     config_dir: Path | None = None
+    # The command takes --config DIR (errors about missing endpoints then name it).
+    config_option_offered: bool = False
     _client: SyncMetastoreClient | None = field(default=None, repr=False)
 
     def client_tls(self, config: ClusterConfig | None = None) -> ClientTls | None:
@@ -104,10 +106,15 @@ class App:
             return list(dict.fromkeys(endpoints))
         if (local := self._local_config()) is not None:
             return local.client_endpoints()
+        config = (
+            " or --config DIR (a `metastore cluster init` directory),"
+            if self.config_option_offered
+            else ""
+        )
         raise CliError(
             "NO_ENDPOINTS",
-            f"no endpoints: pass --endpoints host:port,... (or METASTORE_ENDPOINTS), or run "
-            f"from a directory containing {LOCAL_CLUSTER_FILE}",
+            f"no endpoints: pass --endpoints host:port,... (or METASTORE_ENDPOINTS),{config} or "
+            f"run from a directory containing {LOCAL_CLUSTER_FILE}",
             exit_code=EXIT_USAGE,
         )
 
@@ -218,7 +225,10 @@ class App:
 
 
 def _set_config_dir(ctx: click.Context, _param: click.Parameter, value: Path | None) -> None:
-    if value is not None and not ctx.resilient_parsing:
+    if ctx.resilient_parsing:
+        return
+    app(ctx).config_option_offered = True  # called for every parse, given or not
+    if value is not None:
         app(ctx).config_dir = value
 
 

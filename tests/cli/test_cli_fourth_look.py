@@ -524,3 +524,22 @@ def test_cluster_up_wait_is_checked(tmp_path: Path, args: list[str], says: str) 
     assert result.stderr.startswith("Error: USAGE: "), result.stderr
     assert says in result.stderr.splitlines()[0]
     assert not (directory / "data").exists() or not any((directory / "data").rglob("node.pid"))
+
+
+# ---- 12. no endpoints: a command that takes --config says so ------------------------------------
+
+
+@pytest.mark.parametrize("command", [["cluster", "status"], ["safe-time"], ["cluster", "version"]])
+def test_no_endpoints_names_config_where_the_command_takes_it(command: list[str]) -> None:
+    # Run from outside the repository after `cluster init /tmp/ms`: the way out is --config.
+    result = run(*command)
+    assert result.exit_code == 2, result.output
+    first = result.stderr.splitlines()[0]
+    assert first.startswith("Error: NO_ENDPOINTS: "), first
+    assert "--config DIR" in first, first
+
+
+def test_no_endpoints_does_not_offer_config_where_the_command_lacks_it() -> None:
+    result = run("table", "list")
+    assert result.exit_code == 2, result.output
+    assert "--config" not in result.stderr.splitlines()[0]
