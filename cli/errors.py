@@ -157,13 +157,14 @@ def _echo_json_error(
     click.echo(json.dumps({"error": error}, sort_keys=True, default=str), err=True)
 
 
-def fail_usage(error: click.UsageError) -> NoReturn:
+def fail_usage(error: click.UsageError, *, as_json: bool = False) -> NoReturn:
     """A usage error (a bad flag or argument, as click finds it) in the same form as every other
     error: `Error: USAGE: <what click says>` first, so a script reads one shape of first line
-    (with `-o json`, then its JSON document, as `fail` prints it); then the command's usage and
-    the pointer to its --help, as click prints them."""
+    (with `-o json`, then its JSON document, as `fail` prints it; `as_json`: the caller found
+    -o json in arguments not parsed yet); then the command's usage and the pointer to its
+    --help, as click prints them."""
     click.echo(f"Error: USAGE: {error.format_message()}", err=True)
-    if _json_requested(error.ctx):
+    if as_json or _json_requested(error.ctx):
         _echo_json_error("USAGE", error.format_message(), error.exit_code, None)
     ctx = error.ctx
     if ctx is not None:

@@ -16,6 +16,7 @@ clients other than the CLI could need belongs in the library, not here.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final
@@ -72,6 +73,20 @@ EPILOG = (
 )
 
 
+def _asks_for_json(args: list[str]) -> bool:
+    """Whether the command line (or METASTORE_OUTPUT) asks for -o json, for an error found
+    before the options that say so were parsed; the last one given counts, as for click."""
+    output = os.environ.get("METASTORE_OUTPUT")
+    for i, word in enumerate(args):
+        if word in ("-o", "--output") and i + 1 < len(args):
+            output = args[i + 1]
+        elif word.startswith("--output="):
+            output = word.split("=", 1)[1]
+        elif word.startswith("-o") and len(word) > 2:
+            output = word[2:]
+    return output == "json"
+
+
 class RootGroup(click.Group):
     """Turns every typed error of a sub-command, and every usage error click finds (in the root
     options, or in a sub-command's), into one stderr line and its exit code."""
@@ -83,12 +98,14 @@ class RootGroup(click.Group):
         parent: click.Context | None = None,
         **extra: Any,
     ) -> click.Context:
+        given = list(args)  # click consumes `args` as it parses
         try:
             return super().make_context(info_name, args, parent, **extra)
         except NoArgsIsHelpError:
             raise  # `metastore` alone: the help, as click prints it
         except click.UsageError as exc:
-            fail_usage(exc)
+            # The global options did not parse, so -o json is looked for in the words given.
+            fail_usage(exc, as_json=parent is None and _asks_for_json(given))
 
     def invoke(self, ctx: click.Context) -> Any:
         try:

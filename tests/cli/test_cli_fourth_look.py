@@ -543,3 +543,19 @@ def test_no_endpoints_does_not_offer_config_where_the_command_lacks_it() -> None
     result = run("table", "list")
     assert result.exit_code == 2, result.output
     assert "--config" not in result.stderr.splitlines()[0]
+
+
+@pytest.mark.parametrize(
+    ("args", "env"),
+    [
+        (["-o", "json", "--timeout-ms", "0", "table", "list"], None),
+        (["--output=json", "--timeout-ms", "0", "table", "list"], None),
+        (["--timeout-ms", "0", "table", "list"], {"METASTORE_OUTPUT": "json"}),
+    ],
+)
+def test_a_usage_error_in_the_global_options_is_json_too(
+    args: list[str], env: dict[str, str] | None
+) -> None:
+    result = run(*args, env=env)
+    assert result.exit_code == 2, result.output
+    assert _json_error(result)["code"] == "USAGE"
