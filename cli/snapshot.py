@@ -210,7 +210,14 @@ def _lock_partial(partial: Path, file: Path) -> int:
     """Open and lock FILE.partial (owner only: the whole catalog, which the cluster serves to
     admins alone): one save per FILE at a time. A second one is refused instead of
     truncating the first's download; a killed save's lock went with its process."""
-    fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    except OSError as exc:  # no write permission, a read-only mount: say it of FILE
+        raise CliError(
+            "IO_ERROR",
+            f"cannot write {file} (a file is made beside it first, in {file.parent}): "
+            f"{exc.strerror or exc}; nothing was written",
+        ) from None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         # The name may have moved on meanwhile (the previous save put it in place, or

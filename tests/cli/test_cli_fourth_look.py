@@ -559,3 +559,15 @@ def test_a_usage_error_in_the_global_options_is_json_too(
     result = run(*args, env=env)
     assert result.exit_code == 2, result.output
     assert _json_error(result)["code"] == "USAGE"
+
+
+def test_snapshot_save_where_no_file_can_be_made_names_the_file_given() -> None:
+    # /proc exists but takes no new files (as a read-only mount or a directory without write
+    # permission): the error named FILE.partial, a file the user never mentioned.
+    with ThreadedFakeNode() as node:
+        result = against(node, "snapshot", "save", "/proc/catalog.snap")
+        assert sent(node) == []
+    assert result.exit_code == 1, result.output
+    line = result.stderr.splitlines()[0]
+    assert line.startswith("Error: IO_ERROR: cannot write /proc/catalog.snap"), line
+    assert ".partial" not in line
