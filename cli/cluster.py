@@ -17,8 +17,9 @@ from rich.console import RenderableType
 from rich.text import Text
 
 from cli import processes
-from cli.context import LOCAL_CONFIG_DIR, App, app, config_dir_option
+from cli.context import LOCAL_CONFIG_DIR, App, DurationParam, app, config_dir_option
 from cli.errors import (
+    EXIT_AUTH,
     EXIT_GENERIC,
     EXIT_NOT_FOUND,
     EXIT_REFUSED,
@@ -54,7 +55,7 @@ from metastore.daemon.config import (
     render_cluster_toml,
     render_node_toml,
 )
-from metastore.daemon.secrets import Role, ensure_secrets, read_token_file
+from metastore.daemon.secrets import Role, ensure_secrets, read_token_file, token_file_name
 from metastore.errors import ErrorCode, InvalidArgumentError, MetastoreError
 
 # `cluster up`: how long to wait for a ready leader and the started nodes, and how often to look.
@@ -376,10 +377,18 @@ _config_dir_option = click.option(
 @cluster.command("up")
 @_config_dir_option
 @click.option(
+    "--wait",
+    "wait_duration_ms",
+    type=DurationParam(max_ms=UP_WAIT_MS_MAX),
+    default=None,
+    help="How long to wait for a ready leader and the started nodes (30s, 2m, at most 10m; a "
+    "bare number is seconds; 0: do not wait). Default: 30s.",
+)
+@click.option(
     "--wait-ms",
     type=click.IntRange(0, UP_WAIT_MS_MAX),
-    default=UP_WAIT_MS_DEFAULT,
-    help="How long to wait for a ready leader and the started nodes (0: do not wait).",
+    default=None,
+    help="--wait in milliseconds (as earlier releases took it).",
 )
 @click.option(
     "--missing",
@@ -401,7 +410,8 @@ _config_dir_option = click.option(
 def cluster_up(
     ctx: click.Context,
     config_dir: Path,
-    wait_ms: int,
+    wait_duration_ms: int | None,
+    wait_ms: int | None,
     only_missing: bool,
     bootstrap_ids: tuple[int, ...],
 ) -> None:
@@ -410,6 +420,8 @@ def cluster_up(
 
     Each node runs `python -m cli.main node start --config DIR/nodeN.toml` in its own
     session, logs to DATA_DIR/node-N/node.log and records its PID in DATA_DIR/node-N/node.pid.
+    It asks the nodes with DIR's admin token, unless the --token or --token-file flag gives
+    one (METASTORE_TOKEN and METASTORE_TOKEN_FILE may be another cluster's).
     Refuses to start anything if a node is already running, unless --missing: then only the
     nodes that are not running are started (nothing, if all are). Stop them with `cluster down`.
     A node started by hand (`metastore node start`: no pid file, but it holds its log) counts as
@@ -423,7 +435,16 @@ def cluster_up(
     others have (the first `cluster up` was interrupted before it started, or its first start
     failed), nothing is started and the error names the command to run: the same with
     `--bootstrap N`. Ctrl-C leaves the nodes already started running and says how to go on.
+
+    \b
+    Examples:
+      metastore cluster up --config cluster_configs/mycluster
+      metastore cluster up --missing --config cluster_configs/mycluster
     """
+    if wait_duration_ms is not None and wait_ms is not None:
+        raise click.UsageError("--wait and --wait-ms both say how long to wait: pass one")
+    if wait_ms is None:
+        wait_ms = UP_WAIT_MS_DEFAULT if wait_duration_ms is None else wait_duration_ms
     a = app(ctx)
     config = load_cluster_config(config_dir / CLUSTER_FILE_NAME)
     # One `cluster up`/`down` of a cluster at a time: two would both find no node running and
@@ -523,7 +544,16 @@ def _cluster_up(
             doc = {"started": {str(s.node_id): s.pid for s in started}}
             emit(a.output, doc, lambda: [kv_table({f"node {s.node_id}": s.pid for s in started})])
             return
-        token = a.resolve_token() if (a.token or a.token_file) else None
+        # This cluster's admin token unless a flag names another: a METASTORE_TOKEN_FILE
+        # exported for another cluster (the README's restore) would wait out its --wait.
+        token = a.token_for_cluster(config)
+        token_source = (
+            "--token"
+            if a.token_explicit
+            else str(a.token_file)
+            if a.token_file_explicit
+            else str(secrets.token_file(Role.ADMIN))
+        )
         if token is None:
             token = read_token_file(secrets.token_file(Role.ADMIN))
         with SyncMetastoreClient(
@@ -533,7 +563,7 @@ def _cluster_up(
             client_name="metastore-up",
             tls=a.client_tls(config),
         ) as client:
-            results = _wait_for_leader(client, started, config, wait_ms)
+            results = _wait_for_leader(client, started, config, wait_ms, token_source)
     except KeyboardInterrupt:
         end_progress()
         raise _interrupted(config_dir, started, to_start, bootstrap) from None
@@ -691,12 +721,14 @@ def _wait_for_leader(
     started: list[processes.StartedNode],
     config: ClusterConfig,
     wait_ms: int,
+    token_source: str,
 ) -> list[EndpointResult]:
     begin = time.monotonic()
     deadline = begin + wait_ms / 1000
     shown = ""
     while True:
         results = client.status_all()
+        _refuse_a_refused_token(results, config, token_source)
         # Ready and initialized: a new cluster's first leader proposes InitCluster a moment
         # after it is elected, and a DDL applied before it is refused (CLUSTER_NOT_INITIALIZED),
         # so `cluster up && metastore sql ...` must not return before it.
@@ -735,6 +767,30 @@ def _wait_for_leader(
         progress(f"waiting for a ready leader ({elapsed_s:.1f} s): {short}", changed=short != shown)
         shown = short
         time.sleep(UP_POLL_INTERVAL_MS / 1000)
+
+
+def _refuse_a_refused_token(
+    results: list[EndpointResult], config: ClusterConfig, token_source: str
+) -> None:
+    """A node reads its tokens when it starts, so one that refuses the token now refuses it
+    for good: say so at once rather than wait out --wait and answer NOT_READY."""
+    refused = [
+        r.endpoint
+        for r in results
+        if r.error is not None and r.error.code is ErrorCode.UNAUTHENTICATED
+    ]
+    if not refused:
+        return
+    end_progress()
+    raise CliError(
+        ErrorCode.UNAUTHENTICATED.value,
+        f"{', '.join(refused)} refused the token of {token_source}: it is not one of cluster "
+        f"{config.cluster_id!r}'s (its admin token: "
+        f"{config.secrets_dir / token_file_name(Role.ADMIN)}). The nodes keep running; "
+        f"`metastore cluster status --config {config.path.parent}` asks them with that token, "
+        f"`metastore cluster down --config {config.path.parent}` stops them",
+        exit_code=EXIT_AUTH,
+    )
 
 
 def _short_status(results: list[EndpointResult]) -> str:
@@ -990,6 +1046,10 @@ def cluster_add_node(
     nodeN.toml) and the cluster's secrets_dir. After add-node, start it once as a first start
     (its data directory is empty): `metastore cluster up --missing --bootstrap N --config DIR`
     on one host, or `metastore node start --config nodeN.toml --bootstrap`.
+
+    \b
+    Example:
+      metastore cluster add-node 4 host4:24104 --client-address host4:24204
     """
     a = app(ctx)
     client_address = _new_member_client_address(a, node_id, client_address)

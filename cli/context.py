@@ -53,8 +53,14 @@ class App:
     tls_server_name: str | None = None
     # --endpoints given as a flag (not METASTORE_ENDPOINTS): it and --config cannot both say.
     endpoints_explicit: bool = False
+    # --token / --token-file given as flags (not METASTORE_TOKEN / METASTORE_TOKEN_FILE): only
+    # those beat the admin token of a cluster named by its config directory.
+    token_explicit: bool = False
+    token_file_explicit: bool = False
     # A read command's --config DIR: a cluster directory in place of the local default.
     config_dir: Path | None = None
+    # The command takes --config DIR (errors about missing endpoints then name it).
+    config_option_offered: bool = False
     _client: SyncMetastoreClient | None = field(default=None, repr=False)
 
     def client_tls(self, config: ClusterConfig | None = None) -> ClientTls | None:
@@ -100,10 +106,15 @@ class App:
             return list(dict.fromkeys(endpoints))
         if (local := self._local_config()) is not None:
             return local.client_endpoints()
+        config = (
+            " or --config DIR (a `metastore cluster init` directory),"
+            if self.config_option_offered
+            else ""
+        )
         raise CliError(
             "NO_ENDPOINTS",
-            f"no endpoints: pass --endpoints host:port,... (or METASTORE_ENDPOINTS), or run "
-            f"from a directory containing {LOCAL_CLUSTER_FILE}",
+            f"no endpoints: pass --endpoints host:port,... (or METASTORE_ENDPOINTS),{config} or "
+            f"run from a directory containing {LOCAL_CLUSTER_FILE}",
             exit_code=EXIT_USAGE,
         )
 
@@ -138,13 +149,39 @@ class App:
             return config.secrets_dir / token_file_name(Role.ADMIN)
         return LOCAL_ADMIN_TOKEN_FILE
 
+    def _token_options(self, cluster_token_file: Path | None) -> tuple[str | None, Path | None]:
+        """--token and --token-file as they apply to a command about one cluster whose admin
+        token is `cluster_token_file` (its config directory's secrets; None: no such cluster).
+        When that file exists, only the flags given on this command line beat it: like
+        METASTORE_ENDPOINTS, METASTORE_TOKEN(_FILE) were exported for some cluster, often
+        another one (the README's restore seeds a second cluster from the same shell)."""
+        if cluster_token_file is not None and cluster_token_file.exists():
+            return (
+                self.token if self.token_explicit else None,
+                self.token_file if self.token_file_explicit else None,
+            )
+        return self.token, self.token_file
+
+    def _command_cluster_token_file(self) -> Path | None:
+        return self._default_token_file() if self.config_dir is not None else None
+
     def resolve_token(self) -> str | None:
-        """--token, else the token file (--token-file, else the local admin token if present)."""
-        if self.token:
-            return self.token
-        if self.token_file is not None:
+        """--token, else the token file (--token-file, else the local admin token if present).
+        With --config DIR: DIR's admin token unless a flag gives one (`_token_options`)."""
+        return self._resolve_token(self._command_cluster_token_file())
+
+    def token_for_cluster(self, config: ClusterConfig) -> str | None:
+        """The token for a command that manages the cluster of `config` (`cluster up`): a
+        --token or --token-file flag, else its admin token, else the environment's."""
+        return self._resolve_token(config.secrets_dir / token_file_name(Role.ADMIN))
+
+    def _resolve_token(self, cluster_token_file: Path | None) -> str | None:
+        token, token_file = self._token_options(cluster_token_file)
+        if token:
+            return token
+        if token_file is not None:
             try:
-                return read_token_file(self.token_file)
+                return read_token_file(token_file)
             except SecretsError as exc:
                 # Say which setting named the file: often an export from another session.
                 raise CliError(
@@ -152,16 +189,18 @@ class App:
                     f"{exc} (the token file named by --token-file / METASTORE_TOKEN_FILE)",
                     exit_code=EXIT_USAGE,
                 ) from None
-        if (default := self._default_token_file()).exists():
+        default = cluster_token_file or self._default_token_file()
+        if default.exists():
             return read_token_file(default)
         return None
 
     def token_source(self) -> str | None:
         """Where the token `resolve_token` returns comes from, for messages (None: no token)."""
-        if self.token:
+        token, token_file = self._token_options(self._command_cluster_token_file())
+        if token:
             return "--token / METASTORE_TOKEN"
-        if self.token_file is not None:
-            return str(self.token_file)
+        if token_file is not None:
+            return str(token_file)
         if (default := self._default_token_file()).exists():
             return f"{default} (the default)" if self.config_dir is None else str(default)
         return None
@@ -186,7 +225,10 @@ class App:
 
 
 def _set_config_dir(ctx: click.Context, _param: click.Parameter, value: Path | None) -> None:
-    if value is not None and not ctx.resilient_parsing:
+    if ctx.resilient_parsing:
+        return
+    app(ctx).config_option_offered = True  # called for every parse, given or not
+    if value is not None:
         app(ctx).config_dir = value
 
 
@@ -202,8 +244,9 @@ config_dir_option = click.option(
     callback=_set_config_dir,
     help="Talk to the cluster configured in DIR (`metastore cluster init DIR`): its client "
     "endpoints and TLS settings from DIR/cluster.toml (beats METASTORE_ENDPOINTS; not with "
-    "--endpoints), and its admin token from DIR's secrets unless --token or --token-file "
-    f"gives one. Default: {LOCAL_CONFIG_DIR} if it exists here.",
+    "--endpoints), and its admin token from DIR's secrets unless the --token or --token-file "
+    "flag gives one (it beats METASTORE_TOKEN and METASTORE_TOKEN_FILE, which may be "
+    f"another cluster's). Default: {LOCAL_CONFIG_DIR} if it exists here.",
 )
 
 
@@ -212,6 +255,9 @@ def app(ctx: click.Context) -> App:
     if obj is None:  # only when a sub-command is invoked without the root group
         raise CliError("INTERNAL", "the metastore command group was not set up")
     return obj
+
+
+_READ_AHEAD_MEANS: Final = "no node can answer for a time its clock has not reached"
 
 
 class TimestampParam(click.ParamType[int]):
@@ -224,8 +270,12 @@ class TimestampParam(click.ParamType[int]):
 
     name = "TS"
 
-    def __init__(self, *, max_ahead_ms: int | None = None) -> None:
+    def __init__(
+        self, *, max_ahead_ms: int | None = None, ahead_means: str = _READ_AHEAD_MEANS
+    ) -> None:
         self.max_ahead_ms = max_ahead_ms
+        # Why a time that far ahead is refused, for the error.
+        self.ahead_means = ahead_means
 
     def convert(
         self, value: object, param: click.Parameter | None, ctx: click.Context | None
@@ -247,9 +297,8 @@ class TimestampParam(click.ParamType[int]):
             if meant is not None:  # epoch nanoseconds read as an HLC land centuries ahead
                 self.fail(_epoch_hint(value, ts, meant, param), param, ctx)
             self.fail(
-                f"{value!r} is in the future by {span_text(ahead_ms)}: no node can answer for a "
-                f"time its clock has not reached (a cluster tolerates at most "
-                f"{span_text(self.max_ahead_ms)} of clock skew)",
+                f"{value!r} is in the future by {span_text(ahead_ms)}: {self.ahead_means} (a "
+                f"cluster tolerates at most {span_text(self.max_ahead_ms)} of clock skew)",
                 param,
                 ctx,
             )
@@ -306,9 +355,15 @@ def _epoch_hint(
     )
 
 
-TIMESTAMP: Final = TimestampParam()
 # Reads (--as-of, watch --from): at most the largest clock skew a cluster may be set up with.
 READ_TIMESTAMP: Final = TimestampParam(max_ahead_ms=MAX_CLOCK_SKEW_MS)
+# `pts protect --ts`: likewise. A protection of reads at or after a time still to come holds
+# nothing the GC could delete now (a year typed wrong), yet the command said "protected".
+PROTECT_TIMESTAMP: Final = TimestampParam(
+    max_ahead_ms=MAX_CLOCK_SKEW_MS,
+    ahead_means="a protection of reads from a time still to come protects nothing the GC "
+    "may delete now (protect from now or an earlier time)",
+)
 
 
 def span_text(ms: int) -> str:

@@ -126,19 +126,46 @@ def exit_code_for(error: MetastoreError) -> int:
 
 
 def fail(code: str, message: str, exit_code: int, details: Mapping[str, object] | None) -> NoReturn:
-    """Print the error line (and the details, if any) on stderr and exit with `exit_code`."""
+    """Print the error line (and the details, if any) on stderr and exit with `exit_code`.
+    With `-o json` the line after it is one JSON document, `{"error": {"code", "message",
+    "exit_code", "details"}}`, in place of the `Details:` line: a script reads the error as it
+    reads a result. Stdout stays empty (nothing there to take for a result)."""
     click.echo(f"Error: {code}: {message}", err=True)
-    shown = {k: v for k, v in (details or {}).items() if not _already_said(message, v)}
-    if shown:
-        click.echo(f"Details: {json.dumps(shown, sort_keys=True, default=str)}", err=True)
+    if _json_requested(click.get_current_context(silent=True)):
+        _echo_json_error(code, message, exit_code, details)
+    else:
+        shown = {k: v for k, v in (details or {}).items() if not _already_said(message, v)}
+        if shown:
+            click.echo(f"Details: {json.dumps(shown, sort_keys=True, default=str)}", err=True)
     raise click.exceptions.Exit(exit_code)
 
 
-def fail_usage(error: click.UsageError) -> NoReturn:
+def _json_requested(ctx: click.Context | None) -> bool:
+    """Whether the command runs with `-o json` (the global options' object, which every
+    context of the command shares, says; before the root options are parsed there is none)."""
+    while ctx is not None:
+        if getattr(ctx.obj, "output", None) == "json":
+            return True
+        ctx = ctx.parent
+    return False
+
+
+def _echo_json_error(
+    code: str, message: str, exit_code: int, details: Mapping[str, object] | None
+) -> None:
+    error = {"code": code, "message": message, "exit_code": exit_code, "details": details or {}}
+    click.echo(json.dumps({"error": error}, sort_keys=True, default=str), err=True)
+
+
+def fail_usage(error: click.UsageError, *, as_json: bool = False) -> NoReturn:
     """A usage error (a bad flag or argument, as click finds it) in the same form as every other
-    error: `Error: USAGE: <what click says>` first, so a script reads one shape of first line;
-    then the command's usage and the pointer to its --help, as click prints them."""
+    error: `Error: USAGE: <what click says>` first, so a script reads one shape of first line
+    (with `-o json`, then its JSON document, as `fail` prints it; `as_json`: the caller found
+    -o json in arguments not parsed yet); then the command's usage and the pointer to its
+    --help, as click prints them."""
     click.echo(f"Error: USAGE: {error.format_message()}", err=True)
+    if as_json or _json_requested(error.ctx):
+        _echo_json_error("USAGE", error.format_message(), error.exit_code, None)
     ctx = error.ctx
     if ctx is not None:
         click.echo(ctx.get_usage(), err=True)

@@ -16,8 +16,9 @@ import click
 from rich.console import RenderableType
 from rich.text import Text
 
-from cli.context import TABLE_NAME, TIMESTAMP, DurationParam, app, duration_text
+from cli.context import PROTECT_TIMESTAMP, TABLE_NAME, DurationParam, app, duration_text
 from cli.output import emit, kv_table, rows_table, ts_cell
+from cli.table import explaining_not_found
 from metastore.limits import GC_TTL_MS_MAX
 
 
@@ -65,7 +66,14 @@ def pts() -> None:
 
 
 @pts.command("protect")
-@click.option("--ts", "ts", type=TIMESTAMP, required=True, help="Protect reads at >= TS.")
+@click.option(
+    "--ts",
+    "ts",
+    type=PROTECT_TIMESTAMP,
+    required=True,
+    help="Protect reads at >= TS: HLC integer, ISO-8601, relative (-1h) or now; not later "
+    "than now.",
+)
 @click.option("--table", "tables", type=TABLE_NAME, multiple=True, help="A table (repeatable).")
 @click.option(
     "--namespace", "namespaces", multiple=True, metavar="NS", help="Every table of NS (repeatable)."
@@ -95,7 +103,13 @@ def pts_protect(
     record_id: str | None,
 ) -> None:
     """Protect every read at >= --ts of the targets from GC until released. Refused (exit 4,
-    BEFORE_GC_THRESHOLD) if --ts is already at or below a target's GC threshold."""
+    BEFORE_GC_THRESHOLD) if --ts is already at or below a target's GC threshold.
+
+    \b
+    Examples:
+      metastore pts protect --cluster --ts now --max-age 12h --id backup-2026-11-27
+      metastore pts protect --ts -1h --table sales.orders --max-age 6h
+    """
     if not (tables or namespaces or cluster):
         raise click.UsageError("name a target: --table, --namespace or --cluster")
     a = app(ctx)
@@ -210,7 +224,8 @@ def gc_status(ctx: click.Context, table: str | None) -> None:
     compaction itself (a few tables per run), so the files go at its next run; or run
     `metastore table compact NS.TABLE`, then `gc run`."""
     a = app(ctx)
-    result = a.client().gc_status(table)
+    with explaining_not_found(a.client(), table):
+        result = a.client().gc_status(table)
 
     def tables() -> list[RenderableType]:
         rows = [
@@ -290,7 +305,8 @@ def gc_run(ctx: click.Context, table: str | None, dry_run: bool) -> None:
     (a few tables a run), so those files go in the same run. A table whose location is outside
     cluster.toml's `allowed_locations` is left alone (shown as such): its files are kept."""
     a = app(ctx)
-    result = a.client().gc_run(table, dry_run=dry_run)
+    with explaining_not_found(a.client(), table):
+        result = a.client().gc_run(table, dry_run=dry_run)
 
     def tables() -> list[RenderableType]:
         verb = "would delete" if dry_run else "deleted"

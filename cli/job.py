@@ -41,6 +41,7 @@ from cli.output import (
     status_line,
     ts_cell,
 )
+from cli.table import explaining_not_found
 from cli.waiting import (
     WAIT_DEFAULT,
     WAIT_DURATION,
@@ -390,7 +391,8 @@ def job_list(ctx: click.Context, table: str | None, show_all: bool) -> None:
     cancelled, aborted)."""
     a = app(ctx)
     client = a.client()
-    result = client.job_list(table, all=show_all)
+    with explaining_not_found(client, table):
+        result = client.job_list(table, all=show_all)
     emit(a.output, result, lambda: _job_list_tables(result, client.clock.now()))
 
 

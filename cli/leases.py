@@ -17,6 +17,7 @@ from rich.text import Text
 
 from cli.context import TABLE_NAME, app
 from cli.output import emit, rows_table, ts_cell
+from cli.table import explaining_not_found
 from metastore.errors import SessionNotFoundError
 from metastore.limits import MAX_LEASES_PER_COMMAND
 
@@ -179,7 +180,8 @@ def lease_list(ctx: click.Context, table: str | None) -> None:
     """Leases held now, on every table or on NS.TABLE: which session holds which schema
     version, since when, and until when its session lives without a heartbeat."""
     a = app(ctx)
-    result = a.client().lease_list(table)
+    with explaining_not_found(a.client(), table):
+        result = a.client().lease_list(table)
     now = result.get("safe_time")
 
     def tables() -> list[RenderableType]:
@@ -201,7 +203,8 @@ def lease_blockers(ctx: click.Context, table: str) -> None:
     """Who would block publishing NS.TABLE's next schema version right now: sessions holding a
     lease on a version older than the current one (the two-version invariant)."""
     a = app(ctx)
-    result = a.client().lease_blockers(table)
+    with explaining_not_found(a.client(), table):
+        result = a.client().lease_blockers(table)
     now = result.get("safe_time")
 
     def tables() -> list[RenderableType]:

@@ -2,7 +2,8 @@
 
 Nouns and verbs (`metastore cluster status`, `metastore table describe sales.orders`), global
 flags that each also come from a `METASTORE_*` environment variable, `-o table|json`, one
-`Error: <CODE>: <message>` line on stderr and an exit code by kind of failure (cli.errors).
+`Error: <CODE>: <message>` line on stderr (with `-o json`, followed by the error as a JSON
+document) and an exit code by kind of failure (cli.errors).
 
 Global flags may come before or after the sub-command (`metastore -o json table list` and
 `metastore table list -o json` are the same), as etcdctl's persistent flags do: every command
@@ -15,6 +16,7 @@ clients other than the CLI could need belongs in the library, not here.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final
@@ -71,6 +73,20 @@ EPILOG = (
 )
 
 
+def _asks_for_json(args: list[str]) -> bool:
+    """Whether the command line (or METASTORE_OUTPUT) asks for -o json, for an error found
+    before the options that say so were parsed; the last one given counts, as for click."""
+    output = os.environ.get("METASTORE_OUTPUT")
+    for i, word in enumerate(args):
+        if word in ("-o", "--output") and i + 1 < len(args):
+            output = args[i + 1]
+        elif word.startswith("--output="):
+            output = word.split("=", 1)[1]
+        elif word.startswith("-o") and len(word) > 2:
+            output = word[2:]
+    return output == "json"
+
+
 class RootGroup(click.Group):
     """Turns every typed error of a sub-command, and every usage error click finds (in the root
     options, or in a sub-command's), into one stderr line and its exit code."""
@@ -82,12 +98,14 @@ class RootGroup(click.Group):
         parent: click.Context | None = None,
         **extra: Any,
     ) -> click.Context:
+        given = list(args)  # click consumes `args` as it parses
         try:
             return super().make_context(info_name, args, parent, **extra)
         except NoArgsIsHelpError:
             raise  # `metastore` alone: the help, as click prints it
         except click.UsageError as exc:
-            fail_usage(exc)
+            # The global options did not parse, so -o json is looked for in the words given.
+            fail_usage(exc, as_json=parent is None and _asks_for_json(given))
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -287,7 +305,11 @@ def cli(
             ctx.get_parameter_source("endpoints") is click.core.ParameterSource.COMMANDLINE
         ),
         token=token,
+        token_explicit=ctx.get_parameter_source("token") is click.core.ParameterSource.COMMANDLINE,
         token_file=token_file,
+        token_file_explicit=(
+            ctx.get_parameter_source("token_file") is click.core.ParameterSource.COMMANDLINE
+        ),
         output=output,
         timeout_ms=timeout_ms,
         tls=tls,
@@ -312,13 +334,22 @@ GLOBAL_OPTION_FIELDS: Final = {
 }
 
 
+# App fields that record a global option was given as a flag (here, after the sub-command), not
+# by its environment variable: the flag beats what a --config DIR supplies, the variable not.
+EXPLICIT_FLAG_FIELDS: Final = {
+    "endpoints_option": "endpoints_explicit",
+    "token": "token_explicit",
+    "token_file": "token_file_explicit",
+}
+
+
 def _set_global(field_name: str) -> Callable[[click.Context, click.Parameter, Any], None]:
     def callback(ctx: click.Context, _param: click.Parameter, value: Any) -> None:
         if value is None or ctx.resilient_parsing:
             return  # not given here: the root's value (flag, environment or default) stands
         setattr(app(ctx), field_name, value)
-        if field_name == "endpoints_option":
-            app(ctx).endpoints_explicit = True
+        if field_name in EXPLICIT_FLAG_FIELDS:
+            setattr(app(ctx), EXPLICIT_FLAG_FIELDS[field_name], True)
 
     return callback
 

@@ -20,6 +20,7 @@ committed in between that the copy lacks; docs/operations.md keeps the GC off th
 
 from __future__ import annotations
 
+import copy
 import fcntl
 import os
 import time
@@ -37,7 +38,12 @@ from hlc import HlcError, make_ts, to_iso
 from metastore.client import SyncMetastoreClient, parse_endpoint
 from metastore.daemon import backup, offline_backup
 from metastore.daemon.config import CLUSTER_FILE_NAME, load_cluster_config
-from metastore.errors import InvalidArgumentError, MalformedSnapshotError, MetastoreError
+from metastore.errors import (
+    ErrorCode,
+    InvalidArgumentError,
+    MalformedSnapshotError,
+    MetastoreError,
+)
 
 # Tries of one `snapshot_chunk` request (first included) on a retryable error (a dropped
 # connection, a timeout) before the save gives up. Only the node that began the export holds
@@ -106,9 +112,16 @@ def snapshot_save(
     --include-uncommitted. The way out of a lost quorum: save from the surviving member, then
     `snapshot restore` into a new cluster (docs/operations.md). Refused while a node runs on
     DIR (its log is locked), for a directory that is no node's, and for a log that does not
-    replay (the damaged file is named)."""
+    replay (the damaged file is named).
+
+    \b
+    Examples:
+      metastore snapshot save /backups/catalog-2026-11-27.snap
+      metastore snapshot save survivor.snap --data-dir cluster_configs/local/data/node-3
+    """
     if file.exists() and not force:  # before any request: a typo must not cost a download
         raise _file_exists(file)
+    _check_directory(file)
     if data_dir is not None and endpoint is not None:
         raise CliError(
             "USAGE",
@@ -152,6 +165,20 @@ def snapshot_save(
         )
 
 
+def _check_directory(file: Path) -> None:
+    """FILE's directory must exist (a save does not create it: a typo in a path would make a
+    tree nobody looks at), before any request: otherwise the error came after the export began,
+    and named FILE.partial, a file the user never mentioned."""
+    directory = file.parent
+    if not directory.is_dir():
+        what = "is not a directory" if directory.exists() else "does not exist"
+        raise CliError(
+            "USAGE",
+            f"FILE {file}: its directory {directory} {what} (create it first); nothing was written",
+            exit_code=EXIT_USAGE,
+        )
+
+
 def _write_verified(
     file: Path, force: bool, write_state: Callable[[BinaryIO], dict[str, object]]
 ) -> dict[str, object]:
@@ -183,7 +210,14 @@ def _lock_partial(partial: Path, file: Path) -> int:
     """Open and lock FILE.partial (owner only: the whole catalog, which the cluster serves to
     admins alone): one save per FILE at a time. A second one is refused instead of
     truncating the first's download; a killed save's lock went with its process."""
-    fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    except OSError as exc:  # no write permission, a read-only mount: say it of FILE
+        raise CliError(
+            "IO_ERROR",
+            f"cannot write {file} (a file is made beside it first, in {file.parent}): "
+            f"{exc.strerror or exc}; nothing was written",
+        ) from None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         # The name may have moved on meanwhile (the previous save put it in place, or
@@ -209,17 +243,16 @@ def _download(a: App, out: BinaryIO, *, endpoint: str | None) -> dict[str, objec
     client = a.client()
     header: dict[str, object] | None = None
     used = ""
-    last: MetastoreError | None = None
+    failures: dict[str, MetastoreError] = {}
     for ep in [endpoint] if endpoint else client.endpoints:
         try:
             header = client.call("snapshot_begin", {}, ep)
             used = ep
             break
         except MetastoreError as exc:
-            last = exc
+            failures[ep] = exc
     if header is None:
-        assert last is not None
-        raise last
+        raise _no_node_began(failures)
     export_id = str(header.pop("export_id"))
     header.pop("waited_ms", None)  # how this call went, not part of the file's header
     size = int(str(header["size_bytes"]))
@@ -245,6 +278,35 @@ def _download(a: App, out: BinaryIO, *, endpoint: str | None) -> dict[str, objec
             )
     click.echo("", err=True)
     return {"from": used, **header}
+
+
+def _no_node_began(failures: dict[str, MetastoreError]) -> MetastoreError:
+    """The error of a save no endpoint began: with one endpoint, its own; with several, the
+    answer of a node that answered rather than the last endpoint's (a survivor without a
+    quorum says NOT_READY, which the nodes that are gone, refusing the connection, would
+    hide), in a message that lists what every endpoint said."""
+    errors = list(failures.values())
+    if len(errors) == 1:
+        return errors[0]
+    answered = [e for e in errors if e.code is not ErrorCode.UNAVAILABLE]
+    error = copy.copy(answered[0] if answered else errors[-1])
+    tried = {ep: _endpoint_failure(ep, e) for ep, e in failures.items()}
+    error.message = "snapshot_begin failed on every endpoint: " + "; ".join(
+        f"{ep}: {said}" for ep, said in tried.items()
+    )
+    error.args = (error.message,)
+    error.details = {**error.details, "tried": tried}
+    return error
+
+
+def _endpoint_failure(endpoint: str, error: MetastoreError) -> str:
+    """What `endpoint` said: its answer, or why it could not be asked ("connection refused")."""
+    by_endpoint = error.details.get("endpoints")
+    if error.code is ErrorCode.UNAVAILABLE and isinstance(by_endpoint, dict):
+        said = by_endpoint.get(endpoint)
+        if isinstance(said, str):
+            return said
+    return f"{error.code.value}: {error.message}"
 
 
 def _chunk(
@@ -342,7 +404,12 @@ def snapshot_restore(ctx: click.Context, file: Path, config_dir: Path) -> None:
 
     The restored tables keep their locations: the new cluster uses the source cluster's table
     files. Run only one of the two on them (restore after losing the source, or stop it for
-    good first): the GC of each deletes files only the other references."""
+    good first): the GC of each deletes files only the other references.
+
+    \b
+    Example:
+      metastore snapshot restore /backups/catalog-2026-11-27.snap --config cluster_configs/restored
+    """
     a = app(ctx)
     cluster = load_cluster_config(config_dir / CLUSTER_FILE_NAME)
     result = backup.restore(file, cluster)

@@ -39,7 +39,7 @@ SUGGESTION_CUTOFF: Final = 0.75
 
 @contextmanager
 def explaining_not_found(
-    client: SyncMetastoreClient, name: str, as_of: int | None = None
+    client: SyncMetastoreClient, name: str | None, as_of: int | None = None
 ) -> Iterator[None]:
     """Make a not-found about NS.TABLE `name` say what is unknown, like git's "did you mean":
 
@@ -55,7 +55,7 @@ def explaining_not_found(
     try:
         yield
     except MetastoreError as exc:
-        if exc.code is not ErrorCode.TABLE_NOT_FOUND:
+        if exc.code is not ErrorCode.TABLE_NOT_FOUND or name is None:  # None: every table
             raise
         if as_of is not None:
             try:
@@ -85,6 +85,11 @@ def explaining_unknown_namespace(client: SyncMetastoreClient, namespace: str) ->
         meant = _closest(namespace, _namespace_names(client))
         if meant is None:
             raise
+        if meant.lower() == namespace.lower():  # asked --as-of a time before it was created
+            raise NamespaceNotFoundError(
+                f"{exc.message}; it exists now, so it was created since (ask for a later --as-of)",
+                details=exc.details,
+            ) from None
         raise NamespaceNotFoundError(
             f"{exc.message}; did you mean {meant}?", details=exc.details
         ) from None
@@ -163,7 +168,13 @@ def table_list(ctx: click.Context, namespace: str | None, as_of: int | None) -> 
 @click.option("--as-of", type=READ_TIMESTAMP, help=AS_OF_HELP)
 @click.pass_context
 def table_describe(ctx: click.Context, name: str, as_of: int | None) -> None:
-    """Show the schema of NS.TABLE in force now (or at --as-of) and its metadata."""
+    """Show the schema of NS.TABLE in force now (or at --as-of) and its metadata.
+
+    \b
+    Examples:
+      metastore table describe sales.orders
+      metastore table describe sales.orders --as-of -5m
+    """
     a = app(ctx)
     with explaining_not_found(a.client(), name, as_of):
         result = a.client().describe(name, as_of=as_of)

@@ -87,7 +87,12 @@ READ_ERROR_EXIT_CODES: Final = {"DATA_FILE_NOT_FOUND": EXIT_NOT_FOUND}
 @click.pass_context
 def table_files(ctx: click.Context, name: str, as_of: int | None, consistency: str) -> None:
     """List the data files of NS.TABLE live now (or at --as-of): path, size, rows and the commit
-    timestamp that added each, with totals."""
+    timestamp that added each, with totals.
+
+    \b
+    Example:
+      metastore table files sales.orders --as-of 2026-11-22T10:00:00Z
+    """
     a = app(ctx)
     client = a.client()
     linearize(client, as_of, consistency)
@@ -142,7 +147,12 @@ def table_read(
     the schema in force at that time. Columns are matched by Parquet field id, so renamed
     columns keep their data and a column added later reads, in rows of older files, as its
     DEFAULT (NULL without one). `-o json` prints the rows as JSON objects (decimals and times
-    as strings, binary as base64)."""
+    as strings, binary as base64).
+
+    \b
+    Example:
+      metastore table read sales.orders --as-of -1h --limit 5
+    """
     # pyarrow is imported only here: the other commands start faster without it.
     from cli.values import json_value
     from metastore.client.parquet import DataReadError, PinnedColumn, read_rows

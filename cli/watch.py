@@ -100,7 +100,13 @@ def watch(
 ) -> None:
     """Print catalog events for NS[.TABLE] (a namespace or a table; default: everything) as they
     happen, in log order, until --count or --for (exit 0) or Ctrl-C (exit 1, after the line
-    saying where to resume)."""
+    saying where to resume).
+
+    \b
+    Examples:
+      metastore watch sales.orders --for 10m
+      metastore watch sales --from 2026-11-22T10:00:00Z --count 20
+    """
     if oldest and from_ts is not None:
         raise click.UsageError("--from and --oldest exclude each other")
     table = target if target and "." in target else None

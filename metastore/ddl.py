@@ -151,7 +151,12 @@ def parse_ddl(sql: str, *, request_id: str = "", warehouse: str = "") -> Command
         raise limit_exceeded("MAX_STATEMENT_BYTES", limits.MAX_STATEMENT_BYTES, size, "statement")
     _refuse_empty_list_items(sql)
     _check_default_token_count(sql)
-    statements = _sqlglot_parse(_parenthesize_not_defaults(sql))
+    try:
+        statements = _sqlglot_parse(_parenthesize_not_defaults(sql))
+    except InvalidDdlError as exc:
+        # sqlglot stops at a type name it does not know with "Expecting )" (or ">" inside a
+        # nested type), a column away from the cause.
+        raise _unknown_column_type(sql, request_id) or exc from None
     if not statements:
         raise InvalidDdlError("empty statement", details={"reason": "empty"})
     if len(statements) > 1:
@@ -160,25 +165,14 @@ def parse_ddl(sql: str, *, request_id: str = "", warehouse: str = "") -> Command
             details={"reason": "multiple statements", "count": len(statements)},
         )
     stmt = statements[0]
-    cmd: Command
-    if isinstance(stmt, exp.Command):
-        cmd = _Fallback(sql, request_id).statement()
-    elif isinstance(stmt, exp.Create):
-        cmd = _create(stmt, request_id, warehouse)
-    elif isinstance(stmt, exp.Drop):
-        cmd = _drop(stmt, request_id)
-    elif isinstance(stmt, exp.Alter) and _changes_a_type(stmt):
-        # sqlglot's Spark dialect reads the new type of ALTER COLUMN ... TYPE VARCHAR(n) or
-        # CHAR(n) as plain TEXT, which would silently make the column a STRING: the hand
-        # parser keeps the type as written.
-        cmd = _Fallback(sql, request_id).statement()
-    elif isinstance(stmt, exp.Alter):
-        cmd = _alter(stmt, request_id)
-    else:
-        raise UnsupportedStatementError(
-            _unsupported_message(f"{stmt.key.upper()} statements are"),
-            details={"statement": stmt.key.upper()},
-        )
+    try:
+        cmd = _statement_command(sql, stmt, request_id, warehouse)
+    except InvalidDdlError as exc:
+        # sqlglot reads some names Spark lacks as types Spark has (DATETIME as TIMESTAMP, UUID
+        # as STRING): "unsupported data type TIMESTAMP" named a type that is supported.
+        if exc.details.get("reason") != "unsupported type":
+            raise
+        raise _unknown_column_type(sql, request_id) or exc from None
     if isinstance(stmt, exp.Create | exp.Alter):
         _check_type_names(sql, stmt)
     # Type names Spark lacks first (TIMESTAMP WITHOUT TIME ZONE is stored as a TIMESTAMP, which
@@ -189,6 +183,75 @@ def parse_ddl(sql: str, *, request_id: str = "", warehouse: str = "") -> Command
     _check_default_renderings(written_defaults, types_only=False)
     validate_command(cmd)
     return cmd
+
+
+def _statement_command(sql: str, stmt: exp.Expression, request_id: str, warehouse: str) -> Command:
+    if isinstance(stmt, exp.Command):
+        return _Fallback(sql, request_id).statement()
+    if isinstance(stmt, exp.Create):
+        return _create(stmt, request_id, warehouse)
+    if isinstance(stmt, exp.Drop):
+        return _drop(stmt, request_id)
+    if isinstance(stmt, exp.Alter) and _changes_a_type(stmt):
+        # sqlglot's Spark dialect reads the new type of ALTER COLUMN ... TYPE VARCHAR(n) or
+        # CHAR(n) as plain TEXT, which would silently make the column a STRING: the hand
+        # parser keeps the type as written.
+        return _Fallback(sql, request_id).statement()
+    if isinstance(stmt, exp.Alter):
+        return _alter(stmt, request_id)
+    raise UnsupportedStatementError(
+        _unsupported_message(f"{stmt.key.upper()} statements are"),
+        details={"statement": stmt.key.upper()},
+    )
+
+
+def _unknown_column_type(sql: str, request_id: str) -> InvalidDdlError | None:
+    """For a CREATE or ALTER TABLE that failed to parse or named an unsupported type: the first
+    column type that is no Spark type, as the hand parser's type reader says it ("unsupported
+    data type; expected one of ..., found 'DATETIME'", with its line and column), or None when
+    no column type is at fault (the error found stands). Only reads: the statement was refused
+    already, this says why in the user's words."""
+    try:
+        if re.match(r"\s*ALTER\s", sql, re.IGNORECASE):
+            _Fallback(sql, request_id).statement()
+            return None
+        _scan_create_table_types(TokenCursor(sql))
+    except InvalidDdlError as exc:
+        return exc if "unsupported data type" in exc.message else None
+    except MetastoreError:  # a limit, an unsupported form: not a type's fault
+        return None
+    return None
+
+
+def _scan_create_table_types(cur: TokenCursor) -> None:
+    """Read the type of every column of CREATE TABLE [IF NOT EXISTS] name (col type ..., ...)
+    with the hand parser's type reader (which raises on a type it does not know); what follows
+    each type up to the next column is skipped, not checked."""
+    if not (cur.accept_word("CREATE") and cur.accept_word("TABLE")):
+        return
+    if cur.accept_word("IF"):
+        cur.expect_word("NOT")
+        cur.expect_word("EXISTS")
+    cur.expect_identifier("table name")
+    while cur.accept_punct("."):
+        cur.expect_identifier("table name")
+    cur.expect_punct("(")
+    for _ in range(limits.MAX_COLUMNS_PER_TABLE):
+        cur.expect_identifier("column name")
+        parse_type_tokens(cur)
+        depth = 0
+        while True:
+            tok = cur.next()
+            if tok.kind is TokenKind.EOF:
+                return
+            if tok.is_punct("(") or tok.is_punct("<"):
+                depth += 1
+            elif tok.is_punct(")") or tok.is_punct(">"):
+                if depth == 0:
+                    return  # the end of the column list
+                depth -= 1
+            elif tok.is_punct(",") and depth == 0:
+                break
 
 
 # Spark's names for each type sqlglot reads in a column definition (keyed by sqlglot's type).

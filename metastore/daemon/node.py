@@ -56,7 +56,7 @@ from metastore.outcome import Outcome
 from metastore.revocation import fingerprint_of_pem
 from raft.core.errors import RaftCoreError
 from raft.errors import NodeIdentityError, RaftError, TlsConfigError
-from raft.node import NodeConfig, RaftNode
+from raft.node import IDENTITY_FILE, NodeConfig, RaftNode
 from raft.tls import check_node_files, client_context, server_context
 from raft.wal import WalError, WalLockedError
 
@@ -380,8 +380,20 @@ class MetastoreNode:
     async def start(self) -> None:
         """Open the WAL and the listeners. If any of them fails, what was already opened is
         closed again (the WAL and its lock, the other listeners) before the error is raised:
-        a port in use is a NodeStartError naming it."""
+        a port in use is a NodeStartError naming it. A first start (no IDENTITY yet) checks its
+        ports before the WAL opens, so one refused for a port in use leaves no state behind."""
         me = self.settings.node
+        if not (self.settings.data_dir / IDENTITY_FILE).exists():
+            # A first start: the Raft start writes the IDENTITY before it binds, and a node left
+            # with an identity but no cluster made the next `cluster up` refuse. (A restart
+            # opens its WAL first, whose lock names a node already running there.)
+            _refuse_ports_in_use(
+                [
+                    ("Raft", me.host, me.raft_port),
+                    ("client", me.host, me.client_port),
+                    ("metrics", me.host, me.metrics_port),
+                ]
+            )
         try:
             await _listen("Raft", me.raft_address, self.raft.start())
             self._check_own_certificate()
@@ -532,6 +544,31 @@ class MetastoreNode:
                 self.gc.read_fence_ms,
                 cluster.read_staleness_max_ms + applied.cs_max_ms,
             )
+
+
+def _refuse_ports_in_use(ports: list[tuple[str, str, int]]) -> None:
+    """A NodeStartError (ADDRESS_IN_USE, as `_listen` says it) for the first of `ports` (what
+    it is for, host, port) another process listens on, found by binding it as the listeners
+    will (SO_REUSEADDR, as asyncio's servers: a connection of an earlier run in TIME_WAIT does
+    not count) and closing it again. Anything else a bind may meet (a host that does not
+    resolve, an address not of this machine) is left to the listeners, which say it."""
+    for what, host, port in ports:
+        try:
+            infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+        except OSError:
+            continue
+        for family, kind, proto, _name, sockaddr in infos:
+            with socket.socket(family, kind, proto) as probe:
+                probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                try:
+                    probe.bind(sockaddr)
+                except OSError as exc:
+                    if exc.errno == errno.EADDRINUSE:
+                        raise NodeStartError(
+                            "ADDRESS_IN_USE",
+                            f"cannot listen on {host}:{port} (the {what} port): it is in use by "
+                            "another process",
+                        ) from exc
 
 
 async def _listen(what: str, address: str, opening: Awaitable[None]) -> None:
