@@ -1,6 +1,8 @@
 """Inconsistencies a reviewer left after walking the CLI as a new user, each pinned by a test:
 a `metastore sql` statement that starts with a `-- comment` is the statement, not an option;
-every `cluster` subcommand that talks to a cluster takes `--config DIR`."""
+every `cluster` subcommand that talks to a cluster takes `--config DIR`. And two claims checked
+and pinned as they stand: Ctrl-C ends every waiting command with one line and exit 1, and with
+the quorum lost the UNAVAILABLE error carries the survivor's NOT_READY (docs/operations.md)."""
 
 from __future__ import annotations
 
@@ -12,10 +14,14 @@ import pytest
 
 from cli.cluster import cluster
 from cli.context import _set_config_dir
+from cli.errors import EXIT_GENERIC, EXIT_UNAVAILABLE
+from metastore.errors import NotReadyError
 from tests.cli.test_cli import RESULTS, _isolated_cwd, against, fake, run, sent
 from tests.cli.test_cli_fourth_look import other_clusters_token_file
+from tests.cli.test_cli_interrupt import NOISE, interrupted
 from tests.cli.test_cli_second_look import configured
-from tests.client.fake_node import ThreadedFakeNode
+from tests.client.fake_node import TOKEN, ThreadedFakeNode
+from tests.client.test_client import dead_endpoint
 
 __all__ = ["_isolated_cwd", "configured", "fake", "other_clusters_token_file"]  # fixtures
 
@@ -141,3 +147,54 @@ def test_every_cluster_subcommand_that_talks_to_a_cluster_offers_config() -> Non
             continue
         [option] = [p for p in command.params if "--config" in p.opts]
         assert option.callback is _set_config_dir, name  # the meaning status gives it
+
+
+# ---- Ctrl-C: every command that waits ends as any interrupted command does -------------------
+
+# The convention here is exit 1 and click's one line "Aborted!" (tests/cli/test_cli_interrupt.py;
+# `watch` says where to resume instead, `cluster up` what it left running), not 130: pinned for
+# the commands that wait longest, each interrupted while it waits on the cluster.
+WAITING_COMMANDS = [
+    ["job", "wait", "1"],
+    ["sql", "ALTER TABLE a.b DROP COLUMN c"],
+    ["cluster", "promote-node", "2", "--wait", "1m"],
+    ["snapshot", "save", "catalog.snap"],
+]
+
+
+@pytest.mark.parametrize("words", WAITING_COMMANDS, ids=" ".join)
+def test_ctrl_c_while_a_command_waits_is_one_line_and_exit_1(
+    words: list[str], tmp_path: Path
+) -> None:
+    done = interrupted(*[str(tmp_path / w) if w.endswith(".snap") else w for w in words])
+    assert done.returncode == EXIT_GENERIC, done
+    assert not any(word in done.stderr for word in NOISE), done.stderr
+    assert done.stderr.strip() == "Aborted!", done.stderr
+
+
+# ---- quorum lost: reads and writes say UNAVAILABLE, carrying the survivor's NOT_READY ---------
+
+
+@pytest.mark.parametrize("survivor_first", [True, False])
+@pytest.mark.parametrize(
+    "words", [["ns", "list"], ["table", "describe", "a.b"], ["sql", "CREATE NAMESPACE x"]]
+)
+def test_without_a_quorum_the_error_carries_the_survivors_not_ready(
+    words: list[str], survivor_first: bool
+) -> None:
+    # docs/operations.md, "Losing quorum": "reads fail (`UNAVAILABLE` on every endpoint: the
+    # survivor answers `NOT_READY`, the others refuse the connection)".
+    async def not_ready(op: str, args: dict[str, Any]) -> dict[str, Any]:
+        raise NotReadyError("node is not caught up with the current leader yet")
+
+    dead = [dead_endpoint(), dead_endpoint()]
+    with ThreadedFakeNode(handler=not_ready) as survivor:
+        order = [survivor.endpoint, *dead] if survivor_first else [*dead, survivor.endpoint]
+        result = run(
+            "--endpoints", ",".join(order), "--token", TOKEN, "--timeout-ms", "2000", *words
+        )
+    assert result.exit_code == EXIT_UNAVAILABLE, result.output
+    line = result.stderr.splitlines()[0]
+    assert line.startswith("Error: UNAVAILABLE: "), result.stderr
+    assert f"{survivor.endpoint}: NOT_READY: node is not caught up" in line
+    assert all(f"{endpoint}: connection refused" in line for endpoint in dead)
