@@ -1095,6 +1095,7 @@ def _new_member_client_address(a: App, node_id: int, given: str | None) -> str |
 
 @cluster.command("promote-node")
 @click.argument("node_id", type=click.IntRange(min=1))
+@config_dir_option
 @click.option(
     "--wait",
     "wait",
@@ -1167,6 +1168,7 @@ def _catch_up_text(client: SyncMetastoreClient, node_id: int, refusal: Metastore
 
 @cluster.command("remove-node")
 @click.argument("node_id", type=click.IntRange(min=1))
+@config_dir_option
 @click.pass_context
 def cluster_remove_node(ctx: click.Context, node_id: int) -> None:
     """Remove NODE_ID from the cluster (one member at a time).
@@ -1216,6 +1218,7 @@ def cluster_remove_node(ctx: click.Context, node_id: int) -> None:
     help="Revoke it even though a member presents it right now (that member is cut off at "
     "once: for a leaked key that cannot wait for the member's restart).",
 )
+@config_dir_option
 @click.pass_context
 def cluster_revoke_cert(
     ctx: click.Context,
@@ -1305,6 +1308,7 @@ def cluster_revoked(ctx: click.Context) -> None:
 
 @cluster.command("transfer-leader")
 @click.argument("node_id", type=click.IntRange(min=1))
+@config_dir_option
 @click.pass_context
 def cluster_transfer_leader(ctx: click.Context, node_id: int) -> None:
     """Hand leadership to voter NODE_ID (e.g. to move it off a host).

@@ -13,6 +13,7 @@ local default, `cluster up`) uses TLS as that file's `[tls]` says, trusting its 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
@@ -20,10 +21,16 @@ from typing import Final
 import click
 
 from cli.errors import EXIT_USAGE, CliError
-from hlc import SystemClock, make_ts, parse_ts, physical_ms, to_iso
+from hlc import SystemClock, make_ts, parse_ts, physical_ms, span_text, to_iso
 from hlc.errors import TimestampParseError
 from hlc.limits import LOGICAL_BITS
-from metastore.client import ENDPOINTS_MAX, SyncMetastoreClient, parse_endpoint
+from metastore.client import (
+    ENDPOINTS_MAX,
+    SyncMetastoreClient,
+    parse_endpoint,
+    refuse_protection_ahead,
+)
+from metastore.client.protocol import PROTECT_AHEAD_MS_MAX
 from metastore.commands import TableName, normalize_object_name, parse_duration_ms
 from metastore.daemon.config import CLUSTER_FILE_NAME, ClusterConfig, load_cluster_config
 from metastore.daemon.secrets import Role, SecretsError, read_token_file, token_file_name
@@ -266,16 +273,21 @@ class TimestampParam(click.ParamType[int]):
     With `max_ahead_ms`, a time further than that ahead of this machine's clock is a usage
     error: a read at a time no node's clock has reached cannot be answered (a node refuses a
     timestamp more than the cluster's CSmax ahead of its clock), and one beyond any CSmax a
-    cluster may have (MAX_CLOCK_SKEW_MS) is a typo, not something to retry later."""
+    cluster may have (MAX_CLOCK_SKEW_MS) is a typo, not something to retry later. With
+    `refuse_ahead`, that library rule decides instead (its InvalidArgumentError's message is the
+    usage error's): the rule the API behind the option applies too."""
 
     name = "TS"
 
     def __init__(
-        self, *, max_ahead_ms: int | None = None, ahead_means: str = _READ_AHEAD_MEANS
+        self,
+        *,
+        max_ahead_ms: int | None = None,
+        refuse_ahead: Callable[..., None] | None = None,
     ) -> None:
         self.max_ahead_ms = max_ahead_ms
-        # Why a time that far ahead is refused, for the error.
-        self.ahead_means = ahead_means
+        # Called as refuse_ahead(ts, now_ms=...); raises InvalidArgumentError to refuse.
+        self.refuse_ahead = refuse_ahead
 
     def convert(
         self, value: object, param: click.Parameter | None, ctx: click.Context | None
@@ -296,12 +308,18 @@ class TimestampParam(click.ParamType[int]):
         if self.max_ahead_ms is not None and ahead_ms > self.max_ahead_ms:
             if meant is not None:  # epoch nanoseconds read as an HLC land centuries ahead
                 self.fail(_epoch_hint(value, ts, meant, param), param, ctx)
-            self.fail(
-                f"{value!r} is in the future by {span_text(ahead_ms)}: {self.ahead_means} (a "
-                f"cluster tolerates at most {span_text(self.max_ahead_ms)} of clock skew)",
-                param,
-                ctx,
-            )
+            if self.refuse_ahead is None:
+                self.fail(
+                    f"{value!r} is in the future by {span_text(ahead_ms)}: {_READ_AHEAD_MEANS} "
+                    f"(a cluster tolerates at most {span_text(self.max_ahead_ms)} of clock skew)",
+                    param,
+                    ctx,
+                )
+        if self.refuse_ahead is not None:
+            try:
+                self.refuse_ahead(ts, now_ms=now_ms)
+            except InvalidArgumentError as exc:
+                self.fail(exc.message, param, ctx)
         return ts
 
 
@@ -357,32 +375,12 @@ def _epoch_hint(
 
 # Reads (--as-of, watch --from): at most the largest clock skew a cluster may be set up with.
 READ_TIMESTAMP: Final = TimestampParam(max_ahead_ms=MAX_CLOCK_SKEW_MS)
-# `pts protect --ts`: likewise. A protection of reads at or after a time still to come holds
-# nothing the GC could delete now (a year typed wrong), yet the command said "protected".
+# `pts protect --ts`: the client library's rule (a protection of reads at or after a time still
+# to come holds nothing the GC could delete now: a year typed wrong), which the Spark bridge's
+# protect() applies too; refused here as a usage error, before any request.
 PROTECT_TIMESTAMP: Final = TimestampParam(
-    max_ahead_ms=MAX_CLOCK_SKEW_MS,
-    ahead_means="a protection of reads from a time still to come protects nothing the GC "
-    "may delete now (protect from now or an earlier time)",
+    max_ahead_ms=PROTECT_AHEAD_MS_MAX, refuse_ahead=refuse_protection_ahead
 )
-
-
-def span_text(ms: int) -> str:
-    """A span of time for people, in its two largest units: `2.5 s`, `4 min 10 s`,
-    `1 day 1 h`, `1130 days 14 h`."""
-    if ms < 60_000:
-        return f"{ms / 1000:.1f} s"
-    units = (("day", 86_400_000), ("h", 3_600_000), ("min", 60_000), ("s", 1_000))
-    counts: list[tuple[int, str]] = []
-    rest = ms
-    for unit, size in units:
-        count, rest = divmod(rest, size)
-        if count or counts:  # from the largest unit that is not zero, two units
-            counts.append((count, unit))
-        if len(counts) == 2:
-            break
-    return " ".join(
-        f"{n} {unit}{'s' if unit == 'day' and n != 1 else ''}" for n, unit in counts if n
-    )
 
 
 class TableNameParam(click.ParamType[str]):

@@ -25,7 +25,7 @@ import click
 from click.exceptions import NoArgsIsHelpError
 
 from cli.cluster import cluster
-from cli.context import App, app, span_text
+from cli.context import App, app
 from cli.errors import EXIT_CODES_HELP, EXIT_USAGE, CliError, exit_code_for, fail, fail_usage
 from cli.gc import gc, pts
 from cli.job import job
@@ -43,7 +43,7 @@ from cli.table_data import table_files, table_read
 from cli.table_optimize import table_optimize
 from cli.txn import txn
 from cli.watch import watch
-from hlc import HlcError
+from hlc import HlcError, span_text
 from metastore.client import DEFAULT_TIMEOUT_MS, TIMEOUT_MS_MAX
 from metastore.daemon.config import CLUSTER_FILE_NAME, ConfigError
 from metastore.daemon.secrets import SecretsError

@@ -7,8 +7,10 @@ DEFAULT; cli.job) returns once its first step is published; `sql` then follows t
 
 from __future__ import annotations
 
+import itertools
+import re
 import time
-from typing import Any
+from typing import Any, Final
 
 import click
 from rich.console import RenderableType
@@ -29,8 +31,56 @@ from metastore.errors import MetastoreError
 
 _JOB_REPLY_KEYS = ("job_id", "job_step", "job_status")
 
+# A word that reads as an option: `-x...` (a short option, its value maybe attached) or
+# `--name[=value]`. A word that starts with "-" in any other way (`-- a comment\nALTER ...`,
+# `--comment\nALTER ...`) is a statement: SQL has no other use for a leading dash.
+_OPTION_SHAPED: Final = re.compile(r"-[A-Za-z].*|--[A-Za-z][\w-]*(=.*)?", re.DOTALL)
 
-@click.command("sql")
+
+def statement_words_last(args: list[str], params: list[click.Parameter]) -> list[str]:
+    """`args` with every word that starts with "-" but is not shaped like an option moved after
+    a `--`, so click reads it as the STATEMENT rather than as an unknown option (a statement
+    that opens with a `-- comment`). A word that is the value of an option before it stays
+    there, and so does everything after the user's own `--`; an option-shaped word is left to
+    click, so a misspelled option is still refused by name."""
+    takes_value = {
+        opt
+        for p in params
+        if isinstance(p, click.Option) and not p.is_flag and not p.count
+        for opt in p.opts
+    }
+    kept: list[str] = []
+    statements: list[str] = []
+    words = iter(args)
+    for word in words:
+        if word == "--":
+            kept.append(word)
+            kept.extend(words)
+            break
+        if word in takes_value:  # its value is the next word, whatever its shape
+            kept.append(word)
+            kept.extend(itertools.islice(words, 1))
+            continue
+        if len(word) > 1 and word.startswith("-") and not _OPTION_SHAPED.fullmatch(word):
+            statements.append(word)
+        else:
+            kept.append(word)
+    if not statements:
+        return kept
+    if "--" not in kept:
+        return [*kept, "--", *statements]
+    after = kept.index("--") + 1
+    return [*kept[:after], *statements, *kept[after:]]
+
+
+class StatementCommand(click.Command):
+    """A command whose SQL STATEMENT argument may start with "-" (statement_words_last)."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        return super().parse_args(ctx, statement_words_last(args, self.get_params(ctx)))
+
+
+@click.command("sql", cls=StatementCommand)
 @click.argument("statement")
 @click.option(
     "--request-id",
@@ -70,6 +120,8 @@ def sql(
     (exit 5), or --wait passes (exit 3; the job goes on). An ADD on a table with data stops at
     the backfill step: `sql` then prints the `metastore job run-backfill` command and exits 0
     (the column stays hidden until the backfill is done; the job resumes from there).
+
+    STATEMENT may open with `-- comment` lines (a statement pasted from a migration file).
 
     \b
     Example:

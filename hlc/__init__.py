@@ -32,7 +32,15 @@ other ISO-8601 times, plain integers, `-5m`-style relative times and `now`.
 """
 
 from hlc.clock import HybridClock
-from hlc.display import ACCEPTED_FORMS, from_datetime, parse_ts, to_datetime, to_iso, ts_text
+from hlc.display import (
+    ACCEPTED_FORMS,
+    from_datetime,
+    parse_ts,
+    span_text,
+    to_datetime,
+    to_iso,
+    ts_text,
+)
 from hlc.errors import (
     ClockOffsetError,
     HlcError,
@@ -70,6 +78,7 @@ __all__ = [
     "make_ts",
     "parse_ts",
     "physical_ms",
+    "span_text",
     "successor",
     "to_datetime",
     "to_iso",

@@ -23,7 +23,15 @@ from hlc.errors import HlcError, InvalidArgumentError, TimestampParseError, Time
 from hlc.limits import MAX_LOGICAL, MAX_PHYSICAL_MS, MAX_TS, PARSE_TEXT_LEN_MAX
 from hlc.timestamp import logical, make_ts, physical_ms
 
-__all__ = ["ACCEPTED_FORMS", "from_datetime", "parse_ts", "to_datetime", "to_iso", "ts_text"]
+__all__ = [
+    "ACCEPTED_FORMS",
+    "from_datetime",
+    "parse_ts",
+    "span_text",
+    "to_datetime",
+    "to_iso",
+    "ts_text",
+]
 
 _EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
 
@@ -167,3 +175,22 @@ def _parse_error(text: str, reason: str) -> TimestampParseError:
     # The text may be echoed to a terminal or a log: keep it short.
     shown = text if len(text) <= PARSE_TEXT_LEN_MAX else text[:PARSE_TEXT_LEN_MAX] + "..."
     return TimestampParseError(text=shown, reason=reason, accepted=ACCEPTED_FORMS)
+
+
+def span_text(ms: int) -> str:
+    """A span of time for people, in its two largest units: `2.5 s`, `4 min 10 s`,
+    `1 day 1 h`, `1130 days 14 h`."""
+    if ms < 60_000:
+        return f"{ms / 1000:.1f} s"
+    units = (("day", 86_400_000), ("h", 3_600_000), ("min", 60_000), ("s", 1_000))
+    counts: list[tuple[int, str]] = []
+    rest = ms
+    for unit, size in units:
+        count, rest = divmod(rest, size)
+        if count or counts:  # from the largest unit that is not zero, two units
+            counts.append((count, unit))
+        if len(counts) == 2:
+            break
+    return " ".join(
+        f"{n} {unit}{'s' if unit == 'day' and n != 1 else ''}" for n, unit in counts if n
+    )

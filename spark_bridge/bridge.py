@@ -1235,9 +1235,12 @@ class MetastoreBridge:
         """Keep GC from deleting anything a read at >= `as_of` of these tables (namespaces; by
         default the whole cluster) can see, for the duration of the block - for long reads and
         backfills. Once the block is entered the data is protected; a timestamp already at or
-        below a GC threshold raises BeforeGcThresholdError. The record is owned by this
-        application's session, so a killed driver's protection is released a grace period
-        after its session expires; it is released at the end of the block otherwise.
+        below a GC threshold raises BeforeGcThresholdError, and one more than a minute ahead
+        of this driver's clock InvalidArgumentError before any request (it would protect
+        nothing: metastore.client.refuse_protection_ahead, as `pts protect --ts`). The record
+        is owned by this application's session, so a killed driver's protection is released a
+        grace period after its session expires; it is released at the end of the block
+        otherwise.
 
         A protection is never lost silently. When the session is lost while the block runs
         (the driver paused longer than its TTL, a partition) and the bridge opens a new one,

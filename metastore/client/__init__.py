@@ -55,6 +55,7 @@ from metastore.client.protocol import (
     parse_endpoint,
     quote_ident,
     quote_string,
+    refuse_protection_ahead,
 )
 from raft.tls import ClientTls
 
@@ -74,4 +75,5 @@ __all__ = [
     "parse_endpoint",
     "quote_ident",
     "quote_string",
+    "refuse_protection_ahead",
 ]
