@@ -273,6 +273,9 @@ class BatchReport:
     # Attempt directories (absolute) of a batch found already committed that no commit
     # references and that could not be deleted (they are deleted when it is found so).
     unreferenced_dirs: list[str] = field(default_factory=list)
+    # What this batch's own commit added and removed: all 0 when nothing of it committed
+    # (`deduplicated`: the earlier run's commit stands and this run's files are deleted;
+    # skipped), so summing them over `on_batch` reports counts every row once.
     files: int = 0
     rows: int = 0
     removed: int = 0  # files the commit removed (explicit `remove`, not overwrite)
@@ -1978,9 +1981,12 @@ class BatchContext:
                     # re-runs it under a fresh txn id writes the data twice.
                     except Exception:
                         log.exception("automatic compaction of %s after its commit failed", table)
-        self.report.files = sum(len(f) for f, _ in self._written.values())
-        self.report.rows = sum(d.row_count for f, _ in self._written.values() for d in f)
-        self.report.removed = sum(len(p) for p in self._removed.values())
+        if not self.report.deduplicated:
+            # What this batch committed: a batch found already committed committed none of
+            # what it wrote (its files are deleted), so its counts stay 0.
+            self.report.files = sum(len(f) for f, _ in self._written.values())
+            self.report.rows = sum(d.row_count for f, _ in self._written.values() for d in f)
+            self.report.removed = sum(len(p) for p in self._removed.values())
         self.report.commit_ms = (time.perf_counter() - started) * 1000
         log.info("batch committed: %s", self.report.line())
 
@@ -2175,6 +2181,14 @@ class BatchContext:
         if self.stream is not None:
             stream, seq = self.stream
             position = self.bridge._stream_position(self.txn_id, (stream, *self.stream_aliases))
+            # Did this batch commit? Decided before "is the checkpoint rewound": a commit of
+            # this batch that applied (its reply lost) may be followed by another driver's
+            # later batch, and the stream being past it then proves nothing against it. Its
+            # txn id's record is this batch's commit only if made after the batch was planned
+            # (a commit's ts is at least its not_before, Top + 1): an older record is an
+            # earlier run's, which a rewound checkpoint repeats with new data.
+            if position.txn_ts is not None and position.txn_ts > self.top:
+                return position.txn_ts
             if self.on_stream_rewind is not None and position.rewound_at(seq):
                 raise self.on_stream_rewind(position)
             return position.committed_ts(seq)
