@@ -58,7 +58,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -67,7 +67,8 @@ from typing import TYPE_CHECKING, Any, Final, cast
 from hlc import HlcError, parse_ts, to_iso
 from hlc.limits import LOGICAL_BITS
 from metastore.client import FILES_PAGE_LIMIT, SyncMetastoreClient
-from metastore.client.parquet import AmbiguousColumnError, match_names
+from metastore.client.java_lower import java_lower_root
+from metastore.client.parquet import ambiguous_column
 from metastore.client.protocol import LISTING_ATTEMPTS_MAX
 from metastore.errors import (
     CommitTimestampUnavailableError,
@@ -105,7 +106,7 @@ from spark_bridge.session import BridgeSession, LeaseKey
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
-    from pyspark.sql.types import StructType
+    from pyspark.sql.types import DataType, StructType
 
     from spark_bridge.backfill import BackfillResult
     from spark_bridge.optimize import OptimizeResult
@@ -475,6 +476,43 @@ class _OpenProtection:
         return lapse
 
 
+def check_by_name_clashes(
+    struct: StructType, clashes: Sequence[Sequence[tuple[str, ...]]], where: str
+) -> None:
+    """Raise AmbiguousFileColumnError if reading `struct` from the by-name file `where` reads
+    a field that one of `clashes` holds twice: groups of the file's field paths that differ
+    only in their last name's case (`spark_bridge.files.footer_verdict`). Spark's by-name scan
+    matches every level case-insensitively and refuses such a field (a top-level `id` and
+    `ID`, or a nested `s.a` and `s.A`) with its own error once the DataFrame runs; a pinned
+    struct that does not read the field reads the file, as Spark does."""
+    from pyspark.sql.types import ArrayType, MapType, StructType
+
+    for group in clashes:
+        if not group:
+            continue
+        pinned: list[str] = []
+        dtype: DataType | None = struct
+        for name in group[0]:
+            if isinstance(dtype, StructType):
+                key = java_lower_root(name)
+                field = next((f for f in dtype.fields if java_lower_root(f.name) == key), None)
+                if field is None:
+                    break
+                pinned.append(field.name)
+                dtype = field.dataType
+            elif isinstance(dtype, ArrayType) and name == "element":
+                pinned.append(name)
+                dtype = dtype.elementType
+            elif isinstance(dtype, MapType) and name in ("key", "value"):
+                pinned.append(name)
+                dtype = dtype.keyType if name == "key" else dtype.valueType
+            else:
+                break
+        else:
+            matches = [".".join(path) for path in group]
+            raise ambiguous_column(".".join(pinned), matches, path=where).typed()
+
+
 class MetastoreBridge:
     def __init__(
         self,
@@ -805,20 +843,15 @@ class MetastoreBridge:
         CLI's reader reads them (`metastore.client.parquet.matched_by_name`): by field id, and
         a file written without any field ids (a plain `df.write.parquet`, another tool's file)
         by name, case-insensitively (Spark's rule, `metastore.client.parquet.match_names`: a
-        column two of a file's columns match fails the read, here: AmbiguousFileColumnError
-        naming the file and its columns, where Spark's scan would fail with its own error once
-        the DataFrame runs). Spark reads the two kinds as two scans, unioned."""
+        column, or nested field, two of a file's match fails the read, here:
+        AmbiguousFileColumnError naming the file and its fields, where Spark's scan would fail
+        with its own error once the DataFrame runs: `check_by_name_clashes`). Spark reads the
+        two kinds as two scans, unioned."""
         groups, known = self._group_verdicts(location, files)
         by_name = {rel for key, paths in groups.items() if known[key] for rel in paths}
         for key, verdict in known.items():
             if isinstance(verdict, tuple):
-                # The names Spark's by-name scan would find twice for a pinned column.
-                clashing = [name for names in verdict for name in names]
-                where = absolute(location, min(groups[key]))
-                try:
-                    match_names(clashing, [f.name for f in struct.fields], path=where)
-                except AmbiguousColumnError as exc:
-                    raise exc.typed() from None
+                check_by_name_clashes(struct, verdict, absolute(location, min(groups[key])))
         by_id_paths: list[str] = []
         by_name_paths: list[str] = []
         for f in files:
