@@ -89,6 +89,7 @@ from spark_bridge.conform import (
     not_null_violation,
     pad_chars_on_read,
     pinned_struct,
+    value_too_long,
     write_columns,
 )
 from spark_bridge.files import (
@@ -1921,12 +1922,15 @@ class BatchContext:
                 "errorifexists"
             ).parquet(abs_dir)
         except Exception as exc:
-            # A NULL reached a NOT NULL column or nested field, or a map's keys collided once
-            # padded to their CHAR(n) (conform's per-row checks failed the job): the typed
-            # error naming it, instead of Spark's USER_RAISED_EXCEPTION.
+            # A NULL reached a NOT NULL column or nested field, a map's keys collided once
+            # padded to their CHAR(n), or a value was longer than its VARCHAR(n)/CHAR(n)
+            # (conform's per-row checks failed the job): the typed error naming it, instead
+            # of Spark's USER_RAISED_EXCEPTION.
             violation: Exception | None = not_null_violation(exc, table, pin.write_columns)
             if violation is None:
                 violation = duplicate_map_key(exc, table, pin.write_columns)
+            if violation is None:
+                violation = value_too_long(exc, table, pin.write_columns)
             if violation is None:
                 raise
             raise violation from exc
