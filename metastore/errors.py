@@ -230,6 +230,21 @@ class DuplicateMapKeyError(InvalidArgumentError):
         super().__init__(message, details={**(details or {}), "reason": self.REASON})
 
 
+class ValueTooLongError(InvalidArgumentError):
+    """A write would store a VARCHAR(n) or CHAR(n) value longer than n characters after its
+    trailing spaces (which are trimmed to n, as Spark trims them), at the top level or nested,
+    which Spark's own table writes refuse too (EXCEED_LIMIT_LENGTH). Raised by the writers
+    (the bridge's batch, the data source's append), never by a node; nothing is committed. A
+    refinement of INVALID_ARGUMENT with `details.reason` = "value_too_long". Details also: `table`,
+    `field_path` (as Spark names nested fields: `code`, `s.v`, `l.element`, `m.key`,
+    `m.value.c`) and `length` (n)."""
+
+    REASON: ClassVar[str] = "value_too_long"
+
+    def __init__(self, message: str, *, details: Mapping[str, object] | None = None) -> None:
+        super().__init__(message, details={**(details or {}), "reason": self.REASON})
+
+
 class AmbiguousFileColumnError(InvalidArgumentError):
     """A read of a committed file written without field ids (matched by name,
     case-insensitively, as Spark's Parquet reader matches it) finds two of its columns for one
@@ -630,6 +645,7 @@ _REFINEMENTS: dict[tuple[str, object], type[MetastoreError]] = {
     (CatchUpTimeoutError.code.value, CatchUpTimeoutError.REASON): CatchUpTimeoutError,
     (ProtectionLapsedError.code.value, ProtectionLapsedError.REASON): ProtectionLapsedError,
     (DuplicateMapKeyError.code.value, DuplicateMapKeyError.REASON): DuplicateMapKeyError,
+    (ValueTooLongError.code.value, ValueTooLongError.REASON): ValueTooLongError,
     (
         AmbiguousFileColumnError.code.value,
         AmbiguousFileColumnError.REASON,

@@ -58,7 +58,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -67,7 +67,8 @@ from typing import TYPE_CHECKING, Any, Final, cast
 from hlc import HlcError, parse_ts, to_iso
 from hlc.limits import LOGICAL_BITS
 from metastore.client import FILES_PAGE_LIMIT, SyncMetastoreClient
-from metastore.client.parquet import AmbiguousColumnError, match_names
+from metastore.client.java_lower import java_lower_root
+from metastore.client.parquet import ambiguous_column
 from metastore.client.protocol import LISTING_ATTEMPTS_MAX
 from metastore.errors import (
     CommitTimestampUnavailableError,
@@ -88,6 +89,7 @@ from spark_bridge.conform import (
     not_null_violation,
     pad_chars_on_read,
     pinned_struct,
+    value_too_long,
     write_columns,
 )
 from spark_bridge.files import (
@@ -105,7 +107,7 @@ from spark_bridge.session import BridgeSession, LeaseKey
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
-    from pyspark.sql.types import StructType
+    from pyspark.sql.types import DataType, StructType
 
     from spark_bridge.backfill import BackfillResult
     from spark_bridge.optimize import OptimizeResult
@@ -273,6 +275,9 @@ class BatchReport:
     # Attempt directories (absolute) of a batch found already committed that no commit
     # references and that could not be deleted (they are deleted when it is found so).
     unreferenced_dirs: list[str] = field(default_factory=list)
+    # What this batch's own commit added and removed: all 0 when nothing of it committed
+    # (`deduplicated`: the earlier run's commit stands and this run's files are deleted;
+    # skipped), so summing them over `on_batch` reports counts every row once.
     files: int = 0
     rows: int = 0
     removed: int = 0  # files the commit removed (explicit `remove`, not overwrite)
@@ -470,6 +475,43 @@ class _OpenProtection:
         except MetastoreError as exc:
             log.warning("could not release protection %s: %s", record_id, exc)
         return lapse
+
+
+def check_by_name_clashes(
+    struct: StructType, clashes: Sequence[Sequence[tuple[str, ...]]], where: str
+) -> None:
+    """Raise AmbiguousFileColumnError if reading `struct` from the by-name file `where` reads
+    a field that one of `clashes` holds twice: groups of the file's field paths that differ
+    only in their last name's case (`spark_bridge.files.footer_verdict`). Spark's by-name scan
+    matches every level case-insensitively and refuses such a field (a top-level `id` and
+    `ID`, or a nested `s.a` and `s.A`) with its own error once the DataFrame runs; a pinned
+    struct that does not read the field reads the file, as Spark does."""
+    from pyspark.sql.types import ArrayType, MapType, StructType
+
+    for group in clashes:
+        if not group:
+            continue
+        pinned: list[str] = []
+        dtype: DataType | None = struct
+        for name in group[0]:
+            if isinstance(dtype, StructType):
+                key = java_lower_root(name)
+                field = next((f for f in dtype.fields if java_lower_root(f.name) == key), None)
+                if field is None:
+                    break
+                pinned.append(field.name)
+                dtype = field.dataType
+            elif isinstance(dtype, ArrayType) and name == "element":
+                pinned.append(name)
+                dtype = dtype.elementType
+            elif isinstance(dtype, MapType) and name in ("key", "value"):
+                pinned.append(name)
+                dtype = dtype.keyType if name == "key" else dtype.valueType
+            else:
+                break
+        else:
+            matches = [".".join(path) for path in group]
+            raise ambiguous_column(".".join(pinned), matches, path=where).typed()
 
 
 class MetastoreBridge:
@@ -802,20 +844,15 @@ class MetastoreBridge:
         CLI's reader reads them (`metastore.client.parquet.matched_by_name`): by field id, and
         a file written without any field ids (a plain `df.write.parquet`, another tool's file)
         by name, case-insensitively (Spark's rule, `metastore.client.parquet.match_names`: a
-        column two of a file's columns match fails the read, here: AmbiguousFileColumnError
-        naming the file and its columns, where Spark's scan would fail with its own error once
-        the DataFrame runs). Spark reads the two kinds as two scans, unioned."""
+        column, or nested field, two of a file's match fails the read, here:
+        AmbiguousFileColumnError naming the file and its fields, where Spark's scan would fail
+        with its own error once the DataFrame runs: `check_by_name_clashes`). Spark reads the
+        two kinds as two scans, unioned."""
         groups, known = self._group_verdicts(location, files)
         by_name = {rel for key, paths in groups.items() if known[key] for rel in paths}
         for key, verdict in known.items():
             if isinstance(verdict, tuple):
-                # The names Spark's by-name scan would find twice for a pinned column.
-                clashing = [name for names in verdict for name in names]
-                where = absolute(location, min(groups[key]))
-                try:
-                    match_names(clashing, [f.name for f in struct.fields], path=where)
-                except AmbiguousColumnError as exc:
-                    raise exc.typed() from None
+                check_by_name_clashes(struct, verdict, absolute(location, min(groups[key])))
         by_id_paths: list[str] = []
         by_name_paths: list[str] = []
         for f in files:
@@ -1888,12 +1925,15 @@ class BatchContext:
                 "errorifexists"
             ).parquet(abs_dir)
         except Exception as exc:
-            # A NULL reached a NOT NULL column or nested field, or a map's keys collided once
-            # padded to their CHAR(n) (conform's per-row checks failed the job): the typed
-            # error naming it, instead of Spark's USER_RAISED_EXCEPTION.
+            # A NULL reached a NOT NULL column or nested field, a map's keys collided once
+            # padded to their CHAR(n), or a value was longer than its VARCHAR(n)/CHAR(n)
+            # (conform's per-row checks failed the job): the typed error naming it, instead
+            # of Spark's USER_RAISED_EXCEPTION.
             violation: Exception | None = not_null_violation(exc, table, pin.write_columns)
             if violation is None:
                 violation = duplicate_map_key(exc, table, pin.write_columns)
+            if violation is None:
+                violation = value_too_long(exc, table, pin.write_columns)
             if violation is None:
                 raise
             raise violation from exc
@@ -1981,9 +2021,12 @@ class BatchContext:
                     # re-runs it under a fresh txn id writes the data twice.
                     except Exception:
                         log.exception("automatic compaction of %s after its commit failed", table)
-        self.report.files = sum(len(f) for f, _ in self._written.values())
-        self.report.rows = sum(d.row_count for f, _ in self._written.values() for d in f)
-        self.report.removed = sum(len(p) for p in self._removed.values())
+        if not self.report.deduplicated:
+            # What this batch committed: a batch found already committed committed none of
+            # what it wrote (its files are deleted), so its counts stay 0.
+            self.report.files = sum(len(f) for f, _ in self._written.values())
+            self.report.rows = sum(d.row_count for f, _ in self._written.values() for d in f)
+            self.report.removed = sum(len(p) for p in self._removed.values())
         self.report.commit_ms = (time.perf_counter() - started) * 1000
         log.info("batch committed: %s", self.report.line())
 
@@ -2178,6 +2221,14 @@ class BatchContext:
         if self.stream is not None:
             stream, seq = self.stream
             position = self.bridge._stream_position(self.txn_id, (stream, *self.stream_aliases))
+            # Did this batch commit? Decided before "is the checkpoint rewound": a commit of
+            # this batch that applied (its reply lost) may be followed by another driver's
+            # later batch, and the stream being past it then proves nothing against it. Its
+            # txn id's record is this batch's commit only if made after the batch was planned
+            # (a commit's ts is at least its not_before, Top + 1): an older record is an
+            # earlier run's, which a rewound checkpoint repeats with new data.
+            if position.txn_ts is not None and position.txn_ts > self.top:
+                return position.txn_ts
             if self.on_stream_rewind is not None and position.rewound_at(seq):
                 raise self.on_stream_rewind(position)
             return position.committed_ts(seq)

@@ -15,7 +15,9 @@ Rules (what a data engineer expects from Iceberg/Delta writers):
 * a VARCHAR(n)/CHAR(n) value (STRING in the DataFrame), at the top level or inside a struct,
   array or map (keys too), is checked row by row on the executors for values longer than n
   characters, as Spark checks a table write (trailing spaces beyond n are trimmed, as Spark
-  does), and a CHAR(n) value shorter than n is padded with spaces to n, as Spark stores it;
+  does; a longer value fails the job, which the bridge reports as ValueTooLongError naming
+  the field's path), and a CHAR(n) value shorter than n is padded with spaces to n, as Spark
+  stores it;
   two keys of one map made equal so ('a' and 'a ' in a MAP<CHAR(3), INT>) fail the job, which
   the bridge reports as DuplicateMapKeyError naming the map's path (Spark's table write fails
   with DUPLICATED_MAP_KEY), unless the session's mapKeyDedupPolicy is LAST_WIN (the last kept);
@@ -52,7 +54,7 @@ if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
     from pyspark.sql.types import DataType, StructType
 
-    from metastore.errors import DuplicateMapKeyError
+    from metastore.errors import DuplicateMapKeyError, ValueTooLongError
 
 FIELD_ID_KEY = "parquet.field.id"
 # StructField metadata Spark reads as the value of a column for rows that predate it.
@@ -623,6 +625,70 @@ def equal_map_keys_error(
     )
 
 
+def too_long_message(table: str, path: str, length: int) -> str:
+    """What a write raises for a value of `table` at `path` longer than its VARCHAR(n) or
+    CHAR(n), `length` = n (`value_too_long` finds the path in it again)."""
+    return f"a value longer than {length} characters in {table}.{path}"
+
+
+def length_limited_paths(columns: list[dict[str, Any]]) -> list[tuple[str, int]]:
+    """(path, n) of each VARCHAR(n) or CHAR(n) in `columns`, at any depth, as
+    `too_long_message` names them (`_map_strings`' paths)."""
+    from metastore import types as M
+
+    found: list[tuple[str, int]] = []
+
+    def walk(t: M.DataType, path: str) -> None:
+        match t:
+            case M.VarcharType() | M.CharType():
+                found.append((path, int(t.length)))
+            case M.StructType(fields=fs):
+                for f in fs:
+                    walk(f.type, f"{path}.{f.name}")
+            case M.ArrayType(element=e):
+                walk(e, f"{path}.element")
+            case M.MapType(key=k, value=v):
+                walk(k, f"{path}.key")
+                walk(v, f"{path}.value")
+
+    for c in columns:
+        walk(M.parse_type(str(c["type"])), str(c["name"]))
+    return found
+
+
+def value_too_long_error(
+    table: str, path: str, length: int, *, longest: int | None = None
+) -> ValueTooLongError:
+    """The typed error of a write (the bridge's, the data source's) refusing a value of
+    `table` at `path` longer than its VARCHAR(n)/CHAR(n) (`longest`: its length, when known)."""
+    from metastore.errors import ValueTooLongError
+
+    measured = "" if longest is None else f" ({longest} characters before its trailing spaces)"
+    return ValueTooLongError(
+        f"{too_long_message(table, path, length)}{measured}: nothing was committed (Spark's "
+        "own table write refuses it as well)",
+        details={"table": table, "field_path": path, "length": length},
+    )
+
+
+def value_too_long(
+    error: BaseException, table: str, columns: list[dict[str, Any]]
+) -> ValueTooLongError | None:
+    """The ValueTooLongError a failed write of `table` (conformed to `columns`) reports, when
+    its Spark job failed at conform's length check; else None. The path is the longest of the
+    table's VARCHAR/CHAR paths the message names (`code` is not taken for `code2`)."""
+    text = str(error)
+    named = [
+        (path, length)
+        for path, length in length_limited_paths(columns)
+        if too_long_message(table, path, length) in text
+    ]
+    if not named:
+        return None
+    path, length = max(named, key=lambda found: len(found[0]))
+    return value_too_long_error(table, path, length)
+
+
 def _write_side(table: str) -> Callable[[Column, Any, str], Column]:
     """The write-side rule for one VARCHAR(n)/CHAR(n) value (Spark's): beyond n after trimming
     trailing spaces, the job fails naming `table` and the path; else trimmed to n, and a CHAR(n)
@@ -638,7 +704,7 @@ def _write_side(table: str) -> Callable[[Column, Any, str], Column]:
             kept = F.rpad(kept, length, " ")
         return F.when(
             F.length(F.rtrim(value)) > length,
-            F.raise_error(F.lit(f"a value longer than {length} characters in {table}.{path}")),
+            F.raise_error(F.lit(too_long_message(table, path, length))),
         ).otherwise(kept)
 
     return leaf

@@ -238,10 +238,10 @@ def _check_lengths(table: pa.Table, columns: list[dict[str, Any]], name: str) ->
         kept = pc.utf8_length(pc.utf8_rtrim(values, characters=" "))
         longest = pc.max(kept).as_py()
         if longest is not None and longest > length:
-            raise ValueError(
-                f"a value longer than {length} characters in {name}.{path} "
-                f"({longest} characters before its trailing spaces)"
-            )
+            # The typed error the bridge's write raises for it too.
+            from spark_bridge.conform import value_too_long_error
+
+            raise value_too_long_error(name, path, length, longest=longest)
         kept_values = pc.utf8_slice_codeunits(values, 0, length)
         if isinstance(dtype, M.CharType):
             # CHAR(n) is padded with spaces to n, as Spark stores it ('a' is 'a  ' in a

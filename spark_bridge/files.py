@@ -180,18 +180,25 @@ def field_id_group(rel_path: str) -> str:
 
 
 # A footer's verdict: None (unreadable), False (field ids), True (read by name), or, read by
-# name, the groups of its column names one name matches case-insensitively (`id` and `ID`).
-FooterVerdict: TypeAlias = bool | tuple[tuple[str, ...], ...] | None
+# name, the groups of its fields one name matches case-insensitively, as paths from the
+# top-level column (`("id",), ("ID",)`; nested: `("s", "a"), ("s", "A")`).
+FooterVerdict: TypeAlias = bool | tuple[tuple[tuple[str, ...], ...], ...] | None
 
 
 def footer_verdict(path: str) -> FooterVerdict:
     """Whether the file at `path` (absolute) is read by name (it has no field ids: the CLI's
-    rule, `metastore.client.parquet.matched_by_name`), and if so the groups of its column names
-    that differ only in case (`metastore.client.parquet.name_clashes`: a pinned column matching
-    one of them cannot be read), in place of True; None when its footer cannot be read, so the
-    read itself reports the file (or skips it, as the session's
-    `spark.sql.files.ignoreMissingFiles` / `ignoreCorruptFiles` say). Runs on executors too."""
-    from metastore.client.parquet import DataReadError, file_schema, matched_by_name, name_clashes
+    rule, `metastore.client.parquet.matched_by_name`), and if so the groups of its fields, at
+    any level, whose names differ only in case (`metastore.client.parquet.name_clash_paths`: a
+    pinned column or nested field matching one of them cannot be read), in place of True; None
+    when its footer cannot be read, so the read itself reports the file (or skips it, as the
+    session's `spark.sql.files.ignoreMissingFiles` / `ignoreCorruptFiles` say). Runs on
+    executors too."""
+    from metastore.client.parquet import (
+        DataReadError,
+        file_schema,
+        matched_by_name,
+        name_clash_paths,
+    )
 
     try:
         schema = file_schema(path)
@@ -199,7 +206,7 @@ def footer_verdict(path: str) -> FooterVerdict:
         return None
     if not matched_by_name(schema):
         return False
-    return name_clashes(schema.names) or True
+    return name_clash_paths(schema) or True
 
 
 def footer_verdicts(

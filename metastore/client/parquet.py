@@ -41,7 +41,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, Final
+from typing import Any, ClassVar, Final, TypeAlias
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -273,6 +273,12 @@ def file_batches(
             # 9999-12-31 are common sentinels), failing or wrapping to another instant.
             parquet = pq.ParquetFile(source, coerce_int96_timestamp_unit="us")
             sources = _match_columns(parquet.schema_arrow, columns, path)
+            # Nested fields two of the file's fields match fail here, at open, as top-level
+            # columns do (a file of no rows too), not at the first batch's cast.
+            file_types = {f.name: f.type for f in parquet.schema_arrow}
+            for field, source in zip(schema, sources, strict=True):
+                if source is not None and file_types[source] != field.type:
+                    _nested_names_as_pinned(file_types[source], field.type, path, f"{field.name}.")
             file_rows = int(parquet.metadata.num_rows)
             left = file_rows if rows_wanted is None else min(rows_wanted, file_rows)
             wanted = sorted({s for s in sources if s is not None})
@@ -314,6 +320,13 @@ def file_matched_by_name(path: str) -> bool:
     return matched_by_name(file_schema(path))
 
 
+LIST_KINDS: Final = (pa.types.is_list, pa.types.is_large_list, pa.types.is_fixed_size_list)
+
+# A field's path in a file's schema: its names from the top-level column down, with
+# `element` for a list's elements and `key` / `value` for a map's (Spark's own names).
+FieldPath: TypeAlias = tuple[str, ...]
+
+
 def name_clashes(file_names: Sequence[str]) -> tuple[tuple[str, ...], ...]:
     """The groups of `file_names` that one name matches by `match_names`' rule (equal
     `toLowerCase(Locale.ROOT)`, e.g. `id` and `ID`), in file order; usually none."""
@@ -321,6 +334,47 @@ def name_clashes(file_names: Sequence[str]) -> tuple[tuple[str, ...], ...]:
     for name in file_names:
         by_key.setdefault(java_lower_root(name), []).append(name)
     return tuple(tuple(names) for names in by_key.values() if len(names) > 1)
+
+
+def name_clash_paths(schema: pa.Schema) -> tuple[tuple[FieldPath, ...], ...]:
+    """`name_clashes` at every level of `schema`: the groups of fields of one struct (the
+    top-level columns, or a nested struct's fields, inside lists and maps too) that one name
+    matches, as paths (`("id",), ("ID",)`; `("s", "a"), ("s", "A")`), in file order. Nested
+    fields are matched by name in every file (they carry no field ids), by Spark too."""
+    found: list[tuple[FieldPath, ...]] = []
+
+    def fields(level: Sequence[pa.Field], parent: FieldPath) -> None:
+        found.extend(
+            tuple((*parent, name) for name in names)
+            for names in name_clashes([f.name for f in level])
+        )
+        for f in level:
+            inside(f.type, (*parent, f.name))
+
+    def inside(dtype: pa.DataType, at: FieldPath) -> None:
+        if pa.types.is_struct(dtype):
+            fields(list(dtype), at)
+        elif pa.types.is_map(dtype):
+            inside(dtype.key_type, (*at, "key"))
+            inside(dtype.item_type, (*at, "value"))
+        elif any(kind(dtype) for kind in LIST_KINDS):
+            inside(dtype.value_type, (*at, "element"))
+
+    fields(list(schema), ())
+    return tuple(found)
+
+
+def ambiguous_column(column: str, matches: Sequence[str], *, path: str) -> AmbiguousColumnError:
+    """The error of a pinned column (or nested field, `s.a`) that `matches` (two or more
+    fields of the file at `path`) match by name: Spark refuses such a read too."""
+    return AmbiguousColumnError(
+        f"column {column!r} matches {len(matches)} columns of {path}, which has no field "
+        f"ids, by name (case-insensitively, as Spark matches them): {list(matches)}; Spark "
+        "refuses to read it as well (rewrite the file with one of them renamed)",
+        path=path,
+        column=column,
+        matches=matches,
+    )
 
 
 def file_schema(path: str) -> pa.Schema:
@@ -357,7 +411,9 @@ def _match_columns(
     return [by_id.get(c.field_id) for c in columns]
 
 
-def match_names(file_names: Sequence[str], wanted: Sequence[str], *, path: str) -> list[str | None]:
+def match_names(
+    file_names: Sequence[str], wanted: Sequence[str], *, path: str, prefix: str = ""
+) -> list[str | None]:
     """For each wanted (pinned) column name, the one file column it names, or None: Spark's
     Parquet reader's rule with `spark.sql.caseSensitive` false (ParquetReadSupport), the one
     every by-name match of this project follows. Names match when their Java
@@ -365,8 +421,9 @@ def match_names(file_names: Sequence[str], wanted: Sequence[str], *, path: str) 
     (`straße` and `STRASSE` are two columns, as a table may hold them since apply version 7),
     and not Java's equalsIgnoreCase, which Spark's analyzer uses (the long s, U+017F, does not
     name `s` here).
-    A wanted name matching two file columns is refused (AmbiguousColumnError), even when one
-    matches exactly, as Spark refuses it; file columns no wanted name matches are ignored."""
+    A wanted name matching two file columns is refused (AmbiguousColumnError, its names after
+    `prefix`: a nested field's parent path, `s.`), even when one matches exactly, as Spark
+    refuses it; file columns no wanted name matches are ignored."""
     by_key: dict[str, list[str]] = {}
     for name in file_names:
         by_key.setdefault(java_lower_root(name), []).append(name)
@@ -374,14 +431,7 @@ def match_names(file_names: Sequence[str], wanted: Sequence[str], *, path: str) 
     for name in wanted:
         found = by_key.get(java_lower_root(name), [])
         if len(found) > 1:
-            raise AmbiguousColumnError(
-                f"column {name!r} matches {len(found)} columns of {path}, which has no field "
-                f"ids, by name (case-insensitively, as Spark matches them): {found}; Spark "
-                "refuses to read it as well (rewrite the file with one of them renamed)",
-                path=path,
-                column=name,
-                matches=found,
-            )
+            raise ambiguous_column(prefix + name, [prefix + match for match in found], path=path)
         sources.append(found[0] if found else None)
     return sources
 
@@ -412,7 +462,7 @@ def _conform(
         try:
             if column.type != field.type:
                 # Nested fields by name, as Spark matches them: the cast then finds each.
-                named = _nested_names_as_pinned(column.type, field.type, path)
+                named = _nested_names_as_pinned(column.type, field.type, path, f"{field.name}.")
                 column = column if named == column.type else column.view(named)
                 # Cast with every nested field nullable, then rebuilt as pinned: a file may hold
                 # a NOT NULL field as nullable (the bridge's Spark writes the output's
@@ -464,15 +514,18 @@ def _nullable_everywhere(dtype: pa.DataType) -> pa.DataType:
     return dtype
 
 
-def _nested_names_as_pinned(file_type: pa.DataType, pinned: pa.DataType, path: str) -> pa.DataType:
+def _nested_names_as_pinned(
+    file_type: pa.DataType, pinned: pa.DataType, path: str, prefix: str
+) -> pa.DataType:
     """`file_type` with each nested struct field that a pinned field names (`match_names`, as
     Spark matches nested fields: they carry no field ids) renamed to the pinned name, in structs
     inside lists and maps too; the same layout, so the column is viewed as it, then cast (pyarrow
-    casts a struct's fields by exact name: a file's `A` read as NULL for a pinned `a`)."""
+    casts a struct's fields by exact name: a file's `A` read as NULL for a pinned `a`). `prefix`
+    is the pinned path down to `file_type` (`s.`), which an AmbiguousColumnError names."""
     if pa.types.is_struct(file_type) and pa.types.is_struct(pinned):
         pinned_fields = list(pinned)
         sources = match_names(
-            [f.name for f in file_type], [f.name for f in pinned_fields], path=path
+            [f.name for f in file_type], [f.name for f in pinned_fields], path=path, prefix=prefix
         )
         renamed = {source: f for source, f in zip(sources, pinned_fields, strict=True) if source}
         fields = []
@@ -481,20 +534,23 @@ def _nested_names_as_pinned(file_type: pa.DataType, pinned: pa.DataType, path: s
             if target is None:
                 fields.append(f)
                 continue
-            inner = _nested_names_as_pinned(f.type, target.type, path)
+            inner = _nested_names_as_pinned(f.type, target.type, path, f"{prefix}{target.name}.")
             fields.append(pa.field(target.name, inner, f.nullable, f.metadata))
         return pa.struct(fields)
     if pa.types.is_map(file_type) and pa.types.is_map(pinned):
-        key = _nested_names_as_pinned(file_type.key_type, pinned.key_type, path)
-        item = _nested_names_as_pinned(file_type.item_type, pinned.item_type, path)
+        key = _nested_names_as_pinned(file_type.key_type, pinned.key_type, path, f"{prefix}key.")
+        item = _nested_names_as_pinned(
+            file_type.item_type, pinned.item_type, path, f"{prefix}value."
+        )
         return pa.map_(
             file_type.key_field.with_type(key),
             file_type.item_field.with_type(item),
             keys_sorted=file_type.keys_sorted,
         )
-    list_kinds = (pa.types.is_list, pa.types.is_large_list, pa.types.is_fixed_size_list)
-    if any(kind(file_type) for kind in list_kinds) and any(kind(pinned) for kind in list_kinds):
-        value = _nested_names_as_pinned(file_type.value_type, pinned.value_type, path)
+    if any(kind(file_type) for kind in LIST_KINDS) and any(kind(pinned) for kind in LIST_KINDS):
+        value = _nested_names_as_pinned(
+            file_type.value_type, pinned.value_type, path, f"{prefix}element."
+        )
         if value == file_type.value_type:
             return file_type
         value_field = file_type.value_field.with_type(value)

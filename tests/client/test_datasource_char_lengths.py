@@ -14,6 +14,7 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
+from metastore.errors import ValueTooLongError
 from spark_bridge.datasource import _check_lengths
 
 COLUMNS = [
@@ -38,7 +39,7 @@ def test_trailing_spaces_beyond_the_length_are_trimmed_as_spark_does() -> None:
 
 @pytest.mark.parametrize("value", ["abcd", "ab \t", "abcd "])
 def test_other_characters_beyond_the_length_are_refused(value: str) -> None:
-    with pytest.raises(ValueError, match=r"longer than 3 characters in ns\.t\.v"):
+    with pytest.raises(ValueTooLongError, match=r"longer than 3 characters in ns\.t\.v"):
         _check_lengths(_table([value]), COLUMNS, "ns.t")
 
 

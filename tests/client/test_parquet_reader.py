@@ -25,7 +25,7 @@ from metastore.client.parquet import (
     file_batches,
     read_rows,
 )
-from metastore.errors import InvalidArgumentError
+from metastore.errors import InvalidArgumentError, ValueTooLongError
 
 ROWS: Final = READ_BATCH_ROWS_MAX * 2 + 5
 # Wire columns (the protocol's `schema.columns`): `id` was INT when the file was written and
@@ -437,7 +437,9 @@ def test_nested_char_values_are_padded_on_write_and_read_as_spark_does(tmp_path:
         (Row(id=1, s=None, a=[], m={"abc": None}), "m.key"),
         (Row(id=1, s=None, a=[], m={"k": Row(c="abc")}), "m.value.c"),
     ]:
-        with pytest.raises(ValueError, match=rf"longer than \d characters in ns\.t\.{where}\b"):
+        with pytest.raises(
+            ValueTooLongError, match=rf"longer than \d characters in ns\.t\.{where}\b"
+        ):
             writer._write_file(iter([row]))
 
     # Read: values an unpadded writer stored read padded, inside structs, lists and maps too.

@@ -49,6 +49,7 @@ def test_refinements_keep_their_code_and_round_trip() -> None:
     refinements = [c for c in _error_classes() if "REASON" in vars(c)]
     assert refinements == [
         errors.DuplicateMapKeyError,
+        errors.ValueTooLongError,
         errors.AmbiguousFileColumnError,
         errors.ProtectionLapsedError,
         errors.CatchUpTimeoutError,

@@ -190,15 +190,23 @@ def test_format_metastore_append_refuses_a_value_longer_than_its_varchar(
     spark_env: SparkEnv,
 ) -> None:
     """VARCHAR(n) is STRING in the DataFrame: a longer value fails the write, which commits
-    nothing, instead of landing in the table."""
+    nothing, instead of landing in the table; the data source's task and the bridge's batch
+    raise the same typed ValueTooLongError (the task's was a plain ValueError, the batch's
+    Spark's USER_RAISED_EXCEPTION)."""
+    from metastore.errors import ValueTooLongError
+
     env = spark_env
     env.ddl("CREATE NAMESPACE IF NOT EXISTS dsw")
     env.ddl("CREATE TABLE dsw.codes (id BIGINT, code VARCHAR(3))")
-    env.bridge()  # registers format("metastore") for this cluster
+    bridge = env.bridge()  # registers format("metastore") for this cluster
     before = committed_txns(env.client)
     df = env.spark.createDataFrame([(1, "abc"), (2, "abcd")], "id BIGINT, code STRING")
-    with pytest.raises(Exception, match="longer than 3 characters"):
+    with pytest.raises(Exception, match=r"ValueTooLongError.*longer than 3 characters"):
         df.write.format("metastore").option("table", "dsw.codes").mode("append").save()
+    with pytest.raises(ValueTooLongError) as info, bridge.batch(writes=["dsw.codes"]) as b:
+        b.write("dsw.codes", df)
+    details = info.value.details
+    assert (details["table"], details["field_path"], details["length"]) == ("dsw.codes", "code", 3)
     assert committed_txns(env.client) == before
     assert env.live_paths("dsw.codes", as_of=env.client.clock.now()) == set()
 

@@ -162,3 +162,56 @@ def test_an_ambiguous_by_name_file_fails_the_read_with_a_typed_error(spark_env: 
 
     with pytest.raises(Exception, match=rf"AmbiguousFileColumnError.*{rel}"):
         env.spark.read.format("metastore").option("table", table).load().collect()
+
+
+def test_an_ambiguous_nested_field_of_a_by_name_file_fails_the_read_with_a_typed_error(
+    spark_env: SparkEnv,
+) -> None:
+    """Nested fields are matched by name case-insensitively too: a by-name file whose struct
+    holds `a` and `A` cannot be read for the pinned `s.a`. Spark's own scan refused it only once
+    the DataFrame ran; the bridge's read now refuses it at `read_table` and the data source's
+    task before reading a row, both with AmbiguousFileColumnError naming the nested path, as
+    for top-level columns."""
+    from metastore.errors import AmbiguousFileColumnError
+
+    env = spark_env
+    table = "fid.ambiguous_nested"
+    env.ddl("CREATE NAMESPACE IF NOT EXISTS fid")
+    env.ddl(f"CREATE TABLE {table} (id BIGINT, s STRUCT<a: BIGINT, b: STRING>)")
+    pinned = env.client.schema_at(table)
+    location = str(pinned["location"])
+    rel = f"external/amb-nested-{uuid.uuid4().hex[:8]}.parquet"
+    inner = pa.StructArray.from_arrays(
+        [pa.array([1]), pa.array([2]), pa.array(["x"])], names=["a", "A", "b"]
+    )
+    clashing = pa.table({"id": pa.array([1], pa.int64()), "s": inner})
+    write = {
+        "table": table,
+        "schema_version": int(pinned["version"]),
+        "table_id": int(pinned["table_id"]),
+        "add": [_plain_file(location, rel, clashing).to_wire()],
+    }
+    env.client.commit(f"amb-nested-{uuid.uuid4()}", [write])
+
+    # Spark's own by-name scan refuses the file (the premise), once the DataFrame runs.
+    from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+    plain = StructType(
+        [
+            StructField("id", LongType()),
+            StructField(
+                "s", StructType([StructField("a", LongType()), StructField("b", StringType())])
+            ),
+        ]
+    )
+    with pytest.raises(Exception, match=r"(?i)duplicate|ambiguous"):
+        env.spark.read.schema(plain).parquet(str(Path(location) / rel)).collect()
+
+    with pytest.raises(AmbiguousFileColumnError) as info:
+        env.bridge().read_table(table)
+    assert info.value.details["column"] == "s.a"
+    assert info.value.details["matches"] == ["s.a", "s.A"]
+    assert str(info.value.details["path"]).endswith(rel)
+
+    with pytest.raises(Exception, match=rf"AmbiguousFileColumnError.*{rel}"):
+        env.spark.read.format("metastore").option("table", table).load().collect()
