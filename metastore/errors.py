@@ -103,6 +103,11 @@ class MetastoreError(Exception):
         super().__init__(message)
         self.message = message
         self.details: dict[str, object] = dict(details) if details else {}
+        # A refinement (a subclass with its own REASON, told apart on the wire by it) always
+        # carries its reason, whatever details it was given.
+        reason = getattr(self, "REASON", None)
+        if reason is not None:
+            self.details["reason"] = reason
 
     def to_wire(self) -> dict[str, object]:
         wire: dict[str, object] = {
@@ -226,23 +231,18 @@ class DuplicateMapKeyError(InvalidArgumentError):
 
     REASON: ClassVar[str] = "duplicate_map_key"
 
-    def __init__(self, message: str, *, details: Mapping[str, object] | None = None) -> None:
-        super().__init__(message, details={**(details or {}), "reason": self.REASON})
 
-
-class ValueTooLongError(InvalidArgumentError):
+class ValueTooLongError(InvalidArgumentError, ValueError):
     """A write would store a VARCHAR(n) or CHAR(n) value longer than n characters after its
     trailing spaces (which are trimmed to n, as Spark trims them), at the top level or nested,
     which Spark's own table writes refuse too (EXCEED_LIMIT_LENGTH). Raised by the writers
     (the bridge's batch, the data source's append), never by a node; nothing is committed. A
     refinement of INVALID_ARGUMENT with `details.reason` = "value_too_long". Details also: `table`,
     `field_path` (as Spark names nested fields: `code`, `s.v`, `l.element`, `m.key`,
-    `m.value.c`) and `length` (n)."""
+    `m.value.c`) and `length` (n). Also a ValueError, as the data source's writer raised one
+    before it was typed (and as the bridge's NotNullViolationError is)."""
 
     REASON: ClassVar[str] = "value_too_long"
-
-    def __init__(self, message: str, *, details: Mapping[str, object] | None = None) -> None:
-        super().__init__(message, details={**(details or {}), "reason": self.REASON})
 
 
 class AmbiguousFileColumnError(InvalidArgumentError):
@@ -254,9 +254,6 @@ class AmbiguousFileColumnError(InvalidArgumentError):
     `path` (the file), `column` (the pinned column) and `matches` (the file's columns)."""
 
     REASON: ClassVar[str] = "ambiguous_column"
-
-    def __init__(self, message: str, *, details: Mapping[str, object] | None = None) -> None:
-        super().__init__(message, details={**(details or {}), "reason": self.REASON})
 
 
 class StaleTimestampError(MetastoreError):
@@ -418,9 +415,6 @@ class ProtectionLapsedError(ProtectionNotFoundError):
 
     REASON: ClassVar[str] = "lapsed"
 
-    def __init__(self, message: str, *, details: Mapping[str, object] | None = None) -> None:
-        super().__init__(message, details={**(details or {}), "reason": self.REASON})
-
 
 class SchemaJobNotFoundError(MetastoreError):
     """No schema change job with this id. Details: `job_id`."""
@@ -553,9 +547,6 @@ class CatchUpTimeoutError(RequestTimeoutError):
     `safe_time`, `lag_ms`, `node_id`."""
 
     REASON: ClassVar[str] = "catch_up"
-
-    def __init__(self, message: str, *, details: Mapping[str, object] | None = None) -> None:
-        super().__init__(message, details={**(details or {}), "reason": self.REASON})
 
 
 class UnavailableError(MetastoreError):
