@@ -856,11 +856,17 @@ class MetastoreDataSource(DataSource):
         got = [(java_case_key(f.name), _shape(f.dataType)) for f in schema.fields]
         shape = [(java_case_key(f.name), _shape(f.dataType)) for f in want.fields]
         if got not in (shape, shape[:public]):
-            public_struct = pinned_struct(columns[:public])
-            raise ValueError(
+            from spark_bridge.conform import SchemaMismatchError
+
+            # Against the public columns unless the DataFrame has more (the write-only ones).
+            expected = want if len(got) > public else pinned_struct(columns[:public])
+            raise SchemaMismatchError(
                 f"DataFrame schema {schema.simpleString()} does not match {self._table()} "
-                f"v{pinned['version']} ({public_struct.simpleString()}); use the batch API to "
-                "conform"
+                f"v{pinned['version']} ({expected.simpleString()}): "
+                f"{_misfit(schema, expected)}; nothing was written. format('metastore') "
+                "appends take the table's columns as they are (in its order and types, as "
+                "Spark would have to cast otherwise); select and cast them to it, or write "
+                "through MetastoreBridge.batch, which conforms"
             )
         given = len(got)
         if given < len(columns):
@@ -989,6 +995,42 @@ def _release_write_session(source: MetastoreDataSource, session_id: str, keeper_
             client.close()
     except (MetastoreError, OSError, ValueError) as exc:
         logging.getLogger("spark_bridge").info("closing metastore session %s: %s", session_id, exc)
+
+
+def _misfit(schema: StructType, want: StructType) -> str:
+    """What keeps the DataFrame `schema` from fitting the table's `want`, naming the columns:
+    a column given twice, columns the table lacks, columns missing, another order, or the
+    first column whose type differs (nullability aside, as `_shape`)."""
+    from metastore.java_case import java_case_key
+
+    got_keys = [java_case_key(f.name) for f in schema.fields]
+    want_keys = [java_case_key(f.name) for f in want.fields]
+    twice = sorted({f.name for f in schema.fields if got_keys.count(java_case_key(f.name)) > 1})
+    if twice:
+        return f"column(s) {twice} given more than once (names match case-insensitively)"
+    extra = [f.name for f in schema.fields if java_case_key(f.name) not in want_keys]
+    if extra:
+        return f"column(s) {extra} are not in the table"
+    missing = [f.name for f in want.fields if java_case_key(f.name) not in got_keys]
+    if missing:
+        return f"column(s) {missing} are missing"
+    if got_keys != want_keys:
+        return (
+            f"the columns are in another order than the table's "
+            f"({', '.join(f.name for f in want.fields)})"
+        )
+    for got, expected in zip(schema.fields, want.fields, strict=True):
+        if _shape(got.dataType) != _shape(expected.dataType):
+            return (
+                f"column {expected.name!r} is {got.dataType.simpleString()}, the table's is "
+                f"{expected.dataType.simpleString()}"
+                + (
+                    " (nested field names, their case and order must match exactly)"
+                    if "struct<" in expected.dataType.simpleString()
+                    else ""
+                )
+            )
+    return "the columns differ"
 
 
 def _shape(dtype: Any) -> Any:
