@@ -1204,11 +1204,14 @@ class MetastoreBridge:
         """A table as a DataFrame, now or AS OF a timestamp (pinned schema at that timestamp;
         an HLC integer or text, see `timestamp`).
 
-        AS OF a timestamp at or below the table's GC threshold raises the metastore's typed
-        BeforeGcThresholdError before Spark plans anything. The DataFrame is lazy: if GC may
-        run before Spark reads it (a short gc.ttl, a long job), hold `protect(as_of)` around
-        the work so the files it lists stay on disk."""
-        from metastore.errors import ErrorCode, MetastoreError
+        The metastore's refusals are raised as its typed errors (as Spark's catalog raises
+        its own), before Spark plans anything: a table that does not exist at `as_of`
+        (TableNotFoundError; dropped by then: NotFoundAtTimestampError), AS OF a timestamp at
+        or below the table's GC threshold (BeforeGcThresholdError) or ahead of the nodes'
+        clocks (TimestampAheadError). The DataFrame is lazy: if GC may run before Spark reads
+        it (a short gc.ttl, a long job), hold `protect(as_of)` around the work so the files it
+        lists stay on disk."""
+        from metastore.errors import MetastoreError
 
         self.check_protections()  # a lapsed protect() block must not read on as if covered
         ts = None if as_of is None else self.timestamp(as_of)
@@ -1217,8 +1220,10 @@ class MetastoreBridge:
             with self.batch(reads=[table], txn_id=f"read:{uuid.uuid4()}", read_ts=ts, top=ts) as b:
                 return b.read(table)
         except BatchError as exc:
+            # A read is no batch to the caller: the BatchError around a refusal would name a
+            # made-up txn id ("pin failed for txn read:<uuid>"). The typed error is the answer.
             cause = exc.cause
-            if isinstance(cause, MetastoreError) and cause.code == ErrorCode.BEFORE_GC_THRESHOLD:
+            if isinstance(cause, MetastoreError):
                 raise cause from None
             raise
 
