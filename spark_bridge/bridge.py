@@ -1194,11 +1194,17 @@ class MetastoreBridge:
         """`as_of` as an HLC timestamp: an HLC integer as is, or text as format("metastore")'s
         `as_of` option and the CLI's `--as-of` read it (HLC digits, ISO-8601, `-5m`, `now`;
         relative to this driver's clock). Anything else raises hlc.TimestampParseError (a
-        ValueError naming the accepted forms) before any request is sent."""
+        ValueError naming the accepted forms) before any request is sent, as does a value
+        before 2000 (epoch seconds or milliseconds read as an HLC integer: the error gives the
+        HLC integer and ISO time they stand for)."""
+        from spark_bridge.datasource import check_as_of
+
         if isinstance(as_of, int) and not isinstance(as_of, bool):
-            return as_of
+            return check_as_of(as_of, as_of)
         # parse_ts refuses a non-string (a bool, a float, a datetime) with the same error.
-        return parse_ts(cast(str, as_of), now_ms=self.client.clock.physical_now_ms())
+        return check_as_of(
+            parse_ts(cast(str, as_of), now_ms=self.client.clock.physical_now_ms()), as_of
+        )
 
     def read_table(self, table: str, *, as_of: int | str | None = None) -> DataFrame:
         """A table as a DataFrame, now or AS OF a timestamp (pinned schema at that timestamp;

@@ -10,7 +10,8 @@
     # optional: .option("keep_max_ms", "86400000") how long the driver keeps it at most (below)
 
 Reads pin one timestamp (the `as_of` option — an HLC integer, ISO-8601 time, `-5m`-style relative
-time or `now` — default now, or the newest acknowledged commit's ts if that is later), take the
+time or `now` — default now, or the newest acknowledged commit's ts if that is later; epoch
+seconds or milliseconds are refused, naming the HLC integer and ISO time they stand for), take the
 schema in force then and the files live then, and read each file with pyarrow on the executors,
 matching columns by Parquet field id (so renamed columns keep their data) and casting widened
 types (`metastore.client.parquet`, the reader the CLI's
@@ -134,7 +135,40 @@ def _resolve_ts(client: Any, text: str | None) -> int:
             return max(now, int(client.read_ts()))
         except UnknownOpError:
             return now  # an older release's node: its reads at now are the best on offer
-    return parse_ts(str(text), now_ms=client.clock.physical_now_ms())
+    return check_as_of(parse_ts(str(text), now_ms=client.clock.physical_now_ms()), text)
+
+
+# An AS OF below this (HLC of 2000-01-01T00:00:00Z) names a time before any cluster existed:
+# almost surely epoch seconds, milliseconds or microseconds (Iceberg's `as-of-timestamp` takes
+# epoch milliseconds) read as an HLC integer, which would answer TABLE_NOT_FOUND "at 1970-...".
+AS_OF_HLC_MIN: int = 946_684_800_000 << 16
+
+
+def check_as_of(ts: int, given: object) -> int:
+    """`ts` (parsed from `given`) if it can be a cluster's timestamp, else TimestampParseError
+    (a ValueError) saying which epoch time `given` looks like and how to pass it."""
+    if ts >= AS_OF_HLC_MIN:
+        return ts
+    from hlc import ACCEPTED_FORMS, TimestampParseError, make_ts, to_iso
+
+    # The epoch unit the value reads as: seconds below 1e11 (year 5138), then milliseconds
+    # below 1e14, then microseconds.
+    if ts < 10**11:
+        unit, epoch_ms = "seconds", ts * 1000
+    elif ts < 10**14:
+        unit, epoch_ms = "milliseconds", ts
+    else:
+        unit, epoch_ms = "microseconds", ts // 1000
+    meant = make_ts(epoch_ms)
+    raise TimestampParseError(
+        text=str(given)[:64],
+        reason=(
+            f"as an HLC integer it is {to_iso(ts)}, before any cluster existed; read as epoch "
+            f"{unit} it is {to_iso(meant)}: pass that as ISO-8601 ({to_iso(meant)!r}) or as "
+            f"the HLC integer {meant} (epoch milliseconds << 16)"
+        ),
+        accepted=ACCEPTED_FORMS,
+    )
 
 
 def _arrow_schema(columns: list[dict[str, Any]]) -> pa.Schema:

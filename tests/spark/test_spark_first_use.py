@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from hlc import TimestampParseError
 from metastore.errors import NotFoundAtTimestampError, TableNotFoundError, TimestampAheadError
 from tests.spark.support import SparkEnv, committed_txns
 
@@ -60,6 +61,23 @@ def test_read_table_where_the_table_is_not_is_the_typed_error(
     an_hour_ahead = bridge.client.clock.now() + (3_600_000 << 16)
     with pytest.raises(TimestampAheadError):
         bridge.read_table(TABLE, as_of=an_hour_ahead)
+
+
+def test_epoch_milliseconds_as_of_is_refused_saying_what_an_hlc_integer_is(
+    env: SparkEnv, bridge: MetastoreBridge
+) -> None:
+    """Epoch milliseconds (what Iceberg's `as-of-timestamp` takes) were read as an HLC integer,
+    i.e. 1970: TABLE_NOT_FOUND "does not exist at 1970-01-01T07:36:42.009Z+24574". Such a
+    value is refused before any request, saying it reads as epoch milliseconds."""
+    now_ms = env.client.clock.physical_now_ms()
+    for as_of in (now_ms, str(now_ms), str(now_ms // 1000)):
+        with pytest.raises(TimestampParseError, match="epoch"):
+            bridge.read_table(TABLE, as_of=as_of)
+    with pytest.raises(Exception, match="TimestampParseError") as info:
+        env.spark.read.format("metastore").option("table", TABLE).option(
+            "as_of", str(now_ms)
+        ).load()
+    assert "epoch" in str(info.value)
 
 
 def test_a_format_append_that_does_not_fit_names_the_column_and_commits_nothing(
