@@ -2,6 +2,7 @@
 
     spark.read.format("metastore").option("table", "sales.orders").option("as_of", "-5m").load()
     df.write.format("metastore").option("table", "sales.orders").mode("append").save()
+    spark.read.format("metastore").load("sales.orders")  # the path is the table's name too
     # optional: .option("txn_id", "<stable id>") makes a retried job commit once, however
     #           much later (the id's mark: metastore.client.txn_marks)
     # optional: .option("loose_files_max", "10000") compacts the table into manifests past it
@@ -825,10 +826,21 @@ class MetastoreDataSource(DataSource):
         return "metastore"
 
     def _table(self) -> str:
+        """The `table` option, or the path of `load("ns.table")` / `save("ns.table")` (Spark
+        passes it as the `path` option), as format("iceberg") takes a table name."""
         table = self.options.get("table")
-        if not table:
-            raise ValueError("option 'table' (ns.table) is required for format('metastore')")
-        return str(table)
+        path = self.options.get("path")
+        if table and path and str(path) != str(table):
+            raise ValueError(
+                f"format('metastore') got table {table!r} and path {path!r}: name the table "
+                "once, with .option('table', ...) or as the path of load()/save()"
+            )
+        if not (table or path):
+            raise ValueError(
+                "format('metastore') needs the table: .load('ns.table') / .save('ns.table') "
+                "or .option('table', 'ns.table')"
+            )
+        return str(table or path)
 
     def _pin(self) -> dict[str, Any]:
         pinned = getattr(self, "_pinned", None)

@@ -5,6 +5,7 @@ fit the table. Each is a typed error naming the table or column, and commits not
 
 from __future__ import annotations
 
+from decimal import Decimal
 from typing import TYPE_CHECKING
 
 import pytest
@@ -92,3 +93,20 @@ def test_a_format_append_that_does_not_fit_names_the_column_and_commits_nothing(
         df.write.format("metastore").option("table", TABLE).mode("append").save()
     assert "column 'amount' is string, the table's is decimal(10,2)" in str(info.value)
     assert committed_txns(env.client) == before
+
+
+def test_load_and_save_take_the_table_name_as_their_path(
+    env: SparkEnv, bridge: MetastoreBridge
+) -> None:
+    """`spark.read.format("metastore").load("ns.table")` (as `format("iceberg").load(...)`
+    takes a table name) was refused: "option 'table' (ns.table) is required". The path is the
+    table's name now, for reads and appends; a path and a `table` option that differ are
+    refused, naming both."""
+    assert bridge is not None  # it registered format("metastore")
+    df = env.spark.createDataFrame([(7, Decimal("7.00"))], "id BIGINT, amount DECIMAL(10,2)")
+    df.write.format("metastore").mode("append").save(TABLE)
+    read = env.spark.read.format("metastore").load(TABLE)
+    assert [tuple(r) for r in read.collect()] == [(7, Decimal("7.00"))]
+    with pytest.raises(Exception, match=r"first\.other") as info:
+        env.spark.read.format("metastore").option("table", "first.other").load(TABLE)
+    assert TABLE in str(info.value)
