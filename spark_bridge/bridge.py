@@ -1231,21 +1231,30 @@ class MetastoreBridge:
         """`as_of` as an HLC timestamp: an HLC integer as is, or text as format("metastore")'s
         `as_of` option and the CLI's `--as-of` read it (HLC digits, ISO-8601, `-5m`, `now`;
         relative to this driver's clock). Anything else raises hlc.TimestampParseError (a
-        ValueError naming the accepted forms) before any request is sent."""
+        ValueError naming the accepted forms) before any request is sent, as does a value
+        before 2000 (epoch seconds or milliseconds read as an HLC integer: the error gives the
+        HLC integer and ISO time they stand for)."""
+        from spark_bridge.datasource import check_as_of
+
         if isinstance(as_of, int) and not isinstance(as_of, bool):
-            return as_of
+            return check_as_of(as_of, as_of)
         # parse_ts refuses a non-string (a bool, a float, a datetime) with the same error.
-        return parse_ts(cast(str, as_of), now_ms=self.client.clock.physical_now_ms())
+        return check_as_of(
+            parse_ts(cast(str, as_of), now_ms=self.client.clock.physical_now_ms()), as_of
+        )
 
     def read_table(self, table: str, *, as_of: int | str | None = None) -> DataFrame:
         """A table as a DataFrame, now or AS OF a timestamp (pinned schema at that timestamp;
         an HLC integer or text, see `timestamp`).
 
-        AS OF a timestamp at or below the table's GC threshold raises the metastore's typed
-        BeforeGcThresholdError before Spark plans anything. The DataFrame is lazy: if GC may
-        run before Spark reads it (a short gc.ttl, a long job), hold `protect(as_of)` around
-        the work so the files it lists stay on disk."""
-        from metastore.errors import ErrorCode, MetastoreError
+        The metastore's refusals are raised as its typed errors (as Spark's catalog raises
+        its own), before Spark plans anything: a table that does not exist at `as_of`
+        (TableNotFoundError; dropped by then: NotFoundAtTimestampError), AS OF a timestamp at
+        or below the table's GC threshold (BeforeGcThresholdError) or ahead of the nodes'
+        clocks (TimestampAheadError). The DataFrame is lazy: if GC may run before Spark reads
+        it (a short gc.ttl, a long job), hold `protect(as_of)` around the work so the files it
+        lists stay on disk."""
+        from metastore.errors import MetastoreError
 
         self.check_protections()  # a lapsed protect() block must not read on as if covered
         ts = None if as_of is None else self.timestamp(as_of)
@@ -1254,8 +1263,10 @@ class MetastoreBridge:
             with self.batch(reads=[table], txn_id=f"read:{uuid.uuid4()}", read_ts=ts, top=ts) as b:
                 return b.read(table)
         except BatchError as exc:
+            # A read is no batch to the caller: the BatchError around a refusal would name a
+            # made-up txn id ("pin failed for txn read:<uuid>"). The typed error is the answer.
             cause = exc.cause
-            if isinstance(cause, MetastoreError) and cause.code == ErrorCode.BEFORE_GC_THRESHOLD:
+            if isinstance(cause, MetastoreError):
                 raise cause from None
             raise
 

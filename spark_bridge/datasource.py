@@ -2,6 +2,7 @@
 
     spark.read.format("metastore").option("table", "sales.orders").option("as_of", "-5m").load()
     df.write.format("metastore").option("table", "sales.orders").mode("append").save()
+    spark.read.format("metastore").load("sales.orders")  # the path is the table's name too
     # optional: .option("txn_id", "<stable id>") makes a retried job commit once, however
     #           much later (the id's mark: metastore.client.txn_marks)
     # optional: .option("loose_files_max", "10000") compacts the table into manifests past it
@@ -10,7 +11,8 @@
     # optional: .option("keep_max_ms", "86400000") how long the driver keeps it at most (below)
 
 Reads pin one timestamp (the `as_of` option — an HLC integer, ISO-8601 time, `-5m`-style relative
-time or `now` — default now, or the newest acknowledged commit's ts if that is later), take the
+time or `now` — default now, or the newest acknowledged commit's ts if that is later; epoch
+seconds or milliseconds are refused, naming the HLC integer and ISO time they stand for), take the
 schema in force then and the files live then, and read each file with pyarrow on the executors,
 matching columns by Parquet field id (so renamed columns keep their data) and casting widened
 types (`metastore.client.parquet`, the reader the CLI's
@@ -134,7 +136,40 @@ def _resolve_ts(client: Any, text: str | None) -> int:
             return max(now, int(client.read_ts()))
         except UnknownOpError:
             return now  # an older release's node: its reads at now are the best on offer
-    return parse_ts(str(text), now_ms=client.clock.physical_now_ms())
+    return check_as_of(parse_ts(str(text), now_ms=client.clock.physical_now_ms()), text)
+
+
+# An AS OF below this (HLC of 2000-01-01T00:00:00Z) names a time before any cluster existed:
+# almost surely epoch seconds, milliseconds or microseconds (Iceberg's `as-of-timestamp` takes
+# epoch milliseconds) read as an HLC integer, which would answer TABLE_NOT_FOUND "at 1970-...".
+AS_OF_HLC_MIN: int = 946_684_800_000 << 16
+
+
+def check_as_of(ts: int, given: object) -> int:
+    """`ts` (parsed from `given`) if it can be a cluster's timestamp, else TimestampParseError
+    (a ValueError) saying which epoch time `given` looks like and how to pass it."""
+    if ts >= AS_OF_HLC_MIN:
+        return ts
+    from hlc import ACCEPTED_FORMS, TimestampParseError, make_ts, to_iso
+
+    # The epoch unit the value reads as: seconds below 1e11 (year 5138), then milliseconds
+    # below 1e14, then microseconds.
+    if ts < 10**11:
+        unit, epoch_ms = "seconds", ts * 1000
+    elif ts < 10**14:
+        unit, epoch_ms = "milliseconds", ts
+    else:
+        unit, epoch_ms = "microseconds", ts // 1000
+    meant = make_ts(epoch_ms)
+    raise TimestampParseError(
+        text=str(given)[:64],
+        reason=(
+            f"as an HLC integer it is {to_iso(ts)}, before any cluster existed; read as epoch "
+            f"{unit} it is {to_iso(meant)}: pass that as ISO-8601 ({to_iso(meant)!r}) or as "
+            f"the HLC integer {meant} (epoch milliseconds << 16)"
+        ),
+        accepted=ACCEPTED_FORMS,
+    )
 
 
 def _arrow_schema(columns: list[dict[str, Any]]) -> pa.Schema:
@@ -791,10 +826,21 @@ class MetastoreDataSource(DataSource):
         return "metastore"
 
     def _table(self) -> str:
+        """The `table` option, or the path of `load("ns.table")` / `save("ns.table")` (Spark
+        passes it as the `path` option), as format("iceberg") takes a table name."""
         table = self.options.get("table")
-        if not table:
-            raise ValueError("option 'table' (ns.table) is required for format('metastore')")
-        return str(table)
+        path = self.options.get("path")
+        if table and path and str(path) != str(table):
+            raise ValueError(
+                f"format('metastore') got table {table!r} and path {path!r}: name the table "
+                "once, with .option('table', ...) or as the path of load()/save()"
+            )
+        if not (table or path):
+            raise ValueError(
+                "format('metastore') needs the table: .load('ns.table') / .save('ns.table') "
+                "or .option('table', 'ns.table')"
+            )
+        return str(table or path)
 
     def _pin(self) -> dict[str, Any]:
         pinned = getattr(self, "_pinned", None)
@@ -856,11 +902,17 @@ class MetastoreDataSource(DataSource):
         got = [(java_case_key(f.name), _shape(f.dataType)) for f in schema.fields]
         shape = [(java_case_key(f.name), _shape(f.dataType)) for f in want.fields]
         if got not in (shape, shape[:public]):
-            public_struct = pinned_struct(columns[:public])
-            raise ValueError(
+            from spark_bridge.conform import SchemaMismatchError
+
+            # Against the public columns unless the DataFrame has more (the write-only ones).
+            expected = want if len(got) > public else pinned_struct(columns[:public])
+            raise SchemaMismatchError(
                 f"DataFrame schema {schema.simpleString()} does not match {self._table()} "
-                f"v{pinned['version']} ({public_struct.simpleString()}); use the batch API to "
-                "conform"
+                f"v{pinned['version']} ({expected.simpleString()}): "
+                f"{_misfit(schema, expected)}; nothing was written. format('metastore') "
+                "appends take the table's columns as they are (in its order and types, as "
+                "Spark would have to cast otherwise); select and cast them to it, or write "
+                "through MetastoreBridge.batch, which conforms"
             )
         given = len(got)
         if given < len(columns):
@@ -989,6 +1041,42 @@ def _release_write_session(source: MetastoreDataSource, session_id: str, keeper_
             client.close()
     except (MetastoreError, OSError, ValueError) as exc:
         logging.getLogger("spark_bridge").info("closing metastore session %s: %s", session_id, exc)
+
+
+def _misfit(schema: StructType, want: StructType) -> str:
+    """What keeps the DataFrame `schema` from fitting the table's `want`, naming the columns:
+    a column given twice, columns the table lacks, columns missing, another order, or the
+    first column whose type differs (nullability aside, as `_shape`)."""
+    from metastore.java_case import java_case_key
+
+    got_keys = [java_case_key(f.name) for f in schema.fields]
+    want_keys = [java_case_key(f.name) for f in want.fields]
+    twice = sorted({f.name for f in schema.fields if got_keys.count(java_case_key(f.name)) > 1})
+    if twice:
+        return f"column(s) {twice} given more than once (names match case-insensitively)"
+    extra = [f.name for f in schema.fields if java_case_key(f.name) not in want_keys]
+    if extra:
+        return f"column(s) {extra} are not in the table"
+    missing = [f.name for f in want.fields if java_case_key(f.name) not in got_keys]
+    if missing:
+        return f"column(s) {missing} are missing"
+    if got_keys != want_keys:
+        return (
+            f"the columns are in another order than the table's "
+            f"({', '.join(f.name for f in want.fields)})"
+        )
+    for got, expected in zip(schema.fields, want.fields, strict=True):
+        if _shape(got.dataType) != _shape(expected.dataType):
+            return (
+                f"column {expected.name!r} is {got.dataType.simpleString()}, the table's is "
+                f"{expected.dataType.simpleString()}"
+                + (
+                    " (nested field names, their case and order must match exactly)"
+                    if "struct<" in expected.dataType.simpleString()
+                    else ""
+                )
+            )
+    return "the columns differ"
 
 
 def _shape(dtype: Any) -> Any:

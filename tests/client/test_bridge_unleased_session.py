@@ -92,7 +92,7 @@ def test_a_bridge_without_leases_owns_its_protections_by_its_session() -> None:
     )  # type: ignore[arg-type]
     try:
         (opened,) = [sid for op, sid in client.calls if op == "session_open"]
-        with bridge.protect(1234, meta="backfill"):
+        with bridge.protect(1_800_000_000_000 << 16, meta="backfill"):  # an HLC of 2027
             pass
         assert ("protect", opened) in client.calls
     finally:

@@ -418,3 +418,43 @@ def test_an_append_s_columns_are_matched_to_the_pinned_as_spark_matches_names(
     assert source.writer(schema("Straße", "strasse"), False) is not None
     with pytest.raises(ValueError, match="does not match"):
         source.writer(schema("strasse", "STRASSE"), False)
+
+
+_FITTING = [
+    ("id", "BIGINT"),
+    ("s", "STRUCT<a: BIGINT, b: STRING>"),
+    ("tags", "ARRAY<STRING>"),
+    ("m", "MAP<STRING, ARRAY<INT>>"),
+]
+
+
+@pytest.mark.parametrize(
+    ("columns", "names_in_message"),
+    [
+        # An extra column, one missing, a type Spark would have to cast, the columns in
+        # another order, a nested field named otherwise, a column twice: each named, as
+        # Spark's own table writes name them.
+        ([*_FITTING, ("extra", "STRING")], ["'extra'"]),
+        (_FITTING[1:], ["'id'", "missing"]),
+        ([("id", "INT"), *_FITTING[1:]], ["'id'", "int", "bigint"]),
+        ([_FITTING[1], _FITTING[0], *_FITTING[2:]], ["order", "id, s, tags, m"]),
+        ([_FITTING[0], ("s", "STRUCT<A: BIGINT, b: STRING>"), *_FITTING[2:]], ["'s'", "A:bigint"]),
+        ([*_FITTING[:3], ("ID", "BIGINT")], ["'id'", "more than once"]),
+    ],
+)
+def test_an_append_that_does_not_fit_is_a_typed_error_naming_the_column(
+    monkeypatch: pytest.MonkeyPatch, columns: list[tuple[str, str]], names_in_message: list[str]
+) -> None:
+    """A format("metastore") append whose DataFrame does not fit the table failed with a bare
+    ValueError printing both schemas, naming neither the column at fault nor what differs
+    (the batch API's conform names them). Now SchemaMismatchError (code SCHEMA_MISMATCH, as
+    the batch API raises) names the column and the difference."""
+    from pyspark.sql import types as T
+
+    from spark_bridge.conform import SchemaMismatchError, spark_type
+
+    schema = T.StructType([T.StructField(n, spark_type(t), True) for n, t in columns])
+    with pytest.raises(SchemaMismatchError, match=r"does not match ns\.t") as info:
+        _planned_writer(monkeypatch, schema)
+    for name in names_in_message:
+        assert name in str(info.value), (name, str(info.value))
