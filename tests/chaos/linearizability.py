@@ -90,7 +90,8 @@ class CommitOp:
     `overwrites`: keys it overwrites (every file of the key's earlier commits goes, as an
     `overwrite` write does); `removes`: (key, commit name) pairs whose files on that key it
     removes (a write with removals: a compaction, a DELETE that rewrites files). `label` names
-    the kind of operation in messages ("commit", "DDL")."""
+    the kind of operation in messages ("commit", "DDL"). `adds_files` False: a write that only
+    removes (no files of its own, so no read ever names it; it is a position all the same)."""
 
     name: str
     keys: frozenset[str]
@@ -101,6 +102,7 @@ class CommitOp:
     overwrites: frozenset[str] = frozenset()
     removes: frozenset[tuple[str, str]] = frozenset()
     label: str = "commit"
+    adds_files: bool = True
 
     def describe(self, applied: Mapping[str, int]) -> str:
         ts = applied.get(self.name, self.ts)
@@ -231,6 +233,12 @@ class _KeyOrder:
     removed_at: dict[str, int] = field(default_factory=dict)  # name -> position removing it
     remover: dict[str, str] = field(default_factory=dict)  # name -> the commit removing it
     live_count: list[int] = field(default_factory=lambda: [0])  # position -> live commits
+    removes_only: set[str] = field(default_factory=set)  # commits adding no files of their own
+    # (XOR of the live commits' name hashes, how many) -> the positions with that live set:
+    # a read is valid at every position whose live set it returned exactly.
+    positions_by_live: dict[tuple[int, int], list[int]] = field(
+        default_factory=lambda: {(0, 0): [0]}
+    )
 
     def count_upto(self, ts: int) -> int:
         """How many of the key's commits have ts <= `ts` (the position at `ts`)."""
@@ -238,7 +246,26 @@ class _KeyOrder:
 
     def live_at(self, n: int) -> list[str]:
         """The commits live at position n, in ts order."""
-        return [m for m in self.names[:n] if self.removed_at.get(m, n + 1) > n]
+        return [
+            m
+            for m in self.names[:n]
+            if m not in self.removes_only and self.removed_at.get(m, n + 1) > n
+        ]
+
+    def positions_of(self, observed: frozenset[str]) -> list[int]:
+        """The positions whose live set is exactly `observed`, ascending (a hash narrows them,
+        then each is compared)."""
+        signature = (_live_hash(observed), len(observed))
+        return [
+            p for p in self.positions_by_live.get(signature, []) if set(self.live_at(p)) == observed
+        ]
+
+
+def _live_hash(names: Iterable[str]) -> int:
+    out = 0
+    for name in names:
+        out ^= hash(name)
+    return out
 
 
 def check_history(
@@ -253,16 +280,21 @@ def check_history(
     out.extend(_check_final_state(commit_list, by_name, applied))
     out.extend(_check_commit_real_time(commit_list, applied))
     orders = _key_orders(commit_list, applied)
-    prefix_len: dict[str, int] = {}  # read name -> its prefix length, for reads that are prefixes
+    # read name -> the positions whose state it returned exactly, for reads that returned one
+    positions: dict[str, list[int]] = {}
     for read in read_list:
-        n = _check_read_prefix(read, by_name, applied, orders, out)
-        if n is not None:
-            prefix_len[read.name] = n
-    lin = [r for r in read_list if r.kind == "linearizable" and r.name in prefix_len]
-    out.extend(_check_read_windows(lin, commit_list, by_name, applied, orders, prefix_len))
-    out.extend(_check_read_order(lin, by_name, orders, prefix_len))
-    current = [r for r in read_list if r.kind != "as_of" and r.name in prefix_len]
-    out.extend(_check_monotonic_clients(current, by_name, orders, prefix_len))
+        found = _check_read_prefix(read, by_name, applied, orders, out)
+        if found is not None:
+            positions[read.name] = found
+    lin = [r for r in read_list if r.kind == "linearizable" and r.name in positions]
+    out.extend(_check_read_windows(lin, commit_list, by_name, applied, orders, positions))
+    # The order rules judge a read as late as its state allows (it may have read at its
+    # last candidate position) and bind later reads by its earliest one: lenient both ways.
+    latest = {name: found[-1] for name, found in positions.items()}
+    earliest = {name: found[0] for name, found in positions.items()}
+    out.extend(_check_read_order(lin, by_name, orders, latest, earliest))
+    current = [r for r in read_list if r.kind != "as_of" and r.name in positions]
+    out.extend(_check_monotonic_clients(current, by_name, orders, latest, earliest))
     return out
 
 
@@ -364,17 +396,24 @@ def _key_orders(commits: list[CommitOp], applied: Mapping[str, int]) -> dict[str
         items.sort()
         order = _KeyOrder([ts for ts, _ in items], [name for _, name in items])
         live: dict[str, None] = {}  # insertion-ordered set
+        live_hash = 0
         for position, (_ts, name) in enumerate(items, start=1):
             c = by_name[name]
             gone = list(live) if key in c.overwrites else []
             gone += [m for k, m in c.removes if k == key and m in live and m not in gone]
             for m in gone:
                 del live[m]
+                live_hash ^= hash(m)
                 order.removed_at[m] = position
                 order.remover[m] = name
-            live[name] = None
+            if c.adds_files:
+                live[name] = None
+                live_hash ^= hash(name)
+            else:
+                order.removes_only.add(name)
             order.index[name] = position
             order.live_count.append(len(live))
+            order.positions_by_live.setdefault((live_hash, len(live)), []).append(position)
         orders[key] = order
     return orders
 
@@ -385,14 +424,20 @@ def _check_read_prefix(
     applied: Mapping[str, int],
     orders: Mapping[str, _KeyOrder],
     out: list[Violation],
-) -> int | None:
-    """No phantom, no gap, and with `as_of` exactly the key's commits at or below it. Returns
-    the read's prefix length in its key's ts order, or None if it is not a prefix (reported)."""
+) -> list[int] | None:
+    """No phantom, and the read returned exactly the live set of its key at some position
+    (with `as_of`, at the position of as_of). Returns those positions (ascending; several
+    when writes that only remove lie between them), or None (reported): a removed commit
+    still listed, a live one missing (gap; also a removal shown without the files its
+    remover added), or not the state at as_of."""
     order = orders.get(read.key, _KeyOrder([], []))
     phantoms = sorted(
         n
         for n in read.observed
-        if n not in applied or n not in by_name or read.key not in by_name[n].keys
+        if n not in applied
+        or n not in by_name
+        or read.key not in by_name[n].keys
+        or not by_name[n].adds_files
     )
     if phantoms:
         shown = []
@@ -402,6 +447,8 @@ def _check_read_prefix(
                 shown.append(f"{n} (never sent)")
             elif read.key not in c.keys:
                 shown.append(f"{n} (does not write {read.key})")
+            elif not c.adds_files:
+                shown.append(f"{c.describe(applied)} (adds no files)")
             else:
                 shown.append(c.describe(applied))
         out.append(
@@ -434,40 +481,67 @@ def _check_read_prefix(
             )
         )
         return None
-    if order.live_count[n] != len(read.observed):
+    found = order.positions_of(read.observed)
+    if not found:
+        # Every commit it listed is live at n (the newest one's position), so some commit
+        # live there is missing; the state at any later position that lacks it also lacks
+        # the later commits' files (or the read would match it).
         missing = [m for m in order.live_at(n) if m not in read.observed]
         later = order.names[n - 1]
+        removers = [
+            order.remover[m]
+            for m in missing[:5]
+            if m in order.remover and by_name[order.remover[m]].adds_files
+        ]
+        why = ""
+        if removers:
+            why = (
+                " (which only "
+                + "; ".join(
+                    f"the later {by_name[r].describe(applied)}, not listed, removes"
+                    for r in removers
+                )
+                + ": a removal seen without the files that replace them)"
+            )
         out.append(
             Violation(
                 "gap",
                 f"{read.describe()} saw {by_name[later].describe(applied)} but not the earlier "
                 + "; ".join(by_name[m].describe(applied) for m in missing[:5])
-                + (f" (and {len(missing) - 5} more)" if len(missing) > 5 else ""),
-                (read.name, later, *missing[:5]),
+                + (f" (and {len(missing) - 5} more)" if len(missing) > 5 else "")
+                + why,
+                (read.name, later, *missing[:5], *removers),
             )
         )
         return None
     if read.as_of is not None:
         want = order.count_upto(read.as_of)
-        if want != n:
-            if want > n:
-                what = "missed " + "; ".join(
-                    by_name[m].describe(applied) for m in order.names[n : min(want, n + 5)]
-                )
-                ops = order.names[n : min(want, n + 5)]
-            else:
-                ops = [m for m in order.names[want:n] if m in read.observed][:5]
-                what = "saw " + "; ".join(by_name[m].describe(applied) for m in ops)
-            out.append(
-                Violation(
-                    "as-of",
-                    f"{read.describe()} is not the commits of {read.key} at or below {read.as_of}: "
-                    f"it {what}",
-                    (read.name, *ops),
-                )
+        if want in found:
+            return [want]
+        if want > found[-1]:
+            ops = order.names[found[-1] : want][:5]
+            what = "missed " + "; ".join(by_name[m].describe(applied) for m in ops)
+        elif want < found[0]:
+            ops = [m for m in order.names[want : found[0]] if m in read.observed][:5]
+            what = "saw " if ops else "saw the state after "
+            ops = ops or order.names[want : found[0]][:5]
+            what += "; ".join(by_name[m].describe(applied) for m in ops)
+        else:
+            ops = order.names[want - 1 : want]
+            what = (
+                "returned a state of other positions only (not that after "
+                + "; ".join(by_name[m].describe(applied) for m in ops)
+                + ")"
             )
-            return None
-    return n
+        out.append(
+            Violation(
+                "as-of",
+                f"{read.describe()} is not the state of {read.key} at {read.as_of}: it {what}",
+                (read.name, *ops),
+            )
+        )
+        return None
+    return found
 
 
 def _check_read_windows(
@@ -476,11 +550,11 @@ def _check_read_windows(
     by_name: Mapping[str, CommitOp],
     applied: Mapping[str, int],
     orders: Mapping[str, _KeyOrder],
-    prefix_len: Mapping[str, int],
+    positions: Mapping[str, list[int]],
 ) -> list[Violation]:
     """A linearizable read saw every commit of its key acknowledged before it was sent, none
     sent after it was answered, and reads at a position below every commit sent after it was
-    answered."""
+    answered: one of the positions whose state it returned lies in that window."""
     out = []
     acked_by_answer = sorted(
         (c for c in commits if c.outcome == "ok" and c.name in applied),
@@ -506,11 +580,13 @@ def _check_read_windows(
         suffix_min[i] = c if after is None or applied[c.name] < applied[after.name] else after
     for read in reads:
         order = orders.get(read.key, _KeyOrder([], []))
-        n = prefix_len[read.name]
+        found = positions[read.name]
         row = newest_acked.get(read.key)
         if row is not None:
             before = row[bisect.bisect_left(answer_times, read.t_sent)]
-            if before is not None and order.count_upto(applied[before.name]) > n:
+            lowest = order.count_upto(applied[before.name]) if before is not None else 0
+            found = [p for p in found if p >= lowest]
+            if before is not None and not found:
                 out.append(
                     Violation(
                         "stale-read",
@@ -535,7 +611,12 @@ def _check_read_windows(
         # The read's point: the position it names, else at least the newest commit it saw
         # (which also covers commits whose files it did not list because a commit it saw
         # removed them).
-        point = read.as_of if read.as_of is not None else _point(read, order, n)
+        if read.as_of is not None:
+            point: int | None = read.as_of
+        else:
+            # Position 0 (before any commit of the key) is below everything.
+            points = [_point(read, order, p) for p in found]
+            point = None if None in points else min(p for p in points if p is not None)
         if point is not None:
             first_after = suffix_min[bisect.bisect_right(send_times, read.t_answered)]
             if first_after is not None and applied[first_after.name] <= point:
@@ -561,35 +642,36 @@ def _check_read_order(
     reads: list[ReadOp],
     by_name: Mapping[str, CommitOp],
     orders: Mapping[str, _KeyOrder],
-    prefix_len: Mapping[str, int],
+    latest: Mapping[str, int],
+    earliest: Mapping[str, int],
 ) -> list[Violation]:
     """A linearizable read sent after another was answered saw every commit of its key at or
     below the earlier read's point."""
     out = []
     by_answer = sorted(reads, key=lambda r: r.t_answered)
     i = 0
-    latest: tuple[int, ReadOp] | None = None  # the largest point among reads answered so far
+    newest: tuple[int, ReadOp] | None = None  # the largest point among reads answered so far
     for read in sorted(reads, key=lambda r: r.t_sent):
         while i < len(by_answer) and by_answer[i].t_answered < read.t_sent:
             r = by_answer[i]
-            p = _point(r, orders.get(r.key, _KeyOrder([], [])), prefix_len[r.name])
-            if p is not None and (latest is None or p > latest[0]):
-                latest = (p, r)
+            p = _point(r, orders.get(r.key, _KeyOrder([], [])), earliest[r.name])
+            if p is not None and (newest is None or p > newest[0]):
+                newest = (p, r)
             i += 1
-        if latest is None:
+        if newest is None:
             continue
         order = orders.get(read.key, _KeyOrder([], []))
-        n = prefix_len[read.name]
-        want = order.count_upto(latest[0])
+        n = latest[read.name]
+        want = order.count_upto(newest[0])
         if want > n:
             missed = by_name[order.names[n]]
             out.append(
                 Violation(
                     "read-order",
                     f"{read.describe()} did not see {missed.label} {missed.name} (ts "
-                    f"{order.ts[n]}), which {latest[1].describe()}, answered before this read "
-                    f"was sent, already covered (its point {latest[0]})",
-                    (latest[1].name, read.name, missed.name),
+                    f"{order.ts[n]}), which {newest[1].describe()}, answered before this read "
+                    f"was sent, already covered (its point {newest[0]})",
+                    (newest[1].name, read.name, missed.name),
                 )
             )
     return out
@@ -599,7 +681,8 @@ def _check_monotonic_clients(
     reads: list[ReadOp],
     by_name: Mapping[str, CommitOp],
     orders: Mapping[str, _KeyOrder],
-    prefix_len: Mapping[str, int],
+    latest_position: Mapping[str, int],
+    earliest_position: Mapping[str, int],
 ) -> list[Violation]:
     """A client's current reads, in the order it sent them, never cover less of a key than
     its earlier reads of any key covered (by data: the commits at or below the newest point)."""
@@ -611,7 +694,7 @@ def _check_monotonic_clients(
         latest: tuple[int, ReadOp] | None = None
         for read in sorted(per_client[client], key=lambda r: r.t_sent):
             order = orders.get(read.key, _KeyOrder([], []))
-            n = prefix_len[read.name]
+            n = latest_position[read.name]
             if latest is not None and order.count_upto(latest[0]) > n:
                 out.append(
                     Violation(
@@ -623,7 +706,7 @@ def _check_monotonic_clients(
                         (latest[1].name, read.name, order.names[n]),
                     )
                 )
-            p = _point(read, order, n)
+            p = _point(read, order, earliest_position[read.name])
             if p is not None and (latest is None or p > latest[0]):
                 latest = (p, read)
     return out

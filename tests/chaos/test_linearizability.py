@@ -234,7 +234,8 @@ class _History:
             if key in c.overwrites:
                 live.clear()
             live -= {m for k, m in c.removes if k == key}
-            live.add(n)
+            if c.adds_files:
+                live.add(n)
         return live
 
 
@@ -270,6 +271,8 @@ def linearizable_histories(
             op["removals"] = (
                 draw(st.integers(0, 2)) if removals and draw(st.integers(0, 3)) == 0 else 0
             )
+            # A write with removals may add nothing (a DELETE of whole files).
+            op["adds_files"] = not op["removals"] or draw(st.integers(0, 2)) > 0
             op.update(t_sent=t_sent, t_answered=t_sent + duration)
             if outcome == "ok":
                 events.append((t_sent + duration * frac + tie, i, op))
@@ -319,6 +322,7 @@ def linearizable_histories(
                     ts if acked else None,
                     overwrites=op["overwrites"],
                     removes=frozenset(removes),
+                    adds_files=op["adds_files"],
                 )
             )
         elif op["kind"] == "read":
@@ -372,11 +376,17 @@ def _add_ok_commit(h: _History, name: str, t_sent: float, t_answered: float, ts:
 @given(linearizable_histories(), st.data())
 def test_a_dropped_prefix_element_is_flagged(h: _History, data: st.DataObject) -> None:
     applied = h.applied
-    candidates = [r for r in h.reads if len(r.observed) >= 2]
+
+    # Dropped: a commit it listed that is not its newest and that nothing ever removes (one
+    # that a write which only removes takes later leaves a state that may be the later one's).
+    def droppable(r: ReadOp) -> list[str]:
+        newest = max(r.observed, key=lambda n: applied[n])
+        return sorted((r.observed - {newest}) & h.prefix(r.key))
+
+    candidates = [r for r in h.reads if len(r.observed) >= 2 and droppable(r)]
     if candidates:
         read = data.draw(st.sampled_from(candidates))
-        newest = max(read.observed, key=lambda n: applied[n])
-        dropped = data.draw(st.sampled_from(sorted(read.observed - {newest})))
+        dropped = data.draw(st.sampled_from(droppable(read)))
         h.reads[h.reads.index(read)] = dataclasses.replace(read, observed=read.observed - {dropped})
     else:
         t, top = h.end(), h.top_ts()
@@ -536,12 +546,16 @@ def test_a_removed_file_still_listed_is_flagged(h: _History, data: st.DataObject
     by_name = {c.name: c for c in h.commits}
     candidates = []
     for read in h.reads:
-        at = read.as_of
-        if read.kind == "linearizable" and at is None:
-            at = max((h.applied[n] for n in read.observed), default=None)
+        # Removed at or below the newest commit it listed (a removal between that and its
+        # as_of, by a write that only removes, would leave the state of an earlier position).
+        at = max((h.applied[n] for n in read.observed), default=None)
         if at is None:
             continue
-        ever = {n for n, ts in h.applied.items() if ts <= at and read.key in by_name[n].keys}
+        ever = {
+            n
+            for n, ts in h.applied.items()
+            if ts <= at and read.key in by_name[n].keys and by_name[n].adds_files
+        }
         removed = sorted(ever - h.prefix(read.key, at))
         candidates.extend((read, n) for n in removed)
     if candidates:
@@ -565,6 +579,115 @@ def test_a_removed_file_still_listed_is_flagged(h: _History, data: st.DataObject
     assert key_of_removal(by_name_of(h), remover, read.key, removed_one)
     assert f"read {read.name}" in v.message and f"commit {removed_one}" in v.message
     assert f"removed by commit {remover}" in v.message
+
+
+def _remove(name: str, t_sent: float, t_answered: float, ts: int, *removed: str, adds=True):
+    return CommitOp(
+        name,
+        frozenset({"a"}),
+        t_sent,
+        t_answered,
+        "ok",
+        ts,
+        removes=frozenset(("a", m) for m in removed),
+        adds_files=adds,
+    )
+
+
+def test_a_write_that_only_removes_is_a_position_of_its_own() -> None:
+    # R removes A and adds nothing: a read of {B} is the state at R's position (or later).
+    commits = [
+        _commit("A", 0, 1, 10),
+        _commit("B", 2, 3, 20),
+        _remove("R", 4, 5, 30, "A", adds=False),
+    ]
+    applied = {"A": 10, "B": 20, "R": 30}
+    reads = [
+        _read("R1", 6, 7, {"B"}),
+        _read("R2", 6, 7, {"B"}, as_of=30),
+        _read("S1", 8, 9, {"A", "B"}, kind="as_of", as_of=29),
+        _read("S2", 8, 9, {"B"}, kind="as_of", as_of=30),
+    ]
+    assert check_history(commits, reads, applied) == []
+    # After R was acknowledged, A still listed: removed-listed is not provable by data alone
+    # (the read names no later commit), it is a stale read.
+    v = _only(check_history(commits, [_read("R3", 6, 7, {"A", "B"})], applied), "stale-read")
+    assert v.ops == ("R3", "R")
+    # AS OF R's ts but A still there: not the state at 30.
+    v = _only(check_history(commits, [_read("S3", 8, 9, {"A", "B"}, as_of=30)], applied), "as-of")
+    assert v.ops == ("S3", "R") and "missed commit R" in v.message
+    # A read never names a write that adds nothing.
+    v = _only(check_history(commits, [_read("R4", 6, 7, {"B", "R"})], applied), "phantom")
+    assert "adds no files" in v.message
+
+
+def test_a_removal_shown_without_its_replacement_is_flagged() -> None:
+    # O (an OPTIMIZE) removes A and adds its own files; B lies between them.
+    commits = [_commit("A", 0, 1, 10), _commit("B", 2, 3, 20), _remove("O", 4, 5, 30, "A")]
+    applied = {"A": 10, "B": 20, "O": 30}
+    assert check_history(commits, [_read("R", 6, 7, {"B", "O"})], applied) == []
+    v = _only(
+        check_history(commits, [_read("R", 6, 7, {"B"}, kind="as_of", as_of=30)], applied), "gap"
+    )
+    assert v.ops == ("R", "B", "A", "O")
+    assert "commit O" in v.message and "without the files that replace them" in v.message
+
+
+def test_a_removal_seen_before_a_later_remove_only_write_is_judged_at_its_position() -> None:
+    # D removes B and adds nothing, C came before it: {A, C} is the state at D only.
+    commits = [
+        _commit("A", 0, 1, 10),
+        _commit("B", 2, 3, 20),
+        _commit("C", 4, 5, 30),
+        _remove("D", 6, 7, 40, "B", adds=False),
+        _commit("E", 20, 21, 50),
+    ]
+    applied = {"A": 10, "B": 20, "C": 30, "D": 40, "E": 50}
+    # Sent after D was acknowledged: its state is D's (position 4), in the window.
+    assert check_history(commits, [_read("R", 8, 9, {"A", "C"})], applied) == []
+    # Answered before D was sent: D's position is from the future.
+    v = _only(check_history(commits, [_read("R", 5.5, 5.9, {"A", "C"})], applied), "future-read")
+    assert v.ops == ("R", "D")
+
+
+@settings(max_examples=100, deadline=None)
+@given(linearizable_histories(), st.data())
+def test_a_removal_without_its_replacement_is_flagged(h: _History, data: st.DataObject) -> None:
+    """Mutation: a read that listed m (not its newest commit) drops m, which a later commit r
+    removes while adding files of its own that outlive it: the read shows r's removal without
+    r's files, the state at no position."""
+    by_name = by_name_of(h)
+    order = sorted(h.applied, key=lambda n: h.applied[n])
+    candidates = []
+    for read in h.reads:
+        if not read.observed:
+            continue
+        newest = max(read.observed, key=lambda n: h.applied[n])
+        at = read.as_of if read.as_of is not None else h.applied[newest]
+        for r in order:
+            c = by_name[r]
+            if h.applied[r] <= at or not c.adds_files or r not in h.prefix(read.key):
+                continue
+            candidates.extend(
+                (read, m, r)
+                for k, m in sorted(c.removes)
+                if k == read.key and m in read.observed and m != newest
+            )
+    if candidates:
+        read, removed_one, remover = data.draw(st.sampled_from(candidates))
+    else:
+        t, top = h.end(), h.top_ts()
+        _add_ok_commit(h, "X1", t, t + 1, top + 10)
+        _add_ok_commit(h, "X2", t + 2, t + 3, top + 20)
+        h.commits.append(_remove("XO", t + 4, t + 5, top + 30, "X1"))
+        h.applied["XO"] = top + 30
+        read = _read("XR", t + 2.5, t + 2.8, h.prefix("a", top + 20))
+        h.reads.append(read)
+        removed_one, remover = "X1", "XO"
+    h.reads[h.reads.index(read)] = dataclasses.replace(read, observed=read.observed - {removed_one})
+    v = _only(check_history(h.commits, h.reads, h.applied), "gap")
+    assert v.ops[0] == read.name and removed_one in v.ops and remover in v.ops
+    assert f"read {read.name}" in v.message and f"commit {remover}" in v.message
 
 
 def by_name_of(h: _History) -> dict[str, CommitOp]:
