@@ -13,14 +13,16 @@ Model
     recording process) with outcome ok (and its ts), fail (a typed refusal: it did not happen)
     or unknown (no answer: it may have happened, at any time after it was sent, even after the
     client gave up). The final state says which commits happened and at which ts (`applied`:
-    name -> ts). A commit writes to some keys (tables): it adds its own files to each, and may
-    remove earlier commits' files (an overwrite removes all of the key's; `removes` names
-    some). A read of one key returns the names of the commits whose files it listed; a
-    linearizable read (the daemon's `read_ts` then `files` without `as_of`) also names the
-    position it read at (`as_of`: the answering node's safe time), an AS OF read the position
-    it asked for. The state at a position is the commits up to it whose files none of them
-    removed; a commit is live at its own position, so a read's position is its newest
-    commit's.
+    name -> ts). A commit writes to some keys (tables): it adds its own files to each (unless
+    `adds_files` is False: a write that only removes), and may remove earlier commits' files
+    (an overwrite removes all of the key's; `removes` names some, as an OPTIMIZE does that
+    rewrites them into its own). A read of one key returns the names of the commits whose
+    files it listed; a linearizable read (the daemon's `read_ts` then `files` without
+    `as_of`) also names the position it read at (`as_of`: the answering node's safe time), an
+    AS OF read the position it asked for. The state at a position is the commits up to it
+    that add files and whose files none of them removed; a read must return exactly the state
+    at some position (its candidates: several when writes that only remove lie between
+    them), and with `as_of` at that one.
 
     Schemas are checked the same way, under a key of their own (`schema_key`): a DDL that
     adds a column is a commit at its activation time Tu (`ddl_commit`), and `schema_at` at ts
@@ -33,11 +35,13 @@ Rules (each violation names the operations involved)
       not applied; no two applied commits share a ts; nothing applied that nobody sent.
     * Real-time order of commits: if A was answered ok before B was sent and B was applied (ok,
       or unknown and applied), then ts(A) < ts(B).
-    * Every read returns only applied commits that write its key (no phantom), and the state
-      at some position of the key's ts order: with the newest commit it saw, every earlier one
-      still live there (no gap: seeing B but not an earlier A is a violation) and none that a
-      commit up to it removed (removed-listed: a removed file still listed). With `as_of`,
-      exactly the state at as_of.
+    * Every read returns only applied commits that write its key and add files (no phantom),
+      and exactly the state at some position of the key's ts order: none that a commit up to
+      its newest one removed (removed-listed: a removed file still listed), and every earlier
+      one still live there unless a write that only removes took it (no gap: seeing B but
+      not an earlier A is a violation; so is not listing A, removed later by C, without C's
+      own files: a removal shown without its replacement). With `as_of`, exactly the state
+      at as_of.
     * A linearizable read's point lies in its real-time window: it saw every commit answered ok
       before it was sent (no stale read), none sent after it was answered (no read from the
       future), and its `as_of` is below the ts of every commit sent after it was answered.
@@ -48,11 +52,18 @@ Rules (each violation names the operations involved)
     * Monotonic reads per client: a client's current reads (not AS OF) never see less than its
       earlier ones covered.
 
+The window and order rules take a read at any of its candidate positions: at one inside its
+window, as late as its state allows when judging it, as early as it allows when it binds later
+reads.
+
 AS OF reads are judged by the prefix and exactness rules only (their point is chosen, not
 linearized). Protected timestamps are judged apart (`check_protections`), by real time alone:
 a protection acknowledged is listed by every linearizable list of records sent after that and
 answered before its release was sent, on any node, and none after its release was
-acknowledged. Everything here is a pure function; `tests/chaos/test_chaos.py` records the
+acknowledged. Schema leases too (`check_lease_versions`): a schema read sent and answered
+while a lease on version v was surely held and unexpired (from an acknowledged acquisition or
+heartbeat until its send time + the TTL, cut at the release's send) shows no version above
+v + 1, on any node. Everything here is a pure function; `tests/chaos/test_chaos.py` records the
 history and calls `check_history` at the end of a run.
 """
 
@@ -65,11 +76,14 @@ from typing import Literal
 
 __all__ = [
     "CommitOp",
+    "LeaseHold",
     "ProtectionOp",
     "ProtectionRead",
     "ReadOp",
+    "SchemaVersionRead",
     "Violation",
     "check_history",
+    "check_lease_versions",
     "check_protections",
     "ddl_activations",
     "ddl_commit",
@@ -809,4 +823,81 @@ def check_protections(
                     (read.name, p.record_id),
                 )
             )
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseHold:
+    """A session's lease on schema version `version` of a table, as its client saw it by real
+    time: `renewals` are the acknowledged acquisition and heartbeats, (sent, answered) each,
+    and `t_release_sent` when the release was sent (None: held to the end of the record)."""
+
+    name: str
+    version: int
+    renewals: tuple[tuple[float, float], ...]
+    t_release_sent: float | None = None
+
+    def windows(self, ttl_s: float) -> list[tuple[float, float]]:
+        """When the lease was surely held and unexpired: from each renewal's answer until its
+        send time + `ttl_s` (its entry was applied after it was sent, so the deadline is at
+        least that; the caller takes off what clocks may disagree by), cut at the release."""
+        stop = float("inf") if self.t_release_sent is None else self.t_release_sent
+        out = []
+        for sent, answered in sorted(self.renewals):
+            end = min(sent + ttl_s, stop)
+            if answered < end:
+                out.append((answered, end))
+        return out
+
+    def describe(self) -> str:
+        renewals = len(self.renewals)
+        release = (
+            f", release sent {self.t_release_sent:.3f}" if self.t_release_sent is not None else ""
+        )
+        first = f", acquired {self.renewals[0][1]:.3f}" if self.renewals else ""
+        return f"lease {self.name} on version {self.version} ({renewals} renewals{first}{release})"
+
+
+@dataclass(frozen=True, slots=True)
+class SchemaVersionRead:
+    """A schema read of the leased table on `node`: the version its answer showed."""
+
+    name: str
+    node: int | None
+    t_sent: float
+    t_answered: float
+    version: int
+
+    def describe(self) -> str:
+        on = f" on node {self.node}" if self.node is not None else ""
+        return (
+            f"schema read {self.name}{on} (sent {self.t_sent:.3f}, answered "
+            f"{self.t_answered:.3f}, version {self.version})"
+        )
+
+
+def check_lease_versions(
+    holds: Iterable[LeaseHold], reads: Iterable[SchemaVersionRead], ttl_s: float
+) -> list[Violation]:
+    """The two-version invariant seen by readers, by real time: a schema read sent and
+    answered while a lease on version v was surely held and unexpired (`LeaseHold.windows`)
+    shows no version above v + 1, on any node (lease-two-versions: a DDL got past the lease;
+    the catalog refuses to publish v + 2 while a lease on v lives). O(holds x reads)."""
+    windows = [(hold, w) for hold in holds for w in hold.windows(ttl_s)]
+    windows.sort(key=lambda hw: hw[1][0])
+    out: list[Violation] = []
+    for read in sorted(reads, key=lambda r: (r.t_sent, r.name)):
+        for hold, (start, end) in windows:
+            if start > read.t_sent:
+                break
+            if read.t_answered <= end and read.version > hold.version + 1:
+                out.append(
+                    Violation(
+                        "lease-two-versions",
+                        f"{read.describe()} showed a version more than one past "
+                        f"{hold.describe()}, surely held from {start:.3f} to {end:.3f}",
+                        (read.name, hold.name),
+                    )
+                )
+                break
     return out

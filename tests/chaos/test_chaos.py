@@ -25,8 +25,9 @@ Checkers:
   (unknown ones that applied too); every linearizable read of a table's current files (per
   node: `read_ts`, then `files` without `as_of`) returned a gap-free prefix of that order at a
   point inside its real-time window, later reads saw no less, and every AS OF read returned
-  exactly the commits at or below its ts; the overwrites of ch.gc are in the same history
-  (a read lists the state at its position: no file an overwrite up to it removed);
+  exactly the commits at or below its ts; the overwrites of ch.gc and the rewrites and
+  remove-only commits of ch.opt are in the same history (a read lists exactly the live set
+  at a position: no file a removal up to it removed, every file live there);
 * schemas: every schema read of ch.ddl (at now, AS OF a DDL's Tu, ahead of the clock) on any
   node lists exactly the columns of the DDL whose Tu is at or below the ts it names, DDL in
   real time have increasing Tu, a read at now sees every DDL acknowledged before it;
@@ -47,7 +48,8 @@ goes on, checks everything else, and then fails naming it.
 
 Also (issue 10): protected timestamps and GC (reads at a protected ts on every node, its files
 on disk, the threshold below it, no acknowledged protection lost), schema leases (no version
->= v + 2 published while a lease on v was surely live), a snapshot transfer cut or its follower
+>= v + 2 published while a lease on v was surely live, and no schema read shows one while the
+lease was surely held by real time), a snapshot transfer cut or its follower
 killed mid-way, a follower removed and added back with a wiped data directory while links
 misbehave, and the reader cut from nodes (every failed read typed and retryable).
 
@@ -89,10 +91,13 @@ from metastore.errors import ErrorCode, MetastoreError
 from raft.tls import ClientTls, client_context
 from tests.chaos.linearizability import (
     CommitOp,
+    LeaseHold,
     ProtectionOp,
     ProtectionRead,
     ReadOp,
+    SchemaVersionRead,
     check_history,
+    check_lease_versions,
     check_protections,
     ddl_activations,
     ddl_commit,
@@ -135,8 +140,14 @@ DDL_TABLE = "ch.ddl"
 # older commits die at once and GC deletes them unless a protection holds them.
 GC_TABLE = "ch.gc"
 GC_TTL = "1s"
-# The tables the linearizable reader reads: the two-table commits' and the overwritten one.
-LIN_TABLES = (*TABLES, GC_TABLE)
+# Appended to one file a commit, while an optimizer rewrites some of its live files into one
+# (remove them, add the replacement, in one commit checked against its read_ts as
+# `metastore table optimize` does) or removes some without adding any (a DELETE of whole
+# files): partial removals, for the checker's live-set rule.
+OPT_TABLE = "ch.opt"
+# The tables the linearizable reader reads: the two-table commits', the overwritten one and
+# the optimized one.
+LIN_TABLES = (*TABLES, GC_TABLE, OPT_TABLE)
 # How far ahead of the schema reader's clock its "ahead" reads ask (ms): up to CSmax (100 ms)
 # a node answers once its safe time allows; beyond, it refuses (TIMESTAMP_AHEAD_OF_CLOCK).
 SCHEMA_AHEAD_MS = (0, 3_000)
@@ -152,6 +163,10 @@ SNAPSHOT_EVERY = 200
 SNAPSHOT_KEEP = 20
 SESSION_TTL_MS = 2_000
 SESSION_HEARTBEAT_MS = 300
+# A lease's deadline is its entry's Tm + TTL; the real-time lease rule counts it surely held
+# until its renewal's send time + TTL less this (the leader's clock may trail this process's
+# by up to CSmax, 100 ms; the rest is slack for scheduling of the recording threads).
+LEASE_CLOCK_MARGIN_S = 0.5
 # An error that does not say whether the operation happened.
 UNKNOWN_CODES = {ErrorCode.UNAVAILABLE, ErrorCode.TIMEOUT, ErrorCode.UNKNOWN, ErrorCode.INTERNAL}
 MIN_ACKED_COMMITS = 10
@@ -231,6 +246,8 @@ class History:
     reader_cuts: list[Isolation] = field(default_factory=list)  # reader cut off from a node
     # Commits to GC_TABLE: txn id -> {path, outcome, ts}
     gc_commits: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # Commits to OPT_TABLE: txn id -> {outcome, ts, t0, t1, removes (txn ids), adds (bool)}
+    opt_commits: dict[str, dict[str, Any]] = field(default_factory=dict)
     # Protections: record id -> {ts, outcome, t_ack, t_release, release, path}
     protections: dict[str, dict[str, Any]] = field(default_factory=dict)
     # Linearizable lists of the protection records (`read_ts`, then `pts_list`) on every
@@ -452,6 +469,7 @@ def _reader(c: MetastoreCluster, h: History, stop: threading.Event, seed: int) -
                         h.safe_times.setdefault(key, []).append(int(st["safe_time"]))
                     acked = [o["ts"] for o in h.commits.values() if o["outcome"] == "ok"]
                     gc_acked = [o["ts"] for o in h.gc_commits.values() if o["outcome"] == "ok"]
+                    opt_acked = [o["ts"] for o in h.opt_commits.values() if o["outcome"] == "ok"]
                 if not acked:
                     continue
                 ts = rng.choice(acked)
@@ -459,6 +477,8 @@ def _reader(c: MetastoreCluster, h: History, stop: threading.Event, seed: int) -
                 if gc_acked and rng.random() < 0.25:
                     # An overwritten table, at one of its newest commits (GC keeps 1 s).
                     table, ts = GC_TABLE, rng.choice(gc_acked[-5:])
+                elif opt_acked and rng.random() < 0.25:
+                    table, ts = OPT_TABLE, rng.choice(opt_acked)
                 t0 = time.monotonic()
                 try:
                     files = client.files(table, as_of=ts)["files"]
@@ -629,6 +649,88 @@ def _gc_writer(c: MetastoreCluster, h: History, stop: threading.Event, location:
         client.close()
 
 
+def _opt_commit(
+    client: SyncMetastoreClient,
+    h: History,
+    txn_id: str,
+    removes: list[str],
+    adds: bool,
+    read_ts: int | None = None,
+) -> None:
+    """One recorded commit to OPT_TABLE: adds `_opt/<txn_id>.parquet` (unless `adds` is
+    False) and removes the files of the txns in `removes`, with `read_ts` (the table read
+    at it: refused READ_CONFLICT if it changed since)."""
+    write: dict[str, Any] = {
+        "table": OPT_TABLE,
+        "schema_version": 1,
+        "add": [{"path": f"_opt/{txn_id}.parquet", "size_bytes": 10, "row_count": 1}]
+        if adds
+        else [],
+    }
+    if removes:
+        write["remove"] = [f"_opt/{m}.parquet" for m in removes]
+    op: dict[str, Any] = {"outcome": "unknown", "removes": removes, "adds": adds}
+    op["t0"] = time.monotonic()
+    with h.lock:
+        h.opt_commits[txn_id] = op
+    try:
+        if read_ts is None:
+            result = client.commit(txn_id, [write])
+        else:
+            result = client.commit(txn_id, [write], read_ts=read_ts, read_tables=[OPT_TABLE])
+        op.update(outcome="ok", ts=int(result["ts"]))
+    except MetastoreError as exc:
+        op.update(outcome=_outcome(exc), code=exc.code.value)
+    op["t1"] = time.monotonic()
+
+
+def _opt_appender(c: MetastoreCluster, h: History, stop: threading.Event) -> None:
+    """Appends to OPT_TABLE, one file a commit, for the optimizer to rewrite."""
+    client = _workload_client(c, 4_000)
+    n = 0
+    try:
+        while not stop.is_set():
+            n += 1
+            _opt_commit(client, h, f"opa-{n}", [], True)
+            stop.wait(0.15)
+    finally:
+        client.close()
+
+
+def _optimizer(c: MetastoreCluster, h: History, stop: threading.Event, seed: int) -> None:
+    """Partial removals of OPT_TABLE, as `metastore table optimize` commits them: `read_ts`,
+    the table's files at it (recorded as an AS OF read), then one commit with that read_ts
+    that removes 2-3 of them and adds one replacement file, or (one time in three) removes
+    1-2 and adds nothing. Refusals (READ_CONFLICT when the appender committed meanwhile) are
+    recorded like any other outcome."""
+    rng = random.Random(seed * 7 + 4)
+    client = _workload_client(c, 4_000)
+    n = 0
+    try:
+        while not stop.is_set():
+            stop.wait(rng.uniform(0.15, 0.4))
+            t0 = time.monotonic()
+            try:
+                read_ts = client.read_ts()
+                files = client.files(OPT_TABLE, as_of=read_ts)["files"]
+            except MetastoreError:
+                continue
+            paths = frozenset(f["path"] for f in files)
+            with h.lock:
+                h.reads.append((0, OPT_TABLE, read_ts, paths, t0, time.monotonic()))
+            live = sorted(_txn_of(p) for p in paths)
+            adds = rng.random() >= 1 / 3
+            want = rng.randint(2, 3) if adds else rng.randint(1, 2)
+            if len(live) < want:
+                continue
+            n += 1
+            victims = rng.sample(live, want)
+            txn_id = f"opo-{n}" if adds else f"opd-{n}"
+            _opt_commit(client, h, txn_id, victims, adds, read_ts)
+    finally:
+        client.close()
+
+
 def _retry(fn: Callable[[], dict[str, Any]], budget_s: float) -> tuple[str, Any, bool]:
     """Call `fn` until it answers or fails for good, resending after an unknown outcome
     (UNAVAILABLE, TIMEOUT, ...) for at most `budget_s`. Returns (outcome, result or error,
@@ -765,6 +867,7 @@ def _leaser(c: MetastoreCluster, h: History, stop: threading.Event, seed: int) -
                 opened = outcome == "ok"
                 if not opened:
                     continue
+            t_sent = time.monotonic()
             try:
                 pinned = client.pin([DDL_TABLE], session_id=sid, timeout_ms=2_000)
             except MetastoreError as exc:
@@ -773,20 +876,29 @@ def _leaser(c: MetastoreCluster, h: History, stop: threading.Event, seed: int) -
                 continue
             version = int(pinned["pins"][0]["version"])
             deadline = int(pinned["lease"]["deadline_tm"])
-            hold: dict[str, Any] = {"version": version, "ops": [(deadline - ttl, deadline)]}
+            # "renewals": the acquisition and each heartbeat acknowledged, by real time (sent,
+            # answered), and "t_release": when the release was sent, for the real-time rule.
+            hold: dict[str, Any] = {
+                "version": version,
+                "ops": [(deadline - ttl, deadline)],
+                "renewals": [(t_sent, time.monotonic())],
+            }
             with h.lock:
                 h.leases.append(hold)
             hold_until = time.monotonic() + rng.uniform(0.5, 2.0)
             while time.monotonic() < hold_until and not stop.is_set():
                 time.sleep(SESSION_HEARTBEAT_MS / 1000)
+                t_sent = time.monotonic()
                 try:
                     deadline = int(client.session_heartbeat(sid)["deadline_tm"])
                     hold["ops"].append((deadline - ttl, deadline))
+                    hold["renewals"].append((t_sent, time.monotonic()))
                 except MetastoreError as exc:
                     if exc.code == ErrorCode.SESSION_NOT_FOUND:
                         opened = False
                         break
             leases = [dict(lease) for lease in pinned["lease"]["leases"]]
+            hold["t_release"] = time.monotonic()
             _retry(lambda sid=sid, leases=leases: client.lease_release(sid, leases), 3.0)
     finally:
         client.close()
@@ -1614,7 +1726,7 @@ def _chaos_cluster(
         c.wait_ready()
         admin = _client(c, c.ids, 10_000)
         admin.ddl("CREATE NAMESPACE ch")
-        for t in (*TABLES, DDL_TABLE, PAD_TABLE):
+        for t in (*TABLES, DDL_TABLE, PAD_TABLE, OPT_TABLE):
             admin.ddl(f"CREATE TABLE {t} (id BIGINT)")
         admin.ddl(f"CREATE TABLE {GC_TABLE} (id BIGINT) TBLPROPERTIES ('gc.ttl' = '{GC_TTL}')")
         for i in range(PAD_COMMITS if pad else 0):
@@ -1657,6 +1769,8 @@ def test_chaos_history_is_consistent(tmp_path: Path, seed: int) -> None:
             (_gc_writer, (c, h, stop, location)),
             (_protector, (c, h, stop, seed, location)),
             (_leaser, (c, h, stop, seed)),
+            (_opt_appender, (c, h, stop)),
+            (_optimizer, (c, h, stop, seed)),
         ]
         workers = [
             threading.Thread(target=_guarded(h, fn), args=args, daemon=True) for fn, args in targets
@@ -1918,15 +2032,65 @@ def _check_leases(final: SyncMetastoreClient, h: History, where: str) -> str:
                     f"on version {hold['version']} was held (live from {t} to {end}) {where}"
                 )
     assert h.leases, f"no lease was acquired {where}"
-    return f"leases {len(h.leases)} held ({windows} windows), DDL blocked {h.ddl_blocked} times"
+    read_rule = _check_lease_reads(published_schemas(final), h, where)
+    return (
+        f"leases {len(h.leases)} held ({windows} windows; {read_rule}), DDL blocked "
+        f"{h.ddl_blocked} times"
+    )
+
+
+def published_schemas(final: SyncMetastoreClient) -> dict[frozenset[str], int]:
+    """DDL_TABLE's versions by their columns (each ADD COLUMN makes a new set)."""
+    return {
+        frozenset(col["name"] for col in v["schema"]["columns"]): int(v["version"])
+        for v in final.history(DDL_TABLE)["versions"]
+    }
+
+
+def _check_lease_reads(versions: dict[frozenset[str], int], h: History, where: str) -> str:
+    """The two-version invariant seen by the schema readers, by real time
+    (tests/chaos/linearizability.py, `check_lease_versions`): no schema read of DDL_TABLE on
+    any node, sent and answered while a lease on v was surely held (from an acknowledged
+    acquisition or heartbeat until its send time + the TTL less LEASE_CLOCK_MARGIN_S, and
+    before the release was sent), shows a version above v + 1."""
+    with h.lock:
+        holds = [
+            LeaseHold(
+                f"lease{n}",
+                int(hold["version"]),
+                tuple(hold["renewals"]),
+                hold.get("t_release"),
+            )
+            for n, hold in enumerate(h.leases)
+        ]
+        schema_reads = list(h.schema_reads)
+    reads = [
+        SchemaVersionRead(f"schema{n}-{mode}", node, t0, t1, versions[columns])
+        for n, (node, mode, _ts, columns, t0, t1) in enumerate(schema_reads)
+        if columns in versions  # else the schema checker has already failed the run
+    ]
+    ttl_s = SESSION_TTL_MS / 1000 - LEASE_CLOCK_MARGIN_S
+    violations = check_lease_versions(holds, reads, ttl_s)
+    assert not violations, (
+        f"a schema read overtook a held lease by two versions ({len(violations)} "
+        f"violations):\n{format_violations(violations)}\n{where}"
+    )
+    judged = sum(
+        any(a <= r.t_sent and r.t_answered <= b for hold in holds for a, b in hold.windows(ttl_s))
+        for r in reads
+    )
+    return f"{judged} schema reads inside a held lease's window, none two versions past it"
 
 
 def _txn_of(path: str) -> str:
     """The txn id of a commit's file (`_txn/<txn id>/<table>.parquet`, see `_commit`; an
-    overwrite of GC_TABLE's `_gc/<n>.parquet` is txn `gc-<n>`, see `_gc_writer`)."""
+    overwrite of GC_TABLE's `_gc/<n>.parquet` is txn `gc-<n>`, see `_gc_writer`; OPT_TABLE's
+    `_opt/<txn id>.parquet`, see `_opt_commit`)."""
     parts = path.split("/")
     if len(parts) == 3 and parts[0] == "_txn":
         return parts[1]
+    if len(parts) == 2 and parts[0] == "_opt" and parts[1].endswith(".parquet"):
+        return parts[1].removesuffix(".parquet")
     if len(parts) == 2 and parts[0] == "_gc" and parts[1].endswith(".parquet"):
         return f"gc-{parts[1].removesuffix('.parquet')}"
     return f"<not a commit's file: {path}>"
@@ -1949,37 +2113,55 @@ def _check_linearizable(final: SyncMetastoreClient, h: History, now_ts: int, whe
     with h.lock:
         ops = list(h.commits.values())
         gc_ops = dict(h.gc_commits)
+        opt_ops = dict(h.opt_commits)
         gc_as_of = len(h.gc_reads)
         as_of_reads = list(h.reads) + list(h.gc_reads)
         lin_reads = list(h.lin_reads)
     # GC_TABLE's commits overwrite it, so its files at the end name only the last: which
     # happened, and at which ts, is the linearizable committed_txn record of each.
-    for txn_id in gc_ops:
+    # So do OPT_TABLE's, whose removed files are gone from the end state too.
+    for txn_id in [*gc_ops, *opt_ops]:
         record = final.committed_txn(txn_id)
         if record.get("txn") is not None:
             applied[txn_id] = int(record["txn"]["ts"])
-    commits = [
-        CommitOp(
-            op["txn_id"],
-            frozenset(TABLES),
-            op["t0"],
-            op.get("t1", float("inf")),  # a worker stuck past the join: no answer
-            op["outcome"],
-            op.get("ts"),
-        )
-        for op in ops
-    ] + [
-        CommitOp(
-            txn_id,
-            frozenset({GC_TABLE}),
-            op["t0"],
-            op.get("t1", float("inf")),
-            op["outcome"],
-            op.get("ts"),
-            overwrites=frozenset({GC_TABLE}),
-        )
-        for txn_id, op in gc_ops.items()
-    ]
+    commits = (
+        [
+            CommitOp(
+                op["txn_id"],
+                frozenset(TABLES),
+                op["t0"],
+                op.get("t1", float("inf")),  # a worker stuck past the join: no answer
+                op["outcome"],
+                op.get("ts"),
+            )
+            for op in ops
+        ]
+        + [
+            CommitOp(
+                txn_id,
+                frozenset({GC_TABLE}),
+                op["t0"],
+                op.get("t1", float("inf")),
+                op["outcome"],
+                op.get("ts"),
+                overwrites=frozenset({GC_TABLE}),
+            )
+            for txn_id, op in gc_ops.items()
+        ]
+        + [
+            CommitOp(
+                txn_id,
+                frozenset({OPT_TABLE}),
+                op["t0"],
+                op.get("t1", float("inf")),
+                op["outcome"],
+                op.get("ts"),
+                removes=frozenset((OPT_TABLE, m) for m in op["removes"]),
+                adds_files=op["adds"],
+            )
+            for txn_id, op in opt_ops.items()
+        ]
+    )
     reads = [
         ReadOp(
             f"lin{n}",
@@ -2014,12 +2196,19 @@ def _check_linearizable(final: SyncMetastoreClient, h: History, now_ts: int, whe
     )
     assert lin_reads, f"no linearizable read was answered {where}"
     gc_lin = sum(table == GC_TABLE for _n, table, *_ in lin_reads)
+    opt_lin = sum(table == OPT_TABLE for _n, table, *_ in lin_reads)
+    opt_as_of = sum(table == OPT_TABLE for _n, table, *_ in as_of_reads)
+    rewrites = [t for t, op in opt_ops.items() if op["removes"] and op["adds"] and t in applied]
+    deletes = [t for t, op in opt_ops.items() if op["removes"] and not op["adds"] and t in applied]
+    assert rewrites or deletes, f"no partial removal of {OPT_TABLE} was applied {where}"
+    refused = sum(bool(op["removes"]) and op["outcome"] == "fail" for op in opt_ops.values())
     return (
         f"linearizable: {len(lin_reads)} current-files reads ({gc_lin} of overwritten "
-        f"{GC_TABLE}) and {len(as_of_reads)} AS OF reads ({gc_as_of} of "
-        f"{GC_TABLE}, {h.gc_refused} more refused below its GC threshold) against "
-        f"{len(applied)} applied commits ({sum(n in applied for n in gc_ops)} overwrites) "
-        "in ts order"
+        f"{GC_TABLE}, {opt_lin} of optimized {OPT_TABLE}) and {len(as_of_reads)} AS OF reads "
+        f"({gc_as_of} of {GC_TABLE}, {h.gc_refused} more refused below its GC threshold; "
+        f"{opt_as_of} of {OPT_TABLE}) against {len(applied)} applied commits "
+        f"({sum(n in applied for n in gc_ops)} overwrites, {len(rewrites)} rewrites and "
+        f"{len(deletes)} remove-only of {OPT_TABLE}, {refused} more refused) in ts order"
     )
 
 

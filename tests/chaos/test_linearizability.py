@@ -15,11 +15,14 @@ from hypothesis import strategies as st
 
 from tests.chaos.linearizability import (
     CommitOp,
+    LeaseHold,
     ProtectionOp,
     ProtectionRead,
     ReadOp,
+    SchemaVersionRead,
     Violation,
     check_history,
+    check_lease_versions,
     check_protections,
     ddl_activations,
     ddl_commit,
@@ -998,3 +1001,139 @@ def test_a_released_protection_still_listed_is_flagged(h: _PtsHistory, data: st.
         h.reads.append(read)
     v = [x for x in check_protections(h.protections, h.reads) if x.rule == "released-listed"]
     assert [x.ops for x in v] == [(read.name, p.record_id)]
+
+
+# ---- leases: the two-version invariant seen by schema reads, by real time ------------------
+
+TTL_S = 20.0
+
+
+def test_reads_within_one_version_of_a_held_lease_pass() -> None:
+    hold = LeaseHold("L", 3, ((0, 1), (5, 6)), t_release_sent=12)
+    reads = [
+        SchemaVersionRead("R1", 1, 2, 3, 4),  # v + 1: allowed
+        SchemaVersionRead("R2", 2, 0.5, 3, 5),  # sent before the lease was acknowledged
+        SchemaVersionRead("R3", 3, 11, 13, 5),  # answered after the release was sent
+        SchemaVersionRead("R4", 1, 13, 14, 9),
+    ]
+    assert check_lease_versions([hold], reads, TTL_S) == []
+
+
+def test_a_read_two_versions_past_a_held_lease_is_flagged() -> None:
+    hold = LeaseHold("L", 3, ((0, 1), (5, 6)), t_release_sent=12)
+    v = _only(
+        check_lease_versions([hold], [SchemaVersionRead("R", 2, 7, 8, 5)], TTL_S),
+        "lease-two-versions",
+    )
+    assert v.ops == ("R", "L") and "node 2" in v.message and "version 3" in v.message
+
+
+def test_a_lease_past_its_ttl_binds_nothing() -> None:
+    # Never renewed after its acquisition (sent at 0): surely held until 0 + TTL only.
+    hold = LeaseHold("L", 3, ((0, 1),))
+    assert check_lease_versions([hold], [SchemaVersionRead("R", 1, 21, 22, 7)], TTL_S) == []
+    assert check_lease_versions([hold], [SchemaVersionRead("R", 1, 18, 19, 7)], TTL_S)
+
+
+@dataclass
+class _LeaseHistory:
+    holds: list[LeaseHold] = field(default_factory=list)
+    reads: list[SchemaVersionRead] = field(default_factory=list)
+
+
+@st.composite
+def lease_histories(draw: st.DrawFn) -> _LeaseHistory:
+    """A catalog over real time: DDL publish the next version unless an unexpired lease on a
+    version two below it lives at that point (the gate); a lease is acquired at a point inside
+    its window on the latest version or the one before it, renewed by heartbeats (each applied
+    inside its window, none after it expired), and released (applied inside the release's
+    window) or left to expire; a read shows the version in force at its point."""
+    events: list[tuple[float, int, str, dict]] = [
+        (float(draw(st.integers(0, 300))) + i * 1e-6, i, "ddl", {})
+        for i in range(draw(st.integers(0, 12)))
+    ]
+    spans: list[dict] = []
+    for i in range(draw(st.integers(1, 5))):
+        sent = float(draw(st.integers(0, 250)))
+        point = sent + draw(st.integers(0, 5))
+        renewals = [(sent, point, point + draw(st.integers(0, 5)))]
+        expires = point + TTL_S
+        t = renewals[-1][2]
+        for _ in range(draw(st.integers(0, 4))):
+            hb_sent = t + draw(st.integers(1, 15))
+            hb_point = hb_sent + draw(st.integers(0, 5))
+            if hb_point >= expires:
+                break  # expired: the heartbeat fails (SESSION_NOT_FOUND), not recorded
+            renewals.append((hb_sent, hb_point, hb_point + draw(st.integers(0, 5))))
+            expires = hb_point + TTL_S
+            t = renewals[-1][2]
+        release = draw(st.one_of(st.none(), st.integers(1, 30)))
+        released_sent = None if release is None else t + release
+        ends = expires
+        if released_sent is not None:
+            ends = min(ends, released_sent + draw(st.integers(0, 5)))
+        span = {
+            "name": f"L{i}",
+            "point": point + 1e-4 + i * 1e-6,
+            "renewals": tuple((s, a) for s, _p, a in renewals),
+            "ends": ends,
+            "release_sent": released_sent,
+            "older": draw(st.booleans()),
+        }
+        spans.append(span)
+        events.append((span["point"], 100 + i, "acquire", span))
+    for i in range(draw(st.integers(1, 25))):
+        sent = float(draw(st.integers(0, 320)))
+        answered = sent + draw(st.integers(0, 10))
+        point = sent + (answered - sent) * draw(st.integers(0, 100)) / 100 + 2e-4 + i * 1e-6
+        events.append(
+            (point, 200 + i, "read", {"name": f"R{i}", "sent": sent, "answered": answered})
+        )
+    h = _LeaseHistory()
+    version = 1
+    for point, _, kind, ev in sorted(events, key=lambda e: (e[0], e[1])):
+        if kind == "ddl":
+            live = [s for s in spans if "version" in s and s["point"] <= point < s["ends"]]
+            if all(s["version"] >= version for s in live):  # no lease on version - 1 or below
+                version += 1
+        elif kind == "acquire":
+            ev["version"] = version - 1 if ev["older"] and version > 1 else version
+            h.holds.append(LeaseHold(ev["name"], ev["version"], ev["renewals"], ev["release_sent"]))
+        else:
+            h.reads.append(
+                SchemaVersionRead(ev["name"], 1, ev["sent"], min(ev["answered"], 1e9), version)
+            )
+    return h
+
+
+@settings(max_examples=200, deadline=None)
+@given(lease_histories())
+def test_generated_lease_histories_pass(h: _LeaseHistory) -> None:
+    violations = check_lease_versions(h.holds, h.reads, TTL_S)
+    assert violations == [], [str(v) for v in violations]
+
+
+@settings(max_examples=100, deadline=None)
+@given(lease_histories(), st.data())
+def test_a_read_past_the_gate_is_flagged(h: _LeaseHistory, data: st.DataObject) -> None:
+    """Mutation: a read inside a window where a lease on v was surely held shows v + 2 (a DDL
+    got past the gate); it is flagged, naming the read and a lease it overtook."""
+    inside = [
+        (read, hold)
+        for read in h.reads
+        for hold in h.holds
+        for start, end in hold.windows(TTL_S)
+        if start <= read.t_sent and read.t_answered <= end
+    ]
+    if inside:
+        read, hold = data.draw(st.sampled_from(inside))
+    else:
+        hold = LeaseHold("LX", 1, ((1000, 1001),), 1015)
+        read = SchemaVersionRead("RX", 1, 1002, 1003, 1)
+        h.holds.append(hold)
+        h.reads.append(read)
+    h.reads[h.reads.index(read)] = dataclasses.replace(read, version=hold.version + 2)
+    v = _only(check_lease_versions(h.holds, h.reads, TTL_S), "lease-two-versions")
+    assert v.ops[0] == read.name and f"schema read {read.name}" in v.message
+    overtaken = {x.name: x for x in h.holds}[v.ops[1]]
+    assert overtaken.version + 1 < hold.version + 2  # the read's version now
