@@ -11,10 +11,11 @@ a while), SIGSTOP/SIGCONT pauses, a follower restarted with its clock far ahead.
 through a userspace TCP proxy between every ordered pair of nodes (tests/chaos/netproxy.py):
 the leader partitioned away, a follower partitioned away, a one-way partition of the leader,
 50-200 ms of delay on every link, and connections reset at random. Workload: atomic two-table
-commits of unique files, DDL (ADD COLUMN), file reads AS OF acknowledged commit timestamps on
-every node, linearizable reads of the tables' current files on every node, schema reads (now,
-AS OF a DDL's Tu, ahead of the clock) and linearizable protection lists on every node, each
-node's status,
+commits of unique files, partial removals (OPTIMIZE-like rewrites and remove-only commits of
+ch.opt), a side table created, written and dropped in cycles, DDL (ADD COLUMN), file reads
+AS OF acknowledged commit timestamps on every node, linearizable reads of the tables' current
+files on every node, schema reads (now, AS OF a DDL's Tu, ahead of the clock) and linearizable
+protection lists on every node, each node's status,
 and - while a node is cut off - commits and linearizable reads sent to that node alone.
 
 Checkers:
@@ -33,7 +34,8 @@ Checkers:
   real time have increasing Tu, a read at now sees every DDL acknowledged before it;
 * protections: a linearizable list of records on any node names every protection
   acknowledged before it was sent and not yet being released, and none released before;
-* every node gave the same answer for the same timestamp, equal to the final state's;
+* every node gave the same answer for the same timestamp, equal to the final state's; AS OF
+  a side-table incarnation's commit it lists that commit's file, AS OF its drop's Tu none;
 * no acknowledged DDL lost;
 * safe time never decreased on any node while it reported ready, across its restarts;
 * a node cut off from the others (either direction) acknowledged no commit and answered no
@@ -145,6 +147,10 @@ GC_TTL = "1s"
 # `metastore table optimize` does) or removes some without adding any (a DELETE of whole
 # files): partial removals, for the checker's live-set rule.
 OPT_TABLE = "ch.opt"
+# Created, written once and dropped again and again during the run (a new incarnation each
+# time): reads AS OF the commit ts (before the drop) must list that incarnation's file, reads
+# AS OF the drop's Tu must say the table is not there, on every node.
+SIDE_TABLE = "ch.side"
 # The tables the linearizable reader reads: the two-table commits', the overwritten one and
 # the optimized one.
 LIN_TABLES = (*TABLES, GC_TABLE, OPT_TABLE)
@@ -246,6 +252,11 @@ class History:
     reader_cuts: list[Isolation] = field(default_factory=list)  # reader cut off from a node
     # Commits to GC_TABLE: txn id -> {path, outcome, ts}
     gc_commits: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # SIDE_TABLE's incarnations: {n, create/commit/drop outcomes, path, ts, drop_tu}
+    side_cycles: list[dict[str, Any]] = field(default_factory=list)
+    # Reads of SIDE_TABLE AS OF a cycle's commit ts or its drop's Tu, on every node:
+    # (cycle n, "before" | "after", node, paths or error code)
+    side_reads: list[tuple[int, str, int, frozenset[str] | str]] = field(default_factory=list)
     # Commits to OPT_TABLE: txn id -> {outcome, ts, t0, t1, removes (txn ids), adds (bool)}
     opt_commits: dict[str, dict[str, Any]] = field(default_factory=dict)
     # Protections: record id -> {ts, outcome, t_ack, t_release, release, path}
@@ -729,6 +740,111 @@ def _optimizer(c: MetastoreCluster, h: History, stop: threading.Event, seed: int
             _opt_commit(client, h, txn_id, victims, adds, read_ts)
     finally:
         client.close()
+
+
+def _side_cycler(c: MetastoreCluster, h: History, stop: threading.Event) -> None:
+    """CREATE TABLE SIDE_TABLE, one commit of one file, DROP TABLE, over and over (each step
+    resent with its request/txn id after an unknown outcome; a cycle whose step did not
+    succeed starts the next one with IF [NOT] EXISTS). After a cycle whose three steps were
+    acknowledged, reads on every node AS OF its commit ts (before the drop) and AS OF its
+    drop's Tu (after it; the next CREATE's Tu is later), recorded for `_check_side_table`."""
+    client = _workload_client(c, 4_000)
+    readers = {i: _reader_client(c, i, 1_500) for i in c.ids}
+    n = 0
+    clean = True  # the previous cycle ended with the table surely dropped
+    try:
+        while not stop.is_set():
+            n += 1
+            cycle: dict[str, Any] = {"n": n, "path": f"_side/{n}.parquet"}
+            with h.lock:
+                h.side_cycles.append(cycle)
+            # After a cycle that may have left the table (a step failed), IF NOT EXISTS: the
+            # incarnation may hold that cycle's file, so this cycle is not judged.
+            cycle["clean_start"] = clean
+            if_not = "" if clean else "IF NOT EXISTS "
+            outcome, _, _ = _retry(
+                lambda n=n, q=if_not: client.ddl(
+                    f"CREATE TABLE {q}{SIDE_TABLE} (id BIGINT)", request_id=f"side-create-{n}"
+                ),
+                5.0,
+            )
+            cycle["create"] = outcome
+            clean = False
+            if outcome != "ok" or stop.is_set():
+                continue
+            write = {
+                "table": SIDE_TABLE,
+                "schema_version": 1,
+                "add": [{"path": cycle["path"], "size_bytes": 10, "row_count": 1}],
+            }
+            outcome, result, _ = _retry(lambda n=n, w=write: client.commit(f"side-{n}", [w]), 5.0)
+            cycle["commit"] = outcome
+            if outcome == "ok":
+                cycle["ts"] = int(result["ts"])
+            outcome, result, _ = _retry(
+                lambda n=n: client.ddl(
+                    f"DROP TABLE IF EXISTS {SIDE_TABLE}", request_id=f"side-drop-{n}"
+                ),
+                5.0,
+            )
+            cycle["drop"] = outcome
+            if outcome != "ok":
+                continue
+            clean = True
+            cycle["drop_tu"] = int(result["tu"])
+            if cycle.get("commit") != "ok" or not cycle["clean_start"]:
+                continue
+            for node, reader in readers.items():
+                for when, ts in (("before", cycle["ts"]), ("after", cycle["drop_tu"])):
+                    try:
+                        got: frozenset[str] | str = frozenset(
+                            f["path"] for f in reader.files(SIDE_TABLE, as_of=ts)["files"]
+                        )
+                    except MetastoreError as exc:
+                        if exc.retryable:
+                            continue  # the node could not answer now: no evidence
+                        got = exc.code.value
+                    with h.lock:
+                        h.side_reads.append((n, when, node, got))
+            stop.wait(0.2)
+    finally:
+        client.close()
+        for reader in readers.values():
+            reader.close()
+
+
+def _check_side_table(h: History, where: str) -> str:
+    """SIDE_TABLE created and dropped during the run: on every node, AS OF a cycle's commit
+    ts (its incarnation live) the listing is exactly that cycle's file, and AS OF its drop's
+    Tu the table is not there (NOT_FOUND_AT_TIMESTAMP or TABLE_NOT_FOUND: dropped at or
+    before it, and the next incarnation only exists from a later Tu)."""
+    with h.lock:
+        cycles = {cycle["n"]: dict(cycle) for cycle in h.side_cycles}
+        reads = list(h.side_reads)
+    gone = {ErrorCode.NOT_FOUND_AT_TIMESTAMP.value, ErrorCode.TABLE_NOT_FOUND.value}
+    for n, when, node, got in reads:
+        cycle = cycles[n]
+        if when == "before":
+            assert got == frozenset({cycle["path"]}), (
+                f"node {node} answered {SIDE_TABLE} AS OF {cycle['ts']} (cycle {n}'s commit, "
+                f"before its drop at Tu {cycle['drop_tu']}) with {got}, not "
+                f"{{{cycle['path']}}} {where}"
+            )
+        else:
+            assert got in gone, (
+                f"node {node} answered {SIDE_TABLE} AS OF {cycle['drop_tu']} (cycle {n}'s "
+                f"drop Tu) with {got}, not a typed not-found {where}"
+            )
+    done = sum(
+        all(cycle.get(step) == "ok" for step in ("create", "commit", "drop"))
+        for cycle in cycles.values()
+    )
+    assert done, f"no create-commit-drop cycle of {SIDE_TABLE} was acknowledged {where}"
+    before = sum(when == "before" for _n, when, *_ in reads)
+    return (
+        f"{SIDE_TABLE}: {done}/{len(cycles)} create-commit-drop cycles acknowledged, "
+        f"{before} reads before and {len(reads) - before} after their drops"
+    )
 
 
 def _retry(fn: Callable[[], dict[str, Any]], budget_s: float) -> tuple[str, Any, bool]:
@@ -1771,6 +1887,7 @@ def test_chaos_history_is_consistent(tmp_path: Path, seed: int) -> None:
             (_leaser, (c, h, stop, seed)),
             (_opt_appender, (c, h, stop)),
             (_optimizer, (c, h, stop, seed)),
+            (_side_cycler, (c, h, stop)),
         ]
         workers = [
             threading.Thread(target=_guarded(h, fn), args=args, daemon=True) for fn, args in targets
@@ -1864,6 +1981,7 @@ def _check(c: MetastoreCluster, h: History, seed: int, schedule: list[str], loca
         failed_reads = _check_read_errors(h, where)
         pts = _check_protections(c, final, h, location, where)
         leases = _check_leases(final, h, where)
+        side = _check_side_table(h, where)
         for i in c.ids:  # the membership the cluster was meant to end with
             st = c.try_status(i)
             assert st and sorted(st["voters"]) == list(c.ids) and not st["learners"], (
@@ -1881,7 +1999,7 @@ def _check(c: MetastoreCluster, h: History, seed: int, schedule: list[str], loca
             f"chaos seed {seed} ({FAULTS}{', TLS' if TLS else ''}): commits ok/fail/unknown "
             f"{outcomes.count('ok')}/{outcomes.count('fail')}/{outcomes.count('unknown')}, "
             f"DDL ok {sum(o['outcome'] == 'ok' for o in h.ddls)}/{len(h.ddls)}, "
-            f"reads {len(h.reads)} ({failed_reads}), {lin}, {schemas}, {pts}, {leases}, "
+            f"reads {len(h.reads)} ({failed_reads}), {lin}, {schemas}, {pts}, {leases}, {side}, "
             f"re-added members' safe time behind their old one by (ms) {h.safe_time_back_ms}, "
             f"ops sent to cut-off nodes {probed} (none acknowledged), "
             f"terms {sorted(h.terms)}, faults {h.faults}"
