@@ -13,14 +13,16 @@ Model
     recording process) with outcome ok (and its ts), fail (a typed refusal: it did not happen)
     or unknown (no answer: it may have happened, at any time after it was sent, even after the
     client gave up). The final state says which commits happened and at which ts (`applied`:
-    name -> ts). A commit writes to some keys (tables): it adds its own files to each, and may
-    remove earlier commits' files (an overwrite removes all of the key's; `removes` names
-    some). A read of one key returns the names of the commits whose files it listed; a
-    linearizable read (the daemon's `read_ts` then `files` without `as_of`) also names the
-    position it read at (`as_of`: the answering node's safe time), an AS OF read the position
-    it asked for. The state at a position is the commits up to it whose files none of them
-    removed; a commit is live at its own position, so a read's position is its newest
-    commit's.
+    name -> ts). A commit writes to some keys (tables): it adds its own files to each (unless
+    `adds_files` is False: a write that only removes), and may remove earlier commits' files
+    (an overwrite removes all of the key's; `removes` names some, as an OPTIMIZE does that
+    rewrites them into its own). A read of one key returns the names of the commits whose
+    files it listed; a linearizable read (the daemon's `read_ts` then `files` without
+    `as_of`) also names the position it read at (`as_of`: the answering node's safe time), an
+    AS OF read the position it asked for. The state at a position is the commits up to it
+    that add files and whose files none of them removed; a read must return exactly the state
+    at some position (its candidates: several when writes that only remove lie between
+    them), and with `as_of` at that one.
 
     Schemas are checked the same way, under a key of their own (`schema_key`): a DDL that
     adds a column is a commit at its activation time Tu (`ddl_commit`), and `schema_at` at ts
@@ -33,11 +35,13 @@ Rules (each violation names the operations involved)
       not applied; no two applied commits share a ts; nothing applied that nobody sent.
     * Real-time order of commits: if A was answered ok before B was sent and B was applied (ok,
       or unknown and applied), then ts(A) < ts(B).
-    * Every read returns only applied commits that write its key (no phantom), and the state
-      at some position of the key's ts order: with the newest commit it saw, every earlier one
-      still live there (no gap: seeing B but not an earlier A is a violation) and none that a
-      commit up to it removed (removed-listed: a removed file still listed). With `as_of`,
-      exactly the state at as_of.
+    * Every read returns only applied commits that write its key and add files (no phantom),
+      and exactly the state at some position of the key's ts order: none that a commit up to
+      its newest one removed (removed-listed: a removed file still listed), and every earlier
+      one still live there unless a write that only removes took it (no gap: seeing B but
+      not an earlier A is a violation; so is not listing A, removed later by C, without C's
+      own files: a removal shown without its replacement). With `as_of`, exactly the state
+      at as_of.
     * A linearizable read's point lies in its real-time window: it saw every commit answered ok
       before it was sent (no stale read), none sent after it was answered (no read from the
       future), and its `as_of` is below the ts of every commit sent after it was answered.
@@ -48,11 +52,18 @@ Rules (each violation names the operations involved)
     * Monotonic reads per client: a client's current reads (not AS OF) never see less than its
       earlier ones covered.
 
+The window and order rules take a read at any of its candidate positions: at one inside its
+window, as late as its state allows when judging it, as early as it allows when it binds later
+reads.
+
 AS OF reads are judged by the prefix and exactness rules only (their point is chosen, not
 linearized). Protected timestamps are judged apart (`check_protections`), by real time alone:
 a protection acknowledged is listed by every linearizable list of records sent after that and
 answered before its release was sent, on any node, and none after its release was
-acknowledged. Everything here is a pure function; `tests/chaos/test_chaos.py` records the
+acknowledged. Schema leases too (`check_lease_versions`): a schema read sent and answered
+while a lease on version v was surely held and unexpired (from an acknowledged acquisition or
+heartbeat until its send time + the TTL, cut at the release's send) shows no version above
+v + 1, on any node. Everything here is a pure function; `tests/chaos/test_chaos.py` records the
 history and calls `check_history` at the end of a run.
 """
 
@@ -65,11 +76,14 @@ from typing import Literal
 
 __all__ = [
     "CommitOp",
+    "LeaseHold",
     "ProtectionOp",
     "ProtectionRead",
     "ReadOp",
+    "SchemaVersionRead",
     "Violation",
     "check_history",
+    "check_lease_versions",
     "check_protections",
     "ddl_activations",
     "ddl_commit",
@@ -90,7 +104,8 @@ class CommitOp:
     `overwrites`: keys it overwrites (every file of the key's earlier commits goes, as an
     `overwrite` write does); `removes`: (key, commit name) pairs whose files on that key it
     removes (a write with removals: a compaction, a DELETE that rewrites files). `label` names
-    the kind of operation in messages ("commit", "DDL")."""
+    the kind of operation in messages ("commit", "DDL"). `adds_files` False: a write that only
+    removes (no files of its own, so no read ever names it; it is a position all the same)."""
 
     name: str
     keys: frozenset[str]
@@ -101,6 +116,7 @@ class CommitOp:
     overwrites: frozenset[str] = frozenset()
     removes: frozenset[tuple[str, str]] = frozenset()
     label: str = "commit"
+    adds_files: bool = True
 
     def describe(self, applied: Mapping[str, int]) -> str:
         ts = applied.get(self.name, self.ts)
@@ -231,6 +247,12 @@ class _KeyOrder:
     removed_at: dict[str, int] = field(default_factory=dict)  # name -> position removing it
     remover: dict[str, str] = field(default_factory=dict)  # name -> the commit removing it
     live_count: list[int] = field(default_factory=lambda: [0])  # position -> live commits
+    removes_only: set[str] = field(default_factory=set)  # commits adding no files of their own
+    # (XOR of the live commits' name hashes, how many) -> the positions with that live set:
+    # a read is valid at every position whose live set it returned exactly.
+    positions_by_live: dict[tuple[int, int], list[int]] = field(
+        default_factory=lambda: {(0, 0): [0]}
+    )
 
     def count_upto(self, ts: int) -> int:
         """How many of the key's commits have ts <= `ts` (the position at `ts`)."""
@@ -238,7 +260,26 @@ class _KeyOrder:
 
     def live_at(self, n: int) -> list[str]:
         """The commits live at position n, in ts order."""
-        return [m for m in self.names[:n] if self.removed_at.get(m, n + 1) > n]
+        return [
+            m
+            for m in self.names[:n]
+            if m not in self.removes_only and self.removed_at.get(m, n + 1) > n
+        ]
+
+    def positions_of(self, observed: frozenset[str]) -> list[int]:
+        """The positions whose live set is exactly `observed`, ascending (a hash narrows them,
+        then each is compared)."""
+        signature = (_live_hash(observed), len(observed))
+        return [
+            p for p in self.positions_by_live.get(signature, []) if set(self.live_at(p)) == observed
+        ]
+
+
+def _live_hash(names: Iterable[str]) -> int:
+    out = 0
+    for name in names:
+        out ^= hash(name)
+    return out
 
 
 def check_history(
@@ -253,16 +294,21 @@ def check_history(
     out.extend(_check_final_state(commit_list, by_name, applied))
     out.extend(_check_commit_real_time(commit_list, applied))
     orders = _key_orders(commit_list, applied)
-    prefix_len: dict[str, int] = {}  # read name -> its prefix length, for reads that are prefixes
+    # read name -> the positions whose state it returned exactly, for reads that returned one
+    positions: dict[str, list[int]] = {}
     for read in read_list:
-        n = _check_read_prefix(read, by_name, applied, orders, out)
-        if n is not None:
-            prefix_len[read.name] = n
-    lin = [r for r in read_list if r.kind == "linearizable" and r.name in prefix_len]
-    out.extend(_check_read_windows(lin, commit_list, by_name, applied, orders, prefix_len))
-    out.extend(_check_read_order(lin, by_name, orders, prefix_len))
-    current = [r for r in read_list if r.kind != "as_of" and r.name in prefix_len]
-    out.extend(_check_monotonic_clients(current, by_name, orders, prefix_len))
+        found = _check_read_prefix(read, by_name, applied, orders, out)
+        if found is not None:
+            positions[read.name] = found
+    lin = [r for r in read_list if r.kind == "linearizable" and r.name in positions]
+    out.extend(_check_read_windows(lin, commit_list, by_name, applied, orders, positions))
+    # The order rules judge a read as late as its state allows (it may have read at its
+    # last candidate position) and bind later reads by its earliest one: lenient both ways.
+    latest = {name: found[-1] for name, found in positions.items()}
+    earliest = {name: found[0] for name, found in positions.items()}
+    out.extend(_check_read_order(lin, by_name, orders, latest, earliest))
+    current = [r for r in read_list if r.kind != "as_of" and r.name in positions]
+    out.extend(_check_monotonic_clients(current, by_name, orders, latest, earliest))
     return out
 
 
@@ -364,17 +410,24 @@ def _key_orders(commits: list[CommitOp], applied: Mapping[str, int]) -> dict[str
         items.sort()
         order = _KeyOrder([ts for ts, _ in items], [name for _, name in items])
         live: dict[str, None] = {}  # insertion-ordered set
+        live_hash = 0
         for position, (_ts, name) in enumerate(items, start=1):
             c = by_name[name]
             gone = list(live) if key in c.overwrites else []
             gone += [m for k, m in c.removes if k == key and m in live and m not in gone]
             for m in gone:
                 del live[m]
+                live_hash ^= hash(m)
                 order.removed_at[m] = position
                 order.remover[m] = name
-            live[name] = None
+            if c.adds_files:
+                live[name] = None
+                live_hash ^= hash(name)
+            else:
+                order.removes_only.add(name)
             order.index[name] = position
             order.live_count.append(len(live))
+            order.positions_by_live.setdefault((live_hash, len(live)), []).append(position)
         orders[key] = order
     return orders
 
@@ -385,14 +438,20 @@ def _check_read_prefix(
     applied: Mapping[str, int],
     orders: Mapping[str, _KeyOrder],
     out: list[Violation],
-) -> int | None:
-    """No phantom, no gap, and with `as_of` exactly the key's commits at or below it. Returns
-    the read's prefix length in its key's ts order, or None if it is not a prefix (reported)."""
+) -> list[int] | None:
+    """No phantom, and the read returned exactly the live set of its key at some position
+    (with `as_of`, at the position of as_of). Returns those positions (ascending; several
+    when writes that only remove lie between them), or None (reported): a removed commit
+    still listed, a live one missing (gap; also a removal shown without the files its
+    remover added), or not the state at as_of."""
     order = orders.get(read.key, _KeyOrder([], []))
     phantoms = sorted(
         n
         for n in read.observed
-        if n not in applied or n not in by_name or read.key not in by_name[n].keys
+        if n not in applied
+        or n not in by_name
+        or read.key not in by_name[n].keys
+        or not by_name[n].adds_files
     )
     if phantoms:
         shown = []
@@ -402,6 +461,8 @@ def _check_read_prefix(
                 shown.append(f"{n} (never sent)")
             elif read.key not in c.keys:
                 shown.append(f"{n} (does not write {read.key})")
+            elif not c.adds_files:
+                shown.append(f"{c.describe(applied)} (adds no files)")
             else:
                 shown.append(c.describe(applied))
         out.append(
@@ -434,40 +495,67 @@ def _check_read_prefix(
             )
         )
         return None
-    if order.live_count[n] != len(read.observed):
+    found = order.positions_of(read.observed)
+    if not found:
+        # Every commit it listed is live at n (the newest one's position), so some commit
+        # live there is missing; the state at any later position that lacks it also lacks
+        # the later commits' files (or the read would match it).
         missing = [m for m in order.live_at(n) if m not in read.observed]
         later = order.names[n - 1]
+        removers = [
+            order.remover[m]
+            for m in missing[:5]
+            if m in order.remover and by_name[order.remover[m]].adds_files
+        ]
+        why = ""
+        if removers:
+            why = (
+                " (which only "
+                + "; ".join(
+                    f"the later {by_name[r].describe(applied)}, not listed, removes"
+                    for r in removers
+                )
+                + ": a removal seen without the files that replace them)"
+            )
         out.append(
             Violation(
                 "gap",
                 f"{read.describe()} saw {by_name[later].describe(applied)} but not the earlier "
                 + "; ".join(by_name[m].describe(applied) for m in missing[:5])
-                + (f" (and {len(missing) - 5} more)" if len(missing) > 5 else ""),
-                (read.name, later, *missing[:5]),
+                + (f" (and {len(missing) - 5} more)" if len(missing) > 5 else "")
+                + why,
+                (read.name, later, *missing[:5], *removers),
             )
         )
         return None
     if read.as_of is not None:
         want = order.count_upto(read.as_of)
-        if want != n:
-            if want > n:
-                what = "missed " + "; ".join(
-                    by_name[m].describe(applied) for m in order.names[n : min(want, n + 5)]
-                )
-                ops = order.names[n : min(want, n + 5)]
-            else:
-                ops = [m for m in order.names[want:n] if m in read.observed][:5]
-                what = "saw " + "; ".join(by_name[m].describe(applied) for m in ops)
-            out.append(
-                Violation(
-                    "as-of",
-                    f"{read.describe()} is not the commits of {read.key} at or below {read.as_of}: "
-                    f"it {what}",
-                    (read.name, *ops),
-                )
+        if want in found:
+            return [want]
+        if want > found[-1]:
+            ops = order.names[found[-1] : want][:5]
+            what = "missed " + "; ".join(by_name[m].describe(applied) for m in ops)
+        elif want < found[0]:
+            ops = [m for m in order.names[want : found[0]] if m in read.observed][:5]
+            what = "saw " if ops else "saw the state after "
+            ops = ops or order.names[want : found[0]][:5]
+            what += "; ".join(by_name[m].describe(applied) for m in ops)
+        else:
+            ops = order.names[want - 1 : want]
+            what = (
+                "returned a state of other positions only (not that after "
+                + "; ".join(by_name[m].describe(applied) for m in ops)
+                + ")"
             )
-            return None
-    return n
+        out.append(
+            Violation(
+                "as-of",
+                f"{read.describe()} is not the state of {read.key} at {read.as_of}: it {what}",
+                (read.name, *ops),
+            )
+        )
+        return None
+    return found
 
 
 def _check_read_windows(
@@ -476,11 +564,11 @@ def _check_read_windows(
     by_name: Mapping[str, CommitOp],
     applied: Mapping[str, int],
     orders: Mapping[str, _KeyOrder],
-    prefix_len: Mapping[str, int],
+    positions: Mapping[str, list[int]],
 ) -> list[Violation]:
     """A linearizable read saw every commit of its key acknowledged before it was sent, none
     sent after it was answered, and reads at a position below every commit sent after it was
-    answered."""
+    answered: one of the positions whose state it returned lies in that window."""
     out = []
     acked_by_answer = sorted(
         (c for c in commits if c.outcome == "ok" and c.name in applied),
@@ -506,11 +594,13 @@ def _check_read_windows(
         suffix_min[i] = c if after is None or applied[c.name] < applied[after.name] else after
     for read in reads:
         order = orders.get(read.key, _KeyOrder([], []))
-        n = prefix_len[read.name]
+        found = positions[read.name]
         row = newest_acked.get(read.key)
         if row is not None:
             before = row[bisect.bisect_left(answer_times, read.t_sent)]
-            if before is not None and order.count_upto(applied[before.name]) > n:
+            lowest = order.count_upto(applied[before.name]) if before is not None else 0
+            found = [p for p in found if p >= lowest]
+            if before is not None and not found:
                 out.append(
                     Violation(
                         "stale-read",
@@ -535,7 +625,12 @@ def _check_read_windows(
         # The read's point: the position it names, else at least the newest commit it saw
         # (which also covers commits whose files it did not list because a commit it saw
         # removed them).
-        point = read.as_of if read.as_of is not None else _point(read, order, n)
+        if read.as_of is not None:
+            point: int | None = read.as_of
+        else:
+            # Position 0 (before any commit of the key) is below everything.
+            points = [_point(read, order, p) for p in found]
+            point = None if None in points else min(p for p in points if p is not None)
         if point is not None:
             first_after = suffix_min[bisect.bisect_right(send_times, read.t_answered)]
             if first_after is not None and applied[first_after.name] <= point:
@@ -561,35 +656,36 @@ def _check_read_order(
     reads: list[ReadOp],
     by_name: Mapping[str, CommitOp],
     orders: Mapping[str, _KeyOrder],
-    prefix_len: Mapping[str, int],
+    latest: Mapping[str, int],
+    earliest: Mapping[str, int],
 ) -> list[Violation]:
     """A linearizable read sent after another was answered saw every commit of its key at or
     below the earlier read's point."""
     out = []
     by_answer = sorted(reads, key=lambda r: r.t_answered)
     i = 0
-    latest: tuple[int, ReadOp] | None = None  # the largest point among reads answered so far
+    newest: tuple[int, ReadOp] | None = None  # the largest point among reads answered so far
     for read in sorted(reads, key=lambda r: r.t_sent):
         while i < len(by_answer) and by_answer[i].t_answered < read.t_sent:
             r = by_answer[i]
-            p = _point(r, orders.get(r.key, _KeyOrder([], [])), prefix_len[r.name])
-            if p is not None and (latest is None or p > latest[0]):
-                latest = (p, r)
+            p = _point(r, orders.get(r.key, _KeyOrder([], [])), earliest[r.name])
+            if p is not None and (newest is None or p > newest[0]):
+                newest = (p, r)
             i += 1
-        if latest is None:
+        if newest is None:
             continue
         order = orders.get(read.key, _KeyOrder([], []))
-        n = prefix_len[read.name]
-        want = order.count_upto(latest[0])
+        n = latest[read.name]
+        want = order.count_upto(newest[0])
         if want > n:
             missed = by_name[order.names[n]]
             out.append(
                 Violation(
                     "read-order",
                     f"{read.describe()} did not see {missed.label} {missed.name} (ts "
-                    f"{order.ts[n]}), which {latest[1].describe()}, answered before this read "
-                    f"was sent, already covered (its point {latest[0]})",
-                    (latest[1].name, read.name, missed.name),
+                    f"{order.ts[n]}), which {newest[1].describe()}, answered before this read "
+                    f"was sent, already covered (its point {newest[0]})",
+                    (newest[1].name, read.name, missed.name),
                 )
             )
     return out
@@ -599,7 +695,8 @@ def _check_monotonic_clients(
     reads: list[ReadOp],
     by_name: Mapping[str, CommitOp],
     orders: Mapping[str, _KeyOrder],
-    prefix_len: Mapping[str, int],
+    latest_position: Mapping[str, int],
+    earliest_position: Mapping[str, int],
 ) -> list[Violation]:
     """A client's current reads, in the order it sent them, never cover less of a key than
     its earlier reads of any key covered (by data: the commits at or below the newest point)."""
@@ -611,7 +708,7 @@ def _check_monotonic_clients(
         latest: tuple[int, ReadOp] | None = None
         for read in sorted(per_client[client], key=lambda r: r.t_sent):
             order = orders.get(read.key, _KeyOrder([], []))
-            n = prefix_len[read.name]
+            n = latest_position[read.name]
             if latest is not None and order.count_upto(latest[0]) > n:
                 out.append(
                     Violation(
@@ -623,7 +720,7 @@ def _check_monotonic_clients(
                         (latest[1].name, read.name, order.names[n]),
                     )
                 )
-            p = _point(read, order, n)
+            p = _point(read, order, earliest_position[read.name])
             if p is not None and (latest is None or p > latest[0]):
                 latest = (p, read)
     return out
@@ -726,4 +823,81 @@ def check_protections(
                     (read.name, p.record_id),
                 )
             )
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseHold:
+    """A session's lease on schema version `version` of a table, as its client saw it by real
+    time: `renewals` are the acknowledged acquisition and heartbeats, (sent, answered) each,
+    and `t_release_sent` when the release was sent (None: held to the end of the record)."""
+
+    name: str
+    version: int
+    renewals: tuple[tuple[float, float], ...]
+    t_release_sent: float | None = None
+
+    def windows(self, ttl_s: float) -> list[tuple[float, float]]:
+        """When the lease was surely held and unexpired: from each renewal's answer until its
+        send time + `ttl_s` (its entry was applied after it was sent, so the deadline is at
+        least that; the caller takes off what clocks may disagree by), cut at the release."""
+        stop = float("inf") if self.t_release_sent is None else self.t_release_sent
+        out = []
+        for sent, answered in sorted(self.renewals):
+            end = min(sent + ttl_s, stop)
+            if answered < end:
+                out.append((answered, end))
+        return out
+
+    def describe(self) -> str:
+        renewals = len(self.renewals)
+        release = (
+            f", release sent {self.t_release_sent:.3f}" if self.t_release_sent is not None else ""
+        )
+        first = f", acquired {self.renewals[0][1]:.3f}" if self.renewals else ""
+        return f"lease {self.name} on version {self.version} ({renewals} renewals{first}{release})"
+
+
+@dataclass(frozen=True, slots=True)
+class SchemaVersionRead:
+    """A schema read of the leased table on `node`: the version its answer showed."""
+
+    name: str
+    node: int | None
+    t_sent: float
+    t_answered: float
+    version: int
+
+    def describe(self) -> str:
+        on = f" on node {self.node}" if self.node is not None else ""
+        return (
+            f"schema read {self.name}{on} (sent {self.t_sent:.3f}, answered "
+            f"{self.t_answered:.3f}, version {self.version})"
+        )
+
+
+def check_lease_versions(
+    holds: Iterable[LeaseHold], reads: Iterable[SchemaVersionRead], ttl_s: float
+) -> list[Violation]:
+    """The two-version invariant seen by readers, by real time: a schema read sent and
+    answered while a lease on version v was surely held and unexpired (`LeaseHold.windows`)
+    shows no version above v + 1, on any node (lease-two-versions: a DDL got past the lease;
+    the catalog refuses to publish v + 2 while a lease on v lives). O(holds x reads)."""
+    windows = [(hold, w) for hold in holds for w in hold.windows(ttl_s)]
+    windows.sort(key=lambda hw: hw[1][0])
+    out: list[Violation] = []
+    for read in sorted(reads, key=lambda r: (r.t_sent, r.name)):
+        for hold, (start, end) in windows:
+            if start > read.t_sent:
+                break
+            if read.t_answered <= end and read.version > hold.version + 1:
+                out.append(
+                    Violation(
+                        "lease-two-versions",
+                        f"{read.describe()} showed a version more than one past "
+                        f"{hold.describe()}, surely held from {start:.3f} to {end:.3f}",
+                        (read.name, hold.name),
+                    )
+                )
+                break
     return out

@@ -11,10 +11,11 @@ a while), SIGSTOP/SIGCONT pauses, a follower restarted with its clock far ahead.
 through a userspace TCP proxy between every ordered pair of nodes (tests/chaos/netproxy.py):
 the leader partitioned away, a follower partitioned away, a one-way partition of the leader,
 50-200 ms of delay on every link, and connections reset at random. Workload: atomic two-table
-commits of unique files, DDL (ADD COLUMN), file reads AS OF acknowledged commit timestamps on
-every node, linearizable reads of the tables' current files on every node, schema reads (now,
-AS OF a DDL's Tu, ahead of the clock) and linearizable protection lists on every node, each
-node's status,
+commits of unique files, partial removals (OPTIMIZE-like rewrites and remove-only commits of
+ch.opt), a side table created, written and dropped in cycles, DDL (ADD COLUMN), file reads
+AS OF acknowledged commit timestamps on every node, linearizable reads of the tables' current
+files on every node, schema reads (now, AS OF a DDL's Tu, ahead of the clock) and linearizable
+protection lists on every node, each node's status,
 and - while a node is cut off - commits and linearizable reads sent to that node alone.
 
 Checkers:
@@ -25,14 +26,16 @@ Checkers:
   (unknown ones that applied too); every linearizable read of a table's current files (per
   node: `read_ts`, then `files` without `as_of`) returned a gap-free prefix of that order at a
   point inside its real-time window, later reads saw no less, and every AS OF read returned
-  exactly the commits at or below its ts; the overwrites of ch.gc are in the same history
-  (a read lists the state at its position: no file an overwrite up to it removed);
+  exactly the commits at or below its ts; the overwrites of ch.gc and the rewrites and
+  remove-only commits of ch.opt are in the same history (a read lists exactly the live set
+  at a position: no file a removal up to it removed, every file live there);
 * schemas: every schema read of ch.ddl (at now, AS OF a DDL's Tu, ahead of the clock) on any
   node lists exactly the columns of the DDL whose Tu is at or below the ts it names, DDL in
   real time have increasing Tu, a read at now sees every DDL acknowledged before it;
 * protections: a linearizable list of records on any node names every protection
   acknowledged before it was sent and not yet being released, and none released before;
-* every node gave the same answer for the same timestamp, equal to the final state's;
+* every node gave the same answer for the same timestamp, equal to the final state's; AS OF
+  a side-table incarnation's commit it lists that commit's file, AS OF its drop's Tu none;
 * no acknowledged DDL lost;
 * safe time never decreased on any node while it reported ready, across its restarts;
 * a node cut off from the others (either direction) acknowledged no commit and answered no
@@ -47,7 +50,8 @@ goes on, checks everything else, and then fails naming it.
 
 Also (issue 10): protected timestamps and GC (reads at a protected ts on every node, its files
 on disk, the threshold below it, no acknowledged protection lost), schema leases (no version
->= v + 2 published while a lease on v was surely live), a snapshot transfer cut or its follower
+>= v + 2 published while a lease on v was surely live, and no schema read shows one while the
+lease was surely held by real time), a snapshot transfer cut or its follower
 killed mid-way, a follower removed and added back with a wiped data directory while links
 misbehave, and the reader cut from nodes (every failed read typed and retryable).
 
@@ -89,10 +93,13 @@ from metastore.errors import ErrorCode, MetastoreError
 from raft.tls import ClientTls, client_context
 from tests.chaos.linearizability import (
     CommitOp,
+    LeaseHold,
     ProtectionOp,
     ProtectionRead,
     ReadOp,
+    SchemaVersionRead,
     check_history,
+    check_lease_versions,
     check_protections,
     ddl_activations,
     ddl_commit,
@@ -135,8 +142,18 @@ DDL_TABLE = "ch.ddl"
 # older commits die at once and GC deletes them unless a protection holds them.
 GC_TABLE = "ch.gc"
 GC_TTL = "1s"
-# The tables the linearizable reader reads: the two-table commits' and the overwritten one.
-LIN_TABLES = (*TABLES, GC_TABLE)
+# Appended to one file a commit, while an optimizer rewrites some of its live files into one
+# (remove them, add the replacement, in one commit checked against its read_ts as
+# `metastore table optimize` does) or removes some without adding any (a DELETE of whole
+# files): partial removals, for the checker's live-set rule.
+OPT_TABLE = "ch.opt"
+# Created, written once and dropped again and again during the run (a new incarnation each
+# time): reads AS OF the commit ts (before the drop) must list that incarnation's file, reads
+# AS OF the drop's Tu must say the table is not there, on every node.
+SIDE_TABLE = "ch.side"
+# The tables the linearizable reader reads: the two-table commits', the overwritten one and
+# the optimized one.
+LIN_TABLES = (*TABLES, GC_TABLE, OPT_TABLE)
 # How far ahead of the schema reader's clock its "ahead" reads ask (ms): up to CSmax (100 ms)
 # a node answers once its safe time allows; beyond, it refuses (TIMESTAMP_AHEAD_OF_CLOCK).
 SCHEMA_AHEAD_MS = (0, 3_000)
@@ -152,6 +169,10 @@ SNAPSHOT_EVERY = 200
 SNAPSHOT_KEEP = 20
 SESSION_TTL_MS = 2_000
 SESSION_HEARTBEAT_MS = 300
+# A lease's deadline is its entry's Tm + TTL; the real-time lease rule counts it surely held
+# until its renewal's send time + TTL less this (the leader's clock may trail this process's
+# by up to CSmax, 100 ms; the rest is slack for scheduling of the recording threads).
+LEASE_CLOCK_MARGIN_S = 0.5
 # An error that does not say whether the operation happened.
 UNKNOWN_CODES = {ErrorCode.UNAVAILABLE, ErrorCode.TIMEOUT, ErrorCode.UNKNOWN, ErrorCode.INTERNAL}
 MIN_ACKED_COMMITS = 10
@@ -231,6 +252,13 @@ class History:
     reader_cuts: list[Isolation] = field(default_factory=list)  # reader cut off from a node
     # Commits to GC_TABLE: txn id -> {path, outcome, ts}
     gc_commits: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # SIDE_TABLE's incarnations: {n, create/commit/drop outcomes, path, ts, drop_tu}
+    side_cycles: list[dict[str, Any]] = field(default_factory=list)
+    # Reads of SIDE_TABLE AS OF a cycle's commit ts or its drop's Tu, on every node:
+    # (cycle n, "before" | "after", node, paths or error code)
+    side_reads: list[tuple[int, str, int, frozenset[str] | str]] = field(default_factory=list)
+    # Commits to OPT_TABLE: txn id -> {outcome, ts, t0, t1, removes (txn ids), adds (bool)}
+    opt_commits: dict[str, dict[str, Any]] = field(default_factory=dict)
     # Protections: record id -> {ts, outcome, t_ack, t_release, release, path}
     protections: dict[str, dict[str, Any]] = field(default_factory=dict)
     # Linearizable lists of the protection records (`read_ts`, then `pts_list`) on every
@@ -452,6 +480,7 @@ def _reader(c: MetastoreCluster, h: History, stop: threading.Event, seed: int) -
                         h.safe_times.setdefault(key, []).append(int(st["safe_time"]))
                     acked = [o["ts"] for o in h.commits.values() if o["outcome"] == "ok"]
                     gc_acked = [o["ts"] for o in h.gc_commits.values() if o["outcome"] == "ok"]
+                    opt_acked = [o["ts"] for o in h.opt_commits.values() if o["outcome"] == "ok"]
                 if not acked:
                     continue
                 ts = rng.choice(acked)
@@ -459,6 +488,8 @@ def _reader(c: MetastoreCluster, h: History, stop: threading.Event, seed: int) -
                 if gc_acked and rng.random() < 0.25:
                     # An overwritten table, at one of its newest commits (GC keeps 1 s).
                     table, ts = GC_TABLE, rng.choice(gc_acked[-5:])
+                elif opt_acked and rng.random() < 0.25:
+                    table, ts = OPT_TABLE, rng.choice(opt_acked)
                 t0 = time.monotonic()
                 try:
                     files = client.files(table, as_of=ts)["files"]
@@ -629,6 +660,193 @@ def _gc_writer(c: MetastoreCluster, h: History, stop: threading.Event, location:
         client.close()
 
 
+def _opt_commit(
+    client: SyncMetastoreClient,
+    h: History,
+    txn_id: str,
+    removes: list[str],
+    adds: bool,
+    read_ts: int | None = None,
+) -> None:
+    """One recorded commit to OPT_TABLE: adds `_opt/<txn_id>.parquet` (unless `adds` is
+    False) and removes the files of the txns in `removes`, with `read_ts` (the table read
+    at it: refused READ_CONFLICT if it changed since)."""
+    write: dict[str, Any] = {
+        "table": OPT_TABLE,
+        "schema_version": 1,
+        "add": [{"path": f"_opt/{txn_id}.parquet", "size_bytes": 10, "row_count": 1}]
+        if adds
+        else [],
+    }
+    if removes:
+        write["remove"] = [f"_opt/{m}.parquet" for m in removes]
+    op: dict[str, Any] = {"outcome": "unknown", "removes": removes, "adds": adds}
+    op["t0"] = time.monotonic()
+    with h.lock:
+        h.opt_commits[txn_id] = op
+    try:
+        if read_ts is None:
+            result = client.commit(txn_id, [write])
+        else:
+            result = client.commit(txn_id, [write], read_ts=read_ts, read_tables=[OPT_TABLE])
+        op.update(outcome="ok", ts=int(result["ts"]))
+    except MetastoreError as exc:
+        op.update(outcome=_outcome(exc), code=exc.code.value)
+    op["t1"] = time.monotonic()
+
+
+def _opt_appender(c: MetastoreCluster, h: History, stop: threading.Event) -> None:
+    """Appends to OPT_TABLE, one file a commit, for the optimizer to rewrite."""
+    client = _workload_client(c, 4_000)
+    n = 0
+    try:
+        while not stop.is_set():
+            n += 1
+            _opt_commit(client, h, f"opa-{n}", [], True)
+            stop.wait(0.15)
+    finally:
+        client.close()
+
+
+def _optimizer(c: MetastoreCluster, h: History, stop: threading.Event, seed: int) -> None:
+    """Partial removals of OPT_TABLE, as `metastore table optimize` commits them: `read_ts`,
+    the table's files at it (recorded as an AS OF read), then one commit with that read_ts
+    that removes 2-3 of them and adds one replacement file, or (one time in three) removes
+    1-2 and adds nothing. Refusals (READ_CONFLICT when the appender committed meanwhile) are
+    recorded like any other outcome."""
+    rng = random.Random(seed * 7 + 4)
+    client = _workload_client(c, 4_000)
+    n = 0
+    try:
+        while not stop.is_set():
+            stop.wait(rng.uniform(0.15, 0.4))
+            t0 = time.monotonic()
+            try:
+                read_ts = client.read_ts()
+                files = client.files(OPT_TABLE, as_of=read_ts)["files"]
+            except MetastoreError:
+                continue
+            paths = frozenset(f["path"] for f in files)
+            with h.lock:
+                h.reads.append((0, OPT_TABLE, read_ts, paths, t0, time.monotonic()))
+            live = sorted(_txn_of(p) for p in paths)
+            adds = rng.random() >= 1 / 3
+            want = rng.randint(2, 3) if adds else rng.randint(1, 2)
+            if len(live) < want:
+                continue
+            n += 1
+            victims = rng.sample(live, want)
+            txn_id = f"opo-{n}" if adds else f"opd-{n}"
+            _opt_commit(client, h, txn_id, victims, adds, read_ts)
+    finally:
+        client.close()
+
+
+def _side_cycler(c: MetastoreCluster, h: History, stop: threading.Event) -> None:
+    """CREATE TABLE SIDE_TABLE, one commit of one file, DROP TABLE, over and over (each step
+    resent with its request/txn id after an unknown outcome; a cycle whose step did not
+    succeed starts the next one with IF [NOT] EXISTS). After a cycle whose three steps were
+    acknowledged, reads on every node AS OF its commit ts (before the drop) and AS OF its
+    drop's Tu (after it; the next CREATE's Tu is later), recorded for `_check_side_table`."""
+    client = _workload_client(c, 4_000)
+    readers = {i: _reader_client(c, i, 1_500) for i in c.ids}
+    n = 0
+    clean = True  # the previous cycle ended with the table surely dropped
+    try:
+        while not stop.is_set():
+            n += 1
+            cycle: dict[str, Any] = {"n": n, "path": f"_side/{n}.parquet"}
+            with h.lock:
+                h.side_cycles.append(cycle)
+            # After a cycle that may have left the table (a step failed), IF NOT EXISTS: the
+            # incarnation may hold that cycle's file, so this cycle is not judged.
+            cycle["clean_start"] = clean
+            if_not = "" if clean else "IF NOT EXISTS "
+            outcome, _, _ = _retry(
+                lambda n=n, q=if_not: client.ddl(
+                    f"CREATE TABLE {q}{SIDE_TABLE} (id BIGINT)", request_id=f"side-create-{n}"
+                ),
+                5.0,
+            )
+            cycle["create"] = outcome
+            clean = False
+            if outcome != "ok" or stop.is_set():
+                continue
+            write = {
+                "table": SIDE_TABLE,
+                "schema_version": 1,
+                "add": [{"path": cycle["path"], "size_bytes": 10, "row_count": 1}],
+            }
+            outcome, result, _ = _retry(lambda n=n, w=write: client.commit(f"side-{n}", [w]), 5.0)
+            cycle["commit"] = outcome
+            if outcome == "ok":
+                cycle["ts"] = int(result["ts"])
+            outcome, result, _ = _retry(
+                lambda n=n: client.ddl(
+                    f"DROP TABLE IF EXISTS {SIDE_TABLE}", request_id=f"side-drop-{n}"
+                ),
+                5.0,
+            )
+            cycle["drop"] = outcome
+            if outcome != "ok":
+                continue
+            clean = True
+            cycle["drop_tu"] = int(result["tu"])
+            if cycle.get("commit") != "ok" or not cycle["clean_start"]:
+                continue
+            for node, reader in readers.items():
+                for when, ts in (("before", cycle["ts"]), ("after", cycle["drop_tu"])):
+                    try:
+                        got: frozenset[str] | str = frozenset(
+                            f["path"] for f in reader.files(SIDE_TABLE, as_of=ts)["files"]
+                        )
+                    except MetastoreError as exc:
+                        if exc.retryable:
+                            continue  # the node could not answer now: no evidence
+                        got = exc.code.value
+                    with h.lock:
+                        h.side_reads.append((n, when, node, got))
+            stop.wait(0.2)
+    finally:
+        client.close()
+        for reader in readers.values():
+            reader.close()
+
+
+def _check_side_table(h: History, where: str) -> str:
+    """SIDE_TABLE created and dropped during the run: on every node, AS OF a cycle's commit
+    ts (its incarnation live) the listing is exactly that cycle's file, and AS OF its drop's
+    Tu the table is not there (NOT_FOUND_AT_TIMESTAMP or TABLE_NOT_FOUND: dropped at or
+    before it, and the next incarnation only exists from a later Tu)."""
+    with h.lock:
+        cycles = {cycle["n"]: dict(cycle) for cycle in h.side_cycles}
+        reads = list(h.side_reads)
+    gone = {ErrorCode.NOT_FOUND_AT_TIMESTAMP.value, ErrorCode.TABLE_NOT_FOUND.value}
+    for n, when, node, got in reads:
+        cycle = cycles[n]
+        if when == "before":
+            assert got == frozenset({cycle["path"]}), (
+                f"node {node} answered {SIDE_TABLE} AS OF {cycle['ts']} (cycle {n}'s commit, "
+                f"before its drop at Tu {cycle['drop_tu']}) with {got}, not "
+                f"{{{cycle['path']}}} {where}"
+            )
+        else:
+            assert got in gone, (
+                f"node {node} answered {SIDE_TABLE} AS OF {cycle['drop_tu']} (cycle {n}'s "
+                f"drop Tu) with {got}, not a typed not-found {where}"
+            )
+    done = sum(
+        all(cycle.get(step) == "ok" for step in ("create", "commit", "drop"))
+        for cycle in cycles.values()
+    )
+    assert done, f"no create-commit-drop cycle of {SIDE_TABLE} was acknowledged {where}"
+    before = sum(when == "before" for _n, when, *_ in reads)
+    return (
+        f"{SIDE_TABLE}: {done}/{len(cycles)} create-commit-drop cycles acknowledged, "
+        f"{before} reads before and {len(reads) - before} after their drops"
+    )
+
+
 def _retry(fn: Callable[[], dict[str, Any]], budget_s: float) -> tuple[str, Any, bool]:
     """Call `fn` until it answers or fails for good, resending after an unknown outcome
     (UNAVAILABLE, TIMEOUT, ...) for at most `budget_s`. Returns (outcome, result or error,
@@ -765,6 +983,7 @@ def _leaser(c: MetastoreCluster, h: History, stop: threading.Event, seed: int) -
                 opened = outcome == "ok"
                 if not opened:
                     continue
+            t_sent = time.monotonic()
             try:
                 pinned = client.pin([DDL_TABLE], session_id=sid, timeout_ms=2_000)
             except MetastoreError as exc:
@@ -773,20 +992,29 @@ def _leaser(c: MetastoreCluster, h: History, stop: threading.Event, seed: int) -
                 continue
             version = int(pinned["pins"][0]["version"])
             deadline = int(pinned["lease"]["deadline_tm"])
-            hold: dict[str, Any] = {"version": version, "ops": [(deadline - ttl, deadline)]}
+            # "renewals": the acquisition and each heartbeat acknowledged, by real time (sent,
+            # answered), and "t_release": when the release was sent, for the real-time rule.
+            hold: dict[str, Any] = {
+                "version": version,
+                "ops": [(deadline - ttl, deadline)],
+                "renewals": [(t_sent, time.monotonic())],
+            }
             with h.lock:
                 h.leases.append(hold)
             hold_until = time.monotonic() + rng.uniform(0.5, 2.0)
             while time.monotonic() < hold_until and not stop.is_set():
                 time.sleep(SESSION_HEARTBEAT_MS / 1000)
+                t_sent = time.monotonic()
                 try:
                     deadline = int(client.session_heartbeat(sid)["deadline_tm"])
                     hold["ops"].append((deadline - ttl, deadline))
+                    hold["renewals"].append((t_sent, time.monotonic()))
                 except MetastoreError as exc:
                     if exc.code == ErrorCode.SESSION_NOT_FOUND:
                         opened = False
                         break
             leases = [dict(lease) for lease in pinned["lease"]["leases"]]
+            hold["t_release"] = time.monotonic()
             _retry(lambda sid=sid, leases=leases: client.lease_release(sid, leases), 3.0)
     finally:
         client.close()
@@ -1614,7 +1842,7 @@ def _chaos_cluster(
         c.wait_ready()
         admin = _client(c, c.ids, 10_000)
         admin.ddl("CREATE NAMESPACE ch")
-        for t in (*TABLES, DDL_TABLE, PAD_TABLE):
+        for t in (*TABLES, DDL_TABLE, PAD_TABLE, OPT_TABLE):
             admin.ddl(f"CREATE TABLE {t} (id BIGINT)")
         admin.ddl(f"CREATE TABLE {GC_TABLE} (id BIGINT) TBLPROPERTIES ('gc.ttl' = '{GC_TTL}')")
         for i in range(PAD_COMMITS if pad else 0):
@@ -1657,6 +1885,9 @@ def test_chaos_history_is_consistent(tmp_path: Path, seed: int) -> None:
             (_gc_writer, (c, h, stop, location)),
             (_protector, (c, h, stop, seed, location)),
             (_leaser, (c, h, stop, seed)),
+            (_opt_appender, (c, h, stop)),
+            (_optimizer, (c, h, stop, seed)),
+            (_side_cycler, (c, h, stop)),
         ]
         workers = [
             threading.Thread(target=_guarded(h, fn), args=args, daemon=True) for fn, args in targets
@@ -1750,6 +1981,7 @@ def _check(c: MetastoreCluster, h: History, seed: int, schedule: list[str], loca
         failed_reads = _check_read_errors(h, where)
         pts = _check_protections(c, final, h, location, where)
         leases = _check_leases(final, h, where)
+        side = _check_side_table(h, where)
         for i in c.ids:  # the membership the cluster was meant to end with
             st = c.try_status(i)
             assert st and sorted(st["voters"]) == list(c.ids) and not st["learners"], (
@@ -1767,7 +1999,7 @@ def _check(c: MetastoreCluster, h: History, seed: int, schedule: list[str], loca
             f"chaos seed {seed} ({FAULTS}{', TLS' if TLS else ''}): commits ok/fail/unknown "
             f"{outcomes.count('ok')}/{outcomes.count('fail')}/{outcomes.count('unknown')}, "
             f"DDL ok {sum(o['outcome'] == 'ok' for o in h.ddls)}/{len(h.ddls)}, "
-            f"reads {len(h.reads)} ({failed_reads}), {lin}, {schemas}, {pts}, {leases}, "
+            f"reads {len(h.reads)} ({failed_reads}), {lin}, {schemas}, {pts}, {leases}, {side}, "
             f"re-added members' safe time behind their old one by (ms) {h.safe_time_back_ms}, "
             f"ops sent to cut-off nodes {probed} (none acknowledged), "
             f"terms {sorted(h.terms)}, faults {h.faults}"
@@ -1918,15 +2150,65 @@ def _check_leases(final: SyncMetastoreClient, h: History, where: str) -> str:
                     f"on version {hold['version']} was held (live from {t} to {end}) {where}"
                 )
     assert h.leases, f"no lease was acquired {where}"
-    return f"leases {len(h.leases)} held ({windows} windows), DDL blocked {h.ddl_blocked} times"
+    read_rule = _check_lease_reads(published_schemas(final), h, where)
+    return (
+        f"leases {len(h.leases)} held ({windows} windows; {read_rule}), DDL blocked "
+        f"{h.ddl_blocked} times"
+    )
+
+
+def published_schemas(final: SyncMetastoreClient) -> dict[frozenset[str], int]:
+    """DDL_TABLE's versions by their columns (each ADD COLUMN makes a new set)."""
+    return {
+        frozenset(col["name"] for col in v["schema"]["columns"]): int(v["version"])
+        for v in final.history(DDL_TABLE)["versions"]
+    }
+
+
+def _check_lease_reads(versions: dict[frozenset[str], int], h: History, where: str) -> str:
+    """The two-version invariant seen by the schema readers, by real time
+    (tests/chaos/linearizability.py, `check_lease_versions`): no schema read of DDL_TABLE on
+    any node, sent and answered while a lease on v was surely held (from an acknowledged
+    acquisition or heartbeat until its send time + the TTL less LEASE_CLOCK_MARGIN_S, and
+    before the release was sent), shows a version above v + 1."""
+    with h.lock:
+        holds = [
+            LeaseHold(
+                f"lease{n}",
+                int(hold["version"]),
+                tuple(hold["renewals"]),
+                hold.get("t_release"),
+            )
+            for n, hold in enumerate(h.leases)
+        ]
+        schema_reads = list(h.schema_reads)
+    reads = [
+        SchemaVersionRead(f"schema{n}-{mode}", node, t0, t1, versions[columns])
+        for n, (node, mode, _ts, columns, t0, t1) in enumerate(schema_reads)
+        if columns in versions  # else the schema checker has already failed the run
+    ]
+    ttl_s = SESSION_TTL_MS / 1000 - LEASE_CLOCK_MARGIN_S
+    violations = check_lease_versions(holds, reads, ttl_s)
+    assert not violations, (
+        f"a schema read overtook a held lease by two versions ({len(violations)} "
+        f"violations):\n{format_violations(violations)}\n{where}"
+    )
+    judged = sum(
+        any(a <= r.t_sent and r.t_answered <= b for hold in holds for a, b in hold.windows(ttl_s))
+        for r in reads
+    )
+    return f"{judged} schema reads inside a held lease's window, none two versions past it"
 
 
 def _txn_of(path: str) -> str:
     """The txn id of a commit's file (`_txn/<txn id>/<table>.parquet`, see `_commit`; an
-    overwrite of GC_TABLE's `_gc/<n>.parquet` is txn `gc-<n>`, see `_gc_writer`)."""
+    overwrite of GC_TABLE's `_gc/<n>.parquet` is txn `gc-<n>`, see `_gc_writer`; OPT_TABLE's
+    `_opt/<txn id>.parquet`, see `_opt_commit`)."""
     parts = path.split("/")
     if len(parts) == 3 and parts[0] == "_txn":
         return parts[1]
+    if len(parts) == 2 and parts[0] == "_opt" and parts[1].endswith(".parquet"):
+        return parts[1].removesuffix(".parquet")
     if len(parts) == 2 and parts[0] == "_gc" and parts[1].endswith(".parquet"):
         return f"gc-{parts[1].removesuffix('.parquet')}"
     return f"<not a commit's file: {path}>"
@@ -1949,37 +2231,55 @@ def _check_linearizable(final: SyncMetastoreClient, h: History, now_ts: int, whe
     with h.lock:
         ops = list(h.commits.values())
         gc_ops = dict(h.gc_commits)
+        opt_ops = dict(h.opt_commits)
         gc_as_of = len(h.gc_reads)
         as_of_reads = list(h.reads) + list(h.gc_reads)
         lin_reads = list(h.lin_reads)
     # GC_TABLE's commits overwrite it, so its files at the end name only the last: which
     # happened, and at which ts, is the linearizable committed_txn record of each.
-    for txn_id in gc_ops:
+    # So do OPT_TABLE's, whose removed files are gone from the end state too.
+    for txn_id in [*gc_ops, *opt_ops]:
         record = final.committed_txn(txn_id)
         if record.get("txn") is not None:
             applied[txn_id] = int(record["txn"]["ts"])
-    commits = [
-        CommitOp(
-            op["txn_id"],
-            frozenset(TABLES),
-            op["t0"],
-            op.get("t1", float("inf")),  # a worker stuck past the join: no answer
-            op["outcome"],
-            op.get("ts"),
-        )
-        for op in ops
-    ] + [
-        CommitOp(
-            txn_id,
-            frozenset({GC_TABLE}),
-            op["t0"],
-            op.get("t1", float("inf")),
-            op["outcome"],
-            op.get("ts"),
-            overwrites=frozenset({GC_TABLE}),
-        )
-        for txn_id, op in gc_ops.items()
-    ]
+    commits = (
+        [
+            CommitOp(
+                op["txn_id"],
+                frozenset(TABLES),
+                op["t0"],
+                op.get("t1", float("inf")),  # a worker stuck past the join: no answer
+                op["outcome"],
+                op.get("ts"),
+            )
+            for op in ops
+        ]
+        + [
+            CommitOp(
+                txn_id,
+                frozenset({GC_TABLE}),
+                op["t0"],
+                op.get("t1", float("inf")),
+                op["outcome"],
+                op.get("ts"),
+                overwrites=frozenset({GC_TABLE}),
+            )
+            for txn_id, op in gc_ops.items()
+        ]
+        + [
+            CommitOp(
+                txn_id,
+                frozenset({OPT_TABLE}),
+                op["t0"],
+                op.get("t1", float("inf")),
+                op["outcome"],
+                op.get("ts"),
+                removes=frozenset((OPT_TABLE, m) for m in op["removes"]),
+                adds_files=op["adds"],
+            )
+            for txn_id, op in opt_ops.items()
+        ]
+    )
     reads = [
         ReadOp(
             f"lin{n}",
@@ -2014,12 +2314,19 @@ def _check_linearizable(final: SyncMetastoreClient, h: History, now_ts: int, whe
     )
     assert lin_reads, f"no linearizable read was answered {where}"
     gc_lin = sum(table == GC_TABLE for _n, table, *_ in lin_reads)
+    opt_lin = sum(table == OPT_TABLE for _n, table, *_ in lin_reads)
+    opt_as_of = sum(table == OPT_TABLE for _n, table, *_ in as_of_reads)
+    rewrites = [t for t, op in opt_ops.items() if op["removes"] and op["adds"] and t in applied]
+    deletes = [t for t, op in opt_ops.items() if op["removes"] and not op["adds"] and t in applied]
+    assert rewrites or deletes, f"no partial removal of {OPT_TABLE} was applied {where}"
+    refused = sum(bool(op["removes"]) and op["outcome"] == "fail" for op in opt_ops.values())
     return (
         f"linearizable: {len(lin_reads)} current-files reads ({gc_lin} of overwritten "
-        f"{GC_TABLE}) and {len(as_of_reads)} AS OF reads ({gc_as_of} of "
-        f"{GC_TABLE}, {h.gc_refused} more refused below its GC threshold) against "
-        f"{len(applied)} applied commits ({sum(n in applied for n in gc_ops)} overwrites) "
-        "in ts order"
+        f"{GC_TABLE}, {opt_lin} of optimized {OPT_TABLE}) and {len(as_of_reads)} AS OF reads "
+        f"({gc_as_of} of {GC_TABLE}, {h.gc_refused} more refused below its GC threshold; "
+        f"{opt_as_of} of {OPT_TABLE}) against {len(applied)} applied commits "
+        f"({sum(n in applied for n in gc_ops)} overwrites, {len(rewrites)} rewrites and "
+        f"{len(deletes)} remove-only of {OPT_TABLE}, {refused} more refused) in ts order"
     )
 
 

@@ -15,11 +15,14 @@ from hypothesis import strategies as st
 
 from tests.chaos.linearizability import (
     CommitOp,
+    LeaseHold,
     ProtectionOp,
     ProtectionRead,
     ReadOp,
+    SchemaVersionRead,
     Violation,
     check_history,
+    check_lease_versions,
     check_protections,
     ddl_activations,
     ddl_commit,
@@ -234,7 +237,8 @@ class _History:
             if key in c.overwrites:
                 live.clear()
             live -= {m for k, m in c.removes if k == key}
-            live.add(n)
+            if c.adds_files:
+                live.add(n)
         return live
 
 
@@ -270,6 +274,8 @@ def linearizable_histories(
             op["removals"] = (
                 draw(st.integers(0, 2)) if removals and draw(st.integers(0, 3)) == 0 else 0
             )
+            # A write with removals may add nothing (a DELETE of whole files).
+            op["adds_files"] = not op["removals"] or draw(st.integers(0, 2)) > 0
             op.update(t_sent=t_sent, t_answered=t_sent + duration)
             if outcome == "ok":
                 events.append((t_sent + duration * frac + tie, i, op))
@@ -319,6 +325,7 @@ def linearizable_histories(
                     ts if acked else None,
                     overwrites=op["overwrites"],
                     removes=frozenset(removes),
+                    adds_files=op["adds_files"],
                 )
             )
         elif op["kind"] == "read":
@@ -372,11 +379,17 @@ def _add_ok_commit(h: _History, name: str, t_sent: float, t_answered: float, ts:
 @given(linearizable_histories(), st.data())
 def test_a_dropped_prefix_element_is_flagged(h: _History, data: st.DataObject) -> None:
     applied = h.applied
-    candidates = [r for r in h.reads if len(r.observed) >= 2]
+
+    # Dropped: a commit it listed that is not its newest and that nothing ever removes (one
+    # that a write which only removes takes later leaves a state that may be the later one's).
+    def droppable(r: ReadOp) -> list[str]:
+        newest = max(r.observed, key=lambda n: applied[n])
+        return sorted((r.observed - {newest}) & h.prefix(r.key))
+
+    candidates = [r for r in h.reads if len(r.observed) >= 2 and droppable(r)]
     if candidates:
         read = data.draw(st.sampled_from(candidates))
-        newest = max(read.observed, key=lambda n: applied[n])
-        dropped = data.draw(st.sampled_from(sorted(read.observed - {newest})))
+        dropped = data.draw(st.sampled_from(droppable(read)))
         h.reads[h.reads.index(read)] = dataclasses.replace(read, observed=read.observed - {dropped})
     else:
         t, top = h.end(), h.top_ts()
@@ -536,12 +549,16 @@ def test_a_removed_file_still_listed_is_flagged(h: _History, data: st.DataObject
     by_name = {c.name: c for c in h.commits}
     candidates = []
     for read in h.reads:
-        at = read.as_of
-        if read.kind == "linearizable" and at is None:
-            at = max((h.applied[n] for n in read.observed), default=None)
+        # Removed at or below the newest commit it listed (a removal between that and its
+        # as_of, by a write that only removes, would leave the state of an earlier position).
+        at = max((h.applied[n] for n in read.observed), default=None)
         if at is None:
             continue
-        ever = {n for n, ts in h.applied.items() if ts <= at and read.key in by_name[n].keys}
+        ever = {
+            n
+            for n, ts in h.applied.items()
+            if ts <= at and read.key in by_name[n].keys and by_name[n].adds_files
+        }
         removed = sorted(ever - h.prefix(read.key, at))
         candidates.extend((read, n) for n in removed)
     if candidates:
@@ -565,6 +582,115 @@ def test_a_removed_file_still_listed_is_flagged(h: _History, data: st.DataObject
     assert key_of_removal(by_name_of(h), remover, read.key, removed_one)
     assert f"read {read.name}" in v.message and f"commit {removed_one}" in v.message
     assert f"removed by commit {remover}" in v.message
+
+
+def _remove(name: str, t_sent: float, t_answered: float, ts: int, *removed: str, adds=True):
+    return CommitOp(
+        name,
+        frozenset({"a"}),
+        t_sent,
+        t_answered,
+        "ok",
+        ts,
+        removes=frozenset(("a", m) for m in removed),
+        adds_files=adds,
+    )
+
+
+def test_a_write_that_only_removes_is_a_position_of_its_own() -> None:
+    # R removes A and adds nothing: a read of {B} is the state at R's position (or later).
+    commits = [
+        _commit("A", 0, 1, 10),
+        _commit("B", 2, 3, 20),
+        _remove("R", 4, 5, 30, "A", adds=False),
+    ]
+    applied = {"A": 10, "B": 20, "R": 30}
+    reads = [
+        _read("R1", 6, 7, {"B"}),
+        _read("R2", 6, 7, {"B"}, as_of=30),
+        _read("S1", 8, 9, {"A", "B"}, kind="as_of", as_of=29),
+        _read("S2", 8, 9, {"B"}, kind="as_of", as_of=30),
+    ]
+    assert check_history(commits, reads, applied) == []
+    # After R was acknowledged, A still listed: removed-listed is not provable by data alone
+    # (the read names no later commit), it is a stale read.
+    v = _only(check_history(commits, [_read("R3", 6, 7, {"A", "B"})], applied), "stale-read")
+    assert v.ops == ("R3", "R")
+    # AS OF R's ts but A still there: not the state at 30.
+    v = _only(check_history(commits, [_read("S3", 8, 9, {"A", "B"}, as_of=30)], applied), "as-of")
+    assert v.ops == ("S3", "R") and "missed commit R" in v.message
+    # A read never names a write that adds nothing.
+    v = _only(check_history(commits, [_read("R4", 6, 7, {"B", "R"})], applied), "phantom")
+    assert "adds no files" in v.message
+
+
+def test_a_removal_shown_without_its_replacement_is_flagged() -> None:
+    # O (an OPTIMIZE) removes A and adds its own files; B lies between them.
+    commits = [_commit("A", 0, 1, 10), _commit("B", 2, 3, 20), _remove("O", 4, 5, 30, "A")]
+    applied = {"A": 10, "B": 20, "O": 30}
+    assert check_history(commits, [_read("R", 6, 7, {"B", "O"})], applied) == []
+    v = _only(
+        check_history(commits, [_read("R", 6, 7, {"B"}, kind="as_of", as_of=30)], applied), "gap"
+    )
+    assert v.ops == ("R", "B", "A", "O")
+    assert "commit O" in v.message and "without the files that replace them" in v.message
+
+
+def test_a_removal_seen_before_a_later_remove_only_write_is_judged_at_its_position() -> None:
+    # D removes B and adds nothing, C came before it: {A, C} is the state at D only.
+    commits = [
+        _commit("A", 0, 1, 10),
+        _commit("B", 2, 3, 20),
+        _commit("C", 4, 5, 30),
+        _remove("D", 6, 7, 40, "B", adds=False),
+        _commit("E", 20, 21, 50),
+    ]
+    applied = {"A": 10, "B": 20, "C": 30, "D": 40, "E": 50}
+    # Sent after D was acknowledged: its state is D's (position 4), in the window.
+    assert check_history(commits, [_read("R", 8, 9, {"A", "C"})], applied) == []
+    # Answered before D was sent: D's position is from the future.
+    v = _only(check_history(commits, [_read("R", 5.5, 5.9, {"A", "C"})], applied), "future-read")
+    assert v.ops == ("R", "D")
+
+
+@settings(max_examples=100, deadline=None)
+@given(linearizable_histories(), st.data())
+def test_a_removal_without_its_replacement_is_flagged(h: _History, data: st.DataObject) -> None:
+    """Mutation: a read that listed m (not its newest commit) drops m, which a later commit r
+    removes while adding files of its own that outlive it: the read shows r's removal without
+    r's files, the state at no position."""
+    by_name = by_name_of(h)
+    order = sorted(h.applied, key=lambda n: h.applied[n])
+    candidates = []
+    for read in h.reads:
+        if not read.observed:
+            continue
+        newest = max(read.observed, key=lambda n: h.applied[n])
+        at = read.as_of if read.as_of is not None else h.applied[newest]
+        for r in order:
+            c = by_name[r]
+            if h.applied[r] <= at or not c.adds_files or r not in h.prefix(read.key):
+                continue
+            candidates.extend(
+                (read, m, r)
+                for k, m in sorted(c.removes)
+                if k == read.key and m in read.observed and m != newest
+            )
+    if candidates:
+        read, removed_one, remover = data.draw(st.sampled_from(candidates))
+    else:
+        t, top = h.end(), h.top_ts()
+        _add_ok_commit(h, "X1", t, t + 1, top + 10)
+        _add_ok_commit(h, "X2", t + 2, t + 3, top + 20)
+        h.commits.append(_remove("XO", t + 4, t + 5, top + 30, "X1"))
+        h.applied["XO"] = top + 30
+        read = _read("XR", t + 2.5, t + 2.8, h.prefix("a", top + 20))
+        h.reads.append(read)
+        removed_one, remover = "X1", "XO"
+    h.reads[h.reads.index(read)] = dataclasses.replace(read, observed=read.observed - {removed_one})
+    v = _only(check_history(h.commits, h.reads, h.applied), "gap")
+    assert v.ops[0] == read.name and removed_one in v.ops and remover in v.ops
+    assert f"read {read.name}" in v.message and f"commit {remover}" in v.message
 
 
 def by_name_of(h: _History) -> dict[str, CommitOp]:
@@ -875,3 +1001,139 @@ def test_a_released_protection_still_listed_is_flagged(h: _PtsHistory, data: st.
         h.reads.append(read)
     v = [x for x in check_protections(h.protections, h.reads) if x.rule == "released-listed"]
     assert [x.ops for x in v] == [(read.name, p.record_id)]
+
+
+# ---- leases: the two-version invariant seen by schema reads, by real time ------------------
+
+TTL_S = 20.0
+
+
+def test_reads_within_one_version_of_a_held_lease_pass() -> None:
+    hold = LeaseHold("L", 3, ((0, 1), (5, 6)), t_release_sent=12)
+    reads = [
+        SchemaVersionRead("R1", 1, 2, 3, 4),  # v + 1: allowed
+        SchemaVersionRead("R2", 2, 0.5, 3, 5),  # sent before the lease was acknowledged
+        SchemaVersionRead("R3", 3, 11, 13, 5),  # answered after the release was sent
+        SchemaVersionRead("R4", 1, 13, 14, 9),
+    ]
+    assert check_lease_versions([hold], reads, TTL_S) == []
+
+
+def test_a_read_two_versions_past_a_held_lease_is_flagged() -> None:
+    hold = LeaseHold("L", 3, ((0, 1), (5, 6)), t_release_sent=12)
+    v = _only(
+        check_lease_versions([hold], [SchemaVersionRead("R", 2, 7, 8, 5)], TTL_S),
+        "lease-two-versions",
+    )
+    assert v.ops == ("R", "L") and "node 2" in v.message and "version 3" in v.message
+
+
+def test_a_lease_past_its_ttl_binds_nothing() -> None:
+    # Never renewed after its acquisition (sent at 0): surely held until 0 + TTL only.
+    hold = LeaseHold("L", 3, ((0, 1),))
+    assert check_lease_versions([hold], [SchemaVersionRead("R", 1, 21, 22, 7)], TTL_S) == []
+    assert check_lease_versions([hold], [SchemaVersionRead("R", 1, 18, 19, 7)], TTL_S)
+
+
+@dataclass
+class _LeaseHistory:
+    holds: list[LeaseHold] = field(default_factory=list)
+    reads: list[SchemaVersionRead] = field(default_factory=list)
+
+
+@st.composite
+def lease_histories(draw: st.DrawFn) -> _LeaseHistory:
+    """A catalog over real time: DDL publish the next version unless an unexpired lease on a
+    version two below it lives at that point (the gate); a lease is acquired at a point inside
+    its window on the latest version or the one before it, renewed by heartbeats (each applied
+    inside its window, none after it expired), and released (applied inside the release's
+    window) or left to expire; a read shows the version in force at its point."""
+    events: list[tuple[float, int, str, dict]] = [
+        (float(draw(st.integers(0, 300))) + i * 1e-6, i, "ddl", {})
+        for i in range(draw(st.integers(0, 12)))
+    ]
+    spans: list[dict] = []
+    for i in range(draw(st.integers(1, 5))):
+        sent = float(draw(st.integers(0, 250)))
+        point = sent + draw(st.integers(0, 5))
+        renewals = [(sent, point, point + draw(st.integers(0, 5)))]
+        expires = point + TTL_S
+        t = renewals[-1][2]
+        for _ in range(draw(st.integers(0, 4))):
+            hb_sent = t + draw(st.integers(1, 15))
+            hb_point = hb_sent + draw(st.integers(0, 5))
+            if hb_point >= expires:
+                break  # expired: the heartbeat fails (SESSION_NOT_FOUND), not recorded
+            renewals.append((hb_sent, hb_point, hb_point + draw(st.integers(0, 5))))
+            expires = hb_point + TTL_S
+            t = renewals[-1][2]
+        release = draw(st.one_of(st.none(), st.integers(1, 30)))
+        released_sent = None if release is None else t + release
+        ends = expires
+        if released_sent is not None:
+            ends = min(ends, released_sent + draw(st.integers(0, 5)))
+        span = {
+            "name": f"L{i}",
+            "point": point + 1e-4 + i * 1e-6,
+            "renewals": tuple((s, a) for s, _p, a in renewals),
+            "ends": ends,
+            "release_sent": released_sent,
+            "older": draw(st.booleans()),
+        }
+        spans.append(span)
+        events.append((span["point"], 100 + i, "acquire", span))
+    for i in range(draw(st.integers(1, 25))):
+        sent = float(draw(st.integers(0, 320)))
+        answered = sent + draw(st.integers(0, 10))
+        point = sent + (answered - sent) * draw(st.integers(0, 100)) / 100 + 2e-4 + i * 1e-6
+        events.append(
+            (point, 200 + i, "read", {"name": f"R{i}", "sent": sent, "answered": answered})
+        )
+    h = _LeaseHistory()
+    version = 1
+    for point, _, kind, ev in sorted(events, key=lambda e: (e[0], e[1])):
+        if kind == "ddl":
+            live = [s for s in spans if "version" in s and s["point"] <= point < s["ends"]]
+            if all(s["version"] >= version for s in live):  # no lease on version - 1 or below
+                version += 1
+        elif kind == "acquire":
+            ev["version"] = version - 1 if ev["older"] and version > 1 else version
+            h.holds.append(LeaseHold(ev["name"], ev["version"], ev["renewals"], ev["release_sent"]))
+        else:
+            h.reads.append(
+                SchemaVersionRead(ev["name"], 1, ev["sent"], min(ev["answered"], 1e9), version)
+            )
+    return h
+
+
+@settings(max_examples=200, deadline=None)
+@given(lease_histories())
+def test_generated_lease_histories_pass(h: _LeaseHistory) -> None:
+    violations = check_lease_versions(h.holds, h.reads, TTL_S)
+    assert violations == [], [str(v) for v in violations]
+
+
+@settings(max_examples=100, deadline=None)
+@given(lease_histories(), st.data())
+def test_a_read_past_the_gate_is_flagged(h: _LeaseHistory, data: st.DataObject) -> None:
+    """Mutation: a read inside a window where a lease on v was surely held shows v + 2 (a DDL
+    got past the gate); it is flagged, naming the read and a lease it overtook."""
+    inside = [
+        (read, hold)
+        for read in h.reads
+        for hold in h.holds
+        for start, end in hold.windows(TTL_S)
+        if start <= read.t_sent and read.t_answered <= end
+    ]
+    if inside:
+        read, hold = data.draw(st.sampled_from(inside))
+    else:
+        hold = LeaseHold("LX", 1, ((1000, 1001),), 1015)
+        read = SchemaVersionRead("RX", 1, 1002, 1003, 1)
+        h.holds.append(hold)
+        h.reads.append(read)
+    h.reads[h.reads.index(read)] = dataclasses.replace(read, version=hold.version + 2)
+    v = _only(check_lease_versions(h.holds, h.reads, TTL_S), "lease-two-versions")
+    assert v.ops[0] == read.name and f"schema read {read.name}" in v.message
+    overtaken = {x.name: x for x in h.holds}[v.ops[1]]
+    assert overtaken.version + 1 < hold.version + 2  # the read's version now
