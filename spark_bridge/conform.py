@@ -49,11 +49,12 @@ from typing import TYPE_CHECKING, Any
 from metastore.java_case import java_case_key
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterator
 
     from pyspark.sql import Column, DataFrame
     from pyspark.sql.types import DataType, StructType
 
+    from metastore import types as M
     from metastore.errors import DuplicateMapKeyError, ValueTooLongError
 
 FIELD_ID_KEY = "parquet.field.id"
@@ -93,28 +94,7 @@ def not_null_paths(columns: list[dict[str, Any]]) -> list[str]:
     """The paths of the NOT NULL columns and NOT NULL nested fields of `columns`, as
     `null_message` names them: the column's name, then `.field`, `.element`, `.key`, `.value`
     down to the field."""
-    from metastore import types as M
-
-    found: list[str] = []
-
-    def walk(t: M.DataType, path: str) -> None:
-        match t:
-            case M.StructType(fields=fs):
-                for f in fs:
-                    if not f.nullable:
-                        found.append(f"{path}.{f.name}")
-                    walk(f.type, f"{path}.{f.name}")
-            case M.ArrayType(element=e):
-                walk(e, f"{path}.element")
-            case M.MapType(key=k, value=v):
-                walk(k, f"{path}.key")
-                walk(v, f"{path}.value")
-
-    for c in columns:
-        if not c["nullable"]:
-            found.append(str(c["name"]))
-        walk(M.parse_type(str(c["type"])), str(c["name"]))
-    return found
+    return [path for path, _, required in _typed_paths(columns) if required]
 
 
 def not_null_violation(
@@ -562,29 +542,39 @@ def equal_keys_message(table: str, path: str, key_type: str) -> str:
     )
 
 
+def _typed_paths(columns: list[dict[str, Any]]) -> Iterator[tuple[str, M.DataType, bool]]:
+    """(path, type, declared NOT NULL) of every type in `columns` at any depth, each column's
+    own first, with paths as Spark names nested fields (`s.a`, `l.element`, `m.key`,
+    `m.value.c`). NOT NULL is what a column or a struct field declares; elements, keys and
+    values say False (their nullability is not a NOT NULL constraint of the table)."""
+    from metastore import types as M
+
+    def walk(t: M.DataType, path: str, required: bool) -> Iterator[tuple[str, M.DataType, bool]]:
+        yield path, t, required
+        match t:
+            case M.StructType(fields=fs):
+                for f in fs:
+                    yield from walk(f.type, f"{path}.{f.name}", not f.nullable)
+            case M.ArrayType(element=e):
+                yield from walk(e, f"{path}.element", False)
+            case M.MapType(key=k, value=v):
+                yield from walk(k, f"{path}.key", False)
+                yield from walk(v, f"{path}.value", False)
+
+    for c in columns:
+        yield from walk(M.parse_type(str(c["type"])), str(c["name"]), not c["nullable"])
+
+
 def string_keyed_map_paths(columns: list[dict[str, Any]]) -> list[tuple[str, str]]:
     """(path, key type) of each map in `columns` whose key holds a CHAR(n) or VARCHAR(n), at
     any depth, as `equal_keys_message` names them."""
     from metastore import types as M
 
-    found: list[tuple[str, str]] = []
-
-    def walk(t: M.DataType, path: str) -> None:
-        match t:
-            case M.StructType(fields=fs):
-                for f in fs:
-                    walk(f.type, f"{path}.{f.name}")
-            case M.ArrayType(element=e):
-                walk(e, f"{path}.element")
-            case M.MapType(key=k, value=v):
-                if _has_strings_to_map(k):
-                    found.append((path, k.to_sql()))
-                walk(k, f"{path}.key")
-                walk(v, f"{path}.value")
-
-    for c in columns:
-        walk(M.parse_type(str(c["type"])), str(c["name"]))
-    return found
+    return [
+        (path, t.key.to_sql())
+        for path, t, _ in _typed_paths(columns)
+        if isinstance(t, M.MapType) and _has_strings_to_map(t.key)
+    ]
 
 
 def duplicate_map_key(
@@ -636,24 +626,11 @@ def length_limited_paths(columns: list[dict[str, Any]]) -> list[tuple[str, int]]
     `too_long_message` names them (`_map_strings`' paths)."""
     from metastore import types as M
 
-    found: list[tuple[str, int]] = []
-
-    def walk(t: M.DataType, path: str) -> None:
-        match t:
-            case M.VarcharType() | M.CharType():
-                found.append((path, int(t.length)))
-            case M.StructType(fields=fs):
-                for f in fs:
-                    walk(f.type, f"{path}.{f.name}")
-            case M.ArrayType(element=e):
-                walk(e, f"{path}.element")
-            case M.MapType(key=k, value=v):
-                walk(k, f"{path}.key")
-                walk(v, f"{path}.value")
-
-    for c in columns:
-        walk(M.parse_type(str(c["type"])), str(c["name"]))
-    return found
+    return [
+        (path, int(t.length))
+        for path, t, _ in _typed_paths(columns)
+        if isinstance(t, M.VarcharType | M.CharType)
+    ]
 
 
 def value_too_long_error(
