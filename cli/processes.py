@@ -18,12 +18,10 @@ may not signal (another user's process) is reported and skipped; the other nodes
 from __future__ import annotations
 
 import contextlib
-import errno
 import fcntl
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -34,6 +32,7 @@ from typing import Final
 
 from cli.errors import EXIT_REFUSED, CliError
 from metastore.daemon.config import ClusterConfig, NodeAddress, node_file_name
+from metastore.daemon.ports import port_in_use
 from raft.node import IDENTITY_FILE
 
 # How long `cluster down` waits after SIGINT before SIGKILL, and after SIGKILL before giving up.
@@ -292,25 +291,9 @@ def taken_ports(nodes: list[NodeAddress]) -> list[TakenPort]:
             ("client", node.client_port, node.client_address),
             ("metrics", node.metrics_port, node.metrics_address),
         ):
-            if _port_taken(node.host, port):
+            if port_in_use(node.host, port):
                 taken.append(TakenPort(node_id=node.id, what=what, address=address))
     return taken
-
-
-def _port_taken(host: str, port: int) -> bool:
-    try:
-        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
-    except (socket.gaierror, UnicodeError):
-        return False
-    for family, kind, proto, _, sockaddr in infos:
-        with socket.socket(family, kind, proto) as probe:
-            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            try:
-                probe.bind(sockaddr)
-            except OSError as exc:
-                if exc.errno == errno.EADDRINUSE:
-                    return True
-    return False
 
 
 def prepare_node_files(data_dir: Path, log_file: Path) -> None:

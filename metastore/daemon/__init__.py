@@ -29,6 +29,7 @@ Codemap
     collector   the node process's garbage-collector policy: its catalog frozen out of the
                 collector's scans after start, snapshots and restores (`refreeze`).
     audit       audit.log of writer/admin requests and refusals.
+    ports       whether another process listens on a port a node wants (first start, cluster up).
     certs       `metastore cluster certs`: a dev CA, node and client certificates.
     metrics logs  /metrics and /health; JSON-lines logs, rotated.
 

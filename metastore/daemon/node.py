@@ -48,6 +48,7 @@ from metastore.daemon.gc_worker import GcWorker, ProtectedPaths
 from metastore.daemon.job_worker import JobWorker
 from metastore.daemon.logs import log_write_failures, setup_logging
 from metastore.daemon.metrics import HttpEndpoint, NodeMetrics
+from metastore.daemon.ports import port_in_use
 from metastore.daemon.secrets import SecretsError, ensure_secrets
 from metastore.daemon.server import ApiServer
 from metastore.daemon.statemachine import CatalogStateMachine
@@ -548,27 +549,16 @@ class MetastoreNode:
 
 def _refuse_ports_in_use(ports: list[tuple[str, str, int]]) -> None:
     """A NodeStartError (ADDRESS_IN_USE, as `_listen` says it) for the first of `ports` (what
-    it is for, host, port) another process listens on, found by binding it as the listeners
-    will (SO_REUSEADDR, as asyncio's servers: a connection of an earlier run in TIME_WAIT does
-    not count) and closing it again. Anything else a bind may meet (a host that does not
-    resolve, an address not of this machine) is left to the listeners, which say it."""
+    it is for, host, port) another process listens on (`ports.port_in_use`). Anything else a
+    bind may meet (a host that does not resolve, an address not of this machine) is left to
+    the listeners, which say it."""
     for what, host, port in ports:
-        try:
-            infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
-        except OSError:
-            continue
-        for family, kind, proto, _name, sockaddr in infos:
-            with socket.socket(family, kind, proto) as probe:
-                probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-                try:
-                    probe.bind(sockaddr)
-                except OSError as exc:
-                    if exc.errno == errno.EADDRINUSE:
-                        raise NodeStartError(
-                            "ADDRESS_IN_USE",
-                            f"cannot listen on {host}:{port} (the {what} port): it is in use by "
-                            "another process",
-                        ) from exc
+        if port_in_use(host, port):
+            raise NodeStartError(
+                "ADDRESS_IN_USE",
+                f"cannot listen on {host}:{port} (the {what} port): it is in use by another "
+                "process",
+            )
 
 
 async def _listen(what: str, address: str, opening: Awaitable[None]) -> None:
