@@ -30,8 +30,8 @@ from metastore.client import (
     parse_endpoint,
     refuse_protection_ahead,
 )
-from metastore.client.protocol import PROTECT_AHEAD_MS_MAX
 from metastore.commands import TableName, normalize_object_name, parse_duration_ms
+from metastore.daemon.api_limits import PROTECT_AHEAD_MS_MAX
 from metastore.daemon.config import CLUSTER_FILE_NAME, ClusterConfig, load_cluster_config
 from metastore.daemon.secrets import Role, SecretsError, read_token_file, token_file_name
 from metastore.errors import InvalidArgumentError, MetastoreError

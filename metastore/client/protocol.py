@@ -101,8 +101,6 @@ from hlc import (
     HybridClock,
     SystemClock,
     physical_ms,
-    span_text,
-    ts_text,
 )
 from hlc.limits import LOGICAL_BITS, MAX_TS
 from metastore.client.floors import ReadFloors, shared_floors
@@ -124,6 +122,7 @@ from metastore.daemon.api_limits import (
     REQUEST_TIMEOUT_MS_DEFAULT,
     REQUEST_TIMEOUT_MS_MAX,
     STATE_FLOOR_OPS,
+    refuse_protection_ahead,
 )
 from metastore.errors import (
     BadRequestError,
@@ -141,7 +140,6 @@ from metastore.errors import (
     UnknownOpError,
     WatchStartCompactedError,
 )
-from metastore.limits import MAX_CLOCK_SKEW_MS
 from raft.errors import FrameEncodeError, FrameTooLargeError, RaftError, TlsConfigError
 from raft.framing import NEED_DATA, FrameDecoder, encode_frame
 from raft.tls import ClientTls
@@ -224,9 +222,6 @@ LISTING_ATTEMPTS_MAX = 5
 WATCH_WAIT_MS = 10_000
 # Protection records per `pts_list` page.
 PTS_PAGE_LIMIT: Final = 100
-# How far ahead of the caller's clock a protection's ts may be: as far as a cluster's clocks may
-# be apart (a ts read from a node whose clock runs ahead is fine), and no further.
-PROTECT_AHEAD_MS_MAX: Final = MAX_CLOCK_SKEW_MS
 _FAILOVER_CODES: Final = frozenset(
     {
         ErrorCode.NOT_READY.value,
@@ -329,25 +324,6 @@ class EndpointResult:
     @property
     def ok(self) -> bool:
         return self.error is None
-
-
-def refuse_protection_ahead(ts: int, *, now_ms: int) -> None:
-    """Raise InvalidArgumentError when `ts` is more than PROTECT_AHEAD_MS_MAX past `now_ms`
-    (the caller's physical clock). A protection of reads at >= a time still to come holds
-    nothing the GC could delete now, yet reads as success: a year typed wrong (2062 for 2026)
-    left the data it was meant for unprotected. Every client-side way to protect applies it
-    before any request: `MetastoreClient.protect` (so the Spark bridge's `protect()`) and the
-    CLI's `pts protect --ts`."""
-    ahead_ms = physical_ms(ts) - now_ms
-    if ahead_ms <= PROTECT_AHEAD_MS_MAX:
-        return
-    raise InvalidArgumentError(
-        f"{ts_text(ts)} is in the future by {span_text(ahead_ms)}: a protection of reads from "
-        "a time still to come protects nothing the GC may delete now (protect from now or an "
-        f"earlier time; a cluster tolerates at most {span_text(PROTECT_AHEAD_MS_MAX)} of "
-        "clock skew)",
-        details={"ts": ts, "ahead_ms": ahead_ms, "max_ahead_ms": PROTECT_AHEAD_MS_MAX},
-    )
 
 
 def parse_endpoint(endpoint: str) -> tuple[str, int]:

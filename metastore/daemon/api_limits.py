@@ -4,6 +4,10 @@ from __future__ import annotations
 
 from typing import Final
 
+from hlc import physical_ms, span_text, ts_text
+from metastore.errors import InvalidArgumentError
+from metastore.limits import MAX_CLOCK_SKEW_MS
+
 CLIENT_FRAME_BYTES_MAX: Final = 4 * 1024 * 1024
 CLIENT_READ_CHUNK_BYTES: Final = 256 * 1024
 # Array items and map pairs in one request frame, all levels together (`raft.framing`: the
@@ -196,3 +200,27 @@ STATE_FLOOR_OPS: Final = frozenset(
         "watch",
     }
 )
+
+# How far ahead of the caller's clock a protection's ts may be: as far as a cluster's clocks may
+# be apart (a ts read from a node whose clock runs ahead is fine), and no further.
+PROTECT_AHEAD_MS_MAX: Final = MAX_CLOCK_SKEW_MS
+
+
+def refuse_protection_ahead(ts: int, *, now_ms: int) -> None:
+    """Raise InvalidArgumentError when `ts` is more than PROTECT_AHEAD_MS_MAX past `now_ms`
+    (the caller's physical clock). A protection of reads at >= a time still to come holds
+    nothing the GC could delete now, yet reads as success: a year typed wrong (2062 for 2026)
+    left the data it was meant for unprotected. Every client-side way to protect applies it
+    before any request (`MetastoreClient.protect`, so the Spark bridge's `protect()`, and the
+    CLI's `pts protect --ts`), and a node to every `pts_protect` with its own clock, before
+    proposing (a client of another make, or of an earlier release)."""
+    ahead_ms = physical_ms(ts) - now_ms
+    if ahead_ms <= PROTECT_AHEAD_MS_MAX:
+        return
+    raise InvalidArgumentError(
+        f"{ts_text(ts)} is in the future by {span_text(ahead_ms)}: a protection of reads from "
+        "a time still to come protects nothing the GC may delete now (protect from now or an "
+        f"earlier time; a cluster tolerates at most {span_text(PROTECT_AHEAD_MS_MAX)} of "
+        "clock skew)",
+        details={"ts": ts, "ahead_ms": ahead_ms, "max_ahead_ms": PROTECT_AHEAD_MS_MAX},
+    )

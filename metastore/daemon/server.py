@@ -2635,9 +2635,11 @@ class ApiServer:
             if args.get("namespaces") not in (None, [])
             else []
         )
+        ts = _req_int(args, "ts", 1, 2**63 - 1)
+        L.refuse_protection_ahead(ts, now_ms=self.clock.physical_now_ms())
         cmd = Protect(
             record_id=record_id or uuid.uuid4().hex,
-            ts=_req_int(args, "ts", 1, 2**63 - 1),
+            ts=ts,
             meta_type=_opt_str(args, "meta_type", mlimits.MAX_SESSION_LABEL_CHARS) or "",
             meta=_opt_str(args, "meta", mlimits.MAX_PROTECTION_META_CHARS) or "",
             tables=tuple(TableName.parse(t) for t in tables),

@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from hlc.limits import LOGICAL_BITS
 from metastore import limits
 from metastore.commands import commit_txn_from_request, encode_command
 from metastore.daemon import api_limits as L
@@ -390,6 +391,38 @@ def test_the_largest_protection_succeeds_alike_and_past_it_is_refused_alike(
         assert shown["error"]["code"] == "PROTECTION_NOT_FOUND", shown
     for via in VIAS:
         released = _call(cluster, via, "pts_release", record_id=protect(via, [], [])["record_id"])
+        assert released["ok"], released
+
+
+def test_a_protection_from_a_time_still_to_come_is_refused_by_every_node(
+    cluster: MetastoreCluster,
+) -> None:
+    """A `pts_protect` at a ts more than PROTECT_AHEAD_MS_MAX past the node's clock (a year
+    typed wrong) protects nothing the GC may delete now, yet read as success: every node
+    refuses it with INVALID_ARGUMENT before proposing, whatever client sent it (the client
+    library refuses it too, but a client of another make need not), and nothing is created.
+    A ts as far ahead as a cluster's clocks may be apart is still taken."""
+    ahead_ms = L.PROTECT_AHEAD_MS_MAX + 3_600_000
+
+    def protect(via: str, ahead: int) -> dict[str, Any]:
+        return {
+            "record_id": f"ahead-{via}-{ahead}",
+            "ts": cluster_ts(cluster) + (ahead << LOGICAL_BITS),
+            "namespaces": [NS],
+            "timeout_ms": 20_000,
+        }
+
+    refused = _on_both(cluster, "pts_protect", lambda via: protect(via, ahead_ms))
+    error = _assert_refused_alike(refused, "INVALID_ARGUMENT")
+    assert error["details"]["max_ahead_ms"] == L.PROTECT_AHEAD_MS_MAX
+    assert error["details"]["ahead_ms"] > L.PROTECT_AHEAD_MS_MAX
+    for via in VIAS:
+        shown = _call(cluster, via, "pts_show", record_id=f"ahead-{via}-{ahead_ms}")
+        assert shown["error"]["code"] == "PROTECTION_NOT_FOUND", shown
+    taken = _on_both(cluster, "pts_protect", lambda via: protect(via, 1_000))
+    for via, reply in taken.items():
+        assert reply["ok"], (via, reply["error"])
+        released = _call(cluster, via, "pts_release", record_id=reply["result"]["record_id"])
         assert released["ok"], released
 
 
