@@ -22,6 +22,7 @@ from metastore.errors import (
 )
 from spark_bridge import datasource
 from spark_bridge.datasource import MetastoreWriter, WrittenFile
+from tests.client.offline_writer import offline_writer
 
 SID = "0123456789abcdef0123456789abcdef"
 COLUMNS = [{"name": "id", "type": "BIGINT", "nullable": True, "field_id": 1}]
@@ -310,19 +311,7 @@ def test_nested_values_are_written_under_the_pinned_fields(
     from metastore.client.parquet import PinnedColumn, file_batches
 
     monkeypatch.setattr(datasource, "_client", lambda *a, **k: ScriptedClient(REUSED, None))
-    writer = MetastoreWriter(
-        endpoints=["127.0.0.1:1"],
-        token="t",
-        table="ns.t",
-        table_id=1,
-        version=1,
-        location=str(tmp_path),
-        columns=NESTED_COLUMNS,
-        overwrite=False,
-        not_before=1,
-        session_id=SID,
-        session_ttl_ms=600_000,
-    )
+    writer = offline_writer(str(tmp_path), NESTED_COLUMNS, session_id=SID, session_ttl_ms=600_000)
     rows = [
         Row(ID=1, s=Row(a=7, b="x"), tags=["p", "q"], m={"k": [1, 2]}),
         Row(ID=2, s=None, tags=None, m=None),

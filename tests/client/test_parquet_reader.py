@@ -183,7 +183,7 @@ def test_the_data_source_writer_stores_instants_whatever_the_local_zone(
 
     from pyspark.sql import Row
 
-    from spark_bridge.datasource import MetastoreWriter
+    from tests.client.offline_writer import offline_writer
 
     monkeypatch.setenv("TZ", "Asia/Tokyo")  # UTC+9, no daylight saving
     time.tzset()
@@ -192,19 +192,7 @@ def test_the_data_source_writer_stores_instants_whatever_the_local_zone(
             {"field_id": 1, "name": "id", "type": "BIGINT", "nullable": False},
             {"field_id": 2, "name": "at", "type": "TIMESTAMP", "nullable": True},
         ]
-        writer = MetastoreWriter(
-            endpoints=["127.0.0.1:1"],
-            token="t",
-            table="ns.t",
-            table_id=1,
-            version=1,
-            location=str(tmp_path),
-            columns=columns,
-            overwrite=False,
-            not_before=1,
-            session_id="s1",
-            session_ttl_ms=60_000,
-        )
+        writer = offline_writer(str(tmp_path), columns)
         local_wall_time = dt.datetime(2026, 11, 22, 19, 0, 0)  # 10:00 UTC in Tokyo
         # The file-writing part of a task (`write` also heartbeats the write's session).
         written = writer._write_file(iter([Row(id=1, at=local_wall_time), Row(id=2, at=None)]))
@@ -396,21 +384,9 @@ NESTED_CHAR_WIRE: Final = [
 
 
 def _nested_char_writer(tmp_path: Path, columns: list[dict[str, Any]]) -> Any:
-    from spark_bridge.datasource import MetastoreWriter
+    from tests.client.offline_writer import offline_writer
 
-    return MetastoreWriter(
-        endpoints=["127.0.0.1:1"],
-        token="t",
-        table="ns.t",
-        table_id=1,
-        version=1,
-        location=str(tmp_path),
-        columns=columns,
-        overwrite=False,
-        not_before=1,
-        session_id="s1",
-        session_ttl_ms=60_000,
-    )
+    return offline_writer(str(tmp_path), columns)
 
 
 def test_nested_char_values_are_padded_on_write_and_read_as_spark_does(tmp_path: Path) -> None:

@@ -15,6 +15,7 @@ from pyspark.sql import Row
 
 from metastore.errors import InvalidArgumentError, ValueTooLongError
 from spark_bridge.conform import too_long_message, value_too_long
+from tests.client.offline_writer import offline_writer
 
 COLUMNS: list[dict[str, Any]] = [
     {"field_id": 1, "name": "id", "type": "BIGINT", "nullable": False},
@@ -26,21 +27,7 @@ COLUMNS: list[dict[str, Any]] = [
 
 
 def _writer(tmp_path: Path) -> Any:
-    from spark_bridge.datasource import MetastoreWriter
-
-    return MetastoreWriter(
-        endpoints=["127.0.0.1:1"],
-        token="t",
-        table="ns.t",
-        table_id=1,
-        version=1,
-        location=str(tmp_path),
-        columns=COLUMNS,
-        overwrite=False,
-        not_before=1,
-        session_id="s1",
-        session_ttl_ms=60_000,
-    )
+    return offline_writer(str(tmp_path), COLUMNS)
 
 
 @pytest.mark.parametrize(
