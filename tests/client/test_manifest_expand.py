@@ -32,10 +32,17 @@ def replies(draw: st.DrawFn) -> dict[str, object]:
     ts = BASE_TS
     refs: list[ManifestRef] = []
     paths: list[str] = []
+    # Interleaved: manifests whose ts ranges overlap (a commit's entries split across two by
+    # a compaction), so the merged entries are out of commit order and must be sorted.
+    interleaved = draw(st.booleans())
+    newest = ts
     for m in range(draw(st.integers(1, 4))):
         entries = []
+        if interleaved:
+            ts = BASE_TS + draw(st.integers(0, 6))
         for i in range(draw(st.integers(1, 12))):
             ts += draw(st.integers(0, 2))  # several files of one commit share a ts
+            newest = max(newest, ts)
             removed = draw(st.one_of(st.none(), st.integers(ts + 1, ts + 40)))
             path = f"_txn/m{m}/f{i}.parquet"
             paths.append(path)
@@ -49,6 +56,7 @@ def replies(draw: st.DrawFn) -> dict[str, object]:
             ref = replace(ref, removed_all_ts=ts + draw(st.integers(1, 30)))
         refs.append(ref)
     deleted = draw(st.lists(st.sampled_from(paths), unique=True, max_size=len(paths)))
+    ts = newest
     loose = []
     # A loose entry may name a manifest entry's path again (a path committed again once its
     # entry left the loose entries; never one with a delete entry: apply refuses that).
