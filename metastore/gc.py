@@ -571,6 +571,9 @@ class GcState:
             )
         return record
 
+    def in_force(self, record_id: str) -> bool:
+        return record_id in self._records
+
     def records(self) -> list[ProtectionRecord]:
         return list(self._records.values())
 

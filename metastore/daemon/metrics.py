@@ -299,7 +299,8 @@ class NodeMetrics:
         )
         self.gc_held_bytes = Gauge(
             "metastore_gc_protection_held_bytes",
-            "bytes the TTL alone would let GC delete that a protection keeps (last GC run)",
+            "bytes the TTL alone would let GC delete that a protection keeps (the leader's last "
+            "GC run; a released protection's series goes at once)",
             ["record_id"],
             registry=r,
         )
@@ -321,6 +322,11 @@ class NodeMetrics:
             registry=r,
         )
 
+        # The last GC run's held bytes by record id, and whether a record is still in force
+        # (set by the node: its state's GcState.in_force); see _drop_stale_held.
+        self._held: dict[str, int] = {}
+        self.protection_in_force: Callable[[str], bool] | None = None
+
         self.revoked_certs = Gauge(
             "metastore_revoked_certificates", "certificates the cluster revoked", registry=r
         )
@@ -336,9 +342,30 @@ class NodeMetrics:
         self.gc_orphan_bytes_deleted.inc(summary["orphan_bytes_deleted"])
 
     def protections_held(self, held: dict[str, int]) -> None:
+        """The held bytes of the protections in force at a GC run (the leader's)."""
+        self._held = dict(held)
+        self._show_held()
+
+    def _show_held(self) -> None:
         self.gc_held_bytes.clear()
-        for record_id, size in held.items():
+        for record_id, size in self._held.items():
             self.gc_held_bytes.labels(record_id=record_id).set(size)
+
+    def _drop_stale_held(self, role: str) -> None:
+        """What the last GC run found no longer holds once its protection is released (the
+        next run is up to gc_interval_ms away), nor on a node that no longer leads (it runs
+        no GC; the leader's figures are the current ones). O(protections of the last run)."""
+        if not self._held:
+            return
+        in_force = self.protection_in_force
+        keep = (
+            {r: b for r, b in self._held.items() if in_force is None or in_force(r)}
+            if role == "leader"
+            else {}
+        )
+        if keep != self._held:
+            self._held = keep
+            self._show_held()
 
     def request(self, op: str, code: str, _seconds: float) -> None:
         # The server folds op names not in its op table into "other" (ApiServer._op_label), so
@@ -368,6 +395,7 @@ class NodeMetrics:
         for kind, count in status.get("state_objects", {}).items():
             self.state_sizes.labels(kind=kind).set(count)
         self.status_families.status = status
+        self._drop_stale_held(status["role"])
         self.safe_time_lag.set(status["lag_ms"] / 1000)
         self.ready.set(1 if status["ready"] else 0)
         self.revoked_certs.set(status.get("revoked_certs", 0))

@@ -237,6 +237,7 @@ class MetastoreNode:
             on_fatal=self._on_fatal,
         )
         self.metrics = NodeMetrics(me.id)
+        self.metrics.protection_in_force = lambda record_id: self.sm.state.gc.in_force(record_id)
         forward_to = {n.id: (n.host, n.client_port) for n in cluster.nodes}
         forward_to.update(_fault_addresses(FAULT_FORWARD_ADDRESSES_ENV, "forwarding"))
         self.forwarder = LeaderForwarder(
