@@ -22,7 +22,8 @@ from prometheus_client import generate_latest
 
 from metastore.client import SyncMetastoreClient
 from metastore.daemon.metrics import NodeMetrics
-from tests.daemon.harness import MetastoreCluster, metastore_cluster
+from raft.framing import encode_frame
+from tests.daemon.harness import FRAME_MAX, MetastoreCluster, metastore_cluster
 
 pytestmark = pytest.mark.slow
 
@@ -268,21 +269,30 @@ def test_snapshots_saved_sent_and_installed(cluster: MetastoreCluster) -> None:
     cluster.wait_ready()
 
 
-def test_proposals_fail_on_a_leader_without_its_quorum(cluster: MetastoreCluster) -> None:
+def test_proposals_pend_then_fail_on_a_leader_without_its_quorum(
+    cluster: MetastoreCluster,
+) -> None:
     leader = cluster.wait_ready()
     followers = [i for i in cluster.ids if i != leader]
-    failed = "metastore_raft_proposals_failed_total"
+    failed, pending = "metastore_raft_proposals_failed_total", "metastore_raft_proposals_pending"
     before = scrape(cluster, leader)[failed]
     raw = cluster.client(leader)  # connected before the quorum goes
     try:
         for f in followers:
             cluster.kill(f)
         # Proposed at once (the leader steps down only an election timeout later): the entry
-        # cannot commit, and the proposal times out.
-        reply = raw.call("session_open", session_id=uuid.uuid4().hex, timeout_ms=1_000)
+        # cannot commit; it pends until the proposal times out.
+        request = {"session_id": uuid.uuid4().hex, "timeout_ms": 3_000}
+        raw.send_raw(
+            encode_frame(
+                {"id": 99, "op": "session_open", "args": request}, max_frame_bytes=FRAME_MAX
+            )
+        )
+        wait_for("the proposal pends", lambda: scrape(cluster, leader)[pending] >= 1)
+        reply = raw.recv()
     finally:
         raw.close()
-    assert not reply["ok"], reply
+    assert reply is not None and not reply["ok"], reply
     wait_for(
         "the leader counts the failed proposal",
         lambda: scrape(cluster, leader)[failed] > before,
@@ -316,6 +326,13 @@ def test_leader_changes_seen_and_peer_down_after_the_leader_is_killed(
                 scrape(cluster, n).get(f'metastore_peer_connected{{peer="{leader}"}}') == 0
             ),
         )
+    failures = f'metastore_peer_connect_failures_total{{peer="{leader}"}}'
+    first = {i: scrape(cluster, i)[failures] for i in survivors}
+    for node_id in survivors:
+        wait_for(
+            f"node {node_id} counts its failed dials of node {leader}",
+            lambda n=node_id: scrape(cluster, n)[failures] > first[n],
+        )
     cluster.start(leader)
     cluster.wait_ready()
 
@@ -330,6 +347,15 @@ def test_a_node_that_no_longer_leads_reports_no_held_bytes() -> None:
     assert 'metastore_gc_protection_held_bytes{record_id="backup"} 200.0' in _text(metrics)
     metrics.refresh({**status, "role": "follower", "leader": 2, "ready": True})
     assert "metastore_gc_protection_held_bytes{" not in _text(metrics)
+
+
+def test_apply_lag_is_commit_minus_applied() -> None:
+    metrics = NodeMetrics(1)
+    status = {"role": "follower", "term": 2, "leader": 2, "lag_ms": 0, "ready": True}
+    metrics.refresh({**status, "commit_index": 10, "applied_index": 10})
+    assert "metastore_raft_apply_lag_entries 0.0" in _text(metrics)
+    metrics.refresh({**status, "commit_index": 17, "applied_index": 10})
+    assert "metastore_raft_apply_lag_entries 7.0" in _text(metrics)
 
 
 def _text(metrics: NodeMetrics) -> str:
