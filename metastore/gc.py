@@ -304,6 +304,11 @@ class GcState:
         self._version = 0  # bumped by every protect and release (the meta row)
         self._targets = 0  # derived: sum of num_targets
 
+    @property
+    def protection_count(self) -> int:
+        """Protection records in force (for the node's metrics: O(1))."""
+        return len(self._records)
+
     # ----------------------------------------------------------------------------------------
     # Commands
     # ----------------------------------------------------------------------------------------
@@ -565,6 +570,9 @@ class GcState:
                 f"no protected-timestamp record {record_id!r}", details={"record_id": record_id}
             )
         return record
+
+    def in_force(self, record_id: str) -> bool:
+        return record_id in self._records
 
     def records(self) -> list[ProtectionRecord]:
         return list(self._records.values())

@@ -213,6 +213,16 @@ class Sessions:
         self._by_table: dict[int, dict[tuple[int, int, str], None]] = {}
         self._ended: deque[EndedSession] = deque()
 
+    @property
+    def session_count(self) -> int:
+        """Live sessions (for the node's metrics: O(1))."""
+        return len(self._sessions)
+
+    @property
+    def lease_count(self) -> int:
+        """Leases held (for the node's metrics: O(1))."""
+        return len(self._leases)
+
     # ----------------------------------------------------------------------------------------
     # Commands
     # ----------------------------------------------------------------------------------------

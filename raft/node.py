@@ -323,6 +323,10 @@ class NodeStatus:
     inbox_dropped: int = 0
     # Membership entries and snapshots met whose address book this node could not use.
     unusable_address_books: int = 0
+    # For the operator's metrics (see RaftNode.metrics_counters for what each counts).
+    counters: dict[str, float] = field(default_factory=dict)
+    # A leader's last heartbeat round trip to each follower (seconds; see _note_heartbeat_acked).
+    peer_round_trip_s: dict[NodeId, float] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -490,6 +494,20 @@ class RaftNode:
         self._links_dropped = False
         self.fsync_seconds_total = 0.0
         self.loop_iterations = 0
+        # Operator counters (metastore_* metrics). Each costs at most an int compare per loop
+        # pass, never per proposal on success: the lone-proposal latency is benchmarked.
+        # Terms in which this node learnt of a leader (one leader per term: leader changes).
+        self.leader_changes_seen = 0
+        self._leader_seen_term = 0
+        self.proposals_failed = 0  # propose() calls that raised (timeout, not leader, dropped)
+        self.snapshots_saved = 0
+        self.snapshot_save_seconds_total = 0.0
+        self.snapshot_last_saved_bytes = 0
+        self._snapshot_started = 0.0
+        self.snapshots_installed = 0
+        self.snapshot_install_seconds_total = 0.0
+        self.snapshot_last_installed_bytes = 0
+        self._peer_round_trip_s: dict[NodeId, float] = {}
         # Tm and index of the last entry applied before its Ready was persisted (see
         # _handle_ready). The core's own counters catch up in advance(); until then these keep
         # safe time and read barriers in step with what the state machine holds.
@@ -788,6 +806,8 @@ class RaftNode:
             return
         if sent_at > self._heartbeat_acked_sent_at.get(m.src, -math.inf):
             self._heartbeat_acked_sent_at[m.src] = sent_at
+        # Once per heartbeat response (ticks, not proposals): the peer's round trip.
+        self._peer_round_trip_s[m.src] = self._monotonic() - sent_at
         # Forget the heartbeats sent until then (insertion order is send order).
         while sent:
             first = next(iter(sent))
@@ -804,8 +824,10 @@ class RaftNode:
                 "(the WAL record and peer frame limits, less the entry's envelope)"
             )
         if self.core is not None and not self.core.is_leader():
+            self.proposals_failed += 1
             raise NotLeaderError(self.core.leader)
         if len(self._proposals) >= PROPOSAL_QUEUE_MAX:
+            self.proposals_failed += 1
             raise QueueFullError(f"{PROPOSAL_QUEUE_MAX} proposals already queued")
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[ProposalResult] = loop.create_future()
@@ -819,6 +841,9 @@ class RaftNode:
         timer = loop.call_at(loop.time() + timeout_ms / 1000, _expire_proposal, fut, timeout_ms)
         try:
             return await fut
+        except (RaftCoreError, RaftError):
+            self.proposals_failed += 1
+            raise
         finally:
             timer.cancel()
 
@@ -991,7 +1016,27 @@ class RaftNode:
             clock_fenced=self.clock_fenced,
             inbox_dropped=self.inbox_dropped,
             unusable_address_books=self.unusable_address_books,
+            counters=self.metrics_counters(),
+            peer_round_trip_s=dict(self._peer_round_trip_s),
         )
+
+    def metrics_counters(self) -> dict[str, float]:
+        """What an operator alerts on, read at scrape time (all O(1))."""
+        core = self.core
+        return {
+            "snapshots_sent": core.snapshots_sent if core is not None else 0,
+            "snapshot_bytes_sent": core.snapshot_bytes_sent if core is not None else 0,
+            "leader_changes_seen": self.leader_changes_seen,
+            "proposals_failed": self.proposals_failed,
+            # Queued for the driver, plus appended and not yet applied.
+            "proposals_pending": len(self._proposals) + len(self._waiting),
+            "snapshots_saved": self.snapshots_saved,
+            "snapshot_save_seconds_total": self.snapshot_save_seconds_total,
+            "snapshot_last_saved_bytes": self.snapshot_last_saved_bytes,
+            "snapshots_installed": self.snapshots_installed,
+            "snapshot_install_seconds_total": self.snapshot_install_seconds_total,
+            "snapshot_last_installed_bytes": self.snapshot_last_installed_bytes,
+        }
 
     # ------------------------------------------------------------------ internals
 
@@ -1393,6 +1438,10 @@ class RaftNode:
         while core.has_ready():
             await self._handle_ready(core.ready())
             self._step_inputs()  # inputs that arrived during the fsync join this batch
+        if core.term != self._leader_seen_term and core.leader:
+            # A Raft term has at most one leader: a term with a known leader is a change.
+            self._leader_seen_term = core.term
+            self.leader_changes_seen += 1
         if not core.is_leader() and self.transport is not None:
             # Only a leader sends snapshots: a transfer still under way is stale now, and
             # would compete with the new leader's on the follower's link and disk. (Asked at
@@ -1541,8 +1590,12 @@ class RaftNode:
                 self._send(transport, m)
             transport.flush()
         if rd.snapshot is not None:
+            started = time.perf_counter()
             app_data, addresses = self._unwrap_snapshot(rd.snapshot.data)
             self.sm.restore(app_data)
+            self.snapshots_installed += 1
+            self.snapshot_install_seconds_total += time.perf_counter() - started
+            self.snapshot_last_installed_bytes = len(rd.snapshot.data)
             self._note_membership(rd.snapshot.meta.conf, rd.snapshot.meta.index)
             self._set_addresses(addresses, applied_index=rd.snapshot.meta.index)
         if self._deferred and any(e.kind is EntryKind.CONF for e in rd.committed):
@@ -1664,6 +1717,7 @@ class RaftNode:
         # until the next snapshot (and a transfer to a follower reads the file's pages).
         # The address book as of the applied index (the snapshot's), not `self.addresses`: that
         # also holds the members of CONF entries appended after it, which may never commit.
+        self._snapshot_started = time.perf_counter()
         parts = wrap_snapshot_parts(self.sm.snapshot(), self._applied_addresses)
         meta_only = core.create_snapshot(b"")
         wal = self._wal()
@@ -1681,6 +1735,10 @@ class RaftNode:
         if stored is None:
             return  # a snapshot from the leader was installed meanwhile
         core.compact_log(stored, keep_entries=self.config.snapshot_keep_entries)
+        # Encode, write, sync and commit: what the operator waits for (the encode holds the loop).
+        self.snapshots_saved += 1
+        self.snapshot_save_seconds_total += time.perf_counter() - self._snapshot_started
+        self.snapshot_last_saved_bytes = len(stored.data)
         log.info("snapshot taken", extra={"index": stored.meta.index, "bytes": len(stored.data)})
 
     def _set_addresses(self, addresses: Mapping[NodeId, Address], *, applied_index: int) -> None:

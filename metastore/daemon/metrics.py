@@ -12,12 +12,21 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from prometheus_client.core import CounterMetricFamily
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+    SummaryMetricFamily,
+)
 from prometheus_client.registry import Collector
+
+from raft.wal import FSYNC_SECONDS_BUCKETS
 
 HTTP_REQUEST_BYTES_MAX = 8192
 HTTP_TIMEOUT_S = 5.0
@@ -56,6 +65,130 @@ class _MirroredCounters(Collector):
         ]
 
 
+class _StatusFamilies(Collector):
+    """Metrics rendered from the status taken at scrape time (`NodeMetrics.refresh`): per-peer
+    series (a peer that leaves the membership leaves no stale series behind), the WAL's fsync
+    histogram and the snapshot summaries, whose counts the Raft driver and the WAL keep as
+    plain numbers (an observe on the loop would cost more than the counter it replaces)."""
+
+    def __init__(self) -> None:
+        self.status: dict[str, Any] = {}
+
+    def collect(self) -> Iterator[Metric]:
+        st = self.status
+        raft: dict[str, float] = st.get("raft_counters", {})
+        yield from self._fsync(st.get("wal", {}))
+        save = SummaryMetricFamily(
+            "metastore_snapshot_save_seconds",
+            "snapshots this node took: encode, write, sync and commit (count and seconds)",
+            count_value=int(raft.get("snapshots_saved", 0)),
+            sum_value=raft.get("snapshot_save_seconds_total", 0.0),
+        )
+        install = SummaryMetricFamily(
+            "metastore_snapshot_install_seconds",
+            "snapshots received from the leader and loaded into the state machine",
+            count_value=int(raft.get("snapshots_installed", 0)),
+            sum_value=raft.get("snapshot_install_seconds_total", 0.0),
+        )
+        yield save
+        yield install
+        yield GaugeMetricFamily(
+            "metastore_snapshot_last_saved_bytes",
+            "size of the last snapshot this node took (0: none since it started)",
+            value=raft.get("snapshot_last_saved_bytes", 0),
+        )
+        yield GaugeMetricFamily(
+            "metastore_snapshot_last_installed_bytes",
+            "size of the last snapshot this node installed from the leader (0: none)",
+            value=raft.get("snapshot_last_installed_bytes", 0),
+        )
+        yield CounterMetricFamily(
+            "metastore_snapshot_sends",
+            "snapshots this node sent as leader to followers too far behind for entries",
+            value=raft.get("snapshots_sent", 0),
+        )
+        yield CounterMetricFamily(
+            "metastore_snapshot_sent_bytes",
+            "data bytes of the snapshots this node sent",
+            value=raft.get("snapshot_bytes_sent", 0),
+        )
+        yield from self._peers(st.get("transport", {}), st.get("peer_round_trip_s", {}))
+
+    @staticmethod
+    def _fsync(wal: dict[str, Any]) -> Iterator[Metric]:
+        counts = wal.get("fsync_bucket_counts") or (0,) * (len(FSYNC_SECONDS_BUCKETS) + 1)
+        cumulative, buckets = 0, []
+        for bound, count in zip((*FSYNC_SECONDS_BUCKETS, float("inf")), counts, strict=True):
+            cumulative += count
+            buckets.append((str(bound) if bound != float("inf") else "+Inf", cumulative))
+        yield HistogramMetricFamily(
+            "metastore_wal_fsync_duration_seconds",
+            "duration of each WAL and snapshot file/directory sync",
+            buckets=buckets,
+            sum_value=wal.get("fsync_seconds_total", 0.0),
+        )
+
+    @staticmethod
+    def _peers(transport: dict[str, Any], rtt: dict[Any, float]) -> Iterator[Metric]:
+        peers: dict[Any, dict[str, Any]] = transport.get("peers", {})
+        families: dict[str, GaugeMetricFamily | CounterMetricFamily] = {
+            "connected": GaugeMetricFamily(
+                "metastore_peer_connected",
+                "1 while this node's link to the peer is up (handshake done)",
+                labels=["peer"],
+            ),
+            "sent": CounterMetricFamily(
+                "metastore_peer_messages_sent",
+                "Raft messages handed to the peer's socket",
+                labels=["peer"],
+            ),
+            "received": CounterMetricFamily(
+                "metastore_peer_messages_received",
+                "Raft messages received from the peer",
+                labels=["peer"],
+            ),
+            "dropped": CounterMetricFamily(
+                "metastore_peer_messages_dropped",
+                "messages to the peer dropped (queue overflow, too large)",
+                labels=["peer"],
+            ),
+            "connect_failures": CounterMetricFamily(
+                "metastore_peer_connect_failures",
+                "connections to the peer that failed before authentication finished",
+                labels=["peer"],
+            ),
+        }
+        send_failures = 0
+        for peer_id, stats in sorted(peers.items()):
+            label = [str(peer_id)]
+            families["connected"].add_metric(label, 1 if stats.get("connected") else 0)
+            for key in ("sent", "received", "dropped", "connect_failures"):
+                families[key].add_metric(label, stats.get(key, 0))
+            send_failures += stats.get("snapshot_transfers_failed", 0)
+        yield from families.values()
+        yield CounterMetricFamily(
+            "metastore_snapshot_send_failures",
+            "chunked snapshot transfers a follower dropped (the leader sends it again)",
+            value=send_failures,
+        )
+        yield CounterMetricFamily(
+            "metastore_peer_handshake_failures",
+            "peer connections refused: failed Raft or TLS handshakes, unknown peers",
+            value=transport.get("handshake_failures", 0)
+            + transport.get("tls_refused", 0)
+            + transport.get("auth_failures_unknown_peer", 0)
+            + sum(p.get("auth_failures", 0) for p in peers.values()),
+        )
+        round_trip = GaugeMetricFamily(
+            "metastore_peer_round_trip_seconds",
+            "a leader's last heartbeat round trip to the follower",
+            labels=["peer"],
+        )
+        for peer_id, seconds in sorted(rtt.items()):
+            round_trip.add_metric([str(peer_id)], seconds)
+        yield round_trip
+
+
 class NodeMetrics:
     def __init__(self, node_id: int) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
@@ -68,6 +201,28 @@ class NodeMetrics:
         self.leader = Gauge("metastore_raft_leader", "node id of the known leader", registry=r)
         self.commit_index = Gauge("metastore_raft_commit_index", "commit index", registry=r)
         self.applied_index = Gauge("metastore_raft_applied_index", "applied index", registry=r)
+        self.apply_lag = Gauge(
+            "metastore_raft_apply_lag_entries",
+            "committed entries not yet applied here (commit index minus applied index)",
+            registry=r,
+        )
+        self.has_leader = Gauge(
+            "metastore_raft_has_leader", "1 while this node knows a leader", registry=r
+        )
+        self.proposals_pending = Gauge(
+            "metastore_raft_proposals_pending",
+            "proposals on this node queued or appended and not yet applied",
+            registry=r,
+        )
+        self.state_sizes = Gauge(
+            "metastore_state_objects",
+            "replicated state size by kind: file_entries, registered_tables (every incarnation, "
+            "dropped ones until purged), sessions, leases, protections",
+            ["kind"],
+            registry=r,
+        )
+        self.status_families = _StatusFamilies()
+        r.register(self.status_families)
         self.safe_time_lag = Gauge(
             "metastore_safe_time_lag_seconds",
             "physical clock minus the physical part of safe time",
@@ -89,6 +244,11 @@ class NodeMetrics:
                 "here; see the node's error log)",
                 "metastore_log_write_failures_total": "log records a log handler could not "
                 "write (a full or read-only disk, a closed stderr)",
+                "metastore_raft_leader_changes_seen_total": "Raft terms in which this node "
+                "learnt of a leader (leader changes, as etcd's leader_changes_seen_total)",
+                "metastore_raft_proposals_failed_total": "proposals made on this node that "
+                "failed: timed out (outcome unknown), not leader, replaced by a newer leader, "
+                "queue full",
             }
         )
         r.register(self.totals)
@@ -131,9 +291,16 @@ class NodeMetrics:
         self.gc_orphan_bytes_deleted = Counter(
             "metastore_gc_orphan_bytes_deleted", "bytes of unreferenced files deleted", registry=r
         )
+        self.gc_last_success = Gauge(
+            "metastore_gc_last_success_timestamp_seconds",
+            "wall time of the last GC run this node completed (0: none since it started; only "
+            "the leader runs GC, so alert on the max over the nodes)",
+            registry=r,
+        )
         self.gc_held_bytes = Gauge(
             "metastore_gc_protection_held_bytes",
-            "bytes the TTL alone would let GC delete that a protection keeps (last GC run)",
+            "bytes the TTL alone would let GC delete that a protection keeps (the leader's last "
+            "GC run; a released protection's series goes at once)",
             ["record_id"],
             registry=r,
         )
@@ -155,6 +322,11 @@ class NodeMetrics:
             registry=r,
         )
 
+        # The last GC run's held bytes by record id, and whether a record is still in force
+        # (set by the node: its state's GcState.in_force); see _drop_stale_held.
+        self._held: dict[str, int] = {}
+        self.protection_in_force: Callable[[str], bool] | None = None
+
         self.revoked_certs = Gauge(
             "metastore_revoked_certificates", "certificates the cluster revoked", registry=r
         )
@@ -163,15 +335,37 @@ class NodeMetrics:
         """A run's deletions; a run that stopped midway (`partial`) counts no completed run."""
         if not summary.get("partial"):
             self.gc_runs.inc()
+            self.gc_last_success.set(time.time())
         self.gc_files_deleted.inc(summary["files_deleted"])
         self.gc_bytes_deleted.inc(summary["bytes_deleted"])
         self.gc_orphans_deleted.inc(summary["orphans_deleted"])
         self.gc_orphan_bytes_deleted.inc(summary["orphan_bytes_deleted"])
 
     def protections_held(self, held: dict[str, int]) -> None:
+        """The held bytes of the protections in force at a GC run (the leader's)."""
+        self._held = dict(held)
+        self._show_held()
+
+    def _show_held(self) -> None:
         self.gc_held_bytes.clear()
-        for record_id, size in held.items():
+        for record_id, size in self._held.items():
             self.gc_held_bytes.labels(record_id=record_id).set(size)
+
+    def _drop_stale_held(self, role: str) -> None:
+        """What the last GC run found no longer holds once its protection is released (the
+        next run is up to gc_interval_ms away), nor on a node that no longer leads (it runs
+        no GC; the leader's figures are the current ones). O(protections of the last run)."""
+        if not self._held:
+            return
+        in_force = self.protection_in_force
+        keep = (
+            {r: b for r, b in self._held.items() if in_force is None or in_force(r)}
+            if role == "leader"
+            else {}
+        )
+        if keep != self._held:
+            self._held = keep
+            self._show_held()
 
     def request(self, op: str, code: str, _seconds: float) -> None:
         # The server folds op names not in its op table into "other" (ApiServer._op_label), so
@@ -194,6 +388,14 @@ class NodeMetrics:
         self.leader.set(status["leader"])
         self.commit_index.set(status["commit_index"])
         self.applied_index.set(status["applied_index"])
+        self.apply_lag.set(max(0, status["commit_index"] - status["applied_index"]))
+        self.has_leader.set(1 if status["leader"] else 0)
+        raft: dict[str, float] = status.get("raft_counters", {})
+        self.proposals_pending.set(raft.get("proposals_pending", 0))
+        for kind, count in status.get("state_objects", {}).items():
+            self.state_sizes.labels(kind=kind).set(count)
+        self.status_families.status = status
+        self._drop_stale_held(status["role"])
         self.safe_time_lag.set(status["lag_ms"] / 1000)
         self.ready.set(1 if status["ready"] else 0)
         self.revoked_certs.set(status.get("revoked_certs", 0))
@@ -209,6 +411,8 @@ class NodeMetrics:
                     "raft_unusable_address_books", 0
                 ),
                 "metastore_log_write_failures_total": status.get("log_write_failures", 0),
+                "metastore_raft_leader_changes_seen_total": raft.get("leader_changes_seen", 0),
+                "metastore_raft_proposals_failed_total": raft.get("proposals_failed", 0),
             }
         )
         self.client_connections_paused.set(status.get("client_connections_paused", 0))

@@ -237,6 +237,7 @@ class MetastoreNode:
             on_fatal=self._on_fatal,
         )
         self.metrics = NodeMetrics(me.id)
+        self.metrics.protection_in_force = lambda record_id: self.sm.state.gc.in_force(record_id)
         forward_to = {n.id: (n.host, n.client_port) for n in cluster.nodes}
         forward_to.update(_fault_addresses(FAULT_FORWARD_ADDRESSES_ENV, "forwarding"))
         self.forwarder = LeaderForwarder(
@@ -375,7 +376,24 @@ class MetastoreNode:
             "raft_inbox_dropped": st.inbox_dropped,
             "raft_unusable_address_books": st.unusable_address_books,
             "log_write_failures": log_write_failures(),
+            # For /metrics (metastore.daemon.metrics): every one O(1), read at scrape time.
+            "raft_counters": st.counters,
+            "peer_round_trip_s": st.peer_round_trip_s,
+            "wal": st.wal,
+            "transport": st.transport,
+            "state_objects": self._state_objects(),
             **self.api.reply_backlog(),
+        }
+
+    def _state_objects(self) -> dict[str, int]:
+        state = self.sm.state
+        txns = state.txns.stats()
+        return {
+            "file_entries": txns.file_entries,
+            "registered_tables": txns.registered_tables,
+            "sessions": state.sessions.session_count,
+            "leases": state.sessions.lease_count,
+            "protections": state.gc.protection_count,
         }
 
     async def start(self) -> None:

@@ -136,6 +136,9 @@ class RaftCore:
         self.leader: NodeId = NONE
         self.progress: dict[NodeId, Progress] = {}
         self._snapshot_sent_elapsed: dict[NodeId, int] = {}
+        # InstallSnapshot messages this core sent and their data bytes (the operator's metrics).
+        self.snapshots_sent = 0
+        self.snapshot_bytes_sent = 0
         self.votes: dict[NodeId, bool] = {}
         self.election_elapsed = 0
         self.heartbeat_elapsed = 0
@@ -974,6 +977,8 @@ class RaftCore:
         pr.become_snapshot(self.snapshot.meta.index)
         pr.sent = max(pr.sent, self.snapshot.meta.index)
         self._snapshot_sent_elapsed[to] = 0
+        self.snapshots_sent += 1
+        self.snapshot_bytes_sent += len(self.snapshot.data)
         self._send(
             InstallSnapshot(
                 src=self.id,
