@@ -52,6 +52,7 @@ Spark moves the data; the metastore only ever sees schemas and file lists.
 
 from __future__ import annotations
 
+import datetime
 import logging
 import os
 import sys
@@ -1227,25 +1228,31 @@ class MetastoreBridge:
 
     # ---------------------------------------------------------------- reads outside batches
 
-    def timestamp(self, as_of: int | str) -> int:
-        """`as_of` as an HLC timestamp: an HLC integer as is, or text as format("metastore")'s
+    def timestamp(self, as_of: int | str | datetime.datetime) -> int:
+        """`as_of` as an HLC timestamp: an HLC integer as is, text as format("metastore")'s
         `as_of` option and the CLI's `--as-of` read it (HLC digits, ISO-8601, `-5m`, `now`;
-        relative to this driver's clock). Anything else raises hlc.TimestampParseError (a
-        ValueError naming the accepted forms) before any request is sent, as does a value
-        before 2000 (epoch seconds or milliseconds read as an HLC integer: the error gives the
-        HLC integer and ISO time they stand for)."""
+        relative to this driver's clock), or a timezone-aware `datetime.datetime` (the instant
+        it names, as its ISO-8601 text reads). Anything else raises hlc.TimestampParseError (a
+        ValueError naming the accepted forms) before any request is sent, as does a naive
+        datetime (no tzinfo: usually local time, which read as UTC would be hours off) and a
+        value before 2000 (epoch seconds or milliseconds read as an HLC integer: the error
+        gives the HLC integer and ISO time they stand for)."""
         from spark_bridge.datasource import check_as_of
 
         if isinstance(as_of, int) and not isinstance(as_of, bool):
             return check_as_of(as_of, as_of)
-        # parse_ts refuses a non-string (a bool, a float, a datetime) with the same error.
+        if isinstance(as_of, datetime.datetime):
+            return check_as_of(_datetime_ts(as_of), as_of.isoformat())
+        # parse_ts refuses a non-string (a bool, a float, a date) with the same error.
         return check_as_of(
             parse_ts(cast(str, as_of), now_ms=self.client.clock.physical_now_ms()), as_of
         )
 
-    def read_table(self, table: str, *, as_of: int | str | None = None) -> DataFrame:
+    def read_table(
+        self, table: str, *, as_of: int | str | datetime.datetime | None = None
+    ) -> DataFrame:
         """A table as a DataFrame, now or AS OF a timestamp (pinned schema at that timestamp;
-        an HLC integer or text, see `timestamp`).
+        an HLC integer, text or an aware datetime, see `timestamp`).
 
         The metastore's refusals are raised as its typed errors (as Spark's catalog raises
         its own), before Spark plans anything: a table that does not exist at `as_of`
@@ -1273,7 +1280,7 @@ class MetastoreBridge:
     @contextmanager
     def protect(
         self,
-        as_of: int | str,
+        as_of: int | str | datetime.datetime,
         *,
         tables: list[str] | None = None,
         namespaces: list[str] | None = None,
@@ -1409,6 +1416,33 @@ class MetastoreBridge:
             dry_run=dry_run,
             progress=progress,
         )
+
+
+def _datetime_ts(instant: datetime.datetime) -> int:
+    """The HLC timestamp (logical 0) of the millisecond holding the aware datetime `instant`;
+    hlc.TimestampParseError for a naive one (saying to attach a tzinfo) or one before the
+    Unix epoch."""
+    from hlc import ACCEPTED_FORMS, TimestampParseError, TimestampRangeError, from_datetime
+
+    accepted = f"{ACCEPTED_FORMS}; or a timezone-aware datetime.datetime"
+    if instant.tzinfo is None or instant.utcoffset() is None:
+        # hlc.from_datetime would read it as UTC: a naive datetime is usually local time (what
+        # datetime.now() gives), so a read would be silently hours off.
+        raise TimestampParseError(
+            text=repr(instant)[:64],
+            reason=(
+                "a naive datetime (no tzinfo) is usually local time, and read as UTC it would "
+                "be hours off: attach a tzinfo, e.g. .replace(tzinfo=datetime.UTC) for a UTC "
+                "time or .astimezone() for this machine's local time"
+            ),
+            accepted=accepted,
+        )
+    try:
+        return from_datetime(instant)
+    except TimestampRangeError:
+        raise TimestampParseError(
+            text=instant.isoformat()[:64], reason="before the Unix epoch", accepted=accepted
+        ) from None
 
 
 def check_rows_found(table: str, abs_dir: str, rows_written: int, files: list[DataFile]) -> None:
@@ -1849,7 +1883,7 @@ class BatchContext:
 
     # ------------------------------------------------------------ reads
 
-    def read(self, table: str, *, as_of: int | str | None = None) -> DataFrame:
+    def read(self, table: str, *, as_of: int | str | datetime.datetime | None = None) -> DataFrame:
         """The table's rows committed at `as_of` (default: the batch's read_ts), with the schema
         pinned at Top (or, for an explicit as_of, the schema in force at as_of; an HLC integer
         or text, see `MetastoreBridge.timestamp`)."""
@@ -1873,7 +1907,7 @@ class BatchContext:
         return self.bridge.read_files(location, files, struct)
 
     def files(
-        self, table: str, *, as_of: int | str | None = None
+        self, table: str, *, as_of: int | str | datetime.datetime | None = None
     ) -> tuple[str, list[dict[str, Any]]]:
         """(location, the file entries live at `as_of`, default the batch's read_ts): what
         `read` reads. Paths are relative to the location (`files.absolute`)."""
