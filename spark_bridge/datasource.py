@@ -251,10 +251,14 @@ class MetastoreReader(DataSourceReader):
         self.groups = groups or []
 
     def partitions(self) -> list[InputPartition]:
-        return [
+        planned: list[InputPartition] = [
             *(FilesPartition(paths) for paths in self.groups),
             *(FilePartition(path) for path in self.files),
         ]
+        # No files (a table without commits, or only appends of no rows): one task reading
+        # none. Spark would put a partition of its own (`InputPartition(None)`) in place of
+        # an empty list, which `read` does not know.
+        return planned or [FilesPartition(())]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         # The reader `metastore table read` uses too: columns by field id, widened types

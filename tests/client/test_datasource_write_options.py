@@ -169,3 +169,16 @@ def test_an_append_of_no_rows_commits_without_files(
     (write,) = args["writes"]
     assert write["add"] == [] and write["overwrite"] is False
     assert list(tmp_path.rglob("*.parquet")) == []
+
+
+def test_a_read_of_a_table_without_files_reads_no_rows() -> None:
+    """A table no file was committed to (created, or only appended no rows): Spark replaces an
+    empty partition list by one partition of its own (`InputPartition(None)`, PySpark 4.3's
+    plan_data_source_read), which the reader refused with a TypeError; it plans one task
+    reading no file instead."""
+    from spark_bridge.datasource import FilePartition, FilesPartition, MetastoreReader
+
+    reader = MetastoreReader(files=[], columns=COLUMNS)
+    partitions = reader.partitions()
+    assert partitions and all(isinstance(p, FilesPartition | FilePartition) for p in partitions)
+    assert [batch for p in partitions for batch in reader.read(p)] == []
