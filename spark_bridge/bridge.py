@@ -36,7 +36,10 @@ What one batch does (DESIGN.md §7):
 4. Outputs are conformed to the pinned schemas and written by Spark's own Parquet writer into a
    fresh per-attempt directory under each table's location. A writer conforms to the pinned
    version's write columns: the public ones plus any a schema change job holds write-only
-   (filled with their DEFAULT, or NULL); readers see the public columns only.
+   (filled with their DEFAULT, or NULL); readers see the public columns only. The 0-row file
+   Spark's writer leaves when its first task gets no rows is deleted, never committed: a batch
+   writing no rows commits no file, and still commits (its txn id and stream position are
+   recorded, so its replay is found done; an overwrite of no rows empties the table).
 5. On leaving the `with` block without an exception, one commit lists every table's files; it is
    visible at one timestamp (> Top) for all tables, or not at all. The commit is keyed by the
    batch's txn id, so a replayed batch commits once (a txn id found committed by a batch of
@@ -44,6 +47,8 @@ What one batch does (DESIGN.md §7):
    passed is looked up first and carries a mark of its own, so a job re-run under it is
    deduplicated past the txn-id window too (metastore.client.txn_marks); a batch found already
    committed (before its commit, or by its refusal) deletes the attempt directories it wrote.
+   A commit adding no files that the metastore answers as a repeat of its txn id, though it was
+   sent once, is an earlier attempt's (a replayed empty micro-batch): deduplicated too.
    An exception before that commits nothing; written files stay unreferenced for GC and are
    never shown to readers.
 
@@ -99,6 +104,7 @@ from spark_bridge.files import (
     absolute,
     collect_files,
     delete_attempt_dir,
+    delete_files,
     field_id_group,
     footer_verdicts,
     new_attempt_dir,
@@ -1987,6 +1993,7 @@ class BatchContext:
         except (FileNotFoundError, ValueError) as exc:
             raise BatchError(f"{table}: {exc}", retryable=False) from exc
         check_rows_found(table, abs_dir, int(written.get["rows"]), files)
+        files = self._drop_empty_files(pin.location, rel_dir, files)
         with self._outputs_lock:
             prev, prev_overwrite = self._written.get(table, ([], False))
             if mode == "overwrite":
@@ -1996,6 +2003,26 @@ class BatchContext:
             else:
                 self._written[table] = ([*prev, *files], prev_overwrite)
         return files
+
+    def _drop_empty_files(
+        self, location: str, rel_dir: str, files: list[DataFile]
+    ) -> list[DataFile]:
+        """`files` without the 0-row ones, which are deleted. Spark's Parquet writer leaves one
+        when its first task gets no rows (to keep an empty output's schema): committed, every
+        reader would list and open it for nothing. They lie in this write's own attempt
+        directory, which no commit lists (the whole directory goes when nothing else is in
+        it); one that cannot be deleted is left to GC's orphan scan, as any uncommitted file."""
+        kept = [f for f in files if f.row_count > 0]
+        if len(kept) == len(files):
+            return files
+        try:
+            if kept:
+                delete_files(location, [f.path for f in files if f.row_count == 0])
+            else:
+                delete_attempt_dir(location, rel_dir)
+        except OSError as exc:
+            log.warning("deleting the 0-row files of %s/%s failed: %s", location, rel_dir, exc)
+        return kept
 
     def remove(self, table: str, paths: Iterable[str]) -> None:
         """Remove these files of `table` (paths as `files` lists them) in the batch's commit,
@@ -2097,7 +2124,14 @@ class BatchContext:
             # reply. It is this attempt's own commit, not a replay's.
             self.report.deduplicated = False
             if r.get("deduplicated"):
-                log.info("commit of txn %s was acknowledged on a retry", self.txn_id)
+                if not self._commit_resent and not any(w["add"] for w in args["writes"]):
+                    # A commit adding no files (a batch of no rows, removals only) matches an
+                    # earlier attempt's of the same txn id exactly, and this one was never sent
+                    # twice: that earlier attempt (a replayed empty micro-batch) committed.
+                    self.report.deduplicated = True
+                    self._discard_written()
+                else:
+                    log.info("commit of txn %s was acknowledged on a retry", self.txn_id)
         except BatchError as exc:
             if isinstance(exc.cause, UnavailableError | RequestTimeoutError):
                 # The client ran out of nodes or time with the commit sent: its outcome is
