@@ -36,7 +36,10 @@ What one batch does (DESIGN.md §7):
 4. Outputs are conformed to the pinned schemas and written by Spark's own Parquet writer into a
    fresh per-attempt directory under each table's location. A writer conforms to the pinned
    version's write columns: the public ones plus any a schema change job holds write-only
-   (filled with their DEFAULT, or NULL); readers see the public columns only.
+   (filled with their DEFAULT, or NULL); readers see the public columns only. The 0-row file
+   Spark's writer leaves when its first task gets no rows is deleted, never committed: a batch
+   writing no rows commits no file, and still commits (its txn id and stream position are
+   recorded, so its replay is found done; an overwrite of no rows empties the table).
 5. On leaving the `with` block without an exception, one commit lists every table's files; it is
    visible at one timestamp (> Top) for all tables, or not at all. The commit is keyed by the
    batch's txn id, so a replayed batch commits once (a txn id found committed by a batch of
@@ -44,6 +47,8 @@ What one batch does (DESIGN.md §7):
    passed is looked up first and carries a mark of its own, so a job re-run under it is
    deduplicated past the txn-id window too (metastore.client.txn_marks); a batch found already
    committed (before its commit, or by its refusal) deletes the attempt directories it wrote.
+   A commit adding no files that the metastore answers as a repeat of its txn id, though it was
+   sent once, is an earlier attempt's (a replayed empty micro-batch): deduplicated too.
    An exception before that commits nothing; written files stay unreferenced for GC and are
    never shown to readers.
 
@@ -52,6 +57,7 @@ Spark moves the data; the metastore only ever sees schemas and file lists.
 
 from __future__ import annotations
 
+import datetime
 import logging
 import os
 import sys
@@ -98,6 +104,7 @@ from spark_bridge.files import (
     absolute,
     collect_files,
     delete_attempt_dir,
+    delete_files,
     field_id_group,
     footer_verdicts,
     new_attempt_dir,
@@ -1227,25 +1234,31 @@ class MetastoreBridge:
 
     # ---------------------------------------------------------------- reads outside batches
 
-    def timestamp(self, as_of: int | str) -> int:
-        """`as_of` as an HLC timestamp: an HLC integer as is, or text as format("metastore")'s
+    def timestamp(self, as_of: int | str | datetime.datetime) -> int:
+        """`as_of` as an HLC timestamp: an HLC integer as is, text as format("metastore")'s
         `as_of` option and the CLI's `--as-of` read it (HLC digits, ISO-8601, `-5m`, `now`;
-        relative to this driver's clock). Anything else raises hlc.TimestampParseError (a
-        ValueError naming the accepted forms) before any request is sent, as does a value
-        before 2000 (epoch seconds or milliseconds read as an HLC integer: the error gives the
-        HLC integer and ISO time they stand for)."""
+        relative to this driver's clock), or a timezone-aware `datetime.datetime` (the instant
+        it names, as its ISO-8601 text reads). Anything else raises hlc.TimestampParseError (a
+        ValueError naming the accepted forms) before any request is sent, as does a naive
+        datetime (no tzinfo: usually local time, which read as UTC would be hours off) and a
+        value before 2000 (epoch seconds or milliseconds read as an HLC integer: the error
+        gives the HLC integer and ISO time they stand for)."""
         from spark_bridge.datasource import check_as_of
 
         if isinstance(as_of, int) and not isinstance(as_of, bool):
             return check_as_of(as_of, as_of)
-        # parse_ts refuses a non-string (a bool, a float, a datetime) with the same error.
+        if isinstance(as_of, datetime.datetime):
+            return check_as_of(_datetime_ts(as_of), as_of.isoformat())
+        # parse_ts refuses a non-string (a bool, a float, a date) with the same error.
         return check_as_of(
             parse_ts(cast(str, as_of), now_ms=self.client.clock.physical_now_ms()), as_of
         )
 
-    def read_table(self, table: str, *, as_of: int | str | None = None) -> DataFrame:
+    def read_table(
+        self, table: str, *, as_of: int | str | datetime.datetime | None = None
+    ) -> DataFrame:
         """A table as a DataFrame, now or AS OF a timestamp (pinned schema at that timestamp;
-        an HLC integer or text, see `timestamp`).
+        an HLC integer, text or an aware datetime, see `timestamp`).
 
         The metastore's refusals are raised as its typed errors (as Spark's catalog raises
         its own), before Spark plans anything: a table that does not exist at `as_of`
@@ -1273,7 +1286,7 @@ class MetastoreBridge:
     @contextmanager
     def protect(
         self,
-        as_of: int | str,
+        as_of: int | str | datetime.datetime,
         *,
         tables: list[str] | None = None,
         namespaces: list[str] | None = None,
@@ -1409,6 +1422,33 @@ class MetastoreBridge:
             dry_run=dry_run,
             progress=progress,
         )
+
+
+def _datetime_ts(instant: datetime.datetime) -> int:
+    """The HLC timestamp (logical 0) of the millisecond holding the aware datetime `instant`;
+    hlc.TimestampParseError for a naive one (saying to attach a tzinfo) or one before the
+    Unix epoch."""
+    from hlc import ACCEPTED_FORMS, TimestampParseError, TimestampRangeError, from_datetime
+
+    accepted = f"{ACCEPTED_FORMS}; or a timezone-aware datetime.datetime"
+    if instant.tzinfo is None or instant.utcoffset() is None:
+        # hlc.from_datetime would read it as UTC: a naive datetime is usually local time (what
+        # datetime.now() gives), so a read would be silently hours off.
+        raise TimestampParseError(
+            text=repr(instant)[:64],
+            reason=(
+                "a naive datetime (no tzinfo) is usually local time, and read as UTC it would "
+                "be hours off: attach a tzinfo, e.g. .replace(tzinfo=datetime.UTC) for a UTC "
+                "time or .astimezone() for this machine's local time"
+            ),
+            accepted=accepted,
+        )
+    try:
+        return from_datetime(instant)
+    except TimestampRangeError:
+        raise TimestampParseError(
+            text=instant.isoformat()[:64], reason="before the Unix epoch", accepted=accepted
+        ) from None
 
 
 def check_rows_found(table: str, abs_dir: str, rows_written: int, files: list[DataFile]) -> None:
@@ -1849,7 +1889,7 @@ class BatchContext:
 
     # ------------------------------------------------------------ reads
 
-    def read(self, table: str, *, as_of: int | str | None = None) -> DataFrame:
+    def read(self, table: str, *, as_of: int | str | datetime.datetime | None = None) -> DataFrame:
         """The table's rows committed at `as_of` (default: the batch's read_ts), with the schema
         pinned at Top (or, for an explicit as_of, the schema in force at as_of; an HLC integer
         or text, see `MetastoreBridge.timestamp`)."""
@@ -1873,7 +1913,7 @@ class BatchContext:
         return self.bridge.read_files(location, files, struct)
 
     def files(
-        self, table: str, *, as_of: int | str | None = None
+        self, table: str, *, as_of: int | str | datetime.datetime | None = None
     ) -> tuple[str, list[dict[str, Any]]]:
         """(location, the file entries live at `as_of`, default the batch's read_ts): what
         `read` reads. Paths are relative to the location (`files.absolute`)."""
@@ -1953,6 +1993,7 @@ class BatchContext:
         except (FileNotFoundError, ValueError) as exc:
             raise BatchError(f"{table}: {exc}", retryable=False) from exc
         check_rows_found(table, abs_dir, int(written.get["rows"]), files)
+        files = self._drop_empty_files(pin.location, rel_dir, files)
         with self._outputs_lock:
             prev, prev_overwrite = self._written.get(table, ([], False))
             if mode == "overwrite":
@@ -1962,6 +2003,26 @@ class BatchContext:
             else:
                 self._written[table] = ([*prev, *files], prev_overwrite)
         return files
+
+    def _drop_empty_files(
+        self, location: str, rel_dir: str, files: list[DataFile]
+    ) -> list[DataFile]:
+        """`files` without the 0-row ones, which are deleted. Spark's Parquet writer leaves one
+        when its first task gets no rows (to keep an empty output's schema): committed, every
+        reader would list and open it for nothing. They lie in this write's own attempt
+        directory, which no commit lists (the whole directory goes when nothing else is in
+        it); one that cannot be deleted is left to GC's orphan scan, as any uncommitted file."""
+        kept = [f for f in files if f.row_count > 0]
+        if len(kept) == len(files):
+            return files
+        try:
+            if kept:
+                delete_files(location, [f.path for f in files if f.row_count == 0])
+            else:
+                delete_attempt_dir(location, rel_dir)
+        except OSError as exc:
+            log.warning("deleting the 0-row files of %s/%s failed: %s", location, rel_dir, exc)
+        return kept
 
     def remove(self, table: str, paths: Iterable[str]) -> None:
         """Remove these files of `table` (paths as `files` lists them) in the batch's commit,
@@ -2063,7 +2124,14 @@ class BatchContext:
             # reply. It is this attempt's own commit, not a replay's.
             self.report.deduplicated = False
             if r.get("deduplicated"):
-                log.info("commit of txn %s was acknowledged on a retry", self.txn_id)
+                if not self._commit_resent and not any(w["add"] for w in args["writes"]):
+                    # A commit adding no files (a batch of no rows, removals only) matches an
+                    # earlier attempt's of the same txn id exactly, and this one was never sent
+                    # twice: that earlier attempt (a replayed empty micro-batch) committed.
+                    self.report.deduplicated = True
+                    self._discard_written()
+                else:
+                    log.info("commit of txn %s was acknowledged on a retry", self.txn_id)
         except BatchError as exc:
             if isinstance(exc.cause, UnavailableError | RequestTimeoutError):
                 # The client ran out of nodes or time with the commit sent: its outcome is

@@ -3,6 +3,9 @@
     spark.read.format("metastore").option("table", "sales.orders").option("as_of", "-5m").load()
     df.write.format("metastore").option("table", "sales.orders").mode("append").save()
     spark.read.format("metastore").load("sales.orders")  # the path is the table's name too
+    # a path and a `table` option naming two tables: TableOptionMismatchError (a ValueError),
+    #   nothing read or written; the same table in both (any case) is fine
+    # `as_of` is for reads: a write with it is refused (DataSourceOptionError, option "as_of")
     # optional: .option("txn_id", "<stable id>") makes a retried job commit once, however
     #           much later (the id's mark: metastore.client.txn_marks)
     # optional: .option("loose_files_max", "10000") compacts the table into manifests past it
@@ -11,25 +14,28 @@
     # optional: .option("keep_max_ms", "86400000") how long the driver keeps it at most (below)
 
 Reads pin one timestamp (the `as_of` option — an HLC integer, ISO-8601 time, `-5m`-style relative
-time or `now` — default now, or the newest acknowledged commit's ts if that is later; epoch
-seconds or milliseconds are refused, naming the HLC integer and ISO time they stand for), take the
-schema in force then and the files live then, and read each file with pyarrow on the executors,
-matching columns by Parquet field id (so renamed columns keep their data) and casting widened
-types (`metastore.client.parquet`, the reader the CLI's
-`table read` uses too). Appends write one Parquet file per Spark task into a
-fresh directory and commit them in one metastore commit from the driver side; an aborted job
-commits nothing. A commit whose outcome is unknown (no node answered in time) or refused as a
-reused txn id is looked up (linearizable) before the job fails or is done: found committed by
-this append's table, the job succeeded; by another table's write, TxnIdReused (a txn id names
-one write). Not found after an unknown outcome, the commit may still be on its way, so the
-append's session is closed first (its files lie in the session's directory, and a commit of
-them is refused once the session ended) and the commit looked up again: now found, the job
-succeeded; not found, it failed with nothing committed (`details.committed` false), and a
-re-run as it is commits once. When that close or lookup fails too, the error names the txn id
-to re-run under. Reads see the pinned
-version's public columns; appends also write the columns a schema change job holds write-only
-(its `write_schema`): the DataFrame may omit them (they are hidden from readers), and the writer
-fills their DEFAULT, or NULL.
+time or `now` — default now, or the newest acknowledged commit's ts if that is later; epoch seconds
+or milliseconds are refused, naming the HLC integer and ISO time they stand for; a write refuses
+the option, typed, while it is planned: a write commits now, under the schema in force now, so
+it cannot be "as of" a past time), take the schema in force then and the
+files live then, and read each file with pyarrow on the executors, matching columns by Parquet
+field id (so renamed columns keep their data) and casting widened types
+(`metastore.client.parquet`, the reader the CLI's `table read` uses too). Appends write one Parquet
+file per Spark task that got rows (a task without rows writes none) into a fresh directory and
+commit them in one metastore commit from the driver side; an aborted job commits nothing. An append
+of no rows commits no file: its commit still records its txn id (and the `txn_id` option's mark),
+so a re-run of it is recognised as done; an overwrite of no rows empties the table. A commit whose
+outcome is unknown (no node answered in time) or refused as a reused txn id is looked up
+(linearizable) before the job fails or is done: found committed by this append's table, the job
+succeeded; by another table's write, TxnIdReused (a txn id names one write). Not found after an
+unknown outcome, the commit may still be on its way, so the append's session is closed first (its
+files lie in the session's directory, and a commit of them is refused once the session ended) and
+the commit looked up again: now found, the job succeeded; not found, it failed with nothing
+committed (`details.committed` false), and a re-run as it is commits once. When that close or
+lookup fails too, the error names the txn id to re-run under. Reads see the pinned version's public
+columns; appends also write the columns a schema change job holds write-only (its `write_schema`):
+the DataFrame may omit them (they are hidden from readers), and the writer fills their DEFAULT, or
+NULL.
 
 Each append runs under a metastore session of its own, opened (fresh id, TTL the
 `session_ttl_ms` option, default 10 min, at most 1 h) when the write is planned: its files go to
@@ -71,7 +77,10 @@ Facts of the API this relies on (PySpark 4.x): `schema()`, `reader()`, `partitio
 on executors; the DataSource instance is pickled between those steps, so what `schema()` pins is
 what `reader()` reads. The connection settings travel as class attributes of a subclass made by
 `register()` (options would show the token in query plans), TLS options (`ClientTls`: file
-paths, read where the client runs, i.e. on the driver host) included.
+paths, read where the client runs, i.e. on the driver host) included. `saveAsTable(name)` and
+`insertInto(name)` never hand the data source the name (measured, 4.3: its options are the
+writer's own, without a `path`), and Spark records a table of its own catalog under it: the
+append goes to the `table` option's table whatever the name says; use `save()`.
 """
 
 from __future__ import annotations
@@ -113,6 +122,33 @@ WRITE_SESSION_TTL_MS_DEFAULT = 600_000
 # stage before a write is expected to run: such a stage is kept only by the keeper (the write's
 # tasks heartbeat the session themselves while they run).
 APPEND_KEEP_MS_DEFAULT = 24 * 3_600_000
+
+
+class DataSourceOptionError(ValueError):
+    """An option of a `format("metastore")` read or write that cannot mean what it says,
+    refused where Spark plans the read or write (before any metastore session opens, so
+    nothing is written): `option` names it. A ValueError, as the data source's option errors
+    were before they were typed; it reaches the driver inside Spark's AnalysisException
+    [PYTHON_DATA_SOURCE_ERROR]."""
+
+    code = "INVALID_OPTION"
+
+    def __init__(self, message: str, *, option: str) -> None:
+        super().__init__(message)
+        self.option = option
+
+
+class TableOptionMismatchError(DataSourceOptionError):
+    """The path of `load()`/`save()` and the `table` option name two different tables: which
+    one was meant is unknown, so neither is read or written. `table_option` and `path` are the
+    two names as given."""
+
+    code = "TABLE_OPTION_MISMATCH"
+
+    def __init__(self, message: str, *, table_option: str, path: str) -> None:
+        super().__init__(message, option="table")
+        self.table_option = table_option
+        self.path = path
 
 
 def _client(endpoints: list[str], token: str, tls: ClientTls | None = None) -> Any:
@@ -215,10 +251,14 @@ class MetastoreReader(DataSourceReader):
         self.groups = groups or []
 
     def partitions(self) -> list[InputPartition]:
-        return [
+        planned: list[InputPartition] = [
             *(FilesPartition(paths) for paths in self.groups),
             *(FilePartition(path) for path in self.files),
         ]
+        # No files (a table without commits, or only appends of no rows): one task reading
+        # none. Spark would put a partition of its own (`InputPartition(None)`) in place of
+        # an empty list, which `read` does not know.
+        return planned or [FilesPartition(())]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         # The reader `metastore table read` uses too: columns by field id, widened types
@@ -343,6 +383,12 @@ class WrittenFile(WriterCommitMessage):
     path: str
     size_bytes: int
     row_count: int
+
+
+@dataclass(frozen=True)
+class NoFileWritten(WriterCommitMessage):
+    """A task that got no rows: it writes no file (a 0-row Parquet file would be committed,
+    listed and opened by every reader for nothing)."""
 
 
 def _file_wire(f: WrittenFile) -> dict[str, Any]:
@@ -494,7 +540,8 @@ class MetastoreWriter(DataSourceWriter):
     def write(self, iterator: Iterator[Any]) -> WriterCommitMessage:
         """One task (on an executor): heartbeat the write's session when it starts (failing
         at once if the session ended: its commit would be refused), then every third of the
-        TTL from a thread while it runs, and write one file into the session's directory."""
+        TTL from a thread while it runs, and write one file into the session's directory (none
+        when the task got no rows: `NoFileWritten`)."""
         import threading
 
         from metastore.errors import MetastoreError
@@ -545,6 +592,8 @@ class MetastoreWriter(DataSourceWriter):
         rows = [
             dict(zip(names, row.asDict(recursive=True).values(), strict=True)) for row in iterator
         ]
+        if not rows:
+            return NoFileWritten()
         # PySpark hands a TIMESTAMP (an instant) to Python as a naive datetime in the worker's
         # local time; pyarrow would take a naive value for UTC. Make the instant explicit.
         instants = [
@@ -636,7 +685,7 @@ class MetastoreWriter(DataSourceWriter):
                 # committed. Failing the job then invites a re-run under a fresh txn id, which
                 # appends the rows twice; so look it up first (linearizable), and settle it
                 # when not found. Only a commit adding files can be settled (by its files'
-                # session); one without (an empty overwrite) stays unknown.
+                # session); one without (an append or overwrite of no rows) stays unknown.
                 if not self._look_up(client):
                     if not files:
                         raise self._outcome_unknown(exc) from exc
@@ -830,25 +879,30 @@ class MetastoreDataSource(DataSource):
         passes it as the `path` option), as format("iceberg") takes a table name."""
         table = self.options.get("table")
         path = self.options.get("path")
-        if table and path and str(path) != str(table):
-            raise ValueError(
-                f"format('metastore') got table {table!r} and path {path!r}: name the table "
-                "once, with .option('table', ...) or as the path of load()/save()"
+        if table and path and _table_key(str(path)) != _table_key(str(table)):
+            raise TableOptionMismatchError(
+                f"format('metastore') got .option('table', {str(table)!r}) and the path "
+                f"{str(path)!r}, two different tables: nothing was read or written. Name the "
+                "table once, with .option('table', ...) or as the path of load()/save()",
+                table_option=str(table),
+                path=str(path),
             )
         if not (table or path):
-            raise ValueError(
+            raise DataSourceOptionError(
                 "format('metastore') needs the table: .load('ns.table') / .save('ns.table') "
-                "or .option('table', 'ns.table')"
+                "or .option('table', 'ns.table')",
+                option="table",
             )
         return str(table or path)
 
     def _pin(self) -> dict[str, Any]:
         pinned = getattr(self, "_pinned", None)
         if pinned is None:
+            table = self._table()  # a bad table option fails before any request
             client = _client(self.ENDPOINTS, self.TOKEN, self.TLS)
             try:
                 ts = _resolve_ts(client, self.options.get("as_of"))
-                r = client.schema_at(self._table(), ts=ts)
+                r = client.schema_at(table, ts=ts)
                 pinned = {"ts": ts, "schema": r, "now": int(client.clock.now())}
             finally:
                 client.close()
@@ -888,6 +942,17 @@ class MetastoreDataSource(DataSource):
         from metastore.java_case import java_case_key
         from spark_bridge.conform import pinned_struct, write_columns
 
+        if self.options.get("as_of") not in (None, ""):
+            # A write lands now (at a commit timestamp above every commit so far), under the
+            # schema in force then: "as of" a past time it would be written under that time's
+            # schema, and read back under another one. Refused before anything is asked.
+            raise DataSourceOptionError(
+                f"format('metastore') got .option('as_of', {str(self.options['as_of'])!r}) on "
+                f"a write to {self._table()}: an append or overwrite commits now, under the "
+                "schema in force now, never as of a past time; nothing was written. Remove the "
+                "as_of option from the write (it is for reads: spark.read.format('metastore'))",
+                option="as_of",
+            )
         pin = self._pin()
         pinned = pin["schema"]
         # The write columns are the public ones, then the write-only ones (if any): the
@@ -924,13 +989,10 @@ class MetastoreDataSource(DataSource):
                     from metastore.client.defaults import existence_default
 
                     existence_default(str(c["default"]), f.type)
-        commit_floor = int(pin["now"])
-        if self.options.get("as_of") in (None, ""):
-            # Above the pin too: the default pin may be at the leader's read_ts, above this
-            # clock (a commit lands up to DD past its Tm), and the version found active there
-            # must be active at the commit's ts. (An explicit AS OF commits above now, as the
-            # commit's rules take the version then.)
-            commit_floor = max(commit_floor, int(pin["ts"]))
+        # Above the pin too: a write's pin (never an explicit AS OF, refused above) may be at
+        # the leader's read_ts, above this clock (a commit lands up to DD past its Tm), and the
+        # version found active there must be active at the commit's ts.
+        commit_floor = max(int(pin["now"]), int(pin["ts"]))
         txn_id = self.options.get("txn_id")
         # Every option is read before the session opens: a bad one fails the planning with
         # nothing to release (Spark calls neither commit nor abort for a writer it never got).
@@ -1009,6 +1071,18 @@ class MetastoreDataSource(DataSource):
             )
             return ""
         return self.KEEPER_DIR
+
+
+def _table_key(name: str) -> str:
+    """`name` as the metastore resolves it (case-insensitively), to tell whether two spellings
+    name one table; a name it would refuse stays as given, lower-cased."""
+    from metastore.commands import TableName
+    from metastore.errors import MetastoreError
+
+    try:
+        return str(TableName.parse(name))
+    except MetastoreError:
+        return name.lower()
 
 
 def _int_option(options: Any, name: str) -> int | None:

@@ -70,6 +70,15 @@ def delete_attempt_dir(location: str, rel_dir: str) -> None:
         fs.delete_dir(f"{root.rstrip('/')}/{rel_dir}")
 
 
+def delete_files(location: str, rel_paths: Iterable[str]) -> None:
+    """Delete these files (paths relative to `location`, as `collect_files` gives them); one
+    already gone counts as deleted. Only for files no commit references or ever will."""
+    fs, root = _fs(location)
+    for rel in rel_paths:
+        with contextlib.suppress(FileNotFoundError):
+            fs.delete_file(f"{root.rstrip('/')}/{rel}")
+
+
 # Characters Spark's file readers take as a glob in a path (Hadoop's GlobPattern).
 _GLOB_CHARS = frozenset("{}[]*?\\")
 
