@@ -72,6 +72,7 @@ import signal
 import threading
 import time
 import tomllib
+from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -708,14 +709,34 @@ def _opt_appender(c: MetastoreCluster, h: History, stop: threading.Event) -> Non
         client.close()
 
 
-def _optimizer(c: MetastoreCluster, h: History, stop: threading.Event, seed: int) -> None:
+def _pick_victims(rng: random.Random, files: list[dict[str, Any]], want: int) -> list[str] | None:
+    """`want` txn ids among the oldest `want` + 2 listed files (a compaction takes the oldest
+    small files first: two optimizers reading the table at about the same time pick
+    overlapping sets, and race for them), or None when fewer are listed."""
+    oldest = sorted(files, key=lambda f: (int(f["added_ts"]), str(f["path"])))[: want + 2]
+    if len(oldest) < want:
+        return None
+    return sorted(rng.sample([_txn_of(str(f["path"])) for f in oldest], want))
+
+
+def _optimizer(
+    c: MetastoreCluster, h: History, stop: threading.Event, seed: int, racer: bool = False
+) -> None:
     """Partial removals of OPT_TABLE, as `metastore table optimize` commits them: `read_ts`,
     the table's files at it (recorded as an AS OF read), then one commit with that read_ts
     that removes 2-3 of them and adds one replacement file, or (one time in three) removes
     1-2 and adds nothing. Refusals (READ_CONFLICT when the appender committed meanwhile) are
-    recorded like any other outcome."""
-    rng = random.Random(seed * 7 + 4)
+    recorded like any other outcome.
+
+    Two run, each with its own client and seeded RNG, and race for the same (oldest) files.
+    The `racer` (txn ids `oqo-`/`oqd-`, the other's `opo-`/`opd-`) takes 0-300 ms between
+    its read and its commit (writing the replacement), and half of its commits are blind:
+    no read_ts, so a file the other optimizer removed meanwhile is refused by the state
+    machine's own per-file check (DATA_FILE_CONFLICT), not by the read set. Either way at
+    most one removal of a file may apply (the checker's `double-removal`)."""
+    rng = random.Random(seed * 7 + (5 if racer else 4))
     client = _workload_client(c, 4_000)
+    prefix = "oq" if racer else "op"
     n = 0
     try:
         while not stop.is_set():
@@ -729,15 +750,17 @@ def _optimizer(c: MetastoreCluster, h: History, stop: threading.Event, seed: int
             paths = frozenset(f["path"] for f in files)
             with h.lock:
                 h.reads.append((0, OPT_TABLE, read_ts, paths, t0, time.monotonic()))
-            live = sorted(_txn_of(p) for p in paths)
             adds = rng.random() >= 1 / 3
-            want = rng.randint(2, 3) if adds else rng.randint(1, 2)
-            if len(live) < want:
+            victims = _pick_victims(rng, files, rng.randint(2, 3) if adds else rng.randint(1, 2))
+            if victims is None:
                 continue
             n += 1
-            victims = rng.sample(live, want)
-            txn_id = f"opo-{n}" if adds else f"opd-{n}"
-            _opt_commit(client, h, txn_id, victims, adds, read_ts)
+            txn_id = f"{prefix}{'o' if adds else 'd'}-{n}"
+            blind = False
+            if racer:
+                stop.wait(rng.uniform(0.0, 0.3))
+                blind = rng.random() < 0.5
+            _opt_commit(client, h, txn_id, victims, adds, None if blind else read_ts)
     finally:
         client.close()
 
@@ -1887,6 +1910,7 @@ def test_chaos_history_is_consistent(tmp_path: Path, seed: int) -> None:
             (_leaser, (c, h, stop, seed)),
             (_opt_appender, (c, h, stop)),
             (_optimizer, (c, h, stop, seed)),
+            (_optimizer, (c, h, stop, seed, True)),
             (_side_cycler, (c, h, stop)),
         ]
         workers = [
@@ -2326,7 +2350,33 @@ def _check_linearizable(final: SyncMetastoreClient, h: History, now_ts: int, whe
         f"({gc_as_of} of {GC_TABLE}, {h.gc_refused} more refused below its GC threshold; "
         f"{opt_as_of} of {OPT_TABLE}) against {len(applied)} applied commits "
         f"({sum(n in applied for n in gc_ops)} overwrites, {len(rewrites)} rewrites and "
-        f"{len(deletes)} remove-only of {OPT_TABLE}, {refused} more refused) in ts order"
+        f"{len(deletes)} remove-only of {OPT_TABLE}, {refused} more refused) in ts order; "
+        + _racing_summary(opt_ops, applied)
+    )
+
+
+def _racing_summary(opt_ops: dict[str, dict[str, Any]], applied: dict[str, int]) -> str:
+    """What the two optimizers' race came to: removals refused although (racing) or because
+    another applied commit removed a file they named, by refusal code, and those of unknown
+    outcome that did not apply. That none applied twice is the checker's (`double-removal`)."""
+    removed_by = {
+        m: txn_id for txn_id, op in opt_ops.items() if txn_id in applied for m in op["removes"]
+    }
+    codes: Counter[str] = Counter()
+    unknown_lost = 0
+    for txn_id, op in opt_ops.items():
+        if not any(removed_by.get(m, txn_id) != txn_id for m in op["removes"]):
+            continue
+        if op["outcome"] == "fail":
+            codes[op.get("code", "?")] += 1
+        elif op["outcome"] == "unknown" and txn_id not in applied:
+            unknown_lost += 1
+    racer = [t for t in opt_ops if t.startswith("oq")]
+    return (
+        f"racing removals of {OPT_TABLE}: {sum(codes.values())} refused "
+        f"({', '.join(f'{n} {code}' for code, n in sorted(codes.items())) or 'none'}), "
+        f"{unknown_lost} unknown and not applied; the racer applied "
+        f"{sum(t in applied for t in racer)} of {len(racer)}"
     )
 
 
