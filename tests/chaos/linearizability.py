@@ -54,8 +54,9 @@ Rules (each violation names the operations involved)
       commit of its key at or below the earlier one's point (its `as_of`, else the newest ts it
       saw). Judged by data, not by comparing positions: two nodes' positions may differ where
       no commit lies between them.
-    * Monotonic reads per client: a client's current reads (not AS OF) never see less than its
-      earlier ones covered.
+    * Monotonic reads per client: a client's current read (not AS OF) never sees less than its
+      reads answered before it was sent covered (reads of one client that overlap in time,
+      from several threads, do not bind each other).
 
 The window and order rules take a read at any of its candidate positions: at one inside its
 window, as late as its state allows when judging it, as early as it allows when it binds later
@@ -750,15 +751,24 @@ def _check_monotonic_clients(
     latest_position: Mapping[str, int],
     earliest_position: Mapping[str, int],
 ) -> list[Violation]:
-    """A client's current reads, in the order it sent them, never cover less of a key than
-    its earlier reads of any key covered (by data: the commits at or below the newest point)."""
+    """A client's current read never covers less of a key than its reads answered before it
+    was sent covered, of any key (by data: the commits at or below the newest point). Reads of
+    one client that overlap in time (sent from several threads) do not bind each other."""
     out = []
     per_client: dict[str, list[ReadOp]] = {}
     for read in reads:
         per_client.setdefault(read.client, []).append(read)
     for client in sorted(per_client):
         latest: tuple[int, ReadOp] | None = None
+        by_answer = sorted(per_client[client], key=lambda r: r.t_answered)
+        i = 0
         for read in sorted(per_client[client], key=lambda r: r.t_sent):
+            while i < len(by_answer) and by_answer[i].t_answered < read.t_sent:
+                r = by_answer[i]
+                p = _point(r, orders.get(r.key, _KeyOrder([], [])), earliest_position[r.name])
+                if p is not None and (latest is None or p > latest[0]):
+                    latest = (p, r)
+                i += 1
             order = orders.get(read.key, _KeyOrder([], []))
             n = latest_position[read.name]
             if latest is not None and order.count_upto(latest[0]) > n:
@@ -772,9 +782,6 @@ def _check_monotonic_clients(
                         (latest[1].name, read.name, order.names[n]),
                     )
                 )
-            p = _point(read, order, earliest_position[read.name])
-            if p is not None and (latest is None or p > latest[0]):
-                latest = (p, read)
     return out
 
 

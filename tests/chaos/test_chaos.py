@@ -146,7 +146,8 @@ GC_TTL = "1s"
 # Appended to one file a commit, while an optimizer rewrites some of its live files into one
 # (remove them, add the replacement, in one commit checked against its read_ts as
 # `metastore table optimize` does) or removes some without adding any (a DELETE of whole
-# files): partial removals, for the checker's live-set rule.
+# files): partial removals, for the checker's live-set rule. Two optimizers race for the
+# same files: at most one removal of a file may apply (the checker's double-removal rule).
 OPT_TABLE = "ch.opt"
 # Created, written once and dropped again and again during the run (a new incarnation each
 # time): reads AS OF the commit ts (before the drop) must list that incarnation's file, reads
@@ -523,30 +524,47 @@ def _linearizable_reader(c: MetastoreCluster, h: History, stop: threading.Event)
     the linearizability checker (tests/chaos/linearizability.py). (The client's floors are
     the process's, so a commit acknowledged to the committers also raises `min_ts`: the
     `read_ts` matters for what was acknowledged elsewhere, such as commits whose outcome the
-    committers never learnt.)"""
+    committers never learnt.)
+
+    Two lanes (threads) share the per-node clients and go round the nodes in the same order,
+    the second started 100 ms later and reading another table: one client (node-bound, and
+    the process's floors) at times has two reads in flight at once, which the checker judges as
+    concurrent (a read binds the client's later reads only once answered)."""
     clients = {i: _reader_client(c, i, 1_500) for i in c.ids}
-    n = 0
+    second = threading.Thread(
+        target=_guarded(h, _linearizable_lane), args=(clients, h, stop, 1), daemon=True
+    )
     try:
-        while not stop.is_set():
-            for node, client in clients.items():
-                n += 1
-                table = LIN_TABLES[n % len(LIN_TABLES)]
-                t0 = time.monotonic()
-                try:
-                    client.read_ts()
-                    reply = client.files(table)
-                except Exception as exc:  # noqa: BLE001 - judged by the checker
-                    _read_error(h, node, "linearizable files", exc)
-                    continue
-                paths = frozenset(f["path"] for f in reply["files"])
-                with h.lock:
-                    h.lin_reads.append(
-                        (node, table, int(reply["as_of"]), paths, t0, time.monotonic())
-                    )
-            stop.wait(0.2)  # modest: the machine has 2 cores and the other readers run too
+        if not stop.wait(0.1):
+            second.start()
+        _linearizable_lane(clients, h, stop, 0)
     finally:
+        if second.is_alive():
+            second.join(timeout=30)
         for client in clients.values():
             client.close()
+
+
+def _linearizable_lane(
+    clients: dict[int, SyncMetastoreClient], h: History, stop: threading.Event, lane: int
+) -> None:
+    """One lane of `_linearizable_reader`: a round of the nodes, then 200 ms of rest."""
+    n = 2 * lane  # the lanes read different tables at a node
+    while not stop.is_set():
+        for node, client in clients.items():
+            n += 1
+            table = LIN_TABLES[n % len(LIN_TABLES)]
+            t0 = time.monotonic()
+            try:
+                client.read_ts()
+                reply = client.files(table)
+            except Exception as exc:  # noqa: BLE001 - judged by the checker
+                _read_error(h, node, "linearizable files", exc)
+                continue
+            paths = frozenset(f["path"] for f in reply["files"])
+            with h.lock:
+                h.lin_reads.append((node, table, int(reply["as_of"]), paths, t0, time.monotonic()))
+        stop.wait(0.2)  # modest: the machine has 2 cores and the other readers run too
 
 
 def _schema_reader(c: MetastoreCluster, h: History, stop: threading.Event, seed: int) -> None:
@@ -2338,6 +2356,11 @@ def _check_linearizable(final: SyncMetastoreClient, h: History, now_ts: int, whe
     )
     assert lin_reads, f"no linearizable read was answered {where}"
     gc_lin = sum(table == GC_TABLE for _n, table, *_ in lin_reads)
+    in_flight_until: dict[int, float] = {}  # node -> the latest answer of its client's reads
+    overlapping = 0
+    for node, _table, _as_of, _paths, t0, t1 in sorted(lin_reads, key=lambda r: r[4]):
+        overlapping += t0 < in_flight_until.get(node, -1.0)
+        in_flight_until[node] = max(t1, in_flight_until.get(node, -1.0))
     opt_lin = sum(table == OPT_TABLE for _n, table, *_ in lin_reads)
     opt_as_of = sum(table == OPT_TABLE for _n, table, *_ in as_of_reads)
     rewrites = [t for t, op in opt_ops.items() if op["removes"] and op["adds"] and t in applied]
@@ -2345,7 +2368,8 @@ def _check_linearizable(final: SyncMetastoreClient, h: History, now_ts: int, whe
     assert rewrites or deletes, f"no partial removal of {OPT_TABLE} was applied {where}"
     refused = sum(bool(op["removes"]) and op["outcome"] == "fail" for op in opt_ops.values())
     return (
-        f"linearizable: {len(lin_reads)} current-files reads ({gc_lin} of overwritten "
+        f"linearizable: {len(lin_reads)} current-files reads ({overlapping} sent while "
+        f"another of the same client was in flight; {gc_lin} of overwritten "
         f"{GC_TABLE}, {opt_lin} of optimized {OPT_TABLE}) and {len(as_of_reads)} AS OF reads "
         f"({gc_as_of} of {GC_TABLE}, {h.gc_refused} more refused below its GC threshold; "
         f"{opt_as_of} of {OPT_TABLE}) against {len(applied)} applied commits "

@@ -210,6 +210,23 @@ def test_a_clients_reads_are_monotonic() -> None:
     assert check_history(commits, reads, applied) == []
 
 
+def test_concurrent_reads_of_one_client_bind_only_once_answered() -> None:
+    # R1 and R2 of client x overlap: R2, sent later but answered first, may see less (its
+    # point lies before R1's). R3, sent after R1 was answered, may not.
+    commits = [_commit("A", 0, 1, 10), _commit("B", 2, 3, 20), _commit("C", 4, 5, 30)]
+    applied = {"A": 10, "B": 20, "C": 30}
+    reads = [
+        _read("R1", 3.5, 10, {"A", "B", "C"}, client="x"),
+        _read("R2", 3.6, 3.9, {"A", "B"}, client="x"),
+    ]
+    assert check_history(commits, reads, applied) == []
+    late = _read("R3", 10.5, 11, {"A", "B", "C"}, client="x", key="a")
+    assert check_history(commits, [*reads, late], applied) == []
+    stale = dataclasses.replace(late, observed=frozenset({"A", "B"}))
+    v = _only(check_history(commits, [*reads, stale], applied), "monotonic-read")
+    assert v.ops == ("R1", "R3", "C")
+
+
 # ---- generated histories ----------------------------------------------------------------
 
 
@@ -291,9 +308,10 @@ def linearizable_histories(
             else:
                 events.append((float("inf"), i, op))  # never applied
         elif kind == "read":
-            client = draw(st.sampled_from(["r1", "r2", "r3"]))
-            t_sent = max(t_sent, client_free.get(client, -1.0) + 1.0)  # a client is sequential
-            client_free[client] = t_sent + duration
+            client = draw(st.sampled_from(["r1", "r2", "r3", "rc"]))
+            if client != "rc":  # sequential clients; "rc" reads from several threads at once
+                t_sent = max(t_sent, client_free.get(client, -1.0) + 1.0)
+                client_free[client] = t_sent + duration
             op = {
                 "kind": "read",
                 "name": f"R{i}",
