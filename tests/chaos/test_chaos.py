@@ -710,7 +710,7 @@ def _opt_commit(
             result = client.commit(txn_id, [write], read_ts=read_ts, read_tables=[OPT_TABLE])
         op.update(outcome="ok", ts=int(result["ts"]))
     except MetastoreError as exc:
-        op.update(outcome=_outcome(exc), code=exc.code.value)
+        op.update(outcome=_outcome(exc), code=exc.code.value, details=dict(exc.details))
     op["t1"] = time.monotonic()
 
 
@@ -2375,21 +2375,43 @@ def _check_linearizable(final: SyncMetastoreClient, h: History, now_ts: int, whe
         f"{opt_as_of} of {OPT_TABLE}) against {len(applied)} applied commits "
         f"({sum(n in applied for n in gc_ops)} overwrites, {len(rewrites)} rewrites and "
         f"{len(deletes)} remove-only of {OPT_TABLE}, {refused} more refused) in ts order; "
-        + _racing_summary(opt_ops, applied)
+        + _racing_summary(opt_ops, applied, where)
     )
 
 
-def _racing_summary(opt_ops: dict[str, dict[str, Any]], applied: dict[str, int]) -> str:
-    """What the two optimizers' race came to: removals refused although (racing) or because
-    another applied commit removed a file they named, by refusal code, and those of unknown
-    outcome that did not apply. That none applied twice is the checker's (`double-removal`)."""
+def _racing_summary(opt_ops: dict[str, dict[str, Any]], applied: dict[str, int], where: str) -> str:
+    """What the two optimizers' race came to: removals refused while (or because) another
+    commit, sent before the refusal was answered and applied, removed a file they named, by
+    refusal code, and those of unknown outcome that did not apply. That none applied twice
+    is the checker's (`double-removal`). A DATA_FILE_CONFLICT must name a file an applied
+    commit of the history removed, at that commit's ts (else the refusal is made up)."""
     removed_by = {
         m: txn_id for txn_id, op in opt_ops.items() if txn_id in applied for m in op["removes"]
     }
     codes: Counter[str] = Counter()
     unknown_lost = 0
     for txn_id, op in opt_ops.items():
-        if not any(removed_by.get(m, txn_id) != txn_id for m in op["removes"]):
+        if op.get("code") == "DATA_FILE_CONFLICT":
+            details = op.get("details", {})
+            named = _txn_of(str(details.get("path")))
+            remover = removed_by.get(named)
+            assert (
+                named in op["removes"]
+                and remover is not None
+                and applied[remover] == details.get("removed_ts")
+            ), (
+                f"{txn_id} (removing {op['removes']}) was refused DATA_FILE_CONFLICT {details}, "
+                f"but the history's removal of {named} is "
+                + (f"{remover} at ts {applied[remover]}" if remover else "none")
+                + f" {where}"
+            )
+        racing = [
+            removed_by[m]
+            for m in op["removes"]
+            if removed_by.get(m, txn_id) != txn_id
+            and opt_ops[removed_by[m]]["t0"] < op.get("t1", float("inf"))
+        ]
+        if not racing:
             continue
         if op["outcome"] == "fail":
             codes[op.get("code", "?")] += 1
