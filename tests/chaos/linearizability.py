@@ -35,6 +35,11 @@ Rules (each violation names the operations involved)
       not applied; no two applied commits share a ts; nothing applied that nobody sent.
     * Real-time order of commits: if A was answered ok before B was sent and B was applied (ok,
       or unknown and applied), then ts(A) < ts(B).
+    * Racing removals: an applied commit removes by name only commits live at its position.
+      One that an earlier applied write already removed is a `double-removal` (two removers
+      raced for the same files and both applied: the later had to be refused); one not applied
+      before it is `removed-missing`. A refused racing removal is fine; one of unknown outcome
+      is judged by whether it applied.
     * Every read returns only applied commits that write its key and add files (no phantom),
       and exactly the state at some position of the key's ts order: none that a commit up to
       its newest one removed (removed-listed: a removed file still listed), and every earlier
@@ -49,8 +54,9 @@ Rules (each violation names the operations involved)
       commit of its key at or below the earlier one's point (its `as_of`, else the newest ts it
       saw). Judged by data, not by comparing positions: two nodes' positions may differ where
       no commit lies between them.
-    * Monotonic reads per client: a client's current reads (not AS OF) never see less than its
-      earlier ones covered.
+    * Monotonic reads per client: a client's current read (not AS OF) never sees less than its
+      reads answered before it was sent covered (reads of one client that overlap in time,
+      from several threads, do not bind each other).
 
 The window and order rules take a read at any of its candidate positions: at one inside its
 window, as late as its state allows when judging it, as early as it allows when it binds later
@@ -248,6 +254,9 @@ class _KeyOrder:
     remover: dict[str, str] = field(default_factory=dict)  # name -> the commit removing it
     live_count: list[int] = field(default_factory=lambda: [0])  # position -> live commits
     removes_only: set[str] = field(default_factory=set)  # commits adding no files of their own
+    # (remover, named commit): removals by name of a commit not live at the remover's position
+    # (already removed, or not yet applied): the state machine must refuse those.
+    dead_removals: list[tuple[str, str]] = field(default_factory=list)
     # (XOR of the live commits' name hashes, how many) -> the positions with that live set:
     # a read is valid at every position whose live set it returned exactly.
     positions_by_live: dict[tuple[int, int], list[int]] = field(
@@ -294,6 +303,7 @@ def check_history(
     out.extend(_check_final_state(commit_list, by_name, applied))
     out.extend(_check_commit_real_time(commit_list, applied))
     orders = _key_orders(commit_list, applied)
+    out.extend(_check_dead_removals(orders, by_name, applied))
     # read name -> the positions whose state it returned exactly, for reads that returned one
     positions: dict[str, list[int]] = {}
     for read in read_list:
@@ -414,7 +424,9 @@ def _key_orders(commits: list[CommitOp], applied: Mapping[str, int]) -> dict[str
         for position, (_ts, name) in enumerate(items, start=1):
             c = by_name[name]
             gone = list(live) if key in c.overwrites else []
-            gone += [m for k, m in c.removes if k == key and m in live and m not in gone]
+            named = sorted(m for k, m in c.removes if k == key)
+            gone += [m for m in named if m in live and m not in gone]
+            order.dead_removals.extend((name, m) for m in named if m not in live)
             for m in gone:
                 del live[m]
                 live_hash ^= hash(m)
@@ -430,6 +442,47 @@ def _key_orders(commits: list[CommitOp], applied: Mapping[str, int]) -> dict[str
             order.positions_by_live.setdefault((live_hash, len(live)), []).append(position)
         orders[key] = order
     return orders
+
+
+def _check_dead_removals(
+    orders: Mapping[str, _KeyOrder], by_name: Mapping[str, CommitOp], applied: Mapping[str, int]
+) -> list[Violation]:
+    """An applied commit removed by name only files live at its position: none that an
+    earlier applied commit had already removed (racing removers: the later one must be
+    refused, DATA_FILE_CONFLICT or READ_CONFLICT), none of a commit not applied before it.
+    A refused removal applies nothing, and one of unknown outcome is judged by whether it
+    applied, so neither is held to this."""
+    out = []
+    for key in sorted(orders):
+        order = orders[key]
+        for remover, m in order.dead_removals:
+            c = by_name[remover]
+            first = order.remover.get(m)
+            if first is not None and order.index[first] < order.index[remover]:
+                out.append(
+                    Violation(
+                        "double-removal",
+                        f"{c.describe(applied)} removed the files of {m} from {key}, which "
+                        f"{by_name[first].describe(applied)} had already removed (both "
+                        "applied: the later removal must have been refused)",
+                        (remover, m, first),
+                    )
+                )
+            else:
+                what = (
+                    f"{by_name[m].describe(applied)}, not applied before it"
+                    if m in by_name
+                    else f"{m}, which nobody sent"
+                )
+                out.append(
+                    Violation(
+                        "removed-missing",
+                        f"{c.describe(applied)} removed from {key} the files of {what} (a "
+                        "removal of a file not in the table must have been refused)",
+                        (remover, m),
+                    )
+                )
+    return out
 
 
 def _check_read_prefix(
@@ -698,15 +751,24 @@ def _check_monotonic_clients(
     latest_position: Mapping[str, int],
     earliest_position: Mapping[str, int],
 ) -> list[Violation]:
-    """A client's current reads, in the order it sent them, never cover less of a key than
-    its earlier reads of any key covered (by data: the commits at or below the newest point)."""
+    """A client's current read never covers less of a key than its reads answered before it
+    was sent covered, of any key (by data: the commits at or below the newest point). Reads of
+    one client that overlap in time (sent from several threads) do not bind each other."""
     out = []
     per_client: dict[str, list[ReadOp]] = {}
     for read in reads:
         per_client.setdefault(read.client, []).append(read)
     for client in sorted(per_client):
         latest: tuple[int, ReadOp] | None = None
+        by_answer = sorted(per_client[client], key=lambda r: r.t_answered)
+        i = 0
         for read in sorted(per_client[client], key=lambda r: r.t_sent):
+            while i < len(by_answer) and by_answer[i].t_answered < read.t_sent:
+                r = by_answer[i]
+                p = _point(r, orders.get(r.key, _KeyOrder([], [])), earliest_position[r.name])
+                if p is not None and (latest is None or p > latest[0]):
+                    latest = (p, r)
+                i += 1
             order = orders.get(read.key, _KeyOrder([], []))
             n = latest_position[read.name]
             if latest is not None and order.count_upto(latest[0]) > n:
@@ -720,9 +782,6 @@ def _check_monotonic_clients(
                         (latest[1].name, read.name, order.names[n]),
                     )
                 )
-            p = _point(read, order, earliest_position[read.name])
-            if p is not None and (latest is None or p > latest[0]):
-                latest = (p, read)
     return out
 
 

@@ -72,6 +72,7 @@ import signal
 import threading
 import time
 import tomllib
+from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -145,7 +146,8 @@ GC_TTL = "1s"
 # Appended to one file a commit, while an optimizer rewrites some of its live files into one
 # (remove them, add the replacement, in one commit checked against its read_ts as
 # `metastore table optimize` does) or removes some without adding any (a DELETE of whole
-# files): partial removals, for the checker's live-set rule.
+# files): partial removals, for the checker's live-set rule. Two optimizers race for the
+# same files: at most one removal of a file may apply (the checker's double-removal rule).
 OPT_TABLE = "ch.opt"
 # Created, written once and dropped again and again during the run (a new incarnation each
 # time): reads AS OF the commit ts (before the drop) must list that incarnation's file, reads
@@ -522,30 +524,47 @@ def _linearizable_reader(c: MetastoreCluster, h: History, stop: threading.Event)
     the linearizability checker (tests/chaos/linearizability.py). (The client's floors are
     the process's, so a commit acknowledged to the committers also raises `min_ts`: the
     `read_ts` matters for what was acknowledged elsewhere, such as commits whose outcome the
-    committers never learnt.)"""
+    committers never learnt.)
+
+    Two lanes (threads) share the per-node clients and go round the nodes in the same order,
+    the second started 100 ms later and reading another table: one client (node-bound, and
+    the process's floors) at times has two reads in flight at once, which the checker judges as
+    concurrent (a read binds the client's later reads only once answered)."""
     clients = {i: _reader_client(c, i, 1_500) for i in c.ids}
-    n = 0
+    second = threading.Thread(
+        target=_guarded(h, _linearizable_lane), args=(clients, h, stop, 1), daemon=True
+    )
     try:
-        while not stop.is_set():
-            for node, client in clients.items():
-                n += 1
-                table = LIN_TABLES[n % len(LIN_TABLES)]
-                t0 = time.monotonic()
-                try:
-                    client.read_ts()
-                    reply = client.files(table)
-                except Exception as exc:  # noqa: BLE001 - judged by the checker
-                    _read_error(h, node, "linearizable files", exc)
-                    continue
-                paths = frozenset(f["path"] for f in reply["files"])
-                with h.lock:
-                    h.lin_reads.append(
-                        (node, table, int(reply["as_of"]), paths, t0, time.monotonic())
-                    )
-            stop.wait(0.2)  # modest: the machine has 2 cores and the other readers run too
+        if not stop.wait(0.1):
+            second.start()
+        _linearizable_lane(clients, h, stop, 0)
     finally:
+        if second.is_alive():
+            second.join(timeout=30)
         for client in clients.values():
             client.close()
+
+
+def _linearizable_lane(
+    clients: dict[int, SyncMetastoreClient], h: History, stop: threading.Event, lane: int
+) -> None:
+    """One lane of `_linearizable_reader`: a round of the nodes, then 200 ms of rest."""
+    n = 2 * lane  # the lanes read different tables at a node
+    while not stop.is_set():
+        for node, client in clients.items():
+            n += 1
+            table = LIN_TABLES[n % len(LIN_TABLES)]
+            t0 = time.monotonic()
+            try:
+                client.read_ts()
+                reply = client.files(table)
+            except Exception as exc:  # noqa: BLE001 - judged by the checker
+                _read_error(h, node, "linearizable files", exc)
+                continue
+            paths = frozenset(f["path"] for f in reply["files"])
+            with h.lock:
+                h.lin_reads.append((node, table, int(reply["as_of"]), paths, t0, time.monotonic()))
+        stop.wait(0.2)  # modest: the machine has 2 cores and the other readers run too
 
 
 def _schema_reader(c: MetastoreCluster, h: History, stop: threading.Event, seed: int) -> None:
@@ -691,7 +710,7 @@ def _opt_commit(
             result = client.commit(txn_id, [write], read_ts=read_ts, read_tables=[OPT_TABLE])
         op.update(outcome="ok", ts=int(result["ts"]))
     except MetastoreError as exc:
-        op.update(outcome=_outcome(exc), code=exc.code.value)
+        op.update(outcome=_outcome(exc), code=exc.code.value, details=dict(exc.details))
     op["t1"] = time.monotonic()
 
 
@@ -708,14 +727,34 @@ def _opt_appender(c: MetastoreCluster, h: History, stop: threading.Event) -> Non
         client.close()
 
 
-def _optimizer(c: MetastoreCluster, h: History, stop: threading.Event, seed: int) -> None:
+def _pick_victims(rng: random.Random, files: list[dict[str, Any]], want: int) -> list[str] | None:
+    """`want` txn ids among the oldest `want` + 2 listed files (a compaction takes the oldest
+    small files first: two optimizers reading the table at about the same time pick
+    overlapping sets, and race for them), or None when fewer are listed."""
+    oldest = sorted(files, key=lambda f: (int(f["added_ts"]), str(f["path"])))[: want + 2]
+    if len(oldest) < want:
+        return None
+    return sorted(rng.sample([_txn_of(str(f["path"])) for f in oldest], want))
+
+
+def _optimizer(
+    c: MetastoreCluster, h: History, stop: threading.Event, seed: int, racer: bool = False
+) -> None:
     """Partial removals of OPT_TABLE, as `metastore table optimize` commits them: `read_ts`,
     the table's files at it (recorded as an AS OF read), then one commit with that read_ts
     that removes 2-3 of them and adds one replacement file, or (one time in three) removes
     1-2 and adds nothing. Refusals (READ_CONFLICT when the appender committed meanwhile) are
-    recorded like any other outcome."""
-    rng = random.Random(seed * 7 + 4)
+    recorded like any other outcome.
+
+    Two run, each with its own client and seeded RNG, and race for the same (oldest) files.
+    The `racer` (txn ids `oqo-`/`oqd-`, the other's `opo-`/`opd-`) takes 0-300 ms between
+    its read and its commit (writing the replacement), and half of its commits are blind:
+    no read_ts, so a file the other optimizer removed meanwhile is refused by the state
+    machine's own per-file check (DATA_FILE_CONFLICT), not by the read set. Either way at
+    most one removal of a file may apply (the checker's `double-removal`)."""
+    rng = random.Random(seed * 7 + (5 if racer else 4))
     client = _workload_client(c, 4_000)
+    prefix = "oq" if racer else "op"
     n = 0
     try:
         while not stop.is_set():
@@ -729,15 +768,17 @@ def _optimizer(c: MetastoreCluster, h: History, stop: threading.Event, seed: int
             paths = frozenset(f["path"] for f in files)
             with h.lock:
                 h.reads.append((0, OPT_TABLE, read_ts, paths, t0, time.monotonic()))
-            live = sorted(_txn_of(p) for p in paths)
             adds = rng.random() >= 1 / 3
-            want = rng.randint(2, 3) if adds else rng.randint(1, 2)
-            if len(live) < want:
+            victims = _pick_victims(rng, files, rng.randint(2, 3) if adds else rng.randint(1, 2))
+            if victims is None:
                 continue
             n += 1
-            victims = rng.sample(live, want)
-            txn_id = f"opo-{n}" if adds else f"opd-{n}"
-            _opt_commit(client, h, txn_id, victims, adds, read_ts)
+            txn_id = f"{prefix}{'o' if adds else 'd'}-{n}"
+            blind = False
+            if racer:
+                stop.wait(rng.uniform(0.0, 0.3))
+                blind = rng.random() < 0.5
+            _opt_commit(client, h, txn_id, victims, adds, None if blind else read_ts)
     finally:
         client.close()
 
@@ -1887,6 +1928,7 @@ def test_chaos_history_is_consistent(tmp_path: Path, seed: int) -> None:
             (_leaser, (c, h, stop, seed)),
             (_opt_appender, (c, h, stop)),
             (_optimizer, (c, h, stop, seed)),
+            (_optimizer, (c, h, stop, seed, True)),
             (_side_cycler, (c, h, stop)),
         ]
         workers = [
@@ -2314,6 +2356,11 @@ def _check_linearizable(final: SyncMetastoreClient, h: History, now_ts: int, whe
     )
     assert lin_reads, f"no linearizable read was answered {where}"
     gc_lin = sum(table == GC_TABLE for _n, table, *_ in lin_reads)
+    in_flight_until: dict[int, float] = {}  # node -> the latest answer of its client's reads
+    overlapping = 0
+    for node, _table, _as_of, _paths, t0, t1 in sorted(lin_reads, key=lambda r: r[4]):
+        overlapping += t0 < in_flight_until.get(node, -1.0)
+        in_flight_until[node] = max(t1, in_flight_until.get(node, -1.0))
     opt_lin = sum(table == OPT_TABLE for _n, table, *_ in lin_reads)
     opt_as_of = sum(table == OPT_TABLE for _n, table, *_ in as_of_reads)
     rewrites = [t for t, op in opt_ops.items() if op["removes"] and op["adds"] and t in applied]
@@ -2321,12 +2368,61 @@ def _check_linearizable(final: SyncMetastoreClient, h: History, now_ts: int, whe
     assert rewrites or deletes, f"no partial removal of {OPT_TABLE} was applied {where}"
     refused = sum(bool(op["removes"]) and op["outcome"] == "fail" for op in opt_ops.values())
     return (
-        f"linearizable: {len(lin_reads)} current-files reads ({gc_lin} of overwritten "
+        f"linearizable: {len(lin_reads)} current-files reads ({overlapping} sent while "
+        f"another of the same client was in flight; {gc_lin} of overwritten "
         f"{GC_TABLE}, {opt_lin} of optimized {OPT_TABLE}) and {len(as_of_reads)} AS OF reads "
         f"({gc_as_of} of {GC_TABLE}, {h.gc_refused} more refused below its GC threshold; "
         f"{opt_as_of} of {OPT_TABLE}) against {len(applied)} applied commits "
         f"({sum(n in applied for n in gc_ops)} overwrites, {len(rewrites)} rewrites and "
-        f"{len(deletes)} remove-only of {OPT_TABLE}, {refused} more refused) in ts order"
+        f"{len(deletes)} remove-only of {OPT_TABLE}, {refused} more refused) in ts order; "
+        + _racing_summary(opt_ops, applied, where)
+    )
+
+
+def _racing_summary(opt_ops: dict[str, dict[str, Any]], applied: dict[str, int], where: str) -> str:
+    """What the two optimizers' race came to: removals refused while (or because) another
+    commit, sent before the refusal was answered and applied, removed a file they named, by
+    refusal code, and those of unknown outcome that did not apply. That none applied twice
+    is the checker's (`double-removal`). A DATA_FILE_CONFLICT must name a file an applied
+    commit of the history removed, at that commit's ts (else the refusal is made up)."""
+    removed_by = {
+        m: txn_id for txn_id, op in opt_ops.items() if txn_id in applied for m in op["removes"]
+    }
+    codes: Counter[str] = Counter()
+    unknown_lost = 0
+    for txn_id, op in opt_ops.items():
+        if op.get("code") == "DATA_FILE_CONFLICT":
+            details = op.get("details", {})
+            named = _txn_of(str(details.get("path")))
+            remover = removed_by.get(named)
+            assert (
+                named in op["removes"]
+                and remover is not None
+                and applied[remover] == details.get("removed_ts")
+            ), (
+                f"{txn_id} (removing {op['removes']}) was refused DATA_FILE_CONFLICT {details}, "
+                f"but the history's removal of {named} is "
+                + (f"{remover} at ts {applied[remover]}" if remover else "none")
+                + f" {where}"
+            )
+        racing = [
+            removed_by[m]
+            for m in op["removes"]
+            if removed_by.get(m, txn_id) != txn_id
+            and opt_ops[removed_by[m]]["t0"] < op.get("t1", float("inf"))
+        ]
+        if not racing:
+            continue
+        if op["outcome"] == "fail":
+            codes[op.get("code", "?")] += 1
+        elif op["outcome"] == "unknown" and txn_id not in applied:
+            unknown_lost += 1
+    racer = [t for t in opt_ops if t.startswith("oq")]
+    return (
+        f"racing removals of {OPT_TABLE}: {sum(codes.values())} refused "
+        f"({', '.join(f'{n} {code}' for code, n in sorted(codes.items())) or 'none'}), "
+        f"{unknown_lost} unknown and not applied; the racer applied "
+        f"{sum(t in applied for t in racer)} of {len(racer)}"
     )
 
 

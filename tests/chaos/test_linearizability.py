@@ -2,8 +2,9 @@
 made here: hand-written ones for each rule, generated linearizable ones (with overwrites and
 removals, and schema histories of DDL and schema reads) that must pass, and mutations of them
 (a dropped prefix element, a stale read, a reversed real-time pair, a read from the future, a
-removed file still listed, a schema read that misses an acknowledged DDL or sees one below its
-Tu) that must be flagged naming the operations involved."""
+removed file still listed, a racing removal of already removed files applied, a schema read
+that misses an acknowledged DDL or sees one below its Tu) that must be flagged naming the
+operations involved."""
 
 from __future__ import annotations
 
@@ -209,6 +210,23 @@ def test_a_clients_reads_are_monotonic() -> None:
     assert check_history(commits, reads, applied) == []
 
 
+def test_concurrent_reads_of_one_client_bind_only_once_answered() -> None:
+    # R1 and R2 of client x overlap: R2, sent later but answered first, may see less (its
+    # point lies before R1's). R3, sent after R1 was answered, may not.
+    commits = [_commit("A", 0, 1, 10), _commit("B", 2, 3, 20), _commit("C", 4, 5, 30)]
+    applied = {"A": 10, "B": 20, "C": 30}
+    reads = [
+        _read("R1", 3.5, 10, {"A", "B", "C"}, client="x"),
+        _read("R2", 3.6, 3.9, {"A", "B"}, client="x"),
+    ]
+    assert check_history(commits, reads, applied) == []
+    late = _read("R3", 10.5, 11, {"A", "B", "C"}, client="x", key="a")
+    assert check_history(commits, [*reads, late], applied) == []
+    stale = dataclasses.replace(late, observed=frozenset({"A", "B"}))
+    v = _only(check_history(commits, [*reads, stale], applied), "monotonic-read")
+    assert v.ops == ("R1", "R3", "C")
+
+
 # ---- generated histories ----------------------------------------------------------------
 
 
@@ -240,6 +258,11 @@ class _History:
             if c.adds_files:
                 live.add(n)
         return live
+
+    def prefix_names(self, key: str) -> list[str]:
+        """Every applied commit writing `key`, removed or not, in ts order."""
+        keys = {c.name: c.keys for c in self.commits}
+        return [n for n in sorted(self.applied, key=self.applied.__getitem__) if key in keys[n]]
 
 
 KEYS = ("a", "b")
@@ -285,9 +308,10 @@ def linearizable_histories(
             else:
                 events.append((float("inf"), i, op))  # never applied
         elif kind == "read":
-            client = draw(st.sampled_from(["r1", "r2", "r3"]))
-            t_sent = max(t_sent, client_free.get(client, -1.0) + 1.0)  # a client is sequential
-            client_free[client] = t_sent + duration
+            client = draw(st.sampled_from(["r1", "r2", "r3", "rc"]))
+            if client != "rc":  # sequential clients; "rc" reads from several threads at once
+                t_sent = max(t_sent, client_free.get(client, -1.0) + 1.0)
+                client_free[client] = t_sent + duration
             op = {
                 "kind": "read",
                 "name": f"R{i}",
@@ -315,6 +339,14 @@ def linearizable_histories(
                     for _ in range(op["removals"] if live else 0):
                         removes.add((key, draw(st.sampled_from(live))))
                 h.applied[op["name"]] = ts
+            else:
+                # Never applied (points at infinity come last): a racing removal may name any
+                # commit of the key applied so far, one another write already removed too.
+                added = {c.name for c in h.commits if c.adds_files}
+                for key in op["keys"] if op["removals"] else ():
+                    ever = sorted(n for n in h.prefix_names(key) if n in added)
+                    for _ in range(op["removals"] if ever else 0):
+                        removes.add((key, draw(st.sampled_from(ever))))
             h.commits.append(
                 CommitOp(
                     op["name"],
@@ -701,6 +733,122 @@ def key_of_removal(by_name: dict[str, CommitOp], remover: str, key: str, removed
     """Whether `remover` removes `removed` from `key` (by overwrite or by name)."""
     c = by_name[remover]
     return key in c.overwrites or (key, removed) in c.removes
+
+
+def test_racing_removals_with_one_applied_pass() -> None:
+    # O1 and O2 both picked A while it was live; O1 won. O2 refused (DATA_FILE_CONFLICT or
+    # READ_CONFLICT) or unknown and never applied: nothing of it happened.
+    commits = [
+        _commit("A", 0, 1, 10),
+        _commit("B", 2, 3, 20),
+        _remove("O1", 4, 5, 30, "A"),
+        dataclasses.replace(_remove("O2", 4, 6, 0, "A", "B"), outcome="fail", ts=None),
+        dataclasses.replace(_remove("O3", 4, 7, 0, "A", adds=False), outcome="unknown", ts=None),
+    ]
+    applied = {"A": 10, "B": 20, "O1": 30}
+    reads = [_read("R", 8, 9, {"B", "O1"}), _read("S", 8, 9, {"A", "B"}, kind="as_of", as_of=20)]
+    assert check_history(commits, reads, applied) == []
+
+
+def test_an_applied_removal_of_an_already_removed_file_is_flagged() -> None:
+    commits = [
+        _commit("A", 0, 1, 10),
+        _commit("B", 2, 3, 20),
+        _remove("O1", 4, 5, 30, "A"),
+        _remove("O2", 4, 6, 40, "A", "B", adds=False),
+    ]
+    applied = {"A": 10, "B": 20, "O1": 30, "O2": 40}
+    v = _only(check_history(commits, [], applied), "double-removal")
+    assert v.ops == ("O2", "A", "O1")
+    assert "commit O2 (ok, ts 40" in v.message and "commit O1 (ok, ts 30" in v.message
+    # Unknown outcome is either: refused is fine (above), applied is held to the rule.
+    unknown = [*commits[:3], dataclasses.replace(commits[3], outcome="unknown", ts=None)]
+    assert _only(check_history(unknown, [], applied), "double-removal").ops == ("O2", "A", "O1")
+    # The one applied later is the one flagged, whichever was sent first.
+    swapped = {"A": 10, "B": 20, "O1": 50, "O2": 40}
+    commits[2] = dataclasses.replace(commits[2], ts=50)
+    assert _only(check_history(commits, [], swapped), "double-removal").ops == ("O1", "A", "O2")
+    # An overwrite removes everything before it: a later removal by name of those is dead too.
+    over = [_commit("A", 0, 1, 10), _overwrite("W", 2, 3, 20), _remove("O", 4, 5, 30, "A")]
+    v = _only(check_history(over, [], {"A": 10, "W": 20, "O": 30}), "double-removal")
+    assert v.ops == ("O", "A", "W")
+    # A commit of two keys removed from each by another write: one violation per key.
+    two = [
+        _commit("C", 0, 1, 10, keys=("a", "b")),
+        _overwrite("Wa", 2, 3, 20),
+        dataclasses.replace(
+            _overwrite("Wb", 4, 5, 30), keys=frozenset({"b"}), overwrites=frozenset({"b"})
+        ),
+        CommitOp(
+            "X", frozenset({"a", "b"}), 6, 7, "ok", 40, removes=frozenset({("a", "C"), ("b", "C")})
+        ),
+    ]
+    violations = check_history(two, [], {"C": 10, "Wa": 20, "Wb": 30, "X": 40})
+    found = [(v.ops, v.message.split(" from ")[1][:2]) for v in violations]
+    assert found == [(("X", "C", "Wa"), "a,"), (("X", "C", "Wb"), "b,")], found
+
+
+def test_an_applied_removal_of_a_file_not_in_the_table_is_flagged() -> None:
+    commits = [_remove("O", 0, 1, 10, "A", "Z"), _commit("A", 2, 3, 20)]
+    violations = check_history(commits, [], {"O": 10, "A": 20})
+    found = sorted(v.ops for v in violations if v.rule == "removed-missing")
+    assert found == [("O", "A"), ("O", "Z")], [str(v) for v in violations]
+    assert any("Z, which nobody sent" in v.message for v in violations)
+
+
+@settings(max_examples=100, deadline=None)
+@given(linearizable_histories(), st.data())
+def test_a_racing_removal_that_applied_is_flagged(h: _History, data: st.DataObject) -> None:
+    """Mutation: a removal of a commit's files that another applied write had already
+    removed is applied after all (a refused or never-applied racing removal turned
+    acknowledged or unknown-and-applied, or a new acknowledged one at the end): flagged
+    naming it, the removed commit and the first remover."""
+    by_name = by_name_of(h)
+    first: dict[tuple[str, str], str] = {}  # (key, removed) -> the applied write removing it
+    for n in sorted(h.applied, key=h.applied.__getitem__):
+        c = by_name[n]
+        for key in c.keys:
+            before = h.prefix(key, h.applied[n] - 1)
+            gone = before if key in c.overwrites else {m for k, m in c.removes if k == key}
+            for m in gone & before:
+                first.setdefault((key, m), n)
+    top = h.top_ts()
+    racers = [
+        (c, key, m)
+        for c in h.commits
+        if c.name not in h.applied
+        for key, m in sorted(c.removes)
+        if (key, m) in first
+    ]
+    if racers:
+        c, key, m = data.draw(st.sampled_from(racers))
+        outcome = data.draw(st.sampled_from(["ok", "unknown"]))
+        mutated = dataclasses.replace(c, outcome=outcome, ts=top + 10 if outcome == "ok" else None)
+        h.commits[h.commits.index(c)] = mutated
+        name = c.name
+    elif first:
+        key, m = data.draw(st.sampled_from(sorted(first)))
+        t = h.end()
+        name = "XO"
+        removes = frozenset({(key, m)})
+        raced = CommitOp(name, frozenset({key}), t, t + 1, "ok", top + 10, removes=removes)
+        h.commits.append(raced)
+    else:
+        t = h.end()
+        _add_ok_commit(h, "X1", t, t + 1, top + 10)
+        h.commits.append(_remove("X2", t + 2, t + 3, top + 20, "X1"))
+        h.commits.append(_remove("XO", t + 2, t + 4, top + 30, "X1", adds=False))
+        h.applied["X2"] = top + 20
+        key, m, name = "a", "X1", "XO"
+        first[(key, m)] = "X2"
+        top += 20
+    h.applied[name] = top + 10
+    violations = check_history(h.commits, h.reads, h.applied)
+    flagged = [v for v in violations if v.rule == "double-removal" and v.ops[:2] == (name, m)]
+    # One per key the removal names m on (a commit of two keys may remove m from both).
+    ours = [v for v in flagged if v.ops[2] == first[(key, m)] and f"from {key}," in v.message]
+    assert ours, [str(v) for v in violations]
+    assert f"commit {name} (" in ours[0].message
 
 
 # ---- schemas: DDL at its activation time Tu, schema reads at a ts --------------------------
