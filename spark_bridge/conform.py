@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from metastore.java_case import java_case_key
@@ -52,7 +53,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
 
     from pyspark.sql import Column, DataFrame
-    from pyspark.sql.types import DataType, StructType
+    from pyspark.sql.types import DataType, StructField, StructType
 
     from metastore import types as M
     from metastore.errors import DuplicateMapKeyError, ValueTooLongError
@@ -311,17 +312,34 @@ def conform(df: DataFrame, table: str, columns: list[dict[str, Any]]) -> DataFra
     return df.select(*exprs)
 
 
-def _projection(
-    schema: StructType, table: str, columns: list[dict[str, Any]], *, refuse_equal_keys: bool
-) -> list[Any]:
-    from pyspark.sql import functions as F
+@dataclass(frozen=True)
+class ConformedColumn:
+    """How one pinned column of a write is made from the output (`conform_plan`)."""
 
-    from metastore import types as M
+    # The pinned column as a Spark field (VARCHAR/CHAR as STRING, its field id in the metadata).
+    pinned: StructField
+    # Its wire form (the protocol's `schema.columns` entry).
+    column: dict[str, Any]
+    # The output's column it is made from (cast to `pinned` when its type differs, a widening)
+    # and that column's index in the output; None: the output lacks it, so it is filled.
+    source: StructField | None
+    source_index: int | None
+    # The DEFAULT (SQL text) a missing column is filled with; None: NULL.
+    default: str | None
 
+
+def conform_plan(
+    schema: StructType, table: str, columns: list[dict[str, Any]]
+) -> list[ConformedColumn]:
+    """How an output of `schema` is conformed to the pinned `columns` of `table` (the rules of
+    the module docstring), one entry per pinned column in the pinned order; SchemaMismatchError
+    naming the column when it cannot be. Pure Python (no Spark session): the bridge builds its
+    Spark projection from it (`conform`), the data source's writer checks a DataFrame with it
+    where the write is planned and conforms each batch of rows with pyarrow by it."""
     target = pinned_struct(columns)
     # Names as Spark's analyzer matches them (Java's equalsIgnoreCase), not casefold: `straße`
     # and `STRASSE` are two columns (siblings since apply version 7).
-    present = {java_case_key(f.name): f for f in schema.fields}
+    present = {java_case_key(f.name): (i, f) for i, f in enumerate(schema.fields)}
     if len(present) < len(schema.fields):
         # Two output columns for one pinned column (`v` and `V`): which to write is ambiguous.
         names = [java_case_key(f.name) for f in schema.fields]
@@ -337,31 +355,48 @@ def _projection(
             f"output for {table} has columns the pinned schema does not: {extra}; "
             f"pinned columns: {[f.name for f in target.fields]} (change the schema with DDL first)"
         )
-    defaults = {java_case_key(c["name"]): c.get("default") for c in columns}
-    exprs = []
+    plan = []
     for f, c in zip(target.fields, columns, strict=True):
-        src = present.get(java_case_key(f.name))
-        if src is None:
-            default = defaults.get(java_case_key(f.name))
-            if default:
-                col = F.expr(default).cast(_nullable_as(None, f.dataType))
-            elif f.nullable:
-                col = F.lit(None).cast(f.dataType)
-            else:
+        found = present.get(java_case_key(f.name))
+        default = str(c["default"]) if c.get("default") else None
+        if found is None:
+            if default is None and not f.nullable:
                 raise SchemaMismatchError(
                     f"output for {table} lacks NOT NULL column {f.name!r}, which has no default"
                 )
-        else:
-            if not _widening_ok(src.dataType, f.dataType):
-                raise SchemaMismatchError(
-                    f"column {f.name!r} of {table}: output type {src.dataType.simpleString()} "
-                    f"cannot be widened to the pinned {f.dataType.simpleString()}"
-                    + (
-                        " (struct fields are matched by position: the pinned fields, in order)"
-                        if "struct<" in src.dataType.simpleString()
-                        else ""
-                    )
+            plan.append(ConformedColumn(f, c, None, None, default))
+            continue
+        index, src = found
+        if not _widening_ok(src.dataType, f.dataType):
+            raise SchemaMismatchError(
+                f"column {f.name!r} of {table}: output type {src.dataType.simpleString()} "
+                f"cannot be widened to the pinned {f.dataType.simpleString()}"
+                + (
+                    " (struct fields are matched by position: the pinned fields, in order)"
+                    if "struct<" in src.dataType.simpleString()
+                    else ""
                 )
+            )
+        plan.append(ConformedColumn(f, c, src, index, None))
+    return plan
+
+
+def _projection(
+    schema: StructType, table: str, columns: list[dict[str, Any]], *, refuse_equal_keys: bool
+) -> list[Any]:
+    from pyspark.sql import functions as F
+
+    from metastore import types as M
+
+    exprs = []
+    for step in conform_plan(schema, table, columns):
+        f, c, src = step.pinned, step.column, step.source
+        if src is None:
+            if step.default is not None:
+                col = F.expr(step.default).cast(_nullable_as(None, f.dataType))
+            else:
+                col = F.lit(None).cast(f.dataType)
+        else:
             # Quoted whole, embedded backquotes doubled: a name may hold dots and backquotes.
             col = F.col(_quoted(src.name))
             if src.dataType != f.dataType:
@@ -386,7 +421,7 @@ def _projection(
         # NOT NULL nested fields, where the output's field can hold NULL (a filled DEFAULT is
         # checked whole; a filled NULL holds no field).
         checks = _null_checks(None if src is None else src.dataType, pinned_type, f.name)
-        if src is None and not defaults.get(java_case_key(f.name)):
+        if src is None and step.default is None:
             checks = []
         if checks:
             col = _fail_when(

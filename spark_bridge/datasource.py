@@ -37,6 +37,19 @@ columns; appends also write the columns a schema change job holds write-only (it
 the DataFrame may omit them (they are hidden from readers), and the writer fills their DEFAULT, or
 NULL.
 
+An append takes what `MetastoreBridge.batch` takes, by the same rules (spark_bridge.conform
+`conform_plan`, one copy of them): the DataFrame's columns are matched to the table's by name as
+Spark matches them (case-insensitively, Java's rule; in any order), a type is cast only where it
+widens as the evolution rules allow (int to bigint, float to double, a decimal to a wider one of
+the same scale, date to timestamp_ntz; inside structs, by position, arrays and maps too), a missing
+column is filled with its DEFAULT, else NULL if nullable; a column the table lacks, one given
+twice, a missing NOT NULL column without DEFAULT or a type that would narrow is the bridge's
+SchemaMismatchError naming the column, raised where the write is planned (before its session
+opens: nothing written). Spark hands `writer()` the DataFrame's own schema and each task its rows
+in that order and those types (measured, pyspark 4.3: no cast or reorder of its own), so each task
+builds its rows into Arrow as they are and selects and casts the pinned columns from them
+(`_conformed`), then pads CHAR, checks VARCHAR/CHAR lengths, map keys and NOT NULL, as before.
+
 Each append runs under a metastore session of its own, opened (fresh id, TTL the
 `session_ttl_ms` option, default 10 min, at most 1 h) when the write is planned: its files go to
 that session's attempt directory `_txn/<session id>--append-<random>/`, which GC's orphan scan
@@ -293,6 +306,79 @@ def _fill(column: dict[str, Any], arrow_type: pa.DataType, rows: int) -> pa.Arra
     return pa.nulls(rows, type=arrow_type)
 
 
+def _source_arrow_type(dtype: Any) -> pa.DataType:
+    """The Arrow type of a DataFrame's Spark type, as Spark's Arrow conversion maps it (the
+    metastore's types as `metastore.client.parquet.arrow_type` maps them; a bare `lit(None)`
+    is Arrow's null type), every nested field nullable: the DataFrame's own nullability is not
+    a promise the rows are checked against (the pinned NOT NULL ones are, `_check_nulls`)."""
+    import pyarrow as pa
+    from pyspark.sql import types as T
+
+    primitives: list[tuple[type, pa.DataType]] = [
+        (T.BooleanType, pa.bool_()),
+        (T.ByteType, pa.int8()),
+        (T.ShortType, pa.int16()),
+        (T.IntegerType, pa.int32()),
+        (T.LongType, pa.int64()),
+        (T.FloatType, pa.float32()),
+        (T.DoubleType, pa.float64()),
+        (T.StringType, pa.string()),
+        (T.CharType, pa.string()),
+        (T.VarcharType, pa.string()),
+        (T.BinaryType, pa.binary()),
+        (T.DateType, pa.date32()),
+        (T.TimestampNTZType, pa.timestamp("us")),
+        (T.TimestampType, pa.timestamp("us", tz="UTC")),
+        (T.NullType, pa.null()),
+    ]
+    for spark, arrow in primitives:
+        if isinstance(dtype, spark):
+            return arrow
+    if isinstance(dtype, T.DecimalType):
+        return pa.decimal128(dtype.precision, dtype.scale)
+    if isinstance(dtype, T.ArrayType):
+        return pa.list_(pa.field("element", _source_arrow_type(dtype.elementType)))
+    if isinstance(dtype, T.MapType):
+        return pa.map_(_source_arrow_type(dtype.keyType), _source_arrow_type(dtype.valueType))
+    if isinstance(dtype, T.StructType):
+        return pa.struct([pa.field(f.name, _source_arrow_type(f.dataType)) for f in dtype.fields])
+    # `conform_plan` refused any type no pinned type widens from before a task ran.
+    raise TypeError(f"no Arrow type for the DataFrame's {dtype.simpleString()}")
+
+
+def _conformed(values: pa.Array, target: pa.DataType) -> pa.Array:
+    """`values` (of the DataFrame's type) as the pinned Arrow type `target`, as Spark's cast
+    makes them: a struct's fields by position (under the pinned names, which `conform_plan`
+    checked match case-insensitively), arrays and maps element by element, a leaf cast (only
+    the widenings the plan allowed reach here). A NULL stays NULL at every level; NOT NULL
+    fields are checked afterwards (`_check_nulls`), so they are built without a check here."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if values.type == target:
+        return values
+    if pa.types.is_null(values.type):
+        return pa.nulls(len(values), type=target)
+    mask = values.is_null() if values.null_count else None
+    if pa.types.is_struct(target):
+        fields = [target.field(i) for i in range(target.num_fields)]
+        children = [_conformed(values.field(i), f.type) for i, f in enumerate(fields)]
+        return pa.StructArray.from_arrays(children, fields=fields, mask=mask)
+    if pa.types.is_map(target):
+        return pa.MapArray.from_arrays(
+            values.offsets,
+            _conformed(values.keys, target.key_type),
+            _conformed(values.items, target.item_type),
+            type=target,
+            mask=mask,
+        )
+    if pa.types.is_list(target):
+        return pa.ListArray.from_arrays(
+            values.offsets, _conformed(values.values, target.value_type), type=target, mask=mask
+        )
+    return pc.cast(values, target)
+
+
 def _check_lengths(table: pa.Table, columns: list[dict[str, Any]], name: str) -> pa.Table:
     """`table` with its VARCHAR(n) and CHAR(n) values conformed as Spark conforms a table write
     (the DataFrame carries those columns as STRING): trailing spaces beyond n are trimmed to n
@@ -412,17 +498,20 @@ class MetastoreWriter(DataSourceWriter):
         overwrite: bool,
         not_before: int,
         txn_id: str | None = None,
-        given: int | None = None,
+        source_schema: StructType | None = None,
         session_id: str,
         session_ttl_ms: int,
         tls: ClientTls | None = None,
         loose_files_max: int | None = None,
         keeper_dir: str = "",
     ) -> None:
-        """`columns` are the write columns of the pinned version; the rows carry the first
-        `given` of them (default all) and the writer fills the rest (write-only columns) with
-        their DEFAULT, or NULL. After the commit, a table holding more than `loose_files_max`
-        (default: the cluster's setting, 0: never) loose file entries is compacted.
+        """`columns` are the write columns of the pinned version; the rows are the DataFrame's,
+        of `source_schema` (Spark's schema of it, as `writer()` got it; default: `columns`
+        themselves), which each task conforms to `columns` by the bridge's rules
+        (spark_bridge.conform `conform_plan`): columns by name, types widened, missing ones
+        (write-only columns, say) filled with their DEFAULT, or NULL. After the commit, a table
+        holding more than `loose_files_max` (default: the cluster's setting, 0: never) loose
+        file entries is compacted.
         `session_id` is the write's own metastore session (`open_write_session`, TTL
         `session_ttl_ms`): the files go to its attempt directory, the tasks and the commit
         heartbeat it, and the commit or abort closes it. `keeper_dir` ("" for none) is the
@@ -445,7 +534,14 @@ class MetastoreWriter(DataSourceWriter):
         self.version = version
         self.location = location
         self.columns = columns
-        self.given = len(columns) if given is None else given
+        from spark_bridge.conform import conform_plan, pinned_struct
+
+        self.source_schema = pinned_struct(columns) if source_schema is None else source_schema
+        # Per write column, the index of the row value it is made from (None: filled). A
+        # DataFrame that cannot be conformed was refused by `writer()` already.
+        self.source_indexes = [
+            step.source_index for step in conform_plan(self.source_schema, table, columns)
+        ]
         self.overwrite = overwrite
         self.not_before = not_before
         # One id per logical write, made once on the driver side and carried (pickled) to the
@@ -585,10 +681,14 @@ class MetastoreWriter(DataSourceWriter):
         from spark_bridge.files import job_file_name
 
         schema = _arrow_schema(self.columns)
-        # By position, under the pinned names: `writer()` checked the DataFrame's columns are
-        # the pinned ones in order, matching names case-insensitively, so a column may be
-        # spelled `ID` for the pinned `id` (looked up by name, its values would read as NULL).
-        names = [f.name for f in list(schema)[: self.given]]
+        # The rows as Spark hands them over: the DataFrame's columns, in its order and types.
+        # Built into Arrow as they are, then each pinned column selected (by the plan's index:
+        # names matched as Spark matches them) and cast to the pinned type (a widening the plan
+        # allowed), or filled: the rules of the bridge's `conform`, with pyarrow, per batch.
+        source = pa.schema(
+            [pa.field(f.name, _source_arrow_type(f.dataType)) for f in self.source_schema.fields]
+        )
+        names = source.names
         rows = [
             dict(zip(names, row.asDict(recursive=True).values(), strict=True)) for row in iterator
         ]
@@ -597,19 +697,20 @@ class MetastoreWriter(DataSourceWriter):
         # PySpark hands a TIMESTAMP (an instant) to Python as a naive datetime in the worker's
         # local time; pyarrow would take a naive value for UTC. Make the instant explicit.
         instants = [
-            f.name
-            for f in list(schema)[: self.given]
-            if pa.types.is_timestamp(f.type) and f.type.tz is not None
+            f.name for f in source if pa.types.is_timestamp(f.type) and f.type.tz is not None
         ]
         for row in rows if instants else ():
             for name in instants:
                 value = row.get(name)
                 if isinstance(value, datetime.datetime) and value.tzinfo is None:
                     row[name] = value.astimezone(datetime.UTC)
-        given = pa.Table.from_pylist(rows, schema=pa.schema(list(schema)[: self.given]))
-        arrays = list(given.columns)
-        for f, c in zip(list(schema)[self.given :], self.columns[self.given :], strict=True):
-            arrays.append(_fill(c, f.type, given.num_rows))
+        given = pa.Table.from_pylist(rows, schema=source)
+        arrays = []
+        for f, c, index in zip(schema, self.columns, self.source_indexes, strict=True):
+            if index is None:
+                arrays.append(_fill(c, f.type, given.num_rows))
+            else:
+                arrays.append(_conformed(given.column(index).combine_chunks(), f.type))
         table = pa.Table.from_arrays(arrays, schema=schema)
         table = _check_lengths(table, self.columns, self.table)
         _check_nulls(table, self.columns, self.table)
@@ -939,8 +1040,7 @@ class MetastoreDataSource(DataSource):
         return MetastoreReader(files=[], columns=columns, groups=groups)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
-        from metastore.java_case import java_case_key
-        from spark_bridge.conform import pinned_struct, write_columns
+        from spark_bridge.conform import SchemaMismatchError, conform_plan, write_columns
 
         if self.options.get("as_of") not in (None, ""):
             # A write lands now (at a commit timestamp above every commit so far), under the
@@ -955,40 +1055,27 @@ class MetastoreDataSource(DataSource):
             )
         pin = self._pin()
         pinned = pin["schema"]
-        # The write columns are the public ones, then the write-only ones (if any): the
-        # DataFrame has the public columns (readers see no others) or all of them.
+        # The write columns are the public ones, then the write-only ones (if any).
         columns = write_columns(pinned)
-        want = pinned_struct(columns)
-        public = len(pinned["schema"]["columns"])
-        # Nullability aside (NOT NULL is enforced where the rows are written, nested too):
-        # Spark marks the fields of `struct(...)`/`array(lit(...))` NOT NULL, which fit the
-        # pinned nullable ones. Nested names must match exactly: rows are handed to Arrow as
-        # dicts, which finds a struct's fields by name.
-        got = [(java_case_key(f.name), _shape(f.dataType)) for f in schema.fields]
-        shape = [(java_case_key(f.name), _shape(f.dataType)) for f in want.fields]
-        if got not in (shape, shape[:public]):
-            from spark_bridge.conform import SchemaMismatchError
-
-            # Against the public columns unless the DataFrame has more (the write-only ones).
-            expected = want if len(got) > public else pinned_struct(columns[:public])
+        # Spark hands over the DataFrame's own schema (its order, names and types; measured,
+        # pyspark 4.3) and the rows in it: checked here by the bridge's rules (columns by name,
+        # types widened only as the evolution rules allow, missing ones filled), before any
+        # session opens; each task then conforms its rows by the same plan.
+        try:
+            plan = conform_plan(schema, self._table(), columns)
+        except SchemaMismatchError as exc:
             raise SchemaMismatchError(
                 f"DataFrame schema {schema.simpleString()} does not match {self._table()} "
-                f"v{pinned['version']} ({expected.simpleString()}): "
-                f"{_misfit(schema, expected)}; nothing was written. format('metastore') "
-                "appends take the table's columns as they are (in its order and types, as "
-                "Spark would have to cast otherwise); select and cast them to it, or write "
-                "through MetastoreBridge.batch, which conforms"
-            )
-        given = len(got)
-        if given < len(columns):
-            # Evaluate the fills now, on the driver side: a DEFAULT this writer cannot evaluate
-            # fails the job before any task runs.
-            fills = _arrow_schema(columns)
-            for f, c in zip(list(fills)[given:], columns[given:], strict=True):
-                if c.get("default") is not None:
-                    from metastore.client.defaults import existence_default
+                f"v{pinned['version']}: {exc}; nothing was written"
+            ) from exc
+        # Evaluate the fills now, on the driver side: a DEFAULT this writer cannot evaluate
+        # fails the job before any task runs.
+        fills = _arrow_schema(columns)
+        for f, step in zip(fills, plan, strict=True):
+            if step.source is None and step.default is not None:
+                from metastore.client.defaults import existence_default
 
-                    existence_default(str(c["default"]), f.type)
+                existence_default(step.default, f.type)
         # Above the pin too: a write's pin (never an explicit AS OF, refused above) may be at
         # the leader's read_ts, above this clock (a commit lands up to DD past its Tm), and the
         # version found active there must be active at the commit's ts.
@@ -1030,7 +1117,7 @@ class MetastoreDataSource(DataSource):
                 overwrite=overwrite,
                 not_before=commit_floor + 1,
                 txn_id=str(txn_id) if txn_id else None,
-                given=given,
+                source_schema=schema,
                 loose_files_max=loose_max,
             )
         except BaseException:
@@ -1115,56 +1202,6 @@ def _release_write_session(source: MetastoreDataSource, session_id: str, keeper_
             client.close()
     except (MetastoreError, OSError, ValueError) as exc:
         logging.getLogger("spark_bridge").info("closing metastore session %s: %s", session_id, exc)
-
-
-def _misfit(schema: StructType, want: StructType) -> str:
-    """What keeps the DataFrame `schema` from fitting the table's `want`, naming the columns:
-    a column given twice, columns the table lacks, columns missing, another order, or the
-    first column whose type differs (nullability aside, as `_shape`)."""
-    from metastore.java_case import java_case_key
-
-    got_keys = [java_case_key(f.name) for f in schema.fields]
-    want_keys = [java_case_key(f.name) for f in want.fields]
-    twice = sorted({f.name for f in schema.fields if got_keys.count(java_case_key(f.name)) > 1})
-    if twice:
-        return f"column(s) {twice} given more than once (names match case-insensitively)"
-    extra = [f.name for f in schema.fields if java_case_key(f.name) not in want_keys]
-    if extra:
-        return f"column(s) {extra} are not in the table"
-    missing = [f.name for f in want.fields if java_case_key(f.name) not in got_keys]
-    if missing:
-        return f"column(s) {missing} are missing"
-    if got_keys != want_keys:
-        return (
-            f"the columns are in another order than the table's "
-            f"({', '.join(f.name for f in want.fields)})"
-        )
-    for got, expected in zip(schema.fields, want.fields, strict=True):
-        if _shape(got.dataType) != _shape(expected.dataType):
-            return (
-                f"column {expected.name!r} is {got.dataType.simpleString()}, the table's is "
-                f"{expected.dataType.simpleString()}"
-                + (
-                    " (nested field names, their case and order must match exactly)"
-                    if "struct<" in expected.dataType.simpleString()
-                    else ""
-                )
-            )
-    return "the columns differ"
-
-
-def _shape(dtype: Any) -> Any:
-    """`dtype` with what a write need not match left out: nullability flags (of struct fields,
-    array elements, map values) and field metadata. A comparable value."""
-    from pyspark.sql import types as T
-
-    if isinstance(dtype, T.StructType):
-        return ("struct", tuple((f.name, _shape(f.dataType)) for f in dtype.fields))
-    if isinstance(dtype, T.ArrayType):
-        return ("array", _shape(dtype.elementType))
-    if isinstance(dtype, T.MapType):
-        return ("map", _shape(dtype.keyType), _shape(dtype.valueType))
-    return dtype
 
 
 def open_write_session(client: Any, *, table: str, ttl_ms: int) -> tuple[str, int]:

@@ -272,16 +272,16 @@ def test_an_append_of_nested_values_spark_knows_are_not_null_is_accepted(
         ]
     )
     writer = _planned_writer(monkeypatch, strict)
-    assert writer.given == len(NESTED_COLUMNS)
+    assert writer.source_indexes == [0, 1, 2, 3]
 
 
 @pytest.mark.parametrize(
     "s_type",
     [
-        "STRUCT<A: BIGINT, b: STRING>",  # nested names are matched by the Arrow writer as is
+        # Spark casts a struct by position: other fields in another order would swap values.
         "STRUCT<b: STRING, a: BIGINT>",
-        "STRUCT<a: INT, b: STRING>",
         "STRUCT<a: BIGINT>",
+        "STRUCT<a: BIGINT, b: BINARY>",  # no widening
     ],
 )
 def test_an_append_of_other_nested_fields_is_still_refused(
@@ -322,6 +322,129 @@ def test_nested_values_are_written_under_the_pinned_fields(
     assert read == [
         {"id": 1, "s": {"a": 7, "b": "x"}, "tags": ["p", "q"], "m": [("k", [1, 2])]},
         {"id": 2, "s": None, "tags": None, "m": None},
+    ]
+
+
+def test_rows_are_conformed_by_the_bridge_s_rules(tmp_path: Any) -> None:
+    """The rows of a DataFrame whose columns are the table's in another order and case, with
+    narrower types (inside a struct, an array and a map too), one nullable column missing, are
+    written as the bridge's conform writes them: by name, widened, the missing one NULL. The
+    writer took them only in the table's order and types."""
+    import datetime as dt
+    from decimal import Decimal
+
+    from pyspark.sql import Row
+    from pyspark.sql import types as T
+
+    from metastore.client.parquet import PinnedColumn, file_batches
+
+    columns = [
+        *NESTED_COLUMNS,
+        {"field_id": 7, "name": "amount", "type": "DECIMAL(10,2)", "nullable": True},
+        {"field_id": 8, "name": "day", "type": "TIMESTAMP_NTZ", "nullable": True},
+        {"field_id": 9, "name": "ratio", "type": "DOUBLE", "nullable": True},
+        {"field_id": 10, "name": "note", "type": "STRING", "nullable": True},
+        {"field_id": 11, "name": "nothing", "type": "ARRAY<BIGINT>", "nullable": True},
+    ]
+    source = T.StructType.fromJson(
+        {
+            "type": "struct",
+            "fields": [
+                {"name": n, "type": t, "nullable": True, "metadata": {}}
+                for n, t in [
+                    (
+                        "M",
+                        {
+                            "type": "map",
+                            "keyType": "string",
+                            "valueContainsNull": True,
+                            "valueType": {
+                                "type": "array",
+                                "elementType": "short",
+                                "containsNull": True,
+                            },
+                        },
+                    ),
+                    (
+                        "S",
+                        {
+                            "type": "struct",
+                            "fields": [
+                                {"name": "A", "type": "integer", "nullable": True, "metadata": {}},
+                                {"name": "b", "type": "string", "nullable": True, "metadata": {}},
+                            ],
+                        },
+                    ),
+                    ("day", "date"),
+                    ("Id", "integer"),
+                    ("amount", "decimal(5,2)"),
+                    ("ratio", "float"),
+                    ("nothing", "void"),
+                    ("tags", {"type": "array", "elementType": "string", "containsNull": True}),
+                ]
+            ],
+        }
+    )
+    writer = offline_writer(str(tmp_path), columns, source_schema=source)
+    assert writer.source_indexes == [3, 1, 7, 0, 4, 2, 5, None, 6]
+    rows = [
+        Row(
+            M={"k": [1, None]},
+            S=Row(A=7, b="x"),
+            day=dt.date(2026, 1, 2),
+            Id=1,
+            amount=Decimal("1.25"),
+            ratio=0.5,
+            nothing=None,
+            tags=["p"],
+        ),
+        Row(M=None, S=None, day=None, Id=2, amount=None, ratio=None, nothing=None, tags=None),
+        Row(
+            M={},
+            S=Row(A=None, b=None),
+            day=None,
+            Id=3,
+            amount=None,
+            ratio=None,
+            nothing=None,
+            tags=[None],
+        ),
+    ]
+    message = writer._write_file(iter(rows))
+    pinned = [PinnedColumn.from_wire(c) for c in columns]
+    read = [r for b in file_batches(f"{tmp_path}/{message.path}", pinned) for r in b.to_pylist()]
+    nothing = {"note": None, "nothing": None}
+    assert read == [
+        {
+            "id": 1,
+            "s": {"a": 7, "b": "x"},
+            "tags": ["p"],
+            "m": [("k", [1, None])],
+            "amount": Decimal("1.25"),
+            "day": dt.datetime(2026, 1, 2),
+            "ratio": 0.5,
+            **nothing,
+        },
+        {
+            "id": 2,
+            "s": None,
+            "tags": None,
+            "m": None,
+            "amount": None,
+            "day": None,
+            "ratio": None,
+            **nothing,
+        },
+        {
+            "id": 3,
+            "s": {"a": None, "b": None},
+            "tags": [None],
+            "m": [],
+            "amount": None,
+            "day": None,
+            "ratio": None,
+            **nothing,
+        },
     ]
 
 
@@ -420,14 +543,15 @@ _FITTING = [
 @pytest.mark.parametrize(
     ("columns", "names_in_message"),
     [
-        # An extra column, one missing, a type Spark would have to cast, the columns in
-        # another order, a nested field named otherwise, a column twice: each named, as
-        # Spark's own table writes name them.
+        # An extra column, the NOT NULL one missing, a type that does not widen, struct fields
+        # in another order, a column twice: each named, in the bridge's conform's words.
         ([*_FITTING, ("extra", "STRING")], ["'extra'"]),
-        (_FITTING[1:], ["'id'", "missing"]),
-        ([("id", "INT"), *_FITTING[1:]], ["'id'", "int", "bigint"]),
-        ([_FITTING[1], _FITTING[0], *_FITTING[2:]], ["order", "id, s, tags, m"]),
-        ([_FITTING[0], ("s", "STRUCT<A: BIGINT, b: STRING>"), *_FITTING[2:]], ["'s'", "A:bigint"]),
+        (_FITTING[1:], ["'id'", "lacks NOT NULL column"]),
+        ([("id", "STRING"), *_FITTING[1:]], ["'id'", "string", "bigint"]),
+        (
+            [_FITTING[0], ("s", "STRUCT<b: STRING, a: BIGINT>"), *_FITTING[2:]],
+            ["'s'", "by position"],
+        ),
         ([*_FITTING[:3], ("ID", "BIGINT")], ["'id'", "more than once"]),
     ],
 )
@@ -437,7 +561,7 @@ def test_an_append_that_does_not_fit_is_a_typed_error_naming_the_column(
     """A format("metastore") append whose DataFrame does not fit the table failed with a bare
     ValueError printing both schemas, naming neither the column at fault nor what differs
     (the batch API's conform names them). Now SchemaMismatchError (code SCHEMA_MISMATCH, as
-    the batch API raises) names the column and the difference."""
+    the batch API raises) names the column and the difference, in conform's own words."""
     from pyspark.sql import types as T
 
     from spark_bridge.conform import SchemaMismatchError, spark_type

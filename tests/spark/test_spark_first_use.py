@@ -86,12 +86,15 @@ def test_a_format_append_that_does_not_fit_names_the_column_and_commits_nothing(
 ) -> None:
     """A DataFrame with a column of another type reaches the user as Spark's
     PYTHON_DATA_SOURCE_ERROR carrying SchemaMismatchError naming the column (it was a bare
-    ValueError printing both schemas); nothing commits."""
+    ValueError printing both schemas), in the words of the bridge's conform; nothing commits."""
     before = committed_txns(env.client)
     df = env.spark.createDataFrame([(1, "12.50")], "id BIGINT, amount STRING")
     with pytest.raises(Exception, match="SchemaMismatchError") as info:
         df.write.format("metastore").option("table", TABLE).mode("append").save()
-    assert "column 'amount' is string, the table's is decimal(10,2)" in str(info.value)
+    assert (
+        f"column 'amount' of {TABLE}: output type string cannot be widened to the pinned "
+        "decimal(10,2)"
+    ) in str(info.value)
     assert committed_txns(env.client) == before
 
 
