@@ -98,6 +98,7 @@ append goes to the `table` option's table whatever the name says; use `save()`.
 
 from __future__ import annotations
 
+import datetime
 import threading
 import uuid
 from collections.abc import Iterator
@@ -219,6 +220,53 @@ def check_as_of(ts: int, given: object) -> int:
         ),
         accepted=ACCEPTED_FORMS,
     )
+
+
+def _holds_instants(arrow_type: pa.DataType) -> bool:
+    """Whether a value of `arrow_type` can hold a TIMESTAMP (an instant: a zoned Arrow
+    timestamp), at any depth."""
+    import pyarrow as pa
+
+    if pa.types.is_timestamp(arrow_type):
+        return arrow_type.tz is not None
+    if pa.types.is_struct(arrow_type):
+        return any(_holds_instants(arrow_type.field(i).type) for i in range(arrow_type.num_fields))
+    if pa.types.is_list(arrow_type) or pa.types.is_large_list(arrow_type):
+        return _holds_instants(arrow_type.value_type)
+    if pa.types.is_map(arrow_type):
+        return _holds_instants(arrow_type.key_type) or _holds_instants(arrow_type.item_type)
+    return False
+
+
+def _instants_as_utc(value: Any, arrow_type: pa.DataType) -> Any:
+    """`value` (a row's column as `Row.asDict(recursive=True)` gives it: structs as dicts,
+    arrays as lists, maps as dicts) with every naive datetime standing for an instant made an
+    aware UTC one: PySpark gives them in the worker's local time. TIMESTAMP_NTZ values (an
+    Arrow timestamp without a zone) stay naive wall times."""
+    import pyarrow as pa
+
+    if value is None:
+        return None
+    if pa.types.is_timestamp(arrow_type):
+        naive = isinstance(value, datetime.datetime) and value.tzinfo is None
+        return value.astimezone(datetime.UTC) if naive and arrow_type.tz is not None else value
+    if pa.types.is_struct(arrow_type) and isinstance(value, dict):
+        out = dict(value)
+        for i in range(arrow_type.num_fields):
+            field = arrow_type.field(i)
+            if field.name in out and _holds_instants(field.type):
+                out[field.name] = _instants_as_utc(out[field.name], field.type)
+        return out
+    if (pa.types.is_list(arrow_type) or pa.types.is_large_list(arrow_type)) and isinstance(
+        value, list
+    ):
+        return [_instants_as_utc(v, arrow_type.value_type) for v in value]
+    if pa.types.is_map(arrow_type) and isinstance(value, dict):
+        return {
+            _instants_as_utc(k, arrow_type.key_type): _instants_as_utc(v, arrow_type.item_type)
+            for k, v in value.items()
+        }
+    return value
 
 
 def _arrow_schema(columns: list[dict[str, Any]]) -> pa.Schema:
@@ -672,7 +720,6 @@ class MetastoreWriter(DataSourceWriter):
             self._heartbeat(client, strict=False)
 
     def _write_file(self, iterator: Iterator[Any]) -> WriterCommitMessage:
-        import datetime
         import os
 
         import pyarrow as pa
@@ -695,15 +742,12 @@ class MetastoreWriter(DataSourceWriter):
         if not rows:
             return NoFileWritten()
         # PySpark hands a TIMESTAMP (an instant) to Python as a naive datetime in the worker's
-        # local time; pyarrow would take a naive value for UTC. Make the instant explicit.
-        instants = [
-            f.name for f in source if pa.types.is_timestamp(f.type) and f.type.tz is not None
-        ]
+        # local time, nested ones too; pyarrow would take a naive value for UTC. Make the
+        # instant explicit wherever the column's type holds one.
+        instants = [(f.name, f.type) for f in source if _holds_instants(f.type)]
         for row in rows if instants else ():
-            for name in instants:
-                value = row.get(name)
-                if isinstance(value, datetime.datetime) and value.tzinfo is None:
-                    row[name] = value.astimezone(datetime.UTC)
+            for name, arrow_type in instants:
+                row[name] = _instants_as_utc(row.get(name), arrow_type)
         given = pa.Table.from_pylist(rows, schema=source)
         arrays = []
         for f, c, index in zip(schema, self.columns, self.source_indexes, strict=True):

@@ -207,6 +207,52 @@ def test_the_data_source_writer_stores_instants_whatever_the_local_zone(
     ]
 
 
+def test_the_data_source_writer_stores_nested_instants_whatever_the_local_zone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same for a TIMESTAMP inside a struct, an array and a map (as key and as value): the
+    writer converted only top-level values, so a nested one was stored as if its local wall
+    time were UTC (hours off on any worker not running in UTC)."""
+    import datetime as dt
+    import time
+
+    from pyspark.sql import Row
+
+    from tests.client.offline_writer import offline_writer
+
+    monkeypatch.setenv("TZ", "Asia/Tokyo")  # UTC+9, no daylight saving
+    time.tzset()
+    local_wall_time = dt.datetime(2026, 11, 22, 19, 0, 0)  # 10:00 UTC in Tokyo
+    utc = dt.datetime(2026, 11, 22, 10, 0, 0, tzinfo=dt.UTC)
+    try:
+        columns = [
+            {"field_id": 1, "name": "id", "type": "BIGINT", "nullable": False},
+            {
+                "field_id": 2,
+                "name": "s",
+                "type": "STRUCT<at: TIMESTAMP, ntz: TIMESTAMP_NTZ, xs: ARRAY<TIMESTAMP>>",
+                "nullable": True,
+            },
+            {"field_id": 3, "name": "a", "type": "ARRAY<TIMESTAMP>", "nullable": True},
+            {"field_id": 4, "name": "m", "type": "MAP<TIMESTAMP, TIMESTAMP>", "nullable": True},
+        ]
+        writer = offline_writer(str(tmp_path), columns)
+        nested = Row(at=local_wall_time, ntz=local_wall_time, xs=[local_wall_time, None])
+        rows_in = [
+            Row(id=1, s=nested, a=[local_wall_time], m={local_wall_time: local_wall_time}),
+            Row(id=2, s=None, a=None, m=None),
+        ]
+        written = writer._write_file(iter(rows_in))
+    finally:
+        monkeypatch.delenv("TZ")
+        time.tzset()
+    read = pq.read_table(tmp_path / written.path).to_pylist()
+    assert read[0]["s"] == {"at": utc, "ntz": local_wall_time, "xs": [utc, None]}
+    assert read[0]["a"] == [utc]
+    assert read[0]["m"] == [(utc, utc)]
+    assert read[1] == {"id": 2, "s": None, "a": None, "m": None}
+
+
 def test_char_values_read_padded_as_spark_reads_them(tmp_path: Path) -> None:
     """Spark reads a CHAR(n) column padded to n (spark.sql.readSideCharPadding, true by default;
     measured with pyspark 4.3): rows of a file older than `ALTER TABLE ... ADD COLUMN c CHAR(3)
