@@ -9,12 +9,14 @@ Spark wrote its files (or committed nothing), and every `format("metastore")` ap
 `file://` location failed in its tasks (`os.makedirs` of the URI text made a `file:` directory
 in the worker's working directory). Each table here is written through the bridge and the data
 source, read through both and `metastore table read`, optimized and compacted (manifests under
-the location), overwritten, and collected: GC deletes exactly the replaced files.
+the location), overwritten, and collected: GC deletes exactly the replaced files and an
+orphan, and nothing at the percent-decoded path.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -32,6 +34,7 @@ pytestmark = pytest.mark.slow
 
 NS = "locnames"
 TTL_S = 1
+GRACE_MS = 2_000
 
 
 @pytest.fixture(scope="module")
@@ -39,6 +42,7 @@ def env(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Iterat
     with metastore_cluster(
         tmp_path_factory.mktemp("spark-locnames"),
         gc_interval_ms=3_600_000,  # GC runs when the test asks
+        gc_orphan_grace_ms=GRACE_MS,
     ) as cluster:
         cluster.start_all()
         cluster.wait_ready()
@@ -63,19 +67,20 @@ def _cli_rows(env: SparkEnv, table: str) -> list[int]:
 
 
 @pytest.mark.parametrize(
-    ("index", "name", "uri"),
+    ("index", "name", "scheme"),
     [
-        (0, "sp ace", True),
-        (1, "pct%20lit", True),
-        (2, "pct%lit", True),
-        (3, "é日本", True),
-        (4, "k=1", True),
-        (5, "pct%20lit", False),
-        (6, "sp ace#q?", False),
+        (0, "sp ace", "file://"),
+        (1, "pct%20lit", "file://"),
+        (2, "pct%lit", "file://"),
+        (3, "é日本", "file://"),
+        (4, "k=1", "file://"),
+        (5, "pct%20lit", ""),
+        (6, "sp ace#q?", ""),
+        (7, "pct%20lit", "FILE://"),  # a scheme's case does not matter (Hadoop's Path)
     ],
 )
 def test_a_table_at_a_location_with_such_a_name_is_written_read_and_collected(
-    env: SparkEnv, index: int, name: str, uri: bool
+    env: SparkEnv, index: int, name: str, scheme: str
 ) -> None:
     directory = env.warehouse.resolve() / "names" / f"{index}" / name
     # Where a percent-decoding of the location would land: never written to, never deleted.
@@ -83,13 +88,13 @@ def test_a_table_at_a_location_with_such_a_name_is_written_read_and_collected(
     if decoy != directory:
         (decoy / "_txn" / "x").mkdir(parents=True)
         (decoy / "_txn" / "x" / "part-0.parquet").write_bytes(b"not ours")
-    location = f"file://{directory}/" if uri else f"{directory}/"
+    location = f"{scheme}{directory}/"
     table = f"{NS}.t{index}"
     env.client.ddl(
         f"CREATE TABLE {table} (id BIGINT) LOCATION '{location}' "
         f"TBLPROPERTIES ('gc.ttl' = '{TTL_S}s')"
     )
-    assert env.location(table) == location.rstrip("/")
+    assert env.location(table) == f"{scheme.lower()}{directory}"
     spark = env.spark
     bridge = env.bridge(app_name=f"locnames-{index}")
 
@@ -114,10 +119,17 @@ def test_a_table_at_a_location_with_such_a_name_is_written_read_and_collected(
     with bridge.batch(writes=[table]) as b:
         b.write(table, spark.createDataFrame([(9,)], "id BIGINT"), mode="overwrite")
     live = env.live_paths(table)
+    # An attempt no commit references, of no session, older than the grace: an orphan.
+    orphan = directory / "_txn" / "abandoned-0" / "part-0.parquet"
+    orphan.parent.mkdir(parents=True)
+    orphan.write_bytes(b"orphan")
+    old = time.time() - 60
+    os.utime(orphan, (old, old))
     time.sleep(TTL_S + 0.2)  # past the TTL: the replaced files may go
     env.client.gc_run(table)
     on_disk = _files_under(directory)
     assert not replaced & on_disk, "GC left replaced files"
+    assert not orphan.exists(), "the orphan scan missed a file"
     assert live <= on_disk, "GC deleted a live file"
     if decoy != directory:
         assert _files_under(decoy) == {"_txn/x/part-0.parquet"}
