@@ -803,8 +803,13 @@ def _properties_of(nodes: list[exp.Expression]) -> Properties:
 
 
 def _canonical_location(location: str, what: str) -> str:
-    """Drop trailing slashes (`/data/t/` and `/data/t` are one directory), then validate."""
+    """Drop trailing slashes (`/data/t/` and `/data/t` are one directory) and lowercase a URI's
+    scheme (case-insensitive: Spark writes `FILE:///t` at `/t`, while readers, the GC and the
+    catalog's overlap rule know only `file://` as a local path), then validate."""
     canonical = location.rstrip("/")
+    scheme, sep, rest = canonical.partition("://")
+    if sep and "/" not in scheme:
+        canonical = f"{scheme.lower()}{sep}{rest}"
     if not canonical:
         raise InvalidArgumentError(
             f"{what} {location!r} is a root, not a directory", details={"location": location}

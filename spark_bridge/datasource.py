@@ -720,11 +720,10 @@ class MetastoreWriter(DataSourceWriter):
             self._heartbeat(client, strict=False)
 
     def _write_file(self, iterator: Iterator[Any]) -> WriterCommitMessage:
-        import os
-
         import pyarrow as pa
         import pyarrow.parquet as pq
 
+        from metastore.client.parquet import filesystem
         from spark_bridge.files import job_file_name
 
         schema = _arrow_schema(self.columns)
@@ -759,10 +758,14 @@ class MetastoreWriter(DataSourceWriter):
         table = _check_lengths(table, self.columns, self.table)
         _check_nulls(table, self.columns, self.table)
         rel = f"{self.rel_dir}/{job_file_name(self.write_job)}"
-        path = f"{self.location.rstrip('/')}/{rel}"
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        pq.write_table(table, path)
-        return WrittenFile(path=rel, size_bytes=os.path.getsize(path), row_count=table.num_rows)
+        # The file system the readers and the GC open: a `file://` location's path taken
+        # literally (os calls on the URI text made a relative `file:` directory, and pyarrow's
+        # own URI parsing percent-decodes the path or refuses it).
+        fs, path = filesystem(f"{self.location.rstrip('/')}/{rel}")
+        fs.create_dir(path.rpartition("/")[0], recursive=True)
+        pq.write_table(table, path, filesystem=fs)
+        size_bytes = int(fs.get_file_info(path).size or 0)
+        return WrittenFile(path=rel, size_bytes=size_bytes, row_count=table.num_rows)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         try:

@@ -26,6 +26,7 @@ import pyarrow.parquet as pq
 
 # One rule for a committed file's path, shared with the readers (re-exported for the bridge).
 from metastore.client.parquet import absolute as absolute
+from metastore.client.parquet import filesystem
 
 TXN_DIR = "_txn"
 # A single commit lists at most this many files per table (the metastore refuses more anyway).
@@ -90,10 +91,8 @@ def spark_path(path: str) -> str:
 
 
 def _fs(location: str) -> tuple[pafs.FileSystem, str]:
-    if "://" in location:
-        fs, path = pafs.FileSystem.from_uri(location)
-        return fs, path
-    return pafs.LocalFileSystem(), location
+    # The readers' rule: a `file://` location's path is taken literally, as Spark wrote it.
+    return filesystem(location)
 
 
 def collect_files(location: str, rel_dir: str) -> list[DataFile]:

@@ -580,11 +580,32 @@ def pyarrow_uri(uri: str) -> str:
     return uri
 
 
-def _filesystem(path: str) -> tuple[pafs.FileSystem, str]:
+def local_path(path: str) -> str | None:
+    """The local path `path` (a location or a file under one) names, or None for another store's
+    URI. A `file://` URI names the path written after `file://`, taken literally, as Spark's
+    writer (Hadoop's `Path`) and the GC take it: `file:///d/a%20b` is `/d/a%20b`. pyarrow's
+    `FileSystem.from_uri` would percent-decode it (`/d/a b`: not where Spark wrote) and refuses
+    one holding a space, a lone `%` or non-ASCII text."""
     if "://" not in path:
-        return pafs.LocalFileSystem(), path
+        return path
+    if path.startswith("file://"):
+        return path.removeprefix("file://")
+    return None
+
+
+def filesystem(path: str) -> tuple[pafs.FileSystem, str]:
+    """The file system holding `path` (a location or a file under one) and its path in it.
+    pyarrow errors (no file system for the URI) propagate."""
+    local = local_path(path)
+    if local is not None:
+        return pafs.LocalFileSystem(), local
+    fs, fs_path = pafs.FileSystem.from_uri(pyarrow_uri(path))
+    return fs, str(fs_path)
+
+
+def _filesystem(path: str) -> tuple[pafs.FileSystem, str]:
     try:
-        fs, fs_path = pafs.FileSystem.from_uri(pyarrow_uri(path))
+        fs, fs_path = filesystem(path)
     except (pa.ArrowException, OSError) as exc:
         raise DataFileUnreadableError(
             f"cannot open {path}: pyarrow has no filesystem for it ({exc})", path=path
