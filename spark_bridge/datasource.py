@@ -47,8 +47,12 @@ twice, a missing NOT NULL column without DEFAULT or a type that would narrow is 
 SchemaMismatchError naming the column, raised where the write is planned (before its session
 opens: nothing written). Spark hands `writer()` the DataFrame's own schema and each task its rows
 in that order and those types (measured, pyspark 4.3: no cast or reorder of its own), so each task
-builds its rows into Arrow as they are and selects and casts the pinned columns from them
-(`_conformed`), then pads CHAR, checks VARCHAR/CHAR lengths, map keys and NOT NULL, as before.
+takes its rows as Spark's Arrow batches (the writer is a `DataSourceArrowWriter`) and selects and
+casts the pinned columns from them (`_conformed`), then pads CHAR, checks VARCHAR/CHAR lengths,
+map keys and NOT NULL, as before. Arrow, not PySpark's rows: those give a TIMESTAMP as a naive
+datetime in the worker's local time, which names one instant everywhere but in the hour a
+daylight-saving change repeats (there, two instants are one value: the second was stored an hour
+early). Arrow carries the instant itself, whatever the worker's or the session's time zone.
 
 Each append runs under a metastore session of its own, opened (fresh id, TTL the
 `session_ttl_ms` option, default 10 min, at most 1 h) when the write is planned: its files go to
@@ -98,7 +102,6 @@ append goes to the `table` option's table whatever the name says; use `save()`.
 
 from __future__ import annotations
 
-import datetime
 import threading
 import uuid
 from collections.abc import Iterator
@@ -108,6 +111,7 @@ from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.datasource import (
     DataSource,
+    DataSourceArrowWriter,
     DataSourceReader,
     DataSourceWriter,
     InputPartition,
@@ -220,53 +224,6 @@ def check_as_of(ts: int, given: object) -> int:
         ),
         accepted=ACCEPTED_FORMS,
     )
-
-
-def _holds_instants(arrow_type: pa.DataType) -> bool:
-    """Whether a value of `arrow_type` can hold a TIMESTAMP (an instant: a zoned Arrow
-    timestamp), at any depth."""
-    import pyarrow as pa
-
-    if pa.types.is_timestamp(arrow_type):
-        return arrow_type.tz is not None
-    if pa.types.is_struct(arrow_type):
-        return any(_holds_instants(arrow_type.field(i).type) for i in range(arrow_type.num_fields))
-    if pa.types.is_list(arrow_type) or pa.types.is_large_list(arrow_type):
-        return _holds_instants(arrow_type.value_type)
-    if pa.types.is_map(arrow_type):
-        return _holds_instants(arrow_type.key_type) or _holds_instants(arrow_type.item_type)
-    return False
-
-
-def _instants_as_utc(value: Any, arrow_type: pa.DataType) -> Any:
-    """`value` (a row's column as `Row.asDict(recursive=True)` gives it: structs as dicts,
-    arrays as lists, maps as dicts) with every naive datetime standing for an instant made an
-    aware UTC one: PySpark gives them in the worker's local time. TIMESTAMP_NTZ values (an
-    Arrow timestamp without a zone) stay naive wall times."""
-    import pyarrow as pa
-
-    if value is None:
-        return None
-    if pa.types.is_timestamp(arrow_type):
-        naive = isinstance(value, datetime.datetime) and value.tzinfo is None
-        return value.astimezone(datetime.UTC) if naive and arrow_type.tz is not None else value
-    if pa.types.is_struct(arrow_type) and isinstance(value, dict):
-        out = dict(value)
-        for i in range(arrow_type.num_fields):
-            field = arrow_type.field(i)
-            if field.name in out and _holds_instants(field.type):
-                out[field.name] = _instants_as_utc(out[field.name], field.type)
-        return out
-    if (pa.types.is_list(arrow_type) or pa.types.is_large_list(arrow_type)) and isinstance(
-        value, list
-    ):
-        return [_instants_as_utc(v, arrow_type.value_type) for v in value]
-    if pa.types.is_map(arrow_type) and isinstance(value, dict):
-        return {
-            _instants_as_utc(k, arrow_type.key_type): _instants_as_utc(v, arrow_type.item_type)
-            for k, v in value.items()
-        }
-    return value
 
 
 def _arrow_schema(columns: list[dict[str, Any]]) -> pa.Schema:
@@ -529,7 +486,7 @@ def _file_wire(f: WrittenFile) -> dict[str, Any]:
     return {"path": f.path, "size_bytes": f.size_bytes, "row_count": f.row_count}
 
 
-class MetastoreWriter(DataSourceWriter):
+class MetastoreWriter(DataSourceArrowWriter):
     # The (stream, seq) of the commit's txn-id mark: set for a caller's `txn_id` option.
     txn_mark: tuple[str, int] | None = None
 
@@ -681,7 +638,7 @@ class MetastoreWriter(DataSourceWriter):
                 "closing metastore session %s: %s", self.session_id, exc
             )
 
-    def write(self, iterator: Iterator[Any]) -> WriterCommitMessage:
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
         """One task (on an executor): heartbeat the write's session when it starts (failing
         at once if the session ended: its commit would be refused), then every third of the
         TTL from a thread while it runs, and write one file into the session's directory (none
@@ -719,7 +676,7 @@ class MetastoreWriter(DataSourceWriter):
         while not stop.wait(interval_s):
             self._heartbeat(client, strict=False)
 
-    def _write_file(self, iterator: Iterator[Any]) -> WriterCommitMessage:
+    def _write_file(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
         import pyarrow as pa
         import pyarrow.parquet as pq
 
@@ -727,27 +684,27 @@ class MetastoreWriter(DataSourceWriter):
         from spark_bridge.files import job_file_name
 
         schema = _arrow_schema(self.columns)
-        # The rows as Spark hands them over: the DataFrame's columns, in its order and types.
-        # Built into Arrow as they are, then each pinned column selected (by the plan's index:
-        # names matched as Spark matches them) and cast to the pinned type (a widening the plan
-        # allowed), or filled: the rules of the bridge's `conform`, with pyarrow, per batch.
+        # The rows as Spark hands them over: Arrow batches of the DataFrame's columns, in its
+        # order and types, a TIMESTAMP as its instant (in the session time zone; never as
+        # PySpark's rows give it, a naive local datetime, which is one value for the two
+        # instants of the hour a daylight-saving change repeats). Taken as Spark's Arrow
+        # mapping of those types (a TIMESTAMP in UTC, strings not large), then each pinned
+        # column selected (by the plan's index: names matched as Spark matches them) and cast
+        # to the pinned type (a widening the plan allowed), or filled: the rules of the
+        # bridge's `conform`, with pyarrow, per batch.
         source = pa.schema(
             [pa.field(f.name, _source_arrow_type(f.dataType)) for f in self.source_schema.fields]
         )
-        names = source.names
-        rows = [
-            dict(zip(names, row.asDict(recursive=True).values(), strict=True)) for row in iterator
-        ]
-        if not rows:
+        batches = [batch for batch in iterator if batch.num_rows]
+        if not batches:
             return NoFileWritten()
-        # PySpark hands a TIMESTAMP (an instant) to Python as a naive datetime in the worker's
-        # local time, nested ones too; pyarrow would take a naive value for UTC. Make the
-        # instant explicit wherever the column's type holds one.
-        instants = [(f.name, f.type) for f in source if _holds_instants(f.type)]
-        for row in rows if instants else ():
-            for name, arrow_type in instants:
-                row[name] = _instants_as_utc(row.get(name), arrow_type)
-        given = pa.Table.from_pylist(rows, schema=source)
+        # Built again from its values (every TIMESTAMP an aware UTC datetime by then, so
+        # exact): Spark's batches hold NULL in the fields of a NULL struct, which a NOT NULL
+        # field built from them (`_conformed`) would carry into the file, and pyarrow
+        # refuses to write that; built from values, a NULL struct's fields hold none.
+        given = pa.Table.from_pylist(
+            pa.Table.from_batches(batches).cast(source).to_pylist(), schema=source
+        )
         arrays = []
         for f, c, index in zip(schema, self.columns, self.source_indexes, strict=True):
             if index is None:

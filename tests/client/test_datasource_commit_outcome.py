@@ -23,6 +23,7 @@ from metastore.errors import (
 from spark_bridge import datasource
 from spark_bridge.datasource import MetastoreWriter, WrittenFile
 from tests.client.offline_writer import offline_writer
+from tests.client.spark_task import write_file_of_rows, write_rows
 
 SID = "0123456789abcdef0123456789abcdef"
 COLUMNS = [{"name": "id", "type": "BIGINT", "nullable": True, "field_id": 1}]
@@ -316,7 +317,7 @@ def test_nested_values_are_written_under_the_pinned_fields(
         Row(ID=1, s=Row(a=7, b="x"), tags=["p", "q"], m={"k": [1, 2]}),
         Row(ID=2, s=None, tags=None, m=None),
     ]
-    message = writer.write(iter(rows))
+    message = write_rows(writer, rows)
     columns = [PinnedColumn.from_wire(c) for c in NESTED_COLUMNS]
     read = [r for b in file_batches(f"{tmp_path}/{message.path}", columns) for r in b.to_pylist()]
     assert read == [
@@ -410,7 +411,7 @@ def test_rows_are_conformed_by_the_bridge_s_rules(tmp_path: Any) -> None:
             tags=[None],
         ),
     ]
-    message = writer._write_file(iter(rows))
+    message = write_file_of_rows(writer, rows)
     pinned = [PinnedColumn.from_wire(c) for c in columns]
     read = [r for b in file_batches(f"{tmp_path}/{message.path}", pinned) for r in b.to_pylist()]
     nothing = {"note": None, "nothing": None}

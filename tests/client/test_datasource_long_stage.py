@@ -29,6 +29,7 @@ from pyspark.sql.types import LongType, StructField, StructType
 
 from metastore.client import SyncMetastoreClient
 from spark_bridge import datasource
+from tests.client.spark_task import write_rows
 from tests.daemon.harness import metastore_cluster
 
 pytestmark = pytest.mark.slow
@@ -83,7 +84,7 @@ def test_an_append_whose_write_stage_starts_after_a_ttl_commits(cluster: Any) ->
         writer = _round_trip(planned.writer(StructType([StructField("id", LongType())]), False))
         # The stages before the write: no task of this write runs for three TTLs.
         time.sleep(3 * TTL_MS / 1000)
-        message = _round_trip(writer).write(iter([Row(id=1), Row(id=2)]))
+        message = write_rows(_round_trip(writer), [Row(id=1), Row(id=2)])
         _round_trip(writer).commit([message])
         files = client.files("ls.t")["files"]
         assert [f["path"] for f in files] == [message.path]

@@ -19,6 +19,7 @@ from metastore.errors import (
 from metastore.leases import attempt_owners
 from spark_bridge import datasource
 from spark_bridge.datasource import MetastoreWriter, WrittenFile, open_write_session
+from tests.client.spark_task import write_rows
 
 SID = "0123456789abcdef0123456789abcdef"
 COLUMNS = [{"name": "id", "type": "BIGINT", "nullable": True, "field_id": 1}]
@@ -85,7 +86,7 @@ def _ops(log: list[tuple[str, Any]]) -> list[str]:
 def test_the_attempt_directory_is_owned_by_the_write_session(tmp_path: Any, calls: Any) -> None:
     w = _writer(str(tmp_path))
     assert attempt_owners([*w.rel_dir.split("/"), "part.parquet"]) == [SID]
-    msg = w.write(iter([Row(id=1), Row(id=2)]))
+    msg = write_rows(w, [Row(id=1), Row(id=2)])
     assert isinstance(msg, WrittenFile)
     assert attempt_owners(msg.path.split("/")[:-1]) == [SID]
     assert (tmp_path / msg.path).is_file()
@@ -93,7 +94,7 @@ def test_the_attempt_directory_is_owned_by_the_write_session(tmp_path: Any, call
 
 def test_a_task_heartbeats_the_session_when_it_starts(tmp_path: Any, calls: Any) -> None:
     log, _ = calls
-    _writer(str(tmp_path)).write(iter([Row(id=1)]))
+    write_rows(_writer(str(tmp_path)), [Row(id=1)])
     assert _ops(log) == ["session_heartbeat"]  # one round trip per task, none per row
     assert log[0][1] == SID
 
@@ -102,7 +103,7 @@ def test_a_task_of_an_ended_session_fails_before_writing(tmp_path: Any, calls: A
     _, fail = calls
     fail["session_heartbeat"] = SessionNotFoundError("gone", details={"session_id": SID})
     with pytest.raises(SessionNotFoundError, match="session_ttl_ms"):
-        _writer(str(tmp_path)).write(iter([Row(id=1)]))
+        write_rows(_writer(str(tmp_path)), [Row(id=1)])
     assert not list(tmp_path.rglob("*.parquet"))
 
 
@@ -110,7 +111,7 @@ def test_a_task_that_cannot_reach_the_metastore_still_writes(tmp_path: Any, call
     # The heartbeat only keeps the session alive; the commit rule is what keeps data safe.
     _, fail = calls
     fail["session_heartbeat"] = UnavailableError("down")
-    msg = _writer(str(tmp_path)).write(iter([Row(id=1)]))
+    msg = write_rows(_writer(str(tmp_path)), [Row(id=1)])
     assert (tmp_path / msg.path).is_file()
 
 

@@ -26,6 +26,7 @@ from metastore.client.parquet import (
     read_rows,
 )
 from metastore.errors import InvalidArgumentError, ValueTooLongError
+from tests.client.spark_task import write_file_of_rows
 
 ROWS: Final = READ_BATCH_ROWS_MAX * 2 + 5
 # Wire columns (the protocol's `schema.columns`): `id` was INT when the file was written and
@@ -176,14 +177,15 @@ def test_arrow_types_are_sparks_own_mapping() -> None:
 def test_the_data_source_writer_stores_instants_whatever_the_local_zone(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """PySpark gives a task TIMESTAMP values as naive datetimes in the worker's local time; the
-    writer stores the instant (pyarrow alone would take a naive value as UTC)."""
+    """A task on a worker and in a session in Tokyo stores the instants Spark hands it (as
+    PySpark's rows, naive datetimes in the worker's local time, pyarrow would take them for
+    UTC)."""
     import datetime as dt
     import time
-
-    from pyspark.sql import Row
+    from zoneinfo import ZoneInfo
 
     from tests.client.offline_writer import offline_writer
+    from tests.client.spark_task import run_write_task, spark_batches
 
     monkeypatch.setenv("TZ", "Asia/Tokyo")  # UTC+9, no daylight saving
     time.tzset()
@@ -193,9 +195,11 @@ def test_the_data_source_writer_stores_instants_whatever_the_local_zone(
             {"field_id": 2, "name": "at", "type": "TIMESTAMP", "nullable": True},
         ]
         writer = offline_writer(str(tmp_path), columns)
-        local_wall_time = dt.datetime(2026, 11, 22, 19, 0, 0)  # 10:00 UTC in Tokyo
-        # The file-writing part of a task (`write` also heartbeats the write's session).
-        written = writer._write_file(iter([Row(id=1, at=local_wall_time), Row(id=2, at=None)]))
+        # 10:00 UTC, 19:00 in Tokyo.
+        at = dt.datetime(2026, 11, 22, 19, 0, 0, tzinfo=ZoneInfo("Asia/Tokyo"))
+        rows_in = [{"id": 1, "at": at}, {"id": 2, "at": None}]
+        batches = spark_batches(rows_in, writer.source_schema, time_zone="Asia/Tokyo")
+        written = run_write_task(writer, batches, writer.source_schema)
     finally:
         monkeypatch.delenv("TZ")
         time.tzset()
@@ -215,14 +219,17 @@ def test_the_data_source_writer_stores_nested_instants_whatever_the_local_zone(
     time were UTC (hours off on any worker not running in UTC)."""
     import datetime as dt
     import time
+    from zoneinfo import ZoneInfo
 
     from pyspark.sql import Row
 
     from tests.client.offline_writer import offline_writer
+    from tests.client.spark_task import run_write_task, spark_batches
 
     monkeypatch.setenv("TZ", "Asia/Tokyo")  # UTC+9, no daylight saving
     time.tzset()
-    local_wall_time = dt.datetime(2026, 11, 22, 19, 0, 0)  # 10:00 UTC in Tokyo
+    local_wall_time = dt.datetime(2026, 11, 22, 19, 0, 0)  # a TIMESTAMP_NTZ: a wall time
+    tokyo = local_wall_time.replace(tzinfo=ZoneInfo("Asia/Tokyo"))  # 10:00 UTC
     utc = dt.datetime(2026, 11, 22, 10, 0, 0, tzinfo=dt.UTC)
     try:
         columns = [
@@ -237,12 +244,13 @@ def test_the_data_source_writer_stores_nested_instants_whatever_the_local_zone(
             {"field_id": 4, "name": "m", "type": "MAP<TIMESTAMP, TIMESTAMP>", "nullable": True},
         ]
         writer = offline_writer(str(tmp_path), columns)
-        nested = Row(at=local_wall_time, ntz=local_wall_time, xs=[local_wall_time, None])
+        nested = Row(at=tokyo, ntz=local_wall_time, xs=[tokyo, None])
         rows_in = [
-            Row(id=1, s=nested, a=[local_wall_time], m={local_wall_time: local_wall_time}),
+            Row(id=1, s=nested, a=[tokyo], m={tokyo: tokyo}),
             Row(id=2, s=None, a=None, m=None),
         ]
-        written = writer._write_file(iter(rows_in))
+        batches = spark_batches(rows_in, writer.source_schema, time_zone="Asia/Tokyo")
+        written = run_write_task(writer, batches, writer.source_schema)
     finally:
         monkeypatch.delenv("TZ")
         time.tzset()
@@ -251,6 +259,41 @@ def test_the_data_source_writer_stores_nested_instants_whatever_the_local_zone(
     assert read[0]["a"] == [utc]
     assert read[0]["m"] == [(utc, utc)]
     assert read[1] == {"id": 2, "s": None, "a": None, "m": None}
+
+
+def test_the_data_source_writer_stores_instants_of_the_hour_daylight_saving_repeats(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker in a zone with daylight saving sees the hour after the clocks go back twice:
+    as naive local datetimes (PySpark's rows) the two instants of 01:30 are one value, and
+    the writer stored the second as the first, an hour early, top-level and nested. Spark's
+    Arrow batches carry the instants themselves."""
+    import datetime as dt
+    import time
+
+    from tests.client.offline_writer import offline_writer
+    from tests.client.spark_task import run_write_task, spark_batches
+
+    # St. John's leaves daylight saving on 2026-11-01 at 02:00 NDT (UTC-2:30) for 01:00 NST
+    # (UTC-3:30): 01:30 is 04:00 UTC and again 05:00 UTC.
+    first, second = (dt.datetime(2026, 11, 1, h, 0, tzinfo=dt.UTC) for h in (4, 5))
+    columns = [
+        {"field_id": 1, "name": "id", "type": "BIGINT", "nullable": False},
+        {"field_id": 2, "name": "at", "type": "TIMESTAMP", "nullable": True},
+        {"field_id": 3, "name": "s", "type": "STRUCT<at: TIMESTAMP>", "nullable": True},
+    ]
+    writer = offline_writer(str(tmp_path), columns)
+    rows = [{"id": i, "at": at, "s": {"at": at}} for i, at in enumerate((first, second))]
+    monkeypatch.setenv("TZ", "America/St_Johns")
+    time.tzset()
+    try:
+        batches = spark_batches(rows, writer.source_schema, time_zone="America/St_Johns")
+        written = run_write_task(writer, batches, writer.source_schema)
+    finally:
+        monkeypatch.delenv("TZ")
+        time.tzset()
+    read = pq.read_table(tmp_path / written.path).to_pylist()
+    assert [(r["at"], r["s"]["at"]) for r in read] == [(first, first), (second, second)]
 
 
 def test_char_values_read_padded_as_spark_reads_them(tmp_path: Path) -> None:
@@ -447,7 +490,7 @@ def test_nested_char_values_are_padded_on_write_and_read_as_spark_does(tmp_path:
         Row(id=1, s=Row(c="a", v="b"), a=["c", None], m={"k": Row(c="d"), "n": None}),
         Row(id=2, s=None, a=None, m=None),
     ]
-    written = writer._write_file(iter(rows))
+    written = write_file_of_rows(writer, rows)
     stored = pq.read_table(tmp_path / written.path).to_pylist()
     assert stored[0]["s"] == {"c": "a  ", "v": "b"}
     assert stored[0]["a"] == ["c  ", None]
@@ -462,7 +505,7 @@ def test_nested_char_values_are_padded_on_write_and_read_as_spark_does(tmp_path:
         with pytest.raises(
             ValueTooLongError, match=rf"longer than \d characters in ns\.t\.{where}\b"
         ):
-            writer._write_file(iter([row]))
+            write_file_of_rows(writer, [row])
 
     # Read: values an unpadded writer stored read padded, inside structs, lists and maps too.
     path = tmp_path / "unpadded.parquet"
@@ -503,6 +546,7 @@ def test_a_null_in_a_nested_not_null_field_fails_the_append_naming_its_path(
     as the bridge's; pyarrow's own refusal named only the leaf ("Column 'a' is declared
     non-nullable")."""
     from pyspark.sql import Row
+    from pyspark.sql.pandas.types import to_arrow_schema
 
     from spark_bridge.conform import NotNullViolationError
 
@@ -522,8 +566,30 @@ def test_a_null_in_a_nested_not_null_field_fails_the_append_naming_its_path(
         Row(id=1, s=Row(a=1, b=None), l=[Row(x=5), None], m={"k": Row(y=7), "n": None}),
         Row(id=2, s=None, l=None, m=None),
     ]
-    written = writer._write_file(iter(fine))
+    written = write_file_of_rows(writer, fine)
     assert pq.read_table(tmp_path / written.path).num_rows == 2
+    # Spark's Arrow batches hold NULL in the fields of a NULL struct (pyarrow's from_pylist,
+    # which `write_file_of_rows` uses, holds 0): no NULL arrives in `s.a` there either.
+    shape = to_arrow_schema(writer.source_schema, timezone="UTC")
+    null_struct = pa.StructArray.from_arrays(
+        [pa.nulls(1, pa.int32()), pa.nulls(1, pa.int32())],
+        fields=list(shape.field("s").type),
+        mask=pa.array([True]),
+    )
+    assert null_struct.field(0).null_count == 1
+    as_spark_sends = pa.RecordBatch.from_arrays(
+        [
+            pa.array([6]),
+            null_struct,
+            pa.nulls(1, shape.field("l").type),
+            pa.nulls(1, shape.field("m").type),
+        ],
+        schema=shape,
+    )
+    written = writer._write_file(iter([as_spark_sends]))
+    assert pq.read_table(tmp_path / written.path).to_pylist() == [
+        {"id": 6, "s": None, "l": None, "m": None}
+    ]
     for row, path in [
         (Row(id=3, s=Row(a=None, b=1), l=[], m={}), "s.a"),
         (Row(id=4, s=None, l=[Row(x=1), Row(x=None)], m={}), "l.element.x"),
@@ -533,7 +599,7 @@ def test_a_null_in_a_nested_not_null_field_fails_the_append_naming_its_path(
         with pytest.raises(
             NotNullViolationError, match=rf"NULL in NOT NULL \w+ ns\.t\.{path}"
         ) as info:
-            writer._write_file(iter([row]))
+            write_file_of_rows(writer, [row])
         assert info.value.field_path == path
 
 

@@ -33,6 +33,7 @@ from metastore.client import SyncMetastoreClient
 from spark_bridge import datasource
 from spark_bridge.keeper import SessionKeeper
 from tests.client.bridge_stub import bare_bridge
+from tests.client.spark_task import write_rows
 from tests.daemon.harness import REPO, MetastoreCluster, metastore_cluster
 
 pytestmark = pytest.mark.slow
@@ -201,7 +202,7 @@ def test_a_data_source_append_committed_in_a_worker_is_read_by_the_next_bridge_b
             pickle.dumps(planned.writer(StructType([StructField("id", LongType())]), False))
         )
         writer.not_before = setup.clock.now() + (AHEAD_MS << LOGICAL_BITS)
-        message = writer.write(iter([Row(id=1)]))
+        message = write_rows(writer, [Row(id=1)])
         step = tmp_path / "commit.pickle"
         step.write_bytes(pickle.dumps((writer, message)))
         subprocess.run(

@@ -16,6 +16,7 @@ from pyspark.sql import Row
 from metastore.errors import InvalidArgumentError, ValueTooLongError
 from spark_bridge.conform import too_long_message, value_too_long
 from tests.client.offline_writer import offline_writer
+from tests.client.spark_task import write_file_of_rows
 
 COLUMNS: list[dict[str, Any]] = [
     {"field_id": 1, "name": "id", "type": "BIGINT", "nullable": False},
@@ -44,7 +45,7 @@ def test_the_data_source_refuses_a_value_longer_than_its_type_with_the_typed_err
     tmp_path: Path, row: Row, path: str, length: int
 ) -> None:
     with pytest.raises(ValueTooLongError) as raised:
-        _writer(tmp_path)._write_file(iter([row]))
+        write_file_of_rows(_writer(tmp_path), [row])
     assert isinstance(raised.value, InvalidArgumentError)
     details = raised.value.details
     assert (details["table"], details["field_path"], details["length"]) == ("ns.t", path, length)

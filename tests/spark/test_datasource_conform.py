@@ -127,3 +127,42 @@ def test_what_the_bridge_refuses_is_refused_with_its_error(
     # The bridge's own message, naming the column.
     assert str(by_bridge.value) in str(by_format.value)
     assert committed_txns(env.client) == before
+
+
+def test_an_append_stores_each_timestamp_as_its_instant(env: SparkEnv) -> None:
+    """TIMESTAMP values (top-level and nested) are stored as the instants Spark holds, and
+    TIMESTAMP_NTZ values as their wall times, whatever the Python worker's local time zone.
+    The instants are the two of 01:30 on 2026-11-01 in St. John's (daylight saving ends at
+    02:00 NDT): a worker there that takes its TIMESTAMPs as PySpark's rows give them (naive
+    local datetimes) cannot tell them apart and stored the second an hour early (run this
+    file under TZ=America/St_Johns to see it; tests/client/test_parquet_reader.py holds the
+    zone-setting unit test)."""
+    table = "dsc.instants"
+    env.ddl(
+        f"CREATE TABLE {table} (id BIGINT, at TIMESTAMP, s STRUCT<at: TIMESTAMP>, "
+        "xs ARRAY<TIMESTAMP>, ntz TIMESTAMP_NTZ)"
+    )
+    first_us, second_us = 1_793_505_600_000_000, 1_793_509_200_000_000  # 04:00, 05:00 UTC
+    assert dt.datetime.fromtimestamp(first_us / 1e6, dt.UTC) == dt.datetime(
+        2026, 11, 1, 4, 0, tzinfo=dt.UTC
+    )
+    df = env.spark.sql(
+        "SELECT id, timestamp_micros(u) AS at, named_struct('at', timestamp_micros(u)) AS s, "
+        "array(timestamp_micros(u)) AS xs, TIMESTAMP_NTZ '2026-11-01 01:30:00' AS ntz "
+        f"FROM VALUES (1, {first_us}L), (2, {second_us}L) AS v(id, u)"
+    )
+    df.write.format("metastore").option("table", table).mode("append").save()
+
+    read = env.spark.read.format("metastore").option("table", table).load()
+    assert rows_of(
+        read.selectExpr(
+            "id",
+            "unix_micros(at)",
+            "unix_micros(s.at)",
+            "unix_micros(xs[0])",
+            "CAST(ntz AS STRING)",
+        )
+    ) == [
+        (1, first_us, first_us, first_us, "2026-11-01 01:30:00"),
+        (2, second_us, second_us, second_us, "2026-11-01 01:30:00"),
+    ]
