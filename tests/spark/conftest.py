@@ -16,6 +16,9 @@ from spark_bridge.bridge import ensure_python_workers
 from tests.daemon.harness import metastore_cluster
 from tests.spark.support import SparkEnv
 
+# The Python workers' TZ (see the session fixture): UTC-3:30 in winter, -2:30 in summer.
+WORKER_TZ = "America/St_Johns"
+
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
@@ -34,6 +37,11 @@ def spark() -> Iterator[SparkSession]:
         .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.ui.showConsoleProgress", "false")
+        # Python workers (the data source's tasks) in a zone with a half-hour offset and
+        # daylight saving, while the driver and the JVM stay in the machine's zone: PySpark
+        # gives a worker TIMESTAMP values in the worker's local time, so a conversion that
+        # assumes UTC shows here even on a CI machine running in UTC.
+        .config("spark.executorEnv.TZ", WORKER_TZ)
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")
