@@ -174,6 +174,23 @@ def test_arrow_types_are_sparks_own_mapping() -> None:
         assert field.nullable == spark_field.nullable
 
 
+def _write_in_zone(monkeypatch: pytest.MonkeyPatch, zone: str, writer: Any, rows: list[Any]) -> Any:
+    """One write task of `rows` (as Spark's Arrow batches of them, session time zone `zone`) on
+    a worker whose local time zone is `zone`; its commit message."""
+    import time
+
+    from tests.client.spark_task import run_write_task, spark_batches
+
+    monkeypatch.setenv("TZ", zone)
+    time.tzset()
+    try:
+        batches = spark_batches(rows, writer.source_schema, time_zone=zone)
+        return run_write_task(writer, batches, writer.source_schema)
+    finally:
+        monkeypatch.delenv("TZ")
+        time.tzset()
+
+
 def test_the_data_source_writer_stores_instants_whatever_the_local_zone(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -181,28 +198,19 @@ def test_the_data_source_writer_stores_instants_whatever_the_local_zone(
     PySpark's rows, naive datetimes in the worker's local time, pyarrow would take them for
     UTC)."""
     import datetime as dt
-    import time
     from zoneinfo import ZoneInfo
 
     from tests.client.offline_writer import offline_writer
-    from tests.client.spark_task import run_write_task, spark_batches
 
-    monkeypatch.setenv("TZ", "Asia/Tokyo")  # UTC+9, no daylight saving
-    time.tzset()
-    try:
-        columns = [
-            {"field_id": 1, "name": "id", "type": "BIGINT", "nullable": False},
-            {"field_id": 2, "name": "at", "type": "TIMESTAMP", "nullable": True},
-        ]
-        writer = offline_writer(str(tmp_path), columns)
-        # 10:00 UTC, 19:00 in Tokyo.
-        at = dt.datetime(2026, 11, 22, 19, 0, 0, tzinfo=ZoneInfo("Asia/Tokyo"))
-        rows_in = [{"id": 1, "at": at}, {"id": 2, "at": None}]
-        batches = spark_batches(rows_in, writer.source_schema, time_zone="Asia/Tokyo")
-        written = run_write_task(writer, batches, writer.source_schema)
-    finally:
-        monkeypatch.delenv("TZ")
-        time.tzset()
+    columns = [
+        {"field_id": 1, "name": "id", "type": "BIGINT", "nullable": False},
+        {"field_id": 2, "name": "at", "type": "TIMESTAMP", "nullable": True},
+    ]
+    writer = offline_writer(str(tmp_path), columns)
+    # 10:00 UTC, 19:00 in Tokyo (UTC+9, no daylight saving).
+    at = dt.datetime(2026, 11, 22, 19, 0, 0, tzinfo=ZoneInfo("Asia/Tokyo"))
+    rows_in = [{"id": 1, "at": at}, {"id": 2, "at": None}]
+    written = _write_in_zone(monkeypatch, "Asia/Tokyo", writer, rows_in)
     pinned = [PinnedColumn.from_wire(c) for c in columns]
     rows = read_rows(str(tmp_path), [{"path": written.path}], pinned, limit=5).rows.to_pylist()
     assert rows == [
@@ -218,42 +226,33 @@ def test_the_data_source_writer_stores_nested_instants_whatever_the_local_zone(
     writer converted only top-level values, so a nested one was stored as if its local wall
     time were UTC (hours off on any worker not running in UTC)."""
     import datetime as dt
-    import time
     from zoneinfo import ZoneInfo
 
     from pyspark.sql import Row
 
     from tests.client.offline_writer import offline_writer
-    from tests.client.spark_task import run_write_task, spark_batches
 
-    monkeypatch.setenv("TZ", "Asia/Tokyo")  # UTC+9, no daylight saving
-    time.tzset()
     local_wall_time = dt.datetime(2026, 11, 22, 19, 0, 0)  # a TIMESTAMP_NTZ: a wall time
     tokyo = local_wall_time.replace(tzinfo=ZoneInfo("Asia/Tokyo"))  # 10:00 UTC
     utc = dt.datetime(2026, 11, 22, 10, 0, 0, tzinfo=dt.UTC)
-    try:
-        columns = [
-            {"field_id": 1, "name": "id", "type": "BIGINT", "nullable": False},
-            {
-                "field_id": 2,
-                "name": "s",
-                "type": "STRUCT<at: TIMESTAMP, ntz: TIMESTAMP_NTZ, xs: ARRAY<TIMESTAMP>>",
-                "nullable": True,
-            },
-            {"field_id": 3, "name": "a", "type": "ARRAY<TIMESTAMP>", "nullable": True},
-            {"field_id": 4, "name": "m", "type": "MAP<TIMESTAMP, TIMESTAMP>", "nullable": True},
-        ]
-        writer = offline_writer(str(tmp_path), columns)
-        nested = Row(at=tokyo, ntz=local_wall_time, xs=[tokyo, None])
-        rows_in = [
-            Row(id=1, s=nested, a=[tokyo], m={tokyo: tokyo}),
-            Row(id=2, s=None, a=None, m=None),
-        ]
-        batches = spark_batches(rows_in, writer.source_schema, time_zone="Asia/Tokyo")
-        written = run_write_task(writer, batches, writer.source_schema)
-    finally:
-        monkeypatch.delenv("TZ")
-        time.tzset()
+    columns = [
+        {"field_id": 1, "name": "id", "type": "BIGINT", "nullable": False},
+        {
+            "field_id": 2,
+            "name": "s",
+            "type": "STRUCT<at: TIMESTAMP, ntz: TIMESTAMP_NTZ, xs: ARRAY<TIMESTAMP>>",
+            "nullable": True,
+        },
+        {"field_id": 3, "name": "a", "type": "ARRAY<TIMESTAMP>", "nullable": True},
+        {"field_id": 4, "name": "m", "type": "MAP<TIMESTAMP, TIMESTAMP>", "nullable": True},
+    ]
+    writer = offline_writer(str(tmp_path), columns)
+    nested = Row(at=tokyo, ntz=local_wall_time, xs=[tokyo, None])
+    rows_in = [
+        Row(id=1, s=nested, a=[tokyo], m={tokyo: tokyo}),
+        Row(id=2, s=None, a=None, m=None),
+    ]
+    written = _write_in_zone(monkeypatch, "Asia/Tokyo", writer, rows_in)
     read = pq.read_table(tmp_path / written.path).to_pylist()
     assert read[0]["s"] == {"at": utc, "ntz": local_wall_time, "xs": [utc, None]}
     assert read[0]["a"] == [utc]
@@ -269,10 +268,8 @@ def test_the_data_source_writer_stores_instants_of_the_hour_daylight_saving_repe
     the writer stored the second as the first, an hour early, top-level and nested. Spark's
     Arrow batches carry the instants themselves."""
     import datetime as dt
-    import time
 
     from tests.client.offline_writer import offline_writer
-    from tests.client.spark_task import run_write_task, spark_batches
 
     # St. John's leaves daylight saving on 2026-11-01 at 02:00 NDT (UTC-2:30) for 01:00 NST
     # (UTC-3:30): 01:30 is 04:00 UTC and again 05:00 UTC.
@@ -284,14 +281,7 @@ def test_the_data_source_writer_stores_instants_of_the_hour_daylight_saving_repe
     ]
     writer = offline_writer(str(tmp_path), columns)
     rows = [{"id": i, "at": at, "s": {"at": at}} for i, at in enumerate((first, second))]
-    monkeypatch.setenv("TZ", "America/St_Johns")
-    time.tzset()
-    try:
-        batches = spark_batches(rows, writer.source_schema, time_zone="America/St_Johns")
-        written = run_write_task(writer, batches, writer.source_schema)
-    finally:
-        monkeypatch.delenv("TZ")
-        time.tzset()
+    written = _write_in_zone(monkeypatch, "America/St_Johns", writer, rows)
     read = pq.read_table(tmp_path / written.path).to_pylist()
     assert [(r["at"], r["s"]["at"]) for r in read] == [(first, first), (second, second)]
 
