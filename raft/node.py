@@ -85,7 +85,13 @@ from raft.limits import PEER_FRAME_BYTES_MAX, PEER_FRAME_ITEMS_MAX
 from raft.ratelimit import LogBudget
 from raft.tls import TlsFiles
 from raft.transport import PeerTransport, check_peers
-from raft.wal import WAL_RECORD_BYTES_MAX, PreparedSnapshot, RecoveredState, WriteAheadLog
+from raft.wal import (
+    WAL_RECORD_BYTES_MAX,
+    PreparedSnapshot,
+    RecoveredState,
+    WalError,
+    WriteAheadLog,
+)
 from raft.wire import decode_address_book, encode_address_book
 
 log = logging.getLogger("raft.node")
@@ -1426,7 +1432,12 @@ class RaftNode:
             raise
         except BaseException as exc:  # the node must stop, not limp on with unknown state
             self.stopped_reason = f"fatal: {type(exc).__name__}: {exc}"
-            log.critical("raft node stopping on fatal error", exc_info=exc)
+            if isinstance(exc, WalError):
+                # The disk failed (ENOSPC, EIO): the log's error names the operation, the file
+                # and the errno and says what to do; a traceback would only bury that line.
+                log.critical("raft node stopping on a storage error: %s", exc)
+            else:
+                log.critical("raft node stopping on fatal error", exc_info=exc)
             self._fail_all(NodeStoppedError(self.stopped_reason))
             self._stopped = True
             if self._on_fatal is not None:

@@ -1605,12 +1605,6 @@ class WriteAheadLog:
                 )
             else:
                 live.size_bytes = self._file_bytes = self._synced_bytes
-        _log.error(
-            "wal: %s failed, the log takes no more writes: %s%s",
-            what,
-            _os_error_text(exc),
-            cut,
-        )
         return WalIOError(
             f"{what} failed in {self._dir}: {_os_error_text(exc)}{cut}. {FAILED_LOG_REMEDY}"
         )
