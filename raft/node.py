@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import errno
 import heapq
 import itertools
 import json
@@ -77,6 +78,7 @@ from raft.errors import (
     MalformedConfStateError,
     MalformedFrameError,
     NodeIdentityError,
+    NodeStateWriteError,
     RaftError,
     TransportConfigError,
 )
@@ -565,8 +567,8 @@ class RaftNode:
         )
         try:
             await loop.run_in_executor(self._io, self._check_identity, rec)
-        except NodeIdentityError:
-            wal.close()
+        except BaseException:
+            wal.close()  # its lock too: the start may be tried again in this process
             raise
         self.wal = wal
         bootstrap = (
@@ -1075,15 +1077,29 @@ class RaftNode:
                 "it from the cluster and add it back as a new member instead."
             )
         tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps({**want, "created_at_ms": int(time.time() * 1000)}) + "\n")
-        with open(tmp, "rb") as f:
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-        fd = os.open(cfg.data_dir, os.O_RDONLY)
         try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+            tmp.write_text(json.dumps({**want, "created_at_ms": int(time.time() * 1000)}) + "\n")
+            with open(tmp, "rb") as f:
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+            fd = os.open(cfg.data_dir, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            # A full or failing disk at a first start: say which file and why, and leave no
+            # IDENTITY that may not be durable (the next start writes it again).
+            for leftover in (tmp, path):
+                with contextlib.suppress(OSError):
+                    leftover.unlink()
+            name = errno.errorcode.get(exc.errno) if exc.errno is not None else None
+            raise NodeStateWriteError(
+                f"cannot write {path}: {exc.strerror or exc}"
+                + (f" ({name})" if name else "")
+                + "; nothing was started. Free space or fix the data directory, then start "
+                "the node again"
+            ) from exc
 
     def _applied_index(self) -> int:
         # visible_applied: a snapshot the core accepted counts only once sm.restore ran.
