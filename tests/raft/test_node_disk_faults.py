@@ -183,3 +183,42 @@ async def test_a_follower_whose_disk_fills_during_a_snapshot_install_stops_and_i
     wal, state = WriteAheadLog.open(directory, fsync=False)
     wal.close()
     assert state.snapshot.meta.index >= 40
+
+
+async def test_a_node_whose_own_snapshot_cannot_be_written_stops_and_loses_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A snapshot file the disk cannot hold (ENOSPC while it is written): the log is untouched
+    and usable (tests/raft/test_wal_faults.py), but the node stops, as etcd does, with the
+    file and the errno in its reason, rather than go on with a log it can never compact; a
+    restart replays every acknowledged entry."""
+    real_write_all = raft.wal._write_all
+
+    def write_all(fd: int, data: bytes | memoryview) -> None:
+        if "/n1/wal/snap-" in fd_path(fd):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        real_write_all(fd, data)
+
+    async with cluster(tmp_path, 1, snapshot_every_entries=10) as nodes:
+        node = await leader_of(nodes)
+        monkeypatch.setattr(raft.wal, "_write_all", write_all)
+        acked: list[bytes] = []
+        for i in range(30):
+            try:
+                await node.propose(b"e%d" % i, timeout_ms=5_000)
+            except NodeStoppedError:
+                break
+            acked.append(b"e%d" % i)
+        assert await eventually(lambda: bool(node.stopped_reason))
+        reason = node.stopped_reason
+        assert "ENOSPC" in reason and "snap-" in reason, reason
+        await node.stop()
+        monkeypatch.undo()
+        assert not list((tmp_path / "n1" / "wal").glob("*.tmp"))
+        again = restarted(node)
+        await again.start()
+        nodes[1] = again
+        await leader_of({1: again})
+        await again.propose(b"after")
+        assert sm(again).applied[: len(acked)] == acked
+        assert sm(again).applied[-1] == b"after"
