@@ -134,6 +134,11 @@ with its error, whose `details.partial` holds the totals of what it deleted befo
 parts up. A run counts the files it unlinked, not those found already gone, so a chunk an
 interrupted run (or a crashed leader) half deleted is counted once across the two runs.
 
+A file the store will not delete (permission denied, a read-only or failing disk) is left on
+disk and stays queued (its entry is not reported as deleted), with one warning per chunk naming
+it and the errno; it is tried once per run, and the rest of the run goes on (a dead manifest
+whose listed files could not all go stays queued too). A file already gone counts as done.
+
 Deletions are rate-limited (`gc_delete_files_per_s`) and run in a worker thread. Records past
 their max age, or whose owner session has been gone for PROTECTION_OWNER_GRACE_MS, are released
 by `release_due` (called from the node's sweep loop), with the reason in the log.
