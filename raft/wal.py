@@ -951,11 +951,12 @@ def _os_error_text(exc: OSError) -> str:
 
 # Said with every error that fails the log (`WalFailedError` from then on).
 FAILED_LOG_REMEDY: Final = (
-    "The log takes no more writes: a failed sync is never retried (the kernel may have "
-    "dropped the data it could not write and would report success the second time), so "
-    "what was written since the last good sync, never acknowledged, was cut from the live "
-    "segment. Check the device (free space, the kernel log) and restart the node: it "
-    "recovers what is durable and catches up from the leader."
+    "The log takes no more writes: a failed write or sync is never retried (after a failed "
+    "fdatasync the kernel may have dropped the data it could not write, and a second one "
+    "would report success), and what was written since the last good sync, never "
+    "acknowledged, was cut from the live segment. Check the device (free space, "
+    "permissions, the kernel log) and restart the node: it recovers what is durable and "
+    "catches up from the leader."
 )
 
 
@@ -1079,7 +1080,9 @@ class WriteAheadLog:
         try:
             lock_fd = cls._create_and_lock(directory, fsync=fsync)
         except OSError as exc:
-            raise WalIOError(f"cannot open log directory {directory}: {exc}") from exc
+            raise WalIOError(
+                f"cannot open log directory {directory}: {_os_error_text(exc)}"
+            ) from exc
         wal = cls(
             directory=directory,
             fsync=fsync,
@@ -1091,7 +1094,7 @@ class WriteAheadLog:
         try:
             recovered = wal._recover()
         except OSError as exc:
-            raise WalIOError(f"cannot recover log in {directory}: {exc}") from exc
+            raise WalIOError(f"cannot recover log in {directory}: {_os_error_text(exc)}") from exc
         finally:
             if recovered is None:
                 wal.close()

@@ -353,3 +353,23 @@ def test_a_snapshot_that_cannot_be_deleted_at_compaction_fails_the_log_loudly(
     _, rec = WriteAheadLog.open(tmp_path, fsync=False)
     assert rec.snapshot.meta.index == 5
     assert indexes(rec.entries) == [6]
+
+
+def test_a_recovery_the_disk_refuses_names_the_file_and_the_errno(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A restart on a failing disk: the recovery's sync of the live segment fails. One error
+    (the daemon prints it as one line), and the lock is released for the next attempt."""
+    wal, _ = WriteAheadLog.open(tmp_path, fsync=True)
+    with wal:
+        wal.append(ents(1, 2), HardState(term=1, vote=1, commit=2))
+    monkeypatch.setattr(raft.wal, "_fdatasync", failing(errno.EIO))
+    with pytest.raises(WalIOError) as caught:
+        WriteAheadLog.open(tmp_path, fsync=True)
+    message = str(caught.value)
+    assert "fdatasync" in message and "EIO" in message, message
+    assert str(next(tmp_path.glob("wal-*.log"))) in message, message
+    monkeypatch.undo()
+    wal, rec = WriteAheadLog.open(tmp_path, fsync=True)
+    wal.close()
+    assert indexes(rec.entries) == [1, 2]
