@@ -49,6 +49,7 @@ from metastore.daemon.config import CLUSTER_FILE_NAME, ConfigError
 from metastore.daemon.secrets import SecretsError
 from metastore.errors import ErrorCode, MetastoreError
 from metastore.limits import MAX_CLOCK_SKEW_MS
+from raft.wal import WalError
 
 CONTEXT_SETTINGS: dict[str, Any] = {
     "help_option_names": ["-h", "--help"],
@@ -127,6 +128,10 @@ class RootGroup(click.Group):
             fail(exc.code, exc.message, exc.exit_code, exc.details)
         except HlcError as exc:
             fail(exc.code, str(exc), EXIT_USAGE, None)
+        except WalError as exc:
+            # A log this command writes or reads on this machine (`snapshot restore`): a full
+            # or failing disk, named with its file and errno, not a traceback.
+            fail(exc.code.upper(), str(exc), 1, None)
         except BrokenPipeError:
             raise  # stdout closed by its reader (`| head`): click exits quietly
         except OSError as exc:

@@ -140,3 +140,11 @@ class NodeIdentityError(RaftError):
     vote twice in a term. Remove it from the cluster and add it back as a new member."""
 
     code = "node_identity"
+
+
+class NodeStateWriteError(RaftError):
+    """A file of the node's own state outside its log (`IDENTITY`) could not be written or
+    made durable: a full or failing disk, no permission. The message names the file and the
+    errno; nothing was half-written in its place."""
+
+    code = "node_state_unwritable"

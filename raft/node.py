@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import errno
 import heapq
 import itertools
 import json
@@ -77,6 +78,7 @@ from raft.errors import (
     MalformedConfStateError,
     MalformedFrameError,
     NodeIdentityError,
+    NodeStateWriteError,
     RaftError,
     TransportConfigError,
 )
@@ -85,7 +87,13 @@ from raft.limits import PEER_FRAME_BYTES_MAX, PEER_FRAME_ITEMS_MAX
 from raft.ratelimit import LogBudget
 from raft.tls import TlsFiles
 from raft.transport import PeerTransport, check_peers
-from raft.wal import WAL_RECORD_BYTES_MAX, PreparedSnapshot, RecoveredState, WriteAheadLog
+from raft.wal import (
+    WAL_RECORD_BYTES_MAX,
+    PreparedSnapshot,
+    RecoveredState,
+    WalError,
+    WriteAheadLog,
+)
 from raft.wire import decode_address_book, encode_address_book
 
 log = logging.getLogger("raft.node")
@@ -559,8 +567,8 @@ class RaftNode:
         )
         try:
             await loop.run_in_executor(self._io, self._check_identity, rec)
-        except NodeIdentityError:
-            wal.close()
+        except BaseException:
+            wal.close()  # its lock too: the start may be tried again in this process
             raise
         self.wal = wal
         bootstrap = (
@@ -1069,15 +1077,29 @@ class RaftNode:
                 "it from the cluster and add it back as a new member instead."
             )
         tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps({**want, "created_at_ms": int(time.time() * 1000)}) + "\n")
-        with open(tmp, "rb") as f:
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-        fd = os.open(cfg.data_dir, os.O_RDONLY)
         try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+            tmp.write_text(json.dumps({**want, "created_at_ms": int(time.time() * 1000)}) + "\n")
+            with open(tmp, "rb") as f:
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+            fd = os.open(cfg.data_dir, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            # A full or failing disk at a first start: say which file and why, and leave no
+            # IDENTITY that may not be durable (the next start writes it again).
+            for leftover in (tmp, path):
+                with contextlib.suppress(OSError):
+                    leftover.unlink()
+            name = errno.errorcode.get(exc.errno) if exc.errno is not None else None
+            raise NodeStateWriteError(
+                f"cannot write {path}: {exc.strerror or exc}"
+                + (f" ({name})" if name else "")
+                + "; nothing was started. Free space or fix the data directory, then start "
+                "the node again"
+            ) from exc
 
     def _applied_index(self) -> int:
         # visible_applied: a snapshot the core accepted counts only once sm.restore ran.
@@ -1426,7 +1448,12 @@ class RaftNode:
             raise
         except BaseException as exc:  # the node must stop, not limp on with unknown state
             self.stopped_reason = f"fatal: {type(exc).__name__}: {exc}"
-            log.critical("raft node stopping on fatal error", exc_info=exc)
+            if isinstance(exc, WalError):
+                # The disk failed (ENOSPC, EIO): the log's error names the operation, the file
+                # and the errno and says what to do; a traceback would only bury that line.
+                log.critical("raft node stopping on a storage error: %s", exc)
+            else:
+                log.critical("raft node stopping on fatal error", exc_info=exc)
             self._fail_all(NodeStoppedError(self.stopped_reason))
             self._stopped = True
             if self._on_fatal is not None:

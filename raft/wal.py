@@ -67,6 +67,19 @@ Jargon
   be skipped): a format change. Usually the lost sector also holds the start of the later
   batch (records are contiguous), which is then damaged too, and the tail is cut as above.
 
+Storage faults
+--------------
+An OSError in a write of the log (ENOSPC, EIO: in a write, an fdatasync, a segment roll, the
+directory sync after a snapshot's rename, a delete at compaction) fails the instance: the call
+raises `WalIOError` naming the operation, the file and the errno, and every later write raises
+`WalFailedError`. Nothing is retried: after a failed fdatasync the kernel may have dropped the
+pages it could not write, and a second one would report success ("fsyncgate"; PostgreSQL and
+etcd stop too). The live segment is cut back to its last good sync first (`_fail`), so a
+restarted process, which reads the page cache, does not take the failed append's bytes for
+durable ones; only never-acknowledged bytes are cut. The driver stops the node; a restart
+recovers. A snapshot file that cannot be written, synced or renamed into place fails only that
+call: its temporary file is deleted and the log, with its older snapshot, stays usable.
+
 Replay rules
 ------------
 Hard-state records: the last one wins (read from every segment). Entry records: an entry at index
@@ -98,6 +111,7 @@ processes, an exclusive ``flock`` on ``LOCK`` keeps a second process out.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import itertools
 import logging
@@ -913,6 +927,39 @@ def _write_all(fd: int, data: bytes | memoryview) -> None:
         view = view[os.write(fd, view) :]
 
 
+class _FileOpError(OSError):
+    """An OSError of one operation (`write`, `fdatasync`, ...) on one file of the log: the
+    operator is told which, with the errno's name (a write's own OSError names neither)."""
+
+    def __init__(self, operation: str, path: Path, cause: OSError) -> None:
+        super().__init__(cause.errno, cause.strerror or str(cause), str(path))
+        self.operation = operation
+
+
+def _os_error_text(exc: OSError) -> str:
+    """`fdatasync of /data/wal/wal-...log: Input/output error (EIO)`: what failed, where and
+    the errno's name (what an operator searches the kernel log and the manuals for)."""
+    text = exc.strerror or str(exc)
+    name = errno.errorcode.get(exc.errno) if exc.errno is not None else None
+    if name:
+        text += f" ({name})"
+    files = ", ".join(str(f) for f in (exc.filename, exc.filename2) if f is not None)
+    if isinstance(exc, _FileOpError):
+        return f"{exc.operation} of {files}: {text}"
+    return f"{files}: {text}" if files else text
+
+
+# Said with every error that fails the log (`WalFailedError` from then on).
+FAILED_LOG_REMEDY: Final = (
+    "The log takes no more writes: a failed write or sync is never retried (after a failed "
+    "fdatasync the kernel may have dropped the data it could not write, and a second one "
+    "would report success), and what was written since the last good sync, never "
+    "acknowledged, was cut from the live segment. Check the device (free space, "
+    "permissions, the kernel log) and restart the node: it recovers what is durable and "
+    "catches up from the leader."
+)
+
+
 def _read_snapshot_file(path: Path, *, expected_index: int) -> tuple[Snapshot, int]:
     """A snapshot file's snapshot (data mapped from the file if it is large) and floor seq;
     raises _BadSnapshotFile."""
@@ -996,6 +1043,9 @@ class WriteAheadLog:
         self._hard_state_in_live = True  # the current hard state is recorded in the live segment
         # Commit-only hard-state records written to the live segment since its last sync.
         self._unsynced_records = 0
+        # The live segment's bytes as of its last good sync: what a failure cuts it back to
+        # (see `_fail`). Updated by `_sync_live` alone, the one way the live segment is synced.
+        self._synced_bytes = 0
         self._failed: OSError | None = None
         self._closed = False
         self._bytes_written = 0
@@ -1030,7 +1080,9 @@ class WriteAheadLog:
         try:
             lock_fd = cls._create_and_lock(directory, fsync=fsync)
         except OSError as exc:
-            raise WalIOError(f"cannot open log directory {directory}: {exc}") from exc
+            raise WalIOError(
+                f"cannot open log directory {directory}: {_os_error_text(exc)}"
+            ) from exc
         wal = cls(
             directory=directory,
             fsync=fsync,
@@ -1042,7 +1094,7 @@ class WriteAheadLog:
         try:
             recovered = wal._recover()
         except OSError as exc:
-            raise WalIOError(f"cannot recover log in {directory}: {exc}") from exc
+            raise WalIOError(f"cannot recover log in {directory}: {_os_error_text(exc)}") from exc
         finally:
             if recovered is None:
                 wal.close()
@@ -1118,7 +1170,7 @@ class WriteAheadLog:
         self._closed = True
         if self._unsynced_records and self._fd is not None and self._failed is None:
             with contextlib.suppress(OSError):
-                self._sync(self._fd)
+                self._sync_live()
         for fd in (self._fd, self._lock_fd):
             if fd is not None:
                 with contextlib.suppress(OSError):
@@ -1200,8 +1252,7 @@ class WriteAheadLog:
                 live = self._segments[-1]
             self._write_live(batch, sync=self._must_sync(entries, hard_state))
         except OSError as exc:
-            self._failed = exc
-            raise WalIOError(f"append failed in {self._dir}: {exc}") from exc
+            raise self._fail("append", exc) from exc
         if entries:
             self._last_index = entries[-1].index
             live.note_index(self._last_index)
@@ -1444,7 +1495,7 @@ class WriteAheadLog:
                 # A crashed predecessor's unsynced commit-only records may still be only in the
                 # page cache: sync them before any other segment can follow this one (where a
                 # tear would be corruption) and before this process relies on them.
-                self._sync(self._fd)
+                self._sync_live()
         else:
             self._create_segment(seq=max(1, floor_seq), first_index=self._last_index + 1)
         if floor_seq > 0 and not entries_or_reset_above_floor:
@@ -1520,7 +1571,8 @@ class WriteAheadLog:
             raise WalClosedError("the write-ahead log is closed")
         if self._failed is not None:
             raise WalFailedError(
-                f"an earlier I/O error ({self._failed}) left the log in an unknown state; reopen"
+                f"an earlier I/O error ({_os_error_text(self._failed)}) left the log in an "
+                "unknown state; restart the node (reopen the log)"
             ) from self._failed
 
     @contextlib.contextmanager
@@ -1528,21 +1580,64 @@ class WriteAheadLog:
         try:
             yield
         except OSError as exc:
-            self._failed = exc
-            raise WalIOError(f"{what} failed in {self._dir}: {exc}") from exc
+            raise self._fail(what, exc) from exc
 
-    def _sync(self, fd: int) -> None:
+    def _fail(self, what: str, exc: OSError) -> WalIOError:
+        """Fail the log after an I/O error in a write (the error to raise is returned).
+
+        Fsyncgate: after a failed fdatasync (or a write that failed part way) the kernel may
+        have dropped the pages it could not write, marking them clean, or kept them in the
+        page cache without their being on the disk. A second fdatasync would succeed and prove
+        nothing, so no write or sync is tried again (`WalFailedError`). And what the live
+        segment holds past its last good sync is cut: a restarted process reads the page
+        cache, and would otherwise take back those bytes (whole, valid records) for durable
+        ones and acknowledge them to the leader, to lose them at the next power loss. They
+        are only the failed append and commit-only records, none ever acknowledged (the
+        commit index is volatile: losing it is what a power loss may do too). The cut is
+        best effort: if it fails as well, the message says so."""
+        self._failed = exc
+        cut = ""
+        if self._fd is not None and self._segments:
+            live = self._segments[-1]
+            try:
+                os.ftruncate(self._fd, self._synced_bytes)
+            except OSError as cut_exc:
+                cut = (
+                    f" (cutting {live.path} back to its {self._synced_bytes} synced bytes "
+                    f"failed too: {_os_error_text(cut_exc)})"
+                )
+            else:
+                live.size_bytes = self._file_bytes = self._synced_bytes
+        return WalIOError(
+            f"{what} failed in {self._dir}: {_os_error_text(exc)}{cut}. {FAILED_LOG_REMEDY}"
+        )
+
+    def _sync_live(self) -> None:
+        """Sync the live segment: every byte written to it so far is durable."""
+        assert self._fd is not None
+        live = self._segments[-1]
+        self._sync(self._fd, live.path)
+        self._synced_bytes = live.size_bytes
+        self._unsynced_records = 0
+
+    def _sync(self, fd: int, path: Path) -> None:
         if not self._fsync:
             return
         started = time.perf_counter()
-        _fdatasync(fd)
+        try:
+            _fdatasync(fd)
+        except OSError as exc:
+            raise _FileOpError("fdatasync", path, exc) from exc
         self._note_fsync(time.perf_counter() - started)
 
     def _sync_dir(self) -> None:
         if not self._fsync:
             return
         started = time.perf_counter()
-        _fsync_dir(self._dir)
+        try:
+            _fsync_dir(self._dir)
+        except OSError as exc:
+            raise _FileOpError("fsync of the directory", self._dir, exc) from exc
         self._note_fsync(time.perf_counter() - started)
 
     def _note_fsync(self, seconds: float) -> None:
@@ -1558,14 +1653,16 @@ class WriteAheadLog:
         end = live.size_bytes + len(data)
         if end > self._file_bytes and self._preallocate_bytes:
             self._write_zeros_ahead(end + self._preallocate_bytes)
-        _write_all(self._fd, data)  # at the file position: the end of the records
+        try:
+            _write_all(self._fd, data)  # at the file position: the end of the records
+        except OSError as exc:
+            raise _FileOpError("write", live.path, exc) from exc
         self._bytes_written += len(data)
         live.size_bytes = end
         if end > self._file_bytes:
             self._file_bytes = end
         if sync:
-            self._sync(self._fd)  # also makes earlier unsynced records durable
-            self._unsynced_records = 0
+            self._sync_live()  # also makes earlier unsynced records durable
         else:
             self._unsynced_records += 1
 
@@ -1575,8 +1672,11 @@ class WriteAheadLog:
         assert self._fd is not None
         up_to = -(-up_to // _PAGE_BYTES) * _PAGE_BYTES
         offset = self._file_bytes
-        while offset < up_to:
-            offset += os.pwrite(self._fd, _ZEROS[: min(len(_ZEROS), up_to - offset)], offset)
+        try:
+            while offset < up_to:
+                offset += os.pwrite(self._fd, _ZEROS[: min(len(_ZEROS), up_to - offset)], offset)
+        except OSError as exc:
+            raise _FileOpError("write of zeros ahead", self._segments[-1].path, exc) from exc
         self._file_bytes = offset
 
     def _create_segment(self, *, seq: int, first_index: int) -> None:
@@ -1586,20 +1686,21 @@ class WriteAheadLog:
                 # Only the last segment may end in zeros (replay reads them as its end, and
                 # any other damage there as a torn tail): cut this one to its records, and
                 # make the cut durable before the next segment exists.
-                os.ftruncate(self._fd, live.size_bytes)
+                try:
+                    os.ftruncate(self._fd, live.size_bytes)
+                except OSError as exc:
+                    raise _FileOpError("truncate", live.path, exc) from exc
                 self._file_bytes = live.size_bytes
-                self._sync(self._fd)
-                self._unsynced_records = 0
+                self._sync_live()
             elif self._unsynced_records:
                 # The segment being closed holds commit-only records not yet synced; the next
                 # fdatasync goes to the new file, so sync this one now.
-                self._sync(self._fd)
-                self._unsynced_records = 0
+                self._sync_live()
         path = self._dir / _segment_name(seq, first_index)
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
         fd = os.open(path, flags, _FILE_MODE)
         previous, self._fd = self._fd, fd
-        self._file_bytes = 0
+        self._file_bytes = self._synced_bytes = 0
         self._segments.append(
             _Segment(seq=seq, first_index=first_index, path=path, size_bytes=0, max_index=None)
         )
@@ -1663,9 +1764,11 @@ class WriteAheadLog:
         temp = final.with_name(final.name + temp_suffix)
         stored = snapshot
         fsync_seconds = 0.0
+        doing = "create"  # for the message: which step failed
         try:
             fd = os.open(temp, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, _FILE_MODE)
             try:
+                doing = "write"
                 _write_all(fd, head)
                 for part in parts:
                     with memoryview(part) as view:
@@ -1673,9 +1776,11 @@ class WriteAheadLog:
                             _write_all(fd, view[start : start + _SNAPSHOT_WRITE_SLICE_BYTES])
                 _write_all(fd, suffix)
                 if self._fsync:
+                    doing = "fdatasync"
                     started = time.perf_counter()
                     _fdatasync(fd)
                     fsync_seconds = time.perf_counter() - started
+                doing = "map"
                 if data_bytes >= SNAPSHOT_MAP_BYTES_MIN:
                     mapped = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
                     view = memoryview(mapped)[data_offset : data_offset + data_bytes]
@@ -1685,9 +1790,16 @@ class WriteAheadLog:
             finally:
                 os.close(fd)
         except OSError as exc:
+            # The log is untouched (the file was never renamed into place) and stays usable:
+            # the old snapshot and the entries after it remain. A later attempt writes a
+            # new file, so a failed fdatasync here is not one retried on the same pages.
             with contextlib.suppress(OSError):
                 temp.unlink()
-            raise WalIOError(f"cannot save snapshot {final}: {exc}") from exc
+            raise WalIOError(
+                f"cannot save snapshot {final}: "
+                f"{_os_error_text(_FileOpError(doing, temp, exc))} (the temporary file was "
+                "deleted; the log and its older snapshot are unchanged)"
+            ) from exc
         return PreparedSnapshot(
             stored=stored,
             floor_seq=floor_seq,
@@ -1704,7 +1816,11 @@ class WriteAheadLog:
         except OSError as exc:
             with contextlib.suppress(OSError):
                 prepared.temp.unlink()
-            raise WalIOError(f"cannot save snapshot {prepared.final}: {exc}") from exc
+            raise WalIOError(
+                f"cannot save snapshot {prepared.final}: "
+                f"{_os_error_text(_FileOpError('rename', prepared.temp, exc))} (the temporary "
+                "file was deleted; the log and its older snapshot are unchanged)"
+            ) from exc
         self._bytes_written += prepared.file_bytes
         if self._fsync:  # the file's own fdatasync
             self._note_fsync(prepared.fsync_seconds)
@@ -1764,8 +1880,7 @@ class WriteAheadLog:
         elif self._unsynced_records and self._fd is not None:
             # The live segment's newest hard-state record may be an unsynced commit-only one;
             # the records about to go may be the only durable copies of term and vote.
-            self._sync(self._fd)
-            self._unsynced_records = 0
+            self._sync_live()
         for _ in range(count):
             self._segments.pop(0).path.unlink()
         self._sync_dir()

@@ -155,15 +155,27 @@ def _write_local(final: str, tmp: str, data: bytes) -> None:
             out.flush()
             os.fsync(out.fileno())
         os.replace(tmp, final)
+    except OSError as exc:
+        _discard(lambda: os.unlink(tmp))
+        if exc.filename is not None:
+            raise
+        # A write's or an fsync's error names no file: say which one the disk refused.
+        raise OSError(exc.errno, exc.strerror or str(exc), final) from exc
     except BaseException:
         _discard(lambda: os.unlink(tmp))
         raise
     for path in (directory, os.path.dirname(directory)):  # the file's entry, then _manifests'
-        fd = os.open(path, os.O_RDONLY)
         try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            # The file stays (unreferenced: the orphan scan deletes it); nothing is proposed.
+            if exc.filename is not None:
+                raise
+            raise OSError(exc.errno, exc.strerror or str(exc), path) from exc
 
 
 def read_manifest(location: str, ref: ManifestRef) -> list[FileEntry]:

@@ -29,12 +29,13 @@ from __future__ import annotations
 
 import json
 import logging
-import logging.handlers
 import time
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final
+
+from metastore.daemon.logs import QuietFileHandler
 
 AUDIT_FILE_NAME: Final = "audit.log"
 AUDIT_FILE_BYTES_MAX: Final = 64 * 1024 * 1024
@@ -82,7 +83,8 @@ class AuditLog:
         if data_dir is None:
             return
         data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-        handler = logging.handlers.RotatingFileHandler(
+        # Quiet: on a full disk each record would otherwise print a traceback to stderr.
+        handler = QuietFileHandler(
             data_dir / AUDIT_FILE_NAME,
             maxBytes=AUDIT_FILE_BYTES_MAX,
             backupCount=AUDIT_FILES_KEPT,

@@ -134,6 +134,11 @@ with its error, whose `details.partial` holds the totals of what it deleted befo
 parts up. A run counts the files it unlinked, not those found already gone, so a chunk an
 interrupted run (or a crashed leader) half deleted is counted once across the two runs.
 
+A file the store will not delete (permission denied, a read-only or failing disk) is left on
+disk and stays queued (its entry is not reported as deleted), with one warning per chunk naming
+it and the errno; it is tried once per run, and the rest of the run goes on (a dead manifest
+whose listed files could not all go stays queued too). A file already gone counts as done.
+
 Deletions are rate-limited (`gc_delete_files_per_s`) and run in a worker thread. Records past
 their max age, or whose owner session has been gone for PROTECTION_OWNER_GRACE_MS, are released
 by `release_due` (called from the node's sweep loop), with the reason in the log.
@@ -143,6 +148,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import importlib
 import itertools
 import logging
@@ -335,6 +341,8 @@ class GcWorker:
         self._lock = asyncio.Lock()  # one run at a time (schedule and `gc run` share it)
         # table id -> time.monotonic() of its last failed compaction (COMPACTION_RETRY_AFTER_S)
         self._compaction_failed_at: dict[int, float] = {}
+        # table id -> queued paths the store refused to delete in this run (tried once a run)
+        self._undeletable: dict[int, set[str]] = {}
         self.last_run: dict[str, Any] = {}
 
     # ------------------------------------------------------------------ schedule
@@ -377,6 +385,7 @@ class GcWorker:
             # Queues another leader filled since our last run may be newer than what we noted.
             self._queued_by_tm.clear()
             self._listed.clear()
+            self._undeletable.clear()
             state = self.sm.state
             ids = [
                 i
@@ -613,12 +622,20 @@ class GcWorker:
         """Delete the table's queued files, reporting each chunk: (files done, whether the
         queue is empty now)."""
         done = 0
+        # Files the store would not delete in this run: they stay queued (a later run tries
+        # again), and are not tried again in this one.
+        failed = self._undeletable.setdefault(inc.table_id, set())
         while True:
             queue = self.sm.state.txns.gc_queue(inc.table_id)
             if not queue:
                 return done, True
+            untried = list(
+                itertools.islice((p for p in queue if p not in failed), DELETE_CHUNK_FILES)
+            )
+            if not untried:
+                return done, False  # only files the store refused are left
             # Bounded in bytes too: the GcFilesDeleted naming it must fit MAX_COMMAND_BYTES.
-            first = next(_chunks(list(itertools.islice(queue, DELETE_CHUNK_FILES))))
+            first = next(_chunks(untried))
             chunk = [(p, queue[p]) for p in first]
             await self._rate.take(len(chunk))
             keep = await self._still_referenced(inc.table_id)
@@ -647,12 +664,15 @@ class GcWorker:
             report.bytes_deleted += sum(sizes.get(p, 0) for p in unlinked)
             if deleted.deposed:
                 raise self._deposed()  # the chunk stays queued for the next leader
-            await self._propose(
-                GcFilesDeleted(
-                    table=inc.name, table_id=inc.table_id, paths=tuple(p for p, _ in chunk)
+            if deleted.failed:
+                _log_not_deleted(f"queued by table {inc.name}", location, deleted.failed)
+                failed.update(deleted.failed)
+            reported = tuple(p for p, _ in chunk if p not in deleted.failed)
+            if reported:
+                await self._propose(
+                    GcFilesDeleted(table=inc.name, table_id=inc.table_id, paths=reported)
                 )
-            )
-            done += len(chunk)
+            done += len(reported)
 
     async def _still_referenced(self, table_id: int) -> _Referenced | None:
         """Path keys (`_path_key`) that registered incarnations at a location equal to, inside
@@ -775,6 +795,11 @@ class GcWorker:
                 report.files_deleted += len(unlinked)
                 if deleted.deposed:
                     raise self._deposed()
+                if deleted.failed:
+                    # The manifest stays (its files are listed nowhere else) and queued.
+                    _log_not_deleted(f"listed by dead manifest {path}", location, deleted.failed)
+                    trusted = False
+                    break
             keep = await self._still_referenced(inc.table_id) if trusted else None
             if keep is None:
                 continue  # stays queued: the next run expands it again
@@ -790,6 +815,11 @@ class GcWorker:
                 )
                 if deleted.deposed:
                     raise self._deposed()
+                if deleted.failed:
+                    _log_not_deleted(
+                        f"a dead manifest of table {inc.name}", location, deleted.failed
+                    )
+                    continue  # stays queued
                 if deleted.unlinked():
                     report.files_deleted += 1
                     report.bytes_deleted += ref.size_bytes
@@ -890,6 +920,8 @@ class GcWorker:
                 report.orphan_bytes_deleted += sum(size for p, size in chunk if p in removed)
                 if deleted.deposed:
                     raise self._deposed()
+                if deleted.failed:
+                    _log_not_deleted("an orphan", "", deleted.failed)
             if found and not dry_run:
                 log.info(
                     "orphan files deleted",
@@ -1014,6 +1046,29 @@ def _real_parent(path: str) -> str:
     return os.path.join(os.path.realpath(os.path.dirname(path)), os.path.basename(path))
 
 
+def _os_error_text(exc: OSError) -> str:
+    """`Permission denied (EACCES)`: the reason and the errno's name, for the operator."""
+    text = exc.strerror or str(exc)
+    name = errno.errorcode.get(exc.errno) if exc.errno is not None else None
+    return f"{text} ({name})" if name else text
+
+
+def _log_not_deleted(what: str, location: str, failed: dict[str, str]) -> None:
+    """One warning per chunk for the files the store would not delete (`failed`: paths
+    relative to `location`, or absolute with no location)."""
+    path, why = next(iter(failed.items()))
+    if location:
+        path = f"{location.rstrip('/')}/{path}"
+    more = f" and {len(failed) - 1} more" if len(failed) > 1 else ""
+    log.warning(
+        "GC could not delete %s%s (%s): %s; left on disk, a later run tries again",
+        path,
+        more,
+        what,
+        why,
+    )
+
+
 @dataclass(slots=True)
 class _Deleted:
     """What a deletion thread did: the paths it removed (or found already gone; a manifest
@@ -1025,6 +1080,9 @@ class _Deleted:
     # Of `removed`, those already gone (an earlier run, or a deposed leader's thread, unlinked
     # them): done, but not deleted by this run, so not counted in its reply.
     missing: set[str] = field(default_factory=set)
+    # Paths the store refused to delete (permission denied, a read-only or failing disk), not
+    # in `removed`, with why (`_os_error_text`): left on disk, and their entries stay queued.
+    failed: dict[str, str] = field(default_factory=dict)
 
     def unlinked(self) -> list[str]:
         """The paths of `removed` this deletion really unlinked: what a run's reply counts."""
@@ -1074,6 +1132,9 @@ def _delete_files(
                 fs.delete_file(f"{base}/{rel}")
             except FileNotFoundError:
                 out.missing.add(rel)
+            except OSError as exc:
+                out.failed[rel] = _os_error_text(exc)
+                continue
             out.removed.append(rel)
         return out
     local = _local_root(root)
@@ -1089,6 +1150,7 @@ def _delete_files(
         [by_absolute[p] for p in deleted.removed],
         deleted.deposed,
         {by_absolute[p] for p in deleted.missing},
+        {by_absolute[p]: why for p, why in deleted.failed.items()},
     )
 
 
@@ -1149,6 +1211,11 @@ def _delete_absolute(
             os.remove(path)
         except FileNotFoundError:
             out.missing.add(path)
+        except OSError as exc:
+            # One file the store will not let go (permission denied, a read-only or failing
+            # disk) must not stop the others: it stays queued, and the caller says so.
+            out.failed[path] = _os_error_text(exc)
+            continue
         out.removed.append(path)
         parents.add(os.path.dirname(path))
     for parent in sorted(parents, reverse=True):

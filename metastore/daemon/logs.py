@@ -84,7 +84,11 @@ def log_write_failures() -> int:
     return _failures.total
 
 
-class _QuietFileHandler(logging.handlers.RotatingFileHandler):
+class QuietFileHandler(logging.handlers.RotatingFileHandler):
+    """A rotating file handler whose failed writes (a full, read-only or failing disk) are
+    counted and reported as the module docstring says, never a traceback per record. The
+    node log and the audit log (metastore.daemon.audit) use it."""
+
     def handleError(self, record: logging.LogRecord) -> None:
         _failures.failed(self.baseFilename)
 
@@ -134,7 +138,7 @@ class JsonFormatter(logging.Formatter):
 def setup_logging(*, node_id: int, log_file: Path, level: str) -> None:
     log_file.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     formatter = JsonFormatter(node_id)
-    file_handler = _QuietFileHandler(
+    file_handler = QuietFileHandler(
         log_file, maxBytes=LOG_FILE_BYTES_MAX, backupCount=LOG_FILES_KEPT, encoding="utf-8"
     )
     file_handler.setFormatter(formatter)

@@ -56,7 +56,7 @@ from metastore.errors import MetastoreError
 from metastore.outcome import Outcome
 from metastore.revocation import fingerprint_of_pem
 from raft.core.errors import RaftCoreError
-from raft.errors import NodeIdentityError, RaftError, TlsConfigError
+from raft.errors import NodeIdentityError, NodeStateWriteError, RaftError, TlsConfigError
 from raft.node import IDENTITY_FILE, NodeConfig, RaftNode
 from raft.tls import check_node_files, client_context, server_context
 from raft.wal import WalError, WalLockedError
@@ -142,7 +142,13 @@ def run_node(config_path: Path, node_id: int | None = None, *, bootstrap: bool =
         log.info("uvloop not available; using the default asyncio loop")
     try:
         return asyncio.run(serve(settings, bootstrap=bootstrap, freeze_heap=True))
-    except (NodeIdentityError, TlsConfigError, NodeStartError, SecretsError) as exc:
+    except (
+        NodeIdentityError,
+        NodeStateWriteError,
+        TlsConfigError,
+        NodeStartError,
+        SecretsError,
+    ) as exc:
         log.critical("refusing to start: %s", exc)
         _print_start_error(exc.code, str(exc))
         return 2

@@ -295,8 +295,15 @@ def _create_exclusive(path: Path, data: bytes) -> bool:
     try:
         try:
             os.fchmod(fd, 0o600)
-            os.write(fd, data)
+            # Every byte: a disk that fills mid-write stores what fits and returns that count
+            # (the next write raises ENOSPC); a short file linked into place stays for good.
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
             os.fsync(fd)
+        except OSError as exc:
+            # A write's error names no file: name the one this was to become.
+            raise OSError(exc.errno, exc.strerror or str(exc), str(path)) from exc
         finally:
             os.close(fd)
         try:

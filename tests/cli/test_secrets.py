@@ -3,6 +3,7 @@ refusal of readable files, and racing creators that all end up with the same sec
 
 from __future__ import annotations
 
+import errno
 import json
 import multiprocessing
 import os
@@ -289,3 +290,35 @@ def test_no_secret_in_a_repr(tmp_path: Path) -> None:
         secret=secrets.cluster_secret,
     )
     assert secrets.cluster_secret.decode() not in repr(config)
+
+
+@pytest.mark.parametrize("file", ["cluster.secret", "admin.token", "tokens.json"])
+def test_a_disk_that_fills_while_a_secret_is_written_leaves_no_truncated_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, file: str
+) -> None:
+    """A disk that fills mid-write: write() stores what fits and returns that count; the next
+    call raises ENOSPC. The short count was ignored, so the first bytes of the secret were
+    linked into place for good: the next start (disk freed) refused 'secret has N bytes', or
+    took a truncated token. Now the file is not created, and the error names it."""
+    d = tmp_path / "secrets"
+    real_write = os.write
+    fitted: list[int] = []
+
+    def filling_write(fd: int, data: bytes) -> int:
+        if f".{file}." not in os.readlink(f"/proc/self/fd/{fd}"):
+            return real_write(fd, data)
+        if not fitted:  # what still fits
+            fitted.append(real_write(fd, bytes(data)[:5]))
+            return fitted[0]
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr("metastore.daemon.secrets.os.write", filling_write)
+    with pytest.raises(OSError) as caught:
+        ensure_secrets(d)
+    assert caught.value.filename == str(d / file)
+    assert not (d / file).exists()
+    assert not [p for p in d.iterdir() if p.name.endswith(".tmp")]
+    monkeypatch.undo()
+    s = ensure_secrets(d)  # the disk has room again: created whole
+    assert len(s.cluster_secret) >= 32
+    assert len(read_token_file(d / "admin.token")) > 5

@@ -96,3 +96,41 @@ def test_an_export_is_spooled_to_disk_not_kept_on_the_heap(tmp_path: Path) -> No
             break
     assert offset == size and got.hexdigest() == header["sha256"]
     assert exports.held_bytes() == 0
+
+
+async def test_an_export_the_spool_disk_cannot_hold_is_served_from_memory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A full disk under the node's export spool (ENOSPC part way): the save still works, from
+    the heap, with one warning naming the file; no spool file is left (already so)."""
+    import errno
+    import logging
+    import os
+
+    d = Driver()
+    d.ok("CREATE NAMESPACE kept")
+    real_write = os.write
+    written: list[int] = []
+
+    def filling(fd: int, data: bytes | memoryview) -> int:
+        if written:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        written.append(real_write(fd, bytes(data)[:3]))
+        return written[0]
+
+    monkeypatch.setattr(backup.os, "write", filling)
+    spool = tmp_path / "spool"
+    exports = SnapshotExports(spool_dir=spool)
+    caplog.set_level(logging.WARNING, logger=backup.log.name)
+    header = exports.begin(d.state, cluster_id="c", node_id=1)
+    monkeypatch.undo()
+    assert not list(spool.iterdir())
+    data = b""
+    while True:
+        piece = exports.chunk(header["export_id"], len(data))
+        data += piece["data"]
+        if piece["done"]:
+            break
+    assert hashlib.sha256(data).hexdigest() == header["sha256"]
+    warnings = [r.getMessage() for r in caplog.records if "kept in memory" in r.getMessage()]
+    assert len(warnings) == 1 and str(spool) in warnings[0], warnings

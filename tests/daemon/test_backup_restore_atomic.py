@@ -193,3 +193,43 @@ def test_a_restored_cluster_does_not_inherit_the_saved_clusters_member_client_ad
     restored = MetastoreState.from_snapshot(app_data)
     assert restored.member_clients.address_of(4) is None
     assert "kept" in {ns.name for ns in restored.list_namespaces()}
+
+
+def test_a_restore_onto_a_full_disk_is_one_error_line_and_leaves_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`metastore snapshot restore` when the disk fills while a member's snapshot is written:
+    one `Error: WAL_IO: ...` line naming the file and the errno, exit 1, and no data directory
+    left (the same restore runs again once there is room). Before: the log's WalIOError is no
+    OSError, so it escaped the CLI's handlers as a traceback."""
+    import errno
+
+    from click.testing import CliRunner
+
+    import raft.wal
+    from cli.main import cli
+
+    config = write_cluster(tmp_path / "cfg", cluster_id="restored")
+    cluster = load_cluster_config(config)
+    file = _snapshot_file(tmp_path / "backup.snap")
+    real_write_all = raft.wal._write_all
+
+    def write_all(fd: int, data: bytes | memoryview) -> None:
+        if "/snap-" in os.readlink(f"/proc/self/fd/{fd}"):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        real_write_all(fd, data)
+
+    monkeypatch.setattr(raft.wal, "_write_all", write_all)
+    result = CliRunner().invoke(
+        cli, ["snapshot", "restore", str(file), "--config", str(config.parent)]
+    )
+    assert isinstance(result.exception, SystemExit), result.output
+    assert result.exit_code == 1, result.output
+    errors = [line for line in result.output.splitlines() if line.startswith("Error: ")]
+    assert len(errors) == 1 and errors[0].startswith("Error: WAL_IO: "), result.output
+    assert "ENOSPC" in errors[0] and "snap-" in errors[0], errors
+    assert "Traceback" not in result.output
+    assert not cluster.data_dir.exists()
+    monkeypatch.undo()
+    backup.restore(file, cluster)
+    assert (cluster.node_data_dir(1) / IDENTITY_FILE).exists()

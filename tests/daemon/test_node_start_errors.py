@@ -12,9 +12,11 @@ from __future__ import annotations
 import asyncio
 import errno
 import json
+import resource
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -22,6 +24,7 @@ import pytest
 from metastore.daemon.__main__ import main as daemon_main
 from metastore.daemon.config import load_node_config
 from metastore.daemon.node import MetastoreNode, NodeStartError, _listen, serve
+from metastore.daemon.secrets import ensure_secrets
 from tests.daemon.harness import write_cluster
 from tests.daemon.test_node_startup import (
     POLL_S,
@@ -168,3 +171,34 @@ def test_stop_signals_are_handled_before_the_node_says_it_started(
     assert asyncio.run(serve(settings, bootstrap=True)) == 0
     for sig, handler in before.items():
         assert during_start[sig] != handler, f"{sig.name} had its default action during start"
+
+
+def _file_size_limit(limit_bytes: int) -> Callable[[], None]:
+    """A child's RLIMIT_FSIZE: its writes past `limit_bytes` fail with EFBIG (Python ignores
+    SIGXFSZ), a real error from the kernel, as a full disk gives ENOSPC, with no hook in the
+    node."""
+
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit_bytes, resource.RLIM_INFINITY))
+
+    return limit
+
+
+def test_a_disk_that_cannot_hold_the_identity_is_one_error_line(tmp_path: Path) -> None:
+    # Before: the OSError of the IDENTITY write escaped as a traceback (exit 1).
+    config = write_cluster(tmp_path, n=1)
+    settings = load_node_config(config, 1)
+    ensure_secrets(settings.cluster.secrets_dir)  # already there: IDENTITY is the first write
+    done = subprocess.run(
+        daemon_argv(config, "--bootstrap"),
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=START_TIMEOUT_S,
+        check=False,
+        preexec_fn=_file_size_limit(1),
+    )
+    assert_one_line_error(done, "NODE_STATE_UNWRITABLE")
+    assert f"{settings.data_dir / 'IDENTITY'}" in done.stderr
+    assert "EFBIG" in done.stderr
+    assert not list(settings.data_dir.glob("IDENTITY*"))  # nothing half-written left

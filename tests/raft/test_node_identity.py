@@ -8,15 +8,19 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import errno
 import json
+import os
 import random
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+import raft.node
 from hlc import HybridClock, SystemClock
-from raft.errors import NodeIdentityError
+from raft.errors import NodeIdentityError, NodeStateWriteError
 from raft.node import IDENTITY_FILE, NodeConfig, RaftNode
 from tests.raft.test_node import SECRET, ListStateMachine, free_ports
 
@@ -85,3 +89,45 @@ async def test_a_log_from_before_identities_is_adopted(tmp_path: Path) -> None:
     (tmp_path / "n1" / IDENTITY_FILE).unlink()  # as written by an older version
     await _start_stop(_config(tmp_path, new_member=False))
     assert (tmp_path / "n1" / IDENTITY_FILE).exists()
+
+
+@pytest.mark.parametrize("step", ["write", "fsync", "replace"])
+async def test_an_identity_the_disk_cannot_hold_is_a_typed_error_naming_the_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, step: str
+) -> None:
+    """A full disk (or a failing one) at the first start: one error naming the file and the
+    errno (the daemon prints it as one line), the log's lock released, and a start once the
+    disk has room succeeds. Before: a bare OSError (a write's names no file) escaped as a
+    traceback, and the log stayed locked in that process."""
+    full = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    cfg = _config(tmp_path, new_member=True)
+    if step == "write":
+        real_write_text = Path.write_text
+
+        def write_text(self: Path, *args: Any, **kwargs: Any) -> int:
+            if self.name.startswith(IDENTITY_FILE):
+                raise full
+            return real_write_text(self, *args, **kwargs)
+
+        monkeypatch.setattr(Path, "write_text", write_text)
+    elif step == "fsync":
+        real_fsync = os.fsync
+
+        def fsync(fd: int) -> None:
+            if os.readlink(f"/proc/self/fd/{fd}").endswith(f"{IDENTITY_FILE}.tmp"):
+                raise full
+            real_fsync(fd)
+
+        monkeypatch.setattr(raft.node.os, "fsync", fsync)
+    else:
+        monkeypatch.setattr(raft.node.os, "replace", lambda *_a: (_ for _ in ()).throw(full))
+    with pytest.raises(NodeStateWriteError) as caught:
+        await _start_stop(cfg)
+    assert str(tmp_path / "n1" / IDENTITY_FILE) in str(caught.value)
+    assert "ENOSPC" in str(caught.value)
+    assert caught.value.code == "node_state_unwritable"
+    assert not (tmp_path / "n1" / IDENTITY_FILE).exists()
+    monkeypatch.undo()
+    await _start_stop(cfg)  # the log's lock was released; the retry writes the identity
+    identity = json.loads((tmp_path / "n1" / IDENTITY_FILE).read_text())
+    assert identity["node_id"] == 1

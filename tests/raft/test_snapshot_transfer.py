@@ -597,3 +597,40 @@ async def test_lost_acknowledgements_are_recovered_by_the_cores_retries() -> Non
         await eventually(lambda: peer(a, 2)["snapshot_transfers_completed"] == 1, "done")
         assert peer(a, 2)["snapshot_transfers_started"] == 1
         assert snapshots(b_inbox) == [msg]  # delivered once
+
+
+async def test_a_spool_the_disk_cannot_hold_drops_only_that_transfer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The receiver's disk fills while it spools a snapshot (ENOSPC from a write): the transfer
+    is dropped (its spool file deleted, the sender told, nothing delivered: the follower's log
+    and state are untouched) and the connection stays; the leader's next attempt, with room
+    again, arrives whole."""
+    import errno
+
+    from raft import transport
+
+    spool = tmp_path / "spool"
+    real_write = transport._Incoming.write
+    full = {"on": True}
+
+    def write(self: Any, data: memoryview) -> None:
+        if full["on"] and self.held > 0:  # the disk fills part way through
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        real_write(self, data)
+
+    monkeypatch.setattr(transport._Incoming, "write", write)
+    a_inbox, b_inbox = Inbox(), Inbox()
+    a, b = make(1, a_inbox, **SMALL), make(2, b_inbox, **SMALL, snapshot_spool_dir=spool)
+    async with running(a, b):
+        mesh({1: a, 2: b})
+        a.send(snapshot_msg(1 * MIB))
+        await eventually(lambda: peer(b, 1)["snapshot_transfers_dropped"] == 1, "dropped")
+        assert spool_files(spool) == []
+        assert snapshots(b_inbox) == []
+        full["on"] = False
+        retry = snapshot_msg(1 * MIB, index=10)
+        a.send(retry)
+        await eventually(lambda: snapshots(b_inbox) == [retry], "the retry arrives whole")
+        assert spool_files(spool) == []
+        assert peer(b, 1)["reconnects"] == 0
