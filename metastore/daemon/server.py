@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import ssl
 import time
@@ -345,6 +346,8 @@ class ApiServer:
         self._cert_writers: dict[asyncio.StreamWriter, tuple[Session, set[asyncio.Task[None]]]] = {}
         # Closes of revoked connections waiting for their in-flight replies (kept referenced).
         self._revoked_closes: set[asyncio.Task[None]] = set()
+        # Requests that run to their end whatever their caller does (`_remove_node`).
+        self._detached: set[asyncio.Future[Any]] = set()
         self.loose_files_max = loose_files_max
         self.read_staleness_max_ms = read_staleness_max_ms
         self.gc = gc
@@ -660,6 +663,10 @@ class ApiServer:
         for t in list(self._connections):
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await t
+        for work in list(self._detached):
+            work.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await work
         for t in list(self._revoked_closes):  # each aborts its connection as it ends
             t.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -3050,9 +3057,27 @@ class ApiServer:
 
     async def _remove_node(self, session: Session, args: Args) -> dict[str, Any]:
         """Remove a member, then revoke the TLS certificate(s) it presented on peer links to
-        this node (the leader) or to the other members, so it cannot come back with them."""
+        this node (the leader) or to the other members, so it cannot come back with them.
+
+        Both run to their end even when the caller goes away (a closed connection cancels its
+        requests): cancelled between the two, a removal left the member's certificate
+        accepted, and nobody was told."""
         node_id = _req_int(args, "node_id", 1, L.NODE_ID_MAX)
         timeout_ms = _membership_timeout(args)
+        work = asyncio.ensure_future(self._remove_and_revoke(session, node_id, args, timeout_ms))
+        self._detached.add(work)
+        work.add_done_callback(functools.partial(self._detached_done, f"remove_node {node_id}"))
+        return await asyncio.shield(work)
+
+    def _detached_done(self, what: str, work: asyncio.Future[Any]) -> None:
+        self._detached.discard(work)
+        if not work.cancelled() and work.exception() is not None:
+            # Its caller may be gone (nobody else sees the error then).
+            log.info("%s ended with an error: %s", what, work.exception())
+
+    async def _remove_and_revoke(
+        self, session: Session, node_id: int, args: Args, timeout_ms: int
+    ) -> dict[str, Any]:
         seen: tuple[str, ...] = ()
         conf = self.node.status().core.conf
         member = node_id in conf.voters or node_id in conf.learners
