@@ -2809,7 +2809,14 @@ class ApiServer:
         if name is not None and not self.sm.state.catalog.incarnations(name):
             raise TableNotFoundError(f"table {name} does not exist", details={"table": table})
         if self.node.is_leader() and self.gc is not None:
-            return await self.gc.run(name, dry_run=dry_run)
+            # Run to its end when the caller goes away (a closed connection cancels its
+            # requests): a cancelled run let go of the GC's lock while its deletion thread,
+            # which nothing cancels, still unlinked a chunk it would never report, so the
+            # next run could overlap it.
+            work = asyncio.ensure_future(self.gc.run(name, dry_run=dry_run))
+            self._detached.add(work)
+            work.add_done_callback(functools.partial(self._detached_done, "gc_run"))
+            return await asyncio.shield(work)
         leader = self.node.leader_id()
         if not leader or self.node.is_leader():
             raise UnavailableError("no leader known right now; retry shortly")
