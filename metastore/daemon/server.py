@@ -4,7 +4,9 @@ Per connection: frames are decoded with the sans-I/O `raft.framing.FrameDecoder`
 budget (CLIENT_HELLO_ITEMS_MAX for the first, CLIENT_REQUEST_ITEMS_MAX after it); the first
 request must be `hello` with a valid token; later requests run concurrently (bounded per
 connection) and replies are matched by id. Every failure becomes a typed error reply and changes
-nothing; a malformed frame closes the connection because the stream is out of sync.
+nothing; a malformed frame closes the connection because the stream is out of sync. A closed
+connection cancels its requests in flight, except those whose steps must not be cut in between
+(`remove_node`: the removal and its revocation; `gc_run`), which run to their end detached.
 
 Reads are served from this node's applied state once it is caught up with the current leader.
 A read AS OF T waits until the node's safe time covers T (schemas: T - DD; files: T) and only then
