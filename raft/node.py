@@ -1545,6 +1545,11 @@ class RaftNode:
             core.tick(self.clock.now())
         ops, self._ops = self._ops, []
         for op in ops:
+            if op.future.done():
+                # Its caller went away (a client that disconnected cancels its request's task):
+                # not run, as a proposal whose future is done is not appended. Setting a result
+                # on it raised InvalidStateError, which stopped the node.
+                continue
             try:
                 op.future.set_result(op.fn())
             except RaftCoreError as exc:

@@ -4,7 +4,9 @@ Per connection: frames are decoded with the sans-I/O `raft.framing.FrameDecoder`
 budget (CLIENT_HELLO_ITEMS_MAX for the first, CLIENT_REQUEST_ITEMS_MAX after it); the first
 request must be `hello` with a valid token; later requests run concurrently (bounded per
 connection) and replies are matched by id. Every failure becomes a typed error reply and changes
-nothing; a malformed frame closes the connection because the stream is out of sync.
+nothing; a malformed frame closes the connection because the stream is out of sync. A closed
+connection cancels its requests in flight, except those whose steps must not be cut in between
+(`remove_node`: the removal and its revocation; `gc_run`), which run to their end detached.
 
 Reads are served from this node's applied state once it is caught up with the current leader.
 A read AS OF T waits until the node's safe time covers T (schemas: T - DD; files: T) and only then
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import ssl
 import time
@@ -345,6 +348,8 @@ class ApiServer:
         self._cert_writers: dict[asyncio.StreamWriter, tuple[Session, set[asyncio.Task[None]]]] = {}
         # Closes of revoked connections waiting for their in-flight replies (kept referenced).
         self._revoked_closes: set[asyncio.Task[None]] = set()
+        # Requests that run to their end whatever their caller does (`_remove_node`).
+        self._detached: set[asyncio.Future[Any]] = set()
         self.loose_files_max = loose_files_max
         self.read_staleness_max_ms = read_staleness_max_ms
         self.gc = gc
@@ -660,6 +665,10 @@ class ApiServer:
         for t in list(self._connections):
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await t
+        for work in list(self._detached):
+            work.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await work
         for t in list(self._revoked_closes):  # each aborts its connection as it ends
             t.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -2802,7 +2811,14 @@ class ApiServer:
         if name is not None and not self.sm.state.catalog.incarnations(name):
             raise TableNotFoundError(f"table {name} does not exist", details={"table": table})
         if self.node.is_leader() and self.gc is not None:
-            return await self.gc.run(name, dry_run=dry_run)
+            # Run to its end when the caller goes away (a closed connection cancels its
+            # requests): a cancelled run let go of the GC's lock while its deletion thread,
+            # which nothing cancels, still unlinked a chunk it would never report, so the
+            # next run could overlap it.
+            work = asyncio.ensure_future(self.gc.run(name, dry_run=dry_run))
+            self._detached.add(work)
+            work.add_done_callback(functools.partial(self._detached_done, "gc_run"))
+            return await asyncio.shield(work)
         leader = self.node.leader_id()
         if not leader or self.node.is_leader():
             raise UnavailableError("no leader known right now; retry shortly")
@@ -3050,9 +3066,27 @@ class ApiServer:
 
     async def _remove_node(self, session: Session, args: Args) -> dict[str, Any]:
         """Remove a member, then revoke the TLS certificate(s) it presented on peer links to
-        this node (the leader) or to the other members, so it cannot come back with them."""
+        this node (the leader) or to the other members, so it cannot come back with them.
+
+        Both run to their end even when the caller goes away (a closed connection cancels its
+        requests): cancelled between the two, a removal left the member's certificate
+        accepted, and nobody was told."""
         node_id = _req_int(args, "node_id", 1, L.NODE_ID_MAX)
         timeout_ms = _membership_timeout(args)
+        work = asyncio.ensure_future(self._remove_and_revoke(session, node_id, args, timeout_ms))
+        self._detached.add(work)
+        work.add_done_callback(functools.partial(self._detached_done, f"remove_node {node_id}"))
+        return await asyncio.shield(work)
+
+    def _detached_done(self, what: str, work: asyncio.Future[Any]) -> None:
+        self._detached.discard(work)
+        if not work.cancelled() and work.exception() is not None:
+            # Its caller may be gone (nobody else sees the error then).
+            log.info("%s ended with an error: %s", what, work.exception())
+
+    async def _remove_and_revoke(
+        self, session: Session, node_id: int, args: Args, timeout_ms: int
+    ) -> dict[str, Any]:
         seen: tuple[str, ...] = ()
         conf = self.node.status().core.conf
         member = node_id in conf.voters or node_id in conf.learners

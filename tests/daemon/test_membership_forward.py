@@ -62,6 +62,7 @@ def _follower_server() -> tuple[ApiServer, _RecordingForwarder]:
     forwarder = _RecordingForwarder()
     server.node = _Follower()  # type: ignore[assignment]
     server.forwarder = forwarder  # type: ignore[assignment]
+    server._detached = set()  # remove_node runs detached from its caller
     return server, forwarder
 
 
@@ -139,6 +140,7 @@ def _leader_server(configured: list[int]) -> tuple[ApiServer, _Leader]:
     server.node = leader  # type: ignore[assignment]
     server.forwarder = _RecordingForwarder()  # type: ignore[assignment]
     server.client_addresses = {n: f"127.0.0.1:{24200 + n}" for n in configured}
+    server._detached = set()  # remove_node runs detached from its caller
     return server, leader
 
 

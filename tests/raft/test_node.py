@@ -1178,6 +1178,26 @@ async def test_read_barrier_keeps_one_deadline_and_times_out_typed(
         assert await node.read_barrier(timeout_ms=5_000) >= 1
 
 
+async def test_a_read_barrier_whose_caller_went_away_before_the_driver_ran_it_stops_nothing(
+    tmp_path: Path,
+) -> None:
+    """The server cancels a request's task when its client disconnects. A read barrier
+    cancelled after it queued its ReadIndex op and before the driver ran it left a cancelled
+    future in the op queue, and the driver's `set_result` on it raised InvalidStateError: a
+    fatal error, so one client closing its connection at that moment stopped the leader (seen
+    in a soak: a leader died within seconds of clients closing after `committed_txn`)."""
+    async with cluster(tmp_path, 1) as nodes:
+        node = await leader_of(nodes)
+        for _ in range(20):
+            gone = asyncio.ensure_future(node.read_barrier(timeout_ms=5_000))
+            await asyncio.sleep(0)  # its op is queued, the driver is woken
+            gone.cancel()
+            await asyncio.gather(gone, return_exceptions=True)
+        assert await node.read_barrier(timeout_ms=5_000) >= 1
+        assert not node.stopped_reason, node.stopped_reason
+        assert (await node.propose(b"after")).index >= 1
+
+
 @pytest.mark.parametrize("by_snapshot", [False, True], ids=["by-entries", "by-snapshot"])
 async def test_a_removed_node_that_dropped_its_links_is_added_back_without_a_restart(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, by_snapshot: bool
