@@ -1164,16 +1164,22 @@ async def test_read_barrier_keeps_one_deadline_and_times_out_typed(
         node = await leader_of(nodes)
         run_op = node._run_op
 
+        # The ReadIndex step takes run_op_delay_s of the timeout; one deadline ends the call
+        # after timeout_ms, a fresh one after run_op_delay_s + timeout_ms. The bound sits
+        # between the two, leaving a loaded machine over a second of scheduling lateness.
+        run_op_delay_s, timeout_ms = 1.5, 2_000
+
         async def slow_run_op(fn: Any) -> Any:
-            await asyncio.sleep(0.2)
+            await asyncio.sleep(run_op_delay_s)
             return await run_op(fn)
 
         monkeypatch.setattr(node, "_run_op", slow_run_op)
         monkeypatch.setattr(node, "_applied_index", lambda: 0)  # the apply never catches up
         started = time.monotonic()
         with pytest.raises(ReadIndexError):
-            await node.read_barrier(timeout_ms=300)
-        assert time.monotonic() - started < 0.45
+            await node.read_barrier(timeout_ms=timeout_ms)
+        elapsed_s = time.monotonic() - started
+        assert elapsed_s < timeout_ms / 1000 + 0.8 * run_op_delay_s, elapsed_s
         monkeypatch.undo()
         assert await node.read_barrier(timeout_ms=5_000) >= 1
 
