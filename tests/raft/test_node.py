@@ -490,22 +490,37 @@ async def test_a_follower_acks_entries_only_once_its_wal_append_returned(
 async def test_a_lone_proposers_commit_rides_on_its_next_append(tmp_path: Path) -> None:
     # The commit broadcast (an AppendEntries without entries) is held back one loop pass: a
     # proposer that proposes again makes the next AppendEntries carry the commit, so a follower
-    # gets one message per proposal, not two. Heartbeats are 2 s apart here: a follower that
-    # applies the last entry soon learned its commit from a deferred broadcast, not from them.
+    # gets one message per proposal, not two. The last commit must still reach the follower
+    # from a deferred broadcast (an AppendEntries), not wait for a heartbeat: the follower's
+    # core records which message moved its commit (a wall-clock bound on the wait could not
+    # tell the two apart on a loaded machine, where a heartbeat may well come first).
     async with cluster(tmp_path, 3, election_timeout_ms=3000, heartbeat_interval_ms=2000) as n:
         leader = await leader_of(n)
         await leader.propose(b"warm-up")
         follower = next(f for f in n.values() if f is not leader)
-        assert follower.transport is not None
+        assert follower.transport is not None and follower.core is not None
+        core = follower.core
+        step = core.step
+        commit_moved_by: list[tuple[int, type]] = []  # (commit after, message type)
+
+        def recording_step(m: Message) -> None:
+            committed = core.log.committed
+            step(m)
+            if core.log.committed > committed:
+                commit_moved_by.append((core.log.committed, type(m)))
+
+        core.step = recording_step  # type: ignore[method-assign]
         before = follower.transport.stats()["peers"][leader.node_id]["received"]
         for i in range(30):
-            await leader.propose(b"x%d" % i)
+            last = await leader.propose(b"x%d" % i)
         received = follower.transport.stats()["peers"][leader.node_id]["received"] - before
         assert received <= 30 + 5, received  # + a heartbeat or two
-        deadline = time.monotonic() + 1.0
+        deadline = time.monotonic() + ELECTION_WAIT_S  # the failure mode is "never"
         while sm(follower).applied != sm(leader).applied:
             assert time.monotonic() < deadline, "the last commit did not reach the follower"
             await asyncio.sleep(0.005)
+        moved_by = next(kind for commit, kind in commit_moved_by if commit >= last.index)
+        assert moved_by is AppendEntries, commit_moved_by
 
 
 async def test_an_answered_proposer_sees_safe_time_at_its_entry(tmp_path: Path) -> None:
