@@ -568,13 +568,21 @@ def test_gc_status_of_a_table_of_a_million_entries_takes_well_under_an_election_
         tl.files.update((f"x{i}", entry) for i in range(n))  # put in directly: fast to build
     d.ok("DROP TABLE ns.u")
     d.tm += 5 * TTL_MS * MS
-    best = 1e9
-    for _ in range(3):
+    # Timed against one plain pass over the same entries, measured alongside (best of 5
+    # each, interleaved): an absolute bound failed on a loaded CI machine (0.156 s against
+    # 0.15 s), while a slowdown hits both. The pass over a million entries is the cost
+    # gc_status cannot avoid (dead_profile's one comprehension); a list per entry costs far more.
+    big = d.state.txns._tables[d.state.catalog.incarnations(T)[-1].table_id].files
+    status_s = one_pass_s = 1e9
+    for _ in range(5):
         started = time.perf_counter()
         status = gc_status(d.state, now_tm=d.tm, table=None)
-        best = min(best, time.perf_counter() - started)
+        status_s = min(status_s, time.perf_counter() - started)
+        started = time.perf_counter()
+        _ = [e.size_bytes for e in big.values() if e.removed_ts is not None]
+        one_pass_s = min(one_pass_s, time.perf_counter() - started)
     assert status["protections"] == [{"record_id": "p", "ts": ts, "held_bytes": 100}]  # f1
-    assert best < 0.15, f"gc_status took {best:.3f} s"
+    assert status_s < 4 * one_pass_s, f"gc_status {status_s:.3f} s, a pass {one_pass_s:.3f} s"
 
 
 def test_gc_status_finds_the_protections_of_each_table_without_asking_every_record(
