@@ -225,17 +225,20 @@ async def test_a_proposal_too_large_for_the_wal_is_refused_before_the_log(
     """An entry over the WAL record limit used to be appended and then crash the leader when
     it was written (and every node that received it). It is refused, typed, and nothing
     changes."""
-    async with cluster(tmp_path, 3) as nodes:
+    # A 3 s election timeout (not the helper's 150 ms): writing and shipping the 16 MiB entry
+    # stalls the one event loop all three nodes share, for seconds on a loaded machine, and
+    # with 150 ms every attempt lost the leadership (five in a row under two CPU hogs).
+    async with cluster(tmp_path, 3, election_timeout_ms=3000, heartbeat_interval_ms=300) as nodes:
         leader = await leader_of(nodes)
         before = leader.status().core.last_index
         with pytest.raises(ProposalTooLargeError):
             await leader.propose(b"x" * (PROPOSAL_BYTES_MAX + 1))
         assert leader.status().core.last_index == before
         # The node is fine: the largest allowed proposal and a small one both commit. Writing
-        # and shipping 16 MiB can stall this one event loop past the 150 ms election timeout
-        # on a loaded 2-core machine (it failed once in ~45 CI runs with NotLeaderError on the
-        # next proposal, and once at load 8 with the big entry itself replaced by a newer
-        # leader): leadership may move, which is not what this test is about. A proposal
+        # and shipping 16 MiB stalls this one event loop (it failed once in ~45 CI runs with
+        # NotLeaderError on the next proposal, and once at load 8 with the big entry itself
+        # replaced by a newer leader, both at a 150 ms election timeout): leadership may still
+        # move past a stall longer than 3 s, which is not what this test is about. A proposal
         # refused before the log or dropped as replaced never commits, so asking the leader of
         # now again keeps "exactly one big entry" true.
         for _attempt in range(5):
