@@ -426,9 +426,10 @@ async def test_a_cancelled_caller_does_not_disturb_other_proposals(tmp_path: Pat
         assert b"kept" in sm(leader).applied
         with pytest.raises(asyncio.CancelledError):
             await cancelled
-        # The timer of a finished proposal is cancelled: nothing fires later.
-        await leader.propose(b"after", timeout_ms=50)
-        await asyncio.sleep(0.1)
+        # The timer of a finished proposal is cancelled: nothing fires later. (A 1 s timeout,
+        # not 50 ms: a loaded machine's fsync alone can take that; then wait past it.)
+        await leader.propose(b"after", timeout_ms=1_000)
+        await asyncio.sleep(1.1)
         assert sm(leader).applied[-1] == b"after"
 
 
