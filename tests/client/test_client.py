@@ -461,7 +461,8 @@ async def test_a_call_times_out_and_the_connection_survives_the_late_reply(nodes
         started = time.monotonic()
         with pytest.raises(RequestTimeoutError) as info:
             await c.describe("slow")
-        assert 0.15 < time.monotonic() - started < 2
+        # Not the handler's 5 s: the 200 ms timeout ended it (a loaded machine gets seconds).
+        assert 0.15 < time.monotonic() - started < 4
         assert info.value.details["timeout_ms"] == 200
         gate.set()  # the late reply arrives and is dropped
         await asyncio.sleep(0.05)

@@ -81,4 +81,6 @@ async def test_a_read_too_far_ahead_for_the_budget_is_refused_without_spending_i
     async with MetastoreClient(endpoints, TOKEN, timeout_ms=3_000) as c:
         with pytest.raises(TimestampAheadError):
             await c.schema_at("ns.t", ts=ts_ms << 16)
-    assert time.monotonic() - started < 1.0  # no node can answer within the budget: at once
+    # No node can answer within the budget: refused at once, not after spending the 3 s of it
+    # (the bound leaves a loaded machine 2.5 s).
+    assert time.monotonic() - started < 2.5

@@ -88,7 +88,9 @@ async def test_forwards_waiting_on_a_leader_that_does_not_answer_fail_together(
     finally:
         await forwarder.close()
     assert all(isinstance(r, UnavailableError) for r in results), results
-    assert elapsed < 5, f"the forwards failed one after the other ({elapsed:.1f} s)"
+    # One shared attempt takes ~3 s (the hello timeout); one after the other, the second failed
+    # after ~6 s: the bound sits just below that, the widest margin a loaded machine can get.
+    assert elapsed < 5.9, f"the forwards failed one after the other ({elapsed:.1f} s)"
 
 
 async def test_concurrent_forwards_share_one_link_and_a_refused_hello_is_not_cached() -> None:

@@ -271,9 +271,15 @@ def test_gc_deletes_replaced_manifests_and_the_files_of_dead_ones(
         # the table itself, splitting a off into a dead manifest, and deletes it with the
         # rest (the leader's GC, gc_worker point 8; no `table compact` needed).
         run = client.gc_run(table)
-        # 2 replaced manifests, c and [c-], a and its split-off manifest
-        assert run["files_deleted"] >= 6, run
-        assert run["compacted_manifests"] == 1, run
+        # 2 replaced manifests, c and [c-], a and its split-off manifest. Unless an attempt's
+        # answer was lost (the client failed over on a loaded machine while that run went on
+        # deleting): the reply then says so (`unanswered_parts`) and its totals leave that
+        # part out; the files on disk are checked below either way. The whole reply goes in
+        # the message (a dict there is cut short): a loaded run once counted 3.
+        described = json.dumps(run, sort_keys=True)
+        if not run.get("unanswered_parts"):
+            assert run["files_deleted"] >= 6, described
+            assert run["compacted_manifests"] == 1, described
     finally:
         client.close()
     left = set(os.listdir(f"{location}/_manifests"))

@@ -549,11 +549,11 @@ def test_gc_status_reads_a_table_once_however_many_protections_cover_it(
     assert calls <= 2  # at most one scan per table (ns.t, ns.u), not two per record
 
 
-def test_gc_status_of_a_table_of_a_million_entries_takes_well_under_an_election_timeout() -> None:
+def test_gc_status_of_a_table_of_a_million_entries_builds_nothing_per_entry() -> None:
     # Every leader GC run ends with gc_status (its metrics), on the event loop, and so does
     # `gc status` on the node asked. Its per-table pass built a list per file entry: 0.4 s for
     # a table of a million live entries, past the 300 ms election timeout, every run.
-    import time
+    import tracemalloc
 
     from metastore.daemon.gc_worker import gc_status
     from metastore.txn import FileEntry
@@ -568,13 +568,18 @@ def test_gc_status_of_a_table_of_a_million_entries_takes_well_under_an_election_
         tl.files.update((f"x{i}", entry) for i in range(n))  # put in directly: fast to build
     d.ok("DROP TABLE ns.u")
     d.tm += 5 * TTL_MS * MS
-    best = 1e9
-    for _ in range(3):
-        started = time.perf_counter()
+    # Judged by the memory it allocates, not by wall time: a time bound (0.15 s) failed on a
+    # loaded CI machine, and timing it against a plain pass measured alongside failed too
+    # (load comes in bursts). The cost was the objects built per entry (a list each, 77 MiB
+    # for a million); one pass that builds nothing per live entry allocates almost nothing.
+    tracemalloc.start()
+    try:
         status = gc_status(d.state, now_tm=d.tm, table=None)
-        best = min(best, time.perf_counter() - started)
+        _, peak_bytes = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
     assert status["protections"] == [{"record_id": "p", "ts": ts, "held_bytes": 100}]  # f1
-    assert best < 0.15, f"gc_status took {best:.3f} s"
+    assert peak_bytes < 8 * 2**20, f"gc_status allocated {peak_bytes / 2**20:.1f} MiB at its peak"
 
 
 def test_gc_status_finds_the_protections_of_each_table_without_asking_every_record(

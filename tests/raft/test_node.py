@@ -225,17 +225,20 @@ async def test_a_proposal_too_large_for_the_wal_is_refused_before_the_log(
     """An entry over the WAL record limit used to be appended and then crash the leader when
     it was written (and every node that received it). It is refused, typed, and nothing
     changes."""
-    async with cluster(tmp_path, 3) as nodes:
+    # A 3 s election timeout (not the helper's 150 ms): writing and shipping the 16 MiB entry
+    # stalls the one event loop all three nodes share, for seconds on a loaded machine, and
+    # with 150 ms every attempt lost the leadership (five in a row under two CPU hogs).
+    async with cluster(tmp_path, 3, election_timeout_ms=3000, heartbeat_interval_ms=300) as nodes:
         leader = await leader_of(nodes)
         before = leader.status().core.last_index
         with pytest.raises(ProposalTooLargeError):
             await leader.propose(b"x" * (PROPOSAL_BYTES_MAX + 1))
         assert leader.status().core.last_index == before
         # The node is fine: the largest allowed proposal and a small one both commit. Writing
-        # and shipping 16 MiB can stall this one event loop past the 150 ms election timeout
-        # on a loaded 2-core machine (it failed once in ~45 CI runs with NotLeaderError on the
-        # next proposal, and once at load 8 with the big entry itself replaced by a newer
-        # leader): leadership may move, which is not what this test is about. A proposal
+        # and shipping 16 MiB stalls this one event loop (it failed once in ~45 CI runs with
+        # NotLeaderError on the next proposal, and once at load 8 with the big entry itself
+        # replaced by a newer leader, both at a 150 ms election timeout): leadership may still
+        # move past a stall longer than 3 s, which is not what this test is about. A proposal
         # refused before the log or dropped as replaced never commits, so asking the leader of
         # now again keeps "exactly one big entry" true.
         for _attempt in range(5):
@@ -423,9 +426,10 @@ async def test_a_cancelled_caller_does_not_disturb_other_proposals(tmp_path: Pat
         assert b"kept" in sm(leader).applied
         with pytest.raises(asyncio.CancelledError):
             await cancelled
-        # The timer of a finished proposal is cancelled: nothing fires later.
-        await leader.propose(b"after", timeout_ms=50)
-        await asyncio.sleep(0.1)
+        # The timer of a finished proposal is cancelled: nothing fires later. (A 1 s timeout,
+        # not 50 ms: a loaded machine's fsync alone can take that; then wait past it.)
+        await leader.propose(b"after", timeout_ms=1_000)
+        await asyncio.sleep(1.1)
         assert sm(leader).applied[-1] == b"after"
 
 
@@ -490,22 +494,37 @@ async def test_a_follower_acks_entries_only_once_its_wal_append_returned(
 async def test_a_lone_proposers_commit_rides_on_its_next_append(tmp_path: Path) -> None:
     # The commit broadcast (an AppendEntries without entries) is held back one loop pass: a
     # proposer that proposes again makes the next AppendEntries carry the commit, so a follower
-    # gets one message per proposal, not two. Heartbeats are 2 s apart here: a follower that
-    # applies the last entry soon learned its commit from a deferred broadcast, not from them.
+    # gets one message per proposal, not two. The last commit must still reach the follower
+    # from a deferred broadcast (an AppendEntries), not wait for a heartbeat: the follower's
+    # core records which message moved its commit (a wall-clock bound on the wait could not
+    # tell the two apart on a loaded machine, where a heartbeat may well come first).
     async with cluster(tmp_path, 3, election_timeout_ms=3000, heartbeat_interval_ms=2000) as n:
         leader = await leader_of(n)
         await leader.propose(b"warm-up")
         follower = next(f for f in n.values() if f is not leader)
-        assert follower.transport is not None
+        assert follower.transport is not None and follower.core is not None
+        core = follower.core
+        step = core.step
+        commit_moved_by: list[tuple[int, type]] = []  # (commit after, message type)
+
+        def recording_step(m: Message) -> None:
+            committed = core.log.committed
+            step(m)
+            if core.log.committed > committed:
+                commit_moved_by.append((core.log.committed, type(m)))
+
+        core.step = recording_step  # type: ignore[method-assign]
         before = follower.transport.stats()["peers"][leader.node_id]["received"]
         for i in range(30):
-            await leader.propose(b"x%d" % i)
+            last = await leader.propose(b"x%d" % i)
         received = follower.transport.stats()["peers"][leader.node_id]["received"] - before
         assert received <= 30 + 5, received  # + a heartbeat or two
-        deadline = time.monotonic() + 1.0
+        deadline = time.monotonic() + ELECTION_WAIT_S  # the failure mode is "never"
         while sm(follower).applied != sm(leader).applied:
             assert time.monotonic() < deadline, "the last commit did not reach the follower"
             await asyncio.sleep(0.005)
+        moved_by = next(kind for commit, kind in commit_moved_by if commit >= last.index)
+        assert moved_by is AppendEntries, commit_moved_by
 
 
 async def test_an_answered_proposer_sees_safe_time_at_its_entry(tmp_path: Path) -> None:
@@ -1164,16 +1183,22 @@ async def test_read_barrier_keeps_one_deadline_and_times_out_typed(
         node = await leader_of(nodes)
         run_op = node._run_op
 
+        # The ReadIndex step takes run_op_delay_s of the timeout; one deadline ends the call
+        # after timeout_ms, a fresh one after run_op_delay_s + timeout_ms. The bound sits
+        # between the two, leaving a loaded machine over a second of scheduling lateness.
+        run_op_delay_s, timeout_ms = 1.5, 2_000
+
         async def slow_run_op(fn: Any) -> Any:
-            await asyncio.sleep(0.2)
+            await asyncio.sleep(run_op_delay_s)
             return await run_op(fn)
 
         monkeypatch.setattr(node, "_run_op", slow_run_op)
         monkeypatch.setattr(node, "_applied_index", lambda: 0)  # the apply never catches up
         started = time.monotonic()
         with pytest.raises(ReadIndexError):
-            await node.read_barrier(timeout_ms=300)
-        assert time.monotonic() - started < 0.45
+            await node.read_barrier(timeout_ms=timeout_ms)
+        elapsed_s = time.monotonic() - started
+        assert elapsed_s < timeout_ms / 1000 + 0.8 * run_op_delay_s, elapsed_s
         monkeypatch.undo()
         assert await node.read_barrier(timeout_ms=5_000) >= 1
 
