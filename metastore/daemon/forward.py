@@ -81,7 +81,16 @@ class _Link:
         self.closed = True
         for fut in self.pending.values():
             if not fut.done():
-                fut.set_exception(UnavailableError("connection to the leader closed"))
+                # Every pending request was written: the leader may have run it (a gc_run may
+                # still be deleting), so its outcome is unknown, as for a forward that timed
+                # out (`LeaderForwarder.call`); the client counts it so (gc_run's
+                # `unanswered_parts`) instead of taking it for a node that did nothing.
+                fut.set_exception(
+                    UnavailableError(
+                        "connection to the leader closed before it answered; outcome unknown",
+                        details={"outcome_unknown": True},
+                    )
+                )
         self.pending.clear()
         self.writer.close()
 

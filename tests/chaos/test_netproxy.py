@@ -8,10 +8,11 @@ import socketserver
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
-from tests.chaos.netproxy import NetProxy
+from tests.chaos.netproxy import BUFFER_BYTES, NetProxy
 
 WAIT_S = 5.0
 
@@ -63,6 +64,20 @@ def proxy() -> Iterator[NetProxy]:
     p.start()
     yield p
     p.stop()
+
+
+def _buffers_max_bytes() -> int:
+    """More than every buffer between a sender and a blackholed proxy can hold: the sender's
+    socket (tcp_wmem's max), the proxy's receiving socket (tcp_rmem's max: receive buffers
+    grow by autotuning, up to 32 MiB on some machines) and the proxy's own BUFFER_BYTES.
+    A fixed 32 MiB payload once went through whole, and the sender never blocked."""
+    total = BUFFER_BYTES
+    for name, default_max in (("tcp_wmem", 4 << 20), ("tcp_rmem", 6 << 20)):
+        try:
+            total += int(Path(f"/proc/sys/net/ipv4/{name}").read_text().split()[2])
+        except (OSError, IndexError, ValueError):
+            total += default_max
+    return total * 5 // 4
 
 
 def _connect(port: int, timeout_s: float = WAIT_S) -> socket.socket:
@@ -187,7 +202,7 @@ def test_a_full_blackhole_blocks_the_sender_and_loses_nothing(
     echo: _EchoServer, proxy: NetProxy
 ) -> None:
     port = proxy.add("a", echo.server_address)  # type: ignore[arg-type]
-    payload = hashlib.sha256(b"seed").digest() * (1024 * 1024)  # 32 MiB: beyond every buffer
+    payload = hashlib.sha256(b"seed").digest() * (_buffers_max_bytes() // 32 + 1)
     with _connect(port) as s:
         proxy.blackhole(["a"], up=True, down=False)
         s.settimeout(0.5)
