@@ -148,6 +148,9 @@ from raft.wire import brief_repr, show_names
 log = logging.getLogger("metastore.api")
 
 SERVER_VERSION = "0.1.0"
+# The outcome (audit log, request metric) of a request cancelled before it answered: its client
+# closed the connection, or the node stopped. What it changed is unknown to it (see audit.py).
+CANCELLED_OUTCOME: Final = "CANCELLED"
 
 Args = Mapping[str, Any]
 Handler = Callable[["Session", Args], Awaitable[dict[str, Any]]]
@@ -1049,11 +1052,29 @@ class ApiServer:
         except MetastoreError as exc:
             frame_out, code = self._error_frame(rid, exc), exc.code.value
         except asyncio.CancelledError:
+            # Its client closed the connection (or the node stops): no reply, but still a
+            # record. The change may have happened all the same (a proposal in the log commits
+            # whatever its caller does; remove_node and gc_run run to their end detached), and
+            # an audit log without it hid who made it.
+            self._count_and_audit(session, op, args, CANCELLED_OUTCOME, started)
             raise
         except Exception as exc:  # a bug: report it, keep serving others
             log.exception("internal error serving %s", op)
             frame_out = self._error_frame(rid, InternalError(f"{type(exc).__name__}: {exc}"))
             code = "INTERNAL"
+        self._count_and_audit(session, op, args, code, started)
+        with contextlib.suppress(ConnectionError, OSError):
+            await send(frame_out)
+        if session.role is None and session.close_soon is not None:
+            # Its token was revoked (`_check_token_again`): closed as a refused hello is,
+            # once this reply has left.
+            session.close_soon()
+            session.close_soon = None
+
+    def _count_and_audit(
+        self, session: Session, op: str, args: Mapping[str, Any], code: str, started: float
+    ) -> None:
+        """The request's metric, and its audit record if its op is audited (audit.py)."""
         elapsed_s = time.perf_counter() - started
         self.metrics.request(self._op_label(op), code, elapsed_s)
         spec = self._ops.get(op)
@@ -1070,13 +1091,6 @@ class ApiServer:
                 outcome=code,
                 ms=elapsed_s * 1000,
             )
-        with contextlib.suppress(ConnectionError, OSError):
-            await send(frame_out)
-        if session.role is None and session.close_soon is not None:
-            # Its token was revoked (`_check_token_again`): closed as a refused hello is,
-            # once this reply has left.
-            session.close_soon()
-            session.close_soon = None
 
     def _close_soon(self, writer: asyncio.StreamWriter) -> None:
         close = asyncio.create_task(self._abort_after(writer, set()))

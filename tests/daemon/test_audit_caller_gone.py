@@ -1,0 +1,124 @@
+"""A write whose client goes away mid-request is still audited.
+
+The server cancels a closed connection's requests. The audit record of a writer or admin
+request was written only once its handler returned or raised, so a cancelled one left no
+record at all, though the change may well have happened: a proposal already in the log
+commits whatever its caller does, and `gc_run` and `remove_node` run to their end detached
+(their caller gone). An operator reading audit.log saw no trace of who changed it. Such a
+request is now recorded with the outcome CANCELLED (its effect unknown to the node's reply).
+ApiServer's request path against fakes, no node started."""
+
+from __future__ import annotations
+
+import asyncio
+from types import SimpleNamespace
+from typing import Any
+
+from metastore.daemon.secrets import Role
+from metastore.daemon.server import ApiServer, Session
+
+
+class _Audit:
+    def __init__(self) -> None:
+        self.records: list[dict[str, Any]] = []
+
+    def record(self, **fields: Any) -> bool:
+        self.records.append(fields)
+        return True
+
+    def close(self) -> None:
+        pass
+
+
+class _Gc:
+    def __init__(self) -> None:
+        self.started = asyncio.Event()
+        self.go_on = asyncio.Event()
+
+    async def run(self, table: object, *, dry_run: bool) -> dict[str, Any]:
+        self.started.set()
+        await self.go_on.wait()
+        return {"tables": []}
+
+
+def _api(gc: _Gc, audit: _Audit, metrics: list[tuple[str, str]]) -> ApiServer:
+    node = SimpleNamespace(node_id=1, is_leader=lambda: True, ready_to_serve=True, safe_time=0)
+    return ApiServer(
+        node=node,  # type: ignore[arg-type]
+        sm=SimpleNamespace(state=None),  # type: ignore[arg-type]
+        clock=SimpleNamespace(now=lambda: 1),  # type: ignore[arg-type]
+        secrets=None,  # type: ignore[arg-type]
+        forwarder=None,  # type: ignore[arg-type]
+        metrics=SimpleNamespace(request=lambda op, code, _s: metrics.append((op, code))),  # type: ignore[arg-type]
+        cluster_id="audit",
+        client_addresses={},
+        gc=gc,  # type: ignore[arg-type]
+        audit=audit,  # type: ignore[arg-type]
+    )
+
+
+async def _cancelled_mid_request(op: str, started: asyncio.Event, api: ApiServer) -> None:
+    session = Session(peer="127.0.0.1:5", role=Role.ADMIN, client="ops", token_name="admin")
+    sent: list[bytes] = []
+
+    async def send(frame: bytes) -> None:
+        sent.append(frame)
+
+    request = asyncio.create_task(api._run_request(session, {"id": 7, "op": op, "args": {}}, send))
+    await asyncio.wait_for(started.wait(), 5)
+    request.cancel()  # its client closed the connection
+    await asyncio.gather(request, return_exceptions=True)
+    assert request.cancelled()
+    assert sent == []  # nobody to reply to
+
+
+def test_a_gc_run_whose_caller_went_away_is_audited() -> None:
+    async def scenario() -> tuple[list[dict[str, Any]], list[tuple[str, str]]]:
+        gc, audit, metrics = _Gc(), _Audit(), []
+        api = _api(gc, audit, metrics)
+        api._require_ready = lambda: None  # type: ignore[method-assign]
+        await _cancelled_mid_request("gc_run", gc.started, api)
+        gc.go_on.set()
+        await api.stop()
+        return audit.records, metrics
+
+    records, metrics = asyncio.run(scenario())
+    assert [(r["op"], r["outcome"], r["client"], r["token_name"]) for r in records] == [
+        ("gc_run", "CANCELLED", "ops", "admin")
+    ]
+    assert metrics == [("gc_run", "CANCELLED")]
+
+
+def test_a_write_whose_caller_went_away_is_audited() -> None:
+    async def scenario() -> list[dict[str, Any]]:
+        audit = _Audit()
+        api = _api(_Gc(), audit, [])
+        proposed = asyncio.Event()
+
+        async def propose(_session: Session, _cmd: object, _timeout_ms: int) -> dict[str, Any]:
+            proposed.set()  # in the log: it commits whatever its caller does
+            await asyncio.Event().wait()
+            raise AssertionError("unreachable")
+
+        api._propose_command = propose  # type: ignore[method-assign]
+        session_args = {"session_id": "s-1"}
+        session = Session(peer="127.0.0.1:5", role=Role.WRITER, client="job", token_name="w")
+        request = asyncio.create_task(
+            api._run_request(
+                session, {"id": 3, "op": "session_close", "args": session_args}, _no_send
+            )
+        )
+        await asyncio.wait_for(proposed.wait(), 5)
+        request.cancel()
+        await asyncio.gather(request, return_exceptions=True)
+        await api.stop()
+        return audit.records
+
+    records = asyncio.run(scenario())
+    assert [(r["op"], r["outcome"], r["args"].get("session_id")) for r in records] == [
+        ("session_close", "CANCELLED", "s-1")
+    ]
+
+
+async def _no_send(_frame: bytes) -> None:
+    raise AssertionError("a cancelled request sends no reply")
