@@ -5,8 +5,9 @@ request was written only once its handler returned or raised, so a cancelled one
 record at all, though the change may well have happened: a proposal already in the log
 commits whatever its caller does, and `gc_run` and `remove_node` run to their end detached
 (their caller gone). An operator reading audit.log saw no trace of who changed it. Such a
-request is now recorded with the outcome CANCELLED (its effect unknown to the node's reply).
-ApiServer's request path against fakes, no node started."""
+request is now recorded with the outcome CANCELLED (its effect unknown to the node), and a
+detached one with the outcome it reached once it ends. ApiServer's request path against
+fakes, no node started."""
 
 from __future__ import annotations
 
@@ -72,21 +73,36 @@ async def _cancelled_mid_request(op: str, started: asyncio.Event, api: ApiServer
     assert sent == []  # nobody to reply to
 
 
-def test_a_gc_run_whose_caller_went_away_is_audited() -> None:
-    async def scenario() -> tuple[list[dict[str, Any]], list[tuple[str, str]]]:
+def test_a_gc_run_whose_caller_went_away_is_audited_with_its_outcome() -> None:
+    async def scenario() -> tuple[list[Any], list[dict[str, Any]], list[tuple[str, str]]]:
         gc, audit, metrics = _Gc(), _Audit(), []
         api = _api(gc, audit, metrics)
         api._require_ready = lambda: None  # type: ignore[method-assign]
         await _cancelled_mid_request("gc_run", gc.started, api)
+        while_running = list(audit.records)  # it goes on: its outcome is not known yet
         gc.go_on.set()
+        await asyncio.wait_for(asyncio.gather(*api._detached), 5)
         await api.stop()
-        return audit.records, metrics
+        return while_running, audit.records, metrics
 
-    records, metrics = asyncio.run(scenario())
+    while_running, records, metrics = asyncio.run(scenario())
+    assert while_running == []
     assert [(r["op"], r["outcome"], r["client"], r["token_name"]) for r in records] == [
-        ("gc_run", "CANCELLED", "ops", "admin")
+        ("gc_run", "OK", "ops", "admin")
     ]
-    assert metrics == [("gc_run", "CANCELLED")]
+    assert metrics == [("gc_run", "OK")]
+
+
+def test_a_detached_gc_run_cut_by_the_node_stopping_is_audited_as_cancelled() -> None:
+    async def scenario() -> list[dict[str, Any]]:
+        gc, audit = _Gc(), _Audit()
+        api = _api(gc, audit, [])
+        api._require_ready = lambda: None  # type: ignore[method-assign]
+        await _cancelled_mid_request("gc_run", gc.started, api)
+        await api.stop()  # cancels the detached run too, then closes the audit log
+        return audit.records
+
+    assert [(r["op"], r["outcome"]) for r in asyncio.run(scenario())] == [("gc_run", "CANCELLED")]
 
 
 def test_a_write_whose_caller_went_away_is_audited() -> None:
