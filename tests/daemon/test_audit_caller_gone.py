@@ -15,16 +15,22 @@ import asyncio
 from types import SimpleNamespace
 from typing import Any
 
+from metastore.daemon import api_limits as L
 from metastore.daemon.secrets import Role
 from metastore.daemon.server import ApiServer, Session
+from raft.framing import encode_frame
+
+FRAME_MAX = L.CLIENT_FRAME_BYTES_MAX
 
 
 class _Audit:
     def __init__(self) -> None:
         self.records: list[dict[str, Any]] = []
+        self.recorded = asyncio.Event()
 
     def record(self, **fields: Any) -> bool:
         self.records.append(fields)
+        self.recorded.set()
         return True
 
     def close(self) -> None:
@@ -138,3 +144,79 @@ def test_a_write_whose_caller_went_away_is_audited() -> None:
 
 async def _no_send(_frame: bytes) -> None:
     raise AssertionError("a cancelled request sends no reply")
+
+
+class _ClosingAudit(_Audit):
+    """Records written after `close` are lost (a real AuditLog has no handler then)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.closed = False
+        self.lost: list[dict[str, Any]] = []
+
+    def record(self, **fields: Any) -> bool:
+        (self.lost if self.closed else self.records).append(fields)
+        return True
+
+    def close(self) -> None:
+        self.closed = True
+
+
+async def _served_write_in_flight(
+    audit: _Audit,
+) -> tuple[ApiServer, asyncio.StreamReader, asyncio.StreamWriter]:
+    """An ApiServer on a real socket, with a client whose `session_close` is in the log
+    (its proposal waits for ever)."""
+    api = _api(_Gc(), audit, [])
+    api.secrets = SimpleNamespace(  # type: ignore[assignment]
+        record_for=lambda token: (
+            SimpleNamespace(role=Role.WRITER, name="w") if token == "tok" else None
+        )
+    )
+    proposed = asyncio.Event()
+
+    async def propose(_session: Session, _cmd: object, _timeout_ms: int) -> dict[str, Any]:
+        proposed.set()
+        await asyncio.Event().wait()
+        raise AssertionError("unreachable")
+
+    api._propose_command = propose  # type: ignore[method-assign]
+    await api.start("127.0.0.1", 0)
+    reader, writer = await asyncio.open_connection("127.0.0.1", api.bound_port)
+    hello = {"id": 1, "op": "hello", "args": {"token": "tok", "client": "job"}}
+    close = {"id": 2, "op": "session_close", "args": {"session_id": "s-9"}}
+    writer.write(encode_frame(hello, max_frame_bytes=FRAME_MAX))
+    writer.write(encode_frame(close, max_frame_bytes=FRAME_MAX))
+    await writer.drain()
+    await asyncio.wait_for(proposed.wait(), 5)
+    return api, reader, writer
+
+
+def test_a_real_client_closing_its_socket_mid_write_is_audited() -> None:
+    async def scenario() -> list[dict[str, Any]]:
+        audit = _Audit()
+        api, _reader, writer = await _served_write_in_flight(audit)
+        writer.close()  # the client goes away
+        await writer.wait_closed()
+        # The server sees the end of the stream, then cancels the request.
+        await asyncio.wait_for(audit.recorded.wait(), 5)
+        await api.stop()
+        return audit.records
+
+    records = asyncio.run(scenario())
+    assert [(r["op"], r["outcome"], r["client"]) for r in records] == [
+        ("session_close", "CANCELLED", "job")
+    ]
+
+
+def test_a_write_in_flight_when_the_node_stops_is_audited_before_the_log_closes() -> None:
+    async def scenario() -> _ClosingAudit:
+        audit = _ClosingAudit()
+        api, _reader, writer = await _served_write_in_flight(audit)
+        await api.stop()
+        writer.close()
+        return audit
+
+    audit = asyncio.run(scenario())
+    assert audit.lost == []
+    assert [(r["op"], r["outcome"]) for r in audit.records] == [("session_close", "CANCELLED")]
