@@ -7,6 +7,8 @@ connection) and replies are matched by id. Every failure becomes a typed error r
 nothing; a malformed frame closes the connection because the stream is out of sync. A closed
 connection cancels its requests in flight, except those whose steps must not be cut in between
 (`remove_node`: the removal and its revocation; `gc_run`), which run to their end detached.
+A cancelled request is still counted and audited (outcome CANCELLED; a detached one with the
+outcome it reaches, once it ends): the change it asked for may have happened all the same.
 
 Reads are served from this node's applied state once it is caught up with the current leader.
 A read AS OF T waits until the node's safe time covers T (schemas: T - DD; files: T) and only then
