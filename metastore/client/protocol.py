@@ -74,8 +74,9 @@ Threads
 Invariants
     * At most one connection per endpoint, and at most CLIENT_INFLIGHT_PER_CONNECTION_MAX
       requests in flight on it (callers beyond that wait for a slot, so the server never sees
-      LIMIT_EXCEEDED from us), besides liveness probes, which take no slot (any answer, even
-      LIMIT_EXCEEDED, shows the node alive).
+      LIMIT_EXCEEDED from us; a request whose caller gave up keeps its slot until the node
+      answers it, as the node counts it until then), besides liveness probes, which take no
+      slot (any answer, even LIMIT_EXCEEDED, shows the node alive).
     * The first frame on every connection is `hello`.
     * A request that may have been executed is repeated only if repeating it is harmless.
 """
@@ -384,6 +385,9 @@ class _Connection:
         self._pending: dict[int, asyncio.Future[dict[str, Any]]] = {}
         self._next_id = 1
         self._slots = asyncio.Semaphore(CLIENT_INFLIGHT_PER_CONNECTION_MAX)
+        # Requests sent whose caller gave up before the answer: the node still counts them in
+        # flight, so each keeps its slot until its answer arrives (or the connection closes).
+        self._abandoned: set[int] = set()
         self.closed_reason: str | None = None
         # A TLS alert after the handshake (the node refused our client certificate).
         self.tls_error: ssl.SSLError | None = None
@@ -406,20 +410,24 @@ class _Connection:
         live connection would be taken for dead). Over the node's own limit it is answered
         LIMIT_EXCEEDED, which still proves the node alive."""
         if probe:
-            return await self._send(op, args)
-        async with self._slots:
-            return await self._send(op, args)
+            return await self._send(op, args, slot=False)
+        await self._slots.acquire()
+        return await self._send(op, args, slot=True)
 
-    async def _send(self, op: str, args: Mapping[str, Any]) -> dict[str, Any]:
-        if self.closed_reason is not None:
-            raise _EndpointFailure(self.closed_reason, sent=False)
+    async def _send(self, op: str, args: Mapping[str, Any], *, slot: bool) -> dict[str, Any]:
+        """`slot`: the caller holds one of `_slots`, which this gives back (at once, or once
+        the node answered a request its caller gave up on: see `_abandoned`)."""
         request_id = self._next_id
         self._next_id += 1
-        frame = _encode_request(request_id, op, args)
         future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
-        self._pending[request_id] = future
+        sent = False
         try:
+            if self.closed_reason is not None:
+                raise _EndpointFailure(self.closed_reason, sent=False)
+            frame = _encode_request(request_id, op, args)
+            self._pending[request_id] = future
             try:
+                sent = True  # handed to the transport by `write` (drain only waits for room)
                 self._writer.write(frame)
                 await self._writer.drain()
             except (OSError, RuntimeError) as exc:
@@ -432,6 +440,15 @@ class _Connection:
                 raise _EndpointFailure(str(exc), sent=True) from None
         finally:
             self._pending.pop(request_id, None)
+            if slot:
+                answered = future.done() and not future.cancelled()
+                if sent and not answered and self.closed_reason is None:
+                    # Its caller gave up (cancelled: a timeout, a task cancelled) but the node
+                    # still runs it: freed now, the slot let a request out past the node's
+                    # bound, which it refused (LIMIT_EXCEEDED). Freed by its answer instead.
+                    self._abandoned.add(request_id)
+                else:
+                    self._slots.release()
 
     async def _read_loop(self) -> None:
         reason = "connection closed by the node"
@@ -464,6 +481,9 @@ class _Connection:
         if not isinstance(obj.get("ok"), bool):
             raise _ProtocolViolation(f"reply {reply_id} without a boolean 'ok'")
         self._on_reply(obj)
+        if reply_id in self._abandoned:
+            self._abandoned.discard(reply_id)
+            self._slots.release()
         future = self._pending.get(reply_id)
         if future is not None and not future.done():
             future.set_result(obj)
@@ -481,6 +501,9 @@ class _Connection:
             if not future.done():
                 future.set_exception(_ConnectionClosed(reason))
         self._pending.clear()
+        for _ in self._abandoned:
+            self._slots.release()  # no answer will come: callers waiting for a slot go on
+        self._abandoned.clear()
         self._writer.close()
         if self._read_task is not asyncio.current_task():
             self._read_task.cancel()

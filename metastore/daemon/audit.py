@@ -2,10 +2,12 @@
 
 One JSON object per line in `audit.log` in the node's data directory, separate from the
 operational log and never sent to stderr. A record is written for every request of an op that
-needs the writer or admin role (whatever its outcome: ok, refused, failed), for every refused
-first request (a wrong or missing token, no `hello` first, plaintext on a TLS port, a missing or
-revoked client certificate) and for every request refused for its role. Reads are not
-audited (they change nothing and would drown the rest).
+needs the writer or admin role (whatever its outcome: ok, refused, failed, or CANCELLED: its
+client closed the connection before the answer, and the change may have happened all the same;
+`remove_node` and `gc_run`, which run to their end then, are recorded once they end, with the
+outcome they reached), for every refused first request (a wrong or missing token, no `hello`
+first, plaintext on a TLS port, a missing or revoked client certificate) and for every request
+refused for its role. Reads are not audited (they change nothing and would drown the rest).
 
 Fields: `ts` (wall clock, ISO-8601 UTC), `node_id`, `peer` (address:port), `client` (the name
 the client gave: anything it likes), `role`, `token_name` (the name in tokens.json of the token

@@ -54,6 +54,9 @@ class _Link:
         # The certificate was revoked: nothing more is sent; closed once its replies are in.
         self.revoked = False
         self.slots = asyncio.Semaphore(L.CLIENT_INFLIGHT_PER_CONNECTION_MAX)
+        # Requests sent whose forward gave up before the answer: the leader still counts them
+        # in flight, so each keeps its slot until its answer arrives (or the link closes).
+        self.abandoned: set[int] = set()
 
     async def read_loop(self) -> None:
         # The leader's replies are decoded under the client's reply budget: a compromised or
@@ -69,6 +72,9 @@ class _Link:
                 decoder.feed(data)
                 while (frame := decoder.next_frame()) is not NEED_DATA:
                     if isinstance(frame, dict):
+                        if frame.get("id") in self.abandoned:
+                            self.abandoned.discard(frame["id"])
+                            self.slots.release()
                         fut = self.pending.pop(frame.get("id", -1), None)
                         if fut is not None and not fut.done():
                             fut.set_result(frame)
@@ -92,24 +98,30 @@ class _Link:
                     )
                 )
         self.pending.clear()
+        for _ in self.abandoned:
+            self.slots.release()  # no answer will come: forwards waiting for a slot go on
+        self.abandoned.clear()
         self.writer.close()
 
     async def request(self, op: str, args: Mapping[str, Any], timeout_ms: int) -> dict[str, Any]:
         # Every forward with one token shares this link, and the leader answers LIMIT_EXCEEDED
         # past CLIENT_INFLIGHT_PER_CONNECTION_MAX requests in flight on one connection: the
         # ones past it wait here for a slot (within their timeout) instead.
-        async with asyncio.timeout(timeout_ms / 1000), self.slots:
-            if self.closed or self.revoked:
-                raise UnavailableError("connection to the leader closed")
+        async with asyncio.timeout(timeout_ms / 1000):
+            await self.slots.acquire()
             rid = next(self.ids)
             fut: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
-            self.pending[rid] = fut
+            sent = False
             try:
+                if self.closed or self.revoked:
+                    raise UnavailableError("connection to the leader closed")
+                self.pending[rid] = fut
                 frame = encode_frame(
                     {"id": rid, "op": op, "args": dict(args)},
                     max_frame_bytes=L.CLIENT_FRAME_BYTES_MAX,
                 )
                 try:
+                    sent = True  # handed to the transport by `write` (drain waits for room)
                     self.writer.write(frame)
                     await self.writer.drain()
                 except RuntimeError as exc:
@@ -122,6 +134,14 @@ class _Link:
                 return await fut
             finally:
                 self.pending.pop(rid, None)
+                answered = fut.done() and not fut.cancelled()
+                if sent and not answered and not self.closed:
+                    # It gave up (its client went away, or its timeout ran out) but the leader
+                    # still runs it: freed now, the slot let a forward out past the leader's
+                    # bound, which it refused (LIMIT_EXCEEDED). Freed by its answer instead.
+                    self.abandoned.add(rid)
+                else:
+                    self.slots.release()
 
 
 # A link: (leader, SHA-256 of the token, the caller's client name or "").

@@ -7,6 +7,8 @@ connection) and replies are matched by id. Every failure becomes a typed error r
 nothing; a malformed frame closes the connection because the stream is out of sync. A closed
 connection cancels its requests in flight, except those whose steps must not be cut in between
 (`remove_node`: the removal and its revocation; `gc_run`), which run to their end detached.
+A cancelled request is still counted and audited (outcome CANCELLED; a detached one with the
+outcome it reaches, once it ends): the change it asked for may have happened all the same.
 
 Reads are served from this node's applied state once it is caught up with the current leader.
 A read AS OF T waits until the node's safe time covers T (schemas: T - DD; files: T) and only then
@@ -23,12 +25,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import functools
 import logging
 import ssl
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Final, TypeVar
@@ -148,9 +151,30 @@ from raft.wire import brief_repr, show_names
 log = logging.getLogger("metastore.api")
 
 SERVER_VERSION = "0.1.0"
+# The outcome (audit log, request metric) of a request cancelled before it answered: its client
+# closed the connection, or the node stopped. What it changed is unknown to it (see audit.py).
+CANCELLED_OUTCOME: Final = "CANCELLED"
 
 Args = Mapping[str, Any]
 Handler = Callable[["Session", Args], Awaitable[dict[str, Any]]]
+
+
+@dataclass(slots=True)
+class _RequestRecord:
+    """What a request's audit record and metric need, for steps that outlive its task
+    (`ApiServer._run_detached`): `handed_over` once they took the writing of it on."""
+
+    session: Session
+    op: str
+    args: Mapping[str, Any]
+    started: float
+    handed_over: bool = False
+
+
+# The request the current task serves (set by `_run_request`; each request is its own task).
+_REQUEST_RECORD: contextvars.ContextVar[_RequestRecord | None] = contextvars.ContextVar(
+    "metastore_request_record", default=None
+)
 
 
 @dataclass(slots=True)
@@ -1010,6 +1034,7 @@ class ApiServer:
         started = time.perf_counter()
         rid, op = 0, "invalid"
         args: Mapping[str, Any] = {}
+        record: _RequestRecord | None = None
         try:
             rid, op, args = _parse_request(frame)
             spec = self._ops.get(op)
@@ -1025,6 +1050,8 @@ class ApiServer:
             _check_args(args, spec.args)
             if op in L.STATE_FLOOR_OPS:
                 await self._reach_read_floor(args)
+            record = _RequestRecord(session=session, op=op, args=args, started=started)
+            _REQUEST_RECORD.set(record)  # this request's own task: its context alone
             result = await spec.handler(session, args)
             if op in _POSITION_REPLY_OPS and isinstance(result, dict):
                 # The position the answer was read at, for the client's next floor. Taken
@@ -1049,11 +1076,30 @@ class ApiServer:
         except MetastoreError as exc:
             frame_out, code = self._error_frame(rid, exc), exc.code.value
         except asyncio.CancelledError:
+            # Its client closed the connection (or the node stops): no reply, but still a
+            # record. The change may have happened all the same (a proposal in the log commits
+            # whatever its caller does), and an audit log without it hid who made it. Steps
+            # that run to their end detached (remove_node, gc_run) record it when they end.
+            if record is None or not record.handed_over:
+                self._count_and_audit(session, op, args, CANCELLED_OUTCOME, started)
             raise
         except Exception as exc:  # a bug: report it, keep serving others
             log.exception("internal error serving %s", op)
             frame_out = self._error_frame(rid, InternalError(f"{type(exc).__name__}: {exc}"))
             code = "INTERNAL"
+        self._count_and_audit(session, op, args, code, started)
+        with contextlib.suppress(ConnectionError, OSError):
+            await send(frame_out)
+        if session.role is None and session.close_soon is not None:
+            # Its token was revoked (`_check_token_again`): closed as a refused hello is,
+            # once this reply has left.
+            session.close_soon()
+            session.close_soon = None
+
+    def _count_and_audit(
+        self, session: Session, op: str, args: Mapping[str, Any], code: str, started: float
+    ) -> None:
+        """The request's metric, and its audit record if its op is audited (audit.py)."""
         elapsed_s = time.perf_counter() - started
         self.metrics.request(self._op_label(op), code, elapsed_s)
         spec = self._ops.get(op)
@@ -1070,13 +1116,6 @@ class ApiServer:
                 outcome=code,
                 ms=elapsed_s * 1000,
             )
-        with contextlib.suppress(ConnectionError, OSError):
-            await send(frame_out)
-        if session.role is None and session.close_soon is not None:
-            # Its token was revoked (`_check_token_again`): closed as a refused hello is,
-            # once this reply has left.
-            session.close_soon()
-            session.close_soon = None
 
     def _close_soon(self, writer: asyncio.StreamWriter) -> None:
         close = asyncio.create_task(self._abort_after(writer, set()))
@@ -2815,10 +2854,7 @@ class ApiServer:
             # requests): a cancelled run let go of the GC's lock while its deletion thread,
             # which nothing cancels, still unlinked a chunk it would never report, so the
             # next run could overlap it.
-            work = asyncio.ensure_future(self.gc.run(name, dry_run=dry_run))
-            self._detached.add(work)
-            work.add_done_callback(functools.partial(self._detached_done, "gc_run"))
-            return await asyncio.shield(work)
+            return await self._run_detached("gc_run", self.gc.run(name, dry_run=dry_run))
         leader = self.node.leader_id()
         if not leader or self.node.is_leader():
             raise UnavailableError("no leader known right now; retry shortly")
@@ -3073,10 +3109,36 @@ class ApiServer:
         accepted, and nobody was told."""
         node_id = _req_int(args, "node_id", 1, L.NODE_ID_MAX)
         timeout_ms = _membership_timeout(args)
-        work = asyncio.ensure_future(self._remove_and_revoke(session, node_id, args, timeout_ms))
+        return await self._run_detached(
+            f"remove_node {node_id}", self._remove_and_revoke(session, node_id, args, timeout_ms)
+        )
+
+    async def _run_detached(
+        self, what: str, steps: Coroutine[Any, Any, dict[str, Any]]
+    ) -> dict[str, Any]:
+        """Run `steps` to their end whatever the caller does, and return their result. A
+        caller that goes away (its connection closed) leaves the request's audit record to
+        them: written with the outcome they reach, once they end."""
+        work = asyncio.ensure_future(steps)
         self._detached.add(work)
-        work.add_done_callback(functools.partial(self._detached_done, f"remove_node {node_id}"))
-        return await asyncio.shield(work)
+        work.add_done_callback(functools.partial(self._detached_done, what))
+        try:
+            return await asyncio.shield(work)
+        except asyncio.CancelledError:
+            request = _REQUEST_RECORD.get()
+            if request is not None:
+                request.handed_over = True
+                work.add_done_callback(functools.partial(self._record_detached, request))
+            raise
+
+    def _record_detached(self, request: _RequestRecord, work: asyncio.Future[Any]) -> None:
+        if work.cancelled():
+            code = CANCELLED_OUTCOME  # the node stopped before they ended
+        elif (exc := work.exception()) is None:
+            code = "OK"
+        else:
+            code = exc.code.value if isinstance(exc, MetastoreError) else "INTERNAL"
+        self._count_and_audit(request.session, request.op, request.args, code, request.started)
 
     def _detached_done(self, what: str, work: asyncio.Future[Any]) -> None:
         self._detached.discard(work)
