@@ -3002,6 +3002,10 @@ class ApiServer:
         timeout_ms = _membership_timeout(args)
         # What the leader found, for its reply (set by `local`, which runs on the leader only).
         outcome: dict[str, Any] = {}
+        # Not run detached (unlike remove_node): cut between the record and the change (its
+        # caller gone, or the record's wait timed out), the address is recorded for a node that
+        # is no member, which no member uses (only a leader's address is: metastore.
+        # member_clients), and running add_node again records it again and adds the node.
 
         async def local() -> int:
             deadline = time.monotonic() + timeout_ms / 1000
