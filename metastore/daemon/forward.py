@@ -12,7 +12,7 @@ configured").
 
 A forward that timed out is UNAVAILABLE: with `outcome_unknown` once its request was written
 (the leader may run it), without it when it never was (the link not opened in time, or no free
-slot on it): the client may then retry it elsewhere safely.
+slot on it), and says so (`details.not_sent`): the client may then retry it elsewhere safely.
 """
 
 from __future__ import annotations
@@ -220,7 +220,7 @@ class LeaderForwarder:
             # The connect or the link's hello timed out: the request was never written.
             raise UnavailableError(
                 f"node {node_id} did not open a link in time; the request was not sent",
-                details={"node_id": node_id},
+                details={"node_id": node_id, "not_sent": True},
             ) from None
         except (ConnectionError, OSError) as exc:
             raise UnavailableError(f"cannot reach node {node_id}: {exc}") from None
@@ -232,7 +232,7 @@ class LeaderForwarder:
                 f"no room on the link to node {node_id} within {timeout_ms} ms (each link "
                 f"carries at most {L.CLIENT_INFLIGHT_PER_CONNECTION_MAX} requests at once); "
                 "the request was not sent",
-                details={"node_id": node_id},
+                details={"node_id": node_id, "not_sent": True},
             ) from None
         except TimeoutError:
             raise UnavailableError(

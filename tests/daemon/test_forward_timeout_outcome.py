@@ -5,7 +5,8 @@ a forward that timed out waiting for a slot on its link (CLIENT_INFLIGHT_PER_CON
 already in flight) or for the link itself (the connect, the hello): never written, it certainly
 did nothing, yet its client had to treat it as possibly done (a write not retried elsewhere, a
 gc_run counted in `unanswered_parts`). Such a timeout is now UNAVAILABLE without
-`outcome_unknown`; one after the request was written still has it. FakeNode as the leader."""
+`outcome_unknown`, marked `not_sent` (the client then tries another node, as for nothing done);
+one after the request was written still has `outcome_unknown`. FakeNode as the leader."""
 
 from __future__ import annotations
 
@@ -52,6 +53,7 @@ async def test_a_forward_that_timed_out_waiting_for_a_link_slot_says_it_did_noth
         with pytest.raises(UnavailableError) as raised:
             await forward(LATE_NODE_ID, SHORT_TIMEOUT_MS)
         assert "outcome_unknown" not in raised.value.details, raised.value.details
+        assert raised.value.details.get("not_sent") is True  # what the client acts on
         assert "not sent" in raised.value.message
         assert LATE_NODE_ID not in [a.get("node_id") for _, _, a in leader.requests]
         release.set()
@@ -107,6 +109,7 @@ async def test_a_forward_whose_hello_timed_out_says_it_did_nothing() -> None:
             await forwarder.call(1, TOKEN, "add_node", {"node_id": 3}, timeout_ms=10_000)
         assert accepted.is_set()
         assert "outcome_unknown" not in raised.value.details, raised.value.details
+        assert raised.value.details.get("not_sent") is True  # what the client acts on
     finally:
         await forwarder.close()
         server.close()
