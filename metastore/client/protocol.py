@@ -1961,8 +1961,14 @@ def _fails_over(error: MetastoreError) -> bool:
 def _nothing_done(error: MetastoreError) -> bool:
     """Whether the error guarantees the node did nothing with the request (so even a write
     that cannot be repeated blindly may go to another node). A catch-up timeout does: a node
-    waits for safe time only before it proposes anything."""
-    return error.code.value in _NOT_EXECUTED_CODES or isinstance(error, CatchUpTimeoutError)
+    waits for safe time only before it proposes anything. So does a follower's UNAVAILABLE
+    with `details.not_sent` (its forward timed out before writing the request to the leader;
+    metastore.daemon.forward): a positive mark, never the mere absence of `outcome_unknown`."""
+    return (
+        error.code.value in _NOT_EXECUTED_CODES
+        or isinstance(error, CatchUpTimeoutError)
+        or (error.code is ErrorCode.UNAVAILABLE and error.details.get("not_sent") is True)
+    )
 
 
 def _ahead_wait_ms(error: MetastoreError) -> int | None:

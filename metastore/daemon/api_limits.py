@@ -163,6 +163,11 @@ MEMBERSHIP_TIMEOUT_MS_DEFAULT: Final = 10_000
 REMOVE_NODE_REVOCATION_MS_MAX: Final = CERTS_ASK_TIMEOUT_MS + REVOKE_ON_REMOVE_ATTEMPTS * (
     REVOKE_ON_REMOVE_TIMEOUT_MS + FORWARD_REPLY_MARGIN_MS + int(REVOKE_ON_REMOVE_RETRY_S * 1000)
 )
+# A graceful stop (SIGTERM) lets requests that run to their end detached (remove_node, gc_run:
+# `ApiServer._run_detached`) finish for at most this long before it cancels them: cut at once,
+# a removal could end between the membership change and its certificate revocation. A few
+# seconds: a removal waiting out its whole timeout is cut all the same (with a warning).
+DETACHED_WORK_STOP_GRACE_MS: Final = 5_000
 # transfer_leader forwarded to the leader: the leader waits at most 5 s for the move.
 TRANSFER_LEADER_FORWARD_TIMEOUT_MS: Final = 15_000
 # A client connection whose certificate was just revoked reads nothing more; the requests it

@@ -9,6 +9,10 @@ applies (`close_revoked`), as peer links do.
 The leader's client address: its entry in this node's cluster.toml, else the cluster's record
 (metastore.member_clients, made by `add-node`); neither is UNAVAILABLE ("no client address
 configured").
+
+A forward that timed out is UNAVAILABLE: with `outcome_unknown` once its request was written
+(the leader may run it), without it when it never was (the link not opened in time, or no free
+slot on it), and says so (`details.not_sent`): the client may then retry it elsewhere safely.
 """
 
 from __future__ import annotations
@@ -39,6 +43,11 @@ MISSING_MEMBER_FIX: Final = (
     "Add its [[nodes]] entry (host, raft_port, client_port, metrics_port) to cluster.toml on "
     "every member and restart them one at a time (the file is read at start)."
 )
+
+
+class _NotSentError(Exception):
+    """A request's timeout ran out while it waited for a slot on its link: never written, the
+    leader never saw it (`LeaderForwarder.call` says so, without `outcome_unknown`)."""
 
 
 class _Link:
@@ -107,41 +116,50 @@ class _Link:
         # Every forward with one token shares this link, and the leader answers LIMIT_EXCEEDED
         # past CLIENT_INFLIGHT_PER_CONNECTION_MAX requests in flight on one connection: the
         # ones past it wait here for a slot (within their timeout) instead.
-        async with asyncio.timeout(timeout_ms / 1000):
-            await self.slots.acquire()
-            rid = next(self.ids)
-            fut: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
-            sent = False
-            try:
-                if self.closed or self.revoked:
-                    raise UnavailableError("connection to the leader closed")
-                self.pending[rid] = fut
-                frame = encode_frame(
-                    {"id": rid, "op": op, "args": dict(args)},
-                    max_frame_bytes=L.CLIENT_FRAME_BYTES_MAX,
-                )
+        # A timeout before the request was written (waiting for a slot) is _NotSentError: the
+        # leader never saw it. One after it was (drain, the answer) stays a TimeoutError.
+        sent = False
+        try:
+            async with asyncio.timeout(timeout_ms / 1000):
+                await self.slots.acquire()
+                rid = next(self.ids)
+                fut: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
                 try:
-                    sent = True  # handed to the transport by `write` (drain waits for room)
-                    self.writer.write(frame)
-                    await self.writer.drain()
-                except RuntimeError as exc:
-                    # uvloop refuses a write on a transport the leader already closed, before
-                    # read_loop has seen the end of the stream: a lost connection (UNAVAILABLE
-                    # in `call`), not an internal error.
+                    if self.closed or self.revoked:
+                        raise UnavailableError("connection to the leader closed")
+                    self.pending[rid] = fut
+                    frame = encode_frame(
+                        {"id": rid, "op": op, "args": dict(args)},
+                        max_frame_bytes=L.CLIENT_FRAME_BYTES_MAX,
+                    )
+                    try:
+                        sent = True  # handed to the transport by `write` (drain waits for room)
+                        self.writer.write(frame)
+                        await self.writer.drain()
+                    except RuntimeError as exc:
+                        # uvloop refuses a write on a transport the leader already closed, before
+                        # read_loop has seen the end of the stream: a lost connection (UNAVAILABLE
+                        # in `call`), not an internal error.
+                        self.pending.pop(rid, None)
+                        self.close()
+                        raise ConnectionResetError(
+                            f"connection to the leader closed: {exc}"
+                        ) from None
+                    return await fut
+                finally:
                     self.pending.pop(rid, None)
-                    self.close()
-                    raise ConnectionResetError(f"connection to the leader closed: {exc}") from None
-                return await fut
-            finally:
-                self.pending.pop(rid, None)
-                answered = fut.done() and not fut.cancelled()
-                if sent and not answered and not self.closed:
-                    # It gave up (its client went away, or its timeout ran out) but the leader
-                    # still runs it: freed now, the slot let a forward out past the leader's
-                    # bound, which it refused (LIMIT_EXCEEDED). Freed by its answer instead.
-                    self.abandoned.add(rid)
-                else:
-                    self.slots.release()
+                    answered = fut.done() and not fut.cancelled()
+                    if sent and not answered and not self.closed:
+                        # It gave up (its client went away, or its timeout ran out) but the leader
+                        # still runs it: freed now, the slot let a forward out past the leader's
+                        # bound, which it refused (LIMIT_EXCEEDED). Freed by its answer instead.
+                        self.abandoned.add(rid)
+                    else:
+                        self.slots.release()
+        except TimeoutError:
+            if not sent:
+                raise _NotSentError(f"no free slot on the link within {timeout_ms} ms") from None
+            raise
 
 
 # A link: (leader, SHA-256 of the token, the caller's client name or "").
@@ -198,7 +216,24 @@ class LeaderForwarder:
         kept per name; the rest share one link per token."""
         try:
             link = await self._link(node_id, token, client)
+        except (TimeoutError, _NotSentError):
+            # The connect or the link's hello timed out: the request was never written.
+            raise UnavailableError(
+                f"node {node_id} did not open a link in time; the request was not sent",
+                details={"node_id": node_id, "not_sent": True},
+            ) from None
+        except (ConnectionError, OSError) as exc:
+            raise UnavailableError(f"cannot reach node {node_id}: {exc}") from None
+        try:
             reply = await link.request(op, args, timeout_ms)
+        except _NotSentError:
+            # Never written, so the leader did nothing: the client may try elsewhere safely.
+            raise UnavailableError(
+                f"no room on the link to node {node_id} within {timeout_ms} ms (each link "
+                f"carries at most {L.CLIENT_INFLIGHT_PER_CONNECTION_MAX} requests at once); "
+                "the request was not sent",
+                details={"node_id": node_id, "not_sent": True},
+            ) from None
         except TimeoutError:
             raise UnavailableError(
                 f"node {node_id} did not answer within {timeout_ms} ms; outcome unknown",

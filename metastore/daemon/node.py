@@ -39,6 +39,7 @@ from hlc import HybridClock, OffsetClock, SystemClock, physical_ms
 from metastore import limits as mlimits
 from metastore.apply_version import APPLY_VERSION_SUPPORTED
 from metastore.commands import ExpireSessions, InitCluster, encode_command
+from metastore.daemon import api_limits as L
 from metastore.daemon.audit import AuditLog
 from metastore.daemon.backup import EXPORT_SPOOL_DIR
 from metastore.daemon.collector import refreeze
@@ -450,7 +451,9 @@ class MetastoreNode:
         a rolling restart does not leave the cluster without a leader for an election timeout
         (the followers would only notice the silence then). Clients keep being served (their
         writes forwarded) while it moves. `stop_now` (SIGINT) set before or during the move
-        skips or ends it."""
+        skips or ends it. Then a planned stop gives detached requests (remove_node, gc_run) up
+        to DETACHED_WORK_STOP_GRACE_MS to end before Raft stops (`ApiServer.stop`); `stop_now`
+        ends that wait too."""
         for task in (self._init_task, self._sweep_task, self._gc_task, self._job_task):
             if task is not None:
                 task.cancel()
@@ -461,7 +464,14 @@ class MetastoreNode:
                 log.info("stopping without handing leadership over")
             else:
                 await self._hand_over_unless_stopped_now()
-        await self.api.stop()
+        # A planned stop lets requests that run to their end detached (remove_node: the removal
+        # then its revocation) finish for a few seconds; SIGINT or a fatal error does not wait.
+        # Inside api.stop, while the forwarder and Raft still run: the revocation needs them.
+        graceful = hand_over and not self.stop_now.is_set()
+        await self.api.stop(
+            detached_grace_ms=L.DETACHED_WORK_STOP_GRACE_MS if graceful else 0,
+            cut_short=self.stop_now,
+        )
         await self.http.stop()
         await self.forwarder.close()
         await self.raft.stop()

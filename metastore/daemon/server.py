@@ -6,7 +6,8 @@ request must be `hello` with a valid token; later requests run concurrently (bou
 connection) and replies are matched by id. Every failure becomes a typed error reply and changes
 nothing; a malformed frame closes the connection because the stream is out of sync. A closed
 connection cancels its requests in flight, except those whose steps must not be cut in between
-(`remove_node`: the removal and its revocation; `gc_run`), which run to their end detached.
+(`remove_node`: the removal and its revocation; `gc_run`), which run to their end detached;
+a graceful stop waits a few seconds for them (`ApiServer.stop`) before it cancels them.
 A cancelled request is still counted and audited (outcome CANCELLED; a detached one with the
 outcome it reaches, once it ends): the change it asked for may have happened all the same.
 
@@ -372,8 +373,9 @@ class ApiServer:
         self._cert_writers: dict[asyncio.StreamWriter, tuple[Session, set[asyncio.Task[None]]]] = {}
         # Closes of revoked connections waiting for their in-flight replies (kept referenced).
         self._revoked_closes: set[asyncio.Task[None]] = set()
-        # Requests that run to their end whatever their caller does (`_remove_node`).
-        self._detached: set[asyncio.Future[Any]] = set()
+        # Requests that run to their end whatever their caller does (`_run_detached`), each
+        # named for what it does; a stop waits for them a little (`stop`).
+        self._detached: set[asyncio.Task[Any]] = set()
         self.loose_files_max = loose_files_max
         self.read_staleness_max_ms = read_staleness_max_ms
         self.gc = gc
@@ -681,7 +683,17 @@ class ApiServer:
             return 0
         return int(self._server.sockets[0].getsockname()[1])
 
-    async def stop(self) -> None:
+    async def stop(
+        self,
+        *,
+        detached_grace_ms: int = L.DETACHED_WORK_STOP_GRACE_MS,
+        cut_short: asyncio.Event | None = None,
+    ) -> None:
+        """Close the port and every connection, then give the requests that run to their end
+        detached (`_run_detached`) up to `detached_grace_ms` to end (the node's Raft and
+        forwarder still run meanwhile: a removal needs them for its revocation), and cancel
+        those left, with a warning naming them. `cut_short` set ends the grace early (SIGINT
+        during a SIGTERM's stop); a stop that must not wait passes 0."""
         if self._server is not None:
             self._server.close()
         for t in list(self._connections):
@@ -689,7 +701,15 @@ class ApiServer:
         for t in list(self._connections):
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await t
+        await self._let_detached_finish(detached_grace_ms, cut_short)
         for work in list(self._detached):
+            log.warning(
+                "stopping: cancelled %s, still running after the %d ms grace; what it "
+                "changed is unknown (check `metastore cluster status`; a removal's "
+                "certificate may need `cert_revoke`)",
+                work.get_name(),
+                detached_grace_ms,
+            )
             work.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await work
@@ -701,6 +721,26 @@ class ApiServer:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self._server.wait_closed(), 2)
         self.audit.close()
+
+    async def _let_detached_finish(self, grace_ms: int, cut_short: asyncio.Event | None) -> None:
+        """Wait until the detached work running now ends, `grace_ms` passes, or `cut_short`
+        is set, whichever comes first. Cancels none of it."""
+        running = set(self._detached)
+        if not running or grace_ms <= 0 or (cut_short is not None and cut_short.is_set()):
+            return
+        log.info("stopping: waiting up to %d ms for %d detached request(s)", grace_ms, len(running))
+        # Waiting on asyncio.wait (not on the work itself), so ending the wait cancels no work.
+        all_ended = asyncio.ensure_future(asyncio.wait(running))
+        hurry = asyncio.ensure_future(
+            asyncio.Event().wait() if cut_short is None else cut_short.wait()
+        )
+        try:
+            await asyncio.wait(
+                {all_ended, hurry}, timeout=grace_ms / 1000, return_when=asyncio.FIRST_COMPLETED
+            )
+        finally:
+            for waiter in (all_ended, hurry):
+                waiter.cancel()
 
     # ------------------------------------------------------------------ connections
 
@@ -2962,6 +3002,10 @@ class ApiServer:
         timeout_ms = _membership_timeout(args)
         # What the leader found, for its reply (set by `local`, which runs on the leader only).
         outcome: dict[str, Any] = {}
+        # Not run detached (unlike remove_node): cut between the record and the change (its
+        # caller gone, or the record's wait timed out), the address is recorded for a node that
+        # is no member, which no member uses (only a leader's address is: metastore.
+        # member_clients), and running add_node again records it again and adds the node.
 
         async def local() -> int:
             deadline = time.monotonic() + timeout_ms / 1000
@@ -3119,7 +3163,7 @@ class ApiServer:
         """Run `steps` to their end whatever the caller does, and return their result. A
         caller that goes away (its connection closed) leaves the request's audit record to
         them: written with the outcome they reach, once they end."""
-        work = asyncio.ensure_future(steps)
+        work = asyncio.create_task(steps, name=what)  # named in the stop's warning
         self._detached.add(work)
         work.add_done_callback(functools.partial(self._detached_done, what))
         try:

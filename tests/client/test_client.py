@@ -990,3 +990,32 @@ async def test_a_gc_run_whose_outcome_is_unknown_is_repeated_on_the_next_node(
     async with client(a.endpoint, b.endpoint) as c:
         assert await c.call("gc_run", {}) == {"op": "gc_run", "args": {}}
     assert a.ops == ["gc_run"] and b.ops == ["gc_run"]
+
+
+async def test_a_forward_the_follower_never_sent_leaves_no_unknown_outcome(
+    nodes: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A follower's forward that timed out before its request was written (no free slot on
+    its link to the leader, the link not opened) says so (`details.not_sent`): the leader never
+    saw it. The client took every UNAVAILABLE of a write for an unknown outcome, so an
+    election's NOT_LEADERs after it still ended in "outcome unknown" for a commit that
+    certainly did nothing (the caller had to look it up before re-running it)."""
+
+    async def not_sent(op: str, args: dict[str, Any]) -> dict[str, Any]:
+        raise UnavailableError(
+            "no room on the link to node 3 within 200 ms; the request was not sent",
+            details={"node_id": 3, "not_sent": True},
+        )
+
+    async def not_leader(op: str, args: dict[str, Any]) -> dict[str, Any]:
+        raise NotLeaderError("no leader yet")
+
+    monkeypatch.setattr(protocol, "RETRY_BACKOFF_MS_MAX", protocol.RETRY_BACKOFF_MS_MIN)
+    a = await nodes(handler=not_sent)
+    b = await nodes(handler=not_leader)
+    async with client(a.endpoint, b.endpoint, timeout_ms=3000) as c:
+        with pytest.raises(MetastoreError) as raised:
+            await c.commit("t-1", [{"table": "ns.t", "schema_version": 1}])
+        assert raised.value.details.get("outcome_unknown") is not True, raised.value
+        assert "outcome" not in raised.value.message
+    assert "commit" in a.ops and "commit" in b.ops

@@ -12,8 +12,12 @@ fakes, no node started."""
 from __future__ import annotations
 
 import asyncio
+import logging
+import time
 from types import SimpleNamespace
 from typing import Any
+
+import pytest
 
 from metastore.daemon import api_limits as L
 from metastore.daemon.secrets import Role
@@ -105,7 +109,7 @@ def test_a_detached_gc_run_cut_by_the_node_stopping_is_audited_as_cancelled() ->
         api = _api(gc, audit, [])
         api._require_ready = lambda: None  # type: ignore[method-assign]
         await _cancelled_mid_request("gc_run", gc.started, api)
-        await api.stop()  # cancels the detached run too, then closes the audit log
+        await api.stop(detached_grace_ms=0)  # cancels the detached run, then closes the log
         return audit.records
 
     assert [(r["op"], r["outcome"]) for r in asyncio.run(scenario())] == [("gc_run", "CANCELLED")]
@@ -220,3 +224,69 @@ def test_a_write_in_flight_when_the_node_stops_is_audited_before_the_log_closes(
     audit = asyncio.run(scenario())
     assert audit.lost == []
     assert [(r["op"], r["outcome"]) for r in audit.records] == [("session_close", "CANCELLED")]
+
+
+class _SlowGc(_Gc):
+    """A run that takes a moment after it started (its work, not a synchronisation)."""
+
+    async def run(self, table: object, *, dry_run: bool) -> dict[str, Any]:
+        self.started.set()
+        await asyncio.sleep(0.05)
+        return {"tables": []}
+
+
+def test_a_graceful_stop_lets_detached_work_finish_within_its_grace() -> None:
+    """The node stopping cancelled detached work at once: a SIGTERM between a removal and its
+    certificate revocation left the removed member's certificate accepted. A stop now waits
+    for it (at most L.DETACHED_WORK_STOP_GRACE_MS) before it cancels anything."""
+
+    async def scenario() -> list[dict[str, Any]]:
+        gc, audit = _SlowGc(), _Audit()
+        api = _api(gc, audit, [])
+        api._require_ready = lambda: None  # type: ignore[method-assign]
+        await _cancelled_mid_request("gc_run", gc.started, api)
+        await api.stop()  # the default: a graceful stop
+        return audit.records
+
+    assert [(r["op"], r["outcome"]) for r in asyncio.run(scenario())] == [("gc_run", "OK")]
+    assert 1_000 <= L.DETACHED_WORK_STOP_GRACE_MS <= 10_000  # a few seconds
+
+
+def test_a_stop_cancels_detached_work_left_after_its_grace_and_names_it(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    async def scenario() -> tuple[list[dict[str, Any]], float]:
+        gc, audit = _Gc(), _Audit()  # never ends by itself
+        api = _api(gc, audit, [])
+        api._require_ready = lambda: None  # type: ignore[method-assign]
+        await _cancelled_mid_request("gc_run", gc.started, api)
+        began = time.monotonic()
+        await asyncio.wait_for(api.stop(detached_grace_ms=100), 5)
+        return audit.records, time.monotonic() - began
+
+    with caplog.at_level(logging.WARNING, logger="metastore.api"):
+        records, took_s = asyncio.run(scenario())
+    assert [(r["op"], r["outcome"]) for r in records] == [("gc_run", "CANCELLED")]
+    assert 0.1 <= took_s < 2
+    (warning,) = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert "gc_run" in warning.getMessage()
+
+
+def test_a_stop_told_to_hurry_ends_the_grace_at_once() -> None:
+    """SIGINT (`stop_now`) during a SIGTERM's grace cuts it short, as it cuts the hand-over."""
+
+    async def scenario() -> tuple[list[dict[str, Any]], float]:
+        gc, audit = _Gc(), _Audit()
+        api = _api(gc, audit, [])
+        api._require_ready = lambda: None  # type: ignore[method-assign]
+        await _cancelled_mid_request("gc_run", gc.started, api)
+        hurry = asyncio.Event()
+        stopping = asyncio.create_task(api.stop(detached_grace_ms=60_000, cut_short=hurry))
+        hurry.set()
+        began = time.monotonic()
+        await asyncio.wait_for(stopping, 5)
+        return audit.records, time.monotonic() - began
+
+    records, took_s = asyncio.run(scenario())
+    assert [(r["op"], r["outcome"]) for r in records] == [("gc_run", "CANCELLED")]
+    assert took_s < 2
