@@ -26,6 +26,7 @@ from cli.errors import (
     EXIT_UNAVAILABLE,
     EXIT_USAGE,
     CliError,
+    writing_file,
 )
 from cli.output import (
     emit,
@@ -157,7 +158,13 @@ def cluster_init(
     directory.mkdir(parents=True, exist_ok=True)
     # Validate the rendered cluster file with the real loader before anything is replaced.
     staged = directory / f".{CLUSTER_FILE_NAME}.{os.getpid()}.tmp"
-    staged.write_text(files[CLUSTER_FILE_NAME])
+    try:
+        with writing_file(directory / CLUSTER_FILE_NAME, staged=staged):
+            staged.write_text(files[CLUSTER_FILE_NAME])
+    except CliError:
+        if created is not None:
+            shutil.rmtree(created, ignore_errors=True)
+        raise
     try:
         config = load_cluster_config(staged)
     except BaseException as exc:
@@ -169,13 +176,15 @@ def cluster_init(
             raise CliError("USAGE", message, exit_code=EXIT_USAGE) from None
         raise
     for name, text in files.items():
-        if name == CLUSTER_FILE_NAME:
-            os.replace(staged, directory / name)
-        else:
-            (directory / name).write_text(text)
+        with writing_file(directory / name):
+            if name == CLUSTER_FILE_NAME:
+                os.replace(staged, directory / name)
+            else:
+                (directory / name).write_text(text)
     gitignore = directory / ".gitignore"
     if not gitignore.exists():
-        gitignore.write_text(CONFIG_GITIGNORE)
+        with writing_file(gitignore):
+            gitignore.write_text(CONFIG_GITIGNORE)
     secrets = ensure_secrets(config.secrets_dir)
     token_files = {r.wire_name: str(secrets.token_file(r)) for r in Role}
     doc: dict[str, Any] = {

@@ -26,7 +26,15 @@ from click.exceptions import NoArgsIsHelpError
 
 from cli.cluster import cluster
 from cli.context import App, app
-from cli.errors import EXIT_CODES_HELP, EXIT_USAGE, CliError, exit_code_for, fail, fail_usage
+from cli.errors import (
+    EXIT_CODES_HELP,
+    EXIT_USAGE,
+    CliError,
+    exit_code_for,
+    fail,
+    fail_usage,
+    os_error_text,
+)
 from cli.gc import gc, pts
 from cli.job import job
 from cli.job_backfill import run_backfill
@@ -137,8 +145,7 @@ class RootGroup(click.Group):
         except OSError as exc:
             # A file or directory the command reads or writes: say which and why, not where in
             # the code (a directory under a file, no space left, no permission).
-            where = ", ".join(str(f) for f in (exc.filename, exc.filename2) if f is not None)
-            fail("IO_ERROR", f"{where}: {exc.strerror or exc}" if where else str(exc), 1, None)
+            fail("IO_ERROR", os_error_text(exc), 1, None)
 
 
 # The reason metastore.client gives for an endpoint that refused the connection.

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from cli.errors import EXIT_REFUSED, CliError
+from cli.errors import EXIT_REFUSED, CliError, writing_file
 from metastore.daemon.config import ClusterConfig, NodeAddress, node_file_name
 from metastore.daemon.ports import port_in_use
 from raft.node import IDENTITY_FILE
@@ -324,8 +324,9 @@ def lifecycle_lock(data_dir: Path, what: str) -> Iterator[None]:
                 f"{path}): nothing was done; let it finish, or stop it, and run {what} again",
                 exit_code=EXIT_REFUSED,
             ) from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{what} (pid {os.getpid()})\n".encode(), 0)
+        with writing_file(path):
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{what} (pid {os.getpid()})\n".encode(), 0)
         yield
     finally:
         os.close(fd)
@@ -355,8 +356,9 @@ def start_node(
 def write_pid_file(pid_file: Path, pid: int) -> None:
     # Write-then-rename: a reader never sees a half-written PID.
     tmp = pid_file.with_name(f".{pid_file.name}.{os.getpid()}.tmp")
-    tmp.write_text(f"{pid}\n")
-    os.replace(tmp, pid_file)
+    with writing_file(pid_file, staged=tmp):
+        tmp.write_text(f"{pid}\n")
+        os.replace(tmp, pid_file)
 
 
 # The whole cluster stops: a node's stop without a leadership hand-over (see the module

@@ -1453,7 +1453,7 @@ class RaftNode:
                 # and the errno and says what to do; a traceback would only bury that line.
                 log.critical("raft node stopping on a storage error: %s", exc)
             else:
-                log.critical("raft node stopping on fatal error", exc_info=exc)
+                log.critical("raft node stopping on a fatal error: %s", exc, exc_info=exc)
             self._fail_all(NodeStoppedError(self.stopped_reason))
             self._stopped = True
             if self._on_fatal is not None:

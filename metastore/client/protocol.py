@@ -69,7 +69,9 @@ Monotonic reads
 Threads
     `MetastoreClient` belongs to one event loop. `SyncMetastoreClient` offers the same methods,
     blocking, backed by a private event loop in a daemon thread; it may be shared by several
-    threads (the Spark driver's py4j callback threads, the CLI).
+    threads (the Spark driver's py4j callback threads, the CLI). A client dropped without
+    `close()`/`aclose()` is finalized: a ResourceWarning, its connections closed and (sync) its
+    loop thread ended; nothing it runs refers back to it, so dropping it is enough.
 
 Invariants
     * At most one connection per endpoint, and at most CLIENT_INFLIGHT_PER_CONNECTION_MAX
@@ -92,6 +94,8 @@ import random
 import ssl
 import threading
 import uuid
+import warnings
+import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, TypeVar, cast
@@ -392,7 +396,8 @@ class _Connection:
         # A TLS alert after the handshake (the node refused our client certificate).
         self.tls_error: ssl.SSLError | None = None
         self.hello: dict[str, Any] = {}
-        self._read_task = asyncio.get_running_loop().create_task(
+        self._loop = asyncio.get_running_loop()
+        self._read_task = self._loop.create_task(
             self._read_loop(), name=f"metastore-client-read-{endpoint}"
         )
 
@@ -508,11 +513,58 @@ class _Connection:
         if self._read_task is not asyncio.current_task():
             self._read_task.cancel()
 
+    def close_from_any_thread(self, reason: str) -> None:
+        """`close`, from whatever thread (a finalizer): in the connection's loop, if it runs."""
+        if self._loop.is_closed():
+            return
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is self._loop:
+            self.close(reason)
+        else:
+            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+                self._loop.call_soon_threadsafe(self.close, reason)
+
     async def wait_closed(self) -> None:
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await self._read_task
         with contextlib.suppress(OSError, RuntimeError):
             await self._writer.wait_closed()
+
+
+def _weak_callback(
+    method: Callable[[Mapping[str, Any]], None],
+) -> Callable[[Mapping[str, Any]], None]:
+    """`method` (a bound method) called through a weak reference to its object: a no-op once
+    the object is gone."""
+    weak_method = weakref.WeakMethod(method)
+
+    def call(reply: Mapping[str, Any]) -> None:
+        target = weak_method()
+        if target is not None:
+            target(reply)
+
+    return call
+
+
+def _release_unclosed_client(endpoints: list[str], connections: dict[str, _Connection]) -> None:
+    """The finalizer of a MetastoreClient dropped (or left at exit) without `aclose()`: close
+    its connections in their loop (a collection may run in another thread, or after the
+    loop closed, when there is nothing left to close)."""
+    open_connections = [conn for conn in connections.values() if conn.is_open]
+    connections.clear()
+    if not open_connections:
+        return
+    warnings.warn(
+        f"unclosed MetastoreClient of {', '.join(endpoints)}: await aclose() or use it as an "
+        "async context manager",
+        ResourceWarning,
+        stacklevel=2,
+    )
+    for conn in open_connections:
+        conn.close_from_any_thread("client dropped without aclose()")
 
 
 class _ProtocolViolation(Exception):
@@ -650,6 +702,11 @@ class MetastoreClient:
             self._ssl = tls.context() if tls is not None else None
         except TlsConfigError as exc:
             raise TlsFailedError(f"TLS options: {exc}") from None
+        # Dropped without `aclose()`: warn (as an unclosed file does) and close the
+        # connections, whose read tasks would otherwise be destroyed while pending.
+        self._finalizer = weakref.finalize(
+            self, _release_unclosed_client, self.endpoints, self._connections
+        )
 
     # ---- read floors (shared by the process's clients of one cluster) -----------------------
 
@@ -708,6 +765,7 @@ class MetastoreClient:
     async def aclose(self) -> None:
         """Close every connection. Calls after this raise UnavailableError."""
         self._closed = True
+        self._finalizer.detach()
         connections = list(self._connections.values())
         self._connections.clear()
         for conn in connections:
@@ -1761,7 +1819,9 @@ class MetastoreClient:
             raise _tls_failed(endpoint, exc) from None
         except (OSError, TimeoutError) as exc:
             raise _EndpointFailure(_describe_os_error(exc), sent=False) from None
-        conn = _Connection(endpoint, reader, writer, self._observe_reply)
+        # Weakly: the connection (kept by its read task) must not keep the client alive, so a
+        # client dropped without `aclose` is collected and its finalizer closes this.
+        conn = _Connection(endpoint, reader, writer, _weak_callback(self._observe_reply))
         try:
             async with asyncio.timeout(HELLO_TIMEOUT_MS / 1000):
                 reply = await conn.request(
@@ -2027,6 +2087,65 @@ def quote_string(text: str) -> str:
 # ---- blocking wrapper ------------------------------------------------------------------------
 
 
+def _run_loop_until_stopped(loop: asyncio.AbstractEventLoop) -> None:
+    """The loop thread of a SyncMetastoreClient (it refers to the loop only, not the client)."""
+    asyncio.set_event_loop(loop)
+    try:
+        loop.run_forever()
+    finally:
+        loop.close()
+
+
+async def _shut_down_client(client: MetastoreClient) -> None:
+    # Calls still running (a caller interrupted mid-call) are cancelled and awaited first:
+    # a task left pending when the loop closes makes asyncio print "Task was destroyed"
+    # and, as it is collected, tracebacks about the closed loop.
+    me = asyncio.current_task()
+    running = [t for t in asyncio.all_tasks() if t is not me]
+    for task in running:
+        task.cancel()
+    if running:
+        await asyncio.wait(running, timeout=SYNC_CLOSE_TIMEOUT_MS / 1000)
+    await client.aclose()
+
+
+def _stop_loop_thread(
+    loop: asyncio.AbstractEventLoop, thread: threading.Thread, client: MetastoreClient
+) -> None:
+    """Close `client` in its loop, stop the loop and end its thread (which closes the loop)."""
+    if not thread.is_alive() or loop.is_closed():
+        return
+    if threading.current_thread() is thread:
+        # Collected inside its own loop thread (a garbage collection that ran there): it
+        # cannot wait for itself, so the shutdown is left to run and then stops the loop.
+        task = loop.create_task(_shut_down_client(client))
+        task.add_done_callback(lambda _: loop.stop())
+        return
+    try:
+        done = asyncio.run_coroutine_threadsafe(_shut_down_client(client), loop)
+    except RuntimeError:  # the loop closed meanwhile
+        return
+    with contextlib.suppress(Exception):
+        done.result(timeout=SYNC_CLOSE_TIMEOUT_MS / 1000)
+    with contextlib.suppress(RuntimeError):
+        loop.call_soon_threadsafe(loop.stop)
+    thread.join(timeout=SYNC_CLOSE_TIMEOUT_MS / 1000)
+
+
+def _release_unclosed_sync_client(
+    loop: asyncio.AbstractEventLoop, thread: threading.Thread, client: MetastoreClient
+) -> None:
+    """The finalizer of a SyncMetastoreClient dropped (or left at exit) without `close()`."""
+    if thread.is_alive() and not loop.is_closed():
+        warnings.warn(
+            f"unclosed SyncMetastoreClient of {', '.join(client.endpoints)}: call close() "
+            "or use it as a context manager",
+            ResourceWarning,
+            stacklevel=2,
+        )
+    _stop_loop_thread(loop, thread, client)
+
+
 class SyncMetastoreClient:
     """`MetastoreClient` with blocking methods, for code without an event loop.
 
@@ -2047,7 +2166,10 @@ class SyncMetastoreClient:
     ) -> None:
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(
-            target=self._run_loop, name="metastore-client-loop", daemon=True
+            target=_run_loop_until_stopped,
+            args=(self._loop,),
+            name="metastore-client-loop",
+            daemon=True,
         )
         self._lock = threading.Lock()
         self._closed = False
@@ -2064,10 +2186,13 @@ class SyncMetastoreClient:
             self._loop.close()
             raise
         self._thread.start()
-
-    def _run_loop(self) -> None:
-        asyncio.set_event_loop(self._loop)
-        self._loop.run_forever()
+        # A client dropped without `close()` must not keep its thread and connections for the
+        # life of the process (a driver making clients in a loop piles them up): once it is
+        # unreachable this stops its loop, with a ResourceWarning as an unclosed file gives.
+        # Neither the thread nor the finalizer refer to `self`, or it would never be dropped.
+        self._finalizer = weakref.finalize(
+            self, _release_unclosed_sync_client, self._loop, self._thread, self._client
+        )
 
     @property
     def endpoints(self) -> list[str]:
@@ -2115,18 +2240,6 @@ class SyncMetastoreClient:
             future.cancel()
             raise
 
-    async def _shutdown(self) -> None:
-        # Calls still running (a caller interrupted mid-call) are cancelled and awaited first:
-        # a task left pending when the loop closes makes asyncio print "Task was destroyed"
-        # and, as it is collected, tracebacks about the closed loop.
-        me = asyncio.current_task()
-        running = [t for t in asyncio.all_tasks() if t is not me]
-        for task in running:
-            task.cancel()
-        if running:
-            await asyncio.wait(running, timeout=SYNC_CLOSE_TIMEOUT_MS / 1000)
-        await self._client.aclose()
-
     def close(self) -> None:
         """Cancel the calls still running, close the connections and stop the loop thread.
         Idempotent."""
@@ -2134,14 +2247,8 @@ class SyncMetastoreClient:
             if self._closed:
                 return
             self._closed = True
-        if self._thread.is_alive():
-            done = asyncio.run_coroutine_threadsafe(self._shutdown(), self._loop)
-            with contextlib.suppress(Exception):
-                done.result(timeout=SYNC_CLOSE_TIMEOUT_MS / 1000)
-            self._loop.call_soon_threadsafe(self._loop.stop)
-            self._thread.join(timeout=SYNC_CLOSE_TIMEOUT_MS / 1000)
-        if not self._thread.is_alive():
-            self._loop.close()
+        self._finalizer.detach()
+        _stop_loop_thread(self._loop, self._thread, self._client)
 
     def __enter__(self) -> SyncMetastoreClient:
         return self

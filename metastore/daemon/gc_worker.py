@@ -387,10 +387,12 @@ class GcWorker:
             self._listed.clear()
             self._undeletable.clear()
             state = self.sm.state
+            registered = state.txns.table_ids()
+            # Tables dropped and forgotten since: their failures would be kept for good.
+            for table_id in self._compaction_failed_at.keys() - set(registered):
+                del self._compaction_failed_at[table_id]
             ids = [
-                i
-                for i in state.txns.table_ids()
-                if table is None or state.txns.table_location(i)[0] == table
+                i for i in registered if table is None or state.txns.table_location(i)[0] == table
             ]
             budget = _CompactionBudget()
             # Each table's report joins the list before its work starts, so a run that stops

@@ -703,7 +703,8 @@ async def serve(
     # A fatal error stops at once: this node may not be able to lead a transfer (its WAL).
     await node.stop(hand_over=node.fatal is None)
     if node.fatal is not None:
-        log.critical("stopped on a fatal error: %s", node.fatal)
+        # Not said again: raft.node logged it as it happened, with what the error says
+        # (a storage error's file and errno, or the traceback), the line to read.
         return 1
     return 0
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -172,3 +173,26 @@ def test_a_location_inside_the_nodes_own_directory_is_never_written(tmp_path: Pa
     w.protected = ProtectedPaths.of(dirs=[location], files=[])
     assert not compact(w, d, location, _CompactionBudget())
     assert manifests_on_disk(location) == before and d.state.txns.delete_entries(tid)
+
+
+def test_a_run_forgets_the_failed_compactions_of_tables_that_no_longer_exist(
+    tmp_path: Path,
+) -> None:
+    """A compaction failure is remembered per table id (retried after a pause): the ids of
+    tables dropped and forgotten since are let go when a run starts, or a long-lived leader
+    keeps one entry for every such table for good."""
+    d, _location, tid, _ = removed_in_a_manifest(tmp_path)
+    raft = _Raft(d)
+    raft.is_leader = lambda: True  # type: ignore[attr-defined]
+    raft.ready_to_serve = True  # type: ignore[attr-defined]
+    w = gc_worker(d, raft)
+    gone = max(d.state.txns.table_ids()) + 1  # dropped, and its incarnation forgotten by GC
+    assert gone not in d.state.txns.table_ids()
+    now_s = time.monotonic()
+    w._compaction_failed_at.update({tid: now_s, gone: now_s})
+    asyncio.run(w.run(None, dry_run=True))
+    assert w._compaction_failed_at == {tid: now_s}  # the live table's pause stands
+    # A run of one table lets the others' stale entries go too.
+    w._compaction_failed_at[gone] = now_s
+    asyncio.run(w.run(T, dry_run=True))
+    assert gone not in w._compaction_failed_at
