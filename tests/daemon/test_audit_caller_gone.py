@@ -267,7 +267,8 @@ def test_a_stop_cancels_detached_work_left_after_its_grace_and_names_it(
     with caplog.at_level(logging.WARNING, logger="metastore.api"):
         records, took_s = asyncio.run(scenario())
     assert [(r["op"], r["outcome"]) for r in records] == [("gc_run", "CANCELLED")]
-    assert 0.1 <= took_s < 2
+    # asyncio may fire a timer up to its clock resolution early (0.09994 s seen): not 0.1.
+    assert 0.09 <= took_s < 2
     (warning,) = [r for r in caplog.records if r.levelno == logging.WARNING]
     assert "gc_run" in warning.getMessage()
 
