@@ -13,7 +13,6 @@ deliberate decision rather than a silent "1".
 from __future__ import annotations
 
 import contextlib
-import errno
 import json
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -23,6 +22,7 @@ import click
 
 from metastore.errors import ErrorCode, MetastoreError
 from metastore.limits import MAX_CLOCK_SKEW_MS
+from raft.oserror import errno_text
 
 EXIT_OK: Final = 0
 EXIT_GENERIC: Final = 1
@@ -128,14 +128,6 @@ def exit_code_for(error: MetastoreError) -> int:
     return EXIT_CODE_BY_ERROR.get(str(code or error.code.value), EXIT_GENERIC)
 
 
-def os_error_text(exc: OSError) -> str:
-    """`/ms/node-1/node.pid: No space left on device (ENOSPC)`: the file(s) and the errno's
-    name, as raft.wal words its own (what an operator searches the manuals for)."""
-    text = _errno_text(exc)
-    files = ", ".join(str(f) for f in (exc.filename, exc.filename2) if f is not None)
-    return f"{files}: {text}" if files else text
-
-
 @contextlib.contextmanager
 def writing_file(path: Path, *, staged: Path | None = None) -> Iterator[None]:
     """Writes of `path` (through `staged`, a temporary file renamed onto it, if given): an
@@ -148,14 +140,7 @@ def writing_file(path: Path, *, staged: Path | None = None) -> Iterator[None]:
         if staged is not None:
             with contextlib.suppress(OSError):
                 staged.unlink(missing_ok=True)
-        raise CliError("IO_ERROR", f"cannot write {path}: {_errno_text(exc)}") from None
-
-
-def _errno_text(exc: OSError) -> str:
-    """`No space left on device (ENOSPC)`."""
-    text = exc.strerror or str(exc)
-    name = errno.errorcode.get(exc.errno) if exc.errno is not None else None
-    return f"{text} ({name})" if name else text
+        raise CliError("IO_ERROR", f"cannot write {path}: {errno_text(exc)}") from None
 
 
 def fail(code: str, message: str, exit_code: int, details: Mapping[str, object] | None) -> NoReturn:

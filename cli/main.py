@@ -33,7 +33,6 @@ from cli.errors import (
     exit_code_for,
     fail,
     fail_usage,
-    os_error_text,
 )
 from cli.gc import gc, pts
 from cli.job import job
@@ -57,6 +56,7 @@ from metastore.daemon.config import CLUSTER_FILE_NAME, ConfigError
 from metastore.daemon.secrets import SecretsError
 from metastore.errors import ErrorCode, MetastoreError
 from metastore.limits import MAX_CLOCK_SKEW_MS
+from raft.oserror import os_error_text
 from raft.wal import WalError
 
 CONTEXT_SETTINGS: dict[str, Any] = {

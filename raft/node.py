@@ -29,7 +29,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import errno
 import heapq
 import itertools
 import json
@@ -84,6 +83,7 @@ from raft.errors import (
 )
 from raft.framing import msgpack_bin_header, unpack_msgpack
 from raft.limits import PEER_FRAME_BYTES_MAX, PEER_FRAME_ITEMS_MAX
+from raft.oserror import errno_text
 from raft.ratelimit import LogBudget
 from raft.tls import TlsFiles
 from raft.transport import PeerTransport, check_peers
@@ -1093,12 +1093,9 @@ class RaftNode:
             for leftover in (tmp, path):
                 with contextlib.suppress(OSError):
                     leftover.unlink()
-            name = errno.errorcode.get(exc.errno) if exc.errno is not None else None
             raise NodeStateWriteError(
-                f"cannot write {path}: {exc.strerror or exc}"
-                + (f" ({name})" if name else "")
-                + "; nothing was started. Free space or fix the data directory, then start "
-                "the node again"
+                f"cannot write {path}: {errno_text(exc)}; nothing was started. Free space or "
+                "fix the data directory, then start the node again"
             ) from exc
 
     def _applied_index(self) -> int:

@@ -111,7 +111,6 @@ processes, an exclusive ``flock`` on ``LOCK`` keeps a second process out.
 from __future__ import annotations
 
 import contextlib
-import errno
 import fcntl
 import itertools
 import logging
@@ -134,6 +133,7 @@ import msgpack
 
 from raft.core.types import ConfState, Entry, EntryKind, HardState, Snapshot, SnapshotMeta
 from raft.framing import msgpack_bin_header
+from raft.oserror import errno_text, os_error_text
 
 # ============================================================================================
 # Limits. They belong in raft/limits.py and will move there; kept here meanwhile.
@@ -938,15 +938,11 @@ class _FileOpError(OSError):
 
 def _os_error_text(exc: OSError) -> str:
     """`fdatasync of /data/wal/wal-...log: Input/output error (EIO)`: what failed, where and
-    the errno's name (what an operator searches the kernel log and the manuals for)."""
-    text = exc.strerror or str(exc)
-    name = errno.errorcode.get(exc.errno) if exc.errno is not None else None
-    if name:
-        text += f" ({name})"
-    files = ", ".join(str(f) for f in (exc.filename, exc.filename2) if f is not None)
+    the errno's name (raft.oserror words the rest)."""
     if isinstance(exc, _FileOpError):
-        return f"{exc.operation} of {files}: {text}"
-    return f"{files}: {text}" if files else text
+        files = ", ".join(str(f) for f in (exc.filename, exc.filename2) if f is not None)
+        return f"{exc.operation} of {files}: {errno_text(exc)}"
+    return os_error_text(exc)
 
 
 # Said with every error that fails the log (`WalFailedError` from then on).

@@ -148,7 +148,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import errno
 import importlib
 import itertools
 import logging
@@ -197,6 +196,7 @@ from raft.core.errors import NotLeaderError as RaftNotLeaderError
 from raft.core.errors import RaftCoreError
 from raft.errors import RaftError
 from raft.node import RaftNode
+from raft.oserror import errno_text
 
 if TYPE_CHECKING:
     from metastore.client.manifest_files import WrittenCompaction
@@ -1048,13 +1048,6 @@ def _real_parent(path: str) -> str:
     return os.path.join(os.path.realpath(os.path.dirname(path)), os.path.basename(path))
 
 
-def _os_error_text(exc: OSError) -> str:
-    """`Permission denied (EACCES)`: the reason and the errno's name, for the operator."""
-    text = exc.strerror or str(exc)
-    name = errno.errorcode.get(exc.errno) if exc.errno is not None else None
-    return f"{text} ({name})" if name else text
-
-
 def _log_not_deleted(what: str, location: str, failed: dict[str, str]) -> None:
     """One warning per chunk for the files the store would not delete (`failed`: paths
     relative to `location`, or absolute with no location)."""
@@ -1083,7 +1076,7 @@ class _Deleted:
     # them): done, but not deleted by this run, so not counted in its reply.
     missing: set[str] = field(default_factory=set)
     # Paths the store refused to delete (permission denied, a read-only or failing disk), not
-    # in `removed`, with why (`_os_error_text`): left on disk, and their entries stay queued.
+    # in `removed`, with why (`errno_text`): left on disk, and their entries stay queued.
     failed: dict[str, str] = field(default_factory=dict)
 
     def unlinked(self) -> list[str]:
@@ -1135,7 +1128,7 @@ def _delete_files(
             except FileNotFoundError:
                 out.missing.add(rel)
             except OSError as exc:
-                out.failed[rel] = _os_error_text(exc)
+                out.failed[rel] = errno_text(exc)
                 continue
             out.removed.append(rel)
         return out
@@ -1216,7 +1209,7 @@ def _delete_absolute(
         except OSError as exc:
             # One file the store will not let go (permission denied, a read-only or failing
             # disk) must not stop the others: it stays queued, and the caller says so.
-            out.failed[path] = _os_error_text(exc)
+            out.failed[path] = errno_text(exc)
             continue
         out.removed.append(path)
         parents.add(os.path.dirname(path))
