@@ -73,6 +73,20 @@ async def eventually(condition: Callable[[], bool], timeout_s: float = ELECTION_
     return condition()
 
 
+async def restart_and_catch_up(
+    nodes: dict[int, RaftNode], leader: RaftNode, stopped: RaftNode
+) -> RaftNode:
+    """Start `stopped` again from its data directory, in its place in `nodes`; once the leader
+    committed one more entry, it must apply up to it."""
+    again = restarted(stopped)
+    await again.start()
+    nodes[stopped.node_id] = again
+    await leader.propose(b"after")
+    commit = leader.status().core.commit_index
+    assert await eventually(lambda: again.status().core.applied_index >= commit)
+    return again
+
+
 async def test_a_failed_fdatasync_stops_the_node_and_a_restart_recovers_what_was_durable(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -124,12 +138,7 @@ async def test_a_follower_whose_fdatasync_fails_stops_and_catches_up_after_a_res
         assert len(calls) == 1, calls
         await follower.stop()
         monkeypatch.undo()
-        again = restarted(follower)
-        await again.start()
-        nodes[follower.node_id] = again
-        await leader.propose(b"after")
-        commit = leader.status().core.commit_index
-        assert await eventually(lambda: again.status().core.applied_index >= commit)
+        again = await restart_and_catch_up(nodes, leader, follower)
         assert sm(again).applied == sm(leader).applied
 
 
@@ -172,12 +181,7 @@ async def test_a_follower_whose_disk_fills_during_a_snapshot_install_stops_and_i
         assert not list(directory.glob("*.tmp"))
         cut["full"] = False
         # Its log is as before the install; restarted, it is sent the snapshot again.
-        again = restarted(follower)
-        await again.start()
-        nodes[follower.node_id] = again
-        await leader.propose(b"after")
-        commit = leader.status().core.commit_index
-        assert await eventually(lambda: again.status().core.applied_index >= commit)
+        again = await restart_and_catch_up(nodes, leader, follower)
         assert again.status().core.snapshot_index >= 40
         assert again.stopped_reason == ""
     wal, state = WriteAheadLog.open(directory, fsync=False)

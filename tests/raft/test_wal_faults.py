@@ -204,10 +204,8 @@ def test_a_disk_full_while_writing_zeros_ahead_fails_the_append_cleanly(
     assert indexes(rec.entries) == [1, 2]
 
 
-def test_a_segment_that_cannot_be_created_fails_the_append(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    wal, _ = WriteAheadLog.open(tmp_path, fsync=True, segment_bytes_max=300)
+def _refuse_new_segments(monkeypatch: pytest.MonkeyPatch) -> None:
+    """From now on the log's new segment files cannot be created: the disk is full."""
     real_open = os.open
 
     def no_new_segment(path: Any, flags: int, *args: Any) -> int:
@@ -215,9 +213,16 @@ def test_a_segment_that_cannot_be_created_fails_the_append(
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
         return real_open(path, flags, *args)
 
+    monkeypatch.setattr(raft.wal.os, "open", no_new_segment)
+
+
+def test_a_segment_that_cannot_be_created_fails_the_append(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    wal, _ = WriteAheadLog.open(tmp_path, fsync=True, segment_bytes_max=300)
     with wal:
         wal.append(ents(1, 3), HardState(term=1, vote=1, commit=3))
-        monkeypatch.setattr(raft.wal.os, "open", no_new_segment)
+        _refuse_new_segments(monkeypatch)
         with pytest.raises(WalIOError, match="ENOSPC"):
             wal.append([Entry(term=1, index=4, tm=41, data=b"x" * 300)], None)
     monkeypatch.undo()
@@ -305,16 +310,9 @@ def test_a_failed_install_after_its_commit_point_fails_the_log_and_reopen_finish
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     wal, _ = WriteAheadLog.open(tmp_path, fsync=True)
-    real_open = os.open
-
-    def no_new_segment(path: Any, flags: int, *args: Any) -> int:
-        if "wal-" in str(path) and flags & os.O_CREAT:
-            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
-        return real_open(path, flags, *args)
-
     with wal:
         wal.append(ents(1, 3), HardState(term=1, vote=1, commit=3))
-        monkeypatch.setattr(raft.wal.os, "open", no_new_segment)
+        _refuse_new_segments(monkeypatch)
         with pytest.raises(WalIOError, match="ENOSPC"):
             wal.install_snapshot(snap(10, term=2))
         monkeypatch.undo()
