@@ -254,8 +254,8 @@ class LeaderForwarder:
         except TimeoutError:
             # The connect or the link's hello did not finish in time: never written.
             raise UnavailableError(
-                f"node {node_id} did not open a link within {timeout_ms} ms; the request was "
-                "not sent",
+                f"node {node_id} did not open a link in time (timeout {timeout_ms} ms); the "
+                "request was not sent",
                 details=not_sent,
             ) from None
         except (ConnectionError, OSError, _NotSentError, _LostAfterWriteError) as exc:
