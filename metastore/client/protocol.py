@@ -70,8 +70,10 @@ Threads
     `MetastoreClient` belongs to one event loop. `SyncMetastoreClient` offers the same methods,
     blocking, backed by a private event loop in a daemon thread; it may be shared by several
     threads (the Spark driver's py4j callback threads, the CLI). A client dropped without
-    `close()`/`aclose()` is finalized: a ResourceWarning, its connections closed and (sync) its
-    loop thread ended; nothing it runs refers back to it, so dropping it is enough.
+    `close()`/`aclose()` is finalized: a ResourceWarning, its connections closed (their
+    sockets shut down directly when its loop no longer runs) and (sync) its loop thread ended,
+    the shutdown running in that thread, not in the one that collected the client; nothing it
+    runs refers back to it, so dropping it is enough.
 
 Invariants
     * At most one connection per endpoint, and at most CLIENT_INFLIGHT_PER_CONNECTION_MAX
@@ -91,6 +93,7 @@ import contextlib
 import logging
 import os
 import random
+import socket
 import ssl
 import threading
 import uuid
@@ -207,6 +210,10 @@ READ_CHUNK_BYTES: Final = 256 * 1024
 CLIENT_NAME_DEFAULT: Final = "spark_bridge"
 # How long closing a SyncMetastoreClient waits for its loop thread.
 SYNC_CLOSE_TIMEOUT_MS: Final = 5_000
+# How long the finalizer of a SyncMetastoreClient dropped unclosed waits for its loop thread:
+# it runs in whatever thread collected the client (a request handler, a callback thread), which
+# must not stall for SYNC_CLOSE_TIMEOUT_MS; the shutdown goes on in the loop thread past it.
+SYNC_FINALIZE_WAIT_MS: Final = 200
 
 # Retryable codes that mean "this node did not do it; another one may": fail over.
 # Files per `files` page the client asks for (the server may return fewer, by bytes).
@@ -514,18 +521,38 @@ class _Connection:
             self._read_task.cancel()
 
     def close_from_any_thread(self, reason: str) -> None:
-        """`close`, from whatever thread (a finalizer): in the connection's loop, if it runs."""
-        if self._loop.is_closed():
-            return
+        """`close`, from whatever thread (a finalizer): in the connection's loop, if it runs.
+
+        A loop that does not run (stopped, or closed without cancelling our read task) would
+        never run a close queued on it, and the node would keep the connection until its idle
+        timeout: the socket is then shut down from here (the loop's transport still owns the
+        descriptor and closes it, should the loop run again or the transport be collected)."""
         try:
             running = asyncio.get_running_loop()
         except RuntimeError:
             running = None
         if running is self._loop:
             self.close(reason)
-        else:
+            return
+        if not self._loop.is_closed():
             with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
                 self._loop.call_soon_threadsafe(self.close, reason)
+        if self._loop.is_closed() or not self._loop.is_running():
+            self._shut_down_socket()
+
+    def _shut_down_socket(self) -> None:
+        """End the connection for the node (a FIN) without closing the descriptor, which the
+        transport owns: shut down through a duplicate, so no other thread's descriptor of the
+        same number can be hit."""
+        transport_socket = self._writer.get_extra_info("socket")
+        if transport_socket is None:
+            return
+        with contextlib.suppress(OSError, ValueError):
+            fd = transport_socket.fileno()
+            if fd < 0:
+                return  # closed already
+            with socket.socket(fileno=os.dup(fd)) as duplicate:
+                duplicate.shutdown(socket.SHUT_RDWR)
 
     async def wait_closed(self) -> None:
         with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -2116,10 +2143,9 @@ def _stop_loop_thread(
     if not thread.is_alive() or loop.is_closed():
         return
     if threading.current_thread() is thread:
-        # Collected inside its own loop thread (a garbage collection that ran there): it
-        # cannot wait for itself, so the shutdown is left to run and then stops the loop.
-        task = loop.create_task(_shut_down_client(client))
-        task.add_done_callback(lambda _: loop.stop())
+        # Closed inside its own loop thread: it cannot wait for itself, so the shutdown is
+        # left to run and then stops the loop.
+        _shut_down_then_stop(loop, client)
         return
     try:
         done = asyncio.run_coroutine_threadsafe(_shut_down_client(client), loop)
@@ -2132,18 +2158,45 @@ def _stop_loop_thread(
     thread.join(timeout=SYNC_CLOSE_TIMEOUT_MS / 1000)
 
 
+# Shutdowns handed to a loop by a finalizer, referenced until done (a loop keeps only weak
+# references to its tasks).
+_HANDED_OFF_SHUTDOWNS: set[asyncio.Task[None]] = set()
+
+
+def _shut_down_then_stop(loop: asyncio.AbstractEventLoop, client: MetastoreClient) -> None:
+    """In `loop`'s thread: shut `client` down, then stop the loop (its thread then ends)."""
+    task = loop.create_task(_shut_down_client(client))
+    _HANDED_OFF_SHUTDOWNS.add(task)
+    task.add_done_callback(_HANDED_OFF_SHUTDOWNS.discard)
+    task.add_done_callback(lambda _: loop.stop())
+
+
 def _release_unclosed_sync_client(
     loop: asyncio.AbstractEventLoop, thread: threading.Thread, client: MetastoreClient
 ) -> None:
-    """The finalizer of a SyncMetastoreClient dropped (or left at exit) without `close()`."""
-    if thread.is_alive() and not loop.is_closed():
-        warnings.warn(
-            f"unclosed SyncMetastoreClient of {', '.join(client.endpoints)}: call close() "
-            "or use it as a context manager",
-            ResourceWarning,
-            stacklevel=2,
-        )
-    _stop_loop_thread(loop, thread, client)
+    """The finalizer of a SyncMetastoreClient dropped (or left at exit) without `close()`.
+
+    It runs in whatever thread collected the client, which must not wait for the shutdown
+    (up to SYNC_CLOSE_TIMEOUT_MS for calls to end, as long for the thread): the shutdown is
+    handed to the client's loop thread, which stops once it is done, and this waits at most
+    SYNC_FINALIZE_WAIT_MS for that (long enough for a client with nothing running)."""
+    if not thread.is_alive() or loop.is_closed():
+        return
+    warnings.warn(
+        f"unclosed SyncMetastoreClient of {', '.join(client.endpoints)}: call close() "
+        "or use it as a context manager",
+        ResourceWarning,
+        stacklevel=2,
+    )
+    if threading.current_thread() is thread:
+        # Collected inside its own loop thread: it cannot wait for itself.
+        _shut_down_then_stop(loop, client)
+        return
+    try:
+        loop.call_soon_threadsafe(_shut_down_then_stop, loop, client)
+    except RuntimeError:  # the loop closed meanwhile
+        return
+    thread.join(timeout=SYNC_FINALIZE_WAIT_MS / 1000)
 
 
 class SyncMetastoreClient:

@@ -10,9 +10,12 @@ The leader's client address: its entry in this node's cluster.toml, else the clu
 (metastore.member_clients, made by `add-node`); neither is UNAVAILABLE ("no client address
 configured").
 
-A forward that timed out is UNAVAILABLE: with `outcome_unknown` once its request was written
-(the leader may run it), without it when it never was (the link not opened in time, or no free
-slot on it), and says so (`details.not_sent`): the client may then retry it elsewhere safely.
+The whole forward (opening the link, waiting for a slot on it, the write, the answer) runs within
+the caller's `timeout_ms`. One that failed is UNAVAILABLE: with `outcome_unknown` once its
+request may have reached the leader (handed to the transport: the leader may run it), with
+`details.not_sent` only when it certainly did not (the link not opened in time or not at all,
+no free slot on it, the transport refusing the write outright): the client may then retry it
+elsewhere, even a write that is not repeatable.
 """
 
 from __future__ import annotations
@@ -45,9 +48,21 @@ MISSING_MEMBER_FIX: Final = (
 )
 
 
+# A link's own bounds, shared by every forward waiting for it (each of which gives up at its own
+# deadline meanwhile): a forward with a long timeout does not keep a dead address busy longer.
+LINK_CONNECT_TIMEOUT_S: Final = 3.0
+LINK_HELLO_TIMEOUT_S: Final = 3.0
+
+
 class _NotSentError(Exception):
-    """A request's timeout ran out while it waited for a slot on its link: never written, the
-    leader never saw it (`LeaderForwarder.call` says so, without `outcome_unknown`)."""
+    """A request never written: its deadline passed while it waited for a slot on its link, or
+    the link was closed, or the transport refused the write. The leader never saw it
+    (`LeaderForwarder.call` says so, `not_sent`, without `outcome_unknown`)."""
+
+
+class _LostAfterWriteError(Exception):
+    """The connection failed after the request was handed to the transport: its bytes may
+    have reached the leader, which may run it (`LeaderForwarder.call`: `outcome_unknown`)."""
 
 
 class _Link:
@@ -112,38 +127,48 @@ class _Link:
         self.abandoned.clear()
         self.writer.close()
 
-    async def request(self, op: str, args: Mapping[str, Any], timeout_ms: int) -> dict[str, Any]:
+    async def request(self, op: str, args: Mapping[str, Any], deadline: float) -> dict[str, Any]:
+        """Send one request and await its answer, until `deadline` (the loop's clock).
+
+        Raises _NotSentError when the request certainly never left (the deadline passed while
+        it waited for a slot, the link closed, the transport refused the write), and
+        _LostAfterWriteError or TimeoutError once it may have."""
         # Every forward with one token shares this link, and the leader answers LIMIT_EXCEEDED
         # past CLIENT_INFLIGHT_PER_CONNECTION_MAX requests in flight on one connection: the
-        # ones past it wait here for a slot (within their timeout) instead.
-        # A timeout before the request was written (waiting for a slot) is _NotSentError: the
-        # leader never saw it. One after it was (drain, the answer) stays a TimeoutError.
+        # ones past it wait here for a slot (within their deadline) instead.
         sent = False
         try:
-            async with asyncio.timeout(timeout_ms / 1000):
+            async with asyncio.timeout_at(deadline):
                 await self.slots.acquire()
                 rid = next(self.ids)
                 fut: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
                 try:
                     if self.closed or self.revoked:
-                        raise UnavailableError("connection to the leader closed")
+                        raise _NotSentError("the connection to the leader closed")
                     self.pending[rid] = fut
                     frame = encode_frame(
                         {"id": rid, "op": op, "args": dict(args)},
                         max_frame_bytes=L.CLIENT_FRAME_BYTES_MAX,
                     )
                     try:
-                        sent = True  # handed to the transport by `write` (drain waits for room)
                         self.writer.write(frame)
-                        await self.writer.drain()
                     except RuntimeError as exc:
-                        # uvloop refuses a write on a transport the leader already closed, before
-                        # read_loop has seen the end of the stream: a lost connection (UNAVAILABLE
-                        # in `call`), not an internal error.
+                        # A transport refuses a write before it buffers any of it (uvloop, on a
+                        # transport the leader already closed, before read_loop has seen the end
+                        # of the stream; asyncio after write_eof): nothing of it left.
                         self.pending.pop(rid, None)
                         self.close()
-                        raise ConnectionResetError(
-                            f"connection to the leader closed: {exc}"
+                        raise _NotSentError(f"the connection to the leader closed: {exc}") from None
+                    # Handed to the transport: from here on the leader may get it and run it.
+                    sent = True
+                    try:
+                        await self.writer.drain()
+                    except (ConnectionError, OSError, RuntimeError) as exc:
+                        self.pending.pop(rid, None)
+                        self.close()
+                        raise _LostAfterWriteError(
+                            f"the connection to the leader failed after the request was "
+                            f"written: {exc}"
                         ) from None
                     return await fut
                 finally:
@@ -158,7 +183,10 @@ class _Link:
                         self.slots.release()
         except TimeoutError:
             if not sent:
-                raise _NotSentError(f"no free slot on the link within {timeout_ms} ms") from None
+                raise _NotSentError(
+                    "no room on the link in time (each link carries at most "
+                    f"{L.CLIENT_INFLIGHT_PER_CONNECTION_MAX} requests at once)"
+                ) from None
             raise
 
 
@@ -213,34 +241,46 @@ class LeaderForwarder:
         `client`: the caller's client name, for an op the leader runs whole and records who
         asked for (remove_node's revocation, apply_version_finalize): the link says on whose
         behalf in its hello, so the record names the caller, not "forward". Such links are
-        kept per name; the rest share one link per token."""
+        kept per name; the rest share one link per token.
+
+        All of it (opening the link, a slot on it, the write, the answer) within `timeout_ms`:
+        a missing link's connect and hello have their own bounds, shared by every forward
+        waiting for that link, but none of them waits past its own deadline."""
+        deadline = asyncio.get_running_loop().time() + timeout_ms / 1000
+        not_sent = {"node_id": node_id, "not_sent": True}
         try:
-            link = await self._link(node_id, token, client)
-        except (TimeoutError, _NotSentError):
-            # The connect or the link's hello timed out: the request was never written.
+            async with asyncio.timeout_at(deadline):
+                link = await self._link(node_id, token, client)
+        except TimeoutError:
+            # The connect or the link's hello did not finish in time: never written.
             raise UnavailableError(
-                f"node {node_id} did not open a link in time; the request was not sent",
-                details={"node_id": node_id, "not_sent": True},
+                f"node {node_id} did not open a link in time (timeout {timeout_ms} ms); the "
+                "request was not sent",
+                details=not_sent,
             ) from None
-        except (ConnectionError, OSError) as exc:
-            raise UnavailableError(f"cannot reach node {node_id}: {exc}") from None
+        except (ConnectionError, OSError, _NotSentError, _LostAfterWriteError) as exc:
+            # No link (the connect or the hello failed): the request was never written.
+            raise UnavailableError(
+                f"cannot reach node {node_id}: {exc}; the request was not sent", details=not_sent
+            ) from None
         try:
-            reply = await link.request(op, args, timeout_ms)
-        except _NotSentError:
+            reply = await link.request(op, args, deadline)
+        except _NotSentError as exc:
             # Never written, so the leader did nothing: the client may try elsewhere safely.
             raise UnavailableError(
-                f"no room on the link to node {node_id} within {timeout_ms} ms (each link "
-                f"carries at most {L.CLIENT_INFLIGHT_PER_CONNECTION_MAX} requests at once); "
-                "the request was not sent",
-                details={"node_id": node_id, "not_sent": True},
+                f"node {node_id}: {exc} (timeout {timeout_ms} ms); the request was not sent",
+                details=not_sent,
             ) from None
         except TimeoutError:
             raise UnavailableError(
                 f"node {node_id} did not answer within {timeout_ms} ms; outcome unknown",
                 details={"node_id": node_id, "outcome_unknown": True},
             ) from None
-        except (ConnectionError, OSError) as exc:
-            raise UnavailableError(f"cannot reach node {node_id}: {exc}") from None
+        except _LostAfterWriteError as exc:
+            raise UnavailableError(
+                f"node {node_id}: {exc}; outcome unknown",
+                details={"node_id": node_id, "outcome_unknown": True},
+            ) from None
         ts = reply.get("ts")
         if isinstance(ts, int):
             with contextlib.suppress(HlcError):
@@ -295,7 +335,7 @@ class LeaderForwarder:
                 ssl=self.tls,
                 server_hostname=host if self.tls is not None else None,
             ),
-            3,
+            LINK_CONNECT_TIMEOUT_S,
         )
         link = _Link(reader, writer)
         ssl_object = writer.get_extra_info("ssl_object")
@@ -313,7 +353,11 @@ class LeaderForwarder:
             label = FORWARD_CLIENT
             if client:
                 label = client[: L.CLIENT_NAME_CHARS_MAX - len(FORWARDED_SUFFIX)] + FORWARDED_SUFFIX
-            hello = await link.request("hello", {"token": token, "client": label}, 3000)
+            hello = await link.request(
+                "hello",
+                {"token": token, "client": label},
+                asyncio.get_running_loop().time() + LINK_HELLO_TIMEOUT_S,
+            )
         except BaseException:
             link.close()  # no answer: do not leave its socket and reader task behind
             raise

@@ -57,6 +57,8 @@ class FakeNode:
     requests: list[tuple[int, str, dict[str, Any]]] = field(default_factory=list)
     hellos: list[dict[str, Any]] = field(default_factory=list)
     connections: int = 0
+    # Set each time a connection ends (the test clears it to wait for the next).
+    connection_closed: asyncio.Event = field(default_factory=asyncio.Event)
     inflight: int = 0
     max_inflight: int = 0
     last_ts: int = 0
@@ -136,6 +138,7 @@ class FakeNode:
                 t.cancel()
             self._writers.discard(writer)
             writer.close()
+            self.connection_closed.set()
 
     async def _handle(
         self, writer: asyncio.StreamWriter, rid: int, op: str, args: dict[str, Any]

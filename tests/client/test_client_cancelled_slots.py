@@ -6,7 +6,10 @@ unanswered ones). A caller cancelled after its request was sent (its own timeout
 cancelled) let go of its slot at once, while the node still ran the request: the next request
 went out as the 65th in flight and failed with LIMIT_EXCEEDED, an error the client promises
 never to cause. The slot is now freed when the node answers (or the connection closes).
-FakeNode on a real socket, refusing as the daemon does."""
+FakeNode on a real socket, refusing as the daemon does.
+
+That the late request waits unsent is shown by an event (it found every slot taken), not by
+a pause that sees nothing happen: under load a pause passes whether or not it was sent."""
 
 from __future__ import annotations
 
@@ -14,18 +17,19 @@ import asyncio
 from typing import Any
 
 from metastore.client import MetastoreClient
+from metastore.client.protocol import _Connection
 from metastore.daemon.api_limits import CLIENT_INFLIGHT_PER_CONNECTION_MAX
 from metastore.errors import LimitExceededError
 from tests.client.fake_node import TOKEN, FakeNode
 
 LATE_NODE_ID = 1_000
-NOT_SENT_WAIT_S = 0.5
 
 
 async def test_a_cancelled_callers_slot_is_freed_by_the_reply_not_the_cancel() -> None:
     node = FakeNode()
     released = {i: asyncio.Event() for i in range(CLIENT_INFLIGHT_PER_CONNECTION_MAX)}
     all_in = asyncio.Event()
+    late_arrived_after_an_answer: list[bool] = []
 
     async def handler(op: str, args: dict[str, Any]) -> dict[str, Any]:
         if node.inflight > CLIENT_INFLIGHT_PER_CONNECTION_MAX:
@@ -33,6 +37,7 @@ async def test_a_cancelled_callers_slot_is_freed_by_the_reply_not_the_cancel() -
             raise LimitExceededError("more requests in flight on one connection than allowed")
         node_id = args["node_id"]
         if node_id == LATE_NODE_ID:
+            late_arrived_after_an_answer.append(released[0].is_set())
             return {"late": True}
         if node.inflight == CLIENT_INFLIGHT_PER_CONNECTION_MAX:
             all_in.set()
@@ -52,18 +57,37 @@ async def test_a_cancelled_callers_slot_is_freed_by_the_reply_not_the_cancel() -
         for caller in callers:
             caller.cancel()  # each gives up; the node still runs its request
         await asyncio.gather(*callers, return_exceptions=True)
+        no_free_slot = _observe_waits_for_a_slot(c._connections[endpoint])
         late = asyncio.create_task(c.call("add_node", {"node_id": LATE_NODE_ID}))
-        # It waits for a slot: sent now, it would be refused at once (the 65th in flight).
-        # (Waiting shows nothing happening only within the wait: under load a refusal could
-        # come later, and this would pass without proving anything, never the reverse.)
-        await asyncio.wait({late}, timeout=NOT_SENT_WAIT_S)
+        # It waits for a slot, so it is not written: sent now, it would be refused at once
+        # (the 65th in flight). A request is written only once it holds a slot.
+        waiting = asyncio.create_task(no_free_slot.wait())
+        await asyncio.wait({late, waiting}, timeout=10, return_when=asyncio.FIRST_COMPLETED)
+        waiting.cancel()
+        assert no_free_slot.is_set(), late.exception() if late.done() else "late never waited"
         assert not late.done(), late.exception()
         assert LATE_NODE_ID not in [args["node_id"] for _, _, args in node.requests]
         released[0].set()  # one answer frees one slot: the late request goes out then
         assert await asyncio.wait_for(late, 10) == {"late": True}
+        assert late_arrived_after_an_answer == [True]
         assert node.max_inflight == CLIENT_INFLIGHT_PER_CONNECTION_MAX
     finally:
         for event in released.values():
             event.set()
         await c.aclose()
         await node.stop()
+
+
+def _observe_waits_for_a_slot(conn: _Connection) -> asyncio.Event:
+    """An event set when a request on `conn` finds every slot taken (it then waits, unsent)."""
+    slots = conn._slots
+    acquire = slots.acquire
+    no_free_slot = asyncio.Event()
+
+    async def observed_acquire() -> bool:
+        if slots.locked():
+            no_free_slot.set()
+        return await acquire()
+
+    slots.acquire = observed_acquire  # type: ignore[method-assign,assignment]
+    return no_free_slot

@@ -24,7 +24,7 @@ def _client_loop_threads() -> list[threading.Thread]:
 
 def test_unclosed_sync_clients_release_their_threads_and_connections() -> None:
     with ThreadedFakeNode() as fake:
-        baseline = len(_client_loop_threads())
+        before = set(_client_loop_threads())
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", ResourceWarning)
             for _ in range(CLIENTS):
@@ -32,14 +32,27 @@ def test_unclosed_sync_clients_release_their_threads_and_connections() -> None:
                 client.status()  # opens a connection (and its read task)
                 del client
                 gc.collect()
-        leaked = [t for t in _client_loop_threads() if t.is_alive()]
-        assert len(leaked) == baseline, f"{len(leaked) - baseline} loop threads leaked"
+        # The finalizer hands the shutdown to each client's loop thread (it waits only
+        # briefly): each thread ends once its shutdown is done.
+        for thread in set(_client_loop_threads()) - before:
+            thread.join(10)
+        leaked = [t for t in set(_client_loop_threads()) - before if t.is_alive()]
+        assert leaked == [], f"{len(leaked)} loop threads leaked"
+        assert fake._run(_wait_for_no_connections(fake)) == 0
         unclosed = [w for w in caught if issubclass(w.category, ResourceWarning)]
         assert len(unclosed) == CLIENTS
         assert "unclosed SyncMetastoreClient" in str(unclosed[0].message)
         # Every connection the dropped clients opened was closed: the node saw them go.
         assert fake.node.connections == CLIENTS
-        assert fake.node._writers == set()
+
+
+async def _wait_for_no_connections(fake: ThreadedFakeNode) -> int:
+    """In the node's loop: how many connections remain once they are gone (at most 10 s)."""
+    async with asyncio.timeout(10):
+        while fake.node._writers:
+            await fake.node.connection_closed.wait()
+            fake.node.connection_closed.clear()
+    return len(fake.node._writers)
 
 
 def test_a_closed_sync_client_warns_of_nothing() -> None:

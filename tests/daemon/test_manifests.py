@@ -9,14 +9,21 @@ import json
 import os
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
 
 from cli.main import cli
-from metastore.client import SyncMetastoreClient
+from metastore.client import MetastoreClient, SyncMetastoreClient
 from metastore.client.manifest_files import compact_table
-from metastore.errors import DataFileConflictError, InvalidArgumentError, ManifestUnreadableError
+from metastore.errors import (
+    DataFileConflictError,
+    InvalidArgumentError,
+    ManifestUnreadableError,
+    UnavailableError,
+)
+from tests.client.fake_node import ThreadedFakeNode
 from tests.daemon.harness import MetastoreCluster, metastore_cluster
 
 pytestmark = pytest.mark.slow
@@ -271,15 +278,28 @@ def test_gc_deletes_replaced_manifests_and_the_files_of_dead_ones(
         # the table itself, splitting a off into a dead manifest, and deletes it with the
         # rest (the leader's GC, gc_worker point 8; no `table compact` needed).
         run = client.gc_run(table)
-        # 2 replaced manifests, c and [c-], a and its split-off manifest. Unless an attempt's
-        # answer was lost (the client failed over on a loaded machine while that run went on
-        # deleting): the reply then says so (`unanswered_parts`) and its totals leave that
-        # part out; the files on disk are checked below either way. The whole reply goes in
-        # the message (a dict there is cut short): a loaded run once counted 3.
+        # 2 replaced manifests, c and [c-], a and its split-off manifest; [a- b] too should
+        # the threshold pass GC's compaction within the run. Unless an attempt's answer was
+        # lost (the client failed over on a loaded machine while that run went on deleting):
+        # the reply then says so (`unanswered_parts`) and its totals leave that part out,
+        # never more than the run could delete; the files on disk are checked below either
+        # way. The whole reply goes in the message (a dict there is cut short): a loaded run
+        # once counted 3.
         described = json.dumps(run, sort_keys=True)
-        if not run.get("unanswered_parts"):
+        unanswered = run.get("unanswered_parts", 0)
+        assert isinstance(unanswered, int) and unanswered >= 0, described
+        assert run["files_deleted"] <= 7 and run["compacted_manifests"] <= 1, described
+        if not unanswered:
             assert run["files_deleted"] >= 6, described
             assert run["compacted_manifests"] == 1, described
+        else:
+            # The unanswered attempts ran on: a run answered now finds their work done (at
+            # most the [a- b] manifest left, once the threshold passes GC's compaction).
+            again = client.gc_run(table)
+            described = json.dumps({"first": run, "again": again}, sort_keys=True)
+            if not again.get("unanswered_parts"):
+                assert again["files_deleted"] <= 1, described
+                assert again["compacted_manifests"] == 0, described
     finally:
         client.close()
     left = set(os.listdir(f"{location}/_manifests"))
@@ -455,3 +475,67 @@ def test_the_orphan_scan_of_a_dropped_table_spares_manifest_entries_of_a_table_i
         client.close()
     for rel in kept:
         assert os.path.exists(f"{inner}/{rel}"), f"{rel} was deleted as an orphan"
+
+
+def test_a_gc_run_whose_first_attempt_went_unanswered_accounts_for_it(
+    cluster: MetastoreCluster,
+) -> None:
+    """The client's first attempt goes through a node that passes the run on to the real
+    cluster and loses its answer (UNAVAILABLE, outcome unknown), as a follower's forward that
+    gave up does: the run still deletes. The client repeats it; the reply says one part went
+    unanswered, its totals leave that part out, and the two together are the run's totals."""
+    table = "mgcu.t"
+    client = _client(cluster)
+    try:
+        client.ddl("CREATE NAMESPACE mgcu")
+        client.ddl(f"CREATE TABLE {table} (id BIGINT) TBLPROPERTIES ('gc.ttl' = '1s')")
+        location = str(client.schema_at(table)["location"])
+        cluster_id = client.cluster_id
+        paths = {name: f"_txn/u/{name}.parquet" for name in "ab"}
+        os.makedirs(f"{location}/_txn/u", exist_ok=True)
+        for rel in paths.values():
+            with open(f"{location}/{rel}", "wb") as f:
+                f.write(b"x" * 10)
+        write = {"table": table, "schema_version": 1}
+        add = [{"path": p, "size_bytes": 10, "row_count": 1} for p in paths.values()]
+        client.commit("u1", [{**write, "add": add, "remove": []}])
+        client.commit("u2", [{**write, "add": [], "remove": [paths["a"]]}])
+    finally:
+        client.close()
+    time.sleep(1.5)  # past the table's 1 s TTL: a is dead below the threshold
+
+    real_endpoints = [f"127.0.0.1:{cluster.client_ports[i]}" for i in cluster.ids]
+    lost_answers: list[dict[str, Any]] = []
+
+    async def run_then_lose_the_answer(op: str, args: dict[str, Any]) -> dict[str, Any]:
+        if op != "gc_run":
+            # The client's liveness probe while the run lasts: any answer shows this alive.
+            raise UnavailableError(f"{op} is not served here")
+        async with MetastoreClient(real_endpoints, cluster.token("admin")) as real:
+            lost_answers.append(await real.gc_run(args.get("table"), timeout_ms=30_000))
+        details = {"node_id": 99, "outcome_unknown": True}
+        raise UnavailableError("node 99 did not answer; outcome unknown", details=details)
+
+    with ThreadedFakeNode(
+        handler=run_then_lose_the_answer,
+        tokens=frozenset({cluster.token("admin")}),
+        hello_extra={"cluster_id": cluster_id},
+    ) as losing:
+        client = SyncMetastoreClient(
+            [losing.endpoint, *real_endpoints], cluster.token("admin"), timeout_ms=30_000
+        )
+        try:
+            run = client.gc_run(table)
+        finally:
+            client.close()
+    described = json.dumps({"run": run, "lost": lost_answers}, sort_keys=True)
+    assert len(lost_answers) == 1, described  # the first attempt ran, once
+    (lost,) = lost_answers
+    assert run["unanswered_parts"] == 1 and "parts" not in run, described
+    # Each total leaves the unanswered part out, and with it makes the run's: a alone.
+    for key, expected in (("files_deleted", 1), ("bytes_deleted", 10)):
+        assert 0 <= run[key] <= expected, described
+        assert run[key] + lost[key] == expected, described
+    assert lost["files_deleted"] == 1, described  # the lost attempt did the deleting
+    assert not os.path.exists(f"{location}/{paths['a']}")
+    assert os.path.exists(f"{location}/{paths['b']}")
