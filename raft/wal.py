@@ -77,7 +77,11 @@ pages it could not write, and a second one would report success ("fsyncgate"; Po
 etcd stop too). The live segment is cut back to its last good sync first (`_fail`), so a
 restarted process, which reads the page cache, does not take the failed append's bytes for
 durable ones; only never-acknowledged bytes are cut. The driver stops the node; a restart
-recovers. A snapshot file that cannot be written, synced or renamed into place fails only that
+recovers. A sync that fails in recovery (`open`) cannot be cut back so: what the predecessor
+left unsynced cannot be told from what it synced. The open fails and leaves ``SYNC_FAILED``
+naming the boot, and every later open of that boot refuses (its sync would succeed, the error
+reported once, and read the cache back as durable); after a reboot the disk decides.
+A snapshot file that cannot be written, synced or renamed into place fails only that
 call: its temporary file is deleted and the log, with its older snapshot, stays usable.
 
 Replay rules
@@ -895,6 +899,10 @@ _TEMP_SUFFIX: Final = ".tmp"
 # A snapshot file written outside the log's thread (prepare_snapshot) before it is committed.
 _PREPARED_SUFFIX: Final = ".prepared.tmp"
 _LOCK_NAME: Final = "LOCK"
+# Left by a start whose recovery could not sync the live segment (see `_refuse_untrusted_cache`).
+_SYNC_FAILED_NAME: Final = "SYNC_FAILED"
+# Changes at every boot (Linux); None elsewhere, where the marker holds until removed by hand.
+_BOOT_ID_PATH: Final = Path("/proc/sys/kernel/random/boot_id")
 _FILE_MODE: Final = 0o600
 _DIR_MODE: Final = 0o700
 # fdatasync skips the inode timestamps but still flushes the size, which is all a log needs.
@@ -934,6 +942,18 @@ class _FileOpError(OSError):
     def __init__(self, operation: str, path: Path, cause: OSError) -> None:
         super().__init__(cause.errno, cause.strerror or str(cause), str(path))
         self.operation = operation
+
+
+class _SyncError(_FileOpError):
+    """A failed fdatasync of a file or fsync of the directory: the page cache may now hold
+    bytes the disk does not."""
+
+
+def _boot_id() -> str | None:
+    try:
+        return _BOOT_ID_PATH.read_text().strip() or None
+    except OSError:
+        return None
 
 
 def _os_error_text(exc: OSError) -> str:
@@ -1088,7 +1108,13 @@ class WriteAheadLog:
         )
         recovered: RecoveredState | None = None
         try:
+            wal._refuse_untrusted_cache()
             recovered = wal._recover()
+        except _SyncError as exc:
+            raise WalIOError(
+                f"cannot recover log in {directory}: {_os_error_text(exc)}"
+                f"{wal._distrust_cache(exc)}"
+            ) from exc
         except OSError as exc:
             raise WalIOError(f"cannot recover log in {directory}: {_os_error_text(exc)}") from exc
         finally:
@@ -1505,6 +1531,59 @@ class WriteAheadLog:
         self._delete_segments_below(floor_seq)
         return RecoveredState(hard_state=hard_state, snapshot=snapshot, entries=entries)
 
+    def _distrust_cache(self, exc: OSError) -> str:
+        """After a failed sync in recovery: leave `SYNC_FAILED` naming this boot, so that no
+        later start of this boot trusts the page cache (returns what to add to the message).
+
+        Fsyncgate at restart: recovery read the files through the page cache, which may hold
+        bytes a crashed predecessor wrote but never synced (an append that never returned, and
+        that would be acknowledged once recovered). The failed sync says some of them did not
+        reach the disk, and the kernel may have marked them clean all the same; it reports the
+        error once, so the next start's sync would succeed and it would read them back as
+        durable. Which bytes are lost cannot be told (the durable prefix is not recorded), so
+        none can be cut without risking acknowledged ones. After a reboot the page cache is
+        gone and reads return what the disk holds (a torn tail there is cut as usual), so the
+        marker names the boot it holds for. It needs no sync: it only has to outlive
+        processes, not the boot. If it cannot be written, the message says so."""
+        marker = self._dir / _SYNC_FAILED_NAME
+        try:
+            marker.write_text(f"{_boot_id() or ''}\n{_os_error_text(exc)}\n")
+        except OSError as marker_exc:
+            return (
+                f" (and writing {marker} failed too: {_os_error_text(marker_exc)}; do not "
+                "start this node again before rebooting the machine)"
+            )
+        return f". {self._untrusted_cache_remedy(marker)}"
+
+    @staticmethod
+    def _untrusted_cache_remedy(marker: Path) -> str:
+        return (
+            "The page cache may hold log bytes the disk lost, so the log is not opened again "
+            f"until the machine is rebooted ({marker} says since when); check the device (the "
+            "kernel log), reboot, and start the node: it recovers what the disk holds and "
+            f"catches up from the leader. Without /proc boot ids, remove {marker} after the "
+            "reboot"
+        )
+
+    def _refuse_untrusted_cache(self) -> None:
+        """Refuse to recover while a failed recovery sync of this boot stands (see
+        `_distrust_cache`); forget one left before a reboot."""
+        marker = self._dir / _SYNC_FAILED_NAME
+        try:
+            text = marker.read_text()
+        except FileNotFoundError:
+            return
+        marker_boot_id, _, failure = text.partition("\n")
+        boot_id = _boot_id()
+        if boot_id is not None and marker_boot_id and marker_boot_id != boot_id:
+            _log.info("wal: removing %s left before a reboot: %s", marker, failure.strip())
+            marker.unlink()
+            return
+        raise WalIOError(
+            f"an earlier start failed to sync the log in {self._dir} ({failure.strip()}). "
+            f"{self._untrusted_cache_remedy(marker)}"
+        )
+
     def _remove_temp_files(self) -> None:
         for path in self._dir.glob(f"snap-*.snap*{_TEMP_SUFFIX}"):
             _log.info("wal: removing unfinished snapshot file=%s", path)
@@ -1623,7 +1702,7 @@ class WriteAheadLog:
         try:
             _fdatasync(fd)
         except OSError as exc:
-            raise _FileOpError("fdatasync", path, exc) from exc
+            raise _SyncError("fdatasync", path, exc) from exc
         self._note_fsync(time.perf_counter() - started)
 
     def _sync_dir(self) -> None:
@@ -1633,7 +1712,7 @@ class WriteAheadLog:
         try:
             _fsync_dir(self._dir)
         except OSError as exc:
-            raise _FileOpError("fsync of the directory", self._dir, exc) from exc
+            raise _SyncError("fsync of the directory", self._dir, exc) from exc
         self._note_fsync(time.perf_counter() - started)
 
     def _note_fsync(self, seconds: float) -> None:

@@ -357,7 +357,8 @@ def test_a_recovery_the_disk_refuses_names_the_file_and_the_errno(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A restart on a failing disk: the recovery's sync of the live segment fails. One error
-    (the daemon prints it as one line), and the lock is released for the next attempt."""
+    (the daemon prints it as one line), and the lock is released for the next attempt (after
+    a reboot: see the next test)."""
     wal, _ = WriteAheadLog.open(tmp_path, fsync=True)
     with wal:
         wal.append(ents(1, 2), HardState(term=1, vote=1, commit=2))
@@ -368,6 +369,37 @@ def test_a_recovery_the_disk_refuses_names_the_file_and_the_errno(
     assert "fdatasync" in message and "EIO" in message, message
     assert str(next(tmp_path.glob("wal-*.log"))) in message, message
     monkeypatch.undo()
+    monkeypatch.setattr(raft.wal, "_boot_id", lambda: "the-next-boot")
     wal, rec = WriteAheadLog.open(tmp_path, fsync=True)
     wal.close()
     assert indexes(rec.entries) == [1, 2]
+
+
+def test_a_failed_recovery_sync_keeps_a_later_start_of_the_same_boot_from_trusting_the_cache(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A predecessor killed after an append's write, before its fdatasync, left a whole batch
+    in the page cache only. The recovery's sync of it fails: the kernel may have marked those
+    pages clean without writing them, and a later start (whose own sync then succeeds, the
+    error having been reported once) would read them back and acknowledge them as durable.
+    Until a reboot drops the page cache, no start may trust it; after one, the disk decides."""
+    wal, _ = WriteAheadLog.open(tmp_path, fsync=True)
+    wal.append(ents(1, 2), HardState(term=1, vote=1, commit=2))
+    monkeypatch.setattr(raft.wal, "_fdatasync", lambda _fd: None)  # killed before the sync
+    wal.append(ents(3, 3), HardState(term=1, vote=1, commit=2))
+    wal.close()
+    monkeypatch.setattr(raft.wal, "_fdatasync", failing(errno.EIO))
+    with pytest.raises(WalIOError):
+        WriteAheadLog.open(tmp_path, fsync=True)
+    monkeypatch.setattr(raft.wal, "_fdatasync", os.fdatasync)  # the error was reported once
+    with pytest.raises(WalIOError) as caught:
+        WriteAheadLog.open(tmp_path, fsync=True)
+    message = str(caught.value)
+    assert "EIO" in message and "reboot" in message and "\n" not in message, message
+    with pytest.raises(WalIOError):  # still refused: nothing was cut or forgotten
+        WriteAheadLog.open(tmp_path, fsync=True)
+    monkeypatch.setattr(raft.wal, "_boot_id", lambda: "the-next-boot")
+    wal, rec = WriteAheadLog.open(tmp_path, fsync=True)  # the disk's own bytes now
+    wal.close()
+    assert indexes(rec.entries) == [1, 2, 3]
+    assert not list(tmp_path.glob("SYNC_FAILED*"))
