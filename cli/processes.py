@@ -35,6 +35,7 @@ from cli.errors import EXIT_REFUSED, CliError, writing_file
 from metastore.daemon.config import ClusterConfig, NodeAddress, node_file_name
 from metastore.daemon.ports import port_in_use
 from raft.node import IDENTITY_FILE
+from raft.oserror import errno_text
 
 # How long `cluster down` waits after SIGINT before SIGKILL, and after SIGKILL before giving up.
 STOP_GRACE_MS_DEFAULT: Final = 10_000
@@ -400,7 +401,7 @@ def stop_nodes(pid_files: dict[int, Path], *, config_dir: Path, grace_ms: int) -
         try:
             pid = read_pid(pid_file)
         except OSError as exc:  # not "not running": we cannot tell; the other nodes still stop
-            outcome = f"{PID_FILE_UNREADABLE}: {exc.strerror or exc}"
+            outcome = f"{PID_FILE_UNREADABLE}: {errno_text(exc)}"
             results[node_id] = StopResult(node_id=node_id, pid=None, outcome=outcome)
             continue
         if pid is None or not is_alive(pid):

@@ -45,6 +45,7 @@ from metastore.errors import (
     MalformedSnapshotError,
     MetastoreError,
 )
+from raft.oserror import errno_text
 
 # Tries of one `snapshot_chunk` request (first included) on a retryable error (a dropped
 # connection, a timeout) before the save gives up. Only the node that began the export holds
@@ -241,7 +242,7 @@ def _lock_partial(partial: Path, file: Path) -> int:
         raise CliError(
             "IO_ERROR",
             f"cannot write {file} (a file is made beside it first, in {file.parent}): "
-            f"{exc.strerror or exc}; nothing was written",
+            f"{errno_text(exc)}; nothing was written",
         ) from None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -59,6 +59,7 @@ from metastore.revocation import fingerprint_of_pem
 from raft.core.errors import RaftCoreError
 from raft.errors import NodeIdentityError, NodeStateWriteError, RaftError, TlsConfigError
 from raft.node import IDENTITY_FILE, NodeConfig, RaftNode
+from raft.oserror import errno_text, os_error_text
 from raft.tls import check_node_files, client_context, server_context
 from raft.wal import WalError, WalLockedError
 
@@ -114,9 +115,9 @@ def _warn_if_others_may_write(data_dir: Path) -> None:
 
 
 def _unusable(exc: OSError) -> str:
-    where = ", ".join(str(f) for f in (exc.filename, exc.filename2) if f is not None)
-    what = exc.strerror or str(exc)
-    return f"cannot use {where}: {what}" if where else f"cannot use the data directory: {what}"
+    if exc.filename is None:
+        return f"cannot use the data directory: {errno_text(exc)}"
+    return f"cannot use {os_error_text(exc)}"
 
 
 def run_node(config_path: Path, node_id: int | None = None, *, bootstrap: bool = False) -> int:
