@@ -83,6 +83,10 @@ naming the boot, and every later open of that boot refuses (its sync would succe
 reported once, and read the cache back as durable); after a reboot the disk decides.
 A snapshot file that cannot be written, synced or renamed into place fails only that
 call: its temporary file is deleted and the log, with its older snapshot, stays usable.
+A large snapshot file is mapped, and a page read through a map that the disk cannot read is
+a SIGBUS (the process dies without a word); so its checksum pass at open reads it with plain
+reads, where EIO is a `WalIOError` naming the file. A page evicted and unreadable later
+(while a follower is sent the snapshot) can still be a SIGBUS.
 
 Replay rules
 ------------
@@ -756,6 +760,8 @@ _SNAPSHOT_PEEK_BYTES: Final = 64 * 1024
 # the heap when a node restarts or saves it (SNAPSHOTS_KEPT files are mapped at most, plus one
 # being sent or received). Smaller ones are read: a map holds a file descriptor.
 SNAPSHOT_MAP_BYTES_MIN: Final = 1024 * 1024
+# The buffer a mapped snapshot file's checksum pass reads through (`_payload_crc32`).
+_SNAPSHOT_READ_CHUNK_BYTES: Final = 1024 * 1024
 # Snapshot data is written in slices of this size (os.write of a view: no copy either way).
 _SNAPSHOT_WRITE_SLICE_BYTES: Final = 4 * 1024 * 1024
 
@@ -806,12 +812,17 @@ def _encode_snapshot(snapshot: Snapshot, *, floor_seq: int) -> bytes:
 
 
 def _decode_snapshot(
-    blob: bytes | mmap.mmap, *, expected_index: int, keep_view: bool = False
+    blob: bytes | mmap.mmap,
+    *,
+    expected_index: int,
+    keep_view: bool = False,
+    payload_crc: int | None = None,
 ) -> tuple[Snapshot, int]:
     """The snapshot and its floor seq; raises _BadSnapshotFile.
 
     The data is a read-only memoryview into `blob` if `keep_view` (blob is then a file map: the
-    state is never copied onto the heap), else a bytes copy."""
+    state is never copied onto the heap), else a bytes copy. `payload_crc`: the payload's CRC
+    as already computed from the file (`_payload_crc32`), instead of reading `blob` for it."""
     if len(blob) < _SNAPSHOT_HEADER.size:
         raise _BadSnapshotFile("shorter than its header")
     magic, crc, length = _SNAPSHOT_HEADER.unpack_from(blob, 0)
@@ -820,7 +831,7 @@ def _decode_snapshot(
     payload = memoryview(blob)[_SNAPSHOT_HEADER.size :]
     if length != len(payload):
         raise _BadSnapshotFile(f"length field {length} but {len(payload)} payload bytes")
-    if zlib.crc32(payload) != crc:
+    if (zlib.crc32(payload) if payload_crc is None else payload_crc) != crc:
         raise _BadSnapshotFile("checksum mismatch")
     fields, data = _split_snapshot_payload(payload)
     try:
@@ -985,8 +996,35 @@ def _read_snapshot_file(path: Path, *, expected_index: int) -> tuple[Snapshot, i
             raise _BadSnapshotFile("larger than SNAPSHOT_BYTES_MAX")
         if size < SNAPSHOT_MAP_BYTES_MIN:
             return _decode_snapshot(f.read(), expected_index=expected_index)
+        payload_crc = _payload_crc32(f.fileno(), path=path, size_bytes=size)
         mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-    return _decode_snapshot(mapped, expected_index=expected_index, keep_view=True)
+    return _decode_snapshot(
+        mapped, expected_index=expected_index, keep_view=True, payload_crc=payload_crc
+    )
+
+
+def _payload_crc32(fd: int, *, path: Path, size_bytes: int) -> int:
+    """The CRC32 of a snapshot file's payload (every byte after its header), read with plain
+    reads into one reused buffer (no copy of the state on the heap).
+
+    Through the file's map, a page the disk cannot read (EIO) would be a SIGBUS: the process
+    dies without a word. Read so, it is an OSError naming the file (`_FileOpError`). The pass
+    also leaves the pages in the page cache, where the map then finds them; a page evicted and
+    unreadable later (while a follower is sent the snapshot) can still be a SIGBUS."""
+    buffer = memoryview(bytearray(min(_SNAPSHOT_READ_CHUNK_BYTES, size_bytes)))
+    crc = 0
+    offset = _SNAPSHOT_HEADER.size
+    while offset < size_bytes:  # every pass reads at least one byte, or stops
+        chunk = buffer[: min(len(buffer), size_bytes - offset)]
+        try:
+            read = os.preadv(fd, [chunk], offset)
+        except OSError as exc:
+            raise _FileOpError("read", path, exc) from exc
+        if read == 0:
+            break  # the file shrank: the length check then refuses it
+        crc = zlib.crc32(chunk[:read], crc)
+        offset += read
+    return crc
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

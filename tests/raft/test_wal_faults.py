@@ -27,6 +27,7 @@ import pytest
 import raft.wal
 from raft.core.types import ConfState, Entry, EntryKind, HardState, Snapshot, SnapshotMeta
 from raft.wal import (
+    SNAPSHOT_MAP_BYTES_MIN,
     WAL_PREALLOCATE_BYTES,
     WalFailedError,
     WalIOError,
@@ -403,3 +404,30 @@ def test_a_failed_recovery_sync_keeps_a_later_start_of_the_same_boot_from_trusti
     wal.close()
     assert indexes(rec.entries) == [1, 2, 3]
     assert not list(tmp_path.glob("SYNC_FAILED*"))
+
+
+def test_a_large_snapshot_file_the_disk_cannot_read_back_is_an_error_naming_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Large snapshot files are mapped (the state is never copied onto the heap), and through
+    a map a page the disk cannot read (EIO) is a SIGBUS: the node dies without a word, at the
+    checksum pass that reads every page. That pass reads the file with plain reads, where EIO
+    is an OSError: the open fails naming the operation, the file and the errno, one line."""
+    data = bytes(range(256)) * (SNAPSHOT_MAP_BYTES_MIN // 256 + 2)
+    meta = SnapshotMeta(index=3, term=1, tm=31, conf=ConfState(voters=(1,)))
+    wal, _ = WriteAheadLog.open(tmp_path, fsync=False)
+    with wal:
+        wal.append(ents(1, 4), HardState(term=1, vote=1, commit=4))
+        wal.compact(Snapshot(meta=meta, data=data))
+    snapshot_file = next(tmp_path.glob("snap-*.snap"))
+    monkeypatch.setattr(raft.wal.os, "preadv", failing(errno.EIO))
+    with pytest.raises(WalIOError) as caught:
+        WriteAheadLog.open(tmp_path, fsync=False)
+    message = str(caught.value)
+    assert f"read of {snapshot_file}: Input/output error (EIO)" in message, message
+    assert "\n" not in message
+    monkeypatch.undo()
+    wal, rec = WriteAheadLog.open(tmp_path, fsync=False)
+    with wal:
+        assert rec.snapshot.meta.index == 3 and bytes(rec.snapshot.data) == data
+        assert indexes(rec.entries) == [4]
