@@ -80,7 +80,8 @@ durable ones; only never-acknowledged bytes are cut. The driver stops the node; 
 recovers. A sync that fails in recovery (`open`) cannot be cut back so: what the predecessor
 left unsynced cannot be told from what it synced. The open fails and leaves ``SYNC_FAILED``
 naming the boot, and every later open of that boot refuses (its sync would succeed, the error
-reported once, and read the cache back as durable); after a reboot the disk decides.
+reported once, and read the cache back as durable); after a reboot the disk decides. So
+does a live-path failure whose cut fails too.
 A snapshot file that cannot be written, synced or renamed into place fails only that
 call: its temporary file is deleted and the log, with its older snapshot, stays usable.
 A large snapshot file is mapped, and a page read through a map that the disk cannot read is
@@ -1570,8 +1571,9 @@ class WriteAheadLog:
         return RecoveredState(hard_state=hard_state, snapshot=snapshot, entries=entries)
 
     def _distrust_cache(self, exc: OSError) -> str:
-        """After a failed sync in recovery: leave `SYNC_FAILED` naming this boot, so that no
-        later start of this boot trusts the page cache (returns what to add to the message).
+        """After a failed sync in recovery (or a failed sync whose cut failed too, `_fail`):
+        leave `SYNC_FAILED` naming this boot, so that no later start of this boot trusts the
+        page cache (returns what to add to the message).
 
         Fsyncgate at restart: recovery read the files through the page cache, which may hold
         bytes a crashed predecessor wrote but never synced (an append that never returned, and
@@ -1706,10 +1708,12 @@ class WriteAheadLog:
         cache, and would otherwise take back those bytes (whole, valid records) for durable
         ones and acknowledge them to the leader, to lose them at the next power loss. They
         are only the failed append and commit-only records, none ever acknowledged (the
-        commit index is volatile: losing it is what a power loss may do too). The cut is
-        best effort: if it fails as well, the message says so."""
+        commit index is volatile: losing it is what a power loss may do too). If the cut
+        fails as well, no later start of this boot trusts the page cache (`_distrust_cache`),
+        and the message says so."""
         self._failed = exc
         cut = ""
+        remedy = f". {FAILED_LOG_REMEDY}"
         if self._fd is not None and self._segments:
             live = self._segments[-1]
             try:
@@ -1719,11 +1723,11 @@ class WriteAheadLog:
                     f" (cutting {live.path} back to its {self._synced_bytes} synced bytes "
                     f"failed too: {_os_error_text(cut_exc)})"
                 )
+                # The unsynced bytes stay in the page cache: a restart would read them back.
+                remedy = self._distrust_cache(exc)
             else:
                 live.size_bytes = self._file_bytes = self._synced_bytes
-        return WalIOError(
-            f"{what} failed in {self._dir}: {_os_error_text(exc)}{cut}. {FAILED_LOG_REMEDY}"
-        )
+        return WalIOError(f"{what} failed in {self._dir}: {_os_error_text(exc)}{cut}{remedy}")
 
     def _sync_live(self) -> None:
         """Sync the live segment: every byte written to it so far is durable."""

@@ -431,3 +431,27 @@ def test_a_large_snapshot_file_the_disk_cannot_read_back_is_an_error_naming_it(
     with wal:
         assert rec.snapshot.meta.index == 3 and bytes(rec.snapshot.data) == data
         assert indexes(rec.entries) == [4]
+
+
+def test_a_failed_fdatasync_whose_cut_fails_too_keeps_later_starts_of_the_boot_out(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The live path cuts what it wrote since its last good sync; when that cut fails too,
+    the unsynced append stays in the page cache, whole and valid, and a restart of the same
+    boot would recover it as durable. So it is treated as a failed recovery sync is: no start
+    of this boot opens the log; after a reboot the disk decides."""
+    wal, _ = WriteAheadLog.open(tmp_path, fsync=True, preallocate_bytes=0)
+    with wal:
+        wal.append(ents(1, 2), HardState(term=1, vote=1, commit=1))
+        monkeypatch.setattr(raft.wal, "_fdatasync", failing(errno.EIO))
+        monkeypatch.setattr(raft.wal.os, "ftruncate", failing(errno.EIO))
+        with pytest.raises(WalIOError) as caught:
+            wal.append(ents(3, 3), HardState(term=1, vote=1, commit=2))
+    monkeypatch.undo()
+    assert "failed too" in str(caught.value) and "reboot" in str(caught.value)
+    with pytest.raises(WalIOError, match="reboot"):
+        WriteAheadLog.open(tmp_path, fsync=True)
+    monkeypatch.setattr(raft.wal, "_boot_id", lambda: "the-next-boot")
+    wal, rec = WriteAheadLog.open(tmp_path, fsync=True)  # the disk's own bytes now
+    wal.close()
+    assert indexes(rec.entries)[:2] == [1, 2]
