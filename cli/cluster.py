@@ -58,6 +58,7 @@ from metastore.daemon.config import (
 )
 from metastore.daemon.secrets import Role, ensure_secrets, read_token_file, token_file_name
 from metastore.errors import ErrorCode, InvalidArgumentError, MetastoreError
+from raft.oserror import os_error_text
 
 # `cluster up`: how long to wait for a ready leader and the started nodes, and how often to look.
 UP_WAIT_MS_DEFAULT: Final = 30_000
@@ -530,7 +531,7 @@ def _cluster_up(
         except OSError as exc:
             raise CliError(
                 "DATA_DIR_UNUSABLE",
-                f"node {node_id}: {exc.filename}: {exc.strerror or exc}; nothing was started",
+                f"node {node_id}: {os_error_text(exc)}; nothing was started",
             ) from None
     secrets = ensure_secrets(config.secrets_dir)
     started: list[processes.StartedNode] = []

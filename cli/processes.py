@@ -2,7 +2,8 @@
 
 A node is started as `python -m cli.main node start --config <nodeN.toml>` in a new session
 (so a Ctrl-C in the starting terminal does not reach it), with stdout and stderr appended to its
-log file, and its PID written to a pid file in its data directory. Stopping signals exactly that
+log file, and its PID written to a pid file in its data directory (a node whose pid file cannot
+be written is stopped again at once: nothing else would find it). Stopping signals exactly that
 PID: SIGINT, a bounded wait, then SIGKILL. Nothing is ever killed by name. SIGINT, not SIGTERM:
 on SIGTERM a leader first hands leadership to another voter (a rolling restart), which cannot
 succeed while every node stops and would wait out a whole election timeout
@@ -34,6 +35,7 @@ from cli.errors import EXIT_REFUSED, CliError, writing_file
 from metastore.daemon.config import ClusterConfig, NodeAddress, node_file_name
 from metastore.daemon.ports import port_in_use
 from raft.node import IDENTITY_FILE
+from raft.oserror import errno_text
 
 # How long `cluster down` waits after SIGINT before SIGKILL, and after SIGKILL before giving up.
 STOP_GRACE_MS_DEFAULT: Final = 10_000
@@ -349,8 +351,32 @@ def start_node(
             close_fds=True,
             env=env,
         )
-    write_pid_file(pid_file, process.pid)
+    try:
+        write_pid_file(pid_file, process.pid)
+    except CliError as exc:
+        # Without its pid file `cluster down` cannot find the node: left running, it would
+        # hold its ports and data directory untracked. Stop the process this call started.
+        message = f"{exc.message}; {_stop_untracked(node_id, process)}"
+        raise CliError(exc.code, message, exit_code=exc.exit_code, details=exc.details) from None
     return StartedNode(node_id=node_id, pid=process.pid, log_file=log_file, process=process)
+
+
+def _stop_untracked(node_id: int, process: subprocess.Popen[bytes]) -> str:
+    """Stop `process` (a node just started, whose pid file could not be written) by its PID:
+    STOP_SIGNAL, up to KILL_WAIT_MS, then SIGKILL. What happened, for the error."""
+    pid = process.pid
+    for sig in (STOP_SIGNAL, signal.SIGKILL):
+        with contextlib.suppress(ProcessLookupError):
+            process.send_signal(sig)
+        try:
+            process.wait(timeout=KILL_WAIT_MS / 1000)
+        except subprocess.TimeoutExpired:
+            continue
+        return f"node {node_id} (pid {pid}) was stopped again, as nothing would track it"
+    return (
+        f"node {node_id} (pid {pid}) was started but could not be stopped: stop it yourself "
+        f"(kill {pid}); `cluster down` does not know it"
+    )
 
 
 def write_pid_file(pid_file: Path, pid: int) -> None:
@@ -375,7 +401,7 @@ def stop_nodes(pid_files: dict[int, Path], *, config_dir: Path, grace_ms: int) -
         try:
             pid = read_pid(pid_file)
         except OSError as exc:  # not "not running": we cannot tell; the other nodes still stop
-            outcome = f"{PID_FILE_UNREADABLE}: {exc.strerror or exc}"
+            outcome = f"{PID_FILE_UNREADABLE}: {errno_text(exc)}"
             results[node_id] = StopResult(node_id=node_id, pid=None, outcome=outcome)
             continue
         if pid is None or not is_alive(pid):

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import copy
 import fcntl
+import io
 import os
 import time
 from collections.abc import Callable
@@ -32,7 +33,7 @@ import click
 from rich.text import Text
 
 from cli.context import LOCAL_CONFIG_DIR, App, app
-from cli.errors import EXIT_REFUSED, EXIT_USAGE, CliError
+from cli.errors import EXIT_REFUSED, EXIT_USAGE, CliError, writing_file
 from cli.output import emit, kv_table
 from hlc import HlcError, make_ts, to_iso
 from metastore.client import SyncMetastoreClient, parse_endpoint
@@ -44,6 +45,7 @@ from metastore.errors import (
     MalformedSnapshotError,
     MetastoreError,
 )
+from raft.oserror import errno_text
 
 # Tries of one `snapshot_chunk` request (first included) on a retryable error (a dropped
 # connection, a timeout) before the save gives up. Only the node that began the export holds
@@ -189,21 +191,45 @@ def _write_verified(
     partial = file.with_name(file.name + ".partial")
     fd = _lock_partial(partial, file)  # before any request: a refused save costs no export
     try:
-        # fchmod too: a .partial left by a killed save keeps its mode through O_CREAT.
-        os.ftruncate(fd, 0)
-        os.fchmod(fd, 0o600)
-        with os.fdopen(os.dup(fd), "wb") as out:
+        with writing_file(file):
+            # fchmod too: a .partial left by a killed save keeps its mode through O_CREAT.
+            os.ftruncate(fd, 0)
+            os.fchmod(fd, 0o600)
+        with _FileWriter(os.dup(fd), file) as out:
             shown = write_state(out)
             out.flush()
-            os.fsync(out.fileno())
+            with writing_file(file):
+                os.fsync(out.fileno())
         backup.read_file(partial)  # size, checksum and a full decode, before it counts as saved
-        _put_in_place(partial, file, force=force)
+        with writing_file(file):
+            _put_in_place(partial, file, force=force)
     except BaseException:
         partial.unlink(missing_ok=True)  # ours (locked): a failed save leaves nothing behind
         raise
     finally:
         os.close(fd)
     return {"file": str(file), **shown}
+
+
+class _FileWriter(io.BufferedWriter):
+    """FILE.partial, buffered, whose failed writes (a full disk: ENOSPC names no file) are a
+    CliError naming FILE (`writing_file`), not a bare errno. Takes ownership of `fd`."""
+
+    def __init__(self, fd: int, file: Path) -> None:
+        super().__init__(io.FileIO(fd, "wb"))
+        self._file = file
+
+    def write(self, data: Any, /) -> int:
+        with writing_file(self._file):
+            return super().write(data)
+
+    def flush(self) -> None:
+        with writing_file(self._file):
+            super().flush()
+
+    def close(self) -> None:
+        with writing_file(self._file):
+            super().close()
 
 
 def _lock_partial(partial: Path, file: Path) -> int:
@@ -216,7 +242,7 @@ def _lock_partial(partial: Path, file: Path) -> int:
         raise CliError(
             "IO_ERROR",
             f"cannot write {file} (a file is made beside it first, in {file.parent}): "
-            f"{exc.strerror or exc}; nothing was written",
+            f"{errno_text(exc)}; nothing was written",
         ) from None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -189,6 +189,7 @@ from raft.errors import (
     SecretFileError,
     TransportConfigError,
 )
+from raft.exclusive_file import create_exclusive
 from raft.framing import (
     FRAME_LENGTH_CAPACITY,
     NEED_DATA,
@@ -384,9 +385,10 @@ def load_or_create_secret(path: Path) -> bytes:
 
     An existing file must be a regular file that neither group nor others can access (0600 or
     stricter), else InsecureSecretFileError. A new file gets 32 random bytes as hex, is
-    created with O_EXCL and mode 0600 (if two processes race, one creates and both read the
-    same secret), and its missing parent directory is created with mode 0700. Surrounding
-    whitespace is not part of the secret.
+    written whole or not at all with mode 0600 (`raft.exclusive_file.create_exclusive`: a
+    disk that fills mid-write leaves no short secret; if two processes race, one creates and
+    both read the same secret), and its missing parent directory is created with mode 0700.
+    Surrounding whitespace is not part of the secret.
     """
     try:
         return _read_secret(path)
@@ -395,23 +397,7 @@ def load_or_create_secret(path: Path) -> bytes:
     if not path.parent.exists():
         path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         os.chmod(path.parent, 0o700)  # mkdir's mode is filtered by the umask
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
-    except FileExistsError:
-        return _read_secret(path)
-    try:
-        os.fchmod(fd, 0o600)
-        os.write(fd, (secrets.token_hex(32) + "\n").encode("ascii"))
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    # Make the new directory entry durable too, so a crash cannot leave a node without its
-    # secret after it has already used it to join the cluster.
-    dir_fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+    create_exclusive(path, (secrets.token_hex(32) + "\n").encode("ascii"))
     return _read_secret(path)
 
 

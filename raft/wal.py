@@ -77,8 +77,17 @@ pages it could not write, and a second one would report success ("fsyncgate"; Po
 etcd stop too). The live segment is cut back to its last good sync first (`_fail`), so a
 restarted process, which reads the page cache, does not take the failed append's bytes for
 durable ones; only never-acknowledged bytes are cut. The driver stops the node; a restart
-recovers. A snapshot file that cannot be written, synced or renamed into place fails only that
+recovers. A sync that fails in recovery (`open`) cannot be cut back so: what the predecessor
+left unsynced cannot be told from what it synced. The open fails and leaves ``SYNC_FAILED``
+naming the boot, and every later open of that boot refuses (its sync would succeed, the error
+reported once, and read the cache back as durable); after a reboot the disk decides. So
+does a live-path failure whose cut fails too.
+A snapshot file that cannot be written, synced or renamed into place fails only that
 call: its temporary file is deleted and the log, with its older snapshot, stays usable.
+A large snapshot file is mapped, and a page read through a map that the disk cannot read is
+a SIGBUS (the process dies without a word); so its checksum pass at open reads it with plain
+reads, where EIO is a `WalIOError` naming the file. A page evicted and unreadable later
+(while a follower is sent the snapshot) can still be a SIGBUS.
 
 Replay rules
 ------------
@@ -752,6 +761,8 @@ _SNAPSHOT_PEEK_BYTES: Final = 64 * 1024
 # the heap when a node restarts or saves it (SNAPSHOTS_KEPT files are mapped at most, plus one
 # being sent or received). Smaller ones are read: a map holds a file descriptor.
 SNAPSHOT_MAP_BYTES_MIN: Final = 1024 * 1024
+# The buffer a mapped snapshot file's checksum pass reads through (`_payload_crc32`).
+_SNAPSHOT_READ_CHUNK_BYTES: Final = 1024 * 1024
 # Snapshot data is written in slices of this size (os.write of a view: no copy either way).
 _SNAPSHOT_WRITE_SLICE_BYTES: Final = 4 * 1024 * 1024
 
@@ -802,12 +813,17 @@ def _encode_snapshot(snapshot: Snapshot, *, floor_seq: int) -> bytes:
 
 
 def _decode_snapshot(
-    blob: bytes | mmap.mmap, *, expected_index: int, keep_view: bool = False
+    blob: bytes | mmap.mmap,
+    *,
+    expected_index: int,
+    keep_view: bool = False,
+    payload_crc: int | None = None,
 ) -> tuple[Snapshot, int]:
     """The snapshot and its floor seq; raises _BadSnapshotFile.
 
     The data is a read-only memoryview into `blob` if `keep_view` (blob is then a file map: the
-    state is never copied onto the heap), else a bytes copy."""
+    state is never copied onto the heap), else a bytes copy. `payload_crc`: the payload's CRC
+    as already computed from the file (`_payload_crc32`), instead of reading `blob` for it."""
     if len(blob) < _SNAPSHOT_HEADER.size:
         raise _BadSnapshotFile("shorter than its header")
     magic, crc, length = _SNAPSHOT_HEADER.unpack_from(blob, 0)
@@ -816,7 +832,7 @@ def _decode_snapshot(
     payload = memoryview(blob)[_SNAPSHOT_HEADER.size :]
     if length != len(payload):
         raise _BadSnapshotFile(f"length field {length} but {len(payload)} payload bytes")
-    if zlib.crc32(payload) != crc:
+    if (zlib.crc32(payload) if payload_crc is None else payload_crc) != crc:
         raise _BadSnapshotFile("checksum mismatch")
     fields, data = _split_snapshot_payload(payload)
     try:
@@ -895,6 +911,10 @@ _TEMP_SUFFIX: Final = ".tmp"
 # A snapshot file written outside the log's thread (prepare_snapshot) before it is committed.
 _PREPARED_SUFFIX: Final = ".prepared.tmp"
 _LOCK_NAME: Final = "LOCK"
+# Left by a start whose recovery could not sync the live segment (see `_refuse_untrusted_cache`).
+_SYNC_FAILED_NAME: Final = "SYNC_FAILED"
+# Changes at every boot (Linux); None elsewhere, where the marker holds until removed by hand.
+_BOOT_ID_PATH: Final = Path("/proc/sys/kernel/random/boot_id")
 _FILE_MODE: Final = 0o600
 _DIR_MODE: Final = 0o700
 # fdatasync skips the inode timestamps but still flushes the size, which is all a log needs.
@@ -936,6 +956,18 @@ class _FileOpError(OSError):
         self.operation = operation
 
 
+class _SyncError(_FileOpError):
+    """A failed fdatasync of a file or fsync of the directory: the page cache may now hold
+    bytes the disk does not."""
+
+
+def _boot_id() -> str | None:
+    try:
+        return _BOOT_ID_PATH.read_text().strip() or None
+    except OSError:
+        return None
+
+
 def _os_error_text(exc: OSError) -> str:
     """`fdatasync of /data/wal/wal-...log: Input/output error (EIO)`: what failed, where and
     the errno's name (raft.oserror words the rest)."""
@@ -965,8 +997,35 @@ def _read_snapshot_file(path: Path, *, expected_index: int) -> tuple[Snapshot, i
             raise _BadSnapshotFile("larger than SNAPSHOT_BYTES_MAX")
         if size < SNAPSHOT_MAP_BYTES_MIN:
             return _decode_snapshot(f.read(), expected_index=expected_index)
+        payload_crc = _payload_crc32(f.fileno(), path=path, size_bytes=size)
         mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-    return _decode_snapshot(mapped, expected_index=expected_index, keep_view=True)
+    return _decode_snapshot(
+        mapped, expected_index=expected_index, keep_view=True, payload_crc=payload_crc
+    )
+
+
+def _payload_crc32(fd: int, *, path: Path, size_bytes: int) -> int:
+    """The CRC32 of a snapshot file's payload (every byte after its header), read with plain
+    reads into one reused buffer (no copy of the state on the heap).
+
+    Through the file's map, a page the disk cannot read (EIO) would be a SIGBUS: the process
+    dies without a word. Read so, it is an OSError naming the file (`_FileOpError`). The pass
+    also leaves the pages in the page cache, where the map then finds them; a page evicted and
+    unreadable later (while a follower is sent the snapshot) can still be a SIGBUS."""
+    buffer = memoryview(bytearray(min(_SNAPSHOT_READ_CHUNK_BYTES, size_bytes)))
+    crc = 0
+    offset = _SNAPSHOT_HEADER.size
+    while offset < size_bytes:  # every pass reads at least one byte, or stops
+        chunk = buffer[: min(len(buffer), size_bytes - offset)]
+        try:
+            read = os.preadv(fd, [chunk], offset)
+        except OSError as exc:
+            raise _FileOpError("read", path, exc) from exc
+        if read == 0:
+            break  # the file shrank: the length check then refuses it
+        crc = zlib.crc32(chunk[:read], crc)
+        offset += read
+    return crc
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -1088,7 +1147,13 @@ class WriteAheadLog:
         )
         recovered: RecoveredState | None = None
         try:
+            wal._refuse_untrusted_cache()
             recovered = wal._recover()
+        except _SyncError as exc:
+            raise WalIOError(
+                f"cannot recover log in {directory}: {_os_error_text(exc)}"
+                f"{wal._distrust_cache(exc)}"
+            ) from exc
         except OSError as exc:
             raise WalIOError(f"cannot recover log in {directory}: {_os_error_text(exc)}") from exc
         finally:
@@ -1505,6 +1570,60 @@ class WriteAheadLog:
         self._delete_segments_below(floor_seq)
         return RecoveredState(hard_state=hard_state, snapshot=snapshot, entries=entries)
 
+    def _distrust_cache(self, exc: OSError) -> str:
+        """After a failed sync in recovery (or a failed sync whose cut failed too, `_fail`):
+        leave `SYNC_FAILED` naming this boot, so that no later start of this boot trusts the
+        page cache (returns what to add to the message).
+
+        Fsyncgate at restart: recovery read the files through the page cache, which may hold
+        bytes a crashed predecessor wrote but never synced (an append that never returned, and
+        that would be acknowledged once recovered). The failed sync says some of them did not
+        reach the disk, and the kernel may have marked them clean all the same; it reports the
+        error once, so the next start's sync would succeed and it would read them back as
+        durable. Which bytes are lost cannot be told (the durable prefix is not recorded), so
+        none can be cut without risking acknowledged ones. After a reboot the page cache is
+        gone and reads return what the disk holds (a torn tail there is cut as usual), so the
+        marker names the boot it holds for. It needs no sync: it only has to outlive
+        processes, not the boot. If it cannot be written, the message says so."""
+        marker = self._dir / _SYNC_FAILED_NAME
+        try:
+            marker.write_text(f"{_boot_id() or ''}\n{_os_error_text(exc)}\n")
+        except OSError as marker_exc:
+            return (
+                f" (and writing {marker} failed too: {_os_error_text(marker_exc)}; do not "
+                "start this node again before rebooting the machine)"
+            )
+        return f". {self._untrusted_cache_remedy(marker)}"
+
+    @staticmethod
+    def _untrusted_cache_remedy(marker: Path) -> str:
+        return (
+            "The page cache may hold log bytes the disk lost, so the log is not opened again "
+            f"until the machine is rebooted ({marker} says since when); check the device (the "
+            "kernel log), reboot, and start the node: it recovers what the disk holds and "
+            f"catches up from the leader. Without /proc boot ids, remove {marker} after the "
+            "reboot"
+        )
+
+    def _refuse_untrusted_cache(self) -> None:
+        """Refuse to recover while a failed recovery sync of this boot stands (see
+        `_distrust_cache`); forget one left before a reboot."""
+        marker = self._dir / _SYNC_FAILED_NAME
+        try:
+            text = marker.read_text()
+        except FileNotFoundError:
+            return
+        marker_boot_id, _, failure = text.partition("\n")
+        boot_id = _boot_id()
+        if boot_id is not None and marker_boot_id and marker_boot_id != boot_id:
+            _log.info("wal: removing %s left before a reboot: %s", marker, failure.strip())
+            marker.unlink()
+            return
+        raise WalIOError(
+            f"an earlier start failed to sync the log in {self._dir} ({failure.strip()}). "
+            f"{self._untrusted_cache_remedy(marker)}"
+        )
+
     def _remove_temp_files(self) -> None:
         for path in self._dir.glob(f"snap-*.snap*{_TEMP_SUFFIX}"):
             _log.info("wal: removing unfinished snapshot file=%s", path)
@@ -1589,10 +1708,12 @@ class WriteAheadLog:
         cache, and would otherwise take back those bytes (whole, valid records) for durable
         ones and acknowledge them to the leader, to lose them at the next power loss. They
         are only the failed append and commit-only records, none ever acknowledged (the
-        commit index is volatile: losing it is what a power loss may do too). The cut is
-        best effort: if it fails as well, the message says so."""
+        commit index is volatile: losing it is what a power loss may do too). If the cut
+        fails as well, no later start of this boot trusts the page cache (`_distrust_cache`),
+        and the message says so."""
         self._failed = exc
         cut = ""
+        remedy = f". {FAILED_LOG_REMEDY}"
         if self._fd is not None and self._segments:
             live = self._segments[-1]
             try:
@@ -1602,11 +1723,11 @@ class WriteAheadLog:
                     f" (cutting {live.path} back to its {self._synced_bytes} synced bytes "
                     f"failed too: {_os_error_text(cut_exc)})"
                 )
+                # The unsynced bytes stay in the page cache: a restart would read them back.
+                remedy = self._distrust_cache(exc)
             else:
                 live.size_bytes = self._file_bytes = self._synced_bytes
-        return WalIOError(
-            f"{what} failed in {self._dir}: {_os_error_text(exc)}{cut}. {FAILED_LOG_REMEDY}"
-        )
+        return WalIOError(f"{what} failed in {self._dir}: {_os_error_text(exc)}{cut}{remedy}")
 
     def _sync_live(self) -> None:
         """Sync the live segment: every byte written to it so far is durable."""
@@ -1623,7 +1744,7 @@ class WriteAheadLog:
         try:
             _fdatasync(fd)
         except OSError as exc:
-            raise _FileOpError("fdatasync", path, exc) from exc
+            raise _SyncError("fdatasync", path, exc) from exc
         self._note_fsync(time.perf_counter() - started)
 
     def _sync_dir(self) -> None:
@@ -1633,7 +1754,7 @@ class WriteAheadLog:
         try:
             _fsync_dir(self._dir)
         except OSError as exc:
-            raise _FileOpError("fsync of the directory", self._dir, exc) from exc
+            raise _SyncError("fsync of the directory", self._dir, exc) from exc
         self._note_fsync(time.perf_counter() - started)
 
     def _note_fsync(self, seconds: float) -> None:

@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import faulthandler
 import logging
 import os
 import signal
@@ -59,6 +60,7 @@ from metastore.revocation import fingerprint_of_pem
 from raft.core.errors import RaftCoreError
 from raft.errors import NodeIdentityError, NodeStateWriteError, RaftError, TlsConfigError
 from raft.node import IDENTITY_FILE, NodeConfig, RaftNode
+from raft.oserror import errno_text, os_error_text
 from raft.tls import check_node_files, client_context, server_context
 from raft.wal import WalError, WalLockedError
 
@@ -114,9 +116,9 @@ def _warn_if_others_may_write(data_dir: Path) -> None:
 
 
 def _unusable(exc: OSError) -> str:
-    where = ", ".join(str(f) for f in (exc.filename, exc.filename2) if f is not None)
-    what = exc.strerror or str(exc)
-    return f"cannot use {where}: {what}" if where else f"cannot use the data directory: {what}"
+    if exc.filename is None:
+        return f"cannot use the data directory: {errno_text(exc)}"
+    return f"cannot use {os_error_text(exc)}"
 
 
 def run_node(config_path: Path, node_id: int | None = None, *, bootstrap: bool = False) -> int:
@@ -126,6 +128,7 @@ def run_node(config_path: Path, node_id: int | None = None, *, bootstrap: bool =
     `bootstrap`: this is the member's first start, so an empty data directory is expected and
     gets the member's identity. Without it, a node whose data directory is empty refuses to
     start (exit 2): its data was lost, and it must be removed and added back."""
+    _report_fatal_signals()
     settings = load_node_config(config_path, node_id)
     try:
         setup_logging(
@@ -165,6 +168,17 @@ def run_node(config_path: Path, node_id: int | None = None, *, bootstrap: bool =
         log.critical("refusing to start: %s", exc)
         _print_start_error(exc.code, str(exc))
         return 2
+
+
+def _report_fatal_signals() -> None:
+    """Have a fatal signal write every thread's stack to stderr (the node's log under `cluster
+    up`) before the process dies of it. A SIGBUS is what a page of a mapped file that the
+    disk cannot read (EIO) becomes: a received snapshot's spool, a backup export's spool, an
+    evicted page of a large snapshot (raft.wal checks a snapshot file with plain reads at
+    open, not later). No Python exception is raised for it, so without this the node
+    vanishes without a word. Skipped when stderr is no file (the command run in-process)."""
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        faulthandler.enable(file=sys.stderr, all_threads=True)
 
 
 def _print_start_error(code: str, message: str) -> None:

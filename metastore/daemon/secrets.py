@@ -3,7 +3,7 @@
 Layout of `secrets_dir` (mode 0700, every file 0600):
 
     cluster.secret   the peer HMAC secret, 64 hex characters (`raft.transport` reads it with
-                     `load_or_create_secret`; this module creates it the same way)
+                     `load_or_create_secret`, which also creates it)
     tokens.json      {"version": 1, "tokens": [{"name", "role", "sha256"}, ...]}: what nodes
                      check client tokens against. Hashes only, never a token.
     admin.token      the plain tokens, one per role, for local use (the CLI reads
@@ -30,7 +30,6 @@ Invariants
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import hmac
 import json
@@ -43,6 +42,7 @@ from pathlib import Path
 from typing import ClassVar, Final
 
 from raft.errors import InsecureSecretFileError, SecretFileError
+from raft.exclusive_file import create_exclusive
 from raft.transport import load_or_create_secret
 
 __all__ = [
@@ -69,8 +69,6 @@ TOKENS_FORMAT_VERSION: Final = 1
 # 32 random bytes, URL-safe base64: 43 characters. Longer tokens (hand-made) are accepted up to
 # TOKEN_CHARS_MAX; shorter than TOKEN_CHARS_MIN are guessable and refused.
 TOKEN_RANDOM_BYTES: Final = 32
-# The peer secret: 32 random bytes as 64 hex characters, as `raft.transport` generates it.
-CLUSTER_SECRET_RANDOM_BYTES: Final = 32
 TOKEN_CHARS_MIN: Final = 16
 TOKEN_CHARS_MAX: Final = 256  # the `hello` op refuses longer tokens (api_limits)
 TOKEN_NAME_CHARS_MAX: Final = 128
@@ -196,7 +194,7 @@ def ensure_secrets(secrets_dir: Path) -> Secrets:
         for role in Role:
             token = _ensure_token_file(secrets_dir / token_file_name(role))
             records.append(TokenRecord(name=role.wire_name, role=role, sha256=hash_token(token)))
-        _create_exclusive(tokens_path, _render_tokens_json(records))
+        create_exclusive(tokens_path, _render_tokens_json(records))
     return Secrets(
         secrets_dir=secrets_dir,
         cluster_secret=cluster_secret,
@@ -262,11 +260,6 @@ def _check_private_dir(path: Path) -> None:
 
 def _cluster_secret(secrets_dir: Path) -> bytes:
     path = secrets_dir / CLUSTER_SECRET_FILE
-    if not path.exists():
-        # Same content as `load_or_create_secret` makes, but written via a temporary file and
-        # linked into place: that function creates the final name first and writes it after,
-        # so a racing process could read it empty.
-        _create_exclusive(path, (_random.token_hex(CLUSTER_SECRET_RANDOM_BYTES) + "\n").encode())
     try:
         secret = load_or_create_secret(path)
     except InsecureSecretFileError as exc:
@@ -279,46 +272,9 @@ def _cluster_secret(secrets_dir: Path) -> bytes:
 def _ensure_token_file(path: Path) -> str:
     if not path.exists():
         token = _random.token_urlsafe(TOKEN_RANDOM_BYTES)
-        _create_exclusive(path, (token + "\n").encode("ascii"))
+        create_exclusive(path, (token + "\n").encode("ascii"))
     # Whoever won the race, the file now holds the token everyone uses.
     return read_token_file(path)
-
-
-def _create_exclusive(path: Path, data: bytes) -> bool:
-    """Write `data` to `path` unless it exists; True if this call created it.
-
-    Written under a unique temporary name, fsynced, then hard-linked into place: the link is
-    atomic and fails if `path` exists, so `path` is never seen partially written.
-    """
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{_random.token_hex(8)}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
-    try:
-        try:
-            os.fchmod(fd, 0o600)
-            # Every byte: a disk that fills mid-write stores what fits and returns that count
-            # (the next write raises ENOSPC); a short file linked into place stays for good.
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
-            os.fsync(fd)
-        except OSError as exc:
-            # A write's error names no file: name the one this was to become.
-            raise OSError(exc.errno, exc.strerror or str(exc), str(path)) from exc
-        finally:
-            os.close(fd)
-        try:
-            os.link(tmp, path)
-        except FileExistsError:
-            return False
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-    dir_fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
-    return True
 
 
 def _read_private(path: Path, max_bytes: int) -> bytes:

@@ -571,3 +571,4 @@ def test_snapshot_save_where_no_file_can_be_made_names_the_file_given() -> None:
     line = result.stderr.splitlines()[0]
     assert line.startswith("Error: IO_ERROR: cannot write /proc/catalog.snap"), line
     assert ".partial" not in line
+    assert line.endswith("No such file or directory (ENOENT); nothing was written"), line

@@ -136,6 +136,7 @@ def test_an_unusable_data_directory_has_an_upper_case_code(tmp_path: Path) -> No
     result = run("node", "start", "--config", str(config), "--node-id", "1", "--bootstrap")
     assert result.exit_code == 2, result.output
     assert result.stderr.startswith("Error: DATA_DIR_UNUSABLE: "), result.stderr
+    assert f"{data_dir}: File exists (EEXIST)" in result.stderr, result.stderr  # errno's name
 
 
 # ---- 4. a second start of a running node ---------------------------------------------------------

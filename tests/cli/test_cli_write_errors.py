@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import errno
 import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -47,3 +49,45 @@ def test_a_pid_file_on_a_full_disk_names_the_pid_file(
     assert caught.value.code == "IO_ERROR"
     assert caught.value.message == (f"cannot write {pid_file}: No space left on device (ENOSPC)")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_node_whose_pid_file_cannot_be_written_is_stopped_not_left_running(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The pid file is how `cluster down` finds a node: one started whose pid file could not
+    be written ran on untracked (holding its ports and data directory). It is stopped again,
+    by its PID, and the one error names the pid file, the errno and that PID."""
+    started: list[subprocess.Popen[bytes]] = []
+    real_popen = subprocess.Popen
+
+    def recording_popen(*args: Any, **kwargs: Any) -> subprocess.Popen[bytes]:
+        process = real_popen(*args, **kwargs)
+        started.append(process)
+        return process
+
+    monkeypatch.setattr(processes.subprocess, "Popen", recording_popen)
+    monkeypatch.setattr(Path, "write_text", _disk_full)
+    pid_file = tmp_path / "node-1" / "node.pid"
+    command = [sys.executable, "-c", "import time; time.sleep(60)"]
+    try:
+        with pytest.raises(CliError) as caught:
+            processes.start_node(
+                1,
+                command,
+                data_dir=tmp_path / "node-1",
+                log_file=tmp_path / "node-1.log",
+                pid_file=pid_file,
+            )
+        assert len(started) == 1
+        pid = started[0].pid
+        assert started[0].poll() is not None, "the node was left running untracked"
+        message = caught.value.message
+        assert caught.value.code == "IO_ERROR"
+        assert message.startswith(f"cannot write {pid_file}: No space left on device (ENOSPC)")
+        assert f"pid {pid}" in message and "stopped" in message and "\n" not in message
+        assert not pid_file.exists()
+    finally:
+        for process in started:
+            if process.poll() is None:
+                process.kill()
+                process.wait()

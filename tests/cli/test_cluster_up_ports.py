@@ -63,6 +63,7 @@ def test_a_node_log_that_cannot_be_opened_is_named_and_nothing_starts(config_dir
     errors = [line for line in done.stderr.splitlines() if line.startswith("Error: ")]
     assert len(errors) == 1 and errors[0].startswith("Error: DATA_DIR_UNUSABLE: "), done.stderr
     assert "node 3" in errors[0] and str(config.node_log_file(3)) in errors[0], errors[0]
+    assert "Is a directory (EISDIR)" in errors[0], errors[0]  # the errno's name, to search
     assert "nothing was started" in errors[0], errors[0]
     assert "started node" not in done.stderr, done.stderr
     assert not any(config.node_pid_file(n).exists() for n in config.node_ids)

@@ -8,8 +8,12 @@ each way DIR can be unusable. tests/cli/test_quorum_loss_real_cluster.py runs it
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
+import os
+import resource
+import signal
 from pathlib import Path
 
 import msgpack
@@ -296,3 +300,46 @@ def test_help_says_what_it_reads_and_its_limits() -> None:
         "Refused while a node runs",
     ):
         assert phrase in text, phrase
+
+
+def test_a_save_onto_a_full_disk_names_the_file_and_leaves_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A write or sync that fails (ENOSPC) names no file: the error line must name FILE, as
+    every file the CLI writes is named (`cli.errors.writing_file`)."""
+    data_dir = _node_dir(tmp_path, commit=3)
+    file = tmp_path / "catalog.snap"
+
+    def disk_full(_fd: int) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(os, "fsync", disk_full)
+    result = run("snapshot", "save", str(file), "--data-dir", str(data_dir))
+    monkeypatch.undo()
+    assert result.exit_code == 1, result.output
+    assert result.stderr.splitlines() == [
+        f"Error: IO_ERROR: cannot write {file}: No space left on device (ENOSPC)"
+    ], result.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["node-3"]
+
+
+def test_a_save_past_the_file_size_limit_names_the_file_and_leaves_nothing(
+    tmp_path: Path,
+) -> None:
+    """RLIMIT_FSIZE (ulimit -f) makes a write itself fail (EFBIG once SIGXFSZ is ignored, as
+    a shell does not): the buffered writes of FILE name FILE too."""
+    data_dir = _node_dir(tmp_path, commit=3)
+    file = tmp_path / "catalog.snap"
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    previous_handler = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (64, hard))
+    try:
+        result = run("snapshot", "save", str(file), "--data-dir", str(data_dir))
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+        signal.signal(signal.SIGXFSZ, previous_handler)
+    assert result.exit_code == 1, result.output
+    assert result.stderr.splitlines() == [
+        f"Error: IO_ERROR: cannot write {file}: File too large (EFBIG)"
+    ], result.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["node-3"]

@@ -15,6 +15,7 @@ import json
 import resource
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -202,3 +203,40 @@ def test_a_disk_that_cannot_hold_the_identity_is_one_error_line(tmp_path: Path) 
     assert f"{settings.data_dir / 'IDENTITY'}" in done.stderr
     assert "EFBIG" in done.stderr
     assert not list(settings.data_dir.glob("IDENTITY*"))  # nothing half-written left
+
+
+# A page of a mapped file that cannot be read, as a disk's EIO under a received snapshot's
+# spool, a backup export's spool or an evicted page of a large snapshot: a SIGBUS, with no
+# Python exception. Made real here by reading a map past the end of its truncated file.
+_SIGBUS_AT_CONFIG_LOAD = """
+import mmap, os, sys, tempfile
+from pathlib import Path
+import metastore.daemon.node as node
+
+def unreadable_page(*_args, **_kwargs):
+    fd, path = tempfile.mkstemp()
+    os.unlink(path)
+    os.write(fd, b"x" * 8192)
+    mapped = mmap.mmap(fd, 8192, access=mmap.ACCESS_READ)
+    os.ftruncate(fd, 0)
+    return mapped[4096]
+
+node.load_node_config = unreadable_page
+node.run_node(Path(sys.argv[1]))
+"""
+
+
+def test_a_node_killed_by_sigbus_leaves_the_stack_in_its_log(tmp_path: Path) -> None:
+    """Before: the node died of the signal with nothing on stderr (its log under `cluster
+    up`), so a failing disk under a mapped file looked like a vanished process."""
+    done = subprocess.run(
+        [sys.executable, "-c", _SIGBUS_AT_CONFIG_LOAD, str(tmp_path / "node1.toml")],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == -signal.SIGBUS, done
+    assert "Fatal Python error: Bus error" in done.stderr, done.stderr
+    assert "unreadable_page" in done.stderr, done.stderr  # where it happened

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import hashlib
 import hmac
 import logging
@@ -882,6 +883,35 @@ def test_unusable_secret_file_is_refused(tmp_path: Path, content: bytes) -> None
     path.chmod(0o600)
     with pytest.raises(SecretFileError):
         load_or_create_secret(path)
+
+
+def test_a_disk_that_fills_while_the_secret_is_written_leaves_no_short_secret(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A filling disk stores what fits and returns that count (the next write raises ENOSPC).
+    A short secret under the final name would be used, or refused, for good: the error names
+    the file, and once space is freed the next start creates a whole one."""
+    path = tmp_path / "secrets" / "cluster.secret"
+    real_write = os.write
+    bytes_left = [10]
+
+    def filling_disk(fd: int, data: Any) -> int:
+        if path.name not in os.readlink(f"/proc/self/fd/{fd}"):
+            return real_write(fd, data)
+        if not bytes_left[0]:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        written = real_write(fd, bytes(data)[: bytes_left[0]])
+        bytes_left[0] -= written
+        return written
+
+    monkeypatch.setattr(os, "write", filling_disk)
+    with pytest.raises(OSError) as caught:
+        load_or_create_secret(path)
+    assert caught.value.errno == errno.ENOSPC and str(path) in str(caught.value)
+    monkeypatch.undo()
+    assert sorted(p.name for p in path.parent.iterdir()) == []
+    secret = load_or_create_secret(path)
+    assert len(secret) == 64
 
 
 def test_secret_path_that_is_a_directory_is_refused(tmp_path: Path) -> None:

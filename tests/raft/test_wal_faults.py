@@ -27,6 +27,7 @@ import pytest
 import raft.wal
 from raft.core.types import ConfState, Entry, EntryKind, HardState, Snapshot, SnapshotMeta
 from raft.wal import (
+    SNAPSHOT_MAP_BYTES_MIN,
     WAL_PREALLOCATE_BYTES,
     WalFailedError,
     WalIOError,
@@ -357,7 +358,8 @@ def test_a_recovery_the_disk_refuses_names_the_file_and_the_errno(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A restart on a failing disk: the recovery's sync of the live segment fails. One error
-    (the daemon prints it as one line), and the lock is released for the next attempt."""
+    (the daemon prints it as one line), and the lock is released for the next attempt (after
+    a reboot: see the next test)."""
     wal, _ = WriteAheadLog.open(tmp_path, fsync=True)
     with wal:
         wal.append(ents(1, 2), HardState(term=1, vote=1, commit=2))
@@ -368,6 +370,88 @@ def test_a_recovery_the_disk_refuses_names_the_file_and_the_errno(
     assert "fdatasync" in message and "EIO" in message, message
     assert str(next(tmp_path.glob("wal-*.log"))) in message, message
     monkeypatch.undo()
+    monkeypatch.setattr(raft.wal, "_boot_id", lambda: "the-next-boot")
     wal, rec = WriteAheadLog.open(tmp_path, fsync=True)
     wal.close()
     assert indexes(rec.entries) == [1, 2]
+
+
+def test_a_failed_recovery_sync_keeps_a_later_start_of_the_same_boot_from_trusting_the_cache(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A predecessor killed after an append's write, before its fdatasync, left a whole batch
+    in the page cache only. The recovery's sync of it fails: the kernel may have marked those
+    pages clean without writing them, and a later start (whose own sync then succeeds, the
+    error having been reported once) would read them back and acknowledge them as durable.
+    Until a reboot drops the page cache, no start may trust it; after one, the disk decides."""
+    wal, _ = WriteAheadLog.open(tmp_path, fsync=True)
+    wal.append(ents(1, 2), HardState(term=1, vote=1, commit=2))
+    monkeypatch.setattr(raft.wal, "_fdatasync", lambda _fd: None)  # killed before the sync
+    wal.append(ents(3, 3), HardState(term=1, vote=1, commit=2))
+    wal.close()
+    monkeypatch.setattr(raft.wal, "_fdatasync", failing(errno.EIO))
+    with pytest.raises(WalIOError):
+        WriteAheadLog.open(tmp_path, fsync=True)
+    monkeypatch.setattr(raft.wal, "_fdatasync", os.fdatasync)  # the error was reported once
+    with pytest.raises(WalIOError) as caught:
+        WriteAheadLog.open(tmp_path, fsync=True)
+    message = str(caught.value)
+    assert "EIO" in message and "reboot" in message and "\n" not in message, message
+    with pytest.raises(WalIOError):  # still refused: nothing was cut or forgotten
+        WriteAheadLog.open(tmp_path, fsync=True)
+    monkeypatch.setattr(raft.wal, "_boot_id", lambda: "the-next-boot")
+    wal, rec = WriteAheadLog.open(tmp_path, fsync=True)  # the disk's own bytes now
+    wal.close()
+    assert indexes(rec.entries) == [1, 2, 3]
+    assert not list(tmp_path.glob("SYNC_FAILED*"))
+
+
+def test_a_large_snapshot_file_the_disk_cannot_read_back_is_an_error_naming_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Large snapshot files are mapped (the state is never copied onto the heap), and through
+    a map a page the disk cannot read (EIO) is a SIGBUS: the node dies without a word, at the
+    checksum pass that reads every page. That pass reads the file with plain reads, where EIO
+    is an OSError: the open fails naming the operation, the file and the errno, one line."""
+    data = bytes(range(256)) * (SNAPSHOT_MAP_BYTES_MIN // 256 + 2)
+    meta = SnapshotMeta(index=3, term=1, tm=31, conf=ConfState(voters=(1,)))
+    wal, _ = WriteAheadLog.open(tmp_path, fsync=False)
+    with wal:
+        wal.append(ents(1, 4), HardState(term=1, vote=1, commit=4))
+        wal.compact(Snapshot(meta=meta, data=data))
+    snapshot_file = next(tmp_path.glob("snap-*.snap"))
+    monkeypatch.setattr(raft.wal.os, "preadv", failing(errno.EIO))
+    with pytest.raises(WalIOError) as caught:
+        WriteAheadLog.open(tmp_path, fsync=False)
+    message = str(caught.value)
+    assert f"read of {snapshot_file}: Input/output error (EIO)" in message, message
+    assert "\n" not in message
+    monkeypatch.undo()
+    wal, rec = WriteAheadLog.open(tmp_path, fsync=False)
+    with wal:
+        assert rec.snapshot.meta.index == 3 and bytes(rec.snapshot.data) == data
+        assert indexes(rec.entries) == [4]
+
+
+def test_a_failed_fdatasync_whose_cut_fails_too_keeps_later_starts_of_the_boot_out(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The live path cuts what it wrote since its last good sync; when that cut fails too,
+    the unsynced append stays in the page cache, whole and valid, and a restart of the same
+    boot would recover it as durable. So it is treated as a failed recovery sync is: no start
+    of this boot opens the log; after a reboot the disk decides."""
+    wal, _ = WriteAheadLog.open(tmp_path, fsync=True, preallocate_bytes=0)
+    with wal:
+        wal.append(ents(1, 2), HardState(term=1, vote=1, commit=1))
+        monkeypatch.setattr(raft.wal, "_fdatasync", failing(errno.EIO))
+        monkeypatch.setattr(raft.wal.os, "ftruncate", failing(errno.EIO))
+        with pytest.raises(WalIOError) as caught:
+            wal.append(ents(3, 3), HardState(term=1, vote=1, commit=2))
+    monkeypatch.undo()
+    assert "failed too" in str(caught.value) and "reboot" in str(caught.value)
+    with pytest.raises(WalIOError, match="reboot"):
+        WriteAheadLog.open(tmp_path, fsync=True)
+    monkeypatch.setattr(raft.wal, "_boot_id", lambda: "the-next-boot")
+    wal, rec = WriteAheadLog.open(tmp_path, fsync=True)  # the disk's own bytes now
+    wal.close()
+    assert indexes(rec.entries)[:2] == [1, 2]
