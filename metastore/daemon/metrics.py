@@ -157,15 +157,44 @@ class _StatusFamilies(Collector):
                 "connections to the peer that failed before authentication finished",
                 labels=["peer"],
             ),
+            "bytes_sent": CounterMetricFamily(
+                "metastore_peer_sent_bytes",
+                "bytes of Raft frames (messages and snapshot chunks) written to the peer's link",
+                labels=["peer"],
+            ),
+            "bytes_received": CounterMetricFamily(
+                "metastore_peer_received_bytes",
+                "bytes read from the peer's authenticated connection to this node",
+                labels=["peer"],
+            ),
         }
+        snapshot_send = SummaryMetricFamily(
+            "metastore_peer_snapshot_send_seconds",
+            "chunked snapshot transfers to the peer the peer acknowledged whole: seconds from "
+            "the transfer's start to its done acknowledgement",
+            labels=["peer"],
+        )
         send_failures = 0
         for peer_id, stats in sorted(peers.items()):
             label = [str(peer_id)]
             families["connected"].add_metric(label, 1 if stats.get("connected") else 0)
-            for key in ("sent", "received", "dropped", "connect_failures"):
+            for key in (
+                "sent",
+                "received",
+                "dropped",
+                "connect_failures",
+                "bytes_sent",
+                "bytes_received",
+            ):
                 families[key].add_metric(label, stats.get(key, 0))
+            snapshot_send.add_metric(
+                label,
+                count_value=stats.get("snapshot_transfers_completed", 0),
+                sum_value=stats.get("snapshot_send_seconds_total", 0.0),
+            )
             send_failures += stats.get("snapshot_transfers_failed", 0)
         yield from families.values()
+        yield snapshot_send
         yield CounterMetricFamily(
             "metastore_snapshot_send_failures",
             "chunked snapshot transfers a follower dropped (the leader sends it again)",

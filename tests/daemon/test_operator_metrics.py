@@ -128,6 +128,11 @@ def test_every_node_has_a_leader_and_counts_its_election(cluster: MetastoreClust
     for f in followers:
         assert m[f'metastore_peer_messages_sent_total{{peer="{f}"}}'] > 0
         assert m[f'metastore_peer_messages_received_total{{peer="{f}"}}'] > 0
+        # Replication traffic per link, in bytes: at least a frame header per message.
+        sent_bytes = m[f'metastore_peer_sent_bytes_total{{peer="{f}"}}']
+        assert sent_bytes >= 4 * m[f'metastore_peer_messages_sent_total{{peer="{f}"}}']
+        assert m[f'metastore_peer_received_bytes_total{{peer="{f}"}}'] > 0
+        assert f'metastore_peer_snapshot_send_seconds_count{{peer="{f}"}}' in m
 
 
 def _raft_port(c: MetastoreCluster, node_id: int) -> int:
@@ -360,3 +365,29 @@ def test_apply_lag_is_commit_minus_applied() -> None:
 
 def _text(metrics: NodeMetrics) -> str:
     return generate_latest(metrics.registry).decode()
+
+
+def test_peer_bytes_and_snapshot_send_seconds_come_from_the_transport_stats() -> None:
+    """Per-peer replication bytes and the time each chunked snapshot took to reach its
+    follower (stub status, no node): an operator could not tell a saturated link, nor a
+    follower that needs minutes to receive a snapshot, from the message counts."""
+    metrics = NodeMetrics(1)
+    peers = {
+        2: {
+            "connected": True,
+            "bytes_sent": 5_000,
+            "bytes_received": 700,
+            "snapshot_transfers_completed": 2,
+            "snapshot_send_seconds_total": 3.5,
+        },
+        3: {"connected": False},
+    }
+    status = {"term": 2, "leader": 1, "commit_index": 9, "applied_index": 9, "lag_ms": 0}
+    metrics.refresh({**status, "role": "leader", "ready": True, "transport": {"peers": peers}})
+    text = _text(metrics)
+    assert 'metastore_peer_sent_bytes_total{peer="2"} 5000.0' in text
+    assert 'metastore_peer_received_bytes_total{peer="2"} 700.0' in text
+    assert 'metastore_peer_sent_bytes_total{peer="3"} 0.0' in text
+    assert 'metastore_peer_snapshot_send_seconds_count{peer="2"} 2.0' in text
+    assert 'metastore_peer_snapshot_send_seconds_sum{peer="2"} 3.5' in text
+    assert 'metastore_peer_snapshot_send_seconds_count{peer="3"} 0.0' in text
