@@ -246,7 +246,8 @@ class NodeMetrics:
         self.state_sizes = Gauge(
             "metastore_state_objects",
             "replicated state size by kind: file_entries, registered_tables (every incarnation, "
-            "dropped ones until purged), sessions, leases, protections",
+            "dropped ones until purged), sessions, leases, protections, manifests (of every "
+            "registered incarnation)",
             ["kind"],
             registry=r,
         )
@@ -326,6 +327,13 @@ class NodeMetrics:
             "the leader runs GC, so alert on the max over the nodes)",
             registry=r,
         )
+        self.gc_threshold_lag = Gauge(
+            "metastore_gc_threshold_lag_seconds",
+            "this node's clock minus the lowest GC threshold of the tables GC has moved one "
+            "for (0: none yet): at least the longest gc.ttl when GC keeps up; from the "
+            "replicated state, so every node reports it, from its start",
+            registry=r,
+        )
         self.gc_held_bytes = Gauge(
             "metastore_gc_protection_held_bytes",
             "bytes the TTL alone would let GC delete that a protection keeps (the leader's last "
@@ -355,6 +363,10 @@ class NodeMetrics:
         # (set by the node: its state's GcState.in_force); see _drop_stale_held.
         self._held: dict[str, int] = {}
         self.protection_in_force: Callable[[str], bool] | None = None
+        # Set by the node: figures of the replicated state that take a pass over its tables
+        # (C-level, milliseconds at MAX_TABLES), so read on a scrape only, not for /health:
+        # {"manifests": count, "gc_threshold_lag_s": seconds}.
+        self.scrape_state: Callable[[], dict[str, float]] | None = None
 
         self.revoked_certs = Gauge(
             "metastore_revoked_certificates", "certificates the cluster revoked", registry=r
@@ -423,6 +435,10 @@ class NodeMetrics:
         self.proposals_pending.set(raft.get("proposals_pending", 0))
         for kind, count in status.get("state_objects", {}).items():
             self.state_sizes.labels(kind=kind).set(count)
+        if self.scrape_state is not None:
+            view = self.scrape_state()
+            self.state_sizes.labels(kind="manifests").set(view["manifests"])
+            self.gc_threshold_lag.set(view["gc_threshold_lag_s"])
         self.status_families.status = status
         self._drop_stale_held(status["role"])
         self.safe_time_lag.set(status["lag_ms"] / 1000)

@@ -22,6 +22,7 @@ from prometheus_client import generate_latest
 
 from metastore.client import SyncMetastoreClient
 from metastore.daemon.metrics import NodeMetrics
+from metastore.limits import GC_TTL_MS_DEFAULT
 from raft.framing import encode_frame
 from tests.daemon.harness import FRAME_MAX, MetastoreCluster, metastore_cluster
 
@@ -219,6 +220,29 @@ def test_gc_last_success_timestamp_is_set_by_a_completed_run(cluster: MetastoreC
     after = scrape(cluster, leader)[name]
     assert after > before
     assert started - 1 <= after <= time.time() + 1
+
+
+def test_gc_threshold_lag_and_manifests_are_reported_by_every_node(
+    cluster: MetastoreCluster,
+) -> None:
+    """How far behind the clock GC keeps the oldest threshold, from the replicated state: every
+    node reports it, a follower and a node just restarted alike (the last-success timestamp is
+    the leader's alone and 0 after a restart). A GC run moves the table's threshold to Tm minus
+    its TTL (the default, 25 h), so the lag is that TTL, plus the seconds since the run."""
+    cluster.wait_ready()
+    ttl_s = GC_TTL_MS_DEFAULT / 1000
+    with _client(cluster) as writer, _client(cluster, role="admin") as admin:
+        commit_files(writer, 1)
+        admin.gc_run()
+    lag = "metastore_gc_threshold_lag_seconds"
+    for node_id in cluster.ids:
+        wait_for(
+            f"node {node_id} applies the run's threshold",
+            lambda n=node_id: scrape(cluster, n).get(lag, 0) > 0,
+        )
+        m = scrape(cluster, node_id)
+        assert ttl_s - 1 <= m[lag] < ttl_s + WAIT_S, m[lag]  # 1 s: the clocks of the nodes
+        assert m['metastore_state_objects{kind="manifests"}'] >= 0
 
 
 def test_held_bytes_of_a_released_protection_are_not_reported(cluster: MetastoreCluster) -> None:
