@@ -261,7 +261,13 @@ class NodeMetrics:
         self.ready = Gauge("metastore_ready", "1 when serving reads", registry=r)
         self.totals = _MirroredCounters(
             {
-                "metastore_wal_fsync_seconds_total": "time spent persisting Raft state",
+                # The old name, kept with its meaning: writes included (docs/operations.md).
+                "metastore_wal_fsync_seconds_total": "time the Raft driver spent persisting "
+                "(writes and syncs; the same as metastore_raft_persist_seconds_total; the syncs "
+                "alone: metastore_wal_fsync_duration_seconds_sum)",
+                "metastore_raft_persist_seconds_total": "time the Raft driver spent persisting "
+                "its log and state: writes, syncs and the hop to the WAL thread (the syncs "
+                "alone: metastore_wal_fsync_duration_seconds_sum)",
                 "metastore_peer_tls_revoked_refused_total": "peer handshakes refused (either "
                 "side) for a revoked certificate",
                 "metastore_peer_tls_revoked_closed_total": "open peer links closed when their "
@@ -447,6 +453,7 @@ class NodeMetrics:
         self.totals.values.update(
             {
                 "metastore_wal_fsync_seconds_total": status.get("fsync_seconds_total", 0.0),
+                "metastore_raft_persist_seconds_total": status.get("fsync_seconds_total", 0.0),
                 "metastore_peer_tls_revoked_refused_total": status.get(
                     "peer_tls_revoked_refused", 0
                 ),

@@ -415,3 +415,20 @@ def test_peer_bytes_and_snapshot_send_seconds_come_from_the_transport_stats() ->
     assert 'metastore_peer_snapshot_send_seconds_count{peer="2"} 2.0' in text
     assert 'metastore_peer_snapshot_send_seconds_sum{peer="2"} 3.5' in text
     assert 'metastore_peer_snapshot_send_seconds_count{peer="3"} 0.0' in text
+
+
+def test_persist_time_and_sync_time_have_names_that_say_which() -> None:
+    """`metastore_wal_fsync_seconds_total` counts the driver's writes as well as its syncs (the
+    name says fsync): the persist time has a name of its own, the old name keeps its meaning,
+    and the syncs alone are the fsync histogram's sum (stub status, no node)."""
+    metrics = NodeMetrics(1)
+    status = {"term": 2, "leader": 1, "commit_index": 9, "applied_index": 9, "lag_ms": 0}
+    wal = {"fsync_seconds_total": 1.0, "fsync_bucket_counts": (0,) * 13 + (4,)}
+    metrics.refresh(
+        {**status, "role": "leader", "ready": True, "fsync_seconds_total": 2.5, "wal": wal}
+    )
+    text = _text(metrics)
+    assert "metastore_raft_persist_seconds_total 2.5" in text
+    assert "metastore_wal_fsync_seconds_total 2.5" in text
+    assert "metastore_wal_fsync_duration_seconds_sum 1.0" in text
+    assert "metastore_wal_fsync_duration_seconds_count 4.0" in text
