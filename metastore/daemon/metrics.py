@@ -26,6 +26,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
+from metastore.daemon.statemachine import APPLY_SECONDS_BUCKETS, ApplySeconds
 from raft.wal import FSYNC_SECONDS_BUCKETS
 
 HTTP_REQUEST_BYTES_MAX = 8192
@@ -78,6 +79,7 @@ class _StatusFamilies(Collector):
         st = self.status
         raft: dict[str, float] = st.get("raft_counters", {})
         yield from self._fsync(st.get("wal", {}))
+        yield self._apply(st.get("apply_seconds", {}))
         save = SummaryMetricFamily(
             "metastore_snapshot_save_seconds",
             "snapshots this node took: encode, write, sync and commit (count and seconds)",
@@ -127,6 +129,23 @@ class _StatusFamilies(Collector):
             buckets=buckets,
             sum_value=wal.get("fsync_seconds_total", 0.0),
         )
+
+    @staticmethod
+    def _apply(by_kind: dict[type, ApplySeconds]) -> HistogramMetricFamily:
+        family = HistogramMetricFamily(
+            "metastore_apply_duration_seconds",
+            "time to apply each catalog command entry on this node (decode, the state's "
+            "apply, the change feed), by command class",
+            labels=["command"],
+        )
+        bounds = [str(b) for b in APPLY_SECONDS_BUCKETS] + ["+Inf"]
+        for kind, stats in sorted(by_kind.items(), key=lambda item: item[0].__name__):
+            cumulative, buckets = 0, []
+            for bound, count in zip(bounds, stats.bucket_counts, strict=True):
+                cumulative += count
+                buckets.append((bound, cumulative))
+            family.add_metric([kind.__name__], buckets, stats.seconds_total)
+        return family
 
     @staticmethod
     def _peers(transport: dict[str, Any], rtt: dict[Any, float]) -> Iterator[Metric]:

@@ -389,6 +389,7 @@ class MetastoreNode:
             "peer_round_trip_s": st.peer_round_trip_s,
             "wal": st.wal,
             "transport": st.transport,
+            "apply_seconds": self.sm.apply_seconds,  # the live map (kinds: a bounded set)
             "state_objects": self._state_objects(),
             **self.api.reply_backlog(),
         }
