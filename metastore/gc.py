@@ -468,6 +468,12 @@ class GcState:
     def threshold(self, table_id: int) -> int:
         return self._thresholds.get(table_id, 0)
 
+    def oldest_threshold(self) -> int:
+        """The lowest GC threshold of the registered incarnations GC has moved at least once
+        (0: none). For the threshold-lag metric, read at each scrape: one C-level pass over
+        the thresholds (about a millisecond at MAX_TABLES), no Python call per table."""
+        return min(self._thresholds.values(), default=0)
+
     def check_read(self, table: TableName, table_id: int, ts: int) -> None:
         """Raise BeforeGcThresholdError when a read of the incarnation at `ts` is no longer
         allowed (ts at or below its threshold)."""

@@ -420,6 +420,9 @@ _SIZE_BYTES: Final = attrgetter("size_bytes")
 # --------------------------------------------------------------------------------------------
 
 
+_MANIFESTS_OF: Final = attrgetter("manifests")
+
+
 class TableLog:
     """One registered table incarnation's files and commit summaries. Owned by `TxnLog`."""
 
@@ -1399,6 +1402,12 @@ class TxnLog:
 
     def table_ids(self) -> list[int]:
         return sorted(self._tables)
+
+    def manifest_count(self) -> int:
+        """Manifest references of every registered incarnation (live ones; not the dead ones
+        GC holds for deletion). For the metric, read at each scrape: C-level iteration over
+        the tables (a few milliseconds at MAX_TABLES), no Python call per table."""
+        return sum(map(len, map(_MANIFESTS_OF, self._tables.values())))
 
     def table_location(self, table_id: int) -> tuple[TableName, str, int | None]:
         """(name, location, forgotten ts) of a registered incarnation."""

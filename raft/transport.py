@@ -167,6 +167,7 @@ import secrets
 import socket
 import ssl
 import stat
+import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Final, TypedDict
@@ -308,11 +309,19 @@ class PeerStats(TypedDict):
     connect_failures: int  # outbound attempts that failed before authentication finished
     auth_failures: int  # handshakes with this peer id refused on either side of a link
     received: int  # messages delivered to on_message (a chunked snapshot counts once)
+    # Bytes of frames handed to our outbound connection's socket (messages and snapshot
+    # chunks, not the handshake), and bytes read from the peer's authenticated inbound
+    # connection (everything after its hello). Counted per batch/read, not per message.
+    bytes_sent: int
+    bytes_received: int
     rejected: int  # messages dropped because dst was not us or src not the peer
     malformed: int  # undecodable frames/messages/chunks/acks from this peer
     # Snapshot transfers to this peer (see "Snapshot transfers" in the module docstring).
     snapshot_transfers_started: int
     snapshot_transfers_completed: int  # acknowledged whole by the peer
+    # Seconds from the start of each completed transfer to the peer's done acknowledgement,
+    # summed (with snapshot_transfers_completed as the count: a summary).
+    snapshot_send_seconds_total: float
     snapshot_transfers_resumed: int  # continued from a non-zero offset after a reconnect
     snapshot_transfers_replaced: int  # abandoned for a newer snapshot
     snapshot_transfers_failed: int  # dropped by the peer (it said so); the core retries
@@ -445,6 +454,7 @@ class _Outgoing:
         "key",
         "next_offset",
         "size",
+        "started_monotonic",
         "transfer_id",
     )
 
@@ -460,6 +470,7 @@ class _Outgoing:
         self.acked = 0  # bytes the peer said it holds
         self.acked_at_retry = -1  # `acked` when the core last re-sent this snapshot
         self.epoch = 0  # passes over the bytes (see the module docstring)
+        self.started_monotonic = time.monotonic()  # for snapshot_send_seconds_total
         # SHA-256 of bytes [0, hashed), fed as chunks are first cut; digest once complete.
         self.hasher = hashlib.sha256()
         self.hashed = 0
@@ -585,6 +596,8 @@ class _Link:
     __slots__ = (
         "address",
         "auth_failures",
+        "bytes_received",
+        "bytes_sent",
         "checking_version",
         "connect_failures",
         "connected",
@@ -611,6 +624,7 @@ class _Link:
         "rewind_sent",
         "sent",
         "snapshot_chunk_bytes_sent",
+        "snapshot_send_seconds_total",
         "snapshot_transfers_completed",
         "snapshot_transfers_dropped",
         "snapshot_transfers_failed",
@@ -668,6 +682,8 @@ class _Link:
         self.connect_failures = 0
         self.auth_failures = 0
         self.received = 0
+        self.bytes_sent = 0
+        self.bytes_received = 0
         self.rejected = 0
         self.malformed = 0
         self.snapshot_transfers_started = 0
@@ -676,6 +692,7 @@ class _Link:
         self.snapshot_transfers_replaced = 0
         self.snapshot_transfers_failed = 0
         self.snapshot_chunk_bytes_sent = 0
+        self.snapshot_send_seconds_total = 0.0
         self.snapshot_transfers_received = 0
         self.snapshot_transfers_dropped = 0
         # Warnings about what this peer sent (see PeerTransport._warn_peer).
@@ -697,10 +714,13 @@ class _Link:
             connect_failures=self.connect_failures,
             auth_failures=self.auth_failures,
             received=self.received,
+            bytes_sent=self.bytes_sent,
+            bytes_received=self.bytes_received,
             rejected=self.rejected,
             malformed=self.malformed,
             snapshot_transfers_started=self.snapshot_transfers_started,
             snapshot_transfers_completed=self.snapshot_transfers_completed,
+            snapshot_send_seconds_total=self.snapshot_send_seconds_total,
             snapshot_transfers_resumed=self.snapshot_transfers_resumed,
             snapshot_transfers_replaced=self.snapshot_transfers_replaced,
             snapshot_transfers_failed=self.snapshot_transfers_failed,
@@ -1117,6 +1137,7 @@ class PeerTransport:
                 link.wakeup.set()
                 continue
             frames = list(link.queue)
+            batch_bytes = link.queued_bytes
             link.queue.clear()
             link.queued_bytes = 0
             try:
@@ -1127,6 +1148,7 @@ class PeerTransport:
                 link.wakeup.set()
                 continue
             link.sent += len(frames)
+            link.bytes_sent += batch_bytes
 
     def _send_snapshot(self, link: _Link, msg: InstallSnapshot, head: bytes) -> None:
         size = len(head) + len(msg.snapshot.data)
@@ -1697,11 +1719,13 @@ class PeerTransport:
                         raise ConnectionResetError("the connection to the peer is closed")
                     if link.queue:
                         frames = list(link.queue)
+                        batch_bytes = link.queued_bytes
                         link.queue.clear()
                         link.queued_bytes = 0
                         # One call for the whole batch: the transport sends it with one syscall.
                         writer.writelines(frames)
                         link.sent += len(frames)
+                        link.bytes_sent += batch_bytes
                     # Then a few chunks of the snapshot transfer, if any: queued messages wait
                     # for at most that much, and the transfer always moves on.
                     for _ in range(SNAPSHOT_CHUNKS_PER_ROUND):
@@ -1711,6 +1735,7 @@ class PeerTransport:
                         buffers, data_bytes = out.next_chunk(self._snapshot_chunk_bytes)
                         writer.writelines(buffers)
                         link.snapshot_chunk_bytes_sent += data_bytes
+                        link.bytes_sent += sum(map(len, buffers))
                     # Back-pressure: wait while the socket buffer is above its high-water mark.
                     await writer.drain()
         finally:
@@ -1922,6 +1947,7 @@ class PeerTransport:
         link = self._links.get(peer_id)
         if link is None:
             return False  # removed by set_peers
+        link.bytes_received += len(data)
         try:
             decoder.feed(data)
             while (obj := decoder.next_frame()) is not NEED_DATA:
@@ -2029,6 +2055,7 @@ class PeerTransport:
         if status == ACK_DONE:
             link.outgoing = None
             link.snapshot_transfers_completed += 1
+            link.snapshot_send_seconds_total += time.monotonic() - out.started_monotonic
             self._log.info(
                 "snapshot transfer %016x to peer %d completed (%d bytes)",
                 transfer_id,

@@ -26,6 +26,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
+from metastore.daemon.statemachine import APPLY_SECONDS_BUCKETS, ApplySeconds
 from raft.wal import FSYNC_SECONDS_BUCKETS
 
 HTTP_REQUEST_BYTES_MAX = 8192
@@ -78,6 +79,7 @@ class _StatusFamilies(Collector):
         st = self.status
         raft: dict[str, float] = st.get("raft_counters", {})
         yield from self._fsync(st.get("wal", {}))
+        yield self._apply(st.get("apply_seconds", {}))
         save = SummaryMetricFamily(
             "metastore_snapshot_save_seconds",
             "snapshots this node took: encode, write, sync and commit (count and seconds)",
@@ -129,6 +131,23 @@ class _StatusFamilies(Collector):
         )
 
     @staticmethod
+    def _apply(by_kind: dict[type, ApplySeconds]) -> HistogramMetricFamily:
+        family = HistogramMetricFamily(
+            "metastore_apply_duration_seconds",
+            "time to apply each catalog command entry on this node (decode, the state's "
+            "apply, the change feed), by command class",
+            labels=["command"],
+        )
+        bounds = [str(b) for b in APPLY_SECONDS_BUCKETS] + ["+Inf"]
+        for kind, stats in sorted(by_kind.items(), key=lambda item: item[0].__name__):
+            cumulative, buckets = 0, []
+            for bound, count in zip(bounds, stats.bucket_counts, strict=True):
+                cumulative += count
+                buckets.append((bound, cumulative))
+            family.add_metric([kind.__name__], buckets, stats.seconds_total)
+        return family
+
+    @staticmethod
     def _peers(transport: dict[str, Any], rtt: dict[Any, float]) -> Iterator[Metric]:
         peers: dict[Any, dict[str, Any]] = transport.get("peers", {})
         families: dict[str, GaugeMetricFamily | CounterMetricFamily] = {
@@ -157,15 +176,44 @@ class _StatusFamilies(Collector):
                 "connections to the peer that failed before authentication finished",
                 labels=["peer"],
             ),
+            "bytes_sent": CounterMetricFamily(
+                "metastore_peer_sent_bytes",
+                "bytes of Raft frames (messages and snapshot chunks) written to the peer's link",
+                labels=["peer"],
+            ),
+            "bytes_received": CounterMetricFamily(
+                "metastore_peer_received_bytes",
+                "bytes read from the peer's authenticated connection to this node",
+                labels=["peer"],
+            ),
         }
+        snapshot_send = SummaryMetricFamily(
+            "metastore_peer_snapshot_send_seconds",
+            "chunked snapshot transfers to the peer the peer acknowledged whole: seconds from "
+            "the transfer's start to its done acknowledgement",
+            labels=["peer"],
+        )
         send_failures = 0
         for peer_id, stats in sorted(peers.items()):
             label = [str(peer_id)]
             families["connected"].add_metric(label, 1 if stats.get("connected") else 0)
-            for key in ("sent", "received", "dropped", "connect_failures"):
+            for key in (
+                "sent",
+                "received",
+                "dropped",
+                "connect_failures",
+                "bytes_sent",
+                "bytes_received",
+            ):
                 families[key].add_metric(label, stats.get(key, 0))
+            snapshot_send.add_metric(
+                label,
+                count_value=stats.get("snapshot_transfers_completed", 0),
+                sum_value=stats.get("snapshot_send_seconds_total", 0.0),
+            )
             send_failures += stats.get("snapshot_transfers_failed", 0)
         yield from families.values()
+        yield snapshot_send
         yield CounterMetricFamily(
             "metastore_snapshot_send_failures",
             "chunked snapshot transfers a follower dropped (the leader sends it again)",
@@ -217,7 +265,8 @@ class NodeMetrics:
         self.state_sizes = Gauge(
             "metastore_state_objects",
             "replicated state size by kind: file_entries, registered_tables (every incarnation, "
-            "dropped ones until purged), sessions, leases, protections",
+            "dropped ones until purged), sessions, leases, protections, manifests (of every "
+            "registered incarnation)",
             ["kind"],
             registry=r,
         )
@@ -231,7 +280,13 @@ class NodeMetrics:
         self.ready = Gauge("metastore_ready", "1 when serving reads", registry=r)
         self.totals = _MirroredCounters(
             {
-                "metastore_wal_fsync_seconds_total": "time spent persisting Raft state",
+                # The old name, kept with its meaning: writes included (docs/operations.md).
+                "metastore_wal_fsync_seconds_total": "time the Raft driver spent persisting "
+                "(writes and syncs; the same as metastore_raft_persist_seconds_total; the syncs "
+                "alone: metastore_wal_fsync_duration_seconds_sum)",
+                "metastore_raft_persist_seconds_total": "time the Raft driver spent persisting "
+                "its log and state: writes, syncs and the hop to the WAL thread (the syncs "
+                "alone: metastore_wal_fsync_duration_seconds_sum)",
                 "metastore_peer_tls_revoked_refused_total": "peer handshakes refused (either "
                 "side) for a revoked certificate",
                 "metastore_peer_tls_revoked_closed_total": "open peer links closed when their "
@@ -297,6 +352,13 @@ class NodeMetrics:
             "the leader runs GC, so alert on the max over the nodes)",
             registry=r,
         )
+        self.gc_threshold_lag = Gauge(
+            "metastore_gc_threshold_lag_seconds",
+            "this node's clock minus the lowest GC threshold of the tables GC has moved one "
+            "for (0: none yet): at least the longest gc.ttl when GC keeps up; from the "
+            "replicated state, so every node reports it, from its start",
+            registry=r,
+        )
         self.gc_held_bytes = Gauge(
             "metastore_gc_protection_held_bytes",
             "bytes the TTL alone would let GC delete that a protection keeps (the leader's last "
@@ -326,6 +388,10 @@ class NodeMetrics:
         # (set by the node: its state's GcState.in_force); see _drop_stale_held.
         self._held: dict[str, int] = {}
         self.protection_in_force: Callable[[str], bool] | None = None
+        # Set by the node: figures of the replicated state that take a pass over its tables
+        # (C-level, milliseconds at MAX_TABLES), so read on a scrape only, not for /health:
+        # {"manifests": count, "gc_threshold_lag_s": seconds}.
+        self.scrape_state: Callable[[], dict[str, float]] | None = None
 
         self.revoked_certs = Gauge(
             "metastore_revoked_certificates", "certificates the cluster revoked", registry=r
@@ -394,6 +460,10 @@ class NodeMetrics:
         self.proposals_pending.set(raft.get("proposals_pending", 0))
         for kind, count in status.get("state_objects", {}).items():
             self.state_sizes.labels(kind=kind).set(count)
+        if self.scrape_state is not None:
+            view = self.scrape_state()
+            self.state_sizes.labels(kind="manifests").set(view["manifests"])
+            self.gc_threshold_lag.set(view["gc_threshold_lag_s"])
         self.status_families.status = status
         self._drop_stale_held(status["role"])
         self.safe_time_lag.set(status["lag_ms"] / 1000)
@@ -402,6 +472,7 @@ class NodeMetrics:
         self.totals.values.update(
             {
                 "metastore_wal_fsync_seconds_total": status.get("fsync_seconds_total", 0.0),
+                "metastore_raft_persist_seconds_total": status.get("fsync_seconds_total", 0.0),
                 "metastore_peer_tls_revoked_refused_total": status.get(
                     "peer_tls_revoked_refused", 0
                 ),

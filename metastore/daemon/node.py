@@ -36,7 +36,7 @@ from collections.abc import Awaitable
 from pathlib import Path
 from typing import Any, Final
 
-from hlc import HybridClock, OffsetClock, SystemClock, physical_ms
+from hlc import HybridClock, OffsetClock, PhysicalClockError, SystemClock, physical_ms
 from metastore import limits as mlimits
 from metastore.apply_version import APPLY_VERSION_SUPPORTED
 from metastore.commands import ExpireSessions, InitCluster, encode_command
@@ -259,6 +259,7 @@ class MetastoreNode:
         )
         self.metrics = NodeMetrics(me.id)
         self.metrics.protection_in_force = lambda record_id: self.sm.state.gc.in_force(record_id)
+        self.metrics.scrape_state = self._scrape_state
         forward_to = {n.id: (n.host, n.client_port) for n in cluster.nodes}
         forward_to.update(_fault_addresses(FAULT_FORWARD_ADDRESSES_ENV, "forwarding"))
         self.forwarder = LeaderForwarder(
@@ -402,9 +403,22 @@ class MetastoreNode:
             "peer_round_trip_s": st.peer_round_trip_s,
             "wal": st.wal,
             "transport": st.transport,
+            "apply_seconds": self.sm.apply_seconds,  # the live map (kinds: a bounded set)
             "state_objects": self._state_objects(),
             **self.api.reply_backlog(),
         }
+
+    def _scrape_state(self) -> dict[str, float]:
+        """What /metrics reads of the replicated state beyond `_state_objects` (see
+        NodeMetrics.scrape_state). The lag uses the physical clock: a scrape must not tick
+        the HLC (a clock reading it refuses fences the node elsewhere; here it reads 0)."""
+        state = self.sm.state
+        oldest = state.gc.oldest_threshold()
+        lag_ms = 0
+        if oldest:
+            with contextlib.suppress(PhysicalClockError):
+                lag_ms = max(0, self.clock.physical_now_ms() - physical_ms(oldest))
+        return {"manifests": state.txns.manifest_count(), "gc_threshold_lag_s": lag_ms / 1000}
 
     def _state_objects(self) -> dict[str, int]:
         state = self.sm.state

@@ -6,6 +6,7 @@ import asyncio
 import concurrent.futures
 import logging
 import time
+from bisect import bisect_left
 from collections.abc import Callable, Sequence
 
 from metastore.commands import (
@@ -31,7 +32,27 @@ DECODED_AHEAD_MAX = 4
 # (`prepare_appended`): below it the hand-over costs more than the decode.
 DECODE_AHEAD_BYTES_MIN = 64 * 1024
 
+# Upper bounds (seconds) of the apply-duration histogram (`ApplySeconds`): most applies take
+# tens of microseconds; a large overwrite or a DDL over a big catalog takes milliseconds to
+# seconds, which every later entry (and every client of the node) waits for.
+APPLY_SECONDS_BUCKETS = (
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5
+)  # fmt: skip
+
 log = logging.getLogger("metastore.statemachine")
+
+
+class ApplySeconds:
+    """The apply durations of one command kind, as a histogram's plain numbers (rendered at
+    scrape time by metastore.daemon.metrics): a Prometheus observe per entry would cost more
+    than these two additions, and the loop applies every entry."""
+
+    __slots__ = ("bucket_counts", "seconds_total")
+
+    def __init__(self) -> None:
+        # Per bucket of APPLY_SECONDS_BUCKETS, then one for above the last bound.
+        self.bucket_counts = [0] * (len(APPLY_SECONDS_BUCKETS) + 1)
+        self.seconds_total = 0.0
 
 
 class CatalogStateMachine:
@@ -64,6 +85,9 @@ class CatalogStateMachine:
         # Entry bytes -> their decode, running in `_decoder` (`prepare_appended`).
         self._decoding: dict[bytes, concurrent.futures.Future[Command]] = {}
         self._decoder: concurrent.futures.ThreadPoolExecutor | None = None
+        # Command class -> how long its entries took to apply here (decode, the state's apply,
+        # the change feed). Keys are the command classes of metastore.commands: a bounded set.
+        self.apply_seconds: dict[type[Command], ApplySeconds] = {}
 
     def prepare_appended(self, entries: Sequence[Entry]) -> None:
         """Raft appended `entries` to this node's log (raft.node `prepare_appended`): a large
@@ -120,6 +144,7 @@ class CatalogStateMachine:
 
     def apply(self, entry: Entry) -> Outcome:
         if entry.kind is EntryKind.NORMAL:
+            started = time.perf_counter()
             try:
                 command = self._decode(entry.data)
             except CommandFromNewerReleaseError as e:
@@ -154,6 +179,7 @@ class CatalogStateMachine:
                     self._wake_watchers()
                 if outcome.ok and isinstance(command, RevokeCerts):
                     self._revoked()
+                self._note_apply(type(command), time.perf_counter() - started)
         else:
             outcome = self.state.observe_tick(entry.tm, entry.index)
         if self.check_invariants:
@@ -165,6 +191,13 @@ class CatalogStateMachine:
             else:
                 self._checks_skipped += 1
         return outcome
+
+    def _note_apply(self, kind: type[Command], seconds: float) -> None:
+        stats = self.apply_seconds.get(kind)
+        if stats is None:
+            stats = self.apply_seconds[kind] = ApplySeconds()
+        stats.seconds_total += seconds
+        stats.bucket_counts[bisect_left(APPLY_SECONDS_BUCKETS, seconds)] += 1
 
     def _running_jobs(self) -> set[int]:
         return {job.job_id for job in self.state.jobs.jobs(running_only=True)}

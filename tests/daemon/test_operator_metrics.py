@@ -22,6 +22,7 @@ from prometheus_client import generate_latest
 
 from metastore.client import SyncMetastoreClient
 from metastore.daemon.metrics import NodeMetrics
+from metastore.limits import GC_TTL_MS_DEFAULT
 from raft.framing import encode_frame
 from tests.daemon.harness import FRAME_MAX, MetastoreCluster, metastore_cluster
 
@@ -128,6 +129,11 @@ def test_every_node_has_a_leader_and_counts_its_election(cluster: MetastoreClust
     for f in followers:
         assert m[f'metastore_peer_messages_sent_total{{peer="{f}"}}'] > 0
         assert m[f'metastore_peer_messages_received_total{{peer="{f}"}}'] > 0
+        # Replication traffic per link, in bytes: at least a frame header per message.
+        sent_bytes = m[f'metastore_peer_sent_bytes_total{{peer="{f}"}}']
+        assert sent_bytes >= 4 * m[f'metastore_peer_messages_sent_total{{peer="{f}"}}']
+        assert m[f'metastore_peer_received_bytes_total{{peer="{f}"}}'] > 0
+        assert f'metastore_peer_snapshot_send_seconds_count{{peer="{f}"}}' in m
 
 
 def _raft_port(c: MetastoreCluster, node_id: int) -> int:
@@ -165,6 +171,26 @@ def test_wal_fsync_histogram_counts_every_commit(cluster: MetastoreCluster) -> N
     assert after["metastore_wal_fsync_duration_seconds_sum"] > before.get(
         "metastore_wal_fsync_duration_seconds_sum", 0.0
     )
+
+
+def test_apply_durations_count_every_commit_on_every_node(cluster: MetastoreCluster) -> None:
+    """A slow apply holds up every later entry and every client of the node; nothing showed
+    how long applies took, nor of which command (only the apply lag in entries)."""
+    cluster.wait_ready()
+    count = 'metastore_apply_duration_seconds_count{command="CommitTxn"}'
+    total = 'metastore_apply_duration_seconds_sum{command="CommitTxn"}'
+    before = {i: scrape(cluster, i).get(count, 0) for i in cluster.ids}
+    with _client(cluster) as writer:
+        commit_files(writer, 5)
+    for node_id in cluster.ids:
+        wait_for(
+            f"node {node_id} times the commits' applies",
+            lambda n=node_id: scrape(cluster, n).get(count, 0) >= before[n] + 5,
+        )
+        m = scrape(cluster, node_id)
+        inf = 'metastore_apply_duration_seconds_bucket{command="CommitTxn",le="+Inf"}'
+        assert m[inf] == m[count]
+        assert 0 < m[total] < m[count]  # well under a second each
 
 
 def _objects(c: MetastoreCluster, node_id: int, kind: str) -> float:
@@ -214,6 +240,29 @@ def test_gc_last_success_timestamp_is_set_by_a_completed_run(cluster: MetastoreC
     after = scrape(cluster, leader)[name]
     assert after > before
     assert started - 1 <= after <= time.time() + 1
+
+
+def test_gc_threshold_lag_and_manifests_are_reported_by_every_node(
+    cluster: MetastoreCluster,
+) -> None:
+    """How far behind the clock GC keeps the oldest threshold, from the replicated state: every
+    node reports it, a follower and a node just restarted alike (the last-success timestamp is
+    the leader's alone and 0 after a restart). A GC run moves the table's threshold to Tm minus
+    its TTL (the default, 25 h), so the lag is that TTL, plus the seconds since the run."""
+    cluster.wait_ready()
+    ttl_s = GC_TTL_MS_DEFAULT / 1000
+    with _client(cluster) as writer, _client(cluster, role="admin") as admin:
+        commit_files(writer, 1)
+        admin.gc_run()
+    lag = "metastore_gc_threshold_lag_seconds"
+    for node_id in cluster.ids:
+        wait_for(
+            f"node {node_id} applies the run's threshold",
+            lambda n=node_id: scrape(cluster, n).get(lag, 0) > 0,
+        )
+        m = scrape(cluster, node_id)
+        assert ttl_s - 1 <= m[lag] < ttl_s + WAIT_S, m[lag]  # 1 s: the clocks of the nodes
+        assert m['metastore_state_objects{kind="manifests"}'] >= 0
 
 
 def test_held_bytes_of_a_released_protection_are_not_reported(cluster: MetastoreCluster) -> None:
@@ -360,3 +409,46 @@ def test_apply_lag_is_commit_minus_applied() -> None:
 
 def _text(metrics: NodeMetrics) -> str:
     return generate_latest(metrics.registry).decode()
+
+
+def test_peer_bytes_and_snapshot_send_seconds_come_from_the_transport_stats() -> None:
+    """Per-peer replication bytes and the time each chunked snapshot took to reach its
+    follower (stub status, no node): an operator could not tell a saturated link, nor a
+    follower that needs minutes to receive a snapshot, from the message counts."""
+    metrics = NodeMetrics(1)
+    peers = {
+        2: {
+            "connected": True,
+            "bytes_sent": 5_000,
+            "bytes_received": 700,
+            "snapshot_transfers_completed": 2,
+            "snapshot_send_seconds_total": 3.5,
+        },
+        3: {"connected": False},
+    }
+    status = {"term": 2, "leader": 1, "commit_index": 9, "applied_index": 9, "lag_ms": 0}
+    metrics.refresh({**status, "role": "leader", "ready": True, "transport": {"peers": peers}})
+    text = _text(metrics)
+    assert 'metastore_peer_sent_bytes_total{peer="2"} 5000.0' in text
+    assert 'metastore_peer_received_bytes_total{peer="2"} 700.0' in text
+    assert 'metastore_peer_sent_bytes_total{peer="3"} 0.0' in text
+    assert 'metastore_peer_snapshot_send_seconds_count{peer="2"} 2.0' in text
+    assert 'metastore_peer_snapshot_send_seconds_sum{peer="2"} 3.5' in text
+    assert 'metastore_peer_snapshot_send_seconds_count{peer="3"} 0.0' in text
+
+
+def test_persist_time_and_sync_time_have_names_that_say_which() -> None:
+    """`metastore_wal_fsync_seconds_total` counts the driver's writes as well as its syncs (the
+    name says fsync): the persist time has a name of its own, the old name keeps its meaning,
+    and the syncs alone are the fsync histogram's sum (stub status, no node)."""
+    metrics = NodeMetrics(1)
+    status = {"term": 2, "leader": 1, "commit_index": 9, "applied_index": 9, "lag_ms": 0}
+    wal = {"fsync_seconds_total": 1.0, "fsync_bucket_counts": (0,) * 13 + (4,)}
+    metrics.refresh(
+        {**status, "role": "leader", "ready": True, "fsync_seconds_total": 2.5, "wal": wal}
+    )
+    text = _text(metrics)
+    assert "metastore_raft_persist_seconds_total 2.5" in text
+    assert "metastore_wal_fsync_seconds_total 2.5" in text
+    assert "metastore_wal_fsync_duration_seconds_sum 1.0" in text
+    assert "metastore_wal_fsync_duration_seconds_count 4.0" in text

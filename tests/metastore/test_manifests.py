@@ -472,6 +472,42 @@ def test_gc_deletes_replaced_manifests_and_expands_dead_ones_once_below_the_thre
     assert d.state.txns.dead_files(tid, t4) == (0, 0)
 
 
+def test_manifest_count_and_oldest_threshold_follow_compactions_and_gc() -> None:
+    """What `metastore_state_objects{kind="manifests"}` and `metastore_gc_threshold_lag_seconds`
+    read at each scrape: the manifests of every registered table (compactions add and replace
+    them, GC takes the dead ones), and the lowest threshold GC has set on any table."""
+    d, store = Driver(), Store()
+    d.ok("CREATE NAMESPACE ns")
+    d.ok("CREATE TABLE ns.a (x INT) TBLPROPERTIES ('gc.ttl' = '1s')")
+    d.ok("CREATE TABLE ns.b (x INT) TBLPROPERTIES ('gc.ttl' = '2s')")
+    tick(d, DD_MS + 1)
+    assert d.state.txns.manifest_count() == 0
+    assert d.state.gc.oldest_threshold() == 0  # GC has moved no threshold yet
+    ok(d, add("t1", "a", "b"))
+    ok(d, add("t2", "c"))
+    first = plan(d, store, entries_max=2)
+    assert first is not None
+    ok(d, command(d, store, first))
+    tid = table_id(d)
+    assert d.state.txns.manifest_count() == 2
+    ok(d, add("t3", remove=("a",)))
+    ok(d, add("t4", "e", remove=("c",)))
+    compact(d, store)
+    assert d.state.txns.manifest_count() == len(d.state.txns.manifest_refs(tid)) == 3
+    tick(d, 2_500)  # past both TTLs
+    b = TableName.of("ns", "b")
+    b_id = d.state.current(b).table_id
+    ok(d, AdvanceGcThreshold(table=A, table_id=tid, up_to=d.tm))  # takes the dead [c-]
+    assert d.state.txns.manifest_count() == len(d.state.txns.manifest_refs(tid)) == 2
+    assert d.state.gc.oldest_threshold() == d.state.gc.threshold(tid) > 0
+    ok(d, AdvanceGcThreshold(table=b, table_id=b_id, up_to=d.tm))
+    # b's TTL is longer: its threshold is the older one.
+    assert d.state.gc.oldest_threshold() == d.state.gc.threshold(b_id) < d.state.gc.threshold(tid)
+    again = MetastoreState.from_snapshot(d.state.to_snapshot())
+    assert again.txns.manifest_count() == 2
+    assert again.gc.oldest_threshold() == d.state.gc.oldest_threshold()
+
+
 def test_entries_dead_at_the_gc_threshold_are_split_into_a_dead_manifest() -> None:
     d, store = ready(), Store()
     ok(d, add("t1", "a", "b"))

@@ -170,6 +170,40 @@ async def test_a_snapshot_over_the_real_frame_limit_arrives_whole() -> None:
         assert peer(a, 2)["snapshot_chunk_bytes_sent"] == encoded_bytes(msg)
 
 
+async def test_bytes_each_way_and_the_send_duration_are_counted_per_peer() -> None:
+    """The per-peer byte counters behind `metastore_peer_bytes_sent/received_total` and the
+    send duration behind `metastore_peer_snapshot_send_seconds`: an operator could not tell
+    which peer link carried the replication traffic, nor how long a snapshot took to reach a
+    follower (the transport counted messages and chunk bytes only)."""
+    a_inbox, b_inbox = Inbox(), Inbox()
+    a, b = make(1, a_inbox, **SMALL), make(2, b_inbox, **SMALL)
+    async with running(a, b):
+        mesh({1: a, 2: b})
+        msg = snapshot_msg(256 * KIB)
+        a.send(hb(1, 2, 1))
+        a.send(msg)
+        await eventually(
+            lambda: peer(a, 2)["snapshot_transfers_completed"] == 1, "acknowledged whole"
+        )
+        b.send(hb(2, 1, 3))
+        await eventually(lambda: len(a_inbox.messages) == 1, "b's heartbeat delivered")
+        sent = peer(a, 2)
+        heartbeat_frame_bytes = len(encode_frame(encode_message(hb(1, 2, 1)), max_frame_bytes=KIB))
+        # The heartbeat's frame plus every chunk frame (data and its small header).
+        assert sent["bytes_sent"] > encoded_bytes(msg) + heartbeat_frame_bytes
+        assert sent["bytes_sent"] < encoded_bytes(msg) + 16 * KIB
+        # What one side sent on its link, the other read from it (the acks and b's heartbeat
+        # the other way), once everything arrived.
+        await eventually(
+            lambda: peer(b, 1)["bytes_received"] == peer(a, 2)["bytes_sent"], "a -> b bytes"
+        )
+        await eventually(
+            lambda: peer(a, 2)["bytes_received"] == peer(b, 1)["bytes_sent"] > 0, "b -> a bytes"
+        )
+        assert 0 < sent["snapshot_send_seconds_total"] < TRANSFER_WAIT_S
+        assert peer(b, 1)["snapshot_send_seconds_total"] == 0.0  # b sent none
+
+
 async def test_messages_sent_during_a_transfer_are_not_held_behind_it() -> None:
     a_inbox, b_inbox = Inbox(), Inbox()
     a, b = make(1, a_inbox, **SMALL), make(2, b_inbox, **SMALL)
