@@ -169,6 +169,64 @@ class TableOptionMismatchError(DataSourceOptionError):
         self.path = path
 
 
+class UnknownOptionError(DataSourceOptionError):
+    """An option a `format("metastore")` read or write does not take: a misspelt one
+    (`asof`, `txnId`) would otherwise do nothing, silently - a read at now instead of the time
+    asked for, a retried append committed twice - so nothing is read or written. `known` lists
+    the options that kind of plan takes; `suggestion` is the closest of them ("" if none)."""
+
+    code = "UNKNOWN_OPTION"
+
+    def __init__(self, message: str, *, option: str, known: tuple[str, ...], suggestion: str):
+        super().__init__(message, option=option)
+        self.known = known
+        self.suggestion = suggestion
+
+
+# The options of a read and of a write, as Spark hands them (keys lower-cased). `path` is the
+# argument of load()/save(). A write takes `as_of` only to refuse it with its own reason.
+READ_OPTIONS: tuple[str, ...] = ("table", "path", "as_of")
+WRITE_OPTIONS: tuple[str, ...] = (
+    "table",
+    "path",
+    "txn_id",
+    "loose_files_max",
+    "session_ttl_ms",
+    "keep_max_ms",
+    "as_of",
+)
+
+
+def check_option_names(options: Any, *, write: bool) -> None:
+    """Refuse (UnknownOptionError) the first option a read (`write` False) or write does not
+    take, naming it, the closest known option and what it does instead."""
+    import difflib
+
+    known = WRITE_OPTIONS if write else READ_OPTIONS
+    what = "a write" if write else "a read"
+    table = options.get("table") or options.get("path") or "?"
+    for name in sorted(options.keys()):
+        if str(name).lower() in known:
+            continue
+        if not write and str(name).lower() in WRITE_OPTIONS:
+            hint = f"{name!r} is a write option and does nothing on a read: remove it"
+            suggestion = ""
+        else:
+            close = difflib.get_close_matches(
+                str(name).lower().replace("-", "_"), known, n=1, cutoff=0.6
+            )
+            suggestion = close[0] if close else ""
+            hint = f"did you mean {suggestion!r}?" if suggestion else "remove it"
+        raise UnknownOptionError(
+            f"format('metastore') got .option({str(name)!r}, ...) on {what} of {table}, an "
+            f"option it does not take; nothing was {'written' if write else 'read'}: {hint} "
+            f"(the options of {what}: {', '.join(known)})",
+            option=str(name),
+            known=known,
+            suggestion=suggestion,
+        )
+
+
 def _client(endpoints: list[str], token: str, tls: ClientTls | None = None) -> Any:
     from metastore.client import SyncMetastoreClient
 
@@ -190,7 +248,22 @@ def _resolve_ts(client: Any, text: str | None) -> int:
             return max(now, int(client.read_ts()))
         except UnknownOpError:
             return now  # an older release's node: its reads at now are the best on offer
-    return check_as_of(parse_ts(str(text), now_ms=client.clock.physical_now_ms()), text)
+    # A time without a UTC offset is refused, not read as UTC: Spark SQL's `TIMESTAMP AS OF`
+    # and Delta's `timestampAsOf` read it in the session's time zone, which a Python data
+    # source never sees (measured, pyspark 4.3: its planner gets the options only, no session
+    # conf, no TaskContext), so any zone chosen here could silently read another version.
+    return check_as_of(
+        parse_ts(
+            str(text),
+            now_ms=client.clock.physical_now_ms(),
+            zone_less=None,
+            zone_less_refusal=(
+                " is not read by format('metastore'): Spark reads one in the session time zone "
+                "(spark.sql.session.timeZone), which a Python data source cannot see"
+            ),
+        ),
+        text,
+    )
 
 
 # An AS OF below this (HLC of 2000-01-01T00:00:00Z) names a time before any cluster existed:
@@ -1017,6 +1090,9 @@ class MetastoreDataSource(DataSource):
     def schema(self) -> StructType:
         from spark_bridge.conform import pinned_struct
 
+        # Spark asks a write's data source for no schema (measured, pyspark 4.3): this is a read.
+        check_option_names(self.options, write=False)
+
         return pinned_struct(self._pin()["schema"]["schema"]["columns"])
 
     def reader(self, schema: StructType) -> DataSourceReader:
@@ -1046,6 +1122,7 @@ class MetastoreDataSource(DataSource):
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         from spark_bridge.conform import SchemaMismatchError, conform_plan, write_columns
 
+        check_option_names(self.options, write=True)
         if self.options.get("as_of") not in (None, ""):
             # A write lands now (at a commit timestamp above every commit so far), under the
             # schema in force then: "as of" a past time it would be written under that time's
@@ -1090,8 +1167,18 @@ class MetastoreDataSource(DataSource):
         loose_max = _int_option(self.options, "loose_files_max")
         ttl = _int_option(self.options, "session_ttl_ms")
         keep_max_ms = _int_option(self.options, "keep_max_ms")
+        if loose_max is not None and loose_max < 0:
+            raise DataSourceOptionError(
+                f"option 'loose_files_max' must be 0 (never compact) or more, not {loose_max}; "
+                "nothing was written",
+                option="loose_files_max",
+            )
         if keep_max_ms is not None and keep_max_ms <= 0:
-            raise ValueError(f"option 'keep_max_ms' must be a positive number, not {keep_max_ms}")
+            raise DataSourceOptionError(
+                f"option 'keep_max_ms' must be a positive number of milliseconds, not "
+                f"{keep_max_ms}; nothing was written",
+                option="keep_max_ms",
+            )
         client = _client(self.ENDPOINTS, self.TOKEN, self.TLS)
         try:
             session_id, ttl_ms = open_write_session(
@@ -1177,14 +1264,18 @@ def _table_key(name: str) -> str:
 
 
 def _int_option(options: Any, name: str) -> int | None:
-    """The integer write option `name`, None when not given; ValueError naming it if not one."""
+    """The integer write option `name`, None when not given; DataSourceOptionError (a
+    ValueError) naming it if not one."""
     value = options.get(name)
     if value in (None, ""):
         return None
     try:
         return int(value)
     except (TypeError, ValueError):
-        raise ValueError(f"option {name!r} must be an integer, not {value!r}") from None
+        raise DataSourceOptionError(
+            f"option {name!r} must be an integer, not {value!r}; nothing was written",
+            option=name,
+        ) from None
 
 
 def _release_write_session(source: MetastoreDataSource, session_id: str, keeper_dir: str) -> None:
