@@ -12,9 +12,16 @@
     #           (default: the cluster's loose_files_max setting)
     # optional: .option("session_ttl_ms", "1800000") the TTL of the append's session (below)
     # optional: .option("keep_max_ms", "86400000") how long the driver keeps it at most (below)
+    # any other option (a typo: "asof", "txnId"), or a write option on a read, is refused
+    #   (UnknownOptionError, naming it and the closest known one): it would do nothing, silently
 
-Reads pin one timestamp (the `as_of` option — an HLC integer, ISO-8601 time, `-5m`-style relative
-time or `now` — default now, or the newest acknowledged commit's ts if that is later; epoch seconds
+Reads pin one timestamp (the `as_of` option — an HLC integer, ISO-8601 time with its UTC offset
+(`...Z`, `...+02:00`), `-5m`-style relative time or `now` — default now; a time without an offset
+is refused (TimestampParseError): Spark SQL's `TIMESTAMP AS OF` and Delta's `timestampAsOf` read
+one in the session time zone, which a Python data source never sees (its planner gets the
+options only; measured, pyspark 4.3), and reading it as UTC, as earlier releases did, silently
+read another version in any other session zone; `MetastoreBridge.read_table` reads one in the
+session zone — or the newest acknowledged commit's ts if that is later; epoch seconds
 or milliseconds are refused, naming the HLC integer and ISO time they stand for; a write refuses
 the option, typed, while it is planned: a write commits now, under the schema in force now, so
 it cannot be "as of" a past time), take the schema in force then and the
@@ -96,8 +103,12 @@ what `reader()` reads. The connection settings travel as class attributes of a s
 `register()` (options would show the token in query plans), TLS options (`ClientTls`: file
 paths, read where the client runs, i.e. on the driver host) included. `saveAsTable(name)` and
 `insertInto(name)` never hand the data source the name (measured, 4.3: its options are the
-writer's own, without a `path`), and Spark records a table of its own catalog under it: the
-append goes to the `table` option's table whatever the name says; use `save()`.
+writer's own, without a `path`), and Spark records a table of its own catalog under it: without
+a `table` option the write is refused (DataSourceOptionError saying to use `save('ns.table')`,
+nothing written, no catalog entry left); with one, the append goes to the option's table whatever
+the name says, and the catalog entry Spark leaves (provider metastore, no options kept) refuses
+reads and inserts the same way, saying to DROP it. `saveAsTable('ns.table')` fails in Spark
+itself when spark_catalog has no namespace `ns` (SCHEMA_NOT_FOUND). Use `save()`.
 """
 
 from __future__ import annotations
@@ -1066,9 +1077,19 @@ class MetastoreDataSource(DataSource):
                 path=str(path),
             )
         if not (table or path):
+            # Also what saveAsTable(name), insertInto(name), writeTo(name).create() and
+            # spark.table(name) of a Spark catalog table of provider metastore end in: Spark
+            # hands a Python data source neither the name nor (for a catalog table) the
+            # options it was written with (measured, pyspark 4.3), so the message says so.
             raise DataSourceOptionError(
-                "format('metastore') needs the table: .load('ns.table') / .save('ns.table') "
-                "or .option('table', 'ns.table')",
+                "format('metastore') got no table, so nothing was read or written: name it "
+                "with .load('ns.table') / .mode('append').save('ns.table') or "
+                ".option('table', 'ns.table'). saveAsTable(name), insertInto(name), "
+                "writeTo(name) and spark.table(name) do not work with format('metastore'): "
+                "Spark never hands a Python data source that name (it keeps it for its own "
+                "catalog, spark_catalog); use save('ns.table'). A Spark catalog table of "
+                "provider metastore (what a saveAsTable with a 'table' option leaves) holds "
+                "nothing of the metastore: DROP TABLE it",
                 option="table",
             )
         return str(table or path)
