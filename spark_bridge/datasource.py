@@ -10,7 +10,8 @@
     #           much later (the id's mark: metastore.client.txn_marks)
     # optional: .option("loose_files_max", "10000") compacts the table into manifests past it
     #           (default: the cluster's loose_files_max setting)
-    # optional: .option("session_ttl_ms", "1800000") the TTL of the append's session (below)
+    # optional: .option("session_ttl_ms", "1800000") the TTL of the append's session (below;
+    #           500..3600000, else DataSourceOptionError naming it)
     # optional: .option("keep_max_ms", "86400000") how long the driver keeps it at most (below)
     # any other option (a typo: "asof", "txnId"), or a write option on a read, is refused
     #   (UnknownOptionError, naming it and the closest known one): it would do nothing, silently
@@ -1193,6 +1194,15 @@ class MetastoreDataSource(DataSource):
                 f"option 'loose_files_max' must be 0 (never compact) or more, not {loose_max}; "
                 "nothing was written",
                 option="loose_files_max",
+            )
+        from metastore.limits import SESSION_TTL_MS_MAX, SESSION_TTL_MS_MIN
+
+        if ttl is not None and not SESSION_TTL_MS_MIN <= ttl <= SESSION_TTL_MS_MAX:
+            # Refused here, naming the option: the metastore's refusal names its `ttl_ms`.
+            raise DataSourceOptionError(
+                f"option 'session_ttl_ms' must be in {SESSION_TTL_MS_MIN}..{SESSION_TTL_MS_MAX} "
+                f"(milliseconds), not {ttl}; nothing was written",
+                option="session_ttl_ms",
             )
         if keep_max_ms is not None and keep_max_ms <= 0:
             raise DataSourceOptionError(

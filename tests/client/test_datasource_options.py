@@ -131,6 +131,9 @@ def test_an_unknown_write_option_is_refused_before_any_session(
         ("session_ttl_ms", "10m", "must be an integer"),
         ("keep_max_ms", "1.5", "must be an integer"),
         ("keep_max_ms", "0", "must be a positive number"),
+        # The metastore's own refusal named `ttl_ms`, an argument the user never wrote.
+        ("session_ttl_ms", "0", "in 500..3600000"),
+        ("session_ttl_ms", "86400000", "in 500..3600000"),
     ],
 )
 def test_a_bad_write_option_value_is_typed_naming_the_option(
