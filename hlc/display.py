@@ -182,8 +182,7 @@ def _parse_iso(text: str, stripped: str, zone_less: tzinfo | None, zone_less_ref
         if zone_less is None:
             raise _parse_error(
                 text,
-                f"{ZONE_LESS_REFUSED}{zone_less_refusal}; add one: "
-                "...Z for UTC or ...+02:00",
+                f"{ZONE_LESS_REFUSED}{zone_less_refusal}; add one: ...Z for UTC or ...+02:00",
             )
         dt = dt.replace(tzinfo=zone_less)  # fold 0: a repeated wall time's first instant
     try:

@@ -1441,14 +1441,48 @@ class MetastoreBridge:
 _SPARK_OFFSET_ZONE: Final = re.compile(r"(?:UTC|GMT|UT)?([+-])([0-9]{1,2})(?::?([0-9]{2}))?")
 
 
+# Java's `ZoneId.SHORT_IDS`, which Spark applies to the session time zone (`PST` is Los Angeles'
+# zone with its daylight saving, not a fixed -08:00); Python's zone database lacks most of them.
+_JAVA_SHORT_ZONE_IDS: Final = {
+    "ACT": "Australia/Darwin",
+    "AET": "Australia/Sydney",
+    "AGT": "America/Argentina/Buenos_Aires",
+    "ART": "Africa/Cairo",
+    "AST": "America/Anchorage",
+    "BET": "America/Sao_Paulo",
+    "BST": "Asia/Dhaka",
+    "CAT": "Africa/Harare",
+    "CNT": "America/St_Johns",
+    "CST": "America/Chicago",
+    "CTT": "Asia/Shanghai",
+    "EAT": "Africa/Addis_Ababa",
+    "ECT": "Europe/Paris",
+    "IET": "America/Indiana/Indianapolis",
+    "IST": "Asia/Kolkata",
+    "JST": "Asia/Tokyo",
+    "MIT": "Pacific/Apia",
+    "NET": "Asia/Yerevan",
+    "NST": "Pacific/Auckland",
+    "PLT": "Asia/Karachi",
+    "PNT": "America/Phoenix",
+    "PRT": "America/Puerto_Rico",
+    "PST": "America/Los_Angeles",
+    "SST": "Pacific/Guadalcanal",
+    "VST": "Asia/Ho_Chi_Minh",
+    "EST": "-05:00",
+    "MST": "-07:00",
+    "HST": "-10:00",
+}
+
+
 def spark_session_zone(spark: SparkSession) -> datetime.tzinfo:
     """The zone of `spark.sql.session.timeZone` (Spark's default: the JVM's zone), in which an
     ISO time without a UTC offset is read, as Spark reads one. A value Python cannot read as a
-    zone (some legacy three-letter IDs Java maps, as PST) raises TimestampParseError saying to
-    give the offset in the time instead."""
+    zone raises TimestampParseError saying to give the offset in the time instead."""
     import zoneinfo
 
     name = str(spark.conf.get("spark.sql.session.timeZone") or "UTC").strip()
+    name = _JAVA_SHORT_ZONE_IDS.get(name, name)
     if name.upper() in ("Z", "UTC", "GMT", "UT"):
         return datetime.UTC
     offset = _SPARK_OFFSET_ZONE.fullmatch(name.upper())
