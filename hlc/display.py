@@ -15,7 +15,7 @@ dates with dashes: `2026-11-22`, not `20261122`), text starting with `-` is a re
 from __future__ import annotations
 
 import re
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, tzinfo
 from typing import Final
 
 from hlc._check import int_in_range
@@ -42,10 +42,15 @@ _DATETIME_MAX_MS: Final = (datetime.max.replace(tzinfo=UTC) - _EPOCH) // timedel
 ACCEPTED_FORMS: Final = (
     f"an HLC integer (0..{MAX_TS}); "
     "an ISO-8601 time such as 2026-11-22T10:00:00.123Z or 2026-11-22T10:00:00+01:00 "
-    "(no zone means UTC; append +N after Z for a logical counter, e.g. ...123Z+5); "
+    "(without a zone the CLI reads UTC, the Spark bridge the session time zone, and "
+    "format('metastore') refuses it; append +N after Z for a logical counter, e.g. ...123Z+5); "
     "a relative time -<n><unit> with unit ms, s, m, h or d (e.g. -500ms, -30s, -5m, -2h, -1d); "
     "or now"
 )
+
+# How the refusal of a time without an offset (`zone_less=None`) begins: a caller that can find
+# a zone only at a cost (a Spark session's, one round trip) parses first without one.
+ZONE_LESS_REFUSED: Final = "an ISO-8601 time without a UTC offset"
 
 _UNIT_MS: Final = {"ms": 1, "s": 1_000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 _INTEGER: Final = re.compile(r"[0-9]+")
@@ -106,8 +111,17 @@ def from_datetime(dt: datetime) -> int:
     return make_ts(ms)
 
 
-def parse_ts(text: str, *, now_ms: int) -> int:
+def parse_ts(
+    text: str, *, now_ms: int, zone_less: tzinfo | None = UTC, zone_less_refusal: str = ""
+) -> int:
     """Read a timestamp typed by a person; see ACCEPTED_FORMS. `now_ms` anchors `now` and `-5m`.
+
+    An ISO-8601 time without a UTC offset (`2026-11-22 10:00`, `2026-11-22`) is read in
+    `zone_less` (UTC unless the caller knows a better zone, as a Spark session's time zone is
+    for Spark users); with `zone_less` None it is refused, the reason saying why
+    (`zone_less_refusal`) and to add an offset. A wall time a daylight-saving change repeats is
+    its first instant, one it skips is read with the offset before the change (both as Java's
+    `ZonedDateTime.of`, i.e. Spark, resolves them). An explicit offset is always honoured.
 
     Raises TimestampParseError (a ValueError) for anything else, including out-of-range values;
     the message lists the accepted forms.
@@ -133,7 +147,7 @@ def parse_ts(text: str, *, now_ms: int) -> int:
         return value
     if stripped.startswith("-"):
         return _parse_relative(text, stripped, now_ms)
-    return _parse_iso(text, stripped)
+    return _parse_iso(text, stripped, zone_less, zone_less_refusal)
 
 
 def _parse_relative(text: str, stripped: str, now_ms: int) -> int:
@@ -151,7 +165,7 @@ def _parse_relative(text: str, stripped: str, now_ms: int) -> int:
     return make_ts(ms)
 
 
-def _parse_iso(text: str, stripped: str) -> int:
+def _parse_iso(text: str, stripped: str, zone_less: tzinfo | None, zone_less_refusal: str) -> int:
     counter = 0
     suffix = _LOGICAL_SUFFIX.fullmatch(stripped)
     if suffix is not None:
@@ -164,6 +178,13 @@ def _parse_iso(text: str, stripped: str) -> int:
         dt = datetime.fromisoformat(stripped.upper())
     except (ValueError, OverflowError) as exc:
         raise _parse_error(text, f"not an ISO-8601 time ({exc})") from None
+    if dt.tzinfo is None:
+        if zone_less is None:
+            raise _parse_error(
+                text,
+                f"{ZONE_LESS_REFUSED}{zone_less_refusal}; add one: ...Z for UTC or ...+02:00",
+            )
+        dt = dt.replace(tzinfo=zone_less)  # fold 0: a repeated wall time's first instant
     try:
         base = from_datetime(dt)
     except TimestampRangeError:

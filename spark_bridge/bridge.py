@@ -60,6 +60,7 @@ from __future__ import annotations
 import datetime
 import logging
 import os
+import re
 import sys
 import threading
 import time
@@ -70,7 +71,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, cast
 
-from hlc import HlcError, parse_ts, to_iso
+from hlc import HlcError, TimestampParseError, parse_ts, to_iso
+from hlc.display import ZONE_LESS_REFUSED
 from hlc.limits import LOGICAL_BITS
 from metastore.client import FILES_PAGE_LIMIT, SyncMetastoreClient
 from metastore.client.java_lower import java_lower_root
@@ -1235,14 +1237,17 @@ class MetastoreBridge:
     # ---------------------------------------------------------------- reads outside batches
 
     def timestamp(self, as_of: int | str | datetime.datetime) -> int:
-        """`as_of` as an HLC timestamp: an HLC integer as is, text as format("metastore")'s
-        `as_of` option and the CLI's `--as-of` read it (HLC digits, ISO-8601, `-5m`, `now`;
-        relative to this driver's clock), or a timezone-aware `datetime.datetime` (the instant
-        it names, as its ISO-8601 text reads). Anything else raises hlc.TimestampParseError (a
-        ValueError naming the accepted forms) before any request is sent, as does a naive
-        datetime (no tzinfo: usually local time, which read as UTC would be hours off) and a
-        value before 2000 (epoch seconds or milliseconds read as an HLC integer: the error
-        gives the HLC integer and ISO time they stand for)."""
+        """`as_of` as an HLC timestamp: an HLC integer as is, text as the CLI's `--as-of` reads
+        it (HLC digits, ISO-8601, `-5m`, `now`; relative to this driver's clock) except that an
+        ISO time without a UTC offset (`2026-01-01 10:00:00`) is read in the Spark session's
+        time zone (`spark.sql.session.timeZone`, read at this call), as Spark SQL reads
+        `TIMESTAMP AS OF '2026-01-01 10:00:00'` and Delta its `timestampAsOf` option (earlier
+        releases read it as UTC; `Z` or `+02:00` are honoured exactly, as ever), or a
+        timezone-aware `datetime.datetime` (the instant it names). Anything else raises
+        hlc.TimestampParseError (a ValueError naming the accepted forms) before any request is
+        sent, as does a naive datetime (no tzinfo: usually local time, which read as UTC would
+        be hours off) and a value before 2000 (epoch seconds or milliseconds read as an HLC
+        integer: the error gives the HLC integer and ISO time they stand for)."""
         from spark_bridge.datasource import check_as_of
 
         if isinstance(as_of, int) and not isinstance(as_of, bool):
@@ -1250,9 +1255,16 @@ class MetastoreBridge:
         if isinstance(as_of, datetime.datetime):
             return check_as_of(_datetime_ts(as_of), as_of.isoformat())
         # parse_ts refuses a non-string (a bool, a float, a date) with the same error.
-        return check_as_of(
-            parse_ts(cast(str, as_of), now_ms=self.client.clock.physical_now_ms()), as_of
-        )
+        now_ms = self.client.clock.physical_now_ms()
+        try:
+            ts = parse_ts(cast(str, as_of), now_ms=now_ms, zone_less=None)
+        except TimestampParseError as exc:
+            if not exc.reason.startswith(ZONE_LESS_REFUSED):
+                raise
+            # Only a time without an offset needs the session's zone (a py4j round trip).
+            zone = spark_session_zone(self.spark)
+            ts = parse_ts(cast(str, as_of), now_ms=now_ms, zone_less=zone)
+        return check_as_of(ts, as_of)
 
     def read_table(
         self, table: str, *, as_of: int | str | datetime.datetime | None = None
@@ -1422,6 +1434,76 @@ class MetastoreBridge:
             dry_run=dry_run,
             progress=progress,
         )
+
+
+# A zone Spark's session time zone may name besides a region ID: an offset, bare or after UTC,
+# GMT or UT (Java's `ZoneId.of` forms: `+2`, `+02`, `+02:00`, `+0200`, `GMT+1`, `UTC-03:30`).
+_SPARK_OFFSET_ZONE: Final = re.compile(r"(?:UTC|GMT|UT)?([+-])([0-9]{1,2})(?::?([0-9]{2}))?")
+
+
+# Java's `ZoneId.SHORT_IDS`, which Spark applies to the session time zone (`PST` is Los Angeles'
+# zone with its daylight saving, not a fixed -08:00); Python's zone database lacks most of them.
+_JAVA_SHORT_ZONE_IDS: Final = {
+    "ACT": "Australia/Darwin",
+    "AET": "Australia/Sydney",
+    "AGT": "America/Argentina/Buenos_Aires",
+    "ART": "Africa/Cairo",
+    "AST": "America/Anchorage",
+    "BET": "America/Sao_Paulo",
+    "BST": "Asia/Dhaka",
+    "CAT": "Africa/Harare",
+    "CNT": "America/St_Johns",
+    "CST": "America/Chicago",
+    "CTT": "Asia/Shanghai",
+    "EAT": "Africa/Addis_Ababa",
+    "ECT": "Europe/Paris",
+    "IET": "America/Indiana/Indianapolis",
+    "IST": "Asia/Kolkata",
+    "JST": "Asia/Tokyo",
+    "MIT": "Pacific/Apia",
+    "NET": "Asia/Yerevan",
+    "NST": "Pacific/Auckland",
+    "PLT": "Asia/Karachi",
+    "PNT": "America/Phoenix",
+    "PRT": "America/Puerto_Rico",
+    "PST": "America/Los_Angeles",
+    "SST": "Pacific/Guadalcanal",
+    "VST": "Asia/Ho_Chi_Minh",
+    "EST": "-05:00",
+    "MST": "-07:00",
+    "HST": "-10:00",
+}
+
+
+def spark_session_zone(spark: SparkSession) -> datetime.tzinfo:
+    """The zone of `spark.sql.session.timeZone` (Spark's default: the JVM's zone), in which an
+    ISO time without a UTC offset is read, as Spark reads one. A value Python cannot read as a
+    zone raises TimestampParseError saying to give the offset in the time instead."""
+    import zoneinfo
+
+    name = str(spark.conf.get("spark.sql.session.timeZone") or "UTC").strip()
+    name = _JAVA_SHORT_ZONE_IDS.get(name, name)
+    if name.upper() in ("Z", "UTC", "GMT", "UT"):
+        return datetime.UTC
+    offset = _SPARK_OFFSET_ZONE.fullmatch(name.upper())
+    if offset is not None:
+        sign = -1 if offset.group(1) == "-" else 1
+        minutes = int(offset.group(2)) * 60 + int(offset.group(3) or 0)
+        return datetime.timezone(sign * datetime.timedelta(minutes=minutes))
+    try:
+        return zoneinfo.ZoneInfo(name)
+    except (ValueError, zoneinfo.ZoneInfoNotFoundError):
+        from hlc import ACCEPTED_FORMS, TimestampParseError
+
+        raise TimestampParseError(
+            text=name[:64],
+            reason=(
+                "the Spark session's time zone (spark.sql.session.timeZone), in which a time "
+                "without a UTC offset is read, is no zone Python knows: give the offset in the "
+                "time (...Z or ...+02:00) or set the session zone to a region ID"
+            ),
+            accepted=ACCEPTED_FORMS,
+        ) from None
 
 
 def _datetime_ts(instant: datetime.datetime) -> int:

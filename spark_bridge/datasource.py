@@ -10,11 +10,19 @@
     #           much later (the id's mark: metastore.client.txn_marks)
     # optional: .option("loose_files_max", "10000") compacts the table into manifests past it
     #           (default: the cluster's loose_files_max setting)
-    # optional: .option("session_ttl_ms", "1800000") the TTL of the append's session (below)
+    # optional: .option("session_ttl_ms", "1800000") the TTL of the append's session (below;
+    #           500..3600000, else DataSourceOptionError naming it)
     # optional: .option("keep_max_ms", "86400000") how long the driver keeps it at most (below)
+    # any other option (a typo: "asof", "txnId"), or a write option on a read, is refused
+    #   (UnknownOptionError, naming it and the closest known one): it would do nothing, silently
 
-Reads pin one timestamp (the `as_of` option — an HLC integer, ISO-8601 time, `-5m`-style relative
-time or `now` — default now, or the newest acknowledged commit's ts if that is later; epoch seconds
+Reads pin one timestamp (the `as_of` option — an HLC integer, ISO-8601 time with its UTC offset
+(`...Z`, `...+02:00`), `-5m`-style relative time or `now` — default now; a time without an offset
+is refused (TimestampParseError): Spark SQL's `TIMESTAMP AS OF` and Delta's `timestampAsOf` read
+one in the session time zone, which a Python data source never sees (its planner gets the
+options only; measured, pyspark 4.3), and reading it as UTC, as earlier releases did, silently
+read another version in any other session zone; `MetastoreBridge.read_table` reads one in the
+session zone — or the newest acknowledged commit's ts if that is later; epoch seconds
 or milliseconds are refused, naming the HLC integer and ISO time they stand for; a write refuses
 the option, typed, while it is planned: a write commits now, under the schema in force now, so
 it cannot be "as of" a past time), take the schema in force then and the
@@ -96,8 +104,12 @@ what `reader()` reads. The connection settings travel as class attributes of a s
 `register()` (options would show the token in query plans), TLS options (`ClientTls`: file
 paths, read where the client runs, i.e. on the driver host) included. `saveAsTable(name)` and
 `insertInto(name)` never hand the data source the name (measured, 4.3: its options are the
-writer's own, without a `path`), and Spark records a table of its own catalog under it: the
-append goes to the `table` option's table whatever the name says; use `save()`.
+writer's own, without a `path`), and Spark records a table of its own catalog under it: without
+a `table` option the write is refused (DataSourceOptionError saying to use `save('ns.table')`,
+nothing written, no catalog entry left); with one, the append goes to the option's table whatever
+the name says, and the catalog entry Spark leaves (provider metastore, no options kept) refuses
+reads and inserts the same way, saying to DROP it. `saveAsTable('ns.table')` fails in Spark
+itself when spark_catalog has no namespace `ns` (SCHEMA_NOT_FOUND). Use `save()`.
 """
 
 from __future__ import annotations
@@ -169,6 +181,64 @@ class TableOptionMismatchError(DataSourceOptionError):
         self.path = path
 
 
+class UnknownOptionError(DataSourceOptionError):
+    """An option a `format("metastore")` read or write does not take: a misspelt one
+    (`asof`, `txnId`) would otherwise do nothing, silently - a read at now instead of the time
+    asked for, a retried append committed twice - so nothing is read or written. `known` lists
+    the options that kind of plan takes; `suggestion` is the closest of them ("" if none)."""
+
+    code = "UNKNOWN_OPTION"
+
+    def __init__(self, message: str, *, option: str, known: tuple[str, ...], suggestion: str):
+        super().__init__(message, option=option)
+        self.known = known
+        self.suggestion = suggestion
+
+
+# The options of a read and of a write, as Spark hands them (keys lower-cased). `path` is the
+# argument of load()/save(). A write takes `as_of` only to refuse it with its own reason.
+READ_OPTIONS: tuple[str, ...] = ("table", "path", "as_of")
+WRITE_OPTIONS: tuple[str, ...] = (
+    "table",
+    "path",
+    "txn_id",
+    "loose_files_max",
+    "session_ttl_ms",
+    "keep_max_ms",
+    "as_of",
+)
+
+
+def check_option_names(options: Any, *, write: bool) -> None:
+    """Refuse (UnknownOptionError) the first option a read (`write` False) or write does not
+    take, naming it, the closest known option and what it does instead."""
+    import difflib
+
+    known = WRITE_OPTIONS if write else READ_OPTIONS
+    what = "a write" if write else "a read"
+    table = options.get("table") or options.get("path") or "?"
+    for name in sorted(options.keys()):
+        if str(name).lower() in known:
+            continue
+        if not write and str(name).lower() in WRITE_OPTIONS:
+            hint = f"{name!r} is a write option and does nothing on a read: remove it"
+            suggestion = ""
+        else:
+            close = difflib.get_close_matches(
+                str(name).lower().replace("-", "_"), known, n=1, cutoff=0.6
+            )
+            suggestion = close[0] if close else ""
+            hint = f"did you mean {suggestion!r}?" if suggestion else "remove it"
+        raise UnknownOptionError(
+            f"format('metastore') got .option({str(name)!r}, ...) on {what} of {table}, an "
+            f"option it does not take; nothing was {'written' if write else 'read'}: {hint} "
+            f"(the options of {what}: {', '.join(known)})",
+            option=str(name),
+            known=known,
+            suggestion=suggestion,
+        )
+
+
 def _client(endpoints: list[str], token: str, tls: ClientTls | None = None) -> Any:
     from metastore.client import SyncMetastoreClient
 
@@ -190,7 +260,22 @@ def _resolve_ts(client: Any, text: str | None) -> int:
             return max(now, int(client.read_ts()))
         except UnknownOpError:
             return now  # an older release's node: its reads at now are the best on offer
-    return check_as_of(parse_ts(str(text), now_ms=client.clock.physical_now_ms()), text)
+    # A time without a UTC offset is refused, not read as UTC: Spark SQL's `TIMESTAMP AS OF`
+    # and Delta's `timestampAsOf` read it in the session's time zone, which a Python data
+    # source never sees (measured, pyspark 4.3: its planner gets the options only, no session
+    # conf, no TaskContext), so any zone chosen here could silently read another version.
+    return check_as_of(
+        parse_ts(
+            str(text),
+            now_ms=client.clock.physical_now_ms(),
+            zone_less=None,
+            zone_less_refusal=(
+                " is not read by format('metastore'): Spark reads one in the session time zone "
+                "(spark.sql.session.timeZone), which a Python data source cannot see"
+            ),
+        ),
+        text,
+    )
 
 
 # An AS OF below this (HLC of 2000-01-01T00:00:00Z) names a time before any cluster existed:
@@ -993,9 +1078,19 @@ class MetastoreDataSource(DataSource):
                 path=str(path),
             )
         if not (table or path):
+            # Also what saveAsTable(name), insertInto(name), writeTo(name).create() and
+            # spark.table(name) of a Spark catalog table of provider metastore end in: Spark
+            # hands a Python data source neither the name nor (for a catalog table) the
+            # options it was written with (measured, pyspark 4.3), so the message says so.
             raise DataSourceOptionError(
-                "format('metastore') needs the table: .load('ns.table') / .save('ns.table') "
-                "or .option('table', 'ns.table')",
+                "format('metastore') got no table, so nothing was read or written: name it "
+                "with .load('ns.table') / .mode('append').save('ns.table') or "
+                ".option('table', 'ns.table'). saveAsTable(name), insertInto(name), "
+                "writeTo(name) and spark.table(name) do not work with format('metastore'): "
+                "Spark never hands a Python data source that name (it keeps it for its own "
+                "catalog, spark_catalog); use save('ns.table'). A Spark catalog table of "
+                "provider metastore (what a saveAsTable with a 'table' option leaves) holds "
+                "nothing of the metastore: DROP TABLE it",
                 option="table",
             )
         return str(table or path)
@@ -1016,6 +1111,9 @@ class MetastoreDataSource(DataSource):
 
     def schema(self) -> StructType:
         from spark_bridge.conform import pinned_struct
+
+        # Spark asks a write's data source for no schema (measured, pyspark 4.3): this is a read.
+        check_option_names(self.options, write=False)
 
         return pinned_struct(self._pin()["schema"]["schema"]["columns"])
 
@@ -1046,6 +1144,7 @@ class MetastoreDataSource(DataSource):
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         from spark_bridge.conform import SchemaMismatchError, conform_plan, write_columns
 
+        check_option_names(self.options, write=True)
         if self.options.get("as_of") not in (None, ""):
             # A write lands now (at a commit timestamp above every commit so far), under the
             # schema in force then: "as of" a past time it would be written under that time's
@@ -1090,8 +1189,27 @@ class MetastoreDataSource(DataSource):
         loose_max = _int_option(self.options, "loose_files_max")
         ttl = _int_option(self.options, "session_ttl_ms")
         keep_max_ms = _int_option(self.options, "keep_max_ms")
+        if loose_max is not None and loose_max < 0:
+            raise DataSourceOptionError(
+                f"option 'loose_files_max' must be 0 (never compact) or more, not {loose_max}; "
+                "nothing was written",
+                option="loose_files_max",
+            )
+        from metastore.limits import SESSION_TTL_MS_MAX, SESSION_TTL_MS_MIN
+
+        if ttl is not None and not SESSION_TTL_MS_MIN <= ttl <= SESSION_TTL_MS_MAX:
+            # Refused here, naming the option: the metastore's refusal names its `ttl_ms`.
+            raise DataSourceOptionError(
+                f"option 'session_ttl_ms' must be in {SESSION_TTL_MS_MIN}..{SESSION_TTL_MS_MAX} "
+                f"(milliseconds), not {ttl}; nothing was written",
+                option="session_ttl_ms",
+            )
         if keep_max_ms is not None and keep_max_ms <= 0:
-            raise ValueError(f"option 'keep_max_ms' must be a positive number, not {keep_max_ms}")
+            raise DataSourceOptionError(
+                f"option 'keep_max_ms' must be a positive number of milliseconds, not "
+                f"{keep_max_ms}; nothing was written",
+                option="keep_max_ms",
+            )
         client = _client(self.ENDPOINTS, self.TOKEN, self.TLS)
         try:
             session_id, ttl_ms = open_write_session(
@@ -1177,14 +1295,18 @@ def _table_key(name: str) -> str:
 
 
 def _int_option(options: Any, name: str) -> int | None:
-    """The integer write option `name`, None when not given; ValueError naming it if not one."""
+    """The integer write option `name`, None when not given; DataSourceOptionError (a
+    ValueError) naming it if not one."""
     value = options.get(name)
     if value in (None, ""):
         return None
     try:
         return int(value)
     except (TypeError, ValueError):
-        raise ValueError(f"option {name!r} must be an integer, not {value!r}") from None
+        raise DataSourceOptionError(
+            f"option {name!r} must be an integer, not {value!r}; nothing was written",
+            option=name,
+        ) from None
 
 
 def _release_write_session(source: MetastoreDataSource, session_id: str, keeper_dir: str) -> None:

@@ -65,3 +65,51 @@ def test_a_date_is_still_refused() -> None:
 @pytest.mark.parametrize("as_of", ["2026-01-01T12:30:00Z", "-5m", "now", make_ts(NOW_MS - 1)])
 def test_text_and_integers_read_as_before(as_of: int | str) -> None:
     assert isinstance(_bridge().timestamp(as_of), int)
+
+
+@dataclass
+class _Conf:
+    zone: str
+
+    def get(self, key: str) -> str:
+        assert key == "spark.sql.session.timeZone"
+        return self.zone
+
+
+@dataclass
+class _Spark:
+    conf: _Conf
+
+
+@pytest.mark.parametrize(
+    ("zone", "offset_h"),
+    [
+        ("UTC", 0.0),
+        ("Europe/Berlin", 1.0),  # winter
+        ("Asia/Kolkata", 5.5),
+        ("+02:00", 2.0),
+        ("-3:30", -3.5),
+        ("GMT+1", 1.0),
+        ("UTC-03:30", -3.5),
+        ("PST", -8.0),  # Java's SHORT_IDS: America/Los_Angeles, as Spark reads it
+        ("EST", -5.0),
+    ],
+)
+def test_text_without_offset_is_read_in_the_spark_session_zone(zone: str, offset_h: float) -> None:
+    """As Spark SQL reads `TIMESTAMP AS OF '2026-01-01 12:30:00'`: in spark.sql.session.timeZone,
+    whatever form Spark accepts it in; an explicit offset is honoured whatever the zone."""
+    bridge = _bridge()
+    bridge.spark = _Spark(_Conf(zone))
+    utc_ms = 1_767_270_600_000  # 2026-01-01T12:30:00Z
+    expected = make_ts(utc_ms - int(offset_h * 3_600_000))
+    assert bridge.timestamp("2026-01-01 12:30:00") == expected
+    assert bridge.timestamp("2026-01-01T12:30:00Z") == make_ts(utc_ms)
+    assert bridge.timestamp("2026-01-01T14:30:00+02:00") == make_ts(utc_ms)
+
+
+def test_a_session_zone_python_cannot_read_asks_for_the_offset() -> None:
+    bridge = _bridge()
+    bridge.spark = _Spark(_Conf("Mars/Olympus_Mons"))
+    with pytest.raises(TimestampParseError, match="give the offset in the time"):
+        bridge.timestamp("2026-01-01 12:30:00")
+    assert bridge.timestamp("2026-01-01T12:30:00Z") == make_ts(1_767_270_600_000)

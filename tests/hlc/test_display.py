@@ -213,3 +213,50 @@ def test_parse_ts_raises_only_parse_errors(text: str) -> None:
     else:
         assert refusal.reason
         assert ACCEPTED_FORMS in str(refusal)
+
+
+def test_parse_ts_reads_a_zone_less_time_in_the_zone_given() -> None:
+    """A Spark user's `2026-11-22 11:00:00.123` is a wall time of the session's zone (as Spark
+    SQL reads `TIMESTAMP AS OF`); an explicit offset is honoured whatever zone is given."""
+    from zoneinfo import ZoneInfo
+
+    berlin = ZoneInfo("Europe/Berlin")  # UTC+1 in November
+    assert parse_ts("2026-11-22 11:00:00.123", now_ms=NOW_MS, zone_less=berlin) == make_ts(
+        EXAMPLE_MS
+    )
+    assert parse_ts("2026-11-22", now_ms=NOW_MS, zone_less=berlin) == make_ts(
+        EXAMPLE_MS - 36_000_123 - 3_600_000
+    )
+    for explicit in ("2026-11-22T10:00:00.123Z", "2026-11-22T12:00:00.123+02:00"):
+        assert parse_ts(explicit, now_ms=NOW_MS, zone_less=berlin) == make_ts(EXAMPLE_MS)
+    fixed = timezone(timedelta(hours=-3, minutes=-30))
+    assert parse_ts("2026-11-22T06:30:00.123", now_ms=NOW_MS, zone_less=fixed) == make_ts(
+        EXAMPLE_MS
+    )
+
+
+def test_parse_ts_resolves_daylight_saving_wall_times_as_spark_does() -> None:
+    """Java's `ZonedDateTime.of` (Spark's cast): a repeated wall time is its first instant, a
+    skipped one is read with the offset before the change (so it lands an hour later)."""
+    from zoneinfo import ZoneInfo
+
+    berlin = ZoneInfo("Europe/Berlin")
+    # 2026-10-25 02:30 happens twice in Berlin: first at 00:30Z (CEST, +2).
+    repeated = parse_ts("2026-10-25T02:30:00", now_ms=NOW_MS, zone_less=berlin)
+    assert repeated == parse_ts("2026-10-25T00:30:00Z", now_ms=NOW_MS)
+    # 2026-03-29 02:30 never happens in Berlin: read at +1, i.e. 01:30Z (03:30 CEST).
+    skipped = parse_ts("2026-03-29T02:30:00", now_ms=NOW_MS, zone_less=berlin)
+    assert skipped == parse_ts("2026-03-29T01:30:00Z", now_ms=NOW_MS)
+
+
+@pytest.mark.parametrize("text", ["2026-11-22T10:00:00", "2026-11-22", "2026-11-22 10:00"])
+def test_parse_ts_without_a_zone_for_zone_less_times_refuses_them(text: str) -> None:
+    with pytest.raises(TimestampParseError) as info:
+        parse_ts(text, now_ms=NOW_MS, zone_less=None, zone_less_refusal=" (why not)")
+    assert "without a UTC offset (why not)" in info.value.reason
+    assert "Z for UTC" in info.value.reason and "+02:00" in info.value.reason
+    # What carries its offset is read as ever.
+    assert parse_ts("2026-11-22T10:00:00.123Z", now_ms=NOW_MS, zone_less=None) == make_ts(
+        EXAMPLE_MS
+    )
+    assert parse_ts("now", now_ms=NOW_MS, zone_less=None) == make_ts(NOW_MS)

@@ -6,13 +6,14 @@ them)."""
 
 from __future__ import annotations
 
+import datetime
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from hlc import TimestampParseError, make_ts, to_iso
+from hlc import TimestampParseError, make_ts, to_datetime, to_iso
 from spark_bridge.bridge import MetastoreBridge
 from tests.spark.support import HLC_MS, SparkEnv, physical_ms, rows_of
 
@@ -117,6 +118,49 @@ def test_bridge_as_of_takes_the_text_forms_format_metastore_takes(
         assert record["ts"] == h.c3
     with pytest.raises(TimestampParseError, match="yesterday"):
         bridge.read_table(TABLE, as_of="yesterday")
+
+
+def test_a_time_without_offset_is_read_in_the_spark_session_time_zone(
+    env: SparkEnv, history: History
+) -> None:
+    """As Spark SQL reads `TIMESTAMP AS OF '2026-01-01 10:00:00'` (and Delta its
+    `timestampAsOf`): the bridge reads a time without a UTC offset in the session time zone
+    (earlier releases read it as UTC, 5 h 30 min off here: a read of the overwrite's rows).
+    format("metastore") cannot see that zone, so it refuses such a time, naming it; an explicit
+    offset is honoured by both, whatever the session zone."""
+    from zoneinfo import ZoneInfo
+
+    from pyspark.errors import AnalysisException
+
+    bridge = env.bridge()
+    just_after_c2 = make_ts(physical_ms(history.c2) + 1)  # ms precision, before c3 (2 s gap)
+    instant = to_datetime(just_after_c2)
+    kolkata = ZoneInfo("Asia/Kolkata")  # UTC+5:30 all year
+    wall = instant.astimezone(kolkata).replace(tzinfo=None).isoformat(sep=" ")
+    rows_at_c2 = (["id", "label"], sorted(FIRST + SECOND))
+    before = env.spark.conf.get("spark.sql.session.timeZone")
+    env.spark.conf.set("spark.sql.session.timeZone", "Asia/Kolkata")
+    try:
+        assert bridge.timestamp(wall) == just_after_c2
+        assert _table(bridge.read_table(TABLE, as_of=wall)) == rows_at_c2
+        for explicit in (to_iso(just_after_c2), instant.astimezone(kolkata).isoformat()):
+            assert _table(bridge.read_table(TABLE, as_of=explicit)) == rows_at_c2, explicit
+        reader = env.spark.read.format("metastore").option("table", TABLE)
+        with pytest.raises(AnalysisException) as info:
+            reader.option("as_of", wall).load()
+        assert "without a UTC offset" in str(info.value) and repr(wall) in str(info.value)
+        explicit = instant.astimezone(kolkata).isoformat()
+        assert _table(reader.option("as_of", explicit).load()) == rows_at_c2
+    finally:
+        env.spark.conf.set("spark.sql.session.timeZone", before)
+    # An offset as the session zone, as Spark accepts one.
+    env.spark.conf.set("spark.sql.session.timeZone", "-03:30")
+    try:
+        wall = instant.astimezone(ZoneInfo("Etc/GMT+3")).replace(tzinfo=None)  # UTC-3
+        wall_text = (wall - datetime.timedelta(minutes=30)).isoformat()
+        assert bridge.timestamp(wall_text) == just_after_c2
+    finally:
+        env.spark.conf.set("spark.sql.session.timeZone", before)
 
 
 def test_overwrite_keeps_old_files_for_earlier_reads(env: SparkEnv, history: History) -> None:

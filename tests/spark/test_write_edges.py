@@ -172,3 +172,37 @@ def test_an_empty_micro_batch_commits_no_file_and_its_replay_is_done(env: SparkE
     mark = env.client.committed_txn(record["txn_id"], stream="spark-query:edge-empty-query")
     assert mark["stream_mark"]["seq"] == 3, mark
     assert _parquet_files(env, STREAM_EMPTY) == set()
+
+
+def test_save_as_table_insert_into_and_unknown_options_say_what_to_do(env: SparkEnv) -> None:
+    """saveAsTable(name) / insertInto(name) never hand the data source the name (measured,
+    pyspark 4.3): without a `table` option the write is refused saying to use save(), with
+    nothing written and no Spark catalog entry left; with one, the append goes to the option's
+    table and Spark records a catalog table of its own under the name, whose reads and inserts
+    are refused the same way (saying to DROP it). A misspelt option names the one meant."""
+    spark = env.spark
+    df = spark.range(2)
+    log = committed_txns(env.client)
+    sessions = _sessions(env)
+    with pytest.raises(Exception, match="DataSourceOptionError") as info:
+        df.write.format("metastore").mode("append").saveAsTable("edge_orders")
+    assert "saveAsTable(name)" in str(info.value) and "save('ns.table')" in str(info.value)
+    assert not spark.catalog.tableExists("edge_orders")
+    with pytest.raises(Exception, match="UnknownOptionError") as info:
+        df.write.format("metastore").option("table", ONE).option("txnId", "j").mode("append").save()
+    assert "'txnid'" in str(info.value) and "did you mean 'txn_id'" in str(info.value)
+    assert committed_txns(env.client) == log
+    assert _sessions(env) == sessions
+
+    before = _row_counts(env, OTHER)
+    df.write.format("metastore").option("table", OTHER).mode("append").saveAsTable("edge_alias")
+    try:
+        assert sum(_row_counts(env, OTHER)) == sum(before) + 2  # the option's table
+        for use in (
+            lambda: spark.table("edge_alias").collect(),
+            lambda: df.write.insertInto("edge_alias"),
+        ):
+            with pytest.raises(Exception, match="DROP TABLE it"):
+                use()
+    finally:
+        spark.sql("DROP TABLE IF EXISTS edge_alias")
