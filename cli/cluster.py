@@ -1189,9 +1189,9 @@ def cluster_remove_node(ctx: click.Context, node_id: int) -> None:
     With TLS, the certificate(s) NODE_ID presented to the leader or the other members on peer
     links are then revoked cluster-wide (`revoked` in the reply; `cluster revoked` lists
     them): to add the node id back later, give it a new certificate (`cluster certs --ca-dir
-    CA_DIR --node NODE_ID`) and a fresh data directory. If no member saw its certificate (it
-    was down since they started), the reply says so: revoke the file with `cluster
-    revoke-cert`.
+    CA_DIR --node NODE_ID --out NEW_DIR`) and a fresh data directory. If no member saw its
+    certificate (it was down since they started), the reply says so: revoke the file with
+    `cluster revoke-cert`.
 
     --timeout-ms bounds the leader's wait for the change to commit (at most 60 s); the
     certificate steps around it may add up to 19 s. If it times out (say, the remaining
@@ -1241,12 +1241,11 @@ def cluster_revoke_cert(
     FILE (its first certificate counts) or --fingerprint. Admin only; audited; permanent.
 
     `cluster remove-node` revokes the removed node's certificate by itself; use this for a
-    leaked certificate of a current member (rotation: `cluster certs --ca-dir ... --node N`,
-    restart node N on the new certificate, then revoke the old one). A certificate a member
-    presents on a live link is refused (exit 5) unless --force: revoking it cuts that member
-    off at once. Without TLS there is no
-    per-node identity to revoke (every member shares the cluster secret).
-    `cluster revoked` lists what is revoked.
+    leaked certificate of a current member (rotation: `cluster certs --ca-dir ... --node N
+    --out NEW_DIR`, restart node N on the new certificate, then revoke the old one). A
+    certificate a member presents on a live link is refused (exit 5) unless --force: revoking
+    it cuts that member off at once. Without TLS there is no per-node identity to revoke
+    (every member shares the cluster secret). `cluster revoked` lists what is revoked.
 
     \b
     Examples:
