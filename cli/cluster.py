@@ -835,7 +835,12 @@ def cluster_down(ctx: click.Context, config_dir: Path, grace_ms: int) -> None:
 
     SIGINT stops a node at once. SIGTERM (`kill PID`, a service manager) is the stop of one
     node (a rolling restart): a leader first hands leadership to another voter, waiting up to
-    one election timeout, which cannot succeed while all nodes stop."""
+    one election timeout, which cannot succeed while all nodes stop.
+
+    \b
+    Example:
+      metastore cluster down --config cluster_configs/mycluster
+    """
     a = app(ctx)
     config = load_cluster_config(config_dir / CLUSTER_FILE_NAME)
     with processes.lifecycle_lock(config.data_dir, "cluster down"):
@@ -866,7 +871,12 @@ def cluster_status(ctx: click.Context) -> None:
     behind each member is and how much of a snapshot being sent to one has arrived (watch a
     node added with `add-node` catch up). Exits with 3 if any did not answer.
     With -o json each node also reports `revoked_certs`, how many TLS certificates it refuses
-    (`cluster revoked` lists them)."""
+    (`cluster revoked` lists them).
+
+    \b
+    Example:
+      metastore cluster status --config cluster_configs/mycluster
+    """
     a = app(ctx)
     results = a.client().status_all()
     emit(
@@ -1120,7 +1130,12 @@ def cluster_promote_node(ctx: click.Context, node_id: int, wait: str) -> None:
     """Make learner NODE_ID a voter. Refused (exit 5) until the learner has caught up with the
     leader's log: a voter far behind could not help reach a quorum. `cluster status` shows how
     far each node is; `--wait 10m` retries until it has caught up (a new node of a large
-    catalog first receives a snapshot)."""
+    catalog first receives a snapshot).
+
+    \b
+    Example:
+      metastore cluster promote-node 4 --wait 10m
+    """
     a = app(ctx)
     client = a.client()
     wait_ms = parse_wait_ms(wait)
@@ -1196,7 +1211,12 @@ def cluster_remove_node(ctx: click.Context, node_id: int) -> None:
     --timeout-ms bounds the leader's wait for the change to commit (at most 60 s); the
     certificate steps around it may add up to 19 s. If it times out (say, the remaining
     voters' majority does not answer), the removal may still take effect: the error says its
-    outcome is unknown (exit 3); check `cluster status -o json` before running it again."""
+    outcome is unknown (exit 3); check `cluster status -o json` before running it again.
+
+    \b
+    Example:
+      metastore cluster remove-node 3 --config cluster_configs/mycluster
+    """
     a = app(ctx)
     timeout_ms = _membership_timeout_ms(a)
     result = _membership_change(
@@ -1285,7 +1305,12 @@ def cluster_revoke_cert(
 def cluster_revoked(ctx: click.Context) -> None:
     """List the revoked TLS certificates (fingerprint, node, why, by whom, when), this node's
     own certificate, and the certificates each peer presented to this node (what
-    `remove-node` would revoke)."""
+    `remove-node` would revoke).
+
+    \b
+    Example:
+      metastore cluster revoked -o json
+    """
     a = app(ctx)
     doc = a.client().revoked_certs()
     rows = [
@@ -1323,7 +1348,12 @@ def cluster_transfer_leader(ctx: click.Context, node_id: int) -> None:
 
     A leader stopped on its own with SIGTERM (a service manager's stop) hands leadership to the
     most caught-up voter by itself first, so a rolling restart needs no transfer (SIGINT, as
-    `cluster down` sends, stops it without)."""
+    `cluster down` sends, stops it without).
+
+    \b
+    Example:
+      metastore cluster transfer-leader 2
+    """
     a = app(ctx)
     _membership_result(a, a.client().transfer_leader(node_id))
 
@@ -1355,6 +1385,11 @@ def cluster_version(ctx: click.Context, finalize: bool, to_version: int | None) 
       2. once every member runs the new release: metastore cluster version --finalize.
     A node whose release is older than the cluster's apply version stops with a clear error
     instead of applying the log differently; upgrade it and it resumes from its log.
+
+    \b
+    Examples:
+      metastore cluster version
+      metastore cluster version --finalize
     """
     a = app(ctx)
     if to_version is not None and not finalize:

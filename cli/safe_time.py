@@ -18,6 +18,10 @@ def safe_time(ctx: click.Context) -> None:
 
     A node answers "schema at T" at once when its safe time >= T - DD. Exits with 3 if any
     node did not answer.
+
+    \b
+    Example:
+      metastore safe-time --config cluster_configs/mycluster
     """
     a = app(ctx)
     results = a.client().safe_time_all()

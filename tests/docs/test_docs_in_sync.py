@@ -394,3 +394,29 @@ def test_every_command_quoted_in_prose_or_a_message_parses() -> None:
     runnable = [(where, command) for where, command in quoted if _gives_an_option_a_value(command)]
     assert len(runnable) > 10
     assert not _wrong(runnable)
+
+
+def test_every_command_has_an_example_of_itself_in_its_help() -> None:
+    """A new user reads `metastore X --help` first: each command shows at least one example of
+    itself (which the test above runs through the parser)."""
+    import click
+
+    from cli.main import cli as root
+
+    without = [
+        path
+        for path, text in _help_texts()
+        if not isinstance(_command_at(root, path), click.Group)
+        and not any(line.strip().startswith(path + " ") for line in text.splitlines())
+    ]
+    assert not without, f"commands whose --help shows no example of themselves: {without}"
+
+
+def _command_at(root: object, path: str) -> object:
+    import click
+
+    command = root
+    for name in path.split()[1:]:
+        assert isinstance(command, click.Group)
+        command = command.commands[name]
+    return command
