@@ -420,3 +420,23 @@ def _command_at(root: object, path: str) -> object:
         assert isinstance(command, click.Group)
         command = command.commands[name]
     return command
+
+
+def test_the_shipped_node_files_say_how_a_node_first_starts() -> None:
+    """`metastore node start` refuses a member with an empty data directory unless
+    --bootstrap: a node file telling how to start it says so (a reader following the
+    production example literally was refused at the first start), and the local ones are
+    what `cluster init` writes."""
+    from metastore.daemon.config import render_node_toml
+
+    node_files = sorted((ROOT / "cluster_configs").glob("*/node*.toml"))
+    assert len(node_files) >= 6
+    silent = [
+        p.relative_to(ROOT).as_posix()
+        for p in [*node_files, ROOT / "cluster_configs/production-example/cluster.toml"]
+        if "--bootstrap" not in p.read_text(encoding="utf-8")
+    ]
+    assert not silent, f"start instructions without the first start's --bootstrap: {silent}"
+    for path in (ROOT / "cluster_configs" / "local").glob("node*.toml"):
+        node_id = int(path.stem.removeprefix("node"))
+        assert path.read_text(encoding="utf-8") == render_node_toml(node_id), path
