@@ -66,9 +66,9 @@ CONTEXT_SETTINGS: dict[str, Any] = {
 }
 
 EPILOG = (
-    "Examples:\n\n"
+    "Examples (on the 3-node cluster the repository ships in cluster_configs/local, which\n"
+    "commands use by default; `metastore cluster init DIR` makes another):\n\n"
     "\b\n"
-    "  metastore cluster init cluster_configs/local --cluster-id local\n"
     "  metastore cluster up\n"
     "  metastore cluster status -o json\n"
     "  metastore table list -o json\n"

@@ -440,3 +440,28 @@ def test_the_shipped_node_files_say_how_a_node_first_starts() -> None:
     for path in (ROOT / "cluster_configs" / "local").glob("node*.toml"):
         node_id = int(path.stem.removeprefix("node"))
         assert path.read_text(encoding="utf-8") == render_node_toml(node_id), path
+
+
+def test_no_example_inits_a_cluster_directory_the_repository_ships() -> None:
+    """`cluster init DIR` refuses (ALREADY_EXISTS) a DIR that has a cluster.toml; run from a
+    checkout, an example that inits a shipped one (cluster_configs/local) fails as shown."""
+    import shlex
+
+    commands = [
+        line.strip()
+        for _, text in _help_texts()
+        for line in text.splitlines()
+        if line.strip().startswith("metastore ")
+    ]
+    commands += [
+        " ".join(["metastore", *words]) for doc in _MAIN_DOCS for words in _readme_commands(doc)
+    ]
+    refused = []
+    for command in commands:
+        words = shlex.split(command)
+        if words[1:3] != ["cluster", "init"] or "--force" in words:
+            continue
+        directory = next(w for w in words[3:] if not w.startswith("-"))
+        if (ROOT / directory / "cluster.toml").exists():
+            refused.append(command)
+    assert not refused, f"examples that init a shipped cluster directory: {refused}"
