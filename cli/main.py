@@ -155,7 +155,8 @@ CONNECTION_REFUSED: Final = "connection refused"
 def _with_hint(ctx: click.Context, error: MetastoreError) -> str:
     """The error's message, with what the node cannot know and the CLI can: for a token the
     cluster does not accept, which token was sent (a token of another cluster, from an old
-    export, is the usual cause); when no endpoint accepted a connection, where the endpoints
+    export, is the usual cause); for a token whose role is too weak, which token and where the
+    stronger ones are; when no endpoint accepted a connection, where the endpoints
     came from (a cluster not started, or the ports of another one)."""
     a = ctx.find_object(App)
     if a is None:
@@ -165,6 +166,12 @@ def _with_hint(ctx: click.Context, error: MetastoreError) -> str:
         return (
             f"{error.message} (is the token from {source} one of this cluster's? "
             "`metastore cluster init DIR` wrote them to DIR/secrets/)"
+        )
+    if error.code is ErrorCode.FORBIDDEN and source is not None:
+        return (
+            f"{error.message} (the token from {source} has a weaker role: use one of that role "
+            "or admin; `metastore cluster init DIR` wrote DIR/secrets/writer.token and "
+            "admin.token)"
         )
     refused = error.details.get("endpoints")
     if (
