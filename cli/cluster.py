@@ -44,6 +44,7 @@ from metastore.daemon.api_limits import REQUEST_TIMEOUT_MS_MAX
 from metastore.daemon.config import (
     CLUSTER_FILE_NAME,
     DEFAULT_BASE_PORT,
+    METRICS_PORT_OFFSET,
     NODE_ID_MAX,
     NODES_MAX,
     NODES_MIN,
@@ -519,7 +520,8 @@ def _cluster_up(
         raise CliError(
             "PORT_IN_USE",
             f"{listed}: in use by another process; nothing was started. Stop that process, "
-            f"or give the node other ports in {config.path}",
+            f"or give the node other ports in {config.path}"
+            + _init_on_other_ports(config, config_dir, brand_new=bootstrap == set(to_start)),
             exit_code=EXIT_REFUSED,
         )
     for node_id in to_start:
@@ -624,6 +626,31 @@ def _up_command(config_dir: Path, *, missing: bool, bootstrap: list[int]) -> str
             *(f"--bootstrap {n}" for n in sorted(bootstrap)),
             f"--config {config_dir}",
         ]
+    )
+
+
+def _init_on_other_ports(config: ClusterConfig, config_dir: Path, *, brand_new: bool) -> str:
+    """For a cluster no node has started yet, laid out as `cluster init` lays it out (every
+    cluster it makes gets the same default ports, so a second one collides with the first):
+    the `cluster init --force` that moves it to other ports, keeping its id and secrets."""
+    hosts = {n.host for n in config.nodes}
+    base = config.nodes[0].raft_port - config.nodes[0].id
+    if (
+        not brand_new
+        or len(hosts) != 1
+        or config.nodes != node_layout(len(config.nodes), host=next(iter(hosts)), base_port=base)
+    ):
+        return ""
+    other = base + 1000 if base + 1000 + METRICS_PORT_OFFSET + NODES_MAX <= 65535 else base - 1000
+    command = (
+        f"metastore cluster init {shlex.quote(str(config_dir))} --nodes {len(config.nodes)} "
+        f"--host {next(iter(hosts))} --cluster-id {shlex.quote(config.cluster_id)} "
+        f"--base-port {other}{' --tls' if config.tls is not None else ''} "
+        "--force"
+    )
+    return (
+        f" (no node has started yet: `{command}` rewrites its files on ports {other}+N, "
+        "keeping its secrets; redo any edits of them)"
     )
 
 
