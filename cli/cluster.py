@@ -17,7 +17,15 @@ from rich.console import RenderableType
 from rich.text import Text
 
 from cli import processes
-from cli.context import LOCAL_CONFIG_DIR, App, DurationParam, app, config_dir_option
+from cli.context import (
+    LOCAL_CONFIG_DIR,
+    App,
+    DurationParam,
+    app,
+    config_dir_option,
+    nothing_listens,
+    nothing_listens_hint,
+)
 from cli.errors import (
     EXIT_AUTH,
     EXIT_GENERIC,
@@ -912,6 +920,8 @@ def cluster_status(ctx: click.Context) -> None:
         lambda: [_status_table(results), *_replication_tables(results)],
     )
     if not all(r.ok for r in results):
+        if nothing_listens([r.error for r in results if r.error is not None]):
+            click.echo(nothing_listens_hint(a), err=True)
         ctx.exit(EXIT_UNAVAILABLE)
 
 

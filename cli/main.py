@@ -25,7 +25,7 @@ import click
 from click.exceptions import NoArgsIsHelpError
 
 from cli.cluster import cluster
-from cli.context import App, app
+from cli.context import App, app, nothing_listens, nothing_listens_hint
 from cli.errors import (
     EXIT_CODES_HELP,
     EXIT_USAGE,
@@ -148,10 +148,6 @@ class RootGroup(click.Group):
             fail("IO_ERROR", os_error_text(exc), 1, None)
 
 
-# The reason metastore.client gives for an endpoint that refused the connection.
-CONNECTION_REFUSED: Final = "connection refused"
-
-
 def _with_hint(ctx: click.Context, error: MetastoreError) -> str:
     """The error's message, with what the node cannot know and the CLI can: for a token the
     cluster does not accept, which token was sent (a token of another cluster, from an old
@@ -173,17 +169,8 @@ def _with_hint(ctx: click.Context, error: MetastoreError) -> str:
             "or admin; `metastore cluster init DIR` wrote DIR/secrets/writer.token and "
             "admin.token)"
         )
-    refused = error.details.get("endpoints")
-    if (
-        error.code is ErrorCode.UNAVAILABLE
-        and isinstance(refused, dict)
-        and refused
-        and all(reason == CONNECTION_REFUSED for reason in refused.values())
-    ):
-        return (
-            f"{error.message} (nothing listens there: is the cluster up? `metastore cluster up "
-            f"--config DIR` starts it; the endpoints are from {a.endpoints_source()})"
-        )
+    if nothing_listens([error]):
+        return f"{error.message} ({nothing_listens_hint(a)})"
     return error.message
 
 

@@ -360,3 +360,16 @@ def test_a_token_of_too_weak_a_role_says_which_token_and_where_the_others_are(
     assert first.startswith("Error: FORBIDDEN: op 'ddl' needs role writer"), first
     assert f"the token from {reader}" in first, first
     assert "DIR/secrets/writer.token" in first, first
+
+
+@pytest.mark.parametrize("command", [["cluster", "status"], ["safe-time"]])
+def test_a_status_no_node_answers_asks_whether_the_cluster_is_up(command: list[str]) -> None:
+    """`cluster status` (and `safe-time`) print every endpoint's refusal in the table, and
+    then, as the other commands' error does, whether the cluster is up and where the endpoints
+    came from."""
+    dead = dead_endpoint()
+    result = run("--endpoints", dead, "--token", "t" * 43, "--timeout-ms", "1500", *command)
+    assert result.exit_code == 3, result.output
+    assert "connection refused" in result.stdout, result.stdout
+    assert "is the cluster up?" in result.stderr, result.stderr
+    assert "--endpoints / METASTORE_ENDPOINTS" in result.stderr, result.stderr
