@@ -72,9 +72,9 @@ def snapshot() -> None:
     type=click.Path(path_type=Path),
     default=None,
     metavar="DIR",
-    help="Read the catalog from this stopped node's data directory (DATA_DIR/node-N) instead "
-    "of asking a running node: for a cluster that lost its quorum for good. Refused while a "
-    "node runs on it.",
+    help="Read the catalog from this stopped node's data directory (node-N under the "
+    "data_dir of its cluster.toml, e.g. cluster_configs/local/data/node-3) instead of asking a "
+    "running node: for a cluster that lost its quorum for good. Refused while a node runs on it.",
 )
 @click.option(
     "--include-uncommitted",
@@ -285,7 +285,7 @@ def _download(a: App, out: BinaryIO, *, endpoint: str | None) -> dict[str, objec
 LOST_QUORUM_HINT = (
     "; if the cluster has lost its quorum for good (`cluster status`: no leader), save from a "
     "stopped survivor's files: metastore snapshot save FILE --data-dir DATA_DIR/node-N "
-    '(docs/operations.md, "Losing quorum")'
+    '(DATA_DIR: data_dir of its cluster.toml; docs/operations.md, "Losing quorum")'
 )
 
 
