@@ -119,7 +119,7 @@ bench-spark: install
 bench-tls: install
 	$(BIN)/python -m bench.bench_tls $(BENCH_ARGS)
 
-## demo: a local 3-node cluster feeding a Spark Structured Streaming pipeline (about 2 minutes)
+## demo: a local 3-node cluster feeding a Spark Structured Streaming pipeline (about a minute)
 demo: install
 	$(BIN)/python -m spark_bridge.demo
 

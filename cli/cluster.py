@@ -17,7 +17,15 @@ from rich.console import RenderableType
 from rich.text import Text
 
 from cli import processes
-from cli.context import LOCAL_CONFIG_DIR, App, DurationParam, app, config_dir_option
+from cli.context import (
+    LOCAL_CONFIG_DIR,
+    App,
+    DurationParam,
+    app,
+    config_dir_option,
+    nothing_listens,
+    nothing_listens_hint,
+)
 from cli.errors import (
     EXIT_AUTH,
     EXIT_GENERIC,
@@ -44,6 +52,7 @@ from metastore.daemon.api_limits import REQUEST_TIMEOUT_MS_MAX
 from metastore.daemon.config import (
     CLUSTER_FILE_NAME,
     DEFAULT_BASE_PORT,
+    METRICS_PORT_OFFSET,
     NODE_ID_MAX,
     NODES_MAX,
     NODES_MIN,
@@ -520,7 +529,8 @@ def _cluster_up(
         raise CliError(
             "PORT_IN_USE",
             f"{listed}: in use by another process; nothing was started. Stop that process, "
-            f"or give the node other ports in {config.path}",
+            f"or give the node other ports in {config.path}"
+            + _init_on_other_ports(config, config_dir, brand_new=bootstrap == set(to_start)),
             exit_code=EXIT_REFUSED,
         )
     for node_id in to_start:
@@ -625,6 +635,31 @@ def _up_command(config_dir: Path, *, missing: bool, bootstrap: list[int]) -> str
             *(f"--bootstrap {n}" for n in sorted(bootstrap)),
             f"--config {config_dir}",
         ]
+    )
+
+
+def _init_on_other_ports(config: ClusterConfig, config_dir: Path, *, brand_new: bool) -> str:
+    """For a cluster no node has started yet, laid out as `cluster init` lays it out (every
+    cluster it makes gets the same default ports, so a second one collides with the first):
+    the `cluster init --force` that moves it to other ports, keeping its id and secrets."""
+    hosts = {n.host for n in config.nodes}
+    base = config.nodes[0].raft_port - config.nodes[0].id
+    if (
+        not brand_new
+        or len(hosts) != 1
+        or config.nodes != node_layout(len(config.nodes), host=next(iter(hosts)), base_port=base)
+    ):
+        return ""
+    other = base + 1000 if base + 1000 + METRICS_PORT_OFFSET + NODES_MAX <= 65535 else base - 1000
+    command = (
+        f"metastore cluster init {shlex.quote(str(config_dir))} --nodes {len(config.nodes)} "
+        f"--host {next(iter(hosts))} --cluster-id {shlex.quote(config.cluster_id)} "
+        f"--base-port {other}{' --tls' if config.tls is not None else ''} "
+        "--force"
+    )
+    return (
+        f" (no node has started yet: `{command}` rewrites its files on ports {other}+N, "
+        "keeping its secrets; redo any edits of them)"
     )
 
 
@@ -836,7 +871,12 @@ def cluster_down(ctx: click.Context, config_dir: Path, grace_ms: int) -> None:
 
     SIGINT stops a node at once. SIGTERM (`kill PID`, a service manager) is the stop of one
     node (a rolling restart): a leader first hands leadership to another voter, waiting up to
-    one election timeout, which cannot succeed while all nodes stop."""
+    one election timeout, which cannot succeed while all nodes stop.
+
+    \b
+    Example:
+      metastore cluster down --config cluster_configs/mycluster
+    """
     a = app(ctx)
     config = load_cluster_config(config_dir / CLUSTER_FILE_NAME)
     with processes.lifecycle_lock(config.data_dir, "cluster down"):
@@ -867,7 +907,12 @@ def cluster_status(ctx: click.Context) -> None:
     behind each member is and how much of a snapshot being sent to one has arrived (watch a
     node added with `add-node` catch up). Exits with 3 if any did not answer.
     With -o json each node also reports `revoked_certs`, how many TLS certificates it refuses
-    (`cluster revoked` lists them)."""
+    (`cluster revoked` lists them).
+
+    \b
+    Example:
+      metastore cluster status --config cluster_configs/mycluster
+    """
     a = app(ctx)
     results = a.client().status_all()
     emit(
@@ -876,6 +921,8 @@ def cluster_status(ctx: click.Context) -> None:
         lambda: [_status_table(results), *_replication_tables(results)],
     )
     if not all(r.ok for r in results):
+        if nothing_listens([r.error for r in results if r.error is not None]):
+            click.echo(nothing_listens_hint(a), err=True)
         ctx.exit(EXIT_UNAVAILABLE)
 
 
@@ -1121,7 +1168,12 @@ def cluster_promote_node(ctx: click.Context, node_id: int, wait: str) -> None:
     """Make learner NODE_ID a voter. Refused (exit 5) until the learner has caught up with the
     leader's log: a voter far behind could not help reach a quorum. `cluster status` shows how
     far each node is; `--wait 10m` retries until it has caught up (a new node of a large
-    catalog first receives a snapshot)."""
+    catalog first receives a snapshot).
+
+    \b
+    Example:
+      metastore cluster promote-node 4 --wait 10m
+    """
     a = app(ctx)
     client = a.client()
     wait_ms = parse_wait_ms(wait)
@@ -1190,14 +1242,19 @@ def cluster_remove_node(ctx: click.Context, node_id: int) -> None:
     With TLS, the certificate(s) NODE_ID presented to the leader or the other members on peer
     links are then revoked cluster-wide (`revoked` in the reply; `cluster revoked` lists
     them): to add the node id back later, give it a new certificate (`cluster certs --ca-dir
-    CA_DIR --node NODE_ID`) and a fresh data directory. If no member saw its certificate (it
-    was down since they started), the reply says so: revoke the file with `cluster
-    revoke-cert`.
+    CA_DIR --node NODE_ID --out NEW_DIR`) and a fresh data directory. If no member saw its
+    certificate (it was down since they started), the reply says so: revoke the file with
+    `cluster revoke-cert`.
 
     --timeout-ms bounds the leader's wait for the change to commit (at most 60 s); the
     certificate steps around it may add up to 19 s. If it times out (say, the remaining
     voters' majority does not answer), the removal may still take effect: the error says its
-    outcome is unknown (exit 3); check `cluster status -o json` before running it again."""
+    outcome is unknown (exit 3); check `cluster status -o json` before running it again.
+
+    \b
+    Example:
+      metastore cluster remove-node 3 --config cluster_configs/mycluster
+    """
     a = app(ctx)
     timeout_ms = _membership_timeout_ms(a)
     result = _membership_change(
@@ -1242,12 +1299,11 @@ def cluster_revoke_cert(
     FILE (its first certificate counts) or --fingerprint. Admin only; audited; permanent.
 
     `cluster remove-node` revokes the removed node's certificate by itself; use this for a
-    leaked certificate of a current member (rotation: `cluster certs --ca-dir ... --node N`,
-    restart node N on the new certificate, then revoke the old one). A certificate a member
-    presents on a live link is refused (exit 5) unless --force: revoking it cuts that member
-    off at once. Without TLS there is no
-    per-node identity to revoke (every member shares the cluster secret).
-    `cluster revoked` lists what is revoked.
+    leaked certificate of a current member (rotation: `cluster certs --ca-dir ... --node N
+    --out NEW_DIR`, restart node N on the new certificate, then revoke the old one). A
+    certificate a member presents on a live link is refused (exit 5) unless --force: revoking
+    it cuts that member off at once. Without TLS there is no per-node identity to revoke
+    (every member shares the cluster secret). `cluster revoked` lists what is revoked.
 
     \b
     Examples:
@@ -1287,7 +1343,12 @@ def cluster_revoke_cert(
 def cluster_revoked(ctx: click.Context) -> None:
     """List the revoked TLS certificates (fingerprint, node, why, by whom, when), this node's
     own certificate, and the certificates each peer presented to this node (what
-    `remove-node` would revoke)."""
+    `remove-node` would revoke).
+
+    \b
+    Example:
+      metastore cluster revoked -o json
+    """
     a = app(ctx)
     doc = a.client().revoked_certs()
     rows = [
@@ -1325,7 +1386,12 @@ def cluster_transfer_leader(ctx: click.Context, node_id: int) -> None:
 
     A leader stopped on its own with SIGTERM (a service manager's stop) hands leadership to the
     most caught-up voter by itself first, so a rolling restart needs no transfer (SIGINT, as
-    `cluster down` sends, stops it without)."""
+    `cluster down` sends, stops it without).
+
+    \b
+    Example:
+      metastore cluster transfer-leader 2
+    """
     a = app(ctx)
     _membership_result(a, a.client().transfer_leader(node_id))
 
@@ -1357,6 +1423,11 @@ def cluster_version(ctx: click.Context, finalize: bool, to_version: int | None) 
       2. once every member runs the new release: metastore cluster version --finalize.
     A node whose release is older than the cluster's apply version stops with a clear error
     instead of applying the log differently; upgrade it and it resumes from its log.
+
+    \b
+    Examples:
+      metastore cluster version
+      metastore cluster version --finalize
     """
     a = app(ctx)
     if to_version is not None and not finalize:

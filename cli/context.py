@@ -34,7 +34,7 @@ from metastore.commands import TableName, normalize_object_name, parse_duration_
 from metastore.daemon.api_limits import PROTECT_AHEAD_MS_MAX
 from metastore.daemon.config import CLUSTER_FILE_NAME, ClusterConfig, load_cluster_config
 from metastore.daemon.secrets import Role, SecretsError, read_token_file, token_file_name
-from metastore.errors import InvalidArgumentError, MetastoreError
+from metastore.errors import ErrorCode, InvalidArgumentError, MetastoreError
 from metastore.limits import MAX_CLOCK_SKEW_MS
 from raft.tls import ClientTls
 
@@ -255,6 +255,31 @@ config_dir_option = click.option(
     "flag gives one (it beats METASTORE_TOKEN and METASTORE_TOKEN_FILE, which may be "
     f"another cluster's). Default: {LOCAL_CONFIG_DIR} if it exists here.",
 )
+
+
+# The reason metastore.client gives for an endpoint that refused the connection.
+CONNECTION_REFUSED: Final = "connection refused"
+
+
+def nothing_listens(errors: list[MetastoreError]) -> bool:
+    """Every endpoint refused the connection (a cluster not started, or another's ports)."""
+    refused = [e.details.get("endpoints") for e in errors]
+    return bool(errors) and all(
+        e.code is ErrorCode.UNAVAILABLE
+        and isinstance(by_endpoint, dict)
+        and by_endpoint
+        and all(reason == CONNECTION_REFUSED for reason in by_endpoint.values())
+        for e, by_endpoint in zip(errors, refused, strict=True)
+    )
+
+
+def nothing_listens_hint(a: App) -> str:
+    """What to check when `nothing_listens`: whether the cluster is up, and where the
+    endpoints came from."""
+    return (
+        "nothing listens there: is the cluster up? `metastore cluster up --config DIR` starts "
+        f"it; the endpoints are from {a.endpoints_source()}"
+    )
 
 
 def app(ctx: click.Context) -> App:

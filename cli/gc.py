@@ -131,7 +131,12 @@ def pts_protect(
 @click.pass_context
 def pts_release(ctx: click.Context, record_id: str) -> None:
     """Release RECORD_ID. Your own records (same client name) need the writer role; another
-    client's need admin. Recorded in the log with your client name."""
+    client's need admin. Recorded in the log with your client name.
+
+    \b
+    Example:
+      metastore pts release backup-2026-11-27
+    """
     a = app(ctx)
     result = a.client().release_protection(record_id)
     emit(a.output, result, lambda: [Text(f"released {record_id}")])
@@ -142,7 +147,12 @@ def pts_release(ctx: click.Context, record_id: str) -> None:
 @click.pass_context
 def pts_list(ctx: click.Context, show_all: bool) -> None:
     """Protection records: id, protected ts, targets, owner session, creator, expiry. With
-    --all, also released ones and why (release, admin, expired, owner_gone)."""
+    --all, also released ones and why (release, admin, expired, owner_gone).
+
+    \b
+    Example:
+      metastore pts list --all
+    """
     a = app(ctx)
     result = a.client().protections(include_released=show_all)
 
@@ -196,7 +206,12 @@ def pts_list(ctx: click.Context, show_all: bool) -> None:
 @click.argument("record_id")
 @click.pass_context
 def pts_show(ctx: click.Context, record_id: str) -> None:
-    """One record (or, if released recently, how and when it was released)."""
+    """One record (or, if released recently, how and when it was released).
+
+    \b
+    Example:
+      metastore pts show backup-2026-11-27
+    """
     a = app(ctx)
     result = a.client().protection(record_id)
     emit(a.output, result, lambda: [kv_table(result, title=f"protection {record_id}")])
@@ -222,7 +237,12 @@ def gc_status(ctx: click.Context, table: str | None) -> None:
     reclaimable only once a compaction run after the threshold passed its removal has split
     it off; until then it is shown as awaiting compaction. The leader's GC runs that
     compaction itself (a few tables per run), so the files go at its next run; or run
-    `metastore table compact NS.TABLE`, then `gc run`."""
+    `metastore table compact NS.TABLE`, then `gc run`.
+
+    \b
+    Example:
+      metastore gc status sales.orders
+    """
     a = app(ctx)
     with explaining_not_found(a.client(), table):
         result = a.client().gc_status(table)
@@ -303,7 +323,13 @@ def gc_run(ctx: click.Context, table: str | None, dry_run: bool) -> None:
 
     A table whose files removed inside manifests are dead at its threshold is compacted first
     (a few tables a run), so those files go in the same run. A table whose location is outside
-    cluster.toml's `allowed_locations` is left alone (shown as such): its files are kept."""
+    cluster.toml's `allowed_locations` is left alone (shown as such): its files are kept.
+
+    \b
+    Examples:
+      metastore gc run --dry-run
+      metastore gc run sales.orders
+    """
     a = app(ctx)
     with explaining_not_found(a.client(), table):
         result = a.client().gc_run(table, dry_run=dry_run)

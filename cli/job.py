@@ -388,7 +388,12 @@ def job() -> None:
 def job_list(ctx: click.Context, table: str | None, show_all: bool) -> None:
     """Running schema change jobs (of NS.TABLE, if given), oldest first: id, table, kind, column,
     status, step and what the next step waits for. With --all, also finished ones (succeeded,
-    cancelled, aborted)."""
+    cancelled, aborted).
+
+    \b
+    Example:
+      metastore job list sales.orders --all
+    """
     a = app(ctx)
     client = a.client()
     with explaining_not_found(client, table):
@@ -403,7 +408,12 @@ def job_show(ctx: click.Context, job_id: int) -> None:
     """Everything about JOB_ID: its statement, status, steps (the current one marked) and
     versions, backfill state, and what its next step waits for: a version to activate, the
     sessions holding leases in its way (app id, host, user, version held, held for) or a
-    backfill (with the command to run)."""
+    backfill (with the command to run).
+
+    \b
+    Example:
+      metastore job show 7
+    """
     a = app(ctx)
     client = a.client()
     result = client.job_show(job_id)
@@ -424,7 +434,12 @@ def job_show(ctx: click.Context, job_id: int) -> None:
 def job_wait(ctx: click.Context, job_id: int, timeout: str) -> None:
     """Follow JOB_ID until it ends, printing on stderr each step it reaches and what it waits
     for (the sessions in its way; if it needs a backfill, the command to run). Exit 0 when it
-    succeeded; 5 when it was cancelled or aborted; 3 when --timeout passed first."""
+    succeeded; 5 when it was cancelled or aborted; 3 when --timeout passed first.
+
+    \b
+    Example:
+      metastore job wait 7 --timeout 10m
+    """
     timeout_ms = parse_wait_ms(timeout)
     a = app(ctx)
     client = a.client()
@@ -454,7 +469,12 @@ def job_cancel(ctx: click.Context, job_id: int, wait: str) -> None:
     disappears, its field id unused). If running batches hold leases in its way, the cancel
     is recorded at once (the job moves no further) and the rollback is published as soon as
     they are released or expire: the command follows it for up to --wait, showing the sessions
-    in the way on stderr. Returns once the rollback is visible on every node."""
+    in the way on stderr. Returns once the rollback is visible on every node.
+
+    \b
+    Example:
+      metastore job cancel 7 --wait 1m
+    """
     wait_ms = parse_wait_ms(wait)
     a = app(ctx)
     client = a.client()

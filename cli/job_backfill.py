@@ -50,6 +50,10 @@ def run_backfill(ctx: click.Context, job_id: int, master: str, wait_ms: int) -> 
     `note` say so. Exit 5 (SCHEMA_JOB_STATE) when the job was cancelled, is being cancelled or
     was aborted (its table dropped), or is not an ADD COLUMN job: the message says which.
     Exit 3 (TIMEOUT) when it did not reach its backfill step within --timeout.
+
+    \b
+    Example:
+      metastore job run-backfill 7 --timeout 10m
     """
     a = app(ctx)
     token = require_token(a.resolve_token(), "a backfill")

@@ -71,7 +71,12 @@ def session() -> None:
 def session_list(ctx: click.Context, show_all: bool) -> None:
     """Open sessions: who (app id, host, user, pid), their TTL, last heartbeat, deadline and
     how many leases each holds. With --all, also the last ended sessions and why they ended
-    (closed, ttl: no heartbeat in time, admin: `session expire`)."""
+    (closed, ttl: no heartbeat in time, admin: `session expire`).
+
+    \b
+    Example:
+      metastore session list --all
+    """
     a = app(ctx)
     result = a.client().session_list(include_ended=show_all)
     emit(a.output, result, lambda: _session_tables(result, show_all))
@@ -139,7 +144,12 @@ def session_expire(ctx: click.Context, session_ids: tuple[str, ...]) -> None:
     expiry is recorded in the log with your client name. A running batch of such a session
     will have its commit refused if its schema version is overtaken. An id that names no open
     session (unknown, or already ended) is SESSION_NOT_FOUND (exit 4); the others are still
-    expired, and then the output lists both."""
+    expired, and then the output lists both.
+
+    \b
+    Example (SESSION_IDS as `metastore session list` shows them):
+      metastore session expire SESSION_IDS
+    """
     if len(session_ids) > MAX_LEASES_PER_COMMAND:
         raise click.UsageError(f"at most {MAX_LEASES_PER_COMMAND} sessions at a time")
     a = app(ctx)
@@ -178,7 +188,12 @@ def lease() -> None:
 @click.pass_context
 def lease_list(ctx: click.Context, table: str | None) -> None:
     """Leases held now, on every table or on NS.TABLE: which session holds which schema
-    version, since when, and until when its session lives without a heartbeat."""
+    version, since when, and until when its session lives without a heartbeat.
+
+    \b
+    Example:
+      metastore lease list sales.orders
+    """
     a = app(ctx)
     with explaining_not_found(a.client(), table):
         result = a.client().lease_list(table)
@@ -201,7 +216,12 @@ def lease_list(ctx: click.Context, table: str | None) -> None:
 @click.pass_context
 def lease_blockers(ctx: click.Context, table: str) -> None:
     """Who would block publishing NS.TABLE's next schema version right now: sessions holding a
-    lease on a version older than the current one (the two-version invariant)."""
+    lease on a version older than the current one (the two-version invariant).
+
+    \b
+    Example:
+      metastore lease blockers sales.orders
+    """
     a = app(ctx)
     with explaining_not_found(a.client(), table):
         result = a.client().lease_blockers(table)

@@ -25,7 +25,7 @@ import click
 from click.exceptions import NoArgsIsHelpError
 
 from cli.cluster import cluster
-from cli.context import App, app
+from cli.context import App, app, nothing_listens, nothing_listens_hint
 from cli.errors import (
     EXIT_CODES_HELP,
     EXIT_USAGE,
@@ -66,9 +66,9 @@ CONTEXT_SETTINGS: dict[str, Any] = {
 }
 
 EPILOG = (
-    "Examples:\n\n"
+    "Examples (on the 3-node cluster the repository ships in cluster_configs/local, which\n"
+    "commands use by default; `metastore cluster init DIR` makes another):\n\n"
     "\b\n"
-    "  metastore cluster init cluster_configs/local --cluster-id local\n"
     "  metastore cluster up\n"
     "  metastore cluster status -o json\n"
     "  metastore table list -o json\n"
@@ -148,14 +148,11 @@ class RootGroup(click.Group):
             fail("IO_ERROR", os_error_text(exc), 1, None)
 
 
-# The reason metastore.client gives for an endpoint that refused the connection.
-CONNECTION_REFUSED: Final = "connection refused"
-
-
 def _with_hint(ctx: click.Context, error: MetastoreError) -> str:
     """The error's message, with what the node cannot know and the CLI can: for a token the
     cluster does not accept, which token was sent (a token of another cluster, from an old
-    export, is the usual cause); when no endpoint accepted a connection, where the endpoints
+    export, is the usual cause); for a token whose role is too weak, which token and where the
+    stronger ones are; when no endpoint accepted a connection, where the endpoints
     came from (a cluster not started, or the ports of another one)."""
     a = ctx.find_object(App)
     if a is None:
@@ -166,17 +163,14 @@ def _with_hint(ctx: click.Context, error: MetastoreError) -> str:
             f"{error.message} (is the token from {source} one of this cluster's? "
             "`metastore cluster init DIR` wrote them to DIR/secrets/)"
         )
-    refused = error.details.get("endpoints")
-    if (
-        error.code is ErrorCode.UNAVAILABLE
-        and isinstance(refused, dict)
-        and refused
-        and all(reason == CONNECTION_REFUSED for reason in refused.values())
-    ):
+    if error.code is ErrorCode.FORBIDDEN and source is not None:
         return (
-            f"{error.message} (nothing listens there: is the cluster up? `metastore cluster up "
-            f"--config DIR` starts it; the endpoints are from {a.endpoints_source()})"
+            f"{error.message} (the token from {source} has a weaker role: use one of that role "
+            "or admin; `metastore cluster init DIR` wrote DIR/secrets/writer.token and "
+            "admin.token)"
         )
+    if nothing_listens([error]):
+        return f"{error.message} ({nothing_listens_hint(a)})"
     return error.message
 
 

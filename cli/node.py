@@ -50,6 +50,10 @@ def node_start(ctx: click.Context, config_path: Path, node_id: int | None, boots
     terms it no longer remembers, so it must be removed from the cluster and added back rather
     than restarted fresh. `metastore cluster up` passes --bootstrap to a brand-new cluster's
     nodes, and to those named by its own --bootstrap (a first start that did not complete).
+
+    \b
+    Example:
+      metastore node start --config cluster_configs/local/node1.toml
     """
     # Validate first: a bad config is reported the same way whether or not the daemon exists.
     load_node_config(config_path, node_id)

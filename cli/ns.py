@@ -19,7 +19,12 @@ def ns() -> None:
 @click.option("--as-of", type=READ_TIMESTAMP, help=AS_OF_HELP)
 @click.pass_context
 def ns_list(ctx: click.Context, as_of: int | None) -> None:
-    """List every namespace (existing now, or at --as-of) with its comment and properties."""
+    """List every namespace (existing now, or at --as-of) with its comment and properties.
+
+    \b
+    Example:
+      metastore ns list --as-of -1h
+    """
     a = app(ctx)
     result = a.client().list_namespaces(as_of=as_of)
     namespaces = result.get("namespaces", [])
@@ -33,7 +38,12 @@ def ns_list(ctx: click.Context, as_of: int | None) -> None:
 @click.option("--if-not-exists", is_flag=True, help="Succeed if it exists already.")
 @click.pass_context
 def ns_create(ctx: click.Context, name: str, comment: str | None, if_not_exists: bool) -> None:
-    """Create namespace NAME (CREATE NAMESPACE)."""
+    """Create namespace NAME (CREATE NAMESPACE).
+
+    \b
+    Example:
+      metastore ns create sales --comment 'orders and returns' --if-not-exists
+    """
     a = app(ctx)
     result = a.client().create_namespace(name, comment=comment, if_not_exists=if_not_exists)
     emit(a.output, result, lambda: [kv_table(result)])
@@ -45,7 +55,12 @@ def ns_create(ctx: click.Context, name: str, comment: str | None, if_not_exists:
 @click.option("--cascade", is_flag=True, help="Also drop the tables in it.")
 @click.pass_context
 def ns_drop(ctx: click.Context, name: str, if_exists: bool, cascade: bool) -> None:
-    """Drop namespace NAME (DROP NAMESPACE). Refused if it holds tables, unless --cascade."""
+    """Drop namespace NAME (DROP NAMESPACE). Refused if it holds tables, unless --cascade.
+
+    \b
+    Example:
+      metastore ns drop sales --cascade
+    """
     a = app(ctx)
     try:
         result = a.client().drop_namespace(name, if_exists=if_exists, cascade=cascade)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 from rich.console import RenderableType
 
-from cli.context import app, config_dir_option
+from cli.context import app, config_dir_option, nothing_listens, nothing_listens_hint
 from cli.errors import EXIT_UNAVAILABLE
 from cli.output import emit, endpoint_results_doc, rows_table, safe_time_lag_cell, ts_cell
 
@@ -18,6 +18,10 @@ def safe_time(ctx: click.Context) -> None:
 
     A node answers "schema at T" at once when its safe time >= T - DD. Exits with 3 if any
     node did not answer.
+
+    \b
+    Example:
+      metastore safe-time --config cluster_configs/mycluster
     """
     a = app(ctx)
     results = a.client().safe_time_all()
@@ -46,4 +50,6 @@ def safe_time(ctx: click.Context) -> None:
 
     emit(a.output, endpoint_results_doc(results), tables)
     if not all(r.ok for r in results):
+        if nothing_listens([r.error for r in results if r.error is not None]):
+            click.echo(nothing_listens_hint(a), err=True)
         ctx.exit(EXIT_UNAVAILABLE)

@@ -74,9 +74,9 @@ def snapshot() -> None:
     type=click.Path(path_type=Path),
     default=None,
     metavar="DIR",
-    help="Read the catalog from this stopped node's data directory (DATA_DIR/node-N) instead "
-    "of asking a running node: for a cluster that lost its quorum for good. Refused while a "
-    "node runs on it.",
+    help="Read the catalog from this stopped node's data directory (node-N under the "
+    "data_dir of its cluster.toml, e.g. cluster_configs/local/data/node-3) instead of asking a "
+    "running node: for a cluster that lost its quorum for good. Refused while a node runs on it.",
 )
 @click.option(
     "--include-uncommitted",
@@ -306,11 +306,32 @@ def _download(a: App, out: BinaryIO, *, endpoint: str | None) -> dict[str, objec
     return {"from": used, **header}
 
 
+# What a save that no node served adds when none was ready: a cluster without a leader for good
+# serves no save, and the way out is offline (docs/operations.md).
+LOST_QUORUM_HINT = (
+    "; if the cluster has lost its quorum for good (`cluster status`: no leader), save from a "
+    "stopped survivor's files: metastore snapshot save FILE --data-dir DATA_DIR/node-N "
+    '(DATA_DIR: data_dir of its cluster.toml; docs/operations.md, "Losing quorum")'
+)
+
+
 def _no_node_began(failures: dict[str, MetastoreError]) -> MetastoreError:
-    """The error of a save no endpoint began: with one endpoint, its own; with several, the
-    answer of a node that answered rather than the last endpoint's (a survivor without a
-    quorum says NOT_READY, which the nodes that are gone, refusing the connection, would
-    hide), in a message that lists what every endpoint said."""
+    """The error of a save no endpoint began (with the way out of a lost quorum when no node
+    was ready: NOT_READY, or unreachable)."""
+    error = _first_answer(failures)
+    not_ready = (ErrorCode.NOT_READY, ErrorCode.UNAVAILABLE)
+    if all(e.code in not_ready for e in failures.values()):
+        error = copy.copy(error)
+        error.message += LOST_QUORUM_HINT
+        error.args = (error.message,)
+    return error
+
+
+def _first_answer(failures: dict[str, MetastoreError]) -> MetastoreError:
+    """With one endpoint, its own error; with several, the answer of a node that answered
+    rather than the last endpoint's (a survivor without a quorum says NOT_READY, which the
+    nodes that are gone, refusing the connection, would hide), in a message that lists what
+    every endpoint said."""
     errors = list(failures.values())
     if len(errors) == 1:
         return errors[0]

@@ -152,7 +152,12 @@ def table() -> None:
 @click.pass_context
 def table_list(ctx: click.Context, namespace: str | None, as_of: int | None) -> None:
     """List the tables of NAMESPACE, or of every namespace when it is left out (full names,
-    sorted)."""
+    sorted).
+
+    \b
+    Example:
+      metastore table list sales -o json
+    """
     a = app(ctx)
     if namespace is None:
         result = a.client().list_tables(namespace, as_of=as_of)
@@ -210,7 +215,12 @@ def _columns_table(schema: object) -> RenderableType:
 @click.pass_context
 def table_history(ctx: click.Context, name: str) -> None:
     """Show every schema version of NS.TABLE: when it was made (Tm), when it activated (Tu),
-    what changed, and the schema."""
+    what changed, and the schema.
+
+    \b
+    Example:
+      metastore table history sales.orders
+    """
     a = app(ctx)
     with explaining_not_found(a.client(), name):
         result = a.client().history(name)

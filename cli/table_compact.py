@@ -46,7 +46,12 @@ def table_compact(
 
     It is also what hands GC the files removed from inside manifests: entries removed at or
     below the table's GC threshold are split into a manifest of their own, which the next
-    `gc run` deletes with its files."""
+    `gc run` deletes with its files.
+
+    \b
+    Example:
+      metastore table compact sales.orders --keep-loose 1000
+    """
     from metastore.client.manifest_files import compact_table
 
     a = app(ctx)

@@ -111,6 +111,11 @@ def table_optimize(
     the rewritten ones; readers see the same rows before and after, at every timestamp.
     Progress goes to stderr; the result to stdout (-o json for a document). Exit 5 when a
     commit was refused every time it was planned (another writer kept removing the files).
+
+    \b
+    Examples:
+      metastore table optimize sales.orders --dry-run
+      metastore table optimize sales.orders --target-file-size 256MiB
     """
     a = app(ctx)
     # The plan needs no Spark: an unknown table, or one with too few small files, is answered

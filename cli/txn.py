@@ -58,7 +58,12 @@ TXN_LOG_CONSISTENCY_HELP: Final = (
 @click.pass_context
 def txn_log(ctx: click.Context, limit: int, consistency: str) -> None:
     """Show the most recent commits, newest first: when each became visible (its commit
-    timestamp), its txn id, the tables it wrote, files added/removed and rows added."""
+    timestamp), its txn id, the tables it wrote, files added/removed and rows added.
+
+    \b
+    Example:
+      metastore txn log --limit 10
+    """
     a = app(ctx)
     client = a.client()
     linearize(client, None, consistency)
@@ -80,7 +85,12 @@ def txn_show(ctx: click.Context, txn_id: str, stream: str | None) -> None:
     remembered and the stream (--stream, else the txn id's own mark, which txn ids chosen for
     bridge.batch(txn_id=...) or the data source's txn_id option carry) has no committed
     position: it never committed, or it is older than the newest 100,000 commits (the reply
-    says how far back that is) and carried no mark, or its mark was forgotten."""
+    says how far back that is) and carried no mark, or its mark was forgotten.
+
+    \b
+    Example:
+      metastore txn show etl-2026-11-27
+    """
     a = app(ctx)
     # Without --stream, the txn id's own mark: a txn id a caller chose (bridge.batch(txn_id=),
     # the data source's txn_id option) has one, which outlives the txn-id window.

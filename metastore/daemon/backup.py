@@ -351,7 +351,7 @@ def restore(path: Path, cluster: ClusterConfig) -> dict[str, Any]:
         "members": list(voters),
         "applied_index": meta.index,
     }
-    return {**result, **_shared_locations(state)}
+    return {**result, **_shared_locations(state, cluster)}
 
 
 def _restore_member_by_member(
@@ -382,15 +382,20 @@ def _restore_member_by_member(
         raise
 
 
-def _shared_locations(state: MetastoreState) -> dict[str, Any]:
+def _shared_locations(state: MetastoreState, cluster: ClusterConfig) -> dict[str, Any]:
     """The table locations the restored catalog keeps from the source cluster, and a warning
     when there are any: both clusters now list the same files, and the GC of each deletes
-    what it freed and what no commit of its own references (the other's newer files)."""
+    what it freed and what no commit of its own references (the other's newer files). Those
+    outside the new cluster's warehouse and `allowed_locations` (a `cluster init` writes its
+    own warehouse and `[]`) are named too: its GC would leave those tables alone."""
     tables = [state.txns.table_location(table_id) for table_id in state.txns.table_ids()]
     locations = sorted({location for _, location, _ in tables if location})
+    roots = cluster.location_roots()
+    not_allowed = [location for location in locations if not roots.allows(location)]
     out: dict[str, Any] = {
         "table_locations": locations[:LOCATIONS_LISTED_MAX],
         "table_location_count": len(locations),
+        "locations_not_allowed": not_allowed[:LOCATIONS_LISTED_MAX],
     }
     if locations:
         shown = ", ".join(locations[:LOCATIONS_IN_WARNING_MAX])
@@ -402,6 +407,16 @@ def _shared_locations(state: MetastoreState) -> dict[str, Any]:
             "the other still references (what it freed itself, and files only the other "
             "committed, which are orphans to it). Restore after losing the source cluster, "
             "or stop it for good before starting this one."
+        )
+    if not_allowed:
+        shown = ", ".join(not_allowed[:LOCATIONS_IN_WARNING_MAX])
+        more = len(not_allowed) - LOCATIONS_IN_WARNING_MAX
+        out["warning"] += (
+            f" {len(not_allowed)} of these location(s) ({shown}"
+            f"{f' and {more} more' if more > 0 else ''}) are outside this cluster's warehouse "
+            f"and allowed_locations ({', '.join(roots.describe())}): before `cluster up`, list "
+            f"their root (the source's warehouse) in allowed_locations of {cluster.path}, or "
+            "its GC skips those tables (`gc run`: left alone) and never collects their files."
         )
     return out
 

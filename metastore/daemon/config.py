@@ -1103,6 +1103,7 @@ def render_node_toml(node_id: int, *, cluster_file: str = CLUSTER_FILE_NAME) -> 
     return (
         f"# Node {node_id} of the cluster described in {cluster_file} (relative to this file).\n"
         f"# Start it with: metastore node start --config {node_file_name(node_id)}\n"
+        "# (add --bootstrap to its first start in a new cluster; `metastore cluster up` does)\n"
         f"cluster = {_toml_str(cluster_file)}\n"
         f"node_id = {node_id}\n"
     )

@@ -3307,7 +3307,7 @@ class ApiServer:
                 f"certificate sha256 {fingerprint} is in use by node(s) "
                 f"{', '.join(map(str, in_use))} on live peer links; revoking it cuts them off. "
                 "Restart them on a new certificate first (metastore cluster certs --ca-dir DIR "
-                "--node N), or pass force",
+                "--node N --out NEW_DIR), or pass force",
                 details={"fingerprint": fingerprint, "in_use_by": in_use},
             )
         cmd = RevokeCerts(

@@ -57,8 +57,8 @@ misbehave, and the reader cut from nodes (every failed read typed and retryable)
 
 Not covered here (see docs/chaos.md): clock skew of the leader (tests/raft/test_clock_fence.py
 covers a leader whose clock jumps ahead), TLS unless CHAOS_TLS=1. A failure prints the seed;
-`CHAOS_SEEDS=<seed>` (with the same CHAOS_FAULTS) replays the same fault schedule (the timing of
-a real cluster still varies from run to run).
+the `make chaos SEEDS=<seed> FAULTS=... DURATION=... TLS=...` it prints (`replay_command`) replays
+the same fault schedule (the timing of a real cluster still varies from run to run).
 """
 
 from __future__ import annotations
@@ -1946,8 +1946,8 @@ def test_chaos_history_is_consistent(tmp_path: Path, seed: int) -> None:
                     _fault(c, rng, kind, h, n)
                 except AssertionError as exc:
                     raise AssertionError(
-                        f"{exc} (seed {seed}; replay with CHAOS_SEEDS={seed} "
-                        f"CHAOS_FAULTS={FAULTS}; faults so far: {h.faults}; logs under {c.dir})"
+                        f"{exc} (seed {seed}; replay: {replay_command(seed)}; "
+                        f"faults so far: {h.faults}; logs under {c.dir})"
                     ) from exc
                 if len(h.faults) > fired:
                     h.faults[-1] += f" [{time.monotonic() - started:.1f} s]"
@@ -1976,11 +1976,15 @@ def test_chaos_history_is_consistent(tmp_path: Path, seed: int) -> None:
         )
 
 
+def replay_command(seed: int) -> str:
+    """The `make chaos` that runs `seed`'s fault schedule again: the schedule depends on the
+    fault family and the duration too (one extra fault per 5 s), and the Makefile sets every
+    CHAOS_* variable itself (tests/chaos/test_replay_command.py)."""
+    return f"make chaos SEEDS={seed} FAULTS={FAULTS} DURATION={DURATION_S:g} TLS={1 if TLS else 0}"
+
+
 def _check(c: MetastoreCluster, h: History, seed: int, schedule: list[str], location: Path) -> None:
-    where = (
-        f"(seed {seed}; replay with CHAOS_SEEDS={seed} CHAOS_FAULTS={FAULTS}; "
-        f"faults: {h.faults}; logs under {c.dir})"
-    )
+    where = f"(seed {seed}; replay: {replay_command(seed)}; faults: {h.faults}; logs under {c.dir})"
     final = _client(c, c.ids, 10_000)
     try:
         now_ts = final.clock.now()

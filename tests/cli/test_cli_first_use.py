@@ -12,7 +12,7 @@ import pytest
 
 from cli import job_backfill, table_optimize
 from hlc import make_ts, to_iso
-from metastore.errors import SchemaJobNotFoundError, TableNotFoundError
+from metastore.errors import ForbiddenError, SchemaJobNotFoundError, TableNotFoundError
 from tests.cli.test_cli import _isolated_cwd, against, fake, run, sent
 from tests.client.fake_node import ThreadedFakeNode
 from tests.client.test_client import dead_endpoint
@@ -337,3 +337,39 @@ def test_no_token_at_all_names_both_ways_to_give_one(fake: ThreadedFakeNode) -> 
     assert "--token-file / METASTORE_TOKEN_FILE" in first, first
     assert "DIR/secrets/" in first, first
     assert sent(fake) == []
+
+
+def test_a_token_of_too_weak_a_role_says_which_token_and_where_the_others_are(
+    tmp_path: Path,
+) -> None:
+    """The README's reader token (or a writer's for an admin command) is refused FORBIDDEN:
+    the error names the token's source and the tokens `cluster init` wrote for each role."""
+
+    async def handler(op: str, args: dict[str, Any]) -> dict[str, Any]:
+        raise ForbiddenError(f"op {op!r} needs role writer", details={"op": op, "needed": "writer"})
+
+    reader = tmp_path / "reader.token"
+    reader.write_text("r" * 43 + "\n")
+    reader.chmod(0o600)
+    with ThreadedFakeNode(handler=handler, tokens=frozenset({"r" * 43})) as node:
+        result = run(
+            "--endpoints", node.endpoint, "--token-file", str(reader), "sql", "CREATE NAMESPACE q"
+        )
+    assert result.exit_code == 6, result.output
+    first = result.stderr.splitlines()[0]
+    assert first.startswith("Error: FORBIDDEN: op 'ddl' needs role writer"), first
+    assert f"the token from {reader}" in first, first
+    assert "DIR/secrets/writer.token" in first, first
+
+
+@pytest.mark.parametrize("command", [["cluster", "status"], ["safe-time"]])
+def test_a_status_no_node_answers_asks_whether_the_cluster_is_up(command: list[str]) -> None:
+    """`cluster status` (and `safe-time`) print every endpoint's refusal in the table, and
+    then, as the other commands' error does, whether the cluster is up and where the endpoints
+    came from."""
+    dead = dead_endpoint()
+    result = run("--endpoints", dead, "--token", "t" * 43, "--timeout-ms", "1500", *command)
+    assert result.exit_code == 3, result.output
+    assert "connection refused" in result.stdout, result.stdout
+    assert "is the cluster up?" in result.stderr, result.stderr
+    assert "--endpoints / METASTORE_ENDPOINTS" in result.stderr, result.stderr

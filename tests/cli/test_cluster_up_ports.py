@@ -145,3 +145,27 @@ def test_up_and_down_while_another_up_or_down_runs_are_refused(config_dir: Path)
     # Once it is released, they run.
     down = run_cli("cluster", "down", "--config", str(config_dir))
     assert down.returncode == 0, down.stderr
+
+
+def test_a_new_cluster_on_taken_ports_is_told_the_init_that_moves_it(config_dir: Path) -> None:
+    """`cluster init` gives every cluster the same default ports, so the README's second
+    cluster collides with a running cluster_configs/local. A cluster with no state yet is
+    told the `cluster init` that moves it to free ports, and that command works as shown."""
+    import re
+    import shlex
+
+    config = load_cluster_config(config_dir / "cluster.toml")
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as squatter:
+        squatter.bind(("127.0.0.1", config.node(1).client_port))
+        squatter.listen()
+        done = run_cli("cluster", "up", "--config", str(config_dir), "--wait-ms", "20000")
+    assert done.returncode == 5, done.stderr
+    match = re.search(r"`metastore (cluster init [^`]*)`", done.stderr)
+    assert match, done.stderr
+    words = shlex.split(match.group(1))
+    assert "--force" in words and str(config_dir) in words, words
+    moved = run_cli(*words)
+    assert moved.returncode == 0, moved.stderr
+    new = load_cluster_config(config_dir / "cluster.toml")
+    assert new.node(1).client_port != config.node(1).client_port
+    assert new.cluster_id == config.cluster_id

@@ -121,3 +121,20 @@ def test_a_chunk_that_keeps_failing_ends_the_save_after_a_bounded_number_of_trie
     assert "UNAVAILABLE" in result.stderr, result.stderr
     assert broken.ops.count("snapshot_chunk") == snapshot_cli.CHUNK_TRIES_MAX
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_save_no_node_can_serve_says_the_way_out_of_a_lost_quorum(tmp_path: Path) -> None:
+    """Every node not ready is what a survivor of a lost quorum answers (the others refuse the
+    connection): the error says, besides what each node said, how to save without a leader."""
+    file = tmp_path / "catalog.snap"
+    behind = "node is not caught up with the current leader yet"
+    result, _ = _save(
+        file,
+        _Node(1, begin_error=NotReadyError(behind)),
+        _Node(2, begin_error=NotReadyError(behind)),
+    )
+    assert result.exit_code == 3, result.output
+    assert result.stderr.startswith("Error: NOT_READY: snapshot_begin failed on every endpoint")
+    assert "snapshot save FILE --data-dir DATA_DIR/node-N" in result.stderr, result.stderr
+    assert "Losing quorum" in result.stderr, result.stderr
+    assert list(tmp_path.iterdir()) == []

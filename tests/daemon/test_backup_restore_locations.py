@@ -72,3 +72,34 @@ def test_the_cli_prints_the_warning_on_stderr_after_the_restore_line(tmp_path: P
     assert result.stdout.startswith(f"restored {file}")
     assert result.stderr.startswith("warning: 1 table(s) of the restored catalog")
     assert _location(source, "sales.orders") in result.stderr
+
+
+def test_restore_says_which_locations_the_new_cluster_does_not_allow(tmp_path: Path) -> None:
+    """A restore into a cluster made by `cluster init` (its own warehouse, allowed_locations
+    `[]`) keeps tables outside its roots: its GC would leave them alone, silently but for a
+    log line. The restore says so, and what to put in which cluster.toml before `cluster up`."""
+    file, source = _snapshot_file(
+        tmp_path / "backup.snap",
+        "CREATE NAMESPACE sales",
+        "CREATE TABLE sales.orders (id BIGINT) LOCATION '/w/sales.db/orders'",
+    )
+    cluster = load_cluster_config(write_cluster(tmp_path / "cfg"))
+    result = backup.restore(file, cluster)
+    assert result["locations_not_allowed"] == [_location(source, "sales.orders")]
+    warning = result["warning"]
+    assert "allowed_locations" in warning and str(cluster.path) in warning
+    assert "cluster up" in warning and "left alone" in warning
+
+
+def test_restore_into_a_cluster_that_allows_the_locations_does_not_warn_of_them(
+    tmp_path: Path,
+) -> None:
+    file, _ = _snapshot_file(
+        tmp_path / "backup.snap",
+        "CREATE NAMESPACE sales",
+        "CREATE TABLE sales.orders (id BIGINT) LOCATION '/w/sales.db/orders'",
+    )
+    cluster = load_cluster_config(write_cluster(tmp_path / "cfg", allowed_locations='["/w"]'))
+    result = backup.restore(file, cluster)
+    assert result["locations_not_allowed"] == []
+    assert "allowed_locations" not in result["warning"]

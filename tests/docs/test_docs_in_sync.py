@@ -236,3 +236,232 @@ def test_the_make_targets_the_docs_name_exist_and_the_readme_names_each() -> Non
     assert not unknown, f"make targets the docs name that the Makefile lacks: {unknown}"
     missing = sorted(documented - named["README.md"])
     assert not missing, f"Makefile targets the README does not name: {missing}"
+
+
+# ---- every `metastore ...` command shown parses with the real CLI ------------------------------
+
+_MAIN_DOCS = (
+    "README.md",
+    "ARCHITECTURE.md",
+    "docs/operations.md",
+    "docs/protocol.md",
+    "docs/chaos.md",
+)
+
+
+def _why_it_does_not_parse(words: list[str]) -> str | None:
+    """What keeps `metastore WORDS` from running as shown, or None: an unknown command or option,
+    an option without its value, a missing required option or argument, extra arguments, or a
+    group instead of a command. Placeholders (`DIR`, `N`) stand for values and are not checked
+    for type; `[...]` marks optional words (they must parse too); `...` ends a repeatable
+    list. The parser alone runs: no option's callback, nothing is contacted."""
+    import click
+
+    from cli.main import cli as root
+
+    words = [w.strip("[]") for w in words if w.strip("[]") and w.strip("[]") != "..."]
+    command: click.Command = root
+    ctx = click.Context(root, info_name="metastore")
+    while True:
+        try:
+            values, rest, _ = command.make_parser(ctx).parse_args(args=list(words))
+        except click.UsageError as exc:
+            return exc.format_message()
+        missing = [
+            param.opts[-1] if isinstance(param, click.Option) else param.human_readable_name
+            for param in command.params
+            if param.required and values.get(param.name) in (None, ())
+        ]
+        if missing:
+            return f"missing {missing}"
+        if not isinstance(command, click.Group):
+            return f"extra arguments {rest}" if rest else None
+        if not rest:
+            return "a command group, not a command"
+        sub = command.get_command(ctx, rest[0])
+        if sub is None:
+            return f"no command {rest[0]!r}"
+        ctx = click.Context(sub, info_name=rest[0], parent=ctx)
+        command, words = sub, rest[1:]
+
+
+def _gives_an_option_a_value(command: str) -> bool:
+    """A quote in prose such as `metastore sql --wait` names an option; one that gives an option
+    a value (`metastore cluster certs --ca-dir CA_DIR --node 3`) is a command to run."""
+    return re.search(r"\s--?[\w-]+[ =][^-\s]", command) is not None
+
+
+def _help_texts() -> list[tuple[str, str]]:
+    """(command path, --help text) of every command and group of the CLI."""
+    import click
+
+    from cli.main import cli as root
+
+    found: list[tuple[str, str]] = []
+
+    def walk(command: click.Command, path: str) -> None:
+        found.append((path, command.get_help(click.Context(command, info_name=path))))
+        if isinstance(command, click.Group):
+            for name, sub in sorted(command.commands.items()):
+                walk(sub, f"{path} {name}")
+
+    walk(root, "metastore")
+    return found
+
+
+def _python_strings(path: Path) -> list[str]:
+    """Every string constant of a module (an f-string with `N` for each placeholder)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            found.append(node.value)
+        elif isinstance(node, ast.JoinedStr):
+            parts = [v.value if isinstance(v, ast.Constant) else "N" for v in node.values]
+            found.append("".join(str(part) for part in parts))
+    return found
+
+
+def _quoted_commands(text: str) -> list[str]:
+    """The `metastore <command> ...` runs in a text, each up to the end of its quote, clause or
+    line."""
+    from cli.main import cli as root
+
+    names = "|".join(map(re.escape, root.commands))
+    pattern = rf"\bmetastore (?:--?[\w-]+ \S+ )*(?:{names})\b[^`()\n;,:]*"
+    return [" ".join(m.group(0).split()).rstrip(".") for m in re.finditer(pattern, text)]
+
+
+def _wrong(commands: list[tuple[str, str]]) -> list[str]:
+    import shlex
+
+    wrong = []
+    for where, command in commands:
+        why = _why_it_does_not_parse(shlex.split(command)[1:])
+        if why:
+            wrong.append(f"{where}: `{command}`: {why}")
+    return wrong
+
+
+@pytest.mark.parametrize("doc", _MAIN_DOCS)
+def test_every_command_in_a_docs_code_block_parses(doc: str) -> None:
+    """A reader pastes these: each line must be one the CLI takes as it stands (the option
+    check above only knows option names; this one also catches a missing required option
+    such as `cluster certs --out`, an option without its value, and extra arguments)."""
+    commands = [(doc, " ".join(words)) for words in _readme_commands_shell(doc)]
+    assert not _wrong(commands)
+
+
+def _readme_commands_shell(doc: str) -> list[list[str]]:
+    """`_readme_commands`, quoting each word back for the shell."""
+    import shlex
+
+    return [
+        [shlex.quote(word) for word in ["metastore", *words]] for words in _readme_commands(doc)
+    ]
+
+
+def test_every_example_in_the_cli_help_parses() -> None:
+    """`metastore X --help`'s examples run as shown."""
+    commands = [
+        (path, line.strip())
+        for path, text in _help_texts()
+        for line in text.splitlines()
+        if line.strip().startswith("metastore ")
+    ]
+    assert len(commands) > 25
+    assert not _wrong(commands)
+
+
+def test_every_command_quoted_in_prose_or_a_message_parses() -> None:
+    """A command quoted in the docs' prose or in a message of the code (an error telling the
+    operator what to run) parses, when it is shown as one to run (an option with a value)."""
+    quoted = [
+        (doc, command)
+        for doc in _MAIN_DOCS
+        for quote in re.findall(
+            r"`([^`]+)`",
+            re.sub(r"```.*?```", "", (ROOT / doc).read_text(encoding="utf-8"), flags=re.S),
+        )
+        for command in _quoted_commands(" ".join(quote.split()))  # a quote may wrap
+    ]
+    quoted += [
+        (path.relative_to(ROOT).as_posix(), command)
+        for package in ("cli", "metastore", "spark_bridge", "raft", "hlc")
+        for path in sorted((ROOT / package).rglob("*.py"))
+        for text in _python_strings(path)
+        for command in _quoted_commands(text)
+    ]
+    runnable = [(where, command) for where, command in quoted if _gives_an_option_a_value(command)]
+    assert len(runnable) > 10
+    assert not _wrong(runnable)
+
+
+def test_every_command_has_an_example_of_itself_in_its_help() -> None:
+    """A new user reads `metastore X --help` first: each command shows at least one example of
+    itself (which the test above runs through the parser)."""
+    import click
+
+    from cli.main import cli as root
+
+    without = [
+        path
+        for path, text in _help_texts()
+        if not isinstance(_command_at(root, path), click.Group)
+        and not any(line.strip().startswith(path + " ") for line in text.splitlines())
+    ]
+    assert not without, f"commands whose --help shows no example of themselves: {without}"
+
+
+def _command_at(root: object, path: str) -> object:
+    import click
+
+    command = root
+    for name in path.split()[1:]:
+        assert isinstance(command, click.Group)
+        command = command.commands[name]
+    return command
+
+
+def test_the_shipped_node_files_say_how_a_node_first_starts() -> None:
+    """`metastore node start` refuses a member with an empty data directory unless
+    --bootstrap: a node file telling how to start it says so (a reader following the
+    production example literally was refused at the first start), and the local ones are
+    what `cluster init` writes."""
+    from metastore.daemon.config import render_node_toml
+
+    node_files = sorted((ROOT / "cluster_configs").glob("*/node*.toml"))
+    assert len(node_files) >= 6
+    silent = [
+        p.relative_to(ROOT).as_posix()
+        for p in [*node_files, ROOT / "cluster_configs/production-example/cluster.toml"]
+        if "--bootstrap" not in p.read_text(encoding="utf-8")
+    ]
+    assert not silent, f"start instructions without the first start's --bootstrap: {silent}"
+    for path in (ROOT / "cluster_configs" / "local").glob("node*.toml"):
+        node_id = int(path.stem.removeprefix("node"))
+        assert path.read_text(encoding="utf-8") == render_node_toml(node_id), path
+
+
+def test_no_example_inits_a_cluster_directory_the_repository_ships() -> None:
+    """`cluster init DIR` refuses (ALREADY_EXISTS) a DIR that has a cluster.toml; run from a
+    checkout, an example that inits a shipped one (cluster_configs/local) fails as shown."""
+    import shlex
+
+    commands = [
+        line.strip()
+        for _, text in _help_texts()
+        for line in text.splitlines()
+        if line.strip().startswith("metastore ")
+    ]
+    commands += [
+        " ".join(["metastore", *words]) for doc in _MAIN_DOCS for words in _readme_commands(doc)
+    ]
+    refused = []
+    for command in commands:
+        words = shlex.split(command)
+        if words[1:3] != ["cluster", "init"] or "--force" in words:
+            continue
+        directory = next(w for w in words[3:] if not w.startswith("-"))
+        if (ROOT / directory / "cluster.toml").exists():
+            refused.append(command)
+    assert not refused, f"examples that init a shipped cluster directory: {refused}"
