@@ -36,6 +36,7 @@ from metastore.daemon.config import ClusterConfig, NodeAddress, node_file_name
 from metastore.daemon.ports import port_in_use
 from raft.node import IDENTITY_FILE
 from raft.oserror import errno_text
+from raft.wal import SYNC_FAILED_FILE
 
 # How long `cluster down` waits after SIGINT before SIGKILL, and after SIGKILL before giving up.
 STOP_GRACE_MS_DEFAULT: Final = 10_000
@@ -122,7 +123,8 @@ def node_has_state(data_dir: Path) -> bool:
     """Whether a node's data directory holds anything of a member that ran: its identity
     (written at its first start, before it takes part in any election), or a log with any
     bytes in it (a log from before identities: the node adopts it). An interrupted or failed
-    first start leaves neither (at most an empty segment and the log file)."""
+    first start leaves neither (at most an empty segment and the log file, and SYNC_FAILED if
+    its log could not sync: a marker, not a record)."""
     if (data_dir / IDENTITY_FILE).exists():
         return True
     wal = data_dir / "wal"
@@ -130,7 +132,8 @@ def node_has_state(data_dir: Path) -> bool:
         files = list(wal.iterdir())
     except FileNotFoundError:
         return False
-    return any(f.name != WAL_LOCK_FILE and f.is_file() and f.stat().st_size > 0 for f in files)
+    not_records = (WAL_LOCK_FILE, SYNC_FAILED_FILE)
+    return any(f.name not in not_records and f.is_file() and f.stat().st_size > 0 for f in files)
 
 
 def log_held_by_a_process(data_dir: Path) -> bool:

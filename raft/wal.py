@@ -912,7 +912,7 @@ _TEMP_SUFFIX: Final = ".tmp"
 _PREPARED_SUFFIX: Final = ".prepared.tmp"
 _LOCK_NAME: Final = "LOCK"
 # Left by a start whose recovery could not sync the live segment (see `_refuse_untrusted_cache`).
-_SYNC_FAILED_NAME: Final = "SYNC_FAILED"
+SYNC_FAILED_FILE: Final = "SYNC_FAILED"
 # Changes at every boot (Linux); None elsewhere, where the marker holds until removed by hand.
 _BOOT_ID_PATH: Final = Path("/proc/sys/kernel/random/boot_id")
 _FILE_MODE: Final = 0o600
@@ -1585,7 +1585,7 @@ class WriteAheadLog:
         gone and reads return what the disk holds (a torn tail there is cut as usual), so the
         marker names the boot it holds for. It needs no sync: it only has to outlive
         processes, not the boot. If it cannot be written, the message says so."""
-        marker = self._dir / _SYNC_FAILED_NAME
+        marker = self._dir / SYNC_FAILED_FILE
         try:
             marker.write_text(f"{_boot_id() or ''}\n{_os_error_text(exc)}\n")
         except OSError as marker_exc:
@@ -1608,7 +1608,7 @@ class WriteAheadLog:
     def _refuse_untrusted_cache(self) -> None:
         """Refuse to recover while a failed recovery sync of this boot stands (see
         `_distrust_cache`); forget one left before a reboot."""
-        marker = self._dir / _SYNC_FAILED_NAME
+        marker = self._dir / SYNC_FAILED_FILE
         try:
             text = marker.read_text()
         except FileNotFoundError:

@@ -24,6 +24,7 @@ from cli.cluster import _nodes_to_bootstrap
 from cli.errors import CliError
 from metastore.daemon.config import load_cluster_config
 from raft.node import IDENTITY_FILE
+from raft.wal import SYNC_FAILED_FILE
 from tests.cli.real_cluster import free_base_port, kill_leftover_nodes
 from tests.daemon.harness import run_cli
 
@@ -164,6 +165,17 @@ def test_bootstrap_refuses_a_node_with_state_or_not_started(tmp_path: Path) -> N
         _plan(config_dir, {3}, to_start=[1, 2])
     with pytest.raises(CliError, match="not in the cluster"):
         _plan(config_dir, {9})
+
+
+def test_a_first_start_whose_recovery_sync_failed_is_still_new(tmp_path: Path) -> None:
+    # Its log refuses every start of that boot and leaves SYNC_FAILED (a few bytes naming the
+    # boot), never a record: after the reboot it is still a first start, to be bootstrapped.
+    config_dir = _init(tmp_path / "c")
+    _failed_first_start(config_dir, 3)
+    wal = config_dir / "data" / "node-3" / "wal"
+    (wal / SYNC_FAILED_FILE).write_text("boot-id\nfdatasync of wal-1.log: Input/output error\n")
+    assert not processes.node_has_state(wal.parent)
+    assert _plan(config_dir, set()) == {1, 2, 3}
 
 
 def test_a_wal_with_bytes_but_no_identity_is_state(tmp_path: Path) -> None:
