@@ -191,3 +191,20 @@ class ThreadedFakeNode:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def observe_waits_for_a_slot(slots: asyncio.Semaphore) -> asyncio.Event:
+    """An event set when a request finds every one of `slots` taken (a client connection's or a
+    forward link's in-flight slots): it then waits, unsent, since a request is written only once
+    it holds a slot. A proof by event, where a pause would pass under load whether or not the
+    request went out."""
+    acquire = slots.acquire
+    no_free_slot = asyncio.Event()
+
+    async def observed_acquire() -> bool:
+        if slots.locked():
+            no_free_slot.set()
+        return await acquire()
+
+    slots.acquire = observed_acquire  # type: ignore[method-assign,assignment]
+    return no_free_slot

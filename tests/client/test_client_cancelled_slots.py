@@ -17,10 +17,9 @@ import asyncio
 from typing import Any
 
 from metastore.client import MetastoreClient
-from metastore.client.protocol import _Connection
 from metastore.daemon.api_limits import CLIENT_INFLIGHT_PER_CONNECTION_MAX
 from metastore.errors import LimitExceededError
-from tests.client.fake_node import TOKEN, FakeNode
+from tests.client.fake_node import TOKEN, FakeNode, observe_waits_for_a_slot
 
 LATE_NODE_ID = 1_000
 
@@ -57,7 +56,7 @@ async def test_a_cancelled_callers_slot_is_freed_by_the_reply_not_the_cancel() -
         for caller in callers:
             caller.cancel()  # each gives up; the node still runs its request
         await asyncio.gather(*callers, return_exceptions=True)
-        no_free_slot = _observe_waits_for_a_slot(c._connections[endpoint])
+        no_free_slot = observe_waits_for_a_slot(c._connections[endpoint]._slots)
         late = asyncio.create_task(c.call("add_node", {"node_id": LATE_NODE_ID}))
         # It waits for a slot, so it is not written: sent now, it would be refused at once
         # (the 65th in flight). A request is written only once it holds a slot.
@@ -76,18 +75,3 @@ async def test_a_cancelled_callers_slot_is_freed_by_the_reply_not_the_cancel() -
             event.set()
         await c.aclose()
         await node.stop()
-
-
-def _observe_waits_for_a_slot(conn: _Connection) -> asyncio.Event:
-    """An event set when a request on `conn` finds every slot taken (it then waits, unsent)."""
-    slots = conn._slots
-    acquire = slots.acquire
-    no_free_slot = asyncio.Event()
-
-    async def observed_acquire() -> bool:
-        if slots.locked():
-            no_free_slot.set()
-        return await acquire()
-
-    slots.acquire = observed_acquire  # type: ignore[method-assign,assignment]
-    return no_free_slot

@@ -18,9 +18,9 @@ from typing import Any
 
 from hlc import HybridClock, SystemClock
 from metastore.daemon import api_limits as L
-from metastore.daemon.forward import LeaderForwarder, _Link
+from metastore.daemon.forward import LeaderForwarder
 from metastore.errors import LimitExceededError
-from tests.client.fake_node import TOKEN, FakeNode
+from tests.client.fake_node import TOKEN, FakeNode, observe_waits_for_a_slot
 
 LATE_NODE_ID = 1_000
 
@@ -61,7 +61,7 @@ async def test_a_cancelled_forwards_slot_is_freed_by_the_answer_not_the_cancel()
             f.cancel()  # each one's client went away; the leader still runs its request
         await asyncio.gather(*forwards, return_exceptions=True)
         (link,) = forwarder._links.values()
-        no_free_slot = _observe_waits_for_a_slot(link)
+        no_free_slot = observe_waits_for_a_slot(link.slots)
         late = forward(LATE_NODE_ID)
         # It waits for a slot, so it is not written: sent now, the leader would refuse it at
         # once (the 65th). A forward is written only once it holds a slot.
@@ -80,18 +80,3 @@ async def test_a_cancelled_forwards_slot_is_freed_by_the_answer_not_the_cancel()
             event.set()
         await forwarder.close()
         await leader.stop()
-
-
-def _observe_waits_for_a_slot(link: _Link) -> asyncio.Event:
-    """An event set when a forward on `link` finds every slot taken (it then waits, unsent)."""
-    slots = link.slots
-    acquire = slots.acquire
-    no_free_slot = asyncio.Event()
-
-    async def observed_acquire() -> bool:
-        if slots.locked():
-            no_free_slot.set()
-        return await acquire()
-
-    slots.acquire = observed_acquire  # type: ignore[method-assign,assignment]
-    return no_free_slot

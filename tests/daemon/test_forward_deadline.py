@@ -14,7 +14,6 @@ mark lets the client resend even a non-repeatable write elsewhere. FakeNode as t
 from __future__ import annotations
 
 import asyncio
-import contextlib
 
 import pytest
 
@@ -22,6 +21,7 @@ from hlc import HybridClock, SystemClock
 from metastore.daemon.forward import LeaderForwarder
 from metastore.errors import UnavailableError
 from tests.client.fake_node import TOKEN, FakeNode
+from tests.daemon.silent_leader import forwarder_to_a_silent_leader
 
 SHORT_TIMEOUT_MS = 300
 # Far below the link's own 3 s hello bound, far above SHORT_TIMEOUT_MS for a loaded machine.
@@ -31,21 +31,8 @@ DEADLINE_SLACK_S = 2.0
 async def test_a_forward_waiting_for_its_link_keeps_to_its_own_timeout() -> None:
     """A leader port that accepts but never answers the hello: the forward gives up at its own
     timeout, not the link's 3 s hello bound, and says it sent nothing."""
-    accepted = asyncio.Event()
-
-    async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        accepted.set()
-        with contextlib.suppress(Exception):
-            await reader.read()  # until the forwarder gives up and closes
-        writer.close()
-
-    server = await asyncio.start_server(silent, "127.0.0.1", 0)
-    port = int(server.sockets[0].getsockname()[1])
-    forwarder = LeaderForwarder(
-        addresses={1: ("127.0.0.1", port)}, clock=HybridClock(SystemClock())
-    )
     loop = asyncio.get_running_loop()
-    try:
+    async with forwarder_to_a_silent_leader() as (forwarder, accepted):
         started = loop.time()
         with pytest.raises(UnavailableError) as raised:
             await forwarder.call(1, TOKEN, "add_node", {"node_id": 3}, timeout_ms=SHORT_TIMEOUT_MS)
@@ -54,10 +41,6 @@ async def test_a_forward_waiting_for_its_link_keeps_to_its_own_timeout() -> None
         assert elapsed_s < SHORT_TIMEOUT_MS / 1000 + DEADLINE_SLACK_S, elapsed_s
         assert "outcome_unknown" not in raised.value.details, raised.value.details
         assert raised.value.details.get("not_sent") is True
-    finally:
-        await forwarder.close()
-        server.close()
-        await server.wait_closed()
 
 
 async def _forwarder_with_open_link(leader: FakeNode) -> LeaderForwarder:

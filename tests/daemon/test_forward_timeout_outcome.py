@@ -11,7 +11,6 @@ one after the request was written still has `outcome_unknown`. FakeNode as the l
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from typing import Any
 
 import pytest
@@ -21,6 +20,7 @@ from metastore.daemon import api_limits as L
 from metastore.daemon.forward import LeaderForwarder
 from metastore.errors import UnavailableError
 from tests.client.fake_node import TOKEN, FakeNode
+from tests.daemon.silent_leader import forwarder_to_a_silent_leader
 
 LATE_NODE_ID = 1_000
 SHORT_TIMEOUT_MS = 200
@@ -91,26 +91,9 @@ async def test_a_forward_that_timed_out_after_it_was_sent_keeps_its_outcome_unkn
 async def test_a_forward_whose_hello_timed_out_says_it_did_nothing() -> None:
     """A leader port that accepts but never answers: the link's hello times out (3 s), the
     forwarded request was never written."""
-    accepted = asyncio.Event()
-
-    async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        accepted.set()
-        with contextlib.suppress(Exception):
-            await reader.read()  # until the forwarder gives up and closes
-        writer.close()
-
-    server = await asyncio.start_server(silent, "127.0.0.1", 0)
-    port = int(server.sockets[0].getsockname()[1])
-    forwarder = LeaderForwarder(
-        addresses={1: ("127.0.0.1", port)}, clock=HybridClock(SystemClock())
-    )
-    try:
+    async with forwarder_to_a_silent_leader() as (forwarder, accepted):
         with pytest.raises(UnavailableError) as raised:
             await forwarder.call(1, TOKEN, "add_node", {"node_id": 3}, timeout_ms=10_000)
         assert accepted.is_set()
         assert "outcome_unknown" not in raised.value.details, raised.value.details
         assert raised.value.details.get("not_sent") is True  # what the client acts on
-    finally:
-        await forwarder.close()
-        server.close()
-        await server.wait_closed()
