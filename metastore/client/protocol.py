@@ -439,11 +439,21 @@ class _Connection:
             frame = _encode_request(request_id, op, args)
             self._pending[request_id] = future
             try:
-                sent = True  # handed to the transport by `write` (drain only waits for room)
                 self._writer.write(frame)
+            except (OSError, RuntimeError) as exc:
+                # A transport refuses a write before it buffers any of it (uvloop on a
+                # transport the node already closed, before the read loop has seen the end of
+                # the stream; asyncio after write_eof): nothing of it left, so the request may
+                # go to another node, even a write that is not repeatable.
+                self._pending.pop(request_id, None)  # nobody awaits it: no stray exception
+                self.close(f"send failed: {_describe_os_error(exc)}")
+                raise _EndpointFailure(self.closed_reason or "send failed", sent=False) from None
+            # Handed to the transport: from here on the node may get it and run it.
+            sent = True
+            try:
                 await self._writer.drain()
             except (OSError, RuntimeError) as exc:
-                # RuntimeError: asyncio refuses writes on a closing transport.
+                self._pending.pop(request_id, None)
                 self.close(f"send failed: {_describe_os_error(exc)}")
                 raise _EndpointFailure(self.closed_reason or "send failed", sent=True) from None
             try:
