@@ -10,6 +10,9 @@ FakeNode on real sockets."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -19,27 +22,37 @@ from metastore.errors import UnavailableError
 from tests.client.fake_node import TOKEN, FakeNode
 
 
-def _answering_as(node: FakeNode, name: str) -> None:
-    async def handler(op: str, args: dict[str, Any]) -> dict[str, Any]:
-        return {"answered_by": name}
-
-    node.handler = handler
-
-
 def _sent_node_ids(node: FakeNode) -> list[int]:
     return [args["node_id"] for _, op, args in node.requests if op == "add_node"]
 
 
-async def test_a_write_the_transport_refused_goes_to_the_next_node() -> None:
+@contextlib.asynccontextmanager
+async def _two_nodes_first_connected() -> AsyncIterator[
+    tuple[MetastoreClient, asyncio.StreamWriter, FakeNode, FakeNode]
+]:
+    """A client of two fake nodes, each answering with its name, whose first add_node went to
+    the first node: yields the client, its writer to the first node, and both nodes."""
     first, second = FakeNode(), FakeNode()
-    _answering_as(first, "first")
-    _answering_as(second, "second")
+    for node, name in ((first, "first"), (second, "second")):
+
+        async def handler(op: str, args: dict[str, Any], name: str = name) -> dict[str, Any]:
+            return {"answered_by": name}
+
+        node.handler = handler
     first_endpoint, second_endpoint = await first.start(), await second.start()
     c = MetastoreClient([first_endpoint, second_endpoint], TOKEN, timeout_ms=10_000)
     try:
         # Non-repeatable: one attempt per node, never resent once it may have been sent.
         assert await c.call("add_node", {"node_id": 1}) == {"answered_by": "first"}
-        writer = c._connections[first_endpoint]._writer
+        yield c, c._connections[first_endpoint]._writer, first, second
+    finally:
+        await c.aclose()
+        await first.stop()
+        await second.stop()
+
+
+async def test_a_write_the_transport_refused_goes_to_the_next_node() -> None:
+    async with _two_nodes_first_connected() as (c, writer, first, second):
 
         def refuse(data: bytes) -> None:
             raise RuntimeError("unable to perform operation on <TCPTransport closed=True>")
@@ -48,21 +61,10 @@ async def test_a_write_the_transport_refused_goes_to_the_next_node() -> None:
         assert await c.call("add_node", {"node_id": 2}) == {"answered_by": "second"}
         assert _sent_node_ids(first) == [1]
         assert _sent_node_ids(second) == [2]
-    finally:
-        await c.aclose()
-        await first.stop()
-        await second.stop()
 
 
 async def test_a_write_lost_after_it_left_has_its_outcome_unknown() -> None:
-    first, second = FakeNode(), FakeNode()
-    _answering_as(first, "first")
-    _answering_as(second, "second")
-    first_endpoint, second_endpoint = await first.start(), await second.start()
-    c = MetastoreClient([first_endpoint, second_endpoint], TOKEN, timeout_ms=10_000)
-    try:
-        assert await c.call("add_node", {"node_id": 1}) == {"answered_by": "first"}
-        writer = c._connections[first_endpoint]._writer
+    async with _two_nodes_first_connected() as (c, writer, _first, second):
         real_drain = writer.drain
 
         async def drain_then_lose_the_connection() -> None:
@@ -74,7 +76,3 @@ async def test_a_write_lost_after_it_left_has_its_outcome_unknown() -> None:
             await c.call("add_node", {"node_id": 2})
         assert raised.value.details.get("outcome_unknown") is True, raised.value.details
         assert _sent_node_ids(second) == []  # not repeated elsewhere
-    finally:
-        await c.aclose()
-        await first.stop()
-        await second.stop()
