@@ -85,6 +85,15 @@ class FakeNode:
                 w.close()
             await self._server.wait_closed()
 
+    async def wait_for_no_connections(self, timeout_s: float = 10.0) -> int:
+        """How many connections remain once every one is gone (TimeoutError past
+        `timeout_s`): the node sees each close as its connection ends."""
+        async with asyncio.timeout(timeout_s):
+            while self._writers:
+                await self.connection_closed.wait()
+                self.connection_closed.clear()
+        return len(self._writers)
+
     def _reply(self, request_id: int, result: Any = None, error: Any = None) -> bytes:
         self.last_ts = self.clock.now()
         reply = {

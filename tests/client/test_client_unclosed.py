@@ -38,21 +38,12 @@ def test_unclosed_sync_clients_release_their_threads_and_connections() -> None:
             thread.join(10)
         leaked = [t for t in set(_client_loop_threads()) - before if t.is_alive()]
         assert leaked == [], f"{len(leaked)} loop threads leaked"
-        assert fake._run(_wait_for_no_connections(fake)) == 0
+        assert fake._run(fake.node.wait_for_no_connections()) == 0
         unclosed = [w for w in caught if issubclass(w.category, ResourceWarning)]
         assert len(unclosed) == CLIENTS
         assert "unclosed SyncMetastoreClient" in str(unclosed[0].message)
         # Every connection the dropped clients opened was closed: the node saw them go.
         assert fake.node.connections == CLIENTS
-
-
-async def _wait_for_no_connections(fake: ThreadedFakeNode) -> int:
-    """In the node's loop: how many connections remain once they are gone (at most 10 s)."""
-    async with asyncio.timeout(10):
-        while fake.node._writers:
-            await fake.node.connection_closed.wait()
-            fake.node.connection_closed.clear()
-    return len(fake.node._writers)
 
 
 def test_a_closed_sync_client_warns_of_nothing() -> None:

@@ -87,7 +87,7 @@ def test_an_unclosed_async_client_whose_loop_stopped_lets_its_connections_go() -
             unclosed = [w for w in caught if issubclass(w.category, ResourceWarning)]
             assert len(unclosed) == 1 and "unclosed MetastoreClient" in str(unclosed[0].message)
             # The node sees the connection end without the client's loop running again.
-            assert fake._run(_wait_for_no_connections(fake)) == 0
+            assert fake._run(fake.node.wait_for_no_connections()) == 0
         finally:
             # Let the queued close and the read task end, as the loop would had it run on.
             loop.run_until_complete(_settle())
@@ -95,15 +95,6 @@ def test_an_unclosed_async_client_whose_loop_stopped_lets_its_connections_go() -
 
 
 async def _open_connections(fake: ThreadedFakeNode) -> int:
-    return len(fake.node._writers)
-
-
-async def _wait_for_no_connections(fake: ThreadedFakeNode) -> int:
-    """In the node's loop: how many connections remain once they are gone, or after 5 s."""
-    async with asyncio.timeout(5):
-        while fake.node._writers:
-            await fake.node.connection_closed.wait()
-            fake.node.connection_closed.clear()
     return len(fake.node._writers)
 
 
