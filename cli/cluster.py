@@ -547,8 +547,8 @@ def _cluster_up(
     started: list[processes.StartedNode] = []
     try:
         for node_id in to_start:
-            started.append(
-                processes.start_node(
+            try:
+                node = processes.start_node(
                     node_id,
                     processes.node_command(
                         config_dir, config, node_id, bootstrap=node_id in bootstrap
@@ -557,7 +557,9 @@ def _cluster_up(
                     log_file=config.node_log_file(node_id),
                     pid_file=config.node_pid_file(node_id),
                 )
-            )
+            except CliError as exc:
+                raise _start_failed_after(exc, started, config_dir) from None
+            started.append(node)
             s = started[-1]
             click.echo(f"started node {s.node_id} (pid {s.pid}), log: {s.log_file}", err=True)
         if wait_ms == 0:
@@ -588,6 +590,25 @@ def _cluster_up(
         end_progress()
         raise _interrupted(config_dir, started, to_start, bootstrap) from None
     emit(a.output, endpoint_results_doc(results), lambda: [_status_table(results)])
+
+
+def _start_failed_after(
+    exc: CliError, started: list[processes.StartedNode], config_dir: Path
+) -> CliError:
+    """`exc` (a node could not be started) with what the nodes this call started before it
+    are doing: they run, tracked by their pid files, and the user must decide what becomes of
+    them (the error alone read as if nothing had started)."""
+    if not started:
+        return exc
+    listed = ", ".join(f"node {s.node_id} (pid {s.pid})" for s in started)
+    verb = "runs" if len(started) == 1 else "run"
+    message = (
+        f"{exc.message}; {listed}, started before it, {verb} on: stop "
+        f"{'it' if len(started) == 1 else 'them'} with `metastore cluster down --config "
+        f"{config_dir}`, or fix the cause and start the rest with `metastore cluster up "
+        f"--missing --config {config_dir}`"
+    )
+    return CliError(exc.code, message, exit_code=exc.exit_code, details=exc.details)
 
 
 def _check_node_file(config_dir: Path, config: ClusterConfig, node_id: int) -> None:

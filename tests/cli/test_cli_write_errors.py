@@ -3,6 +3,7 @@ naming the file and the errno's name, not `IO_ERROR: [Errno 28] No space left on
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import subprocess
@@ -91,3 +92,48 @@ def test_a_node_whose_pid_file_cannot_be_written_is_stopped_not_left_running(
             if process.poll() is None:
                 process.kill()
                 process.wait()
+
+
+def test_a_failed_start_names_the_nodes_started_before_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`cluster up` starts nodes one by one: when node 2's pid file cannot be written, node 1
+    already runs (tracked). The error says so and how to go on, instead of reading as if
+    nothing had started."""
+    from tests.ports import free_ports
+
+    d = tmp_path / "ms"
+    base = free_ports(1)[0]
+    init = CliRunner().invoke(cli, ["cluster", "init", str(d), "--base-port", str(base)])
+    assert init.exit_code == 0, init.output
+    # Each "node" sleeps: what is under test is cluster up's bookkeeping, not a daemon.
+    monkeypatch.setattr(
+        processes,
+        "node_command",
+        lambda *a, **k: [sys.executable, "-c", "import time; time.sleep(60)"],
+    )
+    real_write = processes.write_pid_file
+    written: list[int] = []
+
+    def second_fails(pid_file: Path, pid: int) -> None:
+        if written:
+            raise CliError("IO_ERROR", f"cannot write {pid_file}: No space left on device (ENOSPC)")
+        real_write(pid_file, pid)
+        written.append(pid)
+
+    monkeypatch.setattr(processes, "write_pid_file", second_fails)
+    try:
+        result = CliRunner().invoke(cli, ["cluster", "up", "--config", str(d), "--wait-ms", "0"])
+        assert result.exit_code == 1, result.output
+        assert len(written) == 1
+        error = [line for line in result.stderr.splitlines() if line.startswith("Error:")]
+        assert len(error) == 1, result.stderr
+        assert "cannot write" in error[0] and "ENOSPC" in error[0]
+        assert f"node 1 (pid {written[0]}), started before it, runs on" in error[0]
+        assert f"metastore cluster down --config {d}" in error[0]
+        assert f"metastore cluster up --missing --config {d}" in error[0]
+        os.kill(written[0], 0)  # node 1 runs on, as the error says
+    finally:
+        for pid in written:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, 9)
