@@ -1088,6 +1088,11 @@ class ApiServer:
                     details={"op": op, "needed": spec.role.name.lower()},
                 )
             _check_args(args, spec.args)
+            if "timeout_ms" in spec.args:
+                # Checked for every op that takes it, before anything runs: checked only where
+                # an op waits, a wrong one (a string, 0, an hour) was refused by a follower and
+                # taken by the leader, or refused only when a page token made a read wait.
+                _timeout(args)
             if op in L.STATE_FLOOR_OPS:
                 await self._reach_read_floor(args)
             record = _RequestRecord(session=session, op=op, args=args, started=started)

@@ -1,0 +1,108 @@
+"""Bad arguments, op by op, as raw frames to a real node (so the client library's own checks
+hide nothing): each gets a typed error naming what was wrong, the replicated state stays as it
+was, and the node serves the next request. Found by sending every op every kind of value
+(docs/protocol.md); tests/daemon/test_api_fuzz.py checks the same ops never answer INTERNAL,
+this file pins the answers that were wrong: a bad value taken as if absent, or checked on one
+path of an op and not on another."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.daemon.harness import MetastoreCluster, RawClient, metastore_cluster
+from tests.daemon.test_api_fuzz import _op_table
+
+pytestmark = pytest.mark.slow
+
+# Every op, with its argument names (the fuzz test's table leaves out the membership, export
+# and GC-run ops; here each request is refused before it runs, so none is left out).
+OPS = _op_table(left_out=frozenset({"hello"}))
+TIMEOUT_OPS = sorted(op for op, args in OPS.items() if "timeout_ms" in args)
+
+# Read to compare the replicated state before and after a bad request (positions, which move
+# with every entry, left out).
+_STATE_READS: tuple[tuple[str, dict[str, Any]], ...] = (
+    ("list_namespaces", {}),
+    ("list_tables", {}),
+    ("history", {"table": "bad.t"}),
+    ("session_list", {"all": True}),
+    ("lease_list", {}),
+    ("pts_list", {"all": True}),
+    ("job_list", {"all": True}),
+    ("txn_log", {}),
+    ("cert_revoked", {}),
+)
+_MOVING = {"safe_time", "upper", "this_node", "peers_seen"}
+
+
+def _state(client: RawClient) -> str:
+    seen: dict[str, Any] = {}
+    for op, args in _STATE_READS:
+        reply = client.call(op, **args)
+        assert reply["ok"], reply
+        seen[op] = {k: v for k, v in reply["result"].items() if k not in _MOVING}
+    status = client.call("status")["result"]
+    seen["members"] = [status["voters"], status["learners"], status["apply_version"]]
+    return json.dumps(seen, sort_keys=True)
+
+
+@pytest.fixture(scope="module")
+def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MetastoreCluster]:
+    with metastore_cluster(tmp_path_factory.mktemp("badargs"), 1) as c:
+        c.start_all()
+        c.wait_ready()
+        admin = c.client(1)
+        assert admin.call("ddl", sql="CREATE NAMESPACE bad")["ok"]
+        assert admin.call("ddl", sql="CREATE TABLE bad.t (a INT)")["ok"]
+        assert admin.call("session_open", session_id="s-live", ttl_ms=600_000)["ok"]
+        admin.close()
+        yield c
+
+
+@pytest.fixture(scope="module")
+def conn(node: MetastoreCluster) -> Iterator[RawClient]:
+    client = node.client(1)
+    yield client
+    client.close()
+
+
+def _refused(conn: RawClient, op: str, args: dict[str, Any], codes: set[str]) -> dict[str, Any]:
+    """Send op(args): it must be refused with one of `codes`, change nothing, and leave the
+    connection serving."""
+    before = _state(conn)
+    reply = conn.call(op, **args)
+    assert not reply["ok"], (op, args, reply["result"])
+    error = reply["error"]
+    assert error["code"] in codes, (op, args, error)
+    assert isinstance(error["retryable"], bool) and not error["retryable"], error
+    assert _state(conn) == before, (op, args)
+    return dict(error)
+
+
+BAD_TIMEOUTS: list[tuple[object, str]] = [
+    ("5s", "BAD_REQUEST"),
+    (1.5, "BAD_REQUEST"),
+    (math.nan, "BAD_REQUEST"),
+    (True, "BAD_REQUEST"),
+    ([1000], "BAD_REQUEST"),
+    (0, "INVALID_ARGUMENT"),
+    (-1, "INVALID_ARGUMENT"),
+    (3_600_000, "INVALID_ARGUMENT"),
+    (2**64 - 1, "INVALID_ARGUMENT"),
+]
+
+
+@pytest.mark.parametrize("op", TIMEOUT_OPS)
+def test_every_op_checks_its_timeout_before_it_runs(conn: RawClient, op: str) -> None:
+    # Was: checked only where the op waited, so a list, a string or an hour was taken by
+    # `list_tables`, `txn_log`, `gc_status`, `gc_run` on the leader (refused on a follower,
+    # which forwards it) and a dozen more whenever they did not happen to wait.
+    for value, code in BAD_TIMEOUTS:
+        error = _refused(conn, op, {"timeout_ms": value}, {code})
+        assert "'timeout_ms'" in error["message"], (op, value, error)
+    assert conn.call("status")["ok"]
