@@ -1790,7 +1790,10 @@ class ApiServer:
                     "actual": str(len(items)),
                 },
             )
-        start, end = _files_page(items, {**args, "limit": args.get("limit") or 10_000}, 0)
+        # Always paged (a view of a large table outgrows one frame): without `limit`, pages of
+        # FILES_PAGE_FILES_MAX. A given limit is checked (0, false, "" or [] was taken as none).
+        limit = _opt_int(args, "limit", 1, L.FILES_PAGE_FILES_MAX) or L.FILES_PAGE_FILES_MAX
+        start, end = _files_page(items, {**args, "limit": limit}, 0)
         page = items[start:end]
         cut = max(0, len(loose) - start)
         return {
@@ -2144,9 +2147,7 @@ class ApiServer:
         JOBS_PAGE_BYTES_MAX too. A caller that asks for no page gets LIMIT_EXCEEDED when
         they do not fit one reply."""
         self._require_ready()
-        show_all = args.get("all", False)
-        if not isinstance(show_all, bool):
-            raise BadRequestError("'all' must be a boolean")
+        show_all = _opt_bool(args, "all", False)
         table = _opt_str(args, "table", L.TABLE_NAME_CHARS_MAX)
         limit = _opt_int(args, "limit", 1, L.JOBS_PAGE_MAX)
         args, _ = await self._continue_at(args, 32)
@@ -2483,6 +2484,7 @@ class ApiServer:
         """Sessions by id, keyset-paged (10k sessions outgrow a frame); with `all`, the last
         page also lists recently ended sessions."""
         self._require_ready()
+        show_ended = _opt_bool(args, "all", False)
         args, _ = await self._continue_at(args, 4 * mlimits.MAX_SESSION_ID_CHARS)
         state = self.sm.state
         now = position = self._applied_position()
@@ -2505,7 +2507,7 @@ class ApiServer:
             sessions.append(view)
         out: dict[str, Any] = {"sessions": sessions, "safe_time": now}
         out["next_page_token"] = _position_token(position, next_token)
-        if args.get("all") and next_token is None:
+        if show_ended and next_token is None:
             out["ended"] = [
                 {
                     "session_id": e.session_id,
@@ -2714,9 +2716,7 @@ class ApiServer:
         """Create a protected-timestamp record (metastore.gc). Once this returns, no GC
         threshold of a covered table can reach `ts` until the record is released."""
         record_id = _opt_str(args, "record_id", mlimits.MAX_PROTECTION_ID_CHARS)
-        cluster = args.get("cluster", False)
-        if not isinstance(cluster, bool):
-            raise BadRequestError("'cluster' must be a boolean")
+        cluster = _opt_bool(args, "cluster", False)
         # Empty or absent lists mean "no target of that kind".
         tables = (
             _req_str_list(args, "tables", mlimits.MAX_TARGETS_PER_PROTECTION)
@@ -2797,9 +2797,7 @@ class ApiServer:
         so records created or released meanwhile shift nothing). A client that does not page
         gets the whole list only if it fits one page, else LIMIT_EXCEEDED."""
         self._require_ready()
-        show_all = args.get("all", False)
-        if not isinstance(show_all, bool):
-            raise BadRequestError("'all' must be a boolean")
+        show_all = _opt_bool(args, "all", False)
         limit = _opt_int(args, "limit", 1, L.PTS_PAGE_RECORDS_MAX)
         args, _ = await self._continue_at(args, 2 * mlimits.MAX_PROTECTION_ID_CHARS)
         token = args.get("page_token")
@@ -2888,9 +2886,7 @@ class ApiServer:
         """Run the GC now on the leader (forwarded there), or show what it would do."""
         self._require_ready()
         table = _opt_str(args, "table", L.TABLE_NAME_CHARS_MAX)
-        dry_run = args.get("dry_run", False)
-        if not isinstance(dry_run, bool):
-            raise BadRequestError("'dry_run' must be a boolean")
+        dry_run = _opt_bool(args, "dry_run", False)
         name = None if table is None else TableName.parse(table)
         if name is not None and not self.sm.state.catalog.incarnations(name):
             raise TableNotFoundError(f"table {name} does not exist", details={"table": table})
@@ -3001,9 +2997,7 @@ class ApiServer:
             raise InvalidArgumentError(f"raft_address must be HOST:PORT, got {addr!r}")
         given_client = _opt_str(args, "client_address", 300)
         client = None if given_client is None else _host_port(given_client, "client_address")
-        learner = args.get("learner", True)
-        if not isinstance(learner, bool):
-            raise BadRequestError("'learner' must be a boolean")
+        learner = _opt_bool(args, "learner", True)
         timeout_ms = _membership_timeout(args)
         # What the leader found, for its reply (set by `local`, which runs on the leader only).
         outcome: dict[str, Any] = {}
@@ -3301,9 +3295,7 @@ class ApiServer:
         """Revoke one certificate by fingerprint, cluster-wide (a leaked or rotated one)."""
         fingerprint = normalize_fingerprint(_req_str(args, "fingerprint", 256))
         node_id = _opt_int(args, "node_id", 0, L.NODE_ID_MAX) or 0
-        force = args.get("force", False)
-        if not isinstance(force, bool):
-            raise BadRequestError("'force' must be a boolean")
+        force = _opt_bool(args, "force", False)
         in_use = self._certificate_users(fingerprint)
         if in_use and not force:
             # Revoking it cuts those members off at once: the rotation order is new certificate
@@ -3345,6 +3337,9 @@ class ApiServer:
         every node runs the new release. Idempotent; never moves back."""
         timeout_ms = _timeout(args)
         wanted = _opt_int(args, "version", 1, MAX_APPLY_VERSION)
+        # Checked before anything is asked, not only when a change is proposed: a finalize
+        # that had nothing to move took any value (a list, a megabyte) and answered OK.
+        request_id = _opt_str(args, "request_id", mlimits.MAX_REQUEST_ID_CHARS) or ""
         members = await self._members_apply_versions(session, timeout_ms)
         _refuse_unless_supported(members, wanted)
         target = min(int(m["supported"]) for m in members) if wanted is None else wanted
@@ -3357,7 +3352,7 @@ class ApiServer:
         result: dict[str, Any] = {"apply_version": current, "previous": current}
         if target > current:
             cmd = SetApplyVersion(
-                request_id=_opt_str(args, "request_id", mlimits.MAX_REQUEST_ID_CHARS) or "",
+                request_id=request_id,
                 version=target,
                 by=session.client[: mlimits.MAX_SESSION_LABEL_CHARS],
             )
@@ -3539,6 +3534,17 @@ def _opt_str(args: Args, key: str, max_chars: int) -> str | None:
             f"{key!r} is {len(v)} characters; the limit is {max_chars}",
             details={"limit": key, "max": max_chars, "value": len(v)},
         )
+    return v
+
+
+def _opt_bool(args: Args, key: str, default: bool) -> bool:
+    """An optional flag: absent (or None) is `default`; anything but a bool is BAD_REQUEST
+    (not its truthiness: `"false"` or `[0]` would read as true)."""
+    v = args.get(key)
+    if v is None:
+        return default
+    if not isinstance(v, bool):
+        raise BadRequestError(f"{key!r} must be a boolean")
     return v
 
 

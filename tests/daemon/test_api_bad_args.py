@@ -106,3 +106,53 @@ def test_every_op_checks_its_timeout_before_it_runs(conn: RawClient, op: str) ->
         error = _refused(conn, op, {"timeout_ms": value}, {code})
         assert "'timeout_ms'" in error["message"], (op, value, error)
     assert conn.call("status")["ok"]
+
+
+NOT_BOOLEANS: list[object] = ["false", "", 0, 1, 1.0, [], [False], {}, b"\x00"]
+FLAGS: list[tuple[str, str, dict[str, Any]]] = [
+    # (op, flag, the other arguments: valid, so the flag is what is wrong)
+    ("session_list", "all", {}),
+    ("job_list", "all", {}),
+    ("pts_list", "all", {}),
+    ("gc_run", "dry_run", {"table": "bad.t"}),
+    ("pts_protect", "cluster", {"ts": 1 << 16}),
+    ("cert_revoke", "force", {"fingerprint": "ab" * 32}),
+    ("add_node", "learner", {"node_id": 9, "raft_address": "127.0.0.1:1"}),
+]
+
+
+@pytest.mark.parametrize(("op", "flag", "others"), FLAGS, ids=lambda x: str(x))
+def test_a_flag_must_be_a_boolean(
+    conn: RawClient, op: str, flag: str, others: dict[str, Any]
+) -> None:
+    # Was: session_list read `all` for its truthiness ("false" listed the ended sessions, a
+    # megabyte string or a list was taken); the other flags were checked, each on its own.
+    for value in NOT_BOOLEANS:
+        error = _refused(conn, op, {**others, flag: value}, {"BAD_REQUEST"})
+        assert f"'{flag}' must be a boolean" in error["message"], (op, value, error)
+
+
+def test_apply_version_finalize_checks_its_request_id_when_nothing_moves(conn: RawClient) -> None:
+    # Every member runs this release, so there is nothing to move: the request_id was never
+    # looked at, and a list, a map or a megabyte was answered OK.
+    for value, code in [
+        ([1], "BAD_REQUEST"),
+        ({"a": 1}, "BAD_REQUEST"),
+        (7, "BAD_REQUEST"),
+        ("r" * 1_000_000, "LIMIT_EXCEEDED"),
+    ]:
+        error = _refused(conn, "apply_version_finalize", {"request_id": value}, {code})
+        assert "'request_id'" in error["message"], (value, error)
+    assert conn.call("apply_version_finalize", request_id="r1")["ok"]
+
+
+@pytest.mark.parametrize(
+    ("limit", "code"),
+    [(0, "INVALID_ARGUMENT"), (False, "BAD_REQUEST"), ("", "BAD_REQUEST"), ([], "BAD_REQUEST")],
+    ids=repr,
+)
+def test_compaction_view_checks_its_limit(conn: RawClient, limit: object, code: str) -> None:
+    # Was: `limit or 10_000`, so 0, false, "", [] and {} read as "no limit given".
+    error = _refused(conn, "compaction_view", {"table": "bad.t", "limit": limit}, {code})
+    assert "'limit'" in error["message"], error
+    assert conn.call("compaction_view", table="bad.t", limit=1)["ok"]
