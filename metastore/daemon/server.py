@@ -2527,9 +2527,17 @@ class ApiServer:
                 f"'leases' must be a list of 1..{mlimits.MAX_LEASES_PER_COMMAND} maps"
             )
         keys = []
-        for item in items:
+        for i, item in enumerate(items):
             if not isinstance(item, dict):
                 raise BadRequestError("each lease must be {table, table_id, version}")
+            # Refused, as unknown keys of a commit's writes are: a field this node does not
+            # know (a typo, or one a newer client relies on) must not be dropped silently.
+            unknown = set(item) - _LEASE_KEYS
+            if unknown:
+                raise BadRequestError(
+                    f"unknown keys {show_names(sorted(map(str, unknown)))} in leases[{i}]; "
+                    f"a lease is {{table, table_id, version}}"
+                )
             keys.append(
                 LeaseKey(
                     table=TableName.parse(_req_str(item, "table", L.TABLE_NAME_CHARS_MAX)),
@@ -3805,6 +3813,9 @@ def _keyset_page(
             limit_name, page_max, len(items), f"{what} in one reply (page with 'limit')"
         )
     return page, key(page[-1]) if more else None
+
+
+_LEASE_KEYS: Final = frozenset({"table", "table_id", "version"})
 
 
 def _lease_key(lease: Lease) -> str:

@@ -156,3 +156,12 @@ def test_compaction_view_checks_its_limit(conn: RawClient, limit: object, code: 
     error = _refused(conn, "compaction_view", {"table": "bad.t", "limit": limit}, {code})
     assert "'limit'" in error["message"], error
     assert conn.call("compaction_view", table="bad.t", limit=1)["ok"]
+
+
+@pytest.mark.parametrize("op", ["lease_acquire", "lease_release"])
+def test_a_lease_with_an_unknown_key_is_refused(conn: RawClient, op: str) -> None:
+    # Was: dropped silently ({table, table_id, version, typo} leased or released the lease),
+    # where an unknown key of a commit's writes is refused.
+    lease = {"table": "bad.t", "table_id": 1, "version": 1, "verison": 2}
+    error = _refused(conn, op, {"session_id": "s-live", "leases": [lease]}, {"BAD_REQUEST"})
+    assert "'verison'" in error["message"] and "leases[0]" in error["message"], error
