@@ -2336,6 +2336,12 @@ class ApiServer:
         if isinstance(cmd, CreateTable) and cmd.location:
             # The parse-time rules (`parse_ddl`): a writer may send the command itself.
             check_new_location(cmd.location, "LOCATION")
+        if isinstance(cmd, Protect):
+            # `pts_protect`'s check, which a writer sending the command itself skipped: a
+            # protection from a time still to come protects nothing yet reads as success. A
+            # follower checked a forwarded one with its own clock; this leader's may differ by
+            # up to CSmax, far inside the allowance.
+            L.refuse_protection_ahead(cmd.ts, now_ms=self.clock.physical_now_ms())
         if not self.node.is_leader():
             raise NotLeaderError("not the leader", details={"leader": self.node.leader_id()})
         await self._check_location_allowed(cmd)

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import json
 import math
+import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
+from metastore.commands import Protect, TableName, encode_command
 from tests.daemon.harness import MetastoreCluster, RawClient, metastore_cluster
 from tests.daemon.test_api_fuzz import _op_table
 
@@ -165,3 +167,28 @@ def test_a_lease_with_an_unknown_key_is_refused(conn: RawClient, op: str) -> Non
     lease = {"table": "bad.t", "table_id": 1, "version": 1, "verison": 2}
     error = _refused(conn, op, {"session_id": "s-live", "leases": [lease]}, {"BAD_REQUEST"})
     assert "'verison'" in error["message"] and "leases[0]" in error["message"], error
+
+
+def test_a_protection_from_a_year_ahead_is_refused_through_propose_too(
+    node: MetastoreCluster, conn: RawClient
+) -> None:
+    # `pts_protect` refuses a ts past the allowed clock skew (it protects nothing yet, and
+    # reads as success); a writer sending the Protect command through `_propose` (the op
+    # followers forward with) got it applied.
+    ahead = (int(time.time() * 1000) + 365 * 86_400_000) << 16
+    writer = node.client(1, role="writer")
+    try:
+        error = _refused(
+            writer, "pts_protect", {"ts": ahead, "tables": ["bad.t"]}, {"INVALID_ARGUMENT"}
+        )
+        assert "in the future" in error["message"], error
+        cmd = Protect(record_id="ahead", ts=ahead, tables=(TableName.parse("bad.t"),))
+        error = _refused(writer, "_propose", {"command": encode_command(cmd)}, {"INVALID_ARGUMENT"})
+        assert "in the future" in error["message"], error
+        # An ordinary protection through `_propose` still goes.
+        now = conn.call("safe_time")["result"]["safe_time"]
+        fine = Protect(record_id="now", ts=now, tables=(TableName.parse("bad.t"),))
+        assert writer.call("_propose", command=encode_command(fine))["ok"]
+        assert conn.call("pts_release", record_id="now")["ok"]
+    finally:
+        writer.close()
