@@ -192,3 +192,62 @@ def test_a_protection_from_a_year_ahead_is_refused_through_propose_too(
         assert conn.call("pts_release", record_id="now")["ok"]
     finally:
         writer.close()
+
+
+def _nested(depth: int, *, as_map: bool) -> Any:
+    value: Any = {} if as_map else []
+    for _ in range(depth):
+        value = {"a": value} if as_map else [value]
+    return value
+
+
+# About as deep as the wire decodes (msgpack's 1,024 levels, the request's own maps included)
+# and as Python's recursion limit: str(), repr() or a recursive check of such a value raises
+# RecursionError, which no handler expects. The fuzz test's values are a few levels deep.
+DEEP = 1_000
+# Places inside the structured arguments, besides every top-level argument.
+NESTED_PLACES: list[tuple[str, str, Any]] = [
+    ("commit", "writes[0].table", lambda v: {"txn_id": "t", "writes": [{"table": v}]}),
+    (
+        "commit",
+        "writes[0].add[0].path",
+        lambda v: {
+            "txn_id": "t",
+            "writes": [{"table": "bad.t", "schema_version": 1, "add": [{"path": v}]}],
+        },
+    ),
+    ("commit", "writes[0].remove[0]", lambda v: {"txn_id": "t", "writes": [{"remove": [v]}]}),
+    ("lease_acquire", "leases[0].table", lambda v: {"session_id": "s", "leases": [{"table": v}]}),
+    ("compact_manifest", "adds[0]", lambda v: {"table": "bad.t", "adds": [v]}),
+    ("pin", "tables[0]", lambda v: {"tables": [v]}),
+    ("files_multi", "tables[0]", lambda v: {"tables": [v]}),
+    ("session_expire", "session_ids[0]", lambda v: {"session_ids": [v]}),
+]
+
+
+@pytest.mark.parametrize("as_map", [False, True], ids=["lists", "maps"])
+def test_values_nested_a_thousand_levels_deep_get_a_typed_answer(
+    conn: RawClient, as_map: bool
+) -> None:
+    # Was: a commit whose writes named a table nested this deep got no reply at all (the
+    # audit summary's str() raised after the handler's typed error; the client waited out
+    # its timeout).
+    deep = _nested(DEEP, as_map=as_map)
+    requests = [(op, arg, {arg: deep}) for op in sorted(OPS) for arg in sorted(OPS[op])]
+    requests += [(op, place, build(deep)) for op, place, build in NESTED_PLACES]
+    before = _state(conn)
+    for op, where, args in requests:
+        reply = conn.call(op, **args)  # the harness fails the test if no reply comes
+        assert not reply["ok"], (op, where)
+        assert reply["error"]["code"] in {"BAD_REQUEST", "INVALID_ARGUMENT"}, (op, where, reply)
+    assert _state(conn) == before
+
+
+def test_every_op_refuses_an_unknown_argument_by_name(conn: RawClient) -> None:
+    # A typo'd optional argument must not be dropped (the op would run without it).
+    before = _state(conn)
+    for op in sorted(OPS):
+        reply = conn.call(op, timeout_msec=5)
+        assert not reply["ok"] and reply["error"]["code"] == "BAD_REQUEST", (op, reply)
+        assert "'timeout_msec'" in reply["error"]["message"], (op, reply["error"])
+    assert _state(conn) == before
