@@ -1132,7 +1132,13 @@ class ApiServer:
             log.exception("internal error serving %s", op)
             frame_out = self._error_frame(rid, InternalError(f"{type(exc).__name__}: {exc}"))
             code = "INTERNAL"
-        self._count_and_audit(session, op, args, code, started)
+        try:
+            self._count_and_audit(session, op, args, code, started)
+        except Exception:  # a bug: logged, and the request still gets its answer
+            # Raised here, it ended the request's task before its reply: the client waited
+            # out its timeout not knowing a write of it may have been applied (a summary of
+            # arguments no handler had checked raised this way, twice).
+            log.exception("recording %s (%s) failed", op, code)
         with contextlib.suppress(ConnectionError, OSError):
             await send(frame_out)
         if session.role is None and session.close_soon is not None:

@@ -98,3 +98,39 @@ def test_a_malformed_commit_is_answered_and_audited(tmp_path: Path, writes: list
         "t1",
         reply["error"]["code"],
     )
+
+
+def test_a_request_whose_audit_record_fails_is_still_answered(tmp_path: Path) -> None:
+    # Whatever goes wrong while counting or recording a request (a bug like the two above),
+    # its reply is still sent: the change may have happened, and a client without an answer
+    # waits out its timeout and retries. The failure is logged instead.
+    node = SimpleNamespace(node_id=1, ready_to_serve=True, is_leader=lambda: True)
+
+    def broken_record(**_kw: Any) -> bool:
+        raise RuntimeError("audit broke")
+
+    api = ApiServer(
+        node=node,  # type: ignore[arg-type]
+        sm=SimpleNamespace(state=ready().state),  # type: ignore[arg-type]
+        clock=HybridClock(SystemClock()),
+        secrets=None,  # type: ignore[arg-type]
+        forwarder=None,  # type: ignore[arg-type]
+        metrics=SimpleNamespace(request=lambda *a: None),  # type: ignore[arg-type]
+        cluster_id="ct",
+        client_addresses={},
+        audit=SimpleNamespace(record=broken_record),  # type: ignore[arg-type]
+    )
+    sent: list[bytes] = []
+
+    async def send(frame: bytes) -> None:
+        sent.append(frame)
+
+    session = Session(peer="t", role=Role.WRITER, client="etl")
+    frame = {"id": 9, "op": "commit", "args": {"txn_id": "t1", "writes": 5}}
+    asyncio.run(asyncio.wait_for(api._run_request(session, frame, send), 5))
+    assert len(sent) == 1, "the request got no reply"
+    decoder = FrameDecoder(max_frame_bytes=1 << 22)
+    decoder.feed(sent[0])
+    reply = decoder.next_frame()
+    assert isinstance(reply, dict) and reply["id"] == 9
+    assert reply["error"]["code"] == "INVALID_ARGUMENT", reply["error"]
