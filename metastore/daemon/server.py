@@ -1706,7 +1706,9 @@ class ApiServer:
         name) gets its typed error as data in its own listing (`error`, the wire form), so one
         table's failure does not fail the others' listings."""
         self._require_ready()
-        tables = _req_str_list(args, "tables", mlimits.MAX_TABLES_PER_COMMIT)
+        tables = _req_str_list(
+            args, "tables", mlimits.MAX_TABLES_PER_COMMIT, "MAX_TABLES_PER_COMMIT"
+        )
         if len(set(tables)) != len(tables):
             raise BadRequestError("'tables' lists a table twice")
         limit = _opt_int(args, "limit", 1, L.FILES_PAGE_FILES_MAX) or L.FILES_PAGE_FILES_MAX
@@ -2484,7 +2486,9 @@ class ApiServer:
     async def _session_expire(self, session: Session, args: Args) -> dict[str, Any]:
         """Admin: end sessions now, whatever their deadline; recorded in the log with the
         caller's name."""
-        ids = _req_str_list(args, "session_ids", mlimits.MAX_LEASES_PER_COMMAND)
+        ids = _req_str_list(
+            args, "session_ids", mlimits.MAX_LEASES_PER_COMMAND, "MAX_LEASES_PER_COMMAND"
+        )
         cmd = ExpireSessions(
             session_ids=tuple(ids),
             reason="admin",
@@ -2660,7 +2664,13 @@ class ApiServer:
         held leases forward (AcquireLeases); `lease_tm` in the reply is the Tm the leases were
         applied at, what its next `known_tm` may say."""
         self._require_ready()
-        tables = list(dict.fromkeys(_req_str_list(args, "tables", mlimits.MAX_LEASES_PER_COMMAND)))
+        tables = list(
+            dict.fromkeys(
+                _req_str_list(
+                    args, "tables", mlimits.MAX_LEASES_PER_COMMAND, "MAX_LEASES_PER_COMMAND"
+                )
+            )
+        )
         for table in tables:
             TableName.parse(table)  # bad input is refused before any wait
         reads = (
@@ -2670,7 +2680,9 @@ class ApiServer:
             if args.get("reads") == []
             else {
                 TableName.parse(t)
-                for t in _req_str_list(args, "reads", mlimits.MAX_LEASES_PER_COMMAND)
+                for t in _req_str_list(
+                    args, "reads", mlimits.MAX_LEASES_PER_COMMAND, "MAX_LEASES_PER_COMMAND"
+                )
             }
         )
         if reads is not None and not reads <= {TableName.parse(t) for t in tables}:
@@ -2739,12 +2751,16 @@ class ApiServer:
         cluster = _opt_bool(args, "cluster", False)
         # Empty or absent lists mean "no target of that kind".
         tables = (
-            _req_str_list(args, "tables", mlimits.MAX_TARGETS_PER_PROTECTION)
+            _req_str_list(
+                args, "tables", mlimits.MAX_TARGETS_PER_PROTECTION, "MAX_TARGETS_PER_PROTECTION"
+            )
             if args.get("tables") not in (None, [])
             else []
         )
         namespaces = (
-            _req_str_list(args, "namespaces", mlimits.MAX_TARGETS_PER_PROTECTION)
+            _req_str_list(
+                args, "namespaces", mlimits.MAX_TARGETS_PER_PROTECTION, "MAX_TARGETS_PER_PROTECTION"
+            )
             if args.get("namespaces") not in (None, [])
             else []
         )
@@ -3588,13 +3604,23 @@ def _opt_int(args: Args, key: str, lo: int, hi: int) -> int | None:
     return v
 
 
-def _req_str_list(args: Args, key: str, max_items: int) -> list[str]:
+def _req_str_list(args: Args, key: str, max_items: int, limit_name: str) -> list[str]:
+    """A list of 1..`max_items` names (of at most TABLE_NAME_CHARS_MAX characters each).
+    Past either bound LIMIT_EXCEEDED naming it, as a single name past its bound (`_opt_str`)
+    and a command past its limits (`validate_command`) are; not a list of strings,
+    BAD_REQUEST."""
     v = args.get(key)
-    if not isinstance(v, list) or not 1 <= len(v) <= max_items:
+    if not isinstance(v, list) or not v:
         raise BadRequestError(f"{key!r} must be a list of 1..{max_items} strings")
-    if not all(isinstance(x, str) and len(x) <= L.TABLE_NAME_CHARS_MAX for x in v):
-        raise BadRequestError(
-            f"{key!r} must list strings of at most {L.TABLE_NAME_CHARS_MAX} chars"
+    if len(v) > max_items:
+        raise limit_exceeded(limit_name, max_items, len(v), f"entries of {key!r}")
+    if not all(isinstance(x, str) for x in v):
+        raise BadRequestError(f"{key!r} must list strings")
+    longest = max(len(x) for x in v)
+    if longest > L.TABLE_NAME_CHARS_MAX:
+        raise LimitExceededError(
+            f"an entry of {key!r} is {longest} characters; the limit is {L.TABLE_NAME_CHARS_MAX}",
+            details={"limit": key, "max": L.TABLE_NAME_CHARS_MAX, "value": longest},
         )
     return list(v)
 

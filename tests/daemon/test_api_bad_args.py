@@ -251,3 +251,29 @@ def test_every_op_refuses_an_unknown_argument_by_name(conn: RawClient) -> None:
         assert not reply["ok"] and reply["error"]["code"] == "BAD_REQUEST", (op, reply)
         assert "'timeout_msec'" in reply["error"]["message"], (op, reply["error"])
     assert _state(conn) == before
+
+
+LISTS: list[tuple[str, str, dict[str, Any], str]] = [
+    # (op, list argument, the other arguments, the limit on its length)
+    ("files_multi", "tables", {}, "MAX_TABLES_PER_COMMIT"),
+    ("pin", "tables", {}, "MAX_LEASES_PER_COMMAND"),
+    ("pin", "reads", {"tables": ["bad.t"]}, "MAX_LEASES_PER_COMMAND"),
+    ("session_expire", "session_ids", {}, "MAX_LEASES_PER_COMMAND"),
+    ("pts_protect", "tables", {"ts": 1 << 16}, "MAX_TARGETS_PER_PROTECTION"),
+    ("pts_protect", "namespaces", {"ts": 1 << 16}, "MAX_TARGETS_PER_PROTECTION"),
+]
+
+
+@pytest.mark.parametrize(("op", "key", "others", "limit"), LISTS, ids=lambda x: str(x))
+def test_a_list_of_names_past_its_limits_is_limit_exceeded_naming_it(
+    conn: RawClient, op: str, key: str, others: dict[str, Any], limit: str
+) -> None:
+    # Was BAD_REQUEST (one message for "not a list" and "too long"), where one name past its
+    # bound (`schema_at`'s table) and a command past its limits are LIMIT_EXCEEDED naming it.
+    names = [f"bad.t{i}" for i in range(101)]
+    error = _refused(conn, op, {**others, key: names}, {"LIMIT_EXCEEDED"})
+    assert error["details"] == {"limit": limit, "max": 100, "value": 101}, error
+    error = _refused(conn, op, {**others, key: ["bad." + "t" * 300]}, {"LIMIT_EXCEEDED"})
+    assert error["details"] == {"limit": key, "max": 257, "value": 304}, error
+    for not_names in ("bad.t", [5], {"bad.t": 1}):  # ([] is "none" for pin's reads, pts')
+        _refused(conn, op, {**others, key: not_names}, {"BAD_REQUEST"})
