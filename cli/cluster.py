@@ -47,6 +47,7 @@ from cli.output import (
     ts_cell,
 )
 from cli.waiting import WAIT_DURATION, parse_wait_ms
+from metastore.apply_version import MAX_APPLY_VERSION
 from metastore.client import EndpointResult, SyncMetastoreClient, parse_endpoint
 from metastore.daemon.api_limits import REQUEST_TIMEOUT_MS_MAX
 from metastore.daemon.config import (
@@ -1172,7 +1173,7 @@ def _new_member_client_address(a: App, node_id: int, given: str | None) -> str |
 
 
 @cluster.command("promote-node")
-@click.argument("node_id", type=click.IntRange(min=1))
+@click.argument("node_id", type=click.IntRange(1, NODE_ID_MAX))
 @config_dir_option
 @click.option(
     "--wait",
@@ -1250,7 +1251,7 @@ def _catch_up_text(client: SyncMetastoreClient, node_id: int, refusal: Metastore
 
 
 @cluster.command("remove-node")
-@click.argument("node_id", type=click.IntRange(min=1))
+@click.argument("node_id", type=click.IntRange(1, NODE_ID_MAX))
 @config_dir_option
 @click.pass_context
 def cluster_remove_node(ctx: click.Context, node_id: int) -> None:
@@ -1296,7 +1297,7 @@ def cluster_remove_node(ctx: click.Context, node_id: int) -> None:
 )
 @click.option(
     "--node-id",
-    type=click.IntRange(min=1),
+    type=click.IntRange(1, NODE_ID_MAX),
     default=None,
     help="The node the certificate belongs to (recorded with the revocation).",
 )
@@ -1399,7 +1400,7 @@ def cluster_revoked(ctx: click.Context) -> None:
 
 
 @cluster.command("transfer-leader")
-@click.argument("node_id", type=click.IntRange(min=1))
+@click.argument("node_id", type=click.IntRange(1, NODE_ID_MAX))
 @config_dir_option
 @click.pass_context
 def cluster_transfer_leader(ctx: click.Context, node_id: int) -> None:
@@ -1428,7 +1429,7 @@ def cluster_transfer_leader(ctx: click.Context, node_id: int) -> None:
 @click.option(
     "--to",
     "to_version",
-    type=click.IntRange(min=1),
+    type=click.IntRange(1, MAX_APPLY_VERSION),
     default=None,
     help="With --finalize: move to this version instead (every member must support it).",
 )

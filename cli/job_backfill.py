@@ -18,13 +18,14 @@ import click
 
 from cli.context import DurationParam, app
 from cli.errors import EXIT_CODE_BY_ERROR, EXIT_GENERIC, fail
+from cli.job import JOB_ID
 from cli.output import emit, end_progress, kv_table, progress
 from cli.spark_run import master_option, require_token, run_with_bridge
 from metastore.client import SyncMetastoreClient
 
 
 @click.command("run-backfill")
-@click.argument("job_id", type=click.IntRange(min=1))
+@click.argument("job_id", type=JOB_ID)
 @master_option
 @click.option(
     "--timeout",

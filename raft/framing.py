@@ -56,6 +56,9 @@ class NeedData(enum.Enum):
 NEED_DATA: Final = NeedData.NEED_DATA
 
 _Container = TypeVar("_Container", list[Any], dict[Any, Any])
+# How deep msgpack's decoder nests arrays and maps (its C stack, measured with msgpack 1.x):
+# only named in errors, the decoder enforces it.
+_UNPACK_NESTING_MAX: Final = 1_024
 
 
 def _check_limit(max_frame_bytes: int) -> None:
@@ -176,8 +179,24 @@ def unpack_msgpack(
     # limits, invalid UTF-8 and (with strict_map_key) map keys that are not str or bytes.
     except (ValueError, msgpack.UnpackException) as exc:
         raise MalformedFrameError(
-            f"undecodable msgpack in a {len(data)}-byte frame: {exc}"
+            f"undecodable msgpack in a {len(data)}-byte frame: {_unpack_failure(exc, data)}"
         ) from exc
+
+
+def _unpack_failure(exc: BaseException, data: bytes | memoryview) -> str:
+    """What msgpack refused, for the error a sender reads. Its StackError and FormatError
+    carry no message at all ("undecodable msgpack in a 5001-byte frame: " told a client
+    nothing)."""
+    if str(exc):
+        return str(exc)
+    if isinstance(exc, msgpack.StackError):
+        return (
+            f"nested deeper than msgpack's decoder allows ({_UNPACK_NESTING_MAX} levels of "
+            "arrays and maps)"
+        )
+    if isinstance(exc, msgpack.FormatError):
+        return "byte 0xc1 where a value begins (msgpack never uses it)"
+    return type(exc).__name__
 
 
 class FrameDecoder:

@@ -99,7 +99,7 @@ import threading
 import uuid
 import warnings
 import weakref
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, TypeVar, cast
 
@@ -151,6 +151,7 @@ from metastore.errors import (
 from raft.errors import FrameEncodeError, FrameTooLargeError, RaftError, TlsConfigError
 from raft.framing import NEED_DATA, FrameDecoder, encode_frame
 from raft.tls import ClientTls
+from raft.wire import brief_repr
 
 __all__ = [
     "ATTEMPTS_MAX",
@@ -915,7 +916,7 @@ class MetastoreClient:
         per table, in the order asked (each shaped like a `files` result), or `{table, error}`
         for a table that could not be listed (`MetastoreError.from_wire(error)` rebuilds it).
         Manifests are expanded as by `files` (`expand`)."""
-        args: dict[str, Any] = {"tables": list(tables), "limit": FILES_PAGE_LIMIT}
+        args: dict[str, Any] = {"tables": _names("tables", tables), "limit": FILES_PAGE_LIMIT}
         if as_of is not None:
             args["as_of"] = as_of
         first = await self.call("files_multi", args)
@@ -992,7 +993,9 @@ class MetastoreClient:
 
     async def session_expire(self, session_ids: list[str]) -> dict[str, Any]:
         """Admin: end sessions now (their leases stop blocking schema changes)."""
-        return await self.call("session_expire", {"session_ids": list(session_ids)})
+        return await self.call(
+            "session_expire", {"session_ids": _names("session_ids", session_ids)}
+        )
 
     async def _all_pages(
         self, op: str, args: dict[str, Any], lists: tuple[str, ...]
@@ -1073,8 +1076,8 @@ class MetastoreClient:
         args: dict[str, Any] = {
             "record_id": record_id or uuid.uuid4().hex,
             "ts": ts,
-            "tables": list(tables or []),
-            "namespaces": list(namespaces or []),
+            "tables": _names("tables", tables or []),
+            "namespaces": _names("namespaces", namespaces or []),
             "cluster": cluster,
             "meta_type": meta_type,
             "meta": meta,
@@ -1270,11 +1273,11 @@ class MetastoreClient:
             await self._learn_cluster()
         floors = self._floors_of(self._cluster_id)
         top = max(self.clock.now(), floors.schema_floor_ts) if ts is None else ts
-        args: dict[str, Any] = {"tables": list(tables), "ts": top}
+        args: dict[str, Any] = {"tables": _names("tables", tables), "ts": top}
         if session_id is not None:
             args["session_id"] = session_id
         if reads is not None:
-            args["reads"] = list(reads)
+            args["reads"] = _names("reads", reads)
         if read_ts is not None:
             args["read_ts"] = read_ts
         if timeout_ms is not None:
@@ -1379,7 +1382,7 @@ class MetastoreClient:
         args: dict[str, Any] = {"txn_id": txn_id, "writes": writes}
         args.update({k: v for k, v in optional.items() if v is not None})
         if read_tables:
-            args["read_tables"] = list(read_tables)
+            args["read_tables"] = _names("read_tables", read_tables)
         if not mark_txn_id:
             return await self.call("commit", args)
         try:
@@ -2107,6 +2110,21 @@ def _check_timeout(name: str, value: object, maximum: int = TIMEOUT_MS_MAX) -> i
     if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= maximum:
         raise InvalidArgumentError(f"{name}={value!r} must be an integer in 1..{maximum} ms")
     return value
+
+
+def _names(name: str, value: object) -> list[Any]:
+    """A list argument of names (tables, namespaces, session ids) as the request carries it.
+    One string is refused, not split: list("s1") is ["s", "1"], so `session_expire("s1")`
+    expired sessions "s" and "1", and `files_multi("ns.t")` listed tables "n", "s", ...
+    Items are the node's to check (it answers each with a typed error)."""
+    if isinstance(value, str | bytes):
+        raise InvalidArgumentError(
+            f"{name} must be a list of names, not one string {brief_repr(value)}: pass "
+            f"[{brief_repr(value)}]"
+        )
+    if not isinstance(value, Iterable):
+        raise InvalidArgumentError(f"{name} must be a list of names, got {type(value).__name__}")
+    return list(value)
 
 
 def quote_ident(name: str) -> str:

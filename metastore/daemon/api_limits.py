@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Final
 
-from hlc import physical_ms, span_text, ts_text
+from hlc import MAX_TS, physical_ms, span_text, ts_text
 from metastore.errors import InvalidArgumentError
 from metastore.limits import MAX_CLOCK_SKEW_MS
+from raft.wire import brief_repr, show_value
 
 CLIENT_FRAME_BYTES_MAX: Final = 4 * 1024 * 1024
 CLIENT_READ_CHUNK_BYTES: Final = 256 * 1024
@@ -211,14 +212,21 @@ STATE_FLOOR_OPS: Final = frozenset(
 PROTECT_AHEAD_MS_MAX: Final = MAX_CLOCK_SKEW_MS
 
 
-def refuse_protection_ahead(ts: int, *, now_ms: int) -> None:
+def refuse_protection_ahead(ts: object, *, now_ms: int) -> None:
     """Raise InvalidArgumentError when `ts` is more than PROTECT_AHEAD_MS_MAX past `now_ms`
     (the caller's physical clock). A protection of reads at >= a time still to come holds
     nothing the GC could delete now, yet reads as success: a year typed wrong (2062 for 2026)
     left the data it was meant for unprotected. Every client-side way to protect applies it
     before any request (`MetastoreClient.protect`, so the Spark bridge's `protect()`, and the
     CLI's `pts protect --ts`), and a node to every `pts_protect` with its own clock, before
-    proposing (a client of another make, or of an earlier release)."""
+    proposing (a client of another make, or of an earlier release). A `ts` that is no HLC
+    timestamp at all (a float, a negative number, past 64 bits) is InvalidArgumentError too:
+    the library's callers pass what their users typed."""
+    if isinstance(ts, bool) or not isinstance(ts, int) or not 0 <= ts <= MAX_TS:
+        raise InvalidArgumentError(
+            f"'ts' must be an HLC timestamp (an integer 0..{MAX_TS}), got {show_value(ts)}",
+            details={"ts": brief_repr(ts)},
+        )
     ahead_ms = physical_ms(ts) - now_ms
     if ahead_ms <= PROTECT_AHEAD_MS_MAX:
         return

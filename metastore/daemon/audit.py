@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from metastore.daemon.logs import QuietFileHandler
+from raft.wire import brief_repr
 
 AUDIT_FILE_NAME: Final = "audit.log"
 AUDIT_FILE_BYTES_MAX: Final = 64 * 1024 * 1024
@@ -194,12 +195,19 @@ def summarize_args(args: Mapping[str, Any]) -> dict[str, Any]:
     if isinstance(writes, list):
         # The request is not validated yet (a refused one is audited too): count only lists.
         out["writes"] = {
-            str(w.get("table"))[:AUDIT_TEXT_CHARS_MAX]: _count(w.get("add"))
-            + _count(w.get("remove"))
+            _table_key(w.get("table")): _count(w.get("add")) + _count(w.get("remove"))
             for w in writes[:100]
             if isinstance(w, dict)
         }
     return out
+
+
+def _table_key(table: Any) -> str:
+    """A write's table as its summary names it. Not str() of what was sent: a "name" nested
+    about 1,000 levels deep (the wire decodes that much) raised RecursionError, and the
+    request got no reply at all; brief_repr stops a few levels down."""
+    text = table if isinstance(table, str) else brief_repr(table)
+    return text[:AUDIT_TEXT_CHARS_MAX]
 
 
 def _count(items: Any) -> int:

@@ -1088,6 +1088,11 @@ class ApiServer:
                     details={"op": op, "needed": spec.role.name.lower()},
                 )
             _check_args(args, spec.args)
+            if "timeout_ms" in spec.args:
+                # Checked for every op that takes it, before anything runs: checked only where
+                # an op waits, a wrong one (a string, 0, an hour) was refused by a follower and
+                # taken by the leader, or refused only when a page token made a read wait.
+                _timeout(args)
             if op in L.STATE_FLOOR_OPS:
                 await self._reach_read_floor(args)
             record = _RequestRecord(session=session, op=op, args=args, started=started)
@@ -1127,7 +1132,13 @@ class ApiServer:
             log.exception("internal error serving %s", op)
             frame_out = self._error_frame(rid, InternalError(f"{type(exc).__name__}: {exc}"))
             code = "INTERNAL"
-        self._count_and_audit(session, op, args, code, started)
+        try:
+            self._count_and_audit(session, op, args, code, started)
+        except Exception:  # a bug: logged, and the request still gets its answer
+            # Raised here, it ended the request's task before its reply: the client waited
+            # out its timeout not knowing a write of it may have been applied (a summary of
+            # arguments no handler had checked raised this way, twice).
+            log.exception("recording %s (%s) failed", op, code)
         with contextlib.suppress(ConnectionError, OSError):
             await send(frame_out)
         if session.role is None and session.close_soon is not None:
@@ -1695,7 +1706,9 @@ class ApiServer:
         name) gets its typed error as data in its own listing (`error`, the wire form), so one
         table's failure does not fail the others' listings."""
         self._require_ready()
-        tables = _req_str_list(args, "tables", mlimits.MAX_TABLES_PER_COMMIT)
+        tables = _req_str_list(
+            args, "tables", mlimits.MAX_TABLES_PER_COMMIT, "MAX_TABLES_PER_COMMIT"
+        )
         if len(set(tables)) != len(tables):
             raise BadRequestError("'tables' lists a table twice")
         limit = _opt_int(args, "limit", 1, L.FILES_PAGE_FILES_MAX) or L.FILES_PAGE_FILES_MAX
@@ -1785,7 +1798,10 @@ class ApiServer:
                     "actual": str(len(items)),
                 },
             )
-        start, end = _files_page(items, {**args, "limit": args.get("limit") or 10_000}, 0)
+        # Always paged (a view of a large table outgrows one frame): without `limit`, pages of
+        # FILES_PAGE_FILES_MAX. A given limit is checked (0, false, "" or [] was taken as none).
+        limit = _opt_int(args, "limit", 1, L.FILES_PAGE_FILES_MAX) or L.FILES_PAGE_FILES_MAX
+        start, end = _files_page(items, {**args, "limit": limit}, 0)
         page = items[start:end]
         cut = max(0, len(loose) - start)
         return {
@@ -2139,9 +2155,7 @@ class ApiServer:
         JOBS_PAGE_BYTES_MAX too. A caller that asks for no page gets LIMIT_EXCEEDED when
         they do not fit one reply."""
         self._require_ready()
-        show_all = args.get("all", False)
-        if not isinstance(show_all, bool):
-            raise BadRequestError("'all' must be a boolean")
+        show_all = _opt_bool(args, "all", False)
         table = _opt_str(args, "table", L.TABLE_NAME_CHARS_MAX)
         limit = _opt_int(args, "limit", 1, L.JOBS_PAGE_MAX)
         args, _ = await self._continue_at(args, 32)
@@ -2330,6 +2344,12 @@ class ApiServer:
         if isinstance(cmd, CreateTable) and cmd.location:
             # The parse-time rules (`parse_ddl`): a writer may send the command itself.
             check_new_location(cmd.location, "LOCATION")
+        if isinstance(cmd, Protect):
+            # `pts_protect`'s check, which a writer sending the command itself skipped: a
+            # protection from a time still to come protects nothing yet reads as success. A
+            # follower checked a forwarded one with its own clock; this leader's may differ by
+            # up to CSmax, far inside the allowance.
+            L.refuse_protection_ahead(cmd.ts, now_ms=self.clock.physical_now_ms())
         if not self.node.is_leader():
             raise NotLeaderError("not the leader", details={"leader": self.node.leader_id()})
         await self._check_location_allowed(cmd)
@@ -2466,7 +2486,9 @@ class ApiServer:
     async def _session_expire(self, session: Session, args: Args) -> dict[str, Any]:
         """Admin: end sessions now, whatever their deadline; recorded in the log with the
         caller's name."""
-        ids = _req_str_list(args, "session_ids", mlimits.MAX_LEASES_PER_COMMAND)
+        ids = _req_str_list(
+            args, "session_ids", mlimits.MAX_LEASES_PER_COMMAND, "MAX_LEASES_PER_COMMAND"
+        )
         cmd = ExpireSessions(
             session_ids=tuple(ids),
             reason="admin",
@@ -2478,6 +2500,7 @@ class ApiServer:
         """Sessions by id, keyset-paged (10k sessions outgrow a frame); with `all`, the last
         page also lists recently ended sessions."""
         self._require_ready()
+        show_ended = _opt_bool(args, "all", False)
         args, _ = await self._continue_at(args, 4 * mlimits.MAX_SESSION_ID_CHARS)
         state = self.sm.state
         now = position = self._applied_position()
@@ -2500,7 +2523,7 @@ class ApiServer:
             sessions.append(view)
         out: dict[str, Any] = {"sessions": sessions, "safe_time": now}
         out["next_page_token"] = _position_token(position, next_token)
-        if args.get("all") and next_token is None:
+        if show_ended and next_token is None:
             out["ended"] = [
                 {
                     "session_id": e.session_id,
@@ -2520,9 +2543,17 @@ class ApiServer:
                 f"'leases' must be a list of 1..{mlimits.MAX_LEASES_PER_COMMAND} maps"
             )
         keys = []
-        for item in items:
+        for i, item in enumerate(items):
             if not isinstance(item, dict):
                 raise BadRequestError("each lease must be {table, table_id, version}")
+            # Refused, as unknown keys of a commit's writes are: a field this node does not
+            # know (a typo, or one a newer client relies on) must not be dropped silently.
+            unknown = set(item) - _LEASE_KEYS
+            if unknown:
+                raise BadRequestError(
+                    f"unknown keys {show_names(sorted(map(str, unknown)))} in leases[{i}]; "
+                    f"a lease is {{table, table_id, version}}"
+                )
             keys.append(
                 LeaseKey(
                     table=TableName.parse(_req_str(item, "table", L.TABLE_NAME_CHARS_MAX)),
@@ -2633,7 +2664,13 @@ class ApiServer:
         held leases forward (AcquireLeases); `lease_tm` in the reply is the Tm the leases were
         applied at, what its next `known_tm` may say."""
         self._require_ready()
-        tables = list(dict.fromkeys(_req_str_list(args, "tables", mlimits.MAX_LEASES_PER_COMMAND)))
+        tables = list(
+            dict.fromkeys(
+                _req_str_list(
+                    args, "tables", mlimits.MAX_LEASES_PER_COMMAND, "MAX_LEASES_PER_COMMAND"
+                )
+            )
+        )
         for table in tables:
             TableName.parse(table)  # bad input is refused before any wait
         reads = (
@@ -2643,7 +2680,9 @@ class ApiServer:
             if args.get("reads") == []
             else {
                 TableName.parse(t)
-                for t in _req_str_list(args, "reads", mlimits.MAX_LEASES_PER_COMMAND)
+                for t in _req_str_list(
+                    args, "reads", mlimits.MAX_LEASES_PER_COMMAND, "MAX_LEASES_PER_COMMAND"
+                )
             }
         )
         if reads is not None and not reads <= {TableName.parse(t) for t in tables}:
@@ -2709,17 +2748,19 @@ class ApiServer:
         """Create a protected-timestamp record (metastore.gc). Once this returns, no GC
         threshold of a covered table can reach `ts` until the record is released."""
         record_id = _opt_str(args, "record_id", mlimits.MAX_PROTECTION_ID_CHARS)
-        cluster = args.get("cluster", False)
-        if not isinstance(cluster, bool):
-            raise BadRequestError("'cluster' must be a boolean")
+        cluster = _opt_bool(args, "cluster", False)
         # Empty or absent lists mean "no target of that kind".
         tables = (
-            _req_str_list(args, "tables", mlimits.MAX_TARGETS_PER_PROTECTION)
+            _req_str_list(
+                args, "tables", mlimits.MAX_TARGETS_PER_PROTECTION, "MAX_TARGETS_PER_PROTECTION"
+            )
             if args.get("tables") not in (None, [])
             else []
         )
         namespaces = (
-            _req_str_list(args, "namespaces", mlimits.MAX_TARGETS_PER_PROTECTION)
+            _req_str_list(
+                args, "namespaces", mlimits.MAX_TARGETS_PER_PROTECTION, "MAX_TARGETS_PER_PROTECTION"
+            )
             if args.get("namespaces") not in (None, [])
             else []
         )
@@ -2792,9 +2833,7 @@ class ApiServer:
         so records created or released meanwhile shift nothing). A client that does not page
         gets the whole list only if it fits one page, else LIMIT_EXCEEDED."""
         self._require_ready()
-        show_all = args.get("all", False)
-        if not isinstance(show_all, bool):
-            raise BadRequestError("'all' must be a boolean")
+        show_all = _opt_bool(args, "all", False)
         limit = _opt_int(args, "limit", 1, L.PTS_PAGE_RECORDS_MAX)
         args, _ = await self._continue_at(args, 2 * mlimits.MAX_PROTECTION_ID_CHARS)
         token = args.get("page_token")
@@ -2883,9 +2922,7 @@ class ApiServer:
         """Run the GC now on the leader (forwarded there), or show what it would do."""
         self._require_ready()
         table = _opt_str(args, "table", L.TABLE_NAME_CHARS_MAX)
-        dry_run = args.get("dry_run", False)
-        if not isinstance(dry_run, bool):
-            raise BadRequestError("'dry_run' must be a boolean")
+        dry_run = _opt_bool(args, "dry_run", False)
         name = None if table is None else TableName.parse(table)
         if name is not None and not self.sm.state.catalog.incarnations(name):
             raise TableNotFoundError(f"table {name} does not exist", details={"table": table})
@@ -2996,9 +3033,7 @@ class ApiServer:
             raise InvalidArgumentError(f"raft_address must be HOST:PORT, got {addr!r}")
         given_client = _opt_str(args, "client_address", 300)
         client = None if given_client is None else _host_port(given_client, "client_address")
-        learner = args.get("learner", True)
-        if not isinstance(learner, bool):
-            raise BadRequestError("'learner' must be a boolean")
+        learner = _opt_bool(args, "learner", True)
         timeout_ms = _membership_timeout(args)
         # What the leader found, for its reply (set by `local`, which runs on the leader only).
         outcome: dict[str, Any] = {}
@@ -3296,9 +3331,7 @@ class ApiServer:
         """Revoke one certificate by fingerprint, cluster-wide (a leaked or rotated one)."""
         fingerprint = normalize_fingerprint(_req_str(args, "fingerprint", 256))
         node_id = _opt_int(args, "node_id", 0, L.NODE_ID_MAX) or 0
-        force = args.get("force", False)
-        if not isinstance(force, bool):
-            raise BadRequestError("'force' must be a boolean")
+        force = _opt_bool(args, "force", False)
         in_use = self._certificate_users(fingerprint)
         if in_use and not force:
             # Revoking it cuts those members off at once: the rotation order is new certificate
@@ -3340,6 +3373,9 @@ class ApiServer:
         every node runs the new release. Idempotent; never moves back."""
         timeout_ms = _timeout(args)
         wanted = _opt_int(args, "version", 1, MAX_APPLY_VERSION)
+        # Checked before anything is asked, not only when a change is proposed: a finalize
+        # that had nothing to move took any value (a list, a megabyte) and answered OK.
+        request_id = _opt_str(args, "request_id", mlimits.MAX_REQUEST_ID_CHARS) or ""
         members = await self._members_apply_versions(session, timeout_ms)
         _refuse_unless_supported(members, wanted)
         target = min(int(m["supported"]) for m in members) if wanted is None else wanted
@@ -3352,7 +3388,7 @@ class ApiServer:
         result: dict[str, Any] = {"apply_version": current, "previous": current}
         if target > current:
             cmd = SetApplyVersion(
-                request_id=_opt_str(args, "request_id", mlimits.MAX_REQUEST_ID_CHARS) or "",
+                request_id=request_id,
                 version=target,
                 by=session.client[: mlimits.MAX_SESSION_LABEL_CHARS],
             )
@@ -3537,6 +3573,17 @@ def _opt_str(args: Args, key: str, max_chars: int) -> str | None:
     return v
 
 
+def _opt_bool(args: Args, key: str, default: bool) -> bool:
+    """An optional flag: absent (or None) is `default`; anything but a bool is BAD_REQUEST
+    (not its truthiness: `"false"` or `[0]` would read as true)."""
+    v = args.get(key)
+    if v is None:
+        return default
+    if not isinstance(v, bool):
+        raise BadRequestError(f"{key!r} must be a boolean")
+    return v
+
+
 def _req_int(args: Args, key: str, lo: int, hi: int) -> int:
     v = _opt_int(args, key, lo, hi)
     if v is None:
@@ -3557,13 +3604,23 @@ def _opt_int(args: Args, key: str, lo: int, hi: int) -> int | None:
     return v
 
 
-def _req_str_list(args: Args, key: str, max_items: int) -> list[str]:
+def _req_str_list(args: Args, key: str, max_items: int, limit_name: str) -> list[str]:
+    """A list of 1..`max_items` names (of at most TABLE_NAME_CHARS_MAX characters each).
+    Past either bound LIMIT_EXCEEDED naming it, as a single name past its bound (`_opt_str`)
+    and a command past its limits (`validate_command`) are; not a list of strings,
+    BAD_REQUEST."""
     v = args.get(key)
-    if not isinstance(v, list) or not 1 <= len(v) <= max_items:
+    if not isinstance(v, list) or not v:
         raise BadRequestError(f"{key!r} must be a list of 1..{max_items} strings")
-    if not all(isinstance(x, str) and len(x) <= L.TABLE_NAME_CHARS_MAX for x in v):
-        raise BadRequestError(
-            f"{key!r} must list strings of at most {L.TABLE_NAME_CHARS_MAX} chars"
+    if len(v) > max_items:
+        raise limit_exceeded(limit_name, max_items, len(v), f"entries of {key!r}")
+    if not all(isinstance(x, str) for x in v):
+        raise BadRequestError(f"{key!r} must list strings")
+    longest = max(len(x) for x in v)
+    if longest > L.TABLE_NAME_CHARS_MAX:
+        raise LimitExceededError(
+            f"an entry of {key!r} is {longest} characters; the limit is {L.TABLE_NAME_CHARS_MAX}",
+            details={"limit": key, "max": L.TABLE_NAME_CHARS_MAX, "value": longest},
         )
     return list(v)
 
@@ -3794,6 +3851,9 @@ def _keyset_page(
             limit_name, page_max, len(items), f"{what} in one reply (page with 'limit')"
         )
     return page, key(page[-1]) if more else None
+
+
+_LEASE_KEYS: Final = frozenset({"table", "table_id", "version"})
 
 
 def _lease_key(lease: Lease) -> str:

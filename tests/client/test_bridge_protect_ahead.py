@@ -105,3 +105,14 @@ def test_the_cli_refuses_by_the_same_rule_and_says_the_same() -> None:
     # The span may differ by the milliseconds between the two reads of the clock.
     assert cli.value.message.split(" by ")[0] == library.value.message.split(" by ")[0]
     assert "protects nothing" in cli.value.message
+
+
+@pytest.mark.parametrize("ts", [float("inf"), float("nan"), 1.5, -1, 2**64, "now", True], ids=repr)
+def test_client_protect_of_no_timestamp_at_all_is_a_typed_error(
+    client: SyncMetastoreClient, node: ThreadedFakeNode, ts: Any
+) -> None:
+    # Was: hlc's TimestampRangeError (or a TypeError) out of the ahead check, not the
+    # library's typed errors, for a ts that is not an HLC integer.
+    with pytest.raises(InvalidArgumentError, match="'ts' must be an HLC timestamp"):
+        client.protect(ts=ts, tables=["ns.t"])
+    assert _ops(node) == []

@@ -18,6 +18,7 @@ from metastore.daemon import api_limits
 from metastore.errors import (
     BadRequestError,
     InvalidArgumentError,
+    LimitExceededError,
     MetastoreError,
     TableNotFoundError,
 )
@@ -121,7 +122,7 @@ def test_one_tables_failure_is_its_own_typed_error(client: SyncMetastoreClient) 
         ({"tables": ["mm.a", "mm.a"]}, BadRequestError),
         (
             {"tables": [f"mm.t{i}" for i in range(limits.MAX_TABLES_PER_COMMIT + 1)]},
-            BadRequestError,
+            LimitExceededError,  # a named limit, like any other
         ),
         ({"tables": ["mm.a"], "limit": 0}, InvalidArgumentError),
         ({"tables": ["mm.a"], "limit": api_limits.FILES_PAGE_FILES_MAX + 1}, InvalidArgumentError),

@@ -16,6 +16,7 @@ from raft.errors import (
     MalformedFrameError,
 )
 from raft.framing import (
+    _UNPACK_NESTING_MAX,
     FRAME_HEADER_BYTES,
     NEED_DATA,
     FrameDecoder,
@@ -158,7 +159,7 @@ def test_empty_feed_and_partial_header_need_data() -> None:
         (msgpack.packb(1) + b"\x00", "trailing"),
         (msgpack.packb([1, 2]) + msgpack.packb(3), "trailing"),
         (b"\x92\x01", "undecodable"),  # array of 2 with one element: truncated inside the frame
-        (b"\xc1", "undecodable"),
+        (b"\xc1", "undecodable .*: byte 0xc1 where a value begins"),
         (msgpack.packb(msgpack.ExtType(5, b"abc")), "ext"),
         (b"\xc7\x00\x05", "ext type 5"),  # ext8 of length 0
         (b"\xc7\x00\xff", "timestamp"),  # empty timestamp
@@ -168,7 +169,8 @@ def test_empty_feed_and_partial_header_need_data() -> None:
         (b"\xa2\xff\xfe", "undecodable"),  # str that is not UTF-8
         (b"\x81\x01\x02", "undecodable"),  # int map key
         (b"\x81\x90\x02", "undecodable"),  # array map key
-        (b"\x91" * 5000 + b"\x01", "undecodable"),  # nesting beyond msgpack's stack
+        # Nesting beyond msgpack's stack: msgpack says nothing (an empty message), the error must.
+        (b"\x91" * 5000 + b"\x01", "undecodable .*: nested deeper than"),
         (b"\xc6\x7f\xff\xff\xff", "undecodable"),  # bin32 claiming 2 GiB inside a 5-byte frame
         (b"\xdd\x7f\xff\xff\xff", "undecodable"),  # array32 claiming 2**31 items
     ],
@@ -177,6 +179,17 @@ def test_malformed_bodies_are_typed_errors(body: bytes, reason: str) -> None:
     decoder = FrameDecoder(8192)
     decoder.feed(frame_of(body))
     with pytest.raises(MalformedFrameError, match=reason):
+        decoder.next_frame()
+
+
+def test_the_nesting_named_in_errors_is_the_decoders() -> None:
+    # The error names how deep msgpack nests (it says nothing itself): that many levels of
+    # arrays decode, one more is refused.
+    deepest = b"\x91" * (_UNPACK_NESTING_MAX - 1) + b"\x90"
+    decoder = FrameDecoder(8192)
+    decoder.feed(frame_of(deepest) + frame_of(b"\x91" + deepest))
+    assert isinstance(decoder.next_frame(), list)
+    with pytest.raises(MalformedFrameError, match=f"{_UNPACK_NESTING_MAX} levels"):
         decoder.next_frame()
 
 
