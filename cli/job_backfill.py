@@ -48,8 +48,9 @@ def run_backfill(ctx: click.Context, job_id: int, master: str, wait_ms: int) -> 
     Exit 0 when the backfill is reported (`outcome: reported`), and also when the job has
     succeeded without this run's report, before it or while it ran (another run's report was
     accepted, or no backfill was needed): the column is public, `outcome: job_succeeded` and
-    `note` say so. Exit 5 (SCHEMA_JOB_STATE) when the job was cancelled, is being cancelled or
-    was aborted (its table dropped), or is not an ADD COLUMN job: the message says which.
+    `note` say so (a job that had succeeded before is answered at once, without Spark).
+    Exit 5 (SCHEMA_JOB_STATE) when the job was cancelled, is being cancelled or was aborted
+    (its table dropped), or is not an ADD COLUMN job: the message says which.
     Exit 3 (TIMEOUT) when it did not reach its backfill step within --timeout.
 
     \b
