@@ -138,13 +138,21 @@ def cluster_init(
     (DIRECTORY/tls, as `cluster certs` makes them) and an enabled [tls] table.
 
     Existing secrets are kept, also with --force; so is an existing DIRECTORY/tls/ca.crt and
-    the certificates beside it.
+    the certificates beside it. With --force over an existing cluster.toml, its cluster id,
+    host and base port are kept unless --cluster-id, --host or --base-port are given, and TLS
+    stays on if it was (growing a cluster: `--nodes 4 --force` keeps the members where they
+    run).
 
     \b
     Example:
       metastore cluster init /tmp/ms --nodes 3 --base-port 25100
     """
     a = app(ctx)
+    kept = _kept_from_existing(ctx, directory) if force else {}
+    cluster_id = kept.get("cluster_id", cluster_id)
+    host = kept.get("host", host)
+    base_port = kept.get("base_port", base_port)
+    tls = kept.get("tls", tls)
     cid = cluster_id if cluster_id is not None else _default_cluster_id(directory)
     try:
         layout = node_layout(count, host=host, base_port=base_port)
@@ -206,6 +214,8 @@ def cluster_init(
         "token_files": token_files,
         "endpoints": config.client_endpoints(),
     }
+    if kept:
+        doc["kept"] = kept
     if config.tls is not None:
         doc["ca_file"] = str(_init_certs(directory / INIT_TLS_DIR, config, host))
 
@@ -223,12 +233,55 @@ def cluster_init(
         )
         # A line of its own, not the table's title: a title wraps at the narrow table's width.
         title = Text(f"cluster {cid!r} in {directory}", no_wrap=True, overflow="ignore")
-        return [title, nodes, info, _init_next_steps(doc)]
+        out: list[RenderableType] = [title, nodes, info]
+        if kept:
+            out.append(Text(_kept_text(kept)))
+        return [*out, _init_next_steps(doc)]
 
     emit(a.output, doc, tables)
 
 
 INIT_TLS_DIR: Final = "tls"
+
+
+def _kept_from_existing(ctx: click.Context, directory: Path) -> dict[str, Any]:
+    """What `init --force` keeps of DIRECTORY's existing cluster.toml for each option not
+    given: its cluster id, its one host, its base port (node N's Raft port - N) and TLS on.
+    `init DIR --nodes 4 --force` grows a cluster (README): the defaults would move its running
+    members to other ports, under another id, without TLS. A file that does not load is
+    written over, as before."""
+    try:
+        existing = load_cluster_config(directory / CLUSTER_FILE_NAME)
+    except (ConfigError, OSError):
+        return {}
+
+    def given(name: str) -> bool:
+        return ctx.get_parameter_source(name) is not click.core.ParameterSource.DEFAULT
+
+    kept: dict[str, Any] = {}
+    if not given("cluster_id"):
+        kept["cluster_id"] = existing.cluster_id
+    hosts = {n.host for n in existing.nodes}
+    if not given("host") and len(hosts) == 1:
+        kept["host"] = next(iter(hosts))
+    first = min(existing.nodes, key=lambda n: n.id)
+    if not given("base_port") and first.raft_port - first.id >= INIT_BASE_PORT_MIN:
+        kept["base_port"] = first.raft_port - first.id
+    if not given("tls") and existing.tls is not None:
+        kept["tls"] = True
+    # Said only where it differs from what the defaults would have written.
+    defaults = {
+        "cluster_id": _default_cluster_id(directory),
+        "host": ctx.params["host"],
+        "base_port": ctx.params["base_port"],
+    }
+    return {k: v for k, v in kept.items() if defaults.get(k) != v}
+
+
+def _kept_text(kept: dict[str, Any]) -> str:
+    said = {"cluster_id": "cluster id {!r}", "host": "host {}", "base_port": "base port {}"}
+    parts = ", ".join("TLS on" if k == "tls" else said[k].format(v) for k, v in kept.items())
+    return f"kept from the existing cluster.toml (options not given): {parts}"
 
 
 def _init_next_steps(doc: dict[str, Any]) -> Text:

@@ -7,12 +7,13 @@ backfill, after which the leader makes the column public (`spark_bridge.backfill
 
 It runs Spark in this process (cli.spark_run). It needs pyspark and a writer token. Starting
 Spark takes seconds, so a job id that does not exist, or a job with nothing to backfill, is
-refused before Spark starts.
+refused before Spark starts, and a job that has succeeded is reported so (exit 0) without it.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import click
 
@@ -48,8 +49,9 @@ def run_backfill(ctx: click.Context, job_id: int, master: str, wait_ms: int) -> 
     Exit 0 when the backfill is reported (`outcome: reported`), and also when the job has
     succeeded without this run's report, before it or while it ran (another run's report was
     accepted, or no backfill was needed): the column is public, `outcome: job_succeeded` and
-    `note` say so. Exit 5 (SCHEMA_JOB_STATE) when the job was cancelled, is being cancelled or
-    was aborted (its table dropped), or is not an ADD COLUMN job: the message says which.
+    `note` say so (a job that had succeeded before is answered at once, without Spark).
+    Exit 5 (SCHEMA_JOB_STATE) when the job was cancelled, is being cancelled or was aborted
+    (its table dropped), or is not an ADD COLUMN job: the message says which.
     Exit 3 (TIMEOUT) when it did not reach its backfill step within --timeout.
 
     \b
@@ -58,7 +60,17 @@ def run_backfill(ctx: click.Context, job_id: int, master: str, wait_ms: int) -> 
     """
     a = app(ctx)
     token = require_token(a.resolve_token(), "a backfill")
-    _refuse_unless_backfillable(a.client(), job_id)
+    job = _refuse_unless_backfillable(a.client(), job_id)
+    # Imported here: the module imports no pyspark, but the CLI loads it only for this command.
+    from spark_bridge.backfill import succeeded_result
+
+    result = succeeded_result(job)
+    if result is not None:  # nothing to rewrite: no Spark (it takes seconds to start)
+        progress(result.note)
+        end_progress()
+        document = dataclasses.asdict(result)
+        emit(a.output, document, lambda: [kv_table(document, title=f"backfill of job {job_id}")])
+        return
     try:
         result = run_with_bridge(
             endpoints=a.endpoints(),
@@ -76,13 +88,16 @@ def run_backfill(ctx: click.Context, job_id: int, master: str, wait_ms: int) -> 
     emit(a.output, document, lambda: [kv_table(document, title=f"backfill of job {job_id}")])
 
 
-def _refuse_unless_backfillable(client: SyncMetastoreClient, job_id: int) -> None:
+def _refuse_unless_backfillable(client: SyncMetastoreClient, job_id: int) -> dict[str, Any]:
     """Fail now, not after Spark has started, when JOB_ID does not exist (exit 4) or is not an
-    ADD COLUMN job still running (exit 5). The bridge checks the same again as it waits."""
+    ADD COLUMN job running or succeeded (exit 5); else its view. The bridge checks the same
+    again as it waits."""
     # The bridge's own rule, so both say the same; importing it does not import pyspark.
     from spark_bridge.backfill import BackfillError, _check_backfillable
 
+    job = client.job_show(job_id)
     try:
-        _check_backfillable(client.job_show(job_id))
+        _check_backfillable(job)
     except BackfillError as exc:
         fail(exc.code, exc.message, EXIT_CODE_BY_ERROR.get(exc.code, EXIT_GENERIC), exc.details)
+    return job

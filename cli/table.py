@@ -16,6 +16,7 @@ from rich.console import RenderableType
 from cli.context import READ_TIMESTAMP, TABLE_NAME, app
 from cli.output import emit, kv_table, rows_table, ts_cell
 from metastore.client import SyncMetastoreClient
+from metastore.client.not_found import created_after, created_tu_now
 from metastore.commands import TableName
 from metastore.errors import (
     ErrorCode,
@@ -58,18 +59,9 @@ def explaining_not_found(
         if exc.code is not ErrorCode.TABLE_NOT_FOUND or name is None:  # None: every table
             raise
         if as_of is not None:
-            try:
-                created_tu = client.describe(name).get("created_tu")
-            except MetastoreError:
-                created_tu = None  # not there now either: say what is unknown, below
-            if isinstance(created_tu, int):
-                if created_tu <= as_of:
-                    raise
-                raise TableNotFoundError(
-                    f"{exc.message}; it was created at {ts_cell(created_tu)} (ask for a later "
-                    "--as-of)",
-                    details=exc.details,
-                ) from None
+            created_tu = created_tu_now(client, name)
+            if created_tu is not None:  # it exists now: created after --as-of's time, or not
+                raise created_after(exc, as_of, created_tu, option="--as-of") from None
         raise _unknown_name(client, name, exc) from None
 
 

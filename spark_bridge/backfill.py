@@ -254,6 +254,24 @@ def run_backfill(
             reported_ts = None  # refused, or lost before it was applied: sent again
 
 
+def succeeded_result(job: dict[str, Any]) -> BackfillResult | None:
+    """The result of a run that finds `job` (its `job_show` view) already succeeded before it
+    started, or None: nothing to rewrite, so the CLI answers without starting Spark. Pure."""
+    if job["status"] != SUCCEEDED:
+        return None
+    backfill_ts = job.get("backfill_ts")
+    return BackfillResult(
+        job_id=int(job["job_id"]),
+        table=str(job["table"]),
+        snapshot_ts=0 if backfill_ts is None else int(backfill_ts),
+        files_rewritten=0,
+        commit_ts=None,
+        attempts=0,
+        outcome=JOB_SUCCEEDED,
+        note=job_end(job).message,
+    )
+
+
 class _PinnedPastBackfill(Exception):
     """A batch pinned a version without the job's column write-only: the job moved on (its
     view says how)."""

@@ -1279,7 +1279,8 @@ class MetastoreBridge:
         clocks (TimestampAheadError). The DataFrame is lazy: if GC may run before Spark reads
         it (a short gc.ttl, a long job), hold `protect(as_of)` around the work so the files it
         lists stay on disk."""
-        from metastore.errors import MetastoreError
+        from metastore.client.not_found import created_after, created_tu_now
+        from metastore.errors import ErrorCode, MetastoreError
 
         self.check_protections()  # a lapsed protect() block must not read on as if covered
         ts = None if as_of is None else self.timestamp(as_of)
@@ -1292,6 +1293,10 @@ class MetastoreBridge:
             # made-up txn id ("pin failed for txn read:<uuid>"). The typed error is the answer.
             cause = exc.cause
             if isinstance(cause, MetastoreError):
+                if ts is not None and cause.code is ErrorCode.TABLE_NOT_FOUND:
+                    # AS OF before the table was created (-1h right after CREATE TABLE).
+                    created_tu = created_tu_now(self.client, table)
+                    raise created_after(cause, ts, created_tu, option="as_of") from None
                 raise cause from None
             raise
 

@@ -1098,11 +1098,18 @@ class MetastoreDataSource(DataSource):
     def _pin(self) -> dict[str, Any]:
         pinned = getattr(self, "_pinned", None)
         if pinned is None:
+            from metastore.client.not_found import created_after, created_tu_now
+            from metastore.errors import TableNotFoundError
+
             table = self._table()  # a bad table option fails before any request
             client = _client(self.ENDPOINTS, self.TOKEN, self.TLS)
             try:
                 ts = _resolve_ts(client, self.options.get("as_of"))
-                r = client.schema_at(table, ts=ts)
+                try:
+                    r = client.schema_at(table, ts=ts)
+                except TableNotFoundError as exc:  # AS OF before it was created: say when
+                    created_tu = created_tu_now(client, table)
+                    raise created_after(exc, ts, created_tu, option="as_of") from None
                 pinned = {"ts": ts, "schema": r, "now": int(client.clock.now())}
             finally:
                 client.close()

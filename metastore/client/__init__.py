@@ -26,6 +26,8 @@ Codemap
                 them, `parquet` pads CHAR on read.
     manifest_files  manifest files on disk: write, read (checked), expand, `compact_table`
                 (its `plan_and_write` also serves the leader's GC).
+    not_found   a TABLE_NOT_FOUND AS OF a time before the table was created says when it was
+                (the CLI, `read_table` and the data source).
     txn_marks   a txn id the caller chose gets a stream position of its own (`@txn-id:<id>`,
                 seq = a hash of its table set), so a job re-run under it past the txn-id window
                 commits once; the verdict of such a mark (done, or TxnIdReused).

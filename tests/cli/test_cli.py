@@ -225,6 +225,34 @@ def test_init_refuses_to_overwrite_without_force_and_keeps_secrets(tmp_path: Pat
     assert read_token_file(d / "secrets" / "admin.token") == token
 
 
+def test_init_force_to_grow_keeps_the_clusters_id_ports_host_and_tls(tmp_path: Path) -> None:
+    """The README grows a cluster with `cluster init DIR --nodes 4 --force`. That rewrote the
+    running members' files with the default ports (24100+N), the directory's name as cluster
+    id and TLS off whenever the first init had other ones: the members would restart on other
+    ports, as another cluster. Options not given now keep the existing cluster.toml's."""
+    d = tmp_path / "ms"
+    first = ("--base-port", "27000", "--cluster-id", "prod", "--host", "127.0.0.2", "--tls")
+    assert run("cluster", "init", str(d), *first).exit_code == 0
+    grown = run("-o", "json", "cluster", "init", str(d), "--nodes", "4", "--force")
+    assert grown.exit_code == 0, grown.stderr
+    config = load_cluster_config(d / "cluster.toml")
+    assert config.cluster_id == "prod" and config.tls is not None
+    assert [(n.id, n.host, n.raft_port) for n in config.nodes] == [
+        (i, "127.0.0.2", 27000 + i) for i in (1, 2, 3, 4)
+    ]
+    assert json.loads(grown.stdout)["kept"] == {
+        "cluster_id": "prod",
+        "host": "127.0.0.2",
+        "base_port": 27000,
+        "tls": True,
+    }
+    # An option given wins over the existing file.
+    moved = run("cluster", "init", str(d), "--nodes", "4", "--base-port", "28000", "--force")
+    assert moved.exit_code == 0, moved.stderr
+    config = load_cluster_config(d / "cluster.toml")
+    assert config.nodes[0].raft_port == 28001 and config.cluster_id == "prod"
+
+
 def test_init_default_cluster_id_comes_from_the_directory(tmp_path: Path) -> None:
     d = tmp_path / "my cluster!"
     assert run("cluster", "init", str(d)).exit_code == 0

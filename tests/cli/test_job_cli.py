@@ -576,3 +576,45 @@ def test_a_cancel_whose_reply_a_leader_change_lost_looks_at_the_job(
         assert "job 9 cancelled" in result.stdout and "v4" in result.stdout
     else:
         assert "TIMEOUT" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("more", "note"),
+    [
+        ({"backfill_ts": None}, "it needed no backfill"),
+        ({"backfill_ts": 1 << 40, "files_rewritten": 3}, "3 files rewritten in all"),
+    ],
+)
+def test_run_backfill_of_a_succeeded_job_says_so_without_starting_spark(
+    monkeypatch: pytest.MonkeyPatch, more: dict[str, Any], note: str
+) -> None:
+    # Starting Spark took 10-13 s on 2 cores only for the bridge to find the job done.
+    def no_spark(**_kwargs: Any) -> None:
+        raise AssertionError("Spark started for a job that had succeeded")
+
+    monkeypatch.setattr("cli.job_backfill.run_with_bridge", no_spark)
+
+    async def handler(op: str, args: dict[str, Any]) -> dict[str, Any]:
+        assert op == "job_show" and args == {"job_id": 9}
+        return _view(3, "succeeded", field_id=4, backfill_from_ts=1 << 39, **more)
+
+    with ThreadedFakeNode(handler=handler) as node:
+        result = CliRunner().invoke(
+            cli,
+            [
+                "--endpoints",
+                node.endpoint,
+                "--token",
+                TOKEN,
+                "-o",
+                "json",
+                "job",
+                "run-backfill",
+                "9",
+            ],
+        )
+    assert result.exit_code == 0, result.stderr
+    document = json.loads(result.stdout)
+    assert document["outcome"] == "job_succeeded" and document["attempts"] == 0
+    assert note in document["note"] and note in result.stderr
+    assert document["snapshot_ts"] == (more["backfill_ts"] or 0)

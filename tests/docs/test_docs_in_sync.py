@@ -465,3 +465,137 @@ def test_no_example_inits_a_cluster_directory_the_repository_ships() -> None:
         if (ROOT / directory / "cluster.toml").exists():
             refused.append(command)
     assert not refused, f"examples that init a shipped cluster directory: {refused}"
+
+
+# What a reader of a Python snippet in the docs brings (a SparkSession, DataFrames, the token
+# file's path); every other name a snippet uses it defines or imports itself.
+SNIPPET_GIVENS = frozenset({"spark", "df", "daily_df", "audit_df", "token_file"})
+# Options of Spark's own a snippet may pass beside the data source's (`.option("X", ...)`).
+SPARK_OWN_OPTIONS = frozenset({"checkpointlocation"})
+DOCS_WITH_SNIPPETS = ("README.md", "ARCHITECTURE.md", "docs/protocol.md", "docs/operations.md")
+
+
+def _python_snippets(doc: str) -> list[str]:
+    return re.findall(r"```python\n(.*?)```", (ROOT / doc).read_text(encoding="utf-8"), re.S)
+
+
+def _free_names(tree: ast.AST) -> set[str]:
+    """The names a snippet loads that it never binds (anywhere in it: order is not checked)."""
+    import builtins
+
+    bound, loaded = set(dir(builtins)), set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name):
+            (loaded if isinstance(node.ctx, ast.Load) else bound).add(node.id)
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            bound.add(node.name)
+            bound.update(a.arg for a in [*node.args.posonlyargs, *node.args.args])
+            bound.update(a.arg for a in node.args.kwonlyargs)
+        elif isinstance(node, ast.alias):
+            bound.add((node.asname or node.name).split(".")[0])
+    return loaded - bound
+
+
+def _wrong_bridge_calls(tree: ast.AST) -> list[str]:
+    """Calls of the bridge's API in a snippet that its signatures refuse: `MetastoreBridge(...)`,
+    `bridge.m(...)` on a variable assigned one, `b.m(...)` on `with bridge.batch(...) as b`;
+    and a function given to `foreach_batch` that does not take (batch context, rows)."""
+    import inspect
+
+    from spark_bridge.bridge import BatchContext, MetastoreBridge
+
+    kinds: dict[str, type] = {}
+    functions = {n.name: n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call):
+            func = node.value.func
+            if isinstance(func, ast.Name) and func.id == "MetastoreBridge":
+                kinds.update(
+                    {t.id: MetastoreBridge for t in node.targets if isinstance(t, ast.Name)}
+                )
+        if isinstance(node, ast.With):
+            for item in node.items:
+                call, var = item.context_expr, item.optional_vars
+                if (
+                    isinstance(call, ast.Call)
+                    and isinstance(call.func, ast.Attribute)
+                    and call.func.attr == "batch"
+                    and isinstance(var, ast.Name)
+                ):
+                    kinds[var.id] = BatchContext
+    wrong = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        func, target = node.func, None
+        if isinstance(func, ast.Name) and func.id == "MetastoreBridge":
+            target = MetastoreBridge.__init__
+        elif (
+            isinstance(func, ast.Attribute)
+            and isinstance(func.value, ast.Name)
+            and func.value.id in kinds
+        ):
+            target = getattr(kinds[func.value.id], func.attr, None)
+            if target is None:
+                wrong.append(
+                    f"{ast.unparse(func)}: {kinds[func.value.id].__name__} has no {func.attr}"
+                )
+                continue
+        if target is None or any(isinstance(a, ast.Starred) for a in node.args):
+            continue
+        try:
+            inspect.signature(target).bind(
+                None,  # self: every target is a method
+                *node.args,
+                **{k.arg: k.value for k in node.keywords if k.arg is not None},
+            )
+        except TypeError as exc:
+            wrong.append(f"{ast.unparse(node)}: {exc}")
+        if isinstance(func, ast.Attribute) and func.attr == "foreach_batch" and node.args:
+            body = node.args[0]
+            defined = functions.get(body.id) if isinstance(body, ast.Name) else None
+            if defined is None or len(defined.args.args) != 2:
+                wrong.append(
+                    f"{ast.unparse(node)}: its function is not defined in the snippet with its "
+                    "two parameters (the batch context, the micro-batch's rows)"
+                )
+    return wrong
+
+
+@pytest.mark.parametrize("doc", DOCS_WITH_SNIPPETS)
+def test_the_python_snippets_run_against_the_bridge_as_shown(doc: str) -> None:
+    """A reader pastes a ```python block: it parses, uses only names it defines or imports (or
+    the reader's SNIPPET_GIVENS), imports names that exist, and calls the bridge (its
+    constructor, its methods, a batch's) with arguments their signatures take; a function it
+    gives `foreach_batch` takes a batch context and the rows, as the bridge calls it (it is not
+    Spark's `(df, batch_id)`). The README's snippet once used a `body` it never showed."""
+    import importlib
+
+    wrong = []
+    for snippet in _python_snippets(doc):
+        tree = ast.parse(snippet)
+        free = _free_names(tree) - SNIPPET_GIVENS
+        if free:
+            wrong.append(f"uses names it neither defines nor imports: {sorted(free)}")
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                module = importlib.import_module(node.module)
+                wrong.extend(
+                    f"from {node.module} import {a.name}: no such name"
+                    for a in node.names
+                    if not hasattr(module, a.name)
+                )
+        wrong.extend(_wrong_bridge_calls(tree))
+    assert not wrong, f"{doc}'s Python snippets would not run as shown: {wrong}"
+
+
+@pytest.mark.parametrize("doc", DOCS_WITH_SNIPPETS)
+def test_the_data_source_options_the_docs_name_exist(doc: str) -> None:
+    """Every `.option("X", ...)` of a doc (snippet or prose) is one `format("metastore")` takes
+    (or Spark's own, SPARK_OWN_OPTIONS): a misspelt one is refused with UnknownOptionError."""
+    from spark_bridge.datasource import READ_OPTIONS, WRITE_OPTIONS
+
+    named = re.findall(r"\.option\(\s*\"([^\"]+)\"", (ROOT / doc).read_text(encoding="utf-8"))
+    known = {*READ_OPTIONS, *WRITE_OPTIONS, *SPARK_OWN_OPTIONS}
+    unknown = sorted({name for name in named if name.lower() not in known})
+    assert not unknown, f"{doc} names data source options the bridge does not take: {unknown}"

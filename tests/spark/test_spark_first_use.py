@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from hlc import TimestampParseError
+from hlc import TimestampParseError, to_iso
 from metastore.errors import NotFoundAtTimestampError, TableNotFoundError, TimestampAheadError
 from tests.spark.support import SparkEnv, committed_txns
 
@@ -62,6 +62,27 @@ def test_read_table_where_the_table_is_not_is_the_typed_error(
     an_hour_ahead = bridge.client.clock.now() + (3_600_000 << 16)
     with pytest.raises(TimestampAheadError):
         bridge.read_table(TABLE, as_of=an_hour_ahead)
+
+
+def test_a_read_before_the_table_was_created_says_when_it_was(
+    env: SparkEnv, bridge: MetastoreBridge, created_tu: int
+) -> None:
+    """The README reads AS OF -1h: right after a CREATE TABLE, `read_table` and
+    `format("metastore")` said only "does not exist at <an hour ago>", as for a typo, where the
+    CLI's `--as-of` says when the table was created. They say it too now; a table that never
+    existed is reported as before."""
+    said = f"it was created at {to_iso(created_tu)} (ask for a later as_of)"
+    with pytest.raises(TableNotFoundError) as raised:
+        bridge.read_table(TABLE, as_of=created_tu - 1)
+    assert said in raised.value.message
+    with pytest.raises(Exception, match="TableNotFoundError") as info:
+        env.spark.read.format("metastore").option("table", TABLE).option(
+            "as_of", str(created_tu - 1)
+        ).load()
+    assert said in str(info.value)
+    with pytest.raises(TableNotFoundError) as raised:
+        bridge.read_table("first.nope", as_of=created_tu - 1)
+    assert "created" not in raised.value.message
 
 
 def test_epoch_milliseconds_as_of_is_refused_saying_what_an_hlc_integer_is(
