@@ -45,7 +45,7 @@ sim: install
 	$(BIN)/python -m pytest tests/raft/test_simulation.py --sim-seeds=$(SEEDS) --sim-extended-seeds=$(EXTENDED_SEEDS) -q
 
 ## chaos: seeded fault schedules against real daemons (docs/chaos.md); make chaos SEEDS=1,2 DURATION=120
-## (FAULTS=process|network|overlap|client|member|all picks the family of faults; all by default;
+## (FAULTS=process|network|overlap|client|member|all picks the family of faults, or one fault alone, e.g. FAULTS=skew_leader; all by default;
 ## TLS=1 runs the nodes with mutual TLS between peers and TLS on the client ports)
 DURATION ?= 60
 FAULTS ?= all

@@ -138,7 +138,7 @@ class HybridClock:
         self._last = max(successor(max(self._last, remote_ts)), make_ts(local_ms))
         return self._last
 
-    async def wait_until(self, ts: int, *, timeout_ms: int) -> None:
+    async def wait_until(self, ts: int, *, timeout_ms: int, anchored_ms: int | None = None) -> None:
         """Return once the physical clock has reached `ts`; raise WaitTimeoutError past timeout.
 
         "Reached" is judged by the physical clock alone: `physical << 16 >= ts`. A clock that was
@@ -155,14 +155,29 @@ class HybridClock:
         is noticed promptly and a ManualClock that never moves costs a few wake-ups, not a spin.
         `timeout_ms` is the total sleeping allowed (the loop's timer does the sleeping; we read no
         clock but the injected one); a loaded event loop can stretch it in real time.
+
+        `anchored_ms`: the physical clock's reading when the caller's request began, moved on
+        by the real time since then as the caller measured it on a clock that never steps
+        (monotonic). The wait then also lasts until that estimate, moved on by the time slept
+        here, reaches `ts`: a wall clock stepped forward during the request (an NTP step, a
+        fault) cannot cut the wait short. The sum of sleeps is at most the real time they
+        took, so the estimate never runs ahead of the clock the request began with. (A clock
+        that was already wrong when the request began is not caught here: its node fences
+        itself once its peers' heartbeats prove the offset.)
         """
         check_ts(ts, what="ts")
         int_in_range(
             "timeout_ms", timeout_ms, 0, WAIT_TIMEOUT_MS_MAX, hint="limits.WAIT_TIMEOUT_MS_MAX"
         )
+        if anchored_ms is not None:
+            int_in_range("anchored_ms", anchored_ms, 0, MAX_PHYSICAL_MS)
         slept_ms = 0
         while True:
             wall_ms = self.physical_now_ms()
+            if anchored_ms is not None:
+                # The smaller of the two readings: a step forward of the wall clock counts for
+                # nothing, a step back makes the wait longer (as without an anchor).
+                wall_ms = min(wall_ms, anchored_ms + slept_ms)
             wall = make_ts(wall_ms)
             if wall >= ts:
                 if ts > 0:

@@ -18,6 +18,7 @@ Codemap
                 metastore.daemon`, __main__).
     api_limits  the client API's limits; the reads that take a read floor.
     views       catalog values as protocol maps (pure).
+    clock_steps a step of the wall clock, which a DDL's wait must not believe for a while (pure).
     statemachine  MetastoreState as a raft.node StateMachine.
     forward     follower -> leader forwarding with the caller's token.
     removal_check  the leader's check of removals against manifest files before proposing.

@@ -223,7 +223,10 @@ class MetastoreNode:
                 key_file=tls_files.key_file,
             )
         self.secrets = ensure_secrets(cluster.secrets_dir)
-        self.clock = HybridClock(_physical_clock(), max_offset_ms=cluster.cs_max_ms)
+        physical = _physical_clock()
+        self.clock = HybridClock(physical, max_offset_ms=cluster.cs_max_ms)
+        # Fault injection (tests/chaos): a clock stepped while the node runs, as NTP does.
+        self._fault_clock_file = _fault_clock_file(physical)
         self.sm = CatalogStateMachine(
             check_invariants=os.environ.get("METASTORE_CHECK_INVARIANTS") == "1"
         )
@@ -327,6 +330,7 @@ class MetastoreNode:
         self.sm.on_revoked = self._revocations_applied
         self._init_task: asyncio.Task[None] | None = None
         self._sweep_task: asyncio.Task[None] | None = None
+        self._fault_clock_task: asyncio.Task[None] | None = None
         self._gc_task: asyncio.Task[None] | None = None
         self._job_task: asyncio.Task[None] | None = None
         # Set once start() has opened everything: only a node that ran logs "stopped". A start
@@ -460,6 +464,8 @@ class MetastoreNode:
         self._sweep_task = asyncio.create_task(self._sweep_sessions())
         self._gc_task = asyncio.create_task(self.gc.run_forever())
         self._job_task = asyncio.create_task(self.jobs.run_forever())
+        if self._fault_clock_file is not None:
+            self._fault_clock_task = asyncio.create_task(self._fault_clock_file.follow())
         self._started = True
         log.info(
             "metastore node started",
@@ -482,7 +488,13 @@ class MetastoreNode:
         skips or ends it. Then a planned stop gives detached requests (remove_node, gc_run) up
         to DETACHED_WORK_STOP_GRACE_MS to end before Raft stops (`ApiServer.stop`); `stop_now`
         ends that wait too."""
-        for task in (self._init_task, self._sweep_task, self._gc_task, self._job_task):
+        for task in (
+            self._init_task,
+            self._sweep_task,
+            self._gc_task,
+            self._job_task,
+            self._fault_clock_task,
+        ):
             if task is not None:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -656,6 +668,8 @@ FAULT_CLOCK_OFFSET_ENV = "METASTORE_FAULT_CLOCK_OFFSET_MS"
 def _physical_clock() -> SystemClock | OffsetClock:
     raw = os.environ.get(FAULT_CLOCK_OFFSET_ENV, "")
     if not raw:
+        if os.environ.get(FAULT_CLOCK_OFFSET_FILE_ENV):
+            return OffsetClock(SystemClock(), 0)  # stepped at run time (_FaultClockFile)
         return SystemClock()
     offset_ms = int(raw)
     log.warning(
@@ -664,6 +678,59 @@ def _physical_clock() -> SystemClock | OffsetClock:
         FAULT_CLOCK_OFFSET_ENV,
     )
     return OffsetClock(SystemClock(), offset_ms)
+
+
+# Fault injection for tests/chaos: a file holding this process's clock offset in ms, read again
+# every FAULT_CLOCK_POLL_MS while the node runs (no file, or an empty one: no offset). The chaos
+# test steps a running leader's clock with it, as an NTP step would; the start-time offset above
+# can only skew a node that has just restarted (and so is not the leader).
+FAULT_CLOCK_OFFSET_FILE_ENV = "METASTORE_FAULT_CLOCK_OFFSET_FILE"
+FAULT_CLOCK_POLL_MS = 50
+
+
+class _FaultClockFile:
+    """Sets an OffsetClock's offset to the number in a file whenever the file's text changes
+    (fault injection). What the file holds when the node starts is left alone: a node started
+    with METASTORE_FAULT_CLOCK_OFFSET_MS keeps that offset until the file is written."""
+
+    def __init__(self, path: Path, clock: OffsetClock) -> None:
+        self.path = path
+        self.clock = clock
+        self.seen = self._text()
+
+    def _text(self) -> str:
+        try:
+            return self.path.read_text().strip()
+        except FileNotFoundError:
+            return ""
+
+    async def follow(self) -> None:
+        while True:
+            try:
+                text = self._text()
+                offset_ms = int(text) if text and text != self.seen else None
+            except (OSError, ValueError) as exc:  # a half-written file: the next poll sees it
+                log.warning("FAULT INJECTION: cannot read %s: %s", self.path, exc)
+            else:
+                self.seen = text
+                if offset_ms is not None and offset_ms != self.clock.offset_ms:
+                    log.warning(
+                        "FAULT INJECTION: this node's clock steps from %+d ms to %+d ms (%s)",
+                        self.clock.offset_ms,
+                        offset_ms,
+                        self.path,
+                    )
+                    self.clock.offset_ms = offset_ms
+            await asyncio.sleep(FAULT_CLOCK_POLL_MS / 1000)
+
+
+def _fault_clock_file(physical: SystemClock | OffsetClock) -> _FaultClockFile | None:
+    raw = os.environ.get(FAULT_CLOCK_OFFSET_FILE_ENV, "")
+    if not raw:
+        return None
+    if not isinstance(physical, OffsetClock):
+        raise ValueError(f"{FAULT_CLOCK_OFFSET_FILE_ENV} needs an OffsetClock")
+    return _FaultClockFile(Path(raw), physical)
 
 
 # Fault injection for tests/chaos: "2=127.0.0.1:41234,3=127.0.0.1:41235" makes this process

@@ -84,6 +84,7 @@ from metastore.daemon import api_limits as L
 from metastore.daemon.allowed_locations import ANYWHERE, AllowedLocations, check_no_shared_directory
 from metastore.daemon.audit import AuditLog
 from metastore.daemon.backup import SnapshotExports
+from metastore.daemon.clock_steps import ClockStepWatch
 from metastore.daemon.config import NODE_ID_MAX as CONFIG_NODE_ID_MAX
 from metastore.daemon.forward import MISSING_MEMBER_FIX, LeaderForwarder
 from metastore.daemon.gc_worker import GcWorker, gc_status
@@ -382,6 +383,10 @@ class ApiServer:
         self.exports = SnapshotExports(spool_dir=export_spool_dir)
         self.sm = sm
         self.clock = clock
+        # Steps of this node's wall clock, for the DDL's wait (clock_steps.py); a first
+        # reading now, so a step before the first DDL is seen too.
+        self.clock_steps = ClockStepWatch()
+        self.clock_steps.observe(clock.physical_now_ms(), time.monotonic())
         self.secrets = secrets
         self.forwarder = forwarder
         self.metrics = metrics
@@ -1990,6 +1995,7 @@ class ApiServer:
 
     async def _ddl(self, session: Session, args: Args) -> dict[str, Any]:
         started = time.perf_counter()
+        anchor = self._wall_anchor()
         sql = _req_str(args, "sql", mlimits.MAX_STATEMENT_BYTES * 4)
         request_id = _opt_str(args, "request_id", mlimits.MAX_REQUEST_ID_CHARS) or ""
         timeout_ms = _timeout(args)
@@ -2002,7 +2008,7 @@ class ApiServer:
         )
         applied = await self._propose_command(session, cmd, timeout_ms)
         result = dict(applied["result"])
-        waited_ms = await self._wait_activation(result, timeout_ms)
+        waited_ms = await self._wait_activation(result, timeout_ms, anchor)
         result.update(
             {
                 "statement": type(cmd).__name__,
@@ -2014,21 +2020,58 @@ class ApiServer:
         self.metrics.ddl(time.perf_counter() - started)
         return result
 
-    async def _wait_activation(self, result: Mapping[str, Any], timeout_ms: int) -> float:
+    def _wall_anchor(self) -> tuple[int, float]:
+        """When a request that ends in `_wait_activation` begins: the wall clock this node can
+        vouch for (after a recent step of it, the clock as it read before; clock_steps.py) and
+        the monotonic clock, read together. A node fenced for its clock refuses such a request
+        before doing anything: its reply would be judged by a clock its peers proved wrong."""
+        fenced = self.node.status().clock_fenced
+        if fenced:
+            raise NotReadyError(
+                f"node {self.node.node_id} has fenced itself for its clock ({fenced}): it "
+                "cannot tell when a change is active everywhere; ask another node",
+                details={"node_id": self.node.node_id, "clock_fenced": fenced},
+            )
+        monotonic_s = time.monotonic()
+        wall_ms = self.clock_steps.observe(self.clock.physical_now_ms(), monotonic_s)
+        return wall_ms, monotonic_s
+
+    async def _wait_activation(
+        self, result: Mapping[str, Any], timeout_ms: int, anchor: tuple[int, float]
+    ) -> float:
         """IEP-98: reply to a change only once its Tu is in the past on every node, whatever its
-        skew. Returns the ms waited."""
+        skew. Returns the ms waited.
+
+        Judged by the wall clock and also by the wall clock as it read when the request began
+        (`anchor`) plus the real time since, measured on the monotonic clock: a wall clock
+        stepped forward while the request ran (NTP, a fault; until its node's peers prove the
+        offset and it fences itself) would otherwise end the wait early, and the caller could
+        then read the old schema on a node whose clock is right (chaos fault `skew_leader`)."""
         tu = result.get("tu")
         if not isinstance(tu, int):
             return 0.0
         wait_started = time.perf_counter()
+        wall_ms, monotonic_s = anchor
+        anchored_ms = wall_ms + int((time.monotonic() - monotonic_s) * 1000)
         try:
             cs_max = self._cs_max_ms() << LOGICAL_BITS
-            await self.clock.wait_until(tu + cs_max, timeout_ms=timeout_ms)
+            await self.clock.wait_until(tu + cs_max, timeout_ms=timeout_ms, anchored_ms=anchored_ms)
         except WaitTimeoutError:
             raise RequestTimeoutError(
                 "the change is applied but its activation did not pass in time",
                 details={"tu": tu},
             ) from None
+        self.clock_steps.observe(self.clock.physical_now_ms(), time.monotonic())
+        fenced = self.node.status().clock_fenced
+        if fenced:
+            # Fenced during the wait: the change is applied, but this node's clock cannot say
+            # it is active everywhere. The same request_id sent elsewhere waits again there.
+            raise RequestTimeoutError(
+                f"the change is applied but node {self.node.node_id} fenced itself for its "
+                f"clock ({fenced}) before its activation passed: send the same request_id to "
+                "another node, which waits for it",
+                details={"tu": tu, "clock_fenced": fenced},
+            )
         return (time.perf_counter() - wait_started) * 1000
 
     # ------------------------------------------------------------------ change feed
@@ -2208,12 +2251,13 @@ class ApiServer:
         """Roll a running job back (a new version, like a DDL: the reply waits for it to be
         active everywhere). While leases are in the way the cancel is recorded instead
         (`cancel_requested`) and the job worker publishes the rollback once they drain."""
+        anchor = self._wall_anchor()
         job_id = _req_int(args, "job_id", 1, 2**63 - 1)
         timeout_ms = _timeout(args)
         cmd = CancelSchemaJob(job_id=job_id, by=session.client[: mlimits.MAX_SESSION_LABEL_CHARS])
         applied = await self._propose_command(session, cmd, timeout_ms)
         result = dict(applied["result"])
-        result["waited_ms"] = await self._wait_activation(result, timeout_ms)
+        result["waited_ms"] = await self._wait_activation(result, timeout_ms, anchor)
         return result
 
     async def _job_backfilled(self, session: Session, args: Args) -> dict[str, Any]:

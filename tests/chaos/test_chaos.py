@@ -2,6 +2,7 @@
 
     make chaos SEEDS=1,2,3 DURATION=120      # long runs; `make test` runs one short seed
     make chaos SEEDS=4 FAULTS=network        # one family: process|network|overlap|client|member
+    make chaos SEEDS=5 FAULTS=skew_leader    # one fault kind alone
 
 A seeded schedule of faults runs while clients drive a workload; every operation is recorded as
 invoke -> ok / fail / unknown, every read with the node that answered, and then the history is
@@ -55,8 +56,10 @@ lease was surely held by real time), a snapshot transfer cut or its follower
 killed mid-way, a follower removed and added back with a wiped data directory while links
 misbehave, and the reader cut from nodes (every failed read typed and retryable).
 
-Not covered here (see docs/chaos.md): clock skew of the leader (tests/raft/test_clock_fence.py
-covers a leader whose clock jumps ahead), TLS unless CHAOS_TLS=1. A failure prints the seed;
+A running leader's clock steps within CSmax (no node fences itself, every check holds) and then
+beyond it (it fences itself and another node leads; its future Tm never commits): skew_leader.
+
+Not covered here (see docs/chaos.md): TLS unless CHAOS_TLS=1. A failure prints the seed;
 the `make chaos SEEDS=<seed> FAULTS=... DURATION=... TLS=...` it prints (`replay_command`) replays
 the same fault schedule (the timing of a real cluster still varies from run to run).
 """
@@ -83,10 +86,12 @@ from typing import Any
 
 import pytest
 
+from hlc import physical_ms
 from metastore.client import SyncMetastoreClient
 from metastore.daemon.certs import generate_dev_certs, issue_node_certs
 from metastore.daemon.node import (
     FAULT_CLOCK_OFFSET_ENV,
+    FAULT_CLOCK_OFFSET_FILE_ENV,
     FAULT_FORWARD_ADDRESSES_ENV,
     FAULT_PEER_ADDRESSES_ENV,
 )
@@ -114,7 +119,7 @@ pytestmark = pytest.mark.slow
 
 SEEDS = [int(s) for s in os.environ.get("CHAOS_SEEDS", "1").split(",") if s.strip()]
 DURATION_S = float(os.environ.get("CHAOS_DURATION_S", "10"))
-PROCESS_FAULTS = ("kill_leader", "kill_follower", "pause", "kill_all", "skew")
+PROCESS_FAULTS = ("kill_leader", "kill_follower", "pause", "kill_all", "skew", "skew_leader")
 NETWORK_FAULTS = ("partition", "partition_minority", "asymmetric", "delay", "flaky")
 # Two faults at once: a kill -9 (and restart) of the leader while it is cut off, or while
 # every link is slow.
@@ -134,6 +139,9 @@ FAULT_SETS = {
     "all": PROCESS_FAULTS + NETWORK_FAULTS + OVERLAPPING_FAULTS + CLIENT_FAULTS + MEMBER_FAULTS,
 }
 FAULTS = os.environ.get("CHAOS_FAULTS", "all")
+# One fault alone (CHAOS_FAULTS=skew_leader) runs as a family of its own: to dwell on it.
+for _kind in FAULT_SETS["all"]:
+    FAULT_SETS.setdefault(_kind, (_kind,))
 # CHAOS_TLS=1: the nodes run with mutual TLS between peers and TLS on the client ports (a dev
 # CA made for the run); the proxy forwards the encrypted bytes as they are.
 TLS = os.environ.get("CHAOS_TLS", "") == "1"
@@ -184,6 +192,10 @@ PROBE_TIMEOUT_MS = 800
 SKEW_MS = 2_000
 # How long the skewed node has, from its spawn, to report its clock fence (see the fault).
 SKEW_FENCE_WAIT_S = 15.0
+# The "skew_leader" fault's first step of the running leader's clock, either way: within the
+# chaos cluster's CSmax (100 ms), where no node may fence itself and every check must hold.
+SKEW_WITHIN_MS = (30, 80)
+CS_MAX_MS = 100  # the chaos cluster's (write_cluster below)
 READY_WAIT_S = 60.0
 # How long a partition of the leader may last, at most, waiting for the majority to elect
 # another leader and for the old one to step down (election timeout here: 300-600 ms).
@@ -243,6 +255,7 @@ class History:
     terms: set[int] = field(default_factory=set)
     faults: list[str] = field(default_factory=list)
     fences_seen: int = 0  # skewed nodes seen fencing themselves
+    leader_fences_seen: int = 0  # skew_leader: leaders seen fencing themselves and deposed
     isolations: list[Isolation] = field(default_factory=list)
     # Operations sent to one node alone while it was cut off: (node, op, t0, t1, outcome, what)
     isolated_ops: list[tuple[int, str, float, float, str, str]] = field(default_factory=list)
@@ -328,9 +341,24 @@ class ChaosCluster(MetastoreCluster):
     def start(
         self, node_id: int, *, bootstrap: bool | None = None, env: dict[str, str] | None = None
     ) -> None:
+        # Every node follows its clock file, so a fault can step a running node's clock.
+        clock = {FAULT_CLOCK_OFFSET_FILE_ENV: str(self.clock_file(node_id))}
         super().start(
-            node_id, bootstrap=bootstrap, env={**self.node_env.get(node_id, {}), **(env or {})}
+            node_id,
+            bootstrap=bootstrap,
+            env={**clock, **self.node_env.get(node_id, {}), **(env or {})},
         )
+
+    def clock_file(self, node: int) -> Path:
+        return self.dir / f"clock-offset-{node}"
+
+    def step_clock(self, node: int, offset_ms: int) -> None:
+        """Step running node `node`'s wall clock to `offset_ms` off the true time (an NTP
+        step); the node reads its clock file every 50 ms and logs the step."""
+        path = self.clock_file(node)
+        staged = path.with_suffix(".tmp")
+        staged.write_text(f"{offset_ms}\n")
+        staged.replace(path)  # never half-written
 
     def peer_pairs(self) -> list[str]:
         """The proxy pairs between nodes (not the clients' or the reader's)."""
@@ -1264,6 +1292,13 @@ def _fault(c: ChaosCluster, rng: random.Random, kind: str, h: History, n: int) -
         time.sleep(hold_s)
         c.kill(victim)
         c.start(victim)
+    elif kind == "skew_leader":
+        leader = _leader(c, h)
+        if leader is None:
+            return
+        detail = _skew_leader(c, rng, h, leader, hold_s)
+        h.faults.append(f"{kind} {leader}: {detail} (held {hold_s:.1f} s)")
+        return
     elif kind == "pause":
         victim = rng.choice(list(c.procs))
         proc = c.procs[victim]
@@ -1273,6 +1308,64 @@ def _fault(c: ChaosCluster, rng: random.Random, kind: str, h: History, n: int) -
         finally:
             proc.send_signal(signal.SIGCONT)
     h.faults.append(f"{kind} (held {hold_s:.1f} s)")
+
+
+def _skew_leader(
+    c: ChaosCluster, rng: random.Random, h: History, leader: int, hold_s: float
+) -> str:
+    """Step the running leader's clock (as NTP would), twice, while the workload runs.
+
+    First within CSmax (30-80 ms, ahead or behind), for `hold_s`: that is the error the cluster
+    is set up to tolerate, so no node may fence itself for its clock, and every check of the run
+    must hold with timestamps stamped by a leader off by that much. Then beyond it (SKEW_MS,
+    ahead or behind): its peers' heartbeats prove its clock wrong, so it must fence itself, and
+    another node must lead (bounded by SKEW_FENCE_WAIT_S); while it was ahead, no other node's
+    safe time may have moved past the true time + CSmax (its future Tm must never commit).
+    Then its clock is put right and it must serve again (the run's next wait for readiness)."""
+    within_ms = rng.choice((-1, 1)) * rng.randint(*SKEW_WITHIN_MS)
+    beyond_ms = rng.choice((-1, 1)) * SKEW_MS
+    c.step_clock(leader, within_ms)
+    time.sleep(hold_s)
+    for i in list(c.procs):
+        st = c.try_status(i)
+        assert not (st and st.get("clock_fenced")), (
+            f"node {i} fenced itself for its clock ({st and st.get('clock_fenced')}) while "
+            f"leader {leader}'s clock was {within_ms:+d} ms off, within CSmax ({CS_MAX_MS} ms)"
+        )
+    c.step_clock(leader, beyond_ms)
+    stepped = time.monotonic()
+    fenced = False
+    new_leader: int | None = None
+    others = [i for i in c.ids if i != leader and i in c.procs]
+    while time.monotonic() - stepped < SKEW_FENCE_WAIT_S and not (fenced and new_leader):
+        st = c.try_status(leader)
+        fenced = fenced or bool(st and st.get("clock_fenced"))
+        for i in others:
+            other = c.try_status(i)
+            if other is None:
+                continue
+            if other.get("role") == "leader":
+                new_leader = i
+            ahead_ms = physical_ms(int(other["safe_time"])) - int(time.time() * 1000)
+            assert ahead_ms <= CS_MAX_MS, (
+                f"node {i}'s safe time is {ahead_ms} ms ahead of the true time after leader "
+                f"{leader}'s clock stepped {beyond_ms:+d} ms: a future Tm committed"
+            )
+        time.sleep(0.1)
+    took_s = time.monotonic() - stepped
+    assert fenced and new_leader is not None, (
+        f"leader {leader}, its clock stepped {beyond_ms:+d} ms, "
+        f"{'fenced itself' if fenced else 'never fenced itself'} and "
+        f"{f'node {new_leader} leads' if new_leader else 'no other node leads'} after "
+        f"{took_s:.1f} s"
+    )
+    h.leader_fences_seen += 1
+    time.sleep(hold_s)
+    c.step_clock(leader, 0)
+    return (
+        f"{within_ms:+d} ms, then {beyond_ms:+d} ms: fenced, node {new_leader} leads after "
+        f"{took_s:.1f} s"
+    )
 
 
 def _hold_until_leadership_moves(
@@ -1835,8 +1928,7 @@ def _membership(c: ChaosCluster, rng: random.Random, h: History) -> str:
 
 def _schedule(seed: int) -> tuple[random.Random, list[str]]:
     """The seed's fault schedule: every fault of the set once, in a random order, then random
-    ones, about one per 5 s of DURATION_S. (For CHAOS_FAULTS=process this is the schedule each
-    seed had before network faults existed.)"""
+    ones, about one per 5 s of DURATION_S."""
     rng = random.Random(seed)
     kinds = list(FAULT_SETS[FAULTS])
     rng.shuffle(kinds)
@@ -1855,7 +1947,7 @@ def _chaos_cluster(
         directory,
         3,
         dd_ms=300,
-        cs_max_ms=100,
+        cs_max_ms=CS_MAX_MS,
         snapshot_every_entries=SNAPSHOT_EVERY,
         snapshot_keep_entries=SNAPSHOT_KEEP,
         session_ttl_ms=SESSION_TTL_MS,
@@ -2040,6 +2132,8 @@ def _check(c: MetastoreCluster, h: History, seed: int, schedule: list[str], loca
         assert len(h.faults) == len(schedule), f"not every fault fired {where}"
         skews = sum(kind == "skew" for kind in schedule)
         assert h.fences_seen == skews, f"a skewed node did not fence itself {where}"
+        leader_skews = sum(kind == "skew_leader" for kind in schedule)
+        assert h.leader_fences_seen == leader_skews, f"a skewed leader was not deposed {where}"
         outcomes = [o["outcome"] for o in h.commits.values()]
         print(  # shown with -s (make chaos): what the run actually exercised
             f"chaos seed {seed} ({FAULTS}{', TLS' if TLS else ''}): commits ok/fail/unknown "

@@ -9,6 +9,7 @@ addresses the nodes replicate stay the members' own.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import random
 import time
@@ -19,9 +20,11 @@ import pytest
 
 from hlc import HybridClock, SystemClock
 from metastore.daemon.node import (
+    FAULT_CLOCK_POLL_MS,
     FAULT_FORWARD_ADDRESSES_ENV,
     FAULT_PEER_ADDRESSES_ENV,
     _fault_addresses,
+    _FaultClockFile,
 )
 from raft.node import NodeConfig, RaftNode
 from tests.chaos.netproxy import NetProxy
@@ -117,3 +120,37 @@ async def test_peer_links_go_through_the_overrides_whatever_membership_says(
     finally:
         for n in nodes.values():
             await n.stop()
+
+
+async def test_the_clock_file_steps_a_running_clock_when_it_changes(tmp_path: Path) -> None:
+    """METASTORE_FAULT_CLOCK_OFFSET_FILE: what the file holds at the start is left alone (a
+    node started with METASTORE_FAULT_CLOCK_OFFSET_MS keeps that offset); each later change
+    steps the clock; a text that is not a number changes nothing."""
+    from hlc import OffsetClock
+
+    path = tmp_path / "clock-offset"
+    path.write_text("0\n")
+    clock = OffsetClock(SystemClock(), 2_000)
+    follower = _FaultClockFile(path, clock)
+    task = asyncio.create_task(follower.follow())
+
+    async def offset_becomes(offset_ms: int) -> None:
+        deadline = time.monotonic() + 5
+        while clock.offset_ms != offset_ms:
+            assert time.monotonic() < deadline, f"offset {clock.offset_ms}, not {offset_ms}"
+            await asyncio.sleep(0.01)
+
+    try:
+        await asyncio.sleep(3 * FAULT_CLOCK_POLL_MS / 1000)
+        assert clock.offset_ms == 2_000
+        path.write_text("-70\n")
+        await offset_becomes(-70)
+        path.write_text("soon\n")
+        await asyncio.sleep(3 * FAULT_CLOCK_POLL_MS / 1000)
+        assert clock.offset_ms == -70
+        path.write_text("0\n")
+        await offset_becomes(0)
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task

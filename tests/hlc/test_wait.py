@@ -163,3 +163,34 @@ async def test_cancellation_propagates() -> None:
     waiter.cancel()
     with pytest.raises(asyncio.CancelledError):
         await waiter
+
+
+async def test_a_clock_stepped_forward_does_not_end_an_anchored_wait_early() -> None:
+    """With `anchored_ms` (the wall clock when the request began, moved on by monotonic time),
+    a step of the wall clock far ahead does not end the wait: the time slept must cover the
+    rest. Without it the step ends the wait at once (what the anchor is for)."""
+    physical = OffsetClock(SystemClock(), 0)
+    clock = HybridClock(physical)
+    start_ms = physical.now_ms()
+    target = make_ts(start_ms + 60)
+    physical.offset_ms = 3_600_000  # an hour ahead, before the wait begins
+    began = time.monotonic()
+    await clock.wait_until(target, timeout_ms=5_000, anchored_ms=start_ms)
+    assert time.monotonic() - began >= 0.055
+    began = time.monotonic()
+    await clock.wait_until(make_ts(start_ms + 120), timeout_ms=5_000)
+    assert time.monotonic() - began < 0.055  # unanchored: the stepped clock says it is past
+
+
+async def test_a_clock_stepped_back_keeps_an_anchored_wait_going() -> None:
+    """The anchor never shortens a wait: the wall clock must have passed the target too."""
+    physical = ManualClock(T0)
+    clock = HybridClock(physical)
+    with pytest.raises(WaitTimeoutError):
+        await clock.wait_until(make_ts(T0 + 10), timeout_ms=40, anchored_ms=T0 + 1_000)
+
+
+async def test_anchored_ms_is_checked() -> None:
+    clock = HybridClock(ManualClock(T0))
+    with pytest.raises(InvalidArgumentError):
+        await clock.wait_until(make_ts(T0), timeout_ms=0, anchored_ms=-1)
