@@ -828,12 +828,10 @@ class MetastoreClient:
             args["ts"] = ts
         server_wait_ms = REQUEST_TIMEOUT_MS_DEFAULT
         if timeout_ms is not None:
+            # Always sent: `schema_at` took `timeout_ms` from its first release (only the
+            # membership ops leave out their 10 s default, for older daemons).
             server_wait_ms = _check_timeout("timeout_ms", timeout_ms, REQUEST_TIMEOUT_MS_MAX)
-            if timeout_ms != MEMBERSHIP_TIMEOUT_MS_DEFAULT:
-                # Sent only when it says something: a daemon of an older release refuses the
-                # argument (BAD_REQUEST), and the CLI passes its default 10 s every time, so
-                # membership changes with the defaults still work during a rolling upgrade.
-                args["timeout_ms"] = timeout_ms
+            args["timeout_ms"] = timeout_ms
         call_timeout_ms = max(self.timeout_ms, server_wait_ms + SERVER_WAIT_MARGIN_MS)
         return await self.call("schema_at", args, timeout_ms=call_timeout_ms)
 
