@@ -28,6 +28,9 @@ Retries (what is safe to repeat)
       sent and the connection then broke (outcome unknown). A raw `call("ddl", ...)` without a
       request id is retried only when the node certainly did nothing (connect failure,
       NOT_READY, NOT_LEADER).
+    * `pts_protect` with a `record_id` (`protect` always picks one) is retried like a `ddl`:
+      the same id with the same content is the same record. Without one the node picks an id
+      per request, so a raw call is retried only when the node certainly did nothing.
     * Membership ops (`add_node`, ...) are retried only when the node certainly did nothing.
     * `gc_run` is repeated like an idempotent write; a run that stopped midway says what it
       deleted (`details.partial`), and `gc_run` adds those parts to the reply (`parts`).
@@ -296,6 +299,7 @@ _READ_OPS: Final = frozenset(
         "job_show",
         "watch",
         "apply_version",
+        "cert_revoked",
     }
 )
 # Writes the server makes idempotent by their arguments (re-opening a session with the same
@@ -1065,8 +1069,8 @@ class MetastoreClient:
         returns the protection holds (a ts already at or below a target's GC threshold is
         refused with BEFORE_GC_THRESHOLD; one more than PROTECT_AHEAD_MS_MAX ahead of this
         client's clock is refused here, before any request: refuse_protection_ahead). The
-        record id is chosen here, so a retry after a lost reply finds the same record instead
-        of making a second one."""
+        record id is chosen here, so the call is repeated (on another node too) after a lost
+        reply or an unknown outcome and finds the same record instead of making a second one."""
         refuse_protection_ahead(ts, now_ms=self.clock.physical_now_ms())
         args: dict[str, Any] = {
             "record_id": record_id or uuid.uuid4().hex,
@@ -1634,12 +1638,18 @@ class MetastoreClient:
             order = [endpoint]
         else:
             order = self.endpoints[self._preferred :] + self.endpoints[: self._preferred]
-        # DDL with a request id and commits (keyed by txn_id) are idempotent on the server.
+        # DDL with a request id, commits (keyed by txn_id) and protections with a record id
+        # (the same id and content are the same record) are idempotent on the server.
         repeatable = (
             op in _READ_OPS
             or op in _IDEMPOTENT_OPS
             or (op == "ddl" and isinstance(args.get("request_id"), str))
             or (op == "commit" and isinstance(args.get("txn_id"), str))
+            or (
+                op == "pts_protect"
+                and isinstance(args.get("record_id"), str)
+                and bool(args["record_id"])
+            )
         )
         attempts_max = 1 if endpoint is not None else ATTEMPTS_MAX
         failures: dict[str, str] = {}

@@ -13,7 +13,8 @@ import pytest
 
 from metastore.client import MetastoreClient
 from metastore.daemon.api_limits import MEMBERSHIP_TIMEOUT_MS_DEFAULT
-from tests.client.fake_node import TOKEN, FakeNode
+from metastore.errors import UnavailableError
+from tests.client.fake_node import TOKEN, DropConnection, FakeNode
 
 
 @pytest.fixture
@@ -50,3 +51,74 @@ async def test_schema_at_sends_every_wait_the_caller_asks_for(nodes: Any) -> Non
         {"table": "ns.t", "ts": 7, "timeout_ms": 2_000},
         {"table": "ns.t", "ts": 7},
     ]
+
+
+async def test_a_protection_whose_reply_was_lost_is_asked_again_with_its_record_id(
+    nodes: Any,
+) -> None:
+    """`protect` picks the record id so that a retry after a lost reply finds the same record
+    (apply: the same id with the same content is the same record), but the client never
+    retried it: a connection lost after the request went out raised "outcome unknown", and
+    the Spark bridge's `protect()` block failed with a record perhaps left behind."""
+
+    async def drop(op: str, args: dict[str, Any]) -> dict[str, Any]:
+        raise DropConnection
+
+    async def record(op: str, args: dict[str, Any]) -> dict[str, Any]:
+        return {"record_id": args["record_id"], "ts": args["ts"]}
+
+    a = await nodes(handler=drop)
+    b = await nodes(handler=record)
+    async with client(a.endpoint, b.endpoint) as c:
+        result = await c.protect(1234, tables=["ns.t"])
+    assert a.ops == ["pts_protect"] and b.ops == ["pts_protect"]
+    sent_ids = {a.requests[0][2]["record_id"], b.requests[0][2]["record_id"]}
+    assert sent_ids == {result["record_id"]}
+
+
+async def test_a_protection_a_forward_lost_is_asked_again_elsewhere(nodes: Any) -> None:
+    async def lost(op: str, args: dict[str, Any]) -> dict[str, Any]:
+        raise UnavailableError(
+            "the leader did not answer the forward", details={"outcome_unknown": True}
+        )
+
+    async def record(op: str, args: dict[str, Any]) -> dict[str, Any]:
+        return {"record_id": args["record_id"]}
+
+    a = await nodes(handler=lost)
+    b = await nodes(handler=record)
+    async with client(a.endpoint, b.endpoint) as c:
+        result = await c.protect(1234, cluster=True, record_id="backup-1")
+    assert result == {"record_id": "backup-1"}
+    assert b.ops == ["pts_protect"]
+
+
+async def test_a_protection_without_record_id_is_not_repeated(nodes: Any) -> None:
+    """Without a record id the node picks one per request: a repeat would make a second
+    record, so a raw call whose outcome is unknown is not sent again."""
+
+    async def drop(op: str, args: dict[str, Any]) -> dict[str, Any]:
+        raise DropConnection
+
+    a = await nodes(handler=drop)
+    b = await nodes()
+    async with client(a.endpoint, b.endpoint) as c:
+        with pytest.raises(UnavailableError) as raised:
+            await c.call("pts_protect", {"ts": 1234, "cluster": True})
+    assert raised.value.details.get("outcome_unknown") is True
+    assert b.ops == []
+
+
+async def test_the_revocation_list_is_read_again_after_a_lost_connection(nodes: Any) -> None:
+    """`cert_revoked` is a read (reader role, it changes nothing) that the client treated as a
+    write: a connection lost under it raised "outcome unknown" instead of asking the next
+    node."""
+
+    async def drop(op: str, args: dict[str, Any]) -> dict[str, Any]:
+        raise DropConnection
+
+    a = await nodes(handler=drop)
+    b = await nodes()
+    async with client(a.endpoint, b.endpoint) as c:
+        assert await c.revoked_certs() == {"op": "cert_revoked", "args": {}}
+    assert a.ops == ["cert_revoked"] and b.ops == ["cert_revoked"]
