@@ -45,7 +45,10 @@ Retries (what is safe to repeat)
       once rather than after rounds that cannot succeed.
     * Connection failures on every endpoint raise `UnavailableError` naming each endpoint's
       failure; running out of time raises `RequestTimeoutError` (for a `ddl`: retry it with the
-      same request id, which is in the error's details).
+      same request id, which is in the error's details). The client's own errors end with what
+      to do (`_outcome_hint`): retry with the same txn_id / request_id / record_id, check with
+      `metastore cluster status` before repeating a change that is not repeatable, or
+      (`CHECK_CLUSTER_HINT`) check that the cluster is up.
 
 Time
     Every reply carries the node's HLC `ts`; the client feeds it to its own `HybridClock`
@@ -324,6 +327,16 @@ _IDEMPOTENT_OPS: Final = frozenset(
 # A DDL refused because leases block it (SCHEMA_CHANGE_BLOCKED) is retried this often, for at
 # most DDL_WAIT_MS_DEFAULT unless the caller says otherwise (`metastore sql --wait`).
 DDL_WAIT_MS_DEFAULT: Final = 5 * 60 * 1000
+# What the client's own errors tell their reader to do (`_outcome_hint`): when no node answered,
+# and, for membership changes whose outcome is unknown, where to look.
+CHECK_CLUSTER_HINT: Final = (
+    "check that the cluster is up and has a leader: `metastore cluster status`"
+)
+_MEMBERSHIP_OPS: Final = frozenset({"add_node", "promote_node", "remove_node", "transfer_leader"})
+MEMBERSHIP_OUTCOME_HINT: Final = (
+    "check with `metastore cluster status` (leader, voters, learners) whether it happened "
+    "before repeating it"
+)
 DDL_BLOCKED_RETRY_MS: Final = 500
 
 T = TypeVar("T")
@@ -1640,17 +1653,7 @@ class MetastoreClient:
             order = self.endpoints[self._preferred :] + self.endpoints[: self._preferred]
         # DDL with a request id, commits (keyed by txn_id) and protections with a record id
         # (the same id and content are the same record) are idempotent on the server.
-        repeatable = (
-            op in _READ_OPS
-            or op in _IDEMPOTENT_OPS
-            or (op == "ddl" and isinstance(args.get("request_id"), str))
-            or (op == "commit" and isinstance(args.get("txn_id"), str))
-            or (
-                op == "pts_protect"
-                and isinstance(args.get("record_id"), str)
-                and bool(args["record_id"])
-            )
-        )
+        repeatable = op in _READ_OPS or op in _IDEMPOTENT_OPS or _write_key(op, args) is not None
         attempts_max = 1 if endpoint is not None else ATTEMPTS_MAX
         failures: dict[str, str] = {}
         last_server_error: MetastoreError | None = None
@@ -1692,7 +1695,8 @@ class MetastoreClient:
                         if exc.sent and not repeatable:
                             raise UnavailableError(
                                 f"{op}: connection to {target} failed after the request was "
-                                f"sent ({exc.reason}); its outcome is unknown",
+                                f"sent ({exc.reason}); its outcome is unknown; "
+                                + _outcome_hint(op, args),
                                 details={"endpoint": target, "op": op, "outcome_unknown": True},
                             ) from None
                         # A repeatable write sent before the connection broke may have been
@@ -1709,7 +1713,7 @@ class MetastoreClient:
                         if not outcome_unknown:
                             raise
                         failures[target] = f"{exc.code.value}: {exc.message}"
-                        raise _unknown_outcome(op, failures) from exc
+                        raise _unknown_outcome(op, args, failures) from exc
                     if reply.get("ok"):
                         if endpoint is None and target in self.endpoints:
                             self._preferred = self.endpoints.index(target)
@@ -1744,7 +1748,7 @@ class MetastoreClient:
                         # may still apply stays unknown (raised as is, it read as "not
                         # committed", and a re-run under a fresh txn id committed twice).
                         failures[target] = f"{code}: {error.message}"
-                        raise _unknown_outcome(op, failures) from error
+                        raise _unknown_outcome(op, args, failures) from error
                     if (not _fails_over(error) and not unknown_write) or (
                         not _nothing_done(error) and not repeatable
                     ):
@@ -1767,9 +1771,18 @@ class MetastoreClient:
             details: dict[str, object] = {"op": op, "timeout_ms": budget_ms, "tried": failures}
             if op == "ddl" and "request_id" in args:
                 details["request_id"] = args["request_id"]
+            if op in _READ_OPS:
+                what_to_do = (
+                    f"{CHECK_CLUSTER_HINT}, or give the call more time (timeout_ms; CLI "
+                    "--timeout-ms / METASTORE_TIMEOUT_MS)"
+                )
+            else:
+                # A write cut by the deadline may have reached a node.
+                what_to_do = "its outcome is unknown; " + _outcome_hint(op, args)
             raise RequestTimeoutError(
                 f"{op} did not complete within {budget_ms} ms"
-                + (f" ({_join_failures(failures)})" if failures else ""),
+                + (f" ({_join_failures(failures)})" if failures else "")
+                + f"; {what_to_do}",
                 details=details,
             ) from None
         if last_server_error is not None:
@@ -1785,7 +1798,9 @@ class MetastoreClient:
             raise last_server_error
         where = "" if endpoint is not None else " on every endpoint"
         unknown = (
-            "; its outcome is unknown (a node could not confirm it)" if outcome_unknown else ""
+            "; its outcome is unknown (a node could not confirm it); " + _outcome_hint(op, args)
+            if outcome_unknown
+            else f"; {CHECK_CLUSTER_HINT}"
         )
         details = {"op": op, "endpoints": failures}
         if outcome_unknown:
@@ -2047,14 +2062,50 @@ def _is_uint(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
-def _unknown_outcome(op: str, failures: Mapping[str, str]) -> UnavailableError:
+def _unknown_outcome(
+    op: str, args: Mapping[str, Any], failures: Mapping[str, str]
+) -> UnavailableError:
     """The error of a write that a node left with an unknown outcome and that no later node
     settled (retryable: repeated, it is applied at most once)."""
     return UnavailableError(
         f"{op} failed: {_join_failures(failures)}; its outcome is unknown (a node could not "
-        "confirm it)",
+        "confirm it); " + _outcome_hint(op, args),
         details={"op": op, "endpoints": dict(failures), "outcome_unknown": True},
     )
+
+
+def _outcome_hint(op: str, args: Mapping[str, Any]) -> str:
+    """What the caller of a write whose outcome is unknown does next: repeat it with the same
+    key when the cluster applies that key once, else find out first (a second `add_node` or
+    `job_cancel` is not the first one again)."""
+    keyed = _write_key(op, args)
+    if keyed is not None:
+        key, value = keyed
+        return f"retry with the same {key} {value!r}: {_KEYED_WRITES[op][1]}"
+    if op in _IDEMPOTENT_OPS:
+        return "repeating it is safe"
+    if op in _MEMBERSHIP_OPS:
+        return MEMBERSHIP_OUTCOME_HINT
+    return "check whether it happened before repeating it"
+
+
+# Writes the cluster applies once per key (op -> the key's argument, what a repeat does):
+# repeated with the same key, they are one write. An empty key is none (the node picks one
+# per request, or keeps no record of it).
+_KEYED_WRITES: Final = {
+    "commit": ("txn_id", "it commits once (committed_txn tells whether it did)"),
+    "ddl": ("request_id", "it is applied once"),
+    "pts_protect": ("record_id", "it makes one record"),
+}
+
+
+def _write_key(op: str, args: Mapping[str, Any]) -> tuple[str, str] | None:
+    """(argument, value) of the key that makes this write repeatable, or None."""
+    if op not in _KEYED_WRITES:
+        return None
+    key = _KEYED_WRITES[op][0]
+    value = args.get(key)
+    return (key, value) if isinstance(value, str) and value else None
 
 
 def _fails_over(error: MetastoreError) -> bool:

@@ -6,14 +6,21 @@ say what its caller asked for. Every wait is bounded."""
 
 from __future__ import annotations
 
+import asyncio
+import socket
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
 
-from metastore.client import MetastoreClient
+from metastore.client import MetastoreClient, protocol
 from metastore.daemon.api_limits import MEMBERSHIP_TIMEOUT_MS_DEFAULT
-from metastore.errors import UnavailableError
+from metastore.errors import (
+    ErrorCode,
+    MetastoreError,
+    RequestTimeoutError,
+    UnavailableError,
+)
 from tests.client.fake_node import TOKEN, DropConnection, FakeNode
 
 
@@ -122,3 +129,86 @@ async def test_the_revocation_list_is_read_again_after_a_lost_connection(nodes: 
     async with client(a.endpoint, b.endpoint) as c:
         assert await c.revoked_certs() == {"op": "cert_revoked", "args": {}}
     assert a.ops == ["cert_revoked"] and b.ops == ["cert_revoked"]
+
+
+# ---- what the client's own errors tell the caller to do --------------------------------------
+
+
+async def test_a_commit_whose_outcome_is_unknown_says_to_retry_with_its_txn_id(
+    nodes: Any,
+) -> None:
+    """Every node left the commit unknown (a timeout, then a lost connection): the error said
+    "its outcome is unknown" and nothing of what to do about it."""
+
+    async def timed_out(op: str, args: dict[str, Any]) -> dict[str, Any]:
+        raise RequestTimeoutError("proposal not applied within 5000 ms; its outcome is unknown")
+
+    async def drop(op: str, args: dict[str, Any]) -> dict[str, Any]:
+        raise DropConnection
+
+    a = await nodes(handler=timed_out)
+    b = await nodes(handler=drop)
+    async with client(a.endpoint, b.endpoint, timeout_ms=1500) as c:
+        with pytest.raises(MetastoreError) as raised:
+            await c.commit("job-7", [{"table": "ns.t", "schema_version": 1}])
+    assert raised.value.code in (ErrorCode.UNAVAILABLE, ErrorCode.TIMEOUT)
+    assert "retry with the same txn_id 'job-7'" in raised.value.message, raised.value.message
+
+
+async def test_a_write_that_cannot_be_repeated_says_how_to_check_it(nodes: Any) -> None:
+    async def drop(op: str, args: dict[str, Any]) -> dict[str, Any]:
+        raise DropConnection
+
+    a = await nodes(handler=drop)
+    async with client(a.endpoint) as c:
+        with pytest.raises(UnavailableError) as raised:
+            await c.remove_node(3)
+    message = raised.value.message
+    assert raised.value.details.get("outcome_unknown") is True
+    assert "outcome is unknown" in message
+    assert "`metastore cluster status`" in message and "before repeating it" in message, message
+
+
+async def test_a_cluster_that_answers_nothing_says_to_check_that_it_is_up() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        dead = f"127.0.0.1:{s.getsockname()[1]}"
+    async with client(dead, timeout_ms=500) as c:
+        with pytest.raises(UnavailableError) as raised:
+            await c.status()
+    message = raised.value.message
+    assert message.startswith(f"status failed on every endpoint: {dead}: connection refused")
+    assert message.endswith(protocol.CHECK_CLUSTER_HINT), message
+
+
+async def test_a_call_out_of_time_says_what_to_do(nodes: Any) -> None:
+    async def silent(op: str, args: dict[str, Any]) -> dict[str, Any]:
+        await asyncio.Event().wait()  # never answers; the call's deadline ends it
+        raise AssertionError("unreachable")
+
+    node = await nodes(handler=silent)
+    async with client(node.endpoint, timeout_ms=300) as c:
+        with pytest.raises(RequestTimeoutError) as read:
+            await c.call("describe", {"table": "ns.t"})
+        with pytest.raises(RequestTimeoutError) as ddl:
+            await c.ddl("CREATE NAMESPACE x", request_id="rid-9")
+    assert read.value.message.startswith("describe did not complete within 300 ms")
+    assert protocol.CHECK_CLUSTER_HINT in read.value.message
+    assert "--timeout-ms" in read.value.message, read.value.message
+    assert "retry with the same request_id 'rid-9'" in ddl.value.message, ddl.value.message
+
+
+async def test_a_ddl_with_an_empty_request_id_is_not_repeated(nodes: Any) -> None:
+    """The node keeps no record of an empty request id (`request_id or ""`: no de-duplication),
+    so such a DDL is not repeatable; any str passed for one, the empty one too, made it so."""
+
+    async def drop(op: str, args: dict[str, Any]) -> dict[str, Any]:
+        raise DropConnection
+
+    a = await nodes(handler=drop)
+    b = await nodes()
+    async with client(a.endpoint, b.endpoint) as c:
+        with pytest.raises(UnavailableError) as raised:
+            await c.call("ddl", {"sql": "CREATE NAMESPACE x", "request_id": ""})
+    assert raised.value.details.get("outcome_unknown") is True
+    assert b.ops == []
