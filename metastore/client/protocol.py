@@ -22,7 +22,7 @@ Results
     rebuilt from the reply's `error` map (`MetastoreError.from_wire`).
 
 Retries (what is safe to repeat)
-    * Reads are retried freely.
+    * Reads are retried freely (a `pin` without `session_id`, which leases nothing, is one).
     * `ddl` always carries a `request_id` (a uuid4 unless the caller passes one); the state
       machine applies a request id once, so a `ddl` is retried even when its first attempt was
       sent and the connection then broke (outcome unknown). A raw `call("ddl", ...)` without a
@@ -1653,7 +1653,10 @@ class MetastoreClient:
             order = self.endpoints[self._preferred :] + self.endpoints[: self._preferred]
         # DDL with a request id, commits (keyed by txn_id) and protections with a record id
         # (the same id and content are the same record) are idempotent on the server.
-        repeatable = op in _READ_OPS or op in _IDEMPOTENT_OPS or _write_key(op, args) is not None
+        # A `pin` without a session leases nothing (reader role): a read, never a write
+        # whose outcome could be unknown.
+        is_read = op in _READ_OPS or (op == "pin" and args.get("session_id") is None)
+        repeatable = is_read or op in _IDEMPOTENT_OPS or _write_key(op, args) is not None
         attempts_max = 1 if endpoint is not None else ATTEMPTS_MAX
         failures: dict[str, str] = {}
         last_server_error: MetastoreError | None = None
@@ -1701,7 +1704,7 @@ class MetastoreClient:
                             ) from None
                         # A repeatable write sent before the connection broke may have been
                         # done there: unknown, unless a later answer says what became of it.
-                        outcome_unknown = outcome_unknown or (exc.sent and op not in _READ_OPS)
+                        outcome_unknown = outcome_unknown or (exc.sent and not is_read)
                         if exc.sent and on_retry is not None:
                             on_retry(None)
                         continue
@@ -1740,7 +1743,7 @@ class MetastoreClient:
                     # there): then another node is asked.
                     unknown_write = (
                         code in (ErrorCode.TIMEOUT.value, ErrorCode.UNAVAILABLE.value)
-                        and op not in _READ_OPS
+                        and not is_read
                         and not _nothing_done(error)
                     )
                     if outcome_unknown and code in _NODE_REFUSAL_CODES:
@@ -1771,7 +1774,7 @@ class MetastoreClient:
             details: dict[str, object] = {"op": op, "timeout_ms": budget_ms, "tried": failures}
             if op == "ddl" and "request_id" in args:
                 details["request_id"] = args["request_id"]
-            if op in _READ_OPS:
+            if is_read:
                 what_to_do = (
                     f"{CHECK_CLUSTER_HINT}, or give the call more time (timeout_ms; CLI "
                     "--timeout-ms / METASTORE_TIMEOUT_MS)"

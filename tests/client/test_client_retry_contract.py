@@ -18,6 +18,7 @@ from metastore.daemon.api_limits import MEMBERSHIP_TIMEOUT_MS_DEFAULT
 from metastore.errors import (
     ErrorCode,
     MetastoreError,
+    NotReadyError,
     RequestTimeoutError,
     UnavailableError,
 )
@@ -212,3 +213,36 @@ async def test_a_ddl_with_an_empty_request_id_is_not_repeated(nodes: Any) -> Non
             await c.call("ddl", {"sql": "CREATE NAMESPACE x", "request_id": ""})
     assert raised.value.details.get("outcome_unknown") is True
     assert b.ops == []
+
+
+async def test_a_pin_without_a_session_is_a_read_whose_outcome_is_never_unknown(
+    nodes: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A `pin` without `session_id` leases nothing (reader role): it is a read. A connection
+    lost under it made the call end in "its outcome is unknown" once no node answered, as for
+    a write, and its own TIMEOUT was failed over as a write's unknown outcome instead of being
+    raised as the read's wait bound."""
+
+    async def drop(op: str, args: dict[str, Any]) -> dict[str, Any]:
+        raise DropConnection
+
+    async def not_ready(op: str, args: dict[str, Any]) -> dict[str, Any]:
+        raise NotReadyError("no leader yet")
+
+    async def waited(op: str, args: dict[str, Any]) -> dict[str, Any]:
+        raise RequestTimeoutError("safe time did not reach 123 within 5000 ms")
+
+    monkeypatch.setattr(protocol, "RETRY_BACKOFF_MS_MAX", protocol.RETRY_BACKOFF_MS_MIN)
+    a = await nodes(handler=drop)
+    b = await nodes(handler=not_ready)
+    c_node = await nodes(handler=waited)
+    async with client(a.endpoint, b.endpoint, timeout_ms=1500) as c:
+        with pytest.raises(MetastoreError) as raised:
+            await c.pin(["ns.t"], ts=123)
+        assert raised.value.details.get("outcome_unknown") is not True, raised.value
+        assert "outcome" not in raised.value.message, raised.value.message
+    asked_b = len(b.ops)
+    async with client(c_node.endpoint, b.endpoint) as c:
+        with pytest.raises(RequestTimeoutError, match="safe time did not reach"):
+            await c.pin(["ns.t"], ts=123)
+    assert c_node.ops == ["pin"] and len(b.ops) == asked_b
