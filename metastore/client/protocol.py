@@ -332,6 +332,9 @@ DDL_WAIT_MS_DEFAULT: Final = 5 * 60 * 1000
 CHECK_CLUSTER_HINT: Final = (
     "check that the cluster is up and has a leader: `metastore cluster status`"
 )
+# A closed client fails every call the same way (its UNAVAILABLE is retryable, for the cluster,
+# not for this object).
+_CLOSED_MESSAGE: Final = "the client is closed (close() or aclose() was called): make a new client"
 _MEMBERSHIP_OPS: Final = frozenset({"add_node", "promote_node", "remove_node", "transfer_leader"})
 MEMBERSHIP_OUTCOME_HINT: Final = (
     "check with `metastore cluster status` (leader, voters, learners) whether it happened "
@@ -1638,7 +1641,7 @@ class MetastoreClient:
         `on_retry` is told of each attempt the call moves on from: the node's error, or None
         when the request was sent and no answer came (its outcome unknown)."""
         if self._closed:
-            raise UnavailableError("the client is closed")
+            raise UnavailableError(_CLOSED_MESSAGE)
         if self.token is None:
             raise UnauthenticatedError(
                 "no token: give one (CLI: --token / METASTORE_TOKEN, or --token-file / "
@@ -2354,12 +2357,16 @@ class SyncMetastoreClient:
         with self._lock:
             if self._closed:
                 coro.close()
-                raise UnavailableError("the client is closed")
+                raise UnavailableError(_CLOSED_MESSAGE)
             future = asyncio.run_coroutine_threadsafe(coro, self._loop)
         try:
             return future.result()
         except concurrent.futures.CancelledError:
-            raise UnavailableError("the client was closed during the call") from None
+            raise UnavailableError(
+                "the client was closed during the call: a write's outcome is unknown (repeat it "
+                "with the same txn_id / request_id on a new client, or look it up first); a "
+                "read can be asked again of a new client"
+            ) from None
         except BaseException:
             # The caller gave up (Ctrl-C): the call must not go on in the loop thread.
             future.cancel()

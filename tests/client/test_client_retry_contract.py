@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import threading
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
 
-from metastore.client import MetastoreClient, protocol
+from metastore.client import MetastoreClient, SyncMetastoreClient, protocol
 from metastore.daemon.api_limits import MEMBERSHIP_TIMEOUT_MS_DEFAULT
 from metastore.errors import (
     ErrorCode,
@@ -22,7 +23,7 @@ from metastore.errors import (
     RequestTimeoutError,
     UnavailableError,
 )
-from tests.client.fake_node import TOKEN, DropConnection, FakeNode
+from tests.client.fake_node import TOKEN, DropConnection, FakeNode, ThreadedFakeNode
 
 
 @pytest.fixture
@@ -246,3 +247,45 @@ async def test_a_pin_without_a_session_is_a_read_whose_outcome_is_never_unknown(
         with pytest.raises(RequestTimeoutError, match="safe time did not reach"):
             await c.pin(["ns.t"], ts=123)
     assert c_node.ops == ["pin"] and len(b.ops) == asked_b
+
+
+async def test_a_closed_client_says_to_make_a_new_one(nodes: Any) -> None:
+    """A closed client's UNAVAILABLE (retryable) read as "try again", which on the same
+    client fails the same way every time."""
+    node = await nodes()
+    c = client(node.endpoint)
+    await c.aclose()
+    with pytest.raises(UnavailableError) as raised:
+        await c.status()
+    assert "make a new client" in raised.value.message, raised.value.message
+
+
+def test_a_sync_client_closed_during_a_write_says_its_outcome_is_unknown() -> None:
+    entered = threading.Event()
+
+    async def hold(op: str, args: dict[str, Any]) -> dict[str, Any]:
+        entered.set()
+        await asyncio.Event().wait()  # never answers; the client's close ends the call
+        raise AssertionError("unreachable")
+
+    with ThreadedFakeNode(handler=hold) as node:
+        c = SyncMetastoreClient([node.endpoint], TOKEN, timeout_ms=5000)
+        failed: list[BaseException] = []
+
+        def commit() -> None:
+            try:
+                c.commit("job-8", [{"table": "ns.t", "schema_version": 1}])
+            except BaseException as exc:  # noqa: BLE001 - the test reads it below
+                failed.append(exc)
+
+        caller = threading.Thread(target=commit)
+        caller.start()
+        try:
+            assert entered.wait(5), "the commit never reached the node"
+        finally:
+            c.close()
+            caller.join(5)
+    assert not caller.is_alive()
+    assert len(failed) == 1 and isinstance(failed[0], UnavailableError), failed
+    message = failed[0].message
+    assert "closed during the call" in message and "outcome" in message, message
