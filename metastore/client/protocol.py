@@ -332,6 +332,11 @@ DDL_WAIT_MS_DEFAULT: Final = 5 * 60 * 1000
 CHECK_CLUSTER_HINT: Final = (
     "check that the cluster is up and has a leader: `metastore cluster status`"
 )
+# A reply the protocol does not allow: the node's release is at fault, not the request.
+_NODE_BUG_HINT: Final = (
+    "a bug in that node's release (report it with the node's log and `metastore cluster "
+    "status`); other nodes may answer"
+)
 # A closed client fails every call the same way (its UNAVAILABLE is retryable, for the cluster,
 # not for this object).
 _CLOSED_MESSAGE: Final = "the client is closed (close() or aclose() was called): make a new client"
@@ -635,7 +640,8 @@ def _encode_request(request_id: int, op: str, args: Mapping[str, Any]) -> bytes:
         )
     except FrameTooLargeError as exc:
         raise LimitExceededError(
-            f"{op} request is too large: {exc}",
+            f"{op} request is too large: {exc}; split it into smaller requests (a commit: "
+            "fewer files or tables per commit)",
             details={"limit": "CLIENT_FRAME_BYTES_MAX", "max": CLIENT_FRAME_BYTES_MAX},
         ) from None
     except FrameEncodeError as exc:
@@ -959,7 +965,7 @@ class MetastoreClient:
         reply = await self.call("read_ts", {})
         ts = reply.get("ts")
         if not isinstance(ts, int) or isinstance(ts, bool) or not 0 <= ts <= MAX_TS:
-            raise UnavailableError(f"malformed reply: read_ts gave ts {ts!r}")
+            raise UnavailableError(f"malformed reply: read_ts gave ts {ts!r}; {_NODE_BUG_HINT}")
         return ts
 
     async def committed_txn(self, txn_id: str, *, stream: str | None = None) -> dict[str, Any]:
@@ -2151,7 +2157,9 @@ def _result_map(reply: Mapping[str, Any]) -> dict[str, Any]:
     if result is None:
         return {}
     if not isinstance(result, dict):
-        raise UnavailableError(f"malformed reply: result is {type(result).__name__}, not a map")
+        raise UnavailableError(
+            f"malformed reply: result is {type(result).__name__}, not a map; {_NODE_BUG_HINT}"
+        )
     return result
 
 
@@ -2161,7 +2169,9 @@ def _rebuild_error(reply: Mapping[str, Any]) -> MetastoreError:
         return MetastoreError.from_wire(wire)
     except MetastoreError as exc:
         # A node that breaks the protocol is a bug over there; say so rather than guess.
-        return UnavailableError(f"malformed error reply from the node: {exc.message}")
+        return UnavailableError(
+            f"malformed error reply from the node: {exc.message}; {_NODE_BUG_HINT}"
+        )
 
 
 def _join_failures(failures: Mapping[str, str]) -> str:

@@ -18,6 +18,7 @@ from metastore.client import MetastoreClient, SyncMetastoreClient, protocol
 from metastore.daemon.api_limits import MEMBERSHIP_TIMEOUT_MS_DEFAULT
 from metastore.errors import (
     ErrorCode,
+    LimitExceededError,
     MetastoreError,
     NotReadyError,
     RequestTimeoutError,
@@ -289,3 +290,27 @@ def test_a_sync_client_closed_during_a_write_says_its_outcome_is_unknown() -> No
     assert len(failed) == 1 and isinstance(failed[0], UnavailableError), failed
     message = failed[0].message
     assert "closed during the call" in message and "outcome" in message, message
+
+
+async def test_a_request_too_large_to_send_says_to_split_it(nodes: Any) -> None:
+    node = await nodes()
+    async with client(node.endpoint) as c:
+        with pytest.raises(LimitExceededError) as raised:
+            await c.call(
+                "commit", {"txn_id": "t", "writes": [{"table": "ns.t", "p": "x" * 5_000_000}]}
+            )
+    assert raised.value.details["limit"] == "CLIENT_FRAME_BYTES_MAX"
+    assert "split" in raised.value.message, raised.value.message
+    assert node.ops == []
+
+
+async def test_a_malformed_reply_says_whose_bug_it_is(nodes: Any) -> None:
+    async def not_a_map(op: str, args: dict[str, Any]) -> Any:
+        return ["not", "a", "map"]
+
+    node = await nodes(handler=not_a_map)
+    async with client(node.endpoint) as c:
+        with pytest.raises(UnavailableError) as raised:
+            await c.status()
+    assert "malformed reply" in raised.value.message
+    assert "report it" in raised.value.message, raised.value.message
