@@ -24,7 +24,14 @@ from metastore.errors import (
     RequestTimeoutError,
     UnavailableError,
 )
-from tests.client.fake_node import TOKEN, DropConnection, FakeNode, ThreadedFakeNode
+from raft.framing import encode_frame
+from tests.client.fake_node import (
+    FRAME_BYTES_MAX,
+    TOKEN,
+    DropConnection,
+    FakeNode,
+    ThreadedFakeNode,
+)
 
 
 @pytest.fixture
@@ -314,3 +321,39 @@ async def test_a_malformed_reply_says_whose_bug_it_is(nodes: Any) -> None:
             await c.status()
     assert "malformed reply" in raised.value.message
     assert "report it" in raised.value.message, raised.value.message
+
+
+async def test_a_node_at_its_connection_limit_is_passed_over_for_the_next(nodes: Any) -> None:
+    """A node with `client_connections_max` connections open answers a new one with a
+    LIMIT_EXCEEDED frame of id 0 and closes it (docs/protocol.md): nothing was sent to it, so
+    any op, a write that cannot be repeated too, goes on to the next node; with no other node
+    the error names the refusal."""
+
+    async def full(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        error = {
+            "code": "LIMIT_EXCEEDED",
+            "message": "too many client connections (client_connections_max=2)",
+            "retryable": False,
+            "details": {},
+        }
+        reply = {"id": 0, "ok": False, "result": None, "error": error, "ts": 0, "node_id": 9}
+        writer.write(encode_frame(reply, max_frame_bytes=FRAME_BYTES_MAX))
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(full, "127.0.0.1", 0)
+    try:
+        busy = f"127.0.0.1:{server.sockets[0].getsockname()[1]}"
+        b = await nodes()
+        async with client(busy, b.endpoint) as c:
+            assert (await c.remove_node(3))["op"] == "remove_node"
+        assert b.ops == ["remove_node"]
+        async with client(busy, timeout_ms=500) as c:
+            with pytest.raises(UnavailableError) as raised:
+                # `call` itself: remove_node() gives the leader's 10 s wait room.
+                await c.call("remove_node", {"node_id": 3})
+        assert "LIMIT_EXCEEDED" in raised.value.message, raised.value.message
+        assert raised.value.details.get("outcome_unknown") is not True
+    finally:
+        server.close()
+        await server.wait_closed()
