@@ -49,6 +49,7 @@ from cli.output import (
 from cli.waiting import WAIT_DURATION, parse_wait_ms
 from metastore.apply_version import MAX_APPLY_VERSION
 from metastore.client import EndpointResult, SyncMetastoreClient, parse_endpoint
+from metastore.client.protocol import MEMBERSHIP_OUTCOME_HINT
 from metastore.daemon.api_limits import REQUEST_TIMEOUT_MS_MAX
 from metastore.daemon.config import (
     CLUSTER_FILE_NAME,
@@ -1116,9 +1117,11 @@ def _membership_change(change: str, node_id: int, call: Callable[[], dict[str, A
     except MetastoreError as exc:
         if not _outcome_unknown(exc):
             raise
+        # Its own, fuller advice replaces the library's general one.
+        message = exc.message.removesuffix(f"; {MEMBERSHIP_OUTCOME_HINT}")
         raise CliError(
             exc.code.value,
-            f"{exc.message}. The {change} of node {node_id} may still take effect, or already "
+            f"{message}. The {change} of node {node_id} may still take effect, or already "
             "has: its outcome is unknown. Check with `metastore cluster status -o json` "
             "(`voters` and `learners` of the leader) before running it again: a change the "
             "leader appended counts at once and commits when a majority of the new voters "

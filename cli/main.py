@@ -52,6 +52,7 @@ from cli.txn import txn
 from cli.watch import watch
 from hlc import HlcError, span_text
 from metastore.client import DEFAULT_TIMEOUT_MS, TIMEOUT_MS_MAX
+from metastore.client.protocol import CHECK_CLUSTER_HINT
 from metastore.daemon.config import CLUSTER_FILE_NAME, ConfigError
 from metastore.daemon.secrets import SecretsError
 from metastore.errors import ErrorCode, MetastoreError
@@ -170,7 +171,9 @@ def _with_hint(ctx: click.Context, error: MetastoreError) -> str:
             "admin.token)"
         )
     if nothing_listens([error]):
-        return f"{error.message} ({nothing_listens_hint(a)})"
+        # Its own, more precise "is the cluster up?" replaces the library's general one.
+        message = error.message.removesuffix(f"; {CHECK_CLUSTER_HINT}")
+        return f"{message} ({nothing_listens_hint(a)})"
     return error.message
 
 

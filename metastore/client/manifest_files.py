@@ -89,6 +89,15 @@ def _fs(location: str) -> tuple[pafs.FileSystem, str]:
     return pafs.LocalFileSystem(), location.removeprefix("file://").rstrip("/")
 
 
+# What a reader whose manifest is missing or different does: the metastore only writes them
+# once, under their sha256, so someone else (or a storage fault) removed or changed it.
+_UNREADABLE_HINT: Final = (
+    "check that this process can read the table's location (mounts, credentials) and that "
+    "nothing outside the metastore removed or rewrote the file; restore it from a backup of "
+    "the location"
+)
+
+
 def encode_manifest(entries: Sequence[FileEntry]) -> bytes:
     """A manifest's bytes (deterministic for the same entries with the same pyarrow)."""
     table = pa.table(
@@ -259,7 +268,7 @@ def _verified_table(location: str, ref: ManifestRef) -> pa.Table:
 
     def unreadable(reason: str) -> ManifestUnreadableError:
         return ManifestUnreadableError(
-            f"manifest {ref.path} of {location}: {reason}",
+            f"manifest {ref.path} of {location}: {reason}; {_UNREADABLE_HINT}",
             details={"path": ref.path, "reason": reason},
         )
 
@@ -275,7 +284,7 @@ def _verified_table(location: str, ref: ManifestRef) -> pa.Table:
 
     def bad(reason: str) -> ManifestUnreadableError:
         return ManifestUnreadableError(
-            f"manifest {ref.path} is not a manifest: {reason}",
+            f"manifest {ref.path} is not a manifest: {reason}; {_UNREADABLE_HINT}",
             details={"path": ref.path, "reason": reason},
         )
 

@@ -22,12 +22,15 @@ Results
     rebuilt from the reply's `error` map (`MetastoreError.from_wire`).
 
 Retries (what is safe to repeat)
-    * Reads are retried freely.
+    * Reads are retried freely (a `pin` without `session_id`, which leases nothing, is one).
     * `ddl` always carries a `request_id` (a uuid4 unless the caller passes one); the state
       machine applies a request id once, so a `ddl` is retried even when its first attempt was
       sent and the connection then broke (outcome unknown). A raw `call("ddl", ...)` without a
       request id is retried only when the node certainly did nothing (connect failure,
       NOT_READY, NOT_LEADER).
+    * `pts_protect` with a `record_id` (`protect` always picks one) is retried like a `ddl`:
+      the same id with the same content is the same record. Without one the node picks an id
+      per request, so a raw call is retried only when the node certainly did nothing.
     * Membership ops (`add_node`, ...) are retried only when the node certainly did nothing.
     * `gc_run` is repeated like an idempotent write; a run that stopped midway says what it
       deleted (`details.partial`), and `gc_run` adds those parts to the reply (`parts`).
@@ -42,7 +45,10 @@ Retries (what is safe to repeat)
       once rather than after rounds that cannot succeed.
     * Connection failures on every endpoint raise `UnavailableError` naming each endpoint's
       failure; running out of time raises `RequestTimeoutError` (for a `ddl`: retry it with the
-      same request id, which is in the error's details).
+      same request id, which is in the error's details). The client's own errors end with what
+      to do (`_outcome_hint`): retry with the same txn_id / request_id / record_id, check with
+      `metastore cluster status` before repeating a change that is not repeatable, or
+      (`CHECK_CLUSTER_HINT`) check that the cluster is up.
 
 Time
     Every reply carries the node's HLC `ts`; the client feeds it to its own `HybridClock`
@@ -297,6 +303,7 @@ _READ_OPS: Final = frozenset(
         "job_show",
         "watch",
         "apply_version",
+        "cert_revoked",
     }
 )
 # Writes the server makes idempotent by their arguments (re-opening a session with the same
@@ -321,6 +328,24 @@ _IDEMPOTENT_OPS: Final = frozenset(
 # A DDL refused because leases block it (SCHEMA_CHANGE_BLOCKED) is retried this often, for at
 # most DDL_WAIT_MS_DEFAULT unless the caller says otherwise (`metastore sql --wait`).
 DDL_WAIT_MS_DEFAULT: Final = 5 * 60 * 1000
+# What the client's own errors tell their reader to do (`_outcome_hint`): when no node answered,
+# and, for membership changes whose outcome is unknown, where to look.
+CHECK_CLUSTER_HINT: Final = (
+    "check that the cluster is up and has a leader: `metastore cluster status`"
+)
+# A reply the protocol does not allow: the node's release is at fault, not the request.
+_NODE_BUG_HINT: Final = (
+    "a bug in that node's release (report it with the node's log and `metastore cluster "
+    "status`); other nodes may answer"
+)
+# A closed client fails every call the same way (its UNAVAILABLE is retryable, for the cluster,
+# not for this object).
+_CLOSED_MESSAGE: Final = "the client is closed (close() or aclose() was called): make a new client"
+_MEMBERSHIP_OPS: Final = frozenset({"add_node", "promote_node", "remove_node", "transfer_leader"})
+MEMBERSHIP_OUTCOME_HINT: Final = (
+    "check with `metastore cluster status` (leader, voters, learners) whether it happened "
+    "before repeating it"
+)
 DDL_BLOCKED_RETRY_MS: Final = 500
 
 T = TypeVar("T")
@@ -616,7 +641,8 @@ def _encode_request(request_id: int, op: str, args: Mapping[str, Any]) -> bytes:
         )
     except FrameTooLargeError as exc:
         raise LimitExceededError(
-            f"{op} request is too large: {exc}",
+            f"{op} request is too large: {exc}; split it into smaller requests (a commit: "
+            "fewer files or tables per commit)",
             details={"limit": "CLIENT_FRAME_BYTES_MAX", "max": CLIENT_FRAME_BYTES_MAX},
         ) from None
     except FrameEncodeError as exc:
@@ -829,12 +855,10 @@ class MetastoreClient:
             args["ts"] = ts
         server_wait_ms = REQUEST_TIMEOUT_MS_DEFAULT
         if timeout_ms is not None:
+            # Always sent: `schema_at` took `timeout_ms` from its first release (only the
+            # membership ops leave out their 10 s default, for older daemons).
             server_wait_ms = _check_timeout("timeout_ms", timeout_ms, REQUEST_TIMEOUT_MS_MAX)
-            if timeout_ms != MEMBERSHIP_TIMEOUT_MS_DEFAULT:
-                # Sent only when it says something: a daemon of an older release refuses the
-                # argument (BAD_REQUEST), and the CLI passes its default 10 s every time, so
-                # membership changes with the defaults still work during a rolling upgrade.
-                args["timeout_ms"] = timeout_ms
+            args["timeout_ms"] = timeout_ms
         call_timeout_ms = max(self.timeout_ms, server_wait_ms + SERVER_WAIT_MARGIN_MS)
         return await self.call("schema_at", args, timeout_ms=call_timeout_ms)
 
@@ -942,7 +966,7 @@ class MetastoreClient:
         reply = await self.call("read_ts", {})
         ts = reply.get("ts")
         if not isinstance(ts, int) or isinstance(ts, bool) or not 0 <= ts <= MAX_TS:
-            raise UnavailableError(f"malformed reply: read_ts gave ts {ts!r}")
+            raise UnavailableError(f"malformed reply: read_ts gave ts {ts!r}; {_NODE_BUG_HINT}")
         return ts
 
     async def committed_txn(self, txn_id: str, *, stream: str | None = None) -> dict[str, Any]:
@@ -1070,8 +1094,8 @@ class MetastoreClient:
         returns the protection holds (a ts already at or below a target's GC threshold is
         refused with BEFORE_GC_THRESHOLD; one more than PROTECT_AHEAD_MS_MAX ahead of this
         client's clock is refused here, before any request: refuse_protection_ahead). The
-        record id is chosen here, so a retry after a lost reply finds the same record instead
-        of making a second one."""
+        record id is chosen here, so the call is repeated (on another node too) after a lost
+        reply or an unknown outcome and finds the same record instead of making a second one."""
         refuse_protection_ahead(ts, now_ms=self.clock.physical_now_ms())
         args: dict[str, Any] = {
             "record_id": record_id or uuid.uuid4().hex,
@@ -1626,7 +1650,7 @@ class MetastoreClient:
         `on_retry` is told of each attempt the call moves on from: the node's error, or None
         when the request was sent and no answer came (its outcome unknown)."""
         if self._closed:
-            raise UnavailableError("the client is closed")
+            raise UnavailableError(_CLOSED_MESSAGE)
         if self.token is None:
             raise UnauthenticatedError(
                 "no token: give one (CLI: --token / METASTORE_TOKEN, or --token-file / "
@@ -1639,13 +1663,12 @@ class MetastoreClient:
             order = [endpoint]
         else:
             order = self.endpoints[self._preferred :] + self.endpoints[: self._preferred]
-        # DDL with a request id and commits (keyed by txn_id) are idempotent on the server.
-        repeatable = (
-            op in _READ_OPS
-            or op in _IDEMPOTENT_OPS
-            or (op == "ddl" and isinstance(args.get("request_id"), str))
-            or (op == "commit" and isinstance(args.get("txn_id"), str))
-        )
+        # DDL with a request id, commits (keyed by txn_id) and protections with a record id
+        # (the same id and content are the same record) are idempotent on the server.
+        # A `pin` without a session leases nothing (reader role): a read, never a write
+        # whose outcome could be unknown.
+        is_read = op in _READ_OPS or (op == "pin" and args.get("session_id") is None)
+        repeatable = is_read or op in _IDEMPOTENT_OPS or _write_key(op, args) is not None
         attempts_max = 1 if endpoint is not None else ATTEMPTS_MAX
         failures: dict[str, str] = {}
         last_server_error: MetastoreError | None = None
@@ -1687,12 +1710,13 @@ class MetastoreClient:
                         if exc.sent and not repeatable:
                             raise UnavailableError(
                                 f"{op}: connection to {target} failed after the request was "
-                                f"sent ({exc.reason}); its outcome is unknown",
+                                f"sent ({exc.reason}); its outcome is unknown; "
+                                + _outcome_hint(op, args),
                                 details={"endpoint": target, "op": op, "outcome_unknown": True},
                             ) from None
                         # A repeatable write sent before the connection broke may have been
                         # done there: unknown, unless a later answer says what became of it.
-                        outcome_unknown = outcome_unknown or (exc.sent and op not in _READ_OPS)
+                        outcome_unknown = outcome_unknown or (exc.sent and not is_read)
                         if exc.sent and on_retry is not None:
                             on_retry(None)
                         continue
@@ -1704,7 +1728,7 @@ class MetastoreClient:
                         if not outcome_unknown:
                             raise
                         failures[target] = f"{exc.code.value}: {exc.message}"
-                        raise _unknown_outcome(op, failures) from exc
+                        raise _unknown_outcome(op, args, failures) from exc
                     if reply.get("ok"):
                         if endpoint is None and target in self.endpoints:
                             self._preferred = self.endpoints.index(target)
@@ -1731,7 +1755,7 @@ class MetastoreClient:
                     # there): then another node is asked.
                     unknown_write = (
                         code in (ErrorCode.TIMEOUT.value, ErrorCode.UNAVAILABLE.value)
-                        and op not in _READ_OPS
+                        and not is_read
                         and not _nothing_done(error)
                     )
                     if outcome_unknown and code in _NODE_REFUSAL_CODES:
@@ -1739,7 +1763,7 @@ class MetastoreClient:
                         # may still apply stays unknown (raised as is, it read as "not
                         # committed", and a re-run under a fresh txn id committed twice).
                         failures[target] = f"{code}: {error.message}"
-                        raise _unknown_outcome(op, failures) from error
+                        raise _unknown_outcome(op, args, failures) from error
                     if (not _fails_over(error) and not unknown_write) or (
                         not _nothing_done(error) and not repeatable
                     ):
@@ -1762,9 +1786,18 @@ class MetastoreClient:
             details: dict[str, object] = {"op": op, "timeout_ms": budget_ms, "tried": failures}
             if op == "ddl" and "request_id" in args:
                 details["request_id"] = args["request_id"]
+            if is_read:
+                what_to_do = (
+                    f"{CHECK_CLUSTER_HINT}, or give the call more time (timeout_ms; CLI "
+                    "--timeout-ms / METASTORE_TIMEOUT_MS)"
+                )
+            else:
+                # A write cut by the deadline may have reached a node.
+                what_to_do = "its outcome is unknown; " + _outcome_hint(op, args)
             raise RequestTimeoutError(
                 f"{op} did not complete within {budget_ms} ms"
-                + (f" ({_join_failures(failures)})" if failures else ""),
+                + (f" ({_join_failures(failures)})" if failures else "")
+                + f"; {what_to_do}",
                 details=details,
             ) from None
         if last_server_error is not None:
@@ -1780,7 +1813,9 @@ class MetastoreClient:
             raise last_server_error
         where = "" if endpoint is not None else " on every endpoint"
         unknown = (
-            "; its outcome is unknown (a node could not confirm it)" if outcome_unknown else ""
+            "; its outcome is unknown (a node could not confirm it); " + _outcome_hint(op, args)
+            if outcome_unknown
+            else f"; {CHECK_CLUSTER_HINT}"
         )
         details = {"op": op, "endpoints": failures}
         if outcome_unknown:
@@ -2042,14 +2077,50 @@ def _is_uint(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
-def _unknown_outcome(op: str, failures: Mapping[str, str]) -> UnavailableError:
+def _unknown_outcome(
+    op: str, args: Mapping[str, Any], failures: Mapping[str, str]
+) -> UnavailableError:
     """The error of a write that a node left with an unknown outcome and that no later node
     settled (retryable: repeated, it is applied at most once)."""
     return UnavailableError(
         f"{op} failed: {_join_failures(failures)}; its outcome is unknown (a node could not "
-        "confirm it)",
+        "confirm it); " + _outcome_hint(op, args),
         details={"op": op, "endpoints": dict(failures), "outcome_unknown": True},
     )
+
+
+def _outcome_hint(op: str, args: Mapping[str, Any]) -> str:
+    """What the caller of a write whose outcome is unknown does next: repeat it with the same
+    key when the cluster applies that key once, else find out first (a second `add_node` or
+    `job_cancel` is not the first one again)."""
+    keyed = _write_key(op, args)
+    if keyed is not None:
+        key, value = keyed
+        return f"retry with the same {key} {value!r}: {_KEYED_WRITES[op][1]}"
+    if op in _IDEMPOTENT_OPS:
+        return "repeating it is safe"
+    if op in _MEMBERSHIP_OPS:
+        return MEMBERSHIP_OUTCOME_HINT
+    return "check whether it happened before repeating it"
+
+
+# Writes the cluster applies once per key (op -> the key's argument, what a repeat does):
+# repeated with the same key, they are one write. An empty key is none (the node picks one
+# per request, or keeps no record of it).
+_KEYED_WRITES: Final = {
+    "commit": ("txn_id", "it commits once (committed_txn tells whether it did)"),
+    "ddl": ("request_id", "it is applied once"),
+    "pts_protect": ("record_id", "it makes one record"),
+}
+
+
+def _write_key(op: str, args: Mapping[str, Any]) -> tuple[str, str] | None:
+    """(argument, value) of the key that makes this write repeatable, or None."""
+    if op not in _KEYED_WRITES:
+        return None
+    key = _KEYED_WRITES[op][0]
+    value = args.get(key)
+    return (key, value) if isinstance(value, str) and value else None
 
 
 def _fails_over(error: MetastoreError) -> bool:
@@ -2089,7 +2160,9 @@ def _result_map(reply: Mapping[str, Any]) -> dict[str, Any]:
     if result is None:
         return {}
     if not isinstance(result, dict):
-        raise UnavailableError(f"malformed reply: result is {type(result).__name__}, not a map")
+        raise UnavailableError(
+            f"malformed reply: result is {type(result).__name__}, not a map; {_NODE_BUG_HINT}"
+        )
     return result
 
 
@@ -2099,7 +2172,9 @@ def _rebuild_error(reply: Mapping[str, Any]) -> MetastoreError:
         return MetastoreError.from_wire(wire)
     except MetastoreError as exc:
         # A node that breaks the protocol is a bug over there; say so rather than guess.
-        return UnavailableError(f"malformed error reply from the node: {exc.message}")
+        return UnavailableError(
+            f"malformed error reply from the node: {exc.message}; {_NODE_BUG_HINT}"
+        )
 
 
 def _join_failures(failures: Mapping[str, str]) -> str:
@@ -2310,12 +2385,16 @@ class SyncMetastoreClient:
         with self._lock:
             if self._closed:
                 coro.close()
-                raise UnavailableError("the client is closed")
+                raise UnavailableError(_CLOSED_MESSAGE)
             future = asyncio.run_coroutine_threadsafe(coro, self._loop)
         try:
             return future.result()
         except concurrent.futures.CancelledError:
-            raise UnavailableError("the client was closed during the call") from None
+            raise UnavailableError(
+                "the client was closed during the call: a write's outcome is unknown (repeat it "
+                "with the same txn_id / request_id on a new client, or look it up first); a "
+                "read can be asked again of a new client"
+            ) from None
         except BaseException:
             # The caller gave up (Ctrl-C): the call must not go on in the loop thread.
             future.cancel()

@@ -12,6 +12,7 @@ import pytest
 
 from cli import job_backfill, table_optimize
 from hlc import make_ts, to_iso
+from metastore.client import protocol
 from metastore.errors import ForbiddenError, SchemaJobNotFoundError, TableNotFoundError
 from tests.cli.test_cli import _isolated_cwd, against, fake, run, sent
 from tests.client.fake_node import ThreadedFakeNode
@@ -299,6 +300,8 @@ def test_no_node_listening_asks_whether_the_cluster_is_up() -> None:
         f"Error: UNAVAILABLE: list_namespaces failed on every endpoint: {dead}: connection refused"
     ), first
     assert "is the cluster up?" in first and "--endpoints / METASTORE_ENDPOINTS" in first, first
+    # The CLI's own hint replaces the client library's general one: said once, not twice.
+    assert protocol.CHECK_CLUSTER_HINT not in first, first
 
 
 CREATED_TU = make_ts(1_790_000_000_000)

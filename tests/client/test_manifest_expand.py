@@ -355,3 +355,14 @@ def test_a_location_pyarrow_cannot_open_is_a_typed_error(tmp_path: Path) -> None
     }
     with pytest.raises(ManifestUnreadableError, match="no filesystem"):
         expand_reply(reply)
+
+
+def test_a_missing_manifest_says_what_to_check(tmp_path: Path) -> None:
+    entries = [FileEntry(path="f.parquet", size_bytes=1, row_count=1, added_ts=BASE_TS)]
+    ref = write_manifest(str(tmp_path), entries)
+    (tmp_path / ref.path).unlink()
+    with pytest.raises(ManifestUnreadableError) as raised:
+        read_manifest(str(tmp_path), ref)
+    assert raised.value.details["reason"] == "missing"  # the reason stays as it was
+    message = raised.value.message
+    assert "can read the table's location" in message and "from a backup" in message, message
