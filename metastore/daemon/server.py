@@ -84,7 +84,7 @@ from metastore.daemon import api_limits as L
 from metastore.daemon.allowed_locations import ANYWHERE, AllowedLocations, check_no_shared_directory
 from metastore.daemon.audit import AuditLog
 from metastore.daemon.backup import SnapshotExports
-from metastore.daemon.clock_steps import ClockStepWatch
+from metastore.daemon.clock_steps import CLOCK_STEP_PROBATION_S, ClockStepWatch
 from metastore.daemon.config import NODE_ID_MAX as CONFIG_NODE_ID_MAX
 from metastore.daemon.forward import MISSING_MEMBER_FIX, LeaderForwarder
 from metastore.daemon.gc_worker import GcWorker, gc_status
@@ -2017,8 +2017,22 @@ class ApiServer:
                 details={"node_id": self.node.node_id, "clock_fenced": fenced},
             )
         monotonic_s = time.monotonic()
-        wall_ms = self.clock_steps.observe(self.clock.physical_now_ms(), monotonic_s)
+        wall_ms = self._observe_clock(monotonic_s)
         return wall_ms, monotonic_s
+
+    def _observe_clock(self, monotonic_s: float) -> int:
+        """The wall clock this node vouches for (ClockStepWatch); a step is logged."""
+        steps = self.clock_steps.steps
+        wall_ms = self.clock_steps.observe(self.clock.physical_now_ms(), monotonic_s)
+        if self.clock_steps.steps != steps:
+            log.warning(
+                "this node's wall clock stepped by %+d ms (against the monotonic clock): for "
+                "%.0f s a DDL's wait trusts only the clock as it read before; check the node's "
+                "time source",
+                self.clock_steps.last_step_ms,
+                CLOCK_STEP_PROBATION_S,
+            )
+        return wall_ms
 
     async def _wait_activation(
         self, result: Mapping[str, Any], timeout_ms: int, anchor: tuple[int, float]
@@ -2045,7 +2059,7 @@ class ApiServer:
                 "the change is applied but its activation did not pass in time",
                 details={"tu": tu},
             ) from None
-        self.clock_steps.observe(self.clock.physical_now_ms(), time.monotonic())
+        self._observe_clock(time.monotonic())
         fenced = self.node.status().clock_fenced
         if fenced:
             # Fenced during the wait: the change is applied, but this node's clock cannot say
