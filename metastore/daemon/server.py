@@ -383,10 +383,9 @@ class ApiServer:
         self.exports = SnapshotExports(spool_dir=export_spool_dir)
         self.sm = sm
         self.clock = clock
-        # Steps of this node's wall clock, for the DDL's wait (clock_steps.py); a first
-        # reading now, so a step before the first DDL is seen too.
+        # Steps of this node's wall clock, for the DDL's wait (clock_steps.py); the node takes
+        # a first reading when it starts, so a step before the first DDL is seen too.
         self.clock_steps = ClockStepWatch()
-        self.clock_steps.observe(clock.physical_now_ms(), time.monotonic())
         self.secrets = secrets
         self.forwarder = forwarder
         self.metrics = metrics
@@ -2009,7 +2008,7 @@ class ApiServer:
         vouch for (after a recent step of it, the clock as it read before; clock_steps.py) and
         the monotonic clock, read together. A node fenced for its clock refuses such a request
         before doing anything: its reply would be judged by a clock its peers proved wrong."""
-        fenced = self.node.status().clock_fenced
+        fenced = self.node.clock_fenced
         if fenced:
             raise NotReadyError(
                 f"node {self.node.node_id} has fenced itself for its clock ({fenced}): it "
@@ -2060,7 +2059,7 @@ class ApiServer:
                 details={"tu": tu},
             ) from None
         self._observe_clock(time.monotonic())
-        fenced = self.node.status().clock_fenced
+        fenced = self.node.clock_fenced
         if fenced:
             # Fenced during the wait: the change is applied, but this node's clock cannot say
             # it is active everywhere. The same request_id sent elsewhere waits again there.
