@@ -39,6 +39,7 @@ class ClockStepWatch:
         "_step_ms",
         "_suspect_until_s",
         "_trusted_ms",
+        "last_step_ms",
         "steps",
     )
 
@@ -51,6 +52,7 @@ class ClockStepWatch:
         self._trusted_ms: float | None = None  # wall - monotonic before a step under probation
         self._suspect_until_s = 0.0
         self.steps = 0  # steps seen, for the log and tests
+        self.last_step_ms = 0  # how far the wall clock moved at the last step (signed)
 
     def observe(self, wall_ms: int, monotonic_s: float) -> int:
         """Take a reading; return the wall clock (ms) this node vouches for now: `wall_ms`, or
@@ -60,6 +62,7 @@ class ClockStepWatch:
         self._last_offset_ms = offset_ms
         if last is not None and abs(offset_ms - last) > self._step_ms:
             self.steps += 1
+            self.last_step_ms = round(offset_ms - last)
             if self._trusted_ms is None:  # a second step keeps the first one's base
                 self._trusted_ms = last
             self._suspect_until_s = monotonic_s + self._probation_s

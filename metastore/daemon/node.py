@@ -32,6 +32,7 @@ import socket
 import ssl
 import stat
 import sys
+import time
 from collections.abc import Awaitable
 from pathlib import Path
 from typing import Any, Final
@@ -455,6 +456,8 @@ class MetastoreNode:
         try:
             await _listen("Raft", me.raft_address, self.raft.start())
             self._check_own_certificate()
+            # The first reading of the wall clock against the monotonic one (clock_steps.py).
+            self.api.clock_steps.observe(self.clock.physical_now_ms(), time.monotonic())
             await _listen("client", me.client_address, self.api.start(me.host, me.client_port))
             await _listen("metrics", me.metrics_address, self.http.start(me.host, me.metrics_port))
         except BaseException:

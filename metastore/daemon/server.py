@@ -84,7 +84,7 @@ from metastore.daemon import api_limits as L
 from metastore.daemon.allowed_locations import ANYWHERE, AllowedLocations, check_no_shared_directory
 from metastore.daemon.audit import AuditLog
 from metastore.daemon.backup import SnapshotExports
-from metastore.daemon.clock_steps import ClockStepWatch
+from metastore.daemon.clock_steps import CLOCK_STEP_PROBATION_S, ClockStepWatch
 from metastore.daemon.config import NODE_ID_MAX as CONFIG_NODE_ID_MAX
 from metastore.daemon.forward import MISSING_MEMBER_FIX, LeaderForwarder
 from metastore.daemon.gc_worker import GcWorker, gc_status
@@ -383,10 +383,9 @@ class ApiServer:
         self.exports = SnapshotExports(spool_dir=export_spool_dir)
         self.sm = sm
         self.clock = clock
-        # Steps of this node's wall clock, for the DDL's wait (clock_steps.py); a first
-        # reading now, so a step before the first DDL is seen too.
+        # Steps of this node's wall clock, for the DDL's wait (clock_steps.py); the node takes
+        # a first reading when it starts, so a step before the first DDL is seen too.
         self.clock_steps = ClockStepWatch()
-        self.clock_steps.observe(clock.physical_now_ms(), time.monotonic())
         self.secrets = secrets
         self.forwarder = forwarder
         self.metrics = metrics
@@ -2025,7 +2024,7 @@ class ApiServer:
         vouch for (after a recent step of it, the clock as it read before; clock_steps.py) and
         the monotonic clock, read together. A node fenced for its clock refuses such a request
         before doing anything: its reply would be judged by a clock its peers proved wrong."""
-        fenced = self.node.status().clock_fenced
+        fenced = self.node.clock_fenced
         if fenced:
             raise NotReadyError(
                 f"node {self.node.node_id} has fenced itself for its clock ({fenced}): it "
@@ -2033,8 +2032,22 @@ class ApiServer:
                 details={"node_id": self.node.node_id, "clock_fenced": fenced},
             )
         monotonic_s = time.monotonic()
-        wall_ms = self.clock_steps.observe(self.clock.physical_now_ms(), monotonic_s)
+        wall_ms = self._observe_clock(monotonic_s)
         return wall_ms, monotonic_s
+
+    def _observe_clock(self, monotonic_s: float) -> int:
+        """The wall clock this node vouches for (ClockStepWatch); a step is logged."""
+        steps = self.clock_steps.steps
+        wall_ms = self.clock_steps.observe(self.clock.physical_now_ms(), monotonic_s)
+        if self.clock_steps.steps != steps:
+            log.warning(
+                "this node's wall clock stepped by %+d ms (against the monotonic clock): for "
+                "%.0f s a DDL's wait trusts only the clock as it read before; check the node's "
+                "time source",
+                self.clock_steps.last_step_ms,
+                CLOCK_STEP_PROBATION_S,
+            )
+        return wall_ms
 
     async def _wait_activation(
         self, result: Mapping[str, Any], timeout_ms: int, anchor: tuple[int, float]
@@ -2061,8 +2074,8 @@ class ApiServer:
                 "the change is applied but its activation did not pass in time",
                 details={"tu": tu},
             ) from None
-        self.clock_steps.observe(self.clock.physical_now_ms(), time.monotonic())
-        fenced = self.node.status().clock_fenced
+        self._observe_clock(time.monotonic())
+        fenced = self.node.clock_fenced
         if fenced:
             # Fenced during the wait: the change is applied, but this node's clock cannot say
             # it is active everywhere. The same request_id sent elsewhere waits again there.

@@ -20,6 +20,7 @@ import pytest
 
 import metastore.daemon.server as server_module
 import metastore.state as state_module
+from hlc import HybridClock, SystemClock
 from metastore import limits
 from metastore.commands import commit_txn_from_request, decode_command, encode_command
 from metastore.daemon.secrets import Role
@@ -34,6 +35,7 @@ class _Follower:
     """A node that knows no leader: every proposal stops right after the work checked."""
 
     node_id = 2
+    clock_fenced = ""  # its clock agrees with its peers' (a DDL checks before anything)
 
     def is_leader(self) -> bool:
         return False
@@ -46,7 +48,7 @@ def _api() -> ApiServer:
     return ApiServer(
         node=_Follower(),  # type: ignore[arg-type]
         sm=SimpleNamespace(state=Driver().state),  # type: ignore[arg-type]
-        clock=None,  # type: ignore[arg-type]
+        clock=HybridClock(SystemClock()),  # a DDL reads it before proposing (its wait's anchor)
         secrets=None,  # type: ignore[arg-type]
         forwarder=None,  # type: ignore[arg-type]
         metrics=None,  # type: ignore[arg-type]

@@ -40,6 +40,7 @@ def _node(order: list[str], *, stop_now: bool) -> tuple[MetastoreNode, _Part]:
     raft.is_leader = lambda: False  # type: ignore[attr-defined]
     node.raft = raft  # type: ignore[assignment]
     node._init_task = node._sweep_task = node._gc_task = node._job_task = None
+    node._fault_clock_task = None
     node._started = False
     node.stop_now = asyncio.Event()
     if stop_now:

@@ -20,7 +20,7 @@ def test_a_step_ahead_is_not_believed_until_the_probation_ends() -> None:
     assert w.observe(WALL0, 1.0) == WALL0
     # 0.5 s later the wall clock reads 2.5 s later: a 2 s step ahead.
     assert w.observe(WALL0 + 2_500, 1.5) == WALL0 + 500
-    assert w.steps == 1 and w.suspect(1.5)
+    assert w.steps == 1 and w.suspect(1.5) and w.last_step_ms == 2_000
     assert w.observe(WALL0 + 3_500, 2.5) == WALL0 + 1_500
     # Past the probation (10 s after the step) the stepped clock is trusted.
     assert w.observe(WALL0 + 13_000, 12.0) == WALL0 + 13_000
@@ -43,7 +43,7 @@ def test_a_step_back_makes_the_clock_read_less_anyway() -> None:
     w = ClockStepWatch(step_ms=25, probation_s=10)
     w.observe(WALL0, 1.0)
     assert w.observe(WALL0 - 1_000, 2.0) == WALL0 - 1_000  # the smaller: the wall clock
-    assert w.steps == 1
+    assert w.steps == 1 and w.last_step_ms == -2_000
 
 
 def test_jitter_below_the_step_is_no_step() -> None:
