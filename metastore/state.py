@@ -100,6 +100,7 @@ from metastore.member_clients import MemberClients
 from metastore.outcome import Effect, Outcome, SchemaVersionPublished, TableDropped
 from metastore.revocation import RevokedCerts
 from metastore.schema import NameMatch, new_name_key, unique_names_key
+from metastore.snapshot_data import unpack_in_steps
 from metastore.txn import (
     CommitRecord,
     CommitsSince,
@@ -716,7 +717,7 @@ class MetastoreState:
     def from_snapshot(data: bytes | memoryview) -> MetastoreState:
         """Rebuild a state; corrupt or inconsistent bytes raise MalformedSnapshotError."""
         try:
-            obj = msgpack.unpackb(data, raw=False, strict_map_key=True, use_list=True)
+            obj = unpack_in_steps(data)
         # msgpack documents that it may raise outside its own exception hierarchy.
         except Exception as e:  # noqa: BLE001
             raise MalformedSnapshotError(f"snapshot is not msgpack: {type(e).__name__}") from None

@@ -423,6 +423,10 @@ _SIZE_BYTES: Final = attrgetter("size_bytes")
 _MANIFESTS_OF: Final = attrgetter("manifests")
 
 
+# A file entry's snapshot row: path, size_bytes, row_count, added_ts, removed_ts.
+_FILE_ROW: Final = attrgetter("path", "size_bytes", "row_count", "added_ts", "removed_ts")
+
+
 class TableLog:
     """One registered table incarnation's files and commit summaries. Owned by `TxnLog`."""
 
@@ -544,10 +548,9 @@ class TableLog:
             self.last_commit_ts,
             self.last_txn_id,
             self.trimmed_through_ts,
-            [
-                [e.path, e.size_bytes, e.row_count, e.added_ts, e.removed_ts]
-                for e in self.files.values()
-            ],
+            # One C-level pass (tuples pack as the same msgpack arrays as lists): a snapshot is
+            # encoded on the loop, and a Python step per entry was a third of it at 1M entries.
+            list(map(_FILE_ROW, self.files.values())),
             [
                 [c.ts, c.txn_id, c.files_added, c.files_removed, c.rows_added, c.overwrite]
                 for c in self.commits

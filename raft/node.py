@@ -244,6 +244,11 @@ class StateMachine(Protocol):
         """Replace the whole state (b"" means empty). A large state comes as a read-only view
         of a mapped file: decode it, do not keep a reference to it."""
 
+    # Optional: `prepare_restore(data) -> Callable[[], None]`, the first half of `restore`:
+    # run in a worker thread when a follower installs a leader's snapshot, while the loop goes
+    # on serving (the driver awaits it: nothing is applied meanwhile); it must only read `data`
+    # and build the new state aside. The function it returns installs that state, on the loop.
+    # Looked up by name; without it `restore` runs on the loop.
     # Optional: `prepare_appended(entries: Sequence[Entry]) -> None`, told of entries as they
     # are appended to this node's log, before they commit (some never do: a new leader may
     # overwrite them). It may prepare their apply off the loop (decode a large payload in a
@@ -1621,7 +1626,16 @@ class RaftNode:
         if rd.snapshot is not None:
             started = time.perf_counter()
             app_data, addresses = self._unwrap_snapshot(rd.snapshot.data)
-            self.sm.restore(app_data)
+            prepare = getattr(self.sm, "prepare_restore", None)
+            if prepare is None:
+                self.sm.restore(app_data)
+            else:
+                # Decoding a large state takes seconds of CPU: in a thread, so that this node's
+                # clients, health checks and links are served meanwhile. The driver waits here,
+                # so the old state stays whole and current until the install (visible_applied
+                # and safe time move only at `advance` below).
+                install = await asyncio.to_thread(prepare, app_data)
+                install()
             self.snapshots_installed += 1
             self.snapshot_install_seconds_total += time.perf_counter() - started
             self.snapshot_last_installed_bytes = len(rd.snapshot.data)

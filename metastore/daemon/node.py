@@ -44,7 +44,7 @@ from metastore.commands import ExpireSessions, InitCluster, encode_command
 from metastore.daemon import api_limits as L
 from metastore.daemon.audit import AuditLog
 from metastore.daemon.backup import EXPORT_SPOOL_DIR
-from metastore.daemon.collector import refreeze
+from metastore.daemon.collector import freeze_decoded, refreeze
 from metastore.daemon.config import NodeSettings, load_node_config
 from metastore.daemon.forward import LeaderForwarder
 from metastore.daemon.gc_worker import GcWorker, ProtectedPaths
@@ -776,6 +776,7 @@ async def serve(
         raise NodeStartError(DATA_DIR_UNUSABLE, _unusable(exc)) from exc
     if freeze_heap:
         node.sm.on_state_settled = refreeze
+        node.sm.on_state_decoded = freeze_decoded
     loop = asyncio.get_running_loop()
 
     def stop_on(sig: signal.Signals) -> None:

@@ -17,6 +17,7 @@ from metastore.commands import (
     RevokeCerts,
     decode_command,
 )
+from metastore.daemon import collector
 from metastore.errors import MetastoreError, ReleaseTooOldError
 from metastore.events import EventLog, events_of
 from metastore.outcome import Outcome
@@ -79,6 +80,9 @@ class CatalogStateMachine:
         # Called after a snapshot was taken or restored: the state's objects are the heap's
         # long-lived part then (the node process freezes them: metastore.daemon.collector).
         self.on_state_settled: Callable[[], None] | None = None
+        # Called in the worker thread that decoded a snapshot (`prepare_restore`), with the
+        # collector paused: the node process freezes the new state there.
+        self.on_state_decoded: Callable[[], None] | None = None
         # Entry bytes -> the command they decode to, decoded off the loop before proposing
         # (`expect_entry`).
         self._decoded_ahead: dict[bytes, Command] = {}
@@ -208,13 +212,33 @@ class CatalogStateMachine:
         return data
 
     def restore(self, data: bytes | memoryview) -> None:
-        self.state = MetastoreState.from_snapshot(data) if data else MetastoreState()
+        self.prepare_restore(data)()
+        self._settled()
+
+    def prepare_restore(self, data: bytes | memoryview) -> Callable[[], None]:
+        """Decode a snapshot (safe in a worker thread: it reads only `data`, builds a new state
+        and touches nothing of this one); the function it returns installs it (on the loop).
+
+        raft.node runs this part in a thread while a follower installs a leader's snapshot:
+        decoding and checking a million file entries takes 8-10 s of CPU, all of which held
+        the node's event loop before, so its clients, health checks and links got no answer
+        meanwhile. The driver awaits it, so nothing is applied in between. The collector is
+        paused meanwhile and `on_state_decoded` runs before it resumes (see
+        metastore.daemon.collector: `paused`, `freeze_decoded`); `on_state_settled` is not
+        called for such an install (`restore` calls it)."""
+        with collector.paused():
+            state = MetastoreState.from_snapshot(data) if data else MetastoreState()
+            if self.on_state_decoded is not None:
+                self.on_state_decoded()
+        return lambda: self._install(state)
+
+    def _install(self, state: MetastoreState) -> None:
+        self.state = state
         # The entries before the snapshot are gone here: so are their events.
         self.events.reset(floor_tm=self.state.last_tm)
         self._wake_watchers()
         if len(self.state.revoked):
             self._revoked()
-        self._settled()
 
     def _settled(self) -> None:
         if self.on_state_settled is not None:
