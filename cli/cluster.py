@@ -49,7 +49,7 @@ from cli.output import (
 from cli.waiting import WAIT_DURATION, parse_wait_ms
 from metastore.apply_version import MAX_APPLY_VERSION
 from metastore.client import EndpointResult, SyncMetastoreClient, parse_endpoint
-from metastore.client.protocol import MEMBERSHIP_OUTCOME_HINT
+from metastore.client.protocol import CHECK_CLUSTER_HINT, MEMBERSHIP_OUTCOME_HINT
 from metastore.daemon.api_limits import REQUEST_TIMEOUT_MS_MAX
 from metastore.daemon.config import (
     CLUSTER_FILE_NAME,
@@ -1075,7 +1075,9 @@ def _status_table(results: list[EndpointResult]) -> RenderableType:
                 ]
             )
         elif r.error is not None:
-            error = f"{r.error.code.value}: {r.error.message}"
+            # "check that the cluster is up" tells nothing to whoever reads `cluster status`.
+            message = r.error.message.removesuffix(f"; {CHECK_CLUSTER_HINT}")
+            error = f"{r.error.code.value}: {message}"
             rows.append([r.endpoint, None, None, None, None, None, "-", None, None, None, error])
     columns = [
         "endpoint",

@@ -484,7 +484,7 @@ def test_the_largest_session_pin_and_lease_requests_succeed_alike(
         lambda via: {"tables": TABLES, "ts": top, "session_id": session_id(via)},
         role="writer",
     )
-    _assert_refused_alike(over, "BAD_REQUEST")
+    _assert_refused_alike(over, "LIMIT_EXCEEDED")
     keys = [
         {"table": p["table"], "table_id": p["table_id"], "version": p["version"]}
         for p in pinned["leader"]["result"]["pins"]
@@ -517,7 +517,7 @@ def test_the_largest_session_pin_and_lease_requests_succeed_alike(
         "session_expire",
         lambda via: {"session_ids": [f"{i:03d}" for i in range(limits.MAX_LEASES_PER_COMMAND + 1)]},
     )
-    _assert_refused_alike(over_expire, "BAD_REQUEST")
+    _assert_refused_alike(over_expire, "LIMIT_EXCEEDED")
 
 
 # ---- membership, GC and backup --------------------------------------------------------------
