@@ -286,7 +286,7 @@ class Twins(RuleBasedStateMachine):
             old = self.old.apply(command, step_ms=step_ms)
         assert new == old, (command, new, old)
         SEEN[type(command).__name__, new.ok, str((new.error or {}).get("code", ""))] += 1
-        assert self.new.state.to_snapshot() == self.old.state.to_snapshot(), command
+        assert _snapshot_of(self.new.state) == _snapshot_of(self.old.state), command
         # What the snapshot leaves out (derived: live sums and index) must agree too.
         self.new.state.check_invariants()
         self.old.state.check_invariants()
@@ -472,10 +472,26 @@ class Twins(RuleBasedStateMachine):
     @precondition(lambda self: self.n % 3 == 0)
     @rule()
     def snapshot_round_trip(self) -> None:
-        data = self.new.state.to_snapshot()
+        data = _snapshot_of(self.new.state)
+        if isinstance(data, str):
+            return  # a state below apply version 5 that cannot be written (_snapshot_of)
         self.new.state = MetastoreState.from_snapshot(data)
         self.old.state = MetastoreState.from_snapshot(data)
         self.new.state.check_invariants()
+
+
+def _snapshot_of(state: MetastoreState) -> bytes | str:
+    """The state's snapshot, or, below apply version 5, "unwritable" when its row counts
+    outgrew msgpack's 64 bits (commits of several 2^63-1-row files: the known fault that
+    version 5 refuses; see metastore/apply_version.py). Both twins must agree on that too.
+    Which example reaches it depends on the process's string hash seed (set order), so this
+    test failed in some runs of the suite and not others."""
+    try:
+        return state.to_snapshot()
+    except OverflowError:
+        if state.apply_version >= 5:
+            raise
+        return "unwritable"
 
 
 def commands_of(sql: str) -> Command:
