@@ -1304,6 +1304,32 @@ class RaftNode:
         estimate where there is one, else the one-way sample (a lower bound)."""
         return {p: c.offset for p, c in self._fresh_clock_samples().items()}
 
+    def clock_checked(self) -> bool:
+        """Whether this process's clock has been measured within the max offset by round trips
+        (fresh ones, of this process): a follower's with its leader, a leader's with enough
+        fellow voters to make a quorum with it; always for a lone voter. False while fenced.
+
+        A node started with its clock far off answers requests before its first round trip
+        proves it off and it fences itself; what it judges by its clock meanwhile (a DDL's
+        wait until Tu + CSmax) asks this first, and is refused (NOT_READY) until then. One-way
+        samples do not count: only a round trip bounds the offset from both sides."""
+        core = self.core
+        if core is None or self.clock_fenced:
+            return False
+        peers = [p for p in core.conf.voters if p != self.node_id]
+        if not peers and self.node_id in core.conf.voters:
+            return True
+        limit = self.config.max_clock_offset_ms
+        samples = self._fresh_clock_samples()
+        within = {
+            p
+            for p, c in samples.items()
+            if c.high is not None and not _proves_ahead(c, limit) and c.low <= limit
+        }
+        if core.is_leader():
+            return len(within.intersection(peers)) + 1 >= len(core.conf.voters) // 2 + 1
+        return core.leader in within
+
     def _check_own_clock(self) -> None:
         """Fence this node when its clock is more than the max offset off, as measured from
         heartbeats (ahead, it would stamp future Tm; behind, it cannot serve recent reads):

@@ -2031,6 +2031,15 @@ class ApiServer:
                 "cannot tell when a change is active everywhere; ask another node",
                 details={"node_id": self.node.node_id, "clock_fenced": fenced},
             )
+        if not self.node.clock_checked():
+            # Just started (or just joined): its clock may be the wrong one, which the first
+            # round trip with its leader shows within a heartbeat or two.
+            raise NotReadyError(
+                f"node {self.node.node_id} has not measured its clock against its leader's "
+                "yet: it cannot tell when a change is active everywhere; ask another node, or "
+                "this one in a moment",
+                details={"node_id": self.node.node_id, "clock_checked": False},
+            )
         monotonic_s = time.monotonic()
         wall_ms = self._observe_clock(monotonic_s)
         return wall_ms, monotonic_s

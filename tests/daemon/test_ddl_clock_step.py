@@ -125,3 +125,47 @@ def test_a_node_fenced_for_its_clock_refuses_ddl(tmp_path: Path) -> None:
         other.close()
         assert listed["ok"], listed
         assert "fenced" not in [n["name"] for n in listed["result"]["namespaces"]]
+
+
+def test_a_node_started_with_its_clock_far_off_takes_no_ddl_before_its_clock_is_checked(
+    tmp_path: Path,
+) -> None:
+    """A follower restarted with its clock 2 s ahead answers requests before its first round
+    trip with the leader proves it off and it fences itself. A DDL sent to it meanwhile was
+    forwarded, applied and answered by that clock at once. Now it is NOT_READY until a round
+    trip has measured its clock, and then (fenced) NOT_READY too: no reply comes before the
+    true time passed Tu + CSmax. DDL are sent to it from its spawn until it is fenced."""
+    with metastore_cluster(tmp_path / "c", 3, dd_ms=300, cs_max_ms=CS_MAX_MS) as c:
+        c.start_all()
+        leader = c.wait_ready()
+        skewed = next(i for i in c.ids if i != leader)
+        c.kill(skewed)
+        c.start(skewed, env={FAULT_CLOCK_OFFSET_ENV: str(STEP_MS)})
+        answered: list[dict[str, Any]] = []
+        deadline = time.monotonic() + 30
+        client: RawClient | None = None
+        for n in range(2_000):  # bounded; ends at the fence or the deadline
+            assert time.monotonic() < deadline, f"node {skewed} never fenced itself: {answered}"
+            if client is None:
+                try:
+                    client = c.client(skewed)
+                except (OSError, AssertionError):
+                    time.sleep(0.02)
+                    continue
+            reply = client.call("ddl", sql=f"CREATE NAMESPACE early{n}", timeout_ms=5_000)
+            answered_ms = time.time() * 1000
+            answered.append(reply)
+            if reply["ok"]:
+                tu_ms = physical_ms(int(reply["result"]["tu"]))
+                assert answered_ms >= tu_ms + CS_MAX_MS, (
+                    f"DDL {n} to node {skewed} returned {tu_ms + CS_MAX_MS - answered_ms:.0f} "
+                    "ms before Tu + CSmax"
+                )
+            else:
+                # Nothing done: not ready, or no leader heard yet.
+                assert reply["error"]["code"] in ("NOT_READY", "UNAVAILABLE"), reply
+                if "fenced itself for its clock" in reply["error"]["message"]:
+                    break
+        assert client is not None
+        client.close()
+        assert answered, "the skewed node never answered"
