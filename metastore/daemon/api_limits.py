@@ -78,6 +78,12 @@ CLIENT_NAME_CHARS_MAX: Final = 256
 TABLE_NAME_CHARS_MAX: Final = 2 * 128 + 1
 NODE_ID_MAX: Final = 2**31 - 1
 REQUEST_TIMEOUT_MS_DEFAULT: Final = 5_000
+# A DDL waits this long at most (and within its timeout_ms) for round trips with its peers to
+# measure this node's clock (RaftNode.clock_checked) before it answers NOT_READY: the first
+# comes within a heartbeat or two of a start or an election; a node started with its clock
+# far off fences itself within seconds instead. Looked at every CLOCK_CHECK_POLL_MS.
+CLOCK_CHECK_WAIT_MS: Final = 3_000
+CLOCK_CHECK_POLL_MS: Final = 20
 REQUEST_TIMEOUT_MS_MAX: Final = 60_000
 # Forwarded requests to the leader: connections kept per (leader, token).
 FORWARD_CONNECTIONS_MAX: Final = 64

@@ -1994,10 +1994,10 @@ class ApiServer:
 
     async def _ddl(self, session: Session, args: Args) -> dict[str, Any]:
         started = time.perf_counter()
-        anchor = self._wall_anchor()
         sql = _req_str(args, "sql", mlimits.MAX_STATEMENT_BYTES * 4)
         request_id = _opt_str(args, "request_id", mlimits.MAX_REQUEST_ID_CHARS) or ""
         timeout_ms = _timeout(args)
+        anchor = await self._clock_anchor(timeout_ms)
         # In a thread: the longest statement takes about half a second to parse (sqlglot, pure
         # Python), which on this loop stalled the node's Raft heartbeats past the election
         # timeout, so a leader lost its term (NOT_LEADER) to every largest DDL sent to it. The
@@ -2019,27 +2019,37 @@ class ApiServer:
         self.metrics.ddl(time.perf_counter() - started)
         return result
 
-    def _wall_anchor(self) -> tuple[int, float]:
+    async def _clock_anchor(self, timeout_ms: int) -> tuple[int, float]:
         """When a request that ends in `_wait_activation` begins: the wall clock this node can
         vouch for (after a recent step of it, the clock as it read before; clock_steps.py) and
-        the monotonic clock, read together. A node fenced for its clock refuses such a request
-        before doing anything: its reply would be judged by a clock its peers proved wrong."""
-        fenced = self.node.clock_fenced
-        if fenced:
-            raise NotReadyError(
-                f"node {self.node.node_id} has fenced itself for its clock ({fenced}): it "
-                "cannot tell when a change is active everywhere; ask another node",
-                details={"node_id": self.node.node_id, "clock_fenced": fenced},
-            )
-        if not self.node.clock_checked():
-            # Just started (or just joined): its clock may be the wrong one, which the first
-            # round trip with its leader shows within a heartbeat or two.
-            raise NotReadyError(
-                f"node {self.node.node_id} has not measured its clock against its leader's "
-                "yet: it cannot tell when a change is active everywhere; ask another node, or "
-                "this one in a moment",
-                details={"node_id": self.node.node_id, "clock_checked": False},
-            )
+        the monotonic clock, read together.
+
+        Only once round trips with its peers have measured this node's clock within CSmax
+        (`RaftNode.clock_checked`), waited for up to CLOCK_CHECK_WAIT_MS within `timeout_ms`:
+        a node just started or just elected measures it within a heartbeat or two, and one
+        started with its clock far off fences itself instead. A fenced node, or one still
+        unmeasured after the wait, answers NOT_READY before doing anything: its reply would be
+        judged by a clock that is, or may be, wrong."""
+        wait_ms = min(timeout_ms, L.CLOCK_CHECK_WAIT_MS)
+        deadline = time.monotonic() + wait_ms / 1000
+        for _ in range(wait_ms // L.CLOCK_CHECK_POLL_MS + 2):  # bounded: ends by the deadline
+            fenced = self.node.clock_fenced
+            if fenced:
+                raise NotReadyError(
+                    f"node {self.node.node_id} has fenced itself for its clock ({fenced}): it "
+                    "cannot tell when a change is active everywhere; ask another node",
+                    details={"node_id": self.node.node_id, "clock_fenced": fenced},
+                )
+            if self.node.clock_checked():
+                break
+            if time.monotonic() >= deadline:
+                raise NotReadyError(
+                    f"node {self.node.node_id} has not measured its clock against its peers' "
+                    f"within {wait_ms} ms: it cannot tell when a change is active everywhere; "
+                    "ask another node",
+                    details={"node_id": self.node.node_id, "clock_checked": False},
+                )
+            await asyncio.sleep(L.CLOCK_CHECK_POLL_MS / 1000)
         monotonic_s = time.monotonic()
         wall_ms = self._observe_clock(monotonic_s)
         return wall_ms, monotonic_s
@@ -2273,9 +2283,9 @@ class ApiServer:
         """Roll a running job back (a new version, like a DDL: the reply waits for it to be
         active everywhere). While leases are in the way the cancel is recorded instead
         (`cancel_requested`) and the job worker publishes the rollback once they drain."""
-        anchor = self._wall_anchor()
         job_id = _req_int(args, "job_id", 1, 2**63 - 1)
         timeout_ms = _timeout(args)
+        anchor = await self._clock_anchor(timeout_ms)
         cmd = CancelSchemaJob(job_id=job_id, by=session.client[: mlimits.MAX_SESSION_LABEL_CHARS])
         applied = await self._propose_command(session, cmd, timeout_ms)
         result = dict(applied["result"])
