@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hlc import HybridClock, OffsetClock, SystemClock
+from metastore.client import MetastoreClient
 from metastore.errors import MetastoreError, UnauthenticatedError
 from raft.framing import NEED_DATA, FrameDecoder, encode_frame
 
@@ -217,3 +218,9 @@ def observe_waits_for_a_slot(slots: asyncio.Semaphore) -> asyncio.Event:
 
     slots.acquire = observed_acquire  # type: ignore[method-assign,assignment]
     return no_free_slot
+
+
+def client(*endpoints: str, **kwargs: Any) -> MetastoreClient:
+    """A client of these fake nodes: TOKEN (or `token=`) and a 3 s timeout unless given."""
+    kwargs.setdefault("timeout_ms", 3000)
+    return MetastoreClient(list(endpoints), kwargs.pop("token", TOKEN), **kwargs)

@@ -14,8 +14,7 @@ from typing import Any
 import pytest
 
 from metastore.errors import UnknownOpError
-from tests.client.fake_node import FakeNode
-from tests.client.test_client import client, nodes  # noqa: F401 - the fixture
+from tests.client.fake_node import FakeNode, client
 
 pytestmark = pytest.mark.asyncio
 
@@ -32,7 +31,7 @@ async def _new_release(op: str, args: dict[str, Any]) -> dict[str, Any]:
 
 @pytest.mark.parametrize("op", ["apply_version", "finalize_apply_version"])
 async def test_a_node_of_a_release_before_apply_versions_is_passed_over(
-    nodes: Any,  # noqa: F811 - the fixture
+    nodes: Any,
     op: str,
 ) -> None:
     old: FakeNode = await nodes(handler=_old_release)
@@ -44,7 +43,7 @@ async def test_a_node_of_a_release_before_apply_versions_is_passed_over(
 
 
 async def test_when_no_node_knows_apply_versions_the_error_says_why(
-    nodes: Any,  # noqa: F811 - the fixture
+    nodes: Any,
 ) -> None:
     a = await nodes(handler=_old_release)
     b = await nodes(handler=_old_release)

@@ -8,7 +8,6 @@ import logging
 import socket
 import threading
 import time
-from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
@@ -41,7 +40,13 @@ from metastore.errors import (
     UnknownError,
     error_class,
 )
-from tests.client.fake_node import TOKEN, DropConnection, FakeNode, RawError, ThreadedFakeNode
+from tests.client.fake_node import (
+    TOKEN,
+    DropConnection,
+    RawError,
+    ThreadedFakeNode,
+    client,
+)
 
 
 def dead_endpoint() -> str:
@@ -50,26 +55,6 @@ def dead_endpoint() -> str:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     return f"127.0.0.1:{port}"
-
-
-@pytest.fixture
-async def nodes() -> AsyncIterator[Callable[..., Any]]:
-    started: list[FakeNode] = []
-
-    async def make(**kwargs: Any) -> FakeNode:
-        node = FakeNode(**kwargs)
-        await node.start()
-        started.append(node)
-        return node
-
-    yield make
-    for node in started:
-        await node.stop()
-
-
-def client(*endpoints: str, **kwargs: Any) -> MetastoreClient:
-    kwargs.setdefault("timeout_ms", 3000)
-    return MetastoreClient(list(endpoints), kwargs.pop("token", TOKEN), **kwargs)
 
 
 # ---- connection basics ---------------------------------------------------------------------

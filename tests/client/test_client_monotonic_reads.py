@@ -11,7 +11,7 @@ takes no timestamp; `files` always did)."""
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -30,21 +30,6 @@ FLOOR = {"read_floor": True}
 
 def _hlc(ms: int) -> int:
     return ms << 16
-
-
-@pytest.fixture
-async def nodes() -> AsyncIterator[Callable[..., Any]]:
-    started: list[FakeNode] = []
-
-    async def make(**kwargs: Any) -> FakeNode:
-        node = FakeNode(**kwargs)
-        await node.start()
-        started.append(node)
-        return node
-
-    yield make
-    for node in started:
-        await node.stop()
 
 
 def _catalog(change_ts: int, *, cs_max_ms: int | None = None) -> Callable[[FakeNode], Any]:

@@ -9,12 +9,11 @@ from __future__ import annotations
 import asyncio
 import socket
 import threading
-from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
 
-from metastore.client import MetastoreClient, SyncMetastoreClient, protocol
+from metastore.client import SyncMetastoreClient, protocol
 from metastore.daemon.api_limits import MEMBERSHIP_TIMEOUT_MS_DEFAULT
 from metastore.errors import (
     ErrorCode,
@@ -29,29 +28,9 @@ from tests.client.fake_node import (
     FRAME_BYTES_MAX,
     TOKEN,
     DropConnection,
-    FakeNode,
     ThreadedFakeNode,
+    client,
 )
-
-
-@pytest.fixture
-async def nodes() -> AsyncIterator[Callable[..., Any]]:
-    started: list[FakeNode] = []
-
-    async def make(**kwargs: Any) -> FakeNode:
-        node = FakeNode(**kwargs)
-        await node.start()
-        started.append(node)
-        return node
-
-    yield make
-    for node in started:
-        await node.stop()
-
-
-def client(*endpoints: str, **kwargs: Any) -> MetastoreClient:
-    kwargs.setdefault("timeout_ms", 3000)
-    return MetastoreClient(list(endpoints), TOKEN, **kwargs)
 
 
 async def test_schema_at_sends_every_wait_the_caller_asks_for(nodes: Any) -> None:

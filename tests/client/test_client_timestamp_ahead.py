@@ -10,7 +10,6 @@ now the pause before a round lasts until the soonest node can answer, within the
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
@@ -18,25 +17,10 @@ import pytest
 from hlc import physical_ms
 from metastore.client import MetastoreClient
 from metastore.errors import TimestampAheadError
-from tests.client.fake_node import TOKEN, FakeNode
+from tests.client.fake_node import TOKEN
 
 CS_MAX_MS = 100
 AHEAD_MS = 3_000  # the requested ts leads every node's clock by this much (at the start)
-
-
-@pytest.fixture
-async def nodes() -> AsyncIterator[Callable[..., Any]]:
-    started: list[FakeNode] = []
-
-    async def make(**kwargs: Any) -> FakeNode:
-        node = FakeNode(**kwargs)
-        await node.start()
-        started.append(node)
-        return node
-
-    yield make
-    for node in started:
-        await node.stop()
 
 
 def _refusing_ahead_of_its_clock() -> Any:

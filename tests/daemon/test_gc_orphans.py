@@ -5,7 +5,6 @@ applied state and the file system only)."""
 from __future__ import annotations
 
 import asyncio
-import gc
 import hashlib
 import math
 import os
@@ -27,12 +26,12 @@ from metastore.commands import (
     TableWrite,
     decode_command,
 )
-from metastore.daemon.collector import refreeze
 from metastore.daemon.gc_worker import GcWorker, TableReport
 from metastore.gc import incarnation
 from metastore.txn import FileEntry
 from raft.core.errors import NotLeaderError as RaftNotLeaderError
 from tests.daemon.loops import assert_keeps_running
+from tests.loop_stall import worst_loop_turn_s
 from tests.metastore._driver import DD_MS, MS, Driver, ok
 
 T = TableName.of("ns", "t")
@@ -148,7 +147,7 @@ def test_building_what_is_referenced_does_not_stall_the_event_loop(tmp_path: Pat
             TableReport(table="t", table_id=i, threshold_before=0, threshold=0, held_by={})
             for i in d.state.txns.table_ids()
         ]
-        return await _worst_stall(w._orphans(reports, dry_run=False))
+        return await worst_loop_turn_s(w._orphans(reports, dry_run=False), freeze_heap=True)
 
     worst = asyncio.run(run())
     assert all(p.exists() for p in kept) and not stray.exists()
@@ -242,49 +241,11 @@ def test_deleting_queued_files_does_not_stall_the_event_loop(tmp_path: Path) -> 
         table=str(T), table_id=table_id, threshold_before=0, threshold=0, held_by={}
     )
     inc = incarnation(d.state.catalog, T, table_id)
-    worst = asyncio.run(_worst_stall(w._drain(inc, tl.location, report)))
+    worst = asyncio.run(worst_loop_turn_s(w._drain(inc, tl.location, report), freeze_heap=True))
     # Every queued entry is done; the count is of files the run unlinked (those on disk).
     assert not tl.gc_queue and report.files_deleted == len(files)
     assert live.exists() and not any(f.exists() for f in files)
     assert worst < 0.15, f"the event loop stalled for {worst:.3f} s of CPU time"
-
-
-async def _worst_stall(work: Any) -> float:
-    """Run `work`; the most CPU time the process spent while the event loop went without
-    running another task (between two ticks of a 1 ms ticker).
-
-    CPU time, not wall time: a step that blocks the loop burns CPU for all its length, while
-    on a loaded machine the OS may leave the whole process unscheduled for longer than the
-    bound (0.30 s between two ticks at load 15 on 2 cores, 0.03 s of it CPU), which is no
-    work of the loop's. The process's CPU time (every thread's), so a helper thread that
-    holds the GIL counts too.
-
-    The heap is frozen first, as the node process keeps it (metastore.daemon.collector:
-    `refreeze` after a restore or snapshot): else a full collection of the test worker's heap
-    (its earlier tests' objects and this test's 250k entries) may start inside the work and
-    count as a stall of it (0.158 s once on CI; the work itself takes ~0.02 s)."""
-    worst = 0.0
-    done = False
-    refreeze()
-
-    async def ticker() -> None:
-        nonlocal worst
-        last = time.process_time()
-        while not done:
-            await asyncio.sleep(0.001)
-            now = time.process_time()
-            worst = max(worst, now - last)
-            last = now
-
-    tick = asyncio.create_task(ticker())
-    await asyncio.sleep(0.01)
-    try:
-        await work
-    finally:
-        done = True
-        await tick
-        gc.unfreeze()  # the rest of this worker's tests run with the collector as it was
-    return worst
 
 
 def _commit_and_compact(d: Driver, table: TableName, rel: str) -> None:

@@ -16,7 +16,7 @@ import gc
 from bench.bench_apply import Node
 from metastore.daemon.collector import freeze_decoded, refreeze
 from metastore.daemon.statemachine import CatalogStateMachine
-from tests.daemon.test_gc_orphans import _worst_stall
+from tests.loop_stall import worst_loop_turn_s
 
 FILE_ENTRIES = 300_000
 FILES_PER_COMMIT = 10_000
@@ -38,7 +38,7 @@ def test_a_snapshot_is_decoded_off_the_loop_and_installed_in_a_moment() -> None:
         done()
 
     try:
-        worst = asyncio.run(_worst_stall(install()))
+        worst = asyncio.run(worst_loop_turn_s(install(), freeze_heap=True))
     finally:
         gc.unfreeze()
     assert sm.state.to_snapshot() == data

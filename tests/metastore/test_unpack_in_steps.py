@@ -5,7 +5,6 @@ short calls of the C decoder, so a decode in a worker thread lets the event loop
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Callable
 
 import msgpack
@@ -15,6 +14,7 @@ from hypothesis import strategies as st
 
 from metastore.daemon import collector
 from metastore.snapshot_data import UNPACK_STEP_DEPTH, unpack_in_steps
+from tests.loop_stall import worst_loop_turn_s
 
 
 def _unpackb(data: bytes) -> object:
@@ -69,30 +69,6 @@ def test_bad_input_fails_as_unpackb_does(data: bytes) -> None:
     assert unpackb_error.value is not None
 
 
-async def _worst_turn_s(work: object) -> float:
-    """The most CPU time (every thread's) the process spent between two turns of the loop."""
-    worst = 0.0
-    done = False
-
-    async def ticker() -> None:
-        nonlocal worst
-        last = time.process_time()
-        while not done:
-            await asyncio.sleep(0.001)
-            now = time.process_time()
-            worst = max(worst, now - last)
-            last = now
-
-    tick = asyncio.create_task(ticker())
-    await asyncio.sleep(0.01)
-    try:
-        await work  # type: ignore[misc]
-    finally:
-        done = True
-        await tick
-    return worst
-
-
 def _without_collections(decode: Callable[[bytes], object], data: bytes) -> None:
     # As the node decodes (metastore.daemon.statemachine: `prepare_restore`): a collection
     # traversing the growing result would hold the GIL too, and is not what is measured here.
@@ -110,6 +86,6 @@ def test_a_decode_in_a_thread_leaves_the_loop_its_turns() -> None:
     data = msgpack.packb({"txns": {"tables": [[1, "ns", "t", rows]]}}, use_bin_type=True)
     del rows
     worst = asyncio.run(
-        _worst_turn_s(asyncio.to_thread(_without_collections, unpack_in_steps, data))
+        worst_loop_turn_s(asyncio.to_thread(_without_collections, unpack_in_steps, data))
     )
     assert worst < 0.15, f"the event loop stalled for {worst:.3f} s of CPU time"

@@ -8,7 +8,6 @@ whose decode burns DECODE_CPU_S of pure-Python CPU stands in for the catalog's."
 
 from __future__ import annotations
 
-import asyncio
 import threading
 import time
 from collections.abc import Callable
@@ -16,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.loop_stall import LoopTurnWatch
 from tests.raft.test_node import (
     ListStateMachine,
     _eventually,
@@ -72,22 +72,9 @@ async def test_a_follower_decodes_a_snapshot_off_its_event_loop(
         assert await _eventually(lambda: leader.status().core.snapshot_index >= 50, 10)
         leader_snapshot = leader.status().core.snapshot_index
 
-        worst = 0.0
-        done = False
-
-        async def ticker() -> None:
-            # CPU time of the whole process (every thread) between two turns of the loop: a
-            # decode holding the loop burns all of it; the OS not scheduling us burns none.
-            nonlocal worst
-            last = time.process_time()
-            while not done:
-                await asyncio.sleep(0.001)
-                now = time.process_time()
-                worst = max(worst, now - last)
-                last = now
-
-        tick = asyncio.create_task(ticker())
-        try:
+        # CPU time of the whole process (every thread) between two turns of the loop: a
+        # decode holding the loop burns all of it; the OS not scheduling us burns none.
+        async with LoopTurnWatch() as watch:
             cut["id"] = 0
             assert await _eventually(
                 lambda: follower.status().core.snapshot_index >= leader_snapshot, 20
@@ -97,9 +84,7 @@ async def test_a_follower_decodes_a_snapshot_off_its_event_loop(
             assert await _eventually(
                 lambda: sm(follower).applied[-5:] == sm(leader).applied[-5:], 10
             )
-        finally:
-            done = True
-            await tick
+        worst = watch.worst_s
         assert worst < STALL_CPU_S, f"the event loop stalled for {worst:.3f} s of CPU time"
         follower_sm = follower.sm
         assert isinstance(follower_sm, SlowDecode)
