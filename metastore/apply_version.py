@@ -154,7 +154,27 @@ from typing import Final
 #      its dropped incarnations: after a DROP by mistake the data to restore could not be
 #      protected by name, and a bridge's protect() block whose session was replaced (it
 #      protects again by name) lapsed, letting GC delete what the block read.
-APPLY_VERSION_SUPPORTED: Final = 8
+#   9: ReleaseProtection with reason "release" (a client releasing its own record) is refused
+#      (FORBIDDEN, details `record_id`, `created_by`, `by`) unless `by` is the record's
+#      `created_by` (metastore.gc `release`, `owner_check`); before, a writer could release
+#      another client's record by sending the command itself through `_propose`, where
+#      `pts_release` asks for the admin role (reason "admin").
+#      A commit whose txn id is remembered is deduplicated only if the whole request is the
+#      recorded one: its writes and `ts`, `read_ts`, `read_tables` and stream position
+#      (`not_before`, a lower bound a retry may raise, is left out; metastore.txn
+#      `request_digest`), else TXN_ID_REUSED. Before, the writes alone were compared: a retry
+#      asking for another `ts` got the first commit's result as success, at a ts it had not
+#      asked for. A record made before version 9 holds the digest of its writes alone: a retry
+#      of it with the same writes is deduplicated unless it asks for a `ts` other than the
+#      commit's.
+#      A NUL character (U+0000) in a request id, a comment (a namespace's, a table's, a
+#      column's or a nested field's, ALTER COLUMN ... COMMENT) or a protection's `meta` is
+#      refused (INVALID_ARGUMENT, reason `nul_character`; metastore.commands `refuse_nul`).
+#      Before, it was stored, and a reader that ends text at a NUL (C strings: a Hive
+#      client, a terminal) saw less than Spark did. The decoder, which does not know the
+#      version, accepts it, so an older entry still decodes; the leader refuses it before
+#      proposing on every version.
+APPLY_VERSION_SUPPORTED: Final = 9
 
 # A cluster that never applied SetApplyVersion (and every older snapshot) is at version 1.
 INITIAL_APPLY_VERSION: Final = 1

@@ -842,6 +842,57 @@ Command = (
 # --------------------------------------------------------------------------------------------
 
 
+def refuse_nul(cmd: Command) -> None:
+    """Refuse a NUL character (U+0000) in the texts that take any other character: the request
+    id, comments (a namespace's, a table's, a column's and every nested field's, ALTER COLUMN
+    ... COMMENT) and a protection's `meta`. A reader that ends text at a NUL (C strings: a
+    Hive client, a terminal, a JDBC driver) would see less of it than Spark does. Names, ids,
+    labels and paths refuse every control character already (`validate_command`).
+
+    Not part of `validate_command`: the decoder does not know the apply version, and entries
+    logged before version 9 must still decode. Apply runs it from apply version 9
+    (metastore.apply_version); the daemon runs it before it proposes, on every version.
+    INVALID_ARGUMENT, details `field` and reason `nul_character`."""
+    _refuse_nul_in(cmd.request_id, "request id")
+    match cmd:
+        case CreateNamespace(namespace=ns, comment=comment):
+            _refuse_nul_in(comment, f"namespace {ns} comment")
+        case CreateTable(table=table, schema=schema, comment=comment):
+            _refuse_nul_in(comment, f"table {table} comment")
+            for column in schema.columns:
+                _refuse_nul_in_column(column.name, column.comment, column.type)
+        case AlterTable(changes=changes):
+            for change in changes:
+                match change:
+                    case AddColumn(column=column):
+                        _refuse_nul_in_column(column.name, column.comment, column.type)
+                    case AlterColumnType(path=path, new_type=new_type):
+                        _refuse_nul_in_column(path_sql(path), None, new_type)
+                    case SetColumnComment(path=path, comment=comment):
+                        _refuse_nul_in(comment, f"column {path_sql(path)} comment")
+                    case _:
+                        pass
+        case Protect(meta=meta):
+            _refuse_nul_in(meta, "protection meta")
+        case _:
+            pass
+
+
+def _refuse_nul_in_column(name: str, comment: str | None, dtype: DataType) -> None:
+    _refuse_nul_in(comment, f"column {name} comment")
+    for field in struct_fields(dtype):
+        _refuse_nul_in(field.comment, f"field {field.name} comment (in column {name})")
+
+
+def _refuse_nul_in(text: str | None, field: str) -> None:
+    if text and "\0" in text:
+        raise InvalidArgumentError(
+            f"{field} contains a NUL character (U+0000), which readers that end text at a NUL "
+            "would cut short; remove it",
+            details={"field": field, "reason": "nul_character"},
+        )
+
+
 def validate_command(cmd: Command, *, name_key: NameKey = any_version_name_key) -> None:
     """Check everything that does not depend on catalog state. Raises typed MetastoreErrors.
 

@@ -60,7 +60,9 @@ Commands (metastore.commands) and their results
                         LimitExceeded past MAX_PROTECTION_RECORDS / MAX_PROTECTION_TARGETS.
     ReleaseProtection   {record_id, released, reason}; "release"/"admin" of an unknown id is
                         ProtectionNotFound; "expired"/"owner_gone" re-check their condition and
-                        come back with released False when it no longer holds.
+                        come back with released False when it no longer holds. From apply
+                        version 9 "release" of a record another client created (`by` is not
+                        its `created_by`) is Forbidden (`release_refusal`).
     AdvanceGcThreshold  {table, table_id, previous, threshold, held_by, purged, purged_bytes,
                         queued}; held_by says what bound it: {"kind": "request" | "ttl" |
                         "protection" (record_id) | "lease" (session_id)}.
@@ -105,6 +107,7 @@ from metastore.commands import (
 from metastore.errors import (
     BeforeGcThresholdError,
     CatalogInvariantError,
+    ForbiddenError,
     InvalidArgumentError,
     MalformedSnapshotError,
     MetastoreError,
@@ -378,7 +381,11 @@ class GcState:
         self._version += 1
         return record.view()
 
-    def release(self, cmd: ReleaseProtection, *, tm: int, sessions: Sessions) -> Result:
+    def release(
+        self, cmd: ReleaseProtection, *, tm: int, sessions: Sessions, owner_check: bool = False
+    ) -> Result:
+        """`owner_check` (apply version 9): reason "release" releases only a record whose
+        `created_by` is the command's `by` (`release_refusal`); before, any record."""
         record = self._records.get(cmd.record_id)
         result: Result = {"record_id": cmd.record_id, "released": False, "reason": cmd.reason}
         if record is None:
@@ -388,6 +395,10 @@ class GcState:
                     details={"record_id": cmd.record_id},
                 )
             return result
+        if owner_check:
+            refusal = release_refusal(record, cmd)
+            if refusal is not None:
+                raise refusal
         if cmd.reason == "expired" and (record.expires_tm is None or tm < record.expires_tm):
             return result
         if cmd.reason == "owner_gone" and not _owner_gone(record, tm=tm, sessions=sessions):
@@ -765,6 +776,22 @@ def ttl_ms_of(inc: TableState, catalog: Catalog) -> int:
             ns_ttl = gc_ttl_ms_of(ns.properties)
             return limits.GC_TTL_MS_DEFAULT if ns_ttl is None else ns_ttl
     return limits.GC_TTL_MS_DEFAULT
+
+
+def release_refusal(record: ProtectionRecord, cmd: ReleaseProtection) -> ForbiddenError | None:
+    """Why `cmd` may not release `record`, or None. A release "as its creator" (reason
+    "release") must come from the client that created the record (`by` = its `created_by`, the
+    client name `pts_release` compares); another client's record needs reason "admin", which
+    only the admin role may propose. The same refusal `pts_release` gives, so a client sees
+    one error whichever way it sent the command (apply version 9; the leader checks it before
+    proposing on every version)."""
+    if cmd.reason != "release" or cmd.by == record.created_by:
+        return None
+    return ForbiddenError(
+        f"protection {record.record_id!r} was created by {record.created_by!r}; releasing "
+        "another client's protection needs the admin role",
+        details={"record_id": record.record_id, "created_by": record.created_by, "by": cmd.by},
+    )
 
 
 def _owner_gone(record: ProtectionRecord, *, tm: int, sessions: Sessions) -> bool:

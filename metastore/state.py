@@ -77,6 +77,7 @@ from metastore.commands import (
     TableName,
     decode_command,
     encode_command,
+    refuse_nul,
     validate_command,
 )
 from metastore.dedup import RequestLog, fingerprint
@@ -208,6 +209,9 @@ class MetastoreState:
             if not (decoded and isinstance(command, CommitTxn)):
                 # New names differ under this version's rule (casefold below 7, Java's from 7).
                 validate_command(command, name_key=new_name_key(self._name_match()))
+            if self.rules_at_least(9):
+                # Before the request-id lookup: a NUL request id is refused, not looked up.
+                refuse_nul(command)
             digest = b""
             if command.request_id:
                 digest = fingerprint(encode_command(command))
@@ -293,6 +297,7 @@ class MetastoreState:
                 ahead_retry_within=2 * (self.cluster.cs_max_ms << LOGICAL_BITS)
                 if self.rules_at_least(6)
                 else None,
+                whole_request=self.rules_at_least(9),
             )
             if not deduplicated:
                 self._observe_commit(command, result)
@@ -336,7 +341,11 @@ class MetastoreState:
                     )
                 )
             case ReleaseProtection():
-                return Outcome.success(self.gc.release(command, tm=tm, sessions=self.sessions))
+                return Outcome.success(
+                    self.gc.release(
+                        command, tm=tm, sessions=self.sessions, owner_check=self.rules_at_least(9)
+                    )
+                )
             case AdvanceGcThreshold():
                 return Outcome.success(
                     self.gc.advance(

@@ -80,12 +80,18 @@ Validation order (the first failing rule decides the error; a failure changes no
 
 Idempotency
     The txn id (e.g. "query_id:batch_id") of every commit is remembered with a fingerprint of its
-    canonical writes (tables sorted, files sorted; ts, not_before and the read set excluded). A
-    retry with the same writes returns the recorded result with `deduplicated: true` whatever ts
-    it carries, so a retried commit call commits once. The same id with other writes is refused
-    (TxnIdReusedError, details carry `committed_ts`): silently answering "done" for different
-    files would lose data. A Spark batch *replayed* after a driver restart writes new files (a
-    fresh attempt directory), so its writes differ: on TxnIdReused the bridge
+    request (`request_digest`: the canonical writes, tables and files sorted, with `ts`,
+    `read_ts`, the read set and the stream position; `not_before` excluded, a lower bound a
+    retry may raise). A retry of the same request returns the recorded result with
+    `deduplicated: true`, so a retried commit call commits once. The same id with another
+    request is refused (TxnIdReusedError, details carry `committed_ts`): silently answering
+    "done" for different files would lose data, and for another `ts` would tell the caller its
+    writes are visible at a ts they are not. Below apply version 9 the fingerprint covered the
+    writes alone, so a retry asking for another ts (or read set, or stream position) was
+    deduplicated; a record made then is still compared by its writes, and refused only when a
+    retry asks for a `ts` other than the commit's (`retry_refusal`, which the daemon also runs
+    before proposing, on every version). A Spark batch *replayed* after a driver restart
+    writes new files (a fresh attempt directory), so its writes differ: on TxnIdReused the bridge
     (spark_bridge/bridge.py) reads the committed record of its txn id (the daemon's
     linearizable `committed_txn` op) and reports the batch as deduplicated with that record's
     ts if the record wrote the same tables (else the id was reused for another batch: a typed
@@ -297,6 +303,42 @@ class TableCommit:
     overwrite: bool
 
 
+def _writes_digest(cmd: CommitTxn) -> bytes:
+    """The fingerprint of a commit's canonical writes: what a txn id's record held below apply
+    version 9."""
+    return fingerprint(msgpack.packb(writes_to_data(cmd.writes), use_bin_type=True))
+
+
+def request_digest(cmd: CommitTxn, writes_digest: bytes) -> bytes:
+    """The fingerprint of a commit request from apply version 9: its writes (`writes_digest`)
+    and everything else that decides what the commit promises: `ts`, `read_ts`, the read set
+    (sorted: a set) and the stream position. Not `not_before`: a lower bound that a retry may
+    raise (a bridge's re-run plans at a later Top) without asking for anything else."""
+    return fingerprint(
+        msgpack.packb(
+            [
+                writes_digest,
+                cmd.ts,
+                cmd.read_ts,
+                sorted(str(t) for t in cmd.read_tables),
+                cmd.stream,
+                cmd.seq,
+            ],
+            use_bin_type=True,
+        )
+    )
+
+
+def _other_request(cmd: CommitTxn, seen: CommitRecord) -> TxnIdReusedError:
+    asked = "" if cmd.ts is None or cmd.ts == seen.ts else f", not at {ts_text(cmd.ts)}"
+    return TxnIdReusedError(
+        f"txn {cmd.txn_id!r} already committed at {ts_text(seen.ts)}{asked}, with another "
+        "request (other writes, ts, read set or stream position): a retry must repeat the "
+        "request exactly; another transaction needs another txn id",
+        details={"txn_id": cmd.txn_id, "committed_ts": seen.ts},
+    )
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CommitRecord:
     """One commit, as remembered for idempotency and `txn_log`. Tables sorted by name."""
@@ -309,7 +351,8 @@ class CommitRecord:
     files_added: int
     files_removed: int
     rows_added: int
-    fingerprint: bytes  # of the canonical writes (commands.writes_to_data)
+    # `request_digest` from apply version 9; below, of the canonical writes alone
+    fingerprint: bytes
 
     def to_result(self) -> Result:
         """The commit's reply: what the client learns (and gets again on a retry)."""
@@ -743,6 +786,7 @@ class TxnLog:
         drop_conflicts: bool = True,
         bound_counts: bool = True,
         ahead_retry_within: int | None = None,
+        whole_request: bool = False,
     ) -> tuple[Result, bool]:
         """Apply a validated CommitTxn at entry stamp `tm`. Returns (result, deduplicated).
         Raises a MetastoreError, having changed nothing, when a rule refuses it.
@@ -754,14 +798,26 @@ class TxnLog:
         is a read conflict (apply version 5; "Validation order", 4). `ahead_retry_within`
         (HLC units; apply version 6): a plain commit's not_before past the ahead bound by at
         most this much is the retryable TimestampAheadError, not InvalidArgument (see the
-        commit timestamp rule)."""
-        digest = fingerprint(msgpack.packb(writes_to_data(cmd.writes), use_bin_type=True))
+        commit timestamp rule). `whole_request` (apply version 9): a remembered txn id is
+        deduplicated only for the same request (`request_digest`), not the same writes alone
+        (see "Idempotency")."""
+        digest = writes_digest = _writes_digest(cmd)
+        if whole_request:
+            digest = request_digest(cmd, writes_digest)
         seen = self._txns.get(cmd.txn_id)
-        if seen is not None and seen.fingerprint == digest:
+        if seen is not None and (
+            seen.fingerprint == digest
+            or (
+                # A record made before apply version 9 holds its writes' digest alone.
+                whole_request and seen.fingerprint == writes_digest and cmd.ts in (None, seen.ts)
+            )
+        ):
             return {**seen.to_result(), "deduplicated": True}, True
         if cmd.stream is not None:
             self._check_stream(cmd.stream, cmd.seq)
         if seen is not None:
+            if whole_request:
+                raise _other_request(cmd, seen)
             raise TxnIdReusedError(
                 f"txn {cmd.txn_id!r} already committed at {ts_text(seen.ts)} with other writes",
                 details={"txn_id": cmd.txn_id, "committed_ts": seen.ts},
@@ -789,6 +845,20 @@ class TxnLog:
             while len(self._streams) > limits.MAX_STREAM_MARKS:
                 self._streams.popitem(last=False)
         return record.to_result(), False
+
+    def retry_refusal(self, cmd: CommitTxn) -> TxnIdReusedError | None:
+        """The refusal of a retry of a remembered txn id that asks for another `ts` than its
+        commit's, where the record holds the digest of its writes alone (made below apply
+        version 9, or at such a version: apply would deduplicate it). For the daemon, which
+        refuses it before proposing on every version; apply decides every other case (from
+        version 9 it refuses any other request itself). Hashes the writes only when such a
+        record exists."""
+        seen = self._txns.get(cmd.txn_id)
+        if seen is None or cmd.ts is None or cmd.ts == seen.ts:
+            return None
+        if seen.fingerprint != _writes_digest(cmd):
+            return None
+        return _other_request(cmd, seen)
 
     def _checked_plans(
         self,

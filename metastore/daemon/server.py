@@ -78,6 +78,7 @@ from metastore.commands import (
     compact_manifest_from_request,
     decode_command,
     encode_command,
+    refuse_nul,
     validate_command,
 )
 from metastore.daemon import api_limits as L
@@ -86,7 +87,12 @@ from metastore.daemon.audit import AuditLog
 from metastore.daemon.backup import SnapshotExports
 from metastore.daemon.clock_steps import CLOCK_STEP_PROBATION_S, ClockStepWatch
 from metastore.daemon.config import NODE_ID_MAX as CONFIG_NODE_ID_MAX
-from metastore.daemon.forward import MISSING_MEMBER_FIX, LeaderForwarder
+from metastore.daemon.forward import (
+    FORWARD_CLIENT,
+    FORWARDED_SUFFIX,
+    MISSING_MEMBER_FIX,
+    LeaderForwarder,
+)
 from metastore.daemon.gc_worker import GcWorker, gc_status
 from metastore.daemon.metrics import NodeMetrics
 from metastore.daemon.removal_check import RemovalCheck
@@ -126,6 +132,7 @@ from metastore.errors import (
     limit_exceeded,
 )
 from metastore.events import matches as event_matches
+from metastore.gc import release_refusal
 from metastore.jobs import SchemaJob, next_step_wait
 from metastore.leases import Lease
 from metastore.member_clients import address_problem as member_address_problem
@@ -2353,6 +2360,7 @@ class ApiServer:
             # the decoder, a limit it checks first (a protection's targets) was
             # MALFORMED_COMMAND without details, from the leader's apply or its `_propose`.
             validate_command(cmd)
+        self._refuse_before_proposing(cmd)
         decoded: Command | None = None
         if isinstance(cmd, CommitTxn) and _commit_files(cmd) > OFFLOAD_COMMIT_FILES_MIN:
             # Encoded in a thread, and decoded there too on the leader, whose apply (on this
@@ -2420,6 +2428,24 @@ class ApiServer:
         if isinstance(cmd, CreateTable) and cmd.location:
             # The parse-time rules (`parse_ddl`): a writer may send the command itself.
             check_new_location(cmd.location, "LOCATION")
+        if (
+            isinstance(cmd, ReleaseProtection)
+            and cmd.reason == "release"
+            and not _forwarding_link(session)
+            and cmd.by != session.client[: mlimits.MAX_SESSION_LABEL_CHARS]
+        ):
+            # `pts_release`'s rule for a writer sending the command itself: a release "as its
+            # creator" names the caller in `by`, or `release_refusal` (which compares `by` with
+            # the record's creator) would take the sender's word for whose record it is. A
+            # follower's link forwards `pts_release`'s command, checked there with the
+            # caller's own name.
+            raise ForbiddenError(
+                f"a release as the record's creator must name the caller in 'by' "
+                f"({session.client[: mlimits.MAX_SESSION_LABEL_CHARS]!r}, not {cmd.by!r}); "
+                "releasing another client's protection needs the admin role (pts_release)",
+                details={"record_id": cmd.record_id, "by": cmd.by},
+            )
+        self._refuse_before_proposing(cmd)
         if isinstance(cmd, Protect):
             # `pts_protect`'s check, which a writer sending the command itself skipped: a
             # protection from a time still to come protects nothing yet reads as success. A
@@ -2444,6 +2470,28 @@ class ApiServer:
             # it rather than decoding them again on this loop.
             self.sm.expect_entry(data, cmd)
         return await self._propose_local(data, timeout_ms)
+
+    def _refuse_before_proposing(self, cmd: Command) -> None:
+        """Apply version 9's refusals (metastore.apply_version), made before proposing on
+        every version, against this node's state, so a client gets the typed error while the
+        cluster still applies an older version's rules: a NUL in a request id, comment or
+        protection meta (`refuse_nul`), a release of another client's protection as its
+        creator (`release_refusal`), a retry of a remembered txn id asking for another ts
+        (`TxnLog.retry_refusal`). A state behind the leader's may miss a record: apply then
+        decides (from version 9 it refuses the same)."""
+        refuse_nul(cmd)
+        if isinstance(cmd, CommitTxn):
+            refusal: MetastoreError | None = self.sm.state.txns.retry_refusal(cmd)
+        elif isinstance(cmd, ReleaseProtection):
+            try:
+                record = self.sm.state.gc.record(cmd.record_id)
+            except ProtectionNotFoundError:
+                return  # apply says so (or skips an expiry of a record already gone)
+            refusal = release_refusal(record, cmd)
+        else:
+            return
+        if refusal is not None:
+            raise refusal
 
     async def _check_location_allowed(self, cmd: Command) -> None:
         """A new table's location must lie inside the roots the operator allows
@@ -3985,6 +4033,13 @@ def _for_apply_version(cmd: Command, state: MetastoreState) -> Command:
     if isinstance(cmd, ReleaseLeases) and cmd.known_tm is not None:
         return replace(cmd, known_tm=None)
     return cmd
+
+
+def _forwarding_link(session: Session) -> bool:
+    """Whether `session` is a follower's link forwarding its clients' writes (its hello
+    names it so, metastore.daemon.forward): the command's `by` is then the client's, which
+    the follower's op set and checked, not this link's."""
+    return session.client == FORWARD_CLIENT or session.client.endswith(FORWARDED_SUFFIX)
 
 
 def _admin_only(cmd: Command) -> bool:

@@ -28,7 +28,7 @@ import random
 import sys
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import msgpack
@@ -63,6 +63,7 @@ from metastore.commands import (
     TableName,
     TableWrite,
     UnsetTableProperties,
+    decode_command,
     encode_command,
 )
 from metastore.daemon.statemachine import CatalogStateMachine
@@ -402,7 +403,20 @@ class Generator:
     def retry(self) -> None:
         """An earlier entry's command again: a client's retry or a deposed leader's proposal."""
         earlier = [item for item in self.log if item[0] == EntryKind.NORMAL]
-        self.append(EntryKind.NORMAL, self.rng.choice(earlier)[2], self.step(None))
+        data = self.rng.choice(earlier)[2]
+        try:
+            cmd: Command | None = decode_command(data)
+        except MetastoreError:
+            cmd = None  # an entry of another kind (a malformed one, a config change)
+        if isinstance(cmd, CommitTxn) and self.rng.random() < 0.5:
+            # A retry of the txn id asking for another ts or read set (refused from apply
+            # version 9, deduplicated below when only the read set differs).
+            data = encode_command(
+                replace(cmd, ts=self.state.table_upper() + 3 * MS, not_before=None)
+                if self.rng.random() < 0.5
+                else replace(cmd, read_ts=None, read_tables=())
+            )
+        self.append(EntryKind.NORMAL, data, self.step(None))
 
     def ddl(self, sql: str) -> None:
         try:
@@ -413,7 +427,10 @@ class Generator:
 
     def create_namespace(self) -> None:
         ns = self.rng.choice(NAMESPACES)
-        props = self.rng.choice(("", " WITH DBPROPERTIES ('gc.ttl'='1s')", " COMMENT 'c'"))
+        # A NUL in a comment: refused from apply version 9.
+        props = self.rng.choice(
+            ("", " WITH DBPROPERTIES ('gc.ttl'='1s')", " COMMENT 'c'", " COMMENT 'c\\0'")
+        )
         exists = self.rng.choice(("", "IF NOT EXISTS "))
         self.ddl(f"CREATE NAMESPACE {exists}{ns}{props}")
 
@@ -737,6 +754,7 @@ class Generator:
                 cluster=cluster,
                 max_age_ms=self.rng.choice((None, 1_000, 60_000)),
                 owner=self.rng.choice(("", "", self.pick_session())),
+                created_by=self.rng.choice(("op", "other")),
             )
         )
 
@@ -744,7 +762,9 @@ class Generator:
         records = [r.record_id for r in self.state.gc.records()]
         record_id = self.rng.choice(records) if records and self.rng.random() < 0.8 else "p9"
         reason = self.rng.choice(("release", "admin", "expired", "owner_gone"))
-        self.propose(ReleaseProtection(record_id=record_id, reason=reason, by="op"))
+        # By its creator or another client (refused from apply version 9 as "release").
+        by = self.rng.choice(("op", "other"))
+        self.propose(ReleaseProtection(record_id=record_id, reason=reason, by=by))
 
     def advance_gc(self) -> None:
         inc = self.pick_incarnation()
@@ -825,8 +845,6 @@ class Generator:
 
 
 def _with_request_id(cmd: Command, request_id: str) -> Command:
-    from dataclasses import replace
-
     return replace(cmd, request_id=request_id)
 
 

@@ -424,7 +424,7 @@ def test_a_table_protection_covers_the_incarnation_its_name_reads_at_ts() -> Non
     # An incarnation the name stopped reading at before ts is not held, and one whose threshold
     # already passed ts makes the protect fail rather than return without protecting.
     d.tm += 5 * TTL_MS * MS
-    ok(d, ReleaseProtection(record_id="p"))
+    ok(d, ReleaseProtection(record_id="p", by="writer"))
     ok(d, AdvanceGcThreshold(table=T, table_id=old_id, up_to=d.tm))
     refused(d, protect("q", ts), BeforeGcThresholdError)
     ok(d, protect("r", d.tm))
@@ -957,7 +957,7 @@ class GcMachine(RuleBasedStateMachine):
     @rule(data=st.data())
     def release(self, data: st.DataObject) -> None:
         record = data.draw(st.sampled_from(self.d.state.gc.records()))
-        ok(self.d, ReleaseProtection(record_id=record.record_id))
+        ok(self.d, ReleaseProtection(record_id=record.record_id, by=record.created_by))
 
     @rule(wait_ms=st.integers(0, 3_000))
     def leader_releases_due_records(self, wait_ms: int) -> None:
@@ -1198,5 +1198,5 @@ def test_a_dropped_name_can_be_protected_at_a_ts_its_reads_still_reach(apply_ver
     assert dropped_tu is not None
     refused(d, protect("q", dropped_tu), TableNotFoundError)
     # Released, the threshold passes the drop and every file of it is dead.
-    ok(d, ReleaseProtection(record_id="p"))
+    ok(d, ReleaseProtection(record_id="p", by="writer"))
     assert ok(d, AdvanceGcThreshold(table=T, table_id=old_id, up_to=d.tm))["purged"] == 1

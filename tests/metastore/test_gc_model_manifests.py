@@ -158,7 +158,7 @@ class GcManifestsMachine(RuleBasedStateMachine):
     @rule(i=st.integers(0, 100))
     def release(self, i: int) -> None:
         recs = self.d.state.gc.records()
-        ok(self.d, ReleaseProtection(record_id=recs[i % len(recs)].record_id))
+        ok(self.d, ReleaseProtection(record_id=recs[i % len(recs)].record_id, by="w"))
 
     def referenced(self) -> set[str]:
         t = self.d.state.txns

@@ -477,8 +477,10 @@ def test_schema_version_must_be_one_of_the_two_latest_active_at_the_commit_ts() 
 # --------------------------------------------------------------------------------------------
 
 
-def test_a_retried_txn_commits_once_whatever_ts_it_carries() -> None:
-    d = ready()
+def test_below_apply_version_9_a_retried_txn_commits_once_whatever_ts_it_carries() -> None:
+    """The rule below apply version 9 (from 9 a retry asking for another ts is refused:
+    tests/metastore/test_apply_version_9.py)."""
+    d = ready(apply_version=8)
     cmd = commit("q:1", write(A, add=("f1", "f2")), write(B, add=("b1",)))
     first = ok(d, cmd)
     tick(d, 50)

@@ -12,7 +12,8 @@ more: tests/daemon/test_apply_version_members.py). This check runs two real rele
    DROP COLUMN job) and commits (atomic over two tables, removals, an overwrite);
 4. each node in turn is stopped by PID (SIGTERM: a leader hands over) and started with the NEW
    code on the same data directory and config; after each step a DDL and a commit go through
-   every node (so through old and new, leader and followers), and leadership is moved once to
+   every node (so through old and new, leader and followers), with input apply version 9
+   refuses (`_refused_from_9`: an older leader proposes it), and leadership is moved once to
    a new node while old ones follow;
    the first node upgraded goes back to the old release once and is upgraded again (a
    rollback before finalizing: the old release reads what the new one wrote);
@@ -54,7 +55,15 @@ from typing import Any
 from metastore.apply_version import APPLY_VERSION_SUPPORTED
 from metastore.client.manifest_files import compact_table
 from metastore.client.protocol import SyncMetastoreClient
-from metastore.errors import MetastoreError, WatchStartCompactedError
+from metastore.commands import ReleaseProtection, encode_command
+from metastore.errors import (
+    ForbiddenError,
+    InvalidArgumentError,
+    MetastoreError,
+    NotLeaderError,
+    TxnIdReusedError,
+    WatchStartCompactedError,
+)
 from raft.tls import ClientTls
 from tests.ports import free_ports
 
@@ -595,6 +604,43 @@ def _session(client: SyncMetastoreClient, work: Workload, session_id: str) -> No
     client.session_close(session_id)
 
 
+def _refused_from_9(
+    client: SyncMetastoreClient, leader: SyncMetastoreClient, work: Workload
+) -> None:
+    """Input apply version 9 refuses (metastore.apply_version), through one node: a NUL in a
+    namespace comment, a retry of a txn id asking for another ts, and a release of another
+    client's protection sent through the leader's `_propose` (as the creator, naming another
+    client). A node of this tree refuses each before proposing; an older one proposes it,
+    and every node then applies it by the cluster's version, so the answers compared after
+    the step must agree either way. Each must succeed or give its typed refusal."""
+    try:
+        _ddl(client, work, f"CREATE NAMESPACE {work.next_name('nul_')} COMMENT 'a\\0b'")
+    except InvalidArgumentError as exc:
+        if exc.details.get("reason") != "nul_character":
+            raise
+    table = "sales.events"
+    path = work.next_name("part-") + ".parquet"
+    writes = [
+        {
+            "table": table,
+            "schema_version": client.schema_at(table)["version"],
+            "add": [{"path": path, "size_bytes": 1000, "row_count": 10}],
+        }
+    ]
+    txn_id = work.next_name("txn-")
+    first = client.commit(txn_id, writes)
+    work.note(f"commit {txn_id}", first.get("ts"))
+    work.files_by_table.setdefault(table, []).append(path)
+    with contextlib.suppress(TxnIdReusedError):
+        client.commit(txn_id, writes, ts=int(first["ts"]) + (5 << 16))
+    record = client.protect(int(first["ts"]), tables=[table])
+    work.note("protect", record.get("tm"))
+    cmd = ReleaseProtection(record_id=str(record["record_id"]), by="someone-else")
+    # NotLeader: leadership moved since the step began; nothing was proposed.
+    with contextlib.suppress(ForbiddenError, NotLeaderError):
+        leader.call("_propose", {"command": encode_command(cmd)})
+
+
 def initial_workload(client: SyncMetastoreClient, work: Workload) -> None:
     """On the old cluster: namespaces, tables, DDL of each kind, commits."""
     for sql in (
@@ -639,6 +685,7 @@ def write_round(cluster: Cluster, work: Workload, step: str) -> tuple[str, list[
     """A DDL and a commit through each node (its own client: a follower forwards); the
     summary and the failures."""
     done, failures = 0, []
+    leader = cluster.wait_ready()
     for node_id in sorted(cluster.procs):
         client = cluster.client(node_id)
         label = f"node {node_id} ({cluster.release[node_id]})"
@@ -664,6 +711,9 @@ def write_round(cluster: Cluster, work: Workload, step: str) -> tuple[str, list[
         # GC run (threshold entries; the leader runs it, a follower forwards).
         actions.append(("compact", lambda c=client: compact_table(c, "sales.events", keep_loose=1)))
         actions.append(("gc run", lambda c=client: c.gc_run()))
+        actions.append(
+            ("refused from 9", lambda c=client: _refused_from_9(c, cluster.client(leader), work))
+        )
         for what, action in actions:
             try:
                 action()
