@@ -113,41 +113,47 @@ class DeferredRows:
         return out
 
 
+class _Rows:
+    """A list of rows packed in `SnapshotEncoder.parts`: fresh lists the encoder alone holds."""
+
+    __slots__ = ("rows",)
+
+    def __init__(self, rows: list[object]) -> None:
+        self.rows = rows
+
+
 class SnapshotEncoder:
     """A snapshot's msgpack, prepared in two halves (MetastoreState.snapshot_encoder).
 
-    Made on the event loop, at one applied index: everything but the deferred rows is packed
-    at once (bytes: nothing `apply` does later can change them), and each `DeferredRows` holds
-    a tuple of the state's frozen entries. Called later, in a worker thread (raft.node), it
-    packs the rows in short C calls and joins the parts: what `msgpack.packb(data,
-    use_bin_type=True)` makes of the same data with the rows as lists, byte for byte. Packing
-    a million file entries holds the GIL for ~0.5 s in one `packb`; here each call is a few
-    milliseconds, so the loop keeps its turns (tests/metastore/test_snapshot_encode.py)."""
+    Made on the event loop, at one applied index: everything but one list of rows is packed at
+    once (bytes: nothing `apply` does later can change them). That list (each table's row of
+    the txn log) is plain data made for the encoder alone, and its `DeferredRows` hold tuples
+    of the state's frozen entries. `parts()`, later, in a worker thread (raft.node), packs the
+    rows and the entries in short C calls: the parts join to what `msgpack.packb(data,
+    use_bin_type=True)` makes of the same data with each `DeferredRows` as its list, byte for
+    byte. Packing a million file entries held the GIL for ~0.5 s in one `packb`; here each
+    call is a few milliseconds, so the loop keeps its turns
+    (tests/metastore/test_snapshot_encode.py). The rows are packed in the thread too: a catalog
+    of 100k tables would otherwise be 100k row packs on the loop."""
 
-    def __init__(self, data: Mapping[str, object], *, deferred_at: Sequence[str | None]) -> None:
-        """`deferred_at`: the path down to the `DeferredRows`, one step per level: a key (that
-        map's value) or None (every item of that list). Every value off the path is packed
-        whole, now."""
-        self._packer = msgpack.Packer(use_bin_type=True)
-        self._parts: list[bytes | DeferredRows] = []
-        self._prepare(data, tuple(deferred_at))
+    def __init__(self, data: Mapping[str, object], *, rows_at: Sequence[str]) -> None:
+        """`rows_at`: the map keys down to the list of rows (each row a list whose items may be
+        `DeferredRows`). Every value off that path is packed now."""
+        self._parts: list[bytes | _Rows] = []
+        self._prepare(msgpack.Packer(use_bin_type=True), data, tuple(rows_at))
 
-    def _prepare(self, value: object, path: tuple[str | None, ...]) -> None:
-        packer, parts = self._packer, self._parts
-        if type(value) is DeferredRows:
-            parts.append(value)
+    def _prepare(self, packer: msgpack.Packer, value: object, path: tuple[str, ...]) -> None:
+        parts = self._parts
+        if not path and type(value) is list:
+            parts.append(_Rows(value))
         elif path and type(value) is dict:
             parts.append(packer.pack_map_header(len(value)))
             for key, item in value.items():
                 parts.append(packer.pack(key))
                 if key == path[0]:
-                    self._prepare(item, path[1:])
+                    self._prepare(packer, item, path[1:])
                 else:
                     parts.append(packer.pack(item))
-        elif path and path[0] is None and type(value) is list:
-            parts.append(packer.pack_array_header(len(value)))
-            for item in value:
-                self._prepare(item, path[1:])
         else:
             parts.append(packer.pack(value))
 
@@ -156,14 +162,32 @@ class SnapshotEncoder:
 
     def parts(self) -> list[bytes | memoryview]:
         """The snapshot's bytes in parts, to be written one after the other: joining 110 MiB
-        is one C call of ~0.08 s, holding the GIL (a node writes the parts instead)."""
+        is one C call of ~0.08 s, holding the GIL (a node writes the parts instead). Small
+        pieces are gathered, so there are about as many parts as steps of file entries."""
         packer = msgpack.Packer(use_bin_type=True)  # one per call: safe in any thread
         out: list[bytes | memoryview] = []
+        small = bytearray()
         for part in self._parts:
-            if isinstance(part, DeferredRows):
-                out.extend(part.parts(packer))
-            else:
-                out.append(part)
+            if not isinstance(part, _Rows):
+                small += part
+                continue
+            rows = part.rows
+            small += packer.pack_array_header(len(rows))
+            for row in rows:
+                if type(row) is not list or DeferredRows not in map(type, row):
+                    small += packer.pack(row)
+                    continue
+                small += packer.pack_array_header(len(row))
+                for item in row:
+                    if isinstance(item, DeferredRows) and len(item.items) < PACK_STEP_ROWS:
+                        small += packer.pack(list(map(item.row, item.items)))
+                    elif isinstance(item, DeferredRows):
+                        out.append(bytes(small))
+                        small.clear()
+                        out.extend(item.parts(packer))
+                    else:
+                        small += packer.pack(item)
+        out.append(bytes(small))
         return out
 
 

@@ -716,8 +716,8 @@ class MetastoreState:
             data["apply_version"] = self.apply_version
         if self.member_clients:
             data["member_clients"] = self.member_clients.to_data()
-        # Each table's file rows (TxnLog.to_data: "tables", every row, every field).
-        return SnapshotEncoder(data, deferred_at=("txns", "tables", None, None))
+        # The txn log's table rows, whose file rows are deferred (TxnLog.to_data).
+        return SnapshotEncoder(data, rows_at=("txns", "tables"))
 
     @staticmethod
     def from_snapshot(data: bytes | memoryview) -> MetastoreState:
