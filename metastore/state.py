@@ -688,8 +688,9 @@ class MetastoreState:
 
     def snapshot_encoder(self) -> SnapshotEncoder:
         """`to_snapshot()` in two halves: this call takes a view of the state as it is now
-        (quick: the file entries are frozen, so a tuple of them is the view; everything else
-        is packed to bytes here), and calling what it returns encodes that view, in any
+        (quick: the file entries are frozen, so a tuple of them is the view, in the txn log's
+        table rows made for it alone; everything else is packed to bytes here), and calling
+        what it returns (or its `parts`) encodes that view, in any
         thread, whatever was applied since (raft.node encodes a snapshot in a worker thread:
         at a million file entries the encode held the node's event loop for 0.5-0.8 s)."""
         cluster = None if self.cluster is None else [self.cluster.dd_ms, self.cluster.cs_max_ms]

@@ -1827,7 +1827,8 @@ class RaftNode:
         written = getattr(self.sm, "snapshot_written", None)
         if written is not None:
             written()
-        # Encode, write, sync and commit: what the operator waits for (the encode holds the loop).
+        # Encode, write, sync and commit: what the operator waits for (only a state machine
+        # without `prepare_snapshot` holds the loop for the encode).
         self.snapshots_saved += 1
         self.snapshot_save_seconds_total += time.perf_counter() - self._snapshot_started
         self.snapshot_last_saved_bytes = len(stored.data)
