@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 TEST_WORKERS ?= 2
 PYTEST_ARGS ?= -n $(TEST_WORKERS) --dist loadfile
 
-.PHONY: install install-bench test check fmt demo chaos bench bench-raft bench-catalog bench-gc bench-scale bench-spark bench-tls bench-snapmem bench-wal bench-raft-latency bench-ddl bench-apply bench-gc-pause sim upgrade-check clean
+.PHONY: install install-bench test check fmt demo chaos bench bench-raft bench-catalog bench-gc bench-scale bench-spark bench-tls bench-snapmem bench-wal bench-raft-latency bench-ddl bench-apply bench-gc-pause bench-loop-stall sim upgrade-check clean
 
 install: $(STAMP)
 
@@ -110,6 +110,11 @@ bench-apply: install
 ## its default settings against the node process's frozen heap (BENCH_ARGS=--quick)
 bench-gc-pause: install
 	$(BIN)/python -m bench.bench_gc_pause $(BENCH_ARGS)
+
+## bench-loop-stall: the worst event-loop turn of a snapshot (on the loop, view + thread), the
+## refreeze after it and the largest overwrite, at the loose-entry bound (BENCH_ARGS=--quick)
+bench-loop-stall: install
+	$(BIN)/python -m bench.bench_loop_stall $(BENCH_ARGS)
 
 ## bench-spark: the bridge's per-micro-batch overhead vs plain foreachBatch; commits/s
 bench-spark: install

@@ -18,9 +18,10 @@ like Spark's (the catalog never opens a data file), so Spark is not needed anywh
 (b) memory: each node's VmRSS (and VmHWM, its peak) from /proc/<pid>/status at each checkpoint
     and after the install.
 (c) snapshot take: at each checkpoint a follower serialises its state for `snapshot_begin`
-    (MetastoreState.to_snapshot() + sha256, on its event loop: what a node's own snapshot costs
-    its loop, without the WAL write), then the export is downloaded (freeing it). The nodes' own
-    "snapshot taken" log lines give the sizes they wrote.
+    (a view of MetastoreState on its event loop, then the encode, sha256 and spool in a worker
+    thread, as a node's own snapshot is encoded; all of it ran on the loop before 2026-11-28),
+    then the export is downloaded (freeing it). The nodes' own "snapshot taken" log lines give
+    the sizes they wrote.
 (d) `files` of the whole table through the client (all pages) from a follower at the end, and
     the fixed cost of one page (`limit=1`: the server builds the whole listing for every page).
 (e) planning as the bridge does it before Spark: `pin` at Top, read_ts = min(Top, safe time),

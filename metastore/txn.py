@@ -261,7 +261,13 @@ from metastore.manifests import (
     validate_ref,
 )
 from metastore.manifests import dead_at as manifest_dead_at
-from metastore.snapshot_data import expect_int, expect_list, expect_opt_int, expect_str
+from metastore.snapshot_data import (
+    DeferredRows,
+    expect_int,
+    expect_list,
+    expect_opt_int,
+    expect_str,
+)
 
 Result = dict[str, object]
 
@@ -278,7 +284,11 @@ def ahead_max(dd: int) -> int:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class FileEntry:
-    """One data file of a table incarnation. `path` is relative to the table location."""
+    """One data file of a table incarnation. `path` is relative to the table location.
+
+    Invariant: never changed once in a table's `files` (a removal puts a new entry in its
+    place): a snapshot being encoded in a worker thread reads the entries of an earlier index
+    (MetastoreState.snapshot_encoder), and readers keep them across entries."""
 
     path: str
     size_bytes: int
@@ -579,7 +589,15 @@ class TableLog:
                 out.append(entry)
         return tuple(out)
 
-    def to_data(self) -> list[object]:
+    def to_data(self, *, defer_files: bool = False) -> list[object]:
+        """`defer_files`: the file rows as `DeferredRows` over a tuple of the (frozen) entries,
+        packed later, off the event loop (MetastoreState.snapshot_encoder)."""
+        files: object = (
+            DeferredRows(tuple(self.files.values()), _FILE_ROW)
+            if defer_files
+            # One C-level pass (tuples pack as the same msgpack arrays as lists).
+            else list(map(_FILE_ROW, self.files.values()))
+        )
         return [
             self.table_id,
             self.name.namespace,
@@ -591,9 +609,7 @@ class TableLog:
             self.last_commit_ts,
             self.last_txn_id,
             self.trimmed_through_ts,
-            # One C-level pass (tuples pack as the same msgpack arrays as lists): a snapshot is
-            # encoded on the loop, and a Python step per entry was a third of it at 1M entries.
-            list(map(_FILE_ROW, self.files.values())),
+            files,
             [
                 [c.ts, c.txn_id, c.files_added, c.files_removed, c.rows_added, c.overwrite]
                 for c in self.commits
@@ -1910,12 +1926,15 @@ class TxnLog:
     # Snapshot form
     # ----------------------------------------------------------------------------------------
 
-    def to_data(self) -> dict[str, object]:
-        """Plain data in a canonical order (tables by id, commits and files in log order)."""
+    def to_data(self, *, defer_files: bool = False) -> dict[str, object]:
+        """Plain data in a canonical order (tables by id, commits and files in log order).
+        `defer_files`: see `TableLog.to_data`."""
         return {
             "last_commit_ts": self._last_commit_ts,
             "commit_count": self._commit_count,
-            "tables": [self._tables[i].to_data() for i in sorted(self._tables)],
+            "tables": [
+                self._tables[i].to_data(defer_files=defer_files) for i in sorted(self._tables)
+            ],
             "txns": [
                 [
                     r.txn_id,

@@ -249,6 +249,13 @@ class StateMachine(Protocol):
     # on serving (the driver awaits it: nothing is applied meanwhile); it must only read `data`
     # and build the new state aside. The function it returns installs that state, on the loop.
     # Looked up by name; without it `restore` runs on the loop.
+    # Optional: `prepare_snapshot() -> Callable[[], Sequence[bytes | memoryview]]`, `snapshot`
+    # in two halves: called where `snapshot` would be, it takes a view of the state at the
+    # last applied entry; the function it returns encodes that view in a worker thread, while
+    # later entries apply (so the view must not change with them), as the parts of what
+    # `snapshot` returns (written one after the other, never joined). Then, on the loop once
+    # the snapshot is stored, `snapshot_written()` if it has one. Looked up by name; without
+    # it `snapshot` runs on the loop.
     # Optional: `prepare_appended(entries: Sequence[Entry]) -> None`, told of entries as they
     # are appended to this node's log, before they commit (some never do: a new leader may
     # overwrite them). It may prepare their apply off the loop (decode a large payload in a
@@ -373,12 +380,14 @@ def wrap_snapshot_data(app_data: bytes, addresses: Mapping[NodeId, Address]) -> 
 
 
 def wrap_snapshot_parts(
-    app_data: bytes, addresses: Mapping[NodeId, Address]
-) -> tuple[bytes, bytes, bytes]:
-    """`wrap_snapshot_data` as three parts to write one after the other: framed around app_data
-    (the whole application state) instead of packed or joined, which would copy it."""
-    head = b"\x93\x01" + msgpack_bin_header(len(app_data))
-    return head, app_data, msgpack.packb(encode_address_book(addresses))
+    app_data: bytes | Sequence[bytes | memoryview], addresses: Mapping[NodeId, Address]
+) -> tuple[bytes | memoryview, ...]:
+    """`wrap_snapshot_data` as parts to write one after the other: framed around app_data (the
+    whole application state, or its parts in order) instead of packed or joined, which would
+    copy it."""
+    app_parts = (app_data,) if isinstance(app_data, bytes) else tuple(app_data)
+    head = b"\x93\x01" + msgpack_bin_header(sum(map(len, app_parts)))
+    return head, *app_parts, msgpack.packb(encode_address_book(addresses))
 
 
 def unwrap_snapshot_data(
@@ -1768,11 +1777,12 @@ class RaftNode:
     async def _maybe_snapshot(self, core: RaftCore) -> None:
         """Take a snapshot every `snapshot_every_entries` applied entries.
 
-        The state is encoded here, but its file is written and synced by a thread of its own
-        while the driver goes on (appends, acks, heartbeats): for a large state that takes
-        seconds, and a leader that stopped meanwhile would lose its leadership. The driver
-        commits the file into the WAL (quick: a rename and unlinks) once it is written, at a
-        point where no other WAL call is in flight."""
+        A view of the state is taken here (`prepare_snapshot`; a state machine without it
+        encodes here), then the view is encoded and the file written and synced by a thread
+        of its own while the driver goes on (appends, acks, heartbeats): for a large state
+        that takes seconds, and a leader that stopped meanwhile would lose its leadership.
+        The driver commits the file into the WAL (quick: a rename and unlinks) once it is
+        written, at a point where no other WAL call is in flight."""
         task = self._snapshot_task
         if task is not None:
             if task.done():
@@ -1787,13 +1797,23 @@ class RaftNode:
         # The address book as of the applied index (the snapshot's), not `self.addresses`: that
         # also holds the members of CONF entries appended after it, which may never commit.
         self._snapshot_started = time.perf_counter()
-        parts = wrap_snapshot_parts(self.sm.snapshot(), self._applied_addresses)
+        prepare = getattr(self.sm, "prepare_snapshot", None)
+        if prepare is None:
+            data = [self.sm.snapshot()]
+            encode: Callable[[], Sequence[bytes | memoryview]] = lambda: data  # noqa: E731
+        else:
+            # A view at the applied index now; encoded in the thread below, while the driver
+            # applies what follows (encoding a large state held the loop for most of a second).
+            encode = prepare()
+        addresses = dict(self._applied_addresses)
         meta_only = core.create_snapshot(b"")
         wal = self._wal()
-        task = asyncio.create_task(
-            asyncio.to_thread(wal.prepare_snapshot, meta_only, data_parts=parts),
-            name=f"raft-snapshot-{self.node_id}",
-        )
+
+        def write() -> PreparedSnapshot:
+            parts = wrap_snapshot_parts(encode(), addresses)
+            return wal.prepare_snapshot(meta_only, data_parts=parts)
+
+        task = asyncio.create_task(asyncio.to_thread(write), name=f"raft-snapshot-{self.node_id}")
         task.add_done_callback(lambda _t: self._wake.set())
         self._snapshot_task = task
 
@@ -1804,7 +1824,11 @@ class RaftNode:
         if stored is None:
             return  # a snapshot from the leader was installed meanwhile
         core.compact_log(stored, keep_entries=self.config.snapshot_keep_entries)
-        # Encode, write, sync and commit: what the operator waits for (the encode holds the loop).
+        written = getattr(self.sm, "snapshot_written", None)
+        if written is not None:
+            written()
+        # Encode, write, sync and commit: what the operator waits for (only a state machine
+        # without `prepare_snapshot` holds the loop for the encode).
         self.snapshots_saved += 1
         self.snapshot_save_seconds_total += time.perf_counter() - self._snapshot_started
         self.snapshot_last_saved_bytes = len(stored.data)

@@ -19,9 +19,13 @@ garbage of the whole interval, frozen or not, goes) and freezes again (`refreeze
 is at most what became cyclic garbage since the last refreeze, and the next one reclaims it.
 
 When: after the state is restored (at start, from a leader's snapshot), once the node started
-(the log replayed on top), and after each snapshot taken. Those moments already hold the loop
-for work proportional to the state (decoding or encoding it), so the one full collection adds
-a fraction to a pause that is there anyway, instead of pauses of its own every ~25 commits.
+(the log replayed on top), and after each snapshot taken (once its file is written). A restore
+holds the loop for work proportional to the state anyway, so there the one full collection
+adds a fraction to a pause that is there anyway, instead of pauses of its own every ~25
+commits. A snapshot taken no longer does (its encode runs in a thread: raft.node
+`prepare_snapshot`), so after one the refreeze is a pause of its own: ~0.2 s at a million
+file entries (docs/benchmarks.md, "Snapshot encode off the loop"), once per
+`snapshot_every_entries` rather than every ~25 large commits.
 A snapshot installed from the leader is the exception: it is decoded in a worker thread with
 the collector `paused`, then frozen there without a collection (`freeze_decoded`), because a
 collection over the new state would hold the GIL, and so the loop, for a fifth of a second at a

@@ -211,6 +211,18 @@ class CatalogStateMachine:
         self._settled()
         return data
 
+    def prepare_snapshot(self) -> Callable[[], list[bytes | memoryview]]:
+        """`snapshot()` in two halves (raft.node): a view of the state at the last applied
+        index, taken now, on the loop (milliseconds); the function returned encodes it, in a
+        worker thread, whatever is applied meanwhile (MetastoreState.snapshot_encoder), into
+        the parts of `snapshot()`'s bytes. `on_state_settled` is not called: see
+        `snapshot_written`."""
+        return self.state.snapshot_encoder().parts
+
+    def snapshot_written(self) -> None:
+        """A snapshot `prepare_snapshot` began is written (raft.node, on the loop)."""
+        self._settled()
+
     def restore(self, data: bytes | memoryview) -> None:
         self.prepare_restore(data)()
         self._settled()
