@@ -1136,9 +1136,10 @@ def _membership_change(change: str, node_id: int, call: Callable[[], dict[str, A
 def _outcome_unknown(exc: MetastoreError) -> bool:
     """The request may have been executed: a timeout (the client's or the leader's), or an
     answer lost after the request was sent (UNAVAILABLE marked so by the client or the
-    forwarding node)."""
+    forwarding node). Not a deadline the client saw pass before the request could have
+    reached any node (NotAppliedTimeoutError: nothing to look for)."""
     if exc.code is ErrorCode.TIMEOUT:
-        return True
+        return exc.details.get("not_applied") is not True
     return exc.code is ErrorCode.UNAVAILABLE and exc.details.get("outcome_unknown") is True
 
 

@@ -1,0 +1,156 @@
+"""A write cut by the client's deadline says whether it can have been applied, on fake nodes.
+
+The deadline was always reported "outcome unknown", even when the request never left the
+client (the deadline passed while it connected, or while it waited for a free slot on its
+connection): the caller went looking for a change that cannot have happened, or, for a write
+that cannot be repeated blindly (membership), had to check the cluster first. Now such a write
+raises NotAppliedTimeoutError (TIMEOUT, `details.not_applied`), safe to repeat; a write that
+was sent keeps "outcome unknown" and the key to repeat it with. Every wait is bounded."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from metastore.client import protocol
+from metastore.daemon.api_limits import CLIENT_INFLIGHT_PER_CONNECTION_MAX
+from metastore.errors import NotAppliedTimeoutError, NotLeaderError, RequestTimeoutError
+from tests.client.fake_node import client, observe_waits_for_a_slot
+
+
+@contextlib.asynccontextmanager
+async def silent_listener() -> AsyncIterator[tuple[str, asyncio.Event]]:
+    """A socket that accepts connections and never answers (a node that hangs, or a proxy that
+    accepts and holds): a client's hello on it waits. Yields its endpoint and an event set once
+    a connection was accepted."""
+    accepted = asyncio.Event()
+    writers: list[asyncio.StreamWriter] = []
+    holders: set[asyncio.Task[Any]] = set()
+
+    async def hold(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        holders.add(task)
+        writers.append(writer)
+        accepted.set()
+        with contextlib.suppress(ConnectionError):
+            while await reader.read(65536):
+                pass
+
+    server = await asyncio.start_server(hold, "127.0.0.1", 0)
+    try:
+        yield f"127.0.0.1:{server.sockets[0].getsockname()[1]}", accepted
+    finally:
+        server.close()
+        for w in writers:
+            w.close()
+        if holders:  # each ends at its connection's end (its reader sees EOF)
+            await asyncio.wait(holders, timeout=5)
+        await server.wait_closed()
+
+
+async def test_a_write_cut_while_connecting_was_not_applied() -> None:
+    """A DDL's deadline (300 ms) passes while the node it connects to holds the hello (the
+    client's own hello bound is 1 s): it said "its outcome is unknown"."""
+    assert protocol.HELLO_TIMEOUT_MS > 300
+    async with silent_listener() as (endpoint, accepted), client(endpoint, timeout_ms=300) as c:
+        with pytest.raises(RequestTimeoutError) as raised:
+            await c.call("ddl", {"sql": "CREATE NAMESPACE x", "request_id": "rid-1"})
+        assert accepted.is_set()
+    error = raised.value
+    assert isinstance(error, NotAppliedTimeoutError), error
+    assert error.details["not_applied"] is True and error.details["sent"] is False
+    assert "outcome_unknown" not in error.details
+    assert "it was not applied (its request never left this client)" in error.message
+    assert "deadline passed while connecting" in error.message, error.message
+    assert "repeating it is safe" in error.message
+    assert "outcome is unknown" not in error.message
+
+
+async def test_a_membership_change_cut_while_connecting_says_it_can_be_repeated() -> None:
+    """A write that is not repeatable (add_node) sent nowhere: "check with `metastore cluster
+    status` before repeating it" sent its caller to look for a change that cannot exist."""
+    async with silent_listener() as (endpoint, _), client(endpoint, timeout_ms=300) as c:
+        with pytest.raises(NotAppliedTimeoutError) as raised:
+            await c.call("add_node", {"node_id": 4, "raft_address": "127.0.0.1:9"})
+    assert "repeating it is safe" in raised.value.message
+    assert protocol.MEMBERSHIP_OUTCOME_HINT not in raised.value.message
+
+
+async def test_a_write_cut_while_waiting_for_a_free_slot_was_not_applied(nodes: Any) -> None:
+    """Every in-flight slot of the connection is held by slow reads: the write waits, unsent,
+    for one, and its deadline passes there."""
+    release = asyncio.Event()
+    all_held = asyncio.Event()
+
+    async def slow_reads(op: str, args: dict[str, Any]) -> dict[str, Any]:
+        if op == "describe":
+            if node.ops.count("describe") == CLIENT_INFLIGHT_PER_CONNECTION_MAX:
+                all_held.set()
+            await release.wait()
+        return {"op": op}  # liveness probes (safe_time) answer at once
+
+    node = await nodes(handler=slow_reads)
+    async with client(node.endpoint, timeout_ms=5_000) as c:
+        conn = await c._connection(node.endpoint)
+        no_free_slot = observe_waits_for_a_slot(conn._slots)
+        reads = [
+            asyncio.create_task(c.call("describe", {"table": "ns.t"}))
+            for _ in range(CLIENT_INFLIGHT_PER_CONNECTION_MAX)
+        ]
+        try:
+            async with asyncio.timeout(10):
+                await all_held.wait()
+            write = asyncio.create_task(
+                c.call("ddl", {"sql": "CREATE NAMESPACE x", "request_id": "rid-2"}, timeout_ms=400)
+            )
+            async with asyncio.timeout(10):
+                await no_free_slot.wait()
+            with pytest.raises(NotAppliedTimeoutError) as raised:
+                await write
+        finally:
+            release.set()
+            await asyncio.gather(*reads, return_exceptions=True)
+    assert "ddl" not in node.ops
+    assert "deadline passed while waiting for a free slot" in raised.value.message
+
+
+async def test_a_write_refused_unseen_then_cut_while_connecting_was_not_applied(
+    nodes: Any,
+) -> None:
+    """One node answered NOT_LEADER (it did nothing), the next held the hello past the
+    deadline: no node can run the write, so it was not applied."""
+
+    async def not_leader(op: str, args: dict[str, Any]) -> dict[str, Any]:
+        raise NotLeaderError("not the leader", details={"leader": 0})
+
+    a = await nodes(handler=not_leader)
+    async with silent_listener() as (held, accepted), client(a.endpoint, held, timeout_ms=600) as c:
+        with pytest.raises(NotAppliedTimeoutError) as raised:
+            await c.call("ddl", {"sql": "CREATE NAMESPACE x", "request_id": "rid-3"})
+        assert accepted.is_set()
+    assert a.ops == ["ddl"]
+    assert raised.value.details["sent"] is True
+    assert "every node that received it answered that it did nothing" in raised.value.message
+
+
+async def test_a_write_sent_and_unanswered_keeps_its_outcome_unknown_and_key(
+    nodes: Any,
+) -> None:
+    async def silent(op: str, args: dict[str, Any]) -> dict[str, Any]:
+        await asyncio.Event().wait()
+        raise AssertionError("unreachable")
+
+    node = await nodes(handler=silent)
+    async with client(node.endpoint, timeout_ms=300) as c:
+        with pytest.raises(RequestTimeoutError) as raised:
+            await c.call("ddl", {"sql": "CREATE NAMESPACE x", "request_id": "rid-4"})
+    error = raised.value
+    assert not isinstance(error, NotAppliedTimeoutError)
+    assert error.details["outcome_unknown"] is True
+    assert error.details["request_id"] == "rid-4"
+    assert "retry with the same request_id 'rid-4'" in error.message
