@@ -118,8 +118,8 @@ class CliError(Exception):
         self.details: dict[str, object] = dict(details) if details else {}
 
 
-# The --request-id option of the commands that send one (`sql`, `ns create|drop`), and what
-# to do when such a command's outcome is unknown.
+# The --request-id option of the commands that send one (`sql`, `ns create|drop`,
+# `cluster revoke-cert`), and what to do when such a command's outcome is unknown.
 REQUEST_ID_HELP: Final = (
     "Idempotency key: the cluster applies a request id once (it remembers one for "
     f"{REQUEST_ID_RETENTION_MS // 60_000} minutes), so running the same command again with "

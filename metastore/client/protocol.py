@@ -31,6 +31,10 @@ Retries (what is safe to repeat)
     * `pts_protect` with a `record_id` (`protect` always picks one) is retried like a `ddl`:
       the same id with the same content is the same record. Without one the node picks an id
       per request, so a raw call is retried only when the node certainly did nothing.
+    * `cert_revoke` carries a `request_id` (`revoke_cert` always picks one) and is retried like
+      a `ddl`: a revocation is permanent and the id is applied once. A node that answers a
+      repeat "in use" (a check on its own peer links, before it proposes) leaves the outcome
+      unknown: the first attempt, checked elsewhere, may yet be applied.
     * Membership ops (`add_node`, ...) are retried only when the node certainly did nothing.
     * `gc_run` is repeated like an idempotent write; a run that stopped midway says what it
       deleted (`details.partial`), and `gc_run` adds those parts to the reply (`parts`).
@@ -1612,11 +1616,25 @@ class MetastoreClient:
         return await self.call("transfer_leader", {"target": target})
 
     async def revoke_cert(
-        self, fingerprint: str, *, node_id: int = 0, force: bool = False
+        self,
+        fingerprint: str,
+        *,
+        node_id: int = 0,
+        force: bool = False,
+        request_id: str | None = None,
     ) -> dict[str, Any]:
         """Revoke a certificate cluster-wide by its SHA-256 fingerprint (admin; idempotent).
-        Refused while a member presents it on a live link, unless `force`."""
-        args: dict[str, Any] = {"fingerprint": fingerprint}
+        Refused while a member presents it on a live link, unless `force`.
+
+        Sent with a request id (a new uuid4 unless given), which the cluster applies once: an
+        attempt whose outcome is unknown is repeated on another node like a `ddl`, and a
+        repeat that finds the first one applied answers its result (`deduplicated`). An error
+        that leaves the outcome unknown carries the id in `details.request_id`: call again
+        with it."""
+        args: dict[str, Any] = {
+            "fingerprint": fingerprint,
+            "request_id": request_id if request_id is not None else uuid.uuid4().hex,
+        }
         if force:
             args["force"] = True
         if node_id:
@@ -1820,7 +1838,9 @@ class MetastoreClient:
                         and not is_read
                         and not _nothing_done(error)
                     )
-                    if outcome_unknown and code in _NODE_REFUSAL_CODES:
+                    if outcome_unknown and (
+                        code in _NODE_REFUSAL_CODES or _refused_before_proposing(op, error)
+                    ):
                         # This node refused the request as a node; the write an earlier node
                         # may still apply stays unknown (raised as is, it read as "not
                         # committed", and a re-run under a fresh txn id committed twice).
@@ -2211,6 +2231,10 @@ _KEYED_WRITES: Final = {
     "commit": ("txn_id", "it commits once (committed_txn tells whether it did)"),
     "ddl": ("request_id", "it is applied once"),
     "pts_protect": ("record_id", "it makes one record"),
+    # A revocation is permanent and the same request id is applied once (a repeat answers
+    # the first one's result); the node that receives a repeat refuses it as "in use" only
+    # once it has caught up with the log and still finds the certificate unrevoked.
+    "cert_revoke": ("request_id", "it is applied once (a repeat answers the first result)"),
 }
 
 
@@ -2221,6 +2245,18 @@ def _write_key(op: str, args: Mapping[str, Any]) -> tuple[str, str] | None:
     key = _KEYED_WRITES[op][0]
     value = args.get(key)
     return (key, value) if isinstance(value, str) and value else None
+
+
+def _refused_before_proposing(op: str, error: MetastoreError) -> bool:
+    """A check the receiving node makes on its own view before it proposes anything, so no
+    verdict on a write an earlier node may still apply: `cert_revoke` refused because that
+    node sees the certificate on a live peer link (`details.in_use_by`). The first attempt,
+    checked elsewhere, may yet be applied."""
+    return (
+        op == "cert_revoke"
+        and error.code is ErrorCode.INVALID_ARGUMENT
+        and "in_use_by" in error.details
+    )
 
 
 def _fails_over(error: MetastoreError) -> bool:
@@ -2699,9 +2735,20 @@ class SyncMetastoreClient:
         return self._sync(self._client.remove_node, node_id, timeout_ms=timeout_ms)
 
     def revoke_cert(
-        self, fingerprint: str, *, node_id: int = 0, force: bool = False
+        self,
+        fingerprint: str,
+        *,
+        node_id: int = 0,
+        force: bool = False,
+        request_id: str | None = None,
     ) -> dict[str, Any]:
-        return self._sync(self._client.revoke_cert, fingerprint, node_id=node_id, force=force)
+        return self._sync(
+            self._client.revoke_cert,
+            fingerprint,
+            node_id=node_id,
+            force=force,
+            request_id=request_id,
+        )
 
     def revoked_certs(self) -> dict[str, Any]:
         return self._sync(self._client.revoked_certs)

@@ -1,8 +1,8 @@
 """What the CLI tells its user when a write's outcome is unknown, or when it was not applied.
 
-A keyed write (`sql`, `ns create|drop`) whose outcome is unknown said "retry with the same
-request_id '...'", the library's words: the CLI picked a random id per run and `ns create|drop`
-had no way to send one. Now each has `--request-id`, and
+A keyed write (`sql`, `ns create|drop`, `cluster revoke-cert`) whose outcome is unknown said
+"retry with the same request_id '...'", the library's words: the CLI picked a random id per
+run and `ns create` / `revoke-cert` had no way to send one. Now each has `--request-id`, and
 the error names the exact flag and value to run the same command with; that run sends the same
 id (the cluster answers the first attempt's result, deduplicated). A write cut by the deadline
 before it left the client says it was not applied. Fake nodes on loopback; bounded waits."""
@@ -28,6 +28,7 @@ COMMANDS: list[tuple[list[str], str]] = [
     (["sql", "CREATE NAMESPACE sales"], "ddl"),
     (["ns", "create", "sales"], "ddl"),
     (["ns", "drop", "sales"], "ddl"),
+    (["cluster", "revoke-cert", "--fingerprint", FP], "cert_revoke"),
 ]
 
 

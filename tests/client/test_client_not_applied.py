@@ -18,8 +18,14 @@ import pytest
 
 from metastore.client import protocol
 from metastore.daemon.api_limits import CLIENT_INFLIGHT_PER_CONNECTION_MAX
-from metastore.errors import NotAppliedTimeoutError, NotLeaderError, RequestTimeoutError
-from tests.client.fake_node import client, observe_waits_for_a_slot
+from metastore.errors import (
+    InvalidArgumentError,
+    NotAppliedTimeoutError,
+    NotLeaderError,
+    RequestTimeoutError,
+    UnavailableError,
+)
+from tests.client.fake_node import DropConnection, client, observe_waits_for_a_slot
 
 
 @contextlib.asynccontextmanager
@@ -154,3 +160,67 @@ async def test_a_write_sent_and_unanswered_keeps_its_outcome_unknown_and_key(
     assert error.details["outcome_unknown"] is True
     assert error.details["request_id"] == "rid-4"
     assert "retry with the same request_id 'rid-4'" in error.message
+
+
+# ---- cert_revoke is repeated like the other keyed writes -------------------------------------
+
+
+async def test_a_revocation_whose_reply_was_lost_is_asked_again_with_its_request_id(
+    nodes: Any,
+) -> None:
+    """`cert_revoke` was never repeated: a connection lost after the request went out raised
+    "outcome unknown", though a revocation is permanent and the cluster applies a request id
+    once. Now the client sends one and asks the next node with it."""
+
+    async def drop(op: str, args: dict[str, Any]) -> dict[str, Any]:
+        raise DropConnection
+
+    async def revoked(op: str, args: dict[str, Any]) -> dict[str, Any]:
+        return {"fingerprint": args["fingerprint"], "revoked": [], "deduplicated": True}
+
+    a = await nodes(handler=drop)
+    b = await nodes(handler=revoked)
+    fp = "ab" * 32
+    async with client(a.endpoint, b.endpoint) as c:
+        result = await c.revoke_cert(fp, node_id=3)
+    assert result["deduplicated"] is True
+    assert a.ops == ["cert_revoke"] and b.ops == ["cert_revoke"]
+    sent = [args for _, _, args in a.requests + b.requests]
+    assert sent[0] == sent[1] and sent[0]["request_id"], sent
+    assert sent[0]["fingerprint"] == fp and sent[0]["node_id"] == 3
+
+
+async def test_a_revocation_repeat_refused_as_in_use_leaves_the_outcome_unknown(
+    nodes: Any,
+) -> None:
+    """The node asked second refuses the repeat because it sees the certificate on a live
+    link: a check on its own view before proposing, not a verdict on the first attempt,
+    which may still be applied. Raised as is it read "not revoked"."""
+
+    async def drop(op: str, args: dict[str, Any]) -> dict[str, Any]:
+        raise DropConnection
+
+    async def in_use(op: str, args: dict[str, Any]) -> dict[str, Any]:
+        raise InvalidArgumentError("in use by node(s) 3", details={"in_use_by": [3]})
+
+    a = await nodes(handler=drop)
+    b = await nodes(handler=in_use)
+    async with client(a.endpoint, b.endpoint) as c:
+        with pytest.raises(UnavailableError) as raised:
+            await c.revoke_cert("cd" * 32, request_id="rev-1")
+    error = raised.value
+    assert error.details["outcome_unknown"] is True
+    assert error.details["request_id"] == "rev-1"
+    assert "retry with the same request_id 'rev-1'" in error.message, error.message
+
+
+async def test_a_revocation_refused_as_in_use_at_once_is_raised_as_is(nodes: Any) -> None:
+    async def in_use(op: str, args: dict[str, Any]) -> dict[str, Any]:
+        raise InvalidArgumentError("in use by node(s) 3", details={"in_use_by": [3]})
+
+    a = await nodes(handler=in_use)
+    b = await nodes()
+    async with client(a.endpoint, b.endpoint) as c:
+        with pytest.raises(InvalidArgumentError):
+            await c.revoke_cert("cd" * 32)
+    assert b.ops == []

@@ -5,12 +5,19 @@
   (NotAppliedTimeoutError); it said "outcome unknown". A DDL written to the frozen node's open
   connection keeps "outcome unknown", and the same request id settles it once the node runs
   again.
+* `cert_revoke` repeated with its request id on a node that cannot know it was applied (a
+  member restarted on the revoked certificate: the others refuse its links, so it never learns
+  the revocation, and it sees the certificate in use: its own) was refused "in use" as if
+  nothing were revoked. That node now answers NOT_READY (it cannot catch up), the client asks
+  the next, and the repeat answers the first result (deduplicated).
 
 Processes are stopped by PID only; every wait is bounded."""
 
 from __future__ import annotations
 
+import hashlib
 import signal
+import ssl
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,12 +26,15 @@ from typing import Any
 import pytest
 
 from metastore.client import SyncMetastoreClient
+from metastore.daemon.certs import GeneratedCerts, generate_dev_certs
 from metastore.errors import (
+    InvalidArgumentError,
     MetastoreError,
     NotAppliedTimeoutError,
     RequestTimeoutError,
 )
-from tests.daemon.harness import MetastoreCluster, metastore_cluster
+from raft.tls import ClientTls
+from tests.daemon.harness import MetastoreCluster, metastore_cluster, tls_cluster, write_cluster
 
 pytestmark = pytest.mark.slow
 
@@ -105,3 +115,72 @@ def test_a_ddl_sent_to_a_frozen_node_is_unknown_and_its_request_id_settles_it(
     assert settled["namespace"] == "maybe_sent"
     assert again["deduplicated"] is True
     assert names.count("maybe_sent") == 1
+
+
+# ---- cert_revoke repeated on a node that cannot know ------------------------------------------
+
+
+@pytest.fixture
+def tls3(tmp_path: Path) -> Iterator[tuple[MetastoreCluster, GeneratedCerts]]:
+    certs = generate_dev_certs(tmp_path / "tls", node_ids=[1, 2, 3])
+    c = tls_cluster(write_cluster(tmp_path / "cluster", 3), certs, client_cert_required=True)
+    try:
+        c.start_all()
+        c.wait_ready(timeout_s=60)
+        yield c, certs
+    finally:
+        c.stop_all()
+
+
+def _tls_client(
+    c: MetastoreCluster, certs: GeneratedCerts, nodes: list[int]
+) -> SyncMetastoreClient:
+    cert, key = certs.client_cert
+    return SyncMetastoreClient(
+        [_endpoint(c, i) for i in nodes],
+        c.token(),
+        tls=ClientTls(ca_file=certs.ca_cert, cert_file=cert, key_file=key),
+    )
+
+
+def test_a_revocation_repeated_on_a_node_that_cannot_know_answers_the_first_result(
+    tls3: tuple[MetastoreCluster, GeneratedCerts],
+) -> None:
+    c, certs = tls3
+    fp = hashlib.sha256(ssl.PEM_cert_to_DER_cert(certs.node_certs[3][0].read_text())).hexdigest()
+    leader = c.wait_ready(timeout_s=60)
+    if leader == 3:
+        with _tls_client(c, certs, [1]) as client:
+            client.transfer_leader(1)
+        leader = c.wait_ready(timeout_s=60)
+    assert leader != 3
+    c.kill(3)
+    others = [i for i in c.ids if i != 3]
+
+    def revoke_first() -> dict[str, Any] | None:
+        # The members see node 3's links close at its death; until then "in use" (bounded).
+        try:
+            with _tls_client(c, certs, others) as client:
+                return client.revoke_cert(fp, node_id=3, request_id="rev-3")
+        except InvalidArgumentError as exc:
+            if "in_use_by" in exc.details:
+                return None
+            raise
+
+    first = _until("node 3's certificate revoked", revoke_first)
+    assert first["revoked"] == [fp] and not first.get("deduplicated")
+
+    # Node 3 comes back on the revoked certificate: every member refuses its links, so it
+    # never applies the revocation, and it presents the certificate itself.
+    c.start(3, bootstrap=False)
+    with _tls_client(c, certs, [3]) as only_3:
+        status = _until("node 3 answers", lambda: only_3.status(_endpoint(c, 3)))
+        assert status["node_id"] == 3
+        seen = only_3.revoked_certs()
+    assert seen["this_node"]["fingerprint"] == fp and seen["this_node"]["revoked"] is False
+
+    # The same request again, node 3 asked first: the first attempt's result.
+    with _tls_client(c, certs, [3, *others]) as client:
+        again = client.revoke_cert(fp, node_id=3, request_id="rev-3")
+    assert again["deduplicated"] is True
+    assert again["revoked"] == [fp]
