@@ -417,8 +417,9 @@ class _SendMark:
     __slots__ = ("stage",)
 
     def __init__(self) -> None:
-        # "connecting" (TCP connect, TLS, hello) -> "waiting for a free slot" (every
-        # in-flight slot of the connection taken) -> "sent" (handed to the transport).
+        # "connecting" (TCP connect, TLS, hello) -> "sending" (connected) -> "waiting for a
+        # free slot" (every in-flight slot of the connection taken) -> "sent" (handed to the
+        # transport). Only "sent" may have reached a node.
         self.stage = "connecting"
 
     @property
@@ -483,7 +484,7 @@ class _Connection:
         waits for a slot and when it is handed to the transport."""
         if probe:
             return await self._send(op, args, slot=False, mark=mark)
-        if mark is not None:
+        if mark is not None and self._slots.locked():
             mark.stage = "waiting for a free slot"
         await self._slots.acquire()
         return await self._send(op, args, slot=True, mark=mark)
@@ -1910,6 +1911,12 @@ class MetastoreClient:
             and not (outcome_unknown and _nothing_done(last_server_error))
         ):
             last_server_error.details.setdefault("tried", failures)
+            if outcome_unknown:
+                # Here the last answer is a write's TIMEOUT / UNAVAILABLE that left it unknown
+                # (a nothing-done one takes the branch below): say so, with the key to repeat
+                # it with, as the client's own errors do (the CLI names the command from them).
+                last_server_error.details["outcome_unknown"] = True
+                last_server_error.details.update(_key_details(op, args))
             raise last_server_error
         where = "" if endpoint is not None else " on every endpoint"
         unknown = (
@@ -1943,6 +1950,8 @@ class MetastoreClient:
         op (a DDL waiting for leases) on a live node keeps waiting. `mark` follows the request
         until it is handed to the transport."""
         conn = await self._connection(endpoint)
+        if mark is not None:
+            mark.stage = "sending"
         floors = self._floors_of(conn.hello.get("cluster_id"))
         args = self._with_floor(op, args, conn, floors)
         if not probe:

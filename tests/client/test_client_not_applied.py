@@ -162,6 +162,25 @@ async def test_a_write_sent_and_unanswered_keeps_its_outcome_unknown_and_key(
     assert "retry with the same request_id 'rid-4'" in error.message
 
 
+async def test_a_nodes_own_timeout_raised_as_is_says_the_outcome_is_unknown_and_its_key(
+    nodes: Any,
+) -> None:
+    """Every node answered TIMEOUT to the DDL (a leader that lost its quorum with the proposal
+    pending) until no round was left: the node's TIMEOUT was raised as is, without
+    `outcome_unknown` or the key to repeat it with, so the CLI could not name the command that
+    settles it."""
+
+    async def timed_out(op: str, args: dict[str, Any]) -> dict[str, Any]:
+        raise RequestTimeoutError("proposal not applied within 5000 ms; its outcome is unknown")
+
+    node = await nodes(handler=timed_out)
+    async with client(node.endpoint, timeout_ms=1500) as c:
+        with pytest.raises(RequestTimeoutError) as raised:
+            await c.call("ddl", {"sql": "CREATE NAMESPACE x", "request_id": "rid-5"})
+    assert raised.value.details["outcome_unknown"] is True
+    assert raised.value.details["request_id"] == "rid-5"
+
+
 # ---- cert_revoke is repeated like the other keyed writes -------------------------------------
 
 
