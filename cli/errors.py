@@ -121,7 +121,7 @@ class CliError(Exception):
 # The --request-id option of the commands that send one (`sql`, `ns create|drop`,
 # `cluster revoke-cert`), and what to do when such a command's outcome is unknown.
 REQUEST_ID_HELP: Final = (
-    "Idempotency key: the cluster applies a request id once (it remembers one for "
+    "Idempotency key: the cluster applies a request id once (it remembers one for up to "
     f"{REQUEST_ID_RETENTION_MS // 60_000} minutes), so running the same command again with "
     "the same id after an unknown outcome is safe: it answers the first attempt's result "
     "(deduplicated) or applies it now. Default: a new random id, printed in the error when "
