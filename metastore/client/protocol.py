@@ -41,8 +41,10 @@ Retries (what is safe to repeat)
     * A non-retryable error (bad DDL, not found, forbidden, ...) is raised at once. A node
       that refuses the connection or the request as a node (hello, TLS, token, role, an
       argument an older release does not know, INTERNAL) after another node left a write's
-      outcome unknown gives UNAVAILABLE with `outcome_unknown` instead: that says nothing of
-      the write. (A verdict of apply on the repeated write is raised as is.)
+      outcome unknown says nothing of the write: the call goes on to the other nodes with
+      the same key (one of them may settle it), and if none does, it ends UNAVAILABLE with
+      `outcome_unknown`, naming each refusal. (A verdict of apply on the repeated write is
+      raised as is.)
     * A timestamp every node of a round refuses as ahead of its clock (TIMESTAMP_AHEAD_OF_CLOCK,
       whose details say by how much and by what bound) is asked again once the soonest of them
       can answer, when the call's budget allows; when it does not, the refusal is raised at
@@ -1746,6 +1748,11 @@ class MetastoreClient:
         # refused unseen (NOT_LEADER, ...), was not applied, and the error says so.
         in_flight: _SendMark | None = None
         refused_unseen = False  # a node received an attempt and answered "nothing done"
+        # A node refused this write as a node (its hello, token, role, an argument its release
+        # does not know) after another left it unknown: no verdict on it, so the call goes on
+        # to the other nodes (only a repeatable write can be unknown), and if none settles it,
+        # it ends "outcome unknown" naming every refusal.
+        refused_as_node: MetastoreError | None = None
         # The soonest any node of this round said it could answer a timestamp now ahead of its
         # clock (TIMESTAMP_AHEAD_OF_CLOCK: ahead_ms - cs_max_ms), and whether another answer
         # (or no answer) came this round, which may come out otherwise next round.
@@ -1808,7 +1815,11 @@ class MetastoreClient:
                         if not outcome_unknown:
                             raise
                         failures[target] = f"{exc.code.value}: {exc.message}"
-                        raise _unknown_outcome(op, args, failures) from exc
+                        refused_as_node = exc
+                        other_answer = True
+                        if on_retry is not None:
+                            on_retry(exc)
+                        continue
                     in_flight = None
                     if reply.get("ok"):
                         if endpoint is None and target in self.endpoints:
@@ -1845,8 +1856,13 @@ class MetastoreClient:
                         # This node refused the request as a node; the write an earlier node
                         # may still apply stays unknown (raised as is, it read as "not
                         # committed", and a re-run under a fresh txn id committed twice).
+                        # Another node may still settle it with the same key: asked next.
                         failures[target] = f"{code}: {error.message}"
-                        raise _unknown_outcome(op, args, failures) from error
+                        refused_as_node = error
+                        other_answer = True
+                        if on_retry is not None:
+                            on_retry(error)
+                        continue
                     if (not _fails_over(error) and not unknown_write) or (
                         not _nothing_done(error) and not repeatable
                     ):
@@ -1903,6 +1919,8 @@ class MetastoreClient:
             ) from None
         if last_server_error is not None:
             self._lower_unreachable_floor(last_server_error)
+        if refused_as_node is not None:
+            raise _unknown_outcome(op, args, failures) from refused_as_node
         # The last answer raised as is, unless it says "nothing done" of a write another node
         # timed out on: that one may still commit, so its outcome is unknown (UNAVAILABLE).
         if (

@@ -19,6 +19,7 @@ import pytest
 from metastore.client import protocol
 from metastore.daemon.api_limits import CLIENT_INFLIGHT_PER_CONNECTION_MAX
 from metastore.errors import (
+    BadRequestError,
     InvalidArgumentError,
     NotAppliedTimeoutError,
     NotLeaderError,
@@ -179,6 +180,32 @@ async def test_a_nodes_own_timeout_raised_as_is_says_the_outcome_is_unknown_and_
             await c.call("ddl", {"sql": "CREATE NAMESPACE x", "request_id": "rid-5"})
     assert raised.value.details["outcome_unknown"] is True
     assert raised.value.details["request_id"] == "rid-5"
+
+
+async def test_a_node_refusing_a_write_left_unknown_as_a_node_does_not_end_the_call(
+    nodes: Any,
+) -> None:
+    """A rolling upgrade: the first node timed out on the DDL (outcome unknown), the second,
+    of an older release, refuses an argument it does not know (BAD_REQUEST: no verdict on the
+    DDL). The call ended there "outcome unknown", though the third node, asked with the same
+    request id, settles it (the cluster applies a request id once)."""
+
+    async def timed_out(op: str, args: dict[str, Any]) -> dict[str, Any]:
+        raise RequestTimeoutError("proposal not applied within 5000 ms; its outcome is unknown")
+
+    async def older(op: str, args: dict[str, Any]) -> dict[str, Any]:
+        raise BadRequestError("unknown arguments ['min_ts']")
+
+    async def settles(op: str, args: dict[str, Any]) -> dict[str, Any]:
+        return {"request_id": args["request_id"], "deduplicated": True}
+
+    a = await nodes(handler=timed_out)
+    b = await nodes(handler=older)
+    c_node = await nodes(handler=settles)
+    async with client(a.endpoint, b.endpoint, c_node.endpoint, timeout_ms=5000) as c:
+        result = await c.call("ddl", {"sql": "CREATE NAMESPACE x", "request_id": "rid-6"})
+    assert result == {"request_id": "rid-6", "deduplicated": True}
+    assert a.ops == b.ops == c_node.ops == ["ddl"]
 
 
 # ---- cert_revoke is repeated like the other keyed writes -------------------------------------
