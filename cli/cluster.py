@@ -33,7 +33,9 @@ from cli.errors import (
     EXIT_REFUSED,
     EXIT_UNAVAILABLE,
     EXIT_USAGE,
+    REQUEST_ID_HELP,
     CliError,
+    settle_unknown_outcome,
     writing_file,
 )
 from cli.output import (
@@ -1136,9 +1138,10 @@ def _membership_change(change: str, node_id: int, call: Callable[[], dict[str, A
 def _outcome_unknown(exc: MetastoreError) -> bool:
     """The request may have been executed: a timeout (the client's or the leader's), or an
     answer lost after the request was sent (UNAVAILABLE marked so by the client or the
-    forwarding node)."""
+    forwarding node). Not a deadline the client saw pass before the request could have
+    reached any node (NotAppliedTimeoutError: nothing to look for)."""
     if exc.code is ErrorCode.TIMEOUT:
-        return True
+        return exc.details.get("not_applied") is not True
     return exc.code is ErrorCode.UNAVAILABLE and exc.details.get("outcome_unknown") is True
 
 
@@ -1365,6 +1368,7 @@ def cluster_remove_node(ctx: click.Context, node_id: int) -> None:
     help="Revoke it even though a member presents it right now (that member is cut off at "
     "once: for a leaked key that cannot wait for the member's restart).",
 )
+@click.option("--request-id", help=REQUEST_ID_HELP)
 @config_dir_option
 @click.pass_context
 def cluster_revoke_cert(
@@ -1373,6 +1377,7 @@ def cluster_revoke_cert(
     fingerprint: str | None,
     node_id: int | None,
     force: bool,
+    request_id: str | None,
 ) -> None:
     """Revoke a TLS certificate cluster-wide: every node refuses it on peer links (both
     directions) and on client ports, and closes open connections that use it. Give the PEM
@@ -1384,6 +1389,10 @@ def cluster_revoke_cert(
     certificate a member presents on a live link is refused (exit 5) unless --force: revoking
     it cuts that member off at once. Without TLS there is no per-node identity to revoke
     (every member shares the cluster secret). `cluster revoked` lists what is revoked.
+
+    Safe to repeat: a revocation is permanent, and its request id (--request-id, else a new
+    one) is applied once, so an attempt whose outcome is unknown is asked again on another
+    node, and the error of one that stays unknown prints the command that settles it.
 
     \b
     Examples:
@@ -1413,7 +1422,10 @@ def cluster_revoke_cert(
             fp = normalize_fingerprint(fingerprint)
     except MetastoreError as exc:
         raise CliError("INVALID_ARGUMENT", exc.message, exit_code=EXIT_USAGE) from None
-    result = a.client().revoke_cert(fp, node_id=node_id or 0, force=force)
+    with settle_unknown_outcome():
+        result = a.client().revoke_cert(
+            fp, node_id=node_id or 0, force=force, request_id=request_id
+        )
     emit(a.output, result, lambda: [kv_table(result)])
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import shlex
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Final, NoReturn
@@ -21,7 +22,7 @@ from typing import Final, NoReturn
 import click
 
 from metastore.errors import ErrorCode, MetastoreError
-from metastore.limits import MAX_CLOCK_SKEW_MS
+from metastore.limits import MAX_CLOCK_SKEW_MS, REQUEST_ID_RETENTION_MS
 from raft.oserror import errno_text
 
 EXIT_OK: Final = 0
@@ -115,6 +116,41 @@ class CliError(Exception):
         self.message = message
         self.exit_code = exit_code
         self.details: dict[str, object] = dict(details) if details else {}
+
+
+# The --request-id option of the commands that send one (`sql`, `ns create|drop`,
+# `cluster revoke-cert`), and what to do when such a command's outcome is unknown.
+REQUEST_ID_HELP: Final = (
+    "Idempotency key: the cluster applies a request id once (it remembers one for up to "
+    f"{REQUEST_ID_RETENTION_MS // 60_000} minutes), so running the same command again with "
+    "the same id after an unknown outcome is safe: it answers the first attempt's result "
+    "(deduplicated) or applies it now. Default: a new random id, printed in the error when "
+    "the outcome is unknown."
+)
+
+
+@contextlib.contextmanager
+def settle_unknown_outcome(flag: str = "--request-id", key: str = "request_id") -> Iterator[None]:
+    """A write's error whose outcome is unknown (`details.outcome_unknown`) says, in the CLI's
+    terms, how to settle it: the same command again with `flag` and the key the library sent
+    (`details[key]`), in place of the library's "retry with the same request_id ...". Errors
+    of a write that was not applied, or whose outcome is known, pass unchanged."""
+    try:
+        yield
+    except MetastoreError as exc:
+        value = exc.details.get(key)
+        if exc.details.get("outcome_unknown") is True and isinstance(value, str) and value:
+            cut = exc.message.find(f"retry with the same {key} ")
+            said = exc.message[:cut].rstrip("; ") if cut >= 0 else exc.message
+            exc.message = (
+                f"{said}; to settle it, run the same command again with {flag} "
+                f"{shlex.quote(value)} and nothing else changed (the cluster remembers a request "
+                f"id for up to {REQUEST_ID_RETENTION_MS // 60_000} minutes): if the first "
+                "attempt was applied, that answers its result (deduplicated: true); if not, it "
+                "is applied now"
+            )
+            exc.args = (exc.message,)
+        raise
 
 
 def exit_code_for(error: MetastoreError) -> int:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from cli.context import READ_TIMESTAMP, app
+from cli.errors import REQUEST_ID_HELP, settle_unknown_outcome
 from cli.output import emit, kv_table, rows_table
 from cli.table import AS_OF_HELP
 from metastore.errors import NamespaceNotEmptyError
@@ -36,8 +37,15 @@ def ns_list(ctx: click.Context, as_of: int | None) -> None:
 @click.argument("name")
 @click.option("--comment", help="A comment stored with the namespace.")
 @click.option("--if-not-exists", is_flag=True, help="Succeed if it exists already.")
+@click.option("--request-id", help=REQUEST_ID_HELP)
 @click.pass_context
-def ns_create(ctx: click.Context, name: str, comment: str | None, if_not_exists: bool) -> None:
+def ns_create(
+    ctx: click.Context,
+    name: str,
+    comment: str | None,
+    if_not_exists: bool,
+    request_id: str | None,
+) -> None:
     """Create namespace NAME (CREATE NAMESPACE).
 
     \b
@@ -45,7 +53,10 @@ def ns_create(ctx: click.Context, name: str, comment: str | None, if_not_exists:
       metastore ns create sales --comment 'orders and returns' --if-not-exists
     """
     a = app(ctx)
-    result = a.client().create_namespace(name, comment=comment, if_not_exists=if_not_exists)
+    with settle_unknown_outcome():
+        result = a.client().create_namespace(
+            name, comment=comment, if_not_exists=if_not_exists, request_id=request_id
+        )
     emit(a.output, result, lambda: [kv_table(result)])
 
 
@@ -53,8 +64,11 @@ def ns_create(ctx: click.Context, name: str, comment: str | None, if_not_exists:
 @click.argument("name")
 @click.option("--if-exists", is_flag=True, help="Succeed if it does not exist.")
 @click.option("--cascade", is_flag=True, help="Also drop the tables in it.")
+@click.option("--request-id", help=REQUEST_ID_HELP)
 @click.pass_context
-def ns_drop(ctx: click.Context, name: str, if_exists: bool, cascade: bool) -> None:
+def ns_drop(
+    ctx: click.Context, name: str, if_exists: bool, cascade: bool, request_id: str | None
+) -> None:
     """Drop namespace NAME (DROP NAMESPACE). Refused if it holds tables, unless --cascade.
 
     \b
@@ -63,7 +77,10 @@ def ns_drop(ctx: click.Context, name: str, if_exists: bool, cascade: bool) -> No
     """
     a = app(ctx)
     try:
-        result = a.client().drop_namespace(name, if_exists=if_exists, cascade=cascade)
+        with settle_unknown_outcome():
+            result = a.client().drop_namespace(
+                name, if_exists=if_exists, cascade=cascade, request_id=request_id
+            )
     except NamespaceNotEmptyError as exc:
         raise _in_cli_terms(exc) from None
     emit(a.output, result, lambda: [kv_table(result)])

@@ -17,6 +17,7 @@ from rich.console import RenderableType
 from rich.text import Text
 
 from cli.context import app
+from cli.errors import REQUEST_ID_HELP, settle_unknown_outcome
 from cli.job import (
     AT_BACKFILL,
     SUCCEEDED,
@@ -82,11 +83,7 @@ class StatementCommand(click.Command):
 
 @click.command("sql", cls=StatementCommand)
 @click.argument("statement")
-@click.option(
-    "--request-id",
-    help="Idempotency key: retrying with the same id applies the change once. Default: a new "
-    "random id (shown in the error if the outcome is unknown).",
-)
+@click.option("--request-id", help=REQUEST_ID_HELP)
 @click.option(
     "--wait",
     "wait",
@@ -134,7 +131,10 @@ def sql(
     client = a.client()
     blocked = BlockedProgress(wait_ms, now_tm=client.clock.now)
     try:
-        result = client.ddl(statement, request_id=request_id, wait_ms=wait_ms, on_blocked=blocked)
+        with settle_unknown_outcome():
+            result = client.ddl(
+                statement, request_id=request_id, wait_ms=wait_ms, on_blocked=blocked
+            )
     finally:
         blocked.close()
     job_id = result.get("job_id")

@@ -549,6 +549,19 @@ class CatchUpTimeoutError(RequestTimeoutError):
     REASON: ClassVar[str] = "catch_up"
 
 
+class NotAppliedTimeoutError(RequestTimeoutError):
+    """A write's deadline passed on the client before any node could have run it: the request
+    never left the client (the deadline came while connecting, or while it waited for a free
+    slot on its connection), and every node that did receive an earlier attempt answered that
+    it did nothing (NOT_LEADER, NOT_READY, ...). So it was not applied, and never will be:
+    repeating it is safe, whatever the op. Made by the client library only (a node never sends
+    it). A refinement of TIMEOUT (`details.reason` = "not_applied"), so code that catches
+    RequestTimeoutError still does; details also `not_applied` (true), `sent` (whether a node
+    received an attempt and refused it), `op`, `timeout_ms`, `tried`."""
+
+    REASON: ClassVar[str] = "not_applied"
+
+
 class UnavailableError(MetastoreError):
     """No quorum, or the leader could not be reached."""
 
@@ -634,6 +647,7 @@ _BY_CODE: dict[str, type[MetastoreError]] = {
 # Refinements (see the module docstring): (wire code, details["reason"]) -> class.
 _REFINEMENTS: dict[tuple[str, object], type[MetastoreError]] = {
     (CatchUpTimeoutError.code.value, CatchUpTimeoutError.REASON): CatchUpTimeoutError,
+    (NotAppliedTimeoutError.code.value, NotAppliedTimeoutError.REASON): NotAppliedTimeoutError,
     (ProtectionLapsedError.code.value, ProtectionLapsedError.REASON): ProtectionLapsedError,
     (DuplicateMapKeyError.code.value, DuplicateMapKeyError.REASON): DuplicateMapKeyError,
     (ValueTooLongError.code.value, ValueTooLongError.REASON): ValueTooLongError,

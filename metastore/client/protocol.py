@@ -31,21 +31,33 @@ Retries (what is safe to repeat)
     * `pts_protect` with a `record_id` (`protect` always picks one) is retried like a `ddl`:
       the same id with the same content is the same record. Without one the node picks an id
       per request, so a raw call is retried only when the node certainly did nothing.
+    * `cert_revoke` carries a `request_id` (`revoke_cert` always picks one) and is retried like
+      a `ddl`: a revocation is permanent and the id is applied once. A node that answers a
+      repeat "in use" (a check on its own peer links, before it proposes) leaves the outcome
+      unknown: the first attempt, checked elsewhere, may yet be applied.
     * Membership ops (`add_node`, ...) are retried only when the node certainly did nothing.
     * `gc_run` is repeated like an idempotent write; a run that stopped midway says what it
       deleted (`details.partial`), and `gc_run` adds those parts to the reply (`parts`).
     * A non-retryable error (bad DDL, not found, forbidden, ...) is raised at once. A node
       that refuses the connection or the request as a node (hello, TLS, token, role, an
       argument an older release does not know, INTERNAL) after another node left a write's
-      outcome unknown gives UNAVAILABLE with `outcome_unknown` instead: that says nothing of
-      the write. (A verdict of apply on the repeated write is raised as is.)
+      outcome unknown says nothing of the write: the call goes on to the other nodes with
+      the same key (one of them may settle it), and if none does, it ends UNAVAILABLE with
+      `outcome_unknown`, naming each refusal. (A verdict of apply on the repeated write is
+      raised as is.)
     * A timestamp every node of a round refuses as ahead of its clock (TIMESTAMP_AHEAD_OF_CLOCK,
       whose details say by how much and by what bound) is asked again once the soonest of them
       can answer, when the call's budget allows; when it does not, the refusal is raised at
       once rather than after rounds that cannot succeed.
     * Connection failures on every endpoint raise `UnavailableError` naming each endpoint's
-      failure; running out of time raises `RequestTimeoutError` (for a `ddl`: retry it with the
-      same request id, which is in the error's details). The client's own errors end with what
+      failure; running out of time raises `RequestTimeoutError` (for a write: its outcome is
+      unknown, `details.outcome_unknown`; retry it with the same key, which is in the error's
+      details: `request_id`, `txn_id`, `record_id`), or, for a write that cannot have been
+      applied, `NotAppliedTimeoutError` (TIMEOUT, `details.not_applied`): the deadline passed
+      before its request left the client (connecting, or waiting for a free slot), and any
+      node that received an earlier attempt answered that it did nothing. A write whose
+      outcome is unknown keeps its key in the details of whichever error ends the call
+      (TIMEOUT or UNAVAILABLE). The client's own errors end with what
       to do (`_outcome_hint`): retry with the same txn_id / request_id / record_id, check with
       `metastore cluster status` before repeating a change that is not repeatable, or
       (`CHECK_CLUSTER_HINT`) check that the cluster is up.
@@ -147,6 +159,7 @@ from metastore.errors import (
     LimitExceededError,
     ManifestConflictError,
     MetastoreError,
+    NotAppliedTimeoutError,
     RequestTimeoutError,
     TlsFailedError,
     UnauthenticatedError,
@@ -398,6 +411,24 @@ class _ConnectionClosed(Exception):
     pass
 
 
+class _SendMark:
+    """How far one attempt of a call got, for the call's deadline: a write cut before its
+    request was handed to a transport was not sent, so it was not applied (anywhere, ever),
+    and the call says so instead of "outcome unknown" (NotAppliedTimeoutError)."""
+
+    __slots__ = ("stage",)
+
+    def __init__(self) -> None:
+        # "connecting" (TCP connect, TLS, hello) -> "sending" (connected) -> "waiting for a
+        # free slot" (every in-flight slot of the connection taken) -> "sent" (handed to the
+        # transport). Only "sent" may have reached a node.
+        self.stage = "connecting"
+
+    @property
+    def sent(self) -> bool:
+        return self.stage == "sent"
+
+
 # ---- one connection --------------------------------------------------------------------------
 
 
@@ -439,20 +470,30 @@ class _Connection:
         return self.closed_reason is None
 
     async def request(
-        self, op: str, args: Mapping[str, Any], *, probe: bool = False
+        self,
+        op: str,
+        args: Mapping[str, Any],
+        *,
+        probe: bool = False,
+        mark: _SendMark | None = None,
     ) -> dict[str, Any]:
         """Send one request and return its raw reply map. Raises _EndpointFailure when the
         connection fails (`sent` says whether the request may have gone out). A `probe` (the
         liveness check of _attempt) takes no slot: it must not wait behind the very requests
         it checks on (with every slot held by slow requests it could never be sent, and a
         live connection would be taken for dead). Over the node's own limit it is answered
-        LIMIT_EXCEEDED, which still proves the node alive."""
+        LIMIT_EXCEEDED, which still proves the node alive. `mark` is told when the request
+        waits for a slot and when it is handed to the transport."""
         if probe:
-            return await self._send(op, args, slot=False)
+            return await self._send(op, args, slot=False, mark=mark)
+        if mark is not None and self._slots.locked():
+            mark.stage = "waiting for a free slot"
         await self._slots.acquire()
-        return await self._send(op, args, slot=True)
+        return await self._send(op, args, slot=True, mark=mark)
 
-    async def _send(self, op: str, args: Mapping[str, Any], *, slot: bool) -> dict[str, Any]:
+    async def _send(
+        self, op: str, args: Mapping[str, Any], *, slot: bool, mark: _SendMark | None = None
+    ) -> dict[str, Any]:
         """`slot`: the caller holds one of `_slots`, which this gives back (at once, or once
         the node answered a request its caller gave up on: see `_abandoned`)."""
         request_id = self._next_id
@@ -476,6 +517,8 @@ class _Connection:
                 raise _EndpointFailure(self.closed_reason or "send failed", sent=False) from None
             # Handed to the transport: from here on the node may get it and run it.
             sent = True
+            if mark is not None:
+                mark.stage = "sent"
             try:
                 await self._writer.drain()
             except (OSError, RuntimeError) as exc:
@@ -1488,20 +1531,30 @@ class MetastoreClient:
                 await asyncio.sleep(min(DDL_BLOCKED_RETRY_MS / 1000, left_s))
 
     async def create_namespace(
-        self, name: str, *, comment: str | None = None, if_not_exists: bool = False
+        self,
+        name: str,
+        *,
+        comment: str | None = None,
+        if_not_exists: bool = False,
+        request_id: str | None = None,
     ) -> dict[str, Any]:
         sql = "CREATE NAMESPACE " + ("IF NOT EXISTS " if if_not_exists else "") + quote_ident(name)
         if comment is not None:
             sql += " COMMENT " + quote_string(comment)
-        return await self.ddl(sql)
+        return await self.ddl(sql, request_id)
 
     async def drop_namespace(
-        self, name: str, *, if_exists: bool = False, cascade: bool = False
+        self,
+        name: str,
+        *,
+        if_exists: bool = False,
+        cascade: bool = False,
+        request_id: str | None = None,
     ) -> dict[str, Any]:
         sql = "DROP NAMESPACE " + ("IF EXISTS " if if_exists else "") + quote_ident(name)
         if cascade:
             sql += " CASCADE"
-        return await self.ddl(sql)
+        return await self.ddl(sql, request_id)
 
     async def add_node(
         self,
@@ -1566,11 +1619,25 @@ class MetastoreClient:
         return await self.call("transfer_leader", {"target": target})
 
     async def revoke_cert(
-        self, fingerprint: str, *, node_id: int = 0, force: bool = False
+        self,
+        fingerprint: str,
+        *,
+        node_id: int = 0,
+        force: bool = False,
+        request_id: str | None = None,
     ) -> dict[str, Any]:
         """Revoke a certificate cluster-wide by its SHA-256 fingerprint (admin; idempotent).
-        Refused while a member presents it on a live link, unless `force`."""
-        args: dict[str, Any] = {"fingerprint": fingerprint}
+        Refused while a member presents it on a live link, unless `force`.
+
+        Sent with a request id (a new uuid4 unless given), which the cluster applies once: an
+        attempt whose outcome is unknown is repeated on another node like a `ddl`, and a
+        repeat that finds the first one applied answers its result (`deduplicated`). An error
+        that leaves the outcome unknown carries the id in `details.request_id`: call again
+        with it."""
+        args: dict[str, Any] = {
+            "fingerprint": fingerprint,
+            "request_id": request_id if request_id is not None else uuid.uuid4().hex,
+        }
         if force:
             args["force"] = True
         if node_id:
@@ -1676,6 +1743,16 @@ class MetastoreClient:
         # A node answered TIMEOUT to this write: it may still apply it, whatever nodes asked
         # later say ("nothing done" there is not "nothing done" everywhere).
         outcome_unknown = False
+        # The attempt under way (None between attempts), for the deadline: a write whose
+        # request never left the client, and which every node that got an earlier attempt
+        # refused unseen (NOT_LEADER, ...), was not applied, and the error says so.
+        in_flight: _SendMark | None = None
+        refused_unseen = False  # a node received an attempt and answered "nothing done"
+        # A node refused this write as a node (its hello, token, role, an argument its release
+        # does not know) after another left it unknown: no verdict on it, so the call goes on
+        # to the other nodes (only a repeatable write can be unknown), and if none settles it,
+        # it ends "outcome unknown" naming every refusal.
+        refused_as_node: MetastoreError | None = None
         # The soonest any node of this round said it could answer a timestamp now ahead of its
         # clock (TIMESTAMP_AHEAD_OF_CLOCK: ahead_ms - cs_max_ms), and whether another answer
         # (or no answer) came this round, which may come out otherwise next round.
@@ -1701,9 +1778,13 @@ class MetastoreClient:
                             await asyncio.sleep(pause_s)
                         next_endpoint = order[attempt % len(order)]
                     target, next_endpoint = next_endpoint, None
+                    in_flight = _SendMark()
                     try:
-                        reply, floors = await self._attempt(target, op, args, probe=repeatable)
+                        reply, floors = await self._attempt(
+                            target, op, args, probe=repeatable, mark=in_flight
+                        )
                     except _EndpointFailure as exc:
+                        in_flight = None
                         failures[target] = exc.reason
                         connection_failed = True
                         other_answer = True
@@ -1712,7 +1793,12 @@ class MetastoreClient:
                                 f"{op}: connection to {target} failed after the request was "
                                 f"sent ({exc.reason}); its outcome is unknown; "
                                 + _outcome_hint(op, args),
-                                details={"endpoint": target, "op": op, "outcome_unknown": True},
+                                details={
+                                    "endpoint": target,
+                                    "op": op,
+                                    "outcome_unknown": True,
+                                    **_key_details(op, args),
+                                },
                             ) from None
                         # A repeatable write sent before the connection broke may have been
                         # done there: unknown, unless a later answer says what became of it.
@@ -1721,6 +1807,7 @@ class MetastoreClient:
                             on_retry(None)
                         continue
                     except MetastoreError as exc:
+                        in_flight = None
                         # The node refused the connection itself (its hello: a token it does
                         # not take, a connection limit; a TLS handshake): it never saw the
                         # request, so its refusal says nothing of the write an earlier node
@@ -1728,7 +1815,12 @@ class MetastoreClient:
                         if not outcome_unknown:
                             raise
                         failures[target] = f"{exc.code.value}: {exc.message}"
-                        raise _unknown_outcome(op, args, failures) from exc
+                        refused_as_node = exc
+                        other_answer = True
+                        if on_retry is not None:
+                            on_retry(exc)
+                        continue
+                    in_flight = None
                     if reply.get("ok"):
                         if endpoint is None and target in self.endpoints:
                             self._preferred = self.endpoints.index(target)
@@ -1758,12 +1850,19 @@ class MetastoreClient:
                         and not is_read
                         and not _nothing_done(error)
                     )
-                    if outcome_unknown and code in _NODE_REFUSAL_CODES:
+                    if outcome_unknown and (
+                        code in _NODE_REFUSAL_CODES or _refused_before_proposing(op, error)
+                    ):
                         # This node refused the request as a node; the write an earlier node
                         # may still apply stays unknown (raised as is, it read as "not
                         # committed", and a re-run under a fresh txn id committed twice).
+                        # Another node may still settle it with the same key: asked next.
                         failures[target] = f"{code}: {error.message}"
-                        raise _unknown_outcome(op, args, failures) from error
+                        refused_as_node = error
+                        other_answer = True
+                        if on_retry is not None:
+                            on_retry(error)
+                        continue
                     if (not _fails_over(error) and not unknown_write) or (
                         not _nothing_done(error) and not repeatable
                     ):
@@ -1771,6 +1870,7 @@ class MetastoreClient:
                     failures[target] = f"{code}: {error.message}"
                     last_server_error = error
                     outcome_unknown = outcome_unknown or unknown_write
+                    refused_unseen = refused_unseen or _nothing_done(error)
                     if on_retry is not None:
                         on_retry(error)
                     wait_ms = _ahead_wait_ms(error)
@@ -1784,16 +1884,33 @@ class MetastoreClient:
                 # Whatever hung this call should not be the first choice of the next one.
                 self._preferred = (self._preferred + 1) % len(self.endpoints)
             details: dict[str, object] = {"op": op, "timeout_ms": budget_ms, "tried": failures}
-            if op == "ddl" and "request_id" in args:
-                details["request_id"] = args["request_id"]
-            if is_read:
-                what_to_do = (
-                    f"{CHECK_CLUSTER_HINT}, or give the call more time (timeout_ms; CLI "
-                    "--timeout-ms / METASTORE_TIMEOUT_MS)"
+            details.update(_key_details(op, args))
+            more_time = (
+                f"{CHECK_CLUSTER_HINT}, or give the call more time (timeout_ms; CLI "
+                "--timeout-ms / METASTORE_TIMEOUT_MS)"
+            )
+            if not is_read and not outcome_unknown and not (in_flight and in_flight.sent):
+                # Nothing of this write can be running anywhere: no attempt was sent, or
+                # every node that got one did nothing with it. "Outcome unknown" would send
+                # its caller looking for a change that cannot have happened.
+                if in_flight is not None:
+                    failures[target] = f"deadline passed while {in_flight.stage}"
+                how = (
+                    "every node that received it answered that it did nothing with it"
+                    if refused_unseen
+                    else "its request never left this client"
                 )
+                raise NotAppliedTimeoutError(
+                    f"{op} did not complete within {budget_ms} ms ({_join_failures(failures)}); "
+                    f"it was not applied ({how}): repeating it is safe; {more_time}",
+                    details={**details, "not_applied": True, "sent": refused_unseen},
+                ) from None
+            if is_read:
+                what_to_do = more_time
             else:
                 # A write cut by the deadline may have reached a node.
                 what_to_do = "its outcome is unknown; " + _outcome_hint(op, args)
+                details["outcome_unknown"] = True
             raise RequestTimeoutError(
                 f"{op} did not complete within {budget_ms} ms"
                 + (f" ({_join_failures(failures)})" if failures else "")
@@ -1802,6 +1919,8 @@ class MetastoreClient:
             ) from None
         if last_server_error is not None:
             self._lower_unreachable_floor(last_server_error)
+        if refused_as_node is not None:
+            raise _unknown_outcome(op, args, failures) from refused_as_node
         # The last answer raised as is, unless it says "nothing done" of a write another node
         # timed out on: that one may still commit, so its outcome is unknown (UNAVAILABLE).
         if (
@@ -1810,6 +1929,12 @@ class MetastoreClient:
             and not (outcome_unknown and _nothing_done(last_server_error))
         ):
             last_server_error.details.setdefault("tried", failures)
+            if outcome_unknown:
+                # Here the last answer is a write's TIMEOUT / UNAVAILABLE that left it unknown
+                # (a nothing-done one takes the branch below): say so, with the key to repeat
+                # it with, as the client's own errors do (the CLI names the command from them).
+                last_server_error.details["outcome_unknown"] = True
+                last_server_error.details.update(_key_details(op, args))
             raise last_server_error
         where = "" if endpoint is not None else " on every endpoint"
         unknown = (
@@ -1820,12 +1945,19 @@ class MetastoreClient:
         details = {"op": op, "endpoints": failures}
         if outcome_unknown:
             details["outcome_unknown"] = True
+            details.update(_key_details(op, args))
         raise UnavailableError(
             f"{op} failed{where}: {_join_failures(failures)}{unknown}", details=details
         )
 
     async def _attempt(
-        self, endpoint: str, op: str, args: Mapping[str, Any], *, probe: bool
+        self,
+        endpoint: str,
+        op: str,
+        args: Mapping[str, Any],
+        *,
+        probe: bool,
+        mark: _SendMark | None = None,
     ) -> tuple[dict[str, Any], ReadFloors]:
         """One request to one endpoint: the reply, and the read floors of the node's cluster
         (which its answer moves). With `probe` (a repeatable op), a request still
@@ -1833,13 +1965,16 @@ class MetastoreClient:
         connection must answer within LIVENESS_PROBE_TIMEOUT_MS, or the connection is taken
         for dead (a partition, a hung node) and closed, so the caller retries elsewhere at
         once instead of spending its whole budget on a path that will never answer. A slow
-        op (a DDL waiting for leases) on a live node keeps waiting."""
+        op (a DDL waiting for leases) on a live node keeps waiting. `mark` follows the request
+        until it is handed to the transport."""
         conn = await self._connection(endpoint)
+        if mark is not None:
+            mark.stage = "sending"
         floors = self._floors_of(conn.hello.get("cluster_id"))
         args = self._with_floor(op, args, conn, floors)
         if not probe:
-            return await conn.request(op, args), floors
-        request = asyncio.ensure_future(conn.request(op, args))
+            return await conn.request(op, args, mark=mark), floors
+        request = asyncio.ensure_future(conn.request(op, args, mark=mark))
         try:
             while True:
                 done, _ = await asyncio.wait({request}, timeout=LIVENESS_PROBE_AFTER_MS / 1000)
@@ -2085,8 +2220,20 @@ def _unknown_outcome(
     return UnavailableError(
         f"{op} failed: {_join_failures(failures)}; its outcome is unknown (a node could not "
         "confirm it); " + _outcome_hint(op, args),
-        details={"op": op, "endpoints": dict(failures), "outcome_unknown": True},
+        details={
+            "op": op,
+            "endpoints": dict(failures),
+            "outcome_unknown": True,
+            **_key_details(op, args),
+        },
     )
+
+
+def _key_details(op: str, args: Mapping[str, Any]) -> dict[str, object]:
+    """The key a write whose outcome is unknown is repeated with ({"request_id": ...}), for
+    the caller to read from the error's details (the CLI prints the flag that sends it)."""
+    keyed = _write_key(op, args)
+    return {} if keyed is None else {keyed[0]: keyed[1]}
 
 
 def _outcome_hint(op: str, args: Mapping[str, Any]) -> str:
@@ -2111,6 +2258,10 @@ _KEYED_WRITES: Final = {
     "commit": ("txn_id", "it commits once (committed_txn tells whether it did)"),
     "ddl": ("request_id", "it is applied once"),
     "pts_protect": ("record_id", "it makes one record"),
+    # A revocation is permanent and the same request id is applied once (a repeat answers
+    # the first one's result); the node that receives a repeat refuses it as "in use" only
+    # once it has caught up with the log and still finds the certificate unrevoked.
+    "cert_revoke": ("request_id", "it is applied once (a repeat answers the first result)"),
 }
 
 
@@ -2121,6 +2272,18 @@ def _write_key(op: str, args: Mapping[str, Any]) -> tuple[str, str] | None:
     key = _KEYED_WRITES[op][0]
     value = args.get(key)
     return (key, value) if isinstance(value, str) and value else None
+
+
+def _refused_before_proposing(op: str, error: MetastoreError) -> bool:
+    """A check the receiving node makes on its own view before it proposes anything, so no
+    verdict on a write an earlier node may still apply: `cert_revoke` refused because that
+    node sees the certificate on a live peer link (`details.in_use_by`). The first attempt,
+    checked elsewhere, may yet be applied."""
+    return (
+        op == "cert_revoke"
+        and error.code is ErrorCode.INVALID_ARGUMENT
+        and "in_use_by" in error.details
+    )
 
 
 def _fails_over(error: MetastoreError) -> bool:
@@ -2543,16 +2706,36 @@ class SyncMetastoreClient:
         return self._sync(self._client.ddl, sql, request_id, wait_ms=wait_ms, on_blocked=on_blocked)
 
     def create_namespace(
-        self, name: str, *, comment: str | None = None, if_not_exists: bool = False
+        self,
+        name: str,
+        *,
+        comment: str | None = None,
+        if_not_exists: bool = False,
+        request_id: str | None = None,
     ) -> dict[str, Any]:
         return self._sync(
-            self._client.create_namespace, name, comment=comment, if_not_exists=if_not_exists
+            self._client.create_namespace,
+            name,
+            comment=comment,
+            if_not_exists=if_not_exists,
+            request_id=request_id,
         )
 
     def drop_namespace(
-        self, name: str, *, if_exists: bool = False, cascade: bool = False
+        self,
+        name: str,
+        *,
+        if_exists: bool = False,
+        cascade: bool = False,
+        request_id: str | None = None,
     ) -> dict[str, Any]:
-        return self._sync(self._client.drop_namespace, name, if_exists=if_exists, cascade=cascade)
+        return self._sync(
+            self._client.drop_namespace,
+            name,
+            if_exists=if_exists,
+            cascade=cascade,
+            request_id=request_id,
+        )
 
     def add_node(
         self,
@@ -2579,9 +2762,20 @@ class SyncMetastoreClient:
         return self._sync(self._client.remove_node, node_id, timeout_ms=timeout_ms)
 
     def revoke_cert(
-        self, fingerprint: str, *, node_id: int = 0, force: bool = False
+        self,
+        fingerprint: str,
+        *,
+        node_id: int = 0,
+        force: bool = False,
+        request_id: str | None = None,
     ) -> dict[str, Any]:
-        return self._sync(self._client.revoke_cert, fingerprint, node_id=node_id, force=force)
+        return self._sync(
+            self._client.revoke_cert,
+            fingerprint,
+            node_id=node_id,
+            force=force,
+            request_id=request_id,
+        )
 
     def revoked_certs(self) -> dict[str, Any]:
         return self._sync(self._client.revoked_certs)

@@ -3459,8 +3459,22 @@ class ApiServer:
         fingerprint = normalize_fingerprint(_req_str(args, "fingerprint", 256))
         node_id = _opt_int(args, "node_id", 0, L.NODE_ID_MAX) or 0
         force = _opt_bool(args, "force", False)
-        in_use = self._certificate_users(fingerprint)
-        if in_use and not force:
+        request_id = _opt_str(args, "request_id", mlimits.MAX_REQUEST_ID_CHARS) or ""
+        # One deadline for the whole call: a catch-up before a refusal, then the proposal.
+        deadline = time.monotonic() + _timeout(args) / 1000
+        in_use = [] if force else self._certificate_users(fingerprint)
+        if in_use and not self.sm.state.revoked.is_revoked(fingerprint):
+            # A repeat of a revocation whose reply was lost (the client sends the same
+            # request_id to another node) must not be refused by a node that has not applied
+            # it yet and so still keeps a link that uses the certificate: the refusal rests on
+            # a state that has applied every entry committed before the call. A node that
+            # cannot catch up answers NOT_READY or a catch-up TIMEOUT (nothing done), and the
+            # client asks another node. Apply is unchanged: a revoked certificate stays
+            # revoked, and the same request id answers its recorded result.
+            self._require_ready()
+            await self._catch_up(deadline)
+            in_use = self._certificate_users(fingerprint)
+        if in_use and not self.sm.state.revoked.is_revoked(fingerprint):
             # Revoking it cuts those members off at once: the rotation order is new certificate
             # first, then the revocation. An emergency (a leaked key) may pass force.
             raise InvalidArgumentError(
@@ -3471,16 +3485,18 @@ class ApiServer:
                 details={"fingerprint": fingerprint, "in_use_by": in_use},
             )
         cmd = RevokeCerts(
-            request_id=_opt_str(args, "request_id", mlimits.MAX_REQUEST_ID_CHARS) or "",
+            request_id=request_id,
             fingerprints=(fingerprint,),
             node_id=node_id,
             reason="operator",
             by=session.client[: mlimits.MAX_SESSION_LABEL_CHARS],
         )
-        applied = await self._propose_command(session, cmd, _timeout(args))
+        applied = await self._propose_command(session, cmd, _ms_left(deadline))
         result = dict(applied["result"])
         result["fingerprint"] = fingerprint
         result["tm"] = applied["tm"]
+        # A repeat of the same request id: the first one's result, as apply recorded it.
+        result["deduplicated"] = bool(applied.get("deduplicated"))
         return result
 
     async def _apply_version(self, session: Session, args: Args) -> dict[str, Any]:

@@ -53,6 +53,7 @@ def test_refinements_keep_their_code_and_round_trip() -> None:
         errors.AmbiguousFileColumnError,
         errors.ProtectionLapsedError,
         errors.CatchUpTimeoutError,
+        errors.NotAppliedTimeoutError,
     ]
     for cls in refinements:
         assert issubclass(cls, error_class(cls.code))
