@@ -82,7 +82,12 @@ from raft.errors import (
     TransportConfigError,
 )
 from raft.framing import msgpack_bin_header, unpack_msgpack
-from raft.limits import PEER_FRAME_BYTES_MAX, PEER_FRAME_ITEMS_MAX
+from raft.limits import (
+    PEER_FRAME_BYTES_MAX,
+    PEER_FRAME_ITEMS_MAX,
+    SNAPSHOT_SAVE_RETRY_MS_MAX,
+    SNAPSHOT_SAVE_RETRY_MS_MIN,
+)
 from raft.oserror import errno_text
 from raft.ratelimit import LogBudget
 from raft.tls import TlsFiles
@@ -90,8 +95,10 @@ from raft.transport import PeerTransport, check_peers
 from raft.wal import (
     WAL_RECORD_BYTES_MAX,
     PreparedSnapshot,
+    RecordTooLargeError,
     RecoveredState,
     WalError,
+    WalIOError,
     WriteAheadLog,
 )
 from raft.wire import decode_address_book, encode_address_book
@@ -340,6 +347,9 @@ class NodeStatus:
     counters: dict[str, float] = field(default_factory=dict)
     # A leader's last heartbeat round trip to each follower (seconds; see _note_heartbeat_acked).
     peer_round_trip_s: dict[NodeId, float] = field(default_factory=dict)
+    # Why this node's last attempt to save a snapshot of its own failed ("" = it did not, or
+    # a later one succeeded): it serves from its log meanwhile and tries again (_maybe_snapshot).
+    snapshot_save_error: str = ""
 
 
 @dataclass(slots=True)
@@ -517,6 +527,13 @@ class RaftNode:
         self.snapshot_save_seconds_total = 0.0
         self.snapshot_last_saved_bytes = 0
         self._snapshot_started = 0.0
+        # Saves of this node's own snapshot that failed with the log intact (see
+        # _snapshot_save_failed), the last one's error ("" once one succeeds), and when the
+        # next may start (time.monotonic) after the current backoff.
+        self.snapshot_save_failures = 0
+        self.snapshot_save_error = ""
+        self._snapshot_retry_at = 0.0
+        self._snapshot_retry_ms = 0
         self.snapshots_installed = 0
         self.snapshot_install_seconds_total = 0.0
         self.snapshot_last_installed_bytes = 0
@@ -1031,6 +1048,7 @@ class RaftNode:
             unusable_address_books=self.unusable_address_books,
             counters=self.metrics_counters(),
             peer_round_trip_s=dict(self._peer_round_trip_s),
+            snapshot_save_error=self.snapshot_save_error,
         )
 
     def metrics_counters(self) -> dict[str, float]:
@@ -1046,6 +1064,7 @@ class RaftNode:
             "snapshots_saved": self.snapshots_saved,
             "snapshot_save_seconds_total": self.snapshot_save_seconds_total,
             "snapshot_last_saved_bytes": self.snapshot_last_saved_bytes,
+            "snapshot_save_failures": self.snapshot_save_failures,
             "snapshots_installed": self.snapshots_installed,
             "snapshot_install_seconds_total": self.snapshot_install_seconds_total,
             "snapshot_last_installed_bytes": self.snapshot_last_installed_bytes,
@@ -1780,6 +1799,8 @@ class RaftNode:
             return
         if core.log.applied - core.snapshot.meta.index < self.config.snapshot_every_entries:
             return
+        if self._snapshot_retry_at and time.monotonic() < self._snapshot_retry_at:
+            return  # the last save failed: wait out its backoff (applies keep calling here)
         # The WAL writes the parts one after the other (never joined: that would be a second
         # copy of the state), and the core keeps what it stored: a large snapshot mapped from
         # its file, so the state's bytes built here go once it is written instead of living
@@ -1799,16 +1820,50 @@ class RaftNode:
 
     def _commit_snapshot(self, core: RaftCore, task: asyncio.Task[PreparedSnapshot]) -> None:
         self._snapshot_task = None
-        prepared = task.result()  # a snapshot that could not be written is fatal, as before
-        stored = self._wal().commit_snapshot(prepared)
+        wal = self._wal()
+        try:
+            stored = wal.commit_snapshot(task.result())
+        except (WalIOError, RecordTooLargeError) as exc:
+            if wal.failed:
+                raise  # the log itself is in doubt (a directory sync, a compaction): stop
+            self._snapshot_save_failed(exc)
+            return
         if stored is None:
             return  # a snapshot from the leader was installed meanwhile
+        if self.snapshot_save_error:
+            log.warning(
+                "snapshot saved again after %d failed attempts", self.snapshot_save_failures
+            )
+        self.snapshot_save_error = ""
+        self._snapshot_retry_at = 0.0
+        self._snapshot_retry_ms = 0
         core.compact_log(stored, keep_entries=self.config.snapshot_keep_entries)
         # Encode, write, sync and commit: what the operator waits for (the encode holds the loop).
         self.snapshots_saved += 1
         self.snapshot_save_seconds_total += time.perf_counter() - self._snapshot_started
         self.snapshot_last_saved_bytes = len(stored.data)
         log.info("snapshot taken", extra={"index": stored.meta.index, "bytes": len(stored.data)})
+
+    def _snapshot_save_failed(self, exc: WalIOError | RecordTooLargeError) -> None:
+        """This node's own snapshot could not be saved (ENOSPC or EIO while its file was
+        written, synced or renamed into place; or a state over SNAPSHOT_BYTES_MAX), and the
+        log is intact: its temporary file is gone and the older snapshot and every entry
+        after it remain. A snapshot only bounds the log and a restart's replay, so the node
+        goes on serving from its log (which grows meanwhile), says so (status, metrics, one
+        error line per attempt) and tries again after a backoff. A failure that leaves the
+        log itself in doubt stops the node instead (_commit_snapshot)."""
+        self.snapshot_save_failures += 1
+        self.snapshot_save_error = str(exc)
+        self._snapshot_retry_ms = min(
+            SNAPSHOT_SAVE_RETRY_MS_MAX, max(SNAPSHOT_SAVE_RETRY_MS_MIN, 2 * self._snapshot_retry_ms)
+        )
+        self._snapshot_retry_at = time.monotonic() + self._snapshot_retry_ms / 1000
+        log.error(
+            "%s; this node goes on serving from its log (which grows until a snapshot is "
+            "saved) and tries again in %d ms: free space or fix the device",
+            exc,
+            self._snapshot_retry_ms,
+        )
 
     def _set_addresses(self, addresses: Mapping[NodeId, Address], *, applied_index: int) -> None:
         """The address book as of an applied CONF entry (or snapshot) at `applied_index`."""

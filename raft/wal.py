@@ -1250,6 +1250,12 @@ class WriteAheadLog:
     ) -> None:
         self.close()
 
+    @property
+    def failed(self) -> bool:
+        """An I/O error left the log in doubt: it takes no more writes (`WalFailedError`).
+        A snapshot file that could not be written or renamed into place does not fail it."""
+        return self._failed is not None
+
     def stats(self) -> WalStats:
         return WalStats(
             bytes_written=self._bytes_written,

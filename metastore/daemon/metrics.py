@@ -105,6 +105,12 @@ class _StatusFamilies(Collector):
             value=raft.get("snapshot_last_installed_bytes", 0),
         )
         yield CounterMetricFamily(
+            "metastore_snapshot_save_failures",
+            "snapshots this node could not save (ENOSPC, EIO; its log intact): it serves from "
+            "its log and tries again with backoff",
+            value=raft.get("snapshot_save_failures", 0),
+        )
+        yield CounterMetricFamily(
             "metastore_snapshot_sends",
             "snapshots this node sent as leader to followers too far behind for entries",
             value=raft.get("snapshots_sent", 0),
