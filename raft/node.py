@@ -81,6 +81,7 @@ from raft.errors import (
     RaftError,
     TransportConfigError,
 )
+from raft.filebytes import FileBytes, FileReadError, SnapshotData
 from raft.framing import msgpack_bin_header, unpack_msgpack
 from raft.limits import (
     PEER_FRAME_BYTES_MAX,
@@ -247,9 +248,12 @@ class StateMachine(Protocol):
         buffer that `apply` changes: the node writes them to disk from another thread while
         it applies the entries that follow)."""
 
-    def restore(self, data: bytes | memoryview) -> None:
-        """Replace the whole state (b"" means empty). A large state comes as a read-only view
-        of a mapped file: decode it, do not keep a reference to it."""
+    def restore(self, data: SnapshotData) -> None:
+        """Replace the whole state (b"" means empty). A large state comes as a FileBytes, left
+        in its file (raft.filebytes): read it in chunks (`chunks`, or `FileBytesReader` for a
+        streaming decoder) and do not keep a reference to it. Its reads raise FileReadError
+        (an OSError) when the disk fails them: let it propagate (the node stops on it, as on
+        any storage fault)."""
 
     # Optional: `prepare_restore(data) -> Callable[[], None]`, the first half of `restore`:
     # run in a worker thread when a follower installs a leader's snapshot, while the loop goes
@@ -392,17 +396,18 @@ def wrap_snapshot_parts(
 
 
 def unwrap_snapshot_data(
-    data: bytes | memoryview,
-) -> tuple[bytes | memoryview, dict[NodeId, Address]]:
-    """(app_data, addresses) of a `wrap_snapshot_data` payload. app_data is a view into `data`,
-    not a copy (unpacking would copy the whole state): the layout is the one written above.
-    Raises RaftError for a payload of another layout, SnapshotAddressBookError for an address
-    book that is not one (`raft.wire.decode_address_book`)."""
+    data: SnapshotData,
+) -> tuple[SnapshotData, dict[NodeId, Address]]:
+    """(app_data, addresses) of a `wrap_snapshot_data` payload. app_data is a view (or file
+    range) into `data`, not a copy (unpacking would copy the whole state): the layout is the
+    one written above. Raises RaftError for a payload of another layout,
+    SnapshotAddressBookError for an address book that is not one
+    (`raft.wire.decode_address_book`), FileReadError when `data`'s file cannot be read."""
     app_data, packed_book = _split_snapshot_data(data)
     return app_data, _decode_snapshot_address_book(packed_book)
 
 
-def snapshot_app_data(data: bytes | memoryview) -> bytes | memoryview:
+def snapshot_app_data(data: SnapshotData) -> SnapshotData:
     """The application state of a `wrap_snapshot_data` payload (a view, not a copy), whatever
     its address book holds: for a tool that needs only the state (an offline backup), as the
     node itself keeps the state of a snapshot whose book it cannot use (`_unwrap_snapshot`).
@@ -416,23 +421,30 @@ class SnapshotAddressBookError(RaftError):
     code = "snapshot_address_book_malformed"
 
 
-def _split_snapshot_data(
-    data: bytes | memoryview,
-) -> tuple[bytes | memoryview, bytes | memoryview]:
+# The address book after a snapshot's state: a few dozen bytes per member.
+_SNAPSHOT_BOOK_BYTES_MAX: Final = 1024 * 1024
+
+
+def _split_snapshot_data(data: SnapshotData) -> tuple[SnapshotData, bytes | memoryview]:
     """(app_data, the address book's msgpack) of a `wrap_snapshot_data` payload."""
     if not data:
         return b"", b""
-    view = memoryview(data)
-    if bytes(view[:2]) != b"\x93\x01":
-        raise RaftError(f"unknown snapshot format (starts with {bytes(view[:2]).hex()})")
-    width = {0xC4: 1, 0xC5: 2, 0xC6: 4}.get(view[2] if len(view) > 2 else -1)
-    if width is None or len(view) < 3 + width:
+    head = data.read(0, 8) if isinstance(data, FileBytes) else memoryview(data)
+    if bytes(head[:2]) != b"\x93\x01":
+        raise RaftError(f"unknown snapshot format (starts with {bytes(head[:2]).hex()})")
+    width = {0xC4: 1, 0xC5: 2, 0xC6: 4}.get(head[2] if len(head) > 2 else -1)
+    if width is None or len(head) < 3 + width:
         raise RaftError("snapshot payload: application data is not a msgpack bin value")
-    size = int.from_bytes(view[3 : 3 + width], "big")
+    size = int.from_bytes(head[3 : 3 + width], "big")
     start = 3 + width
-    if start + size > len(view):
+    if start + size > len(data):
         raise RaftError("snapshot payload: application data runs past its end")
-    return view[start : start + size], view[start + size :]
+    if not isinstance(data, FileBytes):
+        view = memoryview(data)
+        return view[start : start + size], view[start + size :]
+    if len(data) - start - size > _SNAPSHOT_BOOK_BYTES_MAX:
+        raise RaftError("snapshot payload: address book over 1 MiB")
+    return data.slice(start, start + size), data.read(start + size, len(data))
 
 
 def _decode_snapshot_address_book(packed: bytes | memoryview) -> dict[NodeId, Address]:
@@ -633,7 +645,8 @@ class RaftNode:
             cluster_id=cfg.cluster_id,
             tls=cfg.tls,
             revoked=cfg.peer_revoked,
-            # A snapshot from the leader is spooled to disk and mapped, never held on the heap.
+            # A snapshot from the leader is spooled to disk and read from there, never held on
+            # the heap.
             snapshot_spool_dir=cfg.data_dir / SNAPSHOT_SPOOL_DIR,
         )
         await self.transport.start()
@@ -1218,8 +1231,8 @@ class RaftNode:
         count = len(self._inbox)
         if type(m) in _INBOX_KEPT_TYPES:
             if count < INBOX_MESSAGES_MAX + INBOX_RESERVED_MESSAGES:
-                # A snapshot small enough for one frame is on the heap (a chunked one is a
-                # mapped spool file): its bytes count as entries do.
+                # A snapshot small enough for one frame is on the heap (a chunked one is in
+                # its spool file): its bytes count as entries do.
                 data = m.snapshot.data if type(m) is InstallSnapshot else b""
                 if type(data) is not bytes or not data:
                     return True
@@ -1495,9 +1508,10 @@ class RaftNode:
             raise
         except BaseException as exc:  # the node must stop, not limp on with unknown state
             self.stopped_reason = f"fatal: {type(exc).__name__}: {exc}"
-            if isinstance(exc, WalError):
-                # The disk failed (ENOSPC, EIO): the log's error names the operation, the file
-                # and the errno and says what to do; a traceback would only bury that line.
+            if isinstance(exc, WalError | FileReadError):
+                # The disk failed (ENOSPC, EIO; a snapshot's file unreadable or truncated while
+                # it was restored): the error names the operation, the file and the errno; a
+                # traceback would only bury that line.
                 log.critical("raft node stopping on a storage error: %s", exc)
             else:
                 log.critical("raft node stopping on a fatal error: %s", exc, exc_info=exc)
@@ -1661,8 +1675,8 @@ class RaftNode:
                 )
                 self.fsync_seconds_total += time.perf_counter() - started
                 if stored is not None:
-                    # The log's copy (mapped from its own file), not the received one (a map
-                    # of the transport's deleted spool file, whose disk space it would keep).
+                    # The log's copy (in its own file), not the received one (the transport's
+                    # deleted spool file, whose disk space it would keep while open).
                     self._core().adopt_stored_snapshot(stored)
         if rd.messages:
             for m in rd.messages:
@@ -1802,9 +1816,9 @@ class RaftNode:
         if self._snapshot_retry_at and time.monotonic() < self._snapshot_retry_at:
             return  # the last save failed: wait out its backoff (applies keep calling here)
         # The WAL writes the parts one after the other (never joined: that would be a second
-        # copy of the state), and the core keeps what it stored: a large snapshot mapped from
-        # its file, so the state's bytes built here go once it is written instead of living
-        # until the next snapshot (and a transfer to a follower reads the file's pages).
+        # copy of the state), and the core keeps what it stored: a large snapshot left in its
+        # file, so the state's bytes built here go once it is written instead of living
+        # until the next snapshot (and a transfer to a follower reads the file).
         # The address book as of the applied index (the snapshot's), not `self.addresses`: that
         # also holds the members of CONF entries appended after it, which may never commit.
         self._snapshot_started = time.perf_counter()
@@ -1969,9 +1983,7 @@ class RaftNode:
         over = self.config.dial_overrides
         return {n: over.get(n, a) for n, a in addresses.items() if n != self.node_id}
 
-    def _unwrap_snapshot(
-        self, data: bytes | memoryview
-    ) -> tuple[bytes | memoryview, dict[NodeId, Address]]:
+    def _unwrap_snapshot(self, data: SnapshotData) -> tuple[SnapshotData, dict[NodeId, Address]]:
         """A snapshot's state and address book. An unusable book is handled as a CONF entry's
         (see _conf_entry_addresses): logged, counted, and the addresses known stay."""
         app_data, packed_book = _split_snapshot_data(data)
