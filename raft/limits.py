@@ -128,6 +128,12 @@ SNAPSHOT_TRANSFER_BYTES_MAX = 1024 * _MIB + 16 * _MIB
 # what was in flight) is sent twice.
 SNAPSHOT_ACK_INTERVAL_BYTES = 8 * _MIB
 
+# A snapshot a leader could not read for a transfer (its file truncated, EIO: the transfer was
+# given up with an error line) is not sent to that peer again for this long: the core retries
+# every couple of election timeouts, and each try would read and fail (and log) again. A newer
+# snapshot is sent at once.
+SNAPSHOT_UNREADABLE_RETRY_MS = 30_000
+
 # A receiver deletes a transfer it holds part of (its spool file) once no chunk of it arrived
 # for this long: its sender restarted, or stopped sending it (deposed, or the follower caught
 # up from another leader), and nothing else would ever end it. A sender that goes on later

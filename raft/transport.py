@@ -225,6 +225,7 @@ from raft.limits import (
     SNAPSHOT_CHUNKS_PER_ROUND,
     SNAPSHOT_TRANSFER_BYTES_MAX,
     SNAPSHOT_TRANSFER_IDLE_MS,
+    SNAPSHOT_UNREADABLE_RETRY_MS,
     STRANGERS_PER_HOST_MAX,
 )
 from raft.ratelimit import LogBudget
@@ -644,6 +645,8 @@ class _Link:
         "snapshot_transfers_started",
         "snapshot_transfers_unreadable",
         "task",
+        "unreadable_key",
+        "unreadable_until",
         "version",
         "wakeup",
         "warnings",
@@ -703,6 +706,10 @@ class _Link:
         self.snapshot_transfers_replaced = 0
         self.snapshot_transfers_failed = 0
         self.snapshot_transfers_unreadable = 0
+        # The last snapshot found unreadable for this peer (its key) and until when (monotonic)
+        # it is not tried again (SNAPSHOT_UNREADABLE_RETRY_MS).
+        self.unreadable_key: tuple[int, int, int] | None = None
+        self.unreadable_until = 0.0
         self.snapshot_chunk_bytes_sent = 0
         self.snapshot_send_seconds_total = 0.0
         self.snapshot_transfers_received = 0
@@ -1178,6 +1185,8 @@ class PeerTransport:
             )
             return
         key = (msg.term, meta.index, meta.term)
+        if key == link.unreadable_key and time.monotonic() < link.unreadable_until:
+            return  # found unreadable moments ago (said then): the core's retry is dropped
         out = link.outgoing
         if out is not None and out.key == key:
             # The core's retry of the snapshot being transferred: not a reason to start over.
@@ -1227,13 +1236,16 @@ class PeerTransport:
         if link.outgoing is out:
             link.outgoing = None
         link.snapshot_transfers_unreadable += 1
+        link.unreadable_key = out.key
+        link.unreadable_until = time.monotonic() + SNAPSHOT_UNREADABLE_RETRY_MS / 1000
         self._log.error(
             "snapshot transfer %016x to peer %d given up: the snapshot cannot be read (%s); "
-            "check the device (the kernel log); a newer snapshot or a restart of this node "
-            "ends it",
+            "check the device (the kernel log); tried again in %d s, and a newer snapshot or "
+            "a restart of this node ends it",
             out.transfer_id,
             link.peer_id,
             exc,
+            SNAPSHOT_UNREADABLE_RETRY_MS // 1000,
         )
 
     def drop_snapshot_transfers(self) -> int:
