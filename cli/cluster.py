@@ -1056,6 +1056,11 @@ def _clock_note(alarm: object) -> str:
     )
 
 
+def _snapshot_note(error: object) -> str:
+    """The node could not save its own snapshot (raft.node): it serves, its log grows."""
+    return f"snapshot not saved (serving from its log): {error}" if error else ""
+
+
 def _status_table(results: list[EndpointResult]) -> RenderableType:
     rows = []
     for r in results:
@@ -1073,7 +1078,9 @@ def _status_table(results: list[EndpointResult]) -> RenderableType:
                     safe_time_lag_cell(s),
                     _leader_offset(s),
                     s.get("ready"),
-                    s.get("clock_fenced") or _clock_note(s.get("clock_alarm")),
+                    s.get("clock_fenced")
+                    or _snapshot_note(s.get("snapshot_save_error"))
+                    or _clock_note(s.get("clock_alarm")),
                 ]
             )
         elif r.error is not None:

@@ -11,6 +11,7 @@ from typing import Any, Final
 import msgpack
 
 from metastore.errors import MalformedSnapshotError
+from raft.filebytes import FileBytes, FileBytesReader, SnapshotData
 
 # Containers this many levels deep (the top map is level 0) or deeper are decoded by one call
 # of msgpack's C decoder; shallower ones item by item. A table's file entries are level 5 (top
@@ -31,7 +32,7 @@ _MAP_HEADERS: Final = frozenset([*range(0x80, 0x90), 0xDE, 0xDF])
 
 class _ViewReader:
     """A file-like reader over a buffer: msgpack's Unpacker copies one chunk at a time, never
-    the whole snapshot (a large one is a mapped file and stays off the heap)."""
+    the whole snapshot (a large one stays in its file, read through FileBytesReader)."""
 
     def __init__(self, view: memoryview) -> None:
         self._view = view
@@ -42,28 +43,34 @@ class _ViewReader:
         self._pos += len(chunk)
         return chunk
 
+    def byte_at(self, position: int) -> int:
+        return self._view[position]
 
-def _unpack_one(unpacker: msgpack.Unpacker, view: memoryview, depth: int) -> object:
+
+def _unpack_one(
+    unpacker: msgpack.Unpacker, reader: _ViewReader | FileBytesReader, depth: int
+) -> object:
     # A module function, not a closure calling itself: that would be a reference cycle, left
     # for the collector (the node process freezes it out of its scans: it would stay).
     if depth < UNPACK_STEP_DEPTH:
-        header = view[unpacker.tell()]
+        header = reader.byte_at(unpacker.tell())
         if header in _ARRAY_HEADERS:
             return [
-                _unpack_one(unpacker, view, depth + 1) for _ in range(unpacker.read_array_header())
+                _unpack_one(unpacker, reader, depth + 1)
+                for _ in range(unpacker.read_array_header())
             ]
         if header in _MAP_HEADERS:
             out: dict[object, object] = {}
             for _ in range(unpacker.read_map_header()):
-                key = _unpack_one(unpacker, view, depth + 1)
+                key = _unpack_one(unpacker, reader, depth + 1)
                 if type(key) is not str and type(key) is not bytes:
                     raise ValueError(f"{type(key).__name__} is not allowed for map key")
-                out[key] = _unpack_one(unpacker, view, depth + 1)
+                out[key] = _unpack_one(unpacker, reader, depth + 1)
             return out
     return unpacker.unpack()
 
 
-def unpack_in_steps(data: bytes | memoryview) -> Any:
+def unpack_in_steps(data: SnapshotData) -> Any:
     """What `msgpack.unpackb(data, raw=False, strict_map_key=True, use_list=True)` returns, in
     many short calls of the C decoder instead of one.
 
@@ -73,10 +80,17 @@ def unpack_in_steps(data: bytes | memoryview) -> Any:
     calls here the interpreter hands the GIL to the loop (every `sys.getswitchinterval()`).
     Raises what msgpack raises on bad input (ValueError, its own errors), and ValueError for
     bytes after the object (unpackb's ExtraData) and non-string map keys (strict_map_key)."""
-    view = memoryview(data).cast("B")
-    size = max(len(view), 1)
+    reader: _ViewReader | FileBytesReader
+    if isinstance(data, FileBytes):
+        # A large snapshot stays in its file, read a chunk at a time (raft.filebytes): a disk
+        # error is then a FileReadError (an OSError), which the caller lets through.
+        reader, length = FileBytesReader(data), len(data)
+    else:
+        view = memoryview(data).cast("B")
+        reader, length = _ViewReader(view), len(view)
+    size = max(length, 1)
     unpacker = msgpack.Unpacker(
-        _ViewReader(view),
+        reader,
         raw=False,
         strict_map_key=True,
         use_list=True,
@@ -84,8 +98,8 @@ def unpack_in_steps(data: bytes | memoryview) -> Any:
         read_size=min(UNPACK_READ_BYTES, size),
     )
 
-    obj = _unpack_one(unpacker, view, 0)
-    if unpacker.tell() != len(view):
+    obj = _unpack_one(unpacker, reader, 0)
+    if unpacker.tell() != length:
         raise ValueError(f"extra data after the snapshot (at byte {unpacker.tell()})")
     return obj
 

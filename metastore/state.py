@@ -109,6 +109,7 @@ from metastore.txn import (
     TxnLog,
     TxnLogStats,
 )
+from raft.filebytes import FileReadError, SnapshotData
 
 # 2: the transaction log and table locations. Version 1 snapshots (no txn log) still load: every
 # incarnation is registered with no files. Namespace incarnations changed the catalog's own data
@@ -730,10 +731,14 @@ class MetastoreState:
         return SnapshotEncoder(data, rows_at=("txns", "tables"))
 
     @staticmethod
-    def from_snapshot(data: bytes | memoryview) -> MetastoreState:
-        """Rebuild a state; corrupt or inconsistent bytes raise MalformedSnapshotError."""
+    def from_snapshot(data: SnapshotData) -> MetastoreState:
+        """Rebuild a state; corrupt or inconsistent bytes raise MalformedSnapshotError, and a
+        snapshot file the disk cannot read raises FileReadError (an OSError: a storage fault,
+        not a malformed snapshot)."""
         try:
             obj = unpack_in_steps(data)
+        except FileReadError:
+            raise
         # msgpack documents that it may raise outside its own exception hierarchy.
         except Exception as e:  # noqa: BLE001
             raise MalformedSnapshotError(f"snapshot is not msgpack: {type(e).__name__}") from None

@@ -30,6 +30,7 @@ from hlc import HybridClock, SystemClock
 from raft.core.errors import NotLeaderError, RaftCoreError
 from raft.core.types import Entry, EntryKind
 from raft.errors import RaftError
+from raft.filebytes import FILE_BYTES_CHUNK_BYTES, FileBytes, FileBytesReader, SnapshotData
 from raft.framing import NEED_DATA, FrameDecoder, encode_frame
 from raft.node import NodeConfig, RaftNode
 from raft.transport import load_or_create_secret
@@ -60,8 +61,18 @@ class EchoStateMachine:
     def snapshot(self) -> bytes:
         return msgpack.packb(self.payloads)
 
-    def restore(self, data: bytes | memoryview) -> None:
-        self.payloads = list(msgpack.unpackb(data)) if data else []
+    def restore(self, data: SnapshotData) -> None:
+        if isinstance(data, FileBytes):
+            # Streamed from the file a chunk at a time: the heap holds the payloads (the
+            # state) and one read buffer, never a second copy of the encoded snapshot.
+            unpacker = msgpack.Unpacker(
+                FileBytesReader(data),
+                read_size=FILE_BYTES_CHUNK_BYTES,
+                max_buffer_size=max(len(data), 1),
+            )
+            self.payloads = list(unpacker.unpack())
+        else:
+            self.payloads = list(msgpack.unpackb(data)) if data else []
         self._digest = hashlib.sha256()
         for p in self.payloads:
             self._digest.update(len(p).to_bytes(4, "big"))

@@ -97,6 +97,16 @@ SECRET_BYTES_MIN = 32
 # A secret file larger than this is not a secret file; refuse rather than read it.
 SECRET_FILE_BYTES_MAX = 4096
 
+# ---- snapshots a node takes of its own state (raft.node) -------------------------------------
+
+# A snapshot that could not be saved (ENOSPC, EIO while its file is written or renamed into
+# place: the log itself is intact) is tried again after this long, doubled after each failure
+# up to the maximum, and the node goes on serving from its log meanwhile. Saving a snapshot
+# only bounds the log's size and a restart's replay; trying at every applied entry would
+# encode the whole state again and again on a disk that is full.
+SNAPSHOT_SAVE_RETRY_MS_MIN = 1_000
+SNAPSHOT_SAVE_RETRY_MS_MAX = 60_000
+
 # ---- snapshot transfers (raft.transport) ----------------------------------------------------
 
 # An InstallSnapshot whose encoding is larger than this travels as a transfer of chunk frames of
@@ -117,6 +127,12 @@ SNAPSHOT_TRANSFER_BYTES_MAX = 1024 * _MIB + 16 * _MIB
 # reconnect the sender continues from the last acknowledged offset, so at most this much (plus
 # what was in flight) is sent twice.
 SNAPSHOT_ACK_INTERVAL_BYTES = 8 * _MIB
+
+# A snapshot a leader could not read for a transfer (its file truncated, EIO: the transfer was
+# given up with an error line) is not sent to that peer again for this long: the core retries
+# every couple of election timeouts, and each try would read and fail (and log) again. A newer
+# snapshot is sent at once.
+SNAPSHOT_UNREADABLE_RETRY_MS = 30_000
 
 # A receiver deletes a transfer it holds part of (its spool file) once no chunk of it arrived
 # for this long: its sender restarted, or stopped sending it (deposed, or the follower caught

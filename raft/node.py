@@ -81,8 +81,14 @@ from raft.errors import (
     RaftError,
     TransportConfigError,
 )
+from raft.filebytes import FileBytes, FileReadError, SnapshotData
 from raft.framing import msgpack_bin_header, unpack_msgpack
-from raft.limits import PEER_FRAME_BYTES_MAX, PEER_FRAME_ITEMS_MAX
+from raft.limits import (
+    PEER_FRAME_BYTES_MAX,
+    PEER_FRAME_ITEMS_MAX,
+    SNAPSHOT_SAVE_RETRY_MS_MAX,
+    SNAPSHOT_SAVE_RETRY_MS_MIN,
+)
 from raft.oserror import errno_text
 from raft.ratelimit import LogBudget
 from raft.tls import TlsFiles
@@ -90,8 +96,10 @@ from raft.transport import PeerTransport, check_peers
 from raft.wal import (
     WAL_RECORD_BYTES_MAX,
     PreparedSnapshot,
+    RecordTooLargeError,
     RecoveredState,
     WalError,
+    WalIOError,
     WriteAheadLog,
 )
 from raft.wire import decode_address_book, encode_address_book
@@ -240,9 +248,12 @@ class StateMachine(Protocol):
         buffer that `apply` changes: the node writes them to disk from another thread while
         it applies the entries that follow)."""
 
-    def restore(self, data: bytes | memoryview) -> None:
-        """Replace the whole state (b"" means empty). A large state comes as a read-only view
-        of a mapped file: decode it, do not keep a reference to it."""
+    def restore(self, data: SnapshotData) -> None:
+        """Replace the whole state (b"" means empty). A large state comes as a FileBytes, left
+        in its file (raft.filebytes): read it in chunks (`chunks`, or `FileBytesReader` for a
+        streaming decoder) and do not keep a reference to it. Its reads raise FileReadError
+        (an OSError) when the disk fails them: let it propagate (the node stops on it, as on
+        any storage fault)."""
 
     # Optional: `prepare_restore(data) -> Callable[[], None]`, the first half of `restore`:
     # run in a worker thread when a follower installs a leader's snapshot, while the loop goes
@@ -347,6 +358,9 @@ class NodeStatus:
     counters: dict[str, float] = field(default_factory=dict)
     # A leader's last heartbeat round trip to each follower (seconds; see _note_heartbeat_acked).
     peer_round_trip_s: dict[NodeId, float] = field(default_factory=dict)
+    # Why this node's last attempt to save a snapshot of its own failed ("" = it did not, or
+    # a later one succeeded): it serves from its log meanwhile and tries again (_maybe_snapshot).
+    snapshot_save_error: str = ""
 
 
 @dataclass(slots=True)
@@ -391,17 +405,18 @@ def wrap_snapshot_parts(
 
 
 def unwrap_snapshot_data(
-    data: bytes | memoryview,
-) -> tuple[bytes | memoryview, dict[NodeId, Address]]:
-    """(app_data, addresses) of a `wrap_snapshot_data` payload. app_data is a view into `data`,
-    not a copy (unpacking would copy the whole state): the layout is the one written above.
-    Raises RaftError for a payload of another layout, SnapshotAddressBookError for an address
-    book that is not one (`raft.wire.decode_address_book`)."""
+    data: SnapshotData,
+) -> tuple[SnapshotData, dict[NodeId, Address]]:
+    """(app_data, addresses) of a `wrap_snapshot_data` payload. app_data is a view (or file
+    range) into `data`, not a copy (unpacking would copy the whole state): the layout is the
+    one written above. Raises RaftError for a payload of another layout,
+    SnapshotAddressBookError for an address book that is not one
+    (`raft.wire.decode_address_book`), FileReadError when `data`'s file cannot be read."""
     app_data, packed_book = _split_snapshot_data(data)
     return app_data, _decode_snapshot_address_book(packed_book)
 
 
-def snapshot_app_data(data: bytes | memoryview) -> bytes | memoryview:
+def snapshot_app_data(data: SnapshotData) -> SnapshotData:
     """The application state of a `wrap_snapshot_data` payload (a view, not a copy), whatever
     its address book holds: for a tool that needs only the state (an offline backup), as the
     node itself keeps the state of a snapshot whose book it cannot use (`_unwrap_snapshot`).
@@ -415,23 +430,30 @@ class SnapshotAddressBookError(RaftError):
     code = "snapshot_address_book_malformed"
 
 
-def _split_snapshot_data(
-    data: bytes | memoryview,
-) -> tuple[bytes | memoryview, bytes | memoryview]:
+# The address book after a snapshot's state: a few dozen bytes per member.
+_SNAPSHOT_BOOK_BYTES_MAX: Final = 1024 * 1024
+
+
+def _split_snapshot_data(data: SnapshotData) -> tuple[SnapshotData, bytes | memoryview]:
     """(app_data, the address book's msgpack) of a `wrap_snapshot_data` payload."""
     if not data:
         return b"", b""
-    view = memoryview(data)
-    if bytes(view[:2]) != b"\x93\x01":
-        raise RaftError(f"unknown snapshot format (starts with {bytes(view[:2]).hex()})")
-    width = {0xC4: 1, 0xC5: 2, 0xC6: 4}.get(view[2] if len(view) > 2 else -1)
-    if width is None or len(view) < 3 + width:
+    head = data.read(0, 8) if isinstance(data, FileBytes) else memoryview(data)
+    if bytes(head[:2]) != b"\x93\x01":
+        raise RaftError(f"unknown snapshot format (starts with {bytes(head[:2]).hex()})")
+    width = {0xC4: 1, 0xC5: 2, 0xC6: 4}.get(head[2] if len(head) > 2 else -1)
+    if width is None or len(head) < 3 + width:
         raise RaftError("snapshot payload: application data is not a msgpack bin value")
-    size = int.from_bytes(view[3 : 3 + width], "big")
+    size = int.from_bytes(head[3 : 3 + width], "big")
     start = 3 + width
-    if start + size > len(view):
+    if start + size > len(data):
         raise RaftError("snapshot payload: application data runs past its end")
-    return view[start : start + size], view[start + size :]
+    if not isinstance(data, FileBytes):
+        view = memoryview(data)
+        return view[start : start + size], view[start + size :]
+    if len(data) - start - size > _SNAPSHOT_BOOK_BYTES_MAX:
+        raise RaftError("snapshot payload: address book over 1 MiB")
+    return data.slice(start, start + size), data.read(start + size, len(data))
 
 
 def _decode_snapshot_address_book(packed: bytes | memoryview) -> dict[NodeId, Address]:
@@ -526,6 +548,13 @@ class RaftNode:
         self.snapshot_save_seconds_total = 0.0
         self.snapshot_last_saved_bytes = 0
         self._snapshot_started = 0.0
+        # Saves of this node's own snapshot that failed with the log intact (see
+        # _snapshot_save_failed), the last one's error ("" once one succeeds), and when the
+        # next may start (time.monotonic) after the current backoff.
+        self.snapshot_save_failures = 0
+        self.snapshot_save_error = ""
+        self._snapshot_retry_at = 0.0
+        self._snapshot_retry_ms = 0
         self.snapshots_installed = 0
         self.snapshot_install_seconds_total = 0.0
         self.snapshot_last_installed_bytes = 0
@@ -625,7 +654,8 @@ class RaftNode:
             cluster_id=cfg.cluster_id,
             tls=cfg.tls,
             revoked=cfg.peer_revoked,
-            # A snapshot from the leader is spooled to disk and mapped, never held on the heap.
+            # A snapshot from the leader is spooled to disk and read from there, never held on
+            # the heap.
             snapshot_spool_dir=cfg.data_dir / SNAPSHOT_SPOOL_DIR,
         )
         await self.transport.start()
@@ -1040,6 +1070,7 @@ class RaftNode:
             unusable_address_books=self.unusable_address_books,
             counters=self.metrics_counters(),
             peer_round_trip_s=dict(self._peer_round_trip_s),
+            snapshot_save_error=self.snapshot_save_error,
         )
 
     def metrics_counters(self) -> dict[str, float]:
@@ -1055,6 +1086,7 @@ class RaftNode:
             "snapshots_saved": self.snapshots_saved,
             "snapshot_save_seconds_total": self.snapshot_save_seconds_total,
             "snapshot_last_saved_bytes": self.snapshot_last_saved_bytes,
+            "snapshot_save_failures": self.snapshot_save_failures,
             "snapshots_installed": self.snapshots_installed,
             "snapshot_install_seconds_total": self.snapshot_install_seconds_total,
             "snapshot_last_installed_bytes": self.snapshot_last_installed_bytes,
@@ -1208,8 +1240,8 @@ class RaftNode:
         count = len(self._inbox)
         if type(m) in _INBOX_KEPT_TYPES:
             if count < INBOX_MESSAGES_MAX + INBOX_RESERVED_MESSAGES:
-                # A snapshot small enough for one frame is on the heap (a chunked one is a
-                # mapped spool file): its bytes count as entries do.
+                # A snapshot small enough for one frame is on the heap (a chunked one is in
+                # its spool file): its bytes count as entries do.
                 data = m.snapshot.data if type(m) is InstallSnapshot else b""
                 if type(data) is not bytes or not data:
                     return True
@@ -1485,9 +1517,10 @@ class RaftNode:
             raise
         except BaseException as exc:  # the node must stop, not limp on with unknown state
             self.stopped_reason = f"fatal: {type(exc).__name__}: {exc}"
-            if isinstance(exc, WalError):
-                # The disk failed (ENOSPC, EIO): the log's error names the operation, the file
-                # and the errno and says what to do; a traceback would only bury that line.
+            if isinstance(exc, WalError | FileReadError):
+                # The disk failed (ENOSPC, EIO; a snapshot's file unreadable or truncated while
+                # it was restored): the error names the operation, the file and the errno; a
+                # traceback would only bury that line.
                 log.critical("raft node stopping on a storage error: %s", exc)
             else:
                 log.critical("raft node stopping on a fatal error: %s", exc, exc_info=exc)
@@ -1651,8 +1684,8 @@ class RaftNode:
                 )
                 self.fsync_seconds_total += time.perf_counter() - started
                 if stored is not None:
-                    # The log's copy (mapped from its own file), not the received one (a map
-                    # of the transport's deleted spool file, whose disk space it would keep).
+                    # The log's copy (in its own file), not the received one (the transport's
+                    # deleted spool file, whose disk space it would keep while open).
                     self._core().adopt_stored_snapshot(stored)
         if rd.messages:
             for m in rd.messages:
@@ -1790,10 +1823,12 @@ class RaftNode:
             return
         if core.log.applied - core.snapshot.meta.index < self.config.snapshot_every_entries:
             return
+        if self._snapshot_retry_at and time.monotonic() < self._snapshot_retry_at:
+            return  # the last save failed: wait out its backoff (applies keep calling here)
         # The WAL writes the parts one after the other (never joined: that would be a second
-        # copy of the state), and the core keeps what it stored: a large snapshot mapped from
-        # its file, so the state's bytes built here go once it is written instead of living
-        # until the next snapshot (and a transfer to a follower reads the file's pages).
+        # copy of the state), and the core keeps what it stored: a large snapshot left in its
+        # file, so the state's bytes built here go once it is written instead of living
+        # until the next snapshot (and a transfer to a follower reads the file).
         # The address book as of the applied index (the snapshot's), not `self.addresses`: that
         # also holds the members of CONF entries appended after it, which may never commit.
         self._snapshot_started = time.perf_counter()
@@ -1819,10 +1854,23 @@ class RaftNode:
 
     def _commit_snapshot(self, core: RaftCore, task: asyncio.Task[PreparedSnapshot]) -> None:
         self._snapshot_task = None
-        prepared = task.result()  # a snapshot that could not be written is fatal, as before
-        stored = self._wal().commit_snapshot(prepared)
+        wal = self._wal()
+        try:
+            stored = wal.commit_snapshot(task.result())
+        except (WalIOError, RecordTooLargeError) as exc:
+            if wal.failed:
+                raise  # the log itself is in doubt (a directory sync, a compaction): stop
+            self._snapshot_save_failed(exc)
+            return
         if stored is None:
             return  # a snapshot from the leader was installed meanwhile
+        if self.snapshot_save_error:
+            log.warning(
+                "snapshot saved again after %d failed attempts", self.snapshot_save_failures
+            )
+        self.snapshot_save_error = ""
+        self._snapshot_retry_at = 0.0
+        self._snapshot_retry_ms = 0
         core.compact_log(stored, keep_entries=self.config.snapshot_keep_entries)
         written = getattr(self.sm, "snapshot_written", None)
         if written is not None:
@@ -1833,6 +1881,27 @@ class RaftNode:
         self.snapshot_save_seconds_total += time.perf_counter() - self._snapshot_started
         self.snapshot_last_saved_bytes = len(stored.data)
         log.info("snapshot taken", extra={"index": stored.meta.index, "bytes": len(stored.data)})
+
+    def _snapshot_save_failed(self, exc: WalIOError | RecordTooLargeError) -> None:
+        """This node's own snapshot could not be saved (ENOSPC or EIO while its file was
+        written, synced or renamed into place; or a state over SNAPSHOT_BYTES_MAX), and the
+        log is intact: its temporary file is gone and the older snapshot and every entry
+        after it remain. A snapshot only bounds the log and a restart's replay, so the node
+        goes on serving from its log (which grows meanwhile), says so (status, metrics, one
+        error line per attempt) and tries again after a backoff. A failure that leaves the
+        log itself in doubt stops the node instead (_commit_snapshot)."""
+        self.snapshot_save_failures += 1
+        self.snapshot_save_error = str(exc)
+        self._snapshot_retry_ms = min(
+            SNAPSHOT_SAVE_RETRY_MS_MAX, max(SNAPSHOT_SAVE_RETRY_MS_MIN, 2 * self._snapshot_retry_ms)
+        )
+        self._snapshot_retry_at = time.monotonic() + self._snapshot_retry_ms / 1000
+        log.error(
+            "%s; this node goes on serving from its log (which grows until a snapshot is "
+            "saved) and tries again in %d ms: free space or fix the device",
+            exc,
+            self._snapshot_retry_ms,
+        )
 
     def _set_addresses(self, addresses: Mapping[NodeId, Address], *, applied_index: int) -> None:
         """The address book as of an applied CONF entry (or snapshot) at `applied_index`."""
@@ -1938,9 +2007,7 @@ class RaftNode:
         over = self.config.dial_overrides
         return {n: over.get(n, a) for n, a in addresses.items() if n != self.node_id}
 
-    def _unwrap_snapshot(
-        self, data: bytes | memoryview
-    ) -> tuple[bytes | memoryview, dict[NodeId, Address]]:
+    def _unwrap_snapshot(self, data: SnapshotData) -> tuple[SnapshotData, dict[NodeId, Address]]:
         """A snapshot's state and address book. An unusable book is handled as a CONF entry's
         (see _conf_entry_addresses): logged, counted, and the addresses known stay."""
         app_data, packed_book = _split_snapshot_data(data)

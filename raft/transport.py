@@ -160,7 +160,6 @@ import contextlib
 import hashlib
 import hmac
 import logging
-import mmap
 import os
 import random
 import secrets
@@ -191,6 +190,7 @@ from raft.errors import (
     TransportConfigError,
 )
 from raft.exclusive_file import create_exclusive
+from raft.filebytes import FileBytes, FileReadError, SnapshotData
 from raft.framing import (
     FRAME_LENGTH_CAPACITY,
     NEED_DATA,
@@ -225,6 +225,7 @@ from raft.limits import (
     SNAPSHOT_CHUNKS_PER_ROUND,
     SNAPSHOT_TRANSFER_BYTES_MAX,
     SNAPSHOT_TRANSFER_IDLE_MS,
+    SNAPSHOT_UNREADABLE_RETRY_MS,
     STRANGERS_PER_HOST_MAX,
 )
 from raft.ratelimit import LogBudget
@@ -325,6 +326,7 @@ class PeerStats(TypedDict):
     snapshot_transfers_resumed: int  # continued from a non-zero offset after a reconnect
     snapshot_transfers_replaced: int  # abandoned for a newer snapshot
     snapshot_transfers_failed: int  # dropped by the peer (it said so); the core retries
+    snapshot_transfers_unreadable: int  # given up: the snapshot's file could not be read
     snapshot_chunk_bytes_sent: int  # data bytes of chunks handed to the socket
     snapshot_transfer_bytes: int  # size of the pending transfer (0: none)
     snapshot_transfer_acked_bytes: int  # of which the peer acknowledged this many
@@ -459,7 +461,7 @@ class _Outgoing:
     )
 
     def __init__(
-        self, transfer_id: int, key: tuple[int, int, int], head: bytes, data: bytes | memoryview
+        self, transfer_id: int, key: tuple[int, int, int], head: bytes, data: SnapshotData
     ) -> None:
         self.transfer_id = transfer_id
         self.key = key  # (message term, snapshot index, snapshot term)
@@ -477,13 +479,18 @@ class _Outgoing:
         self.digest = b""
 
     def pieces(self, start: int, end: int) -> list[bytes | memoryview]:
-        """Bytes [start, end) of the encoding, as slices of head and data (no copy of data)."""
+        """Bytes [start, end) of the encoding, as slices of head and data (no copy of data
+        held in memory; data left in its file is read, one chunk: FileReadError if it cannot
+        be)."""
         out: list[bytes | memoryview] = []
         h = len(self.head)
         if start < h:
             out.append(self.head[start : min(end, h)])
         if end > h:
-            out.append(memoryview(self.data)[max(start, h) - h : end - h])
+            if isinstance(self.data, FileBytes):
+                out.append(self.data.read(max(start, h) - h, end - h))
+            else:
+                out.append(memoryview(self.data)[max(start, h) - h : end - h])
         return out
 
     def next_chunk(self, chunk_bytes: int) -> tuple[list[bytes | memoryview], int]:
@@ -491,8 +498,9 @@ class _Outgoing:
         advances next_offset."""
         start = self.next_offset
         end = min(self.size, start + chunk_bytes)
+        pieces = self.pieces(start, end)  # read once: hashed (the first time) and sent
         if end > self.hashed:
-            for piece in self.pieces(self.hashed, end):
+            for piece in pieces if start == self.hashed else self.pieces(self.hashed, end):
                 self.hasher.update(piece)
             self.hashed = end
         if end == self.size and not self.digest:
@@ -512,13 +520,14 @@ class _Outgoing:
         )
         self.next_offset = end
         header = (len(prefix) + end - start).to_bytes(4, "big")
-        return [header + prefix, *self.pieces(start, end)], end - start
+        return [header + prefix, *pieces], end - start
 
 
 class _Incoming:
     """A snapshot transfer from one peer to us, reassembled in order: in a spool file when the
     transport has a spool directory (then the heap holds one chunk at a time, whatever the
-    snapshot's size, and the complete transfer is mapped, not read), else in memory."""
+    snapshot's size, and the complete transfer stays in the file: raft.filebytes), else in
+    memory."""
 
     __slots__ = (
         "acked",
@@ -563,16 +572,18 @@ class _Incoming:
         while data:
             data = data[os.write(self.fd, data) :]
 
-    def encoded(self) -> memoryview:
-        """The whole transfer, once held == size: a map of the spool file (which is closed and
-        unlinked; the map keeps its pages until the last view of it goes) or the buffer."""
+    def encoded(self) -> memoryview | FileBytes:
+        """The whole transfer, once held == size: the spool file's bytes, read on demand (the
+        file is closed and unlinked; the range's own descriptor keeps it until the last range
+        over it goes), or the buffer. Never mapped: a page the disk could not read, or a file
+        someone truncated, would be a SIGBUS; read, it is a FileReadError."""
         if self.fd < 0:
             return memoryview(self.buf)
+        assert self.path is not None
         try:
-            mapped = mmap.mmap(self.fd, self.size, access=mmap.ACCESS_READ)
+            return FileBytes.of_fd(self.fd, self.path, 0, self.size)
         finally:
             self.discard()
-        return memoryview(mapped)
 
     def discard(self) -> None:
         """Forget the bytes held (closing and deleting the spool file). Idempotent."""
@@ -632,7 +643,10 @@ class _Link:
         "snapshot_transfers_replaced",
         "snapshot_transfers_resumed",
         "snapshot_transfers_started",
+        "snapshot_transfers_unreadable",
         "task",
+        "unreadable_key",
+        "unreadable_until",
         "version",
         "wakeup",
         "warnings",
@@ -691,6 +705,11 @@ class _Link:
         self.snapshot_transfers_resumed = 0
         self.snapshot_transfers_replaced = 0
         self.snapshot_transfers_failed = 0
+        self.snapshot_transfers_unreadable = 0
+        # The last snapshot found unreadable for this peer (its key) and until when (monotonic)
+        # it is not tried again (SNAPSHOT_UNREADABLE_RETRY_MS).
+        self.unreadable_key: tuple[int, int, int] | None = None
+        self.unreadable_until = 0.0
         self.snapshot_chunk_bytes_sent = 0
         self.snapshot_send_seconds_total = 0.0
         self.snapshot_transfers_received = 0
@@ -724,6 +743,7 @@ class _Link:
             snapshot_transfers_resumed=self.snapshot_transfers_resumed,
             snapshot_transfers_replaced=self.snapshot_transfers_replaced,
             snapshot_transfers_failed=self.snapshot_transfers_failed,
+            snapshot_transfers_unreadable=self.snapshot_transfers_unreadable,
             snapshot_chunk_bytes_sent=self.snapshot_chunk_bytes_sent,
             snapshot_transfer_bytes=out.size if out is not None else 0,
             snapshot_transfer_acked_bytes=out.acked if out is not None else 0,
@@ -1165,6 +1185,8 @@ class PeerTransport:
             )
             return
         key = (msg.term, meta.index, meta.term)
+        if key == link.unreadable_key and time.monotonic() < link.unreadable_until:
+            return  # found unreadable moments ago (said then): the core's retry is dropped
         out = link.outgoing
         if out is not None and out.key == key:
             # The core's retry of the snapshot being transferred: not a reason to start over.
@@ -1205,6 +1227,26 @@ class PeerTransport:
             out.size,
         )
         link.wakeup.set()
+
+    def _give_up_unreadable(self, link: _Link, out: _Outgoing, exc: FileReadError) -> None:
+        """The snapshot being sent cannot be read (EIO, or its file was truncated): the
+        transfer is dropped (the receiver drops its part once idle) and said, not retried
+        here; the core's next retry starts a new transfer, which fails the same way until the
+        file is readable or a newer snapshot replaces it."""
+        if link.outgoing is out:
+            link.outgoing = None
+        link.snapshot_transfers_unreadable += 1
+        link.unreadable_key = out.key
+        link.unreadable_until = time.monotonic() + SNAPSHOT_UNREADABLE_RETRY_MS / 1000
+        self._log.error(
+            "snapshot transfer %016x to peer %d given up: the snapshot cannot be read (%s); "
+            "check the device (the kernel log); tried again in %d s, and a newer snapshot or "
+            "a restart of this node ends it",
+            out.transfer_id,
+            link.peer_id,
+            exc,
+            SNAPSHOT_UNREADABLE_RETRY_MS // 1000,
+        )
 
     def drop_snapshot_transfers(self) -> int:
         """Give up every snapshot transfer to a peer (how many there were). The node calls
@@ -1732,7 +1774,11 @@ class PeerTransport:
                         out = link.outgoing
                         if out is None or out.next_offset >= out.size:
                             break
-                        buffers, data_bytes = out.next_chunk(self._snapshot_chunk_bytes)
+                        try:
+                            buffers, data_bytes = out.next_chunk(self._snapshot_chunk_bytes)
+                        except FileReadError as exc:
+                            self._give_up_unreadable(link, out, exc)
+                            break
                         writer.writelines(buffers)
                         link.snapshot_chunk_bytes_sent += data_bytes
                         link.bytes_sent += sum(map(len, buffers))
@@ -2177,11 +2223,11 @@ class PeerTransport:
             return
         link.incoming = None
         try:
-            # The snapshot's data stays a view into the spool file's map (or the buffer):
-            # decoding copies only the message's small head.
+            # The snapshot's data stays in the spool file (or the buffer): decoding reads
+            # and copies only the message's small head.
             msg = decode_install_snapshot(inc.encoded())
         except OSError as exc:
-            self._drop_incoming(link, inc.transfer_id, epoch, f"cannot map spool file: {exc}")
+            self._drop_incoming(link, inc.transfer_id, epoch, f"cannot read spool file: {exc}")
             return
         except MalformedMessageError as exc:
             self._drop_incoming(link, inc.transfer_id, epoch, f"undecodable: {exc}")

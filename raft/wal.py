@@ -84,10 +84,11 @@ reported once, and read the cache back as durable); after a reboot the disk deci
 does a live-path failure whose cut fails too.
 A snapshot file that cannot be written, synced or renamed into place fails only that
 call: its temporary file is deleted and the log, with its older snapshot, stays usable.
-A large snapshot file is mapped, and a page read through a map that the disk cannot read is
-a SIGBUS (the process dies without a word); so its checksum pass at open reads it with plain
-reads, where EIO is a `WalIOError` naming the file. A page evicted and unreadable later
-(while a follower is sent the snapshot) can still be a SIGBUS.
+A large snapshot file is never mapped (a page read through a map that the disk cannot read,
+or past the end of a file someone truncated, is a SIGBUS: the process dies without a word).
+Its checksum pass at open reads it with plain reads, where EIO is a `WalIOError` naming the
+file; later (when it is sent to a follower or restored) it is read with pread through a
+`raft.filebytes.FileBytes`, where the same failure is a `FileReadError` naming the file.
 
 Replay rules
 ------------
@@ -123,7 +124,6 @@ import contextlib
 import fcntl
 import itertools
 import logging
-import mmap
 import os
 import re
 import struct
@@ -141,6 +141,7 @@ from typing import Any, ClassVar, Final
 import msgpack
 
 from raft.core.types import ConfState, Entry, EntryKind, HardState, Snapshot, SnapshotMeta
+from raft.filebytes import FileBytes, FileReadError, SnapshotData, snapshot_bytes
 from raft.framing import msgpack_bin_header
 from raft.oserror import errno_text, os_error_text
 
@@ -161,7 +162,8 @@ WAL_PREALLOCATE_BYTES: Final = 1024 * 1024
 WAL_RECORD_BYTES_MAX: Final = 16 * 1024 * 1024
 # One `append` call, encoded. The driver's own queue limits keep it far below this.
 WAL_APPEND_BYTES_MAX: Final = 256 * 1024 * 1024
-# One snapshot file. Large ones are mapped, never read or built whole on the heap.
+# One snapshot file. Large ones stay in their file (read in chunks), never read or built whole
+# on the heap.
 SNAPSHOT_BYTES_MAX: Final = 1024 * 1024 * 1024
 # Snapshot files kept on disk: the newest plus a fallback in case the newest is damaged.
 SNAPSHOTS_KEPT: Final = 2
@@ -757,11 +759,14 @@ _SNAPSHOT_HEADER: Final = struct.Struct("<8sIQ")  # magic, crc32(payload), paylo
 _SNAPSHOT_MAGIC: Final = b"RAFTSNP1"
 # A payload's fields besides `data` fit in this many bytes (a few integers, two short lists).
 _SNAPSHOT_PEEK_BYTES: Final = 64 * 1024
-# Snapshot files at least this large are mapped rather than read: the state is not copied onto
-# the heap when a node restarts or saves it (SNAPSHOTS_KEPT files are mapped at most, plus one
-# being sent or received). Smaller ones are read: a map holds a file descriptor.
+# Snapshot files at least this large are left in their file (a FileBytes, read with pread when
+# used) rather than read: the state is not copied onto the heap when a node restarts or saves
+# it (SNAPSHOTS_KEPT files are held open at most, plus one being sent or received). Smaller
+# ones are read: a FileBytes holds a file descriptor. (The name predates the reads: they
+# were mapped.)
 SNAPSHOT_MAP_BYTES_MIN: Final = 1024 * 1024
-# The buffer a mapped snapshot file's checksum pass reads through (`_payload_crc32`).
+# The buffer a large snapshot file's checksum pass reads through (`_payload_crc32`, and the
+# other passes over a FileBytes in the WAL).
 _SNAPSHOT_READ_CHUNK_BYTES: Final = 1024 * 1024
 # Snapshot data is written in slices of this size (os.write of a view: no copy either way).
 _SNAPSHOT_WRITE_SLICE_BYTES: Final = 4 * 1024 * 1024
@@ -772,7 +777,7 @@ class _BadSnapshotFile(Exception):
 
 
 def _snapshot_file_parts(
-    snapshot: Snapshot, *, floor_seq: int, data_parts: Sequence[bytes | memoryview] | None = None
+    snapshot: Snapshot, *, floor_seq: int, data_parts: Sequence[SnapshotData] | None = None
 ) -> tuple[bytes, int, bytes]:
     """The snapshot file as (header + payload prefix, where the data starts in the file, payload
     suffix): the file is `head`, then the application's bytes, then `suffix`.
@@ -799,7 +804,11 @@ def _snapshot_file_parts(
     suffix = msgpack.packb("floor_seq") + msgpack.packb(floor_seq)
     crc = zlib.crc32(prefix)
     for part in parts:
-        crc = zlib.crc32(part, crc)
+        if isinstance(part, FileBytes):  # a received snapshot, still in its spool file
+            for chunk in part.chunks(_SNAPSHOT_READ_CHUNK_BYTES):
+                crc = zlib.crc32(chunk, crc)
+        else:
+            crc = zlib.crc32(part, crc)
     crc = zlib.crc32(suffix, crc)
     size = len(prefix) + data_bytes + len(suffix)
     head = _SNAPSHOT_HEADER.pack(_SNAPSHOT_MAGIC, crc, size) + prefix
@@ -809,30 +818,42 @@ def _snapshot_file_parts(
 def _encode_snapshot(snapshot: Snapshot, *, floor_seq: int) -> bytes:
     """The whole snapshot file in memory (tests; the WAL writes the parts)."""
     head, _, suffix = _snapshot_file_parts(snapshot, floor_seq=floor_seq)
-    return b"".join((head, snapshot.data, suffix))
+    return b"".join((head, snapshot_bytes(snapshot.data), suffix))
 
 
 def _decode_snapshot(
-    blob: bytes | mmap.mmap,
+    blob: bytes | FileBytes,
     *,
     expected_index: int,
-    keep_view: bool = False,
     payload_crc: int | None = None,
 ) -> tuple[Snapshot, int]:
-    """The snapshot and its floor seq; raises _BadSnapshotFile.
+    """The snapshot and its floor seq; raises _BadSnapshotFile (and FileReadError, an
+    OSError, when `blob` is a file range that cannot be read).
 
-    The data is a read-only memoryview into `blob` if `keep_view` (blob is then a file map: the
-    state is never copied onto the heap), else a bytes copy. `payload_crc`: the payload's CRC
-    as already computed from the file (`_payload_crc32`), instead of reading `blob` for it."""
+    The data is a range of `blob` if `blob` is a FileBytes (a large file: the state is never
+    copied onto the heap), else a bytes copy. `payload_crc`: the payload's CRC as already
+    computed from the file (`_payload_crc32`), instead of reading `blob` for it."""
     if len(blob) < _SNAPSHOT_HEADER.size:
         raise _BadSnapshotFile("shorter than its header")
-    magic, crc, length = _SNAPSHOT_HEADER.unpack_from(blob, 0)
+    magic, crc, length = _SNAPSHOT_HEADER.unpack_from(_bytes_of(blob, 0, _SNAPSHOT_HEADER.size))
     if magic != _SNAPSHOT_MAGIC:
         raise _BadSnapshotFile("bad magic")
-    payload = memoryview(blob)[_SNAPSHOT_HEADER.size :]
+    payload: memoryview | FileBytes = (
+        blob.slice(_SNAPSHOT_HEADER.size)
+        if isinstance(blob, FileBytes)
+        else memoryview(blob)[_SNAPSHOT_HEADER.size :]
+    )
     if length != len(payload):
         raise _BadSnapshotFile(f"length field {length} but {len(payload)} payload bytes")
-    if (zlib.crc32(payload) if payload_crc is None else payload_crc) != crc:
+    if payload_crc is None:
+        payload_crc = 0
+        for chunk in (
+            payload.chunks(_SNAPSHOT_READ_CHUNK_BYTES)
+            if isinstance(payload, FileBytes)
+            else (payload,)
+        ):
+            payload_crc = zlib.crc32(chunk, payload_crc)
+    if payload_crc != crc:
         raise _BadSnapshotFile("checksum mismatch")
     fields, data = _split_snapshot_payload(payload)
     try:
@@ -852,19 +873,28 @@ def _decode_snapshot(
     meta = SnapshotMeta(
         index=index, term=term, tm=tm, conf=ConfState(voters=voters, learners=learners)
     )
-    return Snapshot(meta=meta, data=data.toreadonly() if keep_view else bytes(data)), floor_seq
+    stored = data if isinstance(data, FileBytes) else bytes(data)
+    return Snapshot(meta=meta, data=stored), floor_seq
 
 
-def _split_snapshot_payload(payload: memoryview) -> tuple[dict[str, Any], memoryview]:
-    """A snapshot payload's fields other than `data`, and `data` as a view into `payload`.
+def _bytes_of(buf: memoryview | bytes | FileBytes, start: int, stop: int) -> bytes | memoryview:
+    """buf[start:stop] (clamped), read from the file if `buf` is a FileBytes."""
+    return buf.read(start, stop) if isinstance(buf, FileBytes) else memoryview(buf)[start:stop]
+
+
+def _split_snapshot_payload(
+    payload: memoryview | FileBytes,
+) -> tuple[dict[str, Any], memoryview | FileBytes]:
+    """A snapshot payload's fields other than `data`, and `data` as a view (or range) into
+    `payload`.
 
     Only the small fields are unpacked (msgpack copies every bin value it unpacks); the data's
     position comes from its bin header, whatever the order of the keys."""
     fields: dict[str, Any] = {}
-    data: memoryview | None = None
+    data: memoryview | FileBytes | None = None
     try:
         unpacker = msgpack.Unpacker(raw=False, use_list=False)
-        unpacker.feed(payload[:_SNAPSHOT_PEEK_BYTES])
+        unpacker.feed(_bytes_of(payload, 0, _SNAPSHOT_PEEK_BYTES))
         pairs = unpacker.read_map_header()
         base = 0  # offset in payload of the unpacker's first fed byte
         for _ in range(pairs):
@@ -876,13 +906,17 @@ def _split_snapshot_payload(payload: memoryview) -> tuple[dict[str, Any], memory
                 raise _BadSnapshotFile("two data fields")
             start = base + unpacker.tell()
             size, header = _bin_header_at(payload, start)
-            data = payload[start + header : start + header + size]
+            data = (
+                payload.slice(start + header, start + header + size)
+                if isinstance(payload, FileBytes)
+                else payload[start + header : start + header + size]
+            )
             if len(data) != size:
                 raise _BadSnapshotFile("data runs past the end of the payload")
             # Go on after the data with a fresh unpacker: the data itself is never fed.
             base = start + header + size
             unpacker = msgpack.Unpacker(raw=False, use_list=False)
-            unpacker.feed(payload[base : base + _SNAPSHOT_PEEK_BYTES])
+            unpacker.feed(_bytes_of(payload, base, base + _SNAPSHOT_PEEK_BYTES))
         if base + unpacker.tell() != len(payload):
             raise _BadSnapshotFile("bytes after the payload map")
     except (ValueError, TypeError, msgpack.UnpackException, msgpack.OutOfData) as exc:
@@ -892,13 +926,14 @@ def _split_snapshot_payload(payload: memoryview) -> tuple[dict[str, Any], memory
     return fields, data
 
 
-def _bin_header_at(buf: memoryview, offset: int) -> tuple[int, int]:
+def _bin_header_at(buf: memoryview | FileBytes, offset: int) -> tuple[int, int]:
     """(length, header size) of the msgpack bin value at `offset`; raises _BadSnapshotFile."""
-    kind = buf[offset] if offset < len(buf) else -1
+    head = _bytes_of(buf, offset, offset + 5)
+    kind = head[0] if head else -1
     width = {0xC4: 1, 0xC5: 2, 0xC6: 4}.get(kind)
-    if width is None or offset + 1 + width > len(buf):
+    if width is None or 1 + width > len(head):
         raise _BadSnapshotFile("data is not a msgpack bin value")
-    return int.from_bytes(buf[offset + 1 : offset + 1 + width], "big"), 1 + width
+    return int.from_bytes(head[1 : 1 + width], "big"), 1 + width
 
 
 # ============================================================================================
@@ -989,8 +1024,8 @@ FAILED_LOG_REMEDY: Final = (
 
 
 def _read_snapshot_file(path: Path, *, expected_index: int) -> tuple[Snapshot, int]:
-    """A snapshot file's snapshot (data mapped from the file if it is large) and floor seq;
-    raises _BadSnapshotFile."""
+    """A snapshot file's snapshot (data left in the file, a FileBytes, if it is large) and
+    floor seq; raises _BadSnapshotFile, or `_FileOpError` when the file cannot be read."""
     with open(path, "rb") as f:
         size = os.fstat(f.fileno()).st_size
         if size > SNAPSHOT_BYTES_MAX + _SNAPSHOT_PEEK_BYTES:
@@ -998,20 +1033,19 @@ def _read_snapshot_file(path: Path, *, expected_index: int) -> tuple[Snapshot, i
         if size < SNAPSHOT_MAP_BYTES_MIN:
             return _decode_snapshot(f.read(), expected_index=expected_index)
         payload_crc = _payload_crc32(f.fileno(), path=path, size_bytes=size)
-        mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-    return _decode_snapshot(
-        mapped, expected_index=expected_index, keep_view=True, payload_crc=payload_crc
-    )
+        blob = FileBytes.of_fd(f.fileno(), path, 0, size)
+    try:
+        return _decode_snapshot(blob, expected_index=expected_index, payload_crc=payload_crc)
+    except FileReadError as exc:
+        raise _FileOpError("read", path, exc) from exc
 
 
 def _payload_crc32(fd: int, *, path: Path, size_bytes: int) -> int:
     """The CRC32 of a snapshot file's payload (every byte after its header), read with plain
     reads into one reused buffer (no copy of the state on the heap).
 
-    Through the file's map, a page the disk cannot read (EIO) would be a SIGBUS: the process
-    dies without a word. Read so, it is an OSError naming the file (`_FileOpError`). The pass
-    also leaves the pages in the page cache, where the map then finds them; a page evicted and
-    unreadable later (while a follower is sent the snapshot) can still be a SIGBUS."""
+    A page the disk cannot read (EIO) is an OSError naming the file (`_FileOpError`), as
+    every later read of the file is (raft.filebytes: never mapped, where it was a SIGBUS)."""
     buffer = memoryview(bytearray(min(_SNAPSHOT_READ_CHUNK_BYTES, size_bytes)))
     crc = 0
     offset = _SNAPSHOT_HEADER.size
@@ -1033,7 +1067,7 @@ class PreparedSnapshot:
     """A snapshot file written and synced under a temporary name, not yet part of the log
     (`WriteAheadLog.prepare_snapshot`, then `commit_snapshot`)."""
 
-    stored: Snapshot  # what the snapshot will be once committed (data mapped if large)
+    stored: Snapshot  # what the snapshot will be once committed (data in its file if large)
     floor_seq: int
     temp: Path
     final: Path
@@ -1250,6 +1284,12 @@ class WriteAheadLog:
     ) -> None:
         self.close()
 
+    @property
+    def failed(self) -> bool:
+        """An I/O error left the log in doubt: it takes no more writes (`WalFailedError`).
+        A snapshot file that could not be written or renamed into place does not fail it."""
+        return self._failed is not None
+
     def stats(self) -> WalStats:
         return WalStats(
             bytes_written=self._bytes_written,
@@ -1344,10 +1384,10 @@ class WriteAheadLog:
     # ---------------------------------------------------------------------------- snapshots
 
     def compact(
-        self, snapshot: Snapshot, *, data_parts: Sequence[bytes | memoryview] | None = None
+        self, snapshot: Snapshot, *, data_parts: Sequence[SnapshotData] | None = None
     ) -> Snapshot:
         """Save the application's snapshot at snapshot.meta.index and drop the log it covers.
-        Returns the snapshot as stored: a large one's data is mapped from its file, so the
+        Returns the snapshot as stored: a large one's data is left in its file, so the
         caller may keep that and drop the heap copy it passed. With `data_parts`, the data is
         their concatenation (and snapshot.data is ignored): a caller that frames the state
         need not join a second copy of it.
@@ -1374,7 +1414,7 @@ class WriteAheadLog:
         return stored
 
     def prepare_snapshot(
-        self, snapshot: Snapshot, *, data_parts: Sequence[bytes | memoryview] | None = None
+        self, snapshot: Snapshot, *, data_parts: Sequence[SnapshotData] | None = None
     ) -> PreparedSnapshot:
         """The slow half of `compact`: write and sync the snapshot file under a temporary name.
         Safe in another thread while this log is appended to (it touches only that file and
@@ -1844,10 +1884,10 @@ class WriteAheadLog:
         snapshot: Snapshot,
         *,
         floor_seq: int,
-        data_parts: Sequence[bytes | memoryview] | None = None,
+        data_parts: Sequence[SnapshotData] | None = None,
     ) -> Snapshot:
         """Crash-safe: temp file, fsync, rename, fsync the directory. Returns the snapshot as
-        stored: its data mapped from the new file if it is large (so the caller can drop its
+        stored: its data left in the new file if it is large (so the caller can drop its
         heap copy), else `snapshot` itself.
 
         Failing before the rename leaves the log untouched and usable; failing after it (the
@@ -1863,7 +1903,7 @@ class WriteAheadLog:
         snapshot: Snapshot,
         *,
         floor_seq: int,
-        data_parts: Sequence[bytes | memoryview] | None,
+        data_parts: Sequence[SnapshotData] | None,
         temp_suffix: str,
     ) -> PreparedSnapshot:
         """The snapshot file, written and synced under a temporary name. Touches nothing but
@@ -1888,6 +1928,10 @@ class WriteAheadLog:
                 doing = "write"
                 _write_all(fd, head)
                 for part in parts:
+                    if isinstance(part, FileBytes):  # a received snapshot, in its spool file
+                        for chunk in part.chunks(_SNAPSHOT_WRITE_SLICE_BYTES):
+                            _write_all(fd, chunk)  # a failed read is a FileReadError
+                        continue
                     with memoryview(part) as view:
                         for start in range(0, len(view), _SNAPSHOT_WRITE_SLICE_BYTES):
                             _write_all(fd, view[start : start + _SNAPSHOT_WRITE_SLICE_BYTES])
@@ -1897,13 +1941,16 @@ class WriteAheadLog:
                     started = time.perf_counter()
                     _fdatasync(fd)
                     fsync_seconds = time.perf_counter() - started
-                doing = "map"
+                doing = "dup"
                 if data_bytes >= SNAPSHOT_MAP_BYTES_MIN:
-                    mapped = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
-                    view = memoryview(mapped)[data_offset : data_offset + data_bytes]
-                    stored = Snapshot(meta=snapshot.meta, data=view.toreadonly())
-                elif data_parts is not None:
-                    stored = Snapshot(meta=snapshot.meta, data=b"".join(parts))
+                    # The state stays in the file (read with pread when sent or restored);
+                    # the descriptor survives the rename into place.
+                    data = FileBytes.of_fd(fd, final, data_offset, data_bytes)
+                    stored = Snapshot(meta=snapshot.meta, data=data)
+                elif data_parts is not None or isinstance(snapshot.data, FileBytes):
+                    stored = Snapshot(
+                        meta=snapshot.meta, data=b"".join(snapshot_bytes(p) for p in parts)
+                    )
             finally:
                 os.close(fd)
         except OSError as exc:
@@ -1912,10 +1959,12 @@ class WriteAheadLog:
             # new file, so a failed fdatasync here is not one retried on the same pages.
             with contextlib.suppress(OSError):
                 temp.unlink()
+            # A received snapshot's spool file that cannot be read names itself.
+            failed = str(exc) if isinstance(exc, FileReadError) else None
             raise WalIOError(
                 f"cannot save snapshot {final}: "
-                f"{_os_error_text(_FileOpError(doing, temp, exc))} (the temporary file was "
-                "deleted; the log and its older snapshot are unchanged)"
+                f"{failed or _os_error_text(_FileOpError(doing, temp, exc))} (the temporary "
+                "file was deleted; the log and its older snapshot are unchanged)"
             ) from exc
         return PreparedSnapshot(
             stored=stored,

@@ -97,6 +97,7 @@ from raft.errors import (
     MalformedFrameError,
     MalformedMessageError,
 )
+from raft.filebytes import FileBytes, snapshot_bytes
 from raft.framing import msgpack_bin_header, unpack_msgpack
 from raft.limits import PEER_FRAME_ITEMS_MAX
 
@@ -138,7 +139,9 @@ def _encode_conf(conf: ConfState) -> list[object]:
 
 def _encode_snapshot(snap: Snapshot) -> list[object]:
     meta = snap.meta
-    return [[meta.index, meta.term, meta.tm, _encode_conf(meta.conf)], snap.data]
+    # Data left in its file (raft.filebytes) is read whole only for a snapshot small enough to
+    # travel as one frame; a larger one is sent in chunks (raft.transport) and never gets here.
+    return [[meta.index, meta.term, meta.tm, _encode_conf(meta.conf)], snapshot_bytes(snap.data)]
 
 
 def encode_message(msg: Message, *, with_incarnations: bool = True) -> list[object]:
@@ -237,15 +240,22 @@ def encode_install_snapshot_head(msg: InstallSnapshot) -> bytes:
 INSTALL_SNAPSHOT_HEAD_BYTES_MAX: Final = 64 * 1024
 
 
-def decode_install_snapshot(encoded: memoryview) -> InstallSnapshot:
+def decode_install_snapshot(encoded: memoryview | FileBytes) -> InstallSnapshot:
     """Inverse of `encode_install_snapshot_head(msg) + msg.snapshot.data`, without copying the
-    data: the snapshot's data is a read-only view into `encoded` (a received transfer's spool
-    file, mapped), since unpacking would copy the whole state onto the heap.
+    data: the snapshot's data is a read-only view (or file range) into `encoded` (a received
+    transfer's buffer, or its spool file), since unpacking would copy the whole state onto the
+    heap. Only the small head is read.
 
-    Raises MalformedMessageError for anything else, with the checks of `decode_message`."""
+    Raises MalformedMessageError for anything else, with the checks of `decode_message`, and
+    FileReadError (an OSError) when a spool file cannot be read."""
+
+    def part(start: int, stop: int) -> bytes | memoryview:
+        return encoded.read(start, stop) if isinstance(encoded, FileBytes) else encoded[start:stop]
+
+    head = part(0, INSTALL_SNAPSHOT_HEAD_BYTES_MAX)
     try:
         unpacker = msgpack.Unpacker(raw=False)
-        unpacker.feed(encoded[:INSTALL_SNAPSHOT_HEAD_BYTES_MAX])
+        unpacker.feed(head)
         if unpacker.read_array_header() != 6:
             raise MalformedMessageError("InstallSnapshot: expected an array of 6 fields")
         for _ in range(5):
@@ -256,10 +266,10 @@ def decode_install_snapshot(encoded: memoryview) -> InstallSnapshot:
         start = unpacker.tell()
     except (ValueError, msgpack.UnpackException, msgpack.OutOfData) as exc:
         raise MalformedMessageError(f"InstallSnapshot: undecodable head: {exc!r}") from exc
-    width = {0xC4: 1, 0xC5: 2, 0xC6: 4}.get(encoded[start] if start < len(encoded) else -1)
-    if width is None or start + 1 + width > len(encoded):
+    width = {0xC4: 1, 0xC5: 2, 0xC6: 4}.get(head[start] if start < len(head) else -1)
+    if width is None or start + 1 + width > len(head):
         raise MalformedMessageError("InstallSnapshot.snapshot.data: expected a msgpack bin value")
-    size = int.from_bytes(encoded[start + 1 : start + 1 + width], "big")
+    size = int.from_bytes(head[start + 1 : start + 1 + width], "big")
     data_start = start + 1 + width
     if data_start + size != len(encoded):
         raise MalformedMessageError(
@@ -269,14 +279,18 @@ def decode_install_snapshot(encoded: memoryview) -> InstallSnapshot:
     # The head goes through the same checks as any frame (with empty data in place).
     try:
         obj = unpack_msgpack(
-            bytes(encoded[:start]) + _EMPTY_BIN, max_bytes=INSTALL_SNAPSHOT_HEAD_BYTES_MAX
+            bytes(head[:start]) + _EMPTY_BIN, max_bytes=INSTALL_SNAPSHOT_HEAD_BYTES_MAX
         )
     except MalformedFrameError as exc:
         raise MalformedMessageError(f"InstallSnapshot: {exc}") from exc
     msg = decode_message(obj)
     if not isinstance(msg, InstallSnapshot):
         raise MalformedMessageError(f"a {type(msg).__name__}, not an InstallSnapshot")
-    data = encoded[data_start:].toreadonly()
+    data: memoryview | FileBytes = (
+        encoded.slice(data_start)
+        if isinstance(encoded, FileBytes)
+        else encoded[data_start:].toreadonly()
+    )
     return dataclasses.replace(msg, snapshot=dataclasses.replace(msg.snapshot, data=data))
 
 

@@ -4,7 +4,8 @@ Save (`metastore snapshot save FILE`, any node): the node serialises its state m
 applied index (a view taken on the event loop, so it is consistent at one index, encoded in a
 worker thread: `SnapshotExports.prepare`), keeps
 the bytes under an export id until they were read or for EXPORT_TTL_S without a read (in a
-file under `<data-dir>/snapshot-exports/`, mapped and deleted at once, not on the heap), and
+file under `<data-dir>/snapshot-exports/`, deleted at once and read back with pread, not on
+the heap), and
 hands them out in chunks that fit the client frame. The file is
 
     METASTORE-SNAPSHOT 1\\n
@@ -27,7 +28,6 @@ import asyncio
 import hashlib
 import json
 import logging
-import mmap
 import os
 import shutil
 import time
@@ -39,10 +39,11 @@ from stat import S_ISREG
 from typing import Any, BinaryIO, Final
 
 from metastore.daemon.config import ClusterConfig
-from metastore.errors import InvalidArgumentError, MalformedSnapshotError
+from metastore.errors import InvalidArgumentError, MalformedSnapshotError, UnavailableError
 from metastore.member_clients import MemberClients
 from metastore.state import MetastoreState
 from raft.core.types import ConfState, HardState, Snapshot, SnapshotMeta
+from raft.filebytes import FileBytes, FileReadError
 from raft.node import IDENTITY_FILE, wrap_snapshot_data
 from raft.wal import SNAPSHOT_BYTES_MAX, WriteAheadLog
 
@@ -59,7 +60,8 @@ EXPORTS_MAX: Final = 2
 EXPORT_TTL_S: Final = 600.0
 # Under a node's data directory: where its exports are spooled.
 EXPORT_SPOOL_DIR: Final = "snapshot-exports"
-# An export's file in the spool directory, deleted as soon as it is mapped.
+# An export's file in the spool directory, deleted as soon as it is written (its descriptor
+# stays open: the export reads it with pread, raft.filebytes).
 EXPORT_SPOOL_SUFFIX: Final = ".part"
 # Bytes per write while an export is spooled.
 SPOOL_WRITE_BYTES: Final = 4 * 1024 * 1024
@@ -74,13 +76,13 @@ LOCATIONS_IN_WARNING_MAX: Final = 3
 
 @dataclass(slots=True)
 class _Export:
-    data: bytes | mmap.mmap  # a map of a deleted spool file, or the bytes themselves
+    data: bytes | FileBytes  # a deleted spool file's bytes, or the bytes themselves
     header: dict[str, Any]
     touched: float
 
     def release(self) -> None:
-        if isinstance(self.data, mmap.mmap):
-            self.data.close()  # its pages (and the deleted file's blocks) go now
+        if isinstance(self.data, FileBytes):
+            self.data.close()  # the deleted file's blocks go now
 
 
 class SnapshotExports:
@@ -161,10 +163,11 @@ class SnapshotExports:
 
     def _spool(
         self, export_id: str, parts: list[bytes | memoryview], size: int
-    ) -> bytes | mmap.mmap:
-        """The parts written to a spool file that is mapped and deleted at once (so a crash
-        leaves nothing), or joined without a spool directory, for an empty state, or when the
-        file cannot be written (disk full: the save still works, on the heap)."""
+    ) -> bytes | FileBytes:
+        """The parts written to a spool file that is deleted at once (so a crash leaves
+        nothing) and read back with pread (never mapped: a page the disk cannot read would
+        kill the node with SIGBUS), or joined without a spool directory, for an empty state,
+        or when the file cannot be written (disk full: the save still works, on the heap)."""
         if self._spool_dir is None or not size:
             return b"".join(parts)
         path = self._spool_dir / f"export-{export_id}{EXPORT_SPOOL_SUFFIX}"
@@ -177,7 +180,7 @@ class SnapshotExports:
                         written = 0
                         while written < len(view):
                             written += os.write(fd, view[written : written + SPOOL_WRITE_BYTES])
-                return mmap.mmap(fd, size, access=mmap.ACCESS_READ)
+                return FileBytes.of_fd(fd, path, 0, size)
             finally:
                 os.close(fd)
                 path.unlink(missing_ok=True)
@@ -196,7 +199,19 @@ class SnapshotExports:
         if not 0 <= offset <= len(export.data):
             raise InvalidArgumentError(f"offset {offset} is outside the snapshot")
         export.touched = time.monotonic()
-        piece = export.data[offset : offset + CHUNK_BYTES]
+        if isinstance(export.data, FileBytes):
+            try:
+                piece = export.data.read(offset, offset + CHUNK_BYTES)
+            except FileReadError as exc:
+                self._exports.pop(export_id).release()
+                log.error("snapshot export %s dropped: %s", export_id, exc)
+                raise UnavailableError(
+                    f"snapshot export {export_id} cannot be read back from this node's disk "
+                    f"({exc}): start the save again (on another node if it fails again)",
+                    details={"export_id": export_id},
+                ) from None
+        else:
+            piece = export.data[offset : offset + CHUNK_BYTES]
         done = offset + len(piece) >= len(export.data)
         if done:
             self._exports.pop(export_id).release()

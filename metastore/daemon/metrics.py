@@ -105,6 +105,12 @@ class _StatusFamilies(Collector):
             value=raft.get("snapshot_last_installed_bytes", 0),
         )
         yield CounterMetricFamily(
+            "metastore_snapshot_save_failures",
+            "snapshots this node could not save (ENOSPC, EIO; its log intact): it serves from "
+            "its log and tries again with backoff",
+            value=raft.get("snapshot_save_failures", 0),
+        )
+        yield CounterMetricFamily(
             "metastore_snapshot_sends",
             "snapshots this node sent as leader to followers too far behind for entries",
             value=raft.get("snapshots_sent", 0),
@@ -212,11 +218,13 @@ class _StatusFamilies(Collector):
                 sum_value=stats.get("snapshot_send_seconds_total", 0.0),
             )
             send_failures += stats.get("snapshot_transfers_failed", 0)
+            send_failures += stats.get("snapshot_transfers_unreadable", 0)
         yield from families.values()
         yield snapshot_send
         yield CounterMetricFamily(
             "metastore_snapshot_send_failures",
-            "chunked snapshot transfers a follower dropped (the leader sends it again)",
+            "chunked snapshot transfers a follower dropped, or this node could not read from "
+            "its snapshot file (the leader sends it again)",
             value=send_failures,
         )
         yield CounterMetricFamily(

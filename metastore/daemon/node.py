@@ -37,6 +37,7 @@ from collections.abc import Awaitable
 from pathlib import Path
 from typing import Any, Final
 
+import raft.wal
 from hlc import HybridClock, OffsetClock, PhysicalClockError, SystemClock, physical_ms
 from metastore import limits as mlimits
 from metastore.apply_version import APPLY_VERSION_SUPPORTED
@@ -763,6 +764,33 @@ def _fault_addresses(env: str, what: str) -> dict[int, tuple[str, int]]:
     return out
 
 
+# Fault injection for tests/chaos: while the file this names exists, every write of a snapshot
+# file (this node's own, or one installed from the leader) fails with ENOSPC, as on a full
+# disk, and the write-ahead log's own writes go on. Process-wide (one node per process).
+FAULT_SNAPSHOT_WRITE_FILE_ENV = "METASTORE_FAULT_SNAPSHOT_WRITE_FILE"
+
+
+def _install_snapshot_write_fault() -> None:
+    raw = os.environ.get(FAULT_SNAPSHOT_WRITE_FILE_ENV, "")
+    if not raw:
+        return
+    control = Path(raw)
+    real_write_all = raft.wal._write_all
+
+    def write_all(fd: int, data: bytes | memoryview) -> None:
+        # The file's name only while the fault is on: the log's appends pay one stat.
+        if control.exists() and "/snap-" in os.readlink(f"/proc/self/fd/{fd}"):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        real_write_all(fd, data)
+
+    raft.wal._write_all = write_all
+    log.warning(
+        "FAULT INJECTION: snapshot files cannot be written while %s exists (%s is set)",
+        control,
+        FAULT_SNAPSHOT_WRITE_FILE_ENV,
+    )
+
+
 async def serve(
     settings: NodeSettings, *, bootstrap: bool = False, freeze_heap: bool = False
 ) -> int:
@@ -770,6 +798,7 @@ async def serve(
     catalog's objects are frozen out of the garbage collector's scans (after the state is
     restored or snapshotted, and once started), see metastore.daemon.collector; a process that
     runs several nodes (tests) leaves its collector alone."""
+    _install_snapshot_write_fault()
     try:
         node = MetastoreNode(settings, bootstrap=bootstrap)
     except OSError as exc:  # its files (the audit log): nothing listens or runs yet

@@ -1980,6 +1980,9 @@ class ApiServer:
             # cluster's records for the members that file lacks.
             "peers": self._peer_client_addresses(st.core.conf.members()),
             "stopped_reason": st.stopped_reason,
+            # Why this node's last attempt to save its own snapshot failed ("" = it did not):
+            # it serves from its log meanwhile and tries again (raft.node._snapshot_save_failed).
+            "snapshot_save_error": st.snapshot_save_error,
             # A peer sent a Tm beyond this node's clock + CSmax (either clock is wrong); while
             # it lasts this node ignores that peer (see raft.node._clock_fenced).
             "clock_alarm": st.clock_alarm,

@@ -23,6 +23,7 @@ from metastore.events import EventLog, events_of
 from metastore.outcome import Outcome
 from metastore.state import MetastoreState
 from raft.core.types import Entry, EntryKind
+from raft.filebytes import SnapshotData
 
 # Applies skipped per second the last invariant check took (tests only; see __init__).
 CHECK_SKIP_PER_SECOND = 5_000
@@ -223,11 +224,11 @@ class CatalogStateMachine:
         """A snapshot `prepare_snapshot` began is written (raft.node, on the loop)."""
         self._settled()
 
-    def restore(self, data: bytes | memoryview) -> None:
+    def restore(self, data: SnapshotData) -> None:
         self.prepare_restore(data)()
         self._settled()
 
-    def prepare_restore(self, data: bytes | memoryview) -> Callable[[], None]:
+    def prepare_restore(self, data: SnapshotData) -> Callable[[], None]:
         """Decode a snapshot (safe in a worker thread: it reads only `data`, builds a new state
         and touches nothing of this one); the function it returns installs it (on the loop).
 

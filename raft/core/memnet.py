@@ -86,8 +86,11 @@ class MemNode:
 
     def _restore_state_machine(self, snap: Snapshot) -> None:
         self.applied = []
-        if snap.data:
-            for index, term, tm, data in msgpack.unpackb(snap.data):
+        packed = snap.data
+        if not isinstance(packed, bytes | memoryview):  # no files here: nothing is read
+            raise TypeError("the in-memory cluster holds its snapshots in memory")
+        if packed:
+            for index, term, tm, data in msgpack.unpackb(packed):
                 self.applied.append(Applied(index=index, term=term, tm=tm, data=data))
 
     def crash(self) -> None:

@@ -479,10 +479,10 @@ class RaftCore:
 
     def adopt_stored_snapshot(self, stored: Snapshot) -> None:
         """`stored` is the snapshot this core received from a leader, as the driver's log
-        stored it (its data mapped from the log's own file when large): hold that copy from
-        now on, not the received one, whose data may map the file the transport spooled it
-        to (deleted once the transfer completed, but its disk space stays taken while it is
-        mapped). Only the bytes' home changes; a snapshot of another position is ignored."""
+        stored it (its data in the log's own file when large): hold that copy from now on,
+        not the received one, whose data may be the file the transport spooled it to
+        (deleted once the transfer completed, but its disk space stays taken while it is
+        open). Only the bytes' home changes; a snapshot of another position is ignored."""
         if stored.meta == self.snapshot.meta:
             self.snapshot = stored
 

@@ -9,6 +9,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import IntEnum
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the core only holds it and takes its len(): it never reads it
+    from raft.filebytes import FileBytes
 
 NodeId = int
 NONE: NodeId = 0
@@ -74,10 +78,11 @@ class SnapshotMeta:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Snapshot:
     meta: SnapshotMeta = field(default_factory=SnapshotMeta)
-    # The application's state at meta.index, opaque to Raft. A large snapshot is a read-only
-    # memoryview over a mapped file (the WAL's snapshot file or a received transfer's spool
-    # file), so holding or sending it costs page cache, not heap.
-    data: bytes | memoryview = b""
+    # The application's state at meta.index, opaque to Raft. A large snapshot stays in its
+    # file (the WAL's snapshot file or a received transfer's spool file), read with pread
+    # when it is sent or restored (raft.filebytes: never mapped, so a disk error is an
+    # OSError, not a SIGBUS), so holding or sending it costs no heap.
+    data: bytes | memoryview | FileBytes = b""
 
     def is_empty(self) -> bool:
         return self.meta.index == 0

@@ -75,9 +75,10 @@ class _BigState:
 
 def test_an_export_is_spooled_to_disk_not_kept_on_the_heap(tmp_path: Path) -> None:
     """An export held the whole encoded catalog on the node's heap while it was downloaded
-    (and, abandoned, for its TTL), where the node keeps its Raft snapshots mapped from files:
+    (and, abandoned, for its TTL), where the node keeps its Raft snapshots in their files:
     a save of a 1 GiB catalog grew the serving node by 1 GiB. With a spool directory the
-    bytes are written there, mapped, and the file deleted at once (nothing left by a crash)."""
+    bytes are written there, read back with pread, and the file deleted at once (nothing left
+    by a crash)."""
     spool = tmp_path / "exports"
     spool.mkdir()
     (spool / "export-0123.part").write_bytes(b"left by a crash")
@@ -174,3 +175,31 @@ def test_a_save_encodes_in_a_thread_the_state_at_its_index(tmp_path: Path) -> No
     assert header["sha256"] == hashlib.sha256(expected).hexdigest()
     assert exports.chunk(str(header["export_id"]), 0)["data"] == expected[: backup.CHUNK_BYTES]
     assert worst < STALL_CPU_S_MAX, f"the event loop stalled for {worst:.3f} s of CPU time"
+
+
+def test_an_export_whose_spool_file_cannot_be_read_back_fails_that_save_only(
+    tmp_path: Path,
+) -> None:
+    """The spool is read back with pread (raft.filebytes), not through a map: a page the disk
+    cannot read (here: the file cut short under the export) is UNAVAILABLE naming the export
+    and the error, and the export is dropped; the node (this process) goes on. Through a map
+    it was a SIGBUS that killed the node."""
+    import os
+
+    from metastore.errors import UnavailableError
+    from raft.filebytes import FileBytes
+
+    exports = SnapshotExports(spool_dir=tmp_path)
+    size = 4 * 1024 * 1024
+    header = exports.begin(_BigState(size), cluster_id="c", node_id=1)  # type: ignore[arg-type]
+    export_id = header["export_id"]
+    held = exports._exports[export_id].data
+    assert isinstance(held, FileBytes)
+    os.ftruncate(held._owned.fd, 1024 * 1024)  # the deleted spool file, through its descriptor
+    assert len(exports.chunk(export_id, 0)["data"]) == backup.CHUNK_BYTES  # still there
+    with pytest.raises(UnavailableError, match="cannot be read back") as caught:
+        exports.chunk(export_id, backup.CHUNK_BYTES)
+    assert "truncated" in str(caught.value) and caught.value.details == {"export_id": export_id}
+    assert exports.held_bytes() == 0
+    with pytest.raises(InvalidArgumentError, match="no snapshot export"):
+        exports.chunk(export_id, 0)

@@ -205,9 +205,10 @@ def test_a_disk_that_cannot_hold_the_identity_is_one_error_line(tmp_path: Path) 
     assert not list(settings.data_dir.glob("IDENTITY*"))  # nothing half-written left
 
 
-# A page of a mapped file that cannot be read, as a disk's EIO under a received snapshot's
-# spool, a backup export's spool or an evicted page of a large snapshot: a SIGBUS, with no
-# Python exception. Made real here by reading a map past the end of its truncated file.
+# A page of a mapped file that cannot be read: a SIGBUS, with no Python exception. The node
+# maps no snapshot or spool file any more (raft.filebytes reads them; see
+# tests/raft/test_snapshot_read_faults.py), but a library might map a file: the stack must
+# still reach the log. Made real here by reading a map past the end of its truncated file.
 _SIGBUS_AT_CONFIG_LOAD = """
 import mmap, os, sys, tempfile
 from pathlib import Path

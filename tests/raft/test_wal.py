@@ -32,6 +32,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 import raft.wal
 from raft.core.types import ConfState, Entry, EntryKind, HardState, Snapshot, SnapshotMeta
+from raft.filebytes import FileBytes
 from raft.wal import (
     SNAPSHOT_MAP_BYTES_MIN,
     SNAPSHOTS_KEPT,
@@ -1057,19 +1058,20 @@ def test_bad_newest_snapshot_falls_back_to_the_older_one(
 
 
 def big_state(index: int) -> bytes:
-    """Application bytes large enough for the WAL to map rather than read: every byte depends
-    on `index` and on its position, so a misplaced slice cannot compare equal."""
+    """Application bytes large enough for the WAL to leave in the file rather than read: every
+    byte depends on `index` and on its position, so a misplaced slice cannot compare equal."""
     pattern = bytes((index * 7 + i) % 251 for i in range(251))
     return (pattern * (SNAPSHOT_MAP_BYTES_MIN // len(pattern) + 3))[: SNAPSHOT_MAP_BYTES_MIN + 517]
 
 
-def test_a_large_snapshot_is_kept_mapped_from_its_file_not_copied(tmp_path: Path) -> None:
+def test_a_large_snapshot_is_kept_in_its_file_not_copied(tmp_path: Path) -> None:
     wal, _ = open_wal(tmp_path)
     with wal:
         wal.append(ents(1, 20), HardState(term=1, commit=20))
         stored = wal.compact(snap(10, data=big_state(10)))
-        # The caller may drop its heap copy and keep this: the same bytes, mapped from the file.
-        assert isinstance(stored.data, memoryview) and stored.data.readonly
+        # The caller may drop its heap copy and keep this: the same bytes, left in the file
+        # (read with pread when used: raft.filebytes).
+        assert isinstance(stored.data, FileBytes)
         assert stored == snap(10, data=big_state(10))
         small = wal.compact(snap(12))
         assert small == snap(12) and isinstance(small.data, bytes)  # small: kept as given
@@ -1078,19 +1080,19 @@ def test_a_large_snapshot_is_kept_mapped_from_its_file_not_copied(tmp_path: Path
         parts = (b"head", memoryview(state)[:1000], state[1000:], b"tail")
         in_parts = wal.compact(snap(14, data=b"ignored"), data_parts=parts)
         assert in_parts == snap(14, data=b"head" + state + b"tail")
-        assert isinstance(in_parts.data, memoryview)
+        assert isinstance(in_parts.data, FileBytes)
         small_parts = wal.compact(snap(15, data=b"ignored"), data_parts=(b"a", b"b"))
         assert small_parts == snap(15, data=b"ab")
         installed = wal.install_snapshot(snap(30, term=2, data=big_state(30)))
-        assert isinstance(installed.data, memoryview)
+        assert isinstance(installed.data, FileBytes)
         wal.append([ent(31, term=2)], None)
     state = recover(tmp_path)
-    assert isinstance(state.snapshot.data, memoryview)
+    assert isinstance(state.snapshot.data, FileBytes)
     assert state.snapshot == snap(30, term=2, data=big_state(30))
     assert state.entries == (ent(31, term=2),)
 
 
-def test_a_damaged_large_snapshot_falls_back_and_a_map_outlives_its_deleted_file(
+def test_a_damaged_large_snapshot_falls_back_and_a_stored_one_outlives_its_deleted_file(
     tmp_path: Path,
 ) -> None:
     wal, _ = open_wal(tmp_path)
@@ -1102,7 +1104,8 @@ def test_a_damaged_large_snapshot_falls_back_and_a_map_outlives_its_deleted_file
         assert [p.name for p in snapshots(tmp_path)] == [
             f"snap-{i:016x}.snap" for i in (20, 30)[-SNAPSHOTS_KEPT:]
         ]
-        # A map keeps its pages after the file is unlinked: a snapshot still being sent is safe.
+        # Its open descriptor keeps the file's bytes after it is unlinked: a snapshot still
+        # being sent is safe.
         assert first == snap(10, data=big_state(10))
     newest = snapshots(tmp_path)[-1]
     flip_byte(newest, newest.stat().st_size // 2)  # inside the data
@@ -1748,7 +1751,7 @@ def test_a_snapshot_prepared_beside_appends_commits_or_is_dropped_when_overtaken
         wal.append(ents(21, 30), HardState(term=1, commit=30))
         assert snapshots(tmp_path) == []  # only the prepared temporary file so far
         stored = wal.commit_snapshot(prepared)
-        assert stored == snap(15, data=big_state(15)) and isinstance(stored.data, memoryview)
+        assert stored == snap(15, data=big_state(15)) and isinstance(stored.data, FileBytes)
         # A snapshot prepared, then overtaken by one installed from the leader: dropped.
         late = wal.prepare_snapshot(snap(25))
         wal.install_snapshot(snap(40, term=2))
