@@ -99,14 +99,20 @@ from metastore.errors import ErrorCode, MetastoreError
 from raft.tls import ClientTls, client_context
 from tests.chaos.linearizability import (
     CommitOp,
+    JobRecord,
+    JobSchemaRead,
     LeaseHold,
     ProtectionOp,
     ProtectionRead,
     ReadOp,
     SchemaVersionRead,
+    SessionEnd,
+    TableVersion,
     check_history,
     check_lease_versions,
     check_protections,
+    check_schema_jobs,
+    check_session_expiry,
     ddl_activations,
     ddl_commit,
     format_violations,
@@ -161,6 +167,15 @@ OPT_TABLE = "ch.opt"
 # time): reads AS OF the commit ts (before the drop) must list that incarnation's file, reads
 # AS OF the drop's Tu must say the table is not there, on every node.
 SIDE_TABLE = "ch.side"
+# Schema change jobs (DROP COLUMN, ADD COLUMN ... NOT NULL DEFAULT) run on JOB_TABLE, leased by
+# sessions that end without a release: by TTL (EXPIRE_TTL_MS, they stop heartbeating) or by
+# `session_expire`. JOB_WAIT_S bounds the wait for one job to end.
+JOB_TABLE = "ch.job"
+EXPIRE_TTL_MS = 1_000
+JOB_WAIT_S = 20.0
+# A node judges a job's blockers by its own clock, which may trail the Tm that ended a session
+# by CSmax and more (a step within CSmax, the time between the reply and the next poll).
+EXPIRY_BLOCKER_MARGIN_S = 0.3
 # The tables the linearizable reader reads: the two-table commits', the overwritten one and
 # the optimized one.
 LIN_TABLES = (*TABLES, GC_TABLE, OPT_TABLE)
@@ -285,8 +300,28 @@ class History:
     thresholds: list[tuple[str, int, int]] = field(default_factory=list)  # (record, ts, G) held
     gc_deleted: int = 0  # files deleted by the gc_run calls that answered
     gc_runs: list[str] = field(default_factory=list)  # outcome of every gc_run
-    # Leases: one entry per hold: {version, ops: [(t_entry, deadline)], blocked}
+    # Leases: one entry per hold: {version, ops: [(t_entry, deadline)], blocked}; "table"
+    # (default DDL_TABLE) and "session" for the expirer's holds of JOB_TABLE
     leases: list[dict[str, Any]] = field(default_factory=list)
+    # Schema change jobs on JOB_TABLE: {n, kind, column, outcome, job_id, t0, t1, cancel,
+    # status (as last seen), t_finished (when a job_show said finished), last_version}
+    jobs: list[dict[str, Any]] = field(default_factory=list)
+    # Schema reads of JOB_TABLE: (node, mode, ts, version, columns, t0, t1); mode "now" (the
+    # jobber's polls, during the steps) or "ack" (AS OF an ended job's last Tu, or one tick
+    # before, on every node)
+    job_reads: list[tuple[int, str, int, int, tuple[str, ...], float, float]] = field(
+        default_factory=list
+    )
+    # Blockers a job_show named: (sent, answered, session ids)
+    job_blockers: list[tuple[float, float, frozenset[str]]] = field(default_factory=list)
+    # Sessions ended without a release: {sid, mode (ttl | admin), t_ended, pinned_after}
+    expiries: list[dict[str, Any]] = field(default_factory=list)
+    # Their heartbeats after the end (sid, sent, answered, outcome or code) and linearizable
+    # lease lists of JOB_TABLE after it (sid, node, sent, answered, ((version, expired), ...))
+    expiry_heartbeats: list[tuple[str, float, float, str]] = field(default_factory=list)
+    expiry_lists: list[tuple[str, int, float, float, tuple[tuple[int, bool], ...]]] = field(
+        default_factory=list
+    )
     ddl_blocked: int = 0  # SCHEMA_CHANGE_BLOCKED answers the DDL client waited on
     membership_changes: list[str] = field(default_factory=list)
     # Per re-add: how far (ms) the new member's first ready safe time was behind the last one
@@ -1087,6 +1122,256 @@ def _leaser(c: MetastoreCluster, h: History, stop: threading.Event, seed: int) -
             _retry(lambda sid=sid, leases=leases: client.lease_release(sid, leases), 3.0)
     finally:
         client.close()
+
+
+def _job_read(
+    h: History, client: SyncMetastoreClient, node: int, mode: str, ts: int | None
+) -> None:
+    """One schema read of JOB_TABLE on `node`, recorded with the version and public columns it
+    showed (a failure is a read error: it must be typed and retryable)."""
+    t0 = time.monotonic()
+    try:
+        reply = client.schema_at(JOB_TABLE, ts, timeout_ms=1_000)
+    except Exception as exc:  # noqa: BLE001 - judged by the checker
+        _read_error(h, node, f"schema_at {JOB_TABLE} ({mode})", exc)
+        return
+    columns = tuple(str(col["name"]) for col in reply["schema"]["columns"])
+    with h.lock:
+        h.job_reads.append(
+            (node, mode, int(reply["ts"]), int(reply["version"]), columns, t0, time.monotonic())
+        )
+
+
+def _find_job(client: SyncMetastoreClient, column: str, kind: str) -> dict[str, Any] | None:
+    """The job of an ALTER whose outcome was unknown, if it started (the newest one of that
+    kind on that column)."""
+    _, result, _ = _retry(lambda: client.job_list(JOB_TABLE, all=True), 5.0)
+    if not isinstance(result, dict):
+        return None
+    found = [j for j in result["jobs"] if j["column"] == column and j["kind"] == kind]
+    return max(found, key=lambda j: int(j["job_id"])) if found else None
+
+
+def _jobber(c: MetastoreCluster, h: History, stop: threading.Event, seed: int) -> None:
+    """Schema change jobs on JOB_TABLE, one at a time: ADD COLUMN jN INT NOT NULL DEFAULT N
+    (delete-only -> write-only -> backfill -> public; the table has no files, so no backfill
+    is needed) and DROP COLUMN of a column an earlier job added (write-only -> dropped). Every
+    third job is cancelled 0-300 ms after it started. While a job runs the jobber polls
+    `job_show` (recording the sessions it names as blockers: the expirer's, which lease
+    JOB_TABLE) and reads the schema at now on one node per poll, in turn; once the job has
+    ended and its last version is in force everywhere (`finished`), it reads the schema AS OF
+    that version's Tu and one tick before on every node. The checker
+    (`check_schema_jobs`) judges every version and read against the jobs' steps."""
+    rng = random.Random(seed * 7 + 5)
+    client = _workload_client(c, 6_000)
+    readers = {i: _reader_client(c, i, 1_500) for i in c.ids}
+    turn = itertools.cycle(c.ids)
+    public: list[str] = []  # columns our jobs made public and did not drop since
+    n = 0
+    try:
+        while not stop.is_set():
+            stop.wait(rng.uniform(0.1, 0.4))
+            if stop.is_set():
+                break
+            n += 1
+            if public and (len(public) >= 3 or rng.random() < 0.4):
+                kind, column = "drop_column", rng.choice(public)
+                sql = f"ALTER TABLE {JOB_TABLE} DROP COLUMN {column}"
+            else:
+                kind, column = "add_column", f"j{n}"
+                sql = f"ALTER TABLE {JOB_TABLE} ADD COLUMN {column} INT NOT NULL DEFAULT {n}"
+            op: dict[str, Any] = {
+                "n": n,
+                "kind": kind,
+                "column": column,
+                "outcome": "unknown",
+                "t0": time.monotonic(),
+            }
+            with h.lock:
+                h.jobs.append(op)
+            try:
+                reply = client.ddl(sql, request_id=f"chaos-job-{seed}-{n}", wait_ms=10_000)
+                op.update(outcome="ok", job_id=int(reply["job_id"]))
+            except MetastoreError as exc:
+                op.update(outcome=_outcome(exc), code=exc.code.value)
+            op["t1"] = time.monotonic()
+            if op["outcome"] == "unknown":
+                found = _find_job(client, column, kind)
+                if found is not None:
+                    op["job_id"] = int(found["job_id"])
+            if "job_id" not in op:
+                if kind == "drop_column" and op["outcome"] == "unknown":
+                    public.remove(column)  # may be gone: never drop it again
+                continue
+            job_id = int(op["job_id"])
+            if n % 3 == 0:
+                stop.wait(rng.uniform(0.0, 0.3))
+                cancel: dict[str, Any] = {"t0": time.monotonic(), "outcome": "unknown"}
+                op["cancel"] = cancel
+                try:
+                    reply = client.job_cancel(job_id, timeout_ms=10_000)
+                    cancel.update(outcome="ok", status=reply.get("status"))
+                except MetastoreError as exc:
+                    cancel.update(outcome=_outcome(exc), code=exc.code.value)
+                cancel["t1"] = time.monotonic()
+            view = _follow_job(h, client, readers, turn, job_id, op)
+            if view is None:
+                if kind == "drop_column" and column in public:
+                    public.remove(column)
+                continue
+            if view["status"] == "succeeded":
+                if kind == "add_column":
+                    public.append(column)
+                else:
+                    public.remove(column)
+            last = int(view["versions"][-1])
+            _, hist, _ = _retry(lambda: client.history(JOB_TABLE), 5.0)
+            if not isinstance(hist, dict):
+                continue
+            tus = [int(v["tu"]) for v in hist["versions"] if int(v["version"]) == last]
+            if not tus:
+                continue  # a lagging node's history: the reads at now still judge the job
+            for node, reader in readers.items():
+                _job_read(h, reader, node, "ack", tus[0])
+                _job_read(h, reader, node, "ack", tus[0] - 1)
+    finally:
+        client.close()
+        for reader in readers.values():
+            reader.close()
+
+
+def _follow_job(
+    h: History,
+    client: SyncMetastoreClient,
+    readers: dict[int, SyncMetastoreClient],
+    turn: Iterator[int],
+    job_id: int,
+    op: dict[str, Any],
+) -> dict[str, Any] | None:
+    """Poll the job until it has ended and its last version is in force on every node
+    (`waiting_for.reason` "finished"), at most JOB_WAIT_S, reading the schema at now on one
+    node per poll. Returns the job's view then (None if it did not get there)."""
+    deadline = time.monotonic() + JOB_WAIT_S
+    while time.monotonic() < deadline:
+        t0 = time.monotonic()
+        try:
+            view = client.job_show(job_id)
+        except MetastoreError as exc:
+            if _outcome(exc) == "fail":
+                raise
+            time.sleep(0.1)
+            continue
+        t1 = time.monotonic()
+        named = frozenset(str(b["session_id"]) for b in view["waiting_for"].get("blockers", []))
+        if named:
+            with h.lock:
+                h.job_blockers.append((t0, t1, named))
+        op["status"] = view["status"]
+        if view["status"] != "running" and view["waiting_for"]["reason"] == "finished":
+            op.update(t_finished=t1, last_version=int(view["versions"][-1]))
+            return view
+        node = next(turn)
+        _job_read(h, readers[node], node, "now", None)
+        time.sleep(0.1)
+    return None
+
+
+def _expirer(c: MetastoreCluster, h: History, stop: threading.Event, seed: int) -> None:
+    """Sessions that end without a release: each opens (TTL EXPIRE_TTL_MS), pins JOB_TABLE
+    with a lease on the pinned version (so the jobber's next step waits for it), heartbeats
+    0-2 times, and then either stops heartbeating (expiry by TTL) or is ended by an admin's
+    `session_expire` (force-expiry) while it would still live. Its end is known by real time
+    when the expire was acknowledged, or when a heartbeat sent TTL + 0.5 s after its last
+    acknowledged renewal was refused SESSION_NOT_FOUND; then it heartbeats once more (it must
+    be refused: an expired session never comes back) and lists JOB_TABLE's leases on every
+    node (read_ts, then lease_list: none of its leases may be unexpired). The next session
+    pins the same table soon after (after an expiry another session takes the lease). Its
+    holds join the lease checkers' (the two-version gate, for JOB_TABLE)."""
+    rng = random.Random(seed * 7 + 6)
+    client = _workload_client(c, 4_000)
+    readers = {i: _reader_client(c, i, 1_500) for i in c.ids}
+    ttl = EXPIRE_TTL_MS << 16
+    k = 0
+    try:
+        while not stop.is_set():
+            stop.wait(rng.uniform(0.2, 0.8))
+            k += 1
+            sid = f"chaos-expire-{seed}-{k}"
+            outcome, _, _ = _retry(
+                lambda sid=sid: client.session_open(sid, app_id="chaos", ttl_ms=EXPIRE_TTL_MS),
+                3.0,
+            )
+            if outcome != "ok" or stop.is_set():
+                continue
+            t_sent = time.monotonic()
+            try:
+                pinned = client.pin([JOB_TABLE], session_id=sid, timeout_ms=2_000)
+            except MetastoreError:
+                continue  # never leased: it expires unseen
+            deadline = int(pinned["lease"]["deadline_tm"])
+            hold: dict[str, Any] = {
+                "table": JOB_TABLE,
+                "session": sid,
+                "version": int(pinned["pins"][0]["version"]),
+                "ops": [(deadline - ttl, deadline)],
+                "renewals": [(t_sent, time.monotonic())],
+            }
+            with h.lock:
+                h.leases.append(hold)
+            for _ in range(rng.randint(0, 2)):
+                time.sleep(SESSION_HEARTBEAT_MS / 1000)
+                t_sent = time.monotonic()
+                try:
+                    deadline = int(client.session_heartbeat(sid)["deadline_tm"])
+                except MetastoreError:
+                    break
+                hold["ops"].append((deadline - ttl, deadline))
+                hold["renewals"].append((t_sent, time.monotonic()))
+            end: dict[str, Any] = {"sid": sid, "mode": rng.choice(["ttl", "admin"])}
+            if end["mode"] == "admin":
+                hold["t_release"] = time.monotonic()
+                outcome, _, _ = _retry(lambda sid=sid: client.session_expire([sid]), 3.0)
+                if outcome == "ok":
+                    end["t_ended"] = time.monotonic()
+            else:
+                # Its deadline is its last renewal's Tm + TTL, and that Tm was stamped by the
+                # time its answer came (give or take CSmax): by this heartbeat's Tm it is past.
+                expired_by = hold["renewals"][-1][1] + EXPIRE_TTL_MS / 1000 + 0.5
+                time.sleep(max(0.0, expired_by - time.monotonic()))
+            with h.lock:
+                h.expiries.append(end)
+            t0 = time.monotonic()
+            try:
+                client.session_heartbeat(sid)
+                result = "ok"
+            except MetastoreError as exc:
+                result = exc.code.value
+            t1 = time.monotonic()
+            with h.lock:
+                h.expiry_heartbeats.append((sid, t0, t1, result))
+            if result == ErrorCode.SESSION_NOT_FOUND.value and "t_ended" not in end:
+                end["t_ended"] = t1
+            if "t_ended" not in end:
+                continue
+            for node, reader in readers.items():
+                t0 = time.monotonic()
+                try:
+                    reader.read_ts()
+                    leases = reader.lease_list(JOB_TABLE)["leases"]
+                except Exception as exc:  # noqa: BLE001 - judged by the checker
+                    _read_error(h, node, "linearizable lease_list", exc)
+                    continue
+                mine = tuple(
+                    (int(x["version"]), bool(x["expired"]))
+                    for x in leases
+                    if x["session_id"] == sid
+                )
+                with h.lock:
+                    h.expiry_lists.append((sid, node, t0, time.monotonic(), mine))
+    finally:
+        client.close()
+        for reader in readers.values():
+            reader.close()
 
 
 def _read_error(h: History, node: int, op: str, exc: Exception) -> None:
@@ -1975,7 +2260,7 @@ def _chaos_cluster(
         c.wait_ready()
         admin = _client(c, c.ids, 10_000)
         admin.ddl("CREATE NAMESPACE ch")
-        for t in (*TABLES, DDL_TABLE, PAD_TABLE, OPT_TABLE):
+        for t in (*TABLES, DDL_TABLE, PAD_TABLE, OPT_TABLE, JOB_TABLE):
             admin.ddl(f"CREATE TABLE {t} (id BIGINT)")
         admin.ddl(f"CREATE TABLE {GC_TABLE} (id BIGINT) TBLPROPERTIES ('gc.ttl' = '{GC_TTL}')")
         for i in range(PAD_COMMITS if pad else 0):
@@ -2022,6 +2307,8 @@ def test_chaos_history_is_consistent(tmp_path: Path, seed: int) -> None:
             (_optimizer, (c, h, stop, seed)),
             (_optimizer, (c, h, stop, seed, True)),
             (_side_cycler, (c, h, stop)),
+            (_jobber, (c, h, stop, seed)),
+            (_expirer, (c, h, stop, seed)),
         ]
         workers = [
             threading.Thread(target=_guarded(h, fn), args=args, daemon=True) for fn, args in targets
@@ -2120,6 +2407,8 @@ def _check(c: MetastoreCluster, h: History, seed: int, schedule: list[str], loca
         pts = _check_protections(c, final, h, location, where)
         leases = _check_leases(final, h, where)
         side = _check_side_table(h, where)
+        jobs = _check_jobs(final, h, where)
+        expiry = _check_expiry(h, where)
         for i in c.ids:  # the membership the cluster was meant to end with
             st = c.try_status(i)
             assert st and sorted(st["voters"]) == list(c.ids) and not st["learners"], (
@@ -2140,6 +2429,7 @@ def _check(c: MetastoreCluster, h: History, seed: int, schedule: list[str], loca
             f"{outcomes.count('ok')}/{outcomes.count('fail')}/{outcomes.count('unknown')}, "
             f"DDL ok {sum(o['outcome'] == 'ok' for o in h.ddls)}/{len(h.ddls)}, "
             f"reads {len(h.reads)} ({failed_reads}), {lin}, {schemas}, {pts}, {leases}, {side}, "
+            f"{jobs}, {expiry}, "
             f"re-added members' safe time behind their old one by (ms) {h.safe_time_back_ms}, "
             f"ops sent to cut-off nodes {probed} (none acknowledged), "
             f"terms {sorted(h.terms)}, faults {h.faults}"
@@ -2277,23 +2567,29 @@ def _check_leases(final: SyncMetastoreClient, h: History, where: str) -> str:
     held and unexpired - from each acknowledged acquisition or heartbeat (its entry's Tm =
     its deadline - TTL) until the next one, or its deadline if sooner - no version >= v + 2
     was published (the Tm of every version is in the table's history)."""
-    published = [(int(v["tm"]), int(v["version"])) for v in final.history(DDL_TABLE)["versions"]]
+    published_of = {
+        t: [(int(v["tm"]), int(v["version"])) for v in final.history(t)["versions"]]
+        for t in (DDL_TABLE, JOB_TABLE)
+    }
     windows = 0
     for hold in h.leases:
+        table = hold.get("table", DDL_TABLE)
+        published = published_of[table]
         ops = sorted(hold["ops"])
         for i, (t, deadline) in enumerate(ops):
             end = min(deadline - 1, ops[i + 1][0]) if i + 1 < len(ops) else t
             windows += 1
             for tm, version in published:
                 assert not (t <= tm <= end and version >= hold["version"] + 2), (
-                    f"{DDL_TABLE} version {version} was published at Tm {tm} while a lease "
+                    f"{table} version {version} was published at Tm {tm} while a lease "
                     f"on version {hold['version']} was held (live from {t} to {end}) {where}"
                 )
     assert h.leases, f"no lease was acquired {where}"
     read_rule = _check_lease_reads(published_schemas(final), h, where)
+    job_rule = _check_job_lease_reads(h, where)
     return (
-        f"leases {len(h.leases)} held ({windows} windows; {read_rule}), DDL blocked "
-        f"{h.ddl_blocked} times"
+        f"leases {len(h.leases)} held ({windows} windows; {read_rule}; {job_rule}), DDL "
+        f"blocked {h.ddl_blocked} times"
     )
 
 
@@ -2320,6 +2616,7 @@ def _check_lease_reads(versions: dict[frozenset[str], int], h: History, where: s
                 hold.get("t_release"),
             )
             for n, hold in enumerate(h.leases)
+            if hold.get("table", DDL_TABLE) == DDL_TABLE
         ]
         schema_reads = list(h.schema_reads)
     reads = [
@@ -2338,6 +2635,122 @@ def _check_lease_reads(versions: dict[frozenset[str], int], h: History, where: s
         for r in reads
     )
     return f"{judged} schema reads inside a held lease's window, none two versions past it"
+
+
+def _check_job_lease_reads(h: History, where: str) -> str:
+    """The real-time lease rule for JOB_TABLE, whose versions the jobs' steps publish: no
+    schema read of it, sent and answered while an expirer session surely held a lease on v
+    (its TTL is EXPIRE_TTL_MS; a force-expired one's window ends when the expire was sent),
+    shows a version above v + 1."""
+    with h.lock:
+        holds = [
+            LeaseHold(
+                str(hold["session"]),
+                int(hold["version"]),
+                tuple(hold["renewals"]),
+                hold.get("t_release"),
+            )
+            for hold in h.leases
+            if hold.get("table") == JOB_TABLE
+        ]
+        job_reads = list(h.job_reads)
+    reads = [
+        SchemaVersionRead(f"job-schema{n}-{mode}", node, t0, t1, version)
+        for n, (node, mode, _ts, version, _cols, t0, t1) in enumerate(job_reads)
+    ]
+    ttl_s = EXPIRE_TTL_MS / 1000 - LEASE_CLOCK_MARGIN_S
+    violations = check_lease_versions(holds, reads, ttl_s)
+    assert not violations, (
+        f"a schema read of {JOB_TABLE} overtook a held lease by two versions "
+        f"({len(violations)} violations):\n{format_violations(violations)}\n{where}"
+    )
+    return f"{JOB_TABLE}: {len(holds)} expiring leases, {len(reads)} schema reads judged"
+
+
+def _check_jobs(final: SyncMetastoreClient, h: History, where: str) -> str:
+    """Schema change jobs (tests/chaos/linearizability.py, `check_schema_jobs`): every version
+    of JOB_TABLE has the public columns its job's step implies (no intermediate state
+    visible to readers; a cancel restores the base version's shape), every schema read on
+    any node shows the version in force at its ts with those columns (so a job acknowledged
+    as ended reads the same at its Tu on every node), a read at now after a job was seen
+    finished shows its last version, and every acknowledged end is final."""
+    versions = [
+        TableVersion(
+            int(v["version"]),
+            int(v["tu"]),
+            tuple(str(col["name"]) for col in v["schema"]["columns"]),
+            {str(p["name"]): str(p["state"]) for p in v.get("pending", [])},
+        )
+        for v in final.history(JOB_TABLE)["versions"]
+    ]
+    jobs = [
+        JobRecord(
+            int(j["job_id"]),
+            str(j["kind"]),
+            str(j["column"]),
+            str(j["status"]),
+            tuple(j["steps"]),
+            tuple(int(v) for v in j["versions"]),
+            int(j["base_version"]),
+        )
+        for j in final.job_list(JOB_TABLE, all=True)["jobs"]
+    ]
+    with h.lock:
+        ops = [dict(op) for op in h.jobs]
+        job_reads = list(h.job_reads)
+    finished = {int(op["job_id"]): op["t_finished"] for op in ops if "t_finished" in op}
+    acknowledged: dict[int, str] = {}
+    for op in ops:
+        if "job_id" not in op:
+            continue
+        if op.get("cancel", {}).get("status") == "cancelled":
+            acknowledged[int(op["job_id"])] = "cancelled"
+        if "t_finished" in op:
+            acknowledged[int(op["job_id"])] = str(op["status"])
+    reads = [
+        JobSchemaRead(
+            f"job-schema{n}-{mode}", node, t0, t1, ts, version, columns, now=mode == "now"
+        )
+        for n, (node, mode, ts, version, columns, t0, t1) in enumerate(job_reads)
+    ]
+    violations = check_schema_jobs(versions, jobs, reads, finished, acknowledged)
+    assert not violations, (
+        f"the schema change jobs of {JOB_TABLE} broke their rules ({len(violations)} "
+        f"violations):\n{format_violations(violations)}\n{where}"
+    )
+    statuses = Counter(j.status for j in jobs)
+    assert statuses["succeeded"], f"no schema change job succeeded: {ops} {where}"
+    kinds = Counter(f"{j.kind}:{j.status}" for j in jobs)
+    modes = Counter(mode for _n, mode, *_ in job_reads)
+    return (
+        f"jobs {dict(sorted(kinds.items()))} ({len(versions)} versions), job schema reads "
+        f"{len(job_reads)} (now {modes['now']}, AS OF an end {modes['ack']})"
+    )
+
+
+def _check_expiry(h: History, where: str) -> str:
+    """Sessions that ended by TTL or `session_expire` (`check_session_expiry`): none
+    heartbeats again, none has an unexpired lease in a later linearizable list on any node,
+    none is named a job's blocker after its end (plus EXPIRY_BLOCKER_MARGIN_S)."""
+    with h.lock:
+        ends = [SessionEnd(str(e["sid"]), str(e["mode"]), e.get("t_ended")) for e in h.expiries]
+        heartbeats = list(h.expiry_heartbeats)
+        lists = list(h.expiry_lists)
+        blockers = [
+            (f"job_show{n}", t0, t1, named) for n, (t0, t1, named) in enumerate(h.job_blockers)
+        ]
+    violations = check_session_expiry(ends, heartbeats, lists, blockers, EXPIRY_BLOCKER_MARGIN_S)
+    assert not violations, (
+        f"an expired session lived on ({len(violations)} violations):\n"
+        f"{format_violations(violations)}\n{where}"
+    )
+    modes = Counter(e.mode for e in ends if e.t_ended is not None)
+    assert sum(modes.values()), f"no session was seen to expire {where}"
+    waited = sum(any(s.startswith("chaos-expire-") for s in b[3]) for b in blockers)
+    return (
+        f"sessions expired by TTL {modes['ttl']} / by admin {modes['admin']} "
+        f"({len(lists)} lease lists after, jobs waited on them in {waited} polls)"
+    )
 
 
 def _txn_of(path: str) -> str:

@@ -16,15 +16,21 @@ from hypothesis import strategies as st
 
 from tests.chaos.linearizability import (
     CommitOp,
+    JobRecord,
+    JobSchemaRead,
     LeaseHold,
     ProtectionOp,
     ProtectionRead,
     ReadOp,
     SchemaVersionRead,
+    SessionEnd,
+    TableVersion,
     Violation,
     check_history,
     check_lease_versions,
     check_protections,
+    check_schema_jobs,
+    check_session_expiry,
     ddl_activations,
     ddl_commit,
     schema_key,
@@ -1285,3 +1291,138 @@ def test_a_read_past_the_gate_is_flagged(h: _LeaseHistory, data: st.DataObject) 
     assert v.ops[0] == read.name and f"schema read {read.name}" in v.message
     overtaken = {x.name: x for x in h.holds}[v.ops[1]]
     assert overtaken.version + 1 < hold.version + 2  # the read's version now
+
+
+# ---- schema change jobs and session expiry ------------------------------------------------
+
+ADD_STEPS = ("delete_only", "write_only", "backfill", "public")
+DROP_STEPS = ("write_only", "dropped")
+
+
+def _job_history() -> tuple[list[TableVersion], list[JobRecord]]:
+    """v1 (id); job 1 adds j1 (v2-v5, public at v5); job 2 drops j1 and is cancelled at
+    write-only (v6, rollback v7: j1 back); job 3 drops j1 (v8 write-only, v9 dropped)."""
+    versions = [
+        TableVersion(1, 10, ("id",)),
+        TableVersion(2, 20, ("id",), {"j1": "delete_only"}),
+        TableVersion(3, 30, ("id",), {"j1": "write_only"}),
+        TableVersion(4, 40, ("id",), {"j1": "write_only"}),
+        TableVersion(5, 50, ("id", "j1")),
+        TableVersion(6, 60, ("id",), {"j1": "write_only"}),
+        TableVersion(7, 70, ("id", "j1")),
+        TableVersion(8, 80, ("id",), {"j1": "write_only"}),
+        TableVersion(9, 90, ("id",)),
+    ]
+    jobs = [
+        JobRecord(1, "add_column", "j1", "succeeded", ADD_STEPS, (2, 3, 4, 5), 1),
+        JobRecord(2, "drop_column", "j1", "cancelled", DROP_STEPS, (6, 7), 5),
+        JobRecord(3, "drop_column", "j1", "succeeded", DROP_STEPS, (8, 9), 7),
+    ]
+    return versions, jobs
+
+
+def _jread(
+    name: str, ts: int, version: int, columns: tuple[str, ...], **kw: object
+) -> JobSchemaRead:
+    return JobSchemaRead(name, 1, float(ts), float(ts) + 0.5, ts, version, columns, **kw)  # type: ignore[arg-type]
+
+
+def test_schema_jobs_that_follow_their_steps_pass() -> None:
+    versions, jobs = _job_history()
+    reads = [
+        _jread("R1", 45, 4, ("id",)),
+        _jread("R2", 50, 5, ("id", "j1")),
+        _jread("R3", 65, 6, ("id",)),
+        _jread("R4", 75, 7, ("id", "j1"), now=True),
+        _jread("R5", 95, 9, ("id",), now=True),
+    ]
+    finished = {1: 55.0, 2: 72.0, 3: 94.0}
+    acked = {1: "succeeded", 2: "cancelled", 3: "succeeded"}
+    assert check_schema_jobs(versions, jobs, reads, finished, acked) == []
+
+
+def test_a_hidden_column_shown_to_readers_is_flagged() -> None:
+    versions, jobs = _job_history()
+    # The ADD's write-only step published j1 to readers: an intermediate state made visible.
+    versions[2] = TableVersion(3, 30, ("id", "j1"), {"j1": "write_only"})
+    v = _only(check_schema_jobs(versions, jobs, [], {}, {}), "job-intermediate-visible")
+    assert v.ops == ("job1", "v3") and "step write_only" in v.message
+    # A DROP whose write-only step still shows the column.
+    versions, jobs = _job_history()
+    versions[7] = TableVersion(8, 80, ("id", "j1"), {"j1": "write_only"})
+    v = _only(check_schema_jobs(versions, jobs, [], {}, {}), "job-intermediate-visible")
+    assert v.ops == ("job3", "v8")
+
+
+def test_a_cancel_that_does_not_restore_the_shape_is_flagged() -> None:
+    versions, jobs = _job_history()
+    versions[6] = TableVersion(7, 70, ("id",))  # the rollback left j1 dropped
+    violations = check_schema_jobs(versions, jobs, [], {}, {2: "cancelled"})
+    _only(violations, "job-intermediate-visible")
+    v = _only(violations, "job-cancel-changed")
+    assert v.ops == ("job2",)
+
+
+def test_an_acknowledged_end_that_changed_is_flagged() -> None:
+    versions, jobs = _job_history()
+    v = _only(check_schema_jobs(versions, jobs, [], {}, {2: "succeeded"}), "job-status")
+    assert "acknowledged succeeded and ends cancelled" in v.message
+
+
+def test_a_pending_column_in_the_wrong_state_is_flagged() -> None:
+    versions, jobs = _job_history()
+    versions[1] = TableVersion(2, 20, ("id",), {"j1": "write_only"})  # delete_only expected
+    _only(check_schema_jobs(versions, jobs, [], {}, {}), "job-pending")
+
+
+def test_a_version_no_job_published_is_flagged() -> None:
+    versions, jobs = _job_history()
+    versions.append(TableVersion(10, 100, ("id", "x")))
+    _only(check_schema_jobs(versions, jobs, [], {}, {}), "job-unowned-version")
+
+
+def test_job_reads_must_show_the_version_in_force_and_its_columns() -> None:
+    versions, jobs = _job_history()
+    # One tick before v5's Tu a node showed v5 (the public step ahead of its activation).
+    v = _only(
+        check_schema_jobs(versions, jobs, [_jread("R", 49, 5, ("id", "j1"))], {}, {}), "job-read"
+    )
+    assert v.ops == ("R",) and "version 4" in v.message
+    # The right version, with the write-only column listed as public.
+    _only(check_schema_jobs(versions, jobs, [_jread("R", 35, 3, ("id", "j1"))], {}, {}), "job-read")
+
+
+def test_a_read_at_now_after_a_job_was_seen_finished_must_show_its_last_version() -> None:
+    versions, jobs = _job_history()
+    read = JobSchemaRead("R", 2, 95.0, 95.5, 85, 8, ("id",), now=True)
+    v = _only(check_schema_jobs(versions, jobs, [read], {3: 94.0}, {}), "job-stale-read")
+    assert v.ops == ("R", "job3")
+    # Sent before the job was seen finished: not bound.
+    early = dataclasses.replace(read, t_sent=93.0)
+    assert check_schema_jobs(versions, jobs, [early], {3: 94.0}, {}) == []
+
+
+def test_an_ended_session_holds_and_blocks_nothing() -> None:
+    ends = [
+        SessionEnd("s1", "ttl", 10.0),
+        SessionEnd("s2", "admin", 20.0),
+        SessionEnd("s3", "ttl", None),
+    ]
+    heartbeats = [("s1", 11.0, 11.2, "SESSION_NOT_FOUND"), ("s2", 19.0, 19.1, "ok")]
+    lists = [("s1", 1, 11.0, 11.1, ((3, True),)), ("s2", 2, 21.0, 21.1, ())]
+    blockers = [("j1", 10.1, 10.2, frozenset({"s1"})), ("j2", 30.0, 30.1, frozenset({"s3"}))]
+    assert check_session_expiry(ends, heartbeats, lists, blockers, 0.3) == []
+    v = _only(
+        check_session_expiry(ends, [("s2", 21.0, 21.1, "ok")], [], [], 0.3), "expiry-resurrected"
+    )
+    assert v.ops == ("s2",)
+    v = _only(
+        check_session_expiry(ends, [], [("s1", 3, 12.0, 12.1, ((3, False),))], [], 0.3),
+        "expiry-lease-held",
+    )
+    assert "node 3" in v.message and "[3]" in v.message
+    v = _only(
+        check_session_expiry(ends, [], [], [("j9", 10.5, 10.6, frozenset({"s1"}))], 0.3),
+        "expiry-still-blocks",
+    )
+    assert v.ops == ("s1", "j9")
