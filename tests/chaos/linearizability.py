@@ -74,9 +74,9 @@ has the public columns the jobs' steps imply (an ADD's column public only at its
 DROP's gone from its first, a cancel restores the base version's), every schema read shows the
 version in force at its ts with those columns, a read at now after a job was seen finished
 shows its last version, and acknowledged ends are final. Session expiry
-(`check_session_expiry`): a session that ended by TTL or `session_expire` never heartbeats
-again, holds no unexpired lease in any later linearizable list and blocks no job's step.
-Everything here is a pure function; `tests/chaos/test_chaos.py` records the
+(`check_session_expiry`): a session that ended by TTL or `session_expire` never heartbeats,
+leases or opens again, holds no unexpired lease in any later linearizable list and blocks
+no job's step. Everything here is a pure function; `tests/chaos/test_chaos.py` records the
 history and calls `check_history` at the end of a run.
 """
 
@@ -1194,15 +1194,16 @@ class SessionEnd:
 
 def check_session_expiry(
     ends: Iterable[SessionEnd],
-    heartbeats: Iterable[tuple[str, float, float, str]],
+    attempts: Iterable[tuple[str, str, float, float, str]],
     lease_lists: Iterable[tuple[str, int | None, float, float, tuple[tuple[int, bool], ...]]],
     blockers: Iterable[tuple[str, float, float, frozenset[str]]],
     margin_s: float,
 ) -> list[Violation]:
     """An ended session holds nothing and blocks nothing, on any node:
 
-    * a heartbeat of it sent after it ended (sid, sent, answered, outcome) is refused
-      `SESSION_NOT_FOUND` (expiry-resurrected: an expired session came back);
+    * nothing it sends after it ended succeeds (sid, op, sent, answered, outcome): a
+      heartbeat, a `pin` that would lease, a `session_open` of its id (expiry-resurrected: an
+      expired session came back; its id is never reused);
     * a linearizable lease list sent after it ended (name, node, sent, answered, its leases as
       (version, expired)) shows none of its leases unexpired (expiry-lease-held);
     * a job's `waiting_for.blockers` asked `margin_s` after it ended (a node judges blockers by
@@ -1210,15 +1211,15 @@ def check_session_expiry(
       (expiry-still-blocks): after expiry, another session's change may proceed."""
     out: list[Violation] = []
     ended = {e.session_id: e for e in ends if e.t_ended is not None}
-    for sid, sent, answered, outcome in heartbeats:
+    for sid, op, sent, answered, outcome in attempts:
         e = ended.get(sid)
         if e is not None and e.t_ended is not None and sent > e.t_ended and outcome == "ok":
             out.append(
                 Violation(
                     "expiry-resurrected",
-                    f"session {sid} ended ({e.mode}) at {e.t_ended:.3f}; a heartbeat sent at "
+                    f"session {sid} ended ({e.mode}) at {e.t_ended:.3f}; its {op} sent at "
                     f"{sent:.3f} was acknowledged at {answered:.3f}",
-                    (sid,),
+                    (sid, op),
                 )
             )
     for name, node, sent, answered, leases in lease_lists:

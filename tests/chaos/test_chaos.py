@@ -316,9 +316,10 @@ class History:
     job_blockers: list[tuple[float, float, frozenset[str]]] = field(default_factory=list)
     # Sessions ended without a release: {sid, mode (ttl | admin), t_ended, pinned_after}
     expiries: list[dict[str, Any]] = field(default_factory=list)
-    # Their heartbeats after the end (sid, sent, answered, outcome or code) and linearizable
-    # lease lists of JOB_TABLE after it (sid, node, sent, answered, ((version, expired), ...))
-    expiry_heartbeats: list[tuple[str, float, float, str]] = field(default_factory=list)
+    # What they sent after the end (sid, op: heartbeat | pin | session_open, sent, answered,
+    # outcome "ok" or the code) and linearizable lease lists of JOB_TABLE after it (sid, node,
+    # sent, answered, ((version, expired), ...))
+    expiry_attempts: list[tuple[str, str, float, float, str]] = field(default_factory=list)
     expiry_lists: list[tuple[str, int, float, float, tuple[tuple[int, bool], ...]]] = field(
         default_factory=list
     )
@@ -1210,7 +1211,11 @@ def _jobber(c: MetastoreCluster, h: History, stop: threading.Event, seed: int) -
                 op["cancel"] = cancel
                 try:
                     reply = client.job_cancel(job_id, timeout_ms=10_000)
-                    cancel.update(outcome="ok", status=reply.get("status"))
+                    cancel.update(
+                        outcome="ok",
+                        status=reply.get("status"),
+                        cancel_requested=bool(reply.get("cancel_requested")),
+                    )
                 except MetastoreError as exc:
                     cancel.update(outcome=_outcome(exc), code=exc.code.value)
                 cancel["t1"] = time.monotonic()
@@ -1340,19 +1345,19 @@ def _expirer(c: MetastoreCluster, h: History, stop: threading.Event, seed: int) 
                 time.sleep(max(0.0, expired_by - time.monotonic()))
             with h.lock:
                 h.expiries.append(end)
-            t0 = time.monotonic()
-            try:
-                client.session_heartbeat(sid)
-                result = "ok"
-            except MetastoreError as exc:
-                result = exc.code.value
-            t1 = time.monotonic()
-            with h.lock:
-                h.expiry_heartbeats.append((sid, t0, t1, result))
+            result = _after_end(h, sid, "heartbeat", lambda sid=sid: client.session_heartbeat(sid))
             if result == ErrorCode.SESSION_NOT_FOUND.value and "t_ended" not in end:
-                end["t_ended"] = t1
+                end["t_ended"] = time.monotonic()
             if "t_ended" not in end:
                 continue
+            # Nothing brings it back: no lease through a pin, no reopening of its id.
+            _after_end(h, sid, "pin", lambda sid=sid: client.pin([JOB_TABLE], session_id=sid))
+            _after_end(
+                h,
+                sid,
+                "session_open",
+                lambda sid=sid: client.session_open(sid, app_id="chaos", ttl_ms=EXPIRE_TTL_MS),
+            )
             for node, reader in readers.items():
                 t0 = time.monotonic()
                 try:
@@ -1372,6 +1377,19 @@ def _expirer(c: MetastoreCluster, h: History, stop: threading.Event, seed: int) 
         client.close()
         for reader in readers.values():
             reader.close()
+
+
+def _after_end(h: History, sid: str, op: str, fn: Callable[[], dict[str, Any]]) -> str:
+    """One call of an ended session, recorded with its outcome ("ok" or the code)."""
+    t0 = time.monotonic()
+    try:
+        fn()
+        result = "ok"
+    except MetastoreError as exc:
+        result = exc.code.value
+    with h.lock:
+        h.expiry_attempts.append((sid, op, t0, time.monotonic(), result))
+    return result
 
 
 def _read_error(h: History, node: int, op: str, exc: Exception) -> None:
@@ -2703,7 +2721,10 @@ def _check_jobs(final: SyncMetastoreClient, h: History, where: str) -> str:
     for op in ops:
         if "job_id" not in op:
             continue
-        if op.get("cancel", {}).get("status") == "cancelled":
+        cancel = op.get("cancel", {})
+        # A cancel answered while leases held the job is recorded and carried out once they
+        # drain ({cancel_requested: true}): the job must end cancelled all the same.
+        if cancel.get("status") == "cancelled" or cancel.get("cancel_requested"):
             acknowledged[int(op["job_id"])] = "cancelled"
         if "t_finished" in op:
             acknowledged[int(op["job_id"])] = str(op["status"])
@@ -2734,12 +2755,12 @@ def _check_expiry(h: History, where: str) -> str:
     none is named a job's blocker after its end (plus EXPIRY_BLOCKER_MARGIN_S)."""
     with h.lock:
         ends = [SessionEnd(str(e["sid"]), str(e["mode"]), e.get("t_ended")) for e in h.expiries]
-        heartbeats = list(h.expiry_heartbeats)
+        attempts = list(h.expiry_attempts)
         lists = list(h.expiry_lists)
         blockers = [
             (f"job_show{n}", t0, t1, named) for n, (t0, t1, named) in enumerate(h.job_blockers)
         ]
-    violations = check_session_expiry(ends, heartbeats, lists, blockers, EXPIRY_BLOCKER_MARGIN_S)
+    violations = check_session_expiry(ends, attempts, lists, blockers, EXPIRY_BLOCKER_MARGIN_S)
     assert not violations, (
         f"an expired session lived on ({len(violations)} violations):\n"
         f"{format_violations(violations)}\n{where}"

@@ -1408,14 +1408,19 @@ def test_an_ended_session_holds_and_blocks_nothing() -> None:
         SessionEnd("s2", "admin", 20.0),
         SessionEnd("s3", "ttl", None),
     ]
-    heartbeats = [("s1", 11.0, 11.2, "SESSION_NOT_FOUND"), ("s2", 19.0, 19.1, "ok")]
+    heartbeats = [
+        ("s1", "heartbeat", 11.0, 11.2, "SESSION_NOT_FOUND"),
+        ("s1", "session_open", 11.3, 11.4, "INVALID_ARGUMENT"),
+        ("s2", "heartbeat", 19.0, 19.1, "ok"),
+    ]
     lists = [("s1", 1, 11.0, 11.1, ((3, True),)), ("s2", 2, 21.0, 21.1, ())]
     blockers = [("j1", 10.1, 10.2, frozenset({"s1"})), ("j2", 30.0, 30.1, frozenset({"s3"}))]
     assert check_session_expiry(ends, heartbeats, lists, blockers, 0.3) == []
     v = _only(
-        check_session_expiry(ends, [("s2", 21.0, 21.1, "ok")], [], [], 0.3), "expiry-resurrected"
+        check_session_expiry(ends, [("s2", "pin", 21.0, 21.1, "ok")], [], [], 0.3),
+        "expiry-resurrected",
     )
-    assert v.ops == ("s2",)
+    assert v.ops == ("s2", "pin")
     v = _only(
         check_session_expiry(ends, [], [("s1", 3, 12.0, 12.1, ((3, False),))], [], 0.3),
         "expiry-lease-held",
