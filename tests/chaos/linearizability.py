@@ -1249,3 +1249,91 @@ def check_session_expiry(
                     )
                 )
     return out
+
+
+@dataclass(frozen=True, slots=True)
+class VersionedWrite:
+    """A commit to the jobs' table made with schema version `version`: ok (at `ts`), fail
+    (`code`; a SCHEMA_VERSION_NOT_ACTIVE names the `ts` it was judged at and the versions it
+    found active there) or unknown."""
+
+    name: str
+    version: int
+    outcome: str
+    ts: int | None = None
+    code: str | None = None
+    refused_ts: int | None = None
+    refused_active: tuple[int, ...] | None = None
+
+
+def active_versions(versions: Sequence[TableVersion], ts: int) -> tuple[int, ...]:
+    """The two latest versions active at ts (greatest Tu <= ts and the one before it)."""
+    active = [v.version for v in sorted(versions, key=lambda v: v.tu) if v.tu <= ts]
+    return tuple(active[-2:])
+
+
+def check_versioned_writes(
+    versions: Sequence[TableVersion],
+    jobs: Iterable[JobRecord],
+    writes: Iterable[VersionedWrite],
+    live_at_public: Mapping[int, Iterable[str]],
+    version_of_path: Mapping[str, int],
+) -> list[Violation]:
+    """Commits to a table whose schema jobs run (DESIGN.md §4):
+
+    * an acknowledged commit's version is one of the two latest active at its ts
+      (write-stale-version); a SCHEMA_VERSION_NOT_ACTIVE refusal names the versions the
+      history has active at the ts it names, and the commit's is not one of them
+      (write-refused-wrongly);
+    * when an ADD COLUMN ... NOT NULL job's column becomes public, no live file lacks it:
+      every file live at its public version's Tu (`live_at_public[job_id]`) was written with
+      the job's write-only version or a later one (`version_of_path`), so writers filled the
+      column, or was rewritten by the backfill (backfill-missed: readers of the public
+      version would find NULL in a NOT NULL column)."""
+    out: list[Violation] = []
+    for w in writes:
+        if w.outcome == "ok" and w.ts is not None:
+            active = active_versions(versions, w.ts)
+            if w.version not in active:
+                out.append(
+                    Violation(
+                        "write-stale-version",
+                        f"commit {w.name} with schema version {w.version} was acknowledged at "
+                        f"ts {w.ts}, where the history has versions {list(active)} active",
+                        (w.name,),
+                    )
+                )
+        if w.code == "SCHEMA_VERSION_NOT_ACTIVE" and w.refused_ts is not None:
+            active = active_versions(versions, w.refused_ts)
+            if w.version in active or (
+                w.refused_active is not None and tuple(w.refused_active) != active
+            ):
+                out.append(
+                    Violation(
+                        "write-refused-wrongly",
+                        f"commit {w.name} with schema version {w.version} was refused at ts "
+                        f"{w.refused_ts} as not active (active: {w.refused_active}); the "
+                        f"history has {list(active)} active there",
+                        (w.name,),
+                    )
+                )
+    by_id = {j.job_id: j for j in jobs}
+    for job_id, paths in live_at_public.items():
+        job = by_id.get(job_id)
+        if job is None or job.kind != "add_column" or len(job.versions) < 2:
+            continue
+        write_only = job.versions[1]
+        for path in sorted(paths):
+            version = version_of_path.get(path)
+            if version is None or version < write_only:
+                out.append(
+                    Violation(
+                        "backfill-missed",
+                        f"file {path} (written with version {version}) is live when job "
+                        f"{job_id}'s column {job.column} becomes public (version "
+                        f"{job.versions[-1]}); only files written with version {write_only} "
+                        "or later have it",
+                        (f"job{job_id}", path),
+                    )
+                )
+    return out

@@ -108,11 +108,13 @@ from tests.chaos.linearizability import (
     SchemaVersionRead,
     SessionEnd,
     TableVersion,
+    VersionedWrite,
     check_history,
     check_lease_versions,
     check_protections,
     check_schema_jobs,
     check_session_expiry,
+    check_versioned_writes,
     ddl_activations,
     ddl_commit,
     format_violations,
@@ -312,6 +314,11 @@ class History:
     job_reads: list[tuple[int, str, int, int, tuple[str, ...], float, float]] = field(
         default_factory=list
     )
+    # Commits to JOB_TABLE (the job writer's, pinned to the version in force at now, and the
+    # backfills' rewrites): txn id -> {path, version, outcome, ts, code, details, backfill}
+    job_writes: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # Backfill reports: {job_id, snapshot_ts, files, outcome, code}
+    backfills: list[dict[str, Any]] = field(default_factory=list)
     # Blockers a job_show named: (sent, answered, session ids)
     job_blockers: list[tuple[float, float, frozenset[str]]] = field(default_factory=list)
     # Sessions ended without a release: {sid, mode (ttl | admin), t_ended, pinned_after}
@@ -1257,6 +1264,7 @@ def _follow_job(
     (`waiting_for.reason` "finished"), at most JOB_WAIT_S, reading the schema at now on one
     node per poll. Returns the job's view then (None if it did not get there)."""
     deadline = time.monotonic() + JOB_WAIT_S
+    next_backfill = 0.0
     while time.monotonic() < deadline:
         t0 = time.monotonic()
         try:
@@ -1275,10 +1283,112 @@ def _follow_job(
         if view["status"] != "running" and view["waiting_for"]["reason"] == "finished":
             op.update(t_finished=t1, last_version=int(view["versions"][-1]))
             return view
+        if view["waiting_for"]["reason"] == "backfill" and time.monotonic() >= next_backfill:
+            _backfill(h, client, view)
+            next_backfill = time.monotonic() + 0.5
         node = next(turn)
         _job_read(h, readers[node], node, "now", None)
         time.sleep(0.1)
     return None
+
+
+def _job_commit(
+    client: SyncMetastoreClient,
+    h: History,
+    txn_id: str,
+    version: int,
+    path: str,
+    remove: list[str],
+    backfill: bool = False,
+) -> dict[str, Any]:
+    """One recorded commit to JOB_TABLE with schema version `version`: adds `path`, removes
+    `remove` (a backfill's rewrite)."""
+    write: dict[str, Any] = {
+        "table": JOB_TABLE,
+        "schema_version": version,
+        "add": [{"path": path, "size_bytes": 10, "row_count": 1}],
+    }
+    if remove:
+        write["remove"] = remove
+    op: dict[str, Any] = {
+        "path": path,
+        "version": version,
+        "outcome": "unknown",
+        "backfill": backfill,
+        "t0": time.monotonic(),
+    }
+    with h.lock:
+        h.job_writes[txn_id] = op
+    try:
+        op.update(outcome="ok", ts=int(client.commit(txn_id, [write])["ts"]))
+    except MetastoreError as exc:
+        op.update(outcome=_outcome(exc), code=exc.code.value, details=dict(exc.details))
+    op["t1"] = time.monotonic()
+    return op
+
+
+def _job_writer(c: MetastoreCluster, h: History, stop: threading.Event, seed: int) -> None:
+    """A writer of JOB_TABLE while its schema jobs run, as a Spark batch is: pins the table at
+    now (the version in force) and commits one file with that version; one batch in four
+    takes 0.2-1 s between its pin and its commit, so its version may no longer be one of the
+    two latest active (SCHEMA_VERSION_NOT_ACTIVE, retryable: re-plan). Because the table has
+    files, every ADD COLUMN ... NOT NULL job stops before `public` until a backfill is
+    reported (`_backfill`)."""
+    rng = random.Random(seed * 7 + 8)
+    client = _workload_client(c, 4_000)
+    n = 0
+    try:
+        while not stop.is_set():
+            stop.wait(rng.uniform(0.15, 0.35))
+            n += 1
+            try:
+                pinned = client.pin([JOB_TABLE], timeout_ms=2_000)
+            except MetastoreError:
+                continue
+            if rng.random() < 0.25:
+                time.sleep(rng.uniform(0.2, 1.0))
+            version = int(pinned["pins"][0]["version"])
+            _job_commit(client, h, f"jw-{seed}-{n}", version, f"_jw/{n}.parquet", [])
+    finally:
+        client.close()
+
+
+def _backfill(h: History, client: SyncMetastoreClient, view: dict[str, Any]) -> None:
+    """What `metastore job run-backfill` does, without Spark: list JOB_TABLE at a snapshot at
+    or after the backfill step's activation (`backfill_from_ts`), rewrite every listed file
+    into one new file written with the version in force there (whose write schema has the
+    column), and report the snapshot (`job_backfilled`). The report is refused
+    BACKFILL_INCOMPLETE if a writer without the column committed after the snapshot."""
+    job_id = int(view["job_id"])
+    record: dict[str, Any] = {"job_id": job_id, "outcome": "unknown"}
+    with h.lock:
+        h.backfills.append(record)
+        k = len(h.backfills)
+    try:
+        snapshot_ts = max(client.read_ts(), int(view["backfill_from_ts"]))
+        listing = client.files(JOB_TABLE, as_of=snapshot_ts)
+    except MetastoreError as exc:
+        record.update(outcome=_outcome(exc), code=exc.code.value, step="list")
+        return
+    paths = [str(f["path"]) for f in listing["files"]]
+    record.update(snapshot_ts=snapshot_ts, files=len(paths))
+    rewrite = _job_commit(
+        client,
+        h,
+        f"jb-{job_id}-{k}",
+        int(listing["version"]),
+        f"_jb/{job_id}-{k}.parquet",
+        paths,
+        backfill=True,
+    )
+    if rewrite["outcome"] != "ok":
+        record.update(outcome=rewrite["outcome"], code=rewrite.get("code"), step="rewrite")
+        return
+    try:
+        client.job_backfilled(job_id, snapshot_ts=snapshot_ts, files_rewritten=len(paths))
+        record["outcome"] = "ok"
+    except MetastoreError as exc:
+        record.update(outcome=_outcome(exc), code=exc.code.value, step="report")
 
 
 def _expirer(c: MetastoreCluster, h: History, stop: threading.Event, seed: int) -> None:
@@ -2326,6 +2436,7 @@ def test_chaos_history_is_consistent(tmp_path: Path, seed: int) -> None:
             (_optimizer, (c, h, stop, seed, True)),
             (_side_cycler, (c, h, stop)),
             (_jobber, (c, h, stop, seed)),
+            (_job_writer, (c, h, stop, seed)),
             (_expirer, (c, h, stop, seed)),
         ]
         workers = [
@@ -2741,11 +2852,68 @@ def _check_jobs(final: SyncMetastoreClient, h: History, where: str) -> str:
     )
     statuses = Counter(j.status for j in jobs)
     assert statuses["succeeded"], f"no schema change job succeeded: {ops} {where}"
+    writes = _check_job_writes(final, h, versions, jobs, where)
     kinds = Counter(f"{j.kind}:{j.status}" for j in jobs)
     modes = Counter(mode for _n, mode, *_ in job_reads)
     return (
         f"jobs {dict(sorted(kinds.items()))} ({len(versions)} versions), job schema reads "
-        f"{len(job_reads)} (now {modes['now']}, AS OF an end {modes['ack']})"
+        f"{len(job_reads)} (now {modes['now']}, AS OF an end {modes['ack']}), {writes}"
+    )
+
+
+def _check_job_writes(
+    final: SyncMetastoreClient,
+    h: History,
+    versions: list[TableVersion],
+    jobs: list[JobRecord],
+    where: str,
+) -> str:
+    """The commits to JOB_TABLE against its history (`check_versioned_writes`): each
+    acknowledged one with a version among the two latest active at its ts, each refused as
+    not active rightly so, and no file lacking an ADD job's column live when it became
+    public (every ADD job that succeeded, AS OF its public version's Tu)."""
+    with h.lock:
+        ops = {txn: dict(op) for txn, op in h.job_writes.items()}
+        backfills = [dict(b) for b in h.backfills]
+    writes = [
+        VersionedWrite(
+            txn,
+            int(op["version"]),
+            str(op["outcome"]),
+            op.get("ts"),
+            op.get("code"),
+            (op.get("details") or {}).get("ts"),
+            tuple((op.get("details") or {}).get("active_versions") or ()) or None,
+        )
+        for txn, op in ops.items()
+    ]
+    tu_of = {v.version: v.tu for v in versions}
+    live_at_public = {
+        j.job_id: [
+            str(f["path"]) for f in final.files(JOB_TABLE, as_of=tu_of[j.versions[-1]])["files"]
+        ]
+        for j in jobs
+        if j.kind == "add_column" and j.status == "succeeded"
+    }
+    version_of_path = {str(op["path"]): int(op["version"]) for op in ops.values()}
+    violations = check_versioned_writes(versions, jobs, writes, live_at_public, version_of_path)
+    assert not violations, (
+        f"commits to {JOB_TABLE} broke the schema version rules ({len(violations)} "
+        f"violations):\n{format_violations(violations)}\n{where}"
+    )
+    outcomes = Counter(
+        "ok" if op["outcome"] == "ok" else op.get("code") or op["outcome"]
+        for op in ops.values()
+        if not op["backfill"]
+    )
+    reports = Counter(
+        "ok" if b["outcome"] == "ok" else f"{b.get('step')}:{b.get('code')}" for b in backfills
+    )
+    judged = sum(len(paths) for paths in live_at_public.values())
+    return (
+        f"{JOB_TABLE} commits {dict(sorted(outcomes.items()))}, backfills "
+        f"{dict(sorted(reports.items()))}, {judged} files live at {len(live_at_public)} "
+        "ADD jobs' public Tu all with the column"
     )
 
 

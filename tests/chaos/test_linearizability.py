@@ -25,12 +25,14 @@ from tests.chaos.linearizability import (
     SchemaVersionRead,
     SessionEnd,
     TableVersion,
+    VersionedWrite,
     Violation,
     check_history,
     check_lease_versions,
     check_protections,
     check_schema_jobs,
     check_session_expiry,
+    check_versioned_writes,
     ddl_activations,
     ddl_commit,
     schema_key,
@@ -1431,3 +1433,46 @@ def test_an_ended_session_holds_and_blocks_nothing() -> None:
         "expiry-still-blocks",
     )
     assert v.ops == ("s1", "j9")
+
+
+def test_commits_with_a_version_among_the_two_latest_active_pass() -> None:
+    versions, jobs = _job_history()
+    writes = [
+        VersionedWrite("W1", 1, "ok", 25),  # v1 and v2 active at 25
+        VersionedWrite("W2", 3, "ok", 45),  # v3 and v4
+        VersionedWrite(
+            "W3", 2, "fail", code="SCHEMA_VERSION_NOT_ACTIVE", refused_ts=45, refused_active=(3, 4)
+        ),
+        VersionedWrite("W4", 1, "unknown"),
+    ]
+    live = {1: ["_jw/2.parquet", "_jb/1.parquet"]}
+    by_path = {"_jw/2.parquet": 3, "_jb/1.parquet": 4, "_jw/1.parquet": 1}
+    assert check_versioned_writes(versions, jobs, writes, live, by_path) == []
+
+
+def test_a_commit_with_a_stale_version_acknowledged_is_flagged() -> None:
+    versions, jobs = _job_history()
+    v = _only(
+        check_versioned_writes(versions, jobs, [VersionedWrite("W", 2, "ok", 45)], {}, {}),
+        "write-stale-version",
+    )
+    assert v.ops == ("W",) and "[3, 4]" in v.message
+
+
+def test_a_commit_refused_as_not_active_while_it_was_is_flagged() -> None:
+    versions, jobs = _job_history()
+    wrong = VersionedWrite(
+        "W", 4, "fail", code="SCHEMA_VERSION_NOT_ACTIVE", refused_ts=45, refused_active=(3, 4)
+    )
+    _only(check_versioned_writes(versions, jobs, [wrong], {}, {}), "write-refused-wrongly")
+
+
+def test_a_file_without_the_column_live_when_it_becomes_public_is_flagged() -> None:
+    versions, jobs = _job_history()
+    # Job 1's write-only version is 3: a file written with version 2 lacks j1.
+    live = {1: ["_jw/1.parquet", "_jw/2.parquet"]}
+    v = _only(
+        check_versioned_writes(versions, jobs, [], live, {"_jw/1.parquet": 2, "_jw/2.parquet": 3}),
+        "backfill-missed",
+    )
+    assert v.ops == ("job1", "_jw/1.parquet")
