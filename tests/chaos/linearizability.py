@@ -1010,6 +1010,8 @@ class JobSchemaRead:
     version: int
     columns: tuple[str, ...]
     now: bool = False
+    # A `pin`'s answer also names what a writer of that version writes (`write_schema`).
+    write_columns: tuple[str, ...] | None = None
 
     def describe(self) -> str:
         at = "now" if self.now else "AS OF"
@@ -1116,6 +1118,8 @@ def check_schema_jobs(
     * a read at ts shows the version with the greatest Tu <= ts, with exactly that version's
       public columns (job-read: never an intermediate step's hidden column, never another
       version's shape; so every node agrees at every ts);
+    * a `pin` gives writers the version's public columns followed by its write-only ones
+      (job-write-schema: a writer would leave out a column the job needs filled);
     * a read at now sent after a job was seen `finished` (its last version in force on every
       node: `finished[job_id]`, when that answer came) shows that version or a later one
       (job-stale-read);
@@ -1164,6 +1168,22 @@ def check_schema_jobs(
                     (read.name,),
                 )
             )
+        tv = by_version.get(read.version)
+        if read.write_columns is not None and tv is not None:
+            # What writers of the version write: the public columns, then the write-only ones.
+            writes = (
+                *model.get(read.version, ()),
+                *(name for name, state in tv.pending.items() if state == "write_only"),
+            )
+            if read.write_columns != writes:
+                out.append(
+                    Violation(
+                        "job-write-schema",
+                        f"{read.describe()} gave writers columns {list(read.write_columns)}; "
+                        f"its version's public and write-only columns are {list(writes)}",
+                        (read.name,),
+                    )
+                )
         if not read.now:
             continue
         for job_id, t_finished in finished.items():

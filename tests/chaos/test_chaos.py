@@ -59,6 +59,16 @@ misbehave, and the reader cut from nodes (every failed read typed and retryable)
 A running leader's clock steps within CSmax (no node fences itself, every check holds) and then
 beyond it (it fences itself and another node leads; its future Tm never commits): skew_leader.
 
+Schema change jobs (DROP COLUMN; ADD COLUMN ... NOT NULL DEFAULT with a backfill; every third
+cancelled) on ch.job while a writer commits to it with the version it pinned, and sessions
+leasing ch.job that end by TTL or by `session_expire`: every version has the columns the jobs'
+steps imply (no intermediate state visible), every schema read on any node shows the version
+in force at its ts, a read at now after `job_show` said finished shows the job's last version,
+cancels restore the base shape, commits carry one of the two latest active versions, no file
+lacking an ADD's column is live once it is public; an ended session never heartbeats, leases
+or reopens again, holds no unexpired lease in any node's list and blocks no job step; a job
+whose table is dropped ends aborted (see docs/chaos.md).
+
 Not covered here (see docs/chaos.md): TLS unless CHAOS_TLS=1. A failure prints the seed;
 the `make chaos SEEDS=<seed> FAULTS=... DURATION=... TLS=...` it prints (`replay_command`) replays
 the same fault schedule (the timing of a real cluster still varies from run to run).
@@ -308,12 +318,13 @@ class History:
     # Schema change jobs on JOB_TABLE: {n, kind, column, outcome, job_id, t0, t1, cancel,
     # status (as last seen), t_finished (when a job_show said finished), last_version}
     jobs: list[dict[str, Any]] = field(default_factory=list)
-    # Schema reads of JOB_TABLE: (node, mode, ts, version, columns, t0, t1); mode "now" (the
-    # jobber's polls, during the steps) or "ack" (AS OF an ended job's last Tu, or one tick
-    # before, on every node)
-    job_reads: list[tuple[int, str, int, int, tuple[str, ...], float, float]] = field(
-        default_factory=list
-    )
+    # Schema reads of JOB_TABLE: (node, mode, ts, version, columns, t0, t1, write columns);
+    # mode "now" (the jobber's polls, during the steps), "ack" (AS OF an ended job's last Tu,
+    # or one tick before, on every node) or "pin" (the job writer's, node 0: its failover
+    # client; with the write schema it was given)
+    job_reads: list[
+        tuple[int, str, int, int, tuple[str, ...], float, float, tuple[str, ...] | None]
+    ] = field(default_factory=list)
     # Commits to JOB_TABLE (the job writer's, pinned to the version in force at now, and the
     # backfills' rewrites): txn id -> {path, version, outcome, ts, code, details, backfill}
     job_writes: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -893,6 +904,23 @@ def _side_cycler(c: MetastoreCluster, h: History, stop: threading.Event) -> None
             cycle["commit"] = outcome
             if outcome == "ok":
                 cycle["ts"] = int(result["ts"])
+            if cycle["clean_start"] and n % 2 == 0 and not stop.is_set():
+                # A job that the drop must abort: with a file in the table it waits for a
+                # backfill that never comes. The fresh incarnation holds no pending column,
+                # so nothing may refuse it (an earlier incarnation's job on the same column
+                # name ended with its table).
+                outcome, result, _ = _retry(
+                    lambda n=n: client.ddl(
+                        f"ALTER TABLE {SIDE_TABLE} ADD COLUMN k INT NOT NULL DEFAULT 1",
+                        request_id=f"side-job-{n}",
+                    ),
+                    5.0,
+                )
+                cycle["job"] = outcome
+                if outcome == "ok":
+                    cycle["job_id"] = int(result["job_id"])
+                elif outcome == "fail":
+                    cycle["job_code"] = result.code.value
             outcome, result, _ = _retry(
                 lambda n=n: client.ddl(
                     f"DROP TABLE IF EXISTS {SIDE_TABLE}", request_id=f"side-drop-{n}"
@@ -923,6 +951,29 @@ def _side_cycler(c: MetastoreCluster, h: History, stop: threading.Event) -> None
         client.close()
         for reader in readers.values():
             reader.close()
+
+
+def _check_side_jobs(final: SyncMetastoreClient, h: History, where: str) -> str:
+    """Jobs on SIDE_TABLE's incarnations: every ALTER that started one on a fresh incarnation
+    was accepted (none refused by an earlier incarnation's job), and each job whose table's
+    drop was acknowledged ended `aborted` (not running on, not succeeded without its
+    backfill)."""
+    with h.lock:
+        cycles = [dict(cycle) for cycle in h.side_cycles]
+    refused = [(cy["n"], cy["job_code"]) for cy in cycles if "job_code" in cy]
+    assert not refused, f"a job on a fresh {SIDE_TABLE} was refused: {refused} {where}"
+    jobs = {int(j["job_id"]): j for j in final.job_list(SIDE_TABLE, all=True)["jobs"]}
+    judged = [cy for cy in cycles if "job_id" in cy and cy.get("drop") == "ok"]
+    wrong = [
+        (cy["n"], cy["job_id"], jobs.get(cy["job_id"], {}).get("status", "missing"))
+        for cy in judged
+        if jobs.get(cy["job_id"], {}).get("status") != "aborted"
+    ]
+    assert not wrong, (
+        f"jobs on {SIDE_TABLE} whose table was dropped did not end aborted (cycle, job, "
+        f"status): {wrong} {where}"
+    )
+    return f"{len(judged)} jobs aborted by their table's drop"
 
 
 def _check_side_table(h: History, where: str) -> str:
@@ -1146,7 +1197,16 @@ def _job_read(
     columns = tuple(str(col["name"]) for col in reply["schema"]["columns"])
     with h.lock:
         h.job_reads.append(
-            (node, mode, int(reply["ts"]), int(reply["version"]), columns, t0, time.monotonic())
+            (
+                node,
+                mode,
+                int(reply["ts"]),
+                int(reply["version"]),
+                columns,
+                t0,
+                time.monotonic(),
+                None,
+            )
         )
 
 
@@ -1341,10 +1401,28 @@ def _job_writer(c: MetastoreCluster, h: History, stop: threading.Event, seed: in
         while not stop.is_set():
             stop.wait(rng.uniform(0.15, 0.35))
             n += 1
+            t0 = time.monotonic()
             try:
                 pinned = client.pin([JOB_TABLE], timeout_ms=2_000)
             except MetastoreError:
                 continue
+            pin = pinned["pins"][0]
+            with h.lock:
+                h.job_reads.append(
+                    (
+                        0,
+                        "pin",
+                        int(pinned["ts"]),
+                        int(pin["version"]),
+                        tuple(str(col["name"]) for col in pin["schema"]["columns"]),
+                        t0,
+                        time.monotonic(),
+                        tuple(
+                            str(col["name"])
+                            for col in pin.get("write_schema", pin["schema"])["columns"]
+                        ),
+                    )
+                )
             if rng.random() < 0.25:
                 time.sleep(rng.uniform(0.2, 1.0))
             version = int(pinned["pins"][0]["version"])
@@ -2537,6 +2615,7 @@ def _check(c: MetastoreCluster, h: History, seed: int, schedule: list[str], loca
         leases = _check_leases(final, h, where)
         side = _check_side_table(h, where)
         jobs = _check_jobs(final, h, where)
+        side_jobs = _check_side_jobs(final, h, where)
         expiry = _check_expiry(h, where)
         for i in c.ids:  # the membership the cluster was meant to end with
             st = c.try_status(i)
@@ -2558,7 +2637,7 @@ def _check(c: MetastoreCluster, h: History, seed: int, schedule: list[str], loca
             f"{outcomes.count('ok')}/{outcomes.count('fail')}/{outcomes.count('unknown')}, "
             f"DDL ok {sum(o['outcome'] == 'ok' for o in h.ddls)}/{len(h.ddls)}, "
             f"reads {len(h.reads)} ({failed_reads}), {lin}, {schemas}, {pts}, {leases}, {side}, "
-            f"{jobs}, {expiry}, "
+            f"{jobs}, {side_jobs}, {expiry}, "
             f"re-added members' safe time behind their old one by (ms) {h.safe_time_back_ms}, "
             f"ops sent to cut-off nodes {probed} (none acknowledged), "
             f"terms {sorted(h.terms)}, faults {h.faults}"
@@ -2785,7 +2864,7 @@ def _check_job_lease_reads(h: History, where: str) -> str:
         job_reads = list(h.job_reads)
     reads = [
         SchemaVersionRead(f"job-schema{n}-{mode}", node, t0, t1, version)
-        for n, (node, mode, _ts, version, _cols, t0, t1) in enumerate(job_reads)
+        for n, (node, mode, _ts, version, _cols, t0, t1, _w) in enumerate(job_reads)
     ]
     ttl_s = EXPIRE_TTL_MS / 1000 - LEASE_CLOCK_MARGIN_S
     violations = check_lease_versions(holds, reads, ttl_s)
@@ -2841,9 +2920,17 @@ def _check_jobs(final: SyncMetastoreClient, h: History, where: str) -> str:
             acknowledged[int(op["job_id"])] = str(op["status"])
     reads = [
         JobSchemaRead(
-            f"job-schema{n}-{mode}", node, t0, t1, ts, version, columns, now=mode == "now"
+            f"job-schema{n}-{mode}",
+            node,
+            t0,
+            t1,
+            ts,
+            version,
+            columns,
+            now=mode in ("now", "pin"),
+            write_columns=write_columns,
         )
-        for n, (node, mode, ts, version, columns, t0, t1) in enumerate(job_reads)
+        for n, (node, mode, ts, version, columns, t0, t1, write_columns) in enumerate(job_reads)
     ]
     violations = check_schema_jobs(versions, jobs, reads, finished, acknowledged)
     assert not violations, (
@@ -2857,7 +2944,8 @@ def _check_jobs(final: SyncMetastoreClient, h: History, where: str) -> str:
     modes = Counter(mode for _n, mode, *_ in job_reads)
     return (
         f"jobs {dict(sorted(kinds.items()))} ({len(versions)} versions), job schema reads "
-        f"{len(job_reads)} (now {modes['now']}, AS OF an end {modes['ack']}), {writes}"
+        f"{len(job_reads)} (now {modes['now']}, AS OF an end {modes['ack']}, pins "
+        f"{modes['pin']}), {writes}"
     )
 
 

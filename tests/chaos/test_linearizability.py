@@ -1476,3 +1476,16 @@ def test_a_file_without_the_column_live_when_it_becomes_public_is_flagged() -> N
         "backfill-missed",
     )
     assert v.ops == ("job1", "_jw/1.parquet")
+
+
+def test_a_pin_must_give_writers_the_write_only_column() -> None:
+    versions, jobs = _job_history()
+    # v3: j1 write-only (job 1's ADD): writers fill it.
+    good = _jread("P", 35, 3, ("id",), now=True, write_columns=("id", "j1"))
+    assert check_schema_jobs(versions, jobs, [good], {}, {}) == []
+    bad = dataclasses.replace(good, write_columns=("id",))
+    v = _only(check_schema_jobs(versions, jobs, [bad], {}, {}), "job-write-schema")
+    assert v.ops == ("P",)
+    # v2: j1 delete-only: invisible to writers too.
+    leaked = _jread("P", 25, 2, ("id",), now=True, write_columns=("id", "j1"))
+    _only(check_schema_jobs(versions, jobs, [leaked], {}, {}), "job-write-schema")
