@@ -341,6 +341,9 @@ class History:
     expiry_lists: list[tuple[str, int, float, float, tuple[tuple[int, bool], ...]]] = field(
         default_factory=list
     )
+    # The first lease after each ended session: {after, version (the ended one's), taken (the
+    # version leased) or code + retryable}
+    expiry_takeovers: list[dict[str, Any]] = field(default_factory=list)
     ddl_blocked: int = 0  # SCHEMA_CHANGE_BLOCKED answers the DDL client waited on
     membership_changes: list[str] = field(default_factory=list)
     # Per re-add: how far (ms) the new member's first ready safe time was behind the last one
@@ -1227,8 +1230,8 @@ def _jobber(c: MetastoreCluster, h: History, stop: threading.Event, seed: int) -
     third job is cancelled 0-300 ms after it started. While a job runs the jobber polls
     `job_show` (recording the sessions it names as blockers: the expirer's, which lease
     JOB_TABLE) and reads the schema at now on one node per poll, in turn; once the job has
-    ended and its last version is in force everywhere (`finished`), it reads the schema AS OF
-    that version's Tu and one tick before on every node. The checker
+    ended and its last version is in force everywhere (`finished`), it reads the schema at
+    now, AS OF that version's Tu and one tick before on every node. The checker
     (`check_schema_jobs`) judges every version and read against the jobs' steps."""
     rng = random.Random(seed * 7 + 5)
     client = _workload_client(c, 6_000)
@@ -1291,6 +1294,10 @@ def _jobber(c: MetastoreCluster, h: History, stop: threading.Event, seed: int) -
                 if kind == "drop_column" and column in public:
                     public.remove(column)
                 continue
+            # `finished` promises the last version is in force on every node: read at now on
+            # each at once (the checker's job-stale-read rule).
+            for node, reader in readers.items():
+                _job_read(h, reader, node, "now", None)
             if view["status"] == "succeeded":
                 if kind == "add_column":
                     public.append(column)
@@ -1485,6 +1492,7 @@ def _expirer(c: MetastoreCluster, h: History, stop: threading.Event, seed: int) 
     readers = {i: _reader_client(c, i, 1_500) for i in c.ids}
     ttl = EXPIRE_TTL_MS << 16
     k = 0
+    previous: dict[str, Any] | None = None  # the last session seen to end, until one leases
     try:
         while not stop.is_set():
             stop.wait(rng.uniform(0.2, 0.8))
@@ -1497,10 +1505,22 @@ def _expirer(c: MetastoreCluster, h: History, stop: threading.Event, seed: int) 
             if outcome != "ok" or stop.is_set():
                 continue
             t_sent = time.monotonic()
+            # After an ended session, the next one takes a lease on the same table (the same
+            # version, unless a job moved on): an ended session must leave it takeable.
+            takeover: dict[str, Any] | None = None
+            if previous is not None:
+                takeover = {"after": previous["sid"], "version": previous["version"]}
+                with h.lock:
+                    h.expiry_takeovers.append(takeover)
             try:
                 pinned = client.pin([JOB_TABLE], session_id=sid, timeout_ms=2_000)
-            except MetastoreError:
+            except MetastoreError as exc:
+                if takeover is not None:
+                    takeover.update(code=exc.code.value, retryable=exc.retryable)
                 continue  # never leased: it expires unseen
+            previous = None
+            if takeover is not None:
+                takeover["taken"] = int(pinned["pins"][0]["version"])
             deadline = int(pinned["lease"]["deadline_tm"])
             hold: dict[str, Any] = {
                 "table": JOB_TABLE,
@@ -1520,7 +1540,11 @@ def _expirer(c: MetastoreCluster, h: History, stop: threading.Event, seed: int) 
                     break
                 hold["ops"].append((deadline - ttl, deadline))
                 hold["renewals"].append((t_sent, time.monotonic()))
-            end: dict[str, Any] = {"sid": sid, "mode": rng.choice(["ttl", "admin"])}
+            end: dict[str, Any] = {
+                "sid": sid,
+                "mode": rng.choice(["ttl", "admin"]),
+                "version": hold["version"],
+            }
             if end["mode"] == "admin":
                 hold["t_release"] = time.monotonic()
                 outcome, _, _ = _retry(lambda sid=sid: client.session_expire([sid]), 3.0)
@@ -1538,6 +1562,7 @@ def _expirer(c: MetastoreCluster, h: History, stop: threading.Event, seed: int) 
                 end["t_ended"] = time.monotonic()
             if "t_ended" not in end:
                 continue
+            previous = end
             # Nothing brings it back: no lease through a pin, no reopening of its id.
             _after_end(h, sid, "pin", lambda sid=sid: client.pin([JOB_TABLE], session_id=sid))
             _after_end(
@@ -2882,6 +2907,7 @@ def _check_jobs(final: SyncMetastoreClient, h: History, where: str) -> str:
     any node shows the version in force at its ts with those columns (so a job acknowledged
     as ended reads the same at its Tu on every node), a read at now after a job was seen
     finished shows its last version, and every acknowledged end is final."""
+    history = final.history(JOB_TABLE)["versions"]
     versions = [
         TableVersion(
             int(v["version"]),
@@ -2889,8 +2915,16 @@ def _check_jobs(final: SyncMetastoreClient, h: History, where: str) -> str:
             tuple(str(col["name"]) for col in v["schema"]["columns"]),
             {str(p["name"]): str(p["state"]) for p in v.get("pending", [])},
         )
-        for v in final.history(JOB_TABLE)["versions"]
+        for v in history
     ]
+    # A field id names one column for good: a cancelled ADD's id is never reused, a DROP
+    # cancelled brings its column back with its own id (every job's column name is new here).
+    names_of: dict[int, set[str]] = {}
+    for v in history:
+        for col in [*v["schema"]["columns"], *v.get("pending", [])]:
+            names_of.setdefault(int(col["field_id"]), set()).add(str(col["name"]))
+    reused = {fid: sorted(names) for fid, names in names_of.items() if len(names) > 1}
+    assert not reused, f"{JOB_TABLE}: field ids named several columns: {reused} {where}"
     jobs = [
         JobRecord(
             int(j["job_id"]),
@@ -3008,7 +3042,9 @@ def _check_job_writes(
 def _check_expiry(h: History, where: str) -> str:
     """Sessions that ended by TTL or `session_expire` (`check_session_expiry`): none
     heartbeats again, none has an unexpired lease in a later linearizable list on any node,
-    none is named a job's blocker after its end (plus EXPIRY_BLOCKER_MARGIN_S)."""
+    none is named a job's blocker after its end (plus EXPIRY_BLOCKER_MARGIN_S); and the next
+    session's lease of the table is not refused for good (retryable refusals, a fault's, are
+    fine)."""
     with h.lock:
         ends = [SessionEnd(str(e["sid"]), str(e["mode"]), e.get("t_ended")) for e in h.expiries]
         attempts = list(h.expiry_attempts)
@@ -3023,10 +3059,16 @@ def _check_expiry(h: History, where: str) -> str:
     )
     modes = Counter(e.mode for e in ends if e.t_ended is not None)
     assert sum(modes.values()), f"no session was seen to expire {where}"
+    with h.lock:
+        takeovers = [dict(t) for t in h.expiry_takeovers]
+    refused = [t for t in takeovers if "code" in t and not t["retryable"]]
+    assert not refused, f"a lease after an ended session was refused for good: {refused} {where}"
+    same = sum(t.get("taken") == t["version"] for t in takeovers)
     waited = sum(any(s.startswith("chaos-expire-") for s in b[3]) for b in blockers)
     return (
-        f"sessions expired by TTL {modes['ttl']} / by admin {modes['admin']} "
-        f"({len(lists)} lease lists after, jobs waited on them in {waited} polls)"
+        f"sessions expired by TTL {modes['ttl']} / by admin {modes['admin']} (the next "
+        f"lease took the same version after {same} of them; {len(lists)} lease lists after, "
+        f"jobs waited on them in {waited} polls)"
     )
 
 
