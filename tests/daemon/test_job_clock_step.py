@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from hlc import physical_ms
-from metastore.daemon.node import FAULT_CLOCK_OFFSET_FILE_ENV
+from metastore.daemon.node import FAULT_CLOCK_OFFSET_ENV, FAULT_CLOCK_OFFSET_FILE_ENV
 from tests.daemon.harness import RawClient, metastore_cluster
 from tests.daemon.test_ddl_clock_step import _wait_for_clock_ahead
 
@@ -30,6 +30,8 @@ DD_MS = 1_500
 CS_MAX_MS = 100
 STEP_MS = 2_000
 WAIT_S = 30.0
+# The clock of a node started far ahead (the second test): more than DD - CSmax short of DD.
+SKEW_START_MS = 5_000
 
 
 def _job(client: RawClient, job_id: int) -> dict[str, object]:
@@ -82,3 +84,79 @@ def test_a_clock_stepped_forward_does_not_make_a_job_look_finished_early(tmp_pat
             assert time.time() * 1000 >= in_force_ms
         finally:
             admin.close()
+
+
+def test_a_node_started_with_its_clock_far_ahead_says_no_job_is_finished_before_it_is(
+    tmp_path: Path,
+) -> None:
+    """A follower restarted with its clock 2 s ahead answers reads for a second or so before
+    a round trip with its leader proves it off and it fences itself (the DDL refuses to judge
+    by such a clock: RaftNode.clock_checked). Asked about a job whose last version activates
+    2 s later by the true time, it must not say `finished` meanwhile. It is asked from its
+    spawn until it fences itself or the version is in force by the true time.
+
+    Its clock runs SKEW_START_MS ahead and DD is longer than that, so whenever it comes up
+    (a daemon takes seconds to start on a loaded machine), its clock is past Tu + CSmax while
+    the true time is not."""
+    dd_ms = 6_000
+    with metastore_cluster(tmp_path / "c", 3, dd_ms=dd_ms, cs_max_ms=CS_MAX_MS) as c:
+        c.start_all()
+        leader = c.wait_ready()
+        skewed = next(i for i in c.ids if i != leader)
+        admin = c.client(leader)
+        try:
+            for sql in ("CREATE NAMESPACE s", "CREATE TABLE s.t (a INT, b INT)"):
+                assert admin.call("ddl", sql=sql, timeout_ms=30_000)["ok"]
+            started = admin.call("ddl", sql="ALTER TABLE s.t DROP COLUMN b", timeout_ms=30_000)
+            assert started["ok"], started
+            job_id = int(started["result"]["job_id"])
+            deadline = time.monotonic() + WAIT_S
+            while (job := _job(admin, job_id))["status"] != "succeeded":
+                assert time.monotonic() < deadline, f"the job did not end: {job}"
+                time.sleep(0.05)
+            versions = job["versions"]
+            assert isinstance(versions, list)
+            history = admin.call("history", table="s.t")
+            assert history["ok"], history
+            tu_ms = physical_ms(
+                int(
+                    next(v for v in history["result"]["versions"] if v["version"] == versions[-1])[
+                        "tu"
+                    ]
+                )
+            )
+        finally:
+            admin.close()
+        in_force_ms = tu_ms + CS_MAX_MS
+        c.kill(skewed)
+        c.start(skewed, env={FAULT_CLOCK_OFFSET_ENV: str(SKEW_START_MS)})
+        answers: list[tuple[float, str]] = []
+        client: RawClient | None = None
+        for _ in range(5_000):  # bounded: ends at the fence or once the version is in force
+            asked_ms = time.time() * 1000
+            if asked_ms >= in_force_ms or time.monotonic() > deadline:
+                break
+            if client is None:
+                try:
+                    client = c.client(skewed)
+                except (OSError, AssertionError):
+                    time.sleep(0.02)
+                    continue
+            reply = client.call("job_show", job_id=job_id)
+            if not reply["ok"]:
+                answers.append((asked_ms, reply["error"]["code"]))
+                if "fenced itself for its clock" in reply["error"]["message"]:
+                    break
+                continue
+            reason = reply["result"]["waiting_for"]["reason"]
+            answers.append((asked_ms, reason))
+            assert reason != "finished", (
+                f"node {skewed} (clock {SKEW_START_MS} ms ahead) said the job was finished "
+                f"{in_force_ms - asked_ms:.0f} ms before its last version's Tu + CSmax "
+                f"(answers so far: {answers[-5:]})"
+            )
+        if client is not None:
+            client.close()
+        assert any(reason == "activation" for _, reason in answers), (
+            f"node {skewed} never answered job_show before its fence: {answers[-5:]}"
+        )
