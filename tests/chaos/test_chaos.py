@@ -332,7 +332,7 @@ class History:
     backfills: list[dict[str, Any]] = field(default_factory=list)
     # Blockers a job_show named: (sent, answered, session ids)
     job_blockers: list[tuple[float, float, frozenset[str]]] = field(default_factory=list)
-    # Sessions ended without a release: {sid, mode (ttl | admin), t_ended, pinned_after}
+    # Sessions ended without a release: {sid, mode (ttl | admin), version leased, t_ended}
     expiries: list[dict[str, Any]] = field(default_factory=list)
     # What they sent after the end (sid, op: heartbeat | pin | session_open, sent, answered,
     # outcome "ok" or the code) and linearizable lease lists of JOB_TABLE after it (sid, node,
