@@ -2218,11 +2218,24 @@ class ApiServer:
     def _job_view(self, job: SchemaJob) -> dict[str, Any]:
         state = self.sm.state
         cs_max = self._cs_max_ms() << LOGICAL_BITS
+        # `finished` tells the caller (`metastore job wait`) that the job's last version is in
+        # force on every node, as a DDL's reply does: judged, like the DDL's wait, by the wall
+        # clock this node vouches for (after a recent step of it, the clock as it read before;
+        # clock_steps.py), never by a clock that just jumped ahead (chaos `skew_leader`: a job
+        # looked finished 1.5 s early; tests/daemon/test_job_clock_step.py) or one not yet
+        # measured against its peers.
+        now_tm = min(self.clock.now(), self._observe_clock(time.monotonic()) << LOGICAL_BITS)
+        if not self.node.clock_checked():
+            # No round trip of this process has measured its clock yet (a node started with
+            # its clock far off answers for a second or so before it fences itself; the DDL
+            # refuses to judge by such a clock): judge by the leader's clock instead, as of the
+            # newest entry applied here (safe time), which the quorum keeps within CSmax.
+            now_tm = min(now_tm, self.node.safe_time)
         wait = next_step_wait(
             job,
             catalog=state.catalog,
             sessions=state.sessions,
-            now_tm=self.clock.now(),
+            now_tm=now_tm,
             cs_max=cs_max,
         )
         # Leases in the way, named as in LEASE_HELD: the first MAX_LEASES_PER_COMMAND (one

@@ -69,7 +69,14 @@ answered before its release was sent, on any node, and none after its release wa
 acknowledged. Schema leases too (`check_lease_versions`): a schema read sent and answered
 while a lease on version v was surely held and unexpired (from an acknowledged acquisition or
 heartbeat until its send time + the TTL, cut at the release's send) shows no version above
-v + 1, on any node. Everything here is a pure function; `tests/chaos/test_chaos.py` records the
+v + 1, on any node. Schema change jobs (`check_schema_jobs`): each version of the jobs' table
+has the public columns the jobs' steps imply (an ADD's column public only at its last step, a
+DROP's gone from its first, a cancel restores the base version's), every schema read shows the
+version in force at its ts with those columns, a read at now after a job was seen finished
+shows its last version, and acknowledged ends are final. Session expiry
+(`check_session_expiry`): a session that ended by TTL or `session_expire` never heartbeats,
+leases or opens again, holds no unexpired lease in any later linearizable list and blocks
+no job's step. Everything here is a pure function; `tests/chaos/test_chaos.py` records the
 history and calls `check_history` at the end of a run.
 """
 
@@ -78,7 +85,7 @@ from __future__ import annotations
 import bisect
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Final, Literal
 
 __all__ = [
     "CommitOp",
@@ -959,4 +966,394 @@ def check_lease_versions(
                     )
                 )
                 break
+    return out
+
+
+# ---- schema change jobs and session expiry (judged apart, like the leases) ----------------
+
+
+@dataclass(frozen=True, slots=True)
+class TableVersion:
+    """One schema version of a table from its final history: `columns` the public ones (what
+    readers see, in order), `pending` {name: state} of the columns a job holds hidden."""
+
+    version: int
+    tu: int
+    columns: tuple[str, ...]
+    pending: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class JobRecord:
+    """A schema change job as the final `job_list` shows it: `versions` one per step reached
+    (`steps[i]` published `versions[i]`), then the rollback's when cancelled."""
+
+    job_id: int
+    kind: str  # "add_column" | "drop_column"
+    column: str
+    status: str  # running | succeeded | cancelled | aborted
+    steps: tuple[str, ...]
+    versions: tuple[int, ...]
+    base_version: int
+
+
+@dataclass(frozen=True, slots=True)
+class JobSchemaRead:
+    """A `schema_at` of the jobs' table on `node`: the ts it names, the version and public
+    columns it showed; `now` when sent without a ts."""
+
+    name: str
+    node: int | None
+    t_sent: float
+    t_answered: float
+    ts: int
+    version: int
+    columns: tuple[str, ...]
+    now: bool = False
+    # A `pin`'s answer also names what a writer of that version writes (`write_schema`).
+    write_columns: tuple[str, ...] | None = None
+
+    def describe(self) -> str:
+        at = "now" if self.now else "AS OF"
+        return (
+            f"schema read {self.name} on node {self.node} ({at} ts {self.ts}, sent "
+            f"{self.t_sent:.3f}, answered {self.t_answered:.3f}: version {self.version}, "
+            f"columns {list(self.columns)})"
+        )
+
+
+# The state a job's column is in at each step (in `pending`; None: not pending, its final
+# shape - public for an ADD, gone for a DROP).
+_JOB_STEP_STATE: Final = {
+    ("add_column", "delete_only"): "delete_only",
+    ("add_column", "write_only"): "write_only",
+    ("add_column", "backfill"): "write_only",
+    ("add_column", "public"): None,
+    ("drop_column", "write_only"): "write_only",
+    ("drop_column", "dropped"): None,
+}
+
+
+def job_model(
+    versions: Sequence[TableVersion], jobs: Iterable[JobRecord]
+) -> tuple[dict[int, tuple[str, ...]], list[Violation]]:
+    """The public columns every version must have, derived from the jobs alone (the first
+    version's are taken as given): an ADD's column becomes public only at its `public` step,
+    a DROP's disappears at its `write_only` step, a cancel's rollback restores the base
+    version's columns; every other step leaves them as they were. Each version of the
+    history is compared with it (job-intermediate-visible: a hidden column shown to readers,
+    or one shown too late), and so is its `pending` (job-pending: the column not in the state
+    the step says). Every version after the first must have been published by a job."""
+    out: list[Violation] = []
+    owner: dict[int, tuple[JobRecord, int]] = {}
+    for job in jobs:
+        for i, v in enumerate(job.versions):
+            owner[v] = (job, i)
+    ordered = sorted(versions, key=lambda v: v.version)
+    if not ordered:
+        return {}, out
+    model = {ordered[0].version: ordered[0].columns}
+    prev = ordered[0].columns
+    for tv in ordered[1:]:
+        found = owner.get(tv.version)
+        if found is None:
+            out.append(
+                Violation(
+                    "job-unowned-version",
+                    f"version {tv.version} (columns {list(tv.columns)}) was published by no "
+                    "known job",
+                    (f"v{tv.version}",),
+                )
+            )
+            model[tv.version] = prev = tv.columns
+            continue
+        job, i = found
+        rollback = job.status == "cancelled" and i == len(job.versions) - 1
+        state: str | None
+        if rollback:
+            expect = model.get(job.base_version, prev)
+            state, step = None, "rollback"
+        else:
+            step = job.steps[i] if i < len(job.steps) else "?"
+            state = _JOB_STEP_STATE.get((job.kind, step))
+            if job.kind == "add_column" and step == "public":
+                expect = (*prev, job.column)
+            elif job.kind == "drop_column" and step == "write_only":
+                expect = tuple(c for c in prev if c != job.column)
+            else:
+                expect = prev
+        if tv.columns != expect:
+            out.append(
+                Violation(
+                    "job-intermediate-visible",
+                    f"version {tv.version} ({job.kind} {job.column} of job {job.job_id}, step "
+                    f"{step}) shows readers columns {list(tv.columns)}; the job's steps say "
+                    f"{list(expect)}",
+                    (f"job{job.job_id}", f"v{tv.version}"),
+                )
+            )
+        if tv.pending.get(job.column) != state:
+            out.append(
+                Violation(
+                    "job-pending",
+                    f"version {tv.version} ({job.kind} {job.column} of job {job.job_id}, step "
+                    f"{step}) holds the column as {tv.pending.get(job.column)!r}, not {state!r}",
+                    (f"job{job.job_id}", f"v{tv.version}"),
+                )
+            )
+        model[tv.version] = prev = expect
+    return model, out
+
+
+def check_schema_jobs(
+    versions: Sequence[TableVersion],
+    jobs: Sequence[JobRecord],
+    reads: Iterable[JobSchemaRead],
+    finished: Mapping[int, float],
+    acknowledged: Mapping[int, str],
+) -> list[Violation]:
+    """Schema change jobs against the final history of their table (`job_model`), and every
+    schema read of it, on any node:
+
+    * a read at ts shows the version with the greatest Tu <= ts, with exactly that version's
+      public columns (job-read: never an intermediate step's hidden column, never another
+      version's shape; so every node agrees at every ts);
+    * a `pin` gives writers the version's public columns followed by its write-only ones
+      (job-write-schema: a writer would leave out a column the job needs filled);
+    * a read at now sent after a job was seen `finished` (its last version in force on every
+      node: `finished[job_id]`, when that answer came) shows that version or a later one
+      (job-stale-read);
+    * a job whose end was acknowledged (`acknowledged[job_id]`: "succeeded" or "cancelled")
+      ended so in the final state, and a cancelled job's last version has its base version's
+      columns (job-cancel-changed: a rollback that did not restore the shape)."""
+    model, out = job_model(versions, jobs)
+    by_version = {v.version: v for v in versions}
+    by_tu = sorted((v.tu, v.version) for v in versions)
+    tus = [tu for tu, _ in by_tu]
+    by_id = {j.job_id: j for j in jobs}
+    for job_id, status in acknowledged.items():
+        job = by_id.get(job_id)
+        if job is None or job.status != status:
+            out.append(
+                Violation(
+                    "job-status",
+                    f"job {job_id} was acknowledged {status} and ends "
+                    f"{job.status if job else 'missing'}",
+                    (f"job{job_id}",),
+                )
+            )
+            continue
+        if status == "cancelled":
+            last = by_version.get(job.versions[-1])
+            base = by_version.get(job.base_version)
+            if last is None or base is None or last.columns != base.columns:
+                out.append(
+                    Violation(
+                        "job-cancel-changed",
+                        f"job {job_id} ({job.kind} {job.column}) was cancelled, yet its last "
+                        f"version {job.versions[-1]} shows {last and list(last.columns)}, not "
+                        f"the base version {job.base_version}'s {base and list(base.columns)}",
+                        (f"job{job_id}",),
+                    )
+                )
+    for read in reads:
+        i = bisect.bisect_right(tus, read.ts)
+        want = by_tu[i - 1][1] if i else None
+        if read.version != want or read.columns != model.get(read.version):
+            out.append(
+                Violation(
+                    "job-read",
+                    f"{read.describe()}; the history has version {want} in force then, with "
+                    f"columns {list(model.get(want, ())) if want else None}",
+                    (read.name,),
+                )
+            )
+        tv = by_version.get(read.version)
+        if read.write_columns is not None and tv is not None:
+            # What writers of the version write: the public columns, then the write-only ones.
+            writes = (
+                *model.get(read.version, ()),
+                *(name for name, state in tv.pending.items() if state == "write_only"),
+            )
+            if read.write_columns != writes:
+                out.append(
+                    Violation(
+                        "job-write-schema",
+                        f"{read.describe()} gave writers columns {list(read.write_columns)}; "
+                        f"its version's public and write-only columns are {list(writes)}",
+                        (read.name,),
+                    )
+                )
+        if not read.now:
+            continue
+        for job_id, t_finished in finished.items():
+            job = by_id.get(job_id)
+            if job and t_finished < read.t_sent and read.version < job.versions[-1]:
+                out.append(
+                    Violation(
+                        "job-stale-read",
+                        f"{read.describe()} was sent after job {job_id} was seen finished "
+                        f"(at {t_finished:.3f}, its last version {job.versions[-1]} in force "
+                        "on every node) and shows an older version",
+                        (read.name, f"job{job_id}"),
+                    )
+                )
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class SessionEnd:
+    """A session that ended without a release: by `mode` "ttl" (it stopped heartbeating) or
+    "admin" (`session_expire`). `t_ended`: from then on it is surely over by real time (the
+    expire acknowledged, or a heartbeat refused SESSION_NOT_FOUND), None if never known."""
+
+    session_id: str
+    mode: str
+    t_ended: float | None
+
+
+def check_session_expiry(
+    ends: Iterable[SessionEnd],
+    attempts: Iterable[tuple[str, str, float, float, str]],
+    lease_lists: Iterable[tuple[str, int | None, float, float, tuple[tuple[int, bool], ...]]],
+    blockers: Iterable[tuple[str, float, float, frozenset[str]]],
+    margin_s: float,
+) -> list[Violation]:
+    """An ended session holds nothing and blocks nothing, on any node:
+
+    * nothing it sends after it ended succeeds (sid, op, sent, answered, outcome): a
+      heartbeat, a `pin` that would lease, a `session_open` of its id (expiry-resurrected: an
+      expired session came back; its id is never reused);
+    * a linearizable lease list sent after it ended (name, node, sent, answered, its leases as
+      (version, expired)) shows none of its leases unexpired (expiry-lease-held);
+    * a job's `waiting_for.blockers` asked `margin_s` after it ended (a node judges blockers by
+      its own clock, which may trail the Tm that ended it) does not name it
+      (expiry-still-blocks): after expiry, another session's change may proceed."""
+    out: list[Violation] = []
+    ended = {e.session_id: e for e in ends if e.t_ended is not None}
+    for sid, op, sent, answered, outcome in attempts:
+        e = ended.get(sid)
+        if e is not None and e.t_ended is not None and sent > e.t_ended and outcome == "ok":
+            out.append(
+                Violation(
+                    "expiry-resurrected",
+                    f"session {sid} ended ({e.mode}) at {e.t_ended:.3f}; its {op} sent at "
+                    f"{sent:.3f} was acknowledged at {answered:.3f}",
+                    (sid, op),
+                )
+            )
+    for name, node, sent, answered, leases in lease_lists:
+        sid = name
+        e = ended.get(sid)
+        live = [v for v, expired in leases if not expired]
+        if e is not None and e.t_ended is not None and sent > e.t_ended and live:
+            out.append(
+                Violation(
+                    "expiry-lease-held",
+                    f"session {sid} ended ({e.mode}) at {e.t_ended:.3f}; node {node}'s lease "
+                    f"list (sent {sent:.3f}, answered {answered:.3f}) shows its lease on "
+                    f"version(s) {live} unexpired",
+                    (sid,),
+                )
+            )
+    for what, sent, answered, named in blockers:
+        for sid in sorted(named):
+            e = ended.get(sid)
+            if e is not None and e.t_ended is not None and sent > e.t_ended + margin_s:
+                out.append(
+                    Violation(
+                        "expiry-still-blocks",
+                        f"session {sid} ended ({e.mode}) at {e.t_ended:.3f}; {what} (sent "
+                        f"{sent:.3f}, answered {answered:.3f}) still waits for its lease",
+                        (sid, what),
+                    )
+                )
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class VersionedWrite:
+    """A commit to the jobs' table made with schema version `version`: ok (at `ts`), fail
+    (`code`; a SCHEMA_VERSION_NOT_ACTIVE names the `ts` it was judged at and the versions it
+    found active there) or unknown."""
+
+    name: str
+    version: int
+    outcome: str
+    ts: int | None = None
+    code: str | None = None
+    refused_ts: int | None = None
+    refused_active: tuple[int, ...] | None = None
+
+
+def active_versions(versions: Sequence[TableVersion], ts: int) -> tuple[int, ...]:
+    """The two latest versions active at ts (greatest Tu <= ts and the one before it)."""
+    active = [v.version for v in sorted(versions, key=lambda v: v.tu) if v.tu <= ts]
+    return tuple(active[-2:])
+
+
+def check_versioned_writes(
+    versions: Sequence[TableVersion],
+    jobs: Iterable[JobRecord],
+    writes: Iterable[VersionedWrite],
+    live_at_public: Mapping[int, Iterable[str]],
+    version_of_path: Mapping[str, int],
+) -> list[Violation]:
+    """Commits to a table whose schema jobs run (DESIGN.md §4):
+
+    * an acknowledged commit's version is one of the two latest active at its ts
+      (write-stale-version); a SCHEMA_VERSION_NOT_ACTIVE refusal names the versions the
+      history has active at the ts it names, and the commit's is not one of them
+      (write-refused-wrongly);
+    * when an ADD COLUMN ... NOT NULL job's column becomes public, no live file lacks it:
+      every file live at its public version's Tu (`live_at_public[job_id]`) was written with
+      the job's write-only version or a later one (`version_of_path`), so writers filled the
+      column, or was rewritten by the backfill (backfill-missed: readers of the public
+      version would find NULL in a NOT NULL column)."""
+    out: list[Violation] = []
+    for w in writes:
+        if w.outcome == "ok" and w.ts is not None:
+            active = active_versions(versions, w.ts)
+            if w.version not in active:
+                out.append(
+                    Violation(
+                        "write-stale-version",
+                        f"commit {w.name} with schema version {w.version} was acknowledged at "
+                        f"ts {w.ts}, where the history has versions {list(active)} active",
+                        (w.name,),
+                    )
+                )
+        if w.code == "SCHEMA_VERSION_NOT_ACTIVE" and w.refused_ts is not None:
+            active = active_versions(versions, w.refused_ts)
+            if w.version in active or (
+                w.refused_active is not None and tuple(w.refused_active) != active
+            ):
+                out.append(
+                    Violation(
+                        "write-refused-wrongly",
+                        f"commit {w.name} with schema version {w.version} was refused at ts "
+                        f"{w.refused_ts} as not active (active: {w.refused_active}); the "
+                        f"history has {list(active)} active there",
+                        (w.name,),
+                    )
+                )
+    by_id = {j.job_id: j for j in jobs}
+    for job_id, paths in live_at_public.items():
+        job = by_id.get(job_id)
+        if job is None or job.kind != "add_column" or len(job.versions) < 2:
+            continue
+        write_only = job.versions[1]
+        for path in sorted(paths):
+            version = version_of_path.get(path)
+            if version is None or version < write_only:
+                out.append(
+                    Violation(
+                        "backfill-missed",
+                        f"file {path} (written with version {version}) is live when job "
+                        f"{job_id}'s column {job.column} becomes public (version "
+                        f"{job.versions[-1]}); only files written with version {write_only} "
+                        "or later have it",
+                        (f"job{job_id}", path),
+                    )
+                )
     return out

@@ -59,6 +59,16 @@ misbehave, and the reader cut from nodes (every failed read typed and retryable)
 A running leader's clock steps within CSmax (no node fences itself, every check holds) and then
 beyond it (it fences itself and another node leads; its future Tm never commits): skew_leader.
 
+Schema change jobs (DROP COLUMN; ADD COLUMN ... NOT NULL DEFAULT with a backfill; every third
+cancelled) on ch.job while a writer commits to it with the version it pinned, and sessions
+leasing ch.job that end by TTL or by `session_expire`: every version has the columns the jobs'
+steps imply (no intermediate state visible), every schema read on any node shows the version
+in force at its ts, a read at now after `job_show` said finished shows the job's last version,
+cancels restore the base shape, commits carry one of the two latest active versions, no file
+lacking an ADD's column is live once it is public; an ended session never heartbeats, leases
+or reopens again, holds no unexpired lease in any node's list and blocks no job step; a job
+whose table is dropped ends aborted (see docs/chaos.md).
+
 Not covered here (see docs/chaos.md): TLS unless CHAOS_TLS=1. A failure prints the seed;
 the `make chaos SEEDS=<seed> FAULTS=... DURATION=... TLS=...` it prints (`replay_command`) replays
 the same fault schedule (the timing of a real cluster still varies from run to run).
@@ -99,14 +109,22 @@ from metastore.errors import ErrorCode, MetastoreError
 from raft.tls import ClientTls, client_context
 from tests.chaos.linearizability import (
     CommitOp,
+    JobRecord,
+    JobSchemaRead,
     LeaseHold,
     ProtectionOp,
     ProtectionRead,
     ReadOp,
     SchemaVersionRead,
+    SessionEnd,
+    TableVersion,
+    VersionedWrite,
     check_history,
     check_lease_versions,
     check_protections,
+    check_schema_jobs,
+    check_session_expiry,
+    check_versioned_writes,
     ddl_activations,
     ddl_commit,
     format_violations,
@@ -161,6 +179,15 @@ OPT_TABLE = "ch.opt"
 # time): reads AS OF the commit ts (before the drop) must list that incarnation's file, reads
 # AS OF the drop's Tu must say the table is not there, on every node.
 SIDE_TABLE = "ch.side"
+# Schema change jobs (DROP COLUMN, ADD COLUMN ... NOT NULL DEFAULT) run on JOB_TABLE, leased by
+# sessions that end without a release: by TTL (EXPIRE_TTL_MS, they stop heartbeating) or by
+# `session_expire`. JOB_WAIT_S bounds the wait for one job to end.
+JOB_TABLE = "ch.job"
+EXPIRE_TTL_MS = 1_000
+JOB_WAIT_S = 20.0
+# A node judges a job's blockers by its own clock, which may trail the Tm that ended a session
+# by CSmax and more (a step within CSmax, the time between the reply and the next poll).
+EXPIRY_BLOCKER_MARGIN_S = 0.3
 # The tables the linearizable reader reads: the two-table commits', the overwritten one and
 # the optimized one.
 LIN_TABLES = (*TABLES, GC_TABLE, OPT_TABLE)
@@ -285,8 +312,38 @@ class History:
     thresholds: list[tuple[str, int, int]] = field(default_factory=list)  # (record, ts, G) held
     gc_deleted: int = 0  # files deleted by the gc_run calls that answered
     gc_runs: list[str] = field(default_factory=list)  # outcome of every gc_run
-    # Leases: one entry per hold: {version, ops: [(t_entry, deadline)], blocked}
+    # Leases: one entry per hold: {version, ops: [(t_entry, deadline)], blocked}; "table"
+    # (default DDL_TABLE) and "session" for the expirer's holds of JOB_TABLE
     leases: list[dict[str, Any]] = field(default_factory=list)
+    # Schema change jobs on JOB_TABLE: {n, kind, column, outcome, job_id, t0, t1, cancel,
+    # status (as last seen), t_finished (when a job_show said finished), last_version}
+    jobs: list[dict[str, Any]] = field(default_factory=list)
+    # Schema reads of JOB_TABLE: (node, mode, ts, version, columns, t0, t1, write columns);
+    # mode "now" (the jobber's polls, during the steps), "ack" (AS OF an ended job's last Tu,
+    # or one tick before, on every node) or "pin" (the job writer's, node 0: its failover
+    # client; with the write schema it was given)
+    job_reads: list[
+        tuple[int, str, int, int, tuple[str, ...], float, float, tuple[str, ...] | None]
+    ] = field(default_factory=list)
+    # Commits to JOB_TABLE (the job writer's, pinned to the version in force at now, and the
+    # backfills' rewrites): txn id -> {path, version, outcome, ts, code, details, backfill}
+    job_writes: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # Backfill reports: {job_id, snapshot_ts, files, outcome, code}
+    backfills: list[dict[str, Any]] = field(default_factory=list)
+    # Blockers a job_show named: (sent, answered, session ids)
+    job_blockers: list[tuple[float, float, frozenset[str]]] = field(default_factory=list)
+    # Sessions ended without a release: {sid, mode (ttl | admin), version leased, t_ended}
+    expiries: list[dict[str, Any]] = field(default_factory=list)
+    # What they sent after the end (sid, op: heartbeat | pin | session_open, sent, answered,
+    # outcome "ok" or the code) and linearizable lease lists of JOB_TABLE after it (sid, node,
+    # sent, answered, ((version, expired), ...))
+    expiry_attempts: list[tuple[str, str, float, float, str]] = field(default_factory=list)
+    expiry_lists: list[tuple[str, int, float, float, tuple[tuple[int, bool], ...]]] = field(
+        default_factory=list
+    )
+    # The first lease after each ended session: {after, version (the ended one's), taken (the
+    # version leased) or code + retryable}
+    expiry_takeovers: list[dict[str, Any]] = field(default_factory=list)
     ddl_blocked: int = 0  # SCHEMA_CHANGE_BLOCKED answers the DDL client waited on
     membership_changes: list[str] = field(default_factory=list)
     # Per re-add: how far (ms) the new member's first ready safe time was behind the last one
@@ -850,6 +907,23 @@ def _side_cycler(c: MetastoreCluster, h: History, stop: threading.Event) -> None
             cycle["commit"] = outcome
             if outcome == "ok":
                 cycle["ts"] = int(result["ts"])
+            if cycle["clean_start"] and n % 2 == 0 and not stop.is_set():
+                # A job that the drop must abort: with a file in the table it waits for a
+                # backfill that never comes. The fresh incarnation holds no pending column,
+                # so nothing may refuse it (an earlier incarnation's job on the same column
+                # name ended with its table).
+                outcome, result, _ = _retry(
+                    lambda n=n: client.ddl(
+                        f"ALTER TABLE {SIDE_TABLE} ADD COLUMN k INT NOT NULL DEFAULT 1",
+                        request_id=f"side-job-{n}",
+                    ),
+                    5.0,
+                )
+                cycle["job"] = outcome
+                if outcome == "ok":
+                    cycle["job_id"] = int(result["job_id"])
+                elif outcome == "fail" and not result.retryable:
+                    cycle["job_code"] = result.code.value
             outcome, result, _ = _retry(
                 lambda n=n: client.ddl(
                     f"DROP TABLE IF EXISTS {SIDE_TABLE}", request_id=f"side-drop-{n}"
@@ -880,6 +954,29 @@ def _side_cycler(c: MetastoreCluster, h: History, stop: threading.Event) -> None
         client.close()
         for reader in readers.values():
             reader.close()
+
+
+def _check_side_jobs(final: SyncMetastoreClient, h: History, where: str) -> str:
+    """Jobs on SIDE_TABLE's incarnations: every ALTER that started one on a fresh incarnation
+    was accepted (none refused by an earlier incarnation's job), and each job whose table's
+    drop was acknowledged ended `aborted` (not running on, not succeeded without its
+    backfill)."""
+    with h.lock:
+        cycles = [dict(cycle) for cycle in h.side_cycles]
+    refused = [(cy["n"], cy["job_code"]) for cy in cycles if "job_code" in cy]
+    assert not refused, f"a job on a fresh {SIDE_TABLE} was refused: {refused} {where}"
+    jobs = {int(j["job_id"]): j for j in final.job_list(SIDE_TABLE, all=True)["jobs"]}
+    judged = [cy for cy in cycles if "job_id" in cy and cy.get("drop") == "ok"]
+    wrong = [
+        (cy["n"], cy["job_id"], jobs.get(cy["job_id"], {}).get("status", "missing"))
+        for cy in judged
+        if jobs.get(cy["job_id"], {}).get("status") != "aborted"
+    ]
+    assert not wrong, (
+        f"jobs on {SIDE_TABLE} whose table was dropped did not end aborted (cycle, job, "
+        f"status): {wrong} {where}"
+    )
+    return f"{len(judged)} jobs aborted by their table's drop"
 
 
 def _check_side_table(h: History, where: str) -> str:
@@ -1087,6 +1184,425 @@ def _leaser(c: MetastoreCluster, h: History, stop: threading.Event, seed: int) -
             _retry(lambda sid=sid, leases=leases: client.lease_release(sid, leases), 3.0)
     finally:
         client.close()
+
+
+def _job_read(
+    h: History, client: SyncMetastoreClient, node: int, mode: str, ts: int | None
+) -> None:
+    """One schema read of JOB_TABLE on `node`, recorded with the version and public columns it
+    showed (a failure is a read error: it must be typed and retryable)."""
+    t0 = time.monotonic()
+    try:
+        reply = client.schema_at(JOB_TABLE, ts, timeout_ms=1_000)
+    except Exception as exc:  # noqa: BLE001 - judged by the checker
+        _read_error(h, node, f"schema_at {JOB_TABLE} ({mode})", exc)
+        return
+    columns = tuple(str(col["name"]) for col in reply["schema"]["columns"])
+    with h.lock:
+        h.job_reads.append(
+            (
+                node,
+                mode,
+                int(reply["ts"]),
+                int(reply["version"]),
+                columns,
+                t0,
+                time.monotonic(),
+                None,
+            )
+        )
+
+
+def _find_job(client: SyncMetastoreClient, column: str, kind: str) -> dict[str, Any] | None:
+    """The job of an ALTER whose outcome was unknown, if it started (the newest one of that
+    kind on that column)."""
+    _, result, _ = _retry(lambda: client.job_list(JOB_TABLE, all=True), 5.0)
+    if not isinstance(result, dict):
+        return None
+    found = [j for j in result["jobs"] if j["column"] == column and j["kind"] == kind]
+    return max(found, key=lambda j: int(j["job_id"])) if found else None
+
+
+def _jobber(c: MetastoreCluster, h: History, stop: threading.Event, seed: int) -> None:
+    """Schema change jobs on JOB_TABLE, one at a time: ADD COLUMN jN INT NOT NULL DEFAULT N
+    (delete-only -> write-only -> backfill -> public; the table has no files, so no backfill
+    is needed) and DROP COLUMN of a column an earlier job added (write-only -> dropped). Every
+    third job is cancelled 0-300 ms after it started. While a job runs the jobber polls
+    `job_show` (recording the sessions it names as blockers: the expirer's, which lease
+    JOB_TABLE) and reads the schema at now on one node per poll, in turn; once the job has
+    ended and its last version is in force everywhere (`finished`), it reads the schema at
+    now, AS OF that version's Tu and one tick before on every node. The checker
+    (`check_schema_jobs`) judges every version and read against the jobs' steps."""
+    rng = random.Random(seed * 7 + 5)
+    client = _workload_client(c, 6_000)
+    readers = {i: _reader_client(c, i, 1_500) for i in c.ids}
+    turn = itertools.cycle(c.ids)
+    public: list[str] = []  # columns our jobs made public and did not drop since
+    n = 0
+    try:
+        while not stop.is_set():
+            stop.wait(rng.uniform(0.1, 0.4))
+            if stop.is_set():
+                break
+            n += 1
+            if public and (len(public) >= 3 or rng.random() < 0.4):
+                kind, column = "drop_column", rng.choice(public)
+                sql = f"ALTER TABLE {JOB_TABLE} DROP COLUMN {column}"
+            else:
+                kind, column = "add_column", f"j{n}"
+                sql = f"ALTER TABLE {JOB_TABLE} ADD COLUMN {column} INT NOT NULL DEFAULT {n}"
+            op: dict[str, Any] = {
+                "n": n,
+                "kind": kind,
+                "column": column,
+                "outcome": "unknown",
+                "t0": time.monotonic(),
+            }
+            with h.lock:
+                h.jobs.append(op)
+            try:
+                reply = client.ddl(sql, request_id=f"chaos-job-{seed}-{n}", wait_ms=10_000)
+                op.update(outcome="ok", job_id=int(reply["job_id"]))
+            except MetastoreError as exc:
+                op.update(outcome=_outcome(exc), code=exc.code.value)
+            op["t1"] = time.monotonic()
+            if op["outcome"] == "unknown":
+                found = _find_job(client, column, kind)
+                if found is not None:
+                    op["job_id"] = int(found["job_id"])
+            if "job_id" not in op:
+                if kind == "drop_column" and op["outcome"] == "unknown":
+                    public.remove(column)  # may be gone: never drop it again
+                continue
+            job_id = int(op["job_id"])
+            if n % 3 == 0:
+                stop.wait(rng.uniform(0.0, 0.3))
+                cancel: dict[str, Any] = {"t0": time.monotonic(), "outcome": "unknown"}
+                op["cancel"] = cancel
+                try:
+                    reply = client.job_cancel(job_id, timeout_ms=10_000)
+                    cancel.update(
+                        outcome="ok",
+                        status=reply.get("status"),
+                        cancel_requested=bool(reply.get("cancel_requested")),
+                    )
+                except MetastoreError as exc:
+                    cancel.update(outcome=_outcome(exc), code=exc.code.value)
+                cancel["t1"] = time.monotonic()
+            view = _follow_job(h, client, readers, turn, job_id, op)
+            if view is None:
+                if kind == "drop_column" and column in public:
+                    public.remove(column)
+                continue
+            # `finished` promises the last version is in force on every node: read at now on
+            # each at once (the checker's job-stale-read rule).
+            for node, reader in readers.items():
+                _job_read(h, reader, node, "now", None)
+            if view["status"] == "succeeded":
+                if kind == "add_column":
+                    public.append(column)
+                else:
+                    public.remove(column)
+            last = int(view["versions"][-1])
+            _, hist, _ = _retry(lambda: client.history(JOB_TABLE), 5.0)
+            if not isinstance(hist, dict):
+                continue
+            tus = [int(v["tu"]) for v in hist["versions"] if int(v["version"]) == last]
+            if not tus:
+                continue  # a lagging node's history: the reads at now still judge the job
+            for node, reader in readers.items():
+                _job_read(h, reader, node, "ack", tus[0])
+                _job_read(h, reader, node, "ack", tus[0] - 1)
+    finally:
+        client.close()
+        for reader in readers.values():
+            reader.close()
+
+
+def _follow_job(
+    h: History,
+    client: SyncMetastoreClient,
+    readers: dict[int, SyncMetastoreClient],
+    turn: Iterator[int],
+    job_id: int,
+    op: dict[str, Any],
+) -> dict[str, Any] | None:
+    """Poll the job until it has ended and its last version is in force on every node
+    (`waiting_for.reason` "finished"), at most JOB_WAIT_S, reading the schema at now on one
+    node per poll. Returns the job's view then (None if it did not get there)."""
+    deadline = time.monotonic() + JOB_WAIT_S
+    next_backfill = 0.0
+    while time.monotonic() < deadline:
+        t0 = time.monotonic()
+        try:
+            view = client.job_show(job_id)
+        except MetastoreError as exc:
+            if not exc.retryable:  # NOT_READY, TIMEOUT, ...: every node busy, ask again
+                raise
+            time.sleep(0.1)
+            continue
+        t1 = time.monotonic()
+        named = frozenset(str(b["session_id"]) for b in view["waiting_for"].get("blockers", []))
+        if named:
+            with h.lock:
+                h.job_blockers.append((t0, t1, named))
+        op["status"] = view["status"]
+        if view["status"] != "running" and view["waiting_for"]["reason"] == "finished":
+            op.update(t_finished=t1, last_version=int(view["versions"][-1]))
+            return view
+        if view["waiting_for"]["reason"] == "backfill" and time.monotonic() >= next_backfill:
+            _backfill(h, client, view)
+            next_backfill = time.monotonic() + 0.5
+        node = next(turn)
+        _job_read(h, readers[node], node, "now", None)
+        time.sleep(0.1)
+    return None
+
+
+def _job_commit(
+    client: SyncMetastoreClient,
+    h: History,
+    txn_id: str,
+    version: int,
+    path: str,
+    remove: list[str],
+    backfill: bool = False,
+) -> dict[str, Any]:
+    """One recorded commit to JOB_TABLE with schema version `version`: adds `path`, removes
+    `remove` (a backfill's rewrite)."""
+    write: dict[str, Any] = {
+        "table": JOB_TABLE,
+        "schema_version": version,
+        "add": [{"path": path, "size_bytes": 10, "row_count": 1}],
+    }
+    if remove:
+        write["remove"] = remove
+    op: dict[str, Any] = {
+        "path": path,
+        "version": version,
+        "outcome": "unknown",
+        "backfill": backfill,
+        "t0": time.monotonic(),
+    }
+    with h.lock:
+        h.job_writes[txn_id] = op
+    try:
+        op.update(outcome="ok", ts=int(client.commit(txn_id, [write])["ts"]))
+    except MetastoreError as exc:
+        op.update(outcome=_outcome(exc), code=exc.code.value, details=dict(exc.details))
+    op["t1"] = time.monotonic()
+    return op
+
+
+def _job_writer(c: MetastoreCluster, h: History, stop: threading.Event, seed: int) -> None:
+    """A writer of JOB_TABLE while its schema jobs run, as a Spark batch is: pins the table at
+    now (the version in force) and commits one file with that version; one batch in four
+    takes 0.2-1 s between its pin and its commit, so its version may no longer be one of the
+    two latest active (SCHEMA_VERSION_NOT_ACTIVE, retryable: re-plan). Because the table has
+    files, every ADD COLUMN ... NOT NULL job stops before `public` until a backfill is
+    reported (`_backfill`)."""
+    rng = random.Random(seed * 7 + 8)
+    client = _workload_client(c, 4_000)
+    n = 0
+    try:
+        while not stop.is_set():
+            stop.wait(rng.uniform(0.15, 0.35))
+            n += 1
+            t0 = time.monotonic()
+            try:
+                pinned = client.pin([JOB_TABLE], timeout_ms=2_000)
+            except MetastoreError:
+                continue
+            pin = pinned["pins"][0]
+            with h.lock:
+                h.job_reads.append(
+                    (
+                        0,
+                        "pin",
+                        int(pinned["ts"]),
+                        int(pin["version"]),
+                        tuple(str(col["name"]) for col in pin["schema"]["columns"]),
+                        t0,
+                        time.monotonic(),
+                        tuple(
+                            str(col["name"])
+                            for col in pin.get("write_schema", pin["schema"])["columns"]
+                        ),
+                    )
+                )
+            if rng.random() < 0.25:
+                time.sleep(rng.uniform(0.2, 1.0))
+            version = int(pinned["pins"][0]["version"])
+            _job_commit(client, h, f"jw-{seed}-{n}", version, f"_jw/{n}.parquet", [])
+    finally:
+        client.close()
+
+
+def _backfill(h: History, client: SyncMetastoreClient, view: dict[str, Any]) -> None:
+    """What `metastore job run-backfill` does, without Spark: list JOB_TABLE at a snapshot at
+    or after the backfill step's activation (`backfill_from_ts`), rewrite every listed file
+    into one new file written with the version in force there (whose write schema has the
+    column), and report the snapshot (`job_backfilled`). The report is refused
+    BACKFILL_INCOMPLETE if a writer without the column committed after the snapshot."""
+    job_id = int(view["job_id"])
+    record: dict[str, Any] = {"job_id": job_id, "outcome": "unknown"}
+    with h.lock:
+        h.backfills.append(record)
+        k = len(h.backfills)
+    try:
+        snapshot_ts = max(client.read_ts(), int(view["backfill_from_ts"]))
+        listing = client.files(JOB_TABLE, as_of=snapshot_ts)
+    except MetastoreError as exc:
+        record.update(outcome=_outcome(exc), code=exc.code.value, step="list")
+        return
+    paths = [str(f["path"]) for f in listing["files"]]
+    record.update(snapshot_ts=snapshot_ts, files=len(paths))
+    rewrite = _job_commit(
+        client,
+        h,
+        f"jb-{job_id}-{k}",
+        int(listing["version"]),
+        f"_jb/{job_id}-{k}.parquet",
+        paths,
+        backfill=True,
+    )
+    if rewrite["outcome"] != "ok":
+        record.update(outcome=rewrite["outcome"], code=rewrite.get("code"), step="rewrite")
+        return
+    try:
+        client.job_backfilled(job_id, snapshot_ts=snapshot_ts, files_rewritten=len(paths))
+        record["outcome"] = "ok"
+    except MetastoreError as exc:
+        record.update(outcome=_outcome(exc), code=exc.code.value, step="report")
+
+
+def _expirer(c: MetastoreCluster, h: History, stop: threading.Event, seed: int) -> None:
+    """Sessions that end without a release: each opens (TTL EXPIRE_TTL_MS), pins JOB_TABLE
+    with a lease on the pinned version (so the jobber's next step waits for it), heartbeats
+    0-2 times, and then either stops heartbeating (expiry by TTL) or is ended by an admin's
+    `session_expire` (force-expiry) while it would still live. Its end is known by real time
+    when the expire was acknowledged, or when a heartbeat sent TTL + 0.5 s after its last
+    acknowledged renewal was refused SESSION_NOT_FOUND; then it heartbeats once more (it must
+    be refused: an expired session never comes back) and lists JOB_TABLE's leases on every
+    node (read_ts, then lease_list: none of its leases may be unexpired). The next session
+    pins the same table soon after (after an expiry another session takes the lease). Its
+    holds join the lease checkers' (the two-version gate, for JOB_TABLE)."""
+    rng = random.Random(seed * 7 + 6)
+    client = _workload_client(c, 4_000)
+    readers = {i: _reader_client(c, i, 1_500) for i in c.ids}
+    ttl = EXPIRE_TTL_MS << 16
+    k = 0
+    previous: dict[str, Any] | None = None  # the last session seen to end, until one leases
+    try:
+        while not stop.is_set():
+            stop.wait(rng.uniform(0.2, 0.8))
+            k += 1
+            sid = f"chaos-expire-{seed}-{k}"
+            outcome, _, _ = _retry(
+                lambda sid=sid: client.session_open(sid, app_id="chaos", ttl_ms=EXPIRE_TTL_MS),
+                3.0,
+            )
+            if outcome != "ok" or stop.is_set():
+                continue
+            t_sent = time.monotonic()
+            # After an ended session, the next one takes a lease on the same table (the same
+            # version, unless a job moved on): an ended session must leave it takeable.
+            takeover: dict[str, Any] | None = None
+            if previous is not None:
+                takeover = {"after": previous["sid"], "version": previous["version"]}
+                with h.lock:
+                    h.expiry_takeovers.append(takeover)
+            try:
+                pinned = client.pin([JOB_TABLE], session_id=sid, timeout_ms=2_000)
+            except MetastoreError as exc:
+                if takeover is not None:
+                    takeover.update(code=exc.code.value, retryable=exc.retryable)
+                continue  # never leased: it expires unseen
+            previous = None
+            if takeover is not None:
+                takeover["taken"] = int(pinned["pins"][0]["version"])
+            deadline = int(pinned["lease"]["deadline_tm"])
+            hold: dict[str, Any] = {
+                "table": JOB_TABLE,
+                "session": sid,
+                "version": int(pinned["pins"][0]["version"]),
+                "ops": [(deadline - ttl, deadline)],
+                "renewals": [(t_sent, time.monotonic())],
+            }
+            with h.lock:
+                h.leases.append(hold)
+            for _ in range(rng.randint(0, 2)):
+                time.sleep(SESSION_HEARTBEAT_MS / 1000)
+                t_sent = time.monotonic()
+                try:
+                    deadline = int(client.session_heartbeat(sid)["deadline_tm"])
+                except MetastoreError:
+                    break
+                hold["ops"].append((deadline - ttl, deadline))
+                hold["renewals"].append((t_sent, time.monotonic()))
+            end: dict[str, Any] = {
+                "sid": sid,
+                "mode": rng.choice(["ttl", "admin"]),
+                "version": hold["version"],
+            }
+            if end["mode"] == "admin":
+                hold["t_release"] = time.monotonic()
+                outcome, _, _ = _retry(lambda sid=sid: client.session_expire([sid]), 3.0)
+                if outcome == "ok":
+                    end["t_ended"] = time.monotonic()
+            else:
+                # Its deadline is its last renewal's Tm + TTL, and that Tm was stamped by the
+                # time its answer came (give or take CSmax): by this heartbeat's Tm it is past.
+                expired_by = hold["renewals"][-1][1] + EXPIRE_TTL_MS / 1000 + 0.5
+                time.sleep(max(0.0, expired_by - time.monotonic()))
+            with h.lock:
+                h.expiries.append(end)
+            result = _after_end(h, sid, "heartbeat", lambda sid=sid: client.session_heartbeat(sid))
+            if result == ErrorCode.SESSION_NOT_FOUND.value and "t_ended" not in end:
+                end["t_ended"] = time.monotonic()
+            if "t_ended" not in end:
+                continue
+            previous = end
+            # Nothing brings it back: no lease through a pin, no reopening of its id.
+            _after_end(h, sid, "pin", lambda sid=sid: client.pin([JOB_TABLE], session_id=sid))
+            _after_end(
+                h,
+                sid,
+                "session_open",
+                lambda sid=sid: client.session_open(sid, app_id="chaos", ttl_ms=EXPIRE_TTL_MS),
+            )
+            for node, reader in readers.items():
+                t0 = time.monotonic()
+                try:
+                    reader.read_ts()
+                    leases = reader.lease_list(JOB_TABLE)["leases"]
+                except Exception as exc:  # noqa: BLE001 - judged by the checker
+                    _read_error(h, node, "linearizable lease_list", exc)
+                    continue
+                mine = tuple(
+                    (int(x["version"]), bool(x["expired"]))
+                    for x in leases
+                    if x["session_id"] == sid
+                )
+                with h.lock:
+                    h.expiry_lists.append((sid, node, t0, time.monotonic(), mine))
+    finally:
+        client.close()
+        for reader in readers.values():
+            reader.close()
+
+
+def _after_end(h: History, sid: str, op: str, fn: Callable[[], dict[str, Any]]) -> str:
+    """One call of an ended session, recorded with its outcome ("ok" or the code)."""
+    t0 = time.monotonic()
+    try:
+        fn()
+        result = "ok"
+    except MetastoreError as exc:
+        result = exc.code.value
+    with h.lock:
+        h.expiry_attempts.append((sid, op, t0, time.monotonic(), result))
+    return result
 
 
 def _read_error(h: History, node: int, op: str, exc: Exception) -> None:
@@ -1975,7 +2491,7 @@ def _chaos_cluster(
         c.wait_ready()
         admin = _client(c, c.ids, 10_000)
         admin.ddl("CREATE NAMESPACE ch")
-        for t in (*TABLES, DDL_TABLE, PAD_TABLE, OPT_TABLE):
+        for t in (*TABLES, DDL_TABLE, PAD_TABLE, OPT_TABLE, JOB_TABLE):
             admin.ddl(f"CREATE TABLE {t} (id BIGINT)")
         admin.ddl(f"CREATE TABLE {GC_TABLE} (id BIGINT) TBLPROPERTIES ('gc.ttl' = '{GC_TTL}')")
         for i in range(PAD_COMMITS if pad else 0):
@@ -2022,6 +2538,9 @@ def test_chaos_history_is_consistent(tmp_path: Path, seed: int) -> None:
             (_optimizer, (c, h, stop, seed)),
             (_optimizer, (c, h, stop, seed, True)),
             (_side_cycler, (c, h, stop)),
+            (_jobber, (c, h, stop, seed)),
+            (_job_writer, (c, h, stop, seed)),
+            (_expirer, (c, h, stop, seed)),
         ]
         workers = [
             threading.Thread(target=_guarded(h, fn), args=args, daemon=True) for fn, args in targets
@@ -2120,6 +2639,9 @@ def _check(c: MetastoreCluster, h: History, seed: int, schedule: list[str], loca
         pts = _check_protections(c, final, h, location, where)
         leases = _check_leases(final, h, where)
         side = _check_side_table(h, where)
+        jobs = _check_jobs(final, h, where)
+        side_jobs = _check_side_jobs(final, h, where)
+        expiry = _check_expiry(h, where)
         for i in c.ids:  # the membership the cluster was meant to end with
             st = c.try_status(i)
             assert st and sorted(st["voters"]) == list(c.ids) and not st["learners"], (
@@ -2140,6 +2662,7 @@ def _check(c: MetastoreCluster, h: History, seed: int, schedule: list[str], loca
             f"{outcomes.count('ok')}/{outcomes.count('fail')}/{outcomes.count('unknown')}, "
             f"DDL ok {sum(o['outcome'] == 'ok' for o in h.ddls)}/{len(h.ddls)}, "
             f"reads {len(h.reads)} ({failed_reads}), {lin}, {schemas}, {pts}, {leases}, {side}, "
+            f"{jobs}, {side_jobs}, {expiry}, "
             f"re-added members' safe time behind their old one by (ms) {h.safe_time_back_ms}, "
             f"ops sent to cut-off nodes {probed} (none acknowledged), "
             f"terms {sorted(h.terms)}, faults {h.faults}"
@@ -2277,23 +2800,29 @@ def _check_leases(final: SyncMetastoreClient, h: History, where: str) -> str:
     held and unexpired - from each acknowledged acquisition or heartbeat (its entry's Tm =
     its deadline - TTL) until the next one, or its deadline if sooner - no version >= v + 2
     was published (the Tm of every version is in the table's history)."""
-    published = [(int(v["tm"]), int(v["version"])) for v in final.history(DDL_TABLE)["versions"]]
+    published_of = {
+        t: [(int(v["tm"]), int(v["version"])) for v in final.history(t)["versions"]]
+        for t in (DDL_TABLE, JOB_TABLE)
+    }
     windows = 0
     for hold in h.leases:
+        table = hold.get("table", DDL_TABLE)
+        published = published_of[table]
         ops = sorted(hold["ops"])
         for i, (t, deadline) in enumerate(ops):
             end = min(deadline - 1, ops[i + 1][0]) if i + 1 < len(ops) else t
             windows += 1
             for tm, version in published:
                 assert not (t <= tm <= end and version >= hold["version"] + 2), (
-                    f"{DDL_TABLE} version {version} was published at Tm {tm} while a lease "
+                    f"{table} version {version} was published at Tm {tm} while a lease "
                     f"on version {hold['version']} was held (live from {t} to {end}) {where}"
                 )
     assert h.leases, f"no lease was acquired {where}"
     read_rule = _check_lease_reads(published_schemas(final), h, where)
+    job_rule = _check_job_lease_reads(h, where)
     return (
-        f"leases {len(h.leases)} held ({windows} windows; {read_rule}), DDL blocked "
-        f"{h.ddl_blocked} times"
+        f"leases {len(h.leases)} held ({windows} windows; {read_rule}; {job_rule}), DDL "
+        f"blocked {h.ddl_blocked} times"
     )
 
 
@@ -2320,6 +2849,7 @@ def _check_lease_reads(versions: dict[frozenset[str], int], h: History, where: s
                 hold.get("t_release"),
             )
             for n, hold in enumerate(h.leases)
+            if hold.get("table", DDL_TABLE) == DDL_TABLE
         ]
         schema_reads = list(h.schema_reads)
     reads = [
@@ -2338,6 +2868,214 @@ def _check_lease_reads(versions: dict[frozenset[str], int], h: History, where: s
         for r in reads
     )
     return f"{judged} schema reads inside a held lease's window, none two versions past it"
+
+
+def _check_job_lease_reads(h: History, where: str) -> str:
+    """The real-time lease rule for JOB_TABLE, whose versions the jobs' steps publish: no
+    schema read of it, sent and answered while an expirer session surely held a lease on v
+    (its TTL is EXPIRE_TTL_MS; a force-expired one's window ends when the expire was sent),
+    shows a version above v + 1."""
+    with h.lock:
+        holds = [
+            LeaseHold(
+                str(hold["session"]),
+                int(hold["version"]),
+                tuple(hold["renewals"]),
+                hold.get("t_release"),
+            )
+            for hold in h.leases
+            if hold.get("table") == JOB_TABLE
+        ]
+        job_reads = list(h.job_reads)
+    reads = [
+        SchemaVersionRead(f"job-schema{n}-{mode}", node, t0, t1, version)
+        for n, (node, mode, _ts, version, _cols, t0, t1, _w) in enumerate(job_reads)
+    ]
+    ttl_s = EXPIRE_TTL_MS / 1000 - LEASE_CLOCK_MARGIN_S
+    violations = check_lease_versions(holds, reads, ttl_s)
+    assert not violations, (
+        f"a schema read of {JOB_TABLE} overtook a held lease by two versions "
+        f"({len(violations)} violations):\n{format_violations(violations)}\n{where}"
+    )
+    return f"{JOB_TABLE}: {len(holds)} expiring leases, {len(reads)} schema reads judged"
+
+
+def _check_jobs(final: SyncMetastoreClient, h: History, where: str) -> str:
+    """Schema change jobs (tests/chaos/linearizability.py, `check_schema_jobs`): every version
+    of JOB_TABLE has the public columns its job's step implies (no intermediate state
+    visible to readers; a cancel restores the base version's shape), every schema read on
+    any node shows the version in force at its ts with those columns (so a job acknowledged
+    as ended reads the same at its Tu on every node), a read at now after a job was seen
+    finished shows its last version, and every acknowledged end is final."""
+    history = final.history(JOB_TABLE)["versions"]
+    versions = [
+        TableVersion(
+            int(v["version"]),
+            int(v["tu"]),
+            tuple(str(col["name"]) for col in v["schema"]["columns"]),
+            {str(p["name"]): str(p["state"]) for p in v.get("pending", [])},
+        )
+        for v in history
+    ]
+    # A field id names one column for good: a cancelled ADD's id is never reused, a DROP
+    # cancelled brings its column back with its own id (every job's column name is new here).
+    names_of: dict[int, set[str]] = {}
+    for v in history:
+        for col in [*v["schema"]["columns"], *v.get("pending", [])]:
+            names_of.setdefault(int(col["field_id"]), set()).add(str(col["name"]))
+    reused = {fid: sorted(names) for fid, names in names_of.items() if len(names) > 1}
+    assert not reused, f"{JOB_TABLE}: field ids named several columns: {reused} {where}"
+    jobs = [
+        JobRecord(
+            int(j["job_id"]),
+            str(j["kind"]),
+            str(j["column"]),
+            str(j["status"]),
+            tuple(j["steps"]),
+            tuple(int(v) for v in j["versions"]),
+            int(j["base_version"]),
+        )
+        for j in final.job_list(JOB_TABLE, all=True)["jobs"]
+    ]
+    with h.lock:
+        ops = [dict(op) for op in h.jobs]
+        job_reads = list(h.job_reads)
+    finished = {int(op["job_id"]): op["t_finished"] for op in ops if "t_finished" in op}
+    acknowledged: dict[int, str] = {}
+    for op in ops:
+        if "job_id" not in op:
+            continue
+        cancel = op.get("cancel", {})
+        # A cancel answered while leases held the job is recorded and carried out once they
+        # drain ({cancel_requested: true}): the job must end cancelled all the same.
+        if cancel.get("status") == "cancelled" or cancel.get("cancel_requested"):
+            acknowledged[int(op["job_id"])] = "cancelled"
+        if "t_finished" in op:
+            acknowledged[int(op["job_id"])] = str(op["status"])
+    reads = [
+        JobSchemaRead(
+            f"job-schema{n}-{mode}",
+            node,
+            t0,
+            t1,
+            ts,
+            version,
+            columns,
+            now=mode in ("now", "pin"),
+            write_columns=write_columns,
+        )
+        for n, (node, mode, ts, version, columns, t0, t1, write_columns) in enumerate(job_reads)
+    ]
+    violations = check_schema_jobs(versions, jobs, reads, finished, acknowledged)
+    assert not violations, (
+        f"the schema change jobs of {JOB_TABLE} broke their rules ({len(violations)} "
+        f"violations):\n{format_violations(violations)}\n{where}"
+    )
+    statuses = Counter(j.status for j in jobs)
+    assert statuses["succeeded"], f"no schema change job succeeded: {ops} {where}"
+    writes = _check_job_writes(final, h, versions, jobs, where)
+    kinds = Counter(f"{j.kind}:{j.status}" for j in jobs)
+    modes = Counter(mode for _n, mode, *_ in job_reads)
+    return (
+        f"jobs {dict(sorted(kinds.items()))} ({len(versions)} versions), job schema reads "
+        f"{len(job_reads)} (now {modes['now']}, AS OF an end {modes['ack']}, pins "
+        f"{modes['pin']}), {writes}"
+    )
+
+
+def _check_job_writes(
+    final: SyncMetastoreClient,
+    h: History,
+    versions: list[TableVersion],
+    jobs: list[JobRecord],
+    where: str,
+) -> str:
+    """The commits to JOB_TABLE against its history (`check_versioned_writes`): each
+    acknowledged one with a version among the two latest active at its ts, each refused as
+    not active rightly so, and no file lacking an ADD job's column live when it became
+    public (every ADD job that succeeded, AS OF its public version's Tu)."""
+    with h.lock:
+        ops = {txn: dict(op) for txn, op in h.job_writes.items()}
+        backfills = [dict(b) for b in h.backfills]
+    writes = [
+        VersionedWrite(
+            txn,
+            int(op["version"]),
+            str(op["outcome"]),
+            op.get("ts"),
+            op.get("code"),
+            (op.get("details") or {}).get("ts"),
+            tuple((op.get("details") or {}).get("active_versions") or ()) or None,
+        )
+        for txn, op in ops.items()
+    ]
+    tu_of = {v.version: v.tu for v in versions}
+    live_at_public = {
+        j.job_id: [
+            str(f["path"]) for f in final.files(JOB_TABLE, as_of=tu_of[j.versions[-1]])["files"]
+        ]
+        for j in jobs
+        if j.kind == "add_column" and j.status == "succeeded"
+    }
+    version_of_path = {str(op["path"]): int(op["version"]) for op in ops.values()}
+    violations = check_versioned_writes(versions, jobs, writes, live_at_public, version_of_path)
+    assert not violations, (
+        f"commits to {JOB_TABLE} broke the schema version rules ({len(violations)} "
+        f"violations):\n{format_violations(violations)}\n{where}"
+    )
+    outcomes = Counter(
+        "ok" if op["outcome"] == "ok" else op.get("code") or op["outcome"]
+        for op in ops.values()
+        if not op["backfill"]
+    )
+    reports = Counter(
+        "ok" if b["outcome"] == "ok" else f"{b.get('step')}:{b.get('code')}" for b in backfills
+    )
+    judged = sum(len(paths) for paths in live_at_public.values())
+    return (
+        f"{JOB_TABLE} commits {dict(sorted(outcomes.items()))}, backfills "
+        f"{dict(sorted(reports.items()))}, {judged} files live at {len(live_at_public)} "
+        "ADD jobs' public Tu all with the column"
+    )
+
+
+def _check_expiry(h: History, where: str) -> str:
+    """Sessions that ended by TTL or `session_expire` (`check_session_expiry`): none
+    heartbeats again, none has an unexpired lease in a later linearizable list on any node,
+    none is named a job's blocker after its end (plus EXPIRY_BLOCKER_MARGIN_S); and the next
+    session's lease of the table is not refused for good (retryable refusals, a fault's, are
+    fine)."""
+    with h.lock:
+        ends = [SessionEnd(str(e["sid"]), str(e["mode"]), e.get("t_ended")) for e in h.expiries]
+        attempts = list(h.expiry_attempts)
+        lists = list(h.expiry_lists)
+        blockers = [
+            (f"job_show{n}", t0, t1, named) for n, (t0, t1, named) in enumerate(h.job_blockers)
+        ]
+    violations = check_session_expiry(ends, attempts, lists, blockers, EXPIRY_BLOCKER_MARGIN_S)
+    assert not violations, (
+        f"an expired session lived on ({len(violations)} violations):\n"
+        f"{format_violations(violations)}\n{where}"
+    )
+    modes = Counter(e.mode for e in ends if e.t_ended is not None)
+    assert sum(modes.values()), f"no session was seen to expire {where}"
+    with h.lock:
+        takeovers = [dict(t) for t in h.expiry_takeovers]
+    # SESSION_NOT_FOUND: the new session itself expired before its pin (a fault longer than
+    # its 1 s TTL), nothing to do with the one that ended before it.
+    refused = [
+        t
+        for t in takeovers
+        if "code" in t and not t["retryable"] and t["code"] != ErrorCode.SESSION_NOT_FOUND.value
+    ]
+    assert not refused, f"a lease after an ended session was refused for good: {refused} {where}"
+    same = sum(t.get("taken") == t["version"] for t in takeovers)
+    waited = sum(any(s.startswith("chaos-expire-") for s in b[3]) for b in blockers)
+    return (
+        f"sessions expired by TTL {modes['ttl']} / by admin {modes['admin']} (the next "
+        f"lease took the same version after {same} of them; {len(lists)} lease lists after, "
+        f"jobs waited on them in {waited} polls)"
+    )
 
 
 def _txn_of(path: str) -> str:

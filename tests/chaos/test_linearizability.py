@@ -16,15 +16,23 @@ from hypothesis import strategies as st
 
 from tests.chaos.linearizability import (
     CommitOp,
+    JobRecord,
+    JobSchemaRead,
     LeaseHold,
     ProtectionOp,
     ProtectionRead,
     ReadOp,
     SchemaVersionRead,
+    SessionEnd,
+    TableVersion,
+    VersionedWrite,
     Violation,
     check_history,
     check_lease_versions,
     check_protections,
+    check_schema_jobs,
+    check_session_expiry,
+    check_versioned_writes,
     ddl_activations,
     ddl_commit,
     schema_key,
@@ -1285,3 +1293,199 @@ def test_a_read_past_the_gate_is_flagged(h: _LeaseHistory, data: st.DataObject) 
     assert v.ops[0] == read.name and f"schema read {read.name}" in v.message
     overtaken = {x.name: x for x in h.holds}[v.ops[1]]
     assert overtaken.version + 1 < hold.version + 2  # the read's version now
+
+
+# ---- schema change jobs and session expiry ------------------------------------------------
+
+ADD_STEPS = ("delete_only", "write_only", "backfill", "public")
+DROP_STEPS = ("write_only", "dropped")
+
+
+def _job_history() -> tuple[list[TableVersion], list[JobRecord]]:
+    """v1 (id); job 1 adds j1 (v2-v5, public at v5); job 2 drops j1 and is cancelled at
+    write-only (v6, rollback v7: j1 back); job 3 drops j1 (v8 write-only, v9 dropped)."""
+    versions = [
+        TableVersion(1, 10, ("id",)),
+        TableVersion(2, 20, ("id",), {"j1": "delete_only"}),
+        TableVersion(3, 30, ("id",), {"j1": "write_only"}),
+        TableVersion(4, 40, ("id",), {"j1": "write_only"}),
+        TableVersion(5, 50, ("id", "j1")),
+        TableVersion(6, 60, ("id",), {"j1": "write_only"}),
+        TableVersion(7, 70, ("id", "j1")),
+        TableVersion(8, 80, ("id",), {"j1": "write_only"}),
+        TableVersion(9, 90, ("id",)),
+    ]
+    jobs = [
+        JobRecord(1, "add_column", "j1", "succeeded", ADD_STEPS, (2, 3, 4, 5), 1),
+        JobRecord(2, "drop_column", "j1", "cancelled", DROP_STEPS, (6, 7), 5),
+        JobRecord(3, "drop_column", "j1", "succeeded", DROP_STEPS, (8, 9), 7),
+    ]
+    return versions, jobs
+
+
+def _jread(
+    name: str, ts: int, version: int, columns: tuple[str, ...], **kw: object
+) -> JobSchemaRead:
+    return JobSchemaRead(name, 1, float(ts), float(ts) + 0.5, ts, version, columns, **kw)  # type: ignore[arg-type]
+
+
+def test_schema_jobs_that_follow_their_steps_pass() -> None:
+    versions, jobs = _job_history()
+    reads = [
+        _jread("R1", 45, 4, ("id",)),
+        _jread("R2", 50, 5, ("id", "j1")),
+        _jread("R3", 65, 6, ("id",)),
+        _jread("R4", 75, 7, ("id", "j1"), now=True),
+        _jread("R5", 95, 9, ("id",), now=True),
+    ]
+    finished = {1: 55.0, 2: 72.0, 3: 94.0}
+    acked = {1: "succeeded", 2: "cancelled", 3: "succeeded"}
+    assert check_schema_jobs(versions, jobs, reads, finished, acked) == []
+
+
+def test_a_hidden_column_shown_to_readers_is_flagged() -> None:
+    versions, jobs = _job_history()
+    # The ADD's write-only step published j1 to readers: an intermediate state made visible.
+    versions[2] = TableVersion(3, 30, ("id", "j1"), {"j1": "write_only"})
+    v = _only(check_schema_jobs(versions, jobs, [], {}, {}), "job-intermediate-visible")
+    assert v.ops == ("job1", "v3") and "step write_only" in v.message
+    # A DROP whose write-only step still shows the column.
+    versions, jobs = _job_history()
+    versions[7] = TableVersion(8, 80, ("id", "j1"), {"j1": "write_only"})
+    v = _only(check_schema_jobs(versions, jobs, [], {}, {}), "job-intermediate-visible")
+    assert v.ops == ("job3", "v8")
+
+
+def test_a_cancel_that_does_not_restore_the_shape_is_flagged() -> None:
+    versions, jobs = _job_history()
+    versions[6] = TableVersion(7, 70, ("id",))  # the rollback left j1 dropped
+    violations = check_schema_jobs(versions, jobs, [], {}, {2: "cancelled"})
+    _only(violations, "job-intermediate-visible")
+    v = _only(violations, "job-cancel-changed")
+    assert v.ops == ("job2",)
+
+
+def test_an_acknowledged_end_that_changed_is_flagged() -> None:
+    versions, jobs = _job_history()
+    v = _only(check_schema_jobs(versions, jobs, [], {}, {2: "succeeded"}), "job-status")
+    assert "acknowledged succeeded and ends cancelled" in v.message
+
+
+def test_a_pending_column_in_the_wrong_state_is_flagged() -> None:
+    versions, jobs = _job_history()
+    versions[1] = TableVersion(2, 20, ("id",), {"j1": "write_only"})  # delete_only expected
+    _only(check_schema_jobs(versions, jobs, [], {}, {}), "job-pending")
+
+
+def test_a_version_no_job_published_is_flagged() -> None:
+    versions, jobs = _job_history()
+    versions.append(TableVersion(10, 100, ("id", "x")))
+    _only(check_schema_jobs(versions, jobs, [], {}, {}), "job-unowned-version")
+
+
+def test_job_reads_must_show_the_version_in_force_and_its_columns() -> None:
+    versions, jobs = _job_history()
+    # One tick before v5's Tu a node showed v5 (the public step ahead of its activation).
+    v = _only(
+        check_schema_jobs(versions, jobs, [_jread("R", 49, 5, ("id", "j1"))], {}, {}), "job-read"
+    )
+    assert v.ops == ("R",) and "version 4" in v.message
+    # The right version, with the write-only column listed as public.
+    _only(check_schema_jobs(versions, jobs, [_jread("R", 35, 3, ("id", "j1"))], {}, {}), "job-read")
+
+
+def test_a_read_at_now_after_a_job_was_seen_finished_must_show_its_last_version() -> None:
+    versions, jobs = _job_history()
+    read = JobSchemaRead("R", 2, 95.0, 95.5, 85, 8, ("id",), now=True)
+    v = _only(check_schema_jobs(versions, jobs, [read], {3: 94.0}, {}), "job-stale-read")
+    assert v.ops == ("R", "job3")
+    # Sent before the job was seen finished: not bound.
+    early = dataclasses.replace(read, t_sent=93.0)
+    assert check_schema_jobs(versions, jobs, [early], {3: 94.0}, {}) == []
+
+
+def test_an_ended_session_holds_and_blocks_nothing() -> None:
+    ends = [
+        SessionEnd("s1", "ttl", 10.0),
+        SessionEnd("s2", "admin", 20.0),
+        SessionEnd("s3", "ttl", None),
+    ]
+    heartbeats = [
+        ("s1", "heartbeat", 11.0, 11.2, "SESSION_NOT_FOUND"),
+        ("s1", "session_open", 11.3, 11.4, "INVALID_ARGUMENT"),
+        ("s2", "heartbeat", 19.0, 19.1, "ok"),
+    ]
+    lists = [("s1", 1, 11.0, 11.1, ((3, True),)), ("s2", 2, 21.0, 21.1, ())]
+    blockers = [("j1", 10.1, 10.2, frozenset({"s1"})), ("j2", 30.0, 30.1, frozenset({"s3"}))]
+    assert check_session_expiry(ends, heartbeats, lists, blockers, 0.3) == []
+    v = _only(
+        check_session_expiry(ends, [("s2", "pin", 21.0, 21.1, "ok")], [], [], 0.3),
+        "expiry-resurrected",
+    )
+    assert v.ops == ("s2", "pin")
+    v = _only(
+        check_session_expiry(ends, [], [("s1", 3, 12.0, 12.1, ((3, False),))], [], 0.3),
+        "expiry-lease-held",
+    )
+    assert "node 3" in v.message and "[3]" in v.message
+    v = _only(
+        check_session_expiry(ends, [], [], [("j9", 10.5, 10.6, frozenset({"s1"}))], 0.3),
+        "expiry-still-blocks",
+    )
+    assert v.ops == ("s1", "j9")
+
+
+def test_commits_with_a_version_among_the_two_latest_active_pass() -> None:
+    versions, jobs = _job_history()
+    writes = [
+        VersionedWrite("W1", 1, "ok", 25),  # v1 and v2 active at 25
+        VersionedWrite("W2", 3, "ok", 45),  # v3 and v4
+        VersionedWrite(
+            "W3", 2, "fail", code="SCHEMA_VERSION_NOT_ACTIVE", refused_ts=45, refused_active=(3, 4)
+        ),
+        VersionedWrite("W4", 1, "unknown"),
+    ]
+    live = {1: ["_jw/2.parquet", "_jb/1.parquet"]}
+    by_path = {"_jw/2.parquet": 3, "_jb/1.parquet": 4, "_jw/1.parquet": 1}
+    assert check_versioned_writes(versions, jobs, writes, live, by_path) == []
+
+
+def test_a_commit_with_a_stale_version_acknowledged_is_flagged() -> None:
+    versions, jobs = _job_history()
+    v = _only(
+        check_versioned_writes(versions, jobs, [VersionedWrite("W", 2, "ok", 45)], {}, {}),
+        "write-stale-version",
+    )
+    assert v.ops == ("W",) and "[3, 4]" in v.message
+
+
+def test_a_commit_refused_as_not_active_while_it_was_is_flagged() -> None:
+    versions, jobs = _job_history()
+    wrong = VersionedWrite(
+        "W", 4, "fail", code="SCHEMA_VERSION_NOT_ACTIVE", refused_ts=45, refused_active=(3, 4)
+    )
+    _only(check_versioned_writes(versions, jobs, [wrong], {}, {}), "write-refused-wrongly")
+
+
+def test_a_file_without_the_column_live_when_it_becomes_public_is_flagged() -> None:
+    versions, jobs = _job_history()
+    # Job 1's write-only version is 3: a file written with version 2 lacks j1.
+    live = {1: ["_jw/1.parquet", "_jw/2.parquet"]}
+    v = _only(
+        check_versioned_writes(versions, jobs, [], live, {"_jw/1.parquet": 2, "_jw/2.parquet": 3}),
+        "backfill-missed",
+    )
+    assert v.ops == ("job1", "_jw/1.parquet")
+
+
+def test_a_pin_must_give_writers_the_write_only_column() -> None:
+    versions, jobs = _job_history()
+    # v3: j1 write-only (job 1's ADD): writers fill it.
+    good = _jread("P", 35, 3, ("id",), now=True, write_columns=("id", "j1"))
+    assert check_schema_jobs(versions, jobs, [good], {}, {}) == []
+    bad = dataclasses.replace(good, write_columns=("id",))
+    v = _only(check_schema_jobs(versions, jobs, [bad], {}, {}), "job-write-schema")
+    assert v.ops == ("P",)
+    # v2: j1 delete-only: invisible to writers too.
+    leaked = _jread("P", 25, 2, ("id",), now=True, write_columns=("id", "j1"))
+    _only(check_schema_jobs(versions, jobs, [leaked], {}, {}), "job-write-schema")
