@@ -38,6 +38,9 @@ class LaggingNode:
     def is_leader(self) -> bool:
         return False
 
+    def clock_checked(self) -> bool:
+        return True  # the test's own clock: as if round trips had measured it (job views)
+
     async def wait_for_safe_time(self, ts: int, *, timeout_ms: int) -> float:
         self.waited_for.append(ts)
         if self.safe_time < ts and not self.catches_up:

@@ -39,6 +39,9 @@ class _Node:
     def is_leader(self) -> bool:
         return True
 
+    def clock_checked(self) -> bool:
+        return True  # the test's own clock: as if round trips had measured it (job views)
+
     async def wait_for_safe_time(self, ts: int, *, timeout_ms: int) -> float:
         raise QueueFullError("100000 safe-time waiters already parked")
 
