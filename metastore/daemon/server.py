@@ -2448,6 +2448,22 @@ class ApiServer:
                 "releasing another client's protection needs the admin role (pts_release)",
                 details={"record_id": cmd.record_id, "by": cmd.by},
             )
+        if (
+            isinstance(cmd, Protect)
+            and not _forwarding_link(session)
+            and cmd.created_by != session.client[: mlimits.MAX_SESSION_LABEL_CHARS]
+        ):
+            # `pts_protect` names the caller as the creator; a writer sending the command
+            # itself could name another client, which could then release the record "as its
+            # creator" (and the record's owner would read as someone who never made it). A
+            # follower's link forwards `pts_protect`'s command, built there with the caller's
+            # own name.
+            raise ForbiddenError(
+                f"a protection's 'created_by' must name the caller "
+                f"({session.client[: mlimits.MAX_SESSION_LABEL_CHARS]!r}, not "
+                f"{cmd.created_by!r}); pts_protect fills it in",
+                details={"record_id": cmd.record_id, "created_by": cmd.created_by},
+            )
         self._refuse_before_proposing(cmd)
         if isinstance(cmd, Protect):
             # `pts_protect`'s check, which a writer sending the command itself skipped: a
