@@ -1896,7 +1896,7 @@ class ApiServer:
         if not self.node.is_leader():
             leader = self.node.leader_id()
             if not leader:
-                raise UnavailableError("no leader known right now; retry shortly")
+                raise _no_leader_known()
             return await self.forwarder.call(
                 leader, session.token, op, dict(args), timeout_ms=timeout_ms + 1000
             )
@@ -2393,7 +2393,7 @@ class ApiServer:
             return await self._propose_local(data, timeout_ms)
         leader = self.node.leader_id()
         if not leader:
-            raise UnavailableError("no leader known right now; retry shortly")
+            raise _no_leader_known()
         return await self.forwarder.call(
             leader,
             session.token,
@@ -3077,7 +3077,7 @@ class ApiServer:
             return await self._run_detached("gc_run", self.gc.run(name, dry_run=dry_run))
         leader = self.node.leader_id()
         if not leader or self.node.is_leader():
-            raise UnavailableError("no leader known right now; retry shortly")
+            raise _no_leader_known()
         timeout_ms = _timeout(args)
         return await self.forwarder.call(
             leader, session.token, "gc_run", dict(args), timeout_ms=timeout_ms + 1000
@@ -3145,7 +3145,7 @@ class ApiServer:
             return {"index": value} if isinstance(value, int) else {"ok": True}
         leader = self.node.leader_id()
         if not leader:
-            raise UnavailableError("no leader known right now; retry shortly")
+            raise _no_leader_known()
         return await self.forwarder.call(
             leader,
             session.token,
@@ -4071,6 +4071,14 @@ def _for_apply_version(cmd: Command, state: MetastoreState) -> Command:
     if isinstance(cmd, ReleaseLeases) and cmd.known_tm is not None:
         return replace(cmd, known_tm=None)
     return cmd
+
+
+def _no_leader_known() -> UnavailableError:
+    """A follower that knows no leader: nothing of the request was proposed or forwarded
+    (every raise site checks before either), so `details.not_sent` says so, as the
+    forwarder's own not-sent failures do (metastore.daemon.forward). Without it the client
+    took a write refused here for one whose outcome is unknown."""
+    return UnavailableError("no leader known right now; retry shortly", details={"not_sent": True})
 
 
 def _forwarding_link(session: Session) -> bool:
