@@ -1818,8 +1818,11 @@ class BatchContext:
         heartbeats would keep for its whole life. The session learns and releases them; the
         batch fails with the error (retryable), and running it again pins afresh."""
         from metastore.errors import RequestTimeoutError, UnavailableError
+        from spark_bridge.session import not_applied
 
-        if not isinstance(exc.cause, UnavailableError | RequestTimeoutError):
+        if not isinstance(exc.cause, UnavailableError | RequestTimeoutError) or not_applied(
+            exc.cause
+        ):
             return  # a definite answer: refused before any lease, or nothing done
         session, session_id = self.bridge.session, args.get("session_id")
         if session is None or not isinstance(session_id, str):
