@@ -2204,6 +2204,7 @@ class BatchContext:
             TxnIdReusedError,
             UnavailableError,
         )
+        from spark_bridge.session import not_applied
 
         try:
             self._commit_sent = True
@@ -2223,6 +2224,19 @@ class BatchContext:
                 else:
                     log.info("commit of txn %s was acknowledged on a retry", self.txn_id)
         except BatchError as exc:
+            if isinstance(exc.cause, UnavailableError | RequestTimeoutError) and not_applied(
+                exc.cause
+            ):
+                # No node ran this commit and none ever will (the client's verdict; one send
+                # per batch): nothing to look up on a cluster that just failed it. Running the
+                # batch again is safe: a made-up txn id committed nothing; under the caller's
+                # txn id or stream position, a run before this one that committed is found.
+                raise BatchError(
+                    f"{exc}; the commit of txn {self.txn_id!r} was not applied and never will "
+                    "be: run the batch again",
+                    retryable=True,
+                    cause=exc.cause,
+                ) from exc
             if isinstance(exc.cause, UnavailableError | RequestTimeoutError):
                 # The client ran out of nodes or time with the commit sent: its outcome is
                 # unknown. It may have committed (this attempt's own commit, not a replay).
