@@ -103,7 +103,8 @@ SECRET_FILE_BYTES_MAX = 4096
 # place: the log itself is intact) is tried again after this long, doubled after each failure
 # up to the maximum, and the node goes on serving from its log meanwhile. Saving a snapshot
 # only bounds the log's size and a restart's replay; trying at every applied entry would
-# encode the whole state again and again on a disk that is full.
+# encode the whole state again and again on a disk that is full. A state over
+# SNAPSHOT_BYTES_MAX waits the maximum from its first failure: it stays over until it shrinks.
 SNAPSHOT_SAVE_RETRY_MS_MIN = 1_000
 SNAPSHOT_SAVE_RETRY_MS_MAX = 60_000
 

@@ -1888,19 +1888,29 @@ class RaftNode:
         log is intact: its temporary file is gone and the older snapshot and every entry
         after it remain. A snapshot only bounds the log and a restart's replay, so the node
         goes on serving from its log (which grows meanwhile), says so (status, metrics, one
-        error line per attempt) and tries again after a backoff. A failure that leaves the
+        error line per attempt) and tries again after a backoff: SNAPSHOT_SAVE_RETRY_MS_MIN
+        doubled per failure, or at once the longest (SNAPSHOT_SAVE_RETRY_MS_MAX) for a state
+        over the limit, which no retry fixes until it shrinks. A failure that leaves the
         log itself in doubt stops the node instead (_commit_snapshot)."""
         self.snapshot_save_failures += 1
         self.snapshot_save_error = str(exc)
-        self._snapshot_retry_ms = min(
-            SNAPSHOT_SAVE_RETRY_MS_MAX, max(SNAPSHOT_SAVE_RETRY_MS_MIN, 2 * self._snapshot_retry_ms)
-        )
+        too_large = isinstance(exc, RecordTooLargeError)
+        if too_large:
+            # A state over the limit stays over it until it shrinks: each retry would only
+            # encode the whole state again (seconds of CPU at that size), so wait the longest.
+            self._snapshot_retry_ms = SNAPSHOT_SAVE_RETRY_MS_MAX
+        else:
+            self._snapshot_retry_ms = min(
+                SNAPSHOT_SAVE_RETRY_MS_MAX,
+                max(SNAPSHOT_SAVE_RETRY_MS_MIN, 2 * self._snapshot_retry_ms),
+            )
         self._snapshot_retry_at = time.monotonic() + self._snapshot_retry_ms / 1000
         log.error(
             "%s; this node goes on serving from its log (which grows until a snapshot is "
-            "saved) and tries again in %d ms: free space or fix the device",
+            "saved) and tries again in %d ms: %s",
             exc,
             self._snapshot_retry_ms,
+            "the state must shrink first" if too_large else "free space or fix the device",
         )
 
     def _set_addresses(self, addresses: Mapping[NodeId, Address], *, applied_index: int) -> None:

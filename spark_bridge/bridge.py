@@ -1818,8 +1818,11 @@ class BatchContext:
         heartbeats would keep for its whole life. The session learns and releases them; the
         batch fails with the error (retryable), and running it again pins afresh."""
         from metastore.errors import RequestTimeoutError, UnavailableError
+        from spark_bridge.session import not_applied
 
-        if not isinstance(exc.cause, UnavailableError | RequestTimeoutError):
+        if not isinstance(exc.cause, UnavailableError | RequestTimeoutError) or not_applied(
+            exc.cause
+        ):
             return  # a definite answer: refused before any lease, or nothing done
         session, session_id = self.bridge.session, args.get("session_id")
         if session is None or not isinstance(session_id, str):
@@ -2201,6 +2204,7 @@ class BatchContext:
             TxnIdReusedError,
             UnavailableError,
         )
+        from spark_bridge.session import not_applied
 
         try:
             self._commit_sent = True
@@ -2220,6 +2224,19 @@ class BatchContext:
                 else:
                     log.info("commit of txn %s was acknowledged on a retry", self.txn_id)
         except BatchError as exc:
+            if isinstance(exc.cause, UnavailableError | RequestTimeoutError) and not_applied(
+                exc.cause
+            ):
+                # No node ran this commit and none ever will (the client's verdict; one send
+                # per batch): nothing to look up on a cluster that just failed it. Running the
+                # batch again is safe: a made-up txn id committed nothing; under the caller's
+                # txn id or stream position, a run before this one that committed is found.
+                raise BatchError(
+                    f"{exc}; the commit of txn {self.txn_id!r} was not applied and never will "
+                    "be: run the batch again",
+                    retryable=True,
+                    cause=exc.cause,
+                ) from exc
             if isinstance(exc.cause, UnavailableError | RequestTimeoutError):
                 # The client ran out of nodes or time with the commit sent: its outcome is
                 # unknown. It may have committed (this attempt's own commit, not a replay).

@@ -823,6 +823,7 @@ class MetastoreWriter(DataSourceArrowWriter):
             TxnIdReusedError,
             UnavailableError,
         )
+        from spark_bridge.session import not_applied
 
         files = [m for m in messages if isinstance(m, WrittenFile)]
         client = _client(self.endpoints, self.token, self.tls)
@@ -871,6 +872,11 @@ class MetastoreWriter(DataSourceArrowWriter):
                 self._note_commit(client)
                 return
             except (UnavailableError, RequestTimeoutError) as exc:
+                if not_applied(exc):
+                    # No node ran this commit and none ever will (the client's verdict):
+                    # nothing to look up on a cluster that just failed it, and no session to
+                    # close to settle it.
+                    raise self._not_applied(exc) from exc
                 # The client ran out of nodes or time with the commit sent: it may have
                 # committed. Failing the job then invites a re-run under a fresh txn id, which
                 # appends the rows twice; so look it up first (linearizable), and settle it
@@ -1009,6 +1015,17 @@ class MetastoreWriter(DataSourceArrowWriter):
                 "committed_tables": [str(t) for t in committed],
                 "table": self.table,
             },
+        )
+
+    def _not_applied(self, exc: MetastoreError) -> MetastoreError:
+        """`exc` (a commit no node applied) saying how to re-run the job. The same txn id,
+        as an earlier run under a caller's txn id may have committed: that one is then
+        found, and a fresh id would append the rows twice."""
+        return type(exc)(
+            f"{exc.message}; the commit of this append (txn {self.txn_id!r}) was not applied "
+            f"and never will be. Re-run the write with .option('txn_id', {self.txn_id!r}): "
+            "a txn id commits at most once",
+            details={**exc.details, "txn_id": self.txn_id, "outcome_unknown": False},
         )
 
     def _outcome_unknown(self, exc: MetastoreError) -> MetastoreError:

@@ -136,11 +136,19 @@ class _UnknownOpen:
     attempts: int = 0
 
 
+def not_applied(exc: MetastoreError) -> bool:
+    """Whether the client says the failed write was applied nowhere and never will be
+    (`details.not_applied`: NotAppliedTimeoutError, or a call every node answered "nothing
+    done"; metastore.client.protocol): nothing of it to look up, settle or undo."""
+    return exc.details.get("not_applied") is True
+
+
 def open_outcome_unknown(exc: MetastoreError) -> bool:
     """Whether a failed `session_open` may still have opened the session: it was sent, then
     the connection broke or the time ran out (the client retries the idempotent open within
-    its budget, so this is what is left once that is spent)."""
-    return isinstance(exc, UnavailableError | RequestTimeoutError)
+    its budget, so this is what is left once that is spent), unless the client says no node
+    applied it."""
+    return isinstance(exc, UnavailableError | RequestTimeoutError) and not not_applied(exc)
 
 
 def close_unknown_open(client: Any, session_id: str) -> None:

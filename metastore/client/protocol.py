@@ -55,7 +55,10 @@ Retries (what is safe to repeat)
       details: `request_id`, `txn_id`, `record_id`), or, for a write that cannot have been
       applied, `NotAppliedTimeoutError` (TIMEOUT, `details.not_applied`): the deadline passed
       before its request left the client (connecting, or waiting for a free slot), and any
-      node that received an earlier attempt answered that it did nothing. A write whose
+      node that received an earlier attempt answered that it did nothing. A write every
+      node answered "nothing done" (NOT_LEADER, NOT_READY, UNAVAILABLE with
+      `details.not_sent`: no leader known, a forward not sent) before the call ran out of
+      rounds raises the last answer with `details.not_applied` too. A write whose
       outcome is unknown keeps its key in the details of whichever error ends the call
       (TIMEOUT or UNAVAILABLE). The client's own errors end with what
       to do (`_outcome_hint`): retry with the same txn_id / request_id / record_id, check with
@@ -1935,6 +1938,12 @@ class MetastoreClient:
                 # it with, as the client's own errors do (the CLI names the command from them).
                 last_server_error.details["outcome_unknown"] = True
                 last_server_error.details.update(_key_details(op, args))
+            elif not is_read and _nothing_done(last_server_error):
+                # Every node answered (no connection failed) and none left the write
+                # unknown, so every answer was "nothing done" (any other a failover takes
+                # sets `outcome_unknown`): it was not applied anywhere, as
+                # NotAppliedTimeoutError says for a deadline; repeating it is safe.
+                last_server_error.details["not_applied"] = True
             raise last_server_error
         where = "" if endpoint is not None else " on every endpoint"
         unknown = (

@@ -1896,7 +1896,7 @@ class ApiServer:
         if not self.node.is_leader():
             leader = self.node.leader_id()
             if not leader:
-                raise UnavailableError("no leader known right now; retry shortly")
+                raise _no_leader_known()
             return await self.forwarder.call(
                 leader, session.token, op, dict(args), timeout_ms=timeout_ms + 1000
             )
@@ -2406,7 +2406,7 @@ class ApiServer:
             return await self._propose_local(data, timeout_ms)
         leader = self.node.leader_id()
         if not leader:
-            raise UnavailableError("no leader known right now; retry shortly")
+            raise _no_leader_known()
         return await self.forwarder.call(
             leader,
             session.token,
@@ -2460,6 +2460,22 @@ class ApiServer:
                 f"({session.client[: mlimits.MAX_SESSION_LABEL_CHARS]!r}, not {cmd.by!r}); "
                 "releasing another client's protection needs the admin role (pts_release)",
                 details={"record_id": cmd.record_id, "by": cmd.by},
+            )
+        if (
+            isinstance(cmd, Protect)
+            and not _forwarding_link(session)
+            and cmd.created_by != session.client[: mlimits.MAX_SESSION_LABEL_CHARS]
+        ):
+            # `pts_protect` names the caller as the creator; a writer sending the command
+            # itself could name another client, which could then release the record "as its
+            # creator" (and the record's owner would read as someone who never made it). A
+            # follower's link forwards `pts_protect`'s command, built there with the caller's
+            # own name.
+            raise ForbiddenError(
+                f"a protection's 'created_by' must name the caller "
+                f"({session.client[: mlimits.MAX_SESSION_LABEL_CHARS]!r}, not "
+                f"{cmd.created_by!r}); pts_protect fills it in",
+                details={"record_id": cmd.record_id, "created_by": cmd.created_by},
             )
         self._refuse_before_proposing(cmd)
         if isinstance(cmd, Protect):
@@ -3074,7 +3090,7 @@ class ApiServer:
             return await self._run_detached("gc_run", self.gc.run(name, dry_run=dry_run))
         leader = self.node.leader_id()
         if not leader or self.node.is_leader():
-            raise UnavailableError("no leader known right now; retry shortly")
+            raise _no_leader_known()
         timeout_ms = _timeout(args)
         return await self.forwarder.call(
             leader, session.token, "gc_run", dict(args), timeout_ms=timeout_ms + 1000
@@ -3142,7 +3158,7 @@ class ApiServer:
             return {"index": value} if isinstance(value, int) else {"ok": True}
         leader = self.node.leader_id()
         if not leader:
-            raise UnavailableError("no leader known right now; retry shortly")
+            raise _no_leader_known()
         return await self.forwarder.call(
             leader,
             session.token,
@@ -4068,6 +4084,14 @@ def _for_apply_version(cmd: Command, state: MetastoreState) -> Command:
     if isinstance(cmd, ReleaseLeases) and cmd.known_tm is not None:
         return replace(cmd, known_tm=None)
     return cmd
+
+
+def _no_leader_known() -> UnavailableError:
+    """A follower that knows no leader: nothing of the request was proposed or forwarded
+    (every raise site checks before either), so `details.not_sent` says so, as the
+    forwarder's own not-sent failures do (metastore.daemon.forward). Without it the client
+    took a write refused here for one whose outcome is unknown."""
+    return UnavailableError("no leader known right now; retry shortly", details={"not_sent": True})
 
 
 def _forwarding_link(session: Session) -> bool:

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from metastore.errors import RequestTimeoutError, UnavailableError
+from metastore.errors import NotAppliedTimeoutError, RequestTimeoutError, UnavailableError
 from spark_bridge import bridge as bridge_module
 from spark_bridge.bridge import BatchContext, BatchError
 from spark_bridge.session import BridgeSession
@@ -277,3 +277,47 @@ def test_a_lost_pins_leases_are_released_on_a_cluster(tmp_path: Any) -> None:
         finally:
             session.close()
             real.close()
+
+
+class NotAppliedServer(LeasingServer):
+    """A leasing pin no node ran (the client's verdict `not_applied`): nothing leased."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__()
+        self.not_applied_error = error
+
+    def call(self, op: str, args: dict[str, Any], **kw: Any) -> dict[str, Any]:
+        if args.get("session_id") is not None:
+            raise self.not_applied_error
+        return super().call(op, args, **kw)
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        NotAppliedTimeoutError("pin did not complete within 10000 ms; it was not applied"),
+        UnavailableError("no leader known right now; retry shortly", details={"not_applied": True}),
+    ],
+)
+def test_a_pin_the_client_says_was_not_applied_leaves_no_leases_to_learn(
+    monkeypatch: pytest.MonkeyPatch, error: Exception
+) -> None:
+    # It was taken for an unknown outcome: the session then pinned the tables again (a read
+    # on a cluster that had just failed the pin) to learn leases that cannot exist.
+    if isinstance(error, NotAppliedTimeoutError):
+        error.details.update({"not_applied": True, "sent": False})
+    server = NotAppliedServer(error)
+    learnt: list[str] = []
+    monkeypatch.setattr(BridgeSession, "unknown_pin", lambda self, sid, *a, **k: learnt.append(sid))
+    session = BridgeSession(server, app_id="app-n", app_name="not-applied")  # type: ignore[arg-type]
+    try:
+        bridge = bare_bridge(server, session=session)
+        batch = _batch(bridge, writes=["ns.a"], n=1)
+        with pytest.raises(BatchError) as raised:
+            batch.plan(top=TOP)
+        batch.end()
+        assert raised.value.cause is error
+        assert learnt == [], "a pin no node ran was learnt as if it might hold leases"
+        assert server.read_pins == []
+    finally:
+        session.close()

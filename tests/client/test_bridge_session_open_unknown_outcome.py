@@ -17,7 +17,12 @@ from typing import Any
 
 import pytest
 
-from metastore.errors import InvalidArgumentError, RequestTimeoutError, UnavailableError
+from metastore.errors import (
+    InvalidArgumentError,
+    NotAppliedTimeoutError,
+    RequestTimeoutError,
+    UnavailableError,
+)
 from spark_bridge import session as session_module
 from spark_bridge.session import BridgeSession
 
@@ -151,3 +156,54 @@ def test_a_lost_open_is_closed_after_the_session_was_closed() -> None:
     server.session_close(first)
     session.close()  # before the lost open settled: its closing must not be dropped
     assert server.wait_open(set()) == set()
+
+
+class NotAppliedOpenServer(OpeningServer):
+    """Its next `not_applied_opens` opens fail with the client's verdict that no node ran
+    them (nothing opened)."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__()
+        self.not_applied_error = error
+        self.not_applied_opens = 0
+
+    def session_open(self, session_id: str, **kwargs: Any) -> dict[str, Any]:
+        with self.changed:
+            if self.not_applied_opens > 0:
+                self.not_applied_opens -= 1
+                raise self.not_applied_error
+        return super().session_open(session_id, **kwargs)
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        NotAppliedTimeoutError(
+            "session_open did not complete within 10000 ms; it was not applied",
+            details={"not_applied": True, "sent": False},
+        ),
+        UnavailableError("no leader known right now; retry shortly", details={"not_applied": True}),
+    ],
+)
+def test_an_open_the_client_says_was_not_applied_is_not_closed_later(
+    monkeypatch: pytest.MonkeyPatch, error: Exception
+) -> None:
+    # It was taken for an unknown outcome and queued to be closed: a close of a session that
+    # never opened, sent to a cluster that had just failed the open.
+    noted: list[str] = []
+    monkeypatch.setattr(BridgeSession, "_note_unknown_open", lambda self, sid: noted.append(sid))
+    server = NotAppliedOpenServer(error)
+    session = BridgeSession(server, app_id="app-n", app_name="open")  # type: ignore[arg-type]
+    try:
+        first = session.current()
+        assert first is not None
+        server.not_applied_opens = 1
+        with pytest.raises(type(error)):
+            session.lost(first)
+        assert noted == [], "an open no node ran was queued to be closed"
+    finally:
+        session.close()
+    server.not_applied_opens = 1
+    with pytest.raises(type(error)):
+        BridgeSession(server, app_id="app-n2", app_name="open")  # type: ignore[arg-type]
+    assert noted == []

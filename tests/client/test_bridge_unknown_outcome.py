@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from metastore.errors import (
+    NotAppliedTimeoutError,
     RequestTimeoutError,
     TableNotFoundError,
     TxnIdReusedError,
@@ -90,6 +91,30 @@ def test_not_found_with_the_caller_s_txn_id_stays_retryable() -> None:
     with pytest.raises(BatchError) as raised:
         batch.commit()
     assert raised.value.retryable  # a re-run under that id commits at most once
+
+
+@pytest.mark.parametrize("txn_id_from_caller", [False, True])
+@pytest.mark.parametrize(
+    "error",
+    [
+        NotAppliedTimeoutError("out of time", details={"not_applied": True, "sent": False}),
+        UnavailableError("no leader known right now", details={"not_applied": True}),
+    ],
+)
+def test_a_commit_the_client_says_was_not_applied_is_retryable_without_a_lookup(
+    error: Exception, txn_id_from_caller: bool
+) -> None:
+    # It was taken for an unknown outcome: looked up on the cluster that had just failed it,
+    # and, under a made-up txn id, a non-retryable error asking to re-run under that id.
+    client = LostReplyClient(committed_ts=None, error=error)
+    batch = _batch(client, txn_id_from_caller=txn_id_from_caller)
+    with pytest.raises(BatchError) as raised:
+        batch.commit()
+    assert raised.value.retryable
+    assert raised.value.cause is error
+    assert "was not applied and never will be" in str(raised.value)
+    assert client.lookups == 0
+    assert batch.report.commit_ts is None
 
 
 class RefusedReplayClient:

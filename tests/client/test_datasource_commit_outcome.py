@@ -15,6 +15,7 @@ import pytest
 
 from metastore.errors import (
     InternalError,
+    NotAppliedTimeoutError,
     RequestTimeoutError,
     TxnIdReusedError,
     UnauthenticatedError,
@@ -572,3 +573,32 @@ def test_an_append_that_does_not_fit_is_a_typed_error_naming_the_column(
         _planned_writer(monkeypatch, schema)
     for name in names_in_message:
         assert name in str(info.value), (name, str(info.value))
+
+
+NOT_APPLIED = [
+    NotAppliedTimeoutError(
+        "commit did not complete within 10000 ms; it was not applied",
+        details={"not_applied": True, "sent": False},
+    ),
+    UnavailableError("no leader known right now; retry shortly", details={"not_applied": True}),
+]
+
+
+@pytest.mark.parametrize("error", NOT_APPLIED)
+def test_a_commit_the_client_says_was_not_applied_is_neither_looked_up_nor_settled(
+    monkeypatch: pytest.MonkeyPatch, error: Exception
+) -> None:
+    """The client's verdict that no node ran the commit (NotAppliedTimeoutError, or every
+    node answered "nothing done") was taken for an unknown outcome: the append looked it up
+    and closed its session to settle it, on a cluster that had just failed it, and ended
+    "outcome unknown" when those failed too."""
+    client = ScriptedClient(error, None)
+    with pytest.raises(type(error)) as raised:
+        _commit(monkeypatch, client)
+    assert client.ops[0] == "commit"
+    assert "committed_txn" not in client.ops, client.ops
+    assert raised.value.details["outcome_unknown"] is False
+    assert raised.value.details["not_applied"] is True
+    txn_id = raised.value.details["txn_id"]
+    assert "was not applied and never will be" in raised.value.message
+    assert f".option('txn_id', {txn_id!r})" in raised.value.message

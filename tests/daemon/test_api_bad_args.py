@@ -182,16 +182,42 @@ def test_a_protection_from_a_year_ahead_is_refused_through_propose_too(
             writer, "pts_protect", {"ts": ahead, "tables": ["bad.t"]}, {"INVALID_ARGUMENT"}
         )
         assert "in the future" in error["message"], error
-        cmd = Protect(record_id="ahead", ts=ahead, tables=(TableName.parse("bad.t"),))
+        # The harness's clients say hello as "test": `_propose` refuses a Protect naming
+        # another creator.
+        cmd = Protect(
+            record_id="ahead", ts=ahead, tables=(TableName.parse("bad.t"),), created_by="test"
+        )
         error = _refused(writer, "_propose", {"command": encode_command(cmd)}, {"INVALID_ARGUMENT"})
         assert "in the future" in error["message"], error
         # An ordinary protection through `_propose` still goes.
         now = conn.call("safe_time")["result"]["safe_time"]
-        fine = Protect(record_id="now", ts=now, tables=(TableName.parse("bad.t"),))
+        fine = Protect(
+            record_id="now", ts=now, tables=(TableName.parse("bad.t"),), created_by="test"
+        )
         assert writer.call("_propose", command=encode_command(fine))["ok"]
         assert conn.call("pts_release", record_id="now")["ok"]
     finally:
         writer.close()
+
+
+@pytest.mark.parametrize("created_by", ["alice", ""])
+@pytest.mark.parametrize("role", ["writer", "admin"])
+def test_a_protection_naming_another_creator_is_refused_through_propose(
+    node: MetastoreCluster, created_by: str, role: str
+) -> None:
+    # Was: applied, so the record read as alice's (or nobody's) and alice could release it
+    # "as its creator". `pts_protect` names the caller; the command sent itself must too.
+    client = node.client(1, role=role)
+    try:
+        now = client.call("safe_time")["result"]["safe_time"]
+        cmd = Protect(
+            record_id="theirs", ts=now, tables=(TableName.parse("bad.t"),), created_by=created_by
+        )
+        error = _refused(client, "_propose", {"command": encode_command(cmd)}, {"FORBIDDEN"})
+        assert "'created_by' must name the caller ('test'" in error["message"], error
+        assert error["details"] == {"record_id": "theirs", "created_by": created_by}, error
+    finally:
+        client.close()
 
 
 def _nested(depth: int, *, as_map: bool) -> Any:

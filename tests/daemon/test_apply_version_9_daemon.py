@@ -18,7 +18,13 @@ from pathlib import Path
 import pytest
 
 from metastore.client import SyncMetastoreClient
-from metastore.commands import CreateNamespace, ReleaseProtection, encode_command
+from metastore.commands import (
+    CreateNamespace,
+    Protect,
+    ReleaseProtection,
+    TableName,
+    encode_command,
+)
 from metastore.errors import ForbiddenError, InvalidArgumentError, TxnIdReusedError
 from tests.daemon.harness import MetastoreCluster, metastore_cluster
 
@@ -65,6 +71,7 @@ def test_bad_input_is_refused_before_proposing_at_8_and_by_apply_from_9(tmp_path
             assert admin.apply_version()["apply_version"] == 8
             alice.ddl("CREATE NAMESPACE ns")
             alice.ddl("CREATE TABLE ns.t (a INT)")
+            ns_t = TableName.parse("ns.t")
 
             # 1. Another client's protection, released through `_propose`.
             record = alice.protect(alice.clock.now(), tables=["ns.t"])
@@ -77,6 +84,19 @@ def test_bad_input_is_refused_before_proposing_at_8_and_by_apply_from_9(tmp_path
             # The creator's own release through a follower (forwarded to the leader) works.
             with _client(c, "alice", nodes=[follower]) as alice_on_follower:
                 assert alice_on_follower.release_protection(record_id)["released"] is True
+                # A protection naming another creator, sent through `_propose`, is refused
+                # (it was applied: alice could then release bob's record as its creator);
+                # alice's own through a follower (forwarded, so the leader's caller is the
+                # link) still goes, named alice.
+                theirs = Protect(
+                    record_id="bobs", ts=bob.clock.now(), tables=(ns_t,), created_by=created_by
+                )
+                with pytest.raises(ForbiddenError, match="'created_by' must name the caller"):
+                    bob.call("_propose", {"command": encode_command(theirs)})
+                assert "bobs" not in [r["record_id"] for r in admin.protections()["records"]]
+                mine = alice_on_follower.protect(alice.clock.now(), tables=["ns.t"])
+                assert mine["created_by"] == created_by
+                assert alice_on_follower.release_protection(mine["record_id"])["released"]
 
             # 2. A retried txn id asking for another ts.
             first = alice.commit("txn-1", _writes("f1"))

@@ -23,6 +23,7 @@ import pytest
 
 import raft.wal
 from hlc import HybridClock, SystemClock
+from raft.limits import SNAPSHOT_SAVE_RETRY_MS_MAX
 from raft.node import NodeStoppedError, RaftNode
 from raft.wal import WriteAheadLog
 from tests.raft.test_node import (
@@ -239,6 +240,38 @@ async def test_a_node_whose_own_snapshot_cannot_be_written_serves_and_saves_one_
         assert sm(again).applied[-1] == b"after"
     finally:
         await again.stop()
+
+
+async def test_a_state_over_the_snapshot_limit_waits_the_longest_backoff_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A state over SNAPSHOT_BYTES_MAX (RecordTooLargeError) stays over it until it shrinks:
+    the node retried after SNAPSHOT_SAVE_RETRY_MS_MIN, doubling, so it encoded the whole state
+    again some seven times in two minutes for nothing. Now its first failure waits
+    SNAPSHOT_SAVE_RETRY_MS_MAX; the node serves on meanwhile."""
+    monkeypatch.setattr(raft.wal, "SNAPSHOT_BYTES_MAX", 16)
+    async with cluster(tmp_path, 1, snapshot_every_entries=10) as nodes:
+        node = await leader_of(nodes)
+        with caplog.at_level(logging.ERROR, logger="raft.node"):
+            for i in range(30):
+                await node.propose(b"e%d" % i, timeout_ms=5_000)
+            assert await eventually(lambda: node.snapshot_save_failures >= 1)
+            started = time.monotonic()
+        assert "over SNAPSHOT_BYTES_MAX" in node.status().snapshot_save_error
+        assert node._snapshot_retry_ms == SNAPSHOT_SAVE_RETRY_MS_MAX
+        wait_s = node._snapshot_retry_at - started
+        assert SNAPSHOT_SAVE_RETRY_MS_MAX / 1000 - 5 < wait_s <= SNAPSHOT_SAVE_RETRY_MS_MAX / 1000
+        line = next(
+            r.getMessage() for r in caplog.records if "SNAPSHOT_BYTES_MAX" in r.getMessage()
+        )
+        assert f"tries again in {SNAPSHOT_SAVE_RETRY_MS_MAX} ms" in line, line
+        assert "the state must shrink first" in line, line
+        # Entries go on applying, each past the snapshot threshold, and start no new attempt.
+        for i in range(20):
+            await node.propose(b"f%d" % i, timeout_ms=5_000)
+        assert sm(node).applied[-1] == b"f19"
+        assert node.snapshot_save_failures == 1
+        assert not node.status().stopped_reason
 
 
 async def test_a_failed_directory_sync_after_a_snapshot_rename_still_stops_the_node(
