@@ -167,25 +167,37 @@ async def test_pipelined_requests_share_one_connection_and_replies_may_come_out_
 
 async def test_in_flight_requests_per_connection_are_bounded(nodes: Any) -> None:
     release = asyncio.Event()
+    waiting = 0  # history requests the node holds, and the most it held at once
+    most = 0
 
     async def handler(op: str, args: dict[str, Any]) -> dict[str, Any]:
-        await asyncio.wait_for(release.wait(), 5)
+        nonlocal waiting, most
+        if op == "safe_time":
+            # Liveness probes take no slot (by design) and a live node answers them at once.
+            # Held like the rest, on a loaded machine (past LIVENESS_PROBE_AFTER_MS before the
+            # release) they were counted in flight too: 138 at most, against the bound of 64.
+            return {}
+        waiting += 1
+        most = max(most, waiting)
+        try:
+            await asyncio.wait_for(release.wait(), 30)
+        finally:
+            waiting -= 1
         return {}
 
     node = await nodes(handler=handler)
     total = CLIENT_INFLIGHT_PER_CONNECTION_MAX + 10
-    async with client(node.endpoint) as c:
+    async with client(node.endpoint, timeout_ms=30_000) as c:
         calls = [asyncio.create_task(c.history(f"t{i}")) for i in range(total)]
-        for _ in range(200):
-            if node.inflight >= CLIENT_INFLIGHT_PER_CONNECTION_MAX:
-                break
-            await asyncio.sleep(0.01)
-        await asyncio.sleep(0.05)
-        assert node.inflight == CLIENT_INFLIGHT_PER_CONNECTION_MAX
+        async with asyncio.timeout(10):
+            while waiting < CLIENT_INFLIGHT_PER_CONNECTION_MAX:  # noqa: ASYNC110 - a count
+                await asyncio.sleep(0.01)
+        await asyncio.sleep(0.05)  # the requests past the bound, if sent, arrive meanwhile
+        assert waiting == CLIENT_INFLIGHT_PER_CONNECTION_MAX
         release.set()
         await asyncio.gather(*calls)
-    assert node.max_inflight == CLIENT_INFLIGHT_PER_CONNECTION_MAX
-    assert len(node.requests) == total
+    assert most == CLIENT_INFLIGHT_PER_CONNECTION_MAX
+    assert node.ops.count("history") == total
     assert node.connections == 1
 
 
@@ -691,7 +703,8 @@ def test_sync_client_is_usable_from_many_threads() -> None:
         for t in threads:
             t.join(timeout=10)
         assert errors == []
-        assert len(fake.node.requests) == 80
+        # Liveness probes (safe_time) join them when a describe is slow on a loaded machine.
+        assert fake.node.ops.count("describe") == 80
         assert fake.node.connections == 1
         results = c.status_all()
         assert results[0].ok
