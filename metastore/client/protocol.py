@@ -215,7 +215,8 @@ ENDPOINT_CHARS_MAX: Final = 300
 # still pointed at the killed leader.)
 ATTEMPTS_MAX: Final = 18
 # A repeatable request unanswered this long is checked on with a `safe_time` on its connection;
-# no answer to that within the probe timeout closes the connection (see _attempt).
+# no answer to that (and no byte received) within the probe timeout closes the connection
+# (see _attempt and _answers).
 LIVENESS_PROBE_AFTER_MS: Final = 500
 LIVENESS_PROBE_TIMEOUT_MS: Final = 500
 # Pause between rounds over the endpoints: doubles from MIN up to MAX, with jitter in the upper
@@ -460,6 +461,8 @@ class _Connection:
         # flight, so each keeps its slot until its answer arrives (or the connection closes).
         self._abandoned: set[int] = set()
         self.closed_reason: str | None = None
+        # Bytes read from the node so far: a connection still receiving is alive (_answers).
+        self.received_bytes = 0
         # A TLS alert after the handshake (the node refused our client certificate).
         self.tls_error: ssl.SSLError | None = None
         self.hello: dict[str, Any] = {}
@@ -551,6 +554,7 @@ class _Connection:
                 data = await self._reader.read(READ_CHUNK_BYTES)
                 if not data:
                     break
+                self.received_bytes += len(data)
                 self._decoder.feed(data)
                 while (obj := self._decoder.next_frame()) is not NEED_DATA:
                     self._dispatch(obj)
@@ -1971,7 +1975,8 @@ class MetastoreClient:
         """One request to one endpoint: the reply, and the read floors of the node's cluster
         (which its answer moves). With `probe` (a repeatable op), a request still
         unanswered after LIVENESS_PROBE_AFTER_MS is checked on: a `safe_time` on the same
-        connection must answer within LIVENESS_PROBE_TIMEOUT_MS, or the connection is taken
+        connection must answer within LIVENESS_PROBE_TIMEOUT_MS (or bytes must arrive on it
+        meanwhile: the probe's answer may wait behind a large reply), or the connection is taken
         for dead (a partition, a hung node) and closed, so the caller retries elsewhere at
         once instead of spending its whole budget on a path that will never answer. A slow
         op (a DDL waiting for leases) on a live node keeps waiting. `mark` follows the request
@@ -2000,10 +2005,18 @@ class MetastoreClient:
 
     @staticmethod
     async def _answers(conn: _Connection) -> bool:
+        """Whether the node behind `conn` is alive: it answered a probe, or bytes kept arriving
+        while the probe waited. Replies go out in order on the stream, so the probe's answer
+        waits behind a large reply still in transit (a slow link, a loaded node): taken for
+        dead, such a connection was closed, and a reply that took over a second to transfer
+        failed on every node whatever the call's budget."""
+        received_before = conn.received_bytes
         try:
             async with asyncio.timeout(LIVENESS_PROBE_TIMEOUT_MS / 1000):
                 await conn.request("safe_time", {}, probe=True)
-        except (TimeoutError, _EndpointFailure):
+        except TimeoutError:
+            return conn.is_open and conn.received_bytes > received_before
+        except _EndpointFailure:
             return False
         return True
 

@@ -149,13 +149,21 @@ async def test_a_write_sent_and_unanswered_keeps_its_outcome_unknown_and_key(
     nodes: Any,
 ) -> None:
     async def silent(op: str, args: dict[str, Any]) -> dict[str, Any]:
+        if op == "status":
+            return {}
         await asyncio.Event().wait()
         raise AssertionError("unreachable")
 
     node = await nodes(handler=silent)
-    async with client(node.endpoint, timeout_ms=300) as c:
+    async with client(node.endpoint, timeout_ms=30_000) as c:
+        # Connected first: with the connect inside the DDL's 300 ms, a loaded machine spent
+        # them connecting and the write was rightly NOT_APPLIED (never sent), not the case here.
+        await c.status()
         with pytest.raises(RequestTimeoutError) as raised:
-            await c.call("ddl", {"sql": "CREATE NAMESPACE x", "request_id": "rid-4"})
+            await c.call(
+                "ddl", {"sql": "CREATE NAMESPACE x", "request_id": "rid-4"}, timeout_ms=300
+            )
+    assert node.ops[:2] == ["status", "ddl"]  # the DDL went out
     error = raised.value
     assert not isinstance(error, NotAppliedTimeoutError)
     assert error.details["outcome_unknown"] is True
