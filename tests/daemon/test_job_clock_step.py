@@ -42,6 +42,26 @@ def _job(client: RawClient, job_id: int) -> dict[str, object]:
     return result
 
 
+def _finished_drop_job(admin: RawClient, deadline: float) -> tuple[int, int]:
+    """Create s.t and drop its column b with a schema change job; once the job has succeeded
+    (the worker publishes the last step as soon as write-only is active), its id and the
+    physical ms of its last version's Tu, which activates DD after it was published."""
+    for sql in ("CREATE NAMESPACE s", "CREATE TABLE s.t (a INT, b INT)"):
+        assert admin.call("ddl", sql=sql, timeout_ms=30_000)["ok"]
+    started = admin.call("ddl", sql="ALTER TABLE s.t DROP COLUMN b", timeout_ms=30_000)
+    assert started["ok"], started
+    job_id = int(started["result"]["job_id"])
+    while (job := _job(admin, job_id))["status"] != "succeeded":
+        assert time.monotonic() < deadline, f"the job did not end: {job}"
+        time.sleep(0.05)
+    versions = job["versions"]
+    assert isinstance(versions, list)
+    history = admin.call("history", table="s.t")
+    assert history["ok"], history
+    last = next(v for v in history["result"]["versions"] if v["version"] == versions[-1])
+    return job_id, physical_ms(int(last["tu"]))
+
+
 def test_a_clock_stepped_forward_does_not_make_a_job_look_finished_early(tmp_path: Path) -> None:
     clock_file = tmp_path / "clock-offset"
     with metastore_cluster(tmp_path / "c", 1, dd_ms=DD_MS, cs_max_ms=CS_MAX_MS) as c:
@@ -49,23 +69,9 @@ def test_a_clock_stepped_forward_does_not_make_a_job_look_finished_early(tmp_pat
         c.wait_ready()
         admin = c.client(1)
         try:
-            for sql in ("CREATE NAMESPACE s", "CREATE TABLE s.t (a INT, b INT)"):
-                assert admin.call("ddl", sql=sql, timeout_ms=30_000)["ok"]
-            started = admin.call("ddl", sql="ALTER TABLE s.t DROP COLUMN b", timeout_ms=30_000)
-            assert started["ok"], started
-            job_id = int(started["result"]["job_id"])
-            # The worker publishes the last step (dropped) as soon as write-only is active; the
-            # job has then succeeded, and its last version activates DD later.
             deadline = time.monotonic() + WAIT_S
-            while (job := _job(admin, job_id))["status"] != "succeeded":
-                assert time.monotonic() < deadline, f"the job did not end: {job}"
-                time.sleep(0.05)
-            versions = job["versions"]
-            assert isinstance(versions, list)
-            history = admin.call("history", table="s.t")
-            assert history["ok"], history
-            last = next(v for v in history["result"]["versions"] if v["version"] == versions[-1])
-            in_force_ms = physical_ms(int(last["tu"])) + CS_MAX_MS
+            job_id, tu_ms = _finished_drop_job(admin, deadline)
+            in_force_ms = tu_ms + CS_MAX_MS
             clock_file.write_text(f"{STEP_MS}\n")
             _wait_for_clock_ahead(c, 1, STEP_MS // 2)
             job = _job(admin, job_id)
@@ -105,26 +111,8 @@ def test_a_node_started_with_its_clock_far_ahead_says_no_job_is_finished_before_
         skewed = next(i for i in c.ids if i != leader)
         admin = c.client(leader)
         try:
-            for sql in ("CREATE NAMESPACE s", "CREATE TABLE s.t (a INT, b INT)"):
-                assert admin.call("ddl", sql=sql, timeout_ms=30_000)["ok"]
-            started = admin.call("ddl", sql="ALTER TABLE s.t DROP COLUMN b", timeout_ms=30_000)
-            assert started["ok"], started
-            job_id = int(started["result"]["job_id"])
             deadline = time.monotonic() + WAIT_S
-            while (job := _job(admin, job_id))["status"] != "succeeded":
-                assert time.monotonic() < deadline, f"the job did not end: {job}"
-                time.sleep(0.05)
-            versions = job["versions"]
-            assert isinstance(versions, list)
-            history = admin.call("history", table="s.t")
-            assert history["ok"], history
-            tu_ms = physical_ms(
-                int(
-                    next(v for v in history["result"]["versions"] if v["version"] == versions[-1])[
-                        "tu"
-                    ]
-                )
-            )
+            job_id, tu_ms = _finished_drop_job(admin, deadline)
         finally:
             admin.close()
         in_force_ms = tu_ms + CS_MAX_MS
