@@ -15,7 +15,7 @@ import ssl
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -302,3 +302,15 @@ def metastore_cluster(directory: Path, n: int = 3, **kw: Any) -> Iterator[Metast
         yield c
     finally:
         c.stop_all()
+
+
+def until(what: str, cluster: MetastoreCluster, check: Callable[[], Any], timeout_s: float) -> Any:
+    """`check()`'s first truthy value, polled every 50 ms for up to `timeout_s`; else an
+    AssertionError naming `what` with the nodes' log tails."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"not within {timeout_s} s: {what}\n{cluster.log_tails(30)}")

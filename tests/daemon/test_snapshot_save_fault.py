@@ -7,25 +7,18 @@ its next attempt. A snapshot is an optimisation; only a log in doubt stops a nod
 from __future__ import annotations
 
 import contextlib
-import time
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tests.daemon.harness import MetastoreCluster, write_cluster
+from tests.daemon.harness import MetastoreCluster, until, write_cluster
 
 WAIT_S = 30.0
 
 
 def _until(what: str, cluster: MetastoreCluster, check: Callable[[], Any]) -> Any:
-    deadline = time.monotonic() + WAIT_S
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"not within {WAIT_S} s: {what}\n{cluster.log_tails(30)}")
+    return until(what, cluster, check, WAIT_S)
 
 
 def _metric(cluster: MetastoreCluster, node_id: int, name: str) -> float:

@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from metastore.client import SyncMetastoreClient
-from tests.daemon.harness import MetastoreCluster, write_cluster
+from tests.daemon.harness import MetastoreCluster, until, write_cluster
 
 WAIT_S = 60.0
 FILES_PER_COMMIT = 400  # ~40 KB of state per commit
@@ -23,13 +22,7 @@ SNAPSHOT_FILE_BYTES_MIN = 1024 * 1024
 
 
 def _until(what: str, cluster: MetastoreCluster, check: Callable[[], Any]) -> Any:
-    deadline = time.monotonic() + WAIT_S
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"not within {WAIT_S} s: {what}\n{cluster.log_tails(30)}")
+    return until(what, cluster, check, WAIT_S)
 
 
 def _changes(n: int) -> list[dict[str, object]]:

@@ -11,7 +11,6 @@ CPU stands in for the catalog's, and its view is the list of payloads applied so
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -21,7 +20,7 @@ import pytest
 
 from raft.core.types import Entry
 from raft.node import snapshot_app_data
-from tests.loop_stall import LoopTurnWatch
+from tests.loop_stall import LoopTurnWatch, burn_cpu
 from tests.raft.test_node import ListStateMachine, _eventually, cluster, leader_of
 
 # CPU seconds the stand-in encode burns; the loop may go at most STALL_CPU_S without a turn
@@ -29,16 +28,7 @@ from tests.raft.test_node import ListStateMachine, _eventually, cluster, leader_
 # encode, 1 s; in a thread the interpreter hands the GIL back every 5 ms.
 ENCODE_CPU_S = 1.0
 STALL_CPU_S = 0.15
-BURN_STEPS_MAX = 10**9  # a bound on the burn's loop; time ends it far sooner
 SNAPSHOT_EVERY_ENTRIES = 50
-
-
-def _burn(cpu_s: float) -> None:
-    started = time.thread_time()
-    for _ in range(BURN_STEPS_MAX):
-        if time.thread_time() - started >= cpu_s:
-            return
-        sum(range(200))
 
 
 class SlowEncode(ListStateMachine):
@@ -62,7 +52,7 @@ class SlowEncode(ListStateMachine):
 
     def snapshot(self) -> bytes:
         if self.slow:
-            _burn(ENCODE_CPU_S)
+            burn_cpu(ENCODE_CPU_S)
         packed: bytes = msgpack.packb(self.applied)
         return packed
 
@@ -74,7 +64,7 @@ class SlowEncode(ListStateMachine):
                 threading.current_thread() is threading.main_thread()
             )
             if self.slow:
-                _burn(ENCODE_CPU_S)
+                burn_cpu(ENCODE_CPU_S)
             self.applied_during_encode = max(
                 self.applied_during_encode, len(self.applied) - len(view)
             )

@@ -9,13 +9,12 @@ whose decode burns DECODE_CPU_S of pure-Python CPU stands in for the catalog's."
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from tests.loop_stall import LoopTurnWatch
+from tests.loop_stall import LoopTurnWatch, burn_cpu
 from tests.raft.test_node import (
     ListStateMachine,
     _eventually,
@@ -30,15 +29,6 @@ from tests.raft.test_node import (
 # decode, 1 s; in a thread the interpreter hands the GIL back every 5 ms.
 DECODE_CPU_S = 1.0
 STALL_CPU_S = 0.15
-BURN_STEPS_MAX = 10**9  # a bound on the burn's loop; time ends it far sooner
-
-
-def _burn(cpu_s: float) -> None:
-    started = time.thread_time()
-    for _ in range(BURN_STEPS_MAX):
-        if time.thread_time() - started >= cpu_s:
-            return
-        sum(range(200))
 
 
 class SlowDecode(ListStateMachine):
@@ -51,7 +41,7 @@ class SlowDecode(ListStateMachine):
             self.decoded_on_loop_thread.append(
                 threading.current_thread() is threading.main_thread()
             )
-            _burn(DECODE_CPU_S)
+            burn_cpu(DECODE_CPU_S)
         return lambda: ListStateMachine.restore(self, data)
 
     def restore(self, data: bytes | memoryview) -> None:
